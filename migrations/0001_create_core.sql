@@ -1,0 +1,106 @@
+-- The durable core: functions and their immutable revisions, runs, journal entries and
+-- failed attempts. Guarantees are enforced here, not only in Go: (run_id, seq) is unique
+-- and entries are immutable; terminal runs never change; an idempotency key is unique per
+-- tenant and function.
+CREATE SCHEMA IF NOT EXISTS stepgate;
+
+CREATE TABLE stepgate.function_revision (
+    tenant     text        NOT NULL,
+    name       text        NOT NULL,
+    revision   integer     NOT NULL CHECK (revision > 0),
+    url        text        NOT NULL,
+    config     jsonb       NOT NULL DEFAULT '{}',
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (tenant, name, revision)
+);
+
+-- The registered functions: each points at its current revision. Deleting a function
+-- removes this row only; revisions stay for the runs that use them.
+CREATE TABLE stepgate.function (
+    tenant     text        NOT NULL,
+    name       text        NOT NULL,
+    revision   integer     NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (tenant, name),
+    FOREIGN KEY (tenant, name, revision) REFERENCES stepgate.function_revision (tenant, name, revision)
+);
+
+CREATE TABLE stepgate.run (
+    id              uuid        PRIMARY KEY,
+    tenant          text        NOT NULL,
+    function        text        NOT NULL,
+    revision        integer     NOT NULL,
+    status          text        NOT NULL CHECK (status IN ('scheduled', 'queued', 'running', 'suspended', 'completed', 'failed', 'cancelled')),
+    input           jsonb       NOT NULL,
+    output          jsonb,
+    error           jsonb,
+    identity        jsonb       NOT NULL,
+    idempotency_key text,
+    parent_id       uuid,
+    -- attempts counts invocations that have started; invocation is the fencing token of the
+    -- one that owns the run now, bumped by every claim.
+    attempts        integer     NOT NULL DEFAULT 0,
+    invocation      integer     NOT NULL DEFAULT 0,
+    -- lease_until bounds a running invocation: past it, the lease reaper requeues the run.
+    lease_until     timestamptz,
+    -- wake_at is when a queued (retry backoff) or suspended run is due next.
+    wake_at         timestamptz,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    started_at      timestamptz,
+    finished_at     timestamptz,
+    FOREIGN KEY (tenant, function, revision) REFERENCES stepgate.function_revision (tenant, name, revision),
+    CHECK ((status IN ('completed', 'failed', 'cancelled')) = (finished_at IS NOT NULL)),
+    CHECK ((status = 'running') = (lease_until IS NOT NULL))
+);
+
+CREATE UNIQUE INDEX run_idempotency_key ON stepgate.run (tenant, function, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
+CREATE INDEX run_by_created ON stepgate.run (tenant, created_at DESC, id DESC);
+CREATE INDEX run_by_function ON stepgate.run (tenant, function, created_at DESC, id DESC);
+CREATE INDEX run_expired_lease ON stepgate.run (lease_until) WHERE lease_until IS NOT NULL;
+
+-- A terminal run never changes again (a rerun makes a new run).
+CREATE FUNCTION stepgate.refuse_terminal_run_update() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'run % is %, terminal runs are immutable', OLD.id, OLD.status
+        USING ERRCODE = 'check_violation';
+END $$;
+CREATE TRIGGER run_terminal_is_final BEFORE UPDATE ON stepgate.run
+    FOR EACH ROW WHEN (OLD.status IN ('completed', 'failed', 'cancelled'))
+    EXECUTE FUNCTION stepgate.refuse_terminal_run_update();
+
+CREATE TABLE stepgate.journal_entry (
+    run_id      uuid        NOT NULL REFERENCES stepgate.run (id) ON DELETE CASCADE,
+    seq         integer     NOT NULL CHECK (seq > 0),
+    kind        text        NOT NULL,
+    name        text        NOT NULL,
+    output      jsonb,
+    error       jsonb,
+    attempt     integer     NOT NULL DEFAULT 1,
+    wake_at     timestamptz,
+    invocation  integer     NOT NULL,
+    started_at  timestamptz,
+    finished_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (run_id, seq)
+);
+
+-- Journal entries are immutable: the first write wins.
+CREATE FUNCTION stepgate.refuse_journal_update() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'journal entry (%, %) is immutable', OLD.run_id, OLD.seq
+        USING ERRCODE = 'check_violation';
+END $$;
+CREATE TRIGGER journal_entry_is_immutable BEFORE UPDATE ON stepgate.journal_entry
+    FOR EACH ROW EXECUTE FUNCTION stepgate.refuse_journal_update();
+
+-- Failed attempts, kept for inspection and never replayed. seq 0 is a whole invocation
+-- that failed (bad answer, timeout, refused connection); seq > 0 is a step's attempt.
+CREATE TABLE stepgate.attempt_failure (
+    run_id     uuid        NOT NULL REFERENCES stepgate.run (id) ON DELETE CASCADE,
+    seq        integer     NOT NULL CHECK (seq >= 0),
+    attempt    integer     NOT NULL,
+    name       text        NOT NULL DEFAULT '',
+    error      jsonb       NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (run_id, seq, attempt)
+);
