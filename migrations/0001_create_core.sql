@@ -41,6 +41,12 @@ CREATE TABLE stepgate.run (
     -- one that owns the run now, bumped by every claim.
     attempts        integer     NOT NULL DEFAULT 0,
     invocation      integer     NOT NULL DEFAULT 0,
+    -- failed_invocations counts failed invocations in a row; the function's retry policy
+    -- bounds it, and an invocation that makes progress (suspends) resets it.
+    failed_invocations integer  NOT NULL DEFAULT 0,
+    -- notify asks the run's terminal update to pg_notify: set when a waiter attaches
+    -- from another request, so runs nobody waits on elsewhere pay no notification.
+    notify          boolean     NOT NULL DEFAULT false,
     -- lease_until bounds a running invocation: past it, the lease reaper requeues the run.
     lease_until     timestamptz,
     -- wake_at is when a queued (retry backoff) or suspended run is due next.

@@ -1,0 +1,115 @@
+package journal
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Function is one revision of a registered function. Revisions are immutable.
+type Function struct {
+	Tenant    string          `db:"tenant"`
+	Name      string          `db:"name"`
+	Revision  int             `db:"revision"`
+	URL       string          `db:"url"`
+	Config    json.RawMessage `db:"config"`
+	CreatedAt time.Time       `db:"created_at"`
+}
+
+const functionColumns = `r.tenant, r.name, r.revision, r.url, r.config, r.created_at`
+
+// RegisterFunction stores a new revision of the function (1 for a new name, else the
+// highest revision so far plus one, even after a delete) and makes it current.
+// Concurrent registrations of one name are serialized; each gets its own revision.
+func RegisterFunction(ctx context.Context, db DB, tenant, name, url string, config json.RawMessage) (*Function, error) {
+	if len(config) == 0 {
+		config = json.RawMessage(`{}`)
+	}
+	for range 5 {
+		rows, _ := db.Query(ctx, `
+			WITH r AS (
+				INSERT INTO stepgate.function_revision (tenant, name, revision, url, config)
+				SELECT $1, $2, coalesce(max(revision), 0) + 1, $3, $4
+				FROM stepgate.function_revision WHERE tenant = $1 AND name = $2
+				RETURNING *
+			), cur AS (
+				INSERT INTO stepgate.function (tenant, name, revision)
+				SELECT tenant, name, revision FROM r
+				ON CONFLICT (tenant, name) DO UPDATE SET revision = excluded.revision
+			)
+			SELECT `+functionColumns+` FROM r`, tenant, name, url, config)
+		fn, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Function])
+		if isUniqueViolation(err) {
+			continue // a concurrent registration took that revision; take the next
+		}
+		if err != nil {
+			return nil, fmt.Errorf("register function %s: %w", name, err)
+		}
+		return fn, nil
+	}
+	return nil, fmt.Errorf("register function %s: too many concurrent registrations", name)
+}
+
+// GetFunction returns the current revision of a registered function, or ErrNotFound.
+func GetFunction(ctx context.Context, db DB, tenant, name string) (*Function, error) {
+	rows, _ := db.Query(ctx, `
+		SELECT `+functionColumns+`
+		FROM stepgate.function f
+		JOIN stepgate.function_revision r USING (tenant, name, revision)
+		WHERE f.tenant = $1 AND f.name = $2`, tenant, name)
+	fn, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Function])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get function %s: %w", name, err)
+	}
+	return fn, nil
+}
+
+// GetRevision returns one revision of a function, registered or since deleted, or
+// ErrNotFound.
+func GetRevision(ctx context.Context, db DB, tenant, name string, revision int) (*Function, error) {
+	rows, _ := db.Query(ctx, `
+		SELECT `+functionColumns+` FROM stepgate.function_revision r
+		WHERE tenant = $1 AND name = $2 AND revision = $3`, tenant, name, revision)
+	fn, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Function])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get function %s revision %d: %w", name, revision, err)
+	}
+	return fn, nil
+}
+
+// ListFunctions returns the current revision of every registered function, by name.
+func ListFunctions(ctx context.Context, db DB, tenant string) ([]Function, error) {
+	rows, _ := db.Query(ctx, `
+		SELECT `+functionColumns+`
+		FROM stepgate.function f
+		JOIN stepgate.function_revision r USING (tenant, name, revision)
+		WHERE f.tenant = $1 ORDER BY f.name`, tenant)
+	fns, err := pgx.CollectRows(rows, pgx.RowToStructByName[Function])
+	if err != nil {
+		return nil, fmt.Errorf("list functions: %w", err)
+	}
+	return fns, nil
+}
+
+// DeleteFunction unregisters a function; its revisions and runs are kept. It returns
+// ErrNotFound when the function is not registered.
+func DeleteFunction(ctx context.Context, db DB, tenant, name string) error {
+	tag, err := db.Exec(ctx, `DELETE FROM stepgate.function WHERE tenant = $1 AND name = $2`, tenant, name)
+	if err != nil {
+		return fmt.Errorf("delete function %s: %w", name, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrNotFound
+	}
+	return nil
+}

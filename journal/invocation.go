@@ -1,0 +1,318 @@
+package journal
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// NotifyChannel is the Postgres channel on which a run's terminal update announces the
+// run id, when a waiter has attached (see Attach).
+const NotifyChannel = "stepgate_run_done"
+
+// Claim is a run claimed for one invocation, with what that invocation needs.
+type Claim struct {
+	Run     *Run
+	Journal []Entry
+	// StepAttempts maps the seq of a step that has failed before and has no final entry
+	// yet to the attempt number the next invocation makes of it.
+	StepAttempts map[int]int
+	// Now is the database clock at the claim.
+	Now time.Time
+}
+
+// ClaimRun claims a due run for a new invocation: a queued run whose backoff has passed
+// or a suspended run whose wake time has come. It bumps the run's invocation number
+// (fencing out any older invocation), leases it for lease, and loads its journal, all in
+// one round trip and one transaction. It returns ErrNotDue when the run is not claimable
+// now (not due yet, running, finished, or gone).
+func ClaimRun(ctx context.Context, db DB, runID string, lease time.Duration) (*Claim, error) {
+	var claim Claim
+	b := &pgx.Batch{}
+	b.Queue(`
+		UPDATE stepgate.run SET status = 'running', attempts = attempts + 1,
+			invocation = invocation + 1, lease_until = now() + make_interval(secs => $2),
+			wake_at = NULL, started_at = coalesce(started_at, now())
+		WHERE id = $1 AND (
+			(status = 'queued' AND (wake_at IS NULL OR wake_at <= now())) OR
+			(status = 'suspended' AND wake_at <= now()))
+		RETURNING `+runColumns+`, now() AS db_now`, runID, lease.Seconds()).
+		Query(func(rows pgx.Rows) error {
+			type claimed struct {
+				Run
+				DBNow time.Time `db:"db_now"`
+			}
+			c, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[claimed])
+			if err != nil {
+				return err
+			}
+			claim.Run, claim.Now = &c.Run, c.DBNow
+			return nil
+		})
+	b.Queue(`
+		SELECT seq, kind, name, output, error, attempt, wake_at, started_at, finished_at
+		FROM stepgate.journal_entry WHERE run_id = $1 ORDER BY seq`, runID).
+		Query(func(rows pgx.Rows) error {
+			var err error
+			claim.Journal, err = pgx.CollectRows(rows, pgx.RowToStructByName[Entry])
+			return err
+		})
+	b.Queue(`
+		SELECT f.seq, max(f.attempt) + 1 FROM stepgate.attempt_failure f
+		WHERE f.run_id = $1 AND f.seq > 0 AND NOT EXISTS (
+			SELECT 1 FROM stepgate.journal_entry e WHERE e.run_id = f.run_id AND e.seq = f.seq)
+		GROUP BY f.seq`, runID).
+		Query(func(rows pgx.Rows) error {
+			var seq, attempt int
+			_, err := pgx.ForEachRow(rows, []any{&seq, &attempt}, func() error {
+				if claim.StepAttempts == nil {
+					claim.StepAttempts = map[int]int{}
+				}
+				claim.StepAttempts[seq] = attempt
+				return nil
+			})
+			return err
+		})
+	// A batch outside a transaction runs as one implicit transaction: one round trip.
+	err := db.SendBatch(ctx, b).Close()
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotDue
+	}
+	if err != nil {
+		return nil, fmt.Errorf("claim run %s: %w", runID, err)
+	}
+	return &claim, nil
+}
+
+// AppendEntry journals one finished entry for the invocation that owns the run. An
+// identical repeat is a no-op; a different entry at that seq returns ErrConflict; when
+// the invocation no longer owns the running run it returns ErrSuperseded. The run row is
+// share-locked while the entry is written, so a concurrent claim waits and then sees it.
+func AppendEntry(ctx context.Context, db DB, runID string, invocation int, e Entry) error {
+	var owned, inserted bool
+	var kind, name *string
+	var output json.RawMessage
+	var errInfo *ErrorInfo
+	err := db.QueryRow(ctx, `
+		WITH owner AS (
+			SELECT id FROM stepgate.run
+			WHERE id = $1 AND invocation = $2 AND status = 'running' FOR SHARE
+		), ins AS (
+			INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, error, attempt,
+				wake_at, invocation, started_at)
+			SELECT id, $3, $4, $5, $6, $7, $8, $9, $2, $10 FROM owner
+			ON CONFLICT (run_id, seq) DO NOTHING
+			RETURNING seq
+		)
+		SELECT EXISTS (SELECT 1 FROM owner), EXISTS (SELECT 1 FROM ins), e.kind, e.name, e.output, e.error
+		FROM (SELECT 1) one
+		LEFT JOIN stepgate.journal_entry e ON e.run_id = $1 AND e.seq = $3`,
+		runID, invocation, e.Seq, e.Kind, e.Name, e.Output, e.Error, max(e.Attempt, 1), e.WakeAt, e.StartedAt,
+	).Scan(&owned, &inserted, &kind, &name, &output, &errInfo)
+	if err != nil {
+		return fmt.Errorf("append entry %d to run %s: %w", e.Seq, runID, err)
+	}
+	switch {
+	case inserted:
+		return nil
+	case !owned:
+		return ErrSuperseded
+	case kind == nil:
+		// The conflicting entry committed after this statement's snapshot: look again.
+		existing, err := entryAt(ctx, db, runID, e.Seq)
+		if err != nil {
+			return err
+		}
+		return sameEntry(existing, e)
+	default:
+		return sameEntry(&Entry{Kind: *kind, Name: *name, Output: output, Error: errInfo}, e)
+	}
+}
+
+func entryAt(ctx context.Context, db DB, runID string, seq int) (*Entry, error) {
+	rows, _ := db.Query(ctx, `
+		SELECT seq, kind, name, output, error, attempt, wake_at, started_at, finished_at
+		FROM stepgate.journal_entry WHERE run_id = $1 AND seq = $2`, runID, seq)
+	e, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Entry])
+	if err != nil {
+		return nil, fmt.Errorf("load entry %d of run %s: %w", seq, runID, err)
+	}
+	return e, nil
+}
+
+// sameEntry returns nil when e repeats existing (a harmless retry), else ErrConflict
+// naming both.
+func sameEntry(existing *Entry, e Entry) error {
+	if existing.Kind != e.Kind || existing.Name != e.Name || !sameJSON(existing.Output, e.Output) ||
+		(existing.Error == nil) != (e.Error == nil) ||
+		(existing.Error != nil && existing.Error.Message != e.Error.Message) {
+		return fmt.Errorf("%w: seq %d holds %s %q, not %s %q", ErrConflict, e.Seq, existing.Kind, existing.Name, e.Kind, e.Name)
+	}
+	return nil
+}
+
+// sameJSON compares two JSON values by meaning, as jsonb does (key order and spacing
+// do not matter).
+func sameJSON(a, b json.RawMessage) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return len(a) == len(b)
+	}
+	var va, vb any
+	if json.Unmarshal(a, &va) != nil || json.Unmarshal(b, &vb) != nil {
+		return false
+	}
+	ja, _ := json.Marshal(va)
+	jb, _ := json.Marshal(vb)
+	return string(ja) == string(jb)
+}
+
+// Outcome is how an invocation ends for its run; see Finish.
+type Outcome struct {
+	// Status is the run's next status: completed, failed (terminal), suspended (woken
+	// at its wake time) or queued (a failed invocation, retried at its wake time).
+	Status Status
+	Output json.RawMessage // completed
+	Error  *ErrorInfo      // failed; or the failed invocation's error when queued
+	// Steps are entries finished but not checkpointed; journaled first.
+	Steps []Entry
+	// Sleep, when set, is journaled as the entry the run now sleeps on; its WakeAt, or
+	// SleepFor from the database clock, becomes the run's wake time.
+	Sleep    *Entry
+	SleepFor time.Duration
+	// WakeAfter, for a step retry (suspended) or a failed invocation (queued), is how
+	// long from the database clock until the run is due again.
+	WakeAfter time.Duration
+	// StepFailure, when set, records a failed step attempt.
+	StepFailure *Failure
+	// Notify makes a later terminal update notify NotifyChannel, because the caller
+	// waits for the run and it may finish on another gateway.
+	Notify bool
+}
+
+// Finished is what Finish reports about the updated run.
+type Finished struct {
+	Status Status
+	WakeAt *time.Time // suspended or queued: when the run is due, database clock
+	Now    time.Time  // the database clock at the update
+}
+
+// Finish applies an invocation's outcome to the run it owns: the unjournaled steps, the
+// entry it sleeps on, a failure record and the run's new status, all in db (the
+// caller's transaction, which also holds the River job for the next move). It returns
+// ErrSuperseded when the invocation no longer owns the run and ErrConflict when an
+// entry conflicts with the journal. A terminal update notifies NotifyChannel when a
+// waiter attached.
+func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome) (*Finished, error) {
+	for _, e := range o.Steps {
+		if err := AppendEntry(ctx, db, runID, invocation, e); err != nil {
+			return nil, err
+		}
+	}
+	wakeAfter := o.WakeAfter
+	var until *time.Time
+	if o.Sleep != nil {
+		until, wakeAfter = o.Sleep.WakeAt, o.SleepFor
+	}
+	var f Finished
+	err := db.QueryRow(ctx, `
+		WITH u AS (
+			UPDATE stepgate.run SET
+				status = $3,
+				output = $4,
+				error = $5,
+				lease_until = NULL,
+				wake_at = CASE WHEN $3 IN ('suspended', 'queued')
+					THEN coalesce($6::timestamptz, now() + make_interval(secs => $7)) END,
+				finished_at = CASE WHEN $3 IN ('completed', 'failed', 'cancelled') THEN now() END,
+				failed_invocations = CASE WHEN $3 = 'queued' THEN failed_invocations + 1 ELSE 0 END,
+				notify = notify OR $8
+			WHERE id = $1 AND invocation = $2 AND status = 'running'
+			RETURNING id, status, wake_at, notify, attempts
+		), failure AS (
+			INSERT INTO stepgate.attempt_failure (run_id, seq, attempt, name, error)
+			SELECT id, 0, attempts, '', $5 FROM u WHERE $3 = 'queued'
+			ON CONFLICT DO NOTHING
+		), notified AS (
+			SELECT pg_notify('`+NotifyChannel+`', id::text) FROM u
+			WHERE notify AND status IN ('completed', 'failed', 'cancelled')
+		)
+		SELECT u.status, u.wake_at, now(), (SELECT count(*) FROM notified) FROM u`,
+		runID, invocation, o.Status, o.Output, o.Error, until, wakeAfter.Seconds(), o.Notify,
+	).Scan(&f.Status, &f.WakeAt, &f.Now, new(int))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrSuperseded
+	}
+	if err != nil {
+		return nil, fmt.Errorf("finish invocation %d of run %s: %w", invocation, runID, err)
+	}
+	if o.Sleep != nil {
+		// The fenced update above holds the run's row lock for the rest of the transaction.
+		if _, err := db.Exec(ctx, `
+			INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, wake_at, invocation)
+			VALUES ($1, $2, $3, $4, $5, $6)`,
+			runID, o.Sleep.Seq, KindSleep, o.Sleep.Name, f.WakeAt, invocation); err != nil {
+			if isUniqueViolation(err) {
+				return nil, fmt.Errorf("%w: seq %d is already journaled", ErrConflict, o.Sleep.Seq)
+			}
+			return nil, fmt.Errorf("journal sleep of run %s: %w", runID, err)
+		}
+	}
+	if sf := o.StepFailure; sf != nil {
+		if _, err := db.Exec(ctx, `
+			INSERT INTO stepgate.attempt_failure (run_id, seq, attempt, name, error)
+			VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`,
+			runID, sf.Seq, sf.Attempt, sf.Name, sf.Error); err != nil {
+			return nil, fmt.Errorf("record step failure of run %s: %w", runID, err)
+		}
+	}
+	return &f, nil
+}
+
+// ReapExpiredLeases requeues up to limit running runs whose lease has passed (their
+// gateway died, or the function hung past its timeout), recording a failed invocation
+// for each, and returns their ids. Whether a run has attempts left is decided when it is
+// claimed next, from its function's retry policy.
+func ReapExpiredLeases(ctx context.Context, db DB, limit int) ([]string, error) {
+	rows, _ := db.Query(ctx, `
+		WITH expired AS (
+			SELECT id FROM stepgate.run
+			WHERE lease_until IS NOT NULL AND lease_until < now()
+			ORDER BY lease_until LIMIT $1 FOR UPDATE SKIP LOCKED
+		), u AS (
+			UPDATE stepgate.run r SET status = 'queued', lease_until = NULL, wake_at = NULL,
+				failed_invocations = failed_invocations + 1
+			FROM expired WHERE r.id = expired.id
+			RETURNING r.id, r.attempts
+		), failure AS (
+			INSERT INTO stepgate.attempt_failure (run_id, seq, attempt, name, error)
+			SELECT id, 0, attempts, '', '{"type":"lease_expired","message":"the invocation outlived its lease: its gateway stopped or the function hung past its timeout","retryable":true}'
+			FROM u ON CONFLICT DO NOTHING
+		)
+		SELECT id::text FROM u`, limit)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("reap expired leases: %w", err)
+	}
+	return ids, nil
+}
+
+// FailRun fails a run that is not terminal yet with e, whatever invocation owns it (for
+// example, when it has no invocation attempts left). A failed run stays failed.
+func FailRun(ctx context.Context, db DB, runID string, e ErrorInfo) error {
+	_, err := db.Exec(ctx, `
+		WITH u AS (
+			UPDATE stepgate.run SET status = 'failed', error = $2, lease_until = NULL, wake_at = NULL,
+				finished_at = now()
+			WHERE id = $1 AND status NOT IN ('completed', 'failed', 'cancelled')
+			RETURNING id, notify
+		)
+		SELECT pg_notify('`+NotifyChannel+`', id::text) FROM u WHERE notify`, runID, e)
+	if err != nil {
+		return fmt.Errorf("fail run %s: %w", runID, err)
+	}
+	return nil
+}

@@ -1,0 +1,109 @@
+// Package journal records durable function runs and their journals in Postgres: the
+// functions and their immutable revisions, the runs, the journal entries and the failed
+// attempts. All of stepgate's SQL lives here.
+//
+// The guarantees are the database's, not only this package's: (run_id, seq) is unique and
+// entries are immutable (a trigger refuses updates); a terminal run never changes (a
+// trigger); every write by an invocation is fenced by the run's invocation number and
+// status in the same statement; an idempotency key is unique per tenant and function.
+package journal
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DB is satisfied by *pgxpool.Pool, *pgx.Conn and pgx.Tx, so callers own transactions.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// Errors returned by this package. Callers map them to HTTP statuses at one place.
+var (
+	ErrNotFound = errors.New("journal: not found")
+	// ErrConflict: a different entry already holds that seq (nondeterminism).
+	ErrConflict = errors.New("journal: entry conflicts with the journal")
+	// ErrSuperseded: the invocation no longer owns the run (finished, cancelled, or
+	// another invocation claimed it).
+	ErrSuperseded = errors.New("journal: invocation superseded")
+	// ErrIdempotencyMismatch: the idempotency key was used with a different input.
+	ErrIdempotencyMismatch = errors.New("journal: idempotency key used with a different input")
+	// ErrNotDue: the run cannot be claimed now (not due yet, running elsewhere, or finished).
+	ErrNotDue = errors.New("journal: run is not due")
+)
+
+// Status is a run's status.
+type Status string
+
+// Run statuses. Completed, failed and cancelled are terminal.
+const (
+	StatusScheduled Status = "scheduled"
+	StatusQueued    Status = "queued"
+	StatusRunning   Status = "running"
+	StatusSuspended Status = "suspended"
+	StatusCompleted Status = "completed"
+	StatusFailed    Status = "failed"
+	StatusCancelled Status = "cancelled"
+)
+
+// Terminal reports whether s never changes again.
+func (s Status) Terminal() bool {
+	return s == StatusCompleted || s == StatusFailed || s == StatusCancelled
+}
+
+// Identity is who started a run: taken from the caller's token, never the token itself.
+type Identity struct {
+	Subject string         `json:"subject"`
+	Tenant  string         `json:"tenant"`
+	Roles   []string       `json:"roles"`
+	Claims  map[string]any `json:"claims,omitempty"`
+}
+
+// ErrorInfo describes a failure of a run, a step or an invocation.
+type ErrorInfo struct {
+	Type      string `json:"type"`
+	Message   string `json:"message"`
+	Retryable bool   `json:"retryable,omitempty"`
+}
+
+// Entry kinds.
+const (
+	KindStep  = "step"
+	KindSleep = "sleep"
+)
+
+// Entry is one immutable journal entry of a run.
+type Entry struct {
+	Seq        int             `db:"seq"`
+	Kind       string          `db:"kind"`
+	Name       string          `db:"name"`
+	Output     json.RawMessage `db:"output"`
+	Error      *ErrorInfo      `db:"error"`
+	Attempt    int             `db:"attempt"`
+	WakeAt     *time.Time      `db:"wake_at"`
+	StartedAt  *time.Time      `db:"started_at"`
+	FinishedAt time.Time       `db:"finished_at"`
+}
+
+// Failure is a failed attempt, kept for inspection and never replayed. Seq 0 is a whole
+// invocation; seq > 0 is an attempt of the step at that seq.
+type Failure struct {
+	Seq       int       `db:"seq"`
+	Attempt   int       `db:"attempt"`
+	Name      string    `db:"name"`
+	Error     ErrorInfo `db:"error"`
+	CreatedAt time.Time `db:"created_at"`
+}
+
+func isUniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505"
+}

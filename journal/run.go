@@ -1,0 +1,221 @@
+package journal
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Run is one execution of a function.
+type Run struct {
+	ID                string          `db:"id"`
+	Tenant            string          `db:"tenant"`
+	Function          string          `db:"function"`
+	Revision          int             `db:"revision"`
+	Status            Status          `db:"status"`
+	Input             json.RawMessage `db:"input"`
+	Output            json.RawMessage `db:"output"`
+	Error             *ErrorInfo      `db:"error"`
+	Identity          Identity        `db:"identity"`
+	IdempotencyKey    *string         `db:"idempotency_key"`
+	ParentID          *string         `db:"parent_id"`
+	Attempts          int             `db:"attempts"`
+	Invocation        int             `db:"invocation"`
+	FailedInvocations int             `db:"failed_invocations"`
+	LeaseUntil        *time.Time      `db:"lease_until"`
+	WakeAt            *time.Time      `db:"wake_at"`
+	CreatedAt         time.Time       `db:"created_at"`
+	StartedAt         *time.Time      `db:"started_at"`
+	FinishedAt        *time.Time      `db:"finished_at"`
+}
+
+const runColumns = `id, tenant, function, revision, status, input, output, error, identity,
+	idempotency_key, parent_id, attempts, invocation, failed_invocations, lease_until, wake_at,
+	created_at, started_at, finished_at`
+
+// NewRun is what CreateRun needs to start a run.
+type NewRun struct {
+	ID             string // A UUID chosen by the caller.
+	Tenant         string
+	Function       string
+	Input          json.RawMessage
+	Identity       Identity
+	IdempotencyKey string  // Empty for none.
+	ParentID       *string // The run that started this one, if any.
+	// Lease, when positive, creates the run already claimed by the caller (status
+	// running, invocation 1) for that long, so the caller can invoke it at once with no
+	// queue hop. Zero creates it queued.
+	Lease time.Duration
+}
+
+// CreateRun inserts a run of the function's current revision. With an idempotency key
+// already used for the same tenant and function, it returns that run and created=false
+// when the input is the same JSON, or ErrIdempotencyMismatch. It returns ErrNotFound
+// when the function is not registered.
+func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, err error) {
+	var key *string
+	if n.IdempotencyKey != "" {
+		key = &n.IdempotencyKey
+	}
+	rows, _ := db.Query(ctx, `
+		INSERT INTO stepgate.run (id, tenant, function, revision, status, input, identity,
+			idempotency_key, parent_id, attempts, invocation, lease_until, started_at)
+		SELECT $1, f.tenant, f.name, f.revision,
+			CASE WHEN $8 > 0 THEN 'running' ELSE 'queued' END, $4, $5, $6, $7,
+			CASE WHEN $8 > 0 THEN 1 ELSE 0 END, CASE WHEN $8 > 0 THEN 1 ELSE 0 END,
+			CASE WHEN $8 > 0 THEN now() + make_interval(secs => $8) END,
+			CASE WHEN $8 > 0 THEN now() END
+		FROM stepgate.function f WHERE f.tenant = $2 AND f.name = $3
+		ON CONFLICT (tenant, function, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+		RETURNING `+runColumns,
+		n.ID, n.Tenant, n.Function, n.Input, n.Identity, key, n.ParentID, n.Lease.Seconds())
+	run, err = pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Run])
+	if err == nil {
+		return run, true, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, fmt.Errorf("create run of %s: %w", n.Function, err)
+	}
+	if key == nil {
+		return nil, false, ErrNotFound
+	}
+	// Either the function is unknown or the key is taken: find out which.
+	rows, _ = db.Query(ctx, `
+		SELECT `+runColumns+`, input = $4::jsonb AS same_input FROM stepgate.run
+		WHERE tenant = $1 AND function = $2 AND idempotency_key = $3`,
+		n.Tenant, n.Function, *key, n.Input)
+	type keyed struct {
+		Run
+		SameInput bool `db:"same_input"`
+	}
+	k, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[keyed])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, ErrNotFound
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("find run by idempotency key: %w", err)
+	}
+	if !k.SameInput {
+		return nil, false, ErrIdempotencyMismatch
+	}
+	return &k.Run, false, nil
+}
+
+// GetRun returns the tenant's run, or ErrNotFound.
+func GetRun(ctx context.Context, db DB, tenant, id string) (*Run, error) {
+	rows, _ := db.Query(ctx, `SELECT `+runColumns+` FROM stepgate.run WHERE id = $1 AND tenant = $2`, id, tenant)
+	run, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Run])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get run %s: %w", id, err)
+	}
+	return run, nil
+}
+
+// Entries returns the run's journal in seq order.
+func Entries(ctx context.Context, db DB, runID string) ([]Entry, error) {
+	rows, _ := db.Query(ctx, `
+		SELECT seq, kind, name, output, error, attempt, wake_at, started_at, finished_at
+		FROM stepgate.journal_entry WHERE run_id = $1 ORDER BY seq`, runID)
+	entries, err := pgx.CollectRows(rows, pgx.RowToStructByName[Entry])
+	if err != nil {
+		return nil, fmt.Errorf("load journal of run %s: %w", runID, err)
+	}
+	return entries, nil
+}
+
+// Failures returns the run's failed attempts, oldest first.
+func Failures(ctx context.Context, db DB, runID string) ([]Failure, error) {
+	rows, _ := db.Query(ctx, `
+		SELECT seq, attempt, name, error, created_at FROM stepgate.attempt_failure
+		WHERE run_id = $1 ORDER BY created_at, seq, attempt`, runID)
+	fs, err := pgx.CollectRows(rows, pgx.RowToStructByName[Failure])
+	if err != nil {
+		return nil, fmt.Errorf("load failures of run %s: %w", runID, err)
+	}
+	return fs, nil
+}
+
+// RunFilter selects runs for ListRuns. Zero fields do not filter.
+type RunFilter struct {
+	Function      string
+	Status        Status
+	CreatedAfter  time.Time
+	CreatedBefore time.Time
+	// After is the keyset position: runs strictly older than (CreatedAt, ID).
+	After *RunCursor
+	Limit int // Defaults to 50.
+}
+
+// RunCursor is a keyset position in the newest-first run order.
+type RunCursor struct {
+	CreatedAt time.Time `json:"t"`
+	ID        string    `json:"id"`
+}
+
+// ListRuns returns the tenant's runs newest first, at most f.Limit of them, and the
+// cursor of the next page (nil on the last page).
+func ListRuns(ctx context.Context, db DB, tenant string, f RunFilter) ([]Run, *RunCursor, error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 50
+	}
+	var afterT *time.Time
+	var afterID *string
+	if f.After != nil {
+		afterT, afterID = &f.After.CreatedAt, &f.After.ID
+	}
+	rows, _ := db.Query(ctx, `
+		SELECT `+runColumns+` FROM stepgate.run
+		WHERE tenant = $1
+		  AND ($2 = '' OR function = $2)
+		  AND ($3 = '' OR status = $3)
+		  AND ($4::timestamptz IS NULL OR created_at > $4)
+		  AND ($5::timestamptz IS NULL OR created_at < $5)
+		  AND ($6::timestamptz IS NULL OR (created_at, id) < ($6, $7::uuid))
+		ORDER BY created_at DESC, id DESC
+		LIMIT $8`,
+		tenant, f.Function, string(f.Status), nullTime(f.CreatedAfter), nullTime(f.CreatedBefore),
+		afterT, afterID, limit+1)
+	runs, err := pgx.CollectRows(rows, pgx.RowToStructByName[Run])
+	if err != nil {
+		return nil, nil, fmt.Errorf("list runs: %w", err)
+	}
+	if len(runs) <= limit {
+		return runs, nil, nil
+	}
+	runs = runs[:limit]
+	last := runs[limit-1]
+	return runs, &RunCursor{CreatedAt: last.CreatedAt, ID: last.ID}, nil
+}
+
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+// Attach marks the tenant's run so that its terminal update sends a notification, and
+// returns it as it is now. A waiter LISTENs first and then attaches: either the run was
+// already terminal here, or its terminal update will see the mark and notify.
+func Attach(ctx context.Context, db DB, tenant, id string) (*Run, error) {
+	rows, _ := db.Query(ctx, `
+		UPDATE stepgate.run SET notify = true
+		WHERE id = $1 AND tenant = $2 AND NOT notify AND status NOT IN ('completed', 'failed', 'cancelled')
+		RETURNING `+runColumns, id, tenant)
+	run, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Run])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return GetRun(ctx, db, tenant, id) // terminal, already marked, or not found
+	}
+	if err != nil {
+		return nil, fmt.Errorf("attach to run %s: %w", id, err)
+	}
+	return run, nil
+}
