@@ -1,0 +1,303 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/stepgate/stepgate/gateway/api"
+)
+
+// Widths past which JSON values are cut in text output; --json shows them
+// whole.
+const (
+	headerJSONWidth = 400
+	cellJSONWidth   = 60
+)
+
+// newTable returns a tabwriter for aligned columns separated by two spaces.
+func newTable(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+}
+
+// truncate cuts s to at most n runes, marking the cut with "…".
+func truncate(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
+}
+
+// compactJSON returns raw as one line, cut to width runes. Values that are
+// not valid JSON are shown as they are; absent ones as "-".
+func compactJSON(raw []byte, width int) string {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return "-"
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return truncate(strings.Join(strings.Fields(string(raw)), " "), width)
+	}
+	return truncate(b.String(), width)
+}
+
+// jsonPtr returns the bytes of an optional JSON value.
+func jsonPtr(p *api.AnyJSON) []byte {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+// formatDuration prints d with a precision that suits its size: 850µs,
+// 2ms, 1.25s, 3m12s.
+func formatDuration(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "-" + formatDuration(-d)
+	case d < time.Millisecond:
+		return d.Round(time.Microsecond).String()
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(10 * time.Millisecond).String()
+	default:
+		return d.Round(time.Second).String()
+	}
+}
+
+// formatTime prints t in loc to the second, or "-" for nil.
+func formatTime(t *time.Time, loc *time.Location) string {
+	if t == nil || t.IsZero() {
+		return "-"
+	}
+	return t.In(loc).Format("2006-01-02 15:04:05")
+}
+
+// formatTimeMillis prints t in loc to the millisecond, or "-" for nil.
+func formatTimeMillis(t *time.Time, loc *time.Location) string {
+	if t == nil || t.IsZero() {
+		return "-"
+	}
+	return t.In(loc).Format("2006-01-02 15:04:05.000 MST")
+}
+
+// between returns the duration from start to end, or "-" if either is nil.
+func between(start, end *time.Time) string {
+	if start == nil || end == nil {
+		return "-"
+	}
+	return formatDuration(end.Sub(*start))
+}
+
+// formatError prints an ErrorInfo as "type: message", marking retryable ones.
+func formatError(e *api.ErrorInfo) string {
+	if e == nil {
+		return "-"
+	}
+	s := e.Type + ": " + e.Message
+	if e.Type == "" {
+		s = e.Message
+	}
+	if e.Retryable != nil && *e.Retryable {
+		s += " (retryable)"
+	}
+	return s
+}
+
+// functionTimeout prints a function's configured timeout, or "-" when it
+// uses the gateway's default.
+func functionTimeout(cfg api.FunctionConfig) string {
+	if cfg.Timeout == nil || *cfg.Timeout == "" {
+		return "-"
+	}
+	return *cfg.Timeout
+}
+
+// writeFunctionsTable writes functions as a table: NAME REVISION URL TIMEOUT.
+func writeFunctionsTable(w io.Writer, fns []api.Function) error {
+	tw := newTable(w)
+	fmt.Fprintln(tw, "NAME\tREVISION\tURL\tTIMEOUT")
+	for _, f := range fns {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", f.Name, f.Revision, f.Url, functionTimeout(f.Config))
+	}
+	return tw.Flush()
+}
+
+// writeFunction writes one function revision as "key  value" lines.
+func writeFunction(w io.Writer, f *api.Function, loc *time.Location) error {
+	tw := newTable(w)
+	fmt.Fprintf(tw, "name\t%s\n", f.Name)
+	fmt.Fprintf(tw, "revision\t%d\n", f.Revision)
+	fmt.Fprintf(tw, "url\t%s\n", f.Url)
+	fmt.Fprintf(tw, "timeout\t%s\n", functionTimeout(f.Config))
+	if r := f.Config.Retries; r != nil {
+		if r.MaxAttempts != nil {
+			fmt.Fprintf(tw, "max attempts\t%d\n", *r.MaxAttempts)
+		}
+		if r.InitialInterval != nil {
+			fmt.Fprintf(tw, "retry initial interval\t%s\n", *r.InitialInterval)
+		}
+		if r.MaxInterval != nil {
+			fmt.Fprintf(tw, "retry max interval\t%s\n", *r.MaxInterval)
+		}
+	}
+	fmt.Fprintf(tw, "registered\t%s\n", formatTime(&f.CreatedAt, loc))
+	return tw.Flush()
+}
+
+// writeRunsTable writes runs as a table: ID FUNCTION STATUS ATTEMPTS CREATED
+// DURATION, where DURATION is from creation to the end, "-" while running.
+func writeRunsTable(w io.Writer, runs []api.Run, loc *time.Location) error {
+	tw := newTable(w)
+	fmt.Fprintln(tw, "ID\tFUNCTION\tSTATUS\tATTEMPTS\tCREATED\tDURATION")
+	for _, r := range runs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n",
+			r.Id, r.Function, r.Status, r.Attempts, formatTime(&r.CreatedAt, loc), between(&r.CreatedAt, r.FinishedAt))
+	}
+	return tw.Flush()
+}
+
+// formatIdentity prints who started a run.
+func formatIdentity(id api.Identity) string {
+	roles := "-"
+	if len(id.Roles) > 0 {
+		roles = strings.Join(id.Roles, ",")
+	}
+	s := fmt.Sprintf("subject %s, tenant %s, roles %s", orDash(id.Subject), orDash(id.Tenant), roles)
+	if id.Claims != nil && len(*id.Claims) > 0 {
+		claims, err := json.Marshal(*id.Claims)
+		if err == nil {
+			s += ", claims " + truncate(string(claims), cellJSONWidth)
+		}
+	}
+	return s
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// writeRunDetail writes a run's header, its journal as a numbered list and
+// its failed attempts. JSON values are cut to keep lines readable.
+func writeRunDetail(w io.Writer, r *api.RunDetail, loc *time.Location) error {
+	tw := newTable(w)
+	fmt.Fprintf(tw, "run\t%s\n", r.Id)
+	fmt.Fprintf(tw, "function\t%s@%d\n", r.Function, r.Revision)
+	fmt.Fprintf(tw, "status\t%s\n", statusLine(r))
+	fmt.Fprintf(tw, "identity\t%s\n", formatIdentity(r.Identity))
+	if r.IdempotencyKey != nil && *r.IdempotencyKey != "" {
+		fmt.Fprintf(tw, "idempotency key\t%s\n", *r.IdempotencyKey)
+	}
+	if r.ParentId != nil && *r.ParentId != "" {
+		fmt.Fprintf(tw, "parent\t%s\n", *r.ParentId)
+	}
+	fmt.Fprintf(tw, "input\t%s\n", compactJSON(r.Input, headerJSONWidth))
+	if r.Output != nil {
+		fmt.Fprintf(tw, "output\t%s\n", compactJSON(*r.Output, headerJSONWidth))
+	}
+	if r.Error != nil {
+		fmt.Fprintf(tw, "error\t%s\n", formatError(r.Error))
+	}
+	fmt.Fprintf(tw, "created\t%s\n", formatTimeMillis(&r.CreatedAt, loc))
+	if r.StartedAt != nil {
+		fmt.Fprintf(tw, "started\t%s (queued %s)\n", formatTimeMillis(r.StartedAt, loc), between(&r.CreatedAt, r.StartedAt))
+	}
+	if r.FinishedAt != nil {
+		fmt.Fprintf(tw, "finished\t%s (took %s)\n", formatTimeMillis(r.FinishedAt, loc), between(&r.CreatedAt, r.FinishedAt))
+	}
+	if r.WakeAt != nil {
+		fmt.Fprintf(tw, "wakes at\t%s\n", formatTimeMillis(r.WakeAt, loc))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	fmt.Fprintln(w)
+	if err := writeJournal(w, r.Journal, loc); err != nil {
+		return err
+	}
+	if len(r.Failures) > 0 {
+		fmt.Fprintln(w)
+		return writeFailures(w, r.Failures, loc)
+	}
+	return nil
+}
+
+// statusLine prints a run's status with its attempt count.
+func statusLine(r *api.RunDetail) string {
+	switch r.Attempts {
+	case 0:
+		return string(r.Status)
+	case 1:
+		return fmt.Sprintf("%s (1 attempt)", r.Status)
+	default:
+		return fmt.Sprintf("%s (%d attempts)", r.Status, r.Attempts)
+	}
+}
+
+// writeJournal writes journal entries as a numbered list:
+//
+//	1  step   reserve   {"ok":true}   attempt 1   2ms
+//	2  sleep  cool-off  until 2026-01-02 15:04:05.000 UTC
+func writeJournal(w io.Writer, entries []api.JournalEntry, loc *time.Location) error {
+	if len(entries) == 0 {
+		_, err := fmt.Fprintln(w, "journal: no entries yet")
+		return err
+	}
+	fmt.Fprintf(w, "journal (%s):\n", plural(len(entries), "entry", "entries"))
+	tw := newTable(w)
+	for _, e := range entries {
+		var outcome string
+		switch {
+		case e.Error != nil:
+			outcome = "error " + truncate(formatError(e.Error), cellJSONWidth)
+		case e.Kind == "sleep" && e.Until != nil:
+			outcome = "until " + formatTimeMillis(e.Until, loc)
+		default:
+			outcome = compactJSON(jsonPtr(e.Output), cellJSONWidth)
+		}
+		attempt := "-"
+		if e.Attempt != nil {
+			attempt = "attempt " + strconv.Itoa(*e.Attempt)
+		}
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", e.Seq, e.Kind, e.Name, outcome, attempt, between(e.StartedAt, e.FinishedAt))
+	}
+	return tw.Flush()
+}
+
+// writeFailures writes a run's failed attempts; seq 0 is a whole invocation.
+func writeFailures(w io.Writer, fs []api.AttemptFailure, loc *time.Location) error {
+	fmt.Fprintf(w, "failed attempts (%d):\n", len(fs))
+	tw := newTable(w)
+	for _, f := range fs {
+		what := "invocation"
+		if f.Seq != 0 {
+			name := ""
+			if f.Name != nil {
+				name = *f.Name
+			}
+			what = strings.TrimSpace(fmt.Sprintf("step %d %s", f.Seq, name))
+		}
+		fmt.Fprintf(tw, "  %s\tattempt %d\t%s\t%s\n", what, f.Attempt, truncate(formatError(&f.Error), 2*cellJSONWidth), formatTimeMillis(&f.CreatedAt, loc))
+	}
+	return tw.Flush()
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
+}

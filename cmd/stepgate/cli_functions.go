@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/stepgate/stepgate/gateway/api"
+)
+
+// requestTimeout bounds every client request that does not wait for a run.
+const requestTimeout = 30 * time.Second
+
+// functionsRegister runs "stepgate functions register NAME --url URL".
+func (c *cli) functionsRegister(ctx context.Context, args []string) error {
+	fs := c.newFlagSet("functions register", "NAME --url URL [--timeout 30s] [--max-attempts N] [--gateway URL]")
+	cf := addClientFlags(fs, false)
+	fnURL := fs.String("url", "", "the function's http(s) `URL`, where the gateway POSTs invocations (required)")
+	timeout := fs.Duration("timeout", 0, "how long one invocation may take (gateway default 5m)")
+	maxAttempts := fs.Int("max-attempts", 0, "invocation attempts in all, the first included (gateway default 3)")
+	pos, err := parseCommand(fs, args, "NAME")
+	if err != nil {
+		return err
+	}
+	name := pos[0]
+	if *fnURL == "" {
+		return usagef("functions register: missing --url, the function's URL")
+	}
+	if *timeout < 0 || *maxAttempts < 0 {
+		return usagef("functions register: --timeout and --max-attempts must not be negative")
+	}
+	reg := api.FunctionRegistration{Url: *fnURL}
+	if *timeout > 0 || *maxAttempts > 0 {
+		reg.Config = &api.FunctionConfig{}
+		if *timeout > 0 {
+			t := timeout.String()
+			reg.Config.Timeout = &t
+		}
+		if *maxAttempts > 0 {
+			reg.Config.Retries = &api.RetryPolicy{MaxAttempts: maxAttempts}
+		}
+	}
+
+	cl, err := c.client(cf, nil)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	resp, err := cl.RegisterFunctionWithResponse(ctx, name, reg)
+	if err != nil {
+		return requestError("register function "+name, err)
+	}
+	if err := expect(resp, http.StatusOK); err != nil {
+		return err
+	}
+	if cf.json {
+		return printRaw(c.stdout, resp.Body)
+	}
+	f := resp.JSON200
+	if f == nil {
+		return fmt.Errorf("register function %s: unexpected response %q", name, resp.ContentType())
+	}
+	_, err = fmt.Fprintf(c.stdout, "registered %s revision %d -> %s\n", f.Name, f.Revision, f.Url)
+	return err
+}
+
+// functionsList runs "stepgate functions list".
+func (c *cli) functionsList(ctx context.Context, args []string) error {
+	fs := c.newFlagSet("functions list", "")
+	cf := addClientFlags(fs, true)
+	if _, err := parseCommand(fs, args); err != nil {
+		return err
+	}
+	cl, err := c.client(cf, nil)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	resp, err := cl.ListFunctionsWithResponse(ctx)
+	if err != nil {
+		return requestError("list functions", err)
+	}
+	if err := expect(resp, http.StatusOK); err != nil {
+		return err
+	}
+	if cf.json {
+		return printRaw(c.stdout, resp.Body)
+	}
+	if resp.JSON200 == nil {
+		return fmt.Errorf("list functions: unexpected response %q", resp.ContentType())
+	}
+	if len(resp.JSON200.Functions) == 0 {
+		_, err := fmt.Fprintln(c.stdout, "no functions registered (stepgate functions register NAME --url URL, or stepgate apps sync URL)")
+		return err
+	}
+	return writeFunctionsTable(c.stdout, resp.JSON200.Functions)
+}
+
+// functionsGet runs "stepgate functions get NAME".
+func (c *cli) functionsGet(ctx context.Context, args []string) error {
+	fs := c.newFlagSet("functions get", "NAME")
+	cf := addClientFlags(fs, true)
+	pos, err := parseCommand(fs, args, "NAME")
+	if err != nil {
+		return err
+	}
+	cl, err := c.client(cf, nil)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	resp, err := cl.GetFunctionWithResponse(ctx, pos[0])
+	if err != nil {
+		return requestError("get function "+pos[0], err)
+	}
+	if err := expect(resp, http.StatusOK); err != nil {
+		return err
+	}
+	if cf.json {
+		return printRaw(c.stdout, resp.Body)
+	}
+	if resp.JSON200 == nil {
+		return fmt.Errorf("get function %s: unexpected response %q", pos[0], resp.ContentType())
+	}
+	return writeFunction(c.stdout, resp.JSON200, c.loc)
+}
+
+// functionsDelete runs "stepgate functions delete NAME".
+func (c *cli) functionsDelete(ctx context.Context, args []string) error {
+	fs := c.newFlagSet("functions delete", "NAME")
+	cf := addClientFlags(fs, true)
+	pos, err := parseCommand(fs, args, "NAME")
+	if err != nil {
+		return err
+	}
+	cl, err := c.client(cf, nil)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	resp, err := cl.DeleteFunctionWithResponse(ctx, pos[0])
+	if err != nil {
+		return requestError("delete function "+pos[0], err)
+	}
+	if err := expect(resp, http.StatusNoContent, http.StatusOK); err != nil {
+		return err
+	}
+	if cf.json {
+		return printRaw(c.stdout, resp.Body)
+	}
+	_, err = fmt.Fprintf(c.stdout, "deleted function %s (its runs and revisions are kept)\n", pos[0])
+	return err
+}
+
+// appsSync runs "stepgate apps sync URL".
+func (c *cli) appsSync(ctx context.Context, args []string) error {
+	fs := c.newFlagSet("apps sync", "URL")
+	cf := addClientFlags(fs, true)
+	pos, err := parseCommand(fs, args, "URL")
+	if err != nil {
+		return err
+	}
+	cl, err := c.client(cf, nil)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	resp, err := cl.SyncAppWithResponse(ctx, api.AppSync{Url: pos[0]})
+	if err != nil {
+		return requestError("sync app "+pos[0], err)
+	}
+	if err := expect(resp, http.StatusOK); err != nil {
+		return err
+	}
+	if cf.json {
+		return printRaw(c.stdout, resp.Body)
+	}
+	if resp.JSON200 == nil {
+		return fmt.Errorf("sync app %s: unexpected response %q", pos[0], resp.ContentType())
+	}
+	fns := resp.JSON200.Functions
+	fmt.Fprintf(c.stdout, "synced %s from %s\n", plural(len(fns), "function", "functions"), pos[0])
+	if len(fns) == 0 {
+		return nil
+	}
+	return writeFunctionsTable(c.stdout, fns)
+}

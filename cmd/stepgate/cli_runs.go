@@ -1,0 +1,313 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/stepgate/stepgate/gateway/api"
+)
+
+// defaultWait is how long "invoke --wait" waits when no duration is given.
+const defaultWait = 30 * time.Second
+
+// waitFlag is --wait [DURATION]: a flag whose value is optional. Alone it
+// means defaultWait; --wait=false turns it off.
+type waitFlag struct{ d time.Duration }
+
+func (w *waitFlag) String() string {
+	if w == nil || w.d == 0 {
+		return ""
+	}
+	return w.d.String()
+}
+
+// IsBoolFlag lets the flag package accept --wait with no value.
+func (w *waitFlag) IsBoolFlag() bool { return true }
+
+func (w *waitFlag) Set(s string) error {
+	switch s {
+	case "true":
+		w.d = defaultWait
+		return nil
+	case "false":
+		w.d = 0
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return fmt.Errorf("want a positive duration such as 30s or 2m, got %q", s)
+	}
+	w.d = d
+	return nil
+}
+
+// isDuration reports whether s parses as a time.Duration.
+func isDuration(s string) bool {
+	_, err := time.ParseDuration(s)
+	return err == nil
+}
+
+// invokeOptions are the parsed arguments of "stepgate invoke".
+type invokeOptions struct {
+	client         *clientFlags
+	name           string
+	data           string
+	wait           time.Duration
+	idempotencyKey string
+}
+
+// parseInvoke parses "invoke NAME [--data ...] [--wait [DURATION]]
+// [--idempotency-key K]" with flags anywhere.
+func (c *cli) parseInvoke(args []string) (*invokeOptions, error) {
+	fs := c.newFlagSet("invoke", "NAME [--data JSON | --data @FILE | <FILE] [--wait [DURATION]] [--idempotency-key KEY]")
+	o := &invokeOptions{client: addClientFlags(fs, true)}
+	fs.StringVar(&o.data, "data", "", "the run's input: `JSON`, @FILE, or - for standard input (default: standard input if piped, else {})")
+	var wait waitFlag
+	fs.Var(&wait, "wait", "wait for the result, up to `DURATION` (30s when given alone; the gateway allows up to 15m)")
+	fs.StringVar(&o.idempotencyKey, "idempotency-key", "", "start at most one run per `KEY` (per tenant and function)")
+	pos, err := parseCommand(fs, joinOptionalValue(args, "wait", isDuration), "NAME")
+	if err != nil {
+		return nil, err
+	}
+	o.name, o.wait = pos[0], wait.d
+	return o, nil
+}
+
+// readInput returns a run's input: --data JSON, --data @FILE, --data - (or no
+// --data with piped stdin) for standard input, else {}. stdin may be nil.
+func readInput(data string, stdin io.Reader) (json.RawMessage, error) {
+	var (
+		raw  []byte
+		from string
+	)
+	switch {
+	case data == "-" || data == "@-" || (data == "" && stdin != nil):
+		if stdin == nil {
+			return nil, errors.New("--data -: standard input is not a pipe or a file")
+		}
+		b, err := io.ReadAll(stdin)
+		if err != nil {
+			return nil, fmt.Errorf("read input from standard input: %w", err)
+		}
+		raw, from = b, "standard input"
+	case strings.HasPrefix(data, "@"):
+		b, err := os.ReadFile(data[1:])
+		if err != nil {
+			return nil, fmt.Errorf("read input: %w", err)
+		}
+		raw, from = b, data[1:]
+	default:
+		raw, from = []byte(data), "--data"
+	}
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return json.RawMessage(`{}`), nil
+	}
+	if !json.Valid(raw) {
+		return nil, fmt.Errorf("input from %s is not valid JSON: %s", from, truncate(string(raw), 60))
+	}
+	return raw, nil
+}
+
+// invoke runs "stepgate invoke NAME".
+func (c *cli) invoke(ctx context.Context, args []string) error {
+	o, err := c.parseInvoke(args)
+	if err != nil {
+		return err
+	}
+	var stdin io.Reader
+	if c.stdin != nil {
+		stdin = c.stdin()
+	}
+	input, err := readInput(o.data, stdin)
+	if err != nil {
+		return err
+	}
+	cl, err := c.client(o.client, nil)
+	if err != nil {
+		return err
+	}
+
+	params := &api.StartRunParams{}
+	if o.wait > 0 {
+		w := o.wait.String()
+		params.Wait = &w
+	}
+	if o.idempotencyKey != "" {
+		params.IdempotencyKey = &o.idempotencyKey
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.wait+requestTimeout)
+	defer cancel()
+	resp, err := cl.StartRunWithBodyWithResponse(ctx, o.name, params, "application/json", bytes.NewReader(input))
+	if err != nil {
+		return requestError("invoke "+o.name, err)
+	}
+	if err := expect(resp, http.StatusOK, http.StatusAccepted); err != nil {
+		return err
+	}
+	res := resp.JSON200
+	if res == nil {
+		res = resp.JSON202
+	}
+	if cf := o.client; cf.json {
+		if err := printRaw(c.stdout, resp.Body); err != nil {
+			return err
+		}
+		return runOutcomeError(res)
+	}
+	if res == nil {
+		return fmt.Errorf("invoke %s: unexpected response %q", o.name, resp.ContentType())
+	}
+	return writeInvokeResult(c.stdout, resp.StatusCode(), res)
+}
+
+// writeInvokeResult prints the answer to "invoke": a finished run's output,
+// or how to attach to one that has not finished. A failed or cancelled run
+// is an error, so that the exit status tells.
+func writeInvokeResult(w io.Writer, status int, res *api.RunResult) error {
+	if status == http.StatusAccepted || !isTerminal(res.Status) {
+		_, err := fmt.Fprintf(w, "run %s is %s\nattach: stepgate runs get %s\n", res.Id, res.Status, res.Id)
+		return err
+	}
+	fmt.Fprintf(w, "run %s %s\n", res.Id, res.Status)
+	if res.Output != nil {
+		fmt.Fprintf(w, "%s\n", bytes.TrimSpace(*res.Output))
+	}
+	return runOutcomeError(res)
+}
+
+// runOutcomeError returns an error for a failed or cancelled run, nil
+// otherwise.
+func runOutcomeError(res *api.RunResult) error {
+	if res == nil || (res.Status != "failed" && res.Status != "cancelled") {
+		return nil
+	}
+	msg := fmt.Sprintf("run %s %s", res.Id, res.Status)
+	if res.Error != nil {
+		msg += ": " + formatError(res.Error)
+	}
+	return fmt.Errorf("%s (details: stepgate runs get %s)", msg, res.Id)
+}
+
+// isTerminal reports whether a run in status s has finished for good.
+func isTerminal(s api.RunStatus) bool {
+	return s == "completed" || s == "failed" || s == "cancelled"
+}
+
+// runsListOptions are the parsed arguments of "stepgate runs list".
+type runsListOptions struct {
+	client *clientFlags
+	params api.ListRunsParams
+}
+
+// parseRunsList parses "runs list [--function F] [--status S] [--limit N]
+// [--cursor C]".
+func (c *cli) parseRunsList(args []string) (*runsListOptions, error) {
+	fs := c.newFlagSet("runs list", "[--function F] [--status S] [--limit N] [--cursor C]")
+	o := &runsListOptions{client: addClientFlags(fs, true)}
+	function := fs.String("function", "", "only runs of `FUNCTION`")
+	status := fs.String("status", "", "only runs in `STATUS`: scheduled, queued, running, suspended, completed, failed or cancelled")
+	limit := fs.Int("limit", 0, "at most `N` runs, 1 to 500 (gateway default 50)")
+	cursor := fs.String("cursor", "", "the next page after `CURSOR` (printed at the end of a page)")
+	if _, err := parseCommand(fs, args); err != nil {
+		return nil, err
+	}
+	if *function != "" {
+		o.params.Function = function
+	}
+	if *status != "" {
+		s := api.RunStatus(*status)
+		if !s.Valid() {
+			return nil, usagef("runs list: unknown status %q (want scheduled, queued, running, suspended, completed, failed or cancelled)", *status)
+		}
+		o.params.Status = &s
+	}
+	if *limit != 0 {
+		if *limit < 1 || *limit > 500 {
+			return nil, usagef("runs list: --limit must be from 1 to 500")
+		}
+		o.params.Limit = limit
+	}
+	if *cursor != "" {
+		o.params.Cursor = cursor
+	}
+	return o, nil
+}
+
+// runsList runs "stepgate runs list".
+func (c *cli) runsList(ctx context.Context, args []string) error {
+	o, err := c.parseRunsList(args)
+	if err != nil {
+		return err
+	}
+	cl, err := c.client(o.client, nil)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	resp, err := cl.ListRunsWithResponse(ctx, &o.params)
+	if err != nil {
+		return requestError("list runs", err)
+	}
+	if err := expect(resp, http.StatusOK); err != nil {
+		return err
+	}
+	if o.client.json {
+		return printRaw(c.stdout, resp.Body)
+	}
+	page := resp.JSON200
+	if page == nil {
+		return fmt.Errorf("list runs: unexpected response %q", resp.ContentType())
+	}
+	if len(page.Runs) == 0 {
+		_, err := fmt.Fprintln(c.stdout, "no runs")
+		return err
+	}
+	if err := writeRunsTable(c.stdout, page.Runs, c.loc); err != nil {
+		return err
+	}
+	if page.NextCursor != nil && *page.NextCursor != "" {
+		_, err := fmt.Fprintf(c.stdout, "\nmore: stepgate runs list --cursor %s\n", *page.NextCursor)
+		return err
+	}
+	return nil
+}
+
+// runsGet runs "stepgate runs get ID".
+func (c *cli) runsGet(ctx context.Context, args []string) error {
+	fs := c.newFlagSet("runs get", "ID")
+	cf := addClientFlags(fs, true)
+	pos, err := parseCommand(fs, args, "ID")
+	if err != nil {
+		return err
+	}
+	cl, err := c.client(cf, nil)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	resp, err := cl.GetRunWithResponse(ctx, pos[0])
+	if err != nil {
+		return requestError("get run "+pos[0], err)
+	}
+	if err := expect(resp, http.StatusOK); err != nil {
+		return err
+	}
+	if cf.json {
+		return printRaw(c.stdout, resp.Body)
+	}
+	if resp.JSON200 == nil {
+		return fmt.Errorf("get run %s: unexpected response %q", pos[0], resp.ContentType())
+	}
+	return writeRunDetail(c.stdout, resp.JSON200, c.loc)
+}

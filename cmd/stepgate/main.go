@@ -1,0 +1,307 @@
+// Command stepgate is the stepgate gateway and its command line.
+//
+// "stepgate dev", "serve" and "migrate" run the gateway; every other command
+// is a client of a running gateway's HTTP API (see openapi.yaml), built on the
+// generated client in gateway/api. Run "stepgate help" for the list.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		os.Exit(report(os.Stderr, err))
+	}
+}
+
+// report prints err for a user and returns the process exit code: 2 for
+// usage errors, 1 for everything else.
+func report(stderr io.Writer, err error) int {
+	var uerr *usageError
+	switch {
+	case errors.Is(err, errFlagsReported):
+		// The flag package has printed the error and the usage already.
+		return 2
+	case errors.As(err, &uerr):
+		fmt.Fprintf(stderr, "stepgate: %v\nRun 'stepgate help' for usage.\n", err)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "stepgate: %v\n", err)
+		return 1
+	}
+}
+
+// run runs the stepgate command line. args are the arguments without the
+// program name; getenv reads the environment (STEPGATE_URL, STEPGATE_TOKEN,
+// DATABASE_URL). Invoke reads its input from standard input when --data is
+// absent and standard input is a pipe or a file.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	c := &cli{
+		getenv: getenv,
+		stdin:  pipedStdin,
+		stdout: stdout,
+		stderr: stderr,
+		loc:    time.Local,
+	}
+	return c.run(ctx, args)
+}
+
+// pipedStdin returns os.Stdin if it is a pipe or a regular file, and nil if it
+// is a terminal or a device, so that invoke never blocks on a keyboard.
+func pipedStdin() io.Reader {
+	fi, err := os.Stdin.Stat()
+	if err != nil {
+		return nil
+	}
+	if m := fi.Mode(); m&os.ModeNamedPipe != 0 || m.IsRegular() {
+		return os.Stdin
+	}
+	return nil
+}
+
+// cli holds what the commands read and write; tests build one directly.
+type cli struct {
+	getenv func(string) string
+	stdin  func() io.Reader // returns nil when there is no piped input
+	stdout io.Writer
+	stderr io.Writer
+	loc    *time.Location // times are printed in this zone
+}
+
+// errFlagsReported is returned when the flag package has already printed the
+// problem and the command's usage.
+var errFlagsReported = errors.New("invalid flags")
+
+// usageError is a command line that does not make sense, such as a missing
+// argument.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+const usageText = `stepgate: an HTTP-first durable functions gateway.
+
+Usage:
+  stepgate <command> [arguments] [flags]
+
+Running the gateway:
+  dev                              gateway, dashboard and example functions on a private Postgres
+  serve                            the gateway against $DATABASE_URL (production)
+  migrate                          apply the migrations to $DATABASE_URL
+
+Functions and apps:
+  functions register NAME --url URL [--timeout 30s] [--max-attempts N]
+                                   register a function (each call makes a new revision)
+  functions list                   the registered functions (also: stepgate functions)
+  functions get NAME               one function's current revision
+  functions delete NAME            unregister a function; its runs are kept
+  apps sync URL                    register every function in an app's manifest
+
+Runs:
+  invoke NAME [--data JSON | --data @FILE | <FILE] [--wait [DURATION]] [--idempotency-key KEY]
+                                   start a run; --wait waits for its result (30s if no DURATION)
+  runs list [--function F] [--status S] [--limit N] [--cursor C]
+                                   runs, newest first (also: stepgate runs)
+  runs get ID                      a run with its journal and failed attempts
+
+Measuring:
+  bench [--functions hello,orders.checkout] [--concurrency 1,16] [--duration 10s]
+        [--warmup 1s] [--database-url URL]
+                                   latency and throughput of a running gateway
+
+  help                             this text
+
+Flags of every client command:
+  --url URL       the gateway; defaults to $STEPGATE_URL, else http://127.0.0.1:8080
+                  (in "functions register", --url is the function's URL: use --gateway)
+  --gateway URL   the gateway, in every command
+  --token JWT     the bearer token; defaults to $STEPGATE_TOKEN
+  --json          print the raw JSON response instead of text
+
+Flags may come before or after the arguments. "stepgate <command> -h" lists a
+command's flags.
+`
+
+// run runs one command line. A -h that printed a command's usage is not an
+// error.
+func (c *cli) run(ctx context.Context, args []string) error {
+	err := c.dispatch(ctx, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	return err
+}
+
+// dispatch runs the command named by args[0].
+func (c *cli) dispatch(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		fmt.Fprint(c.stderr, usageText)
+		return &usageError{msg: "no command given"}
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(c.stdout, usageText)
+		return nil
+	case "dev":
+		return cmdDev(ctx, rest)
+	case "serve":
+		return cmdServe(ctx, rest)
+	case "migrate":
+		return cmdMigrate(ctx, rest)
+	case "functions", "function", "fn":
+		return c.functions(ctx, rest)
+	case "apps", "app":
+		return c.apps(ctx, rest)
+	case "invoke":
+		return c.invoke(ctx, rest)
+	case "runs", "run":
+		return c.runs(ctx, rest)
+	case "bench":
+		return c.bench(ctx, rest)
+	default:
+		return usagef("unknown command %q", cmd)
+	}
+}
+
+// functions dispatches "stepgate functions ...". With no subcommand (or only
+// flags) it lists.
+func (c *cli) functions(ctx context.Context, args []string) error {
+	if len(args) == 0 || isFlag(args[0]) {
+		return c.functionsList(ctx, args)
+	}
+	switch sub, rest := args[0], args[1:]; sub {
+	case "register", "put":
+		return c.functionsRegister(ctx, rest)
+	case "list", "ls":
+		return c.functionsList(ctx, rest)
+	case "get", "show":
+		return c.functionsGet(ctx, rest)
+	case "delete", "rm":
+		return c.functionsDelete(ctx, rest)
+	default:
+		return usagef("unknown command \"functions %s\" (want register, list, get or delete)", sub)
+	}
+}
+
+// apps dispatches "stepgate apps ...".
+func (c *cli) apps(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return usagef("apps: want \"apps sync URL\"")
+	}
+	switch sub, rest := args[0], args[1:]; sub {
+	case "sync":
+		return c.appsSync(ctx, rest)
+	default:
+		return usagef("unknown command \"apps %s\" (want sync)", sub)
+	}
+}
+
+// runs dispatches "stepgate runs ...". With no subcommand (or only flags) it
+// lists.
+func (c *cli) runs(ctx context.Context, args []string) error {
+	if len(args) == 0 || isFlag(args[0]) {
+		return c.runsList(ctx, args)
+	}
+	switch sub, rest := args[0], args[1:]; sub {
+	case "list", "ls":
+		return c.runsList(ctx, rest)
+	case "get", "show":
+		return c.runsGet(ctx, rest)
+	default:
+		return usagef("unknown command \"runs %s\" (want list or get)", sub)
+	}
+}
+
+func isFlag(arg string) bool { return len(arg) > 1 && arg[0] == '-' }
+
+// newFlagSet returns a FlagSet for one command whose usage prints the
+// synopsis "stepgate <name> <synopsis>" and the flags to the cli's stderr.
+func (c *cli) newFlagSet(name, synopsis string) *flag.FlagSet {
+	fs := flag.NewFlagSet("stepgate "+name, flag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: stepgate %s %s\n\nFlags:\n", name, synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseArgs parses flags anywhere in args, before, between or after the
+// positional arguments, and returns the positional ones in order. Everything
+// after "--" is positional. -h prints the usage and returns flag.ErrHelp.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, errFlagsReported
+		}
+		rest := fs.Args()
+		consumed := args[:len(args)-len(rest)]
+		if len(consumed) > 0 && consumed[len(consumed)-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// parseCommand parses args with fs and checks that exactly len(names)
+// positional arguments were given; names are used in the error message.
+func parseCommand(fs *flag.FlagSet, args []string, names ...string) ([]string, error) {
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return nil, err
+	}
+	cmd := strings.TrimPrefix(fs.Name(), "stepgate ")
+	switch {
+	case len(pos) < len(names):
+		return nil, usagef("%s: missing %s", cmd, names[len(pos)])
+	case len(pos) > len(names):
+		return nil, usagef("%s: unexpected argument %q", cmd, pos[len(names)])
+	}
+	return pos, nil
+}
+
+// joinOptionalValue rewrites "-name VALUE" and "--name VALUE" as
+// "--name=VALUE" when isValue(VALUE), so that a flag whose value is optional
+// (a boolean-style flag such as --wait) can still take one after a space.
+// It stops at "--".
+func joinOptionalValue(args []string, name string, isValue func(string) bool) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return append(out, args[i:]...)
+		}
+		if (a == "-"+name || a == "--"+name) && i+1 < len(args) && isValue(args[i+1]) {
+			out = append(out, "--"+name+"="+args[i+1])
+			i++
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}
