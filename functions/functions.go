@@ -1,0 +1,375 @@
+// Package functions is the Go SDK for writing stepgate functions: ordinary HTTP
+// endpoints that the gateway calls with a run's journal, so finished steps are replayed
+// instead of re-run.
+//
+// An [App] is an [http.Handler] serving many functions, each registered with [Register]
+// and made durable with package [github.com/stepgate/stepgate/functions/step]:
+//
+//	POST /<name>   runs one invocation (function protocol 1) and answers it
+//	GET  /         answers the app's manifest, for `stepgate apps sync <app url>`
+//
+// Both verify the gateway's Stepgate-Signature when [Config].SigningKeys is set.
+//
+// A function's outcome becomes the invocation's answer: its output completes the run; an
+// error made with [step.NonRetryable], or a step's final [*step.Error], fails the run at
+// once; any other error or a panic answers HTTP 500, and the gateway retries the
+// invocation per the function's retry policy.
+package functions
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/stepgate/stepgate/functions/internal/invocation"
+	"github.com/stepgate/stepgate/functions/signature"
+	"github.com/stepgate/stepgate/functions/step"
+	"github.com/stepgate/stepgate/gateway/api"
+)
+
+// Config configures an [App].
+type Config struct {
+	// SigningKeys verify the Stepgate-Signature of every request; a signature made with
+	// any of them is accepted, so a key rotation lists both the old and the new key.
+	// Empty turns verification off: for local development only.
+	SigningKeys [][]byte
+	// HTTPClient makes the checkpoint calls. Defaults to a client whose Transport keeps
+	// up to 64 idle connections per host, so the call that each step waits on reuses one.
+	HTTPClient *http.Client
+	// Logger receives invocations that answer HTTP 500. Defaults to slog.Default().
+	Logger *slog.Logger
+	// MaxBodyBytes bounds an invocation request's body; larger ones get 413. Defaults
+	// to 32 MiB.
+	MaxBodyBytes int64
+}
+
+// App is an [http.Handler] serving the functions registered on it and their manifest.
+// It is safe for concurrent use, including Register while serving.
+type App struct {
+	keys    [][]byte
+	client  *http.Client
+	log     *slog.Logger
+	maxBody int64
+
+	mu  sync.Mutex // serializes Register
+	reg atomic.Pointer[registry]
+}
+
+// registry is immutable once stored: Register copies it.
+type registry struct {
+	byName   map[string]*function
+	manifest []byte
+}
+
+type function struct {
+	name   string
+	config api.FunctionConfig
+	call   func(ctx context.Context, input api.AnyJSON) (api.AnyJSON, error)
+}
+
+// New returns an App with no functions.
+func New(cfg Config) *App {
+	a := &App{
+		keys:    slices.Clone(cfg.SigningKeys),
+		client:  cmp.Or(cfg.HTTPClient, defaultClient()),
+		log:     cmp.Or(cfg.Logger, slog.Default()),
+		maxBody: cmp.Or(cfg.MaxBodyBytes, 32<<20),
+	}
+	a.reg.Store(&registry{byName: map[string]*function{}, manifest: manifest(nil)})
+	return a
+}
+
+func defaultClient() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 256
+	t.MaxIdleConnsPerHost = 64
+	t.IdleConnTimeout = 90 * time.Second
+	t.DisableCompression = true // checkpoint answers are a few bytes
+	return &http.Client{Transport: t, Timeout: 30 * time.Second}
+}
+
+// Option configures a function's entry in the manifest, which the gateway applies.
+type Option func(*api.FunctionConfig)
+
+// Timeout sets how long one invocation may take before the gateway gives up on it and
+// retries. The gateway defaults to 5m.
+func Timeout(d time.Duration) Option {
+	return func(c *api.FunctionConfig) { c.Timeout = new(d.String()) }
+}
+
+// MaxAttempts sets how many invocations the gateway makes, the first included, before a
+// run whose invocations keep failing (HTTP 500, timeouts) fails. The gateway defaults
+// to 3.
+func MaxAttempts(n int) Option {
+	return func(c *api.FunctionConfig) { retries(c).MaxAttempts = new(max(n, 1)) }
+}
+
+// Backoff sets the wait before each retried invocation: a random duration up to
+// min(maxInterval, initial * 2^(n-1)) before attempt n+1. Zero values leave the gateway's
+// defaults.
+func Backoff(initial, maxInterval time.Duration) Option {
+	return func(c *api.FunctionConfig) {
+		r := retries(c)
+		if initial > 0 {
+			r.InitialInterval = new(initial.String())
+		}
+		if maxInterval > 0 {
+			r.MaxInterval = new(maxInterval.String())
+		}
+	}
+}
+
+func retries(c *api.FunctionConfig) *api.RetryPolicy {
+	if c.Retries == nil {
+		c.Retries = &api.RetryPolicy{}
+	}
+	return c.Retries
+}
+
+var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$`)
+
+// Register adds the function fn called name to app, served at POST /<name>. The run's
+// input is decoded from JSON into In (a JSON null or absent input leaves In's zero
+// value; an input that does not decode fails the run); fn's output is encoded as JSON.
+// Call fn's steps with the ctx it gets, which also carries [IdentityFrom] and [RunFrom].
+//
+// name must be 1 to 255 letters, digits, '.', '_' or '-', starting with a letter or digit,
+// and unique in app; otherwise Register panics, as registering is part of program setup.
+func Register[In, Out any](app *App, name string, fn func(ctx context.Context, in In) (Out, error), opts ...Option) {
+	if !validName.MatchString(name) {
+		panic(fmt.Sprintf("functions: invalid function name %q", name))
+	}
+	f := &function{name: name}
+	for _, o := range opts {
+		o(&f.config)
+	}
+	f.call = func(ctx context.Context, input api.AnyJSON) (api.AnyJSON, error) {
+		var in In
+		if len(input) > 0 {
+			if err := json.Unmarshal(input, &in); err != nil {
+				return nil, &codingError{"input", fmt.Errorf("decode input into %T: %w", in, err)}
+			}
+		}
+		out, err := fn(ctx, in)
+		if err != nil {
+			return nil, err
+		}
+		raw, err := json.Marshal(out)
+		if err != nil {
+			return nil, &codingError{"output", fmt.Errorf("encode output: %w", err)}
+		}
+		return raw, nil
+	}
+
+	app.mu.Lock()
+	defer app.mu.Unlock()
+	old := app.reg.Load()
+	if _, ok := old.byName[name]; ok {
+		panic(fmt.Sprintf("functions: function %q registered twice", name))
+	}
+	byName := maps.Clone(old.byName)
+	byName[name] = f
+	app.reg.Store(&registry{byName: byName, manifest: manifest(byName)})
+}
+
+// codingError is an input or output that does not fit the function's types: a new
+// invocation would meet it again, so it fails the run.
+type codingError struct {
+	typ string
+	err error
+}
+
+func (e *codingError) Error() string { return e.err.Error() }
+func (e *codingError) Unwrap() error { return e.err }
+
+func manifest(byName map[string]*function) []byte {
+	m := api.Manifest{Protocol: api.ManifestProtocolN1, Functions: []api.ManifestFunction{}}
+	for _, name := range slices.Sorted(maps.Keys(byName)) {
+		f := byName[name]
+		mf := api.ManifestFunction{Name: name, Path: name}
+		if f.config != (api.FunctionConfig{}) {
+			mf.Config = &f.config
+		}
+		m.Functions = append(m.Functions, mf)
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		panic(err) // plain structs of strings and ints always encode
+	}
+	return b
+}
+
+// IdentityFrom returns who started the run being invoked with ctx, or the zero Identity
+// outside an invocation.
+func IdentityFrom(ctx context.Context) api.Identity {
+	if st := invocation.From(ctx); st != nil {
+		return st.Req.Identity
+	}
+	return api.Identity{}
+}
+
+// RunFrom returns the run being invoked with ctx: its id, function, revision, invocation
+// attempt (from 1), input, parent and creation time. It returns the zero value outside
+// an invocation.
+func RunFrom(ctx context.Context) api.InvocationRun {
+	if st := invocation.From(ctx); st != nil {
+		return st.Req.Run
+	}
+	return api.InvocationRun{}
+}
+
+// ServeHTTP answers GET / with the manifest and POST /<name> by invoking the function
+// name. Errors other than the function's own outcome are JSON [api.ErrorInfo] bodies:
+// 401 (type "signature") when the signature does not verify, 400 (type "malformed") when
+// the body is not a protocol 1 invocation, 404, 405 and 413. Mount it at the app's URL,
+// under [http.StripPrefix] when that URL has a path.
+func (a *App) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	name := strings.TrimPrefix(r.URL.Path, "/")
+	reg := a.reg.Load()
+	var f *function
+	switch {
+	case name == "":
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			writeError(w, http.StatusMethodNotAllowed, "method", "the manifest answers GET")
+			return
+		}
+	case reg.byName[name] == nil:
+		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no function %q", name))
+		return
+	case r.Method != http.MethodPost:
+		w.Header().Set("Allow", "POST")
+		writeError(w, http.StatusMethodNotAllowed, "method", "functions answer POST")
+		return
+	default:
+		f = reg.byName[name]
+	}
+
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.maxBody))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			writeError(w, http.StatusRequestEntityTooLarge, "too_large", err.Error())
+			return
+		}
+		writeError(w, http.StatusBadRequest, "malformed", "read body: "+err.Error())
+		return
+	}
+	if len(a.keys) > 0 {
+		if err := signature.Verify(r.Header.Get(signature.Header), body, time.Now(), 0, a.keys...); err != nil {
+			writeError(w, http.StatusUnauthorized, "signature", err.Error())
+			return
+		}
+	}
+	if f == nil {
+		writeJSON(w, http.StatusOK, reg.manifest)
+		return
+	}
+
+	var req api.InvocationRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		writeError(w, http.StatusBadRequest, "malformed", "decode invocation: "+err.Error())
+		return
+	}
+	if msg := invalid(&req); msg != "" {
+		writeError(w, http.StatusBadRequest, "malformed", "invalid invocation: "+msg)
+		return
+	}
+	code, answer := a.invoke(r.Context(), f, &req)
+	b, err := json.Marshal(answer)
+	if err != nil {
+		// Only an output that is not valid JSON can get here; json.Marshal checks it.
+		code, b = http.StatusInternalServerError, errorBody("output", err.Error())
+	}
+	writeJSON(w, code, b)
+}
+
+func invalid(req *api.InvocationRequest) string {
+	switch {
+	case req.Protocol != api.InvocationRequestProtocolN1:
+		return fmt.Sprintf("protocol %d is not supported (want 1)", req.Protocol)
+	case req.Run.Id == "":
+		return "run.id is missing"
+	case req.Checkpoint.Url == "" || req.Checkpoint.Token == "":
+		return "checkpoint.url or checkpoint.token is missing"
+	}
+	return ""
+}
+
+// invoke runs f for req and returns the HTTP status and body to answer.
+func (a *App) invoke(ctx context.Context, f *function, req *api.InvocationRequest) (int, any) {
+	uctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	st := invocation.New(ctx, req, a.client, cancel)
+	uctx = invocation.With(uctx, st)
+
+	var out api.AnyJSON
+	var err error
+	stop, panicked, stack := st.Call(func() { out, err = f.call(uctx, req.Run.Input) })
+	switch {
+	case stop != nil && stop.Error != nil:
+		a.log.WarnContext(ctx, "invocation failed", logAttrs(req, stop.Error.Type, stop.Error.Message)...)
+		return http.StatusInternalServerError, stop.Error
+	case stop != nil:
+		return http.StatusOK, stop.Answer
+	case panicked != nil:
+		msg := fmt.Sprint(panicked)
+		a.log.WarnContext(ctx, "invocation failed", append(logAttrs(req, "panic", msg), slog.String("stack", string(stack)))...)
+		return http.StatusInternalServerError, &api.ErrorInfo{Type: "panic", Message: msg}
+	case err != nil:
+		if info := failure(err); info != nil {
+			return http.StatusOK, &api.InvocationAnswer{Status: api.AnswerStatusFailed, Error: info}
+		}
+		a.log.WarnContext(ctx, "invocation failed", logAttrs(req, "error", err.Error())...)
+		return http.StatusInternalServerError, &api.ErrorInfo{Type: "error", Message: err.Error()}
+	}
+	return http.StatusOK, &api.InvocationAnswer{Status: api.AnswerStatusCompleted, Output: &out}
+}
+
+// failure returns the failure that err fails the run with, or nil when err is retryable.
+func failure(err error) *api.ErrorInfo {
+	typ := ""
+	if se, ok := errors.AsType[*step.Error](err); ok {
+		typ = se.Type
+	} else if ce, ok := errors.AsType[*codingError](err); ok {
+		typ = ce.typ
+	} else if step.IsNonRetryable(err) {
+		typ = step.ErrorTypeNonRetryable
+	} else {
+		return nil
+	}
+	return &api.ErrorInfo{Type: typ, Message: err.Error(), Retryable: new(false)}
+}
+
+func logAttrs(req *api.InvocationRequest, typ, msg string) []any {
+	return []any{
+		slog.String("run_id", req.Run.Id), slog.String("function", req.Run.Function),
+		slog.Int("attempt", req.Run.Attempt), slog.String("error_type", typ), slog.String("error", msg),
+	}
+}
+
+func writeError(w http.ResponseWriter, code int, typ, msg string) {
+	writeJSON(w, code, errorBody(typ, msg))
+}
+
+func errorBody(typ, msg string) []byte {
+	b, _ := json.Marshal(api.ErrorInfo{Type: typ, Message: msg}) // strings always encode
+	return b
+}
+
+func writeJSON(w http.ResponseWriter, code int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_, _ = w.Write(body) // the gateway is gone; nobody to tell
+}

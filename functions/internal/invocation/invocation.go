@@ -1,0 +1,339 @@
+// Package invocation holds the state of one invocation of a function: the request, the
+// next step's seq and the checkpoint client. Package functions creates it and answers the
+// gateway; package step reads it from the context to replay or journal each step.
+//
+// # Unwinding
+//
+// When the invocation must end early (a sleep, a step retry, nondeterminism, a 409 from
+// the checkpoint), step functions call [State.Halt], which panics with a private *[Stop].
+// It is recovered in exactly one place, [State.Call], which wraps the user's function
+// (package step, which turns a step function's panics into errors, passes it on as is).
+// Halt records the first Stop in the State before panicking, so the answer does not
+// depend on the panic reaching Call: user code that recovers panics generically, or
+// returns an error instead, still ends with the recorded answer, and every later step call
+// halts again at once without running anything. Halt also cancels the context given to
+// user code. Called from a goroutine other than the one running Call, Halt cannot unwind
+// (a panic there would crash the process), so it records the Stop and returns [ErrStopped]
+// instead.
+package invocation
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"path"
+	"reflect"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/stepgate/stepgate/gateway/api"
+)
+
+// ErrStopped is returned by step functions called outside the function's own goroutine
+// once the invocation has stopped; the answer is already decided.
+var ErrStopped = errors.New("step: invocation stopped")
+
+// Stop is the outcome of an invocation that ends early, and the private panic value that
+// unwinds user code to [State.Call].
+type Stop struct {
+	// Answer is written with HTTP 200 when Error is nil.
+	Answer *api.InvocationAnswer
+	// Error is written with HTTP 500, so the gateway retries the invocation.
+	Error *api.ErrorInfo
+}
+
+// Failed returns a Stop answering a non-retryable failure.
+func Failed(typ, msg string) *Stop {
+	return &Stop{Answer: &api.InvocationAnswer{
+		Status: api.AnswerStatusFailed,
+		Error:  &api.ErrorInfo{Type: typ, Message: msg, Retryable: new(false)},
+	}}
+}
+
+// Suspended returns a Stop answering that the run waits on aw.
+func Suspended(aw *api.Await) *Stop {
+	return &Stop{Answer: &api.InvocationAnswer{Status: api.AnswerStatusSuspended, Await: aw}}
+}
+
+// Retry returns a Stop answering HTTP 500 with an error of type typ.
+func Retry(typ, msg string) *Stop {
+	return &Stop{Error: &api.ErrorInfo{Type: typ, Message: msg}}
+}
+
+// State is one invocation. Its methods are safe for concurrent use, though steps must be
+// called one after another for their seqs to be deterministic.
+type State struct {
+	Req *api.InvocationRequest
+
+	// reqCtx is the request's context: checkpoints use it rather than a step's context,
+	// so a deadline the user put on a step cannot cut a checkpoint short.
+	reqCtx  context.Context
+	cancel  context.CancelCauseFunc
+	client  *http.Client
+	journal []api.JournalEntry // journal[i].Seq == i+1, when byseq is nil
+	bySeq   map[int]*api.JournalEntry
+
+	mu      sync.Mutex
+	seq     int
+	attempt int // of the step running now; 0 between steps
+	stop    *Stop
+}
+
+type ctxKey struct{}
+
+// New returns the state of an invocation of req. reqCtx bounds checkpoints; cancel
+// cancels the context given to user code when the invocation stops.
+func New(reqCtx context.Context, req *api.InvocationRequest, client *http.Client, cancel context.CancelCauseFunc) *State {
+	s := &State{Req: req, reqCtx: reqCtx, cancel: cancel, client: client, journal: req.Journal}
+	for i := range req.Journal {
+		if req.Journal[i].Seq != i+1 {
+			s.bySeq = make(map[int]*api.JournalEntry, len(req.Journal))
+			for j := range req.Journal {
+				s.bySeq[req.Journal[j].Seq] = &req.Journal[j]
+			}
+			break
+		}
+	}
+	return s
+}
+
+// With returns ctx carrying s.
+func With(ctx context.Context, s *State) context.Context {
+	return context.WithValue(ctx, ctxKey{}, s)
+}
+
+// From returns the State carried by ctx, or nil outside an invocation.
+func From(ctx context.Context) *State {
+	s, _ := ctx.Value(ctxKey{}).(*State)
+	return s
+}
+
+// Call runs f, the user's function, and recovers the panic that ends it, if any. It is the
+// one place that recovers a *Stop. It returns the recorded Stop when the invocation
+// stopped, however f ended; otherwise the value f panicked with and the stack, if any.
+func (s *State) Call(f func()) (stop *Stop, panicked any, stack []byte) {
+	defer func() {
+		v := recover()
+		if stop = s.stopped(); stop == nil && v != nil {
+			panicked, stack = v, debug.Stack()
+		}
+	}()
+	callMarker(f)
+	return nil, nil, nil
+}
+
+// callMarker is the frame Halt looks for to tell whether it runs under Call.
+//
+//go:noinline
+func callMarker(f func()) { f() }
+
+var callMarkerName = runtime.FuncForPC(reflect.ValueOf(callMarker).Pointer()).Name()
+
+// Halt ends the invocation with stop, or with the Stop recorded before it. It panics to
+// unwind to [State.Call] when called under it, and returns ErrStopped otherwise.
+func (s *State) Halt(stop *Stop) error {
+	s.mu.Lock()
+	if s.stop == nil {
+		s.stop = stop
+	}
+	stop = s.stop
+	s.mu.Unlock()
+	s.cancel(ErrStopped)
+	if underCall() {
+		panic(stop)
+	}
+	return ErrStopped
+}
+
+func (s *State) stopped() *Stop {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stop
+}
+
+// underCall reports whether the calling goroutine runs [State.Call]. Only the halting
+// path asks, at most once per invocation, so walking the stack is cheap enough.
+func underCall() bool {
+	pcs := make([]uintptr, 64)
+	for {
+		n := runtime.Callers(3, pcs)
+		frames := runtime.CallersFrames(pcs[:n])
+		for {
+			f, more := frames.Next()
+			if f.Function == callMarkerName {
+				return true
+			}
+			if !more {
+				break
+			}
+		}
+		if n < len(pcs) {
+			return false
+		}
+		pcs = make([]uintptr, 2*len(pcs))
+	}
+}
+
+// Err returns why the request's context is done (the gateway went away), or nil.
+func (s *State) Err() error {
+	if s.reqCtx.Err() == nil {
+		return nil
+	}
+	return context.Cause(s.reqCtx)
+}
+
+// ErrNested is returned when a step is started inside another step's function.
+var ErrNested = errors.New("step: a step cannot start inside another step's function")
+
+// Next takes the next seq for a step of kind named name and returns the journal's entry
+// for it, or nil when it is not journaled. It halts when the invocation has stopped or
+// the journal holds another entry at that seq, and returns ErrNested inside a step.
+func (s *State) Next(kind api.EntryKind, name string) (int, *api.JournalEntry, error) {
+	s.mu.Lock()
+	if s.stop != nil {
+		s.mu.Unlock()
+		return 0, nil, s.Halt(nil)
+	}
+	if s.attempt != 0 {
+		s.mu.Unlock()
+		return 0, nil, ErrNested
+	}
+	s.seq++
+	seq := s.seq
+	s.mu.Unlock()
+
+	e := s.entry(seq)
+	if e != nil && (e.Kind != kind || e.Name != name) {
+		msg := fmt.Sprintf("step %d: code asks for %s %q but the journal holds %s %q", seq, kind, name, e.Kind, e.Name)
+		return 0, nil, s.Halt(Failed("nondeterminism", msg))
+	}
+	return seq, e, nil
+}
+
+func (s *State) entry(seq int) *api.JournalEntry {
+	if s.bySeq != nil {
+		return s.bySeq[seq]
+	}
+	if seq <= len(s.journal) {
+		return &s.journal[seq-1]
+	}
+	return nil
+}
+
+// Attempt returns the attempt this invocation makes of the step at seq: from the
+// request's step_attempts, else 1.
+func (s *State) Attempt(seq int) int {
+	if s.Req.StepAttempts != nil {
+		if a, ok := (*s.Req.StepAttempts)[strconv.Itoa(seq)]; ok && a > 0 {
+			return a
+		}
+	}
+	return 1
+}
+
+// Enter marks the start of a step's function, making attempt its current attempt.
+func (s *State) Enter(attempt int) {
+	s.mu.Lock()
+	s.attempt = attempt
+	s.mu.Unlock()
+}
+
+// Leave marks the end of a step's function.
+func (s *State) Leave() { s.Enter(0) }
+
+// Current returns the attempt of the step whose function runs now, or 0 between steps.
+func (s *State) Current() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.attempt
+}
+
+// Checkpoint tries to journal e and waits for the gateway's answer. It returns nil once
+// the entry is durable and halts otherwise: on a 409, with the conflict's answer; when
+// the gateway stays unreachable or failing after a few tries, with HTTP 500.
+func (s *State) Checkpoint(e *api.JournalEntry) error {
+	body, err := json.Marshal(e)
+	if err != nil {
+		return s.Halt(Failed("output", fmt.Sprintf("step %d %q: encode journal entry: %v", e.Seq, e.Name, err)))
+	}
+	var last string
+	for try := range checkpointTries {
+		if try > 0 {
+			t := time.NewTimer(checkpointBackoff << (try - 1))
+			select {
+			case <-s.reqCtx.Done():
+				t.Stop()
+				return s.Halt(Retry("checkpoint", fmt.Sprintf("checkpoint step %d %q: %v (last: %s)", e.Seq, e.Name, context.Cause(s.reqCtx), last)))
+			case <-t.C:
+			}
+		}
+		stop, retry := s.checkpoint(e, body)
+		if stop == nil {
+			return nil
+		}
+		if !retry {
+			return s.Halt(stop)
+		}
+		last = stop.Error.Message
+	}
+	return s.Halt(Retry("checkpoint", last))
+}
+
+const (
+	checkpointTries   = 4
+	checkpointBackoff = 20 * time.Millisecond
+)
+
+// checkpoint makes one try. It returns a nil Stop on success; retry says whether another
+// try may succeed.
+func (s *State) checkpoint(e *api.JournalEntry, body []byte) (stop *Stop, retry bool) {
+	where := fmt.Sprintf("checkpoint step %d %q", e.Seq, e.Name)
+	req, err := http.NewRequestWithContext(s.reqCtx, http.MethodPost, s.Req.Checkpoint.Url, bytes.NewReader(body))
+	if err != nil {
+		return Retry("checkpoint", fmt.Sprintf("%s: %v", where, err)), false
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+s.Req.Checkpoint.Token)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return Retry("checkpoint", fmt.Sprintf("%s: %v", where, err)), s.reqCtx.Err() == nil
+	}
+	defer resp.Body.Close()
+	// A small body read to the end lets the connection be reused.
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+
+	var p api.Problem
+	_ = json.Unmarshal(raw, &p) // a body that is not a problem leaves p empty
+	detail := p.Detail
+	if detail == "" {
+		detail = http.StatusText(resp.StatusCode)
+	}
+	switch code := resp.StatusCode; {
+	case code >= 200 && code < 300:
+		return nil, false
+	case code == http.StatusConflict:
+		if p.Type != nil {
+			// The type may be a bare word or a URI ending in one.
+			switch path.Base(*p.Type) {
+			case "nondeterminism", "conflict":
+				return Failed("nondeterminism", fmt.Sprintf("step %d %q: %s", e.Seq, e.Name, detail)), false
+			}
+		}
+		return Failed("superseded", fmt.Sprintf("%s: %s", where, detail)), false
+	case code >= 500, code == http.StatusRequestTimeout, code == http.StatusTooManyRequests:
+		return Retry("checkpoint", fmt.Sprintf("%s: %d %s", where, code, detail)), true
+	case code == http.StatusUnauthorized:
+		// The invocation token expired or is unknown: a new invocation brings a new one.
+		return Retry("checkpoint", fmt.Sprintf("%s: %d %s", where, code, detail)), false
+	default:
+		// The gateway refuses this entry (too large, invalid): another try makes the same.
+		return Failed("checkpoint", fmt.Sprintf("%s: %d %s", where, code, detail)), false
+	}
+}

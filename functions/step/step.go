@@ -1,0 +1,278 @@
+// Package step makes a stepgate function durable, one named step at a time.
+//
+// Each call to [Run], [Sleep] or [SleepUntil] takes the next seq of the run (1, 2, ...).
+// When the gateway's journal already holds that seq, the step is replayed: Run returns the
+// journaled output (or final error) without calling its function, and a journaled sleep
+// returns at once. Otherwise Run calls its function and journals the outcome with the
+// gateway (a checkpoint) before returning, so every finished step is durable before the
+// next one starts, and a sleep suspends the run.
+//
+// The rules that keep replays correct:
+//
+//   - Call steps one after another, with the context the function was called with (or
+//     one derived from it), from the function's goroutine. Steps do not nest.
+//   - Give each step a stable name, and ask for the same steps in the same order on every
+//     invocation: code between steps must be deterministic. Put side effects, clocks and
+//     randomness inside steps.
+//   - A step's output must round-trip through encoding/json: a replay returns the value
+//     decoded from its JSON, not the value the function returned.
+//
+// When the invocation must end early (a sleep, a retry, nondeterminism, a conflict), these
+// functions do not return: they unwind the function with a private panic that the SDK
+// recovers. Code that recovers panics generically (a deferred recover() that swallows
+// anything) cannot change the outcome: the answer is decided before the panic, later
+// steps halt at once, and whatever the function returns afterwards is ignored. Such code
+// should still re-panic values it does not know, so that it stops running too. Called
+// from another goroutine, a halting step cannot unwind; it returns [ErrStopped] instead.
+package step
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/stepgate/stepgate/functions/internal/invocation"
+	"github.com/stepgate/stepgate/gateway/api"
+)
+
+// ErrNoInvocation is returned by steps called with a context that does not come from an
+// invocation.
+var ErrNoInvocation = errors.New("step: context does not belong to an invocation")
+
+// ErrStopped is returned by a step called from a goroutine other than the function's
+// once the invocation has stopped. The invocation's answer is already decided; the
+// goroutine should return.
+var ErrStopped = invocation.ErrStopped
+
+// ErrNested is returned, as a non-retryable error, by a step started inside another
+// step's function.
+var ErrNested = invocation.ErrNested
+
+// DefaultMaxAttempts is how many attempts a step makes, the first included, unless
+// [MaxAttempts] says otherwise.
+const DefaultMaxAttempts = 3
+
+// Error types of a step's final failure, in [Error].Type and in the journal.
+const (
+	ErrorTypeFailed       = "step_failed"   // the last attempt failed
+	ErrorTypeNonRetryable = "non_retryable" // an attempt failed with a NonRetryable error
+)
+
+// Error is the final failure of a step, returned by [Run] both when the last attempt
+// fails and when the failure is replayed from the journal. Only the journaled fields
+// survive a replay, so Error never wraps the original error: branch on Type or Message,
+// not on errors.Is with the function's own errors. It counts as non-retryable: a function
+// that returns it (wrapped or not) fails its run.
+type Error struct {
+	Seq     int
+	Name    string
+	Type    string // ErrorTypeFailed or ErrorTypeNonRetryable, or what the journal holds.
+	Message string // The message of the error the step's function returned.
+}
+
+// Error returns the journaled message.
+func (e *Error) Error() string { return e.Message }
+
+// NonRetryable marks err as permanent. Returned by a step's function, it fails the step
+// at once, whatever attempts are left; returned by a function, it fails the run without
+// retries. NonRetryable(nil) is nil. The result's message is err's, and it unwraps to err.
+func NonRetryable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &nonRetryable{err}
+}
+
+// IsNonRetryable reports whether err is, or wraps, an error made by [NonRetryable] or an
+// [*Error].
+func IsNonRetryable(err error) bool {
+	var nr *nonRetryable
+	var se *Error
+	return errors.As(err, &nr) || errors.As(err, &se)
+}
+
+type nonRetryable struct{ err error }
+
+func (e *nonRetryable) Error() string { return e.err.Error() }
+func (e *nonRetryable) Unwrap() error { return e.err }
+
+// Option configures a step's retry policy.
+type Option func(*policy)
+
+type policy struct {
+	maxAttempts     int
+	initial, maxInt time.Duration
+}
+
+// MaxAttempts sets how many attempts the step makes in all, the first included. Values
+// below 1 count as 1. Defaults to [DefaultMaxAttempts].
+func MaxAttempts(n int) Option {
+	return func(p *policy) { p.maxAttempts = max(n, 1) }
+}
+
+// Backoff sets the wait before each retry of the step: a random duration up to
+// min(maxInterval, initial * 2^(n-1)) before attempt n+1, chosen by the gateway. Zero
+// values leave the gateway's defaults (the function's retry policy).
+func Backoff(initial, maxInterval time.Duration) Option {
+	return func(p *policy) { p.initial, p.maxInt = initial, maxInterval }
+}
+
+func (p *policy) api() *api.RetryPolicy {
+	r := &api.RetryPolicy{MaxAttempts: new(p.maxAttempts)}
+	if p.initial > 0 {
+		r.InitialInterval = new(p.initial.String())
+	}
+	if p.maxInt > 0 {
+		r.MaxInterval = new(p.maxInt.String())
+	}
+	return r
+}
+
+// Run runs the step called name: it returns the journaled outcome if the step already
+// finished, and otherwise calls fn and journals its outcome before returning it.
+//
+// When fn succeeds, its output is checkpointed and returned. When fn fails (or panics)
+// and the step has attempts left, the invocation suspends and the gateway retries the
+// step later, in a new invocation. When the last attempt fails, or fn returns a
+// [NonRetryable] error, the failure is journaled and returned as an [*Error]; the
+// function may handle it and go on. fn is never called again once its step is journaled.
+//
+// name must be 1 to 255 bytes; otherwise Run returns a non-retryable error without taking
+// a seq. It returns [ErrNoInvocation] when ctx is not an invocation's.
+func Run[T any](ctx context.Context, name string, fn func(ctx context.Context) (T, error), opts ...Option) (T, error) {
+	var zero T
+	st, seq, e, err := next(ctx, api.EntryKindStep, name)
+	if err != nil {
+		return zero, err
+	}
+	if e != nil {
+		return replay[T](st, e)
+	}
+
+	if err := st.Err(); err != nil {
+		// The gateway gave up on this invocation: start no more side effects.
+		return zero, st.Halt(invocation.Retry("canceled", fmt.Sprintf("step %d %q: %v", seq, name, err)))
+	}
+	p := policy{maxAttempts: DefaultMaxAttempts}
+	for _, o := range opts {
+		o(&p)
+	}
+	attempt := st.Attempt(seq)
+	started := time.Now().UTC()
+	out, err := call(ctx, st, attempt, fn)
+	finished := time.Now().UTC()
+	entry := api.JournalEntry{
+		Seq: seq, Kind: api.EntryKindStep, Name: name,
+		Attempt: &attempt, StartedAt: &started, FinishedAt: &finished,
+	}
+
+	if err == nil {
+		raw, err := json.Marshal(out)
+		if err != nil {
+			return zero, st.Halt(invocation.Failed("output", fmt.Sprintf("step %d %q: encode output: %v", seq, name, err)))
+		}
+		entry.Output = (*api.AnyJSON)(&raw)
+		if err := st.Checkpoint(&entry); err != nil {
+			return zero, err
+		}
+		return out, nil
+	}
+
+	typ := ErrorTypeFailed
+	final := attempt >= p.maxAttempts
+	if IsNonRetryable(err) {
+		typ, final = ErrorTypeNonRetryable, true
+	}
+	if !final {
+		return zero, st.Halt(invocation.Suspended(&api.Await{
+			Type: api.AwaitTypeRetry, Seq: seq, Name: name, Attempt: &attempt,
+			Error: &api.ErrorInfo{Type: typ, Message: err.Error(), Retryable: new(true)},
+			Retry: p.api(),
+		}))
+	}
+	entry.Error = &api.ErrorInfo{Type: typ, Message: err.Error(), Retryable: new(false)}
+	if err := st.Checkpoint(&entry); err != nil {
+		return zero, err
+	}
+	return zero, &Error{Seq: seq, Name: name, Type: typ, Message: err.Error()}
+}
+
+// Attempt returns the attempt (1 for the first) of the step whose function is running
+// with ctx, or 0 outside a step's function.
+func Attempt(ctx context.Context) int {
+	if st := invocation.From(ctx); st != nil {
+		return st.Current()
+	}
+	return 0
+}
+
+// Sleep suspends the run for d from when the gateway receives the answer (on the
+// database clock); a negative d counts as zero. The gateway journals the sleep and
+// invokes the function again when it is over; there, the journaled sleep returns nil at
+// once. Sleep never returns while the run sleeps: it unwinds the invocation. It returns
+// [ErrNoInvocation] when ctx is not an invocation's, and a non-retryable error when name
+// is not 1 to 255 bytes.
+func Sleep(ctx context.Context, name string, d time.Duration) error {
+	return sleep(ctx, name, api.Await{Duration: new(max(d, 0).String())})
+}
+
+// SleepUntil suspends the run until t, like [Sleep].
+func SleepUntil(ctx context.Context, name string, t time.Time) error {
+	return sleep(ctx, name, api.Await{Until: new(t.UTC())})
+}
+
+func sleep(ctx context.Context, name string, aw api.Await) error {
+	st, seq, e, err := next(ctx, api.EntryKindSleep, name)
+	if err != nil || e != nil {
+		return err
+	}
+	aw.Type, aw.Seq, aw.Name = api.AwaitTypeSleep, seq, name
+	return st.Halt(invocation.Suspended(&aw))
+}
+
+func next(ctx context.Context, kind api.EntryKind, name string) (*invocation.State, int, *api.JournalEntry, error) {
+	st := invocation.From(ctx)
+	if st == nil {
+		return nil, 0, nil, ErrNoInvocation
+	}
+	if len(name) == 0 || len(name) > 255 {
+		return nil, 0, nil, NonRetryable(fmt.Errorf("step: name %q must be 1 to 255 bytes", name))
+	}
+	seq, e, err := st.Next(kind, name)
+	if errors.Is(err, ErrNested) {
+		err = NonRetryable(err)
+	}
+	return st, seq, e, err
+}
+
+func replay[T any](st *invocation.State, e *api.JournalEntry) (T, error) {
+	var out T
+	if e.Error != nil {
+		return out, &Error{Seq: e.Seq, Name: e.Name, Type: e.Error.Type, Message: e.Error.Message}
+	}
+	if e.Output != nil && len(*e.Output) > 0 {
+		if err := json.Unmarshal(*e.Output, &out); err != nil {
+			// The step happened, but this code cannot read its outcome: going on would
+			// take another path than the one journaled. A fixed deploy can resume it.
+			return out, st.Halt(invocation.Retry("replay", fmt.Sprintf("step %d %q: decode journaled output into %T: %v", e.Seq, e.Name, out, err)))
+		}
+	}
+	return out, nil
+}
+
+// call runs a step's function, turning a panic into an error.
+func call[T any](ctx context.Context, st *invocation.State, attempt int, fn func(context.Context) (T, error)) (out T, err error) {
+	st.Enter(attempt)
+	defer func() {
+		st.Leave()
+		if v := recover(); v != nil {
+			if _, ok := v.(*invocation.Stop); ok {
+				panic(v) // the invocation is unwinding; not the step's failure
+			}
+			err = fmt.Errorf("panic: %v", v)
+		}
+	}()
+	return fn(ctx)
+}
