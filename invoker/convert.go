@@ -1,0 +1,90 @@
+package invoker
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/journal"
+)
+
+// EntryToAPI returns a journal entry in its protocol form.
+func EntryToAPI(e journal.Entry) api.JournalEntry {
+	out := api.JournalEntry{
+		Seq:        e.Seq,
+		Kind:       api.EntryKind(e.Kind),
+		Name:       e.Name,
+		Attempt:    &e.Attempt,
+		Until:      e.WakeAt,
+		StartedAt:  e.StartedAt,
+		FinishedAt: &e.FinishedAt,
+		Error:      ErrorToAPI(e.Error),
+	}
+	if e.Output != nil {
+		o := api.AnyJSON(e.Output)
+		out.Output = &o
+	}
+	return out
+}
+
+// EntryFromAPI returns a protocol journal entry in its stored form.
+func EntryFromAPI(e api.JournalEntry) journal.Entry {
+	out := journal.Entry{
+		Seq:       e.Seq,
+		Kind:      string(e.Kind),
+		Name:      e.Name,
+		Attempt:   1,
+		WakeAt:    e.Until,
+		StartedAt: e.StartedAt,
+		Error:     ErrorFromAPI(e.Error),
+	}
+	if e.Attempt != nil {
+		out.Attempt = *e.Attempt
+	}
+	if e.Output != nil {
+		out.Output = json.RawMessage(*e.Output)
+	}
+	return out
+}
+
+// ErrorToAPI returns e in its protocol form; nil stays nil.
+func ErrorToAPI(e *journal.ErrorInfo) *api.ErrorInfo {
+	if e == nil {
+		return nil
+	}
+	return &api.ErrorInfo{Type: e.Type, Message: e.Message, Retryable: &e.Retryable}
+}
+
+// ErrorFromAPI returns e in its stored form; nil stays nil.
+func ErrorFromAPI(e *api.ErrorInfo) *journal.ErrorInfo {
+	if e == nil {
+		return nil
+	}
+	out := &journal.ErrorInfo{Type: e.Type, Message: e.Message}
+	if e.Retryable != nil {
+		out.Retryable = *e.Retryable
+	}
+	return out
+}
+
+// FailureToAPI returns a failed attempt in its API form.
+func FailureToAPI(f journal.Failure) api.AttemptFailure {
+	return api.AttemptFailure{
+		Seq: f.Seq, Attempt: f.Attempt, Name: &f.Name, CreatedAt: f.CreatedAt,
+		Error: *ErrorToAPI(&f.Error),
+	}
+}
+
+// IdentityToAPI returns a run's identity in its API form.
+func IdentityToAPI(id journal.Identity) api.Identity {
+	out := api.Identity{Subject: id.Subject, Tenant: id.Tenant, Roles: id.Roles}
+	if out.Roles == nil {
+		out.Roles = []string{}
+	}
+	if len(id.Claims) > 0 {
+		out.Claims = &id.Claims
+	}
+	return out
+}
+
+func timePtr(t time.Time) *time.Time { return &t }

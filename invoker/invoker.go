@@ -1,0 +1,269 @@
+// Package invoker moves runs: it calls functions over HTTP with their journal, applies
+// their answers, and drives what waits (sleeps, retries, expired leases) with River jobs.
+//
+// A run's next move is always durable before it is made: the outcome of an invocation
+// and the River job that makes the next move commit in one transaction. Timers in this
+// process wake sleeping runs on time; the River job is the backstop that wakes them when
+// this process is gone. River retries its own jobs only for infrastructure errors; the
+// retries a function asked for are journal events.
+package invoker
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/stepgate/stepgate/auth"
+	"github.com/stepgate/stepgate/journal"
+)
+
+// Config configures an Invoker.
+type Config struct {
+	Pool   *pgxpool.Pool // Required.
+	Logger *slog.Logger  // Required.
+	// CheckpointURL is the base URL functions reach this gateway at, for checkpoints
+	// ("http://127.0.0.1:8080"). Required.
+	CheckpointURL string
+	// SigningKeys sign requests to functions, newest first; all of them sign each
+	// request, so a function holding any one accepts it. Required.
+	SigningKeys [][]byte
+	Tokens      *auth.InvocationTokens // Required.
+	// HTTPClient calls functions. Defaults to a client tuned for many keep-alive
+	// connections to few hosts; invocation timeouts come from each function's config.
+	HTTPClient *http.Client
+	// MaxAnswerBytes bounds a function's answer. Defaults to 16 MiB.
+	MaxAnswerBytes int64
+	// Workers is how many River-driven invocations run at once. Defaults to 100.
+	Workers int
+	// FetchCooldown is River's minimum time between job fetches. Defaults to 2ms, so a
+	// queued run starts within a few milliseconds.
+	FetchCooldown time.Duration
+	// ReapInterval is how often the River leader requeues runs whose lease expired.
+	// Defaults to 5s.
+	ReapInterval time.Duration
+}
+
+// Invoker calls functions and applies their answers. See the package doc.
+type Invoker struct {
+	pool        *pgxpool.Pool
+	log         *slog.Logger
+	river       *river.Client[pgx.Tx]
+	client      *http.Client
+	tokens      *auth.InvocationTokens
+	keys        [][]byte
+	checkpoint  string
+	maxAnswer   int64
+	revisions   sync.Map // revisionKey -> *revision; revisions are immutable
+	waiters     *waiters
+	listenReady chan struct{}
+
+	timersMu sync.Mutex
+	timers   map[string]*time.Timer // run id -> local wake-up
+	stopped  bool
+
+	bg       context.Context // for work that outlives a request: timers' invocations
+	bgCancel context.CancelFunc
+	bgWG     sync.WaitGroup
+}
+
+// New returns an Invoker with its River client, not started.
+func New(cfg Config) (*Invoker, error) {
+	if cfg.Pool == nil || cfg.Logger == nil || cfg.Tokens == nil || cfg.CheckpointURL == "" || len(cfg.SigningKeys) == 0 {
+		return nil, errors.New("invoker: Pool, Logger, Tokens, CheckpointURL and SigningKeys are required")
+	}
+	inv := &Invoker{
+		pool:        cfg.Pool,
+		log:         cfg.Logger,
+		client:      cmp.Or(cfg.HTTPClient, defaultHTTPClient()),
+		tokens:      cfg.Tokens,
+		keys:        cfg.SigningKeys,
+		checkpoint:  cfg.CheckpointURL,
+		maxAnswer:   cmp.Or(cfg.MaxAnswerBytes, 16<<20),
+		waiters:     newWaiters(),
+		listenReady: make(chan struct{}),
+		timers:      map[string]*time.Timer{},
+	}
+	inv.bg, inv.bgCancel = context.WithCancel(context.Background())
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &invokeWorker{inv: inv})
+	river.AddWorker(workers, &reapWorker{inv: inv})
+	rc, err := river.NewClient(riverpgxv5.New(cfg.Pool), &river.Config{
+		Logger:            cfg.Logger.With(slog.String("component", "river")),
+		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cmp.Or(cfg.Workers, 100)}},
+		Workers:           workers,
+		FetchCooldown:     cmp.Or(cfg.FetchCooldown, 2*time.Millisecond),
+		FetchPollInterval: time.Second,
+		JobTimeout:        -1, // each invocation is bounded by its function's timeout
+		PeriodicJobs: []*river.PeriodicJob{river.NewPeriodicJob(
+			river.PeriodicInterval(cmp.Or(cfg.ReapInterval, 5*time.Second)),
+			func() (river.JobArgs, *river.InsertOpts) { return ReapArgs{}, nil },
+			&river.PeriodicJobOpts{RunOnStart: true},
+		)},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("invoker: river client: %w", err)
+	}
+	inv.river = rc
+	return inv, nil
+}
+
+func defaultHTTPClient() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 1024
+	t.MaxIdleConnsPerHost = 256
+	t.IdleConnTimeout = 90 * time.Second
+	t.DisableCompression = true
+	t.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	return &http.Client{Transport: t}
+}
+
+// Start starts River's workers and the run notification listener; it returns once
+// waiters can rely on notifications.
+func (inv *Invoker) Start(ctx context.Context) error {
+	inv.bgWG.Add(1)
+	go func() {
+		defer inv.bgWG.Done()
+		inv.waiters.listen(inv.bg, inv.pool, inv.log, inv.listenReady)
+	}()
+	if err := inv.river.Start(ctx); err != nil {
+		return fmt.Errorf("invoker: start river: %w", err)
+	}
+	select {
+	case <-inv.listenReady:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Stop stops River (letting running invocations finish until ctx ends), the local
+// timers (their runs are woken by their River jobs) and the listener.
+func (inv *Invoker) Stop(ctx context.Context) error {
+	inv.timersMu.Lock()
+	inv.stopped = true
+	for id, t := range inv.timers {
+		t.Stop()
+		delete(inv.timers, id)
+	}
+	inv.timersMu.Unlock()
+	err := inv.river.Stop(ctx)
+	inv.bgCancel()
+	inv.bgWG.Wait()
+	return err
+}
+
+// Enqueue inserts, in tx, the River job that invokes a queued run as soon as possible.
+func (inv *Invoker) Enqueue(ctx context.Context, tx pgx.Tx, runID string) error {
+	if _, err := inv.river.InsertTx(ctx, tx, InvokeArgs{RunID: runID}, nil); err != nil {
+		return fmt.Errorf("enqueue run %s: %w", runID, err)
+	}
+	return nil
+}
+
+// Subscribe returns a channel told each time runID may have reached a terminal status,
+// by this gateway or another; the caller re-reads the run. Call the func when done.
+func (inv *Invoker) Subscribe(runID string) (<-chan struct{}, func()) {
+	return inv.waiters.subscribe(runID)
+}
+
+// InvokeArgs is the River job that invokes a run once it is due.
+type InvokeArgs struct {
+	RunID string `json:"run_id"`
+}
+
+// Kind implements river.JobArgs.
+func (InvokeArgs) Kind() string { return "stepgate.invoke" }
+
+type invokeWorker struct {
+	river.WorkerDefaults[InvokeArgs]
+	inv *Invoker
+}
+
+// Timeout disables River's job timeout: the function's own timeout bounds the work.
+func (w *invokeWorker) Timeout(*river.Job[InvokeArgs]) time.Duration { return -1 }
+
+func (w *invokeWorker) Work(ctx context.Context, job *river.Job[InvokeArgs]) error {
+	_, err := w.inv.Resume(ctx, job.Args.RunID, false)
+	if errors.Is(err, journal.ErrNotDue) {
+		return nil // woken already (by a local timer), or not due: its own job will come
+	}
+	return err
+}
+
+// ReapArgs is the periodic River job that requeues runs whose lease expired.
+type ReapArgs struct{}
+
+// Kind implements river.JobArgs.
+func (ReapArgs) Kind() string { return "stepgate.reap" }
+
+type reapWorker struct {
+	river.WorkerDefaults[ReapArgs]
+	inv *Invoker
+}
+
+func (w *reapWorker) Work(ctx context.Context, _ *river.Job[ReapArgs]) error {
+	for {
+		var n int
+		err := pgx.BeginFunc(ctx, w.inv.pool, func(tx pgx.Tx) error {
+			ids, err := journal.ReapExpiredLeases(ctx, tx, 500)
+			if err != nil {
+				return err
+			}
+			n = len(ids)
+			for _, id := range ids {
+				w.inv.log.WarnContext(ctx, "invocation lease expired; run requeued", slog.String("run_id", id))
+				if err := w.inv.Enqueue(ctx, tx, id); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil || n < 500 {
+			return err
+		}
+	}
+}
+
+// armTimer wakes runID in this process after d, unless the process stops first (then
+// the River job scheduled with the suspension wakes it).
+func (inv *Invoker) armTimer(runID string, rev *revision, d time.Duration, tries int) {
+	inv.timersMu.Lock()
+	defer inv.timersMu.Unlock()
+	if inv.stopped {
+		return
+	}
+	if old := inv.timers[runID]; old != nil {
+		old.Stop()
+	}
+	inv.timers[runID] = time.AfterFunc(d, func() {
+		inv.timersMu.Lock()
+		if inv.stopped {
+			inv.timersMu.Unlock()
+			return
+		}
+		delete(inv.timers, runID)
+		inv.bgWG.Add(1)
+		inv.timersMu.Unlock()
+		defer inv.bgWG.Done()
+		_, err := inv.resume(inv.bg, rev, runID, false)
+		if errors.Is(err, journal.ErrNotDue) && tries < 3 {
+			// The database clock may run a hair behind this timer; look again shortly.
+			inv.armTimer(runID, rev, 2*time.Millisecond, tries+1)
+			return
+		}
+		if err != nil && !errors.Is(err, journal.ErrNotDue) && inv.bg.Err() == nil {
+			inv.log.Warn("timer wake-up failed; the River job will retry", slog.String("run_id", runID), slog.Any("error", err))
+		}
+	})
+}
