@@ -29,12 +29,12 @@ type Result struct {
 	Error  *journal.ErrorInfo
 }
 
-// leaseGrace is how long past its function's timeout an invocation's lease lasts, so a
+// LeaseGrace is how long past its function's timeout an invocation's lease lasts, so a
 // slow but live gateway finishes applying the answer before the reaper steps in.
-const leaseGrace = 30 * time.Second
+const LeaseGrace = 30 * time.Second
 
 // Lease returns how long a new invocation of a function with config fc owns its run.
-func Lease(fc FunctionConfig) time.Duration { return fc.Timeout + leaseGrace }
+func Lease(fc FunctionConfig) time.Duration { return fc.Timeout + LeaseGrace }
 
 // Resume claims runID if it is due and invokes it. It returns journal.ErrNotDue when
 // the run is not due (or another invocation owns it). With notify, a later terminal

@@ -25,15 +25,16 @@ const functionColumns = `r.tenant, r.name, r.revision, r.url, r.config, r.create
 // RegisterFunction stores a new revision of the function (1 for a new name, else the
 // highest revision so far plus one, even after a delete) and makes it current.
 // Concurrent registrations of one name are serialized; each gets its own revision.
-func RegisterFunction(ctx context.Context, db DB, tenant, name, url string, config json.RawMessage) (*Function, error) {
+// The caller has validated config; timeout is its invocation timeout, defaults applied.
+func RegisterFunction(ctx context.Context, db DB, tenant, name, url string, config json.RawMessage, timeout time.Duration) (*Function, error) {
 	if len(config) == 0 {
 		config = json.RawMessage(`{}`)
 	}
 	for range 5 {
 		rows, _ := db.Query(ctx, `
 			WITH r AS (
-				INSERT INTO stepgate.function_revision (tenant, name, revision, url, config)
-				SELECT $1, $2, coalesce(max(revision), 0) + 1, $3, $4
+				INSERT INTO stepgate.function_revision (tenant, name, revision, url, config, timeout_ms)
+				SELECT $1, $2, coalesce(max(revision), 0) + 1, $3, $4, $5
 				FROM stepgate.function_revision WHERE tenant = $1 AND name = $2
 				RETURNING *
 			), cur AS (
@@ -41,7 +42,7 @@ func RegisterFunction(ctx context.Context, db DB, tenant, name, url string, conf
 				SELECT tenant, name, revision FROM r
 				ON CONFLICT (tenant, name) DO UPDATE SET revision = excluded.revision
 			)
-			SELECT `+functionColumns+` FROM r`, tenant, name, url, config)
+			SELECT `+functionColumns+` FROM r`, tenant, name, url, config, timeout.Milliseconds())
 		fn, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Function])
 		if isUniqueViolation(err) {
 			continue // a concurrent registration took that revision; take the next

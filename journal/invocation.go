@@ -189,7 +189,8 @@ type Outcome struct {
 	// StepFailure, when set, records a failed step attempt.
 	StepFailure *Failure
 	// Notify makes a later terminal update notify NotifyChannel, because the caller
-	// waits for the run and it may finish on another gateway.
+	// waits for the run and it may finish on another gateway. (A terminal outcome
+	// itself is told to this process's waiters directly, without a notification.)
 	Notify bool
 }
 
@@ -229,7 +230,7 @@ func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome)
 					THEN coalesce($6::timestamptz, now() + make_interval(secs => $7)) END,
 				finished_at = CASE WHEN $3 IN ('completed', 'failed', 'cancelled') THEN now() END,
 				failed_invocations = CASE WHEN $3 = 'queued' THEN failed_invocations + 1 ELSE 0 END,
-				notify = notify OR $8
+				notify = notify OR ($8 AND $3 IN ('suspended', 'queued'))
 			WHERE id = $1 AND invocation = $2 AND status = 'running'
 			RETURNING id, status, wake_at, notify, attempts
 		), failure AS (

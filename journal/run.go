@@ -46,10 +46,11 @@ type NewRun struct {
 	Identity       Identity
 	IdempotencyKey string  // Empty for none.
 	ParentID       *string // The run that started this one, if any.
-	// Lease, when positive, creates the run already claimed by the caller (status
-	// running, invocation 1) for that long, so the caller can invoke it at once with no
-	// queue hop. Zero creates it queued.
-	Lease time.Duration
+	// Claim creates the run already claimed by the caller (status running, invocation
+	// 1), leased for the revision's timeout plus LeaseGrace, so the caller can invoke it
+	// at once with no queue hop. Otherwise it is created queued.
+	Claim      bool
+	LeaseGrace time.Duration
 }
 
 // CreateRun inserts a run of the function's current revision. With an idempotency key
@@ -65,14 +66,16 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 		INSERT INTO stepgate.run (id, tenant, function, revision, status, input, identity,
 			idempotency_key, parent_id, attempts, invocation, lease_until, started_at)
 		SELECT $1, f.tenant, f.name, f.revision,
-			CASE WHEN $8 > 0 THEN 'running' ELSE 'queued' END, $4, $5, $6, $7,
-			CASE WHEN $8 > 0 THEN 1 ELSE 0 END, CASE WHEN $8 > 0 THEN 1 ELSE 0 END,
-			CASE WHEN $8 > 0 THEN now() + make_interval(secs => $8) END,
-			CASE WHEN $8 > 0 THEN now() END
-		FROM stepgate.function f WHERE f.tenant = $2 AND f.name = $3
+			CASE WHEN $8 THEN 'running' ELSE 'queued' END, $4, $5, $6, $7,
+			CASE WHEN $8 THEN 1 ELSE 0 END, CASE WHEN $8 THEN 1 ELSE 0 END,
+			CASE WHEN $8 THEN now() + make_interval(secs => r.timeout_ms / 1000.0 + $9) END,
+			CASE WHEN $8 THEN now() END
+		FROM stepgate.function f
+		JOIN stepgate.function_revision r USING (tenant, name, revision)
+		WHERE f.tenant = $2 AND f.name = $3
 		ON CONFLICT (tenant, function, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 		RETURNING `+runColumns,
-		n.ID, n.Tenant, n.Function, n.Input, n.Identity, key, n.ParentID, n.Lease.Seconds())
+		n.ID, n.Tenant, n.Function, n.Input, n.Identity, key, n.ParentID, n.Claim, n.LeaseGrace.Seconds())
 	run, err = pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Run])
 	if err == nil {
 		return run, true, nil

@@ -10,6 +10,9 @@ CREATE TABLE stepgate.function_revision (
     revision   integer     NOT NULL CHECK (revision > 0),
     url        text        NOT NULL,
     config     jsonb       NOT NULL DEFAULT '{}',
+    -- timeout_ms is config.timeout with its default applied, so a run can be created
+    -- already leased in one statement.
+    timeout_ms bigint      NOT NULL CHECK (timeout_ms > 0),
     created_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (tenant, name, revision)
 );

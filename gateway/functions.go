@@ -1,0 +1,194 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"time"
+
+	"github.com/stepgate/stepgate/functions/signature"
+	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/invoker"
+	"github.com/stepgate/stepgate/journal"
+)
+
+var functionName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+func notFound(detail string) api.NotFoundApplicationProblemPlusJSONResponse {
+	return api.NotFoundApplicationProblemPlusJSONResponse(problem(http.StatusNotFound, detail))
+}
+
+func conflict(detail string) api.ConflictApplicationProblemPlusJSONResponse {
+	return api.ConflictApplicationProblemPlusJSONResponse(problem(http.StatusConflict, detail))
+}
+
+func functionNotFound(name string) api.NotFoundApplicationProblemPlusJSONResponse {
+	return notFound(fmt.Sprintf("function %q is not registered", name))
+}
+
+func functionToAPI(fn *journal.Function) (api.Function, error) {
+	out := api.Function{Name: fn.Name, Revision: fn.Revision, Url: fn.URL, CreatedAt: fn.CreatedAt}
+	if err := json.Unmarshal(fn.Config, &out.Config); err != nil {
+		return api.Function{}, fmt.Errorf("decode config of function %s: %w", fn.Name, err)
+	}
+	return out, nil
+}
+
+// register validates and stores a new revision of a function.
+func (s *Server) register(ctx context.Context, tenant, name, rawURL string, config *api.FunctionConfig) (*journal.Function, error) {
+	if !functionName.MatchString(name) {
+		return nil, badRequest("function name %q is invalid: use 1 to 128 letters, digits, '.', '_' or '-', starting with a letter or digit", name)
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, badRequest("url %q is not an absolute http(s) URL", rawURL)
+	}
+	raw := json.RawMessage(`{}`)
+	if config != nil {
+		if raw, err = json.Marshal(config); err != nil {
+			return nil, fmt.Errorf("encode config: %w", err)
+		}
+	}
+	fc, err := invoker.ParseConfig(raw)
+	if err != nil {
+		return nil, badRequest("function %s: %v", name, err)
+	}
+	return journal.RegisterFunction(ctx, s.pool, tenant, name, rawURL, raw, fc.Timeout)
+}
+
+// RegisterFunction stores a new revision of a function.
+func (s *Server) RegisterFunction(ctx context.Context, req api.RegisterFunctionRequestObject) (api.RegisterFunctionResponseObject, error) {
+	fn, err := s.register(ctx, identity(ctx).Tenant, req.Name, req.Body.Url, req.Body.Config)
+	if err != nil {
+		return nil, err
+	}
+	out, err := functionToAPI(fn)
+	if err != nil {
+		return nil, err
+	}
+	return api.RegisterFunction200JSONResponse(out), nil
+}
+
+// GetFunction returns a function's current revision.
+func (s *Server) GetFunction(ctx context.Context, req api.GetFunctionRequestObject) (api.GetFunctionResponseObject, error) {
+	fn, err := journal.GetFunction(ctx, s.pool, identity(ctx).Tenant, req.Name)
+	if errors.Is(err, journal.ErrNotFound) {
+		return api.GetFunction404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: functionNotFound(req.Name)}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out, err := functionToAPI(fn)
+	if err != nil {
+		return nil, err
+	}
+	return api.GetFunction200JSONResponse(out), nil
+}
+
+// ListFunctions lists the tenant's functions.
+func (s *Server) ListFunctions(ctx context.Context, _ api.ListFunctionsRequestObject) (api.ListFunctionsResponseObject, error) {
+	fns, err := journal.ListFunctions(ctx, s.pool, identity(ctx).Tenant)
+	if err != nil {
+		return nil, err
+	}
+	list, err := functionsToAPI(fns)
+	if err != nil {
+		return nil, err
+	}
+	return api.ListFunctions200JSONResponse(list), nil
+}
+
+func functionsToAPI(fns []journal.Function) (api.FunctionList, error) {
+	out := api.FunctionList{Functions: make([]api.Function, 0, len(fns))}
+	for i := range fns {
+		f, err := functionToAPI(&fns[i])
+		if err != nil {
+			return api.FunctionList{}, err
+		}
+		out.Functions = append(out.Functions, f)
+	}
+	return out, nil
+}
+
+// DeleteFunction unregisters a function.
+func (s *Server) DeleteFunction(ctx context.Context, req api.DeleteFunctionRequestObject) (api.DeleteFunctionResponseObject, error) {
+	err := journal.DeleteFunction(ctx, s.pool, identity(ctx).Tenant, req.Name)
+	if errors.Is(err, journal.ErrNotFound) {
+		return api.DeleteFunction404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: functionNotFound(req.Name)}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return api.DeleteFunction204Response{}, nil
+}
+
+// SyncApp reads an app's manifest with a signed GET and registers each of its functions.
+func (s *Server) SyncApp(ctx context.Context, req api.SyncAppRequestObject) (api.SyncAppResponseObject, error) {
+	base, err := url.Parse(req.Body.Url)
+	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
+		return nil, badRequest("url %q is not an absolute http(s) URL", req.Body.Url)
+	}
+	manifest, err := s.fetchManifest(ctx, base.String())
+	if err != nil {
+		return api.SyncApp502ApplicationProblemPlusJSONResponse{BadGatewayApplicationProblemPlusJSONResponse: api.BadGatewayApplicationProblemPlusJSONResponse(
+			problem(http.StatusBadGateway, err.Error()))}, nil
+	}
+	tenant := identity(ctx).Tenant
+	var fns []journal.Function
+	for _, mf := range manifest.Functions {
+		ref, err := url.Parse(mf.Path)
+		if err != nil {
+			return nil, badRequest("manifest: function %s has a bad path %q", mf.Name, mf.Path)
+		}
+		fn, err := s.register(ctx, tenant, mf.Name, base.ResolveReference(ref).String(), mf.Config)
+		if err != nil {
+			return nil, err
+		}
+		fns = append(fns, *fn)
+	}
+	list, err := functionsToAPI(fns)
+	if err != nil {
+		return nil, err
+	}
+	return api.SyncApp200JSONResponse(list), nil
+}
+
+func (s *Server) fetchManifest(ctx context.Context, appURL string) (*api.Manifest, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, appURL, nil)
+	if err != nil {
+		return nil, fmt.Errorf("manifest request: %w", err)
+	}
+	req.Header.Set(signature.Header, signature.Sign(time.Now(), nil, s.keys...))
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("could not fetch the app's manifest: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return nil, fmt.Errorf("reading the app's manifest: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("the app answered HTTP %d to the manifest request: %s", resp.StatusCode, truncate(body))
+	}
+	var m api.Manifest
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, fmt.Errorf("the app's manifest is not valid JSON: %v", err)
+	}
+	if m.Protocol != 1 {
+		return nil, fmt.Errorf("the app's manifest speaks protocol %d; this gateway speaks 1", m.Protocol)
+	}
+	return &m, nil
+}
+
+func truncate(b []byte) string {
+	if len(b) > 300 {
+		return string(b[:300]) + "…"
+	}
+	return string(b)
+}

@@ -1,0 +1,369 @@
+package gateway
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/invoker"
+	"github.com/stepgate/stepgate/journal"
+)
+
+// MaxWait is the longest a request may wait for a run's result.
+const MaxWait = 15 * time.Minute
+
+func parseWait(w *string) (time.Duration, error) {
+	if w == nil || *w == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(*w)
+	if err != nil || d < 0 {
+		return 0, badRequest("wait %q is not a duration such as 30s", *w)
+	}
+	if d > MaxWait {
+		return 0, badRequest("wait %s is longer than the maximum of %s", d, MaxWait)
+	}
+	return d, nil
+}
+
+func runResult(run *journal.Run) api.RunResult {
+	r := api.RunResult{Id: run.ID, Status: api.RunStatus(run.Status), Error: invoker.ErrorToAPI(run.Error)}
+	if run.Output != nil {
+		o := api.AnyJSON(run.Output)
+		r.Output = &o
+	}
+	return r
+}
+
+func resultLocation(runID string) *string {
+	loc := "/v1/runs/" + runID + "/result"
+	return &loc
+}
+
+// StartRun creates a run. Without wait it is queued for a River worker and answered 202.
+// With wait this gateway invokes it at once (the run is created already claimed, so the
+// first invocation has no queue hop) and answers its result, or 202 when the wait runs
+// out; the invocation goes on regardless of the caller.
+func (s *Server) StartRun(ctx context.Context, req api.StartRunRequestObject) (api.StartRunResponseObject, error) {
+	wait, err := parseWait(req.Params.Wait)
+	if err != nil {
+		return nil, err
+	}
+	id := identity(ctx)
+	input := json.RawMessage("null")
+	if req.Body != nil && len(*req.Body) > 0 {
+		input = json.RawMessage(*req.Body)
+	}
+	n := journal.NewRun{
+		ID:         uuid.Must(uuid.NewV7()).String(),
+		Tenant:     id.Tenant,
+		Function:   req.Name,
+		Input:      input,
+		Identity:   journal.Identity(id),
+		Claim:      wait > 0,
+		LeaseGrace: invoker.LeaseGrace,
+	}
+	if req.Params.IdempotencyKey != nil {
+		n.IdempotencyKey = *req.Params.IdempotencyKey
+	}
+	var run *journal.Run
+	var created bool
+	if wait > 0 {
+		run, created, err = journal.CreateRun(ctx, s.pool, n)
+	} else {
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			run, created, err = journal.CreateRun(ctx, tx, n)
+			if err != nil || !created {
+				return err
+			}
+			return s.inv.Enqueue(ctx, tx, run.ID)
+		})
+	}
+	switch {
+	case errors.Is(err, journal.ErrNotFound):
+		return api.StartRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: functionNotFound(req.Name)}, nil
+	case errors.Is(err, journal.ErrIdempotencyMismatch):
+		return api.StartRun409ApplicationProblemPlusJSONResponse{ConflictApplicationProblemPlusJSONResponse: conflict(
+			fmt.Sprintf("idempotency key %q was used with a different input for function %s", n.IdempotencyKey, req.Name))}, nil
+	case err != nil:
+		return nil, err
+	}
+	if wait == 0 || run.Status.Terminal() {
+		return startAnswer(run), nil
+	}
+	deadline := time.Now().Add(wait)
+	if created {
+		// Subscribe before invoking, so a finish on another gateway after a suspension
+		// is not missed.
+		ch, unsubscribe := s.inv.Subscribe(run.ID)
+		defer unsubscribe()
+		done := make(chan *invoker.Result, 1)
+		go func() {
+			res, err := s.inv.InvokeNew(ctx, run, true)
+			if err != nil && !errors.Is(err, journal.ErrSuperseded) {
+				s.log.ErrorContext(ctx, "invocation failed to apply; the lease reaper will retry it",
+					"run_id", run.ID, "error", err)
+			}
+			done <- res
+		}()
+		timer := time.NewTimer(wait)
+		defer timer.Stop()
+		select {
+		case res := <-done:
+			if res != nil && res.Status.Terminal() {
+				return api.StartRun200JSONResponse{Id: run.ID, Status: api.RunStatus(res.Status),
+					Output: rawPtr(res.Output), Error: invoker.ErrorToAPI(res.Error)}, nil
+			}
+		case <-timer.C:
+			return startAnswer(run), nil
+		}
+		run, err = s.awaitRun(ctx, ch, id.Tenant, run.ID, deadline)
+	} else {
+		run, err = s.await(ctx, id.Tenant, run.ID, deadline)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return startAnswer(run), nil
+}
+
+func startAnswer(run *journal.Run) api.StartRunResponseObject {
+	if run.Status.Terminal() {
+		return api.StartRun200JSONResponse(runResult(run))
+	}
+	return api.StartRun202JSONResponse{Body: runResult(run), Headers: api.StartRun202ResponseHeaders{Location: resultLocation(run.ID)}}
+}
+
+func rawPtr(b json.RawMessage) *api.AnyJSON {
+	if b == nil {
+		return nil
+	}
+	a := api.AnyJSON(b)
+	return &a
+}
+
+// await attaches to the tenant's run and waits until it is terminal or deadline passes,
+// returning the run as it then is. It returns journal.ErrNotFound for another tenant's
+// run.
+func (s *Server) await(ctx context.Context, tenant, runID string, deadline time.Time) (*journal.Run, error) {
+	ch, unsubscribe := s.inv.Subscribe(runID)
+	defer unsubscribe()
+	return s.awaitRun(ctx, ch, tenant, runID, deadline)
+}
+
+func (s *Server) awaitRun(ctx context.Context, ch <-chan struct{}, tenant, runID string, deadline time.Time) (*journal.Run, error) {
+	run, err := journal.Attach(ctx, s.pool, tenant, runID)
+	if err != nil {
+		return nil, err
+	}
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	for !run.Status.Terminal() {
+		select {
+		case <-ch:
+		case <-timer.C:
+			return run, nil
+		case <-ctx.Done():
+			return run, nil
+		}
+		if run, err = journal.GetRun(ctx, s.pool, tenant, runID); err != nil {
+			return nil, err
+		}
+	}
+	return run, nil
+}
+
+// GetRunResult attaches to a run and waits up to wait for it to finish.
+func (s *Server) GetRunResult(ctx context.Context, req api.GetRunResultRequestObject) (api.GetRunResultResponseObject, error) {
+	wait, err := parseWait(req.Params.Wait)
+	if err != nil {
+		return nil, err
+	}
+	tenant := identity(ctx).Tenant
+	if !validRunID(req.Id) {
+		return api.GetRunResult404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
+	}
+	var run *journal.Run
+	if wait > 0 {
+		run, err = s.await(ctx, tenant, req.Id, time.Now().Add(wait))
+	} else {
+		run, err = journal.GetRun(ctx, s.pool, tenant, req.Id)
+	}
+	if errors.Is(err, journal.ErrNotFound) {
+		return api.GetRunResult404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if run.Status.Terminal() {
+		return api.GetRunResult200JSONResponse(runResult(run)), nil
+	}
+	return api.GetRunResult202JSONResponse{Body: runResult(run), Headers: api.GetRunResult202ResponseHeaders{Location: resultLocation(run.ID)}}, nil
+}
+
+func runNotFound(id string) api.NotFoundApplicationProblemPlusJSONResponse {
+	return notFound(fmt.Sprintf("run %q does not exist", id))
+}
+
+// validRunID reports whether id can name a run at all; other ids are simply not found.
+func validRunID(id string) bool {
+	_, err := uuid.Parse(id)
+	return err == nil
+}
+
+func runToAPI(run *journal.Run) api.Run {
+	return api.Run{
+		Id: run.ID, Function: run.Function, Revision: run.Revision, Status: api.RunStatus(run.Status),
+		Input: api.AnyJSON(run.Input), Output: rawPtr(run.Output), Error: invoker.ErrorToAPI(run.Error),
+		Identity: invoker.IdentityToAPI(run.Identity), IdempotencyKey: run.IdempotencyKey, ParentId: run.ParentID,
+		Attempts: run.Attempts, WakeAt: run.WakeAt, CreatedAt: run.CreatedAt, StartedAt: run.StartedAt,
+		FinishedAt: run.FinishedAt,
+	}
+}
+
+// GetRun returns a run with its journal and failed attempts.
+func (s *Server) GetRun(ctx context.Context, req api.GetRunRequestObject) (api.GetRunResponseObject, error) {
+	if !validRunID(req.Id) {
+		return api.GetRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
+	}
+	run, err := journal.GetRun(ctx, s.pool, identity(ctx).Tenant, req.Id)
+	if errors.Is(err, journal.ErrNotFound) {
+		return api.GetRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	entries, err := journal.Entries(ctx, s.pool, run.ID)
+	if err != nil {
+		return nil, err
+	}
+	failures, err := journal.Failures(ctx, s.pool, run.ID)
+	if err != nil {
+		return nil, err
+	}
+	r := runToAPI(run)
+	out := api.RunDetail{
+		Id: r.Id, Function: r.Function, Revision: r.Revision, Status: r.Status, Input: r.Input, Output: r.Output,
+		Error: r.Error, Identity: r.Identity, IdempotencyKey: r.IdempotencyKey, ParentId: r.ParentId,
+		Attempts: r.Attempts, WakeAt: r.WakeAt, CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
+		Journal:  make([]api.JournalEntry, 0, len(entries)),
+		Failures: make([]api.AttemptFailure, 0, len(failures)),
+	}
+	for _, e := range entries {
+		out.Journal = append(out.Journal, invoker.EntryToAPI(e))
+	}
+	for _, f := range failures {
+		out.Failures = append(out.Failures, invoker.FailureToAPI(f))
+	}
+	return api.GetRun200JSONResponse(out), nil
+}
+
+// ListRuns lists the tenant's runs, newest first, a page at a time.
+func (s *Server) ListRuns(ctx context.Context, req api.ListRunsRequestObject) (api.ListRunsResponseObject, error) {
+	p := req.Params
+	f := journal.RunFilter{}
+	if p.Function != nil {
+		f.Function = *p.Function
+	}
+	if p.Status != nil {
+		f.Status = journal.Status(*p.Status)
+		switch f.Status {
+		case journal.StatusScheduled, journal.StatusQueued, journal.StatusRunning, journal.StatusSuspended,
+			journal.StatusCompleted, journal.StatusFailed, journal.StatusCancelled:
+		default:
+			return nil, badRequest("status %q is not a run status", *p.Status)
+		}
+	}
+	if p.CreatedAfter != nil {
+		f.CreatedAfter = *p.CreatedAfter
+	}
+	if p.CreatedBefore != nil {
+		f.CreatedBefore = *p.CreatedBefore
+	}
+	if p.Limit != nil {
+		if *p.Limit < 1 || *p.Limit > 500 {
+			return nil, badRequest("limit %d is not between 1 and 500", *p.Limit)
+		}
+		f.Limit = *p.Limit
+	}
+	if p.Cursor != nil && *p.Cursor != "" {
+		c, err := decodeCursor(*p.Cursor)
+		if err != nil {
+			return nil, err
+		}
+		f.After = c
+	}
+	runs, next, err := journal.ListRuns(ctx, s.pool, identity(ctx).Tenant, f)
+	if err != nil {
+		return nil, err
+	}
+	out := api.RunPage{Runs: make([]api.Run, 0, len(runs))}
+	for i := range runs {
+		out.Runs = append(out.Runs, runToAPI(&runs[i]))
+	}
+	if next != nil {
+		c := encodeCursor(next)
+		out.NextCursor = &c
+	}
+	return api.ListRuns200JSONResponse(out), nil
+}
+
+func encodeCursor(c *journal.RunCursor) string {
+	b, _ := json.Marshal(c) // a struct of a time and a string always encodes
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeCursor(s string) (*journal.RunCursor, error) {
+	var c journal.RunCursor
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err == nil {
+		err = json.Unmarshal(b, &c)
+	}
+	if err == nil {
+		_, err = uuid.Parse(c.ID)
+	}
+	if err != nil {
+		return nil, badRequest("cursor is not one this API returned")
+	}
+	return &c, nil
+}
+
+// Checkpoint journals one finished step of the invocation its token names.
+func (s *Server) Checkpoint(ctx context.Context, req api.CheckpointRequestObject) (api.CheckpointResponseObject, error) {
+	claim, _ := ctx.Value(invocationKey{}).(invocationClaim)
+	if claim.runID != req.Id {
+		return api.Checkpoint401ApplicationProblemPlusJSONResponse{UnauthorizedApplicationProblemPlusJSONResponse: api.UnauthorizedApplicationProblemPlusJSONResponse(
+			problem(http.StatusUnauthorized, "invocation token is for another run"))}, nil
+	}
+	e := req.Body
+	if e.Seq < 1 || e.Name == "" || e.Kind != api.EntryKindStep {
+		return nil, badRequest("a checkpoint is a finished step: kind \"step\", seq from 1, and a name")
+	}
+	if e.Output != nil && e.Error != nil {
+		return nil, badRequest("a step has an output or an error, not both")
+	}
+	err := journal.AppendEntry(ctx, s.pool, req.Id, claim.invocation, invoker.EntryFromAPI(*e))
+	switch {
+	case errors.Is(err, journal.ErrConflict):
+		p := problem(http.StatusConflict, "nondeterminism: "+err.Error())
+		t := "nondeterminism"
+		p.Type = &t
+		return api.Checkpoint409ApplicationProblemPlusJSONResponse{ConflictApplicationProblemPlusJSONResponse: api.ConflictApplicationProblemPlusJSONResponse(p)}, nil
+	case errors.Is(err, journal.ErrSuperseded):
+		p := problem(http.StatusConflict, "this invocation no longer owns the run (it was cancelled, finished, or retried elsewhere): stop")
+		t := "superseded"
+		p.Type = &t
+		return api.Checkpoint409ApplicationProblemPlusJSONResponse{ConflictApplicationProblemPlusJSONResponse: api.ConflictApplicationProblemPlusJSONResponse(p)}, nil
+	case err != nil:
+		return nil, err
+	}
+	return api.Checkpoint200JSONResponse{Seq: e.Seq}, nil
+}

@@ -1,0 +1,209 @@
+// Package gateway is stepgate's HTTP server: the public API generated from openapi.yaml
+// (functions, apps, runs), the checkpoint endpoint functions call while they run, and
+// the dashboard. It authenticates every /v1 request, scopes it to the caller's tenant,
+// and hands runs to the invoker.
+package gateway
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+
+	"github.com/stepgate/stepgate/auth"
+	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/invoker"
+)
+
+// Config configures a Server.
+type Config struct {
+	Pool     *pgxpool.Pool          // Required.
+	Invoker  *invoker.Invoker       // Required, started.
+	Verifier *auth.Verifier         // Required: checks callers' JWTs.
+	Tokens   *auth.InvocationTokens // Required: checks checkpoints' invocation tokens.
+	Logger   *slog.Logger           // Required.
+	// SigningKeys sign the manifest requests of app syncs, newest first. Required.
+	SigningKeys [][]byte
+	// MaxBodyBytes bounds request bodies (run inputs, checkpoints); larger ones get a
+	// 413. Defaults to 1 MiB.
+	MaxBodyBytes int64
+	// Web serves the dashboard at /. Optional.
+	Web http.Handler
+	// HTTPClient fetches app manifests. Defaults to a client with a 10s timeout.
+	HTTPClient *http.Client
+}
+
+// Server is the gateway's HTTP server. It implements api.StrictServerInterface.
+type Server struct {
+	pool     *pgxpool.Pool
+	inv      *invoker.Invoker
+	verifier *auth.Verifier
+	tokens   *auth.InvocationTokens
+	log      *slog.Logger
+	keys     [][]byte
+	client   *http.Client
+	echo     *echo.Echo
+}
+
+var _ api.StrictServerInterface = (*Server)(nil)
+
+// New returns a Server; serve it with Handler.
+func New(cfg Config) (*Server, error) {
+	if cfg.Pool == nil || cfg.Invoker == nil || cfg.Verifier == nil || cfg.Tokens == nil || cfg.Logger == nil || len(cfg.SigningKeys) == 0 {
+		return nil, errors.New("gateway: Pool, Invoker, Verifier, Tokens, Logger and SigningKeys are required")
+	}
+	s := &Server{
+		pool:     cfg.Pool,
+		inv:      cfg.Invoker,
+		verifier: cfg.Verifier,
+		tokens:   cfg.Tokens,
+		log:      cfg.Logger,
+		keys:     cfg.SigningKeys,
+		client:   cmp.Or(cfg.HTTPClient, &http.Client{Timeout: 10 * time.Second}),
+	}
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = s.handleError
+	e.Use(middleware.Recover())
+	e.Use(middleware.BodyLimit(bodyLimit(cmp.Or(cfg.MaxBodyBytes, 1<<20))))
+	e.Use(s.authenticate)
+	api.RegisterHandlers(e, api.NewStrictHandler(s, nil))
+	if cfg.Web != nil {
+		e.GET("/*", echo.WrapHandler(cfg.Web))
+	}
+	s.echo = e
+	return s, nil
+}
+
+// bodyLimit writes n bytes the way echo's BodyLimit middleware reads it.
+func bodyLimit(n int64) string { return fmt.Sprintf("%dB", n) }
+
+// Handler returns the HTTP handler of the whole gateway.
+func (s *Server) Handler() http.Handler { return s.echo }
+
+type invocationKey struct{}
+
+type invocationClaim struct {
+	runID      string
+	invocation int
+}
+
+// authenticate checks the bearer token of every /v1 request: a user JWT, or for the
+// checkpoint endpoint an invocation token. The identity goes into the request context.
+func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		path := c.Path()
+		if !strings.HasPrefix(path, "/v1/") {
+			return next(c)
+		}
+		token, err := auth.BearerToken(c.Request().Header.Get(echo.HeaderAuthorization))
+		if err != nil {
+			return err
+		}
+		ctx := c.Request().Context()
+		if path == "/v1/runs/:id/checkpoint" {
+			runID, invocation, err := s.tokens.Verify(token, time.Now())
+			if err != nil {
+				return err
+			}
+			ctx = context.WithValue(ctx, invocationKey{}, invocationClaim{runID, invocation})
+		} else {
+			id, err := s.verifier.Verify(token)
+			if err != nil {
+				return err
+			}
+			ctx = auth.WithIdentity(ctx, id)
+		}
+		c.SetRequest(c.Request().WithContext(ctx))
+		return next(c)
+	}
+}
+
+// identity returns the caller's identity; the authenticate middleware guarantees one on
+// every /v1 route but the checkpoint.
+func identity(ctx context.Context) auth.Identity {
+	id, ok := auth.IdentityFrom(ctx)
+	if !ok {
+		panic("gateway: no identity in the context of an authenticated route")
+	}
+	return id
+}
+
+// problemError is an error with the HTTP status and detail its problem body gets.
+type problemError struct {
+	status int
+	detail string
+}
+
+func (e *problemError) Error() string { return e.detail }
+
+func badRequest(format string, args ...any) error {
+	return &problemError{http.StatusBadRequest, fmt.Sprintf(format, args...)}
+}
+
+func problem(status int, detail string) api.Problem {
+	return api.Problem{Title: http.StatusText(status), Status: status, Detail: detail}
+}
+
+// handleError is the one place errors become HTTP responses: problem+json bodies whose
+// detail says what went wrong. Unexpected errors are logged and answered 500 without
+// internals.
+func (s *Server) handleError(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	status, detail := http.StatusInternalServerError, "internal error; the gateway logged it"
+	var pe *problemError
+	var he *echo.HTTPError
+	switch {
+	case errors.As(err, &pe):
+		status, detail = pe.status, pe.detail
+	case errors.Is(err, auth.ErrUnauthorized):
+		status, detail = http.StatusUnauthorized, err.Error()
+	case errors.As(err, &he):
+		status = he.Code
+		detail = fmt.Sprint(he.Message)
+		switch status {
+		case http.StatusRequestEntityTooLarge:
+			detail = "request body is larger than the gateway's limit"
+		case http.StatusBadRequest:
+			detail = "request is malformed: " + strings.TrimPrefix(detail, "Syntax error: ")
+			if he.Internal != nil {
+				detail = "request body is not valid JSON: " + he.Internal.Error()
+			}
+		case http.StatusNotFound:
+			detail = "no such endpoint: " + c.Request().Method + " " + c.Request().URL.Path
+		}
+	default:
+		s.log.ErrorContext(c.Request().Context(), "request failed",
+			slog.String("method", c.Request().Method), slog.String("path", c.Request().URL.Path), slog.Any("error", err))
+	}
+	if status == http.StatusUnauthorized {
+		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="stepgate"`)
+	}
+	c.Response().Header().Set(echo.HeaderContentType, "application/problem+json")
+	if c.Request().Method == http.MethodHead {
+		_ = c.NoContent(status)
+		return
+	}
+	_ = c.JSON(status, problem(status, detail))
+}
+
+// Healthz answers 200 once the database answers.
+func (s *Server) Healthz(ctx context.Context, _ api.HealthzRequestObject) (api.HealthzResponseObject, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := s.pool.Ping(ctx); err != nil {
+		return api.Healthz503ApplicationProblemPlusJSONResponse{UnavailableApplicationProblemPlusJSONResponse: api.UnavailableApplicationProblemPlusJSONResponse(
+			problem(http.StatusServiceUnavailable, "the database does not answer: "+err.Error()))}, nil
+	}
+	return api.Healthz200JSONResponse{Status: "ok"}, nil
+}
