@@ -1,0 +1,92 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestRunBenchPhase(t *testing.T) {
+	t.Parallel()
+
+	// Every fifth run fails and every seventh request is refused, so both
+	// kinds of error must show up in the counts.
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if r.URL.Query().Get("wait") != benchWait || string(body) != `{"name":"bench"}` {
+			http.Error(w, "bad bench request", http.StatusBadRequest)
+			return
+		}
+		i := n.Add(1)
+		switch {
+		case i%7 == 0:
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, `{"title":"Service Unavailable","status":503,"detail":"overloaded"}`)
+		case i%5 == 0:
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"id":"r","status":"failed","error":{"type":"boom","message":"x"}}`)
+		default:
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"id":"r","status":"completed","output":{}}`)
+		}
+	}))
+	t.Cleanup(srv.Close)
+
+	c, _, _ := newTestCLI(nil, "")
+	cl, err := c.client(&clientFlags{gateway: srv.URL}, srv.Client())
+	require.NoError(t, err)
+	cell := runBenchPhase(t.Context(), cl, "hello", []byte(benchInputs["hello"]), 4, 100*time.Millisecond)
+
+	require.Equal(t, "hello", cell.Function)
+	require.Equal(t, 4, cell.Concurrency)
+	require.Positive(t, cell.Runs)
+	require.Equal(t, int(n.Load()), cell.Runs+cell.Errors, "every request is a run or an error")
+	require.Positive(t, cell.ErrorKinds["503 Service Unavailable: overloaded"])
+	require.Positive(t, cell.ErrorKinds["run failed: boom"])
+	require.Equal(t, cell.Errors, cell.ErrorKinds["503 Service Unavailable: overloaded"]+cell.ErrorKinds["run failed: boom"])
+	require.GreaterOrEqual(t, cell.Seconds, 0.1)
+	require.InDelta(t, float64(cell.Runs)/cell.Seconds, cell.RunsPerSecond, 1e-9)
+	require.LessOrEqual(t, cell.stats.P50, cell.stats.P99)
+}
+
+func TestWriteBenchReport(t *testing.T) {
+	t.Parallel()
+
+	floor := latencyStats{N: 4000, P50: 500 * time.Microsecond, P99: 1200 * time.Microsecond}
+	hello := latencyStats{N: 950, P50: 10 * time.Millisecond, P90: 12 * time.Millisecond, P99: 20 * time.Millisecond, Max: 31500 * time.Microsecond}
+	rep := &benchReport{
+		Gateway: "http://127.0.0.1:18080", GOMAXPROCS: 2, NumCPU: 2, GoVersion: "go1.26.8", Platform: "linux/amd64",
+		Duration: "10s", Warmup: "1s",
+		Floor: &benchFloor{PostgresVersion: "17.2", Fsync: "on", SynchronousCommit: "on", Latency: newBenchLatency(floor), stats: floor},
+		Cells: []benchCell{
+			{Function: "hello", Concurrency: 1, Runs: 950, RunsPerSecond: 95, Latency: newBenchLatency(hello), P50FloorRatio: 20, stats: hello},
+			{Function: "orders.checkout", Concurrency: 16, Errors: 3, ErrorKinds: map[string]int{"404 Not Found: gone": 3}},
+		},
+	}
+	var b bytes.Buffer
+	require.NoError(t, writeBenchReport(&b, rep))
+	require.Equal(t, ""+
+		"stepgate bench  http://127.0.0.1:18080  GOMAXPROCS=2 NumCPU=2  go1.26.8 linux/amd64  postgres 17.2 fsync=on synchronous_commit=on  (warmup 1s, 10s per cell)\n"+
+		"floor: single-row INSERT commit, concurrency 1: p50 0.50ms  p99 1.20ms  (4000 commits)\n"+
+		"\n"+
+		"FUNCTION         CONC  RUNS  RUNS/S  P50      P90      P99      MAX      ERRORS  P50/FLOOR\n"+
+		"hello            1     950   95.0    10.00ms  12.00ms  20.00ms  31.50ms  0       20.0x\n"+
+		"orders.checkout  16    0     0.0     -        -        -        -        3       -\n"+
+		"\n"+
+		"errors of orders.checkout at concurrency 16:\n"+
+		"       3  404 Not Found: gone\n", b.String())
+
+	j, err := json.Marshal(rep.Cells[0])
+	require.NoError(t, err)
+	require.JSONEq(t, `{"function":"hello","concurrency":1,"runs":950,"errors":0,"seconds":0,"runs_per_second":95,
+		"latency":{"n":950,"p50_ms":10.000,"p90_ms":12.000,"p99_ms":20.000,"max_ms":31.500},"p50_floor_ratio":20}`, string(j))
+}

@@ -1,0 +1,203 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestProblemError(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		name   string
+		status int
+		body   string
+		want   string
+	}{
+		{"Problem", 404, `{"title":"Not Found","status":404,"detail":"function \"x\" is not registered"}`, `404 Not Found: function "x" is not registered`},
+		{"ProblemWithoutDetail", 401, `{"title":"Unauthorized","status":401}`, `401 Unauthorized`},
+		{"EchoMessage", 404, `{"message":"Not Found"}`, `404 Not Found`},
+		{"EchoMessageDetail", 400, `{"message":"missing or malformed jwt"}`, `400 Bad Request: missing or malformed jwt`},
+		{"PlainText", 502, "bad gateway\n  upstream down", `502 Bad Gateway: bad gateway upstream down`},
+		{"Empty", 500, ``, `500 Internal Server Error`},
+		{"UnknownStatus", 599, ``, `599 HTTP error`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			require.EqualError(t, problemError(tt.status, []byte(tt.body)), tt.want)
+		})
+	}
+}
+
+// fakeGateway is an httptest server that answers a few API calls with
+// canned bodies and records the requests it saw.
+type fakeGateway struct {
+	*httptest.Server
+	mu       sync.Mutex
+	auth     []string
+	bodies   []string
+	idemKeys []string
+	queries  []string
+}
+
+func newFakeGateway(t *testing.T) *fakeGateway {
+	t.Helper()
+	g := &fakeGateway{}
+	problem := func(w http.ResponseWriter, status int, detail string) {
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(status)
+		_ = json.NewEncoder(w).Encode(map[string]any{"title": http.StatusText(status), "status": status, "detail": detail})
+	}
+	ok := func(w http.ResponseWriter, status int, body string) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = io.WriteString(w, body)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/functions", func(w http.ResponseWriter, r *http.Request) {
+		ok(w, 200, `{"functions":[{"name":"hello","revision":2,"url":"http://fn/hello","config":{},"created_at":"2026-01-02T15:04:05Z"}]}`)
+	})
+	mux.HandleFunc("GET /v1/functions/{name}", func(w http.ResponseWriter, r *http.Request) {
+		problem(w, 404, `function "`+r.PathValue("name")+`" is not registered`)
+	})
+	mux.HandleFunc("PUT /v1/functions/{name}", func(w http.ResponseWriter, r *http.Request) {
+		ok(w, 200, `{"name":"`+r.PathValue("name")+`","revision":4,"url":"http://fn/x","config":{},"created_at":"2026-01-02T15:04:05Z"}`)
+	})
+	mux.HandleFunc("POST /v1/functions/{name}/runs", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("wait") == "" {
+			ok(w, 202, `{"id":"r1","status":"queued"}`)
+			return
+		}
+		ok(w, 200, `{"id":"r1","status":"completed","output":{"greeting":"hello bench"}}`)
+	})
+	mux.HandleFunc("GET /v1/runs", func(w http.ResponseWriter, r *http.Request) {
+		ok(w, 200, `{"runs":[{"id":"r1","function":"hello","revision":2,"status":"failed","input":{},"identity":{"subject":"dev","tenant":"t","roles":[]},"attempts":3,"created_at":"2026-01-02T15:04:05Z","finished_at":"2026-01-02T15:04:06.5Z"}],"next_cursor":"c2"}`)
+	})
+	g.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		g.mu.Lock()
+		g.auth = append(g.auth, r.Header.Get("Authorization"))
+		g.bodies = append(g.bodies, string(body))
+		g.idemKeys = append(g.idemKeys, r.Header.Get("Idempotency-Key"))
+		g.queries = append(g.queries, r.URL.RawQuery)
+		g.mu.Unlock()
+		mux.ServeHTTP(w, r)
+	}))
+	t.Cleanup(g.Close)
+	return g
+}
+
+// last returns the last request's Authorization, body, Idempotency-Key and
+// query.
+func (g *fakeGateway) last() (auth, body, idemKey, query string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := len(g.auth) - 1
+	return g.auth[n], g.bodies[n], g.idemKeys[n], g.queries[n]
+}
+
+func TestClientCommands(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ListWithTokenFromEnv", func(t *testing.T) {
+		t.Parallel()
+		g := newFakeGateway(t)
+		c, stdout, _ := newTestCLI(map[string]string{"STEPGATE_URL": g.URL, "STEPGATE_TOKEN": "env-token"}, "")
+		require.NoError(t, c.run(t.Context(), []string{"functions", "list"}))
+		auth, _, _, _ := g.last()
+		require.Equal(t, "Bearer env-token", auth)
+		require.Equal(t, ""+
+			"NAME   REVISION  URL              TIMEOUT\n"+
+			"hello  2         http://fn/hello  -\n", stdout.String())
+	})
+
+	t.Run("FlagsOverrideEnv", func(t *testing.T) {
+		t.Parallel()
+		g := newFakeGateway(t)
+		c, stdout, _ := newTestCLI(map[string]string{"STEPGATE_URL": "http://127.0.0.1:1", "STEPGATE_TOKEN": "env-token"}, "")
+		require.NoError(t, c.run(t.Context(), []string{"functions", "--json", "--url", g.URL, "--token", "flag-token"}))
+		auth, _, _, _ := g.last()
+		require.Equal(t, "Bearer flag-token", auth)
+		require.JSONEq(t, `{"functions":[{"name":"hello","revision":2,"url":"http://fn/hello","config":{},"created_at":"2026-01-02T15:04:05Z"}]}`, stdout.String())
+	})
+
+	t.Run("NotFoundIsAProblemError", func(t *testing.T) {
+		t.Parallel()
+		g := newFakeGateway(t)
+		c, stdout, _ := newTestCLI(map[string]string{"STEPGATE_URL": g.URL}, "")
+		err := c.run(t.Context(), []string{"functions", "get", "x"})
+		var aerr *apiError
+		require.ErrorAs(t, err, &aerr)
+		require.EqualError(t, err, `404 Not Found: function "x" is not registered`)
+		require.Empty(t, stdout.String())
+		auth, _, _, _ := g.last()
+		require.Empty(t, auth, "no token, no Authorization header")
+	})
+
+	t.Run("RegisterUsesURLForTheFunction", func(t *testing.T) {
+		t.Parallel()
+		g := newFakeGateway(t)
+		c, stdout, _ := newTestCLI(nil, "")
+		require.NoError(t, c.run(t.Context(), []string{"functions", "register", "x", "--url", "http://fn/x", "--gateway", g.URL, "--timeout", "30s", "--max-attempts", "5"}))
+		_, body, _, _ := g.last()
+		require.JSONEq(t, `{"url":"http://fn/x","config":{"timeout":"30s","retries":{"max_attempts":5}}}`, body)
+		require.Equal(t, "registered x revision 4 -> http://fn/x\n", stdout.String())
+	})
+
+	t.Run("InvokeWithoutWaitPrintsHowToAttach", func(t *testing.T) {
+		t.Parallel()
+		g := newFakeGateway(t)
+		c, stdout, _ := newTestCLI(map[string]string{"STEPGATE_URL": g.URL}, `{"name":"piped"}`)
+		require.NoError(t, c.run(t.Context(), []string{"invoke", "hello", "--idempotency-key", "k1"}))
+		_, body, key, query := g.last()
+		require.JSONEq(t, `{"name":"piped"}`, body)
+		require.Equal(t, "k1", key)
+		require.Empty(t, query)
+		require.Equal(t, "run r1 is queued\nattach: stepgate runs get r1\n", stdout.String())
+	})
+
+	t.Run("InvokeWait", func(t *testing.T) {
+		t.Parallel()
+		g := newFakeGateway(t)
+		c, stdout, _ := newTestCLI(map[string]string{"STEPGATE_URL": g.URL}, "")
+		require.NoError(t, c.run(t.Context(), []string{"invoke", "hello", "--wait", "--data", `{"name":"Ada"}`}))
+		_, body, _, query := g.last()
+		require.JSONEq(t, `{"name":"Ada"}`, body)
+		require.Equal(t, "wait=30s", query)
+		require.Equal(t, "run r1 completed\n{\"greeting\":\"hello bench\"}\n", stdout.String())
+	})
+
+	t.Run("RunsListPrintsTheNextCursor", func(t *testing.T) {
+		t.Parallel()
+		g := newFakeGateway(t)
+		c, stdout, _ := newTestCLI(map[string]string{"STEPGATE_URL": g.URL}, "")
+		require.NoError(t, c.run(t.Context(), []string{"runs", "--status", "failed", "--limit", "5"}))
+		_, _, _, query := g.last()
+		q, err := url.ParseQuery(query)
+		require.NoError(t, err)
+		require.Equal(t, url.Values{"limit": {"5"}, "status": {"failed"}}, q)
+		require.Equal(t, ""+
+			"ID  FUNCTION  STATUS  ATTEMPTS  CREATED              DURATION\n"+
+			"r1  hello     failed  3         2026-01-02 15:04:05  1.5s\n"+
+			"\n"+
+			"more: stepgate runs list --cursor c2\n", stdout.String())
+	})
+
+	t.Run("ConnectionRefusedHints", func(t *testing.T) {
+		t.Parallel()
+		g := newFakeGateway(t)
+		gatewayURL := g.URL
+		g.Close()
+		c, _, _ := newTestCLI(map[string]string{"STEPGATE_URL": gatewayURL}, "")
+		err := c.run(t.Context(), []string{"runs", "get", "r1"})
+		require.ErrorContains(t, err, "is the gateway running?")
+	})
+}

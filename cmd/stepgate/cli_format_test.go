@@ -1,0 +1,203 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stepgate/stepgate/gateway/api"
+)
+
+var t0 = time.Date(2026, 1, 2, 15, 4, 5, 0, time.UTC)
+
+func at(d time.Duration) *time.Time {
+	t := t0.Add(d)
+	return &t
+}
+
+func raw(s string) *api.AnyJSON {
+	j := api.AnyJSON(s)
+	return &j
+}
+
+func TestFormatDuration(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		d    time.Duration
+		want string
+	}{
+		{0, "0s"},
+		{850*time.Microsecond + 400, "850µs"},
+		{2*time.Millisecond + 300*time.Microsecond, "2ms"},
+		{1250 * time.Millisecond, "1.25s"},
+		{3*time.Minute + 12*time.Second + 400*time.Millisecond, "3m12s"},
+		{-2 * time.Millisecond, "-2ms"},
+	}
+	for _, tt := range tests {
+		require.Equal(t, tt.want, formatDuration(tt.d), "formatDuration(%d)", tt.d)
+	}
+}
+
+func TestCompactJSON(t *testing.T) {
+	t.Parallel()
+
+	require.Equal(t, `{"a":[1,2]}`, compactJSON([]byte("{\n  \"a\": [1, 2]\n}"), 60))
+	require.Equal(t, "-", compactJSON(nil, 60))
+	require.Equal(t, `{"long…`, compactJSON([]byte(`{"longer":true}`), 7))
+	require.Equal(t, "not json", compactJSON([]byte("not\n json"), 60))
+}
+
+func TestWriteFunctionsTable(t *testing.T) {
+	t.Parallel()
+
+	var b bytes.Buffer
+	require.NoError(t, writeFunctionsTable(&b, []api.Function{
+		{Name: "hello", Revision: 1, Url: "http://127.0.0.1:9090/hello", CreatedAt: t0},
+		{Name: "orders.checkout", Revision: 12, Url: "http://127.0.0.1:9090/orders.checkout", Config: api.FunctionConfig{Timeout: ptr("30s")}, CreatedAt: t0},
+	}))
+	require.Equal(t, ""+
+		"NAME             REVISION  URL                                    TIMEOUT\n"+
+		"hello            1         http://127.0.0.1:9090/hello            -\n"+
+		"orders.checkout  12        http://127.0.0.1:9090/orders.checkout  30s\n", b.String())
+}
+
+func TestWriteFunction(t *testing.T) {
+	t.Parallel()
+
+	var b bytes.Buffer
+	require.NoError(t, writeFunction(&b, &api.Function{
+		Name: "orders.checkout", Revision: 3, Url: "http://fn/checkout", CreatedAt: t0,
+		Config: api.FunctionConfig{Timeout: ptr("30s"), Retries: &api.RetryPolicy{MaxAttempts: ptr(5)}},
+	}, time.UTC))
+	require.Equal(t, ""+
+		"name          orders.checkout\n"+
+		"revision      3\n"+
+		"url           http://fn/checkout\n"+
+		"timeout       30s\n"+
+		"max attempts  5\n"+
+		"registered    2026-01-02 15:04:05\n", b.String())
+}
+
+func TestWriteRunsTable(t *testing.T) {
+	t.Parallel()
+
+	var b bytes.Buffer
+	require.NoError(t, writeRunsTable(&b, []api.Run{
+		{Id: "0190c6d2-0000-7000-8000-000000000001", Function: "orders.checkout", Status: "completed", Attempts: 1, CreatedAt: t0, FinishedAt: at(12 * time.Millisecond)},
+		{Id: "0190c6d2-0000-7000-8000-000000000002", Function: "hello", Status: "running", Attempts: 2, CreatedAt: *at(time.Hour)},
+	}, time.UTC))
+	require.Equal(t, ""+
+		"ID                                    FUNCTION         STATUS     ATTEMPTS  CREATED              DURATION\n"+
+		"0190c6d2-0000-7000-8000-000000000001  orders.checkout  completed  1         2026-01-02 15:04:05  12ms\n"+
+		"0190c6d2-0000-7000-8000-000000000002  hello            running    2         2026-01-02 16:04:05  -\n", b.String())
+}
+
+func TestWriteRunDetail(t *testing.T) {
+	t.Parallel()
+
+	t.Run("CompletedWithFailures", func(t *testing.T) {
+		t.Parallel()
+		run := &api.RunDetail{
+			Id:       "0190c6d2-0000-7000-8000-000000000001",
+			Function: "orders.checkout", Revision: 3, Status: "completed", Attempts: 2,
+			Identity:       api.Identity{Subject: "dev", Tenant: "acme", Roles: []string{"admin", "ops"}},
+			IdempotencyKey: ptr("k1"),
+			Input:          api.AnyJSON(`{ "cart": [1, 2] }`),
+			Output:         raw(`{"order":"o-1"}`),
+			CreatedAt:      t0, StartedAt: at(3 * time.Millisecond), FinishedAt: at(45 * time.Millisecond),
+			Journal: []api.JournalEntry{
+				{Seq: 1, Kind: "step", Name: "reserve", Output: raw(`{"ok": true}`), Attempt: ptr(1), StartedAt: at(4 * time.Millisecond), FinishedAt: at(6 * time.Millisecond)},
+				{Seq: 2, Kind: "sleep", Name: "cool-off", Until: at(10 * time.Millisecond)},
+				{Seq: 3, Kind: "step", Name: "charge", Output: raw(`"ch_1"`), Attempt: ptr(2), StartedAt: at(20 * time.Millisecond), FinishedAt: at(41 * time.Millisecond)},
+			},
+			Failures: []api.AttemptFailure{
+				{Seq: 3, Name: ptr("charge"), Attempt: 1, Error: api.ErrorInfo{Type: "card_declined", Message: "try again", Retryable: ptr(true)}, CreatedAt: *at(15 * time.Millisecond)},
+				{Seq: 0, Attempt: 1, Error: api.ErrorInfo{Type: "timeout", Message: "no answer in 30s"}, CreatedAt: *at(16 * time.Millisecond)},
+			},
+		}
+		var b bytes.Buffer
+		require.NoError(t, writeRunDetail(&b, run, time.UTC))
+		require.Equal(t, ""+
+			"run              0190c6d2-0000-7000-8000-000000000001\n"+
+			"function         orders.checkout@3\n"+
+			"status           completed (2 attempts)\n"+
+			"identity         subject dev, tenant acme, roles admin,ops\n"+
+			"idempotency key  k1\n"+
+			"input            {\"cart\":[1,2]}\n"+
+			"output           {\"order\":\"o-1\"}\n"+
+			"created          2026-01-02 15:04:05.000 UTC\n"+
+			"started          2026-01-02 15:04:05.003 UTC (queued 3ms)\n"+
+			"finished         2026-01-02 15:04:05.045 UTC (took 45ms)\n"+
+			"\n"+
+			"journal (3 entries):\n"+
+			"  1  step   reserve   {\"ok\":true}                        attempt 1  2ms\n"+
+			"  2  sleep  cool-off  until 2026-01-02 15:04:05.010 UTC  -          -\n"+
+			"  3  step   charge    \"ch_1\"                             attempt 2  21ms\n"+
+			"\n"+
+			"failed attempts (2):\n"+
+			"  step 3 charge  attempt 1  card_declined: try again (retryable)  2026-01-02 15:04:05.015 UTC\n"+
+			"  invocation     attempt 1  timeout: no answer in 30s             2026-01-02 15:04:05.016 UTC\n",
+			b.String())
+	})
+
+	t.Run("FailedWithoutJournal", func(t *testing.T) {
+		t.Parallel()
+		run := &api.RunDetail{
+			Id: "r2", Function: "hello", Revision: 1, Status: "failed", Attempts: 1,
+			Identity:  api.Identity{Subject: "svc", Tenant: "t", Claims: &map[string]any{"plan": "pro"}},
+			Input:     api.AnyJSON(`null`),
+			Error:     &api.ErrorInfo{Type: "http_status", Message: "function answered 500"},
+			CreatedAt: t0,
+			Journal:   []api.JournalEntry{},
+			Failures:  []api.AttemptFailure{},
+		}
+		var b bytes.Buffer
+		require.NoError(t, writeRunDetail(&b, run, time.UTC))
+		require.Equal(t, ""+
+			"run       r2\n"+
+			"function  hello@1\n"+
+			"status    failed (1 attempt)\n"+
+			"identity  subject svc, tenant t, roles -, claims {\"plan\":\"pro\"}\n"+
+			"input     null\n"+
+			"error     http_status: function answered 500\n"+
+			"created   2026-01-02 15:04:05.000 UTC\n"+
+			"\n"+
+			"journal: no entries yet\n", b.String())
+	})
+
+	t.Run("StepErrorAndLongOutput", func(t *testing.T) {
+		t.Parallel()
+		long, err := json.Marshal(map[string]string{"blob": string(bytes.Repeat([]byte("x"), 100))})
+		require.NoError(t, err)
+		var b bytes.Buffer
+		require.NoError(t, writeJournal(&b, []api.JournalEntry{
+			{Seq: 1, Kind: "step", Name: "big", Output: raw(string(long))},
+			{Seq: 2, Kind: "step", Name: "pay", Error: &api.ErrorInfo{Type: "declined", Message: "no funds"}, Attempt: ptr(3)},
+		}, time.UTC))
+		require.Equal(t, ""+
+			"journal (2 entries):\n"+
+			"  1  step  big  {\"blob\":\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx…  -          -\n"+
+			"  2  step  pay  error declined: no funds                                      attempt 3  -\n", b.String())
+	})
+}
+
+func TestWriteInvokeResult(t *testing.T) {
+	t.Parallel()
+
+	var b bytes.Buffer
+	require.NoError(t, writeInvokeResult(&b, 202, &api.RunResult{Id: "r1", Status: "queued"}))
+	require.Equal(t, "run r1 is queued\nattach: stepgate runs get r1\n", b.String())
+
+	b.Reset()
+	require.NoError(t, writeInvokeResult(&b, 200, &api.RunResult{Id: "r1", Status: "completed", Output: raw(`{"greeting":"hi"}`)}))
+	require.Equal(t, "run r1 completed\n{\"greeting\":\"hi\"}\n", b.String())
+
+	b.Reset()
+	err := writeInvokeResult(&b, 200, &api.RunResult{Id: "r1", Status: "failed", Error: &api.ErrorInfo{Type: "boom", Message: "it broke"}})
+	require.EqualError(t, err, "run r1 failed: boom: it broke (details: stepgate runs get r1)")
+	require.Equal(t, "run r1 failed\n", b.String())
+}
