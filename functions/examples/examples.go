@@ -1,0 +1,128 @@
+// Package examples holds the example functions that `stepgate dev` and compose.yaml
+// serve: hello (no steps), orders.checkout (three steps and an optional sleep) and flaky
+// (a step that fails before it succeeds).
+package examples
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/stepgate/stepgate/functions"
+	"github.com/stepgate/stepgate/functions/step"
+)
+
+// Register adds hello, orders.checkout and flaky to app.
+func Register(app *functions.App) {
+	functions.Register(app, "hello", Hello)
+	functions.Register(app, "orders.checkout", Checkout, functions.Timeout(30*time.Second), functions.MaxAttempts(5))
+	functions.Register(app, "flaky", Flaky)
+}
+
+// HelloInput is the input of hello.
+type HelloInput struct {
+	Name string `json:"name"`
+}
+
+// HelloOutput is the output of hello.
+type HelloOutput struct {
+	Greeting string `json:"greeting"`
+}
+
+// Hello greets in.Name, or "World" when it is empty. It has no steps.
+func Hello(ctx context.Context, in HelloInput) (HelloOutput, error) {
+	return HelloOutput{Greeting: fmt.Sprintf("Hello, %s!", cmp.Or(in.Name, "World"))}, nil
+}
+
+// CheckoutInput is the input of orders.checkout.
+type CheckoutInput struct {
+	OrderID string `json:"order_id"`
+	Amount  int    `json:"amount"`   // In cents.
+	SleepMS int    `json:"sleep_ms"` // When positive, a sleep between charge and ship.
+}
+
+// Reservation is the output of the reserve step.
+type Reservation struct {
+	OrderID  string `json:"order_id"`
+	Reserved bool   `json:"reserved"`
+}
+
+// Charge is the output of the charge step.
+type Charge struct {
+	ChargeID string `json:"charge_id"`
+	Amount   int    `json:"amount"`
+}
+
+// Shipment is the output of the ship step.
+type Shipment struct {
+	Tracking string `json:"tracking"`
+}
+
+// CheckoutOutput is the output of orders.checkout: each step's output.
+type CheckoutOutput struct {
+	Reservation Reservation `json:"reservation"`
+	Charge      Charge      `json:"charge"`
+	Shipment    Shipment    `json:"shipment"`
+}
+
+// Checkout reserves, charges and ships an order, one step each, with a sleep named
+// "cool-off" of in.SleepMS milliseconds between charge and ship when it is positive.
+// Its ids derive from the run's id, so they are the same on every replay.
+func Checkout(ctx context.Context, in CheckoutInput) (CheckoutOutput, error) {
+	orderID := cmp.Or(in.OrderID, functions.RunFrom(ctx).Id)
+	var out CheckoutOutput
+	var err error
+	out.Reservation, err = step.Run(ctx, "reserve", func(ctx context.Context) (Reservation, error) {
+		return Reservation{OrderID: orderID, Reserved: true}, nil
+	})
+	if err != nil {
+		return out, err
+	}
+	out.Charge, err = step.Run(ctx, "charge", func(ctx context.Context) (Charge, error) {
+		return Charge{ChargeID: "ch_" + orderID, Amount: in.Amount}, nil
+	})
+	if err != nil {
+		return out, err
+	}
+	if in.SleepMS > 0 {
+		if err := step.Sleep(ctx, "cool-off", time.Duration(in.SleepMS)*time.Millisecond); err != nil {
+			return out, err
+		}
+	}
+	out.Shipment, err = step.Run(ctx, "ship", func(ctx context.Context) (Shipment, error) {
+		return Shipment{Tracking: "trk_" + orderID}, nil
+	})
+	return out, err
+}
+
+// FlakyInput is the input of flaky.
+type FlakyInput struct {
+	// FailTimes is how many attempts of the step fail before one succeeds. Defaults to
+	// 2; 3 or more exhausts the step's attempts and fails the run.
+	FailTimes *int `json:"fail_times"`
+}
+
+// FlakyOutput is the output of flaky.
+type FlakyOutput struct {
+	Attempts int `json:"attempts"` // The attempt that succeeded.
+}
+
+// Flaky runs one step, "attempt", that fails on its first in.FailTimes attempts. The step
+// makes 3 attempts at most, 10ms apart at first.
+func Flaky(ctx context.Context, in FlakyInput) (FlakyOutput, error) {
+	failTimes := 2
+	if in.FailTimes != nil {
+		failTimes = *in.FailTimes
+	}
+	return step.Run(ctx, "attempt", func(ctx context.Context) (FlakyOutput, error) {
+		n := step.Attempt(ctx)
+		if n <= failTimes {
+			return FlakyOutput{}, fmt.Errorf("attempt %d of %d planned failures: %w", n, failTimes, errFlaky)
+		}
+		return FlakyOutput{Attempts: n}, nil
+	}, step.MaxAttempts(3), step.Backoff(10*time.Millisecond, 100*time.Millisecond))
+}
+
+var errFlaky = errors.New("flaky by design")

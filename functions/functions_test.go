@@ -1,0 +1,737 @@
+package functions_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/stepgate/stepgate/functions"
+	"github.com/stepgate/stepgate/functions/internal/gatewaytest"
+	"github.com/stepgate/stepgate/functions/signature"
+	"github.com/stepgate/stepgate/functions/step"
+	"github.com/stepgate/stepgate/gateway/api"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+var (
+	oldKey = []byte("old-signing-key")
+	newKey = []byte("new-signing-key")
+)
+
+// serve starts an App with both rotation keys and the functions register adds, and a
+// fake gateway signing with newKey.
+func serve(t *testing.T, register func(app *functions.App)) (*gatewaytest.Gateway, string) {
+	t.Helper()
+	app := functions.New(functions.Config{SigningKeys: [][]byte{oldKey, newKey}, Logger: testLogger(t)})
+	register(app)
+	srv := httptest.NewServer(app)
+	t.Cleanup(srv.Close)
+	return gatewaytest.New(t, newKey), srv.URL
+}
+
+type empty struct{}
+
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), nil))
+}
+
+// entry is a journaled step with output.
+func entry(seq int, name, output string) api.JournalEntry {
+	return api.JournalEntry{Seq: seq, Kind: api.EntryKindStep, Name: name, Output: new(api.AnyJSON(output))}
+}
+
+func TestInvoke(t *testing.T) {
+	t.Parallel()
+
+	t.Run("CompletedWithoutSteps", func(t *testing.T) {
+		t.Parallel()
+		type in struct{ Name string }
+		g, url := serve(t, func(app *functions.App) {
+			functions.Register(app, "hello", func(ctx context.Context, in in) (map[string]string, error) {
+				return map[string]string{"greeting": "Hello, " + in.Name + "!"}, nil
+			})
+		})
+
+		r := g.Invoke(url+"/hello", g.Request("run-1", "hello", `{"Name":"Ada"}`))
+		require.Equal(t, http.StatusOK, r.Code, string(r.Body))
+		require.Equal(t, api.AnswerStatusCompleted, r.Answer.Status)
+		require.JSONEq(t, `{"greeting":"Hello, Ada!"}`, string(*r.Answer.Output))
+		require.Empty(t, g.Journal("run-1"))
+	})
+
+	t.Run("NullInputIsZeroValue", func(t *testing.T) {
+		t.Parallel()
+		g, url := serve(t, func(app *functions.App) {
+			functions.Register(app, "echo", func(ctx context.Context, in struct{ N int }) (int, error) { return in.N, nil })
+		})
+
+		r := g.Invoke(url+"/echo", g.Request("run-1", "echo", `null`))
+		require.Equal(t, api.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
+		require.JSONEq(t, `0`, string(*r.Answer.Output))
+	})
+
+	t.Run("InputThatDoesNotDecodeFails", func(t *testing.T) {
+		t.Parallel()
+		g, url := serve(t, func(app *functions.App) {
+			functions.Register(app, "echo", func(ctx context.Context, in struct{ N int }) (int, error) { return in.N, nil })
+		})
+
+		r := g.Invoke(url+"/echo", g.Request("run-1", "echo", `{"N":"x"}`))
+		require.Equal(t, api.AnswerStatusFailed, r.Answer.Status, string(r.Body))
+		require.Equal(t, "input", r.Answer.Error.Type)
+		require.False(t, *r.Answer.Error.Retryable)
+	})
+
+	t.Run("StepsCheckpointInOrderBeforeTheNextStarts", func(t *testing.T) {
+		t.Parallel()
+		var g *gatewaytest.Gateway
+		var seen []int // journal length as each step starts
+		g, url := serve(t, func(app *functions.App) {
+			functions.Register(app, "three", func(ctx context.Context, _ empty) (int, error) {
+				sum := 0
+				for i, name := range []string{"a", "b", "c"} {
+					n, err := step.Run(ctx, name, func(ctx context.Context) (int, error) {
+						seen = append(seen, len(g.Journal("run-1")))
+						return i + 1, nil
+					})
+					if err != nil {
+						return 0, err
+					}
+					sum += n
+				}
+				return sum, nil
+			})
+		})
+
+		r := g.Invoke(url+"/three", g.Request("run-1", "three", `{}`))
+		require.Equal(t, api.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
+		require.JSONEq(t, `6`, string(*r.Answer.Output))
+		require.Equal(t, []int{0, 1, 2}, seen, "each step starts after the previous one is journaled")
+		j := g.Journal("run-1")
+		require.Len(t, j, 3)
+		for i, e := range j {
+			require.Equal(t, i+1, e.Seq)
+			require.Equal(t, api.EntryKindStep, e.Kind)
+			require.Equal(t, []string{"a", "b", "c"}[i], e.Name)
+			require.JSONEq(t, []string{"1", "2", "3"}[i], string(*e.Output))
+			require.Equal(t, 1, *e.Attempt)
+			require.False(t, e.FinishedAt.Before(*e.StartedAt))
+			require.Nil(t, e.Error)
+		}
+	})
+
+	t.Run("ReplaySkipsJournaledSteps", func(t *testing.T) {
+		t.Parallel()
+		type charge struct {
+			ID     string `json:"id"`
+			Amount int    `json:"amount"`
+		}
+		var calls atomic.Int32
+		g, url := serve(t, func(app *functions.App) {
+			functions.Register(app, "checkout", func(ctx context.Context, _ empty) ([]any, error) {
+				c, err := step.Run(ctx, "charge", func(ctx context.Context) (charge, error) {
+					calls.Add(1)
+					return charge{ID: "new"}, nil
+				})
+				if err != nil {
+					return nil, err
+				}
+				s, err := step.Run(ctx, "ship", func(ctx context.Context) (string, error) {
+					calls.Add(1)
+					return "shipped " + c.ID, nil
+				})
+				return []any{c, s}, err
+			})
+		})
+		_, _ = g.Append("run-1", entry(1, "charge", `{"id":"ch_1","amount":42}`))
+
+		r := g.Invoke(url+"/checkout", g.Request("run-1", "checkout", `{}`))
+		require.Equal(t, api.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
+		require.JSONEq(t, `[{"id":"ch_1","amount":42},"shipped ch_1"]`, string(*r.Answer.Output))
+		require.Equal(t, int32(1), calls.Load(), "only ship runs")
+		require.Len(t, g.Journal("run-1"), 2)
+	})
+
+	t.Run("NondeterminismNamesBoth", func(t *testing.T) {
+		t.Parallel()
+		var ran atomic.Bool
+		g, url := serve(t, func(app *functions.App) {
+			functions.Register(app, "pay", func(ctx context.Context, _ empty) (empty, error) {
+				if _, err := step.Run(ctx, "reserve", func(ctx context.Context) (int, error) { return 1, nil }); err != nil {
+					return empty{}, err
+				}
+				_, err := step.Run(ctx, "charge", func(ctx context.Context) (int, error) {
+					ran.Store(true)
+					return 2, nil
+				})
+				return empty{}, err
+			})
+		})
+		_, _ = g.Append("run-1", entry(1, "reserve", `1`))
+		_, _ = g.Append("run-1", entry(2, "refund", `2`))
+
+		r := g.Invoke(url+"/pay", g.Request("run-1", "pay", `{}`))
+		require.Equal(t, api.AnswerStatusFailed, r.Answer.Status, string(r.Body))
+		require.Equal(t, api.ErrorInfo{
+			Type:      "nondeterminism",
+			Message:   `step 2: code asks for step "charge" but the journal holds step "refund"`,
+			Retryable: new(false),
+		}, *r.Answer.Error)
+		require.False(t, ran.Load())
+	})
+
+	t.Run("NondeterminismNamesKinds", func(t *testing.T) {
+		t.Parallel()
+		g, url := serve(t, func(app *functions.App) {
+			functions.Register(app, "nap", func(ctx context.Context, _ empty) (empty, error) {
+				return empty{}, step.Sleep(ctx, "nap", time.Second)
+			})
+		})
+		_, _ = g.Append("run-1", entry(1, "nap", `1`))
+
+		r := g.Invoke(url+"/nap", g.Request("run-1", "nap", `{}`))
+		require.Equal(t, `step 1: code asks for sleep "nap" but the journal holds step "nap"`, r.Answer.Error.Message, string(r.Body))
+	})
+
+	t.Run("FailedStepWithAttemptsLeftSuspends", func(t *testing.T) {
+		t.Parallel()
+		var after atomic.Bool
+		g, url := serve(t, func(app *functions.App) {
+			functions.Register(app, "flaky", func(ctx context.Context, _ empty) (empty, error) {
+				_, err := step.Run(ctx, "call", func(ctx context.Context) (int, error) {
+					return 0, errors.New("upstream 503")
+				}, step.MaxAttempts(5), step.Backoff(10*time.Millisecond, time.Second))
+				after.Store(true)
+				return empty{}, err
+			})
+		})
+		req := g.Request("run-1", "flaky", `{}`)
+		req.StepAttempts = &map[string]int{"1": 2}
+
+		r := g.Invoke(url+"/flaky", req)
+		require.Equal(t, http.StatusOK, r.Code, string(r.Body))
+		require.Equal(t, api.InvocationAnswer{
+			Status: api.AnswerStatusSuspended,
+			Await: &api.Await{
+				Type: api.AwaitTypeRetry, Seq: 1, Name: "call", Attempt: new(2),
+				Error: &api.ErrorInfo{Type: "step_failed", Message: "upstream 503", Retryable: new(true)},
+				Retry: &api.RetryPolicy{MaxAttempts: new(5), InitialInterval: new("10ms"), MaxInterval: new("1s")},
+			},
+		}, r.Answer)
+		require.False(t, after.Load(), "the step did not return")
+		require.Empty(t, g.Journal("run-1"))
+	})
+
+	t.Run("PanickingStepIsAFailedAttempt", func(t *testing.T) {
+		t.Parallel()
+		g, url := serve(t, func(app *functions.App) {
+			functions.Register(app, "boom", func(ctx context.Context, _ empty) (int, error) {
+				return step.Run(ctx, "boom", func(ctx context.Context) (int, error) { panic("kaboom") })
+			})
+		})
+
+		r := g.Invoke(url+"/boom", g.Request("run-1", "boom", `{}`))
+		require.Equal(t, api.AwaitTypeRetry, r.Answer.Await.Type, string(r.Body))
+		require.Equal(t, "panic: kaboom", r.Answer.Await.Error.Message)
+		require.Equal(t, 3, *r.Answer.Await.Retry.MaxAttempts)
+	})
+
+	t.Run("FinalFailureIsCheckpointedAndReturned", func(t *testing.T) {
+		t.Parallel()
+		var got error
+		g, url := serve(t, func(app *functions.App) {
+			functions.Register(app, "pay", func(ctx context.Context, _ empty) (string, error) {
+				_, err := step.Run(ctx, "charge", func(ctx context.Context) (int, error) {
+					return 0, errors.New("card declined")
+				})
+				got = err
+				// The function handles the failure and goes on.
+				return step.Run(ctx, "notify", func(ctx context.Context) (string, error) { return "told: " + err.Error(), nil })
+			})
+		})
+		req := g.Request("run-1", "pay", `{}`)
+		req.StepAttempts = &map[string]int{"1": 3}
+
+		r := g.Invoke(url+"/pay", req)
+		require.Equal(t, api.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
+		require.JSONEq(t, `"told: card declined"`, string(*r.Answer.Output))
+		require.Equal(t, &step.Error{Seq: 1, Name: "charge", Type: "step_failed", Message: "card declined"}, got)
+		require.True(t, step.IsNonRetryable(got))
+		j := g.Journal("run-1")
+		require.Len(t, j, 2)
+		require.Nil(t, j[0].Output)
+		require.Equal(t, 3, *j[0].Attempt)
+		require.Equal(t, api.ErrorInfo{Type: "step_failed", Message: "card declined", Retryable: new(false)}, *j[0].Error)
+	})
+
+	t.Run("NonRetryableStepFailsAtOnceAndFailsTheRun", func(t *testing.T) {
+		t.Parallel()
+		g, url := serve(t, func(app *functions.App) {
+			functions.Register(app, "pay", func(ctx context.Context, _ empty) (int, error) {
+				return step.Run(ctx, "charge", func(ctx context.Context) (int, error) {
+					return 0, step.NonRetryable(errors.New("card stolen"))
+				})
+			})
+		})
+
+		r := g.Invoke(url+"/pay", g.Request("run-1", "pay", `{}`))
+		require.Equal(t, api.InvocationAnswer{
+			Status: api.AnswerStatusFailed,
+			Error:  &api.ErrorInfo{Type: "non_retryable", Message: "card stolen", Retryable: new(false)},
+		}, r.Answer, string(r.Body))
+		j := g.Journal("run-1")
+		require.Len(t, j, 1)
+		require.Equal(t, "non_retryable", j[0].Error.Type)
+		require.Equal(t, 1, *j[0].Attempt)
+	})
+
+	t.Run("ReplayedFinalErrorFailsTheRun", func(t *testing.T) {
+		t.Parallel()
+		var ran atomic.Bool
+		g, url := serve(t, func(app *functions.App) {
+			functions.Register(app, "pay", func(ctx context.Context, _ empty) (int, error) {
+				n, err := step.Run(ctx, "charge", func(ctx context.Context) (int, error) {
+					ran.Store(true)
+					return 1, nil
+				})
+				if err != nil {
+					return 0, errors.Join(errors.New("checkout"), err)
+				}
+				return n, nil
+			})
+		})
+		_, _ = g.Append("run-1", api.JournalEntry{Seq: 1, Kind: api.EntryKindStep, Name: "charge",
+			Error: &api.ErrorInfo{Type: "step_failed", Message: "card declined"}})
+
+		r := g.Invoke(url+"/pay", g.Request("run-1", "pay", `{}`))
+		require.Equal(t, api.InvocationAnswer{
+			Status: api.AnswerStatusFailed,
+			Error:  &api.ErrorInfo{Type: "step_failed", Message: "checkout\ncard declined", Retryable: new(false)},
+		}, r.Answer, string(r.Body))
+		require.False(t, ran.Load())
+	})
+
+	t.Run("SleepSuspends", func(t *testing.T) {
+		t.Parallel()
+		until := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+		g, url := serve(t, func(app *functions.App) {
+			functions.Register(app, "nap", func(ctx context.Context, _ empty) (empty, error) {
+				return empty{}, step.Sleep(ctx, "nap", 1500*time.Millisecond)
+			})
+			functions.Register(app, "wait", func(ctx context.Context, _ empty) (empty, error) {
+				return empty{}, step.SleepUntil(ctx, "wait", until.In(time.FixedZone("X", 3600)))
+			})
+		})
+
+		r := g.Invoke(url+"/nap", g.Request("run-1", "nap", `{}`))
+		require.Equal(t, api.InvocationAnswer{
+			Status: api.AnswerStatusSuspended,
+			Await:  &api.Await{Type: api.AwaitTypeSleep, Seq: 1, Name: "nap", Duration: new("1.5s")},
+		}, r.Answer, string(r.Body))
+		require.Contains(t, string(r.Body), `"duration":"1.5s"`)
+
+		r = g.Invoke(url+"/wait", g.Request("run-2", "wait", `{}`))
+		require.Equal(t, until, *r.Answer.Await.Until, string(r.Body))
+		require.Nil(t, r.Answer.Await.Duration)
+	})
+
+	t.Run("JournaledSleepContinues", func(t *testing.T) {
+		t.Parallel()
+		g, url := serve(t, func(app *functions.App) {
+			functions.Register(app, "nap", func(ctx context.Context, _ empty) (string, error) {
+				if err := step.Sleep(ctx, "nap", time.Hour); err != nil {
+					return "", err
+				}
+				return step.Run(ctx, "after", func(ctx context.Context) (string, error) { return "awake", nil })
+			})
+		})
+		_, _ = g.Append("run-1", api.JournalEntry{Seq: 1, Kind: api.EntryKindSleep, Name: "nap", Until: new(time.Now())})
+
+		r := g.Invoke(url+"/nap", g.Request("run-1", "nap", `{}`))
+		require.Equal(t, api.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
+		require.JSONEq(t, `"awake"`, string(*r.Answer.Output))
+		require.Equal(t, 2, g.Journal("run-1")[1].Seq)
+	})
+
+	t.Run("CheckpointConflictStops", func(t *testing.T) {
+		t.Parallel()
+		for _, tt := range []struct {
+			name, body string
+			want       api.ErrorInfo
+		}{
+			{"Superseded", `{"type":"superseded","status":409,"title":"Conflict","detail":"run cancelled"}`,
+				api.ErrorInfo{Type: "superseded", Message: `checkpoint step 1 "a": run cancelled`, Retryable: new(false)}},
+			{"NoBody", ``,
+				api.ErrorInfo{Type: "superseded", Message: `checkpoint step 1 "a": Conflict`, Retryable: new(false)}},
+			{"Nondeterminism", `{"type":"https://stepgate.dev/problems/nondeterminism","status":409,"title":"Conflict","detail":"seq 1 holds step \"b\", not step \"a\""}`,
+				api.ErrorInfo{Type: "nondeterminism", Message: `step 1 "a": seq 1 holds step "b", not step "a"`, Retryable: new(false)}},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				var second atomic.Bool
+				g, url := serve(t, func(app *functions.App) {
+					functions.Register(app, "two", func(ctx context.Context, _ empty) (empty, error) {
+						if _, err := step.Run(ctx, "a", func(ctx context.Context) (int, error) { return 1, nil }); err != nil {
+							return empty{}, err
+						}
+						_, err := step.Run(ctx, "b", func(ctx context.Context) (int, error) {
+							second.Store(true)
+							return 2, nil
+						})
+						return empty{}, err
+					})
+				})
+				g.OnCheckpoint(func(string, api.JournalEntry) (int, string) { return http.StatusConflict, tt.body })
+
+				r := g.Invoke(url+"/two", g.Request("run-1", "two", `{}`))
+				require.Equal(t, api.InvocationAnswer{Status: api.AnswerStatusFailed, Error: &tt.want}, r.Answer, string(r.Body))
+				require.False(t, second.Load(), "no step after a 409")
+			})
+		}
+	})
+
+	t.Run("CheckpointUnavailable", func(t *testing.T) {
+		t.Parallel()
+		var tries atomic.Int32
+		g, url := serve(t, func(app *functions.App) {
+			functions.Register(app, "one", func(ctx context.Context, _ empty) (int, error) {
+				return step.Run(ctx, "a", func(ctx context.Context) (int, error) { return 1, nil })
+			})
+		})
+		g.OnCheckpoint(func(runID string, _ api.JournalEntry) (int, string) {
+			if n := tries.Add(1); runID == "run-1" || n > 1 {
+				return http.StatusServiceUnavailable, `{"detail":"database down"}`
+			}
+			return 0, ""
+		})
+
+		r := g.Invoke(url+"/one", g.Request("run-1", "one", `{}`))
+		require.Equal(t, http.StatusInternalServerError, r.Code, string(r.Body))
+		require.Equal(t, "checkpoint", r.Error.Type)
+		require.Contains(t, r.Error.Message, "503 database down")
+		require.Equal(t, int32(4), tries.Load(), "tried a few times")
+	})
+
+	t.Run("CheckpointRetriedUntilItSucceeds", func(t *testing.T) {
+		t.Parallel()
+		var tries atomic.Int32
+		g, url := serve(t, func(app *functions.App) {
+			functions.Register(app, "one", func(ctx context.Context, _ empty) (int, error) {
+				return step.Run(ctx, "a", func(ctx context.Context) (int, error) { return 1, nil })
+			})
+		})
+		g.OnCheckpoint(func(string, api.JournalEntry) (int, string) {
+			if tries.Add(1) == 1 {
+				return http.StatusBadGateway, ``
+			}
+			return 0, ""
+		})
+
+		r := g.Invoke(url+"/one", g.Request("run-1", "one", `{}`))
+		require.Equal(t, api.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
+		require.Len(t, g.Journal("run-1"), 1)
+	})
+
+	t.Run("ErrorAndPanicAnswer500", func(t *testing.T) {
+		t.Parallel()
+		g, url := serve(t, func(app *functions.App) {
+			functions.Register(app, "err", func(ctx context.Context, _ empty) (int, error) { return 0, errors.New("db down") })
+			functions.Register(app, "panic", func(ctx context.Context, _ empty) (int, error) { panic("oops") })
+		})
+
+		r := g.Invoke(url+"/err", g.Request("run-1", "err", `{}`))
+		require.Equal(t, http.StatusInternalServerError, r.Code)
+		require.Equal(t, api.ErrorInfo{Type: "error", Message: "db down"}, r.Error)
+
+		r = g.Invoke(url+"/panic", g.Request("run-2", "panic", `{}`))
+		require.Equal(t, http.StatusInternalServerError, r.Code)
+		require.Equal(t, api.ErrorInfo{Type: "panic", Message: "oops"}, r.Error)
+	})
+
+	t.Run("NonRetryableFunctionErrorFails", func(t *testing.T) {
+		t.Parallel()
+		g, url := serve(t, func(app *functions.App) {
+			functions.Register(app, "bad", func(ctx context.Context, _ empty) (int, error) {
+				return 0, step.NonRetryable(errors.New("order not found"))
+			})
+		})
+
+		r := g.Invoke(url+"/bad", g.Request("run-1", "bad", `{}`))
+		require.Equal(t, api.InvocationAnswer{
+			Status: api.AnswerStatusFailed,
+			Error:  &api.ErrorInfo{Type: "non_retryable", Message: "order not found", Retryable: new(false)},
+		}, r.Answer, string(r.Body))
+	})
+
+	t.Run("RecoveringUserCodeCannotSwallowASuspension", func(t *testing.T) {
+		t.Parallel()
+		var later atomic.Bool
+		g, url := serve(t, func(app *functions.App) {
+			functions.Register(app, "sneaky", func(ctx context.Context, _ empty) (string, error) {
+				func() {
+					defer func() { _ = recover() }()
+					_ = step.Sleep(ctx, "nap", time.Minute)
+				}()
+				// Later steps halt at once and the return value is ignored.
+				_, _ = step.Run(ctx, "later", func(ctx context.Context) (int, error) {
+					later.Store(true)
+					return 1, nil
+				})
+				return "ignored", nil
+			})
+		})
+
+		r := g.Invoke(url+"/sneaky", g.Request("run-1", "sneaky", `{}`))
+		require.Equal(t, api.AnswerStatusSuspended, r.Answer.Status, string(r.Body))
+		require.Equal(t, "nap", r.Answer.Await.Name)
+		require.False(t, later.Load())
+		require.Empty(t, g.Journal("run-1"))
+	})
+
+	t.Run("StepInAnotherGoroutineDoesNotCrash", func(t *testing.T) {
+		t.Parallel()
+		var got, ctxErr error
+		g, url := serve(t, func(app *functions.App) {
+			functions.Register(app, "async", func(ctx context.Context, _ empty) (empty, error) {
+				done := make(chan error)
+				go func() { done <- step.Sleep(ctx, "nap", time.Minute) }()
+				got = <-done
+				ctxErr = ctx.Err()
+				return empty{}, got
+			})
+		})
+
+		r := g.Invoke(url+"/async", g.Request("run-1", "async", `{}`))
+		require.Equal(t, api.AnswerStatusSuspended, r.Answer.Status, string(r.Body))
+		require.Equal(t, api.AwaitTypeSleep, r.Answer.Await.Type)
+		require.ErrorIs(t, got, step.ErrStopped)
+		require.ErrorIs(t, ctxErr, context.Canceled, "the function's context is cancelled")
+	})
+
+	t.Run("NestedStepFails", func(t *testing.T) {
+		t.Parallel()
+		g, url := serve(t, func(app *functions.App) {
+			functions.Register(app, "nest", func(ctx context.Context, _ empty) (int, error) {
+				return step.Run(ctx, "outer", func(ctx context.Context) (int, error) {
+					return step.Run(ctx, "inner", func(ctx context.Context) (int, error) { return 1, nil })
+				})
+			})
+		})
+
+		r := g.Invoke(url+"/nest", g.Request("run-1", "nest", `{}`))
+		require.Equal(t, api.AnswerStatusFailed, r.Answer.Status, string(r.Body))
+		require.Equal(t, step.ErrNested.Error(), r.Answer.Error.Message)
+		require.Len(t, g.Journal("run-1"), 1)
+	})
+
+	t.Run("ReplayOfUnreadableOutputRetries", func(t *testing.T) {
+		t.Parallel()
+		g, url := serve(t, func(app *functions.App) {
+			functions.Register(app, "typed", func(ctx context.Context, _ empty) (int, error) {
+				return step.Run(ctx, "n", func(ctx context.Context) (int, error) { return 1, nil })
+			})
+		})
+		_, _ = g.Append("run-1", entry(1, "n", `"not a number"`))
+
+		r := g.Invoke(url+"/typed", g.Request("run-1", "typed", `{}`))
+		require.Equal(t, http.StatusInternalServerError, r.Code, string(r.Body))
+		require.Equal(t, "replay", r.Error.Type)
+	})
+
+	t.Run("IdentityAndRun", func(t *testing.T) {
+		t.Parallel()
+		g, url := serve(t, func(app *functions.App) {
+			functions.Register(app, "who", func(ctx context.Context, _ empty) ([]any, error) {
+				return []any{functions.IdentityFrom(ctx), functions.RunFrom(ctx).Id, functions.RunFrom(ctx).Attempt}, nil
+			})
+		})
+
+		r := g.Invoke(url+"/who", g.Request("run-7", "who", `{}`))
+		require.JSONEq(t, `[{"subject":"user-1","tenant":"acme","roles":["admin"]},"run-7",1]`, string(*r.Answer.Output), string(r.Body))
+		require.Equal(t, api.Identity{}, functions.IdentityFrom(t.Context()))
+		require.Equal(t, api.InvocationRun{}, functions.RunFrom(t.Context()))
+	})
+}
+
+func TestRequests(t *testing.T) {
+	t.Parallel()
+
+	hello := func(app *functions.App) {
+		functions.Register(app, "hello", func(ctx context.Context, _ empty) (string, error) { return "hi", nil })
+		functions.Register(app, "orders.checkout", func(ctx context.Context, _ empty) (string, error) { return "ok", nil },
+			functions.Timeout(30*time.Second), functions.MaxAttempts(5), functions.Backoff(time.Second, time.Minute))
+	}
+
+	t.Run("Signature", func(t *testing.T) {
+		t.Parallel()
+		g, url := serve(t, hello)
+		body, err := json.Marshal(g.Request("run-1", "hello", `{}`))
+		require.NoError(t, err)
+		now := time.Now()
+
+		for _, tt := range []struct {
+			name string
+			sig  string
+			code int
+		}{
+			{"NewKey", signature.Sign(now, body, newKey), http.StatusOK},
+			{"OldKey", signature.Sign(now, body, oldKey), http.StatusOK},
+			{"BothKeys", signature.Sign(now, body, []byte("unknown"), oldKey), http.StatusOK},
+			{"Missing", "", http.StatusUnauthorized},
+			{"Malformed", "t=abc,v1=zz", http.StatusUnauthorized},
+			{"WrongKey", signature.Sign(now, body, []byte("unknown")), http.StatusUnauthorized},
+			{"OtherBody", signature.Sign(now, []byte(`{}`), newKey), http.StatusUnauthorized},
+			{"Expired", signature.Sign(now.Add(-10*time.Minute), body, newKey), http.StatusUnauthorized},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				r := g.Post(url+"/hello", body, tt.sig)
+				require.Equal(t, tt.code, r.Code, string(r.Body))
+				if tt.code == http.StatusUnauthorized {
+					require.Equal(t, "signature", r.Error.Type)
+					require.True(t, strings.HasPrefix(r.Error.Message, "signature: "), r.Error.Message)
+				}
+			})
+		}
+	})
+
+	t.Run("Manifest", func(t *testing.T) {
+		t.Parallel()
+		g, url := serve(t, hello)
+
+		r := g.Get(url + "/")
+		require.Equal(t, http.StatusOK, r.Code, string(r.Body))
+		require.JSONEq(t, `{"protocol":1,"functions":[
+			{"name":"hello","path":"hello"},
+			{"name":"orders.checkout","path":"orders.checkout","config":{
+				"timeout":"30s","retries":{"max_attempts":5,"initial_interval":"1s","max_interval":"1m0s"}}}
+		]}`, string(r.Body))
+
+		r = g.Post(url+"/", nil, signature.Sign(time.Now(), nil, newKey))
+		require.Equal(t, http.StatusMethodNotAllowed, r.Code)
+	})
+
+	t.Run("ManifestNeedsSignature", func(t *testing.T) {
+		t.Parallel()
+		g, url := serve(t, hello)
+		g.Key = nil
+
+		r := g.Get(url + "/")
+		require.Equal(t, http.StatusUnauthorized, r.Code, string(r.Body))
+		require.Equal(t, "signature", r.Error.Type)
+	})
+
+	t.Run("NoKeysNoVerification", func(t *testing.T) {
+		t.Parallel()
+		app := functions.New(functions.Config{Logger: testLogger(t)})
+		hello(app)
+		srv := httptest.NewServer(app)
+		t.Cleanup(srv.Close)
+		g := gatewaytest.New(t, nil)
+
+		r := g.Invoke(srv.URL+"/hello", g.Request("run-1", "hello", `{}`))
+		require.Equal(t, api.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
+	})
+
+	t.Run("MountedUnderAPrefix", func(t *testing.T) {
+		t.Parallel()
+		app := functions.New(functions.Config{SigningKeys: [][]byte{newKey}})
+		hello(app)
+		mux := http.NewServeMux()
+		mux.Handle("/fns/", http.StripPrefix("/fns", app))
+		srv := httptest.NewServer(mux)
+		t.Cleanup(srv.Close)
+		g := gatewaytest.New(t, newKey)
+
+		require.Equal(t, http.StatusOK, g.Get(srv.URL+"/fns/").Code)
+		r := g.Invoke(srv.URL+"/fns/orders.checkout", g.Request("run-1", "orders.checkout", `{}`))
+		require.Equal(t, api.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
+	})
+
+	t.Run("Malformed", func(t *testing.T) {
+		t.Parallel()
+		g, url := serve(t, hello)
+		valid := g.Request("run-1", "hello", `{}`)
+		for _, tt := range []struct {
+			name, body, want string
+		}{
+			{"NotJSON", `{"protocol":`, "decode invocation: unexpected end of JSON input"},
+			{"WrongType", `{"protocol":"one"}`, "decode invocation: "},
+			{"Protocol2", `{"protocol":2}`, "invalid invocation: protocol 2 is not supported (want 1)"},
+			{"NoRun", `{"protocol":1}`, "invalid invocation: run.id is missing"},
+			{"NoCheckpoint", mustJSON(t, func() any { r := *valid; r.Checkpoint = api.Checkpoint{}; return r }()),
+				"invalid invocation: checkpoint.url or checkpoint.token is missing"},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				r := g.Post(url+"/hello", []byte(tt.body), signature.Sign(time.Now(), []byte(tt.body), newKey))
+				require.Equal(t, http.StatusBadRequest, r.Code, string(r.Body))
+				require.Equal(t, "malformed", r.Error.Type)
+				require.True(t, strings.HasPrefix(r.Error.Message, tt.want), r.Error.Message)
+			})
+		}
+	})
+
+	t.Run("TooLarge", func(t *testing.T) {
+		t.Parallel()
+		app := functions.New(functions.Config{MaxBodyBytes: 10})
+		hello(app)
+		srv := httptest.NewServer(app)
+		t.Cleanup(srv.Close)
+		g := gatewaytest.New(t, nil)
+
+		r := g.Invoke(srv.URL+"/hello", g.Request("run-1", "hello", `{}`))
+		require.Equal(t, http.StatusRequestEntityTooLarge, r.Code, string(r.Body))
+	})
+
+	t.Run("UnknownFunctionAndMethod", func(t *testing.T) {
+		t.Parallel()
+		g, url := serve(t, hello)
+
+		r := g.Invoke(url+"/nope", g.Request("run-1", "nope", `{}`))
+		require.Equal(t, http.StatusNotFound, r.Code)
+		require.Equal(t, `no function "nope"`, r.Error.Message)
+		r = g.Get(url + "/hello")
+		require.Equal(t, http.StatusMethodNotAllowed, r.Code)
+	})
+}
+
+func TestRegister(t *testing.T) {
+	t.Parallel()
+	app := functions.New(functions.Config{})
+	fn := func(ctx context.Context, _ empty) (empty, error) { return empty{}, nil }
+	functions.Register(app, "a.b-c_d", fn)
+
+	require.PanicsWithValue(t, `functions: function "a.b-c_d" registered twice`, func() { functions.Register(app, "a.b-c_d", fn) })
+	for _, name := range []string{"", "a/b", ".a", "a b", strings.Repeat("a", 256)} {
+		require.Panics(t, func() { functions.Register(app, name, fn) }, name)
+	}
+}
+
+func TestStepOutsideAnInvocation(t *testing.T) {
+	t.Parallel()
+	_, err := step.Run(t.Context(), "a", func(ctx context.Context) (int, error) { return 1, nil })
+	require.ErrorIs(t, err, step.ErrNoInvocation)
+	require.ErrorIs(t, step.Sleep(t.Context(), "a", time.Second), step.ErrNoInvocation)
+	require.Equal(t, 0, step.Attempt(t.Context()))
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return string(b)
+}

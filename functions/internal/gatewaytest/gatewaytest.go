@@ -1,0 +1,247 @@
+// Package gatewaytest is a fake stepgate gateway for the SDK's tests: a real HTTP
+// checkpoint endpoint that records entries, and a client that signs invocations and can
+// drive a run through suspensions the way the gateway does, without waiting.
+package gatewaytest
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stepgate/stepgate/functions/signature"
+	"github.com/stepgate/stepgate/gateway/api"
+)
+
+// CheckpointFunc decides the answer to a checkpoint of e for run runID; code 0 lets the
+// gateway journal it as usual.
+type CheckpointFunc func(runID string, e api.JournalEntry) (code int, body string)
+
+// Gateway records the entries checkpointed per run. It is safe for concurrent use.
+type Gateway struct {
+	Key []byte // Signs invocations; nil sends none.
+
+	tb      testing.TB
+	srv     *httptest.Server
+	mu      sync.Mutex
+	journal map[string][]api.JournalEntry
+	hook    CheckpointFunc
+}
+
+// New starts a Gateway, closed in tb's Cleanup.
+func New(tb testing.TB, key []byte) *Gateway {
+	g := &Gateway{Key: key, tb: tb, journal: map[string][]api.JournalEntry{}}
+	g.srv = httptest.NewServer(http.HandlerFunc(g.checkpoint))
+	tb.Cleanup(g.srv.Close)
+	return g
+}
+
+// OnCheckpoint makes f decide the answers to checkpoints.
+func (g *Gateway) OnCheckpoint(f CheckpointFunc) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.hook = f
+}
+
+// Journal returns the entries of run runID so far.
+func (g *Gateway) Journal(runID string) []api.JournalEntry {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]api.JournalEntry(nil), g.journal[runID]...)
+}
+
+func (g *Gateway) checkpoint(w http.ResponseWriter, r *http.Request) {
+	runID := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/v1/runs/"), "/checkpoint")
+	if r.Header.Get("Authorization") != "Bearer "+token(runID) {
+		problem(w, http.StatusUnauthorized, "", "bad invocation token")
+		return
+	}
+	var e api.JournalEntry
+	if err := json.NewDecoder(r.Body).Decode(&e); err != nil {
+		problem(w, http.StatusBadRequest, "", err.Error())
+		return
+	}
+	g.mu.Lock()
+	hook := g.hook
+	g.mu.Unlock()
+	if hook != nil {
+		if code, body := hook(runID, e); code != 0 {
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(code)
+			_, _ = io.WriteString(w, body)
+			return
+		}
+	}
+	if code, msg := g.Append(runID, e); code != http.StatusOK {
+		problem(w, code, "nondeterminism", msg)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = fmt.Fprintf(w, `{"seq":%d}`, e.Seq)
+}
+
+// Append journals e for run runID as the gateway would: in seq order, an identical
+// repeat is harmless and another entry at a journaled seq is a conflict. It returns the
+// HTTP status the checkpoint answers.
+func (g *Gateway) Append(runID string, e api.JournalEntry) (int, string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	j := g.journal[runID]
+	switch {
+	case e.Seq == len(j)+1:
+		g.journal[runID] = append(j, e)
+		return http.StatusOK, ""
+	case e.Seq >= 1 && e.Seq <= len(j):
+		if old := j[e.Seq-1]; old.Kind != e.Kind || old.Name != e.Name {
+			return http.StatusConflict, fmt.Sprintf("seq %d holds %s %q, not %s %q", e.Seq, old.Kind, old.Name, e.Kind, e.Name)
+		}
+		return http.StatusOK, ""
+	default:
+		return http.StatusBadRequest, fmt.Sprintf("seq %d out of order after %d entries", e.Seq, len(j))
+	}
+}
+
+func problem(w http.ResponseWriter, code int, typ, detail string) {
+	p := api.Problem{Status: code, Title: http.StatusText(code), Detail: detail}
+	if typ != "" {
+		p.Type = &typ
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(p)
+}
+
+func token(runID string) string { return "tok-" + runID }
+
+// Request returns an invocation of function for run runID with input (JSON) and the
+// run's journal so far.
+func (g *Gateway) Request(runID, function, input string) *api.InvocationRequest {
+	return &api.InvocationRequest{
+		Protocol: api.InvocationRequestProtocolN1,
+		Run: api.InvocationRun{
+			Id: runID, Function: function, Revision: 1, Attempt: 1,
+			Input: api.AnyJSON(input), CreatedAt: time.Now().UTC(),
+		},
+		Identity:   api.Identity{Subject: "user-1", Tenant: "acme", Roles: []string{"admin"}},
+		Journal:    g.Journal(runID),
+		Checkpoint: api.Checkpoint{Url: g.srv.URL + "/v1/runs/" + runID + "/checkpoint", Token: token(runID)},
+	}
+}
+
+// Response is a function's answer to one invocation.
+type Response struct {
+	Code   int
+	Body   []byte
+	Answer api.InvocationAnswer // when Code is 200
+	Error  api.ErrorInfo        // when Code is not 200
+}
+
+// Invoke POSTs req, signed with Key, to url and returns the answer.
+func (g *Gateway) Invoke(url string, req *api.InvocationRequest) Response {
+	g.tb.Helper()
+	body, err := json.Marshal(req)
+	if err != nil {
+		g.tb.Fatal(err)
+	}
+	return g.Post(url, body, g.sign(body))
+}
+
+func (g *Gateway) sign(body []byte) string {
+	if g.Key == nil {
+		return ""
+	}
+	return signature.Sign(time.Now(), body, g.Key)
+}
+
+// Post sends body to url with the signature header sig (none when empty) and returns the
+// answer.
+func (g *Gateway) Post(url string, body []byte, sig string) Response {
+	g.tb.Helper()
+	return g.do(http.MethodPost, url, body, sig)
+}
+
+// Get GETs url, signed with Key, and returns the answer.
+func (g *Gateway) Get(url string) Response {
+	g.tb.Helper()
+	return g.do(http.MethodGet, url, nil, g.sign(nil))
+}
+
+func (g *Gateway) do(method, url string, body []byte, sig string) Response {
+	g.tb.Helper()
+	req, err := http.NewRequestWithContext(g.tb.Context(), method, url, bytes.NewReader(body))
+	if err != nil {
+		g.tb.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if sig != "" {
+		req.Header.Set(signature.Header, sig)
+	}
+	resp, err := g.srv.Client().Do(req)
+	if err != nil {
+		g.tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	r := Response{Code: resp.StatusCode}
+	if r.Body, err = io.ReadAll(resp.Body); err != nil {
+		g.tb.Fatal(err)
+	}
+	target := any(&r.Error)
+	if r.Code == http.StatusOK {
+		target = &r.Answer
+	}
+	if err := json.Unmarshal(r.Body, target); err != nil {
+		g.tb.Fatalf("answer %d %s: %v", r.Code, r.Body, err)
+	}
+	return r
+}
+
+// Run drives run runID of function at url to its end as the gateway would, without
+// waiting: it journals sleeps as over at once, retries failed steps at once with the next
+// attempt, and retries invocations that answer HTTP 500 up to maxAttempts. It returns the
+// last answer and how many invocations it made.
+func (g *Gateway) Run(url, runID, function, input string, maxAttempts int) (Response, int) {
+	g.tb.Helper()
+	attempts := map[string]int{}
+	invocations, failures := 0, 0
+	for {
+		req := g.Request(runID, function, input)
+		req.Run.Attempt = failures + 1
+		if len(attempts) > 0 {
+			req.StepAttempts = &attempts
+		}
+		r := g.Invoke(url, req)
+		invocations++
+		if invocations > 100 {
+			g.tb.Fatalf("run %s: no end after %d invocations", runID, invocations)
+		}
+		switch {
+		case r.Code != http.StatusOK:
+			if failures++; failures >= maxAttempts {
+				return r, invocations
+			}
+		case r.Answer.Status != api.AnswerStatusSuspended:
+			return r, invocations
+		case r.Answer.Await.Type == api.AwaitTypeSleep:
+			aw := r.Answer.Await
+			until := time.Now().UTC()
+			if aw.Until != nil {
+				until = *aw.Until
+			}
+			if code, msg := g.Append(runID, api.JournalEntry{Seq: aw.Seq, Kind: api.EntryKindSleep, Name: aw.Name, Until: &until}); code != http.StatusOK {
+				g.tb.Fatalf("run %s: journal sleep: %s", runID, msg)
+			}
+		case r.Answer.Await.Type == api.AwaitTypeRetry:
+			aw := r.Answer.Await
+			attempts[strconv.Itoa(aw.Seq)] = *aw.Attempt + 1
+		default:
+			g.tb.Fatalf("run %s: unknown await %q", runID, r.Answer.Await.Type)
+		}
+	}
+}
