@@ -1,0 +1,96 @@
+package functions_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/stepgate/stepgate/functions"
+	"github.com/stepgate/stepgate/functions/signature"
+	"github.com/stepgate/stepgate/functions/step"
+	"github.com/stepgate/stepgate/gateway/api"
+)
+
+type Order struct {
+	ID     string `json:"id"`
+	Amount int    `json:"amount"`
+}
+
+type Receipt struct {
+	ChargeID string `json:"charge_id"`
+	Tracking string `json:"tracking"`
+}
+
+// checkout is a durable function: each step runs until it succeeds once, and a replay
+// returns its journaled output instead of running it again.
+func checkout(ctx context.Context, o Order) (Receipt, error) {
+	chargeID, err := step.Run(ctx, "charge", func(ctx context.Context) (string, error) {
+		return "ch_" + o.ID, nil // call the payment provider here
+	}, step.MaxAttempts(5), step.Backoff(time.Second, time.Minute))
+	if err != nil {
+		return Receipt{}, err // the charge failed for good: the run fails
+	}
+	if err := step.Sleep(ctx, "cool-off", 10*time.Minute); err != nil {
+		return Receipt{}, err
+	}
+	tracking, err := step.Run(ctx, "ship", func(ctx context.Context) (string, error) {
+		return "trk_" + o.ID, nil
+	})
+	return Receipt{ChargeID: chargeID, Tracking: tracking}, err
+}
+
+// Serve an app of functions, then register it with the gateway:
+//
+//	stepgate apps sync http://127.0.0.1:9090/
+func Example() {
+	app := functions.New(functions.Config{
+		SigningKeys: [][]byte{[]byte(os.Getenv("STEPGATE_SIGNING_KEY"))},
+	})
+	functions.Register(app, "orders.checkout", checkout, functions.Timeout(30*time.Second))
+	log.Fatal(http.ListenAndServe("127.0.0.1:9090", app))
+}
+
+// The gateway's side of one invocation, played by hand: the first invocation journals
+// the charge with a checkpoint, then suspends the run for the sleep.
+func ExampleRegister() {
+	key := []byte("signing key")
+	app := functions.New(functions.Config{SigningKeys: [][]byte{key}})
+	functions.Register(app, "orders.checkout", checkout)
+	fns := httptest.NewServer(app)
+	defer fns.Close()
+
+	gateway := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var e api.JournalEntry
+		_ = json.NewDecoder(r.Body).Decode(&e)
+		fmt.Printf("checkpoint %d %s %q: %s (%s)\n", e.Seq, e.Kind, e.Name, *e.Output, r.Header.Get("Authorization"))
+		fmt.Fprintf(w, `{"seq":%d}`, e.Seq)
+	}))
+	defer gateway.Close()
+
+	body, _ := json.Marshal(map[string]any{
+		"protocol":   1,
+		"run":        map[string]any{"id": "run-1", "function": "orders.checkout", "revision": 1, "attempt": 1, "input": Order{ID: "42", Amount: 1000}, "created_at": time.Now()},
+		"identity":   map[string]any{"subject": "ada", "tenant": "acme", "roles": []string{}},
+		"journal":    []any{},
+		"checkpoint": map[string]any{"url": gateway.URL, "token": "invocation-token"},
+	})
+	req, _ := http.NewRequest(http.MethodPost, fns.URL+"/orders.checkout", strings.NewReader(string(body)))
+	req.Header.Set(signature.Header, signature.Sign(time.Now(), body, key))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer resp.Body.Close()
+	answer, _ := io.ReadAll(resp.Body)
+	fmt.Printf("%d %s\n", resp.StatusCode, answer)
+	// Output:
+	// checkpoint 1 step "charge": "ch_42" (Bearer invocation-token)
+	// 200 {"await":{"duration":"10m0s","name":"cool-off","seq":2,"type":"sleep"},"status":"suspended"}
+}

@@ -1,0 +1,95 @@
+package examples_test
+
+import (
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/stepgate/stepgate/functions"
+	"github.com/stepgate/stepgate/functions/examples"
+	"github.com/stepgate/stepgate/functions/internal/gatewaytest"
+	"github.com/stepgate/stepgate/gateway/api"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func serve(t *testing.T) (*gatewaytest.Gateway, string) {
+	t.Helper()
+	key := []byte("key")
+	app := functions.New(functions.Config{SigningKeys: [][]byte{key}, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	examples.Register(app)
+	srv := httptest.NewServer(app)
+	t.Cleanup(srv.Close)
+	return gatewaytest.New(t, key), srv.URL
+}
+
+func TestExamples(t *testing.T) {
+	t.Parallel()
+
+	t.Run("Manifest", func(t *testing.T) {
+		t.Parallel()
+		g, url := serve(t)
+		r := g.Get(url + "/")
+		require.JSONEq(t, `{"protocol":1,"functions":[
+			{"name":"flaky","path":"flaky"},
+			{"name":"hello","path":"hello"},
+			{"name":"orders.checkout","path":"orders.checkout","config":{"timeout":"30s","retries":{"max_attempts":5}}}
+		]}`, string(r.Body))
+	})
+
+	for _, tt := range []struct {
+		name, function, input string
+		invocations           int
+		status                api.AnswerStatus
+		output                string
+		journal               []string
+	}{
+		{"Hello", "hello", `{"name":"Ada"}`, 1, api.AnswerStatusCompleted, `{"greeting":"Hello, Ada!"}`, nil},
+		{"HelloWorld", "hello", `{}`, 1, api.AnswerStatusCompleted, `{"greeting":"Hello, World!"}`, nil},
+		{"Checkout", "orders.checkout", `{"order_id":"o1","amount":500}`, 1, api.AnswerStatusCompleted,
+			`{"reservation":{"order_id":"o1","reserved":true},"charge":{"charge_id":"ch_o1","amount":500},"shipment":{"tracking":"trk_o1"}}`,
+			[]string{"step reserve", "step charge", "step ship"}},
+		{"CheckoutWithSleep", "orders.checkout", `{"sleep_ms":1500}`, 2, api.AnswerStatusCompleted,
+			`{"reservation":{"order_id":"run-1","reserved":true},"charge":{"charge_id":"ch_run-1","amount":0},"shipment":{"tracking":"trk_run-1"}}`,
+			[]string{"step reserve", "step charge", "sleep cool-off", "step ship"}},
+		{"Flaky", "flaky", `{}`, 3, api.AnswerStatusCompleted, `{"attempts":3}`, []string{"step attempt"}},
+		{"FlakyOnce", "flaky", `{"fail_times":0}`, 1, api.AnswerStatusCompleted, `{"attempts":1}`, []string{"step attempt"}},
+		{"FlakyFails", "flaky", `{"fail_times":3}`, 3, api.AnswerStatusFailed, "", []string{"step attempt"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			g, url := serve(t)
+
+			r, n := g.Run(url+"/"+tt.function, "run-1", tt.function, tt.input, 1)
+			require.Equal(t, http.StatusOK, r.Code, string(r.Body))
+			require.Equal(t, tt.status, r.Answer.Status, string(r.Body))
+			require.Equal(t, tt.invocations, n)
+			if tt.output != "" {
+				require.JSONEq(t, tt.output, string(*r.Answer.Output))
+			}
+			var journal []string
+			for _, e := range g.Journal("run-1") {
+				journal = append(journal, string(e.Kind)+" "+e.Name)
+			}
+			require.Equal(t, tt.journal, journal)
+		})
+	}
+
+	t.Run("FlakyFailureIsJournaled", func(t *testing.T) {
+		t.Parallel()
+		g, url := serve(t)
+
+		r, _ := g.Run(url+"/flaky", "run-1", "flaky", `{"fail_times":5}`, 1)
+		want := api.ErrorInfo{Type: "step_failed", Message: "attempt 3 of 5 planned failures: flaky by design", Retryable: new(false)}
+		require.Equal(t, want, *r.Answer.Error)
+		e := g.Journal("run-1")[0]
+		require.Equal(t, 3, *e.Attempt)
+		require.Equal(t, want, *e.Error)
+	})
+}
