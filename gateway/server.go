@@ -72,6 +72,7 @@ func New(cfg Config) (*Server, error) {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
+	e.Binder = jsonBinder{}
 	e.Use(middleware.Recover())
 	e.Use(middleware.BodyLimit(bodyLimit(cmp.Or(cfg.MaxBodyBytes, 1<<20))))
 	e.Use(s.authenticate)

@@ -1,15 +1,425 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stepgate/stepgate/auth"
+	"github.com/stepgate/stepgate/functions"
+	"github.com/stepgate/stepgate/functions/examples"
+	"github.com/stepgate/stepgate/gateway"
+	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/internal/pgserver"
+	"github.com/stepgate/stepgate/invoker"
+	"github.com/stepgate/stepgate/migrations"
+	"github.com/stepgate/stepgate/web"
 )
 
-// cmdDev runs the gateway, dashboard and example functions on a private Postgres.
-func cmdDev(ctx context.Context, args []string) error { return errors.New("dev: not wired yet") }
+// serverConfig is what a gateway process needs, read from the environment and flags.
+type serverConfig struct {
+	databaseURL  string
+	addr         string
+	publicURL    string // how functions reach this gateway, for checkpoints
+	jwtSecret    []byte
+	signingKeys  [][]byte // newest first
+	maxBodyBytes int64
+	maxConns     int32
+	logLevel     slog.Level
+}
 
-// cmdServe runs the gateway against DATABASE_URL.
-func cmdServe(ctx context.Context, args []string) error { return errors.New("serve: not wired yet") }
+// readServerConfig reads the environment variables documented in the README.
+func readServerConfig(getenv func(string) string) (serverConfig, error) {
+	c := serverConfig{
+		databaseURL: getenv("DATABASE_URL"),
+		addr:        cmp.Or(getenv("STEPGATE_ADDR"), ":8080"),
+		publicURL:   getenv("STEPGATE_PUBLIC_URL"),
+		jwtSecret:   []byte(getenv("STEPGATE_JWT_SECRET")),
+	}
+	for k := range strings.SplitSeq(getenv("STEPGATE_SIGNING_KEYS"), ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			c.signingKeys = append(c.signingKeys, []byte(k))
+		}
+	}
+	var err error
+	if c.maxBodyBytes, err = envInt(getenv, "STEPGATE_MAX_BODY_BYTES", 1<<20); err != nil {
+		return c, err
+	}
+	conns, err := envInt(getenv, "STEPGATE_DB_MAX_CONNS", 40)
+	if err != nil {
+		return c, err
+	}
+	c.maxConns = int32(conns)
+	if lvl := getenv("STEPGATE_LOG_LEVEL"); lvl != "" {
+		if err := c.logLevel.UnmarshalText([]byte(lvl)); err != nil {
+			return c, fmt.Errorf("STEPGATE_LOG_LEVEL %q is not one of debug, info, warn, error", lvl)
+		}
+	}
+	return c, nil
+}
+
+func envInt(getenv func(string) string, name string, def int64) (int64, error) {
+	v := getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%s %q is not a positive whole number", name, v)
+	}
+	return n, nil
+}
+
+func (c serverConfig) validate() error {
+	var missing []string
+	if c.databaseURL == "" {
+		missing = append(missing, "DATABASE_URL (the Postgres database, e.g. postgres://user:pass@host:5432/stepgate)")
+	}
+	if len(c.jwtSecret) < 32 {
+		missing = append(missing, "STEPGATE_JWT_SECRET (at least 32 bytes; verifies callers' HS256 tokens)")
+	}
+	if len(c.signingKeys) == 0 {
+		missing = append(missing, "STEPGATE_SIGNING_KEYS (comma-separated, newest first; signs requests to functions)")
+	}
+	if len(missing) > 0 {
+		return errors.New("serve needs:\n  " + strings.Join(missing, "\n  "))
+	}
+	return nil
+}
+
+// invocationKey derives the invocation-token key from the JWT secret, so that every
+// gateway sharing a database accepts the others' checkpoints with no extra setting.
+func (c serverConfig) invocationKey() []byte {
+	m := hmac.New(sha256.New, c.jwtSecret)
+	m.Write([]byte("stepgate invocation tokens v1"))
+	return m.Sum(nil)
+}
+
+func newLogger(level slog.Level) *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+}
+
+// gatewayProcess is a running gateway: its pool, invoker and HTTP server.
+type gatewayProcess struct {
+	pool   *pgxpool.Pool
+	inv    *invoker.Invoker
+	srv    *http.Server
+	ln     net.Listener
+	served chan error
+	log    *slog.Logger
+}
+
+// startGateway connects, migrates, starts the invoker and serves HTTP on c.addr.
+func startGateway(ctx context.Context, c serverConfig, log *slog.Logger) (*gatewayProcess, error) {
+	pc, err := pgxpool.ParseConfig(c.databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	pc.MaxConns = c.maxConns
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	g := &gatewayProcess{pool: pool, log: log, served: make(chan error, 1)}
+	fail := func(err error) (*gatewayProcess, error) {
+		g.stop(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	if err := migrations.Up(ctx, pool); err != nil {
+		return fail(fmt.Errorf("migrate: %w", err))
+	}
+	g.ln, err = net.Listen("tcp", c.addr)
+	if err != nil {
+		return fail(fmt.Errorf("listen on %s: %w", c.addr, err))
+	}
+	publicURL := strings.TrimRight(cmp.Or(c.publicURL, "http://"+reachable(g.ln.Addr())), "/")
+	tokens, err := auth.NewInvocationTokens(c.invocationKey())
+	if err != nil {
+		return fail(err)
+	}
+	verifier, err := auth.NewVerifier(c.jwtSecret)
+	if err != nil {
+		return fail(err)
+	}
+	g.inv, err = invoker.New(invoker.Config{
+		Pool: pool, Logger: log, CheckpointURL: publicURL, SigningKeys: c.signingKeys, Tokens: tokens,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	if err := g.inv.Start(ctx); err != nil {
+		return fail(err)
+	}
+	s, err := gateway.New(gateway.Config{
+		Pool: pool, Invoker: g.inv, Verifier: verifier, Tokens: tokens, Logger: log,
+		SigningKeys: c.signingKeys, MaxBodyBytes: c.maxBodyBytes, Web: web.Handler(),
+	})
+	if err != nil {
+		return fail(err)
+	}
+	g.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	go func() { g.served <- g.srv.Serve(g.ln) }()
+	log.Info("gateway serving", slog.String("addr", g.ln.Addr().String()), slog.String("public_url", publicURL))
+	return g, nil
+}
+
+// reachable turns a listener's address into one a local client can dial (":8080"
+// listens on every interface; dial 127.0.0.1:8080).
+func reachable(a net.Addr) string {
+	ta, ok := a.(*net.TCPAddr)
+	if !ok || ta.IP.IsUnspecified() {
+		return net.JoinHostPort("127.0.0.1", strconv.Itoa(ta.Port))
+	}
+	return ta.String()
+}
+
+// stop shuts down in order: HTTP server, invoker (River), pool.
+func (g *gatewayProcess) stop(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if g.srv != nil {
+		if err := g.srv.Shutdown(ctx); err != nil {
+			g.log.Warn("http shutdown", slog.Any("error", err))
+		}
+	} else if g.ln != nil {
+		g.ln.Close()
+	}
+	if g.inv != nil {
+		if err := g.inv.Stop(ctx); err != nil {
+			g.log.Warn("invoker stop", slog.Any("error", err))
+		}
+	}
+	g.pool.Close()
+}
+
+// cmdServe runs the gateway against DATABASE_URL until interrupted.
+func cmdServe(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	addr := fs.String("addr", "", "listen address (default $STEPGATE_ADDR or :8080)")
+	if err := fs.Parse(args); err != nil {
+		return errFlagsReported
+	}
+	c, err := readServerConfig(os.Getenv)
+	if err != nil {
+		return err
+	}
+	c.addr = cmp.Or(*addr, c.addr)
+	if err := c.validate(); err != nil {
+		return err
+	}
+	log := newLogger(c.logLevel)
+	g, err := startGateway(ctx, c, log)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case err = <-g.served:
+	}
+	g.stop(context.WithoutCancel(ctx))
+	return err
+}
 
 // cmdMigrate applies the migrations to DATABASE_URL.
-func cmdMigrate(ctx context.Context, args []string) error { return errors.New("migrate: not wired yet") }
+func cmdMigrate(ctx context.Context, args []string) error {
+	url := os.Getenv("DATABASE_URL")
+	if url == "" {
+		return errors.New("migrate needs DATABASE_URL")
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer pool.Close()
+	if err := migrations.Up(ctx, pool); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	fmt.Println("migrated")
+	return nil
+}
+
+// devState is what `stepgate dev` keeps in .stepgate/dev.json across restarts, so its
+// tokens stay valid and `stepgate token create` can sign with the same key.
+type devState struct {
+	JWTSecret  string `json:"jwt_secret"`
+	SigningKey string `json:"signing_key"`
+}
+
+func loadDevState(dir string) (devState, error) {
+	path := filepath.Join(dir, "dev.json")
+	var st devState
+	b, err := os.ReadFile(path)
+	if err == nil {
+		if err := json.Unmarshal(b, &st); err != nil {
+			return st, fmt.Errorf("%s: %w (delete it to start afresh)", path, err)
+		}
+		return st, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return st, err
+	}
+	st = devState{JWTSecret: randomKey(), SigningKey: randomKey()}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return st, err
+	}
+	b, _ = json.MarshalIndent(st, "", "  ")
+	return st, os.WriteFile(path, b, 0o600)
+}
+
+func randomKey() string {
+	b := make([]byte, 32)
+	rand.Read(b)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// cmdDev runs the gateway, the dashboard and the example functions on a private Postgres
+// in ./.stepgate (or DATABASE_URL), with generated keys and a printed dev token.
+func cmdDev(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
+	addr := fs.String("addr", "127.0.0.1:8080", "gateway listen address")
+	fnAddr := fs.String("functions-addr", "127.0.0.1:0", "listen address of the example functions")
+	dir := fs.String("dir", ".stepgate", "where dev keeps its Postgres data and keys")
+	if err := fs.Parse(args); err != nil {
+		return errFlagsReported
+	}
+	c, err := readServerConfig(os.Getenv)
+	if err != nil {
+		return err
+	}
+	c.addr = *addr
+	log := newLogger(c.logLevel)
+	st, err := loadDevState(*dir)
+	if err != nil {
+		return err
+	}
+	if len(c.jwtSecret) == 0 {
+		c.jwtSecret = []byte(st.JWTSecret)
+	}
+	if len(c.signingKeys) == 0 {
+		c.signingKeys = [][]byte{[]byte(st.SigningKey)}
+	}
+	if c.databaseURL == "" {
+		pg, err := pgserver.Start(ctx, pgserver.Config{Dir: filepath.Join(*dir, "pg"), Logger: log})
+		if err != nil {
+			return fmt.Errorf("start private postgres: %w", err)
+		}
+		defer pg.Stop()
+		if err := createDatabase(ctx, pg.URL("postgres"), "stepgate"); err != nil {
+			return err
+		}
+		c.databaseURL = pg.URL("stepgate")
+	}
+
+	// The example functions: their own HTTP server, as a real app would be.
+	app := functions.New(functions.Config{SigningKeys: c.signingKeys, Logger: log})
+	examples.Register(app)
+	fnLn, err := net.Listen("tcp", *fnAddr)
+	if err != nil {
+		return fmt.Errorf("listen for the example functions on %s: %w", *fnAddr, err)
+	}
+	fnSrv := &http.Server{Handler: app, ReadHeaderTimeout: 10 * time.Second}
+	go fnSrv.Serve(fnLn)
+	defer fnSrv.Close()
+
+	g, err := startGateway(ctx, c, log)
+	if err != nil {
+		return err
+	}
+	defer g.stop(context.WithoutCancel(ctx))
+
+	token, err := auth.NewToken(c.jwtSecret, auth.Identity{Subject: "dev", Tenant: auth.DefaultTenant, Roles: []string{"admin"}}, 30*24*time.Hour)
+	if err != nil {
+		return err
+	}
+	base := "http://" + reachable(g.ln.Addr())
+	appURL := "http://" + reachable(fnLn.Addr()) + "/"
+	names, err := syncApp(ctx, base, token, appURL)
+	if err != nil {
+		return fmt.Errorf("register the example functions: %w", err)
+	}
+	fmt.Printf(`
+stepgate dev is running
+  dashboard   %[1]s/
+  API         %[1]s/v1
+  functions   %[2]s (served at %[3]s)
+
+STEPGATE_TOKEN=%[4]s
+
+Try it:
+  curl -s -X POST '%[1]s/v1/functions/orders.checkout/runs?wait=30s' -H 'Authorization: Bearer %[4]s' -H 'Content-Type: application/json' -d '{"item":"book"}'
+
+Then read the run's journal:
+  export STEPGATE_URL=%[1]s STEPGATE_TOKEN=%[4]s
+  go run ./cmd/stepgate runs list
+  go run ./cmd/stepgate runs get <run id>
+
+Press Ctrl+C to stop.
+`, base, strings.Join(names, ", "), appURL, token)
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-g.served:
+		return err
+	}
+}
+
+// createDatabase creates name on the server at adminURL unless it exists.
+func createDatabase(ctx context.Context, adminURL, name string) error {
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return fmt.Errorf("connect to private postgres: %w", err)
+	}
+	defer conn.Close(ctx)
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
+		return fmt.Errorf("look for database %s: %w", name, err)
+	}
+	if exists {
+		return nil
+	}
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return fmt.Errorf("create database %s: %w", name, err)
+	}
+	return nil
+}
+
+// syncApp registers every function of the app at appURL through the gateway's API.
+func syncApp(ctx context.Context, baseURL, token, appURL string) ([]string, error) {
+	client, err := api.NewClientWithResponses(baseURL, api.WithRequestEditorFn(func(_ context.Context, r *http.Request) error {
+		r.Header.Set("Authorization", "Bearer "+token)
+		return nil
+	}))
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.SyncAppWithResponse(ctx, api.AppSync{Url: appURL})
+	if err != nil {
+		return nil, err
+	}
+	if resp.JSON200 == nil {
+		return nil, fmt.Errorf("HTTP %d: %s", resp.StatusCode(), resp.Body)
+	}
+	var names []string
+	for _, f := range resp.JSON200.Functions {
+		names = append(names, f.Name)
+	}
+	return names, nil
+}
