@@ -1,0 +1,174 @@
+// Package migrations brings a database to the schema this build of stepgate needs: River's
+// tables, then stepgate's own, from the forward-only NNNN_name.sql files embedded here.
+package migrations
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"regexp"
+	"slices"
+	"strconv"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+)
+
+//go:embed *.sql
+var files embed.FS
+
+// lockKey is the Postgres advisory lock that serializes [Up] across processes. It is
+// "stepgate" in ASCII.
+const lockKey int64 = 0x7374657067617465
+
+// migration is one embedded SQL file.
+type migration struct {
+	version int
+	name    string // the file name
+	sql     string
+}
+
+var fileName = regexp.MustCompile(`^([0-9]{4})_[a-z0-9_]+\.sql$`)
+
+// load returns the embedded migrations ordered by version.
+var load = sync.OnceValues(func() ([]migration, error) {
+	entries, err := fs.ReadDir(files, ".")
+	if err != nil {
+		return nil, fmt.Errorf("migrations: list: %w", err)
+	}
+	var ms []migration
+	for _, e := range entries {
+		m := fileName.FindStringSubmatch(e.Name())
+		if m == nil {
+			return nil, fmt.Errorf("migrations: %s is not named NNNN_name.sql", e.Name())
+		}
+		version, _ := strconv.Atoi(m[1])
+		sql, err := fs.ReadFile(files, e.Name())
+		if err != nil {
+			return nil, fmt.Errorf("migrations: read %s: %w", e.Name(), err)
+		}
+		ms = append(ms, migration{version: version, name: e.Name(), sql: string(sql)})
+	}
+	slices.SortFunc(ms, func(a, b migration) int { return cmp.Compare(a.version, b.version) })
+	for i := 1; i < len(ms); i++ {
+		if ms[i].version == ms[i-1].version {
+			return nil, fmt.Errorf("migrations: %s and %s have the same version", ms[i-1].name, ms[i].name)
+		}
+	}
+	return ms, nil
+})
+
+func newRiverMigrator(pool *pgxpool.Pool) (*rivermigrate.Migrator[pgx.Tx], error) {
+	m, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return nil, fmt.Errorf("migrations: river migrator: %w", err)
+	}
+	return m, nil
+}
+
+// Up applies River's pending migrations, then each embedded migration that the database
+// has not recorded in stepgate.schema_migration yet, in version order. Each migration
+// commits in its own transaction along with its record, so a failed Up leaves the
+// database at the last migration that succeeded, and running Up again resumes there.
+//
+// Up holds a Postgres advisory lock meanwhile, so gateways that start at once migrate
+// one after the other; the later ones find nothing to do. The lock takes one of pool's
+// connections and River's migrations another: pool must allow two. Recorded versions
+// that this build does not know (a newer build migrated the database) are left alone.
+func Up(ctx context.Context, pool *pgxpool.Pool) error {
+	ms, err := load()
+	if err != nil {
+		return err
+	}
+	if pool.Config().MaxConns < 2 {
+		return errors.New("migrations: the pool needs at least 2 connections")
+	}
+	river, err := newRiverMigrator(pool)
+	if err != nil {
+		return err
+	}
+
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("migrations: acquire connection: %w", err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, lockKey); err != nil {
+		conn.Release()
+		return fmt.Errorf("migrations: lock: %w", err)
+	}
+	defer func() {
+		// A connection that may still hold the lock must not return to the pool.
+		if _, err := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, lockKey); err != nil {
+			_ = conn.Hijack().Close(context.WithoutCancel(ctx))
+			return
+		}
+		conn.Release()
+	}()
+
+	if _, err := river.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		return fmt.Errorf("migrations: river: %w", err)
+	}
+
+	_, err = conn.Exec(ctx, `
+		CREATE SCHEMA IF NOT EXISTS stepgate;
+		CREATE TABLE IF NOT EXISTS stepgate.schema_migration (
+			version    integer     PRIMARY KEY,
+			name       text        NOT NULL,
+			applied_at timestamptz NOT NULL DEFAULT now()
+		)`)
+	if err != nil {
+		return fmt.Errorf("migrations: create schema_migration: %w", err)
+	}
+	rows, _ := conn.Query(ctx, `SELECT version FROM stepgate.schema_migration`) // err resurfaces below
+	applied, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return fmt.Errorf("migrations: list applied: %w", err)
+	}
+	for _, m := range ms {
+		if slices.Contains(applied, m.version) {
+			continue
+		}
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, m.sql); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO stepgate.schema_migration (version, name) VALUES ($1, $2)`, m.version, m.name)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("migrations: apply %s: %w", m.name, err)
+		}
+	}
+	return nil
+}
+
+// Hash returns a short hex digest of every migration Up applies, River's and the
+// embedded files. Two builds with the same Hash produce the same schema, so it names
+// migrated template databases in tests.
+func Hash() string { return hash() }
+
+var hash = sync.OnceValue(func() string {
+	h := sha256.New()
+	if river, err := newRiverMigrator(nil); err == nil {
+		for _, m := range river.AllVersions() {
+			fmt.Fprintf(h, "river %d\x00%s\x00", m.Version, m.SQLUp)
+		}
+	}
+	ms, err := load()
+	for _, m := range ms {
+		fmt.Fprintf(h, "%s\x00%s\x00", m.name, m.sql)
+	}
+	if err != nil {
+		fmt.Fprintf(h, "error %s", err)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:12]
+})
