@@ -492,6 +492,11 @@ func TestInvoke(t *testing.T) {
 				})
 				return "ignored", nil
 			})
+			functions.Register(app, "swallow", func(ctx context.Context, _ empty) (string, error) {
+				defer func() { _ = recover() }()
+				_ = step.Sleep(ctx, "nap", time.Minute)
+				return "unreachable", nil
+			})
 		})
 
 		r := g.Invoke(url+"/sneaky", g.Request("run-1", "sneaky", `{}`))
@@ -499,6 +504,10 @@ func TestInvoke(t *testing.T) {
 		require.Equal(t, "nap", r.Answer.Await.Name)
 		require.False(t, later.Load())
 		require.Empty(t, g.Journal("run-1"))
+
+		r = g.Invoke(url+"/swallow", g.Request("run-2", "swallow", `{}`))
+		require.Equal(t, api.AnswerStatusSuspended, r.Answer.Status, string(r.Body))
+		require.Equal(t, "nap", r.Answer.Await.Name)
 	})
 
 	t.Run("StepInAnotherGoroutineDoesNotCrash", func(t *testing.T) {

@@ -38,7 +38,7 @@ func Hello(ctx context.Context, in HelloInput) (HelloOutput, error) {
 
 // CheckoutInput is the input of orders.checkout.
 type CheckoutInput struct {
-	OrderID string `json:"order_id"`
+	OrderID string `json:"order_id"` // Defaults to the run's id.
 	Amount  int    `json:"amount"`   // In cents.
 	SleepMS int    `json:"sleep_ms"` // When positive, a sleep between charge and ship.
 }

@@ -66,8 +66,8 @@ const (
 // not on errors.Is with the function's own errors. It counts as non-retryable: a function
 // that returns it (wrapped or not) fails its run.
 type Error struct {
-	Seq     int
-	Name    string
+	Seq     int    // The step's seq in the run.
+	Name    string // The step's name.
 	Type    string // ErrorTypeFailed or ErrorTypeNonRetryable, or what the journal holds.
 	Message string // The message of the error the step's function returned.
 }

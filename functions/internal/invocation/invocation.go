@@ -19,6 +19,7 @@ package invocation
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -70,7 +71,7 @@ func Retry(typ, msg string) *Stop {
 // State is one invocation. Its methods are safe for concurrent use, though steps must be
 // called one after another for their seqs to be deterministic.
 type State struct {
-	Req *api.InvocationRequest
+	Req *api.InvocationRequest // The invocation, as the gateway sent it; read only.
 
 	// reqCtx is the request's context: checkpoints use it rather than a step's context,
 	// so a deadline the user put on a step cannot cut a checkpoint short.
@@ -294,30 +295,29 @@ const (
 // checkpoint makes one try. It returns a nil Stop on success; retry says whether another
 // try may succeed.
 func (s *State) checkpoint(e *api.JournalEntry, body []byte) (stop *Stop, retry bool) {
-	where := fmt.Sprintf("checkpoint step %d %q", e.Seq, e.Name)
 	req, err := http.NewRequestWithContext(s.reqCtx, http.MethodPost, s.Req.Checkpoint.Url, bytes.NewReader(body))
 	if err != nil {
-		return Retry("checkpoint", fmt.Sprintf("%s: %v", where, err)), false
+		return Retry("checkpoint", fmt.Sprintf("checkpoint step %d %q: %v", e.Seq, e.Name, err)), false
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+s.Req.Checkpoint.Token)
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return Retry("checkpoint", fmt.Sprintf("%s: %v", where, err)), s.reqCtx.Err() == nil
+		return Retry("checkpoint", fmt.Sprintf("checkpoint step %d %q: %v", e.Seq, e.Name, err)), s.reqCtx.Err() == nil
 	}
 	defer resp.Body.Close()
-	// A small body read to the end lets the connection be reused.
+	// Reading the small body to its end lets the connection be reused.
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	code := resp.StatusCode
+	if code >= 200 && code < 300 {
+		return nil, false
+	}
 
 	var p api.Problem
 	_ = json.Unmarshal(raw, &p) // a body that is not a problem leaves p empty
-	detail := p.Detail
-	if detail == "" {
-		detail = http.StatusText(resp.StatusCode)
-	}
-	switch code := resp.StatusCode; {
-	case code >= 200 && code < 300:
-		return nil, false
+	detail := cmp.Or(p.Detail, http.StatusText(code))
+	where := fmt.Sprintf("checkpoint step %d %q", e.Seq, e.Name)
+	switch {
 	case code == http.StatusConflict:
 		if p.Type != nil {
 			// The type may be a bare word or a URI ending in one.

@@ -1,0 +1,61 @@
+package functions_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stepgate/stepgate/functions"
+	"github.com/stepgate/stepgate/functions/signature"
+	"github.com/stepgate/stepgate/functions/step"
+	"github.com/stepgate/stepgate/gateway/api"
+)
+
+// BenchmarkInvoke measures one invocation of a function with ten steps, each
+// checkpointed to a local server: the SDK's overhead per step plus ten loopback calls.
+func BenchmarkInvoke(b *testing.B) {
+	gateway := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		_, _ = w.Write([]byte(`{"seq":1}`))
+	}))
+	defer gateway.Close()
+	app := functions.New(functions.Config{SigningKeys: [][]byte{newKey}})
+	functions.Register(app, "ten", func(ctx context.Context, in struct{ N int }) (int, error) {
+		sum := 0
+		for i := range 10 {
+			n, err := step.Run(ctx, "step-"+strconv.Itoa(i), func(ctx context.Context) (int, error) { return in.N + i, nil })
+			if err != nil {
+				return 0, err
+			}
+			sum += n
+		}
+		return sum, nil
+	})
+	body, err := json.Marshal(api.InvocationRequest{
+		Protocol:   api.InvocationRequestProtocolN1,
+		Run:        api.InvocationRun{Id: "run-1", Function: "ten", Attempt: 1, Input: api.AnyJSON(`{"N":1}`), CreatedAt: time.Now()},
+		Journal:    []api.JournalEntry{},
+		Checkpoint: api.Checkpoint{Url: gateway.URL, Token: "t"},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	sig := signature.Sign(time.Now(), body, newKey)
+
+	b.ReportAllocs()
+	for b.Loop() {
+		r := httptest.NewRequest(http.MethodPost, "/ten", bytes.NewReader(body))
+		r.Header.Set(signature.Header, sig)
+		w := httptest.NewRecorder()
+		app.ServeHTTP(w, r)
+		if w.Code != http.StatusOK {
+			b.Fatal(w.Code, w.Body.String())
+		}
+	}
+}
