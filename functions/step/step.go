@@ -99,7 +99,7 @@ func (e *nonRetryable) Error() string { return e.err.Error() }
 func (e *nonRetryable) Unwrap() error { return e.err }
 
 // Option configures a step's retry policy.
-type Option func(*policy)
+type Option struct{ apply func(*policy) }
 
 type policy struct {
 	maxAttempts     int
@@ -109,14 +109,14 @@ type policy struct {
 // MaxAttempts sets how many attempts the step makes in all, the first included. Values
 // below 1 count as 1. Defaults to [DefaultMaxAttempts].
 func MaxAttempts(n int) Option {
-	return func(p *policy) { p.maxAttempts = max(n, 1) }
+	return Option{func(p *policy) { p.maxAttempts = max(n, 1) }}
 }
 
 // Backoff sets the wait before each retry of the step: a random duration up to
 // min(maxInterval, initial * 2^(n-1)) before attempt n+1, chosen by the gateway. Zero
 // values leave the gateway's defaults (the function's retry policy).
 func Backoff(initial, maxInterval time.Duration) Option {
-	return func(p *policy) { p.initial, p.maxInt = initial, maxInterval }
+	return Option{func(p *policy) { p.initial, p.maxInt = initial, maxInterval }}
 }
 
 func (p *policy) api() *api.RetryPolicy {
@@ -157,7 +157,9 @@ func Run[T any](ctx context.Context, name string, fn func(ctx context.Context) (
 	}
 	p := policy{maxAttempts: DefaultMaxAttempts}
 	for _, o := range opts {
-		o(&p)
+		if o.apply != nil {
+			o.apply(&p)
+		}
 	}
 	attempt := st.Attempt(seq)
 	started := time.Now().UTC()
