@@ -19,7 +19,8 @@
 //
 // When the invocation must end early (a sleep, a retry, nondeterminism, a conflict), these
 // functions do not return: they unwind the function with a private panic that the SDK
-// recovers. Code that recovers panics generically (a deferred recover() that swallows
+// recovers; the function's deferred calls run on the way, as for any panic, and its
+// context is cancelled. Code that recovers panics generically (a deferred recover() that swallows
 // anything) cannot change the outcome: the answer is decided before the panic, later
 // steps halt at once, and whatever the function returns afterwards is ignored. Such code
 // should still re-panic values it does not know, so that it stops running too. Called
