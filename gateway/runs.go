@@ -69,7 +69,7 @@ func (s *Server) StartRun(ctx context.Context, req api.StartRunRequestObject) (a
 		Input:      input,
 		Identity:   journal.Identity(id),
 		Claim:      wait > 0,
-		LeaseGrace: invoker.LeaseGrace,
+		LeaseGrace: s.inv.LeaseGrace(),
 	}
 	if req.Params.IdempotencyKey != nil {
 		n.IdempotencyKey = *req.Params.IdempotencyKey

@@ -78,7 +78,13 @@ func New(cfg Config) (*Server, error) {
 	e.Use(s.authenticate)
 	api.RegisterHandlers(e, api.NewStrictHandler(s, nil))
 	if cfg.Web != nil {
-		e.GET("/*", echo.WrapHandler(cfg.Web))
+		web := echo.WrapHandler(cfg.Web)
+		e.GET("/*", func(c echo.Context) error {
+			if strings.HasPrefix(c.Request().URL.Path, "/v1/") {
+				return echo.ErrNotFound // an unknown API path gets a problem, not a page
+			}
+			return web(c)
+		})
 	}
 	s.echo = e
 	return s, nil

@@ -29,12 +29,11 @@ type Result struct {
 	Error  *journal.ErrorInfo
 }
 
-// LeaseGrace is how long past its function's timeout an invocation's lease lasts, so a
-// slow but live gateway finishes applying the answer before the reaper steps in.
-const LeaseGrace = 30 * time.Second
+// LeaseGrace returns how long past its function's timeout an invocation's lease lasts.
+func (inv *Invoker) LeaseGrace() time.Duration { return inv.leaseGrace }
 
-// Lease returns how long a new invocation of a function with config fc owns its run.
-func Lease(fc FunctionConfig) time.Duration { return fc.Timeout + LeaseGrace }
+// lease returns how long a new invocation of a function with config fc owns its run.
+func (inv *Invoker) lease(fc FunctionConfig) time.Duration { return fc.Timeout + inv.leaseGrace }
 
 // Resume claims runID if it is due and invokes it. It returns journal.ErrNotDue when
 // the run is not due (or another invocation owns it). With notify, a later terminal
@@ -48,7 +47,7 @@ func (inv *Invoker) Resume(ctx context.Context, runID string, notify bool) (*Res
 }
 
 func (inv *Invoker) resume(ctx context.Context, rev *revision, runID string, notify bool) (*Result, error) {
-	claim, err := journal.ClaimRun(ctx, inv.pool, runID, Lease(rev.config))
+	claim, err := journal.ClaimRun(ctx, inv.pool, runID, inv.lease(rev.config))
 	if err != nil {
 		return nil, err
 	}
@@ -212,7 +211,7 @@ func (inv *Invoker) call(ctx context.Context, rev *revision, claim *journal.Clai
 		Journal:  make([]api.JournalEntry, 0, len(claim.Journal)),
 		Checkpoint: api.Checkpoint{
 			Url:   inv.checkpoint + "/v1/runs/" + run.ID + "/checkpoint",
-			Token: inv.tokens.Issue(run.ID, run.Invocation, time.Now().Add(Lease(rev.config))),
+			Token: inv.tokens.Issue(run.ID, run.Invocation, time.Now().Add(inv.lease(rev.config))),
 		},
 	}
 	for _, e := range claim.Journal {

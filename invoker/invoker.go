@@ -52,6 +52,10 @@ type Config struct {
 	// ReapInterval is how often the River leader requeues runs whose lease expired.
 	// Defaults to 5s.
 	ReapInterval time.Duration
+	// LeaseGrace is how long past its function's timeout an invocation's lease lasts,
+	// so a slow but live gateway applies the answer before the reaper steps in.
+	// Defaults to 30s.
+	LeaseGrace time.Duration
 }
 
 // Invoker calls functions and applies their answers. See the package doc.
@@ -64,6 +68,7 @@ type Invoker struct {
 	keys        [][]byte
 	checkpoint  string
 	maxAnswer   int64
+	leaseGrace  time.Duration
 	revisions   sync.Map // revisionKey -> *revision; revisions are immutable
 	waiters     *waiters
 	listenReady chan struct{}
@@ -90,6 +95,7 @@ func New(cfg Config) (*Invoker, error) {
 		keys:        cfg.SigningKeys,
 		checkpoint:  cfg.CheckpointURL,
 		maxAnswer:   cmp.Or(cfg.MaxAnswerBytes, 16<<20),
+		leaseGrace:  cmp.Or(cfg.LeaseGrace, 30*time.Second),
 		waiters:     newWaiters(),
 		listenReady: make(chan struct{}),
 		timers:      map[string]*time.Timer{},
@@ -99,7 +105,7 @@ func New(cfg Config) (*Invoker, error) {
 	river.AddWorker(workers, &invokeWorker{inv: inv})
 	river.AddWorker(workers, &reapWorker{inv: inv})
 	rc, err := river.NewClient(riverpgxv5.New(cfg.Pool), &river.Config{
-		Logger:            cfg.Logger.With(slog.String("component", "river")),
+		Logger:            slog.New(warnOnly{cfg.Logger.Handler()}).With(slog.String("component", "river")),
 		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cmp.Or(cfg.Workers, 100)}},
 		Workers:           workers,
 		FetchCooldown:     cmp.Or(cfg.FetchCooldown, 2*time.Millisecond),
@@ -267,3 +273,14 @@ func (inv *Invoker) armTimer(runID string, rev *revision, d time.Duration, tries
 		}
 	})
 }
+
+// warnOnly passes on River's warnings and errors; its info logs are per-job chatter.
+type warnOnly struct{ slog.Handler }
+
+func (h warnOnly) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && h.Handler.Enabled(ctx, l)
+}
+
+func (h warnOnly) WithAttrs(as []slog.Attr) slog.Handler { return warnOnly{h.Handler.WithAttrs(as)} }
+
+func (h warnOnly) WithGroup(name string) slog.Handler { return warnOnly{h.Handler.WithGroup(name)} }

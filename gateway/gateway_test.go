@@ -1,0 +1,555 @@
+package gateway_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/stepgate/stepgate/auth"
+	"github.com/stepgate/stepgate/functions"
+	"github.com/stepgate/stepgate/functions/step"
+	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/internal/stack"
+	"github.com/stepgate/stepgate/journal"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+	)
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// startRun invokes name with input and waits up to 30s for the result.
+func startRun(t *testing.T, c *api.ClientWithResponses, name, input string, params *api.StartRunParams) *api.StartRunResponse {
+	t.Helper()
+	if params == nil {
+		params = &api.StartRunParams{Wait: ptr("30s")}
+	}
+	resp, err := c.StartRunWithBodyWithResponse(t.Context(), name, params, "application/json", strings.NewReader(input))
+	require.NoError(t, err)
+	return resp
+}
+
+func mustComplete(t *testing.T, c *api.ClientWithResponses, name, input string) api.RunResult {
+	t.Helper()
+	resp := startRun(t, c, name, input, nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
+	require.Equal(t, api.RunStatusCompleted, resp.JSON200.Status, string(resp.Body))
+	return *resp.JSON200
+}
+
+func getRun(t *testing.T, c *api.ClientWithResponses, id string) api.RunDetail {
+	t.Helper()
+	resp, err := c.GetRunWithResponse(t.Context(), id)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
+	return *resp.JSON200
+}
+
+func TestExamples(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	s.SyncExamples(t)
+	c := s.Client(t, s.Token)
+
+	t.Run("HelloGreets", func(t *testing.T) {
+		t.Parallel()
+		res := mustComplete(t, c, "hello", `{"name":"Ada"}`)
+		require.JSONEq(t, `{"greeting":"Hello, Ada!"}`, string(*res.Output))
+	})
+
+	t.Run("CheckoutJournalsThreeSteps", func(t *testing.T) {
+		t.Parallel()
+		res := mustComplete(t, c, "orders.checkout", `{"item":"book"}`)
+		run := getRun(t, c, res.Id)
+		require.Len(t, run.Journal, 3)
+		for i, name := range []string{"reserve", "charge", "ship"} {
+			require.Equal(t, i+1, run.Journal[i].Seq)
+			require.Equal(t, name, run.Journal[i].Name)
+			require.Equal(t, api.EntryKindStep, run.Journal[i].Kind)
+			require.NotNil(t, run.Journal[i].Output)
+		}
+		require.Equal(t, "tester", run.Identity.Subject)
+		require.Equal(t, auth.DefaultTenant, run.Identity.Tenant)
+		require.Equal(t, 1, run.Attempts)
+	})
+
+	t.Run("CheckoutSleepsThenShips", func(t *testing.T) {
+		t.Parallel()
+		res := mustComplete(t, c, "orders.checkout", `{"sleep_ms":200}`)
+		run := getRun(t, c, res.Id)
+		require.Len(t, run.Journal, 4)
+		sleep := run.Journal[2]
+		require.Equal(t, api.EntryKindSleep, sleep.Kind)
+		require.NotNil(t, sleep.Until)
+		require.Equal(t, "ship", run.Journal[3].Name)
+		// The last step ran after the wake time, by the database clock.
+		require.False(t, run.Journal[3].FinishedAt.Before(*sleep.Until))
+		require.Equal(t, 2, run.Attempts, "one invocation before the sleep, one after")
+	})
+
+	t.Run("FlakyRetriesItsStep", func(t *testing.T) {
+		t.Parallel()
+		res := mustComplete(t, c, "flaky", `{"fail_times":2}`)
+		run := getRun(t, c, res.Id)
+		require.Len(t, run.Journal, 1)
+		require.Equal(t, 3, *run.Journal[0].Attempt)
+		require.Len(t, run.Failures, 2, "both failed attempts are kept")
+		require.Equal(t, 1, run.Failures[0].Attempt)
+		require.Equal(t, 2, run.Failures[1].Attempt)
+	})
+
+	t.Run("FlakyFailsPastItsAttempts", func(t *testing.T) {
+		t.Parallel()
+		resp := startRun(t, c, "flaky", `{"fail_times":5}`, nil)
+		require.Equal(t, http.StatusOK, resp.StatusCode())
+		require.Equal(t, api.RunStatusFailed, resp.JSON200.Status)
+		require.NotNil(t, resp.JSON200.Error)
+		require.Contains(t, resp.JSON200.Error.Message, "flaky")
+	})
+
+	t.Run("AsyncThenAttach", func(t *testing.T) {
+		t.Parallel()
+		resp := startRun(t, c, "orders.checkout", `{}`, &api.StartRunParams{})
+		require.Equal(t, http.StatusAccepted, resp.StatusCode(), string(resp.Body))
+		id := resp.JSON202.Id
+		require.Equal(t, "/v1/runs/"+id+"/result", resp.HTTPResponse.Header.Get("Location"))
+		res, err := c.GetRunResultWithResponse(t.Context(), id, &api.GetRunResultParams{Wait: ptr("30s")})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
+		require.Equal(t, api.RunStatusCompleted, res.JSON200.Status)
+	})
+
+	t.Run("WaitRunsOutWith202", func(t *testing.T) {
+		t.Parallel()
+		resp := startRun(t, c, "orders.checkout", `{"sleep_ms":1000}`, &api.StartRunParams{Wait: ptr("100ms")})
+		require.Equal(t, http.StatusAccepted, resp.StatusCode(), string(resp.Body))
+		require.Equal(t, api.RunStatusSuspended, resp.JSON202.Status)
+		res, err := c.GetRunResultWithResponse(t.Context(), resp.JSON202.Id, &api.GetRunResultParams{Wait: ptr("30s")})
+		require.NoError(t, err)
+		require.Equal(t, api.RunStatusCompleted, res.JSON200.Status)
+	})
+}
+
+func TestIdempotency(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	s.SyncExamples(t)
+	c := s.Client(t, s.Token)
+
+	first := startRun(t, c, "hello", `{"name":"a"}`, &api.StartRunParams{Wait: ptr("30s"), IdempotencyKey: ptr("k1")})
+	require.Equal(t, http.StatusOK, first.StatusCode())
+	again := startRun(t, c, "hello", `{ "name" : "a" }`, &api.StartRunParams{Wait: ptr("30s"), IdempotencyKey: ptr("k1")})
+	require.Equal(t, http.StatusOK, again.StatusCode())
+	require.Equal(t, first.JSON200.Id, again.JSON200.Id, "the same key and input return the same run")
+
+	async := startRun(t, c, "hello", `{"name":"a"}`, &api.StartRunParams{IdempotencyKey: ptr("k1")})
+	require.Equal(t, http.StatusOK, async.StatusCode(), "a finished run answers 200 even without wait")
+	require.Equal(t, first.JSON200.Id, async.JSON200.Id)
+
+	other := startRun(t, c, "hello", `{"name":"b"}`, &api.StartRunParams{Wait: ptr("30s"), IdempotencyKey: ptr("k1")})
+	require.Equal(t, http.StatusConflict, other.StatusCode())
+	require.Contains(t, other.ApplicationproblemJSON409.Detail, "different input")
+
+	// Keys are per function.
+	checkout := startRun(t, c, "orders.checkout", `{}`, &api.StartRunParams{Wait: ptr("30s"), IdempotencyKey: ptr("k1")})
+	require.Equal(t, http.StatusOK, checkout.StatusCode())
+	require.NotEqual(t, first.JSON200.Id, checkout.JSON200.Id)
+}
+
+func TestFunctions(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	c := s.Client(t, s.Token)
+	ctx := t.Context()
+
+	reg := func(name, url string, cfg *api.FunctionConfig) *api.RegisterFunctionResponse {
+		resp, err := c.RegisterFunctionWithResponse(ctx, name, api.FunctionRegistration{Url: url, Config: cfg})
+		require.NoError(t, err)
+		return resp
+	}
+	r1 := reg("f1", "http://127.0.0.1:1/f1", nil)
+	require.Equal(t, http.StatusOK, r1.StatusCode(), string(r1.Body))
+	require.Equal(t, 1, r1.JSON200.Revision)
+	r2 := reg("f1", "http://127.0.0.1:1/f1v2", &api.FunctionConfig{Timeout: ptr("10s"), Retries: &api.RetryPolicy{MaxAttempts: ptr(5)}})
+	require.Equal(t, 2, r2.JSON200.Revision)
+
+	got, err := c.GetFunctionWithResponse(ctx, "f1")
+	require.NoError(t, err)
+	require.Equal(t, 2, got.JSON200.Revision)
+	require.Equal(t, "http://127.0.0.1:1/f1v2", got.JSON200.Url)
+	require.Equal(t, "10s", *got.JSON200.Config.Timeout)
+
+	list, err := c.ListFunctionsWithResponse(ctx)
+	require.NoError(t, err)
+	require.Len(t, list.JSON200.Functions, 1)
+
+	for _, bad := range []struct{ name, url, timeout, want string }{
+		{"-bad", "http://x/", "", "function name"},
+		{"ok", "ftp://x/", "", "not an absolute http(s) URL"},
+		{"ok", "http://x/", "soon", "timeout"},
+	} {
+		var cfg *api.FunctionConfig
+		if bad.timeout != "" {
+			cfg = &api.FunctionConfig{Timeout: &bad.timeout}
+		}
+		resp := reg(bad.name, bad.url, cfg)
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode(), string(resp.Body))
+		require.Contains(t, resp.ApplicationproblemJSON400.Detail, bad.want)
+	}
+
+	del, err := c.DeleteFunctionWithResponse(ctx, "f1")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusNoContent, del.StatusCode())
+	gone, err := c.GetFunctionWithResponse(ctx, "f1")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusNotFound, gone.StatusCode())
+	require.Contains(t, gone.ApplicationproblemJSON404.Detail, `"f1" is not registered`)
+	require.Equal(t, http.StatusNotFound, startRun(t, c, "f1", `{}`, nil).StatusCode())
+
+	r3 := reg("f1", "http://127.0.0.1:1/f1", nil)
+	require.Equal(t, 3, r3.JSON200.Revision, "revisions go on after a delete")
+
+	sync, err := c.SyncAppWithResponse(ctx, api.AppSync{Url: "http://127.0.0.1:1/"})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusBadGateway, sync.StatusCode())
+	require.Contains(t, sync.ApplicationproblemJSON502.Detail, "manifest")
+}
+
+func TestRunsList(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	s.SyncExamples(t)
+	c := s.Client(t, s.Token)
+	var ids []string
+	for i := range 5 {
+		ids = append(ids, mustComplete(t, c, "hello", fmt.Sprintf(`{"name":"%d"}`, i)).Id)
+	}
+	mustComplete(t, c, "orders.checkout", `{}`)
+
+	var seen []string
+	params := &api.ListRunsParams{Function: ptr("hello"), Limit: ptr(2)}
+	for {
+		page, err := c.ListRunsWithResponse(t.Context(), params)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, page.StatusCode(), string(page.Body))
+		for _, r := range page.JSON200.Runs {
+			require.Equal(t, "hello", r.Function)
+			seen = append(seen, r.Id)
+		}
+		if page.JSON200.NextCursor == nil {
+			break
+		}
+		params.Cursor = page.JSON200.NextCursor
+	}
+	require.Len(t, seen, 5)
+	for i := range ids {
+		require.Equal(t, ids[len(ids)-1-i], seen[i], "newest first")
+	}
+
+	failed, err := c.ListRunsWithResponse(t.Context(), &api.ListRunsParams{Status: ptr(api.RunStatusFailed)})
+	require.NoError(t, err)
+	require.Empty(t, failed.JSON200.Runs)
+
+	future := time.Now().Add(time.Hour)
+	none, err := c.ListRunsWithResponse(t.Context(), &api.ListRunsParams{CreatedAfter: &future})
+	require.NoError(t, err)
+	require.Empty(t, none.JSON200.Runs)
+
+	bad, err := c.ListRunsWithResponse(t.Context(), &api.ListRunsParams{Cursor: ptr("garbage")})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusBadRequest, bad.StatusCode())
+}
+
+// rawRequest sends a request with full control of headers and body.
+func rawRequest(t *testing.T, method, url, token, contentType string, body io.Reader) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, url, body)
+	require.NoError(t, err)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var out map[string]any
+	raw, _ := io.ReadAll(resp.Body)
+	if len(raw) > 0 {
+		require.NoError(t, json.Unmarshal(raw, &out), string(raw))
+	}
+	if resp.StatusCode >= 400 {
+		require.Equal(t, "application/problem+json", resp.Header.Get("Content-Type"))
+		require.NotEmpty(t, out["detail"])
+	}
+	return resp.StatusCode, out
+}
+
+func TestBadRequests(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{MaxBodyBytes: 1024})
+	s.SyncExamples(t)
+	runs := s.URL + "/v1/functions/hello/runs"
+	other := s.NewToken(t, auth.Identity{Subject: "x", Tenant: "other"})
+	expired, err := auth.NewToken(s.JWTSecret, auth.Identity{Subject: "x"}, -time.Hour)
+	require.NoError(t, err)
+	forged, err := auth.NewToken([]byte("another-secret-0123456789abcdef0123"), auth.Identity{Subject: "x"}, time.Hour)
+	require.NoError(t, err)
+
+	for _, tc := range []struct {
+		name, method, url, token, contentType, body string
+		status                                      int
+		detail                                      string
+	}{
+		{"MalformedJSON", "POST", runs, s.Token, "application/json", `{"name":`, 400, "not valid JSON"},
+		{"NotJSONType", "POST", runs, s.Token, "application/xml", `<a/>`, 415, "must be JSON"},
+		{"UnknownFunction", "POST", s.URL + "/v1/functions/nope/runs", s.Token, "", `{}`, 404, `"nope" is not registered`},
+		{"MissingToken", "POST", runs, "", "", `{}`, 401, "missing Authorization"},
+		{"GarbageToken", "POST", runs, "garbage", "", `{}`, 401, "malformed"},
+		{"ExpiredToken", "GET", s.URL + "/v1/runs", expired, "", "", 401, "expired"},
+		{"ForgedToken", "GET", s.URL + "/v1/functions", forged, "", "", 401, "signature is invalid"},
+		{"TooLarge", "POST", runs, s.Token, "", `{"name":"` + strings.Repeat("x", 2048) + `"}`, 413, "larger than"},
+		{"BadWait", "POST", runs + "?wait=forever", s.Token, "", `{}`, 400, "wait"},
+		{"WaitTooLong", "POST", runs + "?wait=1h", s.Token, "", `{}`, 400, "maximum"},
+		{"RunNotUUID", "GET", s.URL + "/v1/runs/xyz", s.Token, "", "", 404, "does not exist"},
+		{"RunOfAnotherTenant", "GET", s.URL + "/v1/functions/hello", other, "", "", 404, "not registered"},
+		{"NoSuchEndpoint", "GET", s.URL + "/v1/nothing", s.Token, "", "", 404, "no such endpoint"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			status, body := rawRequest(t, tc.method, tc.url, tc.token, tc.contentType, strings.NewReader(tc.body))
+			require.Equal(t, tc.status, status, body)
+			require.Contains(t, body["detail"], tc.detail)
+			if tc.token != "" {
+				require.NotContains(t, fmt.Sprint(body), tc.token, "a problem never echoes the token")
+			}
+		})
+	}
+
+	t.Run("EmptyBodyIsNullInput", func(t *testing.T) {
+		t.Parallel()
+		status, body := rawRequest(t, "POST", runs+"?wait=30s", s.Token, "", nil)
+		require.Equal(t, 200, status, body)
+		require.Equal(t, "Hello, World!", body["output"].(map[string]any)["greeting"])
+	})
+
+	t.Run("HealthzNeedsNoToken", func(t *testing.T) {
+		t.Parallel()
+		status, body := rawRequest(t, "GET", s.URL+"/healthz", "", "", nil)
+		require.Equal(t, 200, status)
+		require.Equal(t, "ok", body["status"])
+	})
+
+	t.Run("TenantsDoNotSeeEachOthersRuns", func(t *testing.T) {
+		t.Parallel()
+		res := mustComplete(t, s.Client(t, s.Token), "hello", `{}`)
+		status, _ := rawRequest(t, "GET", s.URL+"/v1/runs/"+res.Id, other, "", nil)
+		require.Equal(t, 404, status)
+		status, _ = rawRequest(t, "GET", s.URL+"/v1/runs/"+res.Id+"/result", other, "", nil)
+		require.Equal(t, 404, status)
+		status, body := rawRequest(t, "GET", s.URL+"/v1/runs", other, "", nil)
+		require.Equal(t, 200, status)
+		require.Empty(t, body["runs"])
+	})
+}
+
+// badFunctions serves endpoints that misbehave in each way a function can.
+func badFunctions(t *testing.T, hits *atomic.Int32) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/garbage", func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		w.Write([]byte("this is not JSON"))
+	})
+	mux.HandleFunc("/status500", func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		http.Error(w, "database on fire", http.StatusInternalServerError)
+	})
+	mux.HandleFunc("/hang", func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		io.Copy(io.Discard, r.Body) // so the server notices the gateway hanging up
+		<-r.Context().Done()
+	})
+	mux.HandleFunc("/badstatus", func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		w.Write([]byte(`{"status":"maybe"}`))
+	})
+	return mux
+}
+
+func TestMisbehavingFunctions(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	c := s.Client(t, s.Token)
+	for _, tc := range []struct {
+		path, errType, message string
+	}{
+		{"garbage", "bad_answer", "not valid JSON"},
+		{"status500", "http_status", "HTTP 500: database on fire"},
+		{"hang", "timeout", "did not answer within its timeout of 200ms"},
+		{"badstatus", "bad_answer", `status "maybe"`},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			t.Parallel()
+			var hits atomic.Int32
+			url := s.ServeApp(t, badFunctions(t, &hits)) + tc.path
+			resp, err := c.RegisterFunctionWithResponse(t.Context(), tc.path, api.FunctionRegistration{Url: url, Config: &api.FunctionConfig{
+				Timeout: ptr("200ms"),
+				Retries: &api.RetryPolicy{MaxAttempts: ptr(3), InitialInterval: ptr("10ms"), MaxInterval: ptr("20ms")},
+			}})
+			require.NoError(t, err)
+			require.Equal(t, http.StatusOK, resp.StatusCode())
+
+			run := startRun(t, c, tc.path, `{}`, nil)
+			require.Equal(t, http.StatusOK, run.StatusCode(), string(run.Body))
+			require.Equal(t, api.RunStatusFailed, run.JSON200.Status)
+			require.Equal(t, tc.errType, run.JSON200.Error.Type)
+			require.Contains(t, run.JSON200.Error.Message, tc.message)
+			require.Contains(t, run.JSON200.Error.Message, "attempt 3 of 3; giving up")
+			require.EqualValues(t, 3, hits.Load(), "retried per the policy, then failed")
+
+			detail := getRun(t, c, run.JSON200.Id)
+			require.Len(t, detail.Failures, 2, "the failed attempts before the last are kept")
+			require.Equal(t, 3, detail.Attempts)
+		})
+	}
+}
+
+// TestReplayAfterDroppedConnection kills the first invocation right after step 2 is
+// journaled: the retry replays steps 1 and 2 from the journal and runs step 3 once.
+func TestReplayAfterDroppedConnection(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	var ran [4]atomic.Int32
+	kill := make(chan struct{}, 1)
+	app := s.NewApp()
+	functions.Register(app, "replay", func(ctx context.Context, _ struct{}) (string, error) {
+		for i := 1; i <= 3; i++ {
+			if i == 3 && functions.RunFrom(ctx).Attempt == 1 {
+				kill <- struct{}{} // the wrapper drops the connection
+				<-ctx.Done()
+				return "", ctx.Err()
+			}
+			if _, err := step.Run(ctx, fmt.Sprintf("step%d", i), func(ctx context.Context) (int, error) {
+				return int(ran[i].Add(1)), nil
+			}); err != nil {
+				return "", err
+			}
+		}
+		return "done", nil
+	}, functions.MaxAttempts(3), functions.Backoff(10*time.Millisecond, 10*time.Millisecond))
+
+	dropper := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			app.ServeHTTP(w, r.WithContext(ctx))
+		}()
+		select {
+		case <-done:
+		case <-kill:
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+			cancel() // a hijacked request's context is not cancelled by the close
+			<-done
+		}
+	})
+	s.Sync(t, s.ServeApp(t, dropper))
+
+	c := s.Client(t, s.Token)
+	res := mustComplete(t, c, "replay", `{}`)
+	require.JSONEq(t, `"done"`, string(*res.Output))
+	for i := 1; i <= 3; i++ {
+		require.EqualValues(t, 1, ran[i].Load(), "step %d ran once", i)
+	}
+	run := getRun(t, c, res.Id)
+	require.Equal(t, 2, run.Attempts)
+	require.Len(t, run.Journal, 3)
+	require.Len(t, run.Failures, 1)
+	require.Equal(t, "connection", run.Failures[0].Error.Type)
+}
+
+// TestNondeterminism fails a run whose code asks for another step than its journal holds.
+func TestNondeterminism(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	app := s.NewApp()
+	functions.Register(app, "fickle", func(ctx context.Context, _ struct{}) (string, error) {
+		name := "first-name"
+		if functions.RunFrom(ctx).Attempt > 1 {
+			name = "second-name"
+		}
+		if _, err := step.Run(ctx, name, func(ctx context.Context) (int, error) { return 1, nil }); err != nil {
+			return "", err
+		}
+		if functions.RunFrom(ctx).Attempt == 1 {
+			return "", fmt.Errorf("transient failure") // retried: a 500
+		}
+		return "ok", nil
+	}, functions.MaxAttempts(3), functions.Backoff(time.Millisecond, time.Millisecond))
+	s.Sync(t, s.ServeApp(t, app))
+	c := s.Client(t, s.Token)
+	resp := startRun(t, c, "fickle", `{}`, nil)
+	require.Equal(t, api.RunStatusFailed, resp.JSON200.Status, string(resp.Body))
+	require.Equal(t, "nondeterminism", resp.JSON200.Error.Type)
+	require.Contains(t, resp.JSON200.Error.Message, "first-name")
+	require.Contains(t, resp.JSON200.Error.Message, "second-name")
+}
+
+func TestCheckpoint(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	s.SyncExamples(t)
+	ctx := t.Context()
+	run, created, err := journal.CreateRun(ctx, s.Pool, journal.NewRun{
+		ID: "01a22695-0000-7000-8000-000000000001", Tenant: auth.DefaultTenant, Function: "hello",
+		Input: json.RawMessage(`{}`), Identity: journal.Identity{Subject: "t", Tenant: auth.DefaultTenant}, Claim: true, LeaseGrace: time.Minute,
+	})
+	require.NoError(t, err)
+	require.True(t, created)
+	url := s.URL + "/v1/runs/" + run.ID + "/checkpoint"
+	token := s.Tokens.Issue(run.ID, 1, time.Now().Add(time.Minute))
+	post := func(token, body string) (int, map[string]any) {
+		return rawRequest(t, "POST", url, token, "application/json", bytes.NewBufferString(body))
+	}
+
+	status, body := post(token, `{"seq":1,"kind":"step","name":"a","output":{"x":1}}`)
+	require.Equal(t, 200, status, body)
+	status, body = post(token, `{"seq":1,"kind":"step","name":"a","output":{ "x" : 1 }}`)
+	require.Equal(t, 200, status, "an identical repeat is a harmless retry: %v", body)
+	status, body = post(token, `{"seq":1,"kind":"step","name":"b","output":1}`)
+	require.Equal(t, 409, status)
+	require.Equal(t, "nondeterminism", body["type"])
+
+	status, _ = post(s.Token, `{"seq":2,"kind":"step","name":"c"}`)
+	require.Equal(t, 401, status, "a user token is not an invocation token")
+	status, _ = post(s.Tokens.Issue("01a22695-0000-7000-8000-000000000002", 1, time.Now().Add(time.Minute)), `{"seq":2,"kind":"step","name":"c"}`)
+	require.Equal(t, 401, status, "a token of another run")
+	status, _ = post(s.Tokens.Issue(run.ID, 1, time.Now().Add(-time.Minute)), `{"seq":2,"kind":"step","name":"c"}`)
+	require.Equal(t, 401, status, "an expired token")
+	status, body = post(s.Tokens.Issue(run.ID, 2, time.Now().Add(time.Minute)), `{"seq":2,"kind":"step","name":"c"}`)
+	require.Equal(t, 409, status, "a token of another invocation")
+	require.Equal(t, "superseded", body["type"])
+	status, _ = post(token, `{"seq":0,"kind":"step","name":"c"}`)
+	require.Equal(t, 400, status)
+}

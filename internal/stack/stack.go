@@ -1,0 +1,168 @@
+// Package stack starts a whole stepgate gateway for tests: a fresh migrated database,
+// the invoker with its River client, and the HTTP server on a real loopback port, with
+// helpers to mint tokens, serve function apps and call the API through the generated
+// client. Everything stops when the test ends.
+package stack
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stepgate/stepgate/auth"
+	"github.com/stepgate/stepgate/functions"
+	"github.com/stepgate/stepgate/functions/examples"
+	"github.com/stepgate/stepgate/gateway"
+	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/internal/pgtest"
+	"github.com/stepgate/stepgate/invoker"
+	"github.com/stepgate/stepgate/web"
+)
+
+// Stack is a running gateway.
+type Stack struct {
+	URL        string // The gateway's base URL.
+	Pool       *pgxpool.Pool
+	Invoker    *invoker.Invoker
+	JWTSecret  []byte
+	SigningKey []byte
+	Tokens     *auth.InvocationTokens
+	// Token is an admin token of the default tenant.
+	Token string
+}
+
+// Options change a Stack; zero values keep the gateway's defaults.
+type Options struct {
+	MaxBodyBytes int64
+	ReapInterval time.Duration
+	LeaseGrace   time.Duration
+	// DatabaseURL shares a database with another Stack (two gateways); empty makes a
+	// new one.
+	DatabaseURL string
+}
+
+// Start starts a gateway for the test.
+func Start(tb testing.TB, opts Options) *Stack {
+	tb.Helper()
+	ctx := tb.Context()
+	url := opts.DatabaseURL
+	if url == "" {
+		url = pgtest.DBURL(tb)
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cfg.MaxConns = 12
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s := &Stack{
+		Pool:       pool,
+		JWTSecret:  []byte("test-jwt-secret-0123456789abcdef0123456789"),
+		SigningKey: []byte("test-signing-key-0123456789abcdef"),
+	}
+	s.Tokens, err = auth.NewInvocationTokens([]byte("test-invocation-key-0123456789abcdef"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	log := testLogger(tb)
+	srv := httptest.NewUnstartedServer(nil)
+	s.URL = "http://" + srv.Listener.Addr().String()
+	s.Invoker, err = invoker.New(invoker.Config{
+		Pool: pool, Logger: log, CheckpointURL: s.URL, SigningKeys: [][]byte{s.SigningKey}, Tokens: s.Tokens,
+		ReapInterval: opts.ReapInterval, LeaseGrace: opts.LeaseGrace,
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := s.Invoker.Start(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	verifier, err := auth.NewVerifier(s.JWTSecret)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	g, err := gateway.New(gateway.Config{
+		Pool: pool, Invoker: s.Invoker, Verifier: verifier, Tokens: s.Tokens, Logger: log,
+		SigningKeys: [][]byte{s.SigningKey}, MaxBodyBytes: opts.MaxBodyBytes, Web: web.Handler(),
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	srv.Config.Handler = g.Handler()
+	srv.Start()
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		srv.Close()
+		if err := s.Invoker.Stop(ctx); err != nil {
+			tb.Logf("stop invoker: %v", err)
+		}
+		pool.Close()
+	})
+	s.Token = s.NewToken(tb, auth.Identity{Subject: "tester", Tenant: auth.DefaultTenant, Roles: []string{"admin"}})
+	return s
+}
+
+// NewToken signs a token for id, valid for an hour.
+func (s *Stack) NewToken(tb testing.TB, id auth.Identity) string {
+	tb.Helper()
+	tok, err := auth.NewToken(s.JWTSecret, id, time.Hour)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return tok
+}
+
+// Client returns a generated API client that sends token.
+func (s *Stack) Client(tb testing.TB, token string) *api.ClientWithResponses {
+	tb.Helper()
+	c, err := api.NewClientWithResponses(s.URL, api.WithRequestEditorFn(func(_ context.Context, r *http.Request) error {
+		r.Header.Set("Authorization", "Bearer "+token)
+		return nil
+	}))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+// ServeApp serves a function app on a loopback port for the test and returns its URL,
+// ending in "/".
+func (s *Stack) ServeApp(tb testing.TB, h http.Handler) string {
+	tb.Helper()
+	srv := httptest.NewServer(h)
+	tb.Cleanup(srv.Close)
+	return srv.URL + "/"
+}
+
+// NewApp returns an SDK app that verifies this gateway's signatures.
+func (s *Stack) NewApp() *functions.App {
+	return functions.New(functions.Config{SigningKeys: [][]byte{s.SigningKey}})
+}
+
+// SyncExamples serves the example functions and registers them with the admin token.
+func (s *Stack) SyncExamples(tb testing.TB) {
+	tb.Helper()
+	app := s.NewApp()
+	examples.Register(app)
+	s.Sync(tb, s.ServeApp(tb, app))
+}
+
+// Sync registers every function of the app at appURL.
+func (s *Stack) Sync(tb testing.TB, appURL string) {
+	tb.Helper()
+	resp, err := s.Client(tb, s.Token).SyncAppWithResponse(tb.Context(), api.AppSync{Url: appURL})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if resp.JSON200 == nil {
+		tb.Fatalf("sync %s: HTTP %d: %s", appURL, resp.StatusCode(), resp.Body)
+	}
+}
