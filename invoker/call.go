@@ -338,15 +338,21 @@ func trimErr(err error) string {
 // then arms a local timer for a suspended or retrying run and tells local waiters.
 func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, run *journal.Run, o journal.Outcome, notify bool) (*Result, error) {
 	var f *journal.Finished
-	err := pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
-		var err error
-		f, err = journal.Finish(ctx, tx, run.ID, run.Invocation, o)
-		if err != nil || (f.Status != journal.StatusSuspended && f.Status != journal.StatusQueued) {
+	var err error
+	if o.Status.Terminal() && len(o.Steps) == 0 {
+		// One statement: no transaction round trips on the hot path of a short function.
+		f, err = journal.Finish(ctx, inv.pool, run.ID, run.Invocation, o)
+	} else {
+		err = pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
+			var err error
+			f, err = journal.Finish(ctx, tx, run.ID, run.Invocation, o)
+			if err != nil || f.Status.Terminal() {
+				return err
+			}
+			_, err = inv.river.InsertTx(ctx, tx, InvokeArgs{RunID: run.ID}, &river.InsertOpts{ScheduledAt: *f.WakeAt})
 			return err
-		}
-		_, err = inv.river.InsertTx(ctx, tx, InvokeArgs{RunID: run.ID}, &river.InsertOpts{ScheduledAt: *f.WakeAt})
-		return err
-	})
+		})
+	}
 	if errors.Is(err, journal.ErrConflict) {
 		// The answer's entries contradict the journal: the function is not deterministic.
 		e := journal.ErrorInfo{Type: "nondeterminism", Message: err.Error()}
