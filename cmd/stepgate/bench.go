@@ -24,7 +24,6 @@ import (
 const (
 	benchWait          = "30s"            // the ?wait= of every benchmark request
 	benchRequestLimit  = 35 * time.Second // a request's client-side bound: the wait plus slack
-	benchFloorDuration = 2 * time.Second  // how long the commit floor is measured
 	benchMaxErrorKinds = 10               // distinct error messages kept per cell; the rest count as "other"
 	benchConnectLimit  = 10 * time.Second // connecting to Postgres for the floor
 )
@@ -43,6 +42,7 @@ type benchOptions struct {
 	concurrency []int
 	duration    time.Duration
 	warmup      time.Duration
+	floor       time.Duration
 	databaseURL string
 }
 
@@ -55,6 +55,7 @@ func (c *cli) parseBench(args []string) (*benchOptions, error) {
 	concurrency := fs.String("concurrency", "1,16", "comma-separated `LEVELS`: client goroutines per cell")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "how long each (function, concurrency) cell is measured")
 	fs.DurationVar(&o.warmup, "warmup", time.Second, "how long each cell runs unmeasured first")
+	fs.DurationVar(&o.floor, "floor-duration", 2*time.Second, "how long the commit floor is measured")
 	fs.StringVar(&o.databaseURL, "database-url", "", "the gateway's Postgres `URL`, to measure the commit floor (default $DATABASE_URL; none: no floor)")
 	if _, err := parseCommand(fs, args); err != nil {
 		return nil, err
@@ -76,8 +77,8 @@ func (c *cli) parseBench(args []string) (*benchOptions, error) {
 	if len(o.concurrency) == 0 {
 		return nil, usagef("bench: --concurrency names no level")
 	}
-	if o.duration <= 0 || o.warmup < 0 {
-		return nil, usagef("bench: --duration must be positive and --warmup not negative")
+	if o.duration <= 0 || o.floor <= 0 || o.warmup < 0 {
+		return nil, usagef("bench: --duration and --floor-duration must be positive, --warmup not negative")
 	}
 	return o, nil
 }
@@ -155,7 +156,7 @@ type benchReport struct {
 // bench runs "stepgate bench": it drives a running gateway with runs of each
 // function at each concurrency level, measures the commit floor of its
 // database, and prints the latencies. It stops after about
-// (functions × levels × (warmup + duration)) plus 2s for the floor.
+// (functions × levels × (warmup + duration)) plus the floor's 2s.
 func (c *cli) bench(ctx context.Context, args []string) error {
 	o, err := c.parseBench(args)
 	if err != nil {
@@ -191,8 +192,8 @@ func (c *cli) bench(ctx context.Context, args []string) error {
 		Warmup:     o.warmup.String(),
 	}
 	if o.databaseURL != "" {
-		fmt.Fprintf(c.stderr, "bench: measuring the commit floor for %s\n", benchFloorDuration)
-		floor, err := measureFloor(ctx, o.databaseURL, benchFloorDuration)
+		fmt.Fprintf(c.stderr, "bench: measuring the commit floor for %s\n", o.floor)
+		floor, err := measureFloor(ctx, o.databaseURL, o.floor)
 		if err != nil {
 			return err
 		}

@@ -249,6 +249,7 @@ func TestParseBench(t *testing.T) {
 	require.Equal(t, []int{1, 16}, o.concurrency)
 	require.Equal(t, 10*time.Second, o.duration)
 	require.Equal(t, time.Second, o.warmup)
+	require.Equal(t, 2*time.Second, o.floor)
 	require.Equal(t, "postgres://env", o.databaseURL)
 
 	o, err = c.parseBench([]string{"--functions", " a, ,b ", "--concurrency=4,8", "--duration", "2s", "--warmup=0s", "--database-url", "postgres://flag"})
@@ -264,7 +265,7 @@ func TestParseBench(t *testing.T) {
 	_, err = c.parseBench([]string{"--functions", ","})
 	require.ErrorContains(t, err, "names no function")
 	_, err = c.parseBench([]string{"--duration", "0s"})
-	require.ErrorContains(t, err, "--duration must be positive")
+	require.ErrorContains(t, err, "--duration and --floor-duration must be positive")
 }
 
 func TestDispatch(t *testing.T) {

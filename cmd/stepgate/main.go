@@ -122,7 +122,7 @@ Runs:
 
 Measuring:
   bench [--functions hello,orders.checkout] [--concurrency 1,16] [--duration 10s]
-        [--warmup 1s] [--database-url URL]
+        [--warmup 1s] [--database-url URL] [--floor-duration 2s]
                                    latency and throughput of a running gateway
 
   help                             this text

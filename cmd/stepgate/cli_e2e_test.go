@@ -1,0 +1,266 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// devHelperEnv makes TestDevHelper run "stepgate dev" instead of testing, so
+// that the end-to-end test can start a real gateway as a child process: the
+// test binary itself, the way os/exec tests do.
+const devHelperEnv = "STEPGATE_TEST_DEV_HELPER"
+
+// TestDevHelper is not a test: run as a child of TestEndToEnd it is
+// "stepgate dev" with the arguments after "--".
+func TestDevHelper(t *testing.T) {
+	if os.Getenv(devHelperEnv) != "1" {
+		t.Skip("helper process for TestEndToEnd")
+	}
+	args := os.Args
+	for i, a := range args {
+		if a == "--" {
+			args = args[i+1:]
+			break
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, args, os.Getenv, os.Stdout, os.Stderr); err != nil {
+		os.Exit(report(os.Stderr, err))
+	}
+	os.Exit(0)
+}
+
+// devGateway is a "stepgate dev" child process serving on a free port.
+type devGateway struct {
+	url         string
+	token       string
+	databaseURL string
+}
+
+// lockedBuffer collects a child's output from one goroutine for another.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startDev starts "stepgate dev" on a free port with its private Postgres
+// in a temporary directory, waits for its token and for /healthz to be 200,
+// and stops it (SIGINT, then kill) in Cleanup.
+func startDev(t *testing.T) *devGateway {
+	t.Helper()
+	dir := t.TempDir()
+	// The private Postgres runs as the postgres OS user when we are root; the
+	// parent of t.TempDir is private to its owner.
+	require.NoError(t, os.Chmod(filepath.Dir(dir), 0o711))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+
+	cmd := exec.Command(os.Args[0], "-test.run=^TestDevHelper$", "--", "dev", "--addr", addr, "--dir", dir)
+	cmd.Env = append(os.Environ(), devHelperEnv+"=1", "DATABASE_URL=")
+	var stderr lockedBuffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	exited := make(chan struct{}) // closed when the child has exited; then waitErr is set
+	var waitErr error
+	tokens := make(chan string, 1)
+	var out lockedBuffer
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			line := sc.Text()
+			out.Write([]byte(line + "\n"))
+			if tok, ok := strings.CutPrefix(line, "STEPGATE_TOKEN="); ok {
+				select {
+				case tokens <- tok:
+				default:
+				}
+			}
+		}
+		waitErr = cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("stepgate dev stdout:\n%s\nstderr:\n%s", out.String(), stderr.String())
+		}
+	})
+
+	g := &devGateway{
+		url:         "http://" + addr,
+		databaseURL: (&url.URL{Scheme: "postgres", User: url.User("postgres"), Path: "/stepgate", RawQuery: url.Values{"host": {filepath.Join(dir, "pg")}, "port": {"5432"}, "sslmode": {"disable"}}.Encode()}).String(),
+	}
+	deadline := time.After(2 * time.Minute)
+	select {
+	case g.token = <-tokens:
+	case <-exited:
+		t.Fatalf("stepgate dev exited before printing its token: %v", waitErr)
+	case <-deadline:
+		t.Fatal("stepgate dev printed no token within 2 minutes")
+	}
+
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		resp, err := http.Get(g.url + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return g
+			}
+		}
+		select {
+		case <-tick.C:
+		case <-exited:
+			t.Fatalf("stepgate dev exited: %v", waitErr)
+		case <-deadline:
+			t.Fatalf("GET %s/healthz is not 200 within 2 minutes", g.url)
+		}
+	}
+}
+
+// TestEndToEnd drives a real "stepgate dev" gateway with the command line.
+func TestEndToEnd(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("starts stepgate dev with a private Postgres")
+	}
+	g := startDev(t)
+	env := map[string]string{"STEPGATE_URL": g.url, "STEPGATE_TOKEN": g.token}
+	cmd := func(t *testing.T, args ...string) (string, error) {
+		t.Helper()
+		c, stdout, _ := newTestCLI(env, "")
+		err := c.run(t.Context(), args)
+		return stdout.String(), err
+	}
+
+	t.Run("FunctionsList", func(t *testing.T) {
+		t.Parallel()
+		out, err := cmd(t, "functions", "list")
+		require.NoError(t, err)
+		require.Regexp(t, `(?m)^hello +\d+ +http://`, out)
+		require.Regexp(t, `(?m)^orders\.checkout +\d+ +http://\S+ +30s$`, out)
+	})
+
+	t.Run("NotRegistered", func(t *testing.T) {
+		t.Parallel()
+		_, err := cmd(t, "invoke", "nope", "--wait")
+		require.EqualError(t, err, `404 Not Found: function "nope" is not registered`)
+	})
+
+	t.Run("BadToken", func(t *testing.T) {
+		t.Parallel()
+		_, err := cmd(t, "functions", "list", "--token", "not-a-jwt")
+		var aerr *apiError
+		require.ErrorAs(t, err, &aerr)
+		require.Equal(t, http.StatusUnauthorized, aerr.Status)
+	})
+
+	t.Run("InvokeAndReadTheJournal", func(t *testing.T) {
+		t.Parallel()
+		out, err := cmd(t, "invoke", "orders.checkout", "--data", `{"item":"book","sleep_ms":20}`, "--wait", "20s", "--idempotency-key", "e2e-"+t.Name())
+		require.NoError(t, err)
+		first, output, ok := strings.Cut(out, "\n")
+		require.True(t, ok)
+		fields := strings.Fields(first)
+		require.Len(t, fields, 3, out)
+		require.Equal(t, "completed", fields[2])
+		require.Contains(t, output, `"tracking"`)
+
+		out, err = cmd(t, "runs", "get", fields[1])
+		require.NoError(t, err)
+		require.Regexp(t, `(?m)^function +orders\.checkout@\d+$`, out)
+		require.Regexp(t, `(?m)^identity +subject dev, tenant default, roles admin$`, out)
+		require.Regexp(t, `(?m)^  1  step +reserve +\{"order_id":\S+ +attempt 1 `, out)
+		require.Regexp(t, `(?m)^  3  sleep +cool-off +until `, out)
+		require.Regexp(t, `(?m)^  4  step +ship `, out)
+
+		out, err = cmd(t, "runs", "get", fields[1], "--json")
+		require.NoError(t, err)
+		var detail struct {
+			Status  string            `json:"status"`
+			Journal []json.RawMessage `json:"journal"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &detail))
+		require.Equal(t, "completed", detail.Status)
+		require.Len(t, detail.Journal, 4)
+
+		out, err = cmd(t, "runs", "list", "--function", "orders.checkout", "--limit", "500")
+		require.NoError(t, err)
+		require.Contains(t, out, fields[1])
+	})
+
+	t.Run("InvokeWithoutWait", func(t *testing.T) {
+		t.Parallel()
+		out, err := cmd(t, "invoke", "hello", "--data", `{"name":"e2e"}`)
+		require.NoError(t, err)
+		require.Regexp(t, `^run \S+ is (queued|running|completed)\nattach: stepgate runs get \S+\n$`, out)
+	})
+
+	t.Run("Bench", func(t *testing.T) {
+		t.Parallel()
+		out, err := cmd(t, "bench", "--functions", "hello", "--concurrency", "2", "--duration", "300ms", "--warmup", "0s",
+			"--floor-duration", "300ms", "--database-url", g.databaseURL, "--json")
+		require.NoError(t, err)
+		var rep struct {
+			Floor *struct {
+				Fsync   string `json:"fsync"`
+				Latency struct {
+					N int `json:"n"`
+				} `json:"latency"`
+			} `json:"floor"`
+			Cells []struct {
+				Runs          int     `json:"runs"`
+				Errors        int     `json:"errors"`
+				P50FloorRatio float64 `json:"p50_floor_ratio"`
+			} `json:"cells"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &rep))
+		require.NotNil(t, rep.Floor)
+		require.NotEmpty(t, rep.Floor.Fsync)
+		require.Positive(t, rep.Floor.Latency.N)
+		require.Len(t, rep.Cells, 1)
+		require.Positive(t, rep.Cells[0].Runs)
+		require.Zero(t, rep.Cells[0].Errors)
+		require.Positive(t, rep.Cells[0].P50FloorRatio)
+	})
+}
