@@ -57,7 +57,8 @@ CREATE TABLE stepgate.run (
     created_at      timestamptz NOT NULL DEFAULT now(),
     started_at      timestamptz,
     finished_at     timestamptz,
-    FOREIGN KEY (tenant, function, revision) REFERENCES stepgate.function_revision (tenant, name, revision),
+    -- No foreign key to function_revision: revisions are never deleted, and its check
+    -- would share-lock one hot revision row on every run created.
     CHECK ((status IN ('completed', 'failed', 'cancelled')) = (finished_at IS NOT NULL)),
     CHECK ((status = 'running') = (lease_until IS NOT NULL))
 );

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -44,6 +45,7 @@ type serverConfig struct {
 	maxBodyBytes int64
 	maxConns     int32
 	logLevel     slog.Level
+	pprofAddr    string // serves net/http/pprof when set
 }
 
 // readServerConfig reads the environment variables documented in the README.
@@ -53,6 +55,7 @@ func readServerConfig(getenv func(string) string) (serverConfig, error) {
 		addr:        cmp.Or(getenv("STEPGATE_ADDR"), ":8080"),
 		publicURL:   getenv("STEPGATE_PUBLIC_URL"),
 		jwtSecret:   []byte(getenv("STEPGATE_JWT_SECRET")),
+		pprofAddr:   getenv("STEPGATE_PPROF_ADDR"),
 	}
 	for k := range strings.SplitSeq(getenv("STEPGATE_SIGNING_KEYS"), ",") {
 		if k = strings.TrimSpace(k); k != "" {
@@ -177,6 +180,16 @@ func startGateway(ctx context.Context, c serverConfig, log *slog.Logger) (*gatew
 	}
 	g.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	go func() { g.served <- g.srv.Serve(g.ln) }()
+	if c.pprofAddr != "" {
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		go func() {
+			err := http.ListenAndServe(c.pprofAddr, mux)
+			log.Warn("pprof server stopped", slog.Any("error", err))
+		}()
+	}
 	log.Info("gateway serving", slog.String("addr", g.ln.Addr().String()), slog.String("public_url", publicURL))
 	return g, nil
 }
