@@ -30,29 +30,33 @@ func RegisterFunction(ctx context.Context, db DB, tenant, name, url string, conf
 	if len(config) == 0 {
 		config = json.RawMessage(`{}`)
 	}
-	for range 5 {
-		rows, _ := db.Query(ctx, `
-			WITH r AS (
-				INSERT INTO stepgate.function_revision (tenant, name, revision, url, config, timeout_ms)
-				SELECT $1, $2, coalesce(max(revision), 0) + 1, $3, $4, $5
-				FROM stepgate.function_revision WHERE tenant = $1 AND name = $2
-				RETURNING *
-			), cur AS (
-				INSERT INTO stepgate.function (tenant, name, revision)
-				SELECT tenant, name, revision FROM r
-				ON CONFLICT (tenant, name) DO UPDATE SET revision = excluded.revision
-			)
-			SELECT `+functionColumns+` FROM r`, tenant, name, url, config, timeout.Milliseconds())
-		fn, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Function])
-		if isUniqueViolation(err) {
-			continue // a concurrent registration took that revision; take the next
-		}
-		if err != nil {
-			return nil, fmt.Errorf("register function %s: %w", name, err)
-		}
-		return fn, nil
+	b := &pgx.Batch{}
+	// The lock serializes registrations of one name until the transaction ends (a batch
+	// outside one runs as one implicit transaction), so the insert's snapshot, taken
+	// after it, holds every earlier revision and no registration has to retry.
+	b.Queue(`SELECT pg_advisory_xact_lock(hashtextextended('stepgate.function/' || $1::text || '/' || $2::text, 0))`, tenant, name)
+	var fn *Function
+	b.Queue(`
+		WITH r AS (
+			INSERT INTO stepgate.function_revision (tenant, name, revision, url, config, timeout_ms)
+			SELECT $1, $2, coalesce(max(revision), 0) + 1, $3, $4, $5
+			FROM stepgate.function_revision WHERE tenant = $1 AND name = $2
+			RETURNING *
+		), cur AS (
+			INSERT INTO stepgate.function (tenant, name, revision)
+			SELECT tenant, name, revision FROM r
+			ON CONFLICT (tenant, name) DO UPDATE SET revision = excluded.revision
+		)
+		SELECT `+functionColumns+` FROM r`, tenant, name, url, config, timeout.Milliseconds()).
+		Query(func(rows pgx.Rows) error {
+			var err error
+			fn, err = pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Function])
+			return err
+		})
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("register function %s: %w", name, err)
 	}
-	return nil, fmt.Errorf("register function %s: too many concurrent registrations", name)
+	return fn, nil
 }
 
 // GetFunction returns the current revision of a registered function, or ErrNotFound.
