@@ -103,6 +103,16 @@ func TestExamples(t *testing.T) {
 		require.Equal(t, 2, run.Attempts, "one invocation before the sleep, one after")
 	})
 
+	t.Run("ChainRunsTenSteps", func(t *testing.T) {
+		t.Parallel()
+		res := mustComplete(t, c, "chain", `{"steps":10}`)
+		require.JSONEq(t, `{"sum":55}`, string(*res.Output))
+		run := getRun(t, c, res.Id)
+		require.Len(t, run.Journal, 10)
+		require.Equal(t, "step-10", run.Journal[9].Name)
+		require.Equal(t, 1, run.Attempts, "ten steps, one invocation")
+	})
+
 	t.Run("FlakyRetriesItsStep", func(t *testing.T) {
 		t.Parallel()
 		res := mustComplete(t, c, "flaky", `{"fail_times":2}`)

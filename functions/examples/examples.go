@@ -1,6 +1,6 @@
 // Package examples holds the example functions that `stepgate dev` and compose.yaml
-// serve: hello (no steps), orders.checkout (three steps and an optional sleep) and flaky
-// (a step that fails before it succeeds).
+// serve: hello (no steps), orders.checkout (three steps and an optional sleep), flaky
+// (a step that fails before it succeeds) and chain (n steps in a row, for benchmarks).
 package examples
 
 import (
@@ -19,6 +19,7 @@ func Register(app *functions.App) {
 	functions.Register(app, "hello", Hello)
 	functions.Register(app, "orders.checkout", Checkout, functions.Timeout(30*time.Second), functions.MaxAttempts(5))
 	functions.Register(app, "flaky", Flaky)
+	functions.Register(app, "chain", Chain)
 }
 
 // HelloInput is the input of hello.
@@ -126,3 +127,34 @@ func Flaky(ctx context.Context, in FlakyInput) (FlakyOutput, error) {
 }
 
 var errFlaky = errors.New("flaky by design")
+
+// ChainInput is the input of chain.
+type ChainInput struct {
+	Steps *int `json:"steps"` // How many steps; defaults to 10, at most 1000.
+}
+
+// ChainOutput is the output of chain.
+type ChainOutput struct {
+	Sum int `json:"sum"` // 1 + 2 + ... + steps, each term the output of one step.
+}
+
+// Chain runs in.Steps steps in a row, "step-1" to "step-N", each returning its number:
+// the shape of a long workflow, and the 10-step benchmark.
+func Chain(ctx context.Context, in ChainInput) (ChainOutput, error) {
+	n := 10
+	if in.Steps != nil {
+		n = *in.Steps
+	}
+	if n < 0 || n > 1000 {
+		return ChainOutput{}, step.NonRetryable(fmt.Errorf("steps must be between 0 and 1000, not %d", n))
+	}
+	var out ChainOutput
+	for i := 1; i <= n; i++ {
+		v, err := step.Run(ctx, fmt.Sprintf("step-%d", i), func(ctx context.Context) (int, error) { return i, nil })
+		if err != nil {
+			return out, err
+		}
+		out.Sum += v
+	}
+	return out, nil
+}
