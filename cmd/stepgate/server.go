@@ -278,14 +278,7 @@ type devState struct {
 
 func loadDevState(dir string) (devState, error) {
 	path := filepath.Join(dir, "dev.json")
-	var st devState
-	b, err := os.ReadFile(path)
-	if err == nil {
-		if err := json.Unmarshal(b, &st); err != nil {
-			return st, fmt.Errorf("%s: %w (delete it to start afresh)", path, err)
-		}
-		return st, nil
-	}
+	st, err := loadDevStateFile(path)
 	if !errors.Is(err, os.ErrNotExist) {
 		return st, err
 	}
@@ -293,8 +286,20 @@ func loadDevState(dir string) (devState, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return st, err
 	}
-	b, _ = json.MarshalIndent(st, "", "  ")
+	b, _ := json.MarshalIndent(st, "", "  ")
 	return st, os.WriteFile(path, b, 0o600)
+}
+
+func loadDevStateFile(path string) (devState, error) {
+	var st devState
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, fmt.Errorf("%s: %w (delete it to start afresh)", path, err)
+	}
+	return st, nil
 }
 
 func randomKey() string {
@@ -375,6 +380,7 @@ stepgate dev is running
   functions   %[2]s (served at %[3]s)
 
 STEPGATE_TOKEN=%[4]s
+STEPGATE_SIGNING_KEYS=%[5]s   (your own functions verify requests with it)
 
 Try it:
   curl -s -X POST '%[1]s/v1/functions/orders.checkout/runs?wait=30s' -H 'Authorization: Bearer %[4]s' -H 'Content-Type: application/json' -d '{"item":"book"}'
@@ -385,7 +391,7 @@ Then read the run's journal:
   go run ./cmd/stepgate runs get <run id>
 
 Press Ctrl+C to stop.
-`, base, strings.Join(names, ", "), appURL, token)
+`, base, strings.Join(names, ", "), appURL, token, c.signingKeys[0])
 	select {
 	case <-ctx.Done():
 		return nil
