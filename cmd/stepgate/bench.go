@@ -33,6 +33,7 @@ const (
 var benchInputs = map[string]string{
 	"hello":           `{"name":"bench"}`,
 	"orders.checkout": `{}`,
+	"chain":           `{"steps":10}`,
 }
 
 // benchOptions are the parsed arguments of "stepgate bench".
@@ -49,9 +50,9 @@ type benchOptions struct {
 // parseBench parses the bench command line; --database-url defaults to
 // $DATABASE_URL.
 func (c *cli) parseBench(args []string) (*benchOptions, error) {
-	fs := c.newFlagSet("bench", "[--functions hello,orders.checkout] [--concurrency 1,16] [--duration 10s] [--warmup 1s] [--database-url URL]")
+	fs := c.newFlagSet("bench", "[--functions hello,orders.checkout,chain] [--concurrency 1,16] [--duration 10s] [--warmup 1s] [--database-url URL]")
 	o := &benchOptions{client: addClientFlags(fs, true)}
-	functions := fs.String("functions", "hello,orders.checkout", "comma-separated `NAMES` of registered functions to run")
+	functions := fs.String("functions", "hello,orders.checkout,chain", "comma-separated `NAMES` of registered functions to run")
 	concurrency := fs.String("concurrency", "1,16", "comma-separated `LEVELS`: client goroutines per cell")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "how long each (function, concurrency) cell is measured")
 	fs.DurationVar(&o.warmup, "warmup", time.Second, "how long each cell runs unmeasured first")

@@ -245,7 +245,7 @@ func TestParseBench(t *testing.T) {
 	c, _, _ := newTestCLI(map[string]string{"DATABASE_URL": "postgres://env"}, "")
 	o, err := c.parseBench(nil)
 	require.NoError(t, err)
-	require.Equal(t, []string{"hello", "orders.checkout"}, o.functions)
+	require.Equal(t, []string{"hello", "orders.checkout", "chain"}, o.functions)
 	require.Equal(t, []int{1, 16}, o.concurrency)
 	require.Equal(t, 10*time.Second, o.duration)
 	require.Equal(t, time.Second, o.warmup)

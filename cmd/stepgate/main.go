@@ -120,8 +120,13 @@ Runs:
                                    runs, newest first (also: stepgate runs)
   runs get ID                      a run with its journal and failed attempts
 
+Tokens:
+  token create --sub S [--tenant T] [--role R ...] [--ttl 1h]
+                                   sign a token with $STEPGATE_JWT_SECRET, or the key of
+                                   the "stepgate dev" in this folder
+
 Measuring:
-  bench [--functions hello,orders.checkout] [--concurrency 1,16] [--duration 10s]
+  bench [--functions hello,orders.checkout,chain] [--concurrency 1,16] [--duration 10s]
         [--warmup 1s] [--database-url URL] [--floor-duration 2s]
                                    latency and throughput of a running gateway
 
@@ -175,6 +180,8 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 		return c.runs(ctx, rest)
 	case "bench":
 		return c.bench(ctx, rest)
+	case "token":
+		return c.tokenCmd(ctx, rest)
 	default:
 		return usagef("unknown command %q", cmd)
 	}

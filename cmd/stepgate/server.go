@@ -378,6 +378,7 @@ stepgate dev is running
   dashboard   %[1]s/
   API         %[1]s/v1
   functions   %[2]s (served at %[3]s)
+  database    %[6]s
 
 STEPGATE_TOKEN=%[4]s
 STEPGATE_SIGNING_KEYS=%[5]s   (your own functions verify requests with it)
@@ -391,7 +392,7 @@ Then read the run's journal:
   go run ./cmd/stepgate runs get <run id>
 
 Press Ctrl+C to stop.
-`, base, strings.Join(names, ", "), appURL, token, c.signingKeys[0])
+`, base, strings.Join(names, ", "), appURL, token, c.signingKeys[0], c.databaseURL)
 	select {
 	case <-ctx.Done():
 		return nil
