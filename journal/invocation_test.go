@@ -1,0 +1,500 @@
+package journal_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stepgate/stepgate/internal/pgtest"
+	"github.com/stepgate/stepgate/journal"
+)
+
+func TestAppendEntry(t *testing.T) {
+	t.Parallel()
+
+	t.Run("IdenticalRepeatIsANoOp", func(t *testing.T) {
+		t.Parallel()
+		ctx, tx := t.Context(), pgtest.Tx(t)
+		run := mustCreateRun(t, tx, claimed)
+		started := dbNow(t, tx).Add(-time.Second)
+		first := step(1, "charge", `{"id":"ch_1","amount":500}`)
+		first.StartedAt = &started
+		require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, first))
+		retry := step(1, "charge", `{ "amount" : 500, "id" : "ch_1" }`)
+		require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, retry), "same entry, other spacing and key order: a retry")
+
+		failed := journal.Entry{Seq: 2, Kind: journal.KindStep, Name: "ship", Attempt: 3,
+			Error: &journal.ErrorInfo{Type: "carrier", Message: "no trucks"}}
+		require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, failed))
+		require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, failed))
+		empty := step(3, "noop", "")
+		require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, empty))
+		require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, empty))
+
+		es := mustEntries(t, tx, run.ID)
+		require.Len(t, es, 3)
+		require.Equal(t, "charge", es[0].Name)
+		require.JSONEq(t, string(first.Output), string(es[0].Output))
+		require.Equal(t, 1, es[0].Attempt, "attempt defaults to 1")
+		require.Equal(t, started, *es[0].StartedAt)
+		require.Equal(t, dbNow(t, tx), es[0].FinishedAt, "finished by the database clock")
+		require.Equal(t, failed.Error, es[1].Error)
+		require.Equal(t, 3, es[1].Attempt)
+		require.Nil(t, es[2].Output)
+	})
+
+	t.Run("ADifferentEntryConflicts", func(t *testing.T) {
+		t.Parallel()
+		ctx, tx := t.Context(), pgtest.Tx(t)
+		run := mustCreateRun(t, tx, claimed)
+		require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, step(1, "charge", `1`)))
+
+		err := journal.AppendEntry(ctx, tx, run.ID, 1, step(1, "refund", `1`))
+		require.ErrorIs(t, err, journal.ErrConflict)
+		require.ErrorContains(t, err, `"charge"`)
+		require.ErrorContains(t, err, `"refund"`)
+		for _, other := range []journal.Entry{
+			step(1, "charge", `2`),
+			step(1, "charge", ""),
+			{Seq: 1, Kind: journal.KindSleep, Name: "charge"},
+			{Seq: 1, Kind: journal.KindStep, Name: "charge", Error: &journal.ErrorInfo{Type: "x", Message: "boom"}},
+		} {
+			require.ErrorIs(t, journal.AppendEntry(ctx, tx, run.ID, 1, other), journal.ErrConflict, "%+v", other)
+		}
+		es := mustEntries(t, tx, run.ID)
+		require.Len(t, es, 1)
+		require.JSONEq(t, `1`, string(es[0].Output), "the first write wins")
+	})
+
+	t.Run("AnotherInvocationIsSuperseded", func(t *testing.T) {
+		t.Parallel()
+		ctx, tx := t.Context(), pgtest.Tx(t)
+		run := mustCreateRun(t, tx, claimed)
+		for _, inv := range []int{0, 2} {
+			require.ErrorIs(t, journal.AppendEntry(ctx, tx, run.ID, inv, step(1, "a", `1`)), journal.ErrSuperseded)
+		}
+		require.Empty(t, mustEntries(t, tx, run.ID))
+
+		require.ErrorIs(t, journal.AppendEntry(ctx, tx, newID(), 1, step(1, "a", `1`)), journal.ErrSuperseded, "no such run")
+	})
+
+	t.Run("ARunNotRunningIsSuperseded", func(t *testing.T) {
+		t.Parallel()
+		ctx, tx := t.Context(), pgtest.Tx(t)
+		queued := mustCreateRun(t, tx)
+		require.ErrorIs(t, journal.AppendEntry(ctx, tx, queued.ID, 0, step(1, "a", `1`)), journal.ErrSuperseded)
+
+		for _, status := range []journal.Status{journal.StatusQueued, journal.StatusSuspended, journal.StatusCompleted, journal.StatusFailed} {
+			run := mustCreateRun(t, tx, claimed)
+			require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, step(1, "a", `1`)))
+			_, err := journal.Finish(ctx, tx, run.ID, 1, journal.Outcome{Status: status, Output: json.RawMessage(`1`),
+				Error: &journal.ErrorInfo{Type: "t", Message: "m"}, WakeAfter: time.Hour})
+			require.NoError(t, err)
+			require.ErrorIs(t, journal.AppendEntry(ctx, tx, run.ID, 1, step(2, "b", `2`)), journal.ErrSuperseded, status)
+			require.ErrorIs(t, journal.AppendEntry(ctx, tx, run.ID, 1, step(1, "a", `1`)), journal.ErrSuperseded,
+				"%s: even an identical repeat", status)
+			require.Len(t, mustEntries(t, tx, run.ID), 1)
+		}
+	})
+}
+
+func TestClaimRun(t *testing.T) {
+	t.Parallel()
+
+	t.Run("QueuedClaimsOnce", func(t *testing.T) {
+		t.Parallel()
+		ctx, tx := t.Context(), pgtest.Tx(t)
+		run := mustCreateRun(t, tx)
+		c, err := journal.ClaimRun(ctx, tx, run.ID, 90*time.Second)
+		require.NoError(t, err)
+		require.Equal(t, journal.StatusRunning, c.Run.Status)
+		require.Equal(t, 1, c.Run.Invocation)
+		require.Equal(t, 1, c.Run.Attempts)
+		require.Equal(t, dbNow(t, tx), c.Now)
+		require.Equal(t, c.Now.Add(90*time.Second), *c.Run.LeaseUntil)
+		require.Equal(t, c.Now, *c.Run.StartedAt)
+		require.Empty(t, c.Journal)
+		require.Nil(t, c.StepAttempts)
+
+		_, err = journal.ClaimRun(ctx, tx, run.ID, time.Minute)
+		require.ErrorIs(t, err, journal.ErrNotDue, "it is running")
+		_, err = journal.ClaimRun(ctx, tx, newID(), time.Minute)
+		require.ErrorIs(t, err, journal.ErrNotDue, "no such run")
+	})
+
+	t.Run("ConcurrentClaimsOneWins", func(t *testing.T) {
+		t.Parallel()
+		ctx, db := t.Context(), pgtest.DB(t)
+		run := mustCreateRun(t, db)
+		errs := make([]error, 2)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range errs {
+			wg.Go(func() {
+				<-start
+				_, errs[i] = journal.ClaimRun(ctx, db, run.ID, time.Minute)
+			})
+		}
+		close(start)
+		wg.Wait()
+		require.ElementsMatch(t, []error{nil, journal.ErrNotDue}, errs)
+		got := mustGetRun(t, db, run)
+		require.Equal(t, 1, got.Invocation, "claimed once")
+		require.Equal(t, 1, got.Attempts)
+	})
+
+	t.Run("ReclaimBumpsInvocationAndLoadsJournal", func(t *testing.T) {
+		t.Parallel()
+		ctx, tx := t.Context(), pgtest.Tx(t)
+		run := mustCreateRun(t, tx, claimed)
+		require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, step(1, "reserve", `true`)))
+		fail := func(inv, seq, attempt int) {
+			_, err := journal.Finish(ctx, tx, run.ID, inv, journal.Outcome{Status: journal.StatusSuspended,
+				StepFailure: &journal.Failure{Seq: seq, Attempt: attempt, Name: "charge", Error: journal.ErrorInfo{Type: "card", Message: "declined"}}})
+			require.NoError(t, err)
+		}
+		fail(1, 2, 1) // WakeAfter 0: due at once
+
+		c, err := journal.ClaimRun(ctx, tx, run.ID, time.Minute)
+		require.NoError(t, err)
+		require.Equal(t, 2, c.Run.Invocation)
+		require.Equal(t, 2, c.Run.Attempts)
+		require.Nil(t, c.Run.WakeAt)
+		require.Len(t, c.Journal, 1)
+		require.Equal(t, "reserve", c.Journal[0].Name)
+		require.Equal(t, map[int]int{2: 2}, c.StepAttempts, "step 2 failed once: the next attempt is its second")
+
+		fail(2, 2, 2)
+		c, err = journal.ClaimRun(ctx, tx, run.ID, time.Minute)
+		require.NoError(t, err)
+		require.Equal(t, 3, c.Run.Invocation)
+		require.Equal(t, map[int]int{2: 3}, c.StepAttempts)
+
+		ok := step(2, "charge", `"ch_1"`)
+		ok.Attempt = 3
+		_, err = journal.Finish(ctx, tx, run.ID, 3, journal.Outcome{Status: journal.StatusQueued, Steps: []journal.Entry{ok},
+			Error: &journal.ErrorInfo{Type: "timeout", Message: "slow"}})
+		require.NoError(t, err)
+		c, err = journal.ClaimRun(ctx, tx, run.ID, time.Minute)
+		require.NoError(t, err)
+		require.Equal(t, 4, c.Run.Invocation)
+		require.Equal(t, 4, c.Run.Attempts)
+		require.Equal(t, 1, c.Run.FailedInvocations)
+		require.Len(t, c.Journal, 2)
+		require.Equal(t, 3, c.Journal[1].Attempt)
+		require.Nil(t, c.StepAttempts, "step 2 is journaled, and a failed invocation (seq 0) is no step")
+		require.Len(t, mustFailures(t, tx, run.ID), 3)
+	})
+
+	t.Run("SuspendedIsDueAtItsWakeTime", func(t *testing.T) {
+		t.Parallel()
+		ctx, tx := t.Context(), pgtest.Tx(t)
+		run := mustCreateRun(t, tx, claimed)
+		f, err := journal.Finish(ctx, tx, run.ID, 1, journal.Outcome{Status: journal.StatusSuspended,
+			Sleep: &journal.Entry{Seq: 1, Name: "nap"}, SleepFor: time.Hour})
+		require.NoError(t, err)
+		_, err = journal.ClaimRun(ctx, tx, run.ID, time.Minute)
+		require.ErrorIs(t, err, journal.ErrNotDue, "it sleeps for an hour")
+
+		mustExec(t, tx, `UPDATE stepgate.run SET wake_at = now() WHERE id = $1`, run.ID) // the hour passes
+		c, err := journal.ClaimRun(ctx, tx, run.ID, time.Minute)
+		require.NoError(t, err, "due once its wake time has come")
+		require.Equal(t, 2, c.Run.Invocation)
+		require.Len(t, c.Journal, 1)
+		require.Equal(t, journal.KindSleep, c.Journal[0].Kind)
+		require.Equal(t, *f.WakeAt, *c.Journal[0].WakeAt)
+	})
+
+	t.Run("QueuedIsDueAfterItsBackoff", func(t *testing.T) {
+		t.Parallel()
+		ctx, tx := t.Context(), pgtest.Tx(t)
+		run := mustCreateRun(t, tx, claimed)
+		_, err := journal.Finish(ctx, tx, run.ID, 1, journal.Outcome{Status: journal.StatusQueued,
+			Error: &journal.ErrorInfo{Type: "http_status", Message: "500"}, WakeAfter: time.Minute})
+		require.NoError(t, err)
+		_, err = journal.ClaimRun(ctx, tx, run.ID, time.Minute)
+		require.ErrorIs(t, err, journal.ErrNotDue)
+		mustExec(t, tx, `UPDATE stepgate.run SET wake_at = now() - interval '1 ms' WHERE id = $1`, run.ID)
+		_, err = journal.ClaimRun(ctx, tx, run.ID, time.Minute)
+		require.NoError(t, err)
+	})
+
+	t.Run("FinishedIsNeverDue", func(t *testing.T) {
+		t.Parallel()
+		ctx, tx := t.Context(), pgtest.Tx(t)
+		for _, status := range []journal.Status{journal.StatusCompleted, journal.StatusFailed} {
+			run := mustCreateRun(t, tx, claimed)
+			_, err := journal.Finish(ctx, tx, run.ID, 1, journal.Outcome{Status: status, Output: json.RawMessage(`1`),
+				Error: &journal.ErrorInfo{Type: "t", Message: "m"}})
+			require.NoError(t, err)
+			_, err = journal.ClaimRun(ctx, tx, run.ID, time.Minute)
+			require.ErrorIs(t, err, journal.ErrNotDue, status)
+		}
+	})
+}
+
+func TestFinish(t *testing.T) {
+	t.Parallel()
+
+	t.Run("TerminalOutcomesAreFinal", func(t *testing.T) {
+		t.Parallel()
+		ctx, tx := t.Context(), pgtest.Tx(t)
+		for _, o := range []journal.Outcome{
+			{Status: journal.StatusCompleted, Output: json.RawMessage(`{"ok":true}`), Steps: []journal.Entry{step(1, "a", `1`), step(2, "b", `2`)}},
+			{Status: journal.StatusFailed, Error: &journal.ErrorInfo{Type: "card", Message: "declined"}},
+		} {
+			run := mustCreateRun(t, tx, claimed)
+			f, err := journal.Finish(ctx, tx, run.ID, 1, o)
+			require.NoError(t, err)
+			require.Equal(t, o.Status, f.Status)
+			require.Nil(t, f.WakeAt)
+			require.Equal(t, dbNow(t, tx), f.Now)
+
+			got := mustGetRun(t, tx, run)
+			require.Equal(t, o.Status, got.Status)
+			require.True(t, got.Status.Terminal())
+			require.Equal(t, f.Now, *got.FinishedAt)
+			require.Nil(t, got.LeaseUntil)
+			require.Nil(t, got.WakeAt)
+			require.Equal(t, o.Error, got.Error)
+			if o.Output != nil {
+				require.JSONEq(t, string(o.Output), string(got.Output))
+			} else {
+				require.Nil(t, got.Output)
+			}
+			require.Len(t, mustEntries(t, tx, run.ID), len(o.Steps), "its unjournaled steps are journaled")
+
+			_, err = journal.Finish(ctx, tx, run.ID, 1, journal.Outcome{Status: journal.StatusCompleted, Output: json.RawMessage(`2`)})
+			require.ErrorIs(t, err, journal.ErrSuperseded, "%s: a second outcome", o.Status)
+			require.NoError(t, journal.FailRun(ctx, tx, run.ID, journal.ErrorInfo{Type: "cancel", Message: "late"}))
+			require.Equal(t, got, mustGetRun(t, tx, run), "%s: nothing changes a finished run", o.Status)
+		}
+	})
+
+	t.Run("SleepUsesTheDatabaseClock", func(t *testing.T) {
+		t.Parallel()
+		ctx, tx := t.Context(), pgtest.Tx(t)
+		run := mustCreateRun(t, tx, claimed)
+		f, err := journal.Finish(ctx, tx, run.ID, 1, journal.Outcome{Status: journal.StatusSuspended,
+			Steps: []journal.Entry{step(1, "reserve", `1`), step(2, "charge", `2`)},
+			Sleep: &journal.Entry{Seq: 3, Kind: journal.KindSleep, Name: "cool-off"}, SleepFor: 90 * time.Second})
+		require.NoError(t, err)
+		require.Equal(t, journal.StatusSuspended, f.Status)
+		require.Equal(t, dbNow(t, tx), f.Now)
+		require.Equal(t, f.Now.Add(90*time.Second), *f.WakeAt)
+
+		got := mustGetRun(t, tx, run)
+		require.Equal(t, journal.StatusSuspended, got.Status)
+		require.Equal(t, *f.WakeAt, *got.WakeAt)
+		require.Nil(t, got.LeaseUntil)
+		require.Nil(t, got.FinishedAt)
+		es := mustEntries(t, tx, run.ID)
+		require.Len(t, es, 3)
+		require.Equal(t, journal.KindSleep, es[2].Kind)
+		require.Equal(t, "cool-off", es[2].Name)
+		require.Equal(t, *f.WakeAt, *es[2].WakeAt, "the sleep's absolute wake time is journaled")
+
+		// A sleep with an absolute wake time keeps it.
+		until := f.Now.Add(time.Hour).Truncate(time.Microsecond)
+		c, err := journal.ClaimRun(ctx, tx, run.ID, time.Minute) // not due...
+		require.ErrorIs(t, err, journal.ErrNotDue)
+		require.Nil(t, c)
+		mustExec(t, tx, `UPDATE stepgate.run SET wake_at = now() WHERE id = $1`, run.ID) // ...until now
+		c, err = journal.ClaimRun(ctx, tx, run.ID, time.Minute)
+		require.NoError(t, err)
+		f, err = journal.Finish(ctx, tx, run.ID, c.Run.Invocation, journal.Outcome{Status: journal.StatusSuspended,
+			Sleep: &journal.Entry{Seq: 4, Name: "until", WakeAt: &until}, SleepFor: time.Second})
+		require.NoError(t, err)
+		require.True(t, until.Equal(*f.WakeAt), "%s != %s", until, f.WakeAt)
+
+		// The seq of a sleep is journaled once.
+		mustExec(t, tx, `UPDATE stepgate.run SET wake_at = now() WHERE id = $1`, run.ID)
+		c, err = journal.ClaimRun(ctx, tx, run.ID, time.Minute)
+		require.NoError(t, err)
+		err = inSavepoint(t, tx, func(sp pgx.Tx) error {
+			_, err := journal.Finish(ctx, sp, run.ID, c.Run.Invocation, journal.Outcome{Status: journal.StatusSuspended,
+				Sleep: &journal.Entry{Seq: 2, Name: "again"}, SleepFor: time.Second})
+			return err
+		})
+		require.ErrorIs(t, err, journal.ErrConflict)
+	})
+
+	t.Run("FailedInvocationIsQueuedAndRecorded", func(t *testing.T) {
+		t.Parallel()
+		ctx, tx := t.Context(), pgtest.Tx(t)
+		run := mustCreateRun(t, tx, claimed)
+		e := &journal.ErrorInfo{Type: "timeout", Message: "did not answer", Retryable: true}
+		f, err := journal.Finish(ctx, tx, run.ID, 1, journal.Outcome{Status: journal.StatusQueued, Error: e, WakeAfter: 2 * time.Second})
+		require.NoError(t, err)
+		require.Equal(t, journal.StatusQueued, f.Status)
+		require.Equal(t, f.Now.Add(2*time.Second), *f.WakeAt)
+		got := mustGetRun(t, tx, run)
+		require.Equal(t, journal.StatusQueued, got.Status)
+		require.Equal(t, 1, got.FailedInvocations)
+		require.Nil(t, got.LeaseUntil)
+		require.Nil(t, got.FinishedAt)
+		fs := mustFailures(t, tx, run.ID)
+		require.Len(t, fs, 1)
+		require.Equal(t, 0, fs[0].Seq, "seq 0: the whole invocation")
+		require.Equal(t, 1, fs[0].Attempt)
+		require.Equal(t, *e, fs[0].Error)
+
+		mustExec(t, tx, `UPDATE stepgate.run SET wake_at = now() WHERE id = $1`, run.ID)
+		c, err := journal.ClaimRun(ctx, tx, run.ID, time.Minute)
+		require.NoError(t, err)
+		_, err = journal.Finish(ctx, tx, run.ID, c.Run.Invocation, journal.Outcome{Status: journal.StatusQueued, Error: e})
+		require.NoError(t, err)
+		require.Equal(t, 2, mustGetRun(t, tx, run).FailedInvocations, "failures in a row add up")
+		fs = mustFailures(t, tx, run.ID)
+		require.Len(t, fs, 2)
+		require.Equal(t, 2, fs[1].Attempt)
+
+		c, err = journal.ClaimRun(ctx, tx, run.ID, time.Minute) // WakeAfter 0: due at once
+		require.NoError(t, err)
+		_, err = journal.Finish(ctx, tx, run.ID, c.Run.Invocation, journal.Outcome{Status: journal.StatusSuspended,
+			Sleep: &journal.Entry{Seq: 1, Name: "nap"}, SleepFor: time.Second})
+		require.NoError(t, err)
+		require.Zero(t, mustGetRun(t, tx, run).FailedInvocations, "progress resets the count")
+	})
+
+	t.Run("SupersededChangesNothing", func(t *testing.T) {
+		t.Parallel()
+		ctx, tx := t.Context(), pgtest.Tx(t)
+		run := mustCreateRun(t, tx, claimed)
+		before := mustGetRun(t, tx, run)
+		for _, o := range []journal.Outcome{
+			{Status: journal.StatusCompleted, Output: json.RawMessage(`1`), Steps: []journal.Entry{step(1, "a", `1`)}},
+			{Status: journal.StatusCompleted, Output: json.RawMessage(`1`)},
+			{Status: journal.StatusSuspended, Sleep: &journal.Entry{Seq: 1, Name: "nap"}, SleepFor: time.Second,
+				StepFailure: &journal.Failure{Seq: 1, Attempt: 1, Name: "a", Error: journal.ErrorInfo{Type: "t", Message: "m"}}},
+			{Status: journal.StatusQueued, Error: &journal.ErrorInfo{Type: "t", Message: "m"}},
+		} {
+			_, err := journal.Finish(ctx, tx, run.ID, 2, o)
+			require.ErrorIs(t, err, journal.ErrSuperseded, o.Status)
+		}
+		require.Equal(t, before, mustGetRun(t, tx, run))
+		require.Empty(t, mustEntries(t, tx, run.ID))
+		require.Empty(t, mustFailures(t, tx, run.ID))
+
+		// An invocation whose lease was reaped and whose run was claimed again is stale.
+		mustExec(t, tx, `UPDATE stepgate.run SET lease_until = now() - interval '1 s' WHERE id = $1`, run.ID)
+		ids, err := journal.ReapExpiredLeases(ctx, tx, 1000)
+		require.NoError(t, err)
+		require.Contains(t, ids, run.ID)
+		_, err = journal.Finish(ctx, tx, run.ID, 1, journal.Outcome{Status: journal.StatusCompleted, Output: json.RawMessage(`1`)})
+		require.ErrorIs(t, err, journal.ErrSuperseded, "its run was requeued")
+		c, err := journal.ClaimRun(ctx, tx, run.ID, time.Minute)
+		require.NoError(t, err)
+		_, err = journal.Finish(ctx, tx, run.ID, 1, journal.Outcome{Status: journal.StatusCompleted, Output: json.RawMessage(`1`)})
+		require.ErrorIs(t, err, journal.ErrSuperseded, "another invocation owns its run")
+		_, err = journal.Finish(ctx, tx, run.ID, c.Run.Invocation, journal.Outcome{Status: journal.StatusCompleted, Output: json.RawMessage(`2`)})
+		require.NoError(t, err)
+		require.JSONEq(t, `2`, string(mustGetRun(t, tx, run).Output))
+	})
+}
+
+// TestNotify checks that the terminal update of a run a waiter attached to notifies
+// NotifyChannel, and of a run nobody attached to does not.
+func TestNotify(t *testing.T) {
+	t.Parallel()
+	ctx, db := t.Context(), pgtest.DB(t)
+	listener, err := db.Acquire(ctx)
+	require.NoError(t, err)
+	defer listener.Release()
+	_, err = listener.Exec(ctx, "LISTEN "+journal.NotifyChannel)
+	require.NoError(t, err)
+	// The listener is closed, not returned to the pool, as it still listens.
+	defer listener.Conn().Close(context.WithoutCancel(ctx))
+
+	finish := func(run *journal.Run, inv int, o journal.Outcome) {
+		t.Helper()
+		require.NoError(t, pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+			_, err := journal.Finish(ctx, tx, run.ID, inv, o)
+			return err
+		}))
+	}
+	completed := journal.Outcome{Status: journal.StatusCompleted, Output: json.RawMessage(`1`)}
+
+	// Nobody attached: no notification, even when the outcome itself asks (the
+	// finishing process tells its own waiters).
+	alone := mustCreateRun(t, db, claimed)
+	finish(alone, 1, journal.Outcome{Status: journal.StatusCompleted, Output: json.RawMessage(`1`), Notify: true})
+
+	// A waiter attached from another request.
+	attached := mustCreateRun(t, db, claimed)
+	got, err := journal.Attach(ctx, db, attached.Tenant, attached.ID)
+	require.NoError(t, err)
+	require.Equal(t, journal.StatusRunning, got.Status)
+	_, err = journal.Attach(ctx, db, newTenant(), attached.ID)
+	require.ErrorIs(t, err, journal.ErrNotFound, "only the run's tenant attaches")
+	finish(attached, 1, completed)
+
+	// The starter waits: its invocation suspended with Notify, a later one completes.
+	waited := mustCreateRun(t, db, claimed)
+	finish(waited, 1, journal.Outcome{Status: journal.StatusSuspended, Sleep: &journal.Entry{Seq: 1, Name: "nap"}, Notify: true})
+	c, err := journal.ClaimRun(ctx, db, waited.ID, time.Minute)
+	require.NoError(t, err)
+	finish(waited, c.Run.Invocation, completed)
+
+	// FailRun of an attached run notifies too.
+	failed := mustCreateRun(t, db)
+	_, err = journal.Attach(ctx, db, failed.Tenant, failed.ID)
+	require.NoError(t, err)
+	require.NoError(t, journal.FailRun(ctx, db, failed.ID, journal.ErrorInfo{Type: "attempts_exhausted", Message: "gave up"}))
+
+	// Notifications arrive in commit order, so the first being attached's proves that
+	// alone's committed update sent none.
+	for _, want := range []string{attached.ID, waited.ID, failed.ID} {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		n, err := listener.Conn().WaitForNotification(wctx)
+		cancel()
+		require.NoError(t, err)
+		require.Equal(t, journal.NotifyChannel, n.Channel)
+		require.Equal(t, want, n.Payload)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	_, err = listener.Conn().WaitForNotification(wctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "no other notification")
+}
+
+func TestReapExpiredLeases(t *testing.T) {
+	t.Parallel()
+	ctx, tx := t.Context(), pgtest.Tx(t)
+	expired := mustCreateRun(t, tx, claimed)
+	live := mustCreateRun(t, tx, claimed)
+	mustExec(t, tx, `UPDATE stepgate.run SET lease_until = now() - interval '1 ms' WHERE id = $1`, expired.ID)
+
+	ids, err := journal.ReapExpiredLeases(ctx, tx, 1000)
+	require.NoError(t, err)
+	require.Contains(t, ids, expired.ID)
+	require.NotContains(t, ids, live.ID)
+
+	got := mustGetRun(t, tx, expired)
+	require.Equal(t, journal.StatusQueued, got.Status)
+	require.Nil(t, got.LeaseUntil)
+	require.Nil(t, got.WakeAt, "due at once")
+	require.Equal(t, 1, got.FailedInvocations)
+	require.Equal(t, 1, got.Invocation, "the claim that comes next fences the old invocation out")
+	fs := mustFailures(t, tx, expired.ID)
+	require.Len(t, fs, 1)
+	require.Equal(t, 0, fs[0].Seq)
+	require.Equal(t, 1, fs[0].Attempt)
+	require.Equal(t, "lease_expired", fs[0].Error.Type)
+	require.True(t, fs[0].Error.Retryable)
+	require.Equal(t, live, mustGetRun(t, tx, live), "a live lease is untouched")
+
+	ids, err = journal.ReapExpiredLeases(ctx, tx, 1000)
+	require.NoError(t, err)
+	require.NotContains(t, ids, expired.ID, "a requeued run is reaped once")
+	require.ErrorIs(t, journal.AppendEntry(ctx, tx, expired.ID, 1, step(1, "a", `1`)), journal.ErrSuperseded)
+	c, err := journal.ClaimRun(ctx, tx, expired.ID, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, 2, c.Run.Invocation)
+	require.Equal(t, 2, c.Run.Attempts)
+}

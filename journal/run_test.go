@@ -1,0 +1,234 @@
+package journal_test
+
+import (
+	"cmp"
+	"encoding/json"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stepgate/stepgate/internal/pgtest"
+	"github.com/stepgate/stepgate/journal"
+)
+
+func TestCreateRun(t *testing.T) {
+	t.Parallel()
+
+	t.Run("UnknownFunctionIsNotFound", func(t *testing.T) {
+		t.Parallel()
+		ctx, tx := t.Context(), pgtest.Tx(t)
+		for _, key := range []string{"", "k"} {
+			_, _, err := journal.CreateRun(ctx, tx, journal.NewRun{
+				ID: newID(), Tenant: newTenant(), Function: "nope", Input: json.RawMessage(`{}`), IdempotencyKey: key,
+			})
+			require.ErrorIs(t, err, journal.ErrNotFound, "key %q", key)
+		}
+	})
+
+	t.Run("QueuedOnTheCurrentRevision", func(t *testing.T) {
+		t.Parallel()
+		ctx, tx, tenant := t.Context(), pgtest.Tx(t), newTenant()
+		mustRegister(t, tx, tenant, "fn")
+		mustRegister(t, tx, tenant, "fn")
+		parent := mustCreateRunOf(t, tx, tenant, "fn")
+		id := journal.Identity{Subject: "ada", Tenant: tenant, Roles: []string{"a", "b"}, Claims: map[string]any{"plan": "pro"}}
+		run, created, err := journal.CreateRun(ctx, tx, journal.NewRun{
+			ID: newID(), Tenant: tenant, Function: "fn", Input: json.RawMessage(`{"n": 1}`), Identity: id, ParentID: &parent.ID,
+		})
+		require.NoError(t, err)
+		require.True(t, created)
+		require.Equal(t, journal.StatusQueued, run.Status)
+		require.Equal(t, 2, run.Revision)
+		require.JSONEq(t, `{"n":1}`, string(run.Input))
+		require.Equal(t, id, run.Identity)
+		require.Equal(t, &parent.ID, run.ParentID)
+		require.Nil(t, run.IdempotencyKey)
+		require.Zero(t, run.Attempts)
+		require.Zero(t, run.Invocation)
+		require.Nil(t, run.LeaseUntil)
+		require.Nil(t, run.StartedAt)
+		require.Nil(t, run.FinishedAt)
+		require.Equal(t, run, mustGetRun(t, tx, run))
+	})
+
+	t.Run("ClaimedRunsWithALease", func(t *testing.T) {
+		t.Parallel()
+		ctx, tx, tenant := t.Context(), pgtest.Tx(t), newTenant()
+		_, err := journal.RegisterFunction(ctx, tx, tenant, "fn", "http://f/", nil, 1500*time.Millisecond)
+		require.NoError(t, err)
+		run := mustCreateRunOf(t, tx, tenant, "fn", claimed, func(n *journal.NewRun) { n.LeaseGrace = 250 * time.Millisecond })
+		require.Equal(t, journal.StatusRunning, run.Status)
+		require.Equal(t, 1, run.Invocation)
+		require.Equal(t, 1, run.Attempts)
+		require.NotNil(t, run.StartedAt)
+		require.NotNil(t, run.LeaseUntil)
+		require.Equal(t, run.CreatedAt.Add(1750*time.Millisecond), *run.LeaseUntil, "the function's timeout plus the grace")
+
+		_, err = journal.ClaimRun(ctx, tx, run.ID, time.Minute)
+		require.ErrorIs(t, err, journal.ErrNotDue, "a claimed run is not claimed again")
+	})
+
+	t.Run("SameKeySameInputIsTheSameRun", func(t *testing.T) {
+		t.Parallel()
+		ctx, tx := t.Context(), pgtest.Tx(t)
+		first := mustCreateRun(t, tx, func(n *journal.NewRun) {
+			n.IdempotencyKey, n.Input = "k1", json.RawMessage(`{"a":1,"b":[1,2]}`)
+		})
+		require.Equal(t, "k1", *first.IdempotencyKey)
+		again, created, err := journal.CreateRun(ctx, tx, journal.NewRun{
+			ID: newID(), Tenant: first.Tenant, Function: "fn", IdempotencyKey: "k1",
+			Input: json.RawMessage(`{ "b" : [1, 2],  "a":1 }`), Claim: true,
+		})
+		require.NoError(t, err)
+		require.False(t, created)
+		require.Equal(t, first.ID, again.ID)
+		require.Equal(t, journal.StatusQueued, again.Status, "the existing run is returned, not claimed")
+
+		_, _, err = journal.CreateRun(ctx, tx, journal.NewRun{
+			ID: newID(), Tenant: first.Tenant, Function: "fn", IdempotencyKey: "k1", Input: json.RawMessage(`{"a":2,"b":[1,2]}`),
+		})
+		require.ErrorIs(t, err, journal.ErrIdempotencyMismatch)
+		_, _, err = journal.CreateRun(ctx, tx, journal.NewRun{
+			ID: newID(), Tenant: first.Tenant, Function: "fn", IdempotencyKey: "k1", Input: json.RawMessage(`{"b":[2,1],"a":1}`),
+		})
+		require.ErrorIs(t, err, journal.ErrIdempotencyMismatch, "array order matters")
+	})
+
+	t.Run("KeysArePerTenantAndFunction", func(t *testing.T) {
+		t.Parallel()
+		ctx, tx := t.Context(), pgtest.Tx(t)
+		key := func(n *journal.NewRun) { n.IdempotencyKey = "k" }
+		first := mustCreateRun(t, tx, key)
+		mustRegister(t, tx, first.Tenant, "other")
+		other := mustCreateRunOf(t, tx, first.Tenant, "other", key)
+		require.NotEqual(t, first.ID, other.ID, "another function")
+		elsewhere := mustCreateRun(t, tx, key) // function "fn" of another tenant
+		require.NotEqual(t, first.ID, elsewhere.ID, "another tenant")
+
+		_, err := journal.GetRun(ctx, tx, elsewhere.Tenant, first.ID)
+		require.ErrorIs(t, err, journal.ErrNotFound, "a tenant does not see another's runs")
+	})
+}
+
+func TestListRuns(t *testing.T) {
+	t.Parallel()
+
+	// mustRuns creates runs of fn and other, all in one transaction, so they share
+	// created_at, and then moves some into the past, so that ties and order both count.
+	// It returns them in the order ListRuns must: newest first, then by id descending.
+	mustRuns := func(t *testing.T, tx journal.DB, tenant string) []journal.Run {
+		t.Helper()
+		mustRegister(t, tx, tenant, "fn")
+		mustRegister(t, tx, tenant, "other")
+		var runs []journal.Run
+		for i := range 11 {
+			fn := "fn"
+			if i%3 == 0 {
+				fn = "other"
+			}
+			var opts []func(*journal.NewRun)
+			if i%4 == 0 {
+				opts = append(opts, claimed)
+			}
+			run := mustCreateRunOf(t, tx, tenant, fn, opts...)
+			if i >= 6 {
+				// Runs 6..8 a second back, 9..10 two seconds back, 0..5 tied at now.
+				back := time.Duration(1+(i-6)/3) * time.Second
+				require.NoError(t, tx.QueryRow(t.Context(), `
+					UPDATE stepgate.run SET created_at = created_at - make_interval(secs => $2)
+					WHERE id = $1 RETURNING created_at`, run.ID, back.Seconds()).Scan(&run.CreatedAt))
+			}
+			runs = append(runs, *run)
+		}
+		slices.SortFunc(runs, func(a, b journal.Run) int {
+			return cmp.Or(b.CreatedAt.Compare(a.CreatedAt), cmp.Compare(b.ID, a.ID))
+		})
+		return runs
+	}
+	ids := func(runs []journal.Run) []string {
+		var out []string
+		for _, r := range runs {
+			out = append(out, r.ID)
+		}
+		return out
+	}
+	// all pages through ListRuns with f and returns every run it lists.
+	all := func(t *testing.T, db journal.DB, tenant string, f journal.RunFilter) []journal.Run {
+		t.Helper()
+		var out []journal.Run
+		for pages := 0; ; pages++ {
+			require.Less(t, pages, 20, "paging does not end")
+			page, next, err := journal.ListRuns(t.Context(), db, tenant, f)
+			require.NoError(t, err)
+			require.LessOrEqual(t, len(page), cmp.Or(f.Limit, 50))
+			out = append(out, page...)
+			if next == nil {
+				return out
+			}
+			require.Len(t, page, f.Limit, "only the last page is short")
+			require.Equal(t, page[len(page)-1].ID, next.ID)
+			f.After = next
+		}
+	}
+
+	t.Run("PagesListEveryRunOnceNewestFirst", func(t *testing.T) {
+		t.Parallel()
+		tx, tenant := pgtest.Tx(t), newTenant()
+		want := mustRuns(t, tx, tenant)
+		for _, limit := range []int{1, 2, 3, 5, 11, 12, 0} {
+			got := all(t, tx, tenant, journal.RunFilter{Limit: limit})
+			require.Equal(t, ids(want), ids(got), "limit %d", limit)
+		}
+	})
+
+	t.Run("Filters", func(t *testing.T) {
+		t.Parallel()
+		tx, tenant := pgtest.Tx(t), newTenant()
+		want := mustRuns(t, tx, tenant)
+		filter := func(keep func(journal.Run) bool) []string {
+			var out []string
+			for _, r := range want {
+				if keep(r) {
+					out = append(out, r.ID)
+				}
+			}
+			return out
+		}
+		now := want[0].CreatedAt
+		for _, tc := range []struct {
+			name string
+			f    journal.RunFilter
+			keep func(journal.Run) bool
+		}{
+			{"Function", journal.RunFilter{Function: "other"}, func(r journal.Run) bool { return r.Function == "other" }},
+			{"Status", journal.RunFilter{Status: journal.StatusRunning}, func(r journal.Run) bool { return r.Status == journal.StatusRunning }},
+			{"FunctionAndStatus", journal.RunFilter{Function: "fn", Status: journal.StatusQueued},
+				func(r journal.Run) bool { return r.Function == "fn" && r.Status == journal.StatusQueued }},
+			{"CreatedAfter", journal.RunFilter{CreatedAfter: now.Add(-1500 * time.Millisecond)},
+				func(r journal.Run) bool { return r.CreatedAt.After(now.Add(-1500 * time.Millisecond)) }},
+			{"CreatedBefore", journal.RunFilter{CreatedBefore: now}, func(r journal.Run) bool { return r.CreatedAt.Before(now) }},
+			{"NoneOfThatFunction", journal.RunFilter{Function: "nope"}, func(journal.Run) bool { return false }},
+		} {
+			for _, limit := range []int{2, 0} {
+				tc.f.Limit = limit
+				exp := filter(tc.keep)
+				require.Equal(t, exp, ids(all(t, tx, tenant, tc.f)), "%s, limit %d", tc.name, limit)
+				if tc.name != "NoneOfThatFunction" {
+					require.True(t, len(exp) > 0 && len(exp) < len(want), "%s keeps some runs of the fixture, not all", tc.name)
+				}
+			}
+		}
+	})
+
+	t.Run("OtherTenantsSeeNone", func(t *testing.T) {
+		t.Parallel()
+		tx := pgtest.Tx(t)
+		mustRuns(t, tx, newTenant())
+		page, next, err := journal.ListRuns(t.Context(), tx, newTenant(), journal.RunFilter{})
+		require.NoError(t, err)
+		require.Empty(t, page)
+		require.Nil(t, next)
+	})
+}
