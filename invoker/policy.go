@@ -31,6 +31,10 @@ type RetryPolicy struct {
 func (p RetryPolicy) Backoff(attempt int) time.Duration {
 	d := p.InitialInterval
 	for i := 1; i < attempt && d < p.MaxInterval; i++ {
+		if d > p.MaxInterval/2 {
+			d = p.MaxInterval // doubling would pass the cap, or overflow for a cap near the largest Duration
+			break
+		}
 		d *= 2
 	}
 	d = min(d, p.MaxInterval)
