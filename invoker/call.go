@@ -338,6 +338,7 @@ func trimErr(err error) string {
 // then arms a local timer for a suspended or retrying run and tells local waiters.
 func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, run *journal.Run, o journal.Outcome, notify bool) (*Result, error) {
 	var f *journal.Finished
+	var finishedAt time.Time // local time when Finish returned, to relate f.Clock to ours
 	var err error
 	if o.Status.Terminal() && len(o.Steps) == 0 {
 		// One statement: no transaction round trips on the hot path of a short function.
@@ -346,6 +347,7 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 		err = pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
 			var err error
 			f, err = journal.Finish(ctx, tx, run.ID, run.Invocation, o)
+			finishedAt = time.Now()
 			if err != nil || f.Status.Terminal() {
 				return err
 			}
@@ -372,7 +374,8 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 	}
 	switch f.Status {
 	case journal.StatusSuspended, journal.StatusQueued:
-		inv.armTimer(run.ID, rev, f.WakeAt.Sub(f.Now), 0)
+		// Time the wake-up on the database clock, less what the commit took since.
+		inv.armTimer(run.ID, rev, f.WakeAt.Sub(f.Clock)-time.Since(finishedAt), 0)
 		log.DebugContext(ctx, "run waits", slog.String("status", string(f.Status)), slog.Time("wake_at", *f.WakeAt))
 	default:
 		inv.waiters.signal(run.ID)

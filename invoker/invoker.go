@@ -265,7 +265,7 @@ func (inv *Invoker) armTimer(runID string, rev *revision, d time.Duration, tries
 		_, err := inv.resume(inv.bg, rev, runID, false)
 		if errors.Is(err, journal.ErrNotDue) && tries < 3 {
 			// The database clock may run a hair behind this timer; look again shortly.
-			inv.armTimer(runID, rev, 2*time.Millisecond, tries+1)
+			inv.armTimer(runID, rev, 500*time.Microsecond, tries+1)
 			return
 		}
 		if err != nil && !errors.Is(err, journal.ErrNotDue) && inv.bg.Err() == nil {

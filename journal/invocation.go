@@ -198,7 +198,9 @@ type Outcome struct {
 type Finished struct {
 	Status Status
 	WakeAt *time.Time // suspended or queued: when the run is due, database clock
-	Now    time.Time  // the database clock at the update
+	// Clock is the database's wall clock when the update ran (clock_timestamp(), not the
+	// transaction's start), so a caller can time a wake-up on the database clock.
+	Clock time.Time
 }
 
 // Finish applies an invocation's outcome to the run it owns: the unjournaled steps, the
@@ -241,9 +243,9 @@ func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome)
 			SELECT pg_notify('`+NotifyChannel+`', id::text) FROM u
 			WHERE notify AND status IN ('completed', 'failed', 'cancelled')
 		)
-		SELECT u.status, u.wake_at, now(), (SELECT count(*) FROM notified) FROM u`,
+		SELECT u.status, u.wake_at, clock_timestamp(), (SELECT count(*) FROM notified) FROM u`,
 		runID, invocation, o.Status, o.Output, o.Error, until, wakeAfter.Seconds(), o.Notify,
-	).Scan(&f.Status, &f.WakeAt, &f.Now, new(int))
+	).Scan(&f.Status, &f.WakeAt, &f.Clock, new(int))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrSuperseded
 	}

@@ -1,0 +1,199 @@
+package invoker_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stepgate/stepgate/auth"
+	"github.com/stepgate/stepgate/functions"
+	"github.com/stepgate/stepgate/functions/examples"
+	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/internal/pgtest"
+	"github.com/stepgate/stepgate/internal/stack"
+	"github.com/stepgate/stepgate/journal"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+// awaitResult waits up to 30s, through the API, for the run to finish.
+func awaitResult(t *testing.T, c *api.ClientWithResponses, id string) api.RunResult {
+	t.Helper()
+	resp, err := c.GetRunResultWithResponse(t.Context(), id, &api.GetRunResultParams{Wait: ptr("30s")})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode(), "the run did not finish in 30s: %s", resp.Body)
+	return *resp.JSON200
+}
+
+func getRun(t *testing.T, c *api.ClientWithResponses, id string) api.RunDetail {
+	t.Helper()
+	resp, err := c.GetRunWithResponse(t.Context(), id)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
+	return *resp.JSON200
+}
+
+// invocationRecorder passes requests on to h, noting the checkpoint URL of each
+// invocation, which names the gateway that made it.
+type invocationRecorder struct {
+	h    http.Handler
+	mu   sync.Mutex
+	urls []string
+}
+
+func (rec *invocationRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodPost {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		var req api.InvocationRequest
+		if json.Unmarshal(body, &req) == nil {
+			rec.mu.Lock()
+			rec.urls = append(rec.urls, req.Checkpoint.Url)
+			rec.mu.Unlock()
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	rec.h.ServeHTTP(w, r)
+}
+
+func (rec *invocationRecorder) checkpointURLs() []string {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return append([]string(nil), rec.urls...)
+}
+
+// TestGatewayDiesDuringInvocation (guarantee 7): a run claimed by a gateway that died
+// before invoking it is requeued once its lease expires, and another invocation
+// completes it.
+func TestGatewayDiesDuringInvocation(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := stack.Start(t, stack.Options{ReapInterval: 50 * time.Millisecond, LeaseGrace: time.Millisecond})
+	var calls atomic.Int32
+	app := s.NewApp()
+	functions.Register(app, "quick", func(ctx context.Context, _ struct{}) (string, error) {
+		calls.Add(1)
+		return "done", nil
+	}, functions.Timeout(100*time.Millisecond))
+	s.Sync(t, s.ServeApp(t, app))
+
+	// As a gateway does for a caller who waits: create the run claimed, then (here:
+	// never, as it dies) invoke it.
+	run, created, err := journal.CreateRun(ctx, s.Pool, journal.NewRun{
+		ID: uuid.Must(uuid.NewV7()).String(), Tenant: auth.DefaultTenant, Function: "quick", Input: json.RawMessage(`{}`),
+		Identity: journal.Identity{Subject: "tester", Tenant: auth.DefaultTenant}, Claim: true, LeaseGrace: s.Invoker.LeaseGrace(),
+	})
+	require.NoError(t, err)
+	require.True(t, created)
+	require.Equal(t, journal.StatusRunning, run.Status)
+
+	c := s.Client(t, s.Token)
+	res := awaitResult(t, c, run.ID)
+	rows, _ := s.Pool.Query(ctx, `SELECT kind, state, created_at, scheduled_at, attempted_at, finalized_at FROM river_job ORDER BY id`)
+	for rows.Next() {
+		var kind, state string
+		var c, sc time.Time
+		var at, fin *time.Time
+		rows.Scan(&kind, &state, &c, &sc, &at, &fin)
+		t.Logf("DEBUG %s %s created=%s sched=%s att=%v fin=%v", kind, state, c.Sub(run.CreatedAt), sc.Sub(run.CreatedAt), at, fin)
+	}
+	rows.Close()
+	require.Equal(t, api.RunStatusCompleted, res.Status)
+	require.JSONEq(t, `"done"`, string(*res.Output))
+	require.EqualValues(t, 1, calls.Load(), "the dead gateway's invocation never reached the function")
+
+	detail := getRun(t, c, run.ID)
+	require.Equal(t, 2, detail.Attempts, "the dead gateway's claim and the retry")
+	require.Len(t, detail.Failures, 1)
+	require.Equal(t, 0, detail.Failures[0].Seq)
+	require.Equal(t, 1, detail.Failures[0].Attempt)
+	require.Equal(t, "lease_expired", detail.Failures[0].Error.Type)
+}
+
+// TestSleepSurvivesGatewayStop (guarantee 7): a run asleep on a gateway that stops is
+// woken by another gateway on the same database, through the River job scheduled with
+// the sleep, as the local timer is gone.
+func TestSleepSurvivesGatewayStop(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dbURL := pgtest.DBURL(t)
+	a := stack.Start(t, stack.Options{DatabaseURL: dbURL})
+	app := a.NewApp()
+	examples.Register(app)
+	rec := &invocationRecorder{h: app}
+	a.Sync(t, a.ServeApp(t, rec))
+
+	ca := a.Client(t, a.Token)
+	start, err := ca.StartRunWithBodyWithResponse(ctx, "orders.checkout", &api.StartRunParams{},
+		"application/json", strings.NewReader(`{"sleep_ms":300}`))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusAccepted, start.StatusCode(), string(start.Body))
+	id := start.JSON202.Id
+
+	// Stop a's invoker while the run sleeps, before its local timer fires.
+	deadline := time.Now().Add(10 * time.Second)
+	for getRun(t, ca, id).Status != api.RunStatusSuspended {
+		require.True(t, time.Now().Before(deadline), "the run did not reach its sleep")
+		time.Sleep(5 * time.Millisecond)
+	}
+	stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	require.NoError(t, a.Invoker.Stop(stopCtx))
+
+	b := stack.Start(t, stack.Options{DatabaseURL: dbURL})
+	cb := b.Client(t, b.Token)
+	began := time.Now()
+	res := awaitResult(t, cb, id)
+	t.Logf("gateway b finished the run %s after it started (River's scheduler runs every 5s)", time.Since(began).Round(time.Millisecond))
+	require.Equal(t, api.RunStatusCompleted, res.Status)
+
+	detail := getRun(t, cb, id)
+	require.Equal(t, 2, detail.Attempts, "one invocation before the sleep, one after")
+	require.Len(t, detail.Journal, 4)
+	sleep, ship := detail.Journal[2], detail.Journal[3]
+	require.Equal(t, api.EntryKindSleep, sleep.Kind)
+	require.Equal(t, "ship", ship.Name)
+	require.False(t, ship.FinishedAt.Before(*sleep.Until), "woken at its wake time, not before")
+
+	urls := rec.checkpointURLs()
+	require.Len(t, urls, 2)
+	require.True(t, strings.HasPrefix(urls[0], a.URL+"/"), "gateway a made the first invocation: %s", urls[0])
+	require.True(t, strings.HasPrefix(urls[1], b.URL+"/"), "gateway b made the second invocation: %s", urls[1])
+}
+
+// TestLocalTimerWakesOnTime measures how late a gateway's own timer wakes a 1s sleep.
+// Speed is measured and logged, not asserted.
+func TestLocalTimerWakesOnTime(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	s.SyncExamples(t)
+	c := s.Client(t, s.Token)
+	start, err := c.StartRunWithBodyWithResponse(t.Context(), "orders.checkout", &api.StartRunParams{Wait: ptr("30s")},
+		"application/json", strings.NewReader(`{"sleep_ms":1000}`))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, start.StatusCode(), string(start.Body))
+	require.Equal(t, api.RunStatusCompleted, start.JSON200.Status)
+
+	run := getRun(t, c, start.JSON200.Id)
+	require.Len(t, run.Journal, 4)
+	sleep, ship := run.Journal[2], run.Journal[3]
+	require.Equal(t, api.EntryKindSleep, sleep.Kind)
+	require.Equal(t, "ship", ship.Name)
+	late := ship.FinishedAt.Sub(*sleep.Until)
+	t.Logf("the step after a 1s sleep finished %s after the sleep's until (database clock)", late)
+	require.GreaterOrEqual(t, late, time.Duration(0), "the step after the sleep ran before its wake time")
+	require.Equal(t, 2, run.Attempts)
+}
