@@ -13,21 +13,22 @@ import (
 
 	"github.com/stepgate/stepgate/functions/signature"
 	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
 )
 
 var functionName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
-func notFound(detail string) api.NotFoundApplicationProblemPlusJSONResponse {
-	return api.NotFoundApplicationProblemPlusJSONResponse(problem(http.StatusNotFound, detail))
+func notFound(detail string) server.NotFoundApplicationProblemPlusJSONResponse {
+	return server.NotFoundApplicationProblemPlusJSONResponse(problem(http.StatusNotFound, detail))
 }
 
-func conflict(detail string) api.ConflictApplicationProblemPlusJSONResponse {
-	return api.ConflictApplicationProblemPlusJSONResponse(problem(http.StatusConflict, detail))
+func conflict(detail string) server.ConflictApplicationProblemPlusJSONResponse {
+	return server.ConflictApplicationProblemPlusJSONResponse(problem(http.StatusConflict, detail))
 }
 
-func functionNotFound(name string) api.NotFoundApplicationProblemPlusJSONResponse {
+func functionNotFound(name string) server.NotFoundApplicationProblemPlusJSONResponse {
 	return notFound(fmt.Sprintf("function %q is not registered", name))
 }
 
@@ -62,7 +63,7 @@ func (s *Server) register(ctx context.Context, tenant, name, rawURL string, conf
 }
 
 // RegisterFunction stores a new revision of a function.
-func (s *Server) RegisterFunction(ctx context.Context, req api.RegisterFunctionRequestObject) (api.RegisterFunctionResponseObject, error) {
+func (s *Server) RegisterFunction(ctx context.Context, req server.RegisterFunctionRequestObject) (server.RegisterFunctionResponseObject, error) {
 	fn, err := s.register(ctx, identity(ctx).Tenant, req.Name, req.Body.Url, req.Body.Config)
 	if err != nil {
 		return nil, err
@@ -71,14 +72,14 @@ func (s *Server) RegisterFunction(ctx context.Context, req api.RegisterFunctionR
 	if err != nil {
 		return nil, err
 	}
-	return api.RegisterFunction200JSONResponse(out), nil
+	return server.RegisterFunction200JSONResponse(out), nil
 }
 
 // GetFunction returns a function's current revision.
-func (s *Server) GetFunction(ctx context.Context, req api.GetFunctionRequestObject) (api.GetFunctionResponseObject, error) {
+func (s *Server) GetFunction(ctx context.Context, req server.GetFunctionRequestObject) (server.GetFunctionResponseObject, error) {
 	fn, err := journal.GetFunction(ctx, s.pool, identity(ctx).Tenant, req.Name)
 	if errors.Is(err, journal.ErrNotFound) {
-		return api.GetFunction404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: functionNotFound(req.Name)}, nil
+		return server.GetFunction404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: functionNotFound(req.Name)}, nil
 	}
 	if err != nil {
 		return nil, err
@@ -87,11 +88,11 @@ func (s *Server) GetFunction(ctx context.Context, req api.GetFunctionRequestObje
 	if err != nil {
 		return nil, err
 	}
-	return api.GetFunction200JSONResponse(out), nil
+	return server.GetFunction200JSONResponse(out), nil
 }
 
 // ListFunctions lists the tenant's functions.
-func (s *Server) ListFunctions(ctx context.Context, _ api.ListFunctionsRequestObject) (api.ListFunctionsResponseObject, error) {
+func (s *Server) ListFunctions(ctx context.Context, _ server.ListFunctionsRequestObject) (server.ListFunctionsResponseObject, error) {
 	fns, err := journal.ListFunctions(ctx, s.pool, identity(ctx).Tenant)
 	if err != nil {
 		return nil, err
@@ -100,7 +101,7 @@ func (s *Server) ListFunctions(ctx context.Context, _ api.ListFunctionsRequestOb
 	if err != nil {
 		return nil, err
 	}
-	return api.ListFunctions200JSONResponse(list), nil
+	return server.ListFunctions200JSONResponse(list), nil
 }
 
 func functionsToAPI(fns []journal.Function) (api.FunctionList, error) {
@@ -116,26 +117,26 @@ func functionsToAPI(fns []journal.Function) (api.FunctionList, error) {
 }
 
 // DeleteFunction unregisters a function.
-func (s *Server) DeleteFunction(ctx context.Context, req api.DeleteFunctionRequestObject) (api.DeleteFunctionResponseObject, error) {
+func (s *Server) DeleteFunction(ctx context.Context, req server.DeleteFunctionRequestObject) (server.DeleteFunctionResponseObject, error) {
 	err := journal.DeleteFunction(ctx, s.pool, identity(ctx).Tenant, req.Name)
 	if errors.Is(err, journal.ErrNotFound) {
-		return api.DeleteFunction404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: functionNotFound(req.Name)}, nil
+		return server.DeleteFunction404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: functionNotFound(req.Name)}, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	return api.DeleteFunction204Response{}, nil
+	return server.DeleteFunction204Response{}, nil
 }
 
 // SyncApp reads an app's manifest with a signed GET and registers each of its functions.
-func (s *Server) SyncApp(ctx context.Context, req api.SyncAppRequestObject) (api.SyncAppResponseObject, error) {
+func (s *Server) SyncApp(ctx context.Context, req server.SyncAppRequestObject) (server.SyncAppResponseObject, error) {
 	base, err := url.Parse(req.Body.Url)
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
 		return nil, badRequest("url %q is not an absolute http(s) URL", req.Body.Url)
 	}
 	manifest, err := s.fetchManifest(ctx, base.String())
 	if err != nil {
-		return api.SyncApp502ApplicationProblemPlusJSONResponse{BadGatewayApplicationProblemPlusJSONResponse: api.BadGatewayApplicationProblemPlusJSONResponse(
+		return server.SyncApp502ApplicationProblemPlusJSONResponse{BadGatewayApplicationProblemPlusJSONResponse: server.BadGatewayApplicationProblemPlusJSONResponse(
 			problem(http.StatusBadGateway, err.Error()))}, nil
 	}
 	tenant := identity(ctx).Tenant
@@ -155,7 +156,7 @@ func (s *Server) SyncApp(ctx context.Context, req api.SyncAppRequestObject) (api
 	if err != nil {
 		return nil, err
 	}
-	return api.SyncApp200JSONResponse(list), nil
+	return server.SyncApp200JSONResponse(list), nil
 }
 
 func (s *Server) fetchManifest(ctx context.Context, appURL string) (*api.Manifest, error) {

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
 )
@@ -52,7 +53,7 @@ func resultLocation(runID string) *string {
 // With wait this gateway invokes it at once (the run is created already claimed, so the
 // first invocation has no queue hop) and answers its result, or 202 when the wait runs
 // out; the invocation goes on regardless of the caller.
-func (s *Server) StartRun(ctx context.Context, req api.StartRunRequestObject) (api.StartRunResponseObject, error) {
+func (s *Server) StartRun(ctx context.Context, req server.StartRunRequestObject) (server.StartRunResponseObject, error) {
 	wait, err := parseWait(req.Params.Wait)
 	if err != nil {
 		return nil, err
@@ -89,9 +90,9 @@ func (s *Server) StartRun(ctx context.Context, req api.StartRunRequestObject) (a
 	}
 	switch {
 	case errors.Is(err, journal.ErrNotFound):
-		return api.StartRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: functionNotFound(req.Name)}, nil
+		return server.StartRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: functionNotFound(req.Name)}, nil
 	case errors.Is(err, journal.ErrIdempotencyMismatch):
-		return api.StartRun409ApplicationProblemPlusJSONResponse{ConflictApplicationProblemPlusJSONResponse: conflict(
+		return server.StartRun409ApplicationProblemPlusJSONResponse{ConflictApplicationProblemPlusJSONResponse: conflict(
 			fmt.Sprintf("idempotency key %q was used with a different input for function %s", n.IdempotencyKey, req.Name))}, nil
 	case err != nil:
 		return nil, err
@@ -119,7 +120,7 @@ func (s *Server) StartRun(ctx context.Context, req api.StartRunRequestObject) (a
 		select {
 		case res := <-done:
 			if res != nil && res.Status.Terminal() {
-				return api.StartRun200JSONResponse{Id: run.ID, Status: api.RunStatus(res.Status),
+				return server.StartRun200JSONResponse{Id: run.ID, Status: api.RunStatus(res.Status),
 					Output: rawPtr(res.Output), Error: invoker.ErrorToAPI(res.Error)}, nil
 			}
 		case <-timer.C:
@@ -135,11 +136,11 @@ func (s *Server) StartRun(ctx context.Context, req api.StartRunRequestObject) (a
 	return startAnswer(run), nil
 }
 
-func startAnswer(run *journal.Run) api.StartRunResponseObject {
+func startAnswer(run *journal.Run) server.StartRunResponseObject {
 	if run.Status.Terminal() {
-		return api.StartRun200JSONResponse(runResult(run))
+		return server.StartRun200JSONResponse(runResult(run))
 	}
-	return api.StartRun202JSONResponse{Body: runResult(run), Headers: api.StartRun202ResponseHeaders{Location: resultLocation(run.ID)}}
+	return server.StartRun202JSONResponse{Body: runResult(run), Headers: server.StartRun202ResponseHeaders{Location: resultLocation(run.ID)}}
 }
 
 func rawPtr(b json.RawMessage) *api.AnyJSON {
@@ -182,14 +183,14 @@ func (s *Server) awaitRun(ctx context.Context, ch <-chan struct{}, tenant, runID
 }
 
 // GetRunResult attaches to a run and waits up to wait for it to finish.
-func (s *Server) GetRunResult(ctx context.Context, req api.GetRunResultRequestObject) (api.GetRunResultResponseObject, error) {
+func (s *Server) GetRunResult(ctx context.Context, req server.GetRunResultRequestObject) (server.GetRunResultResponseObject, error) {
 	wait, err := parseWait(req.Params.Wait)
 	if err != nil {
 		return nil, err
 	}
 	tenant := identity(ctx).Tenant
 	if !validRunID(req.Id) {
-		return api.GetRunResult404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
+		return server.GetRunResult404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
 	}
 	var run *journal.Run
 	if wait > 0 {
@@ -198,18 +199,18 @@ func (s *Server) GetRunResult(ctx context.Context, req api.GetRunResultRequestOb
 		run, err = journal.GetRun(ctx, s.pool, tenant, req.Id)
 	}
 	if errors.Is(err, journal.ErrNotFound) {
-		return api.GetRunResult404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
+		return server.GetRunResult404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
 	}
 	if err != nil {
 		return nil, err
 	}
 	if run.Status.Terminal() {
-		return api.GetRunResult200JSONResponse(runResult(run)), nil
+		return server.GetRunResult200JSONResponse(runResult(run)), nil
 	}
-	return api.GetRunResult202JSONResponse{Body: runResult(run), Headers: api.GetRunResult202ResponseHeaders{Location: resultLocation(run.ID)}}, nil
+	return server.GetRunResult202JSONResponse{Body: runResult(run), Headers: server.GetRunResult202ResponseHeaders{Location: resultLocation(run.ID)}}, nil
 }
 
-func runNotFound(id string) api.NotFoundApplicationProblemPlusJSONResponse {
+func runNotFound(id string) server.NotFoundApplicationProblemPlusJSONResponse {
 	return notFound(fmt.Sprintf("run %q does not exist", id))
 }
 
@@ -230,13 +231,13 @@ func runToAPI(run *journal.Run) api.Run {
 }
 
 // GetRun returns a run with its journal and failed attempts.
-func (s *Server) GetRun(ctx context.Context, req api.GetRunRequestObject) (api.GetRunResponseObject, error) {
+func (s *Server) GetRun(ctx context.Context, req server.GetRunRequestObject) (server.GetRunResponseObject, error) {
 	if !validRunID(req.Id) {
-		return api.GetRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
+		return server.GetRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
 	}
 	run, err := journal.GetRun(ctx, s.pool, identity(ctx).Tenant, req.Id)
 	if errors.Is(err, journal.ErrNotFound) {
-		return api.GetRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
+		return server.GetRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
 	}
 	if err != nil {
 		return nil, err
@@ -263,11 +264,11 @@ func (s *Server) GetRun(ctx context.Context, req api.GetRunRequestObject) (api.G
 	for _, f := range failures {
 		out.Failures = append(out.Failures, invoker.FailureToAPI(f))
 	}
-	return api.GetRun200JSONResponse(out), nil
+	return server.GetRun200JSONResponse(out), nil
 }
 
 // ListRuns lists the tenant's runs, newest first, a page at a time.
-func (s *Server) ListRuns(ctx context.Context, req api.ListRunsRequestObject) (api.ListRunsResponseObject, error) {
+func (s *Server) ListRuns(ctx context.Context, req server.ListRunsRequestObject) (server.ListRunsResponseObject, error) {
 	p := req.Params
 	f := journal.RunFilter{}
 	if p.Function != nil {
@@ -313,7 +314,7 @@ func (s *Server) ListRuns(ctx context.Context, req api.ListRunsRequestObject) (a
 		c := encodeCursor(next)
 		out.NextCursor = &c
 	}
-	return api.ListRuns200JSONResponse(out), nil
+	return server.ListRuns200JSONResponse(out), nil
 }
 
 func encodeCursor(c *journal.RunCursor) string {
@@ -337,10 +338,10 @@ func decodeCursor(s string) (*journal.RunCursor, error) {
 }
 
 // Checkpoint journals one finished step of the invocation its token names.
-func (s *Server) Checkpoint(ctx context.Context, req api.CheckpointRequestObject) (api.CheckpointResponseObject, error) {
+func (s *Server) Checkpoint(ctx context.Context, req server.CheckpointRequestObject) (server.CheckpointResponseObject, error) {
 	claim, _ := ctx.Value(invocationKey{}).(invocationClaim)
 	if claim.runID != req.Id {
-		return api.Checkpoint401ApplicationProblemPlusJSONResponse{UnauthorizedApplicationProblemPlusJSONResponse: api.UnauthorizedApplicationProblemPlusJSONResponse(
+		return server.Checkpoint401ApplicationProblemPlusJSONResponse{UnauthorizedApplicationProblemPlusJSONResponse: server.UnauthorizedApplicationProblemPlusJSONResponse(
 			problem(http.StatusUnauthorized, "invocation token is for another run"))}, nil
 	}
 	e := req.Body
@@ -356,14 +357,14 @@ func (s *Server) Checkpoint(ctx context.Context, req api.CheckpointRequestObject
 		p := problem(http.StatusConflict, "nondeterminism: "+err.Error())
 		t := "nondeterminism"
 		p.Type = &t
-		return api.Checkpoint409ApplicationProblemPlusJSONResponse{ConflictApplicationProblemPlusJSONResponse: api.ConflictApplicationProblemPlusJSONResponse(p)}, nil
+		return server.Checkpoint409ApplicationProblemPlusJSONResponse{ConflictApplicationProblemPlusJSONResponse: server.ConflictApplicationProblemPlusJSONResponse(p)}, nil
 	case errors.Is(err, journal.ErrSuperseded):
 		p := problem(http.StatusConflict, "this invocation no longer owns the run (it was cancelled, finished, or retried elsewhere): stop")
 		t := "superseded"
 		p.Type = &t
-		return api.Checkpoint409ApplicationProblemPlusJSONResponse{ConflictApplicationProblemPlusJSONResponse: api.ConflictApplicationProblemPlusJSONResponse(p)}, nil
+		return server.Checkpoint409ApplicationProblemPlusJSONResponse{ConflictApplicationProblemPlusJSONResponse: server.ConflictApplicationProblemPlusJSONResponse(p)}, nil
 	case err != nil:
 		return nil, err
 	}
-	return api.Checkpoint200JSONResponse{Seq: e.Seq}, nil
+	return server.Checkpoint200JSONResponse{Seq: e.Seq}, nil
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/invoker"
 )
 
@@ -41,7 +42,7 @@ type Config struct {
 	HTTPClient *http.Client
 }
 
-// Server is the gateway's HTTP server. It implements api.StrictServerInterface.
+// Server is the gateway's HTTP server. It implements server.StrictServerInterface.
 type Server struct {
 	pool     *pgxpool.Pool
 	inv      *invoker.Invoker
@@ -53,7 +54,7 @@ type Server struct {
 	echo     *echo.Echo
 }
 
-var _ api.StrictServerInterface = (*Server)(nil)
+var _ server.StrictServerInterface = (*Server)(nil)
 
 // New returns a Server; serve it with Handler.
 func New(cfg Config) (*Server, error) {
@@ -76,7 +77,7 @@ func New(cfg Config) (*Server, error) {
 	e.Use(middleware.Recover())
 	e.Use(middleware.BodyLimit(bodyLimit(cmp.Or(cfg.MaxBodyBytes, 1<<20))))
 	e.Use(s.authenticate)
-	api.RegisterHandlers(e, api.NewStrictHandler(s, nil))
+	server.RegisterHandlers(e, server.NewStrictHandler(s, nil))
 	if cfg.Web != nil {
 		web := echo.WrapHandler(cfg.Web)
 		e.GET("/*", func(c echo.Context) error {
@@ -205,12 +206,12 @@ func (s *Server) handleError(err error, c echo.Context) {
 }
 
 // Healthz answers 200 once the database answers.
-func (s *Server) Healthz(ctx context.Context, _ api.HealthzRequestObject) (api.HealthzResponseObject, error) {
+func (s *Server) Healthz(ctx context.Context, _ server.HealthzRequestObject) (server.HealthzResponseObject, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if err := s.pool.Ping(ctx); err != nil {
-		return api.Healthz503ApplicationProblemPlusJSONResponse{UnavailableApplicationProblemPlusJSONResponse: api.UnavailableApplicationProblemPlusJSONResponse(
+		return server.Healthz503ApplicationProblemPlusJSONResponse{UnavailableApplicationProblemPlusJSONResponse: server.UnavailableApplicationProblemPlusJSONResponse(
 			problem(http.StatusServiceUnavailable, "the database does not answer: "+err.Error()))}, nil
 	}
-	return api.Healthz200JSONResponse{Status: "ok"}, nil
+	return server.Healthz200JSONResponse{Status: "ok"}, nil
 }
