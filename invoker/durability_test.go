@@ -102,15 +102,6 @@ func TestGatewayDiesDuringInvocation(t *testing.T) {
 
 	c := s.Client(t, s.Token)
 	res := awaitResult(t, c, run.ID)
-	rows, _ := s.Pool.Query(ctx, `SELECT kind, state, created_at, scheduled_at, attempted_at, finalized_at FROM river_job ORDER BY id`)
-	for rows.Next() {
-		var kind, state string
-		var c, sc time.Time
-		var at, fin *time.Time
-		rows.Scan(&kind, &state, &c, &sc, &at, &fin)
-		t.Logf("DEBUG %s %s created=%s sched=%s att=%v fin=%v", kind, state, c.Sub(run.CreatedAt), sc.Sub(run.CreatedAt), at, fin)
-	}
-	rows.Close()
 	require.Equal(t, api.RunStatusCompleted, res.Status)
 	require.JSONEq(t, `"done"`, string(*res.Output))
 	require.EqualValues(t, 1, calls.Load(), "the dead gateway's invocation never reached the function")

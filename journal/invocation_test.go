@@ -253,12 +253,12 @@ func TestFinish(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, o.Status, f.Status)
 			require.Nil(t, f.WakeAt)
-			require.Equal(t, dbNow(t, tx), f.Now)
+			require.False(t, f.Clock.Before(dbNow(t, tx)), "the wall clock, not the transaction's start")
 
 			got := mustGetRun(t, tx, run)
 			require.Equal(t, o.Status, got.Status)
 			require.True(t, got.Status.Terminal())
-			require.Equal(t, f.Now, *got.FinishedAt)
+			require.Equal(t, dbNow(t, tx), *got.FinishedAt)
 			require.Nil(t, got.LeaseUntil)
 			require.Nil(t, got.WakeAt)
 			require.Equal(t, o.Error, got.Error)
@@ -285,8 +285,9 @@ func TestFinish(t *testing.T) {
 			Sleep: &journal.Entry{Seq: 3, Kind: journal.KindSleep, Name: "cool-off"}, SleepFor: 90 * time.Second})
 		require.NoError(t, err)
 		require.Equal(t, journal.StatusSuspended, f.Status)
-		require.Equal(t, dbNow(t, tx), f.Now)
-		require.Equal(t, f.Now.Add(90*time.Second), *f.WakeAt)
+		now := dbNow(t, tx)
+		require.False(t, f.Clock.Before(now))
+		require.Equal(t, now.Add(90*time.Second), *f.WakeAt, "the wake time is the database's")
 
 		got := mustGetRun(t, tx, run)
 		require.Equal(t, journal.StatusSuspended, got.Status)
@@ -299,14 +300,14 @@ func TestFinish(t *testing.T) {
 		require.Equal(t, "cool-off", es[2].Name)
 		require.Equal(t, *f.WakeAt, *es[2].WakeAt, "the sleep's absolute wake time is journaled")
 
-		// A sleep with an absolute wake time keeps it.
-		until := f.Now.Add(time.Hour).Truncate(time.Microsecond)
-		c, err := journal.ClaimRun(ctx, tx, run.ID, time.Minute) // not due...
-		require.ErrorIs(t, err, journal.ErrNotDue)
-		require.Nil(t, c)
-		mustExec(t, tx, `UPDATE stepgate.run SET wake_at = now() WHERE id = $1`, run.ID) // ...until now
-		c, err = journal.ClaimRun(ctx, tx, run.ID, time.Minute)
+		_, err = journal.ClaimRun(ctx, tx, run.ID, time.Minute)
+		require.ErrorIs(t, err, journal.ErrNotDue, "asleep")
+		mustExec(t, tx, `UPDATE stepgate.run SET wake_at = now() WHERE id = $1`, run.ID) // the 90s pass
+		c, err := journal.ClaimRun(ctx, tx, run.ID, time.Minute)
 		require.NoError(t, err)
+
+		// A sleep with an absolute wake time keeps it.
+		until := now.Add(time.Hour).Truncate(time.Microsecond)
 		f, err = journal.Finish(ctx, tx, run.ID, c.Run.Invocation, journal.Outcome{Status: journal.StatusSuspended,
 			Sleep: &journal.Entry{Seq: 4, Name: "until", WakeAt: &until}, SleepFor: time.Second})
 		require.NoError(t, err)
@@ -332,7 +333,7 @@ func TestFinish(t *testing.T) {
 		f, err := journal.Finish(ctx, tx, run.ID, 1, journal.Outcome{Status: journal.StatusQueued, Error: e, WakeAfter: 2 * time.Second})
 		require.NoError(t, err)
 		require.Equal(t, journal.StatusQueued, f.Status)
-		require.Equal(t, f.Now.Add(2*time.Second), *f.WakeAt)
+		require.Equal(t, dbNow(t, tx).Add(2*time.Second), *f.WakeAt)
 		got := mustGetRun(t, tx, run)
 		require.Equal(t, journal.StatusQueued, got.Status)
 		require.Equal(t, 1, got.FailedInvocations)
