@@ -148,7 +148,7 @@ func TestSleepSurvivesGatewayStop(t *testing.T) {
 	cb := b.Client(t, b.Token)
 	began := time.Now()
 	res := awaitResult(t, cb, id)
-	t.Logf("gateway b finished the run %s after it started (River's scheduler runs every 5s)", time.Since(began).Round(time.Millisecond))
+	t.Logf("gateway b finished the run %s after it started, through River's scheduled job", time.Since(began).Round(time.Millisecond))
 	require.Equal(t, api.RunStatusCompleted, res.Status)
 
 	detail := getRun(t, cb, id)
