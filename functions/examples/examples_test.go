@@ -37,6 +37,7 @@ func TestExamples(t *testing.T) {
 		g, url := serve(t)
 		r := g.Get(url + "/")
 		require.JSONEq(t, `{"protocol":1,"functions":[
+			{"name":"chain","path":"chain"},
 			{"name":"flaky","path":"flaky"},
 			{"name":"hello","path":"hello"},
 			{"name":"orders.checkout","path":"orders.checkout","config":{"timeout":"30s","retries":{"max_attempts":5}}}

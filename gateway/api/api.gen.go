@@ -173,8 +173,8 @@ type Await struct {
 	Error    *ErrorInfo `json:"error,omitempty"`
 	Name     string     `json:"name"`
 
-	// Retry Exponential backoff with full jitter: the wait before attempt n+1 is a random
-	// duration up to min(max_interval, initial_interval * 2^(n-1)).
+	// Retry Exponential backoff with jitter: the wait after failed attempt n is a random
+	// duration between half and all of min(max_interval, initial_interval * 2^(n-1)).
 	Retry *RetryPolicy `json:"retry,omitempty"`
 	Seq   int          `json:"seq"`
 	Type  AwaitType    `json:"type"`
@@ -227,8 +227,8 @@ type Function struct {
 
 // FunctionConfig defines model for FunctionConfig.
 type FunctionConfig struct {
-	// Retries Exponential backoff with full jitter: the wait before attempt n+1 is a random
-	// duration up to min(max_interval, initial_interval * 2^(n-1)).
+	// Retries Exponential backoff with jitter: the wait after failed attempt n is a random
+	// duration between half and all of min(max_interval, initial_interval * 2^(n-1)).
 	Retries *RetryPolicy `json:"retries,omitempty"`
 
 	// Timeout How long one invocation may take. Defaults to 5m.
@@ -360,8 +360,8 @@ type Problem struct {
 	Type   *string `json:"type,omitempty"`
 }
 
-// RetryPolicy Exponential backoff with full jitter: the wait before attempt n+1 is a random
-// duration up to min(max_interval, initial_interval * 2^(n-1)).
+// RetryPolicy Exponential backoff with jitter: the wait after failed attempt n is a random
+// duration between half and all of min(max_interval, initial_interval * 2^(n-1)).
 type RetryPolicy struct {
 	// InitialInterval A Go duration such as `30s`, `5m`, `1h30m`.
 	//
