@@ -227,6 +227,10 @@ type Function struct {
 
 // FunctionConfig defines model for FunctionConfig.
 type FunctionConfig struct {
+	// InvokeRoles When set, only tokens with one of these roles (or `admin`) may start runs of
+	// this function, besides needing `runs:invoke`.
+	InvokeRoles *[]string `json:"invoke_roles,omitempty"`
+
 	// Retries Exponential backoff with jitter: the wait after failed attempt n is a random
 	// duration between half and all of min(max_interval, initial_interval * 2^(n-1)).
 	Retries *RetryPolicy `json:"retries,omitempty"`
@@ -246,6 +250,34 @@ type FunctionRegistration struct {
 
 	// Url The http(s) URL the gateway POSTs invocations to.
 	Url string `json:"url"`
+}
+
+// FunctionStats defines model for FunctionStats.
+type FunctionStats struct {
+	Completed int `json:"completed"`
+
+	// Failed Failed or cancelled.
+	Failed    int        `json:"failed"`
+	LastRunAt *time.Time `json:"last_run_at,omitempty"`
+	Name      string     `json:"name"`
+
+	// P50Ms Median duration of the finished runs, in milliseconds.
+	P50Ms *float32 `json:"p50_ms,omitempty"`
+
+	// Running Not finished yet.
+	Running int `json:"running"`
+
+	// Runs Runs created in the window.
+	Runs int `json:"runs"`
+
+	// SuccessRate completed / (completed + failed); absent when none finished.
+	SuccessRate *float32 `json:"success_rate,omitempty"`
+}
+
+// FunctionStatsList defines model for FunctionStatsList.
+type FunctionStatsList struct {
+	Functions []FunctionStats `json:"functions"`
+	Window    string          `json:"window"`
 }
 
 // Health defines model for Health.
@@ -395,8 +427,11 @@ type Run struct {
 	Input AnyJSON `json:"input"`
 
 	// Output Any JSON value, kept byte for byte.
-	Output    *AnyJSON   `json:"output,omitempty"`
-	ParentId  *string    `json:"parent_id,omitempty"`
+	Output   *AnyJSON `json:"output,omitempty"`
+	ParentId *string  `json:"parent_id,omitempty"`
+
+	// RerunOf The run this one reruns.
+	RerunOf   *string    `json:"rerun_of,omitempty"`
 	Revision  int        `json:"revision"`
 	StartedAt *time.Time `json:"started_at,omitempty"`
 	Status    RunStatus  `json:"status"`
@@ -425,8 +460,11 @@ type RunDetail struct {
 	Journal []JournalEntry `json:"journal"`
 
 	// Output Any JSON value, kept byte for byte.
-	Output    *AnyJSON   `json:"output,omitempty"`
-	ParentId  *string    `json:"parent_id,omitempty"`
+	Output   *AnyJSON `json:"output,omitempty"`
+	ParentId *string  `json:"parent_id,omitempty"`
+
+	// RerunOf The run this one reruns.
+	RerunOf   *string    `json:"rerun_of,omitempty"`
 	Revision  int        `json:"revision"`
 	StartedAt *time.Time `json:"started_at,omitempty"`
 	Status    RunStatus  `json:"status"`
@@ -473,6 +511,9 @@ type BadRequest = Problem
 // Conflict An RFC 9457 problem.
 type Conflict = Problem
 
+// Forbidden An RFC 9457 problem.
+type Forbidden = Problem
+
 // NotFound An RFC 9457 problem.
 type NotFound = Problem
 
@@ -504,10 +545,22 @@ type ListRunsParams struct {
 	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
+// StreamRunsParams defines parameters for StreamRuns.
+type StreamRunsParams struct {
+	Function *string `form:"function,omitempty" json:"function,omitempty"`
+	Run      *string `form:"run,omitempty" json:"run,omitempty"`
+}
+
 // GetRunResultParams defines parameters for GetRunResult.
 type GetRunResultParams struct {
 	// Wait How long to wait for the result, as a Go duration (`30s`, `2m`); at most `15m`.
 	Wait *Wait `form:"wait,omitempty" json:"wait,omitempty"`
+}
+
+// FunctionStatsParams defines parameters for FunctionStats.
+type FunctionStatsParams struct {
+	// Window How far back, as a Go duration; defaults to `1h`, at most `720h`.
+	Window *string `form:"window,omitempty" json:"window,omitempty"`
 }
 
 // SyncAppJSONRequestBody defines body for SyncApp for application/json ContentType.
@@ -601,36 +654,36 @@ type ClientInterface interface {
 	// Corresponds with GET /healthz (the `Healthz` operationId).
 	Healthz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// SyncAppWithBody Reads an app's manifest (signed GET of its URL) and registers all its functions.
+	// SyncAppWithBody Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/apps (the `SyncApp` operationId).
 	SyncAppWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// SyncApp Reads an app's manifest (signed GET of its URL) and registers all its functions.
+	// SyncApp Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /v1/apps (the `SyncApp` operationId).
 	SyncApp(ctx context.Context, body SyncAppJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// ListFunctions Lists the registered functions with their current revision.
+	// ListFunctions Lists the registered functions with their current revision. Needs `functions:read`.
 	//
 	// Corresponds with GET /v1/functions (the `ListFunctions` operationId).
 	ListFunctions(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// DeleteFunction Unregisters a function. Its runs and revisions are kept; new invocations get 404.
+	// DeleteFunction Unregisters a function. Its runs and revisions are kept; new invocations get 404. Needs `functions:write`.
 	//
 	// Corresponds with DELETE /v1/functions/{name} (the `DeleteFunction` operationId).
 	DeleteFunction(ctx context.Context, name FunctionName, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// GetFunction Returns a function's current revision.
+	// GetFunction Returns a function's current revision. Needs `functions:read`.
 	//
 	// Corresponds with GET /v1/functions/{name} (the `GetFunction` operationId).
 	GetFunction(ctx context.Context, name FunctionName, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// RegisterFunctionWithBody Registers a function; each call makes a new immutable revision.
+	// RegisterFunctionWithBody Registers a function; each call makes a new immutable revision. Needs `functions:write`.
 	//
 	// Runs stay on the revision they started on. Registering the same URL and config again
 	// still makes a new revision.
@@ -640,7 +693,7 @@ type ClientInterface interface {
 	// Corresponds with PUT /v1/functions/{name} (the `RegisterFunction` operationId).
 	RegisterFunctionWithBody(ctx context.Context, name FunctionName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// RegisterFunction Registers a function; each call makes a new immutable revision.
+	// RegisterFunction Registers a function; each call makes a new immutable revision. Needs `functions:write`.
 	//
 	// Runs stay on the revision they started on. Registering the same URL and config again
 	// still makes a new revision.
@@ -650,7 +703,7 @@ type ClientInterface interface {
 	// Corresponds with PUT /v1/functions/{name} (the `RegisterFunction` operationId).
 	RegisterFunction(ctx context.Context, name FunctionName, body RegisterFunctionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// StartRunWithBody Starts a run of a function with the request body as its input.
+	// StartRunWithBody Starts a run of a function with the request body as its input. Needs `runs:invoke`.
 	//
 	// Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
 	// example `30s`, at most `15m`) the request waits for the run to finish: 200 with its
@@ -663,7 +716,7 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/functions/{name}/runs (the `StartRun` operationId).
 	StartRunWithBody(ctx context.Context, name FunctionName, params *StartRunParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// StartRun Starts a run of a function with the request body as its input.
+	// StartRun Starts a run of a function with the request body as its input. Needs `runs:invoke`.
 	//
 	// Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
 	// example `30s`, at most `15m`) the request waits for the run to finish: 200 with its
@@ -676,15 +729,33 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/functions/{name}/runs (the `StartRun` operationId).
 	StartRun(ctx context.Context, name FunctionName, params *StartRunParams, body StartRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// ListRuns Lists runs, newest first, with keyset pagination.
+	// ListRuns Lists runs, newest first, with keyset pagination. Needs `runs:read`.
 	//
 	// Corresponds with GET /v1/runs (the `ListRuns` operationId).
 	ListRuns(ctx context.Context, params *ListRunsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// GetRun Returns a run with its whole journal and its failed attempts.
+	// StreamRuns A live feed of the tenant's run changes, as server-sent events. Needs `runs:read`.
+	//
+	// Each event is `event: run` with a `Run` (without its journal) as `data`, sent when a
+	// run is created or changes status, by any gateway (fed by Postgres notifications,
+	// one listener per gateway). A comment line is sent every 15s to keep the connection
+	// open. Filter with `function` or `run` (one run id).
+	//
+	// Corresponds with GET /v1/runs/stream (the `StreamRuns` operationId).
+	StreamRuns(ctx context.Context, params *StreamRunsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetRun Returns a run with its whole journal and its failed attempts. Needs `runs:read`.
 	//
 	// Corresponds with GET /v1/runs/{id} (the `GetRun` operationId).
 	GetRun(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CancelRun Cancels a run that has not finished. Needs `runs:manage`.
+	//
+	// The run becomes `cancelled` at once; a running invocation is fenced out (its
+	// checkpoints and answer are refused) and the function is not called again.
+	//
+	// Corresponds with POST /v1/runs/{id}/cancel (the `CancelRun` operationId).
+	CancelRun(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// CheckpointWithBody Journals one finished entry of a running invocation (called by SDKs).
 	//
@@ -710,10 +781,24 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/runs/{id}/checkpoint (the `Checkpoint` operationId).
 	Checkpoint(ctx context.Context, id RunID, body CheckpointJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// GetRunResult Attaches to a run and waits (up to `wait`) for its result.
+	// RerunRun Starts a new run with a finished run's input and identity. Needs `runs:manage`.
+	//
+	// The new run uses the function's current revision, keeps the old run's input and
+	// identity, and names the old run in `rerun_of`. Only a finished (completed, failed
+	// or cancelled) run can be rerun; another is a 409.
+	//
+	// Corresponds with POST /v1/runs/{id}/rerun (the `RerunRun` operationId).
+	RerunRun(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetRunResult Attaches to a run and waits (up to `wait`) for its result. Needs `runs:read`.
 	//
 	// Corresponds with GET /v1/runs/{id}/result (the `GetRunResult` operationId).
 	GetRunResult(ctx context.Context, id RunID, params *GetRunResultParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// FunctionStats Each function's runs over a recent window. Needs `functions:read`.
+	//
+	// Corresponds with GET /v1/stats/functions (the `FunctionStats` operationId).
+	FunctionStats(ctx context.Context, params *FunctionStatsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // Healthz Readiness probe; 200 once migrated and ready.
@@ -731,7 +816,7 @@ func (c *Client) Healthz(ctx context.Context, reqEditors ...RequestEditorFn) (*h
 	return c.Client.Do(req)
 }
 
-// SyncAppWithBody Reads an app's manifest (signed GET of its URL) and registers all its functions.
+// SyncAppWithBody Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -748,7 +833,7 @@ func (c *Client) SyncAppWithBody(ctx context.Context, contentType string, body i
 	return c.Client.Do(req)
 }
 
-// SyncApp Reads an app's manifest (signed GET of its URL) and registers all its functions.
+// SyncApp Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -765,7 +850,7 @@ func (c *Client) SyncApp(ctx context.Context, body SyncAppJSONRequestBody, reqEd
 	return c.Client.Do(req)
 }
 
-// ListFunctions Lists the registered functions with their current revision.
+// ListFunctions Lists the registered functions with their current revision. Needs `functions:read`.
 //
 // Corresponds with GET /v1/functions (the `ListFunctions` operationId).
 func (c *Client) ListFunctions(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -780,7 +865,7 @@ func (c *Client) ListFunctions(ctx context.Context, reqEditors ...RequestEditorF
 	return c.Client.Do(req)
 }
 
-// DeleteFunction Unregisters a function. Its runs and revisions are kept; new invocations get 404.
+// DeleteFunction Unregisters a function. Its runs and revisions are kept; new invocations get 404. Needs `functions:write`.
 //
 // Corresponds with DELETE /v1/functions/{name} (the `DeleteFunction` operationId).
 func (c *Client) DeleteFunction(ctx context.Context, name FunctionName, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -795,7 +880,7 @@ func (c *Client) DeleteFunction(ctx context.Context, name FunctionName, reqEdito
 	return c.Client.Do(req)
 }
 
-// GetFunction Returns a function's current revision.
+// GetFunction Returns a function's current revision. Needs `functions:read`.
 //
 // Corresponds with GET /v1/functions/{name} (the `GetFunction` operationId).
 func (c *Client) GetFunction(ctx context.Context, name FunctionName, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -810,7 +895,7 @@ func (c *Client) GetFunction(ctx context.Context, name FunctionName, reqEditors 
 	return c.Client.Do(req)
 }
 
-// RegisterFunctionWithBody Registers a function; each call makes a new immutable revision.
+// RegisterFunctionWithBody Registers a function; each call makes a new immutable revision. Needs `functions:write`.
 //
 // Runs stay on the revision they started on. Registering the same URL and config again
 // still makes a new revision.
@@ -830,7 +915,7 @@ func (c *Client) RegisterFunctionWithBody(ctx context.Context, name FunctionName
 	return c.Client.Do(req)
 }
 
-// RegisterFunction Registers a function; each call makes a new immutable revision.
+// RegisterFunction Registers a function; each call makes a new immutable revision. Needs `functions:write`.
 //
 // Runs stay on the revision they started on. Registering the same URL and config again
 // still makes a new revision.
@@ -850,7 +935,7 @@ func (c *Client) RegisterFunction(ctx context.Context, name FunctionName, body R
 	return c.Client.Do(req)
 }
 
-// StartRunWithBody Starts a run of a function with the request body as its input.
+// StartRunWithBody Starts a run of a function with the request body as its input. Needs `runs:invoke`.
 //
 // Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
 // example `30s`, at most `15m`) the request waits for the run to finish: 200 with its
@@ -873,7 +958,7 @@ func (c *Client) StartRunWithBody(ctx context.Context, name FunctionName, params
 	return c.Client.Do(req)
 }
 
-// StartRun Starts a run of a function with the request body as its input.
+// StartRun Starts a run of a function with the request body as its input. Needs `runs:invoke`.
 //
 // Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
 // example `30s`, at most `15m`) the request waits for the run to finish: 200 with its
@@ -896,7 +981,7 @@ func (c *Client) StartRun(ctx context.Context, name FunctionName, params *StartR
 	return c.Client.Do(req)
 }
 
-// ListRuns Lists runs, newest first, with keyset pagination.
+// ListRuns Lists runs, newest first, with keyset pagination. Needs `runs:read`.
 //
 // Corresponds with GET /v1/runs (the `ListRuns` operationId).
 func (c *Client) ListRuns(ctx context.Context, params *ListRunsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -911,11 +996,49 @@ func (c *Client) ListRuns(ctx context.Context, params *ListRunsParams, reqEditor
 	return c.Client.Do(req)
 }
 
-// GetRun Returns a run with its whole journal and its failed attempts.
+// StreamRuns A live feed of the tenant's run changes, as server-sent events. Needs `runs:read`.
+//
+// Each event is `event: run` with a `Run` (without its journal) as `data`, sent when a
+// run is created or changes status, by any gateway (fed by Postgres notifications,
+// one listener per gateway). A comment line is sent every 15s to keep the connection
+// open. Filter with `function` or `run` (one run id).
+//
+// Corresponds with GET /v1/runs/stream (the `StreamRuns` operationId).
+func (c *Client) StreamRuns(ctx context.Context, params *StreamRunsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewStreamRunsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetRun Returns a run with its whole journal and its failed attempts. Needs `runs:read`.
 //
 // Corresponds with GET /v1/runs/{id} (the `GetRun` operationId).
 func (c *Client) GetRun(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetRunRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CancelRun Cancels a run that has not finished. Needs `runs:manage`.
+//
+// The run becomes `cancelled` at once; a running invocation is fenced out (its
+// checkpoints and answer are refused) and the function is not called again.
+//
+// Corresponds with POST /v1/runs/{id}/cancel (the `CancelRun` operationId).
+func (c *Client) CancelRun(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCancelRunRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -970,11 +1093,45 @@ func (c *Client) Checkpoint(ctx context.Context, id RunID, body CheckpointJSONRe
 	return c.Client.Do(req)
 }
 
-// GetRunResult Attaches to a run and waits (up to `wait`) for its result.
+// RerunRun Starts a new run with a finished run's input and identity. Needs `runs:manage`.
+//
+// The new run uses the function's current revision, keeps the old run's input and
+// identity, and names the old run in `rerun_of`. Only a finished (completed, failed
+// or cancelled) run can be rerun; another is a 409.
+//
+// Corresponds with POST /v1/runs/{id}/rerun (the `RerunRun` operationId).
+func (c *Client) RerunRun(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRerunRunRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetRunResult Attaches to a run and waits (up to `wait`) for its result. Needs `runs:read`.
 //
 // Corresponds with GET /v1/runs/{id}/result (the `GetRunResult` operationId).
 func (c *Client) GetRunResult(ctx context.Context, id RunID, params *GetRunResultParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetRunResultRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// FunctionStats Each function's runs over a recent window. Needs `functions:read`.
+//
+// Corresponds with GET /v1/stats/functions (the `FunctionStats` operationId).
+func (c *Client) FunctionStats(ctx context.Context, params *FunctionStatsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewFunctionStatsRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1397,6 +1554,72 @@ func NewListRunsRequest(server string, params *ListRunsParams) (*http.Request, e
 	return req, nil
 }
 
+// NewStreamRunsRequest constructs an http.Request for the StreamRuns method
+func NewStreamRunsRequest(server string, params *StreamRunsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/runs/stream")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Function != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "function", *params.Function, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Run != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "run", *params.Run, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetRunRequest constructs an http.Request for the GetRun method
 func NewGetRunRequest(server string, id RunID) (*http.Request, error) {
 	var err error
@@ -1424,6 +1647,40 @@ func NewGetRunRequest(server string, id RunID) (*http.Request, error) {
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCancelRunRequest constructs an http.Request for the CancelRun method
+func NewCancelRunRequest(server string, id RunID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/runs/%s/cancel", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -1478,6 +1735,40 @@ func NewCheckpointRequestWithBody(server string, id RunID, contentType string, b
 	return req, nil
 }
 
+// NewRerunRunRequest constructs an http.Request for the RerunRun method
+func NewRerunRunRequest(server string, id RunID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/runs/%s/rerun", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetRunResultRequest constructs an http.Request for the GetRunResult method
 func NewGetRunResultRequest(server string, id RunID, params *GetRunResultParams) (*http.Request, error) {
 	var err error
@@ -1516,6 +1807,60 @@ func NewGetRunResultRequest(server string, id RunID, params *GetRunResultParams)
 		if params.Wait != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "wait", *params.Wait, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewFunctionStatsRequest constructs an http.Request for the FunctionStats method
+func NewFunctionStatsRequest(server string, params *FunctionStatsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/stats/functions")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Window != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "window", *params.Window, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -1590,42 +1935,42 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /healthz (the `Healthz` operationId).
 	HealthzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*HealthzResponse, error)
 
-	// SyncAppWithBodyWithResponse Reads an app's manifest (signed GET of its URL) and registers all its functions.
+	// SyncAppWithBodyWithResponse Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/apps (the `SyncApp` operationId).
 	SyncAppWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SyncAppResponse, error)
 
-	// SyncAppWithResponse Reads an app's manifest (signed GET of its URL) and registers all its functions.
+	// SyncAppWithResponse Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/apps (the `SyncApp` operationId).
 	SyncAppWithResponse(ctx context.Context, body SyncAppJSONRequestBody, reqEditors ...RequestEditorFn) (*SyncAppResponse, error)
 
-	// ListFunctionsWithResponse Lists the registered functions with their current revision.
+	// ListFunctionsWithResponse Lists the registered functions with their current revision. Needs `functions:read`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/functions (the `ListFunctions` operationId).
 	ListFunctionsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListFunctionsResponse, error)
 
-	// DeleteFunctionWithResponse Unregisters a function. Its runs and revisions are kept; new invocations get 404.
+	// DeleteFunctionWithResponse Unregisters a function. Its runs and revisions are kept; new invocations get 404. Needs `functions:write`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with DELETE /v1/functions/{name} (the `DeleteFunction` operationId).
 	DeleteFunctionWithResponse(ctx context.Context, name FunctionName, reqEditors ...RequestEditorFn) (*DeleteFunctionResponse, error)
 
-	// GetFunctionWithResponse Returns a function's current revision.
+	// GetFunctionWithResponse Returns a function's current revision. Needs `functions:read`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/functions/{name} (the `GetFunction` operationId).
 	GetFunctionWithResponse(ctx context.Context, name FunctionName, reqEditors ...RequestEditorFn) (*GetFunctionResponse, error)
 
-	// RegisterFunctionWithBodyWithResponse Registers a function; each call makes a new immutable revision.
+	// RegisterFunctionWithBodyWithResponse Registers a function; each call makes a new immutable revision. Needs `functions:write`.
 	//
 	// Runs stay on the revision they started on. Registering the same URL and config again
 	// still makes a new revision.
@@ -1635,7 +1980,7 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with PUT /v1/functions/{name} (the `RegisterFunction` operationId).
 	RegisterFunctionWithBodyWithResponse(ctx context.Context, name FunctionName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RegisterFunctionResponse, error)
 
-	// RegisterFunctionWithResponse Registers a function; each call makes a new immutable revision.
+	// RegisterFunctionWithResponse Registers a function; each call makes a new immutable revision. Needs `functions:write`.
 	//
 	// Runs stay on the revision they started on. Registering the same URL and config again
 	// still makes a new revision.
@@ -1645,7 +1990,7 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with PUT /v1/functions/{name} (the `RegisterFunction` operationId).
 	RegisterFunctionWithResponse(ctx context.Context, name FunctionName, body RegisterFunctionJSONRequestBody, reqEditors ...RequestEditorFn) (*RegisterFunctionResponse, error)
 
-	// StartRunWithBodyWithResponse Starts a run of a function with the request body as its input.
+	// StartRunWithBodyWithResponse Starts a run of a function with the request body as its input. Needs `runs:invoke`.
 	//
 	// Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
 	// example `30s`, at most `15m`) the request waits for the run to finish: 200 with its
@@ -1658,7 +2003,7 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/functions/{name}/runs (the `StartRun` operationId).
 	StartRunWithBodyWithResponse(ctx context.Context, name FunctionName, params *StartRunParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*StartRunResponse, error)
 
-	// StartRunWithResponse Starts a run of a function with the request body as its input.
+	// StartRunWithResponse Starts a run of a function with the request body as its input. Needs `runs:invoke`.
 	//
 	// Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
 	// example `30s`, at most `15m`) the request waits for the run to finish: 200 with its
@@ -1671,19 +2016,41 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/functions/{name}/runs (the `StartRun` operationId).
 	StartRunWithResponse(ctx context.Context, name FunctionName, params *StartRunParams, body StartRunJSONRequestBody, reqEditors ...RequestEditorFn) (*StartRunResponse, error)
 
-	// ListRunsWithResponse Lists runs, newest first, with keyset pagination.
+	// ListRunsWithResponse Lists runs, newest first, with keyset pagination. Needs `runs:read`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/runs (the `ListRuns` operationId).
 	ListRunsWithResponse(ctx context.Context, params *ListRunsParams, reqEditors ...RequestEditorFn) (*ListRunsResponse, error)
 
-	// GetRunWithResponse Returns a run with its whole journal and its failed attempts.
+	// StreamRunsWithResponse A live feed of the tenant's run changes, as server-sent events. Needs `runs:read`.
+	//
+	// Each event is `event: run` with a `Run` (without its journal) as `data`, sent when a
+	// run is created or changes status, by any gateway (fed by Postgres notifications,
+	// one listener per gateway). A comment line is sent every 15s to keep the connection
+	// open. Filter with `function` or `run` (one run id).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/runs/stream (the `StreamRuns` operationId).
+	StreamRunsWithResponse(ctx context.Context, params *StreamRunsParams, reqEditors ...RequestEditorFn) (*StreamRunsResponse, error)
+
+	// GetRunWithResponse Returns a run with its whole journal and its failed attempts. Needs `runs:read`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/runs/{id} (the `GetRun` operationId).
 	GetRunWithResponse(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*GetRunResponse, error)
+
+	// CancelRunWithResponse Cancels a run that has not finished. Needs `runs:manage`.
+	//
+	// The run becomes `cancelled` at once; a running invocation is fenced out (its
+	// checkpoints and answer are refused) and the function is not called again.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/runs/{id}/cancel (the `CancelRun` operationId).
+	CancelRunWithResponse(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*CancelRunResponse, error)
 
 	// CheckpointWithBodyWithResponse Journals one finished entry of a running invocation (called by SDKs).
 	//
@@ -1709,12 +2076,30 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/runs/{id}/checkpoint (the `Checkpoint` operationId).
 	CheckpointWithResponse(ctx context.Context, id RunID, body CheckpointJSONRequestBody, reqEditors ...RequestEditorFn) (*CheckpointResponse, error)
 
-	// GetRunResultWithResponse Attaches to a run and waits (up to `wait`) for its result.
+	// RerunRunWithResponse Starts a new run with a finished run's input and identity. Needs `runs:manage`.
+	//
+	// The new run uses the function's current revision, keeps the old run's input and
+	// identity, and names the old run in `rerun_of`. Only a finished (completed, failed
+	// or cancelled) run can be rerun; another is a 409.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/runs/{id}/rerun (the `RerunRun` operationId).
+	RerunRunWithResponse(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*RerunRunResponse, error)
+
+	// GetRunResultWithResponse Attaches to a run and waits (up to `wait`) for its result. Needs `runs:read`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/runs/{id}/result (the `GetRunResult` operationId).
 	GetRunResultWithResponse(ctx context.Context, id RunID, params *GetRunResultParams, reqEditors ...RequestEditorFn) (*GetRunResultResponse, error)
+
+	// FunctionStatsWithResponse Each function's runs over a recent window. Needs `functions:read`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/stats/functions (the `FunctionStats` operationId).
+	FunctionStatsWithResponse(ctx context.Context, params *FunctionStatsParams, reqEditors ...RequestEditorFn) (*FunctionStatsResponse, error)
 }
 
 type HealthzResponse struct {
@@ -1774,6 +2159,8 @@ type SyncAppResponse struct {
 	ApplicationproblemJSON400 *BadRequest
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON502 the response for an HTTP 502 `application/problem+json` response
 	ApplicationproblemJSON502 *BadGateway
 }
@@ -1791,6 +2178,11 @@ func (r SyncAppResponse) GetApplicationproblemJSON400() *BadRequest {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r SyncAppResponse) GetApplicationproblemJSON401() *Unauthorized {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r SyncAppResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
 }
 
 // GetApplicationproblemJSON502 returns the response for an HTTP 502 `application/problem+json` response
@@ -1834,6 +2226,8 @@ type ListFunctionsResponse struct {
 	JSON200 *FunctionList
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -1844,6 +2238,11 @@ func (r ListFunctionsResponse) GetJSON200() *FunctionList {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r ListFunctionsResponse) GetApplicationproblemJSON401() *Unauthorized {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListFunctionsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
 }
 
 // GetBody returns the raw response body bytes
@@ -1880,6 +2279,8 @@ type DeleteFunctionResponse struct {
 	HTTPResponse *http.Response
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
 }
@@ -1887,6 +2288,11 @@ type DeleteFunctionResponse struct {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r DeleteFunctionResponse) GetApplicationproblemJSON401() *Unauthorized {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r DeleteFunctionResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
 }
 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
@@ -1930,6 +2336,8 @@ type GetFunctionResponse struct {
 	JSON200 *Function
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
 }
@@ -1942,6 +2350,11 @@ func (r GetFunctionResponse) GetJSON200() *Function {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r GetFunctionResponse) GetApplicationproblemJSON401() *Unauthorized {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetFunctionResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
 }
 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
@@ -1987,6 +2400,8 @@ type RegisterFunctionResponse struct {
 	ApplicationproblemJSON400 *BadRequest
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -2002,6 +2417,11 @@ func (r RegisterFunctionResponse) GetApplicationproblemJSON400() *BadRequest {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r RegisterFunctionResponse) GetApplicationproblemJSON401() *Unauthorized {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RegisterFunctionResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
 }
 
 // GetBody returns the raw response body bytes
@@ -2049,6 +2469,8 @@ type StartRunResponse struct {
 	ApplicationproblemJSON400 *BadRequest
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
@@ -2077,6 +2499,11 @@ func (r StartRunResponse) GetApplicationproblemJSON400() *BadRequest {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r StartRunResponse) GetApplicationproblemJSON401() *Unauthorized {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r StartRunResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
 }
 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
@@ -2132,6 +2559,8 @@ type ListRunsResponse struct {
 	ApplicationproblemJSON400 *BadRequest
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -2147,6 +2576,11 @@ func (r ListRunsResponse) GetApplicationproblemJSON400() *BadRequest {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r ListRunsResponse) GetApplicationproblemJSON401() *Unauthorized {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListRunsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
 }
 
 // GetBody returns the raw response body bytes
@@ -2178,6 +2612,54 @@ func (r ListRunsResponse) ContentType() string {
 	return ""
 }
 
+type StreamRunsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r StreamRunsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r StreamRunsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetBody returns the raw response body bytes
+func (r StreamRunsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r StreamRunsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r StreamRunsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r StreamRunsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type GetRunResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -2185,6 +2667,8 @@ type GetRunResponse struct {
 	JSON200 *RunDetail
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
 }
@@ -2197,6 +2681,11 @@ func (r GetRunResponse) GetJSON200() *RunDetail {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r GetRunResponse) GetApplicationproblemJSON401() *Unauthorized {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetRunResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
 }
 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
@@ -2227,6 +2716,75 @@ func (r GetRunResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetRunResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CancelRunResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RunResult
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CancelRunResponse) GetJSON200() *RunResult {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CancelRunResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CancelRunResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r CancelRunResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CancelRunResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetBody returns the raw response body bytes
+func (r CancelRunResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CancelRunResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CancelRunResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CancelRunResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -2302,6 +2860,82 @@ func (r CheckpointResponse) ContentType() string {
 	return ""
 }
 
+// RerunRunResponse202Headers the declared response headers of an HTTP 202 response for RerunRun
+type RerunRunResponse202Headers struct {
+	Location *string
+}
+
+type RerunRunResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *Run
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// Headers202 the parsed response headers for an HTTP 202 response
+	Headers202 *RerunRunResponse202Headers
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r RerunRunResponse) GetJSON202() *Run {
+	return r.JSON202
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RerunRunResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RerunRunResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RerunRunResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r RerunRunResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetBody returns the raw response body bytes
+func (r RerunRunResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RerunRunResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RerunRunResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RerunRunResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // GetRunResultResponse202Headers the declared response headers of an HTTP 202 response for GetRunResult
 type GetRunResultResponse202Headers struct {
 	Location *string
@@ -2318,6 +2952,8 @@ type GetRunResultResponse struct {
 	ApplicationproblemJSON400 *BadRequest
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
 	// Headers202 the parsed response headers for an HTTP 202 response
@@ -2342,6 +2978,11 @@ func (r GetRunResultResponse) GetApplicationproblemJSON400() *BadRequest {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r GetRunResultResponse) GetApplicationproblemJSON401() *Unauthorized {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetRunResultResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
 }
 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
@@ -2378,6 +3019,68 @@ func (r GetRunResultResponse) ContentType() string {
 	return ""
 }
 
+type FunctionStatsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *FunctionStatsList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r FunctionStatsResponse) GetJSON200() *FunctionStatsList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r FunctionStatsResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r FunctionStatsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r FunctionStatsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetBody returns the raw response body bytes
+func (r FunctionStatsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r FunctionStatsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r FunctionStatsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r FunctionStatsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // HealthzWithResponse Readiness probe; 200 once migrated and ready.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -2391,7 +3094,7 @@ func (c *ClientWithResponses) HealthzWithResponse(ctx context.Context, reqEditor
 	return ParseHealthzResponse(rsp)
 }
 
-// SyncAppWithBodyWithResponse Reads an app's manifest (signed GET of its URL) and registers all its functions.
+// SyncAppWithBodyWithResponse Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -2404,7 +3107,7 @@ func (c *ClientWithResponses) SyncAppWithBodyWithResponse(ctx context.Context, c
 	return ParseSyncAppResponse(rsp)
 }
 
-// SyncAppWithResponse Reads an app's manifest (signed GET of its URL) and registers all its functions.
+// SyncAppWithResponse Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -2417,7 +3120,7 @@ func (c *ClientWithResponses) SyncAppWithResponse(ctx context.Context, body Sync
 	return ParseSyncAppResponse(rsp)
 }
 
-// ListFunctionsWithResponse Lists the registered functions with their current revision.
+// ListFunctionsWithResponse Lists the registered functions with their current revision. Needs `functions:read`.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -2430,7 +3133,7 @@ func (c *ClientWithResponses) ListFunctionsWithResponse(ctx context.Context, req
 	return ParseListFunctionsResponse(rsp)
 }
 
-// DeleteFunctionWithResponse Unregisters a function. Its runs and revisions are kept; new invocations get 404.
+// DeleteFunctionWithResponse Unregisters a function. Its runs and revisions are kept; new invocations get 404. Needs `functions:write`.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -2443,7 +3146,7 @@ func (c *ClientWithResponses) DeleteFunctionWithResponse(ctx context.Context, na
 	return ParseDeleteFunctionResponse(rsp)
 }
 
-// GetFunctionWithResponse Returns a function's current revision.
+// GetFunctionWithResponse Returns a function's current revision. Needs `functions:read`.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -2456,7 +3159,7 @@ func (c *ClientWithResponses) GetFunctionWithResponse(ctx context.Context, name 
 	return ParseGetFunctionResponse(rsp)
 }
 
-// RegisterFunctionWithBodyWithResponse Registers a function; each call makes a new immutable revision.
+// RegisterFunctionWithBodyWithResponse Registers a function; each call makes a new immutable revision. Needs `functions:write`.
 //
 // Runs stay on the revision they started on. Registering the same URL and config again
 // still makes a new revision.
@@ -2472,7 +3175,7 @@ func (c *ClientWithResponses) RegisterFunctionWithBodyWithResponse(ctx context.C
 	return ParseRegisterFunctionResponse(rsp)
 }
 
-// RegisterFunctionWithResponse Registers a function; each call makes a new immutable revision.
+// RegisterFunctionWithResponse Registers a function; each call makes a new immutable revision. Needs `functions:write`.
 //
 // Runs stay on the revision they started on. Registering the same URL and config again
 // still makes a new revision.
@@ -2488,7 +3191,7 @@ func (c *ClientWithResponses) RegisterFunctionWithResponse(ctx context.Context, 
 	return ParseRegisterFunctionResponse(rsp)
 }
 
-// StartRunWithBodyWithResponse Starts a run of a function with the request body as its input.
+// StartRunWithBodyWithResponse Starts a run of a function with the request body as its input. Needs `runs:invoke`.
 //
 // Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
 // example `30s`, at most `15m`) the request waits for the run to finish: 200 with its
@@ -2507,7 +3210,7 @@ func (c *ClientWithResponses) StartRunWithBodyWithResponse(ctx context.Context, 
 	return ParseStartRunResponse(rsp)
 }
 
-// StartRunWithResponse Starts a run of a function with the request body as its input.
+// StartRunWithResponse Starts a run of a function with the request body as its input. Needs `runs:invoke`.
 //
 // Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
 // example `30s`, at most `15m`) the request waits for the run to finish: 200 with its
@@ -2526,7 +3229,7 @@ func (c *ClientWithResponses) StartRunWithResponse(ctx context.Context, name Fun
 	return ParseStartRunResponse(rsp)
 }
 
-// ListRunsWithResponse Lists runs, newest first, with keyset pagination.
+// ListRunsWithResponse Lists runs, newest first, with keyset pagination. Needs `runs:read`.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -2539,7 +3242,25 @@ func (c *ClientWithResponses) ListRunsWithResponse(ctx context.Context, params *
 	return ParseListRunsResponse(rsp)
 }
 
-// GetRunWithResponse Returns a run with its whole journal and its failed attempts.
+// StreamRunsWithResponse A live feed of the tenant's run changes, as server-sent events. Needs `runs:read`.
+//
+// Each event is `event: run` with a `Run` (without its journal) as `data`, sent when a
+// run is created or changes status, by any gateway (fed by Postgres notifications,
+// one listener per gateway). A comment line is sent every 15s to keep the connection
+// open. Filter with `function` or `run` (one run id).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/runs/stream (the `StreamRuns` operationId).
+func (c *ClientWithResponses) StreamRunsWithResponse(ctx context.Context, params *StreamRunsParams, reqEditors ...RequestEditorFn) (*StreamRunsResponse, error) {
+	rsp, err := c.StreamRuns(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseStreamRunsResponse(rsp)
+}
+
+// GetRunWithResponse Returns a run with its whole journal and its failed attempts. Needs `runs:read`.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -2550,6 +3271,22 @@ func (c *ClientWithResponses) GetRunWithResponse(ctx context.Context, id RunID, 
 		return nil, err
 	}
 	return ParseGetRunResponse(rsp)
+}
+
+// CancelRunWithResponse Cancels a run that has not finished. Needs `runs:manage`.
+//
+// The run becomes `cancelled` at once; a running invocation is fenced out (its
+// checkpoints and answer are refused) and the function is not called again.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/runs/{id}/cancel (the `CancelRun` operationId).
+func (c *ClientWithResponses) CancelRunWithResponse(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*CancelRunResponse, error) {
+	rsp, err := c.CancelRun(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCancelRunResponse(rsp)
 }
 
 // CheckpointWithBodyWithResponse Journals one finished entry of a running invocation (called by SDKs).
@@ -2588,7 +3325,24 @@ func (c *ClientWithResponses) CheckpointWithResponse(ctx context.Context, id Run
 	return ParseCheckpointResponse(rsp)
 }
 
-// GetRunResultWithResponse Attaches to a run and waits (up to `wait`) for its result.
+// RerunRunWithResponse Starts a new run with a finished run's input and identity. Needs `runs:manage`.
+//
+// The new run uses the function's current revision, keeps the old run's input and
+// identity, and names the old run in `rerun_of`. Only a finished (completed, failed
+// or cancelled) run can be rerun; another is a 409.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/runs/{id}/rerun (the `RerunRun` operationId).
+func (c *ClientWithResponses) RerunRunWithResponse(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*RerunRunResponse, error) {
+	rsp, err := c.RerunRun(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRerunRunResponse(rsp)
+}
+
+// GetRunResultWithResponse Attaches to a run and waits (up to `wait`) for its result. Needs `runs:read`.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -2599,6 +3353,19 @@ func (c *ClientWithResponses) GetRunResultWithResponse(ctx context.Context, id R
 		return nil, err
 	}
 	return ParseGetRunResultResponse(rsp)
+}
+
+// FunctionStatsWithResponse Each function's runs over a recent window. Needs `functions:read`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/stats/functions (the `FunctionStats` operationId).
+func (c *ClientWithResponses) FunctionStatsWithResponse(ctx context.Context, params *FunctionStatsParams, reqEditors ...RequestEditorFn) (*FunctionStatsResponse, error) {
+	rsp, err := c.FunctionStats(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseFunctionStatsResponse(rsp)
 }
 
 // ParseHealthzResponse parses an HTTP response from a HealthzWithResponse call
@@ -2669,6 +3436,13 @@ func ParseSyncAppResponse(rsp *http.Response) (*SyncAppResponse, error) {
 		}
 		response.ApplicationproblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
 		var dest BadGateway
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -2709,6 +3483,13 @@ func ParseListFunctionsResponse(rsp *http.Response) (*ListFunctionsResponse, err
 		}
 		response.ApplicationproblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	}
 
 	return response, nil
@@ -2737,6 +3518,13 @@ func ParseDeleteFunctionResponse(rsp *http.Response) (*DeleteFunctionResponse, e
 			return nil, err
 		}
 		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -2777,6 +3565,13 @@ func ParseGetFunctionResponse(rsp *http.Response) (*GetFunctionResponse, error) 
 			return nil, err
 		}
 		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -2825,6 +3620,13 @@ func ParseRegisterFunctionResponse(rsp *http.Response) (*RegisterFunctionRespons
 		}
 		response.ApplicationproblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	}
 
 	return response, nil
@@ -2871,6 +3673,13 @@ func ParseStartRunResponse(rsp *http.Response) (*StartRunResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -2946,6 +3755,46 @@ func ParseListRunsResponse(rsp *http.Response) (*ListRunsResponse, error) {
 		}
 		response.ApplicationproblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseStreamRunsResponse parses an HTTP response from a StreamRunsWithResponse call
+func ParseStreamRunsResponse(rsp *http.Response) (*StreamRunsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &StreamRunsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	}
 
 	return response, nil
@@ -2979,12 +3828,73 @@ func ParseGetRunResponse(rsp *http.Response) (*GetRunResponse, error) {
 		}
 		response.ApplicationproblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCancelRunResponse parses an HTTP response from a CancelRunWithResponse call
+func ParseCancelRunResponse(rsp *http.Response) (*CancelRunResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CancelRunResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RunResult
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
 
 	}
 
@@ -3045,6 +3955,73 @@ func ParseCheckpointResponse(rsp *http.Response) (*CheckpointResponse, error) {
 	return response, nil
 }
 
+// ParseRerunRunResponse parses an HTTP response from a RerunRunWithResponse call
+func ParseRerunRunResponse(rsp *http.Response) (*RerunRunResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RerunRunResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest Run
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 202:
+		var headers RerunRunResponse202Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = &value
+		}
+		response.Headers202 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseGetRunResultResponse parses an HTTP response from a GetRunResultWithResponse call
 func ParseGetRunResultResponse(rsp *http.Response) (*GetRunResultResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -3087,6 +4064,13 @@ func ParseGetRunResultResponse(rsp *http.Response) (*GetRunResultResponse, error
 		}
 		response.ApplicationproblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -3107,6 +4091,53 @@ func ParseGetRunResultResponse(rsp *http.Response) (*GetRunResultResponse, error
 			headers.Location = &value
 		}
 		response.Headers202 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseFunctionStatsResponse parses an HTTP response from a FunctionStatsWithResponse call
+func ParseFunctionStatsResponse(rsp *http.Response) (*FunctionStatsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &FunctionStatsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest FunctionStatsList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	}
 
 	return response, nil

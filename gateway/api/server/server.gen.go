@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
@@ -20,36 +21,48 @@ type ServerInterface interface {
 	// Healthz Readiness probe; 200 once migrated and ready.
 	// (GET /healthz)
 	Healthz(ctx echo.Context) error
-	// SyncApp Reads an app's manifest (signed GET of its URL) and registers all its functions.
+	// SyncApp Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 	// (POST /v1/apps)
 	SyncApp(ctx echo.Context) error
-	// ListFunctions Lists the registered functions with their current revision.
+	// ListFunctions Lists the registered functions with their current revision. Needs `functions:read`.
 	// (GET /v1/functions)
 	ListFunctions(ctx echo.Context) error
-	// DeleteFunction Unregisters a function. Its runs and revisions are kept; new invocations get 404.
+	// DeleteFunction Unregisters a function. Its runs and revisions are kept; new invocations get 404. Needs `functions:write`.
 	// (DELETE /v1/functions/{name})
 	DeleteFunction(ctx echo.Context, name FunctionName) error
-	// GetFunction Returns a function's current revision.
+	// GetFunction Returns a function's current revision. Needs `functions:read`.
 	// (GET /v1/functions/{name})
 	GetFunction(ctx echo.Context, name FunctionName) error
-	// RegisterFunction Registers a function; each call makes a new immutable revision.
+	// RegisterFunction Registers a function; each call makes a new immutable revision. Needs `functions:write`.
 	// (PUT /v1/functions/{name})
 	RegisterFunction(ctx echo.Context, name FunctionName) error
-	// StartRun Starts a run of a function with the request body as its input.
+	// StartRun Starts a run of a function with the request body as its input. Needs `runs:invoke`.
 	// (POST /v1/functions/{name}/runs)
 	StartRun(ctx echo.Context, name FunctionName, params StartRunParams) error
-	// ListRuns Lists runs, newest first, with keyset pagination.
+	// ListRuns Lists runs, newest first, with keyset pagination. Needs `runs:read`.
 	// (GET /v1/runs)
 	ListRuns(ctx echo.Context, params ListRunsParams) error
-	// GetRun Returns a run with its whole journal and its failed attempts.
+	// StreamRuns A live feed of the tenant's run changes, as server-sent events. Needs `runs:read`.
+	// (GET /v1/runs/stream)
+	StreamRuns(ctx echo.Context, params StreamRunsParams) error
+	// GetRun Returns a run with its whole journal and its failed attempts. Needs `runs:read`.
 	// (GET /v1/runs/{id})
 	GetRun(ctx echo.Context, id RunID) error
+	// CancelRun Cancels a run that has not finished. Needs `runs:manage`.
+	// (POST /v1/runs/{id}/cancel)
+	CancelRun(ctx echo.Context, id RunID) error
 	// Checkpoint Journals one finished entry of a running invocation (called by SDKs).
 	// (POST /v1/runs/{id}/checkpoint)
 	Checkpoint(ctx echo.Context, id RunID) error
-	// GetRunResult Attaches to a run and waits (up to `wait`) for its result.
+	// RerunRun Starts a new run with a finished run's input and identity. Needs `runs:manage`.
+	// (POST /v1/runs/{id}/rerun)
+	RerunRun(ctx echo.Context, id RunID) error
+	// GetRunResult Attaches to a run and waits (up to `wait`) for its result. Needs `runs:read`.
 	// (GET /v1/runs/{id}/result)
 	GetRunResult(ctx echo.Context, id RunID, params GetRunResultParams) error
+	// FunctionStats Each function's runs over a recent window. Needs `functions:read`.
+	// (GET /v1/stats/functions)
+	FunctionStats(ctx echo.Context, params FunctionStatsParams) error
 }
 
 // ServerInterfaceWrapper converts echo contexts to parameters.
@@ -227,6 +240,31 @@ func (w *ServerInterfaceWrapper) ListRuns(ctx echo.Context) error {
 	return err
 }
 
+// StreamRuns converts echo context to params.
+func (w *ServerInterfaceWrapper) StreamRuns(ctx echo.Context) error {
+	var err error
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params StreamRunsParams
+	// ------------- Optional query parameter "function" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "function", ctx.QueryParams(), &params.Function, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter function: %s", err))
+	}
+
+	// ------------- Optional query parameter "run" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "run", ctx.QueryParams(), &params.Run, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter run: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.StreamRuns(ctx, params)
+	return err
+}
+
 // GetRun converts echo context to params.
 func (w *ServerInterfaceWrapper) GetRun(ctx echo.Context) error {
 	var err error
@@ -243,6 +281,22 @@ func (w *ServerInterfaceWrapper) GetRun(ctx echo.Context) error {
 	return err
 }
 
+// CancelRun converts echo context to params.
+func (w *ServerInterfaceWrapper) CancelRun(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "id" -------------
+	var id RunID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", ctx.Param("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.CancelRun(ctx, id)
+	return err
+}
+
 // Checkpoint converts echo context to params.
 func (w *ServerInterfaceWrapper) Checkpoint(ctx echo.Context) error {
 	var err error
@@ -256,6 +310,22 @@ func (w *ServerInterfaceWrapper) Checkpoint(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.Checkpoint(ctx, id)
+	return err
+}
+
+// RerunRun converts echo context to params.
+func (w *ServerInterfaceWrapper) RerunRun(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "id" -------------
+	var id RunID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", ctx.Param("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.RerunRun(ctx, id)
 	return err
 }
 
@@ -281,6 +351,24 @@ func (w *ServerInterfaceWrapper) GetRunResult(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.GetRunResult(ctx, id, params)
+	return err
+}
+
+// FunctionStats converts echo context to params.
+func (w *ServerInterfaceWrapper) FunctionStats(ctx echo.Context) error {
+	var err error
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params FunctionStatsParams
+	// ------------- Optional query parameter "window" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "window", ctx.QueryParams(), &params.Window, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter window: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.FunctionStats(ctx, params)
 	return err
 }
 
@@ -341,6 +429,10 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/v1/runs", wrapper.ListRuns, options.OperationMiddlewares["listRuns"]...)
 	router.GET(options.BaseURL+"/v1/runs/:id", wrapper.GetRun, options.OperationMiddlewares["getRun"]...)
 	router.GET(options.BaseURL+"/v1/runs/:id/result", wrapper.GetRunResult, options.OperationMiddlewares["getRunResult"]...)
+	router.POST(options.BaseURL+"/v1/runs/:id/cancel", wrapper.CancelRun, options.OperationMiddlewares["cancelRun"]...)
+	router.POST(options.BaseURL+"/v1/runs/:id/rerun", wrapper.RerunRun, options.OperationMiddlewares["rerunRun"]...)
+	router.GET(options.BaseURL+"/v1/runs/stream", wrapper.StreamRuns, options.OperationMiddlewares["streamRuns"]...)
+	router.GET(options.BaseURL+"/v1/stats/functions", wrapper.FunctionStats, options.OperationMiddlewares["functionStats"]...)
 	router.POST(options.BaseURL+"/v1/runs/:id/checkpoint", wrapper.Checkpoint, options.OperationMiddlewares["checkpoint"]...)
 
 }
@@ -350,6 +442,8 @@ type BadGatewayApplicationProblemPlusJSONResponse Problem
 type BadRequestApplicationProblemPlusJSONResponse Problem
 
 type ConflictApplicationProblemPlusJSONResponse Problem
+
+type ForbiddenApplicationProblemPlusJSONResponse Problem
 
 type NotFoundApplicationProblemPlusJSONResponse Problem
 
@@ -450,6 +544,22 @@ func (response SyncApp401ApplicationProblemPlusJSONResponse) VisitSyncAppRespons
 	return err
 }
 
+type SyncApp403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response SyncApp403ApplicationProblemPlusJSONResponse) VisitSyncAppResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type SyncApp502ApplicationProblemPlusJSONResponse struct {
 	BadGatewayApplicationProblemPlusJSONResponse
 }
@@ -503,6 +613,22 @@ func (response ListFunctions401ApplicationProblemPlusJSONResponse) VisitListFunc
 	return err
 }
 
+type ListFunctions403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ListFunctions403ApplicationProblemPlusJSONResponse) VisitListFunctionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type DeleteFunctionRequestObject struct {
 	Name FunctionName `json:"name"`
 }
@@ -531,6 +657,22 @@ func (response DeleteFunction401ApplicationProblemPlusJSONResponse) VisitDeleteF
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteFunction403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteFunction403ApplicationProblemPlusJSONResponse) VisitDeleteFunctionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -585,6 +727,22 @@ func (response GetFunction401ApplicationProblemPlusJSONResponse) VisitGetFunctio
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetFunction403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetFunction403ApplicationProblemPlusJSONResponse) VisitGetFunctionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -656,6 +814,22 @@ func (response RegisterFunction401ApplicationProblemPlusJSONResponse) VisitRegis
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RegisterFunction403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response RegisterFunction403ApplicationProblemPlusJSONResponse) VisitRegisterFunctionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -736,6 +910,22 @@ func (response StartRun401ApplicationProblemPlusJSONResponse) VisitStartRunRespo
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type StartRun403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response StartRun403ApplicationProblemPlusJSONResponse) VisitStartRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -842,6 +1032,105 @@ func (response ListRuns401ApplicationProblemPlusJSONResponse) VisitListRunsRespo
 	return err
 }
 
+type ListRuns403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ListRuns403ApplicationProblemPlusJSONResponse) VisitListRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type StreamRunsRequestObject struct {
+	Params StreamRunsParams
+}
+
+type StreamRunsResponseObject interface {
+	VisitStreamRunsResponse(w http.ResponseWriter) error
+}
+
+type StreamRuns200TexteventStreamResponse struct {
+	Body          io.Reader
+	ContentLength int64
+}
+
+func (response StreamRuns200TexteventStreamResponse) VisitStreamRunsResponse(w http.ResponseWriter) error {
+
+	w.Header().Set("Content-Type", "text/event-stream")
+	if response.ContentLength != 0 {
+		w.Header().Set("Content-Length", fmt.Sprint(response.ContentLength))
+	}
+	w.WriteHeader(200)
+
+	if closer, ok := response.Body.(io.ReadCloser); ok {
+		defer closer.Close()
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		// If w doesn't support flushing, fall back to io.Copy.
+		_, err := io.Copy(w, response.Body)
+		return err
+	}
+	// text/event-stream messages are typically small; use a
+	// modest buffer and flush after each chunk so clients see
+	// events immediately instead of waiting on OS buffering.
+	buf := make([]byte, 4096)
+	for {
+		n, err := response.Body.Read(buf)
+		if n > 0 {
+			if _, writeErr := w.Write(buf[:n]); writeErr != nil {
+				return writeErr
+			}
+			flusher.Flush()
+		}
+		if err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+type StreamRuns401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response StreamRuns401ApplicationProblemPlusJSONResponse) VisitStreamRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type StreamRuns403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response StreamRuns403ApplicationProblemPlusJSONResponse) VisitStreamRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetRunRequestObject struct {
 	Id RunID `json:"id"`
 }
@@ -880,6 +1169,22 @@ func (response GetRun401ApplicationProblemPlusJSONResponse) VisitGetRunResponse(
 	return err
 }
 
+type GetRun403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetRun403ApplicationProblemPlusJSONResponse) VisitGetRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetRun404ApplicationProblemPlusJSONResponse struct {
 	NotFoundApplicationProblemPlusJSONResponse
 }
@@ -892,6 +1197,92 @@ func (response GetRun404ApplicationProblemPlusJSONResponse) VisitGetRunResponse(
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelRunRequestObject struct {
+	Id RunID `json:"id"`
+}
+
+type CancelRunResponseObject interface {
+	VisitCancelRunResponse(w http.ResponseWriter) error
+}
+
+type CancelRun200JSONResponse RunResult
+
+func (response CancelRun200JSONResponse) VisitCancelRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelRun401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response CancelRun401ApplicationProblemPlusJSONResponse) VisitCancelRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelRun403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response CancelRun403ApplicationProblemPlusJSONResponse) VisitCancelRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelRun404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response CancelRun404ApplicationProblemPlusJSONResponse) VisitCancelRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelRun409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response CancelRun409ApplicationProblemPlusJSONResponse) VisitCancelRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -983,6 +1374,102 @@ func (response Checkpoint413ApplicationProblemPlusJSONResponse) VisitCheckpointR
 	return err
 }
 
+type RerunRunRequestObject struct {
+	Id RunID `json:"id"`
+}
+
+type RerunRunResponseObject interface {
+	VisitRerunRunResponse(w http.ResponseWriter) error
+}
+
+type RerunRun202ResponseHeaders struct {
+	Location *string
+}
+
+type RerunRun202JSONResponse struct {
+	Body    Run
+	Headers RerunRun202ResponseHeaders
+}
+
+func (response RerunRun202JSONResponse) VisitRerunRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.Location != nil {
+		w.Header().Set("Location", fmt.Sprint(*response.Headers.Location))
+	}
+	w.WriteHeader(202)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RerunRun401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response RerunRun401ApplicationProblemPlusJSONResponse) VisitRerunRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RerunRun403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response RerunRun403ApplicationProblemPlusJSONResponse) VisitRerunRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RerunRun404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response RerunRun404ApplicationProblemPlusJSONResponse) VisitRerunRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RerunRun409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response RerunRun409ApplicationProblemPlusJSONResponse) VisitRerunRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetRunResultRequestObject struct {
 	Id     RunID `json:"id"`
 	Params GetRunResultParams
@@ -1062,6 +1549,22 @@ func (response GetRunResult401ApplicationProblemPlusJSONResponse) VisitGetRunRes
 	return err
 }
 
+type GetRunResult403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetRunResult403ApplicationProblemPlusJSONResponse) VisitGetRunResultResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetRunResult404ApplicationProblemPlusJSONResponse struct {
 	NotFoundApplicationProblemPlusJSONResponse
 }
@@ -1078,41 +1581,123 @@ func (response GetRunResult404ApplicationProblemPlusJSONResponse) VisitGetRunRes
 	return err
 }
 
+type FunctionStatsRequestObject struct {
+	Params FunctionStatsParams
+}
+
+type FunctionStatsResponseObject interface {
+	VisitFunctionStatsResponse(w http.ResponseWriter) error
+}
+
+type FunctionStats200JSONResponse FunctionStatsList
+
+func (response FunctionStats200JSONResponse) VisitFunctionStatsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type FunctionStats400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response FunctionStats400ApplicationProblemPlusJSONResponse) VisitFunctionStatsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type FunctionStats401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response FunctionStats401ApplicationProblemPlusJSONResponse) VisitFunctionStatsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type FunctionStats403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response FunctionStats403ApplicationProblemPlusJSONResponse) VisitFunctionStatsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 // StrictServerInterface represents all server handlers.
 type StrictServerInterface interface {
 	// Healthz Readiness probe; 200 once migrated and ready.
 	// (GET /healthz)
 	Healthz(ctx context.Context, request HealthzRequestObject) (HealthzResponseObject, error)
-	// SyncApp Reads an app's manifest (signed GET of its URL) and registers all its functions.
+	// SyncApp Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 	// (POST /v1/apps)
 	SyncApp(ctx context.Context, request SyncAppRequestObject) (SyncAppResponseObject, error)
-	// ListFunctions Lists the registered functions with their current revision.
+	// ListFunctions Lists the registered functions with their current revision. Needs `functions:read`.
 	// (GET /v1/functions)
 	ListFunctions(ctx context.Context, request ListFunctionsRequestObject) (ListFunctionsResponseObject, error)
-	// DeleteFunction Unregisters a function. Its runs and revisions are kept; new invocations get 404.
+	// DeleteFunction Unregisters a function. Its runs and revisions are kept; new invocations get 404. Needs `functions:write`.
 	// (DELETE /v1/functions/{name})
 	DeleteFunction(ctx context.Context, request DeleteFunctionRequestObject) (DeleteFunctionResponseObject, error)
-	// GetFunction Returns a function's current revision.
+	// GetFunction Returns a function's current revision. Needs `functions:read`.
 	// (GET /v1/functions/{name})
 	GetFunction(ctx context.Context, request GetFunctionRequestObject) (GetFunctionResponseObject, error)
-	// RegisterFunction Registers a function; each call makes a new immutable revision.
+	// RegisterFunction Registers a function; each call makes a new immutable revision. Needs `functions:write`.
 	// (PUT /v1/functions/{name})
 	RegisterFunction(ctx context.Context, request RegisterFunctionRequestObject) (RegisterFunctionResponseObject, error)
-	// StartRun Starts a run of a function with the request body as its input.
+	// StartRun Starts a run of a function with the request body as its input. Needs `runs:invoke`.
 	// (POST /v1/functions/{name}/runs)
 	StartRun(ctx context.Context, request StartRunRequestObject) (StartRunResponseObject, error)
-	// ListRuns Lists runs, newest first, with keyset pagination.
+	// ListRuns Lists runs, newest first, with keyset pagination. Needs `runs:read`.
 	// (GET /v1/runs)
 	ListRuns(ctx context.Context, request ListRunsRequestObject) (ListRunsResponseObject, error)
-	// GetRun Returns a run with its whole journal and its failed attempts.
+	// StreamRuns A live feed of the tenant's run changes, as server-sent events. Needs `runs:read`.
+	// (GET /v1/runs/stream)
+	StreamRuns(ctx context.Context, request StreamRunsRequestObject) (StreamRunsResponseObject, error)
+	// GetRun Returns a run with its whole journal and its failed attempts. Needs `runs:read`.
 	// (GET /v1/runs/{id})
 	GetRun(ctx context.Context, request GetRunRequestObject) (GetRunResponseObject, error)
+	// CancelRun Cancels a run that has not finished. Needs `runs:manage`.
+	// (POST /v1/runs/{id}/cancel)
+	CancelRun(ctx context.Context, request CancelRunRequestObject) (CancelRunResponseObject, error)
 	// Checkpoint Journals one finished entry of a running invocation (called by SDKs).
 	// (POST /v1/runs/{id}/checkpoint)
 	Checkpoint(ctx context.Context, request CheckpointRequestObject) (CheckpointResponseObject, error)
-	// GetRunResult Attaches to a run and waits (up to `wait`) for its result.
+	// RerunRun Starts a new run with a finished run's input and identity. Needs `runs:manage`.
+	// (POST /v1/runs/{id}/rerun)
+	RerunRun(ctx context.Context, request RerunRunRequestObject) (RerunRunResponseObject, error)
+	// GetRunResult Attaches to a run and waits (up to `wait`) for its result. Needs `runs:read`.
 	// (GET /v1/runs/{id}/result)
 	GetRunResult(ctx context.Context, request GetRunResultRequestObject) (GetRunResultResponseObject, error)
+	// FunctionStats Each function's runs over a recent window. Needs `functions:read`.
+	// (GET /v1/stats/functions)
+	FunctionStats(ctx context.Context, request FunctionStatsRequestObject) (FunctionStatsResponseObject, error)
 }
 
 type StrictHandlerFunc func(ctx echo.Context, request any) (any, error)
@@ -1391,6 +1976,31 @@ func (sh *strictHandler) ListRuns(ctx echo.Context, params ListRunsParams) error
 	return nil
 }
 
+// StreamRuns operation middleware
+func (sh *strictHandler) StreamRuns(ctx echo.Context, params StreamRunsParams) error {
+	var request StreamRunsRequestObject
+
+	request.Params = params
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.StreamRuns(ctx.Request().Context(), request.(StreamRunsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "StreamRuns")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(StreamRunsResponseObject); ok {
+		return validResponse.VisitStreamRunsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
 // GetRun operation middleware
 func (sh *strictHandler) GetRun(ctx echo.Context, id RunID) error {
 	var request GetRunRequestObject
@@ -1410,6 +2020,31 @@ func (sh *strictHandler) GetRun(ctx echo.Context, id RunID) error {
 		return err
 	} else if validResponse, ok := response.(GetRunResponseObject); ok {
 		return validResponse.VisitGetRunResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// CancelRun operation middleware
+func (sh *strictHandler) CancelRun(ctx echo.Context, id RunID) error {
+	var request CancelRunRequestObject
+
+	request.Id = id
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.CancelRun(ctx.Request().Context(), request.(CancelRunRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CancelRun")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(CancelRunResponseObject); ok {
+		return validResponse.VisitCancelRunResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}
@@ -1464,6 +2099,31 @@ func (sh *strictHandler) Checkpoint(ctx echo.Context, id RunID) error {
 	return nil
 }
 
+// RerunRun operation middleware
+func (sh *strictHandler) RerunRun(ctx echo.Context, id RunID) error {
+	var request RerunRunRequestObject
+
+	request.Id = id
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.RerunRun(ctx.Request().Context(), request.(RerunRunRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "RerunRun")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(RerunRunResponseObject); ok {
+		return validResponse.VisitRerunRunResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
 // GetRunResult operation middleware
 func (sh *strictHandler) GetRunResult(ctx echo.Context, id RunID, params GetRunResultParams) error {
 	var request GetRunResultRequestObject
@@ -1484,6 +2144,31 @@ func (sh *strictHandler) GetRunResult(ctx echo.Context, id RunID, params GetRunR
 		return err
 	} else if validResponse, ok := response.(GetRunResultResponseObject); ok {
 		return validResponse.VisitGetRunResultResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// FunctionStats operation middleware
+func (sh *strictHandler) FunctionStats(ctx echo.Context, params FunctionStatsParams) error {
+	var request FunctionStatsRequestObject
+
+	request.Params = params
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.FunctionStats(ctx.Request().Context(), request.(FunctionStatsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "FunctionStats")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(FunctionStatsResponseObject); ok {
+		return validResponse.VisitFunctionStatsResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}
