@@ -45,6 +45,8 @@ type benchOptions struct {
 	warmup      time.Duration
 	floor       time.Duration
 	databaseURL string
+	sleep       time.Duration
+	sleepRuns   int
 }
 
 // parseBench parses the bench command line; --database-url defaults to
@@ -57,6 +59,8 @@ func (c *cli) parseBench(args []string) (*benchOptions, error) {
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "how long each (function, concurrency) cell is measured")
 	fs.DurationVar(&o.warmup, "warmup", time.Second, "how long each cell runs unmeasured first")
 	fs.DurationVar(&o.floor, "floor-duration", 2*time.Second, "how long the commit floor is measured")
+	fs.DurationVar(&o.sleep, "sleep", time.Second, "also measure how late runs of orders.checkout wake from a sleep this long (0: skip)")
+	fs.IntVar(&o.sleepRuns, "sleep-runs", 50, "how many sleeping runs to measure, started 20ms apart")
 	fs.StringVar(&o.databaseURL, "database-url", "", "the gateway's Postgres `URL`, to measure the commit floor (default $DATABASE_URL; none: no floor)")
 	if _, err := parseCommand(fs, args); err != nil {
 		return nil, err
@@ -152,6 +156,7 @@ type benchReport struct {
 	Warmup     string      `json:"warmup"`
 	Floor      *benchFloor `json:"floor,omitempty"`
 	Cells      []benchCell `json:"cells"`
+	Sleep      *benchSleep `json:"sleep,omitempty"`
 }
 
 // bench runs "stepgate bench": it drives a running gateway with runs of each
@@ -221,6 +226,14 @@ func (c *cli) bench(ctx context.Context, args []string) error {
 				cell.P50FloorRatio = float64(cell.stats.P50) / float64(rep.Floor.stats.P50)
 			}
 			rep.Cells = append(rep.Cells, cell)
+		}
+	}
+
+	if o.sleep > 0 && o.sleepRuns > 0 && slices.Contains(o.functions, "orders.checkout") {
+		fmt.Fprintf(c.stderr, "bench: %d runs of orders.checkout sleeping %s\n", o.sleepRuns, o.sleep)
+		rep.Sleep = measureSleep(ctx, cl, o.sleep, o.sleepRuns, 20*time.Millisecond)
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("bench interrupted: %w", err)
 		}
 	}
 
@@ -419,6 +432,10 @@ func writeBenchReport(w io.Writer, rep *benchReport) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if s := rep.Sleep; s != nil {
+		fmt.Fprintf(w, "\nsleep %s, %d runs (%d errors): woke late by p50 %s  p90 %s  p99 %s  max %s\n",
+			s.Sleep, s.Runs, s.Errors, formatMillis(s.stats.P50), formatMillis(s.stats.P90), formatMillis(s.stats.P99), formatMillis(s.stats.Max))
 	}
 	for _, c := range rep.Cells {
 		if c.Errors == 0 {
