@@ -34,13 +34,16 @@ func ClaimRun(ctx context.Context, db DB, runID string, lease time.Duration) (*C
 	var claim Claim
 	b := &pgx.Batch{}
 	b.Queue(`
-		UPDATE stepgate.run SET status = 'running', attempts = attempts + 1,
-			invocation = invocation + 1, lease_until = now() + make_interval(secs => $2),
-			wake_at = NULL, started_at = coalesce(started_at, now())
-		WHERE id = $1 AND (
-			(status = 'queued' AND (wake_at IS NULL OR wake_at <= now())) OR
-			(status = 'suspended' AND wake_at <= now()))
-		RETURNING `+runColumns+`, now() AS db_now`, runID, lease.Seconds()).
+		WITH u AS (
+			UPDATE stepgate.run SET status = 'running', attempts = attempts + 1,
+				invocation = invocation + 1, lease_until = now() + make_interval(secs => $2),
+				wake_at = NULL, started_at = coalesce(started_at, now())
+			WHERE id = $1 AND (
+				(status = 'queued' AND (wake_at IS NULL OR wake_at <= now())) OR
+				(status = 'suspended' AND wake_at <= now()))
+			RETURNING `+runColumns+`, now() AS db_now
+		), `+eventCTE("u")+`
+		SELECT u.* FROM u, `+eventCount, runID, lease.Seconds()).
 		Query(func(rows pgx.Rows) error {
 			type claimed struct {
 				Run
@@ -208,7 +211,7 @@ type Finished struct {
 // caller's transaction, which also holds the River job for the next move). It returns
 // ErrSuperseded when the invocation no longer owns the run and ErrConflict when an
 // entry conflicts with the journal. A terminal update notifies NotifyChannel when a
-// waiter attached.
+// waiter attached; any update notifies EventChannel when a gateway watches the tenant.
 func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome) (*Finished, error) {
 	for _, e := range o.Steps {
 		if err := AppendEntry(ctx, db, runID, invocation, e); err != nil {
@@ -234,7 +237,7 @@ func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome)
 				failed_invocations = CASE WHEN $3 = 'queued' THEN failed_invocations + 1 ELSE 0 END,
 				notify = notify OR ($8 AND $3 IN ('suspended', 'queued'))
 			WHERE id = $1 AND invocation = $2 AND status = 'running'
-			RETURNING id, status, wake_at, notify, attempts
+			RETURNING id, tenant, function, status, wake_at, finished_at, notify, attempts
 		), failure AS (
 			INSERT INTO stepgate.attempt_failure (run_id, seq, attempt, name, error)
 			SELECT id, 0, attempts, '', $5 FROM u WHERE $3 = 'queued'
@@ -242,8 +245,9 @@ func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome)
 		), notified AS (
 			SELECT pg_notify('`+NotifyChannel+`', id::text) FROM u
 			WHERE notify AND status IN ('completed', 'failed', 'cancelled')
-		)
-		SELECT u.status, u.wake_at, clock_timestamp(), (SELECT count(*) FROM notified) FROM u`,
+		), `+eventCTE("u")+`
+		SELECT u.status, u.wake_at, clock_timestamp(), (SELECT count(*) FROM notified) + ev_count.events
+		FROM u, `+eventCount,
 		runID, invocation, o.Status, o.Output, o.Error, until, wakeAfter.Seconds(), o.Notify,
 	).Scan(&f.Status, &f.WakeAt, &f.Clock, new(int))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -289,13 +293,13 @@ func ReapExpiredLeases(ctx context.Context, db DB, limit int) ([]string, error) 
 			UPDATE stepgate.run r SET status = 'queued', lease_until = NULL, wake_at = NULL,
 				failed_invocations = failed_invocations + 1
 			FROM expired WHERE r.id = expired.id
-			RETURNING r.id, r.attempts
+			RETURNING r.id, r.tenant, r.function, r.status, r.attempts, r.wake_at, r.finished_at
 		), failure AS (
 			INSERT INTO stepgate.attempt_failure (run_id, seq, attempt, name, error)
 			SELECT id, 0, attempts, '', '{"type":"lease_expired","message":"the invocation outlived its lease: its gateway stopped or the function hung past its timeout","retryable":true}'
 			FROM u ON CONFLICT DO NOTHING
-		)
-		SELECT id::text FROM u`, limit)
+		), `+eventCTE("u")+`
+		SELECT id::text FROM u, `+eventCount, limit)
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		return nil, fmt.Errorf("reap expired leases: %w", err)
@@ -311,9 +315,11 @@ func FailRun(ctx context.Context, db DB, runID string, e ErrorInfo) error {
 			UPDATE stepgate.run SET status = 'failed', error = $2, lease_until = NULL, wake_at = NULL,
 				finished_at = now()
 			WHERE id = $1 AND status NOT IN ('completed', 'failed', 'cancelled')
-			RETURNING id, notify
-		)
-		SELECT pg_notify('`+NotifyChannel+`', id::text) FROM u WHERE notify`, runID, e)
+			RETURNING id, tenant, function, status, attempts, wake_at, finished_at, notify
+		), notified AS (
+			SELECT pg_notify('`+NotifyChannel+`', id::text) FROM u WHERE notify
+		), `+eventCTE("u")+`
+		SELECT (SELECT count(*) FROM notified), (SELECT count(*) FROM ev)`, runID, e)
 	if err != nil {
 		return fmt.Errorf("fail run %s: %w", runID, err)
 	}

@@ -23,6 +23,7 @@ type Run struct {
 	Identity          Identity        `db:"identity"`
 	IdempotencyKey    *string         `db:"idempotency_key"`
 	ParentID          *string         `db:"parent_id"`
+	RerunOf           *string         `db:"rerun_of"`
 	Attempts          int             `db:"attempts"`
 	Invocation        int             `db:"invocation"`
 	FailedInvocations int             `db:"failed_invocations"`
@@ -34,8 +35,8 @@ type Run struct {
 }
 
 const runColumns = `id, tenant, function, revision, status, input, output, error, identity,
-	idempotency_key, parent_id, attempts, invocation, failed_invocations, lease_until, wake_at,
-	created_at, started_at, finished_at`
+	idempotency_key, parent_id, rerun_of, attempts, invocation, failed_invocations, lease_until,
+	wake_at, created_at, started_at, finished_at`
 
 // NewRun is what CreateRun needs to start a run.
 type NewRun struct {
@@ -46,6 +47,7 @@ type NewRun struct {
 	Identity       Identity
 	IdempotencyKey string  // Empty for none.
 	ParentID       *string // The run that started this one, if any.
+	RerunOf        *string // The finished run this one reruns, if any.
 	// Claim creates the run already claimed by the caller (status running, invocation
 	// 1), leased for the revision's timeout plus LeaseGrace, so the caller can invoke it
 	// at once with no queue hop. Otherwise it is created queued.
@@ -63,19 +65,22 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 		key = &n.IdempotencyKey
 	}
 	rows, _ := db.Query(ctx, `
-		INSERT INTO stepgate.run (id, tenant, function, revision, status, input, identity,
-			idempotency_key, parent_id, attempts, invocation, lease_until, started_at)
-		SELECT $1, f.tenant, f.name, f.revision,
-			CASE WHEN $8 THEN 'running' ELSE 'queued' END, $4, $5, $6, $7,
-			CASE WHEN $8 THEN 1 ELSE 0 END, CASE WHEN $8 THEN 1 ELSE 0 END,
-			CASE WHEN $8 THEN now() + make_interval(secs => r.timeout_ms / 1000.0 + $9) END,
-			CASE WHEN $8 THEN now() END
-		FROM stepgate.function f
-		JOIN stepgate.function_revision r USING (tenant, name, revision)
-		WHERE f.tenant = $2 AND f.name = $3
-		ON CONFLICT (tenant, function, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-		RETURNING `+runColumns,
-		n.ID, n.Tenant, n.Function, n.Input, n.Identity, key, n.ParentID, n.Claim, n.LeaseGrace.Seconds())
+		WITH ins AS (
+			INSERT INTO stepgate.run (id, tenant, function, revision, status, input, identity,
+				idempotency_key, parent_id, rerun_of, attempts, invocation, lease_until, started_at)
+			SELECT $1, f.tenant, f.name, f.revision,
+				CASE WHEN $8 THEN 'running' ELSE 'queued' END, $4, $5, $6, $7, $10,
+				CASE WHEN $8 THEN 1 ELSE 0 END, CASE WHEN $8 THEN 1 ELSE 0 END,
+				CASE WHEN $8 THEN now() + make_interval(secs => r.timeout_ms / 1000.0 + $9) END,
+				CASE WHEN $8 THEN now() END
+			FROM stepgate.function f
+			JOIN stepgate.function_revision r USING (tenant, name, revision)
+			WHERE f.tenant = $2 AND f.name = $3
+			ON CONFLICT (tenant, function, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+			RETURNING `+runColumns+`
+		), `+eventCTE("ins")+`
+		SELECT ins.* FROM ins, `+eventCount,
+		n.ID, n.Tenant, n.Function, n.Input, n.Identity, key, n.ParentID, n.Claim, n.LeaseGrace.Seconds(), n.RerunOf)
 	run, err = pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Run])
 	if err == nil {
 		return run, true, nil

@@ -1,0 +1,50 @@
+package journal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrFinished: the run is already terminal (completed, failed or cancelled), so it
+// cannot be cancelled.
+var ErrFinished = errors.New("journal: run is finished")
+
+// CancelRun cancels the tenant's run unless it is terminal: its status becomes
+// cancelled, with an error of type "cancelled" whose message names by, whatever
+// invocation owns it. The running invocation, if any, is fenced out (its checkpoints
+// and answer get ErrSuperseded) and a pending wake-up finds nothing to claim. A
+// waiter's mark notifies NotifyChannel, a watch EventChannel.
+//
+// It returns the cancelled run, or ErrNotFound for another tenant's or an unknown
+// run, or ErrFinished with the run as it is when it was already terminal.
+func CancelRun(ctx context.Context, db DB, tenant, id, by string) (*Run, error) {
+	e := ErrorInfo{Type: "cancelled", Message: "cancelled by " + by}
+	rows, _ := db.Query(ctx, `
+		WITH u AS (
+			UPDATE stepgate.run SET status = 'cancelled', error = $3, lease_until = NULL,
+				wake_at = NULL, finished_at = now()
+			WHERE id = $1 AND tenant = $2 AND status IN ('scheduled', 'queued', 'running', 'suspended')
+			RETURNING `+runColumns+`, notify
+		), notified AS (
+			SELECT pg_notify('`+NotifyChannel+`', id::text) FROM u WHERE notify
+		), `+eventCTE("u")+`
+		SELECT `+runColumns+` FROM u, `+eventCount+`, (SELECT count(*) FROM notified) notified_count`,
+		id, tenant, e)
+	run, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Run])
+	if err == nil {
+		return run, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("cancel run %s: %w", id, err)
+	}
+	// The update re-checks a row changed under it, so no row means the run was
+	// terminal (it stays so) or is not the tenant's.
+	run, err = GetRun(ctx, db, tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	return run, ErrFinished
+}
