@@ -183,6 +183,35 @@ func (inv *Invoker) Subscribe(runID string) (<-chan struct{}, func()) {
 	return inv.waiters.subscribe(runID)
 }
 
+// HandleRunEvents passes each journal.EventChannel notification this gateway's listener
+// receives to fn, in the order Postgres delivered them, on the listener's goroutine: fn
+// must not block. fn gets nil after the listener reconnected, when events may have been
+// missed. A later call replaces fn; nil stops the handling.
+func (inv *Invoker) HandleRunEvents(fn func(ev *journal.RunEvent)) {
+	if fn == nil {
+		inv.waiters.events.Store(nil)
+		return
+	}
+	inv.waiters.events.Store(&fn)
+}
+
+// Cancelled tells this process that runID was cancelled (journal.CancelRun has
+// committed): its local wake-up timer is stopped and its local waiters are told. Other
+// gateways learn of it through journal.NotifyChannel, and their timers and the run's
+// River job find nothing to claim.
+func (inv *Invoker) Cancelled(runID string) {
+	inv.timersMu.Lock()
+	if t := inv.timers[runID]; t != nil {
+		t.Stop()
+		delete(inv.timers, runID)
+	}
+	inv.timersMu.Unlock()
+	inv.waiters.signal(runID)
+}
+
+// River returns the invoker's River client, for inspection (River's UI).
+func (inv *Invoker) River() *river.Client[pgx.Tx] { return inv.river }
+
 // InvokeArgs is the River job that invokes a run once it is due.
 type InvokeArgs struct {
 	RunID string `json:"run_id"`

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -14,9 +15,22 @@ import (
 // waiters tells the requests waiting on a run's result that it may have finished. It is
 // fed by this process's own terminal updates and by journal.NotifyChannel, so a waiter
 // learns of a run finished by any gateway. A signal means "look again", never "done".
+//
+// Its listener connection also receives journal.EventChannel, passed on to the events
+// handler: one listening connection per gateway for both.
 type waiters struct {
 	mu    sync.Mutex
 	byRun map[string]map[chan struct{}]struct{}
+
+	events atomic.Pointer[func(*journal.RunEvent)]
+}
+
+// event hands a run event to the events handler, if one is set; nil means events may
+// have been missed.
+func (w *waiters) event(ev *journal.RunEvent) {
+	if fn := w.events.Load(); fn != nil {
+		(*fn)(ev)
+	}
 }
 
 func newWaiters() *waiters {
@@ -68,9 +82,10 @@ func (w *waiters) signalAll() {
 	w.mu.Unlock()
 }
 
-// listen holds a connection LISTENing on journal.NotifyChannel until ctx ends,
-// reconnecting after failures. ready is closed once the first LISTEN is in place. After a
-// reconnect every waiter is told to look again, since notifications may have been missed.
+// listen holds a connection LISTENing on journal.NotifyChannel and journal.EventChannel
+// until ctx ends, reconnecting after failures. ready is closed once the first LISTEN is
+// in place. After a reconnect every waiter is told to look again, and the events handler
+// gets nil, since notifications may have been missed.
 func (w *waiters) listen(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger, ready chan<- struct{}) {
 	first := true
 	for ctx.Err() == nil {
@@ -80,7 +95,7 @@ func (w *waiters) listen(ctx context.Context, pool *pgxpool.Pool, log *slog.Logg
 				return err
 			}
 			defer conn.Release()
-			if _, err := conn.Exec(ctx, "LISTEN "+journal.NotifyChannel); err != nil {
+			if _, err := conn.Exec(ctx, "LISTEN "+journal.NotifyChannel+"; LISTEN "+journal.EventChannel); err != nil {
 				conn.Conn().Close(context.WithoutCancel(ctx)) // don't return a listening conn to the pool
 				return err
 			}
@@ -89,6 +104,7 @@ func (w *waiters) listen(ctx context.Context, pool *pgxpool.Pool, log *slog.Logg
 				first = false
 			} else {
 				w.signalAll()
+				w.event(nil)
 			}
 			for {
 				n, err := conn.Conn().WaitForNotification(ctx)
@@ -96,7 +112,16 @@ func (w *waiters) listen(ctx context.Context, pool *pgxpool.Pool, log *slog.Logg
 					conn.Conn().Close(context.WithoutCancel(ctx))
 					return err
 				}
-				w.signal(n.Payload)
+				if n.Channel != journal.EventChannel {
+					w.signal(n.Payload)
+					continue
+				}
+				ev, err := journal.ParseRunEvent(n.Payload)
+				if err != nil {
+					log.WarnContext(ctx, "run event notification dropped", slog.Any("error", err))
+					continue
+				}
+				w.event(&ev)
 			}
 		}()
 		if ctx.Err() != nil {
