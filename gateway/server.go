@@ -52,6 +52,7 @@ type Server struct {
 	keys     [][]byte
 	client   *http.Client
 	echo     *echo.Echo
+	stream   *streamHub
 }
 
 var _ server.StrictServerInterface = (*Server)(nil)
@@ -74,10 +75,15 @@ func New(cfg Config) (*Server, error) {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
 	e.Binder = jsonBinder{}
+	e.Pre(streamToken)
 	e.Use(middleware.Recover())
 	e.Use(middleware.BodyLimit(bodyLimit(cmp.Or(cfg.MaxBodyBytes, 1<<20))))
 	e.Use(s.authenticate)
 	server.RegisterHandlers(e, server.NewStrictHandler(s, nil))
+	s.stream = newStreamHub(cfg.Pool, cfg.Logger, cfg.Invoker)
+	if err := s.mountRiverUI(e, cfg.Invoker); err != nil {
+		return nil, err
+	}
 	if cfg.Web != nil {
 		web := echo.WrapHandler(cfg.Web)
 		e.GET("/*", func(c echo.Context) error {

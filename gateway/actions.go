@@ -1,0 +1,84 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/stepgate/stepgate/gateway/api/server"
+	"github.com/stepgate/stepgate/journal"
+)
+
+// CancelRun cancels a run of the caller's tenant that has not finished. The cancellation
+// commits before any waiter is told: this gateway's waiters and wake-up timer directly,
+// other gateways' waiters by notification. A running invocation is fenced out (its
+// checkpoints and answer are refused); a pending wake-up finds nothing to claim.
+func (s *Server) CancelRun(ctx context.Context, req server.CancelRunRequestObject) (server.CancelRunResponseObject, error) {
+	if !validRunID(req.Id) {
+		return server.CancelRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
+	}
+	id := identity(ctx)
+	run, err := journal.CancelRun(ctx, s.pool, id.Tenant, req.Id, id.Subject)
+	switch {
+	case errors.Is(err, journal.ErrNotFound):
+		return server.CancelRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
+	case errors.Is(err, journal.ErrFinished):
+		return server.CancelRun409ApplicationProblemPlusJSONResponse{ConflictApplicationProblemPlusJSONResponse: conflict(
+			fmt.Sprintf("run %s is already %s; only a run that has not finished can be cancelled", run.ID, run.Status))}, nil
+	case err != nil:
+		return nil, err
+	}
+	s.inv.Cancelled(run.ID)
+	s.log.InfoContext(ctx, "run cancelled", "run_id", run.ID, "function", run.Function, "by", id.Subject)
+	return server.CancelRun200JSONResponse(runResult(run)), nil
+}
+
+// RerunRun starts a new run of a finished run's function (its current revision) with the
+// finished run's input and identity, naming it in rerun_of. The new run and its River
+// job commit together.
+func (s *Server) RerunRun(ctx context.Context, req server.RerunRunRequestObject) (server.RerunRunResponseObject, error) {
+	if !validRunID(req.Id) {
+		return server.RerunRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
+	}
+	tenant := identity(ctx).Tenant
+	old, err := journal.GetRun(ctx, s.pool, tenant, req.Id)
+	if errors.Is(err, journal.ErrNotFound) {
+		return server.RerunRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	// A terminal status never changes, so checking it outside the transaction is safe.
+	if !old.Status.Terminal() {
+		return server.RerunRun409ApplicationProblemPlusJSONResponse{ConflictApplicationProblemPlusJSONResponse: conflict(
+			fmt.Sprintf("run %s is %s; only a finished run (completed, failed or cancelled) can be rerun", old.ID, old.Status))}, nil
+	}
+	n := journal.NewRun{
+		ID:       uuid.Must(uuid.NewV7()).String(),
+		Tenant:   tenant,
+		Function: old.Function,
+		Input:    old.Input,
+		Identity: old.Identity,
+		RerunOf:  &old.ID,
+	}
+	var run *journal.Run
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		if run, _, err = journal.CreateRun(ctx, tx, n); err != nil {
+			return err
+		}
+		return s.inv.Enqueue(ctx, tx, run.ID)
+	})
+	if errors.Is(err, journal.ErrNotFound) {
+		return server.RerunRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: notFound(
+			fmt.Sprintf("function %q of run %s is no longer registered; register it again to rerun the run", old.Function, old.ID))}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.log.InfoContext(ctx, "run rerun", "run_id", run.ID, "rerun_of", old.ID, "function", run.Function)
+	return server.RerunRun202JSONResponse{Body: runToAPI(run), Headers: server.RerunRun202ResponseHeaders{Location: resultLocation(run.ID)}}, nil
+}

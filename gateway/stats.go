@@ -1,0 +1,50 @@
+package gateway
+
+import (
+	"context"
+	"time"
+
+	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/gateway/api/server"
+	"github.com/stepgate/stepgate/journal"
+)
+
+// MaxStatsWindow is the longest window FunctionStats sums up.
+const MaxStatsWindow = 720 * time.Hour
+
+// FunctionStats sums up each registered function's runs created in the window (default
+// 1h): counts by outcome, success rate, median duration, and when it last ran.
+func (s *Server) FunctionStats(ctx context.Context, req server.FunctionStatsRequestObject) (server.FunctionStatsResponseObject, error) {
+	window, text := time.Hour, "1h"
+	if w := req.Params.Window; w != nil && *w != "" {
+		d, err := time.ParseDuration(*w)
+		if err != nil || d <= 0 {
+			return nil, badRequest("window %q is not a positive duration such as 1h", *w)
+		}
+		if d > MaxStatsWindow {
+			return nil, badRequest("window %s is longer than the maximum of %s", d, MaxStatsWindow)
+		}
+		window, text = d, *w
+	}
+	stats, err := journal.StatsOfFunctions(ctx, s.pool, identity(ctx).Tenant, window)
+	if err != nil {
+		return nil, err
+	}
+	out := api.FunctionStatsList{Window: text, Functions: make([]api.FunctionStats, 0, len(stats))}
+	for _, st := range stats {
+		f := api.FunctionStats{
+			Name: st.Name, Runs: st.Runs, Completed: st.Completed, Failed: st.Failed, Running: st.Running,
+			LastRunAt: st.LastRunAt,
+		}
+		if finished := st.Completed + st.Failed; finished > 0 {
+			rate := float32(st.Completed) / float32(finished)
+			f.SuccessRate = &rate
+		}
+		if st.P50MS != nil {
+			p50 := float32(*st.P50MS)
+			f.P50Ms = &p50
+		}
+		out.Functions = append(out.Functions, f)
+	}
+	return server.FunctionStats200JSONResponse(out), nil
+}
