@@ -1,0 +1,28 @@
+# Makefile: shortcuts; ./test.sh and the go commands below are the real thing.
+
+GO ?= go
+
+.PHONY: test dev generate build bench
+
+## test: the whole suite (vet, generated-code and gofmt checks, go test -race); see test.sh
+test:
+	./test.sh
+
+## dev: gateway, dashboard and example functions on a private Postgres in ./.stepgate
+dev:
+	$(GO) run ./cmd/stepgate dev
+
+## generate: regenerate gateway/api from openapi.yaml (and anything else with go:generate)
+generate:
+	$(GO) generate ./...
+
+## build: bin/stepgate
+build:
+	$(GO) build -o bin/stepgate ./cmd/stepgate
+
+## bench: latency and throughput of a running gateway: STEPGATE_URL (default
+## http://127.0.0.1:8080, where `make dev` listens) with STEPGATE_TOKEN (the one `make dev`
+## prints). Set DATABASE_URL to also measure the commit floor, and BENCH_FLAGS for more,
+## e.g. make bench BENCH_FLAGS="--concurrency 1,16,64 --duration 30s".
+bench:
+	$(GO) run ./cmd/stepgate bench $(BENCH_FLAGS)
