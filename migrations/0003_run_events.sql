@@ -16,3 +16,15 @@ CREATE TABLE stepgate.run_watch (
     PRIMARY KEY (gateway_id, tenant)
 );
 CREATE INDEX run_watch_by_tenant ON stepgate.run_watch (tenant, expires_at);
+
+-- Tenant isolation as migration 0002 sets it up for every table (it comes first; the
+-- check keeps this file working on a database without it).
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'stepgate_app') THEN
+        GRANT SELECT, INSERT, UPDATE, DELETE ON stepgate.run_watch TO stepgate_app;
+        ALTER TABLE stepgate.run_watch ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
+        CREATE POLICY tenant_isolation ON stepgate.run_watch
+            USING (tenant = current_setting('stepgate.tenant', true) OR current_setting('stepgate.tenant', true) = '*');
+    END IF;
+END $$;
