@@ -3,9 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -31,31 +29,35 @@ import (
 	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/internal/pgserver"
 	"github.com/stepgate/stepgate/invoker"
+	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/migrations"
 	"github.com/stepgate/stepgate/web"
 )
 
 // serverConfig is what a gateway process needs, read from the environment and flags.
 type serverConfig struct {
-	databaseURL  string
-	addr         string
-	publicURL    string // how functions reach this gateway, for checkpoints
-	jwtSecret    []byte
-	signingKeys  [][]byte // newest first
-	maxBodyBytes int64
-	maxConns     int32
-	logLevel     slog.Level
-	pprofAddr    string // serves net/http/pprof when set
+	databaseURL string
+	addr        string
+	publicURL   string // how functions reach this gateway, for checkpoints
+	jwt         jwtConfig
+	signingKeys [][]byte // newest first
+	// invocationSecret keys the invocation tokens (STEPGATE_INVOCATION_KEY); empty
+	// derives it, see deriveInvocationKey.
+	invocationSecret []byte
+	maxBodyBytes     int64
+	maxConns         int32
+	logLevel         slog.Level
+	pprofAddr        string // serves net/http/pprof when set
 }
 
 // readServerConfig reads the environment variables documented in the README.
 func readServerConfig(getenv func(string) string) (serverConfig, error) {
 	c := serverConfig{
-		databaseURL: getenv("DATABASE_URL"),
-		addr:        cmp.Or(getenv("STEPGATE_ADDR"), ":8080"),
-		publicURL:   getenv("STEPGATE_PUBLIC_URL"),
-		jwtSecret:   []byte(getenv("STEPGATE_JWT_SECRET")),
-		pprofAddr:   getenv("STEPGATE_PPROF_ADDR"),
+		databaseURL:      getenv("DATABASE_URL"),
+		addr:             cmp.Or(getenv("STEPGATE_ADDR"), ":8080"),
+		publicURL:        getenv("STEPGATE_PUBLIC_URL"),
+		invocationSecret: []byte(getenv("STEPGATE_INVOCATION_KEY")),
+		pprofAddr:        getenv("STEPGATE_PPROF_ADDR"),
 	}
 	for k := range strings.SplitSeq(getenv("STEPGATE_SIGNING_KEYS"), ",") {
 		if k = strings.TrimSpace(k); k != "" {
@@ -63,6 +65,9 @@ func readServerConfig(getenv func(string) string) (serverConfig, error) {
 		}
 	}
 	var err error
+	if c.jwt, err = readJWTConfig(getenv); err != nil {
+		return c, err
+	}
 	if c.maxBodyBytes, err = envInt(getenv, "STEPGATE_MAX_BODY_BYTES", 1<<20); err != nil {
 		return c, err
 	}
@@ -96,8 +101,8 @@ func (c serverConfig) validate() error {
 	if c.databaseURL == "" {
 		missing = append(missing, "DATABASE_URL (the Postgres database, e.g. postgres://user:pass@host:5432/stepgate)")
 	}
-	if len(c.jwtSecret) < 32 {
-		missing = append(missing, "STEPGATE_JWT_SECRET (at least 32 bytes; verifies callers' HS256 tokens)")
+	if !c.jwt.hasKey() {
+		missing = append(missing, errNoVerificationKey.Error())
 	}
 	if len(c.signingKeys) == 0 {
 		missing = append(missing, "STEPGATE_SIGNING_KEYS (comma-separated, newest first; signs requests to functions)")
@@ -105,29 +110,39 @@ func (c serverConfig) validate() error {
 	if len(missing) > 0 {
 		return errors.New("serve needs:\n  " + strings.Join(missing, "\n  "))
 	}
+	return c.validateKeys()
+}
+
+// validateKeys checks the token verification settings and the invocation token key.
+func (c serverConfig) validateKeys() error {
+	if _, err := c.jwt.authConfig(nil); err != nil {
+		return err
+	}
+	if n := len(c.invocationSecret); n > 0 && n < 32 {
+		return fmt.Errorf("STEPGATE_INVOCATION_KEY is %d bytes; it needs at least 32", n)
+	}
 	return nil
 }
 
-// invocationKey derives the invocation-token key from the JWT secret, so that every
-// gateway sharing a database accepts the others' checkpoints with no extra setting.
+// invocationKey returns the key of the invocation tokens; see deriveInvocationKey.
 func (c serverConfig) invocationKey() []byte {
-	m := hmac.New(sha256.New, c.jwtSecret)
-	m.Write([]byte("stepgate invocation tokens v1"))
-	return m.Sum(nil)
+	return deriveInvocationKey(c.invocationSecret, c.jwt.secrets, c.signingKeys)
 }
 
 func newLogger(level slog.Level) *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 }
 
-// gatewayProcess is a running gateway: its pool, invoker and HTTP server.
+// gatewayProcess is a running gateway: its pools, invoker and HTTP server.
 type gatewayProcess struct {
-	pool   *pgxpool.Pool
-	inv    *invoker.Invoker
-	srv    *http.Server
-	ln     net.Listener
-	served chan error
-	log    *slog.Logger
+	pool     *pgxpool.Pool // the system pool
+	api      *pgxpool.Pool // the API pool
+	inv      *invoker.Invoker
+	verifier *auth.Verifier
+	srv      *http.Server
+	ln       net.Listener
+	served   chan error
+	log      *slog.Logger
 }
 
 // startGateway connects, migrates, starts the invoker and serves HTTP on c.addr.
@@ -137,17 +152,17 @@ func startGateway(ctx context.Context, c serverConfig, log *slog.Logger) (*gatew
 		return nil, fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	pc.MaxConns = c.maxConns
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		return nil, fmt.Errorf("connect: %w", err)
+	if err := migrate(ctx, pc); err != nil {
+		return nil, err
 	}
-	g := &gatewayProcess{pool: pool, log: log, served: make(chan error, 1)}
+	pool, api, err := openPools(ctx, pc, log)
+	if err != nil {
+		return nil, err
+	}
+	g := &gatewayProcess{pool: pool, api: api, log: log, served: make(chan error, 1)}
 	fail := func(err error) (*gatewayProcess, error) {
 		g.stop(context.WithoutCancel(ctx))
 		return nil, err
-	}
-	if err := migrations.Up(ctx, pool); err != nil {
-		return fail(fmt.Errorf("migrate: %w", err))
 	}
 	g.ln, err = net.Listen("tcp", c.addr)
 	if err != nil {
@@ -158,10 +173,15 @@ func startGateway(ctx context.Context, c serverConfig, log *slog.Logger) (*gatew
 	if err != nil {
 		return fail(err)
 	}
-	verifier, err := auth.NewVerifier(c.jwtSecret)
+	authCfg, err := c.jwt.authConfig(log)
 	if err != nil {
 		return fail(err)
 	}
+	verifier, err := auth.NewVerifier(authCfg)
+	if err != nil {
+		return fail(err)
+	}
+	g.verifier = verifier
 	g.inv, err = invoker.New(invoker.Config{
 		Pool: pool, Logger: log, CheckpointURL: publicURL, SigningKeys: c.signingKeys, Tokens: tokens,
 	})
@@ -172,7 +192,7 @@ func startGateway(ctx context.Context, c serverConfig, log *slog.Logger) (*gatew
 		return fail(err)
 	}
 	s, err := gateway.New(gateway.Config{
-		Pool: pool, Invoker: g.inv, Verifier: verifier, Tokens: tokens, Logger: log,
+		Pool: pool, APIPool: api, Invoker: g.inv, Verifier: verifier, Tokens: tokens, Logger: log,
 		SigningKeys: c.signingKeys, MaxBodyBytes: c.maxBodyBytes, Web: web.Handler(),
 	})
 	if err != nil {
@@ -194,6 +214,53 @@ func startGateway(ctx context.Context, c serverConfig, log *slog.Logger) (*gatew
 	return g, nil
 }
 
+// migrate applies the migrations as pc's login user, on a pool of its own: the
+// gateway's pools act as journal.AppRole, which may not change the schema.
+func migrate(ctx context.Context, pc *pgxpool.Config) error {
+	mc := pc.Copy()
+	mc.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(ctx, mc)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer pool.Close()
+	if err := migrations.Up(ctx, pool); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	return nil
+}
+
+// openPools opens the gateway's two pools, which share pc.MaxConns: the system pool
+// (the invoker, River and checkpoints, which see every tenant) and the API pool (one
+// tenant per transaction, through journal.ForTenant). It warns when Postgres's
+// row-level security does not apply to them.
+func openPools(ctx context.Context, pc *pgxpool.Config, log *slog.Logger) (system, api *pgxpool.Pool, err error) {
+	sc, ac := pc.Copy(), pc.Copy()
+	ac.MaxConns = max(pc.MaxConns/2, 2)
+	sc.MaxConns = max(pc.MaxConns-ac.MaxConns, 2)
+	journal.ConfigurePool(sc, true)
+	journal.ConfigurePool(ac, false)
+	if system, err = pgxpool.NewWithConfig(ctx, sc); err != nil {
+		return nil, nil, fmt.Errorf("connect: %w", err)
+	}
+	if api, err = pgxpool.NewWithConfig(ctx, ac); err != nil {
+		system.Close()
+		return nil, nil, fmt.Errorf("connect: %w", err)
+	}
+	fence, err := journal.CheckFence(ctx, api)
+	if err != nil {
+		system.Close()
+		api.Close()
+		return nil, nil, fmt.Errorf("connect: %w", err)
+	}
+	if fence.Bypassed {
+		log.Warn("row-level security is bypassed: the database user is a superuser or has BYPASSRLS and cannot act as "+journal.AppRole+
+			"; only the gateway's queries keep tenants apart. Grant "+journal.AppRole+" to the user, or connect as a user without those attributes",
+			slog.String("db_user", fence.User))
+	}
+	return system, api, nil
+}
+
 // reachable turns a listener's address into one a local client can dial (":8080"
 // listens on every interface; dial 127.0.0.1:8080).
 func reachable(a net.Addr) string {
@@ -204,7 +271,7 @@ func reachable(a net.Addr) string {
 	return ta.String()
 }
 
-// stop shuts down in order: HTTP server, invoker (River), pool.
+// stop shuts down in order: HTTP server, invoker (River), pools.
 func (g *gatewayProcess) stop(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -220,6 +287,10 @@ func (g *gatewayProcess) stop(ctx context.Context) {
 			g.log.Warn("invoker stop", slog.Any("error", err))
 		}
 	}
+	if g.verifier != nil {
+		g.verifier.Close()
+	}
+	g.api.Close()
 	g.pool.Close()
 }
 
@@ -328,8 +399,11 @@ func cmdDev(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if len(c.jwtSecret) == 0 {
-		c.jwtSecret = []byte(st.JWTSecret)
+	if len(c.jwt.secrets) == 0 {
+		c.jwt.secrets = [][]byte{[]byte(st.JWTSecret)}
+	}
+	if err := c.validateKeys(); err != nil {
+		return err
 	}
 	if len(c.signingKeys) == 0 {
 		c.signingKeys = [][]byte{[]byte(st.SigningKey)}
@@ -363,7 +437,11 @@ func cmdDev(ctx context.Context, args []string) error {
 	}
 	defer g.stop(context.WithoutCancel(ctx))
 
-	token, err := auth.NewToken(c.jwtSecret, auth.Identity{Subject: "dev", Tenant: auth.DefaultTenant, Roles: []string{"admin"}}, 30*24*time.Hour)
+	authCfg, err := c.jwt.authConfig(log)
+	if err != nil {
+		return err
+	}
+	token, err := authCfg.NewToken(auth.Identity{Subject: "dev", Tenant: auth.DefaultTenant, Roles: []string{"admin"}}, 30*24*time.Hour)
 	if err != nil {
 		return err
 	}
@@ -375,7 +453,7 @@ func cmdDev(ctx context.Context, args []string) error {
 	}
 	fmt.Printf(`
 stepgate dev is running
-  dashboard   %[1]s/
+  dashboard   %[1]s/#token=%[4]s
   API         %[1]s/v1
   functions   %[2]s (served at %[3]s)
   database    %[6]s
