@@ -1,0 +1,312 @@
+package gateway_test
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stepgate/stepgate/auth"
+	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/internal/stack"
+)
+
+// startAsync queues a run of name and returns its id.
+func startAsync(t *testing.T, c *api.ClientWithResponses, name, input string) string {
+	t.Helper()
+	resp := startRun(t, c, name, input, &api.StartRunParams{})
+	require.Equal(t, http.StatusAccepted, resp.StatusCode(), string(resp.Body))
+	return resp.JSON202.Id
+}
+
+// awaitStatus polls a run until it has status, for states no request waits on.
+func awaitStatus(t *testing.T, c *api.ClientWithResponses, id string, status api.RunStatus) api.RunDetail {
+	t.Helper()
+	var run api.RunDetail
+	require.Eventually(t, func() bool {
+		run = getRun(t, c, id)
+		return run.Status == status
+	}, 10*time.Second, 5*time.Millisecond, "run %s never became %s", id, status)
+	return run
+}
+
+// awaitJobsDone waits until no River invoke job of the run is pending, and returns how
+// many it had.
+func awaitJobsDone(t *testing.T, s *stack.Stack, runID string) int {
+	t.Helper()
+	var total, pending int
+	require.Eventually(t, func() bool {
+		err := s.Pool.QueryRow(t.Context(), `
+			SELECT count(*), count(*) FILTER (WHERE state NOT IN ('completed', 'discarded', 'cancelled'))
+			FROM river_job WHERE kind = 'stepgate.invoke' AND args->>'run_id' = $1`, runID).Scan(&total, &pending)
+		require.NoError(t, err)
+		return pending == 0
+	}, 15*time.Second, 10*time.Millisecond)
+	return total
+}
+
+func TestCancel(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	s.SyncExamples(t)
+	c := s.Client(t, s.Token)
+	other := s.Client(t, s.NewToken(t, auth.Identity{Subject: "eve", Tenant: "other", Roles: []string{"admin"}}))
+
+	t.Run("SleepingRunIsCancelledAndNeverWakes", func(t *testing.T) {
+		t.Parallel()
+		id := startAsync(t, c, "orders.checkout", `{"sleep_ms":300}`)
+		awaitStatus(t, c, id, api.RunStatusSuspended)
+
+		// A waiter attached before the cancellation is told at once.
+		waited := make(chan *api.GetRunResultResponse, 1)
+		go func() {
+			res, _ := c.GetRunResultWithResponse(t.Context(), id, &api.GetRunResultParams{Wait: ptr("30s")})
+			waited <- res
+		}()
+
+		resp, err := c.CancelRunWithResponse(t.Context(), id)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
+		require.Equal(t, api.RunStatusCancelled, resp.JSON200.Status)
+		require.Equal(t, "cancelled", resp.JSON200.Error.Type)
+		require.Contains(t, resp.JSON200.Error.Message, "tester", "names who cancelled")
+
+		select {
+		case res := <-waited:
+			require.NotNil(t, res)
+			require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
+			require.Equal(t, api.RunStatusCancelled, res.JSON200.Status)
+		case <-time.After(10 * time.Second):
+			t.Fatal("the waiter was not told of the cancellation")
+		}
+		res, err := c.GetRunResultWithResponse(t.Context(), id, &api.GetRunResultParams{})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, res.StatusCode())
+		require.Equal(t, api.RunStatusCancelled, res.JSON200.Status)
+
+		// The wake-up job runs past the sleep and finds nothing to claim.
+		require.GreaterOrEqual(t, awaitJobsDone(t, s, id), 2, "the start's job and the wake-up's")
+		run := getRun(t, c, id)
+		require.Equal(t, api.RunStatusCancelled, run.Status)
+		require.Len(t, run.Journal, 3, "reserve, charge, the sleep; never ship")
+		require.Equal(t, "cool-off", run.Journal[2].Name)
+		require.Equal(t, 1, run.Attempts)
+	})
+
+	t.Run("FinishedRunIsAConflict", func(t *testing.T) {
+		t.Parallel()
+		res := mustComplete(t, c, "hello", `{}`)
+		resp, err := c.CancelRunWithResponse(t.Context(), res.Id)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusConflict, resp.StatusCode())
+		require.Contains(t, resp.ApplicationproblemJSON409.Detail, "already completed")
+		require.Equal(t, api.RunStatusCompleted, getRun(t, c, res.Id).Status)
+	})
+
+	t.Run("OtherTenantsAndUnknownRunsAreNotFound", func(t *testing.T) {
+		t.Parallel()
+		id := startAsync(t, c, "orders.checkout", `{"sleep_ms":60000}`)
+		for _, tc := range []struct {
+			c  *api.ClientWithResponses
+			id string
+		}{{other, id}, {c, "01a22695-0000-7000-8000-00000000dead"}, {c, "not-a-uuid"}} {
+			resp, err := tc.c.CancelRunWithResponse(t.Context(), tc.id)
+			require.NoError(t, err)
+			require.Equal(t, http.StatusNotFound, resp.StatusCode(), string(resp.Body))
+		}
+		require.NotEqual(t, api.RunStatusCancelled, getRun(t, c, id).Status)
+		resp, err := c.CancelRunWithResponse(t.Context(), id)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode())
+	})
+}
+
+// TestCancelTellsOtherGateways waits for a run on one gateway and cancels it on another.
+func TestCancelTellsOtherGateways(t *testing.T) {
+	t.Parallel()
+	a := stack.Start(t, stack.Options{})
+	a.SyncExamples(t)
+	b := stack.Start(t, stack.Options{DatabaseURL: a.Pool.Config().ConnString()})
+	ca, cb := a.Client(t, a.Token), b.Client(t, b.Token)
+
+	id := startAsync(t, ca, "orders.checkout", `{"sleep_ms":60000}`)
+	awaitStatus(t, ca, id, api.RunStatusSuspended)
+	waited := make(chan *api.GetRunResultResponse, 1)
+	go func() {
+		res, _ := ca.GetRunResultWithResponse(t.Context(), id, &api.GetRunResultParams{Wait: ptr("30s")})
+		waited <- res
+	}()
+	// The waiter's mark is set once it attached.
+	require.Eventually(t, func() bool {
+		var notify bool
+		require.NoError(t, a.Pool.QueryRow(t.Context(), `SELECT notify FROM stepgate.run WHERE id = $1`, id).Scan(&notify))
+		return notify
+	}, 10*time.Second, 5*time.Millisecond, "the waiter did not attach")
+	resp, err := cb.CancelRunWithResponse(t.Context(), id)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
+	select {
+	case res := <-waited:
+		require.NotNil(t, res)
+		require.Equal(t, api.RunStatusCancelled, res.JSON200.Status)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the other gateway's waiter was not told")
+	}
+}
+
+func TestRerun(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	s.SyncExamples(t)
+	c := s.Client(t, s.Token)
+	operator := s.Client(t, s.NewToken(t, auth.Identity{Subject: "ops", Tenant: auth.DefaultTenant, Roles: []string{"operator"}}))
+
+	t.Run("FailedRunRerunsWithItsInputAndIdentity", func(t *testing.T) {
+		t.Parallel()
+		resp := startRun(t, c, "flaky", `{"fail_times":5}`, nil)
+		require.Equal(t, api.RunStatusFailed, resp.JSON200.Status, string(resp.Body))
+		old := getRun(t, c, resp.JSON200.Id)
+
+		rerun, err := operator.RerunRunWithResponse(t.Context(), old.Id)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusAccepted, rerun.StatusCode(), string(rerun.Body))
+		run := rerun.JSON202
+		require.Equal(t, "/v1/runs/"+run.Id+"/result", rerun.HTTPResponse.Header.Get("Location"))
+		require.NotEqual(t, old.Id, run.Id)
+		require.Equal(t, &old.Id, run.RerunOf)
+		require.Equal(t, api.RunStatusQueued, run.Status)
+		require.JSONEq(t, string(old.Input), string(run.Input))
+		require.Equal(t, old.Identity, run.Identity, "the identity of the run, not of who reran it")
+		require.Nil(t, old.RerunOf)
+
+		res, err := c.GetRunResultWithResponse(t.Context(), run.Id, &api.GetRunResultParams{Wait: ptr("30s")})
+		require.NoError(t, err)
+		require.Equal(t, api.RunStatusFailed, res.JSON200.Status, "fails the same way")
+		require.Equal(t, &old.Id, getRun(t, c, run.Id).RerunOf)
+	})
+
+	t.Run("RunsOnTheCurrentRevision", func(t *testing.T) {
+		// Not parallel with the other subtests: it registers a new revision.
+		res := mustComplete(t, c, "hello", `{"name":"Ada"}`)
+		old := getRun(t, c, res.Id)
+		fn, err := c.GetFunctionWithResponse(t.Context(), "hello")
+		require.NoError(t, err)
+		reg, err := c.RegisterFunctionWithResponse(t.Context(), "hello", api.FunctionRegistration{Url: fn.JSON200.Url})
+		require.NoError(t, err)
+		require.Equal(t, old.Revision+1, reg.JSON200.Revision)
+		rerun, err := c.RerunRunWithResponse(t.Context(), res.Id)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusAccepted, rerun.StatusCode(), string(rerun.Body))
+		require.Equal(t, reg.JSON200.Revision, rerun.JSON202.Revision)
+		done, err := c.GetRunResultWithResponse(t.Context(), rerun.JSON202.Id, &api.GetRunResultParams{Wait: ptr("30s")})
+		require.NoError(t, err)
+		require.JSONEq(t, `{"greeting":"Hello, Ada!"}`, string(*done.JSON200.Output))
+	})
+
+	t.Run("UnfinishedRunIsAConflict", func(t *testing.T) {
+		t.Parallel()
+		id := startAsync(t, c, "orders.checkout", `{"sleep_ms":60000}`)
+		rerun, err := c.RerunRunWithResponse(t.Context(), id)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusConflict, rerun.StatusCode(), string(rerun.Body))
+		require.Contains(t, rerun.ApplicationproblemJSON409.Detail, "only a finished run")
+		cancel, err := c.CancelRunWithResponse(t.Context(), id)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, cancel.StatusCode())
+		rerun, err = c.RerunRunWithResponse(t.Context(), id)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusAccepted, rerun.StatusCode(), "a cancelled run can be rerun")
+		cancel, err = c.CancelRunWithResponse(t.Context(), rerun.JSON202.Id)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, cancel.StatusCode())
+	})
+
+	t.Run("OtherTenantsRunsAreNotFound", func(t *testing.T) {
+		t.Parallel()
+		res := mustComplete(t, c, "hello", `{}`)
+		other := s.Client(t, s.NewToken(t, auth.Identity{Subject: "eve", Tenant: "other", Roles: []string{"admin"}}))
+		rerun, err := other.RerunRunWithResponse(t.Context(), res.Id)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusNotFound, rerun.StatusCode())
+	})
+}
+
+func TestRerunOfUnregisteredFunction(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	s.SyncExamples(t)
+	c := s.Client(t, s.Token)
+	res := mustComplete(t, c, "hello", `{}`)
+	del, err := c.DeleteFunctionWithResponse(t.Context(), "hello")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusNoContent, del.StatusCode())
+	rerun, err := c.RerunRunWithResponse(t.Context(), res.Id)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusNotFound, rerun.StatusCode())
+	require.Contains(t, rerun.ApplicationproblemJSON404.Detail, `"hello"`)
+	require.Contains(t, rerun.ApplicationproblemJSON404.Detail, "no longer registered")
+}
+
+func TestFunctionStats(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	s.SyncExamples(t)
+	c := s.Client(t, s.Token)
+	mustComplete(t, c, "hello", `{"name":"a"}`)
+	mustComplete(t, c, "hello", `{"name":"b"}`)
+	failed := startRun(t, c, "flaky", `{"fail_times":5}`, nil)
+	require.Equal(t, api.RunStatusFailed, failed.JSON200.Status)
+	mustComplete(t, c, "flaky", `{"fail_times":0}`)
+	sleeping := startAsync(t, c, "orders.checkout", `{"sleep_ms":60000}`)
+	cancelled := startAsync(t, c, "orders.checkout", `{"sleep_ms":60000}`)
+	resp, err := c.CancelRunWithResponse(t.Context(), cancelled)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode())
+
+	stats, err := c.FunctionStatsWithResponse(t.Context(), &api.FunctionStatsParams{})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, stats.StatusCode(), string(stats.Body))
+	require.Equal(t, "1h", stats.JSON200.Window)
+	by := map[string]api.FunctionStats{}
+	for _, f := range stats.JSON200.Functions {
+		by[f.Name] = f
+	}
+	require.Len(t, by, 4, "every registered function, with runs or not")
+
+	hello := by["hello"]
+	require.Equal(t, []int{2, 2, 0, 0}, []int{hello.Runs, hello.Completed, hello.Failed, hello.Running})
+	require.InDelta(t, 1, *hello.SuccessRate, 1e-6)
+	require.NotNil(t, hello.P50Ms)
+	require.NotNil(t, hello.LastRunAt)
+
+	flaky := by["flaky"]
+	require.Equal(t, []int{2, 1, 1, 0}, []int{flaky.Runs, flaky.Completed, flaky.Failed, flaky.Running})
+	require.InDelta(t, 0.5, *flaky.SuccessRate, 1e-6)
+
+	checkout := by["orders.checkout"]
+	require.Equal(t, []int{2, 0, 1, 1}, []int{checkout.Runs, checkout.Completed, checkout.Failed, checkout.Running},
+		"one sleeping, one cancelled (counted as failed)")
+	require.InDelta(t, 0, *checkout.SuccessRate, 1e-6)
+	require.Nil(t, checkout.P50Ms, "a cancellation has no duration worth a median")
+
+	chain := by["chain"]
+	require.Zero(t, chain.Runs)
+	require.Nil(t, chain.SuccessRate)
+	require.Nil(t, chain.LastRunAt)
+
+	for _, w := range []string{"soon", "-1h", "721h"} {
+		bad, err := c.FunctionStatsWithResponse(t.Context(), &api.FunctionStatsParams{Window: &w})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusBadRequest, bad.StatusCode(), w)
+	}
+	other := s.Client(t, s.NewToken(t, auth.Identity{Subject: "eve", Tenant: "other", Roles: []string{"admin"}}))
+	none, err := other.FunctionStatsWithResponse(t.Context(), &api.FunctionStatsParams{Window: ptr("24h")})
+	require.NoError(t, err)
+	require.Empty(t, none.JSON200.Functions)
+	require.Equal(t, "24h", none.JSON200.Window)
+
+	resp, err = c.CancelRunWithResponse(t.Context(), sleeping)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode())
+}
