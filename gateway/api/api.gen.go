@@ -549,6 +549,9 @@ type ListRunsParams struct {
 type StreamRunsParams struct {
 	Function *string `form:"function,omitempty" json:"function,omitempty"`
 	Run      *string `form:"run,omitempty" json:"run,omitempty"`
+
+	// AccessToken The bearer token, for clients that cannot send the Authorization header.
+	AccessToken *string `form:"access_token,omitempty" json:"access_token,omitempty"`
 }
 
 // GetRunResultParams defines parameters for GetRunResult.
@@ -738,8 +741,18 @@ type ClientInterface interface {
 	//
 	// Each event is `event: run` with a `Run` (without its journal) as `data`, sent when a
 	// run is created or changes status, by any gateway (fed by Postgres notifications,
-	// one listener per gateway). A comment line is sent every 15s to keep the connection
-	// open. Filter with `function` or `run` (one run id).
+	// one listener per gateway), in the order of the changes. The `Run` has the status,
+	// attempts, `wake_at` and `finished_at` of that change; `output` and `error` only
+	// once the run has its outcome. A comment line (`: keepalive`) is sent every 15s to
+	// keep the connection open. Filter with `function` or `run` (one run id).
+	//
+	// `event: resync` (data `{}`) says events were lost (the client fell behind, or the
+	// gateway's listener reconnected): reload what is shown. No event is replayed on
+	// reconnection either; reload after connecting.
+	//
+	// A browser's `EventSource` cannot send headers, so this operation also takes the
+	// token as the `access_token` query parameter. Prefer the header where the client
+	// can send it (`fetch` streaming): URLs end up in logs and histories.
 	//
 	// Corresponds with GET /v1/runs/stream (the `StreamRuns` operationId).
 	StreamRuns(ctx context.Context, params *StreamRunsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1000,8 +1013,18 @@ func (c *Client) ListRuns(ctx context.Context, params *ListRunsParams, reqEditor
 //
 // Each event is `event: run` with a `Run` (without its journal) as `data`, sent when a
 // run is created or changes status, by any gateway (fed by Postgres notifications,
-// one listener per gateway). A comment line is sent every 15s to keep the connection
-// open. Filter with `function` or `run` (one run id).
+// one listener per gateway), in the order of the changes. The `Run` has the status,
+// attempts, `wake_at` and `finished_at` of that change; `output` and `error` only
+// once the run has its outcome. A comment line (`: keepalive`) is sent every 15s to
+// keep the connection open. Filter with `function` or `run` (one run id).
+//
+// `event: resync` (data `{}`) says events were lost (the client fell behind, or the
+// gateway's listener reconnected): reload what is shown. No event is replayed on
+// reconnection either; reload after connecting.
+//
+// A browser's `EventSource` cannot send headers, so this operation also takes the
+// token as the `access_token` query parameter. Prefer the header where the client
+// can send it (`fetch` streaming): URLs end up in logs and histories.
 //
 // Corresponds with GET /v1/runs/stream (the `StreamRuns` operationId).
 func (c *Client) StreamRuns(ctx context.Context, params *StreamRunsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1606,6 +1629,18 @@ func NewStreamRunsRequest(server string, params *StreamRunsParams) (*http.Reques
 
 		}
 
+		if params.AccessToken != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "access_token", *params.AccessToken, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if encoded := queryValues.Encode(); encoded != "" {
 			rawQueryFragments = append(rawQueryFragments, encoded)
 		}
@@ -2027,8 +2062,18 @@ type ClientWithResponsesInterface interface {
 	//
 	// Each event is `event: run` with a `Run` (without its journal) as `data`, sent when a
 	// run is created or changes status, by any gateway (fed by Postgres notifications,
-	// one listener per gateway). A comment line is sent every 15s to keep the connection
-	// open. Filter with `function` or `run` (one run id).
+	// one listener per gateway), in the order of the changes. The `Run` has the status,
+	// attempts, `wake_at` and `finished_at` of that change; `output` and `error` only
+	// once the run has its outcome. A comment line (`: keepalive`) is sent every 15s to
+	// keep the connection open. Filter with `function` or `run` (one run id).
+	//
+	// `event: resync` (data `{}`) says events were lost (the client fell behind, or the
+	// gateway's listener reconnected): reload what is shown. No event is replayed on
+	// reconnection either; reload after connecting.
+	//
+	// A browser's `EventSource` cannot send headers, so this operation also takes the
+	// token as the `access_token` query parameter. Prefer the header where the client
+	// can send it (`fetch` streaming): URLs end up in logs and histories.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -2615,10 +2660,17 @@ func (r ListRunsResponse) ContentType() string {
 type StreamRunsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Unauthorized
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Forbidden
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r StreamRunsResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
 }
 
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -3246,8 +3298,18 @@ func (c *ClientWithResponses) ListRunsWithResponse(ctx context.Context, params *
 //
 // Each event is `event: run` with a `Run` (without its journal) as `data`, sent when a
 // run is created or changes status, by any gateway (fed by Postgres notifications,
-// one listener per gateway). A comment line is sent every 15s to keep the connection
-// open. Filter with `function` or `run` (one run id).
+// one listener per gateway), in the order of the changes. The `Run` has the status,
+// attempts, `wake_at` and `finished_at` of that change; `output` and `error` only
+// once the run has its outcome. A comment line (`: keepalive`) is sent every 15s to
+// keep the connection open. Filter with `function` or `run` (one run id).
+//
+// `event: resync` (data `{}`) says events were lost (the client fell behind, or the
+// gateway's listener reconnected): reload what is shown. No event is replayed on
+// reconnection either; reload after connecting.
+//
+// A browser's `EventSource` cannot send headers, so this operation also takes the
+// token as the `access_token` query parameter. Prefer the header where the client
+// can send it (`fetch` streaming): URLs end up in logs and histories.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -3781,6 +3843,13 @@ func ParseStreamRunsResponse(rsp *http.Response) (*StreamRunsResponse, error) {
 	}
 
 	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {

@@ -260,6 +260,13 @@ func (w *ServerInterfaceWrapper) StreamRuns(ctx echo.Context) error {
 		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter run: %s", err))
 	}
 
+	// ------------- Optional query parameter "access_token" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "access_token", ctx.QueryParams(), &params.AccessToken, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter access_token: %s", err))
+	}
+
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.StreamRuns(ctx, params)
 	return err
@@ -1097,6 +1104,22 @@ func (response StreamRuns200TexteventStreamResponse) VisitStreamRunsResponse(w h
 			return err
 		}
 	}
+}
+
+type StreamRuns400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response StreamRuns400ApplicationProblemPlusJSONResponse) VisitStreamRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
 }
 
 type StreamRuns401ApplicationProblemPlusJSONResponse struct {
