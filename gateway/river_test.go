@@ -1,0 +1,131 @@
+package gateway_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stepgate/stepgate/auth"
+	"github.com/stepgate/stepgate/internal/stack"
+)
+
+// browser is an HTTP client with a cookie jar.
+func browser(t *testing.T) *http.Client {
+	t.Helper()
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	return &http.Client{Jar: jar}
+}
+
+func send(t *testing.T, c *http.Client, method, url, body string, header map[string]string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, url, strings.NewReader(body))
+	require.NoError(t, err)
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp, string(b)
+}
+
+func TestRiverUI(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	s.SyncExamples(t)
+	c := s.Client(t, s.Token)
+	id := startAsync(t, c, "hello", `{}`)
+	awaitJobsDone(t, s, id)
+
+	signIn := func(t *testing.T, c *http.Client, token string) (*http.Response, map[string]any) {
+		t.Helper()
+		resp, body := send(t, c, http.MethodPost, s.URL+"/ui/session", `{"token":"`+token+`"}`, nil)
+		var out map[string]any
+		require.NoError(t, json.Unmarshal([]byte(body), &out), body)
+		return resp, out
+	}
+
+	t.Run("NeedsASession", func(t *testing.T) {
+		t.Parallel()
+		c := browser(t)
+		resp, body := send(t, c, http.MethodGet, s.URL+"/river/", "", nil)
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+		require.Equal(t, "application/problem+json", resp.Header.Get("Content-Type"))
+		require.Contains(t, body, "sign in to the dashboard")
+		resp, body = send(t, c, http.MethodGet, s.URL+"/river/", "", map[string]string{"Accept": "text/html"})
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+		require.Contains(t, body, `<a href="/">`, "a browser is pointed to the dashboard")
+
+		resp, out := signIn(t, c, "garbage")
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+		require.Contains(t, out["detail"], "malformed")
+		resp, _ = send(t, c, http.MethodGet, s.URL+"/river/api/states", "", nil)
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	})
+
+	t.Run("NeedsRunsManage", func(t *testing.T) {
+		t.Parallel()
+		c := browser(t)
+		viewer := s.NewToken(t, auth.Identity{Subject: "vic", Tenant: auth.DefaultTenant, Roles: []string{"viewer"}})
+		resp, out := signIn(t, c, viewer)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.Equal(t, false, out["river"])
+		resp, body := send(t, c, http.MethodGet, s.URL+"/river/api/states", "", nil)
+		require.Equal(t, http.StatusForbidden, resp.StatusCode)
+		require.Contains(t, body, "runs:manage")
+	})
+
+	t.Run("AdminSeesRiversJobs", func(t *testing.T) {
+		t.Parallel()
+		c := browser(t)
+		resp, out := signIn(t, c, s.Token)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.Equal(t, map[string]any{"subject": "tester", "tenant": auth.DefaultTenant, "roles": []any{"admin"}, "river": true}, out)
+		cookies := resp.Cookies()
+		require.Len(t, cookies, 1)
+		ck := cookies[0]
+		require.Equal(t, "stepgate_session", ck.Name)
+		require.True(t, ck.HttpOnly)
+		require.Equal(t, http.SameSiteStrictMode, ck.SameSite)
+		require.Equal(t, "/", ck.Path)
+
+		resp, body := send(t, c, http.MethodGet, s.URL+"/river/", "", nil)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.Contains(t, body, "<title>River</title>")
+		require.Contains(t, body, `/river/assets/`, "assets are served under the prefix, from the binary")
+
+		resp, body = send(t, c, http.MethodGet, s.URL+"/river/api/jobs?state=completed&limit=20", "", nil)
+		require.Equal(t, http.StatusOK, resp.StatusCode, body)
+		require.Contains(t, body, "stepgate.invoke")
+		resp, body = send(t, c, http.MethodGet, s.URL+"/river/api/states", "", nil)
+		require.Equal(t, http.StatusOK, resp.StatusCode, body)
+		require.Contains(t, body, `"completed"`)
+
+		resp, body = send(t, c, http.MethodPost, s.URL+"/river/api/jobs/retry", `{"ids":["1"]}`,
+			map[string]string{"Origin": "https://evil.example", "Content-Type": "application/json"})
+		require.Equal(t, http.StatusForbidden, resp.StatusCode, body)
+		require.Contains(t, body, "cross-origin")
+
+		resp, _ = send(t, c, http.MethodDelete, s.URL+"/ui/session", "", nil)
+		require.Equal(t, http.StatusNoContent, resp.StatusCode)
+		resp, _ = send(t, c, http.MethodGet, s.URL+"/river/api/states", "", nil)
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "signed out")
+	})
+
+	t.Run("APIIgnoresTheCookie", func(t *testing.T) {
+		t.Parallel()
+		c := browser(t)
+		resp, _ := signIn(t, c, s.Token)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		resp, _ = send(t, c, http.MethodGet, s.URL+"/v1/runs", "", nil)
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	})
+}
