@@ -54,7 +54,7 @@ type streamHub struct {
 	clients  map[*streamClient]struct{}
 	tenants  map[string]int // open streams per tenant
 	pumping  bool
-	wake     chan struct{}       // tells the pump to look at clients again
+	wake     chan struct{}         // tells the pump to look at clients again
 	shutdown map[*http.Server]bool // servers whose shutdown ends the streams
 
 	// watchMu orders watch upserts and deletes, so a delete for a tenant's last stream
@@ -275,9 +275,12 @@ func (h *streamHub) deliver(batch []*journal.RunEvent) {
 		}
 	}
 	for _, ev := range batch {
-		run := runs[ev.ID]
-		if ev == nil || run == nil || run.Tenant != ev.Tenant {
+		if ev == nil {
 			continue
+		}
+		run := runs[ev.ID]
+		if run == nil || run.Tenant != ev.Tenant {
+			continue // another tenant's, or gone
 		}
 		var frame []byte
 		for c := range h.clients {

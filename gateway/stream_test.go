@@ -294,3 +294,25 @@ func TestStreamRefusals(t *testing.T) {
 		})
 	}
 }
+
+// TestStreamResyncsAfterListenerReconnect drops the gateway's listener connection: the
+// notifications sent meanwhile are lost, so streams are told to resync, and events flow
+// again once it reconnected.
+func TestStreamResyncsAfterListenerReconnect(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	s.SyncExamples(t)
+	c := s.Client(t, s.Token)
+	st := openStream(t, s, s.Token, "", false)
+
+	var terminated bool
+	require.NoError(t, s.Pool.QueryRow(t.Context(), `
+		SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE datname = current_database() AND query LIKE '%LISTEN ' || $1 || '%'`, journal.EventChannel).Scan(&terminated))
+	require.True(t, terminated)
+	ev := st.next(t)
+	require.Equal(t, "resync", ev.name)
+
+	res := mustComplete(t, c, "hello", `{}`)
+	require.Equal(t, []api.RunStatus{api.RunStatusRunning, api.RunStatusCompleted}, st.statusesOf(t, res.Id))
+}

@@ -29,7 +29,8 @@ type Claim struct {
 // or a suspended run whose wake time has come. It bumps the run's invocation number
 // (fencing out any older invocation), leases it for lease, and loads its journal, all in
 // one round trip and one transaction. It returns ErrNotDue when the run is not claimable
-// now (not due yet, running, finished, or gone).
+// now (not due yet, running, finished, or gone). The claim notifies EventChannel when a
+// gateway watches the run's tenant.
 func ClaimRun(ctx context.Context, db DB, runID string, lease time.Duration) (*Claim, error) {
 	var claim Claim
 	b := &pgx.Batch{}
@@ -282,7 +283,8 @@ func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome)
 // ReapExpiredLeases requeues up to limit running runs whose lease has passed (their
 // gateway died, or the function hung past its timeout), recording a failed invocation
 // for each, and returns their ids. Whether a run has attempts left is decided when it is
-// claimed next, from its function's retry policy.
+// claimed next, from its function's retry policy. Each requeue notifies EventChannel when
+// a gateway watches the run's tenant.
 func ReapExpiredLeases(ctx context.Context, db DB, limit int) ([]string, error) {
 	rows, _ := db.Query(ctx, `
 		WITH expired AS (
@@ -308,7 +310,8 @@ func ReapExpiredLeases(ctx context.Context, db DB, limit int) ([]string, error) 
 }
 
 // FailRun fails a run that is not terminal yet with e, whatever invocation owns it (for
-// example, when it has no invocation attempts left). A failed run stays failed.
+// example, when it has no invocation attempts left). A failed run stays failed. A
+// waiter's mark notifies NotifyChannel, a watch EventChannel.
 func FailRun(ctx context.Context, db DB, runID string, e ErrorInfo) error {
 	_, err := db.Exec(ctx, `
 		WITH u AS (

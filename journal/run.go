@@ -58,7 +58,8 @@ type NewRun struct {
 // CreateRun inserts a run of the function's current revision. With an idempotency key
 // already used for the same tenant and function, it returns that run and created=false
 // when the input is the same JSON, or ErrIdempotencyMismatch. It returns ErrNotFound
-// when the function is not registered.
+// when the function is not registered. A created run notifies EventChannel when a
+// gateway watches the tenant.
 func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, err error) {
 	var key *string
 	if n.IdempotencyKey != "" {
