@@ -1,0 +1,150 @@
+// The dashboard: sign-in, the frame (navigation, theme, identity) and hash routing.
+//   #/runs?function=&status=&range=   the runs list
+//   #/runs/<id>                      one run
+//   #/functions                      the functions
+//   #token=<jwt>                     signs in with the token and strips it from the URL
+//                                    (the link `stepgate dev` prints)
+
+import { h, icon, replace } from "./dom.js";
+import { getToken, setToken, claims, roles, handleUnauthorized, startSession, endSession } from "./api.js";
+import { signIn } from "./pages/signin.js";
+import { runsPage } from "./pages/runs.js";
+import { runPage } from "./pages/run.js";
+import { functionsPage } from "./pages/functions.js";
+
+const app = document.getElementById("app");
+let cleanup = () => {};
+let view = null;
+
+function parseHash() {
+  const raw = location.hash.replace(/^#/, "") || "/runs";
+  const [path, qs] = raw.split("?");
+  return { parts: path.split("/").filter(Boolean).map(decodeURIComponent), query: new URLSearchParams(qs || "") };
+}
+
+function route() {
+  if (!getToken()) return showSignIn();
+  if (!view || !view.isConnected) frame();
+  cleanup();
+  cleanup = () => {};
+  const { parts, query } = parseHash();
+  const page = parts[0] || "runs";
+  for (const a of document.querySelectorAll("[data-nav]")) a.classList.toggle("active", a.dataset.nav === page);
+  const el = h("div", { class: "page" });
+  replace(view, el);
+  window.scrollTo(0, 0);
+  if (page === "runs" && parts.length === 1) cleanup = runsPage(el, query) || cleanup;
+  else if (page === "runs" && parts.length === 2) cleanup = runPage(el, parts[1]) || cleanup;
+  else if (page === "functions") cleanup = functionsPage(el, query) || cleanup;
+  else {
+    replace(el, h("div", { class: "empty" },
+      h("h2", null, "Nothing here"),
+      h("p", null, "This page does not exist. ", h("a", { href: "#/runs" }, "Go to the runs"), ".")));
+  }
+  document.title = (page === "functions" ? "Functions" : page === "runs" && parts[1] ? "Run" : "Runs") + " · stepgate";
+}
+
+function showSignIn(message) {
+  cleanup();
+  cleanup = () => {};
+  view = null;
+  document.title = "Sign in · stepgate";
+  replace(app, signIn({
+    message,
+    onSignedIn: (t) => {
+      setToken(t);
+      startSession(t);
+      route();
+    },
+  }));
+}
+
+function signOut(message) {
+  setToken("");
+  endSession();
+  if (!message) history.replaceState(null, "", location.pathname + location.search + "#/runs"); // an expired token returns to where it was
+  showSignIn(message);
+}
+
+// The theme: the system's, or a chosen light or dark, remembered.
+const THEMES = ["system", "light", "dark"];
+
+function currentTheme() {
+  return document.documentElement.dataset.theme || "system";
+}
+
+function themeIcon(t) {
+  return icon(t === "light" ? "sun" : t === "dark" ? "moon" : "monitor", 16);
+}
+
+function themeButton() {
+  const b = h("button", { type: "button", class: "icon-btn", "data-testid": "theme" });
+  const show = () => {
+    const t = currentTheme();
+    b.title = `Theme: ${t} (click to change)`;
+    b.setAttribute("aria-label", b.title);
+    replace(b, themeIcon(t));
+  };
+  b.addEventListener("click", () => {
+    const next = THEMES[(THEMES.indexOf(currentTheme()) + 1) % THEMES.length];
+    if (next === "system") delete document.documentElement.dataset.theme;
+    else document.documentElement.dataset.theme = next;
+    try {
+      if (next === "system") localStorage.removeItem("stepgate.theme");
+      else localStorage.setItem("stepgate.theme", next);
+    } catch {}
+    show();
+  });
+  show();
+  return b;
+}
+
+function frame() {
+  const c = claims() || {};
+  const rs = roles(c);
+  const who = c.sub || "signed in";
+  view = h("main", { id: "view" });
+  replace(app,
+    h("header", { class: "topbar" },
+      h("a", { class: "brand", href: "#/runs", "aria-label": "stepgate home" }, h("img", { src: "/favicon.svg", alt: "", width: 22, height: 22 }), h("span", null, "stepgate")),
+      h("nav", { class: "nav", "aria-label": "Main" },
+        h("a", { href: "#/runs", "data-nav": "runs" }, icon("runs"), h("span", null, "Runs")),
+        h("a", { href: "#/functions", "data-nav": "functions" }, icon("functions"), h("span", null, "Functions")),
+        h("a", { href: "/river", target: "_blank", rel: "noopener", title: "River UI: the job queue underneath, for job-level debugging" },
+          icon("river"), h("span", null, "River UI"), icon("external", 12))),
+      h("div", { class: "topbar-end" },
+        h("div", { class: "who", title: `subject ${who}\ntenant ${c.tenant || "default"}\nroles ${rs.join(", ") || "—"}`, "data-testid": "who" },
+          h("span", { class: "avatar" }, (who[0] || "?").toUpperCase()),
+          h("span", { class: "who-text" }, h("span", { class: "who-sub" }, who), h("span", { class: "who-tenant" }, c.tenant || "default"))),
+        themeButton(),
+        h("button", { type: "button", class: "icon-btn", title: "Sign out", "aria-label": "Sign out", "data-testid": "sign-out", onclick: () => signOut() }, icon("logout")))),
+    view);
+}
+
+// `#token=<jwt>`: sign in with it, keep it, and take it out of the address bar and history.
+function takeFragmentToken() {
+  const m = location.hash.match(/^#token=([^&]+)(?:&next=(.*))?$/);
+  if (!m) return;
+  const t = decodeURIComponent(m[1]);
+  const next = m[2] ? decodeURIComponent(m[2]) : "/runs";
+  setToken(t);
+  startSession(t);
+  history.replaceState(null, "", location.pathname + location.search + "#" + (next.startsWith("/") ? next : "/runs"));
+}
+
+function expired() {
+  const c = claims();
+  return c && typeof c.exp === "number" && c.exp * 1000 < Date.now();
+}
+
+handleUnauthorized((err) => {
+  if (getToken()) signOut(`The gateway rejected your token: ${err.detail}. Sign in again.`);
+});
+
+takeFragmentToken();
+window.addEventListener("hashchange", () => {
+  if (location.hash.startsWith("#token=")) takeFragmentToken();
+  route();
+});
+if (getToken() && expired()) signOut("Your token has expired. Sign in with a new one.");
+else route();
