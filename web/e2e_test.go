@@ -1,0 +1,445 @@
+package web_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stepgate/stepgate/auth"
+	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/internal/stack"
+)
+
+// chromium returns the browser to drive: $STEPGATE_CHROMIUM, else Debian's chromium.
+func chromium() string {
+	if p := os.Getenv("STEPGATE_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"/usr/bin/chromium", "chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// artifacts returns the folder screenshots go to: $STEPGATE_ARTIFACTS, else
+// test-artifacts at the repository's root.
+func artifacts(t *testing.T) string {
+	dir := os.Getenv("STEPGATE_ARTIFACTS")
+	if dir == "" {
+		_, file, _, _ := runtime.Caller(0)
+		dir = filepath.Join(filepath.Dir(file), "..", "test-artifacts")
+	}
+	dir, err := filepath.Abs(dir)
+	require.NoError(t, err)
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	return dir
+}
+
+// browser is one headless Chromium tab on the dashboard.
+type browser struct {
+	t   *testing.T
+	ctx context.Context
+	dir string
+
+	mu         sync.Mutex
+	exceptions []string // uncaught in the page
+}
+
+func newBrowser(t *testing.T, exe string) *browser {
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(exe),
+		chromedp.Headless,
+		chromedp.NoSandbox, // the tests may run as root
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("hide-scrollbars", true),
+		chromedp.Flag("mute-audio", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1440, 900),
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	b := &browser{t: t, ctx: ctx, dir: artifacts(t)}
+	// The first call starts the browser, and must have no deadline: it would end the browser.
+	if err := chromedp.Do(ctx); err != nil {
+		cancel()
+		cancelAlloc()
+		t.Fatalf("start %s: %v", exe, err)
+	}
+	var wg sync.WaitGroup
+	console := chromedp.Console(ctx)
+	wg.Go(func() {
+		for m, err := range console {
+			if err != nil {
+				return
+			}
+			switch {
+			case m.IsException():
+				b.mu.Lock()
+				b.exceptions = append(b.exceptions, m.Text)
+				b.mu.Unlock()
+				b.log("browser exception: %s (%s:%d)", m.Text, m.URL, m.Line)
+			case m.Type == chromedp.ConsoleError || m.Type == chromedp.ConsoleWarning:
+				b.log("browser %s: %s", m.Type, m.Text)
+			}
+		}
+	})
+	t.Cleanup(func() {
+		cancel()
+		cancelAlloc()
+		wg.Wait()
+	})
+	// 2x pixels make crisp screenshots.
+	b.do("set the viewport", 10*time.Second, chromedp.EmulateViewport(1440, 900, chromedp.EmulateScale(2)))
+	return b
+}
+
+func (b *browser) log(format string, args ...any) {
+	b.mu.Lock()
+	t := b.t
+	b.mu.Unlock()
+	t.Logf(format, args...)
+}
+
+// use points the browser's failures and logs at the (sub)test t.
+func (b *browser) use(t *testing.T) {
+	b.mu.Lock()
+	b.t = t
+	b.mu.Unlock()
+}
+
+// do runs steps within timeout, and fails the test with a screenshot of the page when
+// they fail: every wait is on a DOM condition with a deadline, never a sleep.
+func (b *browser) do(what string, timeout time.Duration, steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, timeout)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		b.fail(what, err)
+	}
+}
+
+func (b *browser) fail(what string, err error) {
+	b.t.Helper()
+	shot := b.screenshot("failed-" + strings.NewReplacer(" ", "-", "/", "-", "'", "").Replace(what))
+	b.t.Fatalf("%s: %v (the page: %s)", what, err, shot)
+}
+
+// run runs one action that returns a value, within 10s.
+func run[T any](b *browser, what string, a chromedp.Action[T]) T {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, a)
+	if err != nil {
+		b.fail(what, err)
+	}
+	return v
+}
+
+// screenshot saves the whole page as name.png among the artifacts and returns its path.
+func (b *browser) screenshot(name string) string {
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		return "no screenshot: " + err.Error()
+	}
+	p := filepath.Join(b.dir, name+".png")
+	if err := os.WriteFile(p, png, 0o644); err != nil {
+		return "no screenshot: " + err.Error()
+	}
+	return p
+}
+
+// colorScheme emulates the system's light or dark preference. It also asks for reduced
+// motion, which the dashboard honors: a headless tab that is not painting may hold CSS
+// transitions and animations at their first frame, and screenshots must show the end.
+func colorScheme(scheme string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		_, err := cdp.Call(ctx, t, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+			Features: []*emulation.MediaFeature{
+				{Name: "prefers-color-scheme", Value: scheme},
+				{Name: "prefers-reduced-motion", Value: "reduce"},
+			},
+		})
+		return err
+	})
+}
+
+// shoot saves screenshots of the page in the light and the dark theme.
+func (b *browser) shoot(name string) {
+	b.t.Helper()
+	for _, scheme := range []string{"dark", "light"} {
+		b.do("use the "+scheme+" theme", 5*time.Second, colorScheme(scheme))
+		b.t.Logf("screenshot: %s", b.screenshot(name+"-"+scheme))
+	}
+}
+
+// visible waits for sel to be visible.
+func (b *browser) visible(what, sel string) {
+	b.t.Helper()
+	b.do(what, 20*time.Second, chromedp.WaitVisible(chromedp.CSS(sel)))
+}
+
+// click clicks sel once it is visible.
+func (b *browser) click(what, sel string) {
+	b.t.Helper()
+	b.do(what, 10*time.Second, chromedp.WaitVisible(chromedp.CSS(sel)), chromedp.Click(chromedp.CSS(sel)))
+}
+
+// text returns sel's text once it is visible.
+func (b *browser) text(what, sel string) string {
+	b.t.Helper()
+	b.visible(what, sel)
+	return run(b, what, chromedp.Text(chromedp.CSS(sel)))
+}
+
+// poll waits until the JavaScript expression is truthy.
+func (b *browser) poll(what, expr string) {
+	b.t.Helper()
+	b.do(what, 20*time.Second, chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		_, err := chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(20*time.Second))(ctx, t)
+		return err
+	}))
+}
+
+func (b *browser) pageExceptions() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.exceptions...)
+}
+
+// start starts a run of name without waiting and returns its id.
+func start(t *testing.T, c *api.ClientWithResponses, name, input string, params *api.StartRunParams) string {
+	t.Helper()
+	if params == nil {
+		params = &api.StartRunParams{}
+	}
+	resp, err := c.StartRunWithBodyWithResponse(t.Context(), name, params, "application/json", strings.NewReader(input))
+	require.NoError(t, err)
+	res := resp.JSON202
+	if res == nil {
+		res = resp.JSON200
+	}
+	require.NotNil(t, res, "start %s: HTTP %d: %s", name, resp.StatusCode(), resp.Body)
+	return res.Id
+}
+
+func getRun(t *testing.T, c *api.ClientWithResponses, id string) api.RunDetail {
+	t.Helper()
+	resp, err := c.GetRunWithResponse(t.Context(), id)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
+	return *resp.JSON200
+}
+
+func row(id string) string { return fmt.Sprintf(`tr[data-run=%q]`, id) }
+
+func rowStatus(id, status string) string { return fmt.Sprintf(`tr[data-run=%q][data-status=%q]`, id, status) }
+
+func runStatus(status string) string {
+	return fmt.Sprintf(`[data-testid=run-status] [data-status=%q]`, status)
+}
+
+// TestDashboard drives the dashboard in headless Chromium against a real gateway and
+// Postgres, the way a person would: it signs in, watches runs arrive and finish live,
+// reads a run's steps, cancels and reruns runs through the confirm dialog, and checks
+// that another tenant sees none of it. Screenshots go to test-artifacts/.
+func TestDashboard(t *testing.T) {
+	t.Parallel()
+	exe := chromium()
+	if exe == "" {
+		t.Skip("chromium is not installed (apt-get install -y chromium); set STEPGATE_CHROMIUM to use another")
+	}
+	s := stack.Start(t, stack.Options{})
+	s.SyncExamples(t)
+	c := s.Client(t, s.Token)
+	b := newBrowser(t, exe)
+
+	var checkout string
+	runs := map[string]string{}
+
+	t.Run("SignIn", func(t *testing.T) {
+		b.use(t)
+		b.do("open the dashboard", 20*time.Second, chromedp.Navigate(s.URL+"/"), chromedp.WaitVisible(chromedp.CSS("#token")))
+		leaked := run(b, "nothing shows without a token", chromedp.Evaluate[bool](`!!document.querySelector("[data-testid=runs-table], [data-testid=who]")`))
+		require.False(t, leaked, "the dashboard showed data before sign-in")
+
+		b.do("reject a bad token", 10*time.Second,
+			chromedp.SetValue(chromedp.CSS("#token"), "not.a-valid.token"),
+			chromedp.Click(chromedp.CSS("[data-testid=sign-in]")),
+			chromedp.WaitVisible(chromedp.CSS(".form-error")))
+		b.do("sign in", 10*time.Second,
+			chromedp.SetValue(chromedp.CSS("#token"), s.Token),
+			chromedp.Click(chromedp.CSS("[data-testid=sign-in]")),
+			chromedp.WaitVisible(chromedp.CSS("[data-testid=who]")))
+		require.Contains(t, b.text("who", "[data-testid=who]"), "tester")
+		b.visible("the empty runs list says what to do", "[data-testid=empty-runs]")
+		// A marker that a reload would wipe: the list must update without one.
+		run(b, "mark the page", chromedp.Evaluate[bool](`window.__stepgateNoReload = true`))
+	})
+
+	t.Run("RunAppearsAndCompletesLive", func(t *testing.T) {
+		b.use(t)
+		checkout = start(t, c, "orders.checkout", `{"order_id":"o-1001","amount":4200}`, nil)
+		// Some company for the screenshot, and the runs the next scenarios act on.
+		runs["hello"] = start(t, c, "hello", `{"name":"Ada"}`, nil)
+		runs["chain"] = start(t, c, "chain", `{"steps":12}`, nil)
+		runs["failed"] = start(t, c, "flaky", `{"fail_times":5}`, nil)
+		runs["retried"] = start(t, c, "flaky", `{"fail_times":1}`, nil)
+		runs["napped"] = start(t, c, "orders.checkout", `{"order_id":"o-1002","amount":1999,"sleep_ms":1200}`, &api.StartRunParams{IdempotencyKey: new("order-o-1002")})
+		runs["sleeping"] = start(t, c, "orders.checkout", `{"order_id":"o-1003","amount":990,"sleep_ms":30000}`, nil)
+		b.visible("the new run appears", row(checkout))
+		b.visible("the run completes", rowStatus(checkout, "completed"))
+		same := run(b, "no reload", chromedp.Evaluate[bool](`window.__stepgateNoReload === true`))
+		require.True(t, same, "the page reloaded")
+		for name, status := range map[string]string{
+			"hello": "completed", "chain": "completed", "failed": "failed", "retried": "completed",
+			"napped": "completed", "sleeping": "suspended",
+		} {
+			b.visible(name+" reaches "+status, rowStatus(runs[name], status))
+		}
+		b.shoot("runs")
+	})
+
+	t.Run("RunShowsEachStepsOutput", func(t *testing.T) {
+		b.use(t)
+		b.click("open the run", row(checkout)+" a")
+		b.visible("the timeline", "[data-testid=timeline]")
+		for step, want := range map[string]string{
+			"reserve": `"reserved": true`,
+			"charge":  `"charge_id": "ch_o-1001"`,
+			"ship":    `"tracking": "trk_o-1001"`,
+		} {
+			sel := fmt.Sprintf(`details[data-testid="step-%s"]`, step)
+			b.click("open step "+step, sel+" > summary")
+			out := b.text("read step "+step, sel+" [data-testid=step-output] .json")
+			require.Contains(t, out, want, "step %s", step)
+		}
+		require.Contains(t, b.text("run output", "[data-testid=run-output] .json"), `"trk_o-1001"`)
+		require.Contains(t, b.text("identity", "[data-testid=identity]"), "tester")
+
+		// The screenshot: a run with a sleep, a step opened.
+		b.do("open the napping run", 10*time.Second, chromedp.Navigate(s.URL+"/#/runs/"+runs["napped"]))
+		b.visible("its timeline", `details[data-testid="step-cool-off"]`)
+		b.click("open its charge step", `details[data-testid="step-charge"] > summary`)
+		b.visible("its output", `details[data-testid="step-charge"] [data-testid=step-output]`)
+		b.shoot("run")
+	})
+
+	t.Run("CancelSleepingRun", func(t *testing.T) {
+		b.use(t)
+		id := runs["sleeping"]
+		b.do("open the sleeping run", 10*time.Second, chromedp.Navigate(s.URL+"/#/runs/"+id))
+		b.visible("it is suspended", runStatus("suspended"))
+		require.Contains(t, b.text("what it waits on", "[data-testid=waiting]"), "cool-off")
+		t.Logf("screenshot: %s", b.screenshot("run-sleeping"))
+		b.click("cancel", "[data-testid=cancel-run]")
+		b.visible("the confirm dialog", "dialog[open] [data-testid=confirm]")
+		b.click("confirm", "dialog[open] [data-testid=confirm]")
+		b.visible("it shows cancelled", runStatus("cancelled"))
+		require.Equal(t, api.RunStatusCancelled, getRun(t, c, id).Status)
+		gone := run(b, "no cancel button on a finished run", chromedp.Evaluate[bool](`!document.querySelector("[data-testid=cancel-run]")`))
+		require.True(t, gone)
+	})
+
+	t.Run("RerunFailedRun", func(t *testing.T) {
+		b.use(t)
+		old := runs["failed"]
+		b.do("open the failed run", 10*time.Second, chromedp.Navigate(s.URL+"/#/runs/"+old))
+		b.visible("it failed", runStatus("failed"))
+		b.visible("its error", "[data-testid=run-error-callout]")
+		b.click("open the failed step", `details[data-testid="step-attempt"] > summary`)
+		b.visible("its failed attempts", `details[data-testid="step-attempt"] .failures`)
+		t.Logf("screenshot: %s", b.screenshot("run-failed"))
+		b.click("rerun", "[data-testid=rerun-run]")
+		b.click("confirm", "dialog[open] [data-testid=confirm]")
+		b.poll("the new run's page", fmt.Sprintf(`location.hash.startsWith("#/runs/") && location.hash !== "#/runs/%s"`, old))
+		hash := run(b, "its id", chromedp.Evaluate[string](`location.hash.slice("#/runs/".length)`))
+		b.visible("it links back", fmt.Sprintf(`[data-testid=rerun-of] a[href="#/runs/%s"]`, old))
+		b.visible("it runs and fails again", runStatus("failed"))
+		rerun := getRun(t, c, hash)
+		require.NotNil(t, rerun.RerunOf)
+		require.Equal(t, old, *rerun.RerunOf)
+		require.JSONEq(t, `{"fail_times":5}`, string(rerun.Input))
+	})
+
+	t.Run("InvokeFromFunctionsPage", func(t *testing.T) {
+		b.use(t)
+		b.do("open the functions", 10*time.Second, chromedp.Navigate(s.URL+"/#/functions"))
+		b.visible("the examples", `tr[data-function="orders.checkout"]`)
+		b.shoot("functions")
+		b.click("invoke hello", "[data-testid=invoke-hello]")
+		input := func(text string) chromedp.Action[chromedp.Void] {
+			return chromedp.Steps(
+				chromedp.SetValue(chromedp.CSS("[data-testid=invoke-input]"), text),
+				chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+					_, err := chromedp.Evaluate[bool](`document.querySelector("[data-testid=invoke-input]").dispatchEvent(new Event("input"))`)(ctx, t)
+					return err
+				}))
+		}
+		b.do("type invalid JSON", 5*time.Second, input(`{"name": Grace}`))
+		require.Contains(t, b.text("the JSON error", ".json-status.bad"), "Not valid JSON")
+		disabled := run(b, "start is disabled", chromedp.Evaluate[bool](`document.querySelector("[data-testid=invoke-submit]").disabled`))
+		require.True(t, disabled)
+		b.do("type valid JSON", 5*time.Second, input(`{"name": "Grace"}`))
+		b.click("start the run", "[data-testid=invoke-submit]")
+		b.visible("the new run completes", runStatus("completed"))
+		require.Contains(t, b.text("its output", "[data-testid=run-output] .json"), "Hello, Grace!")
+	})
+
+	t.Run("OtherTenantSeesNothing", func(t *testing.T) {
+		b.use(t)
+		other := s.NewToken(t, auth.Identity{Subject: "mallory", Tenant: "other", Roles: []string{"admin"}})
+		b.click("sign out", "[data-testid=sign-out]")
+		b.do("sign in as another tenant", 10*time.Second,
+			chromedp.WaitVisible(chromedp.CSS("#token")),
+			chromedp.SetValue(chromedp.CSS("#token"), other),
+			chromedp.Click(chromedp.CSS("[data-testid=sign-in]")),
+			chromedp.WaitVisible(chromedp.CSS("[data-testid=who]")))
+		b.visible("an empty list", "[data-testid=empty-runs]")
+		rows := run(b, "no rows", chromedp.Evaluate[int](`document.querySelectorAll("tr[data-run]").length`))
+		require.Zero(t, rows)
+		b.do("open the first tenant's run", 10*time.Second, chromedp.Navigate(s.URL+"/#/runs/"+checkout))
+		b.visible("not found", "[data-testid=run-not-found]")
+	})
+
+	t.Run("DevLinkSignsIn", func(t *testing.T) {
+		b.use(t)
+		b.click("sign out", "[data-testid=sign-out]")
+		b.do("open the dev link", 10*time.Second, chromedp.Navigate(s.URL+"/#token="+s.Token))
+		b.visible("signed in", "[data-testid=who]")
+		hash := run(b, "the token left the address bar", chromedp.Evaluate[string](`location.hash`))
+		require.NotContains(t, hash, "token")
+		b.visible("the runs", row(checkout))
+	})
+
+	b.use(t)
+	errs := b.pageExceptions()
+	if len(errs) > 0 {
+		j, _ := json.MarshalIndent(errs, "", "  ")
+		t.Fatalf("uncaught errors in the page: %s", j)
+	}
+}
