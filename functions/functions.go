@@ -8,7 +8,8 @@
 //	POST /<name>   runs one invocation (function protocol 1) and answers it
 //	GET  /         answers the app's manifest, for `stepgate apps sync <app url>`
 //
-// Both verify the gateway's Stepgate-Signature when [Config].SigningKeys is set.
+// Both verify the gateway's Stepgate-Signature when [Config].SigningKeys is set, and an
+// invocation whose signature was accepted before is refused as a replay.
 //
 // A function's outcome becomes the invocation's answer: its output completes the run; an
 // error made with [step.NonRetryable], or a step's final [*step.Error], fails the run at
@@ -45,6 +46,10 @@ type Config struct {
 	// any of them is accepted, so a key rotation lists both the old and the new key.
 	// Empty turns verification off: for local development only.
 	SigningKeys [][]byte
+	// ReplayCacheSize is how many accepted invocation signatures the app remembers to
+	// refuse replays within the signature window. Defaults to
+	// signature.DefaultReplayCache.
+	ReplayCacheSize int
 	// HTTPClient makes the checkpoint calls. Defaults to a client whose Transport keeps
 	// up to 64 idle connections per host, so the call that each step waits on reuses one.
 	HTTPClient *http.Client
@@ -59,6 +64,7 @@ type Config struct {
 // It is safe for concurrent use, including Register while serving.
 type App struct {
 	keys    [][]byte
+	sigs    *signature.Verifier
 	client  *http.Client
 	log     *slog.Logger
 	maxBody int64
@@ -83,6 +89,7 @@ type function struct {
 func New(cfg Config) *App {
 	a := &App{
 		keys:    slices.Clone(cfg.SigningKeys),
+		sigs:    signature.NewVerifier(0, cfg.ReplayCacheSize, slices.Clone(cfg.SigningKeys)...),
 		client:  cmp.Or(cfg.HTTPClient, defaultClient()),
 		log:     cmp.Or(cfg.Logger, slog.Default()),
 		maxBody: cmp.Or(cfg.MaxBodyBytes, 32<<20),
@@ -129,6 +136,12 @@ func Backoff(initial, maxInterval time.Duration) Option {
 			r.MaxInterval = new(maxInterval.String())
 		}
 	}
+}
+
+// InvokeRoles restricts who may start runs of the function: a caller needs one of roles
+// (or the admin role) besides the runs:invoke permission.
+func InvokeRoles(roles ...string) Option {
+	return func(c *api.FunctionConfig) { c.InvokeRoles = new(slices.Clone(roles)) }
 }
 
 func retries(c *api.FunctionConfig) *api.RetryPolicy {
@@ -232,9 +245,9 @@ func RunFrom(ctx context.Context) api.InvocationRun {
 
 // ServeHTTP answers GET / with the manifest and POST /<name> by invoking the function
 // name. Errors other than the function's own outcome are JSON [api.ErrorInfo] bodies:
-// 401 (type "signature") when the signature does not verify, 400 (type "malformed") when
-// the body is not a protocol 1 invocation, 404, 405 and 413. Mount it at the app's URL,
-// under [http.StripPrefix] when that URL has a path.
+// 401 (type "signature") when the signature does not verify or replays an invocation,
+// 400 (type "malformed") when the body is not a protocol 1 invocation, 404, 405 and 413.
+// Mount it at the app's URL, under [http.StripPrefix] when that URL has a path.
 func (a *App) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	name := strings.TrimPrefix(r.URL.Path, "/")
 	reg := a.reg.Load()
@@ -267,7 +280,14 @@ func (a *App) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(a.keys) > 0 {
-		if err := signature.Verify(r.Header.Get(signature.Header), body, time.Now(), 0, a.keys...); err != nil {
+		header := r.Header.Get(signature.Header)
+		if f == nil {
+			// The manifest changes nothing, so a repeat of its request is harmless.
+			err = signature.Verify(header, body, time.Now(), 0, a.keys...)
+		} else {
+			err = a.sigs.Verify(header, body, time.Now())
+		}
+		if err != nil {
 			writeError(w, http.StatusUnauthorized, "signature", err.Error())
 			return
 		}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -587,33 +588,64 @@ func TestRequests(t *testing.T) {
 	t.Run("Signature", func(t *testing.T) {
 		t.Parallel()
 		g, url := serve(t, hello)
-		body, err := json.Marshal(g.Request("run-1", "hello", `{}`))
-		require.NoError(t, err)
 		now := time.Now()
-
 		for _, tt := range []struct {
 			name string
-			sig  string
+			sign func(body []byte) string
 			code int
 		}{
-			{"NewKey", signature.Sign(now, body, newKey), http.StatusOK},
-			{"OldKey", signature.Sign(now, body, oldKey), http.StatusOK},
-			{"BothKeys", signature.Sign(now, body, []byte("unknown"), oldKey), http.StatusOK},
-			{"Missing", "", http.StatusUnauthorized},
-			{"Malformed", "t=abc,v1=zz", http.StatusUnauthorized},
-			{"WrongKey", signature.Sign(now, body, []byte("unknown")), http.StatusUnauthorized},
-			{"OtherBody", signature.Sign(now, []byte(`{}`), newKey), http.StatusUnauthorized},
-			{"Expired", signature.Sign(now.Add(-10*time.Minute), body, newKey), http.StatusUnauthorized},
+			{"NewKey", func(b []byte) string { return signature.Sign(now, b, newKey) }, http.StatusOK},
+			{"OldKey", func(b []byte) string { return signature.Sign(now, b, oldKey) }, http.StatusOK},
+			{"BothKeys", func(b []byte) string { return signature.Sign(now, b, []byte("unknown"), oldKey) }, http.StatusOK},
+			{"ClockSkewWithinTheWindow", func(b []byte) string { return signature.Sign(now.Add(4*time.Minute), b, newKey) }, http.StatusOK},
+			{"Unsigned", func([]byte) string { return "" }, http.StatusUnauthorized},
+			{"Malformed", func([]byte) string { return "t=abc,v1=zz" }, http.StatusUnauthorized},
+			{"Forged", func(b []byte) string { return signature.Sign(now, b, []byte("unknown")) }, http.StatusUnauthorized},
+			{"OtherBody", func([]byte) string { return signature.Sign(now, []byte(`{}`), newKey) }, http.StatusUnauthorized},
+			{"Expired", func(b []byte) string { return signature.Sign(now.Add(-10*time.Minute), b, newKey) }, http.StatusUnauthorized},
+			{"FromTheFuture", func(b []byte) string { return signature.Sign(now.Add(10*time.Minute), b, newKey) }, http.StatusUnauthorized},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
 				t.Parallel()
-				r := g.Post(url+"/hello", body, tt.sig)
+				body, err := json.Marshal(g.Request("run-"+tt.name, "hello", `{}`))
+				require.NoError(t, err)
+				r := g.Post(url+"/hello", body, tt.sign(body))
 				require.Equal(t, tt.code, r.Code, string(r.Body))
 				if tt.code == http.StatusUnauthorized {
 					require.Equal(t, "signature", r.Error.Type)
 					require.True(t, strings.HasPrefix(r.Error.Message, "signature: "), r.Error.Message)
 				}
 			})
+		}
+	})
+
+	t.Run("ReplayIsRefused", func(t *testing.T) {
+		t.Parallel()
+		g, url := serve(t, hello)
+		body, err := json.Marshal(g.Request("run-1", "hello", `{}`))
+		require.NoError(t, err)
+		sig := signature.Sign(time.Now(), body, newKey, oldKey)
+
+		r := g.Post(url+"/hello", body, sig)
+		require.Equal(t, http.StatusOK, r.Code, string(r.Body))
+		for _, replay := range []string{
+			sig,
+			signature.Sign(time.Now(), body, oldKey, newKey), // the same signatures, reordered
+			reversed(sig),
+		} {
+			r = g.Post(url+"/hello", body, replay)
+			require.Equal(t, http.StatusUnauthorized, r.Code, string(r.Body))
+			require.Equal(t, "signature", r.Error.Type)
+			require.Equal(t, signature.ErrReplayed.Error(), r.Error.Message)
+		}
+
+		// A new signature of the same invocation (a new timestamp) is a new request.
+		r = g.Post(url+"/hello", body, signature.Sign(time.Now().Add(time.Second), body, newKey))
+		require.Equal(t, http.StatusOK, r.Code, string(r.Body))
+
+		// The manifest changes nothing and may be fetched with one signature again.
+		for range 2 {
+			require.Equal(t, http.StatusOK, g.Get(url+"/").Code)
 		}
 	})
 
@@ -743,4 +775,11 @@ func mustJSON(t *testing.T, v any) string {
 	b, err := json.Marshal(v)
 	require.NoError(t, err)
 	return string(b)
+}
+
+// reversed returns a signature header with its parts in reverse order.
+func reversed(header string) string {
+	parts := strings.Split(header, ",")
+	slices.Reverse(parts)
+	return strings.Join(parts, ",")
 }

@@ -317,7 +317,7 @@ func TestBadRequests(t *testing.T) {
 	s := stack.Start(t, stack.Options{MaxBodyBytes: 1024})
 	s.SyncExamples(t)
 	runs := s.URL + "/v1/functions/hello/runs"
-	other := s.NewToken(t, auth.Identity{Subject: "x", Tenant: "other"})
+	other := s.NewToken(t, auth.Identity{Subject: "x", Tenant: "other", Roles: []string{"admin"}})
 	expired, err := auth.NewToken(s.JWTSecret, auth.Identity{Subject: "x"}, -time.Hour)
 	require.NoError(t, err)
 	forged, err := auth.NewToken([]byte("another-secret-0123456789abcdef0123"), auth.Identity{Subject: "x"}, time.Hour)

@@ -71,7 +71,7 @@ func (s *Server) createSession(c echo.Context) error {
 	if req.Token == "" {
 		return badRequest(`body must be {"token": "<JWT>"}`)
 	}
-	id, err := s.verifier.Verify(req.Token)
+	id, err := s.verifier.Verify(c.Request().Context(), req.Token)
 	if err != nil {
 		return err
 	}
@@ -98,7 +98,7 @@ func (s *Server) requireRiverSession(next echo.HandlerFunc) echo.HandlerFunc {
 		if err != nil || cookie.Value == "" {
 			return signInFirst(c, http.StatusUnauthorized, "no dashboard session: sign in to the dashboard, then open River's UI again")
 		}
-		id, err := s.verifier.Verify(cookie.Value)
+		id, err := s.verifier.Verify(r.Context(), cookie.Value)
 		if err != nil {
 			return signInFirst(c, http.StatusUnauthorized, "the dashboard session is no longer valid ("+
 				strings.TrimPrefix(err.Error(), auth.ErrUnauthorized.Error()+": ")+"): sign in again")

@@ -77,13 +77,21 @@ func (s *Server) StartRun(ctx context.Context, req server.StartRunRequestObject)
 	}
 	var run *journal.Run
 	var created bool
-	if wait > 0 {
+	if wait > 0 && id.IsAdmin() {
 		run, created, err = journal.CreateRun(ctx, s.pool, n)
 	} else {
+		// The run's revision may name invoke_roles: checked in the transaction that
+		// creates the run, so a refusal leaves no run behind.
 		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			run, created, err = journal.CreateRun(ctx, tx, n)
-			if err != nil || !created {
+			if err != nil {
 				return err
+			}
+			if err := s.checkInvokeRoles(ctx, tx, id, run); err != nil {
+				return err
+			}
+			if !created || wait > 0 {
+				return nil
 			}
 			return s.inv.Enqueue(ctx, tx, run.ID)
 		})

@@ -53,6 +53,8 @@ type Server struct {
 	client   *http.Client
 	echo     *echo.Echo
 	stream   *streamHub
+
+	invokeRoles invokeRoles // cache of function revisions' invoke_roles
 }
 
 var _ server.StrictServerInterface = (*Server)(nil)
@@ -79,7 +81,7 @@ func New(cfg Config) (*Server, error) {
 	e.Use(middleware.Recover())
 	e.Use(middleware.BodyLimit(bodyLimit(cmp.Or(cfg.MaxBodyBytes, 1<<20))))
 	e.Use(s.authenticate)
-	server.RegisterHandlers(e, server.NewStrictHandler(s, nil))
+	server.RegisterHandlers(e, server.NewStrictHandler(s, []server.StrictMiddlewareFunc{authorize}))
 	s.stream = newStreamHub(cfg.Pool, cfg.Logger, cfg.Invoker)
 	if err := s.mountRiverUI(e, cfg.Invoker); err != nil {
 		return nil, err
@@ -111,7 +113,8 @@ type invocationClaim struct {
 }
 
 // authenticate checks the bearer token of every /v1 request: a user JWT, or for the
-// checkpoint endpoint an invocation token. The identity goes into the request context.
+// checkpoint endpoint an invocation token. The identity goes into the request context;
+// authorize then checks the operation's permission.
 func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		path := c.Path()
@@ -130,7 +133,7 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 			}
 			ctx = context.WithValue(ctx, invocationKey{}, invocationClaim{runID, invocation})
 		} else {
-			id, err := s.verifier.Verify(token)
+			id, err := s.verifier.Verify(ctx, token)
 			if err != nil {
 				return err
 			}
@@ -181,7 +184,8 @@ func (s *Server) handleError(err error, c echo.Context) {
 	case errors.As(err, &pe):
 		status, detail = pe.status, pe.detail
 	case errors.Is(err, auth.ErrUnauthorized):
-		status, detail = http.StatusUnauthorized, err.Error()
+		// The title says Unauthorized; the detail says which check failed.
+		status, detail = http.StatusUnauthorized, strings.TrimPrefix(err.Error(), auth.ErrUnauthorized.Error()+": ")
 	case errors.As(err, &he):
 		status = he.Code
 		detail = fmt.Sprint(he.Message)

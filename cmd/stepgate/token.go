@@ -26,8 +26,10 @@ func (l *stringList) Set(v string) error {
 	return nil
 }
 
-// tokenCmd runs "stepgate token create": it signs a token with the HS key of
-// $STEPGATE_JWT_SECRET, or else of the `stepgate dev` instance in --dir.
+// tokenCmd runs "stepgate token create": it signs a token with the first HS key of
+// $STEPGATE_JWT_SECRET, or else of the `stepgate dev` instance in --dir, with the
+// issuer, audience and claim names the gateway is configured with (STEPGATE_JWT_ISSUER,
+// STEPGATE_JWT_AUDIENCE, STEPGATE_TENANT_CLAIM, STEPGATE_ROLES_CLAIM).
 func (c *cli) tokenCmd(_ context.Context, args []string) error {
 	if len(args) == 0 || args[0] != "create" {
 		return usagef(`unknown command "token %s" (want: token create)`, strings.Join(args, " "))
@@ -52,18 +54,23 @@ func (c *cli) tokenCmd(_ context.Context, args []string) error {
 	if *ttl <= 0 {
 		return usagef("--ttl must be positive")
 	}
-	secret := []byte(c.getenv("STEPGATE_JWT_SECRET"))
-	if len(secret) == 0 {
+	jwt, err := readJWTConfig(c.getenv)
+	if err != nil {
+		return err
+	}
+	if len(jwt.secrets) == 0 {
 		st, err := readDevState(*dir)
 		if err != nil {
 			return err
 		}
-		secret = []byte(st.JWTSecret)
+		jwt.secrets = [][]byte{[]byte(st.JWTSecret)}
 	}
 	if roles == nil {
 		roles = stringList{}
 	}
-	tok, err := auth.NewToken(secret, auth.Identity{Subject: *sub, Tenant: *tenant, Roles: roles}, *ttl)
+	cfg := auth.Config{Secrets: jwt.secrets, Algorithms: jwt.algorithms, Issuer: jwt.issuer, Audience: jwt.audience,
+		TenantClaim: jwt.tenantClaim, RolesClaim: jwt.rolesClaim}
+	tok, err := cfg.NewToken(auth.Identity{Subject: *sub, Tenant: *tenant, Roles: roles}, *ttl)
 	if err != nil {
 		return err
 	}

@@ -4,8 +4,16 @@
 //
 // The header may carry several v1 values (one per active key during a rotation); a
 // request is valid when any of them matches any key the verifier holds and t is within
-// the window of the verifier's clock. It has no dependencies, so function binaries stay
-// small and a function in another language can follow it from this comment alone.
+// the window of the verifier's clock. A [Verifier] also refuses replays: a signature
+// it accepted once is refused until it leaves the window. It has no dependencies, so
+// function binaries stay small and a function in another language can follow it from
+// this comment alone.
+//
+// To verify in another language: split the header on ","; take t (decimal Unix
+// seconds) and every v1 (64 hex digits); refuse when t is more than 5 minutes from your
+// clock; compute HMAC-SHA256(key, t + "." + raw body bytes) with each of your keys and
+// accept when one equals one v1 (compare in constant time); then remember the matching
+// v1 until t + 5 minutes and refuse a request that brings it again.
 package signature
 
 import (
@@ -30,6 +38,7 @@ var (
 	ErrMalformed = errors.New("signature: malformed " + Header + " header")
 	ErrExpired   = errors.New("signature: timestamp outside the allowed window")
 	ErrMismatch  = errors.New("signature: no signature matches")
+	ErrReplayed  = errors.New("signature: already accepted once; a replayed request is refused")
 )
 
 // Sign returns the header value for body signed at t with each key, newest key first.
@@ -86,26 +95,32 @@ func Parse(header string) (t int64, sigs [][]byte, err error) {
 // difference either way (DefaultWindow when zero). It returns ErrMissing, ErrMalformed,
 // ErrExpired or ErrMismatch.
 func Verify(header string, body []byte, now time.Time, window time.Duration, keys ...[]byte) error {
+	_, _, err := verify(header, body, now, window, keys)
+	return err
+}
+
+// verify is Verify, returning the timestamp and the signature that matched.
+func verify(header string, body []byte, now time.Time, window time.Duration, keys [][]byte) (int64, []byte, error) {
 	t, sigs, err := Parse(header)
 	if err != nil {
-		return err
+		return 0, nil, err
 	}
 	if window <= 0 {
 		window = DefaultWindow
 	}
 	if d := now.Sub(time.Unix(t, 0)); d > window || d < -window {
-		return ErrExpired
+		return 0, nil, ErrExpired
 	}
 	ts := strconv.FormatInt(t, 10)
 	for _, k := range keys {
 		want := mac(k, ts, body)
 		for _, s := range sigs {
 			if hmac.Equal(s, want) {
-				return nil
+				return t, s, nil
 			}
 		}
 	}
-	return ErrMismatch
+	return 0, nil, ErrMismatch
 }
 
 func mac(key []byte, ts string, body []byte) []byte {

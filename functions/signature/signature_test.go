@@ -3,6 +3,8 @@ package signature_test
 import (
 	"crypto/sha256"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -137,5 +139,71 @@ func FuzzSignVerify(f *testing.F) {
 		if len(b) > 0 {
 			require.ErrorIs(t, signature.Verify(signature.Sign(at, b, k), b[1:], at, 0, k), signature.ErrMismatch)
 		}
+	})
+}
+
+func TestVerifierRefusesReplays(t *testing.T) {
+	t.Parallel()
+
+	t.Run("OncePerSignature", func(t *testing.T) {
+		t.Parallel()
+		v := signature.NewVerifier(0, 0, key, other)
+		h := signature.Sign(now, body, key)
+		require.NoError(t, v.Verify(h, body, now))
+		require.ErrorIs(t, v.Verify(h, body, now), signature.ErrReplayed)
+		require.ErrorIs(t, v.Verify(h, body, now.Add(time.Minute)), signature.ErrReplayed)
+		// Another key's signature of the same request, or another second, is another request.
+		require.NoError(t, v.Verify(signature.Sign(now, body, other), body, now))
+		require.NoError(t, v.Verify(signature.Sign(now.Add(time.Second), body, key), body, now))
+		// A header that adds a junk v1 still carries the accepted signature.
+		require.ErrorIs(t, v.Verify(h+",v1="+hex64, body, now), signature.ErrReplayed)
+		// Refusals for other reasons come first, and remember nothing.
+		require.ErrorIs(t, v.Verify(signature.Sign(now, body, []byte("forged")), body, now), signature.ErrMismatch)
+		require.ErrorIs(t, v.Verify(h, body, now.Add(time.Hour)), signature.ErrExpired)
+	})
+
+	t.Run("ForgetsWhatLeftTheWindow", func(t *testing.T) {
+		t.Parallel()
+		v := signature.NewVerifier(time.Minute, 0, key)
+		h := signature.Sign(now, body, key)
+		require.NoError(t, v.Verify(h, body, now))
+		require.ErrorIs(t, v.Verify(h, body, now.Add(time.Minute)), signature.ErrReplayed)
+		require.ErrorIs(t, v.Verify(h, body, now.Add(time.Minute+time.Second)), signature.ErrExpired)
+		// Later requests push the expired entries out; the cache stays bounded by the window.
+		for i := 2; i < 12; i++ {
+			at := now.Add(time.Duration(i) * time.Minute)
+			require.NoError(t, v.Verify(signature.Sign(at, body, key), body, at))
+		}
+	})
+
+	t.Run("BoundedWhenFull", func(t *testing.T) {
+		t.Parallel()
+		v := signature.NewVerifier(0, 3, key)
+		var hs []string
+		for i := range 4 {
+			b := []byte{byte(i)}
+			hs = append(hs, signature.Sign(now.Add(time.Duration(i)*time.Second), b, key))
+			require.NoError(t, v.Verify(hs[i], b, now))
+		}
+		// The first (closest to expiry) was forgotten to make room; the others are kept.
+		require.NoError(t, v.Verify(hs[0], []byte{0}, now))
+		require.ErrorIs(t, v.Verify(hs[3], []byte{3}, now), signature.ErrReplayed)
+	})
+
+	t.Run("ConcurrentRepeatsAcceptOne", func(t *testing.T) {
+		t.Parallel()
+		v := signature.NewVerifier(0, 0, key)
+		h := signature.Sign(now, body, key)
+		var accepted atomic.Int32
+		var wg sync.WaitGroup
+		for range 16 {
+			wg.Go(func() {
+				if v.Verify(h, body, now) == nil {
+					accepted.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		require.EqualValues(t, 1, accepted.Load())
 	})
 }

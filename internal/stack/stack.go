@@ -5,6 +5,7 @@
 package stack
 
 import (
+	"cmp"
 	"context"
 	"net/http"
 	"net/http/httptest"
@@ -31,6 +32,8 @@ type Stack struct {
 	JWTSecret  []byte
 	SigningKey []byte
 	Tokens     *auth.InvocationTokens
+	// Auth is the gateway's token verification config; NewToken signs with it.
+	Auth auth.Config
 	// Token is an admin token of the default tenant.
 	Token string
 }
@@ -43,6 +46,9 @@ type Options struct {
 	// DatabaseURL shares a database with another Stack (two gateways); empty makes a
 	// new one.
 	DatabaseURL string
+	// Auth configures token verification. Its Secrets default to JWTSecret, so
+	// Token and NewToken keep working when only keys, issuer or claims are added.
+	Auth auth.Config
 }
 
 // Start starts a gateway for the test.
@@ -84,10 +90,16 @@ func Start(tb testing.TB, opts Options) *Stack {
 	if err := s.Invoker.Start(ctx); err != nil {
 		tb.Fatal(err)
 	}
-	verifier, err := auth.NewVerifier(s.JWTSecret)
+	s.Auth = opts.Auth
+	if len(s.Auth.Secrets) == 0 {
+		s.Auth.Secrets = [][]byte{s.JWTSecret}
+	}
+	s.Auth.Logger = cmp.Or(s.Auth.Logger, log)
+	verifier, err := auth.NewVerifier(s.Auth)
 	if err != nil {
 		tb.Fatal(err)
 	}
+	tb.Cleanup(verifier.Close)
 	g, err := gateway.New(gateway.Config{
 		Pool: pool, Invoker: s.Invoker, Verifier: verifier, Tokens: s.Tokens, Logger: log,
 		SigningKeys: [][]byte{s.SigningKey}, MaxBodyBytes: opts.MaxBodyBytes, Web: web.Handler(),
@@ -110,10 +122,11 @@ func Start(tb testing.TB, opts Options) *Stack {
 	return s
 }
 
-// NewToken signs a token for id, valid for an hour.
+// NewToken signs an HS256 token for id with the gateway's first secret, issuer and
+// audience, valid for an hour.
 func (s *Stack) NewToken(tb testing.TB, id auth.Identity) string {
 	tb.Helper()
-	tok, err := auth.NewToken(s.JWTSecret, id, time.Hour)
+	tok, err := s.Auth.NewToken(id, time.Hour)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -1,0 +1,130 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"strings"
+	"sync"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/stepgate/stepgate/auth"
+	"github.com/stepgate/stepgate/gateway/api/server"
+	"github.com/stepgate/stepgate/journal"
+)
+
+// operationPermissions is the permission each operation of openapi.yaml needs (its
+// x-permission), by operationId. The empty permission marks the operations that take no
+// user token: the health probe, and the checkpoint (authorized by its invocation token).
+// An operation missing here is refused, so a new one cannot go out unguarded; a test
+// keeps this map equal to the spec.
+var operationPermissions = map[string]auth.Permission{
+	"healthz":          "",
+	"checkpoint":       "",
+	"listFunctions":    auth.PermissionFunctionsRead,
+	"getFunction":      auth.PermissionFunctionsRead,
+	"functionStats":    auth.PermissionFunctionsRead,
+	"registerFunction": auth.PermissionFunctionsWrite,
+	"deleteFunction":   auth.PermissionFunctionsWrite,
+	"syncApp":          auth.PermissionFunctionsWrite,
+	"startRun":         auth.PermissionRunsInvoke,
+	"listRuns":         auth.PermissionRunsRead,
+	"getRun":           auth.PermissionRunsRead,
+	"getRunResult":     auth.PermissionRunsRead,
+	"streamRuns":       auth.PermissionRunsRead,
+	"cancelRun":        auth.PermissionRunsManage,
+	"rerunRun":         auth.PermissionRunsManage,
+}
+
+// OperationPermissions returns the permission each API operation needs, by the
+// operationId of openapi.yaml; the empty permission for those that take no user token.
+func OperationPermissions() map[string]auth.Permission {
+	return maps.Clone(operationPermissions)
+}
+
+// handlerPermissions is operationPermissions by the names the generated strict server
+// gives its middleware: the operationId with its first letter in upper case.
+var handlerPermissions = func() map[string]auth.Permission {
+	m := make(map[string]auth.Permission, len(operationPermissions))
+	for op, p := range operationPermissions {
+		m[strings.ToUpper(op[:1])+op[1:]] = p
+	}
+	return m
+}()
+
+// authorize is the strict-server middleware that refuses, with a 403 naming the
+// permission, a caller whose roles do not grant the operation's permission.
+func authorize(f server.StrictHandlerFunc, operation string) server.StrictHandlerFunc {
+	perm, ok := handlerPermissions[operation]
+	switch {
+	case !ok:
+		return func(echo.Context, any) (any, error) {
+			return nil, fmt.Errorf("gateway: operation %s declares no permission; refusing it", operation)
+		}
+	case perm == "":
+		return f
+	}
+	return func(c echo.Context, req any) (any, error) {
+		if id := identity(c.Request().Context()); !id.Has(perm) {
+			return nil, &problemError{http.StatusForbidden, fmt.Sprintf(
+				"this operation needs the %s permission; the token's roles (%s) do not grant it", perm, auth.RoleList(id.Roles))}
+		}
+		return f(c, req)
+	}
+}
+
+// invokeRoles caches the invoke_roles of function revisions. Revisions are immutable,
+// so an entry never goes stale; the cache is emptied when it grows past maxEntries.
+type invokeRoles struct {
+	mu         sync.Mutex
+	byRevision map[revisionKey][]string
+}
+
+type revisionKey struct {
+	tenant, name string
+	revision     int
+}
+
+const maxInvokeRolesEntries = 10_000
+
+// checkInvokeRoles returns a 403 error when the function revision of run names
+// invoke_roles and id has none of them (nor admin). db is the transaction that created
+// the run, so a refusal rolls the run back; a revision is read from it only the first
+// time this gateway meets it.
+func (s *Server) checkInvokeRoles(ctx context.Context, db journal.DB, id auth.Identity, run *journal.Run) error {
+	if id.IsAdmin() {
+		return nil
+	}
+	key := revisionKey{run.Tenant, run.Function, run.Revision}
+	s.invokeRoles.mu.Lock()
+	roles, ok := s.invokeRoles.byRevision[key]
+	s.invokeRoles.mu.Unlock()
+	if !ok {
+		fn, err := journal.GetRevision(ctx, db, run.Tenant, run.Function, run.Revision)
+		if err != nil {
+			return err
+		}
+		var cfg struct {
+			InvokeRoles []string `json:"invoke_roles"`
+		}
+		if err := json.Unmarshal(fn.Config, &cfg); err != nil {
+			return fmt.Errorf("read config of %s revision %d: %w", run.Function, run.Revision, err)
+		}
+		roles = cfg.InvokeRoles
+		s.invokeRoles.mu.Lock()
+		if s.invokeRoles.byRevision == nil || len(s.invokeRoles.byRevision) >= maxInvokeRolesEntries {
+			s.invokeRoles.byRevision = map[revisionKey][]string{}
+		}
+		s.invokeRoles.byRevision[key] = roles
+		s.invokeRoles.mu.Unlock()
+	}
+	if !id.MayInvoke(roles) {
+		return &problemError{http.StatusForbidden, fmt.Sprintf(
+			"function %s may be invoked only by the roles (%s) or admin; the token's roles (%s) include none of them",
+			run.Function, strings.Join(roles, ", "), auth.RoleList(id.Roles))}
+	}
+	return nil
+}
