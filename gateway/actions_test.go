@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"context"
 	"net/http"
 	"testing"
 	"time"
@@ -8,6 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepgate/stepgate/auth"
+	"github.com/stepgate/stepgate/functions"
+	"github.com/stepgate/stepgate/functions/step"
 	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/internal/stack"
 )
@@ -120,6 +123,61 @@ func TestCancel(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, resp.StatusCode())
 	})
+}
+
+// TestCancelAbandonsALocalCall cancels a run whose function is in the middle of a long
+// step, called by this gateway for a caller that waits: the call is abandoned, so the
+// function sees its request end and the caller gets the cancellation at once.
+func TestCancelAbandonsALocalCall(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	started, stopped := make(chan string, 1), make(chan struct{}, 1)
+	app := s.NewApp()
+	functions.Register(app, "blocker", func(ctx context.Context, _ struct{}) (string, error) {
+		return step.Run(ctx, "block", func(ctx context.Context) (string, error) {
+			started <- functions.RunFrom(ctx).Id
+			select {
+			case <-ctx.Done():
+				stopped <- struct{}{}
+				return "", ctx.Err()
+			case <-time.After(30 * time.Second):
+				return "done", nil
+			}
+		})
+	})
+	s.Sync(t, s.ServeApp(t, app))
+	c := s.Client(t, s.Token)
+
+	result := make(chan *api.StartRunResponse, 1)
+	go func() {
+		resp, _ := c.StartRunWithBodyWithResponse(t.Context(), "blocker", &api.StartRunParams{Wait: ptr("30s")}, "application/json", nil)
+		result <- resp
+	}()
+	var id string
+	select {
+	case id = <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the function was not called")
+	}
+	resp, err := c.CancelRunWithResponse(t.Context(), id)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the function's request did not end")
+	}
+	select {
+	case res := <-result:
+		require.NotNil(t, res)
+		require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
+		require.Equal(t, api.RunStatusCancelled, res.JSON200.Status)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting caller was not answered")
+	}
+	run := getRun(t, c, id)
+	require.Equal(t, api.RunStatusCancelled, run.Status)
+	require.Empty(t, run.Failures, "an abandoned call is not a failed attempt")
 }
 
 // TestCancelTellsOtherGateways waits for a run on one gateway and cancels it on another.

@@ -128,7 +128,16 @@ func (inv *Invoker) invoke(ctx context.Context, rev *revision, claim *journal.Cl
 			Message: fmt.Sprintf("gave up after %d failed invocations", run.FailedInvocations),
 		}}, notify)
 	}
-	answer, failure := inv.call(ctx, rev, claim)
+	callCtx, cancel := context.WithCancelCause(ctx)
+	untrack := inv.track(run.ID, cancel)
+	answer, failure := inv.call(callCtx, rev, claim)
+	untrack()
+	cancel(nil)
+	if errors.Is(context.Cause(callCtx), errRunCancelled) {
+		// The cancellation committed before the call was abandoned: any answer is refused.
+		log.InfoContext(ctx, "invocation abandoned: the run was cancelled", slog.Int("invocation", run.Invocation))
+		return nil, journal.ErrSuperseded
+	}
 	var o journal.Outcome
 	if failure != nil {
 		o = inv.failedInvocation(rev, run, failure)

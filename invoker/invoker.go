@@ -77,6 +77,9 @@ type Invoker struct {
 	timers   map[string]*time.Timer // run id -> local wake-up
 	stopped  bool
 
+	inflightMu sync.Mutex
+	inflight   map[string]map[*inflightCall]struct{} // run id -> its calls from this process
+
 	bg       context.Context // for work that outlives a request: timers' invocations
 	bgCancel context.CancelFunc
 	bgWG     sync.WaitGroup
@@ -99,6 +102,7 @@ func New(cfg Config) (*Invoker, error) {
 		waiters:     newWaiters(),
 		listenReady: make(chan struct{}),
 		timers:      map[string]*time.Timer{},
+		inflight:    map[string]map[*inflightCall]struct{}{},
 	}
 	inv.bg, inv.bgCancel = context.WithCancel(context.Background())
 	workers := river.NewWorkers()
@@ -196,9 +200,11 @@ func (inv *Invoker) HandleRunEvents(fn func(ev *journal.RunEvent)) {
 }
 
 // Cancelled tells this process that runID was cancelled (journal.CancelRun has
-// committed): its local wake-up timer is stopped and its local waiters are told. Other
-// gateways learn of it through journal.NotifyChannel, and their timers and the run's
-// River job find nothing to claim.
+// committed): its local wake-up timer is stopped, a call to its function from this
+// process is abandoned (its answer would be refused), and its local waiters are told.
+// Other gateways learn of it through journal.NotifyChannel; their timers and the run's
+// River job find nothing to claim, and their calls end at the function's next
+// checkpoint, refused.
 func (inv *Invoker) Cancelled(runID string) {
 	inv.timersMu.Lock()
 	if t := inv.timers[runID]; t != nil {
@@ -206,7 +212,41 @@ func (inv *Invoker) Cancelled(runID string) {
 		delete(inv.timers, runID)
 	}
 	inv.timersMu.Unlock()
+	inv.inflightMu.Lock()
+	for c := range inv.inflight[runID] {
+		c.cancel(errRunCancelled)
+	}
+	inv.inflightMu.Unlock()
 	inv.waiters.signal(runID)
+}
+
+// errRunCancelled is the cause of an invocation's context when its run was cancelled.
+var errRunCancelled = errors.New("invoker: the run was cancelled")
+
+// inflightCall is one call to a function from this process, cancellable by Cancelled.
+type inflightCall struct {
+	cancel context.CancelCauseFunc
+}
+
+// track registers a call to runID's function until the returned func is called.
+func (inv *Invoker) track(runID string, cancel context.CancelCauseFunc) func() {
+	c := &inflightCall{cancel: cancel}
+	inv.inflightMu.Lock()
+	set := inv.inflight[runID]
+	if set == nil {
+		set = map[*inflightCall]struct{}{}
+		inv.inflight[runID] = set
+	}
+	set[c] = struct{}{}
+	inv.inflightMu.Unlock()
+	return func() {
+		inv.inflightMu.Lock()
+		delete(set, c)
+		if len(set) == 0 {
+			delete(inv.inflight, runID)
+		}
+		inv.inflightMu.Unlock()
+	}
 }
 
 // River returns the invoker's River client, for inspection (River's UI).
