@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/journal"
 )
@@ -38,7 +40,8 @@ func (s *Server) CancelRun(ctx context.Context, req server.CancelRunRequestObjec
 
 // RerunRun starts a new run of a finished run's function (its current revision) with the
 // finished run's input and identity, naming it in rerun_of. The new run and its River
-// job commit together.
+// job commit together. The run's identity, which the new run runs as, must still be
+// allowed by the revision's invoke_roles.
 func (s *Server) RerunRun(ctx context.Context, req server.RerunRunRequestObject) (server.RerunRunResponseObject, error) {
 	if !validRunID(req.Id) {
 		return server.RerunRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
@@ -68,6 +71,15 @@ func (s *Server) RerunRun(ctx context.Context, req server.RerunRunRequestObject)
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
 		if run, _, err = journal.CreateRun(ctx, tx, n); err != nil {
+			return err
+		}
+		err = s.checkInvokeRoles(ctx, tx, auth.Identity(old.Identity), run)
+		if pe := (*problemError)(nil); errors.As(err, &pe) && pe.status == http.StatusForbidden {
+			return &problemError{http.StatusForbidden, fmt.Sprintf(
+				"run %s runs as %s, whose roles (%s) the invoke_roles of %s revision %d do not allow",
+				old.ID, old.Identity.Subject, auth.RoleList(old.Identity.Roles), run.Function, run.Revision)}
+		}
+		if err != nil {
 			return err
 		}
 		return s.inv.Enqueue(ctx, tx, run.ID)

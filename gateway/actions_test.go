@@ -368,3 +368,38 @@ func TestFunctionStats(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode())
 }
+
+// TestRerunHonoursInvokeRoles reruns a run whose identity the function's current
+// invoke_roles no longer allow.
+func TestRerunHonoursInvokeRoles(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	s.SyncExamples(t)
+	admin := s.Client(t, s.Token)
+	fn, err := admin.GetFunctionWithResponse(t.Context(), "hello")
+	require.NoError(t, err)
+	register := func(roles ...string) {
+		t.Helper()
+		reg, err := admin.RegisterFunctionWithResponse(t.Context(), "hello", api.FunctionRegistration{
+			Url: fn.JSON200.Url, Config: &api.FunctionConfig{InvokeRoles: &roles}})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, reg.StatusCode(), string(reg.Body))
+	}
+	register("greeter")
+	greeter := s.Client(t, s.NewToken(t, auth.Identity{Subject: "gia", Tenant: auth.DefaultTenant, Roles: []string{"invoker", "greeter"}}))
+	res := mustComplete(t, greeter, "hello", `{}`)
+
+	rerun, err := admin.RerunRunWithResponse(t.Context(), res.Id)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusAccepted, rerun.StatusCode(), string(rerun.Body))
+	require.Equal(t, "gia", rerun.JSON202.Identity.Subject)
+
+	register("someone-else")
+	rerun, err = admin.RerunRunWithResponse(t.Context(), res.Id)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusForbidden, rerun.StatusCode(), string(rerun.Body))
+	require.Contains(t, rerun.ApplicationproblemJSON403.Detail, "runs as gia")
+	runs, err := admin.ListRunsWithResponse(t.Context(), &api.ListRunsParams{Function: ptr("hello")})
+	require.NoError(t, err)
+	require.Len(t, runs.JSON200.Runs, 2, "the refused rerun left no run behind")
+}

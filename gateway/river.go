@@ -5,7 +5,6 @@ import (
 	"html"
 	"net/http"
 	"net/url"
-	"slices"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -105,7 +104,7 @@ func (s *Server) requireRiverSession(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		if !canManageRuns(id) {
 			return signInFirst(c, http.StatusForbidden, "River's UI needs the runs:manage permission; the session's roles ("+
-				strings.Join(id.Roles, ", ")+") do not grant it")
+				auth.RoleList(id.Roles)+") do not grant it")
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead && !sameOrigin(r) {
 			return &problemError{http.StatusForbidden, "cross-origin request refused"}
@@ -136,10 +135,5 @@ func sameOrigin(r *http.Request) bool {
 	return err == nil && u.Host == r.Host
 }
 
-// canManageRuns reports whether id's roles grant runs:manage: the admin, developer and
-// operator roles, or the permission named as a role.
-func canManageRuns(id auth.Identity) bool {
-	return slices.ContainsFunc(id.Roles, func(r string) bool {
-		return r == "admin" || r == "developer" || r == "operator" || r == "runs:manage"
-	})
-}
+// canManageRuns reports whether id's roles grant runs:manage.
+func canManageRuns(id auth.Identity) bool { return id.Has(auth.PermissionRunsManage) }
