@@ -101,7 +101,7 @@ func newBrowser(t *testing.T, exe string) *browser {
 				b.mu.Unlock()
 				b.log("browser exception: %s (%s:%d)", m.Text, m.URL, m.Line)
 			case m.Type == chromedp.ConsoleError || m.Type == chromedp.ConsoleWarning:
-				b.log("browser %s: %s", m.Type, m.Text)
+				b.log("browser %s: %s %s", m.Type, m.Text, m.URL)
 			}
 		}
 	})
@@ -286,6 +286,7 @@ func TestDashboard(t *testing.T) {
 		b.do("open the dashboard", 20*time.Second, chromedp.Navigate(s.URL+"/"), chromedp.WaitVisible(chromedp.CSS("#token")))
 		leaked := run(b, "nothing shows without a token", chromedp.Evaluate[bool](`!!document.querySelector("[data-testid=runs-table], [data-testid=who]")`))
 		require.False(t, leaked, "the dashboard showed data before sign-in")
+		t.Logf("screenshot: %s", b.screenshot("signin"))
 
 		b.do("reject a bad token", 10*time.Second,
 			chromedp.SetValue(chromedp.CSS("#token"), "not.a-valid.token"),
@@ -296,7 +297,12 @@ func TestDashboard(t *testing.T) {
 			chromedp.Click(chromedp.CSS("[data-testid=sign-in]")),
 			chromedp.WaitVisible(chromedp.CSS("[data-testid=who]")))
 		require.Contains(t, b.text("who", "[data-testid=who]"), "tester")
+		// The same sign-in opens River's UI, through the session cookie.
+		b.visible("the River UI link, once the session is set", `[data-testid=river][data-session=ok]`)
+		status := run(b, "open River UI", chromedp.Evaluate[int](`fetch("/river/").then((r) => r.status)`, chromedp.EvalAwaitPromise))
+		require.Equal(t, http.StatusOK, status)
 		b.visible("the empty runs list says what to do", "[data-testid=empty-runs]")
+		t.Logf("screenshot: %s", b.screenshot("runs-empty"))
 		// A marker that a reload would wipe: the list must update without one.
 		run(b, "mark the page", chromedp.Evaluate[bool](`window.__stepgateNoReload = true`))
 	})
@@ -358,6 +364,7 @@ func TestDashboard(t *testing.T) {
 		t.Logf("screenshot: %s", b.screenshot("run-sleeping"))
 		b.click("cancel", "[data-testid=cancel-run]")
 		b.visible("the confirm dialog", "dialog[open] [data-testid=confirm]")
+		t.Logf("screenshot: %s", b.screenshot("run-cancel-dialog"))
 		b.click("confirm", "dialog[open] [data-testid=confirm]")
 		b.visible("it shows cancelled", runStatus("cancelled"))
 		require.Equal(t, api.RunStatusCancelled, getRun(t, c, id).Status)
@@ -424,6 +431,23 @@ func TestDashboard(t *testing.T) {
 		require.Zero(t, rows)
 		b.do("open the first tenant's run", 10*time.Second, chromedp.Navigate(s.URL+"/#/runs/"+checkout))
 		b.visible("not found", "[data-testid=run-not-found]")
+	})
+
+	t.Run("ViewerGetsNoActions", func(t *testing.T) {
+		b.use(t)
+		viewer := s.NewToken(t, auth.Identity{Subject: "val", Tenant: auth.DefaultTenant, Roles: []string{"viewer"}})
+		b.click("sign out", "[data-testid=sign-out]")
+		b.do("sign in as a viewer", 10*time.Second,
+			chromedp.WaitVisible(chromedp.CSS("#token")),
+			chromedp.SetValue(chromedp.CSS("#token"), viewer),
+			chromedp.Click(chromedp.CSS("[data-testid=sign-in]")),
+			chromedp.WaitVisible(chromedp.CSS("[data-testid=who]")))
+		b.do("open the failed run", 10*time.Second, chromedp.Navigate(s.URL+"/#/runs/"+runs["failed"]))
+		b.visible("it shows", runStatus("failed"))
+		b.do("the session answered", 10*time.Second, chromedp.WaitReady(chromedp.CSS(`[data-testid=river][data-session]`)))
+		hidden := run(b, "no rerun, no River UI", chromedp.Evaluate[bool](
+			`!document.querySelector("[data-testid=rerun-run]") && document.querySelector("[data-testid=river]").hidden`))
+		require.True(t, hidden, "a viewer was offered what it may not do")
 	})
 
 	t.Run("DevLinkSignsIn", func(t *testing.T) {

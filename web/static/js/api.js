@@ -140,16 +140,23 @@ export function query(params) {
   return s ? "?" + s : "";
 }
 
-/** startSession gives the token to the gateway's cookie session, which River UI uses. */
+/**
+ * startSession gives the token to the gateway's cookie session, which River UI uses. It
+ * returns the session's answer ({subject, tenant, roles, river}) or null when there is
+ * none: River UI is an extra, and the dashboard itself needs no cookie.
+ */
 export async function startSession(t) {
   try {
-    await fetch("/ui/session", {
+    const res = await fetch("/ui/session", {
       method: "POST",
-      headers: { Authorization: "Bearer " + t, "Content-Type": "application/json" },
+      headers: { Authorization: "Bearer " + t, "Content-Type": "application/json", Accept: "application/json" },
       body: JSON.stringify({ token: t }),
       credentials: "same-origin",
     });
-  } catch {} // River UI is an extra; the dashboard itself needs no cookie
+    return res.ok ? await res.json() : null;
+  } catch {
+    return null;
+  }
 }
 
 /** endSession ends the cookie session. */

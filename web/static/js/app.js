@@ -27,6 +27,7 @@ function route() {
   if (!view || !view.isConnected) frame();
   cleanup();
   cleanup = () => {};
+  for (const d of document.querySelectorAll("dialog[open]")) d.close(); // they belong to the page left
   const { parts, query } = parseHash();
   const page = parts[0] || "runs";
   for (const a of document.querySelectorAll("[data-nav]")) a.classList.toggle("active", a.dataset.nav === page);
@@ -53,7 +54,6 @@ function showSignIn(message) {
     message,
     onSignedIn: (t) => {
       setToken(t);
-      startSession(t);
       route();
     },
   }));
@@ -103,6 +103,13 @@ function frame() {
   const c = claims() || {};
   const rs = roles(c);
   const who = c.sub || "signed in";
+  const river = h("a", { href: "/river", target: "_blank", rel: "noopener", "data-testid": "river", title: "River UI: the job queue underneath, for job-level debugging" },
+    icon("river"), h("span", null, "River UI"), icon("external", 12));
+  // The session cookie signs River UI in; it says whether this token may open it.
+  startSession(getToken()).then((s) => {
+    if (s && s.river === false) river.hidden = true;
+    river.dataset.session = s ? "ok" : "none";
+  });
   view = h("main", { id: "view" });
   replace(app,
     h("header", { class: "topbar" },
@@ -110,8 +117,7 @@ function frame() {
       h("nav", { class: "nav", "aria-label": "Main" },
         h("a", { href: "#/runs", "data-nav": "runs" }, icon("runs"), h("span", null, "Runs")),
         h("a", { href: "#/functions", "data-nav": "functions" }, icon("functions"), h("span", null, "Functions")),
-        h("a", { href: "/river", target: "_blank", rel: "noopener", title: "River UI: the job queue underneath, for job-level debugging" },
-          icon("river"), h("span", null, "River UI"), icon("external", 12))),
+        river),
       h("div", { class: "topbar-end" },
         h("div", { class: "who", title: `subject ${who}\ntenant ${c.tenant || "default"}\nroles ${rs.join(", ") || "—"}`, "data-testid": "who" },
           h("span", { class: "avatar" }, (who[0] || "?").toUpperCase()),
@@ -128,7 +134,6 @@ function takeFragmentToken() {
   const t = decodeURIComponent(m[1]);
   const next = m[2] ? decodeURIComponent(m[2]) : "/runs";
   setToken(t);
-  startSession(t);
   history.replaceState(null, "", location.pathname + location.search + "#" + (next.startsWith("/") ? next : "/runs"));
 }
 

@@ -1,6 +1,6 @@
 // The runs list: filters, search, keyset pagination, and live updates from the stream.
 
-import { h, icon, replace, badge, timeAgo, elapsed, isUUID, debounce, code, navigate, STATUSES, TERMINAL, ms } from "../dom.js";
+import { h, icon, replace, badge, timeAgo, elapsed, shortID, isUUID, debounce, code, navigate, STATUSES, TERMINAL, ms } from "../dom.js";
 import { request, query, streamRuns } from "../api.js";
 import { errorBox } from "../dialog.js";
 import { liveIndicator } from "./live.js";
@@ -126,7 +126,8 @@ export function runsPage(el, params) {
       h("td", null, h("span", { class: "fn-name" }, run.function), h("span", { class: "rev", title: `revision ${run.revision}` }, `v${run.revision}`)),
       h("td", null,
         h("div", { class: "run-cell" },
-          h("a", { href: `#/runs/${run.id}`, class: "mono run-link" }, run.id),
+          h("a", { href: `#/runs/${run.id}`, class: "mono run-link", title: run.id },
+            h("span", { class: "id-full" }, run.id), h("span", { class: "id-short" }, "…" + shortID(run.id))),
           tags),
         run.idempotency_key ? h("div", { class: "sub mono", title: "idempotency key" }, icon("key", 11), run.idempotency_key) : null),
       h("td", null, timeAgo(run.started_at || run.created_at)),

@@ -7,7 +7,7 @@ import { errorMessage } from "../dialog.js";
 /** signIn is the sign-in form; onSignedIn gets a token the gateway accepted. */
 export function signIn({ message, onSignedIn }) {
   const input = h("textarea", {
-    id: "token", name: "token", rows: 5, required: true, spellcheck: "false", autocomplete: "off",
+    id: "token", name: "token", class: "input", rows: 5, required: true, spellcheck: "false", autocomplete: "off",
     autocapitalize: "off", placeholder: "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9…", "aria-describedby": "token-help",
   });
   const err = h("div", { class: "form-error", role: "alert", hidden: !message }, message ? [icon("alert", 14), h("span", null, message)] : null);
