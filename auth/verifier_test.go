@@ -440,3 +440,34 @@ func TestParsePublicKeys(t *testing.T) {
 	_, err = auth.ParsePublicKeys(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: []byte("junk")}))
 	require.ErrorContains(t, err, "PEM block 1 (PUBLIC KEY)")
 }
+
+// FuzzVerify feeds the verifier arbitrary tokens, and tokens correctly signed over
+// arbitrary claims: it never panics, every refusal wraps ErrUnauthorized without
+// echoing the token, and an accepted token has a subject, a tenant and roles.
+func FuzzVerify(f *testing.F) {
+	f.Add("garbage", []byte(`{"sub":"a","exp":9999999999}`))
+	f.Add("a.b.c", []byte(`{"sub":"a","exp":9999999999,"roles":"x, y","scope":["z"],"tenant":"t","org":{"tenant":1}}`))
+	f.Add("eyJhbGciOiJub25lIn0.e30.", []byte(`{"sub":"","exp":"soon","aud":[1],"iss":{}}`))
+	v, err := auth.NewVerifier(auth.Config{Secrets: [][]byte{secret}, RolesClaim: "realm.roles", TenantClaim: "org.tenant", IdentityClaims: []string{"a.b", "email"}})
+	require.NoError(f, err)
+	f.Cleanup(v.Close)
+	header := base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"HS256","typ":"JWT"}`))
+	f.Fuzz(func(t *testing.T, raw string, payload []byte) {
+		signed := header + "." + base64.RawURLEncoding.EncodeToString(payload)
+		sig, err := jwt.SigningMethodHS256.Sign(signed, secret)
+		require.NoError(t, err)
+		for _, tok := range []string{raw, signed + "." + base64.RawURLEncoding.EncodeToString(sig)} {
+			id, err := v.Verify(t.Context(), tok)
+			if err != nil {
+				require.ErrorIs(t, err, auth.ErrUnauthorized)
+				if len(tok) > 16 {
+					require.NotContains(t, err.Error(), tok)
+				}
+				continue
+			}
+			require.NotEmpty(t, id.Subject)
+			require.NotEmpty(t, id.Tenant)
+			require.NotNil(t, id.Roles)
+		}
+	})
+}
