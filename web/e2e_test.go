@@ -225,6 +225,19 @@ func (b *browser) poll(what, expr string) {
 	}))
 }
 
+// set sets the value of the form control sel and fires event on it, as typing or
+// choosing would.
+func (b *browser) set(what, sel, value, event string) {
+	b.t.Helper()
+	b.do(what, 10*time.Second,
+		chromedp.WaitVisible(chromedp.CSS(sel)),
+		chromedp.SetValue(chromedp.CSS(sel), value),
+		chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+			_, err := chromedp.Evaluate[bool](fmt.Sprintf(`document.querySelector(%q).dispatchEvent(new Event(%q, {bubbles: true}))`, sel, event))(ctx, t)
+			return err
+		}))
+}
+
 func (b *browser) pageExceptions() []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -393,25 +406,45 @@ func TestDashboard(t *testing.T) {
 		require.JSONEq(t, `{"fail_times":5}`, string(rerun.Input))
 	})
 
+	t.Run("FiltersSearchAndPages", func(t *testing.T) {
+		b.use(t)
+		shown := `[...document.querySelectorAll("tr[data-run]")].filter((r) => !r.hidden)`
+		b.do("open a short page", 10*time.Second, chromedp.Navigate(s.URL+"/#/runs?limit=3"))
+		b.poll("three runs", shown+`.length === 3`)
+		b.click("load more", "[data-testid=load-more]")
+		b.poll("six runs", shown+`.length === 6`)
+
+		b.do("open the list", 10*time.Second, chromedp.Navigate(s.URL+"/#/runs"))
+		b.visible("the runs", row(checkout))
+		b.set("filter by status", "[data-testid=filter-status]", "cancelled", "change")
+		b.poll("only the cancelled run", shown+`.length === 1 && `+shown+`[0].dataset.run === `+fmt.Sprintf("%q", runs["sleeping"]))
+		b.set("filter by function", "[data-testid=filter-function]", "flaky", "change")
+		b.visible("no cancelled flaky run", "[data-testid=empty-runs]")
+		b.click("clear the filters", "[data-testid=clear-filters]")
+		b.visible("all runs again", row(checkout))
+
+		b.set("search an idempotency key", "[data-testid=search]", "o-1002", "input")
+		b.poll("only its run", shown+`.length === 1 && `+shown+`[0].dataset.run === `+fmt.Sprintf("%q", runs["napped"]))
+		b.set("search a run id", "[data-testid=search]", checkout, "input")
+		b.do("press Enter", 5*time.Second, chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+			_, err := chromedp.Evaluate[bool](`document.querySelector("[data-testid=search]").dispatchEvent(new KeyboardEvent("keydown", {key: "Enter"}))`)(ctx, t)
+			return err
+		}))
+		b.poll("straight to the run", fmt.Sprintf(`location.hash === "#/runs/%s"`, checkout))
+		b.visible("its page", "[data-testid=timeline]")
+	})
+
 	t.Run("InvokeFromFunctionsPage", func(t *testing.T) {
 		b.use(t)
 		b.do("open the functions", 10*time.Second, chromedp.Navigate(s.URL+"/#/functions"))
 		b.visible("the examples", `tr[data-function="orders.checkout"]`)
 		b.shoot("functions")
 		b.click("invoke hello", "[data-testid=invoke-hello]")
-		input := func(text string) chromedp.Action[chromedp.Void] {
-			return chromedp.Steps(
-				chromedp.SetValue(chromedp.CSS("[data-testid=invoke-input]"), text),
-				chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
-					_, err := chromedp.Evaluate[bool](`document.querySelector("[data-testid=invoke-input]").dispatchEvent(new Event("input"))`)(ctx, t)
-					return err
-				}))
-		}
-		b.do("type invalid JSON", 5*time.Second, input(`{"name": Grace}`))
+		b.set("type invalid JSON", "[data-testid=invoke-input]", `{"name": Grace}`, "input")
 		require.Contains(t, b.text("the JSON error", ".json-status.bad"), "Not valid JSON")
 		disabled := run(b, "start is disabled", chromedp.Evaluate[bool](`document.querySelector("[data-testid=invoke-submit]").disabled`))
 		require.True(t, disabled)
-		b.do("type valid JSON", 5*time.Second, input(`{"name": "Grace"}`))
+		b.set("type valid JSON", "[data-testid=invoke-input]", `{"name": "Grace"}`, "input")
 		b.click("start the run", "[data-testid=invoke-submit]")
 		b.visible("the new run completes", runStatus("completed"))
 		require.Contains(t, b.text("its output", "[data-testid=run-output] .json"), "Hello, Grace!")

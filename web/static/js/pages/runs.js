@@ -5,7 +5,7 @@ import { request, query, streamRuns } from "../api.js";
 import { errorBox } from "../dialog.js";
 import { liveIndicator } from "./live.js";
 
-const PAGE = 50;
+const PAGE = 50; // runs a page; #/runs?limit=N asks for another size
 const RANGES = [
   ["", "Any time"],
   ["15m", "Last 15 minutes"],
@@ -25,6 +25,7 @@ export function runsPage(el, params) {
     after: params.get("after") || "", // datetime-local values, for the custom range
     before: params.get("before") || "",
     q: params.get("q") || "",
+    limit: Math.min(500, Math.max(1, Number(params.get("limit")) || PAGE)),
   };
   let runs = []; // newest first, as the API orders them
   const rows = new Map(); // run id → <tr>
@@ -75,7 +76,7 @@ export function runsPage(el, params) {
       h("div", { class: "page-title" }, h("h1", null, "Runs"), live.el),
       h("div", { class: "page-actions" }, refreshBtn)),
     h("div", { class: "toolbar" },
-      h("label", { class: "search-wrap" }, icon("search", 14), search),
+      h("label", { class: "search-wrap" }, icon("search", 14), search, h("kbd", { title: "press / to search" }, "/")),
       fnSelect, statusSelect, rangeSelect, custom, clearBtn),
     note,
     h("div", { class: "card table-card" }, table, state),
@@ -83,7 +84,10 @@ export function runsPage(el, params) {
 
   // Filters live in the URL, so a filtered list can be linked and survives a reload.
   function syncURL() {
-    const q = query({ function: f.function, status: f.status, range: f.range, after: f.range === "custom" ? f.after : "", before: f.range === "custom" ? f.before : "", q: f.q });
+    const q = query({
+      function: f.function, status: f.status, range: f.range, after: f.range === "custom" ? f.after : "",
+      before: f.range === "custom" ? f.before : "", q: f.q, limit: f.limit === PAGE ? "" : f.limit,
+    });
     history.replaceState(null, "", "#/runs" + q);
     clearBtn.hidden = !(f.function || f.status || f.range || f.q);
   }
@@ -223,7 +227,7 @@ export function runsPage(el, params) {
     render();
     early = [];
     try {
-      const page = await request("/v1/runs" + query({ function: f.function, status: f.status, ...bounds, limit: PAGE }));
+      const page = await request("/v1/runs" + query({ function: f.function, status: f.status, ...bounds, limit: f.limit }));
       if (g !== gen) return;
       runs = page.runs || [];
       cursor = page.next_cursor || null;
@@ -243,9 +247,15 @@ export function runsPage(el, params) {
     loading = true;
     renderState();
     try {
-      const page = await request("/v1/runs" + query({ function: f.function, status: f.status, ...bounds, limit: PAGE, cursor }));
+      const page = await request("/v1/runs" + query({ function: f.function, status: f.status, ...bounds, limit: f.limit, cursor }));
       if (g !== gen) return;
-      for (const r of page.runs || []) upsert(r, false);
+      for (const r of page.runs || []) {
+        if (rows.has(r.id)) continue; // it moved onto an earlier page meanwhile, say, by a rerun
+        runs.push(r);
+        const tr = row(r);
+        rows.set(r.id, tr);
+        tbody.append(tr);
+      }
       cursor = page.next_cursor || null;
       loadError = null;
     } catch (e) {
@@ -262,10 +272,10 @@ export function runsPage(el, params) {
     await loaded; // a load that started before the stream opened must not overwrite this
     const g = gen;
     try {
-      const page = await request("/v1/runs" + query({ function: f.function, status: f.status, ...bounds, limit: PAGE }));
+      const page = await request("/v1/runs" + query({ function: f.function, status: f.status, ...bounds, limit: f.limit }));
       if (g !== gen) return;
       for (const r of page.runs || []) upsert(r, false);
-      if (runs.length <= PAGE) cursor = page.next_cursor || null;
+      if (runs.length <= f.limit) cursor = page.next_cursor || null;
       loadError = null;
       renderState();
     } catch {} // the list stays as it is; the indicator says the stream is off
@@ -374,8 +384,17 @@ export function runsPage(el, params) {
     if (!loading && runs.length === 0) renderState();
   }).catch(() => {}); // without functions:read the filter keeps what the URL named
 
+  // "/" jumps to the search, as in most developer tools.
+  const slash = (ev) => {
+    if (ev.key !== "/" || ev.ctrlKey || ev.metaKey || ev.altKey) return;
+    if (ev.target.closest("input, textarea, select, [contenteditable]") || document.querySelector("dialog[open]")) return;
+    ev.preventDefault();
+    search.focus();
+  };
+  document.addEventListener("keydown", slash);
+
   syncURL();
   load();
   follow();
-  return () => { gen++; stopStream(); applySearch.cancel(); };
+  return () => { gen++; stopStream(); applySearch.cancel(); document.removeEventListener("keydown", slash); };
 }
