@@ -191,6 +191,7 @@ func colorScheme(scheme string) chromedp.Action[chromedp.Void] {
 // shoot saves screenshots of the page in the light and the dark theme.
 func (b *browser) shoot(name string) {
 	b.t.Helper()
+	b.do("move the mouse away", 5*time.Second, chromedp.MouseEvent(chromedp.MouseMoved, 1, 899)) // no hover effects
 	for _, scheme := range []string{"dark", "light"} {
 		b.do("use the "+scheme+" theme", 5*time.Second, colorScheme(scheme))
 		b.t.Logf("screenshot: %s", b.screenshot(name+"-"+scheme))
@@ -270,7 +271,9 @@ func getRun(t *testing.T, c *api.ClientWithResponses, id string) api.RunDetail {
 
 func row(id string) string { return fmt.Sprintf(`tr[data-run=%q]`, id) }
 
-func rowStatus(id, status string) string { return fmt.Sprintf(`tr[data-run=%q][data-status=%q]`, id, status) }
+func rowStatus(id, status string) string {
+	return fmt.Sprintf(`tr[data-run=%q][data-status=%q]`, id, status)
+}
 
 func runStatus(status string) string {
 	return fmt.Sprintf(`[data-testid=run-status] [data-status=%q]`, status)
@@ -316,6 +319,12 @@ func TestDashboard(t *testing.T) {
 		require.Equal(t, http.StatusOK, status)
 		b.visible("the empty runs list says what to do", "[data-testid=empty-runs]")
 		t.Logf("screenshot: %s", b.screenshot("runs-empty"))
+		// The theme toggle goes from the system's to light, dark, and back.
+		for _, want := range []string{"light", "dark", ""} {
+			b.click("toggle the theme", "[data-testid=theme]")
+			got := run(b, "the theme", chromedp.Evaluate[string](`document.documentElement.dataset.theme || ""`))
+			require.Equal(t, want, got)
+		}
 		// A marker that a reload would wipe: the list must update without one.
 		run(b, "mark the page", chromedp.Evaluate[bool](`window.__stepgateNoReload = true`))
 	})
