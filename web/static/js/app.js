@@ -7,6 +7,7 @@
 
 import { h, icon, replace } from "./dom.js";
 import { getToken, setToken, claims, roles, handleUnauthorized, startSession, endSession } from "./api.js";
+import { toast, errorMessage } from "./dialog.js";
 import { signIn } from "./pages/signin.js";
 import { runsPage } from "./pages/runs.js";
 import { runPage } from "./pages/run.js";
@@ -141,6 +142,10 @@ function expired() {
   const c = claims();
   return c && typeof c.exp === "number" && c.exp * 1000 < Date.now();
 }
+
+// A bug in the dashboard says so in words; the details stay in the console.
+window.addEventListener("error", (ev) => toast(`Something went wrong in the dashboard: ${ev.message}`, "error"));
+window.addEventListener("unhandledrejection", (ev) => toast(errorMessage(ev.reason), "error"));
 
 handleUnauthorized((err) => {
   if (getToken()) signOut(`The gateway rejected your token: ${err.detail}. Sign in again.`);

@@ -13,7 +13,7 @@ export function errorMessage(err) {
     switch (err.status) {
       case 0: return "The gateway did not answer. Is it running?";
       case 403: return `Not allowed: ${d}.`;
-      case 501: return `Not available on this gateway yet (${d}).`;
+      case 501: return `${capitalize(d)} on this gateway.`;
       default: return capitalize(d) + (/[.!?]$/.test(d) ? "" : ".");
     }
   }

@@ -7,7 +7,7 @@ import { errorBox, errorMessage, modal } from "../dialog.js";
 /** functionsPage mounts the functions list into el; it returns its cleanup. */
 export function functionsPage(el, params) {
   let gone = false;
-  const content = h("div", null, h("div", { class: "card" }, h("div", { class: "skeleton" }, Array.from({ length: 4 }, () => h("div", { class: "sk-row" }, h("i"), h("i"), h("i"), h("i"))))));
+  const content = h("div", { class: "stack" }, h("div", { class: "card" }, h("div", { class: "skeleton" }, Array.from({ length: 4 }, () => h("div", { class: "sk-row" }, h("i"), h("i"), h("i"), h("i"))))));
   const invokeBtn = can("runs:invoke")
     ? h("button", { type: "button", class: "btn primary", "data-testid": "invoke-open", disabled: true }, icon("play", 13), "Invoke a function")
     : null;
