@@ -149,4 +149,14 @@ elif [[ $(go env CGO_ENABLED) != 1 ]]; then
 fi
 
 step "go test ${race[*]} -count=1 -timeout 15m ./...${*:+ $*}"
-go test "${race[@]}" -count=1 -timeout 15m ./... "$@"
+rc=0
+go test "${race[@]}" -count=1 -timeout 15m ./... "$@" || rc=$?
+
+# The dashboard's browser tests save screenshots; say where.
+shopt -s nullglob
+shots=(test-artifacts/*.png)
+if ((${#shots[@]} > 0)); then
+	step "screenshots (test artifacts)"
+	for f in "${shots[@]}"; do echo "$PWD/$f"; done
+fi
+exit "$rc"
