@@ -59,7 +59,7 @@ func (s *Server) register(ctx context.Context, tenant, name, rawURL string, conf
 	if err != nil {
 		return nil, badRequest("function %s: %v", name, err)
 	}
-	return journal.RegisterFunction(ctx, s.pool, tenant, name, rawURL, raw, fc.Timeout)
+	return journal.RegisterFunction(ctx, journal.ForTenant(s.api, tenant), tenant, name, rawURL, raw, fc.Timeout)
 }
 
 // RegisterFunction stores a new revision of a function.
@@ -77,7 +77,7 @@ func (s *Server) RegisterFunction(ctx context.Context, req server.RegisterFuncti
 
 // GetFunction returns a function's current revision.
 func (s *Server) GetFunction(ctx context.Context, req server.GetFunctionRequestObject) (server.GetFunctionResponseObject, error) {
-	fn, err := journal.GetFunction(ctx, s.pool, identity(ctx).Tenant, req.Name)
+	fn, err := journal.GetFunction(ctx, s.tenantDB(ctx), identity(ctx).Tenant, req.Name)
 	if errors.Is(err, journal.ErrNotFound) {
 		return server.GetFunction404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: functionNotFound(req.Name)}, nil
 	}
@@ -93,7 +93,7 @@ func (s *Server) GetFunction(ctx context.Context, req server.GetFunctionRequestO
 
 // ListFunctions lists the tenant's functions.
 func (s *Server) ListFunctions(ctx context.Context, _ server.ListFunctionsRequestObject) (server.ListFunctionsResponseObject, error) {
-	fns, err := journal.ListFunctions(ctx, s.pool, identity(ctx).Tenant)
+	fns, err := journal.ListFunctions(ctx, s.tenantDB(ctx), identity(ctx).Tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -118,7 +118,7 @@ func functionsToAPI(fns []journal.Function) (api.FunctionList, error) {
 
 // DeleteFunction unregisters a function.
 func (s *Server) DeleteFunction(ctx context.Context, req server.DeleteFunctionRequestObject) (server.DeleteFunctionResponseObject, error) {
-	err := journal.DeleteFunction(ctx, s.pool, identity(ctx).Tenant, req.Name)
+	err := journal.DeleteFunction(ctx, s.tenantDB(ctx), identity(ctx).Tenant, req.Name)
 	if errors.Is(err, journal.ErrNotFound) {
 		return server.DeleteFunction404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: functionNotFound(req.Name)}, nil
 	}

@@ -75,14 +75,15 @@ func (s *Server) StartRun(ctx context.Context, req server.StartRunRequestObject)
 	if req.Params.IdempotencyKey != nil {
 		n.IdempotencyKey = *req.Params.IdempotencyKey
 	}
+	db := journal.ForTenant(s.api, id.Tenant)
 	var run *journal.Run
 	var created bool
 	if wait > 0 && id.IsAdmin() {
-		run, created, err = journal.CreateRun(ctx, s.pool, n)
+		run, created, err = journal.CreateRun(ctx, db, n)
 	} else {
 		// The run's revision may name invoke_roles: checked in the transaction that
 		// creates the run, so a refusal leaves no run behind.
-		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 			run, created, err = journal.CreateRun(ctx, tx, n)
 			if err != nil {
 				return err
@@ -169,7 +170,8 @@ func (s *Server) await(ctx context.Context, tenant, runID string, deadline time.
 }
 
 func (s *Server) awaitRun(ctx context.Context, ch <-chan struct{}, tenant, runID string, deadline time.Time) (*journal.Run, error) {
-	run, err := journal.Attach(ctx, s.pool, tenant, runID)
+	db := journal.ForTenant(s.api, tenant)
+	run, err := journal.Attach(ctx, db, tenant, runID)
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +185,7 @@ func (s *Server) awaitRun(ctx context.Context, ch <-chan struct{}, tenant, runID
 		case <-ctx.Done():
 			return run, nil
 		}
-		if run, err = journal.GetRun(ctx, s.pool, tenant, runID); err != nil {
+		if run, err = journal.GetRun(ctx, db, tenant, runID); err != nil {
 			return nil, err
 		}
 	}
@@ -204,7 +206,7 @@ func (s *Server) GetRunResult(ctx context.Context, req server.GetRunResultReques
 	if wait > 0 {
 		run, err = s.await(ctx, tenant, req.Id, time.Now().Add(wait))
 	} else {
-		run, err = journal.GetRun(ctx, s.pool, tenant, req.Id)
+		run, err = journal.GetRun(ctx, journal.ForTenant(s.api, tenant), tenant, req.Id)
 	}
 	if errors.Is(err, journal.ErrNotFound) {
 		return server.GetRunResult404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
@@ -216,6 +218,13 @@ func (s *Server) GetRunResult(ctx context.Context, req server.GetRunResultReques
 		return server.GetRunResult200JSONResponse(runResult(run)), nil
 	}
 	return server.GetRunResult202JSONResponse{Body: runResult(run), Headers: server.GetRunResult202ResponseHeaders{Location: resultLocation(run.ID)}}, nil
+}
+
+// tenantDB returns the handle through which everything the gateway does for the caller
+// goes: its statements see only the caller's tenant (row-level security), on top of the
+// tenant filter of each query.
+func (s *Server) tenantDB(ctx context.Context) *journal.TenantDB {
+	return journal.ForTenant(s.api, identity(ctx).Tenant)
 }
 
 func runNotFound(id string) server.NotFoundApplicationProblemPlusJSONResponse {
@@ -243,18 +252,19 @@ func (s *Server) GetRun(ctx context.Context, req server.GetRunRequestObject) (se
 	if !validRunID(req.Id) {
 		return server.GetRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
 	}
-	run, err := journal.GetRun(ctx, s.pool, identity(ctx).Tenant, req.Id)
+	db := s.tenantDB(ctx)
+	run, err := journal.GetRun(ctx, db, db.Tenant(), req.Id)
 	if errors.Is(err, journal.ErrNotFound) {
 		return server.GetRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	entries, err := journal.Entries(ctx, s.pool, run.ID)
+	entries, err := journal.Entries(ctx, db, run.ID)
 	if err != nil {
 		return nil, err
 	}
-	failures, err := journal.Failures(ctx, s.pool, run.ID)
+	failures, err := journal.Failures(ctx, db, run.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -310,7 +320,7 @@ func (s *Server) ListRuns(ctx context.Context, req server.ListRunsRequestObject)
 		}
 		f.After = c
 	}
-	runs, next, err := journal.ListRuns(ctx, s.pool, identity(ctx).Tenant, f)
+	runs, next, err := journal.ListRuns(ctx, s.tenantDB(ctx), identity(ctx).Tenant, f)
 	if err != nil {
 		return nil, err
 	}
@@ -345,7 +355,8 @@ func decodeCursor(s string) (*journal.RunCursor, error) {
 	return &c, nil
 }
 
-// Checkpoint journals one finished step of the invocation its token names.
+// Checkpoint journals one finished step of the invocation its token names. It works on
+// the system pool: the token, bound to one run and one invocation, is what scopes it.
 func (s *Server) Checkpoint(ctx context.Context, req server.CheckpointRequestObject) (server.CheckpointResponseObject, error) {
 	claim, _ := ctx.Value(invocationKey{}).(invocationClaim)
 	if claim.runID != req.Id {

@@ -26,7 +26,14 @@ import (
 
 // Config configures a Server.
 type Config struct {
-	Pool     *pgxpool.Pool          // Required.
+	// Pool is the system pool (journal.ConfigurePool with system): it sees every
+	// tenant, for work scoped by other means (checkpoints: their invocation token).
+	// Required.
+	Pool *pgxpool.Pool
+	// APIPool is the API pool (journal.ConfigurePool without system): it sees no
+	// tenant but through journal.ForTenant, which everything done for a caller uses.
+	// Required.
+	APIPool  *pgxpool.Pool
 	Invoker  *invoker.Invoker       // Required, started.
 	Verifier *auth.Verifier         // Required: checks callers' JWTs.
 	Tokens   *auth.InvocationTokens // Required: checks checkpoints' invocation tokens.
@@ -44,7 +51,8 @@ type Config struct {
 
 // Server is the gateway's HTTP server. It implements server.StrictServerInterface.
 type Server struct {
-	pool     *pgxpool.Pool
+	pool     *pgxpool.Pool // the system pool
+	api      *pgxpool.Pool // the API pool: use it through tenantDB
 	inv      *invoker.Invoker
 	verifier *auth.Verifier
 	tokens   *auth.InvocationTokens
@@ -64,8 +72,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Pool == nil || cfg.Invoker == nil || cfg.Verifier == nil || cfg.Tokens == nil || cfg.Logger == nil || len(cfg.SigningKeys) == 0 {
 		return nil, errors.New("gateway: Pool, Invoker, Verifier, Tokens, Logger and SigningKeys are required")
 	}
+	if cfg.APIPool == nil {
+		return nil, errors.New("gateway: APIPool is required")
+	}
 	s := &Server{
 		pool:     cfg.Pool,
+		api:      cfg.APIPool,
 		inv:      cfg.Invoker,
 		verifier: cfg.Verifier,
 		tokens:   cfg.Tokens,

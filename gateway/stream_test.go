@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepgate/stepgate/auth"
@@ -305,8 +306,13 @@ func TestStreamResyncsAfterListenerReconnect(t *testing.T) {
 	c := s.Client(t, s.Token)
 	st := openStream(t, s, s.Token, "", false)
 
+	// As the login user (a superuser): the gateway's roles may not see or end the
+	// sessions of others.
+	admin, err := pgx.Connect(t.Context(), s.Pool.Config().ConnString())
+	require.NoError(t, err)
+	defer admin.Close(context.WithoutCancel(t.Context()))
 	var terminated bool
-	require.NoError(t, s.Pool.QueryRow(t.Context(), `
+	require.NoError(t, admin.QueryRow(t.Context(), `
 		SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 		WHERE datname = current_database() AND query LIKE '%LISTEN ' || $1 || '%'`, journal.EventChannel).Scan(&terminated))
 	require.True(t, terminated)

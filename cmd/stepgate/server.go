@@ -215,7 +215,8 @@ func startGateway(ctx context.Context, c serverConfig, log *slog.Logger) (*gatew
 }
 
 // migrate applies the migrations as pc's login user, on a pool of its own: the
-// gateway's pools act as journal.AppRole, which may not change the schema.
+// gateway's pools act as journal.AppRole and journal.SystemRole, which may not change
+// the schema.
 func migrate(ctx context.Context, pc *pgxpool.Config) error {
 	mc := pc.Copy()
 	mc.MaxConns = 2
@@ -232,8 +233,8 @@ func migrate(ctx context.Context, pc *pgxpool.Config) error {
 
 // openPools opens the gateway's two pools, which share pc.MaxConns: the system pool
 // (the invoker, River and checkpoints, which see every tenant) and the API pool (one
-// tenant per transaction, through journal.ForTenant). It warns when Postgres's
-// row-level security does not apply to them.
+// tenant per transaction, through journal.ForTenant). It fails when the database user
+// may not act as their roles, and warns when row-level security does not apply to them.
 func openPools(ctx context.Context, pc *pgxpool.Config, log *slog.Logger) (system, api *pgxpool.Pool, err error) {
 	sc, ac := pc.Copy(), pc.Copy()
 	ac.MaxConns = max(pc.MaxConns/2, 2)
@@ -247,16 +248,27 @@ func openPools(ctx context.Context, pc *pgxpool.Config, log *slog.Logger) (syste
 		system.Close()
 		return nil, nil, fmt.Errorf("connect: %w", err)
 	}
-	fence, err := journal.CheckFence(ctx, api)
-	if err != nil {
+	for _, p := range []struct {
+		pool *pgxpool.Pool
+		role string
+	}{{system, journal.SystemRole}, {api, journal.AppRole}} {
+		fence, err := journal.CheckFence(ctx, p.pool)
+		switch {
+		case err != nil:
+		case fence.User == p.role:
+			continue
+		case fence.Bypassed:
+			log.Warn("row-level security is bypassed: the database user cannot act as "+p.role+" and is a superuser or has BYPASSRLS, "+
+				"so only the gateway's queries keep tenants apart; grant it "+journal.AppRole+" and "+journal.SystemRole,
+				slog.String("db_user", fence.User))
+			continue
+		default:
+			err = fmt.Errorf("the database user %s may not act as %s, and would see no rows: as a superuser or a user with CREATEROLE, "+
+				"GRANT %s, %s TO %s (migrating as that user grants them)", fence.User, p.role, journal.AppRole, journal.SystemRole, fence.User)
+		}
 		system.Close()
 		api.Close()
-		return nil, nil, fmt.Errorf("connect: %w", err)
-	}
-	if fence.Bypassed {
-		log.Warn("row-level security is bypassed: the database user is a superuser or has BYPASSRLS and cannot act as "+journal.AppRole+
-			"; only the gateway's queries keep tenants apart. Grant "+journal.AppRole+" to the user, or connect as a user without those attributes",
-			slog.String("db_user", fence.User))
+		return nil, nil, err
 	}
 	return system, api, nil
 }

@@ -21,13 +21,17 @@ import (
 	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/internal/pgtest"
 	"github.com/stepgate/stepgate/invoker"
+	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/web"
 )
 
 // Stack is a running gateway.
 type Stack struct {
-	URL        string // The gateway's base URL.
+	URL string // The gateway's base URL.
+	// Pool is the gateway's system pool: it acts as journal.SystemRole and sees every
+	// tenant. APIPool is its API pool: it sees a tenant only through journal.ForTenant.
 	Pool       *pgxpool.Pool
+	APIPool    *pgxpool.Pool
 	Invoker    *invoker.Invoker
 	JWTSecret  []byte
 	SigningKey []byte
@@ -63,13 +67,23 @@ func Start(tb testing.TB, opts Options) *Stack {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cfg.MaxConns = 12
+	cfg.MaxConns = 8
+	apiCfg := cfg.Copy()
+	apiCfg.MaxConns = 4
+	journal.ConfigurePool(cfg, true)
+	journal.ConfigurePool(apiCfg, false)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
+	apiPool, err := pgxpool.NewWithConfig(ctx, apiCfg)
+	if err != nil {
+		pool.Close()
+		tb.Fatal(err)
+	}
 	s := &Stack{
 		Pool:       pool,
+		APIPool:    apiPool,
 		JWTSecret:  []byte("test-jwt-secret-0123456789abcdef0123456789"),
 		SigningKey: []byte("test-signing-key-0123456789abcdef"),
 	}
@@ -101,7 +115,7 @@ func Start(tb testing.TB, opts Options) *Stack {
 	}
 	tb.Cleanup(verifier.Close)
 	g, err := gateway.New(gateway.Config{
-		Pool: pool, Invoker: s.Invoker, Verifier: verifier, Tokens: s.Tokens, Logger: log,
+		Pool: pool, APIPool: apiPool, Invoker: s.Invoker, Verifier: verifier, Tokens: s.Tokens, Logger: log,
 		SigningKeys: [][]byte{s.SigningKey}, MaxBodyBytes: opts.MaxBodyBytes, Web: web.Handler(),
 	})
 	if err != nil {
@@ -116,6 +130,7 @@ func Start(tb testing.TB, opts Options) *Stack {
 		if err := s.Invoker.Stop(ctx); err != nil {
 			tb.Logf("stop invoker: %v", err)
 		}
+		apiPool.Close()
 		pool.Close()
 	})
 	s.Token = s.NewToken(tb, auth.Identity{Subject: "tester", Tenant: auth.DefaultTenant, Roles: []string{"admin"}})

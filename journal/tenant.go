@@ -1,0 +1,290 @@
+package journal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Tenant isolation has two fences. Every query of this package filters by tenant; and
+// Postgres row-level security (migration 0004) shows a connection acting as AppRole
+// only the rows of the tenant in its setting TenantSetting, so a query that forgot its
+// filter still sees nothing of another tenant.
+//
+// The gateway holds two pools, both configured by ConfigurePool: a system pool, whose
+// connections act as SystemRole and see every tenant (the invoker, River, checkpoints:
+// they work by run id), and an API pool, whose connections act as AppRole and see no
+// tenant until ForTenant sets one for a single transaction.
+
+const (
+	// TenantSetting is the Postgres setting that AppRole's row-level security
+	// policies compare each row's tenant with.
+	TenantSetting = "stepgate.tenant"
+	// AppRole is the role of the API pool's connections, created by the migrations:
+	// it sees one tenant, the one in TenantSetting.
+	AppRole = "stepgate_app"
+	// SystemRole is the role of the system pool's connections, created by the
+	// migrations: it sees every tenant.
+	SystemRole = "stepgate_system"
+)
+
+// ErrInvalidTenant is returned by every operation of a ForTenant handle whose tenant is
+// empty (or holds a NUL byte, which Postgres text cannot).
+var ErrInvalidTenant = errors.New("journal: the tenant is empty")
+
+// ConfigurePool makes each new connection of cfg act as SystemRole (system) or AppRole
+// (not system) when its database user may (it is a member of the role, as the
+// migrations make the user that runs them, or a superuser), so that row-level security
+// applies even to a superuser. A system pool sees every tenant; an API pool sees none
+// until ForTenant sets one for a transaction. It costs one round trip per new
+// connection and none per statement; CheckFence tells whether the switch happened. It
+// keeps any AfterConnect of cfg, run first.
+//
+// The connections must keep their session (a pooler in transaction mode would lose the
+// role). Migrations must not run on such a pool: they run as the database user.
+func ConfigurePool(cfg *pgxpool.Config, system bool) {
+	role := AppRole
+	if system {
+		role = SystemRole
+	}
+	next := cfg.AfterConnect
+	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+		if next != nil {
+			if err := next(ctx, conn); err != nil {
+				return err
+			}
+		}
+		// CASE evaluates in order: no membership test of a role that does not exist.
+		_, err := conn.Exec(ctx, `
+			SELECT CASE WHEN to_regrole($1) IS NULL THEN NULL
+				WHEN pg_has_role(session_user, $1, 'MEMBER') THEN set_config('role', $1, false) END`,
+			role)
+		if err != nil {
+			return fmt.Errorf("journal: act as %s: %w", role, err)
+		}
+		return nil
+	}
+}
+
+// Fence is how row-level security applies to a pool's connections; see CheckFence.
+type Fence struct {
+	User string // current_user: AppRole or SystemRole once ConfigurePool switched.
+	// Bypassed is true when the user is a superuser or has BYPASSRLS: row-level
+	// security does not apply and only the queries' own tenant filters isolate tenants.
+	Bypassed bool
+}
+
+// CheckFence reports how row-level security applies to db's connections, so that the
+// gateway can refuse to start, or warn, when its pools are not fenced.
+func CheckFence(ctx context.Context, db DB) (Fence, error) {
+	var f Fence
+	err := db.QueryRow(ctx, `
+		SELECT current_user, rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user`,
+	).Scan(&f.User, &f.Bypassed)
+	if err != nil {
+		return Fence{}, fmt.Errorf("check row-level security: %w", err)
+	}
+	return f, nil
+}
+
+// TenantDB is a DB whose every statement sees only one tenant's rows; see ForTenant.
+type TenantDB struct {
+	pool   *pgxpool.Pool
+	tenant string
+	err    error // ErrInvalidTenant, returned by every operation
+}
+
+var _ DB = (*TenantDB)(nil)
+
+const setTenantSQL = `SELECT set_config('` + TenantSetting + `', $1, true)`
+
+// ForTenant returns a handle on pool (an API pool, see ConfigurePool) that scopes each
+// statement to tenant: Exec, Query, QueryRow and SendBatch send the tenant's
+// set_config(..., true) and the statement in one batch, which Postgres runs as one
+// implicit transaction, so a statement costs no extra round trip; Begin starts an
+// explicit transaction whose BEGIN sets the tenant in the same round trip. The setting
+// is transaction-local, so a connection goes back to the pool with no tenant: a
+// connection released inside a transaction is closed by the pool.
+//
+// An empty tenant is refused: every operation returns ErrInvalidTenant. Leading
+// QueryExecMode or QueryRewriter arguments are not supported, nor batches begun with
+// Batch.BeginTx (use Begin).
+func ForTenant(pool *pgxpool.Pool, tenant string) *TenantDB {
+	t := &TenantDB{pool: pool, tenant: tenant}
+	if tenant == "" || strings.ContainsRune(tenant, 0) {
+		t.err = ErrInvalidTenant
+	}
+	return t
+}
+
+// Tenant returns the tenant the handle is scoped to.
+func (t *TenantDB) Tenant() string { return t.tenant }
+
+// batch returns a batch that first sets the tenant, with room for n more statements.
+func (t *TenantDB) batch(n int) *pgx.Batch {
+	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, n+1)}
+	b.Queue(setTenantSQL, t.tenant)
+	return b
+}
+
+// send sends b and reads the result of its first statement, the tenant's set_config.
+func (t *TenantDB) send(ctx context.Context, b *pgx.Batch) (pgx.BatchResults, error) {
+	br := t.pool.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close() // the error is err
+		return nil, fmt.Errorf("set tenant: %w", err)
+	}
+	return br, nil
+}
+
+// Exec runs sql for the tenant.
+func (t *TenantDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if t.err != nil {
+		return pgconn.CommandTag{}, t.err
+	}
+	b := t.batch(1)
+	b.Queue(sql, args...)
+	br, err := t.send(ctx, b)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return tag, err
+}
+
+// Query runs sql for the tenant. As with pgx, an error also comes back from the rows'
+// Err, so callers may ignore the returned one.
+func (t *TenantDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if t.err != nil {
+		return &errRows{err: t.err}, t.err
+	}
+	b := t.batch(1)
+	b.Queue(sql, args...)
+	br, err := t.send(ctx, b)
+	if err != nil {
+		return &errRows{err: err}, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		rows.Close()
+		_ = br.Close() // the error is err
+		return &errRows{err: err}, err
+	}
+	return &batchRows{Rows: rows, br: br}, nil
+}
+
+// QueryRow runs sql for the tenant; see pgx.Conn.QueryRow.
+func (t *TenantDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	rows, _ := t.Query(ctx, sql, args...) // the error resurfaces in Scan
+	return row{rows}
+}
+
+// SendBatch runs b for the tenant, in one implicit transaction as a batch outside an
+// explicit one always does. The results are those of b's statements only.
+func (t *TenantDB) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if t.err != nil {
+		return errBatchResults{t.err}
+	}
+	tb := t.batch(len(b.QueuedQueries))
+	tb.QueuedQueries = append(tb.QueuedQueries, b.QueuedQueries...)
+	br, err := t.send(ctx, tb)
+	if err != nil {
+		return errBatchResults{err}
+	}
+	return br
+}
+
+// Begin starts a transaction that sees only the tenant's rows, in one round trip. Use
+// it with pgx.BeginFunc.
+func (t *TenantDB) Begin(ctx context.Context) (pgx.Tx, error) {
+	if t.err != nil {
+		return nil, t.err
+	}
+	// A literal, not a parameter, as BEGIN goes by the simple protocol; pgx requires
+	// standard_conforming_strings, so doubling quotes is the whole escape.
+	begin := `BEGIN; SELECT set_config('` + TenantSetting + `', '` + strings.ReplaceAll(t.tenant, "'", "''") + `', true)`
+	return t.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: begin})
+}
+
+// batchRows are the rows of a statement in a batch; closing them closes the batch,
+// which releases the connection.
+type batchRows struct {
+	pgx.Rows
+	br     pgx.BatchResults
+	err    error // from closing the batch
+	closed bool
+}
+
+func (r *batchRows) Next() bool {
+	if r.Rows.Next() {
+		return true
+	}
+	r.Close()
+	return false
+}
+
+func (r *batchRows) Close() {
+	if r.closed {
+		return
+	}
+	r.closed = true
+	r.Rows.Close()
+	r.err = r.br.Close()
+}
+
+func (r *batchRows) Err() error {
+	if err := r.Rows.Err(); err != nil {
+		return err
+	}
+	return r.err
+}
+
+// row is pgx's QueryRow over any Rows.
+type row struct{ rows pgx.Rows }
+
+func (r row) Scan(dest ...any) error {
+	defer r.rows.Close()
+	if !r.rows.Next() {
+		if err := r.rows.Err(); err != nil {
+			return err
+		}
+		return pgx.ErrNoRows
+	}
+	if err := r.rows.Scan(dest...); err != nil {
+		return err
+	}
+	r.rows.Close()
+	return r.rows.Err()
+}
+
+// errRows are the rows of a query that failed before it ran.
+type errRows struct{ err error }
+
+func (r *errRows) Close()                                       {}
+func (r *errRows) Err() error                                   { return r.err }
+func (r *errRows) CommandTag() pgconn.CommandTag                { return pgconn.CommandTag{} }
+func (r *errRows) FieldDescriptions() []pgconn.FieldDescription { return nil }
+func (r *errRows) Next() bool                                   { return false }
+func (r *errRows) Scan(...any) error                            { return r.err }
+func (r *errRows) Values() ([]any, error)                       { return nil, r.err }
+func (r *errRows) RawValues() [][]byte                          { return nil }
+func (r *errRows) Conn() *pgx.Conn                              { return nil }
+func (r *errRows) TypeMap() *pgtype.Map                         { return nil }
+
+// errBatchResults are the results of a batch that failed before it ran.
+type errBatchResults struct{ err error }
+
+func (b errBatchResults) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, b.err }
+func (b errBatchResults) Query() (pgx.Rows, error)         { return &errRows{err: b.err}, b.err }
+func (b errBatchResults) QueryRow() pgx.Row                { return row{&errRows{err: b.err}} }
+func (b errBatchResults) Close() error                     { return b.err }
+func (b errBatchResults) Tx() pgx.Tx                       { return nil }
