@@ -23,7 +23,7 @@ func (s *Server) CancelRun(ctx context.Context, req server.CancelRunRequestObjec
 		return server.CancelRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
 	}
 	id := identity(ctx)
-	run, err := journal.CancelRun(ctx, s.pool, id.Tenant, req.Id, id.Subject)
+	run, err := journal.CancelRun(ctx, s.tenantDB(ctx), id.Tenant, req.Id, id.Subject)
 	switch {
 	case errors.Is(err, journal.ErrNotFound):
 		return server.CancelRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
@@ -46,8 +46,9 @@ func (s *Server) RerunRun(ctx context.Context, req server.RerunRunRequestObject)
 	if !validRunID(req.Id) {
 		return server.RerunRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
 	}
-	tenant := identity(ctx).Tenant
-	old, err := journal.GetRun(ctx, s.pool, tenant, req.Id)
+	db := s.tenantDB(ctx)
+	tenant := db.Tenant()
+	old, err := journal.GetRun(ctx, db, tenant, req.Id)
 	if errors.Is(err, journal.ErrNotFound) {
 		return server.RerunRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
 	}
@@ -68,7 +69,7 @@ func (s *Server) RerunRun(ctx context.Context, req server.RerunRunRequestObject)
 		RerunOf:  &old.ID,
 	}
 	var run *journal.Run
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var err error
 		if run, _, err = journal.CreateRun(ctx, tx, n); err != nil {
 			return err

@@ -26,7 +26,8 @@ func (s *Server) FunctionStats(ctx context.Context, req server.FunctionStatsRequ
 		}
 		window, text = d, *w
 	}
-	stats, err := journal.StatsOfFunctions(ctx, s.pool, identity(ctx).Tenant, window)
+	db := s.tenantDB(ctx)
+	stats, err := journal.StatsOfFunctions(ctx, db, db.Tenant(), window)
 	if err != nil {
 		return nil, err
 	}
