@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -60,6 +61,7 @@ func (s *Server) RerunRun(ctx context.Context, req server.RerunRunRequestObject)
 		return server.RerunRun409ApplicationProblemPlusJSONResponse{ConflictApplicationProblemPlusJSONResponse: conflict(
 			fmt.Sprintf("run %s is %s; only a finished run (completed, failed or cancelled) can be rerun", old.ID, old.Status))}, nil
 	}
+	runAs := auth.Identity(old.Identity)
 	n := journal.NewRun{
 		ID:       uuid.Must(uuid.NewV7()).String(),
 		Tenant:   tenant,
@@ -67,6 +69,10 @@ func (s *Server) RerunRun(ctx context.Context, req server.RerunRunRequestObject)
 		Input:    old.Input,
 		Identity: old.Identity,
 		RerunOf:  &old.ID,
+		// The rerun runs as the old run's identity, so that identity must still be
+		// allowed by the current revision's invoke_roles.
+		CheckInvokeRoles: !runAs.IsAdmin(),
+		InvokerRoles:     runAs.Roles,
 	}
 	var run *journal.Run
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
@@ -74,17 +80,13 @@ func (s *Server) RerunRun(ctx context.Context, req server.RerunRunRequestObject)
 		if run, _, err = journal.CreateRun(ctx, tx, n); err != nil {
 			return err
 		}
-		err = s.checkInvokeRoles(ctx, tx, auth.Identity(old.Identity), run)
-		if pe := (*problemError)(nil); errors.As(err, &pe) && pe.status == http.StatusForbidden {
-			return &problemError{http.StatusForbidden, fmt.Sprintf(
-				"run %s runs as %s, whose roles (%s) the invoke_roles of %s revision %d do not allow",
-				old.ID, old.Identity.Subject, auth.RoleList(old.Identity.Roles), run.Function, run.Revision)}
-		}
-		if err != nil {
-			return err
-		}
 		return s.inv.Enqueue(ctx, tx, run.ID)
 	})
+	if fe := (*journal.ForbiddenError)(nil); errors.As(err, &fe) {
+		return nil, &problemError{http.StatusForbidden, fmt.Sprintf(
+			"run %s runs as %s, whose roles (%s) the invoke_roles (%s) of %s do not allow",
+			old.ID, old.Identity.Subject, auth.RoleList(old.Identity.Roles), strings.Join(fe.InvokeRoles, ", "), old.Function)}
+	}
 	if errors.Is(err, journal.ErrNotFound) {
 		return server.RerunRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: notFound(
 			fmt.Sprintf("function %q of run %s is no longer registered; register it again to rerun the run", old.Function, old.ID))}, nil

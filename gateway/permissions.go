@@ -1,19 +1,15 @@
 package gateway
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"
 	"strings"
-	"sync"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/gateway/api/server"
-	"github.com/stepgate/stepgate/journal"
 )
 
 // operationPermissions is the permission each operation of openapi.yaml needs (its
@@ -74,57 +70,4 @@ func authorize(f server.StrictHandlerFunc, operation string) server.StrictHandle
 		}
 		return f(c, req)
 	}
-}
-
-// invokeRoles caches the invoke_roles of function revisions. Revisions are immutable,
-// so an entry never goes stale; the cache is emptied when it grows past maxEntries.
-type invokeRoles struct {
-	mu         sync.Mutex
-	byRevision map[revisionKey][]string
-}
-
-type revisionKey struct {
-	tenant, name string
-	revision     int
-}
-
-const maxInvokeRolesEntries = 10_000
-
-// checkInvokeRoles returns a 403 error when the function revision of run names
-// invoke_roles and id has none of them (nor admin). db is the transaction that created
-// the run, so a refusal rolls the run back; a revision is read from it only the first
-// time this gateway meets it.
-func (s *Server) checkInvokeRoles(ctx context.Context, db journal.DB, id auth.Identity, run *journal.Run) error {
-	if id.IsAdmin() {
-		return nil
-	}
-	key := revisionKey{run.Tenant, run.Function, run.Revision}
-	s.invokeRoles.mu.Lock()
-	roles, ok := s.invokeRoles.byRevision[key]
-	s.invokeRoles.mu.Unlock()
-	if !ok {
-		fn, err := journal.GetRevision(ctx, db, run.Tenant, run.Function, run.Revision)
-		if err != nil {
-			return err
-		}
-		var cfg struct {
-			InvokeRoles []string `json:"invoke_roles"`
-		}
-		if err := json.Unmarshal(fn.Config, &cfg); err != nil {
-			return fmt.Errorf("read config of %s revision %d: %w", run.Function, run.Revision, err)
-		}
-		roles = cfg.InvokeRoles
-		s.invokeRoles.mu.Lock()
-		if s.invokeRoles.byRevision == nil || len(s.invokeRoles.byRevision) >= maxInvokeRolesEntries {
-			s.invokeRoles.byRevision = map[revisionKey][]string{}
-		}
-		s.invokeRoles.byRevision[key] = roles
-		s.invokeRoles.mu.Unlock()
-	}
-	if !id.MayInvoke(roles) {
-		return &problemError{http.StatusForbidden, fmt.Sprintf(
-			"function %s may be invoked only by the roles (%s) or admin; the token's roles (%s) include none of them",
-			run.Function, strings.Join(roles, ", "), auth.RoleList(id.Roles))}
-	}
-	return nil
 }

@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/invoker"
@@ -75,27 +77,27 @@ func (s *Server) StartRun(ctx context.Context, req server.StartRunRequestObject)
 	if req.Params.IdempotencyKey != nil {
 		n.IdempotencyKey = *req.Params.IdempotencyKey
 	}
+	// invoke_roles are checked in the statement that creates the run.
+	n.CheckInvokeRoles, n.InvokerRoles = !id.IsAdmin(), id.Roles
 	db := journal.ForTenant(s.api, id.Tenant)
 	var run *journal.Run
 	var created bool
-	if wait > 0 && id.IsAdmin() {
+	if wait > 0 {
+		// One statement, one commit: this gateway invokes the run at once.
 		run, created, err = journal.CreateRun(ctx, db, n)
 	} else {
-		// The run's revision may name invoke_roles: checked in the transaction that
-		// creates the run, so a refusal leaves no run behind.
 		err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 			run, created, err = journal.CreateRun(ctx, tx, n)
-			if err != nil {
+			if err != nil || !created {
 				return err
-			}
-			if err := s.checkInvokeRoles(ctx, tx, id, run); err != nil {
-				return err
-			}
-			if !created || wait > 0 {
-				return nil
 			}
 			return s.inv.Enqueue(ctx, tx, run.ID)
 		})
+	}
+	if fe := (*journal.ForbiddenError)(nil); errors.As(err, &fe) {
+		return nil, &problemError{http.StatusForbidden, fmt.Sprintf(
+			"function %s may be invoked only by the roles (%s) or admin; the token's roles (%s) include none of them",
+			req.Name, strings.Join(fe.InvokeRoles, ", "), auth.RoleList(id.Roles))}
 	}
 	switch {
 	case errors.Is(err, journal.ErrNotFound):

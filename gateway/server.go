@@ -61,8 +61,6 @@ type Server struct {
 	client   *http.Client
 	echo     *echo.Echo
 	stream   *streamHub
-
-	invokeRoles invokeRoles // cache of function revisions' invoke_roles
 }
 
 var _ server.StrictServerInterface = (*Server)(nil)

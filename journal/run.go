@@ -53,12 +53,35 @@ type NewRun struct {
 	// at once with no queue hop. Otherwise it is created queued.
 	Claim      bool
 	LeaseGrace time.Duration
+	// CheckInvokeRoles refuses the run, with a *ForbiddenError, when the revision's
+	// config names invoke_roles and InvokerRoles holds none of them. Leave it false
+	// for callers allowed to invoke anything (admins).
+	CheckInvokeRoles bool
+	InvokerRoles     []string
 }
+
+// ErrForbidden: the caller's roles may not invoke the function (its invoke_roles).
+var ErrForbidden = errors.New("journal: the function's invoke_roles exclude the caller")
+
+// ForbiddenError is ErrForbidden with the roles the function allows.
+type ForbiddenError struct {
+	Function    string
+	InvokeRoles []string
+}
+
+func (e *ForbiddenError) Error() string {
+	return fmt.Sprintf("function %s may be invoked only by the roles %v", e.Function, e.InvokeRoles)
+}
+
+// Unwrap makes errors.Is(err, ErrForbidden) hold.
+func (e *ForbiddenError) Unwrap() error { return ErrForbidden }
 
 // CreateRun inserts a run of the function's current revision. With an idempotency key
 // already used for the same tenant and function, it returns that run and created=false
 // when the input is the same JSON, or ErrIdempotencyMismatch. It returns ErrNotFound
-// when the function is not registered. A created run notifies EventChannel when a
+// when the function is not registered, and a *ForbiddenError when n.CheckInvokeRoles
+// and the revision's invoke_roles exclude n.InvokerRoles (checked before the key, so a
+// refused caller is never handed someone else's run). It is one statement. A created run notifies EventChannel when a
 // gateway watches the tenant.
 func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, err error) {
 	var key *string
@@ -76,12 +99,13 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 				CASE WHEN $8 THEN now() END
 			FROM stepgate.function f
 			JOIN stepgate.function_revision r USING (tenant, name, revision)
-			WHERE f.tenant = $2 AND f.name = $3
+			WHERE f.tenant = $2 AND f.name = $3 AND `+mayInvoke("r.config", "$11", "$12")+`
 			ON CONFLICT (tenant, function, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 			RETURNING `+runColumns+`
 		), `+eventCTE("ins")+`
 		SELECT ins.* FROM ins, `+eventCount,
-		n.ID, n.Tenant, n.Function, n.Input, n.Identity, key, n.ParentID, n.Claim, n.LeaseGrace.Seconds(), n.RerunOf)
+		n.ID, n.Tenant, n.Function, n.Input, n.Identity, key, n.ParentID, n.Claim, n.LeaseGrace.Seconds(), n.RerunOf,
+		n.CheckInvokeRoles, invokerRoles(n))
 	run, err = pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Run])
 	if err == nil {
 		return run, true, nil
@@ -89,10 +113,29 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, fmt.Errorf("create run of %s: %w", n.Function, err)
 	}
-	if key == nil {
+	// The function is unknown, the caller may not invoke it, or the key is taken.
+	var allowed bool
+	var roles []string
+	err = db.QueryRow(ctx, `
+		SELECT `+mayInvoke("r.config", "$3", "$4")+`,
+			CASE WHEN jsonb_typeof(r.config->'invoke_roles') = 'array'
+				THEN ARRAY(SELECT jsonb_array_elements_text(r.config->'invoke_roles')) END
+		FROM stepgate.function f
+		JOIN stepgate.function_revision r USING (tenant, name, revision)
+		WHERE f.tenant = $1 AND f.name = $2`,
+		n.Tenant, n.Function, n.CheckInvokeRoles, invokerRoles(n)).Scan(&allowed, &roles)
+	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, ErrNotFound
 	}
-	// Either the function is unknown or the key is taken: find out which.
+	if err != nil {
+		return nil, false, fmt.Errorf("look up function %s: %w", n.Function, err)
+	}
+	if !allowed {
+		return nil, false, &ForbiddenError{Function: n.Function, InvokeRoles: roles}
+	}
+	if key == nil {
+		return nil, false, ErrNotFound // deleted in between
+	}
 	rows, _ = db.Query(ctx, `
 		SELECT `+runColumns+`, input = $4::jsonb AS same_input FROM stepgate.run
 		WHERE tenant = $1 AND function = $2 AND idempotency_key = $3`,
@@ -227,4 +270,19 @@ func Attach(ctx context.Context, db DB, tenant, id string) (*Run, error) {
 		return nil, fmt.Errorf("attach to run %s: %w", id, err)
 	}
 	return run, nil
+}
+
+// mayInvoke is the SQL condition that a revision's config lets a caller invoke it: no
+// check asked, no invoke_roles (or an empty list), or one of the caller's roles in it.
+func mayInvoke(config, check, roles string) string {
+	return `(NOT ` + check + ` OR coalesce(jsonb_array_length(CASE WHEN jsonb_typeof(` + config +
+		`->'invoke_roles') = 'array' THEN ` + config + `->'invoke_roles' END), 0) = 0 OR ` +
+		config + `->'invoke_roles' ?| ` + roles + `::text[])`
+}
+
+func invokerRoles(n NewRun) []string {
+	if n.InvokerRoles == nil {
+		return []string{}
+	}
+	return n.InvokerRoles
 }
