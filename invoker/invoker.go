@@ -115,6 +115,9 @@ func New(cfg Config) (*Invoker, error) {
 		FetchCooldown:     cmp.Or(cfg.FetchCooldown, 2*time.Millisecond),
 		FetchPollInterval: time.Second,
 		JobTimeout:        -1, // each invocation is bounded by its function's timeout
+		// The gateway acts as stepgate_system, which does not own River's indexes, so
+		// River's daily REINDEX would fail; operators reindex as the owner if needed.
+		ReindexerIndexNames: []string{},
 		PeriodicJobs: []*river.PeriodicJob{river.NewPeriodicJob(
 			river.PeriodicInterval(cmp.Or(cfg.ReapInterval, 5*time.Second)),
 			func() (river.JobArgs, *river.InsertOpts) { return ReapArgs{}, nil },
