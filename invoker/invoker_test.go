@@ -3,14 +3,7 @@ package invoker_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/stepgate/stepgate/internal/stack"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-	)
-}
+func TestMain(m *testing.M) { stack.Main(m) }
