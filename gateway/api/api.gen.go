@@ -40,13 +40,16 @@ func (e AnswerStatus) Valid() bool {
 
 // Defines values for AwaitType.
 const (
-	AwaitTypeRetry AwaitType = "retry"
-	AwaitTypeSleep AwaitType = "sleep"
+	AwaitTypeInvoke AwaitType = "invoke"
+	AwaitTypeRetry  AwaitType = "retry"
+	AwaitTypeSleep  AwaitType = "sleep"
 )
 
 // Valid indicates whether the value is a known member of the AwaitType enum.
 func (e AwaitType) Valid() bool {
 	switch e {
+	case AwaitTypeInvoke:
+		return true
 	case AwaitTypeRetry:
 		return true
 	case AwaitTypeSleep:
@@ -58,13 +61,16 @@ func (e AwaitType) Valid() bool {
 
 // Defines values for EntryKind.
 const (
-	EntryKindSleep EntryKind = "sleep"
-	EntryKindStep  EntryKind = "step"
+	EntryKindInvoke EntryKind = "invoke"
+	EntryKindSleep  EntryKind = "sleep"
+	EntryKindStep   EntryKind = "step"
 )
 
 // Valid indicates whether the value is a known member of the EntryKind enum.
 func (e EntryKind) Valid() bool {
 	switch e {
+	case EntryKindInvoke:
+		return true
 	case EntryKindSleep:
 		return true
 	case EntryKindStep:
@@ -163,6 +169,20 @@ type AttemptFailure struct {
 // `seq` failed on `attempt` with `error` and has attempts left; the gateway records the
 // failure and wakes the run after a backoff from `retry` (defaults to the function's
 // retry policy).
+//
+// `invoke`: start a run of the function named `function` (in the run's tenant, at
+// its current revision) with `input` (default `null`) as a child of this run, and
+// suspend until it ends. The child runs as this run's identity (never the
+// caller's), and that identity must be allowed by the function's `invoke_roles`
+// unless it is an admin. The child's run names this one in `parent_id`, with
+// `parent_seq` and `parent_name`. When the child ends (completed, failed or
+// cancelled), the gateway journals at `seq` an entry of kind `invoke` named `name`
+// with the child's `output`, or its `error`, and calls this run again at once. When
+// the function is not registered, the entry's error is `{"type":"not_found"}`;
+// when its `invoke_roles` exclude this run's identity, `{"type":"forbidden"}`: both
+// journaled at once, and the run called again. Cancelling a parent does not cancel
+// its children: they run to their end, and their outcome is not journaled in the
+// cancelled parent.
 type Await struct {
 	Attempt *int `json:"attempt,omitempty"`
 
@@ -171,7 +191,13 @@ type Await struct {
 	// Example: 30s
 	Duration *Duration  `json:"duration,omitempty"`
 	Error    *ErrorInfo `json:"error,omitempty"`
-	Name     string     `json:"name"`
+
+	// Function `invoke`: the function to start a child run of (letters, digits, `.`, `_`, `-`; 1 to 128 characters).
+	Function *string `json:"function,omitempty"`
+
+	// Input Any JSON value, kept byte for byte.
+	Input *AnyJSON `json:"input,omitempty"`
+	Name  string   `json:"name"`
 
 	// Retry Exponential backoff with jitter: the wait after failed attempt n is a random
 	// duration between half and all of min(max_interval, initial_interval * 2^(n-1)).
@@ -302,6 +328,20 @@ type InvocationAnswer struct {
 	// `seq` failed on `attempt` with `error` and has attempts left; the gateway records the
 	// failure and wakes the run after a backoff from `retry` (defaults to the function's
 	// retry policy).
+	//
+	// `invoke`: start a run of the function named `function` (in the run's tenant, at
+	// its current revision) with `input` (default `null`) as a child of this run, and
+	// suspend until it ends. The child runs as this run's identity (never the
+	// caller's), and that identity must be allowed by the function's `invoke_roles`
+	// unless it is an admin. The child's run names this one in `parent_id`, with
+	// `parent_seq` and `parent_name`. When the child ends (completed, failed or
+	// cancelled), the gateway journals at `seq` an entry of kind `invoke` named `name`
+	// with the child's `output`, or its `error`, and calls this run again at once. When
+	// the function is not registered, the entry's error is `{"type":"not_found"}`;
+	// when its `invoke_roles` exclude this run's identity, `{"type":"forbidden"}`: both
+	// journaled at once, and the run called again. Cancelling a parent does not cancel
+	// its children: they run to their end, and their outcome is not journaled in the
+	// cancelled parent.
 	Await *Await     `json:"await,omitempty"`
 	Error *ErrorInfo `json:"error,omitempty"`
 
@@ -340,7 +380,9 @@ type InvocationRun struct {
 	Id        string    `json:"id"`
 
 	// Input Any JSON value, kept byte for byte.
-	Input    AnyJSON `json:"input"`
+	Input AnyJSON `json:"input"`
+
+	// ParentId The run that invoked this one, for a child run.
 	ParentId *string `json:"parent_id,omitempty"`
 	Revision int     `json:"revision"`
 }
@@ -348,7 +390,9 @@ type InvocationRun struct {
 // JournalEntry One finished entry of a run. `(run, seq)` is unique and immutable: the first write
 // wins, an identical repeat is harmless, a different entry at that seq is a conflict.
 // A step has `output`, or `error` when its final outcome was a failure. A sleep has
-// `until`.
+// `until`. An invoke (journaled by the gateway when the child run it waited on
+// ended; never checkpointed) has the child's `output`, or its `error`; its
+// `started_at` is when the child run was created.
 type JournalEntry struct {
 	// Attempt The attempt of the step that produced this outcome; 1 when it first succeeded.
 	Attempt    *int       `json:"attempt,omitempty"`
@@ -427,8 +471,16 @@ type Run struct {
 	Input AnyJSON `json:"input"`
 
 	// Output Any JSON value, kept byte for byte.
-	Output   *AnyJSON `json:"output,omitempty"`
-	ParentId *string  `json:"parent_id,omitempty"`
+	Output *AnyJSON `json:"output,omitempty"`
+
+	// ParentId The run that started this one with an `invoke` await (a child run).
+	ParentId *string `json:"parent_id,omitempty"`
+
+	// ParentName The name of that entry of the parent.
+	ParentName *string `json:"parent_name,omitempty"`
+
+	// ParentSeq A child run's seq in its parent's journal, where its outcome is journaled.
+	ParentSeq *int `json:"parent_seq,omitempty"`
 
 	// RerunOf The run this one reruns.
 	RerunOf   *string    `json:"rerun_of,omitempty"`
@@ -460,8 +512,16 @@ type RunDetail struct {
 	Journal []JournalEntry `json:"journal"`
 
 	// Output Any JSON value, kept byte for byte.
-	Output   *AnyJSON `json:"output,omitempty"`
-	ParentId *string  `json:"parent_id,omitempty"`
+	Output *AnyJSON `json:"output,omitempty"`
+
+	// ParentId The run that started this one with an `invoke` await (a child run).
+	ParentId *string `json:"parent_id,omitempty"`
+
+	// ParentName The name of that entry of the parent.
+	ParentName *string `json:"parent_name,omitempty"`
+
+	// ParentSeq A child run's seq in its parent's journal, where its outcome is journaled.
+	ParentSeq *int `json:"parent_seq,omitempty"`
 
 	// RerunOf The run this one reruns.
 	RerunOf   *string    `json:"rerun_of,omitempty"`
