@@ -33,6 +33,8 @@ var operationPermissions = map[string]auth.Permission{
 	"streamRuns":       auth.PermissionRunsRead,
 	"cancelRun":        auth.PermissionRunsManage,
 	"rerunRun":         auth.PermissionRunsManage,
+	"sendEvent":        auth.PermissionEventsSend,
+	"listEvents":       auth.PermissionRunsRead,
 }
 
 // OperationPermissions returns the permission each API operation needs, by the

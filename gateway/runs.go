@@ -357,8 +357,9 @@ func decodeCursor(s string) (*journal.RunCursor, error) {
 	return &c, nil
 }
 
-// Checkpoint journals one finished step of the invocation its token names. It works on
-// the system pool: the token, bound to one run and one invocation, is what scopes it.
+// Checkpoint journals one finished step, or a sent event (see checkpointEvent), of the
+// invocation its token names. It works on the system pool: the token, bound to one run
+// and one invocation, is what scopes it.
 func (s *Server) Checkpoint(ctx context.Context, req server.CheckpointRequestObject) (server.CheckpointResponseObject, error) {
 	claim, _ := ctx.Value(invocationKey{}).(invocationClaim)
 	if claim.runID != req.Id {
@@ -366,13 +367,18 @@ func (s *Server) Checkpoint(ctx context.Context, req server.CheckpointRequestObj
 			problem(http.StatusUnauthorized, "invocation token is for another run"))}, nil
 	}
 	e := req.Body
-	if e.Seq < 1 || e.Name == "" || e.Kind != api.EntryKindStep {
-		return nil, badRequest("a checkpoint is a finished step: kind \"step\", seq from 1, and a name")
+	if e.Seq < 1 || e.Name == "" || (e.Kind != api.EntryKindStep && e.Kind != api.EntryKindEvent) {
+		return nil, badRequest("a checkpoint is a finished step or a sent event: kind \"step\" or \"event\", seq from 1, and a name")
 	}
 	if e.Output != nil && e.Error != nil {
 		return nil, badRequest("a step has an output or an error, not both")
 	}
-	err := journal.AppendEntry(ctx, s.pool, req.Id, claim.invocation, invoker.EntryFromAPI(*e))
+	var err error
+	if e.Kind == api.EntryKindEvent {
+		err = s.checkpointEvent(ctx, req.Id, claim.invocation, *e)
+	} else {
+		err = journal.AppendEntry(ctx, s.pool, req.Id, claim.invocation, invoker.EntryFromAPI(*e))
+	}
 	switch {
 	case errors.Is(err, journal.ErrConflict):
 		p := problem(http.StatusConflict, "nondeterminism: "+err.Error())

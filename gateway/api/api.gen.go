@@ -61,6 +61,7 @@ func (e AwaitType) Valid() bool {
 
 // Defines values for EntryKind.
 const (
+	EntryKindEvent  EntryKind = "event"
 	EntryKindInvoke EntryKind = "invoke"
 	EntryKindSleep  EntryKind = "sleep"
 	EntryKindStep   EntryKind = "step"
@@ -69,6 +70,8 @@ const (
 // Valid indicates whether the value is a known member of the EntryKind enum.
 func (e EntryKind) Valid() bool {
 	switch e {
+	case EntryKindEvent:
+		return true
 	case EntryKindInvoke:
 		return true
 	case EntryKindSleep:
@@ -238,6 +241,60 @@ type ErrorInfo struct {
 	Type string `json:"type"`
 }
 
+// Event defines model for Event.
+type Event struct {
+	CreatedAt time.Time `json:"created_at"`
+
+	// Data Any JSON value, kept byte for byte.
+	Data AnyJSON `json:"data"`
+	Id   string  `json:"id"`
+
+	// Identity Who started the run, from the caller's JWT. Never the token itself.
+	Identity Identity `json:"identity"`
+	Name     string   `json:"name"`
+
+	// Runs The ids of the runs the event started.
+	Runs []string `json:"runs"`
+
+	// SourceRunId The run that sent the event (step.SendEvent); absent for one sent through the API.
+	SourceRunId *string `json:"source_run_id,omitempty"`
+}
+
+// EventPage defines model for EventPage.
+type EventPage struct {
+	Events []Event `json:"events"`
+
+	// NextCursor Absent on the last page.
+	NextCursor *string `json:"next_cursor,omitempty"`
+}
+
+// EventReceipt defines model for EventReceipt.
+type EventReceipt struct {
+	// Duplicate True when an event with this id was sent before: nothing new was started.
+	Duplicate *bool  `json:"duplicate,omitempty"`
+	Id        string `json:"id"`
+	Name      string `json:"name"`
+
+	// Runs The ids of the runs the event started (of the first event, for a duplicate).
+	Runs []string `json:"runs"`
+}
+
+// EventSend defines model for EventSend.
+type EventSend struct {
+	// Data Any JSON value, kept byte for byte.
+	Data *AnyJSON `json:"data,omitempty"`
+
+	// Id The deduplication key, per tenant. Defaults to a new UUID.
+	Id   *string `json:"id,omitempty"`
+	Name string  `json:"name"`
+}
+
+// EventTrigger defines model for EventTrigger.
+type EventTrigger struct {
+	// Event The event name, matched exactly.
+	Event string `json:"event"`
+}
+
 // Function defines model for Function.
 type Function struct {
 	Config FunctionConfig `json:"config"`
@@ -263,6 +320,10 @@ type FunctionConfig struct {
 
 	// Timeout How long one invocation may take. Defaults to 5m.
 	Timeout *Duration `json:"timeout,omitempty"`
+
+	// Triggers Events that start a run of this function, with the event's `data` as input
+	// and the sender's identity.
+	Triggers *[]EventTrigger `json:"triggers,omitempty"`
 }
 
 // FunctionList defines model for FunctionList.
@@ -392,7 +453,10 @@ type InvocationRun struct {
 // A step has `output`, or `error` when its final outcome was a failure. A sleep has
 // `until`. An invoke (journaled by the gateway when the child run it waited on
 // ended; never checkpointed) has the child's `output`, or its `error`; its
-// `started_at` is when the child run was created.
+// `started_at` is when the child run was created. An event (checkpointed like a
+// step, named after the event) has `output` `{name, data, id}`: the event the run
+// sent, stored with the run's identity in the checkpoint's transaction; `id`
+// defaults to `<run id>:<seq>`, so a repeated checkpoint sends nothing twice.
 type JournalEntry struct {
 	// Attempt The attempt of the step that produced this outcome; 1 when it first succeeded.
 	Attempt    *int       `json:"attempt,omitempty"`
@@ -586,6 +650,15 @@ type Unauthorized = Problem
 // Unavailable An RFC 9457 problem.
 type Unavailable = Problem
 
+// ListEventsParams defines parameters for ListEvents.
+type ListEventsParams struct {
+	Name  *string `form:"name,omitempty" json:"name,omitempty"`
+	Limit *int    `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
 // StartRunParams defines parameters for StartRun.
 type StartRunParams struct {
 	// Wait How long to wait for the result, as a Go duration (`30s`, `2m`); at most `15m`.
@@ -628,6 +701,9 @@ type FunctionStatsParams struct {
 
 // SyncAppJSONRequestBody defines body for SyncApp for application/json ContentType.
 type SyncAppJSONRequestBody = AppSync
+
+// SendEventJSONRequestBody defines body for SendEvent for application/json ContentType.
+type SendEventJSONRequestBody = EventSend
 
 // RegisterFunctionJSONRequestBody defines body for RegisterFunction for application/json ContentType.
 type RegisterFunctionJSONRequestBody = FunctionRegistration
@@ -730,6 +806,43 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/apps (the `SyncApp` operationId).
 	SyncApp(ctx context.Context, body SyncAppJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListEvents Lists events, newest first, with keyset pagination. Needs `runs:read`.
+	//
+	// Corresponds with GET /v1/events (the `ListEvents` operationId).
+	ListEvents(ctx context.Context, params *ListEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SendEventWithBody Sends an event, starting a run of each function it triggers. Needs `events:send`.
+	//
+	// The event is stored, and each function of the tenant whose current revision has a
+	// trigger with this exact `name` (`config.triggers`) gets a run with the event's
+	// `data` as its input, in the same transaction. Each run carries the caller's
+	// identity, and a function whose `invoke_roles` exclude the caller is not started.
+	//
+	// `id` deduplicates (per tenant): an event with the `id` of one already sent
+	// answers that first event, with `duplicate`, and starts nothing. Without `id` the
+	// gateway makes one.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/events (the `SendEvent` operationId).
+	SendEventWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SendEvent Sends an event, starting a run of each function it triggers. Needs `events:send`.
+	//
+	// The event is stored, and each function of the tenant whose current revision has a
+	// trigger with this exact `name` (`config.triggers`) gets a run with the event's
+	// `data` as its input, in the same transaction. Each run carries the caller's
+	// identity, and a function whose `invoke_roles` exclude the caller is not started.
+	//
+	// `id` deduplicates (per tenant): an event with the `id` of one already sent
+	// answers that first event, with `duplicate`, and starts nothing. Without `id` the
+	// gateway makes one.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/events (the `SendEvent` operationId).
+	SendEvent(ctx context.Context, body SendEventJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListFunctions Lists the registered functions with their current revision. Needs `functions:read`.
 	//
@@ -913,6 +1026,73 @@ func (c *Client) SyncAppWithBody(ctx context.Context, contentType string, body i
 // Corresponds with POST /v1/apps (the `SyncApp` operationId).
 func (c *Client) SyncApp(ctx context.Context, body SyncAppJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewSyncAppRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListEvents Lists events, newest first, with keyset pagination. Needs `runs:read`.
+//
+// Corresponds with GET /v1/events (the `ListEvents` operationId).
+func (c *Client) ListEvents(ctx context.Context, params *ListEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListEventsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SendEventWithBody Sends an event, starting a run of each function it triggers. Needs `events:send`.
+//
+// The event is stored, and each function of the tenant whose current revision has a
+// trigger with this exact `name` (`config.triggers`) gets a run with the event's
+// `data` as its input, in the same transaction. Each run carries the caller's
+// identity, and a function whose `invoke_roles` exclude the caller is not started.
+//
+// `id` deduplicates (per tenant): an event with the `id` of one already sent
+// answers that first event, with `duplicate`, and starts nothing. Without `id` the
+// gateway makes one.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/events (the `SendEvent` operationId).
+func (c *Client) SendEventWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSendEventRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SendEvent Sends an event, starting a run of each function it triggers. Needs `events:send`.
+//
+// The event is stored, and each function of the tenant whose current revision has a
+// trigger with this exact `name` (`config.triggers`) gets a run with the event's
+// `data` as its input, in the same transaction. Each run carries the caller's
+// identity, and a function whose `invoke_roles` exclude the caller is not started.
+//
+// `id` deduplicates (per tenant): an event with the `id` of one already sent
+// answers that first event, with `duplicate`, and starts nothing. Without `id` the
+// gateway makes one.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/events (the `SendEvent` operationId).
+func (c *Client) SendEvent(ctx context.Context, body SendEventJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSendEventRequest(c.Server, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1273,6 +1453,124 @@ func NewSyncAppRequestWithBody(server string, contentType string, body io.Reader
 	}
 
 	operationPath := fmt.Sprintf("/v1/apps")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewListEventsRequest constructs an http.Request for the ListEvents method
+func NewListEventsRequest(server string, params *ListEventsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/events")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Name != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "name", *params.Name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewSendEventRequest calls the generic SendEvent builder with application/json body
+func NewSendEventRequest(server string, body SendEventJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewSendEventRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewSendEventRequestWithBody constructs an http.Request for the SendEvent method, with any body, and a specified content type
+func NewSendEventRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/events")
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -2044,6 +2342,45 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/apps (the `SyncApp` operationId).
 	SyncAppWithResponse(ctx context.Context, body SyncAppJSONRequestBody, reqEditors ...RequestEditorFn) (*SyncAppResponse, error)
 
+	// ListEventsWithResponse Lists events, newest first, with keyset pagination. Needs `runs:read`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/events (the `ListEvents` operationId).
+	ListEventsWithResponse(ctx context.Context, params *ListEventsParams, reqEditors ...RequestEditorFn) (*ListEventsResponse, error)
+
+	// SendEventWithBodyWithResponse Sends an event, starting a run of each function it triggers. Needs `events:send`.
+	//
+	// The event is stored, and each function of the tenant whose current revision has a
+	// trigger with this exact `name` (`config.triggers`) gets a run with the event's
+	// `data` as its input, in the same transaction. Each run carries the caller's
+	// identity, and a function whose `invoke_roles` exclude the caller is not started.
+	//
+	// `id` deduplicates (per tenant): an event with the `id` of one already sent
+	// answers that first event, with `duplicate`, and starts nothing. Without `id` the
+	// gateway makes one.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/events (the `SendEvent` operationId).
+	SendEventWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SendEventResponse, error)
+
+	// SendEventWithResponse Sends an event, starting a run of each function it triggers. Needs `events:send`.
+	//
+	// The event is stored, and each function of the tenant whose current revision has a
+	// trigger with this exact `name` (`config.triggers`) gets a run with the event's
+	// `data` as its input, in the same transaction. Each run carries the caller's
+	// identity, and a function whose `invoke_roles` exclude the caller is not started.
+	//
+	// `id` deduplicates (per tenant): an event with the `id` of one already sent
+	// answers that first event, with `duplicate`, and starts nothing. Without `id` the
+	// gateway makes one.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/events (the `SendEvent` operationId).
+	SendEventWithResponse(ctx context.Context, body SendEventJSONRequestBody, reqEditors ...RequestEditorFn) (*SendEventResponse, error)
+
 	// ListFunctionsWithResponse Lists the registered functions with their current revision. Needs `functions:read`.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -2318,6 +2655,137 @@ func (r SyncAppResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r SyncAppResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListEventsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *EventPage
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListEventsResponse) GetJSON200() *EventPage {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListEventsResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListEventsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListEventsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetBody returns the raw response body bytes
+func (r ListEventsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListEventsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListEventsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListEventsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type SendEventResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *EventReceipt
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *TooLarge
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r SendEventResponse) GetJSON202() *EventReceipt {
+	return r.JSON202
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r SendEventResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r SendEventResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r SendEventResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r SendEventResponse) GetApplicationproblemJSON413() *TooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetBody returns the raw response body bytes
+func (r SendEventResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r SendEventResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r SendEventResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r SendEventResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -3232,6 +3700,63 @@ func (c *ClientWithResponses) SyncAppWithResponse(ctx context.Context, body Sync
 	return ParseSyncAppResponse(rsp)
 }
 
+// ListEventsWithResponse Lists events, newest first, with keyset pagination. Needs `runs:read`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/events (the `ListEvents` operationId).
+func (c *ClientWithResponses) ListEventsWithResponse(ctx context.Context, params *ListEventsParams, reqEditors ...RequestEditorFn) (*ListEventsResponse, error) {
+	rsp, err := c.ListEvents(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListEventsResponse(rsp)
+}
+
+// SendEventWithBodyWithResponse Sends an event, starting a run of each function it triggers. Needs `events:send`.
+//
+// The event is stored, and each function of the tenant whose current revision has a
+// trigger with this exact `name` (`config.triggers`) gets a run with the event's
+// `data` as its input, in the same transaction. Each run carries the caller's
+// identity, and a function whose `invoke_roles` exclude the caller is not started.
+//
+// `id` deduplicates (per tenant): an event with the `id` of one already sent
+// answers that first event, with `duplicate`, and starts nothing. Without `id` the
+// gateway makes one.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/events (the `SendEvent` operationId).
+func (c *ClientWithResponses) SendEventWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SendEventResponse, error) {
+	rsp, err := c.SendEventWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSendEventResponse(rsp)
+}
+
+// SendEventWithResponse Sends an event, starting a run of each function it triggers. Needs `events:send`.
+//
+// The event is stored, and each function of the tenant whose current revision has a
+// trigger with this exact `name` (`config.triggers`) gets a run with the event's
+// `data` as its input, in the same transaction. Each run carries the caller's
+// identity, and a function whose `invoke_roles` exclude the caller is not started.
+//
+// `id` deduplicates (per tenant): an event with the `id` of one already sent
+// answers that first event, with `duplicate`, and starts nothing. Without `id` the
+// gateway makes one.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/events (the `SendEvent` operationId).
+func (c *ClientWithResponses) SendEventWithResponse(ctx context.Context, body SendEventJSONRequestBody, reqEditors ...RequestEditorFn) (*SendEventResponse, error) {
+	rsp, err := c.SendEvent(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSendEventResponse(rsp)
+}
+
 // ListFunctionsWithResponse Lists the registered functions with their current revision. Needs `functions:read`.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -3571,6 +4096,107 @@ func ParseSyncAppResponse(rsp *http.Response) (*SyncAppResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON502 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListEventsResponse parses an HTTP response from a ListEventsWithResponse call
+func ParseListEventsResponse(rsp *http.Response) (*ListEventsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListEventsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest EventPage
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseSendEventResponse parses an HTTP response from a SendEventWithResponse call
+func ParseSendEventResponse(rsp *http.Response) (*SendEventResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &SendEventResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest EventReceipt
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
 
 	}
 

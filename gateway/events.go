@@ -1,0 +1,215 @@
+package gateway
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/stepgate/stepgate/auth"
+	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/gateway/api/server"
+	"github.com/stepgate/stepgate/invoker"
+	"github.com/stepgate/stepgate/journal"
+)
+
+// maxEventField bounds an event's name and id, in bytes (a journal entry's name too).
+const maxEventField = 255
+
+func checkEventField(field, v string) error {
+	if v == "" || len(v) > maxEventField {
+		return badRequest("event %s %q must be 1 to %d bytes", field, v, maxEventField)
+	}
+	return nil
+}
+
+// SendEvent stores an event of the caller's tenant and starts the runs it triggers, with
+// the caller's identity, in one transaction with their invocation jobs.
+func (s *Server) SendEvent(ctx context.Context, req server.SendEventRequestObject) (server.SendEventResponseObject, error) {
+	b := req.Body
+	if err := checkEventField("name", b.Name); err != nil {
+		return nil, err
+	}
+	n := journal.NewEvent{Name: b.Name}
+	if b.Id != nil {
+		if err := checkEventField("id", *b.Id); err != nil {
+			return nil, err
+		}
+		n.ID = *b.Id
+	} else {
+		n.ID = uuid.Must(uuid.NewV7()).String()
+	}
+	if b.Data != nil {
+		n.Data = json.RawMessage(*b.Data)
+	}
+	id := identity(ctx)
+	n.Tenant, n.Identity, n.CheckInvokeRoles = id.Tenant, journal.Identity(id), !id.IsAdmin()
+	ev, created, err := s.sendEvent(ctx, journal.ForTenant(s.api, id.Tenant), n)
+	if err != nil {
+		return nil, err
+	}
+	out := api.EventReceipt{Id: ev.ID, Name: ev.Name, Runs: runIDs(ev.Runs)}
+	if !created {
+		out.Duplicate = new(true)
+	}
+	return server.SendEvent202JSONResponse(out), nil
+}
+
+// sendEvent stores the event and enqueues the invocations of the runs it starts, in one
+// transaction of db.
+func (s *Server) sendEvent(ctx context.Context, db interface {
+	Begin(context.Context) (pgx.Tx, error)
+}, n journal.NewEvent) (ev *journal.Event, created bool, err error) {
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		ev, created, err = journal.SendEvent(ctx, tx, n)
+		if err != nil || !created {
+			return err
+		}
+		for _, runID := range ev.Runs {
+			if err := s.inv.Enqueue(ctx, tx, runID); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return ev, created, err
+}
+
+// eventOutput is the output of a journal entry of kind event.
+type eventOutput struct {
+	Name string          `json:"name"`
+	Data json.RawMessage `json:"data"`
+	ID   string          `json:"id"`
+}
+
+// checkpointEvent journals an event entry of the invocation that owns runID and sends
+// the event, with the run's tenant and identity, in one transaction: the entry is fenced
+// like a step's, and a repeated checkpoint finds both the entry and the event (its id)
+// already there, so it starts nothing twice. The event's id defaults to
+// "<run id>:<seq>".
+func (s *Server) checkpointEvent(ctx context.Context, runID string, invocation int, e api.JournalEntry) error {
+	var out eventOutput
+	if e.Output == nil || json.Unmarshal(*e.Output, &out) != nil {
+		return badRequest("an event entry's output is the event: {\"name\", \"data\", \"id\"}")
+	}
+	if e.Error != nil {
+		return badRequest("an event entry has no error")
+	}
+	if out.Name == "" {
+		out.Name = e.Name
+	}
+	if out.Name != e.Name {
+		return badRequest("an event entry is named after its event: %q, not %q", out.Name, e.Name)
+	}
+	if out.ID == "" {
+		out.ID = runID + ":" + strconv.Itoa(e.Seq)
+	}
+	if err := checkEventField("id", out.ID); err != nil {
+		return err
+	}
+	if len(out.Data) == 0 {
+		out.Data = json.RawMessage("null")
+	}
+	entry := invoker.EntryFromAPI(e)
+	raw, err := json.Marshal(out)
+	if err != nil {
+		return badRequest("an event entry's data is not valid JSON: %v", err)
+	}
+	entry.Output = raw
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := journal.AppendEntry(ctx, tx, runID, invocation, entry); err != nil {
+			return err
+		}
+		// The entry's fenced insert share-locks the run, so it is running and ours.
+		runs, err := journal.RunsByID(ctx, tx, []string{runID})
+		if err != nil {
+			return err
+		}
+		if len(runs) != 1 {
+			return journal.ErrSuperseded
+		}
+		run := runs[0]
+		ev, created, err := journal.SendEvent(ctx, tx, journal.NewEvent{
+			Tenant: run.Tenant, ID: out.ID, Name: out.Name, Data: out.Data, Identity: run.Identity,
+			SourceRunID: &run.ID, CheckInvokeRoles: !slices.Contains(run.Identity.Roles, auth.RoleAdmin),
+		})
+		if err != nil || !created {
+			return err
+		}
+		for _, id := range ev.Runs {
+			if err := s.inv.Enqueue(ctx, tx, id); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// ListEvents lists the tenant's events, newest first, a page at a time.
+func (s *Server) ListEvents(ctx context.Context, req server.ListEventsRequestObject) (server.ListEventsResponseObject, error) {
+	p := req.Params
+	var f journal.EventFilter
+	if p.Name != nil {
+		f.Name = *p.Name
+	}
+	if p.Limit != nil {
+		if *p.Limit < 1 || *p.Limit > 500 {
+			return nil, badRequest("limit %d is not between 1 and 500", *p.Limit)
+		}
+		f.Limit = *p.Limit
+	}
+	if p.Cursor != nil && *p.Cursor != "" {
+		c, err := decodeEventCursor(*p.Cursor)
+		if err != nil {
+			return nil, err
+		}
+		f.After = c
+	}
+	db := s.tenantDB(ctx)
+	events, next, err := journal.ListEvents(ctx, db, db.Tenant(), f)
+	if err != nil {
+		return nil, err
+	}
+	out := api.EventPage{Events: make([]api.Event, 0, len(events))}
+	for i := range events {
+		out.Events = append(out.Events, eventToAPI(&events[i]))
+	}
+	if next != nil {
+		b, _ := json.Marshal(next) // a struct of a time and a string always encodes
+		c := base64.RawURLEncoding.EncodeToString(b)
+		out.NextCursor = &c
+	}
+	return server.ListEvents200JSONResponse(out), nil
+}
+
+func decodeEventCursor(s string) (*journal.EventCursor, error) {
+	var c journal.EventCursor
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err == nil {
+		err = json.Unmarshal(b, &c)
+	}
+	if err != nil || c.ID == "" || c.CreatedAt.Equal(time.Time{}) {
+		return nil, badRequest("cursor is not one this API returned")
+	}
+	return &c, nil
+}
+
+func eventToAPI(ev *journal.Event) api.Event {
+	return api.Event{
+		Id: ev.ID, Name: ev.Name, Data: api.AnyJSON(ev.Data), Identity: invoker.IdentityToAPI(ev.Identity),
+		SourceRunId: ev.SourceRunID, Runs: runIDs(ev.Runs), CreatedAt: ev.CreatedAt,
+	}
+}
+
+// runIDs is ids, never nil, so that it encodes as a JSON array.
+func runIDs(ids []string) []string {
+	if ids == nil {
+		return []string{}
+	}
+	return ids
+}

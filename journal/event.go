@@ -1,0 +1,167 @@
+package journal
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// KindEvent is the journal entry of an event a run sent (step.SendEvent): its output is
+// the event's {name, data, id}. It is checkpointed like a step, and the checkpoint
+// stores the event (see SendEvent) in the entry's transaction.
+const KindEvent = "event"
+
+// Event is a named JSON payload sent by a tenant, through the API or from a run. Events
+// are immutable; (Tenant, ID) is unique.
+type Event struct {
+	Tenant   string          `db:"tenant"`
+	ID       string          `db:"id"`
+	Name     string          `db:"name"`
+	Data     json.RawMessage `db:"data"`
+	Identity Identity        `db:"identity"` // The sender's.
+	// SourceRunID is the run that sent the event; nil for one sent through the API.
+	SourceRunID *string   `db:"source_run_id"`
+	Runs        []string  `db:"runs"` // The runs the event started, by function name.
+	CreatedAt   time.Time `db:"created_at"`
+}
+
+const eventColumns = `tenant, id, name, data, identity, source_run_id::text, runs::text[], created_at`
+
+// NewEvent is what SendEvent needs to store an event.
+type NewEvent struct {
+	Tenant string
+	// ID deduplicates the tenant's events: the first event with an id wins. Required.
+	ID   string
+	Name string
+	Data json.RawMessage // Defaults to JSON null.
+	// Identity is the sender's; every run the event starts carries it.
+	Identity    Identity
+	SourceRunID *string // The run that sends the event, if any.
+	// CheckInvokeRoles skips the functions whose current revision's invoke_roles
+	// exclude Identity.Roles, as a direct start by the sender would be refused. Leave
+	// it false for senders allowed to invoke anything (admins).
+	CheckInvokeRoles bool
+}
+
+// SendEvent stores an event of the tenant and, when its id is new, starts a queued run of
+// each of the tenant's functions whose current revision has a trigger with the event's
+// exact name (config.triggers[].event), with the event's data as input and its
+// identity, all in one statement. It returns the event and created=true; the caller
+// enqueues the invocation of each of ev.Runs in the same transaction. When the tenant
+// already has an event with that id, it returns that first event and created=false,
+// and starts nothing. Concurrent sends of one id wait for each other: one wins. Each
+// run created notifies EventChannel when a gateway watches the tenant.
+func SendEvent(ctx context.Context, db DB, n NewEvent) (ev *Event, created bool, err error) {
+	if n.ID == "" || n.Name == "" {
+		return nil, false, errors.New("journal: an event needs an id and a name")
+	}
+	data := n.Data
+	if len(data) == 0 {
+		data = json.RawMessage("null")
+	}
+	roles := n.Identity.Roles
+	if roles == nil {
+		roles = []string{}
+	}
+	// Run ids are UUIDv7, as the gateway makes them, for the index locality of time
+	// order. targets is materialized (a volatile CTE read twice), so the event's runs
+	// are the runs inserted.
+	rows, _ := db.Query(ctx, `
+		WITH targets AS MATERIALIZED (
+			SELECT f.name, f.revision, encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid())
+				placing substring(int8send(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM 3)
+				FROM 1 FOR 6), 52, 1), 53, 1), 'hex')::uuid AS run_id
+			FROM stepgate.function f
+			JOIN stepgate.function_revision r USING (tenant, name, revision)
+			WHERE f.tenant = $1
+			  AND r.config->'triggers' @> jsonb_build_array(jsonb_build_object('event', $3::text))
+			  AND `+mayInvoke("r.config", "$7", "$8")+`
+		), ins AS (
+			INSERT INTO stepgate.event (tenant, id, name, data, identity, source_run_id, runs)
+			SELECT $1, $2, $3, $4, $5, $6, coalesce(array_agg(run_id ORDER BY name), '{}') FROM targets
+			ON CONFLICT (tenant, id) DO NOTHING
+			RETURNING `+eventColumns+`
+		), runs AS (
+			INSERT INTO stepgate.run (id, tenant, function, revision, status, input, identity)
+			SELECT t.run_id, $1, t.name, t.revision, 'queued', $4, $5
+			FROM targets t WHERE EXISTS (SELECT 1 FROM ins)
+			RETURNING id, tenant, function, status, attempts, wake_at, finished_at
+		), `+eventCTE("runs")+`
+		SELECT ins.* FROM ins, `+eventCount,
+		n.Tenant, n.ID, n.Name, data, n.Identity, n.SourceRunID, n.CheckInvokeRoles, roles)
+	ev, err = pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Event])
+	if err == nil {
+		return ev, true, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, fmt.Errorf("send event %s: %w", n.Name, err)
+	}
+	ev, err = GetEvent(ctx, db, n.Tenant, n.ID)
+	if err != nil {
+		return nil, false, err
+	}
+	return ev, false, nil
+}
+
+// GetEvent returns the tenant's event, or ErrNotFound.
+func GetEvent(ctx context.Context, db DB, tenant, id string) (*Event, error) {
+	rows, _ := db.Query(ctx, `SELECT `+eventColumns+` FROM stepgate.event WHERE tenant = $1 AND id = $2`, tenant, id)
+	ev, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Event])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get event %s: %w", id, err)
+	}
+	return ev, nil
+}
+
+// EventFilter selects events for ListEvents. Zero fields do not filter.
+type EventFilter struct {
+	Name string
+	// After is the keyset position: events strictly older than (CreatedAt, ID).
+	After *EventCursor
+	Limit int // Defaults to 50.
+}
+
+// EventCursor is a keyset position in the newest-first event order.
+type EventCursor struct {
+	CreatedAt time.Time `json:"t"`
+	ID        string    `json:"id"`
+}
+
+// ListEvents returns the tenant's events newest first, at most f.Limit of them, and the
+// cursor of the next page (nil on the last page).
+func ListEvents(ctx context.Context, db DB, tenant string, f EventFilter) ([]Event, *EventCursor, error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 50
+	}
+	var afterT *time.Time
+	var afterID *string
+	if f.After != nil {
+		afterT, afterID = &f.After.CreatedAt, &f.After.ID
+	}
+	rows, _ := db.Query(ctx, `
+		SELECT `+eventColumns+` FROM stepgate.event
+		WHERE tenant = $1
+		  AND ($2 = '' OR name = $2)
+		  AND ($3::timestamptz IS NULL OR (created_at, id) < ($3, $4::text))
+		ORDER BY created_at DESC, id DESC
+		LIMIT $5`,
+		tenant, f.Name, afterT, afterID, limit+1)
+	events, err := pgx.CollectRows(rows, pgx.RowToStructByName[Event])
+	if err != nil {
+		return nil, nil, fmt.Errorf("list events: %w", err)
+	}
+	if len(events) <= limit {
+		return events, nil, nil
+	}
+	events = events[:limit]
+	last := events[limit-1]
+	return events, &EventCursor{CreatedAt: last.CreatedAt, ID: last.ID}, nil
+}
