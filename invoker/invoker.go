@@ -80,6 +80,8 @@ type Invoker struct {
 	inflightMu sync.Mutex
 	inflight   map[string]map[*inflightCall]struct{} // run id -> its calls from this process
 
+	ticks tickTimers // schedules' next ticks (schedule.go)
+
 	bg       context.Context // for work that outlives a request: timers' invocations
 	bgCancel context.CancelFunc
 	bgWG     sync.WaitGroup
@@ -108,6 +110,7 @@ func New(cfg Config) (*Invoker, error) {
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &invokeWorker{inv: inv})
 	river.AddWorker(workers, &reapWorker{inv: inv})
+	river.AddWorker(workers, &tickWorker{inv: inv})
 	rc, err := river.NewClient(riverpgxv5.New(cfg.Pool), &river.Config{
 		Logger:            slog.New(warnOnly{cfg.Logger.Handler()}).With(slog.String("component", "river")),
 		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cmp.Or(cfg.Workers, 100)}},
@@ -170,6 +173,7 @@ func (inv *Invoker) Stop(ctx context.Context) error {
 		delete(inv.timers, id)
 	}
 	inv.timersMu.Unlock()
+	inv.ticks.stop()
 	err := inv.river.Stop(ctx)
 	inv.bgCancel()
 	inv.bgWG.Wait()
