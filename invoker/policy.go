@@ -75,6 +75,13 @@ func ParseConfig(raw json.RawMessage) (FunctionConfig, error) {
 	if err != nil {
 		return FunctionConfig{}, fmt.Errorf("config.retries: %w", err)
 	}
+	if c.Triggers != nil {
+		for i, t := range *c.Triggers {
+			if t.Event == "" || len(t.Event) > 255 {
+				return FunctionConfig{}, fmt.Errorf("config.triggers[%d].event %q must be 1 to 255 bytes", i, t.Event)
+			}
+		}
+	}
 	return fc, nil
 }
 
