@@ -49,7 +49,13 @@ func (s *Server) SendEvent(ctx context.Context, req server.SendEventRequestObjec
 	}
 	id := identity(ctx)
 	n.Tenant, n.Identity, n.CheckInvokeRoles = id.Tenant, journal.Identity(id), !id.IsAdmin()
-	ev, created, err := s.sendEvent(ctx, journal.ForTenant(s.api, id.Tenant), n)
+	var ev *journal.Event
+	var created bool
+	err := pgx.BeginFunc(ctx, journal.ForTenant(s.api, id.Tenant), func(tx pgx.Tx) error {
+		var err error
+		ev, created, err = s.sendEvent(ctx, tx, n)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -60,24 +66,18 @@ func (s *Server) SendEvent(ctx context.Context, req server.SendEventRequestObjec
 	return server.SendEvent202JSONResponse(out), nil
 }
 
-// sendEvent stores the event and enqueues the invocations of the runs it starts, in one
-// transaction of db.
-func (s *Server) sendEvent(ctx context.Context, db interface {
-	Begin(context.Context) (pgx.Tx, error)
-}, n journal.NewEvent) (ev *journal.Event, created bool, err error) {
-	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		ev, created, err = journal.SendEvent(ctx, tx, n)
-		if err != nil || !created {
-			return err
+// sendEvent stores the event in tx and enqueues the invocations of the runs it starts.
+func (s *Server) sendEvent(ctx context.Context, tx pgx.Tx, n journal.NewEvent) (*journal.Event, bool, error) {
+	ev, created, err := journal.SendEvent(ctx, tx, n)
+	if err != nil || !created {
+		return ev, created, err
+	}
+	for _, runID := range ev.Runs {
+		if err := s.inv.Enqueue(ctx, tx, runID); err != nil {
+			return nil, false, err
 		}
-		for _, runID := range ev.Runs {
-			if err := s.inv.Enqueue(ctx, tx, runID); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	return ev, created, err
+	}
+	return ev, true, nil
 }
 
 // eventOutput is the output of a journal entry of kind event.
@@ -134,19 +134,11 @@ func (s *Server) checkpointEvent(ctx context.Context, runID string, invocation i
 			return journal.ErrSuperseded
 		}
 		run := runs[0]
-		ev, created, err := journal.SendEvent(ctx, tx, journal.NewEvent{
+		_, _, err = s.sendEvent(ctx, tx, journal.NewEvent{
 			Tenant: run.Tenant, ID: out.ID, Name: out.Name, Data: out.Data, Identity: run.Identity,
 			SourceRunID: &run.ID, CheckInvokeRoles: !slices.Contains(run.Identity.Roles, auth.RoleAdmin),
 		})
-		if err != nil || !created {
-			return err
-		}
-		for _, id := range ev.Runs {
-			if err := s.inv.Enqueue(ctx, tx, id); err != nil {
-				return err
-			}
-		}
-		return nil
+		return err
 	})
 }
 
