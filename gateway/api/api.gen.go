@@ -617,11 +617,69 @@ type RunResult struct {
 // RunStatus defines model for RunStatus.
 type RunStatus string
 
+// Schedule defines model for Schedule.
+type Schedule struct {
+	CreatedAt time.Time `json:"created_at"`
+	Cron      string    `json:"cron"`
+	Function  string    `json:"function"`
+
+	// Identity Who last put the schedule; every run it starts carries this identity.
+	Identity Identity `json:"identity"`
+
+	// Input Any JSON value, kept byte for byte.
+	Input AnyJSON `json:"input"`
+
+	// LastRunId The run the last tick started; absent when it started none (the function was deleted, or its `invoke_roles` exclude the identity).
+	LastRunId *string `json:"last_run_id,omitempty"`
+
+	// LastTickAt The last tick handled.
+	LastTickAt *time.Time `json:"last_tick_at,omitempty"`
+	Name       string     `json:"name"`
+
+	// NextAt The next tick (database clock).
+	NextAt   time.Time `json:"next_at"`
+	Timezone string    `json:"timezone"`
+
+	// UpdatedAt When the schedule was last put.
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// ScheduleList defines model for ScheduleList.
+type ScheduleList struct {
+	Schedules []Schedule `json:"schedules"`
+}
+
+// ScheduleSpec A schedule, as `PUT /v1/schedules/{name}` takes it.
+type ScheduleSpec struct {
+	// Cron Five fields, minute hour day-of-month month day-of-week (`*/15 * * * *`,
+	// `0 9 * * MON-FRI`), or a descriptor: `@yearly`, `@monthly`, `@weekly`,
+	// `@daily`, `@hourly`, or `@every <duration>` in whole seconds, at least `1s`
+	// (`@every 1m`, counted from each tick).
+	//
+	//
+	// Example: 0 9 * * MON-FRI
+	Cron string `json:"cron"`
+
+	// Function The registered function each tick starts a run of.
+	Function string `json:"function"`
+
+	// Input Each run's input. Defaults to `null`.
+	Input *AnyJSON `json:"input,omitempty"`
+
+	// Timezone The IANA time zone the fields are read in. Defaults to `UTC`.
+	//
+	// Example: Europe/Paris
+	Timezone *string `json:"timezone,omitempty"`
+}
+
 // FunctionName defines model for FunctionName.
 type FunctionName = string
 
 // RunID defines model for RunID.
 type RunID = string
+
+// ScheduleName defines model for ScheduleName.
+type ScheduleName = string
 
 // Wait defines model for Wait.
 type Wait = string
@@ -713,6 +771,9 @@ type StartRunJSONRequestBody = AnyJSON
 
 // CheckpointJSONRequestBody defines body for Checkpoint for application/json ContentType.
 type CheckpointJSONRequestBody = JournalEntry
+
+// PutScheduleJSONRequestBody defines body for PutSchedule for application/json ContentType.
+type PutScheduleJSONRequestBody = ScheduleSpec
 
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
@@ -980,6 +1041,65 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/runs/{id}/result (the `GetRunResult` operationId).
 	GetRunResult(ctx context.Context, id RunID, params *GetRunResultParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListSchedules Lists the schedules, by name. Needs `functions:read`.
+	//
+	// Corresponds with GET /v1/schedules (the `ListSchedules` operationId).
+	ListSchedules(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteSchedule Deletes a schedule; it starts no more runs. The runs it started are kept. Needs `functions:write`.
+	//
+	// Corresponds with DELETE /v1/schedules/{name} (the `DeleteSchedule` operationId).
+	DeleteSchedule(ctx context.Context, name ScheduleName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetSchedule Returns a schedule. Needs `functions:read`.
+	//
+	// Corresponds with GET /v1/schedules/{name} (the `GetSchedule` operationId).
+	GetSchedule(ctx context.Context, name ScheduleName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutScheduleWithBody Creates or replaces a schedule that starts a run of a function on each cron tick. Needs `functions:write`, and `runs:invoke` besides.
+	//
+	// Each tick starts exactly one run, however many gateways run: its idempotency key
+	// is `schedule:<name>:<tick>` (the tick in RFC 3339, UTC), its input the schedule's
+	// `input`, and its identity the caller's, kept with the schedule (never the token):
+	// the function sees who put the schedule. As the runs act as the caller, the caller
+	// needs `runs:invoke` too and must be allowed by the function's `invoke_roles`. A
+	// tick whose function was deleted since, or whose `invoke_roles` now exclude the
+	// identity, starts no run; the schedule goes on.
+	//
+	// Putting a schedule again replaces it (function, cron, time zone, input and
+	// identity) and computes its next tick afresh. Ticks start their runs within
+	// milliseconds while the gateway that put the schedule or handled its last tick
+	// runs, else up to ~5s late (River's scheduler). Ticks missed while no gateway ran
+	// are not made up: the late tick starts one run, and the next tick is the first
+	// after it was handled.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /v1/schedules/{name} (the `PutSchedule` operationId).
+	PutScheduleWithBody(ctx context.Context, name ScheduleName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutSchedule Creates or replaces a schedule that starts a run of a function on each cron tick. Needs `functions:write`, and `runs:invoke` besides.
+	//
+	// Each tick starts exactly one run, however many gateways run: its idempotency key
+	// is `schedule:<name>:<tick>` (the tick in RFC 3339, UTC), its input the schedule's
+	// `input`, and its identity the caller's, kept with the schedule (never the token):
+	// the function sees who put the schedule. As the runs act as the caller, the caller
+	// needs `runs:invoke` too and must be allowed by the function's `invoke_roles`. A
+	// tick whose function was deleted since, or whose `invoke_roles` now exclude the
+	// identity, starts no run; the schedule goes on.
+	//
+	// Putting a schedule again replaces it (function, cron, time zone, input and
+	// identity) and computes its next tick afresh. Ticks start their runs within
+	// milliseconds while the gateway that put the schedule or handled its last tick
+	// runs, else up to ~5s late (River's scheduler). Ticks missed while no gateway ran
+	// are not made up: the late tick starts one run, and the next tick is the first
+	// after it was handled.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /v1/schedules/{name} (the `PutSchedule` operationId).
+	PutSchedule(ctx context.Context, name ScheduleName, body PutScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// FunctionStats Each function's runs over a recent window. Needs `functions:read`.
 	//
@@ -1380,6 +1500,115 @@ func (c *Client) RerunRun(ctx context.Context, id RunID, reqEditors ...RequestEd
 // Corresponds with GET /v1/runs/{id}/result (the `GetRunResult` operationId).
 func (c *Client) GetRunResult(ctx context.Context, id RunID, params *GetRunResultParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetRunResultRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListSchedules Lists the schedules, by name. Needs `functions:read`.
+//
+// Corresponds with GET /v1/schedules (the `ListSchedules` operationId).
+func (c *Client) ListSchedules(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListSchedulesRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteSchedule Deletes a schedule; it starts no more runs. The runs it started are kept. Needs `functions:write`.
+//
+// Corresponds with DELETE /v1/schedules/{name} (the `DeleteSchedule` operationId).
+func (c *Client) DeleteSchedule(ctx context.Context, name ScheduleName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteScheduleRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetSchedule Returns a schedule. Needs `functions:read`.
+//
+// Corresponds with GET /v1/schedules/{name} (the `GetSchedule` operationId).
+func (c *Client) GetSchedule(ctx context.Context, name ScheduleName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetScheduleRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutScheduleWithBody Creates or replaces a schedule that starts a run of a function on each cron tick. Needs `functions:write`, and `runs:invoke` besides.
+//
+// Each tick starts exactly one run, however many gateways run: its idempotency key
+// is `schedule:<name>:<tick>` (the tick in RFC 3339, UTC), its input the schedule's
+// `input`, and its identity the caller's, kept with the schedule (never the token):
+// the function sees who put the schedule. As the runs act as the caller, the caller
+// needs `runs:invoke` too and must be allowed by the function's `invoke_roles`. A
+// tick whose function was deleted since, or whose `invoke_roles` now exclude the
+// identity, starts no run; the schedule goes on.
+//
+// Putting a schedule again replaces it (function, cron, time zone, input and
+// identity) and computes its next tick afresh. Ticks start their runs within
+// milliseconds while the gateway that put the schedule or handled its last tick
+// runs, else up to ~5s late (River's scheduler). Ticks missed while no gateway ran
+// are not made up: the late tick starts one run, and the next tick is the first
+// after it was handled.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /v1/schedules/{name} (the `PutSchedule` operationId).
+func (c *Client) PutScheduleWithBody(ctx context.Context, name ScheduleName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutScheduleRequestWithBody(c.Server, name, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutSchedule Creates or replaces a schedule that starts a run of a function on each cron tick. Needs `functions:write`, and `runs:invoke` besides.
+//
+// Each tick starts exactly one run, however many gateways run: its idempotency key
+// is `schedule:<name>:<tick>` (the tick in RFC 3339, UTC), its input the schedule's
+// `input`, and its identity the caller's, kept with the schedule (never the token):
+// the function sees who put the schedule. As the runs act as the caller, the caller
+// needs `runs:invoke` too and must be allowed by the function's `invoke_roles`. A
+// tick whose function was deleted since, or whose `invoke_roles` now exclude the
+// identity, starts no run; the schedule goes on.
+//
+// Putting a schedule again replaces it (function, cron, time zone, input and
+// identity) and computes its next tick afresh. Ticks start their runs within
+// milliseconds while the gateway that put the schedule or handled its last tick
+// runs, else up to ~5s late (River's scheduler). Ticks missed while no gateway ran
+// are not made up: the late tick starts one run, and the next tick is the first
+// after it was handled.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /v1/schedules/{name} (the `PutSchedule` operationId).
+func (c *Client) PutSchedule(ctx context.Context, name ScheduleName, body PutScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutScheduleRequest(c.Server, name, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2223,6 +2452,148 @@ func NewGetRunResultRequest(server string, id RunID, params *GetRunResultParams)
 	return req, nil
 }
 
+// NewListSchedulesRequest constructs an http.Request for the ListSchedules method
+func NewListSchedulesRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/schedules")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewDeleteScheduleRequest constructs an http.Request for the DeleteSchedule method
+func NewDeleteScheduleRequest(server string, name ScheduleName) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/schedules/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetScheduleRequest constructs an http.Request for the GetSchedule method
+func NewGetScheduleRequest(server string, name ScheduleName) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/schedules/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewPutScheduleRequest calls the generic PutSchedule builder with application/json body
+func NewPutScheduleRequest(server string, name ScheduleName, body PutScheduleJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPutScheduleRequestWithBody(server, name, "application/json", bodyReader)
+}
+
+// NewPutScheduleRequestWithBody constructs an http.Request for the PutSchedule method, with any body, and a specified content type
+func NewPutScheduleRequestWithBody(server string, name ScheduleName, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/schedules/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewFunctionStatsRequest constructs an http.Request for the FunctionStats method
 func NewFunctionStatsRequest(server string, params *FunctionStatsParams) (*http.Request, error) {
 	var err error
@@ -2535,6 +2906,71 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/runs/{id}/result (the `GetRunResult` operationId).
 	GetRunResultWithResponse(ctx context.Context, id RunID, params *GetRunResultParams, reqEditors ...RequestEditorFn) (*GetRunResultResponse, error)
+
+	// ListSchedulesWithResponse Lists the schedules, by name. Needs `functions:read`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/schedules (the `ListSchedules` operationId).
+	ListSchedulesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListSchedulesResponse, error)
+
+	// DeleteScheduleWithResponse Deletes a schedule; it starts no more runs. The runs it started are kept. Needs `functions:write`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/schedules/{name} (the `DeleteSchedule` operationId).
+	DeleteScheduleWithResponse(ctx context.Context, name ScheduleName, reqEditors ...RequestEditorFn) (*DeleteScheduleResponse, error)
+
+	// GetScheduleWithResponse Returns a schedule. Needs `functions:read`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/schedules/{name} (the `GetSchedule` operationId).
+	GetScheduleWithResponse(ctx context.Context, name ScheduleName, reqEditors ...RequestEditorFn) (*GetScheduleResponse, error)
+
+	// PutScheduleWithBodyWithResponse Creates or replaces a schedule that starts a run of a function on each cron tick. Needs `functions:write`, and `runs:invoke` besides.
+	//
+	// Each tick starts exactly one run, however many gateways run: its idempotency key
+	// is `schedule:<name>:<tick>` (the tick in RFC 3339, UTC), its input the schedule's
+	// `input`, and its identity the caller's, kept with the schedule (never the token):
+	// the function sees who put the schedule. As the runs act as the caller, the caller
+	// needs `runs:invoke` too and must be allowed by the function's `invoke_roles`. A
+	// tick whose function was deleted since, or whose `invoke_roles` now exclude the
+	// identity, starts no run; the schedule goes on.
+	//
+	// Putting a schedule again replaces it (function, cron, time zone, input and
+	// identity) and computes its next tick afresh. Ticks start their runs within
+	// milliseconds while the gateway that put the schedule or handled its last tick
+	// runs, else up to ~5s late (River's scheduler). Ticks missed while no gateway ran
+	// are not made up: the late tick starts one run, and the next tick is the first
+	// after it was handled.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/schedules/{name} (the `PutSchedule` operationId).
+	PutScheduleWithBodyWithResponse(ctx context.Context, name ScheduleName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutScheduleResponse, error)
+
+	// PutScheduleWithResponse Creates or replaces a schedule that starts a run of a function on each cron tick. Needs `functions:write`, and `runs:invoke` besides.
+	//
+	// Each tick starts exactly one run, however many gateways run: its idempotency key
+	// is `schedule:<name>:<tick>` (the tick in RFC 3339, UTC), its input the schedule's
+	// `input`, and its identity the caller's, kept with the schedule (never the token):
+	// the function sees who put the schedule. As the runs act as the caller, the caller
+	// needs `runs:invoke` too and must be allowed by the function's `invoke_roles`. A
+	// tick whose function was deleted since, or whose `invoke_roles` now exclude the
+	// identity, starts no run; the schedule goes on.
+	//
+	// Putting a schedule again replaces it (function, cron, time zone, input and
+	// identity) and computes its next tick afresh. Ticks start their runs within
+	// milliseconds while the gateway that put the schedule or handled its last tick
+	// runs, else up to ~5s late (River's scheduler). Ticks missed while no gateway ran
+	// are not made up: the late tick starts one run, and the next tick is the first
+	// after it was handled.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/schedules/{name} (the `PutSchedule` operationId).
+	PutScheduleWithResponse(ctx context.Context, name ScheduleName, body PutScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*PutScheduleResponse, error)
 
 	// FunctionStatsWithResponse Each function's runs over a recent window. Needs `functions:read`.
 	//
@@ -3599,6 +4035,240 @@ func (r GetRunResultResponse) ContentType() string {
 	return ""
 }
 
+type ListSchedulesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ScheduleList
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListSchedulesResponse) GetJSON200() *ScheduleList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListSchedulesResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListSchedulesResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetBody returns the raw response body bytes
+func (r ListSchedulesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListSchedulesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListSchedulesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListSchedulesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DeleteScheduleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r DeleteScheduleResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r DeleteScheduleResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r DeleteScheduleResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteScheduleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteScheduleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteScheduleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteScheduleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetScheduleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Schedule
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetScheduleResponse) GetJSON200() *Schedule {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetScheduleResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetScheduleResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetScheduleResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r GetScheduleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetScheduleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetScheduleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetScheduleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type PutScheduleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Schedule
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PutScheduleResponse) GetJSON200() *Schedule {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r PutScheduleResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r PutScheduleResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r PutScheduleResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetBody returns the raw response body bytes
+func (r PutScheduleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PutScheduleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PutScheduleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PutScheduleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type FunctionStatsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -4000,6 +4670,101 @@ func (c *ClientWithResponses) GetRunResultWithResponse(ctx context.Context, id R
 		return nil, err
 	}
 	return ParseGetRunResultResponse(rsp)
+}
+
+// ListSchedulesWithResponse Lists the schedules, by name. Needs `functions:read`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/schedules (the `ListSchedules` operationId).
+func (c *ClientWithResponses) ListSchedulesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListSchedulesResponse, error) {
+	rsp, err := c.ListSchedules(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListSchedulesResponse(rsp)
+}
+
+// DeleteScheduleWithResponse Deletes a schedule; it starts no more runs. The runs it started are kept. Needs `functions:write`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/schedules/{name} (the `DeleteSchedule` operationId).
+func (c *ClientWithResponses) DeleteScheduleWithResponse(ctx context.Context, name ScheduleName, reqEditors ...RequestEditorFn) (*DeleteScheduleResponse, error) {
+	rsp, err := c.DeleteSchedule(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteScheduleResponse(rsp)
+}
+
+// GetScheduleWithResponse Returns a schedule. Needs `functions:read`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/schedules/{name} (the `GetSchedule` operationId).
+func (c *ClientWithResponses) GetScheduleWithResponse(ctx context.Context, name ScheduleName, reqEditors ...RequestEditorFn) (*GetScheduleResponse, error) {
+	rsp, err := c.GetSchedule(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetScheduleResponse(rsp)
+}
+
+// PutScheduleWithBodyWithResponse Creates or replaces a schedule that starts a run of a function on each cron tick. Needs `functions:write`, and `runs:invoke` besides.
+//
+// Each tick starts exactly one run, however many gateways run: its idempotency key
+// is `schedule:<name>:<tick>` (the tick in RFC 3339, UTC), its input the schedule's
+// `input`, and its identity the caller's, kept with the schedule (never the token):
+// the function sees who put the schedule. As the runs act as the caller, the caller
+// needs `runs:invoke` too and must be allowed by the function's `invoke_roles`. A
+// tick whose function was deleted since, or whose `invoke_roles` now exclude the
+// identity, starts no run; the schedule goes on.
+//
+// Putting a schedule again replaces it (function, cron, time zone, input and
+// identity) and computes its next tick afresh. Ticks start their runs within
+// milliseconds while the gateway that put the schedule or handled its last tick
+// runs, else up to ~5s late (River's scheduler). Ticks missed while no gateway ran
+// are not made up: the late tick starts one run, and the next tick is the first
+// after it was handled.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/schedules/{name} (the `PutSchedule` operationId).
+func (c *ClientWithResponses) PutScheduleWithBodyWithResponse(ctx context.Context, name ScheduleName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutScheduleResponse, error) {
+	rsp, err := c.PutScheduleWithBody(ctx, name, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutScheduleResponse(rsp)
+}
+
+// PutScheduleWithResponse Creates or replaces a schedule that starts a run of a function on each cron tick. Needs `functions:write`, and `runs:invoke` besides.
+//
+// Each tick starts exactly one run, however many gateways run: its idempotency key
+// is `schedule:<name>:<tick>` (the tick in RFC 3339, UTC), its input the schedule's
+// `input`, and its identity the caller's, kept with the schedule (never the token):
+// the function sees who put the schedule. As the runs act as the caller, the caller
+// needs `runs:invoke` too and must be allowed by the function's `invoke_roles`. A
+// tick whose function was deleted since, or whose `invoke_roles` now exclude the
+// identity, starts no run; the schedule goes on.
+//
+// Putting a schedule again replaces it (function, cron, time zone, input and
+// identity) and computes its next tick afresh. Ticks start their runs within
+// milliseconds while the gateway that put the schedule or handled its last tick
+// runs, else up to ~5s late (River's scheduler). Ticks missed while no gateway ran
+// are not made up: the late tick starts one run, and the next tick is the first
+// after it was handled.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/schedules/{name} (the `PutSchedule` operationId).
+func (c *ClientWithResponses) PutScheduleWithResponse(ctx context.Context, name ScheduleName, body PutScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*PutScheduleResponse, error) {
+	rsp, err := c.PutSchedule(ctx, name, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutScheduleResponse(rsp)
 }
 
 // FunctionStatsWithResponse Each function's runs over a recent window. Needs `functions:read`.
@@ -4846,6 +5611,183 @@ func ParseGetRunResultResponse(rsp *http.Response) (*GetRunResultResponse, error
 			headers.Location = &value
 		}
 		response.Headers202 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListSchedulesResponse parses an HTTP response from a ListSchedulesWithResponse call
+func ParseListSchedulesResponse(rsp *http.Response) (*ListSchedulesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListSchedulesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ScheduleList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDeleteScheduleResponse parses an HTTP response from a DeleteScheduleWithResponse call
+func ParseDeleteScheduleResponse(rsp *http.Response) (*DeleteScheduleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteScheduleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetScheduleResponse parses an HTTP response from a GetScheduleWithResponse call
+func ParseGetScheduleResponse(rsp *http.Response) (*GetScheduleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetScheduleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Schedule
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParsePutScheduleResponse parses an HTTP response from a PutScheduleWithResponse call
+func ParsePutScheduleResponse(rsp *http.Response) (*PutScheduleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PutScheduleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Schedule
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	}
 
 	return response, nil

@@ -66,6 +66,18 @@ type ServerInterface interface {
 	// GetRunResult Attaches to a run and waits (up to `wait`) for its result. Needs `runs:read`.
 	// (GET /v1/runs/{id}/result)
 	GetRunResult(ctx echo.Context, id RunID, params GetRunResultParams) error
+	// ListSchedules Lists the schedules, by name. Needs `functions:read`.
+	// (GET /v1/schedules)
+	ListSchedules(ctx echo.Context) error
+	// DeleteSchedule Deletes a schedule; it starts no more runs. The runs it started are kept. Needs `functions:write`.
+	// (DELETE /v1/schedules/{name})
+	DeleteSchedule(ctx echo.Context, name ScheduleName) error
+	// GetSchedule Returns a schedule. Needs `functions:read`.
+	// (GET /v1/schedules/{name})
+	GetSchedule(ctx echo.Context, name ScheduleName) error
+	// PutSchedule Creates or replaces a schedule that starts a run of a function on each cron tick. Needs `functions:write`, and `runs:invoke` besides.
+	// (PUT /v1/schedules/{name})
+	PutSchedule(ctx echo.Context, name ScheduleName) error
 	// FunctionStats Each function's runs over a recent window. Needs `functions:read`.
 	// (GET /v1/stats/functions)
 	FunctionStats(ctx echo.Context, params FunctionStatsParams) error
@@ -408,6 +420,63 @@ func (w *ServerInterfaceWrapper) GetRunResult(ctx echo.Context) error {
 	return err
 }
 
+// ListSchedules converts echo context to params.
+func (w *ServerInterfaceWrapper) ListSchedules(ctx echo.Context) error {
+	var err error
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ListSchedules(ctx)
+	return err
+}
+
+// DeleteSchedule converts echo context to params.
+func (w *ServerInterfaceWrapper) DeleteSchedule(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "name" -------------
+	var name ScheduleName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", ctx.Param("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter name: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.DeleteSchedule(ctx, name)
+	return err
+}
+
+// GetSchedule converts echo context to params.
+func (w *ServerInterfaceWrapper) GetSchedule(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "name" -------------
+	var name ScheduleName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", ctx.Param("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter name: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetSchedule(ctx, name)
+	return err
+}
+
+// PutSchedule converts echo context to params.
+func (w *ServerInterfaceWrapper) PutSchedule(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "name" -------------
+	var name ScheduleName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", ctx.Param("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter name: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.PutSchedule(ctx, name)
+	return err
+}
+
 // FunctionStats converts echo context to params.
 func (w *ServerInterfaceWrapper) FunctionStats(ctx echo.Context) error {
 	var err error
@@ -489,6 +558,10 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/v1/stats/functions", wrapper.FunctionStats, options.OperationMiddlewares["functionStats"]...)
 	router.GET(options.BaseURL+"/v1/events", wrapper.ListEvents, options.OperationMiddlewares["listEvents"]...)
 	router.POST(options.BaseURL+"/v1/events", wrapper.SendEvent, options.OperationMiddlewares["sendEvent"]...)
+	router.GET(options.BaseURL+"/v1/schedules", wrapper.ListSchedules, options.OperationMiddlewares["listSchedules"]...)
+	router.DELETE(options.BaseURL+"/v1/schedules/:name", wrapper.DeleteSchedule, options.OperationMiddlewares["deleteSchedule"]...)
+	router.GET(options.BaseURL+"/v1/schedules/:name", wrapper.GetSchedule, options.OperationMiddlewares["getSchedule"]...)
+	router.PUT(options.BaseURL+"/v1/schedules/:name", wrapper.PutSchedule, options.OperationMiddlewares["putSchedule"]...)
 	router.POST(options.BaseURL+"/v1/runs/:id/checkpoint", wrapper.Checkpoint, options.OperationMiddlewares["checkpoint"]...)
 
 }
@@ -1809,6 +1882,264 @@ func (response GetRunResult404ApplicationProblemPlusJSONResponse) VisitGetRunRes
 	return err
 }
 
+type ListSchedulesRequestObject struct {
+}
+
+type ListSchedulesResponseObject interface {
+	VisitListSchedulesResponse(w http.ResponseWriter) error
+}
+
+type ListSchedules200JSONResponse ScheduleList
+
+func (response ListSchedules200JSONResponse) VisitListSchedulesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSchedules401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ListSchedules401ApplicationProblemPlusJSONResponse) VisitListSchedulesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSchedules403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ListSchedules403ApplicationProblemPlusJSONResponse) VisitListSchedulesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteScheduleRequestObject struct {
+	Name ScheduleName `json:"name"`
+}
+
+type DeleteScheduleResponseObject interface {
+	VisitDeleteScheduleResponse(w http.ResponseWriter) error
+}
+
+type DeleteSchedule204Response struct {
+}
+
+func (response DeleteSchedule204Response) VisitDeleteScheduleResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type DeleteSchedule401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteSchedule401ApplicationProblemPlusJSONResponse) VisitDeleteScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteSchedule403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteSchedule403ApplicationProblemPlusJSONResponse) VisitDeleteScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteSchedule404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteSchedule404ApplicationProblemPlusJSONResponse) VisitDeleteScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetScheduleRequestObject struct {
+	Name ScheduleName `json:"name"`
+}
+
+type GetScheduleResponseObject interface {
+	VisitGetScheduleResponse(w http.ResponseWriter) error
+}
+
+type GetSchedule200JSONResponse Schedule
+
+func (response GetSchedule200JSONResponse) VisitGetScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSchedule401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetSchedule401ApplicationProblemPlusJSONResponse) VisitGetScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSchedule403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetSchedule403ApplicationProblemPlusJSONResponse) VisitGetScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSchedule404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response GetSchedule404ApplicationProblemPlusJSONResponse) VisitGetScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutScheduleRequestObject struct {
+	Name ScheduleName `json:"name"`
+	Body *PutScheduleJSONRequestBody
+}
+
+type PutScheduleResponseObject interface {
+	VisitPutScheduleResponse(w http.ResponseWriter) error
+}
+
+type PutSchedule200JSONResponse Schedule
+
+func (response PutSchedule200JSONResponse) VisitPutScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutSchedule400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response PutSchedule400ApplicationProblemPlusJSONResponse) VisitPutScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutSchedule401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response PutSchedule401ApplicationProblemPlusJSONResponse) VisitPutScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutSchedule403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response PutSchedule403ApplicationProblemPlusJSONResponse) VisitPutScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type FunctionStatsRequestObject struct {
 	Params FunctionStatsParams
 }
@@ -1929,6 +2260,18 @@ type StrictServerInterface interface {
 	// GetRunResult Attaches to a run and waits (up to `wait`) for its result. Needs `runs:read`.
 	// (GET /v1/runs/{id}/result)
 	GetRunResult(ctx context.Context, request GetRunResultRequestObject) (GetRunResultResponseObject, error)
+	// ListSchedules Lists the schedules, by name. Needs `functions:read`.
+	// (GET /v1/schedules)
+	ListSchedules(ctx context.Context, request ListSchedulesRequestObject) (ListSchedulesResponseObject, error)
+	// DeleteSchedule Deletes a schedule; it starts no more runs. The runs it started are kept. Needs `functions:write`.
+	// (DELETE /v1/schedules/{name})
+	DeleteSchedule(ctx context.Context, request DeleteScheduleRequestObject) (DeleteScheduleResponseObject, error)
+	// GetSchedule Returns a schedule. Needs `functions:read`.
+	// (GET /v1/schedules/{name})
+	GetSchedule(ctx context.Context, request GetScheduleRequestObject) (GetScheduleResponseObject, error)
+	// PutSchedule Creates or replaces a schedule that starts a run of a function on each cron tick. Needs `functions:write`, and `runs:invoke` besides.
+	// (PUT /v1/schedules/{name})
+	PutSchedule(ctx context.Context, request PutScheduleRequestObject) (PutScheduleResponseObject, error)
 	// FunctionStats Each function's runs over a recent window. Needs `functions:read`.
 	// (GET /v1/stats/functions)
 	FunctionStats(ctx context.Context, request FunctionStatsRequestObject) (FunctionStatsResponseObject, error)
@@ -2449,6 +2792,127 @@ func (sh *strictHandler) GetRunResult(ctx echo.Context, id RunID, params GetRunR
 		return err
 	} else if validResponse, ok := response.(GetRunResultResponseObject); ok {
 		return validResponse.VisitGetRunResultResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// ListSchedules operation middleware
+func (sh *strictHandler) ListSchedules(ctx echo.Context) error {
+	var request ListSchedulesRequestObject
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ListSchedules(ctx.Request().Context(), request.(ListSchedulesRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListSchedules")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ListSchedulesResponseObject); ok {
+		return validResponse.VisitListSchedulesResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// DeleteSchedule operation middleware
+func (sh *strictHandler) DeleteSchedule(ctx echo.Context, name ScheduleName) error {
+	var request DeleteScheduleRequestObject
+
+	request.Name = name
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.DeleteSchedule(ctx.Request().Context(), request.(DeleteScheduleRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DeleteSchedule")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(DeleteScheduleResponseObject); ok {
+		return validResponse.VisitDeleteScheduleResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// GetSchedule operation middleware
+func (sh *strictHandler) GetSchedule(ctx echo.Context, name ScheduleName) error {
+	var request GetScheduleRequestObject
+
+	request.Name = name
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetSchedule(ctx.Request().Context(), request.(GetScheduleRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetSchedule")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetScheduleResponseObject); ok {
+		return validResponse.VisitGetScheduleResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// PutSchedule operation middleware
+func (sh *strictHandler) PutSchedule(ctx echo.Context, name ScheduleName) error {
+	var request PutScheduleRequestObject
+
+	request.Name = name
+
+	var body PutScheduleJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.PutSchedule(ctx.Request().Context(), request.(PutScheduleRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "PutSchedule")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(PutScheduleResponseObject); ok {
+		return validResponse.VisitPutScheduleResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

@@ -1,0 +1,137 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/stepgate/stepgate/auth"
+	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/gateway/api/server"
+	"github.com/stepgate/stepgate/invoker"
+	"github.com/stepgate/stepgate/journal"
+)
+
+func scheduleToAPI(s *journal.Schedule) api.Schedule {
+	return api.Schedule{
+		Name: s.Name, Function: s.Function, Cron: s.Cron, Timezone: s.Timezone,
+		Input: api.AnyJSON(s.Input), Identity: invoker.IdentityToAPI(s.Identity),
+		NextAt: s.NextAt, LastTickAt: s.LastTickAt, LastRunId: s.LastRunID,
+		CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt,
+	}
+}
+
+func scheduleNotFound(name string) server.NotFoundApplicationProblemPlusJSONResponse {
+	return notFound(fmt.Sprintf("schedule %q does not exist", name))
+}
+
+// PutSchedule creates or replaces a schedule. Its runs act as the caller, so the caller
+// must be allowed to start them: runs:invoke, and the function's invoke_roles.
+func (s *Server) PutSchedule(ctx context.Context, req server.PutScheduleRequestObject) (server.PutScheduleResponseObject, error) {
+	id := identity(ctx)
+	body := req.Body
+	if !functionName.MatchString(req.Name) {
+		return nil, badRequest("schedule name %q is invalid: use 1 to 128 letters, digits, '.', '_' or '-', starting with a letter or digit", req.Name)
+	}
+	if body.Function == "" {
+		return nil, badRequest("function is required: the function each tick starts a run of")
+	}
+	timezone := "UTC"
+	if body.Timezone != nil && *body.Timezone != "" {
+		timezone = *body.Timezone
+	}
+	spec, err := invoker.ParseCron(body.Cron, timezone)
+	if err != nil {
+		return nil, badRequest("%v", err)
+	}
+	input := json.RawMessage("null")
+	if body.Input != nil && len(*body.Input) > 0 {
+		input = json.RawMessage(*body.Input)
+	}
+	if !id.Has(auth.PermissionRunsInvoke) {
+		return nil, &problemError{http.StatusForbidden, fmt.Sprintf(
+			"a schedule's runs act as its creator, so putting one needs the %s permission too; the token's roles (%s) do not grant it",
+			auth.PermissionRunsInvoke, auth.RoleList(id.Roles))}
+	}
+
+	var sch *journal.Schedule
+	var wait time.Duration
+	var read time.Time
+	err = pgx.BeginFunc(ctx, journal.ForTenant(s.api, id.Tenant), func(tx pgx.Tx) error {
+		fn, err := journal.GetFunction(ctx, tx, id.Tenant, body.Function)
+		if errors.Is(err, journal.ErrNotFound) {
+			return badRequest("function %q is not registered", body.Function)
+		}
+		if err != nil {
+			return err
+		}
+		var cfg struct {
+			InvokeRoles []string `json:"invoke_roles"`
+		}
+		_ = json.Unmarshal(fn.Config, &cfg) // a non-list invoke_roles restricts nothing, as in CreateRun
+		if !id.MayInvoke(cfg.InvokeRoles) {
+			return &problemError{http.StatusForbidden, fmt.Sprintf(
+				"function %s may be invoked only by the roles (%s) or admin; the token's roles (%s) include none of them, so its schedule may not start runs as you",
+				fn.Name, strings.Join(cfg.InvokeRoles, ", "), auth.RoleList(id.Roles))}
+		}
+		var clock time.Time
+		sch, clock, err = journal.PutSchedule(ctx, tx, journal.NewSchedule{
+			ID: uuid.Must(uuid.NewV7()).String(), Tenant: id.Tenant, Name: req.Name, Function: body.Function,
+			Cron: body.Cron, Timezone: timezone, Input: input, Identity: journal.Identity(id), Next: spec.Next,
+		})
+		if err != nil {
+			return err
+		}
+		wait, read = sch.NextAt.Sub(clock), time.Now()
+		return s.inv.EnqueueTick(ctx, tx, sch)
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.inv.ArmTick(sch, wait-time.Since(read))
+	return server.PutSchedule200JSONResponse(scheduleToAPI(sch)), nil
+}
+
+// GetSchedule returns one of the tenant's schedules.
+func (s *Server) GetSchedule(ctx context.Context, req server.GetScheduleRequestObject) (server.GetScheduleResponseObject, error) {
+	sch, err := journal.GetSchedule(ctx, s.tenantDB(ctx), identity(ctx).Tenant, req.Name)
+	if errors.Is(err, journal.ErrNotFound) {
+		return server.GetSchedule404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: scheduleNotFound(req.Name)}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return server.GetSchedule200JSONResponse(scheduleToAPI(sch)), nil
+}
+
+// ListSchedules lists the tenant's schedules by name.
+func (s *Server) ListSchedules(ctx context.Context, _ server.ListSchedulesRequestObject) (server.ListSchedulesResponseObject, error) {
+	ss, err := journal.ListSchedules(ctx, s.tenantDB(ctx), identity(ctx).Tenant)
+	if err != nil {
+		return nil, err
+	}
+	out := api.ScheduleList{Schedules: make([]api.Schedule, 0, len(ss))}
+	for i := range ss {
+		out.Schedules = append(out.Schedules, scheduleToAPI(&ss[i]))
+	}
+	return server.ListSchedules200JSONResponse(out), nil
+}
+
+// DeleteSchedule deletes a schedule; its pending tick finds nothing and does nothing.
+func (s *Server) DeleteSchedule(ctx context.Context, req server.DeleteScheduleRequestObject) (server.DeleteScheduleResponseObject, error) {
+	err := journal.DeleteSchedule(ctx, s.tenantDB(ctx), identity(ctx).Tenant, req.Name)
+	if errors.Is(err, journal.ErrNotFound) {
+		return server.DeleteSchedule404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: scheduleNotFound(req.Name)}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return server.DeleteSchedule204Response{}, nil
+}
