@@ -18,6 +18,13 @@ var ErrFinished = errors.New("journal: run is finished")
 // and answer get ErrSuperseded) and a pending wake-up finds nothing to claim. A
 // waiter's mark notifies NotifyChannel, a watch EventChannel.
 //
+// A cancelled child run is ended like any other (see Finish): when its parent waits for
+// it, the cancellation is journaled in the parent at the child's ParentSeq and the
+// parent is due now, so the caller enqueues the parent's job in the same transaction
+// (a job for a parent that did not wake finds nothing to claim). Cancelling a parent
+// does not cancel its children: they run to their end, and their outcome is not
+// journaled in the cancelled parent.
+//
 // It returns the cancelled run, or ErrNotFound for another tenant's or an unknown
 // run, or ErrFinished with the run as it is when it was already terminal.
 func CancelRun(ctx context.Context, db DB, tenant, id, by string) (*Run, error) {
@@ -30,7 +37,7 @@ func CancelRun(ctx context.Context, db DB, tenant, id, by string) (*Run, error) 
 			RETURNING `+runColumns+`, notify
 		), notified AS (
 			SELECT pg_notify('`+NotifyChannel+`', id::text) FROM u WHERE notify
-		), `+eventCTE("u")+`
+		), `+eventCTE("u")+`, `+wakeParentCTE("u")+`
 		SELECT `+runColumns+` FROM u, `+eventCount+`, (SELECT count(*) FROM notified) notified_count`,
 		id, tenant, e)
 	run, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Run])

@@ -180,7 +180,8 @@ func TestRunEvents(t *testing.T) {
 
 	failed := mustCreateRunOf(t, db, tenant, "fn")
 	expect(failed, journal.StatusQueued, 0)
-	require.NoError(t, journal.FailRun(ctx, db, failed.ID, journal.ErrorInfo{Type: "x", Message: "y"}))
+	_, err = journal.FailRun(ctx, db, failed.ID, journal.ErrorInfo{Type: "x", Message: "y"})
+	require.NoError(t, err)
 	expect(failed, journal.StatusFailed, 0)
 
 	reaped := mustCreateRunOf(t, db, tenant, "fn", claimed)

@@ -192,27 +192,65 @@ type Outcome struct {
 	WakeAfter time.Duration
 	// StepFailure, when set, records a failed step attempt.
 	StepFailure *Failure
+	// Invoke, when set (status suspended), starts a child run that the run waits for
+	// with no wake time: the child's end wakes it.
+	Invoke *Invoke
 	// Notify makes a later terminal update notify NotifyChannel, because the caller
 	// waits for the run and it may finish on another gateway. (A terminal outcome
 	// itself is told to this process's waiters directly, without a notification.)
 	Notify bool
 }
 
+// Invoke is a run's call of another function: a child run, whose outcome is journaled
+// in the run at Seq, as an entry of kind KindInvoke named Name, when it ends.
+type Invoke struct {
+	Seq      int
+	Name     string
+	ChildID  string // A UUID chosen by the caller for the child run.
+	Function string // In the run's tenant, at its current revision.
+	Input    json.RawMessage
+	// CheckInvokeRoles refuses the child when the function's invoke_roles exclude the
+	// roles of the run's identity, which the child inherits. Leave it false when that
+	// identity may invoke anything (an admin).
+	CheckInvokeRoles bool
+}
+
 // Finished is what Finish reports about the updated run.
 type Finished struct {
 	Status Status
-	WakeAt *time.Time // suspended or queued: when the run is due, database clock
+	// WakeAt is when a suspended or queued run is due, database clock; nil for a run
+	// that waits for its child.
+	WakeAt *time.Time
 	// Clock is the database's wall clock when the update ran (clock_timestamp(), not the
 	// transaction's start), so a caller can time a wake-up on the database clock.
 	Clock time.Time
+	// Child is the run that Outcome.Invoke started, queued: the caller enqueues its job
+	// in the same transaction. It is nil when the function is not registered or its
+	// invoke_roles refuse the run's identity: then the invoke entry is journaled at once
+	// with that error (ErrorTypeNotFound, ErrorTypeForbidden) and the run is due now.
+	Child *Run
+	// Parent is set when the run is a child, this update made it terminal, and its
+	// parent still waited for it: the parent's id. The child's outcome is journaled in
+	// the parent and the parent is due now; the caller enqueues the parent's job in the
+	// same transaction.
+	Parent string
 }
 
 // Finish applies an invocation's outcome to the run it owns: the unjournaled steps, the
-// entry it sleeps on, a failure record and the run's new status, all in db (the
-// caller's transaction, which also holds the River job for the next move). It returns
-// ErrSuperseded when the invocation no longer owns the run and ErrConflict when an
-// entry conflicts with the journal. A terminal update notifies NotifyChannel when a
-// waiter attached; any update notifies EventChannel when a gateway watches the tenant.
+// entry it sleeps on, a failure record, the child run it invokes and the run's new
+// status, all in db (the caller's transaction, which also holds the River job for the
+// next move). It returns ErrSuperseded when the invocation no longer owns the run and
+// ErrConflict when an entry conflicts with the journal. A terminal update notifies
+// NotifyChannel when a waiter attached; any update notifies EventChannel when a gateway
+// watches the tenant.
+//
+// A child run inherits the run's tenant and identity, read from the run's row. When a
+// child becomes terminal (here, or by FailRun or CancelRun), the same statement
+// journals its outcome in its parent at the child's ParentSeq (kind KindInvoke, the
+// child's output or error, started when the child was created) and makes the parent
+// due now; both only while the parent waits for it (suspended with no wake time), so a
+// cancelled parent stays cancelled and nothing is journaled twice. Finished.Parent
+// names the parent woken.
 func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome) (*Finished, error) {
 	for _, e := range o.Steps {
 		if err := AppendEntry(ctx, db, runID, invocation, e); err != nil {
@@ -224,7 +262,15 @@ func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome)
 	if o.Sleep != nil {
 		until, wakeAfter = o.Sleep.WakeAt, o.SleepFor
 	}
+	invokeSeq := 0
+	if o.Invoke != nil {
+		invokeSeq = o.Invoke.Seq
+	}
 	var f Finished
+	var parent *string
+	var tenant string
+	var identity Identity
+	var seqTaken bool
 	err := db.QueryRow(ctx, `
 		WITH u AS (
 			UPDATE stepgate.run SET
@@ -232,13 +278,13 @@ func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome)
 				output = $4,
 				error = $5,
 				lease_until = NULL,
-				wake_at = CASE WHEN $3 IN ('suspended', 'queued')
+				wake_at = CASE WHEN $3 IN ('suspended', 'queued') AND $9 = 0
 					THEN coalesce($6::timestamptz, now() + make_interval(secs => $7)) END,
 				finished_at = CASE WHEN $3 IN ('completed', 'failed', 'cancelled') THEN now() END,
 				failed_invocations = CASE WHEN $3 = 'queued' THEN failed_invocations + 1 ELSE 0 END,
 				notify = notify OR ($8 AND $3 IN ('suspended', 'queued'))
 			WHERE id = $1 AND invocation = $2 AND status = 'running'
-			RETURNING id, tenant, function, status, wake_at, finished_at, notify, attempts
+			RETURNING `+childColumns+`, notify, identity
 		), failure AS (
 			INSERT INTO stepgate.attempt_failure (run_id, seq, attempt, name, error)
 			SELECT id, 0, attempts, '', $5 FROM u WHERE $3 = 'queued'
@@ -246,16 +292,29 @@ func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome)
 		), notified AS (
 			SELECT pg_notify('`+NotifyChannel+`', id::text) FROM u
 			WHERE notify AND status IN ('completed', 'failed', 'cancelled')
-		), `+eventCTE("u")+`
-		SELECT u.status, u.wake_at, clock_timestamp(), (SELECT count(*) FROM notified) + ev_count.events
+		), `+eventCTE("u")+`, `+wakeParentCTE("u")+`
+		SELECT u.status, u.wake_at, clock_timestamp(), (SELECT count(*) FROM notified) + ev_count.events,
+			(SELECT id::text FROM woken), u.tenant, u.identity,
+			EXISTS (SELECT 1 FROM stepgate.journal_entry j WHERE j.run_id = u.id AND j.seq = $9)
 		FROM u, `+eventCount,
-		runID, invocation, o.Status, o.Output, o.Error, until, wakeAfter.Seconds(), o.Notify,
-	).Scan(&f.Status, &f.WakeAt, &f.Clock, new(int))
+		runID, invocation, o.Status, o.Output, o.Error, until, wakeAfter.Seconds(), o.Notify, invokeSeq,
+	).Scan(&f.Status, &f.WakeAt, &f.Clock, new(int), &parent, &tenant, &identity, &seqTaken)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrSuperseded
 	}
 	if err != nil {
 		return nil, fmt.Errorf("finish invocation %d of run %s: %w", invocation, runID, err)
+	}
+	if parent != nil {
+		f.Parent = *parent
+	}
+	if o.Invoke != nil {
+		if seqTaken {
+			return nil, fmt.Errorf("%w: seq %d is already journaled", ErrConflict, o.Invoke.Seq)
+		}
+		if err := invoke(ctx, db, runID, invocation, tenant, identity, o.Invoke, &f); err != nil {
+			return nil, err
+		}
 	}
 	if o.Sleep != nil {
 		// The fenced update above holds the run's row lock for the rest of the transaction.
@@ -278,6 +337,85 @@ func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome)
 		}
 	}
 	return &f, nil
+}
+
+// invoke starts the child run of in for the run, which Finish has just suspended with
+// no wake time, or journals why it cannot start and makes the run due now.
+func invoke(ctx context.Context, db DB, runID string, invocation int, tenant string, identity Identity, in *Invoke, f *Finished) error {
+	input := in.Input
+	if len(input) == 0 {
+		input = json.RawMessage("null")
+	}
+	child, _, err := CreateRun(ctx, db, NewRun{
+		ID: in.ChildID, Tenant: tenant, Function: in.Function, Input: input, Identity: identity,
+		ParentID: &runID, ParentSeq: in.Seq, ParentName: in.Name,
+		CheckInvokeRoles: in.CheckInvokeRoles, InvokerRoles: identity.Roles,
+	})
+	var fe *ForbiddenError
+	var e ErrorInfo
+	switch {
+	case err == nil:
+		f.Child = child
+		return nil
+	case errors.Is(err, ErrNotFound):
+		e = ErrorInfo{Type: ErrorTypeNotFound, Message: fmt.Sprintf("function %s is not registered", in.Function)}
+	case errors.As(err, &fe):
+		e = ErrorInfo{Type: ErrorTypeForbidden, Message: fmt.Sprintf(
+			"function %s may be invoked only by the roles %v; the run's identity (%s) has %v",
+			in.Function, fe.InvokeRoles, identity.Subject, identity.Roles)}
+	case isUniqueViolation(err):
+		return fmt.Errorf("%w: seq %d already has a child run", ErrConflict, in.Seq)
+	default:
+		return err
+	}
+	// The fenced update in Finish holds the run's row lock for the rest of the transaction.
+	err = db.QueryRow(ctx, `
+		WITH e AS (
+			INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, error, invocation, started_at)
+			VALUES ($1, $2, '`+KindInvoke+`', $3, $4, $5, now())
+		)
+		UPDATE stepgate.run SET wake_at = now() WHERE id = $1
+		RETURNING wake_at, clock_timestamp()`,
+		runID, in.Seq, in.Name, e, invocation).Scan(&f.WakeAt, &f.Clock)
+	if isUniqueViolation(err) {
+		return fmt.Errorf("%w: seq %d is already journaled", ErrConflict, in.Seq)
+	}
+	if err != nil {
+		return fmt.Errorf("journal invoke of run %s: %w", runID, err)
+	}
+	return nil
+}
+
+// childColumns are what wakeParentCTE and eventCTE read of a run just updated.
+const childColumns = `id, tenant, function, status, attempts, wake_at, finished_at, output, error,
+	parent_id, parent_seq, parent_name, created_at`
+
+// wakeParentCTE returns CTEs named woken and woken_entry that, for each row of the CTE
+// src (runs just updated, returning childColumns) that is a child run now terminal and
+// whose parent still waits for it (suspended with no wake time), make the parent due
+// now and journal the child's outcome in it at the child's parent_seq: its output when
+// it completed, else its error. woken returns the parents' ids. The parent's row lock
+// is taken before its entry is written, and its status checked again after any
+// concurrent change (a cancellation), so the entry is never written to a parent that
+// stopped waiting. Data-modifying CTEs always run, read or not.
+func wakeParentCTE(src string) string {
+	return `woken AS (
+			UPDATE stepgate.run p SET wake_at = now()
+			FROM ` + src + ` c
+			WHERE p.id = c.parent_id AND p.tenant = c.tenant AND c.parent_seq IS NOT NULL
+				AND c.status IN ('completed', 'failed', 'cancelled')
+				AND p.status = 'suspended' AND p.wake_at IS NULL
+			RETURNING p.id, p.invocation, c.parent_seq, c.parent_name, c.status AS child_status,
+				c.output AS child_output, c.error AS child_error, c.created_at AS child_created_at
+		), woken_entry AS (
+			INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, error, invocation, started_at)
+			SELECT id, parent_seq, '` + KindInvoke + `', parent_name,
+				CASE WHEN child_status = 'completed' THEN coalesce(child_output, 'null') END,
+				CASE WHEN child_status <> 'completed' THEN child_error END,
+				invocation, child_created_at
+			FROM woken
+			ON CONFLICT (run_id, seq) DO NOTHING
+		)`
 }
 
 // ReapExpiredLeases requeues up to limit running runs whose lease has passed (their
@@ -311,20 +449,28 @@ func ReapExpiredLeases(ctx context.Context, db DB, limit int) ([]string, error) 
 
 // FailRun fails a run that is not terminal yet with e, whatever invocation owns it (for
 // example, when it has no invocation attempts left). A failed run stays failed. A
-// waiter's mark notifies NotifyChannel, a watch EventChannel.
-func FailRun(ctx context.Context, db DB, runID string, e ErrorInfo) error {
-	_, err := db.Exec(ctx, `
+// waiter's mark notifies NotifyChannel, a watch EventChannel. When the run is a child
+// whose parent waits for it, the failure is journaled in the parent, which is due now,
+// as in Finish: it returns the parent's id, whose job the caller enqueues in the same
+// transaction, or "".
+func FailRun(ctx context.Context, db DB, runID string, e ErrorInfo) (parent string, err error) {
+	var woken *string
+	err = db.QueryRow(ctx, `
 		WITH u AS (
 			UPDATE stepgate.run SET status = 'failed', error = $2, lease_until = NULL, wake_at = NULL,
 				finished_at = now()
 			WHERE id = $1 AND status NOT IN ('completed', 'failed', 'cancelled')
-			RETURNING id, tenant, function, status, attempts, wake_at, finished_at, notify
+			RETURNING `+childColumns+`, notify
 		), notified AS (
 			SELECT pg_notify('`+NotifyChannel+`', id::text) FROM u WHERE notify
-		), `+eventCTE("u")+`
-		SELECT (SELECT count(*) FROM notified), (SELECT count(*) FROM ev)`, runID, e)
+		), `+eventCTE("u")+`, `+wakeParentCTE("u")+`
+		SELECT (SELECT count(*) FROM notified), (SELECT count(*) FROM ev), (SELECT id::text FROM woken)`,
+		runID, e).Scan(new(int), new(int), &woken)
 	if err != nil {
-		return fmt.Errorf("fail run %s: %w", runID, err)
+		return "", fmt.Errorf("fail run %s: %w", runID, err)
 	}
-	return nil
+	if woken != nil {
+		parent = *woken
+	}
+	return parent, nil
 }

@@ -271,7 +271,8 @@ func TestFinish(t *testing.T) {
 
 			_, err = journal.Finish(ctx, tx, run.ID, 1, journal.Outcome{Status: journal.StatusCompleted, Output: json.RawMessage(`2`)})
 			require.ErrorIs(t, err, journal.ErrSuperseded, "%s: a second outcome", o.Status)
-			require.NoError(t, journal.FailRun(ctx, tx, run.ID, journal.ErrorInfo{Type: "cancel", Message: "late"}))
+			_, err = journal.FailRun(ctx, tx, run.ID, journal.ErrorInfo{Type: "cancel", Message: "late"})
+			require.NoError(t, err)
 			require.Equal(t, got, mustGetRun(t, tx, run), "%s: nothing changes a finished run", o.Status)
 		}
 	})
@@ -446,7 +447,8 @@ func TestNotify(t *testing.T) {
 	failed := mustCreateRun(t, db)
 	_, err = journal.Attach(ctx, db, failed.Tenant, failed.ID)
 	require.NoError(t, err)
-	require.NoError(t, journal.FailRun(ctx, db, failed.ID, journal.ErrorInfo{Type: "attempts_exhausted", Message: "gave up"}))
+	_, err = journal.FailRun(ctx, db, failed.ID, journal.ErrorInfo{Type: "attempts_exhausted", Message: "gave up"})
+	require.NoError(t, err)
 
 	// Notifications arrive in commit order, so the first being attached's proves that
 	// alone's committed update sent none.

@@ -78,6 +78,15 @@ type ErrorInfo struct {
 const (
 	KindStep  = "step"
 	KindSleep = "sleep"
+	// KindInvoke is the outcome of a child run, journaled in its parent when it ends
+	// (see Finish): the child's output, or its error.
+	KindInvoke = "invoke"
+)
+
+// Error types of an invoke entry journaled without a child run.
+const (
+	ErrorTypeNotFound  = "not_found" // the function is not registered in the tenant
+	ErrorTypeForbidden = "forbidden" // its invoke_roles exclude the run's identity
 )
 
 // Entry is one immutable journal entry of a run.

@@ -23,6 +23,8 @@ type Run struct {
 	Identity          Identity        `db:"identity"`
 	IdempotencyKey    *string         `db:"idempotency_key"`
 	ParentID          *string         `db:"parent_id"`
+	ParentSeq         *int            `db:"parent_seq"`  // A child's seq in its parent's journal.
+	ParentName        *string         `db:"parent_name"` // The name of that entry.
 	RerunOf           *string         `db:"rerun_of"`
 	Attempts          int             `db:"attempts"`
 	Invocation        int             `db:"invocation"`
@@ -35,7 +37,7 @@ type Run struct {
 }
 
 const runColumns = `id, tenant, function, revision, status, input, output, error, identity,
-	idempotency_key, parent_id, rerun_of, attempts, invocation, failed_invocations, lease_until,
+	idempotency_key, parent_id, parent_seq, parent_name, rerun_of, attempts, invocation, failed_invocations, lease_until,
 	wake_at, created_at, started_at, finished_at`
 
 // NewRun is what CreateRun needs to start a run.
@@ -47,7 +49,12 @@ type NewRun struct {
 	Identity       Identity
 	IdempotencyKey string  // Empty for none.
 	ParentID       *string // The run that started this one, if any.
-	RerunOf        *string // The finished run this one reruns, if any.
+	// ParentSeq and ParentName, for a child run (ParentSeq > 0), are the parent's seq
+	// and the name of the entry at which the child's outcome is journaled when it ends;
+	// see Finish.
+	ParentSeq  int
+	ParentName string
+	RerunOf    *string // The finished run this one reruns, if any.
 	// Claim creates the run already claimed by the caller (status running, invocation
 	// 1), leased for the revision's timeout plus LeaseGrace, so the caller can invoke it
 	// at once with no queue hop. Otherwise it is created queued.
@@ -88,12 +95,17 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 	if n.IdempotencyKey != "" {
 		key = &n.IdempotencyKey
 	}
+	var parentSeq *int
+	var parentName *string
+	if n.ParentSeq > 0 {
+		parentSeq, parentName = &n.ParentSeq, &n.ParentName
+	}
 	rows, _ := db.Query(ctx, `
 		WITH ins AS (
 			INSERT INTO stepgate.run (id, tenant, function, revision, status, input, identity,
-				idempotency_key, parent_id, rerun_of, attempts, invocation, lease_until, started_at)
+				idempotency_key, parent_id, parent_seq, parent_name, rerun_of, attempts, invocation, lease_until, started_at)
 			SELECT $1, f.tenant, f.name, f.revision,
-				CASE WHEN $8 THEN 'running' ELSE 'queued' END, $4, $5, $6, $7, $10,
+				CASE WHEN $8 THEN 'running' ELSE 'queued' END, $4, $5, $6, $7, $13, $14, $10,
 				CASE WHEN $8 THEN 1 ELSE 0 END, CASE WHEN $8 THEN 1 ELSE 0 END,
 				CASE WHEN $8 THEN now() + make_interval(secs => r.timeout_ms / 1000.0 + $9) END,
 				CASE WHEN $8 THEN now() END
@@ -105,7 +117,7 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 		), `+eventCTE("ins")+`
 		SELECT ins.* FROM ins, `+eventCount,
 		n.ID, n.Tenant, n.Function, n.Input, n.Identity, key, n.ParentID, n.Claim, n.LeaseGrace.Seconds(), n.RerunOf,
-		n.CheckInvokeRoles, invokerRoles(n))
+		n.CheckInvokeRoles, invokerRoles(n), parentSeq, parentName)
 	run, err = pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Run])
 	if err == nil {
 		return run, true, nil
