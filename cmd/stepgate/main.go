@@ -120,6 +120,14 @@ Runs:
                                    runs, newest first (also: stepgate runs)
   runs get ID                      a run with its journal and failed attempts
 
+Schedules:
+  schedules put NAME --function F --cron EXPR [--input JSON] [--timezone TZ]
+                                   start a run of F on each cron tick ("0 9 * * MON-FRI",
+                                   "@hourly", "@every 1m"), as you
+  schedules list                   the schedules (also: stepgate schedules)
+  schedules get NAME               one schedule, its next tick and last run
+  schedules delete NAME            delete a schedule; its runs are kept
+
 Tokens:
   token create --sub S [--tenant T] [--role R ...] [--ttl 1h]
                                    sign a token with $STEPGATE_JWT_SECRET, or the key of
@@ -178,6 +186,8 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 		return c.invoke(ctx, rest)
 	case "runs", "run":
 		return c.runs(ctx, rest)
+	case "schedules", "schedule":
+		return c.schedules(ctx, rest)
 	case "bench":
 		return c.bench(ctx, rest)
 	case "token":

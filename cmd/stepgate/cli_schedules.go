@@ -1,0 +1,216 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/stepgate/stepgate/gateway/api"
+)
+
+// schedules dispatches "stepgate schedules ...". With no subcommand (or only flags) it
+// lists.
+func (c *cli) schedules(ctx context.Context, args []string) error {
+	if len(args) == 0 || isFlag(args[0]) {
+		return c.schedulesList(ctx, args)
+	}
+	switch sub, rest := args[0], args[1:]; sub {
+	case "put", "create", "set":
+		return c.schedulesPut(ctx, rest)
+	case "list", "ls":
+		return c.schedulesList(ctx, rest)
+	case "get", "show":
+		return c.schedulesGet(ctx, rest)
+	case "delete", "rm":
+		return c.schedulesDelete(ctx, rest)
+	default:
+		return usagef("unknown command \"schedules %s\" (want put, list, get or delete)", sub)
+	}
+}
+
+// schedulesPut runs "stepgate schedules put NAME --function F --cron EXPR".
+func (c *cli) schedulesPut(ctx context.Context, args []string) error {
+	fs := c.newFlagSet("schedules put", "NAME --function F --cron EXPR [--input JSON | --input @FILE] [--timezone TZ]")
+	cf := addClientFlags(fs, true)
+	function := fs.String("function", "", "the `FUNCTION` each tick starts a run of (required)")
+	expr := fs.String("cron", "", `five cron fields ("0 9 * * MON-FRI") or a descriptor ("@hourly", "@every 1m") (required)`)
+	input := fs.String("input", "", "each run's input: `JSON`, @FILE, or - for standard input (default null)")
+	timezone := fs.String("timezone", "", "the IANA time `ZONE` the cron fields are read in (default UTC)")
+	pos, err := parseCommand(fs, args, "NAME")
+	if err != nil {
+		return err
+	}
+	name := pos[0]
+	if *function == "" || *expr == "" {
+		return usagef("schedules put: --function and --cron are required")
+	}
+	spec := api.ScheduleSpec{Function: *function, Cron: *expr}
+	if *timezone != "" {
+		spec.Timezone = timezone
+	}
+	if *input != "" {
+		var stdin io.Reader
+		switch {
+		case *input == "-" || *input == "@-":
+			if c.stdin != nil {
+				stdin = c.stdin()
+			}
+		case !strings.HasPrefix(*input, "@") && !json.Valid([]byte(*input)):
+			return usagef("schedules put: --input is not valid JSON: %s", truncate(*input, 60))
+		}
+		raw, err := readInput(*input, stdin)
+		if err != nil {
+			return err
+		}
+		in := api.AnyJSON(raw)
+		spec.Input = &in
+	}
+
+	cl, err := c.client(cf, nil)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	resp, err := cl.PutScheduleWithResponse(ctx, name, spec)
+	if err != nil {
+		return requestError("put schedule "+name, err)
+	}
+	if err := expect(resp, http.StatusOK); err != nil {
+		return err
+	}
+	if cf.json {
+		return printRaw(c.stdout, resp.Body)
+	}
+	s := resp.JSON200
+	if s == nil {
+		return fmt.Errorf("put schedule %s: unexpected response %q", name, resp.ContentType())
+	}
+	_, err = fmt.Fprintf(c.stdout, "schedule %s: %s runs %s (%s); next tick %s\n",
+		s.Name, s.Cron, s.Function, s.Timezone, formatTime(&s.NextAt, c.loc))
+	return err
+}
+
+// schedulesList runs "stepgate schedules list".
+func (c *cli) schedulesList(ctx context.Context, args []string) error {
+	fs := c.newFlagSet("schedules list", "")
+	cf := addClientFlags(fs, true)
+	if _, err := parseCommand(fs, args); err != nil {
+		return err
+	}
+	cl, err := c.client(cf, nil)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	resp, err := cl.ListSchedulesWithResponse(ctx)
+	if err != nil {
+		return requestError("list schedules", err)
+	}
+	if err := expect(resp, http.StatusOK); err != nil {
+		return err
+	}
+	if cf.json {
+		return printRaw(c.stdout, resp.Body)
+	}
+	if resp.JSON200 == nil {
+		return fmt.Errorf("list schedules: unexpected response %q", resp.ContentType())
+	}
+	if len(resp.JSON200.Schedules) == 0 {
+		_, err := fmt.Fprintln(c.stdout, "no schedules (stepgate schedules put NAME --function F --cron EXPR)")
+		return err
+	}
+	tw := newTable(c.stdout)
+	fmt.Fprintln(tw, "NAME\tFUNCTION\tCRON\tTIMEZONE\tNEXT TICK\tLAST RUN")
+	for _, s := range resp.JSON200.Schedules {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Function, s.Cron, s.Timezone,
+			formatTime(&s.NextAt, c.loc), orDash(deref(s.LastRunId)))
+	}
+	return tw.Flush()
+}
+
+// schedulesGet runs "stepgate schedules get NAME".
+func (c *cli) schedulesGet(ctx context.Context, args []string) error {
+	fs := c.newFlagSet("schedules get", "NAME")
+	cf := addClientFlags(fs, true)
+	pos, err := parseCommand(fs, args, "NAME")
+	if err != nil {
+		return err
+	}
+	cl, err := c.client(cf, nil)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	resp, err := cl.GetScheduleWithResponse(ctx, pos[0])
+	if err != nil {
+		return requestError("get schedule "+pos[0], err)
+	}
+	if err := expect(resp, http.StatusOK); err != nil {
+		return err
+	}
+	if cf.json {
+		return printRaw(c.stdout, resp.Body)
+	}
+	if resp.JSON200 == nil {
+		return fmt.Errorf("get schedule %s: unexpected response %q", pos[0], resp.ContentType())
+	}
+	return writeSchedule(c.stdout, resp.JSON200, c.loc)
+}
+
+// schedulesDelete runs "stepgate schedules delete NAME".
+func (c *cli) schedulesDelete(ctx context.Context, args []string) error {
+	fs := c.newFlagSet("schedules delete", "NAME")
+	cf := addClientFlags(fs, true)
+	pos, err := parseCommand(fs, args, "NAME")
+	if err != nil {
+		return err
+	}
+	cl, err := c.client(cf, nil)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	resp, err := cl.DeleteScheduleWithResponse(ctx, pos[0])
+	if err != nil {
+		return requestError("delete schedule "+pos[0], err)
+	}
+	if err := expect(resp, http.StatusNoContent, http.StatusOK); err != nil {
+		return err
+	}
+	if cf.json {
+		return printRaw(c.stdout, resp.Body)
+	}
+	_, err = fmt.Fprintf(c.stdout, "deleted schedule %s (the runs it started are kept)\n", pos[0])
+	return err
+}
+
+// writeSchedule writes one schedule as "key  value" lines.
+func writeSchedule(w io.Writer, s *api.Schedule, loc *time.Location) error {
+	tw := newTable(w)
+	fmt.Fprintf(tw, "name\t%s\n", s.Name)
+	fmt.Fprintf(tw, "function\t%s\n", s.Function)
+	fmt.Fprintf(tw, "cron\t%s (%s)\n", s.Cron, s.Timezone)
+	fmt.Fprintf(tw, "input\t%s\n", compactJSON(s.Input, headerJSONWidth))
+	fmt.Fprintf(tw, "runs as\t%s\n", formatIdentity(s.Identity))
+	fmt.Fprintf(tw, "next tick\t%s\n", formatTime(&s.NextAt, loc))
+	fmt.Fprintf(tw, "last tick\t%s\n", formatTime(s.LastTickAt, loc))
+	fmt.Fprintf(tw, "last run\t%s\n", orDash(deref(s.LastRunId)))
+	fmt.Fprintf(tw, "created\t%s\n", formatTime(&s.CreatedAt, loc))
+	fmt.Fprintf(tw, "updated\t%s\n", formatTime(&s.UpdatedAt, loc))
+	return tw.Flush()
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
