@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -365,6 +366,96 @@ func TestInvoke(t *testing.T) {
 		require.Equal(t, api.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
 		require.JSONEq(t, `"awake"`, string(*r.Answer.Output))
 		require.Equal(t, 2, g.Journal("run-1")[1].Seq)
+	})
+
+	t.Run("InvokeSuspends", func(t *testing.T) {
+		t.Parallel()
+		g, url := serve(t, func(app *functions.App) {
+			functions.Register(app, "parent", func(ctx context.Context, _ empty) (int, error) {
+				return step.Invoke[int](ctx, "call", "orders.checkout", map[string]int{"amount": 500})
+			})
+		})
+		r := g.Invoke(url+"/parent", g.Request("run-1", "parent", `{}`))
+		require.Equal(t, api.AnswerStatusSuspended, r.Answer.Status, string(r.Body))
+		require.Equal(t, api.AwaitTypeInvoke, r.Answer.Await.Type)
+		require.Equal(t, 1, r.Answer.Await.Seq)
+		require.Equal(t, "call", r.Answer.Await.Name)
+		require.Equal(t, "orders.checkout", *r.Answer.Await.Function)
+		require.JSONEq(t, `{"amount":500}`, string(*r.Answer.Await.Input))
+		require.Empty(t, g.Journal("run-1"), "nothing is checkpointed: the gateway journals the child's outcome")
+	})
+
+	t.Run("JournaledInvokeReplaysTheChildsOutcome", func(t *testing.T) {
+		t.Parallel()
+		type shipment struct {
+			Tracking string `json:"tracking"`
+		}
+		g, url := serve(t, func(app *functions.App) {
+			functions.Register(app, "parent", func(ctx context.Context, _ empty) (string, error) {
+				s, err := step.Invoke[shipment](ctx, "call", "ship", nil)
+				if err != nil {
+					return "", err
+				}
+				_, err = step.Invoke[int](ctx, "again", "ship", nil)
+				var se *step.Error
+				if !errors.As(err, &se) {
+					return "", fmt.Errorf("want a *step.Error, got %v", err)
+				}
+				if !step.IsNonRetryable(err) {
+					return "", errors.New("a child's error must be non-retryable")
+				}
+				return fmt.Sprintf("%s %d %s %s: %s", s.Tracking, se.Seq, se.Name, se.Type, se.Message), nil
+			})
+		})
+		_, _ = g.Append("run-1", api.JournalEntry{Seq: 1, Kind: api.EntryKindInvoke, Name: "call", Output: new(api.AnyJSON(`{"tracking":"trk_1"}`))})
+		_, _ = g.Append("run-1", api.JournalEntry{Seq: 2, Kind: api.EntryKindInvoke, Name: "again",
+			Error: &api.ErrorInfo{Type: step.ErrorTypeNotFound, Message: "function ship is not registered"}})
+
+		r := g.Invoke(url+"/parent", g.Request("run-1", "parent", `{}`))
+		require.Equal(t, api.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
+		require.JSONEq(t, `"trk_1 2 again not_found: function ship is not registered"`, string(*r.Answer.Output))
+	})
+
+	t.Run("InvokeNondeterminismNamesKinds", func(t *testing.T) {
+		t.Parallel()
+		g, url := serve(t, func(app *functions.App) {
+			functions.Register(app, "parent", func(ctx context.Context, _ empty) (int, error) {
+				return step.Invoke[int](ctx, "call", "child", nil)
+			})
+		})
+		_, _ = g.Append("run-1", entry(1, "call", `1`))
+		r := g.Invoke(url+"/parent", g.Request("run-1", "parent", `{}`))
+		require.Equal(t, api.AnswerStatusFailed, r.Answer.Status, string(r.Body))
+		require.Equal(t, "nondeterminism", r.Answer.Error.Type)
+		require.Contains(t, r.Answer.Error.Message, `invoke "call"`)
+		require.Contains(t, r.Answer.Error.Message, `step "call"`)
+	})
+
+	t.Run("InvokeRefusesBadArguments", func(t *testing.T) {
+		t.Parallel()
+		g, url := serve(t, func(app *functions.App) {
+			functions.Register(app, "parent", func(ctx context.Context, _ empty) (string, error) {
+				var errs []string
+				for _, call := range []func() error{
+					func() error { _, err := step.Invoke[int](ctx, "call", "", nil); return err },
+					func() error { _, err := step.Invoke[int](ctx, "call", "a/b", nil); return err },
+					func() error { _, err := step.Invoke[int](ctx, "call", "ok", func() {}); return err },
+					func() error { _, err := step.Invoke[int](ctx, "", "ok", nil); return err },
+				} {
+					err := call()
+					if !step.IsNonRetryable(err) {
+						return "", fmt.Errorf("want a non-retryable error, got %v", err)
+					}
+					errs = append(errs, err.Error())
+				}
+				// No seq was taken: this step is seq 1.
+				_, err := step.Run(ctx, "after", func(ctx context.Context) (int, error) { return 1, nil })
+				return strings.Join(errs, "\n"), err
+			})
+		})
+		r := g.Invoke(url+"/parent", g.Request("run-1", "parent", `{}`))
+		require.Equal(t, api.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
+		require.Equal(t, 1, g.Journal("run-1")[0].Seq)
 	})
 
 	t.Run("CheckpointConflictStops", func(t *testing.T) {
@@ -767,6 +858,8 @@ func TestStepOutsideAnInvocation(t *testing.T) {
 	_, err := step.Run(t.Context(), "a", func(ctx context.Context) (int, error) { return 1, nil })
 	require.ErrorIs(t, err, step.ErrNoInvocation)
 	require.ErrorIs(t, step.Sleep(t.Context(), "a", time.Second), step.ErrNoInvocation)
+	_, err = step.Invoke[int](t.Context(), "a", "b", nil)
+	require.ErrorIs(t, err, step.ErrNoInvocation)
 	require.Equal(t, 0, step.Attempt(t.Context()))
 }
 

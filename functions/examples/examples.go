@@ -1,6 +1,7 @@
 // Package examples holds the example functions that `stepgate dev` and compose.yaml
-// serve: hello (no steps), orders.checkout (three steps and an optional sleep), flaky
-// (a step that fails before it succeeds) and chain (n steps in a row, for benchmarks).
+// serve: hello (no steps), orders.checkout (three steps and an optional sleep),
+// orders.fulfil (orders.checkout as a child run), flaky (a step that fails before it
+// succeeds) and chain (n steps in a row, for benchmarks).
 package examples
 
 import (
@@ -14,10 +15,11 @@ import (
 	"github.com/stepgate/stepgate/functions/step"
 )
 
-// Register adds hello, orders.checkout and flaky to app.
+// Register adds hello, orders.checkout, orders.fulfil, flaky and chain to app.
 func Register(app *functions.App) {
 	functions.Register(app, "hello", Hello)
 	functions.Register(app, "orders.checkout", Checkout, functions.Timeout(30*time.Second), functions.MaxAttempts(5))
+	functions.Register(app, "orders.fulfil", Fulfil)
 	functions.Register(app, "flaky", Flaky)
 	functions.Register(app, "chain", Chain)
 }
@@ -96,6 +98,17 @@ func Checkout(ctx context.Context, in CheckoutInput) (CheckoutOutput, error) {
 		return Shipment{Tracking: "trk_" + orderID}, nil
 	})
 	return out, err
+}
+
+// Fulfil checks the order out as a child run of orders.checkout (the same input), which
+// runs as the caller's identity, and returns its shipment. A checkout that fails or is
+// cancelled fails the fulfilment with the checkout's error.
+func Fulfil(ctx context.Context, in CheckoutInput) (Shipment, error) {
+	out, err := step.Invoke[CheckoutOutput](ctx, "checkout", "orders.checkout", in)
+	if err != nil {
+		return Shipment{}, fmt.Errorf("checkout: %w", err)
+	}
+	return out.Shipment, nil
 }
 
 // FlakyInput is the input of flaky.

@@ -40,7 +40,8 @@ func TestExamples(t *testing.T) {
 			{"name":"chain","path":"chain"},
 			{"name":"flaky","path":"flaky"},
 			{"name":"hello","path":"hello"},
-			{"name":"orders.checkout","path":"orders.checkout","config":{"timeout":"30s","retries":{"max_attempts":5}}}
+			{"name":"orders.checkout","path":"orders.checkout","config":{"timeout":"30s","retries":{"max_attempts":5}}},
+			{"name":"orders.fulfil","path":"orders.fulfil"}
 		]}`, string(r.Body))
 	})
 
@@ -59,6 +60,8 @@ func TestExamples(t *testing.T) {
 		{"CheckoutWithSleep", "orders.checkout", `{"sleep_ms":1500}`, 2, api.AnswerStatusCompleted,
 			`{"reservation":{"order_id":"run-1","reserved":true},"charge":{"charge_id":"ch_run-1","amount":0},"shipment":{"tracking":"trk_run-1"}}`,
 			[]string{"step reserve", "step charge", "sleep cool-off", "step ship"}},
+		{"Fulfil", "orders.fulfil", `{"order_id":"o1","amount":500}`, 2, api.AnswerStatusCompleted,
+			`{"tracking":"trk_o1"}`, []string{"invoke checkout"}},
 		{"Flaky", "flaky", `{}`, 3, api.AnswerStatusCompleted, `{"attempts":3}`, []string{"step attempt"}},
 		{"FlakyOnce", "flaky", `{"fail_times":0}`, 1, api.AnswerStatusCompleted, `{"attempts":1}`, []string{"step attempt"}},
 		{"FlakyFails", "flaky", `{"fail_times":3}`, 3, api.AnswerStatusFailed, "", []string{"step attempt"}},

@@ -1,11 +1,12 @@
 // Package step makes a stepgate function durable, one named step at a time.
 //
-// Each call to [Run], [Sleep] or [SleepUntil] takes the next seq of the run (1, 2, ...).
-// When the gateway's journal already holds that seq, the step is replayed: Run returns the
-// journaled output (or final error) without calling its function, and a journaled sleep
-// returns at once. Otherwise Run calls its function and journals the outcome with the
-// gateway (a checkpoint) before returning, so every finished step is durable before the
-// next one starts, and a sleep suspends the run.
+// Each call to [Run], [Sleep], [SleepUntil] or [Invoke] takes the next seq of the run (1,
+// 2, ...). When the gateway's journal already holds that seq, the step is replayed: Run
+// returns the journaled output (or final error) without calling its function, a
+// journaled sleep returns at once, and a journaled invoke returns the child run's
+// outcome. Otherwise Run calls its function and journals the outcome with the gateway (a
+// checkpoint) before returning, so every finished step is durable before the next one
+// starts; a sleep suspends the run, and an invoke suspends it until its child run ends.
 //
 // The rules that keep replays correct:
 //
@@ -17,7 +18,7 @@
 //   - A step's output must round-trip through encoding/json: a replay returns the value
 //     decoded from its JSON, not the value the function returned.
 //
-// When the invocation must end early (a sleep, a retry, nondeterminism, a conflict), these
+// When the invocation must end early (a sleep, an invoke, a retry, nondeterminism, a conflict), these
 // functions do not return: they unwind the function with a private panic that the SDK
 // recovers; the function's deferred calls run on the way, as for any panic, and its
 // context is cancelled. Code that recovers panics generically (a deferred recover() that swallows
@@ -32,6 +33,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"time"
 
 	"github.com/stepgate/stepgate/functions/internal/invocation"
@@ -61,8 +63,16 @@ const (
 	ErrorTypeNonRetryable = "non_retryable" // an attempt failed with a NonRetryable error
 )
 
+// Error types of an [Invoke] whose child run did not start. A child run that failed or
+// was cancelled has its own error's type ("cancelled" for a cancellation).
+const (
+	ErrorTypeNotFound  = "not_found" // the function is not registered in the run's tenant
+	ErrorTypeForbidden = "forbidden" // its invoke_roles exclude the run's identity
+)
+
 // Error is the final failure of a step, returned by [Run] both when the last attempt
-// fails and when the failure is replayed from the journal. Only the journaled fields
+// fails and when the failure is replayed from the journal, and by [Invoke] for a child
+// run that failed, was cancelled or could not start. Only the journaled fields
 // survive a replay, so Error never wraps the original error: branch on Type or Message,
 // not on errors.Is with the function's own errors. It counts as non-retryable: a function
 // that returns it (wrapped or not) fails its run.
@@ -234,6 +244,47 @@ func sleep(ctx context.Context, name string, aw api.Await) error {
 	aw.Type, aw.Seq, aw.Name = api.AwaitTypeSleep, seq, name
 	return st.Halt(invocation.Suspended(&aw))
 }
+
+// Invoke runs function (a function registered in this run's tenant, at its current
+// revision) with input, encoded as JSON, as a child run of this run, and returns the
+// child's output decoded into T. The child runs as this run's identity, which the
+// function's invoke_roles must allow unless it is an admin.
+//
+// The first time, Invoke suspends the run: the gateway starts the child and, when the
+// child ends, journals its outcome at this step's seq and invokes the function again at
+// once. There, and on every later replay, Invoke returns the journaled outcome without
+// starting anything: the child's output, or an [*Error] whose Type is the child's error
+// type when it failed ("cancelled" when it was cancelled), [ErrorTypeNotFound] when the
+// function is not registered, or [ErrorTypeForbidden] when its invoke_roles exclude
+// this run's identity. The function may handle the error and go on; returned as is, it
+// fails the run. Cancelling this run does not cancel the child.
+//
+// name must be 1 to 255 bytes, function a valid function name (letters, digits, '.',
+// '_', '-', at most 128), and input must encode as JSON; otherwise Invoke returns a
+// non-retryable error without taking a seq. It returns [ErrNoInvocation] when ctx is
+// not an invocation's.
+func Invoke[T any](ctx context.Context, name, function string, input any) (T, error) {
+	var zero T
+	if !functionName.MatchString(function) {
+		return zero, NonRetryable(fmt.Errorf("step: invoke %q: function %q is not a function name", name, function))
+	}
+	raw, err := json.Marshal(input)
+	if err != nil {
+		return zero, NonRetryable(fmt.Errorf("step: invoke %q: encode input: %w", name, err))
+	}
+	st, seq, e, err := next(ctx, api.EntryKindInvoke, name)
+	if err != nil {
+		return zero, err
+	}
+	if e != nil {
+		return replay[T](st, e)
+	}
+	return zero, st.Halt(invocation.Suspended(&api.Await{
+		Type: api.AwaitTypeInvoke, Seq: seq, Name: name, Function: &function, Input: (*api.AnyJSON)(&raw),
+	}))
+}
+
+var functionName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
 func next(ctx context.Context, kind api.EntryKind, name string) (*invocation.State, int, *api.JournalEntry, error) {
 	st := invocation.From(ctx)

@@ -204,8 +204,10 @@ func (g *Gateway) do(method, url string, body []byte, sig string) Response {
 
 // Run drives run runID of function at url to its end as the gateway would, without
 // waiting: it journals sleeps as over at once, retries failed steps at once with the next
-// attempt, and retries invocations that answer HTTP 500 up to maxAttempts. It returns the
-// last answer and how many invocations it made.
+// attempt, runs an invoked function (served next to function, at the same base URL) to
+// its end as run runID.seq and journals its outcome, and retries invocations that answer
+// HTTP 500 up to maxAttempts. It returns the last answer and how many invocations it
+// made, a child's not counted.
 func (g *Gateway) Run(url, runID, function, input string, maxAttempts int) (Response, int) {
 	g.tb.Helper()
 	attempts := map[string]int{}
@@ -240,6 +242,26 @@ func (g *Gateway) Run(url, runID, function, input string, maxAttempts int) (Resp
 		case r.Answer.Await.Type == api.AwaitTypeRetry:
 			aw := r.Answer.Await
 			attempts[strconv.Itoa(aw.Seq)] = *aw.Attempt + 1
+		case r.Answer.Await.Type == api.AwaitTypeInvoke:
+			aw := r.Answer.Await
+			input := "null"
+			if aw.Input != nil {
+				input = string(*aw.Input)
+			}
+			childURL := url[:strings.LastIndex(url, "/")+1] + *aw.Function
+			child, _ := g.Run(childURL, fmt.Sprintf("%s.%d", runID, aw.Seq), *aw.Function, input, maxAttempts)
+			e := api.JournalEntry{Seq: aw.Seq, Kind: api.EntryKindInvoke, Name: aw.Name}
+			switch {
+			case child.Code != http.StatusOK:
+				e.Error = &api.ErrorInfo{Type: child.Error.Type, Message: child.Error.Message}
+			case child.Answer.Status == api.AnswerStatusCompleted:
+				e.Output = child.Answer.Output
+			default:
+				e.Error = child.Answer.Error
+			}
+			if code, msg := g.Append(runID, e); code != http.StatusOK {
+				g.tb.Fatalf("run %s: journal invoke: %s", runID, msg)
+			}
 		default:
 			g.tb.Fatalf("run %s: unknown await %q", runID, r.Answer.Await.Type)
 		}
