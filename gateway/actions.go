@@ -18,13 +18,25 @@ import (
 // CancelRun cancels a run of the caller's tenant that has not finished. The cancellation
 // commits before any waiter is told: this gateway's waiters and wake-up timer directly,
 // other gateways' waiters by notification. A running invocation is fenced out (its
-// checkpoints and answer are refused); a pending wake-up finds nothing to claim.
+// checkpoints and answer are refused); a pending wake-up finds nothing to claim. A
+// cancelled child run's parent gets the cancellation as the child's outcome and is
+// woken, its River job committed with the cancellation; a cancelled parent's children
+// go on.
 func (s *Server) CancelRun(ctx context.Context, req server.CancelRunRequestObject) (server.CancelRunResponseObject, error) {
 	if !validRunID(req.Id) {
 		return server.CancelRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
 	}
 	id := identity(ctx)
-	run, err := journal.CancelRun(ctx, s.tenantDB(ctx), id.Tenant, req.Id, id.Subject)
+	var run *journal.Run
+	err := pgx.BeginFunc(ctx, s.tenantDB(ctx), func(tx pgx.Tx) error {
+		var err error
+		run, err = journal.CancelRun(ctx, tx, id.Tenant, req.Id, id.Subject)
+		if err != nil || run.ParentSeq == nil {
+			return err
+		}
+		// Its parent woke if it still waited for it; if not, the job finds nothing to claim.
+		return s.inv.Enqueue(ctx, tx, *run.ParentID)
+	})
 	switch {
 	case errors.Is(err, journal.ErrNotFound):
 		return server.CancelRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
@@ -35,6 +47,9 @@ func (s *Server) CancelRun(ctx context.Context, req server.CancelRunRequestObjec
 		return nil, err
 	}
 	s.inv.Cancelled(run.ID)
+	if run.ParentSeq != nil {
+		s.inv.Wake(*run.ParentID)
+	}
 	s.log.InfoContext(ctx, "run cancelled", "run_id", run.ID, "function", run.Function, "by", id.Subject)
 	return server.CancelRun200JSONResponse(runResult(run)), nil
 }

@@ -244,7 +244,7 @@ func runToAPI(run *journal.Run) api.Run {
 		Id: run.ID, Function: run.Function, Revision: run.Revision, Status: api.RunStatus(run.Status),
 		Input: api.AnyJSON(run.Input), Output: rawPtr(run.Output), Error: invoker.ErrorToAPI(run.Error),
 		Identity: invoker.IdentityToAPI(run.Identity), IdempotencyKey: run.IdempotencyKey, ParentId: run.ParentID,
-		RerunOf: run.RerunOf, Attempts: run.Attempts, WakeAt: run.WakeAt, CreatedAt: run.CreatedAt, StartedAt: run.StartedAt,
+		ParentSeq: run.ParentSeq, ParentName: run.ParentName, RerunOf: run.RerunOf, Attempts: run.Attempts, WakeAt: run.WakeAt, CreatedAt: run.CreatedAt, StartedAt: run.StartedAt,
 		FinishedAt: run.FinishedAt,
 	}
 }
@@ -274,7 +274,7 @@ func (s *Server) GetRun(ctx context.Context, req server.GetRunRequestObject) (se
 	out := api.RunDetail{
 		Id: r.Id, Function: r.Function, Revision: r.Revision, Status: r.Status, Input: r.Input, Output: r.Output,
 		Error: r.Error, Identity: r.Identity, IdempotencyKey: r.IdempotencyKey, ParentId: r.ParentId,
-		RerunOf: r.RerunOf, Attempts: r.Attempts, WakeAt: r.WakeAt, CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
+		ParentSeq: r.ParentSeq, ParentName: r.ParentName, RerunOf: r.RerunOf, Attempts: r.Attempts, WakeAt: r.WakeAt, CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
 		Journal:  make([]api.JournalEntry, 0, len(entries)),
 		Failures: make([]api.AttemptFailure, 0, len(failures)),
 	}

@@ -9,13 +9,16 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
+	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/functions/signature"
 	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/journal"
@@ -143,7 +146,7 @@ func (inv *Invoker) invoke(ctx context.Context, rev *revision, claim *journal.Cl
 		o = inv.failedInvocation(rev, run, failure)
 		log.WarnContext(ctx, "invocation failed", slog.Int("attempt", run.Attempts), slog.String("error", failure.Message))
 	} else {
-		o = outcomeOf(rev, answer)
+		o = outcomeOf(rev, run, answer)
 	}
 	o.Notify = notify
 	return inv.apply(ctx, log, rev, run, o, notify)
@@ -165,8 +168,9 @@ func (inv *Invoker) failedInvocation(rev *revision, run *journal.Run, failure *j
 	return journal.Outcome{Status: journal.StatusQueued, Error: &e, WakeAfter: rev.config.Retries.Backoff(failed)}
 }
 
-// outcomeOf reads a well-formed answer; a malformed one was already refused by call.
-func outcomeOf(rev *revision, a *api.InvocationAnswer) journal.Outcome {
+// outcomeOf reads a well-formed answer of an invocation of run; a malformed one was
+// already refused by call.
+func outcomeOf(rev *revision, run *journal.Run, a *api.InvocationAnswer) journal.Outcome {
 	var o journal.Outcome
 	if a.Steps != nil {
 		for _, s := range *a.Steps {
@@ -200,6 +204,16 @@ func outcomeOf(rev *revision, a *api.InvocationAnswer) journal.Outcome {
 			}
 			o.StepFailure = &journal.Failure{Seq: w.Seq, Attempt: attempt, Name: w.Name, Error: *ErrorFromAPI(w.Error)}
 			o.WakeAfter = policy.Backoff(attempt)
+		case api.AwaitTypeInvoke:
+			o.Invoke = &journal.Invoke{
+				Seq: w.Seq, Name: w.Name, ChildID: uuid.Must(uuid.NewV7()).String(), Function: *w.Function,
+				// The child runs as the run's identity: its invoke_roles are checked
+				// against that identity, as the gateway checks a caller's.
+				CheckInvokeRoles: !auth.Identity(run.Identity).IsAdmin(),
+			}
+			if w.Input != nil {
+				o.Invoke.Input = json.RawMessage(*w.Input)
+			}
 		}
 	}
 	return o
@@ -315,14 +329,22 @@ func validateAnswer(a *api.InvocationAnswer) string {
 			if _, err := ParseRetryPolicy(w.Retry, RetryPolicy{}); err != nil {
 				return "retry: " + err.Error()
 			}
+		case api.AwaitTypeInvoke:
+			if w.Function == nil || !FunctionName.MatchString(*w.Function) {
+				return "an invoke needs a function: letters, digits, '.', '_', '-', 1 to 128 characters"
+			}
 		default:
-			return fmt.Sprintf("await type %q is not supported (sleep, retry)", w.Type)
+			return fmt.Sprintf("await type %q is not supported (sleep, retry, invoke)", w.Type)
 		}
 	default:
 		return fmt.Sprintf("status %q is not one of completed, failed, suspended", a.Status)
 	}
 	return ""
 }
+
+// FunctionName is what a function's name may be: letters, digits, '.', '_' and '-', 1
+// to 128 characters, starting with a letter or digit.
+var FunctionName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
 func snippet(b []byte) string {
 	s := strings.TrimSpace(string(b))
@@ -343,24 +365,22 @@ func trimErr(err error) string {
 	return err.Error()
 }
 
-// apply commits the outcome, with the River job that makes the run's next move, and
-// then arms a local timer for a suspended or retrying run and tells local waiters.
+// apply commits the outcome, with the River jobs that make the next moves (the run's
+// wake-up, its child's start, or its parent's wake-up when it was a child), and then
+// arms local timers for them and tells local waiters.
 func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, run *journal.Run, o journal.Outcome, notify bool) (*Result, error) {
 	var f *journal.Finished
 	var finishedAt time.Time // local time when Finish returned, to relate f.Clock to ours
 	var err error
-	if o.Status.Terminal() && len(o.Steps) == 0 {
+	if o.Status.Terminal() && len(o.Steps) == 0 && run.ParentSeq == nil {
 		// One statement: no transaction round trips on the hot path of a short function.
+		// (A child's end wakes its parent, whose job commits with it.)
 		f, err = journal.Finish(ctx, inv.pool, run.ID, run.Invocation, o)
 	} else {
 		err = pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
 			var err error
-			f, err = journal.Finish(ctx, tx, run.ID, run.Invocation, o)
+			f, err = inv.finishTx(ctx, tx, run, o)
 			finishedAt = time.Now()
-			if err != nil || f.Status.Terminal() {
-				return err
-			}
-			_, err = inv.river.InsertTx(ctx, tx, InvokeArgs{RunID: run.ID}, &river.InsertOpts{ScheduledAt: *f.WakeAt})
 			return err
 		})
 	}
@@ -370,7 +390,7 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 		o = journal.Outcome{Status: journal.StatusFailed, Error: &e, Notify: notify}
 		err = pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
 			var err error
-			f, err = journal.Finish(ctx, tx, run.ID, run.Invocation, o)
+			f, err = inv.finishTx(ctx, tx, run, o)
 			return err
 		})
 	}
@@ -381,8 +401,17 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 	if err != nil {
 		return nil, fmt.Errorf("apply answer of run %s: %w", run.ID, err)
 	}
-	switch f.Status {
-	case journal.StatusSuspended, journal.StatusQueued:
+	if f.Parent != "" {
+		inv.Wake(f.Parent)
+	}
+	switch {
+	case f.Child != nil:
+		c := f.Child
+		if crev, err := inv.revision(ctx, c.Tenant, c.Function, c.Revision); err == nil {
+			inv.armTimer(c.ID, crev, 0, 0)
+		} // else its River job starts it
+		log.DebugContext(ctx, "run waits for its child", slog.String("child_id", c.ID), slog.String("child_function", c.Function))
+	case f.Status == journal.StatusSuspended || f.Status == journal.StatusQueued:
 		// Time the wake-up on the database clock, less what the commit took since.
 		inv.armTimer(run.ID, rev, f.WakeAt.Sub(f.Clock)-time.Since(finishedAt), 0)
 		log.DebugContext(ctx, "run waits", slog.String("status", string(f.Status)), slog.Time("wake_at", *f.WakeAt))
@@ -391,4 +420,30 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 		log.InfoContext(ctx, "run finished", slog.String("status", string(f.Status)))
 	}
 	return &Result{RunID: run.ID, Status: f.Status, Output: o.Output, Error: o.Error}, nil
+}
+
+// finishTx applies o to run in tx with the River jobs of its next moves: the run's own
+// wake-up when it is due at a time, its child's start when it invokes one, and its
+// parent's wake-up when it was a child and its end woke the parent.
+func (inv *Invoker) finishTx(ctx context.Context, tx pgx.Tx, run *journal.Run, o journal.Outcome) (*journal.Finished, error) {
+	f, err := journal.Finish(ctx, tx, run.ID, run.Invocation, o)
+	if err != nil {
+		return nil, err
+	}
+	var jobs []river.InsertManyParams
+	if f.WakeAt != nil {
+		jobs = append(jobs, river.InsertManyParams{Args: InvokeArgs{RunID: run.ID}, InsertOpts: &river.InsertOpts{ScheduledAt: *f.WakeAt}})
+	}
+	if f.Child != nil {
+		jobs = append(jobs, river.InsertManyParams{Args: InvokeArgs{RunID: f.Child.ID}})
+	}
+	if f.Parent != "" {
+		jobs = append(jobs, river.InsertManyParams{Args: InvokeArgs{RunID: f.Parent}})
+	}
+	if len(jobs) > 0 {
+		if _, err := inv.river.InsertManyTx(ctx, tx, jobs); err != nil {
+			return nil, fmt.Errorf("enqueue next moves of run %s: %w", run.ID, err)
+		}
+	}
+	return f, nil
 }

@@ -317,8 +317,15 @@ func (w *reapWorker) Work(ctx context.Context, _ *river.Job[ReapArgs]) error {
 	}
 }
 
+// Wake invokes runID from this process at once if it is due: a parent whose child has
+// ended, once that end has committed with the parent's River job, which stays the
+// backstop (when this process stops first, or another gateway's worker claims the run
+// first, the other finds nothing to claim).
+func (inv *Invoker) Wake(runID string) { inv.armTimer(runID, nil, 0, 0) }
+
 // armTimer wakes runID in this process after d, unless the process stops first (then
-// the River job scheduled with the suspension wakes it).
+// the River job scheduled with the suspension wakes it). A nil rev is looked up when
+// the timer fires.
 func (inv *Invoker) armTimer(runID string, rev *revision, d time.Duration, tries int) {
 	inv.timersMu.Lock()
 	defer inv.timersMu.Unlock()
@@ -338,7 +345,13 @@ func (inv *Invoker) armTimer(runID string, rev *revision, d time.Duration, tries
 		inv.bgWG.Add(1)
 		inv.timersMu.Unlock()
 		defer inv.bgWG.Done()
-		_, err := inv.resume(inv.bg, rev, runID, false)
+		var err error
+		if rev == nil {
+			rev, err = inv.revisionOfRun(inv.bg, runID)
+		}
+		if err == nil {
+			_, err = inv.resume(inv.bg, rev, runID, false)
+		}
 		if errors.Is(err, journal.ErrNotDue) && tries < 3 {
 			// The database clock may run a hair behind this timer; look again shortly.
 			inv.armTimer(runID, rev, 500*time.Microsecond, tries+1)
