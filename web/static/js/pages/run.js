@@ -121,7 +121,8 @@ export function runPage(el, id) {
     else if (pending) what = h("span", null, "Retrying step ", h("strong", null, pending.name), ` (attempt ${pending.attempt + 1})`);
     else if (lastEntry && lastEntry.kind === "sleep" && lastEntry.until && ms(lastEntry.until) > ms(r.created_at)) {
       what = h("span", null, "Sleeping in ", h("strong", null, lastEntry.name));
-    } else what = "Waiting";
+    } else if (r.status === "suspended" && !r.wake_at) what = "Waiting for a child run to end";
+    else what = "Waiting";
     const wake = r.wake_at || (lastEntry && lastEntry.kind === "sleep" ? lastEntry.until : null);
     return h("div", { class: "callout waiting", "data-testid": "waiting" },
       icon("clock", 16),
@@ -151,7 +152,10 @@ export function runPage(el, id) {
       ["Attempts", h("span", { class: "num" }, String(r.attempts))],
     ];
     if (r.idempotency_key) rows.push(["Idempotency key", h("span", { class: "mono wrap" }, r.idempotency_key)]);
-    if (r.parent_id) rows.push(["Parent run", link(r.parent_id)]);
+    if (r.parent_id) {
+      rows.push(["Parent run", h("span", null, link(r.parent_id),
+        r.parent_name ? h("span", { class: "muted" }, ` · step ${r.parent_seq} ${r.parent_name}`) : null)]);
+    }
     if (r.rerun_of) rows.push(["Rerun of", h("span", { "data-testid": "rerun-of" }, link(r.rerun_of))]);
     return h("dl", { class: "facts card" }, rows.map(([k, v]) => h("div", { class: "fact" }, h("dt", null, k), h("dd", null, v))));
   }
@@ -294,6 +298,7 @@ export function runPage(el, id) {
       icon(isSleep ? "moonSleep" : "zap", 13),
       h("span", { class: "name", title: e.name }, e.name),
       isSleep ? h("span", { class: "tag sleep" }, "sleep") : null,
+      e.kind === "invoke" ? h("span", { class: "tag", title: "the outcome of a child run" }, "invoke") : null,
       attempt > 1 || failures.length ? h("span", { class: "tag warn", title: `${failures.length} failed attempt(s)` }, `attempt ${attempt}`) : null,
       failed ? h("span", { class: "tag err" }, "failed") : null);
 
