@@ -103,6 +103,10 @@ func TestChildRuns(t *testing.T) {
 	}
 	functions.Register(app, "parent.flaky", handles("flaky", `{"fail_times":5}`))
 	functions.Register(app, "parent.unknown", handles("nope", `{}`))
+	functions.Register(app, "broken", func(ctx context.Context, _ struct{}) (int, error) {
+		return 0, errors.New("always down") // HTTP 500: a failed invocation, retried
+	}, functions.MaxAttempts(2), functions.Backoff(time.Millisecond, 10*time.Millisecond))
+	functions.Register(app, "parent.broken", handles("broken", `{}`))
 	functions.Register(app, "parent.sleeper", handles("orders.checkout", `{"sleep_ms":600000}`))
 	synced, err := c.SyncAppWithResponse(t.Context(), api.AppSync{Url: s.ServeApp(t, app)})
 	require.NoError(t, err)
@@ -170,9 +174,27 @@ func TestChildRuns(t *testing.T) {
 		require.Equal(t, api.RunStatusFailed, child.Status)
 	})
 
+	t.Run("AChildOutOfInvocationAttemptsFailsTheParentsCall", func(t *testing.T) {
+		t.Parallel()
+		res := invokeAsync(t, c, "parent.broken", `{}`)
+		require.Equal(t, api.RunStatusCompleted, res.Status, "%+v", res.Error)
+		var got childError
+		require.NoError(t, json.Unmarshal(*res.Output, &got))
+		require.Equal(t, "http_status", got.Type)
+		require.Contains(t, got.Message, "always down")
+		require.Contains(t, got.Message, "giving up")
+		child := getRun(t, c, childOf(t, c, "broken", res.Id).Id)
+		require.Equal(t, api.RunStatusFailed, child.Status)
+		require.Equal(t, 2, child.Attempts, "its function's max_attempts")
+	})
+
 	t.Run("AnUnknownFunctionIsNotFound", func(t *testing.T) {
 		t.Parallel()
-		res := invokeAsync(t, c, "parent.unknown", `{}`)
+		// Waiting on the start: this gateway invokes the parent at once, and answers
+		// once the parent's second invocation, after the not_found entry, completed it.
+		start := startRun(t, c, "parent.unknown", `{}`, nil)
+		require.Equal(t, http.StatusOK, start.StatusCode(), string(start.Body))
+		res := *start.JSON200
 		require.Equal(t, api.RunStatusCompleted, res.Status, "%+v", res.Error)
 		var got childError
 		require.NoError(t, json.Unmarshal(*res.Output, &got))

@@ -26,7 +26,8 @@ type Claim struct {
 }
 
 // ClaimRun claims a due run for a new invocation: a queued run whose backoff has passed
-// or a suspended run whose wake time has come. It bumps the run's invocation number
+// or a suspended run whose wake time has come (a run waiting for its child run has
+// none until the child ends; see Finish). It bumps the run's invocation number
 // (fencing out any older invocation), leases it for lease, and loads its journal, all in
 // one round trip and one transaction. It returns ErrNotDue when the run is not claimable
 // now (not due yet, running, finished, or gone). The claim notifies EventChannel when a
