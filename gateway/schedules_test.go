@@ -249,9 +249,9 @@ func TestScheduleRequests(t *testing.T) {
 			require.Equal(t, http.StatusBadRequest, resp.StatusCode(), string(resp.Body))
 			require.Equal(t, tc.detail, resp.ApplicationproblemJSON400.Detail)
 		}
-		list, err := admin.ListSchedulesWithResponse(t.Context())
+		got, err := admin.GetScheduleWithResponse(t.Context(), "x")
 		require.NoError(t, err)
-		require.Len(t, list.JSON200.Schedules, 1, "nothing stored")
+		require.Equal(t, http.StatusNotFound, got.StatusCode(), "nothing stored")
 	})
 
 	t.Run("Permissions", func(t *testing.T) {
