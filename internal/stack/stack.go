@@ -67,9 +67,10 @@ func Start(tb testing.TB, opts Options) *Stack {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cfg.MaxConns = 8
+	// Small pools: test packages run side by side on one Postgres (max_connections 100).
+	cfg.MaxConns = 5
 	apiCfg := cfg.Copy()
-	apiCfg.MaxConns = 4
+	apiCfg.MaxConns = 2
 	journal.ConfigurePool(cfg, true)
 	journal.ConfigurePool(apiCfg, false)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
