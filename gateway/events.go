@@ -2,11 +2,9 @@ package gateway
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"slices"
 	"strconv"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -149,18 +147,9 @@ func (s *Server) ListEvents(ctx context.Context, req server.ListEventsRequestObj
 	if p.Name != nil {
 		f.Name = *p.Name
 	}
-	if p.Limit != nil {
-		if *p.Limit < 1 || *p.Limit > 500 {
-			return nil, badRequest("limit %d is not between 1 and 500", *p.Limit)
-		}
-		f.Limit = *p.Limit
-	}
-	if p.Cursor != nil && *p.Cursor != "" {
-		c, err := decodeEventCursor(*p.Cursor)
-		if err != nil {
-			return nil, err
-		}
-		f.After = c
+	var err error
+	if f.Limit, f.After, err = page(p.Limit, p.Cursor, func(id string) bool { return id != "" }); err != nil {
+		return nil, err
 	}
 	db := s.tenantDB(ctx)
 	events, next, err := journal.ListEvents(ctx, db, db.Tenant(), f)
@@ -171,24 +160,8 @@ func (s *Server) ListEvents(ctx context.Context, req server.ListEventsRequestObj
 	for i := range events {
 		out.Events = append(out.Events, eventToAPI(&events[i]))
 	}
-	if next != nil {
-		b, _ := json.Marshal(next) // a struct of a time and a string always encodes
-		c := base64.RawURLEncoding.EncodeToString(b)
-		out.NextCursor = &c
-	}
+	out.NextCursor = nextCursor(next)
 	return server.ListEvents200JSONResponse(out), nil
-}
-
-func decodeEventCursor(s string) (*journal.EventCursor, error) {
-	var c journal.EventCursor
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err == nil {
-		err = json.Unmarshal(b, &c)
-	}
-	if err != nil || c.ID == "" || c.CreatedAt.Equal(time.Time{}) {
-		return nil, badRequest("cursor is not one this API returned")
-	}
-	return &c, nil
 }
 
 func eventToAPI(ev *journal.Event) api.Event {

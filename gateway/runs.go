@@ -309,18 +309,9 @@ func (s *Server) ListRuns(ctx context.Context, req server.ListRunsRequestObject)
 	if p.CreatedBefore != nil {
 		f.CreatedBefore = *p.CreatedBefore
 	}
-	if p.Limit != nil {
-		if *p.Limit < 1 || *p.Limit > 500 {
-			return nil, badRequest("limit %d is not between 1 and 500", *p.Limit)
-		}
-		f.Limit = *p.Limit
-	}
-	if p.Cursor != nil && *p.Cursor != "" {
-		c, err := decodeCursor(*p.Cursor)
-		if err != nil {
-			return nil, err
-		}
-		f.After = c
+	var err error
+	if f.Limit, f.After, err = page(p.Limit, p.Cursor, validRunID); err != nil {
+		return nil, err
 	}
 	runs, next, err := journal.ListRuns(ctx, s.tenantDB(ctx), identity(ctx).Tenant, f)
 	if err != nil {
@@ -330,31 +321,43 @@ func (s *Server) ListRuns(ctx context.Context, req server.ListRunsRequestObject)
 	for i := range runs {
 		out.Runs = append(out.Runs, runToAPI(&runs[i]))
 	}
-	if next != nil {
-		c := encodeCursor(next)
-		out.NextCursor = &c
-	}
+	out.NextCursor = nextCursor(next)
 	return server.ListRuns200JSONResponse(out), nil
 }
 
-func encodeCursor(c *journal.RunCursor) string {
-	b, _ := json.Marshal(c) // a struct of a time and a string always encodes
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-func decodeCursor(s string) (*journal.RunCursor, error) {
-	var c journal.RunCursor
-	b, err := base64.RawURLEncoding.DecodeString(s)
+// page reads a listing's limit (1 to 500) and cursor parameters; validID tells whether
+// a cursor's id can be one of the listing's ids, so a forged cursor is a 400, not a
+// failing query.
+func page(limit *int, cursor *string, validID func(string) bool) (int, *journal.Cursor, error) {
+	n := 0
+	if limit != nil {
+		if *limit < 1 || *limit > 500 {
+			return 0, nil, badRequest("limit %d is not between 1 and 500", *limit)
+		}
+		n = *limit
+	}
+	if cursor == nil || *cursor == "" {
+		return n, nil, nil
+	}
+	var c journal.Cursor
+	b, err := base64.RawURLEncoding.DecodeString(*cursor)
 	if err == nil {
 		err = json.Unmarshal(b, &c)
 	}
-	if err == nil {
-		_, err = uuid.Parse(c.ID)
+	if err != nil || c.CreatedAt.IsZero() || !validID(c.ID) {
+		return 0, nil, badRequest("cursor is not one this API returned")
 	}
-	if err != nil {
-		return nil, badRequest("cursor is not one this API returned")
+	return n, &c, nil
+}
+
+// nextCursor encodes the position of a listing's next page; nil stays nil.
+func nextCursor(c *journal.Cursor) *string {
+	if c == nil {
+		return nil
 	}
-	return &c, nil
+	b, _ := json.Marshal(c) // a struct of a time and a string always encodes
+	s := base64.RawURLEncoding.EncodeToString(b)
+	return &s
 }
 
 // Checkpoint journals one finished step, or a sent event (see checkpointEvent), of the

@@ -122,30 +122,16 @@ func GetEvent(ctx context.Context, db DB, tenant, id string) (*Event, error) {
 
 // EventFilter selects events for ListEvents. Zero fields do not filter.
 type EventFilter struct {
-	Name string
-	// After is the keyset position: events strictly older than (CreatedAt, ID).
-	After *EventCursor
-	Limit int // Defaults to 50.
-}
-
-// EventCursor is a keyset position in the newest-first event order.
-type EventCursor struct {
-	CreatedAt time.Time `json:"t"`
-	ID        string    `json:"id"`
+	Name  string
+	After *Cursor // The page after this position.
+	Limit int     // Defaults to 50.
 }
 
 // ListEvents returns the tenant's events newest first, at most f.Limit of them, and the
 // cursor of the next page (nil on the last page).
-func ListEvents(ctx context.Context, db DB, tenant string, f EventFilter) ([]Event, *EventCursor, error) {
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 50
-	}
-	var afterT *time.Time
-	var afterID *string
-	if f.After != nil {
-		afterT, afterID = &f.After.CreatedAt, &f.After.ID
-	}
+func ListEvents(ctx context.Context, db DB, tenant string, f EventFilter) ([]Event, *Cursor, error) {
+	limit := pageLimit(f.Limit)
+	afterT, afterID := f.After.keyset()
 	rows, _ := db.Query(ctx, `
 		SELECT `+eventColumns+` FROM stepgate.event
 		WHERE tenant = $1
@@ -158,10 +144,6 @@ func ListEvents(ctx context.Context, db DB, tenant string, f EventFilter) ([]Eve
 	if err != nil {
 		return nil, nil, fmt.Errorf("list events: %w", err)
 	}
-	if len(events) <= limit {
-		return events, nil, nil
-	}
-	events = events[:limit]
-	last := events[limit-1]
-	return events, &EventCursor{CreatedAt: last.CreatedAt, ID: last.ID}, nil
+	events, next := cutPage(events, limit, func(e Event) Cursor { return Cursor{e.CreatedAt, e.ID} })
+	return events, next, nil
 }

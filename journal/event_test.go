@@ -239,7 +239,7 @@ func TestListEvents(t *testing.T) {
 	mustSendEvent(t, db, newEvent(newTenant(), "e9", "even", `{}`))
 
 	var ids []string
-	var after *journal.EventCursor
+	var after *journal.Cursor
 	for {
 		page, next, err := journal.ListEvents(ctx, db, tenant, journal.EventFilter{Limit: 2, After: after})
 		require.NoError(t, err)

@@ -116,3 +116,37 @@ func isUniqueViolation(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "23505"
 }
+
+// Cursor is a keyset position in a newest-first listing (runs, events): the next page
+// holds the items strictly older than (CreatedAt, ID).
+type Cursor struct {
+	CreatedAt time.Time `json:"t"`
+	ID        string    `json:"id"`
+}
+
+// keyset returns c as the nullable query arguments of a listing.
+func (c *Cursor) keyset() (*time.Time, *string) {
+	if c == nil {
+		return nil, nil
+	}
+	return &c.CreatedAt, &c.ID
+}
+
+// pageLimit is a listing's page size, 50 unless set.
+func pageLimit(limit int) int {
+	if limit <= 0 {
+		return 50
+	}
+	return limit
+}
+
+// cutPage trims items, fetched with one more than limit, to the page and returns the
+// cursor of the next page (nil on the last page).
+func cutPage[T any](items []T, limit int, pos func(T) Cursor) ([]T, *Cursor) {
+	if len(items) <= limit {
+		return items, nil
+	}
+	items = items[:limit]
+	c := pos(items[limit-1])
+	return items, &c
+}

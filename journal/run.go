@@ -212,29 +212,15 @@ type RunFilter struct {
 	Status        Status
 	CreatedAfter  time.Time
 	CreatedBefore time.Time
-	// After is the keyset position: runs strictly older than (CreatedAt, ID).
-	After *RunCursor
-	Limit int // Defaults to 50.
-}
-
-// RunCursor is a keyset position in the newest-first run order.
-type RunCursor struct {
-	CreatedAt time.Time `json:"t"`
-	ID        string    `json:"id"`
+	After         *Cursor // The page after this position.
+	Limit         int     // Defaults to 50.
 }
 
 // ListRuns returns the tenant's runs newest first, at most f.Limit of them, and the
 // cursor of the next page (nil on the last page).
-func ListRuns(ctx context.Context, db DB, tenant string, f RunFilter) ([]Run, *RunCursor, error) {
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 50
-	}
-	var afterT *time.Time
-	var afterID *string
-	if f.After != nil {
-		afterT, afterID = &f.After.CreatedAt, &f.After.ID
-	}
+func ListRuns(ctx context.Context, db DB, tenant string, f RunFilter) ([]Run, *Cursor, error) {
+	limit := pageLimit(f.Limit)
+	afterT, afterID := f.After.keyset()
 	rows, _ := db.Query(ctx, `
 		SELECT `+runColumns+` FROM stepgate.run
 		WHERE tenant = $1
@@ -251,12 +237,8 @@ func ListRuns(ctx context.Context, db DB, tenant string, f RunFilter) ([]Run, *R
 	if err != nil {
 		return nil, nil, fmt.Errorf("list runs: %w", err)
 	}
-	if len(runs) <= limit {
-		return runs, nil, nil
-	}
-	runs = runs[:limit]
-	last := runs[limit-1]
-	return runs, &RunCursor{CreatedAt: last.CreatedAt, ID: last.ID}, nil
+	runs, next := cutPage(runs, limit, func(r Run) Cursor { return Cursor{r.CreatedAt, r.ID} })
+	return runs, next, nil
 }
 
 func nullTime(t time.Time) *time.Time {
