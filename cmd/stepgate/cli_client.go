@@ -165,3 +165,34 @@ func printRaw(w io.Writer, body []byte) error {
 	_, err := fmt.Fprintf(w, "%s\n", body)
 	return err
 }
+
+// oneArgRequest runs a client command whose one argument (argName) names what a single
+// request acts on: it parses the flags, sends the request within requestTimeout, turns
+// an unexpected status into its problem, and prints the raw body with --json, else
+// what show prints. what names the request in errors ("get run").
+func oneArgRequest[R response](ctx context.Context, c *cli, args []string, cmd, argName, what string, want []int,
+	send func(context.Context, *api.ClientWithResponses, string) (R, error), show func(resp R, arg string) error) error {
+	fs := c.newFlagSet(cmd, argName)
+	cf := addClientFlags(fs, true)
+	pos, err := parseCommand(fs, args, argName)
+	if err != nil {
+		return err
+	}
+	cl, err := c.client(cf, nil)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	resp, err := send(ctx, cl, pos[0])
+	if err != nil {
+		return requestError(what+" "+pos[0], err)
+	}
+	if err := expect(resp, want...); err != nil {
+		return err
+	}
+	if cf.json {
+		return printRaw(c.stdout, resp.GetBody())
+	}
+	return show(resp, pos[0])
+}

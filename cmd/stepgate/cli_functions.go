@@ -101,60 +101,28 @@ func (c *cli) functionsList(ctx context.Context, args []string) error {
 
 // functionsGet runs "stepgate functions get NAME".
 func (c *cli) functionsGet(ctx context.Context, args []string) error {
-	fs := c.newFlagSet("functions get", "NAME")
-	cf := addClientFlags(fs, true)
-	pos, err := parseCommand(fs, args, "NAME")
-	if err != nil {
-		return err
-	}
-	cl, err := c.client(cf, nil)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
-	defer cancel()
-	resp, err := cl.GetFunctionWithResponse(ctx, pos[0])
-	if err != nil {
-		return requestError("get function "+pos[0], err)
-	}
-	if err := expect(resp, http.StatusOK); err != nil {
-		return err
-	}
-	if cf.json {
-		return printRaw(c.stdout, resp.Body)
-	}
-	if resp.JSON200 == nil {
-		return fmt.Errorf("get function %s: unexpected response %q", pos[0], resp.ContentType())
-	}
-	return writeFunction(c.stdout, resp.JSON200, c.loc)
+	return oneArgRequest(ctx, c, args, "functions get", "NAME", "get function", []int{http.StatusOK},
+		func(ctx context.Context, cl *api.ClientWithResponses, name string) (*api.GetFunctionResponse, error) {
+			return cl.GetFunctionWithResponse(ctx, name)
+		},
+		func(resp *api.GetFunctionResponse, name string) error {
+			if resp.JSON200 == nil {
+				return fmt.Errorf("get function %s: unexpected response %q", name, resp.ContentType())
+			}
+			return writeFunction(c.stdout, resp.JSON200, c.loc)
+		})
 }
 
 // functionsDelete runs "stepgate functions delete NAME".
 func (c *cli) functionsDelete(ctx context.Context, args []string) error {
-	fs := c.newFlagSet("functions delete", "NAME")
-	cf := addClientFlags(fs, true)
-	pos, err := parseCommand(fs, args, "NAME")
-	if err != nil {
-		return err
-	}
-	cl, err := c.client(cf, nil)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
-	defer cancel()
-	resp, err := cl.DeleteFunctionWithResponse(ctx, pos[0])
-	if err != nil {
-		return requestError("delete function "+pos[0], err)
-	}
-	if err := expect(resp, http.StatusNoContent, http.StatusOK); err != nil {
-		return err
-	}
-	if cf.json {
-		return printRaw(c.stdout, resp.Body)
-	}
-	_, err = fmt.Fprintf(c.stdout, "deleted function %s (its runs and revisions are kept)\n", pos[0])
-	return err
+	return oneArgRequest(ctx, c, args, "functions delete", "NAME", "delete function", []int{http.StatusNoContent, http.StatusOK},
+		func(ctx context.Context, cl *api.ClientWithResponses, name string) (*api.DeleteFunctionResponse, error) {
+			return cl.DeleteFunctionWithResponse(ctx, name)
+		},
+		func(_ *api.DeleteFunctionResponse, name string) error {
+			_, err := fmt.Fprintf(c.stdout, "deleted function %s (its runs and revisions are kept)\n", name)
+			return err
+		})
 }
 
 // appsSync runs "stepgate apps sync URL".

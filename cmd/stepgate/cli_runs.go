@@ -284,30 +284,14 @@ func (c *cli) runsList(ctx context.Context, args []string) error {
 
 // runsGet runs "stepgate runs get ID".
 func (c *cli) runsGet(ctx context.Context, args []string) error {
-	fs := c.newFlagSet("runs get", "ID")
-	cf := addClientFlags(fs, true)
-	pos, err := parseCommand(fs, args, "ID")
-	if err != nil {
-		return err
-	}
-	cl, err := c.client(cf, nil)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
-	defer cancel()
-	resp, err := cl.GetRunWithResponse(ctx, pos[0])
-	if err != nil {
-		return requestError("get run "+pos[0], err)
-	}
-	if err := expect(resp, http.StatusOK); err != nil {
-		return err
-	}
-	if cf.json {
-		return printRaw(c.stdout, resp.Body)
-	}
-	if resp.JSON200 == nil {
-		return fmt.Errorf("get run %s: unexpected response %q", pos[0], resp.ContentType())
-	}
-	return writeRunDetail(c.stdout, resp.JSON200, c.loc)
+	return oneArgRequest(ctx, c, args, "runs get", "ID", "get run", []int{http.StatusOK},
+		func(ctx context.Context, cl *api.ClientWithResponses, id string) (*api.GetRunResponse, error) {
+			return cl.GetRunWithResponse(ctx, id)
+		},
+		func(resp *api.GetRunResponse, id string) error {
+			if resp.JSON200 == nil {
+				return fmt.Errorf("get run %s: unexpected response %q", id, resp.ContentType())
+			}
+			return writeRunDetail(c.stdout, resp.JSON200, c.loc)
+		})
 }

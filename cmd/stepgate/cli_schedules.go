@@ -136,60 +136,28 @@ func (c *cli) schedulesList(ctx context.Context, args []string) error {
 
 // schedulesGet runs "stepgate schedules get NAME".
 func (c *cli) schedulesGet(ctx context.Context, args []string) error {
-	fs := c.newFlagSet("schedules get", "NAME")
-	cf := addClientFlags(fs, true)
-	pos, err := parseCommand(fs, args, "NAME")
-	if err != nil {
-		return err
-	}
-	cl, err := c.client(cf, nil)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
-	defer cancel()
-	resp, err := cl.GetScheduleWithResponse(ctx, pos[0])
-	if err != nil {
-		return requestError("get schedule "+pos[0], err)
-	}
-	if err := expect(resp, http.StatusOK); err != nil {
-		return err
-	}
-	if cf.json {
-		return printRaw(c.stdout, resp.Body)
-	}
-	if resp.JSON200 == nil {
-		return fmt.Errorf("get schedule %s: unexpected response %q", pos[0], resp.ContentType())
-	}
-	return writeSchedule(c.stdout, resp.JSON200, c.loc)
+	return oneArgRequest(ctx, c, args, "schedules get", "NAME", "get schedule", []int{http.StatusOK},
+		func(ctx context.Context, cl *api.ClientWithResponses, name string) (*api.GetScheduleResponse, error) {
+			return cl.GetScheduleWithResponse(ctx, name)
+		},
+		func(resp *api.GetScheduleResponse, name string) error {
+			if resp.JSON200 == nil {
+				return fmt.Errorf("get schedule %s: unexpected response %q", name, resp.ContentType())
+			}
+			return writeSchedule(c.stdout, resp.JSON200, c.loc)
+		})
 }
 
 // schedulesDelete runs "stepgate schedules delete NAME".
 func (c *cli) schedulesDelete(ctx context.Context, args []string) error {
-	fs := c.newFlagSet("schedules delete", "NAME")
-	cf := addClientFlags(fs, true)
-	pos, err := parseCommand(fs, args, "NAME")
-	if err != nil {
-		return err
-	}
-	cl, err := c.client(cf, nil)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
-	defer cancel()
-	resp, err := cl.DeleteScheduleWithResponse(ctx, pos[0])
-	if err != nil {
-		return requestError("delete schedule "+pos[0], err)
-	}
-	if err := expect(resp, http.StatusNoContent, http.StatusOK); err != nil {
-		return err
-	}
-	if cf.json {
-		return printRaw(c.stdout, resp.Body)
-	}
-	_, err = fmt.Fprintf(c.stdout, "deleted schedule %s (the runs it started are kept)\n", pos[0])
-	return err
+	return oneArgRequest(ctx, c, args, "schedules delete", "NAME", "delete schedule", []int{http.StatusNoContent, http.StatusOK},
+		func(ctx context.Context, cl *api.ClientWithResponses, name string) (*api.DeleteScheduleResponse, error) {
+			return cl.DeleteScheduleWithResponse(ctx, name)
+		},
+		func(_ *api.DeleteScheduleResponse, name string) error {
+			_, err := fmt.Fprintf(c.stdout, "deleted schedule %s (the runs it started are kept)\n", name)
+			return err
+		})
 }
 
 // writeSchedule writes one schedule as "key  value" lines.
