@@ -172,6 +172,17 @@ func TestIdempotency(t *testing.T) {
 	checkout := startRun(t, c, "orders.checkout", `{}`, &api.StartRunParams{Wait: ptr("30s"), IdempotencyKey: ptr("k1")})
 	require.Equal(t, http.StatusOK, checkout.StatusCode())
 	require.NotEqual(t, first.JSON200.Id, checkout.JSON200.Id)
+
+	// Runs are found by their key, whatever their function.
+	mustComplete(t, c, "hello", `{"name":"no key"}`)
+	byKey, err := c.ListRunsWithResponse(t.Context(), &api.ListRunsParams{IdempotencyKey: ptr("k1")})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, byKey.StatusCode(), string(byKey.Body))
+	var ids []string
+	for _, r := range byKey.JSON200.Runs {
+		ids = append(ids, r.Id)
+	}
+	require.ElementsMatch(t, []string{first.JSON200.Id, checkout.JSON200.Id}, ids)
 }
 
 func TestFunctions(t *testing.T) {

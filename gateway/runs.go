@@ -294,6 +294,9 @@ func (s *Server) ListRuns(ctx context.Context, req server.ListRunsRequestObject)
 	if p.Function != nil {
 		f.Function = *p.Function
 	}
+	if p.IdempotencyKey != nil {
+		f.IdempotencyKey = *p.IdempotencyKey
+	}
 	if p.Status != nil {
 		f.Status = journal.Status(*p.Status)
 		switch f.Status {

@@ -208,12 +208,13 @@ func Failures(ctx context.Context, db DB, runID string) ([]Failure, error) {
 
 // RunFilter selects runs for ListRuns. Zero fields do not filter.
 type RunFilter struct {
-	Function      string
-	Status        Status
-	CreatedAfter  time.Time
-	CreatedBefore time.Time
-	After         *Cursor // The page after this position.
-	Limit         int     // Defaults to 50.
+	Function       string
+	IdempotencyKey string
+	Status         Status
+	CreatedAfter   time.Time
+	CreatedBefore  time.Time
+	After          *Cursor // The page after this position.
+	Limit          int     // Defaults to 50.
 }
 
 // ListRuns returns the tenant's runs newest first, at most f.Limit of them, and the
@@ -229,10 +230,11 @@ func ListRuns(ctx context.Context, db DB, tenant string, f RunFilter) ([]Run, *C
 		  AND ($4::timestamptz IS NULL OR created_at > $4)
 		  AND ($5::timestamptz IS NULL OR created_at < $5)
 		  AND ($6::timestamptz IS NULL OR (created_at, id) < ($6, $7::uuid))
+		  AND ($9 = '' OR idempotency_key = $9)
 		ORDER BY created_at DESC, id DESC
 		LIMIT $8`,
 		tenant, f.Function, string(f.Status), nullTime(f.CreatedAfter), nullTime(f.CreatedBefore),
-		afterT, afterID, limit+1)
+		afterT, afterID, limit+1, f.IdempotencyKey)
 	runs, err := pgx.CollectRows(rows, pgx.RowToStructByName[Run])
 	if err != nil {
 		return nil, nil, fmt.Errorf("list runs: %w", err)

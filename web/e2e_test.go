@@ -441,6 +441,16 @@ func TestDashboard(t *testing.T) {
 		}))
 		b.poll("straight to the run", fmt.Sprintf(`location.hash === "#/runs/%s"`, checkout))
 		b.visible("its page", "[data-testid=timeline]")
+
+		// An exact idempotency key finds its run even when it is not among the loaded runs.
+		b.do("open a one-run page", 10*time.Second, chromedp.Navigate(s.URL+"/#/runs?limit=1"))
+		b.poll("one run", shown+`.length === 1`)
+		b.set("search an exact key", "[data-testid=search]", "order-o-1002", "input")
+		b.do("press Enter", 5*time.Second, chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+			_, err := chromedp.Evaluate[bool](`document.querySelector("[data-testid=search]").dispatchEvent(new KeyboardEvent("keydown", {key: "Enter"}))`)(ctx, t)
+			return err
+		}))
+		b.poll("straight to its run", fmt.Sprintf(`location.hash === "#/runs/%s"`, runs["napped"]))
 	})
 
 	t.Run("InvokeFromFunctionsPage", func(t *testing.T) {

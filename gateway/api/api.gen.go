@@ -726,11 +726,14 @@ type StartRunParams struct {
 
 // ListRunsParams defines parameters for ListRuns.
 type ListRunsParams struct {
-	Function      *string    `form:"function,omitempty" json:"function,omitempty"`
-	Status        *RunStatus `form:"status,omitempty" json:"status,omitempty"`
-	CreatedAfter  *time.Time `form:"created_after,omitempty" json:"created_after,omitempty"`
-	CreatedBefore *time.Time `form:"created_before,omitempty" json:"created_before,omitempty"`
-	Limit         *int       `form:"limit,omitempty" json:"limit,omitempty"`
+	Function *string    `form:"function,omitempty" json:"function,omitempty"`
+	Status   *RunStatus `form:"status,omitempty" json:"status,omitempty"`
+
+	// IdempotencyKey Only the runs started with this idempotency key (one per function).
+	IdempotencyKey *string    `form:"idempotency_key,omitempty" json:"idempotency_key,omitempty"`
+	CreatedAfter   *time.Time `form:"created_after,omitempty" json:"created_after,omitempty"`
+	CreatedBefore  *time.Time `form:"created_before,omitempty" json:"created_before,omitempty"`
+	Limit          *int       `form:"limit,omitempty" json:"limit,omitempty"`
 
 	// Cursor The `next_cursor` of the previous page.
 	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
@@ -2093,6 +2096,18 @@ func NewListRunsRequest(server string, params *ListRunsParams) (*http.Request, e
 		if params.Status != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "status", *params.Status, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.IdempotencyKey != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "idempotency_key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {

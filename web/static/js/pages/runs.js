@@ -114,7 +114,7 @@ export function runsPage(el, params) {
   }
 
   // visible applies the search: an id prefix or a part of the idempotency key, among the
-  // loaded runs (the API has no idempotency key filter).
+  // loaded runs; Enter asks the API for an exact idempotency key (see the keydown handler).
   function visible(run) {
     const q = f.q.trim().toLowerCase();
     if (!q) return true;
@@ -162,7 +162,7 @@ export function runsPage(el, params) {
     note.hidden = !f.q || isUUID(f.q);
     if (!note.hidden) {
       replace(note, icon("search", 13), h("span", null,
-        `Showing loaded runs whose id starts with or whose idempotency key contains “${f.q}”. `,
+        `Showing loaded runs whose id starts with or whose idempotency key contains “${f.q}”; press Enter to look up that exact key. `,
         cursor ? "Load more to search further back." : ""));
     }
     if (loading && runs.length === 0) {
@@ -370,7 +370,18 @@ export function runsPage(el, params) {
     const q = search.value.trim();
     if (isUUID(q)) { navigate(`#/runs/${q.toLowerCase()}`); return; }
     const hits = runs.filter(visible);
-    if (hits.length === 1) navigate(`#/runs/${hits[0].id}`);
+    if (hits.length === 1) { navigate(`#/runs/${hits[0].id}`); return; }
+    if (!q) return;
+    // Not among the loaded runs: ask the API for the runs started with this exact key.
+    request("/v1/runs" + query({ idempotency_key: q, limit: 2 })).then((page) => {
+      const found = page.runs || [];
+      if (found.length === 1) { navigate(`#/runs/${found[0].id}`); return; }
+      if (found.length > 1) {
+        runs = found;
+        cursor = null;
+        render();
+      }
+    }).catch(() => {}); // the loaded-runs filter above already says what it found
   });
   clearBtn.addEventListener("click", clearFilters);
   refreshBtn.addEventListener("click", () => load());
