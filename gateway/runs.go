@@ -255,18 +255,10 @@ func (s *Server) GetRun(ctx context.Context, req server.GetRunRequestObject) (se
 		return server.GetRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
 	}
 	db := s.tenantDB(ctx)
-	run, err := journal.GetRun(ctx, db, db.Tenant(), req.Id)
+	run, entries, failures, err := journal.GetRunDetail(ctx, db, db.Tenant(), req.Id)
 	if errors.Is(err, journal.ErrNotFound) {
 		return server.GetRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	entries, err := journal.Entries(ctx, db, run.ID)
-	if err != nil {
-		return nil, err
-	}
-	failures, err := journal.Failures(ctx, db, run.ID)
 	if err != nil {
 		return nil, err
 	}

@@ -59,8 +59,7 @@ func ClaimRun(ctx context.Context, db DB, runID string, lease time.Duration) (*C
 			return nil
 		})
 	b.Queue(`
-		SELECT seq, kind, name, output, error, attempt, wake_at, started_at, finished_at
-		FROM stepgate.journal_entry WHERE run_id = $1 ORDER BY seq`, runID).
+		SELECT `+entryColumns+` FROM stepgate.journal_entry WHERE run_id = $1 ORDER BY seq`, runID).
 		Query(func(rows pgx.Rows) error {
 			var err error
 			claim.Journal, err = pgx.CollectRows(rows, pgx.RowToStructByName[Entry])
@@ -140,8 +139,7 @@ func AppendEntry(ctx context.Context, db DB, runID string, invocation int, e Ent
 
 func entryAt(ctx context.Context, db DB, runID string, seq int) (*Entry, error) {
 	rows, _ := db.Query(ctx, `
-		SELECT seq, kind, name, output, error, attempt, wake_at, started_at, finished_at
-		FROM stepgate.journal_entry WHERE run_id = $1 AND seq = $2`, runID, seq)
+		SELECT `+entryColumns+` FROM stepgate.journal_entry WHERE run_id = $1 AND seq = $2`, runID, seq)
 	e, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Entry])
 	if err != nil {
 		return nil, fmt.Errorf("load entry %d of run %s: %w", seq, runID, err)

@@ -89,6 +89,9 @@ const (
 	ErrorTypeForbidden = "forbidden" // its invoke_roles exclude the run's identity
 )
 
+// entryColumns are the columns an Entry is read from.
+const entryColumns = `seq, kind, name, output, error, attempt, wake_at, started_at, finished_at`
+
 // Entry is one immutable journal entry of a run.
 type Entry struct {
 	Seq        int             `db:"seq"`

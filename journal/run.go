@@ -182,11 +182,52 @@ func GetRun(ctx context.Context, db DB, tenant, id string) (*Run, error) {
 	return run, nil
 }
 
+// GetRunDetail returns the tenant's run with its journal in seq order and its failed
+// attempts oldest first, in one round trip, or ErrNotFound.
+func GetRunDetail(ctx context.Context, db DB, tenant, id string) (*Run, []Entry, []Failure, error) {
+	var run *Run
+	var entries []Entry
+	var failures []Failure
+	b := &pgx.Batch{}
+	b.Queue(`SELECT `+runColumns+` FROM stepgate.run WHERE id = $1 AND tenant = $2`, id, tenant).
+		Query(func(rows pgx.Rows) error {
+			var err error
+			run, err = pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Run])
+			return err
+		})
+	// The run's tenant is checked in each statement too, not only by the first.
+	b.Queue(`
+		SELECT `+entryColumns+` FROM stepgate.journal_entry e
+		WHERE e.run_id = $1 AND EXISTS (SELECT 1 FROM stepgate.run r WHERE r.id = $1 AND r.tenant = $2)
+		ORDER BY e.seq`, id, tenant).
+		Query(func(rows pgx.Rows) error {
+			var err error
+			entries, err = pgx.CollectRows(rows, pgx.RowToStructByName[Entry])
+			return err
+		})
+	b.Queue(`
+		SELECT f.seq, f.attempt, f.name, f.error, f.created_at FROM stepgate.attempt_failure f
+		WHERE f.run_id = $1 AND EXISTS (SELECT 1 FROM stepgate.run r WHERE r.id = $1 AND r.tenant = $2)
+		ORDER BY f.created_at, f.seq, f.attempt`, id, tenant).
+		Query(func(rows pgx.Rows) error {
+			var err error
+			failures, err = pgx.CollectRows(rows, pgx.RowToStructByName[Failure])
+			return err
+		})
+	err := db.SendBatch(ctx, b).Close()
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil, nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("get run %s: %w", id, err)
+	}
+	return run, entries, failures, nil
+}
+
 // Entries returns the run's journal in seq order.
 func Entries(ctx context.Context, db DB, runID string) ([]Entry, error) {
 	rows, _ := db.Query(ctx, `
-		SELECT seq, kind, name, output, error, attempt, wake_at, started_at, finished_at
-		FROM stepgate.journal_entry WHERE run_id = $1 ORDER BY seq`, runID)
+		SELECT `+entryColumns+` FROM stepgate.journal_entry WHERE run_id = $1 ORDER BY seq`, runID)
 	entries, err := pgx.CollectRows(rows, pgx.RowToStructByName[Entry])
 	if err != nil {
 		return nil, fmt.Errorf("load journal of run %s: %w", runID, err)
