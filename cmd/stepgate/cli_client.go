@@ -166,17 +166,27 @@ func printRaw(w io.Writer, body []byte) error {
 	return err
 }
 
-// oneArgRequest runs a client command whose one argument (argName) names what a single
-// request acts on: it parses the flags, sends the request within requestTimeout, turns
-// an unexpected status into its problem, and prints the raw body with --json, else
-// what show prints. what names the request in errors ("get run").
-func oneArgRequest[R response](ctx context.Context, c *cli, args []string, cmd, argName, what string, want []int,
+// singleRequest runs a client command that sends a single request: about the thing
+// its one argument names (argName), or with no argument when argName is "". It parses
+// the flags, sends the request within requestTimeout, turns an unexpected status into
+// its problem, and prints the raw body with --json, else what show prints. what names
+// the request in errors ("get run").
+func singleRequest[R response](ctx context.Context, c *cli, args []string, cmd, argName, what string, want []int,
 	send func(context.Context, *api.ClientWithResponses, string) (R, error), show func(resp R, arg string) error) error {
 	fs := c.newFlagSet(cmd, argName)
 	cf := addClientFlags(fs, true)
-	pos, err := parseCommand(fs, args, argName)
+	var names []string
+	if argName != "" {
+		names = []string{argName}
+	}
+	pos, err := parseCommand(fs, args, names...)
 	if err != nil {
 		return err
+	}
+	arg := ""
+	if argName != "" {
+		arg = pos[0]
+		what += " " + arg
 	}
 	cl, err := c.client(cf, nil)
 	if err != nil {
@@ -184,9 +194,9 @@ func oneArgRequest[R response](ctx context.Context, c *cli, args []string, cmd, 
 	}
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	resp, err := send(ctx, cl, pos[0])
+	resp, err := send(ctx, cl, arg)
 	if err != nil {
-		return requestError(what+" "+pos[0], err)
+		return requestError(what, err)
 	}
 	if err := expect(resp, want...); err != nil {
 		return err
@@ -194,5 +204,5 @@ func oneArgRequest[R response](ctx context.Context, c *cli, args []string, cmd, 
 	if cf.json {
 		return printRaw(c.stdout, resp.GetBody())
 	}
-	return show(resp, pos[0])
+	return show(resp, arg)
 }

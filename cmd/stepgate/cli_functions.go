@@ -68,40 +68,25 @@ func (c *cli) functionsRegister(ctx context.Context, args []string) error {
 
 // functionsList runs "stepgate functions list".
 func (c *cli) functionsList(ctx context.Context, args []string) error {
-	fs := c.newFlagSet("functions list", "")
-	cf := addClientFlags(fs, true)
-	if _, err := parseCommand(fs, args); err != nil {
-		return err
-	}
-	cl, err := c.client(cf, nil)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
-	defer cancel()
-	resp, err := cl.ListFunctionsWithResponse(ctx)
-	if err != nil {
-		return requestError("list functions", err)
-	}
-	if err := expect(resp, http.StatusOK); err != nil {
-		return err
-	}
-	if cf.json {
-		return printRaw(c.stdout, resp.Body)
-	}
-	if resp.JSON200 == nil {
-		return fmt.Errorf("list functions: unexpected response %q", resp.ContentType())
-	}
-	if len(resp.JSON200.Functions) == 0 {
-		_, err := fmt.Fprintln(c.stdout, "no functions registered (stepgate functions register NAME --url URL, or stepgate apps sync URL)")
-		return err
-	}
-	return writeFunctionsTable(c.stdout, resp.JSON200.Functions)
+	return singleRequest(ctx, c, args, "functions list", "", "list functions", []int{http.StatusOK},
+		func(ctx context.Context, cl *api.ClientWithResponses, _ string) (*api.ListFunctionsResponse, error) {
+			return cl.ListFunctionsWithResponse(ctx)
+		},
+		func(resp *api.ListFunctionsResponse, _ string) error {
+			if resp.JSON200 == nil {
+				return fmt.Errorf("list functions: unexpected response %q", resp.ContentType())
+			}
+			if len(resp.JSON200.Functions) == 0 {
+				_, err := fmt.Fprintln(c.stdout, "no functions registered (stepgate functions register NAME --url URL, or stepgate apps sync URL)")
+				return err
+			}
+			return writeFunctionsTable(c.stdout, resp.JSON200.Functions)
+		})
 }
 
 // functionsGet runs "stepgate functions get NAME".
 func (c *cli) functionsGet(ctx context.Context, args []string) error {
-	return oneArgRequest(ctx, c, args, "functions get", "NAME", "get function", []int{http.StatusOK},
+	return singleRequest(ctx, c, args, "functions get", "NAME", "get function", []int{http.StatusOK},
 		func(ctx context.Context, cl *api.ClientWithResponses, name string) (*api.GetFunctionResponse, error) {
 			return cl.GetFunctionWithResponse(ctx, name)
 		},
@@ -115,7 +100,7 @@ func (c *cli) functionsGet(ctx context.Context, args []string) error {
 
 // functionsDelete runs "stepgate functions delete NAME".
 func (c *cli) functionsDelete(ctx context.Context, args []string) error {
-	return oneArgRequest(ctx, c, args, "functions delete", "NAME", "delete function", []int{http.StatusNoContent, http.StatusOK},
+	return singleRequest(ctx, c, args, "functions delete", "NAME", "delete function", []int{http.StatusNoContent, http.StatusOK},
 		func(ctx context.Context, cl *api.ClientWithResponses, name string) (*api.DeleteFunctionResponse, error) {
 			return cl.DeleteFunctionWithResponse(ctx, name)
 		},

@@ -284,7 +284,7 @@ func (c *cli) runsList(ctx context.Context, args []string) error {
 
 // runsGet runs "stepgate runs get ID".
 func (c *cli) runsGet(ctx context.Context, args []string) error {
-	return oneArgRequest(ctx, c, args, "runs get", "ID", "get run", []int{http.StatusOK},
+	return singleRequest(ctx, c, args, "runs get", "ID", "get run", []int{http.StatusOK},
 		func(ctx context.Context, cl *api.ClientWithResponses, id string) (*api.GetRunResponse, error) {
 			return cl.GetRunWithResponse(ctx, id)
 		},

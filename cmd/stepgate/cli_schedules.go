@@ -97,46 +97,31 @@ func (c *cli) schedulesPut(ctx context.Context, args []string) error {
 
 // schedulesList runs "stepgate schedules list".
 func (c *cli) schedulesList(ctx context.Context, args []string) error {
-	fs := c.newFlagSet("schedules list", "")
-	cf := addClientFlags(fs, true)
-	if _, err := parseCommand(fs, args); err != nil {
-		return err
-	}
-	cl, err := c.client(cf, nil)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
-	defer cancel()
-	resp, err := cl.ListSchedulesWithResponse(ctx)
-	if err != nil {
-		return requestError("list schedules", err)
-	}
-	if err := expect(resp, http.StatusOK); err != nil {
-		return err
-	}
-	if cf.json {
-		return printRaw(c.stdout, resp.Body)
-	}
-	if resp.JSON200 == nil {
-		return fmt.Errorf("list schedules: unexpected response %q", resp.ContentType())
-	}
-	if len(resp.JSON200.Schedules) == 0 {
-		_, err := fmt.Fprintln(c.stdout, "no schedules (stepgate schedules put NAME --function F --cron EXPR)")
-		return err
-	}
-	tw := newTable(c.stdout)
-	fmt.Fprintln(tw, "NAME\tFUNCTION\tCRON\tTIMEZONE\tNEXT TICK\tLAST RUN")
-	for _, s := range resp.JSON200.Schedules {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Function, s.Cron, s.Timezone,
-			formatTime(&s.NextAt, c.loc), orDash(deref(s.LastRunId)))
-	}
-	return tw.Flush()
+	return singleRequest(ctx, c, args, "schedules list", "", "list schedules", []int{http.StatusOK},
+		func(ctx context.Context, cl *api.ClientWithResponses, _ string) (*api.ListSchedulesResponse, error) {
+			return cl.ListSchedulesWithResponse(ctx)
+		},
+		func(resp *api.ListSchedulesResponse, _ string) error {
+			if resp.JSON200 == nil {
+				return fmt.Errorf("list schedules: unexpected response %q", resp.ContentType())
+			}
+			if len(resp.JSON200.Schedules) == 0 {
+				_, err := fmt.Fprintln(c.stdout, "no schedules (stepgate schedules put NAME --function F --cron EXPR)")
+				return err
+			}
+			tw := newTable(c.stdout)
+			fmt.Fprintln(tw, "NAME\tFUNCTION\tCRON\tTIMEZONE\tNEXT TICK\tLAST RUN")
+			for _, s := range resp.JSON200.Schedules {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Function, s.Cron, s.Timezone,
+					formatTime(&s.NextAt, c.loc), orDash(deref(s.LastRunId)))
+			}
+			return tw.Flush()
+		})
 }
 
 // schedulesGet runs "stepgate schedules get NAME".
 func (c *cli) schedulesGet(ctx context.Context, args []string) error {
-	return oneArgRequest(ctx, c, args, "schedules get", "NAME", "get schedule", []int{http.StatusOK},
+	return singleRequest(ctx, c, args, "schedules get", "NAME", "get schedule", []int{http.StatusOK},
 		func(ctx context.Context, cl *api.ClientWithResponses, name string) (*api.GetScheduleResponse, error) {
 			return cl.GetScheduleWithResponse(ctx, name)
 		},
@@ -150,7 +135,7 @@ func (c *cli) schedulesGet(ctx context.Context, args []string) error {
 
 // schedulesDelete runs "stepgate schedules delete NAME".
 func (c *cli) schedulesDelete(ctx context.Context, args []string) error {
-	return oneArgRequest(ctx, c, args, "schedules delete", "NAME", "delete schedule", []int{http.StatusNoContent, http.StatusOK},
+	return singleRequest(ctx, c, args, "schedules delete", "NAME", "delete schedule", []int{http.StatusNoContent, http.StatusOK},
 		func(ctx context.Context, cl *api.ClientWithResponses, name string) (*api.DeleteScheduleResponse, error) {
 			return cl.DeleteScheduleWithResponse(ctx, name)
 		},
