@@ -232,3 +232,30 @@ func TestListRuns(t *testing.T) {
 		require.Nil(t, next)
 	})
 }
+
+func TestGetRunDetail(t *testing.T) {
+	t.Parallel()
+	ctx, tx := t.Context(), pgtest.Tx(t)
+	run := mustCreateRun(t, tx, claimed)
+	step := journal.Entry{Seq: 1, Kind: journal.KindStep, Name: "a", Output: json.RawMessage(`{"x":1}`), Attempt: 2}
+	_, err := journal.Finish(ctx, tx, run.ID, 1, journal.Outcome{
+		Status: journal.StatusSuspended, Steps: []journal.Entry{step}, WakeAfter: time.Hour,
+		StepFailure: &journal.Failure{Seq: 2, Attempt: 1, Name: "b", Error: journal.ErrorInfo{Type: "step_failed", Message: "boom"}},
+	})
+	require.NoError(t, err)
+
+	got, entries, failures, err := journal.GetRunDetail(ctx, tx, run.Tenant, run.ID)
+	require.NoError(t, err)
+	require.Equal(t, run.ID, got.ID)
+	require.Equal(t, journal.StatusSuspended, got.Status)
+	require.Len(t, entries, 1)
+	require.Equal(t, "a", entries[0].Name)
+	require.JSONEq(t, `{"x":1}`, string(entries[0].Output))
+	require.Len(t, failures, 1)
+	require.Equal(t, "boom", failures[0].Error.Message)
+
+	_, _, _, err = journal.GetRunDetail(ctx, tx, "another-tenant", run.ID)
+	require.ErrorIs(t, err, journal.ErrNotFound, "another tenant's run is not found")
+	_, _, _, err = journal.GetRunDetail(ctx, tx, run.Tenant, newID())
+	require.ErrorIs(t, err, journal.ErrNotFound)
+}
