@@ -82,7 +82,10 @@ func mustGetRun(tb testing.TB, db journal.DB, run *journal.Run) *journal.Run {
 // mustEntries loads a run's journal.
 func mustEntries(tb testing.TB, db journal.DB, runID string) []journal.Entry {
 	tb.Helper()
-	es, err := journal.Entries(tb.Context(), db, runID)
+	rows, _ := db.Query(tb.Context(), `
+		SELECT seq, kind, name, output, error, attempt, wake_at, started_at, finished_at
+		FROM stepgate.journal_entry WHERE run_id = $1 ORDER BY seq`, runID)
+	es, err := pgx.CollectRows(rows, pgx.RowToStructByName[journal.Entry])
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -92,7 +95,10 @@ func mustEntries(tb testing.TB, db journal.DB, runID string) []journal.Entry {
 // mustFailures loads a run's failed attempts.
 func mustFailures(tb testing.TB, db journal.DB, runID string) []journal.Failure {
 	tb.Helper()
-	fs, err := journal.Failures(tb.Context(), db, runID)
+	rows, _ := db.Query(tb.Context(), `
+		SELECT seq, attempt, name, error, created_at FROM stepgate.attempt_failure
+		WHERE run_id = $1 ORDER BY created_at, seq, attempt`, runID)
+	fs, err := pgx.CollectRows(rows, pgx.RowToStructByName[journal.Failure])
 	if err != nil {
 		tb.Fatal(err)
 	}

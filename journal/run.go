@@ -224,29 +224,6 @@ func GetRunDetail(ctx context.Context, db DB, tenant, id string) (*Run, []Entry,
 	return run, entries, failures, nil
 }
 
-// Entries returns the run's journal in seq order.
-func Entries(ctx context.Context, db DB, runID string) ([]Entry, error) {
-	rows, _ := db.Query(ctx, `
-		SELECT `+entryColumns+` FROM stepgate.journal_entry WHERE run_id = $1 ORDER BY seq`, runID)
-	entries, err := pgx.CollectRows(rows, pgx.RowToStructByName[Entry])
-	if err != nil {
-		return nil, fmt.Errorf("load journal of run %s: %w", runID, err)
-	}
-	return entries, nil
-}
-
-// Failures returns the run's failed attempts, oldest first.
-func Failures(ctx context.Context, db DB, runID string) ([]Failure, error) {
-	rows, _ := db.Query(ctx, `
-		SELECT seq, attempt, name, error, created_at FROM stepgate.attempt_failure
-		WHERE run_id = $1 ORDER BY created_at, seq, attempt`, runID)
-	fs, err := pgx.CollectRows(rows, pgx.RowToStructByName[Failure])
-	if err != nil {
-		return nil, fmt.Errorf("load failures of run %s: %w", runID, err)
-	}
-	return fs, nil
-}
-
 // RunFilter selects runs for ListRuns. Zero fields do not filter.
 type RunFilter struct {
 	Function       string
