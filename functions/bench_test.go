@@ -3,6 +3,7 @@ package functions_test
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -25,7 +26,7 @@ func BenchmarkInvoke(b *testing.B) {
 		_, _ = w.Write([]byte(`{"seq":1}`))
 	}))
 	defer gateway.Close()
-	app := functions.New(functions.Config{SigningKeys: [][]byte{newKey}})
+	app := functions.New(functions.Config{PublicKeys: []ed25519.PublicKey{pub(newKey)}})
 	functions.Register(app, "ten", func(ctx context.Context, in struct{ N int }) (int, error) {
 		sum := 0
 		for i := range 10 {
@@ -40,6 +41,7 @@ func BenchmarkInvoke(b *testing.B) {
 	req := api.InvocationRequest{
 		Protocol:   api.InvocationRequestProtocolN1,
 		Run:        api.InvocationRun{Function: "ten", Attempt: 1, Input: api.AnyJSON(`{"N":1}`), CreatedAt: time.Now()},
+		Identity:   api.Identity{Subject: "bench", Tenant: "acme", Roles: []string{}},
 		Journal:    []api.JournalEntry{},
 		Checkpoint: api.Checkpoint{Url: gateway.URL, Token: "t"},
 	}
@@ -53,7 +55,7 @@ func BenchmarkInvoke(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		sig := signature.Sign(time.Now(), body, newKey)
+		sig := signature.Sign(time.Now(), "acme", body, *newKey)
 		b.StartTimer()
 		r := httptest.NewRequest(http.MethodPost, "/ten", bytes.NewReader(body))
 		r.Header.Set(signature.Header, sig)

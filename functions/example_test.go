@@ -2,6 +2,7 @@ package functions_test
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -50,9 +51,12 @@ func checkout(ctx context.Context, o Order) (Receipt, error) {
 //
 //	stepgate apps sync http://127.0.0.1:9090/
 func Example() {
-	app := functions.New(functions.Config{
-		SigningKeys: [][]byte{[]byte(os.Getenv("STEPGATE_SIGNING_KEY"))},
-	})
+	// Your tenant's public keys, as `stepgate keys` prints them.
+	keys, err := signature.ParsePublicKeys(os.Getenv("STEPGATE_PUBLIC_KEYS"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	app := functions.New(functions.Config{PublicKeys: keys})
 	functions.Register(app, "orders.checkout", checkout, functions.Timeout(30*time.Second))
 	log.Fatal(http.ListenAndServe("127.0.0.1:9090", app))
 }
@@ -60,8 +64,9 @@ func Example() {
 // The gateway's side of one invocation, played by hand: the first invocation journals
 // the charge with a checkpoint, then suspends the run for the sleep.
 func ExampleRegister() {
-	key := []byte("signing key")
-	app := functions.New(functions.Config{SigningKeys: [][]byte{key}})
+	// The gateway holds a private key per tenant; the app holds the tenant's public key.
+	key := signature.SigningKey{Ed25519: ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize))}
+	app := functions.New(functions.Config{PublicKeys: []ed25519.PublicKey{key.Ed25519.Public().(ed25519.PublicKey)}})
 	functions.Register(app, "orders.checkout", checkout)
 	fns := httptest.NewServer(app)
 	defer fns.Close()
@@ -82,7 +87,7 @@ func ExampleRegister() {
 		"checkpoint": map[string]any{"url": gateway.URL, "token": "invocation-token"},
 	})
 	req, _ := http.NewRequest(http.MethodPost, fns.URL+"/orders.checkout", strings.NewReader(string(body)))
-	req.Header.Set(signature.Header, signature.Sign(time.Now(), body, key))
+	req.Header.Set(signature.Header, signature.Sign(time.Now(), "acme", body, key))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		log.Fatal(err)

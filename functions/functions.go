@@ -8,8 +8,10 @@
 //	POST /<name>   runs one invocation (function protocol 1) and answers it
 //	GET  /         answers the app's manifest, for `stepgate apps sync <app url>`
 //
-// Both verify the gateway's Stepgate-Signature when [Config].SigningKeys is set, and an
-// invocation whose signature was accepted before is refused as a replay.
+// Both verify the gateway's Stepgate-Signature with the keys of [Config] (Ed25519 public
+// keys of your tenant, or its HMAC secrets), and an invocation accepted before is refused
+// as a replay. An app with no keys refuses every request, unless
+// [Config].InsecureSkipVerify says otherwise.
 //
 // A function's outcome becomes the invocation's answer: its output completes the run; an
 // error made with [step.NonRetryable], or a step's final [*step.Error], fails the run at
@@ -20,6 +22,7 @@ package functions
 import (
 	"cmp"
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -42,10 +45,27 @@ import (
 
 // Config configures an [App].
 type Config struct {
-	// SigningKeys verify the Stepgate-Signature of every request; a signature made with
-	// any of them is accepted, so a key rotation lists both the old and the new key.
-	// Empty turns verification off: for local development only.
-	SigningKeys [][]byte
+	// PublicKeys verify the gateway's Ed25519 signature of every request: your tenant's
+	// public keys, as `stepgate keys` prints them (signature.ParsePublicKeys reads that
+	// form). A signature that verifies with any of them is accepted, so during a key
+	// rotation list both. The gateway alone holds the private keys, so nobody else can
+	// sign a request these accept.
+	PublicKeys []ed25519.PublicKey
+	// HMACSecrets verify the HMAC-SHA256 signature (v1) instead, for when Ed25519 is not
+	// at hand: your tenant's secrets, as `stepgate keys secret` prints them. Weaker: every
+	// holder of the secret, such as each of your tenant's other functions, can sign with
+	// it. Each must be at least 32 bytes.
+	HMACSecrets [][]byte
+	// Keys, when set, returns the keys of the tenant a request names, and PublicKeys and
+	// HMACSecrets are not used: for an app that serves several tenants, or that fetches
+	// its tenant's keys from the gateway ([GatewayKeys]).
+	Keys signature.KeyFunc
+	// Tenant, when set, refuses requests signed for any other tenant.
+	Tenant string
+	// InsecureSkipVerify accepts requests whatever their signature: for a test of the
+	// function alone, never where the app can be reached. Without it, an app with no
+	// keys refuses every request.
+	InsecureSkipVerify bool
 	// ReplayCacheSize is how many accepted invocation signatures the app remembers to
 	// refuse replays within the signature window. Defaults to
 	// signature.DefaultReplayCache.
@@ -63,7 +83,8 @@ type Config struct {
 // App is an [http.Handler] serving the functions registered on it and their manifest.
 // It is safe for concurrent use, including Register while serving.
 type App struct {
-	keys    [][]byte
+	verify  bool
+	tenant  string
 	sigs    *signature.Verifier
 	client  *http.Client
 	log     *slog.Logger
@@ -85,11 +106,29 @@ type function struct {
 	call   func(ctx context.Context, input api.AnyJSON) (api.AnyJSON, error)
 }
 
-// New returns an App with no functions.
+// New returns an App with no functions. It panics when a public key is not 32 bytes or a
+// secret is shorter than 32 bytes, as configuring is part of program setup; read keys
+// from text with signature.ParsePublicKeys and signature.ParseSecrets, which say what is
+// wrong instead.
 func New(cfg Config) *App {
+	for i, k := range cfg.PublicKeys {
+		if len(k) != ed25519.PublicKeySize {
+			panic(fmt.Sprintf("functions: public key %d is %d bytes, not an Ed25519 public key (%d bytes)", i+1, len(k), ed25519.PublicKeySize))
+		}
+	}
+	for i, s := range cfg.HMACSecrets {
+		if len(s) < signature.MinSecretBytes {
+			panic(fmt.Sprintf("functions: HMAC secret %d is %d bytes; at least %d are required", i+1, len(s), signature.MinSecretBytes))
+		}
+	}
+	keys := cfg.Keys
+	if keys == nil {
+		keys = signature.StaticKeys(signature.Keys{Public: slices.Clone(cfg.PublicKeys), HMAC: slices.Clone(cfg.HMACSecrets)})
+	}
 	a := &App{
-		keys:    slices.Clone(cfg.SigningKeys),
-		sigs:    signature.NewVerifier(0, cfg.ReplayCacheSize, slices.Clone(cfg.SigningKeys)...),
+		verify:  !cfg.InsecureSkipVerify,
+		tenant:  cfg.Tenant,
+		sigs:    signature.NewVerifier(0, cfg.ReplayCacheSize, keys),
 		client:  cmp.Or(cfg.HTTPClient, defaultClient()),
 		log:     cmp.Or(cfg.Logger, slog.Default()),
 		maxBody: cmp.Or(cfg.MaxBodyBytes, 32<<20),
@@ -279,13 +318,17 @@ func (a *App) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "malformed", "read body: "+err.Error())
 		return
 	}
-	if len(a.keys) > 0 {
+	var tenant string
+	if a.verify {
 		header := r.Header.Get(signature.Header)
 		if f == nil {
 			// The manifest changes nothing, so a repeat of its request is harmless.
-			err = signature.Verify(header, body, time.Now(), 0, a.keys...)
+			tenant, err = a.sigs.Check(r.Context(), header, body, time.Now())
 		} else {
-			err = a.sigs.Verify(header, body, time.Now())
+			tenant, err = a.sigs.Verify(r.Context(), header, body, time.Now())
+		}
+		if err == nil && a.tenant != "" && tenant != a.tenant {
+			err = fmt.Errorf("signature: the request is for tenant %q; this app serves %q", tenant, a.tenant)
 		}
 		if err != nil {
 			writeError(w, http.StatusUnauthorized, "signature", err.Error())
@@ -304,6 +347,11 @@ func (a *App) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if msg := invalid(&req); msg != "" {
 		writeError(w, http.StatusBadRequest, "malformed", "invalid invocation: "+msg)
+		return
+	}
+	if a.verify && req.Identity.Tenant != tenant {
+		writeError(w, http.StatusUnauthorized, "signature", fmt.Sprintf(
+			"signature: the request is signed for tenant %q, but its run's identity is of tenant %q", tenant, req.Identity.Tenant))
 		return
 	}
 	code, answer := a.invoke(r.Context(), f, &req)

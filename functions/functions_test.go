@@ -1,7 +1,9 @@
 package functions_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,16 +30,23 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
+// signingKey returns a key pair of the gateway, made from seed.
+func signingKey(seed byte) *signature.SigningKey {
+	return &signature.SigningKey{Ed25519: ed25519.NewKeyFromSeed(bytes.Repeat([]byte{seed}, 32)), HMAC: bytes.Repeat([]byte{seed}, 32)}
+}
+
+func pub(k *signature.SigningKey) ed25519.PublicKey { return k.Ed25519.Public().(ed25519.PublicKey) }
+
 var (
-	oldKey = []byte("old-signing-key")
-	newKey = []byte("new-signing-key")
+	oldKey = signingKey(1)
+	newKey = signingKey(2)
 )
 
-// serve starts an App with both rotation keys and the functions register adds, and a
-// fake gateway signing with newKey.
+// serve starts an App that holds the public keys of both rotation keys and the functions
+// register adds, and a fake gateway signing with newKey.
 func serve(t *testing.T, register func(app *functions.App)) (*gatewaytest.Gateway, string) {
 	t.Helper()
-	app := functions.New(functions.Config{SigningKeys: [][]byte{oldKey, newKey}, Logger: testLogger(t)})
+	app := functions.New(functions.Config{PublicKeys: []ed25519.PublicKey{pub(oldKey), pub(newKey)}, Logger: testLogger(t)})
 	register(app)
 	srv := httptest.NewServer(app)
 	t.Cleanup(srv.Close)
@@ -680,21 +689,37 @@ func TestRequests(t *testing.T) {
 		t.Parallel()
 		g, url := serve(t, hello)
 		now := time.Now()
+		sign := func(at time.Time, tenant string, b []byte, keys ...*signature.SigningKey) string {
+			var ks []signature.SigningKey
+			for _, k := range keys {
+				ks = append(ks, *k)
+			}
+			return signature.Sign(at, tenant, b, ks...)
+		}
+		const acme = gatewaytest.Tenant
+		unknown := signingKey(9)
 		for _, tt := range []struct {
 			name string
 			sign func(body []byte) string
 			code int
 		}{
-			{"NewKey", func(b []byte) string { return signature.Sign(now, b, newKey) }, http.StatusOK},
-			{"OldKey", func(b []byte) string { return signature.Sign(now, b, oldKey) }, http.StatusOK},
-			{"BothKeys", func(b []byte) string { return signature.Sign(now, b, []byte("unknown"), oldKey) }, http.StatusOK},
-			{"ClockSkewWithinTheWindow", func(b []byte) string { return signature.Sign(now.Add(4*time.Minute), b, newKey) }, http.StatusOK},
+			{"NewKey", func(b []byte) string { return sign(now, acme, b, newKey) }, http.StatusOK},
+			{"OldKey", func(b []byte) string { return sign(now, acme, b, oldKey) }, http.StatusOK},
+			{"BothKeys", func(b []byte) string { return sign(now, acme, b, unknown, oldKey) }, http.StatusOK},
+			{"ClockSkewWithinTheWindow", func(b []byte) string { return sign(now.Add(4*time.Minute), acme, b, newKey) }, http.StatusOK},
 			{"Unsigned", func([]byte) string { return "" }, http.StatusUnauthorized},
 			{"Malformed", func([]byte) string { return "t=abc,v1=zz" }, http.StatusUnauthorized},
-			{"Forged", func(b []byte) string { return signature.Sign(now, b, []byte("unknown")) }, http.StatusUnauthorized},
-			{"OtherBody", func([]byte) string { return signature.Sign(now, []byte(`{}`), newKey) }, http.StatusUnauthorized},
-			{"Expired", func(b []byte) string { return signature.Sign(now.Add(-10*time.Minute), b, newKey) }, http.StatusUnauthorized},
-			{"FromTheFuture", func(b []byte) string { return signature.Sign(now.Add(10*time.Minute), b, newKey) }, http.StatusUnauthorized},
+			{"Forged", func(b []byte) string { return sign(now, acme, b, unknown) }, http.StatusUnauthorized},
+			// A function author holds the tenant's HMAC secret; an app that verifies the
+			// public keys ignores an HMAC signature, however right.
+			{"HMACOnly", func(b []byte) string {
+				return "t=" + fmt.Sprint(now.Unix()) + ",tenant=acme," + strings.Split(sign(now, acme, b, newKey), ",")[3]
+			}, http.StatusUnauthorized},
+			{"OtherBody", func([]byte) string { return sign(now, acme, []byte(`{}`), newKey) }, http.StatusUnauthorized},
+			// The gateway's key signing for another tenant than the run's identity.
+			{"OtherTenant", func(b []byte) string { return sign(now, "globex", b, newKey) }, http.StatusUnauthorized},
+			{"Expired", func(b []byte) string { return sign(now.Add(-10*time.Minute), acme, b, newKey) }, http.StatusUnauthorized},
+			{"FromTheFuture", func(b []byte) string { return sign(now.Add(10*time.Minute), acme, b, newKey) }, http.StatusUnauthorized},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
 				t.Parallel()
@@ -715,13 +740,15 @@ func TestRequests(t *testing.T) {
 		g, url := serve(t, hello)
 		body, err := json.Marshal(g.Request("run-1", "hello", `{}`))
 		require.NoError(t, err)
-		sig := signature.Sign(time.Now(), body, newKey, oldKey)
+		at := time.Now()
+		sig := signature.Sign(at, gatewaytest.Tenant, body, *newKey, *oldKey)
 
 		r := g.Post(url+"/hello", body, sig)
 		require.Equal(t, http.StatusOK, r.Code, string(r.Body))
 		for _, replay := range []string{
 			sig,
-			signature.Sign(time.Now(), body, oldKey, newKey), // the same signatures, reordered
+			signature.Sign(at, gatewaytest.Tenant, body, *oldKey, *newKey), // the same signatures, reordered
+			signature.Sign(at, gatewaytest.Tenant, body, *oldKey),          // one of them
 			reversed(sig),
 		} {
 			r = g.Post(url+"/hello", body, replay)
@@ -731,7 +758,7 @@ func TestRequests(t *testing.T) {
 		}
 
 		// A new signature of the same invocation (a new timestamp) is a new request.
-		r = g.Post(url+"/hello", body, signature.Sign(time.Now().Add(time.Second), body, newKey))
+		r = g.Post(url+"/hello", body, signature.Sign(at.Add(time.Second), gatewaytest.Tenant, body, *newKey))
 		require.Equal(t, http.StatusOK, r.Code, string(r.Body))
 
 		// The manifest changes nothing and may be fetched with one signature again.
@@ -752,7 +779,7 @@ func TestRequests(t *testing.T) {
 				"timeout":"30s","retries":{"max_attempts":5,"initial_interval":"1s","max_interval":"1m0s"}}}
 		]}`, string(r.Body))
 
-		r = g.Post(url+"/", nil, signature.Sign(time.Now(), nil, newKey))
+		r = g.Post(url+"/", nil, signature.Sign(time.Now(), gatewaytest.Tenant, nil, *newKey))
 		require.Equal(t, http.StatusMethodNotAllowed, r.Code)
 	})
 
@@ -766,9 +793,22 @@ func TestRequests(t *testing.T) {
 		require.Equal(t, "signature", r.Error.Type)
 	})
 
-	t.Run("NoKeysNoVerification", func(t *testing.T) {
+	t.Run("NoKeysRefusesEverything", func(t *testing.T) {
 		t.Parallel()
 		app := functions.New(functions.Config{Logger: testLogger(t)})
+		hello(app)
+		srv := httptest.NewServer(app)
+		t.Cleanup(srv.Close)
+		g := gatewaytest.New(t, newKey)
+
+		r := g.Invoke(srv.URL+"/hello", g.Request("run-1", "hello", `{}`))
+		require.Equal(t, http.StatusUnauthorized, r.Code, string(r.Body))
+		require.ErrorContains(t, errors.New(r.Error.Message), "no key")
+	})
+
+	t.Run("InsecureSkipVerify", func(t *testing.T) {
+		t.Parallel()
+		app := functions.New(functions.Config{InsecureSkipVerify: true, Logger: testLogger(t)})
 		hello(app)
 		srv := httptest.NewServer(app)
 		t.Cleanup(srv.Close)
@@ -778,9 +818,47 @@ func TestRequests(t *testing.T) {
 		require.Equal(t, api.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
 	})
 
+	t.Run("HMACSecrets", func(t *testing.T) {
+		t.Parallel()
+		app := functions.New(functions.Config{HMACSecrets: [][]byte{newKey.HMAC}, Logger: testLogger(t)})
+		hello(app)
+		srv := httptest.NewServer(app)
+		t.Cleanup(srv.Close)
+		g := gatewaytest.New(t, newKey)
+		r := g.Invoke(srv.URL+"/hello", g.Request("run-1", "hello", `{}`))
+		require.Equal(t, api.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
+
+		g.Key = oldKey
+		r = g.Invoke(srv.URL+"/hello", g.Request("run-2", "hello", `{}`))
+		require.Equal(t, http.StatusUnauthorized, r.Code, string(r.Body))
+	})
+
+	t.Run("TenantPinned", func(t *testing.T) {
+		t.Parallel()
+		for tenant, code := range map[string]int{gatewaytest.Tenant: http.StatusOK, "globex": http.StatusUnauthorized} {
+			app := functions.New(functions.Config{PublicKeys: []ed25519.PublicKey{pub(newKey)}, Tenant: tenant})
+			hello(app)
+			srv := httptest.NewServer(app)
+			t.Cleanup(srv.Close)
+			g := gatewaytest.New(t, newKey)
+			r := g.Invoke(srv.URL+"/hello", g.Request("run-1", "hello", `{}`))
+			require.Equal(t, code, r.Code, string(r.Body))
+		}
+	})
+
+	t.Run("BadKeysPanic", func(t *testing.T) {
+		t.Parallel()
+		require.PanicsWithValue(t, "functions: public key 1 is 3 bytes, not an Ed25519 public key (32 bytes)", func() {
+			functions.New(functions.Config{PublicKeys: []ed25519.PublicKey{{1, 2, 3}}})
+		})
+		require.PanicsWithValue(t, "functions: HMAC secret 1 is 5 bytes; at least 32 are required", func() {
+			functions.New(functions.Config{HMACSecrets: [][]byte{[]byte("short")}})
+		})
+	})
+
 	t.Run("MountedUnderAPrefix", func(t *testing.T) {
 		t.Parallel()
-		app := functions.New(functions.Config{SigningKeys: [][]byte{newKey}})
+		app := functions.New(functions.Config{PublicKeys: []ed25519.PublicKey{pub(newKey)}})
 		hello(app)
 		mux := http.NewServeMux()
 		mux.Handle("/fns/", http.StripPrefix("/fns", app))
@@ -809,7 +887,7 @@ func TestRequests(t *testing.T) {
 		} {
 			t.Run(tt.name, func(t *testing.T) {
 				t.Parallel()
-				r := g.Post(url+"/hello", []byte(tt.body), signature.Sign(time.Now(), []byte(tt.body), newKey))
+				r := g.Post(url+"/hello", []byte(tt.body), signature.Sign(time.Now(), gatewaytest.Tenant, []byte(tt.body), *newKey))
 				require.Equal(t, http.StatusBadRequest, r.Code, string(r.Body))
 				require.Equal(t, "malformed", r.Error.Type)
 				require.True(t, strings.HasPrefix(r.Error.Message, tt.want), r.Error.Message)
@@ -819,7 +897,7 @@ func TestRequests(t *testing.T) {
 
 	t.Run("TooLarge", func(t *testing.T) {
 		t.Parallel()
-		app := functions.New(functions.Config{MaxBodyBytes: 10})
+		app := functions.New(functions.Config{MaxBodyBytes: 10, InsecureSkipVerify: true})
 		hello(app)
 		srv := httptest.NewServer(app)
 		t.Cleanup(srv.Close)

@@ -45,11 +45,11 @@ func (s *Server) register(ctx context.Context, tenant, name, rawURL string, conf
 	if !functionName.MatchString(name) {
 		return nil, badRequest("function name %q is invalid: use 1 to 128 letters, digits, '.', '_' or '-', starting with a letter or digit", name)
 	}
-	u, err := url.Parse(rawURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, badRequest("url %q is not an absolute http(s) URL", rawURL)
+	if err := s.checkURL(ctx, rawURL); err != nil {
+		return nil, err
 	}
 	raw := json.RawMessage(`{}`)
+	var err error
 	if config != nil {
 		if raw, err = json.Marshal(config); err != nil {
 			return nil, fmt.Errorf("encode config: %w", err)
@@ -130,11 +130,14 @@ func (s *Server) DeleteFunction(ctx context.Context, req server.DeleteFunctionRe
 
 // SyncApp reads an app's manifest with a signed GET and registers each of its functions.
 func (s *Server) SyncApp(ctx context.Context, req server.SyncAppRequestObject) (server.SyncAppResponseObject, error) {
-	base, err := url.Parse(req.Body.Url)
-	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
-		return nil, badRequest("url %q is not an absolute http(s) URL", req.Body.Url)
+	if err := s.checkURL(ctx, req.Body.Url); err != nil {
+		return nil, err
 	}
-	manifest, err := s.fetchManifest(ctx, base.String())
+	base, err := url.Parse(req.Body.Url)
+	if err != nil {
+		return nil, badRequest("url is not valid: %v", err)
+	}
+	manifest, err := s.fetchManifest(ctx, identity(ctx).Tenant, base.String())
 	if err != nil {
 		return server.SyncApp502ApplicationProblemPlusJSONResponse{BadGatewayApplicationProblemPlusJSONResponse: server.BadGatewayApplicationProblemPlusJSONResponse(
 			problem(http.StatusBadGateway, err.Error()))}, nil
@@ -159,12 +162,17 @@ func (s *Server) SyncApp(ctx context.Context, req server.SyncAppRequestObject) (
 	return server.SyncApp200JSONResponse(list), nil
 }
 
-func (s *Server) fetchManifest(ctx context.Context, appURL string) (*api.Manifest, error) {
+// fetchManifest reads the manifest of the app at appURL, signed for tenant.
+func (s *Server) fetchManifest(ctx context.Context, tenant, appURL string) (*api.Manifest, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, appURL, nil)
 	if err != nil {
 		return nil, fmt.Errorf("manifest request: %w", err)
 	}
-	req.Header.Set(signature.Header, signature.Sign(time.Now(), nil, s.keys...))
+	sig, err := s.keys.Sign(ctx, tenant, nil, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set(signature.Header, sig)
 	resp, err := s.client.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("could not fetch the app's manifest: %w", err)
@@ -173,6 +181,10 @@ func (s *Server) fetchManifest(ctx context.Context, appURL string) (*api.Manifes
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
 	if err != nil {
 		return nil, fmt.Errorf("reading the app's manifest: %w", err)
+	}
+	if loc := resp.Header.Get("Location"); loc != "" && resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		return nil, fmt.Errorf("the app answered HTTP %d to the manifest request, a redirect to %s, which the gateway does not follow: sync the URL it redirects to",
+			resp.StatusCode, truncate([]byte(loc)))
 	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("the app answered HTTP %d to the manifest request: %s", resp.StatusCode, truncate(body))
@@ -185,6 +197,18 @@ func (s *Server) fetchManifest(ctx context.Context, appURL string) (*api.Manifes
 		return nil, fmt.Errorf("the app's manifest speaks protocol %d; this gateway speaks 1", m.Protocol)
 	}
 	return &m, nil
+}
+
+// checkURL refuses, with a 400 that says why, a function or app URL that is not an
+// absolute http(s) URL or whose host this gateway may not dial (egress.Policy). The
+// dialer checks every address again at connect time, since DNS answers change.
+func (s *Server) checkURL(ctx context.Context, rawURL string) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := s.egress.CheckURL(ctx, rawURL); err != nil {
+		return badRequest("%v", err)
+	}
+	return nil
 }
 
 func truncate(b []byte) string {

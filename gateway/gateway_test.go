@@ -213,9 +213,11 @@ func TestFunctions(t *testing.T) {
 	require.Len(t, list.JSON200.Functions, 1)
 
 	for _, bad := range []struct{ name, url, timeout, want string }{
-		{"-bad", "http://x/", "", "function name"},
-		{"ok", "ftp://x/", "", "not an absolute http(s) URL"},
-		{"ok", "http://x/", "soon", "timeout"},
+		{"-bad", "http://127.0.0.1:1/", "", "function name"},
+		{"ok", "ftp://x/", "", `url scheme "ftp" is not supported`},
+		{"ok", "/relative", "", "url must be absolute"},
+		{"ok", "http://127.0.0.1:1/", "soon", "timeout"},
+		{"ok", "http://169.254.169.254/latest/meta-data/", "", `url host "169.254.169.254" is a link-local address, which this gateway does not dial`},
 	} {
 		var cfg *api.FunctionConfig
 		if bad.timeout != "" {
@@ -541,7 +543,7 @@ func TestCheckpoint(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, created)
 	url := s.URL + "/v1/runs/" + run.ID + "/checkpoint"
-	token := s.Tokens.Issue(run.ID, 1, time.Now().Add(time.Minute))
+	token := s.Tokens.Issue(t.Context(), run.ID, 1, time.Now().Add(time.Minute))
 	post := func(token, body string) (int, map[string]any) {
 		return rawRequest(t, "POST", url, token, "application/json", bytes.NewBufferString(body))
 	}
@@ -556,11 +558,11 @@ func TestCheckpoint(t *testing.T) {
 
 	status, _ = post(s.Token, `{"seq":2,"kind":"step","name":"c"}`)
 	require.Equal(t, 401, status, "a user token is not an invocation token")
-	status, _ = post(s.Tokens.Issue("01a22695-0000-7000-8000-000000000002", 1, time.Now().Add(time.Minute)), `{"seq":2,"kind":"step","name":"c"}`)
+	status, _ = post(s.Tokens.Issue(t.Context(), "01a22695-0000-7000-8000-000000000002", 1, time.Now().Add(time.Minute)), `{"seq":2,"kind":"step","name":"c"}`)
 	require.Equal(t, 401, status, "a token of another run")
-	status, _ = post(s.Tokens.Issue(run.ID, 1, time.Now().Add(-time.Minute)), `{"seq":2,"kind":"step","name":"c"}`)
+	status, _ = post(s.Tokens.Issue(t.Context(), run.ID, 1, time.Now().Add(-time.Minute)), `{"seq":2,"kind":"step","name":"c"}`)
 	require.Equal(t, 401, status, "an expired token")
-	status, body = post(s.Tokens.Issue(run.ID, 2, time.Now().Add(time.Minute)), `{"seq":2,"kind":"step","name":"c"}`)
+	status, body = post(s.Tokens.Issue(t.Context(), run.ID, 2, time.Now().Add(time.Minute)), `{"seq":2,"kind":"step","name":"c"}`)
 	require.Equal(t, 409, status, "a token of another invocation")
 	require.Equal(t, "superseded", body["type"])
 	status, _ = post(token, `{"seq":0,"kind":"step","name":"c"}`)

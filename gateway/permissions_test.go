@@ -213,7 +213,7 @@ func TestPermissionMatrix(t *testing.T) {
 		status, _ := call(t, "GET", s.URL+"/healthz", "", "")
 		require.Equal(t, http.StatusOK, status)
 		id := uuid.NewString()
-		tok := s.Tokens.Issue(id, 1, time.Now().Add(time.Minute))
+		tok := s.Tokens.Issue(t.Context(), id, 1, time.Now().Add(time.Minute))
 		status, detail := call(t, "POST", s.URL+"/v1/runs/"+id+"/checkpoint", tok, `{"seq":1,"kind":"step","name":"a","output":1}`)
 		require.NotContains(t, []int{http.StatusUnauthorized, http.StatusForbidden}, status, detail)
 	})

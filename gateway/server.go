@@ -21,6 +21,7 @@ import (
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/gateway/api/server"
+	"github.com/stepgate/stepgate/internal/egress"
 	"github.com/stepgate/stepgate/invoker"
 )
 
@@ -38,15 +39,18 @@ type Config struct {
 	Verifier *auth.Verifier         // Required: checks callers' JWTs.
 	Tokens   *auth.InvocationTokens // Required: checks checkpoints' invocation tokens.
 	Logger   *slog.Logger           // Required.
-	// SigningKeys sign the manifest requests of app syncs, newest first. Required.
-	SigningKeys [][]byte
+	// Keys sign the manifest requests of app syncs with the caller's tenant's keys, and
+	// hand out the tenants' public keys. Required.
+	Keys *auth.SigningKeys
 	// MaxBodyBytes bounds request bodies (run inputs, checkpoints); larger ones get a
 	// 413. Defaults to 1 MiB.
 	MaxBodyBytes int64
 	// Web serves the dashboard at /. Optional.
 	Web http.Handler
-	// HTTPClient fetches app manifests. Defaults to a client with a 10s timeout.
-	HTTPClient *http.Client
+	// Egress says which function and app URLs tenants may register, and which
+	// addresses the manifest requests may dial. Its zero value allows the public
+	// internet only.
+	Egress egress.Policy
 }
 
 // Server is the gateway's HTTP server. It implements server.StrictServerInterface.
@@ -57,8 +61,9 @@ type Server struct {
 	verifier *auth.Verifier
 	tokens   *auth.InvocationTokens
 	log      *slog.Logger
-	keys     [][]byte
-	client   *http.Client
+	keys     *auth.SigningKeys
+	egress   egress.Policy
+	client   *http.Client // fetches manifests
 	echo     *echo.Echo
 	stream   *streamHub
 }
@@ -67,8 +72,8 @@ var _ server.StrictServerInterface = (*Server)(nil)
 
 // New returns a Server; serve it with Handler.
 func New(cfg Config) (*Server, error) {
-	if cfg.Pool == nil || cfg.Invoker == nil || cfg.Verifier == nil || cfg.Tokens == nil || cfg.Logger == nil || len(cfg.SigningKeys) == 0 {
-		return nil, errors.New("gateway: Pool, Invoker, Verifier, Tokens, Logger and SigningKeys are required")
+	if cfg.Pool == nil || cfg.Invoker == nil || cfg.Verifier == nil || cfg.Tokens == nil || cfg.Logger == nil || cfg.Keys == nil {
+		return nil, errors.New("gateway: Pool, Invoker, Verifier, Tokens, Logger and Keys are required")
 	}
 	if cfg.APIPool == nil {
 		return nil, errors.New("gateway: APIPool is required")
@@ -80,8 +85,9 @@ func New(cfg Config) (*Server, error) {
 		verifier: cfg.Verifier,
 		tokens:   cfg.Tokens,
 		log:      cfg.Logger,
-		keys:     cfg.SigningKeys,
-		client:   cmp.Or(cfg.HTTPClient, &http.Client{Timeout: 10 * time.Second}),
+		keys:     cfg.Keys,
+		egress:   cfg.Egress,
+		client:   manifestClient(cfg.Egress),
 	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
@@ -107,6 +113,14 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.echo = e
 	return s, nil
+}
+
+// manifestClient returns the client that fetches app manifests: egress's, with a 10s
+// timeout.
+func manifestClient(p egress.Policy) *http.Client {
+	c := p.Client()
+	c.Timeout = 10 * time.Second
+	return c
 }
 
 // bodyLimit writes n bytes the way echo's BodyLimit middleware reads it.
@@ -137,7 +151,7 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		ctx := c.Request().Context()
 		if path == "/v1/runs/:id/checkpoint" {
-			runID, invocation, err := s.tokens.Verify(token, time.Now())
+			runID, invocation, err := s.tokens.Verify(ctx, token, time.Now())
 			if err != nil {
 				return err
 			}

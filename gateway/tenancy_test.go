@@ -119,7 +119,7 @@ func TestTenantIsolation(t *testing.T) {
 		body := `{"seq":2,"kind":"step","name":"evil","output":1}`
 		status, _ := rawRequest(t, "POST", url, bToken, "application/json", bytes.NewBufferString(body))
 		require.Equal(t, http.StatusUnauthorized, status, "a user token")
-		other := s.Tokens.Issue(done.Id, 1, time.Now().Add(time.Minute))
+		other := s.Tokens.Issue(t.Context(), done.Id, 1, time.Now().Add(time.Minute))
 		status, _ = rawRequest(t, "POST", url, other, "application/json", bytes.NewBufferString(body))
 		require.Equal(t, http.StatusUnauthorized, status, "an invocation token of another run")
 	})

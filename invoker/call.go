@@ -234,7 +234,7 @@ func (inv *Invoker) call(ctx context.Context, rev *revision, claim *journal.Clai
 		Journal:  make([]api.JournalEntry, 0, len(claim.Journal)),
 		Checkpoint: api.Checkpoint{
 			Url:   inv.checkpoint + "/v1/runs/" + run.ID + "/checkpoint",
-			Token: inv.tokens.Issue(run.ID, run.Invocation, time.Now().Add(inv.lease(rev.config))),
+			Token: inv.tokens.Issue(ctx, run.ID, run.Invocation, time.Now().Add(inv.lease(rev.config))),
 		},
 	}
 	for _, e := range claim.Journal {
@@ -257,8 +257,12 @@ func (inv *Invoker) call(ctx context.Context, rev *revision, claim *journal.Clai
 	if err != nil {
 		return nil, &journal.ErrorInfo{Type: "request", Message: fmt.Sprintf("bad function URL %q: %v", rev.url, err)}
 	}
+	sig, err := inv.keys.Sign(ctx, run.Tenant, body, time.Now())
+	if err != nil {
+		return nil, &journal.ErrorInfo{Type: "request", Message: "sign invocation: " + err.Error()}
+	}
 	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set(signature.Header, signature.Sign(time.Now(), body, inv.keys...))
+	hreq.Header.Set(signature.Header, sig)
 	resp, err := inv.client.Do(hreq)
 	if err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -275,6 +279,10 @@ func (inv *Invoker) call(ctx context.Context, rev *revision, claim *journal.Clai
 		return nil, &journal.ErrorInfo{Type: "connection", Message: "reading the function's answer: " + trimErr(err)}
 	}
 	if resp.StatusCode != http.StatusOK {
+		if loc := resp.Header.Get("Location"); loc != "" && resp.StatusCode >= 300 && resp.StatusCode < 400 {
+			return nil, &journal.ErrorInfo{Type: "http_status", Message: fmt.Sprintf(
+				"function answered HTTP %d, a redirect to %s, which the gateway does not follow: register the URL it redirects to", resp.StatusCode, snippet([]byte(loc)))}
+		}
 		return nil, &journal.ErrorInfo{Type: "http_status", Message: fmt.Sprintf("function answered HTTP %d: %s", resp.StatusCode, snippet(raw))}
 	}
 	if int64(len(raw)) > inv.maxAnswer {

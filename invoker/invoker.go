@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -25,6 +24,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/stepgate/stepgate/auth"
+	"github.com/stepgate/stepgate/internal/egress"
 	"github.com/stepgate/stepgate/journal"
 )
 
@@ -35,12 +35,12 @@ type Config struct {
 	// CheckpointURL is the base URL functions reach this gateway at, for checkpoints
 	// ("http://127.0.0.1:8080"). Required.
 	CheckpointURL string
-	// SigningKeys sign requests to functions, newest first; all of them sign each
-	// request, so a function holding any one accepts it. Required.
-	SigningKeys [][]byte
-	Tokens      *auth.InvocationTokens // Required.
-	// HTTPClient calls functions. Defaults to a client tuned for many keep-alive
-	// connections to few hosts; invocation timeouts come from each function's config.
+	// Keys sign each request to a function with its tenant's keys. Required.
+	Keys   *auth.SigningKeys
+	Tokens *auth.InvocationTokens // Required.
+	// HTTPClient calls functions; it must not follow redirects. Defaults to the client
+	// of the zero egress.Policy, which dials the public internet only; invocation
+	// timeouts come from each function's config.
 	HTTPClient *http.Client
 	// MaxAnswerBytes bounds a function's answer. Defaults to 16 MiB.
 	MaxAnswerBytes int64
@@ -65,7 +65,7 @@ type Invoker struct {
 	river       *river.Client[pgx.Tx]
 	client      *http.Client
 	tokens      *auth.InvocationTokens
-	keys        [][]byte
+	keys        *auth.SigningKeys
 	checkpoint  string
 	maxAnswer   int64
 	leaseGrace  time.Duration
@@ -89,15 +89,15 @@ type Invoker struct {
 
 // New returns an Invoker with its River client, not started.
 func New(cfg Config) (*Invoker, error) {
-	if cfg.Pool == nil || cfg.Logger == nil || cfg.Tokens == nil || cfg.CheckpointURL == "" || len(cfg.SigningKeys) == 0 {
-		return nil, errors.New("invoker: Pool, Logger, Tokens, CheckpointURL and SigningKeys are required")
+	if cfg.Pool == nil || cfg.Logger == nil || cfg.Tokens == nil || cfg.CheckpointURL == "" || cfg.Keys == nil {
+		return nil, errors.New("invoker: Pool, Logger, Tokens, CheckpointURL and Keys are required")
 	}
 	inv := &Invoker{
 		pool:        cfg.Pool,
 		log:         cfg.Logger,
-		client:      cmp.Or(cfg.HTTPClient, defaultHTTPClient()),
+		client:      cfg.HTTPClient,
 		tokens:      cfg.Tokens,
-		keys:        cfg.SigningKeys,
+		keys:        cfg.Keys,
 		checkpoint:  cfg.CheckpointURL,
 		maxAnswer:   cmp.Or(cfg.MaxAnswerBytes, 16<<20),
 		leaseGrace:  cmp.Or(cfg.LeaseGrace, 30*time.Second),
@@ -105,6 +105,9 @@ func New(cfg Config) (*Invoker, error) {
 		listenReady: make(chan struct{}),
 		timers:      map[string]*time.Timer{},
 		inflight:    map[string]map[*inflightCall]struct{}{},
+	}
+	if inv.client == nil {
+		inv.client = egress.Policy{}.Client()
 	}
 	inv.bg, inv.bgCancel = context.WithCancel(context.Background())
 	workers := river.NewWorkers()
@@ -132,16 +135,6 @@ func New(cfg Config) (*Invoker, error) {
 	}
 	inv.river = rc
 	return inv, nil
-}
-
-func defaultHTTPClient() *http.Client {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConns = 1024
-	t.MaxIdleConnsPerHost = 256
-	t.IdleConnTimeout = 90 * time.Second
-	t.DisableCompression = true
-	t.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	return &http.Client{Transport: t}
 }
 
 // Start starts River's workers and the run notification listener; it returns once

@@ -2,12 +2,16 @@
 // functions/examples) over HTTP, as a function author's own app would: the
 // "functions" service of compose.yaml runs it.
 //
-// Environment:
+// Environment (one of the ways to verify the gateway is required):
 //
 //	ADDR                   listen address (default :9090)
-//	STEPGATE_SIGNING_KEYS  comma-separated keys, newest first, that verify the
-//	                       gateway's Stepgate-Signature; the same value as the
-//	                       gateway's. Required.
+//	STEPGATE_PUBLIC_KEYS   the tenant's Ed25519 public keys, comma-separated, as
+//	                       `stepgate keys` prints them
+//	STEPGATE_URL and       or: fetch the tenant's public keys from the gateway
+//	STEPGATE_TOKEN         (GET /v1/signing-keys) with a token of the tenant, and
+//	                       follow its key rotations
+//	STEPGATE_HMAC_SECRETS  or: the tenant's HMAC secrets (`stepgate keys secrets`);
+//	                       weaker, see the README
 //
 // Register the functions with a running gateway with
 // "stepgate apps sync http://HOST:9090/". SIGTERM or an interrupt shuts it down
@@ -24,12 +28,12 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/examples"
+	"github.com/stepgate/stepgate/functions/signature"
 )
 
 func main() {
@@ -44,17 +48,12 @@ func main() {
 
 func run(ctx context.Context, getenv func(string) string, log *slog.Logger) error {
 	addr := cmp.Or(getenv("ADDR"), ":9090")
-	var keys [][]byte
-	for k := range strings.SplitSeq(getenv("STEPGATE_SIGNING_KEYS"), ",") {
-		if k = strings.TrimSpace(k); k != "" {
-			keys = append(keys, []byte(k))
-		}
+	cfg, err := verification(getenv)
+	if err != nil {
+		return err
 	}
-	if len(keys) == 0 {
-		return errors.New("STEPGATE_SIGNING_KEYS is not set (comma-separated, newest first; the gateway's value)")
-	}
-
-	app := functions.New(functions.Config{SigningKeys: keys, Logger: log})
+	cfg.Logger = log
+	app := functions.New(cfg)
 	examples.Register(app)
 
 	ln, err := net.Listen("tcp", addr)
@@ -78,4 +77,22 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) erro
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	return nil
+}
+
+// verification reads how the app verifies the gateway's requests.
+func verification(getenv func(string) string) (functions.Config, error) {
+	var cfg functions.Config
+	var err error
+	switch {
+	case getenv("STEPGATE_PUBLIC_KEYS") != "":
+		cfg.PublicKeys, err = signature.ParsePublicKeys(getenv("STEPGATE_PUBLIC_KEYS"))
+	case getenv("STEPGATE_URL") != "" && getenv("STEPGATE_TOKEN") != "":
+		cfg.Keys, err = functions.GatewayKeys(getenv("STEPGATE_URL"), getenv("STEPGATE_TOKEN"), 0, nil)
+	case getenv("STEPGATE_HMAC_SECRETS") != "":
+		cfg.HMACSecrets, err = signature.ParseSecrets(getenv("STEPGATE_HMAC_SECRETS"))
+	default:
+		err = errors.New("set STEPGATE_PUBLIC_KEYS (your tenant's public keys: stepgate keys), or STEPGATE_URL and STEPGATE_TOKEN " +
+			"(fetch them from the gateway), or STEPGATE_HMAC_SECRETS, to verify the gateway's requests")
+	}
+	return cfg, err
 }

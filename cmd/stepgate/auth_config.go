@@ -1,8 +1,6 @@
 package main
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -107,24 +105,3 @@ var errNoVerificationKey = errors.New("STEPGATE_JWT_SECRET (HS secrets of at lea
 	"STEPGATE_JWT_PUBLIC_KEYS (PEM files of RSA, ECDSA or Ed25519 public keys) or STEPGATE_JWKS_URL (your identity provider's JWKS): " +
 	"at least one, to verify callers' tokens")
 
-// deriveInvocationKey returns the key of the invocation tokens: explicit when set (it
-// must be the same on every gateway sharing a database); else derived from the first
-// JWT secret, or with no secret from the newest signing key, so gateways configured
-// alike agree with no extra setting.
-func deriveInvocationKey(explicit []byte, secrets, signingKeys [][]byte) []byte {
-	if len(explicit) > 0 {
-		return explicit
-	}
-	var root []byte
-	switch {
-	case len(secrets) > 0:
-		root = secrets[0]
-	case len(signingKeys) > 0:
-		root = signingKeys[0]
-	default:
-		return nil
-	}
-	m := hmac.New(sha256.New, root)
-	m.Write([]byte("stepgate invocation tokens v1"))
-	return m.Sum(nil)
-}

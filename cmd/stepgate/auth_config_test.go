@@ -31,7 +31,7 @@ func writeECKey(t *testing.T) string {
 
 func TestServeConfig(t *testing.T) {
 	t.Parallel()
-	base := map[string]string{"DATABASE_URL": "postgres://localhost/stepgate", "STEPGATE_SIGNING_KEYS": "sign-key"}
+	base := map[string]string{"DATABASE_URL": "postgres://localhost/stepgate"}
 	env := func(kv ...string) func(string) string {
 		m := map[string]string{}
 		for k, v := range base {
@@ -62,7 +62,14 @@ func TestServeConfig(t *testing.T) {
 		{"AlgNone", env("STEPGATE_JWT_SECRET", testSecret, "STEPGATE_JWT_ALGORITHMS", "none"), `"none" is never accepted`},
 		{"Leeway", env("STEPGATE_JWT_SECRET", testSecret, "STEPGATE_JWT_LEEWAY", "0s"), ""},
 		{"BadLeeway", env("STEPGATE_JWT_SECRET", testSecret, "STEPGATE_JWT_LEEWAY", "1h"), `STEPGATE_JWT_LEEWAY "1h" is not a duration from 0s to 5m`},
-		{"ShortInvocationKey", env("STEPGATE_JWT_SECRET", testSecret, "STEPGATE_INVOCATION_KEY", "short"), "STEPGATE_INVOCATION_KEY is 5 bytes"},
+		{"ShortInvocationKey", env("STEPGATE_JWT_SECRET", testSecret, "STEPGATE_INVOCATION_KEY", testSecret+",short"),
+			"STEPGATE_INVOCATION_KEY: key 2 is 5 bytes; each needs at least 32"},
+		{"InvocationKeys", env("STEPGATE_JWT_SECRET", testSecret, "STEPGATE_INVOCATION_KEY", "new-"+testSecret+",old-"+testSecret), ""},
+		// The HMAC key every tenant's functions held is gone; a leftover says so.
+		{"SigningKeysRefused", env("STEPGATE_JWT_SECRET", testSecret, "STEPGATE_SIGNING_KEYS", "sign-key"), "STEPGATE_SIGNING_KEYS is no longer read"},
+		{"AllowedNetworks", env("STEPGATE_JWT_SECRET", testSecret, "STEPGATE_ALLOWED_NETWORKS", "10.0.0.0/8, fd00::/8", "STEPGATE_ALLOWED_FUNCTION_HOSTS", "functions,*.svc.cluster.local"), ""},
+		{"BadNetwork", env("STEPGATE_JWT_SECRET", testSecret, "STEPGATE_ALLOWED_NETWORKS", "10.0.0.0/33"), "STEPGATE_ALLOWED_NETWORKS: "},
+		{"BadHost", env("STEPGATE_JWT_SECRET", testSecret, "STEPGATE_ALLOWED_FUNCTION_HOSTS", "a*b"), "STEPGATE_ALLOWED_FUNCTION_HOSTS: "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -100,20 +107,4 @@ func TestServeConfig(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, auth.Identity{Subject: "s", Tenant: "acme", Roles: []string{"viewer"}, Claims: map[string]any{"email": "s@example.com"}}, id)
 	})
-}
-
-func TestInvocationKey(t *testing.T) {
-	t.Parallel()
-	secret, newer, older := []byte(testSecret), []byte("signing-key-new"), []byte("signing-key-old")
-	fromSecret := deriveInvocationKey(nil, [][]byte{secret}, [][]byte{newer})
-	require.Len(t, fromSecret, 32)
-	require.Equal(t, fromSecret, deriveInvocationKey(nil, [][]byte{secret, []byte("old-" + testSecret)}, nil),
-		"the first JWT secret keys it, whatever the signing keys")
-	fromSigning := deriveInvocationKey(nil, nil, [][]byte{newer, older})
-	require.Len(t, fromSigning, 32)
-	require.NotEqual(t, fromSecret, fromSigning)
-	require.Equal(t, []byte("explicit-invocation-key-0123456789abcdef"),
-		deriveInvocationKey([]byte("explicit-invocation-key-0123456789abcdef"), [][]byte{secret}, [][]byte{newer}))
-	_, err := auth.NewInvocationTokens(fromSigning)
-	require.NoError(t, err)
 }

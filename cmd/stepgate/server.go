@@ -13,10 +13,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,8 +27,10 @@ import (
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/examples"
+	"github.com/stepgate/stepgate/functions/signature"
 	"github.com/stepgate/stepgate/gateway"
 	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/internal/egress"
 	"github.com/stepgate/stepgate/internal/pgserver"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
@@ -40,11 +44,11 @@ type serverConfig struct {
 	addr        string
 	publicURL   string // how functions reach this gateway, for checkpoints
 	jwt         jwtConfig
-	signingKeys [][]byte // newest first
-	// invocationSecret keys the invocation tokens (STEPGATE_INVOCATION_KEY); empty
-	// derives it, see deriveInvocationKey.
-	invocationSecret []byte
-	maxBodyBytes     int64
+	// invocationKeys key the invocation tokens (STEPGATE_INVOCATION_KEY, newest first);
+	// none: the database's keys, made by the first gateway (auth.LoadInvocationTokens).
+	invocationKeys [][]byte
+	egress         egress.Policy // STEPGATE_ALLOWED_NETWORKS, STEPGATE_ALLOWED_FUNCTION_HOSTS
+	maxBodyBytes   int64
 	maxConns         int32
 	logLevel         slog.Level
 	pprofAddr        string // serves net/http/pprof when set
@@ -53,18 +57,29 @@ type serverConfig struct {
 // readServerConfig reads the environment variables documented in the README.
 func readServerConfig(getenv func(string) string) (serverConfig, error) {
 	c := serverConfig{
-		databaseURL:      getenv("DATABASE_URL"),
-		addr:             cmp.Or(getenv("STEPGATE_ADDR"), ":8080"),
-		publicURL:        getenv("STEPGATE_PUBLIC_URL"),
-		invocationSecret: []byte(getenv("STEPGATE_INVOCATION_KEY")),
-		pprofAddr:        getenv("STEPGATE_PPROF_ADDR"),
+		databaseURL: getenv("DATABASE_URL"),
+		addr:        cmp.Or(getenv("STEPGATE_ADDR"), ":8080"),
+		publicURL:   getenv("STEPGATE_PUBLIC_URL"),
+		pprofAddr:   getenv("STEPGATE_PPROF_ADDR"),
 	}
-	for k := range strings.SplitSeq(getenv("STEPGATE_SIGNING_KEYS"), ",") {
-		if k = strings.TrimSpace(k); k != "" {
-			c.signingKeys = append(c.signingKeys, []byte(k))
+	if getenv("STEPGATE_SIGNING_KEYS") != "" {
+		return c, errors.New("STEPGATE_SIGNING_KEYS is no longer read: the gateway signs each tenant's requests with that tenant's own " +
+			"Ed25519 key, made and kept in the database; unset it, and give your functions their tenant's public key (stepgate keys)")
+	}
+	for i, k := range list(getenv("STEPGATE_INVOCATION_KEY")) {
+		if len(k) < auth.MinInvocationKeyBytes {
+			return c, fmt.Errorf("STEPGATE_INVOCATION_KEY: key %d is %d bytes; each needs at least %d (e.g. openssl rand -base64 32), "+
+				"or leave it unset to use the database's key", i+1, len(k), auth.MinInvocationKeyBytes)
 		}
+		c.invocationKeys = append(c.invocationKeys, []byte(k))
 	}
 	var err error
+	if c.egress.AllowedNetworks, err = egress.ParseNetworks(getenv("STEPGATE_ALLOWED_NETWORKS")); err != nil {
+		return c, fmt.Errorf("STEPGATE_ALLOWED_NETWORKS: %w", err)
+	}
+	if c.egress.AllowedHosts, err = egress.ParseHosts(getenv("STEPGATE_ALLOWED_FUNCTION_HOSTS")); err != nil {
+		return c, fmt.Errorf("STEPGATE_ALLOWED_FUNCTION_HOSTS: %w", err)
+	}
 	if c.jwt, err = readJWTConfig(getenv); err != nil {
 		return c, err
 	}
@@ -104,29 +119,25 @@ func (c serverConfig) validate() error {
 	if !c.jwt.hasKey() {
 		missing = append(missing, errNoVerificationKey.Error())
 	}
-	if len(c.signingKeys) == 0 {
-		missing = append(missing, "STEPGATE_SIGNING_KEYS (comma-separated, newest first; signs requests to functions)")
-	}
 	if len(missing) > 0 {
 		return errors.New("serve needs:\n  " + strings.Join(missing, "\n  "))
 	}
 	return c.validateKeys()
 }
 
-// validateKeys checks the token verification settings and the invocation token key.
+// validateKeys checks the token verification settings.
 func (c serverConfig) validateKeys() error {
-	if _, err := c.jwt.authConfig(nil); err != nil {
-		return err
-	}
-	if n := len(c.invocationSecret); n > 0 && n < 32 {
-		return fmt.Errorf("STEPGATE_INVOCATION_KEY is %d bytes; it needs at least 32", n)
-	}
-	return nil
+	_, err := c.jwt.authConfig(nil)
+	return err
 }
 
-// invocationKey returns the key of the invocation tokens; see deriveInvocationKey.
-func (c serverConfig) invocationKey() []byte {
-	return deriveInvocationKey(c.invocationSecret, c.jwt.secrets, c.signingKeys)
+// invocationTokens returns the invocation tokens: keyed with STEPGATE_INVOCATION_KEY
+// when set, else with the database's key, which the first gateway makes.
+func (c serverConfig) invocationTokens(ctx context.Context, pool *pgxpool.Pool) (*auth.InvocationTokens, error) {
+	if len(c.invocationKeys) > 0 {
+		return auth.NewInvocationTokens(c.invocationKeys...)
+	}
+	return auth.LoadInvocationTokens(ctx, pool)
 }
 
 func newLogger(level slog.Level) *slog.Logger {
@@ -137,6 +148,7 @@ func newLogger(level slog.Level) *slog.Logger {
 type gatewayProcess struct {
 	pool     *pgxpool.Pool // the system pool
 	api      *pgxpool.Pool // the API pool
+	keys     *auth.SigningKeys
 	inv      *invoker.Invoker
 	verifier *auth.Verifier
 	srv      *http.Server
@@ -169,10 +181,11 @@ func startGateway(ctx context.Context, c serverConfig, log *slog.Logger) (*gatew
 		return fail(fmt.Errorf("listen on %s: %w", c.addr, err))
 	}
 	publicURL := strings.TrimRight(cmp.Or(c.publicURL, "http://"+reachable(g.ln.Addr())), "/")
-	tokens, err := auth.NewInvocationTokens(c.invocationKey())
+	tokens, err := c.invocationTokens(ctx, pool)
 	if err != nil {
 		return fail(err)
 	}
+	g.keys = auth.NewSigningKeys(pool)
 	authCfg, err := c.jwt.authConfig(log)
 	if err != nil {
 		return fail(err)
@@ -183,7 +196,7 @@ func startGateway(ctx context.Context, c serverConfig, log *slog.Logger) (*gatew
 	}
 	g.verifier = verifier
 	g.inv, err = invoker.New(invoker.Config{
-		Pool: pool, Logger: log, CheckpointURL: publicURL, SigningKeys: c.signingKeys, Tokens: tokens,
+		Pool: pool, Logger: log, CheckpointURL: publicURL, Keys: g.keys, Tokens: tokens, HTTPClient: c.egress.Client(),
 	})
 	if err != nil {
 		return fail(err)
@@ -193,7 +206,7 @@ func startGateway(ctx context.Context, c serverConfig, log *slog.Logger) (*gatew
 	}
 	s, err := gateway.New(gateway.Config{
 		Pool: pool, APIPool: api, Invoker: g.inv, Verifier: verifier, Tokens: tokens, Logger: log,
-		SigningKeys: c.signingKeys, MaxBodyBytes: c.maxBodyBytes, Web: web.Handler(),
+		Keys: g.keys, Egress: c.egress, MaxBodyBytes: c.maxBodyBytes, Web: web.Handler(),
 	})
 	if err != nil {
 		return fail(err)
@@ -355,8 +368,7 @@ func cmdMigrate(ctx context.Context, args []string) error {
 // devState is what `stepgate dev` keeps in .stepgate/dev.json across restarts, so its
 // tokens stay valid and `stepgate token create` can sign with the same key.
 type devState struct {
-	JWTSecret  string `json:"jwt_secret"`
-	SigningKey string `json:"signing_key"`
+	JWTSecret string `json:"jwt_secret"`
 }
 
 func loadDevState(dir string) (devState, error) {
@@ -365,7 +377,7 @@ func loadDevState(dir string) (devState, error) {
 	if !errors.Is(err, os.ErrNotExist) {
 		return st, err
 	}
-	st = devState{JWTSecret: randomKey(), SigningKey: randomKey()}
+	st = devState{JWTSecret: randomKey()}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return st, err
 	}
@@ -417,9 +429,8 @@ func cmdDev(ctx context.Context, args []string) error {
 	if err := c.validateKeys(); err != nil {
 		return err
 	}
-	if len(c.signingKeys) == 0 {
-		c.signingKeys = [][]byte{[]byte(st.SigningKey)}
-	}
+	// On a dev instance the functions run on this machine.
+	c.egress.AllowedNetworks = append(c.egress.AllowedNetworks, netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128"))
 	if c.databaseURL == "" {
 		pg, err := pgserver.Start(ctx, pgserver.Config{Dir: filepath.Join(*dir, "pg"), Logger: log})
 		if err != nil {
@@ -432,8 +443,16 @@ func cmdDev(ctx context.Context, args []string) error {
 		c.databaseURL = pg.URL("stepgate")
 	}
 
-	// The example functions: their own HTTP server, as a real app would be.
-	app := functions.New(functions.Config{SigningKeys: c.signingKeys, Logger: log})
+	// The example functions: their own HTTP server, as a real app would be. They trust
+	// every tenant of this instance (keys is set once the gateway runs, before it can
+	// call them), so syncing them under a second tenant works too.
+	var keys atomic.Pointer[auth.SigningKeys]
+	app := functions.New(functions.Config{Logger: log, Keys: func(ctx context.Context, tenant string, refresh bool) (signature.Keys, error) {
+		if k := keys.Load(); k != nil {
+			return k.Verification(ctx, tenant, refresh)
+		}
+		return signature.Keys{}, nil
+	}})
 	examples.Register(app)
 	fnLn, err := net.Listen("tcp", *fnAddr)
 	if err != nil {
@@ -448,6 +467,7 @@ func cmdDev(ctx context.Context, args []string) error {
 		return err
 	}
 	defer g.stop(context.WithoutCancel(ctx))
+	keys.Store(g.keys)
 
 	authCfg, err := c.jwt.authConfig(log)
 	if err != nil {
@@ -463,6 +483,14 @@ func cmdDev(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("register the example functions: %w", err)
 	}
+	devKeys, err := g.keys.Keys(ctx, auth.DefaultTenant)
+	if err != nil {
+		return err
+	}
+	var publicKeys []string
+	for _, k := range devKeys {
+		publicKeys = append(publicKeys, signature.FormatKey(k.PublicKey))
+	}
 	fmt.Printf(`
 stepgate dev is running
   dashboard   %[1]s/#token=%[4]s
@@ -471,7 +499,7 @@ stepgate dev is running
   database    %[6]s
 
 STEPGATE_TOKEN=%[4]s
-STEPGATE_SIGNING_KEYS=%[5]s   (your own functions verify requests with it)
+STEPGATE_PUBLIC_KEYS=%[5]s   (your own functions verify requests with it)
 
 Try it:
   curl -s -X POST '%[1]s/v1/functions/orders.checkout/runs?wait=30s' -H 'Authorization: Bearer %[4]s' -H 'Content-Type: application/json' -d '{"item":"book"}'
@@ -482,7 +510,7 @@ Then read the run's journal:
   go run ./cmd/stepgate runs get <run id>
 
 Press Ctrl+C to stop.
-`, base, strings.Join(names, ", "), appURL, token, c.signingKeys[0], c.databaseURL)
+`, base, strings.Join(names, ", "), appURL, token, strings.Join(publicKeys, ","), c.databaseURL)
 	select {
 	case <-ctx.Done():
 		return nil

@@ -1,6 +1,7 @@
 package examples_test
 
 import (
+	"crypto/ed25519"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/examples"
 	"github.com/stepgate/stepgate/functions/internal/gatewaytest"
+	"github.com/stepgate/stepgate/functions/signature"
 	"github.com/stepgate/stepgate/gateway/api"
 )
 
@@ -21,8 +23,11 @@ func TestMain(m *testing.M) {
 
 func serve(t *testing.T) (*gatewaytest.Gateway, string) {
 	t.Helper()
-	key := []byte("key")
-	app := functions.New(functions.Config{SigningKeys: [][]byte{key}, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	key := &signature.SigningKey{Ed25519: ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize))}
+	app := functions.New(functions.Config{
+		PublicKeys: []ed25519.PublicKey{key.Ed25519.Public().(ed25519.PublicKey)},
+		Logger:     slog.New(slog.NewTextHandler(t.Output(), nil)),
+	})
 	examples.Register(app)
 	srv := httptest.NewServer(app)
 	t.Cleanup(srv.Close)

@@ -2,7 +2,9 @@ package signature
 
 import (
 	"container/heap"
+	"context"
 	"crypto/sha256"
+	"errors"
 	"sync"
 	"time"
 )
@@ -11,13 +13,15 @@ import (
 // about 10 MB at most.
 const DefaultReplayCache = 100_000
 
-// Verifier verifies signatures as [Verify] does and refuses replays: a signature it
-// accepted once is refused with ErrReplayed for as long as its timestamp is within the
-// window, so a captured request cannot be sent again. Only signatures that verified are
-// remembered, so nobody without a key can fill its memory; when it is full, it forgets
-// first the signatures closest to leaving the window. It is safe for concurrent use.
+// Verifier verifies signatures as [Verify] does, with the keys its [KeyFunc] returns for
+// the tenant a request names, and refuses replays: a signature it accepted once is
+// refused with ErrReplayed for as long as its timestamp is within the window, so a
+// captured request cannot be sent again, whichever of its signatures it keeps. Only
+// requests that verified are remembered (by a hash of their signed message),
+// so nobody without a key can fill its memory; when it is full, it forgets first the
+// signatures closest to leaving the window. It is safe for concurrent use.
 type Verifier struct {
-	keys   [][]byte
+	keys   KeyFunc
 	window time.Duration
 	max    int
 
@@ -26,10 +30,10 @@ type Verifier struct {
 	exp  expiries // the keys of seen, soonest expiry first
 }
 
-// NewVerifier returns a Verifier that accepts signatures made with any of keys at most
-// window from its clock (DefaultWindow when zero) and remembers up to size accepted
-// signatures (DefaultReplayCache when zero).
-func NewVerifier(window time.Duration, size int, keys ...[]byte) *Verifier {
+// NewVerifier returns a Verifier that accepts signatures made with the keys keys returns,
+// at most window from its clock (DefaultWindow when zero), and remembers up to size
+// accepted signatures (DefaultReplayCache when zero).
+func NewVerifier(window time.Duration, size int, keys KeyFunc) *Verifier {
 	if window <= 0 {
 		window = DefaultWindow
 	}
@@ -39,29 +43,60 @@ func NewVerifier(window time.Duration, size int, keys ...[]byte) *Verifier {
 	return &Verifier{keys: keys, window: window, max: size, seen: map[[sha256.Size]byte]struct{}{}}
 }
 
-// Verify checks header against body at now like [Verify], then refuses with
-// ErrReplayed a signature it accepted before.
-func (v *Verifier) Verify(header string, body []byte, now time.Time) error {
-	t, sig, err := verify(header, body, now, v.window, v.keys)
+// Check verifies header against body at now like [Verify], with no replay check (for
+// requests that change nothing, such as the manifest), and returns the tenant.
+func (v *Verifier) Check(ctx context.Context, header string, body []byte, now time.Time) (string, error) {
+	p, _, err := v.check(ctx, header, body, now)
+	return p.Tenant, err
+}
+
+// Verify verifies header against body at now like [Verify], then refuses with
+// ErrReplayed a signature it accepted before. It returns the tenant.
+func (v *Verifier) Verify(ctx context.Context, header string, body []byte, now time.Time) (string, error) {
+	p, msg, err := v.check(ctx, header, body, now)
 	if err != nil {
-		return err
+		return "", err
 	}
-	key := [sha256.Size]byte(sig)
+	key := sha256.Sum256(msg)
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	for len(v.exp) > 0 && v.exp[0].at < now.Unix() {
 		delete(v.seen, heap.Pop(&v.exp).(expiry).key)
 	}
 	if _, ok := v.seen[key]; ok {
-		return ErrReplayed
+		return "", ErrReplayed
 	}
 	if len(v.seen) >= v.max {
 		delete(v.seen, heap.Pop(&v.exp).(expiry).key)
 	}
 	v.seen[key] = struct{}{}
 	// After t+window the timestamp check refuses the signature by itself.
-	heap.Push(&v.exp, expiry{at: t + int64(v.window/time.Second) + 1, key: key})
-	return nil
+	heap.Push(&v.exp, expiry{at: p.T + int64(v.window/time.Second) + 1, key: key})
+	return p.Tenant, nil
+}
+
+func (v *Verifier) check(ctx context.Context, header string, body []byte, now time.Time) (Parsed, []byte, error) {
+	p, err := Parse(header)
+	if err != nil {
+		return Parsed{}, nil, err
+	}
+	if d := now.Sub(time.Unix(p.T, 0)); d > v.window || d < -v.window {
+		// Before asking for keys: an expired request costs no key lookup.
+		return Parsed{}, nil, ErrExpired
+	}
+	keys, err := v.keys(ctx, p.Tenant, false)
+	if err != nil {
+		return Parsed{}, nil, err
+	}
+	msg, err := check(p, body, now, v.window, keys)
+	if errors.Is(err, ErrMismatch) || errors.Is(err, ErrNoKeys) {
+		// The keys may have been rotated since they were fetched.
+		if keys, err = v.keys(ctx, p.Tenant, true); err != nil {
+			return Parsed{}, nil, err
+		}
+		msg, err = check(p, body, now, v.window, keys)
+	}
+	return p, msg, err
 }
 
 type expiry struct {

@@ -1,7 +1,11 @@
 package signature_test
 
 import (
+	"context"
+	"crypto/ed25519"
 	"crypto/sha256"
+	"encoding/base64"
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,192 +17,357 @@ import (
 	"github.com/stepgate/stepgate/functions/signature"
 )
 
+// seq returns n bytes counting up from first: the test vector's key material.
+func seq(first byte, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = first + byte(i)
+	}
+	return b
+}
+
 var (
-	key   = []byte("key")
-	other = []byte("other")
-	body  = []byte(`{"protocol":1}`)
-	now   = time.Unix(1_800_000_000, 0)
-	hex64 = strings.Repeat("ab", sha256.Size)
+	// The README's test vector: the seed 00 01 … 1f, the HMAC secret 20 21 … 3f.
+	vectorKey = signature.SigningKey{Ed25519: ed25519.NewKeyFromSeed(seq(0, 32)), HMAC: seq(0x20, 32)}
+	otherKey  = signature.SigningKey{Ed25519: ed25519.NewKeyFromSeed(seq(0x40, 32)), HMAC: seq(0x60, 32)}
+	body      = []byte(`{"protocol":1}`)
+	now       = time.Unix(1_800_000_000, 0)
+	tenant    = "acme corp"
 )
+
+func public(k signature.SigningKey) ed25519.PublicKey { return k.Ed25519.Public().(ed25519.PublicKey) }
+
+func keysOf(ks ...signature.SigningKey) signature.Keys {
+	var out signature.Keys
+	for _, k := range ks {
+		out.Public = append(out.Public, public(k))
+		out.HMAC = append(out.HMAC, k.HMAC)
+	}
+	return out
+}
+
+func publicOnly(ks ...signature.SigningKey) signature.Keys {
+	return signature.Keys{Public: keysOf(ks...).Public}
+}
+
+func hmacOnly(ks ...signature.SigningKey) signature.Keys {
+	return signature.Keys{HMAC: keysOf(ks...).HMAC}
+}
+
+func TestSignTestVector(t *testing.T) {
+	t.Parallel()
+	// Checked against Python's cryptography (Ed25519PrivateKey.from_private_bytes(seed)
+	// .sign(message)) and hmac modules; the README shows the same vector.
+	require.Equal(t, "A6EHv_POEL4dcN0Y50vAmWfk1jCbpQ1fHdyGZBJVMbg", signature.FormatKey(public(vectorKey)))
+	require.Equal(t, "1800000000\nacme corp\n{\"protocol\":1}", string(signature.Message(now.Unix(), tenant, body)))
+	h := signature.Sign(now, tenant, body, vectorKey)
+	require.Equal(t, "t=1800000000,tenant=acme%20corp,"+
+		"ed25519=bJhsBL_GVZ5N_W1YrXvKbZXkmU6VeUBQqMo1M5ZS0fkaSYkSfIU6fgzvVjirjujo7p7colkugkdBlB2uQvxICw,"+
+		"v1=3de58fecce7642786fb391f901aff38807f4b037df9f856c59f9a1a0c507c78f", h)
+	require.Equal(t, h, signature.Sign(now, tenant, body, vectorKey), "deterministic")
+
+	two := signature.Sign(now, tenant, body, otherKey, vectorKey)
+	p, err := signature.Parse(two)
+	require.NoError(t, err)
+	require.Len(t, p.Ed25519, 2, "one signature per key and scheme")
+	require.Len(t, p.HMAC, 2)
+
+	noHMAC := signature.Sign(now, tenant, body, signature.SigningKey{Ed25519: vectorKey.Ed25519})
+	require.NotContains(t, noHMAC, "v1=")
+}
+
+func TestEscapeTenant(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"acme":          "acme",
+		"a-b.c_d~e":     "a-b.c_d~e",
+		"acme corp":     "acme%20corp",
+		"a,b=c":         "a%2Cb%3Dc",
+		"a+b%":          "a%2Bb%25",
+		"café":          "caf%C3%A9",
+		"tenant/1?x#&;": "tenant%2F1%3Fx%23%26%3B",
+	} {
+		require.Equal(t, want, signature.EscapeTenant(in), in)
+		p, err := signature.Parse("t=1,tenant=" + signature.EscapeTenant(in) + ",v1=" + strings.Repeat("ab", 32))
+		require.NoError(t, err)
+		require.Equal(t, in, p.Tenant, "round trip")
+	}
+}
 
 func TestParse(t *testing.T) {
 	t.Parallel()
+	ed := base64.RawURLEncoding.EncodeToString(seq(1, 64))
+	hx := strings.Repeat("ab", sha256.Size)
 	for _, tt := range []struct {
-		name   string
-		header string
-		t      int64
-		sigs   int
-		err    error
+		name, header, tenant string
+		eds, hmacs           int
+		err                  error
 	}{
-		{"One", "t=1800000000,v1=" + hex64, 1_800_000_000, 1, nil},
-		{"Two", "t=1,v1=" + hex64 + ",v1=" + hex64, 1, 2, nil},
-		{"Spaces", " t=1 , v1=" + hex64 + " ", 1, 1, nil},
-		{"UnknownSchemeIgnored", "t=1,v0=zz,v2=whatever,v1=" + hex64, 1, 1, nil},
-		{"SignatureFirst", "v1=" + hex64 + ",t=1", 1, 1, nil},
-		{"Empty", "", 0, 0, signature.ErrMissing},
-		{"NoT", "v1=" + hex64, 0, 0, signature.ErrMalformed},
-		{"NoV1", "t=1", 0, 0, signature.ErrMalformed},
-		{"OnlyUnknown", "t=1,v2=" + hex64, 0, 0, signature.ErrMalformed},
-		{"TwoT", "t=1,t=2,v1=" + hex64, 0, 0, signature.ErrMalformed},
-		{"TNotANumber", "t=now,v1=" + hex64, 0, 0, signature.ErrMalformed},
-		{"TZero", "t=0,v1=" + hex64, 0, 0, signature.ErrMalformed},
-		{"TNegative", "t=-5,v1=" + hex64, 0, 0, signature.ErrMalformed},
-		{"NotHex", "t=1,v1=" + strings.Repeat("zz", sha256.Size), 0, 0, signature.ErrMalformed},
-		{"Short", "t=1,v1=abcd", 0, 0, signature.ErrMalformed},
-		{"NoEquals", "t=1,v1", 0, 0, signature.ErrMalformed},
-		{"TrailingComma", "t=1,v1=" + hex64 + ",", 0, 0, signature.ErrMalformed},
+		{"Both", "t=5,tenant=acme,ed25519=" + ed + ",v1=" + hx, "acme", 1, 1, nil},
+		{"Ed25519Only", "t=5,tenant=acme,ed25519=" + ed, "acme", 1, 0, nil},
+		{"HMACOnly", "t=5,tenant=acme,v1=" + hx, "acme", 0, 1, nil},
+		{"Padded", "t=5,tenant=acme,ed25519=" + ed + "==", "acme", 1, 0, nil},
+		{"Spaces", " t=5 , tenant=acme , ed25519=" + ed + " ", "acme", 1, 0, nil},
+		{"AnyOrderAndUnknownSchemes", "v2=x,ed25519=" + ed + ",tenant=a%2Cb,t=5", "a,b", 1, 0, nil},
+		{"Empty", "", "", 0, 0, signature.ErrMissing},
+		{"NoT", "tenant=acme,ed25519=" + ed, "", 0, 0, signature.ErrMalformed},
+		{"NoTenant", "t=5,ed25519=" + ed, "", 0, 0, signature.ErrMalformed},
+		{"EmptyTenant", "t=5,tenant=,ed25519=" + ed, "", 0, 0, signature.ErrMalformed},
+		{"TenantWithNewline", "t=5,tenant=a%0Ab,ed25519=" + ed, "", 0, 0, signature.ErrMalformed},
+		{"BadPercent", "t=5,tenant=a%zz,ed25519=" + ed, "", 0, 0, signature.ErrMalformed},
+		{"TwoTenants", "t=5,tenant=a,tenant=b,ed25519=" + ed, "", 0, 0, signature.ErrMalformed},
+		{"NoSignature", "t=5,tenant=acme", "", 0, 0, signature.ErrMalformed},
+		{"OnlyUnknown", "t=5,tenant=acme,v2=" + hx, "", 0, 0, signature.ErrMalformed},
+		{"TwoT", "t=5,t=6,tenant=acme,v1=" + hx, "", 0, 0, signature.ErrMalformed},
+		{"TNotANumber", "t=now,tenant=acme,v1=" + hx, "", 0, 0, signature.ErrMalformed},
+		{"TZero", "t=0,tenant=acme,v1=" + hx, "", 0, 0, signature.ErrMalformed},
+		{"ShortEd25519", "t=5,tenant=acme,ed25519=" + ed[:20], "", 0, 0, signature.ErrMalformed},
+		{"ShortV1", "t=5,tenant=acme,v1=abcd", "", 0, 0, signature.ErrMalformed},
+		{"NoEquals", "t=5,tenant=acme,v1", "", 0, 0, signature.ErrMalformed},
+		{"TrailingComma", "t=5,tenant=acme,v1=" + hx + ",", "", 0, 0, signature.ErrMalformed},
+		{"TooManySignatures", "t=5,tenant=acme" + strings.Repeat(",ed25519="+ed, signature.MaxSignatures+1), "", 0, 0, signature.ErrMalformed},
+		{"TooLong", "t=5,tenant=acme,v1=" + hx + ",x=" + strings.Repeat("y", signature.MaxHeaderBytes), "", 0, 0, signature.ErrMalformed},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			ts, sigs, err := signature.Parse(tt.header)
+			p, err := signature.Parse(tt.header)
 			require.ErrorIs(t, err, tt.err)
-			require.Equal(t, tt.t, ts)
-			require.Len(t, sigs, tt.sigs)
+			require.Equal(t, tt.tenant, p.Tenant)
+			require.Len(t, p.Ed25519, tt.eds)
+			require.Len(t, p.HMAC, tt.hmacs)
 		})
 	}
 }
 
 func TestVerify(t *testing.T) {
 	t.Parallel()
+	sign := func(at time.Time, k ...signature.SigningKey) string { return signature.Sign(at, tenant, body, k...) }
 	for _, tt := range []struct {
 		name   string
 		header string
 		body   []byte
 		window time.Duration
-		keys   [][]byte
+		keys   signature.Keys
 		err    error
 	}{
-		{"Valid", signature.Sign(now, body, key), body, 0, [][]byte{key}, nil},
-		{"RotationOldKey", signature.Sign(now, body, key), body, 0, [][]byte{other, key}, nil},
-		{"RotationTwoSignatures", signature.Sign(now, body, other, key), body, 0, [][]byte{key}, nil},
-		{"EmptyBody", signature.Sign(now, nil, key), nil, 0, [][]byte{key}, nil},
-		{"WrongKey", signature.Sign(now, body, other), body, 0, [][]byte{key}, signature.ErrMismatch},
-		{"NoKeys", signature.Sign(now, body, key), body, 0, nil, signature.ErrMismatch},
-		{"OtherBody", signature.Sign(now, body, key), []byte(`{}`), 0, [][]byte{key}, signature.ErrMismatch},
-		{"Missing", "", body, 0, [][]byte{key}, signature.ErrMissing},
-		{"Malformed", "t=1", body, 0, [][]byte{key}, signature.ErrMalformed},
-		{"OldWithinWindow", signature.Sign(now.Add(-4*time.Minute), body, key), body, 0, [][]byte{key}, nil},
-		{"Old", signature.Sign(now.Add(-6*time.Minute), body, key), body, 0, [][]byte{key}, signature.ErrExpired},
-		{"Future", signature.Sign(now.Add(6*time.Minute), body, key), body, 0, [][]byte{key}, signature.ErrExpired},
-		{"NarrowWindow", signature.Sign(now.Add(-2*time.Second), body, key), body, time.Second, [][]byte{key}, signature.ErrExpired},
-		// The timestamp is signed: moving it breaks the signature.
-		{"MovedTimestamp", strings.Replace(signature.Sign(now, body, key), "t=1800000000", "t=1800000001", 1), body, 0, [][]byte{key}, signature.ErrMismatch},
+		{"Ed25519", sign(now, vectorKey), body, 0, publicOnly(vectorKey), nil},
+		{"HMAC", sign(now, vectorKey), body, 0, hmacOnly(vectorKey), nil},
+		{"RotationOldKeyHeld", sign(now, otherKey, vectorKey), body, 0, publicOnly(vectorKey), nil},
+		{"RotationNewKeyHeld", sign(now, otherKey, vectorKey), body, 0, publicOnly(otherKey), nil},
+		{"BothKeysHeld", sign(now, vectorKey), body, 0, publicOnly(otherKey, vectorKey), nil},
+		{"EmptyBody", signature.Sign(now, tenant, nil, vectorKey), nil, 0, publicOnly(vectorKey), nil},
+		{"AnotherTenantsKey", sign(now, otherKey), body, 0, keysOf(vectorKey), signature.ErrMismatch},
+		{"NoKeys", sign(now, vectorKey), body, 0, signature.Keys{}, signature.ErrNoKeys},
+		{"OtherBody", sign(now, vectorKey), []byte(`{}`), 0, keysOf(vectorKey), signature.ErrMismatch},
+		{"Missing", "", body, 0, keysOf(vectorKey), signature.ErrMissing},
+		{"Malformed", "t=1", body, 0, keysOf(vectorKey), signature.ErrMalformed},
+		{"OldWithinWindow", sign(now.Add(-4*time.Minute), vectorKey), body, 0, keysOf(vectorKey), nil},
+		{"Old", sign(now.Add(-6*time.Minute), vectorKey), body, 0, keysOf(vectorKey), signature.ErrExpired},
+		{"Future", sign(now.Add(6*time.Minute), vectorKey), body, 0, keysOf(vectorKey), signature.ErrExpired},
+		{"NarrowWindow", sign(now.Add(-2*time.Second), vectorKey), body, time.Second, keysOf(vectorKey), signature.ErrExpired},
+		// The timestamp and the tenant are signed: changing either breaks every signature.
+		{"MovedTimestamp", strings.Replace(sign(now, vectorKey), "t=1800000000", "t=1800000001", 1), body, 0, keysOf(vectorKey), signature.ErrMismatch},
+		{"OtherTenant", strings.Replace(sign(now, vectorKey), "tenant=acme%20corp", "tenant=globex", 1), body, 0, keysOf(vectorKey), signature.ErrMismatch},
+		// A function author holding the HMAC secret signs v1 only; a function that
+		// verifies Ed25519 alone is not fooled.
+		{"HMACForgeryAgainstEd25519", "t=1800000000,tenant=acme%20corp,v1=" + strings.Split(sign(now, vectorKey), "v1=")[1], body, 0, publicOnly(vectorKey), signature.ErrMismatch},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			require.ErrorIs(t, signature.Verify(tt.header, tt.body, now, tt.window, tt.keys...), tt.err)
+			got, err := signature.Verify(tt.header, tt.body, now, tt.window, tt.keys)
+			require.ErrorIs(t, err, tt.err)
+			if tt.err == nil {
+				require.Equal(t, tenant, got)
+			}
 		})
 	}
 }
 
-func TestSign(t *testing.T) {
+func TestParseKeys(t *testing.T) {
 	t.Parallel()
-	// A test vector for SDKs in other languages, computed with Python's hmac module:
-	// HMAC-SHA256("key", `1800000000.{"protocol":1}`).
-	h := signature.Sign(now, body, key)
-	require.Equal(t, "t=1800000000,v1=24b70ab8000f267f7cf6b607a81bd5edc7f12bb5e5edc2da4349b1030a4f09b2", h)
-	require.Equal(t, h, signature.Sign(now, body, key), "deterministic")
-	require.NotEqual(t, h, signature.Sign(now, body, other))
-	require.Equal(t, "t=1800000000", signature.Sign(now, body), "no keys, no signatures")
+	pub := signature.FormatKey(public(vectorKey))
+	std := base64.StdEncoding.EncodeToString(public(otherKey))
+	keys, err := signature.ParsePublicKeys(" " + pub + " ," + std)
+	require.NoError(t, err)
+	require.Equal(t, []ed25519.PublicKey{public(vectorKey), public(otherKey)}, keys)
+	_, err = signature.ParsePublicKeys(pub + ",AAAA")
+	require.ErrorContains(t, err, "public key 2 is not an Ed25519 public key")
+	_, err = signature.ParsePublicKeys(" , ")
+	require.ErrorContains(t, err, "no public key")
+
+	secrets, err := signature.ParseSecrets(signature.FormatKey(vectorKey.HMAC))
+	require.NoError(t, err)
+	require.Equal(t, [][]byte{vectorKey.HMAC}, secrets)
+	_, err = signature.ParseSecrets(signature.FormatKey([]byte("short")))
+	require.ErrorContains(t, err, "at least 32 bytes")
 }
 
 func FuzzParse(f *testing.F) {
-	f.Add("t=1800000000,v1=" + hex64)
-	f.Add("t=1,v1=" + hex64 + ",v1=" + hex64)
-	f.Add(" t=1 , v2=x, v1=" + hex64)
-	f.Add("t=,v1=")
+	f.Add(signature.Sign(now, tenant, body, vectorKey))
+	f.Add(signature.Sign(now, "t", nil, vectorKey, otherKey))
+	f.Add(" t=1 , tenant=a%2C, v2=x, v1=" + strings.Repeat("ab", 32))
+	f.Add("t=,tenant=,v1=")
 	f.Add("t=1,t=1")
 	f.Add("")
 	f.Fuzz(func(t *testing.T, header string) {
-		ts, sigs, err := signature.Parse(header)
+		p, err := signature.Parse(header)
 		if err != nil {
-			require.True(t, err == signature.ErrMissing || err == signature.ErrMalformed, "unexpected error %v", err)
-			require.Zero(t, ts)
-			require.Nil(t, sigs)
+			require.True(t, errors.Is(err, signature.ErrMissing) || errors.Is(err, signature.ErrMalformed), "unexpected error %v", err)
+			require.Zero(t, p.T)
 			return
 		}
-		require.Positive(t, ts)
-		require.NotEmpty(t, sigs)
-		for _, s := range sigs {
-			require.Len(t, s, sha256.Size)
-		}
+		require.Positive(t, p.T)
+		require.NotEmpty(t, p.Tenant)
+		require.NotEmpty(t, append(p.Ed25519, p.HMAC...))
 		// A header that parses verifies or is refused, never panics.
-		err = signature.Verify(header, []byte(header), time.Unix(ts, 0), 0, []byte(header))
-		require.True(t, err == nil || err == signature.ErrMismatch, "unexpected error %v", err)
+		_, err = signature.Verify(header, []byte(header), time.Unix(p.T, 0), 0, keysOf(vectorKey))
+		require.True(t, err == nil || errors.Is(err, signature.ErrMismatch), "unexpected error %v", err)
 	})
 }
 
 func FuzzSignVerify(f *testing.F) {
-	f.Add([]byte("key"), []byte(`{"protocol":1}`), int64(1_800_000_000))
-	f.Fuzz(func(t *testing.T, k, b []byte, unix int64) {
-		if unix <= 0 || unix > 1<<40 {
+	f.Add("acme", []byte(`{"protocol":1}`), int64(1_800_000_000))
+	f.Fuzz(func(t *testing.T, tenant string, b []byte, unix int64) {
+		if unix <= 0 || unix > 1<<40 || tenant == "" || strings.ContainsAny(tenant, "\n\x00") {
 			t.Skip()
 		}
 		at := time.Unix(unix, 0)
-		require.NoError(t, signature.Verify(signature.Sign(at, b, k), b, at, 0, k))
+		h := signature.Sign(at, tenant, b, vectorKey)
+		got, err := signature.Verify(h, b, at, 0, publicOnly(vectorKey))
+		require.NoError(t, err)
+		require.Equal(t, tenant, got)
 		if len(b) > 0 {
-			require.ErrorIs(t, signature.Verify(signature.Sign(at, b, k), b[1:], at, 0, k), signature.ErrMismatch)
+			_, err := signature.Verify(h, b[1:], at, 0, keysOf(vectorKey))
+			require.ErrorIs(t, err, signature.ErrMismatch)
 		}
 	})
 }
 
-func TestVerifierRefusesReplays(t *testing.T) {
+func TestVerifier(t *testing.T) {
 	t.Parallel()
+	ctx := context.Background()
+	static := signature.StaticKeys(keysOf(vectorKey, otherKey))
 
-	t.Run("OncePerSignature", func(t *testing.T) {
+	t.Run("RefusesReplaysWhateverSignatureTheyKeep", func(t *testing.T) {
 		t.Parallel()
-		v := signature.NewVerifier(0, 0, key, other)
-		h := signature.Sign(now, body, key)
-		require.NoError(t, v.Verify(h, body, now))
-		require.ErrorIs(t, v.Verify(h, body, now), signature.ErrReplayed)
-		require.ErrorIs(t, v.Verify(h, body, now.Add(time.Minute)), signature.ErrReplayed)
-		// Another key's signature of the same request, or another second, is another request.
-		require.NoError(t, v.Verify(signature.Sign(now, body, other), body, now))
-		require.NoError(t, v.Verify(signature.Sign(now.Add(time.Second), body, key), body, now))
-		// A header that adds a junk v1 still carries the accepted signature.
-		require.ErrorIs(t, v.Verify(h+",v1="+hex64, body, now), signature.ErrReplayed)
+		v := signature.NewVerifier(0, 0, static)
+		h := signature.Sign(now, tenant, body, vectorKey, otherKey)
+		got, err := v.Verify(ctx, h, body, now)
+		require.NoError(t, err)
+		require.Equal(t, tenant, got)
+		_, err = v.Verify(ctx, h, body, now.Add(time.Minute))
+		require.ErrorIs(t, err, signature.ErrReplayed)
+		// The same request with only one of its signatures, or with junk added, is a replay.
+		p, err := signature.Parse(h)
+		require.NoError(t, err)
+		only := "t=1800000000,tenant=acme%20corp,ed25519=" + base64.RawURLEncoding.EncodeToString(p.Ed25519[1])
+		_, err = v.Verify(ctx, only, body, now)
+		require.ErrorIs(t, err, signature.ErrReplayed)
+		_, err = v.Verify(ctx, h+",v1="+strings.Repeat("ab", 32), body, now)
+		require.ErrorIs(t, err, signature.ErrReplayed)
+		// Another second, or another body, is another request.
+		_, err = v.Verify(ctx, signature.Sign(now.Add(time.Second), tenant, body, vectorKey), body, now)
+		require.NoError(t, err)
 		// Refusals for other reasons come first, and remember nothing.
-		require.ErrorIs(t, v.Verify(signature.Sign(now, body, []byte("forged")), body, now), signature.ErrMismatch)
-		require.ErrorIs(t, v.Verify(h, body, now.Add(time.Hour)), signature.ErrExpired)
+		forged := signature.SigningKey{Ed25519: ed25519.NewKeyFromSeed(seq(0x80, 32))}
+		_, err = v.Verify(ctx, signature.Sign(now, tenant, body, forged), body, now)
+		require.ErrorIs(t, err, signature.ErrMismatch)
+		_, err = v.Verify(ctx, h, body, now.Add(time.Hour))
+		require.ErrorIs(t, err, signature.ErrExpired)
+	})
+
+	t.Run("ChecksWithoutRemembering", func(t *testing.T) {
+		t.Parallel()
+		v := signature.NewVerifier(0, 0, static)
+		h := signature.Sign(now, tenant, nil, vectorKey)
+		for range 2 {
+			_, err := v.Check(ctx, h, nil, now)
+			require.NoError(t, err)
+		}
+	})
+
+	t.Run("KeysPerTenant", func(t *testing.T) {
+		t.Parallel()
+		var asked []string
+		var mu sync.Mutex
+		v := signature.NewVerifier(0, 0, func(_ context.Context, tn string, refresh bool) (signature.Keys, error) {
+			mu.Lock()
+			if refresh {
+				asked = append(asked, "refresh "+tn)
+			} else {
+				asked = append(asked, tn)
+			}
+			mu.Unlock()
+			switch tn {
+			case "acme":
+				return publicOnly(vectorKey), nil
+			case "globex":
+				return publicOnly(otherKey), nil
+			case "down":
+				return signature.Keys{}, errors.New("key store down")
+			}
+			return signature.Keys{}, nil
+		})
+		got, err := v.Verify(ctx, signature.Sign(now, "globex", body, otherKey), body, now)
+		require.NoError(t, err)
+		require.Equal(t, "globex", got)
+		// acme's key signing a request that names globex: refused with globex's keys.
+		_, err = v.Verify(ctx, signature.Sign(now, "globex", body, vectorKey), body, now)
+		require.ErrorIs(t, err, signature.ErrMismatch)
+		_, err = v.Verify(ctx, signature.Sign(now, "nobody", body, vectorKey), body, now)
+		require.ErrorIs(t, err, signature.ErrNoKeys)
+		_, err = v.Verify(ctx, signature.Sign(now, "down", body, vectorKey), body, now)
+		require.ErrorContains(t, err, "key store down")
+		// An expired request costs no key lookup.
+		_, err = v.Verify(ctx, signature.Sign(now.Add(-time.Hour), "acme", body, vectorKey), body, now)
+		require.ErrorIs(t, err, signature.ErrExpired)
+		require.Equal(t, []string{"globex", "globex", "refresh globex", "nobody", "refresh nobody", "down"}, asked,
+			"a mismatch asks for fresh keys once")
 	})
 
 	t.Run("ForgetsWhatLeftTheWindow", func(t *testing.T) {
 		t.Parallel()
-		v := signature.NewVerifier(time.Minute, 0, key)
-		h := signature.Sign(now, body, key)
-		require.NoError(t, v.Verify(h, body, now))
-		require.ErrorIs(t, v.Verify(h, body, now.Add(time.Minute)), signature.ErrReplayed)
-		require.ErrorIs(t, v.Verify(h, body, now.Add(time.Minute+time.Second)), signature.ErrExpired)
-		// Later requests push the expired entries out; the cache stays bounded by the window.
+		v := signature.NewVerifier(time.Minute, 0, static)
+		h := signature.Sign(now, tenant, body, vectorKey)
+		_, err := v.Verify(ctx, h, body, now)
+		require.NoError(t, err)
+		_, err = v.Verify(ctx, h, body, now.Add(time.Minute))
+		require.ErrorIs(t, err, signature.ErrReplayed)
+		_, err = v.Verify(ctx, h, body, now.Add(time.Minute+time.Second))
+		require.ErrorIs(t, err, signature.ErrExpired)
 		for i := 2; i < 12; i++ {
 			at := now.Add(time.Duration(i) * time.Minute)
-			require.NoError(t, v.Verify(signature.Sign(at, body, key), body, at))
+			_, err := v.Verify(ctx, signature.Sign(at, tenant, body, vectorKey), body, at)
+			require.NoError(t, err)
 		}
 	})
 
 	t.Run("BoundedWhenFull", func(t *testing.T) {
 		t.Parallel()
-		v := signature.NewVerifier(0, 3, key)
+		v := signature.NewVerifier(0, 3, static)
 		var hs []string
 		for i := range 4 {
 			b := []byte{byte(i)}
-			hs = append(hs, signature.Sign(now.Add(time.Duration(i)*time.Second), b, key))
-			require.NoError(t, v.Verify(hs[i], b, now))
+			hs = append(hs, signature.Sign(now.Add(time.Duration(i)*time.Second), tenant, b, vectorKey))
+			_, err := v.Verify(ctx, hs[i], b, now)
+			require.NoError(t, err)
 		}
 		// The first (closest to expiry) was forgotten to make room; the others are kept.
-		require.NoError(t, v.Verify(hs[0], []byte{0}, now))
-		require.ErrorIs(t, v.Verify(hs[3], []byte{3}, now), signature.ErrReplayed)
+		_, err := v.Verify(ctx, hs[0], []byte{0}, now)
+		require.NoError(t, err)
+		_, err = v.Verify(ctx, hs[3], []byte{3}, now)
+		require.ErrorIs(t, err, signature.ErrReplayed)
 	})
 
 	t.Run("ConcurrentRepeatsAcceptOne", func(t *testing.T) {
 		t.Parallel()
-		v := signature.NewVerifier(0, 0, key)
-		h := signature.Sign(now, body, key)
+		v := signature.NewVerifier(0, 0, static)
+		h := signature.Sign(now, tenant, body, vectorKey)
 		var accepted atomic.Int32
 		var wg sync.WaitGroup
 		for range 16 {
 			wg.Go(func() {
-				if v.Verify(h, body, now) == nil {
+				if _, err := v.Verify(ctx, h, body, now); err == nil {
 					accepted.Add(1)
 				}
 			})
@@ -206,4 +375,26 @@ func TestVerifierRefusesReplays(t *testing.T) {
 		wg.Wait()
 		require.EqualValues(t, 1, accepted.Load())
 	})
+}
+
+// BenchmarkSign and BenchmarkVerify measure what signing costs the gateway and verifying
+// costs a function, per invocation of a 2 KB body.
+func BenchmarkSign(b *testing.B) {
+	req := []byte(strings.Repeat("x", 2048))
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = signature.Sign(now, tenant, req, vectorKey)
+	}
+}
+
+func BenchmarkVerify(b *testing.B) {
+	req := []byte(strings.Repeat("x", 2048))
+	h := signature.Sign(now, tenant, req, vectorKey)
+	keys := publicOnly(vectorKey)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := signature.Verify(h, req, now, 0, keys); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

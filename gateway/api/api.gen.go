@@ -146,6 +146,66 @@ func (e RunStatus) Valid() bool {
 	}
 }
 
+// Defines values for SigningKeyAlg.
+const (
+	EdDSA SigningKeyAlg = "EdDSA"
+)
+
+// Valid indicates whether the value is a known member of the SigningKeyAlg enum.
+func (e SigningKeyAlg) Valid() bool {
+	switch e {
+	case EdDSA:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for SigningKeyCrv.
+const (
+	Ed25519 SigningKeyCrv = "Ed25519"
+)
+
+// Valid indicates whether the value is a known member of the SigningKeyCrv enum.
+func (e SigningKeyCrv) Valid() bool {
+	switch e {
+	case Ed25519:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for SigningKeyKty.
+const (
+	OKP SigningKeyKty = "OKP"
+)
+
+// Valid indicates whether the value is a known member of the SigningKeyKty enum.
+func (e SigningKeyKty) Valid() bool {
+	switch e {
+	case OKP:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for SigningKeyUse.
+const (
+	Sig SigningKeyUse = "sig"
+)
+
+// Valid indicates whether the value is a known member of the SigningKeyUse enum.
+func (e SigningKeyUse) Valid() bool {
+	switch e {
+	case Sig:
+		return true
+	default:
+		return false
+	}
+}
+
 // AnswerStatus defines model for AnswerStatus.
 type AnswerStatus string
 
@@ -672,6 +732,60 @@ type ScheduleSpec struct {
 	Timezone *string `json:"timezone,omitempty"`
 }
 
+// SigningKey An Ed25519 public key, as a JSON Web Key.
+type SigningKey struct {
+	Alg       SigningKeyAlg `json:"alg"`
+	CreatedAt time.Time     `json:"created_at"`
+	Crv       SigningKeyCrv `json:"crv"`
+
+	// Kid The key's id.
+	Kid string        `json:"kid"`
+	Kty SigningKeyKty `json:"kty"`
+
+	// RetiresAt When a replaced key stops signing; absent for the current key.
+	RetiresAt *time.Time    `json:"retires_at,omitempty"`
+	Use       SigningKeyUse `json:"use"`
+
+	// X The 32-byte public key, base64url without padding: what functions are configured with.
+	X string `json:"x"`
+}
+
+// SigningKeyAlg defines model for SigningKey.Alg.
+type SigningKeyAlg string
+
+// SigningKeyCrv defines model for SigningKey.Crv.
+type SigningKeyCrv string
+
+// SigningKeyKty defines model for SigningKey.Kty.
+type SigningKeyKty string
+
+// SigningKeyUse defines model for SigningKey.Use.
+type SigningKeyUse string
+
+// SigningKeySet defines model for SigningKeySet.
+type SigningKeySet struct {
+	Keys   []SigningKey `json:"keys"`
+	Tenant string       `json:"tenant"`
+}
+
+// SigningSecret defines model for SigningSecret.
+type SigningSecret struct {
+	CreatedAt time.Time `json:"created_at"`
+
+	// Kid The id of the key pair this secret belongs to.
+	Kid       string     `json:"kid"`
+	RetiresAt *time.Time `json:"retires_at,omitempty"`
+
+	// Secret The 32-byte HMAC-SHA256 secret, base64url without padding.
+	Secret string `json:"secret"`
+}
+
+// SigningSecretList defines model for SigningSecretList.
+type SigningSecretList struct {
+	Secrets []SigningSecret `json:"secrets"`
+	Tenant  string          `json:"tenant"`
+}
+
 // FunctionName defines model for FunctionName.
 type FunctionName = string
 
@@ -752,6 +866,12 @@ type StreamRunsParams struct {
 type GetRunResultParams struct {
 	// Wait How long to wait for the result, as a Go duration (`30s`, `2m`); at most `15m`.
 	Wait *Wait `form:"wait,omitempty" json:"wait,omitempty"`
+}
+
+// RotateSigningKeyParams defines parameters for RotateSigningKey.
+type RotateSigningKeyParams struct {
+	// Overlap How long the replaced key keeps signing, as a Go duration from `0s` (at once) to `720h`. Defaults to `24h`.
+	Overlap *string `form:"overlap,omitempty" json:"overlap,omitempty"`
 }
 
 // FunctionStatsParams defines parameters for FunctionStats.
@@ -1103,6 +1223,39 @@ type ClientInterface interface {
 	//
 	// Corresponds with PUT /v1/schedules/{name} (the `PutSchedule` operationId).
 	PutSchedule(ctx context.Context, name ScheduleName, body PutScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListSigningKeys The public keys that verify the gateway's requests to your tenant's functions. Needs `functions:read`.
+	//
+	// Every request from the gateway to a function of your tenant carries an Ed25519
+	// signature by your tenant's private key, which never leaves the gateway (see the
+	// `Stepgate-Signature` header in the function protocol). Functions verify it with
+	// these public keys: the current one, and during a rotation's overlap the one it
+	// replaces, both signing every request until `retires_at`. The tenant's first key is
+	// made on its first request or on this call. The answer is a JSON Web Key Set
+	// (`kty` `OKP`, `crv` `Ed25519`, `x` the key in base64url), with `tenant`.
+	//
+	// Corresponds with GET /v1/signing-keys (the `ListSigningKeys` operationId).
+	ListSigningKeys(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RotateSigningKey Makes a new current key for your tenant; the current one keeps signing until the overlap ends. Needs `functions:write`.
+	//
+	// Give your functions the new public key before the overlap ends: until then every
+	// request carries a signature by each key, so functions holding either accept it.
+	// At most 3 keys sign at once; a fourth is a 409 until the oldest retires.
+	//
+	// Corresponds with POST /v1/signing-keys/rotate (the `RotateSigningKey` operationId).
+	RotateSigningKey(ctx context.Context, params *RotateSigningKeyParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListSigningSecrets Your tenant's HMAC-SHA256 secrets, for functions that cannot verify Ed25519. Needs `functions:write`.
+	//
+	// Each request also carries a `v1` HMAC-SHA256 signature under each of these secrets,
+	// for languages whose standard library lacks Ed25519. It is the weaker choice: every
+	// holder of a secret can sign with it, so any of your functions given it could forge
+	// requests to your other functions. Prefer the public keys. The secrets are your
+	// tenant's alone: no other tenant's request is signed with them.
+	//
+	// Corresponds with GET /v1/signing-keys/secrets (the `ListSigningSecrets` operationId).
+	ListSigningSecrets(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// FunctionStats Each function's runs over a recent window. Needs `functions:read`.
 	//
@@ -1612,6 +1765,69 @@ func (c *Client) PutScheduleWithBody(ctx context.Context, name ScheduleName, con
 // Corresponds with PUT /v1/schedules/{name} (the `PutSchedule` operationId).
 func (c *Client) PutSchedule(ctx context.Context, name ScheduleName, body PutScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewPutScheduleRequest(c.Server, name, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListSigningKeys The public keys that verify the gateway's requests to your tenant's functions. Needs `functions:read`.
+//
+// Every request from the gateway to a function of your tenant carries an Ed25519
+// signature by your tenant's private key, which never leaves the gateway (see the
+// `Stepgate-Signature` header in the function protocol). Functions verify it with
+// these public keys: the current one, and during a rotation's overlap the one it
+// replaces, both signing every request until `retires_at`. The tenant's first key is
+// made on its first request or on this call. The answer is a JSON Web Key Set
+// (`kty` `OKP`, `crv` `Ed25519`, `x` the key in base64url), with `tenant`.
+//
+// Corresponds with GET /v1/signing-keys (the `ListSigningKeys` operationId).
+func (c *Client) ListSigningKeys(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListSigningKeysRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RotateSigningKey Makes a new current key for your tenant; the current one keeps signing until the overlap ends. Needs `functions:write`.
+//
+// Give your functions the new public key before the overlap ends: until then every
+// request carries a signature by each key, so functions holding either accept it.
+// At most 3 keys sign at once; a fourth is a 409 until the oldest retires.
+//
+// Corresponds with POST /v1/signing-keys/rotate (the `RotateSigningKey` operationId).
+func (c *Client) RotateSigningKey(ctx context.Context, params *RotateSigningKeyParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRotateSigningKeyRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListSigningSecrets Your tenant's HMAC-SHA256 secrets, for functions that cannot verify Ed25519. Needs `functions:write`.
+//
+// Each request also carries a `v1` HMAC-SHA256 signature under each of these secrets,
+// for languages whose standard library lacks Ed25519. It is the weaker choice: every
+// holder of a secret can sign with it, so any of your functions given it could forge
+// requests to your other functions. Prefer the public keys. The secrets are your
+// tenant's alone: no other tenant's request is signed with them.
+//
+// Corresponds with GET /v1/signing-keys/secrets (the `ListSigningSecrets` operationId).
+func (c *Client) ListSigningSecrets(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListSigningSecretsRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -2609,6 +2825,114 @@ func NewPutScheduleRequestWithBody(server string, name ScheduleName, contentType
 	return req, nil
 }
 
+// NewListSigningKeysRequest constructs an http.Request for the ListSigningKeys method
+func NewListSigningKeysRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/signing-keys")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewRotateSigningKeyRequest constructs an http.Request for the RotateSigningKey method
+func NewRotateSigningKeyRequest(server string, params *RotateSigningKeyParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/signing-keys/rotate")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Overlap != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "overlap", *params.Overlap, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListSigningSecretsRequest constructs an http.Request for the ListSigningSecrets method
+func NewListSigningSecretsRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/signing-keys/secrets")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewFunctionStatsRequest constructs an http.Request for the FunctionStats method
 func NewFunctionStatsRequest(server string, params *FunctionStatsParams) (*http.Request, error) {
 	var err error
@@ -2986,6 +3310,45 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with PUT /v1/schedules/{name} (the `PutSchedule` operationId).
 	PutScheduleWithResponse(ctx context.Context, name ScheduleName, body PutScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*PutScheduleResponse, error)
+
+	// ListSigningKeysWithResponse The public keys that verify the gateway's requests to your tenant's functions. Needs `functions:read`.
+	//
+	// Every request from the gateway to a function of your tenant carries an Ed25519
+	// signature by your tenant's private key, which never leaves the gateway (see the
+	// `Stepgate-Signature` header in the function protocol). Functions verify it with
+	// these public keys: the current one, and during a rotation's overlap the one it
+	// replaces, both signing every request until `retires_at`. The tenant's first key is
+	// made on its first request or on this call. The answer is a JSON Web Key Set
+	// (`kty` `OKP`, `crv` `Ed25519`, `x` the key in base64url), with `tenant`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/signing-keys (the `ListSigningKeys` operationId).
+	ListSigningKeysWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListSigningKeysResponse, error)
+
+	// RotateSigningKeyWithResponse Makes a new current key for your tenant; the current one keeps signing until the overlap ends. Needs `functions:write`.
+	//
+	// Give your functions the new public key before the overlap ends: until then every
+	// request carries a signature by each key, so functions holding either accept it.
+	// At most 3 keys sign at once; a fourth is a 409 until the oldest retires.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/signing-keys/rotate (the `RotateSigningKey` operationId).
+	RotateSigningKeyWithResponse(ctx context.Context, params *RotateSigningKeyParams, reqEditors ...RequestEditorFn) (*RotateSigningKeyResponse, error)
+
+	// ListSigningSecretsWithResponse Your tenant's HMAC-SHA256 secrets, for functions that cannot verify Ed25519. Needs `functions:write`.
+	//
+	// Each request also carries a `v1` HMAC-SHA256 signature under each of these secrets,
+	// for languages whose standard library lacks Ed25519. It is the weaker choice: every
+	// holder of a secret can sign with it, so any of your functions given it could forge
+	// requests to your other functions. Prefer the public keys. The secrets are your
+	// tenant's alone: no other tenant's request is signed with them.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/signing-keys/secrets (the `ListSigningSecrets` operationId).
+	ListSigningSecretsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListSigningSecretsResponse, error)
 
 	// FunctionStatsWithResponse Each function's runs over a recent window. Needs `functions:read`.
 	//
@@ -4284,6 +4647,185 @@ func (r PutScheduleResponse) ContentType() string {
 	return ""
 }
 
+type ListSigningKeysResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *SigningKeySet
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListSigningKeysResponse) GetJSON200() *SigningKeySet {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListSigningKeysResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListSigningKeysResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetBody returns the raw response body bytes
+func (r ListSigningKeysResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListSigningKeysResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListSigningKeysResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListSigningKeysResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type RotateSigningKeyResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *SigningKeySet
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RotateSigningKeyResponse) GetJSON200() *SigningKeySet {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RotateSigningKeyResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RotateSigningKeyResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RotateSigningKeyResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r RotateSigningKeyResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetBody returns the raw response body bytes
+func (r RotateSigningKeyResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RotateSigningKeyResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RotateSigningKeyResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RotateSigningKeyResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListSigningSecretsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *SigningSecretList
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListSigningSecretsResponse) GetJSON200() *SigningSecretList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListSigningSecretsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListSigningSecretsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetBody returns the raw response body bytes
+func (r ListSigningSecretsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListSigningSecretsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListSigningSecretsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListSigningSecretsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type FunctionStatsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -4780,6 +5322,63 @@ func (c *ClientWithResponses) PutScheduleWithResponse(ctx context.Context, name 
 		return nil, err
 	}
 	return ParsePutScheduleResponse(rsp)
+}
+
+// ListSigningKeysWithResponse The public keys that verify the gateway's requests to your tenant's functions. Needs `functions:read`.
+//
+// Every request from the gateway to a function of your tenant carries an Ed25519
+// signature by your tenant's private key, which never leaves the gateway (see the
+// `Stepgate-Signature` header in the function protocol). Functions verify it with
+// these public keys: the current one, and during a rotation's overlap the one it
+// replaces, both signing every request until `retires_at`. The tenant's first key is
+// made on its first request or on this call. The answer is a JSON Web Key Set
+// (`kty` `OKP`, `crv` `Ed25519`, `x` the key in base64url), with `tenant`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/signing-keys (the `ListSigningKeys` operationId).
+func (c *ClientWithResponses) ListSigningKeysWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListSigningKeysResponse, error) {
+	rsp, err := c.ListSigningKeys(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListSigningKeysResponse(rsp)
+}
+
+// RotateSigningKeyWithResponse Makes a new current key for your tenant; the current one keeps signing until the overlap ends. Needs `functions:write`.
+//
+// Give your functions the new public key before the overlap ends: until then every
+// request carries a signature by each key, so functions holding either accept it.
+// At most 3 keys sign at once; a fourth is a 409 until the oldest retires.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/signing-keys/rotate (the `RotateSigningKey` operationId).
+func (c *ClientWithResponses) RotateSigningKeyWithResponse(ctx context.Context, params *RotateSigningKeyParams, reqEditors ...RequestEditorFn) (*RotateSigningKeyResponse, error) {
+	rsp, err := c.RotateSigningKey(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRotateSigningKeyResponse(rsp)
+}
+
+// ListSigningSecretsWithResponse Your tenant's HMAC-SHA256 secrets, for functions that cannot verify Ed25519. Needs `functions:write`.
+//
+// Each request also carries a `v1` HMAC-SHA256 signature under each of these secrets,
+// for languages whose standard library lacks Ed25519. It is the weaker choice: every
+// holder of a secret can sign with it, so any of your functions given it could forge
+// requests to your other functions. Prefer the public keys. The secrets are your
+// tenant's alone: no other tenant's request is signed with them.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/signing-keys/secrets (the `ListSigningSecrets` operationId).
+func (c *ClientWithResponses) ListSigningSecretsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListSigningSecretsResponse, error) {
+	rsp, err := c.ListSigningSecrets(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListSigningSecretsResponse(rsp)
 }
 
 // FunctionStatsWithResponse Each function's runs over a recent window. Needs `functions:read`.
@@ -5788,6 +6387,140 @@ func ParsePutScheduleResponse(rsp *http.Response) (*PutScheduleResponse, error) 
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListSigningKeysResponse parses an HTTP response from a ListSigningKeysWithResponse call
+func ParseListSigningKeysResponse(rsp *http.Response) (*ListSigningKeysResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListSigningKeysResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest SigningKeySet
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseRotateSigningKeyResponse parses an HTTP response from a RotateSigningKeyWithResponse call
+func ParseRotateSigningKeyResponse(rsp *http.Response) (*RotateSigningKeyResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RotateSigningKeyResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest SigningKeySet
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListSigningSecretsResponse parses an HTTP response from a ListSigningSecretsWithResponse call
+func ParseListSigningSecretsResponse(rsp *http.Response) (*ListSigningSecretsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListSigningSecretsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest SigningSecretList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized

@@ -9,6 +9,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/stepgate/stepgate/functions/examples"
 	"github.com/stepgate/stepgate/gateway"
 	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/internal/egress"
 	"github.com/stepgate/stepgate/internal/pgtest"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
@@ -32,10 +34,12 @@ type Stack struct {
 	// tenant. APIPool is its API pool: it sees a tenant only through journal.ForTenant.
 	Pool       *pgxpool.Pool
 	APIPool    *pgxpool.Pool
-	Invoker    *invoker.Invoker
-	JWTSecret  []byte
-	SigningKey []byte
-	Tokens     *auth.InvocationTokens
+	Invoker   *invoker.Invoker
+	JWTSecret []byte
+	// Keys are the tenants' signing keys, kept in the database as the gateway keeps
+	// them. Tokens are the invocation tokens, keyed with the database's key.
+	Keys   *auth.SigningKeys
+	Tokens *auth.InvocationTokens
 	// Auth is the gateway's token verification config; NewToken signs with it.
 	Auth auth.Config
 	// Token is an admin token of the default tenant.
@@ -83,12 +87,12 @@ func Start(tb testing.TB, opts Options) *Stack {
 		tb.Fatal(err)
 	}
 	s := &Stack{
-		Pool:       pool,
-		APIPool:    apiPool,
-		JWTSecret:  []byte("test-jwt-secret-0123456789abcdef0123456789"),
-		SigningKey: []byte("test-signing-key-0123456789abcdef"),
+		Pool:      pool,
+		APIPool:   apiPool,
+		JWTSecret: []byte("test-jwt-secret-0123456789abcdef0123456789"),
+		Keys:      auth.NewSigningKeys(pool),
 	}
-	s.Tokens, err = auth.NewInvocationTokens([]byte("test-invocation-key-0123456789abcdef"))
+	s.Tokens, err = auth.LoadInvocationTokens(ctx, pool)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -96,7 +100,7 @@ func Start(tb testing.TB, opts Options) *Stack {
 	srv := httptest.NewUnstartedServer(nil)
 	s.URL = "http://" + srv.Listener.Addr().String()
 	s.Invoker, err = invoker.New(invoker.Config{
-		Pool: pool, Logger: log, CheckpointURL: s.URL, SigningKeys: [][]byte{s.SigningKey}, Tokens: s.Tokens,
+		Pool: pool, Logger: log, CheckpointURL: s.URL, Keys: s.Keys, Tokens: s.Tokens, HTTPClient: Loopback.Client(),
 		ReapInterval: opts.ReapInterval, LeaseGrace: opts.LeaseGrace,
 	})
 	if err != nil {
@@ -117,7 +121,7 @@ func Start(tb testing.TB, opts Options) *Stack {
 	tb.Cleanup(verifier.Close)
 	g, err := gateway.New(gateway.Config{
 		Pool: pool, APIPool: apiPool, Invoker: s.Invoker, Verifier: verifier, Tokens: s.Tokens, Logger: log,
-		SigningKeys: [][]byte{s.SigningKey}, MaxBodyBytes: opts.MaxBodyBytes, Web: web.Handler(),
+		Keys: s.Keys, Egress: Loopback, MaxBodyBytes: opts.MaxBodyBytes, Web: web.Handler(),
 	})
 	if err != nil {
 		tb.Fatal(err)
@@ -171,9 +175,14 @@ func (s *Stack) ServeApp(tb testing.TB, h http.Handler) string {
 	return srv.URL + "/"
 }
 
-// NewApp returns an SDK app that verifies this gateway's signatures.
+// Loopback is the egress policy of a Stack: the public internet and loopback, where
+// tests serve their functions (as `stepgate dev` does).
+var Loopback = egress.Policy{AllowedNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}}
+
+// NewApp returns an SDK app that verifies this gateway's signatures with the public
+// keys of the tenant each request names, as `stepgate dev`'s example app does.
 func (s *Stack) NewApp() *functions.App {
-	return functions.New(functions.Config{SigningKeys: [][]byte{s.SigningKey}})
+	return functions.New(functions.Config{Keys: s.Keys.Verification})
 }
 
 // SyncExamples serves the example functions and registers them with the admin token.

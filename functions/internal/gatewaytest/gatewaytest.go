@@ -26,7 +26,7 @@ type CheckpointFunc func(runID string, e api.JournalEntry) (code int, body strin
 
 // Gateway records the entries checkpointed per run. It is safe for concurrent use.
 type Gateway struct {
-	Key []byte // Signs invocations; nil sends none.
+	Key *signature.SigningKey // Signs invocations for Tenant; nil sends no signature.
 
 	tb      testing.TB
 	srv     *httptest.Server
@@ -35,8 +35,11 @@ type Gateway struct {
 	hook    CheckpointFunc
 }
 
+// Tenant is the tenant of the runs a Gateway invokes.
+const Tenant = "acme"
+
 // New starts a Gateway, closed in tb's Cleanup.
-func New(tb testing.TB, key []byte) *Gateway {
+func New(tb testing.TB, key *signature.SigningKey) *Gateway {
 	g := &Gateway{Key: key, tb: tb, journal: map[string][]api.JournalEntry{}}
 	g.srv = httptest.NewServer(http.HandlerFunc(g.checkpoint))
 	tb.Cleanup(g.srv.Close)
@@ -129,7 +132,7 @@ func (g *Gateway) Request(runID, function, input string) *api.InvocationRequest 
 			Id: runID, Function: function, Revision: 1, Attempt: 1,
 			Input: api.AnyJSON(input), CreatedAt: time.Now().UTC(),
 		},
-		Identity:   api.Identity{Subject: "user-1", Tenant: "acme", Roles: []string{"admin"}},
+		Identity:   api.Identity{Subject: "user-1", Tenant: Tenant, Roles: []string{"admin"}},
 		Journal:    g.Journal(runID),
 		Checkpoint: api.Checkpoint{Url: g.srv.URL + "/v1/runs/" + runID + "/checkpoint", Token: token(runID)},
 	}
@@ -157,7 +160,7 @@ func (g *Gateway) sign(body []byte) string {
 	if g.Key == nil {
 		return ""
 	}
-	return signature.Sign(time.Now(), body, g.Key)
+	return signature.Sign(time.Now(), Tenant, body, *g.Key)
 }
 
 // Post sends body to url with the signature header sig (none when empty) and returns the

@@ -78,6 +78,15 @@ type ServerInterface interface {
 	// PutSchedule Creates or replaces a schedule that starts a run of a function on each cron tick. Needs `functions:write`, and `runs:invoke` besides.
 	// (PUT /v1/schedules/{name})
 	PutSchedule(ctx echo.Context, name ScheduleName) error
+	// ListSigningKeys The public keys that verify the gateway's requests to your tenant's functions. Needs `functions:read`.
+	// (GET /v1/signing-keys)
+	ListSigningKeys(ctx echo.Context) error
+	// RotateSigningKey Makes a new current key for your tenant; the current one keeps signing until the overlap ends. Needs `functions:write`.
+	// (POST /v1/signing-keys/rotate)
+	RotateSigningKey(ctx echo.Context, params RotateSigningKeyParams) error
+	// ListSigningSecrets Your tenant's HMAC-SHA256 secrets, for functions that cannot verify Ed25519. Needs `functions:write`.
+	// (GET /v1/signing-keys/secrets)
+	ListSigningSecrets(ctx echo.Context) error
 	// FunctionStats Each function's runs over a recent window. Needs `functions:read`.
 	// (GET /v1/stats/functions)
 	FunctionStats(ctx echo.Context, params FunctionStatsParams) error
@@ -484,6 +493,42 @@ func (w *ServerInterfaceWrapper) PutSchedule(ctx echo.Context) error {
 	return err
 }
 
+// ListSigningKeys converts echo context to params.
+func (w *ServerInterfaceWrapper) ListSigningKeys(ctx echo.Context) error {
+	var err error
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ListSigningKeys(ctx)
+	return err
+}
+
+// RotateSigningKey converts echo context to params.
+func (w *ServerInterfaceWrapper) RotateSigningKey(ctx echo.Context) error {
+	var err error
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params RotateSigningKeyParams
+	// ------------- Optional query parameter "overlap" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "overlap", ctx.QueryParams(), &params.Overlap, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter overlap: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.RotateSigningKey(ctx, params)
+	return err
+}
+
+// ListSigningSecrets converts echo context to params.
+func (w *ServerInterfaceWrapper) ListSigningSecrets(ctx echo.Context) error {
+	var err error
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ListSigningSecrets(ctx)
+	return err
+}
+
 // FunctionStats converts echo context to params.
 func (w *ServerInterfaceWrapper) FunctionStats(ctx echo.Context) error {
 	var err error
@@ -569,6 +614,9 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.DELETE(options.BaseURL+"/v1/schedules/:name", wrapper.DeleteSchedule, options.OperationMiddlewares["deleteSchedule"]...)
 	router.GET(options.BaseURL+"/v1/schedules/:name", wrapper.GetSchedule, options.OperationMiddlewares["getSchedule"]...)
 	router.PUT(options.BaseURL+"/v1/schedules/:name", wrapper.PutSchedule, options.OperationMiddlewares["putSchedule"]...)
+	router.GET(options.BaseURL+"/v1/signing-keys", wrapper.ListSigningKeys, options.OperationMiddlewares["listSigningKeys"]...)
+	router.POST(options.BaseURL+"/v1/signing-keys/rotate", wrapper.RotateSigningKey, options.OperationMiddlewares["rotateSigningKey"]...)
+	router.GET(options.BaseURL+"/v1/signing-keys/secrets", wrapper.ListSigningSecrets, options.OperationMiddlewares["listSigningSecrets"]...)
 	router.POST(options.BaseURL+"/v1/runs/:id/checkpoint", wrapper.Checkpoint, options.OperationMiddlewares["checkpoint"]...)
 
 }
@@ -2147,6 +2195,198 @@ func (response PutSchedule403ApplicationProblemPlusJSONResponse) VisitPutSchedul
 	return err
 }
 
+type ListSigningKeysRequestObject struct {
+}
+
+type ListSigningKeysResponseObject interface {
+	VisitListSigningKeysResponse(w http.ResponseWriter) error
+}
+
+type ListSigningKeys200JSONResponse SigningKeySet
+
+func (response ListSigningKeys200JSONResponse) VisitListSigningKeysResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSigningKeys401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ListSigningKeys401ApplicationProblemPlusJSONResponse) VisitListSigningKeysResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSigningKeys403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ListSigningKeys403ApplicationProblemPlusJSONResponse) VisitListSigningKeysResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RotateSigningKeyRequestObject struct {
+	Params RotateSigningKeyParams
+}
+
+type RotateSigningKeyResponseObject interface {
+	VisitRotateSigningKeyResponse(w http.ResponseWriter) error
+}
+
+type RotateSigningKey200JSONResponse SigningKeySet
+
+func (response RotateSigningKey200JSONResponse) VisitRotateSigningKeyResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RotateSigningKey400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response RotateSigningKey400ApplicationProblemPlusJSONResponse) VisitRotateSigningKeyResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RotateSigningKey401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response RotateSigningKey401ApplicationProblemPlusJSONResponse) VisitRotateSigningKeyResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RotateSigningKey403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response RotateSigningKey403ApplicationProblemPlusJSONResponse) VisitRotateSigningKeyResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RotateSigningKey409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response RotateSigningKey409ApplicationProblemPlusJSONResponse) VisitRotateSigningKeyResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSigningSecretsRequestObject struct {
+}
+
+type ListSigningSecretsResponseObject interface {
+	VisitListSigningSecretsResponse(w http.ResponseWriter) error
+}
+
+type ListSigningSecrets200JSONResponse SigningSecretList
+
+func (response ListSigningSecrets200JSONResponse) VisitListSigningSecretsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSigningSecrets401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ListSigningSecrets401ApplicationProblemPlusJSONResponse) VisitListSigningSecretsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSigningSecrets403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ListSigningSecrets403ApplicationProblemPlusJSONResponse) VisitListSigningSecretsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type FunctionStatsRequestObject struct {
 	Params FunctionStatsParams
 }
@@ -2279,6 +2519,15 @@ type StrictServerInterface interface {
 	// PutSchedule Creates or replaces a schedule that starts a run of a function on each cron tick. Needs `functions:write`, and `runs:invoke` besides.
 	// (PUT /v1/schedules/{name})
 	PutSchedule(ctx context.Context, request PutScheduleRequestObject) (PutScheduleResponseObject, error)
+	// ListSigningKeys The public keys that verify the gateway's requests to your tenant's functions. Needs `functions:read`.
+	// (GET /v1/signing-keys)
+	ListSigningKeys(ctx context.Context, request ListSigningKeysRequestObject) (ListSigningKeysResponseObject, error)
+	// RotateSigningKey Makes a new current key for your tenant; the current one keeps signing until the overlap ends. Needs `functions:write`.
+	// (POST /v1/signing-keys/rotate)
+	RotateSigningKey(ctx context.Context, request RotateSigningKeyRequestObject) (RotateSigningKeyResponseObject, error)
+	// ListSigningSecrets Your tenant's HMAC-SHA256 secrets, for functions that cannot verify Ed25519. Needs `functions:write`.
+	// (GET /v1/signing-keys/secrets)
+	ListSigningSecrets(ctx context.Context, request ListSigningSecretsRequestObject) (ListSigningSecretsResponseObject, error)
 	// FunctionStats Each function's runs over a recent window. Needs `functions:read`.
 	// (GET /v1/stats/functions)
 	FunctionStats(ctx context.Context, request FunctionStatsRequestObject) (FunctionStatsResponseObject, error)
@@ -2920,6 +3169,77 @@ func (sh *strictHandler) PutSchedule(ctx echo.Context, name ScheduleName) error 
 		return err
 	} else if validResponse, ok := response.(PutScheduleResponseObject); ok {
 		return validResponse.VisitPutScheduleResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// ListSigningKeys operation middleware
+func (sh *strictHandler) ListSigningKeys(ctx echo.Context) error {
+	var request ListSigningKeysRequestObject
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ListSigningKeys(ctx.Request().Context(), request.(ListSigningKeysRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListSigningKeys")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ListSigningKeysResponseObject); ok {
+		return validResponse.VisitListSigningKeysResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// RotateSigningKey operation middleware
+func (sh *strictHandler) RotateSigningKey(ctx echo.Context, params RotateSigningKeyParams) error {
+	var request RotateSigningKeyRequestObject
+
+	request.Params = params
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.RotateSigningKey(ctx.Request().Context(), request.(RotateSigningKeyRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "RotateSigningKey")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(RotateSigningKeyResponseObject); ok {
+		return validResponse.VisitRotateSigningKeyResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// ListSigningSecrets operation middleware
+func (sh *strictHandler) ListSigningSecrets(ctx echo.Context) error {
+	var request ListSigningSecretsRequestObject
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ListSigningSecrets(ctx.Request().Context(), request.(ListSigningSecretsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListSigningSecrets")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ListSigningSecretsResponseObject); ok {
+		return validResponse.VisitListSigningSecretsResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

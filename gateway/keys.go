@@ -1,0 +1,90 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/stepgate/stepgate/functions/signature"
+	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/gateway/api/server"
+	"github.com/stepgate/stepgate/journal"
+)
+
+// DefaultKeyOverlap and MaxKeyOverlap bound how long a replaced signing key keeps
+// signing after a rotation.
+const (
+	DefaultKeyOverlap = 24 * time.Hour
+	MaxKeyOverlap     = 30 * 24 * time.Hour
+)
+
+func signingKeySet(tenant string, keys []journal.SigningKey) api.SigningKeySet {
+	out := api.SigningKeySet{Tenant: tenant, Keys: make([]api.SigningKey, 0, len(keys))}
+	for _, k := range keys {
+		out.Keys = append(out.Keys, api.SigningKey{
+			Kid: k.ID, Kty: api.OKP, Crv: api.Ed25519, Alg: api.EdDSA, Use: api.Sig,
+			X: signature.FormatKey(k.PublicKey), CreatedAt: k.CreatedAt, RetiresAt: k.RetiresAt,
+		})
+	}
+	return out
+}
+
+// ListSigningKeys answers the public keys of the caller's tenant, making its first key
+// when it has none.
+func (s *Server) ListSigningKeys(ctx context.Context, _ server.ListSigningKeysRequestObject) (server.ListSigningKeysResponseObject, error) {
+	tenant := identity(ctx).Tenant
+	keys, err := s.keys.Keys(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	return server.ListSigningKeys200JSONResponse(signingKeySet(tenant, keys)), nil
+}
+
+// RotateSigningKey makes a new current key for the caller's tenant.
+func (s *Server) RotateSigningKey(ctx context.Context, req server.RotateSigningKeyRequestObject) (server.RotateSigningKeyResponseObject, error) {
+	overlap := DefaultKeyOverlap
+	if req.Params.Overlap != nil {
+		d, err := time.ParseDuration(*req.Params.Overlap)
+		if err != nil || d < 0 || d > MaxKeyOverlap {
+			return nil, badRequest("overlap %q is not a duration from 0s to %s, such as 24h", *req.Params.Overlap, fmtDuration(MaxKeyOverlap))
+		}
+		overlap = d
+	}
+	id := identity(ctx)
+	keys, err := s.keys.Rotate(ctx, id.Tenant, overlap)
+	if errors.Is(err, journal.ErrTooManyKeys) {
+		return server.RotateSigningKey409ApplicationProblemPlusJSONResponse{ConflictApplicationProblemPlusJSONResponse: conflict(fmt.Sprintf(
+			"tenant %q already has %d keys that sign (the current one and those in their overlap); rotate again once the oldest retires",
+			id.Tenant, journal.MaxSigningKeys))}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.log.InfoContext(ctx, "signing key rotated", "tenant", id.Tenant, "kid", keys[0].ID, "overlap", overlap.String(), "by", id.Subject)
+	return server.RotateSigningKey200JSONResponse(signingKeySet(id.Tenant, keys)), nil
+}
+
+// ListSigningSecrets answers the HMAC secrets of the caller's tenant.
+func (s *Server) ListSigningSecrets(ctx context.Context, _ server.ListSigningSecretsRequestObject) (server.ListSigningSecretsResponseObject, error) {
+	tenant := identity(ctx).Tenant
+	keys, err := s.keys.Keys(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	out := api.SigningSecretList{Tenant: tenant, Secrets: make([]api.SigningSecret, 0, len(keys))}
+	for _, k := range keys {
+		out.Secrets = append(out.Secrets, api.SigningSecret{
+			Kid: k.ID, Secret: signature.FormatKey(k.HMACSecret), CreatedAt: k.CreatedAt, RetiresAt: k.RetiresAt,
+		})
+	}
+	return server.ListSigningSecrets200JSONResponse(out), nil
+}
+
+// fmtDuration writes d the short way: 720h, not 720h0m0s.
+func fmtDuration(d time.Duration) string {
+	if d%time.Hour == 0 {
+		return fmt.Sprintf("%dh", d/time.Hour)
+	}
+	return d.String()
+}
