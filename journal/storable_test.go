@@ -1,6 +1,4 @@
-// This file is an internal test, unlike the others, because it tests the unexported
-// unstorable on the errors of a real Postgres.
-package journal
+package journal_test
 
 import (
 	"bytes"
@@ -18,15 +16,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepgate/stepgate/internal/pgtest"
+	"github.com/stepgate/stepgate/journal"
 )
 
-// storableCase is a valid JSON document, what CheckJSON says of it and what Postgres does.
+// storableCase is a valid JSON document, what journal.CheckJSON says of it and what Postgres does.
 type storableCase struct {
 	name string
 	json string
-	want string // a part of CheckJSON's error, "" if it accepts
+	want string // a part of journal.CheckJSON's error, "" if it accepts
 	code string // the SQLSTATE of Postgres's refusal, "" if it accepts
-	// CheckJSON refuses, deliberately, what Postgres would accept.
+	// journal.CheckJSON refuses, deliberately, what Postgres would accept.
 	conservative bool
 	// encoding/json refuses it, as it nests beyond 10000 levels.
 	goRefuses bool
@@ -147,11 +146,11 @@ func TestCheckJSON(t *testing.T) {
 			raw := []byte(c.json)
 			require.Equal(t, !c.goRefuses, json.Valid(raw), "a case must be valid JSON")
 
-			err := CheckJSON(raw)
+			err := journal.CheckJSON(raw)
 			if c.want == "" {
 				require.NoError(t, err)
 			} else {
-				require.ErrorIs(t, err, ErrUnstorable)
+				require.ErrorIs(t, err, journal.ErrUnstorable)
 				require.ErrorContains(t, err, c.want)
 			}
 
@@ -162,23 +161,23 @@ func TestCheckJSON(t *testing.T) {
 				return
 			}
 			if c.code == "" {
-				require.Nil(t, pgErr, "Postgres must store what CheckJSON accepts")
+				require.Nil(t, pgErr, "Postgres must store what journal.CheckJSON accepts")
 				return
 			}
-			require.NotNil(t, pgErr, "Postgres must refuse what CheckJSON refuses")
+			require.NotNil(t, pgErr, "Postgres must refuse what journal.CheckJSON refuses")
 			require.Equal(t, c.code, pgErr.Code, "%v", pgErr)
-			require.ErrorIs(t, unstorable(pgErr), ErrUnstorable)
+			require.ErrorIs(t, journal.Unstorable(pgErr), journal.ErrUnstorable)
 		})
 	}
 
 	t.Run("ErrorNamesTheOffence", func(t *testing.T) {
 		t.Parallel()
-		err := CheckJSON([]byte(`{"a":"b\u0000"}`))
+		err := journal.CheckJSON([]byte(`{"a":"b\u0000"}`))
 		require.EqualError(t, err, `contains the escape \u0000 at byte 7, which Postgres cannot store`)
 		require.EqualError(t, fmt.Errorf("input %w", err), `input contains the escape \u0000 at byte 7, which Postgres cannot store`)
-		err = CheckJSON([]byte(`["x", "\ud800"]`))
+		err = journal.CheckJSON([]byte(`["x", "\ud800"]`))
 		require.EqualError(t, err, `contains an unpaired UTF-16 surrogate escape \ud800 at byte 7`)
-		err = CheckJSON([]byte(`[1, -2.5e131072]`))
+		err = journal.CheckJSON([]byte(`[1, -2.5e131072]`))
 		require.EqualError(t, err, `has a number with more than 131072 digits before the decimal point at byte 4`)
 		var pgErr *pgconn.PgError
 		require.False(t, errors.As(err, &pgErr))
@@ -191,7 +190,7 @@ func TestCheckJSON(t *testing.T) {
 			`"\uzzzz"`, `"\ud800\uzzzz"`, `-`, `1e`, `1e+`, `.5`, `]]]]`, `}{`, `[-]`, `--1`,
 			"\"\xf0\x9f\x98", `1e99999999999999999999999999999999999999`, `"\ud800"\udc00"`,
 		} {
-			require.NotPanics(t, func() { _ = CheckJSON([]byte(s)) }, "%q", s)
+			require.NotPanics(t, func() { _ = journal.CheckJSON([]byte(s)) }, "%q", s)
 		}
 	})
 }
@@ -228,7 +227,7 @@ func pgRefusal(t *testing.T, tx pgx.Tx, sql string, args ...any) *pgconn.PgError
 	return pgErr
 }
 
-// TestCheckJSONAgreesWithPostgres compares CheckJSON with Postgres on random documents
+// TestCheckJSONAgreesWithPostgres compares journal.CheckJSON with Postgres on random documents
 // built of the pieces near Postgres's limits.
 func TestCheckJSONAgreesWithPostgres(t *testing.T) {
 	t.Parallel()
@@ -244,7 +243,7 @@ func TestCheckJSONAgreesWithPostgres(t *testing.T) {
 		doc := b.String()
 		require.True(t, json.Valid([]byte(doc)), "%q", doc)
 
-		err := CheckJSON([]byte(doc))
+		err := journal.CheckJSON([]byte(doc))
 		pgErr := pgRefusal(t, tx, `SELECT jsonb_typeof($1::text::jsonb)`, doc)
 		if pgErr == nil {
 			require.NoError(t, err, "Postgres stores %q", doc)
@@ -252,7 +251,7 @@ func TestCheckJSONAgreesWithPostgres(t *testing.T) {
 		}
 		refused++
 		require.Error(t, err, "Postgres refuses %q: %v", doc, pgErr)
-		require.ErrorIs(t, unstorable(pgErr), ErrUnstorable)
+		require.ErrorIs(t, journal.Unstorable(pgErr), journal.ErrUnstorable)
 	}
 	t.Logf("Postgres refused %d of 300", refused)
 }
@@ -328,12 +327,12 @@ func FuzzCheckJSON(f *testing.F) {
 		f.Add([]byte(c.json))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		err := CheckJSON(raw) // must not panic, even on invalid JSON
+		err := journal.CheckJSON(raw) // must not panic, even on invalid JSON
 		if !json.Valid(raw) {
 			return
 		}
 		if err != nil {
-			require.ErrorIs(t, err, ErrUnstorable)
+			require.ErrorIs(t, err, journal.ErrUnstorable)
 		}
 		verdict := func(err error) string {
 			if err == nil {
@@ -345,9 +344,9 @@ func FuzzCheckJSON(f *testing.F) {
 		// Whitespace changes nothing.
 		var compact, indented bytes.Buffer
 		require.NoError(t, json.Compact(&compact, raw))
-		require.Equal(t, verdict(err), verdict(CheckJSON(compact.Bytes())), "compacted")
+		require.Equal(t, verdict(err), verdict(journal.CheckJSON(compact.Bytes())), "compacted")
 		require.NoError(t, json.Indent(&indented, raw, "", "\t"))
-		require.Equal(t, verdict(err), verdict(CheckJSON(indented.Bytes())), "indented")
+		require.Equal(t, verdict(err), verdict(journal.CheckJSON(indented.Bytes())), "indented")
 
 		// What encoding/json decodes and encodes again is as storable as what it read:
 		// it keeps numbers as written and only mends strings.
@@ -362,7 +361,7 @@ func FuzzCheckJSON(f *testing.F) {
 		}
 		again, mErr := json.Marshal(v)
 		require.NoError(t, mErr)
-		require.NoError(t, CheckJSON(again), "%s", again)
+		require.NoError(t, journal.CheckJSON(again), "%s", again)
 	})
 }
 
@@ -372,7 +371,7 @@ func TestCheckText(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		s    string
-		want string // a part of CheckText's error, "" if it accepts
+		want string // a part of journal.CheckText's error, "" if it accepts
 	}{
 		{name: "Empty", s: ""},
 		{name: "ASCII", s: "charge-card"},
@@ -391,18 +390,18 @@ func TestCheckText(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			err := CheckText(c.s)
+			err := journal.CheckText(c.s)
 			pgErr := pgRefusal(t, pgtest.Tx(t), `SELECT $1::text`, c.s)
 			if c.want == "" {
 				require.NoError(t, err)
-				require.Nil(t, pgErr, "Postgres must store what CheckText accepts")
+				require.Nil(t, pgErr, "Postgres must store what journal.CheckText accepts")
 				return
 			}
-			require.ErrorIs(t, err, ErrUnstorable)
+			require.ErrorIs(t, err, journal.ErrUnstorable)
 			require.ErrorContains(t, err, c.want)
-			require.NotNil(t, pgErr, "Postgres must refuse what CheckText refuses")
+			require.NotNil(t, pgErr, "Postgres must refuse what journal.CheckText refuses")
 			require.Equal(t, "22021", pgErr.Code, "%v", pgErr) // character_not_in_repertoire
-			require.ErrorIs(t, unstorable(pgErr), ErrUnstorable)
+			require.ErrorIs(t, journal.Unstorable(pgErr), journal.ErrUnstorable)
 		})
 	}
 }
@@ -468,16 +467,16 @@ func TestUnstorable(t *testing.T) {
 			pgErr := refusal(t, c.setup, c.sql, c.args...)
 			require.Equal(t, c.code, pgErr.Code, "%v", pgErr)
 
-			err := unstorable(pgErr)
-			require.ErrorIs(t, err, ErrUnstorable)
+			err := journal.Unstorable(pgErr)
+			require.ErrorIs(t, err, journal.ErrUnstorable)
 			require.ErrorContains(t, err, c.want)
-			require.LessOrEqual(t, len(err.Error()), len("Postgres cannot store the value: ")+maxPgMessage+len("…"))
+			require.LessOrEqual(t, len(err.Error()), len("Postgres cannot store the value: ")+journal.MaxPgMessage+len("…"))
 			var got *pgconn.PgError
 			require.ErrorAs(t, err, &got)
 			require.Same(t, pgErr, got)
 
-			wrapped := unstorable(fmt.Errorf("append entry: %w", pgErr))
-			require.ErrorIs(t, wrapped, ErrUnstorable)
+			wrapped := journal.Unstorable(fmt.Errorf("append entry: %w", pgErr))
+			require.ErrorIs(t, wrapped, journal.ErrUnstorable)
 		})
 	}
 
@@ -498,15 +497,15 @@ func TestUnstorable(t *testing.T) {
 			t.Parallel()
 			pgErr := refusal(t, c.setup, c.sql, c.args...)
 			require.Equal(t, c.code, pgErr.Code, "%v", pgErr)
-			require.True(t, unstorable(pgErr) == error(pgErr), "translated %v", pgErr)
+			require.True(t, journal.Unstorable(pgErr) == error(pgErr), "translated %v", pgErr)
 		})
 	}
 
 	t.Run("KeepsOtherErrors", func(t *testing.T) {
 		t.Parallel()
-		require.NoError(t, unstorable(nil))
+		require.NoError(t, journal.Unstorable(nil))
 		for _, err := range []error{context.Canceled, pgx.ErrNoRows, errors.New("connection reset")} {
-			require.True(t, unstorable(err) == err, "translated %v", err)
+			require.True(t, journal.Unstorable(err) == err, "translated %v", err)
 		}
 	})
 }
@@ -521,7 +520,7 @@ func randomText(n int) string {
 	return string(b)
 }
 
-// BenchmarkCheckJSON measures CheckJSON on a realistic step output of about 1 MB.
+// BenchmarkCheckJSON measures journal.CheckJSON on a realistic step output of about 1 MB.
 func BenchmarkCheckJSON(b *testing.B) {
 	type item struct {
 		SKU      string            `json:"sku"`
@@ -572,13 +571,13 @@ func BenchmarkCheckJSON(b *testing.B) {
 			}
 		}
 	}
-	if err := CheckJSON(doc); err != nil {
+	if err := journal.CheckJSON(doc); err != nil {
 		b.Fatal(err)
 	}
 	b.SetBytes(int64(len(doc)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := CheckJSON(doc); err != nil {
+		if err := journal.CheckJSON(doc); err != nil {
 			b.Fatal(err)
 		}
 	}
