@@ -30,7 +30,6 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -38,6 +37,7 @@ import (
 	"time"
 
 	"github.com/stepgate/stepgate/functions/internal/invocation"
+	"github.com/stepgate/stepgate/functions/names"
 	"github.com/stepgate/stepgate/functions/signature"
 	"github.com/stepgate/stepgate/functions/step"
 	"github.com/stepgate/stepgate/gateway/api"
@@ -190,7 +190,6 @@ func retries(c *api.FunctionConfig) *api.RetryPolicy {
 	return c.Retries
 }
 
-var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$`)
 
 // Register adds the function fn called name to app, served at POST /<name>. The run's
 // input is decoded from JSON into In (a JSON null or absent input leaves In's zero
@@ -200,7 +199,7 @@ var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$`)
 // name must be 1 to 255 letters, digits, '.', '_' or '-', starting with a letter or digit,
 // and unique in app; otherwise Register panics, as registering is part of program setup.
 func Register[In, Out any](app *App, name string, fn func(ctx context.Context, in In) (Out, error), opts ...Option) {
-	if !validName.MatchString(name) {
+	if !names.ValidFunction(name) {
 		panic(fmt.Sprintf("functions: invalid function name %q", name))
 	}
 	f := &function{name: name}

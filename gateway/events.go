@@ -10,18 +10,16 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/stepgate/stepgate/auth"
+	"github.com/stepgate/stepgate/functions/names"
 	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
 )
 
-// maxEventField bounds an event's name and id, in bytes (a journal entry's name too).
-const maxEventField = 255
-
 func checkEventField(field, v string) error {
-	if v == "" || len(v) > maxEventField {
-		return badRequest("event %s %q must be 1 to %d bytes", field, v, maxEventField)
+	if err := names.Check("event "+field, v); err != nil {
+		return badRequest("%v", err)
 	}
 	return nil
 }
@@ -44,6 +42,9 @@ func (s *Server) SendEvent(ctx context.Context, req server.SendEventRequestObjec
 	}
 	if b.Data != nil {
 		n.Data = json.RawMessage(*b.Data)
+		if err := journal.CheckJSON(n.Data); err != nil {
+			return nil, badRequest("data %v", err)
+		}
 	}
 	id := identity(ctx)
 	n.Tenant, n.Identity, n.CheckInvokeRoles = id.Tenant, journal.Identity(id), !id.IsAdmin()
@@ -119,8 +120,8 @@ func (s *Server) checkpointEvent(ctx context.Context, runID string, invocation i
 		return badRequest("an event entry's data is not valid JSON: %v", err)
 	}
 	entry.Output = raw
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := journal.AppendEntry(ctx, tx, runID, invocation, entry); err != nil {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := journal.AppendEntry(ctx, tx, runID, invocation, entry, s.inv.Limits().Bounds()); err != nil {
 			return err
 		}
 		// The entry's fenced insert share-locks the run, so it is running and ours.
@@ -138,6 +139,7 @@ func (s *Server) checkpointEvent(ctx context.Context, runID string, invocation i
 		})
 		return err
 	})
+	return s.inv.FailOnCheckpoint(ctx, runID, invocation, err)
 }
 
 // ListEvents lists the tenant's events, newest first, a page at a time.

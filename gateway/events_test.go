@@ -327,7 +327,8 @@ func TestEvents(t *testing.T) {
 
 // TestEventCheckpoints drives the checkpoint endpoint with a function written without
 // the SDK: an event entry checkpointed twice (a retried request) sends one event, and
-// another event at that seq is nondeterminism.
+// another event at that seq is nondeterminism, which fails the run: the invocation
+// that was refused cannot complete it, whatever it answers.
 func TestEventCheckpoints(t *testing.T) {
 	t.Parallel()
 	s := stack.Start(t, stack.Options{})
@@ -340,7 +341,9 @@ func TestEventCheckpoints(t *testing.T) {
 			return
 		}
 		checkpoint := func(body string) int {
-			hreq, _ := http.NewRequestWithContext(r.Context(), "POST", req.Checkpoint.Url, strings.NewReader(body))
+			// Not the request's context: the gateway hangs up on an invocation whose run
+			// a checkpoint failed, and this one reads the answers after that.
+			hreq, _ := http.NewRequestWithContext(context.WithoutCancel(r.Context()), "POST", req.Checkpoint.Url, strings.NewReader(body))
 			hreq.Header.Set("Authorization", "Bearer "+req.Checkpoint.Token)
 			resp, err := http.DefaultClient.Do(hreq)
 			if err != nil {
@@ -371,9 +374,15 @@ func TestEventCheckpoints(t *testing.T) {
 		functions.OnEvent("raw.ping"))
 	s.Sync(t, s.ServeApp(t, app))
 
-	res := mustComplete(t, c, "raw", `{}`)
+	resp := startRun(t, c, "raw", `{}`, nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
 	got := <-results
 	require.Equal(t, result{first: 200, again: 200, other: 409, noOutput: 400}, got)
+	res := *resp.JSON200
+	require.Equal(t, api.RunStatusFailed, res.Status, "the answer after the 409 does not complete the run")
+	require.Equal(t, "nondeterminism", res.Error.Type)
+	require.Contains(t, res.Error.Message, `{"n":1}`, "the message names what differs")
+	require.Contains(t, res.Error.Message, `{"n":2}`)
 
 	evs := eventsFrom(t, c, "raw.ping", res.Id)
 	require.Len(t, evs, 1)

@@ -8,17 +8,15 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"regexp"
 	"time"
 
+	"github.com/stepgate/stepgate/functions/names"
 	"github.com/stepgate/stepgate/functions/signature"
 	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
 )
-
-var functionName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
 func notFound(detail string) server.NotFoundApplicationProblemPlusJSONResponse {
 	return server.NotFoundApplicationProblemPlusJSONResponse(problem(http.StatusNotFound, detail))
@@ -42,8 +40,8 @@ func functionToAPI(fn *journal.Function) (api.Function, error) {
 
 // register validates and stores a new revision of a function.
 func (s *Server) register(ctx context.Context, tenant, name, rawURL string, config *api.FunctionConfig) (*journal.Function, error) {
-	if !functionName.MatchString(name) {
-		return nil, badRequest("function name %q is invalid: use 1 to 128 letters, digits, '.', '_' or '-', starting with a letter or digit", name)
+	if err := names.CheckFunction("function name", name); err != nil {
+		return nil, badRequest("%v", err)
 	}
 	if err := s.checkURL(ctx, rawURL); err != nil {
 		return nil, err
@@ -55,7 +53,13 @@ func (s *Server) register(ctx context.Context, tenant, name, rawURL string, conf
 			return nil, fmt.Errorf("encode config: %w", err)
 		}
 	}
+	if err := journal.CheckJSON(raw); err != nil {
+		return nil, badRequest("function %s: config %v", name, err)
+	}
 	fc, err := invoker.ParseConfig(raw)
+	if err == nil && config != nil {
+		err = s.inv.Limits().CheckConfig(*config, fc)
+	}
 	if err != nil {
 		return nil, badRequest("function %s: %v", name, err)
 	}

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"math"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/stepgate/stepgate/auth"
+	"github.com/stepgate/stepgate/functions/names"
 	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/invoker"
@@ -65,6 +67,9 @@ func (s *Server) StartRun(ctx context.Context, req server.StartRunRequestObject)
 	if req.Body != nil && len(*req.Body) > 0 {
 		input = json.RawMessage(*req.Body)
 	}
+	if err := journal.CheckJSON(input); err != nil {
+		return nil, badRequest("input %v", err)
+	}
 	n := journal.NewRun{
 		ID:         uuid.Must(uuid.NewV7()).String(),
 		Tenant:     id.Tenant,
@@ -75,6 +80,9 @@ func (s *Server) StartRun(ctx context.Context, req server.StartRunRequestObject)
 		LeaseGrace: s.inv.LeaseGrace(),
 	}
 	if req.Params.IdempotencyKey != nil {
+		if err := names.Check("Idempotency-Key", *req.Params.IdempotencyKey); err != nil {
+			return nil, badRequest("%v", err)
+		}
 		n.IdempotencyKey = *req.Params.IdempotencyKey
 	}
 	// invoke_roles are checked in the statement that creates the run.
@@ -365,31 +373,67 @@ func (s *Server) Checkpoint(ctx context.Context, req server.CheckpointRequestObj
 			problem(http.StatusUnauthorized, "invocation token is for another run"))}, nil
 	}
 	e := req.Body
-	if e.Seq < 1 || e.Name == "" || (e.Kind != api.EntryKindStep && e.Kind != api.EntryKindEvent) {
-		return nil, badRequest("a checkpoint is a finished step or a sent event: kind \"step\" or \"event\", seq from 1, and a name")
-	}
-	if e.Output != nil && e.Error != nil {
-		return nil, badRequest("a step has an output or an error, not both")
+	if err := s.checkEntry(*e); err != nil {
+		return nil, err
 	}
 	var err error
 	if e.Kind == api.EntryKindEvent {
 		err = s.checkpointEvent(ctx, req.Id, claim.invocation, *e)
 	} else {
-		err = journal.AppendEntry(ctx, s.pool, req.Id, claim.invocation, invoker.EntryFromAPI(*e))
+		err = s.inv.Checkpoint(ctx, req.Id, claim.invocation, invoker.EntryFromAPI(*e))
 	}
+	var le *journal.LimitError
 	switch {
 	case errors.Is(err, journal.ErrConflict):
-		p := problem(http.StatusConflict, "nondeterminism: "+err.Error())
-		t := "nondeterminism"
-		p.Type = &t
-		return server.Checkpoint409ApplicationProblemPlusJSONResponse{ConflictApplicationProblemPlusJSONResponse: server.ConflictApplicationProblemPlusJSONResponse(p)}, nil
+		return checkpointConflict(invoker.ErrorTypeNondeterminism, "nondeterminism: "+strings.TrimPrefix(err.Error(), journal.ErrConflict.Error()+": ")+
+			"; the run fails"), nil
+	case errors.As(err, &le):
+		return checkpointConflict(invoker.ErrorTypeLimit, le.Message+"; the run fails"), nil
 	case errors.Is(err, journal.ErrSuperseded):
-		p := problem(http.StatusConflict, "this invocation no longer owns the run (it was cancelled, finished, or retried elsewhere): stop")
-		t := "superseded"
-		p.Type = &t
-		return server.Checkpoint409ApplicationProblemPlusJSONResponse{ConflictApplicationProblemPlusJSONResponse: server.ConflictApplicationProblemPlusJSONResponse(p)}, nil
+		return checkpointConflict("superseded", "this invocation no longer owns the run (it was cancelled, finished, or retried elsewhere): stop"), nil
+	case errors.Is(err, journal.ErrGap):
+		return nil, badRequest("%s", strings.TrimPrefix(err.Error(), journal.ErrGap.Error()+": "))
 	case err != nil:
 		return nil, err
 	}
 	return server.Checkpoint200JSONResponse{Seq: e.Seq}, nil
+}
+
+func checkpointConflict(typ, detail string) server.CheckpointResponseObject {
+	p := problem(http.StatusConflict, detail)
+	p.Type = &typ
+	return server.Checkpoint409ApplicationProblemPlusJSONResponse{ConflictApplicationProblemPlusJSONResponse: server.ConflictApplicationProblemPlusJSONResponse(p)}
+}
+
+// checkEntry refuses, with a 400 naming the field, a checkpointed entry the journal could
+// never hold: not a step or an event, a seq out of range, a bad name, values Postgres
+// cannot store. An output past the limit is the run's failure, not a 400 (see
+// invoker.Checkpoint).
+func (s *Server) checkEntry(e api.JournalEntry) error {
+	switch {
+	case e.Kind != api.EntryKindStep && e.Kind != api.EntryKindEvent:
+		return badRequest("a checkpoint is a finished step or a sent event: kind \"step\" or \"event\", not %q", e.Kind)
+	case e.Seq < 1 || e.Seq > math.MaxInt32:
+		return badRequest("seq %d is not from 1 to %d", e.Seq, math.MaxInt32)
+	case e.Output != nil && e.Error != nil:
+		return badRequest("a step has an output or an error, not both")
+	case e.Attempt != nil && (*e.Attempt < 0 || *e.Attempt > s.inv.Limits().MaxAttempts):
+		return badRequest("attempt %d is not from 1 to %d", *e.Attempt, s.inv.Limits().MaxAttempts)
+	}
+	if err := names.Check("name", e.Name); err != nil {
+		return badRequest("%v", err)
+	}
+	if e.Output != nil {
+		if err := journal.CheckJSON(*e.Output); err != nil {
+			return badRequest("output %v", err)
+		}
+	}
+	if e.Error != nil {
+		for field, v := range map[string]string{"type": e.Error.Type, "message": e.Error.Message} {
+			if err := journal.CheckText(v); err != nil {
+				return badRequest("error.%s %v", field, err)
+			}
+		}
+	}
+	return nil
 }

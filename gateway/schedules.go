@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/stepgate/stepgate/auth"
+	"github.com/stepgate/stepgate/functions/names"
 	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/invoker"
@@ -37,11 +38,14 @@ func scheduleNotFound(name string) server.NotFoundApplicationProblemPlusJSONResp
 func (s *Server) PutSchedule(ctx context.Context, req server.PutScheduleRequestObject) (server.PutScheduleResponseObject, error) {
 	id := identity(ctx)
 	body := req.Body
-	if !functionName.MatchString(req.Name) {
-		return nil, badRequest("schedule name %q is invalid: use 1 to 128 letters, digits, '.', '_' or '-', starting with a letter or digit", req.Name)
+	if err := names.CheckFunction("schedule name", req.Name); err != nil {
+		return nil, badRequest("%v", err)
 	}
 	if body.Function == "" {
 		return nil, badRequest("function is required: the function each tick starts a run of")
+	}
+	if err := names.CheckFunction("function", body.Function); err != nil {
+		return nil, badRequest("%v", err)
 	}
 	timezone := "UTC"
 	if body.Timezone != nil && *body.Timezone != "" {
@@ -54,6 +58,9 @@ func (s *Server) PutSchedule(ctx context.Context, req server.PutScheduleRequestO
 	input := json.RawMessage("null")
 	if body.Input != nil && len(*body.Input) > 0 {
 		input = json.RawMessage(*body.Input)
+	}
+	if err := journal.CheckJSON(input); err != nil {
+		return nil, badRequest("input %v", err)
 	}
 	if !id.Has(auth.PermissionRunsInvoke) {
 		return nil, &problemError{http.StatusForbidden, fmt.Sprintf(

@@ -243,7 +243,7 @@ func TestScheduleRequests(t *testing.T) {
 			{"x", api.ScheduleSpec{Function: "hello", Cron: "@hourly", Timezone: ptr("Nowhere/Land")}, `timezone "Nowhere/Land" is not an IANA time zone such as UTC or Europe/Paris`},
 			{"x", api.ScheduleSpec{Function: "nope", Cron: "@hourly"}, `function "nope" is not registered`},
 			{"x", api.ScheduleSpec{Cron: "@hourly"}, `function is required: the function each tick starts a run of`},
-			{"-x", api.ScheduleSpec{Function: "hello", Cron: "@hourly"}, `schedule name "-x" is invalid: use 1 to 128 letters, digits, '.', '_' or '-', starting with a letter or digit`},
+			{"-x", api.ScheduleSpec{Function: "hello", Cron: "@hourly"}, `schedule name "-x" is invalid: use 1 to 255 letters, digits, '.', '_' or '-', starting with a letter or digit`},
 		} {
 			resp := putSchedule(t, admin, tc.name, tc.spec)
 			require.Equal(t, http.StatusBadRequest, resp.StatusCode(), string(resp.Body))

@@ -23,6 +23,7 @@ import (
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/internal/egress"
 	"github.com/stepgate/stepgate/invoker"
+	"github.com/stepgate/stepgate/journal"
 )
 
 // Config configures a Server.
@@ -95,7 +96,7 @@ func New(cfg Config) (*Server, error) {
 	e.Binder = jsonBinder{}
 	e.Pre(streamToken)
 	e.Use(middleware.Recover())
-	e.Use(middleware.BodyLimit(bodyLimit(cmp.Or(cfg.MaxBodyBytes, 1<<20))))
+	e.Use(bodyLimits(cmp.Or(cfg.MaxBodyBytes, 1<<20), int64(cfg.Invoker.Limits().MaxOutputBytes)+64<<10))
 	e.Use(s.authenticate)
 	server.RegisterHandlers(e, server.NewStrictHandler(s, []server.StrictMiddlewareFunc{authorize}))
 	s.stream = newStreamHub(cfg.Pool, cfg.Logger, cfg.Invoker)
@@ -123,8 +124,21 @@ func manifestClient(p egress.Policy) *http.Client {
 	return c
 }
 
-// bodyLimit writes n bytes the way echo's BodyLimit middleware reads it.
-func bodyLimit(n int64) string { return fmt.Sprintf("%dB", n) }
+// bodyLimits bounds request bodies: a checkpoint's by the largest entry output (plus room
+// for the rest of the entry), every other by limit. A larger body is a 413.
+func bodyLimits(limit, checkpoint int64) echo.MiddlewareFunc {
+	api := middleware.BodyLimit(fmt.Sprintf("%dB", limit))
+	cp := middleware.BodyLimit(fmt.Sprintf("%dB", checkpoint))
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		apiNext, cpNext := api(next), cp(next)
+		return func(c echo.Context) error {
+			if c.Path() == "/v1/runs/:id/checkpoint" {
+				return cpNext(c)
+			}
+			return apiNext(c)
+		}
+	}
+}
 
 // Handler returns the HTTP handler of the whole gateway.
 func (s *Server) Handler() http.Handler { return s.echo }
@@ -207,6 +221,9 @@ func (s *Server) handleError(err error, c echo.Context) {
 	switch {
 	case errors.As(err, &pe):
 		status, detail = pe.status, pe.detail
+	case errors.Is(err, journal.ErrUnstorable):
+		// The edges check what they can name; this is the database's word on the rest.
+		status, detail = http.StatusBadRequest, err.Error()
 	case errors.Is(err, auth.ErrUnauthorized):
 		// The title says Unauthorized; the detail says which check failed.
 		status, detail = http.StatusUnauthorized, strings.TrimPrefix(err.Error(), auth.ErrUnauthorized.Error()+": ")

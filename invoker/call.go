@@ -2,6 +2,7 @@ package invoker
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,7 +10,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -19,6 +19,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/stepgate/stepgate/auth"
+	"github.com/stepgate/stepgate/functions/names"
 	"github.com/stepgate/stepgate/functions/signature"
 	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/journal"
@@ -99,7 +100,7 @@ func (inv *Invoker) revision(ctx context.Context, tenant, name string, rev int) 
 	if err != nil {
 		return nil, fmt.Errorf("function %s revision %d: %w", name, rev, err)
 	}
-	r := &revision{url: fn.URL, config: fc}
+	r := &revision{url: fn.URL, config: inv.limits.clamp(fc)}
 	inv.revisions.Store(key, r)
 	return r, nil
 }
@@ -126,27 +127,35 @@ func (inv *Invoker) invoke(ctx context.Context, rev *revision, claim *journal.Cl
 	ctx = context.WithoutCancel(ctx)
 	if run.FailedInvocations >= rev.config.Retries.MaxAttempts {
 		// Its last invocation failed and was not retried in time (its lease expired).
-		return inv.apply(ctx, log, rev, run, journal.Outcome{Status: journal.StatusFailed, Error: &journal.ErrorInfo{
-			Type:    "attempts_exhausted",
-			Message: fmt.Sprintf("gave up after %d failed invocations", run.FailedInvocations),
-		}}, notify)
+		return inv.apply(ctx, log, rev, run, failed("attempts_exhausted",
+			fmt.Sprintf("gave up after %d failed invocations", run.FailedInvocations)), notify)
+	}
+	if e := inv.overBounds(claim.Journal); e != nil {
+		// Entries journaled without a checkpoint (a child's outcome) passed a bound.
+		return inv.apply(ctx, log, rev, run, journal.Outcome{Status: journal.StatusFailed, Error: e}, notify)
 	}
 	callCtx, cancel := context.WithCancelCause(ctx)
 	untrack := inv.track(run.ID, cancel)
 	answer, failure := inv.call(callCtx, rev, claim)
 	untrack()
 	cancel(nil)
-	if errors.Is(context.Cause(callCtx), errRunCancelled) {
-		// The cancellation committed before the call was abandoned: any answer is refused.
-		log.InfoContext(ctx, "invocation abandoned: the run was cancelled", slog.Int("invocation", run.Invocation))
+	if cause := context.Cause(callCtx); errors.Is(cause, errRunCancelled) || errors.Is(cause, errRunFailed) {
+		// The run's end committed before the call was abandoned: any answer is refused.
+		log.InfoContext(ctx, "invocation abandoned: "+strings.TrimPrefix(cause.Error(), "invoker: "), slog.Int("invocation", run.Invocation))
 		return nil, journal.ErrSuperseded
 	}
 	var o journal.Outcome
-	if failure != nil {
+	switch {
+	case failure != nil && (failure.Type == ErrorTypeBadAnswer || failure.Type == ErrorTypeLimit):
+		// The answer can never be applied (it breaks the protocol or a bound): retrying
+		// the invocation would meet it again.
+		o = journal.Outcome{Status: journal.StatusFailed, Error: failure}
+		log.WarnContext(ctx, "invocation answered what cannot be applied; the run fails", slog.String("error", failure.Message))
+	case failure != nil:
 		o = inv.failedInvocation(rev, run, failure)
 		log.WarnContext(ctx, "invocation failed", slog.Int("attempt", run.Attempts), slog.String("error", failure.Message))
-	} else {
-		o = outcomeOf(rev, run, answer)
+	default:
+		o = inv.outcomeOf(rev, claim, answer)
 	}
 	o.Notify = notify
 	return inv.apply(ctx, log, rev, run, o, notify)
@@ -168,10 +177,50 @@ func (inv *Invoker) failedInvocation(rev *revision, run *journal.Run, failure *j
 	return journal.Outcome{Status: journal.StatusQueued, Error: &e, WakeAfter: rev.config.Retries.Backoff(failed)}
 }
 
-// outcomeOf reads a well-formed answer of an invocation of run; a malformed one was
-// already refused by call.
-func outcomeOf(rev *revision, run *journal.Run, a *api.InvocationAnswer) journal.Outcome {
-	var o journal.Outcome
+// failed is the outcome of a run that fails now with an error of type typ.
+func failed(typ, msg string) journal.Outcome {
+	return journal.Outcome{Status: journal.StatusFailed, Error: &journal.ErrorInfo{Type: typ, Message: msg}}
+}
+
+// overBounds returns the limit_exceeded error of a journal past the invoker's bounds, or
+// nil.
+func (inv *Invoker) overBounds(entries []journal.Entry) *journal.ErrorInfo {
+	var bytes int64
+	for _, e := range entries {
+		bytes += e.Size()
+	}
+	b := inv.limits.Bounds()
+	switch {
+	case len(entries) > b.MaxEntries:
+		return &journal.ErrorInfo{Type: ErrorTypeLimit, Message: fmt.Sprintf(
+			"the journal holds %d entries, more than its limit of %d (STEPGATE_MAX_JOURNAL_ENTRIES)", len(entries), b.MaxEntries)}
+	case bytes > b.MaxJournalBytes:
+		return &journal.ErrorInfo{Type: ErrorTypeLimit, Message: fmt.Sprintf(
+			"the journal holds %d bytes, more than its limit of %d (STEPGATE_MAX_JOURNAL_BYTES)", bytes, b.MaxJournalBytes)}
+	}
+	return nil
+}
+
+// Error types the invoker fails runs with.
+const (
+	// ErrorTypeBadAnswer: the function answered something that can never be applied
+	// (an unknown status, an invalid await, entries that break the journal's rules,
+	// values Postgres cannot store). The run fails without a retry.
+	ErrorTypeBadAnswer = "bad_answer"
+	// ErrorTypeLimit: the run passed one of the gateway's limits, which the message
+	// names. The run fails without a retry.
+	ErrorTypeLimit = "limit_exceeded"
+	// ErrorTypeNondeterminism: the function's entries contradict its journal.
+	ErrorTypeNondeterminism = "nondeterminism"
+)
+
+// outcomeOf reads a well-formed answer to the invocation of a claim; a malformed one was
+// already refused by call. Retry policies the answer names are brought within the
+// invoker's limits, and a step's attempts are counted from its recorded failures, never
+// taken from the answer: a step past its attempts fails, whatever the function claims.
+func (inv *Invoker) outcomeOf(rev *revision, claim *journal.Claim, a *api.InvocationAnswer) journal.Outcome {
+	run := claim.Run
+	o := journal.Outcome{Bounds: inv.limits.Bounds()}
 	if a.Steps != nil {
 		for _, s := range *a.Steps {
 			o.Steps = append(o.Steps, EntryFromAPI(s))
@@ -198,11 +247,24 @@ func outcomeOf(rev *revision, run *journal.Run, a *api.InvocationAnswer) journal
 			}
 		case api.AwaitTypeRetry:
 			policy, _ := ParseRetryPolicy(w.Retry, rev.config.Retries) // checked by call
+			policy = inv.limits.clampRetry(policy)
 			attempt := 1
-			if w.Attempt != nil {
-				attempt = *w.Attempt
+			if n, ok := claim.StepAttempts[w.Seq]; ok {
+				attempt = n
 			}
-			o.StepFailure = &journal.Failure{Seq: w.Seq, Attempt: attempt, Name: w.Name, Error: *ErrorFromAPI(w.Error)}
+			stepErr := *ErrorFromAPI(w.Error)
+			if attempt >= policy.MaxAttempts {
+				// The step is out of attempts: journal its failure and call again at once,
+				// as the SDK would have had it counted right.
+				stepErr.Message = fmt.Sprintf("%s (attempt %d of %d; the gateway gives up)", stepErr.Message, attempt, policy.MaxAttempts)
+				stepErr.Retryable = false
+				if stepErr.Type == "" {
+					stepErr.Type = "step_failed"
+				}
+				o.Steps = append(o.Steps, journal.Entry{Seq: w.Seq, Kind: journal.KindStep, Name: w.Name, Attempt: attempt, Error: &stepErr})
+				return o
+			}
+			o.StepFailure = &journal.Failure{Seq: w.Seq, Attempt: attempt, Name: w.Name, Error: stepErr}
 			o.WakeAfter = policy.Backoff(attempt)
 		case api.AwaitTypeInvoke:
 			o.Invoke = &journal.Invoke{
@@ -286,78 +348,172 @@ func (inv *Invoker) call(ctx context.Context, rev *revision, claim *journal.Clai
 		return nil, &journal.ErrorInfo{Type: "http_status", Message: fmt.Sprintf("function answered HTTP %d: %s", resp.StatusCode, snippet(raw))}
 	}
 	if int64(len(raw)) > inv.maxAnswer {
-		return nil, &journal.ErrorInfo{Type: "bad_answer", Message: fmt.Sprintf("function's answer is larger than %d bytes", inv.maxAnswer)}
+		return nil, &journal.ErrorInfo{Type: ErrorTypeLimit, Message: fmt.Sprintf("function's answer is larger than the gateway's limit of %d bytes", inv.maxAnswer)}
 	}
 	var a api.InvocationAnswer
 	if err := json.Unmarshal(raw, &a); err != nil {
-		return nil, &journal.ErrorInfo{Type: "bad_answer", Message: fmt.Sprintf("function's answer is not valid JSON (%v): %s", err, snippet(raw))}
+		// A proxy's error page, a truncated body: retried, as a failed call is.
+		return nil, &journal.ErrorInfo{Type: "malformed_answer", Message: fmt.Sprintf(
+			"function's answer is not a JSON protocol answer (%v): %s", trimJSONErr(err), snippet(raw))}
 	}
-	if msg := validateAnswer(&a); msg != "" {
-		return nil, &journal.ErrorInfo{Type: "bad_answer", Message: "function's answer is not a valid protocol answer: " + msg}
+	if e := inv.limits.validateAnswer(&a); e != nil {
+		return nil, e
 	}
 	return &a, nil
 }
 
-func validateAnswer(a *api.InvocationAnswer) string {
+// trimJSONErr says what encoding/json found wrong, without its Go type names.
+func trimJSONErr(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return fmt.Sprintf("%s is %s", cmp.Or(te.Field, "the answer"), te.Value)
+	}
+	return err.Error()
+}
+
+// MaxSleep bounds a sleep, from now.
+const MaxSleep = 10 * 365 * 24 * time.Hour
+
+// validateAnswer returns why a function's answer can never be applied, as a
+// non-retryable error of type ErrorTypeBadAnswer, or ErrorTypeLimit when it passes one of
+// l, or nil. It checks what the journal's rules and Postgres would refuse later, so that
+// such an answer fails the run at once with a message that says why, instead of an
+// error inside a transaction.
+func (l Limits) validateAnswer(a *api.InvocationAnswer) *journal.ErrorInfo {
+	bad := func(format string, args ...any) *journal.ErrorInfo {
+		return &journal.ErrorInfo{Type: ErrorTypeBadAnswer, Message: "function's answer is not a valid protocol answer: " + fmt.Sprintf(format, args...)}
+	}
+	limit := func(format string, args ...any) *journal.ErrorInfo {
+		return &journal.ErrorInfo{Type: ErrorTypeLimit, Message: fmt.Sprintf(format, args...)}
+	}
+	checkJSON := func(what string, raw *api.AnyJSON) *journal.ErrorInfo {
+		if raw == nil {
+			return nil
+		}
+		if len(*raw) > l.MaxOutputBytes {
+			return limit("the answer's %s is %d bytes, more than the limit of %d (STEPGATE_MAX_OUTPUT_BYTES)", what, len(*raw), l.MaxOutputBytes)
+		}
+		if err := journal.CheckJSON(*raw); err != nil {
+			return bad("%s %v", what, err)
+		}
+		return nil
+	}
+	checkError := func(what string, e *api.ErrorInfo) *journal.ErrorInfo {
+		if e == nil {
+			return nil
+		}
+		if len(e.Type) > names.MaxBytes {
+			return bad("%s.type is longer than %d bytes", what, names.MaxBytes)
+		}
+		if len(e.Message) > l.MaxOutputBytes {
+			return limit("the answer's %s.message is %d bytes, more than the limit of %d (STEPGATE_MAX_OUTPUT_BYTES)", what, len(e.Message), l.MaxOutputBytes)
+		}
+		for field, v := range map[string]string{"type": e.Type, "message": e.Message} {
+			if err := journal.CheckText(v); err != nil {
+				return bad("%s.%s %v", what, field, err)
+			}
+		}
+		return nil
+	}
+	checkSeq := func(what string, seq int, name string) *journal.ErrorInfo {
+		if seq < 1 {
+			return bad("%s has seq %d; seqs count from 1", what, seq)
+		}
+		if seq > l.MaxEntries {
+			return limit("the answer's %s has seq %d, past the journal's limit of %d entries (STEPGATE_MAX_JOURNAL_ENTRIES)", what, seq, l.MaxEntries)
+		}
+		if err := names.Check(what+" name", name); err != nil {
+			return bad("%v", err)
+		}
+		return nil
+	}
 	if a.Steps != nil {
-		for _, s := range *a.Steps {
-			if s.Seq < 1 || s.Name == "" || s.Kind != api.EntryKindStep {
-				return fmt.Sprintf("steps: entry %d %q is not a finished step", s.Seq, s.Name)
+		for i, st := range *a.Steps {
+			what := fmt.Sprintf("steps[%d]", i)
+			if e := checkSeq(what, st.Seq, st.Name); e != nil {
+				return e
+			}
+			if st.Kind != api.EntryKindStep {
+				return bad("%s (seq %d %q) is a %s; steps may only hold finished steps", what, st.Seq, st.Name, st.Kind)
+			}
+			if st.Attempt != nil && (*st.Attempt < 0 || *st.Attempt > l.MaxAttempts) {
+				return bad("%s has attempt %d, not from 1 to %d", what, *st.Attempt, l.MaxAttempts)
+			}
+			if st.Output != nil && st.Error != nil {
+				return bad("%s has an output and an error; a step has one", what)
+			}
+			if e := checkJSON(what+".output", st.Output); e != nil {
+				return e
+			}
+			if e := checkError(what+".error", st.Error); e != nil {
+				return e
 			}
 		}
 	}
 	switch a.Status {
 	case api.AnswerStatusCompleted:
+		return checkJSON("output", a.Output)
 	case api.AnswerStatusFailed:
 		if a.Error == nil || a.Error.Message == "" {
-			return `status "failed" needs an error with a message`
+			return bad(`status "failed" needs an error with a message`)
 		}
+		return checkError("error", a.Error)
 	case api.AnswerStatusSuspended:
 		w := a.Await
 		if w == nil {
-			return `status "suspended" needs an await`
+			return bad(`status "suspended" needs an await`)
 		}
-		if w.Seq < 1 || w.Name == "" {
-			return "await needs a seq from 1 and a name"
+		if e := checkSeq("await", w.Seq, w.Name); e != nil {
+			return e
 		}
 		switch w.Type {
 		case api.AwaitTypeSleep:
-			if w.Until == nil && w.Duration == nil {
-				return "a sleep needs until or duration"
-			}
-			if w.Duration != nil {
-				if d, err := time.ParseDuration(*w.Duration); err != nil || d < 0 {
-					return fmt.Sprintf("sleep duration %q is not a duration such as 1s", *w.Duration)
+			switch {
+			case w.Until == nil && w.Duration == nil:
+				return bad("a sleep needs until or duration")
+			case w.Duration != nil:
+				if d, err := time.ParseDuration(*w.Duration); err != nil || d < 0 || d > MaxSleep {
+					return bad("sleep duration %q is not a duration from 0s to %s, such as 1s", *w.Duration, MaxSleep)
 				}
+			case w.Until.Year() < 1970 || time.Until(*w.Until) > MaxSleep:
+				return bad("sleep until %s is not between 1970 and %s from now", w.Until.Format(time.RFC3339), MaxSleep)
 			}
 		case api.AwaitTypeRetry:
 			if w.Error == nil {
-				return "a retry needs the step's error"
+				return bad("a retry needs the step's error")
+			}
+			if e := checkError("await.error", w.Error); e != nil {
+				return e
 			}
 			if _, err := ParseRetryPolicy(w.Retry, RetryPolicy{}); err != nil {
-				return "retry: " + err.Error()
+				return bad("retry: %v", err)
 			}
 		case api.AwaitTypeInvoke:
-			if w.Function == nil || !FunctionName.MatchString(*w.Function) {
-				return "an invoke needs a function: letters, digits, '.', '_', '-', 1 to 128 characters"
+			if w.Function == nil {
+				return bad("an invoke needs a function")
 			}
+			if err := names.CheckFunction("invoke: function", *w.Function); err != nil {
+				return bad("%v", err)
+			}
+			return checkJSON("await.input", w.Input)
 		default:
-			return fmt.Sprintf("await type %q is not supported (sleep, retry, invoke)", w.Type)
+			return bad("await type %q is not supported (sleep, retry, invoke)", w.Type)
 		}
 	default:
-		return fmt.Sprintf("status %q is not one of completed, failed, suspended", a.Status)
+		return bad("status %q is not one of completed, failed, suspended", a.Status)
 	}
-	return ""
+	return nil
 }
 
-// FunctionName is what a function's name may be: letters, digits, '.', '_' and '-', 1
-// to 128 characters, starting with a letter or digit.
-var FunctionName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
-
+// snippet returns the start of a function's answer for an error message, as text that
+// can be stored (valid UTF-8, no NUL).
 func snippet(b []byte) string {
-	s := strings.TrimSpace(string(b))
-	if len(s) > 300 {
-		s = s[:300] + "…"
+	if len(b) > 300 {
+		b = b[:300]
+	}
+	s := strings.ReplaceAll(strings.ToValidUTF8(strings.TrimSpace(string(b)), "\uFFFD"), "\x00", "\uFFFD")
+	if len(b) == 300 {
+		s += "…"
 	}
 	if s == "" {
 		return "(empty body)"
@@ -392,10 +548,10 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 			return err
 		})
 	}
-	if errors.Is(err, journal.ErrConflict) {
-		// The answer's entries contradict the journal: the function is not deterministic.
-		e := journal.ErrorInfo{Type: "nondeterminism", Message: err.Error()}
-		o = journal.Outcome{Status: journal.StatusFailed, Error: &e, Notify: notify}
+	if e := unappliable(err); e != nil {
+		// The answer's entries contradict the journal, leave a gap in it, pass a bound
+		// or hold what cannot be stored: the run fails, with what was wrong.
+		o = journal.Outcome{Status: journal.StatusFailed, Error: e, Notify: notify}
 		err = pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
 			var err error
 			f, err = inv.finishTx(ctx, tx, run, o)
@@ -428,6 +584,21 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 		log.InfoContext(ctx, "run finished", slog.String("status", string(f.Status)))
 	}
 	return &Result{RunID: run.ID, Status: f.Status, Output: o.Output, Error: o.Error}, nil
+}
+
+// unappliable returns the error a run fails with when applying an answer (or a
+// checkpoint) failed with err because of what the function sent, or nil.
+func unappliable(err error) *journal.ErrorInfo {
+	var le *journal.LimitError
+	switch {
+	case errors.Is(err, journal.ErrConflict):
+		return &journal.ErrorInfo{Type: ErrorTypeNondeterminism, Message: strings.TrimPrefix(err.Error(), journal.ErrConflict.Error()+": ")}
+	case errors.As(err, &le):
+		return &journal.ErrorInfo{Type: ErrorTypeLimit, Message: le.Message}
+	case errors.Is(err, journal.ErrGap), errors.Is(err, journal.ErrUnstorable):
+		return &journal.ErrorInfo{Type: ErrorTypeBadAnswer, Message: err.Error()}
+	}
+	return nil
 }
 
 // finishTx applies o to run in tx with the River jobs of its next moves: the run's own

@@ -56,6 +56,8 @@ type Config struct {
 	// so a slow but live gateway applies the answer before the reaper steps in.
 	// Defaults to 30s.
 	LeaseGrace time.Duration
+	// Limits bound functions' configs and answers and runs' journals.
+	Limits Limits
 }
 
 // Invoker calls functions and applies their answers. See the package doc.
@@ -69,6 +71,7 @@ type Invoker struct {
 	checkpoint  string
 	maxAnswer   int64
 	leaseGrace  time.Duration
+	limits      Limits
 	revisions   sync.Map // revisionKey -> *revision; revisions are immutable
 	waiters     *waiters
 	listenReady chan struct{}
@@ -101,6 +104,7 @@ func New(cfg Config) (*Invoker, error) {
 		checkpoint:  cfg.CheckpointURL,
 		maxAnswer:   cmp.Or(cfg.MaxAnswerBytes, 16<<20),
 		leaseGrace:  cmp.Or(cfg.LeaseGrace, 30*time.Second),
+		limits:      cfg.Limits.WithDefaults(),
 		waiters:     newWaiters(),
 		listenReady: make(chan struct{}),
 		timers:      map[string]*time.Timer{},
@@ -205,7 +209,12 @@ func (inv *Invoker) HandleRunEvents(fn func(ev *journal.RunEvent)) {
 // Other gateways learn of it through journal.NotifyChannel; their timers and the run's
 // River job find nothing to claim, and their calls end at the function's next
 // checkpoint, refused.
-func (inv *Invoker) Cancelled(runID string) {
+func (inv *Invoker) Cancelled(runID string) { inv.ended(runID, errRunCancelled) }
+
+// ended tells this process that runID ended without the answer of its invocation: its
+// wake-up timer is stopped, its calls from this process are abandoned with cause, and
+// its waiters are told.
+func (inv *Invoker) ended(runID string, cause error) {
 	inv.timersMu.Lock()
 	if t := inv.timers[runID]; t != nil {
 		t.Stop()
@@ -214,14 +223,66 @@ func (inv *Invoker) Cancelled(runID string) {
 	inv.timersMu.Unlock()
 	inv.inflightMu.Lock()
 	for c := range inv.inflight[runID] {
-		c.cancel(errRunCancelled)
+		c.cancel(cause)
 	}
 	inv.inflightMu.Unlock()
 	inv.waiters.signal(runID)
 }
 
-// errRunCancelled is the cause of an invocation's context when its run was cancelled.
-var errRunCancelled = errors.New("invoker: the run was cancelled")
+// errRunCancelled is the cause of an invocation's context when its run was cancelled;
+// errRunFailed when a checkpoint failed it.
+var (
+	errRunCancelled = errors.New("invoker: the run was cancelled")
+	errRunFailed    = errors.New("invoker: a checkpoint failed the run")
+)
+
+// Checkpoint journals e for the invocation of runID that owns it (see
+// journal.AppendEntry), within the invoker's bounds. An entry that contradicts the
+// journal (journal.ErrConflict) or passes a bound (a *journal.LimitError) also fails the
+// run, in the invocation's name, so that invocation can no longer complete it whatever it
+// answers; the error is returned for the checkpoint's answer.
+func (inv *Invoker) Checkpoint(ctx context.Context, runID string, invocation int, e journal.Entry) error {
+	err := journal.AppendEntry(ctx, inv.pool, runID, invocation, e, inv.limits.Bounds())
+	return inv.FailOnCheckpoint(ctx, runID, invocation, err)
+}
+
+// FailOnCheckpoint fails the run of a checkpoint of invocation that failed with err,
+// when err is a conflict or a limit (see Checkpoint), and returns err. For checkpoints
+// journaled by other means, such as a sent event's.
+func (inv *Invoker) FailOnCheckpoint(ctx context.Context, runID string, invocation int, err error) error {
+	if !errors.Is(err, journal.ErrConflict) && !errors.Is(err, journal.ErrLimit) {
+		return err
+	}
+	if ferr := inv.FailInvocation(ctx, runID, invocation, *unappliable(err)); ferr != nil && !errors.Is(ferr, journal.ErrSuperseded) {
+		return errors.Join(err, ferr)
+	}
+	return err
+}
+
+// FailInvocation fails the run that invocation owns with e (type ErrorTypeLimit,
+// ErrorTypeNondeterminism, ...), as if the invocation had answered that failure: a
+// parent waiting for the run is woken, waiters are told, and this process's call of it
+// is abandoned. It returns journal.ErrSuperseded when the invocation no longer owns the
+// run.
+func (inv *Invoker) FailInvocation(ctx context.Context, runID string, invocation int, e journal.ErrorInfo) error {
+	ctx = context.WithoutCancel(ctx)
+	var f *journal.Finished
+	err := pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
+		var err error
+		f, err = inv.finishTx(ctx, tx, &journal.Run{ID: runID, Invocation: invocation},
+			journal.Outcome{Status: journal.StatusFailed, Error: &e})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	inv.log.InfoContext(ctx, "run failed by its checkpoint", slog.String("run_id", runID), slog.String("error_type", e.Type), slog.String("error", e.Message))
+	if f.Parent != "" {
+		inv.Wake(f.Parent)
+	}
+	inv.ended(runID, errRunFailed)
+	return nil
+}
 
 // inflightCall is one call to a function from this process, cancellable by Cancelled.
 type inflightCall struct {
@@ -248,6 +309,9 @@ func (inv *Invoker) track(runID string, cancel context.CancelCauseFunc) func() {
 		inv.inflightMu.Unlock()
 	}
 }
+
+// Limits returns the invoker's limits, defaults applied.
+func (inv *Invoker) Limits() Limits { return inv.limits }
 
 // River returns the invoker's River client, for inspection (River's UI).
 func (inv *Invoker) River() *river.Client[pgx.Tx] { return inv.river }

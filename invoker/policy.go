@@ -1,12 +1,15 @@
 package invoker
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"time"
 
+	"github.com/stepgate/stepgate/functions/names"
 	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/journal"
 )
 
 // Defaults of a function's config.
@@ -77,8 +80,8 @@ func ParseConfig(raw json.RawMessage) (FunctionConfig, error) {
 	}
 	if c.Triggers != nil {
 		for i, t := range *c.Triggers {
-			if t.Event == "" || len(t.Event) > 255 {
-				return FunctionConfig{}, fmt.Errorf("config.triggers[%d].event %q must be 1 to 255 bytes", i, t.Event)
+			if err := names.Check(fmt.Sprintf("config.triggers[%d].event", i), t.Event); err != nil {
+				return FunctionConfig{}, err
 			}
 		}
 	}
@@ -112,4 +115,99 @@ func ParseRetryPolicy(p *api.RetryPolicy, def RetryPolicy) (RetryPolicy, error) 
 	}
 	def.MaxInterval = max(def.MaxInterval, def.InitialInterval)
 	return def, nil
+}
+
+// Limits bound what a function may ask of the gateway and what its runs may hold. A
+// zero field takes its default; see [Limits.WithDefaults].
+type Limits struct {
+	// MaxTimeout caps a function's invocation timeout. Defaults to 15m.
+	MaxTimeout time.Duration
+	// MaxAttempts caps a function's and a step's attempts. Defaults to 100.
+	MaxAttempts int
+	// MinBackoff is the least initial_interval of a retry policy. Defaults to 100ms.
+	MinBackoff time.Duration
+	// MaxBackoff caps max_interval. Defaults to 24h.
+	MaxBackoff time.Duration
+	// MaxOutputBytes caps a journal entry's output (and error), and a run's output.
+	// Defaults to 4 MiB.
+	MaxOutputBytes int
+	// MaxEntries caps a run's journal entries. Defaults to 1,000.
+	MaxEntries int
+	// MaxJournalBytes caps the bytes of a run's journal. Defaults to 32 MiB.
+	MaxJournalBytes int64
+}
+
+// Limits' defaults.
+const (
+	DefaultMaxTimeout      = 15 * time.Minute
+	DefaultAttemptsCap     = 100
+	DefaultMinBackoff      = 100 * time.Millisecond
+	DefaultMaxBackoff      = 24 * time.Hour
+	DefaultMaxOutputBytes  = 4 << 20
+	DefaultMaxEntries      = 1000
+	DefaultMaxJournalBytes = 32 << 20
+)
+
+// MaxConfigListLen bounds a config's invoke_roles and triggers.
+const MaxConfigListLen = 100
+
+// WithDefaults returns l with its zero fields set to their defaults.
+func (l Limits) WithDefaults() Limits {
+	l.MaxTimeout = cmp.Or(l.MaxTimeout, DefaultMaxTimeout)
+	l.MaxAttempts = cmp.Or(l.MaxAttempts, DefaultAttemptsCap)
+	l.MinBackoff = cmp.Or(l.MinBackoff, DefaultMinBackoff)
+	l.MaxBackoff = cmp.Or(l.MaxBackoff, DefaultMaxBackoff)
+	l.MaxOutputBytes = cmp.Or(l.MaxOutputBytes, DefaultMaxOutputBytes)
+	l.MaxEntries = cmp.Or(l.MaxEntries, DefaultMaxEntries)
+	l.MaxJournalBytes = cmp.Or(l.MaxJournalBytes, DefaultMaxJournalBytes)
+	return l
+}
+
+// Bounds returns the journal's share of l.
+func (l Limits) Bounds() journal.Bounds {
+	return journal.Bounds{MaxEntries: l.MaxEntries, MaxJournalBytes: l.MaxJournalBytes}
+}
+
+// CheckConfig says what in a function's config, as registered, passes l, in words fit
+// for an API error that name the limit: fc is c parsed by [ParseConfig].
+func (l Limits) CheckConfig(c api.FunctionConfig, fc FunctionConfig) error {
+	switch {
+	case fc.Timeout > l.MaxTimeout:
+		return fmt.Errorf("config.timeout %s is longer than the gateway's limit of %s (STEPGATE_MAX_FUNCTION_TIMEOUT)", fc.Timeout, l.MaxTimeout)
+	case fc.Retries.MaxAttempts > l.MaxAttempts:
+		return fmt.Errorf("config.retries.max_attempts %d is more than the gateway's limit of %d (STEPGATE_MAX_ATTEMPTS)", fc.Retries.MaxAttempts, l.MaxAttempts)
+	case c.Retries != nil && c.Retries.InitialInterval != nil && fc.Retries.InitialInterval < l.MinBackoff:
+		return fmt.Errorf("config.retries.initial_interval %s is shorter than the gateway's floor of %s (STEPGATE_MIN_BACKOFF)", fc.Retries.InitialInterval, l.MinBackoff)
+	case fc.Retries.MaxInterval > l.MaxBackoff:
+		return fmt.Errorf("config.retries.max_interval %s is longer than the gateway's limit of %s", fc.Retries.MaxInterval, l.MaxBackoff)
+	case c.InvokeRoles != nil && len(*c.InvokeRoles) > MaxConfigListLen:
+		return fmt.Errorf("config.invoke_roles has %d roles, more than the limit of %d", len(*c.InvokeRoles), MaxConfigListLen)
+	case c.Triggers != nil && len(*c.Triggers) > MaxConfigListLen:
+		return fmt.Errorf("config.triggers has %d triggers, more than the limit of %d", len(*c.Triggers), MaxConfigListLen)
+	}
+	if c.InvokeRoles != nil {
+		for i, r := range *c.InvokeRoles {
+			if err := names.Check(fmt.Sprintf("config.invoke_roles[%d]", i), r); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// clamp brings a stored config within l, which may be stricter than when it was
+// registered.
+func (l Limits) clamp(fc FunctionConfig) FunctionConfig {
+	fc.Timeout = min(fc.Timeout, l.MaxTimeout)
+	fc.Retries = l.clampRetry(fc.Retries)
+	return fc
+}
+
+// clampRetry brings a retry policy, a function's or a step's, within l: what a function
+// claims in an answer never buys more attempts or faster retries than l allows.
+func (l Limits) clampRetry(p RetryPolicy) RetryPolicy {
+	p.MaxAttempts = max(1, min(p.MaxAttempts, l.MaxAttempts))
+	p.InitialInterval = max(p.InitialInterval, l.MinBackoff)
+	p.MaxInterval = min(max(p.MaxInterval, p.InitialInterval), l.MaxBackoff)
+	return p
 }

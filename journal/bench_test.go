@@ -15,7 +15,7 @@ func BenchmarkAppendEntry(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		e := journal.Entry{Seq: i + 1, Kind: journal.KindStep, Name: "step", Output: json.RawMessage(`{"ok":true}`)}
-		if err := journal.AppendEntry(b.Context(), db, run.ID, run.Invocation, e); err != nil {
+		if err := journal.AppendEntry(b.Context(), db, run.ID, run.Invocation, e, journal.Bounds{}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -246,7 +246,7 @@ func TestChildRuns(t *testing.T) {
 		mustRegister(t, tx, tenant, "parent")
 		for _, child := range []string{"child", "nope"} {
 			parent := mustCreateRunOf(t, tx, tenant, "parent", claimed)
-			require.NoError(t, journal.AppendEntry(ctx, tx, parent.ID, 1, step(1, "call", `1`)))
+			require.NoError(t, journal.AppendEntry(ctx, tx, parent.ID, 1, step(1, "call", `1`), journal.Bounds{}))
 			err := inSavepoint(t, tx, func(sp pgx.Tx) error {
 				_, err := journal.Finish(ctx, sp, parent.ID, 1, journal.Outcome{Status: journal.StatusSuspended,
 					Invoke: &journal.Invoke{Seq: 1, Name: "call", ChildID: newID(), Function: child}})

@@ -98,7 +98,7 @@ func SendEvent(ctx context.Context, db DB, n NewEvent) (ev *Event, created bool,
 		return ev, true, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
-		return nil, false, fmt.Errorf("send event %s: %w", n.Name, err)
+		return nil, false, fmt.Errorf("send event %s: %w", n.Name, unstorable(err))
 	}
 	ev, err = GetEvent(ctx, db, n.Tenant, n.ID)
 	if err != nil {

@@ -54,7 +54,7 @@ func RegisterFunction(ctx context.Context, db DB, tenant, name, url string, conf
 			return err
 		})
 	if err := db.SendBatch(ctx, b).Close(); err != nil {
-		return nil, fmt.Errorf("register function %s: %w", name, err)
+		return nil, fmt.Errorf("register function %s: %w", name, unstorable(err))
 	}
 	return fn, nil
 }

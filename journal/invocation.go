@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -92,12 +93,48 @@ func ClaimRun(ctx context.Context, db DB, runID string, lease time.Duration) (*C
 	return &claim, nil
 }
 
+// Bounds limit a run's journal. A zero field does not limit.
+type Bounds struct {
+	MaxEntries      int   // Entries per run: the largest seq.
+	MaxJournalBytes int64 // Bytes of outputs and errors per run, the entries' sum.
+}
+
+// ErrGap: an entry's seq is past the journal's end (seq-1 is not journaled).
+var ErrGap = errors.New("journal: seq leaves a gap")
+
+// ErrLimit wraps every *LimitError.
+var ErrLimit = errors.New("journal: limit exceeded")
+
+// LimitError is an entry refused because the run's journal would pass a bound.
+type LimitError struct {
+	Seq     int
+	Message string // Names the bound and its value.
+}
+
+func (e *LimitError) Error() string { return e.Message }
+
+// Unwrap makes errors.Is(err, ErrLimit) hold.
+func (e *LimitError) Unwrap() error { return ErrLimit }
+
+// Size is what an entry counts towards Bounds.MaxJournalBytes: its output's and its
+// error's bytes.
+func (e Entry) Size() int64 {
+	n := int64(len(e.Output))
+	if e.Error != nil {
+		n += int64(len(e.Error.Type) + len(e.Error.Message))
+	}
+	return n
+}
+
 // AppendEntry journals one finished entry for the invocation that owns the run. An
-// identical repeat is a no-op; a different entry at that seq returns ErrConflict; when
-// the invocation no longer owns the running run it returns ErrSuperseded. The run row is
-// share-locked while the entry is written, so a concurrent claim waits and then sees it.
-func AppendEntry(ctx context.Context, db DB, runID string, invocation int, e Entry) error {
-	var owned, inserted bool
+// identical repeat is a no-op; a different entry at that seq returns ErrConflict, naming
+// what differs; when the invocation no longer owns the running run it returns
+// ErrSuperseded. A new entry must come right after the journal's last (ErrGap otherwise)
+// and keep the journal within b (a *LimitError otherwise). The run row is share-locked
+// while the entry is written, so a concurrent claim waits and then sees it.
+func AppendEntry(ctx context.Context, db DB, runID string, invocation int, e Entry, b Bounds) error {
+	var owned, inserted, follows bool
+	var total *int64
 	var kind, name *string
 	var output json.RawMessage
 	var errInfo *ErrorInfo
@@ -105,36 +142,56 @@ func AppendEntry(ctx context.Context, db DB, runID string, invocation int, e Ent
 		WITH owner AS (
 			SELECT id FROM stepgate.run
 			WHERE id = $1 AND invocation = $2 AND status = 'running' FOR SHARE
+		), prev AS (
+			SELECT coalesce(journal_bytes, 0) AS journal_bytes FROM stepgate.journal_entry WHERE run_id = $1 AND seq = $3 - 1
+		), ok AS (
+			SELECT id, coalesce((SELECT journal_bytes FROM prev), 0) + $11 AS total FROM owner
+			WHERE $3 = 1 OR EXISTS (SELECT 1 FROM prev)
 		), ins AS (
 			INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, error, attempt,
-				wake_at, invocation, started_at)
-			SELECT id, $3, $4, $5, $6, $7, $8, $9, $2, $10 FROM owner
+				wake_at, invocation, started_at, journal_bytes)
+			SELECT id, $3, $4, $5, $6, $7, $8, $9, $2, $10, total FROM ok
+			WHERE ($12 = 0 OR $3 <= $12) AND ($13 = 0 OR total <= $13)
 			ON CONFLICT (run_id, seq) DO NOTHING
 			RETURNING seq
 		)
-		SELECT EXISTS (SELECT 1 FROM owner), EXISTS (SELECT 1 FROM ins), e.kind, e.name, e.output, e.error
+		SELECT EXISTS (SELECT 1 FROM owner), EXISTS (SELECT 1 FROM ins), EXISTS (SELECT 1 FROM ok),
+			(SELECT total FROM ok), e.kind, e.name, e.output, e.error
 		FROM (SELECT 1) one
 		LEFT JOIN stepgate.journal_entry e ON e.run_id = $1 AND e.seq = $3`,
 		runID, invocation, e.Seq, e.Kind, e.Name, e.Output, e.Error, max(e.Attempt, 1), e.WakeAt, e.StartedAt,
-	).Scan(&owned, &inserted, &kind, &name, &output, &errInfo)
+		e.Size(), b.MaxEntries, b.MaxJournalBytes,
+	).Scan(&owned, &inserted, &follows, &total, &kind, &name, &output, &errInfo)
 	if err != nil {
-		return fmt.Errorf("append entry %d to run %s: %w", e.Seq, runID, err)
+		return fmt.Errorf("append entry %d to run %s: %w", e.Seq, runID, unstorable(err))
 	}
 	switch {
 	case inserted:
 		return nil
 	case !owned:
 		return ErrSuperseded
-	case kind == nil:
+	case kind != nil:
+		return sameEntry(&Entry{Kind: *kind, Name: *name, Output: output, Error: errInfo}, e)
+	case !follows:
+		return fmt.Errorf("%w: seq %d is not the journal's next (seq %d is not journaled)", ErrGap, e.Seq, e.Seq-1)
+	case b.MaxEntries > 0 && e.Seq > b.MaxEntries:
+		return entriesLimit(e.Seq, b)
+	case b.MaxJournalBytes > 0 && total != nil && *total > b.MaxJournalBytes:
+		return &LimitError{Seq: e.Seq, Message: fmt.Sprintf(
+			"the journal would hold %d bytes with entry %d, more than its limit of %d bytes (STEPGATE_MAX_JOURNAL_BYTES)", *total, e.Seq, b.MaxJournalBytes)}
+	default:
 		// The conflicting entry committed after this statement's snapshot: look again.
 		existing, err := entryAt(ctx, db, runID, e.Seq)
 		if err != nil {
 			return err
 		}
 		return sameEntry(existing, e)
-	default:
-		return sameEntry(&Entry{Kind: *kind, Name: *name, Output: output, Error: errInfo}, e)
 	}
+}
+
+func entriesLimit(seq int, b Bounds) *LimitError {
+	return &LimitError{Seq: seq, Message: fmt.Sprintf(
+		"entry %d is past the journal's limit of %d entries (STEPGATE_MAX_JOURNAL_ENTRIES)", seq, b.MaxEntries)}
 }
 
 func entryAt(ctx context.Context, db DB, runID string, seq int) (*Entry, error) {
@@ -148,14 +205,44 @@ func entryAt(ctx context.Context, db DB, runID string, seq int) (*Entry, error) 
 }
 
 // sameEntry returns nil when e repeats existing (a harmless retry), else ErrConflict
-// naming both.
+// naming what differs: the kind, the name, the output or the error.
 func sameEntry(existing *Entry, e Entry) error {
-	if existing.Kind != e.Kind || existing.Name != e.Name || !sameJSON(existing.Output, e.Output) ||
-		(existing.Error == nil) != (e.Error == nil) ||
-		(existing.Error != nil && existing.Error.Message != e.Error.Message) {
-		return fmt.Errorf("%w: seq %d holds %s %q, not %s %q", ErrConflict, e.Seq, existing.Kind, existing.Name, e.Kind, e.Name)
+	var diff string
+	switch {
+	case existing.Kind != e.Kind || existing.Name != e.Name:
+		diff = fmt.Sprintf("holds %s %q, not %s %q", existing.Kind, existing.Name, e.Kind, e.Name)
+	case (existing.Error == nil) != (e.Error == nil):
+		diff = fmt.Sprintf("holds %s %q with %s, not with %s", e.Kind, e.Name, outcome(existing), outcome(&e))
+	case existing.Error != nil && (existing.Error.Message != e.Error.Message || existing.Error.Type != e.Error.Type):
+		diff = fmt.Sprintf("holds %s %q with %s, not %s", e.Kind, e.Name, outcome(existing), outcome(&e))
+	case !sameJSON(existing.Output, e.Output):
+		diff = fmt.Sprintf("holds %s %q with %s, not %s", e.Kind, e.Name, outcome(existing), outcome(&e))
+	default:
+		return nil
 	}
-	return nil
+	return fmt.Errorf("%w: seq %d %s", ErrConflict, e.Seq, diff)
+}
+
+// outcome describes an entry's output or error for a conflict's message, cut short.
+func outcome(e *Entry) string {
+	if e.Error != nil {
+		return fmt.Sprintf("error %s %q", e.Error.Type, clip(e.Error.Message))
+	}
+	if len(e.Output) == 0 {
+		return "no output"
+	}
+	var b bytes.Buffer
+	if json.Compact(&b, e.Output) != nil {
+		return "output " + clip(string(e.Output))
+	}
+	return "output " + clip(b.String())
+}
+
+func clip(s string) string {
+	if len(s) > 100 {
+		return s[:100] + "…"
+	}
+	return s
 }
 
 // sameJSON compares two JSON values by meaning, as jsonb does (key order and spacing
@@ -198,6 +285,8 @@ type Outcome struct {
 	// waits for the run and it may finish on another gateway. (A terminal outcome
 	// itself is told to this process's waiters directly, without a notification.)
 	Notify bool
+	// Bounds limit the entries the outcome journals.
+	Bounds Bounds
 }
 
 // Invoke is a run's call of another function: a child run, whose outcome is journaled
@@ -252,7 +341,7 @@ type Finished struct {
 // names the parent woken.
 func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome) (*Finished, error) {
 	for _, e := range o.Steps {
-		if err := AppendEntry(ctx, db, runID, invocation, e); err != nil {
+		if err := AppendEntry(ctx, db, runID, invocation, e, o.Bounds); err != nil {
 			return nil, err
 		}
 	}
@@ -261,15 +350,20 @@ func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome)
 	if o.Sleep != nil {
 		until, wakeAfter = o.Sleep.WakeAt, o.SleepFor
 	}
-	invokeSeq := 0
-	if o.Invoke != nil {
-		invokeSeq = o.Invoke.Seq
+	invokeSeq, awaitSeq := 0, 0
+	switch {
+	case o.Invoke != nil:
+		invokeSeq, awaitSeq = o.Invoke.Seq, o.Invoke.Seq
+	case o.Sleep != nil:
+		awaitSeq = o.Sleep.Seq
+	case o.StepFailure != nil:
+		awaitSeq = o.StepFailure.Seq
 	}
 	var f Finished
 	var parent *string
 	var tenant string
 	var identity Identity
-	var seqTaken bool
+	var seqTaken, follows bool
 	err := db.QueryRow(ctx, `
 		WITH u AS (
 			UPDATE stepgate.run SET
@@ -294,23 +388,32 @@ func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome)
 		), `+eventCTE("u")+`, `+wakeParentCTE("u")+`
 		SELECT u.status, u.wake_at, clock_timestamp(), (SELECT count(*) FROM notified) + ev_count.events,
 			(SELECT id::text FROM woken), u.tenant, u.identity,
-			EXISTS (SELECT 1 FROM stepgate.journal_entry j WHERE j.run_id = u.id AND j.seq = $9)
+			EXISTS (SELECT 1 FROM stepgate.journal_entry j WHERE j.run_id = u.id AND j.seq = $10),
+			$10 <= 1 OR EXISTS (SELECT 1 FROM stepgate.journal_entry j WHERE j.run_id = u.id AND j.seq = $10 - 1)
 		FROM u, `+eventCount,
-		runID, invocation, o.Status, o.Output, o.Error, until, wakeAfter.Seconds(), o.Notify, invokeSeq,
-	).Scan(&f.Status, &f.WakeAt, &f.Clock, new(int), &parent, &tenant, &identity, &seqTaken)
+		runID, invocation, o.Status, o.Output, o.Error, until, wakeAfter.Seconds(), o.Notify, invokeSeq, awaitSeq,
+	).Scan(&f.Status, &f.WakeAt, &f.Clock, new(int), &parent, &tenant, &identity, &seqTaken, &follows)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrSuperseded
 	}
 	if err != nil {
-		return nil, fmt.Errorf("finish invocation %d of run %s: %w", invocation, runID, err)
+		return nil, fmt.Errorf("finish invocation %d of run %s: %w", invocation, runID, unstorable(err))
 	}
 	if parent != nil {
 		f.Parent = *parent
 	}
+	// The awaited seq comes right after the journal's end; the caller's transaction rolls
+	// the update back otherwise.
+	switch {
+	case awaitSeq == 0:
+	case seqTaken:
+		return nil, fmt.Errorf("%w: seq %d is already journaled", ErrConflict, awaitSeq)
+	case !follows:
+		return nil, fmt.Errorf("%w: the await's seq %d is not the journal's next (seq %d is not journaled)", ErrGap, awaitSeq, awaitSeq-1)
+	case o.StepFailure == nil && o.Bounds.MaxEntries > 0 && awaitSeq > o.Bounds.MaxEntries:
+		return nil, entriesLimit(awaitSeq, o.Bounds)
+	}
 	if o.Invoke != nil {
-		if seqTaken {
-			return nil, fmt.Errorf("%w: seq %d is already journaled", ErrConflict, o.Invoke.Seq)
-		}
 		if err := invoke(ctx, db, runID, invocation, tenant, identity, o.Invoke, &f); err != nil {
 			return nil, err
 		}
@@ -318,13 +421,13 @@ func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome)
 	if o.Sleep != nil {
 		// The fenced update above holds the run's row lock for the rest of the transaction.
 		if _, err := db.Exec(ctx, `
-			INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, wake_at, invocation)
-			VALUES ($1, $2, $3, $4, $5, $6)`,
+			INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, wake_at, invocation, journal_bytes)
+			VALUES ($1, $2, $3, $4, $5, $6, `+prevBytes("$1", "$2")+`)`,
 			runID, o.Sleep.Seq, KindSleep, o.Sleep.Name, f.WakeAt, invocation); err != nil {
 			if isUniqueViolation(err) {
 				return nil, fmt.Errorf("%w: seq %d is already journaled", ErrConflict, o.Sleep.Seq)
 			}
-			return nil, fmt.Errorf("journal sleep of run %s: %w", runID, err)
+			return nil, fmt.Errorf("journal sleep of run %s: %w", runID, unstorable(err))
 		}
 	}
 	if sf := o.StepFailure; sf != nil {
@@ -370,8 +473,8 @@ func invoke(ctx context.Context, db DB, runID string, invocation int, tenant str
 	// The fenced update in Finish holds the run's row lock for the rest of the transaction.
 	err = db.QueryRow(ctx, `
 		WITH e AS (
-			INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, error, invocation, started_at)
-			VALUES ($1, $2, '`+KindInvoke+`', $3, $4, $5, now())
+			INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, error, invocation, started_at, journal_bytes)
+			VALUES ($1, $2, '`+KindInvoke+`', $3, $4::jsonb, $5, now(), `+prevBytes("$1", "$2")+` + octet_length($4::jsonb::text))
 		)
 		UPDATE stepgate.run SET wake_at = now() WHERE id = $1
 		RETURNING wake_at, clock_timestamp()`,
@@ -383,6 +486,12 @@ func invoke(ctx context.Context, db DB, runID string, invocation int, tenant str
 		return fmt.Errorf("journal invoke of run %s: %w", runID, err)
 	}
 	return nil
+}
+
+// prevBytes is the SQL of the journal bytes of run's entry before seq (0 for the first).
+func prevBytes(run, seq string) string {
+	return `coalesce((SELECT p.journal_bytes FROM stepgate.journal_entry p WHERE p.run_id = ` + run +
+		` AND p.seq = ` + seq + ` - 1), 0)`
 }
 
 // childColumns are what wakeParentCTE and eventCTE read of a run just updated.
@@ -407,11 +516,13 @@ func wakeParentCTE(src string) string {
 			RETURNING p.id, p.invocation, c.parent_seq, c.parent_name, c.status AS child_status,
 				c.output AS child_output, c.error AS child_error, c.created_at AS child_created_at
 		), woken_entry AS (
-			INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, error, invocation, started_at)
+			INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, error, invocation, started_at, journal_bytes)
 			SELECT id, parent_seq, '` + KindInvoke + `', parent_name,
 				CASE WHEN child_status = 'completed' THEN coalesce(child_output, 'null') END,
 				CASE WHEN child_status <> 'completed' THEN child_error END,
-				invocation, child_created_at
+				invocation, child_created_at,
+				` + prevBytes("id", "parent_seq") + ` + octet_length(CASE WHEN child_status = 'completed'
+					THEN coalesce(child_output, 'null') ELSE child_error END::text)
 			FROM woken
 			ON CONFLICT (run_id, seq) DO NOTHING
 		)`

@@ -24,17 +24,17 @@ func TestAppendEntry(t *testing.T) {
 		started := dbNow(t, tx).Add(-time.Second)
 		first := step(1, "charge", `{"id":"ch_1","amount":500}`)
 		first.StartedAt = &started
-		require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, first))
+		require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, first, journal.Bounds{}))
 		retry := step(1, "charge", `{ "amount" : 500, "id" : "ch_1" }`)
-		require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, retry), "same entry, other spacing and key order: a retry")
+		require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, retry, journal.Bounds{}), "same entry, other spacing and key order: a retry")
 
 		failed := journal.Entry{Seq: 2, Kind: journal.KindStep, Name: "ship", Attempt: 3,
 			Error: &journal.ErrorInfo{Type: "carrier", Message: "no trucks"}}
-		require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, failed))
-		require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, failed))
+		require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, failed, journal.Bounds{}))
+		require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, failed, journal.Bounds{}))
 		empty := step(3, "noop", "")
-		require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, empty))
-		require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, empty))
+		require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, empty, journal.Bounds{}))
+		require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, empty, journal.Bounds{}))
 
 		es := mustEntries(t, tx, run.ID)
 		require.Len(t, es, 3)
@@ -52,9 +52,9 @@ func TestAppendEntry(t *testing.T) {
 		t.Parallel()
 		ctx, tx := t.Context(), pgtest.Tx(t)
 		run := mustCreateRun(t, tx, claimed)
-		require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, step(1, "charge", `1`)))
+		require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, step(1, "charge", `1`), journal.Bounds{}))
 
-		err := journal.AppendEntry(ctx, tx, run.ID, 1, step(1, "refund", `1`))
+		err := journal.AppendEntry(ctx, tx, run.ID, 1, step(1, "refund", `1`), journal.Bounds{})
 		require.ErrorIs(t, err, journal.ErrConflict)
 		require.ErrorContains(t, err, `"charge"`)
 		require.ErrorContains(t, err, `"refund"`)
@@ -64,7 +64,7 @@ func TestAppendEntry(t *testing.T) {
 			{Seq: 1, Kind: journal.KindSleep, Name: "charge"},
 			{Seq: 1, Kind: journal.KindStep, Name: "charge", Error: &journal.ErrorInfo{Type: "x", Message: "boom"}},
 		} {
-			require.ErrorIs(t, journal.AppendEntry(ctx, tx, run.ID, 1, other), journal.ErrConflict, "%+v", other)
+			require.ErrorIs(t, journal.AppendEntry(ctx, tx, run.ID, 1, other, journal.Bounds{}), journal.ErrConflict, "%+v", other)
 		}
 		es := mustEntries(t, tx, run.ID)
 		require.Len(t, es, 1)
@@ -76,27 +76,27 @@ func TestAppendEntry(t *testing.T) {
 		ctx, tx := t.Context(), pgtest.Tx(t)
 		run := mustCreateRun(t, tx, claimed)
 		for _, inv := range []int{0, 2} {
-			require.ErrorIs(t, journal.AppendEntry(ctx, tx, run.ID, inv, step(1, "a", `1`)), journal.ErrSuperseded)
+			require.ErrorIs(t, journal.AppendEntry(ctx, tx, run.ID, inv, step(1, "a", `1`), journal.Bounds{}), journal.ErrSuperseded)
 		}
 		require.Empty(t, mustEntries(t, tx, run.ID))
 
-		require.ErrorIs(t, journal.AppendEntry(ctx, tx, newID(), 1, step(1, "a", `1`)), journal.ErrSuperseded, "no such run")
+		require.ErrorIs(t, journal.AppendEntry(ctx, tx, newID(), 1, step(1, "a", `1`), journal.Bounds{}), journal.ErrSuperseded, "no such run")
 	})
 
 	t.Run("ARunNotRunningIsSuperseded", func(t *testing.T) {
 		t.Parallel()
 		ctx, tx := t.Context(), pgtest.Tx(t)
 		queued := mustCreateRun(t, tx)
-		require.ErrorIs(t, journal.AppendEntry(ctx, tx, queued.ID, 0, step(1, "a", `1`)), journal.ErrSuperseded)
+		require.ErrorIs(t, journal.AppendEntry(ctx, tx, queued.ID, 0, step(1, "a", `1`), journal.Bounds{}), journal.ErrSuperseded)
 
 		for _, status := range []journal.Status{journal.StatusQueued, journal.StatusSuspended, journal.StatusCompleted, journal.StatusFailed} {
 			run := mustCreateRun(t, tx, claimed)
-			require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, step(1, "a", `1`)))
+			require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, step(1, "a", `1`), journal.Bounds{}))
 			_, err := journal.Finish(ctx, tx, run.ID, 1, journal.Outcome{Status: status, Output: json.RawMessage(`1`),
 				Error: &journal.ErrorInfo{Type: "t", Message: "m"}, WakeAfter: time.Hour})
 			require.NoError(t, err)
-			require.ErrorIs(t, journal.AppendEntry(ctx, tx, run.ID, 1, step(2, "b", `2`)), journal.ErrSuperseded, status)
-			require.ErrorIs(t, journal.AppendEntry(ctx, tx, run.ID, 1, step(1, "a", `1`)), journal.ErrSuperseded,
+			require.ErrorIs(t, journal.AppendEntry(ctx, tx, run.ID, 1, step(2, "b", `2`), journal.Bounds{}), journal.ErrSuperseded, status)
+			require.ErrorIs(t, journal.AppendEntry(ctx, tx, run.ID, 1, step(1, "a", `1`), journal.Bounds{}), journal.ErrSuperseded,
 				"%s: even an identical repeat", status)
 			require.Len(t, mustEntries(t, tx, run.ID), 1)
 		}
@@ -152,7 +152,7 @@ func TestClaimRun(t *testing.T) {
 		t.Parallel()
 		ctx, tx := t.Context(), pgtest.Tx(t)
 		run := mustCreateRun(t, tx, claimed)
-		require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, step(1, "reserve", `true`)))
+		require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, step(1, "reserve", `true`), journal.Bounds{}))
 		fail := func(inv, seq, attempt int) {
 			_, err := journal.Finish(ctx, tx, run.ID, inv, journal.Outcome{Status: journal.StatusSuspended,
 				StepFailure: &journal.Failure{Seq: seq, Attempt: attempt, Name: "charge", Error: journal.ErrorInfo{Type: "card", Message: "declined"}}})
@@ -495,7 +495,7 @@ func TestReapExpiredLeases(t *testing.T) {
 	ids, err = journal.ReapExpiredLeases(ctx, tx, 1000)
 	require.NoError(t, err)
 	require.NotContains(t, ids, expired.ID, "a requeued run is reaped once")
-	require.ErrorIs(t, journal.AppendEntry(ctx, tx, expired.ID, 1, step(1, "a", `1`)), journal.ErrSuperseded)
+	require.ErrorIs(t, journal.AppendEntry(ctx, tx, expired.ID, 1, step(1, "a", `1`), journal.Bounds{}), journal.ErrSuperseded)
 	c, err := journal.ClaimRun(ctx, tx, expired.ID, time.Minute)
 	require.NoError(t, err)
 	require.Equal(t, 2, c.Run.Invocation)

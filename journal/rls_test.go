@@ -60,7 +60,7 @@ func mustFillTenant(t *testing.T, system *pgxpool.Pool, tenant string) tenantDat
 	ctx := t.Context()
 	mustRegister(t, system, tenant, "fn")
 	run := mustCreateRunOf(t, system, tenant, "fn", claimed)
-	require.NoError(t, journal.AppendEntry(ctx, system, run.ID, run.Invocation, step(1, "charge", `1`)))
+	require.NoError(t, journal.AppendEntry(ctx, system, run.ID, run.Invocation, step(1, "charge", `1`), journal.Bounds{}))
 	_, err := journal.Finish(ctx, system, run.ID, run.Invocation, journal.Outcome{
 		Status: journal.StatusQueued, Error: &journal.ErrorInfo{Type: "timeout", Message: "slow"}, WakeAfter: time.Hour,
 	})
@@ -192,7 +192,7 @@ func TestRowLevelSecurity(t *testing.T) {
 		_, err := db.Exec(ctx, `UPDATE stepgate.run SET tenant = $1 WHERE id = $2`, a.tenant, b.run.ID)
 		requirePgError(t, err, rlsViolation, "move a run")
 		// And through the package's own writes.
-		err = journal.AppendEntry(ctx, db, a.run.ID, a.run.Invocation, step(2, "evil", `1`))
+		err = journal.AppendEntry(ctx, db, a.run.ID, a.run.Invocation, step(2, "evil", `1`), journal.Bounds{})
 		require.ErrorIs(t, err, journal.ErrSuperseded, "the run is invisible, so the invocation owns nothing")
 		_, err = journal.CancelRun(ctx, db, a.tenant, a.run.ID, "b")
 		require.ErrorIs(t, err, journal.ErrNotFound)

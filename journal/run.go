@@ -123,7 +123,7 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 		return run, true, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
-		return nil, false, fmt.Errorf("create run of %s: %w", n.Function, err)
+		return nil, false, fmt.Errorf("create run of %s: %w", n.Function, unstorable(err))
 	}
 	// The function is unknown, the caller may not invoke it, or the key is taken.
 	var allowed bool
@@ -161,7 +161,7 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 		return nil, false, ErrNotFound
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("find run by idempotency key: %w", err)
+		return nil, false, fmt.Errorf("find run by idempotency key: %w", unstorable(err))
 	}
 	if !k.SameInput {
 		return nil, false, ErrIdempotencyMismatch

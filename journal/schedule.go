@@ -73,7 +73,7 @@ func PutSchedule(ctx context.Context, db DB, n NewSchedule) (*Schedule, time.Tim
 		n.ID, n.Tenant, n.Name, n.Function, n.Cron, n.Timezone, n.Input, n.Identity, next)
 	s, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Schedule])
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("put schedule %s: %w", n.Name, err)
+		return nil, time.Time{}, fmt.Errorf("put schedule %s: %w", n.Name, unstorable(err))
 	}
 	return s, clock, nil
 }

@@ -25,7 +25,7 @@ func TestDatabaseEnforces(t *testing.T) {
 		t.Parallel()
 		ctx, tx := t.Context(), pgtest.Tx(t)
 		run := mustCreateRun(t, tx, claimed)
-		require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, step(1, "charge", `1`)))
+		require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, step(1, "charge", `1`), journal.Bounds{}))
 
 		for _, sql := range []string{
 			`UPDATE stepgate.journal_entry SET output = '2' WHERE run_id = $1`,

@@ -33,10 +33,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"time"
 
 	"github.com/stepgate/stepgate/functions/internal/invocation"
+	"github.com/stepgate/stepgate/functions/names"
 	"github.com/stepgate/stepgate/gateway/api"
 )
 
@@ -260,13 +260,13 @@ func sleep(ctx context.Context, name string, aw api.Await) error {
 // fails the run. Cancelling this run does not cancel the child.
 //
 // name must be 1 to 255 bytes, function a valid function name (letters, digits, '.',
-// '_', '-', at most 128), and input must encode as JSON; otherwise Invoke returns a
+// '_', '-', at most 255), and input must encode as JSON; otherwise Invoke returns a
 // non-retryable error without taking a seq. It returns [ErrNoInvocation] when ctx is
 // not an invocation's.
 func Invoke[T any](ctx context.Context, name, function string, input any) (T, error) {
 	var zero T
-	if !functionName.MatchString(function) {
-		return zero, NonRetryable(fmt.Errorf("step: invoke %q: function %q is not a function name", name, function))
+	if err := names.CheckFunction("function", function); err != nil {
+		return zero, NonRetryable(fmt.Errorf("step: invoke %q: %w", name, err))
 	}
 	raw, err := json.Marshal(input)
 	if err != nil {
@@ -284,15 +284,13 @@ func Invoke[T any](ctx context.Context, name, function string, input any) (T, er
 	}))
 }
 
-var functionName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
-
 func next(ctx context.Context, kind api.EntryKind, name string) (*invocation.State, int, *api.JournalEntry, error) {
 	st := invocation.From(ctx)
 	if st == nil {
 		return nil, 0, nil, ErrNoInvocation
 	}
-	if len(name) == 0 || len(name) > 255 {
-		return nil, 0, nil, NonRetryable(fmt.Errorf("step: name %q must be 1 to 255 bytes", name))
+	if err := names.Check("step name", name); err != nil {
+		return nil, 0, nil, NonRetryable(fmt.Errorf("step: %w", err))
 	}
 	seq, e, err := st.Next(kind, name)
 	if errors.Is(err, ErrNested) {

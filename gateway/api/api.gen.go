@@ -255,7 +255,7 @@ type Await struct {
 	Duration *Duration  `json:"duration,omitempty"`
 	Error    *ErrorInfo `json:"error,omitempty"`
 
-	// Function `invoke`: the function to start a child run of (letters, digits, `.`, `_`, `-`; 1 to 128 characters).
+	// Function `invoke`: the function to start a child run of (letters, digits, `.`, `_`, `-`; 1 to 255 characters).
 	Function *string `json:"function,omitempty"`
 
 	// Input Any JSON value, kept byte for byte.

@@ -57,6 +57,9 @@ type Options struct {
 	// Auth configures token verification. Its Secrets default to JWTSecret, so
 	// Token and NewToken keep working when only keys, issuer or claims are added.
 	Auth auth.Config
+	// Limits bound functions and runs. MinBackoff defaults to 1ms here, so tests may
+	// retry fast; the rest keep the gateway's defaults.
+	Limits invoker.Limits
 }
 
 // Start starts a gateway for the test.
@@ -97,11 +100,13 @@ func Start(tb testing.TB, opts Options) *Stack {
 		tb.Fatal(err)
 	}
 	log := testLogger(tb)
+	limits := opts.Limits
+	limits.MinBackoff = cmp.Or(limits.MinBackoff, time.Millisecond)
 	srv := httptest.NewUnstartedServer(nil)
 	s.URL = "http://" + srv.Listener.Addr().String()
 	s.Invoker, err = invoker.New(invoker.Config{
 		Pool: pool, Logger: log, CheckpointURL: s.URL, Keys: s.Keys, Tokens: s.Tokens, HTTPClient: Loopback.Client(),
-		ReapInterval: opts.ReapInterval, LeaseGrace: opts.LeaseGrace,
+		ReapInterval: opts.ReapInterval, LeaseGrace: opts.LeaseGrace, Limits: limits,
 	})
 	if err != nil {
 		tb.Fatal(err)
