@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/functions/names"
 	"github.com/stepgate/stepgate/functions/signature"
 	"github.com/stepgate/stepgate/gateway/api"
@@ -30,8 +31,14 @@ func functionNotFound(name string) server.NotFoundApplicationProblemPlusJSONResp
 	return notFound(fmt.Sprintf("function %q is not registered", name))
 }
 
-func functionToAPI(fn *journal.Function) (api.Function, error) {
+// functionToAPI returns a function revision for the API. Unless reveal (the caller may
+// manage functions), credentials in its URL are masked: a password in its user
+// information, the values of its query.
+func functionToAPI(fn *journal.Function, reveal bool) (api.Function, error) {
 	out := api.Function{Name: fn.Name, Revision: fn.Revision, Url: fn.URL, CreatedAt: fn.CreatedAt}
+	if !reveal {
+		out.Url = redactURL(fn.URL)
+	}
 	if err := json.Unmarshal(fn.Config, &out.Config); err != nil {
 		return api.Function{}, fmt.Errorf("decode config of function %s: %w", fn.Name, err)
 	}
@@ -72,7 +79,7 @@ func (s *Server) RegisterFunction(ctx context.Context, req server.RegisterFuncti
 	if err != nil {
 		return nil, err
 	}
-	out, err := functionToAPI(fn)
+	out, err := functionToAPI(fn, true)
 	if err != nil {
 		return nil, err
 	}
@@ -88,7 +95,7 @@ func (s *Server) GetFunction(ctx context.Context, req server.GetFunctionRequestO
 	if err != nil {
 		return nil, err
 	}
-	out, err := functionToAPI(fn)
+	out, err := functionToAPI(fn, identity(ctx).Has(auth.PermissionFunctionsWrite))
 	if err != nil {
 		return nil, err
 	}
@@ -101,17 +108,17 @@ func (s *Server) ListFunctions(ctx context.Context, _ server.ListFunctionsReques
 	if err != nil {
 		return nil, err
 	}
-	list, err := functionsToAPI(fns)
+	list, err := functionsToAPI(fns, identity(ctx).Has(auth.PermissionFunctionsWrite))
 	if err != nil {
 		return nil, err
 	}
 	return server.ListFunctions200JSONResponse(list), nil
 }
 
-func functionsToAPI(fns []journal.Function) (api.FunctionList, error) {
+func functionsToAPI(fns []journal.Function, reveal bool) (api.FunctionList, error) {
 	out := api.FunctionList{Functions: make([]api.Function, 0, len(fns))}
 	for i := range fns {
-		f, err := functionToAPI(&fns[i])
+		f, err := functionToAPI(&fns[i], reveal)
 		if err != nil {
 			return api.FunctionList{}, err
 		}
@@ -159,7 +166,7 @@ func (s *Server) SyncApp(ctx context.Context, req server.SyncAppRequestObject) (
 		}
 		fns = append(fns, *fn)
 	}
-	list, err := functionsToAPI(fns)
+	list, err := functionsToAPI(fns, true)
 	if err != nil {
 		return nil, err
 	}
@@ -213,6 +220,28 @@ func (s *Server) checkURL(ctx context.Context, rawURL string) error {
 		return badRequest("%v", err)
 	}
 	return nil
+}
+
+// redactURL masks what may be a secret in a URL: the password of its user information
+// and the values of its query ("https://user:xxxxx@host/p?token=xxxxx").
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unreadable URL)"
+	}
+	if u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+		}
+	}
+	if u.RawQuery != "" {
+		q := u.Query()
+		for k := range q {
+			q[k] = []string{"xxxxx"}
+		}
+		u.RawQuery = q.Encode()
+	}
+	return u.String()
 }
 
 func truncate(b []byte) string {

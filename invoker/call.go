@@ -317,7 +317,8 @@ func (inv *Invoker) call(ctx context.Context, rev *revision, claim *journal.Clai
 	defer cancel()
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, rev.url, bytes.NewReader(body))
 	if err != nil {
-		return nil, &journal.ErrorInfo{Type: "request", Message: fmt.Sprintf("bad function URL %q: %v", rev.url, err)}
+		// Not the URL itself: it may hold credentials, and runs are read more widely.
+		return nil, &journal.ErrorInfo{Type: "request", Message: "the function's registered URL cannot be requested"}
 	}
 	sig, err := inv.keys.Sign(ctx, run.Tenant, body, time.Now())
 	if err != nil {

@@ -165,7 +165,7 @@ func (l Limits) WithDefaults() Limits {
 
 // Bounds returns the journal's share of l.
 func (l Limits) Bounds() journal.Bounds {
-	return journal.Bounds{MaxEntries: l.MaxEntries, MaxJournalBytes: l.MaxJournalBytes}
+	return journal.Bounds{MaxEntries: l.MaxEntries, MaxEntryBytes: int64(l.MaxOutputBytes), MaxJournalBytes: l.MaxJournalBytes}
 }
 
 // CheckConfig says what in a function's config, as registered, passes l, in words fit

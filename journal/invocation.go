@@ -96,6 +96,7 @@ func ClaimRun(ctx context.Context, db DB, runID string, lease time.Duration) (*C
 // Bounds limit a run's journal. A zero field does not limit.
 type Bounds struct {
 	MaxEntries      int   // Entries per run: the largest seq.
+	MaxEntryBytes   int64 // Bytes of one entry's output and error (Entry.Size).
 	MaxJournalBytes int64 // Bytes of outputs and errors per run, the entries' sum.
 }
 
@@ -133,6 +134,10 @@ func (e Entry) Size() int64 {
 // and keep the journal within b (a *LimitError otherwise). The run row is share-locked
 // while the entry is written, so a concurrent claim waits and then sees it.
 func AppendEntry(ctx context.Context, db DB, runID string, invocation int, e Entry, b Bounds) error {
+	if b.MaxEntryBytes > 0 && e.Size() > b.MaxEntryBytes {
+		return &LimitError{Seq: e.Seq, Message: fmt.Sprintf(
+			"entry %d holds %d bytes, more than the limit of %d (STEPGATE_MAX_OUTPUT_BYTES)", e.Seq, e.Size(), b.MaxEntryBytes)}
+	}
 	var owned, inserted, follows bool
 	var total *int64
 	var kind, name *string

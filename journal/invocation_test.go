@@ -501,3 +501,62 @@ func TestReapExpiredLeases(t *testing.T) {
 	require.Equal(t, 2, c.Run.Invocation)
 	require.Equal(t, 2, c.Run.Attempts)
 }
+
+func TestAppendEntryBounds(t *testing.T) {
+	t.Parallel()
+
+	t.Run("NoGaps", func(t *testing.T) {
+		t.Parallel()
+		ctx, tx := t.Context(), pgtest.Tx(t)
+		run := mustCreateRun(t, tx, claimed)
+		err := journal.AppendEntry(ctx, tx, run.ID, 1, step(2, "b", `1`), journal.Bounds{})
+		require.ErrorIs(t, err, journal.ErrGap)
+		require.ErrorContains(t, err, "seq 2 is not the journal's next (seq 1 is not journaled)")
+		require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, step(1, "a", `1`), journal.Bounds{}))
+		require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, step(2, "b", `1`), journal.Bounds{}))
+		require.Len(t, mustEntries(t, tx, run.ID), 2)
+	})
+
+	t.Run("Limits", func(t *testing.T) {
+		t.Parallel()
+		ctx, tx := t.Context(), pgtest.Tx(t)
+		run := mustCreateRun(t, tx, claimed)
+		b := journal.Bounds{MaxEntries: 3, MaxEntryBytes: 10, MaxJournalBytes: 21}
+		var le *journal.LimitError
+		err := journal.AppendEntry(ctx, tx, run.ID, 1, step(1, "a", `"0123456789"`), b)
+		require.ErrorAs(t, err, &le)
+		require.ErrorContains(t, err, "entry 1 holds 12 bytes, more than the limit of 10")
+		for i, out := range []string{`"12345678"`, `"12345678"`} {
+			require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, step(i+1, "s", out), b))
+		}
+		err = journal.AppendEntry(ctx, tx, run.ID, 1, step(3, "s", `"1234"`), b)
+		require.ErrorIs(t, err, journal.ErrLimit)
+		require.ErrorContains(t, err, "the journal would hold 26 bytes with entry 3, more than its limit of 21 bytes")
+		require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, step(3, "s", `1`), b), "the bytes are counted, not guessed")
+		err = journal.AppendEntry(ctx, tx, run.ID, 1, step(4, "s", `1`), b)
+		require.ErrorIs(t, err, journal.ErrLimit)
+		require.ErrorContains(t, err, "entry 4 is past the journal's limit of 3 entries")
+		require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, step(3, "s", `1`), b), "a repeat past the bounds is still a harmless retry")
+	})
+
+	t.Run("ConflictsNameWhatDiffers", func(t *testing.T) {
+		t.Parallel()
+		ctx, tx := t.Context(), pgtest.Tx(t)
+		run := mustCreateRun(t, tx, claimed)
+		require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, step(1, "charge", `{"amount": 5}`), journal.Bounds{}))
+		failed := step(1, "charge", "")
+		failed.Error = &journal.ErrorInfo{Type: "declined", Message: "no funds"}
+		for _, tc := range []struct {
+			e    journal.Entry
+			want string
+		}{
+			{step(1, "refund", `1`), `seq 1 holds step "charge", not step "refund"`},
+			{step(1, "charge", `{"amount":6}`), `seq 1 holds step "charge" with output {"amount":5}, not output {"amount":6}`},
+			{failed, `seq 1 holds step "charge" with output {"amount":5}, not with error declined "no funds"`},
+		} {
+			err := journal.AppendEntry(ctx, tx, run.ID, 1, tc.e, journal.Bounds{})
+			require.ErrorIs(t, err, journal.ErrConflict)
+			require.ErrorContains(t, err, tc.want)
+		}
+	})
+}

@@ -57,6 +57,8 @@ type Options struct {
 	// Auth configures token verification. Its Secrets default to JWTSecret, so
 	// Token and NewToken keep working when only keys, issuer or claims are added.
 	Auth auth.Config
+	// Egress says which addresses the gateway dials; nil: Loopback.
+	Egress *egress.Policy
 	// Limits bound functions and runs. MinBackoff defaults to 1ms here, so tests may
 	// retry fast; the rest keep the gateway's defaults.
 	Limits invoker.Limits
@@ -100,12 +102,16 @@ func Start(tb testing.TB, opts Options) *Stack {
 		tb.Fatal(err)
 	}
 	log := testLogger(tb)
+	policy := Loopback
+	if opts.Egress != nil {
+		policy = *opts.Egress
+	}
 	limits := opts.Limits
 	limits.MinBackoff = cmp.Or(limits.MinBackoff, time.Millisecond)
 	srv := httptest.NewUnstartedServer(nil)
 	s.URL = "http://" + srv.Listener.Addr().String()
 	s.Invoker, err = invoker.New(invoker.Config{
-		Pool: pool, Logger: log, CheckpointURL: s.URL, Keys: s.Keys, Tokens: s.Tokens, HTTPClient: Loopback.Client(),
+		Pool: pool, Logger: log, CheckpointURL: s.URL, Keys: s.Keys, Tokens: s.Tokens, HTTPClient: policy.Client(),
 		ReapInterval: opts.ReapInterval, LeaseGrace: opts.LeaseGrace, Limits: limits,
 	})
 	if err != nil {
@@ -126,7 +132,7 @@ func Start(tb testing.TB, opts Options) *Stack {
 	tb.Cleanup(verifier.Close)
 	g, err := gateway.New(gateway.Config{
 		Pool: pool, APIPool: apiPool, Invoker: s.Invoker, Verifier: verifier, Tokens: s.Tokens, Logger: log,
-		Keys: s.Keys, Egress: Loopback, MaxBodyBytes: opts.MaxBodyBytes, Web: web.Handler(),
+		Keys: s.Keys, Egress: policy, MaxBodyBytes: opts.MaxBodyBytes, Web: web.Handler(),
 	})
 	if err != nil {
 		tb.Fatal(err)

@@ -1,0 +1,406 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stepgate/stepgate/auth"
+	"github.com/stepgate/stepgate/functions"
+	"github.com/stepgate/stepgate/functions/step"
+	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/internal/egress"
+	"github.com/stepgate/stepgate/internal/stack"
+	"github.com/stepgate/stepgate/invoker"
+)
+
+// rawFunction is a function written without the SDK, by someone who means harm: answer
+// decides each answer from the invocation (and may checkpoint first). It counts its
+// invocations.
+type rawFunction struct {
+	calls  atomic.Int32
+	answer func(req *api.InvocationRequest, checkpoint func(entry string) (int, string)) string
+}
+
+func (f *rawFunction) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.calls.Add(1)
+	var req api.InvocationRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	checkpoint := func(entry string) (int, string) {
+		hreq, _ := http.NewRequestWithContext(context.WithoutCancel(r.Context()), "POST", req.Checkpoint.Url, strings.NewReader(entry))
+		hreq.Header.Set("Authorization", "Bearer "+req.Checkpoint.Token)
+		resp, err := http.DefaultClient.Do(hreq)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = io.WriteString(w, f.answer(&req, checkpoint))
+}
+
+// register registers h, served on loopback, as function name with config.
+func register(t *testing.T, s *stack.Stack, c *api.ClientWithResponses, name string, h http.Handler, config *api.FunctionConfig) {
+	t.Helper()
+	resp, err := c.RegisterFunctionWithResponse(t.Context(), name, api.FunctionRegistration{Url: s.ServeApp(t, h), Config: config})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
+}
+
+// mustFail starts a run of name and returns its error, after checking that it failed.
+func mustFail(t *testing.T, c *api.ClientWithResponses, name string) api.ErrorInfo {
+	t.Helper()
+	resp := startRun(t, c, name, `{}`, nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
+	require.Equal(t, api.RunStatusFailed, resp.JSON200.Status, string(resp.Body))
+	return *resp.JSON200.Error
+}
+
+var fastRetries = &api.FunctionConfig{Retries: &api.RetryPolicy{MaxAttempts: ptr(3), InitialInterval: ptr("1ms"), MaxInterval: ptr("2ms")}}
+
+// TestBadAnswers: an answer that can never be applied fails the run at once, without a
+// retry, with an error that says what was wrong; nothing of it is journaled.
+func TestBadAnswers(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	c := s.Client(t, s.Token)
+	for _, tc := range []struct {
+		name, answer, typ, message string
+	}{
+		{"NulInOutput", `{"status":"completed","output":{"a":"x\u0000y"}}`, "bad_answer", `output contains the escape \u0000`},
+		{"LoneSurrogate", `{"status":"completed","output":"\ud800"}`, "bad_answer", "unpaired UTF-16 surrogate"},
+		{"NulInError", `{"status":"failed","error":{"type":"x","message":"a\u0000"}}`, "bad_answer", "error.message"},
+		{"HugeNumber", `{"status":"completed","output":1e999999}`, "bad_answer", "output has a number with more than 131072 digits"},
+		{"UnknownStatus", `{"status":"maybe"}`, "bad_answer", `status "maybe"`},
+		{"UnknownAwait", `{"status":"suspended","await":{"type":"teleport","seq":1,"name":"x"}}`, "bad_answer", `await type "teleport"`},
+		{"AwaitWithoutName", `{"status":"suspended","await":{"type":"sleep","seq":1,"name":"","duration":"1s"}}`, "bad_answer", "await name"},
+		{"LongName", `{"status":"suspended","await":{"type":"sleep","seq":1,"name":"` + strings.Repeat("n", 256) + `","duration":"1s"}}`, "bad_answer", "1 to 255 bytes"},
+		{"SleepForAges", `{"status":"suspended","await":{"type":"sleep","seq":1,"name":"z","duration":"876000h"}}`, "bad_answer", "sleep duration"},
+		{"SleepPastYear9999", `{"status":"suspended","await":{"type":"sleep","seq":1,"name":"z","until":"9999-12-31T00:00:00Z"}}`, "bad_answer", "sleep until"},
+		{"GapInSteps", `{"status":"completed","steps":[{"seq":2,"kind":"step","name":"b","output":1}]}`, "bad_answer", "seq 2 is not the journal's next"},
+		{"GapInAwait", `{"status":"suspended","await":{"type":"sleep","seq":3,"name":"z","duration":"1s"}}`, "bad_answer", "seq 3 is not the journal's next"},
+		{"SeqBeyondInt32", `{"status":"completed","steps":[{"seq":4294967296,"kind":"step","name":"b","output":1}]}`, "limit_exceeded", "past the journal's limit of 1000 entries"},
+		{"StepsHoldASleep", `{"status":"completed","steps":[{"seq":1,"kind":"sleep","name":"b"}]}`, "bad_answer", "only hold finished steps"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := &rawFunction{answer: func(*api.InvocationRequest, func(string) (int, string)) string { return tc.answer }}
+			register(t, s, c, "bad."+tc.name, f, fastRetries)
+			e := mustFail(t, c, "bad."+tc.name)
+			require.Equal(t, tc.typ, e.Type, e.Message)
+			require.Contains(t, e.Message, tc.message)
+			require.EqualValues(t, 1, f.calls.Load(), "not retried")
+		})
+	}
+}
+
+// TestCheckpointRefusals: a checkpoint the journal could never hold is a 400 naming the
+// field, and loses nothing already journaled.
+func TestCheckpointRefusals(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	c := s.Client(t, s.Token)
+	type outcome struct {
+		code int
+		body string
+	}
+	results := make(chan []outcome, 1)
+	entries := []string{
+		`{"seq":1,"kind":"step","name":"a","output":1}`,
+		`{"seq":4294967296,"kind":"step","name":"b","output":1}`,
+		`{"seq":2,"kind":"step","name":"b","output":"\u0000"}`,
+		`{"seq":2,"kind":"step","name":"b\u0000","output":1}`,
+		`{"seq":2,"kind":"step","name":"b","error":{"type":"t","message":"a\u0000"}}`,
+		`{"seq":3,"kind":"step","name":"c","output":1}`,
+		`{"seq":2,"kind":"sleep","name":"b"}`,
+		`{"seq":2,"kind":"step","name":"b","output":2,"attempt":-1}`,
+		`{"seq":2,"kind":"step","name":"b","output":2}`,
+	}
+	f := &rawFunction{answer: func(req *api.InvocationRequest, checkpoint func(string) (int, string)) string {
+		var got []outcome
+		for _, e := range entries {
+			code, body := checkpoint(e)
+			got = append(got, outcome{code, body})
+		}
+		results <- got
+		return `{"status":"completed","output":"ok"}`
+	}}
+	register(t, s, c, "refused", f, nil)
+	res := mustComplete(t, c, "refused", `{}`)
+	got := <-results
+	for i, want := range []struct {
+		code   int
+		detail string
+	}{
+		{200, ""},
+		{400, "seq 4294967296 is not from 1 to 2147483647"},
+		{400, `output contains the escape \u0000`},
+		{400, "name"},
+		{400, "error.message"},
+		{400, "seq 3 is not the journal's next (seq 2 is not journaled)"},
+		{400, `kind "step" or "event", not "sleep"`},
+		{400, "attempt -1"},
+		{200, ""},
+	} {
+		require.Equal(t, want.code, got[i].code, "%s: %s", entries[i], got[i].body)
+		var p api.Problem
+		if want.code != 200 {
+			require.NoError(t, json.Unmarshal([]byte(got[i].body), &p))
+		}
+		require.Contains(t, p.Detail, want.detail, entries[i])
+	}
+	run := getRun(t, c, res.Id)
+	require.Len(t, run.Journal, 2, "the refusals journaled nothing")
+	require.JSONEq(t, `2`, string(*run.Journal[1].Output))
+}
+
+// TestBadRequestValues: values Postgres cannot store are 400s naming the field, never
+// 500s.
+func TestBadRequestValues(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	s.SyncExamples(t)
+	for _, tc := range []struct {
+		name, method, path, header, body, detail string
+	}{
+		{"InputNul", "POST", "/v1/functions/hello/runs", "", `{"name":"\u0000"}`, `input contains the escape \u0000`},
+		{"InputSurrogate", "POST", "/v1/functions/hello/runs", "", `{"name":"\udfff"}`, "input contains an unpaired UTF-16 surrogate"},
+		{"InputNumber", "POST", "/v1/functions/hello/runs", "", `{"n":1e200000}`, "input has a number"},
+		{"LongIdempotencyKey", "POST", "/v1/functions/hello/runs", strings.Repeat("k", 256), `{}`, "Idempotency-Key"},
+		{"EventDataNul", "POST", "/v1/events", "", `{"name":"e","data":"\u0000"}`, "data contains the escape"},
+		{"EventNameNul", "POST", "/v1/events", "", `{"name":"e\u0000"}`, "event name"},
+		{"EventIDTooLong", "POST", "/v1/events", "", `{"name":"e","id":"` + strings.Repeat("i", 300) + `"}`, "event id"},
+		{"ScheduleInputNul", "PUT", "/v1/schedules/nightly", "", `{"function":"hello","cron":"@daily","input":"\u0000"}`, "input contains the escape"},
+		{"ConfigRoleNul", "PUT", "/v1/functions/x", "", `{"url":"http://127.0.0.1:1/x","config":{"invoke_roles":["a\u0000"]}}`, "config contains the escape"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			req, err := http.NewRequestWithContext(t.Context(), tc.method, s.URL+tc.path, strings.NewReader(tc.body))
+			require.NoError(t, err)
+			req.Header.Set("Authorization", "Bearer "+s.Token)
+			if tc.header != "" {
+				req.Header.Set("Idempotency-Key", tc.header)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			var p api.Problem
+			require.NoError(t, json.NewDecoder(resp.Body).Decode(&p))
+			require.Equal(t, http.StatusBadRequest, resp.StatusCode, p.Detail)
+			require.Contains(t, p.Detail, tc.detail)
+		})
+	}
+}
+
+// TestJournalLimits: a run whose journal passes a bound fails with limit_exceeded naming
+// it, whether the function checkpoints or answers, and the gateway keeps nothing past it.
+func TestJournalLimits(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{Limits: invoker.Limits{MaxOutputBytes: 1000, MaxEntries: 5, MaxJournalBytes: 2500}})
+	c := s.Client(t, s.Token)
+
+	app := s.NewApp()
+	functions.Register(app, "big", func(ctx context.Context, in struct{ Size int }) (string, error) {
+		return step.Run(ctx, "big", func(context.Context) (string, error) { return strings.Repeat("x", in.Size), nil })
+	})
+	functions.Register(app, "many", func(ctx context.Context, in struct{ Steps, Size int }) (int, error) {
+		for i := range in.Steps {
+			if _, err := step.Run(ctx, fmt.Sprint("s", i), func(context.Context) (string, error) { return strings.Repeat("y", in.Size), nil }); err != nil {
+				return 0, err
+			}
+		}
+		return in.Steps, nil
+	})
+	functions.Register(app, "loud", func(ctx context.Context, _ struct{}) (string, error) { return strings.Repeat("z", 2000), nil })
+	s.Sync(t, s.ServeApp(t, app))
+
+	for _, tc := range []struct {
+		name, function, input, message string
+		journaled                      int
+	}{
+		{"Output", "big", `{"Size":2000}`, "limit of 1000 (STEPGATE_MAX_OUTPUT_BYTES)", 0},
+		{"Entries", "many", `{"Steps":6,"Size":1}`, "entry 6 is past the journal's limit of 5 entries (STEPGATE_MAX_JOURNAL_ENTRIES)", 5},
+		{"Bytes", "many", `{"Steps":4,"Size":900}`, "more than its limit of 2500 bytes (STEPGATE_MAX_JOURNAL_BYTES)", 2},
+		{"RunOutput", "loud", `{}`, "the answer's output is 2002 bytes, more than the limit of 1000", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			resp := startRun(t, c, tc.function, tc.input, nil)
+			require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
+			require.Equal(t, api.RunStatusFailed, resp.JSON200.Status, string(resp.Body))
+			require.Equal(t, "limit_exceeded", resp.JSON200.Error.Type)
+			require.Contains(t, resp.JSON200.Error.Message, tc.message)
+			run := getRun(t, c, resp.JSON200.Id)
+			require.Len(t, run.Journal, tc.journaled)
+			require.Equal(t, 1, run.Attempts, "a limit is not retried")
+		})
+	}
+
+	t.Run("WithinTheLimits", func(t *testing.T) {
+		t.Parallel()
+		res := mustComplete(t, c, "many", `{"Steps":5,"Size":400}`)
+		require.JSONEq(t, `5`, string(*res.Output))
+	})
+}
+
+// TestFunctionConfigCaps: a config past the gateway's caps is a 400 naming the cap.
+func TestFunctionConfigCaps(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{Limits: invoker.Limits{MinBackoff: 100 * 1e6}})
+	c := s.Client(t, s.Token)
+	roles := make([]string, 101)
+	for i := range roles {
+		roles[i] = fmt.Sprint("r", i)
+	}
+	for _, tc := range []struct {
+		name   string
+		config api.FunctionConfig
+		detail string
+	}{
+		{"Timeout", api.FunctionConfig{Timeout: ptr("16m")}, "config.timeout 16m0s is longer than the gateway's limit of 15m0s (STEPGATE_MAX_FUNCTION_TIMEOUT)"},
+		{"Attempts", api.FunctionConfig{Retries: &api.RetryPolicy{MaxAttempts: ptr(101)}}, "config.retries.max_attempts 101 is more than the gateway's limit of 100 (STEPGATE_MAX_ATTEMPTS)"},
+		{"BackoffFloor", api.FunctionConfig{Retries: &api.RetryPolicy{InitialInterval: ptr("10ms")}}, "config.retries.initial_interval 10ms is shorter than the gateway's floor of 100ms (STEPGATE_MIN_BACKOFF)"},
+		{"MaxInterval", api.FunctionConfig{Retries: &api.RetryPolicy{MaxInterval: ptr("48h")}}, "config.retries.max_interval 48h0m0s is longer than the gateway's limit of 24h0m0s"},
+		{"Roles", api.FunctionConfig{InvokeRoles: &roles}, "config.invoke_roles has 101 roles, more than the limit of 100"},
+		{"RoleName", api.FunctionConfig{InvokeRoles: &[]string{strings.Repeat("r", 256)}}, "config.invoke_roles[0]"},
+		{"TriggerName", api.FunctionConfig{Triggers: &[]api.EventTrigger{{Event: strings.Repeat("e", 256)}}}, "config.triggers[0].event"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			resp, err := c.RegisterFunctionWithResponse(t.Context(), "capped", api.FunctionRegistration{Url: "http://127.0.0.1:1/x", Config: &tc.config})
+			require.NoError(t, err)
+			require.Equal(t, http.StatusBadRequest, resp.StatusCode(), string(resp.Body))
+			require.Contains(t, resp.ApplicationproblemJSON400.Detail, tc.detail)
+		})
+	}
+	ok, err := c.RegisterFunctionWithResponse(t.Context(), "capped", api.FunctionRegistration{Url: "http://127.0.0.1:1/x", Config: &api.FunctionConfig{
+		Timeout: ptr("15m"), Retries: &api.RetryPolicy{MaxAttempts: ptr(100), InitialInterval: ptr("100ms")}}})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, ok.StatusCode(), "at the caps is fine: %s", ok.Body)
+}
+
+// TestStepRetriesAreCapped: a function that asks, forever, for another retry of its step
+// gets the gateway's count of attempts, not its own: past them the step fails.
+func TestStepRetriesAreCapped(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{Limits: invoker.Limits{MaxAttempts: 4}})
+	c := s.Client(t, s.Token)
+	var sawFailure atomic.Bool
+	f := &rawFunction{answer: func(req *api.InvocationRequest, _ func(string) (int, string)) string {
+		if len(req.Journal) > 0 {
+			// The gateway journaled the step's failure: a well-behaved function replays it.
+			sawFailure.Store(req.Journal[0].Error != nil)
+			return `{"status":"failed","error":{"type":"step_failed","message":"gave up"}}`
+		}
+		// Always "attempt 1 of 1000".
+		return `{"status":"suspended","await":{"type":"retry","seq":1,"name":"charge","attempt":1,
+			"error":{"type":"step_failed","message":"card declined"},"retry":{"max_attempts":1000,"initial_interval":"1ms"}}}`
+	}}
+	register(t, s, c, "greedy", f, nil)
+	mustFail(t, c, "greedy")
+	require.True(t, sawFailure.Load(), "the step's failure was journaled for the function")
+	require.EqualValues(t, 5, f.calls.Load(), "four attempts, the cap, and one invocation to replay the failure")
+
+	resp, err := c.ListRunsWithResponse(t.Context(), &api.ListRunsParams{Function: ptr("greedy")})
+	require.NoError(t, err)
+	run := getRun(t, c, resp.JSON200.Runs[0].Id)
+	require.Len(t, run.Journal, 1)
+	require.Equal(t, 4, *run.Journal[0].Attempt)
+	require.Contains(t, run.Journal[0].Error.Message, "card declined (attempt 4 of 4; the gateway gives up)")
+	require.Len(t, run.Failures, 3, "attempts 1 to 3 are kept")
+}
+
+// TestRedirectsAreNotFollowed: a function or an app that answers a redirect is not
+// followed there; the run's error names where it pointed.
+func TestRedirectsAreNotFollowed(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	c := s.Client(t, s.Token)
+	var targetHits atomic.Int32
+	target := s.ServeApp(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		targetHits.Add(1)
+		_, _ = io.WriteString(w, `{"status":"completed","output":"from the redirect"}`)
+	}))
+	redirect := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, target+"stolen", http.StatusFound) })
+	register(t, s, c, "redirects", redirect, fastRetries)
+	e := mustFail(t, c, "redirects")
+	require.Contains(t, e.Message, "function answered HTTP 302, a redirect to "+target+"stolen, which the gateway does not follow")
+
+	sync, err := c.SyncAppWithResponse(t.Context(), api.AppSync{Url: s.ServeApp(t, redirect)})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusBadGateway, sync.StatusCode())
+	require.Contains(t, sync.ApplicationproblemJSON502.Detail, "a redirect to "+target+"stolen, which the gateway does not follow")
+	require.Zero(t, targetHits.Load())
+}
+
+// TestSSRF runs a gateway with the production policy (the public internet only): no
+// function or app URL reaches loopback, private networks or cloud metadata, at
+// registration or at the dial.
+func TestSSRF(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{Egress: &egress.Policy{}})
+	c := s.Client(t, s.Token)
+	var hits atomic.Int32
+	local := s.ServeApp(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	port := strings.TrimSuffix(local[strings.LastIndex(local, ":")+1:], "/")
+	for _, url := range []string{
+		local,
+		"http://localhost:" + port + "/",
+		"http://[::1]:" + port + "/",
+		"http://[::ffff:127.0.0.1]:" + port + "/",
+		"http://169.254.169.254/latest/meta-data/",
+		"http://10.0.0.1/",
+		"http://192.168.1.1/",
+		"http://100.64.0.1/",
+		"http://[fd00::1]/",
+		"http://2130706433/",
+	} {
+		resp, err := c.RegisterFunctionWithResponse(t.Context(), "ssrf", api.FunctionRegistration{Url: url})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode(), url)
+		require.Contains(t, resp.ApplicationproblemJSON400.Detail, "url host", url)
+		sync, err := c.SyncAppWithResponse(t.Context(), api.AppSync{Url: url})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusBadRequest, sync.StatusCode(), url)
+	}
+	require.Zero(t, hits.Load(), "nothing on loopback was reached")
+}
+
+// TestFunctionURLCredentials: credentials in a function's URL are shown only to roles that
+// may manage functions.
+func TestFunctionURLCredentials(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	admin := s.Client(t, s.Token)
+	url := "http://deploy:s3cret@127.0.0.1:1/fn?token=abc&region=eu"
+	reg, err := admin.RegisterFunctionWithResponse(t.Context(), "secretive", api.FunctionRegistration{Url: url})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, reg.StatusCode(), string(reg.Body))
+	require.Equal(t, url, reg.JSON200.Url)
+
+	for role, want := range map[string]string{
+		"developer": url,
+		"viewer":    "http://deploy:xxxxx@127.0.0.1:1/fn?region=xxxxx&token=xxxxx",
+		"operator":  "http://deploy:xxxxx@127.0.0.1:1/fn?region=xxxxx&token=xxxxx",
+	} {
+		c := s.Client(t, s.NewToken(t, auth.Identity{Subject: "u", Tenant: auth.DefaultTenant, Roles: []string{role}}))
+		got, err := c.GetFunctionWithResponse(t.Context(), "secretive")
+		require.NoError(t, err)
+		require.Equal(t, want, got.JSON200.Url, role)
+		list, err := c.ListFunctionsWithResponse(t.Context())
+		require.NoError(t, err)
+		require.Equal(t, want, list.JSON200.Functions[0].Url, role)
+	}
+}
