@@ -3,8 +3,10 @@ package gateway
 import (
 	"fmt"
 	"html"
+	"mime"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -22,10 +24,12 @@ import (
 //	                    whether the token may open River's UI. 401 for a bad token.
 //	DELETE /ui/session  clears the cookie; 204.
 //	/river/...          River's own UI (riverqueue.com/riverui), for job-level
-//	                    debugging. A browser cannot add a header to the UI's own API
-//	                    calls, so it is signed in by the session cookie, whose token must
-//	                    grant runs:manage (or be an admin's). It shows every tenant's
-//	                    jobs: River's tables are not scoped by tenant.
+//	                    debugging by the deployment's operators. It shows, pauses and
+//	                    deletes every tenant's jobs (River's tables are not scoped by
+//	                    tenant), so no tenant role opens it, admin included: only a token
+//	                    with the operator role (Config.OperatorRole, of
+//	                    Config.OperatorTenant when set). A browser cannot add a header to
+//	                    the UI's own API calls, so it is signed in by the session cookie.
 //
 // The API itself (/v1) never reads the cookie: it takes bearer tokens only, so the
 // cookie cannot be used to forge API calls from another site.
@@ -46,9 +50,26 @@ func (s *Server) mountRiverUI(e *echo.Echo, inv *invoker.Invoker) error {
 	// The handler is not started: started, it would refresh its job counts in the
 	// background forever; unstarted, it counts when asked.
 	ui := echo.WrapHandler(h)
-	e.Any("/river", ui, s.requireRiverSession)
-	e.Any("/river/*", ui, s.requireRiverSession)
+	e.Any("/river", ui, riverHeaders, s.requireRiverSession)
+	e.Any("/river/*", ui, riverHeaders, s.requireRiverSession)
 	return nil
+}
+
+// riverCSP allows River's UI its own scripts, styles and API only, and no framing.
+const riverCSP = "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; " +
+	"font-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+
+// riverHeaders sets the security headers of every answer under /river.
+func riverHeaders(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		h := c.Response().Header()
+		h.Set("Content-Security-Policy", riverCSP)
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Cache-Control", "no-store")
+		return next(c)
+	}
 }
 
 type sessionRequest struct {
@@ -62,7 +83,16 @@ type sessionInfo struct {
 	River   bool     `json:"river"` // the token may open /river
 }
 
+// createSession sets the session cookie. It takes only JSON from this origin: a form
+// posted by another site can neither set a victim's session nor switch its tenant.
 func (s *Server) createSession(c echo.Context) error {
+	r := c.Request()
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get(echo.HeaderContentType)); mt != "application/json" {
+		return &problemError{http.StatusUnsupportedMediaType, "a session is created with a JSON body (Content-Type: application/json)"}
+	}
+	if !sameOrigin(r) {
+		return &problemError{http.StatusForbidden, "cross-origin request refused"}
+	}
 	var req sessionRequest
 	if err := c.Bind(&req); err != nil {
 		return err
@@ -74,13 +104,12 @@ func (s *Server) createSession(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	r := c.Request()
 	c.SetCookie(&http.Cookie{
 		Name: sessionCookie, Value: req.Token, Path: "/",
 		HttpOnly: true, SameSite: http.SameSiteStrictMode,
 		Secure: r.TLS != nil || strings.EqualFold(r.Header.Get(echo.HeaderXForwardedProto), "https"),
 	})
-	return c.JSON(http.StatusOK, sessionInfo{Subject: id.Subject, Tenant: id.Tenant, Roles: id.Roles, River: canManageRuns(id)})
+	return c.JSON(http.StatusOK, sessionInfo{Subject: id.Subject, Tenant: id.Tenant, Roles: id.Roles, River: s.operates(id)})
 }
 
 func deleteSession(c echo.Context) error {
@@ -88,8 +117,9 @@ func deleteSession(c echo.Context) error {
 	return c.NoContent(http.StatusNoContent)
 }
 
-// requireRiverSession admits requests whose session cookie holds a valid token granting
-// runs:manage. Requests that change something must also come from this origin.
+// requireRiverSession admits requests whose session cookie holds a valid token of an
+// operator (see operates). Requests that change something must also come from this
+// origin.
 func (s *Server) requireRiverSession(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
@@ -102,9 +132,9 @@ func (s *Server) requireRiverSession(next echo.HandlerFunc) echo.HandlerFunc {
 			return signInFirst(c, http.StatusUnauthorized, "the dashboard session is no longer valid ("+
 				strings.TrimPrefix(err.Error(), auth.ErrUnauthorized.Error()+": ")+"): sign in again")
 		}
-		if !canManageRuns(id) {
-			return signInFirst(c, http.StatusForbidden, "River's UI needs the runs:manage permission; the session's roles ("+
-				auth.RoleList(id.Roles)+") do not grant it")
+		if !s.operates(id) {
+			return signInFirst(c, http.StatusForbidden, "River's UI shows every tenant's jobs, so it is for the deployment's operators only: "+
+				"no tenant role opens it; the session's roles ("+auth.RoleList(id.Roles)+") hold no operator role")
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead && !sameOrigin(r) {
 			return &problemError{http.StatusForbidden, "cross-origin request refused"}
@@ -135,5 +165,11 @@ func sameOrigin(r *http.Request) bool {
 	return err == nil && u.Host == r.Host
 }
 
-// canManageRuns reports whether id's roles grant runs:manage.
-func canManageRuns(id auth.Identity) bool { return id.Has(auth.PermissionRunsManage) }
+// operates reports whether id is one of the deployment's operators: it has the
+// configured operator role (of the operator tenant, when one is configured). No tenant
+// role, admin included, makes an operator, and with no operator role configured nobody
+// is one.
+func (s *Server) operates(id auth.Identity) bool {
+	return s.operatorRole != "" && slices.Contains(id.Roles, s.operatorRole) &&
+		(s.operatorTenant == "" || id.Tenant == s.operatorTenant)
+}

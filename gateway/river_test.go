@@ -47,7 +47,7 @@ func TestRiverUI(t *testing.T) {
 
 	signIn := func(t *testing.T, c *http.Client, token string) (*http.Response, map[string]any) {
 		t.Helper()
-		resp, body := send(t, c, http.MethodPost, s.URL+"/ui/session", `{"token":"`+token+`"}`, nil)
+		resp, body := send(t, c, http.MethodPost, s.URL+"/ui/session", `{"token":"`+token+`"}`, map[string]string{"Content-Type": "application/json"})
 		var out map[string]any
 		require.NoError(t, json.Unmarshal([]byte(body), &out), body)
 		return resp, out
@@ -71,24 +71,42 @@ func TestRiverUI(t *testing.T) {
 		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
 	})
 
-	t.Run("NeedsRunsManage", func(t *testing.T) {
+	t.Run("NoTenantRoleOpensIt", func(t *testing.T) {
 		t.Parallel()
-		c := browser(t)
-		viewer := s.NewToken(t, auth.Identity{Subject: "vic", Tenant: auth.DefaultTenant, Roles: []string{"viewer"}})
-		resp, out := signIn(t, c, viewer)
-		require.Equal(t, http.StatusOK, resp.StatusCode)
-		require.Equal(t, false, out["river"])
-		resp, body := send(t, c, http.MethodGet, s.URL+"/river/api/states", "", nil)
-		require.Equal(t, http.StatusForbidden, resp.StatusCode)
-		require.Contains(t, body, "runs:manage")
+		for _, tok := range []string{
+			s.NewToken(t, auth.Identity{Subject: "vic", Tenant: auth.DefaultTenant, Roles: []string{"viewer"}}),
+			s.NewToken(t, auth.Identity{Subject: "ada", Tenant: auth.DefaultTenant, Roles: []string{"admin", "runs:manage", "operator"}}),
+			s.NewToken(t, auth.Identity{Subject: "eve", Tenant: "evil", Roles: []string{"admin"}}),
+		} {
+			c := browser(t)
+			resp, out := signIn(t, c, tok)
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+			require.Equal(t, false, out["river"], "the dashboard hides the link")
+			for _, path := range []string{"/river/", "/river/api/states", "/river/api/jobs?state=completed"} {
+				resp, body := send(t, c, http.MethodGet, s.URL+path, "", nil)
+				require.Equal(t, http.StatusForbidden, resp.StatusCode, path)
+				require.Contains(t, body, "for the deployment's operators only")
+			}
+		}
 	})
 
-	t.Run("AdminSeesRiversJobs", func(t *testing.T) {
+	t.Run("SessionTakesJSONFromThisOriginOnly", func(t *testing.T) {
+		t.Parallel()
+		c := browser(t)
+		resp, _ := send(t, c, http.MethodPost, s.URL+"/ui/session", "token="+s.Token, map[string]string{"Content-Type": "application/x-www-form-urlencoded"})
+		require.Equal(t, http.StatusUnsupportedMediaType, resp.StatusCode)
+		resp, _ = send(t, c, http.MethodPost, s.URL+"/ui/session", `{"token":"`+s.Token+`"}`,
+			map[string]string{"Content-Type": "application/json", "Origin": "https://evil.example"})
+		require.Equal(t, http.StatusForbidden, resp.StatusCode)
+		require.Empty(t, resp.Cookies(), "another site cannot set a session")
+	})
+
+	t.Run("OperatorSeesRiversJobs", func(t *testing.T) {
 		t.Parallel()
 		c := browser(t)
 		resp, out := signIn(t, c, s.Token)
 		require.Equal(t, http.StatusOK, resp.StatusCode)
-		require.Equal(t, map[string]any{"subject": "tester", "tenant": auth.DefaultTenant, "roles": []any{"admin"}, "river": true}, out)
+		require.Equal(t, map[string]any{"subject": "tester", "tenant": auth.DefaultTenant, "roles": []any{"admin", stack.OperatorRole}, "river": true}, out)
 		cookies := resp.Cookies()
 		require.Len(t, cookies, 1)
 		ck := cookies[0]
@@ -100,6 +118,8 @@ func TestRiverUI(t *testing.T) {
 		resp, body := send(t, c, http.MethodGet, s.URL+"/river/", "", nil)
 		require.Equal(t, http.StatusOK, resp.StatusCode)
 		require.Contains(t, body, "<title>River</title>")
+		require.Contains(t, resp.Header.Get("Content-Security-Policy"), "frame-ancestors 'none'")
+		require.Equal(t, "DENY", resp.Header.Get("X-Frame-Options"))
 		require.Contains(t, body, `/river/assets/`, "assets are served under the prefix, from the binary")
 
 		resp, body = send(t, c, http.MethodGet, s.URL+"/river/api/jobs?state=completed&limit=20", "", nil)

@@ -48,6 +48,12 @@ type Config struct {
 	MaxBodyBytes int64
 	// Web serves the dashboard at /. Optional.
 	Web http.Handler
+	// OperatorRole is the role of the deployment's operators, who alone may open
+	// River's UI (it shows every tenant's jobs). No tenant role grants it; choose one
+	// your identity provider gives operators only. Empty: nobody may.
+	OperatorRole string
+	// OperatorTenant, when set, counts OperatorRole only in tokens of this tenant.
+	OperatorTenant string
 	// Egress says which function and app URLs tenants may register, and which
 	// addresses the manifest requests may dial. Its zero value allows the public
 	// internet only.
@@ -64,9 +70,11 @@ type Server struct {
 	log      *slog.Logger
 	keys     *auth.SigningKeys
 	egress   egress.Policy
-	client   *http.Client // fetches manifests
-	echo     *echo.Echo
-	stream   *streamHub
+	// operatorRole and operatorTenant say who may open River's UI (see operates).
+	operatorRole, operatorTenant string
+	client                       *http.Client // fetches manifests
+	echo                         *echo.Echo
+	stream                       *streamHub
 }
 
 var _ server.StrictServerInterface = (*Server)(nil)
@@ -80,15 +88,17 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("gateway: APIPool is required")
 	}
 	s := &Server{
-		pool:     cfg.Pool,
-		api:      cfg.APIPool,
-		inv:      cfg.Invoker,
-		verifier: cfg.Verifier,
-		tokens:   cfg.Tokens,
-		log:      cfg.Logger,
-		keys:     cfg.Keys,
-		egress:   cfg.Egress,
-		client:   manifestClient(cfg.Egress),
+		pool:           cfg.Pool,
+		api:            cfg.APIPool,
+		inv:            cfg.Invoker,
+		verifier:       cfg.Verifier,
+		tokens:         cfg.Tokens,
+		log:            cfg.Logger,
+		keys:           cfg.Keys,
+		egress:         cfg.Egress,
+		operatorRole:   cfg.OperatorRole,
+		operatorTenant: cfg.OperatorTenant,
+		client:         manifestClient(cfg.Egress),
 	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true

@@ -188,3 +188,54 @@ func TestLocalTimerWakesOnTime(t *testing.T) {
 	require.GreaterOrEqual(t, late, time.Duration(0), "the step after the sleep ran before its wake time")
 	require.Equal(t, 2, run.Attempts)
 }
+
+// TestStrandedRunsAreSwept: a run that is due with no job to invoke it (an operator
+// deleted the job in River's UI, or River discarded it) is found by the sweep and run.
+func TestStrandedRunsAreSwept(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{SweepInterval: 50 * time.Millisecond, SweepGrace: time.Millisecond})
+	s.SyncExamples(t)
+	ctx := t.Context()
+	c := s.Client(t, s.Token)
+
+	// A queued run whose job is gone, as if deleted: created without one.
+	queued, _, err := journal.CreateRun(ctx, s.Pool, journal.NewRun{
+		ID: uuid.Must(uuid.NewV7()).String(), Tenant: auth.DefaultTenant, Function: "hello",
+		Input: json.RawMessage(`{"name":"swept"}`), Identity: journal.Identity{Subject: "tester", Tenant: auth.DefaultTenant},
+	})
+	require.NoError(t, err)
+	res := awaitResult(t, c, queued.ID)
+	require.Equal(t, api.RunStatusCompleted, res.Status)
+	require.JSONEq(t, `{"greeting":"Hello, swept!"}`, string(*res.Output))
+
+	// A sleeping run whose wake-up job an operator deletes through River's UI, on a
+	// gateway that has no timer for it (it stands for one that stopped).
+	resp := startRunAsync(t, c, "orders.checkout", `{"sleep_ms":300}`)
+	id := resp.Id
+	require.Eventually(t, func() bool { return getRun(t, c, id).Status == api.RunStatusSuspended }, 10*time.Second, 5*time.Millisecond)
+	s.Invoker.Cancelled(id) // drops this process's timer, as a gateway restart would
+	var jobs []int64
+	rows, err := s.Pool.Query(ctx, `SELECT id FROM river_job WHERE kind = 'stepgate.invoke' AND args->>'run_id' = $1 AND state = 'scheduled'`, id)
+	require.NoError(t, err)
+	for rows.Next() {
+		var j int64
+		require.NoError(t, rows.Scan(&j))
+		jobs = append(jobs, j)
+	}
+	require.NoError(t, rows.Err())
+	require.NotEmpty(t, jobs, "the sleep's wake-up job")
+	for _, j := range jobs {
+		_, err := s.Invoker.River().JobDelete(ctx, j)
+		require.NoError(t, err)
+	}
+	res = awaitResult(t, c, id)
+	require.Equal(t, api.RunStatusCompleted, res.Status, "woken by the sweep")
+}
+
+func startRunAsync(t *testing.T, c *api.ClientWithResponses, name, input string) api.RunResult {
+	t.Helper()
+	resp, err := c.StartRunWithBodyWithResponse(t.Context(), name, &api.StartRunParams{}, "application/json", strings.NewReader(input))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusAccepted, resp.StatusCode(), string(resp.Body))
+	return *resp.JSON202
+}

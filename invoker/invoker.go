@@ -52,6 +52,13 @@ type Config struct {
 	// ReapInterval is how often the River leader requeues runs whose lease expired.
 	// Defaults to 5s.
 	ReapInterval time.Duration
+	// SweepInterval is how often the River leader looks for stranded runs: due, with no
+	// live job to invoke them (an operator deleted it in River's UI, or River discarded
+	// it), and enqueues one. Defaults to 30s.
+	SweepInterval time.Duration
+	// SweepGrace is how long a run is due before the sweep may find it stranded.
+	// Defaults to 10s.
+	SweepGrace time.Duration
 	// LeaseGrace is how long past its function's timeout an invocation's lease lasts,
 	// so a slow but live gateway applies the answer before the reaper steps in.
 	// Defaults to 30s.
@@ -118,6 +125,7 @@ func New(cfg Config) (*Invoker, error) {
 	river.AddWorker(workers, &invokeWorker{inv: inv})
 	river.AddWorker(workers, &reapWorker{inv: inv})
 	river.AddWorker(workers, &tickWorker{inv: inv})
+	river.AddWorker(workers, &sweepWorker{inv: inv, grace: cmp.Or(cfg.SweepGrace, 10*time.Second)})
 	rc, err := river.NewClient(riverpgxv5.New(cfg.Pool), &river.Config{
 		Logger:            slog.New(warnOnly{cfg.Logger.Handler()}).With(slog.String("component", "river")),
 		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cmp.Or(cfg.Workers, 100)}},
@@ -128,11 +136,18 @@ func New(cfg Config) (*Invoker, error) {
 		// The gateway acts as stepgate_system, which does not own River's indexes, so
 		// River's daily REINDEX would fail; operators reindex as the owner if needed.
 		ReindexerIndexNames: []string{},
-		PeriodicJobs: []*river.PeriodicJob{river.NewPeriodicJob(
-			river.PeriodicInterval(cmp.Or(cfg.ReapInterval, 5*time.Second)),
-			func() (river.JobArgs, *river.InsertOpts) { return ReapArgs{}, nil },
-			&river.PeriodicJobOpts{RunOnStart: true},
-		)},
+		PeriodicJobs: []*river.PeriodicJob{
+			river.NewPeriodicJob(
+				river.PeriodicInterval(cmp.Or(cfg.ReapInterval, 5*time.Second)),
+				func() (river.JobArgs, *river.InsertOpts) { return ReapArgs{}, nil },
+				&river.PeriodicJobOpts{RunOnStart: true},
+			),
+			river.NewPeriodicJob(
+				river.PeriodicInterval(cmp.Or(cfg.SweepInterval, 30*time.Second)),
+				func() (river.JobArgs, *river.InsertOpts) { return SweepArgs{}, nil },
+				&river.PeriodicJobOpts{RunOnStart: true},
+			),
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("invoker: river client: %w", err)
@@ -372,6 +387,43 @@ func (w *reapWorker) Work(ctx context.Context, _ *river.Job[ReapArgs]) error {
 			return err
 		}
 	}
+}
+
+// SweepArgs is the periodic River job that re-enqueues stranded runs; see
+// Config.SweepInterval.
+type SweepArgs struct{}
+
+// Kind implements river.JobArgs.
+func (SweepArgs) Kind() string { return "stepgate.sweep" }
+
+type sweepWorker struct {
+	river.WorkerDefaults[SweepArgs]
+	inv   *Invoker
+	grace time.Duration
+}
+
+// sweepExamine bounds the due runs one sweep looks at; sweepBatch the runs it enqueues.
+const (
+	sweepExamine = 2000
+	sweepBatch   = 500
+)
+
+func (w *sweepWorker) Work(ctx context.Context, _ *river.Job[SweepArgs]) error {
+	return pgx.BeginFunc(ctx, w.inv.pool, func(tx pgx.Tx) error {
+		ids, err := journal.StrandedRuns(ctx, tx, InvokeArgs{}.Kind(), w.grace, sweepExamine, sweepBatch)
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		jobs := make([]river.InsertManyParams, 0, len(ids))
+		for _, id := range ids {
+			w.inv.log.WarnContext(ctx, "run was due with no job to invoke it (deleted or discarded); enqueued again", slog.String("run_id", id))
+			jobs = append(jobs, river.InsertManyParams{Args: InvokeArgs{RunID: id}})
+		}
+		if _, err := w.inv.river.InsertManyTx(ctx, tx, jobs); err != nil {
+			return fmt.Errorf("enqueue stranded runs: %w", err)
+		}
+		return nil
+	})
 }
 
 // Wake invokes runID from this process at once if it is due: a parent whose child has

@@ -589,3 +589,34 @@ func FailRun(ctx context.Context, db DB, runID string, e ErrorInfo) (parent stri
 	}
 	return parent, nil
 }
+
+// StrandedRuns returns, and locks for the caller's transaction, up to limit runs that
+// have been due for longer than grace (queued, or suspended past their wake time) and
+// have no live River job of kind jobKind (available, scheduled, pending, retryable or
+// running) to invoke them: their job was deleted or discarded. The caller enqueues a job for each in the same
+// transaction. It looks at the examine runs that have been due the longest, so its cost
+// is bounded; a stranded run stays among them until it is found. Runs locked by another
+// transaction are skipped.
+func StrandedRuns(ctx context.Context, db DB, jobKind string, grace time.Duration, examine, limit int) ([]string, error) {
+	rows, _ := db.Query(ctx, `
+		WITH due AS (
+			SELECT id FROM stepgate.run
+			WHERE (status = 'queued' OR (status = 'suspended' AND wake_at IS NOT NULL))
+				AND coalesce(wake_at, created_at) < now() - make_interval(secs => $1)
+			ORDER BY coalesce(wake_at, created_at)
+			LIMIT $2
+		)
+		SELECT r.id::text FROM stepgate.run r JOIN due USING (id)
+		WHERE (r.status = 'queued' OR (r.status = 'suspended' AND r.wake_at IS NOT NULL))
+			AND NOT EXISTS (
+				SELECT 1 FROM river_job j
+				WHERE j.kind = $4 AND j.args @> jsonb_build_object('run_id', r.id::text)
+					AND j.state IN ('available', 'scheduled', 'pending', 'retryable', 'running'))
+		LIMIT $3
+		FOR UPDATE OF r SKIP LOCKED`, grace.Seconds(), examine, limit, jobKind)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("find stranded runs: %w", err)
+	}
+	return ids, nil
+}

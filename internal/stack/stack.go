@@ -32,8 +32,8 @@ type Stack struct {
 	URL string // The gateway's base URL.
 	// Pool is the gateway's system pool: it acts as journal.SystemRole and sees every
 	// tenant. APIPool is its API pool: it sees a tenant only through journal.ForTenant.
-	Pool       *pgxpool.Pool
-	APIPool    *pgxpool.Pool
+	Pool      *pgxpool.Pool
+	APIPool   *pgxpool.Pool
 	Invoker   *invoker.Invoker
 	JWTSecret []byte
 	// Keys are the tenants' signing keys, kept in the database as the gateway keeps
@@ -42,15 +42,18 @@ type Stack struct {
 	Tokens *auth.InvocationTokens
 	// Auth is the gateway's token verification config; NewToken signs with it.
 	Auth auth.Config
-	// Token is an admin token of the default tenant.
+	// Token is a token of the default tenant with the admin role and OperatorRole, as
+	// the one `stepgate dev` prints: on a dev instance the developer is the operator.
 	Token string
 }
 
 // Options change a Stack; zero values keep the gateway's defaults.
 type Options struct {
-	MaxBodyBytes int64
-	ReapInterval time.Duration
-	LeaseGrace   time.Duration
+	MaxBodyBytes  int64
+	ReapInterval  time.Duration
+	SweepInterval time.Duration
+	SweepGrace    time.Duration
+	LeaseGrace    time.Duration
 	// DatabaseURL shares a database with another Stack (two gateways); empty makes a
 	// new one.
 	DatabaseURL string
@@ -113,6 +116,7 @@ func Start(tb testing.TB, opts Options) *Stack {
 	s.Invoker, err = invoker.New(invoker.Config{
 		Pool: pool, Logger: log, CheckpointURL: s.URL, Keys: s.Keys, Tokens: s.Tokens, HTTPClient: policy.Client(),
 		ReapInterval: opts.ReapInterval, LeaseGrace: opts.LeaseGrace, Limits: limits,
+		SweepInterval: opts.SweepInterval, SweepGrace: opts.SweepGrace,
 	})
 	if err != nil {
 		tb.Fatal(err)
@@ -132,7 +136,7 @@ func Start(tb testing.TB, opts Options) *Stack {
 	tb.Cleanup(verifier.Close)
 	g, err := gateway.New(gateway.Config{
 		Pool: pool, APIPool: apiPool, Invoker: s.Invoker, Verifier: verifier, Tokens: s.Tokens, Logger: log,
-		Keys: s.Keys, Egress: policy, MaxBodyBytes: opts.MaxBodyBytes, Web: web.Handler(),
+		Keys: s.Keys, Egress: policy, MaxBodyBytes: opts.MaxBodyBytes, Web: web.Handler(), OperatorRole: OperatorRole,
 	})
 	if err != nil {
 		tb.Fatal(err)
@@ -149,7 +153,7 @@ func Start(tb testing.TB, opts Options) *Stack {
 		apiPool.Close()
 		pool.Close()
 	})
-	s.Token = s.NewToken(tb, auth.Identity{Subject: "tester", Tenant: auth.DefaultTenant, Roles: []string{"admin"}})
+	s.Token = s.NewToken(tb, auth.Identity{Subject: "tester", Tenant: auth.DefaultTenant, Roles: []string{"admin", OperatorRole}})
 	return s
 }
 
@@ -185,6 +189,10 @@ func (s *Stack) ServeApp(tb testing.TB, h http.Handler) string {
 	tb.Cleanup(srv.Close)
 	return srv.URL + "/"
 }
+
+// OperatorRole is the role of the deployment's operators in a Stack, who alone open
+// River's UI.
+const OperatorRole = "stepgate-operator"
 
 // Loopback is the egress policy of a Stack: the public internet and loopback, where
 // tests serve their functions (as `stepgate dev` does).
