@@ -23,6 +23,9 @@ const DefaultLeeway = 30 * time.Second
 // MaxTokenBytes bounds the tokens a Verifier reads; a longer one is refused unread.
 const MaxTokenBytes = 32 << 10
 
+// DefaultMaxLifetime is the longest a token may be valid for, unless configured.
+const DefaultMaxLifetime = 24 * time.Hour
+
 // Config configures a [Verifier]: which keys and algorithms verify callers' tokens, which
 // claims are required, and where the identity is read from. At least one key source
 // (Secrets, PublicKeys or JWKSURL) is required.
@@ -60,15 +63,25 @@ type Config struct {
 	// Leeway is the clock difference allowed on exp, nbf and iat. Defaults to
 	// DefaultLeeway; a negative value allows none.
 	Leeway time.Duration
-	// TenantClaim names the claim holding the caller's tenant; a token without it
-	// gets DefaultTenant. Defaults to "tenant". A name with dots that is not a claim
-	// itself is read as a path into nested objects ("org.tenant").
+	// TenantClaim names the claim holding the caller's tenant. Defaults to "tenant". A
+	// name with dots that is not a claim itself is read as a path into nested objects
+	// ("org.tenant").
 	TenantClaim string
+	// DefaultTenant is the tenant of a token without a tenant claim, for a
+	// single-tenant deployment. Empty (the default): such a token is refused.
+	DefaultTenant string
 	// RolesClaim names the claim holding the caller's roles: an array of strings or a
 	// string of roles separated by spaces or commas. Defaults to "roles". Dotted
-	// names work as for TenantClaim (Keycloak: "realm_access.roles"). The roles of a
-	// space-separated "scope" claim are added.
+	// names work as for TenantClaim (Keycloak: "realm_access.roles").
 	RolesClaim string
+	// ScopePrefix, when set, makes the space-separated "scope" claim grant roles: each
+	// scope that starts with it grants the role after it ("stepgate:runs:invoke"
+	// grants "runs:invoke" with the prefix "stepgate:"); other scopes grant nothing.
+	// Empty (the default): scopes grant nothing.
+	ScopePrefix string
+	// MaxLifetime refuses tokens valid for longer: exp - iat, or exp - now without an
+	// iat. Defaults to DefaultMaxLifetime.
+	MaxLifetime time.Duration
 	// IdentityClaims are the other claims copied into [Identity].Claims when the token
 	// has them (for example "email", "org"), so they are stored with runs and sent to
 	// functions. Nothing else of the token is kept.
@@ -88,6 +101,7 @@ func (c Config) withDefaults() Config {
 		c.Leeway = 0
 	}
 	c.JWKSRefreshInterval = cmp.Or(c.JWKSRefreshInterval, time.Hour)
+	c.MaxLifetime = cmp.Or(c.MaxLifetime, DefaultMaxLifetime)
 	c.JWKSRefreshLimit = cmp.Or(c.JWKSRefreshLimit, 10*time.Second)
 	if c.JWKSClient == nil {
 		c.JWKSClient = &http.Client{Timeout: 10 * time.Second}
@@ -153,6 +167,12 @@ func (c Config) Validate() error {
 	}
 	if c.Leeway > 5*time.Minute {
 		return fmt.Errorf("auth: a leeway of %s is more than the 5m allowed", c.Leeway)
+	}
+	if c.MaxLifetime < 0 {
+		return fmt.Errorf("auth: a maximum token lifetime of %s is not positive", c.MaxLifetime)
+	}
+	if c.DefaultTenant != "" && !validTenant(c.DefaultTenant) {
+		return fmt.Errorf("auth: default tenant %q is not a tenant: 1 to 255 printable characters", c.DefaultTenant)
 	}
 	c = c.withDefaults()
 	can := c.keyAlgorithms()
@@ -238,6 +258,7 @@ func (v *Verifier) Algorithms() []string { return slices.Clone(v.cfg.Algorithms)
 // Errors a key lookup returns; reason turns them into words.
 var (
 	errUnknownKID = errors.New("unknown kid")
+	errCrit       = errors.New("crit")
 	errNoKey      = errors.New("no key for alg")
 	errJWKSKey    = errors.New("jwks key unusable")
 )
@@ -259,6 +280,9 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Identity, error) {
 		}
 		return Identity{}, fmt.Errorf("%w: %s", ErrUnauthorized, v.reason(err, t, claims))
 	}
+	if err := v.checkLifetime(claims); err != nil {
+		return Identity{}, fmt.Errorf("%w: %s", ErrUnauthorized, err)
+	}
 	id, err := v.identity(claims)
 	if err != nil {
 		return Identity{}, fmt.Errorf("%w: %s", ErrUnauthorized, err)
@@ -266,11 +290,34 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Identity, error) {
 	return id, nil
 }
 
+// checkLifetime refuses a token valid for longer than the maximum lifetime: a token
+// that leaks is then useful for that long at most.
+func (v *Verifier) checkLifetime(c jwt.MapClaims) error {
+	exp, err := c.GetExpirationTime()
+	if err != nil || exp == nil {
+		return errors.New("token has no expiry (exp)")
+	}
+	from, what := time.Now(), "exp - now"
+	if iat, err := c.GetIssuedAt(); err == nil && iat != nil {
+		from, what = iat.Time, "exp - iat"
+	}
+	if life := exp.Sub(from); life > v.cfg.MaxLifetime+v.cfg.Leeway {
+		return fmt.Errorf("token is valid for %s (%s), longer than the gateway's maximum of %s (STEPGATE_JWT_MAX_LIFETIME)",
+			life.Round(time.Second), what, v.cfg.MaxLifetime)
+	}
+	return nil
+}
+
 // keys returns the keys that may have signed t: the secrets for an HS algorithm; else
 // the public keys of its family, and the JWKS key its kid names (or, without a kid,
 // every JWKS key of its family). When the JWKS lookup fails but other keys are left to
 // try, its error goes to kidErr.
 func (v *Verifier) keys(ctx context.Context, t *jwt.Token, kidErr *error) (any, error) {
+	if _, ok := t.Header["crit"]; ok {
+		// RFC 7515 4.1.11: a critical extension that is not understood makes the token
+		// invalid, and this gateway understands none.
+		return nil, errCrit
+	}
 	alg := t.Method.Alg()
 	var set jwt.VerificationKeySet
 	for _, s := range v.cfg.Secrets {
@@ -302,6 +349,8 @@ func (v *Verifier) reason(err error, t *jwt.Token, claims jwt.MapClaims) string 
 	switch {
 	case errors.Is(err, jwt.ErrTokenMalformed):
 		return "token is malformed (want a JWT: three base64url parts separated by dots)"
+	case errors.Is(err, errCrit):
+		return "token header names critical extensions (crit) this gateway does not understand"
 	case t != nil && t.Method != nil && !slices.Contains(v.cfg.Algorithms, t.Method.Alg()):
 		return fmt.Sprintf("token algorithm %s is not accepted (accepted: %s)", t.Method.Alg(), strings.Join(v.cfg.Algorithms, ", "))
 	case errors.Is(err, errUnknownKID) && errors.Is(err, jwt.ErrTokenSignatureInvalid):
@@ -354,7 +403,7 @@ func (v *Verifier) identity(c jwt.MapClaims) (Identity, error) {
 	if sub == "" {
 		return Identity{}, errors.New("token has no subject (sub)")
 	}
-	id := Identity{Subject: sub, Tenant: DefaultTenant, Roles: []string{}}
+	id := Identity{Subject: sub, Tenant: v.cfg.DefaultTenant, Roles: []string{}}
 	switch t := lookup(c, v.cfg.TenantClaim).(type) {
 	case nil:
 	case string:
@@ -367,15 +416,25 @@ func (v *Verifier) identity(c jwt.MapClaims) (Identity, error) {
 	default:
 		return Identity{}, fmt.Errorf("token tenant claim (%s) is not a string", v.cfg.TenantClaim)
 	}
+	if id.Tenant == "" {
+		return Identity{}, fmt.Errorf("token has no tenant claim (%s), and this gateway has no default tenant (STEPGATE_DEFAULT_TENANT)", v.cfg.TenantClaim)
+	}
 	roles, ok := stringList(lookup(c, v.cfg.RolesClaim))
 	if !ok {
 		return Identity{}, fmt.Errorf("token roles claim (%s) is not an array of strings or a string of roles separated by spaces or commas", v.cfg.RolesClaim)
 	}
-	scope, ok := stringList(c["scope"])
-	if !ok {
-		return Identity{}, errors.New("token scope claim is not a string of scopes separated by spaces")
+	if v.cfg.ScopePrefix != "" {
+		scope, ok := stringList(c["scope"])
+		if !ok {
+			return Identity{}, errors.New("token scope claim is not a string of scopes separated by spaces")
+		}
+		for _, sc := range scope {
+			if r, ok := strings.CutPrefix(sc, v.cfg.ScopePrefix); ok && r != "" {
+				roles = append(roles, r)
+			}
+		}
 	}
-	for _, r := range append(roles, scope...) {
+	for _, r := range roles {
 		if !slices.Contains(id.Roles, r) {
 			id.Roles = append(id.Roles, r)
 		}

@@ -67,10 +67,10 @@ func pemOf(t *testing.T, pub crypto.PublicKey) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
 }
 
-// claims returns valid claims for subject "alice", which edit may change.
+// claims returns valid claims for subject "alice" of tenant "acme", which edit may change.
 func claims(edit func(jwt.MapClaims)) jwt.MapClaims {
 	now := time.Now()
-	c := jwt.MapClaims{"sub": "alice", "iat": now.Unix(), "exp": now.Add(time.Hour).Unix()}
+	c := jwt.MapClaims{"sub": "alice", "tenant": "acme", "iat": now.Unix(), "exp": now.Add(time.Hour).Unix()}
 	if edit != nil {
 		edit(c)
 	}
@@ -129,7 +129,7 @@ func TestVerifierAcceptsEachAlgorithm(t *testing.T) {
 			t.Parallel()
 			id, err := v.Verify(t.Context(), sign(t, tc.method, tc.key, "", claims(nil)))
 			require.NoError(t, err)
-			require.Equal(t, auth.Identity{Subject: "alice", Tenant: auth.DefaultTenant, Roles: []string{}}, id)
+			require.Equal(t, auth.Identity{Subject: "alice", Tenant: "acme", Roles: []string{}}, id)
 		})
 	}
 }
@@ -191,6 +191,22 @@ func TestVerifierRefuses(t *testing.T) {
 		{"WrongSecret", hsAndRSA, sign(t, jwt.SigningMethodHS256, otherSecret, "", good(nil)), "token signature is invalid"},
 		{"TenantNotAString", hsAndRSA, sign(t, jwt.SigningMethodRS256, rsaKey, "", good(func(c jwt.MapClaims) { c["tenant"] = 7 })), "token tenant claim (tenant) is not a string"},
 		{"TenantNotPrintable", hsAndRSA, sign(t, jwt.SigningMethodRS256, rsaKey, "", good(func(c jwt.MapClaims) { c["tenant"] = "a\nb" })), "is not a tenant"},
+		{"NoTenant", hsAndRSA, sign(t, jwt.SigningMethodRS256, rsaKey, "", good(func(c jwt.MapClaims) { delete(c, "tenant") })), "token has no tenant claim (tenant)"},
+		{"EmptyTenant", hsAndRSA, sign(t, jwt.SigningMethodRS256, rsaKey, "", good(func(c jwt.MapClaims) { c["tenant"] = "" })), "token has no tenant claim (tenant)"},
+		{"TooLongLived", hsAndRSA, sign(t, jwt.SigningMethodRS256, rsaKey, "", good(func(c jwt.MapClaims) { c["exp"] = time.Now().Add(48 * time.Hour).Unix() })),
+			"token is valid for 48h0m0s (exp - iat), longer than the gateway's maximum of 24h0m0s"},
+		{"TooLongLivedNoIat", hsAndRSA, sign(t, jwt.SigningMethodRS256, rsaKey, "", good(func(c jwt.MapClaims) {
+			delete(c, "iat")
+			c["exp"] = time.Now().Add(30 * 24 * time.Hour).Unix()
+		})), "(exp - now), longer than the gateway's maximum"},
+		{"UnknownCrit", hsAndRSA, func() string {
+			tok := jwt.NewWithClaims(jwt.SigningMethodRS256, good(nil))
+			tok.Header["crit"] = []string{"b64"}
+			tok.Header["b64"] = false
+			s, err := tok.SignedString(rsaKey)
+			require.NoError(t, err)
+			return s
+		}(), "critical extensions (crit)"},
 		{"RolesNotStrings", hsAndRSA, sign(t, jwt.SigningMethodRS256, rsaKey, "", good(func(c jwt.MapClaims) { c["roles"] = []any{"admin", 1} })), "token roles claim (roles) is not an array of strings"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -226,15 +242,20 @@ func TestIdentity(t *testing.T) {
 		edit func(jwt.MapClaims)
 		want auth.Identity
 	}{
-		{"Defaults", auth.Config{}, nil, auth.Identity{Subject: "alice", Tenant: "default", Roles: []string{}}},
-		{"TenantAndRoles", auth.Config{}, func(c jwt.MapClaims) { c["tenant"], c["roles"] = "acme", []string{"viewer", "invoker"} },
-			auth.Identity{Subject: "alice", Tenant: "acme", Roles: []string{"viewer", "invoker"}}},
-		{"EmptyTenantIsDefault", auth.Config{}, func(c jwt.MapClaims) { c["tenant"] = "" },
-			auth.Identity{Subject: "alice", Tenant: "default", Roles: []string{}}},
+		{"Defaults", auth.Config{}, nil, auth.Identity{Subject: "alice", Tenant: "acme", Roles: []string{}}},
+		{"TenantAndRoles", auth.Config{}, func(c jwt.MapClaims) { c["tenant"], c["roles"] = "globex", []string{"viewer", "invoker"} },
+			auth.Identity{Subject: "alice", Tenant: "globex", Roles: []string{"viewer", "invoker"}}},
+		{"NoTenantTakesTheDefaultTenant", auth.Config{DefaultTenant: "solo"}, func(c jwt.MapClaims) { delete(c, "tenant") },
+			auth.Identity{Subject: "alice", Tenant: "solo", Roles: []string{}}},
+		{"EmptyTenantTakesTheDefaultTenant", auth.Config{DefaultTenant: "solo"}, func(c jwt.MapClaims) { c["tenant"] = "" },
+			auth.Identity{Subject: "alice", Tenant: "solo", Roles: []string{}}},
 		{"RolesAsAString", auth.Config{}, func(c jwt.MapClaims) { c["roles"] = "viewer, runs:invoke  operator" },
-			auth.Identity{Subject: "alice", Tenant: "default", Roles: []string{"viewer", "runs:invoke", "operator"}}},
-		{"ScopeAddsRoles", auth.Config{}, func(c jwt.MapClaims) { c["roles"], c["scope"] = []string{"viewer"}, "runs:invoke viewer events:send" },
-			auth.Identity{Subject: "alice", Tenant: "default", Roles: []string{"viewer", "runs:invoke", "events:send"}}},
+			auth.Identity{Subject: "alice", Tenant: "acme", Roles: []string{"viewer", "runs:invoke", "operator"}}},
+		{"ScopeGrantsNothingByDefault", auth.Config{}, func(c jwt.MapClaims) { c["roles"], c["scope"] = []string{"viewer"}, "admin runs:invoke" },
+			auth.Identity{Subject: "alice", Tenant: "acme", Roles: []string{"viewer"}}},
+		{"ScopeWithThePrefixGrantsRoles", auth.Config{ScopePrefix: "stepgate:"}, func(c jwt.MapClaims) {
+			c["roles"], c["scope"] = []string{"viewer"}, "openid stepgate:runs:invoke admin stepgate:viewer stepgate:"
+		}, auth.Identity{Subject: "alice", Tenant: "acme", Roles: []string{"viewer", "runs:invoke"}}},
 		{"ConfiguredClaims", auth.Config{TenantClaim: "https://stepgate.dev/org", RolesClaim: "realm_access.roles"},
 			func(c jwt.MapClaims) {
 				c["https://stepgate.dev/org"] = "globex"
@@ -247,7 +268,7 @@ func TestIdentity(t *testing.T) {
 				c["email"], c["phone"] = "alice@example.com", "555"
 				c["org"] = map[string]any{"plan": "pro"}
 			},
-			auth.Identity{Subject: "alice", Tenant: "default", Roles: []string{}, Claims: map[string]any{"email": "alice@example.com", "org.plan": "pro"}}},
+			auth.Identity{Subject: "alice", Tenant: "acme", Roles: []string{}, Claims: map[string]any{"email": "alice@example.com", "org.plan": "pro"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

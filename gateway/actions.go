@@ -30,7 +30,7 @@ func (s *Server) CancelRun(ctx context.Context, req server.CancelRunRequestObjec
 	var run *journal.Run
 	err := pgx.BeginFunc(ctx, s.tenantDB(ctx), func(tx pgx.Tx) error {
 		var err error
-		run, err = journal.CancelRun(ctx, tx, id.Tenant, req.Id, id.Subject)
+		run, err = journal.CancelRun(ctx, tx, id.Tenant, req.Id, journal.Identity(id))
 		if err != nil || run.ParentSeq == nil {
 			return err
 		}
@@ -55,9 +55,9 @@ func (s *Server) CancelRun(ctx context.Context, req server.CancelRunRequestObjec
 }
 
 // RerunRun starts a new run of a finished run's function (its current revision) with the
-// finished run's input and identity, naming it in rerun_of. The new run and its River
-// job commit together. The run's identity, which the new run runs as, must still be
-// allowed by the revision's invoke_roles.
+// finished run's input, as the caller, naming the old run in rerun_of. The caller must be
+// allowed by the revision's invoke_roles, as for any start: a rerun never lends the
+// caller the old run's identity. The new run and its River job commit together.
 func (s *Server) RerunRun(ctx context.Context, req server.RerunRunRequestObject) (server.RerunRunResponseObject, error) {
 	if !validRunID(req.Id) {
 		return server.RerunRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
@@ -76,18 +76,16 @@ func (s *Server) RerunRun(ctx context.Context, req server.RerunRunRequestObject)
 		return server.RerunRun409ApplicationProblemPlusJSONResponse{ConflictApplicationProblemPlusJSONResponse: conflict(
 			fmt.Sprintf("run %s is %s; only a finished run (completed, failed or cancelled) can be rerun", old.ID, old.Status))}, nil
 	}
-	runAs := auth.Identity(old.Identity)
+	caller := identity(ctx)
 	n := journal.NewRun{
-		ID:       uuid.Must(uuid.NewV7()).String(),
-		Tenant:   tenant,
-		Function: old.Function,
-		Input:    old.Input,
-		Identity: old.Identity,
-		RerunOf:  &old.ID,
-		// The rerun runs as the old run's identity, so that identity must still be
-		// allowed by the current revision's invoke_roles.
-		CheckInvokeRoles: !runAs.IsAdmin(),
-		InvokerRoles:     runAs.Roles,
+		ID:               uuid.Must(uuid.NewV7()).String(),
+		Tenant:           tenant,
+		Function:         old.Function,
+		Input:            old.Input,
+		Identity:         journal.Identity(caller),
+		RerunOf:          &old.ID,
+		CheckInvokeRoles: !caller.IsAdmin(),
+		InvokerRoles:     caller.Roles,
 	}
 	var run *journal.Run
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
@@ -99,8 +97,8 @@ func (s *Server) RerunRun(ctx context.Context, req server.RerunRunRequestObject)
 	})
 	if fe := (*journal.ForbiddenError)(nil); errors.As(err, &fe) {
 		return nil, &problemError{http.StatusForbidden, fmt.Sprintf(
-			"run %s runs as %s, whose roles (%s) the invoke_roles (%s) of %s do not allow",
-			old.ID, old.Identity.Subject, auth.RoleList(old.Identity.Roles), strings.Join(fe.InvokeRoles, ", "), old.Function)}
+			"function %s may be invoked only by the roles (%s) or admin; the token's roles (%s) include none of them",
+			old.Function, strings.Join(fe.InvokeRoles, ", "), auth.RoleList(caller.Roles))}
 	}
 	if errors.Is(err, journal.ErrNotFound) {
 		return server.RerunRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: notFound(
@@ -109,6 +107,6 @@ func (s *Server) RerunRun(ctx context.Context, req server.RerunRunRequestObject)
 	if err != nil {
 		return nil, err
 	}
-	s.log.InfoContext(ctx, "run rerun", "run_id", run.ID, "rerun_of", old.ID, "function", run.Function)
+	s.log.InfoContext(ctx, "run rerun", "run_id", run.ID, "rerun_of", old.ID, "function", run.Function, "by", caller.Subject)
 	return server.RerunRun202JSONResponse{Body: runToAPI(run), Headers: server.RerunRun202ResponseHeaders{Location: resultLocation(run.ID)}}, nil
 }

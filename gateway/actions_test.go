@@ -87,10 +87,14 @@ func TestCancel(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, res.StatusCode())
 		require.Equal(t, api.RunStatusCancelled, res.JSON200.Status)
+		run := getRun(t, c, id)
+		require.NotNil(t, run.CancelledBy, "who cancelled is recorded on the run")
+		require.Equal(t, "tester", run.CancelledBy.Subject)
+		require.Equal(t, []string{"admin", stack.OperatorRole}, run.CancelledBy.Roles)
 
 		// The wake-up job runs past the sleep and finds nothing to claim.
 		require.GreaterOrEqual(t, awaitJobsDone(t, s, id), 2, "the start's job and the wake-up's")
-		run := getRun(t, c, id)
+		run = getRun(t, c, id)
 		require.Equal(t, api.RunStatusCancelled, run.Status)
 		require.Len(t, run.Journal, 3, "reserve, charge, the sleep; never ship")
 		require.Equal(t, "cool-off", run.Journal[2].Name)
@@ -219,14 +223,18 @@ func TestRerun(t *testing.T) {
 	s.SyncExamples(t)
 	c := s.Client(t, s.Token)
 	operator := s.Client(t, s.NewToken(t, auth.Identity{Subject: "ops", Tenant: auth.DefaultTenant, Roles: []string{"operator"}}))
+	invoker := s.Client(t, s.NewToken(t, auth.Identity{Subject: "ivy", Tenant: auth.DefaultTenant, Roles: []string{"invoker"}}))
 
-	t.Run("FailedRunRerunsWithItsInputAndIdentity", func(t *testing.T) {
+	t.Run("FailedRunRerunsWithItsInputAsTheCaller", func(t *testing.T) {
 		t.Parallel()
 		resp := startRun(t, c, "flaky", `{"fail_times":5}`, nil)
 		require.Equal(t, api.RunStatusFailed, resp.JSON200.Status, string(resp.Body))
 		old := getRun(t, c, resp.JSON200.Id)
 
-		rerun, err := operator.RerunRunWithResponse(t.Context(), old.Id)
+		refused, err := operator.RerunRunWithResponse(t.Context(), old.Id)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusForbidden, refused.StatusCode(), "a rerun starts a run: it needs runs:invoke")
+		rerun, err := invoker.RerunRunWithResponse(t.Context(), old.Id)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusAccepted, rerun.StatusCode(), string(rerun.Body))
 		run := rerun.JSON202
@@ -235,7 +243,8 @@ func TestRerun(t *testing.T) {
 		require.Equal(t, &old.Id, run.RerunOf)
 		require.Equal(t, api.RunStatusQueued, run.Status)
 		require.JSONEq(t, string(old.Input), string(run.Input))
-		require.Equal(t, old.Identity, run.Identity, "the identity of the run, not of who reran it")
+		require.Equal(t, "ivy", run.Identity.Subject, "the rerun runs as who reran it")
+		require.Equal(t, "tester", getRun(t, c, old.Id).Identity.Subject, "the original's identity stays readable there")
 		require.Nil(t, old.RerunOf)
 
 		res, err := c.GetRunResultWithResponse(t.Context(), run.Id, &api.GetRunResultParams{Wait: ptr("30s")})
@@ -369,8 +378,8 @@ func TestFunctionStats(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode())
 }
 
-// TestRerunHonoursInvokeRoles reruns a run whose identity the function's current
-// invoke_roles no longer allow.
+// TestRerunHonoursInvokeRoles: a rerun is a start by the caller, whom the function's
+// current invoke_roles must allow; it never borrows the original run's identity.
 func TestRerunHonoursInvokeRoles(t *testing.T) {
 	t.Parallel()
 	s := stack.Start(t, stack.Options{})
@@ -389,17 +398,28 @@ func TestRerunHonoursInvokeRoles(t *testing.T) {
 	greeter := s.Client(t, s.NewToken(t, auth.Identity{Subject: "gia", Tenant: auth.DefaultTenant, Roles: []string{"invoker", "greeter"}}))
 	res := mustComplete(t, greeter, "hello", `{}`)
 
-	rerun, err := admin.RerunRunWithResponse(t.Context(), res.Id)
+	rerun, err := greeter.RerunRunWithResponse(t.Context(), res.Id)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusAccepted, rerun.StatusCode(), string(rerun.Body))
 	require.Equal(t, "gia", rerun.JSON202.Identity.Subject)
 
-	register("someone-else")
-	rerun, err = admin.RerunRunWithResponse(t.Context(), res.Id)
+	// An invoker the function refuses cannot get a run of it by rerunning gia's.
+	ivy := s.Client(t, s.NewToken(t, auth.Identity{Subject: "ivy", Tenant: auth.DefaultTenant, Roles: []string{"invoker"}}))
+	refused, err := ivy.RerunRunWithResponse(t.Context(), res.Id)
 	require.NoError(t, err)
-	require.Equal(t, http.StatusForbidden, rerun.StatusCode(), string(rerun.Body))
-	require.Contains(t, rerun.ApplicationproblemJSON403.Detail, "runs as gia")
+	require.Equal(t, http.StatusForbidden, refused.StatusCode(), string(refused.Body))
+	require.Equal(t, "function hello may be invoked only by the roles (greeter) or admin; the token's roles (invoker) include none of them",
+		refused.ApplicationproblemJSON403.Detail)
+
+	register("someone-else")
+	refused, err = greeter.RerunRunWithResponse(t.Context(), res.Id)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusForbidden, refused.StatusCode(), "the current revision's roles count")
+	byAdmin, err := admin.RerunRunWithResponse(t.Context(), res.Id)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusAccepted, byAdmin.StatusCode())
+	require.Equal(t, "tester", byAdmin.JSON202.Identity.Subject)
 	runs, err := admin.ListRunsWithResponse(t.Context(), &api.ListRunsParams{Function: ptr("hello")})
 	require.NoError(t, err)
-	require.Len(t, runs.JSON200.Runs, 2, "the refused rerun left no run behind")
+	require.Len(t, runs.JSON200.Runs, 3, "the refused reruns left no run behind")
 }

@@ -106,13 +106,13 @@ func TestAuthentication(t *testing.T) {
 	const issuer, audience = "https://idp.test/", "stepgate"
 	s := stack.Start(t, stack.Options{Auth: auth.Config{
 		PublicKeys: publicKeys, JWKSURL: idp.URL, JWKSRefreshLimit: time.Nanosecond,
-		Issuer: issuer, Audience: audience, IdentityClaims: []string{"email"},
+		Issuer: issuer, Audience: audience, IdentityClaims: []string{"email"}, ScopePrefix: "stepgate:",
 	}})
 
 	claims := func(edit func(jwt.MapClaims)) jwt.MapClaims {
 		now := time.Now()
 		c := jwt.MapClaims{"sub": "alice", "iss": issuer, "aud": audience, "iat": now.Unix(),
-			"exp": now.Add(time.Hour).Unix(), "roles": []string{"viewer"}}
+			"exp": now.Add(time.Hour).Unix(), "roles": []string{"viewer"}, "tenant": "acme"}
 		if edit != nil {
 			edit(c)
 		}
@@ -132,7 +132,7 @@ func TestAuthentication(t *testing.T) {
 	t.Run("Accepted", func(t *testing.T) {
 		t.Parallel()
 		for name, tok := range map[string]string{
-			"HS256":      s.NewToken(t, auth.Identity{Subject: "alice", Roles: []string{"viewer"}}),
+			"HS256":      s.NewToken(t, auth.Identity{Subject: "alice", Tenant: auth.DefaultTenant, Roles: []string{"viewer"}}),
 			"RS256":      sign(jwt.SigningMethodRS256, rsaKey, "", claims(nil)),
 			"PS256":      sign(jwt.SigningMethodPS256, rsaKey, "", claims(nil)),
 			"ES256":      sign(jwt.SigningMethodES256, ecKey, "", claims(nil)),
@@ -140,11 +140,19 @@ func TestAuthentication(t *testing.T) {
 			"JWKSByKid":  sign(jwt.SigningMethodRS256, jwksKey, "jwks-1", claims(nil)),
 			"JWKSNoKid":  sign(jwt.SigningMethodRS256, jwksKey, "", claims(nil)),
 			"StaticKid":  sign(jwt.SigningMethodRS256, rsaKey, "pem-key-1", claims(nil)), // a kid the JWKS lacks, a PEM key verifies
-			"ScopeRoles": sign(jwt.SigningMethodES256, ecKey, "", claims(func(c jwt.MapClaims) { delete(c, "roles"); c["scope"] = "openid functions:read" })),
+			"ScopeRoles": sign(jwt.SigningMethodES256, ecKey, "", claims(func(c jwt.MapClaims) { delete(c, "roles"); c["scope"] = "openid stepgate:functions:read" })),
 		} {
 			status, detail := call(t, "GET", functions, tok, "")
 			require.Equal(t, http.StatusOK, status, "%s: %s", name, detail)
 		}
+	})
+
+	t.Run("ScopesGrantOnlyWithThePrefix", func(t *testing.T) {
+		t.Parallel()
+		tok := sign(jwt.SigningMethodES256, ecKey, "", claims(func(c jwt.MapClaims) { delete(c, "roles"); c["scope"] = "functions:read admin" }))
+		status, detail := call(t, "GET", functions, tok, "")
+		require.Equal(t, http.StatusForbidden, status, detail)
+		require.Contains(t, detail, "roles (none)")
 	})
 
 	t.Run("AKeyAddedToTheJWKSLaterIsPickedUp", func(t *testing.T) {
@@ -170,6 +178,10 @@ func TestAuthentication(t *testing.T) {
 		name, header, reason string
 	}{
 		{"Expired", sign(jwt.SigningMethodRS256, rsaKey, "", claims(func(c jwt.MapClaims) { c["exp"] = past })), "token is expired (exp)"},
+		{"NoTenant", sign(jwt.SigningMethodRS256, rsaKey, "", claims(func(c jwt.MapClaims) { delete(c, "tenant") })),
+			"token has no tenant claim (tenant), and this gateway has no default tenant (STEPGATE_DEFAULT_TENANT)"},
+		{"LivesTooLong", sign(jwt.SigningMethodRS256, rsaKey, "", claims(func(c jwt.MapClaims) { c["exp"] = time.Now().Add(90 * 24 * time.Hour).Unix() })),
+			"token is valid for 2160h0m0s (exp - iat), longer than the gateway's maximum of 24h0m0s (STEPGATE_JWT_MAX_LIFETIME)"},
 		{"NotYetValid", sign(jwt.SigningMethodES256, ecKey, "", claims(func(c jwt.MapClaims) { c["nbf"] = future })), "token is not valid yet (nbf)"},
 		{"WrongIssuer", sign(jwt.SigningMethodEdDSA, ed, "", claims(func(c jwt.MapClaims) { c["iss"] = "https://evil.test/" })), `token issuer (iss) is not "https://idp.test/"`},
 		{"WrongAudience", sign(jwt.SigningMethodRS256, jwksKey, "jwks-1", claims(func(c jwt.MapClaims) { c["aud"] = "another-api" })), `token audience (aud) does not include "stepgate"`},

@@ -196,7 +196,7 @@ func TestEvents(t *testing.T) {
 	t.Run("ARunsEventCarriesItsIdentity", func(t *testing.T) {
 		t.Parallel()
 		marker := newMarker()
-		bob := s.Client(t, s.NewToken(t, auth.Identity{Subject: "bob", Roles: []string{"developer"}, Claims: map[string]any{"org": "initech"}}))
+		bob := s.Client(t, s.NewToken(t, auth.Identity{Subject: "bob", Tenant: auth.DefaultTenant, Roles: []string{"developer"}, Claims: map[string]any{"org": "initech"}}))
 		res := mustComplete(t, bob, "signup", `{"marker":"`+marker+`"}`)
 
 		evs := eventsFrom(t, bob, "user.welcomed", res.Id)
@@ -242,7 +242,7 @@ func TestEvents(t *testing.T) {
 	t.Run("SendingNeedsEventsSend", func(t *testing.T) {
 		t.Parallel()
 		marker := newMarker()
-		viewer := s.Client(t, s.NewToken(t, auth.Identity{Subject: "v", Roles: []string{"viewer", "operator"}}))
+		viewer := s.Client(t, s.NewToken(t, auth.Identity{Subject: "v", Tenant: auth.DefaultTenant, Roles: []string{"viewer", "operator"}}))
 		data := api.AnyJSON(`{"marker":"` + marker + `"}`)
 		resp := sendEvent(t, viewer, api.EventSend{Name: "user.signup", Data: &data})
 		require.Equal(t, http.StatusForbidden, resp.StatusCode())
@@ -254,7 +254,7 @@ func TestEvents(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, list.StatusCode(), "listing needs runs:read")
 
-		sender := s.Client(t, s.NewToken(t, auth.Identity{Subject: "s", Roles: []string{"events:send"}}))
+		sender := s.Client(t, s.NewToken(t, auth.Identity{Subject: "s", Tenant: auth.DefaultTenant, Roles: []string{"events:send"}}))
 		list, err = sender.ListEventsWithResponse(t.Context(), nil)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusForbidden, list.StatusCode())
@@ -272,7 +272,7 @@ func TestEvents(t *testing.T) {
 		require.Equal(t, http.StatusOK, reg.StatusCode(), string(reg.Body))
 		r := mustSendEvent(t, asAda, api.EventSend{Name: "pay-" + marker})
 		require.Empty(t, r.Runs, "ada (invoker) may not start payout, so her event does not")
-		billing := s.Client(t, s.NewToken(t, auth.Identity{Subject: "b", Roles: []string{"invoker", "billing"}}))
+		billing := s.Client(t, s.NewToken(t, auth.Identity{Subject: "b", Tenant: auth.DefaultTenant, Roles: []string{"invoker", "billing"}}))
 		require.Len(t, mustSendEvent(t, billing, api.EventSend{Name: "pay-" + marker}).Runs, 1)
 	})
 

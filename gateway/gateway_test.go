@@ -323,9 +323,9 @@ func TestBadRequests(t *testing.T) {
 	s.SyncExamples(t)
 	runs := s.URL + "/v1/functions/hello/runs"
 	other := s.NewToken(t, auth.Identity{Subject: "x", Tenant: "other", Roles: []string{"admin"}})
-	expired, err := auth.NewToken(s.JWTSecret, auth.Identity{Subject: "x"}, -time.Hour)
+	expired, err := auth.NewToken(s.JWTSecret, auth.Identity{Subject: "x", Tenant: auth.DefaultTenant}, -time.Hour)
 	require.NoError(t, err)
-	forged, err := auth.NewToken([]byte("another-secret-0123456789abcdef0123"), auth.Identity{Subject: "x"}, time.Hour)
+	forged, err := auth.NewToken([]byte("another-secret-0123456789abcdef0123"), auth.Identity{Subject: "x", Tenant: auth.DefaultTenant}, time.Hour)
 	require.NoError(t, err)
 
 	for _, tc := range []struct {

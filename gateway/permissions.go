@@ -36,7 +36,7 @@ var operationPermissions = map[string]auth.Permission{
 	"getRunResult":       auth.PermissionRunsRead,
 	"streamRuns":         auth.PermissionRunsRead,
 	"cancelRun":          auth.PermissionRunsManage,
-	"rerunRun":           auth.PermissionRunsManage,
+	"rerunRun":           auth.PermissionRunsInvoke,
 	"sendEvent":          auth.PermissionEventsSend,
 	"listEvents":         auth.PermissionRunsRead,
 	"listSigningKeys":    auth.PermissionFunctionsRead,

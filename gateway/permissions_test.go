@@ -173,8 +173,8 @@ func TestPermissionMatrix(t *testing.T) {
 				others = append(others, string(p))
 			}
 		}
-		with := s.NewToken(t, auth.Identity{Subject: "matrix", Roles: []string{string(perm)}})
-		without := s.NewToken(t, auth.Identity{Subject: "matrix", Roles: others})
+		with := s.NewToken(t, auth.Identity{Subject: "matrix", Tenant: auth.DefaultTenant, Roles: []string{string(perm)}})
+		without := s.NewToken(t, auth.Identity{Subject: "matrix", Tenant: auth.DefaultTenant, Roles: others})
 
 		t.Run(op.ID, func(t *testing.T) {
 			t.Parallel()
@@ -190,19 +190,19 @@ func TestPermissionMatrix(t *testing.T) {
 
 	t.Run("NamedRoles", func(t *testing.T) {
 		t.Parallel()
-		viewer := s.NewToken(t, auth.Identity{Subject: "v", Roles: []string{"viewer"}})
+		viewer := s.NewToken(t, auth.Identity{Subject: "v", Tenant: auth.DefaultTenant, Roles: []string{"viewer"}})
 		status, detail := call(t, "POST", s.URL+"/v1/functions/hello/runs", viewer, `{}`)
 		require.Equal(t, http.StatusForbidden, status)
 		require.Equal(t, "this operation needs the runs:invoke permission; the token's roles (viewer) do not grant it", detail)
 		status, _ = call(t, "GET", s.URL+"/v1/runs", viewer, "")
 		require.Equal(t, http.StatusOK, status)
 
-		none := s.NewToken(t, auth.Identity{Subject: "n"})
+		none := s.NewToken(t, auth.Identity{Subject: "n", Tenant: auth.DefaultTenant})
 		status, detail = call(t, "GET", s.URL+"/v1/functions", none, "")
 		require.Equal(t, http.StatusForbidden, status)
 		require.Equal(t, "this operation needs the functions:read permission; the token's roles (none) do not grant it", detail)
 
-		operator := s.NewToken(t, auth.Identity{Subject: "o", Roles: []string{"operator"}})
+		operator := s.NewToken(t, auth.Identity{Subject: "o", Tenant: auth.DefaultTenant, Roles: []string{"operator"}})
 		status, detail = call(t, "PUT", s.URL+"/v1/functions/x", operator, `{"url":"http://127.0.0.1:9/x"}`)
 		require.Equal(t, http.StatusForbidden, status)
 		require.Contains(t, detail, "needs the functions:write permission")
@@ -231,7 +231,9 @@ func TestInvokeRoles(t *testing.T) {
 	appURL := s.ServeApp(t, app)
 	s.Sync(t, appURL)
 
-	token := func(roles ...string) string { return s.NewToken(t, auth.Identity{Subject: "u", Roles: roles}) }
+	token := func(roles ...string) string {
+		return s.NewToken(t, auth.Identity{Subject: "u", Tenant: auth.DefaultTenant, Roles: roles})
+	}
 	start := func(tok, fn, query, key string) (int, string) {
 		t.Helper()
 		req, err := http.NewRequestWithContext(t.Context(), "POST", s.URL+"/v1/functions/"+fn+"/runs"+query, strings.NewReader(`{}`))

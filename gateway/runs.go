@@ -2,11 +2,11 @@ package gateway
 
 import (
 	"context"
-	"math"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"time"
@@ -253,8 +253,16 @@ func runToAPI(run *journal.Run) api.Run {
 		Input: api.AnyJSON(run.Input), Output: rawPtr(run.Output), Error: invoker.ErrorToAPI(run.Error),
 		Identity: invoker.IdentityToAPI(run.Identity), IdempotencyKey: run.IdempotencyKey, ParentId: run.ParentID,
 		ParentSeq: run.ParentSeq, ParentName: run.ParentName, RerunOf: run.RerunOf, Attempts: run.Attempts, WakeAt: run.WakeAt, CreatedAt: run.CreatedAt, StartedAt: run.StartedAt,
-		FinishedAt: run.FinishedAt,
+		FinishedAt: run.FinishedAt, CancelledBy: identityPtr(run.CancelledBy),
 	}
+}
+
+func identityPtr(id *journal.Identity) *api.Identity {
+	if id == nil {
+		return nil
+	}
+	out := invoker.IdentityToAPI(*id)
+	return &out
 }
 
 // GetRun returns a run with its journal and failed attempts.
@@ -275,6 +283,7 @@ func (s *Server) GetRun(ctx context.Context, req server.GetRunRequestObject) (se
 		Id: r.Id, Function: r.Function, Revision: r.Revision, Status: r.Status, Input: r.Input, Output: r.Output,
 		Error: r.Error, Identity: r.Identity, IdempotencyKey: r.IdempotencyKey, ParentId: r.ParentId,
 		ParentSeq: r.ParentSeq, ParentName: r.ParentName, RerunOf: r.RerunOf, Attempts: r.Attempts, WakeAt: r.WakeAt, CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
+		CancelledBy: r.CancelledBy,
 		Journal:  make([]api.JournalEntry, 0, len(entries)),
 		Failures: make([]api.AttemptFailure, 0, len(failures)),
 	}

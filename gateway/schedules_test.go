@@ -265,12 +265,12 @@ func TestScheduleRequests(t *testing.T) {
 			{[]string{"operator"}, "this operation needs the functions:write permission; the token's roles (operator) do not grant it"},
 			{[]string{"functions:write"}, "a schedule's runs act as its creator, so putting one needs the runs:invoke permission too; the token's roles (functions:write) do not grant it"},
 		} {
-			c := s.Client(t, s.NewToken(t, auth.Identity{Subject: "u", Roles: tc.roles}))
+			c := s.Client(t, s.NewToken(t, auth.Identity{Subject: "u", Tenant: auth.DefaultTenant, Roles: tc.roles}))
 			resp := putSchedule(t, c, "denied", spec)
 			require.Equal(t, http.StatusForbidden, resp.StatusCode(), string(resp.Body))
 			require.Equal(t, tc.detail, resp.ApplicationproblemJSON403.Detail)
 		}
-		viewer := s.Client(t, s.NewToken(t, auth.Identity{Subject: "v", Roles: []string{"viewer"}}))
+		viewer := s.Client(t, s.NewToken(t, auth.Identity{Subject: "v", Tenant: auth.DefaultTenant, Roles: []string{"viewer"}}))
 		list, err := viewer.ListSchedulesWithResponse(t.Context())
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, list.StatusCode(), "a viewer reads schedules")
@@ -283,11 +283,11 @@ func TestScheduleRequests(t *testing.T) {
 			Url: "http://127.0.0.1:9/payout", Config: &api.FunctionConfig{InvokeRoles: &[]string{"billing"}}})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, reg.StatusCode(), string(reg.Body))
-		dev := s.Client(t, s.NewToken(t, auth.Identity{Subject: "d", Roles: []string{"developer"}}))
+		dev := s.Client(t, s.NewToken(t, auth.Identity{Subject: "d", Tenant: auth.DefaultTenant, Roles: []string{"developer"}}))
 		resp := putSchedule(t, dev, "payouts", api.ScheduleSpec{Function: "payout", Cron: "@daily"})
 		require.Equal(t, http.StatusForbidden, resp.StatusCode(), string(resp.Body))
 		require.Contains(t, resp.ApplicationproblemJSON403.Detail, "function payout may be invoked only by the roles (billing) or admin")
-		billing := s.Client(t, s.NewToken(t, auth.Identity{Subject: "b", Roles: []string{"developer", "billing"}}))
+		billing := s.Client(t, s.NewToken(t, auth.Identity{Subject: "b", Tenant: auth.DefaultTenant, Roles: []string{"developer", "billing"}}))
 		resp = putSchedule(t, billing, "payouts", api.ScheduleSpec{Function: "payout", Cron: "@daily"})
 		require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
 	})
@@ -318,7 +318,7 @@ func TestScheduleRequests(t *testing.T) {
 		t.Parallel()
 		first := putSchedule(t, admin, "replaced", api.ScheduleSpec{Function: "hello", Cron: "@daily"})
 		require.Equal(t, http.StatusOK, first.StatusCode(), string(first.Body))
-		dev := s.Client(t, s.NewToken(t, auth.Identity{Subject: "grace", Roles: []string{"developer"}}))
+		dev := s.Client(t, s.NewToken(t, auth.Identity{Subject: "grace", Tenant: auth.DefaultTenant, Roles: []string{"developer"}}))
 		second := putSchedule(t, dev, "replaced", api.ScheduleSpec{Function: "hello", Cron: "@hourly", Input: ptr(api.AnyJSON(`[1]`))})
 		require.Equal(t, http.StatusOK, second.StatusCode(), string(second.Body))
 		require.Equal(t, "@hourly", second.JSON200.Cron)

@@ -13,8 +13,8 @@ import (
 var ErrFinished = errors.New("journal: run is finished")
 
 // CancelRun cancels the tenant's run unless it is terminal: its status becomes
-// cancelled, with an error of type "cancelled" whose message names by, whatever
-// invocation owns it. The running invocation, if any, is fenced out (its checkpoints
+// cancelled, with an error of type "cancelled" whose message names by's subject, and by
+// recorded as cancelled_by, whatever invocation owns it. The running invocation, if any, is fenced out (its checkpoints
 // and answer get ErrSuperseded) and a pending wake-up finds nothing to claim. A
 // waiter's mark notifies NotifyChannel, a watch EventChannel.
 //
@@ -27,19 +27,19 @@ var ErrFinished = errors.New("journal: run is finished")
 //
 // It returns the cancelled run, or ErrNotFound for another tenant's or an unknown
 // run, or ErrFinished with the run as it is when it was already terminal.
-func CancelRun(ctx context.Context, db DB, tenant, id, by string) (*Run, error) {
-	e := ErrorInfo{Type: "cancelled", Message: "cancelled by " + by}
+func CancelRun(ctx context.Context, db DB, tenant, id string, by Identity) (*Run, error) {
+	e := ErrorInfo{Type: "cancelled", Message: "cancelled by " + by.Subject}
 	rows, _ := db.Query(ctx, `
 		WITH u AS (
 			UPDATE stepgate.run SET status = 'cancelled', error = $3, lease_until = NULL,
-				wake_at = NULL, finished_at = now()
+				wake_at = NULL, finished_at = now(), cancelled_by = $4
 			WHERE id = $1 AND tenant = $2 AND status IN ('scheduled', 'queued', 'running', 'suspended')
 			RETURNING `+runColumns+`, notify
 		), notified AS (
 			SELECT pg_notify('`+NotifyChannel+`', id::text) FROM u WHERE notify
 		), `+eventCTE("u")+`, `+wakeParentCTE("u")+`
 		SELECT `+runColumns+` FROM u, `+eventCount+`, (SELECT count(*) FROM notified) notified_count`,
-		id, tenant, e)
+		id, tenant, e, by)
 	run, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Run])
 	if err == nil {
 		return run, nil

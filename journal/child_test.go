@@ -120,7 +120,7 @@ func TestChildRuns(t *testing.T) {
 		woken, err := journal.FailRun(ctx, tx, child.ID, journal.ErrorInfo{Type: "x", Message: "late"})
 		require.NoError(t, err)
 		require.Empty(t, woken)
-		_, err = journal.CancelRun(ctx, tx, tenant, child.ID, "bob")
+		_, err = journal.CancelRun(ctx, tx, tenant, child.ID, journal.Identity{Subject: "bob"})
 		require.ErrorIs(t, err, journal.ErrFinished)
 		e := requireWoken(t, tx, parent, child)
 		require.JSONEq(t, `1`, string(e.Output), "the first outcome stays")
@@ -168,7 +168,7 @@ func TestChildRuns(t *testing.T) {
 		ctx, tx, tenant := t.Context(), pgtest.Tx(t), newTenant()
 		mustRegister(t, tx, tenant, "child")
 		parent, f := mustInvoke(t, tx, tenant, "child")
-		cancelled, err := journal.CancelRun(ctx, tx, tenant, f.Child.ID, "bob")
+		cancelled, err := journal.CancelRun(ctx, tx, tenant, f.Child.ID, journal.Identity{Subject: "bob"})
 		require.NoError(t, err)
 		require.Equal(t, &parent.ID, cancelled.ParentID)
 		e := requireWoken(t, tx, parent, f.Child)
@@ -180,7 +180,7 @@ func TestChildRuns(t *testing.T) {
 		ctx, tx, tenant := t.Context(), pgtest.Tx(t), newTenant()
 		mustRegister(t, tx, tenant, "child")
 		parent, f := mustInvoke(t, tx, tenant, "child")
-		_, err := journal.CancelRun(ctx, tx, tenant, parent.ID, "bob")
+		_, err := journal.CancelRun(ctx, tx, tenant, parent.ID, journal.Identity{Subject: "bob"})
 		require.NoError(t, err)
 		require.Equal(t, journal.StatusQueued, mustGetRun(t, tx, f.Child).Status, "its child goes on")
 
@@ -298,7 +298,7 @@ func TestChildRunsFenced(t *testing.T) {
 			})
 			finishErr = err
 		})
-		wg.Go(func() { _, cancelErr = journal.CancelRun(ctx, db, tenant, parent.ID, "bob") })
+		wg.Go(func() { _, cancelErr = journal.CancelRun(ctx, db, tenant, parent.ID, journal.Identity{Subject: "bob"}) })
 		wg.Wait()
 		require.NoError(t, finishErr)
 		require.NoError(t, cancelErr, "a waiting parent, woken or not, can be cancelled")
@@ -335,7 +335,7 @@ func TestChildRunsUnderRowLevelSecurity(t *testing.T) {
 			n.ParentID, n.ParentSeq, n.ParentName = &parent.ID, seq, "forged"
 		})
 	}
-	_, err := journal.CancelRun(ctx, journal.ForTenant(api, b), b, forge(2).ID, "eve")
+	_, err := journal.CancelRun(ctx, journal.ForTenant(api, b), b, forge(2).ID, journal.Identity{Subject: "eve"})
 	require.NoError(t, err)
 	woken, err := journal.FailRun(ctx, system, forge(3).ID, journal.ErrorInfo{Type: "x", Message: "y"})
 	require.NoError(t, err)
@@ -343,7 +343,7 @@ func TestChildRunsUnderRowLevelSecurity(t *testing.T) {
 	require.Nil(t, mustGetRun(t, system, parent).WakeAt, "another tenant's child wakes nothing")
 	require.Empty(t, mustEntries(t, system, parent.ID))
 
-	cancelled, err := journal.CancelRun(ctx, journal.ForTenant(api, a), a, f.Child.ID, "bob")
+	cancelled, err := journal.CancelRun(ctx, journal.ForTenant(api, a), a, f.Child.ID, journal.Identity{Subject: "bob"})
 	require.NoError(t, err)
 	require.Equal(t, journal.StatusCancelled, cancelled.Status)
 	e := requireWoken(t, system, parent, f.Child)

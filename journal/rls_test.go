@@ -194,7 +194,7 @@ func TestRowLevelSecurity(t *testing.T) {
 		// And through the package's own writes.
 		err = journal.AppendEntry(ctx, db, a.run.ID, a.run.Invocation, step(2, "evil", `1`), journal.Bounds{})
 		require.ErrorIs(t, err, journal.ErrSuperseded, "the run is invisible, so the invocation owns nothing")
-		_, err = journal.CancelRun(ctx, db, a.tenant, a.run.ID, "b")
+		_, err = journal.CancelRun(ctx, db, a.tenant, a.run.ID, journal.Identity{Subject: "b"})
 		require.ErrorIs(t, err, journal.ErrNotFound)
 		require.Equal(t, journal.StatusQueued, mustGetRun(t, system, a.run).Status)
 	})

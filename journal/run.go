@@ -26,6 +26,7 @@ type Run struct {
 	ParentSeq         *int            `db:"parent_seq"`  // A child's seq in its parent's journal.
 	ParentName        *string         `db:"parent_name"` // The name of that entry.
 	RerunOf           *string         `db:"rerun_of"`
+	CancelledBy       *Identity       `db:"cancelled_by"` // Who cancelled it.
 	Attempts          int             `db:"attempts"`
 	Invocation        int             `db:"invocation"`
 	FailedInvocations int             `db:"failed_invocations"`
@@ -37,7 +38,7 @@ type Run struct {
 }
 
 const runColumns = `id, tenant, function, revision, status, input, output, error, identity,
-	idempotency_key, parent_id, parent_seq, parent_name, rerun_of, attempts, invocation, failed_invocations, lease_until,
+	idempotency_key, parent_id, parent_seq, parent_name, rerun_of, cancelled_by, attempts, invocation, failed_invocations, lease_until,
 	wake_at, created_at, started_at, finished_at`
 
 // NewRun is what CreateRun needs to start a run.

@@ -22,7 +22,10 @@ type jwtConfig struct {
 	audience       string   // STEPGATE_JWT_AUDIENCE
 	leeway         time.Duration
 	tenantClaim    string   // STEPGATE_TENANT_CLAIM
+	defaultTenant  string   // STEPGATE_DEFAULT_TENANT
 	rolesClaim     string   // STEPGATE_ROLES_CLAIM
+	scopePrefix    string   // STEPGATE_SCOPE_PREFIX
+	maxLifetime    time.Duration
 	identityClaims []string // STEPGATE_IDENTITY_CLAIMS
 }
 
@@ -45,7 +48,9 @@ func readJWTConfig(getenv func(string) string) (jwtConfig, error) {
 		issuer:         getenv("STEPGATE_JWT_ISSUER"),
 		audience:       getenv("STEPGATE_JWT_AUDIENCE"),
 		tenantClaim:    strings.TrimSpace(getenv("STEPGATE_TENANT_CLAIM")),
+		defaultTenant:  strings.TrimSpace(getenv("STEPGATE_DEFAULT_TENANT")),
 		rolesClaim:     strings.TrimSpace(getenv("STEPGATE_ROLES_CLAIM")),
+		scopePrefix:    strings.TrimSpace(getenv("STEPGATE_SCOPE_PREFIX")),
 		identityClaims: list(getenv("STEPGATE_IDENTITY_CLAIMS")),
 	}
 	for _, s := range list(getenv("STEPGATE_JWT_SECRET")) {
@@ -61,6 +66,13 @@ func readJWTConfig(getenv func(string) string) (jwtConfig, error) {
 			j.leeway = -1 // auth.Config: none
 		}
 	}
+	if v := getenv("STEPGATE_JWT_MAX_LIFETIME"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return j, fmt.Errorf("STEPGATE_JWT_MAX_LIFETIME %q is not a positive duration, such as 24h", v)
+		}
+		j.maxLifetime = d
+	}
 	return j, nil
 }
 
@@ -75,7 +87,8 @@ func (j jwtConfig) authConfig(log *slog.Logger) (auth.Config, error) {
 	c := auth.Config{
 		Secrets: j.secrets, JWKSURL: j.jwksURL, Algorithms: j.algorithms, Issuer: j.issuer,
 		Audience: j.audience, Leeway: j.leeway, TenantClaim: j.tenantClaim, RolesClaim: j.rolesClaim,
-		IdentityClaims: j.identityClaims, Logger: log,
+		IdentityClaims: j.identityClaims, Logger: log, DefaultTenant: j.defaultTenant, ScopePrefix: j.scopePrefix,
+		MaxLifetime: j.maxLifetime,
 	}
 	for i, s := range j.secrets {
 		if len(s) < 32 {

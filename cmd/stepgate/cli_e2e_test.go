@@ -209,7 +209,7 @@ func TestEndToEnd(t *testing.T) {
 		out, err = cmd(t, "runs", "get", fields[1])
 		require.NoError(t, err)
 		require.Regexp(t, `(?m)^function +orders\.checkout@\d+$`, out)
-		require.Regexp(t, `(?m)^identity +subject dev, tenant default, roles admin$`, out)
+		require.Regexp(t, `(?m)^identity +subject dev, tenant default, roles admin,stepgate-operator$`, out)
 		require.Regexp(t, `(?m)^  1  step +reserve +\{"order_id":\S+ +attempt 1 `, out)
 		require.Regexp(t, `(?m)^  3  sleep +cool-off +until `, out)
 		require.Regexp(t, `(?m)^  4  step +ship `, out)

@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -48,7 +49,11 @@ type serverConfig struct {
 	// none: the database's keys, made by the first gateway (auth.LoadInvocationTokens).
 	invocationKeys [][]byte
 	egress         egress.Policy // STEPGATE_ALLOWED_NETWORKS, STEPGATE_ALLOWED_FUNCTION_HOSTS
-	maxBodyBytes   int64
+	limits         invoker.Limits
+	// operatorRole and operatorTenant say who operates the deployment (River's UI):
+	// STEPGATE_OPERATOR_ROLE, STEPGATE_OPERATOR_TENANT.
+	operatorRole, operatorTenant string
+	maxBodyBytes                 int64
 	maxConns         int32
 	logLevel         slog.Level
 	pprofAddr        string // serves net/http/pprof when set
@@ -80,6 +85,11 @@ func readServerConfig(getenv func(string) string) (serverConfig, error) {
 	if c.egress.AllowedHosts, err = egress.ParseHosts(getenv("STEPGATE_ALLOWED_FUNCTION_HOSTS")); err != nil {
 		return c, fmt.Errorf("STEPGATE_ALLOWED_FUNCTION_HOSTS: %w", err)
 	}
+	c.operatorRole = strings.TrimSpace(getenv("STEPGATE_OPERATOR_ROLE"))
+	c.operatorTenant = strings.TrimSpace(getenv("STEPGATE_OPERATOR_TENANT"))
+	if c.limits, err = readLimits(getenv); err != nil {
+		return c, err
+	}
 	if c.jwt, err = readJWTConfig(getenv); err != nil {
 		return c, err
 	}
@@ -97,6 +107,44 @@ func readServerConfig(getenv func(string) string) (serverConfig, error) {
 		}
 	}
 	return c, nil
+}
+
+// readLimits reads the bounds on functions and runs; unset ones keep their defaults.
+func readLimits(getenv func(string) string) (invoker.Limits, error) {
+	var l invoker.Limits
+	for _, d := range []struct {
+		name string
+		to   *time.Duration
+	}{
+		{"STEPGATE_MAX_FUNCTION_TIMEOUT", &l.MaxTimeout},
+		{"STEPGATE_MIN_BACKOFF", &l.MinBackoff},
+	} {
+		if v := getenv(d.name); v != "" {
+			x, err := time.ParseDuration(v)
+			if err != nil || x <= 0 {
+				return l, fmt.Errorf("%s %q is not a positive duration, such as 15m", d.name, v)
+			}
+			*d.to = x
+		}
+	}
+	for _, n := range []struct {
+		name string
+		to   func(int64)
+	}{
+		{"STEPGATE_MAX_ATTEMPTS", func(v int64) { l.MaxAttempts = int(v) }},
+		{"STEPGATE_MAX_OUTPUT_BYTES", func(v int64) { l.MaxOutputBytes = int(v) }},
+		{"STEPGATE_MAX_JOURNAL_ENTRIES", func(v int64) { l.MaxEntries = int(v) }},
+		{"STEPGATE_MAX_JOURNAL_BYTES", func(v int64) { l.MaxJournalBytes = v }},
+	} {
+		v, err := envInt(getenv, n.name, 0)
+		if err != nil {
+			return l, err
+		}
+		if v > 0 {
+			n.to(min(v, math.MaxInt32))
+		}
+	}
+	return l, nil
 }
 
 func envInt(getenv func(string) string, name string, def int64) (int64, error) {
@@ -197,6 +245,7 @@ func startGateway(ctx context.Context, c serverConfig, log *slog.Logger) (*gatew
 	g.verifier = verifier
 	g.inv, err = invoker.New(invoker.Config{
 		Pool: pool, Logger: log, CheckpointURL: publicURL, Keys: g.keys, Tokens: tokens, HTTPClient: c.egress.Client(),
+		Limits: c.limits,
 	})
 	if err != nil {
 		return fail(err)
@@ -207,6 +256,7 @@ func startGateway(ctx context.Context, c serverConfig, log *slog.Logger) (*gatew
 	s, err := gateway.New(gateway.Config{
 		Pool: pool, APIPool: api, Invoker: g.inv, Verifier: verifier, Tokens: tokens, Logger: log,
 		Keys: g.keys, Egress: c.egress, MaxBodyBytes: c.maxBodyBytes, Web: web.Handler(),
+		OperatorRole: c.operatorRole, OperatorTenant: c.operatorTenant,
 	})
 	if err != nil {
 		return fail(err)
@@ -335,6 +385,10 @@ func cmdServe(ctx context.Context, args []string) error {
 		return err
 	}
 	log := newLogger(c.logLevel)
+	if strings.HasPrefix(strings.ToLower(c.jwt.jwksURL), "http://") {
+		log.Warn("STEPGATE_JWKS_URL is not HTTPS: whoever can alter the traffic to it can make the gateway trust their keys",
+			slog.String("jwks_url", c.jwt.jwksURL))
+	}
 	g, err := startGateway(ctx, c, log)
 	if err != nil {
 		return err
@@ -403,6 +457,13 @@ func randomKey() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
+// devTokenTTL is how long the token `stepgate dev` prints lasts; devOperatorRole is the
+// operator role of a dev instance (its token carries it).
+const (
+	devTokenTTL     = 30 * 24 * time.Hour
+	devOperatorRole = "stepgate-operator"
+)
+
 // cmdDev runs the gateway, the dashboard and the example functions on a private Postgres
 // in ./.stepgate (or DATABASE_URL), with generated keys and a printed dev token.
 func cmdDev(ctx context.Context, args []string) error {
@@ -426,6 +487,11 @@ func cmdDev(ctx context.Context, args []string) error {
 	if len(c.jwt.secrets) == 0 {
 		c.jwt.secrets = [][]byte{[]byte(st.JWTSecret)}
 	}
+	// On a dev instance one developer is the tenant and the operator, with a token
+	// that lasts the session.
+	c.jwt.defaultTenant = cmp.Or(c.jwt.defaultTenant, auth.DefaultTenant)
+	c.jwt.maxLifetime = cmp.Or(c.jwt.maxLifetime, devTokenTTL+time.Hour)
+	c.operatorRole = cmp.Or(c.operatorRole, devOperatorRole)
 	if err := c.validateKeys(); err != nil {
 		return err
 	}
@@ -473,7 +539,7 @@ func cmdDev(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	token, err := authCfg.NewToken(auth.Identity{Subject: "dev", Tenant: auth.DefaultTenant, Roles: []string{"admin"}}, 30*24*time.Hour)
+	token, err := authCfg.NewToken(auth.Identity{Subject: "dev", Tenant: auth.DefaultTenant, Roles: []string{"admin", c.operatorRole}}, devTokenTTL)
 	if err != nil {
 		return err
 	}

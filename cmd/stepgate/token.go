@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -58,12 +59,17 @@ func (c *cli) tokenCmd(_ context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	maxTTL := cmp.Or(jwt.maxLifetime, auth.DefaultMaxLifetime)
 	if len(jwt.secrets) == 0 {
 		st, err := readDevState(*dir)
 		if err != nil {
 			return err
 		}
 		jwt.secrets = [][]byte{[]byte(st.JWTSecret)}
+		maxTTL = cmp.Or(jwt.maxLifetime, devTokenTTL+time.Hour)
+	}
+	if *ttl > maxTTL {
+		return usagef("--ttl %s is longer than the gateway's maximum token lifetime of %s (STEPGATE_JWT_MAX_LIFETIME), so it would be refused", *ttl, maxTTL)
 	}
 	if roles == nil {
 		roles = stringList{}

@@ -580,7 +580,10 @@ type RetryPolicy struct {
 // Run defines model for Run.
 type Run struct {
 	// Attempts Invocation attempts made so far.
-	Attempts       int        `json:"attempts"`
+	Attempts int `json:"attempts"`
+
+	// CancelledBy Who cancelled the run.
+	CancelledBy    *Identity  `json:"cancelled_by,omitempty"`
 	CreatedAt      time.Time  `json:"created_at"`
 	Error          *ErrorInfo `json:"error,omitempty"`
 	FinishedAt     *time.Time `json:"finished_at,omitempty"`
@@ -606,7 +609,7 @@ type Run struct {
 	// ParentSeq A child run's seq in its parent's journal, where its outcome is journaled.
 	ParentSeq *int `json:"parent_seq,omitempty"`
 
-	// RerunOf The run this one reruns.
+	// RerunOf The run this one reruns; the rerun's own identity is whoever reran it.
 	RerunOf   *string    `json:"rerun_of,omitempty"`
 	Revision  int        `json:"revision"`
 	StartedAt *time.Time `json:"started_at,omitempty"`
@@ -619,7 +622,10 @@ type Run struct {
 // RunDetail defines model for RunDetail.
 type RunDetail struct {
 	// Attempts Invocation attempts made so far.
-	Attempts       int              `json:"attempts"`
+	Attempts int `json:"attempts"`
+
+	// CancelledBy Who cancelled the run.
+	CancelledBy    *Identity        `json:"cancelled_by,omitempty"`
 	CreatedAt      time.Time        `json:"created_at"`
 	Error          *ErrorInfo       `json:"error,omitempty"`
 	Failures       []AttemptFailure `json:"failures"`
@@ -647,7 +653,7 @@ type RunDetail struct {
 	// ParentSeq A child run's seq in its parent's journal, where its outcome is journaled.
 	ParentSeq *int `json:"parent_seq,omitempty"`
 
-	// RerunOf The run this one reruns.
+	// RerunOf The run this one reruns; the rerun's own identity is whoever reran it.
 	RerunOf   *string    `json:"rerun_of,omitempty"`
 	Revision  int        `json:"revision"`
 	StartedAt *time.Time `json:"started_at,omitempty"`
@@ -1151,11 +1157,13 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/runs/{id}/checkpoint (the `Checkpoint` operationId).
 	Checkpoint(ctx context.Context, id RunID, body CheckpointJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// RerunRun Starts a new run with a finished run's input and identity. Needs `runs:manage`.
+	// RerunRun Starts a new run with a finished run's input, as the caller. Needs `runs:invoke`.
 	//
-	// The new run uses the function's current revision, keeps the old run's input and
-	// identity, and names the old run in `rerun_of`. Only a finished (completed, failed
-	// or cancelled) run can be rerun; another is a 409.
+	// The new run uses the function's current revision and the old run's input, and
+	// runs as the caller, whom the function's `invoke_roles` must allow as for any start
+	// (a 403 otherwise): a rerun never lends the caller another identity. It names the
+	// old run in `rerun_of`, whose own identity stays readable there. Only a finished
+	// (completed, failed or cancelled) run can be rerun; another is a 409.
 	//
 	// Corresponds with POST /v1/runs/{id}/rerun (the `RerunRun` operationId).
 	RerunRun(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1632,11 +1640,13 @@ func (c *Client) Checkpoint(ctx context.Context, id RunID, body CheckpointJSONRe
 	return c.Client.Do(req)
 }
 
-// RerunRun Starts a new run with a finished run's input and identity. Needs `runs:manage`.
+// RerunRun Starts a new run with a finished run's input, as the caller. Needs `runs:invoke`.
 //
-// The new run uses the function's current revision, keeps the old run's input and
-// identity, and names the old run in `rerun_of`. Only a finished (completed, failed
-// or cancelled) run can be rerun; another is a 409.
+// The new run uses the function's current revision and the old run's input, and
+// runs as the caller, whom the function's `invoke_roles` must allow as for any start
+// (a 403 otherwise): a rerun never lends the caller another identity. It names the
+// old run in `rerun_of`, whose own identity stays readable there. Only a finished
+// (completed, failed or cancelled) run can be rerun; another is a 409.
 //
 // Corresponds with POST /v1/runs/{id}/rerun (the `RerunRun` operationId).
 func (c *Client) RerunRun(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3228,11 +3238,13 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/runs/{id}/checkpoint (the `Checkpoint` operationId).
 	CheckpointWithResponse(ctx context.Context, id RunID, body CheckpointJSONRequestBody, reqEditors ...RequestEditorFn) (*CheckpointResponse, error)
 
-	// RerunRunWithResponse Starts a new run with a finished run's input and identity. Needs `runs:manage`.
+	// RerunRunWithResponse Starts a new run with a finished run's input, as the caller. Needs `runs:invoke`.
 	//
-	// The new run uses the function's current revision, keeps the old run's input and
-	// identity, and names the old run in `rerun_of`. Only a finished (completed, failed
-	// or cancelled) run can be rerun; another is a 409.
+	// The new run uses the function's current revision and the old run's input, and
+	// runs as the caller, whom the function's `invoke_roles` must allow as for any start
+	// (a 403 otherwise): a rerun never lends the caller another identity. It names the
+	// old run in `rerun_of`, whose own identity stays readable there. Only a finished
+	// (completed, failed or cancelled) run can be rerun; another is a 409.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -5199,11 +5211,13 @@ func (c *ClientWithResponses) CheckpointWithResponse(ctx context.Context, id Run
 	return ParseCheckpointResponse(rsp)
 }
 
-// RerunRunWithResponse Starts a new run with a finished run's input and identity. Needs `runs:manage`.
+// RerunRunWithResponse Starts a new run with a finished run's input, as the caller. Needs `runs:invoke`.
 //
-// The new run uses the function's current revision, keeps the old run's input and
-// identity, and names the old run in `rerun_of`. Only a finished (completed, failed
-// or cancelled) run can be rerun; another is a 409.
+// The new run uses the function's current revision and the old run's input, and
+// runs as the caller, whom the function's `invoke_roles` must allow as for any start
+// (a 403 otherwise): a rerun never lends the caller another identity. It names the
+// old run in `rerun_of`, whose own identity stays readable there. Only a finished
+// (completed, failed or cancelled) run can be rerun; another is a 409.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -60,7 +60,7 @@ type ServerInterface interface {
 	// Checkpoint Journals one finished entry of a running invocation (called by SDKs).
 	// (POST /v1/runs/{id}/checkpoint)
 	Checkpoint(ctx echo.Context, id RunID) error
-	// RerunRun Starts a new run with a finished run's input and identity. Needs `runs:manage`.
+	// RerunRun Starts a new run with a finished run's input, as the caller. Needs `runs:invoke`.
 	// (POST /v1/runs/{id}/rerun)
 	RerunRun(ctx echo.Context, id RunID) error
 	// GetRunResult Attaches to a run and waits (up to `wait`) for its result. Needs `runs:read`.
@@ -2501,7 +2501,7 @@ type StrictServerInterface interface {
 	// Checkpoint Journals one finished entry of a running invocation (called by SDKs).
 	// (POST /v1/runs/{id}/checkpoint)
 	Checkpoint(ctx context.Context, request CheckpointRequestObject) (CheckpointResponseObject, error)
-	// RerunRun Starts a new run with a finished run's input and identity. Needs `runs:manage`.
+	// RerunRun Starts a new run with a finished run's input, as the caller. Needs `runs:invoke`.
 	// (POST /v1/runs/{id}/rerun)
 	RerunRun(ctx context.Context, request RerunRunRequestObject) (RerunRunResponseObject, error)
 	// GetRunResult Attaches to a run and waits (up to `wait`) for its result. Needs `runs:read`.
