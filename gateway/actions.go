@@ -108,5 +108,5 @@ func (s *Server) RerunRun(ctx context.Context, req server.RerunRunRequestObject)
 		return nil, err
 	}
 	s.log.InfoContext(ctx, "run rerun", "run_id", run.ID, "rerun_of", old.ID, "function", run.Function, "by", caller.Subject)
-	return server.RerunRun202JSONResponse{Body: runToAPI(run), Headers: server.RerunRun202ResponseHeaders{Location: resultLocation(run.ID)}}, nil
+	return server.RerunRun202JSONResponse{Body: runToAPI(run, true), Headers: server.RerunRun202ResponseHeaders{Location: resultLocation(run.ID)}}, nil
 }

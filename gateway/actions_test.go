@@ -242,7 +242,7 @@ func TestRerun(t *testing.T) {
 		require.NotEqual(t, old.Id, run.Id)
 		require.Equal(t, &old.Id, run.RerunOf)
 		require.Equal(t, api.RunStatusQueued, run.Status)
-		require.JSONEq(t, string(old.Input), string(run.Input))
+		require.JSONEq(t, string(*old.Input), string(*run.Input))
 		require.Equal(t, "ivy", run.Identity.Subject, "the rerun runs as who reran it")
 		require.Equal(t, "tester", getRun(t, c, old.Id).Identity.Subject, "the original's identity stays readable there")
 		require.Nil(t, old.RerunOf)

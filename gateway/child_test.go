@@ -132,7 +132,7 @@ func TestChildRuns(t *testing.T) {
 		require.Equal(t, res.Id, *child.ParentId)
 		require.Equal(t, 1, *child.ParentSeq)
 		require.Equal(t, "checkout", *child.ParentName)
-		require.JSONEq(t, `{"order_id":"o-42","amount":500,"sleep_ms":0}`, string(child.Input))
+		require.JSONEq(t, `{"order_id":"o-42","amount":500,"sleep_ms":0}`, string(*child.Input))
 		require.Equal(t, wantIdentity, child.Identity, "the child runs as the parent's identity")
 		require.JSONEq(t, string(*child.Output), string(*e.Output), "the parent's entry holds the child's output")
 		require.Equal(t, child.CreatedAt, *e.StartedAt)

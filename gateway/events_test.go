@@ -77,13 +77,13 @@ func eventsFrom(t *testing.T, c *api.ClientWithResponses, name, runID string) []
 // runsWithMarker returns the runs of function whose input has this marker.
 func runsWithMarker(t *testing.T, c *api.ClientWithResponses, function, marker string) []api.Run {
 	t.Helper()
-	resp, err := c.ListRunsWithResponse(t.Context(), &api.ListRunsParams{Function: &function, Limit: ptr(500)})
+	resp, err := c.ListRunsWithResponse(t.Context(), &api.ListRunsParams{Function: &function, Limit: ptr(500), Include: ptr(api.Io)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
 	var out []api.Run
 	for _, r := range resp.JSON200.Runs {
 		var in struct{ Marker string }
-		_ = json.Unmarshal(r.Input, &in)
+		_ = json.Unmarshal(*r.Input, &in)
 		if in.Marker == marker {
 			out = append(out, r)
 		}

@@ -47,7 +47,7 @@ func mustComplete(t *testing.T, c *api.ClientWithResponses, name, input string) 
 
 func getRun(t *testing.T, c *api.ClientWithResponses, id string) api.RunDetail {
 	t.Helper()
-	resp, err := c.GetRunWithResponse(t.Context(), id)
+	resp, err := c.GetRunWithResponse(t.Context(), id, nil)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
 	return *resp.JSON200

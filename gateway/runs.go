@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"net/http"
 	"strings"
 	"time"
@@ -247,14 +248,19 @@ func validRunID(id string) bool {
 	return err == nil
 }
 
-func runToAPI(run *journal.Run) api.Run {
-	return api.Run{
+// runToAPI returns a run for the API; without io, with no input and no output.
+func runToAPI(run *journal.Run, io bool) api.Run {
+	r := api.Run{
 		Id: run.ID, Function: run.Function, Revision: run.Revision, Status: api.RunStatus(run.Status),
-		Input: api.AnyJSON(run.Input), Output: rawPtr(run.Output), Error: invoker.ErrorToAPI(run.Error),
+		Error: invoker.ErrorToAPI(run.Error),
 		Identity: invoker.IdentityToAPI(run.Identity), IdempotencyKey: run.IdempotencyKey, ParentId: run.ParentID,
 		ParentSeq: run.ParentSeq, ParentName: run.ParentName, RerunOf: run.RerunOf, Attempts: run.Attempts, WakeAt: run.WakeAt, CreatedAt: run.CreatedAt, StartedAt: run.StartedAt,
 		FinishedAt: run.FinishedAt, CancelledBy: identityPtr(run.CancelledBy),
 	}
+	if io {
+		r.Input, r.Output = rawPtr(run.Input), rawPtr(run.Output)
+	}
+	return r
 }
 
 func identityPtr(id *journal.Identity) *api.Identity {
@@ -265,33 +271,50 @@ func identityPtr(id *journal.Identity) *api.Identity {
 	return &out
 }
 
-// GetRun returns a run with its journal and failed attempts.
+// GetRun returns a run with a page of its journal and those entries' failed attempts.
 func (s *Server) GetRun(ctx context.Context, req server.GetRunRequestObject) (server.GetRunResponseObject, error) {
 	if !validRunID(req.Id) {
 		return server.GetRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
 	}
+	var p journal.JournalPage
+	if l := req.Params.JournalLimit; l != nil {
+		if *l < 1 || *l > 1000 {
+			return nil, badRequest("journal_limit %d is not from 1 to 1000", *l)
+		}
+		p.Limit = *l
+	}
+	if c := req.Params.JournalCursor; c != nil && *c != "" {
+		n, err := strconv.Atoi(*c)
+		if err != nil || n < 1 {
+			return nil, badRequest("journal_cursor is not one this API returned")
+		}
+		p.After = n
+	}
 	db := s.tenantDB(ctx)
-	run, entries, failures, err := journal.GetRunDetail(ctx, db, db.Tenant(), req.Id)
+	d, err := journal.GetRunDetail(ctx, db, db.Tenant(), req.Id, p)
 	if errors.Is(err, journal.ErrNotFound) {
 		return server.GetRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	r := runToAPI(run)
+	r := runToAPI(d.Run, true)
 	out := api.RunDetail{
 		Id: r.Id, Function: r.Function, Revision: r.Revision, Status: r.Status, Input: r.Input, Output: r.Output,
 		Error: r.Error, Identity: r.Identity, IdempotencyKey: r.IdempotencyKey, ParentId: r.ParentId,
 		ParentSeq: r.ParentSeq, ParentName: r.ParentName, RerunOf: r.RerunOf, Attempts: r.Attempts, WakeAt: r.WakeAt, CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
 		CancelledBy: r.CancelledBy,
-		Journal:  make([]api.JournalEntry, 0, len(entries)),
-		Failures: make([]api.AttemptFailure, 0, len(failures)),
+		Journal:  make([]api.JournalEntry, 0, len(d.Journal)),
+		Failures: make([]api.AttemptFailure, 0, len(d.Failures)),
 	}
-	for _, e := range entries {
+	for _, e := range d.Journal {
 		out.Journal = append(out.Journal, invoker.EntryToAPI(e))
 	}
-	for _, f := range failures {
+	for _, f := range d.Failures {
 		out.Failures = append(out.Failures, invoker.FailureToAPI(f))
+	}
+	if d.Next > 0 {
+		out.JournalNextCursor = new(strconv.Itoa(d.Next))
 	}
 	return server.GetRun200JSONResponse(out), nil
 }
@@ -321,6 +344,7 @@ func (s *Server) ListRuns(ctx context.Context, req server.ListRunsRequestObject)
 	if p.CreatedBefore != nil {
 		f.CreatedBefore = *p.CreatedBefore
 	}
+	f.IncludeIO = p.Include != nil && *p.Include == api.Io
 	var err error
 	if f.Limit, f.After, err = page(p.Limit, p.Cursor, validRunID); err != nil {
 		return nil, err
@@ -331,7 +355,7 @@ func (s *Server) ListRuns(ctx context.Context, req server.ListRunsRequestObject)
 	}
 	out := api.RunPage{Runs: make([]api.Run, 0, len(runs))}
 	for i := range runs {
-		out.Runs = append(out.Runs, runToAPI(&runs[i]))
+		out.Runs = append(out.Runs, runToAPI(&runs[i], f.IncludeIO))
 	}
 	out.NextCursor = nextCursor(next)
 	return server.ListRuns200JSONResponse(out), nil

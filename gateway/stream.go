@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -316,11 +317,17 @@ func (c *streamClient) dropped() {
 // only when the run still has the event's status, so an early event never carries a
 // later outcome.
 func eventRun(run *journal.Run, ev *journal.RunEvent) api.Run {
-	r := runToAPI(run)
+	r := runToAPI(run, false)
 	r.Status, r.Attempts = api.RunStatus(ev.Status), ev.Attempts
 	r.WakeAt, r.FinishedAt = ev.WakeAt, ev.FinishedAt
-	if run.Status != ev.Status {
-		r.Output, r.Error = nil, nil
+	switch {
+	case run.Status != ev.Status:
+		r.Error = nil
+	case r.Error != nil && len(r.Error.Message) > 300:
+		// An event stays small, as a run in a list does.
+		e := *r.Error
+		e.Message = strings.ToValidUTF8(e.Message[:300], "") + "…"
+		r.Error = &e
 	}
 	return r
 }

@@ -79,7 +79,7 @@ func TestTenantIsolation(t *testing.T) {
 
 	t.Run("RunsAreInvisible", func(t *testing.T) {
 		for _, id := range []string{done.Id, gateID} {
-			run, err := b.GetRunWithResponse(ctx, id)
+			run, err := b.GetRunWithResponse(ctx, id, nil)
 			require.NoError(t, err)
 			require.Equal(t, http.StatusNotFound, run.StatusCode(), "get %s", id)
 			res, err := b.GetRunResultWithResponse(ctx, id, &api.GetRunResultParams{})

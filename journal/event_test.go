@@ -48,7 +48,7 @@ func mustSendEvent(t *testing.T, db journal.DB, n journal.NewEvent) (*journal.Ev
 // runsOf returns the tenant's runs of function, newest first.
 func runsOf(t *testing.T, db journal.DB, tenant, function string) []journal.Run {
 	t.Helper()
-	runs, _, err := journal.ListRuns(t.Context(), db, tenant, journal.RunFilter{Function: function})
+	runs, _, err := journal.ListRuns(t.Context(), db, tenant, journal.RunFilter{Function: function, IncludeIO: true})
 	require.NoError(t, err)
 	return runs
 }

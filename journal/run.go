@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -183,46 +184,117 @@ func GetRun(ctx context.Context, db DB, tenant, id string) (*Run, error) {
 	return run, nil
 }
 
-// GetRunDetail returns the tenant's run with its journal in seq order and its failed
-// attempts oldest first, in one round trip, or ErrNotFound.
-func GetRunDetail(ctx context.Context, db DB, tenant, id string) (*Run, []Entry, []Failure, error) {
-	var run *Run
-	var entries []Entry
-	var failures []Failure
+// JournalPage selects a page of a run's journal for GetRunDetail. Zero fields take
+// their defaults.
+type JournalPage struct {
+	After    int   // The entries after this seq. 0: from the first.
+	Limit    int   // At most this many entries. Defaults to 100.
+	MaxBytes int64 // Stop before the entries' outputs and errors pass this. Defaults to 8 MiB.
+}
+
+// Detail is a run with a page of its journal.
+type Detail struct {
+	Run     *Run
+	Journal []Entry // In seq order.
+	// Failures are the failed attempts of the page's entries, of the steps being retried
+	// past the journal's end on its last page, and, on its first page, the latest
+	// invocation failures (seq 0), at most MaxInvocationFailures of them; oldest first.
+	Failures []Failure
+	// Next is the After of the next page, or 0 on the last page.
+	Next int
+}
+
+// MaxInvocationFailures bounds the invocation failures a Detail carries.
+const MaxInvocationFailures = 100
+
+// GetRunDetail returns the tenant's run with a page of its journal and the failed
+// attempts of that page, in one round trip, or ErrNotFound. Its work and memory are
+// bounded by the page, however long the journal: the entries' bytes stay within
+// p.MaxBytes, except a first entry larger than it.
+func GetRunDetail(ctx context.Context, db DB, tenant, id string, p JournalPage) (*Detail, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	budget := p.MaxBytes
+	if budget <= 0 {
+		budget = 8 << 20
+	}
+	d := &Detail{}
 	b := &pgx.Batch{}
 	b.Queue(`SELECT `+runColumns+` FROM stepgate.run WHERE id = $1 AND tenant = $2`, id, tenant).
 		Query(func(rows pgx.Rows) error {
 			var err error
-			run, err = pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Run])
+			d.Run, err = pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Run])
 			return err
 		})
-	// The run's tenant is checked in each statement too, not only by the first.
+	// The run's tenant is checked in each statement too, not only by the first. Each
+	// entry holds the journal's bytes up to it, so the page's byte budget is applied in
+	// the query and Postgres sends only the page's entries (and always the first).
+	var last *int
 	b.Queue(`
 		SELECT `+entryColumns+` FROM stepgate.journal_entry e
-		WHERE e.run_id = $1 AND EXISTS (SELECT 1 FROM stepgate.run r WHERE r.id = $1 AND r.tenant = $2)
-		ORDER BY e.seq`, id, tenant).
+		WHERE e.run_id = $1 AND e.seq > $3 AND EXISTS (SELECT 1 FROM stepgate.run r WHERE r.id = $1 AND r.tenant = $2)
+			AND (e.seq = (SELECT min(f.seq) FROM stepgate.journal_entry f WHERE f.run_id = $1 AND f.seq > $3)
+				OR coalesce(e.journal_bytes, 0) - coalesce((
+					SELECT p.journal_bytes FROM stepgate.journal_entry p WHERE p.run_id = $1 AND p.seq = $3), 0) <= $5)
+		ORDER BY e.seq LIMIT $4`, id, tenant, p.After, limit, budget).
 		Query(func(rows pgx.Rows) error {
-			var err error
-			entries, err = pgx.CollectRows(rows, pgx.RowToStructByName[Entry])
-			return err
+			var used int64
+			for rows.Next() {
+				if len(d.Journal) > 0 && used >= budget {
+					break // entries written without their bytes (before migration 0011)
+				}
+				e, err := pgx.RowToStructByName[Entry](rows)
+				if err != nil {
+					return err
+				}
+				used += e.Size()
+				d.Journal = append(d.Journal, e)
+			}
+			return rows.Err()
 		})
+	b.Queue(`SELECT max(seq) FROM stepgate.journal_entry WHERE run_id = $1`, id).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&last)
+	})
 	b.Queue(`
+		SELECT * FROM (
+			SELECT f.seq, f.attempt, f.name, f.error, f.created_at FROM stepgate.attempt_failure f
+			WHERE f.run_id = $1 AND f.seq = 0 AND $3 = 0
+			ORDER BY f.created_at DESC, f.attempt DESC LIMIT $4
+		) invocation
+		WHERE EXISTS (SELECT 1 FROM stepgate.run r WHERE r.id = $1 AND r.tenant = $2)
+		UNION ALL
 		SELECT f.seq, f.attempt, f.name, f.error, f.created_at FROM stepgate.attempt_failure f
-		WHERE f.run_id = $1 AND EXISTS (SELECT 1 FROM stepgate.run r WHERE r.id = $1 AND r.tenant = $2)
-		ORDER BY f.created_at, f.seq, f.attempt`, id, tenant).
+		WHERE f.run_id = $1 AND f.seq > $3 AND f.seq > 0
+			AND EXISTS (SELECT 1 FROM stepgate.run r WHERE r.id = $1 AND r.tenant = $2)
+		ORDER BY created_at, seq, attempt`, id, tenant, p.After, MaxInvocationFailures).
 		Query(func(rows pgx.Rows) error {
 			var err error
-			failures, err = pgx.CollectRows(rows, pgx.RowToStructByName[Failure])
+			d.Failures, err = pgx.CollectRows(rows, pgx.RowToStructByName[Failure])
 			return err
 		})
 	err := db.SendBatch(ctx, b).Close()
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil, nil, ErrNotFound
+		return nil, ErrNotFound
 	}
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("get run %s: %w", id, err)
+		return nil, fmt.Errorf("get run %s: %w", id, err)
 	}
-	return run, entries, failures, nil
+	if n := len(d.Journal); n > 0 && last != nil && *last > d.Journal[n-1].Seq {
+		d.Next = d.Journal[n-1].Seq
+	}
+	if d.Next > 0 {
+		// The failures of the entries of later pages come with those pages.
+		kept := d.Failures[:0]
+		for _, f := range d.Failures {
+			if f.Seq <= d.Next {
+				kept = append(kept, f)
+			}
+		}
+		d.Failures = kept
+	}
+	return d, nil
 }
 
 // RunFilter selects runs for ListRuns. Zero fields do not filter.
@@ -234,15 +306,33 @@ type RunFilter struct {
 	CreatedBefore  time.Time
 	After          *Cursor // The page after this position.
 	Limit          int     // Defaults to 50.
+	// IncludeIO returns the runs' inputs, outputs and whole errors; without it they have
+	// none, and an error's message is cut to 300 bytes.
+	IncludeIO bool
+	// MaxBytes, with IncludeIO, ends the page once the runs' inputs, outputs and errors
+	// pass it (a page has one run at least). Defaults to 8 MiB.
+	MaxBytes int64
 }
+
+// listColumns are runColumns where input, output and error are read only when $10
+// (IncludeIO) is true, else NULL, NULL and the error with its message cut short.
+var listColumns = strings.NewReplacer(
+	"input,", "CASE WHEN $10 THEN input ELSE 'null'::jsonb END AS input,",
+	"output,", "CASE WHEN $10 THEN output END AS output,",
+	"error,", "CASE WHEN $10 OR error IS NULL THEN error ELSE jsonb_set(error, '{message}', to_jsonb(left(error->>'message', 300))) END AS error,",
+).Replace(runColumns)
 
 // ListRuns returns the tenant's runs newest first, at most f.Limit of them, and the
 // cursor of the next page (nil on the last page).
 func ListRuns(ctx context.Context, db DB, tenant string, f RunFilter) ([]Run, *Cursor, error) {
 	limit := pageLimit(f.Limit)
+	budget := f.MaxBytes
+	if budget <= 0 {
+		budget = 8 << 20
+	}
 	afterT, afterID := f.After.keyset()
 	rows, _ := db.Query(ctx, `
-		SELECT `+runColumns+` FROM stepgate.run
+		SELECT `+listColumns+` FROM stepgate.run
 		WHERE tenant = $1
 		  AND ($2 = '' OR function = $2)
 		  AND ($3 = '' OR status = $3)
@@ -253,9 +343,28 @@ func ListRuns(ctx context.Context, db DB, tenant string, f RunFilter) ([]Run, *C
 		ORDER BY created_at DESC, id DESC
 		LIMIT $8`,
 		tenant, f.Function, string(f.Status), nullTime(f.CreatedAfter), nullTime(f.CreatedBefore),
-		afterT, afterID, limit+1, f.IdempotencyKey)
-	runs, err := pgx.CollectRows(rows, pgx.RowToStructByName[Run])
-	if err != nil {
+		afterT, afterID, limit+1, f.IdempotencyKey, f.IncludeIO)
+	defer rows.Close()
+	var runs []Run
+	var used int64
+	for rows.Next() {
+		if len(runs) > 0 && used >= budget {
+			// Cut here: one more run than the page makes cutPage give its cursor.
+			runs = append(runs, Run{})
+			limit = len(runs) - 1
+			break // closing the rows discards the rest
+		}
+		r, err := pgx.RowToStructByName[Run](rows)
+		if err != nil {
+			return nil, nil, fmt.Errorf("list runs: %w", err)
+		}
+		if r.Error != nil {
+			used += int64(len(r.Error.Message))
+		}
+		used += int64(len(r.Input) + len(r.Output))
+		runs = append(runs, r)
+	}
+	if err := rows.Err(); err != nil {
 		return nil, nil, fmt.Errorf("list runs: %w", err)
 	}
 	runs, next := cutPage(runs, limit, func(r Run) Cursor { return Cursor{r.CreatedAt, r.ID} })

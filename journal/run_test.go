@@ -3,7 +3,9 @@ package journal_test
 import (
 	"cmp"
 	"encoding/json"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -244,18 +246,63 @@ func TestGetRunDetail(t *testing.T) {
 	})
 	require.NoError(t, err)
 
-	got, entries, failures, err := journal.GetRunDetail(ctx, tx, run.Tenant, run.ID)
+	d, err := journal.GetRunDetail(ctx, tx, run.Tenant, run.ID, journal.JournalPage{})
 	require.NoError(t, err)
-	require.Equal(t, run.ID, got.ID)
-	require.Equal(t, journal.StatusSuspended, got.Status)
-	require.Len(t, entries, 1)
-	require.Equal(t, "a", entries[0].Name)
-	require.JSONEq(t, `{"x":1}`, string(entries[0].Output))
-	require.Len(t, failures, 1)
-	require.Equal(t, "boom", failures[0].Error.Message)
+	require.Equal(t, run.ID, d.Run.ID)
+	require.Equal(t, journal.StatusSuspended, d.Run.Status)
+	require.Len(t, d.Journal, 1)
+	require.Equal(t, "a", d.Journal[0].Name)
+	require.JSONEq(t, `{"x":1}`, string(d.Journal[0].Output))
+	require.Len(t, d.Failures, 1)
+	require.Equal(t, "boom", d.Failures[0].Error.Message)
+	require.Zero(t, d.Next)
 
-	_, _, _, err = journal.GetRunDetail(ctx, tx, "another-tenant", run.ID)
+	_, err = journal.GetRunDetail(ctx, tx, "another-tenant", run.ID, journal.JournalPage{})
 	require.ErrorIs(t, err, journal.ErrNotFound, "another tenant's run is not found")
-	_, _, _, err = journal.GetRunDetail(ctx, tx, run.Tenant, newID())
+	_, err = journal.GetRunDetail(ctx, tx, run.Tenant, newID(), journal.JournalPage{})
 	require.ErrorIs(t, err, journal.ErrNotFound)
+}
+
+func TestGetRunDetailPages(t *testing.T) {
+	t.Parallel()
+	ctx, tx := t.Context(), pgtest.Tx(t)
+	run := mustCreateRun(t, tx, claimed)
+	for i := 1; i <= 5; i++ {
+		e := journal.Entry{Seq: i, Kind: journal.KindStep, Name: fmt.Sprint("s", i), Output: json.RawMessage(`"` + strings.Repeat("x", 98) + `"`)}
+		require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, e, journal.Bounds{}))
+	}
+	mustExec(t, tx, `INSERT INTO stepgate.attempt_failure (run_id, seq, attempt, name, error) VALUES
+		($1, 0, 1, '', '{"type":"t","message":"invocation"}'), ($1, 2, 1, 's2', '{"type":"t","message":"s2"}'),
+		($1, 4, 1, 's4', '{"type":"t","message":"s4"}'), ($1, 6, 1, 's6', '{"type":"t","message":"s6"}')`, run.ID)
+	seqs := func(es []journal.Entry) (out []int) {
+		for _, e := range es {
+			out = append(out, e.Seq)
+		}
+		return out
+	}
+	failed := func(fs []journal.Failure) (out []int) {
+		for _, f := range fs {
+			out = append(out, f.Seq)
+		}
+		return out
+	}
+
+	d, err := journal.GetRunDetail(ctx, tx, run.Tenant, run.ID, journal.JournalPage{Limit: 2})
+	require.NoError(t, err)
+	require.Equal(t, []int{1, 2}, seqs(d.Journal))
+	require.Equal(t, 2, d.Next)
+	require.ElementsMatch(t, []int{0, 2}, failed(d.Failures), "the first page has the invocations' failures")
+	d, err = journal.GetRunDetail(ctx, tx, run.Tenant, run.ID, journal.JournalPage{After: 2, MaxBytes: 250})
+	require.NoError(t, err)
+	require.Equal(t, []int{3, 4}, seqs(d.Journal), "a byte budget ends the page before the entry that would pass it")
+	require.Equal(t, 4, d.Next)
+	require.Equal(t, []int{4}, failed(d.Failures))
+	d, err = journal.GetRunDetail(ctx, tx, run.Tenant, run.ID, journal.JournalPage{After: 4})
+	require.NoError(t, err)
+	require.Equal(t, []int{5}, seqs(d.Journal))
+	require.Zero(t, d.Next, "the last page")
+	require.Equal(t, []int{6}, failed(d.Failures), "a step being retried past the end comes with the last page")
+	d, err = journal.GetRunDetail(ctx, tx, run.Tenant, run.ID, journal.JournalPage{MaxBytes: 1})
+	require.NoError(t, err)
+	require.Len(t, d.Journal, 1, "a page holds one entry at least")
 }

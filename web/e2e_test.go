@@ -263,7 +263,7 @@ func start(t *testing.T, c *api.ClientWithResponses, name, input string, params 
 
 func getRun(t *testing.T, c *api.ClientWithResponses, id string) api.RunDetail {
 	t.Helper()
-	resp, err := c.GetRunWithResponse(t.Context(), id)
+	resp, err := c.GetRunWithResponse(t.Context(), id, nil)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
 	return *resp.JSON200
@@ -412,7 +412,7 @@ func TestDashboard(t *testing.T) {
 		rerun := getRun(t, c, hash)
 		require.NotNil(t, rerun.RerunOf)
 		require.Equal(t, old, *rerun.RerunOf)
-		require.JSONEq(t, `{"fail_times":5}`, string(rerun.Input))
+		require.JSONEq(t, `{"fail_times":5}`, string(*rerun.Input))
 	})
 
 	t.Run("FiltersSearchAndPages", func(t *testing.T) {

@@ -63,7 +63,7 @@ func sleepOnce(ctx context.Context, cl *api.ClientWithResponses, input, wait str
 	if err != nil || resp.JSON200 == nil || resp.JSON200.Status != api.RunStatusCompleted {
 		return 0, false
 	}
-	run, err := cl.GetRunWithResponse(ctx, resp.JSON200.Id)
+	run, err := cl.GetRunWithResponse(ctx, resp.JSON200.Id, nil)
 	if err != nil || run.JSON200 == nil {
 		return 0, false
 	}

@@ -203,7 +203,9 @@ func writeRunDetail(w io.Writer, r *api.RunDetail, loc *time.Location) error {
 	if r.ParentId != nil && *r.ParentId != "" {
 		fmt.Fprintf(tw, "parent\t%s\n", *r.ParentId)
 	}
-	fmt.Fprintf(tw, "input\t%s\n", compactJSON(r.Input, headerJSONWidth))
+	if r.Input != nil {
+		fmt.Fprintf(tw, "input\t%s\n", compactJSON(*r.Input, headerJSONWidth))
+	}
 	if r.Output != nil {
 		fmt.Fprintf(tw, "output\t%s\n", compactJSON(*r.Output, headerJSONWidth))
 	}

@@ -106,7 +106,7 @@ func TestWriteRunDetail(t *testing.T) {
 			Function: "orders.checkout", Revision: 3, Status: "completed", Attempts: 2,
 			Identity:       api.Identity{Subject: "dev", Tenant: "acme", Roles: []string{"admin", "ops"}},
 			IdempotencyKey: ptr("k1"),
-			Input:          api.AnyJSON(`{ "cart": [1, 2] }`),
+			Input:          raw(`{ "cart": [1, 2] }`),
 			Output:         raw(`{"order":"o-1"}`),
 			CreatedAt:      t0, StartedAt: at(3 * time.Millisecond), FinishedAt: at(45 * time.Millisecond),
 			Journal: []api.JournalEntry{
@@ -149,7 +149,7 @@ func TestWriteRunDetail(t *testing.T) {
 		run := &api.RunDetail{
 			Id: "r2", Function: "hello", Revision: 1, Status: "failed", Attempts: 1,
 			Identity:  api.Identity{Subject: "svc", Tenant: "t", Claims: &map[string]any{"plan": "pro"}},
-			Input:     api.AnyJSON(`null`),
+			Input:     raw(`null`),
 			Error:     &api.ErrorInfo{Type: "http_status", Message: "function answered 500"},
 			CreatedAt: t0,
 			Journal:   []api.JournalEntry{},

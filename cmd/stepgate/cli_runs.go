@@ -282,11 +282,28 @@ func (c *cli) runsList(ctx context.Context, args []string) error {
 	return nil
 }
 
-// runsGet runs "stepgate runs get ID".
+// runsGet runs "stepgate runs get ID". It reads every page of the journal; --json prints
+// the first page as the API answers it.
 func (c *cli) runsGet(ctx context.Context, args []string) error {
 	return singleRequest(ctx, c, args, "runs get", "ID", "get run", []int{http.StatusOK},
 		func(ctx context.Context, cl *api.ClientWithResponses, id string) (*api.GetRunResponse, error) {
-			return cl.GetRunWithResponse(ctx, id)
+			first, err := cl.GetRunWithResponse(ctx, id, nil)
+			if err != nil || first.JSON200 == nil {
+				return first, err
+			}
+			for next := first.JSON200.JournalNextCursor; next != nil; {
+				page, err := cl.GetRunWithResponse(ctx, id, &api.GetRunParams{JournalCursor: next})
+				if err != nil {
+					return nil, err
+				}
+				if page.JSON200 == nil {
+					return page, nil
+				}
+				first.JSON200.Journal = append(first.JSON200.Journal, page.JSON200.Journal...)
+				first.JSON200.Failures = append(first.JSON200.Failures, page.JSON200.Failures...)
+				next = page.JSON200.JournalNextCursor
+			}
+			return first, nil
 		},
 		func(resp *api.GetRunResponse, id string) error {
 			if resp.JSON200 == nil {

@@ -206,6 +206,21 @@ func (e SigningKeyUse) Valid() bool {
 	}
 }
 
+// Defines values for ListRunsParamsInclude.
+const (
+	Io ListRunsParamsInclude = "io"
+)
+
+// Valid indicates whether the value is a known member of the ListRunsParamsInclude enum.
+func (e ListRunsParamsInclude) Valid() bool {
+	switch e {
+	case Io:
+		return true
+	default:
+		return false
+	}
+}
+
 // AnswerStatus defines model for AnswerStatus.
 type AnswerStatus string
 
@@ -594,8 +609,8 @@ type Run struct {
 	// Identity Who started the run, from the caller's JWT. Never the token itself.
 	Identity Identity `json:"identity"`
 
-	// Input Any JSON value, kept byte for byte.
-	Input AnyJSON `json:"input"`
+	// Input The run's input; absent in a list without `include=io`.
+	Input *AnyJSON `json:"input,omitempty"`
 
 	// Output Any JSON value, kept byte for byte.
 	Output *AnyJSON `json:"output,omitempty"`
@@ -637,9 +652,12 @@ type RunDetail struct {
 	// Identity Who started the run, from the caller's JWT. Never the token itself.
 	Identity Identity `json:"identity"`
 
-	// Input Any JSON value, kept byte for byte.
-	Input   AnyJSON        `json:"input"`
+	// Input The run's input; absent in a list without `include=io`.
+	Input   *AnyJSON       `json:"input,omitempty"`
 	Journal []JournalEntry `json:"journal"`
+
+	// JournalNextCursor Where the next page of the journal starts (`journal_cursor`); absent on the last page.
+	JournalNextCursor *string `json:"journal_next_cursor,omitempty"`
 
 	// Output Any JSON value, kept byte for byte.
 	Output *AnyJSON `json:"output,omitempty"`
@@ -846,8 +864,10 @@ type StartRunParams struct {
 
 // ListRunsParams defines parameters for ListRuns.
 type ListRunsParams struct {
-	Function *string    `form:"function,omitempty" json:"function,omitempty"`
-	Status   *RunStatus `form:"status,omitempty" json:"status,omitempty"`
+	// Include `io` adds each run's input, output and whole error.
+	Include  *ListRunsParamsInclude `form:"include,omitempty" json:"include,omitempty"`
+	Function *string                `form:"function,omitempty" json:"function,omitempty"`
+	Status   *RunStatus             `form:"status,omitempty" json:"status,omitempty"`
 
 	// IdempotencyKey Only the runs started with this idempotency key (one per function).
 	IdempotencyKey *string    `form:"idempotency_key,omitempty" json:"idempotency_key,omitempty"`
@@ -859,6 +879,9 @@ type ListRunsParams struct {
 	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
+// ListRunsParamsInclude defines parameters for ListRuns.
+type ListRunsParamsInclude string
+
 // StreamRunsParams defines parameters for StreamRuns.
 type StreamRunsParams struct {
 	Function *string `form:"function,omitempty" json:"function,omitempty"`
@@ -866,6 +889,14 @@ type StreamRunsParams struct {
 
 	// AccessToken The bearer token, for clients that cannot send the Authorization header.
 	AccessToken *string `form:"access_token,omitempty" json:"access_token,omitempty"`
+}
+
+// GetRunParams defines parameters for GetRun.
+type GetRunParams struct {
+	JournalLimit *int `form:"journal_limit,omitempty" json:"journal_limit,omitempty"`
+
+	// JournalCursor The `journal_next_cursor` of the previous page.
+	JournalCursor *string `form:"journal_cursor,omitempty" json:"journal_cursor,omitempty"`
 }
 
 // GetRunResultParams defines parameters for GetRunResult.
@@ -1097,16 +1128,22 @@ type ClientInterface interface {
 
 	// ListRuns Lists runs, newest first, with keyset pagination. Needs `runs:read`.
 	//
+	// Runs come without their input and output, and with an error message cut to 300
+	// bytes, unless `include=io`: then a page also ends early once its inputs, outputs
+	// and errors pass 8 MiB (it holds one run at least), and `next_cursor` goes on from
+	// there.
+	//
 	// Corresponds with GET /v1/runs (the `ListRuns` operationId).
 	ListRuns(ctx context.Context, params *ListRunsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// StreamRuns A live feed of the tenant's run changes, as server-sent events. Needs `runs:read`.
 	//
-	// Each event is `event: run` with a `Run` (without its journal) as `data`, sent when a
-	// run is created or changes status, by any gateway (fed by Postgres notifications,
-	// one listener per gateway), in the order of the changes. The `Run` has the status,
-	// attempts, `wake_at` and `finished_at` of that change; `output` and `error` only
-	// once the run has its outcome. A comment line (`: keepalive`) is sent every 15s to
+	// Each event is `event: run` with a `Run` (without its journal, input and output) as
+	// `data`, sent when a run is created or changes status, by any gateway (fed by
+	// Postgres notifications, one listener per gateway), in the order of the changes.
+	// The `Run` has the status, attempts, `wake_at` and `finished_at` of that change;
+	// `error` (its message cut to 300 bytes) only once the run has its outcome. Read a
+	// run's output with `GET /v1/runs/{id}` or `/result`. A comment line (`: keepalive`) is sent every 15s to
 	// keep the connection open. Filter with `function` or `run` (one run id).
 	//
 	// `event: resync` (data `{}`) says events were lost (the client fell behind, or the
@@ -1120,10 +1157,17 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/runs/stream (the `StreamRuns` operationId).
 	StreamRuns(ctx context.Context, params *StreamRunsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// GetRun Returns a run with its whole journal and its failed attempts. Needs `runs:read`.
+	// GetRun Returns a run with a page of its journal and those entries' failed attempts. Needs `runs:read`.
+	//
+	// The journal comes a page at a time: at most `journal_limit` entries (default 100,
+	// at most 1000), fewer when their outputs and errors would pass 8 MiB (a page has one
+	// entry at least). `journal_next_cursor` asks for the next page; it is absent on the last.
+	// `failures` holds the failed attempts of the page's entries, those of a step being
+	// retried (on the last page), and on the first page the latest 100 failed
+	// invocations (seq 0).
 	//
 	// Corresponds with GET /v1/runs/{id} (the `GetRun` operationId).
-	GetRun(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*http.Response, error)
+	GetRun(ctx context.Context, id RunID, params *GetRunParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// CancelRun Cancels a run that has not finished. Needs `runs:manage`.
 	//
@@ -1520,6 +1564,11 @@ func (c *Client) StartRun(ctx context.Context, name FunctionName, params *StartR
 
 // ListRuns Lists runs, newest first, with keyset pagination. Needs `runs:read`.
 //
+// Runs come without their input and output, and with an error message cut to 300
+// bytes, unless `include=io`: then a page also ends early once its inputs, outputs
+// and errors pass 8 MiB (it holds one run at least), and `next_cursor` goes on from
+// there.
+//
 // Corresponds with GET /v1/runs (the `ListRuns` operationId).
 func (c *Client) ListRuns(ctx context.Context, params *ListRunsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewListRunsRequest(c.Server, params)
@@ -1535,11 +1584,12 @@ func (c *Client) ListRuns(ctx context.Context, params *ListRunsParams, reqEditor
 
 // StreamRuns A live feed of the tenant's run changes, as server-sent events. Needs `runs:read`.
 //
-// Each event is `event: run` with a `Run` (without its journal) as `data`, sent when a
-// run is created or changes status, by any gateway (fed by Postgres notifications,
-// one listener per gateway), in the order of the changes. The `Run` has the status,
-// attempts, `wake_at` and `finished_at` of that change; `output` and `error` only
-// once the run has its outcome. A comment line (`: keepalive`) is sent every 15s to
+// Each event is `event: run` with a `Run` (without its journal, input and output) as
+// `data`, sent when a run is created or changes status, by any gateway (fed by
+// Postgres notifications, one listener per gateway), in the order of the changes.
+// The `Run` has the status, attempts, `wake_at` and `finished_at` of that change;
+// `error` (its message cut to 300 bytes) only once the run has its outcome. Read a
+// run's output with `GET /v1/runs/{id}` or `/result`. A comment line (`: keepalive`) is sent every 15s to
 // keep the connection open. Filter with `function` or `run` (one run id).
 //
 // `event: resync` (data `{}`) says events were lost (the client fell behind, or the
@@ -1563,11 +1613,18 @@ func (c *Client) StreamRuns(ctx context.Context, params *StreamRunsParams, reqEd
 	return c.Client.Do(req)
 }
 
-// GetRun Returns a run with its whole journal and its failed attempts. Needs `runs:read`.
+// GetRun Returns a run with a page of its journal and those entries' failed attempts. Needs `runs:read`.
+//
+// The journal comes a page at a time: at most `journal_limit` entries (default 100,
+// at most 1000), fewer when their outputs and errors would pass 8 MiB (a page has one
+// entry at least). `journal_next_cursor` asks for the next page; it is absent on the last.
+// `failures` holds the failed attempts of the page's entries, those of a step being
+// retried (on the last page), and on the first page the latest 100 failed
+// invocations (seq 0).
 //
 // Corresponds with GET /v1/runs/{id} (the `GetRun` operationId).
-func (c *Client) GetRun(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewGetRunRequest(c.Server, id)
+func (c *Client) GetRun(ctx context.Context, id RunID, params *GetRunParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetRunRequest(c.Server, id, params)
 	if err != nil {
 		return nil, err
 	}
@@ -2307,6 +2364,18 @@ func NewListRunsRequest(server string, params *ListRunsParams) (*http.Request, e
 		// per the OpenAPI spec (e.g. "color=blue,black,brown").
 		var rawQueryFragments []string
 
+		if params.Include != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "include", *params.Include, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if params.Function != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "function", *params.Function, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
@@ -2484,7 +2553,7 @@ func NewStreamRunsRequest(server string, params *StreamRunsParams) (*http.Reques
 }
 
 // NewGetRunRequest constructs an http.Request for the GetRun method
-func NewGetRunRequest(server string, id RunID) (*http.Request, error) {
+func NewGetRunRequest(server string, id RunID, params *GetRunParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -2507,6 +2576,45 @@ func NewGetRunRequest(server string, id RunID) (*http.Request, error) {
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.JournalLimit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "journal_limit", *params.JournalLimit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.JournalCursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "journal_cursor", *params.JournalCursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -3170,6 +3278,11 @@ type ClientWithResponsesInterface interface {
 
 	// ListRunsWithResponse Lists runs, newest first, with keyset pagination. Needs `runs:read`.
 	//
+	// Runs come without their input and output, and with an error message cut to 300
+	// bytes, unless `include=io`: then a page also ends early once its inputs, outputs
+	// and errors pass 8 MiB (it holds one run at least), and `next_cursor` goes on from
+	// there.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/runs (the `ListRuns` operationId).
@@ -3177,11 +3290,12 @@ type ClientWithResponsesInterface interface {
 
 	// StreamRunsWithResponse A live feed of the tenant's run changes, as server-sent events. Needs `runs:read`.
 	//
-	// Each event is `event: run` with a `Run` (without its journal) as `data`, sent when a
-	// run is created or changes status, by any gateway (fed by Postgres notifications,
-	// one listener per gateway), in the order of the changes. The `Run` has the status,
-	// attempts, `wake_at` and `finished_at` of that change; `output` and `error` only
-	// once the run has its outcome. A comment line (`: keepalive`) is sent every 15s to
+	// Each event is `event: run` with a `Run` (without its journal, input and output) as
+	// `data`, sent when a run is created or changes status, by any gateway (fed by
+	// Postgres notifications, one listener per gateway), in the order of the changes.
+	// The `Run` has the status, attempts, `wake_at` and `finished_at` of that change;
+	// `error` (its message cut to 300 bytes) only once the run has its outcome. Read a
+	// run's output with `GET /v1/runs/{id}` or `/result`. A comment line (`: keepalive`) is sent every 15s to
 	// keep the connection open. Filter with `function` or `run` (one run id).
 	//
 	// `event: resync` (data `{}`) says events were lost (the client fell behind, or the
@@ -3197,12 +3311,19 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/runs/stream (the `StreamRuns` operationId).
 	StreamRunsWithResponse(ctx context.Context, params *StreamRunsParams, reqEditors ...RequestEditorFn) (*StreamRunsResponse, error)
 
-	// GetRunWithResponse Returns a run with its whole journal and its failed attempts. Needs `runs:read`.
+	// GetRunWithResponse Returns a run with a page of its journal and those entries' failed attempts. Needs `runs:read`.
+	//
+	// The journal comes a page at a time: at most `journal_limit` entries (default 100,
+	// at most 1000), fewer when their outputs and errors would pass 8 MiB (a page has one
+	// entry at least). `journal_next_cursor` asks for the next page; it is absent on the last.
+	// `failures` holds the failed attempts of the page's entries, those of a step being
+	// retried (on the last page), and on the first page the latest 100 failed
+	// invocations (seq 0).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/runs/{id} (the `GetRun` operationId).
-	GetRunWithResponse(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*GetRunResponse, error)
+	GetRunWithResponse(ctx context.Context, id RunID, params *GetRunParams, reqEditors ...RequestEditorFn) (*GetRunResponse, error)
 
 	// CancelRunWithResponse Cancels a run that has not finished. Needs `runs:manage`.
 	//
@@ -5107,6 +5228,11 @@ func (c *ClientWithResponses) StartRunWithResponse(ctx context.Context, name Fun
 
 // ListRunsWithResponse Lists runs, newest first, with keyset pagination. Needs `runs:read`.
 //
+// Runs come without their input and output, and with an error message cut to 300
+// bytes, unless `include=io`: then a page also ends early once its inputs, outputs
+// and errors pass 8 MiB (it holds one run at least), and `next_cursor` goes on from
+// there.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /v1/runs (the `ListRuns` operationId).
@@ -5120,11 +5246,12 @@ func (c *ClientWithResponses) ListRunsWithResponse(ctx context.Context, params *
 
 // StreamRunsWithResponse A live feed of the tenant's run changes, as server-sent events. Needs `runs:read`.
 //
-// Each event is `event: run` with a `Run` (without its journal) as `data`, sent when a
-// run is created or changes status, by any gateway (fed by Postgres notifications,
-// one listener per gateway), in the order of the changes. The `Run` has the status,
-// attempts, `wake_at` and `finished_at` of that change; `output` and `error` only
-// once the run has its outcome. A comment line (`: keepalive`) is sent every 15s to
+// Each event is `event: run` with a `Run` (without its journal, input and output) as
+// `data`, sent when a run is created or changes status, by any gateway (fed by
+// Postgres notifications, one listener per gateway), in the order of the changes.
+// The `Run` has the status, attempts, `wake_at` and `finished_at` of that change;
+// `error` (its message cut to 300 bytes) only once the run has its outcome. Read a
+// run's output with `GET /v1/runs/{id}` or `/result`. A comment line (`: keepalive`) is sent every 15s to
 // keep the connection open. Filter with `function` or `run` (one run id).
 //
 // `event: resync` (data `{}`) says events were lost (the client fell behind, or the
@@ -5146,13 +5273,20 @@ func (c *ClientWithResponses) StreamRunsWithResponse(ctx context.Context, params
 	return ParseStreamRunsResponse(rsp)
 }
 
-// GetRunWithResponse Returns a run with its whole journal and its failed attempts. Needs `runs:read`.
+// GetRunWithResponse Returns a run with a page of its journal and those entries' failed attempts. Needs `runs:read`.
+//
+// The journal comes a page at a time: at most `journal_limit` entries (default 100,
+// at most 1000), fewer when their outputs and errors would pass 8 MiB (a page has one
+// entry at least). `journal_next_cursor` asks for the next page; it is absent on the last.
+// `failures` holds the failed attempts of the page's entries, those of a step being
+// retried (on the last page), and on the first page the latest 100 failed
+// invocations (seq 0).
 //
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /v1/runs/{id} (the `GetRun` operationId).
-func (c *ClientWithResponses) GetRunWithResponse(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*GetRunResponse, error) {
-	rsp, err := c.GetRun(ctx, id, reqEditors...)
+func (c *ClientWithResponses) GetRunWithResponse(ctx context.Context, id RunID, params *GetRunParams, reqEditors ...RequestEditorFn) (*GetRunResponse, error) {
+	rsp, err := c.GetRun(ctx, id, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}

@@ -51,9 +51,9 @@ type ServerInterface interface {
 	// StreamRuns A live feed of the tenant's run changes, as server-sent events. Needs `runs:read`.
 	// (GET /v1/runs/stream)
 	StreamRuns(ctx echo.Context, params StreamRunsParams) error
-	// GetRun Returns a run with its whole journal and its failed attempts. Needs `runs:read`.
+	// GetRun Returns a run with a page of its journal and those entries' failed attempts. Needs `runs:read`.
 	// (GET /v1/runs/{id})
-	GetRun(ctx echo.Context, id RunID) error
+	GetRun(ctx echo.Context, id RunID, params GetRunParams) error
 	// CancelRun Cancels a run that has not finished. Needs `runs:manage`.
 	// (POST /v1/runs/{id}/cancel)
 	CancelRun(ctx echo.Context, id RunID) error
@@ -261,6 +261,13 @@ func (w *ServerInterfaceWrapper) ListRuns(ctx echo.Context) error {
 
 	// Parameter object where we will unmarshal all parameters from the context
 	var params ListRunsParams
+	// ------------- Optional query parameter "include" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "include", ctx.QueryParams(), &params.Include, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter include: %s", err))
+	}
+
 	// ------------- Optional query parameter "function" -------------
 
 	err = runtime.BindQueryParameterWithOptions("form", true, false, "function", ctx.QueryParams(), &params.Function, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
@@ -358,8 +365,24 @@ func (w *ServerInterfaceWrapper) GetRun(ctx echo.Context) error {
 		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
 	}
 
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetRunParams
+	// ------------- Optional query parameter "journal_limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "journal_limit", ctx.QueryParams(), &params.JournalLimit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter journal_limit: %s", err))
+	}
+
+	// ------------- Optional query parameter "journal_cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "journal_cursor", ctx.QueryParams(), &params.JournalCursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter journal_cursor: %s", err))
+	}
+
 	// Invoke the callback with all the unmarshaled arguments
-	err = w.Handler.GetRun(ctx, id)
+	err = w.Handler.GetRun(ctx, id, params)
 	return err
 }
 
@@ -1488,7 +1511,8 @@ func (response StreamRuns403ApplicationProblemPlusJSONResponse) VisitStreamRunsR
 }
 
 type GetRunRequestObject struct {
-	Id RunID `json:"id"`
+	Id     RunID `json:"id"`
+	Params GetRunParams
 }
 
 type GetRunResponseObject interface {
@@ -2492,7 +2516,7 @@ type StrictServerInterface interface {
 	// StreamRuns A live feed of the tenant's run changes, as server-sent events. Needs `runs:read`.
 	// (GET /v1/runs/stream)
 	StreamRuns(ctx context.Context, request StreamRunsRequestObject) (StreamRunsResponseObject, error)
-	// GetRun Returns a run with its whole journal and its failed attempts. Needs `runs:read`.
+	// GetRun Returns a run with a page of its journal and those entries' failed attempts. Needs `runs:read`.
 	// (GET /v1/runs/{id})
 	GetRun(ctx context.Context, request GetRunRequestObject) (GetRunResponseObject, error)
 	// CancelRun Cancels a run that has not finished. Needs `runs:manage`.
@@ -2906,10 +2930,11 @@ func (sh *strictHandler) StreamRuns(ctx echo.Context, params StreamRunsParams) e
 }
 
 // GetRun operation middleware
-func (sh *strictHandler) GetRun(ctx echo.Context, id RunID) error {
+func (sh *strictHandler) GetRun(ctx echo.Context, id RunID, params GetRunParams) error {
 	var request GetRunRequestObject
 
 	request.Id = id
+	request.Params = params
 
 	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
 		return sh.ssi.GetRun(ctx.Request().Context(), request.(GetRunRequestObject))
