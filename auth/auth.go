@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // DefaultTenant is the tenant of a token that names none.
@@ -33,6 +34,20 @@ func WithIdentity(ctx context.Context, id Identity) context.Context {
 func IdentityFrom(ctx context.Context) (Identity, bool) {
 	id, ok := ctx.Value(identityKey{}).(Identity)
 	return id, ok
+}
+
+type expiryKey struct{}
+
+// WithExpiry returns a context that carries when the caller's token expires.
+func WithExpiry(ctx context.Context, exp time.Time) context.Context {
+	return context.WithValue(ctx, expiryKey{}, exp)
+}
+
+// ExpiryFrom returns when the caller's token expires, as WithExpiry put it in ctx, and
+// whether it did.
+func ExpiryFrom(ctx context.Context) (time.Time, bool) {
+	exp, ok := ctx.Value(expiryKey{}).(time.Time)
+	return exp, ok
 }
 
 // ErrUnauthorized wraps every verification failure; its message says which check failed

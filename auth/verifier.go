@@ -265,11 +265,18 @@ var (
 
 // Verify checks token and returns its identity. ctx bounds a JWKS fetch for an
 // unknown key id. Every error wraps ErrUnauthorized and says which check failed:
-// format, algorithm, key id, signature, exp, nbf, iat, iss, aud, sub, or the tenant or
-// roles claim; none echoes the token.
+// format, algorithm, key id, signature, exp, nbf, iat, iss, aud, sub, lifetime, crit, or
+// the tenant or roles claim; none echoes the token.
 func (v *Verifier) Verify(ctx context.Context, token string) (Identity, error) {
+	id, _, err := v.Check(ctx, token)
+	return id, err
+}
+
+// Check is Verify, also returning when the token expires (its exp), so that what it
+// opens (a live stream) can end then.
+func (v *Verifier) Check(ctx context.Context, token string) (Identity, time.Time, error) {
 	if len(token) > MaxTokenBytes {
-		return Identity{}, fmt.Errorf("%w: token is longer than %d bytes", ErrUnauthorized, MaxTokenBytes)
+		return Identity{}, time.Time{}, fmt.Errorf("%w: token is longer than %d bytes", ErrUnauthorized, MaxTokenBytes)
 	}
 	claims := jwt.MapClaims{}
 	var kidErr error // a JWKS lookup that failed while other keys were tried
@@ -278,16 +285,17 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Identity, error) {
 		if errors.Is(err, jwt.ErrTokenSignatureInvalid) && kidErr != nil {
 			err = errors.Join(kidErr, err)
 		}
-		return Identity{}, fmt.Errorf("%w: %s", ErrUnauthorized, v.reason(err, t, claims))
+		return Identity{}, time.Time{}, fmt.Errorf("%w: %s", ErrUnauthorized, v.reason(err, t, claims))
 	}
 	if err := v.checkLifetime(claims); err != nil {
-		return Identity{}, fmt.Errorf("%w: %s", ErrUnauthorized, err)
+		return Identity{}, time.Time{}, fmt.Errorf("%w: %s", ErrUnauthorized, err)
 	}
 	id, err := v.identity(claims)
 	if err != nil {
-		return Identity{}, fmt.Errorf("%w: %s", ErrUnauthorized, err)
+		return Identity{}, time.Time{}, fmt.Errorf("%w: %s", ErrUnauthorized, err)
 	}
-	return id, nil
+	exp, _ := claims.GetExpirationTime() // checked by checkLifetime
+	return id, exp.Time, nil
 }
 
 // checkLifetime refuses a token valid for longer than the maximum lifetime: a token

@@ -57,7 +57,9 @@ func resultLocation(runID string) *string {
 // StartRun creates a run. Without wait it is queued for a River worker and answered 202.
 // With wait this gateway invokes it at once (the run is created already claimed, so the
 // first invocation has no queue hop) and answers its result, or 202 when the wait runs
-// out; the invocation goes on regardless of the caller.
+// out; the invocation goes on regardless of the caller. Past the gateway's bounds on such
+// invocations (in all and per tenant) the run is queued instead, and the request still
+// waits for its result.
 func (s *Server) StartRun(ctx context.Context, req server.StartRunRequestObject) (server.StartRunResponseObject, error) {
 	wait, err := parseWait(req.Params.Wait)
 	if err != nil {
@@ -77,7 +79,6 @@ func (s *Server) StartRun(ctx context.Context, req server.StartRunRequestObject)
 		Function:   req.Name,
 		Input:      input,
 		Identity:   journal.Identity(id),
-		Claim:      wait > 0,
 		LeaseGrace: s.inv.LeaseGrace(),
 	}
 	if req.Params.IdempotencyKey != nil {
@@ -88,10 +89,17 @@ func (s *Server) StartRun(ctx context.Context, req server.StartRunRequestObject)
 	}
 	// invoke_roles are checked in the statement that creates the run.
 	n.CheckInvokeRoles, n.InvokerRoles = !id.IsAdmin(), id.Roles
+	release := func() {}
+	if wait > 0 {
+		if r := s.waits.acquire(id.Tenant); r != nil {
+			release, n.Claim = r, true
+		}
+	}
+
 	db := journal.ForTenant(s.api, id.Tenant)
 	var run *journal.Run
 	var created bool
-	if wait > 0 {
+	if n.Claim {
 		// One statement, one commit: this gateway invokes the run at once.
 		run, created, err = journal.CreateRun(ctx, db, n)
 	} else {
@@ -102,6 +110,9 @@ func (s *Server) StartRun(ctx context.Context, req server.StartRunRequestObject)
 			}
 			return s.inv.Enqueue(ctx, tx, run.ID)
 		})
+	}
+	if err != nil {
+		release()
 	}
 	if fe := (*journal.ForbiddenError)(nil); errors.As(err, &fe) {
 		return nil, &problemError{http.StatusForbidden, fmt.Sprintf(
@@ -117,17 +128,21 @@ func (s *Server) StartRun(ctx context.Context, req server.StartRunRequestObject)
 	case err != nil:
 		return nil, err
 	}
+	if !created || !n.Claim {
+		release()
+	}
 	if wait == 0 || run.Status.Terminal() {
 		return startAnswer(run), nil
 	}
 	deadline := time.Now().Add(wait)
-	if created {
+	if created && n.Claim {
 		// Subscribe before invoking, so a finish on another gateway after a suspension
 		// is not missed.
 		ch, unsubscribe := s.inv.Subscribe(run.ID)
 		defer unsubscribe()
 		done := make(chan *invoker.Result, 1)
 		go func() {
+			defer release()
 			res, err := s.inv.InvokeNew(ctx, run, true)
 			if err != nil && !errors.Is(err, journal.ErrSuperseded) {
 				s.log.ErrorContext(ctx, "invocation failed to apply; the lease reaper will retry it",

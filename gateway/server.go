@@ -54,6 +54,15 @@ type Config struct {
 	OperatorRole string
 	// OperatorTenant, when set, counts OperatorRole only in tokens of this tenant.
 	OperatorTenant string
+	// MaxWaitInvocations bounds the runs started with ?wait that this gateway invokes
+	// itself at once, in all; MaxWaitInvocationsPerTenant, per tenant. Past them a run
+	// is queued for any gateway's workers, and the request still waits for its result.
+	// Default to 1,000 and 200.
+	MaxWaitInvocations, MaxWaitInvocationsPerTenant int
+	// MaxStreamsPerTenant bounds the live streams (GET /v1/runs/stream) one tenant holds
+	// open on this gateway; MaxStreamsPerSubject, those of one subject of a tenant. Past
+	// them a stream is a 429. Default to 100 and 10.
+	MaxStreamsPerTenant, MaxStreamsPerSubject int
 	// Egress says which function and app URLs tenants may register, and which
 	// addresses the manifest requests may dial. Its zero value allows the public
 	// internet only.
@@ -72,6 +81,9 @@ type Server struct {
 	egress   egress.Policy
 	// operatorRole and operatorTenant say who may open River's UI (see operates).
 	operatorRole, operatorTenant string
+	waits                        *slots       // synchronous invocations, by tenant
+	tenantStreams                *slots       // live streams, by tenant
+	subjectStreams               *slots       // live streams, by tenant and subject
 	client                       *http.Client // fetches manifests
 	echo                         *echo.Echo
 	stream                       *streamHub
@@ -98,6 +110,9 @@ func New(cfg Config) (*Server, error) {
 		egress:         cfg.Egress,
 		operatorRole:   cfg.OperatorRole,
 		operatorTenant: cfg.OperatorTenant,
+		waits:          newSlots(cmp.Or(cfg.MaxWaitInvocations, 1000), cmp.Or(cfg.MaxWaitInvocationsPerTenant, 200)),
+		tenantStreams:  newSlots(0, cmp.Or(cfg.MaxStreamsPerTenant, 100)),
+		subjectStreams: newSlots(0, cmp.Or(cfg.MaxStreamsPerSubject, 10)),
 		client:         manifestClient(cfg.Egress),
 	}
 	e := echo.New()
@@ -181,11 +196,11 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 			}
 			ctx = context.WithValue(ctx, invocationKey{}, invocationClaim{runID, invocation})
 		} else {
-			id, err := s.verifier.Verify(ctx, token)
+			id, exp, err := s.verifier.Check(ctx, token)
 			if err != nil {
 				return err
 			}
-			ctx = auth.WithIdentity(ctx, id)
+			ctx = auth.WithExpiry(auth.WithIdentity(ctx, id), exp)
 		}
 		c.SetRequest(c.Request().WithContext(ctx))
 		return next(c)

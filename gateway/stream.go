@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 
+	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/invoker"
@@ -344,26 +346,57 @@ func (s *Server) StreamRuns(ctx context.Context, req server.StreamRunsRequestObj
 		}
 		run = *req.Params.Run
 	}
-	c, err := s.stream.subscribe(ctx, identity(ctx).Tenant, function, run)
+	id := identity(ctx)
+	release, err := s.streamSlots(id)
 	if err != nil {
 		return nil, err
 	}
+	c, err := s.stream.subscribe(ctx, id.Tenant, function, run)
+	if err != nil {
+		release()
+		return nil, err
+	}
 	// Should the response never be written, the stream still closes with the request.
-	context.AfterFunc(ctx, func() { s.stream.unsubscribe(c) })
+	context.AfterFunc(ctx, func() {
+		s.stream.unsubscribe(c)
+		release()
+	})
 	if srv, ok := ctx.Value(http.ServerContextKey).(*http.Server); ok {
 		s.stream.endOnShutdown(srv)
 	}
-	return runStream{ctx: ctx, hub: s.stream, c: c}, nil
+	exp, _ := auth.ExpiryFrom(ctx)
+	return runStream{ctx: ctx, hub: s.stream, c: c, expires: exp, release: release}, nil
 }
 
-// runStream writes a stream until the client goes away or the server shuts down.
+// streamSlots takes a stream's place among the caller's tenant's and subject's, or
+// answers a 429 naming the limit.
+func (s *Server) streamSlots(id auth.Identity) (release func(), err error) {
+	tenant := s.tenantStreams.acquire(id.Tenant)
+	if tenant == nil {
+		return nil, &problemError{http.StatusTooManyRequests, fmt.Sprintf(
+			"tenant %q has %d live streams open on this gateway, its limit: close one first", id.Tenant, s.tenantStreams.maxPerKey)}
+	}
+	subject := s.subjectStreams.acquire(id.Tenant + "\n" + id.Subject)
+	if subject == nil {
+		tenant()
+		return nil, &problemError{http.StatusTooManyRequests, fmt.Sprintf(
+			"%s has %d live streams open on this gateway, the limit per subject: close one first", id.Subject, s.subjectStreams.maxPerKey)}
+	}
+	return func() { subject(); tenant() }, nil
+}
+
+// runStream writes a stream until the client goes away, the server shuts down or the
+// caller's token expires.
 type runStream struct {
-	ctx context.Context
-	hub *streamHub
-	c   *streamClient
+	ctx     context.Context
+	hub     *streamHub
+	c       *streamClient
+	expires time.Time // zero: never
+	release func()
 }
 
 func (st runStream) VisitStreamRunsResponse(w http.ResponseWriter) error {
+	defer st.release()
 	defer st.hub.unsubscribe(st.c)
 	h := w.Header()
 	h.Set(echo.HeaderContentType, "text/event-stream")
@@ -384,12 +417,23 @@ func (st runStream) VisitStreamRunsResponse(w http.ResponseWriter) error {
 	}
 	keepalive := time.NewTicker(keepaliveInterval)
 	defer keepalive.Stop()
+	var expired <-chan time.Time
+	if !st.expires.IsZero() {
+		t := time.NewTimer(time.Until(st.expires))
+		defer t.Stop()
+		expired = t.C
+	}
 	for {
 		var err error
 		select {
 		case <-st.ctx.Done():
 			return nil
 		case <-st.c.done:
+			return nil
+		case <-expired:
+			// The token that opened the stream is no longer valid: the client signs in
+			// again with a new one.
+			_ = send([]byte("event: expired\ndata: {}\n\n"))
 			return nil
 		case frame := <-st.c.out:
 			err = send(frame)

@@ -50,6 +50,10 @@ type serverConfig struct {
 	invocationKeys [][]byte
 	egress         egress.Policy // STEPGATE_ALLOWED_NETWORKS, STEPGATE_ALLOWED_FUNCTION_HOSTS
 	limits         invoker.Limits
+	// caps bound what one gateway holds at once: STEPGATE_MAX_WAIT_INVOCATIONS,
+	// STEPGATE_MAX_WAIT_INVOCATIONS_PER_TENANT, STEPGATE_MAX_STREAMS_PER_TENANT,
+	// STEPGATE_MAX_STREAMS_PER_SUBJECT.
+	maxWaits, maxWaitsPerTenant, maxStreamsPerTenant, maxStreamsPerSubject int
 	// operatorRole and operatorTenant say who operates the deployment (River's UI):
 	// STEPGATE_OPERATOR_ROLE, STEPGATE_OPERATOR_TENANT.
 	operatorRole, operatorTenant string
@@ -89,6 +93,21 @@ func readServerConfig(getenv func(string) string) (serverConfig, error) {
 	c.operatorTenant = strings.TrimSpace(getenv("STEPGATE_OPERATOR_TENANT"))
 	if c.limits, err = readLimits(getenv); err != nil {
 		return c, err
+	}
+	for _, n := range []struct {
+		name string
+		to   *int
+	}{
+		{"STEPGATE_MAX_WAIT_INVOCATIONS", &c.maxWaits},
+		{"STEPGATE_MAX_WAIT_INVOCATIONS_PER_TENANT", &c.maxWaitsPerTenant},
+		{"STEPGATE_MAX_STREAMS_PER_TENANT", &c.maxStreamsPerTenant},
+		{"STEPGATE_MAX_STREAMS_PER_SUBJECT", &c.maxStreamsPerSubject},
+	} {
+		v, err := envInt(getenv, n.name, 0)
+		if err != nil {
+			return c, err
+		}
+		*n.to = int(min(v, math.MaxInt32))
 	}
 	if c.jwt, err = readJWTConfig(getenv); err != nil {
 		return c, err
@@ -257,6 +276,8 @@ func startGateway(ctx context.Context, c serverConfig, log *slog.Logger) (*gatew
 		Pool: pool, APIPool: api, Invoker: g.inv, Verifier: verifier, Tokens: tokens, Logger: log,
 		Keys: g.keys, Egress: c.egress, MaxBodyBytes: c.maxBodyBytes, Web: web.Handler(),
 		OperatorRole: c.operatorRole, OperatorTenant: c.operatorTenant,
+		MaxWaitInvocations: c.maxWaits, MaxWaitInvocationsPerTenant: c.maxWaitsPerTenant,
+		MaxStreamsPerTenant: c.maxStreamsPerTenant, MaxStreamsPerSubject: c.maxStreamsPerSubject,
 	})
 	if err != nil {
 		return fail(err)

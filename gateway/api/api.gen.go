@@ -840,6 +840,9 @@ type NotFound = Problem
 // TooLarge An RFC 9457 problem.
 type TooLarge = Problem
 
+// TooManyRequests An RFC 9457 problem.
+type TooManyRequests = Problem
+
 // Unauthorized An RFC 9457 problem.
 type Unauthorized = Problem
 
@@ -1148,7 +1151,11 @@ type ClientInterface interface {
 	//
 	// `event: resync` (data `{}`) says events were lost (the client fell behind, or the
 	// gateway's listener reconnected): reload what is shown. No event is replayed on
-	// reconnection either; reload after connecting.
+	// reconnection either; reload after connecting. `event: expired` ends the stream
+	// when the token that opened it expires: open a new one with a new token.
+	//
+	// A gateway keeps at most 100 streams of one tenant open (10 of one subject); past
+	// that a new one is a 429.
 	//
 	// A browser's `EventSource` cannot send headers, so this operation also takes the
 	// token as the `access_token` query parameter. Prefer the header where the client
@@ -1594,7 +1601,11 @@ func (c *Client) ListRuns(ctx context.Context, params *ListRunsParams, reqEditor
 //
 // `event: resync` (data `{}`) says events were lost (the client fell behind, or the
 // gateway's listener reconnected): reload what is shown. No event is replayed on
-// reconnection either; reload after connecting.
+// reconnection either; reload after connecting. `event: expired` ends the stream
+// when the token that opened it expires: open a new one with a new token.
+//
+// A gateway keeps at most 100 streams of one tenant open (10 of one subject); past
+// that a new one is a 429.
 //
 // A browser's `EventSource` cannot send headers, so this operation also takes the
 // token as the `access_token` query parameter. Prefer the header where the client
@@ -3300,7 +3311,11 @@ type ClientWithResponsesInterface interface {
 	//
 	// `event: resync` (data `{}`) says events were lost (the client fell behind, or the
 	// gateway's listener reconnected): reload what is shown. No event is replayed on
-	// reconnection either; reload after connecting.
+	// reconnection either; reload after connecting. `event: expired` ends the stream
+	// when the token that opened it expires: open a new one with a new token.
+	//
+	// A gateway keeps at most 100 streams of one tenant open (10 of one subject); past
+	// that a new one is a 429.
 	//
 	// A browser's `EventSource` cannot send headers, so this operation also takes the
 	// token as the `access_token` query parameter. Prefer the header where the client
@@ -4141,6 +4156,8 @@ type StreamRunsResponse struct {
 	ApplicationproblemJSON401 *Unauthorized
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
@@ -4156,6 +4173,11 @@ func (r StreamRunsResponse) GetApplicationproblemJSON401() *Unauthorized {
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r StreamRunsResponse) GetApplicationproblemJSON403() *Forbidden {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r StreamRunsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
 }
 
 // GetBody returns the raw response body bytes
@@ -5256,7 +5278,11 @@ func (c *ClientWithResponses) ListRunsWithResponse(ctx context.Context, params *
 //
 // `event: resync` (data `{}`) says events were lost (the client fell behind, or the
 // gateway's listener reconnected): reload what is shown. No event is replayed on
-// reconnection either; reload after connecting.
+// reconnection either; reload after connecting. `event: expired` ends the stream
+// when the token that opened it expires: open a new one with a new token.
+//
+// A gateway keeps at most 100 streams of one tenant open (10 of one subject); past
+// that a new one is a 429.
 //
 // A browser's `EventSource` cannot send headers, so this operation also takes the
 // token as the `access_token` query parameter. Prefer the header where the client
@@ -6076,6 +6102,13 @@ func ParseStreamRunsResponse(rsp *http.Response) (*StreamRunsResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
 
 	}
 

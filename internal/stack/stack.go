@@ -60,6 +60,8 @@ type Options struct {
 	// Auth configures token verification. Its Secrets default to JWTSecret, so
 	// Token and NewToken keep working when only keys, issuer or claims are added.
 	Auth auth.Config
+	// Gateway, when set, changes the gateway's config before it starts.
+	Gateway func(*gateway.Config)
 	// Egress says which addresses the gateway dials; nil: Loopback.
 	Egress *egress.Policy
 	// Limits bound functions and runs. MinBackoff defaults to 1ms here, so tests may
@@ -134,10 +136,14 @@ func Start(tb testing.TB, opts Options) *Stack {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(verifier.Close)
-	g, err := gateway.New(gateway.Config{
+	gcfg := gateway.Config{
 		Pool: pool, APIPool: apiPool, Invoker: s.Invoker, Verifier: verifier, Tokens: s.Tokens, Logger: log,
 		Keys: s.Keys, Egress: policy, MaxBodyBytes: opts.MaxBodyBytes, Web: web.Handler(), OperatorRole: OperatorRole,
-	})
+	}
+	if opts.Gateway != nil {
+		opts.Gateway(&gcfg)
+	}
+	g, err := gateway.New(gcfg)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -248,6 +248,7 @@ export function streamRuns(params, { onRun, onResync = () => {}, onState = () =>
   function dispatch(event, data) {
     if (stopped) return;
     if (event === "resync") { onResync(); return; }
+    if (event === "expired") { stopped = true; onUnauthorized(new APIError(401, "Unauthorized", "the token expired")); return; }
     if (event !== "run" || !data) return;
     try {
       onRun(JSON.parse(data));
