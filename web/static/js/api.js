@@ -24,6 +24,7 @@ export function getToken() {
 /** setToken keeps t for the next visits; "" forgets it. */
 export function setToken(t) {
   token = t;
+  sessionRoles = null;
   try {
     if (t) localStorage.setItem(TOKEN_KEY, t);
     else localStorage.removeItem(TOKEN_KEY);
@@ -56,14 +57,19 @@ const ROLE_PERMISSIONS = {
   viewer: ["functions:read", "runs:read"],
 };
 
-/** roles returns the token's roles: its roles claim and its space-separated scope. */
+let sessionRoles = null; // the roles the gateway read from the token, once the session says
+
+/**
+ * roles returns the token's roles: as the gateway read them (the session's answer, which
+ * knows the configured roles claim and scope prefix), else the token's roles claim.
+ */
 export function roles(c = claims()) {
+  if (sessionRoles && c === claims()) return sessionRoles;
   if (!c) return [];
   const out = [];
   const r = c.roles;
   if (Array.isArray(r)) out.push(...r.filter((x) => typeof x === "string"));
   else if (typeof r === "string") out.push(...r.split(/[\s,]+/));
-  if (typeof c.scope === "string") out.push(...c.scope.split(/\s+/));
   return [...new Set(out.filter(Boolean))];
 }
 
@@ -153,7 +159,10 @@ export async function startSession(t) {
       body: JSON.stringify({ token: t }),
       credentials: "same-origin",
     });
-    return res.ok ? await res.json() : null;
+    if (!res.ok) return null;
+    const s = await res.json();
+    if (t === token && Array.isArray(s.roles)) sessionRoles = s.roles;
+    return s;
   } catch {
     return null;
   }

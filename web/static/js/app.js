@@ -7,7 +7,7 @@
 
 import { h, icon, replace } from "./dom.js";
 import { getToken, setToken, claims, roles, handleUnauthorized, startSession, endSession } from "./api.js";
-import { toast, errorMessage } from "./dialog.js";
+import { toast, errorMessage, confirmAction } from "./dialog.js";
 import { signIn } from "./pages/signin.js";
 import { runsPage } from "./pages/runs.js";
 import { runPage } from "./pages/run.js";
@@ -129,13 +129,33 @@ function frame() {
 }
 
 // `#token=<jwt>`: sign in with it, keep it, and take it out of the address bar and history.
-function takeFragmentToken() {
+// A link that would sign in as someone else than the signed-in identity (another
+// subject or tenant) asks first: a link sent by somebody must not switch the tenant one
+// works in without one noticing.
+async function takeFragmentToken() {
   const m = location.hash.match(/^#token=([^&]+)(?:&next=(.*))?$/);
   if (!m) return;
   const t = decodeURIComponent(m[1]);
   const next = m[2] ? decodeURIComponent(m[2]) : "/runs";
-  setToken(t);
   history.replaceState(null, "", location.pathname + location.search + "#" + (next.startsWith("/") ? next : "/runs"));
+  const current = getToken() ? claims() : null;
+  const offered = claims(t) || {};
+  if (current && (current.sub !== offered.sub || (current.tenant || "") !== (offered.tenant || ""))) {
+    const ok = await confirmAction({
+      title: "Sign in as someone else?",
+      body: [
+        h("p", null, "This link signs you in as ", h("strong", { "data-testid": "offered-identity" }, `${offered.sub || "?"} (tenant ${offered.tenant || "?"})`),
+          ". You are signed in as ", h("strong", null, `${current.sub || "?"} (tenant ${current.tenant || "?"})`), "."),
+        h("p", { class: "muted" }, "Only switch if you expected this link."),
+      ],
+      confirmLabel: "Switch",
+      cancelLabel: "Stay signed in",
+      action: async () => true,
+    });
+    if (!ok) return;
+  }
+  setToken(t);
+  view = null; // a new identity gets a new frame
 }
 
 function expired() {
@@ -151,10 +171,11 @@ handleUnauthorized((err) => {
   if (getToken()) signOut(`The gateway rejected your token: ${err.detail}. Sign in again.`);
 });
 
-takeFragmentToken();
-window.addEventListener("hashchange", () => {
-  if (location.hash.startsWith("#token=")) takeFragmentToken();
+window.addEventListener("hashchange", async () => {
+  if (location.hash.startsWith("#token=")) await takeFragmentToken();
   route();
 });
-if (getToken() && expired()) signOut("Your token has expired. Sign in with a new one.");
-else route();
+takeFragmentToken().then(() => {
+  if (getToken() && expired()) signOut("Your token has expired. Sign in with a new one.");
+  else route();
+});

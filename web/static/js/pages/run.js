@@ -34,6 +34,13 @@ export function runPage(el, id) {
     clearTimeout(poll);
     try {
       const r = await request(`/v1/runs/${encodeURIComponent(id)}`);
+      // The journal comes a page at a time; a run's journal is bounded, and so is this.
+      for (let pages = 1; r.journal_next_cursor && pages < 50 && !gone; pages++) {
+        const next = await request(`/v1/runs/${encodeURIComponent(id)}?journal_cursor=${encodeURIComponent(r.journal_next_cursor)}`);
+        r.journal.push(...next.journal);
+        r.failures.push(...next.failures);
+        r.journal_next_cursor = next.journal_next_cursor;
+      }
       if (gone) return;
       const j = JSON.stringify(r);
       if (j !== last) {
@@ -82,7 +89,7 @@ export function runPage(el, id) {
     if (!TERMINAL.has(r.status) && can("runs:manage")) {
       actions.append(h("button", { type: "button", class: "btn danger-outline", "data-testid": "cancel-run", onclick: cancel }, icon("stop", 13), "Cancel run"));
     }
-    if (TERMINAL.has(r.status) && can("runs:manage")) {
+    if (TERMINAL.has(r.status) && can("runs:invoke")) {
       actions.append(h("button", { type: "button", class: "btn", "data-testid": "rerun-run", onclick: rerun }, icon("rerun", 14), "Rerun"));
     }
     replace(body,
@@ -156,7 +163,14 @@ export function runPage(el, id) {
       rows.push(["Parent run", h("span", null, link(r.parent_id),
         r.parent_name ? h("span", { class: "muted" }, ` · step ${r.parent_seq} ${r.parent_name}`) : null)]);
     }
-    if (r.rerun_of) rows.push(["Rerun of", h("span", { "data-testid": "rerun-of" }, link(r.rerun_of))]);
+    if (r.rerun_of) {
+      rows.push(["Rerun of", h("span", { "data-testid": "rerun-of" }, link(r.rerun_of),
+        h("span", { class: "muted" }, ` · by ${r.identity.subject}`))]);
+    }
+    if (r.cancelled_by) {
+      rows.push(["Cancelled by", h("span", { "data-testid": "cancelled-by", class: "mono" }, r.cancelled_by.subject,
+        h("span", { class: "muted" }, ` (${(r.cancelled_by.roles || []).join(", ") || "no roles"})`))]);
+    }
     return h("dl", { class: "facts card" }, rows.map(([k, v]) => h("div", { class: "fact" }, h("dt", null, k), h("dd", null, v))));
   }
 
@@ -420,8 +434,8 @@ export function runPage(el, id) {
     const res = await confirmAction({
       title: "Rerun this run?",
       body: [
-        h("p", null, "A new run of ", h("strong", null, run.function), " starts with this run's input and identity, on the function's current revision."),
-        h("p", { class: "muted" }, "This run stays as it is; the new one links back to it."),
+        h("p", null, "A new run of ", h("strong", null, run.function), " starts with this run's input, on the function's current revision, as you."),
+        h("p", { class: "muted" }, "This run stays as it is, with its own identity; the new one links back to it."),
       ],
       confirmLabel: "Start rerun",
       action: () => request(`/v1/runs/${id}/rerun`, { method: "POST" }),
