@@ -21,10 +21,10 @@ type jwtConfig struct {
 	issuer         string   // STEPGATE_JWT_ISSUER
 	audience       string   // STEPGATE_JWT_AUDIENCE
 	leeway         time.Duration
-	tenantClaim    string   // STEPGATE_TENANT_CLAIM
-	defaultTenant  string   // STEPGATE_DEFAULT_TENANT
-	rolesClaim     string   // STEPGATE_ROLES_CLAIM
-	scopePrefix    string   // STEPGATE_SCOPE_PREFIX
+	tenantClaim    string // STEPGATE_TENANT_CLAIM
+	defaultTenant  string // STEPGATE_DEFAULT_TENANT
+	rolesClaim     string // STEPGATE_ROLES_CLAIM
+	scopePrefix    string // STEPGATE_SCOPE_PREFIX
 	maxLifetime    time.Duration
 	identityClaims []string // STEPGATE_IDENTITY_CLAIMS
 }
@@ -117,4 +117,3 @@ func (j jwtConfig) authConfig(log *slog.Logger) (auth.Config, error) {
 var errNoVerificationKey = errors.New("STEPGATE_JWT_SECRET (HS secrets of at least 32 bytes, comma-separated for rotation), " +
 	"STEPGATE_JWT_PUBLIC_KEYS (PEM files of RSA, ECDSA or Ed25519 public keys) or STEPGATE_JWKS_URL (your identity provider's JWKS): " +
 	"at least one, to verify callers' tokens")
-

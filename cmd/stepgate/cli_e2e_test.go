@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -52,6 +53,9 @@ type devGateway struct {
 	url         string
 	token       string
 	databaseURL string
+	dir         string // its --dir
+	publicKeys  string // the STEPGATE_PUBLIC_KEYS it printed
+	appURL      string // where its example functions are served
 }
 
 // lockedBuffer collects a child's output from one goroutine for another.
@@ -97,11 +101,18 @@ func startDev(t *testing.T) *devGateway {
 	var waitErr error
 	tokens := make(chan string, 1)
 	var out lockedBuffer
+	var publicKeys, appURL atomic.Value
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			line := sc.Text()
 			out.Write([]byte(line + "\n"))
+			if k, ok := strings.CutPrefix(line, "STEPGATE_PUBLIC_KEYS="); ok {
+				publicKeys.Store(strings.Fields(k)[0])
+			}
+			if i := strings.Index(line, "(served at "); i >= 0 {
+				appURL.Store(strings.TrimSuffix(line[i+len("(served at "):], ")"))
+			}
 			if tok, ok := strings.CutPrefix(line, "STEPGATE_TOKEN="); ok {
 				select {
 				case tokens <- tok:
@@ -127,6 +138,7 @@ func startDev(t *testing.T) *devGateway {
 
 	g := &devGateway{
 		url:         "http://" + addr,
+		dir:         dir,
 		databaseURL: (&url.URL{Scheme: "postgres", User: url.User("postgres"), Path: "/stepgate", RawQuery: url.Values{"host": {filepath.Join(dir, "pg")}, "port": {"5432"}, "sslmode": {"disable"}}.Encode()}).String(),
 	}
 	deadline := time.After(2 * time.Minute)
@@ -144,7 +156,10 @@ func startDev(t *testing.T) *devGateway {
 		resp, err := http.Get(g.url + "/healthz")
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+			keys, _ := publicKeys.Load().(string)
+			app, _ := appURL.Load().(string)
+			if resp.StatusCode == http.StatusOK && keys != "" && app != "" {
+				g.publicKeys, g.appURL = keys, app
 				return g
 			}
 		}
@@ -227,6 +242,36 @@ func TestEndToEnd(t *testing.T) {
 		out, err = cmd(t, "runs", "list", "--function", "orders.checkout", "--limit", "500")
 		require.NoError(t, err)
 		require.Contains(t, out, fields[1])
+	})
+
+	t.Run("Keys", func(t *testing.T) {
+		out, err := cmd(t, "keys")
+		require.NoError(t, err)
+		require.Contains(t, out, "# tenant default: your functions verify the gateway's requests with\nSTEPGATE_PUBLIC_KEYS="+g.publicKeys+"\n",
+			"the key stepgate dev printed")
+		out, err = cmd(t, "keys", "secrets")
+		require.NoError(t, err)
+		require.Regexp(t, `(?m)^STEPGATE_HMAC_SECRETS=[A-Za-z0-9_-]{43}$`, out)
+		out, err = cmd(t, "keys", "rotate", "--overlap", "1h")
+		require.NoError(t, err)
+		require.Regexp(t, `STEPGATE_PUBLIC_KEYS=[A-Za-z0-9_-]{43},`+g.publicKeys, out, "the new key first, the old one still signing")
+		out, err = cmd(t, "invoke", "hello", "--data", `{"name":"rotated"}`, "--wait", "20s")
+		require.NoError(t, err)
+		require.Contains(t, out, "Hello, rotated!", "the examples follow the rotation")
+		_, err = cmd(t, "keys", "rotate", "--overlap", "forever")
+		require.Error(t, err)
+	})
+
+	t.Run("ExamplesServeASecondTenant", func(t *testing.T) {
+		c, stdout, _ := newTestCLI(map[string]string{}, "")
+		require.NoError(t, c.run(t.Context(), []string{"token", "create", "--sub", "sam", "--tenant", "second", "--role", "developer", "--dir", g.dir}))
+		tok := strings.TrimSpace(strings.TrimPrefix(stdout.String(), "STEPGATE_TOKEN="))
+		second := map[string]string{"STEPGATE_URL": g.url, "STEPGATE_TOKEN": tok}
+		c, stdout, _ = newTestCLI(second, "")
+		require.NoError(t, c.run(t.Context(), []string{"apps", "sync", g.appURL}))
+		c, stdout, _ = newTestCLI(second, "")
+		require.NoError(t, c.run(t.Context(), []string{"invoke", "hello", "--data", `{"name":"second"}`, "--wait", "20s"}))
+		require.Contains(t, stdout.String(), "Hello, second!")
 	})
 
 	t.Run("InvokeWithoutWait", func(t *testing.T) {

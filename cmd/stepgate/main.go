@@ -128,6 +128,14 @@ Schedules:
   schedules get NAME               one schedule, its next tick and last run
   schedules delete NAME            delete a schedule; its runs are kept
 
+Keys (the gateway signs every request to your functions with your tenant's key):
+  keys                             your tenant's Ed25519 public keys, for your functions
+                                   (STEPGATE_PUBLIC_KEYS) (also: keys list)
+  keys secrets                     your tenant's HMAC secrets, for functions without Ed25519
+  keys rotate [--overlap 24h]      a new key; the old one signs too until the overlap ends
+  keys rotate-invocation [--overlap 1h]
+                                   operators: a new invocation token key in $DATABASE_URL
+
 Tokens:
   token create --sub S [--tenant T] [--role R ...] [--ttl 1h]
                                    sign a token with $STEPGATE_JWT_SECRET, or the key of
@@ -192,6 +200,8 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 		return c.bench(ctx, rest)
 	case "token":
 		return c.tokenCmd(ctx, rest)
+	case "keys", "key":
+		return c.keys(ctx, rest)
 	default:
 		return usagef("unknown command %q", cmd)
 	}

@@ -58,9 +58,9 @@ type serverConfig struct {
 	// STEPGATE_OPERATOR_ROLE, STEPGATE_OPERATOR_TENANT.
 	operatorRole, operatorTenant string
 	maxBodyBytes                 int64
-	maxConns         int32
-	logLevel         slog.Level
-	pprofAddr        string // serves net/http/pprof when set
+	maxConns                     int32
+	logLevel                     slog.Level
+	pprofAddr                    string // serves net/http/pprof when set
 }
 
 // readServerConfig reads the environment variables documented in the README.
