@@ -190,7 +190,6 @@ func retries(c *api.FunctionConfig) *api.RetryPolicy {
 	return c.Retries
 }
 
-
 // Register adds the function fn called name to app, served at POST /<name>. The run's
 // input is decoded from JSON into In (a JSON null or absent input leaves In's zero
 // value; an input that does not decode fails the run); fn's output is encoded as JSON.

@@ -7,8 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -267,7 +267,7 @@ func validRunID(id string) bool {
 func runToAPI(run *journal.Run, io bool) api.Run {
 	r := api.Run{
 		Id: run.ID, Function: run.Function, Revision: run.Revision, Status: api.RunStatus(run.Status),
-		Error: invoker.ErrorToAPI(run.Error),
+		Error:    invoker.ErrorToAPI(run.Error),
 		Identity: invoker.IdentityToAPI(run.Identity), IdempotencyKey: run.IdempotencyKey, ParentId: run.ParentID,
 		ParentSeq: run.ParentSeq, ParentName: run.ParentName, RerunOf: run.RerunOf, Attempts: run.Attempts, WakeAt: run.WakeAt, CreatedAt: run.CreatedAt, StartedAt: run.StartedAt,
 		FinishedAt: run.FinishedAt, CancelledBy: identityPtr(run.CancelledBy),
@@ -319,8 +319,8 @@ func (s *Server) GetRun(ctx context.Context, req server.GetRunRequestObject) (se
 		Error: r.Error, Identity: r.Identity, IdempotencyKey: r.IdempotencyKey, ParentId: r.ParentId,
 		ParentSeq: r.ParentSeq, ParentName: r.ParentName, RerunOf: r.RerunOf, Attempts: r.Attempts, WakeAt: r.WakeAt, CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
 		CancelledBy: r.CancelledBy,
-		Journal:  make([]api.JournalEntry, 0, len(d.Journal)),
-		Failures: make([]api.AttemptFailure, 0, len(d.Failures)),
+		Journal:     make([]api.JournalEntry, 0, len(d.Journal)),
+		Failures:    make([]api.AttemptFailure, 0, len(d.Failures)),
 	}
 	for _, e := range d.Journal {
 		out.Journal = append(out.Journal, invoker.EntryToAPI(e))

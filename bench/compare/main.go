@@ -81,7 +81,18 @@ func run(oldRev, newRev string, rounds int, benchArgs []string) error {
 			results[rev] = append(results[rev], cells)
 		}
 	}
-	fmt.Printf("medians of %d alternating rounds; ratio = %s / %s\n\n", rounds, newRev, oldRev)
+	fmt.Printf("each round, runs/s (p50):\n")
+	for i, c := range results[oldRev][0] {
+		fmt.Printf("  %-16s %4d", c.Function, c.Concurrency)
+		for _, rev := range []string{oldRev, newRev} {
+			fmt.Printf("  %s:", rev)
+			for _, r := range results[rev] {
+				fmt.Printf(" %.0f (%.2fms)", r[i].RunsPerSecond, r[i].Latency.P50)
+			}
+		}
+		fmt.Println()
+	}
+	fmt.Printf("\nmedians of %d alternating rounds; ratio = %s / %s\n\n", rounds, newRev, oldRev)
 	fmt.Printf("%-16s %4s  %10s %10s %6s  %9s %9s %6s  %9s %9s %6s\n", "FUNCTION", "CONC",
 		"RUNS/S old", "new", "ratio", "P50 old", "new", "ratio", "P99 old", "new", "ratio")
 	for i, c := range results[oldRev][0] {

@@ -83,10 +83,10 @@ func readServerConfig(getenv func(string) string) (serverConfig, error) {
 		c.invocationKeys = append(c.invocationKeys, []byte(k))
 	}
 	var err error
-	if c.egress.AllowedNetworks, err = egress.ParseNetworks(getenv("STEPGATE_ALLOWED_NETWORKS")); err != nil {
+	if c.egress.AllowedNetworks, err = egress.ParseNetworks(list(getenv("STEPGATE_ALLOWED_NETWORKS"))); err != nil {
 		return c, fmt.Errorf("STEPGATE_ALLOWED_NETWORKS: %w", err)
 	}
-	if c.egress.AllowedHosts, err = egress.ParseHosts(getenv("STEPGATE_ALLOWED_FUNCTION_HOSTS")); err != nil {
+	if c.egress.AllowedHosts, err = egress.ParseHosts(list(getenv("STEPGATE_ALLOWED_FUNCTION_HOSTS"))); err != nil {
 		return c, fmt.Errorf("STEPGATE_ALLOWED_FUNCTION_HOSTS: %w", err)
 	}
 	c.operatorRole = strings.TrimSpace(getenv("STEPGATE_OPERATOR_ROLE"))

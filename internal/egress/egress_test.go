@@ -304,7 +304,7 @@ func TestParseNetworks(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := egress.ParseNetworks(tt.csv)
+			got, err := egress.ParseNetworks(strings.Split(tt.csv, ","))
 			if tt.wantErr != "" {
 				require.ErrorContains(t, err, tt.wantErr)
 				return
@@ -345,7 +345,7 @@ func TestParseHosts(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := egress.ParseHosts(tt.csv)
+			got, err := egress.ParseHosts(strings.Split(tt.csv, ","))
 			if tt.wantErr != "" {
 				require.ErrorContains(t, err, tt.wantErr)
 				return

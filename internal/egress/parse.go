@@ -8,14 +8,13 @@ import (
 	"strings"
 )
 
-// ParseNetworks parses a comma-separated list of networks such as
-// "10.0.0.0/8, fd00::/8" for [Policy.AllowedNetworks]. A bare address means
-// that address alone (/32 or /128). Empty entries are skipped, so "" gives no
-// networks. Its error names the first bad entry; a network with host bits set
+// ParseNetworks parses networks such as "10.0.0.0/8" and "fd00::/8" for
+// [Policy.AllowedNetworks]. A bare address means that address alone (/32 or
+// /128). Entries are trimmed, and empty ones skipped. Its error names the first bad entry; a network with host bits set
 // (10.0.0.1/8), an IPv4-mapped IPv6 network and an address with a zone are bad.
-func ParseNetworks(csv string) ([]netip.Prefix, error) {
+func ParseNetworks(entries []string) ([]netip.Prefix, error) {
 	var nets []netip.Prefix
-	for _, s := range splitList(csv) {
+	for _, s := range trimmed(entries) {
 		var n netip.Prefix
 		if strings.Contains(s, "/") {
 			var err error
@@ -40,14 +39,14 @@ func ParseNetworks(csv string) ([]netip.Prefix, error) {
 	return nets, nil
 }
 
-// ParseHosts parses a comma-separated list of host names such as
-// "functions, *.svc.cluster.local" for [Policy.AllowedHosts], lowercased and
-// without a trailing dot. Empty entries are skipped, so "" gives no hosts. Its
+// ParseHosts parses host names such as "functions" and "*.svc.cluster.local" for
+// [Policy.AllowedHosts], lowercased and without a trailing dot. Entries are
+// trimmed, and empty ones skipped. Its
 // error names the first bad entry: not a host name, an IP address (allow those
 // with networks), or a "*" other than a leading "*.".
-func ParseHosts(csv string) ([]string, error) {
+func ParseHosts(entries []string) ([]string, error) {
 	var hosts []string
-	for _, s := range splitList(csv) {
+	for _, s := range trimmed(entries) {
 		h := strings.ToLower(strings.TrimSuffix(s, "."))
 		if err := validateHost(h); err != nil {
 			return nil, err
@@ -73,9 +72,10 @@ func (p Policy) Validate() error {
 	return nil
 }
 
-func splitList(csv string) []string {
+// trimmed returns the entries without surrounding space, the empty ones left out.
+func trimmed(entries []string) []string {
 	var out []string
-	for s := range strings.SplitSeq(csv, ",") {
+	for _, s := range entries {
 		if s = strings.TrimSpace(s); s != "" {
 			out = append(out, s)
 		}

@@ -171,9 +171,14 @@ handleUnauthorized((err) => {
   if (getToken()) signOut(`The gateway rejected your token: ${err.detail}. Sign in again.`);
 });
 
-window.addEventListener("hashchange", async () => {
-  if (location.hash.startsWith("#token=")) await takeFragmentToken();
-  route();
+// One hash change at a time: a sign-in link's question must not be closed by the route
+// of the change before it.
+let handling = Promise.resolve();
+window.addEventListener("hashchange", () => {
+  handling = handling.then(async () => {
+    if (location.hash.startsWith("#token=")) await takeFragmentToken();
+    route();
+  });
 });
 takeFragmentToken().then(() => {
   if (getToken() && expired()) signOut("Your token has expired. Sign in with a new one.");
