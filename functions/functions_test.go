@@ -504,7 +504,7 @@ func TestInvoke(t *testing.T) {
 		}
 	})
 
-	t.Run("CheckpointUnavailable", func(t *testing.T) {
+	t.Run("CheckpointRetriedThroughAnOutage", func(t *testing.T) {
 		t.Parallel()
 		var tries atomic.Int32
 		g, url := serve(t, func(app *functions.App) {
@@ -512,18 +512,49 @@ func TestInvoke(t *testing.T) {
 				return step.Run(ctx, "a", func(ctx context.Context) (int, error) { return 1, nil })
 			})
 		})
-		g.OnCheckpoint(func(runID string, _ api.JournalEntry) (int, string) {
-			if n := tries.Add(1); runID == "run-1" || n > 1 {
-				return http.StatusServiceUnavailable, `{"detail":"database down"}`
+		g.OnCheckpoint(func(string, api.JournalEntry) (int, string) {
+			if tries.Add(1) <= 8 {
+				return http.StatusServiceUnavailable, `{"detail":"the database is unreachable; retry shortly"}`
 			}
 			return 0, ""
 		})
 
 		r := g.Invoke(url+"/one", g.Request("run-1", "one", `{}`))
+		require.Equal(t, api.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
+		require.Equal(t, int32(9), tries.Load(), "tried until the gateway took it")
+		require.Len(t, g.Journal("run-1"), 1)
+	})
+
+	t.Run("CheckpointGivesUpWithItsInvocation", func(t *testing.T) {
+		t.Parallel()
+		// The invocation's request ends (the gateway gave up on it, or died) while its
+		// checkpoint is unavailable: the SDK stops trying and the invocation ends.
+		var tries atomic.Int32
+		var cancelRequest atomic.Pointer[context.CancelFunc]
+		app := functions.New(functions.Config{PublicKeys: []ed25519.PublicKey{pub(newKey)}, Logger: testLogger(t)})
+		functions.Register(app, "one", func(ctx context.Context, _ empty) (int, error) {
+			return step.Run(ctx, "a", func(ctx context.Context) (int, error) { return 1, nil })
+		})
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ctx, cancel := context.WithCancel(r.Context())
+			defer cancel()
+			cancelRequest.Store(&cancel)
+			app.ServeHTTP(w, r.WithContext(ctx))
+		}))
+		t.Cleanup(srv.Close)
+		g := gatewaytest.New(t, newKey)
+		g.OnCheckpoint(func(string, api.JournalEntry) (int, string) {
+			if tries.Add(1) == 3 {
+				(*cancelRequest.Load())()
+			}
+			return http.StatusServiceUnavailable, `{"detail":"database down"}`
+		})
+
+		r := g.Invoke(srv.URL+"/one", g.Request("run-1", "one", `{}`))
 		require.Equal(t, http.StatusInternalServerError, r.Code, string(r.Body))
 		require.Equal(t, "checkpoint", r.Error.Type)
-		require.Contains(t, r.Error.Message, "503 database down")
-		require.Equal(t, int32(4), tries.Load(), "tried a few times")
+		require.Contains(t, r.Error.Message, "context canceled")
+		require.Equal(t, int32(3), tries.Load(), "no try after the request ended")
 	})
 
 	t.Run("CheckpointRetriedUntilItSucceeds", func(t *testing.T) {

@@ -542,7 +542,7 @@ func TestCheckpoint(t *testing.T) {
 	ctx := t.Context()
 	run, created, err := journal.CreateRun(ctx, s.Pool, journal.NewRun{
 		ID: "01a22695-0000-7000-8000-000000000001", Tenant: auth.DefaultTenant, Function: "hello",
-		Input: json.RawMessage(`{}`), Identity: journal.Identity{Subject: "t", Tenant: auth.DefaultTenant}, Claim: true, LeaseGrace: time.Minute,
+		Input: json.RawMessage(`{}`), Identity: journal.Identity{Subject: "t", Tenant: auth.DefaultTenant}, Claim: true, Lease: time.Minute,
 	})
 	require.NoError(t, err)
 	require.True(t, created)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/stepgate/stepgate/functions/signature"
@@ -81,10 +82,14 @@ func (s *Server) ListSigningSecrets(ctx context.Context, _ server.ListSigningSec
 	return server.ListSigningSecrets200JSONResponse(out), nil
 }
 
-// fmtDuration writes d the short way: 720h, not 720h0m0s.
+// fmtDuration writes d the short way: 720h and 1m, not 720h0m0s and 1m0s.
 func fmtDuration(d time.Duration) string {
-	if d%time.Hour == 0 {
-		return fmt.Sprintf("%dh", d/time.Hour)
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
 	}
-	return d.String()
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
 }

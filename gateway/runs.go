@@ -61,6 +61,9 @@ func resultLocation(runID string) *string {
 // invocations (in all and per tenant) the run is queued instead, and the request still
 // waits for its result.
 func (s *Server) StartRun(ctx context.Context, req server.StartRunRequestObject) (server.StartRunResponseObject, error) {
+	if s.draining.Load() {
+		return nil, errDraining
+	}
 	wait, err := parseWait(req.Params.Wait)
 	if err != nil {
 		return nil, err
@@ -74,12 +77,12 @@ func (s *Server) StartRun(ctx context.Context, req server.StartRunRequestObject)
 		return nil, badRequest("input %v", err)
 	}
 	n := journal.NewRun{
-		ID:         uuid.Must(uuid.NewV7()).String(),
-		Tenant:     id.Tenant,
-		Function:   req.Name,
-		Input:      input,
-		Identity:   journal.Identity(id),
-		LeaseGrace: s.inv.LeaseGrace(),
+		ID:       uuid.Must(uuid.NewV7()).String(),
+		Tenant:   id.Tenant,
+		Function: req.Name,
+		Input:    input,
+		Identity: journal.Identity(id),
+		Lease:    s.inv.LeaseTTL(),
 	}
 	if req.Params.IdempotencyKey != nil {
 		if err := names.Check("Idempotency-Key", *req.Params.IdempotencyKey); err != nil {
@@ -269,7 +272,7 @@ func runToAPI(run *journal.Run, io bool) api.Run {
 		Id: run.ID, Function: run.Function, Revision: run.Revision, Status: api.RunStatus(run.Status),
 		Error:    invoker.ErrorToAPI(run.Error),
 		Identity: invoker.IdentityToAPI(run.Identity), IdempotencyKey: run.IdempotencyKey, ParentId: run.ParentID,
-		ParentSeq: run.ParentSeq, ParentName: run.ParentName, RerunOf: run.RerunOf, Attempts: run.Attempts, WakeAt: run.WakeAt, CreatedAt: run.CreatedAt, StartedAt: run.StartedAt,
+		ParentSeq: run.ParentSeq, ParentName: run.ParentName, RerunOf: run.RerunOf, Attempts: run.Attempts, Recoveries: run.Recoveries, WakeAt: run.WakeAt, CreatedAt: run.CreatedAt, StartedAt: run.StartedAt,
 		FinishedAt: run.FinishedAt, CancelledBy: identityPtr(run.CancelledBy),
 	}
 	if io {
@@ -317,7 +320,7 @@ func (s *Server) GetRun(ctx context.Context, req server.GetRunRequestObject) (se
 	out := api.RunDetail{
 		Id: r.Id, Function: r.Function, Revision: r.Revision, Status: r.Status, Input: r.Input, Output: r.Output,
 		Error: r.Error, Identity: r.Identity, IdempotencyKey: r.IdempotencyKey, ParentId: r.ParentId,
-		ParentSeq: r.ParentSeq, ParentName: r.ParentName, RerunOf: r.RerunOf, Attempts: r.Attempts, WakeAt: r.WakeAt, CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
+		ParentSeq: r.ParentSeq, ParentName: r.ParentName, RerunOf: r.RerunOf, Attempts: r.Attempts, Recoveries: r.Recoveries, WakeAt: r.WakeAt, CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
 		CancelledBy: r.CancelledBy,
 		Journal:     make([]api.JournalEntry, 0, len(d.Journal)),
 		Failures:    make([]api.AttemptFailure, 0, len(d.Failures)),

@@ -24,9 +24,33 @@ func scheduleToAPI(s *journal.Schedule) api.Schedule {
 	return api.Schedule{
 		Name: s.Name, Function: s.Function, Cron: s.Cron, Timezone: s.Timezone,
 		Input: api.AnyJSON(s.Input), Identity: invoker.IdentityToAPI(s.Identity),
+		Catchup: api.ScheduleCatchup(s.Catchup), CatchupWindow: fmtDuration(s.CatchupWindow),
 		NextAt: s.NextAt, LastTickAt: s.LastTickAt, LastRunId: s.LastRunID,
 		CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt,
 	}
+}
+
+// parseCatchup returns the catch-up policy and window of spec, with their defaults.
+func parseCatchup(spec *api.ScheduleSpec) (journal.Catchup, time.Duration, error) {
+	catchup, window := journal.CatchupOne, journal.DefaultCatchupWindow
+	if spec.Catchup != nil && *spec.Catchup != "" {
+		if !spec.Catchup.Valid() {
+			return "", 0, badRequest("catchup %q is not skip, one or all", *spec.Catchup)
+		}
+		catchup = journal.Catchup(*spec.Catchup)
+	}
+	if spec.CatchupWindow != nil && *spec.CatchupWindow != "" {
+		d, err := time.ParseDuration(*spec.CatchupWindow)
+		if err != nil {
+			return "", 0, badRequest("catchup_window %q is not a duration such as 1m", *spec.CatchupWindow)
+		}
+		if d < journal.MinCatchupWindow || d > journal.MaxCatchupWindow {
+			return "", 0, badRequest("catchup_window %s is not between %s and %s",
+				fmtDuration(d), fmtDuration(journal.MinCatchupWindow), fmtDuration(journal.MaxCatchupWindow))
+		}
+		window = d.Truncate(time.Millisecond)
+	}
+	return catchup, window, nil
 }
 
 func scheduleNotFound(name string) server.NotFoundApplicationProblemPlusJSONResponse {
@@ -54,6 +78,10 @@ func (s *Server) PutSchedule(ctx context.Context, req server.PutScheduleRequestO
 	spec, err := invoker.ParseCron(body.Cron, timezone)
 	if err != nil {
 		return nil, badRequest("%v", err)
+	}
+	catchup, window, err := parseCatchup(body)
+	if err != nil {
+		return nil, err
 	}
 	input := json.RawMessage("null")
 	if body.Input != nil && len(*body.Input) > 0 {
@@ -91,7 +119,8 @@ func (s *Server) PutSchedule(ctx context.Context, req server.PutScheduleRequestO
 		var clock time.Time
 		sch, clock, err = journal.PutSchedule(ctx, tx, journal.NewSchedule{
 			ID: uuid.Must(uuid.NewV7()).String(), Tenant: id.Tenant, Name: req.Name, Function: body.Function,
-			Cron: body.Cron, Timezone: timezone, Input: input, Identity: journal.Identity(id), Next: spec.Next,
+			Cron: body.Cron, Timezone: timezone, Input: input, Identity: journal.Identity(id),
+			Catchup: catchup, CatchupWindow: window, Next: spec.Next,
 		})
 		if err != nil {
 			return err

@@ -229,6 +229,26 @@ func TestScheduleRequests(t *testing.T) {
 	require.NoError(t, err)
 	next := resp.JSON200.NextAt.In(paris)
 	require.Equal(t, []int{3, 0, 0}, []int{next.Hour(), next.Minute(), next.Second()}, "03:00 in Paris: %s", next)
+	require.Equal(t, api.ScheduleCatchupOne, resp.JSON200.Catchup, "the default")
+	require.Equal(t, "1m", resp.JSON200.CatchupWindow, "the default")
+
+	t.Run("Catchup", func(t *testing.T) {
+		t.Parallel()
+		resp := putSchedule(t, admin, "catchup", api.ScheduleSpec{Function: "hello", Cron: "@hourly",
+			Catchup: ptr(api.ScheduleCatchupAll), CatchupWindow: ptr("1h30m")})
+		require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
+		require.Equal(t, api.ScheduleCatchupAll, resp.JSON200.Catchup)
+		require.Equal(t, "1h30m", resp.JSON200.CatchupWindow)
+		got, err := admin.GetScheduleWithResponse(t.Context(), "catchup")
+		require.NoError(t, err)
+		require.Equal(t, api.ScheduleCatchupAll, got.JSON200.Catchup)
+		require.Equal(t, "1h30m", got.JSON200.CatchupWindow)
+
+		resp = putSchedule(t, admin, "catchup", api.ScheduleSpec{Function: "hello", Cron: "@hourly", Catchup: ptr(api.ScheduleCatchupSkip)})
+		require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
+		require.Equal(t, api.ScheduleCatchupSkip, resp.JSON200.Catchup)
+		require.Equal(t, "1m", resp.JSON200.CatchupWindow, "putting again replaces the window too")
+	})
 
 	t.Run("Invalid", func(t *testing.T) {
 		t.Parallel()
@@ -244,6 +264,11 @@ func TestScheduleRequests(t *testing.T) {
 			{"x", api.ScheduleSpec{Function: "nope", Cron: "@hourly"}, `function "nope" is not registered`},
 			{"x", api.ScheduleSpec{Cron: "@hourly"}, `function is required: the function each tick starts a run of`},
 			{"-x", api.ScheduleSpec{Function: "hello", Cron: "@hourly"}, `schedule name "-x" is invalid: use 1 to 255 letters, digits, '.', '_' or '-', starting with a letter or digit`},
+			{"x", api.ScheduleSpec{Function: "hello", Cron: "@hourly", Catchup: ptr(api.ScheduleCatchup("sometimes"))}, `catchup "sometimes" is not skip, one or all`},
+			{"x", api.ScheduleSpec{Function: "hello", Cron: "@hourly", CatchupWindow: ptr("0s")}, `catchup_window 0s is not between 1s and 24h`},
+			{"x", api.ScheduleSpec{Function: "hello", Cron: "@hourly", CatchupWindow: ptr("48h")}, `catchup_window 48h is not between 1s and 24h`},
+			{"x", api.ScheduleSpec{Function: "hello", Cron: "@hourly", CatchupWindow: ptr("-1m")}, `catchup_window -1m is not between 1s and 24h`},
+			{"x", api.ScheduleSpec{Function: "hello", Cron: "@hourly", CatchupWindow: ptr("soon")}, `catchup_window "soon" is not a duration such as 1m`},
 		} {
 			resp := putSchedule(t, admin, tc.name, tc.spec)
 			require.Equal(t, http.StatusBadRequest, resp.StatusCode(), string(resp.Body))

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -87,7 +88,18 @@ type Server struct {
 	client                       *http.Client // fetches manifests
 	echo                         *echo.Echo
 	stream                       *streamHub
+	draining                     atomic.Bool // see Drain
 }
+
+// Drain makes the gateway refuse new runs (503 with Retry-After, so a client or load
+// balancer tries another gateway) and report itself not ready (GET /healthz answers
+// 503), while it goes on serving everything else: the checkpoints and answers of the
+// invocations it has in flight, reads, streams. Call it when the process is asked to
+// stop, before invoker.Invoker.Drain.
+func (s *Server) Drain() { s.draining.Store(true) }
+
+// errDraining refuses a new run on a gateway that is stopping.
+var errDraining = &unavailableError{"this gateway is shutting down and takes no new runs; retry, and another gateway takes it"}
 
 var _ server.StrictServerInterface = (*Server)(nil)
 
@@ -223,6 +235,12 @@ type problemError struct {
 	detail string
 }
 
+// unavailableError is a 503 with Retry-After: 1, for a client to try again shortly (or
+// another gateway).
+type unavailableError struct{ detail string }
+
+func (e *unavailableError) Error() string { return e.detail }
+
 func (e *problemError) Error() string { return e.detail }
 
 func badRequest(format string, args ...any) error {
@@ -242,10 +260,21 @@ func (s *Server) handleError(err error, c echo.Context) {
 	}
 	status, detail := http.StatusInternalServerError, "internal error; the gateway logged it"
 	var pe *problemError
+	var ue *unavailableError
 	var he *echo.HTTPError
 	switch {
 	case errors.As(err, &pe):
 		status, detail = pe.status, pe.detail
+	case errors.As(err, &ue):
+		status, detail = http.StatusServiceUnavailable, ue.detail
+		c.Response().Header().Set("Retry-After", "1")
+	case journal.IsUnavailable(err):
+		// Nothing was done, or a write's fate is what a retry with the same idempotency
+		// key or checkpoint finds out.
+		status, detail = http.StatusServiceUnavailable, "the database is unreachable; retry shortly"
+		c.Response().Header().Set("Retry-After", "1")
+		s.log.WarnContext(c.Request().Context(), "request failed: the database is unreachable",
+			slog.String("method", c.Request().Method), slog.String("path", c.Request().URL.Path), slog.Any("error", err))
 	case errors.Is(err, journal.ErrUnstorable):
 		// The edges check what they can name; this is the database's word on the rest.
 		status, detail = http.StatusBadRequest, err.Error()
@@ -283,6 +312,10 @@ func (s *Server) handleError(err error, c echo.Context) {
 
 // Healthz answers 200 once the database answers.
 func (s *Server) Healthz(ctx context.Context, _ server.HealthzRequestObject) (server.HealthzResponseObject, error) {
+	if s.draining.Load() {
+		return server.Healthz503ApplicationProblemPlusJSONResponse{UnavailableApplicationProblemPlusJSONResponse: server.UnavailableApplicationProblemPlusJSONResponse(
+			problem(http.StatusServiceUnavailable, "this gateway is shutting down: it finishes its invocations in flight and takes no new runs"))}, nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if err := s.pool.Ping(ctx); err != nil {

@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -33,11 +35,13 @@ type Result struct {
 	Error  *journal.ErrorInfo
 }
 
-// LeaseGrace returns how long past its function's timeout an invocation's lease lasts.
-func (inv *Invoker) LeaseGrace() time.Duration { return inv.leaseGrace }
+// LeaseTTL returns how long an invocation owns its run past the last renewal of its
+// lease: what a run created already claimed (journal.NewRun.Lease) is leased for.
+func (inv *Invoker) LeaseTTL() time.Duration { return inv.leaseTTL }
 
-// lease returns how long a new invocation of a function with config fc owns its run.
-func (inv *Invoker) lease(fc FunctionConfig) time.Duration { return fc.Timeout + inv.leaseGrace }
+// tokenGrace is how long past its function's timeout an invocation's checkpoint token
+// stays valid: the function may checkpoint until the gateway's call gives up on it.
+const tokenGrace = time.Minute
 
 // Resume claims runID if it is due and invokes it. It returns journal.ErrNotDue when
 // the run is not due (or another invocation owns it). With notify, a later terminal
@@ -51,7 +55,7 @@ func (inv *Invoker) Resume(ctx context.Context, runID string, notify bool) (*Res
 }
 
 func (inv *Invoker) resume(ctx context.Context, rev *revision, runID string, notify bool) (*Result, error) {
-	claim, err := journal.ClaimRun(ctx, inv.pool, runID, inv.lease(rev.config))
+	claim, err := journal.ClaimRun(ctx, inv.pool, runID, inv.leaseTTL)
 	if err != nil {
 		return nil, err
 	}
@@ -119,28 +123,35 @@ func (inv *Invoker) revisionOfRun(ctx context.Context, runID string) (*revision,
 	return inv.revision(ctx, tenant, function, rev)
 }
 
-// invoke makes one invocation of a claimed run and applies its outcome.
+// invoke makes one invocation of a claimed run and applies its outcome. The run's lease
+// is renewed meanwhile (lease.go); when it is lost, or this gateway hands the run over
+// as it stops, the call is abandoned and its answer dropped.
 func (inv *Invoker) invoke(ctx context.Context, rev *revision, claim *journal.Claim, notify bool) (*Result, error) {
 	run := claim.Run
 	log := inv.log.With(slog.String("run_id", run.ID), slog.String("function", run.Function))
 	// The invocation and its outcome outlive the request or job that started them.
 	ctx = context.WithoutCancel(ctx)
-	if run.FailedInvocations >= rev.config.Retries.MaxAttempts {
-		// Its last invocation failed and was not retried in time (its lease expired).
+	callCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	defer inv.track(journal.Lease{RunID: run.ID, Invocation: run.Invocation}, cancel)()
+	switch {
+	case run.FailedInvocations >= rev.config.Retries.MaxAttempts:
+		// Its retry policy changed under it; a failed invocation past it fails the run.
 		return inv.apply(ctx, log, rev, run, failed("attempts_exhausted",
 			fmt.Sprintf("gave up after %d failed invocations", run.FailedInvocations)), notify)
+	case run.Recoveries > inv.maxRecoveries:
+		return inv.apply(ctx, log, rev, run, failed(ErrorTypeMaxRecoveries, fmt.Sprintf(
+			"the run was recovered %d times in a row without a new journal entry (each time its gateway died, stopped or lost the database "+
+				"during its invocation), more than the limit of %d (STEPGATE_MAX_RECOVERIES)", run.Recoveries, inv.maxRecoveries)), notify)
 	}
 	if e := inv.overBounds(claim.Journal); e != nil {
 		// Entries journaled without a checkpoint (a child's outcome) passed a bound.
 		return inv.apply(ctx, log, rev, run, journal.Outcome{Status: journal.StatusFailed, Error: e}, notify)
 	}
-	callCtx, cancel := context.WithCancelCause(ctx)
-	untrack := inv.track(run.ID, cancel)
 	answer, failure := inv.call(callCtx, rev, claim)
-	untrack()
-	cancel(nil)
-	if cause := context.Cause(callCtx); errors.Is(cause, errRunCancelled) || errors.Is(cause, errRunFailed) {
-		// The run's end committed before the call was abandoned: any answer is refused.
+	if cause := context.Cause(callCtx); cause != nil && !errors.Is(cause, context.Canceled) {
+		// The run's end committed, or its lease went to another gateway, before the call
+		// was abandoned: any answer is refused.
 		log.InfoContext(ctx, "invocation abandoned: "+strings.TrimPrefix(cause.Error(), "invoker: "), slog.Int("invocation", run.Invocation))
 		return nil, journal.ErrSuperseded
 	}
@@ -212,6 +223,9 @@ const (
 	ErrorTypeLimit = "limit_exceeded"
 	// ErrorTypeNondeterminism: the function's entries contradict its journal.
 	ErrorTypeNondeterminism = "nondeterminism"
+	// ErrorTypeMaxRecoveries: the run was recovered (its gateway died or stopped during
+	// its invocation) more times in a row than the gateway's limit.
+	ErrorTypeMaxRecoveries = "max_recoveries"
 )
 
 // outcomeOf reads a well-formed answer to the invocation of a claim; a malformed one was
@@ -296,7 +310,7 @@ func (inv *Invoker) call(ctx context.Context, rev *revision, claim *journal.Clai
 		Journal:  make([]api.JournalEntry, 0, len(claim.Journal)),
 		Checkpoint: api.Checkpoint{
 			Url:   inv.checkpoint + "/v1/runs/" + run.ID + "/checkpoint",
-			Token: inv.tokens.Issue(ctx, run.ID, run.Invocation, time.Now().Add(inv.lease(rev.config))),
+			Token: inv.tokens.Issue(ctx, run.ID, run.Invocation, time.Now().Add(rev.config.Timeout+tokenGrace)),
 		},
 	}
 	for _, e := range claim.Journal {
@@ -331,13 +345,17 @@ func (inv *Invoker) call(ctx context.Context, rev *revision, claim *journal.Clai
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return nil, &journal.ErrorInfo{Type: "timeout", Message: fmt.Sprintf("function did not answer within its timeout of %s", rev.config.Timeout)}
 		}
-		return nil, &journal.ErrorInfo{Type: "connection", Message: "could not reach the function: " + trimErr(err)}
+		return nil, &journal.ErrorInfo{Type: "connection", Message: connectionError(err)}
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, inv.maxAnswer+1))
 	if err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return nil, &journal.ErrorInfo{Type: "timeout", Message: fmt.Sprintf("function did not finish its answer within its timeout of %s", rev.config.Timeout)}
+		}
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, &journal.ErrorInfo{Type: "connection", Message: fmt.Sprintf(
+				"the function closed the connection in the middle of its answer (HTTP %d, after %d bytes of its body)", resp.StatusCode, len(raw))}
 		}
 		return nil, &journal.ErrorInfo{Type: "connection", Message: "reading the function's answer: " + trimErr(err)}
 	}
@@ -522,6 +540,23 @@ func snippet(b []byte) string {
 	return s
 }
 
+// connectionError says why a request to a function got no answer, in words for the
+// people reading the run.
+func connectionError(err error) string {
+	var dns *net.DNSError
+	switch {
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "the function closed the connection after accepting the request, without answering"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "the function reset the connection before answering"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "could not connect to the function: connection refused (nothing listens at its registered URL)"
+	case errors.As(err, &dns):
+		return fmt.Sprintf("could not resolve the function's host %s: %s", dns.Name, dns.Err)
+	}
+	return "could not reach the function: " + trimErr(err)
+}
+
 func trimErr(err error) string {
 	var ue interface{ Unwrap() error }
 	if errors.As(err, &ue) && ue.Unwrap() != nil {
@@ -537,26 +572,30 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 	var f *journal.Finished
 	var finishedAt time.Time // local time when Finish returned, to relate f.Clock to ours
 	var err error
-	if o.Status.Terminal() && len(o.Steps) == 0 && run.ParentSeq == nil {
-		// One statement: no transaction round trips on the hot path of a short function.
-		// (A child's end wakes its parent, whose job commits with it.)
-		f, err = journal.Finish(ctx, inv.pool, run.ID, run.Invocation, o)
-	} else {
-		err = pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
+	err = inv.whileUnavailable(log, func() error {
+		if o.Status.Terminal() && len(o.Steps) == 0 && run.ParentSeq == nil {
+			// One statement: no transaction round trips on the hot path of a short
+			// function. (A child's end wakes its parent, whose job commits with it.)
+			f, err = journal.Finish(ctx, inv.pool, run.ID, run.Invocation, o)
+			return err
+		}
+		return pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
 			var err error
 			f, err = inv.finishTx(ctx, tx, run, o)
 			finishedAt = time.Now()
 			return err
 		})
-	}
+	})
 	if e := unappliable(err); e != nil {
 		// The answer's entries contradict the journal, leave a gap in it, pass a bound
 		// or hold what cannot be stored: the run fails, with what was wrong.
 		o = journal.Outcome{Status: journal.StatusFailed, Error: e, Notify: notify}
-		err = pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
-			var err error
-			f, err = inv.finishTx(ctx, tx, run, o)
-			return err
+		err = inv.whileUnavailable(log, func() error {
+			return pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
+				var err error
+				f, err = inv.finishTx(ctx, tx, run, o)
+				return err
+			})
 		})
 	}
 	if errors.Is(err, journal.ErrSuperseded) {
@@ -585,6 +624,34 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 		log.InfoContext(ctx, "run finished", slog.String("status", string(f.Status)))
 	}
 	return &Result{RunID: run.ID, Status: f.Status, Output: o.Output, Error: o.Error}, nil
+}
+
+// whileUnavailable calls write until it returns anything but a sign that the database
+// is unreachable (journal.IsUnavailable), backing off between tries, or until this
+// process stops. So an answer the gateway could not write is kept and written once the
+// database is back; if its lease was lost meanwhile, the write finds it superseded.
+func (inv *Invoker) whileUnavailable(log *slog.Logger, write func() error) error {
+	delay := 50 * time.Millisecond
+	for tries := 1; ; tries++ {
+		err := write()
+		if !journal.IsUnavailable(err) {
+			if tries > 1 && err == nil {
+				log.Info("the database is back; the invocation's answer is written", slog.Int("tries", tries))
+			}
+			return err
+		}
+		if tries == 1 {
+			log.Warn("the database is unreachable; the invocation's answer is kept and written again until it is back", slog.Any("error", err))
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-inv.bg.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
 }
 
 // unappliable returns the error a run fails with when applying an answer (or a

@@ -76,25 +76,25 @@ func (rec *invocationRecorder) checkpointURLs() []string {
 }
 
 // TestGatewayDiesDuringInvocation (guarantee 7): a run claimed by a gateway that died
-// before invoking it is requeued once its lease expires, and another invocation
-// completes it.
+// before invoking it is recovered once its lease lapses, not counted as a failed
+// attempt, and another invocation completes it.
 func TestGatewayDiesDuringInvocation(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s := stack.Start(t, stack.Options{ReapInterval: 50 * time.Millisecond, LeaseGrace: time.Millisecond})
+	s := stack.Start(t, stack.Options{LeaseTTL: 200 * time.Millisecond, MaintainInterval: 20 * time.Millisecond})
 	var calls atomic.Int32
 	app := s.NewApp()
 	functions.Register(app, "quick", func(ctx context.Context, _ struct{}) (string, error) {
 		calls.Add(1)
 		return "done", nil
-	}, functions.Timeout(100*time.Millisecond))
+	}, functions.Timeout(100*time.Millisecond), functions.MaxAttempts(1))
 	s.Sync(t, s.ServeApp(t, app))
 
 	// As a gateway does for a caller who waits: create the run claimed, then (here:
 	// never, as it dies) invoke it.
 	run, created, err := journal.CreateRun(ctx, s.Pool, journal.NewRun{
 		ID: uuid.Must(uuid.NewV7()).String(), Tenant: auth.DefaultTenant, Function: "quick", Input: json.RawMessage(`{}`),
-		Identity: journal.Identity{Subject: "tester", Tenant: auth.DefaultTenant}, Claim: true, LeaseGrace: s.Invoker.LeaseGrace(),
+		Identity: journal.Identity{Subject: "tester", Tenant: auth.DefaultTenant}, Claim: true, Lease: s.Invoker.LeaseTTL(),
 	})
 	require.NoError(t, err)
 	require.True(t, created)
@@ -102,16 +102,14 @@ func TestGatewayDiesDuringInvocation(t *testing.T) {
 
 	c := s.Client(t, s.Token)
 	res := awaitResult(t, c, run.ID)
-	require.Equal(t, api.RunStatusCompleted, res.Status)
+	require.Equal(t, api.RunStatusCompleted, res.Status, "one attempt allowed, and the recovery is not one")
 	require.JSONEq(t, `"done"`, string(*res.Output))
 	require.EqualValues(t, 1, calls.Load(), "the dead gateway's invocation never reached the function")
 
 	detail := getRun(t, c, run.ID)
-	require.Equal(t, 2, detail.Attempts, "the dead gateway's claim and the retry")
-	require.Len(t, detail.Failures, 1)
-	require.Equal(t, 0, detail.Failures[0].Seq)
-	require.Equal(t, 1, detail.Failures[0].Attempt)
-	require.Equal(t, "lease_expired", detail.Failures[0].Error.Type)
+	require.Equal(t, 2, detail.Attempts, "the dead gateway's claim and the recovery")
+	require.Empty(t, detail.Failures, "a recovery is not a failed attempt")
+	require.Equal(t, 0, detail.Recoveries, "the completion reset the count")
 }
 
 // TestSleepSurvivesGatewayStop (guarantee 7): a run asleep on a gateway that stops is
@@ -193,7 +191,7 @@ func TestLocalTimerWakesOnTime(t *testing.T) {
 // deleted the job in River's UI, or River discarded it) is found by the sweep and run.
 func TestStrandedRunsAreSwept(t *testing.T) {
 	t.Parallel()
-	s := stack.Start(t, stack.Options{SweepInterval: 50 * time.Millisecond, SweepGrace: time.Millisecond})
+	s := stack.Start(t, stack.Options{MaintainInterval: 20 * time.Millisecond, SweepGrace: time.Millisecond})
 	s.SyncExamples(t)
 	ctx := t.Context()
 	c := s.Client(t, s.Token)

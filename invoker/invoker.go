@@ -49,46 +49,60 @@ type Config struct {
 	// FetchCooldown is River's minimum time between job fetches. Defaults to 2ms, so a
 	// queued run starts within a few milliseconds.
 	FetchCooldown time.Duration
-	// ReapInterval is how often the River leader requeues runs whose lease expired.
-	// Defaults to 5s.
-	ReapInterval time.Duration
-	// SweepInterval is how often the River leader looks for stranded runs: due, with no
-	// live job to invoke them (an operator deleted it in River's UI, or River discarded
-	// it), and enqueues one. Defaults to 30s.
-	SweepInterval time.Duration
-	// SweepGrace is how long a run is due before the sweep may find it stranded.
-	// Defaults to 10s.
+	// LeaseTTL is how long an invocation owns its run past its gateway's last renewal
+	// of its lease (see lease.go): how long a dead gateway's runs wait before another
+	// takes them. Defaults to 5s.
+	LeaseTTL time.Duration
+	// RenewInterval is how often this gateway renews its invocations' leases. Defaults
+	// to LeaseTTL/5.
+	RenewInterval time.Duration
+	// MaintainInterval is how often, on average, this gateway recovers runs whose lease
+	// lapsed, enqueues stranded runs and handles overdue schedule ticks. Defaults to 1s.
+	MaintainInterval time.Duration
+	// SweepGrace is how long a run is due, with no live job, before the sweep enqueues
+	// one (see journal.StrandedRuns). Defaults to 3s.
 	SweepGrace time.Duration
-	// LeaseGrace is how long past its function's timeout an invocation's lease lasts,
-	// so a slow but live gateway applies the answer before the reaper steps in.
-	// Defaults to 30s.
-	LeaseGrace time.Duration
+	// MaxRecoveries is how many recoveries in a row (with no new journal entry between
+	// them) a run may have before it fails max_recoveries. Defaults to 100.
+	MaxRecoveries int
 	// Limits bound functions' configs and answers and runs' journals.
 	Limits Limits
 }
 
 // Invoker calls functions and applies their answers. See the package doc.
 type Invoker struct {
-	pool        *pgxpool.Pool
-	log         *slog.Logger
-	river       *river.Client[pgx.Tx]
-	client      *http.Client
-	tokens      *auth.InvocationTokens
-	keys        *auth.SigningKeys
-	checkpoint  string
-	maxAnswer   int64
-	leaseGrace  time.Duration
-	limits      Limits
-	revisions   sync.Map // revisionKey -> *revision; revisions are immutable
-	waiters     *waiters
-	listenReady chan struct{}
+	pool       *pgxpool.Pool
+	log        *slog.Logger
+	river      *river.Client[pgx.Tx]
+	client     *http.Client
+	tokens     *auth.InvocationTokens
+	keys       *auth.SigningKeys
+	checkpoint string
+	maxAnswer  int64
+	limits     Limits
+	// Crash recovery (lease.go).
+	leaseTTL      time.Duration
+	renewEvery    time.Duration
+	maintainEvery time.Duration
+	sweepGrace    time.Duration
+	maxRecoveries int
+	health        dbHealth
+	tickErrLogged time.Time // when maintain last logged a failed overdue tick
+	revisions     sync.Map  // revisionKey -> *revision; revisions are immutable
+	waiters       *waiters
+	listenReady   chan struct{}
 
 	timersMu sync.Mutex
 	timers   map[string]*time.Timer // run id -> local wake-up
 	stopped  bool
 
 	inflightMu sync.Mutex
-	inflight   map[string]map[*inflightCall]struct{} // run id -> its calls from this process
+	inflight   map[string]map[*inflightCall]struct{} // run id -> its invocations from this process
+	inflightN  int
+	idle       chan struct{} // closed when inflightN drops to 0 (whenIdle)
+
+	loopsCancel context.CancelFunc // stops the renewal and maintenance loops
+	loopsWG     sync.WaitGroup
 
 	ticks tickTimers // schedules' next ticks (schedule.go)
 
@@ -103,29 +117,36 @@ func New(cfg Config) (*Invoker, error) {
 		return nil, errors.New("invoker: Pool, Logger, Tokens, CheckpointURL and Keys are required")
 	}
 	inv := &Invoker{
-		pool:        cfg.Pool,
-		log:         cfg.Logger,
-		client:      cfg.HTTPClient,
-		tokens:      cfg.Tokens,
-		keys:        cfg.Keys,
-		checkpoint:  cfg.CheckpointURL,
-		maxAnswer:   cmp.Or(cfg.MaxAnswerBytes, 16<<20),
-		leaseGrace:  cmp.Or(cfg.LeaseGrace, 30*time.Second),
-		limits:      cfg.Limits.WithDefaults(),
-		waiters:     newWaiters(),
-		listenReady: make(chan struct{}),
-		timers:      map[string]*time.Timer{},
-		inflight:    map[string]map[*inflightCall]struct{}{},
+		pool:       cfg.Pool,
+		log:        cfg.Logger,
+		client:     cfg.HTTPClient,
+		tokens:     cfg.Tokens,
+		keys:       cfg.Keys,
+		checkpoint: cfg.CheckpointURL,
+		maxAnswer:  cmp.Or(cfg.MaxAnswerBytes, 16<<20),
+		limits:     cfg.Limits.WithDefaults(),
+
+		leaseTTL:      cmp.Or(cfg.LeaseTTL, 5*time.Second),
+		maintainEvery: cmp.Or(cfg.MaintainInterval, time.Second),
+		sweepGrace:    cmp.Or(cfg.SweepGrace, 3*time.Second),
+		maxRecoveries: cmp.Or(cfg.MaxRecoveries, 100),
+		waiters:       newWaiters(),
+		listenReady:   make(chan struct{}),
+		timers:        map[string]*time.Timer{},
+		inflight:      map[string]map[*inflightCall]struct{}{},
 	}
+	inv.renewEvery = cmp.Or(cfg.RenewInterval, inv.leaseTTL/5)
+	if inv.renewEvery >= inv.leaseTTL {
+		return nil, fmt.Errorf("invoker: the renewal interval %s must be shorter than the lease TTL %s", inv.renewEvery, inv.leaseTTL)
+	}
+	inv.health.failedAt = time.Now() // reap nothing before the others could renew
 	if inv.client == nil {
 		inv.client = egress.Policy{}.Client()
 	}
 	inv.bg, inv.bgCancel = context.WithCancel(context.Background())
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &invokeWorker{inv: inv})
-	river.AddWorker(workers, &reapWorker{inv: inv})
 	river.AddWorker(workers, &tickWorker{inv: inv})
-	river.AddWorker(workers, &sweepWorker{inv: inv, grace: cmp.Or(cfg.SweepGrace, 10*time.Second)})
 	rc, err := river.NewClient(riverpgxv5.New(cfg.Pool), &river.Config{
 		Logger:            slog.New(warnOnly{cfg.Logger.Handler()}).With(slog.String("component", "river")),
 		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cmp.Or(cfg.Workers, 100)}},
@@ -136,18 +157,11 @@ func New(cfg Config) (*Invoker, error) {
 		// The gateway acts as stepgate_system, which does not own River's indexes, so
 		// River's daily REINDEX would fail; operators reindex as the owner if needed.
 		ReindexerIndexNames: []string{},
-		PeriodicJobs: []*river.PeriodicJob{
-			river.NewPeriodicJob(
-				river.PeriodicInterval(cmp.Or(cfg.ReapInterval, 5*time.Second)),
-				func() (river.JobArgs, *river.InsertOpts) { return ReapArgs{}, nil },
-				&river.PeriodicJobOpts{RunOnStart: true},
-			),
-			river.NewPeriodicJob(
-				river.PeriodicInterval(cmp.Or(cfg.SweepInterval, 30*time.Second)),
-				func() (river.JobArgs, *river.InsertOpts) { return SweepArgs{}, nil },
-				&river.PeriodicJobOpts{RunOnStart: true},
-			),
-		},
+		// A job fetched by a process that died stays running until River's leader rescues
+		// it. The sweep moves its run long before (see journal.StrandedRuns); the rescued
+		// job finds nothing to claim. A job whose invocation is still in flight may be
+		// rescued too: its retry finds the run claimed and does nothing.
+		RescueStuckJobsAfter: time.Minute,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("invoker: river client: %w", err)
@@ -167,6 +181,11 @@ func (inv *Invoker) Start(ctx context.Context) error {
 	if err := inv.river.Start(ctx); err != nil {
 		return fmt.Errorf("invoker: start river: %w", err)
 	}
+	loops, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	inv.loopsCancel = cancel
+	inv.loopsWG.Add(2)
+	go func() { defer inv.loopsWG.Done(); inv.renewLoop(loops) }()
+	go func() { defer inv.loopsWG.Done(); inv.maintainLoop(loops) }()
 	select {
 	case <-inv.listenReady:
 		return nil
@@ -175,8 +194,50 @@ func (inv *Invoker) Start(ctx context.Context) error {
 	}
 }
 
+// Drain stops this process taking new work: River fetches no more jobs, local timers
+// are stopped (their runs' River jobs and the other gateways' sweeps take them), and the
+// maintenance passes stop. The invocations in flight go on, their leases renewed, until
+// they finish or ctx ends; then the rest are handed over: their leases released and
+// their runs requeued at once (as recoveries), for another gateway to take without
+// waiting for a lease to lapse. The gateway must go on serving checkpoints meanwhile. It
+// returns how many invocations were handed over.
+func (inv *Invoker) Drain(ctx context.Context) (int, error) {
+	inv.timersMu.Lock()
+	inv.stopped = true
+	for id, t := range inv.timers {
+		t.Stop()
+		delete(inv.timers, id)
+	}
+	inv.timersMu.Unlock()
+	inv.ticks.stop()
+	stopped := make(chan error, 1)
+	go func() { stopped <- inv.river.Stop(ctx) }() // stops fetching, waits for running jobs
+	select {
+	case <-inv.whenIdle():
+	case <-ctx.Done():
+	}
+	handCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	n, err := inv.handOver(handCtx)
+	if err != nil {
+		return 0, err
+	}
+	// The abandoned invocations return promptly: their calls are cancelled.
+	select {
+	case <-inv.whenIdle():
+	case <-handCtx.Done():
+	}
+	select {
+	case <-stopped:
+	case <-handCtx.Done():
+	}
+	return n, nil
+}
+
 // Stop stops River (letting running invocations finish until ctx ends), the local
-// timers (their runs are woken by their River jobs) and the listener.
+// timers (their runs are woken by their River jobs), the lease renewal and maintenance
+// loops, and the listener. Call Drain first to hand unfinished invocations over rather
+// than leave their leases to lapse.
 func (inv *Invoker) Stop(ctx context.Context) error {
 	inv.timersMu.Lock()
 	inv.stopped = true
@@ -187,6 +248,10 @@ func (inv *Invoker) Stop(ctx context.Context) error {
 	inv.timersMu.Unlock()
 	inv.ticks.stop()
 	err := inv.river.Stop(ctx)
+	if inv.loopsCancel != nil {
+		inv.loopsCancel()
+		inv.loopsWG.Wait()
+	}
 	inv.bgCancel()
 	inv.bgWG.Wait()
 	return err
@@ -299,32 +364,6 @@ func (inv *Invoker) FailInvocation(ctx context.Context, runID string, invocation
 	return nil
 }
 
-// inflightCall is one call to a function from this process, cancellable by Cancelled.
-type inflightCall struct {
-	cancel context.CancelCauseFunc
-}
-
-// track registers a call to runID's function until the returned func is called.
-func (inv *Invoker) track(runID string, cancel context.CancelCauseFunc) func() {
-	c := &inflightCall{cancel: cancel}
-	inv.inflightMu.Lock()
-	set := inv.inflight[runID]
-	if set == nil {
-		set = map[*inflightCall]struct{}{}
-		inv.inflight[runID] = set
-	}
-	set[c] = struct{}{}
-	inv.inflightMu.Unlock()
-	return func() {
-		inv.inflightMu.Lock()
-		delete(set, c)
-		if len(set) == 0 {
-			delete(inv.inflight, runID)
-		}
-		inv.inflightMu.Unlock()
-	}
-}
-
 // Limits returns the invoker's limits, defaults applied.
 func (inv *Invoker) Limits() Limits { return inv.limits }
 
@@ -353,77 +392,6 @@ func (w *invokeWorker) Work(ctx context.Context, job *river.Job[InvokeArgs]) err
 		return nil // woken already (by a local timer), or not due: its own job will come
 	}
 	return err
-}
-
-// ReapArgs is the periodic River job that requeues runs whose lease expired.
-type ReapArgs struct{}
-
-// Kind implements river.JobArgs.
-func (ReapArgs) Kind() string { return "stepgate.reap" }
-
-type reapWorker struct {
-	river.WorkerDefaults[ReapArgs]
-	inv *Invoker
-}
-
-func (w *reapWorker) Work(ctx context.Context, _ *river.Job[ReapArgs]) error {
-	for {
-		var n int
-		err := pgx.BeginFunc(ctx, w.inv.pool, func(tx pgx.Tx) error {
-			ids, err := journal.ReapExpiredLeases(ctx, tx, 500)
-			if err != nil {
-				return err
-			}
-			n = len(ids)
-			for _, id := range ids {
-				w.inv.log.WarnContext(ctx, "invocation lease expired; run requeued", slog.String("run_id", id))
-				if err := w.inv.Enqueue(ctx, tx, id); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil || n < 500 {
-			return err
-		}
-	}
-}
-
-// SweepArgs is the periodic River job that re-enqueues stranded runs; see
-// Config.SweepInterval.
-type SweepArgs struct{}
-
-// Kind implements river.JobArgs.
-func (SweepArgs) Kind() string { return "stepgate.sweep" }
-
-type sweepWorker struct {
-	river.WorkerDefaults[SweepArgs]
-	inv   *Invoker
-	grace time.Duration
-}
-
-// sweepExamine bounds the due runs one sweep looks at; sweepBatch the runs it enqueues.
-const (
-	sweepExamine = 2000
-	sweepBatch   = 500
-)
-
-func (w *sweepWorker) Work(ctx context.Context, _ *river.Job[SweepArgs]) error {
-	return pgx.BeginFunc(ctx, w.inv.pool, func(tx pgx.Tx) error {
-		ids, err := journal.StrandedRuns(ctx, tx, InvokeArgs{}.Kind(), w.grace, sweepExamine, sweepBatch)
-		if err != nil || len(ids) == 0 {
-			return err
-		}
-		jobs := make([]river.InsertManyParams, 0, len(ids))
-		for _, id := range ids {
-			w.inv.log.WarnContext(ctx, "run was due with no job to invoke it (deleted or discarded); enqueued again", slog.String("run_id", id))
-			jobs = append(jobs, river.InsertManyParams{Args: InvokeArgs{RunID: id}})
-		}
-		if _, err := w.inv.river.InsertManyTx(ctx, tx, jobs); err != nil {
-			return fmt.Errorf("enqueue stranded runs: %w", err)
-		}
-		return nil
-	})
 }
 
 // Wake invokes runID from this process at once if it is due: a parent whose child has

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -23,23 +24,35 @@ import (
 // Schedules start runs on cron ticks. Each schedule has its next tick (next_at,
 // database clock) and a River job scheduled at it, unique per (schedule, generation,
 // tick), inserted in the transaction that put the schedule or handled its previous
-// tick. A tick, in one transaction: claims the schedule row for that tick (a deleted
-// schedule, one put again since, or a tick handled already does nothing), starts the
-// run with the idempotency key "schedule:<name>:<tick, RFC3339 UTC>" and the identity
-// of whoever put the schedule, enqueues its invocation, moves next_at to the first tick
-// after the database clock, and inserts the River job of that tick. So a tick starts
-// one run however often its job runs and however many gateways run.
+// tick. Handling a tick, in one transaction: claims the schedule row for that tick (a
+// deleted schedule, one put again since, or a tick handled already does nothing),
+// starts the runs of the ticks due by the database clock (below), each with the
+// idempotency key "schedule:<name>:<tick, RFC3339 UTC>" and the identity of whoever put
+// the schedule, enqueues their invocations, moves next_at to the first tick after the
+// database clock, and inserts the River job of that tick. So a tick starts one run
+// however often it is handled and however many gateways run.
 //
-// Missed ticks are skipped: a tick handled late (every gateway was down) starts one run,
-// for the tick it was due at, and the next one is the first after the time it was
-// handled, not the ticks missed meanwhile.
+// Catch-up: a tick handled at most the schedule's catchup window W after its time
+// (default 1m, 1s to 24h) is on time and starts its run, whatever the policy, so a
+// gateway restart or a change of River's leader loses no tick: the runs start late,
+// each keyed by its own tick. Ticks handled more than W late were missed, and the
+// schedule's catchup policy says what they start: skip, no run; one (the default), one
+// run together, for the earliest of them; all, a run each, oldest first, at most 100:
+// when more were missed, the latest 100 start runs and the older ones none (logged).
+// One handling starts at most 1000 runs; past that, again the latest ticks start theirs
+// and the older ones none (logged). Finding the ticks walks at most a few thousand of
+// them at a time, however long the schedule was down: the on-time ones are found from
+// the start of the window, not from the first missed tick.
 //
-// River moves scheduled jobs to available every 5s (on its leader), so the job alone
-// would start a run up to ~5s late. The gateway that put the schedule or handled its
-// last tick therefore also arms a timer in its process for the next tick, as for
-// sleeps; the River job is the backstop when that gateway is gone, and otherwise finds
-// its tick handled. A tick that fails (a function deleted, invoke_roles that now
-// exclude the schedule's identity) starts no run, is logged, and the schedule goes on.
+// Who handles a tick: the gateway that put the schedule or handled its last tick arms
+// a timer in its process for the next tick, as for sleeps, so the tick starts its runs
+// within milliseconds of its time. When that gateway is gone, every gateway's
+// maintenance loop calls [Invoker.TickOverdue] about once a second, which takes the
+// ticks more than a second overdue and arms the timer of the next tick in its own
+// process. The River job is the last backstop (River moves scheduled jobs only on its
+// leader, which may take tens of seconds to elect), and otherwise finds its tick
+// handled. A tick that fails (a function deleted, invoke_roles that now exclude the
+// schedule's identity) starts no run, is logged, and the schedule goes on.
 
 // Cron is a parsed schedule expression in its time zone.
 type Cron struct {
@@ -136,17 +149,22 @@ func tickKey(schedule string, at time.Time) string {
 	return "schedule:" + schedule + ":" + at.UTC().Format(time.RFC3339)
 }
 
+// claimFunc claims a schedule for one of its ticks: journal.ClaimTick or
+// journal.TryClaimTick.
+type claimFunc func(ctx context.Context, db journal.DB, id string, generation int, at time.Time) (*journal.Schedule, time.Time, error)
+
 // tick handles one tick of a schedule in one transaction, and arms the timer of the
-// next one. A stale tick does nothing. It returns how long until the tick is due when
-// it is not due yet (the database clock is behind its caller's).
-func (inv *Invoker) tick(ctx context.Context, args TickArgs) (time.Duration, error) {
+// next one. It reports whether it handled the tick: a stale tick, or one that claim
+// did not get, does nothing. It returns how long until the tick is due when it is not
+// due yet (the database clock is behind its caller's).
+func (inv *Invoker) tick(ctx context.Context, args TickArgs, claim claimFunc) (bool, time.Duration, error) {
 	var (
 		wait        time.Duration
 		next        *journal.Schedule
 		clock, read time.Time
 	)
 	err := pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
-		s, c, err := journal.ClaimTick(ctx, tx, args.ScheduleID, args.Generation, args.At)
+		s, c, err := claim(ctx, tx, args.ScheduleID, args.Generation, args.At)
 		if err != nil {
 			return err
 		}
@@ -159,30 +177,182 @@ func (inv *Invoker) tick(ctx context.Context, args TickArgs) (time.Duration, err
 		if err != nil {
 			return river.JobCancel(fmt.Errorf("schedule %s: %w", s.Name, err)) // stored valid; never retried
 		}
-		runID, err := inv.startTick(ctx, tx, s, args.At)
-		if err != nil {
-			return err
+		due := spec.due(args.At, clock, s.Catchup, s.CatchupWindow)
+		inv.logCatchup(ctx, s, args.At, due)
+		last, runID := args.At, (*string)(nil)
+		for _, at := range due.ticks {
+			if runID, err = inv.startTick(ctx, tx, s, at); err != nil {
+				return err
+			}
+			last = at
 		}
 		s.NextAt = spec.Next(clock)
 		if s.NextAt.IsZero() {
 			return river.JobCancel(fmt.Errorf("schedule %s: %q has no tick after %s", s.Name, s.Cron, clock))
 		}
-		if err := journal.AdvanceSchedule(ctx, tx, s.ID, args.At, runID, s.NextAt); err != nil {
+		if err := journal.AdvanceSchedule(ctx, tx, s.ID, last, runID, s.NextAt); err != nil {
 			return err
 		}
 		next = s
 		return inv.EnqueueTick(ctx, tx, s)
 	})
 	if errors.Is(err, journal.ErrNotFound) {
-		return 0, nil // deleted, put again, or handled already
+		return false, 0, nil // deleted, put again, handled already, or being handled
 	}
+	if err != nil {
+		return false, 0, err
+	}
+	if next == nil {
+		return false, wait, nil
+	}
+	inv.ticks.arm(inv, tickOf(next), next.NextAt.Sub(clock)-time.Since(read), 0)
+	return true, 0, nil
+}
+
+// TickOverdue handles the next tick of each schedule, any tenant's, that is more than
+// late past the database clock, the most overdue first, at most limit of them: ticks
+// whose gateway's timer is gone and whose River job waits for River's leader. Each is
+// handled in its own transaction as its timer would handle it (catch-up policy
+// included), and this gateway arms the timer of the schedule's next tick. A tick that
+// another transaction holds is left to it, so gateways may call TickOverdue at once
+// and each tick is still handled once. It returns how many ticks it handled, and the
+// errors of the ticks it could not handle, joined, having tried the others.
+func (inv *Invoker) TickOverdue(ctx context.Context, late time.Duration, limit int) (int, error) {
+	ticks, err := journal.OverdueTicks(ctx, inv.pool, late, limit)
 	if err != nil {
 		return 0, err
 	}
-	if next != nil {
-		inv.ticks.arm(inv, tickOf(next), next.NextAt.Sub(clock)-time.Since(read), 0)
+	var (
+		handled int
+		errs    []error
+	)
+	for _, t := range ticks {
+		if ctx.Err() != nil {
+			return handled, ctx.Err()
+		}
+		ok, _, err := inv.tick(ctx, TickArgs{ScheduleID: t.ScheduleID, Generation: t.Generation, At: t.At.UTC()}, journal.TryClaimTick)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("overdue tick %s of schedule %s: %w", t.At.UTC().Format(time.RFC3339), t.ScheduleID, err))
+		}
+		if ok {
+			handled++
+		}
 	}
-	return wait, nil
+	return handled, errors.Join(errs...)
+}
+
+// logCatchup logs what a handling does with ticks its catch-up policy does not start
+// runs for.
+func (inv *Invoker) logCatchup(ctx context.Context, s *journal.Schedule, at time.Time, d dueTicks) {
+	if !d.missed && !d.dropped {
+		return
+	}
+	log := inv.log.With(slog.String("schedule", s.Name), slog.String("tenant", s.Tenant),
+		slog.String("catchup", string(s.Catchup)), slog.Duration("catchup_window", s.CatchupWindow),
+		slog.Time("first_tick", at), slog.Int("runs", len(d.ticks)))
+	if d.dropped {
+		var firstKept time.Time
+		if len(d.ticks) > 0 {
+			firstKept = d.ticks[0]
+		}
+		log.WarnContext(ctx, "schedule ticks dropped past the catch-up bounds: the older start no run",
+			slog.Time("first_kept", firstKept))
+		return
+	}
+	log.InfoContext(ctx, "schedule ticks missed")
+}
+
+// Bounds of one handling of a schedule's ticks.
+const (
+	maxCatchupRuns = 100             // Catchup all: the latest missed ticks start runs.
+	maxTickRuns    = 1000            // Runs one handling starts, on-time ones included.
+	maxTickWalk    = 4 * maxTickRuns // Ticks one walk with Cron.Next goes through.
+)
+
+// dueTicks are the ticks one handling of a schedule starts runs for.
+type dueTicks struct {
+	ticks   []time.Time // Oldest first.
+	missed  bool        // Some ticks were handled more than the catchup window late.
+	dropped bool        // Some ticks the policy starts runs for start none: past the bounds.
+}
+
+// due returns the ticks that start runs when the ticks from at (the schedule's next
+// tick, not after clock) to clock are handled at clock under policy and window.
+func (c *Cron) due(at, clock time.Time, policy journal.Catchup, window time.Duration) dueTicks {
+	edge := clock.Add(-window) // A tick before edge was missed.
+	if !at.Before(edge) {
+		ticks, dropped := c.latest(at, clock, maxTickRuns)
+		return dueTicks{ticks: ticks, dropped: dropped}
+	}
+	d := dueTicks{missed: true}
+	switch policy {
+	case journal.CatchupOne:
+		d.ticks = []time.Time{at}
+	case journal.CatchupAll:
+		d.ticks, d.dropped = c.latest(at, edge.Add(-time.Nanosecond), maxCatchupRuns)
+	}
+	onTime, dropped := c.latest(c.from(edge), clock, maxTickRuns-len(d.ticks))
+	d.ticks = append(d.ticks, onTime...)
+	d.dropped = d.dropped || dropped
+	return d
+}
+
+// from returns the first tick at or after t, or the zero time if there is none.
+func (c *Cron) from(t time.Time) time.Time {
+	return c.Next(t.Add(-time.Nanosecond))
+}
+
+// latest returns the latest n ticks from first (a tick, or the zero time for none) to
+// last, oldest first, and whether it left earlier ones out. It walks at most
+// maxTickWalk ticks at a time however many lie between: when there are more, it starts
+// later, halving the span, until a walk sees between n and maxTickWalk ticks.
+func (c *Cron) latest(first, last time.Time, n int) ([]time.Time, bool) {
+	if n <= 0 || first.IsZero() {
+		return nil, !first.IsZero() && !first.After(last)
+	}
+	var ticks []time.Time
+	// A walk from lo goes through more than maxTickWalk ticks, one from hi fewer than n.
+	lo, hi, start, from := first, last, first, first
+	for try := range 64 { // Each try halves hi-lo: 64 reach its nanosecond.
+		var seen int
+		var complete bool
+		ticks, seen, complete = c.walk(from, last, n)
+		switch {
+		case !complete:
+			lo = start
+		case seen < n && try > 0:
+			hi = start
+		default:
+			return ticks, try > 0 || seen > n
+		}
+		start = lo.Add(hi.Sub(lo) / 2)
+		from = c.from(start)
+	}
+	return ticks, true
+}
+
+// walk goes through the ticks from first (a tick) to last, at most maxTickWalk of
+// them. It returns the latest n it went through, oldest first, how many it went
+// through, and whether it reached last.
+func (c *Cron) walk(first, last time.Time, n int) ([]time.Time, int, bool) {
+	ring := make([]time.Time, 0, n)
+	seen := 0
+	for t := first; !t.IsZero() && !t.After(last); t = c.Next(t) {
+		if seen == maxTickWalk {
+			return nil, seen, false
+		}
+		if len(ring) < n {
+			ring = append(ring, t)
+		} else {
+			ring[seen%n] = t
+		}
+		seen++
+	}
+	if seen > n {
+		k := seen % n
+		ring = slices.Concat(ring[k:], ring[:k])
+	}
+	return ring, seen, true
 }
 
 // startTick starts, in tx, the run of s's tick at, as s's identity, and enqueues its
@@ -224,7 +394,7 @@ type tickWorker struct {
 }
 
 func (w *tickWorker) Work(ctx context.Context, job *river.Job[TickArgs]) error {
-	wait, err := w.inv.tick(ctx, job.Args)
+	_, wait, err := w.inv.tick(ctx, job.Args, journal.ClaimTick)
 	if err != nil {
 		return err
 	}
@@ -266,7 +436,7 @@ func (t *tickTimers) arm(inv *Invoker, args TickArgs, d time.Duration, tries int
 		inv.bgWG.Add(1)
 		t.mu.Unlock()
 		defer inv.bgWG.Done()
-		wait, err := inv.tick(inv.bg, args)
+		_, wait, err := inv.tick(inv.bg, args, journal.ClaimTick)
 		switch {
 		case err != nil && inv.bg.Err() == nil:
 			inv.log.Warn("schedule tick failed; its River job will retry",

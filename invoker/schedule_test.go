@@ -1,7 +1,10 @@
 package invoker_test
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -158,4 +161,265 @@ func awaitCondition(t *testing.T, within time.Duration, cond func() bool, what s
 			t.Fatalf("no %s after %s", what, within)
 		}
 	}
+}
+
+// TestCatchupTicks checks which ticks a late handling starts runs for, under each
+// policy, and that it stays bounded however long the schedule was down.
+func TestCatchupTicks(t *testing.T) {
+	t.Parallel()
+	at := func(s string) time.Time {
+		t.Helper()
+		v, err := time.Parse(time.RFC3339Nano, s)
+		require.NoError(t, err)
+		return v
+	}
+	// minutes returns the ticks of a minutely cron from first to last.
+	minutes := func(first, last string) []time.Time {
+		var ts []time.Time
+		for tk := at(first); !tk.After(at(last)); tk = tk.Add(time.Minute) {
+			ts = append(ts, tk)
+		}
+		return ts
+	}
+	every := func(first time.Time, n int, d time.Duration) []time.Time {
+		ts := make([]time.Time, n)
+		for i := range ts {
+			ts[i] = first.Add(time.Duration(i) * d)
+		}
+		return ts
+	}
+	for _, tc := range []struct {
+		name            string
+		cron            string
+		at, clock       string
+		policy          journal.Catchup
+		window          time.Duration
+		ticks           []time.Time
+		missed, dropped bool
+	}{
+		{"OnTimeOne", "* * * * *", "2026-03-01T10:00:00Z", "2026-03-01T10:00:00.2Z", journal.CatchupOne, time.Minute,
+			minutes("2026-03-01T10:00:00Z", "2026-03-01T10:00:00Z"), false, false},
+		// A leader change of 19s with @every 1s loses no tick, whatever the policy.
+		{"LeaderChangeSkip", "@every 1s", "2026-03-01T10:00:00Z", "2026-03-01T10:00:19.5Z", journal.CatchupSkip, time.Minute,
+			every(at("2026-03-01T10:00:00Z"), 20, time.Second), false, false},
+		{"WindowEdgeIsOnTime", "* * * * *", "2026-03-01T10:00:00Z", "2026-03-01T10:01:00Z", journal.CatchupSkip, time.Minute,
+			minutes("2026-03-01T10:00:00Z", "2026-03-01T10:01:00Z"), false, false},
+		{"Skip", "* * * * *", "2026-03-01T10:00:00Z", "2026-03-01T10:10:30Z", journal.CatchupSkip, time.Minute,
+			minutes("2026-03-01T10:10:00Z", "2026-03-01T10:10:00Z"), true, false},
+		{"SkipNothingOnTime", "0 * * * *", "2026-03-01T10:00:00Z", "2026-03-01T13:30:00Z", journal.CatchupSkip, time.Minute,
+			nil, true, false},
+		{"One", "* * * * *", "2026-03-01T10:00:00Z", "2026-03-01T10:10:30Z", journal.CatchupOne, 2 * time.Minute,
+			append(minutes("2026-03-01T10:00:00Z", "2026-03-01T10:00:00Z"), minutes("2026-03-01T10:09:00Z", "2026-03-01T10:10:00Z")...), true, false},
+		{"All", "* * * * *", "2026-03-01T10:00:00Z", "2026-03-01T10:10:30Z", journal.CatchupAll, time.Minute,
+			minutes("2026-03-01T10:00:00Z", "2026-03-01T10:10:00Z"), true, false},
+		{"AllKeepsTheLatest100", "* * * * *", "2026-03-01T10:00:00Z", "2026-03-01T15:00:30Z", journal.CatchupAll, time.Minute,
+			minutes("2026-03-01T13:20:00Z", "2026-03-01T15:00:00Z"), true, true},
+		// A year down: the walk starts near the end, not at the first missed tick.
+		{"AllAfterAYear", "* * * * *", "2025-03-01T10:00:00Z", "2026-03-01T10:00:30Z", journal.CatchupAll, time.Minute,
+			minutes("2026-03-01T08:20:00Z", "2026-03-01T10:00:00Z"), true, true},
+		{"OneAfterAYear", "@every 1s", "2025-03-01T10:00:00Z", "2026-03-01T10:00:30.5Z", journal.CatchupOne, 2 * time.Second,
+			append([]time.Time{at("2025-03-01T10:00:00Z")}, every(at("2026-03-01T10:00:29Z"), 2, time.Second)...), true, false},
+		// At most 1000 runs a handling: the latest.
+		{"OnTimeCapped", "@every 1s", "2026-03-01T10:00:00Z", "2026-03-01T11:00:00.5Z", journal.CatchupSkip, 24 * time.Hour,
+			every(at("2026-03-01T10:43:21Z"), 1000, time.Second), false, true},
+		{"AllCapped", "@every 1s", "2025-03-01T10:00:00Z", "2026-03-01T10:00:00.5Z", journal.CatchupAll, 24 * time.Hour,
+			nil, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, err := invoker.ParseCron(tc.cron, "")
+			require.NoError(t, err)
+			ticks, missed, dropped := c.Due(at(tc.at), at(tc.clock), tc.policy, tc.window)
+			require.Equal(t, tc.missed, missed, "missed")
+			require.Equal(t, tc.dropped, dropped, "dropped")
+			if tc.name == "AllCapped" {
+				// The latest 100 missed ticks, then the latest 900 on-time ones.
+				require.Len(t, ticks, 1000)
+				edge := at(tc.clock).Add(-tc.window)
+				require.Equal(t, every(edge.Truncate(time.Second).Add(-99*time.Second), 100, time.Second), ticks[:100])
+				require.Equal(t, every(at(tc.clock).Truncate(time.Second).Add(-899*time.Second), 900, time.Second), ticks[100:])
+				return
+			}
+			require.Equal(t, tc.ticks, ticks)
+		})
+	}
+}
+
+// putOverdue puts, with the system pool, a schedule of hello that ticks daily half an
+// hour from now (database clock), and moves its next tick back by days: it has ticks
+// due from days days ago to yesterday, the latest 23.5 hours ago. It returns the
+// schedule and its next tick after those, today's.
+func putOverdue(t *testing.T, s *stack.Stack, name string, days int, catchup journal.Catchup, window time.Duration) (*journal.Schedule, time.Time) {
+	t.Helper()
+	ctx := t.Context()
+	var today time.Time
+	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT date_trunc('minute', now()) + interval '30 minutes'`).Scan(&today))
+	today = today.UTC()
+	expr := fmt.Sprintf("%d %d * * *", today.Minute(), today.Hour())
+	spec, err := invoker.ParseCron(expr, "")
+	require.NoError(t, err)
+	sch, _, err := journal.PutSchedule(ctx, s.Pool, journal.NewSchedule{
+		ID: uuid.NewString(), Tenant: "default", Name: name, Function: "hello", Cron: expr, Timezone: "UTC",
+		Input: json.RawMessage(`{"name":"tick"}`), Identity: journal.Identity{Subject: "scheduler", Tenant: "default", Roles: []string{"developer"}},
+		Catchup: catchup, CatchupWindow: window, Next: spec.Next,
+	})
+	require.NoError(t, err)
+	require.True(t, sch.NextAt.Equal(today), "next tick %s, want %s", sch.NextAt, today)
+	sch.NextAt = today.AddDate(0, 0, -days)
+	_, err = s.Pool.Exec(ctx, `UPDATE stepgate.schedule SET next_at = $2 WHERE id = $1`, sch.ID, sch.NextAt)
+	require.NoError(t, err)
+	return sch, today
+}
+
+// tickKeys returns the idempotency keys of the runs of schedule name's ticks, days
+// days before today.
+func tickKeys(name string, today time.Time, days ...int) []string {
+	keys := make([]string, 0, len(days))
+	for _, d := range days {
+		keys = append(keys, "schedule:"+name+":"+today.AddDate(0, 0, -d).Format(time.RFC3339))
+	}
+	return keys
+}
+
+// runKeys returns the idempotency keys of the runs schedule name started, sorted (by
+// tick).
+func runKeys(t *testing.T, s *stack.Stack, name string) []string {
+	t.Helper()
+	keys := []string{}
+	for _, r := range scheduledRuns(t, s, "default", "schedule:"+name+":") {
+		keys = append(keys, r.key)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// requireHandled checks that schedule name's ticks were handled: its next tick is
+// today's, its last tick is last and its last run that of last, if any.
+func requireHandled(t *testing.T, s *stack.Stack, name string, today, last time.Time, started bool) {
+	t.Helper()
+	sch, err := journal.GetSchedule(t.Context(), s.Pool, "default", name)
+	require.NoError(t, err)
+	require.True(t, sch.NextAt.Equal(today), "next tick %s, want today's %s", sch.NextAt, today)
+	require.NotNil(t, sch.LastTickAt)
+	require.True(t, sch.LastTickAt.Equal(last), "last tick %s, want %s", sch.LastTickAt, last)
+	require.Equal(t, started, sch.LastRunID != nil, "last run %v", sch.LastRunID)
+}
+
+// TestCatchupPolicies checks what the ticks of a schedule that every gateway missed
+// start under each catch-up policy, handled by TickOverdue.
+func TestCatchupPolicies(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{MaintainInterval: time.Hour}) // no maintenance pass meanwhile
+	s.SyncExamples(t)
+	for _, tc := range []struct {
+		name    string
+		days    int
+		catchup journal.Catchup
+		window  time.Duration
+		started []int // the ticks, in days before today, that start runs
+	}{
+		{"skip", 5, journal.CatchupSkip, time.Minute, nil},
+		{"one", 5, journal.CatchupOne, time.Minute, []int{5}},
+		{"all", 5, journal.CatchupAll, time.Minute, []int{5, 4, 3, 2, 1}},
+		{"all-capped", 150, journal.CatchupAll, time.Minute, func() []int {
+			var days []int
+			for d := 100; d >= 1; d-- {
+				days = append(days, d)
+			}
+			return days
+		}()},
+		// Yesterday's tick, 23.5h ago, is within a window of a day: on time, it starts its
+		// run under skip as under any policy.
+		{"skip-on-time", 3, journal.CatchupSkip, 24 * time.Hour, []int{1}},
+		{"one-on-time", 3, journal.CatchupOne, 24 * time.Hour, []int{3, 1}},
+		{"default", 2, "", 0, []int{2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			sch, today := putOverdue(t, s, tc.name, tc.days, tc.catchup, tc.window)
+			_, err := s.Invoker.TickOverdue(t.Context(), 0, 100)
+			require.NoError(t, err)
+
+			require.Equal(t, tickKeys(tc.name, today, tc.started...), runKeys(t, s, tc.name))
+			last := sch.NextAt
+			if len(tc.started) > 0 {
+				last = today.AddDate(0, 0, -tc.started[len(tc.started)-1])
+			}
+			requireHandled(t, s, tc.name, today, last, len(tc.started) > 0)
+
+			// Handled again, the same ticks start nothing more.
+			again := invoker.TickArgs{ScheduleID: sch.ID, Generation: sch.Generation, At: sch.NextAt}
+			_, err = s.Invoker.River().Insert(t.Context(), again, nil)
+			require.NoError(t, err)
+			awaitCondition(t, 10*time.Second, func() bool {
+				var pending int
+				require.NoError(t, s.Pool.QueryRow(t.Context(), `
+					SELECT count(*) FROM river_job WHERE kind = 'stepgate.schedule_tick'
+					AND args->>'schedule_id' = $1 AND finalized_at IS NULL AND scheduled_at <= now()`, sch.ID).Scan(&pending))
+				return pending == 0
+			}, "run of the repeated tick's job")
+			require.Equal(t, tickKeys(tc.name, today, tc.started...), runKeys(t, s, tc.name))
+		})
+	}
+}
+
+// TestTickOverdue checks that TickOverdue takes only the ticks overdue by more than
+// late, and that two gateways calling it at once handle each tick once.
+func TestTickOverdue(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := stack.Start(t, stack.Options{MaintainInterval: time.Hour}) // no maintenance pass meanwhile
+	s.SyncExamples(t)
+
+	future, today := putOverdue(t, s, "future", 0, journal.CatchupAll, time.Minute)
+	overdue, _ := putOverdue(t, s, "overdue", 1, journal.CatchupAll, time.Minute) // 23.5h overdue
+	n, err := s.Invoker.TickOverdue(ctx, 24*time.Hour, 100)
+	require.NoError(t, err)
+	require.Zero(t, n, "not overdue by a day")
+	n, err = s.Invoker.TickOverdue(ctx, time.Hour, 100)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, tickKeys("overdue", today, 1), runKeys(t, s, "overdue"))
+	requireHandled(t, s, "overdue", today, overdue.NextAt, true)
+	got, err := journal.GetSchedule(ctx, s.Pool, "default", "future")
+	require.NoError(t, err)
+	require.True(t, got.NextAt.Equal(future.NextAt), "a tick not due is left alone")
+	require.Nil(t, got.LastTickAt)
+	require.Empty(t, runKeys(t, s, "future"))
+
+	t.Run("TwoCallersAtOnce", func(t *testing.T) {
+		names := []string{"a", "b", "c", "d", "e", "f"}
+		for _, name := range names {
+			putOverdue(t, s, name, 3, journal.CatchupAll, time.Minute)
+		}
+		start := make(chan struct{})
+		type result struct {
+			n   int
+			err error
+		}
+		results := make(chan result, 2)
+		for range 2 {
+			go func() {
+				<-start
+				n, err := s.Invoker.TickOverdue(context.WithoutCancel(ctx), 0, 100)
+				results <- result{n, err}
+			}()
+		}
+		close(start)
+		handled := 0
+		for range 2 {
+			select {
+			case r := <-results:
+				require.NoError(t, r.err)
+				handled += r.n
+			case <-time.After(time.Minute):
+				t.Fatal("TickOverdue did not return")
+			}
+		}
+		require.Equal(t, len(names), handled, "each schedule handled once between the two")
+		for _, name := range names {
+			require.Equal(t, tickKeys(name, today, 3, 2, 1), runKeys(t, s, name), "schedule %s", name)
+			requireHandled(t, s, name, today, today.AddDate(0, 0, -1), true)
+		}
+	})
 }

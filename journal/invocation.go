@@ -380,6 +380,7 @@ func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome)
 					THEN coalesce($6::timestamptz, now() + make_interval(secs => $7)) END,
 				finished_at = CASE WHEN $3 IN ('completed', 'failed', 'cancelled') THEN now() END,
 				failed_invocations = CASE WHEN $3 = 'queued' THEN failed_invocations + 1 ELSE 0 END,
+				recoveries = 0,
 				notify = notify OR ($8 AND $3 IN ('suspended', 'queued'))
 			WHERE id = $1 AND invocation = $2 AND status = 'running'
 			RETURNING `+childColumns+`, notify, identity
@@ -533,33 +534,91 @@ func wakeParentCTE(src string) string {
 		)`
 }
 
-// ReapExpiredLeases requeues up to limit running runs whose lease has passed (their
-// gateway died, or the function hung past its timeout), recording a failed invocation
-// for each, and returns their ids. Whether a run has attempts left is decided when it is
-// claimed next, from its function's retry policy. Each requeue notifies EventChannel when
-// a gateway watches the run's tenant.
-func ReapExpiredLeases(ctx context.Context, db DB, limit int) ([]string, error) {
+// Lease names one invocation of a run: the run's lease belongs to that invocation.
+type Lease struct {
+	RunID      string
+	Invocation int
+}
+
+// RenewLeases extends, to ttl from the database clock, the lease of each of leases whose
+// invocation still owns its running run, in one statement, and returns the leases it
+// renewed. A lease not returned is lost: its run was recovered by another gateway,
+// finished, or cancelled, and its invocation's answer would be refused.
+func RenewLeases(ctx context.Context, db DB, leases []Lease, ttl time.Duration) ([]Lease, error) {
+	ids := make([]string, len(leases))
+	invocations := make([]int32, len(leases))
+	for i, l := range leases {
+		ids[i], invocations[i] = l.RunID, int32(l.Invocation)
+	}
 	rows, _ := db.Query(ctx, `
-		WITH expired AS (
-			SELECT id FROM stepgate.run
-			WHERE lease_until IS NOT NULL AND lease_until < now()
-			ORDER BY lease_until LIMIT $1 FOR UPDATE SKIP LOCKED
-		), u AS (
-			UPDATE stepgate.run r SET status = 'queued', lease_until = NULL, wake_at = NULL,
-				failed_invocations = failed_invocations + 1
-			FROM expired WHERE r.id = expired.id
-			RETURNING r.id, r.tenant, r.function, r.status, r.attempts, r.wake_at, r.finished_at
-		), failure AS (
-			INSERT INTO stepgate.attempt_failure (run_id, seq, attempt, name, error)
-			SELECT id, 0, attempts, '', '{"type":"lease_expired","message":"the invocation outlived its lease: its gateway stopped or the function hung past its timeout","retryable":true}'
-			FROM u ON CONFLICT DO NOTHING
-		), `+eventCTE("u")+`
-		SELECT id::text FROM u, `+eventCount, limit)
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		UPDATE stepgate.run r SET lease_until = now() + make_interval(secs => $3)
+		FROM unnest($1::uuid[], $2::int[]) AS l(id, invocation)
+		WHERE r.id = l.id AND r.invocation = l.invocation AND r.status = 'running'
+		RETURNING r.id::text, r.invocation`, ids, invocations, ttl.Seconds())
+	kept, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Lease, error) {
+		var l Lease
+		err := row.Scan(&l.RunID, &l.Invocation)
+		return l, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("renew %d leases: %w", len(leases), err)
+	}
+	return kept, nil
+}
+
+// ReapExpiredLeases recovers up to limit running runs whose lease has lapsed (their
+// gateway died, or lost the database for longer than the lease), and returns their ids;
+// see recoverRuns. Runs locked by another transaction are skipped.
+func ReapExpiredLeases(ctx context.Context, db DB, limit int) ([]string, error) {
+	ids, err := recoverRuns(ctx, db, `
+		SELECT id FROM stepgate.run
+		WHERE lease_until IS NOT NULL AND lease_until < now()
+		ORDER BY lease_until LIMIT $1 FOR UPDATE SKIP LOCKED`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("reap expired leases: %w", err)
 	}
 	return ids, nil
+}
+
+// ReleaseLeases recovers the runs that leases still own, at once, and returns their ids:
+// a gateway that stops hands its unfinished invocations over (see recoverRuns).
+func ReleaseLeases(ctx context.Context, db DB, leases []Lease) ([]string, error) {
+	ids := make([]string, len(leases))
+	invocations := make([]int32, len(leases))
+	for i, l := range leases {
+		ids[i], invocations[i] = l.RunID, int32(l.Invocation)
+	}
+	ids, err := recoverRuns(ctx, db, `
+		SELECT r.id FROM stepgate.run r
+		JOIN unnest($1::uuid[], $2::int[]) AS l(id, invocation) ON r.id = l.id AND r.invocation = l.invocation
+		WHERE r.status = 'running'
+		FOR UPDATE OF r`, ids, invocations)
+	if err != nil {
+		return nil, fmt.Errorf("release %d leases: %w", len(leases), err)
+	}
+	return ids, nil
+}
+
+// recoverRuns requeues the running runs that the query picked selects (ids, locked), due
+// now, as recoveries: not failed invocations, which the function's retry policy counts,
+// but a count of their own (Run.Recoveries), started afresh from 1 when the journal grew
+// since the run's previous recovery; the invoker fails a run past its cap. The caller
+// enqueues each run's job in the same transaction. Each requeue notifies EventChannel
+// when a gateway watches the run's tenant.
+func recoverRuns(ctx context.Context, db DB, picked string, args ...any) ([]string, error) {
+	rows, _ := db.Query(ctx, `
+		WITH picked AS (`+picked+`
+		), u AS (
+			UPDATE stepgate.run r SET status = 'queued', lease_until = NULL, wake_at = NULL,
+				recoveries = CASE WHEN j.top > r.recovered_seq THEN 1 ELSE r.recoveries + 1 END,
+				recovered_seq = j.top
+			FROM picked p, LATERAL (
+				SELECT coalesce(max(e.seq), 0) AS top FROM stepgate.journal_entry e WHERE e.run_id = p.id) j
+			WHERE r.id = p.id
+			RETURNING r.id, r.tenant, r.function, r.status, r.attempts, r.wake_at, r.finished_at
+		), `+eventCTE("u")+`
+		SELECT id::text FROM u, `+eventCount, args...)
+	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
 // FailRun fails a run that is not terminal yet with e, whatever invocation owns it (for
@@ -591,12 +650,17 @@ func FailRun(ctx context.Context, db DB, runID string, e ErrorInfo) (parent stri
 }
 
 // StrandedRuns returns, and locks for the caller's transaction, up to limit runs that
-// have been due for longer than grace (queued, or suspended past their wake time) and
-// have no live River job of kind jobKind (available, scheduled, pending, retryable or
-// running) to invoke them: their job was deleted or discarded. The caller enqueues a job for each in the same
-// transaction. It looks at the examine runs that have been due the longest, so its cost
-// is bounded; a stranded run stays among them until it is found. Runs locked by another
-// transaction are skipped.
+// have been due for longer than grace (queued, or suspended past their wake time) with no
+// live River job of kind jobKind to invoke them. A job is live when it is available, when
+// it is running and was fetched within grace (its worker claims the run in
+// milliseconds), or when it is scheduled or retryable at a time within grace. So a run is
+// stranded when its job was deleted or discarded, when its job was fetched by a process
+// that died before claiming the run, or when its job waits, past its time, for River's
+// leader to make it available (no leader is elected yet). The caller enqueues a job for
+// each, available at once, in the same transaction: a claim is fenced, so a job too many
+// finds nothing to do. It looks at the examine runs that have been due the longest, so
+// its cost is bounded; a stranded run stays among them until it is found. Runs locked by
+// another transaction are skipped.
 func StrandedRuns(ctx context.Context, db DB, jobKind string, grace time.Duration, examine, limit int) ([]string, error) {
 	rows, _ := db.Query(ctx, `
 		WITH due AS (
@@ -610,8 +674,10 @@ func StrandedRuns(ctx context.Context, db DB, jobKind string, grace time.Duratio
 		WHERE (r.status = 'queued' OR (r.status = 'suspended' AND r.wake_at IS NOT NULL))
 			AND NOT EXISTS (
 				SELECT 1 FROM river_job j
-				WHERE j.kind = $4 AND j.args @> jsonb_build_object('run_id', r.id::text)
-					AND j.state IN ('available', 'scheduled', 'pending', 'retryable', 'running'))
+				WHERE j.kind = $4 AND j.args @> jsonb_build_object('run_id', r.id::text) AND (
+					j.state = 'available'
+					OR (j.state = 'running' AND j.attempted_at > now() - make_interval(secs => $1))
+					OR (j.state IN ('scheduled', 'retryable') AND j.scheduled_at > now() - make_interval(secs => $1))))
 		LIMIT $3
 		FOR UPDATE OF r SKIP LOCKED`, grace.Seconds(), examine, limit, jobKind)
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])

@@ -471,7 +471,10 @@ func TestReapExpiredLeases(t *testing.T) {
 	ctx, tx := t.Context(), pgtest.Tx(t)
 	expired := mustCreateRun(t, tx, claimed)
 	live := mustCreateRun(t, tx, claimed)
-	mustExec(t, tx, `UPDATE stepgate.run SET lease_until = now() - interval '1 ms' WHERE id = $1`, expired.ID)
+	expire := func(id string) {
+		mustExec(t, tx, `UPDATE stepgate.run SET lease_until = now() - interval '1 ms' WHERE id = $1`, id)
+	}
+	expire(expired.ID)
 
 	ids, err := journal.ReapExpiredLeases(ctx, tx, 1000)
 	require.NoError(t, err)
@@ -482,14 +485,10 @@ func TestReapExpiredLeases(t *testing.T) {
 	require.Equal(t, journal.StatusQueued, got.Status)
 	require.Nil(t, got.LeaseUntil)
 	require.Nil(t, got.WakeAt, "due at once")
-	require.Equal(t, 1, got.FailedInvocations)
+	require.Equal(t, 0, got.FailedInvocations, "a recovery is not a failed invocation")
+	require.Equal(t, 1, got.Recoveries)
 	require.Equal(t, 1, got.Invocation, "the claim that comes next fences the old invocation out")
-	fs := mustFailures(t, tx, expired.ID)
-	require.Len(t, fs, 1)
-	require.Equal(t, 0, fs[0].Seq)
-	require.Equal(t, 1, fs[0].Attempt)
-	require.Equal(t, "lease_expired", fs[0].Error.Type)
-	require.True(t, fs[0].Error.Retryable)
+	require.Empty(t, mustFailures(t, tx, expired.ID), "nor a failed attempt")
 	require.Equal(t, live, mustGetRun(t, tx, live), "a live lease is untouched")
 
 	ids, err = journal.ReapExpiredLeases(ctx, tx, 1000)
@@ -500,6 +499,62 @@ func TestReapExpiredLeases(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, c.Run.Invocation)
 	require.Equal(t, 2, c.Run.Attempts)
+	require.Equal(t, 1, c.Run.Recoveries)
+
+	// Recovered again with no new entry: the count goes on.
+	expire(expired.ID)
+	_, err = journal.ReapExpiredLeases(ctx, tx, 1000)
+	require.NoError(t, err)
+	require.Equal(t, 2, mustGetRun(t, tx, expired).Recoveries)
+
+	// A checkpoint lands between two recoveries: the count starts afresh.
+	c, err = journal.ClaimRun(ctx, tx, expired.ID, time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, journal.AppendEntry(ctx, tx, expired.ID, c.Run.Invocation, step(1, "a", `1`), journal.Bounds{}))
+	expire(expired.ID)
+	_, err = journal.ReapExpiredLeases(ctx, tx, 1000)
+	require.NoError(t, err)
+	require.Equal(t, 1, mustGetRun(t, tx, expired).Recoveries, "the journal grew since the last recovery")
+
+	// An applied answer (a suspension) resets it.
+	c, err = journal.ClaimRun(ctx, tx, expired.ID, time.Minute)
+	require.NoError(t, err)
+	_, err = journal.Finish(ctx, tx, expired.ID, c.Run.Invocation, journal.Outcome{
+		Status: journal.StatusSuspended, Sleep: &journal.Entry{Seq: 2, Name: "nap"}, SleepFor: time.Hour})
+	require.NoError(t, err)
+	require.Equal(t, 0, mustGetRun(t, tx, expired).Recoveries)
+}
+
+func TestRenewAndReleaseLeases(t *testing.T) {
+	t.Parallel()
+	ctx, tx := t.Context(), pgtest.Tx(t)
+	a := mustCreateRun(t, tx, claimed)
+	b := mustCreateRun(t, tx, claimed)
+	done := mustCreateRun(t, tx, claimed)
+	_, err := journal.Finish(ctx, tx, done.ID, 1, journal.Outcome{Status: journal.StatusCompleted, Output: json.RawMessage(`1`)})
+	require.NoError(t, err)
+	mustExec(t, tx, `UPDATE stepgate.run SET lease_until = now() - interval '1 s' WHERE id = $1`, a.ID)
+
+	leases := []journal.Lease{{RunID: a.ID, Invocation: 1}, {RunID: b.ID, Invocation: 2}, {RunID: done.ID, Invocation: 1}}
+	kept, err := journal.RenewLeases(ctx, tx, leases, time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, []journal.Lease{{RunID: a.ID, Invocation: 1}}, kept,
+		"a lapsed lease not yet reaped is renewed; another invocation's and a finished run's are lost")
+	var until time.Time
+	require.NoError(t, tx.QueryRow(ctx, `SELECT lease_until FROM stepgate.run WHERE id = $1`, a.ID).Scan(&until))
+	require.True(t, until.After(time.Now().Add(50*time.Minute)), "renewed for the TTL: %s", until)
+	kept, err = journal.RenewLeases(ctx, tx, nil, time.Hour)
+	require.NoError(t, err)
+	require.Empty(t, kept)
+
+	ids, err := journal.ReleaseLeases(ctx, tx, []journal.Lease{{RunID: a.ID, Invocation: 1}, {RunID: b.ID, Invocation: 2}, {RunID: done.ID, Invocation: 1}})
+	require.NoError(t, err)
+	require.Equal(t, []string{a.ID}, ids, "only a lease its invocation still holds is released")
+	got := mustGetRun(t, tx, a)
+	require.Equal(t, journal.StatusQueued, got.Status)
+	require.Nil(t, got.LeaseUntil)
+	require.Equal(t, 1, got.Recoveries)
+	require.Equal(t, journal.StatusRunning, mustGetRun(t, tx, b).Status)
 }
 
 func TestAppendEntryBounds(t *testing.T) {

@@ -38,7 +38,7 @@ func mustRegister(tb testing.TB, db journal.DB, tenant, name string) *journal.Fu
 }
 
 // claimed makes mustCreateRun create the run already claimed by invocation 1.
-func claimed(n *journal.NewRun) { n.Claim = true }
+func claimed(n *journal.NewRun) { n.Claim, n.Lease = true, time.Minute }
 
 // mustCreateRun registers a function "fn" of a new tenant and creates a run of it, queued
 // unless an option says otherwise.

@@ -31,15 +31,18 @@ type Run struct {
 	Attempts          int             `db:"attempts"`
 	Invocation        int             `db:"invocation"`
 	FailedInvocations int             `db:"failed_invocations"`
-	LeaseUntil        *time.Time      `db:"lease_until"`
-	WakeAt            *time.Time      `db:"wake_at"`
-	CreatedAt         time.Time       `db:"created_at"`
-	StartedAt         *time.Time      `db:"started_at"`
-	FinishedAt        *time.Time      `db:"finished_at"`
+	// Recoveries counts the times the run was requeued because its invocation's gateway
+	// died or stopped (not failures of the function) since the journal last grew.
+	Recoveries int        `db:"recoveries"`
+	LeaseUntil *time.Time `db:"lease_until"`
+	WakeAt     *time.Time `db:"wake_at"`
+	CreatedAt  time.Time  `db:"created_at"`
+	StartedAt  *time.Time `db:"started_at"`
+	FinishedAt *time.Time `db:"finished_at"`
 }
 
 const runColumns = `id, tenant, function, revision, status, input, output, error, identity,
-	idempotency_key, parent_id, parent_seq, parent_name, rerun_of, cancelled_by, attempts, invocation, failed_invocations, lease_until,
+	idempotency_key, parent_id, parent_seq, parent_name, rerun_of, cancelled_by, attempts, invocation, failed_invocations, recoveries, lease_until,
 	wake_at, created_at, started_at, finished_at`
 
 // NewRun is what CreateRun needs to start a run.
@@ -58,10 +61,10 @@ type NewRun struct {
 	ParentName string
 	RerunOf    *string // The finished run this one reruns, if any.
 	// Claim creates the run already claimed by the caller (status running, invocation
-	// 1), leased for the revision's timeout plus LeaseGrace, so the caller can invoke it
-	// at once with no queue hop. Otherwise it is created queued.
-	Claim      bool
-	LeaseGrace time.Duration
+	// 1), leased for Lease, so the caller can invoke it at once with no queue hop.
+	// Otherwise it is created queued.
+	Claim bool
+	Lease time.Duration
 	// CheckInvokeRoles refuses the run, with a *ForbiddenError, when the revision's
 	// config names invoke_roles and InvokerRoles holds none of them. Leave it false
 	// for callers allowed to invoke anything (admins).
@@ -109,7 +112,7 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 			SELECT $1, f.tenant, f.name, f.revision,
 				CASE WHEN $8 THEN 'running' ELSE 'queued' END, $4, $5, $6, $7, $13, $14, $10,
 				CASE WHEN $8 THEN 1 ELSE 0 END, CASE WHEN $8 THEN 1 ELSE 0 END,
-				CASE WHEN $8 THEN now() + make_interval(secs => r.timeout_ms / 1000.0 + $9) END,
+				CASE WHEN $8 THEN now() + make_interval(secs => $9) END,
 				CASE WHEN $8 THEN now() END
 			FROM stepgate.function f
 			JOIN stepgate.function_revision r USING (tenant, name, revision)
@@ -118,7 +121,7 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 			RETURNING `+runColumns+`
 		), `+eventCTE("ins")+`
 		SELECT ins.* FROM ins, `+eventCount,
-		n.ID, n.Tenant, n.Function, n.Input, n.Identity, key, n.ParentID, n.Claim, n.LeaseGrace.Seconds(), n.RerunOf,
+		n.ID, n.Tenant, n.Function, n.Input, n.Identity, key, n.ParentID, n.Claim, n.Lease.Seconds(), n.RerunOf,
 		n.CheckInvokeRoles, invokerRoles(n), parentSeq, parentName)
 	run, err = pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Run])
 	if err == nil {

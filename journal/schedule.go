@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -23,16 +24,40 @@ type Schedule struct {
 	Identity Identity        `db:"identity"`
 	// Generation counts the puts of the schedule: a tick of an older generation is
 	// stale and does nothing.
-	Generation int        `db:"generation"`
-	NextAt     time.Time  `db:"next_at"` // The next tick, database clock.
-	LastTickAt *time.Time `db:"last_tick_at"`
-	LastRunID  *string    `db:"last_run_id"` // The run the last tick started, if it started one.
-	CreatedAt  time.Time  `db:"created_at"`
-	UpdatedAt  time.Time  `db:"updated_at"`
+	Generation int `db:"generation"`
+	// Catchup and CatchupWindow say which ticks handled late start runs; see [Catchup].
+	Catchup       Catchup       `db:"catchup"`
+	CatchupWindow time.Duration `db:"catchup_window"`
+	NextAt        time.Time     `db:"next_at"` // The next tick, database clock.
+	LastTickAt    *time.Time    `db:"last_tick_at"`
+	LastRunID     *string       `db:"last_run_id"` // The run the last tick started, if it started one.
+	CreatedAt     time.Time     `db:"created_at"`
+	UpdatedAt     time.Time     `db:"updated_at"`
 }
 
 const scheduleColumns = `id, tenant, name, function, cron, timezone, input, identity, generation,
+	catchup, catchup_window_ms * interval '1 millisecond' AS catchup_window,
 	next_at, last_tick_at, last_run_id, created_at, updated_at`
+
+// Catchup is a schedule's policy for its missed ticks. A tick handled at most the
+// schedule's catchup window after its time is on time and always starts its run,
+// whatever the policy; ticks handled later than that were missed.
+type Catchup string
+
+// Catchup policies.
+const (
+	CatchupSkip Catchup = "skip" // Missed ticks start no run.
+	CatchupOne  Catchup = "one"  // Missed ticks start one run together, for the earliest.
+	CatchupAll  Catchup = "all"  // Each missed tick starts its own run.
+)
+
+// Bounds of a schedule's catchup window, which the schema enforces too. A window is
+// stored to the millisecond.
+const (
+	MinCatchupWindow     = time.Second
+	MaxCatchupWindow     = 24 * time.Hour
+	DefaultCatchupWindow = time.Minute
+)
 
 // NewSchedule is what PutSchedule stores.
 type NewSchedule struct {
@@ -44,6 +69,10 @@ type NewSchedule struct {
 	Timezone string
 	Input    json.RawMessage
 	Identity Identity
+	Catchup  Catchup // Defaults to CatchupOne.
+	// CatchupWindow is between MinCatchupWindow and MaxCatchupWindow. Defaults to
+	// DefaultCatchupWindow.
+	CatchupWindow time.Duration
 	// Next returns the first tick after now. PutSchedule calls it with the database
 	// clock. It must not return the zero time.
 	Next func(now time.Time) time.Time
@@ -63,14 +92,17 @@ func PutSchedule(ctx context.Context, db DB, n NewSchedule) (*Schedule, time.Tim
 		return nil, time.Time{}, fmt.Errorf("put schedule %s: %q has no next tick", n.Name, n.Cron)
 	}
 	rows, _ := db.Query(ctx, `
-		INSERT INTO stepgate.schedule AS s (id, tenant, name, function, cron, timezone, input, identity, next_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+		INSERT INTO stepgate.schedule AS s (id, tenant, name, function, cron, timezone, input, identity, next_at,
+			catchup, catchup_window_ms)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 		ON CONFLICT (tenant, name) DO UPDATE SET
 			function = excluded.function, cron = excluded.cron, timezone = excluded.timezone,
 			input = excluded.input, identity = excluded.identity, next_at = excluded.next_at,
+			catchup = excluded.catchup, catchup_window_ms = excluded.catchup_window_ms,
 			generation = s.generation + 1, updated_at = now()
 		RETURNING `+scheduleColumns,
-		n.ID, n.Tenant, n.Name, n.Function, n.Cron, n.Timezone, n.Input, n.Identity, next)
+		n.ID, n.Tenant, n.Name, n.Function, n.Cron, n.Timezone, n.Input, n.Identity, next,
+		cmp.Or(n.Catchup, CatchupOne), cmp.Or(n.CatchupWindow, DefaultCatchupWindow).Milliseconds())
 	s, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Schedule])
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("put schedule %s: %w", n.Name, unstorable(err))
@@ -122,10 +154,20 @@ func DeleteSchedule(ctx context.Context, db DB, tenant, name string) error {
 // tick that runs twice, or on two gateways at once, is handled once. The tick may not
 // be due yet (NextAt after the clock): the caller checks. db must be a transaction.
 func ClaimTick(ctx context.Context, db DB, id string, generation int, at time.Time) (*Schedule, time.Time, error) {
+	return claimTick(ctx, db, id, generation, at, "FOR UPDATE")
+}
+
+// TryClaimTick is ClaimTick that does not wait for a transaction that holds the
+// schedule (handling this tick, or putting it again): it returns ErrNotFound at once.
+func TryClaimTick(ctx context.Context, db DB, id string, generation int, at time.Time) (*Schedule, time.Time, error) {
+	return claimTick(ctx, db, id, generation, at, "FOR UPDATE SKIP LOCKED")
+}
+
+func claimTick(ctx context.Context, db DB, id string, generation int, at time.Time, lock string) (*Schedule, time.Time, error) {
 	rows, _ := db.Query(ctx, `
 		SELECT `+scheduleColumns+`, clock_timestamp() AS clock FROM stepgate.schedule
 		WHERE id = $1 AND generation = $2 AND next_at = $3
-		FOR UPDATE`, id, generation, at)
+		`+lock, id, generation, at)
 	type claimed struct {
 		Schedule
 		Clock time.Time `db:"clock"`
@@ -140,8 +182,31 @@ func ClaimTick(ctx context.Context, db DB, id string, generation int, at time.Ti
 	return &c.Schedule, c.Clock, nil
 }
 
-// AdvanceSchedule records the tick at of a schedule claimed by ClaimTick, and the run
-// it started (nil for none), and moves its next tick to next.
+// Tick is the next tick of a schedule, as ClaimTick takes it.
+type Tick struct {
+	ScheduleID string    `db:"id"`
+	Generation int       `db:"generation"`
+	At         time.Time `db:"next_at"`
+}
+
+// OverdueTicks returns the next ticks of schedules (any tenant's, with the system role)
+// that are more than late past the database clock (the transaction's), the most overdue
+// first, at most limit of them. It reads only those, from an index on next_at.
+func OverdueTicks(ctx context.Context, db DB, late time.Duration, limit int) ([]Tick, error) {
+	// now(), not clock_timestamp(): a volatile bound would not be an index condition.
+	rows, _ := db.Query(ctx, `
+		SELECT id, generation, next_at FROM stepgate.schedule
+		WHERE next_at < now() - $1 * interval '1 microsecond'
+		ORDER BY next_at LIMIT $2`, late.Microseconds(), limit)
+	ticks, err := pgx.CollectRows(rows, pgx.RowToStructByName[Tick])
+	if err != nil {
+		return nil, fmt.Errorf("list overdue ticks: %w", err)
+	}
+	return ticks, nil
+}
+
+// AdvanceSchedule records the last tick at handled of a schedule claimed by ClaimTick,
+// and the run it started (nil for none), and moves its next tick to next.
 func AdvanceSchedule(ctx context.Context, db DB, id string, at time.Time, runID *string, next time.Time) error {
 	_, err := db.Exec(ctx, `
 		UPDATE stepgate.schedule SET next_at = $4, last_tick_at = $2, last_run_id = $3

@@ -134,6 +134,106 @@ func TestSchedules(t *testing.T) {
 	})
 }
 
+// TestScheduleCatchup checks the catch-up policy a schedule stores, and the queries
+// that find and claim its overdue ticks.
+func TestScheduleCatchup(t *testing.T) {
+	t.Parallel()
+
+	t.Run("DefaultsAndBounds", func(t *testing.T) {
+		t.Parallel()
+		ctx, tx := t.Context(), pgtest.Tx(t)
+		tenant := newTenant()
+		s := mustPutSchedule(t, tx, tenant, "s")
+		require.Equal(t, journal.CatchupOne, s.Catchup)
+		require.Equal(t, time.Minute, s.CatchupWindow)
+
+		s = mustPutSchedule(t, tx, tenant, "s", func(n *journal.NewSchedule) {
+			n.Catchup, n.CatchupWindow = journal.CatchupAll, 90*time.Second+250*time.Millisecond
+		})
+		require.Equal(t, journal.CatchupAll, s.Catchup)
+		require.Equal(t, 90*time.Second+250*time.Millisecond, s.CatchupWindow)
+		got, err := journal.GetSchedule(ctx, tx, tenant, "s")
+		require.NoError(t, err)
+		require.Equal(t, journal.CatchupAll, got.Catchup)
+		require.Equal(t, s.CatchupWindow, got.CatchupWindow)
+		s = mustPutSchedule(t, tx, tenant, "s")
+		require.Equal(t, journal.CatchupOne, s.Catchup, "putting again replaces the policy")
+
+		for _, n := range []journal.NewSchedule{
+			{Catchup: "sometimes"},
+			{CatchupWindow: time.Second - time.Millisecond},
+			{CatchupWindow: journal.MaxCatchupWindow + time.Millisecond},
+		} {
+			err := pgx.BeginFunc(ctx, tx, func(tx pgx.Tx) error {
+				_, _, err := journal.PutSchedule(ctx, tx, journal.NewSchedule{
+					ID: newID(), Tenant: tenant, Name: "bad", Function: "fn", Cron: "@hourly", Timezone: "UTC",
+					Input: json.RawMessage(`null`), Identity: journal.Identity{Tenant: tenant}, Next: inAMinute,
+					Catchup: n.Catchup, CatchupWindow: n.CatchupWindow,
+				})
+				return err
+			})
+			requirePgError(t, err, "23514", "the schema's check")
+		}
+	})
+
+	t.Run("OverdueTicks", func(t *testing.T) {
+		t.Parallel()
+		ctx, tx := t.Context(), pgtest.Tx(t)
+		tenant := newTenant()
+		future := mustPutSchedule(t, tx, tenant, "future")
+		late := mustPutSchedule(t, tx, tenant, "late")
+		_, err := tx.Exec(ctx, `UPDATE stepgate.schedule SET next_at = now() - interval '1 hour' WHERE id = $1`, late.ID)
+		require.NoError(t, err)
+		late, err = journal.GetSchedule(ctx, tx, tenant, "late")
+		require.NoError(t, err)
+
+		mine := func(ticks []journal.Tick) []journal.Tick {
+			var out []journal.Tick
+			for _, tk := range ticks {
+				if tk.ScheduleID == future.ID || tk.ScheduleID == late.ID {
+					out = append(out, tk)
+				}
+			}
+			return out
+		}
+		ticks, err := journal.OverdueTicks(ctx, tx, time.Minute, 1000)
+		require.NoError(t, err)
+		ticks = mine(ticks)
+		require.Len(t, ticks, 1, "only the overdue one")
+		require.Equal(t, late.ID, ticks[0].ScheduleID)
+		require.Equal(t, late.Generation, ticks[0].Generation)
+		require.True(t, ticks[0].At.Equal(late.NextAt))
+
+		ticks, err = journal.OverdueTicks(ctx, tx, 2*time.Hour, 1000)
+		require.NoError(t, err)
+		require.Empty(t, mine(ticks), "overdue by less than late")
+	})
+
+	t.Run("TryClaimTickSkipsAHeldTick", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		db := pgtest.DB(t)
+		s := mustPutSchedule(t, db, newTenant(), "s")
+		first, err := db.Begin(ctx)
+		require.NoError(t, err)
+		defer first.Rollback(ctx) //nolint:errcheck // a no-op once rolled back
+		_, _, err = journal.ClaimTick(ctx, first, s.ID, s.Generation, s.NextAt)
+		require.NoError(t, err)
+
+		err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+			_, _, err := journal.TryClaimTick(ctx, tx, s.ID, s.Generation, s.NextAt)
+			return err
+		})
+		require.ErrorIs(t, err, journal.ErrNotFound, "held by the first: skipped, not waited for")
+		require.NoError(t, first.Rollback(ctx))
+		err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+			_, _, err := journal.TryClaimTick(ctx, tx, s.ID, s.Generation, s.NextAt)
+			return err
+		})
+		require.NoError(t, err, "released")
+	})
+}
+
 // TestSchedulesAreFenced checks row-level security on schedules: a tenant's handle sees
 // and deletes only its own; the system pool (the tick worker) sees every tenant's.
 func TestSchedulesAreFenced(t *testing.T) {

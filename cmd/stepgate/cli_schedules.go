@@ -34,12 +34,14 @@ func (c *cli) schedules(ctx context.Context, args []string) error {
 
 // schedulesPut runs "stepgate schedules put NAME --function F --cron EXPR".
 func (c *cli) schedulesPut(ctx context.Context, args []string) error {
-	fs := c.newFlagSet("schedules put", "NAME --function F --cron EXPR [--input JSON | --input @FILE] [--timezone TZ]")
+	fs := c.newFlagSet("schedules put", "NAME --function F --cron EXPR [--input JSON | --input @FILE] [--timezone TZ] [--catchup skip|one|all] [--catchup-window D]")
 	cf := addClientFlags(fs, true)
 	function := fs.String("function", "", "the `FUNCTION` each tick starts a run of (required)")
 	expr := fs.String("cron", "", `five cron fields ("0 9 * * MON-FRI") or a descriptor ("@hourly", "@every 1m") (required)`)
 	input := fs.String("input", "", "each run's input: `JSON`, @FILE, or - for standard input (default null)")
 	timezone := fs.String("timezone", "", "the IANA time `ZONE` the cron fields are read in (default UTC)")
+	catchup := fs.String("catchup", "", "what ticks missed by more than the catch-up window start: `POLICY` skip, one or all (default one)")
+	window := fs.String("catchup-window", "", "how late a tick may start and still count as on time: a `DURATION` from 1s to 24h (default 1m)")
 	pos, err := parseCommand(fs, args, "NAME")
 	if err != nil {
 		return err
@@ -51,6 +53,12 @@ func (c *cli) schedulesPut(ctx context.Context, args []string) error {
 	spec := api.ScheduleSpec{Function: *function, Cron: *expr}
 	if *timezone != "" {
 		spec.Timezone = timezone
+	}
+	if *catchup != "" {
+		spec.Catchup = (*api.ScheduleCatchup)(catchup)
+	}
+	if *window != "" {
+		spec.CatchupWindow = window
 	}
 	if *input != "" {
 		var stdin io.Reader
@@ -110,10 +118,10 @@ func (c *cli) schedulesList(ctx context.Context, args []string) error {
 				return err
 			}
 			tw := newTable(c.stdout)
-			fmt.Fprintln(tw, "NAME\tFUNCTION\tCRON\tTIMEZONE\tNEXT TICK\tLAST RUN")
+			fmt.Fprintln(tw, "NAME\tFUNCTION\tCRON\tTIMEZONE\tCATCHUP\tNEXT TICK\tLAST RUN")
 			for _, s := range resp.JSON200.Schedules {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Function, s.Cron, s.Timezone,
-					formatTime(&s.NextAt, c.loc), orDash(deref(s.LastRunId)))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Function, s.Cron, s.Timezone,
+					formatCatchup(s), formatTime(&s.NextAt, c.loc), orDash(deref(s.LastRunId)))
 			}
 			return tw.Flush()
 		})
@@ -153,12 +161,21 @@ func writeSchedule(w io.Writer, s *api.Schedule, loc *time.Location) error {
 	fmt.Fprintf(tw, "cron\t%s (%s)\n", s.Cron, s.Timezone)
 	fmt.Fprintf(tw, "input\t%s\n", compactJSON(s.Input, headerJSONWidth))
 	fmt.Fprintf(tw, "runs as\t%s\n", formatIdentity(s.Identity))
+	fmt.Fprintf(tw, "catchup\t%s\n", formatCatchup(*s))
 	fmt.Fprintf(tw, "next tick\t%s\n", formatTime(&s.NextAt, loc))
 	fmt.Fprintf(tw, "last tick\t%s\n", formatTime(s.LastTickAt, loc))
 	fmt.Fprintf(tw, "last run\t%s\n", orDash(deref(s.LastRunId)))
 	fmt.Fprintf(tw, "created\t%s\n", formatTime(&s.CreatedAt, loc))
 	fmt.Fprintf(tw, "updated\t%s\n", formatTime(&s.UpdatedAt, loc))
 	return tw.Flush()
+}
+
+// formatCatchup writes a schedule's catch-up policy and window: "one, window 1m".
+func formatCatchup(s api.Schedule) string {
+	if s.Catchup == "" {
+		return "-" // an older gateway
+	}
+	return fmt.Sprintf("%s, window %s", s.Catchup, s.CatchupWindow)
 }
 
 func deref(s *string) string {

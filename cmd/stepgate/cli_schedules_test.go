@@ -11,7 +11,7 @@ import (
 )
 
 const scheduleJSON = `{"name":"nightly","function":"report","cron":"0 3 * * *","timezone":"Europe/Paris",
-	"input":{"format":"pdf"},"identity":{"subject":"ada","tenant":"acme","roles":["developer"]},
+	"input":{"format":"pdf"},"identity":{"subject":"ada","tenant":"acme","roles":["developer"]},"catchup":"all","catchup_window":"5m",
 	"next_at":"2026-01-03T02:00:00Z","last_tick_at":"2026-01-02T02:00:00Z","last_run_id":"r9",
 	"created_at":"2026-01-01T10:00:00Z","updated_at":"2026-01-01T10:00:00Z"}`
 
@@ -64,19 +64,19 @@ func TestSchedulesCommands(t *testing.T) {
 	}
 
 	out, err := run("schedules", "put", "nightly", "--function", "report", "--cron", "0 3 * * *",
-		"--timezone", "Europe/Paris", "--input", `{"format":"pdf"}`)
+		"--timezone", "Europe/Paris", "--input", `{"format":"pdf"}`, "--catchup", "all", "--catchup-window", "5m")
 	require.NoError(t, err)
 	require.Equal(t, "schedule nightly: 0 3 * * * runs report (Europe/Paris); next tick 2026-01-03 02:00:00\n", out)
 	reqs := requests()
 	require.Equal(t, "PUT /v1/schedules/nightly ", reqs[len(reqs)-1][:len("PUT /v1/schedules/nightly ")])
-	require.JSONEq(t, `{"function":"report","cron":"0 3 * * *","timezone":"Europe/Paris","input":{"format":"pdf"}}`,
+	require.JSONEq(t, `{"function":"report","cron":"0 3 * * *","timezone":"Europe/Paris","input":{"format":"pdf"},"catchup":"all","catchup_window":"5m"}`,
 		reqs[len(reqs)-1][len("PUT /v1/schedules/nightly "):])
 
 	out, err = run("schedules")
 	require.NoError(t, err)
 	require.Equal(t, ""+
-		"NAME     FUNCTION  CRON       TIMEZONE      NEXT TICK            LAST RUN\n"+
-		"nightly  report    0 3 * * *  Europe/Paris  2026-01-03 02:00:00  r9\n", out)
+		"NAME     FUNCTION  CRON       TIMEZONE      CATCHUP         NEXT TICK            LAST RUN\n"+
+		"nightly  report    0 3 * * *  Europe/Paris  all, window 5m  2026-01-03 02:00:00  r9\n", out)
 
 	out, err = run("schedules", "get", "nightly")
 	require.NoError(t, err)
@@ -86,6 +86,7 @@ func TestSchedulesCommands(t *testing.T) {
 		"cron       0 3 * * * (Europe/Paris)\n"+
 		"input      {\"format\":\"pdf\"}\n"+
 		"runs as    subject ada, tenant acme, roles developer\n"+
+		"catchup    all, window 5m\n"+
 		"next tick  2026-01-03 02:00:00\n"+
 		"last tick  2026-01-02 02:00:00\n"+
 		"last run   r9\n"+

@@ -122,8 +122,10 @@ Runs:
 
 Schedules:
   schedules put NAME --function F --cron EXPR [--input JSON] [--timezone TZ]
+                 [--catchup skip|one|all] [--catchup-window 1m]
                                    start a run of F on each cron tick ("0 9 * * MON-FRI",
-                                   "@hourly", "@every 1m"), as you
+                                   "@hourly", "@every 1m"), as you; ticks missed by more
+                                   than the window start one run (or none, or all)
   schedules list                   the schedules (also: stepgate schedules)
   schedules get NAME               one schedule, its next tick and last run
   schedules delete NAME            delete a schedule; its runs are kept

@@ -16,10 +16,12 @@ import (
 	"net/http/pprof"
 	"net/netip"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -57,10 +59,14 @@ type serverConfig struct {
 	// operatorRole and operatorTenant say who operates the deployment (River's UI):
 	// STEPGATE_OPERATOR_ROLE, STEPGATE_OPERATOR_TENANT.
 	operatorRole, operatorTenant string
-	maxBodyBytes                 int64
-	maxConns                     int32
-	logLevel                     slog.Level
-	pprofAddr                    string // serves net/http/pprof when set
+	// Crash recovery: STEPGATE_LEASE_TTL, STEPGATE_MAX_RECOVERIES; and how long a
+	// stopping gateway lets its invocations finish, STEPGATE_DRAIN_TIMEOUT.
+	leaseTTL, drainTimeout time.Duration
+	maxRecoveries          int
+	maxBodyBytes           int64
+	maxConns               int32
+	logLevel               slog.Level
+	pprofAddr              string // serves net/http/pprof when set
 }
 
 // readServerConfig reads the environment variables documented in the README.
@@ -112,6 +118,26 @@ func readServerConfig(getenv func(string) string) (serverConfig, error) {
 	if c.jwt, err = readJWTConfig(getenv); err != nil {
 		return c, err
 	}
+	for _, d := range []struct {
+		name string
+		to   *time.Duration
+		def  time.Duration
+	}{
+		{"STEPGATE_LEASE_TTL", &c.leaseTTL, 5 * time.Second},
+		{"STEPGATE_DRAIN_TIMEOUT", &c.drainTimeout, 30 * time.Second},
+	} {
+		if *d.to, err = envDuration(getenv, d.name, d.def); err != nil {
+			return c, err
+		}
+	}
+	if c.leaseTTL < 500*time.Millisecond {
+		return c, fmt.Errorf("STEPGATE_LEASE_TTL %s is shorter than 500ms: leases would lapse on a busy gateway", c.leaseTTL)
+	}
+	recoveries, err := envInt(getenv, "STEPGATE_MAX_RECOVERIES", 100)
+	if err != nil {
+		return c, err
+	}
+	c.maxRecoveries = int(min(recoveries, math.MaxInt32))
 	if c.maxBodyBytes, err = envInt(getenv, "STEPGATE_MAX_BODY_BYTES", 1<<20); err != nil {
 		return c, err
 	}
@@ -166,6 +192,18 @@ func readLimits(getenv func(string) string) (invoker.Limits, error) {
 	return l, nil
 }
 
+func envDuration(getenv func(string) string, name string, def time.Duration) (time.Duration, error) {
+	v := getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%s %q is not a positive duration, such as 30s", name, v)
+	}
+	return d, nil
+}
+
 func envInt(getenv func(string) string, name string, def int64) (int64, error) {
 	v := getenv(name)
 	if v == "" {
@@ -217,11 +255,15 @@ type gatewayProcess struct {
 	api      *pgxpool.Pool // the API pool
 	keys     *auth.SigningKeys
 	inv      *invoker.Invoker
+	server   *gateway.Server
 	verifier *auth.Verifier
 	srv      *http.Server
 	ln       net.Listener
 	served   chan error
 	log      *slog.Logger
+	// endRequests ends the requests still open once the invocations are drained.
+	endRequests  context.CancelFunc
+	drainTimeout time.Duration
 }
 
 // startGateway connects, migrates, starts the invoker and serves HTTP on c.addr.
@@ -238,7 +280,7 @@ func startGateway(ctx context.Context, c serverConfig, log *slog.Logger) (*gatew
 	if err != nil {
 		return nil, err
 	}
-	g := &gatewayProcess{pool: pool, api: api, log: log, served: make(chan error, 1)}
+	g := &gatewayProcess{pool: pool, api: api, log: log, served: make(chan error, 1), drainTimeout: c.drainTimeout}
 	fail := func(err error) (*gatewayProcess, error) {
 		g.stop(context.WithoutCancel(ctx))
 		return nil, err
@@ -264,7 +306,7 @@ func startGateway(ctx context.Context, c serverConfig, log *slog.Logger) (*gatew
 	g.verifier = verifier
 	g.inv, err = invoker.New(invoker.Config{
 		Pool: pool, Logger: log, CheckpointURL: publicURL, Keys: g.keys, Tokens: tokens, HTTPClient: c.egress.Client(),
-		Limits: c.limits,
+		Limits: c.limits, LeaseTTL: c.leaseTTL, MaxRecoveries: c.maxRecoveries,
 	})
 	if err != nil {
 		return fail(err)
@@ -272,7 +314,7 @@ func startGateway(ctx context.Context, c serverConfig, log *slog.Logger) (*gatew
 	if err := g.inv.Start(ctx); err != nil {
 		return fail(err)
 	}
-	s, err := gateway.New(gateway.Config{
+	g.server, err = gateway.New(gateway.Config{
 		Pool: pool, APIPool: api, Invoker: g.inv, Verifier: verifier, Tokens: tokens, Logger: log,
 		Keys: g.keys, Egress: c.egress, MaxBodyBytes: c.maxBodyBytes, Web: web.Handler(),
 		OperatorRole: c.operatorRole, OperatorTenant: c.operatorTenant,
@@ -282,7 +324,10 @@ func startGateway(ctx context.Context, c serverConfig, log *slog.Logger) (*gatew
 	if err != nil {
 		return fail(err)
 	}
-	g.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	requests, endRequests := context.WithCancel(context.WithoutCancel(ctx))
+	g.endRequests = endRequests
+	g.srv = &http.Server{Handler: g.server.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		BaseContext: func(net.Listener) context.Context { return requests }}
 	go func() { g.served <- g.srv.Serve(g.ln) }()
 	if c.pprofAddr != "" {
 		mux := http.NewServeMux()
@@ -367,13 +412,42 @@ func reachable(a net.Addr) string {
 	return ta.String()
 }
 
-// stop shuts down in order: HTTP server, invoker (River), pools.
+// stop drains the gateway, then shuts it down. Draining: the gateway takes no new runs
+// and reports itself not ready, River fetches no more jobs, and the invocations in
+// flight go on, their checkpoints served, until drainTimeout (or a second interrupt);
+// the rest are handed over to the other gateways. Then the requests still open end (a
+// caller waiting for a run is answered its status), the HTTP server closes, River and
+// the listener stop, and the pools close.
 func (g *gatewayProcess) stop(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	if g.server != nil {
+		g.server.Drain()
+	}
+	if g.inv != nil {
+		if n := g.inv.InFlight(); n > 0 {
+			g.log.Info("draining: waiting for the invocations in flight to finish; interrupt again to hand them over at once",
+				slog.Int("invocations", n), slog.Duration("drain_timeout", g.drainTimeout))
+		}
+		drainCtx, cancel := context.WithTimeout(ctx, g.drainTimeout)
+		drainCtx, stopSignals := signal.NotifyContext(drainCtx, os.Interrupt, syscall.SIGTERM)
+		n, err := g.inv.Drain(drainCtx)
+		stopSignals()
+		cancel()
+		switch {
+		case err != nil:
+			g.log.Warn("draining: could not hand the invocations over; their leases lapse and other gateways take them", slog.Any("error", err))
+		case n > 0:
+			g.log.Info("draining: handed invocations over to the other gateways", slog.Int("invocations", n))
+		}
+	}
+	if g.endRequests != nil {
+		g.endRequests()
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if g.srv != nil {
 		if err := g.srv.Shutdown(ctx); err != nil {
 			g.log.Warn("http shutdown", slog.Any("error", err))
+			g.srv.Close()
 		}
 	} else if g.ln != nil {
 		g.ln.Close()

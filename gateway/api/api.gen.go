@@ -146,6 +146,27 @@ func (e RunStatus) Valid() bool {
 	}
 }
 
+// Defines values for ScheduleCatchup.
+const (
+	ScheduleCatchupAll  ScheduleCatchup = "all"
+	ScheduleCatchupOne  ScheduleCatchup = "one"
+	ScheduleCatchupSkip ScheduleCatchup = "skip"
+)
+
+// Valid indicates whether the value is a known member of the ScheduleCatchup enum.
+func (e ScheduleCatchup) Valid() bool {
+	switch e {
+	case ScheduleCatchupAll:
+		return true
+	case ScheduleCatchupOne:
+		return true
+	case ScheduleCatchupSkip:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for SigningKeyAlg.
 const (
 	EdDSA SigningKeyAlg = "EdDSA"
@@ -624,6 +645,9 @@ type Run struct {
 	// ParentSeq A child run's seq in its parent's journal, where its outcome is journaled.
 	ParentSeq *int `json:"parent_seq,omitempty"`
 
+	// Recoveries Times in a row the run was recovered since its journal last grew: an invocation whose gateway died, stopped or lost the database, taken over by another gateway. A recovery is not a failed attempt: the function's retry policy does not count it. Past the gateway's limit (STEPGATE_MAX_RECOVERIES, default 100) the run fails with error type `max_recoveries`.
+	Recoveries int `json:"recoveries"`
+
 	// RerunOf The run this one reruns; the rerun's own identity is whoever reran it.
 	RerunOf   *string    `json:"rerun_of,omitempty"`
 	Revision  int        `json:"revision"`
@@ -671,6 +695,9 @@ type RunDetail struct {
 	// ParentSeq A child run's seq in its parent's journal, where its outcome is journaled.
 	ParentSeq *int `json:"parent_seq,omitempty"`
 
+	// Recoveries Times in a row the run was recovered since its journal last grew: an invocation whose gateway died, stopped or lost the database, taken over by another gateway. A recovery is not a failed attempt: the function's retry policy does not count it. Past the gateway's limit (STEPGATE_MAX_RECOVERIES, default 100) the run fails with error type `max_recoveries`.
+	Recoveries int `json:"recoveries"`
+
 	// RerunOf The run this one reruns; the rerun's own identity is whoever reran it.
 	RerunOf   *string    `json:"rerun_of,omitempty"`
 	Revision  int        `json:"revision"`
@@ -703,9 +730,22 @@ type RunStatus string
 
 // Schedule defines model for Schedule.
 type Schedule struct {
-	CreatedAt time.Time `json:"created_at"`
-	Cron      string    `json:"cron"`
-	Function  string    `json:"function"`
+	// Catchup A schedule's catch-up policy for its missed ticks: those handled more than its
+	// `catchup_window` after their time (every gateway was down). Ticks handled within
+	// the window are on time and always start their runs. `skip`: missed ticks start no
+	// run. `one`: together they start one run, for the earliest of them. `all`: each
+	// starts its own run, oldest first; when more than 100 were missed, the latest 100
+	// do and the older ones start none (the gateway logs it). One handling starts at
+	// most 1000 runs, on-time ticks included; past that the latest ticks start theirs.
+	Catchup ScheduleCatchup `json:"catchup"`
+
+	// CatchupWindow A Go duration such as `1m`.
+	//
+	// Example: 1m
+	CatchupWindow string    `json:"catchup_window"`
+	CreatedAt     time.Time `json:"created_at"`
+	Cron          string    `json:"cron"`
+	Function      string    `json:"function"`
 
 	// Identity Who last put the schedule; every run it starts carries this identity.
 	Identity Identity `json:"identity"`
@@ -716,7 +756,7 @@ type Schedule struct {
 	// LastRunId The run the last tick started; absent when it started none (the function was deleted, or its `invoke_roles` exclude the identity).
 	LastRunId *string `json:"last_run_id,omitempty"`
 
-	// LastTickAt The last tick handled.
+	// LastTickAt The latest tick of the last handling that was to start a run; when none was (every tick skipped), the earliest tick it handled.
 	LastTickAt *time.Time `json:"last_tick_at,omitempty"`
 	Name       string     `json:"name"`
 
@@ -728,6 +768,15 @@ type Schedule struct {
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
+// ScheduleCatchup A schedule's catch-up policy for its missed ticks: those handled more than its
+// `catchup_window` after their time (every gateway was down). Ticks handled within
+// the window are on time and always start their runs. `skip`: missed ticks start no
+// run. `one`: together they start one run, for the earliest of them. `all`: each
+// starts its own run, oldest first; when more than 100 were missed, the latest 100
+// do and the older ones start none (the gateway logs it). One handling starts at
+// most 1000 runs, on-time ticks included; past that the latest ticks start theirs.
+type ScheduleCatchup string
+
 // ScheduleList defines model for ScheduleList.
 type ScheduleList struct {
 	Schedules []Schedule `json:"schedules"`
@@ -735,6 +784,16 @@ type ScheduleList struct {
 
 // ScheduleSpec A schedule, as `PUT /v1/schedules/{name}` takes it.
 type ScheduleSpec struct {
+	// Catchup What the ticks missed by more than `catchup_window` start. Defaults to `one`.
+	Catchup *ScheduleCatchup `json:"catchup,omitempty"`
+
+	// CatchupWindow How late a tick may be handled and still start its run whatever `catchup`
+	// says, as a Go duration from `1s` to `24h` (to the millisecond). Defaults to `1m`.
+	//
+	//
+	// Example: 5m
+	CatchupWindow *string `json:"catchup_window,omitempty"`
+
 	// Cron Five fields, minute hour day-of-month month day-of-week (`*/15 * * * *`,
 	// `0 9 * * MON-FRI`), or a descriptor: `@yearly`, `@monthly`, `@weekly`,
 	// `@daily`, `@hourly`, or `@every <duration>` in whole seconds, at least `1s`
@@ -1249,12 +1308,17 @@ type ClientInterface interface {
 	// tick whose function was deleted since, or whose `invoke_roles` now exclude the
 	// identity, starts no run; the schedule goes on.
 	//
-	// Putting a schedule again replaces it (function, cron, time zone, input and
-	// identity) and computes its next tick afresh. Ticks start their runs within
-	// milliseconds while the gateway that put the schedule or handled its last tick
-	// runs, else up to ~5s late (River's scheduler). Ticks missed while no gateway ran
-	// are not made up: the late tick starts one run, and the next tick is the first
-	// after it was handled.
+	// Putting a schedule again replaces it (function, cron, time zone, input, identity
+	// and catch-up policy) and computes its next tick afresh. A tick starts its run
+	// within ~1s of its time while any gateway runs: the gateway that handled the
+	// previous tick fires it from a timer; if that gateway is gone, any gateway's
+	// maintenance loop takes it within ~2s.
+	//
+	// A tick handled at most `catchup_window` after its time is on time and always
+	// starts its run, so a gateway restart loses no tick. Ticks handled later (no
+	// gateway ran) were missed, and `catchup` says what they start: `skip` nothing,
+	// `one` one run for the earliest of them, `all` a run each (the latest 100). Then
+	// the next tick is the first after the time they were handled.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1271,12 +1335,17 @@ type ClientInterface interface {
 	// tick whose function was deleted since, or whose `invoke_roles` now exclude the
 	// identity, starts no run; the schedule goes on.
 	//
-	// Putting a schedule again replaces it (function, cron, time zone, input and
-	// identity) and computes its next tick afresh. Ticks start their runs within
-	// milliseconds while the gateway that put the schedule or handled its last tick
-	// runs, else up to ~5s late (River's scheduler). Ticks missed while no gateway ran
-	// are not made up: the late tick starts one run, and the next tick is the first
-	// after it was handled.
+	// Putting a schedule again replaces it (function, cron, time zone, input, identity
+	// and catch-up policy) and computes its next tick afresh. A tick starts its run
+	// within ~1s of its time while any gateway runs: the gateway that handled the
+	// previous tick fires it from a timer; if that gateway is gone, any gateway's
+	// maintenance loop takes it within ~2s.
+	//
+	// A tick handled at most `catchup_window` after its time is on time and always
+	// starts its run, so a gateway restart loses no tick. Ticks handled later (no
+	// gateway ran) were missed, and `catchup` says what they start: `skip` nothing,
+	// `one` one run for the earliest of them, `all` a run each (the latest 100). Then
+	// the next tick is the first after the time they were handled.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1799,12 +1868,17 @@ func (c *Client) GetSchedule(ctx context.Context, name ScheduleName, reqEditors 
 // tick whose function was deleted since, or whose `invoke_roles` now exclude the
 // identity, starts no run; the schedule goes on.
 //
-// Putting a schedule again replaces it (function, cron, time zone, input and
-// identity) and computes its next tick afresh. Ticks start their runs within
-// milliseconds while the gateway that put the schedule or handled its last tick
-// runs, else up to ~5s late (River's scheduler). Ticks missed while no gateway ran
-// are not made up: the late tick starts one run, and the next tick is the first
-// after it was handled.
+// Putting a schedule again replaces it (function, cron, time zone, input, identity
+// and catch-up policy) and computes its next tick afresh. A tick starts its run
+// within ~1s of its time while any gateway runs: the gateway that handled the
+// previous tick fires it from a timer; if that gateway is gone, any gateway's
+// maintenance loop takes it within ~2s.
+//
+// A tick handled at most `catchup_window` after its time is on time and always
+// starts its run, so a gateway restart loses no tick. Ticks handled later (no
+// gateway ran) were missed, and `catchup` says what they start: `skip` nothing,
+// `one` one run for the earliest of them, `all` a run each (the latest 100). Then
+// the next tick is the first after the time they were handled.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1831,12 +1905,17 @@ func (c *Client) PutScheduleWithBody(ctx context.Context, name ScheduleName, con
 // tick whose function was deleted since, or whose `invoke_roles` now exclude the
 // identity, starts no run; the schedule goes on.
 //
-// Putting a schedule again replaces it (function, cron, time zone, input and
-// identity) and computes its next tick afresh. Ticks start their runs within
-// milliseconds while the gateway that put the schedule or handled its last tick
-// runs, else up to ~5s late (River's scheduler). Ticks missed while no gateway ran
-// are not made up: the late tick starts one run, and the next tick is the first
-// after it was handled.
+// Putting a schedule again replaces it (function, cron, time zone, input, identity
+// and catch-up policy) and computes its next tick afresh. A tick starts its run
+// within ~1s of its time while any gateway runs: the gateway that handled the
+// previous tick fires it from a timer; if that gateway is gone, any gateway's
+// maintenance loop takes it within ~2s.
+//
+// A tick handled at most `catchup_window` after its time is on time and always
+// starts its run, so a gateway restart loses no tick. Ticks handled later (no
+// gateway ran) were missed, and `catchup` says what they start: `skip` nothing,
+// `one` one run for the earliest of them, `all` a run each (the latest 100). Then
+// the next tick is the first after the time they were handled.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3425,12 +3504,17 @@ type ClientWithResponsesInterface interface {
 	// tick whose function was deleted since, or whose `invoke_roles` now exclude the
 	// identity, starts no run; the schedule goes on.
 	//
-	// Putting a schedule again replaces it (function, cron, time zone, input and
-	// identity) and computes its next tick afresh. Ticks start their runs within
-	// milliseconds while the gateway that put the schedule or handled its last tick
-	// runs, else up to ~5s late (River's scheduler). Ticks missed while no gateway ran
-	// are not made up: the late tick starts one run, and the next tick is the first
-	// after it was handled.
+	// Putting a schedule again replaces it (function, cron, time zone, input, identity
+	// and catch-up policy) and computes its next tick afresh. A tick starts its run
+	// within ~1s of its time while any gateway runs: the gateway that handled the
+	// previous tick fires it from a timer; if that gateway is gone, any gateway's
+	// maintenance loop takes it within ~2s.
+	//
+	// A tick handled at most `catchup_window` after its time is on time and always
+	// starts its run, so a gateway restart loses no tick. Ticks handled later (no
+	// gateway ran) were missed, and `catchup` says what they start: `skip` nothing,
+	// `one` one run for the earliest of them, `all` a run each (the latest 100). Then
+	// the next tick is the first after the time they were handled.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3447,12 +3531,17 @@ type ClientWithResponsesInterface interface {
 	// tick whose function was deleted since, or whose `invoke_roles` now exclude the
 	// identity, starts no run; the schedule goes on.
 	//
-	// Putting a schedule again replaces it (function, cron, time zone, input and
-	// identity) and computes its next tick afresh. Ticks start their runs within
-	// milliseconds while the gateway that put the schedule or handled its last tick
-	// runs, else up to ~5s late (River's scheduler). Ticks missed while no gateway ran
-	// are not made up: the late tick starts one run, and the next tick is the first
-	// after it was handled.
+	// Putting a schedule again replaces it (function, cron, time zone, input, identity
+	// and catch-up policy) and computes its next tick afresh. A tick starts its run
+	// within ~1s of its time while any gateway runs: the gateway that handled the
+	// previous tick fires it from a timer; if that gateway is gone, any gateway's
+	// maintenance loop takes it within ~2s.
+	//
+	// A tick handled at most `catchup_window` after its time is on time and always
+	// starts its run, so a gateway restart loses no tick. Ticks handled later (no
+	// gateway ran) were missed, and `catchup` says what they start: `skip` nothing,
+	// `one` one run for the earliest of them, `all` a run each (the latest 100). Then
+	// the next tick is the first after the time they were handled.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5452,12 +5541,17 @@ func (c *ClientWithResponses) GetScheduleWithResponse(ctx context.Context, name 
 // tick whose function was deleted since, or whose `invoke_roles` now exclude the
 // identity, starts no run; the schedule goes on.
 //
-// Putting a schedule again replaces it (function, cron, time zone, input and
-// identity) and computes its next tick afresh. Ticks start their runs within
-// milliseconds while the gateway that put the schedule or handled its last tick
-// runs, else up to ~5s late (River's scheduler). Ticks missed while no gateway ran
-// are not made up: the late tick starts one run, and the next tick is the first
-// after it was handled.
+// Putting a schedule again replaces it (function, cron, time zone, input, identity
+// and catch-up policy) and computes its next tick afresh. A tick starts its run
+// within ~1s of its time while any gateway runs: the gateway that handled the
+// previous tick fires it from a timer; if that gateway is gone, any gateway's
+// maintenance loop takes it within ~2s.
+//
+// A tick handled at most `catchup_window` after its time is on time and always
+// starts its run, so a gateway restart loses no tick. Ticks handled later (no
+// gateway ran) were missed, and `catchup` says what they start: `skip` nothing,
+// `one` one run for the earliest of them, `all` a run each (the latest 100). Then
+// the next tick is the first after the time they were handled.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5480,12 +5574,17 @@ func (c *ClientWithResponses) PutScheduleWithBodyWithResponse(ctx context.Contex
 // tick whose function was deleted since, or whose `invoke_roles` now exclude the
 // identity, starts no run; the schedule goes on.
 //
-// Putting a schedule again replaces it (function, cron, time zone, input and
-// identity) and computes its next tick afresh. Ticks start their runs within
-// milliseconds while the gateway that put the schedule or handled its last tick
-// runs, else up to ~5s late (River's scheduler). Ticks missed while no gateway ran
-// are not made up: the late tick starts one run, and the next tick is the first
-// after it was handled.
+// Putting a schedule again replaces it (function, cron, time zone, input, identity
+// and catch-up policy) and computes its next tick afresh. A tick starts its run
+// within ~1s of its time while any gateway runs: the gateway that handled the
+// previous tick fires it from a timer; if that gateway is gone, any gateway's
+// maintenance loop takes it within ~2s.
+//
+// A tick handled at most `catchup_window` after its time is on time and always
+// starts its run, so a gateway restart loses no tick. Ticks handled later (no
+// gateway ran) were missed, and `catchup` says what they start: `skip` nothing,
+// `one` one run for the earliest of them, `all` a run each (the latest 100). Then
+// the next tick is the first after the time they were handled.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -49,11 +49,12 @@ type Stack struct {
 
 // Options change a Stack; zero values keep the gateway's defaults.
 type Options struct {
-	MaxBodyBytes  int64
-	ReapInterval  time.Duration
-	SweepInterval time.Duration
-	SweepGrace    time.Duration
-	LeaseGrace    time.Duration
+	MaxBodyBytes int64
+	// Crash recovery: see the invoker.Config fields of the same names.
+	LeaseTTL         time.Duration
+	MaintainInterval time.Duration
+	SweepGrace       time.Duration
+	MaxRecoveries    int
 	// DatabaseURL shares a database with another Stack (two gateways); empty makes a
 	// new one.
 	DatabaseURL string
@@ -117,8 +118,8 @@ func Start(tb testing.TB, opts Options) *Stack {
 	s.URL = "http://" + srv.Listener.Addr().String()
 	s.Invoker, err = invoker.New(invoker.Config{
 		Pool: pool, Logger: log, CheckpointURL: s.URL, Keys: s.Keys, Tokens: s.Tokens, HTTPClient: policy.Client(),
-		ReapInterval: opts.ReapInterval, LeaseGrace: opts.LeaseGrace, Limits: limits,
-		SweepInterval: opts.SweepInterval, SweepGrace: opts.SweepGrace,
+		Limits: limits, LeaseTTL: opts.LeaseTTL, MaintainInterval: opts.MaintainInterval,
+		SweepGrace: opts.SweepGrace, MaxRecoveries: opts.MaxRecoveries,
 	})
 	if err != nil {
 		tb.Fatal(err)

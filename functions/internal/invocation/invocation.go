@@ -264,18 +264,23 @@ func (s *State) Checkpoint(e *api.JournalEntry) error {
 	if err != nil {
 		return s.Halt(Failed("output", fmt.Sprintf("step %d %q: encode journal entry: %v", e.Seq, e.Name, err)))
 	}
+	// Retried for as long as the invocation may run: until the gateway ends its request
+	// (it answered, gave up on the function, or died), so a gateway restart or a
+	// database outage of a few seconds costs a pause, not the step.
 	var last string
-	for try := range checkpointTries {
+	delay := checkpointBackoff
+	for try := 0; ; try++ {
 		if try > 0 {
-			t := time.NewTimer(checkpointBackoff << (try - 1))
+			t := time.NewTimer(delay)
 			select {
 			case <-s.reqCtx.Done():
 				t.Stop()
 				return s.Halt(Retry("checkpoint", fmt.Sprintf("checkpoint step %d %q: %v (last: %s)", e.Seq, e.Name, context.Cause(s.reqCtx), last)))
 			case <-t.C:
 			}
+			delay = min(2*delay, maxCheckpointBackoff)
 		}
-		stop, retry := s.checkpoint(e, body)
+		stop, retry, after := s.checkpoint(e, body)
 		if stop == nil {
 			return nil
 		}
@@ -283,34 +288,40 @@ func (s *State) Checkpoint(e *api.JournalEntry) error {
 			return s.Halt(stop)
 		}
 		last = stop.Error.Message
+		if after > delay {
+			delay = min(after, maxCheckpointBackoff)
+		}
 	}
-	return s.Halt(Retry("checkpoint", last))
 }
 
+// A checkpoint that fails for a reason that may pass (the gateway unreachable or
+// restarting, the database down: 5xx, 408, 429) is tried again after checkpointBackoff,
+// doubling up to maxCheckpointBackoff, or after the Retry-After the gateway asks (up to
+// the same bound).
 const (
-	checkpointTries   = 4
-	checkpointBackoff = 20 * time.Millisecond
+	checkpointBackoff    = 20 * time.Millisecond
+	maxCheckpointBackoff = 2 * time.Second
 )
 
 // checkpoint makes one try. It returns a nil Stop on success; retry says whether another
-// try may succeed.
-func (s *State) checkpoint(e *api.JournalEntry, body []byte) (stop *Stop, retry bool) {
+// try may succeed, and after how long the gateway asked for it (Retry-After), if it did.
+func (s *State) checkpoint(e *api.JournalEntry, body []byte) (stop *Stop, retry bool, after time.Duration) {
 	req, err := http.NewRequestWithContext(s.reqCtx, http.MethodPost, s.Req.Checkpoint.Url, bytes.NewReader(body))
 	if err != nil {
-		return Retry("checkpoint", fmt.Sprintf("checkpoint step %d %q: %v", e.Seq, e.Name, err)), false
+		return Retry("checkpoint", fmt.Sprintf("checkpoint step %d %q: %v", e.Seq, e.Name, err)), false, 0
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+s.Req.Checkpoint.Token)
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return Retry("checkpoint", fmt.Sprintf("checkpoint step %d %q: %v", e.Seq, e.Name, err)), s.reqCtx.Err() == nil
+		return Retry("checkpoint", fmt.Sprintf("checkpoint step %d %q: %v", e.Seq, e.Name, err)), s.reqCtx.Err() == nil, 0
 	}
 	defer resp.Body.Close()
 	// Reading the small body to its end lets the connection be reused.
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	code := resp.StatusCode
 	if code >= 200 && code < 300 {
-		return nil, false
+		return nil, false, 0
 	}
 
 	var p api.Problem
@@ -323,17 +334,18 @@ func (s *State) checkpoint(e *api.JournalEntry, body []byte) (stop *Stop, retry 
 			// The type may be a bare word or a URI ending in one.
 			switch path.Base(*p.Type) {
 			case "nondeterminism", "conflict":
-				return Failed("nondeterminism", fmt.Sprintf("step %d %q: %s", e.Seq, e.Name, detail)), false
+				return Failed("nondeterminism", fmt.Sprintf("step %d %q: %s", e.Seq, e.Name, detail)), false, 0
 			}
 		}
-		return Failed("superseded", fmt.Sprintf("%s: %s", where, detail)), false
+		return Failed("superseded", fmt.Sprintf("%s: %s", where, detail)), false, 0
 	case code >= 500, code == http.StatusRequestTimeout, code == http.StatusTooManyRequests:
-		return Retry("checkpoint", fmt.Sprintf("%s: %d %s", where, code, detail)), true
+		secs, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+		return Retry("checkpoint", fmt.Sprintf("%s: %d %s", where, code, detail)), true, time.Duration(max(secs, 0)) * time.Second
 	case code == http.StatusUnauthorized:
 		// The invocation token expired or is unknown: a new invocation brings a new one.
-		return Retry("checkpoint", fmt.Sprintf("%s: %d %s", where, code, detail)), false
+		return Retry("checkpoint", fmt.Sprintf("%s: %d %s", where, code, detail)), false, 0
 	default:
 		// The gateway refuses this entry (too large, invalid): another try makes the same.
-		return Failed("checkpoint", fmt.Sprintf("%s: %d %s", where, code, detail)), false
+		return Failed("checkpoint", fmt.Sprintf("%s: %d %s", where, code, detail)), false, 0
 	}
 }

@@ -1,0 +1,14 @@
+package invoker
+
+import (
+	"time"
+
+	"github.com/stepgate/stepgate/journal"
+)
+
+// Due exposes to the tests the ticks that start runs when the ticks from at to clock
+// are handled at clock, and whether some were missed or dropped.
+func (c *Cron) Due(at, clock time.Time, policy journal.Catchup, window time.Duration) (ticks []time.Time, missed, dropped bool) {
+	d := c.due(at, clock, policy, window)
+	return d.ticks, d.missed, d.dropped
+}

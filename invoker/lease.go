@@ -1,0 +1,320 @@
+package invoker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/stepgate/stepgate/journal"
+)
+
+// Crash recovery rests on heartbeat leases. An invocation owns its run through a lease
+// that lasts LeaseTTL (a few seconds) from its last renewal, whatever the function's
+// timeout. Every RenewInterval this process renews, in one statement, the leases of all
+// its invocations in flight; an invocation whose lease it could not renew (another
+// gateway recovered the run) is abandoned, as its answer would be refused. When a
+// gateway dies, its leases lapse within LeaseTTL, and the first gateway whose
+// maintenance pass comes next (every MaintainInterval, on every gateway: no leader
+// needed) requeues those runs as recoveries. So a dead gateway's runs move again within
+// LeaseTTL + MaintainInterval. The function's timeout bounds one invocation; it no
+// longer decides when a crash is noticed.
+//
+// A maintenance pass also finds stranded runs (due, with no live job: see
+// journal.StrandedRuns) and schedules' overdue ticks, so nothing due waits for River's
+// leader. After this process could not reach the database, it reaps no lease until it
+// has reached it for two renewal intervals: the other gateways, cut off too, renew their
+// leases first, so a database restart costs no recovery.
+
+// inflightCall is one invocation from this process: its run's lease and the cancel of
+// its call to the function.
+type inflightCall struct {
+	lease  journal.Lease
+	cancel context.CancelCauseFunc
+}
+
+// errLeaseLost is the cause of an invocation's context when its lease could not be
+// renewed: another gateway recovered the run. errHandedOver when this process, stopping,
+// released the lease for another gateway to take.
+var (
+	errLeaseLost  = errors.New("invoker: the invocation's lease was lost to another gateway")
+	errHandedOver = errors.New("invoker: the gateway stopped and handed the invocation over")
+)
+
+// track registers an invocation of runID until the returned func is called: its lease
+// is renewed meanwhile, and Cancelled, a lost lease or a hand-over cancel it.
+func (inv *Invoker) track(lease journal.Lease, cancel context.CancelCauseFunc) func() {
+	c := &inflightCall{lease: lease, cancel: cancel}
+	inv.inflightMu.Lock()
+	set := inv.inflight[lease.RunID]
+	if set == nil {
+		set = map[*inflightCall]struct{}{}
+		inv.inflight[lease.RunID] = set
+	}
+	set[c] = struct{}{}
+	inv.inflightN++
+	inv.inflightMu.Unlock()
+	return func() {
+		inv.inflightMu.Lock()
+		delete(set, c)
+		if len(set) == 0 {
+			delete(inv.inflight, lease.RunID)
+		}
+		inv.inflightN--
+		if inv.inflightN == 0 && inv.idle != nil {
+			close(inv.idle)
+			inv.idle = nil
+		}
+		inv.inflightMu.Unlock()
+	}
+}
+
+// InFlight returns how many invocations this process has in flight.
+func (inv *Invoker) InFlight() int {
+	inv.inflightMu.Lock()
+	defer inv.inflightMu.Unlock()
+	return inv.inflightN
+}
+
+// leases returns the leases of the invocations in flight, each once.
+func (inv *Invoker) leases() []journal.Lease {
+	inv.inflightMu.Lock()
+	defer inv.inflightMu.Unlock()
+	seen := make(map[journal.Lease]bool, inv.inflightN)
+	out := make([]journal.Lease, 0, inv.inflightN)
+	for _, set := range inv.inflight {
+		for c := range set {
+			if !seen[c.lease] {
+				seen[c.lease] = true
+				out = append(out, c.lease)
+			}
+		}
+	}
+	return out
+}
+
+// cancelCalls cancels, with cause, this process's invocations that hold one of leases.
+func (inv *Invoker) cancelCalls(leases []journal.Lease, cause error) {
+	inv.inflightMu.Lock()
+	defer inv.inflightMu.Unlock()
+	for _, l := range leases {
+		for c := range inv.inflight[l.RunID] {
+			if c.lease == l {
+				c.cancel(cause)
+			}
+		}
+	}
+}
+
+// whenIdle returns a channel closed once no invocation is in flight.
+func (inv *Invoker) whenIdle() <-chan struct{} {
+	inv.inflightMu.Lock()
+	defer inv.inflightMu.Unlock()
+	ch := make(chan struct{})
+	if inv.inflightN == 0 {
+		close(ch)
+		return ch
+	}
+	if inv.idle == nil {
+		inv.idle = make(chan struct{})
+	}
+	return inv.idle
+}
+
+// dbHealth tracks whether this process reaches the database, for the reaper's rule.
+type dbHealth struct {
+	mu       sync.Mutex
+	failedAt time.Time // the last statement of a loop that failed; at start, the start
+}
+
+func (h *dbHealth) observe(err error) {
+	if err != nil && journal.IsUnavailable(err) {
+		h.mu.Lock()
+		h.failedAt = time.Now()
+		h.mu.Unlock()
+	}
+}
+
+// steadyFor reports whether the database has answered for at least d.
+func (h *dbHealth) steadyFor(d time.Duration) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return time.Since(h.failedAt) >= d
+}
+
+// renewLoop renews the leases of this process's invocations every RenewInterval until
+// ctx ends, and abandons the invocations whose lease is lost.
+func (inv *Invoker) renewLoop(ctx context.Context) {
+	t := time.NewTicker(inv.renewEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		leases := inv.leases()
+		if len(leases) == 0 {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, inv.renewEvery)
+		kept, err := journal.RenewLeases(rctx, inv.pool, leases, inv.leaseTTL)
+		cancel()
+		inv.health.observe(err)
+		if err != nil {
+			if ctx.Err() == nil {
+				inv.log.Warn("could not renew the leases of this gateway's invocations; retrying", slog.Int("leases", len(leases)), slog.Any("error", err))
+			}
+			continue
+		}
+		if len(kept) == len(leases) {
+			continue
+		}
+		keep := make(map[journal.Lease]bool, len(kept))
+		for _, l := range kept {
+			keep[l] = true
+		}
+		var lost []journal.Lease
+		for _, l := range leases {
+			if !keep[l] {
+				lost = append(lost, l)
+			}
+		}
+		inv.cancelCalls(lost, errLeaseLost)
+	}
+}
+
+// maintainLoop makes a maintenance pass every MaintainInterval (with jitter, so that
+// gateways spread theirs) until ctx ends: it recovers runs whose lease lapsed, enqueues
+// stranded runs and handles schedules' overdue ticks.
+func (inv *Invoker) maintainLoop(ctx context.Context) {
+	for {
+		d := inv.maintainEvery/2 + rand.N(inv.maintainEvery)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(d):
+		}
+		inv.maintain(ctx)
+	}
+}
+
+// reapBatch bounds the runs one statement recovers; sweepExamine the due runs one sweep
+// looks at, and sweepBatch the runs it enqueues.
+const (
+	overdueTick  = time.Second
+	overdueBatch = 100
+	reapBatch    = 500
+	sweepExamine = 1000
+	sweepBatch   = 500
+)
+
+// maintain makes one maintenance pass; see maintainLoop.
+func (inv *Invoker) maintain(ctx context.Context) {
+	if inv.health.steadyFor(2 * inv.renewEvery) {
+		n, err := inv.reap(ctx)
+		inv.health.observe(err)
+		if err != nil && ctx.Err() == nil {
+			inv.log.Warn("recovering runs with expired leases failed; the next pass retries", slog.Any("error", err))
+		} else if n > 0 {
+			inv.log.Warn("recovered runs whose gateway stopped renewing their lease", slog.Int("runs", n))
+		}
+	}
+	n, err := inv.sweep(ctx)
+	inv.health.observe(err)
+	if err != nil && ctx.Err() == nil {
+		inv.log.Warn("sweeping stranded runs failed; the next pass retries", slog.Any("error", err))
+	} else if n > 0 {
+		inv.log.Warn("enqueued runs that were due with no live job (deleted, discarded, or fetched by a gateway that died)", slog.Int("runs", n))
+	}
+	// Ticks whose gateway's timer is gone (that gateway died) and whose River job waits
+	// for River's leader.
+	_, err = inv.TickOverdue(ctx, overdueTick, overdueBatch)
+	inv.health.observe(err)
+	if err != nil && ctx.Err() == nil && time.Since(inv.tickErrLogged) > time.Minute {
+		// A tick that fails for good comes back every pass: say so once a minute.
+		inv.tickErrLogged = time.Now()
+		inv.log.Warn("handling overdue schedule ticks failed; the next passes retry", slog.Any("error", err))
+	}
+}
+
+// reap recovers runs whose lease lapsed and enqueues their jobs, a batch per
+// transaction, and returns how many.
+func (inv *Invoker) reap(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		var ids []string
+		err := pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
+			var err error
+			if ids, err = journal.ReapExpiredLeases(ctx, tx, reapBatch); err != nil {
+				return err
+			}
+			return inv.enqueueNow(ctx, tx, ids)
+		})
+		if err != nil {
+			return total, err
+		}
+		total += len(ids)
+		if len(ids) < reapBatch {
+			return total, nil
+		}
+	}
+}
+
+// sweep enqueues a job for each stranded run and returns how many.
+func (inv *Invoker) sweep(ctx context.Context) (int, error) {
+	var ids []string
+	err := pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
+		var err error
+		if ids, err = journal.StrandedRuns(ctx, tx, InvokeArgs{}.Kind(), inv.sweepGrace, sweepExamine, sweepBatch); err != nil {
+			return err
+		}
+		return inv.enqueueNow(ctx, tx, ids)
+	})
+	return len(ids), err
+}
+
+// enqueueNow inserts, in tx, a job that invokes each of runIDs as soon as possible.
+func (inv *Invoker) enqueueNow(ctx context.Context, tx pgx.Tx, runIDs []string) error {
+	if len(runIDs) == 0 {
+		return nil
+	}
+	jobs := make([]river.InsertManyParams, len(runIDs))
+	for i, id := range runIDs {
+		jobs[i] = river.InsertManyParams{Args: InvokeArgs{RunID: id}}
+	}
+	if _, err := inv.river.InsertManyTx(ctx, tx, jobs); err != nil {
+		return fmt.Errorf("enqueue %d runs: %w", len(runIDs), err)
+	}
+	return nil
+}
+
+// handOver releases the leases of the invocations still in flight, requeueing their runs
+// (as recoveries) for another gateway to take at once, and abandons those invocations.
+// It returns how many runs it handed over.
+func (inv *Invoker) handOver(ctx context.Context) (int, error) {
+	leases := inv.leases()
+	if len(leases) == 0 {
+		return 0, nil
+	}
+	var ids []string
+	err := pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
+		var err error
+		if ids, err = journal.ReleaseLeases(ctx, tx, leases); err != nil {
+			return err
+		}
+		return inv.enqueueNow(ctx, tx, ids)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("hand over %d invocations: %w", len(leases), err)
+	}
+	// Abandon them all: a lease not released was lost or its run ended meanwhile.
+	inv.cancelCalls(leases, errHandedOver)
+	return len(ids), nil
+}
