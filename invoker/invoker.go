@@ -376,7 +376,7 @@ type InvokeArgs struct {
 }
 
 // Kind implements river.JobArgs.
-func (InvokeArgs) Kind() string { return "stepgate.invoke" }
+func (InvokeArgs) Kind() string { return journal.InvokeJobKind }
 
 type invokeWorker struct {
 	river.WorkerDefaults[InvokeArgs]

@@ -272,7 +272,7 @@ func (inv *Invoker) sweep(ctx context.Context) (int, error) {
 	var ids []string
 	err := pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
 		var err error
-		if ids, err = journal.StrandedRuns(ctx, tx, InvokeArgs{}.Kind(), inv.sweepGrace, sweepExamine, sweepBatch); err != nil {
+		if ids, err = journal.StrandedRuns(ctx, tx, inv.sweepGrace, sweepExamine, sweepBatch); err != nil {
 			return err
 		}
 		return inv.enqueueNow(ctx, tx, ids)

@@ -649,9 +649,13 @@ func FailRun(ctx context.Context, db DB, runID string, e ErrorInfo) (parent stri
 	return parent, nil
 }
 
+// InvokeJobKind is the kind of the River job that invokes a run: its args hold the run's
+// id as run_id. Migration 0015 indexes those ids.
+const InvokeJobKind = "stepgate.invoke"
+
 // StrandedRuns returns, and locks for the caller's transaction, up to limit runs that
 // have been due for longer than grace (queued, or suspended past their wake time) with no
-// live River job of kind jobKind to invoke them. A job is live when it is available, when
+// live River job (of kind InvokeJobKind) to invoke them. A job is live when it is available, when
 // it is running and was fetched within grace (its worker claims the run in
 // milliseconds), or when it is scheduled or retryable at a time within grace. So a run is
 // stranded when its job was deleted or discarded, when its job was fetched by a process
@@ -661,7 +665,7 @@ func FailRun(ctx context.Context, db DB, runID string, e ErrorInfo) (parent stri
 // finds nothing to do. It looks at the examine runs that have been due the longest, so
 // its cost is bounded; a stranded run stays among them until it is found. Runs locked by
 // another transaction are skipped.
-func StrandedRuns(ctx context.Context, db DB, jobKind string, grace time.Duration, examine, limit int) ([]string, error) {
+func StrandedRuns(ctx context.Context, db DB, grace time.Duration, examine, limit int) ([]string, error) {
 	rows, _ := db.Query(ctx, `
 		WITH due AS (
 			SELECT id FROM stepgate.run
@@ -674,12 +678,12 @@ func StrandedRuns(ctx context.Context, db DB, jobKind string, grace time.Duratio
 		WHERE (r.status = 'queued' OR (r.status = 'suspended' AND r.wake_at IS NOT NULL))
 			AND NOT EXISTS (
 				SELECT 1 FROM river_job j
-				WHERE j.kind = $4 AND j.args @> jsonb_build_object('run_id', r.id::text) AND (
+				WHERE j.kind = '`+InvokeJobKind+`' AND j.args->>'run_id' = r.id::text AND (
 					j.state = 'available'
 					OR (j.state = 'running' AND j.attempted_at > now() - make_interval(secs => $1))
 					OR (j.state IN ('scheduled', 'retryable') AND j.scheduled_at > now() - make_interval(secs => $1))))
 		LIMIT $3
-		FOR UPDATE OF r SKIP LOCKED`, grace.Seconds(), examine, limit, jobKind)
+		FOR UPDATE OF r SKIP LOCKED`, grace.Seconds(), examine, limit)
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		return nil, fmt.Errorf("find stranded runs: %w", err)

@@ -13,3 +13,8 @@ ALTER TABLE stepgate.run
 -- leader; every gateway now does both in its own maintenance pass, without waiting for a
 -- leader. Their pending jobs would find no worker.
 DELETE FROM river_job WHERE kind IN ('stepgate.reap', 'stepgate.sweep') AND state <> 'running';
+
+-- Every gateway's maintenance pass looks up, for each run due for a while, the invoke
+-- jobs that name it (journal.StrandedRuns). The GIN index on args matches every job's
+-- "run_id" key, so each lookup read thousands of rows under a backlog: this one reads one.
+CREATE INDEX river_job_stepgate_run ON river_job ((args->>'run_id')) WHERE kind = 'stepgate.invoke';
