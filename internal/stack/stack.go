@@ -35,6 +35,7 @@ type Stack struct {
 	Pool      *pgxpool.Pool
 	APIPool   *pgxpool.Pool
 	Invoker   *invoker.Invoker
+	Server    *gateway.Server
 	JWTSecret []byte
 	// Keys are the tenants' signing keys, kept in the database as the gateway keeps
 	// them. Tokens are the invocation tokens, keyed with the database's key.
@@ -148,6 +149,7 @@ func Start(tb testing.TB, opts Options) *Stack {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	s.Server = g
 	srv.Config.Handler = g.Handler()
 	srv.Start()
 	tb.Cleanup(func() {
