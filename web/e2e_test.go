@@ -380,8 +380,12 @@ func TestDashboard(t *testing.T) {
 	t.Run("CancelSleepingRun", func(t *testing.T) {
 		b.use(t)
 		id := runs["sleeping"]
+		// As if two gateways had died while invoking it.
+		_, err := s.Pool.Exec(t.Context(), `UPDATE stepgate.run SET recoveries = 2 WHERE id = $1`, id)
+		require.NoError(t, err)
 		b.do("open the sleeping run", 10*time.Second, chromedp.Navigate(s.URL+"/#/runs/"+id))
 		b.visible("it is suspended", runStatus("suspended"))
+		require.Equal(t, "2", b.text("its recoveries", "[data-testid=recoveries]"))
 		require.Contains(t, b.text("what it waits on", "[data-testid=waiting]"), "cool-off")
 		t.Logf("screenshot: %s", b.screenshot("run-sleeping"))
 		b.click("cancel", "[data-testid=cancel-run]")

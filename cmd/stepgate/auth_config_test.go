@@ -70,6 +70,10 @@ func TestServeConfig(t *testing.T) {
 		{"AllowedNetworks", env("STEPGATE_JWT_SECRET", testSecret, "STEPGATE_ALLOWED_NETWORKS", "10.0.0.0/8, fd00::/8", "STEPGATE_ALLOWED_FUNCTION_HOSTS", "functions,*.svc.cluster.local"), ""},
 		{"BadNetwork", env("STEPGATE_JWT_SECRET", testSecret, "STEPGATE_ALLOWED_NETWORKS", "10.0.0.0/33"), "STEPGATE_ALLOWED_NETWORKS: "},
 		{"BadHost", env("STEPGATE_JWT_SECRET", testSecret, "STEPGATE_ALLOWED_FUNCTION_HOSTS", "a*b"), "STEPGATE_ALLOWED_FUNCTION_HOSTS: "},
+		{"Recovery", env("STEPGATE_JWT_SECRET", testSecret, "STEPGATE_LEASE_TTL", "2s", "STEPGATE_DRAIN_TIMEOUT", "1m", "STEPGATE_MAX_RECOVERIES", "10"), ""},
+		{"ShortLease", env("STEPGATE_JWT_SECRET", testSecret, "STEPGATE_LEASE_TTL", "100ms"), "STEPGATE_LEASE_TTL 100ms is shorter than 500ms"},
+		{"BadDrain", env("STEPGATE_JWT_SECRET", testSecret, "STEPGATE_DRAIN_TIMEOUT", "soon"), `STEPGATE_DRAIN_TIMEOUT "soon" is not a positive duration`},
+		{"BadRecoveries", env("STEPGATE_JWT_SECRET", testSecret, "STEPGATE_MAX_RECOVERIES", "0"), `STEPGATE_MAX_RECOVERIES "0" is not a positive whole number`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -84,6 +88,15 @@ func TestServeConfig(t *testing.T) {
 			require.ErrorContains(t, err, tc.err)
 		})
 	}
+
+	t.Run("RecoveryDefaults", func(t *testing.T) {
+		t.Parallel()
+		c, err := readServerConfig(env("STEPGATE_JWT_SECRET", testSecret))
+		require.NoError(t, err)
+		require.Equal(t, 5*time.Second, c.leaseTTL)
+		require.Equal(t, 30*time.Second, c.drainTimeout)
+		require.Equal(t, 100, c.maxRecoveries)
+	})
 
 	t.Run("SettingsReachTheVerifier", func(t *testing.T) {
 		t.Parallel()

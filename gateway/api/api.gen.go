@@ -333,7 +333,7 @@ type ErrorInfo struct {
 	Message   string `json:"message"`
 	Retryable *bool  `json:"retryable,omitempty"`
 
-	// Type A short machine-readable kind, e.g. `timeout`, `http_status`, `nondeterminism`.
+	// Type A short machine-readable kind, e.g. `timeout`, `http_status`, `connection`, `nondeterminism`, `bad_answer`, `limit_exceeded`, `max_recoveries`.
 	Type string `json:"type"`
 }
 
@@ -1071,7 +1071,7 @@ func WithRequestEditorFn(fn RequestEditorFn) ClientOption {
 // The interface specification for the client above.
 type ClientInterface interface {
 
-	// Healthz Readiness probe; 200 once migrated and ready.
+	// Healthz Readiness probe; 200 once migrated and ready, 503 while the database does not answer or the gateway drains to stop.
 	//
 	// Corresponds with GET /healthz (the `Healthz` operationId).
 	Healthz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1391,7 +1391,7 @@ type ClientInterface interface {
 	FunctionStats(ctx context.Context, params *FunctionStatsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
-// Healthz Readiness probe; 200 once migrated and ready.
+// Healthz Readiness probe; 200 once migrated and ready, 503 while the database does not answer or the gateway drains to stop.
 //
 // Corresponds with GET /healthz (the `Healthz` operationId).
 func (c *Client) Healthz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3239,7 +3239,7 @@ func WithBaseURL(baseURL string) ClientOption {
 // ClientWithResponsesInterface is the interface specification for the client with responses above.
 type ClientWithResponsesInterface interface {
 
-	// HealthzWithResponse Readiness probe; 200 once migrated and ready.
+	// HealthzWithResponse Readiness probe; 200 once migrated and ready, 503 while the database does not answer or the gateway drains to stop.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -4101,6 +4101,8 @@ type StartRunResponse struct {
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *TooLarge
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
 	// Headers202 the parsed response headers for an HTTP 202 response
 	Headers202 *StartRunResponse202Headers
 }
@@ -4143,6 +4145,11 @@ func (r StartRunResponse) GetApplicationproblemJSON409() *Conflict {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r StartRunResponse) GetApplicationproblemJSON413() *TooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r StartRunResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -4442,6 +4449,8 @@ type CheckpointResponse struct {
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *TooLarge
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4467,6 +4476,11 @@ func (r CheckpointResponse) GetApplicationproblemJSON409() *Conflict {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r CheckpointResponse) GetApplicationproblemJSON413() *TooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r CheckpointResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -5132,7 +5146,7 @@ func (r FunctionStatsResponse) ContentType() string {
 	return ""
 }
 
-// HealthzWithResponse Readiness probe; 200 once migrated and ready.
+// HealthzWithResponse Readiness probe; 200 once migrated and ready, 503 while the database does not answer or the gateway drains to stop.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -6102,6 +6116,13 @@ func ParseStartRunResponse(rsp *http.Response) (*StartRunResponse, error) {
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
 	}
 
 	switch {
@@ -6363,6 +6384,13 @@ func ParseCheckpointResponse(rsp *http.Response) (*CheckpointResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
 
 	}
 

@@ -18,7 +18,7 @@ import (
 
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
-	// Healthz Readiness probe; 200 once migrated and ready.
+	// Healthz Readiness probe; 200 once migrated and ready, 503 while the database does not answer or the gateway drains to stop.
 	// (GET /healthz)
 	Healthz(ctx echo.Context) error
 	// SyncApp Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
@@ -1343,6 +1343,22 @@ func (response StartRun413ApplicationProblemPlusJSONResponse) VisitStartRunRespo
 	return err
 }
 
+type StartRun503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response StartRun503ApplicationProblemPlusJSONResponse) VisitStartRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListRunsRequestObject struct {
 	Params ListRunsParams
 }
@@ -1768,6 +1784,22 @@ func (response Checkpoint413ApplicationProblemPlusJSONResponse) VisitCheckpointR
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Checkpoint503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response Checkpoint503ApplicationProblemPlusJSONResponse) VisitCheckpointResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -2501,7 +2533,7 @@ func (response FunctionStats403ApplicationProblemPlusJSONResponse) VisitFunction
 
 // StrictServerInterface represents all server handlers.
 type StrictServerInterface interface {
-	// Healthz Readiness probe; 200 once migrated and ready.
+	// Healthz Readiness probe; 200 once migrated and ready, 503 while the database does not answer or the gateway drains to stop.
 	// (GET /healthz)
 	Healthz(ctx context.Context, request HealthzRequestObject) (HealthzResponseObject, error)
 	// SyncApp Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.

@@ -158,6 +158,11 @@ export function runPage(el, id) {
       ["Duration", r.started_at ? elapsed(r.started_at, r.finished_at) : h("span", { class: "muted" }, "—")],
       ["Attempts", h("span", { class: "num" }, String(r.attempts))],
     ];
+    if (r.recoveries > 0) {
+      rows.push(["Recoveries", h("span", { class: "num", "data-testid": "recoveries",
+        title: "Times in a row the run's gateway died, stopped or lost the database during its invocation, " +
+          "and another gateway took it over. Not failed attempts." }, String(r.recoveries))]);
+    }
     if (r.idempotency_key) rows.push(["Idempotency key", h("span", { class: "mono wrap" }, r.idempotency_key)]);
     if (r.parent_id) {
       rows.push(["Parent run", h("span", null, link(r.parent_id),
