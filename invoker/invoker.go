@@ -202,14 +202,7 @@ func (inv *Invoker) Start(ctx context.Context) error {
 // waiting for a lease to lapse. The gateway must go on serving checkpoints meanwhile. It
 // returns how many invocations were handed over.
 func (inv *Invoker) Drain(ctx context.Context) (int, error) {
-	inv.timersMu.Lock()
-	inv.stopped = true
-	for id, t := range inv.timers {
-		t.Stop()
-		delete(inv.timers, id)
-	}
-	inv.timersMu.Unlock()
-	inv.ticks.stop()
+	inv.stopTimers()
 	stopped := make(chan error, 1)
 	go func() { stopped <- inv.river.Stop(ctx) }() // stops fetching, waits for running jobs
 	select {
@@ -234,11 +227,9 @@ func (inv *Invoker) Drain(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// Stop stops River (letting running invocations finish until ctx ends), the local
-// timers (their runs are woken by their River jobs), the lease renewal and maintenance
-// loops, and the listener. Call Drain first to hand unfinished invocations over rather
-// than leave their leases to lapse.
-func (inv *Invoker) Stop(ctx context.Context) error {
+// stopTimers stops this process's timers (sleeps' wake-ups, schedules' ticks) for good:
+// their River jobs, and the other gateways' maintenance passes, take their runs.
+func (inv *Invoker) stopTimers() {
 	inv.timersMu.Lock()
 	inv.stopped = true
 	for id, t := range inv.timers {
@@ -247,6 +238,14 @@ func (inv *Invoker) Stop(ctx context.Context) error {
 	}
 	inv.timersMu.Unlock()
 	inv.ticks.stop()
+}
+
+// Stop stops River (letting running invocations finish until ctx ends), the local
+// timers (their runs are woken by their River jobs), the lease renewal and maintenance
+// loops, and the listener. Call Drain first to hand unfinished invocations over rather
+// than leave their leases to lapse.
+func (inv *Invoker) Stop(ctx context.Context) error {
+	inv.stopTimers()
 	err := inv.river.Stop(ctx)
 	if inv.loopsCancel != nil {
 		inv.loopsCancel()
@@ -388,8 +387,11 @@ func (w *invokeWorker) Timeout(*river.Job[InvokeArgs]) time.Duration { return -1
 
 func (w *invokeWorker) Work(ctx context.Context, job *river.Job[InvokeArgs]) error {
 	_, err := w.inv.Resume(ctx, job.Args.RunID, false)
-	if errors.Is(err, journal.ErrNotDue) {
-		return nil // woken already (by a local timer), or not due: its own job will come
+	if errors.Is(err, journal.ErrNotDue) || errors.Is(err, journal.ErrSuperseded) {
+		// Woken already (by a local timer), or not due: its own job will come. Or the
+		// invocation was abandoned (cancelled, handed over, its lease lost): whoever
+		// took the run over enqueued its next job.
+		return nil
 	}
 	return err
 }

@@ -249,35 +249,37 @@ func (inv *Invoker) maintain(ctx context.Context) {
 func (inv *Invoker) reap(ctx context.Context) (int, error) {
 	total := 0
 	for {
-		var ids []string
-		err := pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
-			var err error
-			if ids, err = journal.ReapExpiredLeases(ctx, tx, reapBatch); err != nil {
-				return err
-			}
-			return inv.enqueueNow(ctx, tx, ids)
-		})
-		if err != nil {
-			return total, err
-		}
+		ids, err := inv.requeue(ctx, func(tx pgx.Tx) ([]string, error) { return journal.ReapExpiredLeases(ctx, tx, reapBatch) })
 		total += len(ids)
-		if len(ids) < reapBatch {
-			return total, nil
+		if err != nil || len(ids) < reapBatch {
+			return total, err
 		}
 	}
 }
 
 // sweep enqueues a job for each stranded run and returns how many.
 func (inv *Invoker) sweep(ctx context.Context) (int, error) {
+	ids, err := inv.requeue(ctx, func(tx pgx.Tx) ([]string, error) {
+		return journal.StrandedRuns(ctx, tx, inv.sweepGrace, sweepExamine, sweepBatch)
+	})
+	return len(ids), err
+}
+
+// requeue runs pick in a transaction and enqueues, in the same one, a job that invokes
+// each run it returns as soon as possible. It returns the runs, none if it failed.
+func (inv *Invoker) requeue(ctx context.Context, pick func(tx pgx.Tx) ([]string, error)) ([]string, error) {
 	var ids []string
 	err := pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
 		var err error
-		if ids, err = journal.StrandedRuns(ctx, tx, inv.sweepGrace, sweepExamine, sweepBatch); err != nil {
+		if ids, err = pick(tx); err != nil {
 			return err
 		}
 		return inv.enqueueNow(ctx, tx, ids)
 	})
-	return len(ids), err
+	if err != nil {
+		return nil, err
+	}
+	return ids, nil
 }
 
 // enqueueNow inserts, in tx, a job that invokes each of runIDs as soon as possible.
@@ -303,14 +305,7 @@ func (inv *Invoker) handOver(ctx context.Context) (int, error) {
 	if len(leases) == 0 {
 		return 0, nil
 	}
-	var ids []string
-	err := pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
-		var err error
-		if ids, err = journal.ReleaseLeases(ctx, tx, leases); err != nil {
-			return err
-		}
-		return inv.enqueueNow(ctx, tx, ids)
-	})
+	ids, err := inv.requeue(ctx, func(tx pgx.Tx) ([]string, error) { return journal.ReleaseLeases(ctx, tx, leases) })
 	if err != nil {
 		return 0, fmt.Errorf("hand over %d invocations: %w", len(leases), err)
 	}

@@ -61,19 +61,27 @@ func (b *blocker) awaitEntered(t *testing.T) string {
 	}
 }
 
+// startBlocked registers a blocker function called name on s, starts a run of it and
+// returns once its first invocation has begun.
+func startBlocked(t *testing.T, s *stack.Stack, name string) (*blocker, *api.ClientWithResponses, string) {
+	t.Helper()
+	b := newBlocker()
+	app := s.NewApp()
+	b.register(app, name)
+	s.Sync(t, s.ServeApp(t, app))
+	c := s.Client(t, s.Token)
+	id := startRunAsync(t, c, name, `{}`).Id
+	require.Equal(t, id, b.awaitEntered(t))
+	return b, c, id
+}
+
 // TestLeaseIsRenewedWhileTheFunctionRuns: an invocation that outlives many lease TTLs
 // keeps its run: its gateway renews the lease, so no other takes it, and the run ends
 // with one attempt and no recovery.
 func TestLeaseIsRenewedWhileTheFunctionRuns(t *testing.T) {
 	t.Parallel()
 	s := stack.Start(t, stack.Options{LeaseTTL: 200 * time.Millisecond, MaintainInterval: 10 * time.Millisecond})
-	b := newBlocker()
-	app := s.NewApp()
-	b.register(app, "slow")
-	s.Sync(t, s.ServeApp(t, app))
-	c := s.Client(t, s.Token)
-	id := startRunAsync(t, c, "slow", `{}`).Id
-	require.Equal(t, id, b.awaitEntered(t))
+	b, c, id := startBlocked(t, s, "slow")
 
 	// Ten renewals: the invocation has outlived its 200ms TTL several times over.
 	seen := map[time.Time]bool{}
@@ -103,13 +111,7 @@ func TestLostLeaseAbandonsTheCall(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	s := stack.Start(t, stack.Options{LeaseTTL: time.Minute, MaintainInterval: 10 * time.Millisecond, SweepGrace: time.Millisecond})
-	b := newBlocker()
-	app := s.NewApp()
-	b.register(app, "stolen")
-	s.Sync(t, s.ServeApp(t, app))
-	c := s.Client(t, s.Token)
-	id := startRunAsync(t, c, "stolen", `{}`).Id
-	require.Equal(t, id, b.awaitEntered(t))
+	b, c, id := startBlocked(t, s, "stolen")
 
 	// As another gateway would once the lease lapsed: recover the run.
 	require.NoError(t, pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
@@ -138,13 +140,7 @@ func TestLostLeaseAbandonsTheCall(t *testing.T) {
 func TestDrainLetsInvocationsFinish(t *testing.T) {
 	t.Parallel()
 	s := stack.Start(t, stack.Options{})
-	b := newBlocker()
-	app := s.NewApp()
-	b.register(app, "finishing")
-	s.Sync(t, s.ServeApp(t, app))
-	c := s.Client(t, s.Token)
-	id := startRunAsync(t, c, "finishing", `{}`).Id
-	require.Equal(t, id, b.awaitEntered(t))
+	b, c, id := startBlocked(t, s, "finishing")
 
 	type drained struct {
 		n   int
