@@ -2,11 +2,18 @@
 
 GO ?= go
 
-.PHONY: test dev generate build bench
+.PHONY: test dev generate build bench chaos
 
 ## test: the whole suite (vet, generated-code and gofmt checks, go test -race); see test.sh
 test:
 	./test.sh
+
+## chaos: the long fault suite (a few minutes): two real gateways on a real Postgres, under
+## kill -9, SIGTERM, Postgres restarts and function faults, at the sizes of the crash-recovery
+## issue, with the counts and recovery times printed (see chaos/doc.go). ./test.sh runs its
+## short version. CHAOS_FLAGS adds go test flags, e.g. CHAOS_FLAGS=-run=TestChaos/FleetCrash.
+chaos:
+	STEPGATE_CHAOS=long $(GO) test ./chaos -count=1 -v -timeout 30m $(CHAOS_FLAGS)
 
 ## dev: gateway, dashboard and example functions on a private Postgres in ./.stepgate
 dev:

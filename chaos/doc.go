@@ -1,0 +1,17 @@
+// Package chaos is stepgate's fault suite. Its tests start real processes (two
+// `stepgate serve` gateways built from this module, a real Postgres that a scenario may
+// restart, and a function app in the test process that records every step it runs) and
+// break them while runs make progress: kill -9 at random moments and during a burst of
+// starts, whole-fleet crashes, rolling SIGTERMs, Postgres restarts, functions that answer
+// badly or crash, and the River leader's death under a 1s schedule.
+//
+// After each scenario it checks what the guarantees promise: every run ends as expected
+// and none is stuck, the journal holds each (run, seq) once with no gap, a journaled step
+// never runs again, every checkpoint the gateway acknowledged is in the journal, and runs
+// move again within seconds of a kill. It prints the counts and recovery times.
+//
+//	go test ./chaos                                          the short suite (./test.sh runs it)
+//	STEPGATE_CHAOS=long go test ./chaos -count=1 -v -timeout 30m   the long one (make chaos)
+//
+// The package has no code outside its tests.
+package chaos
