@@ -68,6 +68,9 @@ fi
 step "go vet ./..."
 go vet ./...
 
+step "go.mod is tidy (go mod tidy -diff)"
+go mod tidy -diff || die "go.mod or go.sum is not tidy (diff above): run 'go mod tidy' and commit the result"
+
 step "generated code is fresh (go generate ./gateway/api/...)"
 # Generate in place and compare with what was there before, in a git checkout or not,
 # committed or not. When stale, put the old files back so that this script never

@@ -2,7 +2,6 @@ package invoker
 
 import (
 	"encoding/json"
-	"time"
 
 	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/journal"
@@ -86,5 +85,3 @@ func IdentityToAPI(id journal.Identity) api.Identity {
 	}
 	return out
 }
-
-func timePtr(t time.Time) *time.Time { return &t }

@@ -178,11 +178,11 @@ func TestRunEvents(t *testing.T) {
 	require.NoError(t, err)
 	expect(claimedRun, journal.StatusCancelled, 1)
 
-	failed := mustCreateRunOf(t, db, tenant, "fn")
-	expect(failed, journal.StatusQueued, 0)
-	_, err = journal.FailRun(ctx, db, failed.ID, journal.ErrorInfo{Type: "x", Message: "y"})
+	failed := mustCreateRunOf(t, db, tenant, "fn", claimed)
+	expect(failed, journal.StatusRunning, 1)
+	_, err = journal.Finish(ctx, db, failed.ID, 1, journal.Outcome{Status: journal.StatusFailed, Error: &journal.ErrorInfo{Type: "x", Message: "y"}})
 	require.NoError(t, err)
-	expect(failed, journal.StatusFailed, 0)
+	expect(failed, journal.StatusFailed, 1)
 
 	reaped := mustCreateRunOf(t, db, tenant, "fn", claimed)
 	expect(reaped, journal.StatusRunning, 1)

@@ -117,9 +117,6 @@ func TestChildRuns(t *testing.T) {
 
 		_, err := journal.Finish(ctx, tx, child.ID, 1, journal.Outcome{Status: journal.StatusCompleted, Output: json.RawMessage(`2`)})
 		require.ErrorIs(t, err, journal.ErrSuperseded)
-		woken, err := journal.FailRun(ctx, tx, child.ID, journal.ErrorInfo{Type: "x", Message: "late"})
-		require.NoError(t, err)
-		require.Empty(t, woken)
 		_, err = journal.CancelRun(ctx, tx, tenant, child.ID, journal.Identity{Subject: "bob"})
 		require.ErrorIs(t, err, journal.ErrFinished)
 		e := requireWoken(t, tx, parent, child)
@@ -130,9 +127,10 @@ func TestChildRuns(t *testing.T) {
 		mustExec(t, tx, `SET LOCAL session_replication_role = replica`) // no triggers
 		mustExec(t, tx, `UPDATE stepgate.run SET status = 'running', finished_at = NULL, lease_until = now() WHERE id = $1`, child.ID)
 		mustExec(t, tx, `UPDATE stepgate.run SET wake_at = NULL WHERE id = $1`, parent.ID)
-		woken, err = journal.FailRun(ctx, tx, child.ID, journal.ErrorInfo{Type: "x", Message: "late"})
+		late, err := journal.Finish(ctx, tx, child.ID, 1, journal.Outcome{ // finishChild claimed it once
+			Status: journal.StatusFailed, Error: &journal.ErrorInfo{Type: "x", Message: "late"}})
 		require.NoError(t, err)
-		require.Equal(t, parent.ID, woken)
+		require.Equal(t, parent.ID, late.Parent)
 		es := mustEntries(t, tx, parent.ID)
 		require.Len(t, es, 1, "(run, seq) is unique: the first write wins")
 		require.JSONEq(t, `1`, string(es[0].Output))
@@ -149,18 +147,6 @@ func TestChildRuns(t *testing.T) {
 		e := requireWoken(t, tx, parent, f.Child)
 		require.Nil(t, e.Output)
 		require.Equal(t, fail, e.Error)
-	})
-
-	t.Run("FailRunOfAChildWakesItsParent", func(t *testing.T) {
-		t.Parallel()
-		ctx, tx, tenant := t.Context(), pgtest.Tx(t), newTenant()
-		mustRegister(t, tx, tenant, "child")
-		parent, f := mustInvoke(t, tx, tenant, "child")
-		woken, err := journal.FailRun(ctx, tx, f.Child.ID, journal.ErrorInfo{Type: "attempts_exhausted", Message: "gave up"})
-		require.NoError(t, err)
-		require.Equal(t, parent.ID, woken)
-		e := requireWoken(t, tx, parent, f.Child)
-		require.Equal(t, "attempts_exhausted", e.Error.Type)
 	})
 
 	t.Run("ACancelledChildWakesItsParent", func(t *testing.T) {
@@ -337,9 +323,13 @@ func TestChildRunsUnderRowLevelSecurity(t *testing.T) {
 	}
 	_, err := journal.CancelRun(ctx, journal.ForTenant(api, b), b, forge(2).ID, journal.Identity{Subject: "eve"})
 	require.NoError(t, err)
-	woken, err := journal.FailRun(ctx, system, forge(3).ID, journal.ErrorInfo{Type: "x", Message: "y"})
+	forged := forge(3)
+	claim, err := journal.ClaimRun(ctx, system, forged.ID, time.Minute)
 	require.NoError(t, err)
-	require.Empty(t, woken)
+	ended, err := journal.Finish(ctx, system, forged.ID, claim.Run.Invocation, journal.Outcome{
+		Status: journal.StatusFailed, Error: &journal.ErrorInfo{Type: "x", Message: "y"}})
+	require.NoError(t, err)
+	require.Empty(t, ended.Parent)
 	require.Nil(t, mustGetRun(t, system, parent).WakeAt, "another tenant's child wakes nothing")
 	require.Empty(t, mustEntries(t, system, parent.ID))
 

@@ -17,8 +17,9 @@ CREATE TABLE stepgate.run_watch (
 );
 CREATE INDEX run_watch_by_tenant ON stepgate.run_watch (tenant, expires_at);
 
--- Tenant isolation as migration 0002 sets it up for every table (it comes first; the
--- check keeps this file working on a database without it).
+-- Tenant isolation as migration 0004 sets it up for every table. This migration comes
+-- before it, so the roles may not exist yet: the check keeps this file working then, and
+-- 0004 fences this table along with the others.
 DO $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'stepgate_app') THEN

@@ -338,7 +338,7 @@ type Finished struct {
 // watches the tenant.
 //
 // A child run inherits the run's tenant and identity, read from the run's row. When a
-// child becomes terminal (here, or by FailRun or CancelRun), the same statement
+// child becomes terminal (here, or by CancelRun), the same statement
 // journals its outcome in its parent at the child's ParentSeq (kind KindInvoke, the
 // child's output or error, started when the child was created) and makes the parent
 // due now; both only while the parent waits for it (suspended with no wake time), so a
@@ -619,34 +619,6 @@ func recoverRuns(ctx context.Context, db DB, picked string, args ...any) ([]stri
 		), `+eventCTE("u")+`
 		SELECT id::text FROM u, `+eventCount, args...)
 	return pgx.CollectRows(rows, pgx.RowTo[string])
-}
-
-// FailRun fails a run that is not terminal yet with e, whatever invocation owns it (for
-// example, when it has no invocation attempts left). A failed run stays failed. A
-// waiter's mark notifies NotifyChannel, a watch EventChannel. When the run is a child
-// whose parent waits for it, the failure is journaled in the parent, which is due now,
-// as in Finish: it returns the parent's id, whose job the caller enqueues in the same
-// transaction, or "".
-func FailRun(ctx context.Context, db DB, runID string, e ErrorInfo) (parent string, err error) {
-	var woken *string
-	err = db.QueryRow(ctx, `
-		WITH u AS (
-			UPDATE stepgate.run SET status = 'failed', error = $2, lease_until = NULL, wake_at = NULL,
-				finished_at = now()
-			WHERE id = $1 AND status NOT IN ('completed', 'failed', 'cancelled')
-			RETURNING `+childColumns+`, notify
-		), notified AS (
-			SELECT pg_notify('`+NotifyChannel+`', id::text) FROM u WHERE notify
-		), `+eventCTE("u")+`, `+wakeParentCTE("u")+`
-		SELECT (SELECT count(*) FROM notified), (SELECT count(*) FROM ev), (SELECT id::text FROM woken)`,
-		runID, e).Scan(new(int), new(int), &woken)
-	if err != nil {
-		return "", fmt.Errorf("fail run %s: %w", runID, err)
-	}
-	if woken != nil {
-		parent = *woken
-	}
-	return parent, nil
 }
 
 // InvokeJobKind is the kind of the River job that invokes a run: its args hold the run's

@@ -10,7 +10,7 @@ import (
 )
 
 // EventChannel is the Postgres channel on which every statement that changes a run's
-// status (CreateRun, ClaimRun, Finish, ReapExpiredLeases, FailRun, CancelRun) announces
+// status (CreateRun, ClaimRun, Finish, ReapExpiredLeases, ReleaseLeases, CancelRun) announces
 // the change as a [RunEvent] in JSON, but only while some gateway watches the run's
 // tenant (see [Watch]): a NOTIFY serializes commits, so runs nobody watches pay one
 // index lookup and no notification.

@@ -271,8 +271,8 @@ func TestFinish(t *testing.T) {
 
 			_, err = journal.Finish(ctx, tx, run.ID, 1, journal.Outcome{Status: journal.StatusCompleted, Output: json.RawMessage(`2`)})
 			require.ErrorIs(t, err, journal.ErrSuperseded, "%s: a second outcome", o.Status)
-			_, err = journal.FailRun(ctx, tx, run.ID, journal.ErrorInfo{Type: "cancel", Message: "late"})
-			require.NoError(t, err)
+			_, err = journal.CancelRun(ctx, tx, run.Tenant, run.ID, journal.Identity{Subject: "late"})
+			require.ErrorIs(t, err, journal.ErrFinished)
 			require.Equal(t, got, mustGetRun(t, tx, run), "%s: nothing changes a finished run", o.Status)
 		}
 	})
@@ -443,12 +443,11 @@ func TestNotify(t *testing.T) {
 	require.NoError(t, err)
 	finish(waited, c.Run.Invocation, completed)
 
-	// FailRun of an attached run notifies too.
-	failed := mustCreateRun(t, db)
+	// A failure of an attached run notifies too.
+	failed := mustCreateRun(t, db, claimed)
 	_, err = journal.Attach(ctx, db, failed.Tenant, failed.ID)
 	require.NoError(t, err)
-	_, err = journal.FailRun(ctx, db, failed.ID, journal.ErrorInfo{Type: "attempts_exhausted", Message: "gave up"})
-	require.NoError(t, err)
+	finish(failed, 1, journal.Outcome{Status: journal.StatusFailed, Error: &journal.ErrorInfo{Type: "attempts_exhausted", Message: "gave up"}})
 
 	// Notifications arrive in commit order, so the first being attached's proves that
 	// alone's committed update sent none.
