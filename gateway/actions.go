@@ -8,35 +8,20 @@ import (
 	"strings"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/journal"
 )
 
-// CancelRun cancels a run of the caller's tenant that has not finished. The cancellation
-// commits before any waiter is told: this gateway's waiters and wake-up timer directly,
-// other gateways' waiters by notification. A running invocation is fenced out (its
-// checkpoints and answer are refused); a pending wake-up finds nothing to claim. A
-// cancelled child run's parent gets the cancellation as the child's outcome and is
-// woken, its River job committed with the cancellation; a cancelled parent's children
-// go on.
+// CancelRun cancels a run of the caller's tenant that has not finished (see
+// invoker.CancelRun); a cancelled parent's children go on.
 func (s *Server) CancelRun(ctx context.Context, req server.CancelRunRequestObject) (server.CancelRunResponseObject, error) {
 	if !validRunID(req.Id) {
 		return server.CancelRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
 	}
 	id := identity(ctx)
-	var run *journal.Run
-	err := pgx.BeginFunc(ctx, s.tenantDB(ctx), func(tx pgx.Tx) error {
-		var err error
-		run, err = journal.CancelRun(ctx, tx, id.Tenant, req.Id, journal.Identity(id))
-		if err != nil || run.ParentSeq == nil {
-			return err
-		}
-		// Its parent woke if it still waited for it; if not, the job finds nothing to claim.
-		return s.inv.Enqueue(ctx, tx, *run.ParentID)
-	})
+	run, err := s.inv.CancelRun(ctx, s.tenantDB(ctx), req.Id, journal.Identity(id))
 	switch {
 	case errors.Is(err, journal.ErrNotFound):
 		return server.CancelRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
@@ -46,10 +31,6 @@ func (s *Server) CancelRun(ctx context.Context, req server.CancelRunRequestObjec
 	case err != nil:
 		return nil, err
 	}
-	s.inv.Cancelled(run.ID)
-	if run.ParentSeq != nil {
-		s.inv.Wake(*run.ParentID)
-	}
 	s.log.InfoContext(ctx, "run cancelled", "run_id", run.ID, "function", run.Function, "by", id.Subject)
 	return server.CancelRun200JSONResponse(runResult(run)), nil
 }
@@ -57,7 +38,7 @@ func (s *Server) CancelRun(ctx context.Context, req server.CancelRunRequestObjec
 // RerunRun starts a new run of a finished run's function (its current revision) with the
 // finished run's input, as the caller, naming the old run in rerun_of. The caller must be
 // allowed by the revision's invoke_roles, as for any start: a rerun never lends the
-// caller the old run's identity. The new run and its River job commit together.
+// caller the old run's identity.
 func (s *Server) RerunRun(ctx context.Context, req server.RerunRunRequestObject) (server.RerunRunResponseObject, error) {
 	if !validRunID(req.Id) {
 		return server.RerunRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
@@ -87,14 +68,7 @@ func (s *Server) RerunRun(ctx context.Context, req server.RerunRunRequestObject)
 		CheckInvokeRoles: !caller.IsAdmin(),
 		InvokerRoles:     caller.Roles,
 	}
-	var run *journal.Run
-	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		var err error
-		if run, _, err = journal.CreateRun(ctx, tx, n); err != nil {
-			return err
-		}
-		return s.inv.Enqueue(ctx, tx, run.ID)
-	})
+	run, _, err := s.inv.StartRun(ctx, db, n)
 	if fe := (*journal.ForbiddenError)(nil); errors.As(err, &fe) {
 		return nil, &problemError{http.StatusForbidden, fmt.Sprintf(
 			"function %s may be invoked only by the roles (%s) or admin; the token's roles (%s) include none of them",

@@ -3,13 +3,10 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"slices"
 	"strconv"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
-	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/functions/names"
 	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/gateway/api/server"
@@ -48,13 +45,7 @@ func (s *Server) SendEvent(ctx context.Context, req server.SendEventRequestObjec
 	}
 	id := identity(ctx)
 	n.Tenant, n.Identity, n.CheckInvokeRoles = id.Tenant, journal.Identity(id), !id.IsAdmin()
-	var ev *journal.Event
-	var created bool
-	err := pgx.BeginFunc(ctx, journal.ForTenant(s.api, id.Tenant), func(tx pgx.Tx) error {
-		var err error
-		ev, created, err = s.sendEvent(ctx, tx, n)
-		return err
-	})
+	ev, created, err := s.inv.SendEvent(ctx, journal.ForTenant(s.api, id.Tenant), n)
 	if err != nil {
 		return nil, err
 	}
@@ -65,20 +56,6 @@ func (s *Server) SendEvent(ctx context.Context, req server.SendEventRequestObjec
 	return server.SendEvent202JSONResponse(out), nil
 }
 
-// sendEvent stores the event in tx and enqueues the invocations of the runs it starts.
-func (s *Server) sendEvent(ctx context.Context, tx pgx.Tx, n journal.NewEvent) (*journal.Event, bool, error) {
-	ev, created, err := journal.SendEvent(ctx, tx, n)
-	if err != nil || !created {
-		return ev, created, err
-	}
-	for _, runID := range ev.Runs {
-		if err := s.inv.Enqueue(ctx, tx, runID); err != nil {
-			return nil, false, err
-		}
-	}
-	return ev, true, nil
-}
-
 // eventOutput is the output of a journal entry of kind event.
 type eventOutput struct {
 	Name string          `json:"name"`
@@ -86,10 +63,8 @@ type eventOutput struct {
 	ID   string          `json:"id"`
 }
 
-// checkpointEvent journals an event entry of the invocation that owns runID and sends
-// the event, with the run's tenant and identity, in one transaction: the entry is fenced
-// like a step's, and a repeated checkpoint finds both the entry and the event (its id)
-// already there, so it starts nothing twice. The event's id defaults to
+// checkpointEvent checks an event entry of the invocation that owns runID, and journals
+// it and sends its event (invoker.CheckpointEvent). The event's id defaults to
 // "<run id>:<seq>".
 func (s *Server) checkpointEvent(ctx context.Context, runID string, invocation int, e api.JournalEntry) error {
 	var out eventOutput
@@ -120,26 +95,7 @@ func (s *Server) checkpointEvent(ctx context.Context, runID string, invocation i
 		return badRequest("an event entry's data is not valid JSON: %v", err)
 	}
 	entry.Output = raw
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := journal.AppendEntry(ctx, tx, runID, invocation, entry, s.inv.Limits().Bounds()); err != nil {
-			return err
-		}
-		// The entry's fenced insert share-locks the run, so it is running and ours.
-		runs, err := journal.RunsByID(ctx, tx, []string{runID})
-		if err != nil {
-			return err
-		}
-		if len(runs) != 1 {
-			return journal.ErrSuperseded
-		}
-		run := runs[0]
-		_, _, err = s.sendEvent(ctx, tx, journal.NewEvent{
-			Tenant: run.Tenant, ID: out.ID, Name: out.Name, Data: out.Data, Identity: run.Identity,
-			SourceRunID: &run.ID, CheckInvokeRoles: !slices.Contains(run.Identity.Roles, auth.RoleAdmin),
-		})
-		return err
-	})
-	return s.inv.FailOnCheckpoint(ctx, runID, invocation, err)
+	return s.inv.CheckpointEvent(ctx, runID, invocation, entry, invoker.SentEvent{ID: out.ID, Name: out.Name, Data: out.Data})
 }
 
 // ListEvents lists the tenant's events, newest first, a page at a time.

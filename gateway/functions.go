@@ -70,7 +70,7 @@ func (s *Server) register(ctx context.Context, tenant, name, rawURL string, conf
 	if err != nil {
 		return nil, badRequest("function %s: %v", name, err)
 	}
-	return journal.RegisterFunction(ctx, journal.ForTenant(s.api, tenant), tenant, name, rawURL, raw, fc.Timeout)
+	return s.inv.RegisterFunction(ctx, journal.ForTenant(s.api, tenant), name, rawURL, raw, fc)
 }
 
 // RegisterFunction stores a new revision of a function.
@@ -129,7 +129,7 @@ func functionsToAPI(fns []journal.Function, reveal bool) (api.FunctionList, erro
 
 // DeleteFunction unregisters a function.
 func (s *Server) DeleteFunction(ctx context.Context, req server.DeleteFunctionRequestObject) (server.DeleteFunctionResponseObject, error) {
-	err := journal.DeleteFunction(ctx, s.tenantDB(ctx), identity(ctx).Tenant, req.Name)
+	err := s.inv.DeleteFunction(ctx, s.tenantDB(ctx), req.Name)
 	if errors.Is(err, journal.ErrNotFound) {
 		return server.DeleteFunction404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: functionNotFound(req.Name)}, nil
 	}

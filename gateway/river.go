@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/labstack/echo/v4"
-	"riverqueue.com/riverui"
 
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/invoker"
@@ -39,16 +38,10 @@ const sessionCookie = "stepgate_session"
 func (s *Server) mountRiverUI(e *echo.Echo, inv *invoker.Invoker) error {
 	e.POST("/ui/session", s.createSession)
 	e.DELETE("/ui/session", deleteSession)
-	h, err := riverui.NewHandler(&riverui.HandlerOpts{
-		Endpoints: riverui.NewEndpoints(inv.River(), nil),
-		Logger:    s.log.With("component", "riverui"),
-		Prefix:    "/river",
-	})
+	h, err := inv.RiverUI("/river", s.log.With("component", "riverui"))
 	if err != nil {
 		return fmt.Errorf("gateway: river ui: %w", err)
 	}
-	// The handler is not started: started, it would refresh its job counts in the
-	// background forever; unstarted, it counts when asked.
 	ui := echo.WrapHandler(h)
 	e.Any("/river", ui, riverHeaders, s.requireRiverSession)
 	e.Any("/river/*", ui, riverHeaders, s.requireRiverSession)

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/functions/names"
@@ -82,7 +81,6 @@ func (s *Server) StartRun(ctx context.Context, req server.StartRunRequestObject)
 		Function: req.Name,
 		Input:    input,
 		Identity: journal.Identity(id),
-		Lease:    s.inv.LeaseTTL(),
 	}
 	if req.Params.IdempotencyKey != nil {
 		if err := names.Check("Idempotency-Key", *req.Params.IdempotencyKey); err != nil {
@@ -92,30 +90,26 @@ func (s *Server) StartRun(ctx context.Context, req server.StartRunRequestObject)
 	}
 	// invoke_roles are checked in the statement that creates the run.
 	n.CheckInvokeRoles, n.InvokerRoles = !id.IsAdmin(), id.Roles
-	release := func() {}
+	release, claim := func() {}, false
 	if wait > 0 {
 		if r := s.waits.acquire(id.Tenant); r != nil {
-			release, n.Claim = r, true
+			release, claim = r, true
 		}
 	}
 
 	db := journal.ForTenant(s.api, id.Tenant)
 	var run *journal.Run
-	var created bool
-	if n.Claim {
-		// One statement, one commit: this gateway invokes the run at once.
-		run, created, err = journal.CreateRun(ctx, db, n)
+	var done <-chan *invoker.Result
+	var unsubscribe func()
+	var ch <-chan struct{}
+	if claim {
+		// Subscribe before invoking, so a finish on another gateway after a suspension
+		// is not missed.
+		ch, unsubscribe = s.inv.Subscribe(n.ID)
+		defer unsubscribe()
+		run, _, done, err = s.inv.StartRunNow(ctx, db, n, release)
 	} else {
-		err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-			run, created, err = journal.CreateRun(ctx, tx, n)
-			if err != nil || !created {
-				return err
-			}
-			return s.inv.Enqueue(ctx, tx, run.ID)
-		})
-	}
-	if err != nil {
-		release()
+		run, _, err = s.inv.StartRun(ctx, db, n)
 	}
 	if fe := (*journal.ForbiddenError)(nil); errors.As(err, &fe) {
 		return nil, &problemError{http.StatusForbidden, fmt.Sprintf(
@@ -131,28 +125,11 @@ func (s *Server) StartRun(ctx context.Context, req server.StartRunRequestObject)
 	case err != nil:
 		return nil, err
 	}
-	if !created || !n.Claim {
-		release()
-	}
 	if wait == 0 || run.Status.Terminal() {
 		return startAnswer(run), nil
 	}
 	deadline := time.Now().Add(wait)
-	if created && n.Claim {
-		// Subscribe before invoking, so a finish on another gateway after a suspension
-		// is not missed.
-		ch, unsubscribe := s.inv.Subscribe(run.ID)
-		defer unsubscribe()
-		done := make(chan *invoker.Result, 1)
-		go func() {
-			defer release()
-			res, err := s.inv.InvokeNew(ctx, run, true)
-			if err != nil && !errors.Is(err, journal.ErrSuperseded) {
-				s.log.ErrorContext(ctx, "invocation failed to apply; the lease reaper will retry it",
-					"run_id", run.ID, "error", err)
-			}
-			done <- res
-		}()
+	if done != nil {
 		timer := time.NewTimer(wait)
 		defer timer.Stop()
 		select {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/functions/names"
@@ -96,42 +95,22 @@ func (s *Server) PutSchedule(ctx context.Context, req server.PutScheduleRequestO
 			auth.PermissionRunsInvoke, auth.RoleList(id.Roles))}
 	}
 
-	var sch *journal.Schedule
-	var wait time.Duration
-	var read time.Time
-	err = pgx.BeginFunc(ctx, journal.ForTenant(s.api, id.Tenant), func(tx pgx.Tx) error {
-		fn, err := journal.GetFunction(ctx, tx, id.Tenant, body.Function)
-		if errors.Is(err, journal.ErrNotFound) {
-			return badRequest("function %q is not registered", body.Function)
-		}
-		if err != nil {
-			return err
-		}
-		var cfg struct {
-			InvokeRoles []string `json:"invoke_roles"`
-		}
-		_ = json.Unmarshal(fn.Config, &cfg) // a non-list invoke_roles restricts nothing, as in CreateRun
-		if !id.MayInvoke(cfg.InvokeRoles) {
-			return &problemError{http.StatusForbidden, fmt.Sprintf(
-				"function %s may be invoked only by the roles (%s) or admin; the token's roles (%s) include none of them, so its schedule may not start runs as you",
-				fn.Name, strings.Join(cfg.InvokeRoles, ", "), auth.RoleList(id.Roles))}
-		}
-		var clock time.Time
-		sch, clock, err = journal.PutSchedule(ctx, tx, journal.NewSchedule{
-			ID: uuid.Must(uuid.NewV7()).String(), Tenant: id.Tenant, Name: req.Name, Function: body.Function,
-			Cron: body.Cron, Timezone: timezone, Input: input, Identity: journal.Identity(id),
-			Catchup: catchup, CatchupWindow: window, Next: spec.Next,
-		})
-		if err != nil {
-			return err
-		}
-		wait, read = sch.NextAt.Sub(clock), time.Now()
-		return s.inv.EnqueueTick(ctx, tx, sch)
+	sch, err := s.inv.PutSchedule(ctx, journal.ForTenant(s.api, id.Tenant), journal.NewSchedule{
+		ID: uuid.Must(uuid.NewV7()).String(), Tenant: id.Tenant, Name: req.Name, Function: body.Function,
+		Cron: body.Cron, Timezone: timezone, Input: input, Identity: journal.Identity(id),
+		Catchup: catchup, CatchupWindow: window, Next: spec.Next,
 	})
-	if err != nil {
+	var fe *journal.ForbiddenError
+	switch {
+	case errors.Is(err, journal.ErrNotFound):
+		return nil, badRequest("function %q is not registered", body.Function)
+	case errors.As(err, &fe):
+		return nil, &problemError{http.StatusForbidden, fmt.Sprintf(
+			"function %s may be invoked only by the roles (%s) or admin; the token's roles (%s) include none of them, so its schedule may not start runs as you",
+			fe.Function, strings.Join(fe.InvokeRoles, ", "), auth.RoleList(id.Roles))}
+	case err != nil:
 		return nil, err
 	}
-	s.inv.ArmTick(sch, wait-time.Since(read))
 	return server.PutSchedule200JSONResponse(scheduleToAPI(sch)), nil
 }
 
@@ -162,7 +141,7 @@ func (s *Server) ListSchedules(ctx context.Context, _ server.ListSchedulesReques
 
 // DeleteSchedule deletes a schedule; its pending tick finds nothing and does nothing.
 func (s *Server) DeleteSchedule(ctx context.Context, req server.DeleteScheduleRequestObject) (server.DeleteScheduleResponseObject, error) {
-	err := journal.DeleteSchedule(ctx, s.tenantDB(ctx), identity(ctx).Tenant, req.Name)
+	err := s.inv.DeleteSchedule(ctx, s.tenantDB(ctx), req.Name)
 	if errors.Is(err, journal.ErrNotFound) {
 		return server.DeleteSchedule404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: scheduleNotFound(req.Name)}, nil
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"riverqueue.com/riverui"
 
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/internal/egress"
@@ -366,8 +367,20 @@ func (inv *Invoker) FailInvocation(ctx context.Context, runID string, invocation
 // Limits returns the invoker's limits, defaults applied.
 func (inv *Invoker) Limits() Limits { return inv.limits }
 
-// River returns the invoker's River client, for inspection (River's UI).
+// River returns the invoker's River client, for inspection.
 func (inv *Invoker) River() *river.Client[pgx.Tx] { return inv.river }
+
+// RiverUI returns River's own web UI on this invoker's River client, served under
+// prefix. It shows, pauses and deletes every tenant's jobs: mount it for the
+// deployment's operators only. The handler is not started: started, it would refresh its
+// job counts in the background forever; unstarted, it counts when asked.
+func (inv *Invoker) RiverUI(prefix string, log *slog.Logger) (http.Handler, error) {
+	return riverui.NewHandler(&riverui.HandlerOpts{
+		Endpoints: riverui.NewEndpoints(inv.river, nil),
+		Logger:    log,
+		Prefix:    prefix,
+	})
+}
 
 // InvokeArgs is the River job that invokes a run once it is due.
 type InvokeArgs struct {

@@ -20,6 +20,19 @@ type Function struct {
 	CreatedAt time.Time       `db:"created_at"`
 }
 
+// InvokeRoles returns the roles the revision's config allows to invoke it (its
+// invoke_roles), or nil when it restricts nothing: no list, or not a list, as CreateRun
+// reads it.
+func (f *Function) InvokeRoles() []string {
+	var c struct {
+		InvokeRoles []string `json:"invoke_roles"`
+	}
+	if json.Unmarshal(f.Config, &c) != nil {
+		return nil
+	}
+	return c.InvokeRoles
+}
+
 const functionColumns = `r.tenant, r.name, r.revision, r.url, r.config, r.created_at`
 
 // RegisterFunction stores a new revision of the function (1 for a new name, else the

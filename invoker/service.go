@@ -1,0 +1,205 @@
+package invoker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/stepgate/stepgate/auth"
+	"github.com/stepgate/stepgate/journal"
+)
+
+// The run service: every change of a run's status, and every write that starts runs,
+// goes through these methods (and the invocation path in call.go). Each owns its
+// transaction, the River jobs it inserts and this process's wake-ups and waiters, so a
+// caller cannot start a run and forget its job. The gateway maps HTTP to them.
+
+// StartRun creates a run, queued, and the River job that invokes it, in one transaction of
+// the run's tenant. With an idempotency key already used, it returns that run and
+// created=false (and inserts no job). Errors are CreateRun's.
+func (inv *Invoker) StartRun(ctx context.Context, db *journal.TenantDB, n journal.NewRun) (run *journal.Run, created bool, err error) {
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		run, created, err = journal.CreateRun(ctx, tx, n)
+		if err != nil || !created {
+			return err
+		}
+		return inv.Enqueue(ctx, tx, run.ID)
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return run, created, nil
+}
+
+// StartRunNow creates a run already claimed by this process (one statement, one commit)
+// and invokes it at once, with no queue hop, in the background: the invocation outlives
+// ctx. done receives the invocation's result once it is applied, or nil when it was
+// abandoned or could not be applied (its lease lapses, or was handed over, and another
+// gateway makes the invocation again). end is called when the invocation ends, or at
+// once when none starts (the idempotency key named an existing run, which is returned
+// with created=false and a nil done, or an error).
+func (inv *Invoker) StartRunNow(ctx context.Context, db *journal.TenantDB, n journal.NewRun, end func()) (run *journal.Run, created bool, done <-chan *Result, err error) {
+	n.Claim, n.Lease = true, inv.leaseTTL
+	run, created, err = journal.CreateRun(ctx, db, n)
+	if err != nil || !created {
+		end()
+		return run, created, nil, err
+	}
+	ch := make(chan *Result, 1)
+	inv.bgWG.Add(1)
+	go func() {
+		defer inv.bgWG.Done()
+		defer end()
+		res, err := inv.InvokeNew(ctx, run, true)
+		if err != nil && !errors.Is(err, journal.ErrSuperseded) {
+			inv.log.ErrorContext(ctx, "invocation failed to apply; its lease lapses and another gateway retries it",
+				"run_id", run.ID, "error", err)
+		}
+		ch <- res
+	}()
+	return run, true, ch, nil
+}
+
+// CancelRun cancels a run of db's tenant that has not finished, as by. The cancellation
+// commits before any waiter is told: this process's waiters and wake-up timer directly,
+// other gateways' waiters by notification. A running invocation is fenced out (its
+// checkpoints and answer are refused) and, in this process, abandoned; a pending
+// wake-up finds nothing to claim. A cancelled child's parent gets the cancellation as
+// the child's outcome and is woken, its River job committed with the cancellation. It
+// returns journal.ErrNotFound, or journal.ErrFinished with the finished run.
+func (inv *Invoker) CancelRun(ctx context.Context, db *journal.TenantDB, runID string, by journal.Identity) (*journal.Run, error) {
+	var run *journal.Run
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		var err error
+		run, err = journal.CancelRun(ctx, tx, db.Tenant(), runID, by)
+		if err != nil || run.ParentSeq == nil {
+			return err
+		}
+		// Its parent woke if it still waited for it; if not, the job finds nothing to claim.
+		return inv.Enqueue(ctx, tx, *run.ParentID)
+	})
+	if err != nil {
+		return run, err
+	}
+	inv.Cancelled(run.ID)
+	if run.ParentSeq != nil {
+		inv.Wake(*run.ParentID)
+	}
+	return run, nil
+}
+
+// SendEvent stores an event of db's tenant and starts a run of each function it
+// triggers, with their River jobs, in one transaction. A repeated event id returns the
+// first event and created=false, and starts nothing.
+func (inv *Invoker) SendEvent(ctx context.Context, db *journal.TenantDB, n journal.NewEvent) (ev *journal.Event, created bool, err error) {
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		ev, created, err = inv.sendEvent(ctx, tx, n)
+		return err
+	})
+	return ev, created, err
+}
+
+// sendEvent stores the event in tx and enqueues the invocations of the runs it starts.
+func (inv *Invoker) sendEvent(ctx context.Context, tx pgx.Tx, n journal.NewEvent) (*journal.Event, bool, error) {
+	ev, created, err := journal.SendEvent(ctx, tx, n)
+	if err != nil || !created {
+		return ev, created, err
+	}
+	for _, runID := range ev.Runs {
+		if err := inv.Enqueue(ctx, tx, runID); err != nil {
+			return nil, false, err
+		}
+	}
+	return ev, true, nil
+}
+
+// SentEvent is the event a run sends through a checkpoint (an entry of kind event).
+type SentEvent struct {
+	ID   string
+	Name string
+	Data json.RawMessage
+}
+
+// CheckpointEvent journals e, an event entry of the invocation that owns runID, and
+// sends ev with the run's tenant and identity, in one transaction: the entry is fenced
+// like a step's, and a repeated checkpoint finds both the entry and the event (its id)
+// already there, so it starts nothing twice. Errors are as Checkpoint's.
+func (inv *Invoker) CheckpointEvent(ctx context.Context, runID string, invocation int, e journal.Entry, ev SentEvent) error {
+	err := pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
+		if err := journal.AppendEntry(ctx, tx, runID, invocation, e, inv.limits.Bounds()); err != nil {
+			return err
+		}
+		// The entry's fenced insert share-locks the run, so it is running and ours.
+		runs, err := journal.RunsByID(ctx, tx, []string{runID})
+		if err != nil {
+			return err
+		}
+		if len(runs) != 1 {
+			return journal.ErrSuperseded
+		}
+		run := runs[0]
+		_, _, err = inv.sendEvent(ctx, tx, journal.NewEvent{
+			Tenant: run.Tenant, ID: ev.ID, Name: ev.Name, Data: ev.Data, Identity: run.Identity,
+			SourceRunID: &run.ID, CheckInvokeRoles: !auth.Identity(run.Identity).IsAdmin(),
+		})
+		return err
+	})
+	return inv.FailOnCheckpoint(ctx, runID, invocation, err)
+}
+
+// PutSchedule creates or replaces a schedule of db's tenant, with the River job of its
+// first tick, in one transaction, and arms this process's timer for that tick. The
+// schedule's runs carry n.Identity, so the function's invoke_roles must admit it: a
+// *journal.ForbiddenError otherwise, and journal.ErrNotFound when the function is not
+// registered.
+func (inv *Invoker) PutSchedule(ctx context.Context, db *journal.TenantDB, n journal.NewSchedule) (*journal.Schedule, error) {
+	var sch *journal.Schedule
+	var wait time.Duration
+	var read time.Time
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		fn, err := journal.GetFunction(ctx, tx, db.Tenant(), n.Function)
+		if err != nil {
+			return err
+		}
+		if roles := fn.InvokeRoles(); !auth.Identity(n.Identity).MayInvoke(roles) {
+			return &journal.ForbiddenError{Function: fn.Name, InvokeRoles: roles}
+		}
+		var clock time.Time
+		if sch, clock, err = journal.PutSchedule(ctx, tx, n); err != nil {
+			return err
+		}
+		wait, read = sch.NextAt.Sub(clock), time.Now()
+		return inv.EnqueueTick(ctx, tx, sch)
+	})
+	if err != nil {
+		return nil, err
+	}
+	inv.ArmTick(sch, wait-time.Since(read))
+	return sch, nil
+}
+
+// DeleteSchedule deletes a schedule of db's tenant; its ticks already scheduled find
+// nothing and do nothing. It returns journal.ErrNotFound when there is none.
+func (inv *Invoker) DeleteSchedule(ctx context.Context, db *journal.TenantDB, name string) error {
+	return journal.DeleteSchedule(ctx, db, db.Tenant(), name)
+}
+
+// RegisterFunction stores a new revision of a function of db's tenant, whose config
+// raw was checked (ParseConfig, Limits.CheckConfig).
+func (inv *Invoker) RegisterFunction(ctx context.Context, db *journal.TenantDB, name, url string, raw json.RawMessage, fc FunctionConfig) (*journal.Function, error) {
+	fn, err := journal.RegisterFunction(ctx, db, db.Tenant(), name, url, raw, fc.Timeout)
+	if err != nil {
+		return nil, fmt.Errorf("register function %s: %w", name, err)
+	}
+	return fn, nil
+}
+
+// DeleteFunction unregisters a function of db's tenant; its revisions and runs are kept.
+// It returns journal.ErrNotFound when there is none.
+func (inv *Invoker) DeleteFunction(ctx context.Context, db *journal.TenantDB, name string) error {
+	return journal.DeleteFunction(ctx, db, db.Tenant(), name)
+}
