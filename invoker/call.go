@@ -2,7 +2,6 @@ package invoker
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,12 +15,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
-	"github.com/stepgate/stepgate/auth"
-	"github.com/stepgate/stepgate/functions/names"
 	"github.com/stepgate/stepgate/functions/signature"
 	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/journal"
@@ -146,7 +142,7 @@ func (inv *Invoker) invoke(ctx context.Context, rev *revision, claim *journal.Cl
 	}
 	if e := inv.overBounds(claim.Journal); e != nil {
 		// Entries journaled without a checkpoint (a child's outcome) passed a bound.
-		return inv.apply(ctx, log, rev, run, journal.Outcome{Status: journal.StatusFailed, Error: e}, notify)
+		return inv.apply(ctx, log, rev, run, journal.Failed(*e), notify)
 	}
 	answer, failure := inv.call(callCtx, rev, claim)
 	if cause := context.Cause(callCtx); cause != nil && !errors.Is(cause, context.Canceled) {
@@ -160,7 +156,7 @@ func (inv *Invoker) invoke(ctx context.Context, rev *revision, claim *journal.Cl
 	case failure != nil && (failure.Type == ErrorTypeBadAnswer || failure.Type == ErrorTypeLimit):
 		// The answer can never be applied (it breaks the protocol or a bound): retrying
 		// the invocation would meet it again.
-		o = journal.Outcome{Status: journal.StatusFailed, Error: failure}
+		o = journal.Failed(*failure)
 		log.WarnContext(ctx, "invocation answered what cannot be applied; the run fails", slog.String("error", failure.Message))
 	case failure != nil:
 		o = inv.failedInvocation(rev, run, failure)
@@ -181,16 +177,16 @@ func (inv *Invoker) failedInvocation(rev *revision, run *journal.Run, failure *j
 		e := *failure
 		e.Message = fmt.Sprintf("%s (attempt %d of %d; giving up)", e.Message, failed, max)
 		e.Retryable = false
-		return journal.Outcome{Status: journal.StatusFailed, Error: &e}
+		return journal.Failed(e)
 	}
 	e := *failure
 	e.Retryable = true
-	return journal.Outcome{Status: journal.StatusQueued, Error: &e, WakeAfter: rev.config.Retries.Backoff(failed)}
+	return journal.RetryingInvocation(e, rev.config.Retries.Backoff(failed))
 }
 
 // failed is the outcome of a run that fails now with an error of type typ.
 func failed(typ, msg string) journal.Outcome {
-	return journal.Outcome{Status: journal.StatusFailed, Error: &journal.ErrorInfo{Type: typ, Message: msg}}
+	return journal.Failed(journal.ErrorInfo{Type: typ, Message: msg})
 }
 
 // overBounds returns the limit_exceeded error of a journal past the invoker's bounds, or
@@ -227,73 +223,6 @@ const (
 	// its invocation) more times in a row than the gateway's limit.
 	ErrorTypeMaxRecoveries = "max_recoveries"
 )
-
-// outcomeOf reads a well-formed answer to the invocation of a claim; a malformed one was
-// already refused by call. Retry policies the answer names are brought within the
-// invoker's limits, and a step's attempts are counted from its recorded failures, never
-// taken from the answer: a step past its attempts fails, whatever the function claims.
-func (inv *Invoker) outcomeOf(rev *revision, claim *journal.Claim, a *api.InvocationAnswer) journal.Outcome {
-	run := claim.Run
-	o := journal.Outcome{Bounds: inv.limits.Bounds()}
-	if a.Steps != nil {
-		for _, s := range *a.Steps {
-			o.Steps = append(o.Steps, EntryFromAPI(s))
-		}
-	}
-	switch a.Status {
-	case api.AnswerStatusCompleted:
-		o.Status, o.Output = journal.StatusCompleted, json.RawMessage("null")
-		if a.Output != nil && len(*a.Output) > 0 {
-			o.Output = json.RawMessage(*a.Output)
-		}
-	case api.AnswerStatusFailed:
-		o.Status, o.Error = journal.StatusFailed, ErrorFromAPI(a.Error)
-		o.Error.Retryable = false
-	case api.AnswerStatusSuspended:
-		w := a.Await
-		o.Status = journal.StatusSuspended
-		switch w.Type {
-		case api.AwaitTypeSleep:
-			o.Sleep = &journal.Entry{Seq: w.Seq, Kind: journal.KindSleep, Name: w.Name, WakeAt: w.Until}
-			if w.Until == nil {
-				d, _ := time.ParseDuration(*w.Duration) // checked by call
-				o.SleepFor = d
-			}
-		case api.AwaitTypeRetry:
-			policy, _ := ParseRetryPolicy(w.Retry, rev.config.Retries) // checked by call
-			policy = inv.limits.clampRetry(policy)
-			attempt := 1
-			if n, ok := claim.StepAttempts[w.Seq]; ok {
-				attempt = n
-			}
-			stepErr := *ErrorFromAPI(w.Error)
-			if attempt >= policy.MaxAttempts {
-				// The step is out of attempts: journal its failure and call again at once,
-				// as the SDK would have had it counted right.
-				stepErr.Message = fmt.Sprintf("%s (attempt %d of %d; the gateway gives up)", stepErr.Message, attempt, policy.MaxAttempts)
-				stepErr.Retryable = false
-				if stepErr.Type == "" {
-					stepErr.Type = "step_failed"
-				}
-				o.Steps = append(o.Steps, journal.Entry{Seq: w.Seq, Kind: journal.KindStep, Name: w.Name, Attempt: attempt, Error: &stepErr})
-				return o
-			}
-			o.StepFailure = &journal.Failure{Seq: w.Seq, Attempt: attempt, Name: w.Name, Error: stepErr}
-			o.WakeAfter = policy.Backoff(attempt)
-		case api.AwaitTypeInvoke:
-			o.Invoke = &journal.Invoke{
-				Seq: w.Seq, Name: w.Name, ChildID: uuid.Must(uuid.NewV7()).String(), Function: *w.Function,
-				// The child runs as the run's identity: its invoke_roles are checked
-				// against that identity, as the gateway checks a caller's.
-				CheckInvokeRoles: !auth.Identity(run.Identity).IsAdmin(),
-			}
-			if w.Input != nil {
-				o.Invoke.Input = json.RawMessage(*w.Input)
-			}
-		}
-	}
-	return o
-}
 
 // call sends one invocation and returns the function's answer, or the failure of the
 // invocation as a whole (it did not answer, or answered something that is not a valid
@@ -369,159 +298,7 @@ func (inv *Invoker) call(ctx context.Context, rev *revision, claim *journal.Clai
 	if int64(len(raw)) > inv.maxAnswer {
 		return nil, &journal.ErrorInfo{Type: ErrorTypeLimit, Message: fmt.Sprintf("function's answer is larger than the gateway's limit of %d bytes", inv.maxAnswer)}
 	}
-	var a api.InvocationAnswer
-	if err := json.Unmarshal(raw, &a); err != nil {
-		// A proxy's error page, a truncated body: retried, as a failed call is.
-		return nil, &journal.ErrorInfo{Type: "malformed_answer", Message: fmt.Sprintf(
-			"function's answer is not a JSON protocol answer (%v): %s", trimJSONErr(err), snippet(raw))}
-	}
-	if e := inv.limits.validateAnswer(&a); e != nil {
-		return nil, e
-	}
-	return &a, nil
-}
-
-// trimJSONErr says what encoding/json found wrong, without its Go type names.
-func trimJSONErr(err error) string {
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
-		return fmt.Sprintf("%s is %s", cmp.Or(te.Field, "the answer"), te.Value)
-	}
-	return err.Error()
-}
-
-// MaxSleep bounds a sleep, from now.
-const MaxSleep = 10 * 365 * 24 * time.Hour
-
-// validateAnswer returns why a function's answer can never be applied, as a
-// non-retryable error of type ErrorTypeBadAnswer, or ErrorTypeLimit when it passes one of
-// l, or nil. It checks what the journal's rules and Postgres would refuse later, so that
-// such an answer fails the run at once with a message that says why, instead of an
-// error inside a transaction.
-func (l Limits) validateAnswer(a *api.InvocationAnswer) *journal.ErrorInfo {
-	bad := func(format string, args ...any) *journal.ErrorInfo {
-		return &journal.ErrorInfo{Type: ErrorTypeBadAnswer, Message: "function's answer is not a valid protocol answer: " + fmt.Sprintf(format, args...)}
-	}
-	limit := func(format string, args ...any) *journal.ErrorInfo {
-		return &journal.ErrorInfo{Type: ErrorTypeLimit, Message: fmt.Sprintf(format, args...)}
-	}
-	checkJSON := func(what string, raw *api.AnyJSON) *journal.ErrorInfo {
-		if raw == nil {
-			return nil
-		}
-		if len(*raw) > l.MaxOutputBytes {
-			return limit("the answer's %s is %d bytes, more than the limit of %d (STEPGATE_MAX_OUTPUT_BYTES)", what, len(*raw), l.MaxOutputBytes)
-		}
-		if err := journal.CheckJSON(*raw); err != nil {
-			return bad("%s %v", what, err)
-		}
-		return nil
-	}
-	checkError := func(what string, e *api.ErrorInfo) *journal.ErrorInfo {
-		if e == nil {
-			return nil
-		}
-		if len(e.Type) > names.MaxBytes {
-			return bad("%s.type is longer than %d bytes", what, names.MaxBytes)
-		}
-		if len(e.Message) > l.MaxOutputBytes {
-			return limit("the answer's %s.message is %d bytes, more than the limit of %d (STEPGATE_MAX_OUTPUT_BYTES)", what, len(e.Message), l.MaxOutputBytes)
-		}
-		for field, v := range map[string]string{"type": e.Type, "message": e.Message} {
-			if err := journal.CheckText(v); err != nil {
-				return bad("%s.%s %v", what, field, err)
-			}
-		}
-		return nil
-	}
-	checkSeq := func(what string, seq int, name string) *journal.ErrorInfo {
-		if seq < 1 {
-			return bad("%s has seq %d; seqs count from 1", what, seq)
-		}
-		if seq > l.MaxEntries {
-			return limit("the answer's %s has seq %d, past the journal's limit of %d entries (STEPGATE_MAX_JOURNAL_ENTRIES)", what, seq, l.MaxEntries)
-		}
-		if err := names.Check(what+" name", name); err != nil {
-			return bad("%v", err)
-		}
-		return nil
-	}
-	if a.Steps != nil {
-		for i, st := range *a.Steps {
-			what := fmt.Sprintf("steps[%d]", i)
-			if e := checkSeq(what, st.Seq, st.Name); e != nil {
-				return e
-			}
-			if st.Kind != api.EntryKindStep {
-				return bad("%s (seq %d %q) is a %s; steps may only hold finished steps", what, st.Seq, st.Name, st.Kind)
-			}
-			if st.Attempt != nil && (*st.Attempt < 0 || *st.Attempt > l.MaxAttempts) {
-				return bad("%s has attempt %d, not from 1 to %d", what, *st.Attempt, l.MaxAttempts)
-			}
-			if st.Output != nil && st.Error != nil {
-				return bad("%s has an output and an error; a step has one", what)
-			}
-			if e := checkJSON(what+".output", st.Output); e != nil {
-				return e
-			}
-			if e := checkError(what+".error", st.Error); e != nil {
-				return e
-			}
-		}
-	}
-	switch a.Status {
-	case api.AnswerStatusCompleted:
-		return checkJSON("output", a.Output)
-	case api.AnswerStatusFailed:
-		if a.Error == nil || a.Error.Message == "" {
-			return bad(`status "failed" needs an error with a message`)
-		}
-		return checkError("error", a.Error)
-	case api.AnswerStatusSuspended:
-		w := a.Await
-		if w == nil {
-			return bad(`status "suspended" needs an await`)
-		}
-		if e := checkSeq("await", w.Seq, w.Name); e != nil {
-			return e
-		}
-		switch w.Type {
-		case api.AwaitTypeSleep:
-			switch {
-			case w.Until == nil && w.Duration == nil:
-				return bad("a sleep needs until or duration")
-			case w.Duration != nil:
-				if d, err := time.ParseDuration(*w.Duration); err != nil || d < 0 || d > MaxSleep {
-					return bad("sleep duration %q is not a duration from 0s to %s, such as 1s", *w.Duration, MaxSleep)
-				}
-			case w.Until.Year() < 1970 || time.Until(*w.Until) > MaxSleep:
-				return bad("sleep until %s is not between 1970 and %s from now", w.Until.Format(time.RFC3339), MaxSleep)
-			}
-		case api.AwaitTypeRetry:
-			if w.Error == nil {
-				return bad("a retry needs the step's error")
-			}
-			if e := checkError("await.error", w.Error); e != nil {
-				return e
-			}
-			if _, err := ParseRetryPolicy(w.Retry, RetryPolicy{}); err != nil {
-				return bad("retry: %v", err)
-			}
-		case api.AwaitTypeInvoke:
-			if w.Function == nil {
-				return bad("an invoke needs a function")
-			}
-			if err := names.CheckFunction("invoke: function", *w.Function); err != nil {
-				return bad("%v", err)
-			}
-			return checkJSON("await.input", w.Input)
-		default:
-			return bad("await type %q is not supported (sleep, retry, invoke)", w.Type)
-		}
-	default:
-		return bad("status %q is not one of completed, failed, suspended", a.Status)
-	}
-	return nil
+	return inv.limits.decodeAnswer(raw)
 }
 
 // snippet returns the start of a function's answer for an error message, as text that
@@ -573,7 +350,7 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 	var finishedAt time.Time // local time when Finish returned, to relate f.Clock to ours
 	var err error
 	err = inv.whileUnavailable(log, func() error {
-		if o.Status.Terminal() && len(o.Steps) == 0 && run.ParentSeq == nil {
+		if o.Status().Terminal() && len(o.Steps) == 0 && run.ParentSeq == nil {
 			// One statement: no transaction round trips on the hot path of a short
 			// function. (A child's end wakes its parent, whose job commits with it.)
 			f, err = journal.Finish(ctx, inv.pool, run.ID, run.Invocation, o)
@@ -589,7 +366,8 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 	if e := unappliable(err); e != nil {
 		// The answer's entries contradict the journal, leave a gap in it, pass a bound
 		// or hold what cannot be stored: the run fails, with what was wrong.
-		o = journal.Outcome{Status: journal.StatusFailed, Error: e, Notify: notify}
+		o = journal.Failed(*e)
+		o.Notify = notify
 		err = inv.whileUnavailable(log, func() error {
 			return pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
 				var err error
@@ -623,7 +401,7 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 		inv.waiters.signal(run.ID)
 		log.InfoContext(ctx, "run finished", slog.String("status", string(f.Status)))
 	}
-	return &Result{RunID: run.ID, Status: f.Status, Output: o.Output, Error: o.Error}, nil
+	return &Result{RunID: run.ID, Status: f.Status, Output: o.Output(), Error: o.Error()}, nil
 }
 
 // whileUnavailable calls write until it returns anything but a sign that the database

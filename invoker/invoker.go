@@ -350,7 +350,7 @@ func (inv *Invoker) FailInvocation(ctx context.Context, runID string, invocation
 	err := pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
 		var err error
 		f, err = inv.finishTx(ctx, tx, &journal.Run{ID: runID, Invocation: invocation},
-			journal.Outcome{Status: journal.StatusFailed, Error: &e})
+			journal.Failed(e))
 		return err
 	})
 	if err != nil {

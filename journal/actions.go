@@ -32,7 +32,7 @@ func CancelRun(ctx context.Context, db DB, tenant, id string, by Identity) (*Run
 	rows, _ := db.Query(ctx, `
 		WITH u AS (
 			UPDATE stepgate.run SET status = 'cancelled', error = $3, lease_until = NULL,
-				wake_at = NULL, finished_at = now(), cancelled_by = $4
+				wake_at = NULL, awaiting = NULL, finished_at = now(), cancelled_by = $4
 			WHERE id = $1 AND tenant = $2 AND status IN ('scheduled', 'queued', 'running', 'suspended')
 			RETURNING `+runColumns+`, notify
 		), notified AS (

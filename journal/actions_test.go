@@ -36,7 +36,7 @@ func TestCancelRun(t *testing.T) {
 		t.Parallel()
 		ctx, tx := t.Context(), pgtest.Tx(t)
 		run := mustCreateRun(t, tx, claimed)
-		_, err := journal.Finish(ctx, tx, run.ID, 1, journal.Outcome{Status: journal.StatusCompleted, Output: json.RawMessage(`1`)})
+		_, err := journal.Finish(ctx, tx, run.ID, 1, journal.Completed(json.RawMessage(`1`)))
 		require.NoError(t, err)
 		got, err := journal.CancelRun(ctx, tx, run.Tenant, run.ID, journal.Identity{Subject: "ada"})
 		require.ErrorIs(t, err, journal.ErrFinished)
@@ -69,7 +69,7 @@ func TestCancelRun(t *testing.T) {
 		require.NoError(t, err)
 		require.Nil(t, got.LeaseUntil)
 		require.ErrorIs(t, journal.AppendEntry(ctx, tx, run.ID, 1, step(2, "b", `2`), journal.Bounds{}), journal.ErrSuperseded)
-		_, err = journal.Finish(ctx, tx, run.ID, 1, journal.Outcome{Status: journal.StatusCompleted, Output: json.RawMessage(`1`)})
+		_, err = journal.Finish(ctx, tx, run.ID, 1, journal.Completed(json.RawMessage(`1`)))
 		require.ErrorIs(t, err, journal.ErrSuperseded)
 		require.Len(t, mustEntries(t, tx, run.ID), 1, "what was journaled stays")
 	})
@@ -78,7 +78,7 @@ func TestCancelRun(t *testing.T) {
 		t.Parallel()
 		ctx, tx := t.Context(), pgtest.Tx(t)
 		run := mustCreateRun(t, tx, claimed)
-		_, err := journal.Finish(ctx, tx, run.ID, 1, journal.Outcome{Status: journal.StatusSuspended, Sleep: &journal.Entry{Seq: 1, Name: "nap"}})
+		_, err := journal.Finish(ctx, tx, run.ID, 1, journal.Sleeping(journal.Sleep{Seq: 1, Name: "nap"}))
 		require.NoError(t, err)
 		_, err = journal.CancelRun(ctx, tx, run.Tenant, run.ID, journal.Identity{Subject: "ada"})
 		require.NoError(t, err)
@@ -151,7 +151,7 @@ func TestRunEvents(t *testing.T) {
 	alone := mustCreateRunOf(t, db, tenant, "fn")
 	c, err := journal.ClaimRun(ctx, db, alone.ID, time.Minute)
 	require.NoError(t, err)
-	finish(alone, c.Run.Invocation, journal.Outcome{Status: journal.StatusCompleted, Output: json.RawMessage(`1`)})
+	finish(alone, c.Run.Invocation, journal.Completed(json.RawMessage(`1`)))
 	marker()
 	require.Equal(t, "marker", nextEvent(t, conn))
 
@@ -162,13 +162,13 @@ func TestRunEvents(t *testing.T) {
 	c, err = journal.ClaimRun(ctx, db, run.ID, time.Minute)
 	require.NoError(t, err)
 	expect(run, journal.StatusRunning, 1)
-	finish(run, c.Run.Invocation, journal.Outcome{Status: journal.StatusSuspended, Sleep: &journal.Entry{Seq: 1, Name: "nap"}})
+	finish(run, c.Run.Invocation, journal.Sleeping(journal.Sleep{Seq: 1, Name: "nap"}))
 	ev := expect(run, journal.StatusSuspended, 1)
 	require.NotNil(t, ev.WakeAt)
 	c, err = journal.ClaimRun(ctx, db, run.ID, time.Minute)
 	require.NoError(t, err)
 	expect(run, journal.StatusRunning, 2)
-	finish(run, c.Run.Invocation, journal.Outcome{Status: journal.StatusCompleted, Output: json.RawMessage(`1`)})
+	finish(run, c.Run.Invocation, journal.Completed(json.RawMessage(`1`)))
 	ev = expect(run, journal.StatusCompleted, 2)
 	require.NotNil(t, ev.FinishedAt)
 
@@ -180,7 +180,7 @@ func TestRunEvents(t *testing.T) {
 
 	failed := mustCreateRunOf(t, db, tenant, "fn", claimed)
 	expect(failed, journal.StatusRunning, 1)
-	_, err = journal.Finish(ctx, db, failed.ID, 1, journal.Outcome{Status: journal.StatusFailed, Error: &journal.ErrorInfo{Type: "x", Message: "y"}})
+	_, err = journal.Finish(ctx, db, failed.ID, 1, journal.Failed(journal.ErrorInfo{Type: "x", Message: "y"}))
 	require.NoError(t, err)
 	expect(failed, journal.StatusFailed, 1)
 
@@ -229,8 +229,8 @@ func TestStatsOfFunctions(t *testing.T) {
 		_, err := journal.Finish(ctx, tx, run.ID, 1, o)
 		require.NoError(t, err)
 	}
-	ok := journal.Outcome{Status: journal.StatusCompleted, Output: json.RawMessage(`1`)}
-	bad := journal.Outcome{Status: journal.StatusFailed, Error: &journal.ErrorInfo{Type: "x", Message: "y"}}
+	ok := journal.Completed(json.RawMessage(`1`))
+	bad := journal.Failed(journal.ErrorInfo{Type: "x", Message: "y"})
 	finishAfter("a", 10*time.Second, ok)
 	finishAfter("a", 20*time.Second, ok)
 	finishAfter("a", 40*time.Second, bad)

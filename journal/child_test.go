@@ -21,8 +21,8 @@ func mustInvoke(t *testing.T, db journal.DB, tenant, child string) (parent *jour
 	parent = mustCreateRunOf(t, db, tenant, "parent", claimed, func(n *journal.NewRun) {
 		n.Identity = journal.Identity{Subject: "alice", Tenant: tenant, Roles: []string{"developer"}, Claims: map[string]any{"email": "alice@example.com"}}
 	})
-	f, err := journal.Finish(t.Context(), db, parent.ID, 1, journal.Outcome{Status: journal.StatusSuspended,
-		Invoke: &journal.Invoke{Seq: 1, Name: "call", ChildID: newID(), Function: child, Input: json.RawMessage(`{"n":1}`)}})
+	f, err := journal.Finish(t.Context(), db, parent.ID, 1, journal.InvokingChild(
+		journal.Invoke{Seq: 1, Name: "call", ChildID: newID(), Function: child, Input: json.RawMessage(`{"n":1}`)}))
 	require.NoError(t, err)
 	return parent, f
 }
@@ -95,7 +95,7 @@ func TestChildRuns(t *testing.T) {
 		parent, f := mustInvoke(t, tx, tenant, "child")
 		child := f.Child
 
-		done := finishChild(t, tx, child, journal.Outcome{Status: journal.StatusCompleted, Output: json.RawMessage(`{"tracking":"trk_1"}`)})
+		done := finishChild(t, tx, child, journal.Completed(json.RawMessage(`{"tracking":"trk_1"}`)))
 		require.Equal(t, parent.ID, done.Parent)
 		e := requireWoken(t, tx, parent, child)
 		require.JSONEq(t, `{"tracking":"trk_1"}`, string(e.Output))
@@ -113,9 +113,9 @@ func TestChildRuns(t *testing.T) {
 		mustRegister(t, tx, tenant, "child")
 		parent, f := mustInvoke(t, tx, tenant, "child")
 		child := f.Child
-		finishChild(t, tx, child, journal.Outcome{Status: journal.StatusCompleted, Output: json.RawMessage(`1`)})
+		finishChild(t, tx, child, journal.Completed(json.RawMessage(`1`)))
 
-		_, err := journal.Finish(ctx, tx, child.ID, 1, journal.Outcome{Status: journal.StatusCompleted, Output: json.RawMessage(`2`)})
+		_, err := journal.Finish(ctx, tx, child.ID, 1, journal.Completed(json.RawMessage(`2`)))
 		require.ErrorIs(t, err, journal.ErrSuperseded)
 		_, err = journal.CancelRun(ctx, tx, tenant, child.ID, journal.Identity{Subject: "bob"})
 		require.ErrorIs(t, err, journal.ErrFinished)
@@ -127,8 +127,8 @@ func TestChildRuns(t *testing.T) {
 		mustExec(t, tx, `SET LOCAL session_replication_role = replica`) // no triggers
 		mustExec(t, tx, `UPDATE stepgate.run SET status = 'running', finished_at = NULL, lease_until = now() WHERE id = $1`, child.ID)
 		mustExec(t, tx, `UPDATE stepgate.run SET wake_at = NULL WHERE id = $1`, parent.ID)
-		late, err := journal.Finish(ctx, tx, child.ID, 1, journal.Outcome{ // finishChild claimed it once
-			Status: journal.StatusFailed, Error: &journal.ErrorInfo{Type: "x", Message: "late"}})
+		late, err := journal.Finish(ctx, tx, child.ID, 1, journal.Failed( // finishChild claimed it once
+			journal.ErrorInfo{Type: "x", Message: "late"}))
 		require.NoError(t, err)
 		require.Equal(t, parent.ID, late.Parent)
 		es := mustEntries(t, tx, parent.ID)
@@ -142,7 +142,7 @@ func TestChildRuns(t *testing.T) {
 		mustRegister(t, tx, tenant, "child")
 		parent, f := mustInvoke(t, tx, tenant, "child")
 		fail := &journal.ErrorInfo{Type: "step_failed", Message: "no trucks"}
-		done := finishChild(t, tx, f.Child, journal.Outcome{Status: journal.StatusFailed, Error: fail})
+		done := finishChild(t, tx, f.Child, journal.Failed(*fail))
 		require.Equal(t, parent.ID, done.Parent)
 		e := requireWoken(t, tx, parent, f.Child)
 		require.Nil(t, e.Output)
@@ -170,7 +170,7 @@ func TestChildRuns(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, journal.StatusQueued, mustGetRun(t, tx, f.Child).Status, "its child goes on")
 
-		done := finishChild(t, tx, f.Child, journal.Outcome{Status: journal.StatusCompleted, Output: json.RawMessage(`1`)})
+		done := finishChild(t, tx, f.Child, journal.Completed(json.RawMessage(`1`)))
 		require.Empty(t, done.Parent)
 		require.Equal(t, journal.StatusCancelled, mustGetRun(t, tx, parent).Status)
 		require.Empty(t, mustEntries(t, tx, parent.ID))
@@ -209,8 +209,7 @@ func TestChildRuns(t *testing.T) {
 			parent := mustCreateRunOf(t, tx, tenant, "parent", claimed, func(n *journal.NewRun) {
 				n.Identity = journal.Identity{Subject: "alice", Tenant: tenant, Roles: []string{"developer"}}
 			})
-			f, err := journal.Finish(ctx, tx, parent.ID, 1, journal.Outcome{Status: journal.StatusSuspended,
-				Invoke: &journal.Invoke{Seq: 1, Name: "call", ChildID: newID(), Function: "child", CheckInvokeRoles: check}})
+			f, err := journal.Finish(ctx, tx, parent.ID, 1, journal.InvokingChild(journal.Invoke{Seq: 1, Name: "call", ChildID: newID(), Function: "child", CheckInvokeRoles: check}))
 			require.NoError(t, err)
 			if !check {
 				require.NotNil(t, f.Child, "an admin's run may invoke anything")
@@ -234,8 +233,7 @@ func TestChildRuns(t *testing.T) {
 			parent := mustCreateRunOf(t, tx, tenant, "parent", claimed)
 			require.NoError(t, journal.AppendEntry(ctx, tx, parent.ID, 1, step(1, "call", `1`), journal.Bounds{}))
 			err := inSavepoint(t, tx, func(sp pgx.Tx) error {
-				_, err := journal.Finish(ctx, sp, parent.ID, 1, journal.Outcome{Status: journal.StatusSuspended,
-					Invoke: &journal.Invoke{Seq: 1, Name: "call", ChildID: newID(), Function: child}})
+				_, err := journal.Finish(ctx, sp, parent.ID, 1, journal.InvokingChild(journal.Invoke{Seq: 1, Name: "call", ChildID: newID(), Function: child}))
 				return err
 			})
 			require.ErrorIs(t, err, journal.ErrConflict, child)
@@ -248,8 +246,7 @@ func TestChildRuns(t *testing.T) {
 		mustRegister(t, tx, tenant, "child")
 		mustRegister(t, tx, tenant, "parent")
 		parent := mustCreateRunOf(t, tx, tenant, "parent", claimed)
-		_, err := journal.Finish(ctx, tx, parent.ID, 2, journal.Outcome{Status: journal.StatusSuspended,
-			Invoke: &journal.Invoke{Seq: 1, Name: "call", ChildID: newID(), Function: "child"}})
+		_, err := journal.Finish(ctx, tx, parent.ID, 2, journal.InvokingChild(journal.Invoke{Seq: 1, Name: "call", ChildID: newID(), Function: "child"}))
 		require.ErrorIs(t, err, journal.ErrSuperseded)
 		var children int
 		require.NoError(t, tx.QueryRow(ctx, `SELECT count(*) FROM stepgate.run WHERE parent_id = $1`, parent.ID).Scan(&children))
@@ -276,7 +273,7 @@ func TestChildRunsFenced(t *testing.T) {
 		wg.Go(func() {
 			err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 				done, err := journal.Finish(ctx, tx, f.Child.ID, claim.Run.Invocation,
-					journal.Outcome{Status: journal.StatusCompleted, Output: json.RawMessage(`1`)})
+					journal.Completed(json.RawMessage(`1`)))
 				if err == nil {
 					woken = done.Parent
 				}
@@ -326,8 +323,7 @@ func TestChildRunsUnderRowLevelSecurity(t *testing.T) {
 	forged := forge(3)
 	claim, err := journal.ClaimRun(ctx, system, forged.ID, time.Minute)
 	require.NoError(t, err)
-	ended, err := journal.Finish(ctx, system, forged.ID, claim.Run.Invocation, journal.Outcome{
-		Status: journal.StatusFailed, Error: &journal.ErrorInfo{Type: "x", Message: "y"}})
+	ended, err := journal.Finish(ctx, system, forged.ID, claim.Run.Invocation, journal.Failed(journal.ErrorInfo{Type: "x", Message: "y"}))
 	require.NoError(t, err)
 	require.Empty(t, ended.Parent)
 	require.Nil(t, mustGetRun(t, system, parent).WakeAt, "another tenant's child wakes nothing")

@@ -38,6 +38,40 @@ func mustRegister(tb testing.TB, db journal.DB, tenant, name string) *journal.Fu
 }
 
 // claimed makes mustCreateRun create the run already claimed by invocation 1.
+// notifying returns o, marked to notify a later terminal update.
+func notifying(o journal.Outcome) journal.Outcome {
+	o.Notify = true
+	return o
+}
+
+// withSteps returns o, journaling steps first.
+func withSteps(o journal.Outcome, steps ...journal.Entry) journal.Outcome {
+	o.Steps = append(o.Steps, steps...)
+	return o
+}
+
+// terminal returns an outcome that ends a run with status, completed or failed.
+func terminal(status journal.Status) journal.Outcome {
+	if status == journal.StatusCompleted {
+		return journal.Completed(json.RawMessage(`1`))
+	}
+	return journal.Failed(journal.ErrorInfo{Type: "t", Message: "m"})
+}
+
+// outcomeWith returns an outcome that leaves a run with status, journaling nothing:
+// queued (a failed invocation retried in an hour), suspended (step 2's retry in an
+// hour), completed or failed.
+func outcomeWith(status journal.Status) journal.Outcome {
+	switch status {
+	case journal.StatusQueued:
+		return journal.RetryingInvocation(journal.ErrorInfo{Type: "t", Message: "m"}, time.Hour)
+	case journal.StatusSuspended:
+		return journal.RetryingStep(journal.StepRetry{
+			Failure: journal.Failure{Seq: 2, Attempt: 1, Name: "b", Error: journal.ErrorInfo{Type: "t", Message: "m"}}, After: time.Hour})
+	}
+	return terminal(status)
+}
+
 func claimed(n *journal.NewRun) { n.Claim, n.Lease = true, time.Minute }
 
 // mustCreateRun registers a function "fn" of a new tenant and creates a run of it, queued

@@ -61,9 +61,7 @@ func mustFillTenant(t *testing.T, system *pgxpool.Pool, tenant string) tenantDat
 	mustRegister(t, system, tenant, "fn")
 	run := mustCreateRunOf(t, system, tenant, "fn", claimed)
 	require.NoError(t, journal.AppendEntry(ctx, system, run.ID, run.Invocation, step(1, "charge", `1`), journal.Bounds{}))
-	_, err := journal.Finish(ctx, system, run.ID, run.Invocation, journal.Outcome{
-		Status: journal.StatusQueued, Error: &journal.ErrorInfo{Type: "timeout", Message: "slow"}, WakeAfter: time.Hour,
-	})
+	_, err := journal.Finish(ctx, system, run.ID, run.Invocation, journal.RetryingInvocation(journal.ErrorInfo{Type: "timeout", Message: "slow"}, time.Hour))
 	require.NoError(t, err)
 	require.NoError(t, journal.Watch(ctx, system, "gateway-1", []string{tenant}, time.Minute))
 	return tenantData{tenant: tenant, run: run}

@@ -35,6 +35,8 @@ type Run struct {
 	// died or stopped (not failures of the function) since the journal last grew.
 	Recoveries int        `db:"recoveries"`
 	LeaseUntil *time.Time `db:"lease_until"`
+	// Awaiting is what a suspended run waits for; nil otherwise.
+	Awaiting   *Awaiting  `db:"awaiting"`
 	WakeAt     *time.Time `db:"wake_at"`
 	CreatedAt  time.Time  `db:"created_at"`
 	StartedAt  *time.Time `db:"started_at"`
@@ -42,7 +44,7 @@ type Run struct {
 }
 
 const runColumns = `id, tenant, function, revision, status, input, output, error, identity,
-	idempotency_key, parent_id, parent_seq, parent_name, rerun_of, cancelled_by, attempts, invocation, failed_invocations, recoveries, lease_until,
+	idempotency_key, parent_id, parent_seq, parent_name, rerun_of, cancelled_by, attempts, invocation, failed_invocations, recoveries, lease_until, awaiting,
 	wake_at, created_at, started_at, finished_at`
 
 // NewRun is what CreateRun needs to start a run.

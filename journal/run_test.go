@@ -240,10 +240,10 @@ func TestGetRunDetail(t *testing.T) {
 	ctx, tx := t.Context(), pgtest.Tx(t)
 	run := mustCreateRun(t, tx, claimed)
 	step := journal.Entry{Seq: 1, Kind: journal.KindStep, Name: "a", Output: json.RawMessage(`{"x":1}`), Attempt: 2}
-	_, err := journal.Finish(ctx, tx, run.ID, 1, journal.Outcome{
-		Status: journal.StatusSuspended, Steps: []journal.Entry{step}, WakeAfter: time.Hour,
-		StepFailure: &journal.Failure{Seq: 2, Attempt: 1, Name: "b", Error: journal.ErrorInfo{Type: "step_failed", Message: "boom"}},
-	})
+	_, err := journal.Finish(ctx, tx, run.ID, 1, journal.RetryingStep(journal.StepRetry{
+		Failure: journal.Failure{Seq: 2, Attempt: 1, Name: "b", Error: journal.ErrorInfo{Type: "step_failed", Message: "boom"}},
+		After:   time.Hour,
+	}, step))
 	require.NoError(t, err)
 
 	d, err := journal.GetRunDetail(ctx, tx, run.Tenant, run.ID, journal.JournalPage{})

@@ -1,7 +1,6 @@
 package journal_test
 
 import (
-	"encoding/json"
 	"testing"
 	"time"
 
@@ -52,8 +51,7 @@ func TestDatabaseEnforces(t *testing.T) {
 		ctx, tx := t.Context(), pgtest.Tx(t)
 		for _, status := range []journal.Status{journal.StatusCompleted, journal.StatusFailed} {
 			run := mustCreateRun(t, tx, claimed)
-			_, err := journal.Finish(ctx, tx, run.ID, 1, journal.Outcome{Status: status, Output: json.RawMessage(`1`),
-				Error: &journal.ErrorInfo{Type: "t", Message: "m"}})
+			_, err := journal.Finish(ctx, tx, run.ID, 1, terminal(status))
 			require.NoError(t, err)
 			for _, sql := range []string{
 				`UPDATE stepgate.run SET status = 'queued', finished_at = NULL WHERE id = $1`,

@@ -40,7 +40,7 @@ func ClaimRun(ctx context.Context, db DB, runID string, lease time.Duration) (*C
 		WITH u AS (
 			UPDATE stepgate.run SET status = 'running', attempts = attempts + 1,
 				invocation = invocation + 1, lease_until = now() + make_interval(secs => $2),
-				wake_at = NULL, started_at = coalesce(started_at, now())
+				wake_at = NULL, awaiting = NULL, started_at = coalesce(started_at, now())
 			WHERE id = $1 AND (
 				(status = 'queued' AND (wake_at IS NULL OR wake_at <= now())) OR
 				(status = 'suspended' AND wake_at <= now()))
@@ -265,27 +265,16 @@ func sameJSON(a, b json.RawMessage) bool {
 	return string(ja) == string(jb)
 }
 
-// Outcome is how an invocation ends for its run; see Finish.
+// Outcome is how an invocation ends for its run; see Finish. Make one with Completed,
+// Failed, RetryingInvocation, Sleeping, RetryingStep or InvokingChild.
 type Outcome struct {
-	// Status is the run's next status: completed, failed (terminal), suspended (woken
-	// at its wake time) or queued (a failed invocation, retried at its wake time).
-	Status Status
-	Output json.RawMessage // completed
-	Error  *ErrorInfo      // failed; or the failed invocation's error when queued
+	status    Status
+	output    json.RawMessage // completed
+	err       *ErrorInfo      // failed; or the failed invocation's error when queued
+	await     Await           // suspended
+	wakeAfter time.Duration   // queued: the retry's backoff, from the database clock
 	// Steps are entries finished but not checkpointed; journaled first.
 	Steps []Entry
-	// Sleep, when set, is journaled as the entry the run now sleeps on; its WakeAt, or
-	// SleepFor from the database clock, becomes the run's wake time.
-	Sleep    *Entry
-	SleepFor time.Duration
-	// WakeAfter, for a step retry (suspended) or a failed invocation (queued), is how
-	// long from the database clock until the run is due again.
-	WakeAfter time.Duration
-	// StepFailure, when set, records a failed step attempt.
-	StepFailure *Failure
-	// Invoke, when set (status suspended), starts a child run that the run waits for
-	// with no wake time: the child's end wakes it.
-	Invoke *Invoke
 	// Notify makes a later terminal update notify NotifyChannel, because the caller
 	// waits for the run and it may finish on another gateway. (A terminal outcome
 	// itself is told to this process's waiters directly, without a notification.)
@@ -294,19 +283,60 @@ type Outcome struct {
 	Bounds Bounds
 }
 
-// Invoke is a run's call of another function: a child run, whose outcome is journaled
-// in the run at Seq, as an entry of kind KindInvoke named Name, when it ends.
-type Invoke struct {
-	Seq      int
-	Name     string
-	ChildID  string // A UUID chosen by the caller for the child run.
-	Function string // In the run's tenant, at its current revision.
-	Input    json.RawMessage
-	// CheckInvokeRoles refuses the child when the function's invoke_roles exclude the
-	// roles of the run's identity, which the child inherits. Leave it false when that
-	// identity may invoke anything (an admin).
-	CheckInvokeRoles bool
+// Completed ends the run with output, after journaling steps.
+func Completed(output json.RawMessage, steps ...Entry) Outcome {
+	if len(output) == 0 {
+		output = json.RawMessage("null")
+	}
+	return Outcome{status: StatusCompleted, output: output, Steps: steps}
 }
+
+// Failed ends the run with e, after journaling steps.
+func Failed(e ErrorInfo, steps ...Entry) Outcome {
+	return Outcome{status: StatusFailed, err: &e, Steps: steps}
+}
+
+// RetryingInvocation queues the run again after a failed invocation, due after from the
+// database clock; the failure is recorded (seq 0) and counts against the function's
+// retry policy.
+func RetryingInvocation(e ErrorInfo, after time.Duration) Outcome {
+	return Outcome{status: StatusQueued, err: &e, wakeAfter: after}
+}
+
+// Sleeping suspends the run until s's wake time, after journaling steps.
+func Sleeping(s Sleep, steps ...Entry) Outcome {
+	return Outcome{status: StatusSuspended, await: s, Steps: steps}
+}
+
+// RetryingStep suspends the run until a failed step may run again, after journaling
+// steps.
+func RetryingStep(r StepRetry, steps ...Entry) Outcome {
+	return Outcome{status: StatusSuspended, await: r, Steps: steps}
+}
+
+// Resuming journals steps and makes the run due again at once, awaiting nothing: the
+// function is called again with them (a step the gateway failed after its last attempt).
+func Resuming(steps ...Entry) Outcome {
+	return Outcome{status: StatusSuspended, Steps: steps}
+}
+
+// InvokingChild suspends the run while its child run, which Finish starts, runs, after
+// journaling steps.
+func InvokingChild(in Invoke, steps ...Entry) Outcome {
+	return Outcome{status: StatusSuspended, await: in, Steps: steps}
+}
+
+// Status returns the run's status after the outcome.
+func (o Outcome) Status() Status { return o.status }
+
+// Output returns a completed run's output.
+func (o Outcome) Output() json.RawMessage { return o.output }
+
+// Error returns a failed run's error, or a failed invocation's.
+func (o Outcome) Error() *ErrorInfo { return o.err }
+
+// Await returns what a suspended run waits for.
+func (o Outcome) Await() Await { return o.await }
 
 // Finished is what Finish reports about the updated run.
 type Finished struct {
@@ -350,19 +380,14 @@ func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome)
 			return nil, err
 		}
 	}
-	wakeAfter := o.WakeAfter
+	wakeAfter, awaitSeq := o.wakeAfter, 0
 	var until *time.Time
-	if o.Sleep != nil {
-		until, wakeAfter = o.Sleep.WakeAt, o.SleepFor
-	}
-	invokeSeq, awaitSeq := 0, 0
-	switch {
-	case o.Invoke != nil:
-		invokeSeq, awaitSeq = o.Invoke.Seq, o.Invoke.Seq
-	case o.Sleep != nil:
-		awaitSeq = o.Sleep.Seq
-	case o.StepFailure != nil:
-		awaitSeq = o.StepFailure.Seq
+	var awaiting *Awaiting
+	timed := true // queued, or suspended with nothing awaited: due after wakeAfter
+	if o.await != nil {
+		until, wakeAfter, timed = o.await.wake()
+		a := o.await.awaiting()
+		awaiting, awaitSeq = &a, a.Seq
 	}
 	var f Finished
 	var parent *string
@@ -376,8 +401,9 @@ func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome)
 				output = $4,
 				error = $5,
 				lease_until = NULL,
-				wake_at = CASE WHEN $3 IN ('suspended', 'queued') AND $9 = 0
+				wake_at = CASE WHEN $3 IN ('suspended', 'queued') AND $9
 					THEN coalesce($6::timestamptz, now() + make_interval(secs => $7)) END,
+				awaiting = $11,
 				finished_at = CASE WHEN $3 IN ('completed', 'failed', 'cancelled') THEN now() END,
 				failed_invocations = CASE WHEN $3 = 'queued' THEN failed_invocations + 1 ELSE 0 END,
 				recoveries = 0,
@@ -397,7 +423,7 @@ func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome)
 			EXISTS (SELECT 1 FROM stepgate.journal_entry j WHERE j.run_id = u.id AND j.seq = $10),
 			$10 <= 1 OR EXISTS (SELECT 1 FROM stepgate.journal_entry j WHERE j.run_id = u.id AND j.seq = $10 - 1)
 		FROM u, `+eventCount,
-		runID, invocation, o.Status, o.Output, o.Error, until, wakeAfter.Seconds(), o.Notify, invokeSeq, awaitSeq,
+		runID, invocation, o.status, o.output, o.err, until, wakeAfter.Seconds(), o.Notify, timed, awaitSeq, awaiting,
 	).Scan(&f.Status, &f.WakeAt, &f.Clock, new(int), &parent, &tenant, &identity, &seqTaken, &follows)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrSuperseded
@@ -416,35 +442,22 @@ func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome)
 		return nil, fmt.Errorf("%w: seq %d is already journaled", ErrConflict, awaitSeq)
 	case !follows:
 		return nil, fmt.Errorf("%w: the await's seq %d is not the journal's next (seq %d is not journaled)", ErrGap, awaitSeq, awaitSeq-1)
-	case o.StepFailure == nil && o.Bounds.MaxEntries > 0 && awaitSeq > o.Bounds.MaxEntries:
+	case o.Bounds.MaxEntries > 0 && awaitSeq > o.Bounds.MaxEntries && !isStepRetry(o.await):
+		// (A retried step's seq is taken by its entry once it ends, bounded then.)
 		return nil, entriesLimit(awaitSeq, o.Bounds)
 	}
-	if o.Invoke != nil {
-		if err := invoke(ctx, db, runID, invocation, tenant, identity, o.Invoke, &f); err != nil {
+	if o.await != nil {
+		w := awaitWrite{runID: runID, invocation: invocation, tenant: tenant, identity: identity, bounds: o.Bounds}
+		if err := o.await.write(ctx, db, w, &f); err != nil {
 			return nil, err
 		}
 	}
-	if o.Sleep != nil {
-		// The fenced update above holds the run's row lock for the rest of the transaction.
-		if _, err := db.Exec(ctx, `
-			INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, wake_at, invocation, journal_bytes)
-			VALUES ($1, $2, $3, $4, $5, $6, `+prevBytes("$1", "$2")+`)`,
-			runID, o.Sleep.Seq, KindSleep, o.Sleep.Name, f.WakeAt, invocation); err != nil {
-			if isUniqueViolation(err) {
-				return nil, fmt.Errorf("%w: seq %d is already journaled", ErrConflict, o.Sleep.Seq)
-			}
-			return nil, fmt.Errorf("journal sleep of run %s: %w", runID, unstorable(err))
-		}
-	}
-	if sf := o.StepFailure; sf != nil {
-		if _, err := db.Exec(ctx, `
-			INSERT INTO stepgate.attempt_failure (run_id, seq, attempt, name, error)
-			VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`,
-			runID, sf.Seq, sf.Attempt, sf.Name, sf.Error); err != nil {
-			return nil, fmt.Errorf("record step failure of run %s: %w", runID, err)
-		}
-	}
 	return &f, nil
+}
+
+func isStepRetry(a Await) bool {
+	_, ok := a.(StepRetry)
+	return ok
 }
 
 // invoke starts the child run of in for the run, which Finish has just suspended with

@@ -92,8 +92,7 @@ func TestAppendEntry(t *testing.T) {
 		for _, status := range []journal.Status{journal.StatusQueued, journal.StatusSuspended, journal.StatusCompleted, journal.StatusFailed} {
 			run := mustCreateRun(t, tx, claimed)
 			require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, step(1, "a", `1`), journal.Bounds{}))
-			_, err := journal.Finish(ctx, tx, run.ID, 1, journal.Outcome{Status: status, Output: json.RawMessage(`1`),
-				Error: &journal.ErrorInfo{Type: "t", Message: "m"}, WakeAfter: time.Hour})
+			_, err := journal.Finish(ctx, tx, run.ID, 1, outcomeWith(status))
 			require.NoError(t, err)
 			require.ErrorIs(t, journal.AppendEntry(ctx, tx, run.ID, 1, step(2, "b", `2`), journal.Bounds{}), journal.ErrSuperseded, status)
 			require.ErrorIs(t, journal.AppendEntry(ctx, tx, run.ID, 1, step(1, "a", `1`), journal.Bounds{}), journal.ErrSuperseded,
@@ -154,11 +153,11 @@ func TestClaimRun(t *testing.T) {
 		run := mustCreateRun(t, tx, claimed)
 		require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, step(1, "reserve", `true`), journal.Bounds{}))
 		fail := func(inv, seq, attempt int) {
-			_, err := journal.Finish(ctx, tx, run.ID, inv, journal.Outcome{Status: journal.StatusSuspended,
-				StepFailure: &journal.Failure{Seq: seq, Attempt: attempt, Name: "charge", Error: journal.ErrorInfo{Type: "card", Message: "declined"}}})
+			_, err := journal.Finish(ctx, tx, run.ID, inv, journal.RetryingStep(journal.StepRetry{
+				Failure: journal.Failure{Seq: seq, Attempt: attempt, Name: "charge", Error: journal.ErrorInfo{Type: "card", Message: "declined"}}}))
 			require.NoError(t, err)
 		}
-		fail(1, 2, 1) // WakeAfter 0: due at once
+		fail(1, 2, 1) // After 0: due at once
 
 		c, err := journal.ClaimRun(ctx, tx, run.ID, time.Minute)
 		require.NoError(t, err)
@@ -177,8 +176,7 @@ func TestClaimRun(t *testing.T) {
 
 		ok := step(2, "charge", `"ch_1"`)
 		ok.Attempt = 3
-		_, err = journal.Finish(ctx, tx, run.ID, 3, journal.Outcome{Status: journal.StatusQueued, Steps: []journal.Entry{ok},
-			Error: &journal.ErrorInfo{Type: "timeout", Message: "slow"}})
+		_, err = journal.Finish(ctx, tx, run.ID, 3, withSteps(journal.RetryingInvocation(journal.ErrorInfo{Type: "timeout", Message: "slow"}, 0), ok))
 		require.NoError(t, err)
 		c, err = journal.ClaimRun(ctx, tx, run.ID, time.Minute)
 		require.NoError(t, err)
@@ -195,8 +193,7 @@ func TestClaimRun(t *testing.T) {
 		t.Parallel()
 		ctx, tx := t.Context(), pgtest.Tx(t)
 		run := mustCreateRun(t, tx, claimed)
-		f, err := journal.Finish(ctx, tx, run.ID, 1, journal.Outcome{Status: journal.StatusSuspended,
-			Sleep: &journal.Entry{Seq: 1, Name: "nap"}, SleepFor: time.Hour})
+		f, err := journal.Finish(ctx, tx, run.ID, 1, journal.Sleeping(journal.Sleep{Seq: 1, Name: "nap", For: time.Hour}))
 		require.NoError(t, err)
 		_, err = journal.ClaimRun(ctx, tx, run.ID, time.Minute)
 		require.ErrorIs(t, err, journal.ErrNotDue, "it sleeps for an hour")
@@ -214,8 +211,7 @@ func TestClaimRun(t *testing.T) {
 		t.Parallel()
 		ctx, tx := t.Context(), pgtest.Tx(t)
 		run := mustCreateRun(t, tx, claimed)
-		_, err := journal.Finish(ctx, tx, run.ID, 1, journal.Outcome{Status: journal.StatusQueued,
-			Error: &journal.ErrorInfo{Type: "http_status", Message: "500"}, WakeAfter: time.Minute})
+		_, err := journal.Finish(ctx, tx, run.ID, 1, journal.RetryingInvocation(journal.ErrorInfo{Type: "http_status", Message: "500"}, time.Minute))
 		require.NoError(t, err)
 		_, err = journal.ClaimRun(ctx, tx, run.ID, time.Minute)
 		require.ErrorIs(t, err, journal.ErrNotDue)
@@ -229,8 +225,7 @@ func TestClaimRun(t *testing.T) {
 		ctx, tx := t.Context(), pgtest.Tx(t)
 		for _, status := range []journal.Status{journal.StatusCompleted, journal.StatusFailed} {
 			run := mustCreateRun(t, tx, claimed)
-			_, err := journal.Finish(ctx, tx, run.ID, 1, journal.Outcome{Status: status, Output: json.RawMessage(`1`),
-				Error: &journal.ErrorInfo{Type: "t", Message: "m"}})
+			_, err := journal.Finish(ctx, tx, run.ID, 1, terminal(status))
 			require.NoError(t, err)
 			_, err = journal.ClaimRun(ctx, tx, run.ID, time.Minute)
 			require.ErrorIs(t, err, journal.ErrNotDue, status)
@@ -245,35 +240,35 @@ func TestFinish(t *testing.T) {
 		t.Parallel()
 		ctx, tx := t.Context(), pgtest.Tx(t)
 		for _, o := range []journal.Outcome{
-			{Status: journal.StatusCompleted, Output: json.RawMessage(`{"ok":true}`), Steps: []journal.Entry{step(1, "a", `1`), step(2, "b", `2`)}},
-			{Status: journal.StatusFailed, Error: &journal.ErrorInfo{Type: "card", Message: "declined"}},
+			journal.Completed(json.RawMessage(`{"ok":true}`), step(1, "a", `1`), step(2, "b", `2`)),
+			journal.Failed(journal.ErrorInfo{Type: "card", Message: "declined"}),
 		} {
 			run := mustCreateRun(t, tx, claimed)
 			f, err := journal.Finish(ctx, tx, run.ID, 1, o)
 			require.NoError(t, err)
-			require.Equal(t, o.Status, f.Status)
+			require.Equal(t, o.Status(), f.Status)
 			require.Nil(t, f.WakeAt)
 			require.False(t, f.Clock.Before(dbNow(t, tx)), "the wall clock, not the transaction's start")
 
 			got := mustGetRun(t, tx, run)
-			require.Equal(t, o.Status, got.Status)
+			require.Equal(t, o.Status(), got.Status)
 			require.True(t, got.Status.Terminal())
 			require.Equal(t, dbNow(t, tx), *got.FinishedAt)
 			require.Nil(t, got.LeaseUntil)
 			require.Nil(t, got.WakeAt)
-			require.Equal(t, o.Error, got.Error)
-			if o.Output != nil {
-				require.JSONEq(t, string(o.Output), string(got.Output))
+			require.Equal(t, o.Error(), got.Error)
+			if o.Output() != nil {
+				require.JSONEq(t, string(o.Output()), string(got.Output))
 			} else {
 				require.Nil(t, got.Output)
 			}
 			require.Len(t, mustEntries(t, tx, run.ID), len(o.Steps), "its unjournaled steps are journaled")
 
-			_, err = journal.Finish(ctx, tx, run.ID, 1, journal.Outcome{Status: journal.StatusCompleted, Output: json.RawMessage(`2`)})
-			require.ErrorIs(t, err, journal.ErrSuperseded, "%s: a second outcome", o.Status)
+			_, err = journal.Finish(ctx, tx, run.ID, 1, journal.Completed(json.RawMessage(`2`)))
+			require.ErrorIs(t, err, journal.ErrSuperseded, "%s: a second outcome", o.Status())
 			_, err = journal.CancelRun(ctx, tx, run.Tenant, run.ID, journal.Identity{Subject: "late"})
 			require.ErrorIs(t, err, journal.ErrFinished)
-			require.Equal(t, got, mustGetRun(t, tx, run), "%s: nothing changes a finished run", o.Status)
+			require.Equal(t, got, mustGetRun(t, tx, run), "%s: nothing changes a finished run", o.Status())
 		}
 	})
 
@@ -281,9 +276,8 @@ func TestFinish(t *testing.T) {
 		t.Parallel()
 		ctx, tx := t.Context(), pgtest.Tx(t)
 		run := mustCreateRun(t, tx, claimed)
-		f, err := journal.Finish(ctx, tx, run.ID, 1, journal.Outcome{Status: journal.StatusSuspended,
-			Steps: []journal.Entry{step(1, "reserve", `1`), step(2, "charge", `2`)},
-			Sleep: &journal.Entry{Seq: 3, Kind: journal.KindSleep, Name: "cool-off"}, SleepFor: 90 * time.Second})
+		f, err := journal.Finish(ctx, tx, run.ID, 1, journal.Sleeping(journal.Sleep{Seq: 3, Name: "cool-off", For: 90 * time.Second},
+			step(1, "reserve", `1`), step(2, "charge", `2`)))
 		require.NoError(t, err)
 		require.Equal(t, journal.StatusSuspended, f.Status)
 		now := dbNow(t, tx)
@@ -309,8 +303,7 @@ func TestFinish(t *testing.T) {
 
 		// A sleep with an absolute wake time keeps it.
 		until := now.Add(time.Hour).Truncate(time.Microsecond)
-		f, err = journal.Finish(ctx, tx, run.ID, c.Run.Invocation, journal.Outcome{Status: journal.StatusSuspended,
-			Sleep: &journal.Entry{Seq: 4, Name: "until", WakeAt: &until}, SleepFor: time.Second})
+		f, err = journal.Finish(ctx, tx, run.ID, c.Run.Invocation, journal.Sleeping(journal.Sleep{Seq: 4, Name: "until", Until: &until, For: time.Second}))
 		require.NoError(t, err)
 		require.True(t, until.Equal(*f.WakeAt), "%s != %s", until, f.WakeAt)
 
@@ -319,8 +312,7 @@ func TestFinish(t *testing.T) {
 		c, err = journal.ClaimRun(ctx, tx, run.ID, time.Minute)
 		require.NoError(t, err)
 		err = inSavepoint(t, tx, func(sp pgx.Tx) error {
-			_, err := journal.Finish(ctx, sp, run.ID, c.Run.Invocation, journal.Outcome{Status: journal.StatusSuspended,
-				Sleep: &journal.Entry{Seq: 2, Name: "again"}, SleepFor: time.Second})
+			_, err := journal.Finish(ctx, sp, run.ID, c.Run.Invocation, journal.Sleeping(journal.Sleep{Seq: 2, Name: "again", For: time.Second}))
 			return err
 		})
 		require.ErrorIs(t, err, journal.ErrConflict)
@@ -331,7 +323,7 @@ func TestFinish(t *testing.T) {
 		ctx, tx := t.Context(), pgtest.Tx(t)
 		run := mustCreateRun(t, tx, claimed)
 		e := &journal.ErrorInfo{Type: "timeout", Message: "did not answer", Retryable: true}
-		f, err := journal.Finish(ctx, tx, run.ID, 1, journal.Outcome{Status: journal.StatusQueued, Error: e, WakeAfter: 2 * time.Second})
+		f, err := journal.Finish(ctx, tx, run.ID, 1, journal.RetryingInvocation(*e, 2*time.Second))
 		require.NoError(t, err)
 		require.Equal(t, journal.StatusQueued, f.Status)
 		require.Equal(t, dbNow(t, tx).Add(2*time.Second), *f.WakeAt)
@@ -349,17 +341,16 @@ func TestFinish(t *testing.T) {
 		mustExec(t, tx, `UPDATE stepgate.run SET wake_at = now() WHERE id = $1`, run.ID)
 		c, err := journal.ClaimRun(ctx, tx, run.ID, time.Minute)
 		require.NoError(t, err)
-		_, err = journal.Finish(ctx, tx, run.ID, c.Run.Invocation, journal.Outcome{Status: journal.StatusQueued, Error: e})
+		_, err = journal.Finish(ctx, tx, run.ID, c.Run.Invocation, journal.RetryingInvocation(*e, 0))
 		require.NoError(t, err)
 		require.Equal(t, 2, mustGetRun(t, tx, run).FailedInvocations, "failures in a row add up")
 		fs = mustFailures(t, tx, run.ID)
 		require.Len(t, fs, 2)
 		require.Equal(t, 2, fs[1].Attempt)
 
-		c, err = journal.ClaimRun(ctx, tx, run.ID, time.Minute) // WakeAfter 0: due at once
+		c, err = journal.ClaimRun(ctx, tx, run.ID, time.Minute) // after 0: due at once
 		require.NoError(t, err)
-		_, err = journal.Finish(ctx, tx, run.ID, c.Run.Invocation, journal.Outcome{Status: journal.StatusSuspended,
-			Sleep: &journal.Entry{Seq: 1, Name: "nap"}, SleepFor: time.Second})
+		_, err = journal.Finish(ctx, tx, run.ID, c.Run.Invocation, journal.Sleeping(journal.Sleep{Seq: 1, Name: "nap", For: time.Second}))
 		require.NoError(t, err)
 		require.Zero(t, mustGetRun(t, tx, run).FailedInvocations, "progress resets the count")
 	})
@@ -370,14 +361,14 @@ func TestFinish(t *testing.T) {
 		run := mustCreateRun(t, tx, claimed)
 		before := mustGetRun(t, tx, run)
 		for _, o := range []journal.Outcome{
-			{Status: journal.StatusCompleted, Output: json.RawMessage(`1`), Steps: []journal.Entry{step(1, "a", `1`)}},
-			{Status: journal.StatusCompleted, Output: json.RawMessage(`1`)},
-			{Status: journal.StatusSuspended, Sleep: &journal.Entry{Seq: 1, Name: "nap"}, SleepFor: time.Second,
-				StepFailure: &journal.Failure{Seq: 1, Attempt: 1, Name: "a", Error: journal.ErrorInfo{Type: "t", Message: "m"}}},
-			{Status: journal.StatusQueued, Error: &journal.ErrorInfo{Type: "t", Message: "m"}},
+			journal.Completed(json.RawMessage(`1`), step(1, "a", `1`)),
+			journal.Completed(json.RawMessage(`1`)),
+			journal.Sleeping(journal.Sleep{Seq: 1, Name: "nap", For: time.Second}),
+			journal.RetryingStep(journal.StepRetry{Failure: journal.Failure{Seq: 1, Attempt: 1, Name: "a", Error: journal.ErrorInfo{Type: "t", Message: "m"}}}),
+			journal.RetryingInvocation(journal.ErrorInfo{Type: "t", Message: "m"}, 0),
 		} {
 			_, err := journal.Finish(ctx, tx, run.ID, 2, o)
-			require.ErrorIs(t, err, journal.ErrSuperseded, o.Status)
+			require.ErrorIs(t, err, journal.ErrSuperseded, o.Status())
 		}
 		require.Equal(t, before, mustGetRun(t, tx, run))
 		require.Empty(t, mustEntries(t, tx, run.ID))
@@ -388,13 +379,13 @@ func TestFinish(t *testing.T) {
 		ids, err := journal.ReapExpiredLeases(ctx, tx, 1000)
 		require.NoError(t, err)
 		require.Contains(t, ids, run.ID)
-		_, err = journal.Finish(ctx, tx, run.ID, 1, journal.Outcome{Status: journal.StatusCompleted, Output: json.RawMessage(`1`)})
+		_, err = journal.Finish(ctx, tx, run.ID, 1, journal.Completed(json.RawMessage(`1`)))
 		require.ErrorIs(t, err, journal.ErrSuperseded, "its run was requeued")
 		c, err := journal.ClaimRun(ctx, tx, run.ID, time.Minute)
 		require.NoError(t, err)
-		_, err = journal.Finish(ctx, tx, run.ID, 1, journal.Outcome{Status: journal.StatusCompleted, Output: json.RawMessage(`1`)})
+		_, err = journal.Finish(ctx, tx, run.ID, 1, journal.Completed(json.RawMessage(`1`)))
 		require.ErrorIs(t, err, journal.ErrSuperseded, "another invocation owns its run")
-		_, err = journal.Finish(ctx, tx, run.ID, c.Run.Invocation, journal.Outcome{Status: journal.StatusCompleted, Output: json.RawMessage(`2`)})
+		_, err = journal.Finish(ctx, tx, run.ID, c.Run.Invocation, journal.Completed(json.RawMessage(`2`)))
 		require.NoError(t, err)
 		require.JSONEq(t, `2`, string(mustGetRun(t, tx, run).Output))
 	})
@@ -420,12 +411,12 @@ func TestNotify(t *testing.T) {
 			return err
 		}))
 	}
-	completed := journal.Outcome{Status: journal.StatusCompleted, Output: json.RawMessage(`1`)}
+	completed := journal.Completed(json.RawMessage(`1`))
 
 	// Nobody attached: no notification, even when the outcome itself asks (the
 	// finishing process tells its own waiters).
 	alone := mustCreateRun(t, db, claimed)
-	finish(alone, 1, journal.Outcome{Status: journal.StatusCompleted, Output: json.RawMessage(`1`), Notify: true})
+	finish(alone, 1, notifying(journal.Completed(json.RawMessage(`1`))))
 
 	// A waiter attached from another request.
 	attached := mustCreateRun(t, db, claimed)
@@ -438,7 +429,7 @@ func TestNotify(t *testing.T) {
 
 	// The starter waits: its invocation suspended with Notify, a later one completes.
 	waited := mustCreateRun(t, db, claimed)
-	finish(waited, 1, journal.Outcome{Status: journal.StatusSuspended, Sleep: &journal.Entry{Seq: 1, Name: "nap"}, Notify: true})
+	finish(waited, 1, notifying(journal.Sleeping(journal.Sleep{Seq: 1, Name: "nap"})))
 	c, err := journal.ClaimRun(ctx, db, waited.ID, time.Minute)
 	require.NoError(t, err)
 	finish(waited, c.Run.Invocation, completed)
@@ -447,7 +438,7 @@ func TestNotify(t *testing.T) {
 	failed := mustCreateRun(t, db, claimed)
 	_, err = journal.Attach(ctx, db, failed.Tenant, failed.ID)
 	require.NoError(t, err)
-	finish(failed, 1, journal.Outcome{Status: journal.StatusFailed, Error: &journal.ErrorInfo{Type: "attempts_exhausted", Message: "gave up"}})
+	finish(failed, 1, journal.Failed(journal.ErrorInfo{Type: "attempts_exhausted", Message: "gave up"}))
 
 	// Notifications arrive in commit order, so the first being attached's proves that
 	// alone's committed update sent none.
@@ -518,8 +509,7 @@ func TestReapExpiredLeases(t *testing.T) {
 	// An applied answer (a suspension) resets it.
 	c, err = journal.ClaimRun(ctx, tx, expired.ID, time.Minute)
 	require.NoError(t, err)
-	_, err = journal.Finish(ctx, tx, expired.ID, c.Run.Invocation, journal.Outcome{
-		Status: journal.StatusSuspended, Sleep: &journal.Entry{Seq: 2, Name: "nap"}, SleepFor: time.Hour})
+	_, err = journal.Finish(ctx, tx, expired.ID, c.Run.Invocation, journal.Sleeping(journal.Sleep{Seq: 2, Name: "nap", For: time.Hour}))
 	require.NoError(t, err)
 	require.Equal(t, 0, mustGetRun(t, tx, expired).Recoveries)
 }
@@ -530,7 +520,7 @@ func TestRenewAndReleaseLeases(t *testing.T) {
 	a := mustCreateRun(t, tx, claimed)
 	b := mustCreateRun(t, tx, claimed)
 	done := mustCreateRun(t, tx, claimed)
-	_, err := journal.Finish(ctx, tx, done.ID, 1, journal.Outcome{Status: journal.StatusCompleted, Output: json.RawMessage(`1`)})
+	_, err := journal.Finish(ctx, tx, done.ID, 1, journal.Completed(json.RawMessage(`1`)))
 	require.NoError(t, err)
 	mustExec(t, tx, `UPDATE stepgate.run SET lease_until = now() - interval '1 s' WHERE id = $1`, a.ID)
 

@@ -375,6 +375,12 @@ func TestDashboard(t *testing.T) {
 		b.click("open its charge step", `details[data-testid="step-charge"] > summary`)
 		b.visible("its output", `details[data-testid="step-charge"] [data-testid=step-output]`)
 		b.shoot("run")
+
+		rows := `[...document.querySelectorAll("[data-testid=timeline] details.wf-item")]`
+		b.click("expand all", "[data-testid=timeline] .panel-tools button:first-child")
+		b.poll("every row open", rows+`.every((d) => d.open)`)
+		b.click("collapse all", "[data-testid=timeline] .panel-tools button:last-child")
+		b.poll("every row closed", rows+`.every((d) => !d.open)`)
 	})
 
 	t.Run("CancelSleepingRun", func(t *testing.T) {
@@ -388,6 +394,7 @@ func TestDashboard(t *testing.T) {
 		require.Equal(t, "2", b.text("its recoveries", "[data-testid=recoveries]"))
 		require.Contains(t, b.text("what it waits on", "[data-testid=waiting]"), "cool-off")
 		t.Logf("screenshot: %s", b.screenshot("run-sleeping"))
+		b.click("open a step", `details[data-testid="step-charge"] > summary`)
 		b.click("cancel", "[data-testid=cancel-run]")
 		b.visible("the confirm dialog", "dialog[open] [data-testid=confirm]")
 		t.Logf("screenshot: %s", b.screenshot("run-cancel-dialog"))
@@ -395,6 +402,7 @@ func TestDashboard(t *testing.T) {
 		b.visible("it shows cancelled", runStatus("cancelled"))
 		require.Equal(t, api.RunStatusCancelled, getRun(t, c, id).Status)
 		require.Contains(t, b.text("who cancelled", "[data-testid=cancelled-by]"), "tester")
+		b.visible("the step stays open across the refresh", `details[data-testid="step-charge"][open] [data-testid=step-output]`)
 		gone := run(b, "no cancel button on a finished run", chromedp.Evaluate[bool](`!document.querySelector("[data-testid=cancel-run]")`))
 		require.True(t, gone)
 	})

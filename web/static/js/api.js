@@ -48,13 +48,15 @@ export function claims(t = token) {
   }
 }
 
-// The permissions table of openapi.yaml.
+// The permissions each role grants: auth/permission.go's table, "*" standing for every
+// permission. web's TestRoleTable reads it as JSON (trailing commas aside) and requires
+// it to equal auth's.
 const ROLE_PERMISSIONS = {
-  admin: ["*"],
-  developer: ["functions:read", "functions:write", "runs:invoke", "runs:read", "runs:manage", "events:send"],
-  operator: ["functions:read", "runs:read", "runs:manage"],
-  invoker: ["functions:read", "runs:invoke", "runs:read", "events:send"],
-  viewer: ["functions:read", "runs:read"],
+  "admin": ["*"],
+  "developer": ["functions:read", "functions:write", "runs:invoke", "runs:read", "runs:manage", "events:send"],
+  "operator": ["functions:read", "runs:read", "runs:manage"],
+  "invoker": ["functions:read", "runs:invoke", "runs:read", "events:send"],
+  "viewer": ["functions:read", "runs:read"],
 };
 
 let sessionRoles = null; // the roles the gateway read from the token, once the session says

@@ -1,0 +1,39 @@
+package invoker
+
+import (
+	"encoding/json"
+
+	"github.com/google/uuid"
+
+	"github.com/stepgate/stepgate/auth"
+	"github.com/stepgate/stepgate/functions/names"
+	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/journal"
+)
+
+// invokeAwait: the run starts a child run of a function of its tenant (current revision)
+// as its own identity, and waits for it; the child's end journals its outcome at the
+// await's seq and makes the run due (journal.Finish, journal.CancelRun).
+var invokeAwait = awaitKind{
+	validate: func(c answerCheck, w *api.Await) *journal.ErrorInfo {
+		if w.Function == nil {
+			return c.bad("an invoke needs a function")
+		}
+		if err := names.CheckFunction("invoke: function", *w.Function); err != nil {
+			return c.bad("%v", err)
+		}
+		return c.json("await.input", w.Input)
+	},
+	outcome: func(_ *Invoker, _ *revision, claim *journal.Claim, w *api.Await, steps []journal.Entry) journal.Outcome {
+		in := journal.Invoke{
+			Seq: w.Seq, Name: w.Name, ChildID: uuid.Must(uuid.NewV7()).String(), Function: *w.Function,
+			// The child runs as the run's identity: its invoke_roles are checked against
+			// that identity, as the gateway checks a caller's.
+			CheckInvokeRoles: !auth.Identity(claim.Run.Identity).IsAdmin(),
+		}
+		if w.Input != nil {
+			in.Input = json.RawMessage(*w.Input)
+		}
+		return journal.InvokingChild(in, steps...)
+	},
+}

@@ -1,0 +1,128 @@
+package journal
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Awaiting is what a suspended run waits for, stored on the run (run.awaiting) and shown
+// by the API, so that no reader has to guess it from the journal.
+type Awaiting struct {
+	Kind string `json:"kind"` // AwaitSleep, AwaitRetry or AwaitInvoke
+	Seq  int    `json:"seq"`  // The journal seq the run resumes at.
+	Name string `json:"name"`
+	// Attempt is the failed attempt of a step a retry waits to make again.
+	Attempt int `json:"attempt,omitempty"`
+	// ChildID and Function name the child run an invoke waits for.
+	ChildID  string `json:"child_id,omitempty"`
+	Function string `json:"function,omitempty"`
+}
+
+// Await kinds.
+const (
+	AwaitSleep  = "sleep"
+	AwaitRetry  = "retry"
+	AwaitInvoke = "invoke"
+)
+
+// Await is what a suspended run waits for: a Sleep, a StepRetry or an Invoke. Each kind
+// says where it sits in the journal, when the run is due again, and what Finish writes
+// for it besides the run's status.
+type Await interface {
+	// awaiting describes the await as it is stored on the run.
+	awaiting() Awaiting
+	// wake returns the run's wake time: until (absolute), or after (from the database
+	// clock), or neither when something else makes it due (a child's end).
+	wake() (until *time.Time, after time.Duration, timed bool)
+	// write journals what the await needs in db, the transaction of Finish's fenced
+	// update (which holds the run's row lock), and completes f.
+	write(ctx context.Context, db DB, w awaitWrite, f *Finished) error
+}
+
+// awaitWrite is what an await's write knows of the run.
+type awaitWrite struct {
+	runID      string
+	invocation int
+	tenant     string
+	identity   Identity
+	bounds     Bounds
+}
+
+// Sleep waits until a time: the entry at Seq, of kind KindSleep, journals it with its
+// wake time, Until or For from the database clock.
+type Sleep struct {
+	Seq   int
+	Name  string
+	Until *time.Time
+	For   time.Duration
+}
+
+func (s Sleep) awaiting() Awaiting { return Awaiting{Kind: AwaitSleep, Seq: s.Seq, Name: s.Name} }
+
+func (s Sleep) wake() (*time.Time, time.Duration, bool) { return s.Until, s.For, true }
+
+func (s Sleep) write(ctx context.Context, db DB, w awaitWrite, f *Finished) error {
+	_, err := db.Exec(ctx, `
+		INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, wake_at, invocation, journal_bytes)
+		VALUES ($1, $2, $3, $4, $5, $6, `+prevBytes("$1", "$2")+`)`,
+		w.runID, s.Seq, KindSleep, s.Name, f.WakeAt, w.invocation)
+	if isUniqueViolation(err) {
+		return fmt.Errorf("%w: seq %d is already journaled", ErrConflict, s.Seq)
+	}
+	if err != nil {
+		return fmt.Errorf("journal sleep of run %s: %w", w.runID, unstorable(err))
+	}
+	return nil
+}
+
+// StepRetry waits to run a failed step again: Failure is recorded, not journaled (the
+// step has no entry until it succeeds or runs out of attempts), and the run is due
+// After from the database clock.
+type StepRetry struct {
+	Failure Failure
+	After   time.Duration
+}
+
+func (r StepRetry) awaiting() Awaiting {
+	return Awaiting{Kind: AwaitRetry, Seq: r.Failure.Seq, Name: r.Failure.Name, Attempt: r.Failure.Attempt}
+}
+
+func (r StepRetry) wake() (*time.Time, time.Duration, bool) { return nil, r.After, true }
+
+func (r StepRetry) write(ctx context.Context, db DB, w awaitWrite, _ *Finished) error {
+	sf := r.Failure
+	if _, err := db.Exec(ctx, `
+		INSERT INTO stepgate.attempt_failure (run_id, seq, attempt, name, error)
+		VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`,
+		w.runID, sf.Seq, sf.Attempt, sf.Name, sf.Error); err != nil {
+		return fmt.Errorf("record step failure of run %s: %w", w.runID, err)
+	}
+	return nil
+}
+
+// Invoke is a run's call of another function: a child run, whose outcome is journaled
+// in the run at Seq, as an entry of kind KindInvoke named Name, when it ends; that end
+// makes the run due (it has no wake time meanwhile).
+type Invoke struct {
+	Seq      int
+	Name     string
+	ChildID  string // A UUID chosen by the caller for the child run.
+	Function string // In the run's tenant, at its current revision.
+	Input    json.RawMessage
+	// CheckInvokeRoles refuses the child when the function's invoke_roles exclude the
+	// roles of the run's identity, which the child inherits. Leave it false when that
+	// identity may invoke anything (an admin).
+	CheckInvokeRoles bool
+}
+
+func (in Invoke) awaiting() Awaiting {
+	return Awaiting{Kind: AwaitInvoke, Seq: in.Seq, Name: in.Name, ChildID: in.ChildID, Function: in.Function}
+}
+
+func (in Invoke) wake() (*time.Time, time.Duration, bool) { return nil, 0, false }
+
+func (in Invoke) write(ctx context.Context, db DB, w awaitWrite, f *Finished) error {
+	return invoke(ctx, db, w.runID, w.invocation, w.tenant, w.identity, &in, f)
+}

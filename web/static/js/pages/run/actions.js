@@ -1,0 +1,51 @@
+// The run's actions: cancel a run that has not ended, rerun one that has. Each asks
+// first, and shows only when the token's roles allow it.
+
+import { h, icon, navigate, TERMINAL } from "../../dom.js";
+import { request, can } from "../../api.js";
+import { confirmAction, toast } from "../../dialog.js";
+
+/** runActions returns the buttons for r; onCancelled runs once the gateway cancelled it. */
+export function runActions(r, { onCancelled }) {
+  const actions = h("div", { class: "page-actions" });
+  if (!TERMINAL.has(r.status) && can("runs:manage")) {
+    actions.append(h("button", { type: "button", class: "btn danger-outline", "data-testid": "cancel-run", onclick: () => cancel(r, onCancelled) }, icon("stop", 13), "Cancel run"));
+  }
+  if (TERMINAL.has(r.status) && can("runs:invoke")) {
+    actions.append(h("button", { type: "button", class: "btn", "data-testid": "rerun-run", onclick: () => rerun(r) }, icon("rerun", 14), "Rerun"));
+  }
+  return actions;
+}
+
+async function cancel(r, onCancelled) {
+  const res = await confirmAction({
+    title: "Cancel this run?",
+    body: [
+      h("p", null, "The run of ", h("strong", null, r.function), " becomes ", h("strong", null, "cancelled"), " at once."),
+      h("p", { class: "muted" }, "A running invocation is fenced out (its checkpoints and answer are refused) and the function is not called again. This cannot be undone, but you can rerun it later."),
+    ],
+    confirmLabel: "Cancel run",
+    cancelLabel: "Keep running",
+    danger: true,
+    action: () => request(`/v1/runs/${r.id}/cancel`, { method: "POST" }),
+  });
+  if (!res) return;
+  toast("Run cancelled");
+  onCancelled();
+}
+
+async function rerun(r) {
+  const res = await confirmAction({
+    title: "Rerun this run?",
+    body: [
+      h("p", null, "A new run of ", h("strong", null, r.function), " starts with this run's input, on the function's current revision, as you."),
+      h("p", { class: "muted" }, "This run stays as it is, with its own identity; the new one links back to it."),
+    ],
+    confirmLabel: "Start rerun",
+    action: () => request(`/v1/runs/${r.id}/rerun`, { method: "POST" }),
+  });
+  if (res && res.id) {
+    toast("Rerun started");
+    navigate(`#/runs/${res.id}`);
+  }
+}

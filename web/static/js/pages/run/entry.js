@@ -1,0 +1,77 @@
+// One journal entry's row of the waterfall: a step (with its failed attempts before
+// it), a sleep, or a child run's outcome.
+
+import { h, icon, fmtDuration, fmtTime, countdown, TERMINAL, ms } from "../../dom.js";
+import { jsonPanel, jsonView } from "../../json.js";
+import { item, bar, marker, failureTable, kv } from "./row.js";
+
+/** entryRow returns the row of journal entry e of run r; failures are e's failed attempts. */
+export function entryRow(r, { key, entry: e, failures }) {
+  const start = e.started_at || e.finished_at;
+  const track = [];
+  if (failures.length && start) {
+    track.push(h("div", { class: "wf-retries", "data-a": failures[0].created_at, "data-b": start, title: `${failures.length} failed attempt${failures.length === 1 ? "" : "s"} before this outcome` }));
+  }
+  const { bars, dur } = e.kind === "sleep" ? sleepBar(r, e) : stepBar(e, start);
+  track.push(...bars, ...failures.map(marker));
+  return item(key, {
+    testid: `step-${e.name}`,
+    cls: e.error ? "is-failed" : "",
+    label: label(e, failures),
+    track,
+    dur,
+    detail: detail(e, failures),
+  });
+}
+
+// sleepBar is a sleep's bar, active while the run sleeps in it, and its duration.
+function sleepBar(r, e) {
+  const from = e.started_at || e.finished_at || r.created_at;
+  const sleeping = !TERMINAL.has(r.status) && e.until && ms(e.until) > Date.now();
+  return {
+    bars: [bar(`sleep${sleeping ? " active" : ""}`, from, e.until || from, `sleep until ${fmtTime(e.until)}`)],
+    dur: sleeping ? h("span", { class: "wake" }, "wakes ", countdown(e.until)) : h("span", { class: "num" }, fmtDuration(ms(e.until) - ms(from))),
+  };
+}
+
+// stepBar is a step's bar from start, and its duration.
+function stepBar(e, start) {
+  if (!start) return { bars: [], dur: h("span", { class: "muted" }, "—") };
+  return {
+    bars: [bar(e.error ? "err" : "ok", start, e.finished_at || start, `${e.name}: ${fmtDuration(ms(e.finished_at) - ms(start))}`)],
+    dur: h("span", { class: "num" }, e.finished_at && e.started_at ? fmtDuration(ms(e.finished_at) - ms(e.started_at)) : "—"),
+  };
+}
+
+function label(e, failures) {
+  const isSleep = e.kind === "sleep";
+  const attempt = e.attempt || 1;
+  return h("span", { class: "wf-name" },
+    h("span", { class: "seq" }, String(e.seq)),
+    icon(isSleep ? "moonSleep" : "zap", 13),
+    h("span", { class: "name", title: e.name }, e.name),
+    isSleep ? h("span", { class: "tag sleep" }, "sleep") : null,
+    e.kind === "invoke" ? h("span", { class: "tag", title: "the outcome of a child run" }, "invoke") : null,
+    attempt > 1 || failures.length ? h("span", { class: "tag warn", title: `${failures.length} failed attempt(s)` }, `attempt ${attempt}`) : null,
+    e.error ? h("span", { class: "tag err" }, "failed") : null);
+}
+
+function detail(e, failures) {
+  const isSleep = e.kind === "sleep";
+  const out = [
+    h("dl", { class: "kv" },
+      kv("Seq", String(e.seq)),
+      kv("Kind", e.kind),
+      e.started_at ? kv("Started", fmtTime(e.started_at)) : null,
+      e.finished_at ? kv("Finished", fmtTime(e.finished_at)) : null,
+      isSleep ? kv("Until", e.until ? fmtTime(e.until) : "—") : kv("Attempt", String(e.attempt || 1))),
+  ];
+  // A sleep has no output; its wake time is the whole story.
+  if (!isSleep && e.error) {
+    out.push(h("div", { class: "step-error", "data-testid": "step-error" }, h("div", { class: "label" }, "Error"), jsonView(e.error)));
+  } else if (!isSleep) {
+    out.push(jsonPanel("Output", e.output, { testid: "step-output", empty: "no output (null)", open: 3 }));
+  }
+  if (failures.length) out.push(failureTable(failures));
+  return out;
+}

@@ -1,0 +1,48 @@
+// The facts card: the run's function and revision, its times, attempts, and where it
+// came from (idempotency key, parent, rerun, who cancelled it).
+
+import { h, fmtTime, fmtDateTime, elapsed, shortID } from "../../dom.js";
+
+/**
+ * facts returns the facts card of r. fn is the function's current revision ({revision}),
+ * or null until it is known; a run on an older one says so.
+ */
+export function facts(r, fn) {
+  const rows = [
+    ["Function", h("span", null, h("a", { href: `#/runs?function=${encodeURIComponent(r.function)}` }, r.function))],
+    ["Revision", h("span", null, h("span", { class: "mono" }, `v${r.revision}`),
+      fn && fn.revision !== r.revision ? h("span", { class: "muted" }, ` (current: v${fn.revision})`) : null)],
+    ["Created", time(r.created_at)],
+    ["Started", r.started_at ? time(r.started_at) : h("span", { class: "muted" }, "not yet")],
+    ["Finished", r.finished_at ? time(r.finished_at) : h("span", { class: "muted" }, "—")],
+    ["Duration", r.started_at ? elapsed(r.started_at, r.finished_at) : h("span", { class: "muted" }, "—")],
+    ["Attempts", h("span", { class: "num" }, String(r.attempts))],
+  ];
+  if (r.recoveries > 0) {
+    rows.push(["Recoveries", h("span", { class: "num", "data-testid": "recoveries",
+      title: "Times in a row the run's gateway died, stopped or lost the database during its invocation, " +
+        "and another gateway took it over. Not failed attempts." }, String(r.recoveries))]);
+  }
+  if (r.idempotency_key) rows.push(["Idempotency key", h("span", { class: "mono wrap" }, r.idempotency_key)]);
+  if (r.parent_id) {
+    rows.push(["Parent run", h("span", null, runLink(r.parent_id),
+      r.parent_name ? h("span", { class: "muted" }, ` · step ${r.parent_seq} ${r.parent_name}`) : null)]);
+  }
+  if (r.rerun_of) {
+    rows.push(["Rerun of", h("span", { "data-testid": "rerun-of" }, runLink(r.rerun_of),
+      h("span", { class: "muted" }, ` · by ${r.identity.subject}`))]);
+  }
+  if (r.cancelled_by) {
+    rows.push(["Cancelled by", h("span", { "data-testid": "cancelled-by", class: "mono" }, r.cancelled_by.subject,
+      h("span", { class: "muted" }, ` (${(r.cancelled_by.roles || []).join(", ") || "no roles"})`))]);
+  }
+  return h("dl", { class: "facts card" }, rows.map(([k, v]) => h("div", { class: "fact" }, h("dt", null, k), h("dd", null, v))));
+}
+
+function time(t) {
+  return h("span", { title: fmtDateTime(t) }, fmtTime(t));
+}
+
+function runLink(id) {
+  return h("a", { href: `#/runs/${id}`, class: "mono" }, shortID(id));
+}
