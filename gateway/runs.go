@@ -250,7 +250,7 @@ func runToAPI(run *journal.Run, io bool) api.Run {
 		Error:    invoker.ErrorToAPI(run.Error),
 		Identity: invoker.IdentityToAPI(run.Identity), IdempotencyKey: run.IdempotencyKey, ParentId: run.ParentID,
 		ParentSeq: run.ParentSeq, ParentName: run.ParentName, RerunOf: run.RerunOf, Attempts: run.Attempts, Recoveries: run.Recoveries, WakeAt: run.WakeAt, CreatedAt: run.CreatedAt, StartedAt: run.StartedAt,
-		FinishedAt: run.FinishedAt, CancelledBy: identityPtr(run.CancelledBy),
+		FinishedAt: run.FinishedAt, CancelledBy: identityPtr(run.CancelledBy), Awaiting: invoker.AwaitingToAPI(run.Awaiting),
 	}
 	if io {
 		r.Input, r.Output = rawPtr(run.Input), rawPtr(run.Output)
@@ -298,9 +298,9 @@ func (s *Server) GetRun(ctx context.Context, req server.GetRunRequestObject) (se
 		Id: r.Id, Function: r.Function, Revision: r.Revision, Status: r.Status, Input: r.Input, Output: r.Output,
 		Error: r.Error, Identity: r.Identity, IdempotencyKey: r.IdempotencyKey, ParentId: r.ParentId,
 		ParentSeq: r.ParentSeq, ParentName: r.ParentName, RerunOf: r.RerunOf, Attempts: r.Attempts, Recoveries: r.Recoveries, WakeAt: r.WakeAt, CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
-		CancelledBy: r.CancelledBy,
-		Journal:     make([]api.JournalEntry, 0, len(d.Journal)),
-		Failures:    make([]api.AttemptFailure, 0, len(d.Failures)),
+		CancelledBy: r.CancelledBy, Awaiting: r.Awaiting,
+		Journal:  make([]api.JournalEntry, 0, len(d.Journal)),
+		Failures: make([]api.AttemptFailure, 0, len(d.Failures)),
 	}
 	for _, e := range d.Journal {
 		out.Journal = append(out.Journal, invoker.EntryToAPI(e))

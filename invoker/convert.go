@@ -85,3 +85,18 @@ func IdentityToAPI(id journal.Identity) api.Identity {
 	}
 	return out
 }
+
+// AwaitingToAPI returns what a run awaits for the API, or nil.
+func AwaitingToAPI(a *journal.Awaiting) *api.Awaiting {
+	if a == nil {
+		return nil
+	}
+	out := &api.Awaiting{Kind: api.AwaitingKind(a.Kind), Seq: a.Seq, Name: a.Name}
+	if a.Attempt > 0 {
+		out.Attempt = &a.Attempt
+	}
+	if a.ChildID != "" {
+		out.ChildId, out.Function = &a.ChildID, &a.Function
+	}
+	return out
+}

@@ -59,6 +59,27 @@ func (e AwaitType) Valid() bool {
 	}
 }
 
+// Defines values for AwaitingKind.
+const (
+	AwaitingKindInvoke AwaitingKind = "invoke"
+	AwaitingKindRetry  AwaitingKind = "retry"
+	AwaitingKindSleep  AwaitingKind = "sleep"
+)
+
+// Valid indicates whether the value is a known member of the AwaitingKind enum.
+func (e AwaitingKind) Valid() bool {
+	switch e {
+	case AwaitingKindInvoke:
+		return true
+	case AwaitingKindRetry:
+		return true
+	case AwaitingKindSleep:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for EntryKind.
 const (
 	EntryKindEvent  EntryKind = "event"
@@ -308,6 +329,24 @@ type Await struct {
 
 // AwaitType defines model for AwaitType.
 type AwaitType string
+
+// Awaiting What a suspended run waits for, as its function's last answer said: a sleep, a failed step's retry, or a child run. The run resumes at `seq`; `wake_at` on the run says when, except for a child run, whose end wakes it. Absent when the run waits for nothing.
+type Awaiting struct {
+	// Attempt retry: the step's attempt that failed.
+	Attempt *int `json:"attempt,omitempty"`
+
+	// ChildId invoke: the child run.
+	ChildId *string `json:"child_id,omitempty"`
+
+	// Function invoke: the child run's function.
+	Function *string      `json:"function,omitempty"`
+	Kind     AwaitingKind `json:"kind"`
+	Name     string       `json:"name"`
+	Seq      int          `json:"seq"`
+}
+
+// AwaitingKind defines model for Awaiting.Kind.
+type AwaitingKind string
 
 // Checkpoint defines model for Checkpoint.
 type Checkpoint struct {
@@ -618,6 +657,9 @@ type Run struct {
 	// Attempts Invocation attempts made so far.
 	Attempts int `json:"attempts"`
 
+	// Awaiting What a suspended run waits for, as its function's last answer said: a sleep, a failed step's retry, or a child run. The run resumes at `seq`; `wake_at` on the run says when, except for a child run, whose end wakes it. Absent when the run waits for nothing.
+	Awaiting *Awaiting `json:"awaiting,omitempty"`
+
 	// CancelledBy Who cancelled the run.
 	CancelledBy    *Identity  `json:"cancelled_by,omitempty"`
 	CreatedAt      time.Time  `json:"created_at"`
@@ -662,6 +704,9 @@ type Run struct {
 type RunDetail struct {
 	// Attempts Invocation attempts made so far.
 	Attempts int `json:"attempts"`
+
+	// Awaiting What a suspended run waits for, as its function's last answer said: a sleep, a failed step's retry, or a child run. The run resumes at `seq`; `wake_at` on the run says when, except for a child run, whose end wakes it. Absent when the run waits for nothing.
+	Awaiting *Awaiting `json:"awaiting,omitempty"`
 
 	// CancelledBy Who cancelled the run.
 	CancelledBy    *Identity        `json:"cancelled_by,omitempty"`
