@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepgate/stepgate/auth"
@@ -27,10 +28,13 @@ func startAsync(t *testing.T, c *api.ClientWithResponses, name, input string) st
 func awaitStatus(t *testing.T, c *api.ClientWithResponses, id string, status api.RunStatus) api.RunDetail {
 	t.Helper()
 	var run api.RunDetail
-	require.Eventually(t, func() bool {
-		run = getRun(t, c, id)
-		return run.Status == status
-	}, 10*time.Second, 5*time.Millisecond, "run %s never became %s", id, status)
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		resp, err := c.GetRunWithResponse(t.Context(), id, nil)
+		if assert.NoError(ct, err) && assert.NotNil(ct, resp.JSON200, "%d %s", resp.StatusCode(), resp.Body) {
+			run = *resp.JSON200
+			assert.Equal(ct, status, run.Status)
+		}
+	}, 30*time.Second, 5*time.Millisecond, "run %s never became %s", id, status)
 	return run
 }
 
@@ -39,12 +43,12 @@ func awaitStatus(t *testing.T, c *api.ClientWithResponses, id string, status api
 func awaitJobsDone(t *testing.T, s *stack.Stack, runID string) int {
 	t.Helper()
 	var total, pending int
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		err := s.Pool.QueryRow(t.Context(), `
 			SELECT count(*), count(*) FILTER (WHERE state NOT IN ('completed', 'discarded', 'cancelled'))
 			FROM river_job WHERE kind = 'stepgate.invoke' AND args->>'run_id' = $1`, runID).Scan(&total, &pending)
-		require.NoError(t, err)
-		return pending == 0
+		assert.NoError(ct, err)
+		assert.Zero(ct, pending)
 	}, 15*time.Second, 10*time.Millisecond)
 	return total
 }
@@ -200,10 +204,10 @@ func TestCancelTellsOtherGateways(t *testing.T) {
 		waited <- res
 	}()
 	// The waiter's mark is set once it attached.
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		var notify bool
-		require.NoError(t, a.Pool.QueryRow(t.Context(), `SELECT notify FROM stepgate.run WHERE id = $1`, id).Scan(&notify))
-		return notify
+		assert.NoError(ct, a.Pool.QueryRow(t.Context(), `SELECT notify FROM stepgate.run WHERE id = $1`, id).Scan(&notify))
+		assert.True(ct, notify)
 	}, 10*time.Second, 5*time.Millisecond, "the waiter did not attach")
 	resp, err := cb.CancelRunWithResponse(t.Context(), id)
 	require.NoError(t, err)

@@ -111,11 +111,11 @@ func TestStreamLimits(t *testing.T) {
 	defer close2()
 
 	close1()
-	require.Eventually(t, func() bool {
+	waitUntil(t, 10*time.Second, func() bool {
 		status, _, closeIt := openStatus(ada)
 		closeIt()
 		return status == http.StatusOK
-	}, 10*time.Second, 10*time.Millisecond, "a closed stream frees its place")
+	}, "a closed stream frees its place")
 
 	t.Run("EndsWhenTheTokenExpires", func(t *testing.T) {
 		short, err := s.Auth.NewToken(auth.Identity{Subject: "dee", Tenant: "expiring", Roles: []string{"viewer"}}, 1500*time.Millisecond)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepgate/stepgate/auth"
@@ -210,16 +211,18 @@ func TestChildRuns(t *testing.T) {
 		require.Equal(t, http.StatusAccepted, start.StatusCode(), string(start.Body))
 		id := start.JSON202.Id
 		var child api.Run
-		require.Eventually(t, func() bool {
+		require.EventuallyWithT(t, func(ct *assert.CollectT) {
 			resp, err := c.ListRunsWithResponse(t.Context(), &api.ListRunsParams{Function: ptr("orders.checkout"), Status: ptr(api.RunStatusSuspended)})
-			require.NoError(t, err)
+			if !assert.NoError(ct, err) || !assert.NotNil(ct, resp.JSON200) {
+				return
+			}
 			for _, r := range resp.JSON200.Runs {
 				if r.ParentId != nil && *r.ParentId == id {
 					child = r
-					return true
+					return
 				}
 			}
-			return false
+			ct.Errorf("no suspended child of %s yet", id)
 		}, 10*time.Second, 5*time.Millisecond, "the child did not reach its sleep")
 
 		cancel, err := c.CancelRunWithResponse(t.Context(), child.Id)
@@ -240,8 +243,7 @@ func TestChildRuns(t *testing.T) {
 		start := startRun(t, c, "orders.fulfil", `{"sleep_ms":1000}`, &api.StartRunParams{})
 		require.Equal(t, http.StatusAccepted, start.StatusCode(), string(start.Body))
 		id := start.JSON202.Id
-		require.Eventually(t, func() bool { return getRun(t, c, id).Status == api.RunStatusSuspended },
-			10*time.Second, 5*time.Millisecond)
+		awaitStatus(t, c, id, api.RunStatusSuspended)
 		cancel, err := c.CancelRunWithResponse(t.Context(), id)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, cancel.StatusCode(), string(cancel.Body))

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepgate/stepgate/functions"
@@ -103,9 +104,21 @@ func TestDatabaseOutage(t *testing.T) {
 	id := start.JSON202.Id
 	awaitStatus := func(want int) {
 		t.Helper()
-		require.Eventually(t, func() bool {
-			code, retry := statusOf(t, s, http.MethodGet, "/v1/runs/"+id, "")
-			return code == want && (want != http.StatusServiceUnavailable || retry == "1")
+		require.EventuallyWithT(t, func(ct *assert.CollectT) {
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, s.URL+"/v1/runs/"+id, nil)
+			if !assert.NoError(ct, err) {
+				return
+			}
+			req.Header.Set("Authorization", "Bearer "+s.Token)
+			resp, err := http.DefaultClient.Do(req)
+			if !assert.NoError(ct, err) {
+				return
+			}
+			resp.Body.Close()
+			assert.Equal(ct, want, resp.StatusCode)
+			if want == http.StatusServiceUnavailable {
+				assert.Equal(ct, "1", resp.Header.Get("Retry-After"))
+			}
 		}, 30*time.Second, 10*time.Millisecond, "GET run answers %d", want)
 	}
 	awaitStatus(http.StatusOK)
@@ -118,7 +131,12 @@ func TestDatabaseOutage(t *testing.T) {
 	require.Eventually(t, saw503.Load, 30*time.Second, 5*time.Millisecond, "the checkpoint met the outage")
 	proxy.Restore()
 	awaitStatus(http.StatusOK)
-	require.Eventually(t, func() bool { return len(getRun(t, c, id).Journal) == 2 }, 30*time.Second, 10*time.Millisecond)
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		resp, err := c.GetRunWithResponse(t.Context(), id, nil)
+		if assert.NoError(ct, err) && assert.NotNil(ct, resp.JSON200) {
+			assert.Len(ct, resp.JSON200.Journal, 2)
+		}
+	}, 30*time.Second, 10*time.Millisecond)
 
 	// Down before the answer: it is kept and written once the database is back.
 	proxy.Cut()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepgate/stepgate/auth"
@@ -169,10 +170,10 @@ func TestStream(t *testing.T) {
 				journal.RunEvent{ID: ev.ID, Tenant: ev.Tenant, Function: ev.Function, Status: ev.Status, Attempts: ev.Attempts})
 		}
 		st.close()
-		require.Eventually(t, func() bool {
+		require.EventuallyWithT(t, func(ct *assert.CollectT) {
 			var watches int
-			require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FROM stepgate.run_watch`).Scan(&watches))
-			return watches == 0
+			assert.NoError(ct, s.Pool.QueryRow(ctx, `SELECT count(*) FROM stepgate.run_watch`).Scan(&watches))
+			assert.Zero(ct, watches)
 		}, 10*time.Second, 5*time.Millisecond, "the watch goes with the last stream")
 	})
 

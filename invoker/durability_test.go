@@ -210,7 +210,7 @@ func TestStrandedRunsAreSwept(t *testing.T) {
 	// gateway that has no timer for it (it stands for one that stopped).
 	resp := startRunAsync(t, c, "orders.checkout", `{"sleep_ms":300}`)
 	id := resp.Id
-	require.Eventually(t, func() bool { return getRun(t, c, id).Status == api.RunStatusSuspended }, 10*time.Second, 5*time.Millisecond)
+	awaitCondition(t, 10*time.Second, func() bool { return getRun(t, c, id).Status == api.RunStatusSuspended }, "the run asleep")
 	s.Invoker.Cancelled(id) // drops this process's timer, as a gateway restart would
 	var jobs []int64
 	rows, err := s.Pool.Query(ctx, `SELECT id FROM river_job WHERE kind = 'stepgate.invoke' AND args->>'run_id' = $1 AND state = 'scheduled'`, id)
