@@ -68,6 +68,9 @@ type Config struct {
 	MaxRecoveries int
 	// Limits bound functions' configs and answers and runs' journals.
 	Limits Limits
+	// Clock makes the timers of runs' wake-ups and schedules' ticks. Defaults to the
+	// system clock.
+	Clock Clock
 }
 
 // Invoker calls functions and applies their answers. See the package doc.
@@ -93,9 +96,7 @@ type Invoker struct {
 	waiters       *waiters
 	listenReady   chan struct{}
 
-	timersMu sync.Mutex
-	timers   map[string]*time.Timer // run id -> local wake-up
-	stopped  bool
+	timers *timers // runs' wake-ups and schedules' ticks in this process (timers.go)
 
 	inflightMu sync.Mutex
 	inflight   map[string]map[*inflightCall]struct{} // run id -> its invocations from this process
@@ -104,8 +105,6 @@ type Invoker struct {
 
 	loopsCancel context.CancelFunc // stops the renewal and maintenance loops
 	loopsWG     sync.WaitGroup
-
-	ticks tickTimers // schedules' next ticks (schedule.go)
 
 	bg       context.Context // for work that outlives a request: timers' invocations
 	bgCancel context.CancelFunc
@@ -133,7 +132,6 @@ func New(cfg Config) (*Invoker, error) {
 		maxRecoveries: cmp.Or(cfg.MaxRecoveries, 100),
 		waiters:       newWaiters(),
 		listenReady:   make(chan struct{}),
-		timers:        map[string]*time.Timer{},
 		inflight:      map[string]map[*inflightCall]struct{}{},
 	}
 	inv.renewEvery = cmp.Or(cfg.RenewInterval, inv.leaseTTL/5)
@@ -145,6 +143,7 @@ func New(cfg Config) (*Invoker, error) {
 		inv.client = egress.Policy{}.Client()
 	}
 	inv.bg, inv.bgCancel = context.WithCancel(context.Background())
+	inv.timers = newTimers(cfg.Clock, &inv.bgWG)
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &invokeWorker{inv: inv})
 	river.AddWorker(workers, &tickWorker{inv: inv})
@@ -230,16 +229,7 @@ func (inv *Invoker) Drain(ctx context.Context) (int, error) {
 
 // stopTimers stops this process's timers (sleeps' wake-ups, schedules' ticks) for good:
 // their River jobs, and the other gateways' maintenance passes, take their runs.
-func (inv *Invoker) stopTimers() {
-	inv.timersMu.Lock()
-	inv.stopped = true
-	for id, t := range inv.timers {
-		t.Stop()
-		delete(inv.timers, id)
-	}
-	inv.timersMu.Unlock()
-	inv.ticks.stop()
-}
+func (inv *Invoker) stopTimers() { inv.timers.stop() }
 
 // Stop stops River (letting running invocations finish until ctx ends), the local
 // timers (their runs are woken by their River jobs), the lease renewal and maintenance
@@ -295,12 +285,7 @@ func (inv *Invoker) Cancelled(runID string) { inv.ended(runID, errRunCancelled) 
 // wake-up timer is stopped, its calls from this process are abandoned with cause, and
 // its waiters are told.
 func (inv *Invoker) ended(runID string, cause error) {
-	inv.timersMu.Lock()
-	if t := inv.timers[runID]; t != nil {
-		t.Stop()
-		delete(inv.timers, runID)
-	}
-	inv.timersMu.Unlock()
+	inv.timers.cancel(runTimer(runID))
 	inv.inflightMu.Lock()
 	for c := range inv.inflight[runID] {
 		c.cancel(cause)
@@ -419,24 +404,7 @@ func (inv *Invoker) Wake(runID string) { inv.armTimer(runID, nil, 0, 0) }
 // the River job scheduled with the suspension wakes it). A nil rev is looked up when
 // the timer fires.
 func (inv *Invoker) armTimer(runID string, rev *revision, d time.Duration, tries int) {
-	inv.timersMu.Lock()
-	defer inv.timersMu.Unlock()
-	if inv.stopped {
-		return
-	}
-	if old := inv.timers[runID]; old != nil {
-		old.Stop()
-	}
-	inv.timers[runID] = time.AfterFunc(d, func() {
-		inv.timersMu.Lock()
-		if inv.stopped {
-			inv.timersMu.Unlock()
-			return
-		}
-		delete(inv.timers, runID)
-		inv.bgWG.Add(1)
-		inv.timersMu.Unlock()
-		defer inv.bgWG.Done()
+	inv.timers.arm(runTimer(runID), d, func() {
 		var err error
 		if rev == nil {
 			rev, err = inv.revisionOfRun(inv.bg, runID)

@@ -7,8 +7,8 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"time"
+
 	// Time zones work on a machine without a zoneinfo database (a slim image).
 	_ "time/tzdata"
 
@@ -141,7 +141,7 @@ func (inv *Invoker) EnqueueTick(ctx context.Context, tx pgx.Tx, s *journal.Sched
 // ArmTick arms this process's timer for s's next tick, due in d, once EnqueueTick's
 // transaction has committed. It replaces the timer of an earlier tick of s.
 func (inv *Invoker) ArmTick(s *journal.Schedule, d time.Duration) {
-	inv.ticks.arm(inv, tickOf(s), d, 0)
+	inv.armTick(tickOf(s), d, 0)
 }
 
 // tickKey is the idempotency key of the run a schedule's tick starts.
@@ -205,7 +205,7 @@ func (inv *Invoker) tick(ctx context.Context, args TickArgs, claim claimFunc) (b
 	if next == nil {
 		return false, wait, nil
 	}
-	inv.ticks.arm(inv, tickOf(next), next.NextAt.Sub(clock)-time.Since(read), 0)
+	inv.armTick(tickOf(next), next.NextAt.Sub(clock)-time.Since(read), 0)
 	return true, 0, nil
 }
 
@@ -404,38 +404,10 @@ func (w *tickWorker) Work(ctx context.Context, job *river.Job[TickArgs]) error {
 	return nil
 }
 
-// tickTimers are this process's timers of schedules' next ticks, by schedule id.
-type tickTimers struct {
-	mu      sync.Mutex
-	timers  map[string]*time.Timer
-	stopped bool
-}
-
-// arm handles args in this process after d, unless the process stops first (then
-// the tick's River job does).
-func (t *tickTimers) arm(inv *Invoker, args TickArgs, d time.Duration, tries int) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.stopped {
-		return
-	}
-	if t.timers == nil {
-		t.timers = map[string]*time.Timer{}
-	}
-	if old := t.timers[args.ScheduleID]; old != nil {
-		old.Stop()
-	}
-	var timer *time.Timer
-	timer = time.AfterFunc(max(d, 0), func() {
-		t.mu.Lock()
-		if t.stopped || t.timers[args.ScheduleID] != timer {
-			t.mu.Unlock()
-			return
-		}
-		delete(t.timers, args.ScheduleID)
-		inv.bgWG.Add(1)
-		t.mu.Unlock()
-		defer inv.bgWG.Done()
+// armTick handles args in this process after d, unless the process stops first (then
+// the tick's River job, or another gateway's maintenance pass, does).
+func (inv *Invoker) armTick(args TickArgs, d time.Duration, tries int) {
+	inv.timers.arm(tickTimer(args.ScheduleID), d, func() {
 		_, wait, err := inv.tick(inv.bg, args, journal.ClaimTick)
 		switch {
 		case err != nil && inv.bg.Err() == nil:
@@ -443,19 +415,7 @@ func (t *tickTimers) arm(inv *Invoker, args TickArgs, d time.Duration, tries int
 				slog.String("schedule_id", args.ScheduleID), slog.Time("tick", args.At), slog.Any("error", err))
 		case wait > 0 && tries < 3:
 			// The database clock may run a hair behind this timer; look again then.
-			t.arm(inv, args, wait, tries+1)
+			inv.armTick(args, wait, tries+1)
 		}
 	})
-	t.timers[args.ScheduleID] = timer
-}
-
-// stop stops the timers; the ticks' River jobs handle them.
-func (t *tickTimers) stop() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.stopped = true
-	for id, timer := range t.timers {
-		timer.Stop()
-		delete(t.timers, id)
-	}
 }
