@@ -361,7 +361,7 @@ func (a *app) crash(ctx context.Context, _ any) (string, error) {
 		if functions.RunFrom(ctx).Attempt == 1 {
 			runtime.Goexit()
 		}
-		return "ch_" + functions.RunFrom(ctx).Id, nil
+		return "ch_" + functions.RunFrom(ctx).ID, nil
 	})
 	if err != nil {
 		return "", err

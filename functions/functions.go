@@ -146,27 +146,28 @@ func defaultClient() *http.Client {
 	return &http.Client{Transport: t, Timeout: 30 * time.Second}
 }
 
-// Option configures a function's entry in the manifest, which the gateway applies.
-type Option func(*api.FunctionConfig)
+// Option configures a function's entry in the manifest, which the gateway applies:
+// Timeout, MaxAttempts, Backoff, InvokeRoles, Triggers.
+type Option struct{ set func(*api.FunctionConfig) }
 
 // Timeout sets how long one invocation may take before the gateway gives up on it and
 // retries. The gateway defaults to 5m.
 func Timeout(d time.Duration) Option {
-	return func(c *api.FunctionConfig) { c.Timeout = new(d.String()) }
+	return Option{func(c *api.FunctionConfig) { c.Timeout = new(d.String()) }}
 }
 
 // MaxAttempts sets how many invocations the gateway makes, the first included, before a
 // run whose invocations keep failing (HTTP 500, timeouts) fails. The gateway defaults
 // to 3.
 func MaxAttempts(n int) Option {
-	return func(c *api.FunctionConfig) { retries(c).MaxAttempts = new(max(n, 1)) }
+	return Option{func(c *api.FunctionConfig) { retries(c).MaxAttempts = new(max(n, 1)) }}
 }
 
 // Backoff sets the wait before each retried invocation: a random duration up to
 // min(maxInterval, initial * 2^(n-1)) before attempt n+1. Zero values leave the gateway's
 // defaults.
 func Backoff(initial, maxInterval time.Duration) Option {
-	return func(c *api.FunctionConfig) {
+	return Option{func(c *api.FunctionConfig) {
 		r := retries(c)
 		if initial > 0 {
 			r.InitialInterval = new(initial.String())
@@ -174,13 +175,13 @@ func Backoff(initial, maxInterval time.Duration) Option {
 		if maxInterval > 0 {
 			r.MaxInterval = new(maxInterval.String())
 		}
-	}
+	}}
 }
 
 // InvokeRoles restricts who may start runs of the function: a caller needs one of roles
 // (or the admin role) besides the runs:invoke permission.
 func InvokeRoles(roles ...string) Option {
-	return func(c *api.FunctionConfig) { c.InvokeRoles = new(slices.Clone(roles)) }
+	return Option{func(c *api.FunctionConfig) { c.InvokeRoles = new(slices.Clone(roles)) }}
 }
 
 func retries(c *api.FunctionConfig) *api.RetryPolicy {
@@ -203,7 +204,7 @@ func Register[In, Out any](app *App, name string, fn func(ctx context.Context, i
 	}
 	f := &function{name: name}
 	for _, o := range opts {
-		o(&f.config)
+		o.set(&f.config)
 	}
 	f.call = func(ctx context.Context, input api.AnyJSON) (api.AnyJSON, error) {
 		var in In
@@ -261,27 +262,60 @@ func manifest(byName map[string]*function) []byte {
 	return b
 }
 
-// IdentityFrom returns who started the run being invoked with ctx, or the zero Identity
-// outside an invocation.
-func IdentityFrom(ctx context.Context) api.Identity {
-	if st := invocation.From(ctx); st != nil {
-		return st.Req.Identity
-	}
-	return api.Identity{}
+// Identity is who started a run, as the gateway verified it from their token (never the
+// token itself): their subject, tenant, roles and the claims the gateway keeps. A run
+// started by another run (a child, a schedule, an event) carries its starter's identity.
+type Identity struct {
+	Subject string         `json:"subject"`
+	Tenant  string         `json:"tenant"`
+	Roles   []string       `json:"roles"`
+	Claims  map[string]any `json:"claims,omitempty"`
 }
 
-// RunFrom returns the run being invoked with ctx: its id, function, revision, invocation
-// attempt (from 1), input, parent and creation time. It returns the zero value outside
-// an invocation.
-func RunFrom(ctx context.Context) api.InvocationRun {
-	if st := invocation.From(ctx); st != nil {
-		return st.Req.Run
+// RunInfo describes the run being invoked.
+type RunInfo struct {
+	ID        string          `json:"id"`
+	Function  string          `json:"function"`
+	Revision  int             `json:"revision"`
+	Attempt   int             `json:"attempt"`             // The invocation attempt, from 1.
+	Input     json.RawMessage `json:"input"`               // The run's input, as sent.
+	ParentID  string          `json:"parent_id,omitempty"` // The run that invoked this one, for a child run.
+	CreatedAt time.Time       `json:"created_at"`
+}
+
+// IdentityFrom returns who started the run being invoked with ctx, or the zero Identity
+// outside an invocation.
+func IdentityFrom(ctx context.Context) Identity {
+	st := invocation.From(ctx)
+	if st == nil {
+		return Identity{}
 	}
-	return api.InvocationRun{}
+	id := st.Req.Identity
+	out := Identity{Subject: id.Subject, Tenant: id.Tenant, Roles: id.Roles}
+	if id.Claims != nil {
+		out.Claims = *id.Claims
+	}
+	return out
+}
+
+// RunFrom returns the run being invoked with ctx, or the zero RunInfo outside an
+// invocation.
+func RunFrom(ctx context.Context) RunInfo {
+	st := invocation.From(ctx)
+	if st == nil {
+		return RunInfo{}
+	}
+	r := st.Req.Run
+	out := RunInfo{ID: r.Id, Function: r.Function, Revision: r.Revision, Attempt: r.Attempt,
+		Input: json.RawMessage(r.Input), CreatedAt: r.CreatedAt}
+	if r.ParentId != nil {
+		out.ParentID = *r.ParentId
+	}
+	return out
 }
 
 // ServeHTTP answers GET / with the manifest and POST /<name> by invoking the function
-// name. Errors other than the function's own outcome are JSON [api.ErrorInfo] bodies:
+// name. Errors other than the function's own outcome are JSON bodies {"type", "message"}:
 // 401 (type "signature") when the signature does not verify or replays an invocation,
 // 400 (type "malformed") when the body is not a protocol 1 invocation, 404, 405 and 413.
 // Mount it at the app's URL, under [http.StripPrefix] when that URL has a path.

@@ -696,14 +696,14 @@ func TestInvoke(t *testing.T) {
 		t.Parallel()
 		g, url := serve(t, func(app *functions.App) {
 			functions.Register(app, "who", func(ctx context.Context, _ empty) ([]any, error) {
-				return []any{functions.IdentityFrom(ctx), functions.RunFrom(ctx).Id, functions.RunFrom(ctx).Attempt}, nil
+				return []any{functions.IdentityFrom(ctx), functions.RunFrom(ctx).ID, functions.RunFrom(ctx).Attempt}, nil
 			})
 		})
 
 		r := g.Invoke(url+"/who", g.Request("run-7", "who", `{}`))
 		require.JSONEq(t, `[{"subject":"user-1","tenant":"acme","roles":["admin"]},"run-7",1]`, string(*r.Answer.Output), string(r.Body))
-		require.Equal(t, api.Identity{}, functions.IdentityFrom(t.Context()))
-		require.Equal(t, api.InvocationRun{}, functions.RunFrom(t.Context()))
+		require.Equal(t, functions.Identity{}, functions.IdentityFrom(t.Context()))
+		require.Equal(t, functions.RunInfo{}, functions.RunFrom(t.Context()))
 	})
 }
 

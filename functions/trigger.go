@@ -7,7 +7,7 @@ import "github.com/stepgate/stepgate/gateway/api"
 // event's sender: a caller of POST /v1/events, or a run that called step.SendEvent.
 // Names match exactly. Calling it again adds names.
 func OnEvent(names ...string) Option {
-	return func(c *api.FunctionConfig) {
+	return Option{func(c *api.FunctionConfig) {
 		var ts []api.EventTrigger
 		if c.Triggers != nil {
 			ts = *c.Triggers
@@ -16,5 +16,5 @@ func OnEvent(names ...string) Option {
 			ts = append(ts, api.EventTrigger{Event: n})
 		}
 		c.Triggers = &ts
-	}
+	}}
 }

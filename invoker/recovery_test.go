@@ -39,7 +39,7 @@ func (b *blocker) register(app *functions.App, name string) {
 		if b.calls.Add(1) > 1 {
 			return "later", nil
 		}
-		b.entered <- functions.RunFrom(ctx).Id
+		b.entered <- functions.RunFrom(ctx).ID
 		select {
 		case <-b.release:
 			return "first", nil

@@ -74,7 +74,7 @@ type CheckoutOutput struct {
 // "cool-off" of in.SleepMS milliseconds between charge and ship when it is positive.
 // Its ids derive from the run's id, so they are the same on every replay.
 func Checkout(ctx context.Context, in CheckoutInput) (CheckoutOutput, error) {
-	orderID := cmp.Or(in.OrderID, functions.RunFrom(ctx).Id)
+	orderID := cmp.Or(in.OrderID, functions.RunFrom(ctx).ID)
 	var out CheckoutOutput
 	var err error
 	out.Reservation, err = step.Run(ctx, "reserve", func(ctx context.Context) (Reservation, error) {
