@@ -221,69 +221,6 @@ func Attempt(ctx context.Context) int {
 	return 0
 }
 
-// Sleep suspends the run for d from when the gateway receives the answer (on the
-// database clock); a negative d counts as zero. The gateway journals the sleep and
-// invokes the function again when it is over; there, the journaled sleep returns nil at
-// once. Sleep never returns while the run sleeps: it unwinds the invocation. It returns
-// [ErrNoInvocation] when ctx is not an invocation's, and a non-retryable error when name
-// is not 1 to 255 bytes.
-func Sleep(ctx context.Context, name string, d time.Duration) error {
-	return sleep(ctx, name, api.Await{Duration: new(max(d, 0).String())})
-}
-
-// SleepUntil suspends the run until t, like [Sleep].
-func SleepUntil(ctx context.Context, name string, t time.Time) error {
-	return sleep(ctx, name, api.Await{Until: new(t.UTC())})
-}
-
-func sleep(ctx context.Context, name string, aw api.Await) error {
-	st, seq, e, err := next(ctx, api.EntryKindSleep, name)
-	if err != nil || e != nil {
-		return err
-	}
-	aw.Type, aw.Seq, aw.Name = api.AwaitTypeSleep, seq, name
-	return st.Halt(invocation.Suspended(&aw))
-}
-
-// Invoke runs function (a function registered in this run's tenant, at its current
-// revision) with input, encoded as JSON, as a child run of this run, and returns the
-// child's output decoded into T. The child runs as this run's identity, which the
-// function's invoke_roles must allow unless it is an admin.
-//
-// The first time, Invoke suspends the run: the gateway starts the child and, when the
-// child ends, journals its outcome at this step's seq and invokes the function again at
-// once. There, and on every later replay, Invoke returns the journaled outcome without
-// starting anything: the child's output, or an [*Error] whose Type is the child's error
-// type when it failed ("cancelled" when it was cancelled), [ErrorTypeNotFound] when the
-// function is not registered, or [ErrorTypeForbidden] when its invoke_roles exclude
-// this run's identity. The function may handle the error and go on; returned as is, it
-// fails the run. Cancelling this run does not cancel the child.
-//
-// name must be 1 to 255 bytes, function a valid function name (letters, digits, '.',
-// '_', '-', at most 255), and input must encode as JSON; otherwise Invoke returns a
-// non-retryable error without taking a seq. It returns [ErrNoInvocation] when ctx is
-// not an invocation's.
-func Invoke[T any](ctx context.Context, name, function string, input any) (T, error) {
-	var zero T
-	if err := names.CheckFunction("function", function); err != nil {
-		return zero, NonRetryable(fmt.Errorf("step: invoke %q: %w", name, err))
-	}
-	raw, err := json.Marshal(input)
-	if err != nil {
-		return zero, NonRetryable(fmt.Errorf("step: invoke %q: encode input: %w", name, err))
-	}
-	st, seq, e, err := next(ctx, api.EntryKindInvoke, name)
-	if err != nil {
-		return zero, err
-	}
-	if e != nil {
-		return replay[T](st, e)
-	}
-	return zero, st.Halt(invocation.Suspended(&api.Await{
-		Type: api.AwaitTypeInvoke, Seq: seq, Name: name, Function: &function, Input: (*api.AnyJSON)(&raw),
-	}))
-}
-
 func next(ctx context.Context, kind api.EntryKind, name string) (*invocation.State, int, *api.JournalEntry, error) {
 	st := invocation.From(ctx)
 	if st == nil {
