@@ -1,6 +1,6 @@
 // Package auth verifies the callers' JWTs (golang-jwt v5) with the operator's keys, turns
 // them into an [Identity] (subject, tenant, roles, chosen claims; never the token), maps
-// roles to [Permission]s, and issues and checks the short-lived invocation tokens that
+// roles to [access.Permission]s, and issues and checks the short-lived invocation tokens that
 // fence a function's checkpoints to one invocation of one run.
 package auth
 
@@ -10,18 +10,15 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/stepgate/stepgate/access"
 )
 
 // DefaultTenant is the tenant of a token that names none.
 const DefaultTenant = "default"
 
-// Identity is who is calling: taken from a verified token, never the token itself.
-type Identity struct {
-	Subject string         `json:"subject"`
-	Tenant  string         `json:"tenant"`
-	Roles   []string       `json:"roles"`
-	Claims  map[string]any `json:"claims,omitempty"`
-}
+// Identity is who is calling (see access.Identity).
+type Identity = access.Identity
 
 type identityKey struct{}
 

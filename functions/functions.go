@@ -291,11 +291,7 @@ func IdentityFrom(ctx context.Context) Identity {
 		return Identity{}
 	}
 	id := st.Req.Identity
-	out := Identity{Subject: id.Subject, Tenant: id.Tenant, Roles: id.Roles}
-	if id.Claims != nil {
-		out.Claims = *id.Claims
-	}
-	return out
+	return Identity{Subject: id.Subject, Tenant: id.Tenant, Roles: id.Roles, Claims: id.Claims}
 }
 
 // RunFrom returns the run being invoked with ctx, or the zero RunInfo outside an

@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/stepgate/stepgate/auth"
+	"github.com/stepgate/stepgate/access"
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/journal"
 )
@@ -21,7 +21,7 @@ func (s *Server) CancelRun(ctx context.Context, req server.CancelRunRequestObjec
 		return server.CancelRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
 	}
 	id := identity(ctx)
-	run, err := s.inv.CancelRun(ctx, s.tenantDB(ctx), req.Id, journal.Identity(id))
+	run, err := s.inv.CancelRun(ctx, s.tenantDB(ctx), req.Id, id)
 	switch {
 	case errors.Is(err, journal.ErrNotFound):
 		return server.CancelRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
@@ -63,7 +63,7 @@ func (s *Server) RerunRun(ctx context.Context, req server.RerunRunRequestObject)
 		Tenant:           tenant,
 		Function:         old.Function,
 		Input:            old.Input,
-		Identity:         journal.Identity(caller),
+		Identity:         caller,
 		RerunOf:          &old.ID,
 		CheckInvokeRoles: !caller.IsAdmin(),
 		InvokerRoles:     caller.Roles,
@@ -72,7 +72,7 @@ func (s *Server) RerunRun(ctx context.Context, req server.RerunRunRequestObject)
 	if fe := (*journal.ForbiddenError)(nil); errors.As(err, &fe) {
 		return nil, &problemError{http.StatusForbidden, fmt.Sprintf(
 			"function %s may be invoked only by the roles (%s) or admin; the token's roles (%s) include none of them",
-			old.Function, strings.Join(fe.InvokeRoles, ", "), auth.RoleList(caller.Roles))}
+			old.Function, strings.Join(fe.InvokeRoles, ", "), access.RoleList(caller.Roles))}
 	}
 	if errors.Is(err, journal.ErrNotFound) {
 		return server.RerunRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: notFound(

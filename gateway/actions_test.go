@@ -143,7 +143,7 @@ func TestCancelAbandonsALocalCall(t *testing.T) {
 	app := s.NewApp()
 	functions.Register(app, "blocker", func(ctx context.Context, _ struct{}) (string, error) {
 		return step.Run(ctx, "block", func(ctx context.Context) (string, error) {
-			started <- functions.RunFrom(ctx).Id
+			started <- functions.RunFrom(ctx).ID
 			select {
 			case <-ctx.Done():
 				stopped <- struct{}{}

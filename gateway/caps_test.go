@@ -27,7 +27,7 @@ func TestWaitInvocationsAreCapped(t *testing.T) {
 	entered, release := make(chan string, 4), make(chan struct{})
 	app := s.NewApp()
 	functions.Register(app, "gate", func(ctx context.Context, _ struct{}) (string, error) {
-		entered <- functions.RunFrom(ctx).Id
+		entered <- functions.RunFrom(ctx).ID
 		<-release
 		return "through", nil
 	})

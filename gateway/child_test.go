@@ -22,8 +22,8 @@ import (
 
 // invocationSeen is what a function saw of its invocation.
 type invocationSeen struct {
-	Identity api.Identity `json:"identity"`
-	ParentID *string      `json:"parent_id"`
+	Identity functions.Identity `json:"identity"`
+	ParentID string             `json:"parent_id"`
 }
 
 // childError is how a parent reports the error of a child it handled.
@@ -70,16 +70,16 @@ func TestChildRuns(t *testing.T) {
 	alice := auth.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}, Claims: map[string]any{"email": "alice@example.com"}}
 	c := s.Client(t, s.NewToken(t, alice))
 	wantIdentity := api.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"},
-		Claims: &map[string]any{"email": "alice@example.com"}}
+		Claims: map[string]any{"email": "alice@example.com"}}
 
 	var mu sync.Mutex
 	whoami := map[string]invocationSeen{} // run id -> what whoami saw
 	app := s.NewApp()
 	examples.Register(app)
 	functions.Register(app, "whoami", func(ctx context.Context, _ struct{}) (invocationSeen, error) {
-		v := invocationSeen{Identity: functions.IdentityFrom(ctx), ParentID: functions.RunFrom(ctx).ParentId}
+		v := invocationSeen{Identity: functions.IdentityFrom(ctx), ParentID: functions.RunFrom(ctx).ParentID}
 		mu.Lock()
-		whoami[functions.RunFrom(ctx).Id] = v
+		whoami[functions.RunFrom(ctx).ID] = v
 		mu.Unlock()
 		return v, nil
 	})
@@ -149,8 +149,8 @@ func TestChildRuns(t *testing.T) {
 		got, ok := whoami[child.Id]
 		mu.Unlock()
 		require.True(t, ok, "whoami ran as the child")
-		require.Equal(t, wantIdentity, got.Identity, "the identity the function saw")
-		require.Equal(t, res.Id, *got.ParentID, "and its parent")
+		require.Equal(t, functions.Identity(wantIdentity), got.Identity, "the identity the function saw")
+		require.Equal(t, res.Id, got.ParentID, "and its parent")
 		require.Equal(t, wantIdentity, child.Identity)
 
 		var out map[string]invocationSeen

@@ -44,7 +44,7 @@ func (s *Server) SendEvent(ctx context.Context, req server.SendEventRequestObjec
 		}
 	}
 	id := identity(ctx)
-	n.Tenant, n.Identity, n.CheckInvokeRoles = id.Tenant, journal.Identity(id), !id.IsAdmin()
+	n.Tenant, n.Identity, n.CheckInvokeRoles = id.Tenant, id, !id.IsAdmin()
 	ev, created, err := s.inv.SendEvent(ctx, journal.ForTenant(s.api, id.Tenant), n)
 	if err != nil {
 		return nil, err
@@ -124,7 +124,7 @@ func (s *Server) ListEvents(ctx context.Context, req server.ListEventsRequestObj
 
 func eventToAPI(ev *journal.Event) api.Event {
 	return api.Event{
-		Id: ev.ID, Name: ev.Name, Data: api.AnyJSON(ev.Data), Identity: invoker.IdentityToAPI(ev.Identity),
+		Id: ev.ID, Name: ev.Name, Data: api.AnyJSON(ev.Data), Identity: ev.Identity,
 		SourceRunId: ev.SourceRunID, Runs: runIDs(ev.Runs), CreatedAt: ev.CreatedAt,
 	}
 }

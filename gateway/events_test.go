@@ -98,7 +98,7 @@ func TestEvents(t *testing.T) {
 	s := stack.Start(t, stack.Options{Auth: auth.Config{IdentityClaims: []string{"org"}}})
 	app := s.NewApp()
 	report := func(ctx context.Context, in map[string]any) (seen, error) {
-		return seen{Identity: functions.IdentityFrom(ctx), Input: in}, nil
+		return seen{Identity: api.Identity(functions.IdentityFrom(ctx)), Input: in}, nil
 	}
 	functions.Register(app, "welcome", report, functions.OnEvent("user.signup"))
 	functions.Register(app, "notify", report, functions.OnEvent("user.welcomed", "user.other"))
@@ -132,7 +132,7 @@ func TestEvents(t *testing.T) {
 		require.Equal(t, "ada", got.Identity.Subject)
 		require.Equal(t, auth.DefaultTenant, got.Identity.Tenant)
 		require.Equal(t, []string{"invoker"}, got.Identity.Roles)
-		require.Equal(t, &map[string]any{"org": "acme"}, got.Identity.Claims)
+		require.Equal(t, map[string]any{"org": "acme"}, got.Identity.Claims)
 		require.Equal(t, map[string]any{"marker": marker, "email": "ada@example.com"}, got.Input, "the event's data is the input")
 
 		run := getRun(t, asAda, r.Runs[0])
@@ -210,7 +210,7 @@ func TestEvents(t *testing.T) {
 		got := mustSeen(t, bob, ev.Runs[0])
 		require.Equal(t, "bob", got.Identity.Subject, "the triggered run carries the sending run's identity")
 		require.Equal(t, []string{"developer"}, got.Identity.Roles)
-		require.Equal(t, &map[string]any{"org": "initech"}, got.Identity.Claims)
+		require.Equal(t, map[string]any{"org": "initech"}, got.Identity.Claims)
 		require.Equal(t, marker, got.Input["marker"])
 		triggered := getRun(t, bob, ev.Runs[0])
 		require.Nil(t, triggered.ParentId, "a triggered run is not a child run")

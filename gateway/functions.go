@@ -10,7 +10,7 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/stepgate/stepgate/auth"
+	"github.com/stepgate/stepgate/access"
 	"github.com/stepgate/stepgate/functions/names"
 	"github.com/stepgate/stepgate/functions/signature"
 	"github.com/stepgate/stepgate/gateway/api"
@@ -95,7 +95,7 @@ func (s *Server) GetFunction(ctx context.Context, req server.GetFunctionRequestO
 	if err != nil {
 		return nil, err
 	}
-	out, err := functionToAPI(fn, identity(ctx).Has(auth.PermissionFunctionsWrite))
+	out, err := functionToAPI(fn, identity(ctx).Has(access.PermissionFunctionsWrite))
 	if err != nil {
 		return nil, err
 	}
@@ -108,7 +108,7 @@ func (s *Server) ListFunctions(ctx context.Context, _ server.ListFunctionsReques
 	if err != nil {
 		return nil, err
 	}
-	list, err := functionsToAPI(fns, identity(ctx).Has(auth.PermissionFunctionsWrite))
+	list, err := functionsToAPI(fns, identity(ctx).Has(access.PermissionFunctionsWrite))
 	if err != nil {
 		return nil, err
 	}

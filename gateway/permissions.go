@@ -8,7 +8,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/stepgate/stepgate/auth"
+	"github.com/stepgate/stepgate/access"
 	"github.com/stepgate/stepgate/gateway/api/server"
 )
 
@@ -17,43 +17,43 @@ import (
 // user token: the health probe, and the checkpoint (authorized by its invocation token).
 // An operation missing here is refused, so a new one cannot go out unguarded; a test
 // keeps this map equal to the spec.
-var operationPermissions = map[string]auth.Permission{
+var operationPermissions = map[string]access.Permission{
 	"healthz":            "",
 	"checkpoint":         "",
-	"listFunctions":      auth.PermissionFunctionsRead,
-	"getFunction":        auth.PermissionFunctionsRead,
-	"functionStats":      auth.PermissionFunctionsRead,
-	"registerFunction":   auth.PermissionFunctionsWrite,
-	"deleteFunction":     auth.PermissionFunctionsWrite,
-	"syncApp":            auth.PermissionFunctionsWrite,
-	"listSchedules":      auth.PermissionFunctionsRead,
-	"getSchedule":        auth.PermissionFunctionsRead,
-	"putSchedule":        auth.PermissionFunctionsWrite,
-	"deleteSchedule":     auth.PermissionFunctionsWrite,
-	"startRun":           auth.PermissionRunsInvoke,
-	"listRuns":           auth.PermissionRunsRead,
-	"getRun":             auth.PermissionRunsRead,
-	"getRunResult":       auth.PermissionRunsRead,
-	"streamRuns":         auth.PermissionRunsRead,
-	"cancelRun":          auth.PermissionRunsManage,
-	"rerunRun":           auth.PermissionRunsInvoke,
-	"sendEvent":          auth.PermissionEventsSend,
-	"listEvents":         auth.PermissionRunsRead,
-	"listSigningKeys":    auth.PermissionFunctionsRead,
-	"rotateSigningKey":   auth.PermissionFunctionsWrite,
-	"listSigningSecrets": auth.PermissionFunctionsWrite,
+	"listFunctions":      access.PermissionFunctionsRead,
+	"getFunction":        access.PermissionFunctionsRead,
+	"functionStats":      access.PermissionFunctionsRead,
+	"registerFunction":   access.PermissionFunctionsWrite,
+	"deleteFunction":     access.PermissionFunctionsWrite,
+	"syncApp":            access.PermissionFunctionsWrite,
+	"listSchedules":      access.PermissionFunctionsRead,
+	"getSchedule":        access.PermissionFunctionsRead,
+	"putSchedule":        access.PermissionFunctionsWrite,
+	"deleteSchedule":     access.PermissionFunctionsWrite,
+	"startRun":           access.PermissionRunsInvoke,
+	"listRuns":           access.PermissionRunsRead,
+	"getRun":             access.PermissionRunsRead,
+	"getRunResult":       access.PermissionRunsRead,
+	"streamRuns":         access.PermissionRunsRead,
+	"cancelRun":          access.PermissionRunsManage,
+	"rerunRun":           access.PermissionRunsInvoke,
+	"sendEvent":          access.PermissionEventsSend,
+	"listEvents":         access.PermissionRunsRead,
+	"listSigningKeys":    access.PermissionFunctionsRead,
+	"rotateSigningKey":   access.PermissionFunctionsWrite,
+	"listSigningSecrets": access.PermissionFunctionsWrite,
 }
 
 // OperationPermissions returns the permission each API operation needs, by the
 // operationId of openapi.yaml; the empty permission for those that take no user token.
-func OperationPermissions() map[string]auth.Permission {
+func OperationPermissions() map[string]access.Permission {
 	return maps.Clone(operationPermissions)
 }
 
 // handlerPermissions is operationPermissions by the names the generated strict server
 // gives its middleware: the operationId with its first letter in upper case.
-var handlerPermissions = func() map[string]auth.Permission {
-	m := make(map[string]auth.Permission, len(operationPermissions))
+var handlerPermissions = func() map[string]access.Permission {
+	m := make(map[string]access.Permission, len(operationPermissions))
 	for op, p := range operationPermissions {
 		m[strings.ToUpper(op[:1])+op[1:]] = p
 	}
@@ -75,7 +75,7 @@ func authorize(f server.StrictHandlerFunc, operation string) server.StrictHandle
 	return func(c echo.Context, req any) (any, error) {
 		if id := identity(c.Request().Context()); !id.Has(perm) {
 			return nil, &problemError{http.StatusForbidden, fmt.Sprintf(
-				"this operation needs the %s permission; the token's roles (%s) do not grant it", perm, auth.RoleList(id.Roles))}
+				"this operation needs the %s permission; the token's roles (%s) do not grant it", perm, access.RoleList(id.Roles))}
 		}
 		return f(c, req)
 	}

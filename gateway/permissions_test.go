@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gopkg.in/yaml.v3"
 
+	"github.com/stepgate/stepgate/access"
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/gateway"
@@ -78,12 +79,12 @@ func TestPermissionsMatchTheSpec(t *testing.T) {
 
 	t.Run("EveryOperationsXPermission", func(t *testing.T) {
 		t.Parallel()
-		want := map[string]auth.Permission{}
+		want := map[string]access.Permission{}
 		for _, op := range s.Operations {
 			if op.Permission != "" {
-				require.Contains(t, auth.Permissions(), auth.Permission(op.Permission), "%s: x-permission %q is not a permission", op.ID, op.Permission)
+				require.Contains(t, access.Permissions(), access.Permission(op.Permission), "%s: x-permission %q is not a permission", op.ID, op.Permission)
 			}
-			want[op.ID] = auth.Permission(op.Permission)
+			want[op.ID] = access.Permission(op.Permission)
 		}
 		require.Equal(t, want, gateway.OperationPermissions())
 	})
@@ -102,17 +103,17 @@ func TestPermissionsMatchTheSpec(t *testing.T) {
 	t.Run("RoleTable", func(t *testing.T) {
 		t.Parallel()
 		row := regexp.MustCompile("(?m)^\\s*\\| `([a-z]+)` \\| (.+) \\|$")
-		got := map[string][]auth.Permission{}
+		got := map[string][]access.Permission{}
 		for _, m := range row.FindAllStringSubmatch(s.Description, -1) {
 			if m[2] == "all" {
-				got[m[1]] = auth.Permissions()
+				got[m[1]] = access.Permissions()
 				continue
 			}
 			for p := range strings.SplitSeq(m[2], ",") {
-				got[m[1]] = append(got[m[1]], auth.Permission(strings.Trim(strings.TrimSpace(p), "`")))
+				got[m[1]] = append(got[m[1]], access.Permission(strings.Trim(strings.TrimSpace(p), "`")))
 			}
 		}
-		want := auth.Roles()
+		want := access.Roles()
 		require.Len(t, got, len(want), "the roles of openapi.yaml's info.description")
 		for role, ps := range want {
 			require.ElementsMatch(t, ps, got[role], "role %s", role)
@@ -161,14 +162,14 @@ func TestPermissionMatrix(t *testing.T) {
 		if op.Permission == "" {
 			continue
 		}
-		perm := auth.Permission(op.Permission)
+		perm := access.Permission(op.Permission)
 		url := s.URL + strings.NewReplacer("{name}", "matrix-"+op.ID, "{id}", uuid.NewString()).Replace(op.Path)
 		body := ""
 		if op.RequestBody != nil {
 			body = cmp.Or(bodies[op.ID], `{}`)
 		}
 		var others []string
-		for _, p := range auth.Permissions() {
+		for _, p := range access.Permissions() {
 			if p != perm {
 				others = append(others, string(p))
 			}

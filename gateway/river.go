@@ -11,6 +11,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/stepgate/stepgate/access"
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/invoker"
 )
@@ -127,7 +128,7 @@ func (s *Server) requireRiverSession(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		if !s.operates(id) {
 			return signInFirst(c, http.StatusForbidden, "River's UI shows every tenant's jobs, so it is for the deployment's operators only: "+
-				"no tenant role opens it; the session's roles ("+auth.RoleList(id.Roles)+") hold no operator role")
+				"no tenant role opens it; the session's roles ("+access.RoleList(id.Roles)+") hold no operator role")
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead && !sameOrigin(r) {
 			return &problemError{http.StatusForbidden, "cross-origin request refused"}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/stepgate/stepgate/auth"
+	"github.com/stepgate/stepgate/access"
 	"github.com/stepgate/stepgate/functions/names"
 	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/gateway/api/server"
@@ -80,7 +80,7 @@ func (s *Server) StartRun(ctx context.Context, req server.StartRunRequestObject)
 		Tenant:   id.Tenant,
 		Function: req.Name,
 		Input:    input,
-		Identity: journal.Identity(id),
+		Identity: id,
 	}
 	if req.Params.IdempotencyKey != nil {
 		if err := names.Check("Idempotency-Key", *req.Params.IdempotencyKey); err != nil {
@@ -114,7 +114,7 @@ func (s *Server) StartRun(ctx context.Context, req server.StartRunRequestObject)
 	if fe := (*journal.ForbiddenError)(nil); errors.As(err, &fe) {
 		return nil, &problemError{http.StatusForbidden, fmt.Sprintf(
 			"function %s may be invoked only by the roles (%s) or admin; the token's roles (%s) include none of them",
-			req.Name, strings.Join(fe.InvokeRoles, ", "), auth.RoleList(id.Roles))}
+			req.Name, strings.Join(fe.InvokeRoles, ", "), access.RoleList(id.Roles))}
 	}
 	switch {
 	case errors.Is(err, journal.ErrNotFound):
@@ -248,22 +248,14 @@ func runToAPI(run *journal.Run, io bool) api.Run {
 	r := api.Run{
 		Id: run.ID, Function: run.Function, Revision: run.Revision, Status: api.RunStatus(run.Status),
 		Error:    invoker.ErrorToAPI(run.Error),
-		Identity: invoker.IdentityToAPI(run.Identity), IdempotencyKey: run.IdempotencyKey, ParentId: run.ParentID,
+		Identity: run.Identity, IdempotencyKey: run.IdempotencyKey, ParentId: run.ParentID,
 		ParentSeq: run.ParentSeq, ParentName: run.ParentName, RerunOf: run.RerunOf, Attempts: run.Attempts, Recoveries: run.Recoveries, WakeAt: run.WakeAt, CreatedAt: run.CreatedAt, StartedAt: run.StartedAt,
-		FinishedAt: run.FinishedAt, CancelledBy: identityPtr(run.CancelledBy), Awaiting: invoker.AwaitingToAPI(run.Awaiting),
+		FinishedAt: run.FinishedAt, CancelledBy: run.CancelledBy, Awaiting: invoker.AwaitingToAPI(run.Awaiting),
 	}
 	if io {
 		r.Input, r.Output = rawPtr(run.Input), rawPtr(run.Output)
 	}
 	return r
-}
-
-func identityPtr(id *journal.Identity) *api.Identity {
-	if id == nil {
-		return nil
-	}
-	out := invoker.IdentityToAPI(*id)
-	return &out
 }
 
 // GetRun returns a run with a page of its journal and those entries' failed attempts.

@@ -11,7 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/stepgate/stepgate/auth"
+	"github.com/stepgate/stepgate/access"
 	"github.com/stepgate/stepgate/functions/names"
 	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/gateway/api/server"
@@ -22,7 +22,7 @@ import (
 func scheduleToAPI(s *journal.Schedule) api.Schedule {
 	return api.Schedule{
 		Name: s.Name, Function: s.Function, Cron: s.Cron, Timezone: s.Timezone,
-		Input: api.AnyJSON(s.Input), Identity: invoker.IdentityToAPI(s.Identity),
+		Input: api.AnyJSON(s.Input), Identity: s.Identity,
 		Catchup: api.ScheduleCatchup(s.Catchup), CatchupWindow: fmtDuration(s.CatchupWindow),
 		NextAt: s.NextAt, LastTickAt: s.LastTickAt, LastRunId: s.LastRunID,
 		CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt,
@@ -89,15 +89,15 @@ func (s *Server) PutSchedule(ctx context.Context, req server.PutScheduleRequestO
 	if err := journal.CheckJSON(input); err != nil {
 		return nil, badRequest("input %v", err)
 	}
-	if !id.Has(auth.PermissionRunsInvoke) {
+	if !id.Has(access.PermissionRunsInvoke) {
 		return nil, &problemError{http.StatusForbidden, fmt.Sprintf(
 			"a schedule's runs act as its creator, so putting one needs the %s permission too; the token's roles (%s) do not grant it",
-			auth.PermissionRunsInvoke, auth.RoleList(id.Roles))}
+			access.PermissionRunsInvoke, access.RoleList(id.Roles))}
 	}
 
 	sch, err := s.inv.PutSchedule(ctx, journal.ForTenant(s.api, id.Tenant), journal.NewSchedule{
 		ID: uuid.Must(uuid.NewV7()).String(), Tenant: id.Tenant, Name: req.Name, Function: body.Function,
-		Cron: body.Cron, Timezone: timezone, Input: input, Identity: journal.Identity(id),
+		Cron: body.Cron, Timezone: timezone, Input: input, Identity: id,
 		Catchup: catchup, CatchupWindow: window, Next: spec.Next,
 	})
 	var fe *journal.ForbiddenError
@@ -107,7 +107,7 @@ func (s *Server) PutSchedule(ctx context.Context, req server.PutScheduleRequestO
 	case errors.As(err, &fe):
 		return nil, &problemError{http.StatusForbidden, fmt.Sprintf(
 			"function %s may be invoked only by the roles (%s) or admin; the token's roles (%s) include none of them, so its schedule may not start runs as you",
-			fe.Function, strings.Join(fe.InvokeRoles, ", "), auth.RoleList(id.Roles))}
+			fe.Function, strings.Join(fe.InvokeRoles, ", "), access.RoleList(id.Roles))}
 	case err != nil:
 		return nil, err
 	}

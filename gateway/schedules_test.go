@@ -40,7 +40,7 @@ func serveHello(t *testing.T, s *stack.Stack, token string) *seenRuns {
 	app := s.NewApp()
 	functions.Register(app, "hello", func(ctx context.Context, in json.RawMessage) (string, error) {
 		seen.mu.Lock()
-		seen.ids[functions.RunFrom(ctx).Id] = functions.IdentityFrom(ctx)
+		seen.ids[functions.RunFrom(ctx).ID] = api.Identity(functions.IdentityFrom(ctx))
 		seen.mu.Unlock()
 		return "hi", nil
 	})

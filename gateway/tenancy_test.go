@@ -36,7 +36,7 @@ func TestTenantIsolation(t *testing.T) {
 		if _, err := step.Run(ctx, "first", func(context.Context) (int, error) { return 1, nil }); err != nil {
 			return "", err
 		}
-		started <- functions.RunFrom(ctx).Id
+		started <- functions.RunFrom(ctx).ID
 		select {
 		case <-release:
 			return "released", nil

@@ -5,7 +5,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/functions/names"
 	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/journal"
@@ -29,7 +28,7 @@ var invokeAwait = awaitKind{
 			Seq: w.Seq, Name: w.Name, ChildID: uuid.Must(uuid.NewV7()).String(), Function: *w.Function,
 			// The child runs as the run's identity: its invoke_roles are checked against
 			// that identity, as the gateway checks a caller's.
-			CheckInvokeRoles: !auth.Identity(claim.Run.Identity).IsAdmin(),
+			CheckInvokeRoles: !claim.Run.Identity.IsAdmin(),
 		}
 		if w.Input != nil {
 			in.Input = json.RawMessage(*w.Input)

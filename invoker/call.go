@@ -235,7 +235,7 @@ func (inv *Invoker) call(ctx context.Context, rev *revision, claim *journal.Clai
 			Id: run.ID, Function: run.Function, Revision: run.Revision, Attempt: run.Attempts,
 			Input: api.AnyJSON(run.Input), ParentId: run.ParentID, CreatedAt: run.CreatedAt,
 		},
-		Identity: IdentityToAPI(run.Identity),
+		Identity: run.Identity,
 		Journal:  make([]api.JournalEntry, 0, len(claim.Journal)),
 		Checkpoint: api.Checkpoint{
 			Url:   inv.checkpoint + "/v1/runs/" + run.ID + "/checkpoint",

@@ -74,18 +74,6 @@ func FailureToAPI(f journal.Failure) api.AttemptFailure {
 	}
 }
 
-// IdentityToAPI returns a run's identity in its API form.
-func IdentityToAPI(id journal.Identity) api.Identity {
-	out := api.Identity{Subject: id.Subject, Tenant: id.Tenant, Roles: id.Roles}
-	if out.Roles == nil {
-		out.Roles = []string{}
-	}
-	if len(id.Claims) > 0 {
-		out.Claims = &id.Claims
-	}
-	return out
-}
-
 // AwaitingToAPI returns what a run awaits for the API, or nil.
 func AwaitingToAPI(a *journal.Awaiting) *api.Awaiting {
 	if a == nil {

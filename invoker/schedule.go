@@ -17,7 +17,6 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/robfig/cron/v3"
 
-	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/journal"
 )
 
@@ -360,7 +359,7 @@ func (c *Cron) walk(first, last time.Time, n int) ([]time.Time, int, bool) {
 // function is gone, or its invoke_roles exclude the identity (logged; the schedule
 // goes on).
 func (inv *Invoker) startTick(ctx context.Context, tx pgx.Tx, s *journal.Schedule, at time.Time) (*string, error) {
-	id := auth.Identity(s.Identity)
+	id := s.Identity
 	run, created, err := journal.CreateRun(ctx, tx, journal.NewRun{
 		ID:               uuid.Must(uuid.NewV7()).String(),
 		Tenant:           s.Tenant,

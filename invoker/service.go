@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/journal"
 )
 
@@ -144,7 +143,7 @@ func (inv *Invoker) CheckpointEvent(ctx context.Context, runID string, invocatio
 		run := runs[0]
 		_, _, err = inv.sendEvent(ctx, tx, journal.NewEvent{
 			Tenant: run.Tenant, ID: ev.ID, Name: ev.Name, Data: ev.Data, Identity: run.Identity,
-			SourceRunID: &run.ID, CheckInvokeRoles: !auth.Identity(run.Identity).IsAdmin(),
+			SourceRunID: &run.ID, CheckInvokeRoles: !run.Identity.IsAdmin(),
 		})
 		return err
 	})
@@ -165,7 +164,7 @@ func (inv *Invoker) PutSchedule(ctx context.Context, db *journal.TenantDB, n jou
 		if err != nil {
 			return err
 		}
-		if roles := fn.InvokeRoles(); !auth.Identity(n.Identity).MayInvoke(roles) {
+		if roles := fn.InvokeRoles(); !n.Identity.MayInvoke(roles) {
 			return &journal.ForbiddenError{Function: fn.Name, InvokeRoles: roles}
 		}
 		var clock time.Time

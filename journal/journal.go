@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stepgate/stepgate/access"
 )
 
 // DB is satisfied by *pgxpool.Pool, *pgx.Conn and pgx.Tx, so callers own transactions.
@@ -59,13 +60,8 @@ func (s Status) Terminal() bool {
 	return s == StatusCompleted || s == StatusFailed || s == StatusCancelled
 }
 
-// Identity is who started a run: taken from the caller's token, never the token itself.
-type Identity struct {
-	Subject string         `json:"subject"`
-	Tenant  string         `json:"tenant"`
-	Roles   []string       `json:"roles"`
-	Claims  map[string]any `json:"claims,omitempty"`
-}
+// Identity is who started a run (see access.Identity).
+type Identity = access.Identity
 
 // ErrorInfo describes a failure of a run, a step or an invocation.
 type ErrorInfo struct {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/stepgate/stepgate/auth"
+	"github.com/stepgate/stepgate/access"
 	"github.com/stepgate/stepgate/web"
 )
 
@@ -32,18 +32,18 @@ func TestRoleTable(t *testing.T) {
 	got := map[string][]string{}
 	for role, ps := range js {
 		if slices.Equal(ps, []string{"*"}) {
-			ps = permissions(auth.Permissions())
+			ps = permissions(access.Permissions())
 		}
 		got[role] = slices.Sorted(slices.Values(ps))
 	}
 	want := map[string][]string{}
-	for role, ps := range auth.Roles() {
+	for role, ps := range access.Roles() {
 		want[role] = slices.Sorted(slices.Values(permissions(ps)))
 	}
 	require.Equal(t, want, got)
 }
 
-func permissions(ps []auth.Permission) []string {
+func permissions(ps []access.Permission) []string {
 	s := make([]string, len(ps))
 	for i, p := range ps {
 		s[i] = string(p)

@@ -173,8 +173,8 @@ func formatIdentity(id api.Identity) string {
 		roles = strings.Join(id.Roles, ",")
 	}
 	s := fmt.Sprintf("subject %s, tenant %s, roles %s", orDash(id.Subject), orDash(id.Tenant), roles)
-	if id.Claims != nil && len(*id.Claims) > 0 {
-		claims, err := json.Marshal(*id.Claims)
+	if len(id.Claims) > 0 {
+		claims, err := json.Marshal(id.Claims)
 		if err == nil {
 			s += ", claims " + truncate(string(claims), cellJSONWidth)
 		}

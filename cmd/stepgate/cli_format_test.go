@@ -148,7 +148,7 @@ func TestWriteRunDetail(t *testing.T) {
 		t.Parallel()
 		run := &api.RunDetail{
 			Id: "r2", Function: "hello", Revision: 1, Status: "failed", Attempts: 1,
-			Identity:  api.Identity{Subject: "svc", Tenant: "t", Claims: &map[string]any{"plan": "pro"}},
+			Identity:  api.Identity{Subject: "svc", Tenant: "t", Claims: map[string]any{"plan": "pro"}},
 			Input:     raw(`null`),
 			Error:     &api.ErrorInfo{Type: "http_status", Message: "function answered 500"},
 			CreatedAt: t0,

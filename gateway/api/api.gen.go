@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/oapi-codegen/runtime"
+	"github.com/stepgate/stepgate/access"
 )
 
 // Defines values for AnswerStatus.
@@ -509,13 +510,7 @@ type Health struct {
 }
 
 // Identity Who started the run, from the caller's JWT. Never the token itself.
-type Identity struct {
-	// Claims Extra claims the operator chose to keep.
-	Claims  *map[string]interface{} `json:"claims,omitempty"`
-	Roles   []string                `json:"roles"`
-	Subject string                  `json:"subject"`
-	Tenant  string                  `json:"tenant"`
-}
+type Identity = access.Identity
 
 // InvocationAnswer A function's answer to an invocation; always HTTP 200.
 type InvocationAnswer struct {

@@ -1,9 +1,33 @@
-package auth
+// Package access is who a caller is and what they may do: the Identity taken from a
+// verified token, the permissions of the API's operations and the roles that grant them.
+// It is the one definition of both, shared by the token verifier (auth), the journal
+// (a run's identity), the API's types and the gateway's checks.
+package access
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 )
+
+// Identity is who is calling, or who started a run: taken from a verified token, never
+// the token itself.
+type Identity struct {
+	Subject string         `json:"subject"`
+	Tenant  string         `json:"tenant"`
+	Roles   []string       `json:"roles"`
+	Claims  map[string]any `json:"claims,omitempty"`
+}
+
+// MarshalJSON writes no roles as [], not null: an identity always has a list, in the API
+// and the protocol as in storage.
+func (id Identity) MarshalJSON() ([]byte, error) {
+	type plain Identity
+	if id.Roles == nil {
+		id.Roles = []string{}
+	}
+	return json.Marshal(plain(id))
+}
 
 // Permission is what an API operation needs; a token's roles grant permissions.
 type Permission string
