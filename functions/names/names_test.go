@@ -1,10 +1,12 @@
 package names_test
 
 import (
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"gopkg.in/yaml.v3"
 
 	"github.com/stepgate/stepgate/functions/names"
 )
@@ -24,4 +26,31 @@ func TestNames(t *testing.T) {
 	require.NoError(t, names.Check("step name", "réserver la chambre 🛏"), "any text")
 	err := names.Check("event name", strings.Repeat("y", 1000))
 	require.Less(t, len(err.Error()), 200, "a long name is cut short in the message")
+}
+
+// TestOpenAPIUsesThePattern: the API's contract names functions and schedules by the
+// same rule as the gateway and the SDK.
+func TestOpenAPIUsesThePattern(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../../openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Components struct {
+			Parameters map[string]struct {
+				Schema struct {
+					Pattern string `yaml:"pattern"`
+				} `yaml:"schema"`
+			} `yaml:"parameters"`
+		} `yaml:"components"`
+	}
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"FunctionName", "ScheduleName"} {
+		if got := doc.Components.Parameters[p].Schema.Pattern; got != names.FunctionPattern {
+			t.Errorf("openapi.yaml's %s pattern is %q, not names.FunctionPattern %q", p, got, names.FunctionPattern)
+		}
+	}
 }
