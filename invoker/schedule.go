@@ -359,16 +359,13 @@ func (c *Cron) walk(first, last time.Time, n int) ([]time.Time, int, bool) {
 // function is gone, or its invoke_roles exclude the identity (logged; the schedule
 // goes on).
 func (inv *Invoker) startTick(ctx context.Context, tx pgx.Tx, s *journal.Schedule, at time.Time) (*string, error) {
-	id := s.Identity
 	run, created, err := journal.CreateRun(ctx, tx, journal.NewRun{
-		ID:               uuid.Must(uuid.NewV7()).String(),
-		Tenant:           s.Tenant,
-		Function:         s.Function,
-		Input:            s.Input,
-		Identity:         s.Identity,
-		IdempotencyKey:   tickKey(s.Name, at),
-		CheckInvokeRoles: !id.IsAdmin(),
-		InvokerRoles:     id.Roles,
+		ID:             uuid.Must(uuid.NewV7()).String(),
+		Tenant:         s.Tenant,
+		Function:       s.Function,
+		Input:          s.Input,
+		Identity:       s.Identity,
+		IdempotencyKey: tickKey(s.Name, at),
 	})
 	log := inv.log.With(slog.String("schedule", s.Name), slog.String("tenant", s.Tenant), slog.Time("tick", at))
 	switch {

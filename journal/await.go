@@ -108,13 +108,9 @@ func (r StepRetry) write(ctx context.Context, db DB, w awaitWrite, _ *Finished) 
 type Invoke struct {
 	Seq      int
 	Name     string
-	ChildID  string // A UUID chosen by the caller for the child run.
-	Function string // In the run's tenant, at its current revision.
-	Input    json.RawMessage
-	// CheckInvokeRoles refuses the child when the function's invoke_roles exclude the
-	// roles of the run's identity, which the child inherits. Leave it false when that
-	// identity may invoke anything (an admin).
-	CheckInvokeRoles bool
+	ChildID  string          // A UUID chosen by the caller for the child run.
+	Function string          // In the run's tenant, at its current revision.
+	Input    json.RawMessage // The child inherits the run's identity, which the function's invoke_roles must admit.
 }
 
 func (in Invoke) awaiting() Awaiting {

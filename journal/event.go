@@ -41,10 +41,6 @@ type NewEvent struct {
 	// Identity is the sender's; every run the event starts carries it.
 	Identity    Identity
 	SourceRunID *string // The run that sends the event, if any.
-	// CheckInvokeRoles skips the functions whose current revision's invoke_roles
-	// exclude Identity.Roles, as a direct start by the sender would be refused. Leave
-	// it false for senders allowed to invoke anything (admins).
-	CheckInvokeRoles bool
 }
 
 // SendEvent stores an event of the tenant and, when its id is new, starts a queued run of
@@ -92,7 +88,7 @@ func SendEvent(ctx context.Context, db DB, n NewEvent) (ev *Event, created bool,
 			RETURNING id, tenant, function, status, attempts, wake_at, finished_at
 		), `+eventCTE("runs")+`
 		SELECT ins.* FROM ins, `+eventCount,
-		n.Tenant, n.ID, n.Name, data, n.Identity, n.SourceRunID, n.CheckInvokeRoles, roles)
+		n.Tenant, n.ID, n.Name, data, n.Identity, n.SourceRunID, !n.Identity.IsAdmin(), roles)
 	ev, err = pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Event])
 	if err == nil {
 		return ev, true, nil

@@ -151,16 +151,16 @@ func TestSendEvent(t *testing.T) {
 		tx, tenant := pgtest.Tx(t), newTenant()
 		mustRegisterWith(t, tx, tenant, "payout", `{"invoke_roles": ["billing"], "triggers": [{"event": "pay"}]}`)
 		n := newEvent(tenant, "e1", "pay", `{}`)
-		n.CheckInvokeRoles = true
 		ev, created := mustSendEvent(t, tx, n)
 		require.True(t, created, "the event is stored")
 		require.Empty(t, ev.Runs, "an invoker may not start payout")
 
 		n = newEvent(tenant, "e2", "pay", `{}`)
-		n.CheckInvokeRoles, n.Identity.Roles = true, []string{"billing"}
+		n.Identity.Roles = []string{"billing"}
 		ev, _ = mustSendEvent(t, tx, n)
 		require.Len(t, ev.Runs, 1)
-		n = newEvent(tenant, "e3", "pay", `{}`) // an admin: no check
+		n = newEvent(tenant, "e3", "pay", `{}`)
+		n.Identity.Roles = []string{"admin"} // no check
 		ev, _ = mustSendEvent(t, tx, n)
 		require.Len(t, ev.Runs, 1)
 	})

@@ -67,11 +67,6 @@ type NewRun struct {
 	// Otherwise it is created queued.
 	Claim bool
 	Lease time.Duration
-	// CheckInvokeRoles refuses the run, with a *ForbiddenError, when the revision's
-	// config names invoke_roles and InvokerRoles holds none of them. Leave it false
-	// for callers allowed to invoke anything (admins).
-	CheckInvokeRoles bool
-	InvokerRoles     []string
 }
 
 // ErrForbidden: the caller's roles may not invoke the function (its invoke_roles).
@@ -93,9 +88,9 @@ func (e *ForbiddenError) Unwrap() error { return ErrForbidden }
 // CreateRun inserts a run of the function's current revision. With an idempotency key
 // already used for the same tenant and function, it returns that run and created=false
 // when the input is the same JSON, or ErrIdempotencyMismatch. It returns ErrNotFound
-// when the function is not registered, and a *ForbiddenError when n.CheckInvokeRoles
-// and the revision's invoke_roles exclude n.InvokerRoles (checked before the key, so a
-// refused caller is never handed someone else's run). It is one statement. A created run notifies EventChannel when a
+// when the function is not registered, and a *ForbiddenError when the revision's
+// invoke_roles exclude n.Identity, who starts the run (access.Identity.MayInvoke; checked
+// before the key, so a refused caller is never handed someone else's run). It is one statement. A created run notifies EventChannel when a
 // gateway watches the tenant.
 func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, err error) {
 	var key *string
@@ -124,7 +119,7 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 		), `+eventCTE("ins")+`
 		SELECT ins.* FROM ins, `+eventCount,
 		n.ID, n.Tenant, n.Function, n.Input, n.Identity, key, n.ParentID, n.Claim, n.Lease.Seconds(), n.RerunOf,
-		n.CheckInvokeRoles, invokerRoles(n), parentSeq, parentName)
+		!n.Identity.IsAdmin(), rolesOf(n.Identity), parentSeq, parentName)
 	run, err = pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Run])
 	if err == nil {
 		return run, true, nil
@@ -142,7 +137,7 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 		FROM stepgate.function f
 		JOIN stepgate.function_revision r USING (tenant, name, revision)
 		WHERE f.tenant = $1 AND f.name = $2`,
-		n.Tenant, n.Function, n.CheckInvokeRoles, invokerRoles(n)).Scan(&allowed, &roles)
+		n.Tenant, n.Function, !n.Identity.IsAdmin(), rolesOf(n.Identity)).Scan(&allowed, &roles)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, ErrNotFound
 	}
@@ -401,17 +396,19 @@ func Attach(ctx context.Context, db DB, tenant, id string) (*Run, error) {
 	return run, nil
 }
 
-// mayInvoke is the SQL condition that a revision's config lets a caller invoke it: no
-// check asked, no invoke_roles (or an empty list), or one of the caller's roles in it.
+// mayInvoke is the SQL condition that a revision's config lets a caller invoke it, as
+// access.Identity.MayInvoke decides it: no check asked (an admin), no invoke_roles (or
+// an empty list), or one of the caller's roles in it.
 func mayInvoke(config, check, roles string) string {
 	return `(NOT ` + check + ` OR coalesce(jsonb_array_length(CASE WHEN jsonb_typeof(` + config +
 		`->'invoke_roles') = 'array' THEN ` + config + `->'invoke_roles' END), 0) = 0 OR ` +
 		config + `->'invoke_roles' ?| ` + roles + `::text[])`
 }
 
-func invokerRoles(n NewRun) []string {
-	if n.InvokerRoles == nil {
+// rolesOf returns id's roles as a text[] argument: never NULL.
+func rolesOf(id Identity) []string {
+	if id.Roles == nil {
 		return []string{}
 	}
-	return n.InvokerRoles
+	return id.Roles
 }

@@ -470,7 +470,6 @@ func invoke(ctx context.Context, db DB, runID string, invocation int, tenant str
 	child, _, err := CreateRun(ctx, db, NewRun{
 		ID: in.ChildID, Tenant: tenant, Function: in.Function, Input: input, Identity: identity,
 		ParentID: &runID, ParentSeq: in.Seq, ParentName: in.Name,
-		CheckInvokeRoles: in.CheckInvokeRoles, InvokerRoles: identity.Roles,
 	})
 	var fe *ForbiddenError
 	var e ErrorInfo

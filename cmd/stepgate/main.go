@@ -183,11 +183,11 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 		fmt.Fprint(c.stdout, usageText)
 		return nil
 	case "dev":
-		return cmdDev(ctx, rest)
+		return c.dev(ctx, rest)
 	case "serve":
-		return cmdServe(ctx, rest)
+		return c.serve(ctx, rest)
 	case "migrate":
-		return cmdMigrate(ctx, rest)
+		return c.migrate(ctx, rest)
 	case "functions", "function", "fn":
 		return c.functions(ctx, rest)
 	case "apps", "app":

@@ -8,17 +8,39 @@ import (
 	"testing"
 )
 
-// testLogger writes the gateway's logs to t.Log, and nowhere once the test has ended.
+// testLogger writes the gateway's logs to tb.Log until the test's cleanups reach it,
+// and drops them from then on: goroutines that outlive a stack (River's, timers, a
+// leaked loop) must not call tb.Log once the test has ended, which panics. Call it
+// before the stack registers its own cleanup, so that the stack's stopping is logged.
 func testLogger(tb testing.TB) *slog.Logger {
-	h := &tbHandler{tb: tb, mu: &sync.Mutex{}}
-	tb.Cleanup(func() { h.mu.Lock(); h.done = true; h.mu.Unlock() })
-	return slog.New(h)
+	out := &tbOutput{tb: tb}
+	tb.Cleanup(out.close)
+	return slog.New(&tbHandler{out: out})
+}
+
+// tbOutput is the test's log, shared by a tbHandler and those it derives.
+type tbOutput struct {
+	tb     testing.TB
+	mu     sync.Mutex // held across tb.Log, so that none runs once closed is set
+	closed bool
+}
+
+func (o *tbOutput) log(line string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.closed {
+		o.tb.Log(line)
+	}
+}
+
+func (o *tbOutput) close() {
+	o.mu.Lock()
+	o.closed = true
+	o.mu.Unlock()
 }
 
 type tbHandler struct {
-	tb    testing.TB
-	mu    *sync.Mutex
-	done  bool
+	out   *tbOutput
 	attrs []slog.Attr
 }
 
@@ -31,18 +53,12 @@ func (h *tbHandler) Handle(_ context.Context, r slog.Record) error {
 		b.WriteString(" " + a.String())
 	}
 	r.Attrs(func(a slog.Attr) bool { b.WriteString(" " + a.String()); return true })
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if !h.done {
-		h.tb.Log(b.String())
-	}
+	h.out.log(b.String())
 	return nil
 }
 
 func (h *tbHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	n := *h
-	n.attrs = append(append([]slog.Attr{}, h.attrs...), as...)
-	return &n
+	return &tbHandler{out: h.out, attrs: append(append([]slog.Attr{}, h.attrs...), as...)}
 }
 
 func (h *tbHandler) WithGroup(string) slog.Handler { return h }

@@ -1,7 +1,8 @@
 // Package stack starts a whole stepgate gateway for tests: a fresh migrated database,
-// the invoker with its River client, and the HTTP server on a real loopback port, with
-// helpers to mint tokens, serve function apps and call the API through the generated
-// client. Everything stops when the test ends.
+// the invoker with its River client, and the HTTP server on a real loopback port, wired
+// by internal/gatewayproc as `stepgate serve` wires them; with helpers to mint tokens,
+// serve function apps and call the API through the generated client. Everything stops
+// when the test ends.
 package stack
 
 import (
@@ -21,9 +22,9 @@ import (
 	"github.com/stepgate/stepgate/gateway"
 	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/internal/egress"
+	"github.com/stepgate/stepgate/internal/gatewayproc"
 	"github.com/stepgate/stepgate/internal/pgtest"
 	"github.com/stepgate/stepgate/invoker"
-	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/web"
 )
 
@@ -57,7 +58,7 @@ type Options struct {
 	SweepGrace       time.Duration
 	MaxRecoveries    int
 	// DatabaseURL shares a database with another Stack (two gateways); empty makes a
-	// new one.
+	// new one. It must be migrated already, as pgtest.DBURL's are.
 	DatabaseURL string
 	// Auth configures token verification. Its Secrets default to JWTSecret, so
 	// Token and NewToken keep working when only keys, issuer or claims are added.
@@ -71,97 +72,48 @@ type Options struct {
 	Limits invoker.Limits
 }
 
-// Start starts a gateway for the test.
+// Start starts a gateway for the test, wired as `stepgate serve` wires one
+// (gatewayproc.Start), with a test's choices: small pools, logs to tb.Log, the
+// Loopback egress policy, a fixed JWT secret. It stops, draining first, when the test
+// ends; a test may drain or stop its Invoker itself before that.
 func Start(tb testing.TB, opts Options) *Stack {
 	tb.Helper()
-	ctx := tb.Context()
 	url := opts.DatabaseURL
 	if url == "" {
 		url = pgtest.DBURL(tb)
 	}
-	cfg, err := pgxpool.ParseConfig(url)
+	db, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	// Small pools: test packages run side by side on one Postgres (max_connections 100).
-	cfg.MaxConns = 5
-	apiCfg := cfg.Copy()
-	apiCfg.MaxConns = 2
-	journal.ConfigurePool(cfg, true)
-	journal.ConfigurePool(apiCfg, false)
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	apiPool, err := pgxpool.NewWithConfig(ctx, apiCfg)
-	if err != nil {
-		pool.Close()
-		tb.Fatal(err)
-	}
-	s := &Stack{
-		Pool:      pool,
-		APIPool:   apiPool,
-		JWTSecret: []byte("test-jwt-secret-0123456789abcdef0123456789"),
-		Keys:      auth.NewSigningKeys(pool),
-	}
-	s.Tokens, err = auth.LoadInvocationTokens(ctx, pool)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	db.MaxConns = 7
 	log := testLogger(tb)
+	s := &Stack{JWTSecret: []byte("test-jwt-secret-0123456789abcdef0123456789")}
+	s.Auth = opts.Auth
+	if len(s.Auth.Secrets) == 0 {
+		s.Auth.Secrets = [][]byte{s.JWTSecret}
+	}
+	s.Auth.Logger = cmp.Or(s.Auth.Logger, log)
 	policy := Loopback
 	if opts.Egress != nil {
 		policy = *opts.Egress
 	}
 	limits := opts.Limits
 	limits.MinBackoff = cmp.Or(limits.MinBackoff, time.Millisecond)
-	srv := httptest.NewUnstartedServer(nil)
-	s.URL = "http://" + srv.Listener.Addr().String()
-	s.Invoker, err = invoker.New(invoker.Config{
-		Pool: pool, Logger: log, CheckpointURL: s.URL, Keys: s.Keys, Tokens: s.Tokens, HTTPClient: policy.Client(),
-		Limits: limits, LeaseTTL: opts.LeaseTTL, MaintainInterval: opts.MaintainInterval,
-		SweepGrace: opts.SweepGrace, MaxRecoveries: opts.MaxRecoveries,
+	p, err := gatewayproc.Start(tb.Context(), gatewayproc.Config{
+		Database: db, APIMaxConns: 2, Migrated: true, Logger: log, Addr: "127.0.0.1:0",
+		Auth: s.Auth, Egress: policy, Limits: limits,
+		LeaseTTL: opts.LeaseTTL, MaintainInterval: opts.MaintainInterval, SweepGrace: opts.SweepGrace,
+		MaxRecoveries: opts.MaxRecoveries, DrainTimeout: 10 * time.Second,
+		MaxBodyBytes: opts.MaxBodyBytes, Web: web.Handler(), OperatorRole: OperatorRole, Gateway: opts.Gateway,
 	})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if err := s.Invoker.Start(ctx); err != nil {
-		tb.Fatal(err)
-	}
-	s.Auth = opts.Auth
-	if len(s.Auth.Secrets) == 0 {
-		s.Auth.Secrets = [][]byte{s.JWTSecret}
-	}
-	s.Auth.Logger = cmp.Or(s.Auth.Logger, log)
-	verifier, err := auth.NewVerifier(s.Auth)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(verifier.Close)
-	gcfg := gateway.Config{
-		Pool: pool, APIPool: apiPool, Invoker: s.Invoker, Verifier: verifier, Tokens: s.Tokens, Logger: log,
-		Keys: s.Keys, Egress: policy, MaxBodyBytes: opts.MaxBodyBytes, Web: web.Handler(), OperatorRole: OperatorRole,
-	}
-	if opts.Gateway != nil {
-		opts.Gateway(&gcfg)
-	}
-	g, err := gateway.New(gcfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	s.Server = g
-	srv.Config.Handler = g.Handler()
-	srv.Start()
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		srv.Close()
-		if err := s.Invoker.Stop(ctx); err != nil {
-			tb.Logf("stop invoker: %v", err)
-		}
-		apiPool.Close()
-		pool.Close()
-	})
+	// Registered after the database's and the logger's cleanups, so it runs before them.
+	tb.Cleanup(func() { p.Stop(context.Background()) })
+	s.URL, s.Pool, s.APIPool, s.Invoker, s.Server, s.Keys, s.Tokens = p.URL, p.Pool, p.APIPool, p.Invoker, p.Server, p.Keys, p.Tokens
 	s.Token = s.NewToken(tb, auth.Identity{Subject: "tester", Tenant: auth.DefaultTenant, Roles: []string{"admin", OperatorRole}})
 	return s
 }

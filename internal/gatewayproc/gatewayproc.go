@@ -1,0 +1,376 @@
+// Package gatewayproc wires a whole gateway process, and only this package does: it
+// migrates the database, opens the system and API pools, makes the invocation tokens,
+// the tenants' signing keys and the token verifier, starts the invoker, makes the
+// gateway on it and serves HTTP. Stop takes them down in the reverse order, draining
+// first. `stepgate serve`, `stepgate dev` and the tests' internal/stack all start
+// their gateways with [Start], so they run the same wiring; each reads its settings
+// its own way (the environment, flags, test options) into a [Config].
+package gatewayproc
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stepgate/stepgate/auth"
+	"github.com/stepgate/stepgate/gateway"
+	"github.com/stepgate/stepgate/internal/egress"
+	"github.com/stepgate/stepgate/invoker"
+	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/migrations"
+)
+
+// Config is what a gateway process needs. Zero values keep the defaults of the
+// packages it wires (invoker.Config, gateway.Config) unless a field says otherwise.
+type Config struct {
+	// Database is where the gateway connects, as its login user: the user that migrates
+	// the schema, which must be able to act as journal.AppRole and journal.SystemRole
+	// (see journal.ConfigurePool). Its MaxConns bounds the connections of the two pools
+	// together. Start does not change it. Required.
+	Database *pgxpool.Config
+	// APIMaxConns is the API pool's share of Database.MaxConns; the system pool gets the
+	// rest. Defaults to half. Each pool has at least 2.
+	APIMaxConns int32
+	// Migrated says the schema is up to date already (as in the tests' template
+	// databases), so Start does not migrate it.
+	Migrated bool
+	Logger   *slog.Logger // Required.
+	// Addr is where the gateway listens for HTTP ("127.0.0.1:0": a free port). Defaults
+	// to ":8080".
+	Addr string
+	// PublicURL is the base URL functions reach this gateway at, for checkpoints.
+	// Defaults to the listener's [LocalURL].
+	PublicURL string
+	// InvocationKeys key the invocation tokens, newest first. None: the database's keys,
+	// made by the first gateway (auth.LoadInvocationTokens).
+	InvocationKeys [][]byte
+	// Auth verifies callers' tokens; Start makes an auth.Verifier of it. Its Logger
+	// defaults to Logger.
+	Auth auth.Config
+	// Egress says which addresses the gateway dials: functions, and the manifests of app
+	// syncs. Its zero value allows the public internet only.
+	Egress egress.Policy
+	// Limits bound functions and runs.
+	Limits invoker.Limits
+	// Crash recovery: see the invoker.Config fields of the same names.
+	LeaseTTL         time.Duration
+	MaintainInterval time.Duration
+	SweepGrace       time.Duration
+	MaxRecoveries    int
+	// DrainTimeout is how long Stop lets the invocations in flight finish before it
+	// hands the rest over to the other gateways. Defaults to 30s.
+	DrainTimeout time.Duration
+	// DrainSignals end the drain at once when one of them arrives during it (an
+	// operator's second interrupt), handing the invocations over. None: only
+	// DrainTimeout and Stop's context end it.
+	DrainSignals []os.Signal
+	// The gateway: see the gateway.Config fields of the same names. Web serves the
+	// dashboard; nil serves none.
+	MaxBodyBytes                                    int64
+	Web                                             http.Handler
+	OperatorRole, OperatorTenant                    string
+	MaxWaitInvocations, MaxWaitInvocationsPerTenant int
+	MaxStreamsPerTenant, MaxStreamsPerSubject       int
+	// Gateway, when set, changes the gateway's config just before the gateway is made:
+	// a test's way to set what Config does not name.
+	Gateway func(*gateway.Config)
+	// PprofAddr, when set, is where net/http/pprof is served, until Stop. Failing to
+	// listen there is logged, not returned.
+	PprofAddr string
+}
+
+// Process is a running gateway: its pools, keys, invoker and HTTP server. Its fields
+// are set by Start; read them, do not change them.
+type Process struct {
+	// URL is the base URL functions reach the gateway at (Config.PublicURL, or its
+	// default), without a trailing "/".
+	URL string
+	// Pool is the system pool: it acts as journal.SystemRole and sees every tenant (the
+	// invoker, River, checkpoints). APIPool is the API pool: it acts as journal.AppRole
+	// and sees a tenant only through journal.ForTenant.
+	Pool, APIPool *pgxpool.Pool
+	// Keys are the tenants' signing keys, kept in the database. Tokens are the
+	// invocation tokens.
+	Keys     *auth.SigningKeys
+	Tokens   *auth.InvocationTokens
+	Verifier *auth.Verifier
+	Invoker  *invoker.Invoker // started
+	Server   *gateway.Server
+
+	log          *slog.Logger
+	ln           net.Listener
+	srv          *http.Server
+	served       chan error
+	pprof        *http.Server
+	drainTimeout time.Duration
+	drainSignals []os.Signal
+	// endRequests ends the requests still open once the invocations are drained.
+	endRequests context.CancelFunc
+	stopOnce    sync.Once
+}
+
+// Start connects, migrates (unless Config.Migrated), opens the two pools, starts the
+// invoker and serves the gateway on Config.Addr. It fails when the database user may
+// not act as the pools' roles, and warns when row-level security does not apply to
+// them. On an error, what it started is stopped. ctx bounds the start; it is also
+// River's context (see invoker.Invoker.Start): cancelling it stops River's fetching,
+// so stop the process with Stop.
+func Start(ctx context.Context, cfg Config) (*Process, error) {
+	if cfg.Database == nil || cfg.Logger == nil {
+		return nil, errors.New("gatewayproc: Database and Logger are required")
+	}
+	log := cfg.Logger
+	pc := cfg.Database.Copy()
+	if !cfg.Migrated {
+		if err := migrate(ctx, pc); err != nil {
+			return nil, err
+		}
+	}
+	pool, api, err := openPools(ctx, pc, cfg.APIMaxConns, log)
+	if err != nil {
+		return nil, err
+	}
+	p := &Process{
+		Pool: pool, APIPool: api, log: log, served: make(chan error, 1),
+		drainTimeout: cmp.Or(cfg.DrainTimeout, 30*time.Second), drainSignals: cfg.DrainSignals,
+	}
+	fail := func(err error) (*Process, error) {
+		p.Stop(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	addr := cmp.Or(cfg.Addr, ":8080")
+	if p.ln, err = net.Listen("tcp", addr); err != nil {
+		return fail(fmt.Errorf("listen on %s: %w", addr, err))
+	}
+	p.URL = strings.TrimRight(cmp.Or(cfg.PublicURL, LocalURL(p.ln.Addr())), "/")
+	if len(cfg.InvocationKeys) > 0 {
+		p.Tokens, err = auth.NewInvocationTokens(cfg.InvocationKeys...)
+	} else {
+		p.Tokens, err = auth.LoadInvocationTokens(ctx, pool)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	p.Keys = auth.NewSigningKeys(pool)
+	authCfg := cfg.Auth
+	authCfg.Logger = cmp.Or(authCfg.Logger, log)
+	if p.Verifier, err = auth.NewVerifier(authCfg); err != nil {
+		return fail(err)
+	}
+	p.Invoker, err = invoker.New(invoker.Config{
+		Pool: pool, Logger: log, CheckpointURL: p.URL, Keys: p.Keys, Tokens: p.Tokens, HTTPClient: cfg.Egress.Client(),
+		Limits: cfg.Limits, LeaseTTL: cfg.LeaseTTL, MaintainInterval: cfg.MaintainInterval, SweepGrace: cfg.SweepGrace,
+		MaxRecoveries: cfg.MaxRecoveries,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	if err := p.Invoker.Start(ctx); err != nil {
+		return fail(err)
+	}
+	gcfg := gateway.Config{
+		Pool: pool, APIPool: api, Invoker: p.Invoker, Verifier: p.Verifier, Tokens: p.Tokens, Logger: log,
+		Keys: p.Keys, Egress: cfg.Egress, MaxBodyBytes: cfg.MaxBodyBytes, Web: cfg.Web,
+		OperatorRole: cfg.OperatorRole, OperatorTenant: cfg.OperatorTenant,
+		MaxWaitInvocations: cfg.MaxWaitInvocations, MaxWaitInvocationsPerTenant: cfg.MaxWaitInvocationsPerTenant,
+		MaxStreamsPerTenant: cfg.MaxStreamsPerTenant, MaxStreamsPerSubject: cfg.MaxStreamsPerSubject,
+	}
+	if cfg.Gateway != nil {
+		cfg.Gateway(&gcfg)
+	}
+	if p.Server, err = gateway.New(gcfg); err != nil {
+		return fail(err)
+	}
+	// The requests' context outlives ctx: a stopping gateway goes on serving the
+	// checkpoints of its invocations in flight until they are drained.
+	requests, endRequests := context.WithCancel(context.WithoutCancel(ctx))
+	p.endRequests = endRequests
+	p.srv = &http.Server{Handler: p.Server.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		BaseContext: func(net.Listener) context.Context { return requests }}
+	go func() { p.served <- p.srv.Serve(p.ln) }()
+	if cfg.PprofAddr != "" {
+		p.servePprof(cfg.PprofAddr)
+	}
+	log.Info("gateway serving", slog.String("addr", p.ln.Addr().String()), slog.String("public_url", p.URL))
+	return p, nil
+}
+
+// servePprof serves net/http/pprof on addr until Stop.
+func (p *Process) servePprof(addr string) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	p.pprof = &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := p.pprof.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
+			p.log.Warn("pprof server stopped", slog.Any("error", err))
+		}
+	}()
+}
+
+// Addr returns the address the gateway listens on.
+func (p *Process) Addr() net.Addr { return p.ln.Addr() }
+
+// Done returns a channel that receives the error the HTTP server stopped serving with:
+// something went wrong when it comes before Stop; http.ErrServerClosed after it.
+func (p *Process) Done() <-chan error { return p.served }
+
+// Stop drains the gateway, then shuts it down. Draining: the gateway takes no new runs
+// and reports itself not ready, River fetches no more jobs, and the invocations in
+// flight go on, their checkpoints served, until DrainTimeout, a DrainSignal or the end
+// of ctx; the rest are handed over to the other gateways. Then the requests still open
+// end (a caller waiting for a run is answered its status), the HTTP server closes
+// (allowed 10s, whatever ctx), River stops, and the pools close.
+//
+// Stop may be called more than once, and after the invoker was drained or stopped on
+// its own; later calls return when the first one has finished.
+func (p *Process) Stop(ctx context.Context) {
+	p.stopOnce.Do(func() { p.stop(ctx) })
+}
+
+func (p *Process) stop(ctx context.Context) {
+	if p.Server != nil {
+		p.Server.Drain()
+	}
+	if p.Invoker != nil {
+		p.drain(ctx)
+	}
+	if p.endRequests != nil {
+		p.endRequests()
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if p.srv != nil {
+		if err := p.srv.Shutdown(ctx); err != nil {
+			p.log.Warn("http shutdown", slog.Any("error", err))
+			p.srv.Close()
+		}
+	} else if p.ln != nil {
+		p.ln.Close()
+	}
+	if p.pprof != nil {
+		p.pprof.Close()
+	}
+	if p.Invoker != nil {
+		if err := p.Invoker.Stop(ctx); err != nil {
+			p.log.Warn("invoker stop", slog.Any("error", err))
+		}
+	}
+	if p.Verifier != nil {
+		p.Verifier.Close()
+	}
+	p.APIPool.Close()
+	p.Pool.Close()
+}
+
+// drain lets the invocations in flight finish, then hands the rest over; see Stop.
+func (p *Process) drain(ctx context.Context) {
+	if n := p.Invoker.InFlight(); n > 0 {
+		msg := "draining: waiting for the invocations in flight to finish"
+		if len(p.drainSignals) > 0 {
+			msg += "; interrupt again to hand them over at once"
+		}
+		p.log.Info(msg, slog.Int("invocations", n), slog.Duration("drain_timeout", p.drainTimeout))
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.drainTimeout)
+	defer cancel()
+	if len(p.drainSignals) > 0 {
+		var stopSignals context.CancelFunc
+		ctx, stopSignals = signal.NotifyContext(ctx, p.drainSignals...)
+		defer stopSignals()
+	}
+	n, err := p.Invoker.Drain(ctx)
+	switch {
+	case err != nil:
+		p.log.Warn("draining: could not hand the invocations over; their leases lapse and other gateways take them", slog.Any("error", err))
+	case n > 0:
+		p.log.Info("draining: handed invocations over to the other gateways", slog.Int("invocations", n))
+	}
+}
+
+// migrate applies the migrations as pc's login user, on a pool of its own: the
+// gateway's pools act as journal.AppRole and journal.SystemRole, which may not change
+// the schema.
+func migrate(ctx context.Context, pc *pgxpool.Config) error {
+	mc := pc.Copy()
+	mc.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(ctx, mc)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer pool.Close()
+	if err := migrations.Up(ctx, pool); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	return nil
+}
+
+// openPools opens the gateway's two pools, which share pc.MaxConns: the system pool
+// (the invoker, River and checkpoints, which see every tenant) and the API pool (one
+// tenant per transaction, through journal.ForTenant), of apiConns (default: half). It
+// fails when the database user may not act as their roles, and warns when row-level
+// security does not apply to them.
+func openPools(ctx context.Context, pc *pgxpool.Config, apiConns int32, log *slog.Logger) (system, api *pgxpool.Pool, err error) {
+	sc, ac := pc.Copy(), pc.Copy()
+	ac.MaxConns = max(cmp.Or(apiConns, pc.MaxConns/2), 2)
+	sc.MaxConns = max(pc.MaxConns-ac.MaxConns, 2)
+	journal.ConfigurePool(sc, true)
+	journal.ConfigurePool(ac, false)
+	if system, err = pgxpool.NewWithConfig(ctx, sc); err != nil {
+		return nil, nil, fmt.Errorf("connect: %w", err)
+	}
+	if api, err = pgxpool.NewWithConfig(ctx, ac); err != nil {
+		system.Close()
+		return nil, nil, fmt.Errorf("connect: %w", err)
+	}
+	for _, p := range []struct {
+		pool *pgxpool.Pool
+		role string
+	}{{system, journal.SystemRole}, {api, journal.AppRole}} {
+		fence, err := journal.CheckFence(ctx, p.pool)
+		switch {
+		case err != nil:
+		case fence.User == p.role:
+			continue
+		case fence.Bypassed:
+			log.Warn("row-level security is bypassed: the database user cannot act as "+p.role+" and is a superuser or has BYPASSRLS, "+
+				"so only the gateway's queries keep tenants apart; grant it "+journal.AppRole+" and "+journal.SystemRole,
+				slog.String("db_user", fence.User))
+			continue
+		default:
+			err = fmt.Errorf("the database user %s may not act as %s, and would see no rows: as a superuser or a user with CREATEROLE, "+
+				"GRANT %s, %s TO %s (migrating as that user grants them)", fence.User, p.role, journal.AppRole, journal.SystemRole, fence.User)
+		}
+		system.Close()
+		api.Close()
+		return nil, nil, err
+	}
+	return system, api, nil
+}
+
+// LocalURL returns the http URL a client on this machine dials to reach a listener at
+// a: ":8080" listens on every interface, so it dials http://127.0.0.1:8080.
+func LocalURL(a net.Addr) string {
+	ta, ok := a.(*net.TCPAddr)
+	switch {
+	case !ok:
+		return "http://" + a.String()
+	case ta.IP.IsUnspecified():
+		return "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(ta.Port))
+	}
+	return "http://" + ta.String()
+}

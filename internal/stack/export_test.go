@@ -1,0 +1,4 @@
+package stack
+
+// TestLogger is testLogger, for the external tests.
+var TestLogger = testLogger
