@@ -19,7 +19,7 @@ chaos:
 dev:
 	$(GO) run ./cmd/stepgate dev
 
-## generate: regenerate gateway/api from openapi.yaml (and anything else with go:generate)
+## generate: regenerate protocol/ and gateway/api/server from openapi.yaml (and anything else with go:generate)
 generate:
 	$(GO) generate ./...
 

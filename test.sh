@@ -71,30 +71,40 @@ go vet ./...
 step "go.mod is tidy (go mod tidy -diff)"
 go mod tidy -diff || die "go.mod or go.sum is not tidy (diff above): run 'go mod tidy' and commit the result"
 
-step "generated code is fresh (go generate ./gateway/api/...)"
+step "generated code is fresh (go generate ./protocol/... ./gateway/api/...)"
 # Generate in place and compare with what was there before, in a git checkout or not,
 # committed or not. When stale, put the old files back so that this script never
 # changes the tree, and fail.
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-cp -a gateway/api "$work/before"
-restore_api() {
-	local f
-	while IFS= read -r f; do
-		[[ -e $work/before/${f#gateway/api/} ]] || rm -f -- "$f"
-	done < <(find gateway/api -type f)
-	while IFS= read -r f; do
-		cmp -s "$f" "gateway/api/${f#"$work/before/"}" || cp -p -- "$f" "gateway/api/${f#"$work/before/"}"
-	done < <(find "$work/before" -type f)
+generated=(protocol gateway/api)
+for dir in "${generated[@]}"; do
+	mkdir -p "$work/before/$(dirname "$dir")"
+	cp -a "$dir" "$work/before/$dir"
+done
+restore_generated() {
+	local dir f
+	for dir in "${generated[@]}"; do
+		while IFS= read -r f; do
+			[[ -e $work/before/$f ]] || rm -f -- "$f"
+		done < <(find "$dir" -type f)
+		while IFS= read -r f; do
+			cmp -s "$f" "${f#"$work/before/"}" || cp -p -- "$f" "${f#"$work/before/"}"
+		done < <(find "$work/before/$dir" -type f)
+	done
 }
-if ! go generate ./gateway/api/...; then
-	restore_api
-	die "go generate ./gateway/api/... failed (above)"
+if ! go generate ./protocol/... ./gateway/api/...; then
+	restore_generated
+	die "go generate ./protocol/... ./gateway/api/... failed (above)"
 fi
-if ! diff -ru "$work/before" gateway/api >"$work/diff"; then
+stale=
+for dir in "${generated[@]}"; do
+	diff -ru "$work/before/$dir" "$dir" >>"$work/diff" || stale=1
+done
+if [[ -n $stale ]]; then
 	cat "$work/diff"
-	restore_api
-	die "gateway/api is stale (diff above): run 'go generate ./gateway/api/...' and commit the result"
+	restore_generated
+	die "the generated code is stale (diff above): run 'go generate ./protocol/... ./gateway/api/...' and commit the result"
 fi
 
 step "gofmt -l"

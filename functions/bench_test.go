@@ -15,7 +15,7 @@ import (
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/signature"
 	"github.com/stepgate/stepgate/functions/step"
-	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // BenchmarkInvoke measures one invocation of a function with ten steps, each
@@ -38,19 +38,19 @@ func BenchmarkInvoke(b *testing.B) {
 		}
 		return sum, nil
 	})
-	req := api.InvocationRequest{
-		Protocol:   api.InvocationRequestProtocolN1,
-		Run:        api.InvocationRun{Function: "ten", Attempt: 1, Input: api.AnyJSON(`{"N":1}`), CreatedAt: time.Now()},
-		Identity:   api.Identity{Subject: "bench", Tenant: "acme", Roles: []string{}},
-		Journal:    []api.JournalEntry{},
-		Checkpoint: api.Checkpoint{Url: gateway.URL, Token: "t"},
+	req := protocol.InvocationRequest{
+		Protocol:   protocol.InvocationRequestProtocolN1,
+		Run:        protocol.InvocationRun{Function: "ten", Attempt: 1, Input: protocol.AnyJSON(`{"N":1}`), CreatedAt: time.Now()},
+		Identity:   protocol.Identity{Subject: "bench", Tenant: "acme", Roles: []string{}},
+		Journal:    []protocol.JournalEntry{},
+		Checkpoint: protocol.Checkpoint{URL: gateway.URL, Token: "t"},
 	}
 
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		// Each invocation is a new run: the app refuses a replayed signature.
 		b.StopTimer()
-		req.Run.Id = "run-" + strconv.Itoa(i)
+		req.Run.ID = "run-" + strconv.Itoa(i)
 		body, err := json.Marshal(req)
 		if err != nil {
 			b.Fatal(err)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/step"
-	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 func TestSendEvent(t *testing.T) {
@@ -29,19 +29,19 @@ func TestSendEvent(t *testing.T) {
 		})
 
 		r := g.Invoke(url+"/signup", g.Request("run-1", "signup", `{"email":"ada@example.com"}`))
-		require.Equal(t, api.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
+		require.Equal(t, protocol.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
 		j := g.Journal("run-1")
 		require.Len(t, j, 2)
-		require.Equal(t, api.EntryKindEvent, j[0].Kind)
+		require.Equal(t, protocol.EntryKindEvent, j[0].Kind)
 		require.Equal(t, "user.signup", j[0].Name)
 		require.JSONEq(t, `{"name":"user.signup","data":{"email":"ada@example.com"},"id":"run-1:1"}`, string(*j[0].Output))
 
 		// A new invocation replays the entry: nothing is checkpointed again.
-		g.OnCheckpoint(func(string, api.JournalEntry) (int, string) {
+		g.OnCheckpoint(func(string, protocol.JournalEntry) (int, string) {
 			return http.StatusInternalServerError, "no checkpoint expected"
 		})
 		r = g.Invoke(url+"/signup", g.Request("run-1", "signup", `{"email":"ada@example.com"}`))
-		require.Equal(t, api.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
+		require.Equal(t, protocol.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
 		require.Equal(t, 2, passes)
 
 		m := g.Get(url + "/")
@@ -59,7 +59,7 @@ func TestSendEvent(t *testing.T) {
 		code, _ := g.Append("run-1", entry(1, "ping", `1`))
 		require.Equal(t, http.StatusOK, code)
 		r := g.Invoke(url+"/f", g.Request("run-1", "f", `{}`))
-		require.Equal(t, api.AnswerStatusFailed, r.Answer.Status, string(r.Body))
+		require.Equal(t, protocol.AnswerStatusFailed, r.Answer.Status, string(r.Body))
 		require.Equal(t, "nondeterminism", r.Answer.Error.Type)
 	})
 
@@ -73,7 +73,7 @@ func TestSendEvent(t *testing.T) {
 			})
 		})
 		r := g.Invoke(url+"/f", g.Request("run-1", "f", `{}`))
-		require.Equal(t, api.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
+		require.Equal(t, protocol.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
 		require.True(t, step.IsNonRetryable(sendErr), "%v", sendErr)
 		require.Equal(t, 1, g.Journal("run-1")[0].Seq)
 	})

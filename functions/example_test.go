@@ -16,7 +16,7 @@ import (
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/signature"
 	"github.com/stepgate/stepgate/functions/step"
-	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 type Order struct {
@@ -72,7 +72,7 @@ func ExampleRegister() {
 	defer fns.Close()
 
 	gateway := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var e api.JournalEntry
+		var e protocol.JournalEntry
 		_ = json.NewDecoder(r.Body).Decode(&e)
 		fmt.Printf("checkpoint %d %s %q: %s (%s)\n", e.Seq, e.Kind, e.Name, *e.Output, r.Header.Get("Authorization"))
 		fmt.Fprintf(w, `{"seq":%d}`, e.Seq)

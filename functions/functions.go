@@ -40,7 +40,7 @@ import (
 	"github.com/stepgate/stepgate/functions/names"
 	"github.com/stepgate/stepgate/functions/signature"
 	"github.com/stepgate/stepgate/functions/step"
-	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // Config configures an [App].
@@ -102,8 +102,8 @@ type registry struct {
 
 type function struct {
 	name   string
-	config api.FunctionConfig
-	call   func(ctx context.Context, input api.AnyJSON) (api.AnyJSON, error)
+	config protocol.FunctionConfig
+	call   func(ctx context.Context, input protocol.AnyJSON) (protocol.AnyJSON, error)
 }
 
 // New returns an App with no functions. It panics when a public key is not 32 bytes or a
@@ -148,26 +148,28 @@ func defaultClient() *http.Client {
 
 // Option configures a function's entry in the manifest, which the gateway applies:
 // Timeout, MaxAttempts, Backoff, InvokeRoles, Triggers.
-type Option struct{ set func(*api.FunctionConfig) }
+type Option struct {
+	set func(*protocol.FunctionConfig)
+}
 
 // Timeout sets how long one invocation may take before the gateway gives up on it and
 // retries. The gateway defaults to 5m.
 func Timeout(d time.Duration) Option {
-	return Option{func(c *api.FunctionConfig) { c.Timeout = new(d.String()) }}
+	return Option{func(c *protocol.FunctionConfig) { c.Timeout = new(d.String()) }}
 }
 
 // MaxAttempts sets how many invocations the gateway makes, the first included, before a
 // run whose invocations keep failing (HTTP 500, timeouts) fails. The gateway defaults
 // to 3.
 func MaxAttempts(n int) Option {
-	return Option{func(c *api.FunctionConfig) { retries(c).MaxAttempts = new(max(n, 1)) }}
+	return Option{func(c *protocol.FunctionConfig) { retries(c).MaxAttempts = new(max(n, 1)) }}
 }
 
 // Backoff sets the wait before each retried invocation: a random duration up to
 // min(maxInterval, initial * 2^(n-1)) before attempt n+1. Zero values leave the gateway's
 // defaults.
 func Backoff(initial, maxInterval time.Duration) Option {
-	return Option{func(c *api.FunctionConfig) {
+	return Option{func(c *protocol.FunctionConfig) {
 		r := retries(c)
 		if initial > 0 {
 			r.InitialInterval = new(initial.String())
@@ -181,12 +183,12 @@ func Backoff(initial, maxInterval time.Duration) Option {
 // InvokeRoles restricts who may start runs of the function: a caller needs one of roles
 // (or the admin role) besides the runs:invoke permission.
 func InvokeRoles(roles ...string) Option {
-	return Option{func(c *api.FunctionConfig) { c.InvokeRoles = new(slices.Clone(roles)) }}
+	return Option{func(c *protocol.FunctionConfig) { c.InvokeRoles = new(slices.Clone(roles)) }}
 }
 
-func retries(c *api.FunctionConfig) *api.RetryPolicy {
+func retries(c *protocol.FunctionConfig) *protocol.RetryPolicy {
 	if c.Retries == nil {
-		c.Retries = &api.RetryPolicy{}
+		c.Retries = &protocol.RetryPolicy{}
 	}
 	return c.Retries
 }
@@ -206,7 +208,7 @@ func Register[In, Out any](app *App, name string, fn func(ctx context.Context, i
 	for _, o := range opts {
 		o.set(&f.config)
 	}
-	f.call = func(ctx context.Context, input api.AnyJSON) (api.AnyJSON, error) {
+	f.call = func(ctx context.Context, input protocol.AnyJSON) (protocol.AnyJSON, error) {
 		var in In
 		if len(input) > 0 {
 			if err := json.Unmarshal(input, &in); err != nil {
@@ -246,11 +248,11 @@ func (e *codingError) Error() string { return e.err.Error() }
 func (e *codingError) Unwrap() error { return e.err }
 
 func manifest(byName map[string]*function) []byte {
-	m := api.Manifest{Protocol: api.ManifestProtocolN1, Functions: []api.ManifestFunction{}}
+	m := protocol.Manifest{Protocol: protocol.ManifestProtocolN1, Functions: []protocol.ManifestFunction{}}
 	for _, name := range slices.Sorted(maps.Keys(byName)) {
 		f := byName[name]
-		mf := api.ManifestFunction{Name: name, Path: name}
-		if f.config != (api.FunctionConfig{}) {
+		mf := protocol.ManifestFunction{Name: name, Path: name}
+		if f.config != (protocol.FunctionConfig{}) {
 			mf.Config = &f.config
 		}
 		m.Functions = append(m.Functions, mf)
@@ -302,10 +304,10 @@ func RunFrom(ctx context.Context) RunInfo {
 		return RunInfo{}
 	}
 	r := st.Req.Run
-	out := RunInfo{ID: r.Id, Function: r.Function, Revision: r.Revision, Attempt: r.Attempt,
+	out := RunInfo{ID: r.ID, Function: r.Function, Revision: r.Revision, Attempt: r.Attempt,
 		Input: json.RawMessage(r.Input), CreatedAt: r.CreatedAt}
-	if r.ParentId != nil {
-		out.ParentID = *r.ParentId
+	if r.ParentID != nil {
+		out.ParentID = *r.ParentID
 	}
 	return out
 }
@@ -368,7 +370,7 @@ func (a *App) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	var req api.InvocationRequest
+	var req protocol.InvocationRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		writeError(w, http.StatusBadRequest, "malformed", "decode invocation: "+err.Error())
 		return
@@ -391,26 +393,26 @@ func (a *App) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, code, b)
 }
 
-func invalid(req *api.InvocationRequest) string {
+func invalid(req *protocol.InvocationRequest) string {
 	switch {
-	case req.Protocol != api.InvocationRequestProtocolN1:
+	case req.Protocol != protocol.InvocationRequestProtocolN1:
 		return fmt.Sprintf("protocol %d is not supported (want 1)", req.Protocol)
-	case req.Run.Id == "":
+	case req.Run.ID == "":
 		return "run.id is missing"
-	case req.Checkpoint.Url == "" || req.Checkpoint.Token == "":
+	case req.Checkpoint.URL == "" || req.Checkpoint.Token == "":
 		return "checkpoint.url or checkpoint.token is missing"
 	}
 	return ""
 }
 
 // invoke runs f for req and returns the HTTP status and body to answer.
-func (a *App) invoke(ctx context.Context, f *function, req *api.InvocationRequest) (int, any) {
+func (a *App) invoke(ctx context.Context, f *function, req *protocol.InvocationRequest) (int, any) {
 	uctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	st := invocation.New(ctx, req, a.client, cancel)
 	uctx = invocation.With(uctx, st)
 
-	var out api.AnyJSON
+	var out protocol.AnyJSON
 	var err error
 	stop, panicked, stack := st.Call(func() { out, err = f.call(uctx, req.Run.Input) })
 	switch {
@@ -422,19 +424,19 @@ func (a *App) invoke(ctx context.Context, f *function, req *api.InvocationReques
 	case panicked != nil:
 		msg := fmt.Sprint(panicked)
 		a.log.WarnContext(ctx, "invocation failed", append(logAttrs(req, "panic", msg), slog.String("stack", string(stack)))...)
-		return http.StatusInternalServerError, &api.ErrorInfo{Type: "panic", Message: msg}
+		return http.StatusInternalServerError, &protocol.ErrorInfo{Type: "panic", Message: msg}
 	case err != nil:
 		if info := failure(err); info != nil {
-			return http.StatusOK, &api.InvocationAnswer{Status: api.AnswerStatusFailed, Error: info}
+			return http.StatusOK, &protocol.InvocationAnswer{Status: protocol.AnswerStatusFailed, Error: info}
 		}
 		a.log.WarnContext(ctx, "invocation failed", logAttrs(req, "error", err.Error())...)
-		return http.StatusInternalServerError, &api.ErrorInfo{Type: "error", Message: err.Error()}
+		return http.StatusInternalServerError, &protocol.ErrorInfo{Type: "error", Message: err.Error()}
 	}
-	return http.StatusOK, &api.InvocationAnswer{Status: api.AnswerStatusCompleted, Output: &out}
+	return http.StatusOK, &protocol.InvocationAnswer{Status: protocol.AnswerStatusCompleted, Output: &out}
 }
 
 // failure returns the failure that err fails the run with, or nil when err is retryable.
-func failure(err error) *api.ErrorInfo {
+func failure(err error) *protocol.ErrorInfo {
 	typ := ""
 	if se, ok := errors.AsType[*step.Error](err); ok {
 		typ = se.Type
@@ -445,12 +447,12 @@ func failure(err error) *api.ErrorInfo {
 	} else {
 		return nil
 	}
-	return &api.ErrorInfo{Type: typ, Message: err.Error(), Retryable: new(false)}
+	return &protocol.ErrorInfo{Type: typ, Message: err.Error(), Retryable: new(false)}
 }
 
-func logAttrs(req *api.InvocationRequest, typ, msg string) []any {
+func logAttrs(req *protocol.InvocationRequest, typ, msg string) []any {
 	return []any{
-		slog.String("run_id", req.Run.Id), slog.String("function", req.Run.Function),
+		slog.String("run_id", req.Run.ID), slog.String("function", req.Run.Function),
 		slog.Int("attempt", req.Run.Attempt), slog.String("error_type", typ), slog.String("error", msg),
 	}
 }
@@ -460,7 +462,7 @@ func writeError(w http.ResponseWriter, code int, typ, msg string) {
 }
 
 func errorBody(typ, msg string) []byte {
-	b, _ := json.Marshal(api.ErrorInfo{Type: typ, Message: msg}) // strings always encode
+	b, _ := json.Marshal(protocol.ErrorInfo{Type: typ, Message: msg}) // strings always encode
 	return b
 }
 

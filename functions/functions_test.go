@@ -23,7 +23,7 @@ import (
 	"github.com/stepgate/stepgate/functions/internal/gatewaytest"
 	"github.com/stepgate/stepgate/functions/signature"
 	"github.com/stepgate/stepgate/functions/step"
-	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 func TestMain(m *testing.M) {
@@ -60,8 +60,8 @@ func testLogger(t *testing.T) *slog.Logger {
 }
 
 // entry is a journaled step with output.
-func entry(seq int, name, output string) api.JournalEntry {
-	return api.JournalEntry{Seq: seq, Kind: api.EntryKindStep, Name: name, Output: new(api.AnyJSON(output))}
+func entry(seq int, name, output string) protocol.JournalEntry {
+	return protocol.JournalEntry{Seq: seq, Kind: protocol.EntryKindStep, Name: name, Output: new(protocol.AnyJSON(output))}
 }
 
 func TestInvoke(t *testing.T) {
@@ -78,7 +78,7 @@ func TestInvoke(t *testing.T) {
 
 		r := g.Invoke(url+"/hello", g.Request("run-1", "hello", `{"Name":"Ada"}`))
 		require.Equal(t, http.StatusOK, r.Code, string(r.Body))
-		require.Equal(t, api.AnswerStatusCompleted, r.Answer.Status)
+		require.Equal(t, protocol.AnswerStatusCompleted, r.Answer.Status)
 		require.JSONEq(t, `{"greeting":"Hello, Ada!"}`, string(*r.Answer.Output))
 		require.Empty(t, g.Journal("run-1"))
 	})
@@ -90,7 +90,7 @@ func TestInvoke(t *testing.T) {
 		})
 
 		r := g.Invoke(url+"/echo", g.Request("run-1", "echo", `null`))
-		require.Equal(t, api.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
+		require.Equal(t, protocol.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
 		require.JSONEq(t, `0`, string(*r.Answer.Output))
 	})
 
@@ -101,7 +101,7 @@ func TestInvoke(t *testing.T) {
 		})
 
 		r := g.Invoke(url+"/echo", g.Request("run-1", "echo", `{"N":"x"}`))
-		require.Equal(t, api.AnswerStatusFailed, r.Answer.Status, string(r.Body))
+		require.Equal(t, protocol.AnswerStatusFailed, r.Answer.Status, string(r.Body))
 		require.Equal(t, "input", r.Answer.Error.Type)
 		require.False(t, *r.Answer.Error.Retryable)
 	})
@@ -128,14 +128,14 @@ func TestInvoke(t *testing.T) {
 		})
 
 		r := g.Invoke(url+"/three", g.Request("run-1", "three", `{}`))
-		require.Equal(t, api.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
+		require.Equal(t, protocol.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
 		require.JSONEq(t, `6`, string(*r.Answer.Output))
 		require.Equal(t, []int{0, 1, 2}, seen, "each step starts after the previous one is journaled")
 		j := g.Journal("run-1")
 		require.Len(t, j, 3)
 		for i, e := range j {
 			require.Equal(t, i+1, e.Seq)
-			require.Equal(t, api.EntryKindStep, e.Kind)
+			require.Equal(t, protocol.EntryKindStep, e.Kind)
 			require.Equal(t, []string{"a", "b", "c"}[i], e.Name)
 			require.JSONEq(t, []string{"1", "2", "3"}[i], string(*e.Output))
 			require.Equal(t, 1, *e.Attempt)
@@ -170,7 +170,7 @@ func TestInvoke(t *testing.T) {
 		_, _ = g.Append("run-1", entry(1, "charge", `{"id":"ch_1","amount":42}`))
 
 		r := g.Invoke(url+"/checkout", g.Request("run-1", "checkout", `{}`))
-		require.Equal(t, api.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
+		require.Equal(t, protocol.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
 		require.JSONEq(t, `[{"id":"ch_1","amount":42},"shipped ch_1"]`, string(*r.Answer.Output))
 		require.Equal(t, int32(1), calls.Load(), "only ship runs")
 		require.Len(t, g.Journal("run-1"), 2)
@@ -195,8 +195,8 @@ func TestInvoke(t *testing.T) {
 		_, _ = g.Append("run-1", entry(2, "refund", `2`))
 
 		r := g.Invoke(url+"/pay", g.Request("run-1", "pay", `{}`))
-		require.Equal(t, api.AnswerStatusFailed, r.Answer.Status, string(r.Body))
-		require.Equal(t, api.ErrorInfo{
+		require.Equal(t, protocol.AnswerStatusFailed, r.Answer.Status, string(r.Body))
+		require.Equal(t, protocol.ErrorInfo{
 			Type:      "nondeterminism",
 			Message:   `step 2: code asks for step "charge" but the journal holds step "refund"`,
 			Retryable: new(false),
@@ -234,12 +234,12 @@ func TestInvoke(t *testing.T) {
 
 		r := g.Invoke(url+"/flaky", req)
 		require.Equal(t, http.StatusOK, r.Code, string(r.Body))
-		require.Equal(t, api.InvocationAnswer{
-			Status: api.AnswerStatusSuspended,
-			Await: &api.Await{
-				Type: api.AwaitTypeRetry, Seq: 1, Name: "call", Attempt: new(2),
-				Error: &api.ErrorInfo{Type: "step_failed", Message: "upstream 503", Retryable: new(true)},
-				Retry: &api.RetryPolicy{MaxAttempts: new(5), InitialInterval: new("10ms"), MaxInterval: new("1s")},
+		require.Equal(t, protocol.InvocationAnswer{
+			Status: protocol.AnswerStatusSuspended,
+			Await: &protocol.Await{
+				Type: protocol.AwaitTypeRetry, Seq: 1, Name: "call", Attempt: new(2),
+				Error: &protocol.ErrorInfo{Type: "step_failed", Message: "upstream 503", Retryable: new(true)},
+				Retry: &protocol.RetryPolicy{MaxAttempts: new(5), InitialInterval: new("10ms"), MaxInterval: new("1s")},
 			},
 		}, r.Answer)
 		require.False(t, after.Load(), "the step did not return")
@@ -255,7 +255,7 @@ func TestInvoke(t *testing.T) {
 		})
 
 		r := g.Invoke(url+"/boom", g.Request("run-1", "boom", `{}`))
-		require.Equal(t, api.AwaitTypeRetry, r.Answer.Await.Type, string(r.Body))
+		require.Equal(t, protocol.AwaitTypeRetry, r.Answer.Await.Type, string(r.Body))
 		require.Equal(t, "panic: kaboom", r.Answer.Await.Error.Message)
 		require.Equal(t, 3, *r.Answer.Await.Retry.MaxAttempts)
 	})
@@ -277,7 +277,7 @@ func TestInvoke(t *testing.T) {
 		req.StepAttempts = &map[string]int{"1": 3}
 
 		r := g.Invoke(url+"/pay", req)
-		require.Equal(t, api.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
+		require.Equal(t, protocol.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
 		require.JSONEq(t, `"told: card declined"`, string(*r.Answer.Output))
 		require.Equal(t, &step.Error{Seq: 1, Name: "charge", Type: "step_failed", Message: "card declined"}, got)
 		require.True(t, step.IsNonRetryable(got))
@@ -285,7 +285,7 @@ func TestInvoke(t *testing.T) {
 		require.Len(t, j, 2)
 		require.Nil(t, j[0].Output)
 		require.Equal(t, 3, *j[0].Attempt)
-		require.Equal(t, api.ErrorInfo{Type: "step_failed", Message: "card declined", Retryable: new(false)}, *j[0].Error)
+		require.Equal(t, protocol.ErrorInfo{Type: "step_failed", Message: "card declined", Retryable: new(false)}, *j[0].Error)
 	})
 
 	t.Run("NonRetryableStepFailsAtOnceAndFailsTheRun", func(t *testing.T) {
@@ -299,9 +299,9 @@ func TestInvoke(t *testing.T) {
 		})
 
 		r := g.Invoke(url+"/pay", g.Request("run-1", "pay", `{}`))
-		require.Equal(t, api.InvocationAnswer{
-			Status: api.AnswerStatusFailed,
-			Error:  &api.ErrorInfo{Type: "non_retryable", Message: "card stolen", Retryable: new(false)},
+		require.Equal(t, protocol.InvocationAnswer{
+			Status: protocol.AnswerStatusFailed,
+			Error:  &protocol.ErrorInfo{Type: "non_retryable", Message: "card stolen", Retryable: new(false)},
 		}, r.Answer, string(r.Body))
 		j := g.Journal("run-1")
 		require.Len(t, j, 1)
@@ -324,13 +324,13 @@ func TestInvoke(t *testing.T) {
 				return n, nil
 			})
 		})
-		_, _ = g.Append("run-1", api.JournalEntry{Seq: 1, Kind: api.EntryKindStep, Name: "charge",
-			Error: &api.ErrorInfo{Type: "step_failed", Message: "card declined"}})
+		_, _ = g.Append("run-1", protocol.JournalEntry{Seq: 1, Kind: protocol.EntryKindStep, Name: "charge",
+			Error: &protocol.ErrorInfo{Type: "step_failed", Message: "card declined"}})
 
 		r := g.Invoke(url+"/pay", g.Request("run-1", "pay", `{}`))
-		require.Equal(t, api.InvocationAnswer{
-			Status: api.AnswerStatusFailed,
-			Error:  &api.ErrorInfo{Type: "step_failed", Message: "checkout\ncard declined", Retryable: new(false)},
+		require.Equal(t, protocol.InvocationAnswer{
+			Status: protocol.AnswerStatusFailed,
+			Error:  &protocol.ErrorInfo{Type: "step_failed", Message: "checkout\ncard declined", Retryable: new(false)},
 		}, r.Answer, string(r.Body))
 		require.False(t, ran.Load())
 	})
@@ -348,9 +348,9 @@ func TestInvoke(t *testing.T) {
 		})
 
 		r := g.Invoke(url+"/nap", g.Request("run-1", "nap", `{}`))
-		require.Equal(t, api.InvocationAnswer{
-			Status: api.AnswerStatusSuspended,
-			Await:  &api.Await{Type: api.AwaitTypeSleep, Seq: 1, Name: "nap", Duration: new("1.5s")},
+		require.Equal(t, protocol.InvocationAnswer{
+			Status: protocol.AnswerStatusSuspended,
+			Await:  &protocol.Await{Type: protocol.AwaitTypeSleep, Seq: 1, Name: "nap", Duration: new("1.5s")},
 		}, r.Answer, string(r.Body))
 		require.Contains(t, string(r.Body), `"duration":"1.5s"`)
 
@@ -369,10 +369,10 @@ func TestInvoke(t *testing.T) {
 				return step.Run(ctx, "after", func(ctx context.Context) (string, error) { return "awake", nil })
 			})
 		})
-		_, _ = g.Append("run-1", api.JournalEntry{Seq: 1, Kind: api.EntryKindSleep, Name: "nap", Until: new(time.Now())})
+		_, _ = g.Append("run-1", protocol.JournalEntry{Seq: 1, Kind: protocol.EntryKindSleep, Name: "nap", Until: new(time.Now())})
 
 		r := g.Invoke(url+"/nap", g.Request("run-1", "nap", `{}`))
-		require.Equal(t, api.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
+		require.Equal(t, protocol.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
 		require.JSONEq(t, `"awake"`, string(*r.Answer.Output))
 		require.Equal(t, 2, g.Journal("run-1")[1].Seq)
 	})
@@ -385,8 +385,8 @@ func TestInvoke(t *testing.T) {
 			})
 		})
 		r := g.Invoke(url+"/parent", g.Request("run-1", "parent", `{}`))
-		require.Equal(t, api.AnswerStatusSuspended, r.Answer.Status, string(r.Body))
-		require.Equal(t, api.AwaitTypeInvoke, r.Answer.Await.Type)
+		require.Equal(t, protocol.AnswerStatusSuspended, r.Answer.Status, string(r.Body))
+		require.Equal(t, protocol.AwaitTypeInvoke, r.Answer.Await.Type)
 		require.Equal(t, 1, r.Answer.Await.Seq)
 		require.Equal(t, "call", r.Answer.Await.Name)
 		require.Equal(t, "orders.checkout", *r.Answer.Await.Function)
@@ -416,12 +416,12 @@ func TestInvoke(t *testing.T) {
 				return fmt.Sprintf("%s %d %s %s: %s", s.Tracking, se.Seq, se.Name, se.Type, se.Message), nil
 			})
 		})
-		_, _ = g.Append("run-1", api.JournalEntry{Seq: 1, Kind: api.EntryKindInvoke, Name: "call", Output: new(api.AnyJSON(`{"tracking":"trk_1"}`))})
-		_, _ = g.Append("run-1", api.JournalEntry{Seq: 2, Kind: api.EntryKindInvoke, Name: "again",
-			Error: &api.ErrorInfo{Type: step.ErrorTypeNotFound, Message: "function ship is not registered"}})
+		_, _ = g.Append("run-1", protocol.JournalEntry{Seq: 1, Kind: protocol.EntryKindInvoke, Name: "call", Output: new(protocol.AnyJSON(`{"tracking":"trk_1"}`))})
+		_, _ = g.Append("run-1", protocol.JournalEntry{Seq: 2, Kind: protocol.EntryKindInvoke, Name: "again",
+			Error: &protocol.ErrorInfo{Type: step.ErrorTypeNotFound, Message: "function ship is not registered"}})
 
 		r := g.Invoke(url+"/parent", g.Request("run-1", "parent", `{}`))
-		require.Equal(t, api.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
+		require.Equal(t, protocol.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
 		require.JSONEq(t, `"trk_1 2 again not_found: function ship is not registered"`, string(*r.Answer.Output))
 	})
 
@@ -434,7 +434,7 @@ func TestInvoke(t *testing.T) {
 		})
 		_, _ = g.Append("run-1", entry(1, "call", `1`))
 		r := g.Invoke(url+"/parent", g.Request("run-1", "parent", `{}`))
-		require.Equal(t, api.AnswerStatusFailed, r.Answer.Status, string(r.Body))
+		require.Equal(t, protocol.AnswerStatusFailed, r.Answer.Status, string(r.Body))
 		require.Equal(t, "nondeterminism", r.Answer.Error.Type)
 		require.Contains(t, r.Answer.Error.Message, `invoke "call"`)
 		require.Contains(t, r.Answer.Error.Message, `step "call"`)
@@ -463,7 +463,7 @@ func TestInvoke(t *testing.T) {
 			})
 		})
 		r := g.Invoke(url+"/parent", g.Request("run-1", "parent", `{}`))
-		require.Equal(t, api.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
+		require.Equal(t, protocol.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
 		require.Equal(t, 1, g.Journal("run-1")[0].Seq)
 	})
 
@@ -471,14 +471,14 @@ func TestInvoke(t *testing.T) {
 		t.Parallel()
 		for _, tt := range []struct {
 			name, body string
-			want       api.ErrorInfo
+			want       protocol.ErrorInfo
 		}{
 			{"Superseded", `{"type":"superseded","status":409,"title":"Conflict","detail":"run cancelled"}`,
-				api.ErrorInfo{Type: "superseded", Message: `checkpoint step 1 "a": run cancelled`, Retryable: new(false)}},
+				protocol.ErrorInfo{Type: "superseded", Message: `checkpoint step 1 "a": run cancelled`, Retryable: new(false)}},
 			{"NoBody", ``,
-				api.ErrorInfo{Type: "superseded", Message: `checkpoint step 1 "a": Conflict`, Retryable: new(false)}},
+				protocol.ErrorInfo{Type: "superseded", Message: `checkpoint step 1 "a": Conflict`, Retryable: new(false)}},
 			{"Nondeterminism", `{"type":"https://stepgate.dev/problems/nondeterminism","status":409,"title":"Conflict","detail":"seq 1 holds step \"b\", not step \"a\""}`,
-				api.ErrorInfo{Type: "nondeterminism", Message: `step 1 "a": seq 1 holds step "b", not step "a"`, Retryable: new(false)}},
+				protocol.ErrorInfo{Type: "nondeterminism", Message: `step 1 "a": seq 1 holds step "b", not step "a"`, Retryable: new(false)}},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
 				t.Parallel()
@@ -495,10 +495,10 @@ func TestInvoke(t *testing.T) {
 						return empty{}, err
 					})
 				})
-				g.OnCheckpoint(func(string, api.JournalEntry) (int, string) { return http.StatusConflict, tt.body })
+				g.OnCheckpoint(func(string, protocol.JournalEntry) (int, string) { return http.StatusConflict, tt.body })
 
 				r := g.Invoke(url+"/two", g.Request("run-1", "two", `{}`))
-				require.Equal(t, api.InvocationAnswer{Status: api.AnswerStatusFailed, Error: &tt.want}, r.Answer, string(r.Body))
+				require.Equal(t, protocol.InvocationAnswer{Status: protocol.AnswerStatusFailed, Error: &tt.want}, r.Answer, string(r.Body))
 				require.False(t, second.Load(), "no step after a 409")
 			})
 		}
@@ -512,7 +512,7 @@ func TestInvoke(t *testing.T) {
 				return step.Run(ctx, "a", func(ctx context.Context) (int, error) { return 1, nil })
 			})
 		})
-		g.OnCheckpoint(func(string, api.JournalEntry) (int, string) {
+		g.OnCheckpoint(func(string, protocol.JournalEntry) (int, string) {
 			if tries.Add(1) <= 8 {
 				return http.StatusServiceUnavailable, `{"detail":"the database is unreachable; retry shortly"}`
 			}
@@ -520,7 +520,7 @@ func TestInvoke(t *testing.T) {
 		})
 
 		r := g.Invoke(url+"/one", g.Request("run-1", "one", `{}`))
-		require.Equal(t, api.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
+		require.Equal(t, protocol.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
 		require.Equal(t, int32(9), tries.Load(), "tried until the gateway took it")
 		require.Len(t, g.Journal("run-1"), 1)
 	})
@@ -543,7 +543,7 @@ func TestInvoke(t *testing.T) {
 		}))
 		t.Cleanup(srv.Close)
 		g := gatewaytest.New(t, newKey)
-		g.OnCheckpoint(func(string, api.JournalEntry) (int, string) {
+		g.OnCheckpoint(func(string, protocol.JournalEntry) (int, string) {
 			if tries.Add(1) == 3 {
 				(*cancelRequest.Load())()
 			}
@@ -565,7 +565,7 @@ func TestInvoke(t *testing.T) {
 				return step.Run(ctx, "a", func(ctx context.Context) (int, error) { return 1, nil })
 			})
 		})
-		g.OnCheckpoint(func(string, api.JournalEntry) (int, string) {
+		g.OnCheckpoint(func(string, protocol.JournalEntry) (int, string) {
 			if tries.Add(1) == 1 {
 				return http.StatusBadGateway, ``
 			}
@@ -573,7 +573,7 @@ func TestInvoke(t *testing.T) {
 		})
 
 		r := g.Invoke(url+"/one", g.Request("run-1", "one", `{}`))
-		require.Equal(t, api.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
+		require.Equal(t, protocol.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
 		require.Len(t, g.Journal("run-1"), 1)
 	})
 
@@ -586,11 +586,11 @@ func TestInvoke(t *testing.T) {
 
 		r := g.Invoke(url+"/err", g.Request("run-1", "err", `{}`))
 		require.Equal(t, http.StatusInternalServerError, r.Code)
-		require.Equal(t, api.ErrorInfo{Type: "error", Message: "db down"}, r.Error)
+		require.Equal(t, protocol.ErrorInfo{Type: "error", Message: "db down"}, r.Error)
 
 		r = g.Invoke(url+"/panic", g.Request("run-2", "panic", `{}`))
 		require.Equal(t, http.StatusInternalServerError, r.Code)
-		require.Equal(t, api.ErrorInfo{Type: "panic", Message: "oops"}, r.Error)
+		require.Equal(t, protocol.ErrorInfo{Type: "panic", Message: "oops"}, r.Error)
 	})
 
 	t.Run("NonRetryableFunctionErrorFails", func(t *testing.T) {
@@ -602,9 +602,9 @@ func TestInvoke(t *testing.T) {
 		})
 
 		r := g.Invoke(url+"/bad", g.Request("run-1", "bad", `{}`))
-		require.Equal(t, api.InvocationAnswer{
-			Status: api.AnswerStatusFailed,
-			Error:  &api.ErrorInfo{Type: "non_retryable", Message: "order not found", Retryable: new(false)},
+		require.Equal(t, protocol.InvocationAnswer{
+			Status: protocol.AnswerStatusFailed,
+			Error:  &protocol.ErrorInfo{Type: "non_retryable", Message: "order not found", Retryable: new(false)},
 		}, r.Answer, string(r.Body))
 	})
 
@@ -632,13 +632,13 @@ func TestInvoke(t *testing.T) {
 		})
 
 		r := g.Invoke(url+"/sneaky", g.Request("run-1", "sneaky", `{}`))
-		require.Equal(t, api.AnswerStatusSuspended, r.Answer.Status, string(r.Body))
+		require.Equal(t, protocol.AnswerStatusSuspended, r.Answer.Status, string(r.Body))
 		require.Equal(t, "nap", r.Answer.Await.Name)
 		require.False(t, later.Load())
 		require.Empty(t, g.Journal("run-1"))
 
 		r = g.Invoke(url+"/swallow", g.Request("run-2", "swallow", `{}`))
-		require.Equal(t, api.AnswerStatusSuspended, r.Answer.Status, string(r.Body))
+		require.Equal(t, protocol.AnswerStatusSuspended, r.Answer.Status, string(r.Body))
 		require.Equal(t, "nap", r.Answer.Await.Name)
 	})
 
@@ -656,8 +656,8 @@ func TestInvoke(t *testing.T) {
 		})
 
 		r := g.Invoke(url+"/async", g.Request("run-1", "async", `{}`))
-		require.Equal(t, api.AnswerStatusSuspended, r.Answer.Status, string(r.Body))
-		require.Equal(t, api.AwaitTypeSleep, r.Answer.Await.Type)
+		require.Equal(t, protocol.AnswerStatusSuspended, r.Answer.Status, string(r.Body))
+		require.Equal(t, protocol.AwaitTypeSleep, r.Answer.Await.Type)
 		require.ErrorIs(t, got, step.ErrStopped)
 		require.ErrorIs(t, ctxErr, context.Canceled, "the function's context is cancelled")
 	})
@@ -673,7 +673,7 @@ func TestInvoke(t *testing.T) {
 		})
 
 		r := g.Invoke(url+"/nest", g.Request("run-1", "nest", `{}`))
-		require.Equal(t, api.AnswerStatusFailed, r.Answer.Status, string(r.Body))
+		require.Equal(t, protocol.AnswerStatusFailed, r.Answer.Status, string(r.Body))
 		require.Equal(t, step.ErrNested.Error(), r.Answer.Error.Message)
 		require.Len(t, g.Journal("run-1"), 1)
 	})
@@ -846,7 +846,7 @@ func TestRequests(t *testing.T) {
 		g := gatewaytest.New(t, nil)
 
 		r := g.Invoke(srv.URL+"/hello", g.Request("run-1", "hello", `{}`))
-		require.Equal(t, api.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
+		require.Equal(t, protocol.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
 	})
 
 	t.Run("HMACSecrets", func(t *testing.T) {
@@ -857,7 +857,7 @@ func TestRequests(t *testing.T) {
 		t.Cleanup(srv.Close)
 		g := gatewaytest.New(t, newKey)
 		r := g.Invoke(srv.URL+"/hello", g.Request("run-1", "hello", `{}`))
-		require.Equal(t, api.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
+		require.Equal(t, protocol.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
 
 		g.Key = oldKey
 		r = g.Invoke(srv.URL+"/hello", g.Request("run-2", "hello", `{}`))
@@ -899,7 +899,7 @@ func TestRequests(t *testing.T) {
 
 		require.Equal(t, http.StatusOK, g.Get(srv.URL+"/fns/").Code)
 		r := g.Invoke(srv.URL+"/fns/orders.checkout", g.Request("run-1", "orders.checkout", `{}`))
-		require.Equal(t, api.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
+		require.Equal(t, protocol.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
 	})
 
 	t.Run("Malformed", func(t *testing.T) {
@@ -913,7 +913,7 @@ func TestRequests(t *testing.T) {
 			{"WrongType", `{"protocol":"one"}`, "decode invocation: "},
 			{"Protocol2", `{"protocol":2}`, "invalid invocation: protocol 2 is not supported (want 1)"},
 			{"NoRun", `{"protocol":1}`, "invalid invocation: run.id is missing"},
-			{"NoCheckpoint", mustJSON(t, func() any { r := *valid; r.Checkpoint = api.Checkpoint{}; return r }()),
+			{"NoCheckpoint", mustJSON(t, func() any { r := *valid; r.Checkpoint = protocol.Checkpoint{}; return r }()),
 				"invalid invocation: checkpoint.url or checkpoint.token is missing"},
 		} {
 			t.Run(tt.name, func(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/stepgate/stepgate/functions/signature"
-	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // GatewayKeys returns a [signature.KeyFunc] that fetches your tenant's public keys from
@@ -29,8 +29,8 @@ func GatewayKeys(gatewayURL, token string, refresh time.Duration, client *http.C
 	if client == nil {
 		client = &http.Client{Timeout: 10 * time.Second}
 	}
-	c, err := api.NewClientWithResponses(strings.TrimRight(gatewayURL, "/"), api.WithHTTPClient(client),
-		api.WithRequestEditorFn(func(_ context.Context, r *http.Request) error {
+	c, err := protocol.NewClientWithResponses(strings.TrimRight(gatewayURL, "/"), protocol.WithHTTPClient(client),
+		protocol.WithRequestEditorFn(func(_ context.Context, r *http.Request) error {
 			r.Header.Set("Authorization", "Bearer "+token)
 			return nil
 		}))
@@ -42,7 +42,7 @@ func GatewayKeys(gatewayURL, token string, refresh time.Duration, client *http.C
 }
 
 type gatewayKeys struct {
-	client  *api.ClientWithResponses
+	client  *protocol.ClientWithResponses
 	refresh time.Duration
 
 	mu      sync.Mutex

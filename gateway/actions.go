@@ -17,14 +17,14 @@ import (
 // CancelRun cancels a run of the caller's tenant that has not finished (see
 // invoker.CancelRun); a cancelled parent's children go on.
 func (s *Server) CancelRun(ctx context.Context, req server.CancelRunRequestObject) (server.CancelRunResponseObject, error) {
-	if !validRunID(req.Id) {
-		return server.CancelRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
+	if !validRunID(req.ID) {
+		return server.CancelRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.ID)}, nil
 	}
 	id := identity(ctx)
-	run, err := s.inv.CancelRun(ctx, s.tenantDB(ctx), req.Id, id)
+	run, err := s.inv.CancelRun(ctx, s.tenantDB(ctx), req.ID, id)
 	switch {
 	case errors.Is(err, journal.ErrNotFound):
-		return server.CancelRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
+		return server.CancelRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.ID)}, nil
 	case errors.Is(err, journal.ErrFinished):
 		return server.CancelRun409ApplicationProblemPlusJSONResponse{ConflictApplicationProblemPlusJSONResponse: conflict(
 			fmt.Sprintf("run %s is already %s; only a run that has not finished can be cancelled", run.ID, run.Status))}, nil
@@ -40,14 +40,14 @@ func (s *Server) CancelRun(ctx context.Context, req server.CancelRunRequestObjec
 // allowed by the revision's invoke_roles, as for any start: a rerun never lends the
 // caller the old run's identity.
 func (s *Server) RerunRun(ctx context.Context, req server.RerunRunRequestObject) (server.RerunRunResponseObject, error) {
-	if !validRunID(req.Id) {
-		return server.RerunRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
+	if !validRunID(req.ID) {
+		return server.RerunRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.ID)}, nil
 	}
 	db := s.tenantDB(ctx)
 	tenant := db.Tenant()
-	old, err := journal.GetRun(ctx, db, tenant, req.Id)
+	old, err := journal.GetRun(ctx, db, tenant, req.ID)
 	if errors.Is(err, journal.ErrNotFound) {
-		return server.RerunRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
+		return server.RerunRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.ID)}, nil
 	}
 	if err != nil {
 		return nil, err

@@ -12,22 +12,22 @@ import (
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/step"
-	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/internal/stack"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // startAsync queues a run of name and returns its id.
-func startAsync(t *testing.T, c *api.ClientWithResponses, name, input string) string {
+func startAsync(t *testing.T, c *protocol.ClientWithResponses, name, input string) string {
 	t.Helper()
-	resp := startRun(t, c, name, input, &api.StartRunParams{})
+	resp := startRun(t, c, name, input, &protocol.StartRunParams{})
 	require.Equal(t, http.StatusAccepted, resp.StatusCode(), string(resp.Body))
-	return resp.JSON202.Id
+	return resp.JSON202.ID
 }
 
 // awaitStatus polls a run until it has status, for states no request waits on.
-func awaitStatus(t *testing.T, c *api.ClientWithResponses, id string, status api.RunStatus) api.RunDetail {
+func awaitStatus(t *testing.T, c *protocol.ClientWithResponses, id string, status protocol.RunStatus) protocol.RunDetail {
 	t.Helper()
-	var run api.RunDetail
+	var run protocol.RunDetail
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		resp, err := c.GetRunWithResponse(t.Context(), id, nil)
 		if assert.NoError(ct, err) && assert.NotNil(ct, resp.JSON200, "%d %s", resp.StatusCode(), resp.Body) {
@@ -63,19 +63,19 @@ func TestCancel(t *testing.T) {
 	t.Run("SleepingRunIsCancelledAndNeverWakes", func(t *testing.T) {
 		t.Parallel()
 		id := startAsync(t, c, "orders.checkout", `{"sleep_ms":300}`)
-		awaitStatus(t, c, id, api.RunStatusSuspended)
+		awaitStatus(t, c, id, protocol.RunStatusSuspended)
 
 		// A waiter attached before the cancellation is told at once.
-		waited := make(chan *api.GetRunResultResponse, 1)
+		waited := make(chan *protocol.GetRunResultResponse, 1)
 		go func() {
-			res, _ := c.GetRunResultWithResponse(t.Context(), id, &api.GetRunResultParams{Wait: ptr("30s")})
+			res, _ := c.GetRunResultWithResponse(t.Context(), id, &protocol.GetRunResultParams{Wait: ptr("30s")})
 			waited <- res
 		}()
 
 		resp, err := c.CancelRunWithResponse(t.Context(), id)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
-		require.Equal(t, api.RunStatusCancelled, resp.JSON200.Status)
+		require.Equal(t, protocol.RunStatusCancelled, resp.JSON200.Status)
 		require.Equal(t, "cancelled", resp.JSON200.Error.Type)
 		require.Contains(t, resp.JSON200.Error.Message, "tester", "names who cancelled")
 
@@ -83,14 +83,14 @@ func TestCancel(t *testing.T) {
 		case res := <-waited:
 			require.NotNil(t, res)
 			require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
-			require.Equal(t, api.RunStatusCancelled, res.JSON200.Status)
+			require.Equal(t, protocol.RunStatusCancelled, res.JSON200.Status)
 		case <-time.After(10 * time.Second):
 			t.Fatal("the waiter was not told of the cancellation")
 		}
-		res, err := c.GetRunResultWithResponse(t.Context(), id, &api.GetRunResultParams{})
+		res, err := c.GetRunResultWithResponse(t.Context(), id, &protocol.GetRunResultParams{})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, res.StatusCode())
-		require.Equal(t, api.RunStatusCancelled, res.JSON200.Status)
+		require.Equal(t, protocol.RunStatusCancelled, res.JSON200.Status)
 		run := getRun(t, c, id)
 		require.NotNil(t, run.CancelledBy, "who cancelled is recorded on the run")
 		require.Equal(t, "tester", run.CancelledBy.Subject)
@@ -99,7 +99,7 @@ func TestCancel(t *testing.T) {
 		// The wake-up job runs past the sleep and finds nothing to claim.
 		require.GreaterOrEqual(t, awaitJobsDone(t, s, id), 2, "the start's job and the wake-up's")
 		run = getRun(t, c, id)
-		require.Equal(t, api.RunStatusCancelled, run.Status)
+		require.Equal(t, protocol.RunStatusCancelled, run.Status)
 		require.Len(t, run.Journal, 3, "reserve, charge, the sleep; never ship")
 		require.Equal(t, "cool-off", run.Journal[2].Name)
 		require.Equal(t, 1, run.Attempts)
@@ -108,25 +108,25 @@ func TestCancel(t *testing.T) {
 	t.Run("FinishedRunIsAConflict", func(t *testing.T) {
 		t.Parallel()
 		res := mustComplete(t, c, "hello", `{}`)
-		resp, err := c.CancelRunWithResponse(t.Context(), res.Id)
+		resp, err := c.CancelRunWithResponse(t.Context(), res.ID)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusConflict, resp.StatusCode())
-		require.Contains(t, resp.ApplicationproblemJSON409.Detail, "already completed")
-		require.Equal(t, api.RunStatusCompleted, getRun(t, c, res.Id).Status)
+		require.Contains(t, resp.ApplicationProblemJSON409.Detail, "already completed")
+		require.Equal(t, protocol.RunStatusCompleted, getRun(t, c, res.ID).Status)
 	})
 
 	t.Run("OtherTenantsAndUnknownRunsAreNotFound", func(t *testing.T) {
 		t.Parallel()
 		id := startAsync(t, c, "orders.checkout", `{"sleep_ms":60000}`)
 		for _, tc := range []struct {
-			c  *api.ClientWithResponses
+			c  *protocol.ClientWithResponses
 			id string
 		}{{other, id}, {c, "01a22695-0000-7000-8000-00000000dead"}, {c, "not-a-uuid"}} {
 			resp, err := tc.c.CancelRunWithResponse(t.Context(), tc.id)
 			require.NoError(t, err)
 			require.Equal(t, http.StatusNotFound, resp.StatusCode(), string(resp.Body))
 		}
-		require.NotEqual(t, api.RunStatusCancelled, getRun(t, c, id).Status)
+		require.NotEqual(t, protocol.RunStatusCancelled, getRun(t, c, id).Status)
 		resp, err := c.CancelRunWithResponse(t.Context(), id)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, resp.StatusCode())
@@ -156,9 +156,9 @@ func TestCancelAbandonsALocalCall(t *testing.T) {
 	s.Sync(t, s.ServeApp(t, app))
 	c := s.Client(t, s.Token)
 
-	result := make(chan *api.StartRunResponse, 1)
+	result := make(chan *protocol.StartRunResponse, 1)
 	go func() {
-		resp, _ := c.StartRunWithBodyWithResponse(t.Context(), "blocker", &api.StartRunParams{Wait: ptr("30s")}, "application/json", nil)
+		resp, _ := c.StartRunWithBodyWithResponse(t.Context(), "blocker", &protocol.StartRunParams{Wait: ptr("30s")}, "application/json", nil)
 		result <- resp
 	}()
 	var id string
@@ -179,12 +179,12 @@ func TestCancelAbandonsALocalCall(t *testing.T) {
 	case res := <-result:
 		require.NotNil(t, res)
 		require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
-		require.Equal(t, api.RunStatusCancelled, res.JSON200.Status)
+		require.Equal(t, protocol.RunStatusCancelled, res.JSON200.Status)
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiting caller was not answered")
 	}
 	run := getRun(t, c, id)
-	require.Equal(t, api.RunStatusCancelled, run.Status)
+	require.Equal(t, protocol.RunStatusCancelled, run.Status)
 	require.Empty(t, run.Failures, "an abandoned call is not a failed attempt")
 }
 
@@ -197,10 +197,10 @@ func TestCancelTellsOtherGateways(t *testing.T) {
 	ca, cb := a.Client(t, a.Token), b.Client(t, b.Token)
 
 	id := startAsync(t, ca, "orders.checkout", `{"sleep_ms":60000}`)
-	awaitStatus(t, ca, id, api.RunStatusSuspended)
-	waited := make(chan *api.GetRunResultResponse, 1)
+	awaitStatus(t, ca, id, protocol.RunStatusSuspended)
+	waited := make(chan *protocol.GetRunResultResponse, 1)
 	go func() {
-		res, _ := ca.GetRunResultWithResponse(t.Context(), id, &api.GetRunResultParams{Wait: ptr("30s")})
+		res, _ := ca.GetRunResultWithResponse(t.Context(), id, &protocol.GetRunResultParams{Wait: ptr("30s")})
 		waited <- res
 	}()
 	// The waiter's mark is set once it attached.
@@ -215,7 +215,7 @@ func TestCancelTellsOtherGateways(t *testing.T) {
 	select {
 	case res := <-waited:
 		require.NotNil(t, res)
-		require.Equal(t, api.RunStatusCancelled, res.JSON200.Status)
+		require.Equal(t, protocol.RunStatusCancelled, res.JSON200.Status)
 	case <-time.After(10 * time.Second):
 		t.Fatal("the other gateway's waiter was not told")
 	}
@@ -232,45 +232,45 @@ func TestRerun(t *testing.T) {
 	t.Run("FailedRunRerunsWithItsInputAsTheCaller", func(t *testing.T) {
 		t.Parallel()
 		resp := startRun(t, c, "flaky", `{"fail_times":5}`, nil)
-		require.Equal(t, api.RunStatusFailed, resp.JSON200.Status, string(resp.Body))
-		old := getRun(t, c, resp.JSON200.Id)
+		require.Equal(t, protocol.RunStatusFailed, resp.JSON200.Status, string(resp.Body))
+		old := getRun(t, c, resp.JSON200.ID)
 
-		refused, err := operator.RerunRunWithResponse(t.Context(), old.Id)
+		refused, err := operator.RerunRunWithResponse(t.Context(), old.ID)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusForbidden, refused.StatusCode(), "a rerun starts a run: it needs runs:invoke")
-		rerun, err := invoker.RerunRunWithResponse(t.Context(), old.Id)
+		rerun, err := invoker.RerunRunWithResponse(t.Context(), old.ID)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusAccepted, rerun.StatusCode(), string(rerun.Body))
 		run := rerun.JSON202
-		require.Equal(t, "/v1/runs/"+run.Id+"/result", rerun.HTTPResponse.Header.Get("Location"))
-		require.NotEqual(t, old.Id, run.Id)
-		require.Equal(t, &old.Id, run.RerunOf)
-		require.Equal(t, api.RunStatusQueued, run.Status)
+		require.Equal(t, "/v1/runs/"+run.ID+"/result", rerun.HTTPResponse.Header.Get("Location"))
+		require.NotEqual(t, old.ID, run.ID)
+		require.Equal(t, &old.ID, run.RerunOf)
+		require.Equal(t, protocol.RunStatusQueued, run.Status)
 		require.JSONEq(t, string(*old.Input), string(*run.Input))
 		require.Equal(t, "ivy", run.Identity.Subject, "the rerun runs as who reran it")
-		require.Equal(t, "tester", getRun(t, c, old.Id).Identity.Subject, "the original's identity stays readable there")
+		require.Equal(t, "tester", getRun(t, c, old.ID).Identity.Subject, "the original's identity stays readable there")
 		require.Nil(t, old.RerunOf)
 
-		res, err := c.GetRunResultWithResponse(t.Context(), run.Id, &api.GetRunResultParams{Wait: ptr("30s")})
+		res, err := c.GetRunResultWithResponse(t.Context(), run.ID, &protocol.GetRunResultParams{Wait: ptr("30s")})
 		require.NoError(t, err)
-		require.Equal(t, api.RunStatusFailed, res.JSON200.Status, "fails the same way")
-		require.Equal(t, &old.Id, getRun(t, c, run.Id).RerunOf)
+		require.Equal(t, protocol.RunStatusFailed, res.JSON200.Status, "fails the same way")
+		require.Equal(t, &old.ID, getRun(t, c, run.ID).RerunOf)
 	})
 
 	t.Run("RunsOnTheCurrentRevision", func(t *testing.T) {
 		// Not parallel with the other subtests: it registers a new revision.
 		res := mustComplete(t, c, "hello", `{"name":"Ada"}`)
-		old := getRun(t, c, res.Id)
+		old := getRun(t, c, res.ID)
 		fn, err := c.GetFunctionWithResponse(t.Context(), "hello")
 		require.NoError(t, err)
-		reg, err := c.RegisterFunctionWithResponse(t.Context(), "hello", api.FunctionRegistration{Url: fn.JSON200.Url})
+		reg, err := c.RegisterFunctionWithResponse(t.Context(), "hello", protocol.FunctionRegistration{URL: fn.JSON200.URL})
 		require.NoError(t, err)
 		require.Equal(t, old.Revision+1, reg.JSON200.Revision)
-		rerun, err := c.RerunRunWithResponse(t.Context(), res.Id)
+		rerun, err := c.RerunRunWithResponse(t.Context(), res.ID)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusAccepted, rerun.StatusCode(), string(rerun.Body))
 		require.Equal(t, reg.JSON200.Revision, rerun.JSON202.Revision)
-		done, err := c.GetRunResultWithResponse(t.Context(), rerun.JSON202.Id, &api.GetRunResultParams{Wait: ptr("30s")})
+		done, err := c.GetRunResultWithResponse(t.Context(), rerun.JSON202.ID, &protocol.GetRunResultParams{Wait: ptr("30s")})
 		require.NoError(t, err)
 		require.JSONEq(t, `{"greeting":"Hello, Ada!"}`, string(*done.JSON200.Output))
 	})
@@ -281,14 +281,14 @@ func TestRerun(t *testing.T) {
 		rerun, err := c.RerunRunWithResponse(t.Context(), id)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusConflict, rerun.StatusCode(), string(rerun.Body))
-		require.Contains(t, rerun.ApplicationproblemJSON409.Detail, "only a finished run")
+		require.Contains(t, rerun.ApplicationProblemJSON409.Detail, "only a finished run")
 		cancel, err := c.CancelRunWithResponse(t.Context(), id)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, cancel.StatusCode())
 		rerun, err = c.RerunRunWithResponse(t.Context(), id)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusAccepted, rerun.StatusCode(), "a cancelled run can be rerun")
-		cancel, err = c.CancelRunWithResponse(t.Context(), rerun.JSON202.Id)
+		cancel, err = c.CancelRunWithResponse(t.Context(), rerun.JSON202.ID)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, cancel.StatusCode())
 	})
@@ -297,7 +297,7 @@ func TestRerun(t *testing.T) {
 		t.Parallel()
 		res := mustComplete(t, c, "hello", `{}`)
 		other := s.Client(t, s.NewToken(t, auth.Identity{Subject: "eve", Tenant: "other", Roles: []string{"admin"}}))
-		rerun, err := other.RerunRunWithResponse(t.Context(), res.Id)
+		rerun, err := other.RerunRunWithResponse(t.Context(), res.ID)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusNotFound, rerun.StatusCode())
 	})
@@ -312,11 +312,11 @@ func TestRerunOfUnregisteredFunction(t *testing.T) {
 	del, err := c.DeleteFunctionWithResponse(t.Context(), "hello")
 	require.NoError(t, err)
 	require.Equal(t, http.StatusNoContent, del.StatusCode())
-	rerun, err := c.RerunRunWithResponse(t.Context(), res.Id)
+	rerun, err := c.RerunRunWithResponse(t.Context(), res.ID)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusNotFound, rerun.StatusCode())
-	require.Contains(t, rerun.ApplicationproblemJSON404.Detail, `"hello"`)
-	require.Contains(t, rerun.ApplicationproblemJSON404.Detail, "no longer registered")
+	require.Contains(t, rerun.ApplicationProblemJSON404.Detail, `"hello"`)
+	require.Contains(t, rerun.ApplicationProblemJSON404.Detail, "no longer registered")
 }
 
 func TestFunctionStats(t *testing.T) {
@@ -327,7 +327,7 @@ func TestFunctionStats(t *testing.T) {
 	mustComplete(t, c, "hello", `{"name":"a"}`)
 	mustComplete(t, c, "hello", `{"name":"b"}`)
 	failed := startRun(t, c, "flaky", `{"fail_times":5}`, nil)
-	require.Equal(t, api.RunStatusFailed, failed.JSON200.Status)
+	require.Equal(t, protocol.RunStatusFailed, failed.JSON200.Status)
 	mustComplete(t, c, "flaky", `{"fail_times":0}`)
 	sleeping := startAsync(t, c, "orders.checkout", `{"sleep_ms":60000}`)
 	cancelled := startAsync(t, c, "orders.checkout", `{"sleep_ms":60000}`)
@@ -335,11 +335,11 @@ func TestFunctionStats(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode())
 
-	stats, err := c.FunctionStatsWithResponse(t.Context(), &api.FunctionStatsParams{})
+	stats, err := c.FunctionStatsWithResponse(t.Context(), &protocol.FunctionStatsParams{})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, stats.StatusCode(), string(stats.Body))
 	require.Equal(t, "1h", stats.JSON200.Window)
-	by := map[string]api.FunctionStats{}
+	by := map[string]protocol.FunctionStats{}
 	for _, f := range stats.JSON200.Functions {
 		by[f.Name] = f
 	}
@@ -367,12 +367,12 @@ func TestFunctionStats(t *testing.T) {
 	require.Nil(t, chain.LastRunAt)
 
 	for _, w := range []string{"soon", "-1h", "721h"} {
-		bad, err := c.FunctionStatsWithResponse(t.Context(), &api.FunctionStatsParams{Window: &w})
+		bad, err := c.FunctionStatsWithResponse(t.Context(), &protocol.FunctionStatsParams{Window: &w})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusBadRequest, bad.StatusCode(), w)
 	}
 	other := s.Client(t, s.NewToken(t, auth.Identity{Subject: "eve", Tenant: "other", Roles: []string{"admin"}}))
-	none, err := other.FunctionStatsWithResponse(t.Context(), &api.FunctionStatsParams{Window: ptr("24h")})
+	none, err := other.FunctionStatsWithResponse(t.Context(), &protocol.FunctionStatsParams{Window: ptr("24h")})
 	require.NoError(t, err)
 	require.Empty(t, none.JSON200.Functions)
 	require.Equal(t, "24h", none.JSON200.Window)
@@ -393,8 +393,8 @@ func TestRerunHonoursInvokeRoles(t *testing.T) {
 	require.NoError(t, err)
 	register := func(roles ...string) {
 		t.Helper()
-		reg, err := admin.RegisterFunctionWithResponse(t.Context(), "hello", api.FunctionRegistration{
-			Url: fn.JSON200.Url, Config: &api.FunctionConfig{InvokeRoles: &roles}})
+		reg, err := admin.RegisterFunctionWithResponse(t.Context(), "hello", protocol.FunctionRegistration{
+			URL: fn.JSON200.URL, Config: &protocol.FunctionConfig{InvokeRoles: &roles}})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, reg.StatusCode(), string(reg.Body))
 	}
@@ -402,28 +402,28 @@ func TestRerunHonoursInvokeRoles(t *testing.T) {
 	greeter := s.Client(t, s.NewToken(t, auth.Identity{Subject: "gia", Tenant: auth.DefaultTenant, Roles: []string{"invoker", "greeter"}}))
 	res := mustComplete(t, greeter, "hello", `{}`)
 
-	rerun, err := greeter.RerunRunWithResponse(t.Context(), res.Id)
+	rerun, err := greeter.RerunRunWithResponse(t.Context(), res.ID)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusAccepted, rerun.StatusCode(), string(rerun.Body))
 	require.Equal(t, "gia", rerun.JSON202.Identity.Subject)
 
 	// An invoker the function refuses cannot get a run of it by rerunning gia's.
 	ivy := s.Client(t, s.NewToken(t, auth.Identity{Subject: "ivy", Tenant: auth.DefaultTenant, Roles: []string{"invoker"}}))
-	refused, err := ivy.RerunRunWithResponse(t.Context(), res.Id)
+	refused, err := ivy.RerunRunWithResponse(t.Context(), res.ID)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusForbidden, refused.StatusCode(), string(refused.Body))
 	require.Equal(t, "function hello may be invoked only by the roles (greeter) or admin; the token's roles (invoker) include none of them",
-		refused.ApplicationproblemJSON403.Detail)
+		refused.ApplicationProblemJSON403.Detail)
 
 	register("someone-else")
-	refused, err = greeter.RerunRunWithResponse(t.Context(), res.Id)
+	refused, err = greeter.RerunRunWithResponse(t.Context(), res.ID)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusForbidden, refused.StatusCode(), "the current revision's roles count")
-	byAdmin, err := admin.RerunRunWithResponse(t.Context(), res.Id)
+	byAdmin, err := admin.RerunRunWithResponse(t.Context(), res.ID)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusAccepted, byAdmin.StatusCode())
 	require.Equal(t, "tester", byAdmin.JSON202.Identity.Subject)
-	runs, err := admin.ListRunsWithResponse(t.Context(), &api.ListRunsParams{Function: ptr("hello")})
+	runs, err := admin.ListRunsWithResponse(t.Context(), &protocol.ListRunsParams{Function: ptr("hello")})
 	require.NoError(t, err)
 	require.Len(t, runs.JSON200.Runs, 3, "the refused reruns left no run behind")
 }

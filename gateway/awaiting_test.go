@@ -11,8 +11,8 @@ import (
 
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/step"
-	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/internal/stack"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // TestRunAwaiting: a suspended run says what it waits for (a sleep, a step's retry, a
@@ -37,34 +37,34 @@ func TestRunAwaiting(t *testing.T) {
 	s.Sync(t, s.ServeApp(t, app))
 	c := s.Client(t, s.Token)
 
-	suspended := func(name string) api.RunDetail {
+	suspended := func(name string) protocol.RunDetail {
 		t.Helper()
 		id := startAsync(t, c, name, `{}`)
-		var run api.RunDetail
+		var run protocol.RunDetail
 		require.EventuallyWithT(t, func(ct *assert.CollectT) {
 			run = getRun(t, c, id)
-			assert.Equal(ct, api.RunStatusSuspended, run.Status)
+			assert.Equal(ct, protocol.RunStatusSuspended, run.Status)
 		}, 30*time.Second, 10*time.Millisecond)
 		return run
 	}
 
 	nap := suspended("napper")
-	require.Equal(t, &api.Awaiting{Kind: api.AwaitingKindSleep, Seq: 2, Name: "nap"}, nap.Awaiting)
+	require.Equal(t, &protocol.Awaiting{Kind: protocol.AwaitingKindSleep, Seq: 2, Name: "nap"}, nap.Awaiting)
 	require.NotNil(t, nap.WakeAt)
 
 	retry := suspended("failing")
-	require.Equal(t, &api.Awaiting{Kind: api.AwaitingKindRetry, Seq: 1, Name: "charge", Attempt: ptr(1)}, retry.Awaiting)
+	require.Equal(t, &protocol.Awaiting{Kind: protocol.AwaitingKindRetry, Seq: 1, Name: "charge", Attempt: ptr(1)}, retry.Awaiting)
 
 	parent := suspended("parent")
 	require.NotNil(t, parent.Awaiting)
-	require.Equal(t, api.AwaitingKindInvoke, parent.Awaiting.Kind)
+	require.Equal(t, protocol.AwaitingKindInvoke, parent.Awaiting.Kind)
 	require.Equal(t, "call", parent.Awaiting.Name)
 	require.Equal(t, "napper", *parent.Awaiting.Function)
-	child := getRun(t, c, *parent.Awaiting.ChildId)
-	require.Equal(t, parent.Id, *child.ParentId)
+	child := getRun(t, c, *parent.Awaiting.ChildID)
+	require.Equal(t, parent.ID, *child.ParentID)
 
-	resp, err := c.CancelRunWithResponse(t.Context(), nap.Id)
+	resp, err := c.CancelRunWithResponse(t.Context(), nap.ID)
 	require.NoError(t, err)
 	require.Equal(t, 200, resp.StatusCode(), string(resp.Body))
-	require.Nil(t, getRun(t, c, nap.Id).Awaiting, "a finished run waits for nothing")
+	require.Nil(t, getRun(t, c, nap.ID).Awaiting, "a finished run waits for nothing")
 }

@@ -15,10 +15,10 @@ import (
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/step"
-	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/internal/egress"
 	"github.com/stepgate/stepgate/internal/stack"
 	"github.com/stepgate/stepgate/invoker"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // rawFunction is a function written without the SDK, by someone who means harm: answer
@@ -26,18 +26,18 @@ import (
 // invocations.
 type rawFunction struct {
 	calls  atomic.Int32
-	answer func(req *api.InvocationRequest, checkpoint func(entry string) (int, string)) string
+	answer func(req *protocol.InvocationRequest, checkpoint func(entry string) (int, string)) string
 }
 
 func (f *rawFunction) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.calls.Add(1)
-	var req api.InvocationRequest
+	var req protocol.InvocationRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
 	checkpoint := func(entry string) (int, string) {
-		hreq, _ := http.NewRequestWithContext(context.WithoutCancel(r.Context()), "POST", req.Checkpoint.Url, strings.NewReader(entry))
+		hreq, _ := http.NewRequestWithContext(context.WithoutCancel(r.Context()), "POST", req.Checkpoint.URL, strings.NewReader(entry))
 		hreq.Header.Set("Authorization", "Bearer "+req.Checkpoint.Token)
 		resp, err := http.DefaultClient.Do(hreq)
 		if err != nil {
@@ -52,23 +52,23 @@ func (f *rawFunction) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // register registers h, served on loopback, as function name with config.
-func register(t *testing.T, s *stack.Stack, c *api.ClientWithResponses, name string, h http.Handler, config *api.FunctionConfig) {
+func register(t *testing.T, s *stack.Stack, c *protocol.ClientWithResponses, name string, h http.Handler, config *protocol.FunctionConfig) {
 	t.Helper()
-	resp, err := c.RegisterFunctionWithResponse(t.Context(), name, api.FunctionRegistration{Url: s.ServeApp(t, h), Config: config})
+	resp, err := c.RegisterFunctionWithResponse(t.Context(), name, protocol.FunctionRegistration{URL: s.ServeApp(t, h), Config: config})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
 }
 
 // mustFail starts a run of name and returns its error, after checking that it failed.
-func mustFail(t *testing.T, c *api.ClientWithResponses, name string) api.ErrorInfo {
+func mustFail(t *testing.T, c *protocol.ClientWithResponses, name string) protocol.ErrorInfo {
 	t.Helper()
 	resp := startRun(t, c, name, `{}`, nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
-	require.Equal(t, api.RunStatusFailed, resp.JSON200.Status, string(resp.Body))
+	require.Equal(t, protocol.RunStatusFailed, resp.JSON200.Status, string(resp.Body))
 	return *resp.JSON200.Error
 }
 
-var fastRetries = &api.FunctionConfig{Retries: &api.RetryPolicy{MaxAttempts: ptr(3), InitialInterval: ptr("1ms"), MaxInterval: ptr("2ms")}}
+var fastRetries = &protocol.FunctionConfig{Retries: &protocol.RetryPolicy{MaxAttempts: ptr(3), InitialInterval: ptr("1ms"), MaxInterval: ptr("2ms")}}
 
 // TestBadAnswers: an answer that can never be applied fails the run at once, without a
 // retry, with an error that says what was wrong; nothing of it is journaled.
@@ -96,7 +96,7 @@ func TestBadAnswers(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			f := &rawFunction{answer: func(*api.InvocationRequest, func(string) (int, string)) string { return tc.answer }}
+			f := &rawFunction{answer: func(*protocol.InvocationRequest, func(string) (int, string)) string { return tc.answer }}
 			register(t, s, c, "bad."+tc.name, f, fastRetries)
 			e := mustFail(t, c, "bad."+tc.name)
 			require.Equal(t, tc.typ, e.Type, e.Message)
@@ -128,7 +128,7 @@ func TestCheckpointRefusals(t *testing.T) {
 		`{"seq":2,"kind":"step","name":"b","output":2,"attempt":-1}`,
 		`{"seq":2,"kind":"step","name":"b","output":2}`,
 	}
-	f := &rawFunction{answer: func(req *api.InvocationRequest, checkpoint func(string) (int, string)) string {
+	f := &rawFunction{answer: func(req *protocol.InvocationRequest, checkpoint func(string) (int, string)) string {
 		var got []outcome
 		for _, e := range entries {
 			code, body := checkpoint(e)
@@ -155,13 +155,13 @@ func TestCheckpointRefusals(t *testing.T) {
 		{200, ""},
 	} {
 		require.Equal(t, want.code, got[i].code, "%s: %s", entries[i], got[i].body)
-		var p api.Problem
+		var p protocol.Problem
 		if want.code != 200 {
 			require.NoError(t, json.Unmarshal([]byte(got[i].body), &p))
 		}
 		require.Contains(t, p.Detail, want.detail, entries[i])
 	}
-	run := getRun(t, c, res.Id)
+	run := getRun(t, c, res.ID)
 	require.Len(t, run.Journal, 2, "the refusals journaled nothing")
 	require.JSONEq(t, `2`, string(*run.Journal[1].Output))
 }
@@ -196,7 +196,7 @@ func TestBadRequestValues(t *testing.T) {
 			resp, err := http.DefaultClient.Do(req)
 			require.NoError(t, err)
 			defer resp.Body.Close()
-			var p api.Problem
+			var p protocol.Problem
 			require.NoError(t, json.NewDecoder(resp.Body).Decode(&p))
 			require.Equal(t, http.StatusBadRequest, resp.StatusCode, p.Detail)
 			require.Contains(t, p.Detail, tc.detail)
@@ -239,10 +239,10 @@ func TestJournalLimits(t *testing.T) {
 			t.Parallel()
 			resp := startRun(t, c, tc.function, tc.input, nil)
 			require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
-			require.Equal(t, api.RunStatusFailed, resp.JSON200.Status, string(resp.Body))
+			require.Equal(t, protocol.RunStatusFailed, resp.JSON200.Status, string(resp.Body))
 			require.Equal(t, "limit_exceeded", resp.JSON200.Error.Type)
 			require.Contains(t, resp.JSON200.Error.Message, tc.message)
-			run := getRun(t, c, resp.JSON200.Id)
+			run := getRun(t, c, resp.JSON200.ID)
 			require.Len(t, run.Journal, tc.journaled)
 			require.Equal(t, 1, run.Attempts, "a limit is not retried")
 		})
@@ -266,27 +266,27 @@ func TestFunctionConfigCaps(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name   string
-		config api.FunctionConfig
+		config protocol.FunctionConfig
 		detail string
 	}{
-		{"Timeout", api.FunctionConfig{Timeout: ptr("16m")}, "config.timeout 16m0s is longer than the gateway's limit of 15m0s (STEPGATE_MAX_FUNCTION_TIMEOUT)"},
-		{"Attempts", api.FunctionConfig{Retries: &api.RetryPolicy{MaxAttempts: ptr(101)}}, "config.retries.max_attempts 101 is more than the gateway's limit of 100 (STEPGATE_MAX_ATTEMPTS)"},
-		{"BackoffFloor", api.FunctionConfig{Retries: &api.RetryPolicy{InitialInterval: ptr("10ms")}}, "config.retries.initial_interval 10ms is shorter than the gateway's floor of 100ms (STEPGATE_MIN_BACKOFF)"},
-		{"MaxInterval", api.FunctionConfig{Retries: &api.RetryPolicy{MaxInterval: ptr("48h")}}, "config.retries.max_interval 48h0m0s is longer than the gateway's limit of 24h0m0s"},
-		{"Roles", api.FunctionConfig{InvokeRoles: &roles}, "config.invoke_roles has 101 roles, more than the limit of 100"},
-		{"RoleName", api.FunctionConfig{InvokeRoles: &[]string{strings.Repeat("r", 256)}}, "config.invoke_roles[0]"},
-		{"TriggerName", api.FunctionConfig{Triggers: &[]api.EventTrigger{{Event: strings.Repeat("e", 256)}}}, "config.triggers[0].event"},
+		{"Timeout", protocol.FunctionConfig{Timeout: ptr("16m")}, "config.timeout 16m0s is longer than the gateway's limit of 15m0s (STEPGATE_MAX_FUNCTION_TIMEOUT)"},
+		{"Attempts", protocol.FunctionConfig{Retries: &protocol.RetryPolicy{MaxAttempts: ptr(101)}}, "config.retries.max_attempts 101 is more than the gateway's limit of 100 (STEPGATE_MAX_ATTEMPTS)"},
+		{"BackoffFloor", protocol.FunctionConfig{Retries: &protocol.RetryPolicy{InitialInterval: ptr("10ms")}}, "config.retries.initial_interval 10ms is shorter than the gateway's floor of 100ms (STEPGATE_MIN_BACKOFF)"},
+		{"MaxInterval", protocol.FunctionConfig{Retries: &protocol.RetryPolicy{MaxInterval: ptr("48h")}}, "config.retries.max_interval 48h0m0s is longer than the gateway's limit of 24h0m0s"},
+		{"Roles", protocol.FunctionConfig{InvokeRoles: &roles}, "config.invoke_roles has 101 roles, more than the limit of 100"},
+		{"RoleName", protocol.FunctionConfig{InvokeRoles: &[]string{strings.Repeat("r", 256)}}, "config.invoke_roles[0]"},
+		{"TriggerName", protocol.FunctionConfig{Triggers: &[]protocol.EventTrigger{{Event: strings.Repeat("e", 256)}}}, "config.triggers[0].event"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			resp, err := c.RegisterFunctionWithResponse(t.Context(), "capped", api.FunctionRegistration{Url: "http://127.0.0.1:1/x", Config: &tc.config})
+			resp, err := c.RegisterFunctionWithResponse(t.Context(), "capped", protocol.FunctionRegistration{URL: "http://127.0.0.1:1/x", Config: &tc.config})
 			require.NoError(t, err)
 			require.Equal(t, http.StatusBadRequest, resp.StatusCode(), string(resp.Body))
-			require.Contains(t, resp.ApplicationproblemJSON400.Detail, tc.detail)
+			require.Contains(t, resp.ApplicationProblemJSON400.Detail, tc.detail)
 		})
 	}
-	ok, err := c.RegisterFunctionWithResponse(t.Context(), "capped", api.FunctionRegistration{Url: "http://127.0.0.1:1/x", Config: &api.FunctionConfig{
-		Timeout: ptr("15m"), Retries: &api.RetryPolicy{MaxAttempts: ptr(100), InitialInterval: ptr("100ms")}}})
+	ok, err := c.RegisterFunctionWithResponse(t.Context(), "capped", protocol.FunctionRegistration{URL: "http://127.0.0.1:1/x", Config: &protocol.FunctionConfig{
+		Timeout: ptr("15m"), Retries: &protocol.RetryPolicy{MaxAttempts: ptr(100), InitialInterval: ptr("100ms")}}})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, ok.StatusCode(), "at the caps is fine: %s", ok.Body)
 }
@@ -298,7 +298,7 @@ func TestStepRetriesAreCapped(t *testing.T) {
 	s := stack.Start(t, stack.Options{Limits: invoker.Limits{MaxAttempts: 4}})
 	c := s.Client(t, s.Token)
 	var sawFailure atomic.Bool
-	f := &rawFunction{answer: func(req *api.InvocationRequest, _ func(string) (int, string)) string {
+	f := &rawFunction{answer: func(req *protocol.InvocationRequest, _ func(string) (int, string)) string {
 		if len(req.Journal) > 0 {
 			// The gateway journaled the step's failure: a well-behaved function replays it.
 			sawFailure.Store(req.Journal[0].Error != nil)
@@ -313,9 +313,9 @@ func TestStepRetriesAreCapped(t *testing.T) {
 	require.True(t, sawFailure.Load(), "the step's failure was journaled for the function")
 	require.EqualValues(t, 5, f.calls.Load(), "four attempts, the cap, and one invocation to replay the failure")
 
-	resp, err := c.ListRunsWithResponse(t.Context(), &api.ListRunsParams{Function: ptr("greedy")})
+	resp, err := c.ListRunsWithResponse(t.Context(), &protocol.ListRunsParams{Function: ptr("greedy")})
 	require.NoError(t, err)
-	run := getRun(t, c, resp.JSON200.Runs[0].Id)
+	run := getRun(t, c, resp.JSON200.Runs[0].ID)
 	require.Len(t, run.Journal, 1)
 	require.Equal(t, 4, *run.Journal[0].Attempt)
 	require.Contains(t, run.Journal[0].Error.Message, "card declined (attempt 4 of 4; the gateway gives up)")
@@ -338,10 +338,10 @@ func TestRedirectsAreNotFollowed(t *testing.T) {
 	e := mustFail(t, c, "redirects")
 	require.Contains(t, e.Message, "function answered HTTP 302, a redirect to "+target+"stolen, which the gateway does not follow")
 
-	sync, err := c.SyncAppWithResponse(t.Context(), api.AppSync{Url: s.ServeApp(t, redirect)})
+	sync, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, redirect)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusBadGateway, sync.StatusCode())
-	require.Contains(t, sync.ApplicationproblemJSON502.Detail, "a redirect to "+target+"stolen, which the gateway does not follow")
+	require.Contains(t, sync.ApplicationProblemJSON502.Detail, "a redirect to "+target+"stolen, which the gateway does not follow")
 	require.Zero(t, targetHits.Load())
 }
 
@@ -367,11 +367,11 @@ func TestSSRF(t *testing.T) {
 		"http://[fd00::1]/",
 		"http://2130706433/",
 	} {
-		resp, err := c.RegisterFunctionWithResponse(t.Context(), "ssrf", api.FunctionRegistration{Url: url})
+		resp, err := c.RegisterFunctionWithResponse(t.Context(), "ssrf", protocol.FunctionRegistration{URL: url})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusBadRequest, resp.StatusCode(), url)
-		require.Contains(t, resp.ApplicationproblemJSON400.Detail, "url host", url)
-		sync, err := c.SyncAppWithResponse(t.Context(), api.AppSync{Url: url})
+		require.Contains(t, resp.ApplicationProblemJSON400.Detail, "url host", url)
+		sync, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: url})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusBadRequest, sync.StatusCode(), url)
 	}
@@ -385,10 +385,10 @@ func TestFunctionURLCredentials(t *testing.T) {
 	s := stack.Start(t, stack.Options{})
 	admin := s.Client(t, s.Token)
 	url := "http://deploy:s3cret@127.0.0.1:1/fn?token=abc&region=eu"
-	reg, err := admin.RegisterFunctionWithResponse(t.Context(), "secretive", api.FunctionRegistration{Url: url})
+	reg, err := admin.RegisterFunctionWithResponse(t.Context(), "secretive", protocol.FunctionRegistration{URL: url})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, reg.StatusCode(), string(reg.Body))
-	require.Equal(t, url, reg.JSON200.Url)
+	require.Equal(t, url, reg.JSON200.URL)
 
 	for role, want := range map[string]string{
 		"developer": url,
@@ -398,9 +398,9 @@ func TestFunctionURLCredentials(t *testing.T) {
 		c := s.Client(t, s.NewToken(t, auth.Identity{Subject: "u", Tenant: auth.DefaultTenant, Roles: []string{role}}))
 		got, err := c.GetFunctionWithResponse(t.Context(), "secretive")
 		require.NoError(t, err)
-		require.Equal(t, want, got.JSON200.Url, role)
+		require.Equal(t, want, got.JSON200.URL, role)
 		list, err := c.ListFunctionsWithResponse(t.Context())
 		require.NoError(t, err)
-		require.Equal(t, want, list.JSON200.Functions[0].Url, role)
+		require.Equal(t, want, list.JSON200.Functions[0].URL, role)
 	}
 }

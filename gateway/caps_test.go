@@ -14,8 +14,8 @@ import (
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/gateway"
-	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/internal/stack"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // TestWaitInvocationsAreCapped: past its tenant's bound on the runs started with ?wait
@@ -34,11 +34,11 @@ func TestWaitInvocationsAreCapped(t *testing.T) {
 	s.Sync(t, s.ServeApp(t, app))
 	c := s.Client(t, s.Token)
 
-	results := make(chan api.RunResult, 2)
+	results := make(chan protocol.RunResult, 2)
 	var wg sync.WaitGroup
 	start := func() {
 		wg.Go(func() {
-			resp, err := c.StartRunWithBodyWithResponse(context.Background(), "gate", &api.StartRunParams{Wait: ptr("30s")}, "application/json", strings.NewReader(`{}`))
+			resp, err := c.StartRunWithBodyWithResponse(context.Background(), "gate", &protocol.StartRunParams{Wait: ptr("30s")}, "application/json", strings.NewReader(`{}`))
 			if err == nil && resp.JSON200 != nil {
 				results <- *resp.JSON200
 			}
@@ -52,7 +52,7 @@ func TestWaitInvocationsAreCapped(t *testing.T) {
 	wg.Wait()
 	close(results)
 	for res := range results {
-		require.Equal(t, api.RunStatusCompleted, res.Status, "the request waited for its result either way")
+		require.Equal(t, protocol.RunStatusCompleted, res.Status, "the request waited for its result either way")
 	}
 	jobs := func(run string) (n int) {
 		require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT count(*) FROM river_job WHERE args->>'run_id' = $1`, run).Scan(&n))
@@ -63,7 +63,7 @@ func TestWaitInvocationsAreCapped(t *testing.T) {
 	// A third, with the slot free again, goes straight through.
 	third := mustComplete(t, c, "gate", `{}`)
 	<-entered
-	require.Zero(t, jobs(third.Id))
+	require.Zero(t, jobs(third.ID))
 }
 
 // TestStreamLimits: a tenant and a subject hold a bounded number of live streams on a
@@ -84,7 +84,7 @@ func TestStreamLimits(t *testing.T) {
 		resp, err := http.DefaultClient.Do(req)
 		require.NoError(t, err)
 		if resp.StatusCode != http.StatusOK {
-			var p api.Problem
+			var p protocol.Problem
 			_ = json.NewDecoder(resp.Body).Decode(&p)
 			resp.Body.Close()
 			cancel()

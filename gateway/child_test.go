@@ -16,8 +16,8 @@ import (
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/examples"
 	"github.com/stepgate/stepgate/functions/step"
-	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/internal/stack"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // invocationSeen is what a function saw of its invocation.
@@ -34,12 +34,12 @@ type childError struct {
 
 // invokeAsync starts a run of name without waiting, then attaches to its result for up
 // to 30s, and logs how long that took.
-func invokeAsync(t *testing.T, c *api.ClientWithResponses, name, input string) api.RunResult {
+func invokeAsync(t *testing.T, c *protocol.ClientWithResponses, name, input string) protocol.RunResult {
 	t.Helper()
-	start := startRun(t, c, name, input, &api.StartRunParams{})
+	start := startRun(t, c, name, input, &protocol.StartRunParams{})
 	require.Equal(t, http.StatusAccepted, start.StatusCode(), string(start.Body))
 	began := time.Now()
-	resp, err := c.GetRunResultWithResponse(t.Context(), start.JSON202.Id, &api.GetRunResultParams{Wait: ptr("30s")})
+	resp, err := c.GetRunResultWithResponse(t.Context(), start.JSON202.ID, &protocol.GetRunResultParams{Wait: ptr("30s")})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode(), "the run did not finish in 30s: %s", resp.Body)
 	t.Logf("%s finished %s after it was started", name, time.Since(began).Round(time.Millisecond))
@@ -47,14 +47,14 @@ func invokeAsync(t *testing.T, c *api.ClientWithResponses, name, input string) a
 }
 
 // childOf returns the one run of function whose parent is parentID.
-func childOf(t *testing.T, c *api.ClientWithResponses, function, parentID string) api.Run {
+func childOf(t *testing.T, c *protocol.ClientWithResponses, function, parentID string) protocol.Run {
 	t.Helper()
-	resp, err := c.ListRunsWithResponse(t.Context(), &api.ListRunsParams{Function: &function})
+	resp, err := c.ListRunsWithResponse(t.Context(), &protocol.ListRunsParams{Function: &function})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
-	var children []api.Run
+	var children []protocol.Run
 	for _, r := range resp.JSON200.Runs {
-		if r.ParentId != nil && *r.ParentId == parentID {
+		if r.ParentID != nil && *r.ParentID == parentID {
 			children = append(children, r)
 		}
 	}
@@ -69,7 +69,7 @@ func TestChildRuns(t *testing.T) {
 	s := stack.Start(t, stack.Options{Auth: auth.Config{IdentityClaims: []string{"email"}}})
 	alice := auth.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}, Claims: map[string]any{"email": "alice@example.com"}}
 	c := s.Client(t, s.NewToken(t, alice))
-	wantIdentity := api.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"},
+	wantIdentity := protocol.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"},
 		Claims: map[string]any{"email": "alice@example.com"}}
 
 	var mu sync.Mutex
@@ -93,7 +93,7 @@ func TestChildRuns(t *testing.T) {
 	// handles invokes function with input and answers the error it got, handled.
 	handles := func(function, input string) func(ctx context.Context, _ struct{}) (childError, error) {
 		return func(ctx context.Context, _ struct{}) (childError, error) {
-			_, err := step.Invoke[any](ctx, "call", function, api.AnyJSON(input))
+			_, err := step.Invoke[any](ctx, "call", function, protocol.AnyJSON(input))
 			if se, ok := errors.AsType[*step.Error](err); ok {
 				return step.Run(ctx, "handle", func(context.Context) (childError, error) {
 					return childError{Type: se.Type, Message: se.Message}, nil
@@ -109,28 +109,28 @@ func TestChildRuns(t *testing.T) {
 	}, functions.MaxAttempts(2), functions.Backoff(time.Millisecond, 10*time.Millisecond))
 	functions.Register(app, "parent.broken", handles("broken", `{}`))
 	functions.Register(app, "parent.sleeper", handles("orders.checkout", `{"sleep_ms":600000}`))
-	synced, err := c.SyncAppWithResponse(t.Context(), api.AppSync{Url: s.ServeApp(t, app)})
+	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
 
 	t.Run("FulfilReturnsTheChildsShipment", func(t *testing.T) {
 		t.Parallel()
 		res := invokeAsync(t, c, "orders.fulfil", `{"order_id":"o-42","amount":500}`)
-		require.Equal(t, api.RunStatusCompleted, res.Status, "%+v", res.Error)
+		require.Equal(t, protocol.RunStatusCompleted, res.Status, "%+v", res.Error)
 		require.JSONEq(t, `{"tracking":"trk_o-42"}`, string(*res.Output))
 
-		parent := getRun(t, c, res.Id)
+		parent := getRun(t, c, res.ID)
 		require.Equal(t, wantIdentity, parent.Identity)
 		require.Equal(t, 2, parent.Attempts, "one invocation before the child, one after")
 		require.Len(t, parent.Journal, 1)
 		e := parent.Journal[0]
-		require.Equal(t, api.EntryKindInvoke, e.Kind)
+		require.Equal(t, protocol.EntryKindInvoke, e.Kind)
 		require.Equal(t, "checkout", e.Name)
 		require.Nil(t, e.Error)
 
-		child := getRun(t, c, childOf(t, c, "orders.checkout", res.Id).Id)
-		require.Equal(t, api.RunStatusCompleted, child.Status)
-		require.Equal(t, res.Id, *child.ParentId)
+		child := getRun(t, c, childOf(t, c, "orders.checkout", res.ID).ID)
+		require.Equal(t, protocol.RunStatusCompleted, child.Status)
+		require.Equal(t, res.ID, *child.ParentID)
 		require.Equal(t, 1, *child.ParentSeq)
 		require.Equal(t, "checkout", *child.ParentName)
 		require.JSONEq(t, `{"order_id":"o-42","amount":500,"sleep_ms":0}`, string(*child.Input))
@@ -143,14 +143,14 @@ func TestChildRuns(t *testing.T) {
 	t.Run("TheChildSeesTheParentsIdentity", func(t *testing.T) {
 		t.Parallel()
 		res := invokeAsync(t, c, "parent.whoami", `{}`)
-		require.Equal(t, api.RunStatusCompleted, res.Status, "%+v", res.Error)
-		child := childOf(t, c, "whoami", res.Id)
+		require.Equal(t, protocol.RunStatusCompleted, res.Status, "%+v", res.Error)
+		child := childOf(t, c, "whoami", res.ID)
 		mu.Lock()
-		got, ok := whoami[child.Id]
+		got, ok := whoami[child.ID]
 		mu.Unlock()
 		require.True(t, ok, "whoami ran as the child")
 		require.Equal(t, functions.Identity(wantIdentity), got.Identity, "the identity the function saw")
-		require.Equal(t, res.Id, got.ParentID, "and its parent")
+		require.Equal(t, res.ID, got.ParentID, "and its parent")
 		require.Equal(t, wantIdentity, child.Identity)
 
 		var out map[string]invocationSeen
@@ -161,31 +161,31 @@ func TestChildRuns(t *testing.T) {
 	t.Run("AFailedChildIsAnErrorTheParentHandles", func(t *testing.T) {
 		t.Parallel()
 		res := invokeAsync(t, c, "parent.flaky", `{}`)
-		require.Equal(t, api.RunStatusCompleted, res.Status, "%+v", res.Error)
+		require.Equal(t, protocol.RunStatusCompleted, res.Status, "%+v", res.Error)
 		var got childError
 		require.NoError(t, json.Unmarshal(*res.Output, &got))
 		require.Equal(t, childError{Type: "step_failed", Message: "attempt 3 of 5 planned failures: flaky by design"}, got)
 
-		parent := getRun(t, c, res.Id)
+		parent := getRun(t, c, res.ID)
 		require.Len(t, parent.Journal, 2)
-		require.Equal(t, api.EntryKindInvoke, parent.Journal[0].Kind)
+		require.Equal(t, protocol.EntryKindInvoke, parent.Journal[0].Kind)
 		require.Equal(t, "step_failed", parent.Journal[0].Error.Type)
 		require.Nil(t, parent.Journal[0].Output)
-		child := childOf(t, c, "flaky", res.Id)
-		require.Equal(t, api.RunStatusFailed, child.Status)
+		child := childOf(t, c, "flaky", res.ID)
+		require.Equal(t, protocol.RunStatusFailed, child.Status)
 	})
 
 	t.Run("AChildOutOfInvocationAttemptsFailsTheParentsCall", func(t *testing.T) {
 		t.Parallel()
 		res := invokeAsync(t, c, "parent.broken", `{}`)
-		require.Equal(t, api.RunStatusCompleted, res.Status, "%+v", res.Error)
+		require.Equal(t, protocol.RunStatusCompleted, res.Status, "%+v", res.Error)
 		var got childError
 		require.NoError(t, json.Unmarshal(*res.Output, &got))
 		require.Equal(t, "http_status", got.Type)
 		require.Contains(t, got.Message, "always down")
 		require.Contains(t, got.Message, "giving up")
-		child := getRun(t, c, childOf(t, c, "broken", res.Id).Id)
-		require.Equal(t, api.RunStatusFailed, child.Status)
+		child := getRun(t, c, childOf(t, c, "broken", res.ID).ID)
+		require.Equal(t, protocol.RunStatusFailed, child.Status)
 		require.Equal(t, 2, child.Attempts, "its function's max_attempts")
 	})
 
@@ -196,28 +196,28 @@ func TestChildRuns(t *testing.T) {
 		start := startRun(t, c, "parent.unknown", `{}`, nil)
 		require.Equal(t, http.StatusOK, start.StatusCode(), string(start.Body))
 		res := *start.JSON200
-		require.Equal(t, api.RunStatusCompleted, res.Status, "%+v", res.Error)
+		require.Equal(t, protocol.RunStatusCompleted, res.Status, "%+v", res.Error)
 		var got childError
 		require.NoError(t, json.Unmarshal(*res.Output, &got))
 		require.Equal(t, "not_found", got.Type)
 		require.Contains(t, got.Message, "nope")
-		parent := getRun(t, c, res.Id)
+		parent := getRun(t, c, res.ID)
 		require.Equal(t, "not_found", parent.Journal[0].Error.Type)
 	})
 
 	t.Run("ACancelledChildWakesItsParent", func(t *testing.T) {
 		t.Parallel()
-		start := startRun(t, c, "parent.sleeper", `{}`, &api.StartRunParams{})
+		start := startRun(t, c, "parent.sleeper", `{}`, &protocol.StartRunParams{})
 		require.Equal(t, http.StatusAccepted, start.StatusCode(), string(start.Body))
-		id := start.JSON202.Id
-		var child api.Run
+		id := start.JSON202.ID
+		var child protocol.Run
 		require.EventuallyWithT(t, func(ct *assert.CollectT) {
-			resp, err := c.ListRunsWithResponse(t.Context(), &api.ListRunsParams{Function: ptr("orders.checkout"), Status: ptr(api.RunStatusSuspended)})
+			resp, err := c.ListRunsWithResponse(t.Context(), &protocol.ListRunsParams{Function: ptr("orders.checkout"), Status: ptr(protocol.RunStatusSuspended)})
 			if !assert.NoError(ct, err) || !assert.NotNil(ct, resp.JSON200) {
 				return
 			}
 			for _, r := range resp.JSON200.Runs {
-				if r.ParentId != nil && *r.ParentId == id {
+				if r.ParentID != nil && *r.ParentID == id {
 					child = r
 					return
 				}
@@ -225,11 +225,11 @@ func TestChildRuns(t *testing.T) {
 			ct.Errorf("no suspended child of %s yet", id)
 		}, 10*time.Second, 5*time.Millisecond, "the child did not reach its sleep")
 
-		cancel, err := c.CancelRunWithResponse(t.Context(), child.Id)
+		cancel, err := c.CancelRunWithResponse(t.Context(), child.ID)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, cancel.StatusCode(), string(cancel.Body))
 		began := time.Now()
-		resp, err := c.GetRunResultWithResponse(t.Context(), id, &api.GetRunResultParams{Wait: ptr("30s")})
+		resp, err := c.GetRunResultWithResponse(t.Context(), id, &protocol.GetRunResultParams{Wait: ptr("30s")})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
 		t.Logf("the parent finished %s after its child was cancelled", time.Since(began).Round(time.Millisecond))
@@ -240,21 +240,21 @@ func TestChildRuns(t *testing.T) {
 
 	t.Run("ACancelledParentsChildGoesOn", func(t *testing.T) {
 		t.Parallel()
-		start := startRun(t, c, "orders.fulfil", `{"sleep_ms":1000}`, &api.StartRunParams{})
+		start := startRun(t, c, "orders.fulfil", `{"sleep_ms":1000}`, &protocol.StartRunParams{})
 		require.Equal(t, http.StatusAccepted, start.StatusCode(), string(start.Body))
-		id := start.JSON202.Id
-		awaitStatus(t, c, id, api.RunStatusSuspended)
+		id := start.JSON202.ID
+		awaitStatus(t, c, id, protocol.RunStatusSuspended)
 		cancel, err := c.CancelRunWithResponse(t.Context(), id)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, cancel.StatusCode(), string(cancel.Body))
 
 		child := childOf(t, c, "orders.checkout", id)
-		resp, err := c.GetRunResultWithResponse(t.Context(), child.Id, &api.GetRunResultParams{Wait: ptr("30s")})
+		resp, err := c.GetRunResultWithResponse(t.Context(), child.ID, &protocol.GetRunResultParams{Wait: ptr("30s")})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
-		require.Equal(t, api.RunStatusCompleted, resp.JSON200.Status)
+		require.Equal(t, protocol.RunStatusCompleted, resp.JSON200.Status)
 		parent := getRun(t, c, id)
-		require.Equal(t, api.RunStatusCancelled, parent.Status)
+		require.Equal(t, protocol.RunStatusCancelled, parent.Status)
 		require.Empty(t, parent.Journal, "nothing is journaled in a cancelled parent")
 	})
 }

@@ -8,10 +8,10 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/stepgate/stepgate/functions/names"
-	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 func checkEventField(field, v string) error {
@@ -29,11 +29,11 @@ func (s *Server) SendEvent(ctx context.Context, req server.SendEventRequestObjec
 		return nil, err
 	}
 	n := journal.NewEvent{Name: b.Name}
-	if b.Id != nil {
-		if err := checkEventField("id", *b.Id); err != nil {
+	if b.ID != nil {
+		if err := checkEventField("id", *b.ID); err != nil {
 			return nil, err
 		}
-		n.ID = *b.Id
+		n.ID = *b.ID
 	} else {
 		n.ID = uuid.Must(uuid.NewV7()).String()
 	}
@@ -49,7 +49,7 @@ func (s *Server) SendEvent(ctx context.Context, req server.SendEventRequestObjec
 	if err != nil {
 		return nil, err
 	}
-	out := api.EventReceipt{Id: ev.ID, Name: ev.Name, Runs: runIDs(ev.Runs)}
+	out := protocol.EventReceipt{ID: ev.ID, Name: ev.Name, Runs: runIDs(ev.Runs)}
 	if !created {
 		out.Duplicate = new(true)
 	}
@@ -66,7 +66,7 @@ type eventOutput struct {
 // checkpointEvent checks an event entry of the invocation that owns runID, and journals
 // it and sends its event (invoker.CheckpointEvent). The event's id defaults to
 // "<run id>:<seq>".
-func (s *Server) checkpointEvent(ctx context.Context, runID string, invocation int, e api.JournalEntry) error {
+func (s *Server) checkpointEvent(ctx context.Context, runID string, invocation int, e protocol.JournalEntry) error {
 	var out eventOutput
 	if e.Output == nil || json.Unmarshal(*e.Output, &out) != nil {
 		return badRequest("an event entry's output is the event: {\"name\", \"data\", \"id\"}")
@@ -114,7 +114,7 @@ func (s *Server) ListEvents(ctx context.Context, req server.ListEventsRequestObj
 	if err != nil {
 		return nil, err
 	}
-	out := api.EventPage{Events: make([]api.Event, 0, len(events))}
+	out := protocol.EventPage{Events: make([]protocol.Event, 0, len(events))}
 	for i := range events {
 		out.Events = append(out.Events, eventToAPI(&events[i]))
 	}
@@ -122,10 +122,10 @@ func (s *Server) ListEvents(ctx context.Context, req server.ListEventsRequestObj
 	return server.ListEvents200JSONResponse(out), nil
 }
 
-func eventToAPI(ev *journal.Event) api.Event {
-	return api.Event{
-		Id: ev.ID, Name: ev.Name, Data: api.AnyJSON(ev.Data), Identity: ev.Identity,
-		SourceRunId: ev.SourceRunID, Runs: runIDs(ev.Runs), CreatedAt: ev.CreatedAt,
+func eventToAPI(ev *journal.Event) protocol.Event {
+	return protocol.Event{
+		ID: ev.ID, Name: ev.Name, Data: protocol.AnyJSON(ev.Data), Identity: ev.Identity,
+		SourceRunID: ev.SourceRunID, Runs: runIDs(ev.Runs), CreatedAt: ev.CreatedAt,
 	}
 }
 

@@ -16,25 +16,25 @@ import (
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/step"
-	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/internal/stack"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // seen is what the event-triggered test functions answer: who they ran as, and their
 // input.
 type seen struct {
-	Identity api.Identity   `json:"identity"`
-	Input    map[string]any `json:"input"`
+	Identity protocol.Identity `json:"identity"`
+	Input    map[string]any    `json:"input"`
 }
 
-func sendEvent(t *testing.T, c *api.ClientWithResponses, ev api.EventSend) *api.SendEventResponse {
+func sendEvent(t *testing.T, c *protocol.ClientWithResponses, ev protocol.EventSend) *protocol.SendEventResponse {
 	t.Helper()
 	resp, err := c.SendEventWithResponse(t.Context(), ev)
 	require.NoError(t, err)
 	return resp
 }
 
-func mustSendEvent(t *testing.T, c *api.ClientWithResponses, ev api.EventSend) api.EventReceipt {
+func mustSendEvent(t *testing.T, c *protocol.ClientWithResponses, ev protocol.EventSend) protocol.EventReceipt {
 	t.Helper()
 	resp := sendEvent(t, c, ev)
 	require.Equal(t, http.StatusAccepted, resp.StatusCode(), string(resp.Body))
@@ -42,32 +42,32 @@ func mustSendEvent(t *testing.T, c *api.ClientWithResponses, ev api.EventSend) a
 }
 
 // mustResult waits for a run to finish and returns its result.
-func mustResult(t *testing.T, c *api.ClientWithResponses, id string) api.RunResult {
+func mustResult(t *testing.T, c *protocol.ClientWithResponses, id string) protocol.RunResult {
 	t.Helper()
-	resp, err := c.GetRunResultWithResponse(t.Context(), id, &api.GetRunResultParams{Wait: ptr("30s")})
+	resp, err := c.GetRunResultWithResponse(t.Context(), id, &protocol.GetRunResultParams{Wait: ptr("30s")})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
 	return *resp.JSON200
 }
 
-func mustSeen(t *testing.T, c *api.ClientWithResponses, runID string) seen {
+func mustSeen(t *testing.T, c *protocol.ClientWithResponses, runID string) seen {
 	t.Helper()
 	res := mustResult(t, c, runID)
-	require.Equal(t, api.RunStatusCompleted, res.Status, string(*res.Output))
+	require.Equal(t, protocol.RunStatusCompleted, res.Status, string(*res.Output))
 	var s seen
 	require.NoError(t, json.Unmarshal(*res.Output, &s))
 	return s
 }
 
 // eventsFrom returns the events of name the run sent.
-func eventsFrom(t *testing.T, c *api.ClientWithResponses, name, runID string) []api.Event {
+func eventsFrom(t *testing.T, c *protocol.ClientWithResponses, name, runID string) []protocol.Event {
 	t.Helper()
-	resp, err := c.ListEventsWithResponse(t.Context(), &api.ListEventsParams{Name: &name, Limit: ptr(500)})
+	resp, err := c.ListEventsWithResponse(t.Context(), &protocol.ListEventsParams{Name: &name, Limit: ptr(500)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
-	var out []api.Event
+	var out []protocol.Event
 	for _, ev := range resp.JSON200.Events {
-		if ev.SourceRunId != nil && *ev.SourceRunId == runID {
+		if ev.SourceRunID != nil && *ev.SourceRunID == runID {
 			out = append(out, ev)
 		}
 	}
@@ -75,12 +75,12 @@ func eventsFrom(t *testing.T, c *api.ClientWithResponses, name, runID string) []
 }
 
 // runsWithMarker returns the runs of function whose input has this marker.
-func runsWithMarker(t *testing.T, c *api.ClientWithResponses, function, marker string) []api.Run {
+func runsWithMarker(t *testing.T, c *protocol.ClientWithResponses, function, marker string) []protocol.Run {
 	t.Helper()
-	resp, err := c.ListRunsWithResponse(t.Context(), &api.ListRunsParams{Function: &function, Limit: ptr(500), Include: ptr(api.Io)})
+	resp, err := c.ListRunsWithResponse(t.Context(), &protocol.ListRunsParams{Function: &function, Limit: ptr(500), Include: ptr(protocol.Io)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
-	var out []api.Run
+	var out []protocol.Run
 	for _, r := range resp.JSON200.Runs {
 		var in struct{ Marker string }
 		_ = json.Unmarshal(*r.Input, &in)
@@ -98,7 +98,7 @@ func TestEvents(t *testing.T) {
 	s := stack.Start(t, stack.Options{Auth: auth.Config{IdentityClaims: []string{"org"}}})
 	app := s.NewApp()
 	report := func(ctx context.Context, in map[string]any) (seen, error) {
-		return seen{Identity: api.Identity(functions.IdentityFrom(ctx)), Input: in}, nil
+		return seen{Identity: protocol.Identity(functions.IdentityFrom(ctx)), Input: in}, nil
 	}
 	functions.Register(app, "welcome", report, functions.OnEvent("user.signup"))
 	functions.Register(app, "notify", report, functions.OnEvent("user.welcomed", "user.other"))
@@ -121,10 +121,10 @@ func TestEvents(t *testing.T) {
 	t.Run("AnEventStartsARunWithTheSendersIdentity", func(t *testing.T) {
 		t.Parallel()
 		marker := newMarker()
-		data := api.AnyJSON(`{"marker":"` + marker + `","email":"ada@example.com"}`)
-		r := mustSendEvent(t, asAda, api.EventSend{Name: "user.signup", Data: &data})
+		data := protocol.AnyJSON(`{"marker":"` + marker + `","email":"ada@example.com"}`)
+		r := mustSendEvent(t, asAda, protocol.EventSend{Name: "user.signup", Data: &data})
 		require.Equal(t, "user.signup", r.Name)
-		require.NotEmpty(t, r.Id, "the gateway makes an id")
+		require.NotEmpty(t, r.ID, "the gateway makes an id")
 		require.Nil(t, r.Duplicate)
 		require.Len(t, r.Runs, 1, "welcome only: not-triggered's trigger is another name")
 
@@ -140,30 +140,30 @@ func TestEvents(t *testing.T) {
 		require.Equal(t, got.Identity, run.Identity)
 		require.Empty(t, runsWithMarker(t, admin, "not-triggered", marker))
 
-		resp, err := asAda.ListEventsWithResponse(t.Context(), &api.ListEventsParams{Name: ptr("user.signup"), Limit: ptr(500)})
+		resp, err := asAda.ListEventsWithResponse(t.Context(), &protocol.ListEventsParams{Name: ptr("user.signup"), Limit: ptr(500)})
 		require.NoError(t, err)
-		var ev *api.Event
+		var ev *protocol.Event
 		for i := range resp.JSON200.Events {
-			if resp.JSON200.Events[i].Id == r.Id {
+			if resp.JSON200.Events[i].ID == r.ID {
 				ev = &resp.JSON200.Events[i]
 			}
 		}
 		require.NotNil(t, ev, "the event is listed")
 		require.Equal(t, got.Identity, ev.Identity)
 		require.Equal(t, r.Runs, ev.Runs)
-		require.Nil(t, ev.SourceRunId)
+		require.Nil(t, ev.SourceRunID)
 		require.JSONEq(t, string(data), string(ev.Data))
 	})
 
 	t.Run("TheSameIDTwiceStartsOneRun", func(t *testing.T) {
 		t.Parallel()
 		marker := newMarker()
-		data := api.AnyJSON(`{"marker":"` + marker + `"}`)
+		data := protocol.AnyJSON(`{"marker":"` + marker + `"}`)
 		id := "signup-" + marker
-		first := mustSendEvent(t, asAda, api.EventSend{Name: "user.signup", Data: &data, Id: &id})
-		require.Equal(t, id, first.Id)
+		first := mustSendEvent(t, asAda, protocol.EventSend{Name: "user.signup", Data: &data, ID: &id})
+		require.Equal(t, id, first.ID)
 		require.Len(t, first.Runs, 1)
-		again := mustSendEvent(t, asAda, api.EventSend{Name: "user.signup", Data: &data, Id: &id})
+		again := mustSendEvent(t, asAda, protocol.EventSend{Name: "user.signup", Data: &data, ID: &id})
 		require.Equal(t, first.Runs, again.Runs, "the first event's runs")
 		require.Equal(t, ptr(true), again.Duplicate)
 		mustSeen(t, asAda, first.Runs[0])
@@ -174,15 +174,15 @@ func TestEvents(t *testing.T) {
 		t.Parallel()
 		marker := newMarker()
 		other := s.Client(t, s.NewToken(t, auth.Identity{Subject: "eve", Tenant: "other-" + marker, Roles: []string{"invoker"}}))
-		data := api.AnyJSON(`{"marker":"` + marker + `"}`)
+		data := protocol.AnyJSON(`{"marker":"` + marker + `"}`)
 		id := "signup-" + marker
-		r := mustSendEvent(t, other, api.EventSend{Name: "user.signup", Data: &data, Id: &id})
+		r := mustSendEvent(t, other, protocol.EventSend{Name: "user.signup", Data: &data, ID: &id})
 		require.Empty(t, r.Runs, "tenant other has no function triggered by it")
 		require.Nil(t, r.Duplicate)
 		require.Empty(t, runsWithMarker(t, admin, "welcome", marker))
 
 		// Ids are per tenant: the same id here is a new event.
-		mine := mustSendEvent(t, asAda, api.EventSend{Name: "user.signup", Data: &data, Id: &id})
+		mine := mustSendEvent(t, asAda, protocol.EventSend{Name: "user.signup", Data: &data, ID: &id})
 		require.Nil(t, mine.Duplicate)
 		require.Len(t, mine.Runs, 1)
 
@@ -199,10 +199,10 @@ func TestEvents(t *testing.T) {
 		bob := s.Client(t, s.NewToken(t, auth.Identity{Subject: "bob", Tenant: auth.DefaultTenant, Roles: []string{"developer"}, Claims: map[string]any{"org": "initech"}}))
 		res := mustComplete(t, bob, "signup", `{"marker":"`+marker+`"}`)
 
-		evs := eventsFrom(t, bob, "user.welcomed", res.Id)
+		evs := eventsFrom(t, bob, "user.welcomed", res.ID)
 		require.Len(t, evs, 1)
 		ev := evs[0]
-		require.Equal(t, res.Id+":1", ev.Id, "the id is the run's and the entry's")
+		require.Equal(t, res.ID+":1", ev.ID, "the id is the run's and the entry's")
 		require.Equal(t, "bob", ev.Identity.Subject, "the event carries the sending run's identity")
 		require.JSONEq(t, `{"marker":"`+marker+`"}`, string(ev.Data))
 		require.Len(t, ev.Runs, 1)
@@ -213,26 +213,26 @@ func TestEvents(t *testing.T) {
 		require.Equal(t, map[string]any{"org": "initech"}, got.Identity.Claims)
 		require.Equal(t, marker, got.Input["marker"])
 		triggered := getRun(t, bob, ev.Runs[0])
-		require.Nil(t, triggered.ParentId, "a triggered run is not a child run")
+		require.Nil(t, triggered.ParentID, "a triggered run is not a child run")
 
-		sender := getRun(t, bob, res.Id)
+		sender := getRun(t, bob, res.ID)
 		require.Len(t, sender.Journal, 1)
 		entry := sender.Journal[0]
-		require.Equal(t, api.EntryKindEvent, entry.Kind)
+		require.Equal(t, protocol.EntryKindEvent, entry.Kind)
 		require.Equal(t, "user.welcomed", entry.Name)
-		require.JSONEq(t, `{"name":"user.welcomed","data":{"marker":"`+marker+`"},"id":"`+res.Id+`:1"}`, string(*entry.Output))
+		require.JSONEq(t, `{"name":"user.welcomed","data":{"marker":"`+marker+`"},"id":"`+res.ID+`:1"}`, string(*entry.Output))
 	})
 
 	t.Run("ARetriedInvocationSendsItsEventOnce", func(t *testing.T) {
 		t.Parallel()
 		marker := newMarker()
 		res := mustComplete(t, admin, "signup", `{"marker":"`+marker+`","fail_first":true}`)
-		sender := getRun(t, admin, res.Id)
+		sender := getRun(t, admin, res.ID)
 		require.Equal(t, 2, sender.Attempts, "the first invocation failed after the send")
 		require.Len(t, sender.Failures, 1)
 		require.Len(t, sender.Journal, 1, "the second replayed the event entry")
 
-		evs := eventsFrom(t, admin, "user.welcomed", res.Id)
+		evs := eventsFrom(t, admin, "user.welcomed", res.ID)
 		require.Len(t, evs, 1)
 		require.Len(t, evs[0].Runs, 1)
 		mustSeen(t, admin, evs[0].Runs[0])
@@ -243,11 +243,11 @@ func TestEvents(t *testing.T) {
 		t.Parallel()
 		marker := newMarker()
 		viewer := s.Client(t, s.NewToken(t, auth.Identity{Subject: "v", Tenant: auth.DefaultTenant, Roles: []string{"viewer", "operator"}}))
-		data := api.AnyJSON(`{"marker":"` + marker + `"}`)
-		resp := sendEvent(t, viewer, api.EventSend{Name: "user.signup", Data: &data})
+		data := protocol.AnyJSON(`{"marker":"` + marker + `"}`)
+		resp := sendEvent(t, viewer, protocol.EventSend{Name: "user.signup", Data: &data})
 		require.Equal(t, http.StatusForbidden, resp.StatusCode())
 		require.Equal(t, "this operation needs the events:send permission; the token's roles (viewer, operator) do not grant it",
-			resp.ApplicationproblemJSON403.Detail)
+			resp.ApplicationProblemJSON403.Detail)
 		require.Empty(t, runsWithMarker(t, admin, "welcome", marker))
 
 		list, err := viewer.ListEventsWithResponse(t.Context(), nil)
@@ -258,22 +258,22 @@ func TestEvents(t *testing.T) {
 		list, err = sender.ListEventsWithResponse(t.Context(), nil)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusForbidden, list.StatusCode())
-		require.Len(t, mustSendEvent(t, sender, api.EventSend{Name: "user.signup", Data: &data}).Runs, 1)
+		require.Len(t, mustSendEvent(t, sender, protocol.EventSend{Name: "user.signup", Data: &data}).Runs, 1)
 	})
 
 	t.Run("InvokeRolesBindSenders", func(t *testing.T) {
 		t.Parallel()
 		marker := newMarker()
-		reg, err := admin.RegisterFunctionWithResponse(t.Context(), "payout-"+marker, api.FunctionRegistration{
-			Url:    "http://127.0.0.1:1/payout",
-			Config: &api.FunctionConfig{InvokeRoles: &[]string{"billing"}, Triggers: &[]api.EventTrigger{{Event: "pay-" + marker}}},
+		reg, err := admin.RegisterFunctionWithResponse(t.Context(), "payout-"+marker, protocol.FunctionRegistration{
+			URL:    "http://127.0.0.1:1/payout",
+			Config: &protocol.FunctionConfig{InvokeRoles: &[]string{"billing"}, Triggers: &[]protocol.EventTrigger{{Event: "pay-" + marker}}},
 		})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, reg.StatusCode(), string(reg.Body))
-		r := mustSendEvent(t, asAda, api.EventSend{Name: "pay-" + marker})
+		r := mustSendEvent(t, asAda, protocol.EventSend{Name: "pay-" + marker})
 		require.Empty(t, r.Runs, "ada (invoker) may not start payout, so her event does not")
 		billing := s.Client(t, s.NewToken(t, auth.Identity{Subject: "b", Tenant: auth.DefaultTenant, Roles: []string{"invoker", "billing"}}))
-		require.Len(t, mustSendEvent(t, billing, api.EventSend{Name: "pay-" + marker}).Runs, 1)
+		require.Len(t, mustSendEvent(t, billing, protocol.EventSend{Name: "pay-" + marker}).Runs, 1)
 	})
 
 	t.Run("BadEventsAre400", func(t *testing.T) {
@@ -289,13 +289,13 @@ func TestEvents(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, http.StatusBadRequest, resp.StatusCode(), body)
 		}
-		reg, err := admin.RegisterFunctionWithResponse(t.Context(), "bad-trigger", api.FunctionRegistration{
-			Url: "http://127.0.0.1:1/x", Config: &api.FunctionConfig{Triggers: &[]api.EventTrigger{{Event: ""}}},
+		reg, err := admin.RegisterFunctionWithResponse(t.Context(), "bad-trigger", protocol.FunctionRegistration{
+			URL: "http://127.0.0.1:1/x", Config: &protocol.FunctionConfig{Triggers: &[]protocol.EventTrigger{{Event: ""}}},
 		})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusBadRequest, reg.StatusCode())
-		require.Contains(t, reg.ApplicationproblemJSON400.Detail, "config.triggers[0].event")
-		list, err := admin.ListEventsWithResponse(t.Context(), &api.ListEventsParams{Cursor: ptr("nope")})
+		require.Contains(t, reg.ApplicationProblemJSON400.Detail, "config.triggers[0].event")
+		list, err := admin.ListEventsWithResponse(t.Context(), &protocol.ListEventsParams{Cursor: ptr("nope")})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusBadRequest, list.StatusCode())
 	})
@@ -305,16 +305,16 @@ func TestEvents(t *testing.T) {
 		name := "page-" + newMarker()
 		var sent []string
 		for range 3 {
-			sent = append(sent, mustSendEvent(t, admin, api.EventSend{Name: name}).Id)
+			sent = append(sent, mustSendEvent(t, admin, protocol.EventSend{Name: name}).ID)
 		}
 		var got []string
-		params := &api.ListEventsParams{Name: &name, Limit: ptr(2)}
+		params := &protocol.ListEventsParams{Name: &name, Limit: ptr(2)}
 		for {
 			resp, err := admin.ListEventsWithResponse(t.Context(), params)
 			require.NoError(t, err)
 			require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
 			for _, ev := range resp.JSON200.Events {
-				got = append(got, ev.Id)
+				got = append(got, ev.ID)
 			}
 			if resp.JSON200.NextCursor == nil {
 				break
@@ -335,7 +335,7 @@ func TestEventCheckpoints(t *testing.T) {
 	type result struct{ first, again, other, noOutput int }
 	results := make(chan result, 1)
 	fn := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req api.InvocationRequest
+		var req protocol.InvocationRequest
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
@@ -343,7 +343,7 @@ func TestEventCheckpoints(t *testing.T) {
 		checkpoint := func(body string) int {
 			// Not the request's context: the gateway hangs up on an invocation whose run
 			// a checkpoint failed, and this one reads the answers after that.
-			hreq, _ := http.NewRequestWithContext(context.WithoutCancel(r.Context()), "POST", req.Checkpoint.Url, strings.NewReader(body))
+			hreq, _ := http.NewRequestWithContext(context.WithoutCancel(r.Context()), "POST", req.Checkpoint.URL, strings.NewReader(body))
 			hreq.Header.Set("Authorization", "Bearer "+req.Checkpoint.Token)
 			resp, err := http.DefaultClient.Do(hreq)
 			if err != nil {
@@ -366,7 +366,7 @@ func TestEventCheckpoints(t *testing.T) {
 		_, _ = w.Write([]byte(`{"status":"completed","output":"ok"}`))
 	})
 	c := s.Client(t, s.Token)
-	reg, err := c.RegisterFunctionWithResponse(t.Context(), "raw", api.FunctionRegistration{Url: s.ServeApp(t, fn)})
+	reg, err := c.RegisterFunctionWithResponse(t.Context(), "raw", protocol.FunctionRegistration{URL: s.ServeApp(t, fn)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, reg.StatusCode(), string(reg.Body))
 	app := s.NewApp()
@@ -379,19 +379,19 @@ func TestEventCheckpoints(t *testing.T) {
 	got := <-results
 	require.Equal(t, result{first: 200, again: 200, other: 409, noOutput: 400}, got)
 	res := *resp.JSON200
-	require.Equal(t, api.RunStatusFailed, res.Status, "the answer after the 409 does not complete the run")
+	require.Equal(t, protocol.RunStatusFailed, res.Status, "the answer after the 409 does not complete the run")
 	require.Equal(t, "nondeterminism", res.Error.Type)
 	require.Contains(t, res.Error.Message, `{"n":1}`, "the message names what differs")
 	require.Contains(t, res.Error.Message, `{"n":2}`)
 
-	evs := eventsFrom(t, c, "raw.ping", res.Id)
+	evs := eventsFrom(t, c, "raw.ping", res.ID)
 	require.Len(t, evs, 1)
-	require.Equal(t, res.Id+":1", evs[0].Id, "the gateway's default id")
+	require.Equal(t, res.ID+":1", evs[0].ID, "the gateway's default id")
 	require.Len(t, evs[0].Runs, 1)
 	out := mustResult(t, c, evs[0].Runs[0])
 	require.JSONEq(t, `{"n":1}`, string(*out.Output))
 
-	run := getRun(t, c, res.Id)
+	run := getRun(t, c, res.ID)
 	require.Len(t, run.Journal, 1)
-	require.JSONEq(t, `{"name":"raw.ping","data":{"n":1},"id":"`+res.Id+`:1"}`, string(*run.Journal[0].Output))
+	require.JSONEq(t, `{"name":"raw.ping","data":{"n":1},"id":"`+res.ID+`:1"}`, string(*run.Journal[0].Output))
 }

@@ -13,10 +13,10 @@ import (
 	"github.com/stepgate/stepgate/access"
 	"github.com/stepgate/stepgate/functions/names"
 	"github.com/stepgate/stepgate/functions/signature"
-	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 func notFound(detail string) server.NotFoundApplicationProblemPlusJSONResponse {
@@ -34,19 +34,19 @@ func functionNotFound(name string) server.NotFoundApplicationProblemPlusJSONResp
 // functionToAPI returns a function revision for the API. Unless reveal (the caller may
 // manage functions), credentials in its URL are masked: a password in its user
 // information, the values of its query.
-func functionToAPI(fn *journal.Function, reveal bool) (api.Function, error) {
-	out := api.Function{Name: fn.Name, Revision: fn.Revision, Url: fn.URL, CreatedAt: fn.CreatedAt}
+func functionToAPI(fn *journal.Function, reveal bool) (protocol.Function, error) {
+	out := protocol.Function{Name: fn.Name, Revision: fn.Revision, URL: fn.URL, CreatedAt: fn.CreatedAt}
 	if !reveal {
-		out.Url = redactURL(fn.URL)
+		out.URL = redactURL(fn.URL)
 	}
 	if err := json.Unmarshal(fn.Config, &out.Config); err != nil {
-		return api.Function{}, fmt.Errorf("decode config of function %s: %w", fn.Name, err)
+		return protocol.Function{}, fmt.Errorf("decode config of function %s: %w", fn.Name, err)
 	}
 	return out, nil
 }
 
 // register validates and stores a new revision of a function.
-func (s *Server) register(ctx context.Context, tenant, name, rawURL string, config *api.FunctionConfig) (*journal.Function, error) {
+func (s *Server) register(ctx context.Context, tenant, name, rawURL string, config *protocol.FunctionConfig) (*journal.Function, error) {
 	if err := names.CheckFunction("function name", name); err != nil {
 		return nil, badRequest("%v", err)
 	}
@@ -75,7 +75,7 @@ func (s *Server) register(ctx context.Context, tenant, name, rawURL string, conf
 
 // RegisterFunction stores a new revision of a function.
 func (s *Server) RegisterFunction(ctx context.Context, req server.RegisterFunctionRequestObject) (server.RegisterFunctionResponseObject, error) {
-	fn, err := s.register(ctx, identity(ctx).Tenant, req.Name, req.Body.Url, req.Body.Config)
+	fn, err := s.register(ctx, identity(ctx).Tenant, req.Name, req.Body.URL, req.Body.Config)
 	if err != nil {
 		return nil, err
 	}
@@ -115,12 +115,12 @@ func (s *Server) ListFunctions(ctx context.Context, _ server.ListFunctionsReques
 	return server.ListFunctions200JSONResponse(list), nil
 }
 
-func functionsToAPI(fns []journal.Function, reveal bool) (api.FunctionList, error) {
-	out := api.FunctionList{Functions: make([]api.Function, 0, len(fns))}
+func functionsToAPI(fns []journal.Function, reveal bool) (protocol.FunctionList, error) {
+	out := protocol.FunctionList{Functions: make([]protocol.Function, 0, len(fns))}
 	for i := range fns {
 		f, err := functionToAPI(&fns[i], reveal)
 		if err != nil {
-			return api.FunctionList{}, err
+			return protocol.FunctionList{}, err
 		}
 		out.Functions = append(out.Functions, f)
 	}
@@ -141,10 +141,10 @@ func (s *Server) DeleteFunction(ctx context.Context, req server.DeleteFunctionRe
 
 // SyncApp reads an app's manifest with a signed GET and registers each of its functions.
 func (s *Server) SyncApp(ctx context.Context, req server.SyncAppRequestObject) (server.SyncAppResponseObject, error) {
-	if err := s.checkURL(ctx, req.Body.Url); err != nil {
+	if err := s.checkURL(ctx, req.Body.URL); err != nil {
 		return nil, err
 	}
-	base, err := url.Parse(req.Body.Url)
+	base, err := url.Parse(req.Body.URL)
 	if err != nil {
 		return nil, badRequest("url is not valid: %v", err)
 	}
@@ -174,7 +174,7 @@ func (s *Server) SyncApp(ctx context.Context, req server.SyncAppRequestObject) (
 }
 
 // fetchManifest reads the manifest of the app at appURL, signed for tenant.
-func (s *Server) fetchManifest(ctx context.Context, tenant, appURL string) (*api.Manifest, error) {
+func (s *Server) fetchManifest(ctx context.Context, tenant, appURL string) (*protocol.Manifest, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, appURL, nil)
 	if err != nil {
 		return nil, fmt.Errorf("manifest request: %w", err)
@@ -200,7 +200,7 @@ func (s *Server) fetchManifest(ctx context.Context, tenant, appURL string) (*api
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("the app answered HTTP %d to the manifest request: %s", resp.StatusCode, truncate(body))
 	}
-	var m api.Manifest
+	var m protocol.Manifest
 	if err := json.Unmarshal(body, &m); err != nil {
 		return nil, fmt.Errorf("the app's manifest is not valid JSON: %v", err)
 	}

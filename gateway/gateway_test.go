@@ -17,9 +17,9 @@ import (
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/step"
-	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/internal/stack"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 func TestMain(m *testing.M) { stack.Main(m) }
@@ -40,25 +40,25 @@ func waitUntil(t *testing.T, within time.Duration, cond func() bool, what string
 }
 
 // startRun invokes name with input and waits up to 30s for the result.
-func startRun(t *testing.T, c *api.ClientWithResponses, name, input string, params *api.StartRunParams) *api.StartRunResponse {
+func startRun(t *testing.T, c *protocol.ClientWithResponses, name, input string, params *protocol.StartRunParams) *protocol.StartRunResponse {
 	t.Helper()
 	if params == nil {
-		params = &api.StartRunParams{Wait: ptr("30s")}
+		params = &protocol.StartRunParams{Wait: ptr("30s")}
 	}
 	resp, err := c.StartRunWithBodyWithResponse(t.Context(), name, params, "application/json", strings.NewReader(input))
 	require.NoError(t, err)
 	return resp
 }
 
-func mustComplete(t *testing.T, c *api.ClientWithResponses, name, input string) api.RunResult {
+func mustComplete(t *testing.T, c *protocol.ClientWithResponses, name, input string) protocol.RunResult {
 	t.Helper()
 	resp := startRun(t, c, name, input, nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
-	require.Equal(t, api.RunStatusCompleted, resp.JSON200.Status, string(resp.Body))
+	require.Equal(t, protocol.RunStatusCompleted, resp.JSON200.Status, string(resp.Body))
 	return *resp.JSON200
 }
 
-func getRun(t *testing.T, c *api.ClientWithResponses, id string) api.RunDetail {
+func getRun(t *testing.T, c *protocol.ClientWithResponses, id string) protocol.RunDetail {
 	t.Helper()
 	resp, err := c.GetRunWithResponse(t.Context(), id, nil)
 	require.NoError(t, err)
@@ -81,12 +81,12 @@ func TestExamples(t *testing.T) {
 	t.Run("CheckoutJournalsThreeSteps", func(t *testing.T) {
 		t.Parallel()
 		res := mustComplete(t, c, "orders.checkout", `{"item":"book"}`)
-		run := getRun(t, c, res.Id)
+		run := getRun(t, c, res.ID)
 		require.Len(t, run.Journal, 3)
 		for i, name := range []string{"reserve", "charge", "ship"} {
 			require.Equal(t, i+1, run.Journal[i].Seq)
 			require.Equal(t, name, run.Journal[i].Name)
-			require.Equal(t, api.EntryKindStep, run.Journal[i].Kind)
+			require.Equal(t, protocol.EntryKindStep, run.Journal[i].Kind)
 			require.NotNil(t, run.Journal[i].Output)
 		}
 		require.Equal(t, "tester", run.Identity.Subject)
@@ -97,10 +97,10 @@ func TestExamples(t *testing.T) {
 	t.Run("CheckoutSleepsThenShips", func(t *testing.T) {
 		t.Parallel()
 		res := mustComplete(t, c, "orders.checkout", `{"sleep_ms":200}`)
-		run := getRun(t, c, res.Id)
+		run := getRun(t, c, res.ID)
 		require.Len(t, run.Journal, 4)
 		sleep := run.Journal[2]
-		require.Equal(t, api.EntryKindSleep, sleep.Kind)
+		require.Equal(t, protocol.EntryKindSleep, sleep.Kind)
 		require.NotNil(t, sleep.Until)
 		require.Equal(t, "ship", run.Journal[3].Name)
 		// The last step ran after the wake time, by the database clock.
@@ -112,7 +112,7 @@ func TestExamples(t *testing.T) {
 		t.Parallel()
 		res := mustComplete(t, c, "chain", `{"steps":10}`)
 		require.JSONEq(t, `{"sum":55}`, string(*res.Output))
-		run := getRun(t, c, res.Id)
+		run := getRun(t, c, res.ID)
 		require.Len(t, run.Journal, 10)
 		require.Equal(t, "step-10", run.Journal[9].Name)
 		require.Equal(t, 1, run.Attempts, "ten steps, one invocation")
@@ -121,7 +121,7 @@ func TestExamples(t *testing.T) {
 	t.Run("FlakyRetriesItsStep", func(t *testing.T) {
 		t.Parallel()
 		res := mustComplete(t, c, "flaky", `{"fail_times":2}`)
-		run := getRun(t, c, res.Id)
+		run := getRun(t, c, res.ID)
 		require.Len(t, run.Journal, 1)
 		require.Equal(t, 3, *run.Journal[0].Attempt)
 		require.Len(t, run.Failures, 2, "both failed attempts are kept")
@@ -133,33 +133,33 @@ func TestExamples(t *testing.T) {
 		t.Parallel()
 		resp := startRun(t, c, "flaky", `{"fail_times":5}`, nil)
 		require.Equal(t, http.StatusOK, resp.StatusCode())
-		require.Equal(t, api.RunStatusFailed, resp.JSON200.Status)
+		require.Equal(t, protocol.RunStatusFailed, resp.JSON200.Status)
 		require.NotNil(t, resp.JSON200.Error)
 		require.Contains(t, resp.JSON200.Error.Message, "flaky")
 	})
 
 	t.Run("AsyncThenAttach", func(t *testing.T) {
 		t.Parallel()
-		resp := startRun(t, c, "orders.checkout", `{}`, &api.StartRunParams{})
+		resp := startRun(t, c, "orders.checkout", `{}`, &protocol.StartRunParams{})
 		require.Equal(t, http.StatusAccepted, resp.StatusCode(), string(resp.Body))
-		id := resp.JSON202.Id
+		id := resp.JSON202.ID
 		require.Equal(t, "/v1/runs/"+id+"/result", resp.HTTPResponse.Header.Get("Location"))
-		res, err := c.GetRunResultWithResponse(t.Context(), id, &api.GetRunResultParams{Wait: ptr("30s")})
+		res, err := c.GetRunResultWithResponse(t.Context(), id, &protocol.GetRunResultParams{Wait: ptr("30s")})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
-		require.Equal(t, api.RunStatusCompleted, res.JSON200.Status)
+		require.Equal(t, protocol.RunStatusCompleted, res.JSON200.Status)
 	})
 
 	t.Run("WaitRunsOutWith202", func(t *testing.T) {
 		t.Parallel()
-		resp := startRun(t, c, "orders.checkout", `{"sleep_ms":1000}`, &api.StartRunParams{Wait: ptr("100ms")})
+		resp := startRun(t, c, "orders.checkout", `{"sleep_ms":1000}`, &protocol.StartRunParams{Wait: ptr("100ms")})
 		require.Equal(t, http.StatusAccepted, resp.StatusCode(), string(resp.Body))
 		// Where it stands when the wait ran out (running, or asleep) depends on the
 		// machine's speed; that it has not finished does not.
-		require.Contains(t, []api.RunStatus{api.RunStatusRunning, api.RunStatusSuspended}, resp.JSON202.Status)
-		res, err := c.GetRunResultWithResponse(t.Context(), resp.JSON202.Id, &api.GetRunResultParams{Wait: ptr("30s")})
+		require.Contains(t, []protocol.RunStatus{protocol.RunStatusRunning, protocol.RunStatusSuspended}, resp.JSON202.Status)
+		res, err := c.GetRunResultWithResponse(t.Context(), resp.JSON202.ID, &protocol.GetRunResultParams{Wait: ptr("30s")})
 		require.NoError(t, err)
-		require.Equal(t, api.RunStatusCompleted, res.JSON200.Status)
+		require.Equal(t, protocol.RunStatusCompleted, res.JSON200.Status)
 	})
 }
 
@@ -169,35 +169,35 @@ func TestIdempotency(t *testing.T) {
 	s.SyncExamples(t)
 	c := s.Client(t, s.Token)
 
-	first := startRun(t, c, "hello", `{"name":"a"}`, &api.StartRunParams{Wait: ptr("30s"), IdempotencyKey: ptr("k1")})
+	first := startRun(t, c, "hello", `{"name":"a"}`, &protocol.StartRunParams{Wait: ptr("30s"), IdempotencyKey: ptr("k1")})
 	require.Equal(t, http.StatusOK, first.StatusCode())
-	again := startRun(t, c, "hello", `{ "name" : "a" }`, &api.StartRunParams{Wait: ptr("30s"), IdempotencyKey: ptr("k1")})
+	again := startRun(t, c, "hello", `{ "name" : "a" }`, &protocol.StartRunParams{Wait: ptr("30s"), IdempotencyKey: ptr("k1")})
 	require.Equal(t, http.StatusOK, again.StatusCode())
-	require.Equal(t, first.JSON200.Id, again.JSON200.Id, "the same key and input return the same run")
+	require.Equal(t, first.JSON200.ID, again.JSON200.ID, "the same key and input return the same run")
 
-	async := startRun(t, c, "hello", `{"name":"a"}`, &api.StartRunParams{IdempotencyKey: ptr("k1")})
+	async := startRun(t, c, "hello", `{"name":"a"}`, &protocol.StartRunParams{IdempotencyKey: ptr("k1")})
 	require.Equal(t, http.StatusOK, async.StatusCode(), "a finished run answers 200 even without wait")
-	require.Equal(t, first.JSON200.Id, async.JSON200.Id)
+	require.Equal(t, first.JSON200.ID, async.JSON200.ID)
 
-	other := startRun(t, c, "hello", `{"name":"b"}`, &api.StartRunParams{Wait: ptr("30s"), IdempotencyKey: ptr("k1")})
+	other := startRun(t, c, "hello", `{"name":"b"}`, &protocol.StartRunParams{Wait: ptr("30s"), IdempotencyKey: ptr("k1")})
 	require.Equal(t, http.StatusConflict, other.StatusCode())
-	require.Contains(t, other.ApplicationproblemJSON409.Detail, "different input")
+	require.Contains(t, other.ApplicationProblemJSON409.Detail, "different input")
 
 	// Keys are per function.
-	checkout := startRun(t, c, "orders.checkout", `{}`, &api.StartRunParams{Wait: ptr("30s"), IdempotencyKey: ptr("k1")})
+	checkout := startRun(t, c, "orders.checkout", `{}`, &protocol.StartRunParams{Wait: ptr("30s"), IdempotencyKey: ptr("k1")})
 	require.Equal(t, http.StatusOK, checkout.StatusCode())
-	require.NotEqual(t, first.JSON200.Id, checkout.JSON200.Id)
+	require.NotEqual(t, first.JSON200.ID, checkout.JSON200.ID)
 
 	// Runs are found by their key, whatever their function.
 	mustComplete(t, c, "hello", `{"name":"no key"}`)
-	byKey, err := c.ListRunsWithResponse(t.Context(), &api.ListRunsParams{IdempotencyKey: ptr("k1")})
+	byKey, err := c.ListRunsWithResponse(t.Context(), &protocol.ListRunsParams{IdempotencyKey: ptr("k1")})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, byKey.StatusCode(), string(byKey.Body))
 	var ids []string
 	for _, r := range byKey.JSON200.Runs {
-		ids = append(ids, r.Id)
+		ids = append(ids, r.ID)
 	}
-	require.ElementsMatch(t, []string{first.JSON200.Id, checkout.JSON200.Id}, ids)
+	require.ElementsMatch(t, []string{first.JSON200.ID, checkout.JSON200.ID}, ids)
 }
 
 func TestFunctions(t *testing.T) {
@@ -206,21 +206,21 @@ func TestFunctions(t *testing.T) {
 	c := s.Client(t, s.Token)
 	ctx := t.Context()
 
-	reg := func(name, url string, cfg *api.FunctionConfig) *api.RegisterFunctionResponse {
-		resp, err := c.RegisterFunctionWithResponse(ctx, name, api.FunctionRegistration{Url: url, Config: cfg})
+	reg := func(name, url string, cfg *protocol.FunctionConfig) *protocol.RegisterFunctionResponse {
+		resp, err := c.RegisterFunctionWithResponse(ctx, name, protocol.FunctionRegistration{URL: url, Config: cfg})
 		require.NoError(t, err)
 		return resp
 	}
 	r1 := reg("f1", "http://127.0.0.1:1/f1", nil)
 	require.Equal(t, http.StatusOK, r1.StatusCode(), string(r1.Body))
 	require.Equal(t, 1, r1.JSON200.Revision)
-	r2 := reg("f1", "http://127.0.0.1:1/f1v2", &api.FunctionConfig{Timeout: ptr("10s"), Retries: &api.RetryPolicy{MaxAttempts: ptr(5)}})
+	r2 := reg("f1", "http://127.0.0.1:1/f1v2", &protocol.FunctionConfig{Timeout: ptr("10s"), Retries: &protocol.RetryPolicy{MaxAttempts: ptr(5)}})
 	require.Equal(t, 2, r2.JSON200.Revision)
 
 	got, err := c.GetFunctionWithResponse(ctx, "f1")
 	require.NoError(t, err)
 	require.Equal(t, 2, got.JSON200.Revision)
-	require.Equal(t, "http://127.0.0.1:1/f1v2", got.JSON200.Url)
+	require.Equal(t, "http://127.0.0.1:1/f1v2", got.JSON200.URL)
 	require.Equal(t, "10s", *got.JSON200.Config.Timeout)
 
 	list, err := c.ListFunctionsWithResponse(ctx)
@@ -234,13 +234,13 @@ func TestFunctions(t *testing.T) {
 		{"ok", "http://127.0.0.1:1/", "soon", "timeout"},
 		{"ok", "http://169.254.169.254/latest/meta-data/", "", `url host "169.254.169.254" is a link-local address, which this gateway does not dial`},
 	} {
-		var cfg *api.FunctionConfig
+		var cfg *protocol.FunctionConfig
 		if bad.timeout != "" {
-			cfg = &api.FunctionConfig{Timeout: &bad.timeout}
+			cfg = &protocol.FunctionConfig{Timeout: &bad.timeout}
 		}
 		resp := reg(bad.name, bad.url, cfg)
 		require.Equal(t, http.StatusBadRequest, resp.StatusCode(), string(resp.Body))
-		require.Contains(t, resp.ApplicationproblemJSON400.Detail, bad.want)
+		require.Contains(t, resp.ApplicationProblemJSON400.Detail, bad.want)
 	}
 
 	del, err := c.DeleteFunctionWithResponse(ctx, "f1")
@@ -249,16 +249,16 @@ func TestFunctions(t *testing.T) {
 	gone, err := c.GetFunctionWithResponse(ctx, "f1")
 	require.NoError(t, err)
 	require.Equal(t, http.StatusNotFound, gone.StatusCode())
-	require.Contains(t, gone.ApplicationproblemJSON404.Detail, `"f1" is not registered`)
+	require.Contains(t, gone.ApplicationProblemJSON404.Detail, `"f1" is not registered`)
 	require.Equal(t, http.StatusNotFound, startRun(t, c, "f1", `{}`, nil).StatusCode())
 
 	r3 := reg("f1", "http://127.0.0.1:1/f1", nil)
 	require.Equal(t, 3, r3.JSON200.Revision, "revisions go on after a delete")
 
-	sync, err := c.SyncAppWithResponse(ctx, api.AppSync{Url: "http://127.0.0.1:1/"})
+	sync, err := c.SyncAppWithResponse(ctx, protocol.AppSync{URL: "http://127.0.0.1:1/"})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusBadGateway, sync.StatusCode())
-	require.Contains(t, sync.ApplicationproblemJSON502.Detail, "manifest")
+	require.Contains(t, sync.ApplicationProblemJSON502.Detail, "manifest")
 }
 
 func TestRunsList(t *testing.T) {
@@ -268,19 +268,19 @@ func TestRunsList(t *testing.T) {
 	c := s.Client(t, s.Token)
 	var ids []string
 	for i := range 5 {
-		ids = append(ids, mustComplete(t, c, "hello", fmt.Sprintf(`{"name":"%d"}`, i)).Id)
+		ids = append(ids, mustComplete(t, c, "hello", fmt.Sprintf(`{"name":"%d"}`, i)).ID)
 	}
 	mustComplete(t, c, "orders.checkout", `{}`)
 
 	var seen []string
-	params := &api.ListRunsParams{Function: ptr("hello"), Limit: ptr(2)}
+	params := &protocol.ListRunsParams{Function: ptr("hello"), Limit: ptr(2)}
 	for {
 		page, err := c.ListRunsWithResponse(t.Context(), params)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, page.StatusCode(), string(page.Body))
 		for _, r := range page.JSON200.Runs {
 			require.Equal(t, "hello", r.Function)
-			seen = append(seen, r.Id)
+			seen = append(seen, r.ID)
 		}
 		if page.JSON200.NextCursor == nil {
 			break
@@ -292,16 +292,16 @@ func TestRunsList(t *testing.T) {
 		require.Equal(t, ids[len(ids)-1-i], seen[i], "newest first")
 	}
 
-	failed, err := c.ListRunsWithResponse(t.Context(), &api.ListRunsParams{Status: ptr(api.RunStatusFailed)})
+	failed, err := c.ListRunsWithResponse(t.Context(), &protocol.ListRunsParams{Status: ptr(protocol.RunStatusFailed)})
 	require.NoError(t, err)
 	require.Empty(t, failed.JSON200.Runs)
 
 	future := time.Now().Add(time.Hour)
-	none, err := c.ListRunsWithResponse(t.Context(), &api.ListRunsParams{CreatedAfter: &future})
+	none, err := c.ListRunsWithResponse(t.Context(), &protocol.ListRunsParams{CreatedAfter: &future})
 	require.NoError(t, err)
 	require.Empty(t, none.JSON200.Runs)
 
-	bad, err := c.ListRunsWithResponse(t.Context(), &api.ListRunsParams{Cursor: ptr("garbage")})
+	bad, err := c.ListRunsWithResponse(t.Context(), &protocol.ListRunsParams{Cursor: ptr("garbage")})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusBadRequest, bad.StatusCode())
 }
@@ -390,9 +390,9 @@ func TestBadRequests(t *testing.T) {
 	t.Run("TenantsDoNotSeeEachOthersRuns", func(t *testing.T) {
 		t.Parallel()
 		res := mustComplete(t, s.Client(t, s.Token), "hello", `{}`)
-		status, _ := rawRequest(t, "GET", s.URL+"/v1/runs/"+res.Id, other, "", nil)
+		status, _ := rawRequest(t, "GET", s.URL+"/v1/runs/"+res.ID, other, "", nil)
 		require.Equal(t, 404, status)
-		status, _ = rawRequest(t, "GET", s.URL+"/v1/runs/"+res.Id+"/result", other, "", nil)
+		status, _ = rawRequest(t, "GET", s.URL+"/v1/runs/"+res.ID+"/result", other, "", nil)
 		require.Equal(t, 404, status)
 		status, body := rawRequest(t, "GET", s.URL+"/v1/runs", other, "", nil)
 		require.Equal(t, 200, status)
@@ -440,20 +440,20 @@ func TestMisbehavingFunctions(t *testing.T) {
 			t.Parallel()
 			var hits atomic.Int32
 			url := s.ServeApp(t, badFunctions(t, &hits)) + tc.path
-			resp, err := c.RegisterFunctionWithResponse(t.Context(), tc.path, api.FunctionRegistration{Url: url, Config: &api.FunctionConfig{
+			resp, err := c.RegisterFunctionWithResponse(t.Context(), tc.path, protocol.FunctionRegistration{URL: url, Config: &protocol.FunctionConfig{
 				Timeout: ptr("200ms"),
-				Retries: &api.RetryPolicy{MaxAttempts: ptr(3), InitialInterval: ptr("10ms"), MaxInterval: ptr("20ms")},
+				Retries: &protocol.RetryPolicy{MaxAttempts: ptr(3), InitialInterval: ptr("10ms"), MaxInterval: ptr("20ms")},
 			}})
 			require.NoError(t, err)
 			require.Equal(t, http.StatusOK, resp.StatusCode())
 
 			run := startRun(t, c, tc.path, `{}`, nil)
 			require.Equal(t, http.StatusOK, run.StatusCode(), string(run.Body))
-			require.Equal(t, api.RunStatusFailed, run.JSON200.Status)
+			require.Equal(t, protocol.RunStatusFailed, run.JSON200.Status)
 			require.Equal(t, tc.errType, run.JSON200.Error.Type)
 			require.Contains(t, run.JSON200.Error.Message, tc.message)
 			require.EqualValues(t, tc.hits, hits.Load())
-			detail := getRun(t, c, run.JSON200.Id)
+			detail := getRun(t, c, run.JSON200.ID)
 			require.Equal(t, int(tc.hits), detail.Attempts)
 			if tc.hits == 1 {
 				require.Empty(t, detail.Failures, "an answer that can never be applied is not retried")
@@ -516,7 +516,7 @@ func TestReplayAfterDroppedConnection(t *testing.T) {
 	for i := 1; i <= 3; i++ {
 		require.EqualValues(t, 1, ran[i].Load(), "step %d ran once", i)
 	}
-	run := getRun(t, c, res.Id)
+	run := getRun(t, c, res.ID)
 	require.Equal(t, 2, run.Attempts)
 	require.Len(t, run.Journal, 3)
 	require.Len(t, run.Failures, 1)
@@ -544,7 +544,7 @@ func TestNondeterminism(t *testing.T) {
 	s.Sync(t, s.ServeApp(t, app))
 	c := s.Client(t, s.Token)
 	resp := startRun(t, c, "fickle", `{}`, nil)
-	require.Equal(t, api.RunStatusFailed, resp.JSON200.Status, string(resp.Body))
+	require.Equal(t, protocol.RunStatusFailed, resp.JSON200.Status, string(resp.Body))
 	require.Equal(t, "nondeterminism", resp.JSON200.Error.Type)
 	require.Contains(t, resp.JSON200.Error.Message, "first-name")
 	require.Contains(t, resp.JSON200.Error.Message, "second-name")

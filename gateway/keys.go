@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/stepgate/stepgate/functions/signature"
-	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // DefaultKeyOverlap and MaxKeyOverlap bound how long a replaced signing key keeps
@@ -20,11 +20,11 @@ const (
 	MaxKeyOverlap     = 30 * 24 * time.Hour
 )
 
-func signingKeySet(tenant string, keys []journal.SigningKey) api.SigningKeySet {
-	out := api.SigningKeySet{Tenant: tenant, Keys: make([]api.SigningKey, 0, len(keys))}
+func signingKeySet(tenant string, keys []journal.SigningKey) protocol.SigningKeySet {
+	out := protocol.SigningKeySet{Tenant: tenant, Keys: make([]protocol.SigningKey, 0, len(keys))}
 	for _, k := range keys {
-		out.Keys = append(out.Keys, api.SigningKey{
-			Kid: k.ID, Kty: api.OKP, Crv: api.Ed25519, Alg: api.EdDSA, Use: api.Sig,
+		out.Keys = append(out.Keys, protocol.SigningKey{
+			Kid: k.ID, Kty: protocol.OKP, Crv: protocol.Ed25519, Alg: protocol.EdDSA, Use: protocol.Sig,
 			X: signature.FormatKey(k.PublicKey), CreatedAt: k.CreatedAt, RetiresAt: k.RetiresAt,
 		})
 	}
@@ -73,9 +73,9 @@ func (s *Server) ListSigningSecrets(ctx context.Context, _ server.ListSigningSec
 	if err != nil {
 		return nil, err
 	}
-	out := api.SigningSecretList{Tenant: tenant, Secrets: make([]api.SigningSecret, 0, len(keys))}
+	out := protocol.SigningSecretList{Tenant: tenant, Secrets: make([]protocol.SigningSecret, 0, len(keys))}
 	for _, k := range keys {
-		out.Secrets = append(out.Secrets, api.SigningSecret{
+		out.Secrets = append(out.Secrets, protocol.SigningSecret{
 			Kid: k.ID, Secret: signature.FormatKey(k.HMACSecret), CreatedAt: k.CreatedAt, RetiresAt: k.RetiresAt,
 		})
 	}

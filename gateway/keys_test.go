@@ -22,8 +22,8 @@ import (
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/signature"
 	"github.com/stepgate/stepgate/functions/step"
-	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/internal/stack"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // TestSigningKeys checks the keys the gateway signs requests to functions with: one key
@@ -43,8 +43,8 @@ func TestSigningKeys(t *testing.T) {
 	require.Equal(t, "acme", a.JSON200.Tenant)
 	require.Len(t, a.JSON200.Keys, 1, "the first call makes the tenant's key")
 	k := a.JSON200.Keys[0]
-	require.Equal(t, api.OKP, k.Kty)
-	require.Equal(t, api.Ed25519, k.Crv)
+	require.Equal(t, protocol.OKP, k.Kty)
+	require.Equal(t, protocol.Ed25519, k.Crv)
 	require.Nil(t, k.RetiresAt)
 	pub, err := signature.ParsePublicKeys(k.X)
 	require.NoError(t, err)
@@ -65,17 +65,17 @@ func TestSigningKeys(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, secrets.StatusCode(), string(secrets.Body))
 	require.Equal(t, k.Kid, secrets.JSON200.Secrets[0].Kid)
-	vr, err := viewer.RotateSigningKeyWithResponse(ctx, &api.RotateSigningKeyParams{})
+	vr, err := viewer.RotateSigningKeyWithResponse(ctx, &protocol.RotateSigningKeyParams{})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusForbidden, vr.StatusCode())
 
 	for _, bad := range []string{"soon", "-1h", "721h"} {
-		r, err := acme.RotateSigningKeyWithResponse(ctx, &api.RotateSigningKeyParams{Overlap: ptr(bad)})
+		r, err := acme.RotateSigningKeyWithResponse(ctx, &protocol.RotateSigningKeyParams{Overlap: ptr(bad)})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusBadRequest, r.StatusCode(), bad)
-		require.Contains(t, r.ApplicationproblemJSON400.Detail, "from 0s to 720h")
+		require.Contains(t, r.ApplicationProblemJSON400.Detail, "from 0s to 720h")
 	}
-	r, err := acme.RotateSigningKeyWithResponse(ctx, &api.RotateSigningKeyParams{Overlap: ptr("1h")})
+	r, err := acme.RotateSigningKeyWithResponse(ctx, &protocol.RotateSigningKeyParams{Overlap: ptr("1h")})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, r.StatusCode(), string(r.Body))
 	require.Len(t, r.JSON200.Keys, 2)
@@ -83,14 +83,14 @@ func TestSigningKeys(t *testing.T) {
 	require.Equal(t, k.X, r.JSON200.Keys[1].X, "the old key signs on during the overlap")
 	require.NotNil(t, r.JSON200.Keys[1].RetiresAt)
 	for range 1 {
-		r, err = acme.RotateSigningKeyWithResponse(ctx, &api.RotateSigningKeyParams{})
+		r, err = acme.RotateSigningKeyWithResponse(ctx, &protocol.RotateSigningKeyParams{})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, r.StatusCode())
 	}
-	r, err = acme.RotateSigningKeyWithResponse(ctx, &api.RotateSigningKeyParams{})
+	r, err = acme.RotateSigningKeyWithResponse(ctx, &protocol.RotateSigningKeyParams{})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusConflict, r.StatusCode(), "at most three keys sign at once")
-	require.Contains(t, r.ApplicationproblemJSON409.Detail, "already has 3 keys that sign")
+	require.Contains(t, r.ApplicationProblemJSON409.Detail, "already has 3 keys that sign")
 	g2, err := globex.ListSigningKeysWithResponse(ctx)
 	require.NoError(t, err)
 	require.Len(t, g2.JSON200.Keys, 1, "acme's rotations leave globex alone")
@@ -127,7 +127,7 @@ func TestForgedRequests(t *testing.T) {
 		return "done", err
 	})
 	acme := s.Client(t, acmeToken)
-	sync, err := acme.SyncAppWithResponse(ctx, api.AppSync{Url: s.ServeApp(t, acmeApp)})
+	sync, err := acme.SyncAppWithResponse(ctx, protocol.AppSync{URL: s.ServeApp(t, acmeApp)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, sync.StatusCode(), string(sync.Body))
 	mustComplete(t, acme, "evil", `{}`)
@@ -173,7 +173,7 @@ func TestForgedRequests(t *testing.T) {
 
 	// The same function, reached by the gateway for globex, runs.
 	globex := s.Client(t, globexToken)
-	reg, err := globex.RegisterFunctionWithResponse(ctx, "payout", api.FunctionRegistration{Url: globexURL + "payout"})
+	reg, err := globex.RegisterFunctionWithResponse(ctx, "payout", protocol.FunctionRegistration{URL: globexURL + "payout"})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, reg.StatusCode(), string(reg.Body))
 	out := mustComplete(t, globex, "payout", `{"To":"gus"}`)
@@ -182,10 +182,10 @@ func TestForgedRequests(t *testing.T) {
 	// Invocation tokens: acme's function knows nothing that signs one for another run.
 	other := mustComplete(t, globex, "payout", `{"To":"x"}`)
 	for name, tok := range map[string]string{
-		"AcmeSecretAsKey": forgeInvocationToken(acmeSecret[0], other.Id),
-		"PublicKeyAsKey":  forgeInvocationToken(globexPub[0], other.Id),
+		"AcmeSecretAsKey": forgeInvocationToken(acmeSecret[0], other.ID),
+		"PublicKeyAsKey":  forgeInvocationToken(globexPub[0], other.ID),
 	} {
-		status, body := rawRequest(t, "POST", s.URL+"/v1/runs/"+other.Id+"/checkpoint", tok, "application/json",
+		status, body := rawRequest(t, "POST", s.URL+"/v1/runs/"+other.ID+"/checkpoint", tok, "application/json",
 			strings.NewReader(`{"seq":2,"kind":"step","name":"steal","output":1}`))
 		require.Equal(t, http.StatusUnauthorized, status, "%s: %v", name, body)
 	}
@@ -212,23 +212,23 @@ func TestGatewayKeys(t *testing.T) {
 	functions.Register(app, "hello", func(ctx context.Context, _ struct{}) (string, error) { return "hi", nil })
 	url := s.ServeApp(t, app)
 	c := s.Client(t, token)
-	reg, err := c.SyncAppWithResponse(ctx, api.AppSync{Url: url})
+	reg, err := c.SyncAppWithResponse(ctx, protocol.AppSync{URL: url})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, reg.StatusCode(), string(reg.Body))
 	mustComplete(t, c, "hello", `{}`)
 
 	// A rotation that retires the old key at once: the app fetches the new one.
-	r, err := c.RotateSigningKeyWithResponse(ctx, &api.RotateSigningKeyParams{Overlap: ptr("0s")})
+	r, err := c.RotateSigningKeyWithResponse(ctx, &protocol.RotateSigningKeyParams{Overlap: ptr("0s")})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, r.StatusCode())
 	mustComplete(t, c, "hello", `{}`)
 
 	// Another tenant that syncs the same app is refused: the app serves acme only.
 	globex := s.Client(t, s.NewToken(t, auth.Identity{Subject: "gus", Tenant: "globex", Roles: []string{"developer"}}))
-	sync, err := globex.SyncAppWithResponse(ctx, api.AppSync{Url: url})
+	sync, err := globex.SyncAppWithResponse(ctx, protocol.AppSync{URL: url})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusBadGateway, sync.StatusCode())
-	require.Contains(t, sync.ApplicationproblemJSON502.Detail, "401")
+	require.Contains(t, sync.ApplicationProblemJSON502.Detail, "401")
 }
 
 func mustJSON(t *testing.T, v any) []byte {

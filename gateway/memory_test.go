@@ -31,7 +31,7 @@ func TestLargeJournalReadInBoundedMemory(t *testing.T) {
 	_, err := s.Pool.Exec(t.Context(), `
 		INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, journal_bytes)
 		SELECT $1, g, 'step', 'big-' || g, to_jsonb(repeat(md5(g::text), 131072)), 1, g * (4194304 + 2)
-		FROM generate_series(1, 50) g`, res.Id)
+		FROM generate_series(1, 50) g`, res.ID)
 	require.NoError(t, err)
 
 	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
@@ -65,7 +65,7 @@ func TestLargeJournalReadInBoundedMemory(t *testing.T) {
 	cursor := ""
 	for pages := 0; ; pages++ {
 		require.Less(t, pages, 100, "pages never end")
-		url := s.URL + "/v1/runs/" + res.Id
+		url := s.URL + "/v1/runs/" + res.ID
 		if cursor != "" {
 			url += "?journal_cursor=" + cursor
 		}

@@ -13,9 +13,9 @@ import (
 
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/step"
-	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/internal/pgtest"
 	"github.com/stepgate/stepgate/internal/stack"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // statusOf returns the status code and Retry-After of a request with the stack's token.
@@ -98,10 +98,10 @@ func TestDatabaseOutage(t *testing.T) {
 		}
 	})))
 	c := s.Client(t, s.Token)
-	start, err := c.StartRunWithBodyWithResponse(t.Context(), "blip", &api.StartRunParams{}, "application/json", strings.NewReader(`{}`))
+	start, err := c.StartRunWithBodyWithResponse(t.Context(), "blip", &protocol.StartRunParams{}, "application/json", strings.NewReader(`{}`))
 	require.NoError(t, err)
 	require.Equal(t, http.StatusAccepted, start.StatusCode(), string(start.Body))
-	id := start.JSON202.Id
+	id := start.JSON202.ID
 	awaitStatus := func(want int) {
 		t.Helper()
 		require.EventuallyWithT(t, func(ct *assert.CollectT) {
@@ -145,10 +145,10 @@ func TestDatabaseOutage(t *testing.T) {
 	require.Eventually(t, answered.Load, 30*time.Second, 5*time.Millisecond, "the function answered during the outage")
 	proxy.Restore()
 
-	resp, err := c.GetRunResultWithResponse(t.Context(), id, &api.GetRunResultParams{Wait: ptr("30s")})
+	resp, err := c.GetRunResultWithResponse(t.Context(), id, &protocol.GetRunResultParams{Wait: ptr("30s")})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
-	require.Equal(t, api.RunStatusCompleted, resp.JSON200.Status)
+	require.Equal(t, protocol.RunStatusCompleted, resp.JSON200.Status)
 	require.JSONEq(t, `"ab"`, string(*resp.JSON200.Output))
 	detail := getRun(t, c, id)
 	require.Equal(t, 1, detail.Attempts, "one invocation, through both outages")

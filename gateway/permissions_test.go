@@ -22,9 +22,9 @@ import (
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/gateway"
-	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/internal/stack"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // specOperation is one operation of openapi.yaml.
@@ -143,7 +143,7 @@ func call(t *testing.T, method, url, token, body string) (int, string) {
 	if resp.Header.Get("Content-Type") != "application/problem+json" {
 		return resp.StatusCode, ""
 	}
-	var p api.Problem
+	var p protocol.Problem
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&p))
 	return resp.StatusCode, p.Detail
 }
@@ -246,7 +246,7 @@ func TestInvokeRoles(t *testing.T) {
 		resp, err := http.DefaultClient.Do(req)
 		require.NoError(t, err)
 		defer resp.Body.Close()
-		var p api.Problem
+		var p protocol.Problem
 		_ = json.NewDecoder(resp.Body).Decode(&p)
 		return resp.StatusCode, p.Detail
 	}
@@ -276,20 +276,20 @@ func TestInvokeRoles(t *testing.T) {
 	require.Equal(t, http.StatusForbidden, status)
 	require.Equal(t, refused, detail)
 
-	runs, err := s.Client(t, s.Token).ListRunsWithResponse(t.Context(), &api.ListRunsParams{Function: ptr("payout")})
+	runs, err := s.Client(t, s.Token).ListRunsWithResponse(t.Context(), &protocol.ListRunsParams{Function: ptr("payout")})
 	require.NoError(t, err)
 	require.Len(t, runs.JSON200.Runs, 3, "the refused starts made no run")
 
 	// The roles belong to a revision: registering one without them opens the function,
 	// and one with them closes it again.
 	admin := s.Client(t, s.Token)
-	reg, err := admin.RegisterFunctionWithResponse(t.Context(), "payout", api.FunctionRegistration{Url: appURL + "payout"})
+	reg, err := admin.RegisterFunctionWithResponse(t.Context(), "payout", protocol.FunctionRegistration{URL: appURL + "payout"})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, reg.StatusCode(), string(reg.Body))
 	status, detail = start(invoker, "payout", "?wait=30s", "")
 	require.Equal(t, http.StatusOK, status, detail)
-	reg, err = admin.RegisterFunctionWithResponse(t.Context(), "payout", api.FunctionRegistration{Url: appURL + "payout",
-		Config: &api.FunctionConfig{InvokeRoles: &[]string{"billing"}}})
+	reg, err = admin.RegisterFunctionWithResponse(t.Context(), "payout", protocol.FunctionRegistration{URL: appURL + "payout",
+		Config: &protocol.FunctionConfig{InvokeRoles: &[]string{"billing"}}})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, reg.StatusCode(), string(reg.Body))
 	status, detail = start(invoker, "payout", "?wait=30s", "")

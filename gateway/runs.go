@@ -16,10 +16,10 @@ import (
 
 	"github.com/stepgate/stepgate/access"
 	"github.com/stepgate/stepgate/functions/names"
-	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // MaxWait is the longest a request may wait for a run's result.
@@ -39,10 +39,10 @@ func parseWait(w *string) (time.Duration, error) {
 	return d, nil
 }
 
-func runResult(run *journal.Run) api.RunResult {
-	r := api.RunResult{Id: run.ID, Status: api.RunStatus(run.Status), Error: invoker.ErrorToAPI(run.Error)}
+func runResult(run *journal.Run) protocol.RunResult {
+	r := protocol.RunResult{ID: run.ID, Status: protocol.RunStatus(run.Status), Error: invoker.ErrorToAPI(run.Error)}
 	if run.Output != nil {
-		o := api.AnyJSON(run.Output)
+		o := protocol.AnyJSON(run.Output)
 		r.Output = &o
 	}
 	return r
@@ -134,7 +134,7 @@ func (s *Server) StartRun(ctx context.Context, req server.StartRunRequestObject)
 		select {
 		case res := <-done:
 			if res != nil && res.Status.Terminal() {
-				return server.StartRun200JSONResponse{Id: run.ID, Status: api.RunStatus(res.Status),
+				return server.StartRun200JSONResponse{ID: run.ID, Status: protocol.RunStatus(res.Status),
 					Output: rawPtr(res.Output), Error: invoker.ErrorToAPI(res.Error)}, nil
 			}
 		case <-timer.C:
@@ -157,11 +157,11 @@ func startAnswer(run *journal.Run) server.StartRunResponseObject {
 	return server.StartRun202JSONResponse{Body: runResult(run), Headers: server.StartRun202ResponseHeaders{Location: resultLocation(run.ID)}}
 }
 
-func rawPtr(b json.RawMessage) *api.AnyJSON {
+func rawPtr(b json.RawMessage) *protocol.AnyJSON {
 	if b == nil {
 		return nil
 	}
-	a := api.AnyJSON(b)
+	a := protocol.AnyJSON(b)
 	return &a
 }
 
@@ -213,17 +213,17 @@ func (s *Server) GetRunResult(ctx context.Context, req server.GetRunResultReques
 		return nil, err
 	}
 	tenant := identity(ctx).Tenant
-	if !validRunID(req.Id) {
-		return server.GetRunResult404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
+	if !validRunID(req.ID) {
+		return server.GetRunResult404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.ID)}, nil
 	}
 	var run *journal.Run
 	if wait > 0 {
-		run, err = s.await(ctx, tenant, req.Id, time.Now().Add(wait))
+		run, err = s.await(ctx, tenant, req.ID, time.Now().Add(wait))
 	} else {
-		run, err = journal.GetRun(ctx, journal.ForTenant(s.api, tenant), tenant, req.Id)
+		run, err = journal.GetRun(ctx, journal.ForTenant(s.api, tenant), tenant, req.ID)
 	}
 	if errors.Is(err, journal.ErrNotFound) {
-		return server.GetRunResult404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
+		return server.GetRunResult404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.ID)}, nil
 	}
 	if err != nil {
 		return nil, err
@@ -252,11 +252,11 @@ func validRunID(id string) bool {
 }
 
 // runToAPI returns a run for the API; without io, with no input and no output.
-func runToAPI(run *journal.Run, io bool) api.Run {
-	r := api.Run{
-		Id: run.ID, Function: run.Function, Revision: run.Revision, Status: api.RunStatus(run.Status),
+func runToAPI(run *journal.Run, io bool) protocol.Run {
+	r := protocol.Run{
+		ID: run.ID, Function: run.Function, Revision: run.Revision, Status: protocol.RunStatus(run.Status),
 		Error:    invoker.ErrorToAPI(run.Error),
-		Identity: run.Identity, IdempotencyKey: run.IdempotencyKey, ParentId: run.ParentID,
+		Identity: run.Identity, IdempotencyKey: run.IdempotencyKey, ParentID: run.ParentID,
 		ParentSeq: run.ParentSeq, ParentName: run.ParentName, RerunOf: run.RerunOf, Attempts: run.Attempts, Recoveries: run.Recoveries, WakeAt: run.WakeAt, CreatedAt: run.CreatedAt, StartedAt: run.StartedAt,
 		FinishedAt: run.FinishedAt, CancelledBy: run.CancelledBy, Awaiting: invoker.AwaitingToAPI(run.Awaiting),
 	}
@@ -268,8 +268,8 @@ func runToAPI(run *journal.Run, io bool) api.Run {
 
 // GetRun returns a run with a page of its journal and those entries' failed attempts.
 func (s *Server) GetRun(ctx context.Context, req server.GetRunRequestObject) (server.GetRunResponseObject, error) {
-	if !validRunID(req.Id) {
-		return server.GetRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
+	if !validRunID(req.ID) {
+		return server.GetRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.ID)}, nil
 	}
 	var p journal.JournalPage
 	if l := req.Params.JournalLimit; l != nil {
@@ -286,21 +286,21 @@ func (s *Server) GetRun(ctx context.Context, req server.GetRunRequestObject) (se
 		p.After = n
 	}
 	db := s.tenantDB(ctx)
-	d, err := journal.GetRunDetail(ctx, db, db.Tenant(), req.Id, p)
+	d, err := journal.GetRunDetail(ctx, db, db.Tenant(), req.ID, p)
 	if errors.Is(err, journal.ErrNotFound) {
-		return server.GetRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.Id)}, nil
+		return server.GetRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.ID)}, nil
 	}
 	if err != nil {
 		return nil, err
 	}
 	r := runToAPI(d.Run, true)
-	out := api.RunDetail{
-		Id: r.Id, Function: r.Function, Revision: r.Revision, Status: r.Status, Input: r.Input, Output: r.Output,
-		Error: r.Error, Identity: r.Identity, IdempotencyKey: r.IdempotencyKey, ParentId: r.ParentId,
+	out := protocol.RunDetail{
+		ID: r.ID, Function: r.Function, Revision: r.Revision, Status: r.Status, Input: r.Input, Output: r.Output,
+		Error: r.Error, Identity: r.Identity, IdempotencyKey: r.IdempotencyKey, ParentID: r.ParentID,
 		ParentSeq: r.ParentSeq, ParentName: r.ParentName, RerunOf: r.RerunOf, Attempts: r.Attempts, Recoveries: r.Recoveries, WakeAt: r.WakeAt, CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
 		CancelledBy: r.CancelledBy, Awaiting: r.Awaiting,
-		Journal:  make([]api.JournalEntry, 0, len(d.Journal)),
-		Failures: make([]api.AttemptFailure, 0, len(d.Failures)),
+		Journal:  make([]protocol.JournalEntry, 0, len(d.Journal)),
+		Failures: make([]protocol.AttemptFailure, 0, len(d.Failures)),
 	}
 	for _, e := range d.Journal {
 		out.Journal = append(out.Journal, invoker.EntryToAPI(e))
@@ -339,7 +339,7 @@ func (s *Server) ListRuns(ctx context.Context, req server.ListRunsRequestObject)
 	if p.CreatedBefore != nil {
 		f.CreatedBefore = *p.CreatedBefore
 	}
-	f.IncludeIO = p.Include != nil && *p.Include == api.Io
+	f.IncludeIO = p.Include != nil && *p.Include == protocol.Io
 	var err error
 	if f.Limit, f.After, err = page(p.Limit, p.Cursor, validRunID); err != nil {
 		return nil, err
@@ -348,7 +348,7 @@ func (s *Server) ListRuns(ctx context.Context, req server.ListRunsRequestObject)
 	if err != nil {
 		return nil, err
 	}
-	out := api.RunPage{Runs: make([]api.Run, 0, len(runs))}
+	out := protocol.RunPage{Runs: make([]protocol.Run, 0, len(runs))}
 	for i := range runs {
 		out.Runs = append(out.Runs, runToAPI(&runs[i], f.IncludeIO))
 	}
@@ -396,7 +396,7 @@ func nextCursor(c *journal.Cursor) *string {
 // and one invocation, is what scopes it.
 func (s *Server) Checkpoint(ctx context.Context, req server.CheckpointRequestObject) (server.CheckpointResponseObject, error) {
 	claim, _ := ctx.Value(invocationKey{}).(invocationClaim)
-	if claim.runID != req.Id {
+	if claim.runID != req.ID {
 		return server.Checkpoint401ApplicationProblemPlusJSONResponse{UnauthorizedApplicationProblemPlusJSONResponse: server.UnauthorizedApplicationProblemPlusJSONResponse(
 			problem(http.StatusUnauthorized, "invocation token is for another run"))}, nil
 	}
@@ -405,10 +405,10 @@ func (s *Server) Checkpoint(ctx context.Context, req server.CheckpointRequestObj
 		return nil, err
 	}
 	var err error
-	if e.Kind == api.EntryKindEvent {
-		err = s.checkpointEvent(ctx, req.Id, claim.invocation, *e)
+	if e.Kind == protocol.EntryKindEvent {
+		err = s.checkpointEvent(ctx, req.ID, claim.invocation, *e)
 	} else {
-		err = s.inv.Checkpoint(ctx, req.Id, claim.invocation, invoker.EntryFromAPI(*e))
+		err = s.inv.Checkpoint(ctx, req.ID, claim.invocation, invoker.EntryFromAPI(*e))
 	}
 	var le *journal.LimitError
 	switch {
@@ -437,9 +437,9 @@ func checkpointConflict(typ, detail string) server.CheckpointResponseObject {
 // never hold: not a step or an event, a seq out of range, a bad name, values Postgres
 // cannot store. An output past the limit is the run's failure, not a 400 (see
 // invoker.Checkpoint).
-func (s *Server) checkEntry(e api.JournalEntry) error {
+func (s *Server) checkEntry(e protocol.JournalEntry) error {
 	switch {
-	case e.Kind != api.EntryKindStep && e.Kind != api.EntryKindEvent:
+	case e.Kind != protocol.EntryKindStep && e.Kind != protocol.EntryKindEvent:
 		return badRequest("a checkpoint is a finished step or a sent event: kind \"step\" or \"event\", not %q", e.Kind)
 	case e.Seq < 1 || e.Seq > math.MaxInt32:
 		return badRequest("seq %d is not from 1 to %d", e.Seq, math.MaxInt32)

@@ -13,24 +13,24 @@ import (
 
 	"github.com/stepgate/stepgate/access"
 	"github.com/stepgate/stepgate/functions/names"
-	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/protocol"
 )
 
-func scheduleToAPI(s *journal.Schedule) api.Schedule {
-	return api.Schedule{
+func scheduleToAPI(s *journal.Schedule) protocol.Schedule {
+	return protocol.Schedule{
 		Name: s.Name, Function: s.Function, Cron: s.Cron, Timezone: s.Timezone,
-		Input: api.AnyJSON(s.Input), Identity: s.Identity,
-		Catchup: api.ScheduleCatchup(s.Catchup), CatchupWindow: fmtDuration(s.CatchupWindow),
-		NextAt: s.NextAt, LastTickAt: s.LastTickAt, LastRunId: s.LastRunID,
+		Input: protocol.AnyJSON(s.Input), Identity: s.Identity,
+		Catchup: protocol.ScheduleCatchup(s.Catchup), CatchupWindow: fmtDuration(s.CatchupWindow),
+		NextAt: s.NextAt, LastTickAt: s.LastTickAt, LastRunID: s.LastRunID,
 		CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt,
 	}
 }
 
 // parseCatchup returns the catch-up policy and window of spec, with their defaults.
-func parseCatchup(spec *api.ScheduleSpec) (journal.Catchup, time.Duration, error) {
+func parseCatchup(spec *protocol.ScheduleSpec) (journal.Catchup, time.Duration, error) {
 	catchup, window := journal.CatchupOne, journal.DefaultCatchupWindow
 	if spec.Catchup != nil && *spec.Catchup != "" {
 		if !spec.Catchup.Valid() {
@@ -132,7 +132,7 @@ func (s *Server) ListSchedules(ctx context.Context, _ server.ListSchedulesReques
 	if err != nil {
 		return nil, err
 	}
-	out := api.ScheduleList{Schedules: make([]api.Schedule, 0, len(ss))}
+	out := protocol.ScheduleList{Schedules: make([]protocol.Schedule, 0, len(ss))}
 	for i := range ss {
 		out.Schedules = append(out.Schedules, scheduleToAPI(&ss[i]))
 	}

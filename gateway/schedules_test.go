@@ -13,19 +13,19 @@ import (
 
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/functions"
-	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/internal/pgtest"
 	"github.com/stepgate/stepgate/internal/stack"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // seenRuns records what a function was invoked with: each run's identity, by run id.
 type seenRuns struct {
 	mu  sync.Mutex
-	ids map[string]api.Identity
+	ids map[string]protocol.Identity
 }
 
-func (r *seenRuns) get(runID string) (api.Identity, bool) {
+func (r *seenRuns) get(runID string) (protocol.Identity, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	id, ok := r.ids[runID]
@@ -36,21 +36,21 @@ func (r *seenRuns) get(runID string) (api.Identity, bool) {
 // identity it is invoked with.
 func serveHello(t *testing.T, s *stack.Stack, token string) *seenRuns {
 	t.Helper()
-	seen := &seenRuns{ids: map[string]api.Identity{}}
+	seen := &seenRuns{ids: map[string]protocol.Identity{}}
 	app := s.NewApp()
 	functions.Register(app, "hello", func(ctx context.Context, in json.RawMessage) (string, error) {
 		seen.mu.Lock()
-		seen.ids[functions.RunFrom(ctx).ID] = api.Identity(functions.IdentityFrom(ctx))
+		seen.ids[functions.RunFrom(ctx).ID] = protocol.Identity(functions.IdentityFrom(ctx))
 		seen.mu.Unlock()
 		return "hi", nil
 	})
-	resp, err := s.Client(t, token).SyncAppWithResponse(t.Context(), api.AppSync{Url: s.ServeApp(t, app)})
+	resp, err := s.Client(t, token).SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
 	return seen
 }
 
-func putSchedule(t *testing.T, c *api.ClientWithResponses, name string, spec api.ScheduleSpec) *api.PutScheduleResponse {
+func putSchedule(t *testing.T, c *protocol.ClientWithResponses, name string, spec protocol.ScheduleSpec) *protocol.PutScheduleResponse {
 	t.Helper()
 	resp, err := c.PutScheduleWithResponse(t.Context(), name, spec)
 	require.NoError(t, err)
@@ -118,12 +118,12 @@ func TestScheduleTicks(t *testing.T) {
 	seen := serveHello(t, s, token)
 	c := s.Client(t, token)
 
-	resp := putSchedule(t, c, "every-second", api.ScheduleSpec{Function: "hello", Cron: "@every 1s", Input: ptr(api.AnyJSON(`{"n":1}`))})
+	resp := putSchedule(t, c, "every-second", protocol.ScheduleSpec{Function: "hello", Cron: "@every 1s", Input: ptr(protocol.AnyJSON(`{"n":1}`))})
 	require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
 	sch := resp.JSON200
 	require.Equal(t, "every-second", sch.Name)
 	require.Equal(t, "UTC", sch.Timezone)
-	require.Equal(t, api.Identity{Subject: "ada", Tenant: "acme", Roles: []string{"developer"}}, sch.Identity)
+	require.Equal(t, protocol.Identity{Subject: "ada", Tenant: "acme", Roles: []string{"developer"}}, sch.Identity)
 	require.JSONEq(t, `{"n":1}`, string(sch.Input))
 	require.WithinDuration(t, time.Now(), sch.NextAt, 2*time.Second)
 
@@ -198,7 +198,7 @@ func TestScheduleOnTwoGateways(t *testing.T) {
 	b := stack.Start(t, stack.Options{DatabaseURL: url})
 	serveHello(t, a, a.Token)
 
-	resp := putSchedule(t, a.Client(t, a.Token), "both", api.ScheduleSpec{Function: "hello", Cron: "@every 1s"})
+	resp := putSchedule(t, a.Client(t, a.Token), "both", protocol.ScheduleSpec{Function: "hello", Cron: "@every 1s"})
 	require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
 	// Gateway a armed its timer for the first tick; arm b's for the same tick, so the
 	// two race for it as their River jobs race for every tick.
@@ -221,7 +221,7 @@ func TestScheduleRequests(t *testing.T) {
 	s := stack.Start(t, stack.Options{})
 	s.SyncExamples(t)
 	admin := s.Client(t, s.Token)
-	resp := putSchedule(t, admin, "nightly", api.ScheduleSpec{Function: "hello", Cron: "0 3 * * *", Timezone: ptr("Europe/Paris")})
+	resp := putSchedule(t, admin, "nightly", protocol.ScheduleSpec{Function: "hello", Cron: "0 3 * * *", Timezone: ptr("Europe/Paris")})
 	require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
 	require.Equal(t, "Europe/Paris", resp.JSON200.Timezone)
 	require.JSONEq(t, `null`, string(resp.JSON200.Input))
@@ -229,24 +229,24 @@ func TestScheduleRequests(t *testing.T) {
 	require.NoError(t, err)
 	next := resp.JSON200.NextAt.In(paris)
 	require.Equal(t, []int{3, 0, 0}, []int{next.Hour(), next.Minute(), next.Second()}, "03:00 in Paris: %s", next)
-	require.Equal(t, api.ScheduleCatchupOne, resp.JSON200.Catchup, "the default")
+	require.Equal(t, protocol.ScheduleCatchupOne, resp.JSON200.Catchup, "the default")
 	require.Equal(t, "1m", resp.JSON200.CatchupWindow, "the default")
 
 	t.Run("Catchup", func(t *testing.T) {
 		t.Parallel()
-		resp := putSchedule(t, admin, "catchup", api.ScheduleSpec{Function: "hello", Cron: "@hourly",
-			Catchup: ptr(api.ScheduleCatchupAll), CatchupWindow: ptr("1h30m")})
+		resp := putSchedule(t, admin, "catchup", protocol.ScheduleSpec{Function: "hello", Cron: "@hourly",
+			Catchup: ptr(protocol.ScheduleCatchupAll), CatchupWindow: ptr("1h30m")})
 		require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
-		require.Equal(t, api.ScheduleCatchupAll, resp.JSON200.Catchup)
+		require.Equal(t, protocol.ScheduleCatchupAll, resp.JSON200.Catchup)
 		require.Equal(t, "1h30m", resp.JSON200.CatchupWindow)
 		got, err := admin.GetScheduleWithResponse(t.Context(), "catchup")
 		require.NoError(t, err)
-		require.Equal(t, api.ScheduleCatchupAll, got.JSON200.Catchup)
+		require.Equal(t, protocol.ScheduleCatchupAll, got.JSON200.Catchup)
 		require.Equal(t, "1h30m", got.JSON200.CatchupWindow)
 
-		resp = putSchedule(t, admin, "catchup", api.ScheduleSpec{Function: "hello", Cron: "@hourly", Catchup: ptr(api.ScheduleCatchupSkip)})
+		resp = putSchedule(t, admin, "catchup", protocol.ScheduleSpec{Function: "hello", Cron: "@hourly", Catchup: ptr(protocol.ScheduleCatchupSkip)})
 		require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
-		require.Equal(t, api.ScheduleCatchupSkip, resp.JSON200.Catchup)
+		require.Equal(t, protocol.ScheduleCatchupSkip, resp.JSON200.Catchup)
 		require.Equal(t, "1m", resp.JSON200.CatchupWindow, "putting again replaces the window too")
 	})
 
@@ -254,25 +254,25 @@ func TestScheduleRequests(t *testing.T) {
 		t.Parallel()
 		for _, tc := range []struct {
 			name   string
-			spec   api.ScheduleSpec
+			spec   protocol.ScheduleSpec
 			detail string
 		}{
-			{"x", api.ScheduleSpec{Function: "hello", Cron: "* * *"}, `cron "* * *": expected exactly 5 fields, found 3: [* * *]`},
-			{"x", api.ScheduleSpec{Function: "hello", Cron: "99 * * * *"}, `cron "99 * * * *": end of range (99) above maximum (59): 99`},
-			{"x", api.ScheduleSpec{Function: "hello", Cron: "@every 10ms"}, `cron "@every 10ms": @every takes a whole number of seconds, at least 1s`},
-			{"x", api.ScheduleSpec{Function: "hello", Cron: "@hourly", Timezone: ptr("Nowhere/Land")}, `timezone "Nowhere/Land" is not an IANA time zone such as UTC or Europe/Paris`},
-			{"x", api.ScheduleSpec{Function: "nope", Cron: "@hourly"}, `function "nope" is not registered`},
-			{"x", api.ScheduleSpec{Cron: "@hourly"}, `function is required: the function each tick starts a run of`},
-			{"-x", api.ScheduleSpec{Function: "hello", Cron: "@hourly"}, `schedule name "-x" is invalid: use 1 to 255 letters, digits, '.', '_' or '-', starting with a letter or digit`},
-			{"x", api.ScheduleSpec{Function: "hello", Cron: "@hourly", Catchup: ptr(api.ScheduleCatchup("sometimes"))}, `catchup "sometimes" is not skip, one or all`},
-			{"x", api.ScheduleSpec{Function: "hello", Cron: "@hourly", CatchupWindow: ptr("0s")}, `catchup_window 0s is not between 1s and 24h`},
-			{"x", api.ScheduleSpec{Function: "hello", Cron: "@hourly", CatchupWindow: ptr("48h")}, `catchup_window 48h is not between 1s and 24h`},
-			{"x", api.ScheduleSpec{Function: "hello", Cron: "@hourly", CatchupWindow: ptr("-1m")}, `catchup_window -1m is not between 1s and 24h`},
-			{"x", api.ScheduleSpec{Function: "hello", Cron: "@hourly", CatchupWindow: ptr("soon")}, `catchup_window "soon" is not a duration such as 1m`},
+			{"x", protocol.ScheduleSpec{Function: "hello", Cron: "* * *"}, `cron "* * *": expected exactly 5 fields, found 3: [* * *]`},
+			{"x", protocol.ScheduleSpec{Function: "hello", Cron: "99 * * * *"}, `cron "99 * * * *": end of range (99) above maximum (59): 99`},
+			{"x", protocol.ScheduleSpec{Function: "hello", Cron: "@every 10ms"}, `cron "@every 10ms": @every takes a whole number of seconds, at least 1s`},
+			{"x", protocol.ScheduleSpec{Function: "hello", Cron: "@hourly", Timezone: ptr("Nowhere/Land")}, `timezone "Nowhere/Land" is not an IANA time zone such as UTC or Europe/Paris`},
+			{"x", protocol.ScheduleSpec{Function: "nope", Cron: "@hourly"}, `function "nope" is not registered`},
+			{"x", protocol.ScheduleSpec{Cron: "@hourly"}, `function is required: the function each tick starts a run of`},
+			{"-x", protocol.ScheduleSpec{Function: "hello", Cron: "@hourly"}, `schedule name "-x" is invalid: use 1 to 255 letters, digits, '.', '_' or '-', starting with a letter or digit`},
+			{"x", protocol.ScheduleSpec{Function: "hello", Cron: "@hourly", Catchup: ptr(protocol.ScheduleCatchup("sometimes"))}, `catchup "sometimes" is not skip, one or all`},
+			{"x", protocol.ScheduleSpec{Function: "hello", Cron: "@hourly", CatchupWindow: ptr("0s")}, `catchup_window 0s is not between 1s and 24h`},
+			{"x", protocol.ScheduleSpec{Function: "hello", Cron: "@hourly", CatchupWindow: ptr("48h")}, `catchup_window 48h is not between 1s and 24h`},
+			{"x", protocol.ScheduleSpec{Function: "hello", Cron: "@hourly", CatchupWindow: ptr("-1m")}, `catchup_window -1m is not between 1s and 24h`},
+			{"x", protocol.ScheduleSpec{Function: "hello", Cron: "@hourly", CatchupWindow: ptr("soon")}, `catchup_window "soon" is not a duration such as 1m`},
 		} {
 			resp := putSchedule(t, admin, tc.name, tc.spec)
 			require.Equal(t, http.StatusBadRequest, resp.StatusCode(), string(resp.Body))
-			require.Equal(t, tc.detail, resp.ApplicationproblemJSON400.Detail)
+			require.Equal(t, tc.detail, resp.ApplicationProblemJSON400.Detail)
 		}
 		got, err := admin.GetScheduleWithResponse(t.Context(), "x")
 		require.NoError(t, err)
@@ -281,7 +281,7 @@ func TestScheduleRequests(t *testing.T) {
 
 	t.Run("Permissions", func(t *testing.T) {
 		t.Parallel()
-		spec := api.ScheduleSpec{Function: "hello", Cron: "@hourly"}
+		spec := protocol.ScheduleSpec{Function: "hello", Cron: "@hourly"}
 		for _, tc := range []struct {
 			roles  []string
 			detail string
@@ -293,7 +293,7 @@ func TestScheduleRequests(t *testing.T) {
 			c := s.Client(t, s.NewToken(t, auth.Identity{Subject: "u", Tenant: auth.DefaultTenant, Roles: tc.roles}))
 			resp := putSchedule(t, c, "denied", spec)
 			require.Equal(t, http.StatusForbidden, resp.StatusCode(), string(resp.Body))
-			require.Equal(t, tc.detail, resp.ApplicationproblemJSON403.Detail)
+			require.Equal(t, tc.detail, resp.ApplicationProblemJSON403.Detail)
 		}
 		viewer := s.Client(t, s.NewToken(t, auth.Identity{Subject: "v", Tenant: auth.DefaultTenant, Roles: []string{"viewer"}}))
 		list, err := viewer.ListSchedulesWithResponse(t.Context())
@@ -304,16 +304,16 @@ func TestScheduleRequests(t *testing.T) {
 		require.Equal(t, http.StatusForbidden, del.StatusCode())
 
 		// A function's invoke_roles bind its schedules' creators too.
-		reg, err := admin.RegisterFunctionWithResponse(t.Context(), "payout", api.FunctionRegistration{
-			Url: "http://127.0.0.1:9/payout", Config: &api.FunctionConfig{InvokeRoles: &[]string{"billing"}}})
+		reg, err := admin.RegisterFunctionWithResponse(t.Context(), "payout", protocol.FunctionRegistration{
+			URL: "http://127.0.0.1:9/payout", Config: &protocol.FunctionConfig{InvokeRoles: &[]string{"billing"}}})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, reg.StatusCode(), string(reg.Body))
 		dev := s.Client(t, s.NewToken(t, auth.Identity{Subject: "d", Tenant: auth.DefaultTenant, Roles: []string{"developer"}}))
-		resp := putSchedule(t, dev, "payouts", api.ScheduleSpec{Function: "payout", Cron: "@daily"})
+		resp := putSchedule(t, dev, "payouts", protocol.ScheduleSpec{Function: "payout", Cron: "@daily"})
 		require.Equal(t, http.StatusForbidden, resp.StatusCode(), string(resp.Body))
-		require.Contains(t, resp.ApplicationproblemJSON403.Detail, "function payout may be invoked only by the roles (billing) or admin")
+		require.Contains(t, resp.ApplicationProblemJSON403.Detail, "function payout may be invoked only by the roles (billing) or admin")
 		billing := s.Client(t, s.NewToken(t, auth.Identity{Subject: "b", Tenant: auth.DefaultTenant, Roles: []string{"developer", "billing"}}))
-		resp = putSchedule(t, billing, "payouts", api.ScheduleSpec{Function: "payout", Cron: "@daily"})
+		resp = putSchedule(t, billing, "payouts", protocol.ScheduleSpec{Function: "payout", Cron: "@daily"})
 		require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
 	})
 
@@ -323,7 +323,7 @@ func TestScheduleRequests(t *testing.T) {
 		got, err := other.GetScheduleWithResponse(t.Context(), "nightly")
 		require.NoError(t, err)
 		require.Equal(t, http.StatusNotFound, got.StatusCode())
-		require.Equal(t, `schedule "nightly" does not exist`, got.ApplicationproblemJSON404.Detail)
+		require.Equal(t, `schedule "nightly" does not exist`, got.ApplicationProblemJSON404.Detail)
 		del, err := other.DeleteScheduleWithResponse(t.Context(), "nightly")
 		require.NoError(t, err)
 		require.Equal(t, http.StatusNotFound, del.StatusCode())
@@ -331,7 +331,7 @@ func TestScheduleRequests(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, list.JSON200.Schedules)
 		// Its own schedule of the same name is another schedule, on its own functions.
-		resp := putSchedule(t, other, "nightly", api.ScheduleSpec{Function: "hello", Cron: "@hourly"})
+		resp := putSchedule(t, other, "nightly", protocol.ScheduleSpec{Function: "hello", Cron: "@hourly"})
 		require.Equal(t, http.StatusBadRequest, resp.StatusCode(), "tenant other has no function hello")
 
 		got, err = admin.GetScheduleWithResponse(t.Context(), "nightly")
@@ -341,10 +341,10 @@ func TestScheduleRequests(t *testing.T) {
 
 	t.Run("PutAgainReplaces", func(t *testing.T) {
 		t.Parallel()
-		first := putSchedule(t, admin, "replaced", api.ScheduleSpec{Function: "hello", Cron: "@daily"})
+		first := putSchedule(t, admin, "replaced", protocol.ScheduleSpec{Function: "hello", Cron: "@daily"})
 		require.Equal(t, http.StatusOK, first.StatusCode(), string(first.Body))
 		dev := s.Client(t, s.NewToken(t, auth.Identity{Subject: "grace", Tenant: auth.DefaultTenant, Roles: []string{"developer"}}))
-		second := putSchedule(t, dev, "replaced", api.ScheduleSpec{Function: "hello", Cron: "@hourly", Input: ptr(api.AnyJSON(`[1]`))})
+		second := putSchedule(t, dev, "replaced", protocol.ScheduleSpec{Function: "hello", Cron: "@hourly", Input: ptr(protocol.AnyJSON(`[1]`))})
 		require.Equal(t, http.StatusOK, second.StatusCode(), string(second.Body))
 		require.Equal(t, "@hourly", second.JSON200.Cron)
 		require.Equal(t, "grace", second.JSON200.Identity.Subject, "the runs act as whoever put it last")

@@ -20,11 +20,11 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/stepgate/stepgate/auth"
-	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/internal/egress"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // Config configures a Server.
@@ -247,8 +247,8 @@ func badRequest(format string, args ...any) error {
 	return &problemError{http.StatusBadRequest, fmt.Sprintf(format, args...)}
 }
 
-func problem(status int, detail string) api.Problem {
-	return api.Problem{Title: http.StatusText(status), Status: status, Detail: detail}
+func problem(status int, detail string) protocol.Problem {
+	return protocol.Problem{Title: http.StatusText(status), Status: status, Detail: detail}
 }
 
 // handleError is the one place errors become HTTP responses: problem+json bodies whose

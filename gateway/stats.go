@@ -4,9 +4,9 @@ import (
 	"context"
 	"time"
 
-	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // MaxStatsWindow is the longest window FunctionStats sums up.
@@ -31,9 +31,9 @@ func (s *Server) FunctionStats(ctx context.Context, req server.FunctionStatsRequ
 	if err != nil {
 		return nil, err
 	}
-	out := api.FunctionStatsList{Window: text, Functions: make([]api.FunctionStats, 0, len(stats))}
+	out := protocol.FunctionStatsList{Window: text, Functions: make([]protocol.FunctionStats, 0, len(stats))}
 	for _, st := range stats {
-		f := api.FunctionStats{
+		f := protocol.FunctionStats{
 			Name: st.Name, Runs: st.Runs, Completed: st.Completed, Failed: st.Failed, Running: st.Running,
 			LastRunAt: st.LastRunAt,
 		}

@@ -16,10 +16,10 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/stepgate/stepgate/auth"
-	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // Live run events (GET /v1/runs/stream) work like this:
@@ -318,9 +318,9 @@ func (c *streamClient) dropped() {
 // rest of the run as loaded after the event. The output and error are the loaded ones
 // only when the run still has the event's status, so an early event never carries a
 // later outcome.
-func eventRun(run *journal.Run, ev *journal.RunEvent) api.Run {
+func eventRun(run *journal.Run, ev *journal.RunEvent) protocol.Run {
 	r := runToAPI(run, false)
-	r.Status, r.Attempts = api.RunStatus(ev.Status), ev.Attempts
+	r.Status, r.Attempts = protocol.RunStatus(ev.Status), ev.Attempts
 	r.WakeAt, r.FinishedAt = ev.WakeAt, ev.FinishedAt
 	switch {
 	case run.Status != ev.Status:

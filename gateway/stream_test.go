@@ -15,14 +15,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepgate/stepgate/auth"
-	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/internal/stack"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 type sseEvent struct {
 	name string
-	run  api.Run // for event "run"
+	run  protocol.Run // for event "run"
 }
 
 // stream is an open GET /v1/runs/stream.
@@ -106,7 +106,7 @@ func (st *stream) next(t *testing.T) sseEvent {
 func (st *stream) nextOf(t *testing.T, runID string) sseEvent {
 	t.Helper()
 	for {
-		if ev := st.next(t); ev.run.Id == runID {
+		if ev := st.next(t); ev.run.ID == runID {
 			return ev
 		}
 	}
@@ -114,18 +114,18 @@ func (st *stream) nextOf(t *testing.T, runID string) sseEvent {
 
 // statusesOf reads the stream until runID's terminal event and returns the statuses of
 // its events in order; events of other runs are skipped.
-func (st *stream) statusesOf(t *testing.T, runID string) []api.RunStatus {
+func (st *stream) statusesOf(t *testing.T, runID string) []protocol.RunStatus {
 	t.Helper()
-	var statuses []api.RunStatus
+	var statuses []protocol.RunStatus
 	for {
 		ev := st.next(t)
 		require.Equal(t, "run", ev.name)
-		if ev.run.Id != runID {
+		if ev.run.ID != runID {
 			continue
 		}
 		statuses = append(statuses, ev.run.Status)
 		switch ev.run.Status {
-		case api.RunStatusCompleted, api.RunStatusFailed, api.RunStatusCancelled:
+		case protocol.RunStatusCompleted, protocol.RunStatusFailed, protocol.RunStatusCancelled:
 			return statuses
 		}
 	}
@@ -166,7 +166,7 @@ func TestStream(t *testing.T) {
 			require.NoError(t, err)
 			ev, err := journal.ParseRunEvent(n.Payload)
 			require.NoError(t, err)
-			require.Equal(t, journal.RunEvent{ID: res.Id, Tenant: auth.DefaultTenant, Function: "hello", Status: want, Attempts: 1},
+			require.Equal(t, journal.RunEvent{ID: res.ID, Tenant: auth.DefaultTenant, Function: "hello", Status: want, Attempts: 1},
 				journal.RunEvent{ID: ev.ID, Tenant: ev.Tenant, Function: ev.Function, Status: ev.Status, Attempts: ev.Attempts})
 		}
 		st.close()
@@ -181,26 +181,26 @@ func TestStream(t *testing.T) {
 		t.Parallel()
 		st := openStream(t, s, s.Token, "", false)
 		id := startAsync(t, c, "orders.checkout", `{"amount":42}`)
-		var events []api.Run
+		var events []protocol.Run
 		for {
 			ev := st.next(t)
 			require.Equal(t, "run", ev.name)
-			if ev.run.Id != id {
+			if ev.run.ID != id {
 				continue
 			}
 			events = append(events, ev.run)
-			if ev.run.Status == api.RunStatusCompleted {
+			if ev.run.Status == protocol.RunStatusCompleted {
 				break
 			}
 		}
-		var statuses []api.RunStatus
+		var statuses []protocol.RunStatus
 		for _, r := range events {
 			statuses = append(statuses, r.Status)
 			require.Equal(t, "orders.checkout", r.Function)
 			require.Nil(t, r.Input, "a stream carries no inputs or outputs: a page of runs stays small")
 			require.Equal(t, "tester", r.Identity.Subject)
 		}
-		require.Equal(t, []api.RunStatus{api.RunStatusQueued, api.RunStatusRunning, api.RunStatusCompleted}, statuses)
+		require.Equal(t, []protocol.RunStatus{protocol.RunStatusQueued, protocol.RunStatusRunning, protocol.RunStatusCompleted}, statuses)
 		require.Nil(t, events[0].Error, "an early event does not carry the outcome")
 		require.Nil(t, events[0].FinishedAt)
 		last := events[len(events)-1]
@@ -213,27 +213,27 @@ func TestStream(t *testing.T) {
 		t.Parallel()
 		st := openStream(t, s, s.Token, "function=orders.checkout", true)
 		id := startAsync(t, c, "orders.checkout", `{"sleep_ms":60000}`)
-		var statuses []api.RunStatus
+		var statuses []protocol.RunStatus
 		for len(statuses) < 3 {
 			ev := st.next(t)
 			require.Equal(t, "orders.checkout", ev.run.Function, "the function filter")
-			if ev.run.Id == id {
+			if ev.run.ID == id {
 				statuses = append(statuses, ev.run.Status)
 			}
 		}
-		require.Equal(t, []api.RunStatus{api.RunStatusQueued, api.RunStatusRunning, api.RunStatusSuspended}, statuses)
+		require.Equal(t, []protocol.RunStatus{protocol.RunStatusQueued, protocol.RunStatusRunning, protocol.RunStatusSuspended}, statuses)
 		resp, err := c.CancelRunWithResponse(t.Context(), id)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, resp.StatusCode())
-		require.Equal(t, []api.RunStatus{api.RunStatusCancelled}, st.statusesOf(t, id))
+		require.Equal(t, []protocol.RunStatus{protocol.RunStatusCancelled}, st.statusesOf(t, id))
 
 		rerun, err := c.RerunRunWithResponse(t.Context(), id)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusAccepted, rerun.StatusCode())
-		ev := st.nextOf(t, rerun.JSON202.Id)
+		ev := st.nextOf(t, rerun.JSON202.ID)
 		require.Equal(t, &id, ev.run.RerunOf)
-		require.Equal(t, api.RunStatusQueued, ev.run.Status)
-		resp, err = c.CancelRunWithResponse(t.Context(), rerun.JSON202.Id)
+		require.Equal(t, protocol.RunStatusQueued, ev.run.Status)
+		resp, err = c.CancelRunWithResponse(t.Context(), rerun.JSON202.ID)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, resp.StatusCode())
 	})
@@ -248,8 +248,8 @@ func TestStream(t *testing.T) {
 		require.Equal(t, http.StatusOK, resp.StatusCode())
 		for {
 			ev := st.next(t)
-			require.Equal(t, id, ev.run.Id, "only the run asked for")
-			if ev.run.Status == api.RunStatusCancelled {
+			require.Equal(t, id, ev.run.ID, "only the run asked for")
+			if ev.run.Status == protocol.RunStatusCancelled {
 				break
 			}
 		}
@@ -260,17 +260,17 @@ func TestStream(t *testing.T) {
 		mine := openStream(t, s, s.Token, "", false)
 		theirs := openStream(t, s, otherToken, "", false)
 		res := mustComplete(t, c, "hello", `{}`)
-		mine.statusesOf(t, res.Id)
+		mine.statusesOf(t, res.ID)
 
 		// The other tenant's first event is its own run's: nothing of the first run
 		// came before it.
 		oc := s.Client(t, otherToken)
-		reg, err := oc.RegisterFunctionWithResponse(t.Context(), "theirs", api.FunctionRegistration{Url: "http://127.0.0.1:1/"})
+		reg, err := oc.RegisterFunctionWithResponse(t.Context(), "theirs", protocol.FunctionRegistration{URL: "http://127.0.0.1:1/"})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, reg.StatusCode())
 		own := startAsync(t, oc, "theirs", `{}`)
 		ev := theirs.next(t)
-		require.Equal(t, own, ev.run.Id)
+		require.Equal(t, own, ev.run.ID)
 		require.Equal(t, "other", ev.run.Identity.Tenant)
 		cancel, err := oc.CancelRunWithResponse(t.Context(), own)
 		require.NoError(t, err)
@@ -321,5 +321,5 @@ func TestStreamResyncsAfterListenerReconnect(t *testing.T) {
 	require.Equal(t, "resync", ev.name)
 
 	res := mustComplete(t, c, "hello", `{}`)
-	require.Equal(t, []api.RunStatus{api.RunStatusRunning, api.RunStatusCompleted}, st.statusesOf(t, res.Id))
+	require.Equal(t, []protocol.RunStatus{protocol.RunStatusRunning, protocol.RunStatusCompleted}, st.statusesOf(t, res.ID))
 }

@@ -13,9 +13,9 @@ import (
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/examples"
 	"github.com/stepgate/stepgate/functions/step"
-	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/internal/stack"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // TestTenantIsolation drives every tenant-scoped endpoint as tenant B against tenant A's
@@ -48,9 +48,9 @@ func TestTenantIsolation(t *testing.T) {
 	s.Sync(t, appURL)
 
 	done := mustComplete(t, a, "hello", `{"name":"Ada"}`)
-	gate := startRun(t, a, "gate", `{}`, &api.StartRunParams{})
+	gate := startRun(t, a, "gate", `{}`, &protocol.StartRunParams{})
 	require.Equal(t, http.StatusAccepted, gate.StatusCode(), string(gate.Body))
-	gateID := gate.JSON202.Id
+	gateID := gate.JSON202.ID
 	select {
 	case id := <-started:
 		require.Equal(t, gateID, id)
@@ -78,11 +78,11 @@ func TestTenantIsolation(t *testing.T) {
 	})
 
 	t.Run("RunsAreInvisible", func(t *testing.T) {
-		for _, id := range []string{done.Id, gateID} {
+		for _, id := range []string{done.ID, gateID} {
 			run, err := b.GetRunWithResponse(ctx, id, nil)
 			require.NoError(t, err)
 			require.Equal(t, http.StatusNotFound, run.StatusCode(), "get %s", id)
-			res, err := b.GetRunResultWithResponse(ctx, id, &api.GetRunResultParams{})
+			res, err := b.GetRunResultWithResponse(ctx, id, &protocol.GetRunResultParams{})
 			require.NoError(t, err)
 			require.Equal(t, http.StatusNotFound, res.StatusCode(), "result of %s", id)
 			rerun, err := b.RerunRunWithResponse(ctx, id)
@@ -93,19 +93,19 @@ func TestTenantIsolation(t *testing.T) {
 			require.Equal(t, http.StatusNotFound, cancel.StatusCode(), "cancel %s", id)
 		}
 		for _, fn := range []*string{nil, ptr("hello"), ptr("gate")} {
-			list, err := b.ListRunsWithResponse(ctx, &api.ListRunsParams{Function: fn})
+			list, err := b.ListRunsWithResponse(ctx, &protocol.ListRunsParams{Function: fn})
 			require.NoError(t, err)
 			require.Equal(t, http.StatusOK, list.StatusCode())
 			require.Empty(t, list.JSON200.Runs)
 		}
-		list, err := a.ListRunsWithResponse(ctx, &api.ListRunsParams{})
+		list, err := a.ListRunsWithResponse(ctx, &protocol.ListRunsParams{})
 		require.NoError(t, err)
 		require.Len(t, list.JSON200.Runs, 2, "A sees its own runs")
 	})
 
 	t.Run("WaitingOnAnotherTenantsRunIsNotFoundAtOnce", func(t *testing.T) {
 		begin := time.Now()
-		res, err := b.GetRunResultWithResponse(ctx, gateID, &api.GetRunResultParams{Wait: ptr("5s")})
+		res, err := b.GetRunResultWithResponse(ctx, gateID, &protocol.GetRunResultParams{Wait: ptr("5s")})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusNotFound, res.StatusCode())
 		require.Less(t, time.Since(begin), 4*time.Second, "a 404, not a wait")
@@ -119,42 +119,42 @@ func TestTenantIsolation(t *testing.T) {
 		body := `{"seq":2,"kind":"step","name":"evil","output":1}`
 		status, _ := rawRequest(t, "POST", url, bToken, "application/json", bytes.NewBufferString(body))
 		require.Equal(t, http.StatusUnauthorized, status, "a user token")
-		other := s.Tokens.Issue(t.Context(), done.Id, 1, time.Now().Add(time.Minute))
+		other := s.Tokens.Issue(t.Context(), done.ID, 1, time.Now().Add(time.Minute))
 		status, _ = rawRequest(t, "POST", url, other, "application/json", bytes.NewBufferString(body))
 		require.Equal(t, http.StatusUnauthorized, status, "an invocation token of another run")
 	})
 
 	t.Run("IdempotencyKeysArePerTenant", func(t *testing.T) {
-		sync, err := b.SyncAppWithResponse(ctx, api.AppSync{Url: appURL})
+		sync, err := b.SyncAppWithResponse(ctx, protocol.AppSync{URL: appURL})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, sync.StatusCode(), string(sync.Body))
 		got, err := a.GetFunctionWithResponse(ctx, "hello")
 		require.NoError(t, err)
 		require.Equal(t, 1, got.JSON200.Revision, "B's registration is not a revision of A's function")
 
-		key := &api.StartRunParams{Wait: ptr("30s"), IdempotencyKey: ptr("order-1")}
+		key := &protocol.StartRunParams{Wait: ptr("30s"), IdempotencyKey: ptr("order-1")}
 		ra := startRun(t, a, "hello", `{"name":"a"}`, key)
 		require.Equal(t, http.StatusOK, ra.StatusCode(), string(ra.Body))
 		rb := startRun(t, b, "hello", `{"name":"b"}`, key)
 		require.Equal(t, http.StatusOK, rb.StatusCode(), "the same key with another input is no conflict in another tenant: %s", rb.Body)
-		require.NotEqual(t, ra.JSON200.Id, rb.JSON200.Id)
+		require.NotEqual(t, ra.JSON200.ID, rb.JSON200.ID)
 		require.JSONEq(t, `{"greeting":"Hello, b!"}`, string(*rb.JSON200.Output))
 		again := startRun(t, b, "hello", `{"name":"b"}`, key)
-		require.Equal(t, rb.JSON200.Id, again.JSON200.Id)
+		require.Equal(t, rb.JSON200.ID, again.JSON200.ID)
 		again = startRun(t, a, "hello", `{"name":"a"}`, key)
-		require.Equal(t, ra.JSON200.Id, again.JSON200.Id)
+		require.Equal(t, ra.JSON200.ID, again.JSON200.ID)
 
-		list, err := b.ListRunsWithResponse(ctx, &api.ListRunsParams{})
+		list, err := b.ListRunsWithResponse(ctx, &protocol.ListRunsParams{})
 		require.NoError(t, err)
 		require.Len(t, list.JSON200.Runs, 1)
-		require.Equal(t, rb.JSON200.Id, list.JSON200.Runs[0].Id)
+		require.Equal(t, rb.JSON200.ID, list.JSON200.Runs[0].ID)
 		require.Equal(t, "tenant-b", list.JSON200.Runs[0].Identity.Tenant)
 	})
 
 	t.Run("TheOwnerStillSeesEverything", func(t *testing.T) {
-		res := make(chan *api.GetRunResultResponse, 1)
+		res := make(chan *protocol.GetRunResultResponse, 1)
 		go func() {
-			r, _ := a.GetRunResultWithResponse(ctx, gateID, &api.GetRunResultParams{Wait: ptr("30s")})
+			r, _ := a.GetRunResultWithResponse(ctx, gateID, &protocol.GetRunResultParams{Wait: ptr("30s")})
 			res <- r
 		}()
 		// The waiter's attach marks the run before it is released, or finds it done.
@@ -167,7 +167,7 @@ func TestTenantIsolation(t *testing.T) {
 		r := <-res
 		require.NotNil(t, r)
 		require.Equal(t, http.StatusOK, r.StatusCode(), string(r.Body))
-		require.Equal(t, api.RunStatusCompleted, r.JSON200.Status)
+		require.Equal(t, protocol.RunStatusCompleted, r.JSON200.Status)
 		run := getRun(t, a, gateID)
 		require.Len(t, run.Journal, 1)
 	})

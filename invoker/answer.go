@@ -10,16 +10,16 @@ import (
 	"strings"
 
 	"github.com/stepgate/stepgate/functions/names"
-	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // decodeAnswer reads a function's answer (an HTTP 200 body) and returns it, or why it
 // fails the invocation: not JSON (malformed_answer, retried as a failed call is: a
 // proxy's error page, a truncated body), or never applicable (see validateAnswer). It is
 // the gateway's one decoder of what an untrusted function sends back.
-func (l Limits) decodeAnswer(raw []byte) (*api.InvocationAnswer, *journal.ErrorInfo) {
-	var a api.InvocationAnswer
+func (l Limits) decodeAnswer(raw []byte) (*protocol.InvocationAnswer, *journal.ErrorInfo) {
+	var a protocol.InvocationAnswer
 	if err := json.Unmarshal(raw, &a); err != nil {
 		return nil, &journal.ErrorInfo{Type: "malformed_answer", Message: fmt.Sprintf(
 			"function's answer is not a JSON protocol answer (%v): %s", trimJSONErr(err), snippet(raw))}
@@ -54,7 +54,7 @@ func (answerCheck) limit(format string, args ...any) *journal.ErrorInfo {
 }
 
 // json checks a JSON value of the answer: within MaxOutputBytes, and storable.
-func (c answerCheck) json(what string, raw *api.AnyJSON) *journal.ErrorInfo {
+func (c answerCheck) json(what string, raw *protocol.AnyJSON) *journal.ErrorInfo {
 	if raw == nil {
 		return nil
 	}
@@ -69,7 +69,7 @@ func (c answerCheck) json(what string, raw *api.AnyJSON) *journal.ErrorInfo {
 
 // error checks an error of the answer: a type that is a name, a storable message within
 // MaxOutputBytes.
-func (c answerCheck) error(what string, e *api.ErrorInfo) *journal.ErrorInfo {
+func (c answerCheck) error(what string, e *protocol.ErrorInfo) *journal.ErrorInfo {
 	if e == nil {
 		return nil
 	}
@@ -106,7 +106,7 @@ func (c answerCheck) seq(what string, seq int, name string) *journal.ErrorInfo {
 // l, or nil. It checks what the journal's rules and Postgres would refuse later, so that
 // such an answer fails the run at once with a message that says why, instead of an
 // error inside a transaction. An await is checked by its kind (awaitKinds).
-func (l Limits) validateAnswer(a *api.InvocationAnswer) *journal.ErrorInfo {
+func (l Limits) validateAnswer(a *protocol.InvocationAnswer) *journal.ErrorInfo {
 	c := answerCheck{l}
 	if a.Steps != nil {
 		for i, st := range *a.Steps {
@@ -114,7 +114,7 @@ func (l Limits) validateAnswer(a *api.InvocationAnswer) *journal.ErrorInfo {
 			if e := c.seq(what, st.Seq, st.Name); e != nil {
 				return e
 			}
-			if st.Kind != api.EntryKindStep {
+			if st.Kind != protocol.EntryKindStep {
 				return c.bad("%s (seq %d %q) is a %s; steps may only hold finished steps", what, st.Seq, st.Name, st.Kind)
 			}
 			if st.Attempt != nil && (*st.Attempt < 0 || *st.Attempt > l.MaxAttempts) {
@@ -132,14 +132,14 @@ func (l Limits) validateAnswer(a *api.InvocationAnswer) *journal.ErrorInfo {
 		}
 	}
 	switch a.Status {
-	case api.AnswerStatusCompleted:
+	case protocol.AnswerStatusCompleted:
 		return c.json("output", a.Output)
-	case api.AnswerStatusFailed:
+	case protocol.AnswerStatusFailed:
 		if a.Error == nil || a.Error.Message == "" {
 			return c.bad(`status "failed" needs an error with a message`)
 		}
 		return c.error("error", a.Error)
-	case api.AnswerStatusSuspended:
+	case protocol.AnswerStatusSuspended:
 		w := a.Await
 		if w == nil {
 			return c.bad(`status "suspended" needs an await`)
@@ -159,7 +159,7 @@ func (l Limits) validateAnswer(a *api.InvocationAnswer) *journal.ErrorInfo {
 
 // outcomeOf reads a well-formed answer to the invocation of a claim; a malformed one was
 // already refused by call. An await becomes its kind's transition (awaitKinds).
-func (inv *Invoker) outcomeOf(rev *revision, claim *journal.Claim, a *api.InvocationAnswer) journal.Outcome {
+func (inv *Invoker) outcomeOf(rev *revision, claim *journal.Claim, a *protocol.InvocationAnswer) journal.Outcome {
 	var steps []journal.Entry
 	if a.Steps != nil {
 		for _, s := range *a.Steps {
@@ -168,17 +168,17 @@ func (inv *Invoker) outcomeOf(rev *revision, claim *journal.Claim, a *api.Invoca
 	}
 	var o journal.Outcome
 	switch a.Status {
-	case api.AnswerStatusCompleted:
+	case protocol.AnswerStatusCompleted:
 		var out json.RawMessage
 		if a.Output != nil {
 			out = json.RawMessage(*a.Output)
 		}
 		o = journal.Completed(out, steps...)
-	case api.AnswerStatusFailed:
+	case protocol.AnswerStatusFailed:
 		e := ErrorFromAPI(a.Error)
 		e.Retryable = false
 		o = journal.Failed(*e, steps...)
-	case api.AnswerStatusSuspended:
+	case protocol.AnswerStatusSuspended:
 		o = awaitKinds[a.Await.Type].outcome(inv, rev, claim, a.Await, steps)
 	}
 	o.Bounds = inv.limits.Bounds()
@@ -190,16 +190,16 @@ func (inv *Invoker) outcomeOf(rev *revision, claim *journal.Claim, a *api.Invoca
 type awaitKind struct {
 	// validate returns why w can never be applied, or nil (see validateAnswer); w's seq
 	// and name are checked already.
-	validate func(c answerCheck, w *api.Await) *journal.ErrorInfo
+	validate func(c answerCheck, w *protocol.Await) *journal.ErrorInfo
 	// outcome turns a valid w into the run's outcome, after steps.
-	outcome func(inv *Invoker, rev *revision, claim *journal.Claim, w *api.Await, steps []journal.Entry) journal.Outcome
+	outcome func(inv *Invoker, rev *revision, claim *journal.Claim, w *protocol.Await, steps []journal.Entry) journal.Outcome
 }
 
 // awaitKinds are the await kinds of the protocol, by type.
-var awaitKinds = map[api.AwaitType]awaitKind{
-	api.AwaitTypeSleep:  sleepAwait,
-	api.AwaitTypeRetry:  retryAwait,
-	api.AwaitTypeInvoke: invokeAwait,
+var awaitKinds = map[protocol.AwaitType]awaitKind{
+	protocol.AwaitTypeSleep:  sleepAwait,
+	protocol.AwaitTypeRetry:  retryAwait,
+	protocol.AwaitTypeInvoke: invokeAwait,
 }
 
 // awaitTypes returns the await types, sorted, for messages.

@@ -4,8 +4,8 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // FuzzDecodeAnswer feeds the gateway's decoder of function answers (the one untrusted
@@ -59,10 +59,10 @@ func FuzzDecodeAnswer(f *testing.F) {
 			return
 		}
 		o := inv.outcomeOf(rev, claim, a)
-		want := map[api.AnswerStatus]journal.Status{
-			api.AnswerStatusCompleted: journal.StatusCompleted,
-			api.AnswerStatusFailed:    journal.StatusFailed,
-			api.AnswerStatusSuspended: journal.StatusSuspended,
+		want := map[protocol.AnswerStatus]journal.Status{
+			protocol.AnswerStatusCompleted: journal.StatusCompleted,
+			protocol.AnswerStatusFailed:    journal.StatusFailed,
+			protocol.AnswerStatusSuspended: journal.StatusSuspended,
 		}[a.Status]
 		if o.Status() != want {
 			t.Fatalf("answer %s became a %s outcome", a.Status, o.Status())

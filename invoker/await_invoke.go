@@ -6,15 +6,15 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/stepgate/stepgate/functions/names"
-	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // invokeAwait: the run starts a child run of a function of its tenant (current revision)
 // as its own identity, and waits for it; the child's end journals its outcome at the
 // await's seq and makes the run due (journal.Finish, journal.CancelRun).
 var invokeAwait = awaitKind{
-	validate: func(c answerCheck, w *api.Await) *journal.ErrorInfo {
+	validate: func(c answerCheck, w *protocol.Await) *journal.ErrorInfo {
 		if w.Function == nil {
 			return c.bad("an invoke needs a function")
 		}
@@ -23,7 +23,7 @@ var invokeAwait = awaitKind{
 		}
 		return c.json("await.input", w.Input)
 	},
-	outcome: func(_ *Invoker, _ *revision, claim *journal.Claim, w *api.Await, steps []journal.Entry) journal.Outcome {
+	outcome: func(_ *Invoker, _ *revision, claim *journal.Claim, w *protocol.Await, steps []journal.Entry) journal.Outcome {
 		in := journal.Invoke{
 			// The child runs as the run's identity: its invoke_roles are checked against
 			// that identity, as the gateway checks a caller's.

@@ -3,8 +3,8 @@ package invoker
 import (
 	"fmt"
 
-	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // retryAwait: a step failed and has attempts left; the run waits the backoff and runs it
@@ -12,7 +12,7 @@ import (
 // the step's attempts are counted from its recorded failures, never taken from the
 // answer: a step past its attempts fails, whatever the function claims.
 var retryAwait = awaitKind{
-	validate: func(c answerCheck, w *api.Await) *journal.ErrorInfo {
+	validate: func(c answerCheck, w *protocol.Await) *journal.ErrorInfo {
 		if w.Error == nil {
 			return c.bad("a retry needs the step's error")
 		}
@@ -24,7 +24,7 @@ var retryAwait = awaitKind{
 		}
 		return nil
 	},
-	outcome: func(inv *Invoker, rev *revision, claim *journal.Claim, w *api.Await, steps []journal.Entry) journal.Outcome {
+	outcome: func(inv *Invoker, rev *revision, claim *journal.Claim, w *protocol.Await, steps []journal.Entry) journal.Outcome {
 		policy, _ := ParseRetryPolicy(w.Retry, rev.config.Retries) // checked by validate
 		policy = inv.limits.clampRetry(policy)
 		attempt := 1

@@ -3,8 +3,8 @@ package invoker
 import (
 	"time"
 
-	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // MaxSleep bounds a sleep, from now.
@@ -14,7 +14,7 @@ const MaxSleep = 10 * 365 * 24 * time.Hour
 // database clock); the sleep is journaled with its wake time, and a journaled sleep is
 // done.
 var sleepAwait = awaitKind{
-	validate: func(c answerCheck, w *api.Await) *journal.ErrorInfo {
+	validate: func(c answerCheck, w *protocol.Await) *journal.ErrorInfo {
 		switch {
 		case w.Until == nil && w.Duration == nil:
 			return c.bad("a sleep needs until or duration")
@@ -27,7 +27,7 @@ var sleepAwait = awaitKind{
 		}
 		return nil
 	},
-	outcome: func(_ *Invoker, _ *revision, _ *journal.Claim, w *api.Await, steps []journal.Entry) journal.Outcome {
+	outcome: func(_ *Invoker, _ *revision, _ *journal.Claim, w *protocol.Await, steps []journal.Entry) journal.Outcome {
 		s := journal.Sleep{Seq: w.Seq, Name: w.Name, Until: w.Until}
 		if w.Until == nil {
 			s.For, _ = time.ParseDuration(*w.Duration) // checked by validate

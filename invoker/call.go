@@ -19,8 +19,8 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/stepgate/stepgate/functions/signature"
-	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // Result is where a run stands after an invocation was applied.
@@ -227,18 +227,18 @@ const (
 // call sends one invocation and returns the function's answer, or the failure of the
 // invocation as a whole (it did not answer, or answered something that is not a valid
 // answer), described for the people reading the run.
-func (inv *Invoker) call(ctx context.Context, rev *revision, claim *journal.Claim) (*api.InvocationAnswer, *journal.ErrorInfo) {
+func (inv *Invoker) call(ctx context.Context, rev *revision, claim *journal.Claim) (*protocol.InvocationAnswer, *journal.ErrorInfo) {
 	run := claim.Run
-	req := api.InvocationRequest{
+	req := protocol.InvocationRequest{
 		Protocol: 1,
-		Run: api.InvocationRun{
-			Id: run.ID, Function: run.Function, Revision: run.Revision, Attempt: run.Attempts,
-			Input: api.AnyJSON(run.Input), ParentId: run.ParentID, CreatedAt: run.CreatedAt,
+		Run: protocol.InvocationRun{
+			ID: run.ID, Function: run.Function, Revision: run.Revision, Attempt: run.Attempts,
+			Input: protocol.AnyJSON(run.Input), ParentID: run.ParentID, CreatedAt: run.CreatedAt,
 		},
 		Identity: run.Identity,
-		Journal:  make([]api.JournalEntry, 0, len(claim.Journal)),
-		Checkpoint: api.Checkpoint{
-			Url:   inv.checkpoint + "/v1/runs/" + run.ID + "/checkpoint",
+		Journal:  make([]protocol.JournalEntry, 0, len(claim.Journal)),
+		Checkpoint: protocol.Checkpoint{
+			URL:   inv.checkpoint + "/v1/runs/" + run.ID + "/checkpoint",
 			Token: inv.tokens.Issue(ctx, run.ID, run.Invocation, time.Now().Add(rev.config.Timeout+tokenGrace)),
 		},
 	}

@@ -3,15 +3,15 @@ package invoker
 import (
 	"encoding/json"
 
-	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // EntryToAPI returns a journal entry in its protocol form.
-func EntryToAPI(e journal.Entry) api.JournalEntry {
-	out := api.JournalEntry{
+func EntryToAPI(e journal.Entry) protocol.JournalEntry {
+	out := protocol.JournalEntry{
 		Seq:        e.Seq,
-		Kind:       api.EntryKind(e.Kind),
+		Kind:       protocol.EntryKind(e.Kind),
 		Name:       e.Name,
 		Attempt:    &e.Attempt,
 		Until:      e.WakeAt,
@@ -20,14 +20,14 @@ func EntryToAPI(e journal.Entry) api.JournalEntry {
 		Error:      ErrorToAPI(e.Error),
 	}
 	if e.Output != nil {
-		o := api.AnyJSON(e.Output)
+		o := protocol.AnyJSON(e.Output)
 		out.Output = &o
 	}
 	return out
 }
 
 // EntryFromAPI returns a protocol journal entry in its stored form.
-func EntryFromAPI(e api.JournalEntry) journal.Entry {
+func EntryFromAPI(e protocol.JournalEntry) journal.Entry {
 	out := journal.Entry{
 		Seq:       e.Seq,
 		Kind:      string(e.Kind),
@@ -47,15 +47,15 @@ func EntryFromAPI(e api.JournalEntry) journal.Entry {
 }
 
 // ErrorToAPI returns e in its protocol form; nil stays nil.
-func ErrorToAPI(e *journal.ErrorInfo) *api.ErrorInfo {
+func ErrorToAPI(e *journal.ErrorInfo) *protocol.ErrorInfo {
 	if e == nil {
 		return nil
 	}
-	return &api.ErrorInfo{Type: e.Type, Message: e.Message, Retryable: &e.Retryable}
+	return &protocol.ErrorInfo{Type: e.Type, Message: e.Message, Retryable: &e.Retryable}
 }
 
 // ErrorFromAPI returns e in its stored form; nil stays nil.
-func ErrorFromAPI(e *api.ErrorInfo) *journal.ErrorInfo {
+func ErrorFromAPI(e *protocol.ErrorInfo) *journal.ErrorInfo {
 	if e == nil {
 		return nil
 	}
@@ -67,24 +67,24 @@ func ErrorFromAPI(e *api.ErrorInfo) *journal.ErrorInfo {
 }
 
 // FailureToAPI returns a failed attempt in its API form.
-func FailureToAPI(f journal.Failure) api.AttemptFailure {
-	return api.AttemptFailure{
+func FailureToAPI(f journal.Failure) protocol.AttemptFailure {
+	return protocol.AttemptFailure{
 		Seq: f.Seq, Attempt: f.Attempt, Name: &f.Name, CreatedAt: f.CreatedAt,
 		Error: *ErrorToAPI(&f.Error),
 	}
 }
 
 // AwaitingToAPI returns what a run awaits for the API, or nil.
-func AwaitingToAPI(a *journal.Awaiting) *api.Awaiting {
+func AwaitingToAPI(a *journal.Awaiting) *protocol.Awaiting {
 	if a == nil {
 		return nil
 	}
-	out := &api.Awaiting{Kind: api.AwaitingKind(a.Kind), Seq: a.Seq, Name: a.Name}
+	out := &protocol.Awaiting{Kind: protocol.AwaitingKind(a.Kind), Seq: a.Seq, Name: a.Name}
 	if a.Attempt > 0 {
 		out.Attempt = &a.Attempt
 	}
 	if a.ChildID != "" {
-		out.ChildId, out.Function = &a.ChildID, &a.Function
+		out.ChildID, out.Function = &a.ChildID, &a.Function
 	}
 	return out
 }

@@ -18,24 +18,24 @@ import (
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/examples"
-	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/internal/pgtest"
 	"github.com/stepgate/stepgate/internal/stack"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 func ptr[T any](v T) *T { return &v }
 
 // awaitResult waits up to 30s, through the API, for the run to finish.
-func awaitResult(t *testing.T, c *api.ClientWithResponses, id string) api.RunResult {
+func awaitResult(t *testing.T, c *protocol.ClientWithResponses, id string) protocol.RunResult {
 	t.Helper()
-	resp, err := c.GetRunResultWithResponse(t.Context(), id, &api.GetRunResultParams{Wait: ptr("30s")})
+	resp, err := c.GetRunResultWithResponse(t.Context(), id, &protocol.GetRunResultParams{Wait: ptr("30s")})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode(), "the run did not finish in 30s: %s", resp.Body)
 	return *resp.JSON200
 }
 
-func getRun(t *testing.T, c *api.ClientWithResponses, id string) api.RunDetail {
+func getRun(t *testing.T, c *protocol.ClientWithResponses, id string) protocol.RunDetail {
 	t.Helper()
 	resp, err := c.GetRunWithResponse(t.Context(), id, nil)
 	require.NoError(t, err)
@@ -58,10 +58,10 @@ func (rec *invocationRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request)
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		var req api.InvocationRequest
+		var req protocol.InvocationRequest
 		if json.Unmarshal(body, &req) == nil {
 			rec.mu.Lock()
-			rec.urls = append(rec.urls, req.Checkpoint.Url)
+			rec.urls = append(rec.urls, req.Checkpoint.URL)
 			rec.mu.Unlock()
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
@@ -102,7 +102,7 @@ func TestGatewayDiesDuringInvocation(t *testing.T) {
 
 	c := s.Client(t, s.Token)
 	res := awaitResult(t, c, run.ID)
-	require.Equal(t, api.RunStatusCompleted, res.Status, "one attempt allowed, and the recovery is not one")
+	require.Equal(t, protocol.RunStatusCompleted, res.Status, "one attempt allowed, and the recovery is not one")
 	require.JSONEq(t, `"done"`, string(*res.Output))
 	require.EqualValues(t, 1, calls.Load(), "the dead gateway's invocation never reached the function")
 
@@ -126,15 +126,15 @@ func TestSleepSurvivesGatewayStop(t *testing.T) {
 	a.Sync(t, a.ServeApp(t, rec))
 
 	ca := a.Client(t, a.Token)
-	start, err := ca.StartRunWithBodyWithResponse(ctx, "orders.checkout", &api.StartRunParams{},
+	start, err := ca.StartRunWithBodyWithResponse(ctx, "orders.checkout", &protocol.StartRunParams{},
 		"application/json", strings.NewReader(`{"sleep_ms":300}`))
 	require.NoError(t, err)
 	require.Equal(t, http.StatusAccepted, start.StatusCode(), string(start.Body))
-	id := start.JSON202.Id
+	id := start.JSON202.ID
 
 	// Stop a's invoker while the run sleeps, before its local timer fires.
 	deadline := time.Now().Add(10 * time.Second)
-	for getRun(t, ca, id).Status != api.RunStatusSuspended {
+	for getRun(t, ca, id).Status != protocol.RunStatusSuspended {
 		require.True(t, time.Now().Before(deadline), "the run did not reach its sleep")
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -147,13 +147,13 @@ func TestSleepSurvivesGatewayStop(t *testing.T) {
 	began := time.Now()
 	res := awaitResult(t, cb, id)
 	t.Logf("gateway b finished the run %s after it started, through River's scheduled job", time.Since(began).Round(time.Millisecond))
-	require.Equal(t, api.RunStatusCompleted, res.Status)
+	require.Equal(t, protocol.RunStatusCompleted, res.Status)
 
 	detail := getRun(t, cb, id)
 	require.Equal(t, 2, detail.Attempts, "one invocation before the sleep, one after")
 	require.Len(t, detail.Journal, 4)
 	sleep, ship := detail.Journal[2], detail.Journal[3]
-	require.Equal(t, api.EntryKindSleep, sleep.Kind)
+	require.Equal(t, protocol.EntryKindSleep, sleep.Kind)
 	require.Equal(t, "ship", ship.Name)
 	require.False(t, ship.FinishedAt.Before(*sleep.Until), "woken at its wake time, not before")
 
@@ -170,16 +170,16 @@ func TestLocalTimerWakesOnTime(t *testing.T) {
 	s := stack.Start(t, stack.Options{})
 	s.SyncExamples(t)
 	c := s.Client(t, s.Token)
-	start, err := c.StartRunWithBodyWithResponse(t.Context(), "orders.checkout", &api.StartRunParams{Wait: ptr("30s")},
+	start, err := c.StartRunWithBodyWithResponse(t.Context(), "orders.checkout", &protocol.StartRunParams{Wait: ptr("30s")},
 		"application/json", strings.NewReader(`{"sleep_ms":1000}`))
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, start.StatusCode(), string(start.Body))
-	require.Equal(t, api.RunStatusCompleted, start.JSON200.Status)
+	require.Equal(t, protocol.RunStatusCompleted, start.JSON200.Status)
 
-	run := getRun(t, c, start.JSON200.Id)
+	run := getRun(t, c, start.JSON200.ID)
 	require.Len(t, run.Journal, 4)
 	sleep, ship := run.Journal[2], run.Journal[3]
-	require.Equal(t, api.EntryKindSleep, sleep.Kind)
+	require.Equal(t, protocol.EntryKindSleep, sleep.Kind)
 	require.Equal(t, "ship", ship.Name)
 	late := ship.FinishedAt.Sub(*sleep.Until)
 	t.Logf("the step after a 1s sleep finished %s after the sleep's until (database clock)", late)
@@ -203,14 +203,14 @@ func TestStrandedRunsAreSwept(t *testing.T) {
 	})
 	require.NoError(t, err)
 	res := awaitResult(t, c, queued.ID)
-	require.Equal(t, api.RunStatusCompleted, res.Status)
+	require.Equal(t, protocol.RunStatusCompleted, res.Status)
 	require.JSONEq(t, `{"greeting":"Hello, swept!"}`, string(*res.Output))
 
 	// A sleeping run whose wake-up job an operator deletes through River's UI, on a
 	// gateway that has no timer for it (it stands for one that stopped).
 	resp := startRunAsync(t, c, "orders.checkout", `{"sleep_ms":300}`)
-	id := resp.Id
-	awaitCondition(t, 10*time.Second, func() bool { return getRun(t, c, id).Status == api.RunStatusSuspended }, "the run asleep")
+	id := resp.ID
+	awaitCondition(t, 10*time.Second, func() bool { return getRun(t, c, id).Status == protocol.RunStatusSuspended }, "the run asleep")
 	s.Invoker.Cancelled(id) // drops this process's timer, as a gateway restart would
 	var jobs []int64
 	rows, err := s.Pool.Query(ctx, `SELECT id FROM river_job WHERE kind = 'stepgate.invoke' AND args->>'run_id' = $1 AND state = 'scheduled'`, id)
@@ -227,12 +227,12 @@ func TestStrandedRunsAreSwept(t *testing.T) {
 		require.NoError(t, err)
 	}
 	res = awaitResult(t, c, id)
-	require.Equal(t, api.RunStatusCompleted, res.Status, "woken by the sweep")
+	require.Equal(t, protocol.RunStatusCompleted, res.Status, "woken by the sweep")
 }
 
-func startRunAsync(t *testing.T, c *api.ClientWithResponses, name, input string) api.RunResult {
+func startRunAsync(t *testing.T, c *protocol.ClientWithResponses, name, input string) protocol.RunResult {
 	t.Helper()
-	resp, err := c.StartRunWithBodyWithResponse(t.Context(), name, &api.StartRunParams{}, "application/json", strings.NewReader(input))
+	resp, err := c.StartRunWithBodyWithResponse(t.Context(), name, &protocol.StartRunParams{}, "application/json", strings.NewReader(input))
 	require.NoError(t, err)
 	require.Equal(t, http.StatusAccepted, resp.StatusCode(), string(resp.Body))
 	return *resp.JSON202

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/stepgate/stepgate/functions/names"
-	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // Defaults of a function's config.
@@ -57,7 +57,7 @@ type FunctionConfig struct {
 // ParseConfig reads a function's stored or submitted config, applying defaults, and
 // says what is wrong with it in words fit for an API error.
 func ParseConfig(raw json.RawMessage) (FunctionConfig, error) {
-	var c api.FunctionConfig
+	var c protocol.FunctionConfig
 	if len(raw) > 0 {
 		if err := json.Unmarshal(raw, &c); err != nil {
 			return FunctionConfig{}, fmt.Errorf("config is not valid: %w", err)
@@ -89,7 +89,7 @@ func ParseConfig(raw json.RawMessage) (FunctionConfig, error) {
 }
 
 // ParseRetryPolicy applies p's fields over def.
-func ParseRetryPolicy(p *api.RetryPolicy, def RetryPolicy) (RetryPolicy, error) {
+func ParseRetryPolicy(p *protocol.RetryPolicy, def RetryPolicy) (RetryPolicy, error) {
 	if p == nil {
 		return def, nil
 	}
@@ -170,7 +170,7 @@ func (l Limits) Bounds() journal.Bounds {
 
 // CheckConfig says what in a function's config, as registered, passes l, in words fit
 // for an API error that name the limit: fc is c parsed by [ParseConfig].
-func (l Limits) CheckConfig(c api.FunctionConfig, fc FunctionConfig) error {
+func (l Limits) CheckConfig(c protocol.FunctionConfig, fc FunctionConfig) error {
 	switch {
 	case fc.Timeout > l.MaxTimeout:
 		return fmt.Errorf("config.timeout %s is longer than the gateway's limit of %s (STEPGATE_MAX_FUNCTION_TIMEOUT)", fc.Timeout, l.MaxTimeout)

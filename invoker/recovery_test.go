@@ -15,10 +15,10 @@ import (
 
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/functions"
-	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/internal/pgtest"
 	"github.com/stepgate/stepgate/internal/stack"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // blocker is a function whose first invocation blocks until release is closed or its
@@ -63,14 +63,14 @@ func (b *blocker) awaitEntered(t *testing.T) string {
 
 // startBlocked registers a blocker function called name on s, starts a run of it and
 // returns once its first invocation has begun.
-func startBlocked(t *testing.T, s *stack.Stack, name string) (*blocker, *api.ClientWithResponses, string) {
+func startBlocked(t *testing.T, s *stack.Stack, name string) (*blocker, *protocol.ClientWithResponses, string) {
 	t.Helper()
 	b := newBlocker()
 	app := s.NewApp()
 	b.register(app, name)
 	s.Sync(t, s.ServeApp(t, app))
 	c := s.Client(t, s.Token)
-	id := startRunAsync(t, c, name, `{}`).Id
+	id := startRunAsync(t, c, name, `{}`).ID
 	require.Equal(t, id, b.awaitEntered(t))
 	return b, c, id
 }
@@ -95,7 +95,7 @@ func TestLeaseIsRenewedWhileTheFunctionRuns(t *testing.T) {
 	close(b.release)
 
 	res := awaitResult(t, c, id)
-	require.Equal(t, api.RunStatusCompleted, res.Status)
+	require.Equal(t, protocol.RunStatusCompleted, res.Status)
 	require.JSONEq(t, `"first"`, string(*res.Output))
 	detail := getRun(t, c, id)
 	require.Equal(t, 1, detail.Attempts)
@@ -127,7 +127,7 @@ func TestLostLeaseAbandonsTheCall(t *testing.T) {
 	}))
 
 	res := awaitResult(t, c, id)
-	require.Equal(t, api.RunStatusCompleted, res.Status)
+	require.Equal(t, protocol.RunStatusCompleted, res.Status)
 	require.JSONEq(t, `"later"`, string(*res.Output))
 	awaitCondition(t, 30*time.Second, b.abandoned.Load, "the first call abandoned")
 	detail := getRun(t, c, id)
@@ -161,7 +161,7 @@ func TestDrainLetsInvocationsFinish(t *testing.T) {
 	require.Zero(t, s.Invoker.InFlight())
 
 	detail := getRun(t, c, id)
-	require.Equal(t, api.RunStatusCompleted, detail.Status)
+	require.Equal(t, protocol.RunStatusCompleted, detail.Status)
 	require.Equal(t, 1, detail.Attempts)
 	require.Equal(t, 0, detail.Recoveries)
 }
@@ -182,7 +182,7 @@ func TestDrainHandsOverTheRest(t *testing.T) {
 	go func() {
 		// A caller waits on gateway a, which invokes the run itself.
 		_, _ = ca.StartRunWithBodyWithResponse(context.WithoutCancel(t.Context()), "handed",
-			&api.StartRunParams{Wait: ptr("30s")}, "application/json", strings.NewReader(`{}`))
+			&protocol.StartRunParams{Wait: ptr("30s")}, "application/json", strings.NewReader(`{}`))
 	}()
 	id := b.awaitEntered(t)
 
@@ -196,7 +196,7 @@ func TestDrainHandsOverTheRest(t *testing.T) {
 
 	other := stack.Start(t, stack.Options{DatabaseURL: dbURL})
 	res := awaitResult(t, other.Client(t, other.Token), id)
-	require.Equal(t, api.RunStatusCompleted, res.Status)
+	require.Equal(t, protocol.RunStatusCompleted, res.Status)
 	require.JSONEq(t, `"later"`, string(*res.Output))
 	detail := getRun(t, other.Client(t, other.Token), id)
 	require.Equal(t, 2, detail.Attempts)
@@ -232,9 +232,9 @@ func TestMaxRecoveries(t *testing.T) {
 			return s.Invoker.Enqueue(ctx, tx, run.ID)
 		}))
 	}
-	require.Equal(t, api.RunStatusCompleted, awaitResult(t, c, runs[3]).Status, "at the limit, the run goes on")
+	require.Equal(t, protocol.RunStatusCompleted, awaitResult(t, c, runs[3]).Status, "at the limit, the run goes on")
 	res := awaitResult(t, c, runs[4])
-	require.Equal(t, api.RunStatusFailed, res.Status)
+	require.Equal(t, protocol.RunStatusFailed, res.Status)
 	require.Equal(t, "max_recoveries", res.Error.Type)
 	require.Contains(t, res.Error.Message, "recovered 4 times in a row")
 	require.Contains(t, res.Error.Message, "limit of 3 (STEPGATE_MAX_RECOVERIES)")
@@ -270,8 +270,8 @@ func TestFunctionClosesTheConnection(t *testing.T) {
 		"hangup": "the function closed the connection after accepting the request, without answering (attempt 1 of 1; giving up)",
 		"cutoff": "the function closed the connection in the middle of its answer (HTTP 200, after 15 bytes of its body) (attempt 1 of 1; giving up)",
 	} {
-		res := awaitResult(t, c, startRunAsync(t, c, name, `{}`).Id)
-		require.Equal(t, api.RunStatusFailed, res.Status, name)
+		res := awaitResult(t, c, startRunAsync(t, c, name, `{}`).ID)
+		require.Equal(t, protocol.RunStatusFailed, res.Status, name)
 		require.Equal(t, "connection", res.Error.Type, name)
 		require.Equal(t, want, res.Error.Message, name)
 	}

@@ -20,8 +20,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepgate/stepgate/auth"
-	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/internal/stack"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // chromium returns the browser to drive: $STEPGATE_CHROMIUM, else Debian's chromium.
@@ -246,10 +246,10 @@ func (b *browser) pageExceptions() []string {
 }
 
 // start starts a run of name without waiting and returns its id.
-func start(t *testing.T, c *api.ClientWithResponses, name, input string, params *api.StartRunParams) string {
+func start(t *testing.T, c *protocol.ClientWithResponses, name, input string, params *protocol.StartRunParams) string {
 	t.Helper()
 	if params == nil {
-		params = &api.StartRunParams{}
+		params = &protocol.StartRunParams{}
 	}
 	resp, err := c.StartRunWithBodyWithResponse(t.Context(), name, params, "application/json", strings.NewReader(input))
 	require.NoError(t, err)
@@ -258,10 +258,10 @@ func start(t *testing.T, c *api.ClientWithResponses, name, input string, params 
 		res = resp.JSON200
 	}
 	require.NotNil(t, res, "start %s: HTTP %d: %s", name, resp.StatusCode(), resp.Body)
-	return res.Id
+	return res.ID
 }
 
-func getRun(t *testing.T, c *api.ClientWithResponses, id string) api.RunDetail {
+func getRun(t *testing.T, c *protocol.ClientWithResponses, id string) protocol.RunDetail {
 	t.Helper()
 	resp, err := c.GetRunWithResponse(t.Context(), id, nil)
 	require.NoError(t, err)
@@ -337,7 +337,7 @@ func TestDashboard(t *testing.T) {
 		runs["chain"] = start(t, c, "chain", `{"steps":12}`, nil)
 		runs["failed"] = start(t, c, "flaky", `{"fail_times":5}`, nil)
 		runs["retried"] = start(t, c, "flaky", `{"fail_times":1}`, nil)
-		runs["napped"] = start(t, c, "orders.checkout", `{"order_id":"o-1002","amount":1999,"sleep_ms":1200}`, &api.StartRunParams{IdempotencyKey: new("order-o-1002")})
+		runs["napped"] = start(t, c, "orders.checkout", `{"order_id":"o-1002","amount":1999,"sleep_ms":1200}`, &protocol.StartRunParams{IdempotencyKey: new("order-o-1002")})
 		runs["sleeping"] = start(t, c, "orders.checkout", `{"order_id":"o-1003","amount":990,"sleep_ms":30000}`, nil)
 		b.visible("the new run appears", row(checkout))
 		b.visible("the run completes", rowStatus(checkout, "completed"))
@@ -400,7 +400,7 @@ func TestDashboard(t *testing.T) {
 		t.Logf("screenshot: %s", b.screenshot("run-cancel-dialog"))
 		b.click("confirm", "dialog[open] [data-testid=confirm]")
 		b.visible("it shows cancelled", runStatus("cancelled"))
-		require.Equal(t, api.RunStatusCancelled, getRun(t, c, id).Status)
+		require.Equal(t, protocol.RunStatusCancelled, getRun(t, c, id).Status)
 		require.Contains(t, b.text("who cancelled", "[data-testid=cancelled-by]"), "tester")
 		b.visible("the step stays open across the refresh", `details[data-testid="step-charge"][open] [data-testid=step-output]`)
 		gone := run(b, "no cancel button on a finished run", chromedp.Evaluate[bool](`!document.querySelector("[data-testid=cancel-run]")`))

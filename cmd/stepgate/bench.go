@@ -17,7 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // Bench settings that have no flag.
@@ -247,7 +247,7 @@ func (c *cli) bench(ctx context.Context, args []string) error {
 
 // benchPreflight checks that the gateway answers and knows every function,
 // so that a typo fails at once instead of as a cell full of 404s.
-func benchPreflight(ctx context.Context, cl *api.ClientWithResponses, functions []string) error {
+func benchPreflight(ctx context.Context, cl *protocol.ClientWithResponses, functions []string) error {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	for _, fn := range functions {
@@ -271,7 +271,7 @@ type benchWorker struct {
 // runBenchPhase runs conc goroutines that each start runs of fn and wait for
 // their results, back to back, until d has passed; a request in flight at
 // the end is finished and counted. It returns the phase's cell.
-func runBenchPhase(ctx context.Context, cl *api.ClientWithResponses, fn string, input []byte, conc int, d time.Duration) benchCell {
+func runBenchPhase(ctx context.Context, cl *protocol.ClientWithResponses, fn string, input []byte, conc int, d time.Duration) benchCell {
 	workers := make([]benchWorker, conc)
 	start := time.Now()
 	deadline := start.Add(d)
@@ -320,11 +320,11 @@ func runBenchPhase(ctx context.Context, cl *api.ClientWithResponses, fn string, 
 
 // benchOnce starts one run of fn with ?wait and reports whether it
 // completed; if not, kind says why.
-func benchOnce(ctx context.Context, cl *api.ClientWithResponses, fn string, input []byte) (ok bool, kind string) {
+func benchOnce(ctx context.Context, cl *protocol.ClientWithResponses, fn string, input []byte) (ok bool, kind string) {
 	ctx, cancel := context.WithTimeout(ctx, benchRequestLimit)
 	defer cancel()
 	wait := benchWait
-	resp, err := cl.StartRunWithBodyWithResponse(ctx, fn, &api.StartRunParams{Wait: &wait}, "application/json", bytes.NewReader(input))
+	resp, err := cl.StartRunWithBodyWithResponse(ctx, fn, &protocol.StartRunParams{Wait: &wait}, "application/json", bytes.NewReader(input))
 	if err != nil {
 		return false, truncate(err.Error(), 120)
 	}

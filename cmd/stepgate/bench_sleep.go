@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // benchSleep is how late runs wake from a durable sleep: the time from a sleep's wake
@@ -24,7 +24,7 @@ type benchSleep struct {
 // measureSleep starts n runs of orders.checkout that sleep for d between charge and
 // ship, one every spacing so their wake-ups do not all coincide, waits for each, and
 // reads each run's journal to see how late it woke.
-func measureSleep(ctx context.Context, cl *api.ClientWithResponses, d time.Duration, n int, spacing time.Duration) *benchSleep {
+func measureSleep(ctx context.Context, cl *protocol.ClientWithResponses, d time.Duration, n int, spacing time.Duration) *benchSleep {
 	out := &benchSleep{Sleep: d.String(), Runs: n}
 	input := fmt.Sprintf(`{"sleep_ms":%d}`, d.Milliseconds())
 	wait := (d + 30*time.Second).String()
@@ -57,19 +57,19 @@ func measureSleep(ctx context.Context, cl *api.ClientWithResponses, d time.Durat
 	return out
 }
 
-func sleepOnce(ctx context.Context, cl *api.ClientWithResponses, input, wait string) (time.Duration, bool) {
-	resp, err := cl.StartRunWithBodyWithResponse(ctx, "orders.checkout", &api.StartRunParams{Wait: &wait},
+func sleepOnce(ctx context.Context, cl *protocol.ClientWithResponses, input, wait string) (time.Duration, bool) {
+	resp, err := cl.StartRunWithBodyWithResponse(ctx, "orders.checkout", &protocol.StartRunParams{Wait: &wait},
 		"application/json", strings.NewReader(input))
-	if err != nil || resp.JSON200 == nil || resp.JSON200.Status != api.RunStatusCompleted {
+	if err != nil || resp.JSON200 == nil || resp.JSON200.Status != protocol.RunStatusCompleted {
 		return 0, false
 	}
-	run, err := cl.GetRunWithResponse(ctx, resp.JSON200.Id, nil)
+	run, err := cl.GetRunWithResponse(ctx, resp.JSON200.ID, nil)
 	if err != nil || run.JSON200 == nil {
 		return 0, false
 	}
 	j := run.JSON200.Journal
 	for i, e := range j {
-		if e.Kind == api.EntryKindSleep && e.Until != nil && i+1 < len(j) && j[i+1].StartedAt != nil {
+		if e.Kind == protocol.EntryKindSleep && e.Until != nil && i+1 < len(j) && j[i+1].StartedAt != nil {
 			return j[i+1].StartedAt.Sub(*e.Until), true
 		}
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // newTestCLI returns a cli with env as its environment, stdin as piped input
@@ -221,8 +221,8 @@ func TestParseRunsList(t *testing.T) {
 	c, _, _ := newTestCLI(nil, "")
 	o, err := c.parseRunsList([]string{"--function", "hello", "--status", "failed", "--limit", "10", "--cursor", "abc"})
 	require.NoError(t, err)
-	status := api.RunStatus("failed")
-	require.Equal(t, api.ListRunsParams{
+	status := protocol.RunStatus("failed")
+	require.Equal(t, protocol.ListRunsParams{
 		Function: ptr("hello"),
 		Status:   &status,
 		Limit:    ptr(10),
@@ -231,7 +231,7 @@ func TestParseRunsList(t *testing.T) {
 
 	o, err = c.parseRunsList(nil)
 	require.NoError(t, err)
-	require.Equal(t, api.ListRunsParams{}, o.params)
+	require.Equal(t, protocol.ListRunsParams{}, o.params)
 
 	_, err = c.parseRunsList([]string{"--status", "done"})
 	require.ErrorContains(t, err, `unknown status "done"`)

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // defaultGateway is where the client commands look for a gateway when neither
@@ -66,7 +66,7 @@ func (c *cli) token(f *clientFlags) string {
 // client returns a generated API client for the gateway the flags name whose
 // every request carries the bearer token. hc may be nil for a default
 // http.Client.
-func (c *cli) client(f *clientFlags, hc *http.Client) (*api.ClientWithResponses, error) {
+func (c *cli) client(f *clientFlags, hc *http.Client) (*protocol.ClientWithResponses, error) {
 	base, err := c.gatewayURL(f)
 	if err != nil {
 		return nil, err
@@ -74,11 +74,11 @@ func (c *cli) client(f *clientFlags, hc *http.Client) (*api.ClientWithResponses,
 	if hc == nil {
 		hc = &http.Client{}
 	}
-	opts := []api.ClientOption{api.WithHTTPClient(hc)}
+	opts := []protocol.ClientOption{protocol.WithHTTPClient(hc)}
 	if tok := c.token(f); tok != "" {
-		opts = append(opts, api.WithRequestEditorFn(bearer(tok)))
+		opts = append(opts, protocol.WithRequestEditorFn(bearer(tok)))
 	}
-	cl, err := api.NewClientWithResponses(base, opts...)
+	cl, err := protocol.NewClientWithResponses(base, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("gateway client: %w", err)
 	}
@@ -86,7 +86,7 @@ func (c *cli) client(f *clientFlags, hc *http.Client) (*api.ClientWithResponses,
 }
 
 // bearer returns a request editor that adds "Authorization: Bearer <token>".
-func bearer(token string) api.RequestEditorFn {
+func bearer(token string) protocol.RequestEditorFn {
 	return func(_ context.Context, req *http.Request) error {
 		req.Header.Set("Authorization", "Bearer "+token)
 		return nil
@@ -129,7 +129,7 @@ func (e *apiError) Error() string {
 func problemError(status int, body []byte) *apiError {
 	e := &apiError{Status: status}
 	var p struct {
-		api.Problem
+		protocol.Problem
 		Message any `json:"message"`
 	}
 	if json.Unmarshal(body, &p) == nil {
@@ -172,7 +172,7 @@ func printRaw(w io.Writer, body []byte) error {
 // its problem, and prints the raw body with --json, else what show prints. what names
 // the request in errors ("get run").
 func singleRequest[R response](ctx context.Context, c *cli, args []string, cmd, argName, what string, want []int,
-	send func(context.Context, *api.ClientWithResponses, string) (R, error), show func(resp R, arg string) error) error {
+	send func(context.Context, *protocol.ClientWithResponses, string) (R, error), show func(resp R, arg string) error) error {
 	fs := c.newFlagSet(cmd, argName)
 	cf := addClientFlags(fs, true)
 	var names []string

@@ -11,7 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // Widths past which JSON values are cut in text output; --json shows them
@@ -50,7 +50,7 @@ func compactJSON(raw []byte, width int) string {
 }
 
 // jsonPtr returns the bytes of an optional JSON value.
-func jsonPtr(p *api.AnyJSON) []byte {
+func jsonPtr(p *protocol.AnyJSON) []byte {
 	if p == nil {
 		return nil
 	}
@@ -99,7 +99,7 @@ func between(start, end *time.Time) string {
 }
 
 // formatError prints an ErrorInfo as "type: message", marking retryable ones.
-func formatError(e *api.ErrorInfo) string {
+func formatError(e *protocol.ErrorInfo) string {
 	if e == nil {
 		return "-"
 	}
@@ -115,7 +115,7 @@ func formatError(e *api.ErrorInfo) string {
 
 // functionTimeout prints a function's configured timeout, or "-" when it
 // uses the gateway's default.
-func functionTimeout(cfg api.FunctionConfig) string {
+func functionTimeout(cfg protocol.FunctionConfig) string {
 	if cfg.Timeout == nil || *cfg.Timeout == "" {
 		return "-"
 	}
@@ -123,21 +123,21 @@ func functionTimeout(cfg api.FunctionConfig) string {
 }
 
 // writeFunctionsTable writes functions as a table: NAME REVISION URL TIMEOUT.
-func writeFunctionsTable(w io.Writer, fns []api.Function) error {
+func writeFunctionsTable(w io.Writer, fns []protocol.Function) error {
 	tw := newTable(w)
 	fmt.Fprintln(tw, "NAME\tREVISION\tURL\tTIMEOUT")
 	for _, f := range fns {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", f.Name, f.Revision, f.Url, functionTimeout(f.Config))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", f.Name, f.Revision, f.URL, functionTimeout(f.Config))
 	}
 	return tw.Flush()
 }
 
 // writeFunction writes one function revision as "key  value" lines.
-func writeFunction(w io.Writer, f *api.Function, loc *time.Location) error {
+func writeFunction(w io.Writer, f *protocol.Function, loc *time.Location) error {
 	tw := newTable(w)
 	fmt.Fprintf(tw, "name\t%s\n", f.Name)
 	fmt.Fprintf(tw, "revision\t%d\n", f.Revision)
-	fmt.Fprintf(tw, "url\t%s\n", f.Url)
+	fmt.Fprintf(tw, "url\t%s\n", f.URL)
 	fmt.Fprintf(tw, "timeout\t%s\n", functionTimeout(f.Config))
 	if r := f.Config.Retries; r != nil {
 		if r.MaxAttempts != nil {
@@ -156,18 +156,18 @@ func writeFunction(w io.Writer, f *api.Function, loc *time.Location) error {
 
 // writeRunsTable writes runs as a table: ID FUNCTION STATUS ATTEMPTS CREATED
 // DURATION, where DURATION is from creation to the end, "-" while running.
-func writeRunsTable(w io.Writer, runs []api.Run, loc *time.Location) error {
+func writeRunsTable(w io.Writer, runs []protocol.Run, loc *time.Location) error {
 	tw := newTable(w)
 	fmt.Fprintln(tw, "ID\tFUNCTION\tSTATUS\tATTEMPTS\tCREATED\tDURATION")
 	for _, r := range runs {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n",
-			r.Id, r.Function, r.Status, r.Attempts, formatTime(&r.CreatedAt, loc), between(&r.CreatedAt, r.FinishedAt))
+			r.ID, r.Function, r.Status, r.Attempts, formatTime(&r.CreatedAt, loc), between(&r.CreatedAt, r.FinishedAt))
 	}
 	return tw.Flush()
 }
 
 // formatIdentity prints who started a run.
-func formatIdentity(id api.Identity) string {
+func formatIdentity(id protocol.Identity) string {
 	roles := "-"
 	if len(id.Roles) > 0 {
 		roles = strings.Join(id.Roles, ",")
@@ -191,17 +191,17 @@ func orDash(s string) string {
 
 // writeRunDetail writes a run's header, its journal as a numbered list and
 // its failed attempts. JSON values are cut to keep lines readable.
-func writeRunDetail(w io.Writer, r *api.RunDetail, loc *time.Location) error {
+func writeRunDetail(w io.Writer, r *protocol.RunDetail, loc *time.Location) error {
 	tw := newTable(w)
-	fmt.Fprintf(tw, "run\t%s\n", r.Id)
+	fmt.Fprintf(tw, "run\t%s\n", r.ID)
 	fmt.Fprintf(tw, "function\t%s@%d\n", r.Function, r.Revision)
 	fmt.Fprintf(tw, "status\t%s\n", statusLine(r))
 	fmt.Fprintf(tw, "identity\t%s\n", formatIdentity(r.Identity))
 	if r.IdempotencyKey != nil && *r.IdempotencyKey != "" {
 		fmt.Fprintf(tw, "idempotency key\t%s\n", *r.IdempotencyKey)
 	}
-	if r.ParentId != nil && *r.ParentId != "" {
-		fmt.Fprintf(tw, "parent\t%s\n", *r.ParentId)
+	if r.ParentID != nil && *r.ParentID != "" {
+		fmt.Fprintf(tw, "parent\t%s\n", *r.ParentID)
 	}
 	if r.Input != nil {
 		fmt.Fprintf(tw, "input\t%s\n", compactJSON(*r.Input, headerJSONWidth))
@@ -238,7 +238,7 @@ func writeRunDetail(w io.Writer, r *api.RunDetail, loc *time.Location) error {
 }
 
 // statusLine prints a run's status with its attempt count.
-func statusLine(r *api.RunDetail) string {
+func statusLine(r *protocol.RunDetail) string {
 	switch r.Attempts {
 	case 0:
 		return string(r.Status)
@@ -253,7 +253,7 @@ func statusLine(r *api.RunDetail) string {
 //
 //	1  step   reserve   {"ok":true}   attempt 1   2ms
 //	2  sleep  cool-off  until 2026-01-02 15:04:05.000 UTC
-func writeJournal(w io.Writer, entries []api.JournalEntry, loc *time.Location) error {
+func writeJournal(w io.Writer, entries []protocol.JournalEntry, loc *time.Location) error {
 	if len(entries) == 0 {
 		_, err := fmt.Fprintln(w, "journal: no entries yet")
 		return err
@@ -280,7 +280,7 @@ func writeJournal(w io.Writer, entries []api.JournalEntry, loc *time.Location) e
 }
 
 // writeFailures writes a run's failed attempts; seq 0 is a whole invocation.
-func writeFailures(w io.Writer, fs []api.AttemptFailure, loc *time.Location) error {
+func writeFailures(w io.Writer, fs []protocol.AttemptFailure, loc *time.Location) error {
 	fmt.Fprintf(w, "failed attempts (%d):\n", len(fs))
 	tw := newTable(w)
 	for _, f := range fs {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 var t0 = time.Date(2026, 1, 2, 15, 4, 5, 0, time.UTC)
@@ -18,8 +18,8 @@ func at(d time.Duration) *time.Time {
 	return &t
 }
 
-func raw(s string) *api.AnyJSON {
-	j := api.AnyJSON(s)
+func raw(s string) *protocol.AnyJSON {
+	j := protocol.AnyJSON(s)
 	return &j
 }
 
@@ -55,9 +55,9 @@ func TestWriteFunctionsTable(t *testing.T) {
 	t.Parallel()
 
 	var b bytes.Buffer
-	require.NoError(t, writeFunctionsTable(&b, []api.Function{
-		{Name: "hello", Revision: 1, Url: "http://127.0.0.1:9090/hello", CreatedAt: t0},
-		{Name: "orders.checkout", Revision: 12, Url: "http://127.0.0.1:9090/orders.checkout", Config: api.FunctionConfig{Timeout: ptr("30s")}, CreatedAt: t0},
+	require.NoError(t, writeFunctionsTable(&b, []protocol.Function{
+		{Name: "hello", Revision: 1, URL: "http://127.0.0.1:9090/hello", CreatedAt: t0},
+		{Name: "orders.checkout", Revision: 12, URL: "http://127.0.0.1:9090/orders.checkout", Config: protocol.FunctionConfig{Timeout: ptr("30s")}, CreatedAt: t0},
 	}))
 	require.Equal(t, ""+
 		"NAME             REVISION  URL                                    TIMEOUT\n"+
@@ -69,9 +69,9 @@ func TestWriteFunction(t *testing.T) {
 	t.Parallel()
 
 	var b bytes.Buffer
-	require.NoError(t, writeFunction(&b, &api.Function{
-		Name: "orders.checkout", Revision: 3, Url: "http://fn/checkout", CreatedAt: t0,
-		Config: api.FunctionConfig{Timeout: ptr("30s"), Retries: &api.RetryPolicy{MaxAttempts: ptr(5)}},
+	require.NoError(t, writeFunction(&b, &protocol.Function{
+		Name: "orders.checkout", Revision: 3, URL: "http://fn/checkout", CreatedAt: t0,
+		Config: protocol.FunctionConfig{Timeout: ptr("30s"), Retries: &protocol.RetryPolicy{MaxAttempts: ptr(5)}},
 	}, time.UTC))
 	require.Equal(t, ""+
 		"name          orders.checkout\n"+
@@ -86,9 +86,9 @@ func TestWriteRunsTable(t *testing.T) {
 	t.Parallel()
 
 	var b bytes.Buffer
-	require.NoError(t, writeRunsTable(&b, []api.Run{
-		{Id: "0190c6d2-0000-7000-8000-000000000001", Function: "orders.checkout", Status: "completed", Attempts: 1, CreatedAt: t0, FinishedAt: at(12 * time.Millisecond)},
-		{Id: "0190c6d2-0000-7000-8000-000000000002", Function: "hello", Status: "running", Attempts: 2, CreatedAt: *at(time.Hour)},
+	require.NoError(t, writeRunsTable(&b, []protocol.Run{
+		{ID: "0190c6d2-0000-7000-8000-000000000001", Function: "orders.checkout", Status: "completed", Attempts: 1, CreatedAt: t0, FinishedAt: at(12 * time.Millisecond)},
+		{ID: "0190c6d2-0000-7000-8000-000000000002", Function: "hello", Status: "running", Attempts: 2, CreatedAt: *at(time.Hour)},
 	}, time.UTC))
 	require.Equal(t, ""+
 		"ID                                    FUNCTION         STATUS     ATTEMPTS  CREATED              DURATION\n"+
@@ -101,22 +101,22 @@ func TestWriteRunDetail(t *testing.T) {
 
 	t.Run("CompletedWithFailures", func(t *testing.T) {
 		t.Parallel()
-		run := &api.RunDetail{
-			Id:       "0190c6d2-0000-7000-8000-000000000001",
+		run := &protocol.RunDetail{
+			ID:       "0190c6d2-0000-7000-8000-000000000001",
 			Function: "orders.checkout", Revision: 3, Status: "completed", Attempts: 2,
-			Identity:       api.Identity{Subject: "dev", Tenant: "acme", Roles: []string{"admin", "ops"}},
+			Identity:       protocol.Identity{Subject: "dev", Tenant: "acme", Roles: []string{"admin", "ops"}},
 			IdempotencyKey: ptr("k1"),
 			Input:          raw(`{ "cart": [1, 2] }`),
 			Output:         raw(`{"order":"o-1"}`),
 			CreatedAt:      t0, StartedAt: at(3 * time.Millisecond), FinishedAt: at(45 * time.Millisecond),
-			Journal: []api.JournalEntry{
+			Journal: []protocol.JournalEntry{
 				{Seq: 1, Kind: "step", Name: "reserve", Output: raw(`{"ok": true}`), Attempt: ptr(1), StartedAt: at(4 * time.Millisecond), FinishedAt: at(6 * time.Millisecond)},
 				{Seq: 2, Kind: "sleep", Name: "cool-off", Until: at(10 * time.Millisecond)},
 				{Seq: 3, Kind: "step", Name: "charge", Output: raw(`"ch_1"`), Attempt: ptr(2), StartedAt: at(20 * time.Millisecond), FinishedAt: at(41 * time.Millisecond)},
 			},
-			Failures: []api.AttemptFailure{
-				{Seq: 3, Name: ptr("charge"), Attempt: 1, Error: api.ErrorInfo{Type: "card_declined", Message: "try again", Retryable: ptr(true)}, CreatedAt: *at(15 * time.Millisecond)},
-				{Seq: 0, Attempt: 1, Error: api.ErrorInfo{Type: "timeout", Message: "no answer in 30s"}, CreatedAt: *at(16 * time.Millisecond)},
+			Failures: []protocol.AttemptFailure{
+				{Seq: 3, Name: ptr("charge"), Attempt: 1, Error: protocol.ErrorInfo{Type: "card_declined", Message: "try again", Retryable: ptr(true)}, CreatedAt: *at(15 * time.Millisecond)},
+				{Seq: 0, Attempt: 1, Error: protocol.ErrorInfo{Type: "timeout", Message: "no answer in 30s"}, CreatedAt: *at(16 * time.Millisecond)},
 			},
 		}
 		var b bytes.Buffer
@@ -146,14 +146,14 @@ func TestWriteRunDetail(t *testing.T) {
 
 	t.Run("FailedWithoutJournal", func(t *testing.T) {
 		t.Parallel()
-		run := &api.RunDetail{
-			Id: "r2", Function: "hello", Revision: 1, Status: "failed", Attempts: 1,
-			Identity:  api.Identity{Subject: "svc", Tenant: "t", Claims: map[string]any{"plan": "pro"}},
+		run := &protocol.RunDetail{
+			ID: "r2", Function: "hello", Revision: 1, Status: "failed", Attempts: 1,
+			Identity:  protocol.Identity{Subject: "svc", Tenant: "t", Claims: map[string]any{"plan": "pro"}},
 			Input:     raw(`null`),
-			Error:     &api.ErrorInfo{Type: "http_status", Message: "function answered 500"},
+			Error:     &protocol.ErrorInfo{Type: "http_status", Message: "function answered 500"},
 			CreatedAt: t0,
-			Journal:   []api.JournalEntry{},
-			Failures:  []api.AttemptFailure{},
+			Journal:   []protocol.JournalEntry{},
+			Failures:  []protocol.AttemptFailure{},
 		}
 		var b bytes.Buffer
 		require.NoError(t, writeRunDetail(&b, run, time.UTC))
@@ -174,9 +174,9 @@ func TestWriteRunDetail(t *testing.T) {
 		long, err := json.Marshal(map[string]string{"blob": string(bytes.Repeat([]byte("x"), 100))})
 		require.NoError(t, err)
 		var b bytes.Buffer
-		require.NoError(t, writeJournal(&b, []api.JournalEntry{
+		require.NoError(t, writeJournal(&b, []protocol.JournalEntry{
 			{Seq: 1, Kind: "step", Name: "big", Output: raw(string(long))},
-			{Seq: 2, Kind: "step", Name: "pay", Error: &api.ErrorInfo{Type: "declined", Message: "no funds"}, Attempt: ptr(3)},
+			{Seq: 2, Kind: "step", Name: "pay", Error: &protocol.ErrorInfo{Type: "declined", Message: "no funds"}, Attempt: ptr(3)},
 		}, time.UTC))
 		require.Equal(t, ""+
 			"journal (2 entries):\n"+
@@ -189,15 +189,15 @@ func TestWriteInvokeResult(t *testing.T) {
 	t.Parallel()
 
 	var b bytes.Buffer
-	require.NoError(t, writeInvokeResult(&b, 202, &api.RunResult{Id: "r1", Status: "queued"}))
+	require.NoError(t, writeInvokeResult(&b, 202, &protocol.RunResult{ID: "r1", Status: "queued"}))
 	require.Equal(t, "run r1 is queued\nattach: stepgate runs get r1\n", b.String())
 
 	b.Reset()
-	require.NoError(t, writeInvokeResult(&b, 200, &api.RunResult{Id: "r1", Status: "completed", Output: raw(`{"greeting":"hi"}`)}))
+	require.NoError(t, writeInvokeResult(&b, 200, &protocol.RunResult{ID: "r1", Status: "completed", Output: raw(`{"greeting":"hi"}`)}))
 	require.Equal(t, "run r1 completed\n{\"greeting\":\"hi\"}\n", b.String())
 
 	b.Reset()
-	err := writeInvokeResult(&b, 200, &api.RunResult{Id: "r1", Status: "failed", Error: &api.ErrorInfo{Type: "boom", Message: "it broke"}})
+	err := writeInvokeResult(&b, 200, &protocol.RunResult{ID: "r1", Status: "failed", Error: &protocol.ErrorInfo{Type: "boom", Message: "it broke"}})
 	require.EqualError(t, err, "run r1 failed: boom: it broke (details: stepgate runs get r1)")
 	require.Equal(t, "run r1 failed\n", b.String())
 }

@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // requestTimeout bounds every client request that does not wait for a run.
@@ -30,15 +30,15 @@ func (c *cli) functionsRegister(ctx context.Context, args []string) error {
 	if *timeout < 0 || *maxAttempts < 0 {
 		return usagef("functions register: --timeout and --max-attempts must not be negative")
 	}
-	reg := api.FunctionRegistration{Url: *fnURL}
+	reg := protocol.FunctionRegistration{URL: *fnURL}
 	if *timeout > 0 || *maxAttempts > 0 {
-		reg.Config = &api.FunctionConfig{}
+		reg.Config = &protocol.FunctionConfig{}
 		if *timeout > 0 {
 			t := timeout.String()
 			reg.Config.Timeout = &t
 		}
 		if *maxAttempts > 0 {
-			reg.Config.Retries = &api.RetryPolicy{MaxAttempts: maxAttempts}
+			reg.Config.Retries = &protocol.RetryPolicy{MaxAttempts: maxAttempts}
 		}
 	}
 
@@ -62,17 +62,17 @@ func (c *cli) functionsRegister(ctx context.Context, args []string) error {
 	if f == nil {
 		return fmt.Errorf("register function %s: unexpected response %q", name, resp.ContentType())
 	}
-	_, err = fmt.Fprintf(c.stdout, "registered %s revision %d -> %s\n", f.Name, f.Revision, f.Url)
+	_, err = fmt.Fprintf(c.stdout, "registered %s revision %d -> %s\n", f.Name, f.Revision, f.URL)
 	return err
 }
 
 // functionsList runs "stepgate functions list".
 func (c *cli) functionsList(ctx context.Context, args []string) error {
 	return singleRequest(ctx, c, args, "functions list", "", "list functions", []int{http.StatusOK},
-		func(ctx context.Context, cl *api.ClientWithResponses, _ string) (*api.ListFunctionsResponse, error) {
+		func(ctx context.Context, cl *protocol.ClientWithResponses, _ string) (*protocol.ListFunctionsResponse, error) {
 			return cl.ListFunctionsWithResponse(ctx)
 		},
-		func(resp *api.ListFunctionsResponse, _ string) error {
+		func(resp *protocol.ListFunctionsResponse, _ string) error {
 			if resp.JSON200 == nil {
 				return fmt.Errorf("list functions: unexpected response %q", resp.ContentType())
 			}
@@ -87,10 +87,10 @@ func (c *cli) functionsList(ctx context.Context, args []string) error {
 // functionsGet runs "stepgate functions get NAME".
 func (c *cli) functionsGet(ctx context.Context, args []string) error {
 	return singleRequest(ctx, c, args, "functions get", "NAME", "get function", []int{http.StatusOK},
-		func(ctx context.Context, cl *api.ClientWithResponses, name string) (*api.GetFunctionResponse, error) {
+		func(ctx context.Context, cl *protocol.ClientWithResponses, name string) (*protocol.GetFunctionResponse, error) {
 			return cl.GetFunctionWithResponse(ctx, name)
 		},
-		func(resp *api.GetFunctionResponse, name string) error {
+		func(resp *protocol.GetFunctionResponse, name string) error {
 			if resp.JSON200 == nil {
 				return fmt.Errorf("get function %s: unexpected response %q", name, resp.ContentType())
 			}
@@ -101,10 +101,10 @@ func (c *cli) functionsGet(ctx context.Context, args []string) error {
 // functionsDelete runs "stepgate functions delete NAME".
 func (c *cli) functionsDelete(ctx context.Context, args []string) error {
 	return singleRequest(ctx, c, args, "functions delete", "NAME", "delete function", []int{http.StatusNoContent, http.StatusOK},
-		func(ctx context.Context, cl *api.ClientWithResponses, name string) (*api.DeleteFunctionResponse, error) {
+		func(ctx context.Context, cl *protocol.ClientWithResponses, name string) (*protocol.DeleteFunctionResponse, error) {
 			return cl.DeleteFunctionWithResponse(ctx, name)
 		},
-		func(_ *api.DeleteFunctionResponse, name string) error {
+		func(_ *protocol.DeleteFunctionResponse, name string) error {
 			_, err := fmt.Fprintf(c.stdout, "deleted function %s (its runs and revisions are kept)\n", name)
 			return err
 		})
@@ -124,7 +124,7 @@ func (c *cli) appsSync(ctx context.Context, args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	resp, err := cl.SyncAppWithResponse(ctx, api.AppSync{Url: pos[0]})
+	resp, err := cl.SyncAppWithResponse(ctx, protocol.AppSync{URL: pos[0]})
 	if err != nil {
 		return requestError("sync app "+pos[0], err)
 	}

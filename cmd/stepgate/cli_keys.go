@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stepgate/stepgate/auth"
-	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // keys dispatches "stepgate keys ...". With no subcommand (or only flags) it lists the
@@ -38,7 +38,7 @@ func (c *cli) keys(ctx context.Context, args []string) error {
 }
 
 // writeKeySet prints a tenant's public keys and the line a function's environment takes.
-func (c *cli) writeKeySet(set *api.SigningKeySet) error {
+func (c *cli) writeKeySet(set *protocol.SigningKeySet) error {
 	tw := newTable(c.stdout)
 	fmt.Fprintf(tw, "KID\tPUBLIC KEY (Ed25519)\tCREATED\tRETIRES\n")
 	xs := make([]string, 0, len(set.Keys))
@@ -60,19 +60,19 @@ func (c *cli) writeKeySet(set *api.SigningKeySet) error {
 // keysList runs "stepgate keys".
 func (c *cli) keysList(ctx context.Context, args []string) error {
 	return singleRequest(ctx, c, args, "keys list", "", "list signing keys", []int{http.StatusOK},
-		func(ctx context.Context, cl *api.ClientWithResponses, _ string) (*api.ListSigningKeysResponse, error) {
+		func(ctx context.Context, cl *protocol.ClientWithResponses, _ string) (*protocol.ListSigningKeysResponse, error) {
 			return cl.ListSigningKeysWithResponse(ctx)
 		},
-		func(resp *api.ListSigningKeysResponse, _ string) error { return c.writeKeySet(resp.JSON200) })
+		func(resp *protocol.ListSigningKeysResponse, _ string) error { return c.writeKeySet(resp.JSON200) })
 }
 
 // keysSecrets runs "stepgate keys secrets".
 func (c *cli) keysSecrets(ctx context.Context, args []string) error {
 	return singleRequest(ctx, c, args, "keys secrets", "", "list signing secrets", []int{http.StatusOK},
-		func(ctx context.Context, cl *api.ClientWithResponses, _ string) (*api.ListSigningSecretsResponse, error) {
+		func(ctx context.Context, cl *protocol.ClientWithResponses, _ string) (*protocol.ListSigningSecretsResponse, error) {
 			return cl.ListSigningSecretsWithResponse(ctx)
 		},
-		func(resp *api.ListSigningSecretsResponse, _ string) error {
+		func(resp *protocol.ListSigningSecretsResponse, _ string) error {
 			xs := make([]string, 0, len(resp.JSON200.Secrets))
 			for _, s := range resp.JSON200.Secrets {
 				xs = append(xs, s.Secret)
@@ -97,7 +97,7 @@ func (c *cli) keysRotate(ctx context.Context, args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	resp, err := cl.RotateSigningKeyWithResponse(ctx, &api.RotateSigningKeyParams{Overlap: new(overlap.String())})
+	resp, err := cl.RotateSigningKeyWithResponse(ctx, &protocol.RotateSigningKeyParams{Overlap: new(overlap.String())})
 	if err != nil {
 		return requestError("rotate signing key", err)
 	}

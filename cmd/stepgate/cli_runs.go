@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // defaultWait is how long "invoke --wait" waits when no duration is given.
@@ -136,7 +136,7 @@ func (c *cli) invoke(ctx context.Context, args []string) error {
 		return err
 	}
 
-	params := &api.StartRunParams{}
+	params := &protocol.StartRunParams{}
 	if o.wait > 0 {
 		w := o.wait.String()
 		params.Wait = &w
@@ -172,12 +172,12 @@ func (c *cli) invoke(ctx context.Context, args []string) error {
 // writeInvokeResult prints the answer to "invoke": a finished run's output,
 // or how to attach to one that has not finished. A failed or cancelled run
 // is an error, so that the exit status tells.
-func writeInvokeResult(w io.Writer, status int, res *api.RunResult) error {
+func writeInvokeResult(w io.Writer, status int, res *protocol.RunResult) error {
 	if status == http.StatusAccepted || !isTerminal(res.Status) {
-		_, err := fmt.Fprintf(w, "run %s is %s\nattach: stepgate runs get %s\n", res.Id, res.Status, res.Id)
+		_, err := fmt.Fprintf(w, "run %s is %s\nattach: stepgate runs get %s\n", res.ID, res.Status, res.ID)
 		return err
 	}
-	fmt.Fprintf(w, "run %s %s\n", res.Id, res.Status)
+	fmt.Fprintf(w, "run %s %s\n", res.ID, res.Status)
 	if res.Output != nil {
 		fmt.Fprintf(w, "%s\n", bytes.TrimSpace(*res.Output))
 	}
@@ -186,26 +186,26 @@ func writeInvokeResult(w io.Writer, status int, res *api.RunResult) error {
 
 // runOutcomeError returns an error for a failed or cancelled run, nil
 // otherwise.
-func runOutcomeError(res *api.RunResult) error {
+func runOutcomeError(res *protocol.RunResult) error {
 	if res == nil || (res.Status != "failed" && res.Status != "cancelled") {
 		return nil
 	}
-	msg := fmt.Sprintf("run %s %s", res.Id, res.Status)
+	msg := fmt.Sprintf("run %s %s", res.ID, res.Status)
 	if res.Error != nil {
 		msg += ": " + formatError(res.Error)
 	}
-	return fmt.Errorf("%s (details: stepgate runs get %s)", msg, res.Id)
+	return fmt.Errorf("%s (details: stepgate runs get %s)", msg, res.ID)
 }
 
 // isTerminal reports whether a run in status s has finished for good.
-func isTerminal(s api.RunStatus) bool {
+func isTerminal(s protocol.RunStatus) bool {
 	return s == "completed" || s == "failed" || s == "cancelled"
 }
 
 // runsListOptions are the parsed arguments of "stepgate runs list".
 type runsListOptions struct {
 	client *clientFlags
-	params api.ListRunsParams
+	params protocol.ListRunsParams
 }
 
 // parseRunsList parses "runs list [--function F] [--status S] [--limit N]
@@ -224,7 +224,7 @@ func (c *cli) parseRunsList(args []string) (*runsListOptions, error) {
 		o.params.Function = function
 	}
 	if *status != "" {
-		s := api.RunStatus(*status)
+		s := protocol.RunStatus(*status)
 		if !s.Valid() {
 			return nil, usagef("runs list: unknown status %q (want scheduled, queued, running, suspended, completed, failed or cancelled)", *status)
 		}
@@ -286,13 +286,13 @@ func (c *cli) runsList(ctx context.Context, args []string) error {
 // the first page as the API answers it.
 func (c *cli) runsGet(ctx context.Context, args []string) error {
 	return singleRequest(ctx, c, args, "runs get", "ID", "get run", []int{http.StatusOK},
-		func(ctx context.Context, cl *api.ClientWithResponses, id string) (*api.GetRunResponse, error) {
+		func(ctx context.Context, cl *protocol.ClientWithResponses, id string) (*protocol.GetRunResponse, error) {
 			first, err := cl.GetRunWithResponse(ctx, id, nil)
 			if err != nil || first.JSON200 == nil {
 				return first, err
 			}
 			for next := first.JSON200.JournalNextCursor; next != nil; {
-				page, err := cl.GetRunWithResponse(ctx, id, &api.GetRunParams{JournalCursor: next})
+				page, err := cl.GetRunWithResponse(ctx, id, &protocol.GetRunParams{JournalCursor: next})
 				if err != nil {
 					return nil, err
 				}
@@ -305,7 +305,7 @@ func (c *cli) runsGet(ctx context.Context, args []string) error {
 			}
 			return first, nil
 		},
-		func(resp *api.GetRunResponse, id string) error {
+		func(resp *protocol.GetRunResponse, id string) error {
 			if resp.JSON200 == nil {
 				return fmt.Errorf("get run %s: unexpected response %q", id, resp.ContentType())
 			}

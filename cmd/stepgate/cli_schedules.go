@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // schedules dispatches "stepgate schedules ...". With no subcommand (or only flags) it
@@ -50,12 +50,12 @@ func (c *cli) schedulesPut(ctx context.Context, args []string) error {
 	if *function == "" || *expr == "" {
 		return usagef("schedules put: --function and --cron are required")
 	}
-	spec := api.ScheduleSpec{Function: *function, Cron: *expr}
+	spec := protocol.ScheduleSpec{Function: *function, Cron: *expr}
 	if *timezone != "" {
 		spec.Timezone = timezone
 	}
 	if *catchup != "" {
-		spec.Catchup = (*api.ScheduleCatchup)(catchup)
+		spec.Catchup = (*protocol.ScheduleCatchup)(catchup)
 	}
 	if *window != "" {
 		spec.CatchupWindow = window
@@ -74,7 +74,7 @@ func (c *cli) schedulesPut(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		in := api.AnyJSON(raw)
+		in := protocol.AnyJSON(raw)
 		spec.Input = &in
 	}
 
@@ -106,10 +106,10 @@ func (c *cli) schedulesPut(ctx context.Context, args []string) error {
 // schedulesList runs "stepgate schedules list".
 func (c *cli) schedulesList(ctx context.Context, args []string) error {
 	return singleRequest(ctx, c, args, "schedules list", "", "list schedules", []int{http.StatusOK},
-		func(ctx context.Context, cl *api.ClientWithResponses, _ string) (*api.ListSchedulesResponse, error) {
+		func(ctx context.Context, cl *protocol.ClientWithResponses, _ string) (*protocol.ListSchedulesResponse, error) {
 			return cl.ListSchedulesWithResponse(ctx)
 		},
-		func(resp *api.ListSchedulesResponse, _ string) error {
+		func(resp *protocol.ListSchedulesResponse, _ string) error {
 			if resp.JSON200 == nil {
 				return fmt.Errorf("list schedules: unexpected response %q", resp.ContentType())
 			}
@@ -121,7 +121,7 @@ func (c *cli) schedulesList(ctx context.Context, args []string) error {
 			fmt.Fprintln(tw, "NAME\tFUNCTION\tCRON\tTIMEZONE\tCATCHUP\tNEXT TICK\tLAST RUN")
 			for _, s := range resp.JSON200.Schedules {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Function, s.Cron, s.Timezone,
-					formatCatchup(s), formatTime(&s.NextAt, c.loc), orDash(deref(s.LastRunId)))
+					formatCatchup(s), formatTime(&s.NextAt, c.loc), orDash(deref(s.LastRunID)))
 			}
 			return tw.Flush()
 		})
@@ -130,10 +130,10 @@ func (c *cli) schedulesList(ctx context.Context, args []string) error {
 // schedulesGet runs "stepgate schedules get NAME".
 func (c *cli) schedulesGet(ctx context.Context, args []string) error {
 	return singleRequest(ctx, c, args, "schedules get", "NAME", "get schedule", []int{http.StatusOK},
-		func(ctx context.Context, cl *api.ClientWithResponses, name string) (*api.GetScheduleResponse, error) {
+		func(ctx context.Context, cl *protocol.ClientWithResponses, name string) (*protocol.GetScheduleResponse, error) {
 			return cl.GetScheduleWithResponse(ctx, name)
 		},
-		func(resp *api.GetScheduleResponse, name string) error {
+		func(resp *protocol.GetScheduleResponse, name string) error {
 			if resp.JSON200 == nil {
 				return fmt.Errorf("get schedule %s: unexpected response %q", name, resp.ContentType())
 			}
@@ -144,17 +144,17 @@ func (c *cli) schedulesGet(ctx context.Context, args []string) error {
 // schedulesDelete runs "stepgate schedules delete NAME".
 func (c *cli) schedulesDelete(ctx context.Context, args []string) error {
 	return singleRequest(ctx, c, args, "schedules delete", "NAME", "delete schedule", []int{http.StatusNoContent, http.StatusOK},
-		func(ctx context.Context, cl *api.ClientWithResponses, name string) (*api.DeleteScheduleResponse, error) {
+		func(ctx context.Context, cl *protocol.ClientWithResponses, name string) (*protocol.DeleteScheduleResponse, error) {
 			return cl.DeleteScheduleWithResponse(ctx, name)
 		},
-		func(_ *api.DeleteScheduleResponse, name string) error {
+		func(_ *protocol.DeleteScheduleResponse, name string) error {
 			_, err := fmt.Fprintf(c.stdout, "deleted schedule %s (the runs it started are kept)\n", name)
 			return err
 		})
 }
 
 // writeSchedule writes one schedule as "key  value" lines.
-func writeSchedule(w io.Writer, s *api.Schedule, loc *time.Location) error {
+func writeSchedule(w io.Writer, s *protocol.Schedule, loc *time.Location) error {
 	tw := newTable(w)
 	fmt.Fprintf(tw, "name\t%s\n", s.Name)
 	fmt.Fprintf(tw, "function\t%s\n", s.Function)
@@ -164,14 +164,14 @@ func writeSchedule(w io.Writer, s *api.Schedule, loc *time.Location) error {
 	fmt.Fprintf(tw, "catchup\t%s\n", formatCatchup(*s))
 	fmt.Fprintf(tw, "next tick\t%s\n", formatTime(&s.NextAt, loc))
 	fmt.Fprintf(tw, "last tick\t%s\n", formatTime(s.LastTickAt, loc))
-	fmt.Fprintf(tw, "last run\t%s\n", orDash(deref(s.LastRunId)))
+	fmt.Fprintf(tw, "last run\t%s\n", orDash(deref(s.LastRunID)))
 	fmt.Fprintf(tw, "created\t%s\n", formatTime(&s.CreatedAt, loc))
 	fmt.Fprintf(tw, "updated\t%s\n", formatTime(&s.UpdatedAt, loc))
 	return tw.Flush()
 }
 
 // formatCatchup writes a schedule's catch-up policy and window: "one, window 1m".
-func formatCatchup(s api.Schedule) string {
+func formatCatchup(s protocol.Schedule) string {
 	if s.Catchup == "" {
 		return "-" // an older gateway
 	}

@@ -24,9 +24,9 @@ import (
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/examples"
 	"github.com/stepgate/stepgate/functions/signature"
-	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/internal/gatewayproc"
 	"github.com/stepgate/stepgate/internal/pgserver"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // devState is what `stepgate dev` keeps in .stepgate/dev.json across restarts, so its
@@ -218,14 +218,14 @@ func createDatabase(ctx context.Context, adminURL, name string) error {
 
 // syncApp registers every function of the app at appURL through the gateway's API.
 func syncApp(ctx context.Context, baseURL, token, appURL string) ([]string, error) {
-	client, err := api.NewClientWithResponses(baseURL, api.WithRequestEditorFn(func(_ context.Context, r *http.Request) error {
+	client, err := protocol.NewClientWithResponses(baseURL, protocol.WithRequestEditorFn(func(_ context.Context, r *http.Request) error {
 		r.Header.Set("Authorization", "Bearer "+token)
 		return nil
 	}))
 	if err != nil {
 		return nil, err
 	}
-	resp, err := client.SyncAppWithResponse(ctx, api.AppSync{Url: appURL})
+	resp, err := client.SyncAppWithResponse(ctx, protocol.AppSync{URL: appURL})
 	if err != nil {
 		return nil, err
 	}

@@ -2,7 +2,7 @@
 //
 // "stepgate dev", "serve" and "migrate" run the gateway; every other command
 // is a client of a running gateway's HTTP API (see openapi.yaml), built on the
-// generated client in gateway/api. Run "stepgate help" for the list.
+// generated client in protocol. Run "stepgate help" for the list.
 package main
 
 import (

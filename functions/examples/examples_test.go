@@ -14,7 +14,7 @@ import (
 	"github.com/stepgate/stepgate/functions/examples"
 	"github.com/stepgate/stepgate/functions/internal/gatewaytest"
 	"github.com/stepgate/stepgate/functions/signature"
-	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 func TestMain(m *testing.M) {
@@ -53,23 +53,23 @@ func TestExamples(t *testing.T) {
 	for _, tt := range []struct {
 		name, function, input string
 		invocations           int
-		status                api.AnswerStatus
+		status                protocol.AnswerStatus
 		output                string
 		journal               []string
 	}{
-		{"Hello", "hello", `{"name":"Ada"}`, 1, api.AnswerStatusCompleted, `{"greeting":"Hello, Ada!"}`, nil},
-		{"HelloWorld", "hello", `{}`, 1, api.AnswerStatusCompleted, `{"greeting":"Hello, World!"}`, nil},
-		{"Checkout", "orders.checkout", `{"order_id":"o1","amount":500}`, 1, api.AnswerStatusCompleted,
+		{"Hello", "hello", `{"name":"Ada"}`, 1, protocol.AnswerStatusCompleted, `{"greeting":"Hello, Ada!"}`, nil},
+		{"HelloWorld", "hello", `{}`, 1, protocol.AnswerStatusCompleted, `{"greeting":"Hello, World!"}`, nil},
+		{"Checkout", "orders.checkout", `{"order_id":"o1","amount":500}`, 1, protocol.AnswerStatusCompleted,
 			`{"reservation":{"order_id":"o1","reserved":true},"charge":{"charge_id":"ch_o1","amount":500},"shipment":{"tracking":"trk_o1"}}`,
 			[]string{"step reserve", "step charge", "step ship"}},
-		{"CheckoutWithSleep", "orders.checkout", `{"sleep_ms":1500}`, 2, api.AnswerStatusCompleted,
+		{"CheckoutWithSleep", "orders.checkout", `{"sleep_ms":1500}`, 2, protocol.AnswerStatusCompleted,
 			`{"reservation":{"order_id":"run-1","reserved":true},"charge":{"charge_id":"ch_run-1","amount":0},"shipment":{"tracking":"trk_run-1"}}`,
 			[]string{"step reserve", "step charge", "sleep cool-off", "step ship"}},
-		{"Fulfil", "orders.fulfil", `{"order_id":"o1","amount":500}`, 2, api.AnswerStatusCompleted,
+		{"Fulfil", "orders.fulfil", `{"order_id":"o1","amount":500}`, 2, protocol.AnswerStatusCompleted,
 			`{"tracking":"trk_o1"}`, []string{"invoke checkout"}},
-		{"Flaky", "flaky", `{}`, 3, api.AnswerStatusCompleted, `{"attempts":3}`, []string{"step attempt"}},
-		{"FlakyOnce", "flaky", `{"fail_times":0}`, 1, api.AnswerStatusCompleted, `{"attempts":1}`, []string{"step attempt"}},
-		{"FlakyFails", "flaky", `{"fail_times":3}`, 3, api.AnswerStatusFailed, "", []string{"step attempt"}},
+		{"Flaky", "flaky", `{}`, 3, protocol.AnswerStatusCompleted, `{"attempts":3}`, []string{"step attempt"}},
+		{"FlakyOnce", "flaky", `{"fail_times":0}`, 1, protocol.AnswerStatusCompleted, `{"attempts":1}`, []string{"step attempt"}},
+		{"FlakyFails", "flaky", `{"fail_times":3}`, 3, protocol.AnswerStatusFailed, "", []string{"step attempt"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -95,7 +95,7 @@ func TestExamples(t *testing.T) {
 		g, url := serve(t)
 
 		r, _ := g.Run(url+"/flaky", "run-1", "flaky", `{"fail_times":5}`, 1)
-		want := api.ErrorInfo{Type: "step_failed", Message: "attempt 3 of 5 planned failures: flaky by design", Retryable: new(false)}
+		want := protocol.ErrorInfo{Type: "step_failed", Message: "attempt 3 of 5 planned failures: flaky by design", Retryable: new(false)}
 		require.Equal(t, want, *r.Answer.Error)
 		e := g.Journal("run-1")[0]
 		require.Equal(t, 3, *e.Attempt)

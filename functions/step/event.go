@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/stepgate/stepgate/functions/internal/invocation"
-	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // SendEvent sends the event called name with data (encoded as JSON) to the gateway, as
@@ -27,7 +27,7 @@ func SendEvent(ctx context.Context, name string, data any) error {
 	if err != nil {
 		return NonRetryable(fmt.Errorf("step: event %q: encode data: %w", name, err))
 	}
-	st, seq, e, err := next(ctx, api.EntryKindEvent, name)
+	st, seq, e, err := next(ctx, protocol.EntryKindEvent, name)
 	if err != nil || e != nil {
 		return err
 	}
@@ -38,13 +38,13 @@ func SendEvent(ctx context.Context, name string, data any) error {
 		Name string          `json:"name"`
 		Data json.RawMessage `json:"data"`
 		ID   string          `json:"id"`
-	}{name, raw, st.Req.Run.Id + ":" + strconv.Itoa(seq)})
+	}{name, raw, st.Req.Run.ID + ":" + strconv.Itoa(seq)})
 	if err != nil {
 		return st.Halt(invocation.Failed("output", fmt.Sprintf("event %d %q: encode: %v", seq, name, err)))
 	}
 	now := time.Now().UTC()
-	return st.Checkpoint(&api.JournalEntry{
-		Seq: seq, Kind: api.EntryKindEvent, Name: name, Output: (*api.AnyJSON)(&out),
+	return st.Checkpoint(&protocol.JournalEntry{
+		Seq: seq, Kind: protocol.EntryKindEvent, Name: name, Output: (*protocol.AnyJSON)(&out),
 		StartedAt: &now, FinishedAt: &now,
 	})
 }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stepgate/stepgate/functions/internal/invocation"
 	"github.com/stepgate/stepgate/functions/names"
-	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // Invoke runs function (a function registered in this run's tenant, at its current
@@ -37,14 +37,14 @@ func Invoke[T any](ctx context.Context, name, function string, input any) (T, er
 	if err != nil {
 		return zero, NonRetryable(fmt.Errorf("step: invoke %q: encode input: %w", name, err))
 	}
-	st, seq, e, err := next(ctx, api.EntryKindInvoke, name)
+	st, seq, e, err := next(ctx, protocol.EntryKindInvoke, name)
 	if err != nil {
 		return zero, err
 	}
 	if e != nil {
 		return replay[T](st, e)
 	}
-	return zero, st.Halt(invocation.Suspended(&api.Await{
-		Type: api.AwaitTypeInvoke, Seq: seq, Name: name, Function: &function, Input: (*api.AnyJSON)(&raw),
+	return zero, st.Halt(invocation.Suspended(&protocol.Await{
+		Type: protocol.AwaitTypeInvoke, Seq: seq, Name: name, Function: &function, Input: (*protocol.AnyJSON)(&raw),
 	}))
 }

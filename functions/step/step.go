@@ -37,7 +37,7 @@ import (
 
 	"github.com/stepgate/stepgate/functions/internal/invocation"
 	"github.com/stepgate/stepgate/functions/names"
-	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // ErrNoInvocation is returned by steps called with a context that does not come from an
@@ -130,8 +130,8 @@ func Backoff(initial, maxInterval time.Duration) Option {
 	return Option{func(p *policy) { p.initial, p.maxInt = initial, maxInterval }}
 }
 
-func (p *policy) api() *api.RetryPolicy {
-	r := &api.RetryPolicy{MaxAttempts: new(p.maxAttempts)}
+func (p *policy) api() *protocol.RetryPolicy {
+	r := &protocol.RetryPolicy{MaxAttempts: new(p.maxAttempts)}
 	if p.initial > 0 {
 		r.InitialInterval = new(p.initial.String())
 	}
@@ -154,7 +154,7 @@ func (p *policy) api() *api.RetryPolicy {
 // a seq. It returns [ErrNoInvocation] when ctx is not an invocation's.
 func Run[T any](ctx context.Context, name string, fn func(ctx context.Context) (T, error), opts ...Option) (T, error) {
 	var zero T
-	st, seq, e, err := next(ctx, api.EntryKindStep, name)
+	st, seq, e, err := next(ctx, protocol.EntryKindStep, name)
 	if err != nil {
 		return zero, err
 	}
@@ -176,8 +176,8 @@ func Run[T any](ctx context.Context, name string, fn func(ctx context.Context) (
 	started := time.Now().UTC()
 	out, err := call(ctx, st, attempt, fn)
 	finished := time.Now().UTC()
-	entry := api.JournalEntry{
-		Seq: seq, Kind: api.EntryKindStep, Name: name,
+	entry := protocol.JournalEntry{
+		Seq: seq, Kind: protocol.EntryKindStep, Name: name,
 		Attempt: &attempt, StartedAt: &started, FinishedAt: &finished,
 	}
 
@@ -186,7 +186,7 @@ func Run[T any](ctx context.Context, name string, fn func(ctx context.Context) (
 		if err != nil {
 			return zero, st.Halt(invocation.Failed("output", fmt.Sprintf("step %d %q: encode output: %v", seq, name, err)))
 		}
-		entry.Output = (*api.AnyJSON)(&raw)
+		entry.Output = (*protocol.AnyJSON)(&raw)
 		if err := st.Checkpoint(&entry); err != nil {
 			return zero, err
 		}
@@ -199,13 +199,13 @@ func Run[T any](ctx context.Context, name string, fn func(ctx context.Context) (
 		typ, final = ErrorTypeNonRetryable, true
 	}
 	if !final {
-		return zero, st.Halt(invocation.Suspended(&api.Await{
-			Type: api.AwaitTypeRetry, Seq: seq, Name: name, Attempt: &attempt,
-			Error: &api.ErrorInfo{Type: typ, Message: err.Error(), Retryable: new(true)},
+		return zero, st.Halt(invocation.Suspended(&protocol.Await{
+			Type: protocol.AwaitTypeRetry, Seq: seq, Name: name, Attempt: &attempt,
+			Error: &protocol.ErrorInfo{Type: typ, Message: err.Error(), Retryable: new(true)},
 			Retry: p.api(),
 		}))
 	}
-	entry.Error = &api.ErrorInfo{Type: typ, Message: err.Error(), Retryable: new(false)}
+	entry.Error = &protocol.ErrorInfo{Type: typ, Message: err.Error(), Retryable: new(false)}
 	if err := st.Checkpoint(&entry); err != nil {
 		return zero, err
 	}
@@ -221,7 +221,7 @@ func Attempt(ctx context.Context) int {
 	return 0
 }
 
-func next(ctx context.Context, kind api.EntryKind, name string) (*invocation.State, int, *api.JournalEntry, error) {
+func next(ctx context.Context, kind protocol.EntryKind, name string) (*invocation.State, int, *protocol.JournalEntry, error) {
 	st := invocation.From(ctx)
 	if st == nil {
 		return nil, 0, nil, ErrNoInvocation
@@ -236,7 +236,7 @@ func next(ctx context.Context, kind api.EntryKind, name string) (*invocation.Sta
 	return st, seq, e, err
 }
 
-func replay[T any](st *invocation.State, e *api.JournalEntry) (T, error) {
+func replay[T any](st *invocation.State, e *protocol.JournalEntry) (T, error) {
 	var out T
 	if e.Error != nil {
 		return out, &Error{Seq: e.Seq, Name: e.Name, Type: e.Error.Type, Message: e.Error.Message}

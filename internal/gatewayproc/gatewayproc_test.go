@@ -19,10 +19,10 @@ import (
 
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/functions"
-	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/internal/gatewayproc"
 	"github.com/stepgate/stepgate/internal/pgtest"
 	"github.com/stepgate/stepgate/internal/stack"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 func TestMain(m *testing.M) { stack.Main(m) }
@@ -208,19 +208,19 @@ func TestStopDrainsThenShutsDown(t *testing.T) {
 	authCfg := cfg.Auth
 	token, err := authCfg.NewToken(auth.Identity{Subject: "tester", Tenant: auth.DefaultTenant, Roles: []string{"admin"}}, time.Hour)
 	require.NoError(t, err)
-	client, err := api.NewClientWithResponses(p.URL, api.WithRequestEditorFn(func(_ context.Context, r *http.Request) error {
+	client, err := protocol.NewClientWithResponses(p.URL, protocol.WithRequestEditorFn(func(_ context.Context, r *http.Request) error {
 		r.Header.Set("Authorization", "Bearer "+token)
 		return nil
 	}))
 	require.NoError(t, err)
-	synced, err := client.SyncAppWithResponse(t.Context(), api.AppSync{Url: fn.URL + "/"})
+	synced, err := client.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: fn.URL + "/"})
 	require.NoError(t, err)
 	require.NotNil(t, synced.JSON200, string(synced.Body))
 
-	start, err := client.StartRunWithBodyWithResponse(t.Context(), "block", &api.StartRunParams{}, "application/json", strings.NewReader(`{}`))
+	start, err := client.StartRunWithBodyWithResponse(t.Context(), "block", &protocol.StartRunParams{}, "application/json", strings.NewReader(`{}`))
 	require.NoError(t, err)
 	require.NotNil(t, start.JSON202, string(start.Body))
-	id := start.JSON202.Id
+	id := start.JSON202.ID
 	select {
 	case <-entered:
 	case <-time.After(30 * time.Second):
@@ -234,7 +234,7 @@ func TestStopDrainsThenShutsDown(t *testing.T) {
 	}
 	waited := make(chan answer, 1)
 	go func() {
-		resp, err := client.GetRunResultWithResponse(context.WithoutCancel(t.Context()), id, &api.GetRunResultParams{Wait: ptr("60s")})
+		resp, err := client.GetRunResultWithResponse(context.WithoutCancel(t.Context()), id, &protocol.GetRunResultParams{Wait: ptr("60s")})
 		if err != nil {
 			waited <- answer{err: err}
 			return

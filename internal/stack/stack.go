@@ -20,11 +20,11 @@ import (
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/examples"
 	"github.com/stepgate/stepgate/gateway"
-	"github.com/stepgate/stepgate/gateway/api"
 	"github.com/stepgate/stepgate/internal/egress"
 	"github.com/stepgate/stepgate/internal/gatewayproc"
 	"github.com/stepgate/stepgate/internal/pgtest"
 	"github.com/stepgate/stepgate/invoker"
+	"github.com/stepgate/stepgate/protocol"
 	"github.com/stepgate/stepgate/web"
 )
 
@@ -130,9 +130,9 @@ func (s *Stack) NewToken(tb testing.TB, id auth.Identity) string {
 }
 
 // Client returns a generated API client that sends token.
-func (s *Stack) Client(tb testing.TB, token string) *api.ClientWithResponses {
+func (s *Stack) Client(tb testing.TB, token string) *protocol.ClientWithResponses {
 	tb.Helper()
-	c, err := api.NewClientWithResponses(s.URL, api.WithRequestEditorFn(func(_ context.Context, r *http.Request) error {
+	c, err := protocol.NewClientWithResponses(s.URL, protocol.WithRequestEditorFn(func(_ context.Context, r *http.Request) error {
 		r.Header.Set("Authorization", "Bearer "+token)
 		return nil
 	}))
@@ -176,7 +176,7 @@ func (s *Stack) SyncExamples(tb testing.TB) {
 // Sync registers every function of the app at appURL.
 func (s *Stack) Sync(tb testing.TB, appURL string) {
 	tb.Helper()
-	resp, err := s.Client(tb, s.Token).SyncAppWithResponse(tb.Context(), api.AppSync{Url: appURL})
+	resp, err := s.Client(tb, s.Token).SyncAppWithResponse(tb.Context(), protocol.AppSync{URL: appURL})
 	if err != nil {
 		tb.Fatal(err)
 	}

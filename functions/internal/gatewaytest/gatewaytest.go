@@ -17,12 +17,12 @@ import (
 	"time"
 
 	"github.com/stepgate/stepgate/functions/signature"
-	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // CheckpointFunc decides the answer to a checkpoint of e for run runID; code 0 lets the
 // gateway journal it as usual.
-type CheckpointFunc func(runID string, e api.JournalEntry) (code int, body string)
+type CheckpointFunc func(runID string, e protocol.JournalEntry) (code int, body string)
 
 // Gateway records the entries checkpointed per run. It is safe for concurrent use.
 type Gateway struct {
@@ -31,7 +31,7 @@ type Gateway struct {
 	tb      testing.TB
 	srv     *httptest.Server
 	mu      sync.Mutex
-	journal map[string][]api.JournalEntry
+	journal map[string][]protocol.JournalEntry
 	hook    CheckpointFunc
 }
 
@@ -40,7 +40,7 @@ const Tenant = "acme"
 
 // New starts a Gateway, closed in tb's Cleanup.
 func New(tb testing.TB, key *signature.SigningKey) *Gateway {
-	g := &Gateway{Key: key, tb: tb, journal: map[string][]api.JournalEntry{}}
+	g := &Gateway{Key: key, tb: tb, journal: map[string][]protocol.JournalEntry{}}
 	g.srv = httptest.NewServer(http.HandlerFunc(g.checkpoint))
 	tb.Cleanup(g.srv.Close)
 	return g
@@ -54,10 +54,10 @@ func (g *Gateway) OnCheckpoint(f CheckpointFunc) {
 }
 
 // Journal returns the entries of run runID so far.
-func (g *Gateway) Journal(runID string) []api.JournalEntry {
+func (g *Gateway) Journal(runID string) []protocol.JournalEntry {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return append([]api.JournalEntry(nil), g.journal[runID]...)
+	return append([]protocol.JournalEntry(nil), g.journal[runID]...)
 }
 
 func (g *Gateway) checkpoint(w http.ResponseWriter, r *http.Request) {
@@ -66,7 +66,7 @@ func (g *Gateway) checkpoint(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusUnauthorized, "", "bad invocation token")
 		return
 	}
-	var e api.JournalEntry
+	var e protocol.JournalEntry
 	if err := json.NewDecoder(r.Body).Decode(&e); err != nil {
 		problem(w, http.StatusBadRequest, "", err.Error())
 		return
@@ -93,7 +93,7 @@ func (g *Gateway) checkpoint(w http.ResponseWriter, r *http.Request) {
 // Append journals e for run runID as the gateway would: in seq order, an identical
 // repeat is harmless and another entry at a journaled seq is a conflict. It returns the
 // HTTP status the checkpoint answers.
-func (g *Gateway) Append(runID string, e api.JournalEntry) (int, string) {
+func (g *Gateway) Append(runID string, e protocol.JournalEntry) (int, string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	j := g.journal[runID]
@@ -112,7 +112,7 @@ func (g *Gateway) Append(runID string, e api.JournalEntry) (int, string) {
 }
 
 func problem(w http.ResponseWriter, code int, typ, detail string) {
-	p := api.Problem{Status: code, Title: http.StatusText(code), Detail: detail}
+	p := protocol.Problem{Status: code, Title: http.StatusText(code), Detail: detail}
 	if typ != "" {
 		p.Type = &typ
 	}
@@ -125,16 +125,16 @@ func token(runID string) string { return "tok-" + runID }
 
 // Request returns an invocation of function for run runID with input (JSON) and the
 // run's journal so far.
-func (g *Gateway) Request(runID, function, input string) *api.InvocationRequest {
-	return &api.InvocationRequest{
-		Protocol: api.InvocationRequestProtocolN1,
-		Run: api.InvocationRun{
-			Id: runID, Function: function, Revision: 1, Attempt: 1,
-			Input: api.AnyJSON(input), CreatedAt: time.Now().UTC(),
+func (g *Gateway) Request(runID, function, input string) *protocol.InvocationRequest {
+	return &protocol.InvocationRequest{
+		Protocol: protocol.InvocationRequestProtocolN1,
+		Run: protocol.InvocationRun{
+			ID: runID, Function: function, Revision: 1, Attempt: 1,
+			Input: protocol.AnyJSON(input), CreatedAt: time.Now().UTC(),
 		},
-		Identity:   api.Identity{Subject: "user-1", Tenant: Tenant, Roles: []string{"admin"}},
+		Identity:   protocol.Identity{Subject: "user-1", Tenant: Tenant, Roles: []string{"admin"}},
 		Journal:    g.Journal(runID),
-		Checkpoint: api.Checkpoint{Url: g.srv.URL + "/v1/runs/" + runID + "/checkpoint", Token: token(runID)},
+		Checkpoint: protocol.Checkpoint{URL: g.srv.URL + "/v1/runs/" + runID + "/checkpoint", Token: token(runID)},
 	}
 }
 
@@ -142,12 +142,12 @@ func (g *Gateway) Request(runID, function, input string) *api.InvocationRequest 
 type Response struct {
 	Code   int
 	Body   []byte
-	Answer api.InvocationAnswer // when Code is 200
-	Error  api.ErrorInfo        // when Code is not 200
+	Answer protocol.InvocationAnswer // when Code is 200
+	Error  protocol.ErrorInfo        // when Code is not 200
 }
 
 // Invoke POSTs req, signed with Key, to url and returns the answer.
-func (g *Gateway) Invoke(url string, req *api.InvocationRequest) Response {
+func (g *Gateway) Invoke(url string, req *protocol.InvocationRequest) Response {
 	g.tb.Helper()
 	body, err := json.Marshal(req)
 	if err != nil {
@@ -231,21 +231,21 @@ func (g *Gateway) Run(url, runID, function, input string, maxAttempts int) (Resp
 			if failures++; failures >= maxAttempts {
 				return r, invocations
 			}
-		case r.Answer.Status != api.AnswerStatusSuspended:
+		case r.Answer.Status != protocol.AnswerStatusSuspended:
 			return r, invocations
-		case r.Answer.Await.Type == api.AwaitTypeSleep:
+		case r.Answer.Await.Type == protocol.AwaitTypeSleep:
 			aw := r.Answer.Await
 			until := time.Now().UTC()
 			if aw.Until != nil {
 				until = *aw.Until
 			}
-			if code, msg := g.Append(runID, api.JournalEntry{Seq: aw.Seq, Kind: api.EntryKindSleep, Name: aw.Name, Until: &until}); code != http.StatusOK {
+			if code, msg := g.Append(runID, protocol.JournalEntry{Seq: aw.Seq, Kind: protocol.EntryKindSleep, Name: aw.Name, Until: &until}); code != http.StatusOK {
 				g.tb.Fatalf("run %s: journal sleep: %s", runID, msg)
 			}
-		case r.Answer.Await.Type == api.AwaitTypeRetry:
+		case r.Answer.Await.Type == protocol.AwaitTypeRetry:
 			aw := r.Answer.Await
 			attempts[strconv.Itoa(aw.Seq)] = *aw.Attempt + 1
-		case r.Answer.Await.Type == api.AwaitTypeInvoke:
+		case r.Answer.Await.Type == protocol.AwaitTypeInvoke:
 			aw := r.Answer.Await
 			input := "null"
 			if aw.Input != nil {
@@ -253,11 +253,11 @@ func (g *Gateway) Run(url, runID, function, input string, maxAttempts int) (Resp
 			}
 			childURL := url[:strings.LastIndex(url, "/")+1] + *aw.Function
 			child, _ := g.Run(childURL, fmt.Sprintf("%s.%d", runID, aw.Seq), *aw.Function, input, maxAttempts)
-			e := api.JournalEntry{Seq: aw.Seq, Kind: api.EntryKindInvoke, Name: aw.Name}
+			e := protocol.JournalEntry{Seq: aw.Seq, Kind: protocol.EntryKindInvoke, Name: aw.Name}
 			switch {
 			case child.Code != http.StatusOK:
-				e.Error = &api.ErrorInfo{Type: child.Error.Type, Message: child.Error.Message}
-			case child.Answer.Status == api.AnswerStatusCompleted:
+				e.Error = &protocol.ErrorInfo{Type: child.Error.Type, Message: child.Error.Message}
+			case child.Answer.Status == protocol.AnswerStatusCompleted:
 				e.Output = child.Answer.Output
 			default:
 				e.Error = child.Answer.Error

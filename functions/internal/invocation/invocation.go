@@ -34,7 +34,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/stepgate/stepgate/gateway/api"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // ErrStopped is returned by step functions called outside the function's own goroutine
@@ -45,41 +45,41 @@ var ErrStopped = errors.New("step: invocation stopped")
 // unwinds user code to [State.Call].
 type Stop struct {
 	// Answer is written with HTTP 200 when Error is nil.
-	Answer *api.InvocationAnswer
+	Answer *protocol.InvocationAnswer
 	// Error is written with HTTP 500, so the gateway retries the invocation.
-	Error *api.ErrorInfo
+	Error *protocol.ErrorInfo
 }
 
 // Failed returns a Stop answering a non-retryable failure.
 func Failed(typ, msg string) *Stop {
-	return &Stop{Answer: &api.InvocationAnswer{
-		Status: api.AnswerStatusFailed,
-		Error:  &api.ErrorInfo{Type: typ, Message: msg, Retryable: new(false)},
+	return &Stop{Answer: &protocol.InvocationAnswer{
+		Status: protocol.AnswerStatusFailed,
+		Error:  &protocol.ErrorInfo{Type: typ, Message: msg, Retryable: new(false)},
 	}}
 }
 
 // Suspended returns a Stop answering that the run waits on aw.
-func Suspended(aw *api.Await) *Stop {
-	return &Stop{Answer: &api.InvocationAnswer{Status: api.AnswerStatusSuspended, Await: aw}}
+func Suspended(aw *protocol.Await) *Stop {
+	return &Stop{Answer: &protocol.InvocationAnswer{Status: protocol.AnswerStatusSuspended, Await: aw}}
 }
 
 // Retry returns a Stop answering HTTP 500 with an error of type typ.
 func Retry(typ, msg string) *Stop {
-	return &Stop{Error: &api.ErrorInfo{Type: typ, Message: msg}}
+	return &Stop{Error: &protocol.ErrorInfo{Type: typ, Message: msg}}
 }
 
 // State is one invocation. Its methods are safe for concurrent use, though steps must be
 // called one after another for their seqs to be deterministic.
 type State struct {
-	Req *api.InvocationRequest // The invocation, as the gateway sent it; read only.
+	Req *protocol.InvocationRequest // The invocation, as the gateway sent it; read only.
 
 	// reqCtx is the request's context: checkpoints use it rather than a step's context,
 	// so a deadline the user put on a step cannot cut a checkpoint short.
 	reqCtx  context.Context
 	cancel  context.CancelCauseFunc
 	client  *http.Client
-	journal []api.JournalEntry // journal[i].Seq == i+1, when byseq is nil
-	bySeq   map[int]*api.JournalEntry
+	journal []protocol.JournalEntry // journal[i].Seq == i+1, when byseq is nil
+	bySeq   map[int]*protocol.JournalEntry
 
 	mu      sync.Mutex
 	seq     int
@@ -91,11 +91,11 @@ type ctxKey struct{}
 
 // New returns the state of an invocation of req. reqCtx bounds checkpoints; cancel
 // cancels the context given to user code when the invocation stops.
-func New(reqCtx context.Context, req *api.InvocationRequest, client *http.Client, cancel context.CancelCauseFunc) *State {
+func New(reqCtx context.Context, req *protocol.InvocationRequest, client *http.Client, cancel context.CancelCauseFunc) *State {
 	s := &State{Req: req, reqCtx: reqCtx, cancel: cancel, client: client, journal: req.Journal}
 	for i := range req.Journal {
 		if req.Journal[i].Seq != i+1 {
-			s.bySeq = make(map[int]*api.JournalEntry, len(req.Journal))
+			s.bySeq = make(map[int]*protocol.JournalEntry, len(req.Journal))
 			for j := range req.Journal {
 				s.bySeq[req.Journal[j].Seq] = &req.Journal[j]
 			}
@@ -196,7 +196,7 @@ var ErrNested = errors.New("step: a step cannot start inside another step's func
 // Next takes the next seq for a step of kind named name and returns the journal's entry
 // for it, or nil when it is not journaled. It halts when the invocation has stopped or
 // the journal holds another entry at that seq, and returns ErrNested inside a step.
-func (s *State) Next(kind api.EntryKind, name string) (int, *api.JournalEntry, error) {
+func (s *State) Next(kind protocol.EntryKind, name string) (int, *protocol.JournalEntry, error) {
 	s.mu.Lock()
 	if s.stop != nil {
 		s.mu.Unlock()
@@ -218,7 +218,7 @@ func (s *State) Next(kind api.EntryKind, name string) (int, *api.JournalEntry, e
 	return seq, e, nil
 }
 
-func (s *State) entry(seq int) *api.JournalEntry {
+func (s *State) entry(seq int) *protocol.JournalEntry {
 	if s.bySeq != nil {
 		return s.bySeq[seq]
 	}
@@ -259,7 +259,7 @@ func (s *State) Current() int {
 // Checkpoint tries to journal e and waits for the gateway's answer. It returns nil once
 // the entry is durable and halts otherwise: on a 409, with the conflict's answer; when
 // the gateway stays unreachable or failing after a few tries, with HTTP 500.
-func (s *State) Checkpoint(e *api.JournalEntry) error {
+func (s *State) Checkpoint(e *protocol.JournalEntry) error {
 	body, err := json.Marshal(e)
 	if err != nil {
 		return s.Halt(Failed("output", fmt.Sprintf("step %d %q: encode journal entry: %v", e.Seq, e.Name, err)))
@@ -305,8 +305,8 @@ const (
 
 // checkpoint makes one try. It returns a nil Stop on success; retry says whether another
 // try may succeed, and after how long the gateway asked for it (Retry-After), if it did.
-func (s *State) checkpoint(e *api.JournalEntry, body []byte) (stop *Stop, retry bool, after time.Duration) {
-	req, err := http.NewRequestWithContext(s.reqCtx, http.MethodPost, s.Req.Checkpoint.Url, bytes.NewReader(body))
+func (s *State) checkpoint(e *protocol.JournalEntry, body []byte) (stop *Stop, retry bool, after time.Duration) {
+	req, err := http.NewRequestWithContext(s.reqCtx, http.MethodPost, s.Req.Checkpoint.URL, bytes.NewReader(body))
 	if err != nil {
 		return Retry("checkpoint", fmt.Sprintf("checkpoint step %d %q: %v", e.Seq, e.Name, err)), false, 0
 	}
@@ -324,7 +324,7 @@ func (s *State) checkpoint(e *api.JournalEntry, body []byte) (stop *Stop, retry 
 		return nil, false, 0
 	}
 
-	var p api.Problem
+	var p protocol.Problem
 	_ = json.Unmarshal(raw, &p) // a body that is not a problem leaves p empty
 	detail := cmp.Or(p.Detail, http.StatusText(code))
 	where := fmt.Sprintf("checkpoint step %d %q", e.Seq, e.Name)

@@ -13,7 +13,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/oapi-codegen/runtime"
-	. "github.com/stepgate/stepgate/gateway/api"
+	. "github.com/stepgate/stepgate/protocol"
 )
 
 // ServerInterface represents all server handlers.
@@ -1437,12 +1437,12 @@ type StreamRunsResponseObject interface {
 	VisitStreamRunsResponse(w http.ResponseWriter) error
 }
 
-type StreamRuns200TexteventStreamResponse struct {
+type StreamRuns200TextEventStreamResponse struct {
 	Body          io.Reader
 	ContentLength int64
 }
 
-func (response StreamRuns200TexteventStreamResponse) VisitStreamRunsResponse(w http.ResponseWriter) error {
+func (response StreamRuns200TextEventStreamResponse) VisitStreamRunsResponse(w http.ResponseWriter) error {
 
 	w.Header().Set("Content-Type", "text/event-stream")
 	if response.ContentLength != 0 {
@@ -1545,7 +1545,7 @@ func (response StreamRuns429ApplicationProblemPlusJSONResponse) VisitStreamRunsR
 }
 
 type GetRunRequestObject struct {
-	Id     RunID `json:"id"`
+	ID     RunID `json:"id"`
 	Params GetRunParams
 }
 
@@ -1616,7 +1616,7 @@ func (response GetRun404ApplicationProblemPlusJSONResponse) VisitGetRunResponse(
 }
 
 type CancelRunRequestObject struct {
-	Id RunID `json:"id"`
+	ID RunID `json:"id"`
 }
 
 type CancelRunResponseObject interface {
@@ -1702,7 +1702,7 @@ func (response CancelRun409ApplicationProblemPlusJSONResponse) VisitCancelRunRes
 }
 
 type CheckpointRequestObject struct {
-	Id   RunID `json:"id"`
+	ID   RunID `json:"id"`
 	Body *CheckpointJSONRequestBody
 }
 
@@ -1805,7 +1805,7 @@ func (response Checkpoint503ApplicationProblemPlusJSONResponse) VisitCheckpointR
 }
 
 type RerunRunRequestObject struct {
-	Id RunID `json:"id"`
+	ID RunID `json:"id"`
 }
 
 type RerunRunResponseObject interface {
@@ -1901,7 +1901,7 @@ func (response RerunRun409ApplicationProblemPlusJSONResponse) VisitRerunRunRespo
 }
 
 type GetRunResultRequestObject struct {
-	Id     RunID `json:"id"`
+	ID     RunID `json:"id"`
 	Params GetRunResultParams
 }
 
@@ -2983,7 +2983,7 @@ func (sh *strictHandler) StreamRuns(ctx echo.Context, params StreamRunsParams) e
 func (sh *strictHandler) GetRun(ctx echo.Context, id RunID, params GetRunParams) error {
 	var request GetRunRequestObject
 
-	request.Id = id
+	request.ID = id
 	request.Params = params
 
 	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
@@ -3009,7 +3009,7 @@ func (sh *strictHandler) GetRun(ctx echo.Context, id RunID, params GetRunParams)
 func (sh *strictHandler) CancelRun(ctx echo.Context, id RunID) error {
 	var request CancelRunRequestObject
 
-	request.Id = id
+	request.ID = id
 
 	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
 		return sh.ssi.CancelRun(ctx.Request().Context(), request.(CancelRunRequestObject))
@@ -3034,7 +3034,7 @@ func (sh *strictHandler) CancelRun(ctx echo.Context, id RunID) error {
 func (sh *strictHandler) Checkpoint(ctx echo.Context, id RunID) error {
 	var request CheckpointRequestObject
 
-	request.Id = id
+	request.ID = id
 
 	var body CheckpointJSONRequestBody
 	var err error
@@ -3082,7 +3082,7 @@ func (sh *strictHandler) Checkpoint(ctx echo.Context, id RunID) error {
 func (sh *strictHandler) RerunRun(ctx echo.Context, id RunID) error {
 	var request RerunRunRequestObject
 
-	request.Id = id
+	request.ID = id
 
 	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
 		return sh.ssi.RerunRun(ctx.Request().Context(), request.(RerunRunRequestObject))
@@ -3107,7 +3107,7 @@ func (sh *strictHandler) RerunRun(ctx echo.Context, id RunID) error {
 func (sh *strictHandler) GetRunResult(ctx echo.Context, id RunID, params GetRunResultParams) error {
 	var request GetRunResultRequestObject
 
-	request.Id = id
+	request.ID = id
 	request.Params = params
 
 	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
