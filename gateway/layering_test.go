@@ -13,14 +13,15 @@ import (
 )
 
 // runWrites are the journal functions that change a run's status, start runs or write
-// what starts them. Only the invoker, the run service, calls them: it owns each
+// what starts them, or mark runs and tenants for notifications (result waiters and live
+// streams: the invoker and package notify). Only the invoker, the run service, calls them: it owns each
 // transition's transaction, River jobs and local wake-ups, which a caller in the gateway
 // could forget.
 var runWrites = []string{
 	"CreateRun", "ClaimRun", "AppendEntry", "Finish", "CancelRun", "SendEvent",
 	"RenewLeases", "ReapExpiredLeases", "ReleaseLeases", "StrandedRuns",
 	"PutSchedule", "DeleteSchedule", "AdvanceSchedule", "ClaimTick", "TryClaimTick",
-	"RegisterFunction", "DeleteFunction",
+	"RegisterFunction", "DeleteFunction", "Attach", "Watch", "Unwatch",
 }
 
 // TestGatewayOnlyMapsHTTP keeps the gateway a mapping of HTTP onto the invoker's

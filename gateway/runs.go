@@ -140,9 +140,9 @@ func (s *Server) StartRun(ctx context.Context, req server.StartRunRequestObject)
 		case <-timer.C:
 			return startAnswer(run), nil
 		}
-		run, err = s.awaitRun(ctx, ch, id.Tenant, run.ID, deadline)
+		run, err = s.inv.AwaitRun(ctx, journal.ForTenant(s.api, id.Tenant), run.ID, ch, deadline)
 	} else {
-		run, err = s.await(ctx, id.Tenant, run.ID, deadline)
+		run, err = s.inv.AwaitRun(ctx, journal.ForTenant(s.api, id.Tenant), run.ID, nil, deadline)
 	}
 	if err != nil {
 		return nil, err
@@ -165,47 +165,6 @@ func rawPtr(b json.RawMessage) *protocol.AnyJSON {
 	return &a
 }
 
-// await attaches to the tenant's run and waits until it is terminal or deadline passes,
-// returning the run as it then is. It returns journal.ErrNotFound for another tenant's
-// run.
-func (s *Server) await(ctx context.Context, tenant, runID string, deadline time.Time) (*journal.Run, error) {
-	ch, unsubscribe := s.inv.Subscribe(runID)
-	defer unsubscribe()
-	return s.awaitRun(ctx, ch, tenant, runID, deadline)
-}
-
-// awaitRun is await's loop, on a channel subscribed already. When the request's context
-// ends (the client left, or the gateway stops and ends open requests) it answers the run
-// as it stands: its reads do not depend on that context, so a waiting caller gets the
-// run's status (202) rather than an error.
-func (s *Server) awaitRun(ctx context.Context, ch <-chan struct{}, tenant, runID string, deadline time.Time) (*journal.Run, error) {
-	db := journal.ForTenant(s.api, tenant)
-	read := func(f func(ctx context.Context) (*journal.Run, error)) (*journal.Run, error) {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		return f(ctx)
-	}
-	run, err := read(func(ctx context.Context) (*journal.Run, error) { return journal.Attach(ctx, db, tenant, runID) })
-	if err != nil {
-		return nil, err
-	}
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
-	for !run.Status.Terminal() {
-		select {
-		case <-ch:
-		case <-timer.C:
-			return run, nil
-		case <-ctx.Done():
-			return run, nil
-		}
-		if run, err = read(func(ctx context.Context) (*journal.Run, error) { return journal.GetRun(ctx, db, tenant, runID) }); err != nil {
-			return nil, err
-		}
-	}
-	return run, nil
-}
-
 // GetRunResult attaches to a run and waits up to wait for it to finish.
 func (s *Server) GetRunResult(ctx context.Context, req server.GetRunResultRequestObject) (server.GetRunResultResponseObject, error) {
 	wait, err := parseWait(req.Params.Wait)
@@ -218,7 +177,7 @@ func (s *Server) GetRunResult(ctx context.Context, req server.GetRunResultReques
 	}
 	var run *journal.Run
 	if wait > 0 {
-		run, err = s.await(ctx, tenant, req.ID, time.Now().Add(wait))
+		run, err = s.inv.AwaitRun(ctx, journal.ForTenant(s.api, tenant), req.ID, nil, time.Now().Add(wait))
 	} else {
 		run, err = journal.GetRun(ctx, journal.ForTenant(s.api, tenant), tenant, req.ID)
 	}

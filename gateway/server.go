@@ -22,6 +22,7 @@ import (
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/internal/egress"
+	"github.com/stepgate/stepgate/internal/notify"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
@@ -87,7 +88,7 @@ type Server struct {
 	subjectStreams               *slots       // live streams, by tenant and subject
 	client                       *http.Client // fetches manifests
 	echo                         *echo.Echo
-	stream                       *streamHub
+	stream                       *notify.Hub
 	draining                     atomic.Bool // see Drain
 }
 
@@ -136,7 +137,7 @@ func New(cfg Config) (*Server, error) {
 	e.Use(bodyLimits(cmp.Or(cfg.MaxBodyBytes, 1<<20), int64(cfg.Invoker.Limits().MaxOutputBytes)+64<<10))
 	e.Use(s.authenticate)
 	server.RegisterHandlers(e, server.NewStrictHandler(s, []server.StrictMiddlewareFunc{authorize}))
-	s.stream = newStreamHub(cfg.Pool, cfg.Logger, cfg.Invoker)
+	s.stream = notify.NewHub(cfg.Invoker.Listener(), cfg.Pool, cfg.Logger, encodeEvent)
 	if err := s.mountRiverUI(e, cfg.Invoker); err != nil {
 		return nil, err
 	}

@@ -4,314 +4,33 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/gateway/api/server"
-	"github.com/stepgate/stepgate/invoker"
+	"github.com/stepgate/stepgate/internal/notify"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
 )
 
-// Live run events (GET /v1/runs/stream) work like this:
-//
-//   - Every statement that changes a run's status notifies journal.EventChannel, but
-//     only while a row of stepgate.run_watch for the run's tenant has not expired, so
-//     runs nobody watches pay no NOTIFY.
-//   - A gateway with open streams of a tenant keeps that row (journal.Watch) and
-//     refreshes it every watchRefresh; it deletes it when the tenant's last stream closes.
-//   - Each gateway's one listener connection (the invoker's) receives the events and
-//     hands them to the streamHub, which loads the runs of a batch of events in one query
-//     and fans them out to the streams of their tenant, filtered by function or run.
-//   - A stream's buffer is bounded: a client that falls behind loses events and gets an
-//     `event: resync`, and so does every client after the listener reconnected. On
-//     resync a client reloads what it shows.
+// Live run events: see notify.Hub, which fans them out; this file writes them as
+// server-sent events.
 const (
-	watchTTL          = 90 * time.Second
-	watchRefresh      = 30 * time.Second
 	keepaliveInterval = 15 * time.Second
-	streamBuffer      = 256              // events a client may fall behind by
 	streamWriteWait   = 30 * time.Second // a write blocked longer ends the stream
 )
 
-// streamHub fans this gateway's run events out to its open streams. Its pump goroutine
-// runs only while some stream is open.
-type streamHub struct {
-	pool      *pgxpool.Pool
-	log       *slog.Logger
-	gatewayID string
-	in        chan *journal.RunEvent // from the listener; nil: events were missed
-	lost      atomic.Bool            // in overflowed
-	open      atomic.Int32           // streams open, read without mu by receive
-
-	mu       sync.Mutex
-	clients  map[*streamClient]struct{}
-	tenants  map[string]int // open streams per tenant
-	pumping  bool
-	wake     chan struct{}         // tells the pump to look at clients again
-	shutdown map[*http.Server]bool // servers whose shutdown ends the streams
-
-	// watchMu orders watch upserts and deletes, so a delete for a tenant's last stream
-	// never lands after the upsert of a stream opened meanwhile.
-	watchMu sync.Mutex
-}
-
-type streamClient struct {
-	tenant, function, run string
-	out                   chan []byte   // SSE frames
-	resync                chan struct{} // events were dropped
-	done                  chan struct{} // closed on server shutdown
-	closeOnce             sync.Once
-	leaveOnce             sync.Once
-}
-
-func newStreamHub(pool *pgxpool.Pool, log *slog.Logger, inv *invoker.Invoker) *streamHub {
-	h := &streamHub{
-		pool:      pool,
-		log:       log,
-		gatewayID: uuid.NewString(),
-		in:        make(chan *journal.RunEvent, 4096),
-		clients:   map[*streamClient]struct{}{},
-		tenants:   map[string]int{},
-		wake:      make(chan struct{}, 1),
-		shutdown:  map[*http.Server]bool{},
-	}
-	inv.HandleRunEvents(h.receive)
-	return h
-}
-
-// receive runs on the listener's goroutine: it never blocks.
-func (h *streamHub) receive(ev *journal.RunEvent) {
-	if h.open.Load() == 0 {
-		return
-	}
-	select {
-	case h.in <- ev:
-	default:
-		h.lost.Store(true)
-		select {
-		case h.wake <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// subscribe opens a stream of tenant's run events, filtered by function and run when
-// they are not empty. Once it returns, every later status change of the tenant's runs
-// reaches the stream: the watch row is committed.
-func (h *streamHub) subscribe(ctx context.Context, tenant, function, run string) (*streamClient, error) {
-	c := &streamClient{
-		tenant: tenant, function: function, run: run,
-		out:    make(chan []byte, streamBuffer),
-		resync: make(chan struct{}, 1),
-		done:   make(chan struct{}),
-	}
-	h.mu.Lock()
-	h.clients[c] = struct{}{}
-	h.tenants[tenant]++
-	h.open.Add(1)
-	if !h.pumping {
-		h.pumping = true
-		go h.pump()
-	}
-	h.mu.Unlock()
-
-	h.watchMu.Lock()
-	err := journal.Watch(ctx, h.pool, h.gatewayID, []string{tenant}, watchTTL)
-	h.watchMu.Unlock()
+// encodeEvent is a stream's `event: run` frame of a run event.
+func encodeEvent(run *journal.Run, ev *journal.RunEvent) ([]byte, error) {
+	data, err := json.Marshal(eventRun(run, ev))
 	if err != nil {
-		h.unsubscribe(c)
 		return nil, err
 	}
-	return c, nil
-}
-
-// unsubscribe closes c's stream; the tenant's watch goes with its last stream. It may
-// be called more than once.
-func (h *streamHub) unsubscribe(c *streamClient) {
-	c.leaveOnce.Do(func() {
-		h.mu.Lock()
-		delete(h.clients, c)
-		h.tenants[c.tenant]--
-		last := h.tenants[c.tenant] == 0
-		if last {
-			delete(h.tenants, c.tenant)
-		}
-		h.open.Add(-1)
-		select {
-		case h.wake <- struct{}{}:
-		default:
-		}
-		h.mu.Unlock()
-		if !last {
-			return
-		}
-		h.watchMu.Lock()
-		defer h.watchMu.Unlock()
-		h.mu.Lock()
-		reopened := h.tenants[c.tenant] > 0
-		h.mu.Unlock()
-		if reopened {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := journal.Unwatch(ctx, h.pool, h.gatewayID, c.tenant); err != nil {
-			// The row expires by itself; meanwhile the tenant's runs notify for nothing.
-			h.log.Warn("run event watch not removed", slog.String("tenant", c.tenant), slog.Any("error", err))
-		}
-	})
-}
-
-// endOnShutdown makes srv's graceful shutdown end the open streams, which would
-// otherwise hold it up until its deadline.
-func (h *streamHub) endOnShutdown(srv *http.Server) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.shutdown[srv] {
-		return
-	}
-	h.shutdown[srv] = true
-	srv.RegisterOnShutdown(func() {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		for c := range h.clients {
-			c.closeOnce.Do(func() { close(c.done) })
-		}
-	})
-}
-
-// pump delivers events in batches and refreshes the watches, until no stream is open.
-func (h *streamHub) pump() {
-	refresh := time.NewTicker(watchRefresh)
-	defer refresh.Stop()
-	for {
-		h.mu.Lock()
-		if len(h.clients) == 0 {
-			h.pumping = false
-			h.mu.Unlock()
-			return
-		}
-		h.mu.Unlock()
-		select {
-		case ev := <-h.in:
-			batch := []*journal.RunEvent{ev}
-		drain:
-			for len(batch) < 512 {
-				select {
-				case ev := <-h.in:
-					batch = append(batch, ev)
-				default:
-					break drain
-				}
-			}
-			h.deliver(batch)
-		case <-refresh.C:
-			h.refresh()
-		case <-h.wake:
-			h.deliver(nil) // tells the streams if events were lost
-		}
-	}
-}
-
-func (h *streamHub) refresh() {
-	h.watchMu.Lock()
-	defer h.watchMu.Unlock()
-	h.mu.Lock()
-	tenants := make([]string, 0, len(h.tenants))
-	for t := range h.tenants {
-		tenants = append(tenants, t)
-	}
-	h.mu.Unlock()
-	if len(tenants) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := journal.Watch(ctx, h.pool, h.gatewayID, tenants, watchTTL); err != nil {
-		// The next refresh tries again, well before the rows expire.
-		h.log.Warn("run event watches not refreshed", slog.Any("error", err))
-	}
-}
-
-// deliver loads the runs of a batch of events and sends each event to the streams it
-// matches, in the order the events came.
-func (h *streamHub) deliver(batch []*journal.RunEvent) {
-	resync := h.lost.Swap(false)
-	h.mu.Lock()
-	var ids []string
-	for _, ev := range batch {
-		if ev == nil {
-			resync = true
-		} else if h.tenants[ev.Tenant] > 0 {
-			ids = append(ids, ev.ID)
-		}
-	}
-	h.mu.Unlock()
-	runs := map[string]*journal.Run{}
-	if len(ids) > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		list, err := journal.RunsByID(ctx, h.pool, ids)
-		cancel()
-		if err != nil {
-			h.log.Warn("run events dropped; streams told to resync", slog.Any("error", err))
-			resync = true
-		}
-		for i := range list {
-			runs[list[i].ID] = &list[i]
-		}
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if resync {
-		for c := range h.clients {
-			c.dropped()
-		}
-	}
-	for _, ev := range batch {
-		if ev == nil {
-			continue
-		}
-		run := runs[ev.ID]
-		if run == nil || run.Tenant != ev.Tenant {
-			continue // another tenant's, or gone
-		}
-		var frame []byte
-		for c := range h.clients {
-			if c.tenant != ev.Tenant || (c.function != "" && c.function != ev.Function) || (c.run != "" && c.run != ev.ID) {
-				continue
-			}
-			if frame == nil {
-				data, err := json.Marshal(eventRun(run, ev))
-				if err != nil {
-					h.log.Error("run event not encoded", slog.String("run_id", ev.ID), slog.Any("error", err))
-					break
-				}
-				frame = append(append([]byte("event: run\ndata: "), data...), "\n\n"...)
-			}
-			select {
-			case c.out <- frame:
-			default:
-				c.dropped()
-			}
-		}
-	}
-}
-
-func (c *streamClient) dropped() {
-	select {
-	case c.resync <- struct{}{}:
-	default:
-	}
+	return append(append([]byte("event: run\ndata: "), data...), "\n\n"...), nil
 }
 
 // eventRun is the run as the event saw it: the event's status and its timing, with the
@@ -334,7 +53,7 @@ func eventRun(run *journal.Run, ev *journal.RunEvent) protocol.Run {
 	return r
 }
 
-// StreamRuns streams the tenant's run events as server-sent events; see streamHub.
+// StreamRuns streams the tenant's run events as server-sent events; see notify.Hub.
 func (s *Server) StreamRuns(ctx context.Context, req server.StreamRunsRequestObject) (server.StreamRunsResponseObject, error) {
 	var function, run string
 	if req.Params.Function != nil {
@@ -351,18 +70,18 @@ func (s *Server) StreamRuns(ctx context.Context, req server.StreamRunsRequestObj
 	if err != nil {
 		return nil, err
 	}
-	c, err := s.stream.subscribe(ctx, id.Tenant, function, run)
+	c, err := s.stream.Subscribe(ctx, id.Tenant, function, run)
 	if err != nil {
 		release()
 		return nil, err
 	}
 	// Should the response never be written, the stream still closes with the request.
 	context.AfterFunc(ctx, func() {
-		s.stream.unsubscribe(c)
+		s.stream.Unsubscribe(c)
 		release()
 	})
 	if srv, ok := ctx.Value(http.ServerContextKey).(*http.Server); ok {
-		s.stream.endOnShutdown(srv)
+		s.stream.EndOnShutdown(srv)
 	}
 	exp, _ := auth.ExpiryFrom(ctx)
 	return runStream{ctx: ctx, hub: s.stream, c: c, expires: exp, release: release}, nil
@@ -389,15 +108,15 @@ func (s *Server) streamSlots(id auth.Identity) (release func(), err error) {
 // caller's token expires.
 type runStream struct {
 	ctx     context.Context
-	hub     *streamHub
-	c       *streamClient
+	hub     *notify.Hub
+	c       *notify.Stream
 	expires time.Time // zero: never
 	release func()
 }
 
 func (st runStream) VisitStreamRunsResponse(w http.ResponseWriter) error {
 	defer st.release()
-	defer st.hub.unsubscribe(st.c)
+	defer st.hub.Unsubscribe(st.c)
 	h := w.Header()
 	h.Set(echo.HeaderContentType, "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -428,19 +147,19 @@ func (st runStream) VisitStreamRunsResponse(w http.ResponseWriter) error {
 		select {
 		case <-st.ctx.Done():
 			return nil
-		case <-st.c.done:
+		case <-st.c.Done():
 			return nil
 		case <-expired:
 			// The token that opened the stream is no longer valid: the client signs in
 			// again with a new one.
 			_ = send([]byte("event: expired\ndata: {}\n\n"))
 			return nil
-		case frame := <-st.c.out:
+		case frame := <-st.c.Events():
 			err = send(frame)
-		case <-st.c.resync:
+		case <-st.c.Resync():
 			// What is buffered predates the reload the client is about to make.
-			for len(st.c.out) > 0 {
-				<-st.c.out
+			for len(st.c.Events()) > 0 {
+				<-st.c.Events()
 			}
 			err = send([]byte("event: resync\ndata: {}\n\n"))
 		case <-keepalive.C:

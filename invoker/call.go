@@ -398,7 +398,7 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 		inv.armTimer(run.ID, rev, f.WakeAt.Sub(f.Clock)-time.Since(finishedAt), 0)
 		log.DebugContext(ctx, "run waits", slog.String("status", string(f.Status)), slog.Time("wake_at", *f.WakeAt))
 	default:
-		inv.waiters.signal(run.ID)
+		inv.listener.Signal(run.ID)
 		log.InfoContext(ctx, "run finished", slog.String("status", string(f.Status)))
 	}
 	return &Result{RunID: run.ID, Status: f.Status, Output: o.Output(), Error: o.Error()}, nil

@@ -26,6 +26,7 @@ import (
 
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/internal/egress"
+	"github.com/stepgate/stepgate/internal/notify"
 	"github.com/stepgate/stepgate/journal"
 )
 
@@ -68,6 +69,9 @@ type Config struct {
 	MaxRecoveries int
 	// Limits bound functions' configs and answers and runs' journals.
 	Limits Limits
+	// Listener is the process's LISTEN connection (see package notify), which its owner
+	// runs. Nil: the invoker makes one and runs it from Start to Stop.
+	Listener *notify.Listener
 	// Clock makes the timers of runs' wake-ups and schedules' ticks. Defaults to the
 	// system clock.
 	Clock Clock
@@ -91,10 +95,10 @@ type Invoker struct {
 	sweepGrace    time.Duration
 	maxRecoveries int
 	health        dbHealth
-	tickErrLogged time.Time // when maintain last logged a failed overdue tick
-	revisions     sync.Map  // revisionKey -> *revision; revisions are immutable
-	waiters       *waiters
-	listenReady   chan struct{}
+	tickErrLogged time.Time        // when maintain last logged a failed overdue tick
+	revisions     sync.Map         // revisionKey -> *revision; revisions are immutable
+	listener      *notify.Listener // the process's LISTEN connection; waiters subscribe to it
+	ownsListener  bool             // made by New: Start runs it
 
 	timers *timers // runs' wake-ups and schedules' ticks in this process (timers.go)
 
@@ -130,9 +134,11 @@ func New(cfg Config) (*Invoker, error) {
 		maintainEvery: cmp.Or(cfg.MaintainInterval, time.Second),
 		sweepGrace:    cmp.Or(cfg.SweepGrace, 3*time.Second),
 		maxRecoveries: cmp.Or(cfg.MaxRecoveries, 100),
-		waiters:       newWaiters(),
-		listenReady:   make(chan struct{}),
+		listener:      cfg.Listener,
 		inflight:      map[string]map[*inflightCall]struct{}{},
+	}
+	if inv.listener == nil {
+		inv.listener, inv.ownsListener = notify.NewListener(cfg.Pool, cfg.Logger), true
 	}
 	inv.renewEvery = cmp.Or(cfg.RenewInterval, inv.leaseTTL/5)
 	if inv.renewEvery >= inv.leaseTTL {
@@ -170,14 +176,17 @@ func New(cfg Config) (*Invoker, error) {
 	return inv, nil
 }
 
-// Start starts River's workers and the run notification listener; it returns once
-// waiters can rely on notifications.
+// Start starts River's workers, the lease and maintenance loops and, when the invoker
+// made its own, the notification listener; it returns once waiters can rely on
+// notifications.
 func (inv *Invoker) Start(ctx context.Context) error {
-	inv.bgWG.Add(1)
-	go func() {
-		defer inv.bgWG.Done()
-		inv.waiters.listen(inv.bg, inv.pool, inv.log, inv.listenReady)
-	}()
+	if inv.ownsListener {
+		inv.bgWG.Add(1)
+		go func() {
+			defer inv.bgWG.Done()
+			inv.listener.Run(inv.bg)
+		}()
+	}
 	// River's work outlives ctx (a start-up context, or the process's signal context):
 	// Drain and Stop end it, gracefully.
 	if err := inv.river.Start(context.WithoutCancel(ctx)); err != nil {
@@ -189,7 +198,7 @@ func (inv *Invoker) Start(ctx context.Context) error {
 	go func() { defer inv.loopsWG.Done(); inv.renewLoop(loops) }()
 	go func() { defer inv.loopsWG.Done(); inv.maintainLoop(loops) }()
 	select {
-	case <-inv.listenReady:
+	case <-inv.listener.Ready():
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -260,20 +269,11 @@ func (inv *Invoker) Enqueue(ctx context.Context, tx pgx.Tx, runID string) error 
 // Subscribe returns a channel told each time runID may have reached a terminal status,
 // by this gateway or another; the caller re-reads the run. Call the func when done.
 func (inv *Invoker) Subscribe(runID string) (<-chan struct{}, func()) {
-	return inv.waiters.subscribe(runID)
+	return inv.listener.Subscribe(runID)
 }
 
-// HandleRunEvents passes each journal.EventChannel notification this gateway's listener
-// receives to fn, in the order Postgres delivered them, on the listener's goroutine: fn
-// must not block. fn gets nil after the listener reconnected, when events may have been
-// missed. A later call replaces fn; nil stops the handling.
-func (inv *Invoker) HandleRunEvents(fn func(ev *journal.RunEvent)) {
-	if fn == nil {
-		inv.waiters.events.Store(nil)
-		return
-	}
-	inv.waiters.events.Store(&fn)
-}
+// Listener returns the process's listening connection, which the live streams use too.
+func (inv *Invoker) Listener() *notify.Listener { return inv.listener }
 
 // Cancelled tells this process that runID was cancelled (journal.CancelRun has
 // committed): its local wake-up timer is stopped, a call to its function from this
@@ -293,7 +293,7 @@ func (inv *Invoker) ended(runID string, cause error) {
 		c.cancel(cause)
 	}
 	inv.inflightMu.Unlock()
-	inv.waiters.signal(runID)
+	inv.listener.Signal(runID)
 }
 
 // errRunCancelled is the cause of an invocation's context when its run was cancelled;

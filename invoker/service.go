@@ -202,3 +202,42 @@ func (inv *Invoker) RegisterFunction(ctx context.Context, db *journal.TenantDB, 
 func (inv *Invoker) DeleteFunction(ctx context.Context, db *journal.TenantDB, name string) error {
 	return journal.DeleteFunction(ctx, db, db.Tenant(), name)
 }
+
+// AwaitRun attaches to a run of db's tenant (so that its terminal update is notified to
+// every gateway) and waits until it is terminal or deadline passes, returning the run as
+// it then is; journal.ErrNotFound for another tenant's run. changes is a subscription
+// to the run (Subscribe) taken before the run could end, or nil to take one now. When
+// ctx ends (the client left, or the gateway stops and ends open requests) it returns the
+// run as it stands: its reads do not depend on ctx, so a waiting caller gets the run's
+// status rather than an error.
+func (inv *Invoker) AwaitRun(ctx context.Context, db *journal.TenantDB, runID string, changes <-chan struct{}, deadline time.Time) (*journal.Run, error) {
+	if changes == nil {
+		ch, unsubscribe := inv.Subscribe(runID)
+		defer unsubscribe()
+		changes = ch
+	}
+	read := func(f func(ctx context.Context) (*journal.Run, error)) (*journal.Run, error) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		return f(ctx)
+	}
+	run, err := read(func(ctx context.Context) (*journal.Run, error) { return journal.Attach(ctx, db, db.Tenant(), runID) })
+	if err != nil {
+		return nil, err
+	}
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	for !run.Status.Terminal() {
+		select {
+		case <-changes:
+		case <-timer.C:
+			return run, nil
+		case <-ctx.Done():
+			return run, nil
+		}
+		if run, err = read(func(ctx context.Context) (*journal.Run, error) { return journal.GetRun(ctx, db, db.Tenant(), runID) }); err != nil {
+			return nil, err
+		}
+	}
+	return run, nil
+}

@@ -1,0 +1,161 @@
+// Package notify is a process's one connection LISTENing to Postgres: the end of a run,
+// for the requests waiting on its result (Listener), and the status changes of watched
+// tenants' runs, for the live streams (Hub). Every gateway has one, whoever changed the
+// run: a waiter or a stream learns of a run finished by any gateway.
+package notify
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stepgate/stepgate/journal"
+)
+
+// Listener holds the process's listening connection, on journal.NotifyChannel and
+// journal.EventChannel. It tells the requests waiting on a run's result that it may have
+// finished (a signal means "look again", never "done"), fed by this process's own
+// terminal updates (Signal) and by the notifications; and it passes run events to one
+// handler (the Hub).
+type Listener struct {
+	pool  *pgxpool.Pool
+	log   *slog.Logger
+	ready chan struct{}
+
+	mu    sync.Mutex
+	byRun map[string]map[chan struct{}]struct{}
+
+	events atomic.Pointer[func(*journal.RunEvent)]
+}
+
+// NewListener returns a Listener on pool, not listening yet: see Run.
+func NewListener(pool *pgxpool.Pool, log *slog.Logger) *Listener {
+	return &Listener{pool: pool, log: log, ready: make(chan struct{}), byRun: map[string]map[chan struct{}]struct{}{}}
+}
+
+// Ready is closed once the first LISTEN is in place: from then on, waiters can rely on
+// notifications.
+func (l *Listener) Ready() <-chan struct{} { return l.ready }
+
+// Subscribe returns a channel told each time runID may have reached a terminal status,
+// by this process or another; the caller re-reads the run. Call the func when done.
+func (l *Listener) Subscribe(runID string) (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	l.mu.Lock()
+	set := l.byRun[runID]
+	if set == nil {
+		set = map[chan struct{}]struct{}{}
+		l.byRun[runID] = set
+	}
+	set[ch] = struct{}{}
+	l.mu.Unlock()
+	return ch, func() {
+		l.mu.Lock()
+		delete(set, ch)
+		if len(l.byRun[runID]) == 0 {
+			delete(l.byRun, runID)
+		}
+		l.mu.Unlock()
+	}
+}
+
+// Signal tells runID's waiters in this process to look again.
+func (l *Listener) Signal(runID string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for ch := range l.byRun[runID] {
+		poke(ch)
+	}
+}
+
+func (l *Listener) signalAll() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, set := range l.byRun {
+		for ch := range set {
+			poke(ch)
+		}
+	}
+}
+
+// poke sends on a channel of capacity 1 unless a value is pending already.
+func poke(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// HandleRunEvents passes each journal.EventChannel notification to fn, in the order
+// Postgres delivered them, on the listener's goroutine: fn must not block. fn gets nil
+// after the listener reconnected, when events may have been missed. A later call
+// replaces fn; nil stops the handling.
+func (l *Listener) HandleRunEvents(fn func(ev *journal.RunEvent)) {
+	if fn == nil {
+		l.events.Store(nil)
+		return
+	}
+	l.events.Store(&fn)
+}
+
+func (l *Listener) event(ev *journal.RunEvent) {
+	if fn := l.events.Load(); fn != nil {
+		(*fn)(ev)
+	}
+}
+
+// Run holds the listening connection until ctx ends, reconnecting after failures (a
+// second apart). After a reconnect every waiter is told to look again, and the events
+// handler gets nil, since notifications may have been missed.
+func (l *Listener) Run(ctx context.Context) {
+	first := true
+	for ctx.Err() == nil {
+		err := func() error {
+			conn, err := l.pool.Acquire(ctx)
+			if err != nil {
+				return err
+			}
+			defer conn.Release()
+			if _, err := conn.Exec(ctx, "LISTEN "+journal.NotifyChannel+"; LISTEN "+journal.EventChannel); err != nil {
+				conn.Conn().Close(context.WithoutCancel(ctx)) // don't return a listening conn to the pool
+				return err
+			}
+			if first {
+				close(l.ready)
+				first = false
+			} else {
+				l.signalAll()
+				l.event(nil)
+			}
+			for {
+				n, err := conn.Conn().WaitForNotification(ctx)
+				if err != nil {
+					conn.Conn().Close(context.WithoutCancel(ctx))
+					return err
+				}
+				if n.Channel != journal.EventChannel {
+					l.Signal(n.Payload)
+					continue
+				}
+				ev, err := journal.ParseRunEvent(n.Payload)
+				if err != nil {
+					l.log.WarnContext(ctx, "run event notification dropped", slog.Any("error", err))
+					continue
+				}
+				l.event(&ev)
+			}
+		}()
+		if ctx.Err() != nil {
+			return
+		}
+		l.log.WarnContext(ctx, "run notification listener failed; reconnecting", slog.Any("error", err))
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
