@@ -106,15 +106,12 @@ func (inv *Invoker) revision(ctx context.Context, tenant, name string, rev int) 
 }
 
 func (inv *Invoker) revisionOfRun(ctx context.Context, runID string) (*revision, error) {
-	var tenant, function string
-	var rev int
-	err := inv.pool.QueryRow(ctx, `SELECT tenant, function, revision FROM stepgate.run WHERE id = $1`, runID).
-		Scan(&tenant, &function, &rev)
-	if errors.Is(err, pgx.ErrNoRows) {
+	tenant, function, rev, err := journal.RevisionOfRun(ctx, inv.pool, runID)
+	if errors.Is(err, journal.ErrNotFound) {
 		return nil, journal.ErrNotDue
 	}
 	if err != nil {
-		return nil, fmt.Errorf("load run %s: %w", runID, err)
+		return nil, err
 	}
 	return inv.revision(ctx, tenant, function, rev)
 }

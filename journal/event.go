@@ -86,8 +86,8 @@ func SendEvent(ctx context.Context, db DB, n NewEvent) (ev *Event, created bool,
 			SELECT t.run_id, $1, t.name, t.revision, 'queued', $4, $5
 			FROM targets t WHERE EXISTS (SELECT 1 FROM ins)
 			RETURNING id, tenant, function, status, attempts, wake_at, finished_at
-		), `+eventCTE("runs")+`
-		SELECT ins.* FROM ins, `+eventCount,
+		)
+		SELECT ins.* FROM ins`,
 		n.Tenant, n.ID, n.Name, data, n.Identity, n.SourceRunID, !n.Identity.IsAdmin(), roles)
 	ev, err = pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Event])
 	if err == nil {

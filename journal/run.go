@@ -116,8 +116,8 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 			WHERE f.tenant = $2 AND f.name = $3 AND `+mayInvoke("r.config", "$11", "$12")+`
 			ON CONFLICT (tenant, function, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 			RETURNING `+runColumns+`
-		), `+eventCTE("ins")+`
-		SELECT ins.* FROM ins, `+eventCount,
+		)
+		SELECT ins.* FROM ins`,
 		n.ID, n.Tenant, n.Function, n.Input, n.Identity, key, n.ParentID, n.Claim, n.Lease.Seconds(), n.RerunOf,
 		!n.Identity.IsAdmin(), rolesOf(n.Identity), parentSeq, parentName)
 	run, err = pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Run])
@@ -411,4 +411,18 @@ func rolesOf(id Identity) []string {
 		return []string{}
 	}
 	return id.Roles
+}
+
+// RevisionOfRun returns the tenant, function and revision of a run, any tenant's (the
+// invoker works by run id), or ErrNotFound.
+func RevisionOfRun(ctx context.Context, db DB, runID string) (tenant, function string, revision int, err error) {
+	err = db.QueryRow(ctx, `SELECT tenant, function, revision FROM stepgate.run WHERE id = $1`, runID).
+		Scan(&tenant, &function, &revision)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", "", 0, ErrNotFound
+	}
+	if err != nil {
+		return "", "", 0, fmt.Errorf("load run %s: %w", runID, err)
+	}
+	return tenant, function, revision, nil
 }

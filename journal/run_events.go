@@ -9,11 +9,11 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// EventChannel is the Postgres channel on which every statement that changes a run's
-// status (CreateRun, ClaimRun, Finish, ReapExpiredLeases, ReleaseLeases, CancelRun) announces
-// the change as a [RunEvent] in JSON, but only while some gateway watches the run's
-// tenant (see [Watch]): a NOTIFY serializes commits, so runs nobody watches pay one
-// index lookup and no notification.
+// EventChannel is the Postgres channel on which every statement that inserts runs or
+// changes their status announces each change as a [RunEvent] in JSON, but only while
+// some gateway watches the run's tenant (see [Watch]): a NOTIFY serializes commits, so
+// runs nobody watches pay one index lookup and no notification. Triggers on
+// stepgate.run send them (migration 0017), whoever writes the run.
 const EventChannel = "stepgate_run_events"
 
 // RunEvent is a run's status change, as notified on EventChannel. It is small and
@@ -36,23 +36,6 @@ func ParseRunEvent(payload string) (RunEvent, error) {
 	}
 	return ev, nil
 }
-
-// eventCTE returns a CTE named ev that notifies EventChannel of each row of the CTE
-// src (which returns id, tenant, function, status, attempts, wake_at, finished_at)
-// whose tenant a gateway watches. A CTE that does not modify data runs only when read,
-// so the statement's final SELECT must read eventCount.
-func eventCTE(src string) string {
-	return `ev AS (
-			SELECT pg_notify('` + EventChannel + `', json_build_object('id', x.id, 'tenant', x.tenant,
-				'function', x.function, 'status', x.status, 'attempts', x.attempts,
-				'wake_at', x.wake_at, 'finished_at', x.finished_at)::text)
-			FROM ` + src + ` x
-			WHERE EXISTS (SELECT 1 FROM stepgate.run_watch w WHERE w.tenant = x.tenant AND w.expires_at > now())
-		)`
-}
-
-// eventCount reads ev (see eventCTE) as a one-row relation to cross join with.
-const eventCount = `(SELECT count(*) AS events FROM ev) ev_count`
 
 // Watch records, until ttl from now by the database clock, that the gateway gatewayID
 // streams the run events of tenants, so that their runs' status changes notify

@@ -45,8 +45,8 @@ func ClaimRun(ctx context.Context, db DB, runID string, lease time.Duration) (*C
 				(status = 'queued' AND (wake_at IS NULL OR wake_at <= now())) OR
 				(status = 'suspended' AND wake_at <= now()))
 			RETURNING `+runColumns+`, now() AS db_now
-		), `+eventCTE("u")+`
-		SELECT u.* FROM u, `+eventCount, runID, lease.Seconds()).
+		)
+		SELECT u.* FROM u`, runID, lease.Seconds()).
 		Query(func(rows pgx.Rows) error {
 			type claimed struct {
 				Run
@@ -417,12 +417,12 @@ func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome)
 		), notified AS (
 			SELECT pg_notify('`+NotifyChannel+`', id::text) FROM u
 			WHERE notify AND status IN ('completed', 'failed', 'cancelled')
-		), `+eventCTE("u")+`, `+wakeParentCTE("u")+`
-		SELECT u.status, u.wake_at, clock_timestamp(), (SELECT count(*) FROM notified) + ev_count.events,
+		), `+wakeParentCTE("u")+`
+		SELECT u.status, u.wake_at, clock_timestamp(), (SELECT count(*) FROM notified),
 			(SELECT id::text FROM woken), u.tenant, u.identity,
 			EXISTS (SELECT 1 FROM stepgate.journal_entry j WHERE j.run_id = u.id AND j.seq = $10),
 			$10 <= 1 OR EXISTS (SELECT 1 FROM stepgate.journal_entry j WHERE j.run_id = u.id AND j.seq = $10 - 1)
-		FROM u, `+eventCount,
+		FROM u`,
 		runID, invocation, o.status, o.output, o.err, until, wakeAfter.Seconds(), o.Notify, timed, awaitSeq, awaiting,
 	).Scan(&f.Status, &f.WakeAt, &f.Clock, new(int), &parent, &tenant, &identity, &seqTaken, &follows)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -512,7 +512,7 @@ func prevBytes(run, seq string) string {
 		` AND p.seq = ` + seq + ` - 1), 0)`
 }
 
-// childColumns are what wakeParentCTE and eventCTE read of a run just updated.
+// childColumns are what wakeParentCTE reads of a run just updated.
 const childColumns = `id, tenant, function, status, attempts, wake_at, finished_at, output, error,
 	parent_id, parent_seq, parent_name, created_at`
 
@@ -628,8 +628,8 @@ func recoverRuns(ctx context.Context, db DB, picked string, args ...any) ([]stri
 				SELECT coalesce(max(e.seq), 0) AS top FROM stepgate.journal_entry e WHERE e.run_id = p.id) j
 			WHERE r.id = p.id
 			RETURNING r.id, r.tenant, r.function, r.status, r.attempts, r.wake_at, r.finished_at
-		), `+eventCTE("u")+`
-		SELECT id::text FROM u, `+eventCount, args...)
+		)
+		SELECT id::text FROM u`, args...)
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
