@@ -37,7 +37,7 @@ func CancelRun(ctx context.Context, db DB, tenant, id string, by Identity) (*Run
 			RETURNING `+runColumns+`, notify
 		), notified AS (
 			SELECT pg_notify('`+NotifyChannel+`', id::text) FROM u WHERE notify
-		), `+wakeParentCTE("u")+`
+		)
 		SELECT `+runColumns+` FROM u, (SELECT count(*) FROM notified) notified_count`,
 		id, tenant, e, by)
 	run, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Run])

@@ -66,7 +66,7 @@ func (s Sleep) wake() (*time.Time, time.Duration, bool) { return s.Until, s.For,
 func (s Sleep) write(ctx context.Context, db DB, w awaitWrite, f *Finished) error {
 	_, err := db.Exec(ctx, `
 		INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, wake_at, invocation, journal_bytes)
-		VALUES ($1, $2, $3, $4, $5, $6, `+prevBytes("$1", "$2")+`)`,
+		VALUES ($1, $2, $3, $4, $5, $6, stepgate.journal_bytes_before($1, $2))`,
 		w.runID, s.Seq, KindSleep, s.Name, f.WakeAt, w.invocation)
 	if isUniqueViolation(err) {
 		return fmt.Errorf("%w: seq %d is already journaled", ErrConflict, s.Seq)

@@ -75,7 +75,7 @@ func SendEvent(ctx context.Context, db DB, n NewEvent) (ev *Event, created bool,
 			JOIN stepgate.function_revision r USING (tenant, name, revision)
 			WHERE f.tenant = $1
 			  AND r.config->'triggers' @> jsonb_build_array(jsonb_build_object('event', $3::text))
-			  AND `+mayInvoke("r.config", "$7", "$8")+`
+			  AND stepgate.may_invoke(r.config, $7, $8::text[])
 		), ins AS (
 			INSERT INTO stepgate.event (tenant, id, name, data, identity, source_run_id, runs)
 			SELECT $1, $2, $3, $4, $5, $6, coalesce(array_agg(run_id ORDER BY name), '{}') FROM targets

@@ -113,7 +113,7 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 				CASE WHEN $8 THEN now() END
 			FROM stepgate.function f
 			JOIN stepgate.function_revision r USING (tenant, name, revision)
-			WHERE f.tenant = $2 AND f.name = $3 AND `+mayInvoke("r.config", "$11", "$12")+`
+			WHERE f.tenant = $2 AND f.name = $3 AND stepgate.may_invoke(r.config, $11, $12::text[])
 			ON CONFLICT (tenant, function, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 			RETURNING `+runColumns+`
 		)
@@ -131,7 +131,7 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 	var allowed bool
 	var roles []string
 	err = db.QueryRow(ctx, `
-		SELECT `+mayInvoke("r.config", "$3", "$4")+`,
+		SELECT stepgate.may_invoke(r.config, $3, $4::text[]),
 			CASE WHEN jsonb_typeof(r.config->'invoke_roles') = 'array'
 				THEN ARRAY(SELECT jsonb_array_elements_text(r.config->'invoke_roles')) END
 		FROM stepgate.function f
@@ -394,15 +394,6 @@ func Attach(ctx context.Context, db DB, tenant, id string) (*Run, error) {
 		return nil, fmt.Errorf("attach to run %s: %w", id, err)
 	}
 	return run, nil
-}
-
-// mayInvoke is the SQL condition that a revision's config lets a caller invoke it, as
-// access.Identity.MayInvoke decides it: no check asked (an admin), no invoke_roles (or
-// an empty list), or one of the caller's roles in it.
-func mayInvoke(config, check, roles string) string {
-	return `(NOT ` + check + ` OR coalesce(jsonb_array_length(CASE WHEN jsonb_typeof(` + config +
-		`->'invoke_roles') = 'array' THEN ` + config + `->'invoke_roles' END), 0) = 0 OR ` +
-		config + `->'invoke_roles' ?| ` + roles + `::text[])`
 }
 
 // rolesOf returns id's roles as a text[] argument: never NULL.

@@ -352,10 +352,11 @@ type Finished struct {
 	// invoke_roles refuse the run's identity: then the invoke entry is journaled at once
 	// with that error (ErrorTypeNotFound, ErrorTypeForbidden) and the run is due now.
 	Child *Run
-	// Parent is set when the run is a child, this update made it terminal, and its
-	// parent still waited for it: the parent's id. The child's outcome is journaled in
-	// the parent and the parent is due now; the caller enqueues the parent's job in the
-	// same transaction.
+	// Parent is set when the run is a child and this update made it terminal: its
+	// parent's id (of the same tenant). If the parent still waited for it, the child's outcome is journaled in
+	// the parent and the parent is due now (migration 0019's trigger); the caller
+	// enqueues the parent's job in the same transaction, which finds nothing to claim
+	// when the parent did not wait (it was cancelled).
 	Parent string
 }
 
@@ -368,12 +369,12 @@ type Finished struct {
 // watches the tenant.
 //
 // A child run inherits the run's tenant and identity, read from the run's row. When a
-// child becomes terminal (here, or by CancelRun), the same statement
-// journals its outcome in its parent at the child's ParentSeq (kind KindInvoke, the
-// child's output or error, started when the child was created) and makes the parent
-// due now; both only while the parent waits for it (suspended with no wake time), so a
-// cancelled parent stays cancelled and nothing is journaled twice. Finished.Parent
-// names the parent woken.
+// child becomes terminal (here, or by CancelRun), the same statement journals its
+// outcome in its parent at the child's ParentSeq (kind KindInvoke, the child's output or
+// error, started when the child was created) and makes the parent due now, through the
+// trigger child_end_wakes_parent (migration 0019); both only while the parent waits for
+// it (suspended with no wake time), so a cancelled parent stays cancelled and nothing
+// is journaled twice. Finished.Parent names the parent.
 func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome) (*Finished, error) {
 	for _, e := range o.Steps {
 		if err := AppendEntry(ctx, db, runID, invocation, e, o.Bounds); err != nil {
@@ -409,7 +410,7 @@ func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome)
 				recoveries = 0,
 				notify = notify OR ($8 AND $3 IN ('suspended', 'queued'))
 			WHERE id = $1 AND invocation = $2 AND status = 'running'
-			RETURNING `+childColumns+`, notify, identity
+			RETURNING id, tenant, status, attempts, wake_at, parent_id, parent_seq, notify, identity
 		), failure AS (
 			INSERT INTO stepgate.attempt_failure (run_id, seq, attempt, name, error)
 			SELECT id, 0, attempts, '', $5 FROM u WHERE $3 = 'queued'
@@ -417,9 +418,12 @@ func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome)
 		), notified AS (
 			SELECT pg_notify('`+NotifyChannel+`', id::text) FROM u
 			WHERE notify AND status IN ('completed', 'failed', 'cancelled')
-		), `+wakeParentCTE("u")+`
+		)
 		SELECT u.status, u.wake_at, clock_timestamp(), (SELECT count(*) FROM notified),
-			(SELECT id::text FROM woken), u.tenant, u.identity,
+			CASE WHEN u.parent_seq IS NOT NULL AND u.status IN ('completed', 'failed', 'cancelled')
+				AND EXISTS (SELECT 1 FROM stepgate.run p WHERE p.id = u.parent_id AND p.tenant = u.tenant)
+				THEN u.parent_id::text END,
+			u.tenant, u.identity,
 			EXISTS (SELECT 1 FROM stepgate.journal_entry j WHERE j.run_id = u.id AND j.seq = $10),
 			$10 <= 1 OR EXISTS (SELECT 1 FROM stepgate.journal_entry j WHERE j.run_id = u.id AND j.seq = $10 - 1)
 		FROM u`,
@@ -492,7 +496,7 @@ func invoke(ctx context.Context, db DB, runID string, invocation int, tenant str
 	err = db.QueryRow(ctx, `
 		WITH e AS (
 			INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, error, invocation, started_at, journal_bytes)
-			VALUES ($1, $2, '`+KindInvoke+`', $3, $4::jsonb, $5, now(), `+prevBytes("$1", "$2")+` + octet_length($4::jsonb::text))
+			VALUES ($1, $2, '`+KindInvoke+`', $3, $4::jsonb, $5, now(), stepgate.journal_bytes_before($1, $2) + octet_length($4::jsonb::text))
 		)
 		UPDATE stepgate.run SET wake_at = now() WHERE id = $1
 		RETURNING wake_at, clock_timestamp()`,
@@ -504,46 +508,6 @@ func invoke(ctx context.Context, db DB, runID string, invocation int, tenant str
 		return fmt.Errorf("journal invoke of run %s: %w", runID, err)
 	}
 	return nil
-}
-
-// prevBytes is the SQL of the journal bytes of run's entry before seq (0 for the first).
-func prevBytes(run, seq string) string {
-	return `coalesce((SELECT p.journal_bytes FROM stepgate.journal_entry p WHERE p.run_id = ` + run +
-		` AND p.seq = ` + seq + ` - 1), 0)`
-}
-
-// childColumns are what wakeParentCTE reads of a run just updated.
-const childColumns = `id, tenant, function, status, attempts, wake_at, finished_at, output, error,
-	parent_id, parent_seq, parent_name, created_at`
-
-// wakeParentCTE returns CTEs named woken and woken_entry that, for each row of the CTE
-// src (runs just updated, returning childColumns) that is a child run now terminal and
-// whose parent still waits for it (suspended with no wake time), make the parent due
-// now and journal the child's outcome in it at the child's parent_seq: its output when
-// it completed, else its error. woken returns the parents' ids. The parent's row lock
-// is taken before its entry is written, and its status checked again after any
-// concurrent change (a cancellation), so the entry is never written to a parent that
-// stopped waiting. Data-modifying CTEs always run, read or not.
-func wakeParentCTE(src string) string {
-	return `woken AS (
-			UPDATE stepgate.run p SET wake_at = now()
-			FROM ` + src + ` c
-			WHERE p.id = c.parent_id AND p.tenant = c.tenant AND c.parent_seq IS NOT NULL
-				AND c.status IN ('completed', 'failed', 'cancelled')
-				AND p.status = 'suspended' AND p.wake_at IS NULL
-			RETURNING p.id, p.invocation, c.parent_seq, c.parent_name, c.status AS child_status,
-				c.output AS child_output, c.error AS child_error, c.created_at AS child_created_at
-		), woken_entry AS (
-			INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, error, invocation, started_at, journal_bytes)
-			SELECT id, parent_seq, '` + KindInvoke + `', parent_name,
-				CASE WHEN child_status = 'completed' THEN coalesce(child_output, 'null') END,
-				CASE WHEN child_status <> 'completed' THEN child_error END,
-				invocation, child_created_at,
-				` + prevBytes("id", "parent_seq") + ` + octet_length(CASE WHEN child_status = 'completed'
-					THEN coalesce(child_output, 'null') ELSE child_error END::text)
-			FROM woken
-			ON CONFLICT (run_id, seq) DO NOTHING
-		)`
 }
 
 // Lease names one invocation of a run: the run's lease belongs to that invocation.
