@@ -103,23 +103,26 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 		parentSeq, parentName = &n.ParentSeq, &n.ParentName
 	}
 	rows, _ := db.Query(ctx, `
-		WITH ins AS (
-			INSERT INTO stepgate.run (id, tenant, function, revision, status, input, identity,
-				idempotency_key, parent_id, parent_seq, parent_name, rerun_of, attempts, invocation, lease_until, started_at)
-			SELECT $1, f.tenant, f.name, f.revision,
-				CASE WHEN $8 THEN 'running' ELSE 'queued' END, $4, $5, $6, $7, $13, $14, $10,
-				CASE WHEN $8 THEN 1 ELSE 0 END, CASE WHEN $8 THEN 1 ELSE 0 END,
-				CASE WHEN $8 THEN now() + make_interval(secs => $9) END,
-				CASE WHEN $8 THEN now() END
-			FROM stepgate.function f
-			JOIN stepgate.function_revision r USING (tenant, name, revision)
-			WHERE f.tenant = $2 AND f.name = $3 AND stepgate.may_invoke(r.config, $11, $12::text[])
-			ON CONFLICT (tenant, function, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-			RETURNING `+runColumns+`
-		)
-		SELECT ins.* FROM ins`,
-		n.ID, n.Tenant, n.Function, n.Input, n.Identity, key, n.ParentID, n.Claim, n.Lease.Seconds(), n.RerunOf,
-		!n.Identity.IsAdmin(), rolesOf(n.Identity), parentSeq, parentName)
+		INSERT INTO stepgate.run (id, tenant, function, revision, status, input, identity,
+			idempotency_key, parent_id, parent_seq, parent_name, rerun_of, attempts, invocation, lease_until, started_at)
+		SELECT @id, f.tenant, f.name, f.revision,
+			CASE WHEN @claim THEN 'running' ELSE 'queued' END, @input, @identity,
+			@idempotency_key, @parent_id, @parent_seq, @parent_name, @rerun_of,
+			CASE WHEN @claim THEN 1 ELSE 0 END, CASE WHEN @claim THEN 1 ELSE 0 END,
+			CASE WHEN @claim THEN now() + make_interval(secs => @lease_seconds) END,
+			CASE WHEN @claim THEN now() END
+		FROM stepgate.function f
+		JOIN stepgate.function_revision r USING (tenant, name, revision)
+		WHERE f.tenant = @tenant AND f.name = @function
+			AND stepgate.may_invoke(r.config, @check_roles, @roles::text[])
+		ON CONFLICT (tenant, function, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+		RETURNING `+runColumns,
+		pgx.NamedArgs{
+			"id": n.ID, "tenant": n.Tenant, "function": n.Function, "input": n.Input, "identity": n.Identity,
+			"idempotency_key": key, "parent_id": n.ParentID, "parent_seq": parentSeq, "parent_name": parentName,
+			"rerun_of": n.RerunOf, "claim": n.Claim, "lease_seconds": n.Lease.Seconds(),
+			"check_roles": !n.Identity.IsAdmin(), "roles": rolesOf(n.Identity),
+		})
 	run, err = pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Run])
 	if err == nil {
 		return run, true, nil

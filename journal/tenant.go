@@ -113,7 +113,8 @@ const setTenantSQL = `SELECT set_config('` + TenantSetting + `', $1, true)`
 // connection released inside a transaction is closed by the pool.
 //
 // An empty tenant is refused: every operation returns ErrInvalidTenant. Leading
-// QueryExecMode or QueryRewriter arguments are not supported, nor batches begun with
+// QueryExecMode arguments are not supported (a leading QueryRewriter such as
+// pgx.NamedArgs is: the statement goes through a batch, which rewrites it), nor batches begun with
 // Batch.BeginTx (use Begin).
 func ForTenant(pool *pgxpool.Pool, tenant string) *TenantDB {
 	t := &TenantDB{pool: pool, tenant: tenant}

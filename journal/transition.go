@@ -146,26 +146,29 @@ func AppendEntry(ctx context.Context, db DB, runID string, invocation int, e Ent
 	err := db.QueryRow(ctx, `
 		WITH owner AS (
 			SELECT id FROM stepgate.run
-			WHERE id = $1 AND invocation = $2 AND status = 'running' FOR SHARE
+			WHERE id = @run_id AND invocation = @invocation AND status = 'running' FOR SHARE
 		), prev AS (
-			SELECT coalesce(journal_bytes, 0) AS journal_bytes FROM stepgate.journal_entry WHERE run_id = $1 AND seq = $3 - 1
+			SELECT coalesce(journal_bytes, 0) AS journal_bytes FROM stepgate.journal_entry WHERE run_id = @run_id AND seq = @seq - 1
 		), ok AS (
-			SELECT id, coalesce((SELECT journal_bytes FROM prev), 0) + $11 AS total FROM owner
-			WHERE $3 = 1 OR EXISTS (SELECT 1 FROM prev)
+			SELECT id, coalesce((SELECT journal_bytes FROM prev), 0) + @size AS total FROM owner
+			WHERE @seq = 1 OR EXISTS (SELECT 1 FROM prev)
 		), ins AS (
 			INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, error, attempt,
 				wake_at, invocation, started_at, journal_bytes)
-			SELECT id, $3, $4, $5, $6, $7, $8, $9, $2, $10, total FROM ok
-			WHERE ($12 = 0 OR $3 <= $12) AND ($13 = 0 OR total <= $13)
+			SELECT id, @seq, @kind, @name, @output, @error, @attempt, @wake_at, @invocation, @started_at, total FROM ok
+			WHERE (@max_entries = 0 OR @seq <= @max_entries) AND (@max_bytes = 0 OR total <= @max_bytes)
 			ON CONFLICT (run_id, seq) DO NOTHING
 			RETURNING seq
 		)
 		SELECT EXISTS (SELECT 1 FROM owner), EXISTS (SELECT 1 FROM ins), EXISTS (SELECT 1 FROM ok),
 			(SELECT total FROM ok), e.kind, e.name, e.output, e.error
 		FROM (SELECT 1) one
-		LEFT JOIN stepgate.journal_entry e ON e.run_id = $1 AND e.seq = $3`,
-		runID, invocation, e.Seq, e.Kind, e.Name, e.Output, e.Error, max(e.Attempt, 1), e.WakeAt, e.StartedAt,
-		e.Size(), b.MaxEntries, b.MaxJournalBytes,
+		LEFT JOIN stepgate.journal_entry e ON e.run_id = @run_id AND e.seq = @seq`,
+		pgx.NamedArgs{
+			"run_id": runID, "invocation": invocation, "seq": e.Seq, "kind": e.Kind, "name": e.Name,
+			"output": e.Output, "error": e.Error, "attempt": max(e.Attempt, 1), "wake_at": e.WakeAt,
+			"started_at": e.StartedAt, "size": e.Size(), "max_entries": b.MaxEntries, "max_bytes": b.MaxJournalBytes,
+		},
 	).Scan(&owned, &inserted, &follows, &total, &kind, &name, &output, &errInfo)
 	if err != nil {
 		return fmt.Errorf("append entry %d to run %s: %w", e.Seq, runID, unstorable(err))
@@ -398,22 +401,22 @@ func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome)
 	err := db.QueryRow(ctx, `
 		WITH u AS (
 			UPDATE stepgate.run SET
-				status = $3,
-				output = $4,
-				error = $5,
+				status = @status,
+				output = @output,
+				error = @error,
 				lease_until = NULL,
-				wake_at = CASE WHEN $3 IN ('suspended', 'queued') AND $9
-					THEN coalesce($6::timestamptz, now() + make_interval(secs => $7)) END,
-				awaiting = $11,
-				finished_at = CASE WHEN $3 IN ('completed', 'failed', 'cancelled') THEN now() END,
-				failed_invocations = CASE WHEN $3 = 'queued' THEN failed_invocations + 1 ELSE 0 END,
+				wake_at = CASE WHEN @status IN ('suspended', 'queued') AND @timed
+					THEN coalesce(@until::timestamptz, now() + make_interval(secs => @after_seconds)) END,
+				awaiting = @awaiting,
+				finished_at = CASE WHEN @status IN ('completed', 'failed', 'cancelled') THEN now() END,
+				failed_invocations = CASE WHEN @status = 'queued' THEN failed_invocations + 1 ELSE 0 END,
 				recoveries = 0,
-				notify = notify OR ($8 AND $3 IN ('suspended', 'queued'))
-			WHERE id = $1 AND invocation = $2 AND status = 'running'
+				notify = notify OR (@notify AND @status IN ('suspended', 'queued'))
+			WHERE id = @run_id AND invocation = @invocation AND status = 'running'
 			RETURNING id, tenant, status, attempts, wake_at, parent_id, parent_seq, notify, identity
 		), failure AS (
 			INSERT INTO stepgate.attempt_failure (run_id, seq, attempt, name, error)
-			SELECT id, 0, attempts, '', $5 FROM u WHERE $3 = 'queued'
+			SELECT id, 0, attempts, '', @error FROM u WHERE @status = 'queued'
 			ON CONFLICT DO NOTHING
 		), notified AS (
 			SELECT pg_notify('`+NotifyChannel+`', id::text) FROM u
@@ -424,10 +427,14 @@ func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome)
 				AND EXISTS (SELECT 1 FROM stepgate.run p WHERE p.id = u.parent_id AND p.tenant = u.tenant)
 				THEN u.parent_id::text END,
 			u.tenant, u.identity,
-			EXISTS (SELECT 1 FROM stepgate.journal_entry j WHERE j.run_id = u.id AND j.seq = $10),
-			$10 <= 1 OR EXISTS (SELECT 1 FROM stepgate.journal_entry j WHERE j.run_id = u.id AND j.seq = $10 - 1)
+			EXISTS (SELECT 1 FROM stepgate.journal_entry j WHERE j.run_id = u.id AND j.seq = @await_seq),
+			@await_seq <= 1 OR EXISTS (SELECT 1 FROM stepgate.journal_entry j WHERE j.run_id = u.id AND j.seq = @await_seq - 1)
 		FROM u`,
-		runID, invocation, o.status, o.output, o.err, until, wakeAfter.Seconds(), o.Notify, timed, awaitSeq, awaiting,
+		pgx.NamedArgs{
+			"run_id": runID, "invocation": invocation, "status": o.status, "output": o.output, "error": o.err,
+			"timed": timed, "until": until, "after_seconds": wakeAfter.Seconds(), "awaiting": awaiting,
+			"notify": o.Notify, "await_seq": awaitSeq,
+		},
 	).Scan(&f.Status, &f.WakeAt, &f.Clock, new(int), &parent, &tenant, &identity, &seqTaken, &follows)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrSuperseded
