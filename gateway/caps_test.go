@@ -121,7 +121,6 @@ func TestStreamLimits(t *testing.T) {
 		short, err := s.Auth.NewToken(auth.Identity{Subject: "dee", Tenant: "expiring", Roles: []string{"viewer"}}, 1500*time.Millisecond)
 		require.NoError(t, err)
 		st := openStream(t, s, short, "", false)
-		began := time.Now()
 		for {
 			ev, ok := <-st.events
 			require.True(t, ok, "the stream ended without saying why")
@@ -131,6 +130,5 @@ func TestStreamLimits(t *testing.T) {
 		}
 		_, ok := <-st.events
 		require.False(t, ok, "and then it ends")
-		require.Less(t, time.Since(began), 10*time.Second)
 	})
 }

@@ -104,11 +104,10 @@ func TestTenantIsolation(t *testing.T) {
 	})
 
 	t.Run("WaitingOnAnotherTenantsRunIsNotFoundAtOnce", func(t *testing.T) {
-		begin := time.Now()
-		res, err := b.GetRunResultWithResponse(ctx, gateID, &protocol.GetRunResultParams{Wait: ptr("5s")})
+		// Waiting the longest there is: a wait would outlast the test's timeout.
+		res, err := b.GetRunResultWithResponse(ctx, gateID, &protocol.GetRunResultParams{Wait: ptr("15m")})
 		require.NoError(t, err)
-		require.Equal(t, http.StatusNotFound, res.StatusCode())
-		require.Less(t, time.Since(begin), 4*time.Second, "a 404, not a wait")
+		require.Equal(t, http.StatusNotFound, res.StatusCode(), "a 404, not a wait")
 		var notify bool
 		require.NoError(t, s.Pool.QueryRow(ctx, `SELECT notify FROM stepgate.run WHERE id = $1`, gateID).Scan(&notify))
 		require.False(t, notify, "B's attach did not mark A's run")

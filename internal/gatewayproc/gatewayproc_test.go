@@ -93,9 +93,7 @@ func TestStartMigratesAndServes(t *testing.T) {
 	require.Equal(t, "stepgate_system", system)
 	require.Equal(t, "stepgate_app", api)
 
-	began := time.Now()
-	p.Stop(t.Context())
-	require.Less(t, time.Since(began), 5*time.Second)
+	p.Stop(t.Context()) // with nothing in flight, at once (a hang would outlast the test)
 	require.ErrorIs(t, <-p.Done(), http.ErrServerClosed)
 	require.Error(t, p.Pool.Ping(context.Background()), "the pools are closed")
 	p.Stop(t.Context())
