@@ -2,10 +2,8 @@ package journal_test
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -483,30 +481,14 @@ func TestMigratedByANonSuperuser(t *testing.T) {
 	admin, err := pgx.Connect(ctx, url)
 	require.NoError(t, err)
 	defer admin.Close(context.WithoutCancel(ctx))
-	user := pgx.Identifier{"stepgate_owner_" + strings.ToLower(rand.Text()[:10])}.Sanitize()
+	user := pgtest.NewRole(t, url, "stepgate_owner", "CREATEROLE")
 	dbName := pgx.Identifier{admin.Config().Database}.Sanitize()
-	_, err = admin.Exec(ctx, `CREATE ROLE `+user+` LOGIN CREATEROLE`)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		// Before pgtest drops the database: give back what the user owns, then drop it.
-		ctx := context.WithoutCancel(ctx)
-		conn, err := pgx.Connect(ctx, url)
-		if err != nil {
-			t.Errorf("drop role %s: %v", user, err)
-			return
-		}
-		defer conn.Close(ctx)
-		_, err = conn.Exec(ctx, `REASSIGN OWNED BY `+user+` TO CURRENT_USER; DROP OWNED BY `+user+`; DROP ROLE `+user)
-		if err != nil {
-			t.Errorf("drop role %s: %v", user, err)
-		}
-	})
 	_, err = admin.Exec(ctx, `ALTER DATABASE `+dbName+` OWNER TO `+user)
 	require.NoError(t, err)
 
 	cfg, err := pgxpool.ParseConfig(url)
 	require.NoError(t, err)
-	cfg.ConnConfig.User = strings.Trim(user, `"`)
+	cfg.ConnConfig.User = user
 	cfg.MaxConns = 2
 	owner, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)

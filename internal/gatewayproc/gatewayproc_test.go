@@ -3,7 +3,6 @@ package gatewayproc_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"log/slog"
 	"net"
 	"net/http"
@@ -13,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -136,24 +134,7 @@ func TestStartRefusesAnUnfencedUser(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	url := pgtest.DBURL(t)
-	admin, err := pgx.Connect(ctx, url)
-	require.NoError(t, err)
-	defer admin.Close(context.WithoutCancel(ctx))
-	user := "stepgate_plain_" + strings.ToLower(rand.Text()[:10])
-	_, err = admin.Exec(ctx, `CREATE ROLE `+user+` LOGIN PASSWORD 'plain'`)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		ctx := context.WithoutCancel(ctx)
-		conn, err := pgx.Connect(ctx, url)
-		if err != nil {
-			t.Errorf("drop role %s: %v", user, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, `DROP ROLE `+user); err != nil {
-			t.Errorf("drop role %s: %v", user, err)
-		}
-	})
+	user := pgtest.NewRole(t, url, "stepgate_plain", "PASSWORD 'plain'")
 
 	var logs logBuffer
 	cfg := config(t, url, &logs)
