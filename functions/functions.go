@@ -267,12 +267,7 @@ func manifest(byName map[string]*function) []byte {
 // Identity is who started a run, as the gateway verified it from their token (never the
 // token itself): their subject, tenant, roles and the claims the gateway keeps. A run
 // started by another run (a child, a schedule, an event) carries its starter's identity.
-type Identity struct {
-	Subject string         `json:"subject"`
-	Tenant  string         `json:"tenant"`
-	Roles   []string       `json:"roles"`
-	Claims  map[string]any `json:"claims,omitempty"`
-}
+type Identity = invocation.Identity
 
 // RunInfo describes the run being invoked.
 type RunInfo struct {

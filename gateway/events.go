@@ -53,6 +53,9 @@ func (s *Server) SendEvent(ctx context.Context, req server.SendEventRequestObjec
 	if !created {
 		out.Duplicate = new(true)
 	}
+	if len(ev.Resumed) > 0 {
+		out.Resumed = &ev.Resumed
+	}
 	return server.SendEvent202JSONResponse(out), nil
 }
 

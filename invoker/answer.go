@@ -197,9 +197,10 @@ type awaitKind struct {
 
 // awaitKinds are the await kinds of the protocol, by type.
 var awaitKinds = map[protocol.AwaitType]awaitKind{
-	protocol.AwaitTypeSleep:  sleepAwait,
-	protocol.AwaitTypeRetry:  retryAwait,
-	protocol.AwaitTypeInvoke: invokeAwait,
+	protocol.AwaitTypeSleep:     sleepAwait,
+	protocol.AwaitTypeRetry:     retryAwait,
+	protocol.AwaitTypeInvoke:    invokeAwait,
+	protocol.AwaitTypeWaitEvent: waitEventAwait,
 }
 
 // awaitTypes returns the await types, sorted, for messages.

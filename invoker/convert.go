@@ -86,5 +86,12 @@ func AwaitingToAPI(a *journal.Awaiting) *protocol.Awaiting {
 	if a.ChildID != "" {
 		out.ChildID, out.Function = &a.ChildID, &a.Function
 	}
+	if a.Event != "" {
+		out.Event = &a.Event
+		var m map[string]protocol.AnyJSON
+		if json.Unmarshal(a.Match, &m) == nil && m != nil {
+			out.Match = &m
+		}
+	}
 	return out
 }

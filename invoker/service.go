@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
 
 	"github.com/stepgate/stepgate/journal"
 )
@@ -94,26 +96,47 @@ func (inv *Invoker) CancelRun(ctx context.Context, db *journal.TenantDB, runID s
 // SendEvent stores an event of db's tenant and starts a run of each function it
 // triggers, with their River jobs, in one transaction. A repeated event id returns the
 // first event and created=false, and starts nothing.
+// It also resumes the tenant's runs that wait for the event (journal.ResumeWaiters), in
+// the same transaction, and invokes them from this process once it commits.
 func (inv *Invoker) SendEvent(ctx context.Context, db *journal.TenantDB, n journal.NewEvent) (ev *journal.Event, created bool, err error) {
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		ev, created, err = inv.sendEvent(ctx, tx, n)
 		return err
 	})
+	if err == nil {
+		inv.wakeAll(ev.Resumed)
+	}
 	return ev, created, err
 }
 
-// sendEvent stores the event in tx and enqueues the invocations of the runs it starts.
+// sendEvent stores the event in tx, resumes the runs waiting for it, and enqueues the
+// invocations of the runs it starts and resumes; the caller wakes ev.Resumed once tx
+// commits.
 func (inv *Invoker) sendEvent(ctx context.Context, tx pgx.Tx, n journal.NewEvent) (*journal.Event, bool, error) {
 	ev, created, err := journal.SendEvent(ctx, tx, n)
 	if err != nil || !created {
 		return ev, created, err
 	}
-	for _, runID := range ev.Runs {
-		if err := inv.Enqueue(ctx, tx, runID); err != nil {
-			return nil, false, err
+	if ev.Resumed, err = journal.ResumeWaiters(ctx, tx, ev); err != nil {
+		return nil, false, err
+	}
+	jobs := make([]river.InsertManyParams, 0, len(ev.Runs)+len(ev.Resumed))
+	for _, runID := range slices.Concat(ev.Runs, ev.Resumed) {
+		jobs = append(jobs, river.InsertManyParams{Args: InvokeArgs{RunID: runID}})
+	}
+	if len(jobs) > 0 {
+		if _, err := inv.river.InsertManyTx(ctx, tx, jobs); err != nil {
+			return nil, false, fmt.Errorf("enqueue runs of event %s: %w", ev.ID, err)
 		}
 	}
 	return ev, true, nil
+}
+
+// wakeAll invokes runs from this process at once, if they are due (see Wake).
+func (inv *Invoker) wakeAll(runs []string) {
+	for _, id := range runs {
+		inv.Wake(id)
+	}
 }
 
 // SentEvent is the event a run sends through a checkpoint (an entry of kind event).
@@ -128,6 +151,7 @@ type SentEvent struct {
 // like a step's, and a repeated checkpoint finds both the entry and the event (its id)
 // already there, so it starts nothing twice. Errors are as Checkpoint's.
 func (inv *Invoker) CheckpointEvent(ctx context.Context, runID string, invocation int, e journal.Entry, ev SentEvent) error {
+	var resumed []string
 	err := pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
 		if err := journal.AppendEntry(ctx, tx, runID, invocation, e, inv.limits.Bounds()); err != nil {
 			return err
@@ -141,12 +165,18 @@ func (inv *Invoker) CheckpointEvent(ctx context.Context, runID string, invocatio
 			return journal.ErrSuperseded
 		}
 		run := runs[0]
-		_, _, err = inv.sendEvent(ctx, tx, journal.NewEvent{
+		sent, created, err := inv.sendEvent(ctx, tx, journal.NewEvent{
 			Tenant: run.Tenant, ID: ev.ID, Name: ev.Name, Data: ev.Data, Identity: run.Identity,
 			SourceRunID: &run.ID,
 		})
+		if created {
+			resumed = sent.Resumed
+		}
 		return err
 	})
+	if err == nil {
+		inv.wakeAll(resumed)
+	}
 	return inv.FailOnCheckpoint(ctx, runID, invocation, err)
 }
 

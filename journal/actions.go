@@ -35,6 +35,8 @@ func CancelRun(ctx context.Context, db DB, tenant, id string, by Identity) (*Run
 				wake_at = NULL, awaiting = NULL, finished_at = now(), cancelled_by = $4
 			WHERE id = $1 AND tenant = $2 AND status IN ('scheduled', 'queued', 'running', 'suspended')
 			RETURNING `+runColumns+`, notify
+		), waits AS (
+			DELETE FROM stepgate.run_wait w USING u WHERE w.run_id = u.id
 		), notified AS (
 			SELECT pg_notify('`+NotifyChannel+`', id::text) FROM u WHERE notify
 		)

@@ -10,7 +10,7 @@ import (
 // Awaiting is what a suspended run waits for, stored on the run (run.awaiting) and shown
 // by the API, so that no reader has to guess it from the journal.
 type Awaiting struct {
-	Kind string `json:"kind"` // AwaitSleep, AwaitRetry or AwaitInvoke
+	Kind string `json:"kind"` // AwaitSleep, AwaitRetry, AwaitInvoke or AwaitWaitEvent
 	Seq  int    `json:"seq"`  // The journal seq the run resumes at.
 	Name string `json:"name"`
 	// Attempt is the failed attempt of a step a retry waits to make again.
@@ -18,6 +18,10 @@ type Awaiting struct {
 	// ChildID and Function name the child run an invoke waits for.
 	ChildID  string `json:"child_id,omitempty"`
 	Function string `json:"function,omitempty"`
+	// Event and Match say which event a wait_event waits for: its name, and the values
+	// its fields must hold.
+	Event string          `json:"event,omitempty"`
+	Match json.RawMessage `json:"match,omitempty"`
 }
 
 // Await kinds.
@@ -25,9 +29,12 @@ const (
 	AwaitSleep  = "sleep"
 	AwaitRetry  = "retry"
 	AwaitInvoke = "invoke"
+	// AwaitWaitEvent waits for an event (WaitEvent); its entry has the same kind.
+	AwaitWaitEvent = "wait_event"
 )
 
-// Await is what a suspended run waits for: a Sleep, a StepRetry or an Invoke. Each kind
+// Await is what a suspended run waits for: a Sleep, a StepRetry, an Invoke or a
+// WaitEvent. Each kind
 // says where it sits in the journal, when the run is due again, and what Finish writes
 // for it besides the run's status.
 type Await interface {

@@ -27,6 +27,9 @@ type Event struct {
 	SourceRunID *string   `db:"source_run_id"`
 	Runs        []string  `db:"runs"` // The runs the event started, by function name.
 	CreatedAt   time.Time `db:"created_at"`
+	// Resumed are the waiting runs the event resumed (ResumeWaiters), when it was
+	// just sent; not stored with the event (each run's journal names it).
+	Resumed []string `db:"-"`
 }
 
 const eventColumns = `tenant, id, name, data, identity, source_run_id::text, runs::text[], created_at`

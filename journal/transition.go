@@ -45,8 +45,19 @@ func ClaimRun(ctx context.Context, db DB, runID string, lease time.Duration) (*C
 				(status = 'queued' AND (wake_at IS NULL OR wake_at <= now())) OR
 				(status = 'suspended' AND wake_at <= now()))
 			RETURNING `+runColumns+`, now() AS db_now
+		), timed_out AS (
+			-- A wait still stored when its run is claimed has timed out (an event that
+			-- resumes a run deletes it): journal that, before the journal is read.
+			DELETE FROM stepgate.run_wait w USING u WHERE w.run_id = u.id
+			RETURNING w.run_id, w.seq, w.kind, w.name, w.created_at, u.invocation
+		), journaled AS (
+			INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
+			SELECT run_id, seq, kind, name, $3, invocation, created_at,
+				stepgate.journal_bytes_before(run_id, seq) + octet_length($3::jsonb::text)
+			FROM timed_out
+			ON CONFLICT (run_id, seq) DO NOTHING
 		)
-		SELECT u.* FROM u`, runID, lease.Seconds()).
+		SELECT u.* FROM u`, runID, lease.Seconds(), TimedOut).
 		Query(func(rows pgx.Rows) error {
 			type claimed struct {
 				Run
@@ -269,7 +280,7 @@ func sameJSON(a, b json.RawMessage) bool {
 }
 
 // Outcome is how an invocation ends for its run; see Finish. Make one with Completed,
-// Failed, RetryingInvocation, Sleeping, RetryingStep or InvokingChild.
+// Failed, RetryingInvocation, Sleeping, RetryingStep, InvokingChild or WaitingForEvent.
 type Outcome struct {
 	status    Status
 	output    json.RawMessage // completed
@@ -321,6 +332,12 @@ func RetryingStep(r StepRetry, steps ...Entry) Outcome {
 // function is called again with them (a step the gateway failed after its last attempt).
 func Resuming(steps ...Entry) Outcome {
 	return Outcome{status: StatusSuspended, Steps: steps}
+}
+
+// WaitingForEvent suspends the run until an event matches w or w's timeout passes
+// (see WaitEvent), after journaling steps.
+func WaitingForEvent(w WaitEvent, steps ...Entry) Outcome {
+	return Outcome{status: StatusSuspended, await: w, Steps: steps}
 }
 
 // InvokingChild suspends the run while its child run, which Finish starts, runs, after

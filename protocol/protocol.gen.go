@@ -41,9 +41,10 @@ func (e AnswerStatus) Valid() bool {
 
 // Defines values for AwaitType.
 const (
-	AwaitTypeInvoke AwaitType = "invoke"
-	AwaitTypeRetry  AwaitType = "retry"
-	AwaitTypeSleep  AwaitType = "sleep"
+	AwaitTypeInvoke    AwaitType = "invoke"
+	AwaitTypeRetry     AwaitType = "retry"
+	AwaitTypeSleep     AwaitType = "sleep"
+	AwaitTypeWaitEvent AwaitType = "wait_event"
 )
 
 // Valid indicates whether the value is a known member of the AwaitType enum.
@@ -55,6 +56,8 @@ func (e AwaitType) Valid() bool {
 		return true
 	case AwaitTypeSleep:
 		return true
+	case AwaitTypeWaitEvent:
+		return true
 	default:
 		return false
 	}
@@ -62,9 +65,10 @@ func (e AwaitType) Valid() bool {
 
 // Defines values for AwaitingKind.
 const (
-	AwaitingKindInvoke AwaitingKind = "invoke"
-	AwaitingKindRetry  AwaitingKind = "retry"
-	AwaitingKindSleep  AwaitingKind = "sleep"
+	AwaitingKindInvoke    AwaitingKind = "invoke"
+	AwaitingKindRetry     AwaitingKind = "retry"
+	AwaitingKindSleep     AwaitingKind = "sleep"
+	AwaitingKindWaitEvent AwaitingKind = "wait_event"
 )
 
 // Valid indicates whether the value is a known member of the AwaitingKind enum.
@@ -76,6 +80,8 @@ func (e AwaitingKind) Valid() bool {
 		return true
 	case AwaitingKindSleep:
 		return true
+	case AwaitingKindWaitEvent:
+		return true
 	default:
 		return false
 	}
@@ -83,10 +89,11 @@ func (e AwaitingKind) Valid() bool {
 
 // Defines values for EntryKind.
 const (
-	EntryKindEvent  EntryKind = "event"
-	EntryKindInvoke EntryKind = "invoke"
-	EntryKindSleep  EntryKind = "sleep"
-	EntryKindStep   EntryKind = "step"
+	EntryKindEvent     EntryKind = "event"
+	EntryKindInvoke    EntryKind = "invoke"
+	EntryKindSleep     EntryKind = "sleep"
+	EntryKindStep      EntryKind = "step"
+	EntryKindWaitEvent EntryKind = "wait_event"
 )
 
 // Valid indicates whether the value is a known member of the EntryKind enum.
@@ -99,6 +106,8 @@ func (e EntryKind) Valid() bool {
 	case EntryKindSleep:
 		return true
 	case EntryKindStep:
+		return true
+	case EntryKindWaitEvent:
 		return true
 	default:
 		return false
@@ -304,6 +313,21 @@ type AttemptFailure struct {
 // journaled at once, and the run called again. Cancelling a parent does not cancel
 // its children: they run to their end, and their outcome is not journaled in the
 // cancelled parent.
+//
+// `wait_event`: suspend until an event of the run's tenant named `event` arrives
+// whose fields hold the values of `match`, or `timeout` passes. `match` is an object
+// of dotted paths into the event `{"id", "name", "data"}` and scalar values
+// (strings, numbers, booleans, null): `{"data.order_id": "o-17"}`; at most 8
+// paths, a key of at most 1024 bytes; `{}` (the default) matches any event of that
+// name. Numbers match by value (`1` and `1.0` are equal); a path the event lacks,
+// or that holds an object or an array, matches nothing. An event stored since the
+// invocation started matches too (so none is lost while the function decides to
+// wait), unless another wait of this run already received it. The first matching
+// event resumes the run, in its own transaction: the gateway journals at `seq` an
+// entry of kind `wait_event` named `name` with `{"event": ...}` and calls the run
+// again. When `timeout` (from `1s` to 10 years, default `24h`) passes first, the
+// entry is `{"timed_out": true}`. A tenant's runs may wait on at most 64 different
+// sets of paths per event name.
 type Await struct {
 	Attempt *int `json:"attempt,omitempty"`
 
@@ -313,25 +337,34 @@ type Await struct {
 	Duration *Duration  `json:"duration,omitempty"`
 	Error    *ErrorInfo `json:"error,omitempty"`
 
+	// Event `wait_event`: the name of the event to wait for.
+	Event *string `json:"event,omitempty"`
+
 	// Function `invoke`: the function to start a child run of (letters, digits, `.`, `_`, `-`; 1 to 255 characters).
 	Function *string `json:"function,omitempty"`
 
 	// Input Any JSON value, kept byte for byte.
 	Input *AnyJSON `json:"input,omitempty"`
-	Name  string   `json:"name"`
+
+	// Match `wait_event`: dotted paths into the event and the scalar values they must hold.
+	Match *map[string]AnyJSON `json:"match,omitempty"`
+	Name  string              `json:"name"`
 
 	// Retry Exponential backoff with jitter: the wait after failed attempt n is a random
 	// duration between half and all of min(max_interval, initial_interval * 2^(n-1)).
 	Retry *RetryPolicy `json:"retry,omitempty"`
 	Seq   int          `json:"seq"`
-	Type  AwaitType    `json:"type"`
-	Until *time.Time   `json:"until,omitempty"`
+
+	// Timeout `wait_event`: how long to wait, from when the gateway stores the wait. Defaults to `24h`.
+	Timeout *Duration  `json:"timeout,omitempty"`
+	Type    AwaitType  `json:"type"`
+	Until   *time.Time `json:"until,omitempty"`
 }
 
 // AwaitType defines model for AwaitType.
 type AwaitType string
 
-// Awaiting What a suspended run waits for, as its function's last answer said: a sleep, a failed step's retry, or a child run. The run resumes at `seq`; `wake_at` on the run says when, except for a child run, whose end wakes it. Absent when the run waits for nothing.
+// Awaiting What a suspended run waits for, as its function's last answer said: a sleep, a failed step's retry, a child run, or an event. The run resumes at `seq`; `wake_at` on the run says when (for an event, when its wait times out), except for a child run, whose end wakes it. Absent when the run waits for nothing.
 type Awaiting struct {
 	// Attempt retry: the step's attempt that failed.
 	Attempt *int `json:"attempt,omitempty"`
@@ -339,11 +372,17 @@ type Awaiting struct {
 	// ChildID invoke: the child run.
 	ChildID *string `json:"child_id,omitempty"`
 
+	// Event wait_event: the name of the event awaited.
+	Event *string `json:"event,omitempty"`
+
 	// Function invoke: the child run's function.
 	Function *string      `json:"function,omitempty"`
 	Kind     AwaitingKind `json:"kind"`
-	Name     string       `json:"name"`
-	Seq      int          `json:"seq"`
+
+	// Match wait_event: the values the event's fields must hold, by dotted path.
+	Match *map[string]AnyJSON `json:"match,omitempty"`
+	Name  string              `json:"name"`
+	Seq   int                 `json:"seq"`
 }
 
 // AwaitingKind defines model for Awaiting.Kind.
@@ -410,6 +449,9 @@ type EventReceipt struct {
 	Duplicate *bool  `json:"duplicate,omitempty"`
 	ID        string `json:"id"`
 	Name      string `json:"name"`
+
+	// Resumed The ids of the waiting runs the event resumed (`wait_event`); absent when none.
+	Resumed *[]string `json:"resumed,omitempty"`
 
 	// Runs The ids of the runs the event started (of the first event, for a duplicate).
 	Runs []string `json:"runs"`
@@ -533,6 +575,21 @@ type InvocationAnswer struct {
 	// journaled at once, and the run called again. Cancelling a parent does not cancel
 	// its children: they run to their end, and their outcome is not journaled in the
 	// cancelled parent.
+	//
+	// `wait_event`: suspend until an event of the run's tenant named `event` arrives
+	// whose fields hold the values of `match`, or `timeout` passes. `match` is an object
+	// of dotted paths into the event `{"id", "name", "data"}` and scalar values
+	// (strings, numbers, booleans, null): `{"data.order_id": "o-17"}`; at most 8
+	// paths, a key of at most 1024 bytes; `{}` (the default) matches any event of that
+	// name. Numbers match by value (`1` and `1.0` are equal); a path the event lacks,
+	// or that holds an object or an array, matches nothing. An event stored since the
+	// invocation started matches too (so none is lost while the function decides to
+	// wait), unless another wait of this run already received it. The first matching
+	// event resumes the run, in its own transaction: the gateway journals at `seq` an
+	// entry of kind `wait_event` named `name` with `{"event": ...}` and calls the run
+	// again. When `timeout` (from `1s` to 10 years, default `24h`) passes first, the
+	// entry is `{"timed_out": true}`. A tenant's runs may wait on at most 64 different
+	// sets of paths per event name.
 	Await *Await     `json:"await,omitempty"`
 	Error *ErrorInfo `json:"error,omitempty"`
 
@@ -586,7 +643,10 @@ type InvocationRun struct {
 // `started_at` is when the child run was created. An event (checkpointed like a
 // step, named after the event) has `output` `{name, data, id}`: the event the run
 // sent, stored with the run's identity in the checkpoint's transaction; `id`
-// defaults to `<run id>:<seq>`, so a repeated checkpoint sends nothing twice.
+// defaults to `<run id>:<seq>`, so a repeated checkpoint sends nothing twice. A
+// `wait_event` (journaled by the gateway when the wait ends; never checkpointed)
+// has `output` `{"event": {id, name, data, identity, created_at}}`, the event that
+// resumed the run with its sender's identity, or `{"timed_out": true}`.
 type JournalEntry struct {
 	// Attempt The attempt of the step that produced this outcome; 1 when it first succeeded.
 	Attempt    *int       `json:"attempt,omitempty"`
@@ -652,7 +712,7 @@ type Run struct {
 	// Attempts Invocation attempts made so far.
 	Attempts int `json:"attempts"`
 
-	// Awaiting What a suspended run waits for, as its function's last answer said: a sleep, a failed step's retry, or a child run. The run resumes at `seq`; `wake_at` on the run says when, except for a child run, whose end wakes it. Absent when the run waits for nothing.
+	// Awaiting What a suspended run waits for, as its function's last answer said: a sleep, a failed step's retry, a child run, or an event. The run resumes at `seq`; `wake_at` on the run says when (for an event, when its wait times out), except for a child run, whose end wakes it. Absent when the run waits for nothing.
 	Awaiting *Awaiting `json:"awaiting,omitempty"`
 
 	// CancelledBy Who cancelled the run.
@@ -700,7 +760,7 @@ type RunDetail struct {
 	// Attempts Invocation attempts made so far.
 	Attempts int `json:"attempts"`
 
-	// Awaiting What a suspended run waits for, as its function's last answer said: a sleep, a failed step's retry, or a child run. The run resumes at `seq`; `wake_at` on the run says when, except for a child run, whose end wakes it. Absent when the run waits for nothing.
+	// Awaiting What a suspended run waits for, as its function's last answer said: a sleep, a failed step's retry, a child run, or an event. The run resumes at `seq`; `wake_at` on the run says when (for an event, when its wait times out), except for a child run, whose end wakes it. Absent when the run waits for nothing.
 	Awaiting *Awaiting `json:"awaiting,omitempty"`
 
 	// CancelledBy Who cancelled the run.
@@ -1146,6 +1206,11 @@ type ClientInterface interface {
 	// answers that first event, with `duplicate`, and starts nothing. Without `id` the
 	// gateway makes one.
 	//
+	// The event also resumes every run of the tenant that waits for it (a `wait_event`
+	// await whose `event` is this name and whose `match` its fields hold), in the same
+	// transaction: each such run's wait is journaled with this event and the run is
+	// invoked again (`resumed`). A duplicate resumes nothing.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/events (the `SendEvent` operationId).
@@ -1161,6 +1226,11 @@ type ClientInterface interface {
 	// `id` deduplicates (per tenant): an event with the `id` of one already sent
 	// answers that first event, with `duplicate`, and starts nothing. Without `id` the
 	// gateway makes one.
+	//
+	// The event also resumes every run of the tenant that waits for it (a `wait_event`
+	// await whose `event` is this name and whose `match` its fields hold), in the same
+	// transaction: each such run's wait is journaled with this event and the run is
+	// invoked again (`resumed`). A duplicate resumes nothing.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1506,6 +1576,11 @@ func (c *Client) ListEvents(ctx context.Context, params *ListEventsParams, reqEd
 // answers that first event, with `duplicate`, and starts nothing. Without `id` the
 // gateway makes one.
 //
+// The event also resumes every run of the tenant that waits for it (a `wait_event`
+// await whose `event` is this name and whose `match` its fields hold), in the same
+// transaction: each such run's wait is journaled with this event and the run is
+// invoked again (`resumed`). A duplicate resumes nothing.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v1/events (the `SendEvent` operationId).
@@ -1531,6 +1606,11 @@ func (c *Client) SendEventWithBody(ctx context.Context, contentType string, body
 // `id` deduplicates (per tenant): an event with the `id` of one already sent
 // answers that first event, with `duplicate`, and starts nothing. Without `id` the
 // gateway makes one.
+//
+// The event also resumes every run of the tenant that waits for it (a `wait_event`
+// await whose `event` is this name and whose `match` its fields hold), in the same
+// transaction: each such run's wait is journaled with this event and the run is
+// invoked again (`resumed`). A duplicate resumes nothing.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3318,6 +3398,11 @@ type ClientWithResponsesInterface interface {
 	// answers that first event, with `duplicate`, and starts nothing. Without `id` the
 	// gateway makes one.
 	//
+	// The event also resumes every run of the tenant that waits for it (a `wait_event`
+	// await whose `event` is this name and whose `match` its fields hold), in the same
+	// transaction: each such run's wait is journaled with this event and the run is
+	// invoked again (`resumed`). A duplicate resumes nothing.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/events (the `SendEvent` operationId).
@@ -3333,6 +3418,11 @@ type ClientWithResponsesInterface interface {
 	// `id` deduplicates (per tenant): an event with the `id` of one already sent
 	// answers that first event, with `duplicate`, and starts nothing. Without `id` the
 	// gateway makes one.
+	//
+	// The event also resumes every run of the tenant that waits for it (a `wait_event`
+	// await whose `event` is this name and whose `match` its fields hold), in the same
+	// transaction: each such run's wait is journaled with this event and the run is
+	// invoked again (`resumed`). A duplicate resumes nothing.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5249,6 +5339,11 @@ func (c *ClientWithResponses) ListEventsWithResponse(ctx context.Context, params
 // answers that first event, with `duplicate`, and starts nothing. Without `id` the
 // gateway makes one.
 //
+// The event also resumes every run of the tenant that waits for it (a `wait_event`
+// await whose `event` is this name and whose `match` its fields hold), in the same
+// transaction: each such run's wait is journaled with this event and the run is
+// invoked again (`resumed`). A duplicate resumes nothing.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/events (the `SendEvent` operationId).
@@ -5270,6 +5365,11 @@ func (c *ClientWithResponses) SendEventWithBodyWithResponse(ctx context.Context,
 // `id` deduplicates (per tenant): an event with the `id` of one already sent
 // answers that first event, with `duplicate`, and starts nothing. Without `id` the
 // gateway makes one.
+//
+// The event also resumes every run of the tenant that waits for it (a `wait_event`
+// await whose `event` is this name and whose `match` its fields hold), in the same
+// transaction: each such run's wait is journaled with this event and the run is
+// invoked again (`resumed`). A duplicate resumes nothing.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

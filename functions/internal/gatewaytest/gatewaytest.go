@@ -33,6 +33,16 @@ type Gateway struct {
 	mu      sync.Mutex
 	journal map[string][]protocol.JournalEntry
 	hook    CheckpointFunc
+	deliver func(runID string, aw protocol.Await) json.RawMessage
+}
+
+// OnWaitEvent makes Run journal what f returns for each wait_event await (the output
+// of a wait_event entry: {"event": {...}} or {"timed_out": true}); without it, every
+// wait times out at once.
+func (g *Gateway) OnWaitEvent(f func(runID string, aw protocol.Await) json.RawMessage) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.deliver = f
 }
 
 // Tenant is the tenant of the runs a Gateway invokes.
@@ -206,7 +216,7 @@ func (g *Gateway) do(method, url string, body []byte, sig string) Response {
 }
 
 // Run drives run runID of function at url to its end as the gateway would, without
-// waiting: it journals sleeps as over at once, retries failed steps at once with the next
+// waiting: it journals sleeps as over at once, waits for events as OnWaitEvent says, retries failed steps at once with the next
 // attempt, runs an invoked function (served next to function, at the same base URL) to
 // its end as run runID.seq and journals its outcome, and retries invocations that answer
 // HTTP 500 up to maxAttempts. It returns the last answer and how many invocations it
@@ -264,6 +274,19 @@ func (g *Gateway) Run(url, runID, function, input string, maxAttempts int) (Resp
 			}
 			if code, msg := g.Append(runID, e); code != http.StatusOK {
 				g.tb.Fatalf("run %s: journal invoke: %s", runID, msg)
+			}
+		case r.Answer.Await.Type == protocol.AwaitTypeWaitEvent:
+			aw := r.Answer.Await
+			g.mu.Lock()
+			deliver := g.deliver
+			g.mu.Unlock()
+			out := json.RawMessage(`{"timed_out": true}`)
+			if deliver != nil {
+				out = deliver(runID, *aw)
+			}
+			e := protocol.JournalEntry{Seq: aw.Seq, Kind: protocol.EntryKindWaitEvent, Name: aw.Name, Output: &out}
+			if code, msg := g.Append(runID, e); code != http.StatusOK {
+				g.tb.Fatalf("run %s: journal wait_event: %s", runID, msg)
 			}
 		default:
 			g.tb.Fatalf("run %s: unknown await %q", runID, r.Answer.Await.Type)

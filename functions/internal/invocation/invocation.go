@@ -68,6 +68,14 @@ func Retry(typ, msg string) *Stop {
 	return &Stop{Error: &protocol.ErrorInfo{Type: typ, Message: msg}}
 }
 
+// Identity is functions.Identity, defined here so that package step can name it too.
+type Identity struct {
+	Subject string         `json:"subject"`
+	Tenant  string         `json:"tenant"`
+	Roles   []string       `json:"roles"`
+	Claims  map[string]any `json:"claims,omitempty"`
+}
+
 // State is one invocation. Its methods are safe for concurrent use, though steps must be
 // called one after another for their seqs to be deterministic.
 type State struct {
