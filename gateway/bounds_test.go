@@ -92,6 +92,14 @@ func TestBadAnswers(t *testing.T) {
 		{"GapInSteps", `{"status":"completed","steps":[{"seq":2,"kind":"step","name":"b","output":1}]}`, "bad_answer", "seq 2 is not the journal's next"},
 		{"GapInAwait", `{"status":"suspended","await":{"type":"sleep","seq":3,"name":"z","duration":"1s"}}`, "bad_answer", "seq 3 is not the journal's next"},
 		{"SeqBeyondInt32", `{"status":"completed","steps":[{"seq":4294967296,"kind":"step","name":"b","output":1}]}`, "limit_exceeded", "past the journal's limit of 1000 entries"},
+		{"WaitWithoutEvent", `{"status":"suspended","await":{"type":"wait_event","seq":1,"name":"w"}}`, "bad_answer", "a wait_event needs an event"},
+		{"WaitMatchObject", `{"status":"suspended","await":{"type":"wait_event","seq":1,"name":"w","event":"e","match":{"data.a":{"b":1}}}}`, "bad_answer", `match "data.a" is not a string, a number, a boolean or null`},
+		{"WaitMatchArray", `{"status":"suspended","await":{"type":"wait_event","seq":1,"name":"w","event":"e","match":{"data.a":[1]}}}`, "bad_answer", "is not a string"},
+		{"WaitMatchPath", `{"status":"suspended","await":{"type":"wait_event","seq":1,"name":"w","event":"e","match":{"identity.subject":"x"}}}`, "bad_answer", `match path "identity.subject"`},
+		{"WaitMatchEmptySegment", `{"status":"suspended","await":{"type":"wait_event","seq":1,"name":"w","event":"e","match":{"data..a":"x"}}}`, "bad_answer", `match path "data..a"`},
+		{"WaitManyPaths", `{"status":"suspended","await":{"type":"wait_event","seq":1,"name":"w","event":"e","match":{"data.a":1,"data.b":1,"data.c":1,"data.d":1,"data.e":1,"data.f":1,"data.g":1,"data.h":1,"data.i":1}}}`, "limit_exceeded", "9 paths, more than the limit of 8"},
+		{"WaitLongMatch", `{"status":"suspended","await":{"type":"wait_event","seq":1,"name":"w","event":"e","match":{"data.a":"` + strings.Repeat("x", 1100) + `"}}}`, "limit_exceeded", "more than the limit of 1024"},
+		{"WaitTimeoutTooShort", `{"status":"suspended","await":{"type":"wait_event","seq":1,"name":"w","event":"e","timeout":"10ms"}}`, "bad_answer", `timeout "10ms" is not a duration from 1s`},
 		{"StepsHoldASleep", `{"status":"completed","steps":[{"seq":1,"kind":"sleep","name":"b"}]}`, "bad_answer", "only hold finished steps"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

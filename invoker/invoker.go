@@ -393,6 +393,9 @@ func (w *invokeWorker) Work(ctx context.Context, job *river.Job[InvokeArgs]) err
 		// took the run over enqueued its next job.
 		return nil
 	}
+	if err != nil && ctx.Err() == nil {
+		w.inv.log.Warn("invoking the run failed; River retries it", slog.String("run_id", job.Args.RunID), slog.Any("error", err))
+	}
 	return err
 }
 

@@ -52,7 +52,9 @@ func (w WaitEvent) awaiting() Awaiting {
 func (w WaitEvent) wake() (*time.Time, time.Duration, bool) { return nil, w.Timeout, true }
 
 // paths returns the match's shape: its paths, sorted.
-func (w WaitEvent) paths() []string { return slices.Sorted(maps.Keys(w.Match)) }
+func (w WaitEvent) paths() []string {
+	return append([]string{}, slices.Sorted(maps.Keys(w.Match))...) // {} for no paths, not NULL
+}
 
 // write stores the wait, or journals an event stored since w.Since that matches and
 // makes the run due now, under the key's lock (see migration 0020).
