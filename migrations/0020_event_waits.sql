@@ -24,12 +24,16 @@ CREATE TABLE stepgate.run_wait (
     seq        integer     NOT NULL,
     tenant     text        NOT NULL,
     name       text        NOT NULL,
-    kind       text        NOT NULL CHECK (kind IN ('wait_event')),
-    event_name text        NOT NULL,
-    match      jsonb       NOT NULL,
+    -- kind is the await's, and the kind of the entry journaled when the wait times out
+    -- (output {"timed_out": true}); later awaits add theirs (a wait_event has an
+    -- event_name and a match).
+    kind       text        NOT NULL,
+    event_name text,
+    match      jsonb,
     expires_at timestamptz NOT NULL,
     created_at timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (run_id, seq)
+    PRIMARY KEY (run_id, seq),
+    CONSTRAINT run_wait_event CHECK (kind <> 'wait_event' OR (event_name IS NOT NULL AND match IS NOT NULL))
 );
 CREATE INDEX run_wait_by_match ON stepgate.run_wait (tenant, event_name, match);
 
