@@ -192,23 +192,28 @@ func ResumeWaiters(ctx context.Context, db DB, ev *Event) ([]string, error) {
 				AND w.match = stepgate.match_key(s.paths, @doc)
 			WHERE s.tenant = @tenant AND s.event_name = @event
 		), woken AS (
+			-- The run's row lock first, as a claim takes it before it deletes a wait
+			-- that timed out: the two never wait for each other in a cycle.
 			UPDATE stepgate.run r SET wake_at = now() FROM cand
 			WHERE r.id = cand.run_id AND r.tenant = @tenant AND r.status = 'suspended'
 			RETURNING r.id, r.invocation, cand.seq, cand.name
 		), gone AS (
+			-- Only a wait this statement deletes is resumed: one that a concurrent
+			-- claim (a timeout) or another resumer deleted first is theirs.
 			DELETE FROM stepgate.run_wait w USING woken WHERE w.run_id = woken.id AND w.seq = woken.seq
+			RETURNING woken.id, woken.invocation, woken.seq, woken.name
 		), out AS (
 			SELECT jsonb_build_object('event', jsonb_build_object('id', e.id, 'name', e.name, 'data', e.data,
 				'identity', e.identity, 'created_at', e.created_at)) AS output
 			FROM stepgate.event e WHERE e.tenant = @tenant AND e.id = @id
 		), entries AS (
 			INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
-			SELECT woken.id, woken.seq, '`+KindWaitEvent+`', woken.name, out.output, woken.invocation, now(),
-				stepgate.journal_bytes_before(woken.id, woken.seq) + octet_length(out.output::text)
-			FROM woken, out
+			SELECT gone.id, gone.seq, '`+KindWaitEvent+`', gone.name, out.output, gone.invocation, now(),
+				stepgate.journal_bytes_before(gone.id, gone.seq) + octet_length(out.output::text)
+			FROM gone, out
 			ON CONFLICT (run_id, seq) DO NOTHING
 		)
-		SELECT id::text FROM woken ORDER BY id`,
+		SELECT id::text FROM gone ORDER BY id`,
 		pgx.NamedArgs{"tenant": ev.Tenant, "event": ev.Name, "id": ev.ID, "doc": doc}).
 		Query(func(rows pgx.Rows) error {
 			var err error
