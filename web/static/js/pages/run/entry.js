@@ -52,8 +52,18 @@ function label(e, failures) {
     h("span", { class: "name", title: e.name }, e.name),
     isSleep ? h("span", { class: "tag sleep" }, "sleep") : null,
     e.kind === "invoke" ? h("span", { class: "tag", title: "the outcome of a child run" }, "invoke") : null,
+    e.kind === "wait_event" ? waitTag(e) : null,
     attempt > 1 || failures.length ? h("span", { class: "tag warn", title: `${failures.length} failed attempt(s)` }, `attempt ${attempt}`) : null,
     e.error ? h("span", { class: "tag err" }, "failed") : null);
+}
+
+// waitTag says how a wait for an event ended: the event received, or its timeout.
+function waitTag(e) {
+  const ev = e.output && e.output.event;
+  if (!ev) return h("span", { class: "tag warn", "data-testid": "wait-timed-out" }, "timed out");
+  const who = ev.identity && ev.identity.subject;
+  return h("span", { class: "tag", "data-testid": "wait-received", title: `event ${ev.id}${who ? ` sent by ${who}` : ""}` },
+    "event", who ? ` from ${who}` : "");
 }
 
 function detail(e, failures) {

@@ -1,4 +1,5 @@
-// What a scheduled or suspended run waits on (its start, a retry, a sleep, a child run),
+// What a scheduled or suspended run waits on (its start, a retry, a sleep, a child run,
+// an event),
 // and when it wakes: the run's `awaiting`, as the gateway stored it.
 
 import { h, icon, fmtTime, fmtDateTime, countdown } from "../../dom.js";
@@ -25,7 +26,22 @@ function waitsOn(r) {
     case "invoke":
       return h("span", null, "Waiting for the child run ", h("a", { href: `#/runs/${a.child_id}`, class: "mono" }, a.function),
         " of ", h("strong", null, a.name));
+    case "wait_event":
+      return h("span", { "data-testid": "waiting-event" }, "Waiting in ", h("strong", null, a.name), " for the event ",
+        h("span", { class: "mono" }, a.event), ...matchText(a.match), " (times out)");
     default:
       return "Waiting";
   }
+}
+
+// matchText says which fields an awaited event must hold: " where data.id = "o-17" and …".
+function matchText(match) {
+  const pairs = Object.entries(match || {});
+  if (!pairs.length) return [];
+  const out = [" where "];
+  pairs.forEach(([path, v], i) => {
+    if (i) out.push(" and ");
+    out.push(h("span", { class: "mono" }, path), " = ", h("span", { class: "mono" }, JSON.stringify(v)));
+  });
+  return out;
 }
