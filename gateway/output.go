@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -236,11 +237,11 @@ func (s *Server) ReadRunStream(ctx context.Context, req server.ReadRunStreamRequ
 	}
 	changes, unsubscribeOutput := s.inv.SubscribeOutput(req.ID)
 	ended, unsubscribeEnd := s.inv.Subscribe(req.ID)
-	closeAll := func() {
+	closeAll := sync.OnceFunc(func() {
 		unsubscribeOutput()
 		unsubscribeEnd()
 		release()
-	}
+	})
 	db := journal.ForTenant(s.api, id.Tenant)
 	run, err := s.inv.Attach(ctx, db, req.ID)
 	if errors.Is(err, journal.ErrNotFound) {
@@ -300,19 +301,16 @@ func (st *chunkStream) VisitReadRunStreamResponse(w http.ResponseWriter) error {
 		defer t.Stop()
 		expired = t.C
 	}
-	end := func(reason string) {
-		_ = send(fmt.Appendf(nil, "event: end\ndata: {\"length\":%d,\"reason\":%q}\n\n", st.offset, reason))
-	}
 	for {
-		more, reason, err := st.step(send)
+		more, end, err := st.step(send)
 		if err != nil {
 			if st.ctx.Err() == nil {
 				st.s.log.WarnContext(st.ctx, "stream read ended", slog.String("run_id", st.run.ID), slog.String("key", st.key), slog.Any("error", err))
 			}
 			return nil // the client reconnects with its Last-Event-ID
 		}
-		if reason != "" {
-			end(reason)
+		if end != nil {
+			_ = send(fmt.Appendf(nil, "event: end\ndata: {\"length\":%d,\"reason\":%q}\n\n", end.length, end.reason))
 			return nil
 		}
 		if more {
@@ -341,38 +339,48 @@ func (st *chunkStream) VisitReadRunStreamResponse(w http.ResponseWriter) error {
 	}
 }
 
+// streamEnd is why a stream ended (closed, run_finished) and its length then.
+type streamEnd struct {
+	reason string
+	length int
+}
+
 // step sends the chunks from st.offset on, a page at a time: more says another page may
-// follow at once, reason (closed, run_finished) that the stream has ended.
-func (st *chunkStream) step(send func([]byte) error) (more bool, reason string, err error) {
+// follow at once, end that the stream has ended.
+func (st *chunkStream) step(send func([]byte) error) (more bool, end *streamEnd, err error) {
 	// st.run was read before the chunks: once it is finished, these are all of them.
 	chunks, err := journal.ReadChunks(st.ctx, st.db, st.db.Tenant(), st.run.ID, st.key, st.offset, streamPage)
 	if err != nil {
-		return false, "", err
+		return false, nil, err
 	}
 	var frame []byte
 	for _, c := range chunks {
 		frame = fmt.Appendf(frame[:0], "id: %d\nevent: chunk\ndata: %s\n\n", c.Offset, c.Data)
 		if err := send(frame); err != nil {
-			return false, "", err
+			return false, nil, err
 		}
 		st.offset = c.Offset + 1
 	}
 	if len(chunks) == streamPage {
-		return true, "", nil
+		return true, nil, nil
 	}
 	stream, err := journal.GetStream(st.ctx, st.db, st.db.Tenant(), st.run.ID, st.key)
-	switch {
-	case err != nil && !errors.Is(err, journal.ErrNotFound):
-		return false, "", err
-	case stream != nil && stream.ClosedAt != nil:
-		if st.offset < stream.Length {
-			return true, "", nil // chunks committed with the close since the read
-		}
-		return false, "closed", nil
-	case st.run.Status.Terminal():
-		return false, "run_finished", nil
+	if err != nil && !errors.Is(err, journal.ErrNotFound) {
+		return false, nil, err
 	}
-	return false, "", nil
+	length := 0
+	if stream != nil {
+		length = stream.Length
+	}
+	switch {
+	case stream != nil && stream.ClosedAt != nil && st.offset < length:
+		return true, nil, nil // chunks committed with the close since the read
+	case stream != nil && stream.ClosedAt != nil:
+		return false, &streamEnd{"closed", length}, nil
+	case st.run.Status.Terminal():
+		return false, &streamEnd{"run_finished", length}, nil
+	}
+	return false, nil, nil
 }
 
 // CheckpointStream appends chunks to a stream of the run whose invocation token the
