@@ -14,12 +14,14 @@ import (
 
 // operationPermissions is the permission each operation of openapi.yaml needs (its
 // x-permission), by operationId. The empty permission marks the operations that take no
-// user token: the health probe, and the checkpoint (authorized by its invocation token).
+// user token: the health probe, and the checkpoint and its stream writes (authorized by
+// their invocation token).
 // An operation missing here is refused, so a new one cannot go out unguarded; a test
 // keeps this map equal to the spec.
 var operationPermissions = map[string]access.Permission{
 	"healthz":            "",
 	"checkpoint":         "",
+	"checkpointStream":   "",
 	"listFunctions":      access.PermissionFunctionsRead,
 	"getFunction":        access.PermissionFunctionsRead,
 	"functionStats":      access.PermissionFunctionsRead,
@@ -35,6 +37,10 @@ var operationPermissions = map[string]access.Permission{
 	"getRun":             access.PermissionRunsRead,
 	"getRunResult":       access.PermissionRunsRead,
 	"streamRuns":         access.PermissionRunsRead,
+	"listRunValues":      access.PermissionRunsRead,
+	"getRunValue":        access.PermissionRunsRead,
+	"listRunStreams":     access.PermissionRunsRead,
+	"readRunStream":      access.PermissionRunsRead,
 	"cancelRun":          access.PermissionRunsManage,
 	"rerunRun":           access.PermissionRunsInvoke,
 	"sendEvent":          access.PermissionEventsSend,

@@ -364,9 +364,12 @@ func (s *Server) Checkpoint(ctx context.Context, req server.CheckpointRequestObj
 		return nil, err
 	}
 	var err error
-	if e.Kind == protocol.EntryKindEvent {
+	switch e.Kind {
+	case protocol.EntryKindEvent:
 		err = s.checkpointEvent(ctx, req.ID, claim.invocation, *e)
-	} else {
+	case protocol.EntryKindValue:
+		err = s.checkpointValue(ctx, req.ID, claim.invocation, *e)
+	default:
 		err = s.inv.Checkpoint(ctx, req.ID, claim.invocation, invoker.EntryFromAPI(*e))
 	}
 	var le *journal.LimitError
@@ -393,13 +396,13 @@ func checkpointConflict(typ, detail string) server.CheckpointResponseObject {
 }
 
 // checkEntry refuses, with a 400 naming the field, a checkpointed entry the journal could
-// never hold: not a step or an event, a seq out of range, a bad name, values Postgres
+// never hold: not a step, an event or a value, a seq out of range, a bad name, values Postgres
 // cannot store. An output past the limit is the run's failure, not a 400 (see
 // invoker.Checkpoint).
 func (s *Server) checkEntry(e protocol.JournalEntry) error {
 	switch {
-	case e.Kind != protocol.EntryKindStep && e.Kind != protocol.EntryKindEvent:
-		return badRequest("a checkpoint is a finished step or a sent event: kind \"step\" or \"event\", not %q", e.Kind)
+	case e.Kind != protocol.EntryKindStep && e.Kind != protocol.EntryKindEvent && e.Kind != protocol.EntryKindValue:
+		return badRequest("a checkpoint is a finished step, a sent event or a published value: kind \"step\", \"event\" or \"value\", not %q", e.Kind)
 	case e.Seq < 1 || e.Seq > math.MaxInt32:
 		return badRequest("seq %d is not from 1 to %d", e.Seq, math.MaxInt32)
 	case e.Output != nil && e.Error != nil:

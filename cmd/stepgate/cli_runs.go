@@ -312,3 +312,26 @@ func (c *cli) runsGet(ctx context.Context, args []string) error {
 			return writeRunDetail(c.stdout, resp.JSON200, c.loc)
 		})
 }
+
+// runsValues runs "stepgate runs values ID": the latest value of each of the run's keys.
+func (c *cli) runsValues(ctx context.Context, args []string) error {
+	return singleRequest(ctx, c, args, "runs values", "ID", "list values of run", []int{http.StatusOK},
+		func(ctx context.Context, cl *protocol.ClientWithResponses, id string) (*protocol.ListRunValuesResponse, error) {
+			return cl.ListRunValuesWithResponse(ctx, id)
+		},
+		func(resp *protocol.ListRunValuesResponse, id string) error {
+			if resp.JSON200 == nil {
+				return fmt.Errorf("list values of run %s: unexpected response %q", id, resp.ContentType())
+			}
+			if len(resp.JSON200.Values) == 0 {
+				_, err := fmt.Fprintln(c.stdout, "no values")
+				return err
+			}
+			tw := newTable(c.stdout)
+			fmt.Fprintln(tw, "KEY\tVERSION\tSET\tVALUE")
+			for _, v := range resp.JSON200.Values {
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", v.Key, v.Version, v.SetAt.In(c.loc).Format(time.DateTime), compactJSON(v.Value, 80))
+			}
+			return tw.Flush()
+		})
+}

@@ -119,6 +119,7 @@ Runs:
   runs list [--function F] [--status S] [--limit N] [--cursor C]
                                    runs, newest first (also: stepgate runs)
   runs get ID                      a run with its journal and failed attempts
+  runs values ID                   the latest value of each key the run published
 
 Schedules:
   schedules put NAME --function F --cron EXPR [--input JSON] [--timezone TZ]
@@ -253,8 +254,10 @@ func (c *cli) runs(ctx context.Context, args []string) error {
 		return c.runsList(ctx, rest)
 	case "get", "show":
 		return c.runsGet(ctx, rest)
+	case "values":
+		return c.runsValues(ctx, rest)
 	default:
-		return usagef("unknown command \"runs %s\" (want list or get)", sub)
+		return usagef("unknown command \"runs %s\" (want list, get or values)", sub)
 	}
 }
 

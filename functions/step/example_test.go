@@ -31,3 +31,42 @@ func ExampleInvoke() {
 		return out.Shipment.Tracking, nil
 	}
 }
+
+// A function that hands a checkout URL back to the user before it ends, and reports its
+// progress; a client long-polls GET /v1/runs/{id}/values/checkout_url?wait=30s.
+func ExampleSetValue() {
+	_ = func(ctx context.Context, orderID string) (string, error) {
+		url, err := step.Run(ctx, "create-session", func(ctx context.Context) (string, error) {
+			return "https://pay.example/" + orderID, nil // the payment provider's call
+		})
+		if err != nil {
+			return "", err
+		}
+		if err := step.SetValue(ctx, "checkout_url", url); err != nil {
+			return "", err
+		}
+		return "paid", step.SetValue(ctx, "progress", 100)
+	}
+}
+
+// A function that streams an LLM's tokens to a browser as it generates them, inside a
+// step: a replay does not write them again. The browser reads
+// GET /v1/runs/{id}/streams/tokens (server-sent events).
+func ExampleStream() {
+	generate := func(ctx context.Context, prompt string, token func(string) error) (string, error) {
+		return "", nil // the model's client, calling token for each token
+	}
+	_ = func(ctx context.Context, prompt string) (string, error) {
+		out, err := step.Stream(ctx, "tokens")
+		if err != nil {
+			return "", err
+		}
+		answer, err := step.Run(ctx, "generate", func(ctx context.Context) (string, error) {
+			return generate(ctx, prompt, out.WriteString)
+		})
+		if err != nil {
+			return "", err
+		}
+		return answer, out.Close()
+	}
+}

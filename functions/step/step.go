@@ -8,6 +8,10 @@
 // checkpoint) before returning, so every finished step is durable before the next one
 // starts; a sleep suspends the run, and an invoke suspends it until its child run ends.
 //
+// [SetValue] publishes a value for clients to read while the run goes on (an entry too,
+// taking a seq), and [Stream] writes ordered chunks that clients read live (not entries:
+// they take no seq; see [StreamWriter] for what a replay does with them).
+//
 // The rules that keep replays correct:
 //
 //   - Call steps one after another, with the context the function was called with (or

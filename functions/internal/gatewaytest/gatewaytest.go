@@ -32,6 +32,7 @@ type Gateway struct {
 	srv     *httptest.Server
 	mu      sync.Mutex
 	journal map[string][]protocol.JournalEntry
+	streams map[string]*stream // by run id and key
 	hook    CheckpointFunc
 	deliver func(runID string, aw protocol.Await) json.RawMessage
 }
@@ -45,12 +46,20 @@ func (g *Gateway) OnWaitEvent(f func(runID string, aw protocol.Await) json.RawMe
 	g.deliver = f
 }
 
+// stream is a run's stream as the gateway keeps it: chunks in order, each once per
+// place.
+type stream struct {
+	chunks []json.RawMessage
+	places map[[3]int]bool // seq, attempt, index
+	closed bool
+}
+
 // Tenant is the tenant of the runs a Gateway invokes.
 const Tenant = "acme"
 
 // New starts a Gateway, closed in tb's Cleanup.
 func New(tb testing.TB, key *signature.SigningKey) *Gateway {
-	g := &Gateway{Key: key, tb: tb, journal: map[string][]protocol.JournalEntry{}}
+	g := &Gateway{Key: key, tb: tb, journal: map[string][]protocol.JournalEntry{}, streams: map[string]*stream{}}
 	g.srv = httptest.NewServer(http.HandlerFunc(g.checkpoint))
 	tb.Cleanup(g.srv.Close)
 	return g
@@ -70,7 +79,22 @@ func (g *Gateway) Journal(runID string) []protocol.JournalEntry {
 	return append([]protocol.JournalEntry(nil), g.journal[runID]...)
 }
 
+// Stream returns the chunks of run runID's stream key so far, and whether it is closed.
+func (g *Gateway) Stream(runID, key string) ([]json.RawMessage, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st := g.streams[runID+"\n"+key]
+	if st == nil {
+		return nil, false
+	}
+	return append([]json.RawMessage(nil), st.chunks...), st.closed
+}
+
 func (g *Gateway) checkpoint(w http.ResponseWriter, r *http.Request) {
+	if strings.HasSuffix(r.URL.Path, "/checkpoint/stream") {
+		g.writeStream(w, r)
+		return
+	}
 	runID := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/v1/runs/"), "/checkpoint")
 	if r.Header.Get("Authorization") != "Bearer "+token(runID) {
 		problem(w, http.StatusUnauthorized, "", "bad invocation token")
@@ -119,6 +143,50 @@ func (g *Gateway) Append(runID string, e protocol.JournalEntry) (int, string) {
 	default:
 		return http.StatusBadRequest, fmt.Sprintf("seq %d out of order after %d entries", e.Seq, len(j))
 	}
+}
+
+// writeStream appends a StreamWrite's chunks as the gateway does: a chunk whose place
+// the stream holds is skipped; new chunks for a closed stream are refused.
+func (g *Gateway) writeStream(w http.ResponseWriter, r *http.Request) {
+	runID := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/v1/runs/"), "/checkpoint/stream")
+	if r.Header.Get("Authorization") != "Bearer "+token(runID) {
+		problem(w, http.StatusUnauthorized, "", "bad invocation token")
+		return
+	}
+	var sw protocol.StreamWrite
+	if err := json.NewDecoder(r.Body).Decode(&sw); err != nil {
+		problem(w, http.StatusBadRequest, "", err.Error())
+		return
+	}
+	attempt, index := 0, 0
+	if sw.Attempt != nil {
+		attempt = *sw.Attempt
+	}
+	if sw.Index != nil {
+		index = *sw.Index
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st := g.streams[runID+"\n"+sw.Key]
+	if st == nil {
+		st = &stream{places: map[[3]int]bool{}}
+		g.streams[runID+"\n"+sw.Key] = st
+	}
+	var fresh []json.RawMessage
+	for i, c := range sw.Chunks {
+		if p := [3]int{sw.Seq, attempt, index + i}; !st.places[p] {
+			st.places[p] = true
+			fresh = append(fresh, json.RawMessage(c))
+		}
+	}
+	if len(fresh) > 0 && st.closed {
+		problem(w, http.StatusConflict, "stream_closed", "stream "+sw.Key+" is closed")
+		return
+	}
+	st.chunks = append(st.chunks, fresh...)
+	st.closed = st.closed || (sw.Close != nil && *sw.Close)
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(protocol.StreamAck{Key: sw.Key, Length: len(st.chunks), Closed: st.closed})
 }
 
 func problem(w http.ResponseWriter, code int, typ, detail string) {

@@ -93,6 +93,14 @@ type State struct {
 	seq     int
 	attempt int // of the step running now; 0 between steps
 	stop    *Stop
+	places  map[place]int // chunks written per stream and place, see StreamPlace
+}
+
+// place is where a function writes to a stream: in the step at seq on attempt, or
+// between steps (attempt 0, before the entry at seq).
+type place struct {
+	key          string
+	seq, attempt int
 }
 
 type ctxKey struct{}
@@ -356,4 +364,111 @@ func (s *State) checkpoint(e *protocol.JournalEntry, body []byte) (stop *Stop, r
 		// The gateway refuses this entry (too large, invalid): another try makes the same.
 		return Failed("checkpoint", fmt.Sprintf("%s: %d %s", where, code, detail)), false, 0
 	}
+}
+
+// StreamPlace reserves the places of n chunks written now to the stream key: the seq and
+// attempt of the step whose function runs (or, between steps, the seq the next entry
+// takes and 0), and the index of the first of them there. The same code makes the same
+// places on every invocation, so the gateway skips chunks a replay writes again.
+func (s *State) StreamPlace(key string, n int) (seq, attempt, index int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seq, attempt = s.seq, s.attempt
+	if attempt == 0 {
+		seq++
+	}
+	if s.places == nil {
+		s.places = map[place]int{}
+	}
+	p := place{key, seq, attempt}
+	index = s.places[p]
+	s.places[p] += n
+	return seq, attempt, index
+}
+
+// StreamError is a stream write the gateway refused without stopping the invocation:
+// Type is limit_exceeded (a bound of the stream), stream_closed, or checkpoint (the
+// write can never be taken, such as a bad key).
+type StreamError struct {
+	Type, Message string
+}
+
+func (e *StreamError) Error() string { return e.Message }
+
+// WriteStream sends w to the gateway (checkpoint.url + "/stream") and waits for its
+// answer, tried again as Checkpoint is. It returns nil once the chunks are durable, a
+// *StreamError when the gateway refuses the write, and halts when the invocation no
+// longer owns the run or the gateway stays unreachable.
+func (s *State) WriteStream(w *protocol.StreamWrite) error {
+	where := fmt.Sprintf("stream %q", w.Key)
+	body, err := json.Marshal(w)
+	if err != nil {
+		return &StreamError{"checkpoint", fmt.Sprintf("%s: encode: %v", where, err)}
+	}
+	var last string
+	delay := checkpointBackoff
+	for try := 0; ; try++ {
+		if try > 0 {
+			t := time.NewTimer(delay)
+			select {
+			case <-s.reqCtx.Done():
+				t.Stop()
+				return s.Halt(Retry("checkpoint", fmt.Sprintf("%s: %v (last: %s)", where, context.Cause(s.reqCtx), last)))
+			case <-t.C:
+			}
+			delay = min(2*delay, maxCheckpointBackoff)
+		}
+		code, p, after, err := s.post(s.Req.Checkpoint.URL+"/stream", body)
+		detail := cmp.Or(p.Detail, http.StatusText(code))
+		switch {
+		case err != nil:
+			if s.reqCtx.Err() != nil {
+				return s.Halt(Retry("checkpoint", fmt.Sprintf("%s: %v", where, err)))
+			}
+			last = err.Error()
+			continue
+		case code >= 200 && code < 300:
+			return nil
+		case code == http.StatusConflict:
+			typ := ""
+			if p.Type != nil {
+				typ = path.Base(*p.Type)
+			}
+			if typ == "limit_exceeded" || typ == "stream_closed" {
+				return &StreamError{typ, fmt.Sprintf("%s: %s", where, detail)}
+			}
+			return s.Halt(Failed("superseded", fmt.Sprintf("%s: %s", where, detail)))
+		case code >= 500, code == http.StatusRequestTimeout, code == http.StatusTooManyRequests:
+			last = fmt.Sprintf("%d %s", code, detail)
+			if after > delay {
+				delay = min(after, maxCheckpointBackoff)
+			}
+		case code == http.StatusUnauthorized:
+			return s.Halt(Retry("checkpoint", fmt.Sprintf("%s: %d %s", where, code, detail)))
+		default:
+			return &StreamError{"checkpoint", fmt.Sprintf("%s: %d %s", where, code, detail)}
+		}
+	}
+}
+
+// post makes one POST of body to url with the invocation token, and returns the status,
+// the problem of a refusal, and the Retry-After asked.
+func (s *State) post(url string, body []byte) (code int, p protocol.Problem, after time.Duration, err error) {
+	req, err := http.NewRequestWithContext(s.reqCtx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, p, 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+s.Req.Checkpoint.Token)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return 0, p, 0, err
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode >= 300 {
+		_ = json.Unmarshal(raw, &p) // a body that is not a problem leaves p empty
+	}
+	secs, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+	return resp.StatusCode, p, time.Duration(max(secs, 0)) * time.Second, nil
 }

@@ -53,6 +53,8 @@ function label(e, failures) {
     isSleep ? h("span", { class: "tag sleep" }, "sleep") : null,
     e.kind === "invoke" ? h("span", { class: "tag", title: "the outcome of a child run" }, "invoke") : null,
     e.kind === "wait_event" ? waitTag(e) : null,
+    e.kind === "value" ? h("span", { class: "tag", title: "a value the run published" }, "value") : null,
+    e.kind === "event" ? h("span", { class: "tag", title: "an event the run sent" }, "event") : null,
     attempt > 1 || failures.length ? h("span", { class: "tag warn", title: `${failures.length} failed attempt(s)` }, `attempt ${attempt}`) : null,
     e.error ? h("span", { class: "tag err" }, "failed") : null);
 }
