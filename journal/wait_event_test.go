@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -183,4 +184,56 @@ func TestWaitEvent(t *testing.T) {
 		require.Empty(t, sendAndResume(t, tx, tenant, "after", "e", `{}`))
 		require.Empty(t, mustEntries(t, tx, run.ID))
 	})
+}
+
+// TestResumeWaitersUsesTheIndex: as the gateway's tenant role, under row-level security,
+// an event finds its waiters through the index on their keys, not by reading every
+// wait (which the planner must do when the comparison is not leakproof, as jsonb's is
+// not): 100,000 runs waiting on other keys would cost each event a scan.
+func TestResumeWaitersUsesTheIndex(t *testing.T) {
+	t.Parallel()
+	system, api, url := fencedPoolsOn(t, 2)
+	tenant := newTenant()
+	// 2,000 runs of the tenant wait on other keys of the same event name, and the
+	// planner knows it.
+	for _, stmt := range []string{
+		`INSERT INTO stepgate.wait_shape (tenant, event_name, paths) VALUES ($1, 'orders.paid', '{data.order_id}')`,
+		`INSERT INTO stepgate.run_wait (run_id, seq, tenant, name, kind, event_name, match_key, expires_at)
+		SELECT gen_random_uuid(), 1, $1, 'w', 'wait_event', 'orders.paid',
+			stepgate.match_of(jsonb_build_object('data.order_id', 'other-' || i)), now() + interval '1 hour'
+		FROM generate_series(1, 2000) i`,
+	} {
+		var args []any
+		if strings.Contains(stmt, "$1") {
+			args = append(args, tenant)
+		}
+		_, err := system.Exec(t.Context(), stmt, args...)
+		require.NoError(t, err)
+	}
+	owner, err := pgx.Connect(t.Context(), url) // the tables' owner may ANALYZE them
+	require.NoError(t, err)
+	defer owner.Close(context.Background())
+	_, err = owner.Exec(t.Context(), `ANALYZE stepgate.run_wait, stepgate.wait_shape`)
+	require.NoError(t, err)
+	var plan []string
+	err = pgx.BeginFunc(t.Context(), journal.ForTenant(api, tenant), func(tx pgx.Tx) error {
+		rows, _ := tx.Query(t.Context(), "EXPLAIN "+journal.ResumeWaitersSQL, pgx.NamedArgs{
+			"tenant": tenant, "event": "orders.paid", "id": "e1",
+			"doc": json.RawMessage(`{"id":"e1","name":"orders.paid","data":{"order_id":"o-1"}}`),
+		})
+		var err error
+		plan, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	require.NoError(t, err)
+	text := strings.Join(plan, "\n")
+	require.NotContains(t, text, "Seq Scan on run_wait", text)
+	// The key is in the index condition: one probe, not every wait of the event name.
+	probe := false
+	for i, line := range plan {
+		if strings.Contains(line, "run_wait_by_match") && i+1 < len(plan) {
+			probe = probe || strings.Contains(plan[i+1], "Index Cond") && strings.Contains(plan[i+1], "match_key =")
+		}
+	}
+	require.True(t, probe, "the key is an index condition of run_wait_by_match:\n%s", text)
 }
