@@ -123,6 +123,18 @@ func TestMessages(t *testing.T) {
 		}
 		return sendAnswer{}, err
 	})
+	// racer is told, before its receive, to let a message be sent: the message is stored
+	// while the run is running, before its wait is.
+	arrived := make(chan chan struct{}, 1)
+	functions.Register(app, "racer", func(ctx context.Context, _ struct{}) (received, error) {
+		if functions.RunFrom(ctx).Attempt == 1 {
+			sent := make(chan struct{})
+			arrived <- sent
+			<-sent
+		}
+		r, err := step.Receive[string](ctx, "race", time.Hour)
+		return received{TimedOut: r.TimedOut, ID: r.Message.ID}, err
+	})
 	appURL := s.ServeApp(t, app)
 	for _, cl := range []*protocol.ClientWithResponses{c, other} {
 		synced, err := cl.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: appURL})
@@ -186,6 +198,41 @@ func TestMessages(t *testing.T) {
 		require.True(t, dup.Consumed)
 		require.True(t, second.SentAt.Equal(dup.SentAt))
 		require.JSONEq(t, `{"timed_out":true}`, string(*getRun(t, c, id).Journal[2].Output))
+	})
+
+	t.Run("AMessageSentWhileTheRunRunsIsNotLost", func(t *testing.T) {
+		t.Parallel()
+		id := startAsync(t, c, "racer", `{}`)
+		sent := <-arrived // the invocation runs, and has not stored its receive
+		require.False(t, mustSendMessage(t, c, id, protocol.MessageSend{Topic: "race", ID: ptr("r-1")}).Consumed)
+		close(sent)
+		res := mustResult(t, c, id)
+		require.Equal(t, protocol.RunStatusCompleted, res.Status)
+		require.JSONEq(t, `{"id":"r-1"}`, string(*res.Output))
+	})
+
+	t.Run("ConcurrentSendsAreEachTakenOnce", func(t *testing.T) {
+		t.Parallel()
+		const n = 6
+		id := startAsync(t, c, "inbox", `{"topics":["c","c","c","c","c","c"],"timeout":"1h"}`)
+		receivingOn(t, c, id, 1)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				resp, err := c.SendMessageWithResponse(context.Background(), id, protocol.MessageSend{Topic: "c", ID: ptr(strings.Repeat("x", i+1))})
+				if assert.NoError(t, err) {
+					assert.Equal(t, http.StatusAccepted, resp.StatusCode(), string(resp.Body))
+				}
+			})
+		}
+		wg.Wait()
+		seen := map[string]bool{}
+		for _, r := range inboxOf(t, c, id) {
+			require.False(t, r.TimedOut)
+			require.False(t, seen[r.ID], "%s taken twice", r.ID)
+			seen[r.ID] = true
+		}
+		require.Len(t, seen, n)
 	})
 
 	t.Run("AnIDDeduplicates", func(t *testing.T) {
