@@ -1,4 +1,5 @@
-// What a scheduled or suspended run waits on (its start, a retry, a sleep, a child run),
+// What a scheduled or suspended run waits on (its start, a retry, a sleep, a child run,
+// a message),
 // and when it wakes: the run's `awaiting`, as the gateway stored it.
 
 import { h, icon, fmtTime, fmtDateTime, countdown } from "../../dom.js";
@@ -25,6 +26,8 @@ function waitsOn(r) {
     case "invoke":
       return h("span", null, "Waiting for the child run ", h("a", { href: `#/runs/${a.child_id}`, class: "mono" }, a.function),
         " of ", h("strong", null, a.name));
+    case "receive":
+      return h("span", null, "Waiting for a message on topic ", h("strong", { class: "mono" }, a.topic || a.name));
     default:
       return "Waiting";
   }
