@@ -119,6 +119,8 @@ Runs:
   runs list [--function F] [--status S] [--limit N] [--cursor C]
                                    runs, newest first (also: stepgate runs)
   runs get ID                      a run with its journal and failed attempts
+  runs send ID TOPIC [JSON] [--id MESSAGE_ID]
+                                   a message to a run's mailbox, for its step.Receive of TOPIC
 
 Schedules:
   schedules put NAME --function F --cron EXPR [--input JSON] [--timezone TZ]
@@ -253,8 +255,10 @@ func (c *cli) runs(ctx context.Context, args []string) error {
 		return c.runsList(ctx, rest)
 	case "get", "show":
 		return c.runsGet(ctx, rest)
+	case "send":
+		return c.runsSend(ctx, rest)
 	default:
-		return usagef("unknown command \"runs %s\" (want list or get)", sub)
+		return usagef("unknown command \"runs %s\" (want list, get or send)", sub)
 	}
 }
 
