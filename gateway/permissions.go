@@ -44,6 +44,7 @@ var operationPermissions = map[string]access.Permission{
 	"cancelRun":          access.PermissionRunsManage,
 	"rerunRun":           access.PermissionRunsInvoke,
 	"sendEvent":          access.PermissionEventsSend,
+	"sendMessage":        access.PermissionEventsSend,
 	"listEvents":         access.PermissionRunsRead,
 	"listSigningKeys":    access.PermissionFunctionsRead,
 	"rotateSigningKey":   access.PermissionFunctionsWrite,

@@ -350,9 +350,10 @@ func nextCursor(c *journal.Cursor) *string {
 	return &s
 }
 
-// Checkpoint journals one finished step, or a sent event (see checkpointEvent), of the
-// invocation its token names. It works on the system pool: the token, bound to one run
-// and one invocation, is what scopes it.
+// Checkpoint journals one finished step, a sent event (see checkpointEvent) or a sent
+// message (see checkpointSend), of the invocation its token names. It works on the
+// system pool: the token, bound to one run and one invocation, is what scopes it (and a
+// send looks only at runs of that run's tenant).
 func (s *Server) Checkpoint(ctx context.Context, req server.CheckpointRequestObject) (server.CheckpointResponseObject, error) {
 	claim, _ := ctx.Value(invocationKey{}).(invocationClaim)
 	if claim.runID != req.ID {
@@ -364,11 +365,14 @@ func (s *Server) Checkpoint(ctx context.Context, req server.CheckpointRequestObj
 		return nil, err
 	}
 	var err error
+	var refused *protocol.ErrorInfo
 	switch e.Kind {
 	case protocol.EntryKindEvent:
 		err = s.checkpointEvent(ctx, req.ID, claim.invocation, *e)
 	case protocol.EntryKindValue:
 		err = s.checkpointValue(ctx, req.ID, claim.invocation, *e)
+	case protocol.EntryKindSend:
+		refused, err = s.checkpointSend(ctx, req.ID, claim.invocation, *e)
 	default:
 		err = s.inv.Checkpoint(ctx, req.ID, claim.invocation, invoker.EntryFromAPI(*e))
 	}
@@ -386,7 +390,7 @@ func (s *Server) Checkpoint(ctx context.Context, req server.CheckpointRequestObj
 	case err != nil:
 		return nil, err
 	}
-	return server.Checkpoint200JSONResponse{Seq: e.Seq}, nil
+	return server.Checkpoint200JSONResponse{Seq: e.Seq, Error: refused}, nil
 }
 
 func checkpointConflict(typ, detail string) server.CheckpointResponseObject {
@@ -401,8 +405,8 @@ func checkpointConflict(typ, detail string) server.CheckpointResponseObject {
 // invoker.Checkpoint).
 func (s *Server) checkEntry(e protocol.JournalEntry) error {
 	switch {
-	case e.Kind != protocol.EntryKindStep && e.Kind != protocol.EntryKindEvent && e.Kind != protocol.EntryKindValue:
-		return badRequest("a checkpoint is a finished step, a sent event or a published value: kind \"step\", \"event\" or \"value\", not %q", e.Kind)
+	case e.Kind != protocol.EntryKindStep && e.Kind != protocol.EntryKindEvent && e.Kind != protocol.EntryKindValue && e.Kind != protocol.EntryKindSend:
+		return badRequest("a checkpoint is a finished step, a sent event, a published value or a sent message: kind \"step\", \"event\", \"value\" or \"send\", not %q", e.Kind)
 	case e.Seq < 1 || e.Seq > math.MaxInt32:
 		return badRequest("seq %d is not from 1 to %d", e.Seq, math.MaxInt32)
 	case e.Output != nil && e.Error != nil:

@@ -93,5 +93,8 @@ func AwaitingToAPI(a *journal.Awaiting) *protocol.Awaiting {
 			out.Match = &m
 		}
 	}
+	if a.Topic != "" {
+		out.Topic = &a.Topic
+	}
 	return out
 }

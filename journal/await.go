@@ -10,7 +10,7 @@ import (
 // Awaiting is what a suspended run waits for, stored on the run (run.awaiting) and shown
 // by the API, so that no reader has to guess it from the journal.
 type Awaiting struct {
-	Kind string `json:"kind"` // AwaitSleep, AwaitRetry, AwaitInvoke or AwaitWaitEvent
+	Kind string `json:"kind"` // AwaitSleep, AwaitRetry, AwaitInvoke, AwaitWaitEvent or AwaitReceive
 	Seq  int    `json:"seq"`  // The journal seq the run resumes at.
 	Name string `json:"name"`
 	// Attempt is the failed attempt of a step a retry waits to make again.
@@ -22,6 +22,8 @@ type Awaiting struct {
 	// its fields must hold.
 	Event string          `json:"event,omitempty"`
 	Match json.RawMessage `json:"match,omitempty"`
+	// Topic is the topic of the messages a receive waits for.
+	Topic string `json:"topic,omitempty"`
 }
 
 // Await kinds.
@@ -31,11 +33,12 @@ const (
 	AwaitInvoke = "invoke"
 	// AwaitWaitEvent waits for an event (WaitEvent); its entry has the same kind.
 	AwaitWaitEvent = "wait_event"
+	// AwaitReceive waits for a message of a topic (Receive); its entry has the same kind.
+	AwaitReceive = "receive"
 )
 
-// Await is what a suspended run waits for: a Sleep, a StepRetry, an Invoke or a
-// WaitEvent. Each kind
-// says where it sits in the journal, when the run is due again, and what Finish writes
+// Await is what a suspended run waits for: a Sleep, a StepRetry, an Invoke, a
+// WaitEvent or a Receive. Each kind says where it sits in the journal, when the run is due again, and what Finish writes
 // for it besides the run's status.
 type Await interface {
 	// awaiting describes the await as it is stored on the run.

@@ -280,7 +280,8 @@ func sameJSON(a, b json.RawMessage) bool {
 }
 
 // Outcome is how an invocation ends for its run; see Finish. Make one with Completed,
-// Failed, RetryingInvocation, Sleeping, RetryingStep, InvokingChild or WaitingForEvent.
+// Failed, RetryingInvocation, Sleeping, RetryingStep, InvokingChild, WaitingForEvent or
+// Receiving.
 type Outcome struct {
 	status    Status
 	output    json.RawMessage // completed
@@ -338,6 +339,13 @@ func Resuming(steps ...Entry) Outcome {
 // (see WaitEvent), after journaling steps.
 func WaitingForEvent(w WaitEvent, steps ...Entry) Outcome {
 	return Outcome{status: StatusSuspended, await: w, Steps: steps}
+}
+
+// Receiving suspends the run until a message of r's topic is sent to it or r's timeout
+// passes (see Receive), after journaling steps; a message already in its mailbox is
+// taken at once.
+func Receiving(r Receive, steps ...Entry) Outcome {
+	return Outcome{status: StatusSuspended, await: r, Steps: steps}
 }
 
 // InvokingChild suspends the run while its child run, which Finish starts, runs, after

@@ -42,6 +42,7 @@ func (e AnswerStatus) Valid() bool {
 // Defines values for AwaitType.
 const (
 	AwaitTypeInvoke    AwaitType = "invoke"
+	AwaitTypeReceive   AwaitType = "receive"
 	AwaitTypeRetry     AwaitType = "retry"
 	AwaitTypeSleep     AwaitType = "sleep"
 	AwaitTypeWaitEvent AwaitType = "wait_event"
@@ -51,6 +52,8 @@ const (
 func (e AwaitType) Valid() bool {
 	switch e {
 	case AwaitTypeInvoke:
+		return true
+	case AwaitTypeReceive:
 		return true
 	case AwaitTypeRetry:
 		return true
@@ -66,6 +69,7 @@ func (e AwaitType) Valid() bool {
 // Defines values for AwaitingKind.
 const (
 	AwaitingKindInvoke    AwaitingKind = "invoke"
+	AwaitingKindReceive   AwaitingKind = "receive"
 	AwaitingKindRetry     AwaitingKind = "retry"
 	AwaitingKindSleep     AwaitingKind = "sleep"
 	AwaitingKindWaitEvent AwaitingKind = "wait_event"
@@ -75,6 +79,8 @@ const (
 func (e AwaitingKind) Valid() bool {
 	switch e {
 	case AwaitingKindInvoke:
+		return true
+	case AwaitingKindReceive:
 		return true
 	case AwaitingKindRetry:
 		return true
@@ -91,6 +97,8 @@ func (e AwaitingKind) Valid() bool {
 const (
 	EntryKindEvent     EntryKind = "event"
 	EntryKindInvoke    EntryKind = "invoke"
+	EntryKindReceive   EntryKind = "receive"
+	EntryKindSend      EntryKind = "send"
 	EntryKindSleep     EntryKind = "sleep"
 	EntryKindStep      EntryKind = "step"
 	EntryKindValue     EntryKind = "value"
@@ -103,6 +111,10 @@ func (e EntryKind) Valid() bool {
 	case EntryKindEvent:
 		return true
 	case EntryKindInvoke:
+		return true
+	case EntryKindReceive:
+		return true
+	case EntryKindSend:
 		return true
 	case EntryKindSleep:
 		return true
@@ -331,6 +343,17 @@ type AttemptFailure struct {
 // again. When `timeout` (from `1s` to 10 years, default `24h`) passes first, the
 // entry is `{"timed_out": true}`. A tenant's runs may wait on at most 64 different
 // sets of paths per event name.
+//
+// `receive`: take the oldest message of `topic` (1 to 255 bytes) from the run's
+// mailbox (`POST /v1/runs/{id}/messages`, or a `send` entry of another run), or
+// suspend until one is sent or `timeout` passes. A message sent before the
+// receive waits for it; each message is taken by one receive, once, in the order
+// the run's mailbox got them. The gateway journals at `seq` an entry of kind
+// `receive` named `name` (the Go SDK names it after the topic) with
+// `{"message": {id, topic, data, identity, source_run_id, sent_at}}` and calls
+// the run again: at once when the mailbox holds a message of the topic, else in
+// the transaction of the send. When `timeout` (from `1s` to 10 years, default
+// `24h`) passes first, the entry is `{"timed_out": true}`.
 type Await struct {
 	Attempt *int `json:"attempt,omitempty"`
 
@@ -358,16 +381,19 @@ type Await struct {
 	Retry *RetryPolicy `json:"retry,omitempty"`
 	Seq   int          `json:"seq"`
 
-	// Timeout `wait_event`: how long to wait, from when the gateway stores the wait. Defaults to `24h`.
-	Timeout *Duration  `json:"timeout,omitempty"`
-	Type    AwaitType  `json:"type"`
-	Until   *time.Time `json:"until,omitempty"`
+	// Timeout `wait_event`, `receive`: how long to wait, from when the gateway stores the wait. Defaults to `24h`.
+	Timeout *Duration `json:"timeout,omitempty"`
+
+	// Topic `receive`: the topic of the message to take.
+	Topic *string    `json:"topic,omitempty"`
+	Type  AwaitType  `json:"type"`
+	Until *time.Time `json:"until,omitempty"`
 }
 
 // AwaitType defines model for AwaitType.
 type AwaitType string
 
-// Awaiting What a suspended run waits for, as its function's last answer said: a sleep, a failed step's retry, a child run, or an event. The run resumes at `seq`; `wake_at` on the run says when (for an event, when its wait times out), except for a child run, whose end wakes it. Absent when the run waits for nothing.
+// Awaiting What a suspended run waits for, as its function's last answer said: a sleep, a failed step's retry, a child run, an event, or a message. The run resumes at `seq`; `wake_at` on the run says when (for an event or a message, when its wait times out), except for a child run, whose end wakes it. Absent when the run waits for nothing.
 type Awaiting struct {
 	// Attempt retry: the step's attempt that failed.
 	Attempt *int `json:"attempt,omitempty"`
@@ -386,6 +412,9 @@ type Awaiting struct {
 	Match *map[string]AnyJSON `json:"match,omitempty"`
 	Name  string              `json:"name"`
 	Seq   int                 `json:"seq"`
+
+	// Topic receive: the topic of the message awaited.
+	Topic *string `json:"topic,omitempty"`
 }
 
 // AwaitingKind defines model for Awaiting.Kind.
@@ -399,7 +428,10 @@ type Checkpoint struct {
 
 // CheckpointAck defines model for CheckpointAck.
 type CheckpointAck struct {
-	Seq int `json:"seq"`
+	// Error A `send` whose message could not be sent: the entry is journaled with this
+	// error (`not_found`, `finished`, `limit_exceeded`) and nothing was sent.
+	Error *ErrorInfo `json:"error,omitempty"`
+	Seq   int        `json:"seq"`
 }
 
 // Duration A Go duration such as `30s`, `5m`, `1h30m`.
@@ -593,6 +625,17 @@ type InvocationAnswer struct {
 	// again. When `timeout` (from `1s` to 10 years, default `24h`) passes first, the
 	// entry is `{"timed_out": true}`. A tenant's runs may wait on at most 64 different
 	// sets of paths per event name.
+	//
+	// `receive`: take the oldest message of `topic` (1 to 255 bytes) from the run's
+	// mailbox (`POST /v1/runs/{id}/messages`, or a `send` entry of another run), or
+	// suspend until one is sent or `timeout` passes. A message sent before the
+	// receive waits for it; each message is taken by one receive, once, in the order
+	// the run's mailbox got them. The gateway journals at `seq` an entry of kind
+	// `receive` named `name` (the Go SDK names it after the topic) with
+	// `{"message": {id, topic, data, identity, source_run_id, sent_at}}` and calls
+	// the run again: at once when the mailbox holds a message of the topic, else in
+	// the transaction of the send. When `timeout` (from `1s` to 10 years, default
+	// `24h`) passes first, the entry is `{"timed_out": true}`.
 	Await *Await     `json:"await,omitempty"`
 	Error *ErrorInfo `json:"error,omitempty"`
 
@@ -655,6 +698,24 @@ type InvocationRun struct {
 // `output`: it is the key's latest value until a later entry sets the key again, and
 // readers of `GET /v1/runs/{id}/values/{key}` see it once the checkpoint is
 // answered 200.
+//
+// A `send` (checkpointed like a step, never left in `steps`; named after the
+// message's topic) has `output` `{"run_id", "topic", "data", "id"}`: a message sent
+// to the run `run_id` of the same tenant, stored in its mailbox with this run's
+// identity in the checkpoint's transaction. `topic` is 1 to 255 bytes; `id`
+// deduplicates the target's messages and defaults to `<run id>:<seq>`, so a
+// repeated checkpoint sends nothing twice. A message that cannot be sent is
+// journaled with an `error` instead of the output, and the checkpoint's answer
+// (200) carries that error: `not_found` (no such run in the tenant: a run of
+// another tenant is never looked at), `finished` (the target is completed, failed
+// or cancelled), `limit_exceeded` (1000 messages wait in its mailbox). A replay
+// returns the same error, so the function takes the same path.
+//
+// A `receive` (journaled by the gateway when the receive ends; never
+// checkpointed; named after its topic) has `output` `{"message": {id, topic,
+// data, identity, source_run_id, sent_at}}`, the message taken with its sender's
+// identity (and the sending run, for a message sent by `send`), or
+// `{"timed_out": true}`.
 type JournalEntry struct {
 	// Attempt The attempt of the step that produced this outcome; 1 when it first succeeded.
 	Attempt    *int       `json:"attempt,omitempty"`
@@ -690,6 +751,31 @@ type ManifestFunction struct {
 	Path string `json:"path"`
 }
 
+// MessageReceipt defines model for MessageReceipt.
+type MessageReceipt struct {
+	// Consumed A receive of the run has taken the message (at once, when the run waited for its topic).
+	Consumed bool `json:"consumed"`
+
+	// Duplicate True when a message with this id was sent to the run before: this answers that first message, and nothing was stored.
+	Duplicate *bool     `json:"duplicate,omitempty"`
+	ID        string    `json:"id"`
+	RunID     string    `json:"run_id"`
+	SentAt    time.Time `json:"sent_at"`
+	Topic     string    `json:"topic"`
+}
+
+// MessageSend defines model for MessageSend.
+type MessageSend struct {
+	// Data Any JSON value, kept byte for byte.
+	Data *AnyJSON `json:"data,omitempty"`
+
+	// ID The deduplication key, per target run. Defaults to a new UUID.
+	ID *string `json:"id,omitempty"`
+
+	// Topic What the run's `receive` awaits: 1 to 255 bytes.
+	Topic string `json:"topic"`
+}
+
 // Problem An RFC 9457 problem.
 type Problem struct {
 	Detail string  `json:"detail"`
@@ -720,7 +806,7 @@ type Run struct {
 	// Attempts Invocation attempts made so far.
 	Attempts int `json:"attempts"`
 
-	// Awaiting What a suspended run waits for, as its function's last answer said: a sleep, a failed step's retry, a child run, or an event. The run resumes at `seq`; `wake_at` on the run says when (for an event, when its wait times out), except for a child run, whose end wakes it. Absent when the run waits for nothing.
+	// Awaiting What a suspended run waits for, as its function's last answer said: a sleep, a failed step's retry, a child run, an event, or a message. The run resumes at `seq`; `wake_at` on the run says when (for an event or a message, when its wait times out), except for a child run, whose end wakes it. Absent when the run waits for nothing.
 	Awaiting *Awaiting `json:"awaiting,omitempty"`
 
 	// CancelledBy Who cancelled the run.
@@ -768,7 +854,7 @@ type RunDetail struct {
 	// Attempts Invocation attempts made so far.
 	Attempts int `json:"attempts"`
 
-	// Awaiting What a suspended run waits for, as its function's last answer said: a sleep, a failed step's retry, a child run, or an event. The run resumes at `seq`; `wake_at` on the run says when (for an event, when its wait times out), except for a child run, whose end wakes it. Absent when the run waits for nothing.
+	// Awaiting What a suspended run waits for, as its function's last answer said: a sleep, a failed step's retry, a child run, an event, or a message. The run resumes at `seq`; `wake_at` on the run says when (for an event or a message, when its wait times out), except for a child run, whose end wakes it. Absent when the run waits for nothing.
 	Awaiting *Awaiting `json:"awaiting,omitempty"`
 
 	// CancelledBy Who cancelled the run.
@@ -1214,6 +1300,9 @@ type CheckpointJSONRequestBody = JournalEntry
 // CheckpointStreamJSONRequestBody defines body for CheckpointStream for application/json ContentType.
 type CheckpointStreamJSONRequestBody = StreamWrite
 
+// SendMessageJSONRequestBody defines body for SendMessage for application/json ContentType.
+type SendMessageJSONRequestBody = MessageSend
+
 // PutScheduleJSONRequestBody defines body for PutSchedule for application/json ContentType.
 type PutScheduleJSONRequestBody = ScheduleSpec
 
@@ -1526,6 +1615,56 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/runs/{id}/checkpoint/stream (the `CheckpointStream` operationId).
 	CheckpointStream(ctx context.Context, id RunID, body CheckpointStreamJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SendMessageWithBody Sends a message to a run's mailbox. Needs `events:send`.
+	//
+	// Puts a message in the mailbox of a run of the caller's tenant, with the caller's
+	// identity as its sender. The run takes it with a `receive` await of the message's
+	// `topic` (`step.Receive` in Go): a message sent before the receive waits for it,
+	// the oldest of a topic is taken first, and each message is taken by one receive,
+	// once. When the run is suspended on a receive of this topic, the message is taken
+	// in this request's transaction: journaled in the run as the receive's entry, and
+	// the run invoked again (`consumed`).
+	//
+	// The permission is `events:send`: a message is an event addressed to one run, and
+	// it moves a run no further than an event that resumes a `wait_event` can; it needs
+	// no power over the run itself (`runs:manage` cancels).
+	//
+	// `id` deduplicates per run: a message with the `id` of one already sent to this run
+	// answers that first message, with `duplicate`, and stores nothing (also once the
+	// run has finished). Without `id` the gateway makes one. A run that has finished
+	// (completed, failed or cancelled) takes no messages: 409, naming its status. A
+	// mailbox holds at most 1000 messages not yet received: past that a send is a 429.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/runs/{id}/messages (the `SendMessage` operationId).
+	SendMessageWithBody(ctx context.Context, id RunID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SendMessage Sends a message to a run's mailbox. Needs `events:send`.
+	//
+	// Puts a message in the mailbox of a run of the caller's tenant, with the caller's
+	// identity as its sender. The run takes it with a `receive` await of the message's
+	// `topic` (`step.Receive` in Go): a message sent before the receive waits for it,
+	// the oldest of a topic is taken first, and each message is taken by one receive,
+	// once. When the run is suspended on a receive of this topic, the message is taken
+	// in this request's transaction: journaled in the run as the receive's entry, and
+	// the run invoked again (`consumed`).
+	//
+	// The permission is `events:send`: a message is an event addressed to one run, and
+	// it moves a run no further than an event that resumes a `wait_event` can; it needs
+	// no power over the run itself (`runs:manage` cancels).
+	//
+	// `id` deduplicates per run: a message with the `id` of one already sent to this run
+	// answers that first message, with `duplicate`, and stores nothing (also once the
+	// run has finished). Without `id` the gateway makes one. A run that has finished
+	// (completed, failed or cancelled) takes no messages: 409, naming its status. A
+	// mailbox holds at most 1000 messages not yet received: past that a send is a 429.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/runs/{id}/messages (the `SendMessage` operationId).
+	SendMessage(ctx context.Context, id RunID, body SendMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RerunRun Starts a new run with a finished run's input, as the caller. Needs `runs:invoke`.
 	//
@@ -2145,6 +2284,76 @@ func (c *Client) CheckpointStreamWithBody(ctx context.Context, id RunID, content
 // Corresponds with POST /v1/runs/{id}/checkpoint/stream (the `CheckpointStream` operationId).
 func (c *Client) CheckpointStream(ctx context.Context, id RunID, body CheckpointStreamJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCheckpointStreamRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SendMessageWithBody Sends a message to a run's mailbox. Needs `events:send`.
+//
+// Puts a message in the mailbox of a run of the caller's tenant, with the caller's
+// identity as its sender. The run takes it with a `receive` await of the message's
+// `topic` (`step.Receive` in Go): a message sent before the receive waits for it,
+// the oldest of a topic is taken first, and each message is taken by one receive,
+// once. When the run is suspended on a receive of this topic, the message is taken
+// in this request's transaction: journaled in the run as the receive's entry, and
+// the run invoked again (`consumed`).
+//
+// The permission is `events:send`: a message is an event addressed to one run, and
+// it moves a run no further than an event that resumes a `wait_event` can; it needs
+// no power over the run itself (`runs:manage` cancels).
+//
+// `id` deduplicates per run: a message with the `id` of one already sent to this run
+// answers that first message, with `duplicate`, and stores nothing (also once the
+// run has finished). Without `id` the gateway makes one. A run that has finished
+// (completed, failed or cancelled) takes no messages: 409, naming its status. A
+// mailbox holds at most 1000 messages not yet received: past that a send is a 429.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/runs/{id}/messages (the `SendMessage` operationId).
+func (c *Client) SendMessageWithBody(ctx context.Context, id RunID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSendMessageRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SendMessage Sends a message to a run's mailbox. Needs `events:send`.
+//
+// Puts a message in the mailbox of a run of the caller's tenant, with the caller's
+// identity as its sender. The run takes it with a `receive` await of the message's
+// `topic` (`step.Receive` in Go): a message sent before the receive waits for it,
+// the oldest of a topic is taken first, and each message is taken by one receive,
+// once. When the run is suspended on a receive of this topic, the message is taken
+// in this request's transaction: journaled in the run as the receive's entry, and
+// the run invoked again (`consumed`).
+//
+// The permission is `events:send`: a message is an event addressed to one run, and
+// it moves a run no further than an event that resumes a `wait_event` can; it needs
+// no power over the run itself (`runs:manage` cancels).
+//
+// `id` deduplicates per run: a message with the `id` of one already sent to this run
+// answers that first message, with `duplicate`, and stores nothing (also once the
+// run has finished). Without `id` the gateway makes one. A run that has finished
+// (completed, failed or cancelled) takes no messages: 409, naming its status. A
+// mailbox holds at most 1000 messages not yet received: past that a send is a 429.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/runs/{id}/messages (the `SendMessage` operationId).
+func (c *Client) SendMessage(ctx context.Context, id RunID, body SendMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSendMessageRequest(c.Server, id, body)
 	if err != nil {
 		return nil, err
 	}
@@ -3319,6 +3528,53 @@ func NewCheckpointStreamRequestWithBody(server string, id RunID, contentType str
 	return req, nil
 }
 
+// NewSendMessageRequest calls the generic SendMessage builder with application/json body
+func NewSendMessageRequest(server string, id RunID, body SendMessageJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewSendMessageRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewSendMessageRequestWithBody constructs an http.Request for the SendMessage method, with any body, and a specified content type
+func NewSendMessageRequestWithBody(server string, id RunID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/runs/%s/messages", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewRerunRunRequest constructs an http.Request for the RerunRun method
 func NewRerunRunRequest(server string, id RunID) (*http.Request, error) {
 	var err error
@@ -4273,6 +4529,56 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/runs/{id}/checkpoint/stream (the `CheckpointStream` operationId).
 	CheckpointStreamWithResponse(ctx context.Context, id RunID, body CheckpointStreamJSONRequestBody, reqEditors ...RequestEditorFn) (*CheckpointStreamResponse, error)
+
+	// SendMessageWithBodyWithResponse Sends a message to a run's mailbox. Needs `events:send`.
+	//
+	// Puts a message in the mailbox of a run of the caller's tenant, with the caller's
+	// identity as its sender. The run takes it with a `receive` await of the message's
+	// `topic` (`step.Receive` in Go): a message sent before the receive waits for it,
+	// the oldest of a topic is taken first, and each message is taken by one receive,
+	// once. When the run is suspended on a receive of this topic, the message is taken
+	// in this request's transaction: journaled in the run as the receive's entry, and
+	// the run invoked again (`consumed`).
+	//
+	// The permission is `events:send`: a message is an event addressed to one run, and
+	// it moves a run no further than an event that resumes a `wait_event` can; it needs
+	// no power over the run itself (`runs:manage` cancels).
+	//
+	// `id` deduplicates per run: a message with the `id` of one already sent to this run
+	// answers that first message, with `duplicate`, and stores nothing (also once the
+	// run has finished). Without `id` the gateway makes one. A run that has finished
+	// (completed, failed or cancelled) takes no messages: 409, naming its status. A
+	// mailbox holds at most 1000 messages not yet received: past that a send is a 429.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/runs/{id}/messages (the `SendMessage` operationId).
+	SendMessageWithBodyWithResponse(ctx context.Context, id RunID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SendMessageResponse, error)
+
+	// SendMessageWithResponse Sends a message to a run's mailbox. Needs `events:send`.
+	//
+	// Puts a message in the mailbox of a run of the caller's tenant, with the caller's
+	// identity as its sender. The run takes it with a `receive` await of the message's
+	// `topic` (`step.Receive` in Go): a message sent before the receive waits for it,
+	// the oldest of a topic is taken first, and each message is taken by one receive,
+	// once. When the run is suspended on a receive of this topic, the message is taken
+	// in this request's transaction: journaled in the run as the receive's entry, and
+	// the run invoked again (`consumed`).
+	//
+	// The permission is `events:send`: a message is an event addressed to one run, and
+	// it moves a run no further than an event that resumes a `wait_event` can; it needs
+	// no power over the run itself (`runs:manage` cancels).
+	//
+	// `id` deduplicates per run: a message with the `id` of one already sent to this run
+	// answers that first message, with `duplicate`, and stores nothing (also once the
+	// run has finished). Without `id` the gateway makes one. A run that has finished
+	// (completed, failed or cancelled) takes no messages: 409, naming its status. A
+	// mailbox holds at most 1000 messages not yet received: past that a send is a 429.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/runs/{id}/messages (the `SendMessage` operationId).
+	SendMessageWithResponse(ctx context.Context, id RunID, body SendMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*SendMessageResponse, error)
 
 	// RerunRunWithResponse Starts a new run with a finished run's input, as the caller. Needs `runs:invoke`.
 	//
@@ -5469,6 +5775,96 @@ func (r CheckpointStreamResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r CheckpointStreamResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type SendMessageResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *MessageReceipt
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationProblemJSON409 *Conflict
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *TooLarge
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *TooManyRequests
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r SendMessageResponse) GetJSON202() *MessageReceipt {
+	return r.JSON202
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r SendMessageResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r SendMessageResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r SendMessageResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r SendMessageResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r SendMessageResponse) GetApplicationProblemJSON409() *Conflict {
+	return r.ApplicationProblemJSON409
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r SendMessageResponse) GetApplicationProblemJSON413() *TooLarge {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r SendMessageResponse) GetApplicationProblemJSON429() *TooManyRequests {
+	return r.ApplicationProblemJSON429
+}
+
+// GetBody returns the raw response body bytes
+func (r SendMessageResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r SendMessageResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r SendMessageResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r SendMessageResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -6765,6 +7161,68 @@ func (c *ClientWithResponses) CheckpointStreamWithResponse(ctx context.Context, 
 	return ParseCheckpointStreamResponse(rsp)
 }
 
+// SendMessageWithBodyWithResponse Sends a message to a run's mailbox. Needs `events:send`.
+//
+// Puts a message in the mailbox of a run of the caller's tenant, with the caller's
+// identity as its sender. The run takes it with a `receive` await of the message's
+// `topic` (`step.Receive` in Go): a message sent before the receive waits for it,
+// the oldest of a topic is taken first, and each message is taken by one receive,
+// once. When the run is suspended on a receive of this topic, the message is taken
+// in this request's transaction: journaled in the run as the receive's entry, and
+// the run invoked again (`consumed`).
+//
+// The permission is `events:send`: a message is an event addressed to one run, and
+// it moves a run no further than an event that resumes a `wait_event` can; it needs
+// no power over the run itself (`runs:manage` cancels).
+//
+// `id` deduplicates per run: a message with the `id` of one already sent to this run
+// answers that first message, with `duplicate`, and stores nothing (also once the
+// run has finished). Without `id` the gateway makes one. A run that has finished
+// (completed, failed or cancelled) takes no messages: 409, naming its status. A
+// mailbox holds at most 1000 messages not yet received: past that a send is a 429.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/runs/{id}/messages (the `SendMessage` operationId).
+func (c *ClientWithResponses) SendMessageWithBodyWithResponse(ctx context.Context, id RunID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SendMessageResponse, error) {
+	rsp, err := c.SendMessageWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSendMessageResponse(rsp)
+}
+
+// SendMessageWithResponse Sends a message to a run's mailbox. Needs `events:send`.
+//
+// Puts a message in the mailbox of a run of the caller's tenant, with the caller's
+// identity as its sender. The run takes it with a `receive` await of the message's
+// `topic` (`step.Receive` in Go): a message sent before the receive waits for it,
+// the oldest of a topic is taken first, and each message is taken by one receive,
+// once. When the run is suspended on a receive of this topic, the message is taken
+// in this request's transaction: journaled in the run as the receive's entry, and
+// the run invoked again (`consumed`).
+//
+// The permission is `events:send`: a message is an event addressed to one run, and
+// it moves a run no further than an event that resumes a `wait_event` can; it needs
+// no power over the run itself (`runs:manage` cancels).
+//
+// `id` deduplicates per run: a message with the `id` of one already sent to this run
+// answers that first message, with `duplicate`, and stores nothing (also once the
+// run has finished). Without `id` the gateway makes one. A run that has finished
+// (completed, failed or cancelled) takes no messages: 409, naming its status. A
+// mailbox holds at most 1000 messages not yet received: past that a send is a 429.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/runs/{id}/messages (the `SendMessage` operationId).
+func (c *ClientWithResponses) SendMessageWithResponse(ctx context.Context, id RunID, body SendMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*SendMessageResponse, error) {
+	rsp, err := c.SendMessage(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSendMessageResponse(rsp)
+}
+
 // RerunRunWithResponse Starts a new run with a finished run's input, as the caller. Needs `runs:invoke`.
 //
 // The new run uses the function's current revision and the old run's input, and
@@ -7833,6 +8291,81 @@ func ParseCheckpointStreamResponse(rsp *http.Response) (*CheckpointStreamRespons
 			return nil, err
 		}
 		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseSendMessageResponse parses an HTTP response from a SendMessageWithResponse call
+func ParseSendMessageResponse(rsp *http.Response) (*SendMessageResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &SendMessageResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest MessageReceipt
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
 
 	}
 

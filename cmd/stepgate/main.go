@@ -120,6 +120,8 @@ Runs:
                                    runs, newest first (also: stepgate runs)
   runs get ID                      a run with its journal and failed attempts
   runs values ID                   the latest value of each key the run published
+  runs send ID TOPIC [JSON] [--id MESSAGE_ID]
+                                   a message to a run's mailbox, for its step.Receive of TOPIC
 
 Schedules:
   schedules put NAME --function F --cron EXPR [--input JSON] [--timezone TZ]
@@ -256,8 +258,10 @@ func (c *cli) runs(ctx context.Context, args []string) error {
 		return c.runsGet(ctx, rest)
 	case "values":
 		return c.runsValues(ctx, rest)
+	case "send":
+		return c.runsSend(ctx, rest)
 	default:
-		return usagef("unknown command \"runs %s\" (want list, get or values)", sub)
+		return usagef("unknown command \"runs %s\" (want list, get, values or send)", sub)
 	}
 }
 

@@ -35,6 +35,16 @@ type Gateway struct {
 	streams map[string]*stream // by run id and key
 	hook    CheckpointFunc
 	deliver func(runID string, aw protocol.Await) json.RawMessage
+	receive func(runID string, aw protocol.Await) json.RawMessage
+}
+
+// OnReceive makes Run journal what f returns for each receive await (the output of a
+// receive entry: {"message": {...}} or {"timed_out": true}); without it, every receive
+// times out at once.
+func (g *Gateway) OnReceive(f func(runID string, aw protocol.Await) json.RawMessage) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.receive = f
 }
 
 // OnWaitEvent makes Run journal what f returns for each wait_event await (the output
@@ -284,7 +294,7 @@ func (g *Gateway) do(method, url string, body []byte, sig string) Response {
 }
 
 // Run drives run runID of function at url to its end as the gateway would, without
-// waiting: it journals sleeps as over at once, waits for events as OnWaitEvent says, retries failed steps at once with the next
+// waiting: it journals sleeps as over at once, waits for events as OnWaitEvent says and for messages as OnReceive says, retries failed steps at once with the next
 // attempt, runs an invoked function (served next to function, at the same base URL) to
 // its end as run runID.seq and journals its outcome, and retries invocations that answer
 // HTTP 500 up to maxAttempts. It returns the last answer and how many invocations it
@@ -355,6 +365,19 @@ func (g *Gateway) Run(url, runID, function, input string, maxAttempts int) (Resp
 			e := protocol.JournalEntry{Seq: aw.Seq, Kind: protocol.EntryKindWaitEvent, Name: aw.Name, Output: &out}
 			if code, msg := g.Append(runID, e); code != http.StatusOK {
 				g.tb.Fatalf("run %s: journal wait_event: %s", runID, msg)
+			}
+		case r.Answer.Await.Type == protocol.AwaitTypeReceive:
+			aw := r.Answer.Await
+			g.mu.Lock()
+			receive := g.receive
+			g.mu.Unlock()
+			out := json.RawMessage(`{"timed_out": true}`)
+			if receive != nil {
+				out = receive(runID, *aw)
+			}
+			e := protocol.JournalEntry{Seq: aw.Seq, Kind: protocol.EntryKindReceive, Name: aw.Name, Output: &out}
+			if code, msg := g.Append(runID, e); code != http.StatusOK {
+				g.tb.Fatalf("run %s: journal receive: %s", runID, msg)
 			}
 		default:
 			g.tb.Fatalf("run %s: unknown await %q", runID, r.Answer.Await.Type)

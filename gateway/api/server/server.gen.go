@@ -63,6 +63,9 @@ type ServerInterface interface {
 	// CheckpointStream Appends chunks to one of a running invocation's streams, or closes it (called by SDKs).
 	// (POST /v1/runs/{id}/checkpoint/stream)
 	CheckpointStream(ctx echo.Context, id RunID) error
+	// SendMessage Sends a message to a run's mailbox. Needs `events:send`.
+	// (POST /v1/runs/{id}/messages)
+	SendMessage(ctx echo.Context, id RunID) error
 	// RerunRun Starts a new run with a finished run's input, as the caller. Needs `runs:invoke`.
 	// (POST /v1/runs/{id}/rerun)
 	RerunRun(ctx echo.Context, id RunID) error
@@ -449,6 +452,22 @@ func (w *ServerInterfaceWrapper) CheckpointStream(ctx echo.Context) error {
 	return err
 }
 
+// SendMessage converts echo context to params.
+func (w *ServerInterfaceWrapper) SendMessage(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "id" -------------
+	var id RunID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", ctx.Param("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.SendMessage(ctx, id)
+	return err
+}
+
 // RerunRun converts echo context to params.
 func (w *ServerInterfaceWrapper) RerunRun(ctx echo.Context) error {
 	var err error
@@ -805,6 +824,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/v1/runs/:id", wrapper.GetRun, options.OperationMiddlewares["getRun"]...)
 	router.GET(options.BaseURL+"/v1/runs/:id/result", wrapper.GetRunResult, options.OperationMiddlewares["getRunResult"]...)
 	router.POST(options.BaseURL+"/v1/runs/:id/cancel", wrapper.CancelRun, options.OperationMiddlewares["cancelRun"]...)
+	router.POST(options.BaseURL+"/v1/runs/:id/messages", wrapper.SendMessage, options.OperationMiddlewares["sendMessage"]...)
 	router.POST(options.BaseURL+"/v1/runs/:id/rerun", wrapper.RerunRun, options.OperationMiddlewares["rerunRun"]...)
 	router.GET(options.BaseURL+"/v1/runs/:id/values", wrapper.ListRunValues, options.OperationMiddlewares["listRunValues"]...)
 	router.GET(options.BaseURL+"/v1/runs/:id/values/:key", wrapper.GetRunValue, options.OperationMiddlewares["getRunValue"]...)
@@ -2089,6 +2109,141 @@ func (response CheckpointStream503ApplicationProblemPlusJSONResponse) VisitCheck
 	return err
 }
 
+type SendMessageRequestObject struct {
+	ID   RunID `json:"id"`
+	Body *SendMessageJSONRequestBody
+}
+
+type SendMessageResponseObject interface {
+	VisitSendMessageResponse(w http.ResponseWriter) error
+}
+
+type SendMessage202JSONResponse MessageReceipt
+
+func (response SendMessage202JSONResponse) VisitSendMessageResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(202)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SendMessage400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response SendMessage400ApplicationProblemPlusJSONResponse) VisitSendMessageResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SendMessage401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response SendMessage401ApplicationProblemPlusJSONResponse) VisitSendMessageResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SendMessage403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response SendMessage403ApplicationProblemPlusJSONResponse) VisitSendMessageResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SendMessage404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response SendMessage404ApplicationProblemPlusJSONResponse) VisitSendMessageResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SendMessage409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response SendMessage409ApplicationProblemPlusJSONResponse) VisitSendMessageResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SendMessage413ApplicationProblemPlusJSONResponse struct {
+	TooLargeApplicationProblemPlusJSONResponse
+}
+
+func (response SendMessage413ApplicationProblemPlusJSONResponse) VisitSendMessageResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SendMessage429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response SendMessage429ApplicationProblemPlusJSONResponse) VisitSendMessageResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type RerunRunRequestObject struct {
 	ID RunID `json:"id"`
 }
@@ -3250,6 +3405,9 @@ type StrictServerInterface interface {
 	// CheckpointStream Appends chunks to one of a running invocation's streams, or closes it (called by SDKs).
 	// (POST /v1/runs/{id}/checkpoint/stream)
 	CheckpointStream(ctx context.Context, request CheckpointStreamRequestObject) (CheckpointStreamResponseObject, error)
+	// SendMessage Sends a message to a run's mailbox. Needs `events:send`.
+	// (POST /v1/runs/{id}/messages)
+	SendMessage(ctx context.Context, request SendMessageRequestObject) (SendMessageResponseObject, error)
 	// RerunRun Starts a new run with a finished run's input, as the caller. Needs `runs:invoke`.
 	// (POST /v1/runs/{id}/rerun)
 	RerunRun(ctx context.Context, request RerunRunRequestObject) (RerunRunResponseObject, error)
@@ -3807,6 +3965,54 @@ func (sh *strictHandler) CheckpointStream(ctx echo.Context, id RunID) error {
 		return err
 	} else if validResponse, ok := response.(CheckpointStreamResponseObject); ok {
 		return validResponse.VisitCheckpointStreamResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// SendMessage operation middleware
+func (sh *strictHandler) SendMessage(ctx echo.Context, id RunID) error {
+	var request SendMessageRequestObject
+
+	request.ID = id
+
+	var body SendMessageJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.SendMessage(ctx.Request().Context(), request.(SendMessageRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "SendMessage")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(SendMessageResponseObject); ok {
+		return validResponse.VisitSendMessageResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

@@ -1,5 +1,5 @@
 // What a scheduled or suspended run waits on (its start, a retry, a sleep, a child run,
-// an event),
+// an event, a message),
 // and when it wakes: the run's `awaiting`, as the gateway stored it.
 
 import { h, icon, fmtTime, fmtDateTime, countdown } from "../../dom.js";
@@ -29,6 +29,8 @@ function waitsOn(r) {
     case "wait_event":
       return h("span", { "data-testid": "waiting-event" }, "Waiting in ", h("strong", null, a.name), " for the event ",
         h("span", { class: "mono" }, a.event), ...matchText(a.match), " (times out)");
+    case "receive":
+      return h("span", null, "Waiting for a message on topic ", h("strong", { class: "mono" }, a.topic || a.name));
     default:
       return "Waiting";
   }
