@@ -32,6 +32,7 @@ const benchEventFunction = "orders.await_payment"
 // send its event, and time the event's POST to the run's end.
 func measureEvents(ctx context.Context, cl *protocol.ClientWithResponses, databaseURL string, n, others int, stderr func(string, ...any)) (*benchEvents, error) {
 	out := &benchEvents{Runs: n, Others: others}
+	var err error
 	if others > 0 {
 		if databaseURL == "" {
 			return nil, fmt.Errorf("bench: --event-waiters needs --database-url (or DATABASE_URL) to count the waiting runs")
@@ -44,7 +45,12 @@ func measureEvents(ctx context.Context, cl *protocol.ClientWithResponses, databa
 			return nil, err
 		}
 	}
-	stderr("bench: %d events, one at a time, each resuming one run\n", n)
+	if databaseURL != "" {
+		if out.Others, err = countWaiting(ctx, databaseURL); err != nil {
+			return nil, err
+		}
+	}
+	stderr("bench: %d events, one at a time, each resuming one run, while %d others wait\n", n, out.Others)
 	var samples []time.Duration
 	prefix := fmt.Sprintf("bench-%d", time.Now().UnixNano())
 	for i := range n {
@@ -88,17 +94,26 @@ func startWaiters(ctx context.Context, cl *protocol.ClientWithResponses, n int) 
 	return ctx.Err()
 }
 
-// awaitWaiting waits until at least n runs wait for an event.
-func awaitWaiting(ctx context.Context, databaseURL string, n int, stderr func(string, ...any)) error {
+// countWaiting returns how many runs wait for an event.
+func countWaiting(ctx context.Context, databaseURL string) (int, error) {
 	conn, err := pgx.Connect(ctx, databaseURL)
 	if err != nil {
-		return fmt.Errorf("bench: connect to count the waiting runs: %w", err)
+		return 0, fmt.Errorf("bench: connect to count the waiting runs: %w", err)
 	}
 	defer conn.Close(context.Background())
+	var waiting int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM stepgate.run_wait WHERE kind = 'wait_event'`).Scan(&waiting); err != nil {
+		return 0, fmt.Errorf("bench: count the waiting runs: %w", err)
+	}
+	return waiting, nil
+}
+
+// awaitWaiting waits until at least n runs wait for an event.
+func awaitWaiting(ctx context.Context, databaseURL string, n int, stderr func(string, ...any)) error {
 	for last := -1; ; {
-		var waiting int
-		if err := conn.QueryRow(ctx, `SELECT count(*) FROM stepgate.run_wait WHERE kind = 'wait_event'`).Scan(&waiting); err != nil {
-			return fmt.Errorf("bench: count the waiting runs: %w", err)
+		waiting, err := countWaiting(ctx, databaseURL)
+		if err != nil {
+			return err
 		}
 		if waiting >= n {
 			return nil
