@@ -280,7 +280,8 @@ func sameJSON(a, b json.RawMessage) bool {
 }
 
 // Outcome is how an invocation ends for its run; see Finish. Make one with Completed,
-// Failed, RetryingInvocation, Sleeping, RetryingStep, InvokingChild or WaitingForEvent.
+// Failed, RetryingInvocation, Sleeping, RetryingStep, InvokingChild, WaitingForEvent or
+// WaitingForCallback.
 type Outcome struct {
 	status    Status
 	output    json.RawMessage // completed
@@ -337,6 +338,12 @@ func Resuming(steps ...Entry) Outcome {
 // WaitingForEvent suspends the run until an event matches w or w's timeout passes
 // (see WaitEvent), after journaling steps.
 func WaitingForEvent(w WaitEvent, steps ...Entry) Outcome {
+	return Outcome{status: StatusSuspended, await: w, Steps: steps}
+}
+
+// WaitingForCallback suspends the run until its callback is resolved or rejected, or
+// the wait's timeout passes (see CallbackWait), after journaling steps.
+func WaitingForCallback(w CallbackWait, steps ...Entry) Outcome {
 	return Outcome{status: StatusSuspended, await: w, Steps: steps}
 }
 
