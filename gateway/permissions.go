@@ -14,12 +14,17 @@ import (
 
 // operationPermissions is the permission each operation of openapi.yaml needs (its
 // x-permission), by operationId. The empty permission marks the operations that take no
-// user token: the health probe, and the checkpoint (authorized by its invocation token).
+// user token: the health probe, the checkpoint (authorized by its invocation token), and
+// the callback token routes (authorized by the callback's token).
 // An operation missing here is refused, so a new one cannot go out unguarded; a test
 // keeps this map equal to the spec.
 var operationPermissions = map[string]access.Permission{
 	"healthz":            "",
 	"checkpoint":         "",
+	"resolveCallback":    "", // the token in the path is the credential
+	"rejectCallback":     "",
+	"resolveRunCallback": access.PermissionRunsManage,
+	"rejectRunCallback":  access.PermissionRunsManage,
 	"listFunctions":      access.PermissionFunctionsRead,
 	"getFunction":        access.PermissionFunctionsRead,
 	"functionStats":      access.PermissionFunctionsRead,

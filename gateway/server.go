@@ -181,6 +181,11 @@ func bodyLimits(limit, checkpoint int64) echo.MiddlewareFunc {
 // Handler returns the HTTP handler of the whole gateway.
 func (s *Server) Handler() http.Handler { return s.echo }
 
+// tokenPaths are the routes whose path holds their credential, a callback's token: they
+// take no bearer token (a third party with no account calls them), and the token
+// scopes them to one callback of one run.
+var tokenPaths = map[string]bool{"/v1/callbacks/:token": true, "/v1/callbacks/:token/reject": true}
+
 type invocationKey struct{}
 
 type invocationClaim struct {
@@ -188,13 +193,13 @@ type invocationClaim struct {
 	invocation int
 }
 
-// authenticate checks the bearer token of every /v1 request: a user JWT, or for the
-// checkpoint endpoint an invocation token. The identity goes into the request context;
+// authenticate checks the bearer token of every /v1 request but the callback token
+// routes (tokenPaths): a user JWT, or for the checkpoint endpoint an invocation token. The identity goes into the request context;
 // authorize then checks the operation's permission.
 func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		path := c.Path()
-		if !strings.HasPrefix(path, "/v1/") {
+		if !strings.HasPrefix(path, "/v1/") || tokenPaths[path] {
 			return next(c)
 		}
 		token, err := auth.BearerToken(c.Request().Header.Get(echo.HeaderAuthorization))
