@@ -268,9 +268,16 @@ func (s *State) Current() int {
 // the entry is durable and halts otherwise: on a 409, with the conflict's answer; when
 // the gateway stays unreachable or failing after a few tries, with HTTP 500.
 func (s *State) Checkpoint(e *protocol.JournalEntry) error {
+	_, err := s.CheckpointAck(e)
+	return err
+}
+
+// CheckpointAck is Checkpoint, returning the gateway's answer: its output is the entry's
+// output as the gateway made it (a callback's), or nil.
+func (s *State) CheckpointAck(e *protocol.JournalEntry) (json.RawMessage, error) {
 	body, err := json.Marshal(e)
 	if err != nil {
-		return s.Halt(Failed("output", fmt.Sprintf("step %d %q: encode journal entry: %v", e.Seq, e.Name, err)))
+		return nil, s.Halt(Failed("output", fmt.Sprintf("step %d %q: encode journal entry: %v", e.Seq, e.Name, err)))
 	}
 	// Retried for as long as the invocation may run: until the gateway ends its request
 	// (it answered, gave up on the function, or died), so a gateway restart or a
@@ -283,23 +290,28 @@ func (s *State) Checkpoint(e *protocol.JournalEntry) error {
 			select {
 			case <-s.reqCtx.Done():
 				t.Stop()
-				return s.Halt(Retry("checkpoint", fmt.Sprintf("checkpoint step %d %q: %v (last: %s)", e.Seq, e.Name, context.Cause(s.reqCtx), last)))
+				return nil, s.Halt(Retry("checkpoint", fmt.Sprintf("checkpoint step %d %q: %v (last: %s)", e.Seq, e.Name, context.Cause(s.reqCtx), last)))
 			case <-t.C:
 			}
 			delay = min(2*delay, maxCheckpointBackoff)
 		}
-		stop, retry, after := s.checkpoint(e, body)
+		stop, retry, after, ack := s.checkpoint(e, body)
 		if stop == nil {
-			return nil
+			return ack.Output, nil
 		}
 		if !retry {
-			return s.Halt(stop)
+			return nil, s.Halt(stop)
 		}
 		last = stop.Error.Message
 		if after > delay {
 			delay = min(after, maxCheckpointBackoff)
 		}
 	}
+}
+
+// ackBody is a checkpoint's answer (protocol.CheckpointAck), with its output raw.
+type ackBody struct {
+	Output json.RawMessage `json:"output"`
 }
 
 // A checkpoint that fails for a reason that may pass (the gateway unreachable or
@@ -313,23 +325,24 @@ const (
 
 // checkpoint makes one try. It returns a nil Stop on success; retry says whether another
 // try may succeed, and after how long the gateway asked for it (Retry-After), if it did.
-func (s *State) checkpoint(e *protocol.JournalEntry, body []byte) (stop *Stop, retry bool, after time.Duration) {
+func (s *State) checkpoint(e *protocol.JournalEntry, body []byte) (stop *Stop, retry bool, after time.Duration, ack ackBody) {
 	req, err := http.NewRequestWithContext(s.reqCtx, http.MethodPost, s.Req.Checkpoint.URL, bytes.NewReader(body))
 	if err != nil {
-		return Retry("checkpoint", fmt.Sprintf("checkpoint step %d %q: %v", e.Seq, e.Name, err)), false, 0
+		return Retry("checkpoint", fmt.Sprintf("checkpoint step %d %q: %v", e.Seq, e.Name, err)), false, 0, ack
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+s.Req.Checkpoint.Token)
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return Retry("checkpoint", fmt.Sprintf("checkpoint step %d %q: %v", e.Seq, e.Name, err)), s.reqCtx.Err() == nil, 0
+		return Retry("checkpoint", fmt.Sprintf("checkpoint step %d %q: %v", e.Seq, e.Name, err)), s.reqCtx.Err() == nil, 0, ack
 	}
 	defer resp.Body.Close()
 	// Reading the small body to its end lets the connection be reused.
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	code := resp.StatusCode
 	if code >= 200 && code < 300 {
-		return nil, false, 0
+		_ = json.Unmarshal(raw, &ack) // an answer without output (or not JSON) has none
+		return nil, false, 0, ack
 	}
 
 	var p protocol.Problem
@@ -342,18 +355,18 @@ func (s *State) checkpoint(e *protocol.JournalEntry, body []byte) (stop *Stop, r
 			// The type may be a bare word or a URI ending in one.
 			switch path.Base(*p.Type) {
 			case "nondeterminism", "conflict":
-				return Failed("nondeterminism", fmt.Sprintf("step %d %q: %s", e.Seq, e.Name, detail)), false, 0
+				return Failed("nondeterminism", fmt.Sprintf("step %d %q: %s", e.Seq, e.Name, detail)), false, 0, ack
 			}
 		}
-		return Failed("superseded", fmt.Sprintf("%s: %s", where, detail)), false, 0
+		return Failed("superseded", fmt.Sprintf("%s: %s", where, detail)), false, 0, ack
 	case code >= 500, code == http.StatusRequestTimeout, code == http.StatusTooManyRequests:
 		secs, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
-		return Retry("checkpoint", fmt.Sprintf("%s: %d %s", where, code, detail)), true, time.Duration(max(secs, 0)) * time.Second
+		return Retry("checkpoint", fmt.Sprintf("%s: %d %s", where, code, detail)), true, time.Duration(max(secs, 0)) * time.Second, ack
 	case code == http.StatusUnauthorized:
 		// The invocation token expired or is unknown: a new invocation brings a new one.
-		return Retry("checkpoint", fmt.Sprintf("%s: %d %s", where, code, detail)), false, 0
+		return Retry("checkpoint", fmt.Sprintf("%s: %d %s", where, code, detail)), false, 0, ack
 	default:
 		// The gateway refuses this entry (too large, invalid): another try makes the same.
-		return Failed("checkpoint", fmt.Sprintf("%s: %d %s", where, code, detail)), false, 0
+		return Failed("checkpoint", fmt.Sprintf("%s: %d %s", where, code, detail)), false, 0, ack
 	}
 }
