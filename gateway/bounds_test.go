@@ -101,6 +101,11 @@ func TestBadAnswers(t *testing.T) {
 		{"WaitLongMatch", `{"status":"suspended","await":{"type":"wait_event","seq":1,"name":"w","event":"e","match":{"data.a":"` + strings.Repeat("x", 1100) + `"}}}`, "limit_exceeded", "more than the limit of 1024"},
 		{"WaitTimeoutTooShort", `{"status":"suspended","await":{"type":"wait_event","seq":1,"name":"w","event":"e","timeout":"10ms"}}`, "bad_answer", `timeout "10ms" is not a duration from 1s`},
 		{"StepsHoldASleep", `{"status":"completed","steps":[{"seq":1,"kind":"sleep","name":"b"}]}`, "bad_answer", "only hold finished steps"},
+		{"StepsHoldACallback", `{"status":"completed","steps":[{"seq":1,"kind":"callback","name":"b","output":{"url":"u","token":"t"}}]}`, "bad_answer", "only hold finished steps"},
+		{"CallbackWithoutSeq", `{"status":"suspended","await":{"type":"await_callback","seq":1,"name":"c"}}`, "bad_answer", "an await_callback needs a callback_seq"},
+		{"CallbackSeqNotBefore", `{"status":"suspended","await":{"type":"await_callback","seq":1,"name":"c","callback_seq":1}}`, "bad_answer", "callback_seq 1 is not a seq before the await's (1)"},
+		{"CallbackTimeoutTooLong", `{"status":"suspended","await":{"type":"await_callback","seq":2,"name":"c","callback_seq":1,"timeout":"9000h"}}`, "bad_answer", `timeout "9000h" is not a duration from 1s to 8760h`},
+		{"CallbackSeqIsAStep", `{"status":"suspended","steps":[{"seq":1,"kind":"step","name":"a","output":1}],"await":{"type":"await_callback","seq":2,"name":"c","callback_seq":1}}`, "bad_answer", "names seq 1, which is not a callback of this run"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

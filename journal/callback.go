@@ -316,11 +316,11 @@ func ResolveCallback(ctx context.Context, db DB, ref CallbackRef, res Resolution
 		}
 		return nil, &ClosedCallbackError{&cb, fmt.Sprintf("%s is already %s: at %s by %s; a callback is resolved once",
 			what, cb.State, cb.ResolvedAt.UTC().Format(time.RFC3339), by)}
-	case status.Terminal():
-		return nil, &ClosedCallbackError{&cb, fmt.Sprintf("%s can no longer be resolved: the run is %s", what, status)}
-	case expired || (cb.AwaitedSeq != nil && !waiting):
+	case expired || (cb.AwaitedSeq != nil && !waiting && !status.Terminal()):
 		// (A wait that ended without a resolution timed out: the callback expired with it.)
 		return nil, &ClosedCallbackError{&cb, fmt.Sprintf("%s expired at %s, unresolved", what, cb.ExpiresAt.UTC().Format(time.RFC3339))}
+	case status.Terminal():
+		return nil, &ClosedCallbackError{&cb, fmt.Sprintf("%s can no longer be resolved: the run is %s", what, status)}
 	}
 	state, resolver := CallbackResolved, ResolverToken
 	if res.Error != nil {
