@@ -1,7 +1,10 @@
-// What a scheduled or suspended run waits on (its start, a retry, a sleep, a child run),
-// and when it wakes: the run's `awaiting`, as the gateway stored it.
+// What a scheduled or suspended run waits on (its start, a retry, a sleep, a child run,
+// a callback), and when it wakes: the run's `awaiting`, as the gateway stored it. A
+// callback can be approved or rejected from here by roles with runs:manage.
 
 import { h, icon, fmtTime, fmtDateTime, countdown } from "../../dom.js";
+import { request, can, APIError } from "../../api.js";
+import { confirmAction, toast } from "../../dialog.js";
 
 /** waiting returns the "waiting on" callout for r, or null when r waits on nothing. */
 export function waiting(r) {
@@ -26,12 +29,12 @@ function callbackActions(r) {
 }
 
 async function approve(a, path) {
-  const data = h("textarea", { class: "input code", rows: 6, spellcheck: "false", "data-testid": "callback-data", value: "{}" });
+  const data = h("textarea", { class: "input code", rows: 6, spellcheck: "false", "data-testid": "callback-data", value: "{}", style: "width:100%" });
   const res = await confirmAction({
     title: `Approve ${a.name}?`,
     body: [
       h("p", null, "The run's callback ", h("strong", null, a.name), " is resolved with this data, as you, and the run goes on."),
-      h("label", null, "Data (JSON)"), data,
+      h("p", null, h("label", null, "Data (JSON)")), data,
     ],
     confirmLabel: "Approve",
     action: () => {
@@ -48,12 +51,12 @@ async function approve(a, path) {
 }
 
 async function reject(a, path) {
-  const message = h("textarea", { class: "input", rows: 3, "data-testid": "callback-message", placeholder: "why" });
+  const message = h("textarea", { class: "input", rows: 3, "data-testid": "callback-message", placeholder: "why", style: "width:100%" });
   const res = await confirmAction({
     title: `Reject ${a.name}?`,
     body: [
       h("p", null, "The run's callback ", h("strong", null, a.name), " is rejected with this message, as you: the run gets an error of type ", h("code", null, "rejected"), "."),
-      h("label", null, "Message"), message,
+      h("p", null, h("label", null, "Message")), message,
     ],
     confirmLabel: "Reject",
     danger: true,
