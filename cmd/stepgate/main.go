@@ -119,6 +119,11 @@ Runs:
   runs list [--function F] [--status S] [--limit N] [--cursor C]
                                    runs, newest first (also: stepgate runs)
   runs get ID                      a run with its journal and failed attempts
+  callbacks resolve TOKEN|URL [JSON]
+                                   resolve a run's callback with JSON (null if none); the
+                                   token is the credential, no --token needed
+  callbacks reject TOKEN|URL MESSAGE [--type T]
+                                   reject it; the run's await gets the error
 
 Schedules:
   schedules put NAME --function F --cron EXPR [--input JSON] [--timezone TZ]
@@ -198,6 +203,8 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 		return c.runs(ctx, rest)
 	case "schedules", "schedule":
 		return c.schedules(ctx, rest)
+	case "callbacks", "callback":
+		return c.callbacks(ctx, rest)
 	case "bench":
 		return c.bench(ctx, rest)
 	case "token":
