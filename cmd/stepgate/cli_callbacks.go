@@ -105,10 +105,14 @@ func (c *cli) callbacksResolve(ctx context.Context, args []string, reject bool) 
 	return err
 }
 
-type resolveResponse struct{ *protocol.ResolveCallbackResponse }
+type resolveResponse struct {
+	*protocol.ResolveCallbackResponse
+}
 
 func (r resolveResponse) result() *protocol.CallbackResolution { return r.JSON200 }
 
-type rejectResponse struct{ *protocol.RejectCallbackResponse }
+type rejectResponse struct {
+	*protocol.RejectCallbackResponse
+}
 
 func (r rejectResponse) result() *protocol.CallbackResolution { return r.JSON200 }
