@@ -77,7 +77,9 @@ func TestCallbacks(t *testing.T) {
 		t.Parallel()
 		ctx, db := t.Context(), pgtest.DB(t)
 		woken := 0
-		defer func() { t.Logf("the resolution resumed the stored wait in %d rounds of 20; the await journaled it in the others", woken) }()
+		defer func() {
+			t.Logf("the resolution resumed the stored wait in %d rounds of 20; the await journaled it in the others", woken)
+		}()
 		for i := range 20 {
 			token := newID()
 			run := mustCallback(t, db, token)
