@@ -21,7 +21,7 @@ const maxTokenBytes = 256
 // ResolveCallback resolves the callback of the token in the path with the body as its
 // data. It takes no bearer token: the callback's token is the credential.
 func (s *Server) ResolveCallback(ctx context.Context, req server.ResolveCallbackRequestObject) (server.ResolveCallbackResponseObject, error) {
-	res, err := resolution(req.Body, nil)
+	res, err := s.resolution(req.Body)
 	if err != nil {
 		return nil, err
 	}
@@ -47,7 +47,7 @@ func (s *Server) RejectCallback(ctx context.Context, req server.RejectCallbackRe
 
 // ResolveRunCallback resolves a run's callback by its name, as the caller.
 func (s *Server) ResolveRunCallback(ctx context.Context, req server.ResolveRunCallbackRequestObject) (server.ResolveRunCallbackResponseObject, error) {
-	res, err := resolution(req.Body, nil)
+	res, err := s.resolution(req.Body)
 	if err != nil {
 		return nil, err
 	}
@@ -71,16 +71,21 @@ func (s *Server) RejectRunCallback(ctx context.Context, req server.RejectRunCall
 	return server.RejectRunCallback200JSONResponse(*out), nil
 }
 
-// resolution checks a resolution's data (absent is null) for what Postgres can store.
-func resolution(body *json.RawMessage, by *journal.Identity) (journal.Resolution, error) {
+// resolution checks a resolution's data (absent is null): within the bound of a journal
+// entry's output (a 413), and storable.
+func (s *Server) resolution(body *json.RawMessage) (journal.Resolution, error) {
 	data := json.RawMessage("null")
 	if body != nil && len(*body) > 0 {
 		data = *body
 	}
+	if n := s.inv.Limits().MaxOutputBytes; len(data) > n {
+		return journal.Resolution{}, &problemError{http.StatusRequestEntityTooLarge, fmt.Sprintf(
+			"the callback's data is %d bytes, more than the limit of %d (STEPGATE_MAX_OUTPUT_BYTES)", len(data), n)}
+	}
 	if err := journal.CheckJSON(data); err != nil {
 		return journal.Resolution{}, badRequest("request body %v", err)
 	}
-	return journal.Resolution{Data: data, By: by}, nil
+	return journal.Resolution{Data: data}, nil
 }
 
 // rejection checks a rejection: a message, and a type that is a name (default

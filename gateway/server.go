@@ -186,6 +186,15 @@ func (s *Server) Handler() http.Handler { return s.echo }
 // scopes them to one callback of one run.
 var tokenPaths = map[string]bool{"/v1/callbacks/:token": true, "/v1/callbacks/:token/reject": true}
 
+// loggedPath is the request's path for the logs: a callback's token, a credential, is
+// masked.
+func loggedPath(c echo.Context) string {
+	if tokenPaths[c.Path()] {
+		return strings.Replace(c.Request().URL.Path, c.Param("token"), invoker.MaskedToken, 1)
+	}
+	return c.Request().URL.Path
+}
+
 type invocationKey struct{}
 
 type invocationClaim struct {
@@ -280,7 +289,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 		status, detail = http.StatusServiceUnavailable, "the database is unreachable; retry shortly"
 		c.Response().Header().Set("Retry-After", "1")
 		s.log.WarnContext(c.Request().Context(), "request failed: the database is unreachable",
-			slog.String("method", c.Request().Method), slog.String("path", c.Request().URL.Path), slog.Any("error", err))
+			slog.String("method", c.Request().Method), slog.String("path", loggedPath(c)), slog.Any("error", err))
 	case errors.Is(err, journal.ErrUnstorable):
 		// The edges check what they can name; this is the database's word on the rest.
 		status, detail = http.StatusBadRequest, err.Error()
@@ -303,7 +312,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 		}
 	default:
 		s.log.ErrorContext(c.Request().Context(), "request failed",
-			slog.String("method", c.Request().Method), slog.String("path", c.Request().URL.Path), slog.Any("error", err))
+			slog.String("method", c.Request().Method), slog.String("path", loggedPath(c)), slog.Any("error", err))
 	}
 	if status == http.StatusUnauthorized {
 		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="stepgate"`)
