@@ -163,7 +163,7 @@ func TestCheckpointRefusals(t *testing.T) {
 		{400, "name"},
 		{400, "error.message"},
 		{400, "seq 3 is not the journal's next (seq 2 is not journaled)"},
-		{400, `kind "step" or "event", not "sleep"`},
+		{400, `kind "step", "event" or "callback", not "sleep"`},
 		{400, "attempt -1"},
 		{200, ""},
 	} {

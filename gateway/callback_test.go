@@ -288,7 +288,7 @@ func TestCallbacks(t *testing.T) {
 		t.Parallel()
 		victim := startAsync(t, c, "approve", `{"timeout":"1h"}`)
 		waitingForCallback(t, c, victim)
-		results := make(chan [2]int, 1)
+		results := make(chan [3]int, 1)
 		f := &rawFunction{answer: func(req *protocol.InvocationRequest, checkpoint func(string) (int, string)) string {
 			// The checkpoint token binds this run: a callback checkpointed for the
 			// victim's run is refused, and one for this run is this run's.
@@ -297,13 +297,15 @@ func TestCallbacks(t *testing.T) {
 			stolen, _ := checkpoint(`{"seq":4,"kind":"callback","name":"approval"}`)
 			req.Checkpoint.URL = real
 			own, _ := checkpoint(`{"seq":1,"kind":"step","name":"a","output":1}`)
-			results <- [2]int{stolen, own}
+			// Nor can it choose its token: the gateway makes it.
+			chosen, _ := checkpoint(`{"seq":2,"kind":"callback","name":"c","output":{"token":"mine"}}`)
+			results <- [3]int{stolen, own, chosen}
 			// The await names the victim's callback seq: here it is a step.
 			return `{"status":"suspended","await":{"type":"await_callback","seq":2,"name":"approval","callback_seq":1}}`
 		}}
 		register(t, s, c, "thief", f, fastRetries)
 		e := mustFail(t, c, "thief")
-		require.Equal(t, [2]int{http.StatusUnauthorized, http.StatusOK}, <-results)
+		require.Equal(t, [3]int{http.StatusUnauthorized, http.StatusOK, http.StatusBadRequest}, <-results)
 		require.Equal(t, "bad_answer", e.Type, e.Message)
 		require.Contains(t, e.Message, "not a callback of this run")
 		require.Equal(t, protocol.RunStatusSuspended, getRun(t, c, victim).Status, "the victim still waits")
