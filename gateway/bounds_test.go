@@ -101,6 +101,11 @@ func TestBadAnswers(t *testing.T) {
 		{"WaitLongMatch", `{"status":"suspended","await":{"type":"wait_event","seq":1,"name":"w","event":"e","match":{"data.a":"` + strings.Repeat("x", 1100) + `"}}}`, "limit_exceeded", "more than the limit of 1024"},
 		{"WaitTimeoutTooShort", `{"status":"suspended","await":{"type":"wait_event","seq":1,"name":"w","event":"e","timeout":"10ms"}}`, "bad_answer", `timeout "10ms" is not a duration from 1s`},
 		{"StepsHoldASleep", `{"status":"completed","steps":[{"seq":1,"kind":"sleep","name":"b"}]}`, "bad_answer", "only hold finished steps"},
+		{"StepsHoldASend", `{"status":"completed","steps":[{"seq":1,"kind":"send","name":"t","output":{"run_id":"0193a3c2-0000-7000-8000-000000000001"}}]}`, "bad_answer", "only hold finished steps"},
+		{"ReceiveWithoutTopic", `{"status":"suspended","await":{"type":"receive","seq":1,"name":"r"}}`, "bad_answer", "a receive needs a topic"},
+		{"ReceiveEmptyTopic", `{"status":"suspended","await":{"type":"receive","seq":1,"name":"r","topic":""}}`, "bad_answer", "receive: topic"},
+		{"ReceiveLongTopic", `{"status":"suspended","await":{"type":"receive","seq":1,"name":"r","topic":"` + strings.Repeat("t", 256) + `"}}`, "bad_answer", "1 to 255 bytes"},
+		{"ReceiveTimeoutTooShort", `{"status":"suspended","await":{"type":"receive","seq":1,"name":"r","topic":"t","timeout":"10ms"}}`, "bad_answer", `receive timeout "10ms" is not a duration from 1s`},
 		{"StepsHoldACallback", `{"status":"completed","steps":[{"seq":1,"kind":"callback","name":"b","output":{"url":"u","token":"t"}}]}`, "bad_answer", "only hold finished steps"},
 		{"CallbackWithoutSeq", `{"status":"suspended","await":{"type":"await_callback","seq":1,"name":"c"}}`, "bad_answer", "an await_callback needs a callback_seq"},
 		{"CallbackSeqNotBefore", `{"status":"suspended","await":{"type":"await_callback","seq":1,"name":"c","callback_seq":1}}`, "bad_answer", "callback_seq 1 is not a seq before the await's (1)"},
@@ -139,6 +144,9 @@ func TestCheckpointRefusals(t *testing.T) {
 		`{"seq":3,"kind":"step","name":"c","output":1}`,
 		`{"seq":2,"kind":"sleep","name":"b"}`,
 		`{"seq":2,"kind":"step","name":"b","output":2,"attempt":-1}`,
+		`{"seq":2,"kind":"send","name":"t","output":{"run_id":"nope","topic":"t"}}`,
+		`{"seq":2,"kind":"send","name":"t","output":{"run_id":"0193a3c2-0000-7000-8000-000000000001","topic":"u"}}`,
+		`{"seq":2,"kind":"send","name":"t"}`,
 		`{"seq":2,"kind":"step","name":"b","output":2}`,
 	}
 	f := &rawFunction{answer: func(req *protocol.InvocationRequest, checkpoint func(string) (int, string)) string {
@@ -163,8 +171,11 @@ func TestCheckpointRefusals(t *testing.T) {
 		{400, "name"},
 		{400, "error.message"},
 		{400, "seq 3 is not the journal's next (seq 2 is not journaled)"},
-		{400, `kind "step", "event" or "callback", not "sleep"`},
+		{400, `kind "step", "event", "value", "send" or "callback", not "sleep"`},
 		{400, "attempt -1"},
+		{400, `run_id "nope" is not a run id`},
+		{400, `named after its topic: "u", not "t"`},
+		{400, "a send entry's output is the message"},
 		{200, ""},
 	} {
 		require.Equal(t, want.code, got[i].code, "%s: %s", entries[i], got[i].body)

@@ -14,13 +14,15 @@ import (
 
 // operationPermissions is the permission each operation of openapi.yaml needs (its
 // x-permission), by operationId. The empty permission marks the operations that take no
-// user token: the health probe, the checkpoint (authorized by its invocation token), and
-// the callback token routes (authorized by the callback's token).
+// user token: the health probe, the checkpoint and its stream writes (authorized by
+// their invocation token), and the callback token routes (authorized by the callback's
+// token).
 // An operation missing here is refused, so a new one cannot go out unguarded; a test
 // keeps this map equal to the spec.
 var operationPermissions = map[string]access.Permission{
 	"healthz":            "",
 	"checkpoint":         "",
+	"checkpointStream":   "",
 	"resolveCallback":    "", // the token in the path is the credential
 	"rejectCallback":     "",
 	"resolveRunCallback": access.PermissionRunsManage,
@@ -40,9 +42,14 @@ var operationPermissions = map[string]access.Permission{
 	"getRun":             access.PermissionRunsRead,
 	"getRunResult":       access.PermissionRunsRead,
 	"streamRuns":         access.PermissionRunsRead,
+	"listRunValues":      access.PermissionRunsRead,
+	"getRunValue":        access.PermissionRunsRead,
+	"listRunStreams":     access.PermissionRunsRead,
+	"readRunStream":      access.PermissionRunsRead,
 	"cancelRun":          access.PermissionRunsManage,
 	"rerunRun":           access.PermissionRunsInvoke,
 	"sendEvent":          access.PermissionEventsSend,
+	"sendMessage":        access.PermissionEventsSend,
 	"listEvents":         access.PermissionRunsRead,
 	"listSigningKeys":    access.PermissionFunctionsRead,
 	"rotateSigningKey":   access.PermissionFunctionsWrite,

@@ -350,9 +350,10 @@ func nextCursor(c *journal.Cursor) *string {
 	return &s
 }
 
-// Checkpoint journals one finished step, or a sent event (see checkpointEvent), of the
-// invocation its token names. It works on the system pool: the token, bound to one run
-// and one invocation, is what scopes it.
+// Checkpoint journals one finished step, a sent event (see checkpointEvent) or a sent
+// message (see checkpointSend), of the invocation its token names. It works on the
+// system pool: the token, bound to one run and one invocation, is what scopes it (and a
+// send looks only at runs of that run's tenant).
 func (s *Server) Checkpoint(ctx context.Context, req server.CheckpointRequestObject) (server.CheckpointResponseObject, error) {
 	claim, _ := ctx.Value(invocationKey{}).(invocationClaim)
 	if claim.runID != req.ID {
@@ -364,10 +365,15 @@ func (s *Server) Checkpoint(ctx context.Context, req server.CheckpointRequestObj
 		return nil, err
 	}
 	var err error
+	var refused *protocol.ErrorInfo
 	var output json.RawMessage
 	switch e.Kind {
 	case protocol.EntryKindEvent:
 		err = s.checkpointEvent(ctx, req.ID, claim.invocation, *e)
+	case protocol.EntryKindValue:
+		err = s.checkpointValue(ctx, req.ID, claim.invocation, *e)
+	case protocol.EntryKindSend:
+		refused, err = s.checkpointSend(ctx, req.ID, claim.invocation, *e)
 	case protocol.EntryKindCallback:
 		output, err = s.inv.CheckpointCallback(ctx, req.ID, claim.invocation, invoker.EntryFromAPI(*e))
 		if errors.Is(err, invoker.ErrBadCallback) {
@@ -390,7 +396,7 @@ func (s *Server) Checkpoint(ctx context.Context, req server.CheckpointRequestObj
 	case err != nil:
 		return nil, err
 	}
-	ack := server.Checkpoint200JSONResponse{Seq: e.Seq}
+	ack := server.Checkpoint200JSONResponse{Seq: e.Seq, Error: refused}
 	if output != nil {
 		ack.Output = (*protocol.AnyJSON)(&output)
 	}
@@ -404,13 +410,14 @@ func checkpointConflict(typ, detail string) server.CheckpointResponseObject {
 }
 
 // checkEntry refuses, with a 400 naming the field, a checkpointed entry the journal could
-// never hold: not a step or an event, a seq out of range, a bad name, values Postgres
+// never hold: not a step, an event or a value, a seq out of range, a bad name, values Postgres
 // cannot store. An output past the limit is the run's failure, not a 400 (see
 // invoker.Checkpoint).
 func (s *Server) checkEntry(e protocol.JournalEntry) error {
 	switch {
-	case e.Kind != protocol.EntryKindStep && e.Kind != protocol.EntryKindEvent && e.Kind != protocol.EntryKindCallback:
-		return badRequest("a checkpoint is a finished step, a sent event or a callback: kind \"step\", \"event\" or \"callback\", not %q", e.Kind)
+	case e.Kind != protocol.EntryKindStep && e.Kind != protocol.EntryKindEvent && e.Kind != protocol.EntryKindValue &&
+		e.Kind != protocol.EntryKindSend && e.Kind != protocol.EntryKindCallback:
+		return badRequest("a checkpoint is a finished step, a sent event, a published value, a sent message or a callback: kind \"step\", \"event\", \"value\", \"send\" or \"callback\", not %q", e.Kind)
 	case e.Kind == protocol.EntryKindCallback && e.Error != nil:
 		return badRequest("a callback has no error")
 	case e.Seq < 1 || e.Seq > math.MaxInt32:

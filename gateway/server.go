@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -90,6 +91,9 @@ type Server struct {
 	echo                         *echo.Echo
 	stream                       *notify.Hub
 	draining                     atomic.Bool // see Drain
+
+	shutdownMu sync.Mutex
+	shutdowns  map[*http.Server]chan struct{} // see shutdownOf
 }
 
 // Drain makes the gateway refuse new runs (503 with Retry-After, so a client or load
@@ -127,6 +131,7 @@ func New(cfg Config) (*Server, error) {
 		tenantStreams:  newSlots(0, cmp.Or(cfg.MaxStreamsPerTenant, 100)),
 		subjectStreams: newSlots(0, cmp.Or(cfg.MaxStreamsPerSubject, 10)),
 		client:         manifestClient(cfg.Egress),
+		shutdowns:      map[*http.Server]chan struct{}{},
 	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
@@ -170,7 +175,7 @@ func bodyLimits(limit, checkpoint int64) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		apiNext, cpNext := api(next), cp(next)
 		return func(c echo.Context) error {
-			if c.Path() == "/v1/runs/:id/checkpoint" {
+			if isCheckpoint(c.Path()) {
 				return cpNext(c)
 			}
 			return apiNext(c)
@@ -197,6 +202,12 @@ func loggedPath(c echo.Context) string {
 
 type invocationKey struct{}
 
+// isCheckpoint reports whether the route path is one an invocation calls with its
+// invocation token: the checkpoint and its stream writes.
+func isCheckpoint(path string) bool {
+	return path == "/v1/runs/:id/checkpoint" || path == "/v1/runs/:id/checkpoint/stream"
+}
+
 type invocationClaim struct {
 	runID      string
 	invocation int
@@ -216,7 +227,7 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 			return err
 		}
 		ctx := c.Request().Context()
-		if path == "/v1/runs/:id/checkpoint" {
+		if isCheckpoint(path) {
 			runID, invocation, err := s.tokens.Verify(ctx, token, time.Now())
 			if err != nil {
 				return err

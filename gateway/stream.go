@@ -171,14 +171,24 @@ func (st runStream) VisitStreamRunsResponse(w http.ResponseWriter) error {
 	}
 }
 
-// streamToken lets GET /v1/runs/stream take its token from the access_token query
+// takesQueryToken reports whether path is a stream's: GET /v1/runs/stream or
+// /v1/runs/{id}/streams/{key}.
+func takesQueryToken(path string) bool {
+	if path == "/v1/runs/stream" {
+		return true
+	}
+	parts := strings.Split(strings.TrimPrefix(path, "/v1/runs/"), "/")
+	return strings.HasPrefix(path, "/v1/runs/") && len(parts) == 3 && parts[1] == "streams"
+}
+
+// streamToken lets GET /v1/runs/stream (and a run's stream) take its token from the access_token query
 // parameter when the request has no Authorization header, because a browser's
 // EventSource cannot send headers. The parameter is removed once read; tokens in URLs
 // end up in logs and histories, so clients that can send the header should.
 func streamToken(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
-		if r.URL.Path == "/v1/runs/stream" && r.Header.Get(echo.HeaderAuthorization) == "" {
+		if takesQueryToken(r.URL.Path) && r.Header.Get(echo.HeaderAuthorization) == "" {
 			q := r.URL.Query()
 			if tok := q.Get("access_token"); tok != "" {
 				r.Header.Set(echo.HeaderAuthorization, "Bearer "+tok)

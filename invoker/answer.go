@@ -201,6 +201,7 @@ var awaitKinds = map[protocol.AwaitType]awaitKind{
 	protocol.AwaitTypeRetry:         retryAwait,
 	protocol.AwaitTypeInvoke:        invokeAwait,
 	protocol.AwaitTypeWaitEvent:     waitEventAwait,
+	protocol.AwaitTypeReceive:       receiveAwait,
 	protocol.AwaitTypeAwaitCallback: callbackAwait,
 }
 

@@ -391,8 +391,12 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 		} // else its River job starts it
 		log.DebugContext(ctx, "run waits for its child", slog.String("child_id", c.ID), slog.String("child_function", c.Function))
 	case f.Status == journal.StatusSuspended || f.Status == journal.StatusQueued:
-		// Time the wake-up on the database clock, less what the commit took since.
-		inv.armTimer(run.ID, rev, f.WakeAt.Sub(f.Clock)-time.Since(finishedAt), 0)
+		// Time the wake-up on the database clock, less what the commit took since. A
+		// wake beyond the lead of the maintenance passes is theirs to arm when it
+		// comes near (armUpcoming): nothing of a run that waits long stays in memory.
+		if d := f.WakeAt.Sub(f.Clock); d <= inv.wakeLead() {
+			inv.armTimer(run.ID, rev, d-time.Since(finishedAt), 0)
+		}
 		log.DebugContext(ctx, "run waits", slog.String("status", string(f.Status)), slog.Time("wake_at", *f.WakeAt))
 	default:
 		inv.listener.Signal(run.ID)

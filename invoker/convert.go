@@ -118,6 +118,9 @@ func AwaitingToAPI(a *journal.Awaiting) *protocol.Awaiting {
 			out.Match = &m
 		}
 	}
+	if a.Topic != "" {
+		out.Topic = &a.Topic
+	}
 	if a.CallbackSeq > 0 {
 		out.CallbackSeq = &a.CallbackSeq
 	}

@@ -12,3 +12,6 @@ func (c *Cron) Due(at, clock time.Time, policy journal.Catchup, window time.Dura
 	d := c.due(at, clock, policy, window)
 	return d.ticks, d.missed, d.dropped
 }
+
+// TimerArmed reports whether this process has a wake-up timer armed for runID.
+func (inv *Invoker) TimerArmed(runID string) bool { return inv.timers.has(runTimer(runID)) }

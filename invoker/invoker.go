@@ -95,10 +95,13 @@ type Invoker struct {
 	sweepGrace    time.Duration
 	maxRecoveries int
 	health        dbHealth
-	tickErrLogged time.Time        // when maintain last logged a failed overdue tick
-	revisions     sync.Map         // revisionKey -> *revision; revisions are immutable
-	listener      *notify.Listener // the process's LISTEN connection; waiters subscribe to it
-	ownsListener  bool             // made by New: Start runs it
+	tickErrLogged time.Time // when maintain last logged a failed overdue tick
+	// armedUntil is how far ahead (database clock) the maintenance passes have armed
+	// local timers for the runs' wake times (see armUpcoming).
+	armedUntil   time.Time
+	revisions    sync.Map         // revisionKey -> *revision; revisions are immutable
+	listener     *notify.Listener // the process's LISTEN connection; waiters subscribe to it
+	ownsListener bool             // made by New: Start runs it
 
 	timers *timers // runs' wake-ups and schedules' ticks in this process (timers.go)
 

@@ -233,6 +233,7 @@ func (inv *Invoker) maintain(ctx context.Context) {
 	} else if n > 0 {
 		inv.log.Warn("enqueued runs that were due with no live job (deleted, discarded, or fetched by a gateway that died)", slog.Int("runs", n))
 	}
+	inv.health.observe(inv.armUpcoming(ctx))
 	// Ticks whose gateway's timer is gone (that gateway died) and whose River job waits
 	// for River's leader.
 	_, err = inv.TickOverdue(ctx, overdueTick, overdueBatch)
@@ -242,6 +243,42 @@ func (inv *Invoker) maintain(ctx context.Context) {
 		inv.tickErrLogged = time.Now()
 		inv.log.Warn("handling overdue schedule ticks failed; the next passes retry", slog.Any("error", err))
 	}
+}
+
+// upcomingBatch bounds the wakes one pass arms timers for; past it, the next pass goes
+// on from the last one armed.
+const upcomingBatch = 10000
+
+// wakeLead is how far ahead of their wake times the maintenance passes arm local timers
+// for runs: two passes' worth, so that a wake is armed before it is due however the
+// passes' jitter falls. A run that suspends with a nearer wake time is armed by the
+// gateway that suspended it.
+func (inv *Invoker) wakeLead() time.Duration { return 2 * inv.maintainEvery }
+
+// armUpcoming arms this process's timers for the runs due within wakeLead that earlier
+// passes did not arm, whichever gateway suspended them, so that a run waiting for hours
+// (a long sleep, a wait's timeout) costs no memory until its wake time is near and still
+// wakes on time, without waiting for River's scheduler (which promotes a scheduled job
+// up to 5 s late). With several gateways each arms them: the first claim wins, the
+// others find the run not due.
+func (inv *Invoker) armUpcoming(ctx context.Context) error {
+	wakes, now, err := journal.UpcomingWakes(ctx, inv.pool, inv.armedUntil, inv.wakeLead(), upcomingBatch)
+	if err != nil {
+		if ctx.Err() == nil {
+			inv.log.Warn("arming timers for upcoming wake-ups failed; River's jobs wake those runs", slog.Any("error", err))
+		}
+		return err
+	}
+	read := time.Now()
+	for _, w := range wakes {
+		inv.armTimer(w.RunID, nil, w.At.Sub(now)-time.Since(read), 0)
+	}
+	if len(wakes) == upcomingBatch {
+		inv.armedUntil = wakes[len(wakes)-1].At
+	} else {
+		inv.armedUntil = now.Add(inv.wakeLead())
+	}
+	return nil
 }
 
 // reap recovers runs whose lease lapsed and enqueues their jobs, a batch per

@@ -135,6 +135,14 @@ type Limits struct {
 	MaxEntries int
 	// MaxJournalBytes caps the bytes of a run's journal. Defaults to 32 MiB.
 	MaxJournalBytes int64
+	// MaxChunkBytes caps one chunk of a run's stream. Defaults to 64 KiB.
+	MaxChunkBytes int
+	// MaxStreamChunks caps the chunks of one stream. Defaults to 100,000.
+	MaxStreamChunks int
+	// MaxStreamBytes caps the bytes of one stream's chunks. Defaults to 16 MiB.
+	MaxStreamBytes int64
+	// MaxRunStreams caps the streams of one run. Defaults to 100.
+	MaxRunStreams int
 }
 
 // Limits' defaults.
@@ -146,6 +154,10 @@ const (
 	DefaultMaxOutputBytes  = 4 << 20
 	DefaultMaxEntries      = 1000
 	DefaultMaxJournalBytes = 32 << 20
+	DefaultMaxChunkBytes   = 64 << 10
+	DefaultMaxStreamChunks = 100_000
+	DefaultMaxStreamBytes  = 16 << 20
+	DefaultMaxRunStreams   = 100
 )
 
 // MaxConfigListLen bounds a config's invoke_roles and triggers.
@@ -160,12 +172,21 @@ func (l Limits) WithDefaults() Limits {
 	l.MaxOutputBytes = cmp.Or(l.MaxOutputBytes, DefaultMaxOutputBytes)
 	l.MaxEntries = cmp.Or(l.MaxEntries, DefaultMaxEntries)
 	l.MaxJournalBytes = cmp.Or(l.MaxJournalBytes, DefaultMaxJournalBytes)
+	l.MaxChunkBytes = cmp.Or(l.MaxChunkBytes, DefaultMaxChunkBytes)
+	l.MaxStreamChunks = cmp.Or(l.MaxStreamChunks, DefaultMaxStreamChunks)
+	l.MaxStreamBytes = cmp.Or(l.MaxStreamBytes, DefaultMaxStreamBytes)
+	l.MaxRunStreams = cmp.Or(l.MaxRunStreams, DefaultMaxRunStreams)
 	return l
 }
 
 // Bounds returns the journal's share of l.
 func (l Limits) Bounds() journal.Bounds {
 	return journal.Bounds{MaxEntries: l.MaxEntries, MaxEntryBytes: int64(l.MaxOutputBytes), MaxJournalBytes: l.MaxJournalBytes}
+}
+
+// StreamBounds returns the streams' share of l.
+func (l Limits) StreamBounds() journal.StreamBounds {
+	return journal.StreamBounds{MaxChunkBytes: l.MaxChunkBytes, MaxChunks: l.MaxStreamChunks, MaxBytes: l.MaxStreamBytes, MaxStreams: l.MaxRunStreams}
 }
 
 // CheckConfig says what in a function's config, as registered, passes l, in words fit

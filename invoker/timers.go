@@ -87,6 +87,13 @@ func (t *timers) stop() {
 	}
 }
 
+// has reports whether key's timer is armed.
+func (t *timers) has(key string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.byKey[key] != nil
+}
+
 // armed returns how many timers are armed.
 func (t *timers) armed() int {
 	t.mu.Lock()

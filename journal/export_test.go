@@ -5,3 +5,6 @@ var Unstorable = unstorable
 
 // MaxPgMessage exposes maxPgMessage to the external tests.
 const MaxPgMessage = maxPgMessage
+
+// ResumeWaitersSQL exposes the statement that resumes an event's waiters, for its plan.
+const ResumeWaitersSQL = resumeWaitersSQL

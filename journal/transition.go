@@ -280,8 +280,8 @@ func sameJSON(a, b json.RawMessage) bool {
 }
 
 // Outcome is how an invocation ends for its run; see Finish. Make one with Completed,
-// Failed, RetryingInvocation, Sleeping, RetryingStep, InvokingChild, WaitingForEvent or
-// WaitingForCallback.
+// Failed, RetryingInvocation, Sleeping, RetryingStep, InvokingChild, WaitingForEvent,
+// Receiving or WaitingForCallback.
 type Outcome struct {
 	status    Status
 	output    json.RawMessage // completed
@@ -339,6 +339,13 @@ func Resuming(steps ...Entry) Outcome {
 // (see WaitEvent), after journaling steps.
 func WaitingForEvent(w WaitEvent, steps ...Entry) Outcome {
 	return Outcome{status: StatusSuspended, await: w, Steps: steps}
+}
+
+// Receiving suspends the run until a message of r's topic is sent to it or r's timeout
+// passes (see Receive), after journaling steps; a message already in its mailbox is
+// taken at once.
+func Receiving(r Receive, steps ...Entry) Outcome {
+	return Outcome{status: StatusSuspended, await: r, Steps: steps}
 }
 
 // WaitingForCallback suspends the run until its callback is resolved or rejected, or
@@ -668,4 +675,41 @@ func StrandedRuns(ctx context.Context, db DB, grace time.Duration, examine, limi
 		return nil, fmt.Errorf("find stranded runs: %w", err)
 	}
 	return ids, nil
+}
+
+// Wake is a run due at a time, on the database clock.
+type Wake struct {
+	RunID string
+	At    time.Time
+}
+
+// UpcomingWakes returns the runs due at a time in (after, now + within] on the database
+// clock, and not due yet (suspended with a wake time, or queued for a retry's backoff;
+// those already due are River's and the stranded-run sweep's), earliest first,
+// at most limit of them, and the database clock. It reads the index run_due.
+func UpcomingWakes(ctx context.Context, db DB, after time.Time, within time.Duration, limit int) ([]Wake, time.Time, error) {
+	rows, _ := db.Query(ctx, `
+		WITH c AS (SELECT now() AS now)
+		SELECT w.id, w.at, c.now FROM c LEFT JOIN LATERAL (
+			SELECT id::text AS id, wake_at AS at FROM stepgate.run
+			WHERE (status = 'queued' OR (status = 'suspended' AND wake_at IS NOT NULL))
+				AND coalesce(wake_at, created_at) > greatest($1, c.now)
+				AND coalesce(wake_at, created_at) <= c.now + make_interval(secs => $2)
+				AND wake_at IS NOT NULL
+			ORDER BY coalesce(wake_at, created_at)
+			LIMIT $3) w ON true`, after, within.Seconds(), limit)
+	var wakes []Wake
+	var now time.Time
+	var id *string
+	var at *time.Time
+	_, err := pgx.ForEachRow(rows, []any{&id, &at, &now}, func() error {
+		if id != nil {
+			wakes = append(wakes, Wake{RunID: *id, At: *at})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("find upcoming wakes: %w", err)
+	}
+	return wakes, now, nil
 }

@@ -100,7 +100,7 @@ func (w WaitEvent) write(ctx context.Context, db DB, aw awaitWrite, f *Finished)
 				stepgate.journal_bytes_before(@run_id, @seq) + octet_length(output::text)
 			FROM out
 		), waiting AS (
-			INSERT INTO stepgate.run_wait (run_id, seq, tenant, name, kind, event_name, match, expires_at)
+			INSERT INTO stepgate.run_wait (run_id, seq, tenant, name, kind, event_name, match_key, expires_at)
 			SELECT @run_id, @seq, @tenant, @name, '`+KindWaitEvent+`', @event, stepgate.match_of(@match), @expires_at
 			WHERE NOT EXISTS (SELECT 1 FROM ev)
 		)
@@ -185,30 +185,7 @@ func ResumeWaiters(ctx context.Context, db DB, ev *Event) ([]string, error) {
 			ORDER BY l) ordered`, ev.Tenant, ev.Name, doc)
 	var resumed []string
 	// A later statement of the batch: a snapshot taken with the locks held.
-	b.Queue(`
-		WITH cand AS (
-			SELECT w.run_id, w.seq, w.name FROM stepgate.wait_shape s
-			JOIN stepgate.run_wait w ON w.tenant = s.tenant AND w.event_name = s.event_name
-				AND w.match = stepgate.match_key(s.paths, @doc)
-			WHERE s.tenant = @tenant AND s.event_name = @event
-		), woken AS (
-			UPDATE stepgate.run r SET wake_at = now() FROM cand
-			WHERE r.id = cand.run_id AND r.tenant = @tenant AND r.status = 'suspended'
-			RETURNING r.id, r.invocation, cand.seq, cand.name
-		), gone AS (
-			DELETE FROM stepgate.run_wait w USING woken WHERE w.run_id = woken.id AND w.seq = woken.seq
-		), out AS (
-			SELECT jsonb_build_object('event', jsonb_build_object('id', e.id, 'name', e.name, 'data', e.data,
-				'identity', e.identity, 'created_at', e.created_at)) AS output
-			FROM stepgate.event e WHERE e.tenant = @tenant AND e.id = @id
-		), entries AS (
-			INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
-			SELECT woken.id, woken.seq, '`+KindWaitEvent+`', woken.name, out.output, woken.invocation, now(),
-				stepgate.journal_bytes_before(woken.id, woken.seq) + octet_length(out.output::text)
-			FROM woken, out
-			ON CONFLICT (run_id, seq) DO NOTHING
-		)
-		SELECT id::text FROM woken ORDER BY id`,
+	b.Queue(resumeWaitersSQL,
 		pgx.NamedArgs{"tenant": ev.Tenant, "event": ev.Name, "id": ev.ID, "doc": doc}).
 		Query(func(rows pgx.Rows) error {
 			var err error
@@ -220,3 +197,40 @@ func ResumeWaiters(ctx context.Context, db DB, ev *Event) ([]string, error) {
 	}
 	return resumed, nil
 }
+
+// resumeWaitersSQL resumes the waiters of an event (see ResumeWaiters); it must find
+// them through the index run_wait_by_match as the gateway's tenant role, whose
+// row-level security forbids a non-leakproof comparison (jsonb's) from using an index:
+// TestResumeWaitersUsesTheIndex checks the plan.
+const resumeWaitersSQL = `
+		WITH cand AS MATERIALIZED (
+			-- One probe of the index per key. The keys are computed apart: a qual that
+			-- calls match_key (not leakproof) on run_wait's side of the join could not
+			-- be an index condition under row-level security.
+			SELECT w.run_id, w.seq, w.name FROM stepgate.run_wait w
+			WHERE w.tenant = @tenant AND w.event_name = @event AND w.match_key = ANY (ARRAY(
+				SELECT stepgate.match_key(s.paths, @doc) FROM stepgate.wait_shape s
+				WHERE s.tenant = @tenant AND s.event_name = @event))
+		), woken AS (
+			-- The run's row lock first, as a claim takes it before it deletes a wait
+			-- that timed out: the two never wait for each other in a cycle.
+			UPDATE stepgate.run r SET wake_at = now() FROM cand
+			WHERE r.id = cand.run_id AND r.tenant = @tenant AND r.status = 'suspended'
+			RETURNING r.id, r.invocation, cand.seq, cand.name
+		), gone AS (
+			-- Only a wait this statement deletes is resumed: one that a concurrent
+			-- claim (a timeout) or another resumer deleted first is theirs.
+			DELETE FROM stepgate.run_wait w USING woken WHERE w.run_id = woken.id AND w.seq = woken.seq
+			RETURNING woken.id, woken.invocation, woken.seq, woken.name
+		), out AS (
+			SELECT jsonb_build_object('event', jsonb_build_object('id', e.id, 'name', e.name, 'data', e.data,
+				'identity', e.identity, 'created_at', e.created_at)) AS output
+			FROM stepgate.event e WHERE e.tenant = @tenant AND e.id = @id
+		), entries AS (
+			INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
+			SELECT gone.id, gone.seq, '` + KindWaitEvent + `', gone.name, out.output, gone.invocation, now(),
+				stepgate.journal_bytes_before(gone.id, gone.seq) + octet_length(out.output::text)
+			FROM gone, out
+			ON CONFLICT (run_id, seq) DO NOTHING
+		)
+		SELECT id::text FROM gone ORDER BY id`

@@ -29,13 +29,17 @@ CREATE TABLE stepgate.run_wait (
     -- event_name and a match).
     kind       text        NOT NULL,
     event_name text,
-    match      jsonb,
+    -- match_key is the wait_event's key: the text of its match, as stepgate.match_of
+    -- makes it. Text, whose equality is leakproof, so that the index serves the probe
+    -- of an event through the tables' row-level security (jsonb's equality is not
+    -- leakproof, and would make the gateway's tenant role scan every wait).
+    match_key  text,
     expires_at timestamptz NOT NULL,
     created_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (run_id, seq),
-    CONSTRAINT run_wait_event CHECK (kind <> 'wait_event' OR (event_name IS NOT NULL AND match IS NOT NULL))
+    CONSTRAINT run_wait_event CHECK (kind <> 'wait_event' OR (event_name IS NOT NULL AND match_key IS NOT NULL))
 );
-CREATE INDEX run_wait_by_match ON stepgate.run_wait (tenant, event_name, match);
+CREATE INDEX run_wait_by_match ON stepgate.run_wait (tenant, event_name, match_key);
 
 -- The shapes of the matches runs wait on, per tenant and event name: what an event
 -- computes keys for. Bounded per (tenant, event name) by the gateway; never deleted (a
@@ -62,29 +66,31 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     END
 $$;
 
--- match_of: the key of a run's match object ({path: value}).
-CREATE FUNCTION stepgate.match_of(m jsonb) RETURNS jsonb
+-- match_of: the key of a run's match object ({path: value}): the text of the jsonb
+-- object of its normalized values, whose keys jsonb orders one way.
+CREATE FUNCTION stepgate.match_of(m jsonb) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT coalesce(jsonb_object_agg(key, stepgate.match_scalar(value)), '{}')
+    SELECT coalesce(jsonb_object_agg(key, stepgate.match_scalar(value)), '{}')::text
     FROM jsonb_each(m)
 $$;
 
--- match_key: the key of an event document for one shape: {path: the scalar at path}, or
--- NULL when the document has no scalar at one of the paths (it matches no such wait).
-CREATE FUNCTION stepgate.match_key(paths text[], doc jsonb) RETURNS jsonb
+-- match_key: the key of an event document for one shape, as match_of makes a run's:
+-- {path: the scalar at path}, or NULL when the document has no scalar at one of the
+-- paths (it matches no such wait).
+CREATE FUNCTION stepgate.match_key(paths text[], doc jsonb) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT CASE WHEN count(v) = cardinality(paths) THEN coalesce(jsonb_object_agg(p, v), '{}') END
+    SELECT CASE WHEN count(v) = cardinality(paths) THEN coalesce(jsonb_object_agg(p, v), '{}')::text END
     FROM (SELECT p, stepgate.match_scalar(doc #> string_to_array(p, '.')) AS v FROM unnest(paths) p) s
 $$;
 
 -- wait_lock: the transaction lock id of a key, or of an event name when key is NULL.
-CREATE FUNCTION stepgate.wait_lock(tenant text, event_name text, key jsonb) RETURNS bigint
+CREATE FUNCTION stepgate.wait_lock(tenant text, event_name text, key text) RETURNS bigint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT hashtextextended(tenant || chr(1) || event_name || chr(1) || coalesce(key::text, ''), 2020)
+    SELECT hashtextextended(tenant || chr(1) || event_name || chr(1) || coalesce(key, ''), 2020)
 $$;
 
 GRANT EXECUTE ON FUNCTION stepgate.match_scalar(jsonb), stepgate.match_of(jsonb),
-    stepgate.match_key(text[], jsonb), stepgate.wait_lock(text, text, jsonb)
+    stepgate.match_key(text[], jsonb), stepgate.wait_lock(text, text, text)
     TO stepgate_app, stepgate_system;
 
 -- Tenant isolation, as migration 0004 sets it up for every table.

@@ -43,6 +43,7 @@ func (e AnswerStatus) Valid() bool {
 const (
 	AwaitTypeAwaitCallback AwaitType = "await_callback"
 	AwaitTypeInvoke        AwaitType = "invoke"
+	AwaitTypeReceive       AwaitType = "receive"
 	AwaitTypeRetry         AwaitType = "retry"
 	AwaitTypeSleep         AwaitType = "sleep"
 	AwaitTypeWaitEvent     AwaitType = "wait_event"
@@ -54,6 +55,8 @@ func (e AwaitType) Valid() bool {
 	case AwaitTypeAwaitCallback:
 		return true
 	case AwaitTypeInvoke:
+		return true
+	case AwaitTypeReceive:
 		return true
 	case AwaitTypeRetry:
 		return true
@@ -70,6 +73,7 @@ func (e AwaitType) Valid() bool {
 const (
 	AwaitingKindAwaitCallback AwaitingKind = "await_callback"
 	AwaitingKindInvoke        AwaitingKind = "invoke"
+	AwaitingKindReceive       AwaitingKind = "receive"
 	AwaitingKindRetry         AwaitingKind = "retry"
 	AwaitingKindSleep         AwaitingKind = "sleep"
 	AwaitingKindWaitEvent     AwaitingKind = "wait_event"
@@ -81,6 +85,8 @@ func (e AwaitingKind) Valid() bool {
 	case AwaitingKindAwaitCallback:
 		return true
 	case AwaitingKindInvoke:
+		return true
+	case AwaitingKindReceive:
 		return true
 	case AwaitingKindRetry:
 		return true
@@ -135,8 +141,11 @@ const (
 	EntryKindCallback      EntryKind = "callback"
 	EntryKindEvent         EntryKind = "event"
 	EntryKindInvoke        EntryKind = "invoke"
+	EntryKindReceive       EntryKind = "receive"
+	EntryKindSend          EntryKind = "send"
 	EntryKindSleep         EntryKind = "sleep"
 	EntryKindStep          EntryKind = "step"
+	EntryKindValue         EntryKind = "value"
 	EntryKindWaitEvent     EntryKind = "wait_event"
 )
 
@@ -151,9 +160,15 @@ func (e EntryKind) Valid() bool {
 		return true
 	case EntryKindInvoke:
 		return true
+	case EntryKindReceive:
+		return true
+	case EntryKindSend:
+		return true
 	case EntryKindSleep:
 		return true
 	case EntryKindStep:
+		return true
+	case EntryKindValue:
 		return true
 	case EntryKindWaitEvent:
 		return true
@@ -377,6 +392,17 @@ type AttemptFailure struct {
 // entry is `{"timed_out": true}`. A tenant's runs may wait on at most 64 different
 // sets of paths per event name.
 //
+// `receive`: take the oldest message of `topic` (1 to 255 bytes) from the run's
+// mailbox (`POST /v1/runs/{id}/messages`, or a `send` entry of another run), or
+// suspend until one is sent or `timeout` passes. A message sent before the
+// receive waits for it; each message is taken by one receive, once, in the order
+// the run's mailbox got them. The gateway journals at `seq` an entry of kind
+// `receive` named `name` (the Go SDK names it after the topic) with
+// `{"message": {id, topic, data, identity, source_run_id, sent_at}}` and calls
+// the run again: at once when the mailbox holds a message of the topic, else in
+// the transaction of the send. When `timeout` (from `1s` to 10 years, default
+// `24h`) passes first, the entry is `{"timed_out": true}`.
+//
 // `await_callback`: suspend until the run's callback journaled at `callback_seq` (an
 // entry of kind `callback`, checkpointed before this answer) is resolved or
 // rejected (`POST /v1/callbacks/{token}`, `.../reject`, or by run id and name with
@@ -420,16 +446,19 @@ type Await struct {
 	Retry *RetryPolicy `json:"retry,omitempty"`
 	Seq   int          `json:"seq"`
 
-	// Timeout `wait_event`, `await_callback`: how long to wait, from when the gateway stores the wait. Defaults to `24h` for a `wait_event`, and to the callback's expiry for an `await_callback`.
-	Timeout *Duration  `json:"timeout,omitempty"`
-	Type    AwaitType  `json:"type"`
-	Until   *time.Time `json:"until,omitempty"`
+	// Timeout `wait_event`, `receive`, `await_callback`: how long to wait, from when the gateway stores the wait. Defaults to `24h` for a `wait_event` and a `receive`, and to the callback's expiry for an `await_callback`.
+	Timeout *Duration `json:"timeout,omitempty"`
+
+	// Topic `receive`: the topic of the message to take.
+	Topic *string    `json:"topic,omitempty"`
+	Type  AwaitType  `json:"type"`
+	Until *time.Time `json:"until,omitempty"`
 }
 
 // AwaitType defines model for AwaitType.
 type AwaitType string
 
-// Awaiting What a suspended run waits for, as its function's last answer said: a sleep, a failed step's retry, a child run, an event, or a callback. The run resumes at `seq`; `wake_at` on the run says when (for an event or a callback, when its wait times out), except for a child run, whose end wakes it. Absent when the run waits for nothing.
+// Awaiting What a suspended run waits for, as its function's last answer said: a sleep, a failed step's retry, a child run, an event, a message, or a callback. The run resumes at `seq`; `wake_at` on the run says when (for an event, a message or a callback, when its wait times out), except for a child run, whose end wakes it. Absent when the run waits for nothing.
 type Awaiting struct {
 	// Attempt retry: the step's attempt that failed.
 	Attempt *int `json:"attempt,omitempty"`
@@ -451,6 +480,9 @@ type Awaiting struct {
 	Match *map[string]AnyJSON `json:"match,omitempty"`
 	Name  string              `json:"name"`
 	Seq   int                 `json:"seq"`
+
+	// Topic receive: the topic of the message awaited.
+	Topic *string `json:"topic,omitempty"`
 }
 
 // AwaitingKind defines model for Awaiting.Kind.
@@ -499,6 +531,10 @@ type Checkpoint struct {
 
 // CheckpointAck defines model for CheckpointAck.
 type CheckpointAck struct {
+	// Error A `send` whose message could not be sent: the entry is journaled with this
+	// error (`not_found`, `finished`, `limit_exceeded`) and nothing was sent.
+	Error *ErrorInfo `json:"error,omitempty"`
+
 	// Output The entry's output as the gateway journaled it, when the gateway made it: a `callback`'s `{url, token, expires_at}`.
 	Output *AnyJSON `json:"output,omitempty"`
 	Seq    int      `json:"seq"`
@@ -696,6 +732,17 @@ type InvocationAnswer struct {
 	// entry is `{"timed_out": true}`. A tenant's runs may wait on at most 64 different
 	// sets of paths per event name.
 	//
+	// `receive`: take the oldest message of `topic` (1 to 255 bytes) from the run's
+	// mailbox (`POST /v1/runs/{id}/messages`, or a `send` entry of another run), or
+	// suspend until one is sent or `timeout` passes. A message sent before the
+	// receive waits for it; each message is taken by one receive, once, in the order
+	// the run's mailbox got them. The gateway journals at `seq` an entry of kind
+	// `receive` named `name` (the Go SDK names it after the topic) with
+	// `{"message": {id, topic, data, identity, source_run_id, sent_at}}` and calls
+	// the run again: at once when the mailbox holds a message of the topic, else in
+	// the transaction of the send. When `timeout` (from `1s` to 10 years, default
+	// `24h`) passes first, the entry is `{"timed_out": true}`.
+	//
 	// `await_callback`: suspend until the run's callback journaled at `callback_seq` (an
 	// entry of kind `callback`, checkpointed before this answer) is resolved or
 	// rejected (`POST /v1/callbacks/{token}`, `.../reject`, or by run id and name with
@@ -765,7 +812,30 @@ type InvocationRun struct {
 // defaults to `<run id>:<seq>`, so a repeated checkpoint sends nothing twice. A
 // `wait_event` (journaled by the gateway when the wait ends; never checkpointed)
 // has `output` `{"event": {id, name, data, identity, created_at}}`, the event that
-// resumed the run with its sender's identity, or `{"timed_out": true}`.
+// resumed the run with its sender's identity, or `{"timed_out": true}`. A value
+// (checkpointed like a step, `step.SetValue`) is named after its key (letters,
+// digits, `.`, `_`, `-`; 1 to 255 characters) and has the published value as
+// `output`: it is the key's latest value until a later entry sets the key again, and
+// readers of `GET /v1/runs/{id}/values/{key}` see it once the checkpoint is
+// answered 200.
+//
+// A `send` (checkpointed like a step, never left in `steps`; named after the
+// message's topic) has `output` `{"run_id", "topic", "data", "id"}`: a message sent
+// to the run `run_id` of the same tenant, stored in its mailbox with this run's
+// identity in the checkpoint's transaction. `topic` is 1 to 255 bytes; `id`
+// deduplicates the target's messages and defaults to `<run id>:<seq>`, so a
+// repeated checkpoint sends nothing twice. A message that cannot be sent is
+// journaled with an `error` instead of the output, and the checkpoint's answer
+// (200) carries that error: `not_found` (no such run in the tenant: a run of
+// another tenant is never looked at), `finished` (the target is completed, failed
+// or cancelled), `limit_exceeded` (1000 messages wait in its mailbox). A replay
+// returns the same error, so the function takes the same path.
+//
+// A `receive` (journaled by the gateway when the receive ends; never
+// checkpointed; named after its topic) has `output` `{"message": {id, topic,
+// data, identity, source_run_id, sent_at}}`, the message taken with its sender's
+// identity (and the sending run, for a message sent by `send`), or
+// `{"timed_out": true}`.
 //
 // A `callback` (checkpointed with no output; the gateway makes it, see the
 // checkpoint) has `output` `{"url", "token", "expires_at"}`: `url` is
@@ -815,6 +885,31 @@ type ManifestFunction struct {
 	Path string `json:"path"`
 }
 
+// MessageReceipt defines model for MessageReceipt.
+type MessageReceipt struct {
+	// Consumed A receive of the run has taken the message (at once, when the run waited for its topic).
+	Consumed bool `json:"consumed"`
+
+	// Duplicate True when a message with this id was sent to the run before: this answers that first message, and nothing was stored.
+	Duplicate *bool     `json:"duplicate,omitempty"`
+	ID        string    `json:"id"`
+	RunID     string    `json:"run_id"`
+	SentAt    time.Time `json:"sent_at"`
+	Topic     string    `json:"topic"`
+}
+
+// MessageSend defines model for MessageSend.
+type MessageSend struct {
+	// Data Any JSON value, kept byte for byte.
+	Data *AnyJSON `json:"data,omitempty"`
+
+	// ID The deduplication key, per target run. Defaults to a new UUID.
+	ID *string `json:"id,omitempty"`
+
+	// Topic What the run's `receive` awaits: 1 to 255 bytes.
+	Topic string `json:"topic"`
+}
+
 // Problem An RFC 9457 problem.
 type Problem struct {
 	Detail string  `json:"detail"`
@@ -845,7 +940,7 @@ type Run struct {
 	// Attempts Invocation attempts made so far.
 	Attempts int `json:"attempts"`
 
-	// Awaiting What a suspended run waits for, as its function's last answer said: a sleep, a failed step's retry, a child run, an event, or a callback. The run resumes at `seq`; `wake_at` on the run says when (for an event or a callback, when its wait times out), except for a child run, whose end wakes it. Absent when the run waits for nothing.
+	// Awaiting What a suspended run waits for, as its function's last answer said: a sleep, a failed step's retry, a child run, an event, a message, or a callback. The run resumes at `seq`; `wake_at` on the run says when (for an event, a message or a callback, when its wait times out), except for a child run, whose end wakes it. Absent when the run waits for nothing.
 	Awaiting *Awaiting `json:"awaiting,omitempty"`
 
 	// CancelledBy Who cancelled the run.
@@ -893,7 +988,7 @@ type RunDetail struct {
 	// Attempts Invocation attempts made so far.
 	Attempts int `json:"attempts"`
 
-	// Awaiting What a suspended run waits for, as its function's last answer said: a sleep, a failed step's retry, a child run, an event, or a callback. The run resumes at `seq`; `wake_at` on the run says when (for an event or a callback, when its wait times out), except for a child run, whose end wakes it. Absent when the run waits for nothing.
+	// Awaiting What a suspended run waits for, as its function's last answer said: a sleep, a failed step's retry, a child run, an event, a message, or a callback. The run resumes at `seq`; `wake_at` on the run says when (for an event, a message or a callback, when its wait times out), except for a child run, whose end wakes it. Absent when the run waits for nothing.
 	Awaiting *Awaiting `json:"awaiting,omitempty"`
 
 	// CancelledBy Who cancelled the run.
@@ -960,6 +1055,43 @@ type RunResult struct {
 
 // RunStatus defines model for RunStatus.
 type RunStatus string
+
+// RunStream A stream a run writes (`step.Stream`).
+type RunStream struct {
+	// Bytes Bytes of the chunks' JSON.
+	Bytes int `json:"bytes"`
+
+	// Closed The run closed the stream: no chunk follows.
+	Closed    bool       `json:"closed"`
+	ClosedAt  *time.Time `json:"closed_at,omitempty"`
+	CreatedAt *time.Time `json:"created_at,omitempty"`
+	Key       string     `json:"key"`
+
+	// Length Chunks written; the next chunk's offset.
+	Length int `json:"length"`
+}
+
+// RunStreamList defines model for RunStreamList.
+type RunStreamList struct {
+	Streams []RunStream `json:"streams"`
+}
+
+// RunValue A value a run published (`step.SetValue`), the latest of its key.
+type RunValue struct {
+	Key   string    `json:"key"`
+	SetAt time.Time `json:"set_at"`
+
+	// Value Any JSON value, kept byte for byte.
+	Value AnyJSON `json:"value"`
+
+	// Version The seq of the value's journal entry: a later value of the key has a greater one.
+	Version int `json:"version"`
+}
+
+// RunValueList defines model for RunValueList.
+type RunValueList struct {
+	Values []RunValue `json:"values"`
+}
 
 // Schedule defines model for Schedule.
 type Schedule struct {
@@ -1102,6 +1234,51 @@ type SigningSecretList struct {
 	Tenant  string          `json:"tenant"`
 }
 
+// StreamAck defines model for StreamAck.
+type StreamAck struct {
+	Closed bool   `json:"closed"`
+	Key    string `json:"key"`
+
+	// Length The stream's chunks after the write.
+	Length int `json:"length"`
+}
+
+// StreamWrite What a function POSTs to `checkpoint.url` + `/stream` (with the checkpoint's
+// bearer token) to append `chunks` to its run's stream `key`, and with `close` to
+// end it. The gateway gives each new chunk the stream's next offset, in order; a
+// reader sees a chunk once this write is answered 200.
+//
+// A chunk is identified by where the function wrote it, so that a replay or a
+// repeated POST writes nothing twice: `seq` is the seq of the step whose function
+// writes it (or, between steps, the seq the next entry will take), `attempt` that
+// step's attempt (0 between steps), and `index` the count of chunks the function
+// wrote to this key at that `(seq, attempt)` before this write (from 0): the
+// chunks of the write are `index`, `index+1`, .... A chunk whose `(key, seq,
+// attempt, index)` the stream already holds is skipped (the first write wins), so a
+// retried POST, or code between steps running again on replay, adds nothing; a
+// finished step is not run again on replay, so its chunks are not written again. A
+// step retried after a failure (a new `attempt`) writes its chunks anew.
+//
+// Bounds, each refused with a 409 `limit_exceeded` naming it: a chunk's JSON at
+// most `STEPGATE_MAX_CHUNK_BYTES` (64 KiB), a stream at most
+// `STEPGATE_MAX_STREAM_CHUNKS` chunks (100,000) and `STEPGATE_MAX_STREAM_BYTES`
+// bytes (16 MiB), a run at most `STEPGATE_MAX_RUN_STREAMS` streams (100).
+type StreamWrite struct {
+	// Attempt Default 0: between steps.
+	Attempt *int      `json:"attempt,omitempty"`
+	Chunks  []AnyJSON `json:"chunks"`
+
+	// Close End the stream after these chunks. Closing a closed stream is harmless.
+	Close *bool `json:"close,omitempty"`
+
+	// Index Default 0.
+	Index *int `json:"index,omitempty"`
+
+	// Key The stream's key. Letters, digits, `.`, `_`, `-`; 1 to 255 characters.
+	Key string `json:"key"`
+	Seq int    `json:"seq"`
+}
+
 // CallbackName defines model for CallbackName.
 type CallbackName = string
 
@@ -1110,6 +1287,9 @@ type CallbackToken = string
 
 // FunctionName defines model for FunctionName.
 type FunctionName = string
+
+// OutputKey defines model for OutputKey.
+type OutputKey = string
 
 // RunID defines model for RunID.
 type RunID = string
@@ -1206,6 +1386,30 @@ type GetRunResultParams struct {
 	Wait *Wait `form:"wait,omitempty" json:"wait,omitempty"`
 }
 
+// ReadRunStreamParams defines parameters for ReadRunStream.
+type ReadRunStreamParams struct {
+	// Offset The offset of the first chunk to send. Default 0.
+	Offset *int `form:"offset,omitempty" json:"offset,omitempty"`
+
+	// AccessToken The bearer token, for clients that cannot send the Authorization header.
+	AccessToken *string `form:"access_token,omitempty" json:"access_token,omitempty"`
+
+	// LastEventID The `id` of the last chunk received; the stream resumes after it (it wins over `offset`).
+	LastEventID *string `json:"Last-Event-ID,omitempty"`
+}
+
+// GetRunValueParams defines parameters for GetRunValue.
+type GetRunValueParams struct {
+	// Wait How long to wait, as a Go duration (`30s`); at most `60s`. Default `0s`, no wait.
+	Wait *string `form:"wait,omitempty" json:"wait,omitempty"`
+
+	// After The version the client has; the answer waits for a newer one.
+	After *int `form:"after,omitempty" json:"after,omitempty"`
+
+	// IfNoneMatch An `ETag` of a previous answer (`"12"`), as `after`.
+	IfNoneMatch *string `json:"If-None-Match,omitempty"`
+}
+
 // RotateSigningKeyParams defines parameters for RotateSigningKey.
 type RotateSigningKeyParams struct {
 	// Overlap How long the replaced key keeps signing, as a Go duration from `0s` (at once) to `720h`. Defaults to `24h`.
@@ -1244,6 +1448,12 @@ type RejectRunCallbackJSONRequestBody = CallbackRejection
 
 // CheckpointJSONRequestBody defines body for Checkpoint for application/json ContentType.
 type CheckpointJSONRequestBody = JournalEntry
+
+// CheckpointStreamJSONRequestBody defines body for CheckpointStream for application/json ContentType.
+type CheckpointStreamJSONRequestBody = StreamWrite
+
+// SendMessageJSONRequestBody defines body for SendMessage for application/json ContentType.
+type SendMessageJSONRequestBody = MessageSend
 
 // PutScheduleJSONRequestBody defines body for PutSchedule for application/json ContentType.
 type PutScheduleJSONRequestBody = ScheduleSpec
@@ -1648,6 +1858,86 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/runs/{id}/checkpoint (the `Checkpoint` operationId).
 	Checkpoint(ctx context.Context, id RunID, body CheckpointJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// CheckpointStreamWithBody Appends chunks to one of a running invocation's streams, or closes it (called by SDKs).
+	//
+	// Authorized by the invocation token, as the checkpoint is (`checkpoint.url` +
+	// `/stream`), and fenced the same way: a write of an invocation that no longer owns
+	// the run is a 409 `superseded`. See `StreamWrite` for what to send and how a
+	// repeated write is told apart from a new one. 200: the new chunks are durable and
+	// visible to readers. 409 `limit_exceeded`: a bound of the stream would be passed
+	// (the detail names it and its variable); nothing of the write is stored and the
+	// run goes on. 409 `stream_closed`: new chunks for a stream the run closed.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/runs/{id}/checkpoint/stream (the `CheckpointStream` operationId).
+	CheckpointStreamWithBody(ctx context.Context, id RunID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CheckpointStream Appends chunks to one of a running invocation's streams, or closes it (called by SDKs).
+	//
+	// Authorized by the invocation token, as the checkpoint is (`checkpoint.url` +
+	// `/stream`), and fenced the same way: a write of an invocation that no longer owns
+	// the run is a 409 `superseded`. See `StreamWrite` for what to send and how a
+	// repeated write is told apart from a new one. 200: the new chunks are durable and
+	// visible to readers. 409 `limit_exceeded`: a bound of the stream would be passed
+	// (the detail names it and its variable); nothing of the write is stored and the
+	// run goes on. 409 `stream_closed`: new chunks for a stream the run closed.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/runs/{id}/checkpoint/stream (the `CheckpointStream` operationId).
+	CheckpointStream(ctx context.Context, id RunID, body CheckpointStreamJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SendMessageWithBody Sends a message to a run's mailbox. Needs `events:send`.
+	//
+	// Puts a message in the mailbox of a run of the caller's tenant, with the caller's
+	// identity as its sender. The run takes it with a `receive` await of the message's
+	// `topic` (`step.Receive` in Go): a message sent before the receive waits for it,
+	// the oldest of a topic is taken first, and each message is taken by one receive,
+	// once. When the run is suspended on a receive of this topic, the message is taken
+	// in this request's transaction: journaled in the run as the receive's entry, and
+	// the run invoked again (`consumed`).
+	//
+	// The permission is `events:send`: a message is an event addressed to one run, and
+	// it moves a run no further than an event that resumes a `wait_event` can; it needs
+	// no power over the run itself (`runs:manage` cancels).
+	//
+	// `id` deduplicates per run: a message with the `id` of one already sent to this run
+	// answers that first message, with `duplicate`, and stores nothing (also once the
+	// run has finished). Without `id` the gateway makes one. A run that has finished
+	// (completed, failed or cancelled) takes no messages: 409, naming its status. A
+	// mailbox holds at most 1000 messages not yet received: past that a send is a 429.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/runs/{id}/messages (the `SendMessage` operationId).
+	SendMessageWithBody(ctx context.Context, id RunID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SendMessage Sends a message to a run's mailbox. Needs `events:send`.
+	//
+	// Puts a message in the mailbox of a run of the caller's tenant, with the caller's
+	// identity as its sender. The run takes it with a `receive` await of the message's
+	// `topic` (`step.Receive` in Go): a message sent before the receive waits for it,
+	// the oldest of a topic is taken first, and each message is taken by one receive,
+	// once. When the run is suspended on a receive of this topic, the message is taken
+	// in this request's transaction: journaled in the run as the receive's entry, and
+	// the run invoked again (`consumed`).
+	//
+	// The permission is `events:send`: a message is an event addressed to one run, and
+	// it moves a run no further than an event that resumes a `wait_event` can; it needs
+	// no power over the run itself (`runs:manage` cancels).
+	//
+	// `id` deduplicates per run: a message with the `id` of one already sent to this run
+	// answers that first message, with `duplicate`, and stores nothing (also once the
+	// run has finished). Without `id` the gateway makes one. A run that has finished
+	// (completed, failed or cancelled) takes no messages: 409, naming its status. A
+	// mailbox holds at most 1000 messages not yet received: past that a send is a 429.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/runs/{id}/messages (the `SendMessage` operationId).
+	SendMessage(ctx context.Context, id RunID, body SendMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// RerunRun Starts a new run with a finished run's input, as the caller. Needs `runs:invoke`.
 	//
 	// The new run uses the function's current revision and the old run's input, and
@@ -1663,6 +1953,64 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/runs/{id}/result (the `GetRunResult` operationId).
 	GetRunResult(ctx context.Context, id RunID, params *GetRunResultParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListRunStreams Lists a run's streams, with their lengths. Needs `runs:read`.
+	//
+	// Corresponds with GET /v1/runs/{id}/streams (the `ListRunStreams` operationId).
+	ListRunStreams(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReadRunStream Reads a run's stream live, from an offset, as server-sent events. Needs `runs:read`.
+	//
+	// A run writes ordered chunks to a stream with `step.Stream` (see `StreamWrite`);
+	// each is committed in Postgres before any reader sees it. Each chunk is an event
+	// `event: chunk` whose `id` is its offset (from 0) and whose `data` is the chunk (a
+	// JSON value: a string for text). The stream starts at `offset` (default 0), or
+	// after the `Last-Event-ID` an `EventSource` sends when it reconnects, so a
+	// reconnect resumes where it left off, with nothing missed or repeated. Chunks
+	// written later are sent as they commit, on any gateway (Postgres notifications,
+	// one listener per gateway). The stream ends with `event: end`, data
+	// `{"length": N, "reason": "closed"}` once the run closed it and every chunk was
+	// sent, or `"reason": "run_finished"` once the run finished without closing it. A
+	// stream the run has not written yet is waited for. A comment line
+	// (`: keepalive`) is sent every 15s; `event: expired` ends the stream when the
+	// token that opened it expires.
+	//
+	// It counts against the live streams a tenant and a subject may hold open on a
+	// gateway (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`; 429 past them). A
+	// browser's `EventSource` cannot send headers, so this operation also takes the
+	// token as the `access_token` query parameter.
+	//
+	// Corresponds with GET /v1/runs/{id}/streams/{key} (the `ReadRunStream` operationId).
+	ReadRunStream(ctx context.Context, id RunID, key OutputKey, params *ReadRunStreamParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListRunValues Lists the values a run published, the latest of each key. Needs `runs:read`.
+	//
+	// A run publishes values with `step.SetValue` (an entry of kind `value` in its
+	// journal, see `JournalEntry`); this lists the latest value of each key, by key.
+	// Values are bounded as journal entries are (`STEPGATE_MAX_OUTPUT_BYTES` each,
+	// `STEPGATE_MAX_JOURNAL_BYTES` and `STEPGATE_MAX_JOURNAL_ENTRIES` per run).
+	//
+	// Corresponds with GET /v1/runs/{id}/values (the `ListRunValues` operationId).
+	ListRunValues(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetRunValue Returns the latest value a run published under a key, waiting (up to `wait`) for one newer than `after`. Needs `runs:read`.
+	//
+	// A value's `version` is the seq of its journal entry: a later value of the key has a
+	// greater version. Without `after` (or `If-None-Match`) the current value is
+	// answered at once, or, when the key has none yet, as soon as the run publishes one
+	// within `wait`. With `after=<version>` (or `If-None-Match: "<version>"`, the
+	// `ETag` of a previous answer) the request waits, up to `wait`, for a value newer
+	// than that one: a long-poll. The wait ends early when the run finishes, since a
+	// finished run publishes nothing more.
+	//
+	// 200: the value (newer than `after`). 304: nothing newer than `after` when the
+	// wait ended (no body; the `ETag` is the current version). 404: no such run, or the
+	// key has no value when the wait ended (the detail says which). Waiting costs no
+	// polling: the run's writes are announced with Postgres notifications, one listener
+	// per gateway.
+	//
+	// Corresponds with GET /v1/runs/{id}/values/{key} (the `GetRunValue` operationId).
+	GetRunValue(ctx context.Context, id RunID, key OutputKey, params *GetRunValueParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListSchedules Lists the schedules, by name. Needs `functions:read`.
 	//
@@ -2368,6 +2716,126 @@ func (c *Client) Checkpoint(ctx context.Context, id RunID, body CheckpointJSONRe
 	return c.Client.Do(req)
 }
 
+// CheckpointStreamWithBody Appends chunks to one of a running invocation's streams, or closes it (called by SDKs).
+//
+// Authorized by the invocation token, as the checkpoint is (`checkpoint.url` +
+// `/stream`), and fenced the same way: a write of an invocation that no longer owns
+// the run is a 409 `superseded`. See `StreamWrite` for what to send and how a
+// repeated write is told apart from a new one. 200: the new chunks are durable and
+// visible to readers. 409 `limit_exceeded`: a bound of the stream would be passed
+// (the detail names it and its variable); nothing of the write is stored and the
+// run goes on. 409 `stream_closed`: new chunks for a stream the run closed.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/runs/{id}/checkpoint/stream (the `CheckpointStream` operationId).
+func (c *Client) CheckpointStreamWithBody(ctx context.Context, id RunID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCheckpointStreamRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CheckpointStream Appends chunks to one of a running invocation's streams, or closes it (called by SDKs).
+//
+// Authorized by the invocation token, as the checkpoint is (`checkpoint.url` +
+// `/stream`), and fenced the same way: a write of an invocation that no longer owns
+// the run is a 409 `superseded`. See `StreamWrite` for what to send and how a
+// repeated write is told apart from a new one. 200: the new chunks are durable and
+// visible to readers. 409 `limit_exceeded`: a bound of the stream would be passed
+// (the detail names it and its variable); nothing of the write is stored and the
+// run goes on. 409 `stream_closed`: new chunks for a stream the run closed.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/runs/{id}/checkpoint/stream (the `CheckpointStream` operationId).
+func (c *Client) CheckpointStream(ctx context.Context, id RunID, body CheckpointStreamJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCheckpointStreamRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SendMessageWithBody Sends a message to a run's mailbox. Needs `events:send`.
+//
+// Puts a message in the mailbox of a run of the caller's tenant, with the caller's
+// identity as its sender. The run takes it with a `receive` await of the message's
+// `topic` (`step.Receive` in Go): a message sent before the receive waits for it,
+// the oldest of a topic is taken first, and each message is taken by one receive,
+// once. When the run is suspended on a receive of this topic, the message is taken
+// in this request's transaction: journaled in the run as the receive's entry, and
+// the run invoked again (`consumed`).
+//
+// The permission is `events:send`: a message is an event addressed to one run, and
+// it moves a run no further than an event that resumes a `wait_event` can; it needs
+// no power over the run itself (`runs:manage` cancels).
+//
+// `id` deduplicates per run: a message with the `id` of one already sent to this run
+// answers that first message, with `duplicate`, and stores nothing (also once the
+// run has finished). Without `id` the gateway makes one. A run that has finished
+// (completed, failed or cancelled) takes no messages: 409, naming its status. A
+// mailbox holds at most 1000 messages not yet received: past that a send is a 429.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/runs/{id}/messages (the `SendMessage` operationId).
+func (c *Client) SendMessageWithBody(ctx context.Context, id RunID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSendMessageRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SendMessage Sends a message to a run's mailbox. Needs `events:send`.
+//
+// Puts a message in the mailbox of a run of the caller's tenant, with the caller's
+// identity as its sender. The run takes it with a `receive` await of the message's
+// `topic` (`step.Receive` in Go): a message sent before the receive waits for it,
+// the oldest of a topic is taken first, and each message is taken by one receive,
+// once. When the run is suspended on a receive of this topic, the message is taken
+// in this request's transaction: journaled in the run as the receive's entry, and
+// the run invoked again (`consumed`).
+//
+// The permission is `events:send`: a message is an event addressed to one run, and
+// it moves a run no further than an event that resumes a `wait_event` can; it needs
+// no power over the run itself (`runs:manage` cancels).
+//
+// `id` deduplicates per run: a message with the `id` of one already sent to this run
+// answers that first message, with `duplicate`, and stores nothing (also once the
+// run has finished). Without `id` the gateway makes one. A run that has finished
+// (completed, failed or cancelled) takes no messages: 409, naming its status. A
+// mailbox holds at most 1000 messages not yet received: past that a send is a 429.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/runs/{id}/messages (the `SendMessage` operationId).
+func (c *Client) SendMessage(ctx context.Context, id RunID, body SendMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSendMessageRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // RerunRun Starts a new run with a finished run's input, as the caller. Needs `runs:invoke`.
 //
 // The new run uses the function's current revision and the old run's input, and
@@ -2394,6 +2862,104 @@ func (c *Client) RerunRun(ctx context.Context, id RunID, reqEditors ...RequestEd
 // Corresponds with GET /v1/runs/{id}/result (the `GetRunResult` operationId).
 func (c *Client) GetRunResult(ctx context.Context, id RunID, params *GetRunResultParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetRunResultRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListRunStreams Lists a run's streams, with their lengths. Needs `runs:read`.
+//
+// Corresponds with GET /v1/runs/{id}/streams (the `ListRunStreams` operationId).
+func (c *Client) ListRunStreams(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListRunStreamsRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReadRunStream Reads a run's stream live, from an offset, as server-sent events. Needs `runs:read`.
+//
+// A run writes ordered chunks to a stream with `step.Stream` (see `StreamWrite`);
+// each is committed in Postgres before any reader sees it. Each chunk is an event
+// `event: chunk` whose `id` is its offset (from 0) and whose `data` is the chunk (a
+// JSON value: a string for text). The stream starts at `offset` (default 0), or
+// after the `Last-Event-ID` an `EventSource` sends when it reconnects, so a
+// reconnect resumes where it left off, with nothing missed or repeated. Chunks
+// written later are sent as they commit, on any gateway (Postgres notifications,
+// one listener per gateway). The stream ends with `event: end`, data
+// `{"length": N, "reason": "closed"}` once the run closed it and every chunk was
+// sent, or `"reason": "run_finished"` once the run finished without closing it. A
+// stream the run has not written yet is waited for. A comment line
+// (`: keepalive`) is sent every 15s; `event: expired` ends the stream when the
+// token that opened it expires.
+//
+// It counts against the live streams a tenant and a subject may hold open on a
+// gateway (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`; 429 past them). A
+// browser's `EventSource` cannot send headers, so this operation also takes the
+// token as the `access_token` query parameter.
+//
+// Corresponds with GET /v1/runs/{id}/streams/{key} (the `ReadRunStream` operationId).
+func (c *Client) ReadRunStream(ctx context.Context, id RunID, key OutputKey, params *ReadRunStreamParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReadRunStreamRequest(c.Server, id, key, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListRunValues Lists the values a run published, the latest of each key. Needs `runs:read`.
+//
+// A run publishes values with `step.SetValue` (an entry of kind `value` in its
+// journal, see `JournalEntry`); this lists the latest value of each key, by key.
+// Values are bounded as journal entries are (`STEPGATE_MAX_OUTPUT_BYTES` each,
+// `STEPGATE_MAX_JOURNAL_BYTES` and `STEPGATE_MAX_JOURNAL_ENTRIES` per run).
+//
+// Corresponds with GET /v1/runs/{id}/values (the `ListRunValues` operationId).
+func (c *Client) ListRunValues(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListRunValuesRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetRunValue Returns the latest value a run published under a key, waiting (up to `wait`) for one newer than `after`. Needs `runs:read`.
+//
+// A value's `version` is the seq of its journal entry: a later value of the key has a
+// greater version. Without `after` (or `If-None-Match`) the current value is
+// answered at once, or, when the key has none yet, as soon as the run publishes one
+// within `wait`. With `after=<version>` (or `If-None-Match: "<version>"`, the
+// `ETag` of a previous answer) the request waits, up to `wait`, for a value newer
+// than that one: a long-poll. The wait ends early when the run finishes, since a
+// finished run publishes nothing more.
+//
+// 200: the value (newer than `after`). 304: nothing newer than `after` when the
+// wait ended (no body; the `ETag` is the current version). 404: no such run, or the
+// key has no value when the wait ended (the detail says which). Waiting costs no
+// polling: the run's writes are announced with Postgres notifications, one listener
+// per gateway.
+//
+// Corresponds with GET /v1/runs/{id}/values/{key} (the `GetRunValue` operationId).
+func (c *Client) GetRunValue(ctx context.Context, id RunID, key OutputKey, params *GetRunValueParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetRunValueRequest(c.Server, id, key, params)
 	if err != nil {
 		return nil, err
 	}
@@ -3589,6 +4155,100 @@ func NewCheckpointRequestWithBody(server string, id RunID, contentType string, b
 	return req, nil
 }
 
+// NewCheckpointStreamRequest calls the generic CheckpointStream builder with application/json body
+func NewCheckpointStreamRequest(server string, id RunID, body CheckpointStreamJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCheckpointStreamRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewCheckpointStreamRequestWithBody constructs an http.Request for the CheckpointStream method, with any body, and a specified content type
+func NewCheckpointStreamRequestWithBody(server string, id RunID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/runs/%s/checkpoint/stream", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewSendMessageRequest calls the generic SendMessage builder with application/json body
+func NewSendMessageRequest(server string, id RunID, body SendMessageJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewSendMessageRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewSendMessageRequestWithBody constructs an http.Request for the SendMessage method, with any body, and a specified content type
+func NewSendMessageRequestWithBody(server string, id RunID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/runs/%s/messages", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewRerunRunRequest constructs an http.Request for the RerunRun method
 func NewRerunRunRequest(server string, id RunID) (*http.Request, error) {
 	var err error
@@ -3679,6 +4339,264 @@ func NewGetRunResultRequest(server string, id RunID, params *GetRunResultParams)
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListRunStreamsRequest constructs an http.Request for the ListRunStreams method
+func NewListRunStreamsRequest(server string, id RunID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/runs/%s/streams", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewReadRunStreamRequest constructs an http.Request for the ReadRunStream method
+func NewReadRunStreamRequest(server string, id RunID, key OutputKey, params *ReadRunStreamParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "key", key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/runs/%s/streams/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Offset != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.AccessToken != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "access_token", *params.AccessToken, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.LastEventID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Last-Event-ID", *params.LastEventID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Last-Event-ID", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewListRunValuesRequest constructs an http.Request for the ListRunValues method
+func NewListRunValuesRequest(server string, id RunID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/runs/%s/values", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetRunValueRequest constructs an http.Request for the GetRunValue method
+func NewGetRunValueRequest(server string, id RunID, key OutputKey, params *GetRunValueParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "key", key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/runs/%s/values/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Wait != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "wait", *params.Wait, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.After != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.IfNoneMatch != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "If-None-Match", *params.IfNoneMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-None-Match", headerParam0)
+		}
+
 	}
 
 	return req, nil
@@ -4376,6 +5294,86 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/runs/{id}/checkpoint (the `Checkpoint` operationId).
 	CheckpointWithResponse(ctx context.Context, id RunID, body CheckpointJSONRequestBody, reqEditors ...RequestEditorFn) (*CheckpointResponse, error)
 
+	// CheckpointStreamWithBodyWithResponse Appends chunks to one of a running invocation's streams, or closes it (called by SDKs).
+	//
+	// Authorized by the invocation token, as the checkpoint is (`checkpoint.url` +
+	// `/stream`), and fenced the same way: a write of an invocation that no longer owns
+	// the run is a 409 `superseded`. See `StreamWrite` for what to send and how a
+	// repeated write is told apart from a new one. 200: the new chunks are durable and
+	// visible to readers. 409 `limit_exceeded`: a bound of the stream would be passed
+	// (the detail names it and its variable); nothing of the write is stored and the
+	// run goes on. 409 `stream_closed`: new chunks for a stream the run closed.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/runs/{id}/checkpoint/stream (the `CheckpointStream` operationId).
+	CheckpointStreamWithBodyWithResponse(ctx context.Context, id RunID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CheckpointStreamResponse, error)
+
+	// CheckpointStreamWithResponse Appends chunks to one of a running invocation's streams, or closes it (called by SDKs).
+	//
+	// Authorized by the invocation token, as the checkpoint is (`checkpoint.url` +
+	// `/stream`), and fenced the same way: a write of an invocation that no longer owns
+	// the run is a 409 `superseded`. See `StreamWrite` for what to send and how a
+	// repeated write is told apart from a new one. 200: the new chunks are durable and
+	// visible to readers. 409 `limit_exceeded`: a bound of the stream would be passed
+	// (the detail names it and its variable); nothing of the write is stored and the
+	// run goes on. 409 `stream_closed`: new chunks for a stream the run closed.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/runs/{id}/checkpoint/stream (the `CheckpointStream` operationId).
+	CheckpointStreamWithResponse(ctx context.Context, id RunID, body CheckpointStreamJSONRequestBody, reqEditors ...RequestEditorFn) (*CheckpointStreamResponse, error)
+
+	// SendMessageWithBodyWithResponse Sends a message to a run's mailbox. Needs `events:send`.
+	//
+	// Puts a message in the mailbox of a run of the caller's tenant, with the caller's
+	// identity as its sender. The run takes it with a `receive` await of the message's
+	// `topic` (`step.Receive` in Go): a message sent before the receive waits for it,
+	// the oldest of a topic is taken first, and each message is taken by one receive,
+	// once. When the run is suspended on a receive of this topic, the message is taken
+	// in this request's transaction: journaled in the run as the receive's entry, and
+	// the run invoked again (`consumed`).
+	//
+	// The permission is `events:send`: a message is an event addressed to one run, and
+	// it moves a run no further than an event that resumes a `wait_event` can; it needs
+	// no power over the run itself (`runs:manage` cancels).
+	//
+	// `id` deduplicates per run: a message with the `id` of one already sent to this run
+	// answers that first message, with `duplicate`, and stores nothing (also once the
+	// run has finished). Without `id` the gateway makes one. A run that has finished
+	// (completed, failed or cancelled) takes no messages: 409, naming its status. A
+	// mailbox holds at most 1000 messages not yet received: past that a send is a 429.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/runs/{id}/messages (the `SendMessage` operationId).
+	SendMessageWithBodyWithResponse(ctx context.Context, id RunID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SendMessageResponse, error)
+
+	// SendMessageWithResponse Sends a message to a run's mailbox. Needs `events:send`.
+	//
+	// Puts a message in the mailbox of a run of the caller's tenant, with the caller's
+	// identity as its sender. The run takes it with a `receive` await of the message's
+	// `topic` (`step.Receive` in Go): a message sent before the receive waits for it,
+	// the oldest of a topic is taken first, and each message is taken by one receive,
+	// once. When the run is suspended on a receive of this topic, the message is taken
+	// in this request's transaction: journaled in the run as the receive's entry, and
+	// the run invoked again (`consumed`).
+	//
+	// The permission is `events:send`: a message is an event addressed to one run, and
+	// it moves a run no further than an event that resumes a `wait_event` can; it needs
+	// no power over the run itself (`runs:manage` cancels).
+	//
+	// `id` deduplicates per run: a message with the `id` of one already sent to this run
+	// answers that first message, with `duplicate`, and stores nothing (also once the
+	// run has finished). Without `id` the gateway makes one. A run that has finished
+	// (completed, failed or cancelled) takes no messages: 409, naming its status. A
+	// mailbox holds at most 1000 messages not yet received: past that a send is a 429.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/runs/{id}/messages (the `SendMessage` operationId).
+	SendMessageWithResponse(ctx context.Context, id RunID, body SendMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*SendMessageResponse, error)
+
 	// RerunRunWithResponse Starts a new run with a finished run's input, as the caller. Needs `runs:invoke`.
 	//
 	// The new run uses the function's current revision and the old run's input, and
@@ -4395,6 +5393,72 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/runs/{id}/result (the `GetRunResult` operationId).
 	GetRunResultWithResponse(ctx context.Context, id RunID, params *GetRunResultParams, reqEditors ...RequestEditorFn) (*GetRunResultResponse, error)
+
+	// ListRunStreamsWithResponse Lists a run's streams, with their lengths. Needs `runs:read`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/runs/{id}/streams (the `ListRunStreams` operationId).
+	ListRunStreamsWithResponse(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*ListRunStreamsResponse, error)
+
+	// ReadRunStreamWithResponse Reads a run's stream live, from an offset, as server-sent events. Needs `runs:read`.
+	//
+	// A run writes ordered chunks to a stream with `step.Stream` (see `StreamWrite`);
+	// each is committed in Postgres before any reader sees it. Each chunk is an event
+	// `event: chunk` whose `id` is its offset (from 0) and whose `data` is the chunk (a
+	// JSON value: a string for text). The stream starts at `offset` (default 0), or
+	// after the `Last-Event-ID` an `EventSource` sends when it reconnects, so a
+	// reconnect resumes where it left off, with nothing missed or repeated. Chunks
+	// written later are sent as they commit, on any gateway (Postgres notifications,
+	// one listener per gateway). The stream ends with `event: end`, data
+	// `{"length": N, "reason": "closed"}` once the run closed it and every chunk was
+	// sent, or `"reason": "run_finished"` once the run finished without closing it. A
+	// stream the run has not written yet is waited for. A comment line
+	// (`: keepalive`) is sent every 15s; `event: expired` ends the stream when the
+	// token that opened it expires.
+	//
+	// It counts against the live streams a tenant and a subject may hold open on a
+	// gateway (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`; 429 past them). A
+	// browser's `EventSource` cannot send headers, so this operation also takes the
+	// token as the `access_token` query parameter.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/runs/{id}/streams/{key} (the `ReadRunStream` operationId).
+	ReadRunStreamWithResponse(ctx context.Context, id RunID, key OutputKey, params *ReadRunStreamParams, reqEditors ...RequestEditorFn) (*ReadRunStreamResponse, error)
+
+	// ListRunValuesWithResponse Lists the values a run published, the latest of each key. Needs `runs:read`.
+	//
+	// A run publishes values with `step.SetValue` (an entry of kind `value` in its
+	// journal, see `JournalEntry`); this lists the latest value of each key, by key.
+	// Values are bounded as journal entries are (`STEPGATE_MAX_OUTPUT_BYTES` each,
+	// `STEPGATE_MAX_JOURNAL_BYTES` and `STEPGATE_MAX_JOURNAL_ENTRIES` per run).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/runs/{id}/values (the `ListRunValues` operationId).
+	ListRunValuesWithResponse(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*ListRunValuesResponse, error)
+
+	// GetRunValueWithResponse Returns the latest value a run published under a key, waiting (up to `wait`) for one newer than `after`. Needs `runs:read`.
+	//
+	// A value's `version` is the seq of its journal entry: a later value of the key has a
+	// greater version. Without `after` (or `If-None-Match`) the current value is
+	// answered at once, or, when the key has none yet, as soon as the run publishes one
+	// within `wait`. With `after=<version>` (or `If-None-Match: "<version>"`, the
+	// `ETag` of a previous answer) the request waits, up to `wait`, for a value newer
+	// than that one: a long-poll. The wait ends early when the run finishes, since a
+	// finished run publishes nothing more.
+	//
+	// 200: the value (newer than `after`). 304: nothing newer than `after` when the
+	// wait ended (no body; the `ETag` is the current version). 404: no such run, or the
+	// key has no value when the wait ended (the detail says which). Waiting costs no
+	// polling: the run's writes are announced with Postgres notifications, one listener
+	// per gateway.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/runs/{id}/values/{key} (the `GetRunValue` operationId).
+	GetRunValueWithResponse(ctx context.Context, id RunID, key OutputKey, params *GetRunValueParams, reqEditors ...RequestEditorFn) (*GetRunValueResponse, error)
 
 	// ListSchedulesWithResponse Lists the schedules, by name. Needs `functions:read`.
 	//
@@ -5767,6 +6831,172 @@ func (r CheckpointResponse) ContentType() string {
 	return ""
 }
 
+type CheckpointStreamResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *StreamAck
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationProblemJSON409 *Conflict
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *TooLarge
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CheckpointStreamResponse) GetJSON200() *StreamAck {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CheckpointStreamResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CheckpointStreamResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CheckpointStreamResponse) GetApplicationProblemJSON409() *Conflict {
+	return r.ApplicationProblemJSON409
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r CheckpointStreamResponse) GetApplicationProblemJSON413() *TooLarge {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r CheckpointStreamResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r CheckpointStreamResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CheckpointStreamResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CheckpointStreamResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CheckpointStreamResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type SendMessageResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *MessageReceipt
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationProblemJSON409 *Conflict
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *TooLarge
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *TooManyRequests
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r SendMessageResponse) GetJSON202() *MessageReceipt {
+	return r.JSON202
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r SendMessageResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r SendMessageResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r SendMessageResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r SendMessageResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r SendMessageResponse) GetApplicationProblemJSON409() *Conflict {
+	return r.ApplicationProblemJSON409
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r SendMessageResponse) GetApplicationProblemJSON413() *TooLarge {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r SendMessageResponse) GetApplicationProblemJSON429() *TooManyRequests {
+	return r.ApplicationProblemJSON429
+}
+
+// GetBody returns the raw response body bytes
+func (r SendMessageResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r SendMessageResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r SendMessageResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r SendMessageResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // RerunRunResponse202Headers the declared response headers of an HTTP 202 response for RerunRun
 type RerunRunResponse202Headers struct {
 	Location *string
@@ -5920,6 +7150,282 @@ func (r GetRunResultResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetRunResultResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListRunStreamsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RunStreamList
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListRunStreamsResponse) GetJSON200() *RunStreamList {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListRunStreamsResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListRunStreamsResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListRunStreamsResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r ListRunStreamsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListRunStreamsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListRunStreamsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListRunStreamsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ReadRunStreamResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *TooManyRequests
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ReadRunStreamResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ReadRunStreamResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ReadRunStreamResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ReadRunStreamResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ReadRunStreamResponse) GetApplicationProblemJSON429() *TooManyRequests {
+	return r.ApplicationProblemJSON429
+}
+
+// GetBody returns the raw response body bytes
+func (r ReadRunStreamResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReadRunStreamResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReadRunStreamResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReadRunStreamResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListRunValuesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RunValueList
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListRunValuesResponse) GetJSON200() *RunValueList {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListRunValuesResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListRunValuesResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListRunValuesResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r ListRunValuesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListRunValuesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListRunValuesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListRunValuesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetRunValueResponse200Headers the declared response headers of an HTTP 200 response for GetRunValue
+type GetRunValueResponse200Headers struct {
+	ETag *string
+}
+
+// GetRunValueResponse304Headers the declared response headers of an HTTP 304 response for GetRunValue
+type GetRunValueResponse304Headers struct {
+	ETag *string
+}
+
+type GetRunValueResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RunValue
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetRunValueResponse200Headers
+	// Headers304 the parsed response headers for an HTTP 304 response
+	Headers304 *GetRunValueResponse304Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetRunValueResponse) GetJSON200() *RunValue {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetRunValueResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetRunValueResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetRunValueResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetRunValueResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r GetRunValueResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetRunValueResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetRunValueResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetRunValueResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -6907,6 +8413,110 @@ func (c *ClientWithResponses) CheckpointWithResponse(ctx context.Context, id Run
 	return ParseCheckpointResponse(rsp)
 }
 
+// CheckpointStreamWithBodyWithResponse Appends chunks to one of a running invocation's streams, or closes it (called by SDKs).
+//
+// Authorized by the invocation token, as the checkpoint is (`checkpoint.url` +
+// `/stream`), and fenced the same way: a write of an invocation that no longer owns
+// the run is a 409 `superseded`. See `StreamWrite` for what to send and how a
+// repeated write is told apart from a new one. 200: the new chunks are durable and
+// visible to readers. 409 `limit_exceeded`: a bound of the stream would be passed
+// (the detail names it and its variable); nothing of the write is stored and the
+// run goes on. 409 `stream_closed`: new chunks for a stream the run closed.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/runs/{id}/checkpoint/stream (the `CheckpointStream` operationId).
+func (c *ClientWithResponses) CheckpointStreamWithBodyWithResponse(ctx context.Context, id RunID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CheckpointStreamResponse, error) {
+	rsp, err := c.CheckpointStreamWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCheckpointStreamResponse(rsp)
+}
+
+// CheckpointStreamWithResponse Appends chunks to one of a running invocation's streams, or closes it (called by SDKs).
+//
+// Authorized by the invocation token, as the checkpoint is (`checkpoint.url` +
+// `/stream`), and fenced the same way: a write of an invocation that no longer owns
+// the run is a 409 `superseded`. See `StreamWrite` for what to send and how a
+// repeated write is told apart from a new one. 200: the new chunks are durable and
+// visible to readers. 409 `limit_exceeded`: a bound of the stream would be passed
+// (the detail names it and its variable); nothing of the write is stored and the
+// run goes on. 409 `stream_closed`: new chunks for a stream the run closed.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/runs/{id}/checkpoint/stream (the `CheckpointStream` operationId).
+func (c *ClientWithResponses) CheckpointStreamWithResponse(ctx context.Context, id RunID, body CheckpointStreamJSONRequestBody, reqEditors ...RequestEditorFn) (*CheckpointStreamResponse, error) {
+	rsp, err := c.CheckpointStream(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCheckpointStreamResponse(rsp)
+}
+
+// SendMessageWithBodyWithResponse Sends a message to a run's mailbox. Needs `events:send`.
+//
+// Puts a message in the mailbox of a run of the caller's tenant, with the caller's
+// identity as its sender. The run takes it with a `receive` await of the message's
+// `topic` (`step.Receive` in Go): a message sent before the receive waits for it,
+// the oldest of a topic is taken first, and each message is taken by one receive,
+// once. When the run is suspended on a receive of this topic, the message is taken
+// in this request's transaction: journaled in the run as the receive's entry, and
+// the run invoked again (`consumed`).
+//
+// The permission is `events:send`: a message is an event addressed to one run, and
+// it moves a run no further than an event that resumes a `wait_event` can; it needs
+// no power over the run itself (`runs:manage` cancels).
+//
+// `id` deduplicates per run: a message with the `id` of one already sent to this run
+// answers that first message, with `duplicate`, and stores nothing (also once the
+// run has finished). Without `id` the gateway makes one. A run that has finished
+// (completed, failed or cancelled) takes no messages: 409, naming its status. A
+// mailbox holds at most 1000 messages not yet received: past that a send is a 429.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/runs/{id}/messages (the `SendMessage` operationId).
+func (c *ClientWithResponses) SendMessageWithBodyWithResponse(ctx context.Context, id RunID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SendMessageResponse, error) {
+	rsp, err := c.SendMessageWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSendMessageResponse(rsp)
+}
+
+// SendMessageWithResponse Sends a message to a run's mailbox. Needs `events:send`.
+//
+// Puts a message in the mailbox of a run of the caller's tenant, with the caller's
+// identity as its sender. The run takes it with a `receive` await of the message's
+// `topic` (`step.Receive` in Go): a message sent before the receive waits for it,
+// the oldest of a topic is taken first, and each message is taken by one receive,
+// once. When the run is suspended on a receive of this topic, the message is taken
+// in this request's transaction: journaled in the run as the receive's entry, and
+// the run invoked again (`consumed`).
+//
+// The permission is `events:send`: a message is an event addressed to one run, and
+// it moves a run no further than an event that resumes a `wait_event` can; it needs
+// no power over the run itself (`runs:manage` cancels).
+//
+// `id` deduplicates per run: a message with the `id` of one already sent to this run
+// answers that first message, with `duplicate`, and stores nothing (also once the
+// run has finished). Without `id` the gateway makes one. A run that has finished
+// (completed, failed or cancelled) takes no messages: 409, naming its status. A
+// mailbox holds at most 1000 messages not yet received: past that a send is a 429.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/runs/{id}/messages (the `SendMessage` operationId).
+func (c *ClientWithResponses) SendMessageWithResponse(ctx context.Context, id RunID, body SendMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*SendMessageResponse, error) {
+	rsp, err := c.SendMessage(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSendMessageResponse(rsp)
+}
+
 // RerunRunWithResponse Starts a new run with a finished run's input, as the caller. Needs `runs:invoke`.
 //
 // The new run uses the function's current revision and the old run's input, and
@@ -6937,6 +8547,96 @@ func (c *ClientWithResponses) GetRunResultWithResponse(ctx context.Context, id R
 		return nil, err
 	}
 	return ParseGetRunResultResponse(rsp)
+}
+
+// ListRunStreamsWithResponse Lists a run's streams, with their lengths. Needs `runs:read`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/runs/{id}/streams (the `ListRunStreams` operationId).
+func (c *ClientWithResponses) ListRunStreamsWithResponse(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*ListRunStreamsResponse, error) {
+	rsp, err := c.ListRunStreams(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListRunStreamsResponse(rsp)
+}
+
+// ReadRunStreamWithResponse Reads a run's stream live, from an offset, as server-sent events. Needs `runs:read`.
+//
+// A run writes ordered chunks to a stream with `step.Stream` (see `StreamWrite`);
+// each is committed in Postgres before any reader sees it. Each chunk is an event
+// `event: chunk` whose `id` is its offset (from 0) and whose `data` is the chunk (a
+// JSON value: a string for text). The stream starts at `offset` (default 0), or
+// after the `Last-Event-ID` an `EventSource` sends when it reconnects, so a
+// reconnect resumes where it left off, with nothing missed or repeated. Chunks
+// written later are sent as they commit, on any gateway (Postgres notifications,
+// one listener per gateway). The stream ends with `event: end`, data
+// `{"length": N, "reason": "closed"}` once the run closed it and every chunk was
+// sent, or `"reason": "run_finished"` once the run finished without closing it. A
+// stream the run has not written yet is waited for. A comment line
+// (`: keepalive`) is sent every 15s; `event: expired` ends the stream when the
+// token that opened it expires.
+//
+// It counts against the live streams a tenant and a subject may hold open on a
+// gateway (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`; 429 past them). A
+// browser's `EventSource` cannot send headers, so this operation also takes the
+// token as the `access_token` query parameter.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/runs/{id}/streams/{key} (the `ReadRunStream` operationId).
+func (c *ClientWithResponses) ReadRunStreamWithResponse(ctx context.Context, id RunID, key OutputKey, params *ReadRunStreamParams, reqEditors ...RequestEditorFn) (*ReadRunStreamResponse, error) {
+	rsp, err := c.ReadRunStream(ctx, id, key, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReadRunStreamResponse(rsp)
+}
+
+// ListRunValuesWithResponse Lists the values a run published, the latest of each key. Needs `runs:read`.
+//
+// A run publishes values with `step.SetValue` (an entry of kind `value` in its
+// journal, see `JournalEntry`); this lists the latest value of each key, by key.
+// Values are bounded as journal entries are (`STEPGATE_MAX_OUTPUT_BYTES` each,
+// `STEPGATE_MAX_JOURNAL_BYTES` and `STEPGATE_MAX_JOURNAL_ENTRIES` per run).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/runs/{id}/values (the `ListRunValues` operationId).
+func (c *ClientWithResponses) ListRunValuesWithResponse(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*ListRunValuesResponse, error) {
+	rsp, err := c.ListRunValues(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListRunValuesResponse(rsp)
+}
+
+// GetRunValueWithResponse Returns the latest value a run published under a key, waiting (up to `wait`) for one newer than `after`. Needs `runs:read`.
+//
+// A value's `version` is the seq of its journal entry: a later value of the key has a
+// greater version. Without `after` (or `If-None-Match`) the current value is
+// answered at once, or, when the key has none yet, as soon as the run publishes one
+// within `wait`. With `after=<version>` (or `If-None-Match: "<version>"`, the
+// `ETag` of a previous answer) the request waits, up to `wait`, for a value newer
+// than that one: a long-poll. The wait ends early when the run finishes, since a
+// finished run publishes nothing more.
+//
+// 200: the value (newer than `after`). 304: nothing newer than `after` when the
+// wait ended (no body; the `ETag` is the current version). 404: no such run, or the
+// key has no value when the wait ended (the detail says which). Waiting costs no
+// polling: the run's writes are announced with Postgres notifications, one listener
+// per gateway.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/runs/{id}/values/{key} (the `GetRunValue` operationId).
+func (c *ClientWithResponses) GetRunValueWithResponse(ctx context.Context, id RunID, key OutputKey, params *GetRunValueParams, reqEditors ...RequestEditorFn) (*GetRunValueResponse, error) {
+	rsp, err := c.GetRunValue(ctx, id, key, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetRunValueResponse(rsp)
 }
 
 // ListSchedulesWithResponse Lists the schedules, by name. Needs `functions:read`.
@@ -8102,6 +9802,142 @@ func ParseCheckpointResponse(rsp *http.Response) (*CheckpointResponse, error) {
 	return response, nil
 }
 
+// ParseCheckpointStreamResponse parses an HTTP response from a CheckpointStreamWithResponse call
+func ParseCheckpointStreamResponse(rsp *http.Response) (*CheckpointStreamResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CheckpointStreamResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest StreamAck
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseSendMessageResponse parses an HTTP response from a SendMessageWithResponse call
+func ParseSendMessageResponse(rsp *http.Response) (*SendMessageResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &SendMessageResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest MessageReceipt
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseRerunRunResponse parses an HTTP response from a RerunRunWithResponse call
 func ParseRerunRunResponse(rsp *http.Response) (*RerunRunResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -8238,6 +10074,234 @@ func ParseGetRunResultResponse(rsp *http.Response) (*GetRunResultResponse, error
 			headers.Location = &value
 		}
 		response.Headers202 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListRunStreamsResponse parses an HTTP response from a ListRunStreamsWithResponse call
+func ParseListRunStreamsResponse(rsp *http.Response) (*ListRunStreamsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListRunStreamsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RunStreamList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseReadRunStreamResponse parses an HTTP response from a ReadRunStreamWithResponse call
+func ParseReadRunStreamResponse(rsp *http.Response) (*ReadRunStreamResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReadRunStreamResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListRunValuesResponse parses an HTTP response from a ListRunValuesWithResponse call
+func ParseListRunValuesResponse(rsp *http.Response) (*ListRunValuesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListRunValuesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RunValueList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetRunValueResponse parses an HTTP response from a GetRunValueWithResponse call
+func ParseGetRunValueResponse(rsp *http.Response) (*GetRunValueResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetRunValueResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RunValue
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case rsp.StatusCode == 304:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetRunValueResponse200Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 304:
+		var headers GetRunValueResponse304Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		response.Headers304 = &headers
 	}
 
 	return response, nil

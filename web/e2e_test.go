@@ -517,6 +517,32 @@ func TestDashboard(t *testing.T) {
 		require.True(t, hidden, "a viewer was offered what it may not do")
 	})
 
+	t.Run("RunShowsItsValuesAndStreams", func(t *testing.T) {
+		b.use(t)
+		app := s.NewApp()
+		functions.Register(app, "publisher", func(ctx context.Context, _ struct{}) (string, error) {
+			if err := step.SetValue(ctx, "checkout_url", "https://pay.example/o-1"); err != nil {
+				return "", err
+			}
+			out, err := step.Stream(ctx, "tokens")
+			if err != nil {
+				return "", err
+			}
+			for _, tok := range []string{"Hel", "lo"} {
+				if err := out.WriteString(tok); err != nil {
+					return "", err
+				}
+			}
+			return "ok", out.Close()
+		})
+		s.Sync(t, s.ServeApp(t, app))
+		id := start(t, c, "publisher", `{}`, nil)
+		b.do("open the run", 10*time.Second, chromedp.Navigate(s.URL+"/#/runs/"+id))
+		require.Contains(t, b.text("its value", `[data-testid=run-value][data-key="checkout_url"]`), "https://pay.example/o-1")
+		b.poll("its stream's text", `document.querySelector('[data-testid=run-stream][data-key="tokens"] [data-testid=run-stream-body]')?.textContent === "Hello"`)
+		b.shoot("run-published")
+	})
+
 	t.Run("DevLinkSignsIn", func(t *testing.T) {
 		b.use(t)
 		b.click("sign out", "[data-testid=sign-out]")

@@ -47,6 +47,8 @@ type benchOptions struct {
 	databaseURL string
 	sleep       time.Duration
 	sleepRuns   int
+	events      int
+	waiters     int
 }
 
 // parseBench parses the bench command line; --database-url defaults to
@@ -61,6 +63,8 @@ func (c *cli) parseBench(args []string) (*benchOptions, error) {
 	fs.DurationVar(&o.floor, "floor-duration", 2*time.Second, "how long the commit floor is measured")
 	fs.DurationVar(&o.sleep, "sleep", time.Second, "also measure how late runs of orders.checkout wake from a sleep this long (0: skip)")
 	fs.IntVar(&o.sleepRuns, "sleep-runs", 50, "how many sleeping runs to measure, started 20ms apart")
+	fs.IntVar(&o.events, "events", 0, "also measure `N` events, one at a time, each resuming a run of orders.await_payment that waits for it (0: skip)")
+	fs.IntVar(&o.waiters, "event-waiters", 0, "with --events: first start `N` other runs that wait for the same event name with other keys")
 	fs.StringVar(&o.databaseURL, "database-url", "", "the gateway's Postgres `URL`, to measure the commit floor (default $DATABASE_URL; none: no floor)")
 	if _, err := parseCommand(fs, args); err != nil {
 		return nil, err
@@ -147,16 +151,17 @@ type benchCell struct {
 
 // benchReport is everything "stepgate bench" measured.
 type benchReport struct {
-	Gateway    string      `json:"gateway"`
-	GOMAXPROCS int         `json:"gomaxprocs"`
-	NumCPU     int         `json:"num_cpu"`
-	GoVersion  string      `json:"go_version"`
-	Platform   string      `json:"platform"`
-	Duration   string      `json:"duration"`
-	Warmup     string      `json:"warmup"`
-	Floor      *benchFloor `json:"floor,omitempty"`
-	Cells      []benchCell `json:"cells"`
-	Sleep      *benchSleep `json:"sleep,omitempty"`
+	Gateway    string       `json:"gateway"`
+	GOMAXPROCS int          `json:"gomaxprocs"`
+	NumCPU     int          `json:"num_cpu"`
+	GoVersion  string       `json:"go_version"`
+	Platform   string       `json:"platform"`
+	Duration   string       `json:"duration"`
+	Warmup     string       `json:"warmup"`
+	Floor      *benchFloor  `json:"floor,omitempty"`
+	Cells      []benchCell  `json:"cells"`
+	Sleep      *benchSleep  `json:"sleep,omitempty"`
+	Events     *benchEvents `json:"events,omitempty"`
 }
 
 // bench runs "stepgate bench": it drives a running gateway with runs of each
@@ -234,6 +239,16 @@ func (c *cli) bench(ctx context.Context, args []string) error {
 		rep.Sleep = measureSleep(ctx, cl, o.sleep, o.sleepRuns, 20*time.Millisecond)
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("bench interrupted: %w", err)
+		}
+	}
+
+	if o.events > 0 {
+		if err := benchPreflight(ctx, cl, []string{benchEventFunction}); err != nil {
+			return err
+		}
+		rep.Events, err = measureEvents(ctx, cl, o.databaseURL, o.events, o.waiters, func(f string, a ...any) { fmt.Fprintf(c.stderr, f, a...) })
+		if err != nil {
+			return err
 		}
 	}
 
@@ -436,6 +451,10 @@ func writeBenchReport(w io.Writer, rep *benchReport) error {
 	if s := rep.Sleep; s != nil {
 		fmt.Fprintf(w, "\nsleep %s, %d runs (%d errors): woke late by p50 %s  p90 %s  p99 %s  max %s\n",
 			s.Sleep, s.Runs, s.Errors, formatMillis(s.stats.P50), formatMillis(s.stats.P90), formatMillis(s.stats.P99), formatMillis(s.stats.Max))
+	}
+	if e := rep.Events; e != nil {
+		fmt.Fprintf(w, "\nevents: %d runs resumed, %d others waiting (%d errors): event to run's end p50 %s  p90 %s  p99 %s  max %s\n",
+			e.Runs, e.Others, e.Errors, formatMillis(e.stats.P50), formatMillis(e.stats.P90), formatMillis(e.stats.P99), formatMillis(e.stats.Max))
 	}
 	for _, c := range rep.Cells {
 		if c.Errors == 0 {

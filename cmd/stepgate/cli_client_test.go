@@ -81,6 +81,12 @@ func newFakeGateway(t *testing.T) *fakeGateway {
 	mux.HandleFunc("GET /v1/runs", func(w http.ResponseWriter, r *http.Request) {
 		ok(w, 200, `{"runs":[{"id":"r1","function":"hello","revision":2,"status":"failed","input":{},"identity":{"subject":"dev","tenant":"t","roles":[]},"attempts":3,"created_at":"2026-01-02T15:04:05Z","finished_at":"2026-01-02T15:04:06.5Z"}],"next_cursor":"c2"}`)
 	})
+	mux.HandleFunc("GET /v1/runs/{id}/values", func(w http.ResponseWriter, r *http.Request) {
+		ok(w, 200, `{"values":[{"key":"progress","value":40,"version":3,"set_at":"2026-01-02T15:04:05Z"},{"key":"url","value":{"href":"https://pay.example/1"},"version":2,"set_at":"2026-01-02T15:04:04Z"}]}`)
+	})
+	mux.HandleFunc("POST /v1/runs/{id}/messages", func(w http.ResponseWriter, r *http.Request) {
+		ok(w, 202, `{"id":"m1","run_id":"`+r.PathValue("id")+`","topic":"approval","consumed":true,"sent_at":"2026-01-02T15:04:05Z"}`)
+	})
 	g.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		g.mu.Lock()
@@ -189,6 +195,29 @@ func TestClientCommands(t *testing.T) {
 			"r1  hello     failed  3         2026-01-02 15:04:05  1.5s\n"+
 			"\n"+
 			"more: stepgate runs list --cursor c2\n", stdout.String())
+	})
+
+	t.Run("RunValues", func(t *testing.T) {
+		t.Parallel()
+		g := newFakeGateway(t)
+		c, stdout, _ := newTestCLI(map[string]string{"STEPGATE_URL": g.URL}, "")
+		require.NoError(t, c.run(t.Context(), []string{"runs", "values", "r1"}))
+		require.Equal(t, ""+
+			"KEY       VERSION  SET                  VALUE\n"+
+			"progress  3        2026-01-02 15:04:05  40\n"+
+			"url       2        2026-01-02 15:04:04  {\"href\":\"https://pay.example/1\"}\n", stdout.String())
+	})
+
+	t.Run("RunsSendPostsAMessage", func(t *testing.T) {
+		t.Parallel()
+		g := newFakeGateway(t)
+		c, stdout, _ := newTestCLI(map[string]string{"STEPGATE_URL": g.URL}, "")
+		require.NoError(t, c.run(t.Context(), []string{"runs", "send", "0193a3c2-0000-7000-8000-000000000001", "approval", `{"ok":true}`, "--id", "m1"}))
+		_, body, _, _ := g.last()
+		require.JSONEq(t, `{"topic":"approval","data":{"ok":true},"id":"m1"}`, body)
+		require.Equal(t, "message m1 on topic approval to run 0193a3c2-0000-7000-8000-000000000001: received by the run\n", stdout.String())
+		require.Error(t, c.run(t.Context(), []string{"runs", "send", "r1"}), "a topic is needed")
+		require.Error(t, c.run(t.Context(), []string{"runs", "send", "r1", "t", "{nope"}), "the data is JSON")
 	})
 
 	t.Run("ConnectionRefusedHints", func(t *testing.T) {

@@ -312,3 +312,84 @@ func (c *cli) runsGet(ctx context.Context, args []string) error {
 			return writeRunDetail(c.stdout, resp.JSON200, c.loc)
 		})
 }
+
+// runsValues runs "stepgate runs values ID": the latest value of each of the run's keys.
+func (c *cli) runsValues(ctx context.Context, args []string) error {
+	return singleRequest(ctx, c, args, "runs values", "ID", "list values of run", []int{http.StatusOK},
+		func(ctx context.Context, cl *protocol.ClientWithResponses, id string) (*protocol.ListRunValuesResponse, error) {
+			return cl.ListRunValuesWithResponse(ctx, id)
+		},
+		func(resp *protocol.ListRunValuesResponse, id string) error {
+			if resp.JSON200 == nil {
+				return fmt.Errorf("list values of run %s: unexpected response %q", id, resp.ContentType())
+			}
+			if len(resp.JSON200.Values) == 0 {
+				_, err := fmt.Fprintln(c.stdout, "no values")
+				return err
+			}
+			tw := newTable(c.stdout)
+			fmt.Fprintln(tw, "KEY\tVERSION\tSET\tVALUE")
+			for _, v := range resp.JSON200.Values {
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", v.Key, v.Version, v.SetAt.In(c.loc).Format(time.DateTime), compactJSON(v.Value, 80))
+			}
+			return tw.Flush()
+		})
+}
+
+// runsSend runs "stepgate runs send ID TOPIC [JSON] [--id ID]": a message to a run's
+// mailbox, taken by the run's step.Receive of TOPIC.
+func (c *cli) runsSend(ctx context.Context, args []string) error {
+	fs := c.newFlagSet("runs send", "ID TOPIC [JSON] [--id MESSAGE_ID]")
+	cf := addClientFlags(fs, true)
+	id := fs.String("id", "", "the message's `ID`, which deduplicates the run's messages (default: a new one)")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(pos) < 2:
+		return usagef("runs send: missing %s", []string{"ID", "TOPIC"}[len(pos)])
+	case len(pos) > 3:
+		return usagef("runs send: unexpected argument %q", pos[3])
+	}
+	m := protocol.MessageSend{Topic: pos[1]}
+	if len(pos) == 3 {
+		if !json.Valid([]byte(pos[2])) {
+			return usagef("runs send: the message data is not valid JSON: %s", pos[2])
+		}
+		m.Data = new(protocol.AnyJSON(pos[2]))
+	}
+	if *id != "" {
+		m.ID = id
+	}
+	cl, err := c.client(cf, nil)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	what := "send message to run " + pos[0]
+	resp, err := cl.SendMessageWithResponse(ctx, pos[0], m)
+	if err != nil {
+		return requestError(what, err)
+	}
+	if err := expect(resp, http.StatusAccepted); err != nil {
+		return err
+	}
+	if cf.json {
+		return printRaw(c.stdout, resp.Body)
+	}
+	r := resp.JSON202
+	if r == nil {
+		return fmt.Errorf("%s: unexpected response %q", what, resp.ContentType())
+	}
+	state := "waits in the run's mailbox"
+	if r.Consumed {
+		state = "received by the run"
+	}
+	if r.Duplicate != nil && *r.Duplicate {
+		state += " (a duplicate: the first message with this id)"
+	}
+	_, err = fmt.Fprintf(c.stdout, "message %s on topic %s to run %s: %s\n", r.ID, r.Topic, r.RunID, state)
+	return err
+}

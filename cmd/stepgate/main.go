@@ -119,6 +119,9 @@ Runs:
   runs list [--function F] [--status S] [--limit N] [--cursor C]
                                    runs, newest first (also: stepgate runs)
   runs get ID                      a run with its journal and failed attempts
+  runs values ID                   the latest value of each key the run published
+  runs send ID TOPIC [JSON] [--id MESSAGE_ID]
+                                   a message to a run's mailbox, for its step.Receive of TOPIC
   callbacks resolve TOKEN|URL [JSON]
                                    resolve a run's callback with JSON (null if none); the
                                    token is the credential, no --token needed
@@ -260,8 +263,12 @@ func (c *cli) runs(ctx context.Context, args []string) error {
 		return c.runsList(ctx, rest)
 	case "get", "show":
 		return c.runsGet(ctx, rest)
+	case "values":
+		return c.runsValues(ctx, rest)
+	case "send":
+		return c.runsSend(ctx, rest)
 	default:
-		return usagef("unknown command \"runs %s\" (want list or get)", sub)
+		return usagef("unknown command \"runs %s\" (want list, get, values or send)", sub)
 	}
 }
 

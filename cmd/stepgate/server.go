@@ -165,6 +165,10 @@ func readLimits(getenv func(string) string) (invoker.Limits, error) {
 		{"STEPGATE_MAX_OUTPUT_BYTES", func(v int64) { l.MaxOutputBytes = int(v) }},
 		{"STEPGATE_MAX_JOURNAL_ENTRIES", func(v int64) { l.MaxEntries = int(v) }},
 		{"STEPGATE_MAX_JOURNAL_BYTES", func(v int64) { l.MaxJournalBytes = v }},
+		{"STEPGATE_MAX_CHUNK_BYTES", func(v int64) { l.MaxChunkBytes = int(v) }},
+		{"STEPGATE_MAX_STREAM_CHUNKS", func(v int64) { l.MaxStreamChunks = int(v) }},
+		{"STEPGATE_MAX_STREAM_BYTES", func(v int64) { l.MaxStreamBytes = v }},
+		{"STEPGATE_MAX_RUN_STREAMS", func(v int64) { l.MaxRunStreams = int(v) }},
 	} {
 		v, err := envInt(getenv, n.name, 0)
 		if err != nil {

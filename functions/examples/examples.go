@@ -1,7 +1,8 @@
 // Package examples holds the example functions that `stepgate dev` and compose.yaml
 // serve: hello (no steps), orders.checkout (three steps and an optional sleep),
-// orders.fulfil (orders.checkout as a child run), flaky (a step that fails before it
-// succeeds) and chain (n steps in a row, for benchmarks).
+// orders.fulfil (orders.checkout as a child run), orders.await_payment (a wait for an
+// event), flaky (a step that fails before it succeeds) and chain (n steps in a row, for
+// benchmarks).
 package examples
 
 import (
@@ -15,11 +16,13 @@ import (
 	"github.com/stepgate/stepgate/functions/step"
 )
 
-// Register adds hello, orders.checkout, orders.fulfil, flaky and chain to app.
+// Register adds hello, orders.checkout, orders.fulfil, orders.await_payment, flaky and
+// chain to app.
 func Register(app *functions.App) {
 	functions.Register(app, "hello", Hello)
 	functions.Register(app, "orders.checkout", Checkout, functions.Timeout(30*time.Second), functions.MaxAttempts(5))
 	functions.Register(app, "orders.fulfil", Fulfil)
+	functions.Register(app, "orders.await_payment", AwaitPayment)
 	functions.Register(app, "flaky", Flaky)
 	functions.Register(app, "chain", Chain)
 }
@@ -170,4 +173,44 @@ func Chain(ctx context.Context, in ChainInput) (ChainOutput, error) {
 		out.Sum += v
 	}
 	return out, nil
+}
+
+// PaymentInput is the input of orders.await_payment.
+type PaymentInput struct {
+	OrderID string `json:"order_id"`
+	// Timeout is how long to wait for the payment, a Go duration; defaults to 1h.
+	Timeout string `json:"timeout"`
+}
+
+// Payment is the data of an orders.paid event.
+type Payment struct {
+	OrderID string  `json:"order_id"`
+	Amount  float64 `json:"amount"`
+}
+
+// PaymentOutput is the output of orders.await_payment.
+type PaymentOutput struct {
+	Paid    bool    `json:"paid"`
+	Amount  float64 `json:"amount,omitempty"`
+	EventID string  `json:"event_id,omitempty"`
+	PaidBy  string  `json:"paid_by,omitempty"` // The event's sender.
+}
+
+// AwaitPayment waits for the event orders.paid whose data.order_id is in.OrderID, for
+// in.Timeout at most, and says whether it came: the shape of a checkout that waits for
+// a payment provider's webhook, and the event benchmark.
+func AwaitPayment(ctx context.Context, in PaymentInput) (PaymentOutput, error) {
+	timeout := time.Hour
+	if in.Timeout != "" {
+		d, err := time.ParseDuration(in.Timeout)
+		if err != nil {
+			return PaymentOutput{}, step.NonRetryable(fmt.Errorf("timeout: %w", err))
+		}
+		timeout = d
+	}
+	w, err := step.WaitForEvent[Payment](ctx, "payment", "orders.paid", step.Match{"data.order_id": in.OrderID}, timeout)
+	if err != nil || w.TimedOut {
+		return PaymentOutput{}, err
+	}
+	return PaymentOutput{Paid: true, Amount: w.Event.Data.Amount, EventID: w.Event.ID, PaidBy: w.Event.Sender.Subject}, nil
 }

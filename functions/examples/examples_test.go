@@ -2,6 +2,7 @@ package examples_test
 
 import (
 	"crypto/ed25519"
+	"encoding/json"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -45,6 +46,7 @@ func TestExamples(t *testing.T) {
 			{"name":"chain","path":"chain"},
 			{"name":"flaky","path":"flaky"},
 			{"name":"hello","path":"hello"},
+			{"name":"orders.await_payment","path":"orders.await_payment"},
 			{"name":"orders.checkout","path":"orders.checkout","config":{"timeout":"30s","retries":{"max_attempts":5}}},
 			{"name":"orders.fulfil","path":"orders.fulfil"}
 		]}`, string(r.Body))
@@ -67,6 +69,8 @@ func TestExamples(t *testing.T) {
 			[]string{"step reserve", "step charge", "sleep cool-off", "step ship"}},
 		{"Fulfil", "orders.fulfil", `{"order_id":"o1","amount":500}`, 2, protocol.AnswerStatusCompleted,
 			`{"tracking":"trk_o1"}`, []string{"invoke checkout"}},
+		{"AwaitPaymentTimesOut", "orders.await_payment", `{"order_id":"o1"}`, 2, protocol.AnswerStatusCompleted,
+			`{"paid":false}`, []string{"wait_event payment"}},
 		{"Flaky", "flaky", `{}`, 3, protocol.AnswerStatusCompleted, `{"attempts":3}`, []string{"step attempt"}},
 		{"FlakyOnce", "flaky", `{"fail_times":0}`, 1, protocol.AnswerStatusCompleted, `{"attempts":1}`, []string{"step attempt"}},
 		{"FlakyFails", "flaky", `{"fail_times":3}`, 3, protocol.AnswerStatusFailed, "", []string{"step attempt"}},
@@ -90,6 +94,22 @@ func TestExamples(t *testing.T) {
 		})
 	}
 
+	t.Run("AwaitPaymentIsPaid", func(t *testing.T) {
+		t.Parallel()
+		g, url := serve(t)
+		var awaited protocol.Await
+		g.OnWaitEvent(func(_ string, aw protocol.Await) json.RawMessage {
+			awaited = aw
+			return json.RawMessage(`{"event":{"id":"pay-1","name":"orders.paid","data":{"order_id":"o1","amount":12.5},
+				"identity":{"subject":"psp","tenant":"acme","roles":["invoker"]},"created_at":"2026-12-01T00:00:00Z"}}`)
+		})
+		r, _ := g.Run(url+"/orders.await_payment", "run-1", "orders.await_payment", `{"order_id":"o1","timeout":"5m"}`, 1)
+		require.JSONEq(t, `{"paid":true,"amount":12.5,"event_id":"pay-1","paid_by":"psp"}`, string(*r.Answer.Output))
+		require.Equal(t, "orders.paid", *awaited.Event)
+		require.Equal(t, "5m0s", *awaited.Timeout)
+		require.JSONEq(t, `{"data.order_id":"o1"}`, string(must(json.Marshal(awaited.Match))))
+	})
+
 	t.Run("FlakyFailureIsJournaled", func(t *testing.T) {
 		t.Parallel()
 		g, url := serve(t)
@@ -101,4 +121,11 @@ func TestExamples(t *testing.T) {
 		require.Equal(t, 3, *e.Attempt)
 		require.Equal(t, want, *e.Error)
 	})
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

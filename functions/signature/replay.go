@@ -63,6 +63,7 @@ func (v *Verifier) Verify(ctx context.Context, header string, body []byte, now t
 	for len(v.exp) > 0 && v.exp[0].at < now.Unix() {
 		delete(v.seen, heap.Pop(&v.exp).(expiry).key)
 	}
+	v.shrink()
 	if _, ok := v.seen[key]; ok {
 		return "", ErrReplayed
 	}
@@ -102,6 +103,19 @@ func (v *Verifier) check(ctx context.Context, header string, body []byte, now ti
 type expiry struct {
 	at  int64 // Unix seconds
 	key [sha256.Size]byte
+}
+
+// shrink gives back the memory of a burst once most of its signatures have expired: Go
+// maps and slices keep their peak size otherwise.
+func (v *Verifier) shrink() {
+	if c := cap(v.exp); c < 4096 || len(v.exp) > c/4 {
+		return
+	}
+	v.exp = append(make(expiries, 0, 2*len(v.exp)), v.exp...) // still a heap: same order
+	v.seen = make(map[[sha256.Size]byte]struct{}, len(v.exp))
+	for _, e := range v.exp {
+		v.seen[e.key] = struct{}{}
+	}
 }
 
 // expiries is a min-heap of expiry by at.

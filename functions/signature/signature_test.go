@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -323,6 +324,37 @@ func TestVerifier(t *testing.T) {
 		require.ErrorIs(t, err, signature.ErrExpired)
 		require.Equal(t, []string{"globex", "globex", "refresh globex", "nobody", "refresh nobody", "down"}, asked,
 			"a mismatch asks for fresh keys once")
+	})
+
+	t.Run("RemembersWhatStaysAfterABurstExpires", func(t *testing.T) {
+		t.Parallel()
+		v := signature.NewVerifier(time.Minute, 0, static)
+		sign := func(at time.Time, i int) (string, []byte) {
+			b := []byte(fmt.Sprintf(`{"i":%d}`, i))
+			return signature.Sign(at, tenant, b, vectorKey), b
+		}
+		for i := range 5000 { // a burst, which leaves the window
+			h, b := sign(now, i)
+			_, err := v.Verify(ctx, h, b, now)
+			require.NoError(t, err)
+		}
+		later := now.Add(30 * time.Second)
+		for i := range 10 {
+			h, b := sign(later, i)
+			_, err := v.Verify(ctx, h, b, later)
+			require.NoError(t, err)
+		}
+		// The burst has expired: the memory it held is given back, and the ten
+		// signatures still in the window are still refused.
+		after := now.Add(time.Minute + 2*time.Second)
+		h, b := sign(after, -1)
+		_, err := v.Verify(ctx, h, b, after)
+		require.NoError(t, err)
+		for i := range 10 {
+			h, b := sign(later, i)
+			_, err := v.Verify(ctx, h, b, after)
+			require.ErrorIs(t, err, signature.ErrReplayed, "signature %d", i)
+		}
 	})
 
 	t.Run("ForgetsWhatLeftTheWindow", func(t *testing.T) {

@@ -73,8 +73,12 @@ func Callback(ctx context.Context, name string, opts ...CallbackOption) (Callbac
 				entry.Output = (*protocol.AnyJSON)(&raw)
 			}
 		}
-		if out, err = st.CheckpointAck(entry); err != nil {
+		ack, err := st.CheckpointAck(entry)
+		if err != nil {
 			return CallbackHandle{}, err
+		}
+		if ack.Output != nil {
+			out = json.RawMessage(*ack.Output)
 		}
 	}
 	var got struct {

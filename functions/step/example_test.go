@@ -33,6 +33,74 @@ func ExampleInvoke() {
 	}
 }
 
+// A function that hands a checkout URL back to the user before it ends, and reports its
+// progress; a client long-polls GET /v1/runs/{id}/values/checkout_url?wait=30s.
+func ExampleSetValue() {
+	_ = func(ctx context.Context, orderID string) (string, error) {
+		url, err := step.Run(ctx, "create-session", func(ctx context.Context) (string, error) {
+			return "https://pay.example/" + orderID, nil // the payment provider's call
+		})
+		if err != nil {
+			return "", err
+		}
+		if err := step.SetValue(ctx, "checkout_url", url); err != nil {
+			return "", err
+		}
+		return "paid", step.SetValue(ctx, "progress", 100)
+	}
+}
+
+// A function that streams an LLM's tokens to a browser as it generates them, inside a
+// step: a replay does not write them again. The browser reads
+// GET /v1/runs/{id}/streams/tokens (server-sent events).
+func ExampleStream() {
+	generate := func(ctx context.Context, prompt string, token func(string) error) (string, error) {
+		return "", nil // the model's client, calling token for each token
+	}
+	_ = func(ctx context.Context, prompt string) (string, error) {
+		out, err := step.Stream(ctx, "tokens")
+		if err != nil {
+			return "", err
+		}
+		answer, err := step.Run(ctx, "generate", func(ctx context.Context) (string, error) {
+			return generate(ctx, prompt, out.WriteString)
+		})
+		if err != nil {
+			return "", err
+		}
+		return answer, out.Close()
+	}
+}
+
+type Approval struct {
+	Approved bool   `json:"approved"`
+	Note     string `json:"note"`
+}
+
+// A function that asks for an approval and waits a day for the answer, a message on
+// topic "approval" (sent by a client with POST /v1/runs/{id}/messages, or by another
+// run with step.Send), then tells the run that asked for it.
+func ExampleReceive() {
+	_ = func(ctx context.Context, in struct {
+		Requester string `json:"requester"` // a run id
+	}) (bool, error) {
+		got, err := step.Receive[Approval](ctx, "approval", 24*time.Hour)
+		if err != nil {
+			return false, err
+		}
+		approved := !got.TimedOut && got.Message.Data.Approved
+		// got.Message.Sender is who approved: journaled with the message.
+		err = step.Send(ctx, in.Requester, "approval.done", map[string]bool{"approved": approved})
+		var refused *step.Error
+		if errors.As(err, &refused) {
+			// The requester has finished, or is no run of this tenant (refused.Type):
+			// journaled, so every replay takes this branch too.
+			return approved, nil
+		}
+		return approved, err
+	}
+}
+
 // A function that asks a manager to approve a refund: it makes a callback, mails its URL
 // in a step (so the mail goes out once), and waits up to three days for the answer.
 func ExampleAwaitCallback() {

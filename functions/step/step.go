@@ -1,7 +1,7 @@
 // Package step makes a stepgate function durable, one named step at a time.
 //
-// Each call to [Run], [Sleep], [SleepUntil] or [Invoke] takes the next seq of the run (1,
-// 2, ...). When the gateway's journal already holds that seq, the step is replayed: Run
+// Each call to [Run], [Sleep], [SleepUntil], [Invoke], [SendEvent], [WaitForEvent],
+// [Send] or [Receive] takes the next seq of the run (1, 2, ...). When the gateway's journal already holds that seq, the step is replayed: Run
 // returns the journaled output (or final error) without calling its function, a
 // journaled sleep returns at once, and a journaled invoke returns the child run's
 // outcome. Otherwise Run calls its function and journals the outcome with the gateway (a
@@ -10,6 +10,10 @@
 // [Callback] makes a URL the outside world resolves once (a person's approval, a
 // webhook), and [AwaitCallback] suspends the run until it is resolved, rejected or
 // times out.
+//
+// [SetValue] publishes a value for clients to read while the run goes on (an entry too,
+// taking a seq), and [Stream] writes ordered chunks that clients read live (not entries:
+// they take no seq; see [StreamWriter] for what a replay does with them).
 //
 // The rules that keep replays correct:
 //

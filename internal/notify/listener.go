@@ -1,6 +1,7 @@
 // Package notify is a process's one connection LISTENing to Postgres: the end of a run,
 // for the requests waiting on its result (Listener), and the status changes of watched
-// tenants' runs, for the live streams (Hub). Every gateway has one, whoever changed the
+// tenants' runs, for the live streams (Hub), and the values and stream writes of runs,
+// for their readers (SubscribeOutput). Every gateway has one, whoever changed the
 // run: a waiter or a stream learns of a run finished by any gateway.
 package notify
 
@@ -16,8 +17,8 @@ import (
 	"github.com/stepgate/stepgate/journal"
 )
 
-// Listener holds the process's listening connection, on journal.NotifyChannel and
-// journal.EventChannel. It tells the requests waiting on a run's result that it may have
+// Listener holds the process's listening connection, on journal.NotifyChannel,
+// journal.EventChannel and journal.OutputChannel. It tells the requests waiting on a run's result that it may have
 // finished (a signal means "look again", never "done"), fed by this process's own
 // terminal updates (Signal) and by the notifications; and it passes run events to one
 // handler (the Hub).
@@ -26,15 +27,19 @@ type Listener struct {
 	log   *slog.Logger
 	ready chan struct{}
 
-	mu    sync.Mutex
-	byRun map[string]map[chan struct{}]struct{}
+	mu       sync.Mutex
+	byRun    map[string]map[chan struct{}]struct{}
+	byOutput map[string]map[chan struct{}]struct{} // readers of runs' values and streams
 
 	events atomic.Pointer[func(*journal.RunEvent)]
 }
 
 // NewListener returns a Listener on pool, not listening yet: see Run.
 func NewListener(pool *pgxpool.Pool, log *slog.Logger) *Listener {
-	return &Listener{pool: pool, log: log, ready: make(chan struct{}), byRun: map[string]map[chan struct{}]struct{}{}}
+	return &Listener{
+		pool: pool, log: log, ready: make(chan struct{}),
+		byRun: map[string]map[chan struct{}]struct{}{}, byOutput: map[string]map[chan struct{}]struct{}{},
+	}
 }
 
 // Ready is closed once the first LISTEN is in place: from then on, waiters can rely on
@@ -44,20 +49,32 @@ func (l *Listener) Ready() <-chan struct{} { return l.ready }
 // Subscribe returns a channel told each time runID may have reached a terminal status,
 // by this process or another; the caller re-reads the run. Call the func when done.
 func (l *Listener) Subscribe(runID string) (<-chan struct{}, func()) {
+	return l.subscribe(l.byRun, runID)
+}
+
+// SubscribeOutput returns a channel told each time runID may have published a value or
+// written to a stream (journal.OutputChannel), by this process or another; the caller
+// re-reads what it follows. The run's terminal update is told by Subscribe, not here.
+// Call the func when done.
+func (l *Listener) SubscribeOutput(runID string) (<-chan struct{}, func()) {
+	return l.subscribe(l.byOutput, runID)
+}
+
+func (l *Listener) subscribe(m map[string]map[chan struct{}]struct{}, runID string) (<-chan struct{}, func()) {
 	ch := make(chan struct{}, 1)
 	l.mu.Lock()
-	set := l.byRun[runID]
+	set := m[runID]
 	if set == nil {
 		set = map[chan struct{}]struct{}{}
-		l.byRun[runID] = set
+		m[runID] = set
 	}
 	set[ch] = struct{}{}
 	l.mu.Unlock()
 	return ch, func() {
 		l.mu.Lock()
 		delete(set, ch)
-		if len(l.byRun[runID]) == 0 {
-			delete(l.byRun, runID)
+		if len(m[runID]) == 0 {
+			delete(m, runID)
 		}
 		l.mu.Unlock()
 	}
@@ -72,12 +89,22 @@ func (l *Listener) Signal(runID string) {
 	}
 }
 
+func (l *Listener) signalOutput(runID string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for ch := range l.byOutput[runID] {
+		poke(ch)
+	}
+}
+
 func (l *Listener) signalAll() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, set := range l.byRun {
-		for ch := range set {
-			poke(ch)
+	for _, m := range []map[string]map[chan struct{}]struct{}{l.byRun, l.byOutput} {
+		for _, set := range m {
+			for ch := range set {
+				poke(ch)
+			}
 		}
 	}
 }
@@ -120,7 +147,7 @@ func (l *Listener) Run(ctx context.Context) {
 				return err
 			}
 			defer conn.Release()
-			if _, err := conn.Exec(ctx, "LISTEN "+journal.NotifyChannel+"; LISTEN "+journal.EventChannel); err != nil {
+			if _, err := conn.Exec(ctx, "LISTEN "+journal.NotifyChannel+"; LISTEN "+journal.EventChannel+"; LISTEN "+journal.OutputChannel); err != nil {
 				conn.Conn().Close(context.WithoutCancel(ctx)) // don't return a listening conn to the pool
 				return err
 			}
@@ -137,8 +164,12 @@ func (l *Listener) Run(ctx context.Context) {
 					conn.Conn().Close(context.WithoutCancel(ctx))
 					return err
 				}
-				if n.Channel != journal.EventChannel {
+				switch n.Channel {
+				case journal.NotifyChannel:
 					l.Signal(n.Payload)
+					continue
+				case journal.OutputChannel:
+					l.signalOutput(n.Payload)
 					continue
 				}
 				ev, err := journal.ParseRunEvent(n.Payload)

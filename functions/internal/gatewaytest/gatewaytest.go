@@ -32,9 +32,20 @@ type Gateway struct {
 	srv     *httptest.Server
 	mu      sync.Mutex
 	journal map[string][]protocol.JournalEntry
+	streams map[string]*stream // by run id and key
 	hook    CheckpointFunc
 	deliver func(runID string, aw protocol.Await) json.RawMessage
+	receive func(runID string, aw protocol.Await) json.RawMessage
 	resolve func(runID string, aw protocol.Await) json.RawMessage
+}
+
+// OnReceive makes Run journal what f returns for each receive await (the output of a
+// receive entry: {"message": {...}} or {"timed_out": true}); without it, every receive
+// times out at once.
+func (g *Gateway) OnReceive(f func(runID string, aw protocol.Await) json.RawMessage) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.receive = f
 }
 
 // OnCallback makes Run journal what f returns for each await_callback await (the output
@@ -55,12 +66,20 @@ func (g *Gateway) OnWaitEvent(f func(runID string, aw protocol.Await) json.RawMe
 	g.deliver = f
 }
 
+// stream is a run's stream as the gateway keeps it: chunks in order, each once per
+// place.
+type stream struct {
+	chunks []json.RawMessage
+	places map[[3]int]bool // seq, attempt, index
+	closed bool
+}
+
 // Tenant is the tenant of the runs a Gateway invokes.
 const Tenant = "acme"
 
 // New starts a Gateway, closed in tb's Cleanup.
 func New(tb testing.TB, key *signature.SigningKey) *Gateway {
-	g := &Gateway{Key: key, tb: tb, journal: map[string][]protocol.JournalEntry{}}
+	g := &Gateway{Key: key, tb: tb, journal: map[string][]protocol.JournalEntry{}, streams: map[string]*stream{}}
 	g.srv = httptest.NewServer(http.HandlerFunc(g.checkpoint))
 	tb.Cleanup(g.srv.Close)
 	return g
@@ -80,7 +99,22 @@ func (g *Gateway) Journal(runID string) []protocol.JournalEntry {
 	return append([]protocol.JournalEntry(nil), g.journal[runID]...)
 }
 
+// Stream returns the chunks of run runID's stream key so far, and whether it is closed.
+func (g *Gateway) Stream(runID, key string) ([]json.RawMessage, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st := g.streams[runID+"\n"+key]
+	if st == nil {
+		return nil, false
+	}
+	return append([]json.RawMessage(nil), st.chunks...), st.closed
+}
+
 func (g *Gateway) checkpoint(w http.ResponseWriter, r *http.Request) {
+	if strings.HasSuffix(r.URL.Path, "/checkpoint/stream") {
+		g.writeStream(w, r)
+		return
+	}
 	runID := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/v1/runs/"), "/checkpoint")
 	if r.Header.Get("Authorization") != "Bearer "+token(runID) {
 		problem(w, http.StatusUnauthorized, "", "bad invocation token")
@@ -144,6 +178,50 @@ func (g *Gateway) Append(runID string, e protocol.JournalEntry) (int, string) {
 	default:
 		return http.StatusBadRequest, fmt.Sprintf("seq %d out of order after %d entries", e.Seq, len(j))
 	}
+}
+
+// writeStream appends a StreamWrite's chunks as the gateway does: a chunk whose place
+// the stream holds is skipped; new chunks for a closed stream are refused.
+func (g *Gateway) writeStream(w http.ResponseWriter, r *http.Request) {
+	runID := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/v1/runs/"), "/checkpoint/stream")
+	if r.Header.Get("Authorization") != "Bearer "+token(runID) {
+		problem(w, http.StatusUnauthorized, "", "bad invocation token")
+		return
+	}
+	var sw protocol.StreamWrite
+	if err := json.NewDecoder(r.Body).Decode(&sw); err != nil {
+		problem(w, http.StatusBadRequest, "", err.Error())
+		return
+	}
+	attempt, index := 0, 0
+	if sw.Attempt != nil {
+		attempt = *sw.Attempt
+	}
+	if sw.Index != nil {
+		index = *sw.Index
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st := g.streams[runID+"\n"+sw.Key]
+	if st == nil {
+		st = &stream{places: map[[3]int]bool{}}
+		g.streams[runID+"\n"+sw.Key] = st
+	}
+	var fresh []json.RawMessage
+	for i, c := range sw.Chunks {
+		if p := [3]int{sw.Seq, attempt, index + i}; !st.places[p] {
+			st.places[p] = true
+			fresh = append(fresh, json.RawMessage(c))
+		}
+	}
+	if len(fresh) > 0 && st.closed {
+		problem(w, http.StatusConflict, "stream_closed", "stream "+sw.Key+" is closed")
+		return
+	}
+	st.chunks = append(st.chunks, fresh...)
+	st.closed = st.closed || (sw.Close != nil && *sw.Close)
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(protocol.StreamAck{Key: sw.Key, Length: len(st.chunks), Closed: st.closed})
 }
 
 func problem(w http.ResponseWriter, code int, typ, detail string) {
@@ -241,8 +319,9 @@ func (g *Gateway) do(method, url string, body []byte, sig string) Response {
 }
 
 // Run drives run runID of function at url to its end as the gateway would, without
-// waiting: it journals sleeps as over at once, waits for events as OnWaitEvent says and
-// callbacks as OnCallback says, retries failed steps at once with the next
+// waiting: it journals sleeps as over at once, waits for events as OnWaitEvent says, for
+// messages as OnReceive says and for callbacks as OnCallback says, retries failed steps
+// at once with the next
 // attempt, runs an invoked function (served next to function, at the same base URL) to
 // its end as run runID.seq and journals its outcome, and retries invocations that answer
 // HTTP 500 up to maxAttempts. It returns the last answer and how many invocations it
@@ -313,6 +392,19 @@ func (g *Gateway) Run(url, runID, function, input string, maxAttempts int) (Resp
 			e := protocol.JournalEntry{Seq: aw.Seq, Kind: protocol.EntryKindWaitEvent, Name: aw.Name, Output: &out}
 			if code, msg := g.Append(runID, e); code != http.StatusOK {
 				g.tb.Fatalf("run %s: journal wait_event: %s", runID, msg)
+			}
+		case r.Answer.Await.Type == protocol.AwaitTypeReceive:
+			aw := r.Answer.Await
+			g.mu.Lock()
+			receive := g.receive
+			g.mu.Unlock()
+			out := json.RawMessage(`{"timed_out": true}`)
+			if receive != nil {
+				out = receive(runID, *aw)
+			}
+			e := protocol.JournalEntry{Seq: aw.Seq, Kind: protocol.EntryKindReceive, Name: aw.Name, Output: &out}
+			if code, msg := g.Append(runID, e); code != http.StatusOK {
+				g.tb.Fatalf("run %s: journal receive: %s", runID, msg)
 			}
 		case r.Answer.Await.Type == protocol.AwaitTypeAwaitCallback:
 			aw := r.Answer.Await

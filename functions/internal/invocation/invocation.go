@@ -93,6 +93,14 @@ type State struct {
 	seq     int
 	attempt int // of the step running now; 0 between steps
 	stop    *Stop
+	places  map[place]int // chunks written per stream and place, see StreamPlace
+}
+
+// place is where a function writes to a stream: in the step at seq on attempt, or
+// between steps (attempt 0, before the entry at seq).
+type place struct {
+	key          string
+	seq, attempt int
 }
 
 type ctxKey struct{}
@@ -272,9 +280,10 @@ func (s *State) Checkpoint(e *protocol.JournalEntry) error {
 	return err
 }
 
-// CheckpointAck is Checkpoint, returning the gateway's answer: its output is the entry's
-// output as the gateway made it (a callback's), or nil.
-func (s *State) CheckpointAck(e *protocol.JournalEntry) (json.RawMessage, error) {
+// CheckpointAck is Checkpoint, returning the gateway's acknowledgement once the entry is
+// durable (for a send, the error journaled when its message could not be sent; for a
+// callback, the output the gateway made).
+func (s *State) CheckpointAck(e *protocol.JournalEntry) (*protocol.CheckpointAck, error) {
 	body, err := json.Marshal(e)
 	if err != nil {
 		return nil, s.Halt(Failed("output", fmt.Sprintf("step %d %q: encode journal entry: %v", e.Seq, e.Name, err)))
@@ -295,9 +304,9 @@ func (s *State) CheckpointAck(e *protocol.JournalEntry) (json.RawMessage, error)
 			}
 			delay = min(2*delay, maxCheckpointBackoff)
 		}
-		stop, retry, after, ack := s.checkpoint(e, body)
+		ack, stop, retry, after := s.checkpoint(e, body)
 		if stop == nil {
-			return ack.Output, nil
+			return ack, nil
 		}
 		if !retry {
 			return nil, s.Halt(stop)
@@ -309,11 +318,6 @@ func (s *State) CheckpointAck(e *protocol.JournalEntry) (json.RawMessage, error)
 	}
 }
 
-// ackBody is a checkpoint's answer (protocol.CheckpointAck), with its output raw.
-type ackBody struct {
-	Output json.RawMessage `json:"output"`
-}
-
 // A checkpoint that fails for a reason that may pass (the gateway unreachable or
 // restarting, the database down: 5xx, 408, 429) is tried again after checkpointBackoff,
 // doubling up to maxCheckpointBackoff, or after the Retry-After the gateway asks (up to
@@ -323,26 +327,28 @@ const (
 	maxCheckpointBackoff = 2 * time.Second
 )
 
-// checkpoint makes one try. It returns a nil Stop on success; retry says whether another
-// try may succeed, and after how long the gateway asked for it (Retry-After), if it did.
-func (s *State) checkpoint(e *protocol.JournalEntry, body []byte) (stop *Stop, retry bool, after time.Duration, ack ackBody) {
+// checkpoint makes one try. It returns the acknowledgement and a nil Stop on success;
+// retry says whether another try may succeed, and after how long the gateway asked for
+// it (Retry-After), if it did.
+func (s *State) checkpoint(e *protocol.JournalEntry, body []byte) (ack *protocol.CheckpointAck, stop *Stop, retry bool, after time.Duration) {
 	req, err := http.NewRequestWithContext(s.reqCtx, http.MethodPost, s.Req.Checkpoint.URL, bytes.NewReader(body))
 	if err != nil {
-		return Retry("checkpoint", fmt.Sprintf("checkpoint step %d %q: %v", e.Seq, e.Name, err)), false, 0, ack
+		return nil, Retry("checkpoint", fmt.Sprintf("checkpoint step %d %q: %v", e.Seq, e.Name, err)), false, 0
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+s.Req.Checkpoint.Token)
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return Retry("checkpoint", fmt.Sprintf("checkpoint step %d %q: %v", e.Seq, e.Name, err)), s.reqCtx.Err() == nil, 0, ack
+		return nil, Retry("checkpoint", fmt.Sprintf("checkpoint step %d %q: %v", e.Seq, e.Name, err)), s.reqCtx.Err() == nil, 0
 	}
 	defer resp.Body.Close()
 	// Reading the small body to its end lets the connection be reused.
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	code := resp.StatusCode
 	if code >= 200 && code < 300 {
-		_ = json.Unmarshal(raw, &ack) // an answer without output (or not JSON) has none
-		return nil, false, 0, ack
+		ack = &protocol.CheckpointAck{Seq: e.Seq}
+		_ = json.Unmarshal(raw, ack) // an older gateway's empty body is an acknowledgement too
+		return ack, nil, false, 0
 	}
 
 	var p protocol.Problem
@@ -355,18 +361,125 @@ func (s *State) checkpoint(e *protocol.JournalEntry, body []byte) (stop *Stop, r
 			// The type may be a bare word or a URI ending in one.
 			switch path.Base(*p.Type) {
 			case "nondeterminism", "conflict":
-				return Failed("nondeterminism", fmt.Sprintf("step %d %q: %s", e.Seq, e.Name, detail)), false, 0, ack
+				return nil, Failed("nondeterminism", fmt.Sprintf("step %d %q: %s", e.Seq, e.Name, detail)), false, 0
 			}
 		}
-		return Failed("superseded", fmt.Sprintf("%s: %s", where, detail)), false, 0, ack
+		return nil, Failed("superseded", fmt.Sprintf("%s: %s", where, detail)), false, 0
 	case code >= 500, code == http.StatusRequestTimeout, code == http.StatusTooManyRequests:
 		secs, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
-		return Retry("checkpoint", fmt.Sprintf("%s: %d %s", where, code, detail)), true, time.Duration(max(secs, 0)) * time.Second, ack
+		return nil, Retry("checkpoint", fmt.Sprintf("%s: %d %s", where, code, detail)), true, time.Duration(max(secs, 0)) * time.Second
 	case code == http.StatusUnauthorized:
 		// The invocation token expired or is unknown: a new invocation brings a new one.
-		return Retry("checkpoint", fmt.Sprintf("%s: %d %s", where, code, detail)), false, 0, ack
+		return nil, Retry("checkpoint", fmt.Sprintf("%s: %d %s", where, code, detail)), false, 0
 	default:
 		// The gateway refuses this entry (too large, invalid): another try makes the same.
-		return Failed("checkpoint", fmt.Sprintf("%s: %d %s", where, code, detail)), false, 0, ack
+		return nil, Failed("checkpoint", fmt.Sprintf("%s: %d %s", where, code, detail)), false, 0
 	}
+}
+
+// StreamPlace reserves the places of n chunks written now to the stream key: the seq and
+// attempt of the step whose function runs (or, between steps, the seq the next entry
+// takes and 0), and the index of the first of them there. The same code makes the same
+// places on every invocation, so the gateway skips chunks a replay writes again.
+func (s *State) StreamPlace(key string, n int) (seq, attempt, index int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seq, attempt = s.seq, s.attempt
+	if attempt == 0 {
+		seq++
+	}
+	if s.places == nil {
+		s.places = map[place]int{}
+	}
+	p := place{key, seq, attempt}
+	index = s.places[p]
+	s.places[p] += n
+	return seq, attempt, index
+}
+
+// StreamError is a stream write the gateway refused without stopping the invocation:
+// Type is limit_exceeded (a bound of the stream), stream_closed, or checkpoint (the
+// write can never be taken, such as a bad key).
+type StreamError struct {
+	Type, Message string
+}
+
+func (e *StreamError) Error() string { return e.Message }
+
+// WriteStream sends w to the gateway (checkpoint.url + "/stream") and waits for its
+// answer, tried again as Checkpoint is. It returns nil once the chunks are durable, a
+// *StreamError when the gateway refuses the write, and halts when the invocation no
+// longer owns the run or the gateway stays unreachable.
+func (s *State) WriteStream(w *protocol.StreamWrite) error {
+	where := fmt.Sprintf("stream %q", w.Key)
+	body, err := json.Marshal(w)
+	if err != nil {
+		return &StreamError{"checkpoint", fmt.Sprintf("%s: encode: %v", where, err)}
+	}
+	var last string
+	delay := checkpointBackoff
+	for try := 0; ; try++ {
+		if try > 0 {
+			t := time.NewTimer(delay)
+			select {
+			case <-s.reqCtx.Done():
+				t.Stop()
+				return s.Halt(Retry("checkpoint", fmt.Sprintf("%s: %v (last: %s)", where, context.Cause(s.reqCtx), last)))
+			case <-t.C:
+			}
+			delay = min(2*delay, maxCheckpointBackoff)
+		}
+		code, p, after, err := s.post(s.Req.Checkpoint.URL+"/stream", body)
+		detail := cmp.Or(p.Detail, http.StatusText(code))
+		switch {
+		case err != nil:
+			if s.reqCtx.Err() != nil {
+				return s.Halt(Retry("checkpoint", fmt.Sprintf("%s: %v", where, err)))
+			}
+			last = err.Error()
+			continue
+		case code >= 200 && code < 300:
+			return nil
+		case code == http.StatusConflict:
+			typ := ""
+			if p.Type != nil {
+				typ = path.Base(*p.Type)
+			}
+			if typ == "limit_exceeded" || typ == "stream_closed" {
+				return &StreamError{typ, fmt.Sprintf("%s: %s", where, detail)}
+			}
+			return s.Halt(Failed("superseded", fmt.Sprintf("%s: %s", where, detail)))
+		case code >= 500, code == http.StatusRequestTimeout, code == http.StatusTooManyRequests:
+			last = fmt.Sprintf("%d %s", code, detail)
+			if after > delay {
+				delay = min(after, maxCheckpointBackoff)
+			}
+		case code == http.StatusUnauthorized:
+			return s.Halt(Retry("checkpoint", fmt.Sprintf("%s: %d %s", where, code, detail)))
+		default:
+			return &StreamError{"checkpoint", fmt.Sprintf("%s: %d %s", where, code, detail)}
+		}
+	}
+}
+
+// post makes one POST of body to url with the invocation token, and returns the status,
+// the problem of a refusal, and the Retry-After asked.
+func (s *State) post(url string, body []byte) (code int, p protocol.Problem, after time.Duration, err error) {
+	req, err := http.NewRequestWithContext(s.reqCtx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, p, 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+s.Req.Checkpoint.Token)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return 0, p, 0, err
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode >= 300 {
+		_ = json.Unmarshal(raw, &p) // a body that is not a problem leaves p empty
+	}
+	secs, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+	return resp.StatusCode, p, time.Duration(max(secs, 0)) * time.Second, nil
 }

@@ -287,3 +287,96 @@ export async function checkToken(t) {
   }
   return res.status === 401 ? problemFrom(res) : null;
 }
+
+/**
+ * streamChunks reads stream key of run id (server-sent events) from offset 0: onChunk
+ * gets each chunk's offset and value, in order, once; onEnd the stream's end
+ * ({length, reason}). A dropped connection resumes after the last chunk received. It
+ * returns the function that stops reading.
+ */
+export function streamChunks(id, key, { onChunk, onEnd = () => {} }) {
+  let stopped = false;
+  let ctrl = null;
+  let timer = 0;
+  let next = 0; // the offset to resume from
+  let failures = 0;
+
+  async function connect() {
+    if (stopped) return;
+    ctrl = new AbortController();
+    try {
+      const res = await fetch(`/v1/runs/${encodeURIComponent(id)}/streams/${encodeURIComponent(key)}?offset=${next}`, {
+        headers: { Authorization: "Bearer " + token, Accept: "text/event-stream" },
+        signal: ctrl.signal,
+        cache: "no-store",
+      });
+      if (!res.ok) {
+        const err = await problemFrom(res);
+        if (res.status === 401) { onUnauthorized(err); return; }
+        if (res.status === 404 || res.status === 403) return; // nothing to show
+      } else {
+        failures = 0;
+        const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+        let buf = "";
+        let ev = { event: "", id: "", data: [] };
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buf += value;
+          let i;
+          while ((i = buf.indexOf("\n")) >= 0) {
+            let line = buf.slice(0, i);
+            buf = buf.slice(i + 1);
+            if (line.endsWith("\r")) line = line.slice(0, -1);
+            if (line === "") {
+              if (dispatch(ev)) return;
+              ev = { event: "", id: "", data: [] };
+            } else if (!line.startsWith(":")) {
+              const c = line.indexOf(":");
+              const field = c < 0 ? line : line.slice(0, c);
+              let val = c < 0 ? "" : line.slice(c + 1);
+              if (val.startsWith(" ")) val = val.slice(1);
+              if (field === "event") ev.event = val;
+              else if (field === "id") ev.id = val;
+              else if (field === "data") ev.data.push(val);
+            }
+          }
+        }
+      }
+    } catch {
+      if (stopped) return;
+    }
+    failures++;
+    timer = setTimeout(connect, Math.min(30_000, 500 * 2 ** (failures - 1)));
+  }
+
+  // dispatch handles one event; it returns true when the stream has ended.
+  function dispatch(ev) {
+    if (stopped) return true;
+    try {
+      if (ev.event === "chunk") {
+        const offset = Number(ev.id);
+        if (offset >= next) {
+          next = offset + 1;
+          onChunk(offset, JSON.parse(ev.data.join("\n")));
+        }
+      } else if (ev.event === "end") {
+        stopped = true;
+        onEnd(JSON.parse(ev.data.join("\n")));
+        return true;
+      } else if (ev.event === "expired") {
+        stopped = true;
+        onUnauthorized(new APIError(401, "Unauthorized", "the token expired"));
+        return true;
+      }
+    } catch {} // a malformed event is skipped
+    return false;
+  }
+
+  connect();
+  return () => {
+    stopped = true;
+    clearTimeout(timer);
+    if (ctrl) ctrl.abort();
+  };
+}

@@ -3,7 +3,7 @@
 //
 // This file frames the page and renders it; the parts are in run/: follow.js (loading and
 // live updates), actions.js, waiting.js, facts.js, timeline.js (with entry.js and row.js
-// for its rows) and panels.js.
+// for its rows), panels.js and outputs.js (its values and streams).
 
 import { h, icon, replace, badge, copyButton, shortID, TERMINAL } from "../dom.js";
 import { request, APIError } from "../api.js";
@@ -15,6 +15,7 @@ import { waiting } from "./run/waiting.js";
 import { facts } from "./run/facts.js";
 import { timeline, layout } from "./run/timeline.js";
 import { errorCallout, dataPanels, identity } from "./run/panels.js";
+import { outputs } from "./run/outputs.js";
 
 /** runPage mounts run id into el; it returns its cleanup. */
 export function runPage(el, id) {
@@ -24,6 +25,7 @@ export function runPage(el, id) {
   let clock = 0;
   const open = new Set(); // timeline rows the reader opened, kept across refreshes
   const live = liveIndicator();
+  const published = outputs(id); // kept across renders: its streams stay open
   const body = h("div", { class: "run-page" }, h("div", { class: "skeleton tall" }, h("div", { class: "sk-row" }, h("i"), h("i"))));
   const crumb = h("span", { class: "crumb-here" }, h("span", { class: "mono" }, shortID(id)));
   replace(el,
@@ -68,9 +70,11 @@ export function runPage(el, id) {
       r.error ? errorCallout("The run failed", r.error) : null,
       facts(r, fn),
       tl,
+      published.el,
       dataPanels(r),
       identity(r.identity));
     layout(tl, r);
+    published.update();
     clearInterval(clock);
     if (!TERMINAL.has(r.status)) clock = setInterval(() => layout(tl, r), 1000);
   }
@@ -78,6 +82,7 @@ export function runPage(el, id) {
   return () => {
     gone = true;
     follow.stop();
+    published.stop();
     clearInterval(clock);
   };
 }

@@ -1,5 +1,5 @@
 // One journal entry's row of the waterfall: a step (with its failed attempts before
-// it), a sleep, or a child run's outcome.
+// it), a sleep, a child run's outcome, or a message sent or received (with its sender).
 
 import { h, icon, fmtDuration, fmtTime, countdown, TERMINAL, ms } from "../../dom.js";
 import { jsonPanel, jsonView } from "../../json.js";
@@ -43,6 +43,19 @@ function stepBar(e, start) {
   };
 }
 
+// messageFacts are the facts of the message a receive entry took, or of a send's target.
+function messageFacts(e) {
+  const m = e.kind === "receive" && e.output && e.output.message;
+  if (m) {
+    const who = m.identity ? `${m.identity.subject} (tenant ${m.identity.tenant}${(m.identity.roles || []).length ? `, roles ${m.identity.roles.join(", ")}` : ""})` : "—";
+    return [kv("Message", m.id), kv("Topic", m.topic), kv("Sender", who), m.sent_at ? kv("Sent", fmtTime(m.sent_at)) : null];
+  }
+  if (e.kind === "send" && e.output && e.output.run_id) {
+    return [kv("To run", h("a", { href: `#/runs/${e.output.run_id}`, class: "mono" }, e.output.run_id)), kv("Topic", e.output.topic)];
+  }
+  return [];
+}
+
 function label(e, failures) {
   const isSleep = e.kind === "sleep";
   const attempt = e.attempt || 1;
@@ -52,8 +65,31 @@ function label(e, failures) {
     h("span", { class: "name", title: e.name }, e.name),
     isSleep ? h("span", { class: "tag sleep" }, "sleep") : null,
     e.kind === "invoke" ? h("span", { class: "tag", title: "the outcome of a child run" }, "invoke") : null,
+    e.kind === "wait_event" ? waitTag(e) : null,
+    e.kind === "value" ? h("span", { class: "tag", title: "a value the run published" }, "value") : null,
+    e.kind === "event" ? h("span", { class: "tag", title: "an event the run sent" }, "event") : null,
+    e.kind === "send" ? h("span", { class: "tag", title: "a message this run sent to another run" }, "send") : null,
+    e.kind === "receive" ? h("span", { class: "tag", title: "a message this run received" }, "receive") : null,
+    sender(e),
     attempt > 1 || failures.length ? h("span", { class: "tag warn", title: `${failures.length} failed attempt(s)` }, `attempt ${attempt}`) : null,
     e.error ? h("span", { class: "tag err" }, "failed") : null);
+}
+
+// waitTag says how a wait for an event ended: the event received, or its timeout.
+function waitTag(e) {
+  const ev = e.output && e.output.event;
+  if (!ev) return h("span", { class: "tag warn", "data-testid": "wait-timed-out" }, "timed out");
+  const who = ev.identity && ev.identity.subject;
+  return h("span", { class: "tag", "data-testid": "wait-received", title: `event ${ev.id}${who ? ` sent by ${who}` : ""}` },
+    "event", who ? ` from ${who}` : "");
+// sender names who sent the message a receive entry holds, or null.
+function sender(e) {
+  const m = e.kind === "receive" && e.output && e.output.message;
+  if (!m) return null;
+  const who = (m.identity && m.identity.subject) || "?";
+  return h("span", { class: "muted", "data-testid": "message-sender", title: m.source_run_id ? `sent by run ${m.source_run_id}` : "sent through the API" },
+    "from ", h("strong", null, who),
+    m.source_run_id ? h("span", null, " (run ", h("a", { href: `#/runs/${m.source_run_id}`, class: "mono" }, m.source_run_id.slice(0, 8)), ")") : null);
 }
 
 function detail(e, failures) {
@@ -64,7 +100,8 @@ function detail(e, failures) {
       kv("Kind", e.kind),
       e.started_at ? kv("Started", fmtTime(e.started_at)) : null,
       e.finished_at ? kv("Finished", fmtTime(e.finished_at)) : null,
-      isSleep ? kv("Until", e.until ? fmtTime(e.until) : "—") : kv("Attempt", String(e.attempt || 1))),
+      isSleep ? kv("Until", e.until ? fmtTime(e.until) : "—") : kv("Attempt", String(e.attempt || 1)),
+      ...messageFacts(e)),
   ];
   // A sleep has no output; its wake time is the whole story.
   if (!isSleep && e.error) {

@@ -1,6 +1,7 @@
 // What a scheduled or suspended run waits on (its start, a retry, a sleep, a child run,
-// a callback), and when it wakes: the run's `awaiting`, as the gateway stored it. A
-// callback can be approved or rejected from here by roles with runs:manage.
+// an event, a message, a callback), and when it wakes: the run's `awaiting`, as the
+// gateway stored it. A callback can be approved or rejected from here by roles with
+// runs:manage.
 
 import { h, icon, fmtTime, fmtDateTime, countdown } from "../../dom.js";
 import { request, can, APIError } from "../../api.js";
@@ -80,9 +81,26 @@ function waitsOn(r) {
     case "invoke":
       return h("span", null, "Waiting for the child run ", h("a", { href: `#/runs/${a.child_id}`, class: "mono" }, a.function),
         " of ", h("strong", null, a.name));
+    case "wait_event":
+      return h("span", { "data-testid": "waiting-event" }, "Waiting in ", h("strong", null, a.name), " for the event ",
+        h("span", { class: "mono" }, a.event), ...matchText(a.match), " (times out)");
+    case "receive":
+      return h("span", null, "Waiting for a message on topic ", h("strong", { class: "mono" }, a.topic || a.name));
     case "await_callback":
       return h("span", { "data-testid": "waiting-callback" }, "Waiting for the callback ", h("strong", null, a.name), " (approval or webhook)");
     default:
       return "Waiting";
   }
+}
+
+// matchText says which fields an awaited event must hold: " where data.id = "o-17" and …".
+function matchText(match) {
+  const pairs = Object.entries(match || {});
+  if (!pairs.length) return [];
+  const out = [" where "];
+  pairs.forEach(([path, v], i) => {
+    if (i) out.push(" and ");
+    out.push(h("span", { class: "mono" }, path), " = ", h("span", { class: "mono" }, JSON.stringify(v)));
+  });
+  return out;
 }

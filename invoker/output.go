@@ -1,0 +1,53 @@
+package invoker
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/stepgate/stepgate/journal"
+)
+
+// CheckpointValue journals e, a value entry (journal.KindValue) of the invocation that
+// owns runID, and tells the run's readers on every gateway (journal.NotifyOutput), in
+// one transaction. It is fenced and bounded like any entry, and errors are as
+// Checkpoint's: a conflict or a limit fails the run.
+func (inv *Invoker) CheckpointValue(ctx context.Context, runID string, invocation int, e journal.Entry) error {
+	err := pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
+		if err := journal.AppendEntry(ctx, tx, runID, invocation, e, inv.limits.Bounds()); err != nil {
+			return err
+		}
+		return journal.NotifyOutput(ctx, tx, runID)
+	})
+	return inv.FailOnCheckpoint(ctx, runID, invocation, err)
+}
+
+// WriteStream appends w's chunks to a stream of runID for the invocation that owns the
+// run, within the invoker's stream bounds, and tells the run's readers (see
+// journal.WriteStream). Unlike an entry's, a stream write that passes a bound (a
+// *journal.LimitError) or finds its stream closed (journal.ErrStreamClosed) is refused
+// alone: nothing of it is stored, and the run goes on.
+func (inv *Invoker) WriteStream(ctx context.Context, runID string, invocation int, w journal.StreamWrite) (*journal.Stream, error) {
+	var st *journal.Stream
+	err := pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
+		var err error
+		st, err = journal.WriteStream(ctx, tx, runID, invocation, w, inv.limits.StreamBounds())
+		return err
+	})
+	return st, err
+}
+
+// SubscribeOutput returns a channel told each time runID may have published a value or
+// written to a stream, on any gateway, once a reader attached to the run
+// (journal.Attach). Call the func when done.
+func (inv *Invoker) SubscribeOutput(runID string) (<-chan struct{}, func()) {
+	return inv.listener.SubscribeOutput(runID)
+}
+
+// Attach marks a run of db's tenant so that its end (Subscribe) and its writes
+// (SubscribeOutput) are announced to every gateway, and returns it as it is now;
+// journal.ErrNotFound for another tenant's run. Subscribe before attaching: what
+// happens after the attach is then announced.
+func (inv *Invoker) Attach(ctx context.Context, db *journal.TenantDB, runID string) (*journal.Run, error) {
+	return journal.Attach(ctx, db, db.Tenant(), runID)
+}

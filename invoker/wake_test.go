@@ -1,0 +1,55 @@
+package invoker_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stepgate/stepgate/access"
+	"github.com/stepgate/stepgate/auth"
+	"github.com/stepgate/stepgate/functions"
+	"github.com/stepgate/stepgate/functions/step"
+	"github.com/stepgate/stepgate/internal/stack"
+	"github.com/stepgate/stepgate/journal"
+)
+
+// TestLongWaitsHoldNoTimer: a run that suspends until a time beyond the maintenance
+// passes' lead has no timer in memory, and a pass arms one when the time nears, so it
+// wakes on time without River's scheduler (whose job is due an hour later here).
+func TestLongWaitsHoldNoTimer(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{MaintainInterval: 100 * time.Millisecond})
+	app := s.NewApp()
+	functions.Register(app, "nap", func(ctx context.Context, _ struct{}) (string, error) {
+		if err := step.Sleep(ctx, "nap", time.Hour); err != nil {
+			return "", err
+		}
+		return "awake", nil
+	})
+	s.Sync(t, s.ServeApp(t, app))
+	db := journal.ForTenant(s.APIPool, auth.DefaultTenant)
+	run, _, err := s.Invoker.StartRun(t.Context(), db, journal.NewRun{
+		ID: uuid.Must(uuid.NewV7()).String(), Tenant: auth.DefaultTenant, Function: "nap", Input: []byte(`{}`),
+		Identity: access.Identity{Subject: "ada", Tenant: auth.DefaultTenant, Roles: []string{"developer"}},
+	})
+	require.NoError(t, err)
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		got, err := journal.GetRun(context.Background(), db, auth.DefaultTenant, run.ID)
+		if assert.NoError(ct, err) {
+			assert.Equal(ct, journal.StatusSuspended, got.Status)
+		}
+	}, 30*time.Second, 5*time.Millisecond)
+	require.False(t, s.Invoker.TimerArmed(run.ID), "an hour's sleep holds no timer")
+
+	// As if the hour had nearly passed.
+	_, err = s.Pool.Exec(t.Context(), `UPDATE stepgate.run SET wake_at = now() + interval '300 milliseconds' WHERE id = $1`, run.ID)
+	require.NoError(t, err)
+	got, err := s.Invoker.AwaitRun(t.Context(), db, run.ID, nil, time.Now().Add(30*time.Second))
+	require.NoError(t, err)
+	require.Equal(t, journal.StatusCompleted, got.Status, "a pass armed its timer")
+	require.JSONEq(t, `"awake"`, string(got.Output))
+}
