@@ -579,6 +579,7 @@ func TestDashboard(t *testing.T) {
 		b.visible("the run completes", runStatus("completed"))
 		res := getRun(t, c, id)
 		require.JSONEq(t, `{"data":{"amount":42},"by":"tester"}`, string(*res.Output))
+		require.Contains(t, b.text("the await's entry", "[data-testid=callback-resolved]"), "resolved by tester")
 	})
 
 	t.Run("ALinkForAnotherTenantAsksFirst", func(t *testing.T) {
