@@ -106,6 +106,11 @@ func TestBadAnswers(t *testing.T) {
 		{"ReceiveEmptyTopic", `{"status":"suspended","await":{"type":"receive","seq":1,"name":"r","topic":""}}`, "bad_answer", "receive: topic"},
 		{"ReceiveLongTopic", `{"status":"suspended","await":{"type":"receive","seq":1,"name":"r","topic":"` + strings.Repeat("t", 256) + `"}}`, "bad_answer", "1 to 255 bytes"},
 		{"ReceiveTimeoutTooShort", `{"status":"suspended","await":{"type":"receive","seq":1,"name":"r","topic":"t","timeout":"10ms"}}`, "bad_answer", `receive timeout "10ms" is not a duration from 1s`},
+		{"StepsHoldACallback", `{"status":"completed","steps":[{"seq":1,"kind":"callback","name":"b","output":{"url":"u","token":"t"}}]}`, "bad_answer", "only hold finished steps"},
+		{"CallbackWithoutSeq", `{"status":"suspended","await":{"type":"await_callback","seq":1,"name":"c"}}`, "bad_answer", "an await_callback needs a callback_seq"},
+		{"CallbackSeqNotBefore", `{"status":"suspended","await":{"type":"await_callback","seq":1,"name":"c","callback_seq":1}}`, "bad_answer", "callback_seq 1 is not a seq before the await's (1)"},
+		{"CallbackTimeoutTooLong", `{"status":"suspended","await":{"type":"await_callback","seq":2,"name":"c","callback_seq":1,"timeout":"9000h"}}`, "bad_answer", `timeout "9000h" is not a duration from 1s to 8760h`},
+		{"CallbackSeqIsAStep", `{"status":"suspended","steps":[{"seq":1,"kind":"step","name":"a","output":1}],"await":{"type":"await_callback","seq":2,"name":"c","callback_seq":1}}`, "bad_answer", "names seq 1, which is not a callback of this run"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -166,7 +171,7 @@ func TestCheckpointRefusals(t *testing.T) {
 		{400, "name"},
 		{400, "error.message"},
 		{400, "seq 3 is not the journal's next (seq 2 is not journaled)"},
-		{400, `kind "step", "event", "value" or "send", not "sleep"`},
+		{400, `kind "step", "event", "value", "send" or "callback", not "sleep"`},
 		{400, "attempt -1"},
 		{400, `run_id "nope" is not a run id`},
 		{400, `named after its topic: "u", not "t"`},

@@ -21,7 +21,7 @@ var runWrites = []string{
 	"CreateRun", "ClaimRun", "AppendEntry", "Finish", "CancelRun", "SendEvent",
 	"RenewLeases", "ReapExpiredLeases", "ReleaseLeases", "StrandedRuns",
 	"PutSchedule", "DeleteSchedule", "AdvanceSchedule", "ClaimTick", "TryClaimTick",
-	"RegisterFunction", "DeleteFunction", "Attach", "Watch", "Unwatch",
+	"RegisterFunction", "DeleteFunction", "Attach", "Watch", "Unwatch", "CreateCallback", "ResolveCallback",
 }
 
 // TestGatewayOnlyMapsHTTP keeps the gateway a mapping of HTTP onto the invoker's

@@ -262,7 +262,7 @@ func (s *Server) GetRun(ctx context.Context, req server.GetRunRequestObject) (se
 		Failures: make([]protocol.AttemptFailure, 0, len(d.Failures)),
 	}
 	for _, e := range d.Journal {
-		out.Journal = append(out.Journal, invoker.EntryToAPI(e))
+		out.Journal = append(out.Journal, invoker.EntryForReaders(e))
 	}
 	for _, f := range d.Failures {
 		out.Failures = append(out.Failures, invoker.FailureToAPI(f))
@@ -366,6 +366,7 @@ func (s *Server) Checkpoint(ctx context.Context, req server.CheckpointRequestObj
 	}
 	var err error
 	var refused *protocol.ErrorInfo
+	var output json.RawMessage
 	switch e.Kind {
 	case protocol.EntryKindEvent:
 		err = s.checkpointEvent(ctx, req.ID, claim.invocation, *e)
@@ -373,6 +374,11 @@ func (s *Server) Checkpoint(ctx context.Context, req server.CheckpointRequestObj
 		err = s.checkpointValue(ctx, req.ID, claim.invocation, *e)
 	case protocol.EntryKindSend:
 		refused, err = s.checkpointSend(ctx, req.ID, claim.invocation, *e)
+	case protocol.EntryKindCallback:
+		output, err = s.inv.CheckpointCallback(ctx, req.ID, claim.invocation, invoker.EntryFromAPI(*e))
+		if errors.Is(err, invoker.ErrBadCallback) {
+			return nil, badRequest("%s", strings.TrimPrefix(err.Error(), invoker.ErrBadCallback.Error()+": "))
+		}
 	default:
 		err = s.inv.Checkpoint(ctx, req.ID, claim.invocation, invoker.EntryFromAPI(*e))
 	}
@@ -390,7 +396,11 @@ func (s *Server) Checkpoint(ctx context.Context, req server.CheckpointRequestObj
 	case err != nil:
 		return nil, err
 	}
-	return server.Checkpoint200JSONResponse{Seq: e.Seq, Error: refused}, nil
+	ack := server.Checkpoint200JSONResponse{Seq: e.Seq, Error: refused}
+	if output != nil {
+		ack.Output = (*protocol.AnyJSON)(&output)
+	}
+	return ack, nil
 }
 
 func checkpointConflict(typ, detail string) server.CheckpointResponseObject {
@@ -405,8 +415,11 @@ func checkpointConflict(typ, detail string) server.CheckpointResponseObject {
 // invoker.Checkpoint).
 func (s *Server) checkEntry(e protocol.JournalEntry) error {
 	switch {
-	case e.Kind != protocol.EntryKindStep && e.Kind != protocol.EntryKindEvent && e.Kind != protocol.EntryKindValue && e.Kind != protocol.EntryKindSend:
-		return badRequest("a checkpoint is a finished step, a sent event, a published value or a sent message: kind \"step\", \"event\", \"value\" or \"send\", not %q", e.Kind)
+	case e.Kind != protocol.EntryKindStep && e.Kind != protocol.EntryKindEvent && e.Kind != protocol.EntryKindValue &&
+		e.Kind != protocol.EntryKindSend && e.Kind != protocol.EntryKindCallback:
+		return badRequest("a checkpoint is a finished step, a sent event, a published value, a sent message or a callback: kind \"step\", \"event\", \"value\", \"send\" or \"callback\", not %q", e.Kind)
+	case e.Kind == protocol.EntryKindCallback && e.Error != nil:
+		return badRequest("a callback has no error")
 	case e.Seq < 1 || e.Seq > math.MaxInt32:
 		return badRequest("seq %d is not from 1 to %d", e.Seq, math.MaxInt32)
 	case e.Output != nil && e.Error != nil:

@@ -186,6 +186,20 @@ func bodyLimits(limit, checkpoint int64) echo.MiddlewareFunc {
 // Handler returns the HTTP handler of the whole gateway.
 func (s *Server) Handler() http.Handler { return s.echo }
 
+// tokenPaths are the routes whose path holds their credential, a callback's token: they
+// take no bearer token (a third party with no account calls them), and the token
+// scopes them to one callback of one run.
+var tokenPaths = map[string]bool{"/v1/callbacks/:token": true, "/v1/callbacks/:token/reject": true}
+
+// loggedPath is the request's path for the logs: a callback's token, a credential, is
+// masked.
+func loggedPath(c echo.Context) string {
+	if tokenPaths[c.Path()] {
+		return strings.Replace(c.Request().URL.Path, c.Param("token"), invoker.MaskedToken, 1)
+	}
+	return c.Request().URL.Path
+}
+
 type invocationKey struct{}
 
 // isCheckpoint reports whether the route path is one an invocation calls with its
@@ -199,13 +213,13 @@ type invocationClaim struct {
 	invocation int
 }
 
-// authenticate checks the bearer token of every /v1 request: a user JWT, or for the
-// checkpoint endpoint an invocation token. The identity goes into the request context;
+// authenticate checks the bearer token of every /v1 request but the callback token
+// routes (tokenPaths): a user JWT, or for the checkpoint endpoint an invocation token. The identity goes into the request context;
 // authorize then checks the operation's permission.
 func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		path := c.Path()
-		if !strings.HasPrefix(path, "/v1/") {
+		if !strings.HasPrefix(path, "/v1/") || tokenPaths[path] {
 			return next(c)
 		}
 		token, err := auth.BearerToken(c.Request().Header.Get(echo.HeaderAuthorization))
@@ -286,7 +300,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 		status, detail = http.StatusServiceUnavailable, "the database is unreachable; retry shortly"
 		c.Response().Header().Set("Retry-After", "1")
 		s.log.WarnContext(c.Request().Context(), "request failed: the database is unreachable",
-			slog.String("method", c.Request().Method), slog.String("path", c.Request().URL.Path), slog.Any("error", err))
+			slog.String("method", c.Request().Method), slog.String("path", loggedPath(c)), slog.Any("error", err))
 	case errors.Is(err, journal.ErrUnstorable):
 		// The edges check what they can name; this is the database's word on the rest.
 		status, detail = http.StatusBadRequest, err.Error()
@@ -309,7 +323,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 		}
 	default:
 		s.log.ErrorContext(c.Request().Context(), "request failed",
-			slog.String("method", c.Request().Method), slog.String("path", c.Request().URL.Path), slog.Any("error", err))
+			slog.String("method", c.Request().Method), slog.String("path", loggedPath(c)), slog.Any("error", err))
 	}
 	if status == http.StatusUnauthorized {
 		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="stepgate"`)

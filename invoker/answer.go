@@ -197,11 +197,12 @@ type awaitKind struct {
 
 // awaitKinds are the await kinds of the protocol, by type.
 var awaitKinds = map[protocol.AwaitType]awaitKind{
-	protocol.AwaitTypeSleep:     sleepAwait,
-	protocol.AwaitTypeRetry:     retryAwait,
-	protocol.AwaitTypeInvoke:    invokeAwait,
-	protocol.AwaitTypeWaitEvent: waitEventAwait,
-	protocol.AwaitTypeReceive:   receiveAwait,
+	protocol.AwaitTypeSleep:         sleepAwait,
+	protocol.AwaitTypeRetry:         retryAwait,
+	protocol.AwaitTypeInvoke:        invokeAwait,
+	protocol.AwaitTypeWaitEvent:     waitEventAwait,
+	protocol.AwaitTypeReceive:       receiveAwait,
+	protocol.AwaitTypeAwaitCallback: callbackAwait,
 }
 
 // awaitTypes returns the await types, sorted, for messages.

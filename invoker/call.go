@@ -442,7 +442,7 @@ func unappliable(err error) *journal.ErrorInfo {
 		return &journal.ErrorInfo{Type: ErrorTypeNondeterminism, Message: strings.TrimPrefix(err.Error(), journal.ErrConflict.Error()+": ")}
 	case errors.As(err, &le):
 		return &journal.ErrorInfo{Type: ErrorTypeLimit, Message: le.Message}
-	case errors.Is(err, journal.ErrGap), errors.Is(err, journal.ErrUnstorable):
+	case errors.Is(err, journal.ErrGap), errors.Is(err, journal.ErrUnstorable), errors.Is(err, journal.ErrBadAwait):
 		return &journal.ErrorInfo{Type: ErrorTypeBadAnswer, Message: err.Error()}
 	}
 	return nil

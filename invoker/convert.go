@@ -2,6 +2,7 @@ package invoker
 
 import (
 	"encoding/json"
+	"strings"
 
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
@@ -24,6 +25,30 @@ func EntryToAPI(e journal.Entry) protocol.JournalEntry {
 		out.Output = &o
 	}
 	return out
+}
+
+// MaskedToken replaces a callback's token where the API shows a journal.
+const MaskedToken = "xxxxx"
+
+// EntryForReaders returns a journal entry in its protocol form for the API's readers:
+// a callback's token, the credential that resolves it, is masked (MaskedToken) in its
+// output and its URL. Only the run's function (its invocations' journal) gets it.
+func EntryForReaders(e journal.Entry) protocol.JournalEntry {
+	if e.Kind == journal.KindCallback && e.Output != nil {
+		var cb journal.CallbackOutput
+		if json.Unmarshal(e.Output, &cb) == nil {
+			if i := strings.LastIndex(cb.URL, "/"); i >= 0 {
+				cb.URL = cb.URL[:i+1] + MaskedToken
+			}
+			cb.Token = MaskedToken
+			if raw, err := json.Marshal(cb); err == nil {
+				e.Output = raw
+			}
+		} else {
+			e.Output = nil
+		}
+	}
+	return EntryToAPI(e)
 }
 
 // EntryFromAPI returns a protocol journal entry in its stored form.
@@ -95,6 +120,9 @@ func AwaitingToAPI(a *journal.Awaiting) *protocol.Awaiting {
 	}
 	if a.Topic != "" {
 		out.Topic = &a.Topic
+	}
+	if a.CallbackSeq > 0 {
+		out.CallbackSeq = &a.CallbackSeq
 	}
 	return out
 }

@@ -10,7 +10,7 @@ import (
 // Awaiting is what a suspended run waits for, stored on the run (run.awaiting) and shown
 // by the API, so that no reader has to guess it from the journal.
 type Awaiting struct {
-	Kind string `json:"kind"` // AwaitSleep, AwaitRetry, AwaitInvoke, AwaitWaitEvent or AwaitReceive
+	Kind string `json:"kind"` // AwaitSleep, AwaitRetry, AwaitInvoke, AwaitWaitEvent, AwaitReceive or AwaitCallback
 	Seq  int    `json:"seq"`  // The journal seq the run resumes at.
 	Name string `json:"name"`
 	// Attempt is the failed attempt of a step a retry waits to make again.
@@ -24,6 +24,9 @@ type Awaiting struct {
 	Match json.RawMessage `json:"match,omitempty"`
 	// Topic is the topic of the messages a receive waits for.
 	Topic string `json:"topic,omitempty"`
+	// CallbackSeq is the seq of the callback an await_callback waits for (its name is
+	// the await's Name when the SDK makes it).
+	CallbackSeq int `json:"callback_seq,omitempty"`
 }
 
 // Await kinds.
@@ -35,11 +38,14 @@ const (
 	AwaitWaitEvent = "wait_event"
 	// AwaitReceive waits for a message of a topic (Receive); its entry has the same kind.
 	AwaitReceive = "receive"
+	// AwaitCallback waits for a callback's resolution (CallbackWait); its entry has the
+	// same kind.
+	AwaitCallback = "await_callback"
 )
 
 // Await is what a suspended run waits for: a Sleep, a StepRetry, an Invoke, a
-// WaitEvent or a Receive. Each kind says where it sits in the journal, when the run is due again, and what Finish writes
-// for it besides the run's status.
+// WaitEvent, a Receive or a CallbackWait. Each kind says where it sits in the journal,
+// when the run is due again, and what Finish writes for it besides the run's status.
 type Await interface {
 	// awaiting describes the await as it is stored on the run.
 	awaiting() Awaiting

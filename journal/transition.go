@@ -280,8 +280,8 @@ func sameJSON(a, b json.RawMessage) bool {
 }
 
 // Outcome is how an invocation ends for its run; see Finish. Make one with Completed,
-// Failed, RetryingInvocation, Sleeping, RetryingStep, InvokingChild, WaitingForEvent or
-// Receiving.
+// Failed, RetryingInvocation, Sleeping, RetryingStep, InvokingChild, WaitingForEvent,
+// Receiving or WaitingForCallback.
 type Outcome struct {
 	status    Status
 	output    json.RawMessage // completed
@@ -346,6 +346,12 @@ func WaitingForEvent(w WaitEvent, steps ...Entry) Outcome {
 // taken at once.
 func Receiving(r Receive, steps ...Entry) Outcome {
 	return Outcome{status: StatusSuspended, await: r, Steps: steps}
+}
+
+// WaitingForCallback suspends the run until its callback is resolved or rejected, or
+// the wait's timeout passes (see CallbackWait), after journaling steps.
+func WaitingForCallback(w CallbackWait, steps ...Entry) Outcome {
+	return Outcome{status: StatusSuspended, await: w, Steps: steps}
 }
 
 // InvokingChild suspends the run while its child run, which Finish starts, runs, after

@@ -41,16 +41,19 @@ func (e AnswerStatus) Valid() bool {
 
 // Defines values for AwaitType.
 const (
-	AwaitTypeInvoke    AwaitType = "invoke"
-	AwaitTypeReceive   AwaitType = "receive"
-	AwaitTypeRetry     AwaitType = "retry"
-	AwaitTypeSleep     AwaitType = "sleep"
-	AwaitTypeWaitEvent AwaitType = "wait_event"
+	AwaitTypeAwaitCallback AwaitType = "await_callback"
+	AwaitTypeInvoke        AwaitType = "invoke"
+	AwaitTypeReceive       AwaitType = "receive"
+	AwaitTypeRetry         AwaitType = "retry"
+	AwaitTypeSleep         AwaitType = "sleep"
+	AwaitTypeWaitEvent     AwaitType = "wait_event"
 )
 
 // Valid indicates whether the value is a known member of the AwaitType enum.
 func (e AwaitType) Valid() bool {
 	switch e {
+	case AwaitTypeAwaitCallback:
+		return true
 	case AwaitTypeInvoke:
 		return true
 	case AwaitTypeReceive:
@@ -68,16 +71,19 @@ func (e AwaitType) Valid() bool {
 
 // Defines values for AwaitingKind.
 const (
-	AwaitingKindInvoke    AwaitingKind = "invoke"
-	AwaitingKindReceive   AwaitingKind = "receive"
-	AwaitingKindRetry     AwaitingKind = "retry"
-	AwaitingKindSleep     AwaitingKind = "sleep"
-	AwaitingKindWaitEvent AwaitingKind = "wait_event"
+	AwaitingKindAwaitCallback AwaitingKind = "await_callback"
+	AwaitingKindInvoke        AwaitingKind = "invoke"
+	AwaitingKindReceive       AwaitingKind = "receive"
+	AwaitingKindRetry         AwaitingKind = "retry"
+	AwaitingKindSleep         AwaitingKind = "sleep"
+	AwaitingKindWaitEvent     AwaitingKind = "wait_event"
 )
 
 // Valid indicates whether the value is a known member of the AwaitingKind enum.
 func (e AwaitingKind) Valid() bool {
 	switch e {
+	case AwaitingKindAwaitCallback:
+		return true
 	case AwaitingKindInvoke:
 		return true
 	case AwaitingKindReceive:
@@ -93,21 +99,63 @@ func (e AwaitingKind) Valid() bool {
 	}
 }
 
+// Defines values for CallbackResolutionResolver.
+const (
+	CallbackResolutionResolverIdentity CallbackResolutionResolver = "identity"
+	CallbackResolutionResolverToken    CallbackResolutionResolver = "token"
+)
+
+// Valid indicates whether the value is a known member of the CallbackResolutionResolver enum.
+func (e CallbackResolutionResolver) Valid() bool {
+	switch e {
+	case CallbackResolutionResolverIdentity:
+		return true
+	case CallbackResolutionResolverToken:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CallbackResolutionState.
+const (
+	Rejected CallbackResolutionState = "rejected"
+	Resolved CallbackResolutionState = "resolved"
+)
+
+// Valid indicates whether the value is a known member of the CallbackResolutionState enum.
+func (e CallbackResolutionState) Valid() bool {
+	switch e {
+	case Rejected:
+		return true
+	case Resolved:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for EntryKind.
 const (
-	EntryKindEvent     EntryKind = "event"
-	EntryKindInvoke    EntryKind = "invoke"
-	EntryKindReceive   EntryKind = "receive"
-	EntryKindSend      EntryKind = "send"
-	EntryKindSleep     EntryKind = "sleep"
-	EntryKindStep      EntryKind = "step"
-	EntryKindValue     EntryKind = "value"
-	EntryKindWaitEvent EntryKind = "wait_event"
+	EntryKindAwaitCallback EntryKind = "await_callback"
+	EntryKindCallback      EntryKind = "callback"
+	EntryKindEvent         EntryKind = "event"
+	EntryKindInvoke        EntryKind = "invoke"
+	EntryKindReceive       EntryKind = "receive"
+	EntryKindSend          EntryKind = "send"
+	EntryKindSleep         EntryKind = "sleep"
+	EntryKindStep          EntryKind = "step"
+	EntryKindValue         EntryKind = "value"
+	EntryKindWaitEvent     EntryKind = "wait_event"
 )
 
 // Valid indicates whether the value is a known member of the EntryKind enum.
 func (e EntryKind) Valid() bool {
 	switch e {
+	case EntryKindAwaitCallback:
+		return true
+	case EntryKindCallback:
+		return true
 	case EntryKindEvent:
 		return true
 	case EntryKindInvoke:
@@ -354,8 +402,25 @@ type AttemptFailure struct {
 // the run again: at once when the mailbox holds a message of the topic, else in
 // the transaction of the send. When `timeout` (from `1s` to 10 years, default
 // `24h`) passes first, the entry is `{"timed_out": true}`.
+//
+// `await_callback`: suspend until the run's callback journaled at `callback_seq` (an
+// entry of kind `callback`, checkpointed before this answer) is resolved or
+// rejected (`POST /v1/callbacks/{token}`, `.../reject`, or by run id and name with
+// a JWT), or `timeout` passes (from `1s` to `8760h`; absent: until the callback's
+// own expiry, `168h` after it was made unless its checkpoint said otherwise). The
+// await's end becomes the callback's expiry: resolving it later is a 409. A
+// callback resolved before the await is stored is journaled at once, and the run
+// called again at once; so is the timeout of one already expired. The gateway
+// journals at `seq` an entry of kind `await_callback` named `name` with the
+// resolution, the rejection or `{"timed_out": true}` (see `JournalEntry`). A
+// `callback_seq` that is not one of this run's callbacks fails the run
+// (`bad_answer`). An await may name a callback already awaited: it gets the same
+// resolution.
 type Await struct {
 	Attempt *int `json:"attempt,omitempty"`
+
+	// CallbackSeq `await_callback`: the seq of the run's `callback` entry to wait for.
+	CallbackSeq *int `json:"callback_seq,omitempty"`
 
 	// Duration A Go duration such as `30s`, `5m`, `1h30m`.
 	//
@@ -381,7 +446,7 @@ type Await struct {
 	Retry *RetryPolicy `json:"retry,omitempty"`
 	Seq   int          `json:"seq"`
 
-	// Timeout `wait_event`, `receive`: how long to wait, from when the gateway stores the wait. Defaults to `24h`.
+	// Timeout `wait_event`, `receive`, `await_callback`: how long to wait, from when the gateway stores the wait. Defaults to `24h` for a `wait_event` and a `receive`, and to the callback's expiry for an `await_callback`.
 	Timeout *Duration `json:"timeout,omitempty"`
 
 	// Topic `receive`: the topic of the message to take.
@@ -393,10 +458,13 @@ type Await struct {
 // AwaitType defines model for AwaitType.
 type AwaitType string
 
-// Awaiting What a suspended run waits for, as its function's last answer said: a sleep, a failed step's retry, a child run, an event, or a message. The run resumes at `seq`; `wake_at` on the run says when (for an event or a message, when its wait times out), except for a child run, whose end wakes it. Absent when the run waits for nothing.
+// Awaiting What a suspended run waits for, as its function's last answer said: a sleep, a failed step's retry, a child run, an event, a message, or a callback. The run resumes at `seq`; `wake_at` on the run says when (for an event, a message or a callback, when its wait times out), except for a child run, whose end wakes it. Absent when the run waits for nothing.
 type Awaiting struct {
 	// Attempt retry: the step's attempt that failed.
 	Attempt *int `json:"attempt,omitempty"`
+
+	// CallbackSeq await_callback: the seq of the callback awaited; `name` is the await's, which the Go SDK gives the callback's name. Resolve it with `POST /v1/runs/{id}/callbacks/{name}`.
+	CallbackSeq *int `json:"callback_seq,omitempty"`
 
 	// ChildID invoke: the child run.
 	ChildID *string `json:"child_id,omitempty"`
@@ -420,6 +488,41 @@ type Awaiting struct {
 // AwaitingKind defines model for Awaiting.Kind.
 type AwaitingKind string
 
+// CallbackRejection A callback's rejection.
+type CallbackRejection struct {
+	// Message Why; at most the gateway's output bound.
+	Message string `json:"message"`
+
+	// Type A short machine-readable kind. Defaults to `rejected`.
+	Type *string `json:"type,omitempty"`
+}
+
+// CallbackResolution A callback just resolved or rejected.
+type CallbackResolution struct {
+	Name       string    `json:"name"`
+	ResolvedAt time.Time `json:"resolved_at"`
+
+	// ResolvedBy The caller, for a resolution by run id.
+	ResolvedBy *Identity                  `json:"resolved_by,omitempty"`
+	Resolver   CallbackResolutionResolver `json:"resolver"`
+
+	// Resumed The run waited for the callback and was resumed; false when it will get the resolution once it awaits it.
+	Resumed bool `json:"resumed"`
+
+	// RunID The callback's run; only for a resolution by run id.
+	RunID *string `json:"run_id,omitempty"`
+
+	// Seq The callback entry's seq in the run's journal.
+	Seq   int                     `json:"seq"`
+	State CallbackResolutionState `json:"state"`
+}
+
+// CallbackResolutionResolver defines model for CallbackResolution.Resolver.
+type CallbackResolutionResolver string
+
+// CallbackResolutionState defines model for CallbackResolution.State.
+type CallbackResolutionState string
+
 // Checkpoint defines model for Checkpoint.
 type Checkpoint struct {
 	Token string `json:"token"`
@@ -431,7 +534,10 @@ type CheckpointAck struct {
 	// Error A `send` whose message could not be sent: the entry is journaled with this
 	// error (`not_found`, `finished`, `limit_exceeded`) and nothing was sent.
 	Error *ErrorInfo `json:"error,omitempty"`
-	Seq   int        `json:"seq"`
+
+	// Output The entry's output as the gateway journaled it, when the gateway made it: a `callback`'s `{url, token, expires_at}`.
+	Output *AnyJSON `json:"output,omitempty"`
+	Seq    int      `json:"seq"`
 }
 
 // Duration A Go duration such as `30s`, `5m`, `1h30m`.
@@ -636,6 +742,20 @@ type InvocationAnswer struct {
 	// the run again: at once when the mailbox holds a message of the topic, else in
 	// the transaction of the send. When `timeout` (from `1s` to 10 years, default
 	// `24h`) passes first, the entry is `{"timed_out": true}`.
+	//
+	// `await_callback`: suspend until the run's callback journaled at `callback_seq` (an
+	// entry of kind `callback`, checkpointed before this answer) is resolved or
+	// rejected (`POST /v1/callbacks/{token}`, `.../reject`, or by run id and name with
+	// a JWT), or `timeout` passes (from `1s` to `8760h`; absent: until the callback's
+	// own expiry, `168h` after it was made unless its checkpoint said otherwise). The
+	// await's end becomes the callback's expiry: resolving it later is a 409. A
+	// callback resolved before the await is stored is journaled at once, and the run
+	// called again at once; so is the timeout of one already expired. The gateway
+	// journals at `seq` an entry of kind `await_callback` named `name` with the
+	// resolution, the rejection or `{"timed_out": true}` (see `JournalEntry`). A
+	// `callback_seq` that is not one of this run's callbacks fails the run
+	// (`bad_answer`). An await may name a callback already awaited: it gets the same
+	// resolution.
 	Await *Await     `json:"await,omitempty"`
 	Error *ErrorInfo `json:"error,omitempty"`
 
@@ -716,6 +836,20 @@ type InvocationRun struct {
 // data, identity, source_run_id, sent_at}}`, the message taken with its sender's
 // identity (and the sending run, for a message sent by `send`), or
 // `{"timed_out": true}`.
+//
+// A `callback` (checkpointed with no output; the gateway makes it, see the
+// checkpoint) has `output` `{"url", "token", "expires_at"}`: `url` is
+// `<gateway public URL>/v1/callbacks/<token>`, which the function hands to whoever
+// must resolve it, and `token` (43 characters of base64url, 256 random bits) is the
+// credential for that callback alone. The journal the gateway sends the function
+// holds the token; the API's journal (`GET /v1/runs/{id}`) never does: `token` and
+// the URL's token are replaced by `xxxxx` there. An `await_callback` (journaled by
+// the gateway when the wait ends; never checkpointed) has `output`
+// `{"data": ..., "resolver", "resolved_at", "resolved_by"?}` for a resolution,
+// `{"error": {"type", "message"}, "resolver", "resolved_at", "resolved_by"?}` for
+// a rejection (`type` defaults to `rejected`), or `{"timed_out": true}`. `resolver`
+// is `token` (the URL's holder: no identity) or `identity` (a JWT caller with
+// `runs:manage`, by run id: `resolved_by` is their identity).
 type JournalEntry struct {
 	// Attempt The attempt of the step that produced this outcome; 1 when it first succeeded.
 	Attempt    *int       `json:"attempt,omitempty"`
@@ -806,7 +940,7 @@ type Run struct {
 	// Attempts Invocation attempts made so far.
 	Attempts int `json:"attempts"`
 
-	// Awaiting What a suspended run waits for, as its function's last answer said: a sleep, a failed step's retry, a child run, an event, or a message. The run resumes at `seq`; `wake_at` on the run says when (for an event or a message, when its wait times out), except for a child run, whose end wakes it. Absent when the run waits for nothing.
+	// Awaiting What a suspended run waits for, as its function's last answer said: a sleep, a failed step's retry, a child run, an event, a message, or a callback. The run resumes at `seq`; `wake_at` on the run says when (for an event, a message or a callback, when its wait times out), except for a child run, whose end wakes it. Absent when the run waits for nothing.
 	Awaiting *Awaiting `json:"awaiting,omitempty"`
 
 	// CancelledBy Who cancelled the run.
@@ -854,7 +988,7 @@ type RunDetail struct {
 	// Attempts Invocation attempts made so far.
 	Attempts int `json:"attempts"`
 
-	// Awaiting What a suspended run waits for, as its function's last answer said: a sleep, a failed step's retry, a child run, an event, or a message. The run resumes at `seq`; `wake_at` on the run says when (for an event or a message, when its wait times out), except for a child run, whose end wakes it. Absent when the run waits for nothing.
+	// Awaiting What a suspended run waits for, as its function's last answer said: a sleep, a failed step's retry, a child run, an event, a message, or a callback. The run resumes at `seq`; `wake_at` on the run says when (for an event, a message or a callback, when its wait times out), except for a child run, whose end wakes it. Absent when the run waits for nothing.
 	Awaiting *Awaiting `json:"awaiting,omitempty"`
 
 	// CancelledBy Who cancelled the run.
@@ -1145,6 +1279,12 @@ type StreamWrite struct {
 	Seq int    `json:"seq"`
 }
 
+// CallbackName defines model for CallbackName.
+type CallbackName = string
+
+// CallbackToken defines model for CallbackToken.
+type CallbackToken = string
+
 // FunctionName defines model for FunctionName.
 type FunctionName = string
 
@@ -1285,6 +1425,12 @@ type FunctionStatsParams struct {
 // SyncAppJSONRequestBody defines body for SyncApp for application/json ContentType.
 type SyncAppJSONRequestBody = AppSync
 
+// ResolveCallbackJSONRequestBody defines body for ResolveCallback for application/json ContentType.
+type ResolveCallbackJSONRequestBody = AnyJSON
+
+// RejectCallbackJSONRequestBody defines body for RejectCallback for application/json ContentType.
+type RejectCallbackJSONRequestBody = CallbackRejection
+
 // SendEventJSONRequestBody defines body for SendEvent for application/json ContentType.
 type SendEventJSONRequestBody = EventSend
 
@@ -1293,6 +1439,12 @@ type RegisterFunctionJSONRequestBody = FunctionRegistration
 
 // StartRunJSONRequestBody defines body for StartRun for application/json ContentType.
 type StartRunJSONRequestBody = AnyJSON
+
+// ResolveRunCallbackJSONRequestBody defines body for ResolveRunCallback for application/json ContentType.
+type ResolveRunCallbackJSONRequestBody = AnyJSON
+
+// RejectRunCallbackJSONRequestBody defines body for RejectRunCallback for application/json ContentType.
+type RejectRunCallbackJSONRequestBody = CallbackRejection
 
 // CheckpointJSONRequestBody defines body for Checkpoint for application/json ContentType.
 type CheckpointJSONRequestBody = JournalEntry
@@ -1398,6 +1550,72 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/apps (the `SyncApp` operationId).
 	SyncApp(ctx context.Context, body SyncAppJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ResolveCallbackWithBody Resolves a run's callback with the request body as its data. No JWT; the token is the credential.
+	//
+	// The token in the path is the credential for this one callback (a run made it with
+	// a `callback` entry; its URL is `<gateway public URL>/v1/callbacks/<token>`), so a
+	// third party with no account (a payment provider's webhook, a link in an email)
+	// may call it: no permission applies. The body, any JSON value (an empty body is
+	// `null`), is the data the run's `await_callback` receives. A callback is resolved
+	// once: the first resolution or rejection wins. When the run waits for it, the
+	// resolution is journaled and the run resumed in this request's transaction; when
+	// it does not wait yet, the resolution is kept and the run's `await_callback`
+	// returns it at once. The journal records the resolver as `"resolver": "token"`,
+	// with no identity.
+	//
+	// 404: no callback has this token (tokens are 256 random bits; only their SHA-256 is
+	// stored). 409: the callback is already resolved or rejected (`detail` says when and
+	// by whom), expired (its await's timeout, or its own, passed first), or its run
+	// finished. 413: a body over the gateway's limit (`STEPGATE_MAX_BODY_BYTES`).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/callbacks/{token} (the `ResolveCallback` operationId).
+	ResolveCallbackWithBody(ctx context.Context, token CallbackToken, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ResolveCallback Resolves a run's callback with the request body as its data. No JWT; the token is the credential.
+	//
+	// The token in the path is the credential for this one callback (a run made it with
+	// a `callback` entry; its URL is `<gateway public URL>/v1/callbacks/<token>`), so a
+	// third party with no account (a payment provider's webhook, a link in an email)
+	// may call it: no permission applies. The body, any JSON value (an empty body is
+	// `null`), is the data the run's `await_callback` receives. A callback is resolved
+	// once: the first resolution or rejection wins. When the run waits for it, the
+	// resolution is journaled and the run resumed in this request's transaction; when
+	// it does not wait yet, the resolution is kept and the run's `await_callback`
+	// returns it at once. The journal records the resolver as `"resolver": "token"`,
+	// with no identity.
+	//
+	// 404: no callback has this token (tokens are 256 random bits; only their SHA-256 is
+	// stored). 409: the callback is already resolved or rejected (`detail` says when and
+	// by whom), expired (its await's timeout, or its own, passed first), or its run
+	// finished. 413: a body over the gateway's limit (`STEPGATE_MAX_BODY_BYTES`).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/callbacks/{token} (the `ResolveCallback` operationId).
+	ResolveCallback(ctx context.Context, token CallbackToken, body ResolveCallbackJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RejectCallbackWithBody Rejects a run's callback with an error. No JWT; the token is the credential.
+	//
+	// As `resolveCallback`, but the run's `await_callback` receives the error
+	// `{type, message}` (`type` defaults to `rejected`) instead of data.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/callbacks/{token}/reject (the `RejectCallback` operationId).
+	RejectCallbackWithBody(ctx context.Context, token CallbackToken, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RejectCallback Rejects a run's callback with an error. No JWT; the token is the credential.
+	//
+	// As `resolveCallback`, but the run's `await_callback` receives the error
+	// `{type, message}` (`type` defaults to `rejected`) instead of data.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/callbacks/{token}/reject (the `RejectCallback` operationId).
+	RejectCallback(ctx context.Context, token CallbackToken, body RejectCallbackJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListEvents Lists events, newest first, with keyset pagination. Needs `runs:read`.
 	//
@@ -1554,6 +1772,48 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/runs/{id} (the `GetRun` operationId).
 	GetRun(ctx context.Context, id RunID, params *GetRunParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ResolveRunCallbackWithBody Resolves a run's callback by its name, with the request body as its data, as the caller. Needs `runs:manage`.
+	//
+	// As `resolveCallback`, for a caller with a JWT and no token: the callback is the
+	// run's latest one named `name`, in the caller's tenant (another tenant's run is a
+	// 404). The journal records the resolver as `"resolver": "identity"` with the
+	// caller's identity in `resolved_by`. The dashboard's Approve button calls it.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/runs/{id}/callbacks/{name} (the `ResolveRunCallback` operationId).
+	ResolveRunCallbackWithBody(ctx context.Context, id RunID, name CallbackName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ResolveRunCallback Resolves a run's callback by its name, with the request body as its data, as the caller. Needs `runs:manage`.
+	//
+	// As `resolveCallback`, for a caller with a JWT and no token: the callback is the
+	// run's latest one named `name`, in the caller's tenant (another tenant's run is a
+	// 404). The journal records the resolver as `"resolver": "identity"` with the
+	// caller's identity in `resolved_by`. The dashboard's Approve button calls it.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/runs/{id}/callbacks/{name} (the `ResolveRunCallback` operationId).
+	ResolveRunCallback(ctx context.Context, id RunID, name CallbackName, body ResolveRunCallbackJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RejectRunCallbackWithBody Rejects a run's callback by its name, as the caller. Needs `runs:manage`.
+	//
+	// As `rejectCallback`, by run id and name, as `resolveRunCallback`. The dashboard's Reject button calls it.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/runs/{id}/callbacks/{name}/reject (the `RejectRunCallback` operationId).
+	RejectRunCallbackWithBody(ctx context.Context, id RunID, name CallbackName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RejectRunCallback Rejects a run's callback by its name, as the caller. Needs `runs:manage`.
+	//
+	// As `rejectCallback`, by run id and name, as `resolveRunCallback`. The dashboard's Reject button calls it.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/runs/{id}/callbacks/{name}/reject (the `RejectRunCallback` operationId).
+	RejectRunCallback(ctx context.Context, id RunID, name CallbackName, body RejectRunCallbackJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// CancelRun Cancels a run that has not finished. Needs `runs:manage`.
 	//
 	// The run becomes `cancelled` at once; a running invocation is fenced out (its
@@ -1569,6 +1829,12 @@ type ClientInterface interface {
 	// conflicts with the journal (nondeterminism) or the invocation was superseded (the run
 	// was cancelled, finished, or another attempt owns it): the function must stop at once.
 	//
+	// A `callback` entry is checkpointed with no output (or `{"timeout": "<duration>"}`,
+	// from `1s` to `8760h`, default `168h`: how long the callback stays open until an
+	// await sets its own timeout): the gateway makes its token and URL, journals them as
+	// the entry's output `{"url", "token", "expires_at"}` and answers that output in
+	// `CheckpointAck.output`. A repeated checkpoint answers the same output.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/runs/{id}/checkpoint (the `Checkpoint` operationId).
@@ -1580,6 +1846,12 @@ type ClientInterface interface {
 	// a user JWT. 200: the entry is durable (an identical repeat is also 200). 409: the entry
 	// conflicts with the journal (nondeterminism) or the invocation was superseded (the run
 	// was cancelled, finished, or another attempt owns it): the function must stop at once.
+	//
+	// A `callback` entry is checkpointed with no output (or `{"timeout": "<duration>"}`,
+	// from `1s` to `8760h`, default `168h`: how long the callback stays open until an
+	// await sets its own timeout): the gateway makes its token and URL, journals them as
+	// the entry's output `{"url", "token", "expires_at"}` and answers that output in
+	// `CheckpointAck.output`. A repeated checkpoint answers the same output.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1897,6 +2169,112 @@ func (c *Client) SyncApp(ctx context.Context, body SyncAppJSONRequestBody, reqEd
 	return c.Client.Do(req)
 }
 
+// ResolveCallbackWithBody Resolves a run's callback with the request body as its data. No JWT; the token is the credential.
+//
+// The token in the path is the credential for this one callback (a run made it with
+// a `callback` entry; its URL is `<gateway public URL>/v1/callbacks/<token>`), so a
+// third party with no account (a payment provider's webhook, a link in an email)
+// may call it: no permission applies. The body, any JSON value (an empty body is
+// `null`), is the data the run's `await_callback` receives. A callback is resolved
+// once: the first resolution or rejection wins. When the run waits for it, the
+// resolution is journaled and the run resumed in this request's transaction; when
+// it does not wait yet, the resolution is kept and the run's `await_callback`
+// returns it at once. The journal records the resolver as `"resolver": "token"`,
+// with no identity.
+//
+// 404: no callback has this token (tokens are 256 random bits; only their SHA-256 is
+// stored). 409: the callback is already resolved or rejected (`detail` says when and
+// by whom), expired (its await's timeout, or its own, passed first), or its run
+// finished. 413: a body over the gateway's limit (`STEPGATE_MAX_BODY_BYTES`).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/callbacks/{token} (the `ResolveCallback` operationId).
+func (c *Client) ResolveCallbackWithBody(ctx context.Context, token CallbackToken, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewResolveCallbackRequestWithBody(c.Server, token, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ResolveCallback Resolves a run's callback with the request body as its data. No JWT; the token is the credential.
+//
+// The token in the path is the credential for this one callback (a run made it with
+// a `callback` entry; its URL is `<gateway public URL>/v1/callbacks/<token>`), so a
+// third party with no account (a payment provider's webhook, a link in an email)
+// may call it: no permission applies. The body, any JSON value (an empty body is
+// `null`), is the data the run's `await_callback` receives. A callback is resolved
+// once: the first resolution or rejection wins. When the run waits for it, the
+// resolution is journaled and the run resumed in this request's transaction; when
+// it does not wait yet, the resolution is kept and the run's `await_callback`
+// returns it at once. The journal records the resolver as `"resolver": "token"`,
+// with no identity.
+//
+// 404: no callback has this token (tokens are 256 random bits; only their SHA-256 is
+// stored). 409: the callback is already resolved or rejected (`detail` says when and
+// by whom), expired (its await's timeout, or its own, passed first), or its run
+// finished. 413: a body over the gateway's limit (`STEPGATE_MAX_BODY_BYTES`).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/callbacks/{token} (the `ResolveCallback` operationId).
+func (c *Client) ResolveCallback(ctx context.Context, token CallbackToken, body ResolveCallbackJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewResolveCallbackRequest(c.Server, token, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RejectCallbackWithBody Rejects a run's callback with an error. No JWT; the token is the credential.
+//
+// As `resolveCallback`, but the run's `await_callback` receives the error
+// `{type, message}` (`type` defaults to `rejected`) instead of data.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/callbacks/{token}/reject (the `RejectCallback` operationId).
+func (c *Client) RejectCallbackWithBody(ctx context.Context, token CallbackToken, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRejectCallbackRequestWithBody(c.Server, token, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RejectCallback Rejects a run's callback with an error. No JWT; the token is the credential.
+//
+// As `resolveCallback`, but the run's `await_callback` receives the error
+// `{type, message}` (`type` defaults to `rejected`) instead of data.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/callbacks/{token}/reject (the `RejectCallback` operationId).
+func (c *Client) RejectCallback(ctx context.Context, token CallbackToken, body RejectCallbackJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRejectCallbackRequest(c.Server, token, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListEvents Lists events, newest first, with keyset pagination. Needs `runs:read`.
 //
 // Corresponds with GET /v1/events (the `ListEvents` operationId).
@@ -2182,6 +2560,88 @@ func (c *Client) GetRun(ctx context.Context, id RunID, params *GetRunParams, req
 	return c.Client.Do(req)
 }
 
+// ResolveRunCallbackWithBody Resolves a run's callback by its name, with the request body as its data, as the caller. Needs `runs:manage`.
+//
+// As `resolveCallback`, for a caller with a JWT and no token: the callback is the
+// run's latest one named `name`, in the caller's tenant (another tenant's run is a
+// 404). The journal records the resolver as `"resolver": "identity"` with the
+// caller's identity in `resolved_by`. The dashboard's Approve button calls it.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/runs/{id}/callbacks/{name} (the `ResolveRunCallback` operationId).
+func (c *Client) ResolveRunCallbackWithBody(ctx context.Context, id RunID, name CallbackName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewResolveRunCallbackRequestWithBody(c.Server, id, name, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ResolveRunCallback Resolves a run's callback by its name, with the request body as its data, as the caller. Needs `runs:manage`.
+//
+// As `resolveCallback`, for a caller with a JWT and no token: the callback is the
+// run's latest one named `name`, in the caller's tenant (another tenant's run is a
+// 404). The journal records the resolver as `"resolver": "identity"` with the
+// caller's identity in `resolved_by`. The dashboard's Approve button calls it.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/runs/{id}/callbacks/{name} (the `ResolveRunCallback` operationId).
+func (c *Client) ResolveRunCallback(ctx context.Context, id RunID, name CallbackName, body ResolveRunCallbackJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewResolveRunCallbackRequest(c.Server, id, name, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RejectRunCallbackWithBody Rejects a run's callback by its name, as the caller. Needs `runs:manage`.
+//
+// As `rejectCallback`, by run id and name, as `resolveRunCallback`. The dashboard's Reject button calls it.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/runs/{id}/callbacks/{name}/reject (the `RejectRunCallback` operationId).
+func (c *Client) RejectRunCallbackWithBody(ctx context.Context, id RunID, name CallbackName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRejectRunCallbackRequestWithBody(c.Server, id, name, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RejectRunCallback Rejects a run's callback by its name, as the caller. Needs `runs:manage`.
+//
+// As `rejectCallback`, by run id and name, as `resolveRunCallback`. The dashboard's Reject button calls it.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/runs/{id}/callbacks/{name}/reject (the `RejectRunCallback` operationId).
+func (c *Client) RejectRunCallback(ctx context.Context, id RunID, name CallbackName, body RejectRunCallbackJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRejectRunCallbackRequest(c.Server, id, name, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // CancelRun Cancels a run that has not finished. Needs `runs:manage`.
 //
 // The run becomes `cancelled` at once; a running invocation is fenced out (its
@@ -2207,6 +2667,12 @@ func (c *Client) CancelRun(ctx context.Context, id RunID, reqEditors ...RequestE
 // conflicts with the journal (nondeterminism) or the invocation was superseded (the run
 // was cancelled, finished, or another attempt owns it): the function must stop at once.
 //
+// A `callback` entry is checkpointed with no output (or `{"timeout": "<duration>"}`,
+// from `1s` to `8760h`, default `168h`: how long the callback stays open until an
+// await sets its own timeout): the gateway makes its token and URL, journals them as
+// the entry's output `{"url", "token", "expires_at"}` and answers that output in
+// `CheckpointAck.output`. A repeated checkpoint answers the same output.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v1/runs/{id}/checkpoint (the `Checkpoint` operationId).
@@ -2228,6 +2694,12 @@ func (c *Client) CheckpointWithBody(ctx context.Context, id RunID, contentType s
 // a user JWT. 200: the entry is durable (an identical repeat is also 200). 409: the entry
 // conflicts with the journal (nondeterminism) or the invocation was superseded (the run
 // was cancelled, finished, or another attempt owns it): the function must stop at once.
+//
+// A `callback` entry is checkpointed with no output (or `{"timeout": "<duration>"}`,
+// from `1s` to `8760h`, default `168h`: how long the callback stays open until an
+// await sets its own timeout): the gateway makes its token and URL, journals them as
+// the entry's output `{"url", "token", "expires_at"}` and answers that output in
+// `CheckpointAck.output`. A repeated checkpoint answers the same output.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2743,6 +3215,100 @@ func NewSyncAppRequestWithBody(server string, contentType string, body io.Reader
 	}
 
 	operationPath := fmt.Sprintf("/v1/apps")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewResolveCallbackRequest calls the generic ResolveCallback builder with application/json body
+func NewResolveCallbackRequest(server string, token CallbackToken, body ResolveCallbackJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewResolveCallbackRequestWithBody(server, token, "application/json", bodyReader)
+}
+
+// NewResolveCallbackRequestWithBody constructs an http.Request for the ResolveCallback method, with any body, and a specified content type
+func NewResolveCallbackRequestWithBody(server string, token CallbackToken, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "token", token, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/callbacks/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewRejectCallbackRequest calls the generic RejectCallback builder with application/json body
+func NewRejectCallbackRequest(server string, token CallbackToken, body RejectCallbackJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRejectCallbackRequestWithBody(server, token, "application/json", bodyReader)
+}
+
+// NewRejectCallbackRequestWithBody constructs an http.Request for the RejectCallback method, with any body, and a specified content type
+func NewRejectCallbackRequestWithBody(server string, token CallbackToken, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "token", token, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/callbacks/%s/reject", pathParam0)
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -3396,6 +3962,114 @@ func NewGetRunRequest(server string, id RunID, params *GetRunParams) (*http.Requ
 	if err != nil {
 		return nil, err
 	}
+
+	return req, nil
+}
+
+// NewResolveRunCallbackRequest calls the generic ResolveRunCallback builder with application/json body
+func NewResolveRunCallbackRequest(server string, id RunID, name CallbackName, body ResolveRunCallbackJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewResolveRunCallbackRequestWithBody(server, id, name, "application/json", bodyReader)
+}
+
+// NewResolveRunCallbackRequestWithBody constructs an http.Request for the ResolveRunCallback method, with any body, and a specified content type
+func NewResolveRunCallbackRequestWithBody(server string, id RunID, name CallbackName, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/runs/%s/callbacks/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewRejectRunCallbackRequest calls the generic RejectRunCallback builder with application/json body
+func NewRejectRunCallbackRequest(server string, id RunID, name CallbackName, body RejectRunCallbackJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRejectRunCallbackRequestWithBody(server, id, name, "application/json", bodyReader)
+}
+
+// NewRejectRunCallbackRequestWithBody constructs an http.Request for the RejectRunCallback method, with any body, and a specified content type
+func NewRejectRunCallbackRequestWithBody(server string, id RunID, name CallbackName, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/runs/%s/callbacks/%s/reject", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -4297,6 +4971,72 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/apps (the `SyncApp` operationId).
 	SyncAppWithResponse(ctx context.Context, body SyncAppJSONRequestBody, reqEditors ...RequestEditorFn) (*SyncAppResponse, error)
 
+	// ResolveCallbackWithBodyWithResponse Resolves a run's callback with the request body as its data. No JWT; the token is the credential.
+	//
+	// The token in the path is the credential for this one callback (a run made it with
+	// a `callback` entry; its URL is `<gateway public URL>/v1/callbacks/<token>`), so a
+	// third party with no account (a payment provider's webhook, a link in an email)
+	// may call it: no permission applies. The body, any JSON value (an empty body is
+	// `null`), is the data the run's `await_callback` receives. A callback is resolved
+	// once: the first resolution or rejection wins. When the run waits for it, the
+	// resolution is journaled and the run resumed in this request's transaction; when
+	// it does not wait yet, the resolution is kept and the run's `await_callback`
+	// returns it at once. The journal records the resolver as `"resolver": "token"`,
+	// with no identity.
+	//
+	// 404: no callback has this token (tokens are 256 random bits; only their SHA-256 is
+	// stored). 409: the callback is already resolved or rejected (`detail` says when and
+	// by whom), expired (its await's timeout, or its own, passed first), or its run
+	// finished. 413: a body over the gateway's limit (`STEPGATE_MAX_BODY_BYTES`).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/callbacks/{token} (the `ResolveCallback` operationId).
+	ResolveCallbackWithBodyWithResponse(ctx context.Context, token CallbackToken, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ResolveCallbackResponse, error)
+
+	// ResolveCallbackWithResponse Resolves a run's callback with the request body as its data. No JWT; the token is the credential.
+	//
+	// The token in the path is the credential for this one callback (a run made it with
+	// a `callback` entry; its URL is `<gateway public URL>/v1/callbacks/<token>`), so a
+	// third party with no account (a payment provider's webhook, a link in an email)
+	// may call it: no permission applies. The body, any JSON value (an empty body is
+	// `null`), is the data the run's `await_callback` receives. A callback is resolved
+	// once: the first resolution or rejection wins. When the run waits for it, the
+	// resolution is journaled and the run resumed in this request's transaction; when
+	// it does not wait yet, the resolution is kept and the run's `await_callback`
+	// returns it at once. The journal records the resolver as `"resolver": "token"`,
+	// with no identity.
+	//
+	// 404: no callback has this token (tokens are 256 random bits; only their SHA-256 is
+	// stored). 409: the callback is already resolved or rejected (`detail` says when and
+	// by whom), expired (its await's timeout, or its own, passed first), or its run
+	// finished. 413: a body over the gateway's limit (`STEPGATE_MAX_BODY_BYTES`).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/callbacks/{token} (the `ResolveCallback` operationId).
+	ResolveCallbackWithResponse(ctx context.Context, token CallbackToken, body ResolveCallbackJSONRequestBody, reqEditors ...RequestEditorFn) (*ResolveCallbackResponse, error)
+
+	// RejectCallbackWithBodyWithResponse Rejects a run's callback with an error. No JWT; the token is the credential.
+	//
+	// As `resolveCallback`, but the run's `await_callback` receives the error
+	// `{type, message}` (`type` defaults to `rejected`) instead of data.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/callbacks/{token}/reject (the `RejectCallback` operationId).
+	RejectCallbackWithBodyWithResponse(ctx context.Context, token CallbackToken, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RejectCallbackResponse, error)
+
+	// RejectCallbackWithResponse Rejects a run's callback with an error. No JWT; the token is the credential.
+	//
+	// As `resolveCallback`, but the run's `await_callback` receives the error
+	// `{type, message}` (`type` defaults to `rejected`) instead of data.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/callbacks/{token}/reject (the `RejectCallback` operationId).
+	RejectCallbackWithResponse(ctx context.Context, token CallbackToken, body RejectCallbackJSONRequestBody, reqEditors ...RequestEditorFn) (*RejectCallbackResponse, error)
+
 	// ListEventsWithResponse Lists events, newest first, with keyset pagination. Needs `runs:read`.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -4466,6 +5206,48 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/runs/{id} (the `GetRun` operationId).
 	GetRunWithResponse(ctx context.Context, id RunID, params *GetRunParams, reqEditors ...RequestEditorFn) (*GetRunResponse, error)
 
+	// ResolveRunCallbackWithBodyWithResponse Resolves a run's callback by its name, with the request body as its data, as the caller. Needs `runs:manage`.
+	//
+	// As `resolveCallback`, for a caller with a JWT and no token: the callback is the
+	// run's latest one named `name`, in the caller's tenant (another tenant's run is a
+	// 404). The journal records the resolver as `"resolver": "identity"` with the
+	// caller's identity in `resolved_by`. The dashboard's Approve button calls it.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/runs/{id}/callbacks/{name} (the `ResolveRunCallback` operationId).
+	ResolveRunCallbackWithBodyWithResponse(ctx context.Context, id RunID, name CallbackName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ResolveRunCallbackResponse, error)
+
+	// ResolveRunCallbackWithResponse Resolves a run's callback by its name, with the request body as its data, as the caller. Needs `runs:manage`.
+	//
+	// As `resolveCallback`, for a caller with a JWT and no token: the callback is the
+	// run's latest one named `name`, in the caller's tenant (another tenant's run is a
+	// 404). The journal records the resolver as `"resolver": "identity"` with the
+	// caller's identity in `resolved_by`. The dashboard's Approve button calls it.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/runs/{id}/callbacks/{name} (the `ResolveRunCallback` operationId).
+	ResolveRunCallbackWithResponse(ctx context.Context, id RunID, name CallbackName, body ResolveRunCallbackJSONRequestBody, reqEditors ...RequestEditorFn) (*ResolveRunCallbackResponse, error)
+
+	// RejectRunCallbackWithBodyWithResponse Rejects a run's callback by its name, as the caller. Needs `runs:manage`.
+	//
+	// As `rejectCallback`, by run id and name, as `resolveRunCallback`. The dashboard's Reject button calls it.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/runs/{id}/callbacks/{name}/reject (the `RejectRunCallback` operationId).
+	RejectRunCallbackWithBodyWithResponse(ctx context.Context, id RunID, name CallbackName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RejectRunCallbackResponse, error)
+
+	// RejectRunCallbackWithResponse Rejects a run's callback by its name, as the caller. Needs `runs:manage`.
+	//
+	// As `rejectCallback`, by run id and name, as `resolveRunCallback`. The dashboard's Reject button calls it.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/runs/{id}/callbacks/{name}/reject (the `RejectRunCallback` operationId).
+	RejectRunCallbackWithResponse(ctx context.Context, id RunID, name CallbackName, body RejectRunCallbackJSONRequestBody, reqEditors ...RequestEditorFn) (*RejectRunCallbackResponse, error)
+
 	// CancelRunWithResponse Cancels a run that has not finished. Needs `runs:manage`.
 	//
 	// The run becomes `cancelled` at once; a running invocation is fenced out (its
@@ -4483,6 +5265,12 @@ type ClientWithResponsesInterface interface {
 	// conflicts with the journal (nondeterminism) or the invocation was superseded (the run
 	// was cancelled, finished, or another attempt owns it): the function must stop at once.
 	//
+	// A `callback` entry is checkpointed with no output (or `{"timeout": "<duration>"}`,
+	// from `1s` to `8760h`, default `168h`: how long the callback stays open until an
+	// await sets its own timeout): the gateway makes its token and URL, journals them as
+	// the entry's output `{"url", "token", "expires_at"}` and answers that output in
+	// `CheckpointAck.output`. A repeated checkpoint answers the same output.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/runs/{id}/checkpoint (the `Checkpoint` operationId).
@@ -4494,6 +5282,12 @@ type ClientWithResponsesInterface interface {
 	// a user JWT. 200: the entry is durable (an identical repeat is also 200). 409: the entry
 	// conflicts with the journal (nondeterminism) or the invocation was superseded (the run
 	// was cancelled, finished, or another attempt owns it): the function must stop at once.
+	//
+	// A `callback` entry is checkpointed with no output (or `{"timeout": "<duration>"}`,
+	// from `1s` to `8760h`, default `168h`: how long the callback stays open until an
+	// await sets its own timeout): the gateway makes its token and URL, journals them as
+	// the entry's output `{"url", "token", "expires_at"}` and answers that output in
+	// `CheckpointAck.output`. A repeated checkpoint answers the same output.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4899,6 +5693,158 @@ func (r SyncAppResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r SyncAppResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ResolveCallbackResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *CallbackResolution
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationProblemJSON409 *Conflict
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *TooLarge
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ResolveCallbackResponse) GetJSON200() *CallbackResolution {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ResolveCallbackResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ResolveCallbackResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r ResolveCallbackResponse) GetApplicationProblemJSON409() *Conflict {
+	return r.ApplicationProblemJSON409
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r ResolveCallbackResponse) GetApplicationProblemJSON413() *TooLarge {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ResolveCallbackResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ResolveCallbackResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ResolveCallbackResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ResolveCallbackResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ResolveCallbackResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type RejectCallbackResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *CallbackResolution
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationProblemJSON409 *Conflict
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *TooLarge
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RejectCallbackResponse) GetJSON200() *CallbackResolution {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RejectCallbackResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RejectCallbackResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r RejectCallbackResponse) GetApplicationProblemJSON409() *Conflict {
+	return r.ApplicationProblemJSON409
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r RejectCallbackResponse) GetApplicationProblemJSON413() *TooLarge {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r RejectCallbackResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r RejectCallbackResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RejectCallbackResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RejectCallbackResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RejectCallbackResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -5554,6 +6500,186 @@ func (r GetRunResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetRunResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ResolveRunCallbackResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *CallbackResolution
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationProblemJSON409 *Conflict
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *TooLarge
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ResolveRunCallbackResponse) GetJSON200() *CallbackResolution {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ResolveRunCallbackResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ResolveRunCallbackResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ResolveRunCallbackResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ResolveRunCallbackResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r ResolveRunCallbackResponse) GetApplicationProblemJSON409() *Conflict {
+	return r.ApplicationProblemJSON409
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r ResolveRunCallbackResponse) GetApplicationProblemJSON413() *TooLarge {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ResolveRunCallbackResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ResolveRunCallbackResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ResolveRunCallbackResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ResolveRunCallbackResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ResolveRunCallbackResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type RejectRunCallbackResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *CallbackResolution
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationProblemJSON409 *Conflict
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *TooLarge
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RejectRunCallbackResponse) GetJSON200() *CallbackResolution {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RejectRunCallbackResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RejectRunCallbackResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RejectRunCallbackResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RejectRunCallbackResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r RejectRunCallbackResponse) GetApplicationProblemJSON409() *Conflict {
+	return r.ApplicationProblemJSON409
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r RejectRunCallbackResponse) GetApplicationProblemJSON413() *TooLarge {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r RejectRunCallbackResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r RejectRunCallbackResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RejectRunCallbackResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RejectRunCallbackResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RejectRunCallbackResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -6820,6 +7946,96 @@ func (c *ClientWithResponses) SyncAppWithResponse(ctx context.Context, body Sync
 	return ParseSyncAppResponse(rsp)
 }
 
+// ResolveCallbackWithBodyWithResponse Resolves a run's callback with the request body as its data. No JWT; the token is the credential.
+//
+// The token in the path is the credential for this one callback (a run made it with
+// a `callback` entry; its URL is `<gateway public URL>/v1/callbacks/<token>`), so a
+// third party with no account (a payment provider's webhook, a link in an email)
+// may call it: no permission applies. The body, any JSON value (an empty body is
+// `null`), is the data the run's `await_callback` receives. A callback is resolved
+// once: the first resolution or rejection wins. When the run waits for it, the
+// resolution is journaled and the run resumed in this request's transaction; when
+// it does not wait yet, the resolution is kept and the run's `await_callback`
+// returns it at once. The journal records the resolver as `"resolver": "token"`,
+// with no identity.
+//
+// 404: no callback has this token (tokens are 256 random bits; only their SHA-256 is
+// stored). 409: the callback is already resolved or rejected (`detail` says when and
+// by whom), expired (its await's timeout, or its own, passed first), or its run
+// finished. 413: a body over the gateway's limit (`STEPGATE_MAX_BODY_BYTES`).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/callbacks/{token} (the `ResolveCallback` operationId).
+func (c *ClientWithResponses) ResolveCallbackWithBodyWithResponse(ctx context.Context, token CallbackToken, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ResolveCallbackResponse, error) {
+	rsp, err := c.ResolveCallbackWithBody(ctx, token, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseResolveCallbackResponse(rsp)
+}
+
+// ResolveCallbackWithResponse Resolves a run's callback with the request body as its data. No JWT; the token is the credential.
+//
+// The token in the path is the credential for this one callback (a run made it with
+// a `callback` entry; its URL is `<gateway public URL>/v1/callbacks/<token>`), so a
+// third party with no account (a payment provider's webhook, a link in an email)
+// may call it: no permission applies. The body, any JSON value (an empty body is
+// `null`), is the data the run's `await_callback` receives. A callback is resolved
+// once: the first resolution or rejection wins. When the run waits for it, the
+// resolution is journaled and the run resumed in this request's transaction; when
+// it does not wait yet, the resolution is kept and the run's `await_callback`
+// returns it at once. The journal records the resolver as `"resolver": "token"`,
+// with no identity.
+//
+// 404: no callback has this token (tokens are 256 random bits; only their SHA-256 is
+// stored). 409: the callback is already resolved or rejected (`detail` says when and
+// by whom), expired (its await's timeout, or its own, passed first), or its run
+// finished. 413: a body over the gateway's limit (`STEPGATE_MAX_BODY_BYTES`).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/callbacks/{token} (the `ResolveCallback` operationId).
+func (c *ClientWithResponses) ResolveCallbackWithResponse(ctx context.Context, token CallbackToken, body ResolveCallbackJSONRequestBody, reqEditors ...RequestEditorFn) (*ResolveCallbackResponse, error) {
+	rsp, err := c.ResolveCallback(ctx, token, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseResolveCallbackResponse(rsp)
+}
+
+// RejectCallbackWithBodyWithResponse Rejects a run's callback with an error. No JWT; the token is the credential.
+//
+// As `resolveCallback`, but the run's `await_callback` receives the error
+// `{type, message}` (`type` defaults to `rejected`) instead of data.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/callbacks/{token}/reject (the `RejectCallback` operationId).
+func (c *ClientWithResponses) RejectCallbackWithBodyWithResponse(ctx context.Context, token CallbackToken, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RejectCallbackResponse, error) {
+	rsp, err := c.RejectCallbackWithBody(ctx, token, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRejectCallbackResponse(rsp)
+}
+
+// RejectCallbackWithResponse Rejects a run's callback with an error. No JWT; the token is the credential.
+//
+// As `resolveCallback`, but the run's `await_callback` receives the error
+// `{type, message}` (`type` defaults to `rejected`) instead of data.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/callbacks/{token}/reject (the `RejectCallback` operationId).
+func (c *ClientWithResponses) RejectCallbackWithResponse(ctx context.Context, token CallbackToken, body RejectCallbackJSONRequestBody, reqEditors ...RequestEditorFn) (*RejectCallbackResponse, error) {
+	rsp, err := c.RejectCallback(ctx, token, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRejectCallbackResponse(rsp)
+}
+
 // ListEventsWithResponse Lists events, newest first, with keyset pagination. Needs `runs:read`.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -7067,6 +8283,72 @@ func (c *ClientWithResponses) GetRunWithResponse(ctx context.Context, id RunID, 
 	return ParseGetRunResponse(rsp)
 }
 
+// ResolveRunCallbackWithBodyWithResponse Resolves a run's callback by its name, with the request body as its data, as the caller. Needs `runs:manage`.
+//
+// As `resolveCallback`, for a caller with a JWT and no token: the callback is the
+// run's latest one named `name`, in the caller's tenant (another tenant's run is a
+// 404). The journal records the resolver as `"resolver": "identity"` with the
+// caller's identity in `resolved_by`. The dashboard's Approve button calls it.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/runs/{id}/callbacks/{name} (the `ResolveRunCallback` operationId).
+func (c *ClientWithResponses) ResolveRunCallbackWithBodyWithResponse(ctx context.Context, id RunID, name CallbackName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ResolveRunCallbackResponse, error) {
+	rsp, err := c.ResolveRunCallbackWithBody(ctx, id, name, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseResolveRunCallbackResponse(rsp)
+}
+
+// ResolveRunCallbackWithResponse Resolves a run's callback by its name, with the request body as its data, as the caller. Needs `runs:manage`.
+//
+// As `resolveCallback`, for a caller with a JWT and no token: the callback is the
+// run's latest one named `name`, in the caller's tenant (another tenant's run is a
+// 404). The journal records the resolver as `"resolver": "identity"` with the
+// caller's identity in `resolved_by`. The dashboard's Approve button calls it.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/runs/{id}/callbacks/{name} (the `ResolveRunCallback` operationId).
+func (c *ClientWithResponses) ResolveRunCallbackWithResponse(ctx context.Context, id RunID, name CallbackName, body ResolveRunCallbackJSONRequestBody, reqEditors ...RequestEditorFn) (*ResolveRunCallbackResponse, error) {
+	rsp, err := c.ResolveRunCallback(ctx, id, name, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseResolveRunCallbackResponse(rsp)
+}
+
+// RejectRunCallbackWithBodyWithResponse Rejects a run's callback by its name, as the caller. Needs `runs:manage`.
+//
+// As `rejectCallback`, by run id and name, as `resolveRunCallback`. The dashboard's Reject button calls it.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/runs/{id}/callbacks/{name}/reject (the `RejectRunCallback` operationId).
+func (c *ClientWithResponses) RejectRunCallbackWithBodyWithResponse(ctx context.Context, id RunID, name CallbackName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RejectRunCallbackResponse, error) {
+	rsp, err := c.RejectRunCallbackWithBody(ctx, id, name, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRejectRunCallbackResponse(rsp)
+}
+
+// RejectRunCallbackWithResponse Rejects a run's callback by its name, as the caller. Needs `runs:manage`.
+//
+// As `rejectCallback`, by run id and name, as `resolveRunCallback`. The dashboard's Reject button calls it.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/runs/{id}/callbacks/{name}/reject (the `RejectRunCallback` operationId).
+func (c *ClientWithResponses) RejectRunCallbackWithResponse(ctx context.Context, id RunID, name CallbackName, body RejectRunCallbackJSONRequestBody, reqEditors ...RequestEditorFn) (*RejectRunCallbackResponse, error) {
+	rsp, err := c.RejectRunCallback(ctx, id, name, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRejectRunCallbackResponse(rsp)
+}
+
 // CancelRunWithResponse Cancels a run that has not finished. Needs `runs:manage`.
 //
 // The run becomes `cancelled` at once; a running invocation is fenced out (its
@@ -7090,6 +8372,12 @@ func (c *ClientWithResponses) CancelRunWithResponse(ctx context.Context, id RunI
 // conflicts with the journal (nondeterminism) or the invocation was superseded (the run
 // was cancelled, finished, or another attempt owns it): the function must stop at once.
 //
+// A `callback` entry is checkpointed with no output (or `{"timeout": "<duration>"}`,
+// from `1s` to `8760h`, default `168h`: how long the callback stays open until an
+// await sets its own timeout): the gateway makes its token and URL, journals them as
+// the entry's output `{"url", "token", "expires_at"}` and answers that output in
+// `CheckpointAck.output`. A repeated checkpoint answers the same output.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/runs/{id}/checkpoint (the `Checkpoint` operationId).
@@ -7107,6 +8395,12 @@ func (c *ClientWithResponses) CheckpointWithBodyWithResponse(ctx context.Context
 // a user JWT. 200: the entry is durable (an identical repeat is also 200). 409: the entry
 // conflicts with the journal (nondeterminism) or the invocation was superseded (the run
 // was cancelled, finished, or another attempt owns it): the function must stop at once.
+//
+// A `callback` entry is checkpointed with no output (or `{"timeout": "<duration>"}`,
+// from `1s` to `8760h`, default `168h`: how long the callback stays open until an
+// await sets its own timeout): the gateway makes its token and URL, journals them as
+// the entry's output `{"url", "token", "expires_at"}` and answers that output in
+// `CheckpointAck.output`. A repeated checkpoint answers the same output.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -7601,6 +8895,128 @@ func ParseSyncAppResponse(rsp *http.Response) (*SyncAppResponse, error) {
 			return nil, err
 		}
 		response.ApplicationProblemJSON502 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseResolveCallbackResponse parses an HTTP response from a ResolveCallbackWithResponse call
+func ParseResolveCallbackResponse(rsp *http.Response) (*ResolveCallbackResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ResolveCallbackResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest CallbackResolution
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseRejectCallbackResponse parses an HTTP response from a RejectCallbackWithResponse call
+func ParseRejectCallbackResponse(rsp *http.Response) (*RejectCallbackResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RejectCallbackResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest CallbackResolution
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
 
 	}
 
@@ -8115,6 +9531,156 @@ func ParseGetRunResponse(rsp *http.Response) (*GetRunResponse, error) {
 			return nil, err
 		}
 		response.ApplicationProblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseResolveRunCallbackResponse parses an HTTP response from a ResolveRunCallbackWithResponse call
+func ParseResolveRunCallbackResponse(rsp *http.Response) (*ResolveRunCallbackResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ResolveRunCallbackResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest CallbackResolution
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseRejectRunCallbackResponse parses an HTTP response from a RejectRunCallbackWithResponse call
+func ParseRejectRunCallbackResponse(rsp *http.Response) (*RejectRunCallbackResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RejectRunCallbackResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest CallbackResolution
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
 
 	}
 

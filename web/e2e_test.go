@@ -553,6 +553,35 @@ func TestDashboard(t *testing.T) {
 		b.visible("the runs", row(checkout))
 	})
 
+	t.Run("ApproveACallback", func(t *testing.T) {
+		b.use(t)
+		app := s.NewApp()
+		functions.Register(app, "refund", func(ctx context.Context, _ struct{}) (map[string]any, error) {
+			cb, err := step.Callback(ctx, "manager-approval")
+			if err != nil {
+				return nil, err
+			}
+			res, err := step.AwaitCallback[map[string]any](ctx, cb, time.Hour)
+			if err != nil {
+				return nil, err
+			}
+			return map[string]any{"data": res.Data, "by": res.ResolvedBy.Subject}, nil
+		})
+		s.Sync(t, s.ServeApp(t, app))
+		id := start(t, c, "refund", `{}`, nil)
+		b.do("open the waiting run", 10*time.Second, chromedp.Navigate(s.URL+"/#/runs/"+id))
+		b.visible("it is suspended", runStatus("suspended"))
+		require.Contains(t, b.text("what it waits on", "[data-testid=waiting-callback]"), "manager-approval")
+		b.click("approve", "[data-testid=approve-callback]")
+		b.set("the data", "dialog[open] [data-testid=callback-data]", `{"amount": 42}`, "input")
+		t.Logf("screenshot: %s", b.screenshot("callback-approve-dialog"))
+		b.click("confirm", "dialog[open] [data-testid=confirm]")
+		b.visible("the run completes", runStatus("completed"))
+		res := getRun(t, c, id)
+		require.JSONEq(t, `{"data":{"amount":42},"by":"tester"}`, string(*res.Output))
+		require.Contains(t, b.text("the await's entry", "[data-testid=callback-resolved]"), "resolved by tester")
+	})
+
 	t.Run("ALinkForAnotherTenantAsksFirst", func(t *testing.T) {
 		b.use(t)
 		mallory := s.NewToken(t, auth.Identity{Subject: "mallory", Tenant: "evil", Roles: []string{"admin"}})

@@ -122,6 +122,11 @@ Runs:
   runs values ID                   the latest value of each key the run published
   runs send ID TOPIC [JSON] [--id MESSAGE_ID]
                                    a message to a run's mailbox, for its step.Receive of TOPIC
+  callbacks resolve TOKEN|URL [JSON]
+                                   resolve a run's callback with JSON (null if none); the
+                                   token is the credential, no --token needed
+  callbacks reject TOKEN|URL MESSAGE [--type T]
+                                   reject it; the run's await gets the error
 
 Schedules:
   schedules put NAME --function F --cron EXPR [--input JSON] [--timezone TZ]
@@ -201,6 +206,8 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 		return c.runs(ctx, rest)
 	case "schedules", "schedule":
 		return c.schedules(ctx, rest)
+	case "callbacks", "callback":
+		return c.callbacks(ctx, rest)
 	case "bench":
 		return c.bench(ctx, rest)
 	case "token":

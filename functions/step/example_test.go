@@ -100,3 +100,36 @@ func ExampleReceive() {
 		return approved, err
 	}
 }
+
+// A function that asks a manager to approve a refund: it makes a callback, mails its URL
+// in a step (so the mail goes out once), and waits up to three days for the answer.
+func ExampleAwaitCallback() {
+	type decision struct {
+		Approved bool `json:"approved"`
+	}
+	sendMail := func(to, body string) error { return nil }
+	_ = func(ctx context.Context, manager string) (string, error) {
+		cb, err := step.Callback(ctx, "manager-approval")
+		if err != nil {
+			return "", err
+		}
+		if _, err := step.Run(ctx, "ask", func(ctx context.Context) (bool, error) {
+			return true, sendMail(manager, "Approve the refund? POST {\"approved\": true} to "+cb.URL)
+		}); err != nil {
+			return "", err
+		}
+		res, err := step.AwaitCallback[decision](ctx, cb, 72*time.Hour)
+		var rejected *step.Error
+		switch {
+		case errors.As(err, &rejected): // POST <url>/reject {"message": "..."}
+			return "refused: " + rejected.Message, nil
+		case err != nil:
+			return "", err
+		case res.TimedOut:
+			return "nobody answered", nil
+		case !res.Data.Approved:
+			return "not approved", nil
+		}
+		return "approved", nil
+	}
+}

@@ -7,6 +7,9 @@
 // outcome. Otherwise Run calls its function and journals the outcome with the gateway (a
 // checkpoint) before returning, so every finished step is durable before the next one
 // starts; a sleep suspends the run, and an invoke suspends it until its child run ends.
+// [Callback] makes a URL the outside world resolves once (a person's approval, a
+// webhook), and [AwaitCallback] suspends the run until it is resolved, rejected or
+// times out.
 //
 // [SetValue] publishes a value for clients to read while the run goes on (an entry too,
 // taking a seq), and [Stream] writes ordered chunks that clients read live (not entries:

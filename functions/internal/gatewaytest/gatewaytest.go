@@ -36,6 +36,7 @@ type Gateway struct {
 	hook    CheckpointFunc
 	deliver func(runID string, aw protocol.Await) json.RawMessage
 	receive func(runID string, aw protocol.Await) json.RawMessage
+	resolve func(runID string, aw protocol.Await) json.RawMessage
 }
 
 // OnReceive makes Run journal what f returns for each receive await (the output of a
@@ -45,6 +46,15 @@ func (g *Gateway) OnReceive(f func(runID string, aw protocol.Await) json.RawMess
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.receive = f
+}
+
+// OnCallback makes Run journal what f returns for each await_callback await (the output
+// of an await_callback entry: {"data": ...}, {"error": {...}} or {"timed_out": true});
+// without it, every callback wait times out at once.
+func (g *Gateway) OnCallback(f func(runID string, aw protocol.Await) json.RawMessage) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.resolve = f
 }
 
 // OnWaitEvent makes Run journal what f returns for each wait_event await (the output
@@ -126,12 +136,27 @@ func (g *Gateway) checkpoint(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if e.Kind == protocol.EntryKindCallback {
+		// The gateway makes the token and the URL; a repeat answers the first ones.
+		if j := g.Journal(runID); e.Seq <= len(j) && j[e.Seq-1].Kind == e.Kind && j[e.Seq-1].Name == e.Name {
+			e.Output = j[e.Seq-1].Output
+		} else {
+			token := fmt.Sprintf("cb-%s-%d", runID, e.Seq)
+			out, _ := json.Marshal(map[string]any{"url": g.srv.URL + "/v1/callbacks/" + token, "token": token,
+				"expires_at": time.Now().Add(7 * 24 * time.Hour).UTC()})
+			e.Output = (*protocol.AnyJSON)(&out)
+		}
+	}
 	if code, msg := g.Append(runID, e); code != http.StatusOK {
 		problem(w, code, "nondeterminism", msg)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	_, _ = fmt.Fprintf(w, `{"seq":%d}`, e.Seq)
+	ack := protocol.CheckpointAck{Seq: e.Seq}
+	if e.Kind == protocol.EntryKindCallback {
+		ack.Output = e.Output
+	}
+	_ = json.NewEncoder(w).Encode(ack)
 }
 
 // Append journals e for run runID as the gateway would: in seq order, an identical
@@ -294,7 +319,9 @@ func (g *Gateway) do(method, url string, body []byte, sig string) Response {
 }
 
 // Run drives run runID of function at url to its end as the gateway would, without
-// waiting: it journals sleeps as over at once, waits for events as OnWaitEvent says and for messages as OnReceive says, retries failed steps at once with the next
+// waiting: it journals sleeps as over at once, waits for events as OnWaitEvent says, for
+// messages as OnReceive says and for callbacks as OnCallback says, retries failed steps
+// at once with the next
 // attempt, runs an invoked function (served next to function, at the same base URL) to
 // its end as run runID.seq and journals its outcome, and retries invocations that answer
 // HTTP 500 up to maxAttempts. It returns the last answer and how many invocations it
@@ -378,6 +405,19 @@ func (g *Gateway) Run(url, runID, function, input string, maxAttempts int) (Resp
 			e := protocol.JournalEntry{Seq: aw.Seq, Kind: protocol.EntryKindReceive, Name: aw.Name, Output: &out}
 			if code, msg := g.Append(runID, e); code != http.StatusOK {
 				g.tb.Fatalf("run %s: journal receive: %s", runID, msg)
+			}
+		case r.Answer.Await.Type == protocol.AwaitTypeAwaitCallback:
+			aw := r.Answer.Await
+			g.mu.Lock()
+			resolve := g.resolve
+			g.mu.Unlock()
+			out := json.RawMessage(`{"timed_out": true}`)
+			if resolve != nil {
+				out = resolve(runID, *aw)
+			}
+			e := protocol.JournalEntry{Seq: aw.Seq, Kind: protocol.EntryKindAwaitCallback, Name: aw.Name, Output: &out}
+			if code, msg := g.Append(runID, e); code != http.StatusOK {
+				g.tb.Fatalf("run %s: journal await_callback: %s", runID, msg)
 			}
 		default:
 			g.tb.Fatalf("run %s: unknown await %q", runID, r.Answer.Await.Type)

@@ -281,7 +281,8 @@ func (s *State) Checkpoint(e *protocol.JournalEntry) error {
 }
 
 // CheckpointAck is Checkpoint, returning the gateway's acknowledgement once the entry is
-// durable (for a send, the error journaled when its message could not be sent).
+// durable (for a send, the error journaled when its message could not be sent; for a
+// callback, the output the gateway made).
 func (s *State) CheckpointAck(e *protocol.JournalEntry) (*protocol.CheckpointAck, error) {
 	body, err := json.Marshal(e)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -24,6 +25,12 @@ type ServerInterface interface {
 	// SyncApp Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 	// (POST /v1/apps)
 	SyncApp(ctx echo.Context) error
+	// ResolveCallback Resolves a run's callback with the request body as its data. No JWT; the token is the credential.
+	// (POST /v1/callbacks/{token})
+	ResolveCallback(ctx echo.Context, token CallbackToken) error
+	// RejectCallback Rejects a run's callback with an error. No JWT; the token is the credential.
+	// (POST /v1/callbacks/{token}/reject)
+	RejectCallback(ctx echo.Context, token CallbackToken) error
 	// ListEvents Lists events, newest first, with keyset pagination. Needs `runs:read`.
 	// (GET /v1/events)
 	ListEvents(ctx echo.Context, params ListEventsParams) error
@@ -54,6 +61,12 @@ type ServerInterface interface {
 	// GetRun Returns a run with a page of its journal and those entries' failed attempts. Needs `runs:read`.
 	// (GET /v1/runs/{id})
 	GetRun(ctx echo.Context, id RunID, params GetRunParams) error
+	// ResolveRunCallback Resolves a run's callback by its name, with the request body as its data, as the caller. Needs `runs:manage`.
+	// (POST /v1/runs/{id}/callbacks/{name})
+	ResolveRunCallback(ctx echo.Context, id RunID, name CallbackName) error
+	// RejectRunCallback Rejects a run's callback by its name, as the caller. Needs `runs:manage`.
+	// (POST /v1/runs/{id}/callbacks/{name}/reject)
+	RejectRunCallback(ctx echo.Context, id RunID, name CallbackName) error
 	// CancelRun Cancels a run that has not finished. Needs `runs:manage`.
 	// (POST /v1/runs/{id}/cancel)
 	CancelRun(ctx echo.Context, id RunID) error
@@ -130,6 +143,38 @@ func (w *ServerInterfaceWrapper) SyncApp(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.SyncApp(ctx)
+	return err
+}
+
+// ResolveCallback converts echo context to params.
+func (w *ServerInterfaceWrapper) ResolveCallback(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "token" -------------
+	var token CallbackToken
+
+	err = runtime.BindStyledParameterWithOptions("simple", "token", ctx.Param("token"), &token, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter token: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ResolveCallback(ctx, token)
+	return err
+}
+
+// RejectCallback converts echo context to params.
+func (w *ServerInterfaceWrapper) RejectCallback(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "token" -------------
+	var token CallbackToken
+
+	err = runtime.BindStyledParameterWithOptions("simple", "token", ctx.Param("token"), &token, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter token: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.RejectCallback(ctx, token)
 	return err
 }
 
@@ -401,6 +446,54 @@ func (w *ServerInterfaceWrapper) GetRun(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.GetRun(ctx, id, params)
+	return err
+}
+
+// ResolveRunCallback converts echo context to params.
+func (w *ServerInterfaceWrapper) ResolveRunCallback(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "id" -------------
+	var id RunID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", ctx.Param("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	// ------------- Path parameter "name" -------------
+	var name CallbackName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", ctx.Param("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter name: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ResolveRunCallback(ctx, id, name)
+	return err
+}
+
+// RejectRunCallback converts echo context to params.
+func (w *ServerInterfaceWrapper) RejectRunCallback(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "id" -------------
+	var id RunID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", ctx.Param("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	// ------------- Path parameter "name" -------------
+	var name CallbackName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", ctx.Param("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter name: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.RejectRunCallback(ctx, id, name)
 	return err
 }
 
@@ -841,6 +934,10 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/v1/signing-keys", wrapper.ListSigningKeys, options.OperationMiddlewares["listSigningKeys"]...)
 	router.POST(options.BaseURL+"/v1/signing-keys/rotate", wrapper.RotateSigningKey, options.OperationMiddlewares["rotateSigningKey"]...)
 	router.GET(options.BaseURL+"/v1/signing-keys/secrets", wrapper.ListSigningSecrets, options.OperationMiddlewares["listSigningSecrets"]...)
+	router.POST(options.BaseURL+"/v1/callbacks/:token", wrapper.ResolveCallback, options.OperationMiddlewares["resolveCallback"]...)
+	router.POST(options.BaseURL+"/v1/callbacks/:token/reject", wrapper.RejectCallback, options.OperationMiddlewares["rejectCallback"]...)
+	router.POST(options.BaseURL+"/v1/runs/:id/callbacks/:name", wrapper.ResolveRunCallback, options.OperationMiddlewares["resolveRunCallback"]...)
+	router.POST(options.BaseURL+"/v1/runs/:id/callbacks/:name/reject", wrapper.RejectRunCallback, options.OperationMiddlewares["rejectRunCallback"]...)
 	router.POST(options.BaseURL+"/v1/runs/:id/checkpoint", wrapper.Checkpoint, options.OperationMiddlewares["checkpoint"]...)
 	router.POST(options.BaseURL+"/v1/runs/:id/checkpoint/stream", wrapper.CheckpointStream, options.OperationMiddlewares["checkpointStream"]...)
 
@@ -983,6 +1080,212 @@ func (response SyncApp502ApplicationProblemPlusJSONResponse) VisitSyncAppRespons
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(502)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResolveCallbackRequestObject struct {
+	Token CallbackToken `json:"token"`
+	Body  *ResolveCallbackJSONRequestBody
+}
+
+type ResolveCallbackResponseObject interface {
+	VisitResolveCallbackResponse(w http.ResponseWriter) error
+}
+
+type ResolveCallback200JSONResponse CallbackResolution
+
+func (response ResolveCallback200JSONResponse) VisitResolveCallbackResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResolveCallback400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response ResolveCallback400ApplicationProblemPlusJSONResponse) VisitResolveCallbackResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResolveCallback404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response ResolveCallback404ApplicationProblemPlusJSONResponse) VisitResolveCallbackResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResolveCallback409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response ResolveCallback409ApplicationProblemPlusJSONResponse) VisitResolveCallbackResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResolveCallback413ApplicationProblemPlusJSONResponse struct {
+	TooLargeApplicationProblemPlusJSONResponse
+}
+
+func (response ResolveCallback413ApplicationProblemPlusJSONResponse) VisitResolveCallbackResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResolveCallback503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ResolveCallback503ApplicationProblemPlusJSONResponse) VisitResolveCallbackResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RejectCallbackRequestObject struct {
+	Token CallbackToken `json:"token"`
+	Body  *RejectCallbackJSONRequestBody
+}
+
+type RejectCallbackResponseObject interface {
+	VisitRejectCallbackResponse(w http.ResponseWriter) error
+}
+
+type RejectCallback200JSONResponse CallbackResolution
+
+func (response RejectCallback200JSONResponse) VisitRejectCallbackResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RejectCallback400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response RejectCallback400ApplicationProblemPlusJSONResponse) VisitRejectCallbackResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RejectCallback404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response RejectCallback404ApplicationProblemPlusJSONResponse) VisitRejectCallbackResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RejectCallback409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response RejectCallback409ApplicationProblemPlusJSONResponse) VisitRejectCallbackResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RejectCallback413ApplicationProblemPlusJSONResponse struct {
+	TooLargeApplicationProblemPlusJSONResponse
+}
+
+func (response RejectCallback413ApplicationProblemPlusJSONResponse) VisitRejectCallbackResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RejectCallback503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response RejectCallback503ApplicationProblemPlusJSONResponse) VisitRejectCallbackResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -1813,6 +2116,278 @@ func (response GetRun404ApplicationProblemPlusJSONResponse) VisitGetRunResponse(
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResolveRunCallbackRequestObject struct {
+	ID   RunID        `json:"id"`
+	Name CallbackName `json:"name"`
+	Body *ResolveRunCallbackJSONRequestBody
+}
+
+type ResolveRunCallbackResponseObject interface {
+	VisitResolveRunCallbackResponse(w http.ResponseWriter) error
+}
+
+type ResolveRunCallback200JSONResponse CallbackResolution
+
+func (response ResolveRunCallback200JSONResponse) VisitResolveRunCallbackResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResolveRunCallback400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response ResolveRunCallback400ApplicationProblemPlusJSONResponse) VisitResolveRunCallbackResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResolveRunCallback401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ResolveRunCallback401ApplicationProblemPlusJSONResponse) VisitResolveRunCallbackResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResolveRunCallback403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ResolveRunCallback403ApplicationProblemPlusJSONResponse) VisitResolveRunCallbackResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResolveRunCallback404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response ResolveRunCallback404ApplicationProblemPlusJSONResponse) VisitResolveRunCallbackResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResolveRunCallback409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response ResolveRunCallback409ApplicationProblemPlusJSONResponse) VisitResolveRunCallbackResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResolveRunCallback413ApplicationProblemPlusJSONResponse struct {
+	TooLargeApplicationProblemPlusJSONResponse
+}
+
+func (response ResolveRunCallback413ApplicationProblemPlusJSONResponse) VisitResolveRunCallbackResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResolveRunCallback503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ResolveRunCallback503ApplicationProblemPlusJSONResponse) VisitResolveRunCallbackResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RejectRunCallbackRequestObject struct {
+	ID   RunID        `json:"id"`
+	Name CallbackName `json:"name"`
+	Body *RejectRunCallbackJSONRequestBody
+}
+
+type RejectRunCallbackResponseObject interface {
+	VisitRejectRunCallbackResponse(w http.ResponseWriter) error
+}
+
+type RejectRunCallback200JSONResponse CallbackResolution
+
+func (response RejectRunCallback200JSONResponse) VisitRejectRunCallbackResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RejectRunCallback400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response RejectRunCallback400ApplicationProblemPlusJSONResponse) VisitRejectRunCallbackResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RejectRunCallback401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response RejectRunCallback401ApplicationProblemPlusJSONResponse) VisitRejectRunCallbackResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RejectRunCallback403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response RejectRunCallback403ApplicationProblemPlusJSONResponse) VisitRejectRunCallbackResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RejectRunCallback404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response RejectRunCallback404ApplicationProblemPlusJSONResponse) VisitRejectRunCallbackResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RejectRunCallback409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response RejectRunCallback409ApplicationProblemPlusJSONResponse) VisitRejectRunCallbackResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RejectRunCallback413ApplicationProblemPlusJSONResponse struct {
+	TooLargeApplicationProblemPlusJSONResponse
+}
+
+func (response RejectRunCallback413ApplicationProblemPlusJSONResponse) VisitRejectRunCallbackResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RejectRunCallback503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response RejectRunCallback503ApplicationProblemPlusJSONResponse) VisitRejectRunCallbackResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -3366,6 +3941,12 @@ type StrictServerInterface interface {
 	// SyncApp Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 	// (POST /v1/apps)
 	SyncApp(ctx context.Context, request SyncAppRequestObject) (SyncAppResponseObject, error)
+	// ResolveCallback Resolves a run's callback with the request body as its data. No JWT; the token is the credential.
+	// (POST /v1/callbacks/{token})
+	ResolveCallback(ctx context.Context, request ResolveCallbackRequestObject) (ResolveCallbackResponseObject, error)
+	// RejectCallback Rejects a run's callback with an error. No JWT; the token is the credential.
+	// (POST /v1/callbacks/{token}/reject)
+	RejectCallback(ctx context.Context, request RejectCallbackRequestObject) (RejectCallbackResponseObject, error)
 	// ListEvents Lists events, newest first, with keyset pagination. Needs `runs:read`.
 	// (GET /v1/events)
 	ListEvents(ctx context.Context, request ListEventsRequestObject) (ListEventsResponseObject, error)
@@ -3396,6 +3977,12 @@ type StrictServerInterface interface {
 	// GetRun Returns a run with a page of its journal and those entries' failed attempts. Needs `runs:read`.
 	// (GET /v1/runs/{id})
 	GetRun(ctx context.Context, request GetRunRequestObject) (GetRunResponseObject, error)
+	// ResolveRunCallback Resolves a run's callback by its name, with the request body as its data, as the caller. Needs `runs:manage`.
+	// (POST /v1/runs/{id}/callbacks/{name})
+	ResolveRunCallback(ctx context.Context, request ResolveRunCallbackRequestObject) (ResolveRunCallbackResponseObject, error)
+	// RejectRunCallback Rejects a run's callback by its name, as the caller. Needs `runs:manage`.
+	// (POST /v1/runs/{id}/callbacks/{name}/reject)
+	RejectRunCallback(ctx context.Context, request RejectRunCallbackRequestObject) (RejectRunCallbackResponseObject, error)
 	// CancelRun Cancels a run that has not finished. Needs `runs:manage`.
 	// (POST /v1/runs/{id}/cancel)
 	CancelRun(ctx context.Context, request CancelRunRequestObject) (CancelRunResponseObject, error)
@@ -3527,6 +4114,105 @@ func (sh *strictHandler) SyncApp(ctx echo.Context) error {
 		return err
 	} else if validResponse, ok := response.(SyncAppResponseObject); ok {
 		return validResponse.VisitSyncAppResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// ResolveCallback operation middleware
+func (sh *strictHandler) ResolveCallback(ctx echo.Context, token CallbackToken) error {
+	var request ResolveCallbackRequestObject
+
+	request.Token = token
+
+	var body ResolveCallbackJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		if !errors.Is(err, io.EOF) {
+			return err
+		}
+	} else {
+		request.Body = &body
+	}
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ResolveCallback(ctx.Request().Context(), request.(ResolveCallbackRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ResolveCallback")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ResolveCallbackResponseObject); ok {
+		return validResponse.VisitResolveCallbackResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// RejectCallback operation middleware
+func (sh *strictHandler) RejectCallback(ctx echo.Context, token CallbackToken) error {
+	var request RejectCallbackRequestObject
+
+	request.Token = token
+
+	var body RejectCallbackJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.RejectCallback(ctx.Request().Context(), request.(RejectCallbackRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "RejectCallback")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(RejectCallbackResponseObject); ok {
+		return validResponse.VisitRejectCallbackResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}
@@ -3844,6 +4530,107 @@ func (sh *strictHandler) GetRun(ctx echo.Context, id RunID, params GetRunParams)
 		return err
 	} else if validResponse, ok := response.(GetRunResponseObject); ok {
 		return validResponse.VisitGetRunResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// ResolveRunCallback operation middleware
+func (sh *strictHandler) ResolveRunCallback(ctx echo.Context, id RunID, name CallbackName) error {
+	var request ResolveRunCallbackRequestObject
+
+	request.ID = id
+	request.Name = name
+
+	var body ResolveRunCallbackJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		if !errors.Is(err, io.EOF) {
+			return err
+		}
+	} else {
+		request.Body = &body
+	}
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ResolveRunCallback(ctx.Request().Context(), request.(ResolveRunCallbackRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ResolveRunCallback")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ResolveRunCallbackResponseObject); ok {
+		return validResponse.VisitResolveRunCallbackResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// RejectRunCallback operation middleware
+func (sh *strictHandler) RejectRunCallback(ctx echo.Context, id RunID, name CallbackName) error {
+	var request RejectRunCallbackRequestObject
+
+	request.ID = id
+	request.Name = name
+
+	var body RejectRunCallbackJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.RejectRunCallback(ctx.Request().Context(), request.(RejectRunCallbackRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "RejectRunCallback")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(RejectRunCallbackResponseObject); ok {
+		return validResponse.VisitRejectRunCallbackResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

@@ -70,6 +70,8 @@ function label(e, failures) {
     e.kind === "event" ? h("span", { class: "tag", title: "an event the run sent" }, "event") : null,
     e.kind === "send" ? h("span", { class: "tag", title: "a message this run sent to another run" }, "send") : null,
     e.kind === "receive" ? h("span", { class: "tag", title: "a message this run received" }, "receive") : null,
+    e.kind === "callback" ? h("span", { class: "tag", title: "a callback the run made (its token is not shown)" }, "callback") : null,
+    e.kind === "await_callback" ? callbackTag(e) : null,
     sender(e),
     attempt > 1 || failures.length ? h("span", { class: "tag warn", title: `${failures.length} failed attempt(s)` }, `attempt ${attempt}`) : null,
     e.error ? h("span", { class: "tag err" }, "failed") : null);
@@ -82,6 +84,18 @@ function waitTag(e) {
   const who = ev.identity && ev.identity.subject;
   return h("span", { class: "tag", "data-testid": "wait-received", title: `event ${ev.id}${who ? ` sent by ${who}` : ""}` },
     "event", who ? ` from ${who}` : "");
+}
+
+// callbackTag says how a wait for a callback ended: resolved or rejected, by whom, or its
+// timeout.
+function callbackTag(e) {
+  const o = e.output || {};
+  if (o.timed_out) return h("span", { class: "tag warn", "data-testid": "callback-timed-out" }, "timed out");
+  const who = o.resolved_by ? o.resolved_by.subject : "the URL's holder";
+  return h("span", { class: o.error ? "tag err" : "tag", "data-testid": "callback-resolved", title: `${o.error ? "rejected" : "resolved"} by ${who}` },
+    o.error ? "rejected" : "resolved", ` by ${who}`);
+}
+
 // sender names who sent the message a receive entry holds, or null.
 function sender(e) {
   const m = e.kind === "receive" && e.output && e.output.message;

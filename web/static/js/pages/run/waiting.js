@@ -1,8 +1,11 @@
 // What a scheduled or suspended run waits on (its start, a retry, a sleep, a child run,
-// an event, a message),
-// and when it wakes: the run's `awaiting`, as the gateway stored it.
+// an event, a message, a callback), and when it wakes: the run's `awaiting`, as the
+// gateway stored it. A callback can be approved or rejected from here by roles with
+// runs:manage.
 
 import { h, icon, fmtTime, fmtDateTime, countdown } from "../../dom.js";
+import { request, can, APIError } from "../../api.js";
+import { confirmAction, toast } from "../../dialog.js";
 
 /** waiting returns the "waiting on" callout for r, or null when r waits on nothing. */
 export function waiting(r) {
@@ -11,7 +14,59 @@ export function waiting(r) {
   return h("div", { class: "callout waiting", "data-testid": "waiting" },
     icon("clock", 16),
     h("div", null, waitsOn(r),
-      wake ? h("span", { class: "muted" }, " · wakes at ", h("time", { datetime: wake, title: fmtDateTime(wake) }, fmtTime(wake)), " (", countdown(wake), ")") : null));
+      wake ? h("span", { class: "muted" }, " · wakes at ", h("time", { datetime: wake, title: fmtDateTime(wake) }, fmtTime(wake)), " (", countdown(wake), ")") : null),
+    callbackActions(r));
+}
+
+// callbackActions returns the Approve and Reject buttons of a run waiting for a
+// callback, for roles with runs:manage; null otherwise.
+function callbackActions(r) {
+  const a = r.awaiting;
+  if (r.status !== "suspended" || !a || a.kind !== "await_callback" || !can("runs:manage")) return null;
+  const path = `/v1/runs/${r.id}/callbacks/${encodeURIComponent(a.name)}`;
+  return h("div", { class: "page-actions" },
+    h("button", { type: "button", class: "btn primary small", "data-testid": "approve-callback", onclick: () => approve(a, path) }, icon("check", 12), "Approve"),
+    h("button", { type: "button", class: "btn danger-outline small", "data-testid": "reject-callback", onclick: () => reject(a, path) }, "Reject"));
+}
+
+async function approve(a, path) {
+  const data = h("textarea", { class: "input code", rows: 6, spellcheck: "false", "data-testid": "callback-data", value: "{}", style: "width:100%" });
+  const res = await confirmAction({
+    title: `Approve ${a.name}?`,
+    body: [
+      h("p", null, "The run's callback ", h("strong", null, a.name), " is resolved with this data, as you, and the run goes on."),
+      h("p", null, h("label", null, "Data (JSON)")), data,
+    ],
+    confirmLabel: "Approve",
+    action: () => {
+      const text = data.value.trim() || "null";
+      try {
+        JSON.parse(text);
+      } catch (e) {
+        throw new APIError(400, "Bad Request", `the data is not valid JSON: ${e.message}`);
+      }
+      return request(path, { method: "POST", body: text, raw: true });
+    },
+  });
+  if (res) toast(`Callback ${a.name} approved`);
+}
+
+async function reject(a, path) {
+  const message = h("textarea", { class: "input", rows: 3, "data-testid": "callback-message", placeholder: "why", style: "width:100%" });
+  const res = await confirmAction({
+    title: `Reject ${a.name}?`,
+    body: [
+      h("p", null, "The run's callback ", h("strong", null, a.name), " is rejected with this message, as you: the run gets an error of type ", h("code", null, "rejected"), "."),
+      h("p", null, h("label", null, "Message")), message,
+    ],
+    confirmLabel: "Reject",
+    danger: true,
+    action: () => {
+      if (!message.value.trim()) throw new APIError(400, "Bad Request", "a rejection needs a message");
+      return request(path + "/reject", { method: "POST", body: { message: message.value.trim() } });
+    },
+  });
+  if (res) toast(`Callback ${a.name} rejected`);
 }
 
 // waitsOn names what r waits on.
@@ -31,6 +86,8 @@ function waitsOn(r) {
         h("span", { class: "mono" }, a.event), ...matchText(a.match), " (times out)");
     case "receive":
       return h("span", null, "Waiting for a message on topic ", h("strong", { class: "mono" }, a.topic || a.name));
+    case "await_callback":
+      return h("span", { "data-testid": "waiting-callback" }, "Waiting for the callback ", h("strong", null, a.name), " (approval or webhook)");
     default:
       return "Waiting";
   }

@@ -1,0 +1,313 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stepgate/stepgate/auth"
+	"github.com/stepgate/stepgate/functions"
+	"github.com/stepgate/stepgate/functions/step"
+	"github.com/stepgate/stepgate/internal/stack"
+	"github.com/stepgate/stepgate/protocol"
+)
+
+// approval is the data a callback is resolved with in these tests.
+type approval struct {
+	OK bool `json:"ok"`
+}
+
+// approvalOutcome is what an approving function answers.
+type approvalOutcome struct {
+	OK       bool   `json:"ok"`
+	TimedOut bool   `json:"timed_out"`
+	Rejected string `json:"rejected"`
+	Resolver string `json:"resolver"`
+	By       string `json:"by"`
+}
+
+func approvalOf(res step.CallbackResult[approval], err error) (approvalOutcome, error) {
+	out := approvalOutcome{OK: res.Data.OK, TimedOut: res.TimedOut, Resolver: res.Resolver}
+	if res.ResolvedBy != nil {
+		out.By = res.ResolvedBy.Subject
+	}
+	var se *step.Error
+	if errors.As(err, &se) {
+		out.Rejected = se.Type + ": " + se.Message
+		return out, nil
+	}
+	return out, err
+}
+
+// postNoAuth POSTs body to url with no Authorization header, as a third party would.
+func postNoAuth(t *testing.T, url, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(raw)
+}
+
+// waitingForCallback waits until run id is suspended on an await_callback, and returns
+// it with the callback's URL, which its function journaled as the output of its step
+// "notify" (the API masks the callback entry's own).
+func waitingForCallback(t *testing.T, c *protocol.ClientWithResponses, id string) (protocol.RunDetail, string) {
+	t.Helper()
+	var run protocol.RunDetail
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		run = tryGetRun(ct, c, id)
+		if assert.NotNil(ct, run.Awaiting, "run %s awaits something", id) {
+			assert.Equal(ct, protocol.AwaitingKindAwaitCallback, run.Awaiting.Kind)
+		}
+	}, 30*time.Second, 5*time.Millisecond)
+	var url string
+	require.NoError(t, json.Unmarshal(*run.Journal[1].Output, &url))
+	return run, url
+}
+
+// TestCallbacks runs functions that wait for callbacks through a real gateway.
+func TestCallbacks(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	alice := auth.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}}
+	c := s.Client(t, s.NewToken(t, alice))
+	viewer := s.Client(t, s.NewToken(t, auth.Identity{Subject: "vic", Tenant: "t1", Roles: []string{"viewer"}}))
+	other := s.Client(t, s.NewToken(t, auth.Identity{Subject: "mallory", Tenant: "t2", Roles: []string{"admin"}}))
+
+	app := s.NewApp()
+	// approve makes a callback, hands its URL out in a step, and waits for it for the
+	// timeout in its input.
+	functions.Register(app, "approve", func(ctx context.Context, in struct {
+		Timeout string `json:"timeout"`
+	}) (approvalOutcome, error) {
+		cb, err := step.Callback(ctx, "approval")
+		if err != nil {
+			return approvalOutcome{}, err
+		}
+		if _, err := step.Run(ctx, "notify", func(context.Context) (string, error) { return cb.URL, nil }); err != nil {
+			return approvalOutcome{}, err
+		}
+		timeout, _ := time.ParseDuration(in.Timeout)
+		return approvalOf(step.AwaitCallback[approval](ctx, cb, timeout))
+	})
+	// early hands its callback's URL to the test and waits to be let go before it
+	// awaits the callback, in its first invocation: the human is faster than the run.
+	type handoff struct {
+		url     string
+		release chan struct{}
+	}
+	early := make(chan handoff, 1)
+	functions.Register(app, "early", func(ctx context.Context, _ struct{}) (approvalOutcome, error) {
+		cb, err := step.Callback(ctx, "approval")
+		if err != nil {
+			return approvalOutcome{}, err
+		}
+		if functions.RunFrom(ctx).Attempt == 1 {
+			h := handoff{cb.URL, make(chan struct{})}
+			early <- h
+			<-h.release
+		}
+		return approvalOf(step.AwaitCallback[approval](ctx, cb, time.Hour))
+	})
+	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
+
+	t.Run("ResolvedByTokenTheRunResumesWithTheData", func(t *testing.T) {
+		t.Parallel()
+		id := startAsync(t, c, "approve", `{"timeout":"1h"}`)
+		run, url := waitingForCallback(t, c, id)
+		require.Equal(t, "approval", run.Awaiting.Name)
+		require.Equal(t, 1, *run.Awaiting.CallbackSeq)
+		require.Equal(t, 3, run.Awaiting.Seq)
+		require.NotNil(t, run.WakeAt, "the timeout is the run's wake time")
+		require.True(t, strings.HasPrefix(url, s.URL+"/v1/callbacks/"), url)
+		token := strings.TrimPrefix(url, s.URL+"/v1/callbacks/")
+		require.Len(t, token, 43, "256 bits, base64url")
+		// The API never shows the token.
+		var cbOut map[string]any
+		require.NoError(t, json.Unmarshal(*run.Journal[0].Output, &cbOut))
+		require.Equal(t, protocol.EntryKindCallback, run.Journal[0].Kind)
+		require.Equal(t, "xxxxx", cbOut["token"])
+		require.Equal(t, s.URL+"/v1/callbacks/xxxxx", cbOut["url"])
+
+		code, body := postNoAuth(t, url, `{"ok":true}`)
+		require.Equal(t, http.StatusOK, code, body)
+		var res protocol.CallbackResolution
+		require.NoError(t, json.Unmarshal([]byte(body), &res))
+		require.True(t, res.Resumed)
+		require.Equal(t, protocol.CallbackResolution{Name: "approval", Seq: 1, State: "resolved", Resolver: "token",
+			ResolvedAt: res.ResolvedAt, Resumed: true}, res)
+
+		out := mustResult(t, c, id)
+		require.Equal(t, protocol.RunStatusCompleted, out.Status)
+		require.JSONEq(t, `{"ok":true,"timed_out":false,"rejected":"","resolver":"token","by":""}`, string(*out.Output))
+		entry := getRun(t, c, id).Journal[2]
+		require.Equal(t, protocol.EntryKindAwaitCallback, entry.Kind)
+		var journaled map[string]any
+		require.NoError(t, json.Unmarshal(*entry.Output, &journaled))
+		require.Equal(t, map[string]any{"ok": true}, journaled["data"])
+		require.Equal(t, "token", journaled["resolver"])
+		require.NotContains(t, journaled, "resolved_by")
+
+		// Once: a second resolution or a rejection is a 409 that says when and by whom.
+		code, body = postNoAuth(t, url, `{"ok":false}`)
+		require.Equal(t, http.StatusConflict, code, body)
+		require.Contains(t, body, "is already resolved: at ")
+		require.Contains(t, body, "by the holder of its token")
+		code, body = postNoAuth(t, url+"/reject", `{"message":"too late"}`)
+		require.Equal(t, http.StatusConflict, code, body)
+		require.Contains(t, body, "already resolved")
+	})
+
+	t.Run("RejectedByTokenTheAwaitReturnsTheError", func(t *testing.T) {
+		t.Parallel()
+		id := startAsync(t, c, "approve", `{"timeout":"1h"}`)
+		_, url := waitingForCallback(t, c, id)
+		code, body := postNoAuth(t, url+"/reject", `{"type":"declined","message":"over budget"}`)
+		require.Equal(t, http.StatusOK, code, body)
+		out := mustResult(t, c, id)
+		require.JSONEq(t, `{"ok":false,"timed_out":false,"rejected":"declined: over budget","resolver":"token","by":""}`, string(*out.Output))
+
+		id = startAsync(t, c, "approve", `{"timeout":"1h"}`)
+		_, url = waitingForCallback(t, c, id)
+		code, body = postNoAuth(t, url+"/reject", `{"message":"no"}`)
+		require.Equal(t, http.StatusOK, code, body)
+		require.Contains(t, string(*mustResult(t, c, id).Output), `"rejected":"rejected: no"`)
+	})
+
+	t.Run("ResolvedBeforeTheAwaitItReturnsAtOnce", func(t *testing.T) {
+		t.Parallel()
+		id := startAsync(t, c, "early", `{}`)
+		h := <-early // the run made its callback and does not await it yet
+		code, body := postNoAuth(t, h.url, `{"ok":true}`)
+		require.Equal(t, http.StatusOK, code, body)
+		require.Contains(t, body, `"resumed":false`)
+		close(h.release)
+		out := mustResult(t, c, id)
+		require.Equal(t, protocol.RunStatusCompleted, out.Status)
+		require.JSONEq(t, `{"ok":true,"timed_out":false,"rejected":"","resolver":"token","by":""}`, string(*out.Output))
+	})
+
+	t.Run("AnExpiredCallbackIsA409", func(t *testing.T) {
+		t.Parallel()
+		id := startAsync(t, c, "approve", `{"timeout":"1s"}`)
+		_, url := waitingForCallback(t, c, id)
+		out := mustResult(t, c, id)
+		require.JSONEq(t, `{"ok":false,"timed_out":true,"rejected":"","resolver":"","by":""}`, string(*out.Output))
+		require.JSONEq(t, `{"timed_out":true}`, string(*getRun(t, c, id).Journal[2].Output))
+		code, body := postNoAuth(t, url, `{"ok":true}`)
+		require.Equal(t, http.StatusConflict, code, body)
+		require.Contains(t, body, "expired at")
+	})
+
+	t.Run("BadRequests", func(t *testing.T) {
+		t.Parallel()
+		code, body := postNoAuth(t, s.URL+"/v1/callbacks/"+strings.Repeat("A", 43), `{}`)
+		require.Equal(t, http.StatusNotFound, code, body)
+		require.Contains(t, body, "no callback has this token")
+		code, body = postNoAuth(t, s.URL+"/v1/callbacks/nope/reject", `{"message":"x"}`)
+		require.Equal(t, http.StatusNotFound, code, body)
+
+		id := startAsync(t, c, "approve", `{"timeout":"1h"}`)
+		_, url := waitingForCallback(t, c, id)
+		code, body = postNoAuth(t, url, `{"ok":`)
+		require.Equal(t, http.StatusBadRequest, code, body)
+		require.Contains(t, body, "not valid JSON")
+		code, body = postNoAuth(t, url, `{"s":"`+strings.Repeat("x", 1<<20)+`"}`)
+		require.Equal(t, http.StatusRequestEntityTooLarge, code, body)
+		code, body = postNoAuth(t, url+"/reject", `{"type":"x"}`)
+		require.Equal(t, http.StatusBadRequest, code, body)
+		require.Contains(t, body, "needs a message")
+		code, body = postNoAuth(t, url, `{"s":"\u0000"}`)
+		require.Equal(t, http.StatusBadRequest, code, body)
+		// None of them resolved it.
+		require.Equal(t, protocol.RunStatusSuspended, getRun(t, c, id).Status)
+		resp, err := c.CancelRunWithResponse(t.Context(), id)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
+		// A cancelled run's callback can no longer be resolved.
+		code, body = postNoAuth(t, url, `{"ok":true}`)
+		require.Equal(t, http.StatusConflict, code, body)
+		require.Contains(t, body, "the run is cancelled")
+	})
+
+	t.Run("ByRunIDAsTheCaller", func(t *testing.T) {
+		t.Parallel()
+		id := startAsync(t, c, "approve", `{"timeout":"1h"}`)
+		waitingForCallback(t, c, id)
+
+		// Another tenant does not see the run; a viewer may not manage it.
+		resp, err := other.ResolveRunCallbackWithResponse(t.Context(), id, "approval", protocol.AnyJSON(`{"ok":true}`))
+		require.NoError(t, err)
+		require.Equal(t, http.StatusNotFound, resp.StatusCode(), string(resp.Body))
+		rej, err := other.RejectRunCallbackWithResponse(t.Context(), id, "approval", protocol.CallbackRejection{Message: "x"})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusNotFound, rej.StatusCode(), string(rej.Body))
+		resp, err = viewer.ResolveRunCallbackWithResponse(t.Context(), id, "approval", protocol.AnyJSON(`{"ok":true}`))
+		require.NoError(t, err)
+		require.Equal(t, http.StatusForbidden, resp.StatusCode(), string(resp.Body))
+		require.Contains(t, string(resp.Body), "runs:manage")
+		resp, err = c.ResolveRunCallbackWithResponse(t.Context(), id, "nope", protocol.AnyJSON(`{"ok":true}`))
+		require.NoError(t, err)
+		require.Equal(t, http.StatusNotFound, resp.StatusCode(), string(resp.Body))
+		// With no token at all, the route is refused.
+		code, body := postNoAuth(t, s.URL+"/v1/runs/"+id+"/callbacks/approval", `{"ok":true}`)
+		require.Equal(t, http.StatusUnauthorized, code, body)
+
+		resp, err = c.ResolveRunCallbackWithResponse(t.Context(), id, "approval", protocol.AnyJSON(`{"ok":true}`))
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
+		require.Equal(t, id, *resp.JSON200.RunID)
+		require.Equal(t, protocol.CallbackResolutionResolverIdentity, resp.JSON200.Resolver)
+		require.Equal(t, "alice", resp.JSON200.ResolvedBy.Subject)
+		out := mustResult(t, c, id)
+		require.JSONEq(t, `{"ok":true,"timed_out":false,"rejected":"","resolver":"identity","by":"alice"}`, string(*out.Output))
+
+		rej, err = c.RejectRunCallbackWithResponse(t.Context(), id, "approval", protocol.CallbackRejection{Message: "x"})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusConflict, rej.StatusCode(), string(rej.Body))
+		require.Contains(t, string(rej.Body), "already resolved")
+		require.Contains(t, string(rej.Body), "by alice")
+	})
+
+	t.Run("AFunctionCannotTouchAnotherRunsCallback", func(t *testing.T) {
+		t.Parallel()
+		victim := startAsync(t, c, "approve", `{"timeout":"1h"}`)
+		waitingForCallback(t, c, victim)
+		results := make(chan [3]int, 1)
+		f := &rawFunction{answer: func(req *protocol.InvocationRequest, checkpoint func(string) (int, string)) string {
+			// The checkpoint token binds this run: a callback checkpointed for the
+			// victim's run is refused, and one for this run is this run's.
+			real := req.Checkpoint.URL
+			req.Checkpoint.URL = strings.Replace(real, req.Run.ID, victim, 1)
+			stolen, _ := checkpoint(`{"seq":4,"kind":"callback","name":"approval"}`)
+			req.Checkpoint.URL = real
+			own, _ := checkpoint(`{"seq":1,"kind":"step","name":"a","output":1}`)
+			// Nor can it choose its token: the gateway makes it.
+			chosen, _ := checkpoint(`{"seq":2,"kind":"callback","name":"c","output":{"token":"mine"}}`)
+			results <- [3]int{stolen, own, chosen}
+			// The await names the victim's callback seq: here it is a step.
+			return `{"status":"suspended","await":{"type":"await_callback","seq":2,"name":"approval","callback_seq":1}}`
+		}}
+		register(t, s, c, "thief", f, fastRetries)
+		e := mustFail(t, c, "thief")
+		require.Equal(t, [3]int{http.StatusUnauthorized, http.StatusOK, http.StatusBadRequest}, <-results)
+		require.Equal(t, "bad_answer", e.Type, e.Message)
+		require.Contains(t, e.Message, "not a callback of this run")
+		require.Equal(t, protocol.RunStatusSuspended, getRun(t, c, victim).Status, "the victim still waits")
+	})
+}

@@ -1,0 +1,154 @@
+package invoker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/protocol"
+)
+
+// Bounds of a callback's life.
+const (
+	// DefaultCallbackTimeout is how long a callback stays open when its checkpoint
+	// names no timeout, until an await sets its own.
+	DefaultCallbackTimeout = 7 * 24 * time.Hour
+	// MaxCallbackTimeout bounds a callback's timeout and an await_callback's.
+	MaxCallbackTimeout = 365 * 24 * time.Hour
+	// CallbackTokenBytes is the random bytes of a callback's token.
+	CallbackTokenBytes = 32
+	// DefaultRejection is the error type of a rejection that names none.
+	DefaultRejection = "rejected"
+)
+
+// callbackAwait: the run waits for its callback at callback_seq to be resolved or
+// rejected, or for the timeout; the resolution's transaction resumes it
+// (ResolveCallback), or the await journals a resolution that came first, and the claim
+// after the timeout journals that it timed out. That callback_seq is one of the run's
+// callbacks is checked when the wait is stored (journal.ErrBadAwait: bad_answer).
+var callbackAwait = awaitKind{
+	validate: func(c answerCheck, w *protocol.Await) *journal.ErrorInfo {
+		if w.CallbackSeq == nil {
+			return c.bad("an await_callback needs a callback_seq, the seq of the run's callback entry")
+		}
+		if cs := *w.CallbackSeq; cs < 1 || cs >= w.Seq {
+			return c.bad("await_callback callback_seq %d is not a seq before the await's (%d)", cs, w.Seq)
+		}
+		_, e := callbackTimeout(c, "await_callback", w.Timeout, 0)
+		return e
+	},
+	outcome: func(_ *Invoker, _ *revision, _ *journal.Claim, w *protocol.Await, steps []journal.Entry) journal.Outcome {
+		timeout, _ := callbackTimeout(answerCheck{}, "await_callback", w.Timeout, 0) // checked by validate
+		return journal.WaitingForCallback(journal.CallbackWait{
+			Seq: w.Seq, Name: w.Name, CallbackSeq: *w.CallbackSeq, Timeout: timeout,
+		}, steps...)
+	},
+}
+
+// callbackTimeout returns a callback's or an await_callback's timeout: raw, from 1s to
+// MaxCallbackTimeout, or def when raw is nil.
+func callbackTimeout(c answerCheck, what string, raw *string, def time.Duration) (time.Duration, *journal.ErrorInfo) {
+	if raw == nil {
+		return def, nil
+	}
+	d, err := time.ParseDuration(*raw)
+	if err != nil || d < time.Second || d > MaxCallbackTimeout {
+		return 0, c.bad("%s timeout %q is not a duration from 1s to %s, such as 24h", what, *raw, MaxCallbackTimeout)
+	}
+	return d, nil
+}
+
+// ErrBadCallback is a callback checkpoint the gateway refuses (a 400): its output is
+// not {"timeout": "<duration>"}.
+var ErrBadCallback = errors.New("invoker: bad callback entry")
+
+// CheckpointCallback journals e, a callback entry of the invocation that owns runID,
+// with a new token and its URL (see journal.CreateCallback), and returns the entry's
+// output {"url", "token", "expires_at"}. e's output may be {"timeout": "<duration>"}
+// (1s to MaxCallbackTimeout; DefaultCallbackTimeout when absent): ErrBadCallback
+// otherwise. A repeated checkpoint returns the first output. The token is 256 random
+// bits, base64url: only the gateway makes it, and only its SHA-256 is stored in
+// stepgate.callback. Other errors are as Checkpoint's.
+func (inv *Invoker) CheckpointCallback(ctx context.Context, runID string, invocation int, e journal.Entry) (json.RawMessage, error) {
+	var spec struct {
+		Timeout *string `json:"timeout"`
+	}
+	if len(e.Output) > 0 && string(e.Output) != "null" {
+		dec := json.NewDecoder(strings.NewReader(string(e.Output)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&spec); err != nil {
+			return nil, fmt.Errorf(`%w: a callback's output is absent or {"timeout": "<duration>"}: %v`, ErrBadCallback, err)
+		}
+	}
+	timeout, bad := callbackTimeout(answerCheck{}, "callback", spec.Timeout, DefaultCallbackTimeout)
+	if bad != nil {
+		return nil, fmt.Errorf("%w: %s", ErrBadCallback, strings.TrimPrefix(bad.Message, "function's answer is not a valid protocol answer: "))
+	}
+	b := make([]byte, CallbackTokenBytes)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	token := base64.RawURLEncoding.EncodeToString(b)
+	var out json.RawMessage
+	err := pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
+		var err error
+		out, err = journal.CreateCallback(ctx, tx, runID, invocation, journal.NewCallback{
+			Seq: e.Seq, Name: e.Name, Token: token, URL: inv.CallbackURL(token), Timeout: timeout,
+		}, inv.limits.Bounds())
+		return err
+	})
+	return out, inv.FailOnCheckpoint(ctx, runID, invocation, err)
+}
+
+// CallbackURL returns the URL that resolves the callback of token, on this gateway's
+// public URL.
+func (inv *Invoker) CallbackURL(token string) string {
+	return inv.checkpoint + "/v1/callbacks/" + token
+}
+
+// ResolveCallbackByToken resolves (res.Error nil) or rejects the callback whose token is
+// token, as its holder (res.By is ignored), in any tenant: the token is the credential.
+// See ResolveCallback for the rest.
+func (inv *Invoker) ResolveCallbackByToken(ctx context.Context, token string, res journal.Resolution) (*journal.Callback, error) {
+	res.By = nil
+	return inv.resolveCallback(ctx, inv.pool, journal.CallbackRef{TokenHash: journal.HashToken(token)}, res)
+}
+
+// ResolveRunCallback resolves or rejects the latest callback named name of a run of
+// db's tenant, as res.By (required). It returns journal.ErrNotFound for an unknown run
+// or callback, a *journal.ClosedCallbackError when it was resolved or rejected already,
+// expired, or its run finished. When the run waits for it, the resolution resumes the
+// run: it is journaled, with the run's River job, in one transaction, and the run is
+// invoked from this process once it commits.
+func (inv *Invoker) ResolveRunCallback(ctx context.Context, db *journal.TenantDB, runID, name string, res journal.Resolution) (*journal.Callback, error) {
+	if res.By == nil {
+		return nil, errors.New("invoker: ResolveRunCallback needs the caller's identity")
+	}
+	return inv.resolveCallback(ctx, db, journal.CallbackRef{Tenant: db.Tenant(), RunID: runID, Name: name}, res)
+}
+
+func (inv *Invoker) resolveCallback(ctx context.Context, db interface {
+	Begin(context.Context) (pgx.Tx, error)
+}, ref journal.CallbackRef, res journal.Resolution) (*journal.Callback, error) {
+	var cb *journal.Callback
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		var err error
+		if cb, err = journal.ResolveCallback(ctx, tx, ref, res); err != nil || !cb.Woken {
+			return err
+		}
+		return inv.Enqueue(ctx, tx, cb.RunID)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if cb.Woken {
+		inv.Wake(cb.RunID)
+	}
+	return cb, nil
+}
