@@ -124,5 +124,12 @@ func AwaitingToAPI(a *journal.Awaiting) *protocol.Awaiting {
 	if a.CallbackSeq > 0 {
 		out.CallbackSeq = &a.CallbackSeq
 	}
+	if len(a.Of) > 0 {
+		of := make([]protocol.Awaiting, len(a.Of))
+		for i := range a.Of {
+			of[i] = *AwaitingToAPI(&a.Of[i])
+		}
+		out.Of = &of
+	}
 	return out
 }

@@ -27,6 +27,8 @@ type Awaiting struct {
 	// CallbackSeq is the seq of the callback an await_callback waits for (its name is
 	// the await's Name when the SDK makes it).
 	CallbackSeq int `json:"callback_seq,omitempty"`
+	// Of are the alternatives of a wait_any, at its seq and name.
+	Of []Awaiting `json:"of,omitempty"`
 }
 
 // Await kinds.
@@ -64,6 +66,10 @@ type awaitWrite struct {
 	tenant     string
 	identity   Identity
 	bounds     Bounds
+	// alt numbers the await among the alternatives of a WaitAny (0, 1, ...), or is -1:
+	// its wait row carries it, and the entry that ends it is wrapped for the WaitAny
+	// (see migration 0024).
+	alt int
 }
 
 // Sleep waits until a time: the entry at Seq, of kind KindSleep, journals it with its

@@ -177,8 +177,9 @@ func (a CallbackWait) write(ctx context.Context, db DB, aw awaitWrite, f *Finish
 	}
 	_, err = db.Exec(ctx, `
 		INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
-		VALUES ($1, $2, '`+KindAwaitCallback+`', $3, $4, $5, now(), stepgate.journal_bytes_before($1, $2) + octet_length($4::jsonb::text))`,
-		aw.runID, a.Seq, a.Name, result, aw.invocation)
+		VALUES ($1, $2, stepgate.wait_kind($6, '`+KindAwaitCallback+`'), $3, stepgate.wait_output($6, '`+KindAwaitCallback+`', $4),
+			$5, now(), stepgate.journal_bytes_before($1, $2) + octet_length($4::jsonb::text))`,
+		aw.runID, a.Seq, a.Name, result, aw.invocation, int16(aw.alt))
 	if isUniqueViolation(err) {
 		return fmt.Errorf("%w: seq %d is already journaled", ErrConflict, a.Seq)
 	}
@@ -205,14 +206,14 @@ func (a CallbackWait) wait(ctx context.Context, db DB, aw awaitWrite, f *Finishe
 	}
 	_, err := db.Exec(ctx, `
 		WITH waiting AS (
-			INSERT INTO stepgate.run_wait (run_id, seq, tenant, name, kind, callback_seq, expires_at)
-			VALUES (@run_id, @seq, @tenant, @name, '`+KindAwaitCallback+`', @callback_seq, @expires_at)
+			INSERT INTO stepgate.run_wait (run_id, seq, alt, tenant, name, kind, callback_seq, expires_at)
+			VALUES (@run_id, @seq, @alt, @tenant, @name, '`+KindAwaitCallback+`', @callback_seq, @expires_at)
 		)
 		UPDATE stepgate.callback SET awaited_seq = @seq, expires_at = @expires_at
 		WHERE run_id = @run_id AND seq = @callback_seq`,
 		pgx.NamedArgs{
 			"run_id": aw.runID, "seq": a.Seq, "tenant": aw.tenant, "name": a.Name,
-			"callback_seq": a.CallbackSeq, "expires_at": f.WakeAt,
+			"callback_seq": a.CallbackSeq, "expires_at": f.WakeAt, "alt": int16(aw.alt),
 		})
 	if isUniqueViolation(err) {
 		return fmt.Errorf("%w: seq %d is already journaled", ErrConflict, a.Seq)
@@ -347,8 +348,12 @@ func ResolveCallback(ctx context.Context, db DB, ref CallbackRef, res Resolution
 		return &cb, nil
 	}
 	err = db.QueryRow(ctx, `
-		WITH gone AS (
-			DELETE FROM stepgate.run_wait WHERE run_id = @run_id AND seq = @awaited_seq RETURNING seq, name
+		WITH gone_all AS (
+			-- With the callback's wait go the other alternatives of a wait_any.
+			DELETE FROM stepgate.run_wait WHERE run_id = @run_id AND seq = @awaited_seq
+			RETURNING seq, alt, name, kind, callback_seq
+		), gone AS (
+			SELECT seq, alt, name FROM gone_all WHERE kind = '`+KindAwaitCallback+`' AND callback_seq = @seq
 		), woken AS (
 			UPDATE stepgate.run SET wake_at = now() WHERE id = @run_id AND status = 'suspended' AND EXISTS (SELECT 1 FROM gone)
 			RETURNING id, invocation
@@ -357,7 +362,8 @@ func ResolveCallback(ctx context.Context, db DB, ref CallbackRef, res Resolution
 			FROM stepgate.callback WHERE run_id = @run_id AND seq = @seq
 		), entry AS (
 			INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
-			SELECT woken.id, gone.seq, '`+KindAwaitCallback+`', gone.name, out.output, woken.invocation, now(),
+			SELECT woken.id, gone.seq, stepgate.wait_kind(gone.alt, '`+KindAwaitCallback+`'), gone.name,
+				stepgate.wait_output(gone.alt, '`+KindAwaitCallback+`', out.output), woken.invocation, now(),
 				stepgate.journal_bytes_before(woken.id, gone.seq) + octet_length(out.output::text)
 			FROM woken, gone, out
 			ON CONFLICT (run_id, seq) DO NOTHING

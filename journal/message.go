@@ -123,6 +123,7 @@ func deliver(ctx context.Context, db DB, n NewMessage, status Status) (*Sent, er
 	// before us has committed.
 	var waitSeq *int
 	var waitName *string
+	var waitAlt *int16
 	var unconsumed int
 	var dup []Message
 	b := &pgx.Batch{}
@@ -135,10 +136,11 @@ func deliver(ctx context.Context, db DB, n NewMessage, status Status) (*Sent, er
 	b.Queue(`
 		SELECT (SELECT seq FROM stepgate.run_wait WHERE run_id = $1 AND kind = '`+AwaitReceive+`' AND topic = $2),
 			(SELECT name FROM stepgate.run_wait WHERE run_id = $1 AND kind = '`+AwaitReceive+`' AND topic = $2),
+			(SELECT alt FROM stepgate.run_wait WHERE run_id = $1 AND kind = '`+AwaitReceive+`' AND topic = $2),
 			(SELECT count(*) FROM (SELECT 1 FROM stepgate.message
 				WHERE run_id = $1 AND consumed_seq IS NULL LIMIT $3) c)`,
 		n.RunID, n.Topic, MaxUnconsumedMessages).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&waitSeq, &waitName, &unconsumed)
+		return row.Scan(&waitSeq, &waitName, &waitAlt, &unconsumed)
 	})
 	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("send message to run %s: %w", n.RunID, unstorable(err))
@@ -156,8 +158,9 @@ func deliver(ctx context.Context, db DB, n NewMessage, status Status) (*Sent, er
 	consume := waitSeq != nil && status == StatusSuspended
 	var seq int
 	var name string
+	alt := int16(-1)
 	if consume {
-		seq, name = *waitSeq, *waitName
+		seq, name, alt = *waitSeq, *waitName, *waitAlt
 	}
 	rows, _ := db.Query(ctx, `
 		WITH m AS (
@@ -170,7 +173,8 @@ func deliver(ctx context.Context, db DB, n NewMessage, status Status) (*Sent, er
 			SELECT `+messageOutput+` AS output FROM m WHERE @consume
 		), entry AS (
 			INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
-			SELECT r.id, @seq, '`+KindReceive+`', @name, out.output, r.invocation, now(),
+			SELECT r.id, @seq, stepgate.wait_kind(@alt, '`+KindReceive+`'), @name,
+				stepgate.wait_output(@alt, '`+KindReceive+`', out.output), r.invocation, now(),
 				stepgate.journal_bytes_before(r.id, @seq) + octet_length(out.output::text)
 			FROM out, stepgate.run r WHERE r.id = @run_id
 			ON CONFLICT (run_id, seq) DO NOTHING
@@ -180,7 +184,7 @@ func deliver(ctx context.Context, db DB, n NewMessage, status Status) (*Sent, er
 		SELECT `+messageColumns+` FROM m`,
 		pgx.NamedArgs{
 			"tenant": n.Tenant, "run_id": n.RunID, "id": n.ID, "topic": n.Topic, "data": data,
-			"identity": n.Identity, "source_run_id": n.SourceRunID, "consume": consume, "seq": seq, "name": name,
+			"identity": n.Identity, "source_run_id": n.SourceRunID, "consume": consume, "seq": seq, "name": name, "alt": alt,
 		})
 	m, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Message])
 	if err != nil {
@@ -226,18 +230,19 @@ func (r Receive) write(ctx context.Context, db DB, aw awaitWrite, f *Finished) e
 			SELECT `+messageOutput+` AS output FROM m
 		), entry AS (
 			INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
-			SELECT @run_id, @seq, '`+KindReceive+`', @name, output, @invocation, now(),
+			SELECT @run_id, @seq, stepgate.wait_kind(@alt, '`+KindReceive+`'), @name,
+				stepgate.wait_output(@alt, '`+KindReceive+`', output), @invocation, now(),
 				stepgate.journal_bytes_before(@run_id, @seq) + octet_length(output::text)
 			FROM out
 		), waiting AS (
-			INSERT INTO stepgate.run_wait (run_id, seq, tenant, name, kind, topic, expires_at)
-			SELECT @run_id, @seq, @tenant, @name, '`+AwaitReceive+`', @topic, @expires_at
+			INSERT INTO stepgate.run_wait (run_id, seq, alt, tenant, name, kind, topic, expires_at)
+			SELECT @run_id, @seq, @alt, @tenant, @name, '`+AwaitReceive+`', @topic, @expires_at
 			WHERE NOT EXISTS (SELECT 1 FROM oldest)
 		)
 		SELECT EXISTS (SELECT 1 FROM oldest)`,
 		pgx.NamedArgs{
 			"run_id": aw.runID, "topic": r.Topic, "seq": r.Seq, "name": r.Name, "invocation": aw.invocation,
-			"tenant": aw.tenant, "expires_at": f.WakeAt,
+			"tenant": aw.tenant, "expires_at": f.WakeAt, "alt": int16(aw.alt),
 		}).Scan(&taken)
 	if isUniqueViolation(err) {
 		return fmt.Errorf("%w: seq %d is already journaled", ErrConflict, r.Seq)

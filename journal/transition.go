@@ -47,12 +47,13 @@ func ClaimRun(ctx context.Context, db DB, runID string, lease time.Duration) (*C
 			RETURNING `+runColumns+`, now() AS db_now
 		), timed_out AS (
 			-- A wait still stored when its run is claimed has timed out (an event that
-			-- resumes a run deletes it): journal that, before the journal is read.
+			-- resumes a run deletes it): journal that, before the journal is read. (The
+			-- alternatives of a wait_any are rows at one seq: one entry for them.)
 			DELETE FROM stepgate.run_wait w USING u WHERE w.run_id = u.id
-			RETURNING w.run_id, w.seq, w.kind, w.name, w.created_at, u.invocation
+			RETURNING w.run_id, w.seq, stepgate.wait_kind(w.alt, w.kind) AS kind, w.name, w.created_at, u.invocation
 		), journaled AS (
 			INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
-			SELECT run_id, seq, kind, name, $3, invocation, created_at,
+			SELECT DISTINCT ON (run_id, seq) run_id, seq, kind, name, $3::jsonb, invocation, created_at,
 				stepgate.journal_bytes_before(run_id, seq) + octet_length($3::jsonb::text)
 			FROM timed_out
 			ON CONFLICT (run_id, seq) DO NOTHING
@@ -335,6 +336,12 @@ func Resuming(steps ...Entry) Outcome {
 	return Outcome{status: StatusSuspended, Steps: steps}
 }
 
+// WaitingForAny suspends the run until the first of w's alternatives comes or w's
+// timeout passes (see WaitAny), after journaling steps.
+func WaitingForAny(w WaitAny, steps ...Entry) Outcome {
+	return Outcome{status: StatusSuspended, await: w, Steps: steps}
+}
+
 // WaitingForEvent suspends the run until an event matches w or w's timeout passes
 // (see WaitEvent), after journaling steps.
 func WaitingForEvent(w WaitEvent, steps ...Entry) Outcome {
@@ -489,7 +496,7 @@ func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome)
 		return nil, entriesLimit(awaitSeq, o.Bounds)
 	}
 	if o.await != nil {
-		w := awaitWrite{runID: runID, invocation: invocation, tenant: tenant, identity: identity, bounds: o.Bounds}
+		w := awaitWrite{runID: runID, invocation: invocation, tenant: tenant, identity: identity, bounds: o.Bounds, alt: -1}
 		if err := o.await.write(ctx, db, w, &f); err != nil {
 			return nil, err
 		}

@@ -88,7 +88,8 @@ func (w WaitEvent) write(ctx context.Context, db DB, aw awaitWrite, f *Finished)
 			WHERE e.tenant = @tenant AND e.name = @event AND e.created_at >= @since
 			  AND stepgate.match_key(@paths, jsonb_build_object('id', e.id, 'name', e.name, 'data', e.data)) = stepgate.match_of(@match)
 			  AND NOT EXISTS (SELECT 1 FROM stepgate.journal_entry j
-				WHERE j.run_id = @run_id AND j.kind = '`+KindWaitEvent+`' AND j.output->'event'->>'id' = e.id)
+				WHERE j.run_id = @run_id AND ((j.kind = '`+KindWaitEvent+`' AND j.output->'event'->>'id' = e.id)
+					OR (j.kind = '`+KindWaitAny+`' AND j.output->'output'->'event'->>'id' = e.id)))
 			ORDER BY e.created_at, e.id
 			LIMIT 1
 		), out AS (
@@ -96,18 +97,20 @@ func (w WaitEvent) write(ctx context.Context, db DB, aw awaitWrite, f *Finished)
 				'identity', identity, 'created_at', created_at)) AS output FROM ev
 		), entry AS (
 			INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
-			SELECT @run_id, @seq, '`+KindWaitEvent+`', @name, output, @invocation, now(),
+			SELECT @run_id, @seq, stepgate.wait_kind(@alt, '`+KindWaitEvent+`'), @name,
+				stepgate.wait_output(@alt, '`+KindWaitEvent+`', output), @invocation, now(),
 				stepgate.journal_bytes_before(@run_id, @seq) + octet_length(output::text)
 			FROM out
 		), waiting AS (
-			INSERT INTO stepgate.run_wait (run_id, seq, tenant, name, kind, event_name, match_key, expires_at)
-			SELECT @run_id, @seq, @tenant, @name, '`+KindWaitEvent+`', @event, stepgate.match_of(@match), @expires_at
+			INSERT INTO stepgate.run_wait (run_id, seq, alt, tenant, name, kind, event_name, match_key, expires_at)
+			SELECT @run_id, @seq, @alt, @tenant, @name, '`+KindWaitEvent+`', @event, stepgate.match_of(@match), @expires_at
 			WHERE NOT EXISTS (SELECT 1 FROM ev)
 		)
 		SELECT EXISTS (SELECT 1 FROM ev)`,
 		pgx.NamedArgs{
 			"tenant": aw.tenant, "event": w.Event, "since": w.Since, "paths": paths, "match": match,
 			"run_id": aw.runID, "seq": w.Seq, "name": w.Name, "invocation": aw.invocation, "expires_at": f.WakeAt,
+			"alt": int16(aw.alt),
 		}).Scan(&resumed)
 	if isUniqueViolation(err) {
 		return fmt.Errorf("%w: seq %d is already journaled", ErrConflict, w.Seq)
@@ -207,7 +210,7 @@ const resumeWaitersSQL = `
 			-- One probe of the index per key. The keys are computed apart: a qual that
 			-- calls match_key (not leakproof) on run_wait's side of the join could not
 			-- be an index condition under row-level security.
-			SELECT w.run_id, w.seq, w.name FROM stepgate.run_wait w
+			SELECT w.run_id, w.seq, w.alt, w.name FROM stepgate.run_wait w
 			WHERE w.tenant = @tenant AND w.event_name = @event AND w.match_key = ANY (ARRAY(
 				SELECT stepgate.match_key(s.paths, @doc) FROM stepgate.wait_shape s
 				WHERE s.tenant = @tenant AND s.event_name = @event))
@@ -216,21 +219,23 @@ const resumeWaitersSQL = `
 			-- that timed out: the two never wait for each other in a cycle.
 			UPDATE stepgate.run r SET wake_at = now() FROM cand
 			WHERE r.id = cand.run_id AND r.tenant = @tenant AND r.status = 'suspended'
-			RETURNING r.id, r.invocation, cand.seq, cand.name
+			RETURNING r.id, r.invocation, cand.seq, cand.alt, cand.name
 		), gone AS (
 			-- Only a wait this statement deletes is resumed: one that a concurrent
-			-- claim (a timeout) or another resumer deleted first is theirs.
+			-- claim (a timeout) or another resumer deleted first is theirs. The other
+			-- alternatives of a wait_any go with it.
 			DELETE FROM stepgate.run_wait w USING woken WHERE w.run_id = woken.id AND w.seq = woken.seq
-			RETURNING woken.id, woken.invocation, woken.seq, woken.name
+			RETURNING woken.id, woken.invocation, woken.seq, woken.alt, woken.name
 		), out AS (
 			SELECT jsonb_build_object('event', jsonb_build_object('id', e.id, 'name', e.name, 'data', e.data,
 				'identity', e.identity, 'created_at', e.created_at)) AS output
 			FROM stepgate.event e WHERE e.tenant = @tenant AND e.id = @id
 		), entries AS (
 			INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
-			SELECT gone.id, gone.seq, '` + KindWaitEvent + `', gone.name, out.output, gone.invocation, now(),
+			SELECT DISTINCT ON (gone.id) gone.id, gone.seq, stepgate.wait_kind(gone.alt, '` + KindWaitEvent + `'), gone.name,
+				stepgate.wait_output(gone.alt, '` + KindWaitEvent + `', out.output), gone.invocation, now(),
 				stepgate.journal_bytes_before(gone.id, gone.seq) + octet_length(out.output::text)
 			FROM gone, out
 			ON CONFLICT (run_id, seq) DO NOTHING
 		)
-		SELECT id::text FROM gone ORDER BY id`
+		SELECT DISTINCT id::text FROM gone ORDER BY 1`

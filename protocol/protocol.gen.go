@@ -46,6 +46,7 @@ const (
 	AwaitTypeReceive       AwaitType = "receive"
 	AwaitTypeRetry         AwaitType = "retry"
 	AwaitTypeSleep         AwaitType = "sleep"
+	AwaitTypeWaitAny       AwaitType = "wait_any"
 	AwaitTypeWaitEvent     AwaitType = "wait_event"
 )
 
@@ -62,6 +63,8 @@ func (e AwaitType) Valid() bool {
 		return true
 	case AwaitTypeSleep:
 		return true
+	case AwaitTypeWaitAny:
+		return true
 	case AwaitTypeWaitEvent:
 		return true
 	default:
@@ -76,6 +79,7 @@ const (
 	AwaitingKindReceive       AwaitingKind = "receive"
 	AwaitingKindRetry         AwaitingKind = "retry"
 	AwaitingKindSleep         AwaitingKind = "sleep"
+	AwaitingKindWaitAny       AwaitingKind = "wait_any"
 	AwaitingKindWaitEvent     AwaitingKind = "wait_event"
 )
 
@@ -91,6 +95,8 @@ func (e AwaitingKind) Valid() bool {
 	case AwaitingKindRetry:
 		return true
 	case AwaitingKindSleep:
+		return true
+	case AwaitingKindWaitAny:
 		return true
 	case AwaitingKindWaitEvent:
 		return true
@@ -146,6 +152,7 @@ const (
 	EntryKindSleep         EntryKind = "sleep"
 	EntryKindStep          EntryKind = "step"
 	EntryKindValue         EntryKind = "value"
+	EntryKindWaitAny       EntryKind = "wait_any"
 	EntryKindWaitEvent     EntryKind = "wait_event"
 )
 
@@ -169,6 +176,8 @@ func (e EntryKind) Valid() bool {
 	case EntryKindStep:
 		return true
 	case EntryKindValue:
+		return true
+	case EntryKindWaitAny:
 		return true
 	case EntryKindWaitEvent:
 		return true
@@ -416,6 +425,20 @@ type AttemptFailure struct {
 // `callback_seq` that is not one of this run's callbacks fails the run
 // (`bad_answer`). An await may name a callback already awaited: it gets the same
 // resolution.
+//
+// `wait_any`: suspend until the first of the awaits in `of` comes, or `timeout`
+// passes (from `1s` to 10 years, default `24h`). `of` holds 1 to 8 waits of type
+// `wait_event`, `receive` or `await_callback`, each with this await's `seq` and
+// `name` and without a `timeout` of its own. The first alternative to come
+// resumes the run, in its own transaction (an event's, a send's, a callback's
+// resolution), and ends the others: the gateway journals at `seq` one entry of
+// kind `wait_any` named `name` with `{"index": i, "kind": "<the alternative's
+// type>", "output": <what that alternative's own entry would hold>}`, or
+// `{"timed_out": true}`. An alternative that has already come when the wait is
+// stored (an event since the invocation started, a resolved callback, a message in
+// the mailbox) is journaled at once, the first in `of` order; the others are not
+// stored, and a message is taken from the mailbox only if its receive is the one
+// chosen. A callback resolved after another alternative came is a 409.
 type Await struct {
 	Attempt *int `json:"attempt,omitempty"`
 
@@ -440,6 +463,9 @@ type Await struct {
 	// Match `wait_event`: dotted paths into the event and the scalar values they must hold.
 	Match *map[string]AnyJSON `json:"match,omitempty"`
 	Name  string              `json:"name"`
+
+	// Of `wait_any`: the waits to take the first of (1 to 8; `wait_event`, `receive` or `await_callback`).
+	Of *[]Await `json:"of,omitempty"`
 
 	// Retry Exponential backoff with jitter: the wait after failed attempt n is a random
 	// duration between half and all of min(max_interval, initial_interval * 2^(n-1)).
@@ -479,7 +505,10 @@ type Awaiting struct {
 	// Match wait_event: the values the event's fields must hold, by dotted path.
 	Match *map[string]AnyJSON `json:"match,omitempty"`
 	Name  string              `json:"name"`
-	Seq   int                 `json:"seq"`
+
+	// Of wait_any: the alternatives, the first of which to come resumes the run.
+	Of  *[]Awaiting `json:"of,omitempty"`
+	Seq int         `json:"seq"`
 
 	// Topic receive: the topic of the message awaited.
 	Topic *string `json:"topic,omitempty"`
@@ -756,6 +785,20 @@ type InvocationAnswer struct {
 	// `callback_seq` that is not one of this run's callbacks fails the run
 	// (`bad_answer`). An await may name a callback already awaited: it gets the same
 	// resolution.
+	//
+	// `wait_any`: suspend until the first of the awaits in `of` comes, or `timeout`
+	// passes (from `1s` to 10 years, default `24h`). `of` holds 1 to 8 waits of type
+	// `wait_event`, `receive` or `await_callback`, each with this await's `seq` and
+	// `name` and without a `timeout` of its own. The first alternative to come
+	// resumes the run, in its own transaction (an event's, a send's, a callback's
+	// resolution), and ends the others: the gateway journals at `seq` one entry of
+	// kind `wait_any` named `name` with `{"index": i, "kind": "<the alternative's
+	// type>", "output": <what that alternative's own entry would hold>}`, or
+	// `{"timed_out": true}`. An alternative that has already come when the wait is
+	// stored (an event since the invocation started, a resolved callback, a message in
+	// the mailbox) is journaled at once, the first in `of` order; the others are not
+	// stored, and a message is taken from the mailbox only if its receive is the one
+	// chosen. A callback resolved after another alternative came is a 409.
 	Await *Await     `json:"await,omitempty"`
 	Error *ErrorInfo `json:"error,omitempty"`
 

@@ -134,6 +134,13 @@ func AwaitCallback[T any](ctx context.Context, cb CallbackHandle, timeout time.D
 		}
 		return out, st.Halt(invocation.Suspended(aw))
 	}
+	return callbackFrom[T](st, e)
+}
+
+// callbackFrom reads a journaled await_callback entry (or a wait_any's, unwrapped).
+func callbackFrom[T any](st *invocation.State, e *protocol.JournalEntry) (CallbackResult[T], error) {
+	var out CallbackResult[T]
+	seq, name := e.Seq, e.Name
 	got, err := replay[callbackEntry](st, e)
 	if err != nil {
 		return out, err
@@ -147,11 +154,11 @@ func AwaitCallback[T any](ctx context.Context, cb CallbackHandle, timeout time.D
 		out.ResolvedAt = *got.ResolvedAt
 	}
 	if got.Error != nil {
-		return out, &Error{Seq: seq, Name: cb.Name, Type: got.Error.Type, Message: got.Error.Message}
+		return out, &Error{Seq: seq, Name: name, Type: got.Error.Type, Message: got.Error.Message}
 	}
 	if len(got.Data) > 0 {
 		if err := json.Unmarshal(got.Data, &out.Data); err != nil {
-			return out, st.Halt(invocation.Retry("replay", fmt.Sprintf("callback %d %q: decode data into %T: %v", seq, cb.Name, out.Data, err)))
+			return out, st.Halt(invocation.Retry("replay", fmt.Sprintf("callback %d %q: decode data into %T: %v", seq, name, out.Data, err)))
 		}
 	}
 	return out, nil

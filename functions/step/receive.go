@@ -58,6 +58,13 @@ func Receive[T any](ctx context.Context, topic string, timeout time.Duration) (R
 		}
 		return out, st.Halt(invocation.Suspended(aw))
 	}
+	return receivedFrom[T](st, e)
+}
+
+// receivedFrom reads a journaled receive entry (or a wait_any's, unwrapped).
+func receivedFrom[T any](st *invocation.State, e *protocol.JournalEntry) (Received[T], error) {
+	var out Received[T]
+	seq, topic := e.Seq, e.Name
 	got, err := replay[receivedEntry](st, e)
 	if err != nil {
 		return out, err

@@ -63,28 +63,34 @@ func WaitForEvent[T any](ctx context.Context, name, event string, match Match, t
 		return out, err
 	}
 	if e != nil {
-		got, err := replay[waitedEntry](st, e)
-		if err != nil {
-			return out, err
-		}
-		if got.TimedOut || got.Event == nil {
-			out.TimedOut = true
-			return out, nil
-		}
-		ev := got.Event
-		out.Event = Event[T]{ID: ev.ID, Name: ev.Name, Sender: ev.Identity, SentAt: ev.CreatedAt}
-		if len(ev.Data) > 0 {
-			if err := json.Unmarshal(ev.Data, &out.Event.Data); err != nil {
-				return out, st.Halt(invocation.Retry("replay", fmt.Sprintf("wait %d %q: decode event data into %T: %v", seq, name, out.Event.Data, err)))
-			}
-		}
-		return out, nil
+		return waitedFrom[T](st, e)
 	}
 	aw := &protocol.Await{Type: protocol.AwaitTypeWaitEvent, Seq: seq, Name: name, Event: &event, Match: &m}
 	if timeout > 0 {
 		aw.Timeout = new(timeout.String())
 	}
 	return out, st.Halt(invocation.Suspended(aw))
+}
+
+// waitedFrom reads a journaled wait_event entry (or a wait_any's, unwrapped).
+func waitedFrom[T any](st *invocation.State, e *protocol.JournalEntry) (Waited[T], error) {
+	var out Waited[T]
+	got, err := replay[waitedEntry](st, e)
+	if err != nil {
+		return out, err
+	}
+	if got.TimedOut || got.Event == nil {
+		out.TimedOut = true
+		return out, nil
+	}
+	ev := got.Event
+	out.Event = Event[T]{ID: ev.ID, Name: ev.Name, Sender: ev.Identity, SentAt: ev.CreatedAt}
+	if len(ev.Data) > 0 {
+		if err := json.Unmarshal(ev.Data, &out.Event.Data); err != nil {
+			return out, st.Halt(invocation.Retry("replay", fmt.Sprintf("wait %d %q: decode event data into %T: %v", e.Seq, e.Name, out.Event.Data, err)))
+		}
+	}
+	return out, nil
 }
 
 // waitedEntry is the output of a wait_event entry.

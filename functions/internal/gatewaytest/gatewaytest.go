@@ -57,9 +57,9 @@ func (g *Gateway) OnCallback(f func(runID string, aw protocol.Await) json.RawMes
 	g.resolve = f
 }
 
-// OnWaitEvent makes Run journal what f returns for each wait_event await (the output
-// of a wait_event entry: {"event": {...}} or {"timed_out": true}); without it, every
-// wait times out at once.
+// OnWaitEvent makes Run journal what f returns for each wait_event and wait_any await
+// (the output of its entry: {"event": {...}}, {"index": i, "kind": ..., "output": ...}
+// or {"timed_out": true}); without it, every such wait times out at once.
 func (g *Gateway) OnWaitEvent(f func(runID string, aw protocol.Await) json.RawMessage) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -380,7 +380,7 @@ func (g *Gateway) Run(url, runID, function, input string, maxAttempts int) (Resp
 			if code, msg := g.Append(runID, e); code != http.StatusOK {
 				g.tb.Fatalf("run %s: journal invoke: %s", runID, msg)
 			}
-		case r.Answer.Await.Type == protocol.AwaitTypeWaitEvent:
+		case r.Answer.Await.Type == protocol.AwaitTypeWaitEvent || r.Answer.Await.Type == protocol.AwaitTypeWaitAny:
 			aw := r.Answer.Await
 			g.mu.Lock()
 			deliver := g.deliver
@@ -389,7 +389,7 @@ func (g *Gateway) Run(url, runID, function, input string, maxAttempts int) (Resp
 			if deliver != nil {
 				out = deliver(runID, *aw)
 			}
-			e := protocol.JournalEntry{Seq: aw.Seq, Kind: protocol.EntryKindWaitEvent, Name: aw.Name, Output: &out}
+			e := protocol.JournalEntry{Seq: aw.Seq, Kind: protocol.EntryKind(aw.Type), Name: aw.Name, Output: &out}
 			if code, msg := g.Append(runID, e); code != http.StatusOK {
 				g.tb.Fatalf("run %s: journal wait_event: %s", runID, msg)
 			}
