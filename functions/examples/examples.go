@@ -1,7 +1,8 @@
 // Package examples holds the example functions that `stepgate dev` and compose.yaml
 // serve: hello (no steps), orders.checkout (three steps and an optional sleep),
 // orders.fulfil (orders.checkout as a child run), orders.await_payment (a wait for an
-// event), flaky (a step that fails before it succeeds) and chain (n steps in a row, for
+// event), orders.approval (a human's approval or the payment, whichever comes first),
+// flaky (a step that fails before it succeeds) and chain (n steps in a row, for
 // benchmarks).
 package examples
 
@@ -16,13 +17,14 @@ import (
 	"github.com/stepgate/stepgate/functions/step"
 )
 
-// Register adds hello, orders.checkout, orders.fulfil, orders.await_payment, flaky and
-// chain to app.
+// Register adds hello, orders.checkout, orders.fulfil, orders.await_payment,
+// orders.approval, flaky and chain to app.
 func Register(app *functions.App) {
 	functions.Register(app, "hello", Hello)
 	functions.Register(app, "orders.checkout", Checkout, functions.Timeout(30*time.Second), functions.MaxAttempts(5))
 	functions.Register(app, "orders.fulfil", Fulfil)
 	functions.Register(app, "orders.await_payment", AwaitPayment)
+	functions.Register(app, "orders.approval", Approval)
 	functions.Register(app, "flaky", Flaky)
 	functions.Register(app, "chain", Chain)
 }
@@ -213,4 +215,97 @@ func AwaitPayment(ctx context.Context, in PaymentInput) (PaymentOutput, error) {
 		return PaymentOutput{}, err
 	}
 	return PaymentOutput{Paid: true, Amount: w.Event.Data.Amount, EventID: w.Event.ID, PaidBy: w.Event.Sender.Subject}, nil
+}
+
+// ApprovalInput is the input of orders.approval.
+type ApprovalInput struct {
+	OrderID string `json:"order_id"`
+	// Timeout is how long to wait for the approval or the payment, a Go duration;
+	// defaults to 1h.
+	Timeout string `json:"timeout"`
+}
+
+// ApprovalNote is what a human approves the order with (the callback's data).
+type ApprovalNote struct {
+	Note string `json:"note"`
+}
+
+// ApprovalOutput is the output of orders.approval.
+type ApprovalOutput struct {
+	// Outcome is "approved" or "rejected" (by a human), "paid" (the payment came first)
+	// or "timed_out".
+	Outcome string `json:"outcome"`
+	By      string `json:"by,omitempty"`   // Who approved, rejected or paid.
+	Note    string `json:"note,omitempty"` // The approval's note, or the rejection's message.
+}
+
+// Approval holds an order until a human approves it (a callback named "approval",
+// which the dashboard's Approve and Reject buttons resolve, as does a POST to its URL)
+// or its payment arrives (the event orders.paid with its order id), whichever comes
+// first, for in.Timeout at most. It publishes its progress as the value "progress" and
+// writes what happens to the stream "log".
+func Approval(ctx context.Context, in ApprovalInput) (ApprovalOutput, error) {
+	timeout := time.Hour
+	if in.Timeout != "" {
+		d, err := time.ParseDuration(in.Timeout)
+		if err != nil {
+			return ApprovalOutput{}, step.NonRetryable(fmt.Errorf("timeout: %w", err))
+		}
+		timeout = d
+	}
+	log, err := step.Stream(ctx, "log")
+	if err != nil {
+		return ApprovalOutput{}, err
+	}
+	if err := step.SetValue(ctx, "progress", 10); err != nil {
+		return ApprovalOutput{}, err
+	}
+	cb, err := step.Callback(ctx, "approval", step.CallbackTimeout(timeout))
+	if err != nil {
+		return ApprovalOutput{}, err
+	}
+	if err := log.WriteString(fmt.Sprintf("order %s waits for an approval or its payment, for %s\n", in.OrderID, timeout)); err != nil {
+		return ApprovalOutput{}, err
+	}
+	if err := step.SetValue(ctx, "progress", 50); err != nil {
+		return ApprovalOutput{}, err
+	}
+	// The wait has the callback's name, which the dashboard resolves it by.
+	c, err := step.WaitAny(ctx, "approval", timeout,
+		step.ForCallback(cb), step.ForEvent("orders.paid", step.Match{"data.order_id": in.OrderID}))
+	if err != nil {
+		return ApprovalOutput{}, err
+	}
+	var out ApprovalOutput
+	switch {
+	case c.TimedOut:
+		out.Outcome = "timed_out"
+	case c.Index == 0:
+		res, err := step.CallbackOf[ApprovalNote](c)
+		var rejected *step.Error
+		switch {
+		case errors.As(err, &rejected):
+			out.Outcome, out.Note = "rejected", rejected.Message
+		case err != nil:
+			return ApprovalOutput{}, err
+		default:
+			out.Outcome, out.Note = "approved", res.Data.Note
+		}
+		if res.ResolvedBy != nil {
+			out.By = res.ResolvedBy.Subject
+		}
+	default:
+		ev, err := step.EventOf[Payment](c)
+		if err != nil {
+			return ApprovalOutput{}, err
+		}
+		out.Outcome, out.By = "paid", ev.Sender.Subject
+	}
+	if err := log.WriteString(fmt.Sprintf("order %s: %s\n", in.OrderID, out.Outcome)); err != nil {
+		return ApprovalOutput{}, err
+	}
+	if err := log.Close(); err != nil {
+		return ApprovalOutput{}, err
+	}
+	return out, step.SetValue(ctx, "progress", 100)
 }

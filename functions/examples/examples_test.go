@@ -46,6 +46,7 @@ func TestExamples(t *testing.T) {
 			{"name":"chain","path":"chain"},
 			{"name":"flaky","path":"flaky"},
 			{"name":"hello","path":"hello"},
+			{"name":"orders.approval","path":"orders.approval"},
 			{"name":"orders.await_payment","path":"orders.await_payment"},
 			{"name":"orders.checkout","path":"orders.checkout","config":{"timeout":"30s","retries":{"max_attempts":5}}},
 			{"name":"orders.fulfil","path":"orders.fulfil"}

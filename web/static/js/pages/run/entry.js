@@ -72,6 +72,7 @@ function label(e, failures) {
     e.kind === "receive" ? h("span", { class: "tag", title: "a message this run received" }, "receive") : null,
     e.kind === "callback" ? h("span", { class: "tag", title: "a callback the run made (its token is not shown)" }, "callback") : null,
     e.kind === "await_callback" ? callbackTag(e) : null,
+    e.kind === "wait_any" ? anyTag(e) : null,
     sender(e),
     attempt > 1 || failures.length ? h("span", { class: "tag warn", title: `${failures.length} failed attempt(s)` }, `attempt ${attempt}`) : null,
     e.error ? h("span", { class: "tag err" }, "failed") : null);
@@ -94,6 +95,17 @@ function callbackTag(e) {
   const who = o.resolved_by ? o.resolved_by.subject : "the URL's holder";
   return h("span", { class: o.error ? "tag err" : "tag", "data-testid": "callback-resolved", title: `${o.error ? "rejected" : "resolved"} by ${who}` },
     o.error ? "rejected" : "resolved", ` by ${who}`);
+}
+
+// anyTag says which alternative of a wait_any came first, tagged as its own entry would
+// be, or that none came in time.
+function anyTag(e) {
+  const o = e.output || {};
+  if (o.timed_out) return h("span", { class: "tag warn", "data-testid": "any-timed-out" }, "timed out");
+  const inner = { ...e, kind: o.kind, output: o.output };
+  const tag = { wait_event: waitTag, await_callback: callbackTag }[o.kind];
+  return h("span", { "data-testid": "any-chosen", title: `alternative ${o.index} came first` },
+    h("span", { class: "tag" }, `first: ${o.kind}`), tag ? tag(inner) : sender(inner));
 }
 
 // sender names who sent the message a receive entry holds, or null.

@@ -21,8 +21,10 @@ export function waiting(r) {
 // callbackActions returns the Approve and Reject buttons of a run waiting for a
 // callback, for roles with runs:manage; null otherwise.
 function callbackActions(r) {
-  const a = r.awaiting;
-  if (r.status !== "suspended" || !a || a.kind !== "await_callback" || !can("runs:manage")) return null;
+  const w = r.awaiting;
+  // A callback awaited alone, or as one of the alternatives of a wait_any.
+  const a = w && (w.kind === "await_callback" ? w : (w.of || []).find((o) => o.kind === "await_callback"));
+  if (r.status !== "suspended" || !a || !can("runs:manage")) return null;
   const path = `/v1/runs/${r.id}/callbacks/${encodeURIComponent(a.name)}`;
   return h("div", { class: "page-actions" },
     h("button", { type: "button", class: "btn primary small", "data-testid": "approve-callback", onclick: () => approve(a, path) }, icon("check", 12), "Approve"),
@@ -73,6 +75,16 @@ async function reject(a, path) {
 function waitsOn(r) {
   if (r.status === "scheduled") return "Scheduled to start";
   const a = r.awaiting;
+  if (a && a.kind === "wait_any") {
+    const out = [];
+    (a.of || []).forEach((o, i) => out.push(i ? " or " : "", awaitText(o)));
+    return h("span", { "data-testid": "waiting-any" }, "Waiting in ", h("strong", null, a.name), " for the first of: ", ...out);
+  }
+  return awaitText(a);
+}
+
+// awaitText names one await.
+function awaitText(a) {
   switch (a && a.kind) {
     case "retry":
       return h("span", null, "Retrying step ", h("strong", null, a.name), ` (attempt ${(a.attempt || 0) + 1})`);
