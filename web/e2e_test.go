@@ -582,6 +582,25 @@ func TestDashboard(t *testing.T) {
 		require.Contains(t, b.text("the await's entry", "[data-testid=callback-resolved]"), "resolved by tester")
 	})
 
+	t.Run("ApproveAnOrderOrItsPayment", func(t *testing.T) {
+		b.use(t)
+		// The example orders.approval waits for the first of a callback and an event.
+		id := start(t, c, "orders.approval", `{"order_id":"o-e2e"}`, nil)
+		b.do("open the waiting run", 10*time.Second, chromedp.Navigate(s.URL+"/#/runs/"+id))
+		b.visible("it is suspended", runStatus("suspended"))
+		waits := b.text("what it waits on", "[data-testid=waiting-any]")
+		require.Contains(t, waits, "approval")
+		require.Contains(t, waits, "orders.paid")
+		require.Contains(t, waits, `"o-e2e"`)
+		b.click("approve", "[data-testid=approve-callback]")
+		b.set("the data", "dialog[open] [data-testid=callback-data]", `{"note": "from the dashboard"}`, "input")
+		b.click("confirm", "dialog[open] [data-testid=confirm]")
+		b.visible("the run completes", runStatus("completed"))
+		require.JSONEq(t, `{"outcome":"approved","by":"tester","note":"from the dashboard"}`, string(*getRun(t, c, id).Output))
+		require.Contains(t, b.text("the wait's entry", "[data-testid=any-chosen]"), "resolved by tester")
+		t.Logf("screenshot: %s", b.screenshot("run-approved-first-of"))
+	})
+
 	t.Run("ALinkForAnotherTenantAsksFirst", func(t *testing.T) {
 		b.use(t)
 		mallory := s.NewToken(t, auth.Identity{Subject: "mallory", Tenant: "evil", Roles: []string{"admin"}})
