@@ -13,8 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/labstack/echo/v4"
-
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/functions/names"
 	"github.com/stepgate/stepgate/gateway/api/server"
@@ -277,30 +275,14 @@ type chunkStream struct {
 
 func (st *chunkStream) VisitReadRunStreamResponse(w http.ResponseWriter) error {
 	defer st.close()
-	h := w.Header()
-	h.Set(echo.HeaderContentType, "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	send := func(frame []byte) error {
-		_ = rc.SetWriteDeadline(time.Now().Add(streamWriteWait))
-		if _, err := w.Write(frame); err != nil {
-			return err
-		}
-		return rc.Flush()
-	}
-	if err := send([]byte("retry: 2000\n\n")); err != nil {
+	send, err := openEventStream(w)
+	if err != nil {
 		return nil
 	}
 	keepalive := time.NewTicker(keepaliveInterval)
 	defer keepalive.Stop()
-	var expired <-chan time.Time
-	if !st.expires.IsZero() {
-		t := time.NewTimer(time.Until(st.expires))
-		defer t.Stop()
-		expired = t.C
-	}
+	expired, stop := expiry(st.expires)
+	defer stop()
 	for {
 		more, end, err := st.step(send)
 		if err != nil {

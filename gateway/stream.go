@@ -104,6 +104,36 @@ func (s *Server) streamSlots(id auth.Identity) (release func(), err error) {
 	return func() { subject(); tenant() }, nil
 }
 
+// openEventStream answers w with a server-sent event stream and returns how to send
+// a frame: written and flushed within streamWriteWait. The first frame, sent here, sets
+// EventSource's reconnection delay (2s) and sends the headers at once.
+func openEventStream(w http.ResponseWriter) (send func(frame []byte) error, err error) {
+	h := w.Header()
+	h.Set(echo.HeaderContentType, "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no") // no proxy buffering (nginx)
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	send = func(frame []byte) error {
+		_ = rc.SetWriteDeadline(time.Now().Add(streamWriteWait)) // not every writer has deadlines
+		if _, err := w.Write(frame); err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
+	return send, send([]byte("retry: 2000\n\n"))
+}
+
+// expiry returns a channel told when the token that opened a stream expires
+// at, never for a zero at, and how to stop its timer.
+func expiry(at time.Time) (<-chan time.Time, func()) {
+	if at.IsZero() {
+		return nil, func() {}
+	}
+	t := time.NewTimer(time.Until(at))
+	return t.C, func() { t.Stop() }
+}
+
 // runStream writes a stream until the client goes away, the server shuts down or the
 // caller's token expires.
 type runStream struct {
@@ -117,31 +147,14 @@ type runStream struct {
 func (st runStream) VisitStreamRunsResponse(w http.ResponseWriter) error {
 	defer st.release()
 	defer st.hub.Unsubscribe(st.c)
-	h := w.Header()
-	h.Set(echo.HeaderContentType, "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no") // no proxy buffering (nginx)
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	send := func(frame []byte) error {
-		_ = rc.SetWriteDeadline(time.Now().Add(streamWriteWait)) // not every writer has deadlines
-		if _, err := w.Write(frame); err != nil {
-			return err
-		}
-		return rc.Flush()
-	}
-	// EventSource reconnects after 2s; the comment also sends the headers at once.
-	if err := send([]byte("retry: 2000\n\n")); err != nil {
+	send, err := openEventStream(w)
+	if err != nil {
 		return nil
 	}
 	keepalive := time.NewTicker(keepaliveInterval)
 	defer keepalive.Stop()
-	var expired <-chan time.Time
-	if !st.expires.IsZero() {
-		t := time.NewTimer(time.Until(st.expires))
-		defer t.Stop()
-		expired = t.C
-	}
+	expired, stop := expiry(st.expires)
+	defer stop()
 	for {
 		var err error
 		select {

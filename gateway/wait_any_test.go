@@ -20,14 +20,7 @@ import (
 // waitingForAny waits until run id is suspended on a wait_any, and returns it.
 func waitingForAny(t *testing.T, c *protocol.ClientWithResponses, id string) protocol.RunDetail {
 	t.Helper()
-	var run protocol.RunDetail
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		run = tryGetRun(ct, c, id)
-		if assert.NotNil(ct, run.Awaiting, "run %s awaits something", id) {
-			assert.Equal(ct, protocol.AwaitingKindWaitAny, run.Awaiting.Kind)
-		}
-	}, 30*time.Second, 5*time.Millisecond)
-	return run
+	return waitingOn(t, c, id, protocol.AwaitingKindWaitAny)
 }
 
 // approvalOutcome runs the example orders.approval to its end and returns its output.

@@ -40,11 +40,17 @@ func outcomeOf(w step.Waited[paid]) waitOutcome {
 // waitingFor waits until run id is suspended on a wait_event, and returns it.
 func waitingFor(t *testing.T, c *protocol.ClientWithResponses, id string) protocol.RunDetail {
 	t.Helper()
+	return waitingOn(t, c, id, protocol.AwaitingKindWaitEvent)
+}
+
+// waitingOn waits until run id is suspended on an await of kind, and returns it.
+func waitingOn(t *testing.T, c *protocol.ClientWithResponses, id string, kind protocol.AwaitingKind) protocol.RunDetail {
+	t.Helper()
 	var run protocol.RunDetail
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		run = tryGetRun(ct, c, id)
 		if assert.NotNil(ct, run.Awaiting, "run %s awaits something", id) {
-			assert.Equal(ct, protocol.AwaitingKindWaitEvent, run.Awaiting.Kind)
+			assert.Equal(ct, kind, run.Awaiting.Kind)
 		}
 	}, 30*time.Second, 5*time.Millisecond)
 	return run

@@ -129,10 +129,7 @@ func AwaitCallback[T any](ctx context.Context, cb CallbackHandle, timeout time.D
 	}
 	if e == nil {
 		aw := &protocol.Await{Type: protocol.AwaitTypeAwaitCallback, Seq: seq, Name: cb.Name, CallbackSeq: &cb.Seq}
-		if timeout > 0 {
-			aw.Timeout = new(timeout.String())
-		}
-		return out, st.Halt(invocation.Suspended(aw))
+		return out, suspend(st, aw, timeout)
 	}
 	return callbackFrom[T](st, e)
 }
@@ -156,12 +153,7 @@ func callbackFrom[T any](st *invocation.State, e *protocol.JournalEntry) (Callba
 	if got.Error != nil {
 		return out, &Error{Seq: seq, Name: name, Type: got.Error.Type, Message: got.Error.Message}
 	}
-	if len(got.Data) > 0 {
-		if err := json.Unmarshal(got.Data, &out.Data); err != nil {
-			return out, st.Halt(invocation.Retry("replay", fmt.Sprintf("callback %d %q: decode data into %T: %v", seq, name, out.Data, err)))
-		}
-	}
-	return out, nil
+	return out, decodeJournaled(st, "callback", seq, name, got.Data, &out.Data)
 }
 
 // callbackEntry is the output of an await_callback entry.

@@ -3,7 +3,6 @@ package step
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/stepgate/stepgate/functions/internal/invocation"
@@ -53,10 +52,7 @@ func Receive[T any](ctx context.Context, topic string, timeout time.Duration) (R
 	}
 	if e == nil {
 		aw := &protocol.Await{Type: protocol.AwaitTypeReceive, Seq: seq, Name: topic, Topic: &topic}
-		if timeout > 0 {
-			aw.Timeout = new(timeout.String())
-		}
-		return out, st.Halt(invocation.Suspended(aw))
+		return out, suspend(st, aw, timeout)
 	}
 	return receivedFrom[T](st, e)
 }
@@ -75,12 +71,7 @@ func receivedFrom[T any](st *invocation.State, e *protocol.JournalEntry) (Receiv
 	}
 	m := got.Message
 	out.Message = Message[T]{ID: m.ID, Topic: m.Topic, Sender: m.Identity, SenderRun: m.SourceRunID, SentAt: m.SentAt}
-	if len(m.Data) > 0 {
-		if err := json.Unmarshal(m.Data, &out.Message.Data); err != nil {
-			return out, st.Halt(invocation.Retry("replay", fmt.Sprintf("receive %d %q: decode message data into %T: %v", seq, topic, out.Message.Data, err)))
-		}
-	}
-	return out, nil
+	return out, decodeJournaled(st, "receive", seq, topic, m.Data, &out.Message.Data)
 }
 
 // receivedEntry is the output of a receive entry.

@@ -258,6 +258,28 @@ func replay[T any](st *invocation.State, e *protocol.JournalEntry) (T, error) {
 	return out, nil
 }
 
+// suspend halts the invocation, answering that the run waits on aw for timeout (0:
+// the gateway's default).
+func suspend(st *invocation.State, aw *protocol.Await, timeout time.Duration) error {
+	if timeout > 0 {
+		aw.Timeout = new(timeout.String())
+	}
+	return st.Halt(invocation.Suspended(aw))
+}
+
+// decodeJournaled decodes raw, journaled data of the entry at seq (what names it), into
+// v; data this code cannot read halts the invocation (retried), as a step's output that
+// does not decode does: a fixed deploy can resume it.
+func decodeJournaled(st *invocation.State, what string, seq int, name string, raw json.RawMessage, v any) error {
+	if len(raw) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return st.Halt(invocation.Retry("replay", fmt.Sprintf("%s %d %q: decode data into %T: %v", what, seq, name, v, err)))
+	}
+	return nil
+}
+
 // call runs a step's function, turning a panic into an error.
 func call[T any](ctx context.Context, st *invocation.State, attempt int, fn func(context.Context) (T, error)) (out T, err error) {
 	st.Enter(attempt)

@@ -85,10 +85,7 @@ func WaitAny(ctx context.Context, name string, timeout time.Duration, alts ...Al
 			of[i].Seq, of[i].Name = seq, name
 		}
 		aw := &protocol.Await{Type: protocol.AwaitTypeWaitAny, Seq: seq, Name: name, Of: &of}
-		if timeout > 0 {
-			aw.Timeout = new(timeout.String())
-		}
-		return out, st.Halt(invocation.Suspended(aw))
+		return out, suspend(st, aw, timeout)
 	}
 	got, err := replay[struct {
 		TimedOut bool               `json:"timed_out"`

@@ -66,10 +66,7 @@ func WaitForEvent[T any](ctx context.Context, name, event string, match Match, t
 		return waitedFrom[T](st, e)
 	}
 	aw := &protocol.Await{Type: protocol.AwaitTypeWaitEvent, Seq: seq, Name: name, Event: &event, Match: &m}
-	if timeout > 0 {
-		aw.Timeout = new(timeout.String())
-	}
-	return out, st.Halt(invocation.Suspended(aw))
+	return out, suspend(st, aw, timeout)
 }
 
 // waitedFrom reads a journaled wait_event entry (or a wait_any's, unwrapped).
@@ -85,12 +82,7 @@ func waitedFrom[T any](st *invocation.State, e *protocol.JournalEntry) (Waited[T
 	}
 	ev := got.Event
 	out.Event = Event[T]{ID: ev.ID, Name: ev.Name, Sender: ev.Identity, SentAt: ev.CreatedAt}
-	if len(ev.Data) > 0 {
-		if err := json.Unmarshal(ev.Data, &out.Event.Data); err != nil {
-			return out, st.Halt(invocation.Retry("replay", fmt.Sprintf("wait %d %q: decode event data into %T: %v", e.Seq, e.Name, out.Event.Data, err)))
-		}
-	}
-	return out, nil
+	return out, decodeJournaled(st, "wait", e.Seq, e.Name, ev.Data, &out.Event.Data)
 }
 
 // waitedEntry is the output of a wait_event entry.
