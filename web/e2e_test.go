@@ -209,7 +209,20 @@ func (b *browser) visible(what, sel string) {
 // click clicks sel once it is visible.
 func (b *browser) click(what, sel string) {
 	b.t.Helper()
-	b.do(what, 10*time.Second, chromedp.WaitVisible(chromedp.CSS(sel)), chromedp.Click(chromedp.CSS(sel)))
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	for {
+		err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(sel)), chromedp.Click(chromedp.CSS(sel)))
+		// A live update may replace the node between finding it and clicking it: find
+		// it again.
+		if err != nil && strings.Contains(err.Error(), "Could not find node") && ctx.Err() == nil {
+			continue
+		}
+		if err != nil {
+			b.fail(what, err)
+		}
+		return
+	}
 }
 
 // text returns sel's text once it is visible.
