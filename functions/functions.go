@@ -422,6 +422,21 @@ func (a *App) invoke(ctx context.Context, f *function, req *protocol.InvocationR
 		return http.StatusInternalServerError, &protocol.ErrorInfo{Type: "panic", Message: msg}
 	case err != nil:
 		if info := failure(err); info != nil {
+			// The run fails for good: undo what it did first (step.Compensate).
+			var cerr error
+			stop, panicked, stack = st.Call(func() { cerr = step.RunCompensations(uctx) })
+			var incomplete *step.IncompleteCompensation
+			switch {
+			case stop != nil && stop.Error != nil:
+				return http.StatusInternalServerError, stop.Error
+			case stop != nil:
+				return http.StatusOK, stop.Answer
+			case panicked != nil:
+				a.log.WarnContext(ctx, "compensation panicked", append(logAttrs(req, "panic", fmt.Sprint(panicked)), slog.String("stack", string(stack)))...)
+				return http.StatusInternalServerError, &protocol.ErrorInfo{Type: "panic", Message: fmt.Sprint(panicked)}
+			case errors.As(cerr, &incomplete):
+				info.Message += " (" + incomplete.Error() + ")"
+			}
 			return http.StatusOK, &protocol.InvocationAnswer{Status: protocol.AnswerStatusFailed, Error: info}
 		}
 		a.log.WarnContext(ctx, "invocation failed", logAttrs(req, "error", err.Error())...)

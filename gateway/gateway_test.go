@@ -72,6 +72,19 @@ func TestExamples(t *testing.T) {
 	s.SyncExamples(t)
 	c := s.Client(t, s.Token)
 
+	t.Run("ACheckoutThatCannotShipIsUndone", func(t *testing.T) {
+		t.Parallel()
+		resp := startRun(t, c, "orders.checkout", `{"order_id":"o-undo","amount":500,"fail_ship":true}`, nil)
+		require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
+		require.Equal(t, protocol.RunStatusFailed, resp.JSON200.Status)
+		require.Equal(t, "no carrier ships order o-undo", resp.JSON200.Error.Message, "the original error")
+		var steps []string
+		for _, e := range getRun(t, c, resp.JSON200.ID).Journal {
+			steps = append(steps, e.Name)
+		}
+		require.Equal(t, []string{"reserve", "charge", "ship", "compensate refund", "compensate release"}, steps)
+	})
+
 	t.Run("HelloGreets", func(t *testing.T) {
 		t.Parallel()
 		res := mustComplete(t, c, "hello", `{"name":"Ada"}`)

@@ -49,6 +49,9 @@ type CheckoutInput struct {
 	OrderID string `json:"order_id"` // Defaults to the run's id.
 	Amount  int    `json:"amount"`   // In cents.
 	SleepMS int    `json:"sleep_ms"` // When positive, a sleep between charge and ship.
+	// FailShip makes shipping fail for good: the charge is refunded and the reservation
+	// released (compensations), and the run fails.
+	FailShip bool `json:"fail_ship"`
 }
 
 // Reservation is the output of the reserve step.
@@ -77,7 +80,9 @@ type CheckoutOutput struct {
 
 // Checkout reserves, charges and ships an order, one step each, with a sleep named
 // "cool-off" of in.SleepMS milliseconds between charge and ship when it is positive.
-// Its ids derive from the run's id, so they are the same on every replay.
+// Its ids derive from the run's id, so they are the same on every replay. When shipping
+// fails for good, the charge is refunded and the reservation released, in that order
+// (the steps "compensate refund" and "compensate release"), and the run fails.
 func Checkout(ctx context.Context, in CheckoutInput) (CheckoutOutput, error) {
 	orderID := cmp.Or(in.OrderID, functions.RunFrom(ctx).ID)
 	var out CheckoutOutput
@@ -88,10 +93,20 @@ func Checkout(ctx context.Context, in CheckoutInput) (CheckoutOutput, error) {
 	if err != nil {
 		return out, err
 	}
+	if err := step.Compensate(ctx, "release", func(ctx context.Context) error {
+		return nil // the inventory service's release of orderID
+	}); err != nil {
+		return out, err
+	}
 	out.Charge, err = step.Run(ctx, "charge", func(ctx context.Context) (Charge, error) {
 		return Charge{ChargeID: "ch_" + orderID, Amount: in.Amount}, nil
 	})
 	if err != nil {
+		return out, err
+	}
+	if err := step.Compensate(ctx, "refund", func(ctx context.Context) error {
+		return nil // the payment provider's refund of the charge
+	}); err != nil {
 		return out, err
 	}
 	if in.SleepMS > 0 {
@@ -100,6 +115,9 @@ func Checkout(ctx context.Context, in CheckoutInput) (CheckoutOutput, error) {
 		}
 	}
 	out.Shipment, err = step.Run(ctx, "ship", func(ctx context.Context) (Shipment, error) {
+		if in.FailShip {
+			return Shipment{}, step.NonRetryable(fmt.Errorf("no carrier ships order %s", orderID))
+		}
 		return Shipment{Tracking: "trk_" + orderID}, nil
 	})
 	return out, err

@@ -68,6 +68,8 @@ func TestExamples(t *testing.T) {
 		{"CheckoutWithSleep", "orders.checkout", `{"sleep_ms":1500}`, 2, protocol.AnswerStatusCompleted,
 			`{"reservation":{"order_id":"run-1","reserved":true},"charge":{"charge_id":"ch_run-1","amount":0},"shipment":{"tracking":"trk_run-1"}}`,
 			[]string{"step reserve", "step charge", "sleep cool-off", "step ship"}},
+		{"CheckoutShipFailsAndIsUndone", "orders.checkout", `{"order_id":"o1","amount":500,"fail_ship":true}`, 1, protocol.AnswerStatusFailed, "",
+			[]string{"step reserve", "step charge", "step ship", "step compensate refund", "step compensate release"}},
 		{"Fulfil", "orders.fulfil", `{"order_id":"o1","amount":500}`, 2, protocol.AnswerStatusCompleted,
 			`{"tracking":"trk_o1"}`, []string{"invoke checkout"}},
 		{"AwaitPaymentTimesOut", "orders.await_payment", `{"order_id":"o1"}`, 2, protocol.AnswerStatusCompleted,

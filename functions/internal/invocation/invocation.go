@@ -94,6 +94,32 @@ type State struct {
 	attempt int // of the step running now; 0 between steps
 	stop    *Stop
 	places  map[place]int // chunks written per stream and place, see StreamPlace
+	undos   []Undo        // registered compensations, oldest first
+}
+
+// Undo is a compensation registered by step.Compensate: Name, and what it runs.
+type Undo struct {
+	Name string
+	Fn   func(context.Context) error
+}
+
+// PushUndo registers a compensation.
+func (s *State) PushUndo(u Undo) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.undos = append(s.undos, u)
+}
+
+// TakeUndos returns the registered compensations, newest first, and forgets them.
+func (s *State) TakeUndos() []Undo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Undo, 0, len(s.undos))
+	for i := len(s.undos) - 1; i >= 0; i-- {
+		out = append(out, s.undos[i])
+	}
+	s.undos = nil
+	return out
 }
 
 // place is where a function writes to a stream: in the step at seq on attempt, or
