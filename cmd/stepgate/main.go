@@ -122,6 +122,9 @@ Runs:
   runs values ID                   the latest value of each key the run published
   runs send ID TOPIC [JSON] [--id MESSAGE_ID]
                                    a message to a run's mailbox, for its step.Receive of TOPIC
+  events send NAME [JSON] [--id EVENT_ID]
+                                   send an event: it starts the runs it triggers and resumes
+                                   the runs waiting for it
   callbacks resolve TOKEN|URL [JSON]
                                    resolve a run's callback with JSON (null if none); the
                                    token is the credential, no --token needed
@@ -208,6 +211,8 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 		return c.schedules(ctx, rest)
 	case "callbacks", "callback":
 		return c.callbacks(ctx, rest)
+	case "events", "event":
+		return c.events(ctx, rest)
 	case "bench":
 		return c.bench(ctx, rest)
 	case "token":

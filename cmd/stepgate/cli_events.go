@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/stepgate/stepgate/protocol"
+)
+
+// events dispatches "stepgate events ...".
+func (c *cli) events(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return usagef(`"events" needs a command (send)`)
+	}
+	switch sub, rest := args[0], args[1:]; sub {
+	case "send":
+		return c.eventsSend(ctx, rest)
+	default:
+		return usagef("unknown command \"events %s\" (want send)", sub)
+	}
+}
+
+// eventsSend runs "stepgate events send NAME [JSON] [--id ID]": an event of the caller's
+// tenant, which starts the runs of the functions it triggers and resumes the runs that
+// wait for it.
+func (c *cli) eventsSend(ctx context.Context, args []string) error {
+	fs := c.newFlagSet("events send", "NAME [JSON] [--id EVENT_ID]")
+	cf := addClientFlags(fs, true)
+	id := fs.String("id", "", "the event's `ID`, which deduplicates the tenant's events (default: a new one)")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(pos) < 1:
+		return usagef("events send: missing NAME")
+	case len(pos) > 2:
+		return usagef("events send: unexpected argument %q", pos[2])
+	}
+	ev := protocol.EventSend{Name: pos[0]}
+	if len(pos) == 2 {
+		if !json.Valid([]byte(pos[1])) {
+			return usagef("events send: the event data is not valid JSON: %s", pos[1])
+		}
+		ev.Data = new(protocol.AnyJSON(pos[1]))
+	}
+	if *id != "" {
+		ev.ID = id
+	}
+	cl, err := c.client(cf, nil)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	what := "send event " + pos[0]
+	resp, err := cl.SendEventWithResponse(ctx, ev)
+	if err != nil {
+		return requestError(what, err)
+	}
+	if err := expect(resp, http.StatusAccepted); err != nil {
+		return err
+	}
+	if cf.json {
+		return printRaw(c.stdout, resp.Body)
+	}
+	r := resp.JSON202
+	if r == nil {
+		return fmt.Errorf("%s: unexpected response %q", what, resp.ContentType())
+	}
+	if r.Duplicate != nil && *r.Duplicate {
+		_, err = fmt.Fprintf(c.stdout, "event %s (%s): a duplicate of the first event with this id; nothing new started\n", r.ID, r.Name)
+		return err
+	}
+	resumed := []string{}
+	if r.Resumed != nil {
+		resumed = *r.Resumed
+	}
+	_, err = fmt.Fprintf(c.stdout, "event %s (%s): started %d run(s) %s, resumed %d waiting run(s) %s\n",
+		r.ID, r.Name, len(r.Runs), strings.Join(r.Runs, " "), len(resumed), strings.Join(resumed, " "))
+	return err
+}
