@@ -28,6 +28,7 @@ var waitAnyAwait = awaitKind{
 		if _, e := waitTimeout(c, w); e != nil {
 			return e
 		}
+		topics := map[string]bool{}
 		for i := range *w.Of {
 			o := &(*w.Of)[i]
 			what := fmt.Sprintf("wait_any of[%d]", i)
@@ -38,6 +39,10 @@ var waitAnyAwait = awaitKind{
 				return c.bad("%s has seq %d and name %q; an alternative has its wait_any's (%d, %q)", what, o.Seq, o.Name, w.Seq, w.Name)
 			case o.Timeout != nil:
 				return c.bad("%s has a timeout; the wait_any's timeout is the alternatives'", what)
+			case o.Type == protocol.AwaitTypeReceive && o.Topic != nil && topics[*o.Topic]:
+				return c.bad("%s receives topic %q, as an earlier alternative does", what, *o.Topic)
+			case o.Type == protocol.AwaitTypeReceive && o.Topic != nil:
+				topics[*o.Topic] = true
 			}
 			if e := awaitKinds[o.Type].validate(c, o); e != nil {
 				return e

@@ -51,7 +51,7 @@ type CheckoutInput struct {
 	SleepMS int    `json:"sleep_ms"` // When positive, a sleep between charge and ship.
 	// FailShip makes shipping fail for good: the charge is refunded and the reservation
 	// released (compensations), and the run fails.
-	FailShip bool `json:"fail_ship"`
+	FailShip bool `json:"fail_ship,omitempty"`
 }
 
 // Reservation is the output of the reserve step.
