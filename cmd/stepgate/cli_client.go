@@ -188,13 +188,22 @@ func singleRequest[R response](ctx context.Context, c *cli, args []string, cmd, 
 		arg = pos[0]
 		what += " " + arg
 	}
+	return doRequest(ctx, c, cf, what, want,
+		func(ctx context.Context, cl *protocol.ClientWithResponses) (R, error) { return send(ctx, cl, arg) },
+		func(resp R) error { return show(resp, arg) })
+}
+
+// doRequest makes one request with cf's client, within requestTimeout, checks its
+// status is one of want, and prints its body raw with --json, or as show says.
+func doRequest[R response](ctx context.Context, c *cli, cf *clientFlags, what string, want []int,
+	send func(context.Context, *protocol.ClientWithResponses) (R, error), show func(resp R) error) error {
 	cl, err := c.client(cf, nil)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	resp, err := send(ctx, cl, arg)
+	resp, err := send(ctx, cl)
 	if err != nil {
 		return requestError(what, err)
 	}
@@ -204,5 +213,14 @@ func singleRequest[R response](ctx context.Context, c *cli, args []string, cmd, 
 	if cf.json {
 		return printRaw(c.stdout, resp.GetBody())
 	}
-	return show(resp, arg)
+	return show(resp)
+}
+
+// jsonArg returns an optional positional argument that must be JSON, or a usage error
+// of cmd naming what it is.
+func jsonArg(cmd, what, arg string) (*protocol.AnyJSON, error) {
+	if !json.Valid([]byte(arg)) {
+		return nil, usagef("%s: the %s is not valid JSON: %s", cmd, what, arg)
+	}
+	return new(protocol.AnyJSON(arg)), nil
 }

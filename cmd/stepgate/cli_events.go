@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -42,44 +41,37 @@ func (c *cli) eventsSend(ctx context.Context, args []string) error {
 	}
 	ev := protocol.EventSend{Name: pos[0]}
 	if len(pos) == 2 {
-		if !json.Valid([]byte(pos[1])) {
-			return usagef("events send: the event data is not valid JSON: %s", pos[1])
+		if ev.Data, err = jsonArg("events send", "event data", pos[1]); err != nil {
+			return err
 		}
-		ev.Data = new(protocol.AnyJSON(pos[1]))
 	}
 	if *id != "" {
 		ev.ID = id
 	}
-	cl, err := c.client(cf, nil)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
-	defer cancel()
 	what := "send event " + pos[0]
-	resp, err := cl.SendEventWithResponse(ctx, ev)
-	if err != nil {
-		return requestError(what, err)
-	}
-	if err := expect(resp, http.StatusAccepted); err != nil {
-		return err
-	}
-	if cf.json {
-		return printRaw(c.stdout, resp.Body)
-	}
+	return doRequest(ctx, c, cf, what, []int{http.StatusAccepted},
+		func(ctx context.Context, cl *protocol.ClientWithResponses) (*protocol.SendEventResponse, error) {
+			return cl.SendEventWithResponse(ctx, ev)
+		}, func(resp *protocol.SendEventResponse) error {
+			return c.showEventSent(resp, what)
+		})
+}
+
+// showEventSent prints what an event sent with events send started and resumed.
+func (c *cli) showEventSent(resp *protocol.SendEventResponse, what string) error {
 	r := resp.JSON202
 	if r == nil {
 		return fmt.Errorf("%s: unexpected response %q", what, resp.ContentType())
 	}
 	if r.Duplicate != nil && *r.Duplicate {
-		_, err = fmt.Fprintf(c.stdout, "event %s (%s): a duplicate of the first event with this id; nothing new started\n", r.ID, r.Name)
+		_, err := fmt.Fprintf(c.stdout, "event %s (%s): a duplicate of the first event with this id; nothing new started\n", r.ID, r.Name)
 		return err
 	}
 	resumed := []string{}
 	if r.Resumed != nil {
 		resumed = *r.Resumed
 	}
-	_, err = fmt.Fprintf(c.stdout, "event %s (%s): started %d run(s) %s, resumed %d waiting run(s) %s\n",
+	_, err := fmt.Fprintf(c.stdout, "event %s (%s): started %d run(s) %s, resumed %d waiting run(s) %s\n",
 		r.ID, r.Name, len(r.Runs), strings.Join(r.Runs, " "), len(resumed), strings.Join(resumed, " "))
 	return err
 }

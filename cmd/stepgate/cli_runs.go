@@ -354,31 +354,24 @@ func (c *cli) runsSend(ctx context.Context, args []string) error {
 	}
 	m := protocol.MessageSend{Topic: pos[1]}
 	if len(pos) == 3 {
-		if !json.Valid([]byte(pos[2])) {
-			return usagef("runs send: the message data is not valid JSON: %s", pos[2])
+		if m.Data, err = jsonArg("runs send", "message data", pos[2]); err != nil {
+			return err
 		}
-		m.Data = new(protocol.AnyJSON(pos[2]))
 	}
 	if *id != "" {
 		m.ID = id
 	}
-	cl, err := c.client(cf, nil)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
-	defer cancel()
 	what := "send message to run " + pos[0]
-	resp, err := cl.SendMessageWithResponse(ctx, pos[0], m)
-	if err != nil {
-		return requestError(what, err)
-	}
-	if err := expect(resp, http.StatusAccepted); err != nil {
-		return err
-	}
-	if cf.json {
-		return printRaw(c.stdout, resp.Body)
-	}
+	return doRequest(ctx, c, cf, what, []int{http.StatusAccepted},
+		func(ctx context.Context, cl *protocol.ClientWithResponses) (*protocol.SendMessageResponse, error) {
+			return cl.SendMessageWithResponse(ctx, pos[0], m)
+		}, func(resp *protocol.SendMessageResponse) error {
+			return c.showMessageSent(resp, what)
+		})
+}
+
+// showMessageSent prints what became of a message sent with runs send.
+func (c *cli) showMessageSent(resp *protocol.SendMessageResponse, what string) error {
 	r := resp.JSON202
 	if r == nil {
 		return fmt.Errorf("%s: unexpected response %q", what, resp.ContentType())
@@ -390,6 +383,6 @@ func (c *cli) runsSend(ctx context.Context, args []string) error {
 	if r.Duplicate != nil && *r.Duplicate {
 		state += " (a duplicate: the first message with this id)"
 	}
-	_, err = fmt.Fprintf(c.stdout, "message %s on topic %s to run %s: %s\n", r.ID, r.Topic, r.RunID, state)
+	_, err := fmt.Fprintf(c.stdout, "message %s on topic %s to run %s: %s\n", r.ID, r.Topic, r.RunID, state)
 	return err
 }
