@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"testing"
 	"time"
 
@@ -276,4 +277,48 @@ func parseUUID(t *testing.T, s string) uuid.UUID {
 	u, err := uuid.Parse(s)
 	require.NoError(t, err)
 	return u
+}
+
+// TestBulkCancel100k measures a bulk cancel of 100,000 queued runs (BENCHMARKS.md). It
+// runs only with STEPGATE_BENCH_BULK=1.
+func TestBulkCancel100k(t *testing.T) {
+	if os.Getenv("STEPGATE_BENCH_BULK") == "" {
+		t.Skip("set STEPGATE_BENCH_BULK=1 to measure a bulk cancel of 100,000 runs")
+	}
+	s := stack.Start(t, stack.Options{})
+	c := s.Client(t, s.NewToken(t, auth.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}}))
+	app := s.NewApp()
+	functions.Register(app, "bulk.a", func(ctx context.Context, _ struct{}) (int, error) { return 1, nil })
+	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
+	const n = 100_000
+	_, err = s.Pool.Exec(t.Context(), `
+		INSERT INTO stepgate.run (id, tenant, function, revision, status, input, identity, created_at)
+		SELECT gen_random_uuid(), f.tenant, f.name, f.revision, 'queued', '{}', '{"subject":"seed","tenant":"t1"}',
+			now() - make_interval(secs => i / 1000.0)
+		FROM stepgate.function f, generate_series(1, $1) i
+		WHERE f.tenant = 't1' AND f.name = 'bulk.a'`, n)
+	require.NoError(t, err)
+	_, err = s.Pool.Exec(t.Context(), `ANALYZE stepgate.run`)
+	require.NoError(t, err)
+
+	began := time.Now()
+	resp, err := c.CancelRunsWithResponse(t.Context(), protocol.CancelFilter{Function: ptr("bulk.a")})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusAccepted, resp.StatusCode(), string(resp.Body))
+	answered := time.Since(began)
+	var op protocol.Operation
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		r, err := c.GetOperationWithResponse(t.Context(), resp.JSON202.ID)
+		if assert.NoError(ct, err) && assert.NotNil(ct, r.JSON200) {
+			op = *r.JSON200
+			assert.NotEqual(ct, protocol.OperationStatusRunning, op.Status)
+		}
+	}, 10*time.Minute, 50*time.Millisecond)
+	took := op.FinishedAt.Sub(op.CreatedAt)
+	require.EqualValues(t, n, op.Cancelled)
+	t.Logf("BULK CANCEL: %d runs cancelled in %s (202 after %s), %d batches, %s per batch on average",
+		op.Cancelled, took.Round(time.Millisecond), answered.Round(time.Millisecond), op.Batches,
+		(took / time.Duration(op.Batches)).Round(time.Microsecond))
 }
