@@ -322,3 +322,51 @@ func TestBulkCancel100k(t *testing.T) {
 		op.Cancelled, took.Round(time.Millisecond), answered.Round(time.Millisecond), op.Batches,
 		(took / time.Duration(op.Batches)).Round(time.Microsecond))
 }
+
+// TestCancelWideTree cancels a run with more children than one transaction cancels
+// (journal.MaxTreeCancel): the rest are cancelled by the background job committed with
+// the cancel.
+func TestCancelWideTree(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	c := s.Client(t, s.NewToken(t, auth.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}}))
+	app := s.NewApp()
+	functions.Register(app, "wide", func(ctx context.Context, _ struct{}) (int, error) { return 1, nil })
+	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
+
+	// A queued root (no job: nothing invokes it) with 10,050 queued children, 50 of
+	// them detached, and a grandchild under each of the first 10.
+	root := uuidV7(t)
+	const children = journal.MaxTreeCancel + 50
+	_, err = s.Pool.Exec(t.Context(), `
+		WITH f AS (SELECT tenant, name, revision FROM stepgate.function WHERE tenant = 't1' AND name = 'wide'),
+		r AS (
+			INSERT INTO stepgate.run (id, tenant, function, revision, status, input, identity)
+			SELECT $1, tenant, name, revision, 'queued', '{}', '{"subject":"seed","tenant":"t1"}' FROM f
+		), kids AS (
+			INSERT INTO stepgate.run (id, tenant, function, revision, status, input, identity, parent_id, detached)
+			SELECT gen_random_uuid(), tenant, name, revision, 'queued', '{}', '{"subject":"seed","tenant":"t1"}', $1, i > $2 - 50
+			FROM f, generate_series(1, $2) i
+			RETURNING id
+		)
+		INSERT INTO stepgate.run (id, tenant, function, revision, status, input, identity, parent_id)
+		SELECT gen_random_uuid(), f.tenant, f.name, f.revision, 'queued', '{}', '{"subject":"seed","tenant":"t1"}', k.id
+		FROM f, (SELECT id FROM kids LIMIT 10) k`, root, children)
+	require.NoError(t, err)
+
+	cancel, err := c.CancelRunWithResponse(t.Context(), root)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, cancel.StatusCode(), string(cancel.Body))
+	cancelled := func() (n int) {
+		require.NoError(t, s.Pool.QueryRow(t.Context(),
+			`SELECT count(*) FROM stepgate.run WHERE function = 'wide' AND status = 'cancelled' AND id <> $1`, root).Scan(&n))
+		return n
+	}
+	require.GreaterOrEqual(t, cancelled(), journal.MaxTreeCancel, "the first 10,000 in the cancel's transaction")
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		assert.Equal(ct, children-50+10, cancelled(), "every child that is not detached, and the grandchildren")
+	}, 60*time.Second, 20*time.Millisecond)
+	require.Equal(t, 50, countRuns(t, s, "t1", "wide", "queued"), "the detached children go on")
+}
