@@ -120,7 +120,11 @@ func TestCancelTree(t *testing.T) {
 		require.Equal(t, http.StatusOK, cancel.StatusCode(), string(cancel.Body))
 
 		require.Equal(t, protocol.RunStatusCancelled, getRun(t, c, mid.ID).Status)
-		require.Equal(t, protocol.RunStatusSuspended, getRun(t, c, leaf.ID).Status, "a detached child is not cancelled")
+		detachedLeaf := getRun(t, c, leaf.ID)
+		require.Equal(t, protocol.RunStatusSuspended, detachedLeaf.Status, "a detached child is not cancelled")
+		require.NotNil(t, detachedLeaf.Detached)
+		require.True(t, *detachedLeaf.Detached)
+		require.Nil(t, getRun(t, c, mid.ID).Detached)
 
 		sent, err := c.SendMessageWithResponse(t.Context(), leaf.ID, protocol.MessageSend{Topic: "go"})
 		require.NoError(t, err)

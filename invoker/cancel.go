@@ -114,6 +114,19 @@ type cancelOperationWorker struct {
 func (w *cancelOperationWorker) Timeout(*river.Job[CancelOperationArgs]) time.Duration { return -1 }
 
 func (w *cancelOperationWorker) Work(ctx context.Context, job *river.Job[CancelOperationArgs]) error {
+	err := w.work(ctx, job)
+	if err != nil && ctx.Err() == nil && job.Attempt >= job.MaxAttempts {
+		// River gives up: end the operation so that the tenant may start another.
+		op := &journal.Operation{ID: job.Args.ID}
+		if ferr := journal.FinishOperation(context.WithoutCancel(ctx), w.inv.pool, op, err.Error()); ferr != nil {
+			return fmt.Errorf("%w; and marking the operation failed: %w", err, ferr)
+		}
+		w.inv.log.Error("bulk cancel failed", slog.String("operation_id", op.ID), slog.Any("error", err))
+	}
+	return err
+}
+
+func (w *cancelOperationWorker) work(ctx context.Context, job *river.Job[CancelOperationArgs]) error {
 	inv := w.inv
 	op, err := journal.GetOperationByID(ctx, inv.pool, job.Args.ID)
 	if err != nil || op.Status != journal.OperationRunning {

@@ -1074,8 +1074,11 @@ type Run struct {
 	Awaiting *Awaiting `json:"awaiting,omitempty"`
 
 	// CancelledBy Who cancelled the run.
-	CancelledBy    *Identity  `json:"cancelled_by,omitempty"`
-	CreatedAt      time.Time  `json:"created_at"`
+	CancelledBy *Identity `json:"cancelled_by,omitempty"`
+	CreatedAt   time.Time `json:"created_at"`
+
+	// Detached A child run started detached: cancelling its parent does not cancel it. Absent for the others.
+	Detached       *bool      `json:"detached,omitempty"`
 	Error          *ErrorInfo `json:"error,omitempty"`
 	FinishedAt     *time.Time `json:"finished_at,omitempty"`
 	Function       string     `json:"function"`
@@ -1122,8 +1125,11 @@ type RunDetail struct {
 	Awaiting *Awaiting `json:"awaiting,omitempty"`
 
 	// CancelledBy Who cancelled the run.
-	CancelledBy    *Identity        `json:"cancelled_by,omitempty"`
-	CreatedAt      time.Time        `json:"created_at"`
+	CancelledBy *Identity `json:"cancelled_by,omitempty"`
+	CreatedAt   time.Time `json:"created_at"`
+
+	// Detached A child run started detached: cancelling its parent does not cancel it. Absent for the others.
+	Detached       *bool            `json:"detached,omitempty"`
 	Error          *ErrorInfo       `json:"error,omitempty"`
 	Failures       []AttemptFailure `json:"failures"`
 	FinishedAt     *time.Time       `json:"finished_at,omitempty"`
