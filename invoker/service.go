@@ -74,12 +74,30 @@ func (inv *Invoker) StartRunNow(ctx context.Context, db *journal.TenantDB, n jou
 //
 // Its children that were not started detached are cancelled too, and theirs, and so on
 // (journal.CancelDescendants): up to journal.MaxTreeCancel in the same transaction, the
-// rest by a River job committed with it. It returns journal.ErrNotFound, or
+// rest by a River job committed with it. A deadlock with a child's answer (see
+// journal.IsDeadlock) is tried again, twice at most. It returns journal.ErrNotFound, or
 // journal.ErrFinished with the finished run.
 func (inv *Invoker) CancelRun(ctx context.Context, db *journal.TenantDB, runID string, by journal.Identity) (*journal.Run, error) {
 	var run *journal.Run
 	var tree []string
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+	var err error
+	for try := 0; try == 0 || (journal.IsDeadlock(err) && try < 3); try++ {
+		run, tree, err = inv.cancelRun(ctx, db, runID, by)
+	}
+	if err != nil {
+		return run, err
+	}
+	inv.Cancelled(run.ID)
+	inv.cancelledAll(tree)
+	if run.ParentSeq != nil {
+		inv.Wake(*run.ParentID)
+	}
+	return run, nil
+}
+
+// cancelRun is CancelRun's transaction; the caller tells this process once it commits.
+func (inv *Invoker) cancelRun(ctx context.Context, db *journal.TenantDB, runID string, by journal.Identity) (run *journal.Run, tree []string, err error) {
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var err error
 		run, err = journal.CancelRun(ctx, tx, db.Tenant(), runID, by)
 		if err != nil {
@@ -91,15 +109,7 @@ func (inv *Invoker) CancelRun(ctx context.Context, db *journal.TenantDB, runID s
 		// Its parent woke if it still waited for it; if not, the job finds nothing to claim.
 		return inv.Enqueue(ctx, tx, *run.ParentID)
 	})
-	if err != nil {
-		return run, err
-	}
-	inv.Cancelled(run.ID)
-	inv.cancelledAll(tree)
-	if run.ParentSeq != nil {
-		inv.Wake(*run.ParentID)
-	}
-	return run, nil
+	return run, tree, err
 }
 
 // SendEvent stores an event of db's tenant and starts a run of each function it

@@ -2,9 +2,11 @@ package journal
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // MaxTreeCancel bounds how many descendants one CancelDescendants statement cancels;
@@ -56,4 +58,12 @@ func CancelDescendants(ctx context.Context, db DB, tenant string, roots []string
 		return nil, fmt.Errorf("cancel descendants of %d runs: %w", len(roots), err)
 	}
 	return ids, nil
+}
+
+// IsDeadlock reports whether err is Postgres's deadlock_detected: a cancel locks a
+// parent before its children, an answer a child before its parent (migration 0019's
+// trigger), so the two may meet; Postgres aborts one, which may simply run again.
+func IsDeadlock(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "40P01"
 }
