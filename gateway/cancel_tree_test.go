@@ -46,14 +46,10 @@ func awaitChild(t *testing.T, c *protocol.ClientWithResponses, function, parentI
 	return child
 }
 
-// TestCancelTree cancels a parent waiting for a child that waits for a grandchild that
-// waits for a message, through a real gateway.
-func TestCancelTree(t *testing.T) {
-	t.Parallel()
-	s := stack.Start(t, stack.Options{})
-	alice := auth.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}}
-	c := s.Client(t, s.NewToken(t, alice))
-
+// syncTree registers tree.root, which invokes tree.mid, which invokes tree.leaf
+// (detached when the input says so), which waits for a message on topic "go".
+func syncTree(t *testing.T, s *stack.Stack, c *protocol.ClientWithResponses) {
+	t.Helper()
 	app := s.NewApp()
 	functions.Register(app, "tree.leaf", func(ctx context.Context, _ struct{}) (string, error) {
 		if _, err := step.Receive[any](ctx, "go", time.Hour); err != nil {
@@ -74,6 +70,17 @@ func TestCancelTree(t *testing.T) {
 	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
+}
+
+// TestCancelTree cancels a parent waiting for a child that waits for a grandchild that
+// waits for a message, through a real gateway.
+func TestCancelTree(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	alice := auth.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}}
+	c := s.Client(t, s.NewToken(t, alice))
+
+	syncTree(t, s, c)
 
 	// startTree starts a root and waits until its grandchild waits for its message.
 	startTree := func(t *testing.T, detached bool) (root string, mid, leaf protocol.Run) {
@@ -373,4 +380,35 @@ func TestCancelWideTree(t *testing.T) {
 		assert.Equal(ct, children-50+10, cancelled(), "every child that is not detached, and the grandchildren")
 	}, 60*time.Second, 20*time.Millisecond)
 	require.Equal(t, 50, countRuns(t, s, "t1", "wide", "queued"), "the detached children go on")
+}
+
+// TestBulkCancelWakesParents bulk-cancels the children that parents wait for: each
+// parent gets the cancellation as its child's outcome and goes on.
+func TestBulkCancelWakesParents(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	c := s.Client(t, s.NewToken(t, auth.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}}))
+	syncTree(t, s, c)
+	var mids []string
+	for range 3 {
+		start := startRun(t, c, "tree.mid", `{}`, &protocol.StartRunParams{})
+		require.Equal(t, http.StatusAccepted, start.StatusCode(), string(start.Body))
+		mids = append(mids, start.JSON202.ID)
+	}
+	for _, id := range mids {
+		awaitChild(t, c, "tree.leaf", id, protocol.RunStatusSuspended)
+	}
+	resp, err := c.CancelRunsWithResponse(t.Context(), protocol.CancelFilter{Function: ptr("tree.leaf")})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusAccepted, resp.StatusCode(), string(resp.Body))
+	op := awaitOperation(t, c, resp.JSON202.ID.String())
+	require.EqualValues(t, 3, op.Cancelled)
+	for _, id := range mids {
+		res, err := c.GetRunResultWithResponse(t.Context(), id, &protocol.GetRunResultParams{Wait: ptr("30s")})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
+		require.Equal(t, protocol.RunStatusFailed, res.JSON200.Status, "the parent returned its child's error")
+		require.Equal(t, "cancelled", res.JSON200.Error.Type)
+		require.Contains(t, res.JSON200.Error.Message, "operation "+op.ID.String())
+	}
 }
