@@ -15,7 +15,7 @@ import (
 )
 
 // CancelRun cancels a run of the caller's tenant that has not finished (see
-// invoker.CancelRun); a cancelled parent's children go on.
+// invoker.CancelRun), with its children that were not started detached.
 func (s *Server) CancelRun(ctx context.Context, req server.CancelRunRequestObject) (server.CancelRunResponseObject, error) {
 	if !validRunID(req.ID) {
 		return server.CancelRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.ID)}, nil

@@ -38,6 +38,8 @@ var operationPermissions = map[string]access.Permission{
 	"putSchedule":        access.PermissionFunctionsWrite,
 	"deleteSchedule":     access.PermissionFunctionsWrite,
 	"startRun":           access.PermissionRunsInvoke,
+	"cancelRuns":         access.PermissionRunsManage,
+	"getOperation":       access.PermissionRunsRead,
 	"listRuns":           access.PermissionRunsRead,
 	"getRun":             access.PermissionRunsRead,
 	"getRunResult":       access.PermissionRunsRead,

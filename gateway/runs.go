@@ -219,6 +219,9 @@ func runToAPI(run *journal.Run, io bool) protocol.Run {
 		ParentSeq: run.ParentSeq, ParentName: run.ParentName, RerunOf: run.RerunOf, Attempts: run.Attempts, Recoveries: run.Recoveries, WakeAt: run.WakeAt, CreatedAt: run.CreatedAt, StartedAt: run.StartedAt,
 		FinishedAt: run.FinishedAt, CancelledBy: run.CancelledBy, Awaiting: invoker.AwaitingToAPI(run.Awaiting),
 	}
+	if run.Detached {
+		r.Detached = &run.Detached
+	}
 	if io {
 		r.Input, r.Output = rawPtr(run.Input), rawPtr(run.Output)
 	}
@@ -257,7 +260,7 @@ func (s *Server) GetRun(ctx context.Context, req server.GetRunRequestObject) (se
 		ID: r.ID, Function: r.Function, Revision: r.Revision, Status: r.Status, Input: r.Input, Output: r.Output,
 		Error: r.Error, Identity: r.Identity, IdempotencyKey: r.IdempotencyKey, ParentID: r.ParentID,
 		ParentSeq: r.ParentSeq, ParentName: r.ParentName, RerunOf: r.RerunOf, Attempts: r.Attempts, Recoveries: r.Recoveries, WakeAt: r.WakeAt, CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
-		CancelledBy: r.CancelledBy, Awaiting: r.Awaiting,
+		CancelledBy: r.CancelledBy, Awaiting: r.Awaiting, Detached: r.Detached,
 		Journal:  make([]protocol.JournalEntry, 0, len(d.Journal)),
 		Failures: make([]protocol.AttemptFailure, 0, len(d.Failures)),
 	}

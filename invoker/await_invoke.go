@@ -11,7 +11,8 @@ import (
 )
 
 // invokeAwait: the run starts a child run of a function of its tenant (current revision)
-// as its own identity, and waits for it; the child's end journals its outcome at the
+// as its own identity, and waits for it (a detached child is not cancelled with the
+// run: journal.CancelDescendants); the child's end journals its outcome at the
 // await's seq and makes the run due (journal.Finish, journal.CancelRun).
 var invokeAwait = awaitKind{
 	validate: func(c answerCheck, w *protocol.Await) *journal.ErrorInfo {
@@ -32,6 +33,7 @@ var invokeAwait = awaitKind{
 		if w.Input != nil {
 			in.Input = json.RawMessage(*w.Input)
 		}
+		in.Detached = w.Detached != nil && *w.Detached
 		return journal.InvokingChild(in, steps...)
 	},
 }

@@ -70,27 +70,46 @@ func (inv *Invoker) StartRunNow(ctx context.Context, db *journal.TenantDB, n jou
 // other gateways' waiters by notification. A running invocation is fenced out (its
 // checkpoints and answer are refused) and, in this process, abandoned; a pending
 // wake-up finds nothing to claim. A cancelled child's parent gets the cancellation as
-// the child's outcome and is woken, its River job committed with the cancellation. It
-// returns journal.ErrNotFound, or journal.ErrFinished with the finished run.
+// the child's outcome and is woken, its River job committed with the cancellation.
+//
+// Its children that were not started detached are cancelled too, and theirs, and so on
+// (journal.CancelDescendants): up to journal.MaxTreeCancel in the same transaction, the
+// rest by a River job committed with it. A deadlock with a child's answer (see
+// journal.IsDeadlock) is tried again, twice at most. It returns journal.ErrNotFound, or
+// journal.ErrFinished with the finished run.
 func (inv *Invoker) CancelRun(ctx context.Context, db *journal.TenantDB, runID string, by journal.Identity) (*journal.Run, error) {
 	var run *journal.Run
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+	var tree []string
+	var err error
+	for try := 0; try == 0 || (journal.IsDeadlock(err) && try < 3); try++ {
+		run, tree, err = inv.cancelRun(ctx, db, runID, by)
+	}
+	if err != nil {
+		return run, err
+	}
+	inv.Cancelled(run.ID)
+	inv.cancelledAll(tree)
+	if run.ParentSeq != nil {
+		inv.Wake(*run.ParentID)
+	}
+	return run, nil
+}
+
+// cancelRun is CancelRun's transaction; the caller tells this process once it commits.
+func (inv *Invoker) cancelRun(ctx context.Context, db *journal.TenantDB, runID string, by journal.Identity) (run *journal.Run, tree []string, err error) {
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var err error
 		run, err = journal.CancelRun(ctx, tx, db.Tenant(), runID, by)
-		if err != nil || run.ParentSeq == nil {
+		if err != nil {
+			return err
+		}
+		if tree, err = inv.cancelTree(ctx, tx, db.Tenant(), []string{run.ID}, by); err != nil || run.ParentSeq == nil {
 			return err
 		}
 		// Its parent woke if it still waited for it; if not, the job finds nothing to claim.
 		return inv.Enqueue(ctx, tx, *run.ParentID)
 	})
-	if err != nil {
-		return run, err
-	}
-	inv.Cancelled(run.ID)
-	if run.ParentSeq != nil {
-		inv.Wake(*run.ParentID)
-	}
-	return run, nil
+	return run, tree, err
 }
 
 // SendEvent stores an event of db's tenant and starts a run of each function it

@@ -21,9 +21,10 @@ var ErrFinished = errors.New("journal: run is finished")
 // A cancelled child run is ended like any other (see Finish): when its parent waits for
 // it, the cancellation is journaled in the parent at the child's ParentSeq and the
 // parent is due now, so the caller enqueues the parent's job in the same transaction
-// (a job for a parent that did not wake finds nothing to claim). Cancelling a parent
-// does not cancel its children: they run to their end, and their outcome is not
-// journaled in the cancelled parent.
+// (a job for a parent that did not wake finds nothing to claim). CancelRun does not
+// cancel the run's children: the caller does, with CancelDescendants, in the same
+// transaction; the outcome of a child that goes on (a detached one) is not journaled
+// in the cancelled parent.
 //
 // It returns the cancelled run, or ErrNotFound for another tenant's or an unknown
 // run, or ErrFinished with the run as it is when it was already terminal.

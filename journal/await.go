@@ -133,6 +133,7 @@ type Invoke struct {
 	ChildID  string          // A UUID chosen by the caller for the child run.
 	Function string          // In the run's tenant, at its current revision.
 	Input    json.RawMessage // The child inherits the run's identity, which the function's invoke_roles must admit.
+	Detached bool            // The child is not cancelled with the run.
 }
 
 func (in Invoke) awaiting() Awaiting {

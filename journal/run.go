@@ -13,24 +13,26 @@ import (
 
 // Run is one execution of a function.
 type Run struct {
-	ID                string          `db:"id"`
-	Tenant            string          `db:"tenant"`
-	Function          string          `db:"function"`
-	Revision          int             `db:"revision"`
-	Status            Status          `db:"status"`
-	Input             json.RawMessage `db:"input"`
-	Output            json.RawMessage `db:"output"`
-	Error             *ErrorInfo      `db:"error"`
-	Identity          Identity        `db:"identity"`
-	IdempotencyKey    *string         `db:"idempotency_key"`
-	ParentID          *string         `db:"parent_id"`
-	ParentSeq         *int            `db:"parent_seq"`  // A child's seq in its parent's journal.
-	ParentName        *string         `db:"parent_name"` // The name of that entry.
-	RerunOf           *string         `db:"rerun_of"`
-	CancelledBy       *Identity       `db:"cancelled_by"` // Who cancelled it.
-	Attempts          int             `db:"attempts"`
-	Invocation        int             `db:"invocation"`
-	FailedInvocations int             `db:"failed_invocations"`
+	ID             string          `db:"id"`
+	Tenant         string          `db:"tenant"`
+	Function       string          `db:"function"`
+	Revision       int             `db:"revision"`
+	Status         Status          `db:"status"`
+	Input          json.RawMessage `db:"input"`
+	Output         json.RawMessage `db:"output"`
+	Error          *ErrorInfo      `db:"error"`
+	Identity       Identity        `db:"identity"`
+	IdempotencyKey *string         `db:"idempotency_key"`
+	ParentID       *string         `db:"parent_id"`
+	ParentSeq      *int            `db:"parent_seq"`  // A child's seq in its parent's journal.
+	ParentName     *string         `db:"parent_name"` // The name of that entry.
+	RerunOf        *string         `db:"rerun_of"`
+	CancelledBy    *Identity       `db:"cancelled_by"` // Who cancelled it.
+	// Detached: a child run that is not cancelled with its parent.
+	Detached          bool `db:"detached"`
+	Attempts          int  `db:"attempts"`
+	Invocation        int  `db:"invocation"`
+	FailedInvocations int  `db:"failed_invocations"`
 	// Recoveries counts the times the run was requeued because its invocation's gateway
 	// died or stopped (not failures of the function) since the journal last grew.
 	Recoveries int        `db:"recoveries"`
@@ -44,7 +46,7 @@ type Run struct {
 }
 
 const runColumns = `id, tenant, function, revision, status, input, output, error, identity,
-	idempotency_key, parent_id, parent_seq, parent_name, rerun_of, cancelled_by, attempts, invocation, failed_invocations, recoveries, lease_until, awaiting,
+	idempotency_key, parent_id, parent_seq, parent_name, rerun_of, cancelled_by, detached, attempts, invocation, failed_invocations, recoveries, lease_until, awaiting,
 	wake_at, created_at, started_at, finished_at`
 
 // NewRun is what CreateRun needs to start a run.
@@ -62,6 +64,8 @@ type NewRun struct {
 	ParentSeq  int
 	ParentName string
 	RerunOf    *string // The finished run this one reruns, if any.
+	// Detached makes a child run that is not cancelled with its parent.
+	Detached bool
 	// Claim creates the run already claimed by the caller (status running, invocation
 	// 1), leased for Lease, so the caller can invoke it at once with no queue hop.
 	// Otherwise it is created queued.
@@ -104,10 +108,10 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 	}
 	rows, _ := db.Query(ctx, `
 		INSERT INTO stepgate.run (id, tenant, function, revision, status, input, identity,
-			idempotency_key, parent_id, parent_seq, parent_name, rerun_of, attempts, invocation, lease_until, started_at)
+			idempotency_key, parent_id, parent_seq, parent_name, rerun_of, detached, attempts, invocation, lease_until, started_at)
 		SELECT @id, f.tenant, f.name, f.revision,
 			CASE WHEN @claim THEN 'running' ELSE 'queued' END, @input, @identity,
-			@idempotency_key, @parent_id, @parent_seq, @parent_name, @rerun_of,
+			@idempotency_key, @parent_id, @parent_seq, @parent_name, @rerun_of, @detached,
 			CASE WHEN @claim THEN 1 ELSE 0 END, CASE WHEN @claim THEN 1 ELSE 0 END,
 			CASE WHEN @claim THEN now() + make_interval(secs => @lease_seconds) END,
 			CASE WHEN @claim THEN now() END
@@ -120,7 +124,7 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 		pgx.NamedArgs{
 			"id": n.ID, "tenant": n.Tenant, "function": n.Function, "input": n.Input, "identity": n.Identity,
 			"idempotency_key": key, "parent_id": n.ParentID, "parent_seq": parentSeq, "parent_name": parentName,
-			"rerun_of": n.RerunOf, "claim": n.Claim, "lease_seconds": n.Lease.Seconds(),
+			"rerun_of": n.RerunOf, "detached": n.Detached, "claim": n.Claim, "lease_seconds": n.Lease.Seconds(),
 			"check_roles": !n.Identity.IsAdmin(), "roles": rolesOf(n.Identity),
 		})
 	run, err = pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Run])

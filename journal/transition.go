@@ -518,7 +518,7 @@ func invoke(ctx context.Context, db DB, runID string, invocation int, tenant str
 	}
 	child, _, err := CreateRun(ctx, db, NewRun{
 		ID: in.ChildID, Tenant: tenant, Function: in.Function, Input: input, Identity: identity,
-		ParentID: &runID, ParentSeq: in.Seq, ParentName: in.Name,
+		ParentID: &runID, ParentSeq: in.Seq, ParentName: in.Name, Detached: in.Detached,
 	})
 	var fe *ForbiddenError
 	var e ErrorInfo

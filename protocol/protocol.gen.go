@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/oapi-codegen/runtime"
+	openapi_types "github.com/oapi-codegen/runtime/types"
 	"github.com/stepgate/stepgate/access"
 )
 
@@ -216,6 +217,42 @@ func (e ManifestProtocol) Valid() bool {
 	}
 }
 
+// Defines values for OperationKind.
+const (
+	Cancel OperationKind = "cancel"
+)
+
+// Valid indicates whether the value is a known member of the OperationKind enum.
+func (e OperationKind) Valid() bool {
+	switch e {
+	case Cancel:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for OperationStatus.
+const (
+	OperationStatusCompleted OperationStatus = "completed"
+	OperationStatusFailed    OperationStatus = "failed"
+	OperationStatusRunning   OperationStatus = "running"
+)
+
+// Valid indicates whether the value is a known member of the OperationStatus enum.
+func (e OperationStatus) Valid() bool {
+	switch e {
+	case OperationStatusCompleted:
+		return true
+	case OperationStatusFailed:
+		return true
+	case OperationStatusRunning:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for RunStatus.
 const (
 	RunStatusCancelled RunStatus = "cancelled"
@@ -382,9 +419,9 @@ type AttemptFailure struct {
 // with the child's `output`, or its `error`, and calls this run again at once. When
 // the function is not registered, the entry's error is `{"type":"not_found"}`;
 // when its `invoke_roles` exclude this run's identity, `{"type":"forbidden"}`: both
-// journaled at once, and the run called again. Cancelling a parent does not cancel
-// its children: they run to their end, and their outcome is not journaled in the
-// cancelled parent.
+// journaled at once, and the run called again. Cancelling a parent cancels its
+// children (and theirs) with it, unless `detached` is true: a detached child runs to
+// its end, and its outcome is not journaled in the cancelled parent.
 //
 // `wait_event`: suspend until an event of the run's tenant named `event` arrives
 // whose fields hold the values of `match`, or `timeout` passes. `match` is an object
@@ -444,6 +481,9 @@ type Await struct {
 
 	// CallbackSeq `await_callback`: the seq of the run's `callback` entry to wait for.
 	CallbackSeq *int `json:"callback_seq,omitempty"`
+
+	// Detached `invoke`: the child is not cancelled when this run is (default false).
+	Detached *bool `json:"detached,omitempty"`
 
 	// Duration A Go duration such as `30s`, `5m`, `1h30m`.
 	//
@@ -551,6 +591,21 @@ type CallbackResolutionResolver string
 
 // CallbackResolutionState defines model for CallbackResolution.State.
 type CallbackResolutionState string
+
+// CancelFilter Selects runs of the caller's tenant; every criterion given must hold, and one at least is given.
+type CancelFilter struct {
+	CreatedAfter  *time.Time `json:"created_after,omitempty"`
+	CreatedBefore *time.Time `json:"created_before,omitempty"`
+
+	// Function The function's name.
+	Function *string `json:"function,omitempty"`
+
+	// IdempotencyKeyPrefix Runs whose idempotency key starts with this (1 to 255 bytes).
+	IdempotencyKeyPrefix *string `json:"idempotency_key_prefix,omitempty"`
+
+	// Status Any of these statuses (`scheduled`, `queued`, `running`, `suspended`); all four when absent.
+	Status *[]RunStatus `json:"status,omitempty"`
+}
 
 // Checkpoint defines model for Checkpoint.
 type Checkpoint struct {
@@ -742,9 +797,9 @@ type InvocationAnswer struct {
 	// with the child's `output`, or its `error`, and calls this run again at once. When
 	// the function is not registered, the entry's error is `{"type":"not_found"}`;
 	// when its `invoke_roles` exclude this run's identity, `{"type":"forbidden"}`: both
-	// journaled at once, and the run called again. Cancelling a parent does not cancel
-	// its children: they run to their end, and their outcome is not journaled in the
-	// cancelled parent.
+	// journaled at once, and the run called again. Cancelling a parent cancels its
+	// children (and theirs) with it, unless `detached` is true: a detached child runs to
+	// its end, and its outcome is not journaled in the cancelled parent.
 	//
 	// `wait_event`: suspend until an event of the run's tenant named `event` arrives
 	// whose fields hold the values of `match`, or `timeout` passes. `match` is an object
@@ -953,6 +1008,38 @@ type MessageSend struct {
 	Topic string `json:"topic"`
 }
 
+// Operation A bulk operation on the runs of a tenant (kind `cancel`), done in the background.
+type Operation struct {
+	// Batches Transactions done so far.
+	Batches int `json:"batches"`
+
+	// By Who started the run, from the caller's JWT. Never the token itself.
+	By Identity `json:"by"`
+
+	// Cancelled Runs cancelled so far (their trees not counted).
+	Cancelled int64     `json:"cancelled"`
+	CreatedAt time.Time `json:"created_at"`
+
+	// Error Why it failed.
+	Error *string `json:"error,omitempty"`
+
+	// Filter Selects runs of the caller's tenant; every criterion given must hold, and one at least is given.
+	Filter     CancelFilter       `json:"filter"`
+	FinishedAt *time.Time         `json:"finished_at,omitempty"`
+	ID         openapi_types.UUID `json:"id"`
+	Kind       OperationKind      `json:"kind"`
+
+	// Matched Runs matching when the work began; absent before.
+	Matched *int64          `json:"matched,omitempty"`
+	Status  OperationStatus `json:"status"`
+}
+
+// OperationKind defines model for Operation.Kind.
+type OperationKind string
+
+// OperationStatus defines model for Operation.Status.
+type OperationStatus string
+
 // Problem An RFC 9457 problem.
 type Problem struct {
 	Detail string  `json:"detail"`
@@ -987,8 +1074,11 @@ type Run struct {
 	Awaiting *Awaiting `json:"awaiting,omitempty"`
 
 	// CancelledBy Who cancelled the run.
-	CancelledBy    *Identity  `json:"cancelled_by,omitempty"`
-	CreatedAt      time.Time  `json:"created_at"`
+	CancelledBy *Identity `json:"cancelled_by,omitempty"`
+	CreatedAt   time.Time `json:"created_at"`
+
+	// Detached A child run started detached: cancelling its parent does not cancel it. Absent for the others.
+	Detached       *bool      `json:"detached,omitempty"`
 	Error          *ErrorInfo `json:"error,omitempty"`
 	FinishedAt     *time.Time `json:"finished_at,omitempty"`
 	Function       string     `json:"function"`
@@ -1035,8 +1125,11 @@ type RunDetail struct {
 	Awaiting *Awaiting `json:"awaiting,omitempty"`
 
 	// CancelledBy Who cancelled the run.
-	CancelledBy    *Identity        `json:"cancelled_by,omitempty"`
-	CreatedAt      time.Time        `json:"created_at"`
+	CancelledBy *Identity `json:"cancelled_by,omitempty"`
+	CreatedAt   time.Time `json:"created_at"`
+
+	// Detached A child run started detached: cancelling its parent does not cancel it. Absent for the others.
+	Detached       *bool            `json:"detached,omitempty"`
 	Error          *ErrorInfo       `json:"error,omitempty"`
 	Failures       []AttemptFailure `json:"failures"`
 	FinishedAt     *time.Time       `json:"finished_at,omitempty"`
@@ -1483,6 +1576,9 @@ type RegisterFunctionJSONRequestBody = FunctionRegistration
 // StartRunJSONRequestBody defines body for StartRun for application/json ContentType.
 type StartRunJSONRequestBody = AnyJSON
 
+// CancelRunsJSONRequestBody defines body for CancelRuns for application/json ContentType.
+type CancelRunsJSONRequestBody = CancelFilter
+
 // ResolveRunCallbackJSONRequestBody defines body for ResolveRunCallback for application/json ContentType.
 type ResolveRunCallbackJSONRequestBody = AnyJSON
 
@@ -1768,6 +1864,11 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/functions/{name}/runs (the `StartRun` operationId).
 	StartRun(ctx context.Context, name FunctionName, params *StartRunParams, body StartRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetOperation Returns a bulk operation of the caller's tenant and its progress. Needs `runs:read`.
+	//
+	// Corresponds with GET /v1/operations/{id} (the `GetOperation` operationId).
+	GetOperation(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListRuns Lists runs, newest first, with keyset pagination. Needs `runs:read`.
 	//
 	// Runs come without their input and output, and with an error message cut to 300
@@ -1777,6 +1878,44 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/runs (the `ListRuns` operationId).
 	ListRuns(ctx context.Context, params *ListRunsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CancelRunsWithBody Cancels every run of the caller's tenant matching a filter, in the background. Needs `runs:manage`.
+	//
+	// Answers 202 at once with an operation, whose progress `GET /v1/operations/{id}`
+	// reads. The operation cancels the runs of the caller's tenant that match every
+	// criterion of the filter (at least one is needed), have not finished, and were
+	// created before the operation, oldest first, 1,000 per transaction, each with its
+	// tree of children (as `POST /v1/runs/{id}/cancel`), as the caller; each cancelled
+	// run's error names the operation. A run created, or finished, while it works is
+	// left alone. `matched` is the count of matching runs when the work began.
+	//
+	// A tenant runs one operation at a time: a second is refused with 409 naming the
+	// running one. A filter with no criterion, an unknown or finished status, or
+	// `created_after` not before `created_before` is refused with 400 naming the field.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/runs/cancel (the `CancelRuns` operationId).
+	CancelRunsWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CancelRuns Cancels every run of the caller's tenant matching a filter, in the background. Needs `runs:manage`.
+	//
+	// Answers 202 at once with an operation, whose progress `GET /v1/operations/{id}`
+	// reads. The operation cancels the runs of the caller's tenant that match every
+	// criterion of the filter (at least one is needed), have not finished, and were
+	// created before the operation, oldest first, 1,000 per transaction, each with its
+	// tree of children (as `POST /v1/runs/{id}/cancel`), as the caller; each cancelled
+	// run's error names the operation. A run created, or finished, while it works is
+	// left alone. `matched` is the count of matching runs when the work began.
+	//
+	// A tenant runs one operation at a time: a second is refused with 409 naming the
+	// running one. A filter with no criterion, an unknown or finished status, or
+	// `created_after` not before `created_before` is refused with 400 naming the field.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/runs/cancel (the `CancelRuns` operationId).
+	CancelRuns(ctx context.Context, body CancelRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// StreamRuns A live feed of the tenant's run changes, as server-sent events. Needs `runs:read`.
 	//
@@ -1861,6 +2000,13 @@ type ClientInterface interface {
 	//
 	// The run becomes `cancelled` at once; a running invocation is fenced out (its
 	// checkpoints and answer are refused) and the function is not called again.
+	//
+	// Its children that have not finished are cancelled with it, and theirs, and so on,
+	// unless a child was started detached (`detached: true` on its `invoke` await):
+	// such a child, and what is below it, goes on. Each has `cancelled_by` the caller
+	// and an error of type `cancelled` naming its parent. Up to 10,000 descendants are
+	// cancelled in the same transaction as the run; the rest, of a larger tree, within
+	// moments in the background.
 	//
 	// Corresponds with POST /v1/runs/{id}/cancel (the `CancelRun` operationId).
 	CancelRun(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2526,6 +2672,21 @@ func (c *Client) StartRun(ctx context.Context, name FunctionName, params *StartR
 	return c.Client.Do(req)
 }
 
+// GetOperation Returns a bulk operation of the caller's tenant and its progress. Needs `runs:read`.
+//
+// Corresponds with GET /v1/operations/{id} (the `GetOperation` operationId).
+func (c *Client) GetOperation(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetOperationRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListRuns Lists runs, newest first, with keyset pagination. Needs `runs:read`.
 //
 // Runs come without their input and output, and with an error message cut to 300
@@ -2536,6 +2697,64 @@ func (c *Client) StartRun(ctx context.Context, name FunctionName, params *StartR
 // Corresponds with GET /v1/runs (the `ListRuns` operationId).
 func (c *Client) ListRuns(ctx context.Context, params *ListRunsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewListRunsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CancelRunsWithBody Cancels every run of the caller's tenant matching a filter, in the background. Needs `runs:manage`.
+//
+// Answers 202 at once with an operation, whose progress `GET /v1/operations/{id}`
+// reads. The operation cancels the runs of the caller's tenant that match every
+// criterion of the filter (at least one is needed), have not finished, and were
+// created before the operation, oldest first, 1,000 per transaction, each with its
+// tree of children (as `POST /v1/runs/{id}/cancel`), as the caller; each cancelled
+// run's error names the operation. A run created, or finished, while it works is
+// left alone. `matched` is the count of matching runs when the work began.
+//
+// A tenant runs one operation at a time: a second is refused with 409 naming the
+// running one. A filter with no criterion, an unknown or finished status, or
+// `created_after` not before `created_before` is refused with 400 naming the field.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/runs/cancel (the `CancelRuns` operationId).
+func (c *Client) CancelRunsWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCancelRunsRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CancelRuns Cancels every run of the caller's tenant matching a filter, in the background. Needs `runs:manage`.
+//
+// Answers 202 at once with an operation, whose progress `GET /v1/operations/{id}`
+// reads. The operation cancels the runs of the caller's tenant that match every
+// criterion of the filter (at least one is needed), have not finished, and were
+// created before the operation, oldest first, 1,000 per transaction, each with its
+// tree of children (as `POST /v1/runs/{id}/cancel`), as the caller; each cancelled
+// run's error names the operation. A run created, or finished, while it works is
+// left alone. `matched` is the count of matching runs when the work began.
+//
+// A tenant runs one operation at a time: a second is refused with 409 naming the
+// running one. A filter with no criterion, an unknown or finished status, or
+// `created_after` not before `created_before` is refused with 400 naming the field.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/runs/cancel (the `CancelRuns` operationId).
+func (c *Client) CancelRuns(ctx context.Context, body CancelRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCancelRunsRequest(c.Server, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2689,6 +2908,13 @@ func (c *Client) RejectRunCallback(ctx context.Context, id RunID, name CallbackN
 //
 // The run becomes `cancelled` at once; a running invocation is fenced out (its
 // checkpoints and answer are refused) and the function is not called again.
+//
+// Its children that have not finished are cancelled with it, and theirs, and so on,
+// unless a child was started detached (`detached: true` on its `invoke` await):
+// such a child, and what is below it, goes on. Each has `cancelled_by` the caller
+// and an error of type `cancelled` naming its parent. Up to 10,000 descendants are
+// cancelled in the same transaction as the run; the rest, of a larger tree, within
+// moments in the background.
 //
 // Corresponds with POST /v1/runs/{id}/cancel (the `CancelRun` operationId).
 func (c *Client) CancelRun(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3720,6 +3946,40 @@ func NewStartRunRequestWithBody(server string, name FunctionName, params *StartR
 	return req, nil
 }
 
+// NewGetOperationRequest constructs an http.Request for the GetOperation method
+func NewGetOperationRequest(server string, id openapi_types.UUID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/operations/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListRunsRequest constructs an http.Request for the ListRuns method
 func NewListRunsRequest(server string, params *ListRunsParams) (*http.Request, error) {
 	var err error
@@ -3854,6 +4114,46 @@ func NewListRunsRequest(server string, params *ListRunsParams) (*http.Request, e
 	if err != nil {
 		return nil, err
 	}
+
+	return req, nil
+}
+
+// NewCancelRunsRequest calls the generic CancelRuns builder with application/json body
+func NewCancelRunsRequest(server string, body CancelRunsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCancelRunsRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewCancelRunsRequestWithBody constructs an http.Request for the CancelRuns method, with any body, and a specified content type
+func NewCancelRunsRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/runs/cancel")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -5196,6 +5496,13 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/functions/{name}/runs (the `StartRun` operationId).
 	StartRunWithResponse(ctx context.Context, name FunctionName, params *StartRunParams, body StartRunJSONRequestBody, reqEditors ...RequestEditorFn) (*StartRunResponse, error)
 
+	// GetOperationWithResponse Returns a bulk operation of the caller's tenant and its progress. Needs `runs:read`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/operations/{id} (the `GetOperation` operationId).
+	GetOperationWithResponse(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*GetOperationResponse, error)
+
 	// ListRunsWithResponse Lists runs, newest first, with keyset pagination. Needs `runs:read`.
 	//
 	// Runs come without their input and output, and with an error message cut to 300
@@ -5207,6 +5514,44 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/runs (the `ListRuns` operationId).
 	ListRunsWithResponse(ctx context.Context, params *ListRunsParams, reqEditors ...RequestEditorFn) (*ListRunsResponse, error)
+
+	// CancelRunsWithBodyWithResponse Cancels every run of the caller's tenant matching a filter, in the background. Needs `runs:manage`.
+	//
+	// Answers 202 at once with an operation, whose progress `GET /v1/operations/{id}`
+	// reads. The operation cancels the runs of the caller's tenant that match every
+	// criterion of the filter (at least one is needed), have not finished, and were
+	// created before the operation, oldest first, 1,000 per transaction, each with its
+	// tree of children (as `POST /v1/runs/{id}/cancel`), as the caller; each cancelled
+	// run's error names the operation. A run created, or finished, while it works is
+	// left alone. `matched` is the count of matching runs when the work began.
+	//
+	// A tenant runs one operation at a time: a second is refused with 409 naming the
+	// running one. A filter with no criterion, an unknown or finished status, or
+	// `created_after` not before `created_before` is refused with 400 naming the field.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/runs/cancel (the `CancelRuns` operationId).
+	CancelRunsWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CancelRunsResponse, error)
+
+	// CancelRunsWithResponse Cancels every run of the caller's tenant matching a filter, in the background. Needs `runs:manage`.
+	//
+	// Answers 202 at once with an operation, whose progress `GET /v1/operations/{id}`
+	// reads. The operation cancels the runs of the caller's tenant that match every
+	// criterion of the filter (at least one is needed), have not finished, and were
+	// created before the operation, oldest first, 1,000 per transaction, each with its
+	// tree of children (as `POST /v1/runs/{id}/cancel`), as the caller; each cancelled
+	// run's error names the operation. A run created, or finished, while it works is
+	// left alone. `matched` is the count of matching runs when the work began.
+	//
+	// A tenant runs one operation at a time: a second is refused with 409 naming the
+	// running one. A filter with no criterion, an unknown or finished status, or
+	// `created_after` not before `created_before` is refused with 400 naming the field.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/runs/cancel (the `CancelRuns` operationId).
+	CancelRunsWithResponse(ctx context.Context, body CancelRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*CancelRunsResponse, error)
 
 	// StreamRunsWithResponse A live feed of the tenant's run changes, as server-sent events. Needs `runs:read`.
 	//
@@ -5295,6 +5640,13 @@ type ClientWithResponsesInterface interface {
 	//
 	// The run becomes `cancelled` at once; a running invocation is fenced out (its
 	// checkpoints and answer are refused) and the function is not called again.
+	//
+	// Its children that have not finished are cancelled with it, and theirs, and so on,
+	// unless a child was started detached (`detached: true` on its `invoke` await):
+	// such a child, and what is below it, goes on. Each has `cancelled_by` the caller
+	// and an error of type `cancelled` naming its parent. Up to 10,000 descendants are
+	// cancelled in the same transaction as the run; the rest, of a larger tree, within
+	// moments in the background.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -6363,6 +6715,68 @@ func (r StartRunResponse) ContentType() string {
 	return ""
 }
 
+type GetOperationResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Operation
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetOperationResponse) GetJSON200() *Operation {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetOperationResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetOperationResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetOperationResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r GetOperationResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetOperationResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetOperationResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetOperationResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListRunsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -6419,6 +6833,75 @@ func (r ListRunsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ListRunsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CancelRunsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *Operation
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationProblemJSON409 *Conflict
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r CancelRunsResponse) GetJSON202() *Operation {
+	return r.JSON202
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CancelRunsResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CancelRunsResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CancelRunsResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CancelRunsResponse) GetApplicationProblemJSON409() *Conflict {
+	return r.ApplicationProblemJSON409
+}
+
+// GetBody returns the raw response body bytes
+func (r CancelRunsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CancelRunsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CancelRunsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CancelRunsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -8255,6 +8738,19 @@ func (c *ClientWithResponses) StartRunWithResponse(ctx context.Context, name Fun
 	return ParseStartRunResponse(rsp)
 }
 
+// GetOperationWithResponse Returns a bulk operation of the caller's tenant and its progress. Needs `runs:read`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/operations/{id} (the `GetOperation` operationId).
+func (c *ClientWithResponses) GetOperationWithResponse(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*GetOperationResponse, error) {
+	rsp, err := c.GetOperation(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetOperationResponse(rsp)
+}
+
 // ListRunsWithResponse Lists runs, newest first, with keyset pagination. Needs `runs:read`.
 //
 // Runs come without their input and output, and with an error message cut to 300
@@ -8271,6 +8767,56 @@ func (c *ClientWithResponses) ListRunsWithResponse(ctx context.Context, params *
 		return nil, err
 	}
 	return ParseListRunsResponse(rsp)
+}
+
+// CancelRunsWithBodyWithResponse Cancels every run of the caller's tenant matching a filter, in the background. Needs `runs:manage`.
+//
+// Answers 202 at once with an operation, whose progress `GET /v1/operations/{id}`
+// reads. The operation cancels the runs of the caller's tenant that match every
+// criterion of the filter (at least one is needed), have not finished, and were
+// created before the operation, oldest first, 1,000 per transaction, each with its
+// tree of children (as `POST /v1/runs/{id}/cancel`), as the caller; each cancelled
+// run's error names the operation. A run created, or finished, while it works is
+// left alone. `matched` is the count of matching runs when the work began.
+//
+// A tenant runs one operation at a time: a second is refused with 409 naming the
+// running one. A filter with no criterion, an unknown or finished status, or
+// `created_after` not before `created_before` is refused with 400 naming the field.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/runs/cancel (the `CancelRuns` operationId).
+func (c *ClientWithResponses) CancelRunsWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CancelRunsResponse, error) {
+	rsp, err := c.CancelRunsWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCancelRunsResponse(rsp)
+}
+
+// CancelRunsWithResponse Cancels every run of the caller's tenant matching a filter, in the background. Needs `runs:manage`.
+//
+// Answers 202 at once with an operation, whose progress `GET /v1/operations/{id}`
+// reads. The operation cancels the runs of the caller's tenant that match every
+// criterion of the filter (at least one is needed), have not finished, and were
+// created before the operation, oldest first, 1,000 per transaction, each with its
+// tree of children (as `POST /v1/runs/{id}/cancel`), as the caller; each cancelled
+// run's error names the operation. A run created, or finished, while it works is
+// left alone. `matched` is the count of matching runs when the work began.
+//
+// A tenant runs one operation at a time: a second is refused with 409 naming the
+// running one. A filter with no criterion, an unknown or finished status, or
+// `created_after` not before `created_before` is refused with 400 naming the field.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/runs/cancel (the `CancelRuns` operationId).
+func (c *ClientWithResponses) CancelRunsWithResponse(ctx context.Context, body CancelRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*CancelRunsResponse, error) {
+	rsp, err := c.CancelRuns(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCancelRunsResponse(rsp)
 }
 
 // StreamRunsWithResponse A live feed of the tenant's run changes, as server-sent events. Needs `runs:read`.
@@ -8396,6 +8942,13 @@ func (c *ClientWithResponses) RejectRunCallbackWithResponse(ctx context.Context,
 //
 // The run becomes `cancelled` at once; a running invocation is fenced out (its
 // checkpoints and answer are refused) and the function is not called again.
+//
+// Its children that have not finished are cancelled with it, and theirs, and so on,
+// unless a child was started detached (`detached: true` on its `invoke` await):
+// such a child, and what is below it, goes on. Each has `cancelled_by` the caller
+// and an error of type `cancelled` naming its parent. Up to 10,000 descendants are
+// cancelled in the same transaction as the run; the rest, of a larger tree, within
+// moments in the background.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -9439,6 +9992,53 @@ func ParseStartRunResponse(rsp *http.Response) (*StartRunResponse, error) {
 	return response, nil
 }
 
+// ParseGetOperationResponse parses an HTTP response from a GetOperationWithResponse call
+func ParseGetOperationResponse(rsp *http.Response) (*GetOperationResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetOperationResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Operation
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseListRunsResponse parses an HTTP response from a ListRunsWithResponse call
 func ParseListRunsResponse(rsp *http.Response) (*ListRunsResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -9480,6 +10080,60 @@ func ParseListRunsResponse(rsp *http.Response) (*ListRunsResponse, error) {
 			return nil, err
 		}
 		response.ApplicationProblemJSON403 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCancelRunsResponse parses an HTTP response from a CancelRunsWithResponse call
+func ParseCancelRunsResponse(rsp *http.Response) (*CancelRunsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CancelRunsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest Operation
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON409 = &dest
 
 	}
 

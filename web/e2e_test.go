@@ -497,6 +497,30 @@ func TestDashboard(t *testing.T) {
 		require.Contains(t, b.text("its output", "[data-testid=run-output] .json"), "Hello, Grace!")
 	})
 
+	t.Run("CancelMatchingRuns", func(t *testing.T) {
+		b.use(t)
+		var ids []string
+		for i := range 3 {
+			ids = append(ids, start(t, c, "orders.checkout", fmt.Sprintf(`{"order_id":"o-bulk-%d","amount":1,"sleep_ms":600000}`, i), nil))
+		}
+		b.do("list the suspended checkouts", 10*time.Second, chromedp.Navigate(s.URL+"/#/runs?function=orders.checkout&status=suspended"))
+		for _, id := range ids {
+			b.visible("a sleeping checkout", rowStatus(id, "suspended"))
+		}
+		b.click("cancel matching", "[data-testid=cancel-matching]")
+		require.Contains(t, b.text("the filter", "dialog[open] [data-testid=cancel-filter]"), "orders.checkout")
+		require.Contains(t, b.text("the count", "dialog[open] [data-testid=cancel-count]"), "3 runs match")
+		t.Logf("screenshot: %s", b.screenshot("runs-cancel-matching-dialog"))
+		b.click("confirm", "dialog[open] [data-testid=confirm]")
+		b.visible("the operation completes", `dialog[open] [data-testid=operation-text][data-status=completed]`)
+		require.Contains(t, b.text("its count", "dialog[open] [data-testid=operation-text]"), "3 runs cancelled")
+		t.Logf("screenshot: %s", b.screenshot("runs-cancel-matching-done"))
+		for _, id := range ids {
+			require.Equal(t, protocol.RunStatusCancelled, getRun(t, c, id).Status)
+		}
+		b.click("close the progress", `dialog[open] [aria-label=Close]`)
+	})
+
 	t.Run("OtherTenantSeesNothing", func(t *testing.T) {
 		b.use(t)
 		other := s.NewToken(t, auth.Identity{Subject: "mallory", Tenant: "other", Roles: []string{"admin"}})

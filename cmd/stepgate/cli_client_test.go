@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -89,6 +90,18 @@ func newFakeGateway(t *testing.T) *fakeGateway {
 	})
 	mux.HandleFunc("POST /v1/runs/{id}/messages", func(w http.ResponseWriter, r *http.Request) {
 		ok(w, 202, `{"id":"m1","run_id":"`+r.PathValue("id")+`","topic":"approval","consumed":true,"sent_at":"2026-01-02T15:04:05Z"}`)
+	})
+	var opReads atomic.Int32
+	const opID = "01a22f70-0000-7000-8000-000000000001"
+	mux.HandleFunc("POST /v1/runs/cancel", func(w http.ResponseWriter, r *http.Request) {
+		ok(w, 202, `{"id":"`+opID+`","kind":"cancel","status":"running","filter":{"function":"hello"},"cancelled":0,"batches":0,"created_at":"2026-01-02T15:04:05Z","by":{"subject":"dev","tenant":"t","roles":[]}}`)
+	})
+	mux.HandleFunc("GET /v1/operations/{id}", func(w http.ResponseWriter, r *http.Request) {
+		if opReads.Add(1) == 1 {
+			ok(w, 200, `{"id":"`+opID+`","kind":"cancel","status":"running","filter":{"function":"hello"},"cancelled":1000,"matched":3000,"batches":1,"created_at":"2026-01-02T15:04:05Z","by":{"subject":"dev","tenant":"t","roles":[]}}`)
+			return
+		}
+		ok(w, 200, `{"id":"`+opID+`","kind":"cancel","status":"completed","filter":{"function":"hello"},"cancelled":3000,"matched":3000,"batches":4,"created_at":"2026-01-02T15:04:05Z","finished_at":"2026-01-02T15:04:06Z","by":{"subject":"dev","tenant":"t","roles":[]}}`)
 	})
 	g.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
@@ -198,6 +211,20 @@ func TestClientCommands(t *testing.T) {
 			"r1  hello     failed  3         2026-01-02 15:04:05  1.5s\n"+
 			"\n"+
 			"more: stepgate runs list --cursor c2\n", stdout.String())
+	})
+
+	t.Run("RunsCancelByFilterPrintsProgress", func(t *testing.T) {
+		t.Parallel()
+		g := newFakeGateway(t)
+		c, stdout, _ := newTestCLI(map[string]string{"STEPGATE_URL": g.URL}, "")
+		require.NoError(t, c.run(t.Context(), []string{"runs", "cancel", "--function", "hello", "--status", "queued,suspended", "--every", "1ms"}))
+		_, body, _, _ := g.last()
+		require.JSONEq(t, `{"function":"hello","status":["queued","suspended"]}`, g.bodies[0], "the filter: %s", body)
+		require.Equal(t, ""+
+			"operation 01a22f70-0000-7000-8000-000000000001: cancelling\n"+
+			"[##########....................] 1000/3000 cancelled, 1 batches\n"+
+			"[##############################] 3000/3000 cancelled, 4 batches\n"+
+			"operation 01a22f70-0000-7000-8000-000000000001 completed: 3000 runs cancelled in 4 batches\n", stdout.String())
 	})
 
 	t.Run("RunValues", func(t *testing.T) {

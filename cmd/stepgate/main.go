@@ -122,6 +122,9 @@ Runs:
   runs values ID                   the latest value of each key the run published
   runs send ID TOPIC [JSON] [--id MESSAGE_ID]
                                    a message to a run's mailbox, for its step.Receive of TOPIC
+  runs cancel ID                   cancel a run and its children (not the detached ones)
+  runs cancel [--function F] [--status S,...] [--created-after T] [--created-before T] [--key-prefix P]
+                                   cancel every matching run in the background, printing progress
   events send NAME [JSON] [--id EVENT_ID]
                                    send an event: it starts the runs it triggers and resumes
                                    the runs waiting for it
@@ -272,8 +275,10 @@ func (c *cli) runs(ctx context.Context, args []string) error {
 		return c.runsValues(ctx, rest)
 	case "send":
 		return c.runsSend(ctx, rest)
+	case "cancel":
+		return c.runsCancel(ctx, rest)
 	default:
-		return usagef("unknown command \"runs %s\" (want list, get, values or send)", sub)
+		return usagef("unknown command \"runs %s\" (want list, get, values, send or cancel)", sub)
 	}
 }
 

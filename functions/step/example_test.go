@@ -33,6 +33,15 @@ func ExampleInvoke() {
 	}
 }
 
+// A function that starts an audit export as a detached child: cancelling the order's
+// run cancels its other children, but the export runs to its end.
+func ExampleDetached() {
+	_ = func(ctx context.Context, orderID string) (string, error) {
+		return step.Invoke[string](ctx, "export", "audit.export",
+			map[string]any{"order_id": orderID}, step.Detached())
+	}
+}
+
 // A function that hands a checkout URL back to the user before it ends, and reports its
 // progress; a client long-polls GET /v1/runs/{id}/values/checkout_url?wait=30s.
 func ExampleSetValue() {

@@ -22,13 +22,17 @@ import (
 // type when it failed ("cancelled" when it was cancelled), [ErrorTypeNotFound] when the
 // function is not registered, or [ErrorTypeForbidden] when its invoke_roles exclude
 // this run's identity. The function may handle the error and go on; returned as is, it
-// fails the run. Cancelling this run does not cancel the child.
+// fails the run.
+//
+// Cancelling this run cancels the child too (and its children), unless the child was
+// started with [Detached]: a detached child runs to its end, and its outcome is not
+// journaled in the cancelled run.
 //
 // name must be 1 to 255 bytes, function a valid function name (letters, digits, '.',
 // '_', '-', at most 255), and input must encode as JSON; otherwise Invoke returns a
 // non-retryable error without taking a seq. It returns [ErrNoInvocation] when ctx is
 // not an invocation's.
-func Invoke[T any](ctx context.Context, name, function string, input any) (T, error) {
+func Invoke[T any](ctx context.Context, name, function string, input any, opts ...InvokeOption) (T, error) {
 	var zero T
 	if err := names.CheckFunction("function", function); err != nil {
 		return zero, NonRetryable(fmt.Errorf("step: invoke %q: %w", name, err))
@@ -44,7 +48,19 @@ func Invoke[T any](ctx context.Context, name, function string, input any) (T, er
 	if e != nil {
 		return replay[T](st, e)
 	}
-	return zero, st.Halt(invocation.Suspended(&protocol.Await{
+	w := &protocol.Await{
 		Type: protocol.AwaitTypeInvoke, Seq: seq, Name: name, Function: &function, Input: (*protocol.AnyJSON)(&raw),
-	}))
+	}
+	for _, o := range opts {
+		if o.detached {
+			w.Detached = &o.detached
+		}
+	}
+	return zero, st.Halt(invocation.Suspended(w))
 }
+
+// InvokeOption configures an [Invoke].
+type InvokeOption struct{ detached bool }
+
+// Detached starts the child run detached: cancelling this run does not cancel it.
+func Detached() InvokeOption { return InvokeOption{detached: true} }

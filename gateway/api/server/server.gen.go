@@ -14,6 +14,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/oapi-codegen/runtime"
+	openapi_types "github.com/oapi-codegen/runtime/types"
 	. "github.com/stepgate/stepgate/protocol"
 )
 
@@ -52,9 +53,15 @@ type ServerInterface interface {
 	// StartRun Starts a run of a function with the request body as its input. Needs `runs:invoke`.
 	// (POST /v1/functions/{name}/runs)
 	StartRun(ctx echo.Context, name FunctionName, params StartRunParams) error
+	// GetOperation Returns a bulk operation of the caller's tenant and its progress. Needs `runs:read`.
+	// (GET /v1/operations/{id})
+	GetOperation(ctx echo.Context, id openapi_types.UUID) error
 	// ListRuns Lists runs, newest first, with keyset pagination. Needs `runs:read`.
 	// (GET /v1/runs)
 	ListRuns(ctx echo.Context, params ListRunsParams) error
+	// CancelRuns Cancels every run of the caller's tenant matching a filter, in the background. Needs `runs:manage`.
+	// (POST /v1/runs/cancel)
+	CancelRuns(ctx echo.Context) error
 	// StreamRuns A live feed of the tenant's run changes, as server-sent events. Needs `runs:read`.
 	// (GET /v1/runs/stream)
 	StreamRuns(ctx echo.Context, params StreamRunsParams) error
@@ -318,6 +325,22 @@ func (w *ServerInterfaceWrapper) StartRun(ctx echo.Context) error {
 	return err
 }
 
+// GetOperation converts echo context to params.
+func (w *ServerInterfaceWrapper) GetOperation(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "id" -------------
+	var id openapi_types.UUID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", ctx.Param("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetOperation(ctx, id)
+	return err
+}
+
 // ListRuns converts echo context to params.
 func (w *ServerInterfaceWrapper) ListRuns(ctx echo.Context) error {
 	var err error
@@ -382,6 +405,15 @@ func (w *ServerInterfaceWrapper) ListRuns(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.ListRuns(ctx, params)
+	return err
+}
+
+// CancelRuns converts echo context to params.
+func (w *ServerInterfaceWrapper) CancelRuns(ctx echo.Context) error {
+	var err error
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.CancelRuns(ctx)
 	return err
 }
 
@@ -917,6 +949,8 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/v1/runs/:id", wrapper.GetRun, options.OperationMiddlewares["getRun"]...)
 	router.GET(options.BaseURL+"/v1/runs/:id/result", wrapper.GetRunResult, options.OperationMiddlewares["getRunResult"]...)
 	router.POST(options.BaseURL+"/v1/runs/:id/cancel", wrapper.CancelRun, options.OperationMiddlewares["cancelRun"]...)
+	router.POST(options.BaseURL+"/v1/runs/cancel", wrapper.CancelRuns, options.OperationMiddlewares["cancelRuns"]...)
+	router.GET(options.BaseURL+"/v1/operations/:id", wrapper.GetOperation, options.OperationMiddlewares["getOperation"]...)
 	router.POST(options.BaseURL+"/v1/runs/:id/messages", wrapper.SendMessage, options.OperationMiddlewares["sendMessage"]...)
 	router.POST(options.BaseURL+"/v1/runs/:id/rerun", wrapper.RerunRun, options.OperationMiddlewares["rerunRun"]...)
 	router.GET(options.BaseURL+"/v1/runs/:id/values", wrapper.ListRunValues, options.OperationMiddlewares["listRunValues"]...)
@@ -1864,6 +1898,76 @@ func (response StartRun503ApplicationProblemPlusJSONResponse) VisitStartRunRespo
 	return err
 }
 
+type GetOperationRequestObject struct {
+	ID openapi_types.UUID `json:"id"`
+}
+
+type GetOperationResponseObject interface {
+	VisitGetOperationResponse(w http.ResponseWriter) error
+}
+
+type GetOperation200JSONResponse Operation
+
+func (response GetOperation200JSONResponse) VisitGetOperationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetOperation401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetOperation401ApplicationProblemPlusJSONResponse) VisitGetOperationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetOperation403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetOperation403ApplicationProblemPlusJSONResponse) VisitGetOperationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetOperation404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response GetOperation404ApplicationProblemPlusJSONResponse) VisitGetOperationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListRunsRequestObject struct {
 	Params ListRunsParams
 }
@@ -1930,6 +2034,92 @@ func (response ListRuns403ApplicationProblemPlusJSONResponse) VisitListRunsRespo
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelRunsRequestObject struct {
+	Body *CancelRunsJSONRequestBody
+}
+
+type CancelRunsResponseObject interface {
+	VisitCancelRunsResponse(w http.ResponseWriter) error
+}
+
+type CancelRuns202JSONResponse Operation
+
+func (response CancelRuns202JSONResponse) VisitCancelRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(202)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelRuns400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response CancelRuns400ApplicationProblemPlusJSONResponse) VisitCancelRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelRuns401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response CancelRuns401ApplicationProblemPlusJSONResponse) VisitCancelRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelRuns403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response CancelRuns403ApplicationProblemPlusJSONResponse) VisitCancelRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelRuns409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response CancelRuns409ApplicationProblemPlusJSONResponse) VisitCancelRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -3968,9 +4158,15 @@ type StrictServerInterface interface {
 	// StartRun Starts a run of a function with the request body as its input. Needs `runs:invoke`.
 	// (POST /v1/functions/{name}/runs)
 	StartRun(ctx context.Context, request StartRunRequestObject) (StartRunResponseObject, error)
+	// GetOperation Returns a bulk operation of the caller's tenant and its progress. Needs `runs:read`.
+	// (GET /v1/operations/{id})
+	GetOperation(ctx context.Context, request GetOperationRequestObject) (GetOperationResponseObject, error)
 	// ListRuns Lists runs, newest first, with keyset pagination. Needs `runs:read`.
 	// (GET /v1/runs)
 	ListRuns(ctx context.Context, request ListRunsRequestObject) (ListRunsResponseObject, error)
+	// CancelRuns Cancels every run of the caller's tenant matching a filter, in the background. Needs `runs:manage`.
+	// (POST /v1/runs/cancel)
+	CancelRuns(ctx context.Context, request CancelRunsRequestObject) (CancelRunsResponseObject, error)
 	// StreamRuns A live feed of the tenant's run changes, as server-sent events. Needs `runs:read`.
 	// (GET /v1/runs/stream)
 	StreamRuns(ctx context.Context, request StreamRunsRequestObject) (StreamRunsResponseObject, error)
@@ -4460,6 +4656,31 @@ func (sh *strictHandler) StartRun(ctx echo.Context, name FunctionName, params St
 	return nil
 }
 
+// GetOperation operation middleware
+func (sh *strictHandler) GetOperation(ctx echo.Context, id openapi_types.UUID) error {
+	var request GetOperationRequestObject
+
+	request.ID = id
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetOperation(ctx.Request().Context(), request.(GetOperationRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetOperation")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetOperationResponseObject); ok {
+		return validResponse.VisitGetOperationResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
 // ListRuns operation middleware
 func (sh *strictHandler) ListRuns(ctx echo.Context, params ListRunsParams) error {
 	var request ListRunsRequestObject
@@ -4479,6 +4700,52 @@ func (sh *strictHandler) ListRuns(ctx echo.Context, params ListRunsParams) error
 		return err
 	} else if validResponse, ok := response.(ListRunsResponseObject); ok {
 		return validResponse.VisitListRunsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// CancelRuns operation middleware
+func (sh *strictHandler) CancelRuns(ctx echo.Context) error {
+	var request CancelRunsRequestObject
+
+	var body CancelRunsJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.CancelRuns(ctx.Request().Context(), request.(CancelRunsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CancelRuns")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(CancelRunsResponseObject); ok {
+		return validResponse.VisitCancelRunsResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

@@ -1,9 +1,10 @@
 // The runs list: filters, search, keyset pagination, and live updates from the stream.
 
 import { h, icon, replace, badge, timeAgo, elapsed, shortID, isUUID, debounce, code, navigate, STATUSES, TERMINAL, ms } from "../dom.js";
-import { request, query, streamRuns } from "../api.js";
+import { request, query, streamRuns, can } from "../api.js";
 import { errorBox } from "../dialog.js";
 import { liveIndicator } from "./live.js";
+import { cancelMatching } from "./runs_cancel.js";
 
 const PAGE = 50; // runs a page; #/runs?limit=N asks for another size
 const RANGES = [
@@ -56,6 +57,11 @@ export function runsPage(el, params) {
   const clearBtn = h("button", { type: "button", class: "btn ghost", "data-testid": "clear-filters" }, icon("x", 14), "Clear");
   const refreshBtn = h("button", { type: "button", class: "btn", title: "Reload the list" }, icon("refresh", 14), h("span", null, "Refresh"));
   const live = liveIndicator();
+  // Bulk cancel, for roles that may cancel, once a filter narrows the list.
+  const cancelBtn = can("runs:manage")
+    ? h("button", { type: "button", class: "btn danger-outline", "data-testid": "cancel-matching", hidden: true, onclick: () => askCancel() },
+      icon("stop", 13), h("span", null, "Cancel matching…"))
+    : null;
 
   const tbody = h("tbody", { "data-testid": "runs-body" });
   const table = h("table", { class: "table runs-table", "data-testid": "runs-table" },
@@ -74,7 +80,7 @@ export function runsPage(el, params) {
   replace(el,
     h("div", { class: "page-head" },
       h("div", { class: "page-title" }, h("h1", null, "Runs"), live.el),
-      h("div", { class: "page-actions" }, refreshBtn)),
+      h("div", { class: "page-actions" }, cancelBtn, refreshBtn)),
     h("div", { class: "toolbar" },
       h("label", { class: "search-wrap" }, icon("search", 14), search, h("kbd", { title: "press / to search" }, "/")),
       fnSelect, statusSelect, rangeSelect, custom, clearBtn),
@@ -90,6 +96,19 @@ export function runsPage(el, params) {
     });
     history.replaceState(null, "", "#/runs" + q);
     clearBtn.hidden = !(f.function || f.status || f.range || f.q);
+    if (cancelBtn) cancelBtn.hidden = !(f.function || f.range) && !(f.status && !TERMINAL.has(f.status)) || TERMINAL.has(f.status);
+  }
+
+  // askCancel cancels the runs matching the filters (not the search) in bulk.
+  function askCancel() {
+    const b = apiBounds();
+    const filter = {};
+    if (f.function) filter.function = f.function;
+    if (f.status) filter.status = [f.status];
+    if (b.created_after) filter.created_after = b.created_after;
+    if (b.created_before) filter.created_before = b.created_before;
+    const count = runs.filter((r) => matches(r) && !TERMINAL.has(r.status)).length;
+    cancelMatching({ filter, count, more: !!cursor, onDone: () => load() });
   }
 
   function apiBounds() {

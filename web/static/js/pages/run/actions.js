@@ -22,6 +22,7 @@ async function cancel(r, onCancelled) {
     title: "Cancel this run?",
     body: [
       h("p", null, "The run of ", h("strong", null, r.function), " becomes ", h("strong", null, "cancelled"), " at once."),
+      childNote(r),
       h("p", { class: "muted" }, "A running invocation is fenced out (its checkpoints and answer are refused) and the function is not called again. This cannot be undone, but you can rerun it later."),
     ],
     confirmLabel: "Cancel run",
@@ -32,6 +33,18 @@ async function cancel(r, onCancelled) {
   if (!res) return;
   toast("Run cancelled");
   onCancelled();
+}
+
+// childNote says that the run's children are cancelled with it: a run waits for one child
+// at a time, so the one it waits for now (and what is below it) is the tree, unless that
+// child was started detached.
+function childNote(r) {
+  const a = r.awaiting;
+  if (a && a.kind === "invoke" && a.child_id) {
+    return h("p", { "data-testid": "cancel-children" }, "It waits for a child run of ", h("strong", null, a.function || "a function"),
+      " (", h("a", { href: `#/runs/${a.child_id}`, class: "mono" }, a.child_id.slice(-8)), "): that child, and the runs it started, are cancelled too unless it was started detached.");
+  }
+  return h("p", { "data-testid": "cancel-children" }, "Its child runs that have not finished, and theirs, are cancelled too, except those started detached.");
 }
 
 async function rerun(r) {

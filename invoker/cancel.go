@@ -1,0 +1,190 @@
+package invoker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/stepgate/stepgate/journal"
+)
+
+// CancelBatchSize is how many runs one transaction of a bulk cancel cancels.
+const CancelBatchSize = 1000
+
+// CancelTreeArgs is the River job that cancels what remains of the trees below Roots
+// once a cancellation passed journal.MaxTreeCancel descendants in its own transaction.
+type CancelTreeArgs struct {
+	Tenant string           `json:"tenant"`
+	Roots  []string         `json:"roots"`
+	By     journal.Identity `json:"by"`
+}
+
+// Kind implements river.JobArgs.
+func (CancelTreeArgs) Kind() string { return "cancel_tree" }
+
+// CancelOperationArgs is the River job that does a bulk cancel operation.
+type CancelOperationArgs struct {
+	ID string `json:"id"`
+}
+
+// Kind implements river.JobArgs.
+func (CancelOperationArgs) Kind() string { return "cancel_operation" }
+
+// cancelTree cancels, in tx, the descendants of roots up to journal.MaxTreeCancel and,
+// past it, enqueues a CancelTreeArgs job to continue. The caller tells this process
+// about the returned runs (Cancelled) once tx commits.
+func (inv *Invoker) cancelTree(ctx context.Context, tx pgx.Tx, tenant string, roots []string, by journal.Identity) ([]string, error) {
+	ids, err := journal.CancelDescendants(ctx, tx, tenant, roots, by, journal.MaxTreeCancel)
+	if err != nil || len(ids) < journal.MaxTreeCancel {
+		return ids, err
+	}
+	if _, err := inv.river.InsertTx(ctx, tx, CancelTreeArgs{Tenant: tenant, Roots: roots, By: by}, nil); err != nil {
+		return nil, fmt.Errorf("enqueue the rest of a cancel tree: %w", err)
+	}
+	return ids, nil
+}
+
+// cancelledAll tells this process that runs were cancelled (see Cancelled).
+func (inv *Invoker) cancelledAll(ids []string) {
+	for _, id := range ids {
+		inv.Cancelled(id)
+	}
+}
+
+type cancelTreeWorker struct {
+	river.WorkerDefaults[CancelTreeArgs]
+	inv *Invoker
+}
+
+// Timeout disables River's job timeout: each batch is its own transaction, and a
+// retried job continues where the last one stopped.
+func (w *cancelTreeWorker) Timeout(*river.Job[CancelTreeArgs]) time.Duration { return -1 }
+
+func (w *cancelTreeWorker) Work(ctx context.Context, job *river.Job[CancelTreeArgs]) error {
+	a := job.Args
+	for {
+		var ids []string
+		err := pgx.BeginFunc(ctx, w.inv.pool, func(tx pgx.Tx) error {
+			var err error
+			ids, err = journal.CancelDescendants(ctx, tx, a.Tenant, a.Roots, a.By, journal.MaxTreeCancel)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		w.inv.cancelledAll(ids)
+		if len(ids) < journal.MaxTreeCancel {
+			return nil
+		}
+	}
+}
+
+// StartCancelOperation stores a bulk cancel of db's tenant's runs matching filter, as
+// by, and the River job that does it, in one transaction; it returns at once. It
+// returns a *journal.RunningOperationError when the tenant has one running.
+func (inv *Invoker) StartCancelOperation(ctx context.Context, db *journal.TenantDB, filter journal.CancelFilter, by journal.Identity) (*journal.Operation, error) {
+	var op *journal.Operation
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		var err error
+		op, err = journal.CreateOperation(ctx, tx, uuid.Must(uuid.NewV7()).String(), db.Tenant(), filter, by)
+		if err != nil {
+			return err
+		}
+		if _, err := inv.river.InsertTx(ctx, tx, CancelOperationArgs{ID: op.ID}, nil); err != nil {
+			return fmt.Errorf("enqueue operation %s: %w", op.ID, err)
+		}
+		return nil
+	})
+	return op, err
+}
+
+type cancelOperationWorker struct {
+	river.WorkerDefaults[CancelOperationArgs]
+	inv *Invoker
+}
+
+// Timeout disables River's job timeout: each batch is its own transaction, and a
+// retried job continues where the last one stopped (the runs it cancelled no longer
+// match).
+func (w *cancelOperationWorker) Timeout(*river.Job[CancelOperationArgs]) time.Duration { return -1 }
+
+func (w *cancelOperationWorker) Work(ctx context.Context, job *river.Job[CancelOperationArgs]) error {
+	err := w.work(ctx, job)
+	if err != nil && ctx.Err() == nil && job.Attempt >= job.MaxAttempts {
+		// River gives up: end the operation so that the tenant may start another.
+		op := &journal.Operation{ID: job.Args.ID}
+		if ferr := journal.FinishOperation(context.WithoutCancel(ctx), w.inv.pool, op, err.Error()); ferr != nil {
+			return fmt.Errorf("%w; and marking the operation failed: %w", err, ferr)
+		}
+		w.inv.log.Error("bulk cancel failed", slog.String("operation_id", op.ID), slog.Any("error", err))
+	}
+	return err
+}
+
+func (w *cancelOperationWorker) work(ctx context.Context, job *river.Job[CancelOperationArgs]) error {
+	inv := w.inv
+	op, err := journal.GetOperationByID(ctx, inv.pool, job.Args.ID)
+	if err != nil || op.Status != journal.OperationRunning {
+		return err
+	}
+	log := inv.log.With(slog.String("operation_id", op.ID), slog.String("tenant", op.Tenant))
+	if err := journal.CountMatching(ctx, inv.pool, op); err != nil {
+		return err
+	}
+	var cursor *journal.BatchCursor
+	for {
+		var batch []journal.CancelledRun
+		var tree []string
+		err := pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
+			var err error
+			batch, cursor, err = journal.CancelBatch(ctx, tx, op, cursor, CancelBatchSize)
+			if err != nil || len(batch) == 0 {
+				return err
+			}
+			roots := make([]string, len(batch))
+			var parents []river.InsertManyParams
+			for i, r := range batch {
+				roots[i] = r.ID
+				if r.ParentSeq != nil {
+					// Its parent woke if it still waited for it; if not, the job finds nothing to claim.
+					parents = append(parents, river.InsertManyParams{Args: InvokeArgs{RunID: *r.ParentID}})
+				}
+			}
+			if tree, err = inv.cancelTree(ctx, tx, op.Tenant, roots, op.By); err != nil {
+				return err
+			}
+			if len(parents) > 0 {
+				if _, err := inv.river.InsertManyTx(ctx, tx, parents); err != nil {
+					return fmt.Errorf("enqueue parents of cancelled runs: %w", err)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Warn("bulk cancel batch failed; River retries it", slog.Any("error", err))
+			}
+			return err
+		}
+		for _, r := range batch {
+			inv.Cancelled(r.ID)
+			if r.ParentSeq != nil {
+				inv.Wake(*r.ParentID)
+			}
+		}
+		inv.cancelledAll(tree)
+		if cursor == nil {
+			break
+		}
+	}
+	if err := journal.FinishOperation(ctx, inv.pool, op, ""); err != nil {
+		return err
+	}
+	log.Info("bulk cancel finished", slog.Int64("cancelled", op.Cancelled), slog.Int("batches", op.Batches))
+	return nil
+}
