@@ -63,7 +63,7 @@ type FunctionConfig struct {
 const MaxDeadline = 10 * 365 * 24 * time.Hour
 
 // MinMaxInvocationDuration is the least max_invocation_duration of a function's config.
-const MinMaxInvocationDuration = time.Second
+const MinMaxInvocationDuration = 100 * time.Millisecond
 
 // ParseConfig reads a function's stored or submitted config, applying defaults, and
 // says what is wrong with it in words fit for an API error.

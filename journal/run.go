@@ -36,8 +36,8 @@ type Run struct {
 	Recoveries int        `db:"recoveries"`
 	LeaseUntil *time.Time `db:"lease_until"`
 	// Awaiting is what a suspended run waits for; nil otherwise.
-	Awaiting   *Awaiting  `db:"awaiting"`
-	WakeAt     *time.Time `db:"wake_at"`
+	Awaiting *Awaiting  `db:"awaiting"`
+	WakeAt   *time.Time `db:"wake_at"`
 	// Deadline is when the run fails with ErrorTypeDeadline if it has not ended; nil
 	// for none. See CreateRun and ExceedDeadline.
 	Deadline   *time.Time `db:"deadline"`

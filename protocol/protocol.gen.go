@@ -673,7 +673,7 @@ type FunctionConfig struct {
 	// MaxInvocationDuration The longest one invocation may run before the SDK suspends the run at the next
 	// step boundary (`continue`), to stay under a serverless platform's time limit;
 	// the gateway calls again at once. Read by the SDK (`functions.MaxInvocationDuration`),
-	// shown here; at least `1s`, at most `timeout`.
+	// shown here; at least `100ms`, at most `timeout`.
 	MaxInvocationDuration *Duration `json:"max_invocation_duration,omitempty"`
 
 	// Retries Exponential backoff with jitter: the wait after failed attempt n is a random
