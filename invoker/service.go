@@ -38,8 +38,9 @@ func (inv *Invoker) StartRun(ctx context.Context, db *journal.TenantDB, n journa
 }
 
 // StartRunNow creates a run already claimed by this process, with the River job of its
-// deadline if it has one, in one transaction, and invokes it at once, with no queue hop, in the background: the invocation outlives
-// ctx. done receives the invocation's result once it is applied, or nil when it was
+// deadline if it has one, in one transaction, and invokes it at once, with no queue hop,
+// in the background: the invocation outlives ctx. A delayed start (n.StartAt) is
+// ignored: use StartRun. done receives the invocation's result once it is applied, or nil when it was
 // abandoned or could not be applied (its lease lapses, or was handed over, and another
 // gateway makes the invocation again). end is called when the invocation ends, or at
 // once when none starts (the idempotency key named an existing run, which is returned
