@@ -286,6 +286,20 @@ func TestContinue(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
 
+	t.Run("AContinueWithoutProgressFailsTheRun", func(t *testing.T) {
+		t.Parallel()
+		stuck := &rawFunction{answer: func(req *protocol.InvocationRequest, _ func(string) (int, string)) string {
+			return fmt.Sprintf(`{"status":"suspended","await":{"type":"continue","seq":%d,"name":"continue"}}`, len(req.Journal)+1)
+		}}
+		register(t, s, c, "stuck", stuck, nil)
+		res := startRun(t, c, "stuck", `{}`, nil)
+		require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
+		require.Equal(t, protocol.RunStatusFailed, res.JSON200.Status)
+		require.Equal(t, "bad_answer", res.JSON200.Error.Type)
+		require.Contains(t, res.JSON200.Error.Message, "journals nothing since the invocation began")
+		require.EqualValues(t, 1, stuck.calls.Load())
+	})
+
 	res := mustComplete(t, c, "long", `{}`)
 	require.JSONEq(t, "4950", string(*res.Output))
 	mu.Lock()

@@ -446,7 +446,9 @@ type AttemptFailure struct {
 // `continue`: the function stopped early, at a step boundary, to stay under its
 // platform's time limit (its config's `max_invocation_duration`); `seq` is the
 // journal's next seq and `name` is `continue`. The gateway journals nothing and calls
-// the run again at once, with the journal so far.
+// the run again at once, with the journal so far. The invocation must have journaled
+// at least one entry (`seq` past the journal's next seq when it began), or the run
+// fails (`bad_answer`).
 type Await struct {
 	Attempt *int `json:"attempt,omitempty"`
 
@@ -823,7 +825,9 @@ type InvocationAnswer struct {
 	// `continue`: the function stopped early, at a step boundary, to stay under its
 	// platform's time limit (its config's `max_invocation_duration`); `seq` is the
 	// journal's next seq and `name` is `continue`. The gateway journals nothing and calls
-	// the run again at once, with the journal so far.
+	// the run again at once, with the journal so far. The invocation must have journaled
+	// at least one entry (`seq` past the journal's next seq when it began), or the run
+	// fails (`bad_answer`).
 	Await *Await     `json:"await,omitempty"`
 	Error *ErrorInfo `json:"error,omitempty"`
 
