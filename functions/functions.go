@@ -103,6 +103,7 @@ type registry struct {
 type function struct {
 	name   string
 	config protocol.FunctionConfig
+	budget time.Duration // config.max_invocation_duration, or 0
 	call   func(ctx context.Context, input protocol.AnyJSON) (protocol.AnyJSON, error)
 }
 
@@ -180,6 +181,24 @@ func Backoff(initial, maxInterval time.Duration) Option {
 	}}
 }
 
+// MaxInvocationDuration makes each invocation of the function end before d has passed,
+// for a serverless platform that stops a request after d: once four fifths of d have
+// passed, the SDK stops at the next step boundary (before starting a step the journal
+// does not hold, and after at least one such step) and answers a continue await, and
+// the gateway calls the function again at once with the journal so far. A step that
+// runs longer than d is not cut short. d must be at least 100ms and at most the
+// function's [Timeout] (the gateway refuses the registration otherwise).
+func MaxInvocationDuration(d time.Duration) Option {
+	return Option{func(c *protocol.FunctionConfig) { c.MaxInvocationDuration = new(d.String()) }}
+}
+
+// RunTimeout bounds each run of the function, from its creation: past it, the run fails
+// with error type deadline_exceeded whatever it is doing (see the README's deadlines).
+// d must be from 1s to 10 years.
+func RunTimeout(d time.Duration) Option {
+	return Option{func(c *protocol.FunctionConfig) { c.RunTimeout = new(d.String()) }}
+}
+
 // InvokeRoles restricts who may start runs of the function: a caller needs one of roles
 // (or the admin role) besides the runs:invoke permission.
 func InvokeRoles(roles ...string) Option {
@@ -207,6 +226,9 @@ func Register[In, Out any](app *App, name string, fn func(ctx context.Context, i
 	f := &function{name: name}
 	for _, o := range opts {
 		o.set(&f.config)
+	}
+	if d := f.config.MaxInvocationDuration; d != nil {
+		f.budget, _ = time.ParseDuration(*d)
 	}
 	f.call = func(ctx context.Context, input protocol.AnyJSON) (protocol.AnyJSON, error) {
 		var in In
@@ -405,6 +427,7 @@ func (a *App) invoke(ctx context.Context, f *function, req *protocol.InvocationR
 	uctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	st := invocation.New(ctx, req, a.client, cancel)
+	st.SetBudget(f.budget)
 	uctx = invocation.With(uctx, st)
 
 	var out protocol.AnyJSON

@@ -39,6 +39,57 @@ func parseWait(w *string) (time.Duration, error) {
 	return d, nil
 }
 
+// MaxStartDelay bounds a delayed start (start_at, delay) from now.
+const MaxStartDelay = 365 * 24 * time.Hour
+
+// parseStartAt reads a run's delayed start: start_at or delay, not both; nil for none.
+func parseStartAt(at *time.Time, delay *string) (*time.Time, error) {
+	switch {
+	case at != nil && delay != nil:
+		return nil, badRequest("start_at and delay cannot both be set")
+	case delay != nil:
+		d, err := time.ParseDuration(*delay)
+		if err != nil || d < 0 {
+			return nil, badRequest("delay %q is not a duration such as 10s", *delay)
+		}
+		if d > MaxStartDelay {
+			return nil, badRequest("delay %s is longer than the maximum of %s (1 year)", d, MaxStartDelay)
+		}
+		t := time.Now().Add(d)
+		return &t, nil
+	case at != nil:
+		if time.Until(*at) > MaxStartDelay {
+			return nil, badRequest("start_at %s is more than the maximum of %s (1 year) from now", at.Format(time.RFC3339), MaxStartDelay)
+		}
+		return at, nil
+	}
+	return nil, nil
+}
+
+// parseDeadline reads a run's deadline: deadline or timeout, not both; nil for none.
+func parseDeadline(at *time.Time, timeout *string) (*time.Time, error) {
+	switch {
+	case at != nil && timeout != nil:
+		return nil, badRequest("deadline and timeout cannot both be set")
+	case timeout != nil:
+		d, err := time.ParseDuration(*timeout)
+		if err != nil || d < time.Second || d > invoker.MaxDeadline {
+			return nil, badRequest("timeout %q is not a duration from 1s to %s (10 years), such as 1h", *timeout, invoker.MaxDeadline)
+		}
+		t := time.Now().Add(d)
+		return &t, nil
+	case at != nil:
+		if !at.After(time.Now()) {
+			return nil, badRequest("deadline %s is not in the future", at.Format(time.RFC3339))
+		}
+		if time.Until(*at) > invoker.MaxDeadline {
+			return nil, badRequest("deadline %s is more than the maximum of %s (10 years) from now", at.Format(time.RFC3339), invoker.MaxDeadline)
+		}
+		return at, nil
+	}
+	return nil, nil
+}
+
 func runResult(run *journal.Run) protocol.RunResult {
 	r := protocol.RunResult{ID: run.ID, Status: protocol.RunStatus(run.Status), Error: invoker.ErrorToAPI(run.Error)}
 	if run.Output != nil {
@@ -67,6 +118,17 @@ func (s *Server) StartRun(ctx context.Context, req server.StartRunRequestObject)
 	if err != nil {
 		return nil, err
 	}
+	startAt, err := parseStartAt(req.Params.StartAt, req.Params.Delay)
+	if err != nil {
+		return nil, err
+	}
+	if startAt != nil && wait > 0 {
+		return nil, badRequest("wait cannot be used with a delayed start (start_at or delay)")
+	}
+	runDeadline, err := parseDeadline(req.Params.Deadline, req.Params.Timeout)
+	if err != nil {
+		return nil, err
+	}
 	id := identity(ctx)
 	input := json.RawMessage("null")
 	if req.Body != nil && len(*req.Body) > 0 {
@@ -81,6 +143,8 @@ func (s *Server) StartRun(ctx context.Context, req server.StartRunRequestObject)
 		Function: req.Name,
 		Input:    input,
 		Identity: id,
+		StartAt:  startAt,
+		Deadline: runDeadline,
 	}
 	if req.Params.IdempotencyKey != nil {
 		if err := names.Check("Idempotency-Key", *req.Params.IdempotencyKey); err != nil {
@@ -216,7 +280,7 @@ func runToAPI(run *journal.Run, io bool) protocol.Run {
 		ID: run.ID, Function: run.Function, Revision: run.Revision, Status: protocol.RunStatus(run.Status),
 		Error:    invoker.ErrorToAPI(run.Error),
 		Identity: run.Identity, IdempotencyKey: run.IdempotencyKey, ParentID: run.ParentID,
-		ParentSeq: run.ParentSeq, ParentName: run.ParentName, RerunOf: run.RerunOf, Attempts: run.Attempts, Recoveries: run.Recoveries, WakeAt: run.WakeAt, CreatedAt: run.CreatedAt, StartedAt: run.StartedAt,
+		ParentSeq: run.ParentSeq, ParentName: run.ParentName, RerunOf: run.RerunOf, Attempts: run.Attempts, Recoveries: run.Recoveries, WakeAt: run.WakeAt, Deadline: run.Deadline, CreatedAt: run.CreatedAt, StartedAt: run.StartedAt,
 		FinishedAt: run.FinishedAt, CancelledBy: run.CancelledBy, Awaiting: invoker.AwaitingToAPI(run.Awaiting),
 	}
 	if run.Detached {
@@ -259,7 +323,7 @@ func (s *Server) GetRun(ctx context.Context, req server.GetRunRequestObject) (se
 	out := protocol.RunDetail{
 		ID: r.ID, Function: r.Function, Revision: r.Revision, Status: r.Status, Input: r.Input, Output: r.Output,
 		Error: r.Error, Identity: r.Identity, IdempotencyKey: r.IdempotencyKey, ParentID: r.ParentID,
-		ParentSeq: r.ParentSeq, ParentName: r.ParentName, RerunOf: r.RerunOf, Attempts: r.Attempts, Recoveries: r.Recoveries, WakeAt: r.WakeAt, CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
+		ParentSeq: r.ParentSeq, ParentName: r.ParentName, RerunOf: r.RerunOf, Attempts: r.Attempts, Recoveries: r.Recoveries, WakeAt: r.WakeAt, Deadline: r.Deadline, CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
 		CancelledBy: r.CancelledBy, Awaiting: r.Awaiting, Detached: r.Detached,
 		Journal:  make([]protocol.JournalEntry, 0, len(d.Journal)),
 		Failures: make([]protocol.AttemptFailure, 0, len(d.Failures)),

@@ -203,6 +203,7 @@ var awaitKinds = map[protocol.AwaitType]awaitKind{
 	protocol.AwaitTypeWaitEvent:     waitEventAwait,
 	protocol.AwaitTypeReceive:       receiveAwait,
 	protocol.AwaitTypeAwaitCallback: callbackAwait,
+	protocol.AwaitTypeContinue:      continueAwait,
 }
 
 // awaitTypes returns the await types, sorted, for messages.

@@ -462,6 +462,9 @@ func (inv *Invoker) finishTx(ctx context.Context, tx pgx.Tx, run *journal.Run, o
 	}
 	if f.Child != nil {
 		jobs = append(jobs, river.InsertManyParams{Args: InvokeArgs{RunID: f.Child.ID}})
+		if f.Child.Deadline != nil {
+			jobs = append(jobs, deadlineJob(f.Child.ID, *f.Child.Deadline))
+		}
 	}
 	if f.Parent != "" {
 		jobs = append(jobs, river.InsertManyParams{Args: InvokeArgs{RunID: f.Parent}})

@@ -158,6 +158,7 @@ func New(cfg Config) (*Invoker, error) {
 	river.AddWorker(workers, &tickWorker{inv: inv})
 	river.AddWorker(workers, &cancelTreeWorker{inv: inv})
 	river.AddWorker(workers, &cancelOperationWorker{inv: inv})
+	river.AddWorker(workers, &deadlineWorker{inv: inv})
 	rc, err := river.NewClient(riverpgxv5.New(cfg.Pool), &river.Config{
 		Logger:            slog.New(warnOnly{cfg.Logger.Handler()}).With(slog.String("component", "river")),
 		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cmp.Or(cfg.Workers, 100)}},

@@ -52,7 +52,18 @@ func (p RetryPolicy) Backoff(attempt int) time.Duration {
 type FunctionConfig struct {
 	Timeout time.Duration
 	Retries RetryPolicy
+	// RunTimeout bounds a run from its creation (its deadline); 0 for none.
+	RunTimeout time.Duration
+	// MaxInvocationDuration is what the SDK allows one invocation before it suspends
+	// the run with a continue; 0 for none. The gateway only checks it.
+	MaxInvocationDuration time.Duration
 }
+
+// MaxDeadline bounds a run's deadline, and a function's run_timeout, from now.
+const MaxDeadline = 10 * 365 * 24 * time.Hour
+
+// MinMaxInvocationDuration is the least max_invocation_duration of a function's config.
+const MinMaxInvocationDuration = 100 * time.Millisecond
 
 // ParseConfig reads a function's stored or submitted config, applying defaults, and
 // says what is wrong with it in words fit for an API error.
@@ -70,6 +81,23 @@ func ParseConfig(raw json.RawMessage) (FunctionConfig, error) {
 			return FunctionConfig{}, fmt.Errorf("config.timeout %q is not a positive duration such as 30s", *c.Timeout)
 		}
 		fc.Timeout = d
+	}
+	if c.RunTimeout != nil {
+		d, err := time.ParseDuration(*c.RunTimeout)
+		if err != nil || d < time.Second || d > MaxDeadline {
+			return FunctionConfig{}, fmt.Errorf("config.run_timeout %q is not a duration from 1s to %s (10 years), such as 1h", *c.RunTimeout, MaxDeadline)
+		}
+		fc.RunTimeout = d
+	}
+	if c.MaxInvocationDuration != nil {
+		d, err := time.ParseDuration(*c.MaxInvocationDuration)
+		if err != nil || d < MinMaxInvocationDuration {
+			return FunctionConfig{}, fmt.Errorf("config.max_invocation_duration %q is not a duration of at least %s, such as 50s", *c.MaxInvocationDuration, MinMaxInvocationDuration)
+		}
+		if d > fc.Timeout {
+			return FunctionConfig{}, fmt.Errorf("config.max_invocation_duration %s is longer than config.timeout %s", d, fc.Timeout)
+		}
+		fc.MaxInvocationDuration = d
 	}
 	var err error
 	fc.Retries, err = ParseRetryPolicy(c.Retries, RetryPolicy{

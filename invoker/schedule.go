@@ -376,7 +376,7 @@ func (inv *Invoker) startTick(ctx context.Context, tx pgx.Tx, s *journal.Schedul
 		return nil, err
 	}
 	if created {
-		if err := inv.Enqueue(ctx, tx, run.ID); err != nil {
+		if err := inv.enqueueNew(ctx, tx, run); err != nil {
 			return nil, err
 		}
 		log.InfoContext(ctx, "scheduled run started", slog.String("run_id", run.ID), slog.String("function", s.Function))

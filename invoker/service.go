@@ -19,8 +19,9 @@ import (
 // transaction, the River jobs it inserts and this process's wake-ups and waiters, so a
 // caller cannot start a run and forget its job. The gateway maps HTTP to them.
 
-// StartRun creates a run, queued, and the River job that invokes it, in one transaction of
-// the run's tenant. With an idempotency key already used, it returns that run and
+// StartRun creates a run, queued (or scheduled, with n.StartAt), and the River jobs that
+// invoke it (at its start time) and keep its deadline, if it has one, in one transaction
+// of the run's tenant. With an idempotency key already used, it returns that run and
 // created=false (and inserts no job). Errors are CreateRun's.
 func (inv *Invoker) StartRun(ctx context.Context, db *journal.TenantDB, n journal.NewRun) (run *journal.Run, created bool, err error) {
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
@@ -28,7 +29,7 @@ func (inv *Invoker) StartRun(ctx context.Context, db *journal.TenantDB, n journa
 		if err != nil || !created {
 			return err
 		}
-		return inv.Enqueue(ctx, tx, run.ID)
+		return inv.enqueueNew(ctx, tx, run)
 	})
 	if err != nil {
 		return nil, false, err
@@ -36,16 +37,37 @@ func (inv *Invoker) StartRun(ctx context.Context, db *journal.TenantDB, n journa
 	return run, created, nil
 }
 
-// StartRunNow creates a run already claimed by this process (one statement, one commit)
-// and invokes it at once, with no queue hop, in the background: the invocation outlives
-// ctx. done receives the invocation's result once it is applied, or nil when it was
+// StartRunNow creates a run already claimed by this process, with the River job of its
+// deadline if it has one, in one transaction, and invokes it at once, with no queue hop,
+// in the background: the invocation outlives ctx. A delayed start (n.StartAt) is
+// ignored: use StartRun. done receives the invocation's result once it is applied, or nil when it was
 // abandoned or could not be applied (its lease lapses, or was handed over, and another
 // gateway makes the invocation again). end is called when the invocation ends, or at
 // once when none starts (the idempotency key named an existing run, which is returned
 // with created=false and a nil done, or an error).
 func (inv *Invoker) StartRunNow(ctx context.Context, db *journal.TenantDB, n journal.NewRun, end func()) (run *journal.Run, created bool, done <-chan *Result, err error) {
-	n.Claim, n.Lease = true, inv.leaseTTL
-	run, created, err = journal.CreateRun(ctx, db, n)
+	n.Claim, n.Lease, n.StartAt = true, inv.leaseTTL, nil
+	if n.Deadline != nil {
+		// The deadline's job commits with the run.
+		err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+			run, created, err = journal.CreateRun(ctx, tx, n)
+			if err != nil || !created {
+				return err
+			}
+			return inv.enqueueNew(ctx, tx, run)
+		})
+	} else {
+		// The hot path: one statement, no transaction round trips. A deadline that
+		// comes from the function's run_timeout gets its job at once, before the
+		// function is called (a gateway dying between the two leaves that run
+		// without it: it then ends when its invocations do, unbounded).
+		run, created, err = journal.CreateRun(ctx, db, n)
+		if err == nil && created && run.Deadline != nil {
+			if _, err = inv.river.Insert(ctx, DeadlineArgs{RunID: run.ID}, &river.InsertOpts{ScheduledAt: *run.Deadline}); err != nil {
+				err = fmt.Errorf("schedule the deadline of run %s: %w", run.ID, err)
+			}
+		}
+	}
 	if err != nil || !created {
 		end()
 		return run, created, nil, err
@@ -139,7 +161,10 @@ func (inv *Invoker) sendEvent(ctx context.Context, tx pgx.Tx, n journal.NewEvent
 	if ev.Resumed, err = journal.ResumeWaiters(ctx, tx, ev); err != nil {
 		return nil, false, err
 	}
-	jobs := make([]river.InsertManyParams, 0, len(ev.Runs)+len(ev.Resumed))
+	jobs, err := deadlineJobs(ctx, tx, ev.Runs)
+	if err != nil {
+		return nil, false, err
+	}
 	for _, runID := range slices.Concat(ev.Runs, ev.Resumed) {
 		jobs = append(jobs, river.InsertManyParams{Args: InvokeArgs{RunID: runID}})
 	}
@@ -239,7 +264,7 @@ func (inv *Invoker) DeleteSchedule(ctx context.Context, db *journal.TenantDB, na
 // RegisterFunction stores a new revision of a function of db's tenant, whose config
 // raw was checked (ParseConfig, Limits.CheckConfig).
 func (inv *Invoker) RegisterFunction(ctx context.Context, db *journal.TenantDB, name, url string, raw json.RawMessage, fc FunctionConfig) (*journal.Function, error) {
-	fn, err := journal.RegisterFunction(ctx, db, db.Tenant(), name, url, raw, fc.Timeout)
+	fn, err := journal.RegisterFunction(ctx, db, db.Tenant(), name, url, raw, fc.Timeout, fc.RunTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("register function %s: %w", name, err)
 	}

@@ -58,3 +58,55 @@ func CancelRun(ctx context.Context, db DB, tenant, id string, by Identity) (*Run
 	}
 	return run, ErrFinished
 }
+
+// ErrorTypeDeadline is the error type of a run failed by ExceedDeadline.
+const ErrorTypeDeadline = "deadline_exceeded"
+
+// ExceedDeadline fails the run with an error of type ErrorTypeDeadline if its deadline
+// has passed on the database clock and it has not ended, whatever it is doing: queued,
+// scheduled, suspended (its run_wait rows are deleted, as CancelRun does) or running
+// (its invocation number is bumped and its status changes, so its checkpoints and
+// answer get ErrSuperseded). A child run's end is journaled in a parent waiting for it,
+// which becomes due now (see Finish): the caller enqueues the parent's job in the same
+// transaction. A waiter's mark notifies NotifyChannel, a watch EventChannel. It works by
+// run id, for any tenant (it is the invoker's deadline job).
+//
+// It returns the failed run; ErrFinished when the run has ended; ErrNotDue with the
+// run when its deadline has not come (or it has none); ErrNotFound when it is gone.
+func ExceedDeadline(ctx context.Context, db DB, id string) (*Run, error) {
+	rows, _ := db.Query(ctx, `
+		WITH u AS (
+			UPDATE stepgate.run SET status = 'failed',
+				error = jsonb_build_object('type', $2::text, 'message',
+					'the run passed its deadline of ' || to_char(deadline AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')),
+				invocation = invocation + 1, lease_until = NULL,
+				wake_at = NULL, awaiting = NULL, finished_at = now()
+			WHERE id = $1 AND deadline <= now() AND status IN ('scheduled', 'queued', 'running', 'suspended')
+			RETURNING `+runColumns+`, notify
+		), waits AS (
+			DELETE FROM stepgate.run_wait w USING u WHERE w.run_id = u.id
+		), notified AS (
+			SELECT pg_notify('`+NotifyChannel+`', id::text) FROM u WHERE notify
+		)
+		SELECT `+runColumns+` FROM u, (SELECT count(*) FROM notified) notified_count`,
+		id, ErrorTypeDeadline)
+	run, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Run])
+	if err == nil {
+		return run, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("fail run %s past its deadline: %w", id, err)
+	}
+	rows, _ = db.Query(ctx, `SELECT `+runColumns+` FROM stepgate.run WHERE id = $1`, id)
+	run, err = pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Run])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get run %s: %w", id, err)
+	}
+	if run.Status.Terminal() {
+		return run, ErrFinished
+	}
+	return run, ErrNotDue
+}

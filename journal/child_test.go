@@ -202,7 +202,7 @@ func TestChildRuns(t *testing.T) {
 		t.Parallel()
 		ctx, tx, tenant := t.Context(), pgtest.Tx(t), newTenant()
 		_, err := journal.RegisterFunction(ctx, tx, tenant, "child", "http://127.0.0.1:1/child",
-			json.RawMessage(`{"invoke_roles":["billing"]}`), time.Minute)
+			json.RawMessage(`{"invoke_roles":["billing"]}`), time.Minute, 0)
 		require.NoError(t, err)
 		mustRegister(t, tx, tenant, "parent")
 		for _, check := range []bool{true, false} {

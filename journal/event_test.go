@@ -17,7 +17,7 @@ import (
 // mustRegisterWith registers a revision of tenant's function name with config.
 func mustRegisterWith(t *testing.T, db journal.DB, tenant, name, config string) {
 	t.Helper()
-	_, err := journal.RegisterFunction(t.Context(), db, tenant, name, "http://127.0.0.1:1/"+name, json.RawMessage(config), time.Minute)
+	_, err := journal.RegisterFunction(t.Context(), db, tenant, name, "http://127.0.0.1:1/"+name, json.RawMessage(config), time.Minute, 0)
 	require.NoError(t, err)
 }
 

@@ -38,8 +38,10 @@ const functionColumns = `r.tenant, r.name, r.revision, r.url, r.config, r.create
 // RegisterFunction stores a new revision of the function (1 for a new name, else the
 // highest revision so far plus one, even after a delete) and makes it current.
 // Concurrent registrations of one name are serialized; each gets its own revision.
-// The caller has validated config; timeout is its invocation timeout, defaults applied.
-func RegisterFunction(ctx context.Context, db DB, tenant, name, url string, config json.RawMessage, timeout time.Duration) (*Function, error) {
+// The caller has validated config; timeout is its invocation timeout, defaults applied,
+// and runTimeout its run_timeout (0 for none), from which each run of the revision gets
+// its deadline (see CreateRun).
+func RegisterFunction(ctx context.Context, db DB, tenant, name, url string, config json.RawMessage, timeout, runTimeout time.Duration) (*Function, error) {
 	if len(config) == 0 {
 		config = json.RawMessage(`{}`)
 	}
@@ -51,8 +53,8 @@ func RegisterFunction(ctx context.Context, db DB, tenant, name, url string, conf
 	var fn *Function
 	b.Queue(`
 		WITH r AS (
-			INSERT INTO stepgate.function_revision (tenant, name, revision, url, config, timeout_ms)
-			SELECT $1, $2, coalesce(max(revision), 0) + 1, $3, $4, $5
+			INSERT INTO stepgate.function_revision (tenant, name, revision, url, config, timeout_ms, run_timeout_ms)
+			SELECT $1, $2, coalesce(max(revision), 0) + 1, $3, $4, $5, nullif($6::bigint, 0)
 			FROM stepgate.function_revision WHERE tenant = $1 AND name = $2
 			RETURNING *
 		), cur AS (
@@ -60,7 +62,7 @@ func RegisterFunction(ctx context.Context, db DB, tenant, name, url string, conf
 			SELECT tenant, name, revision FROM r
 			ON CONFLICT (tenant, name) DO UPDATE SET revision = excluded.revision
 		)
-		SELECT `+functionColumns+` FROM r`, tenant, name, url, config, timeout.Milliseconds()).
+		SELECT `+functionColumns+` FROM r`, tenant, name, url, config, timeout.Milliseconds(), runTimeout.Milliseconds()).
 		Query(func(rows pgx.Rows) error {
 			var err error
 			fn, err = pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Function])

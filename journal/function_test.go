@@ -22,7 +22,7 @@ func TestRegisterFunction(t *testing.T) {
 		ctx, tx, tenant := t.Context(), pgtest.Tx(t), newTenant()
 		for i := 1; i <= 3; i++ {
 			fn, err := journal.RegisterFunction(ctx, tx, tenant, "f", fmt.Sprintf("http://f/%d", i),
-				json.RawMessage(fmt.Sprintf(`{"timeout":"%ds"}`, i)), time.Duration(i)*time.Second)
+				json.RawMessage(fmt.Sprintf(`{"timeout":"%ds"}`, i)), time.Duration(i)*time.Second, 0)
 			require.NoError(t, err)
 			require.Equal(t, i, fn.Revision)
 			require.Equal(t, tenant, fn.Tenant)
@@ -118,7 +118,7 @@ func TestRegisterFunction(t *testing.T) {
 		for i := range n {
 			wg.Go(func() {
 				<-start
-				fn, err := journal.RegisterFunction(ctx, db, tenant, "f", fmt.Sprintf("http://f/%d", i), nil, time.Second)
+				fn, err := journal.RegisterFunction(ctx, db, tenant, "f", fmt.Sprintf("http://f/%d", i), nil, time.Second, 0)
 				errs[i] = err
 				if err == nil {
 					revs[i] = fn.Revision

@@ -30,7 +30,7 @@ func newID() string { return uuid.NewString() }
 // mustRegister registers a revision of tenant's function name with a one-minute timeout.
 func mustRegister(tb testing.TB, db journal.DB, tenant, name string) *journal.Function {
 	tb.Helper()
-	fn, err := journal.RegisterFunction(tb.Context(), db, tenant, name, "http://127.0.0.1:1/"+name, nil, time.Minute)
+	fn, err := journal.RegisterFunction(tb.Context(), db, tenant, name, "http://127.0.0.1:1/"+name, nil, time.Minute, 0)
 	if err != nil {
 		tb.Fatal(err)
 	}

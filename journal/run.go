@@ -38,8 +38,11 @@ type Run struct {
 	Recoveries int        `db:"recoveries"`
 	LeaseUntil *time.Time `db:"lease_until"`
 	// Awaiting is what a suspended run waits for; nil otherwise.
-	Awaiting   *Awaiting  `db:"awaiting"`
-	WakeAt     *time.Time `db:"wake_at"`
+	Awaiting *Awaiting  `db:"awaiting"`
+	WakeAt   *time.Time `db:"wake_at"`
+	// Deadline is when the run fails with ErrorTypeDeadline if it has not ended; nil
+	// for none. See CreateRun and ExceedDeadline.
+	Deadline   *time.Time `db:"deadline"`
 	CreatedAt  time.Time  `db:"created_at"`
 	StartedAt  *time.Time `db:"started_at"`
 	FinishedAt *time.Time `db:"finished_at"`
@@ -47,7 +50,7 @@ type Run struct {
 
 const runColumns = `id, tenant, function, revision, status, input, output, error, identity,
 	idempotency_key, parent_id, parent_seq, parent_name, rerun_of, cancelled_by, detached, attempts, invocation, failed_invocations, recoveries, lease_until, awaiting,
-	wake_at, created_at, started_at, finished_at`
+	wake_at, deadline, created_at, started_at, finished_at`
 
 // NewRun is what CreateRun needs to start a run.
 type NewRun struct {
@@ -71,6 +74,13 @@ type NewRun struct {
 	// Otherwise it is created queued.
 	Claim bool
 	Lease time.Duration
+	// StartAt, when set, creates the run scheduled (a delayed start): it is due at
+	// StartAt, not at once. Not with Claim.
+	StartAt *time.Time
+	// Deadline, when set, is when the run fails if it has not ended (see ExceedDeadline).
+	// The run's deadline is the earliest of it, the revision's run_timeout from now, and,
+	// for a child run (ParentSeq > 0), its parent's deadline.
+	Deadline *time.Time
 }
 
 // ErrForbidden: the caller's roles may not invoke the function (its invoke_roles).
@@ -108,13 +118,19 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 	}
 	rows, _ := db.Query(ctx, `
 		INSERT INTO stepgate.run (id, tenant, function, revision, status, input, identity,
-			idempotency_key, parent_id, parent_seq, parent_name, rerun_of, detached, attempts, invocation, lease_until, started_at)
+			idempotency_key, parent_id, parent_seq, parent_name, rerun_of, detached, attempts, invocation, lease_until, started_at,
+			wake_at, deadline)
 		SELECT @id, f.tenant, f.name, f.revision,
-			CASE WHEN @claim THEN 'running' ELSE 'queued' END, @input, @identity,
+			CASE WHEN @claim THEN 'running' WHEN @start_at::timestamptz IS NOT NULL THEN 'scheduled' ELSE 'queued' END,
+			@input, @identity,
 			@idempotency_key, @parent_id, @parent_seq, @parent_name, @rerun_of, @detached,
 			CASE WHEN @claim THEN 1 ELSE 0 END, CASE WHEN @claim THEN 1 ELSE 0 END,
 			CASE WHEN @claim THEN now() + make_interval(secs => @lease_seconds) END,
-			CASE WHEN @claim THEN now() END
+			CASE WHEN @claim THEN now() END,
+			@start_at::timestamptz,
+			-- LEAST ignores NULLs: the earliest of the deadlines that are set.
+			LEAST(@deadline::timestamptz, now() + r.run_timeout_ms * interval '1 millisecond',
+				(SELECT p.deadline FROM stepgate.run p WHERE @parent_seq::int IS NOT NULL AND p.id = @parent_id::uuid))
 		FROM stepgate.function f
 		JOIN stepgate.function_revision r USING (tenant, name, revision)
 		WHERE f.tenant = @tenant AND f.name = @function
@@ -125,6 +141,7 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 			"id": n.ID, "tenant": n.Tenant, "function": n.Function, "input": n.Input, "identity": n.Identity,
 			"idempotency_key": key, "parent_id": n.ParentID, "parent_seq": parentSeq, "parent_name": parentName,
 			"rerun_of": n.RerunOf, "detached": n.Detached, "claim": n.Claim, "lease_seconds": n.Lease.Seconds(),
+			"start_at": n.StartAt, "deadline": n.Deadline,
 			"check_roles": !n.Identity.IsAdmin(), "roles": rolesOf(n.Identity),
 		})
 	run, err = pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Run])
@@ -423,4 +440,21 @@ func RevisionOfRun(ctx context.Context, db DB, runID string) (tenant, function s
 		return "", "", 0, fmt.Errorf("load run %s: %w", runID, err)
 	}
 	return tenant, function, revision, nil
+}
+
+// Deadlines returns the deadlines of those of the runs that have one, by run id, any
+// tenant's (the invoker schedules their deadline jobs).
+func Deadlines(ctx context.Context, db DB, ids []string) (map[string]time.Time, error) {
+	rows, _ := db.Query(ctx, `SELECT id::text, deadline FROM stepgate.run WHERE id = ANY($1::uuid[]) AND deadline IS NOT NULL`, ids)
+	out := map[string]time.Time{}
+	var id string
+	var at time.Time
+	_, err := pgx.ForEachRow(rows, []any{&id, &at}, func() error {
+		out[id] = at
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("load deadlines: %w", err)
+	}
+	return out, nil
 }

@@ -58,7 +58,7 @@ func TestCreateRun(t *testing.T) {
 	t.Run("ClaimedRunsWithALease", func(t *testing.T) {
 		t.Parallel()
 		ctx, tx, tenant := t.Context(), pgtest.Tx(t), newTenant()
-		_, err := journal.RegisterFunction(ctx, tx, tenant, "fn", "http://f/", nil, 1500*time.Millisecond)
+		_, err := journal.RegisterFunction(ctx, tx, tenant, "fn", "http://f/", nil, 1500*time.Millisecond, 0)
 		require.NoError(t, err)
 		run := mustCreateRunOf(t, tx, tenant, "fn", claimed, func(n *journal.NewRun) { n.Lease = 250 * time.Millisecond })
 		require.Equal(t, journal.StatusRunning, run.Status)

@@ -26,8 +26,8 @@ type Claim struct {
 	Now time.Time
 }
 
-// ClaimRun claims a due run for a new invocation: a queued run whose backoff has passed
-// or a suspended run whose wake time has come (a run waiting for its child run has
+// ClaimRun claims a due run for a new invocation: a queued run whose backoff has passed,
+// a scheduled run whose start time has come, or a suspended run whose wake time has come (a run waiting for its child run has
 // none until the child ends; see Finish). It bumps the run's invocation number
 // (fencing out any older invocation), leases it for lease, and loads its journal, all in
 // one round trip and one transaction. It returns ErrNotDue when the run is not claimable
@@ -43,7 +43,7 @@ func ClaimRun(ctx context.Context, db DB, runID string, lease time.Duration) (*C
 				wake_at = NULL, awaiting = NULL, started_at = coalesce(started_at, now())
 			WHERE id = $1 AND (
 				(status = 'queued' AND (wake_at IS NULL OR wake_at <= now())) OR
-				(status = 'suspended' AND wake_at <= now()))
+				(status IN ('suspended', 'scheduled') AND wake_at <= now()))
 			RETURNING `+runColumns+`, now() AS db_now
 		), timed_out AS (
 			-- A wait still stored when its run is claimed has timed out (an event that
@@ -662,13 +662,13 @@ func StrandedRuns(ctx context.Context, db DB, grace time.Duration, examine, limi
 	rows, _ := db.Query(ctx, `
 		WITH due AS (
 			SELECT id FROM stepgate.run
-			WHERE (status = 'queued' OR (status = 'suspended' AND wake_at IS NOT NULL))
+			WHERE (status IN ('queued', 'scheduled') OR (status = 'suspended' AND wake_at IS NOT NULL))
 				AND coalesce(wake_at, created_at) < now() - make_interval(secs => $1)
 			ORDER BY coalesce(wake_at, created_at)
 			LIMIT $2
 		)
 		SELECT r.id::text FROM stepgate.run r JOIN due USING (id)
-		WHERE (r.status = 'queued' OR (r.status = 'suspended' AND r.wake_at IS NOT NULL))
+		WHERE (r.status IN ('queued', 'scheduled') OR (r.status = 'suspended' AND r.wake_at IS NOT NULL))
 			AND NOT EXISTS (
 				SELECT 1 FROM river_job j
 				WHERE j.kind = '`+InvokeJobKind+`' AND j.args->>'run_id' = r.id::text AND (
@@ -699,7 +699,7 @@ func UpcomingWakes(ctx context.Context, db DB, after time.Time, within time.Dura
 		WITH c AS (SELECT now() AS now)
 		SELECT w.id, w.at, c.now FROM c LEFT JOIN LATERAL (
 			SELECT id::text AS id, wake_at AS at FROM stepgate.run
-			WHERE (status = 'queued' OR (status = 'suspended' AND wake_at IS NOT NULL))
+			WHERE (status IN ('queued', 'scheduled') OR (status = 'suspended' AND wake_at IS NOT NULL))
 				AND coalesce(wake_at, created_at) > greatest($1, c.now)
 				AND coalesce(wake_at, created_at) <= c.now + make_interval(secs => $2)
 				AND wake_at IS NOT NULL

@@ -43,6 +43,7 @@ func (e AnswerStatus) Valid() bool {
 // Defines values for AwaitType.
 const (
 	AwaitTypeAwaitCallback AwaitType = "await_callback"
+	AwaitTypeContinue      AwaitType = "continue"
 	AwaitTypeInvoke        AwaitType = "invoke"
 	AwaitTypeReceive       AwaitType = "receive"
 	AwaitTypeRetry         AwaitType = "retry"
@@ -55,6 +56,8 @@ const (
 func (e AwaitType) Valid() bool {
 	switch e {
 	case AwaitTypeAwaitCallback:
+		return true
+	case AwaitTypeContinue:
 		return true
 	case AwaitTypeInvoke:
 		return true
@@ -476,6 +479,13 @@ type AttemptFailure struct {
 // the mailbox) is journaled at once, the first in `of` order; the others are not
 // stored, and a message is taken from the mailbox only if its receive is the one
 // chosen. A callback resolved after another alternative came is a 409.
+//
+// `continue`: the function stopped early, at a step boundary, to stay under its
+// platform's time limit (its config's `max_invocation_duration`); `seq` is the
+// journal's next seq and `name` is `continue`. The gateway journals nothing and calls
+// the run again at once, with the journal so far. The invocation must have journaled
+// at least one entry (`seq` past the journal's next seq when it began), or the run
+// fails (`bad_answer`).
 type Await struct {
 	Attempt *int `json:"attempt,omitempty"`
 
@@ -717,9 +727,21 @@ type FunctionConfig struct {
 	// this function, besides needing `runs:invoke`.
 	InvokeRoles *[]string `json:"invoke_roles,omitempty"`
 
+	// MaxInvocationDuration The longest one invocation may run before the SDK suspends the run at the next
+	// step boundary (`continue`), to stay under a serverless platform's time limit;
+	// the gateway calls again at once. Read by the SDK (`functions.MaxInvocationDuration`),
+	// shown here; at least `100ms`, at most `timeout`.
+	MaxInvocationDuration *Duration `json:"max_invocation_duration,omitempty"`
+
 	// Retries Exponential backoff with jitter: the wait after failed attempt n is a random
 	// duration between half and all of min(max_interval, initial_interval * 2^(n-1)).
 	Retries *RetryPolicy `json:"retries,omitempty"`
+
+	// RunTimeout How long a run may take in all, from its creation: each run gets the deadline
+	// `created_at + run_timeout` (or its own, earlier, `deadline`), past which it fails
+	// with error type `deadline_exceeded` whatever it is doing. From `1s` to 10 years;
+	// none by default.
+	RunTimeout *Duration `json:"run_timeout,omitempty"`
 
 	// Timeout How long one invocation may take. Defaults to 5m.
 	Timeout *Duration `json:"timeout,omitempty"`
@@ -854,6 +876,13 @@ type InvocationAnswer struct {
 	// the mailbox) is journaled at once, the first in `of` order; the others are not
 	// stored, and a message is taken from the mailbox only if its receive is the one
 	// chosen. A callback resolved after another alternative came is a 409.
+	//
+	// `continue`: the function stopped early, at a step boundary, to stay under its
+	// platform's time limit (its config's `max_invocation_duration`); `seq` is the
+	// journal's next seq and `name` is `continue`. The gateway journals nothing and calls
+	// the run again at once, with the journal so far. The invocation must have journaled
+	// at least one entry (`seq` past the journal's next seq when it began), or the run
+	// fails (`bad_answer`).
 	Await *Await     `json:"await,omitempty"`
 	Error *ErrorInfo `json:"error,omitempty"`
 
@@ -1077,6 +1106,9 @@ type Run struct {
 	CancelledBy *Identity `json:"cancelled_by,omitempty"`
 	CreatedAt   time.Time `json:"created_at"`
 
+	// Deadline When the run fails with error type `deadline_exceeded` if it has not ended: the earliest of the `deadline` (or `timeout`) it was started with, its function's `run_timeout` from its creation, and its parent's deadline for a child run.
+	Deadline *time.Time `json:"deadline,omitempty"`
+
 	// Detached A child run started detached: cancelling its parent does not cancel it. Absent for the others.
 	Detached       *bool      `json:"detached,omitempty"`
 	Error          *ErrorInfo `json:"error,omitempty"`
@@ -1112,7 +1144,7 @@ type Run struct {
 	StartedAt *time.Time `json:"started_at,omitempty"`
 	Status    RunStatus  `json:"status"`
 
-	// WakeAt When a suspended or retrying run is due next.
+	// WakeAt When a suspended or retrying run is due next, or a scheduled run starts.
 	WakeAt *time.Time `json:"wake_at,omitempty"`
 }
 
@@ -1127,6 +1159,9 @@ type RunDetail struct {
 	// CancelledBy Who cancelled the run.
 	CancelledBy *Identity `json:"cancelled_by,omitempty"`
 	CreatedAt   time.Time `json:"created_at"`
+
+	// Deadline When the run fails with error type `deadline_exceeded` if it has not ended: the earliest of the `deadline` (or `timeout`) it was started with, its function's `run_timeout` from its creation, and its parent's deadline for a child run.
+	Deadline *time.Time `json:"deadline,omitempty"`
 
 	// Detached A child run started detached: cancelling its parent does not cancel it. Absent for the others.
 	Detached       *bool            `json:"detached,omitempty"`
@@ -1168,7 +1203,7 @@ type RunDetail struct {
 	StartedAt *time.Time `json:"started_at,omitempty"`
 	Status    RunStatus  `json:"status"`
 
-	// WakeAt When a suspended or retrying run is due next.
+	// WakeAt When a suspended or retrying run is due next, or a scheduled run starts.
 	WakeAt *time.Time `json:"wake_at,omitempty"`
 }
 
@@ -1475,7 +1510,23 @@ type ListEventsParams struct {
 // StartRunParams defines parameters for StartRun.
 type StartRunParams struct {
 	// Wait How long to wait for the result, as a Go duration (`30s`, `2m`); at most `15m`.
-	Wait           *Wait   `form:"wait,omitempty" json:"wait,omitempty"`
+	Wait *Wait `form:"wait,omitempty" json:"wait,omitempty"`
+
+	// StartAt Start the run at this time (RFC 3339), not at once: it is created `scheduled`
+	// and queued then. At most 1 year from now; a time past is now. Not with `delay`
+	// nor `wait`.
+	StartAt *time.Time `form:"start_at,omitempty" json:"start_at,omitempty"`
+
+	// Delay Start the run after this Go duration (`10s`, `2h`), at most `8760h` (1 year). Not with `start_at` nor `wait`.
+	Delay *string `form:"delay,omitempty" json:"delay,omitempty"`
+
+	// Deadline Fail the run with error type `deadline_exceeded` if it has not ended by this
+	// time (RFC 3339), whatever it is doing. In the future, at most 10 years from now;
+	// the function's `run_timeout` may make it earlier. Not with `timeout`.
+	Deadline *time.Time `form:"deadline,omitempty" json:"deadline,omitempty"`
+
+	// Timeout The run's deadline as a Go duration from now (`1h`), from `1s` to 10 years. Not with `deadline`.
+	Timeout        *string `form:"timeout,omitempty" json:"timeout,omitempty"`
 	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3906,6 +3957,54 @@ func NewStartRunRequestWithBody(server string, name FunctionName, params *StartR
 		if params.Wait != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "wait", *params.Wait, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.StartAt != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "start_at", *params.StartAt, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Delay != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "delay", *params.Delay, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Deadline != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "deadline", *params.Deadline, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Timeout != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "timeout", *params.Timeout, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {

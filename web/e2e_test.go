@@ -638,6 +638,16 @@ func TestDashboard(t *testing.T) {
 		t.Logf("screenshot: %s", b.screenshot("run-approved-first-of"))
 	})
 
+	t.Run("ScheduledRunShowsItsStartAndDeadline", func(t *testing.T) {
+		b.use(t)
+		id := start(t, c, "hello", `{"name":"later"}`, &protocol.StartRunParams{Delay: new("1h"), Timeout: new("2h")})
+		b.do("open the scheduled run", 10*time.Second, chromedp.Navigate(s.URL+"/#/runs/"+id))
+		b.visible("it is scheduled", runStatus("scheduled"))
+		require.Contains(t, b.text("what it waits on", "[data-testid=waiting]"), "Scheduled to start")
+		b.visible("its deadline", "[data-testid=deadline]")
+		t.Logf("screenshot: %s", b.screenshot("run-scheduled"))
+	})
+
 	t.Run("ALinkForAnotherTenantAsksFirst", func(t *testing.T) {
 		b.use(t)
 		mallory := s.NewToken(t, auth.Identity{Subject: "mallory", Tenant: "evil", Roles: []string{"admin"}})

@@ -156,6 +156,21 @@ func TestParseInvoke(t *testing.T) {
 		})
 	}
 
+	t.Run("StartAndDeadline", func(t *testing.T) {
+		t.Parallel()
+		c, _, _ := newTestCLI(nil, "")
+		o, err := c.parseInvoke([]string{"hello", "--delay", "10s", "--deadline", "2030-01-02T03:04:05Z"})
+		require.NoError(t, err)
+		require.Equal(t, "10s", o.delay)
+		require.Equal(t, time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC), *o.deadline)
+		o, err = c.parseInvoke([]string{"hello", "--start-at", "2030-01-02T03:04:05Z", "--timeout", "1h"})
+		require.NoError(t, err)
+		require.Equal(t, "1h", o.timeout)
+		require.Equal(t, time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC), *o.startAt)
+		_, err = c.parseInvoke([]string{"hello", "--deadline", "tomorrow"})
+		require.ErrorContains(t, err, "--deadline \"tomorrow\" is not an RFC 3339 time")
+	})
+
 	t.Run("BadWait", func(t *testing.T) {
 		t.Parallel()
 		c, _, stderr := newTestCLI(nil, "")

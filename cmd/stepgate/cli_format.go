@@ -222,6 +222,9 @@ func writeRunDetail(w io.Writer, r *protocol.RunDetail, loc *time.Location) erro
 	if r.WakeAt != nil {
 		fmt.Fprintf(tw, "wakes at\t%s\n", formatTimeMillis(r.WakeAt, loc))
 	}
+	if r.Deadline != nil {
+		fmt.Fprintf(tw, "deadline\t%s\n", formatTimeMillis(r.Deadline, loc))
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}

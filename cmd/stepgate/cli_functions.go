@@ -14,11 +14,13 @@ const requestTimeout = 30 * time.Second
 
 // functionsRegister runs "stepgate functions register NAME --url URL".
 func (c *cli) functionsRegister(ctx context.Context, args []string) error {
-	fs := c.newFlagSet("functions register", "NAME --url URL [--timeout 30s] [--max-attempts N] [--gateway URL]")
+	fs := c.newFlagSet("functions register", "NAME --url URL [--timeout 30s] [--run-timeout 1h] [--max-invocation-duration 50s] [--max-attempts N] [--gateway URL]")
 	cf := addClientFlags(fs, false)
 	fnURL := fs.String("url", "", "the function's http(s) `URL`, where the gateway POSTs invocations (required)")
 	timeout := fs.Duration("timeout", 0, "how long one invocation may take (gateway default 5m)")
 	maxAttempts := fs.Int("max-attempts", 0, "invocation attempts in all, the first included (gateway default 3)")
+	runTimeout := fs.Duration("run-timeout", 0, "how long a whole run may take from its creation: its deadline (default none)")
+	maxInvocation := fs.Duration("max-invocation-duration", 0, "what the SDK allows one invocation before it continues in a new one (default none)")
 	pos, err := parseCommand(fs, args, "NAME")
 	if err != nil {
 		return err
@@ -27,12 +29,18 @@ func (c *cli) functionsRegister(ctx context.Context, args []string) error {
 	if *fnURL == "" {
 		return usagef("functions register: missing --url, the function's URL")
 	}
-	if *timeout < 0 || *maxAttempts < 0 {
-		return usagef("functions register: --timeout and --max-attempts must not be negative")
+	if *timeout < 0 || *maxAttempts < 0 || *runTimeout < 0 || *maxInvocation < 0 {
+		return usagef("functions register: --timeout, --run-timeout, --max-invocation-duration and --max-attempts must not be negative")
 	}
 	reg := protocol.FunctionRegistration{URL: *fnURL}
-	if *timeout > 0 || *maxAttempts > 0 {
+	if *timeout > 0 || *maxAttempts > 0 || *runTimeout > 0 || *maxInvocation > 0 {
 		reg.Config = &protocol.FunctionConfig{}
+		if *runTimeout > 0 {
+			reg.Config.RunTimeout = new(runTimeout.String())
+		}
+		if *maxInvocation > 0 {
+			reg.Config.MaxInvocationDuration = new(maxInvocation.String())
+		}
 		if *timeout > 0 {
 			t := timeout.String()
 			reg.Config.Timeout = &t

@@ -62,22 +62,44 @@ type invokeOptions struct {
 	data           string
 	wait           time.Duration
 	idempotencyKey string
+	delay          string     // a delayed start, a duration
+	startAt        *time.Time // a delayed start, a time
+	timeout        string     // the run's deadline, from now
+	deadline       *time.Time // the run's deadline
 }
 
 // parseInvoke parses "invoke NAME [--data ...] [--wait [DURATION]]
 // [--idempotency-key K]" with flags anywhere.
 func (c *cli) parseInvoke(args []string) (*invokeOptions, error) {
-	fs := c.newFlagSet("invoke", "NAME [--data JSON | --data @FILE | <FILE] [--wait [DURATION]] [--idempotency-key KEY]")
+	fs := c.newFlagSet("invoke", "NAME [--data JSON | --data @FILE | <FILE] [--wait [DURATION]] [--idempotency-key KEY] [--delay DURATION | --start-at TIME] [--timeout DURATION | --deadline TIME]")
 	o := &invokeOptions{client: addClientFlags(fs, true)}
 	fs.StringVar(&o.data, "data", "", "the run's input: `JSON`, @FILE, or - for standard input (default: standard input if piped, else {})")
 	var wait waitFlag
 	fs.Var(&wait, "wait", "wait for the result, up to `DURATION` (30s when given alone; the gateway allows up to 15m)")
 	fs.StringVar(&o.idempotencyKey, "idempotency-key", "", "start at most one run per `KEY` (per tenant and function)")
+	fs.StringVar(&o.delay, "delay", "", "start the run after `DURATION` (at most 8760h), scheduled until then")
+	var startAt, deadline string
+	fs.StringVar(&startAt, "start-at", "", "start the run at `TIME` (RFC 3339), scheduled until then")
+	fs.StringVar(&o.timeout, "timeout", "", "fail the run (deadline_exceeded) if it has not ended after `DURATION`")
+	fs.StringVar(&deadline, "deadline", "", "fail the run (deadline_exceeded) if it has not ended by `TIME` (RFC 3339)")
 	pos, err := parseCommand(fs, joinOptionalValue(args, "wait", isDuration), "NAME")
 	if err != nil {
 		return nil, err
 	}
 	o.name, o.wait = pos[0], wait.d
+	for _, f := range []struct {
+		flag, value string
+		out         **time.Time
+	}{{"start-at", startAt, &o.startAt}, {"deadline", deadline, &o.deadline}} {
+		if f.value == "" {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339, f.value)
+		if err != nil {
+			return nil, fmt.Errorf("--%s %q is not an RFC 3339 time such as 2026-12-01T09:00:00Z", f.flag, f.value)
+		}
+		*f.out = &t
+	}
 	return o, nil
 }
 
@@ -144,6 +166,13 @@ func (c *cli) invoke(ctx context.Context, args []string) error {
 	if o.idempotencyKey != "" {
 		params.IdempotencyKey = &o.idempotencyKey
 	}
+	if o.delay != "" {
+		params.Delay = &o.delay
+	}
+	if o.timeout != "" {
+		params.Timeout = &o.timeout
+	}
+	params.StartAt, params.Deadline = o.startAt, o.deadline
 	ctx, cancel := context.WithTimeout(ctx, o.wait+requestTimeout)
 	defer cancel()
 	resp, err := cl.StartRunWithBodyWithResponse(ctx, o.name, params, "application/json", bytes.NewReader(input))

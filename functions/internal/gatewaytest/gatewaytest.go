@@ -357,6 +357,8 @@ func (g *Gateway) Run(url, runID, function, input string, maxAttempts int) (Resp
 			if code, msg := g.Append(runID, protocol.JournalEntry{Seq: aw.Seq, Kind: protocol.EntryKindSleep, Name: aw.Name, Until: &until}); code != http.StatusOK {
 				g.tb.Fatalf("run %s: journal sleep: %s", runID, msg)
 			}
+		case r.Answer.Await.Type == protocol.AwaitTypeContinue:
+			// Nothing to journal: call again at once.
 		case r.Answer.Await.Type == protocol.AwaitTypeRetry:
 			aw := r.Answer.Await
 			attempts[strconv.Itoa(aw.Seq)] = *aw.Attempt + 1

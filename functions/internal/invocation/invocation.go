@@ -95,6 +95,13 @@ type State struct {
 	stop    *Stop
 	places  map[place]int // chunks written per stream and place, see StreamPlace
 	undos   []Undo        // registered compensations, oldest first
+
+	// budget, when positive, is how long the invocation may run before it answers a
+	// continue at a step boundary (see SetBudget); started is when it began, and fresh
+	// counts the entries it has started that the journal did not hold.
+	budget  time.Duration
+	started time.Time
+	fresh   int
 }
 
 // Undo is a compensation registered by step.Compensate: Name, and what it runs.
@@ -122,6 +129,17 @@ func (s *State) TakeUndos() []Undo {
 	return out
 }
 
+// SetBudget makes the invocation stop at the first step boundary once four fifths of d
+// have passed since it began, answering a continue await, so that it ends before a
+// platform's time limit d with a margin for the answer (see [State.Next]). A new step is
+// always started if the invocation has started none yet, so every invocation makes
+// progress.
+func (s *State) SetBudget(d time.Duration) {
+	s.mu.Lock()
+	s.budget = d
+	s.mu.Unlock()
+}
+
 // place is where a function writes to a stream: in the step at seq on attempt, or
 // between steps (attempt 0, before the entry at seq).
 type place struct {
@@ -134,7 +152,7 @@ type ctxKey struct{}
 // New returns the state of an invocation of req. reqCtx bounds checkpoints; cancel
 // cancels the context given to user code when the invocation stops.
 func New(reqCtx context.Context, req *protocol.InvocationRequest, client *http.Client, cancel context.CancelCauseFunc) *State {
-	s := &State{Req: req, reqCtx: reqCtx, cancel: cancel, client: client, journal: req.Journal}
+	s := &State{Req: req, reqCtx: reqCtx, cancel: cancel, client: client, journal: req.Journal, started: time.Now()}
 	for i := range req.Journal {
 		if req.Journal[i].Seq != i+1 {
 			s.bySeq = make(map[int]*protocol.JournalEntry, len(req.Journal))
@@ -256,6 +274,15 @@ func (s *State) Next(kind protocol.EntryKind, name string) (int, *protocol.Journ
 	if e != nil && (e.Kind != kind || e.Name != name) {
 		msg := fmt.Sprintf("step %d: code asks for %s %q but the journal holds %s %q", seq, kind, name, e.Kind, e.Name)
 		return 0, nil, s.Halt(Failed("nondeterminism", msg))
+	}
+	if e == nil {
+		s.mu.Lock()
+		over := s.budget > 0 && s.fresh > 0 && time.Since(s.started) >= s.budget-s.budget/5
+		s.fresh++
+		s.mu.Unlock()
+		if over {
+			return 0, nil, s.Halt(Suspended(&protocol.Await{Type: protocol.AwaitTypeContinue, Seq: seq, Name: "continue"}))
+		}
 	}
 	return seq, e, nil
 }

@@ -303,6 +303,34 @@ func (w *ServerInterfaceWrapper) StartRun(ctx echo.Context) error {
 		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter wait: %s", err))
 	}
 
+	// ------------- Optional query parameter "start_at" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "start_at", ctx.QueryParams(), &params.StartAt, runtime.BindQueryParameterOptions{Type: "string", Format: "date-time"})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter start_at: %s", err))
+	}
+
+	// ------------- Optional query parameter "delay" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "delay", ctx.QueryParams(), &params.Delay, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter delay: %s", err))
+	}
+
+	// ------------- Optional query parameter "deadline" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "deadline", ctx.QueryParams(), &params.Deadline, runtime.BindQueryParameterOptions{Type: "string", Format: "date-time"})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter deadline: %s", err))
+	}
+
+	// ------------- Optional query parameter "timeout" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "timeout", ctx.QueryParams(), &params.Timeout, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter timeout: %s", err))
+	}
+
 	headers := ctx.Request().Header
 	// ------------- Optional header parameter "Idempotency-Key" -------------
 	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {

@@ -1,7 +1,9 @@
 // The facts card: the run's function and revision, its times, attempts, and where it
 // came from (idempotency key, parent, rerun, who cancelled it).
 
-import { h, fmtTime, fmtDateTime, elapsed, shortID } from "../../dom.js";
+import { h, fmtTime, fmtDateTime, elapsed, shortID, countdown } from "../../dom.js";
+
+const ENDED = new Set(["completed", "failed", "cancelled"]);
 
 /**
  * facts returns the facts card of r. fn is the function's current revision ({revision}),
@@ -18,6 +20,11 @@ export function facts(r, fn) {
     ["Duration", r.started_at ? elapsed(r.started_at, r.finished_at) : h("span", { class: "muted" }, "—")],
     ["Attempts", h("span", { class: "num" }, String(r.attempts))],
   ];
+  if (r.deadline) {
+    rows.push(["Deadline", h("span", { "data-testid": "deadline",
+      title: "Past it the run fails with deadline_exceeded, whatever it is doing." }, time(r.deadline),
+      ENDED.has(r.status) ? null : h("span", { class: "muted" }, " (", countdown(r.deadline), ")"))]);
+  }
   if (r.recoveries > 0) {
     rows.push(["Recoveries", h("span", { class: "num", "data-testid": "recoveries",
       title: "Times in a row the run's gateway died, stopped or lost the database during its invocation, " +

@@ -75,6 +75,9 @@ async function reject(a, path) {
 function waitsOn(r) {
   if (r.status === "scheduled") return "Scheduled to start";
   const a = r.awaiting;
+  // Awaiting nothing: a continue (the function stopped early to stay under its time
+  // limit), or a step the gateway gave up on; the run is called again at once.
+  if (!a) return h("span", { "data-testid": "waiting-continue" }, "Due again at once, in a new invocation");
   if (a && a.kind === "wait_any") {
     const out = [];
     (a.of || []).forEach((o, i) => out.push(i ? " or " : "", awaitText(o)));

@@ -1,0 +1,316 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stepgate/stepgate/auth"
+	"github.com/stepgate/stepgate/functions"
+	"github.com/stepgate/stepgate/functions/step"
+	"github.com/stepgate/stepgate/internal/stack"
+	"github.com/stepgate/stepgate/protocol"
+)
+
+// startWith starts a run of name with params and returns its 202 answer.
+func startWith(t *testing.T, c *protocol.ClientWithResponses, name string, params protocol.StartRunParams) protocol.RunResult {
+	t.Helper()
+	resp := startRun(t, c, name, `{}`, &params)
+	require.Equal(t, http.StatusAccepted, resp.StatusCode(), string(resp.Body))
+	return *resp.JSON202
+}
+
+// requireDeadlineExceeded waits until run id has failed past its deadline.
+func requireDeadlineExceeded(t *testing.T, c *protocol.ClientWithResponses, id string) protocol.RunDetail {
+	t.Helper()
+	run := awaitStatus(t, c, id, protocol.RunStatusFailed)
+	require.NotNil(t, run.Error)
+	require.Equal(t, "deadline_exceeded", run.Error.Type, run.Error.Message)
+	require.Contains(t, run.Error.Message, "deadline")
+	require.NotNil(t, run.Deadline)
+	require.Nil(t, run.Awaiting)
+	require.Nil(t, run.WakeAt)
+	return run
+}
+
+// TestDeadlines runs functions past their deadlines through a real gateway: running,
+// suspended, queued, scheduled, from the function's run_timeout, and a child's.
+func TestDeadlines(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	alice := auth.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}}
+	c := s.Client(t, s.NewToken(t, alice))
+	other := s.Client(t, s.NewToken(t, auth.Identity{Subject: "mallory", Tenant: "t2", Roles: []string{"admin"}}))
+
+	app := s.NewApp()
+	functions.Register(app, "sleepy", func(ctx context.Context, _ struct{}) (string, error) {
+		return "woke", step.Sleep(ctx, "nap", time.Hour)
+	})
+	functions.Register(app, "bounded", func(ctx context.Context, _ struct{}) (string, error) {
+		return "woke", step.Sleep(ctx, "nap", time.Hour)
+	}, functions.RunTimeout(time.Second))
+	functions.Register(app, "parent", func(ctx context.Context, _ struct{}) (string, error) {
+		return step.Invoke[string](ctx, "child", "sleepy", nil)
+	})
+	// boss invokes bounded and answers the type of the error it ends with.
+	functions.Register(app, "boss", func(ctx context.Context, _ struct{}) (string, error) {
+		_, err := step.Invoke[string](ctx, "child", "bounded", nil)
+		if se := (*step.Error)(nil); errors.As(err, &se) {
+			return se.Type, nil
+		}
+		return "", err
+	})
+	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
+
+	t.Run("ARunningRunIsFencedOut", func(t *testing.T) {
+		t.Parallel()
+		started := make(chan struct{})
+		release := make(chan struct{})
+		late := make(chan [2]int, 1) // the late checkpoint's and the answer's status
+		blocking := &rawFunction{answer: func(req *protocol.InvocationRequest, checkpoint func(string) (int, string)) string {
+			close(started)
+			<-release
+			code, _ := checkpoint(`{"seq":1,"kind":"step","name":"late","output":1}`)
+			late <- [2]int{code}
+			return `{"status":"completed","output":"late"}`
+		}}
+		register(t, s, c, "blocking", blocking, nil)
+		id := startWith(t, c, "blocking", protocol.StartRunParams{Timeout: ptr("1s")}).ID
+		<-started
+		run := requireDeadlineExceeded(t, c, id)
+		close(release)
+		require.Equal(t, http.StatusConflict, (<-late)[0], "the late checkpoint is refused")
+		// Its answer is dropped too: the run stays failed, with nothing journaled.
+		after := getRun(t, c, id)
+		require.Equal(t, protocol.RunStatusFailed, after.Status)
+		require.Equal(t, run.Error.Message, after.Error.Message)
+		require.Empty(t, after.Journal)
+	})
+
+	t.Run("ASuspendedRunFails", func(t *testing.T) {
+		t.Parallel()
+		id := startWith(t, c, "sleepy", protocol.StartRunParams{Timeout: ptr("1s")}).ID
+		requireDeadlineExceeded(t, c, id)
+		// The journaled sleep stays; the run is not invoked again.
+		require.Len(t, getRun(t, c, id).Journal, 1)
+	})
+
+	t.Run("AQueuedRunFails", func(t *testing.T) {
+		t.Parallel()
+		// Its function refuses every call; the retry waits an hour, queued.
+		refusing := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "no", http.StatusServiceUnavailable) })
+		register(t, s, c, "refusing", refusing, &protocol.FunctionConfig{
+			Retries: &protocol.RetryPolicy{MaxAttempts: ptr(5), InitialInterval: ptr("1h"), MaxInterval: ptr("1h")}})
+		deadline := time.Now().Add(2 * time.Second).UTC().Truncate(time.Second)
+		id := startWith(t, c, "refusing", protocol.StartRunParams{Deadline: &deadline}).ID
+		awaitStatus(t, c, id, protocol.RunStatusQueued)
+		run := requireDeadlineExceeded(t, c, id)
+		require.True(t, deadline.Equal(*run.Deadline), "%s != %s", deadline, run.Deadline)
+	})
+
+	t.Run("AScheduledRunFails", func(t *testing.T) {
+		t.Parallel()
+		id := startWith(t, c, "sleepy", protocol.StartRunParams{Delay: ptr("1h"), Timeout: ptr("1s")}).ID
+		run := requireDeadlineExceeded(t, c, id)
+		require.Nil(t, run.StartedAt, "it never started")
+	})
+
+	t.Run("RunTimeoutFromTheConfig", func(t *testing.T) {
+		t.Parallel()
+		res := startWith(t, c, "bounded", protocol.StartRunParams{})
+		run := requireDeadlineExceeded(t, c, res.ID)
+		require.Equal(t, time.Second, run.Deadline.Sub(run.CreatedAt))
+		// An explicit deadline later than the run_timeout does not extend it.
+		res = startWith(t, c, "bounded", protocol.StartRunParams{Timeout: ptr("1h")})
+		run = getRun(t, c, res.ID)
+		require.Equal(t, time.Second, run.Deadline.Sub(run.CreatedAt))
+	})
+
+	t.Run("AChildInheritsItsParentsDeadline", func(t *testing.T) {
+		t.Parallel()
+		deadline := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+		id := startWith(t, c, "parent", protocol.StartRunParams{Deadline: &deadline}).ID
+		parent := waitingOn(t, c, id, protocol.AwaitingKindInvoke)
+		require.NotNil(t, parent.Awaiting.ChildID)
+		child := getRun(t, c, *parent.Awaiting.ChildID)
+		require.NotNil(t, child.Deadline)
+		require.True(t, deadline.Equal(*child.Deadline))
+		// The other tenant sees neither.
+		resp, err := other.GetRunWithResponse(t.Context(), id, nil)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusNotFound, resp.StatusCode())
+	})
+
+	t.Run("AChildPastItsDeadlineWakesItsParent", func(t *testing.T) {
+		t.Parallel()
+		id := startWith(t, c, "boss", protocol.StartRunParams{}).ID
+		res := mustResult(t, c, id)
+		require.Equal(t, protocol.RunStatusCompleted, res.Status)
+		require.JSONEq(t, `"deadline_exceeded"`, string(*res.Output))
+	})
+}
+
+// TestDelayedStart starts runs later through a real gateway.
+func TestDelayedStart(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	c := s.Client(t, s.NewToken(t, auth.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}}))
+	other := s.Client(t, s.NewToken(t, auth.Identity{Subject: "mallory", Tenant: "t2", Roles: []string{"admin"}}))
+	app := s.NewApp()
+	functions.Register(app, "hello", func(ctx context.Context, _ struct{}) (string, error) { return "hi", nil })
+	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
+
+	t.Run("ScheduledThenRuns", func(t *testing.T) {
+		t.Parallel()
+		res := startWith(t, c, "hello", protocol.StartRunParams{Delay: ptr("1s")})
+		require.Equal(t, protocol.RunStatusScheduled, res.Status)
+		run := getRun(t, c, res.ID)
+		require.NotNil(t, run.WakeAt, "its start time")
+		require.Nil(t, run.StartedAt)
+		startAt := *run.WakeAt
+		done := mustResult(t, c, res.ID)
+		require.Equal(t, protocol.RunStatusCompleted, done.Status)
+		run = getRun(t, c, res.ID)
+		require.False(t, run.StartedAt.Before(startAt), "started at its time, not before")
+	})
+
+	t.Run("StartAt", func(t *testing.T) {
+		t.Parallel()
+		at := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+		res := startWith(t, c, "hello", protocol.StartRunParams{StartAt: &at})
+		require.Equal(t, protocol.RunStatusScheduled, res.Status)
+		run := getRun(t, c, res.ID)
+		require.True(t, at.Equal(*run.WakeAt))
+	})
+
+	t.Run("CancelWhileScheduled", func(t *testing.T) {
+		t.Parallel()
+		res := startWith(t, c, "hello", protocol.StartRunParams{Delay: ptr("1h")})
+		// Another tenant can neither see nor cancel it.
+		resp, err := other.CancelRunWithResponse(t.Context(), res.ID)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusNotFound, resp.StatusCode())
+		resp, err = c.CancelRunWithResponse(t.Context(), res.ID)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
+		run := getRun(t, c, res.ID)
+		require.Equal(t, protocol.RunStatusCancelled, run.Status)
+		require.Nil(t, run.WakeAt)
+	})
+
+	t.Run("BadInput", func(t *testing.T) {
+		t.Parallel()
+		past := time.Now().Add(-time.Minute)
+		tooLate := time.Now().Add(11 * 365 * 24 * time.Hour)
+		tooFar := time.Now().Add(400 * 24 * time.Hour)
+		for _, tc := range []struct {
+			params protocol.StartRunParams
+			detail string
+		}{
+			{protocol.StartRunParams{Delay: ptr("soon")}, `delay "soon" is not a duration`},
+			{protocol.StartRunParams{Delay: ptr("9000h")}, "longer than the maximum of 8760h0m0s (1 year)"},
+			{protocol.StartRunParams{StartAt: &tooFar}, "more than the maximum of 8760h0m0s (1 year)"},
+			{protocol.StartRunParams{Delay: ptr("1s"), StartAt: &tooFar}, "start_at and delay cannot both be set"},
+			{protocol.StartRunParams{Delay: ptr("1s"), Wait: ptr("1s")}, "wait cannot be used with a delayed start"},
+			{protocol.StartRunParams{Timeout: ptr("0s")}, `timeout "0s" is not a duration from 1s to 87600h0m0s (10 years)`},
+			{protocol.StartRunParams{Timeout: ptr("100000h")}, "(10 years)"},
+			{protocol.StartRunParams{Deadline: &past}, "is not in the future"},
+			{protocol.StartRunParams{Deadline: &tooLate}, "more than the maximum of 87600h0m0s (10 years)"},
+			{protocol.StartRunParams{Deadline: &tooLate, Timeout: ptr("1h")}, "deadline and timeout cannot both be set"},
+		} {
+			resp := startRun(t, c, "hello", `{}`, &tc.params)
+			require.Equal(t, http.StatusBadRequest, resp.StatusCode(), string(resp.Body))
+			var problem protocol.Problem
+			require.NoError(t, json.Unmarshal(resp.Body, &problem))
+			require.Contains(t, problem.Detail, tc.detail)
+		}
+		for config, detail := range map[string]string{
+			`{"run_timeout":"0s"}`:                             "config.run_timeout",
+			`{"run_timeout":"100000h"}`:                        "(10 years)",
+			`{"max_invocation_duration":"1ms"}`:                "config.max_invocation_duration",
+			`{"timeout":"10s","max_invocation_duration":"1m"}`: "longer than config.timeout",
+		} {
+			code, body := rawRequest(t, "PUT", s.URL+"/v1/functions/cfg", s.NewToken(t, auth.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}}),
+				"application/json", strings.NewReader(fmt.Sprintf(`{"url":"http://127.0.0.1:1/","config":%s}`, config)))
+			require.Equal(t, http.StatusBadRequest, code, "%s: %v", config, body)
+			require.Contains(t, fmt.Sprint(body["detail"]), detail)
+		}
+	})
+}
+
+// TestContinue runs a function of 100 steps that allows itself a short budget per
+// invocation: it stops at step boundaries with a continue and the gateway calls it
+// again at once, so each step runs exactly once, over several invocations.
+func TestContinue(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	c := s.Client(t, s.NewToken(t, auth.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}}))
+	var mu sync.Mutex
+	runs := map[int]int{} // step -> executions
+	invocations := 0
+	app := s.NewApp()
+	functions.Register(app, "long", func(ctx context.Context, _ struct{}) (int, error) {
+		mu.Lock()
+		invocations++
+		mu.Unlock()
+		sum := 0
+		for i := range 100 {
+			n, err := step.Run(ctx, fmt.Sprintf("step-%d", i), func(ctx context.Context) (int, error) {
+				mu.Lock()
+				runs[i]++
+				mu.Unlock()
+				// Work that takes a while: 100 steps take longer than one invocation's budget.
+				time.Sleep(5 * time.Millisecond)
+				return i, nil
+			})
+			if err != nil {
+				return 0, err
+			}
+			sum += n
+		}
+		return sum, nil
+	}, functions.MaxInvocationDuration(200*time.Millisecond))
+	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
+
+	t.Run("AContinueWithoutProgressFailsTheRun", func(t *testing.T) {
+		t.Parallel()
+		stuck := &rawFunction{answer: func(req *protocol.InvocationRequest, _ func(string) (int, string)) string {
+			return fmt.Sprintf(`{"status":"suspended","await":{"type":"continue","seq":%d,"name":"continue"}}`, len(req.Journal)+1)
+		}}
+		register(t, s, c, "stuck", stuck, nil)
+		res := startRun(t, c, "stuck", `{}`, nil)
+		require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
+		require.Equal(t, protocol.RunStatusFailed, res.JSON200.Status)
+		require.Equal(t, "bad_answer", res.JSON200.Error.Type)
+		require.Contains(t, res.JSON200.Error.Message, "journals nothing since the invocation began")
+		require.EqualValues(t, 1, stuck.calls.Load())
+	})
+
+	res := mustComplete(t, c, "long", `{}`)
+	require.JSONEq(t, "4950", string(*res.Output))
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, runs, 100)
+	for i, n := range runs {
+		require.Equal(t, 1, n, "step %d ran %d times", i, n)
+	}
+	// 100 steps of 5ms or more take 500ms; each invocation stops after 160ms.
+	require.GreaterOrEqual(t, invocations, 3)
+	run := getRun(t, c, res.ID)
+	require.Equal(t, invocations, run.Attempts)
+	require.Len(t, run.Journal, 100, "continue journals nothing")
+}
