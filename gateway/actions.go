@@ -77,6 +77,9 @@ func (s *Server) RerunRun(ctx context.Context, req server.RerunRunRequestObject)
 	}
 	run, err := s.inv.RerunRun(ctx, db, n, fromSeq)
 	if re := (*journal.SeqRangeError)(nil); errors.As(err, &re) {
+		if re.Sleeping {
+			return nil, badRequest("from_seq must be between 1 and %d: run %s's sleep at seq %d is not over, so it cannot be copied; got %d", re.Max, old.ID, re.Max, fromSeq)
+		}
 		return nil, badRequest("from_seq must be between 1 and %d, run %s's last seq + 1; got %d", re.Max, old.ID, fromSeq)
 	}
 	if fe := (*journal.ForbiddenError)(nil); errors.As(err, &fe) {

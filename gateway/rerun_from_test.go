@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -123,4 +124,54 @@ func TestRerunFromStep(t *testing.T) {
 		resp := rerun(t, viewer, old.ID, 2)
 		require.Equal(t, http.StatusForbidden, resp.StatusCode(), string(resp.Body))
 	})
+}
+
+// TestPatchAndDeterministicValues journals a patch marker and a time through a real
+// gateway, and replays them after a sleep.
+func TestPatchAndDeterministicValues(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	type result struct {
+		Patched []bool
+		Now     []string
+	}
+	var mu sync.Mutex
+	seen := map[string]*result{}
+	app := s.NewApp()
+	functions.Register(app, "patched", func(ctx context.Context, _ struct{}) (bool, error) {
+		id := functions.RunFrom(ctx).ID
+		p, err := step.Patched(ctx, "fix-rounding")
+		if err != nil {
+			return false, err
+		}
+		now, err := step.Now(ctx, "started")
+		if err != nil {
+			return false, err
+		}
+		mu.Lock()
+		if seen[id] == nil {
+			seen[id] = &result{}
+		}
+		seen[id].Patched = append(seen[id].Patched, p)
+		seen[id].Now = append(seen[id].Now, now.Format("2006-01-02T15:04:05.999999999Z07:00"))
+		mu.Unlock()
+		return p, step.Sleep(ctx, "pause", time.Millisecond)
+	})
+	s.Sync(t, s.ServeApp(t, app))
+	c := s.Client(t, s.Token)
+	res := mustComplete(t, c, "patched", `{}`)
+	require.JSONEq(t, `true`, string(*res.Output))
+	run := getRun(t, c, res.ID)
+	require.Len(t, run.Journal, 3)
+	require.Equal(t, protocol.EntryKindPatch, run.Journal[0].Kind)
+	require.Equal(t, "fix-rounding", run.Journal[0].Name)
+	require.Nil(t, run.Journal[0].Output)
+	require.Equal(t, "started", run.Journal[1].Name)
+
+	mu.Lock()
+	got := *seen[res.ID]
+	mu.Unlock()
+	require.Len(t, got.Patched, 2, "the sleep made a second invocation")
+	require.Equal(t, []bool{true, true}, got.Patched)
+	require.Equal(t, got.Now[0], got.Now[1], "the replay returns the journaled time")
 }

@@ -421,13 +421,18 @@ func RevisionOfRun(ctx context.Context, db DB, runID string) (tenant, function s
 	return tenant, function, revision, nil
 }
 
-// SeqRangeError: a rerun's from_seq is outside 1 to Max, the run's last seq + 1.
+// SeqRangeError: a rerun's from_seq is outside 1 to Max: the run's last seq + 1, or the
+// seq of its first sleep not over yet (Sleeping), which a copy could not replay as done.
 type SeqRangeError struct {
-	RunID string
-	Max   int
+	RunID    string
+	Max      int
+	Sleeping bool
 }
 
 func (e *SeqRangeError) Error() string {
+	if e.Sleeping {
+		return fmt.Sprintf("from_seq must be between 1 and %d (run %s's sleep at seq %d is not over)", e.Max, e.RunID, e.Max)
+	}
 	return fmt.Sprintf("from_seq must be between 1 and %d (run %s's last seq + 1)", e.Max, e.RunID)
 }
 
@@ -435,14 +440,18 @@ func (e *SeqRangeError) Error() string {
 // journal of the run to (just created, with an empty journal), each marked as copied
 // from from, and returns how many it copied. The copies keep their kind, name, outcome,
 // attempt, times and journal bytes, so a replay of to takes the path from took up to
-// before. It returns a *SeqRangeError when before is not between 1 and from's last seq
-// + 1, and ErrNotFound when from is not the tenant's run. Callers own the transaction
+// before. Only finished entries are copied: a sleep whose wake time has not come (a
+// cancelled run's) caps before at its seq. It returns a *SeqRangeError when before is not
+// between 1 and from's last seq + 1 (or that sleep's seq), and ErrNotFound when from is
+// not the tenant's run. Callers own the transaction
 // that created to.
 func CopyEntries(ctx context.Context, db DB, tenant, from, to string, before int) (int, error) {
-	var last *int
+	var last, sleeping *int
 	err := db.QueryRow(ctx, `
-		SELECT (SELECT max(seq) FROM stepgate.journal_entry WHERE run_id = r.id)
-		FROM stepgate.run r WHERE r.id = $1 AND r.tenant = $2`, from, tenant).Scan(&last)
+		SELECT (SELECT max(seq) FROM stepgate.journal_entry WHERE run_id = r.id),
+			(SELECT min(seq) FROM stepgate.journal_entry
+			 WHERE run_id = r.id AND kind = 'sleep' AND wake_at > now())
+		FROM stepgate.run r WHERE r.id = $1 AND r.tenant = $2`, from, tenant).Scan(&last, &sleeping)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, ErrNotFound
 	}
@@ -452,6 +461,13 @@ func CopyEntries(ctx context.Context, db DB, tenant, from, to string, before int
 	limit := 1
 	if last != nil {
 		limit = *last + 1
+	}
+	if sleeping != nil && *sleeping < limit {
+		// A cancelled run's last sleep may not be over: it is journaled when the run
+		// suspends, and a replay takes a journaled sleep as done.
+		if before < 1 || before > *sleeping {
+			return 0, &SeqRangeError{RunID: from, Max: *sleeping, Sleeping: true}
+		}
 	}
 	if before < 1 || before > limit {
 		return 0, &SeqRangeError{RunID: from, Max: limit}
