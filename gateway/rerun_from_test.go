@@ -103,6 +103,15 @@ func TestRerunFromStep(t *testing.T) {
 	require.Equal(t, []string{"a2", "b3", "c3"}, outputOf(t, resp.JSON202.ID))
 	require.Equal(t, []bool{false, false, false}, copied(getRun(t, c, resp.JSON202.ID)))
 
+	t.Run("NoBodyRerunsFromTheStart", func(t *testing.T) {
+		t.Parallel()
+		resp, err := c.RerunRunWithBodyWithResponse(t.Context(), old.ID, "", nil)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusAccepted, resp.StatusCode(), string(resp.Body))
+		id := resp.JSON202.ID
+		require.Len(t, outputOf(t, id), 3)
+		require.Equal(t, []bool{false, false, false}, copied(getRun(t, c, id)))
+	})
 	t.Run("BadSeqIs400NamingTheBound", func(t *testing.T) {
 		t.Parallel()
 		for _, from := range []int{0, -1, 5, 100} {
