@@ -2022,7 +2022,9 @@ type ClientInterface interface {
 	// function's current revision. Copies are taken as they are, child runs' outcomes
 	// (`invoke`) and waits' outcomes included. N is 1 (the same as no body) up to the
 	// old run's last seq + 1 (a rerun that replays every entry and runs the rest of the
-	// code); another N is a 400 naming the bound. Only a finished run can be rerun
+	// code), or up to the seq of a sleep of the old run that is not over (a cancelled
+	// run's: only finished entries are copied); another N is a 400 naming the bound.
+	// Only a finished run can be rerun
 	// from a step, so the copied entries never change under the new run. A copied
 	// `callback` entry keeps its URL, which resolves the old run's callback, not the
 	// new run's: pick N at or before a callback the new run must wait on again.
@@ -2047,7 +2049,9 @@ type ClientInterface interface {
 	// function's current revision. Copies are taken as they are, child runs' outcomes
 	// (`invoke`) and waits' outcomes included. N is 1 (the same as no body) up to the
 	// old run's last seq + 1 (a rerun that replays every entry and runs the rest of the
-	// code); another N is a 400 naming the bound. Only a finished run can be rerun
+	// code), or up to the seq of a sleep of the old run that is not over (a cancelled
+	// run's: only finished entries are copied); another N is a 400 naming the bound.
+	// Only a finished run can be rerun
 	// from a step, so the copied entries never change under the new run. A copied
 	// `callback` entry keeps its URL, which resolves the old run's callback, not the
 	// new run's: pick N at or before a callback the new run must wait on again.
@@ -2959,7 +2963,9 @@ func (c *Client) SendMessage(ctx context.Context, id RunID, body SendMessageJSON
 // function's current revision. Copies are taken as they are, child runs' outcomes
 // (`invoke`) and waits' outcomes included. N is 1 (the same as no body) up to the
 // old run's last seq + 1 (a rerun that replays every entry and runs the rest of the
-// code); another N is a 400 naming the bound. Only a finished run can be rerun
+// code), or up to the seq of a sleep of the old run that is not over (a cancelled
+// run's: only finished entries are copied); another N is a 400 naming the bound.
+// Only a finished run can be rerun
 // from a step, so the copied entries never change under the new run. A copied
 // `callback` entry keeps its URL, which resolves the old run's callback, not the
 // new run's: pick N at or before a callback the new run must wait on again.
@@ -2994,7 +3000,9 @@ func (c *Client) RerunRunWithBody(ctx context.Context, id RunID, contentType str
 // function's current revision. Copies are taken as they are, child runs' outcomes
 // (`invoke`) and waits' outcomes included. N is 1 (the same as no body) up to the
 // old run's last seq + 1 (a rerun that replays every entry and runs the rest of the
-// code); another N is a 400 naming the bound. Only a finished run can be rerun
+// code), or up to the seq of a sleep of the old run that is not over (a cancelled
+// run's: only finished entries are copied); another N is a 400 naming the bound.
+// Only a finished run can be rerun
 // from a step, so the copied entries never change under the new run. A copied
 // `callback` entry keeps its URL, which resolves the old run's callback, not the
 // new run's: pick N at or before a callback the new run must wait on again.
@@ -5559,7 +5567,9 @@ type ClientWithResponsesInterface interface {
 	// function's current revision. Copies are taken as they are, child runs' outcomes
 	// (`invoke`) and waits' outcomes included. N is 1 (the same as no body) up to the
 	// old run's last seq + 1 (a rerun that replays every entry and runs the rest of the
-	// code); another N is a 400 naming the bound. Only a finished run can be rerun
+	// code), or up to the seq of a sleep of the old run that is not over (a cancelled
+	// run's: only finished entries are copied); another N is a 400 naming the bound.
+	// Only a finished run can be rerun
 	// from a step, so the copied entries never change under the new run. A copied
 	// `callback` entry keeps its URL, which resolves the old run's callback, not the
 	// new run's: pick N at or before a callback the new run must wait on again.
@@ -5584,7 +5594,9 @@ type ClientWithResponsesInterface interface {
 	// function's current revision. Copies are taken as they are, child runs' outcomes
 	// (`invoke`) and waits' outcomes included. N is 1 (the same as no body) up to the
 	// old run's last seq + 1 (a rerun that replays every entry and runs the rest of the
-	// code); another N is a 400 naming the bound. Only a finished run can be rerun
+	// code), or up to the seq of a sleep of the old run that is not over (a cancelled
+	// run's: only finished entries are copied); another N is a 400 naming the bound.
+	// Only a finished run can be rerun
 	// from a step, so the copied entries never change under the new run. A copied
 	// `callback` entry keeps its URL, which resolves the old run's callback, not the
 	// new run's: pick N at or before a callback the new run must wait on again.
@@ -8746,7 +8758,9 @@ func (c *ClientWithResponses) SendMessageWithResponse(ctx context.Context, id Ru
 // function's current revision. Copies are taken as they are, child runs' outcomes
 // (`invoke`) and waits' outcomes included. N is 1 (the same as no body) up to the
 // old run's last seq + 1 (a rerun that replays every entry and runs the rest of the
-// code); another N is a 400 naming the bound. Only a finished run can be rerun
+// code), or up to the seq of a sleep of the old run that is not over (a cancelled
+// run's: only finished entries are copied); another N is a 400 naming the bound.
+// Only a finished run can be rerun
 // from a step, so the copied entries never change under the new run. A copied
 // `callback` entry keeps its URL, which resolves the old run's callback, not the
 // new run's: pick N at or before a callback the new run must wait on again.
@@ -8777,7 +8791,9 @@ func (c *ClientWithResponses) RerunRunWithBodyWithResponse(ctx context.Context, 
 // function's current revision. Copies are taken as they are, child runs' outcomes
 // (`invoke`) and waits' outcomes included. N is 1 (the same as no body) up to the
 // old run's last seq + 1 (a rerun that replays every entry and runs the rest of the
-// code); another N is a 400 naming the bound. Only a finished run can be rerun
+// code), or up to the seq of a sleep of the old run that is not over (a cancelled
+// run's: only finished entries are copied); another N is a 400 naming the bound.
+// Only a finished run can be rerun
 // from a step, so the copied entries never change under the new run. A copied
 // `callback` entry keeps its URL, which resolves the old run's callback, not the
 // new run's: pick N at or before a callback the new run must wait on again.

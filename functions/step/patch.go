@@ -2,6 +2,7 @@ package step
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -76,7 +77,7 @@ func patch(ctx context.Context, name string, deprecated bool) (*invocation.State
 		return nil, 0, nil, NonRetryable(fmt.Errorf("step: %w", err))
 	}
 	seq, marker, err := st.Patch(protocol.EntryKindPatch, name, deprecated)
-	if err == ErrNested {
+	if errors.Is(err, ErrNested) {
 		err = NonRetryable(err)
 	}
 	return st, seq, marker, err
