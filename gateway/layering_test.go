@@ -22,6 +22,7 @@ var runWrites = []string{
 	"RenewLeases", "ReapExpiredLeases", "ReleaseLeases", "StrandedRuns",
 	"PutSchedule", "DeleteSchedule", "AdvanceSchedule", "ClaimTick", "TryClaimTick",
 	"RegisterFunction", "DeleteFunction", "Attach", "Watch", "Unwatch", "CreateCallback", "ResolveCallback",
+	"CopyEntries",
 }
 
 // TestGatewayOnlyMapsHTTP keeps the gateway a mapping of HTTP onto the invoker's
