@@ -234,16 +234,15 @@ func (s *State) Next(kind protocol.EntryKind, name string) (int, *protocol.Journ
 	return seq, e, nil
 }
 
-// Patch decides a patch named name where the code reaches it. When the journal holds a
-// patch marker of that name at the next seq, it takes the seq and returns it with the
-// marker (replayed: patched). When the journal holds nothing there, it takes the seq and
-// returns it with a nil marker (new code path: the caller journals the marker). When the
-// journal holds another entry there, written by code from before the patch, it takes no
-// seq and returns 0 (not patched). With only set, the last case is also a nil marker and
-// seq 0, the journal is never exhausted for it: it consumes a marker if there is one
-// (DeprecatePatch). It halts when the invocation has stopped and returns ErrNested inside
-// a step.
-func (s *State) Patch(kind protocol.EntryKind, name string, only bool) (int, *protocol.JournalEntry, error) {
+// Patch decides a patch named name where the code reaches it, looking at the journal's
+// next seq. A patch marker of that name there: it takes the seq and returns it with the
+// marker (a replay of the patched path). Nothing there: it takes the seq and returns it
+// with a nil marker (the run reaches the patch first: the caller journals the marker).
+// Another entry there, written by code from before the patch: it takes no seq and
+// returns 0 (the old path). With consumeOnly (DeprecatePatch) it only ever takes a
+// marker's seq: nothing there returns 0 too. It halts when the invocation has stopped
+// and returns ErrNested inside a step.
+func (s *State) Patch(kind protocol.EntryKind, name string, consumeOnly bool) (int, *protocol.JournalEntry, error) {
 	s.mu.Lock()
 	if s.stop != nil {
 		s.mu.Unlock()
@@ -258,7 +257,7 @@ func (s *State) Patch(kind protocol.EntryKind, name string, only bool) (int, *pr
 	case e != nil && e.Kind == kind && e.Name == name:
 		s.seq++
 		return s.seq, e, nil
-	case e == nil && !only:
+	case e == nil && !consumeOnly:
 		s.seq++
 		return s.seq, nil, nil
 	}
