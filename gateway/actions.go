@@ -38,7 +38,9 @@ func (s *Server) CancelRun(ctx context.Context, req server.CancelRunRequestObjec
 // RerunRun starts a new run of a finished run's function (its current revision) with the
 // finished run's input, as the caller, naming the old run in rerun_of. The caller must be
 // allowed by the revision's invoke_roles, as for any start: a rerun never lends the
-// caller the old run's identity.
+// caller the old run's identity. With from_seq N the new run starts with copies of the
+// old run's entries before N (invoker.RerunRun); N past the old run's last seq + 1 is a
+// 400 naming the bound.
 func (s *Server) RerunRun(ctx context.Context, req server.RerunRunRequestObject) (server.RerunRunResponseObject, error) {
 	if !validRunID(req.ID) {
 		return server.RerunRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.ID)}, nil
@@ -57,6 +59,13 @@ func (s *Server) RerunRun(ctx context.Context, req server.RerunRunRequestObject)
 		return server.RerunRun409ApplicationProblemPlusJSONResponse{ConflictApplicationProblemPlusJSONResponse: conflict(
 			fmt.Sprintf("run %s is %s; only a finished run (completed, failed or cancelled) can be rerun", old.ID, old.Status))}, nil
 	}
+	fromSeq := 1
+	if req.Body != nil && req.Body.FromSeq != nil {
+		fromSeq = *req.Body.FromSeq
+	}
+	if fromSeq < 1 {
+		return nil, badRequest("from_seq must be between 1 and the run's last seq + 1; got %d", fromSeq)
+	}
 	caller := identity(ctx)
 	n := journal.NewRun{
 		ID:       uuid.Must(uuid.NewV7()).String(),
@@ -66,7 +75,13 @@ func (s *Server) RerunRun(ctx context.Context, req server.RerunRunRequestObject)
 		Identity: caller,
 		RerunOf:  &old.ID,
 	}
-	run, _, err := s.inv.StartRun(ctx, db, n)
+	run, err := s.inv.RerunRun(ctx, db, n, fromSeq)
+	if re := (*journal.SeqRangeError)(nil); errors.As(err, &re) {
+		if re.Sleeping {
+			return nil, badRequest("from_seq must be between 1 and %d: run %s's sleep at seq %d is not over, so it cannot be copied; got %d", re.Max, old.ID, re.Max, fromSeq)
+		}
+		return nil, badRequest("from_seq must be between 1 and %d, run %s's last seq + 1; got %d", re.Max, old.ID, fromSeq)
+	}
 	if fe := (*journal.ForbiddenError)(nil); errors.As(err, &fe) {
 		return nil, &problemError{http.StatusForbidden, fmt.Sprintf(
 			"function %s may be invoked only by the roles (%s) or admin; the token's roles (%s) include none of them",
@@ -79,6 +94,6 @@ func (s *Server) RerunRun(ctx context.Context, req server.RerunRunRequestObject)
 	if err != nil {
 		return nil, err
 	}
-	s.log.InfoContext(ctx, "run rerun", "run_id", run.ID, "rerun_of", old.ID, "function", run.Function, "by", caller.Subject)
+	s.log.InfoContext(ctx, "run rerun", "run_id", run.ID, "rerun_of", old.ID, "from_seq", fromSeq, "function", run.Function, "by", caller.Subject)
 	return server.RerunRun202JSONResponse{Body: runToAPI(run, true), Headers: server.RerunRun202ResponseHeaders{Location: resultLocation(run.ID)}}, nil
 }

@@ -9,6 +9,8 @@ import (
 	"net/http"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // jsonBinder decodes every request body as JSON, the only body this API takes. A body
@@ -38,6 +40,9 @@ func (jsonBinder) Bind(i any, c echo.Context) error {
 		return nil
 	}
 	if len(body) == 0 {
+		if optionalBody(i) {
+			return io.EOF // the strict handler passes a nil body on
+		}
 		return badRequest("request body is required (JSON)")
 	}
 	if !json.Valid(body) {
@@ -49,4 +54,14 @@ func (jsonBinder) Bind(i any, c echo.Context) error {
 		return badRequest("request body does not match the expected shape: %v", err)
 	}
 	return nil
+}
+
+// optionalBody reports whether i is the body of an operation whose requestBody is not
+// required in openapi.yaml, so that an empty body means "none" rather than a 400.
+func optionalBody(i any) bool {
+	switch i.(type) {
+	case *protocol.RerunRunJSONRequestBody:
+		return true
+	}
+	return false
 }

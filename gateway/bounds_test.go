@@ -178,7 +178,7 @@ func TestCheckpointRefusals(t *testing.T) {
 		{400, "name"},
 		{400, "error.message"},
 		{400, "seq 3 is not the journal's next (seq 2 is not journaled)"},
-		{400, `kind "step", "event", "value", "send" or "callback", not "sleep"`},
+		{400, `kind "step", "event", "value", "send", "callback" or "patch", not "sleep"`},
 		{400, "attempt -1"},
 		{400, `run_id "nope" is not a run id`},
 		{400, `named after its topic: "u", not "t"`},

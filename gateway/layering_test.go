@@ -22,7 +22,7 @@ var runWrites = []string{
 	"RenewLeases", "ReapExpiredLeases", "ReleaseLeases", "StrandedRuns",
 	"PutSchedule", "DeleteSchedule", "AdvanceSchedule", "ClaimTick", "TryClaimTick",
 	"RegisterFunction", "DeleteFunction", "Attach", "Watch", "Unwatch", "CreateCallback", "ResolveCallback",
-	"CancelDescendants", "CreateOperation", "CancelBatch", "FinishOperation", "CountMatching",
+	"CancelDescendants", "CreateOperation", "CancelBatch", "FinishOperation", "CountMatching", "CopyEntries",
 }
 
 // TestGatewayOnlyMapsHTTP keeps the gateway a mapping of HTTP onto the invoker's

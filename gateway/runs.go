@@ -477,16 +477,18 @@ func checkpointConflict(typ, detail string) server.CheckpointResponseObject {
 }
 
 // checkEntry refuses, with a 400 naming the field, a checkpointed entry the journal could
-// never hold: not a step, an event or a value, a seq out of range, a bad name, values Postgres
-// cannot store. An output past the limit is the run's failure, not a 400 (see
-// invoker.Checkpoint).
+// never hold: not a step, an event, a value, a message, a callback or a patch marker, a
+// seq out of range, a bad name, values Postgres cannot store. An output past the limit is
+// the run's failure, not a 400 (see invoker.Checkpoint).
 func (s *Server) checkEntry(e protocol.JournalEntry) error {
 	switch {
 	case e.Kind != protocol.EntryKindStep && e.Kind != protocol.EntryKindEvent && e.Kind != protocol.EntryKindValue &&
-		e.Kind != protocol.EntryKindSend && e.Kind != protocol.EntryKindCallback:
-		return badRequest("a checkpoint is a finished step, a sent event, a published value, a sent message or a callback: kind \"step\", \"event\", \"value\", \"send\" or \"callback\", not %q", e.Kind)
+		e.Kind != protocol.EntryKindSend && e.Kind != protocol.EntryKindCallback && e.Kind != protocol.EntryKindPatch:
+		return badRequest("a checkpoint is a finished step, a sent event, a published value, a sent message, a callback or a patch marker: kind \"step\", \"event\", \"value\", \"send\", \"callback\" or \"patch\", not %q", e.Kind)
 	case e.Kind == protocol.EntryKindCallback && e.Error != nil:
 		return badRequest("a callback has no error")
+	case e.Kind == protocol.EntryKindPatch && (e.Output != nil || e.Error != nil):
+		return badRequest("a patch marker has no output or error")
 	case e.Seq < 1 || e.Seq > math.MaxInt32:
 		return badRequest("seq %d is not from 1 to %d", e.Seq, math.MaxInt32)
 	case e.Output != nil && e.Error != nil:

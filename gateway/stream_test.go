@@ -227,7 +227,7 @@ func TestStream(t *testing.T) {
 		require.Equal(t, http.StatusOK, resp.StatusCode())
 		require.Equal(t, []protocol.RunStatus{protocol.RunStatusCancelled}, st.statusesOf(t, id))
 
-		rerun, err := c.RerunRunWithResponse(t.Context(), id)
+		rerun, err := c.RerunRunWithResponse(t.Context(), id, protocol.RerunRunJSONRequestBody{})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusAccepted, rerun.StatusCode())
 		ev := st.nextOf(t, rerun.JSON202.ID)

@@ -85,7 +85,7 @@ func TestTenantIsolation(t *testing.T) {
 			res, err := b.GetRunResultWithResponse(ctx, id, &protocol.GetRunResultParams{})
 			require.NoError(t, err)
 			require.Equal(t, http.StatusNotFound, res.StatusCode(), "result of %s", id)
-			rerun, err := b.RerunRunWithResponse(ctx, id)
+			rerun, err := b.RerunRunWithResponse(ctx, id, protocol.RerunRunJSONRequestBody{})
 			require.NoError(t, err)
 			require.Equal(t, http.StatusNotFound, rerun.StatusCode(), "rerun %s", id)
 			cancel, err := b.CancelRunWithResponse(ctx, id)

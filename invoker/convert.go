@@ -20,6 +20,9 @@ func EntryToAPI(e journal.Entry) protocol.JournalEntry {
 		FinishedAt: &e.FinishedAt,
 		Error:      ErrorToAPI(e.Error),
 	}
+	if e.Copied {
+		out.Copied = &e.Copied
+	}
 	if e.Output != nil {
 		o := protocol.AnyJSON(e.Output)
 		out.Output = &o

@@ -315,3 +315,32 @@ func (inv *Invoker) AwaitRun(ctx context.Context, db *journal.TenantDB, runID st
 	}
 	return run, nil
 }
+
+// RerunRun creates the run n, a rerun of the finished run *n.RerunOf, and its River job
+// in one transaction. With fromSeq > 1 the new run's journal starts with copies of the
+// old run's entries before fromSeq (journal.CopyEntries), which its function replays;
+// it runs fromSeq onwards anew. Errors are CreateRun's and CopyEntries' (a
+// *journal.SeqRangeError for a fromSeq past the old run's last seq + 1).
+func (inv *Invoker) RerunRun(ctx context.Context, db *journal.TenantDB, n journal.NewRun, fromSeq int) (*journal.Run, error) {
+	if n.RerunOf == nil {
+		return nil, errors.New("rerun: no run to rerun")
+	}
+	var run *journal.Run
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		var err error
+		run, _, err = journal.CreateRun(ctx, tx, n)
+		if err != nil {
+			return err
+		}
+		if fromSeq > 1 {
+			if _, err := journal.CopyEntries(ctx, tx, n.Tenant, *n.RerunOf, run.ID, fromSeq); err != nil {
+				return err
+			}
+		}
+		return inv.Enqueue(ctx, tx, run.ID)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return run, nil
+}

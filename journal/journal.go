@@ -86,7 +86,8 @@ const (
 )
 
 // entryColumns are the columns an Entry is read from.
-const entryColumns = `seq, kind, name, output, error, attempt, wake_at, started_at, finished_at`
+const entryColumns = `seq, kind, name, output, error, attempt, wake_at, started_at, finished_at,
+	copied_from IS NOT NULL AS copied`
 
 // Entry is one immutable journal entry of a run.
 type Entry struct {
@@ -99,6 +100,9 @@ type Entry struct {
 	WakeAt     *time.Time      `db:"wake_at"`
 	StartedAt  *time.Time      `db:"started_at"`
 	FinishedAt time.Time       `db:"finished_at"`
+	// Copied: the entry was copied from the run this one reruns (NewRun.RerunOf) by
+	// CopyEntries, not journaled by this run's invocations.
+	Copied bool `db:"copied"`
 }
 
 // Failure is a failed attempt, kept for inspection and never replayed. Seq 0 is a whole

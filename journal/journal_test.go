@@ -117,7 +117,7 @@ func mustGetRun(tb testing.TB, db journal.DB, run *journal.Run) *journal.Run {
 func mustEntries(tb testing.TB, db journal.DB, runID string) []journal.Entry {
 	tb.Helper()
 	rows, _ := db.Query(tb.Context(), `
-		SELECT seq, kind, name, output, error, attempt, wake_at, started_at, finished_at
+		SELECT seq, kind, name, output, error, attempt, wake_at, started_at, finished_at, copied_from IS NOT NULL AS copied
 		FROM stepgate.journal_entry WHERE run_id = $1 ORDER BY seq`, runID)
 	es, err := pgx.CollectRows(rows, pgx.RowToStructByName[journal.Entry])
 	if err != nil {

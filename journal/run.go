@@ -458,3 +458,66 @@ func Deadlines(ctx context.Context, db DB, ids []string) (map[string]time.Time, 
 	}
 	return out, nil
 }
+
+// SeqRangeError: a rerun's from_seq is outside 1 to Max: the run's last seq + 1, or the
+// seq of its first sleep not over yet (Sleeping), which a copy could not replay as done.
+type SeqRangeError struct {
+	RunID    string
+	Max      int
+	Sleeping bool
+}
+
+func (e *SeqRangeError) Error() string {
+	if e.Sleeping {
+		return fmt.Sprintf("from_seq must be between 1 and %d (run %s's sleep at seq %d is not over)", e.Max, e.RunID, e.Max)
+	}
+	return fmt.Sprintf("from_seq must be between 1 and %d (run %s's last seq + 1)", e.Max, e.RunID)
+}
+
+// CopyEntries copies the entries of the tenant's run from with seq < before into the
+// journal of the run to (just created, with an empty journal), each marked as copied
+// from from, and returns how many it copied. The copies keep their kind, name, outcome,
+// attempt, times and journal bytes, so a replay of to takes the path from took up to
+// before. Only finished entries are copied: a sleep whose wake time has not come (a
+// cancelled run's) caps before at its seq. It returns a *SeqRangeError when before is not
+// between 1 and from's last seq + 1 (or that sleep's seq), and ErrNotFound when from is
+// not the tenant's run. Callers own the transaction
+// that created to.
+func CopyEntries(ctx context.Context, db DB, tenant, from, to string, before int) (int, error) {
+	var last, sleeping *int
+	err := db.QueryRow(ctx, `
+		SELECT (SELECT max(seq) FROM stepgate.journal_entry WHERE run_id = r.id),
+			(SELECT min(seq) FROM stepgate.journal_entry
+			 WHERE run_id = r.id AND kind = 'sleep' AND wake_at > now())
+		FROM stepgate.run r WHERE r.id = $1 AND r.tenant = $2`, from, tenant).Scan(&last, &sleeping)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, ErrNotFound
+	}
+	if err != nil {
+		return 0, fmt.Errorf("find last seq of run %s: %w", from, err)
+	}
+	limit := 1
+	if last != nil {
+		limit = *last + 1
+	}
+	if sleeping != nil && *sleeping < limit {
+		// A cancelled run's last sleep may not be over: it is journaled when the run
+		// suspends, and a replay takes a journaled sleep as done.
+		if before < 1 || before > *sleeping {
+			return 0, &SeqRangeError{RunID: from, Max: *sleeping, Sleeping: true}
+		}
+	}
+	if before < 1 || before > limit {
+		return 0, &SeqRangeError{RunID: from, Max: limit}
+	}
+	tag, err := db.Exec(ctx, `
+		INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, error, attempt, wake_at,
+			invocation, started_at, finished_at, journal_bytes, copied_from)
+		SELECT $2, seq, kind, name, output, error, attempt, wake_at,
+			0, started_at, finished_at, journal_bytes, run_id
+		FROM stepgate.journal_entry WHERE run_id = $1 AND seq < $3`, from, to, before)
+	if err != nil {
+		return 0, fmt.Errorf("copy entries of run %s before %d: %w", from, before, err)
+	}
+	return int(tag.RowsAffected()), nil
+}

@@ -306,3 +306,44 @@ func TestGetRunDetailPages(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, d.Journal, 1, "a page holds one entry at least")
 }
+
+func TestCopyEntries(t *testing.T) {
+	t.Parallel()
+	ctx, tx := t.Context(), pgtest.Tx(t)
+	// The old run journaled step a, then slept for an hour at seq 2, and was cancelled.
+	old := mustCreateRun(t, tx, claimed)
+	_, err := journal.Finish(ctx, tx, old.ID, 1, journal.Sleeping(journal.Sleep{Seq: 2, Name: "nap", For: time.Hour},
+		journal.Entry{Seq: 1, Kind: "step", Name: "a", Output: json.RawMessage(`"out"`), Attempt: 2}))
+	require.NoError(t, err)
+	_, err = journal.CancelRun(ctx, tx, old.Tenant, old.ID, journal.Identity{Subject: "ada"})
+	require.NoError(t, err)
+	run := mustCreateRunOf(t, tx, old.Tenant, "fn", func(n *journal.NewRun) { n.RerunOf = &old.ID })
+
+	for _, before := range []int{0, 3, 4} {
+		_, err := journal.CopyEntries(ctx, tx, old.Tenant, old.ID, run.ID, before)
+		var re *journal.SeqRangeError
+		require.ErrorAs(t, err, &re, "before %d", before)
+		require.Equal(t, 2, re.Max, "the sleep that is not over caps it")
+		require.True(t, re.Sleeping)
+	}
+	_, err = journal.CopyEntries(ctx, tx, "another-tenant", old.ID, run.ID, 2)
+	require.ErrorIs(t, err, journal.ErrNotFound)
+
+	n, err := journal.CopyEntries(ctx, tx, old.Tenant, old.ID, run.ID, 2)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	claim, err := journal.ClaimRun(ctx, tx, run.ID, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, claim.Journal, 1)
+	e := claim.Journal[0]
+	require.Equal(t, 1, e.Seq)
+	require.Equal(t, "a", e.Name)
+	require.JSONEq(t, `"out"`, string(e.Output))
+	require.Equal(t, 2, e.Attempt)
+	require.True(t, e.Copied)
+
+	// The run goes on from there: its own next entry is not a copy.
+	_, err = journal.Finish(ctx, tx, run.ID, claim.Run.Invocation, journal.Completed(json.RawMessage(`1`),
+		journal.Entry{Seq: 2, Kind: "step", Name: "b", Output: json.RawMessage(`2`)}))
+	require.NoError(t, err)
+}

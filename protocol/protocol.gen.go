@@ -151,6 +151,7 @@ const (
 	EntryKindCallback      EntryKind = "callback"
 	EntryKindEvent         EntryKind = "event"
 	EntryKindInvoke        EntryKind = "invoke"
+	EntryKindPatch         EntryKind = "patch"
 	EntryKindReceive       EntryKind = "receive"
 	EntryKindSend          EntryKind = "send"
 	EntryKindSleep         EntryKind = "sleep"
@@ -170,6 +171,8 @@ func (e EntryKind) Valid() bool {
 	case EntryKindEvent:
 		return true
 	case EntryKindInvoke:
+		return true
+	case EntryKindPatch:
 		return true
 	case EntryKindReceive:
 		return true
@@ -977,9 +980,22 @@ type InvocationRun struct {
 // a rejection (`type` defaults to `rejected`), or `{"timed_out": true}`. `resolver`
 // is `token` (the URL's holder: no identity) or `identity` (a JWT caller with
 // `runs:manage`, by run id: `resolved_by` is their identity).
+//
+// A `patch` (checkpointed like a step, with no output; `step.Patched`) is named
+// after a patch: it marks that the run reached the patch's code path for the first
+// time on code that has the patch, so a replay takes the patched path again. Code
+// that meets a patch where its journal holds another entry (a run that went past
+// this point on older code) takes the old path and takes no seq for the patch.
+//
+// An entry with `copied: true` was copied from the run named in `rerun_of` when
+// the run was rerun from a step (`POST /v1/runs/{id}/rerun` with `from_seq`): the
+// function replays it; its step did not run again in this run.
 type JournalEntry struct {
 	// Attempt The attempt of the step that produced this outcome; 1 when it first succeeded.
-	Attempt    *int       `json:"attempt,omitempty"`
+	Attempt *int `json:"attempt,omitempty"`
+
+	// Copied Whether the entry was copied from the rerun run (`rerun_of`) by a rerun from a step; absent or false otherwise.
+	Copied     *bool      `json:"copied,omitempty"`
 	Error      *ErrorInfo `json:"error,omitempty"`
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
 	Kind       EntryKind  `json:"kind"`
@@ -1075,6 +1091,13 @@ type Problem struct {
 	Status int     `json:"status"`
 	Title  string  `json:"title"`
 	Type   *string `json:"type,omitempty"`
+}
+
+// RerunRequest Where a rerun starts; an absent body or field reruns from the start.
+type RerunRequest struct {
+	// FromSeq The first seq the new run executes again; the old run's entries before it are
+	// copied into the new run's journal and replayed. 1 to the old run's last seq + 1.
+	FromSeq *int `json:"from_seq,omitempty"`
 }
 
 // RetryPolicy Exponential backoff with jitter: the wait after failed attempt n is a random
@@ -1645,6 +1668,9 @@ type CheckpointStreamJSONRequestBody = StreamWrite
 // SendMessageJSONRequestBody defines body for SendMessage for application/json ContentType.
 type SendMessageJSONRequestBody = MessageSend
 
+// RerunRunJSONRequestBody defines body for RerunRun for application/json ContentType.
+type RerunRunJSONRequestBody = RerunRequest
+
 // PutScheduleJSONRequestBody defines body for PutSchedule for application/json ContentType.
 type PutScheduleJSONRequestBody = ScheduleSpec
 
@@ -2178,6 +2204,33 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/runs/{id}/messages (the `SendMessage` operationId).
 	SendMessage(ctx context.Context, id RunID, body SendMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// RerunRunWithBody Starts a new run with a finished run's input, as the caller. Needs `runs:invoke`.
+	//
+	// The new run uses the function's current revision and the old run's input, and
+	// runs as the caller, whom the function's `invoke_roles` must allow as for any start
+	// (a 403 otherwise): a rerun never lends the caller another identity. It names the
+	// old run in `rerun_of`, whose own identity stays readable there. Only a finished
+	// (completed, failed or cancelled) run can be rerun; another is a 409.
+	//
+	// With a body `{"from_seq": N}` the rerun starts from step N (a fork, like DBOS's
+	// fork or Temporal's reset): the new run's journal starts with copies of the old
+	// run's entries with seq < N (each marked `copied: true`), so the function replays
+	// them, without running their steps again, and runs seq N onwards anew, on the
+	// function's current revision. Copies are taken as they are, child runs' outcomes
+	// (`invoke`) and waits' outcomes included. N is 1 (the same as no body) up to the
+	// old run's last seq + 1 (a rerun that replays every entry and runs the rest of the
+	// code), or up to the seq of a sleep of the old run that is not over (a cancelled
+	// run's: only finished entries are copied); another N is a 400 naming the bound.
+	// Only a finished run can be rerun
+	// from a step, so the copied entries never change under the new run. A copied
+	// `callback` entry keeps its URL, which resolves the old run's callback, not the
+	// new run's: pick N at or before a callback the new run must wait on again.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/runs/{id}/rerun (the `RerunRun` operationId).
+	RerunRunWithBody(ctx context.Context, id RunID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// RerunRun Starts a new run with a finished run's input, as the caller. Needs `runs:invoke`.
 	//
 	// The new run uses the function's current revision and the old run's input, and
@@ -2186,8 +2239,24 @@ type ClientInterface interface {
 	// old run in `rerun_of`, whose own identity stays readable there. Only a finished
 	// (completed, failed or cancelled) run can be rerun; another is a 409.
 	//
+	// With a body `{"from_seq": N}` the rerun starts from step N (a fork, like DBOS's
+	// fork or Temporal's reset): the new run's journal starts with copies of the old
+	// run's entries with seq < N (each marked `copied: true`), so the function replays
+	// them, without running their steps again, and runs seq N onwards anew, on the
+	// function's current revision. Copies are taken as they are, child runs' outcomes
+	// (`invoke`) and waits' outcomes included. N is 1 (the same as no body) up to the
+	// old run's last seq + 1 (a rerun that replays every entry and runs the rest of the
+	// code), or up to the seq of a sleep of the old run that is not over (a cancelled
+	// run's: only finished entries are copied); another N is a 400 naming the bound.
+	// Only a finished run can be rerun
+	// from a step, so the copied entries never change under the new run. A copied
+	// `callback` entry keeps its URL, which resolves the old run's callback, not the
+	// new run's: pick N at or before a callback the new run must wait on again.
+	//
+	// Takes a body of the `application/json` content type.
+	//
 	// Corresponds with POST /v1/runs/{id}/rerun (the `RerunRun` operationId).
-	RerunRun(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*http.Response, error)
+	RerunRun(ctx context.Context, id RunID, body RerunRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetRunResult Attaches to a run and waits (up to `wait`) for its result. Needs `runs:read`.
 	//
@@ -3156,6 +3225,43 @@ func (c *Client) SendMessage(ctx context.Context, id RunID, body SendMessageJSON
 	return c.Client.Do(req)
 }
 
+// RerunRunWithBody Starts a new run with a finished run's input, as the caller. Needs `runs:invoke`.
+//
+// The new run uses the function's current revision and the old run's input, and
+// runs as the caller, whom the function's `invoke_roles` must allow as for any start
+// (a 403 otherwise): a rerun never lends the caller another identity. It names the
+// old run in `rerun_of`, whose own identity stays readable there. Only a finished
+// (completed, failed or cancelled) run can be rerun; another is a 409.
+//
+// With a body `{"from_seq": N}` the rerun starts from step N (a fork, like DBOS's
+// fork or Temporal's reset): the new run's journal starts with copies of the old
+// run's entries with seq < N (each marked `copied: true`), so the function replays
+// them, without running their steps again, and runs seq N onwards anew, on the
+// function's current revision. Copies are taken as they are, child runs' outcomes
+// (`invoke`) and waits' outcomes included. N is 1 (the same as no body) up to the
+// old run's last seq + 1 (a rerun that replays every entry and runs the rest of the
+// code), or up to the seq of a sleep of the old run that is not over (a cancelled
+// run's: only finished entries are copied); another N is a 400 naming the bound.
+// Only a finished run can be rerun
+// from a step, so the copied entries never change under the new run. A copied
+// `callback` entry keeps its URL, which resolves the old run's callback, not the
+// new run's: pick N at or before a callback the new run must wait on again.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/runs/{id}/rerun (the `RerunRun` operationId).
+func (c *Client) RerunRunWithBody(ctx context.Context, id RunID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRerunRunRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // RerunRun Starts a new run with a finished run's input, as the caller. Needs `runs:invoke`.
 //
 // The new run uses the function's current revision and the old run's input, and
@@ -3164,9 +3270,25 @@ func (c *Client) SendMessage(ctx context.Context, id RunID, body SendMessageJSON
 // old run in `rerun_of`, whose own identity stays readable there. Only a finished
 // (completed, failed or cancelled) run can be rerun; another is a 409.
 //
+// With a body `{"from_seq": N}` the rerun starts from step N (a fork, like DBOS's
+// fork or Temporal's reset): the new run's journal starts with copies of the old
+// run's entries with seq < N (each marked `copied: true`), so the function replays
+// them, without running their steps again, and runs seq N onwards anew, on the
+// function's current revision. Copies are taken as they are, child runs' outcomes
+// (`invoke`) and waits' outcomes included. N is 1 (the same as no body) up to the
+// old run's last seq + 1 (a rerun that replays every entry and runs the rest of the
+// code), or up to the seq of a sleep of the old run that is not over (a cancelled
+// run's: only finished entries are copied); another N is a 400 naming the bound.
+// Only a finished run can be rerun
+// from a step, so the copied entries never change under the new run. A copied
+// `callback` entry keeps its URL, which resolves the old run's callback, not the
+// new run's: pick N at or before a callback the new run must wait on again.
+//
+// Takes a body of the `application/json` content type.
+//
 // Corresponds with POST /v1/runs/{id}/rerun (the `RerunRun` operationId).
-func (c *Client) RerunRun(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewRerunRunRequest(c.Server, id)
+func (c *Client) RerunRun(ctx context.Context, id RunID, body RerunRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRerunRunRequest(c.Server, id, body)
 	if err != nil {
 		return nil, err
 	}
@@ -4691,8 +4813,19 @@ func NewSendMessageRequestWithBody(server string, id RunID, contentType string, 
 	return req, nil
 }
 
-// NewRerunRunRequest constructs an http.Request for the RerunRun method
-func NewRerunRunRequest(server string, id RunID) (*http.Request, error) {
+// NewRerunRunRequest calls the generic RerunRun builder with application/json body
+func NewRerunRunRequest(server string, id RunID, body RerunRunJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRerunRunRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewRerunRunRequestWithBody constructs an http.Request for the RerunRun method, with any body, and a specified content type
+func NewRerunRunRequestWithBody(server string, id RunID, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -4717,10 +4850,12 @@ func NewRerunRunRequest(server string, id RunID) (*http.Request, error) {
 		return nil, err
 	}
 
-	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
 	if err != nil {
 		return nil, err
 	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -5868,6 +6003,33 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/runs/{id}/messages (the `SendMessage` operationId).
 	SendMessageWithResponse(ctx context.Context, id RunID, body SendMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*SendMessageResponse, error)
 
+	// RerunRunWithBodyWithResponse Starts a new run with a finished run's input, as the caller. Needs `runs:invoke`.
+	//
+	// The new run uses the function's current revision and the old run's input, and
+	// runs as the caller, whom the function's `invoke_roles` must allow as for any start
+	// (a 403 otherwise): a rerun never lends the caller another identity. It names the
+	// old run in `rerun_of`, whose own identity stays readable there. Only a finished
+	// (completed, failed or cancelled) run can be rerun; another is a 409.
+	//
+	// With a body `{"from_seq": N}` the rerun starts from step N (a fork, like DBOS's
+	// fork or Temporal's reset): the new run's journal starts with copies of the old
+	// run's entries with seq < N (each marked `copied: true`), so the function replays
+	// them, without running their steps again, and runs seq N onwards anew, on the
+	// function's current revision. Copies are taken as they are, child runs' outcomes
+	// (`invoke`) and waits' outcomes included. N is 1 (the same as no body) up to the
+	// old run's last seq + 1 (a rerun that replays every entry and runs the rest of the
+	// code), or up to the seq of a sleep of the old run that is not over (a cancelled
+	// run's: only finished entries are copied); another N is a 400 naming the bound.
+	// Only a finished run can be rerun
+	// from a step, so the copied entries never change under the new run. A copied
+	// `callback` entry keeps its URL, which resolves the old run's callback, not the
+	// new run's: pick N at or before a callback the new run must wait on again.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/runs/{id}/rerun (the `RerunRun` operationId).
+	RerunRunWithBodyWithResponse(ctx context.Context, id RunID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RerunRunResponse, error)
+
 	// RerunRunWithResponse Starts a new run with a finished run's input, as the caller. Needs `runs:invoke`.
 	//
 	// The new run uses the function's current revision and the old run's input, and
@@ -5876,10 +6038,24 @@ type ClientWithResponsesInterface interface {
 	// old run in `rerun_of`, whose own identity stays readable there. Only a finished
 	// (completed, failed or cancelled) run can be rerun; another is a 409.
 	//
-	// Returns a wrapper object for the known response body format(s).
+	// With a body `{"from_seq": N}` the rerun starts from step N (a fork, like DBOS's
+	// fork or Temporal's reset): the new run's journal starts with copies of the old
+	// run's entries with seq < N (each marked `copied: true`), so the function replays
+	// them, without running their steps again, and runs seq N onwards anew, on the
+	// function's current revision. Copies are taken as they are, child runs' outcomes
+	// (`invoke`) and waits' outcomes included. N is 1 (the same as no body) up to the
+	// old run's last seq + 1 (a rerun that replays every entry and runs the rest of the
+	// code), or up to the seq of a sleep of the old run that is not over (a cancelled
+	// run's: only finished entries are copied); another N is a 400 naming the bound.
+	// Only a finished run can be rerun
+	// from a step, so the copied entries never change under the new run. A copied
+	// `callback` entry keeps its URL, which resolves the old run's callback, not the
+	// new run's: pick N at or before a callback the new run must wait on again.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/runs/{id}/rerun (the `RerunRun` operationId).
-	RerunRunWithResponse(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*RerunRunResponse, error)
+	RerunRunWithResponse(ctx context.Context, id RunID, body RerunRunJSONRequestBody, reqEditors ...RequestEditorFn) (*RerunRunResponse, error)
 
 	// GetRunResultWithResponse Attaches to a run and waits (up to `wait`) for its result. Needs `runs:read`.
 	//
@@ -7632,6 +7808,8 @@ type RerunRunResponse struct {
 	HTTPResponse *http.Response
 	// JSON202 the response for an HTTP 202 `application/json` response
 	JSON202 *Run
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
 	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationProblemJSON401 *Unauthorized
 	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
@@ -7647,6 +7825,11 @@ type RerunRunResponse struct {
 // GetJSON202 returns the response for an HTTP 202 `application/json` response
 func (r RerunRunResponse) GetJSON202() *Run {
 	return r.JSON202
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RerunRunResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
 }
 
 // GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -9212,6 +9395,39 @@ func (c *ClientWithResponses) SendMessageWithResponse(ctx context.Context, id Ru
 	return ParseSendMessageResponse(rsp)
 }
 
+// RerunRunWithBodyWithResponse Starts a new run with a finished run's input, as the caller. Needs `runs:invoke`.
+//
+// The new run uses the function's current revision and the old run's input, and
+// runs as the caller, whom the function's `invoke_roles` must allow as for any start
+// (a 403 otherwise): a rerun never lends the caller another identity. It names the
+// old run in `rerun_of`, whose own identity stays readable there. Only a finished
+// (completed, failed or cancelled) run can be rerun; another is a 409.
+//
+// With a body `{"from_seq": N}` the rerun starts from step N (a fork, like DBOS's
+// fork or Temporal's reset): the new run's journal starts with copies of the old
+// run's entries with seq < N (each marked `copied: true`), so the function replays
+// them, without running their steps again, and runs seq N onwards anew, on the
+// function's current revision. Copies are taken as they are, child runs' outcomes
+// (`invoke`) and waits' outcomes included. N is 1 (the same as no body) up to the
+// old run's last seq + 1 (a rerun that replays every entry and runs the rest of the
+// code), or up to the seq of a sleep of the old run that is not over (a cancelled
+// run's: only finished entries are copied); another N is a 400 naming the bound.
+// Only a finished run can be rerun
+// from a step, so the copied entries never change under the new run. A copied
+// `callback` entry keeps its URL, which resolves the old run's callback, not the
+// new run's: pick N at or before a callback the new run must wait on again.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/runs/{id}/rerun (the `RerunRun` operationId).
+func (c *ClientWithResponses) RerunRunWithBodyWithResponse(ctx context.Context, id RunID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RerunRunResponse, error) {
+	rsp, err := c.RerunRunWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRerunRunResponse(rsp)
+}
+
 // RerunRunWithResponse Starts a new run with a finished run's input, as the caller. Needs `runs:invoke`.
 //
 // The new run uses the function's current revision and the old run's input, and
@@ -9220,11 +9436,25 @@ func (c *ClientWithResponses) SendMessageWithResponse(ctx context.Context, id Ru
 // old run in `rerun_of`, whose own identity stays readable there. Only a finished
 // (completed, failed or cancelled) run can be rerun; another is a 409.
 //
-// Returns a wrapper object for the known response body format(s).
+// With a body `{"from_seq": N}` the rerun starts from step N (a fork, like DBOS's
+// fork or Temporal's reset): the new run's journal starts with copies of the old
+// run's entries with seq < N (each marked `copied: true`), so the function replays
+// them, without running their steps again, and runs seq N onwards anew, on the
+// function's current revision. Copies are taken as they are, child runs' outcomes
+// (`invoke`) and waits' outcomes included. N is 1 (the same as no body) up to the
+// old run's last seq + 1 (a rerun that replays every entry and runs the rest of the
+// code), or up to the seq of a sleep of the old run that is not over (a cancelled
+// run's: only finished entries are copied); another N is a 400 naming the bound.
+// Only a finished run can be rerun
+// from a step, so the copied entries never change under the new run. A copied
+// `callback` entry keeps its URL, which resolves the old run's callback, not the
+// new run's: pick N at or before a callback the new run must wait on again.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/runs/{id}/rerun (the `RerunRun` operationId).
-func (c *ClientWithResponses) RerunRunWithResponse(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*RerunRunResponse, error) {
-	rsp, err := c.RerunRun(ctx, id, reqEditors...)
+func (c *ClientWithResponses) RerunRunWithResponse(ctx context.Context, id RunID, body RerunRunJSONRequestBody, reqEditors ...RequestEditorFn) (*RerunRunResponse, error) {
+	rsp, err := c.RerunRun(ctx, id, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -10754,6 +10984,13 @@ func ParseRerunRunResponse(rsp *http.Response) (*RerunRunResponse, error) {
 			return nil, err
 		}
 		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized

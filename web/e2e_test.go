@@ -443,6 +443,36 @@ func TestDashboard(t *testing.T) {
 		require.JSONEq(t, `{"fail_times":5}`, string(*rerun.Input))
 	})
 
+	t.Run("RerunFromAStep", func(t *testing.T) {
+		b.use(t)
+		old := getRun(t, c, checkout)
+		var from protocol.JournalEntry
+		for _, e := range old.Journal {
+			if e.Name == "charge" {
+				from = e
+			}
+		}
+		require.Equal(t, "charge", from.Name, "the checkout run charged")
+		b.do("open the checkout run", 10*time.Second, chromedp.Navigate(s.URL+"/#/runs/"+checkout))
+		b.visible("it completed", runStatus("completed"))
+		b.click("open its charge step", `details[data-testid="step-charge"] > summary`)
+		b.click("rerun from here", fmt.Sprintf(`details[data-testid="step-charge"] [data-testid=rerun-from-%d]`, from.Seq))
+		b.visible("the confirm dialog", "dialog[open] [data-testid=confirm]")
+		t.Logf("screenshot: %s", b.screenshot("run-rerun-from-dialog"))
+		b.click("confirm", "dialog[open] [data-testid=confirm]")
+		b.poll("the new run's page", fmt.Sprintf(`location.hash.startsWith("#/runs/") && location.hash !== "#/runs/%s"`, checkout))
+		hash := run(b, "its id", chromedp.Evaluate[string](`location.hash.slice("#/runs/".length)`))
+		b.visible("it completes", runStatus("completed"))
+		b.visible("the entries before charge are marked copied", `details[data-testid="step-reserve"] [data-testid=entry-copied]`)
+		none := run(b, "charge ran again, not copied", chromedp.Evaluate[bool](`!document.querySelector('details[data-testid="step-charge"] [data-testid=entry-copied]')`))
+		require.True(t, none)
+		rerun := getRun(t, c, hash)
+		require.Equal(t, &old.ID, rerun.RerunOf)
+		for _, e := range rerun.Journal {
+			require.Equal(t, e.Seq < from.Seq, e.Copied != nil && *e.Copied, "entry %d %q", e.Seq, e.Name)
+		}
+	})
+
 	t.Run("FiltersSearchAndPages", func(t *testing.T) {
 		b.use(t)
 		shown := `[...document.querySelectorAll("tr[data-run]")].filter((r) => !r.hidden)`
@@ -550,7 +580,7 @@ func TestDashboard(t *testing.T) {
 		b.visible("it shows", runStatus("failed"))
 		b.do("the session answered", 10*time.Second, chromedp.WaitReady(chromedp.CSS(`[data-testid=river][data-session]`)))
 		hidden := run(b, "no rerun, no River UI", chromedp.Evaluate[bool](
-			`!document.querySelector("[data-testid=rerun-run]") && document.querySelector("[data-testid=river]").hidden`))
+			`!document.querySelector("[data-testid=rerun-run]") && !document.querySelector("[data-testid^=rerun-from-]") && document.querySelector("[data-testid=river]").hidden`))
 		require.True(t, hidden, "a viewer was offered what it may not do")
 	})
 

@@ -88,6 +88,9 @@ func newFakeGateway(t *testing.T) *fakeGateway {
 	mux.HandleFunc("POST /v1/events", func(w http.ResponseWriter, r *http.Request) {
 		ok(w, 202, `{"id":"e1","name":"orders.paid","runs":["r1"],"resumed":["r2","r3"]}`)
 	})
+	mux.HandleFunc("POST /v1/runs/{id}/rerun", func(w http.ResponseWriter, r *http.Request) {
+		ok(w, 202, `{"id":"r2","function":"hello","status":"queued","rerun_of":"`+r.PathValue("id")+`","created_at":"2026-01-02T15:04:05Z"}`)
+	})
 	mux.HandleFunc("POST /v1/runs/{id}/messages", func(w http.ResponseWriter, r *http.Request) {
 		ok(w, 202, `{"id":"m1","run_id":"`+r.PathValue("id")+`","topic":"approval","consumed":true,"sent_at":"2026-01-02T15:04:05Z"}`)
 	})
@@ -260,6 +263,22 @@ func TestClientCommands(t *testing.T) {
 		require.Equal(t, "event e1 (orders.paid): started 1 run(s) r1, resumed 2 waiting run(s) r2 r3\n", stdout.String())
 		require.Error(t, c.run(t.Context(), []string{"events", "send"}), "a name is needed")
 		require.Error(t, c.run(t.Context(), []string{"events", "send", "e", "{nope"}), "the data is JSON")
+	})
+
+	t.Run("RunsRerunFromAStep", func(t *testing.T) {
+		t.Parallel()
+		g := newFakeGateway(t)
+		c, stdout, _ := newTestCLI(map[string]string{"STEPGATE_URL": g.URL}, "")
+		require.NoError(t, c.run(t.Context(), []string{"runs", "rerun", "r1", "--from", "3"}))
+		_, body, _, _ := g.last()
+		require.JSONEq(t, `{"from_seq":3}`, body)
+		require.Equal(t, "run r2 (queued) reruns r1 from seq 3\n", stdout.String())
+		stdout.Reset()
+		require.NoError(t, c.run(t.Context(), []string{"runs", "rerun", "r1"}))
+		_, body, _, _ = g.last()
+		require.JSONEq(t, `{}`, body, "no --from: from the start")
+		require.Equal(t, "run r2 (queued) reruns r1\n", stdout.String())
+		require.Error(t, c.run(t.Context(), []string{"runs", "rerun"}), "an id is needed")
 	})
 
 	t.Run("ConnectionRefusedHints", func(t *testing.T) {

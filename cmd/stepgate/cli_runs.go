@@ -415,3 +415,53 @@ func (c *cli) showMessageSent(resp *protocol.SendMessageResponse, what string) e
 	_, err := fmt.Fprintf(c.stdout, "message %s on topic %s to run %s: %s\n", r.ID, r.Topic, r.RunID, state)
 	return err
 }
+
+// runsRerun runs "stepgate runs rerun ID [--from N]": a new run of a finished run's
+// function with its input, as the caller; with --from N the new run replays the old
+// run's entries before seq N (copied into its journal) and runs N onwards again.
+func (c *cli) runsRerun(ctx context.Context, args []string) error {
+	fs := c.newFlagSet("runs rerun", "ID [--from N]")
+	cf := addClientFlags(fs, true)
+	from := fs.Int("from", 0, "rerun from seq `N`: replay the old run's entries before N, run N onwards again (default: from the start)")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(pos) < 1:
+		return usagef("runs rerun: missing ID")
+	case len(pos) > 1:
+		return usagef("runs rerun: unexpected argument %q", pos[1])
+	}
+	var body protocol.RerunRunJSONRequestBody
+	if *from != 0 {
+		body.FromSeq = from
+	}
+	cl, err := c.client(cf, nil)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	what := "rerun run " + pos[0]
+	resp, err := cl.RerunRunWithResponse(ctx, pos[0], body)
+	if err != nil {
+		return requestError(what, err)
+	}
+	if err := expect(resp, http.StatusAccepted); err != nil {
+		return err
+	}
+	if cf.json {
+		return printRaw(c.stdout, resp.Body)
+	}
+	r := resp.JSON202
+	if r == nil {
+		return fmt.Errorf("%s: unexpected response %q", what, resp.ContentType())
+	}
+	if *from > 1 {
+		_, err = fmt.Fprintf(c.stdout, "run %s (%s) reruns %s from seq %d\n", r.ID, r.Status, pos[0], *from)
+		return err
+	}
+	_, err = fmt.Fprintf(c.stdout, "run %s (%s) reruns %s\n", r.ID, r.Status, pos[0])
+	return err
+}

@@ -120,6 +120,8 @@ Runs:
                                    runs, newest first (also: stepgate runs)
   runs get ID                      a run with its journal and failed attempts
   runs values ID                   the latest value of each key the run published
+  runs rerun ID [--from N]         a new run of a finished run, as you; --from N replays
+                                   its entries before seq N and runs N onwards again
   runs send ID TOPIC [JSON] [--id MESSAGE_ID]
                                    a message to a run's mailbox, for its step.Receive of TOPIC
   runs cancel ID                   cancel a run and its children (not the detached ones)
@@ -277,8 +279,10 @@ func (c *cli) runs(ctx context.Context, args []string) error {
 		return c.runsSend(ctx, rest)
 	case "cancel":
 		return c.runsCancel(ctx, rest)
+	case "rerun":
+		return c.runsRerun(ctx, rest)
 	default:
-		return usagef("unknown command \"runs %s\" (want list, get, values, send or cancel)", sub)
+		return usagef("unknown command \"runs %s\" (want list, get, values, send, cancel or rerun)", sub)
 	}
 }
 

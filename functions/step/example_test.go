@@ -142,3 +142,45 @@ func ExampleAwaitCallback() {
 		return "approved", nil
 	}
 }
+
+// A function that stamps an order with a time and an id read between steps: both are
+// journaled once, so every replay (after the sleep) sees the same ones.
+func ExampleNow() {
+	_ = func(ctx context.Context, orderID string) (string, error) {
+		placed, err := step.Now(ctx, "placed-at")
+		if err != nil {
+			return "", err
+		}
+		receipt, err := step.UUID(ctx, "receipt-id")
+		if err != nil {
+			return "", err
+		}
+		if err := step.Sleep(ctx, "cool-off", time.Hour); err != nil {
+			return "", err
+		}
+		if time.Since(placed) > 24*time.Hour { // the same answer on every replay of this run
+			return "", step.NonRetryable(errors.New("too late"))
+		}
+		return receipt, nil
+	}
+}
+
+// A function whose total changed while runs were suspended in its sleep: runs that
+// computed the old total before the deploy replay it, the others compute the new one.
+func ExamplePatched() {
+	oldTotal := func(context.Context) (int, error) { return 100, nil }
+	roundedTotal := func(context.Context) (int, error) { return 100, nil }
+	_ = func(ctx context.Context, orderID string) (int, error) {
+		if err := step.Sleep(ctx, "hold", time.Hour); err != nil {
+			return 0, err
+		}
+		patched, err := step.Patched(ctx, "fix-rounding")
+		if err != nil {
+			return 0, err
+		}
+		if patched {
+			return step.Run(ctx, "total-v2", roundedTotal)
+		}
+		return step.Run(ctx, "total", oldTotal)
+	}
+}

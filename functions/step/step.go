@@ -11,6 +11,13 @@
 // webhook), and [AwaitCallback] suspends the run until it is resolved, rejected or
 // times out.
 //
+// Code between steps runs again on every replay, so it must be deterministic: [Now],
+// [UUID] and [Random] journal a clock reading, a UUID or a random number once, as steps,
+// and replay it. [Patched] lets code change under runs that are suspended in it: it
+// journals a marker (an entry of kind patch) the first time a run reaches the patch, and
+// is false, taking no seq, for a run whose journal went past that point on older code;
+// [DeprecatePatch] retires it.
+//
 // [SetValue] publishes a value for clients to read while the run goes on (an entry too,
 // taking a seq), and [Stream] writes ordered chunks that clients read live (not entries:
 // they take no seq; see [StreamWriter] for what a replay does with them).

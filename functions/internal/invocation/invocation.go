@@ -287,6 +287,36 @@ func (s *State) Next(kind protocol.EntryKind, name string) (int, *protocol.Journ
 	return seq, e, nil
 }
 
+// Patch decides a patch named name where the code reaches it, looking at the journal's
+// next seq. A patch marker of that name there: it takes the seq and returns it with the
+// marker (a replay of the patched path). Nothing there: it takes the seq and returns it
+// with a nil marker (the run reaches the patch first: the caller journals the marker).
+// Another entry there, written by code from before the patch: it takes no seq and
+// returns 0 (the old path). With consumeOnly (DeprecatePatch) it only ever takes a
+// marker's seq: nothing there returns 0 too. It halts when the invocation has stopped
+// and returns ErrNested inside a step.
+func (s *State) Patch(kind protocol.EntryKind, name string, consumeOnly bool) (int, *protocol.JournalEntry, error) {
+	s.mu.Lock()
+	if s.stop != nil {
+		s.mu.Unlock()
+		return 0, nil, s.Halt(nil)
+	}
+	defer s.mu.Unlock()
+	if s.attempt != 0 {
+		return 0, nil, ErrNested
+	}
+	e := s.entry(s.seq + 1)
+	switch {
+	case e != nil && e.Kind == kind && e.Name == name:
+		s.seq++
+		return s.seq, e, nil
+	case e == nil && !consumeOnly:
+		s.seq++
+		return s.seq, nil, nil
+	}
+	return 0, nil, nil
+}
+
 func (s *State) entry(seq int) *protocol.JournalEntry {
 	if s.bySeq != nil {
 		return s.bySeq[seq]

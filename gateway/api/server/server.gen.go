@@ -3038,7 +3038,8 @@ func (response SendMessage429ApplicationProblemPlusJSONResponse) VisitSendMessag
 }
 
 type RerunRunRequestObject struct {
-	ID RunID `json:"id"`
+	ID   RunID `json:"id"`
+	Body *RerunRunJSONRequestBody
 }
 
 type RerunRunResponseObject interface {
@@ -3065,6 +3066,22 @@ func (response RerunRun202JSONResponse) VisitRerunRunResponse(w http.ResponseWri
 		w.Header().Set("Location", fmt.Sprint(*response.Headers.Location))
 	}
 	w.WriteHeader(202)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RerunRun400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response RerunRun400ApplicationProblemPlusJSONResponse) VisitRerunRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -5106,6 +5123,32 @@ func (sh *strictHandler) RerunRun(ctx echo.Context, id RunID) error {
 	var request RerunRunRequestObject
 
 	request.ID = id
+
+	var body RerunRunJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		if !errors.Is(err, io.EOF) {
+			return err
+		}
+	} else {
+		request.Body = &body
+	}
 
 	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
 		return sh.ssi.RerunRun(ctx.Request().Context(), request.(RerunRunRequestObject))

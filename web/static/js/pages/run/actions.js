@@ -1,5 +1,6 @@
-// The run's actions: cancel a run that has not ended, rerun one that has. Each asks
-// first, and shows only when the token's roles allow it.
+// The run's actions: cancel a run that has not ended, rerun one that has (from the start,
+// or from one of its journal entries). Each asks first, and shows only when the token's
+// roles allow it.
 
 import { h, icon, navigate, TERMINAL } from "../../dom.js";
 import { request, can } from "../../api.js";
@@ -59,6 +60,30 @@ async function rerun(r) {
   });
   if (res && res.id) {
     toast("Rerun started");
+    navigate(`#/runs/${res.id}`);
+  }
+}
+
+/** mayRerun reports whether run r can be rerun by this token: it has ended, and the roles allow starting runs. */
+export function mayRerun(r) {
+  return TERMINAL.has(r.status) && can("runs:invoke");
+}
+
+/** rerunFrom asks, then reruns r from journal entry e: the entries before it are copied and replayed, e onwards runs again. */
+export async function rerunFrom(r, e) {
+  const res = await confirmAction({
+    title: `Rerun from step ${e.seq}?`,
+    body: [
+      h("p", null, "A new run of ", h("strong", null, r.function), " starts with this run's input, on the function's current revision, as you."),
+      h("p", null, "Its journal starts with copies of this run's entries before seq ", h("strong", null, String(e.seq)),
+        ", which it replays without running them again; ", h("strong", null, e.name), " and what follows run again."),
+      h("p", { class: "muted" }, "This run stays as it is; the new one links back to it, and marks its copied entries."),
+    ],
+    confirmLabel: `Rerun from ${e.seq}`,
+    action: () => request(`/v1/runs/${r.id}/rerun`, { method: "POST", body: { from_seq: e.seq } }),
+  });
+  if (res && res.id) {
+    toast(`Rerun from step ${e.seq} started`);
     navigate(`#/runs/${res.id}`);
   }
 }

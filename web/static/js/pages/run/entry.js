@@ -4,6 +4,7 @@
 import { h, icon, fmtDuration, fmtTime, countdown, TERMINAL, ms } from "../../dom.js";
 import { jsonPanel, jsonView } from "../../json.js";
 import { item, bar, marker, failureTable, kv } from "./row.js";
+import { mayRerun, rerunFrom } from "./actions.js";
 
 /** entryRow returns the row of journal entry e of run r; failures are e's failed attempts. */
 export function entryRow(r, { key, entry: e, failures }) {
@@ -20,7 +21,7 @@ export function entryRow(r, { key, entry: e, failures }) {
     label: label(e, failures),
     track,
     dur,
-    detail: detail(e, failures),
+    detail: detail(r, e, failures),
   });
 }
 
@@ -73,6 +74,8 @@ function label(e, failures) {
     e.kind === "callback" ? h("span", { class: "tag", title: "a callback the run made (its token is not shown)" }, "callback") : null,
     e.kind === "await_callback" ? callbackTag(e) : null,
     e.kind === "wait_any" ? anyTag(e) : null,
+    e.kind === "patch" ? h("span", { class: "tag", title: "a patch marker: the run took the patched code path (step.Patched)" }, "patch") : null,
+    e.copied ? h("span", { class: "tag", "data-testid": "entry-copied", title: "copied from the rerun run, replayed without running again" }, "copied") : null,
     sender(e),
     attempt > 1 || failures.length ? h("span", { class: "tag warn", title: `${failures.length} failed attempt(s)` }, `attempt ${attempt}`) : null,
     e.error ? h("span", { class: "tag err" }, "failed") : null);
@@ -118,7 +121,7 @@ function sender(e) {
     m.source_run_id ? h("span", null, " (run ", h("a", { href: `#/runs/${m.source_run_id}`, class: "mono" }, m.source_run_id.slice(0, 8)), ")") : null);
 }
 
-function detail(e, failures) {
+function detail(r, e, failures) {
   const isSleep = e.kind === "sleep";
   const out = [
     h("dl", { class: "kv" },
@@ -136,5 +139,10 @@ function detail(e, failures) {
     out.push(jsonPanel("Output", e.output, { testid: "step-output", empty: "no output (null)", open: 3 }));
   }
   if (failures.length) out.push(failureTable(failures));
+  if (mayRerun(r)) {
+    out.push(h("div", { class: "page-actions" },
+      h("button", { type: "button", class: "btn small", "data-testid": `rerun-from-${e.seq}`, title: "a new run that replays the entries before this one and runs this one onwards again", onclick: () => rerunFrom(r, e) },
+        icon("rerun", 12), "Rerun from here")));
+  }
   return out;
 }
