@@ -337,7 +337,7 @@ func (inv *Invoker) RerunRun(ctx context.Context, db *journal.TenantDB, n journa
 				return err
 			}
 		}
-		return inv.Enqueue(ctx, tx, run.ID)
+		return inv.enqueueNew(ctx, tx, run) // its job, and its deadline's (run_timeout)
 	})
 	if err != nil {
 		return nil, err
