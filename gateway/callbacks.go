@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/stepgate/stepgate/functions/names"
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
@@ -95,8 +94,8 @@ func (s *Server) rejection(body *protocol.CallbackRejection) (journal.Resolution
 		return journal.Resolution{}, badRequest(`a rejection needs a message: {"type"?, "message"}`)
 	}
 	typ := cmp.Or(ptrValue(body.Type), invoker.DefaultRejection)
-	if err := names.Check("type", typ); err != nil {
-		return journal.Resolution{}, badRequest("%v", err)
+	if err := checkName("type", typ); err != nil {
+		return journal.Resolution{}, err
 	}
 	if n := s.inv.Limits().MaxOutputBytes; len(body.Message) > n {
 		return journal.Resolution{}, &problemError{http.StatusRequestEntityTooLarge, fmt.Sprintf(
@@ -138,8 +137,8 @@ func (s *Server) byName(ctx context.Context, runID, name string, res journal.Res
 	if !validRunID(runID) {
 		return nil, &problemError{http.StatusNotFound, fmt.Sprintf("run %q does not exist", runID)}
 	}
-	if err := names.Check("callback name", name); err != nil {
-		return nil, badRequest("%v", err)
+	if err := checkName("callback name", name); err != nil {
+		return nil, err
 	}
 	id := identity(ctx)
 	res.By = &id

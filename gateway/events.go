@@ -14,8 +14,9 @@ import (
 	"github.com/stepgate/stepgate/protocol"
 )
 
-func checkEventField(field, v string) error {
-	if err := names.Check("event "+field, v); err != nil {
+// checkName is a 400 naming what when v is not a name (1 to 255 bytes, storable).
+func checkName(what, v string) error {
+	if err := names.Check(what, v); err != nil {
 		return badRequest("%v", err)
 	}
 	return nil
@@ -25,12 +26,12 @@ func checkEventField(field, v string) error {
 // the caller's identity, in one transaction with their invocation jobs.
 func (s *Server) SendEvent(ctx context.Context, req server.SendEventRequestObject) (server.SendEventResponseObject, error) {
 	b := req.Body
-	if err := checkEventField("name", b.Name); err != nil {
+	if err := checkName("event name", b.Name); err != nil {
 		return nil, err
 	}
 	n := journal.NewEvent{Name: b.Name}
 	if b.ID != nil {
-		if err := checkEventField("id", *b.ID); err != nil {
+		if err := checkName("event id", *b.ID); err != nil {
 			return nil, err
 		}
 		n.ID = *b.ID
@@ -86,7 +87,7 @@ func (s *Server) checkpointEvent(ctx context.Context, runID string, invocation i
 	if out.ID == "" {
 		out.ID = runID + ":" + strconv.Itoa(e.Seq)
 	}
-	if err := checkEventField("id", out.ID); err != nil {
+	if err := checkName("event id", out.ID); err != nil {
 		return err
 	}
 	if len(out.Data) == 0 {

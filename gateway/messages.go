@@ -9,19 +9,11 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/stepgate/stepgate/functions/names"
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
 )
-
-func checkMessageField(field, v string) error {
-	if err := names.Check("message "+field, v); err != nil {
-		return badRequest("%v", err)
-	}
-	return nil
-}
 
 // SendMessage puts a message in the mailbox of a run of the caller's tenant, with the
 // caller's identity (see invoker.SendMessage).
@@ -30,12 +22,12 @@ func (s *Server) SendMessage(ctx context.Context, req server.SendMessageRequestO
 		return server.SendMessage404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.ID)}, nil
 	}
 	b := req.Body
-	if err := checkMessageField("topic", b.Topic); err != nil {
+	if err := checkName("message topic", b.Topic); err != nil {
 		return nil, err
 	}
 	n := journal.NewMessage{RunID: req.ID, Topic: b.Topic}
 	if b.ID != nil {
-		if err := checkMessageField("id", *b.ID); err != nil {
+		if err := checkName("message id", *b.ID); err != nil {
 			return nil, err
 		}
 		n.ID = *b.ID
@@ -97,7 +89,7 @@ func (s *Server) checkpointSend(ctx context.Context, runID string, invocation in
 	if out.Topic == "" {
 		out.Topic = e.Name
 	}
-	if err := checkMessageField("topic", out.Topic); err != nil {
+	if err := checkName("message topic", out.Topic); err != nil {
 		return nil, err
 	}
 	if out.Topic != e.Name {
@@ -106,7 +98,7 @@ func (s *Server) checkpointSend(ctx context.Context, runID string, invocation in
 	if out.ID == "" {
 		out.ID = runID + ":" + strconv.Itoa(e.Seq)
 	}
-	if err := checkMessageField("id", out.ID); err != nil {
+	if err := checkName("message id", out.ID); err != nil {
 		return nil, err
 	}
 	if len(out.Data) == 0 {

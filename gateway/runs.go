@@ -147,8 +147,8 @@ func (s *Server) StartRun(ctx context.Context, req server.StartRunRequestObject)
 		Deadline: runDeadline,
 	}
 	if req.Params.IdempotencyKey != nil {
-		if err := names.Check("Idempotency-Key", *req.Params.IdempotencyKey); err != nil {
-			return nil, badRequest("%v", err)
+		if err := checkName("Idempotency-Key", *req.Params.IdempotencyKey); err != nil {
+			return nil, err
 		}
 		n.IdempotencyKey = *req.Params.IdempotencyKey
 	}

@@ -43,28 +43,24 @@ func (w WaitAny) awaiting() Awaiting {
 
 func (w WaitAny) wake() (*time.Time, time.Duration, bool) { return nil, w.Timeout, true }
 
-// write stores the alternatives' waits in order, until one is journaled at once; then
-// the waits stored before it are deleted and the run is due now (the alternative's
-// write made it so).
+// write stores the alternatives' waits in order, until one is journaled at once (its
+// write made the run due now: f.WakeAt is no later than f.Clock); then the waits stored
+// before it are deleted.
 func (w WaitAny) write(ctx context.Context, db DB, aw awaitWrite, f *Finished) error {
 	for i, o := range w.Of {
 		aw.alt = i
 		if err := o.write(ctx, db, aw, f); err != nil {
 			return err
 		}
-		var came bool
-		if err := db.QueryRow(ctx, `
-			WITH gone AS (
-				DELETE FROM stepgate.run_wait WHERE run_id = $1 AND seq = $2
-					AND EXISTS (SELECT 1 FROM stepgate.journal_entry WHERE run_id = $1 AND seq = $2)
-			)
-			SELECT EXISTS (SELECT 1 FROM stepgate.journal_entry WHERE run_id = $1 AND seq = $2)`,
-			aw.runID, w.Seq).Scan(&came); err != nil {
-			return fmt.Errorf("wait_any of run %s: %w", aw.runID, err)
+		if f.WakeAt.After(f.Clock) {
+			continue // it waits
 		}
-		if came {
-			return nil
+		if i > 0 {
+			if _, err := db.Exec(ctx, `DELETE FROM stepgate.run_wait WHERE run_id = $1 AND seq = $2`, aw.runID, w.Seq); err != nil {
+				return fmt.Errorf("wait_any of run %s: %w", aw.runID, err)
+			}
 		}
+		return nil
 	}
 	return nil
 }
