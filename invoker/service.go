@@ -42,7 +42,8 @@ func (inv *Invoker) StartRun(ctx context.Context, db *journal.TenantDB, n journa
 // in the background: the invocation outlives ctx. A delayed start (n.StartAt) is
 // ignored: use StartRun. done receives the invocation's result once it is applied, or nil when it was
 // abandoned or could not be applied (its lease lapses, or was handed over, and another
-// gateway makes the invocation again). end is called when the invocation ends, or at
+// gateway makes the invocation again). end is called when the invocation ends, before
+// done receives, or at
 // once when none starts (the idempotency key named an existing run, which is returned
 // with created=false and a nil done, or an error).
 func (inv *Invoker) StartRunNow(ctx context.Context, db *journal.TenantDB, n journal.NewRun, end func()) (run *journal.Run, created bool, done <-chan *Result, err error) {
@@ -76,12 +77,12 @@ func (inv *Invoker) StartRunNow(ctx context.Context, db *journal.TenantDB, n jou
 	inv.bgWG.Add(1)
 	go func() {
 		defer inv.bgWG.Done()
-		defer end()
 		res, err := inv.InvokeNew(ctx, run, true)
 		if err != nil && !errors.Is(err, journal.ErrSuperseded) {
 			inv.log.ErrorContext(ctx, "invocation failed to apply; its lease lapses and another gateway retries it",
 				"run_id", run.ID, "error", err)
 		}
+		end() // before done: whoever reads done sees the invocation ended
 		ch <- res
 	}()
 	return run, true, ch, nil
