@@ -42,7 +42,10 @@ type Run struct {
 	WakeAt   *time.Time `db:"wake_at"`
 	// Deadline is when the run fails with ErrorTypeDeadline if it has not ended; nil
 	// for none. See CreateRun and ExceedDeadline.
-	Deadline   *time.Time `db:"deadline"`
+	Deadline *time.Time `db:"deadline"`
+	// Held says why a queued or scheduled run has not started (a concurrency limit, a
+	// throttle, a debounce); nil when nothing holds it back.
+	Held       *string    `db:"held"`
 	CreatedAt  time.Time  `db:"created_at"`
 	StartedAt  *time.Time `db:"started_at"`
 	FinishedAt *time.Time `db:"finished_at"`
@@ -50,7 +53,7 @@ type Run struct {
 
 const runColumns = `id, tenant, function, revision, status, input, output, error, identity,
 	idempotency_key, parent_id, parent_seq, parent_name, rerun_of, cancelled_by, detached, attempts, invocation, failed_invocations, recoveries, lease_until, awaiting,
-	wake_at, deadline, created_at, started_at, finished_at`
+	wake_at, deadline, held, created_at, started_at, finished_at`
 
 // NewRun is what CreateRun needs to start a run.
 type NewRun struct {

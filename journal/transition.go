@@ -40,7 +40,7 @@ func ClaimRun(ctx context.Context, db DB, runID string, lease time.Duration) (*C
 		WITH u AS (
 			UPDATE stepgate.run SET status = 'running', attempts = attempts + 1,
 				invocation = invocation + 1, lease_until = now() + make_interval(secs => $2),
-				wake_at = NULL, awaiting = NULL, started_at = coalesce(started_at, now())
+				wake_at = NULL, awaiting = NULL, held = NULL, started_at = coalesce(started_at, now())
 			WHERE id = $1 AND (
 				(status = 'queued' AND (wake_at IS NULL OR wake_at <= now())) OR
 				(status IN ('suspended', 'scheduled') AND wake_at <= now()))

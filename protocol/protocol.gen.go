@@ -1133,12 +1133,15 @@ type Run struct {
 	Deadline *time.Time `json:"deadline,omitempty"`
 
 	// Detached A child run started detached: cancelling its parent does not cancel it. Absent for the others.
-	Detached       *bool      `json:"detached,omitempty"`
-	Error          *ErrorInfo `json:"error,omitempty"`
-	FinishedAt     *time.Time `json:"finished_at,omitempty"`
-	Function       string     `json:"function"`
-	ID             string     `json:"id"`
-	IdempotencyKey *string    `json:"idempotency_key,omitempty"`
+	Detached   *bool      `json:"detached,omitempty"`
+	Error      *ErrorInfo `json:"error,omitempty"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	Function   string     `json:"function"`
+
+	// Held Why a queued or scheduled run has not started yet, e.g. `waiting for a concurrency slot of key customer_id=c-9`. Absent when nothing holds it back.
+	Held           *string `json:"held,omitempty"`
+	ID             string  `json:"id"`
+	IdempotencyKey *string `json:"idempotency_key,omitempty"`
 
 	// Identity Who started the run, from the caller's JWT. Never the token itself.
 	Identity Identity `json:"identity"`
@@ -1187,13 +1190,16 @@ type RunDetail struct {
 	Deadline *time.Time `json:"deadline,omitempty"`
 
 	// Detached A child run started detached: cancelling its parent does not cancel it. Absent for the others.
-	Detached       *bool            `json:"detached,omitempty"`
-	Error          *ErrorInfo       `json:"error,omitempty"`
-	Failures       []AttemptFailure `json:"failures"`
-	FinishedAt     *time.Time       `json:"finished_at,omitempty"`
-	Function       string           `json:"function"`
-	ID             string           `json:"id"`
-	IdempotencyKey *string          `json:"idempotency_key,omitempty"`
+	Detached   *bool            `json:"detached,omitempty"`
+	Error      *ErrorInfo       `json:"error,omitempty"`
+	Failures   []AttemptFailure `json:"failures"`
+	FinishedAt *time.Time       `json:"finished_at,omitempty"`
+	Function   string           `json:"function"`
+
+	// Held Why a queued or scheduled run has not started yet, e.g. `waiting for a concurrency slot of key customer_id=c-9`. Absent when nothing holds it back.
+	Held           *string `json:"held,omitempty"`
+	ID             string  `json:"id"`
+	IdempotencyKey *string `json:"idempotency_key,omitempty"`
 
 	// Identity Who started the run, from the caller's JWT. Never the token itself.
 	Identity Identity `json:"identity"`
