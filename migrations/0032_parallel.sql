@@ -57,3 +57,17 @@ BEGIN
     RETURN NULL;
 END
 $$;
+
+-- Entries stay immutable but for that running total.
+GRANT UPDATE (journal_bytes) ON stepgate.journal_entry TO stepgate_app, stepgate_system;
+
+-- Journal entries stay immutable (the first write wins), but for journal_bytes, the
+-- running total that a hole filled below an entry grows.
+CREATE OR REPLACE FUNCTION stepgate.refuse_journal_update() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF (to_jsonb(NEW) - 'journal_bytes') = (to_jsonb(OLD) - 'journal_bytes') THEN
+        RETURN NEW;
+    END IF;
+    RAISE EXCEPTION 'journal entry (%, %) is immutable', OLD.run_id, OLD.seq
+        USING ERRCODE = 'check_violation';
+END $$;

@@ -229,6 +229,9 @@ func Run[T any](ctx context.Context, name string, fn func(ctx context.Context) (
 // Attempt returns the attempt (1 for the first) of the step whose function is running
 // with ctx, or 0 outside a step's function.
 func Attempt(ctx context.Context) int {
+	if _, attempt := invocation.StepOf(ctx); attempt > 0 {
+		return attempt
+	}
 	if st := invocation.From(ctx); st != nil {
 		return st.Current()
 	}
@@ -242,6 +245,9 @@ func next(ctx context.Context, kind protocol.EntryKind, name string) (*invocatio
 	}
 	if err := names.Check("step name", name); err != nil {
 		return nil, 0, nil, NonRetryable(fmt.Errorf("step: %w", err))
+	}
+	if seq, _ := invocation.StepOf(ctx); seq > 0 {
+		return nil, 0, nil, NonRetryable(fmt.Errorf("step %q, inside the function of parallel step %d: %w", name, seq, ErrNested))
 	}
 	seq, e, err := st.Next(kind, name)
 	if errors.Is(err, ErrNested) {
