@@ -258,3 +258,90 @@ func TestCheckpointWindows(t *testing.T) {
 	require.Equal(t, []string{"a", "b", "c", "d", "nap"}, entryNames(run.Journal))
 	require.Equal(t, 6, run.Journal[4].Seq, "the hole at 5 stays")
 }
+
+// TestInvokeAll starts several child runs at once and resumes the parent once, when the
+// last of them has ended, with each outcome at its own seq.
+func TestInvokeAll(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	c := s.Client(t, s.NewToken(t, auth.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}}))
+	app := s.NewApp()
+	var parentCalls atomic.Int32
+	release := make(chan struct{})
+	type item struct {
+		N    int  `json:"n"`
+		Fail bool `json:"fail"`
+		Wait bool `json:"wait"`
+	}
+	functions.Register(app, "square", func(ctx context.Context, in item) (int, error) {
+		if in.Wait {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			}
+		}
+		if in.Fail {
+			return 0, step.NonRetryable(errors.New("no square today"))
+		}
+		return in.N * in.N, nil
+	})
+	functions.Register(app, "fanout", func(ctx context.Context, _ noInput) ([]string, error) {
+		parentCalls.Add(1)
+		outs, err := step.InvokeAll[int](ctx, "squares",
+			step.Call{Function: "square", Input: item{N: 2}},
+			step.Call{Function: "square", Input: item{N: 3, Wait: true}},
+			step.Call{Function: "square", Input: item{N: 4, Fail: true}},
+			step.Call{Function: "missing", Input: nil},
+		)
+		if err != nil {
+			return nil, err
+		}
+		var res []string
+		for _, o := range outs {
+			if o.Err != nil {
+				var se *step.Error
+				if errors.As(o.Err, &se) {
+					res = append(res, se.Type)
+					continue
+				}
+				return nil, o.Err
+			}
+			res = append(res, fmt.Sprint(o.Output))
+		}
+		return res, nil
+	})
+	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
+
+	id := startAsync(t, c, "fanout", `{}`)
+	run := waitingOn(t, c, id, protocol.AwaitingKindInvokeAll)
+	require.Equal(t, 4, *run.Awaiting.Count)
+	// Every child but the waiting one ends; the parent still waits for it.
+	waitUntil(t, 30*time.Second, func() bool { return len(getRun(t, c, id).Journal) == 3 }, "three children journaled")
+	run = getRun(t, c, id)
+	require.Equal(t, protocol.RunStatusSuspended, run.Status, "it waits for the last child")
+	require.EqualValues(t, 1, parentCalls.Load())
+	close(release)
+	res := mustResult(t, c, id)
+	require.Equal(t, protocol.RunStatusCompleted, res.Status, "%+v", res.Error)
+	require.JSONEq(t, `["4","9","non_retryable","not_found"]`, string(*res.Output))
+	require.EqualValues(t, 2, parentCalls.Load(), "called once more, when the last child ended")
+	run = getRun(t, c, id)
+	require.Equal(t, []string{"squares", "squares", "squares", "squares"}, entryNames(run.Journal))
+	for i, e := range run.Journal {
+		require.Equal(t, i+1, e.Seq)
+		require.Equal(t, protocol.EntryKindInvoke, e.Kind)
+	}
+
+	// A malicious answer: too many calls, or none, fails the run with a bad answer.
+	var f *rawFunction
+	f = &rawFunction{answer: func(req *protocol.InvocationRequest, _ func(string) (int, string)) string {
+		calls := strings.Repeat(`{"function":"square"},`, 65)
+		return `{"status":"suspended","await":{"type":"invoke_all","seq":1,"name":"x","calls":[` + strings.TrimSuffix(calls, ",") + `]}}`
+	}}
+	register(t, s, c, "greedy", f, nil)
+	e := mustFail(t, c, "greedy")
+	require.Contains(t, e.Message, "starts 65 child runs, more than the limit of 64")
+}
