@@ -65,7 +65,8 @@ GRANT UPDATE (journal_bytes) ON stepgate.journal_entry TO stepgate_app, stepgate
 -- running total that a hole filled below an entry grows.
 CREATE OR REPLACE FUNCTION stepgate.refuse_journal_update() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF (to_jsonb(NEW) - 'journal_bytes') = (to_jsonb(OLD) - 'journal_bytes') THEN
+    IF NEW.journal_bytes IS DISTINCT FROM OLD.journal_bytes
+       AND (to_jsonb(NEW) - 'journal_bytes') = (to_jsonb(OLD) - 'journal_bytes') THEN
         RETURN NEW;
     END IF;
     RAISE EXCEPTION 'journal entry (%, %) is immutable', OLD.run_id, OLD.seq
