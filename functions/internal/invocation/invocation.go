@@ -619,11 +619,15 @@ func (s *State) checkpoint(e *protocol.JournalEntry, body []byte) (ack *protocol
 // attempt of the step whose function runs (or, between steps, the seq the next entry
 // takes and 0), and the index of the first of them there. The same code makes the same
 // places on every invocation, so the gateway skips chunks a replay writes again.
-func (s *State) StreamPlace(key string, n int) (seq, attempt, index int) {
+// A writer made inside a parallel step's function passes that step's seq and attempt
+// as inSeq and inAttempt (0 otherwise).
+func (s *State) StreamPlace(key string, n, inSeq, inAttempt int) (seq, attempt, index int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	seq, attempt = s.seq, s.attempt
-	if attempt == 0 {
+	if inSeq > 0 {
+		seq, attempt = inSeq, inAttempt
+	} else if attempt == 0 {
 		seq++
 	}
 	if s.places == nil {
