@@ -11,6 +11,9 @@
 // webhook), and [AwaitCallback] suspends the run until it is resolved, rejected or
 // times out.
 //
+// [Go] runs a step in its own goroutine, so that several run at once; [All] waits for
+// them. [InvokeAll] starts several child runs at once and waits for all of them.
+//
 // Code between steps runs again on every replay, so it must be deterministic: [Now],
 // [UUID] and [Random] journal a clock reading, a UUID or a random number once, as steps,
 // and replay it. [Patched] lets code change under runs that are suspended in it: it
@@ -25,7 +28,9 @@
 // The rules that keep replays correct:
 //
 //   - Call steps one after another, with the context the function was called with (or
-//     one derived from it), from the function's goroutine. Steps do not nest.
+//     one derived from it), from the function's goroutine. Steps do not nest. To run
+//     steps at the same time, start them with [Go] (still from the function's
+//     goroutine, so each takes its seq in a fixed order).
 //   - Give each step a stable name, and ask for the same steps in the same order on every
 //     invocation: code between steps must be deterministic. Put side effects, clocks and
 //     randomness inside steps.
