@@ -215,7 +215,8 @@ func TestCheckpointWindows(t *testing.T) {
 		`{"seq":6,"kind":"step","name":"f","output":6,"window":2}`,  // nothing journaled at 4 or 5
 		`{"seq":6,"kind":"step","name":"f","output":6,"window":65}`, // past the bound
 		`{"seq":6,"kind":"step","name":"f","output":6,"window":0}`,  // not a window
-		`{"seq":2,"kind":"step","name":"b","output":2}`,             // the hole filled
+		`{"seq":2,"kind":"step","name":"b","output":2}`,             // a fill needs a window
+		`{"seq":2,"kind":"step","name":"b","output":2,"window":2}`,  // the hole filled
 		`{"seq":4,"kind":"step","name":"d","output":4}`,
 	}
 	var f *rawFunction
@@ -246,6 +247,7 @@ func TestCheckpointWindows(t *testing.T) {
 		{400, "seq 6 is past its window of 2 (no seq from 4 to 5 is journaled)"},
 		{400, "window 65 is not from 1 to 64"},
 		{400, "window 0 is not from 1 to 64"},
+		{400, "seq 2 fills a hole below later entries"},
 		{200, ""},
 		{200, ""},
 	} {

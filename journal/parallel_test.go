@@ -50,6 +50,10 @@ func TestParallelEntries(t *testing.T) {
 		require.ErrorIs(t, journal.AppendEntry(ctx, tx, run.ID, 1, withWindow(step(4, "d", `4`), 65), b), journal.ErrGap)
 		require.Equal(t, map[int]int64{1: 1, 3: 4}, journalBytes(t, tx, run.ID))
 
+		// A fill without a window is refused: it would leave the totals above it short.
+		err = journal.AppendEntry(ctx, tx, run.ID, 1, step(2, "b", `22`), b)
+		require.ErrorIs(t, err, journal.ErrGap)
+		require.Contains(t, err.Error(), "seq 2 fills a hole below later entries")
 		// The hole at 2 filled: the entry above it counts its bytes.
 		require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, withWindow(step(2, "b", `22`), 2), b))
 		require.Equal(t, map[int]int64{1: 1, 2: 3, 3: 6}, journalBytes(t, tx, run.ID))

@@ -183,13 +183,36 @@ func AppendEntry(ctx context.Context, db DB, runID string, invocation int, e Ent
 	return pgx.BeginFunc(ctx, beginner, func(tx pgx.Tx) error { return locked(tx) })
 }
 
-func appendEntry(ctx context.Context, db DB, runID string, invocation int, e Entry, window int, b Bounds) error {
-	var owned, inserted, follows bool
-	var total *int64
-	var kind, name *string
-	var output json.RawMessage
-	var errInfo *ErrorInfo
-	err := db.QueryRow(ctx, `
+// appendInOrder is AppendEntry's statement for an entry right after the journal's last:
+// the step path, as lean as it was before windows.
+const appendInOrder = `
+		WITH owner AS (
+			SELECT id FROM stepgate.run
+			WHERE id = @run_id AND invocation = @invocation AND status = 'running' FOR SHARE
+		), prev AS (
+			SELECT coalesce(journal_bytes, 0) AS journal_bytes FROM stepgate.journal_entry WHERE run_id = @run_id AND seq = @seq - 1
+		), ok AS (
+			-- In order: right after seq - 1, and not into a hole below later entries (a fill
+			-- declares a window, so the totals above it are kept).
+			SELECT id, coalesce((SELECT journal_bytes FROM prev), 0) + @size AS total FROM owner
+			WHERE (@seq = 1 OR EXISTS (SELECT 1 FROM prev))
+				AND NOT EXISTS (SELECT 1 FROM stepgate.journal_entry WHERE run_id = @run_id AND seq > @seq)
+		), ins AS (
+			INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, error, attempt,
+				wake_at, invocation, started_at, journal_bytes)
+			SELECT id, @seq, @kind, @name, @output, @error, @attempt, @wake_at, @invocation, @started_at, total FROM ok
+			WHERE (@max_entries = 0 OR @seq <= @max_entries) AND (@max_bytes = 0 OR total <= @max_bytes)
+			ON CONFLICT (run_id, seq) DO NOTHING
+			RETURNING seq
+		)
+		SELECT EXISTS (SELECT 1 FROM owner), EXISTS (SELECT 1 FROM ins), EXISTS (SELECT 1 FROM ok),
+			(SELECT total FROM ok), e.kind, e.name, e.output, e.error
+		FROM (SELECT 1) one
+		LEFT JOIN stepgate.journal_entry e ON e.run_id = @run_id AND e.seq = @seq`
+
+// appendInWindow is AppendEntry's statement for an entry with a window: it may fill a
+// hole, whose entries above gain its bytes.
+const appendInWindow = `
 		WITH owner AS (
 			SELECT id FROM stepgate.run
 			WHERE id = @run_id AND invocation = @invocation AND status = 'running' FOR SHARE
@@ -220,7 +243,19 @@ func appendEntry(ctx context.Context, db DB, runID string, invocation int, e Ent
 		SELECT EXISTS (SELECT 1 FROM owner), EXISTS (SELECT 1 FROM ins), EXISTS (SELECT 1 FROM ok),
 			(SELECT greatest(total, top_total) FROM ok), e.kind, e.name, e.output, e.error
 		FROM (SELECT 1) one
-		LEFT JOIN stepgate.journal_entry e ON e.run_id = @run_id AND e.seq = @seq`,
+		LEFT JOIN stepgate.journal_entry e ON e.run_id = @run_id AND e.seq = @seq`
+
+func appendEntry(ctx context.Context, db DB, runID string, invocation int, e Entry, window int, b Bounds) error {
+	var owned, inserted, follows bool
+	var total *int64
+	var kind, name *string
+	var output json.RawMessage
+	var errInfo *ErrorInfo
+	query := appendInOrder
+	if window > 1 {
+		query = appendInWindow
+	}
+	err := db.QueryRow(ctx, query,
 		pgx.NamedArgs{
 			"run_id": runID, "invocation": invocation, "seq": e.Seq, "kind": e.Kind, "name": e.Name,
 			"output": e.Output, "error": e.Error, "attempt": max(e.Attempt, 1), "wake_at": e.WakeAt,
@@ -239,6 +274,14 @@ func appendEntry(ctx context.Context, db DB, runID string, invocation int, e Ent
 	case kind != nil:
 		return sameEntry(&Entry{Kind: *kind, Name: *name, Output: output, Error: errInfo}, e)
 	case !follows:
+		if window == 1 && e.Seq > 1 {
+			// Right after seq - 1, but below later entries (the error path only).
+			var below bool
+			if db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM stepgate.journal_entry WHERE run_id = $1 AND seq = $2)`,
+				runID, e.Seq-1).Scan(&below) == nil && below {
+				return fmt.Errorf("%w: seq %d fills a hole below later entries: a checkpoint out of order declares a window", ErrGap, e.Seq)
+			}
+		}
 		return gapError("seq", e.Seq, window)
 	case b.MaxEntries > 0 && e.Seq > b.MaxEntries:
 		return entriesLimit(e.Seq, b)
