@@ -444,27 +444,6 @@ func (a *App) invoke(ctx context.Context, f *function, req *protocol.InvocationR
 			stop.Answer.Await.Window = &w
 		}
 	}
-	code, body := a.answer(ctx, st, uctx, req, stop, out, err, panicked, stack)
-	// The last finished step rides with an answer the gateway applies (its steps); an
-	// invocation that fails (HTTP 500) sends it first, so it is not run again.
-	if held := st.TakeHeld(); held != nil {
-		if ans, ok := body.(*protocol.InvocationAnswer); ok && code == http.StatusOK {
-			steps := []protocol.JournalEntry{*held}
-			if ans.Steps != nil {
-				steps = append(steps, *ans.Steps...)
-			}
-			ans.Steps = &steps
-		} else if _, err := st.CheckpointAck(held); err != nil {
-			a.log.WarnContext(ctx, "the last step could not be journaled; it runs again", logAttrs(req, "checkpoint", err.Error())...)
-		}
-	}
-	return code, body
-}
-
-// answer decides the HTTP status and body of the invocation's answer from how the
-// function ended.
-func (a *App) answer(ctx context.Context, st *invocation.State, uctx context.Context, req *protocol.InvocationRequest,
-	stop *invocation.Stop, out protocol.AnyJSON, err error, panicked any, stack []byte) (int, any) {
 	switch {
 	case stop != nil && stop.Error != nil:
 		a.log.WarnContext(ctx, "invocation failed", logAttrs(req, stop.Error.Type, stop.Error.Message)...)
