@@ -458,10 +458,10 @@ func (inv *Invoker) finishTx(ctx context.Context, tx pgx.Tx, run *journal.Run, o
 	}
 	var jobs []river.InsertManyParams
 	if f.WakeAt != nil {
-		jobs = append(jobs, river.InsertManyParams{Args: InvokeArgs{RunID: run.ID}, InsertOpts: &river.InsertOpts{ScheduledAt: *f.WakeAt}})
+		jobs = append(jobs, river.InsertManyParams{Args: invokeJob(run), InsertOpts: &river.InsertOpts{ScheduledAt: *f.WakeAt}})
 	}
 	if f.Child != nil {
-		jobs = append(jobs, river.InsertManyParams{Args: InvokeArgs{RunID: f.Child.ID}})
+		jobs = append(jobs, river.InsertManyParams{Args: invokeJob(f.Child)})
 		if f.Child.Deadline != nil {
 			jobs = append(jobs, deadlineJob(f.Child.ID, *f.Child.Deadline))
 		}
