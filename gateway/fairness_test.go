@@ -244,6 +244,20 @@ func TestPriorityOfEveryJob(t *testing.T) {
 	require.Equal(t, []int{4, 4}, p, "the child's start and its wake-up: its function's priority")
 	require.Equal(t, []string{auth.DefaultTenant, auth.DefaultTenant}, tenants)
 	require.Equal(t, 4, *getRun(t, c, child).Priority)
+
+	// A run an event starts has its function's priority, and so has its job.
+	reg, err := c.RegisterFunctionWithResponse(t.Context(), "on-paid", protocol.FunctionRegistration{
+		URL:    s.ServeApp(t, app) + "child",
+		Config: &protocol.FunctionConfig{Priority: ptr(4), Triggers: &[]protocol.EventTrigger{{Event: "paid"}}},
+	})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, reg.StatusCode(), string(reg.Body))
+	ev := mustSendEvent(t, c, protocol.EventSend{Name: "paid"})
+	require.Len(t, ev.Runs, 1)
+	require.Equal(t, 4, *getRun(t, c, ev.Runs[0]).Priority)
+	p, tenants = jobs(ev.Runs[0])
+	require.Equal(t, 4, p[0])
+	require.Equal(t, auth.DefaultTenant, tenants[0])
 }
 
 // TestPriorityBadValues: a priority other than 1 to 4 is a 400 naming the field.
@@ -266,4 +280,37 @@ func TestPriorityBadValues(t *testing.T) {
 		strings.NewReader(`{"url":"http://127.0.0.1:1/","config":{"priority":4}}`))
 	require.Equal(t, http.StatusOK, status, body)
 	require.EqualValues(t, 4, body["config"].(map[string]any)["priority"])
+}
+
+// TestFairShareBacklog: another tenant's run starts while a tenant's backlog many times
+// the workers is queued ahead of it at the first priority and its runs hold all but the
+// reserve: River fetches and snoozes the backlog's jobs until it reaches the other's.
+// The time that takes is logged (BENCHMARKS.md), not asserted.
+func TestFairShareBacklog(t *testing.T) {
+	t.Parallel()
+	const workers, flood = 10, 200
+	s := stack.Start(t, stack.Options{Workers: workers})
+	entered, release := make(chan fnCall, flood+10), make(chan struct{})
+	appURL := s.ServeApp(t, blockingApp(s, entered, release))
+	t.Cleanup(func() { close(release) })
+	a := tenantClient(t, s, "tenant-a", appURL)
+	b := tenantClient(t, s, "tenant-b", appURL)
+	for range flood {
+		startQueued(t, a, "slow", `{}`, &protocol.StartRunParams{Priority: ptr(1)})
+	}
+	started := time.Now()
+	bRun := startQueued(t, b, "slow", `{}`, nil)
+	var aCalls int
+	for {
+		c := nextCall(t, entered, "b's run")
+		if c.tenant == "tenant-b" {
+			require.Equal(t, bRun, c.run)
+			break
+		}
+		aCalls++
+	}
+	latency := time.Since(started)
+	require.LessOrEqual(t, aCalls, workers-1, "a never took the reserve")
+	t.Logf("b's run started %s after it was queued behind %d runs of a (priority 1), %d of them started meanwhile; %d jobs of a snoozed",
+		latency, flood, aCalls, snoozed(t, s, "tenant-a"))
 }

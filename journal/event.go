@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -73,7 +72,8 @@ func SendEvent(ctx context.Context, db DB, n NewEvent) (ev *Event, created bool,
 	rows, _ := db.Query(ctx, `
 		WITH targets AS MATERIALIZED (
 			SELECT f.name, f.revision, r.run_timeout_ms,
-				coalesce((r.config->>'priority')::smallint, `+strconv.Itoa(DefaultPriority)+`) AS priority, encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid())
+				coalesce((r.config->>'priority')::smallint, 2) AS priority, -- 2: DefaultPriority
+				encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid())
 				placing substring(int8send(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM 3)
 				FROM 1 FOR 6), 52, 1), 53, 1), 'hex')::uuid AS run_id
 			FROM stepgate.function f

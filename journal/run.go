@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -153,7 +152,7 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 			-- LEAST ignores NULLs: the earliest of the deadlines that are set.
 			LEAST(@deadline::timestamptz, now() + r.run_timeout_ms * interval '1 millisecond',
 				(SELECT p.deadline FROM stepgate.run p WHERE @parent_seq::int IS NOT NULL AND p.id = @parent_id::uuid)),
-			coalesce(@priority::smallint, (r.config->>'priority')::smallint, `+strconv.Itoa(DefaultPriority)+`)
+			coalesce(@priority::smallint, (r.config->>'priority')::smallint, 2) -- 2: DefaultPriority
 		FROM stepgate.function f
 		JOIN stepgate.function_revision r USING (tenant, name, revision)
 		WHERE f.tenant = @tenant AND f.name = @function
