@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -114,6 +115,11 @@ func TestFairShare(t *testing.T) {
 		FROM stepgate.run WHERE tenant = 'tenant-a'`).Scan(&running, &ended))
 	require.Equal(t, workers-1, running, "a's runs in flight")
 	require.Zero(t, ended, "b did not need any run of a to end")
+	var heldAhead int
+	require.NoError(t, s.Pool.QueryRow(t.Context(), `
+		SELECT count(*) FROM river_job
+		WHERE kind = 'stepgate.invoke' AND args->>'tenant' = 'tenant-a' AND (metadata->>'snoozes')::int > 0 AND priority <> 4`).Scan(&heldAhead))
+	require.Zero(t, heldAhead, "a's held jobs went back to the queue at the last priority, behind b's")
 }
 
 // TestFairShareAlone: a tenant alone uses every worker but the reserve, and with no
@@ -295,9 +301,24 @@ func TestFairShareBacklog(t *testing.T) {
 	t.Cleanup(func() { close(release) })
 	a := tenantClient(t, s, "tenant-a", appURL)
 	b := tenantClient(t, s, "tenant-b", appURL)
-	for range flood {
-		startQueued(t, a, "slow", `{}`, &protocol.StartRunParams{Priority: ptr(1)})
+	// The flood comes in from 8 clients at once, faster than one.
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range flood / 8 {
+				resp, err := a.StartRunWithBodyWithResponse(context.Background(), "slow", &protocol.StartRunParams{Priority: ptr(1)}, "application/json", strings.NewReader(`{}`))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if resp.StatusCode() != http.StatusAccepted {
+					t.Errorf("start: HTTP %d: %s", resp.StatusCode(), resp.Body)
+					return
+				}
+			}
+		})
 	}
+	wg.Wait()
 	started := time.Now()
 	bRun := startQueued(t, b, "slow", `{}`, nil)
 	var aCalls int

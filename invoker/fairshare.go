@@ -1,10 +1,16 @@
 package invoker
 
 import (
+	"context"
 	"encoding/json"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/riverqueue/river"
+
+	"github.com/stepgate/stepgate/journal"
 )
 
 // Fair share of a gateway's River workers between tenants.
@@ -17,14 +23,16 @@ import (
 // zone), a job is worked only if its tenant holds fewer than its equal share,
 // workers / max(2, the tenants with jobs in flight, its own counted), so the last
 // reserve workers go to the tenants below their share. A job of a tenant at its share in
-// the reserve zone is snoozed (river.JobSnooze: not an attempt, the run stays queued)
-// and River fetches the next job: another tenant's, once the first tenant's queued jobs
-// are snoozed. So:
+// the reserve zone is held back (holdBack): snoozed (river.JobSnooze: not an attempt, the
+// run stays queued) at the last priority, and River fetches the next job: another
+// tenant's, once the first tenant's queued jobs ahead of it are held back. So:
 //   - a tenant alone uses up to workers-reserve workers;
 //   - a tenant that holds its share or more never takes the reserve, so another tenant's
 //     run starts as soon as River fetches it, without waiting for any run to end;
 //   - with several tenants busy, each converges on its equal share as runs end, whatever
-//     priorities they give their runs (priority orders the fetch, not the share).
+//     priorities they give their runs (priority orders the fetch, not the share; a held
+//     job loses it, so a tenant's backlog of first-priority runs, held back, cannot stay
+//     ahead of the others' jobs).
 //
 // The bound is per gateway: N gateways are N independent pools of workers.
 
@@ -95,7 +103,22 @@ func (f *fairShare) release(tenant string) {
 	}
 }
 
-// snooze is how long to snooze a job held back that River has snoozed snoozes times
+// holdBack puts back in the queue a job whose tenant holds its share while the gateway
+// is in its reserve zone: snoozed (not an attempt; the run stays queued), at the last
+// priority, so River fetches the jobs of the other tenants first, whatever priority the
+// held tenant gives its runs. Lowering the priority is one statement, the first time a
+// job is held back only; a job that cannot be lowered (the database is down) is snoozed
+// anyway.
+func (inv *Invoker) holdBack(ctx context.Context, job *river.Job[InvokeArgs]) error {
+	if job.Priority < journal.MaxPriority {
+		if err := journal.LowerJobPriority(ctx, inv.pool, job.ID, journal.MaxPriority); err != nil {
+			inv.log.Warn("a job held back by the fair share keeps its priority", slog.Int64("job_id", job.ID), slog.Any("error", err))
+		}
+	}
+	return river.JobSnooze(snoozeFor(job.Metadata))
+}
+
+// snoozeFor is how long to snooze a job held back that River has snoozed snoozes times
 // before (its metadata's "snoozes"; see fairSnoozeBase).
 func snoozeFor(metadata []byte) time.Duration {
 	var m struct {

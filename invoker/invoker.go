@@ -420,9 +420,7 @@ func (w *invokeWorker) Timeout(*river.Job[InvokeArgs]) time.Duration { return -1
 
 func (w *invokeWorker) Work(ctx context.Context, job *river.Job[InvokeArgs]) error {
 	if !w.inv.fair.acquire(job.Args.Tenant) {
-		// Its tenant holds its share and the gateway is in its reserve: back to the
-		// queue, not an attempt, so River fetches another tenant's job.
-		return river.JobSnooze(snoozeFor(job.Metadata))
+		return w.inv.holdBack(ctx, job)
 	}
 	defer w.inv.fair.release(job.Args.Tenant)
 	_, err := w.inv.Resume(ctx, job.Args.RunID, false)
