@@ -92,8 +92,9 @@ func TestFairShare(t *testing.T) {
 	b := tenantClient(t, s, "tenant-b", appURL)
 
 	const flood = 3 * workers
+	var aRuns []string
 	for range flood {
-		startQueued(t, a, "slow", `{}`, &protocol.StartRunParams{Priority: ptr(1)})
+		aRuns = append(aRuns, startQueued(t, a, "slow", `{}`, &protocol.StartRunParams{Priority: ptr(1)}))
 	}
 	for i := range workers - 1 {
 		require.Equal(t, "tenant-a", nextCall(t, entered, "a's runs").tenant, "call %d", i+1)
@@ -120,6 +121,24 @@ func TestFairShare(t *testing.T) {
 		SELECT count(*) FROM river_job
 		WHERE kind = 'stepgate.invoke' AND args->>'tenant' = 'tenant-a' AND (metadata->>'snoozes')::int > 0 AND priority <> 4`).Scan(&heldAhead))
 	require.Zero(t, heldAhead, "a's held jobs went back to the queue at the last priority, behind b's")
+	// The runs held back say why; the others, started, say nothing.
+	var held, inFlight int
+	for _, id := range aRuns {
+		r := getRun(t, a, id)
+		switch r.Status {
+		case protocol.RunStatusQueued:
+			if r.Held != nil {
+				require.Equal(t, "waiting for a worker: its tenant holds its fair share of the gateway's workers", *r.Held)
+				held++
+			}
+		case protocol.RunStatusRunning:
+			require.Nil(t, r.Held, "a claim clears held")
+			inFlight++
+		}
+	}
+	require.Equal(t, workers-1, inFlight)
+	require.Positive(t, held)
+	require.Nil(t, getRun(t, b, bRun).Held)
 }
 
 // TestFairShareAlone: a tenant alone uses every worker but the reserve, and with no

@@ -26,5 +26,5 @@ func (f *fairShare) Acquire(tenant string) bool { return f.acquire(tenant) }
 func (f *fairShare) Release(tenant string)      { f.release(tenant) }
 func (f *fairShare) Reserve() int               { return f.reserve }
 
-// SnoozeFor is snoozeFor.
-func SnoozeFor(metadata []byte) time.Duration { return snoozeFor(metadata) }
+// SnoozeFor is snoozeFor of the snoozes in a job's metadata.
+func SnoozeFor(metadata []byte) time.Duration { return snoozeFor(snoozesOf(metadata)) }

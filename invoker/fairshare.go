@@ -106,27 +106,36 @@ func (f *fairShare) release(tenant string) {
 // holdBack puts back in the queue a job whose tenant holds its share while the gateway
 // is in its reserve zone: snoozed (not an attempt; the run stays queued), at the last
 // priority, so River fetches the jobs of the other tenants first, whatever priority the
-// held tenant gives its runs. Lowering the priority is one statement, the first time a
-// job is held back only; a job that cannot be lowered (the database is down) is snoozed
-// anyway.
+// held tenant gives its runs. The first time a job is held back, one statement lowers
+// its priority and sets its run's held (journal.HoldBack); a job that cannot be lowered
+// (the database is down) is snoozed anyway.
 func (inv *Invoker) holdBack(ctx context.Context, job *river.Job[InvokeArgs]) error {
-	if job.Priority < journal.MaxPriority {
-		if err := journal.LowerJobPriority(ctx, inv.pool, job.ID, journal.MaxPriority); err != nil {
+	snoozes := snoozesOf(job.Metadata)
+	if snoozes == 0 {
+		if err := journal.HoldBack(ctx, inv.pool, job.ID, job.Args.RunID, journal.MaxPriority, heldForShare); err != nil {
 			inv.log.Warn("a job held back by the fair share keeps its priority", slog.Int64("job_id", job.ID), slog.Any("error", err))
 		}
 	}
-	return river.JobSnooze(snoozeFor(job.Metadata))
+	return river.JobSnooze(snoozeFor(snoozes))
 }
 
-// snoozeFor is how long to snooze a job held back that River has snoozed snoozes times
-// before (its metadata's "snoozes"; see fairSnoozeBase).
-func snoozeFor(metadata []byte) time.Duration {
+// heldForShare is the held of a run whose job the fair share holds back.
+const heldForShare = "waiting for a worker: its tenant holds its fair share of the gateway's workers"
+
+// snoozesOf returns how many times River snoozed a job: its metadata's "snoozes".
+func snoozesOf(metadata []byte) int {
 	var m struct {
 		Snoozes int `json:"snoozes"`
 	}
-	_ = json.Unmarshal(metadata, &m) // no metadata: the first snooze
+	_ = json.Unmarshal(metadata, &m) // no metadata: none
+	return m.Snoozes
+}
+
+// snoozeFor is how long to snooze a job held back that was snoozed snoozes times
+// before (see fairSnoozeBase).
+func snoozeFor(snoozes int) time.Duration {
 	d := fairSnoozeBase
-	for i := 0; i < m.Snoozes && d < fairSnoozeMax; i++ {
+	for i := 0; i < snoozes && d < fairSnoozeMax; i++ {
 		d *= 2
 	}
 	d = min(d, fairSnoozeMax)
