@@ -442,6 +442,17 @@ func (a *App) invoke(ctx context.Context, f *function, req *protocol.InvocationR
 	var out protocol.AnyJSON
 	var err error
 	stop, panicked, stack := st.Call(func() { out, err = f.call(uctx, req.Run.Input) })
+	// Steps still running in parallel finish (and are journaled) before the answer; one
+	// of them may have stopped the invocation after the function returned.
+	st.Drain()
+	if stop == nil {
+		stop = st.Stopped()
+	}
+	if stop != nil && stop.Answer != nil && stop.Answer.Await != nil {
+		if w := st.Window(stop.Answer.Await.Seq); w > 1 {
+			stop.Answer.Await.Window = &w
+		}
+	}
 	switch {
 	case stop != nil && stop.Error != nil:
 		a.log.WarnContext(ctx, "invocation failed", logAttrs(req, stop.Error.Type, stop.Error.Message)...)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/functions"
+	"github.com/stepgate/stepgate/functions/examples"
 	"github.com/stepgate/stepgate/functions/step"
 	"github.com/stepgate/stepgate/internal/stack"
 	"github.com/stepgate/stepgate/journal"
@@ -83,6 +84,33 @@ func TestExamples(t *testing.T) {
 			steps = append(steps, e.Name)
 		}
 		require.Equal(t, []string{"reserve", "charge", "ship", "compensate refund", "compensate release"}, steps)
+	})
+
+	t.Run("QuoteAsksThreeSuppliersAtOnce", func(t *testing.T) {
+		t.Parallel()
+		res := mustComplete(t, c, "orders.quote", `{"sku":"book"}`)
+		var out examples.QuoteOutput
+		require.NoError(t, json.Unmarshal(*res.Output, &out))
+		require.Len(t, out.Prices, 3)
+		for _, p := range out.Prices {
+			require.GreaterOrEqual(t, p, out.Prices[out.Best])
+		}
+		require.Equal(t, []string{"price from acme", "price from globex", "price from initech"}, entryNames(getRun(t, c, res.ID).Journal))
+	})
+
+	t.Run("FulfilAllChecksOutEveryOrder", func(t *testing.T) {
+		t.Parallel()
+		resp := startRun(t, c, "orders.fulfil_all", `{"orders":[{"order_id":"fa-1"},{"order_id":"fa-2","fail_ship":true},{"order_id":"fa-3"}]}`, nil)
+		require.Contains(t, []int{http.StatusOK, http.StatusAccepted}, resp.StatusCode(), string(resp.Body))
+		id := ""
+		if resp.JSON200 != nil {
+			id = resp.JSON200.ID
+		} else {
+			id = resp.JSON202.ID
+		}
+		res := mustResult(t, c, id)
+		require.Equal(t, protocol.RunStatusCompleted, res.Status, "%+v", res.Error)
+		require.JSONEq(t, `{"results":["trk_fa-1","failed: no carrier ships order fa-2","trk_fa-3"]}`, string(*res.Output))
 	})
 
 	t.Run("HelloGreets", func(t *testing.T) {

@@ -503,6 +503,8 @@ func (s *Server) checkEntry(e protocol.JournalEntry) error {
 		return badRequest("a step has an output or an error, not both")
 	case e.Attempt != nil && (*e.Attempt < 0 || *e.Attempt > s.inv.Limits().MaxAttempts):
 		return badRequest("attempt %d is not from 1 to %d", *e.Attempt, s.inv.Limits().MaxAttempts)
+	case e.Window != nil && (*e.Window < 1 || *e.Window > journal.MaxWindow):
+		return badRequest("window %d is not from 1 to %d", *e.Window, journal.MaxWindow)
 	}
 	if err := names.Check("name", e.Name); err != nil {
 		return badRequest("%v", err)

@@ -101,6 +101,14 @@ func (c answerCheck) seq(what string, seq int, name string) *journal.ErrorInfo {
 	return nil
 }
 
+// window checks a declared window (see journal.AppendEntry): from 1 to journal.MaxWindow.
+func (c answerCheck) window(what string, w *int) *journal.ErrorInfo {
+	if w != nil && (*w < 1 || *w > journal.MaxWindow) {
+		return c.bad("%s has window %d, not from 1 to %d", what, *w, journal.MaxWindow)
+	}
+	return nil
+}
+
 // validateAnswer returns why a function's answer can never be applied, as a
 // non-retryable error of type ErrorTypeBadAnswer, or ErrorTypeLimit when it passes one of
 // l, or nil. It checks what the journal's rules and Postgres would refuse later, so that
@@ -116,6 +124,9 @@ func (l Limits) validateAnswer(a *protocol.InvocationAnswer) *journal.ErrorInfo 
 			}
 			if st.Kind != protocol.EntryKindStep {
 				return c.bad("%s (seq %d %q) is a %s; steps may only hold finished steps", what, st.Seq, st.Name, st.Kind)
+			}
+			if e := c.window(what, st.Window); e != nil {
+				return e
 			}
 			if st.Attempt != nil && (*st.Attempt < 0 || *st.Attempt > l.MaxAttempts) {
 				return c.bad("%s has attempt %d, not from 1 to %d", what, *st.Attempt, l.MaxAttempts)
@@ -145,6 +156,9 @@ func (l Limits) validateAnswer(a *protocol.InvocationAnswer) *journal.ErrorInfo 
 			return c.bad(`status "suspended" needs an await`)
 		}
 		if e := c.seq("await", w.Seq, w.Name); e != nil {
+			return e
+		}
+		if e := c.window("await", w.Window); e != nil {
 			return e
 		}
 		kind, ok := awaitKinds[w.Type]
@@ -180,6 +194,9 @@ func (inv *Invoker) outcomeOf(rev *revision, claim *journal.Claim, a *protocol.I
 		o = journal.Failed(*e, steps...)
 	case protocol.AnswerStatusSuspended:
 		o = awaitKinds[a.Await.Type].outcome(inv, rev, claim, a.Await, steps)
+		if a.Await.Window != nil {
+			o.AwaitWindow = *a.Await.Window
+		}
 	}
 	o.Bounds = inv.limits.Bounds()
 	return o
@@ -200,6 +217,7 @@ var awaitKinds = map[protocol.AwaitType]awaitKind{
 	protocol.AwaitTypeSleep:         sleepAwait,
 	protocol.AwaitTypeRetry:         retryAwait,
 	protocol.AwaitTypeInvoke:        invokeAwait,
+	protocol.AwaitTypeInvokeAll:     invokeAllAwait,
 	protocol.AwaitTypeWaitEvent:     waitEventAwait,
 	protocol.AwaitTypeReceive:       receiveAwait,
 	protocol.AwaitTypeAwaitCallback: callbackAwait,

@@ -99,7 +99,7 @@ func (inv *Invoker) CheckpointCallback(ctx context.Context, runID string, invoca
 	err := pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
 		var err error
 		out, err = journal.CreateCallback(ctx, tx, runID, invocation, journal.NewCallback{
-			Seq: e.Seq, Name: e.Name, Token: token, URL: inv.CallbackURL(token), Timeout: timeout,
+			Seq: e.Seq, Name: e.Name, Token: token, URL: inv.CallbackURL(token), Timeout: timeout, Window: e.Window,
 		}, inv.limits.Bounds())
 		return err
 	})

@@ -383,13 +383,18 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 	if f.Parent != "" {
 		inv.Wake(f.Parent)
 	}
-	switch {
-	case f.Child != nil:
-		c := f.Child
+	children := f.Children
+	if f.Child != nil {
+		children = append(children, f.Child)
+	}
+	for _, c := range children {
 		if crev, err := inv.revision(ctx, c.Tenant, c.Function, c.Revision); err == nil {
 			inv.armTimer(c.ID, crev, 0, 0)
 		} // else its River job starts it
 		log.DebugContext(ctx, "run waits for its child", slog.String("child_id", c.ID), slog.String("child_function", c.Function))
+	}
+	switch {
+	case len(children) > 0 && f.WakeAt == nil:
 	case f.Status == journal.StatusSuspended || f.Status == journal.StatusQueued:
 		// Time the wake-up on the database clock, less what the commit took since. A
 		// wake beyond the lead of the maintenance passes is theirs to arm when it
@@ -460,10 +465,14 @@ func (inv *Invoker) finishTx(ctx context.Context, tx pgx.Tx, run *journal.Run, o
 	if f.WakeAt != nil {
 		jobs = append(jobs, river.InsertManyParams{Args: invokeJob(run), InsertOpts: &river.InsertOpts{ScheduledAt: *f.WakeAt}})
 	}
+	children := f.Children
 	if f.Child != nil {
-		jobs = append(jobs, river.InsertManyParams{Args: invokeJob(f.Child)})
-		if f.Child.Deadline != nil {
-			jobs = append(jobs, deadlineJob(f.Child.ID, *f.Child.Deadline))
+		children = append(children, f.Child)
+	}
+	for _, c := range children {
+		jobs = append(jobs, river.InsertManyParams{Args: invokeJob(c)})
+		if c.Deadline != nil {
+			jobs = append(jobs, deadlineJob(c.ID, *c.Deadline))
 		}
 	}
 	if f.Parent != "" {

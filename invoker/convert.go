@@ -71,6 +71,9 @@ func EntryFromAPI(e protocol.JournalEntry) journal.Entry {
 	if e.Output != nil {
 		out.Output = json.RawMessage(*e.Output)
 	}
+	if e.Window != nil {
+		out.Window = *e.Window
+	}
 	return out
 }
 
@@ -110,6 +113,9 @@ func AwaitingToAPI(a *journal.Awaiting) *protocol.Awaiting {
 	out := &protocol.Awaiting{Kind: protocol.AwaitingKind(a.Kind), Seq: a.Seq, Name: a.Name}
 	if a.Attempt > 0 {
 		out.Attempt = &a.Attempt
+	}
+	if a.Count > 0 {
+		out.Count = &a.Count
 	}
 	if a.ChildID != "" {
 		out.ChildID, out.Function = &a.ChildID, &a.Function

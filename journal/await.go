@@ -15,6 +15,8 @@ type Awaiting struct {
 	Name string `json:"name"`
 	// Attempt is the failed attempt of a step a retry waits to make again.
 	Attempt int `json:"attempt,omitempty"`
+	// Count is how many child runs an invoke_all waits for, at Seq to Seq+Count-1.
+	Count int `json:"count,omitempty"`
 	// ChildID and Function name the child run an invoke waits for.
 	ChildID  string `json:"child_id,omitempty"`
 	Function string `json:"function,omitempty"`
@@ -36,6 +38,9 @@ const (
 	AwaitSleep  = "sleep"
 	AwaitRetry  = "retry"
 	AwaitInvoke = "invoke"
+	// AwaitInvokeAll waits for several child runs (InvokeAll); their entries are of
+	// kind invoke.
+	AwaitInvokeAll = "invoke_all"
 	// AwaitWaitEvent waits for an event (WaitEvent); its entry has the same kind.
 	AwaitWaitEvent = "wait_event"
 	// AwaitReceive waits for a message of a topic (Receive); its entry has the same kind.
@@ -144,4 +149,45 @@ func (in Invoke) wake() (*time.Time, time.Duration, bool) { return nil, 0, false
 
 func (in Invoke) write(ctx context.Context, db DB, w awaitWrite, f *Finished) error {
 	return invoke(ctx, db, w.runID, w.invocation, w.tenant, w.identity, &in, f)
+}
+
+// MaxInvokeAll is how many child runs one InvokeAll may start.
+const MaxInvokeAll = 64
+
+// InvokeAll is a run's call of several functions at once: child runs at Seq, Seq+1, ...
+// (Calls' Seq and Name are set from it), whose outcomes are journaled in the run, each at
+// its seq, as entries of kind KindInvoke named Name when it ends. The last of them to
+// be journaled makes the run due (migration 0032's trigger); a call that cannot start
+// (ErrorTypeNotFound, ErrorTypeForbidden) is journaled at once.
+type InvokeAll struct {
+	Seq   int
+	Name  string
+	Calls []Invoke // ChildID, Function, Input and Detached of each.
+}
+
+func (in InvokeAll) awaiting() Awaiting {
+	return Awaiting{Kind: AwaitInvokeAll, Seq: in.Seq, Name: in.Name, Count: len(in.Calls)}
+}
+
+func (in InvokeAll) wake() (*time.Time, time.Duration, bool) { return nil, 0, false }
+
+func (in InvokeAll) write(ctx context.Context, db DB, w awaitWrite, f *Finished) error {
+	journaled := 0
+	for i := range in.Calls {
+		c := in.Calls[i]
+		c.Seq, c.Name = in.Seq+i, in.Name
+		child, err := startChild(ctx, db, w.runID, w.invocation, w.tenant, w.identity, &c)
+		if err != nil {
+			return err
+		}
+		if child == nil {
+			journaled++
+			continue
+		}
+		f.Children = append(f.Children, child)
+	}
+	if journaled == len(in.Calls) {
+		return dueNow(ctx, db, w.runID, f)
+	}
+	return nil
 }

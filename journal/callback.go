@@ -51,6 +51,7 @@ type NewCallback struct {
 	Token   string        // Random, made by the gateway; only its hash is stored in stepgate.callback.
 	URL     string        // Where it is resolved: holds Token.
 	Timeout time.Duration // Until it expires, from the database clock, unless an await sets another.
+	Window  int           // The checkpoint's window (Entry.Window).
 }
 
 // CallbackOutput is the output of a callback entry.
@@ -69,7 +70,7 @@ type CallbackOutput struct {
 func CreateCallback(ctx context.Context, db DB, runID string, invocation int, n NewCallback, b Bounds) (json.RawMessage, error) {
 	repeat := func(old *Entry) (json.RawMessage, error) {
 		// Fenced and compared like any entry: the same, from the owner, is a no-op.
-		err := AppendEntry(ctx, db, runID, invocation, Entry{Seq: n.Seq, Kind: KindCallback, Name: n.Name, Output: old.Output, Error: old.Error}, b)
+		err := AppendEntry(ctx, db, runID, invocation, Entry{Seq: n.Seq, Kind: KindCallback, Name: n.Name, Output: old.Output, Error: old.Error, Window: n.Window}, b)
 		if err != nil {
 			return nil, err
 		}
@@ -96,7 +97,7 @@ func CreateCallback(ctx context.Context, db DB, runID string, invocation int, n 
 	if err != nil {
 		return nil, fmt.Errorf("create callback of run %s: %w", runID, err)
 	}
-	err = AppendEntry(ctx, db, runID, invocation, Entry{Seq: n.Seq, Kind: KindCallback, Name: n.Name, Output: out, Attempt: 1, StartedAt: &now}, b)
+	err = AppendEntry(ctx, db, runID, invocation, Entry{Seq: n.Seq, Kind: KindCallback, Name: n.Name, Output: out, Attempt: 1, StartedAt: &now, Window: n.Window}, b)
 	if errors.Is(err, ErrConflict) {
 		// A repeat of this checkpoint committed since we looked: its token stands.
 		if old, ferr := findEntry(ctx, db, runID, n.Seq); ferr == nil && old != nil && old.Kind == KindCallback && old.Name == n.Name {

@@ -103,7 +103,15 @@ type Entry struct {
 	// Copied: the entry was copied from the run this one reruns (NewRun.RerunOf) by
 	// CopyEntries, not journaled by this run's invocations.
 	Copied bool `db:"copied"`
+	// Window, on a checkpoint (never stored), is how far below Seq the journal's last
+	// entry may be: 1 (or 0) for right below, up to MaxWindow for steps run in parallel
+	// (see AppendEntry).
+	Window int `db:"-"`
 }
+
+// MaxWindow is the largest window an entry or an await may declare: how many seqs below
+// it may still be missing while steps run in parallel.
+const MaxWindow = 64
 
 // Failure is a failed attempt, kept for inspection and never replayed. Seq 0 is a whole
 // invocation; seq > 0 is an attempt of the step at that seq.

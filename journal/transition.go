@@ -142,14 +142,48 @@ func (e Entry) Size() int64 {
 // AppendEntry journals one finished entry for the invocation that owns the run. An
 // identical repeat is a no-op; a different entry at that seq returns ErrConflict, naming
 // what differs; when the invocation no longer owns the running run it returns
-// ErrSuperseded. A new entry must come right after the journal's last (ErrGap otherwise)
-// and keep the journal within b (a *LimitError otherwise). The run row is share-locked
-// while the entry is written, so a concurrent claim waits and then sees it.
+// ErrSuperseded. A new entry must keep the journal within b (a *LimitError otherwise)
+// and come right after the journal's last (ErrGap otherwise), or, with e.Window W > 1
+// (steps run in parallel, at most MaxWindow), have an entry among the W seqs below it
+// (or a seq of at most W): it may fill a hole, and the running byte totals of the
+// entries above it grow by its bytes. The run row is share-locked while the entry is
+// written, so a concurrent claim waits and then sees it; an entry with a window is
+// written in a transaction that locks the row first, so concurrent checkpoints of
+// parallel steps are serialized and each sees the others' entries (the byte count stays
+// exact).
 func AppendEntry(ctx context.Context, db DB, runID string, invocation int, e Entry, b Bounds) error {
 	if b.MaxEntryBytes > 0 && e.Size() > b.MaxEntryBytes {
 		return &LimitError{Seq: e.Seq, Message: fmt.Sprintf(
 			"entry %d holds %d bytes, more than the limit of %d (STEPGATE_MAX_OUTPUT_BYTES)", e.Seq, e.Size(), b.MaxEntryBytes)}
 	}
+	window := max(e.Window, 1)
+	if window > MaxWindow {
+		return fmt.Errorf("%w: entry %d declares a window of %d, more than the limit of %d", ErrGap, e.Seq, window, MaxWindow)
+	}
+	if window == 1 {
+		return appendEntry(ctx, db, runID, invocation, e, 1, b)
+	}
+	locked := func(tx DB) error {
+		// The lock is the transaction's before the entry's statement takes its snapshot.
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM stepgate.run WHERE id = $1 AND invocation = $2 AND status = 'running' FOR UPDATE`,
+			runID, invocation); err != nil {
+			return fmt.Errorf("lock run %s: %w", runID, err)
+		}
+		return appendEntry(ctx, tx, runID, invocation, e, window, b)
+	}
+	if tx, ok := db.(pgx.Tx); ok {
+		return locked(tx)
+	}
+	beginner, ok := db.(interface {
+		Begin(context.Context) (pgx.Tx, error)
+	})
+	if !ok {
+		return fmt.Errorf("append entry %d to run %s: a windowed entry needs a transaction", e.Seq, runID)
+	}
+	return pgx.BeginFunc(ctx, beginner, func(tx pgx.Tx) error { return locked(tx) })
+}
+
+func appendEntry(ctx context.Context, db DB, runID string, invocation int, e Entry, window int, b Bounds) error {
 	var owned, inserted, follows bool
 	var total *int64
 	var kind, name *string
@@ -160,26 +194,38 @@ func AppendEntry(ctx context.Context, db DB, runID string, invocation int, e Ent
 			SELECT id FROM stepgate.run
 			WHERE id = @run_id AND invocation = @invocation AND status = 'running' FOR SHARE
 		), prev AS (
-			SELECT coalesce(journal_bytes, 0) AS journal_bytes FROM stepgate.journal_entry WHERE run_id = @run_id AND seq = @seq - 1
+			SELECT coalesce(journal_bytes, 0) AS journal_bytes FROM stepgate.journal_entry
+			WHERE run_id = @run_id AND seq < @seq AND seq >= @seq - @window
+			ORDER BY seq DESC LIMIT 1
+		), top AS (
+			-- Entries above: this one fills a hole left by parallel steps.
+			SELECT journal_bytes FROM stepgate.journal_entry WHERE run_id = @run_id AND seq > @seq
+			ORDER BY seq DESC LIMIT 1
 		), ok AS (
-			SELECT id, coalesce((SELECT journal_bytes FROM prev), 0) + @size AS total FROM owner
-			WHERE @seq = 1 OR EXISTS (SELECT 1 FROM prev)
+			SELECT id, coalesce((SELECT journal_bytes FROM prev), stepgate.journal_bytes_before(@run_id, @seq)) + @size AS total,
+				coalesce((SELECT journal_bytes FROM top), 0) + @size AS top_total
+			FROM owner
+			WHERE @seq <= @window OR EXISTS (SELECT 1 FROM prev)
 		), ins AS (
 			INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, error, attempt,
 				wake_at, invocation, started_at, journal_bytes)
 			SELECT id, @seq, @kind, @name, @output, @error, @attempt, @wake_at, @invocation, @started_at, total FROM ok
-			WHERE (@max_entries = 0 OR @seq <= @max_entries) AND (@max_bytes = 0 OR total <= @max_bytes)
+			WHERE (@max_entries = 0 OR @seq <= @max_entries) AND (@max_bytes = 0 OR greatest(total, top_total) <= @max_bytes)
 			ON CONFLICT (run_id, seq) DO NOTHING
 			RETURNING seq
+		), above AS (
+			UPDATE stepgate.journal_entry SET journal_bytes = journal_bytes + @size
+			WHERE run_id = @run_id AND seq > @seq AND EXISTS (SELECT 1 FROM ins) AND EXISTS (SELECT 1 FROM top)
 		)
 		SELECT EXISTS (SELECT 1 FROM owner), EXISTS (SELECT 1 FROM ins), EXISTS (SELECT 1 FROM ok),
-			(SELECT total FROM ok), e.kind, e.name, e.output, e.error
+			(SELECT greatest(total, top_total) FROM ok), e.kind, e.name, e.output, e.error
 		FROM (SELECT 1) one
 		LEFT JOIN stepgate.journal_entry e ON e.run_id = @run_id AND e.seq = @seq`,
 		pgx.NamedArgs{
 			"run_id": runID, "invocation": invocation, "seq": e.Seq, "kind": e.Kind, "name": e.Name,
 			"output": e.Output, "error": e.Error, "attempt": max(e.Attempt, 1), "wake_at": e.WakeAt,
 			"started_at": e.StartedAt, "size": e.Size(), "max_entries": b.MaxEntries, "max_bytes": b.MaxJournalBytes,
+			"window": window,
 		},
 	).Scan(&owned, &inserted, &follows, &total, &kind, &name, &output, &errInfo)
 	if err != nil {
@@ -193,7 +239,7 @@ func AppendEntry(ctx context.Context, db DB, runID string, invocation int, e Ent
 	case kind != nil:
 		return sameEntry(&Entry{Kind: *kind, Name: *name, Output: output, Error: errInfo}, e)
 	case !follows:
-		return fmt.Errorf("%w: seq %d is not the journal's next (seq %d is not journaled)", ErrGap, e.Seq, e.Seq-1)
+		return gapError("seq", e.Seq, window)
 	case b.MaxEntries > 0 && e.Seq > b.MaxEntries:
 		return entriesLimit(e.Seq, b)
 	case b.MaxJournalBytes > 0 && total != nil && *total > b.MaxJournalBytes:
@@ -207,6 +253,14 @@ func AppendEntry(ctx context.Context, db DB, runID string, invocation int, e Ent
 		}
 		return sameEntry(existing, e)
 	}
+}
+
+// gapError is ErrGap for what (an entry's seq, an await's) at seq with window.
+func gapError(what string, seq, window int) error {
+	if window <= 1 {
+		return fmt.Errorf("%w: %s %d is not the journal's next (seq %d is not journaled)", ErrGap, what, seq, seq-1)
+	}
+	return fmt.Errorf("%w: %s %d is past its window of %d (no seq from %d to %d is journaled)", ErrGap, what, seq, window, seq-window, seq-1)
 }
 
 func entriesLimit(seq int, b Bounds) *LimitError {
@@ -297,6 +351,10 @@ type Outcome struct {
 	Notify bool
 	// Bounds limit the entries the outcome journals.
 	Bounds Bounds
+	// AwaitWindow is the await's window (see AppendEntry): how far below its seq the
+	// journal's last entry may be while steps run in parallel left holes; 0 or 1 for
+	// right below.
+	AwaitWindow int
 }
 
 // Completed ends the run with output, after journaling steps.
@@ -361,6 +419,12 @@ func WaitingForCallback(w CallbackWait, steps ...Entry) Outcome {
 	return Outcome{status: StatusSuspended, await: w, Steps: steps}
 }
 
+// InvokingChildren suspends the run while the child runs of in, which Finish starts,
+// run, after journaling steps.
+func InvokingChildren(in InvokeAll, steps ...Entry) Outcome {
+	return Outcome{status: StatusSuspended, await: in, Steps: steps}
+}
+
 // InvokingChild suspends the run while its child run, which Finish starts, runs, after
 // journaling steps.
 func InvokingChild(in Invoke, steps ...Entry) Outcome {
@@ -393,6 +457,8 @@ type Finished struct {
 	// invoke_roles refuse the run's identity: then the invoke entry is journaled at once
 	// with that error (ErrorTypeNotFound, ErrorTypeForbidden) and the run is due now.
 	Child *Run
+	// Children are the runs an InvokeAll started, queued, as Child is for an Invoke.
+	Children []*Run
 	// Parent is set when the run is a child and this update made it terminal: its
 	// parent's id (of the same tenant). If the parent still waited for it, the child's outcome is journaled in
 	// the parent and the parent is due now (migration 0019's trigger); the caller
@@ -423,6 +489,7 @@ func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome)
 		}
 	}
 	wakeAfter, awaitSeq := o.wakeAfter, 0
+	window := min(max(o.AwaitWindow, 1), MaxWindow)
 	var until *time.Time
 	var awaiting *Awaiting
 	timed := true // queued, or suspended with nothing awaited: due after wakeAfter
@@ -466,12 +533,13 @@ func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome)
 				THEN u.parent_id::text END,
 			u.tenant, u.identity,
 			EXISTS (SELECT 1 FROM stepgate.journal_entry j WHERE j.run_id = u.id AND j.seq = @await_seq),
-			@await_seq <= 1 OR EXISTS (SELECT 1 FROM stepgate.journal_entry j WHERE j.run_id = u.id AND j.seq = @await_seq - 1)
+			@await_seq <= @window OR EXISTS (SELECT 1 FROM stepgate.journal_entry j
+				WHERE j.run_id = u.id AND j.seq < @await_seq AND j.seq >= @await_seq - @window)
 		FROM u`,
 		pgx.NamedArgs{
 			"run_id": runID, "invocation": invocation, "status": o.status, "output": o.output, "error": o.err,
 			"timed": timed, "until": until, "after_seconds": wakeAfter.Seconds(), "awaiting": awaiting,
-			"notify": o.Notify, "await_seq": awaitSeq,
+			"notify": o.Notify, "await_seq": awaitSeq, "window": window,
 		},
 	).Scan(&f.Status, &f.WakeAt, &f.Clock, new(int), &parent, &tenant, &identity, &seqTaken, &follows)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -490,7 +558,7 @@ func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome)
 	case seqTaken:
 		return nil, fmt.Errorf("%w: seq %d is already journaled", ErrConflict, awaitSeq)
 	case !follows:
-		return nil, fmt.Errorf("%w: the await's seq %d is not the journal's next (seq %d is not journaled)", ErrGap, awaitSeq, awaitSeq-1)
+		return nil, gapError("the await's seq", awaitSeq, window)
 	case o.Bounds.MaxEntries > 0 && awaitSeq > o.Bounds.MaxEntries && !isStepRetry(o.await):
 		// (A retried step's seq is taken by its entry once it ends, bounded then.)
 		return nil, entriesLimit(awaitSeq, o.Bounds)
@@ -512,6 +580,18 @@ func isStepRetry(a Await) bool {
 // invoke starts the child run of in for the run, which Finish has just suspended with
 // no wake time, or journals why it cannot start and makes the run due now.
 func invoke(ctx context.Context, db DB, runID string, invocation int, tenant string, identity Identity, in *Invoke, f *Finished) error {
+	child, err := startChild(ctx, db, runID, invocation, tenant, identity, in)
+	if err != nil || child != nil {
+		f.Child = child
+		return err
+	}
+	return dueNow(ctx, db, runID, f)
+}
+
+// startChild creates the child run in, queued, and returns it; or, when its function is
+// not registered or refuses the run's identity, journals that error at in.Seq and
+// returns a nil child.
+func startChild(ctx context.Context, db DB, runID string, invocation int, tenant string, identity Identity, in *Invoke) (*Run, error) {
 	input := in.Input
 	if len(input) == 0 {
 		input = json.RawMessage("null")
@@ -524,8 +604,7 @@ func invoke(ctx context.Context, db DB, runID string, invocation int, tenant str
 	var e ErrorInfo
 	switch {
 	case err == nil:
-		f.Child = child
-		return nil
+		return child, nil
 	case errors.Is(err, ErrNotFound):
 		e = ErrorInfo{Type: ErrorTypeNotFound, Message: fmt.Sprintf("function %s is not registered", in.Function)}
 	case errors.As(err, &fe):
@@ -533,26 +612,21 @@ func invoke(ctx context.Context, db DB, runID string, invocation int, tenant str
 			"function %s may be invoked only by the roles %v; the run's identity (%s) has %v",
 			in.Function, fe.InvokeRoles, identity.Subject, identity.Roles)}
 	case isUniqueViolation(err):
-		return fmt.Errorf("%w: seq %d already has a child run", ErrConflict, in.Seq)
+		return nil, fmt.Errorf("%w: seq %d already has a child run", ErrConflict, in.Seq)
 	default:
-		return err
+		return nil, err
 	}
-	// The fenced update in Finish holds the run's row lock for the rest of the transaction.
-	err = db.QueryRow(ctx, `
-		WITH e AS (
-			INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, error, invocation, started_at, journal_bytes)
-			VALUES ($1, $2, '`+KindInvoke+`', $3, $4::jsonb, $5, now(), stepgate.journal_bytes_before($1, $2) + octet_length($4::jsonb::text))
-		)
-		UPDATE stepgate.run SET wake_at = now() WHERE id = $1
-		RETURNING wake_at, clock_timestamp()`,
-		runID, in.Seq, in.Name, e, invocation).Scan(&f.WakeAt, &f.Clock)
+	_, err = db.Exec(ctx, `
+		INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, error, invocation, started_at, journal_bytes)
+		VALUES ($1, $2, '`+KindInvoke+`', $3, $4::jsonb, $5, now(), stepgate.journal_bytes_before($1, $2) + octet_length($4::jsonb::text))`,
+		runID, in.Seq, in.Name, e, invocation)
 	if isUniqueViolation(err) {
-		return fmt.Errorf("%w: seq %d is already journaled", ErrConflict, in.Seq)
+		return nil, fmt.Errorf("%w: seq %d is already journaled", ErrConflict, in.Seq)
 	}
 	if err != nil {
-		return fmt.Errorf("journal invoke of run %s: %w", runID, err)
+		return nil, fmt.Errorf("journal invoke of run %s: %w", runID, err)
 	}
-	return nil
+	return nil, nil
 }
 
 // Lease names one invocation of a run: the run's lease belongs to that invocation.

@@ -45,6 +45,7 @@ const (
 	AwaitTypeAwaitCallback AwaitType = "await_callback"
 	AwaitTypeContinue      AwaitType = "continue"
 	AwaitTypeInvoke        AwaitType = "invoke"
+	AwaitTypeInvokeAll     AwaitType = "invoke_all"
 	AwaitTypeReceive       AwaitType = "receive"
 	AwaitTypeRetry         AwaitType = "retry"
 	AwaitTypeSleep         AwaitType = "sleep"
@@ -60,6 +61,8 @@ func (e AwaitType) Valid() bool {
 	case AwaitTypeContinue:
 		return true
 	case AwaitTypeInvoke:
+		return true
+	case AwaitTypeInvokeAll:
 		return true
 	case AwaitTypeReceive:
 		return true
@@ -80,6 +83,7 @@ func (e AwaitType) Valid() bool {
 const (
 	AwaitingKindAwaitCallback AwaitingKind = "await_callback"
 	AwaitingKindInvoke        AwaitingKind = "invoke"
+	AwaitingKindInvokeAll     AwaitingKind = "invoke_all"
 	AwaitingKindReceive       AwaitingKind = "receive"
 	AwaitingKindRetry         AwaitingKind = "retry"
 	AwaitingKindSleep         AwaitingKind = "sleep"
@@ -93,6 +97,8 @@ func (e AwaitingKind) Valid() bool {
 	case AwaitingKindAwaitCallback:
 		return true
 	case AwaitingKindInvoke:
+		return true
+	case AwaitingKindInvokeAll:
 		return true
 	case AwaitingKindReceive:
 		return true
@@ -429,6 +435,14 @@ type AttemptFailure struct {
 // children (and theirs) with it, unless `detached` is true: a detached child runs to
 // its end, and its outcome is not journaled in the cancelled parent.
 //
+// `invoke_all`: start a child run for each of `calls` (1 to 64, each a `function`,
+// an `input` and `detached`, as for `invoke`) and suspend until all have ended.
+// The children take the seqs `seq`, `seq + 1`, ... in `calls` order; each one's end
+// journals its outcome at its seq (an `invoke` entry named `name`), and the run is
+// called again once every one of them is journaled. A call whose function is not
+// registered or refuses the run's identity is journaled at once with that error,
+// as for `invoke`.
+//
 // `wait_event`: suspend until an event of the run's tenant named `event` arrives
 // whose fields hold the values of `match`, or `timeout` passes. `match` is an object
 // of dotted paths into the event `{"id", "name", "data"}` and scalar values
@@ -495,6 +509,9 @@ type Await struct {
 	// CallbackSeq `await_callback`: the seq of the run's `callback` entry to wait for.
 	CallbackSeq *int `json:"callback_seq,omitempty"`
 
+	// Calls `invoke_all`: the child runs to start and wait for (1 to 64), at `seq`, `seq + 1`, ...
+	Calls *[]InvokeCall `json:"calls,omitempty"`
+
 	// Detached `invoke`: the child is not cancelled when this run is (default false).
 	Detached *bool `json:"detached,omitempty"`
 
@@ -532,6 +549,9 @@ type Await struct {
 	Topic *string    `json:"topic,omitempty"`
 	Type  AwaitType  `json:"type"`
 	Until *time.Time `json:"until,omitempty"`
+
+	// Window As a checkpoint's `window`: how far below `seq` the journal's last entry may be, while steps run in parallel left holes below it (default 1).
+	Window *int `json:"window,omitempty"`
 }
 
 // AwaitType defines model for AwaitType.
@@ -547,6 +567,9 @@ type Awaiting struct {
 
 	// ChildID invoke: the child run.
 	ChildID *string `json:"child_id,omitempty"`
+
+	// Count invoke_all: how many child runs it waits for, at `seq` to `seq + count - 1`.
+	Count *int `json:"count,omitempty"`
 
 	// Event wait_event: the name of the event awaited.
 	Event *string `json:"event,omitempty"`
@@ -834,6 +857,14 @@ type InvocationAnswer struct {
 	// children (and theirs) with it, unless `detached` is true: a detached child runs to
 	// its end, and its outcome is not journaled in the cancelled parent.
 	//
+	// `invoke_all`: start a child run for each of `calls` (1 to 64, each a `function`,
+	// an `input` and `detached`, as for `invoke`) and suspend until all have ended.
+	// The children take the seqs `seq`, `seq + 1`, ... in `calls` order; each one's end
+	// journals its outcome at its seq (an `invoke` entry named `name`), and the run is
+	// called again once every one of them is journaled. A call whose function is not
+	// registered or refuses the run's identity is journaled at once with that error,
+	// as for `invoke`.
+	//
 	// `wait_event`: suspend until an event of the run's tenant named `event` arrives
 	// whose fields hold the values of `match`, or `timeout` passes. `match` is an object
 	// of dotted paths into the event `{"id", "name", "data"}` and scalar values
@@ -939,6 +970,18 @@ type InvocationRun struct {
 	Revision int     `json:"revision"`
 }
 
+// InvokeCall One child run of an `invoke_all`.
+type InvokeCall struct {
+	// Detached The child is not cancelled when this run is (default false).
+	Detached *bool `json:"detached,omitempty"`
+
+	// Function The function to start a child run of (letters, digits, `.`, `_`, `-`; 1 to 255 characters).
+	Function string `json:"function"`
+
+	// Input Any JSON value, kept byte for byte.
+	Input *AnyJSON `json:"input,omitempty"`
+}
+
 // JournalEntry One finished entry of a run. `(run, seq)` is unique and immutable: the first write
 // wins, an identical repeat is harmless, a different entry at that seq is a conflict.
 // A step has `output`, or `error` when its final outcome was a failure. A sleep has
@@ -998,6 +1041,15 @@ type InvocationRun struct {
 // An entry with `copied: true` was copied from the run named in `rerun_of` when
 // the run was rerun from a step (`POST /v1/runs/{id}/rerun` with `from_seq`): the
 // function replays it; its step did not run again in this run.
+//
+// Entries are checkpointed in seq order: the entry at `seq - 1` must be journaled
+// (400 otherwise). Steps that run in parallel (`step.Go`) finish in any order, so
+// a checkpoint may declare a `window` W (2 to 64): it is taken when an entry is
+// journaled among the W seqs before it, or `seq` is at most W, so up to W - 1
+// seqs below it may still be missing (holes that a later checkpoint fills, or
+// that a later invocation runs again). Checkpoints sent concurrently for one run
+// must each declare a window of at least 2: the gateway serializes those, so the
+// journal's byte count stays exact.
 type JournalEntry struct {
 	// Attempt The attempt of the step that produced this outcome; 1 when it first succeeded.
 	Attempt *int `json:"attempt,omitempty"`
@@ -1016,6 +1068,9 @@ type JournalEntry struct {
 
 	// Until A sleep's wake time (database clock).
 	Until *time.Time `json:"until,omitempty"`
+
+	// Window Checkpoints only: how far below `seq` the journal's last entry may be (1, the default: right below; up to 64, for steps run in parallel). See above.
+	Window *int `json:"window,omitempty"`
 }
 
 // Manifest What an app answers to a signed `GET <app url>`.

@@ -23,6 +23,8 @@ func Register(app *functions.App) {
 	functions.Register(app, "hello", Hello)
 	functions.Register(app, "orders.checkout", Checkout, functions.Timeout(30*time.Second), functions.MaxAttempts(5))
 	functions.Register(app, "orders.fulfil", Fulfil)
+	functions.Register(app, "orders.quote", Quote)
+	functions.Register(app, "orders.fulfil_all", FulfilAll)
 	functions.Register(app, "orders.await_payment", AwaitPayment)
 	functions.Register(app, "orders.approval", Approval)
 	functions.Register(app, "flaky", Flaky)
@@ -132,6 +134,80 @@ func Fulfil(ctx context.Context, in CheckoutInput) (Shipment, error) {
 		return Shipment{}, fmt.Errorf("checkout: %w", err)
 	}
 	return out.Shipment, nil
+}
+
+// QuoteInput is the input of orders.quote.
+type QuoteInput struct {
+	SKU string `json:"sku"`
+}
+
+// QuoteOutput is the output of orders.quote: the cheapest supplier and every price.
+type QuoteOutput struct {
+	Best   string         `json:"best"`
+	Prices map[string]int `json:"prices"`
+}
+
+// Quote asks three suppliers for a price at once (parallel steps: step.Go and step.All)
+// and picks the cheapest. Each answer is journaled as it comes; a replay asks nobody
+// again.
+func Quote(ctx context.Context, in QuoteInput) (QuoteOutput, error) {
+	suppliers := []string{"acme", "globex", "initech"}
+	futures := make([]*step.Future[int], len(suppliers))
+	for i, name := range suppliers {
+		futures[i] = step.Go(ctx, "price from "+name, func(ctx context.Context) (int, error) {
+			// A stand-in for a supplier's API: a price from the SKU and the supplier.
+			return 100 + (len(in.SKU)*7+len(name)*13+i*5)%50, nil
+		})
+	}
+	prices, err := step.All(futures...)
+	if err != nil {
+		return QuoteOutput{}, err
+	}
+	out := QuoteOutput{Prices: map[string]int{}}
+	for i, p := range prices {
+		out.Prices[suppliers[i]] = p
+		if out.Best == "" || p < out.Prices[out.Best] {
+			out.Best = suppliers[i]
+		}
+	}
+	return out, nil
+}
+
+// FulfilAllInput is the input of orders.fulfil_all.
+type FulfilAllInput struct {
+	Orders []CheckoutInput `json:"orders"`
+}
+
+// FulfilAllOutput says, per order in the input's order, its tracking number or why it
+// failed.
+type FulfilAllOutput struct {
+	Results []string `json:"results"`
+}
+
+// FulfilAll checks out every order at once, as child runs of orders.checkout (parallel
+// children: step.InvokeAll), and waits for all of them: it is called again once, when
+// the last one has ended.
+func FulfilAll(ctx context.Context, in FulfilAllInput) (FulfilAllOutput, error) {
+	if len(in.Orders) == 0 || len(in.Orders) > step.MaxInvokeAll {
+		return FulfilAllOutput{}, step.NonRetryable(fmt.Errorf("orders: %d, not from 1 to %d", len(in.Orders), step.MaxInvokeAll))
+	}
+	calls := make([]step.Call, len(in.Orders))
+	for i, o := range in.Orders {
+		calls[i] = step.Call{Function: "orders.checkout", Input: o}
+	}
+	outs, err := step.InvokeAll[CheckoutOutput](ctx, "checkouts", calls...)
+	if err != nil {
+		return FulfilAllOutput{}, err
+	}
+	var out FulfilAllOutput
+	for _, o := range outs {
+		if o.Err != nil {
+			out.Results = append(out.Results, "failed: "+o.Err.Error())
+			continue
+		}
+		out.Results = append(out.Results, o.Output.Shipment.Tracking)
+	}
+	return out, nil
 }
 
 // FlakyInput is the input of flaky.

@@ -3,6 +3,7 @@ package step
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/stepgate/stepgate/functions/internal/invocation"
@@ -64,3 +65,90 @@ type InvokeOption struct{ detached bool }
 
 // Detached starts the child run detached: cancelling this run does not cancel it.
 func Detached() InvokeOption { return InvokeOption{detached: true} }
+
+// Call is one child run of [InvokeAll]: a function of this run's tenant and its input
+// (encoded as JSON).
+type Call struct {
+	Function string
+	Input    any
+	Detached bool // As [Detached]: cancelling this run does not cancel this child.
+}
+
+// Outcome is one child run's outcome in [InvokeAll]: its output decoded into T, or its
+// error, as [Invoke] returns them.
+type Outcome[T any] struct {
+	Output T
+	Err    error
+}
+
+// MaxInvokeAll is how many child runs one [InvokeAll] may start.
+const MaxInvokeAll = 64
+
+// InvokeAll runs several functions at once as child runs of this run, as [Invoke] runs
+// one, and returns their outcomes in the order of calls once all of them have ended.
+// The children take the next len(calls) seqs, each journaled as an invoke entry named
+// name when its child ends; the run is suspended until the last of them has ended, and
+// called once more then (not once per child).
+//
+// name must be 1 to 255 bytes, calls 1 to [MaxInvokeAll] with valid function names and
+// inputs that encode as JSON; otherwise InvokeAll returns a non-retryable error without
+// taking a seq.
+func InvokeAll[T any](ctx context.Context, name string, calls ...Call) ([]Outcome[T], error) {
+	if len(calls) == 0 || len(calls) > MaxInvokeAll {
+		return nil, NonRetryable(fmt.Errorf("step: invoke_all %q: %d calls, not from 1 to %d", name, len(calls), MaxInvokeAll))
+	}
+	wire := make([]protocol.InvokeCall, len(calls))
+	for i, c := range calls {
+		if err := names.CheckFunction("function", c.Function); err != nil {
+			return nil, NonRetryable(fmt.Errorf("step: invoke_all %q: calls[%d]: %w", name, i, err))
+		}
+		raw, err := json.Marshal(c.Input)
+		if err != nil {
+			return nil, NonRetryable(fmt.Errorf("step: invoke_all %q: calls[%d]: encode input: %w", name, i, err))
+		}
+		wire[i] = protocol.InvokeCall{Function: c.Function, Input: (*protocol.AnyJSON)(&raw)}
+		if c.Detached {
+			wire[i].Detached = new(true)
+		}
+	}
+	st := invocation.From(ctx)
+	if st == nil {
+		return nil, ErrNoInvocation
+	}
+	if err := names.Check("step name", name); err != nil {
+		return nil, NonRetryable(fmt.Errorf("step: %w", err))
+	}
+	if seq, _ := invocation.StepOf(ctx); seq > 0 {
+		return nil, NonRetryable(fmt.Errorf("step %q, inside the function of parallel step %d: %w", name, seq, ErrNested))
+	}
+	first, entries, err := st.NextN(protocol.EntryKindInvoke, name, len(calls))
+	if errors.Is(err, ErrNested) {
+		err = NonRetryable(err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	journaled := 0
+	for _, e := range entries {
+		if e != nil {
+			journaled++
+		}
+	}
+	switch journaled {
+	case 0:
+		return nil, st.Halt(invocation.Suspended(&protocol.Await{
+			Type: protocol.AwaitTypeInvokeAll, Seq: first, Name: name, Calls: &wire,
+		}))
+	case len(calls):
+	default:
+		// The gateway calls the run again only once every child is journaled.
+		return nil, st.Halt(invocation.Retry("replay", fmt.Sprintf(
+			"invoke_all %q: %d of the %d children at seqs %d to %d are journaled; the run is called again once all are",
+			name, journaled, len(calls), first, first+len(calls)-1)))
+	}
+	out := make([]Outcome[T], len(calls))
+	for i, e := range entries {
+		out[i].Output, out[i].Err = replay[T](st, e)
+	}
+	return out, nil
+}

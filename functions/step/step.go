@@ -11,6 +11,9 @@
 // webhook), and [AwaitCallback] suspends the run until it is resolved, rejected or
 // times out.
 //
+// [Go] runs a step in its own goroutine, so that several run at once; [All] waits for
+// them. [InvokeAll] starts several child runs at once and waits for all of them.
+//
 // Code between steps runs again on every replay, so it must be deterministic: [Now],
 // [UUID] and [Random] journal a clock reading, a UUID or a random number once, as steps,
 // and replay it. [Patched] lets code change under runs that are suspended in it: it
@@ -25,7 +28,9 @@
 // The rules that keep replays correct:
 //
 //   - Call steps one after another, with the context the function was called with (or
-//     one derived from it), from the function's goroutine. Steps do not nest.
+//     one derived from it), from the function's goroutine. Steps do not nest. To run
+//     steps at the same time, start them with [Go] (still from the function's
+//     goroutine, so each takes its seq in a fixed order).
 //   - Give each step a stable name, and ask for the same steps in the same order on every
 //     invocation: code between steps must be deterministic. Put side effects, clocks and
 //     randomness inside steps.
@@ -229,6 +234,9 @@ func Run[T any](ctx context.Context, name string, fn func(ctx context.Context) (
 // Attempt returns the attempt (1 for the first) of the step whose function is running
 // with ctx, or 0 outside a step's function.
 func Attempt(ctx context.Context) int {
+	if _, attempt := invocation.StepOf(ctx); attempt > 0 {
+		return attempt
+	}
 	if st := invocation.From(ctx); st != nil {
 		return st.Current()
 	}
@@ -242,6 +250,9 @@ func next(ctx context.Context, kind protocol.EntryKind, name string) (*invocatio
 	}
 	if err := names.Check("step name", name); err != nil {
 		return nil, 0, nil, NonRetryable(fmt.Errorf("step: %w", err))
+	}
+	if seq, _ := invocation.StepOf(ctx); seq > 0 {
+		return nil, 0, nil, NonRetryable(fmt.Errorf("step %q, inside the function of parallel step %d: %w", name, seq, ErrNested))
 	}
 	seq, e, err := st.Next(kind, name)
 	if errors.Is(err, ErrNested) {

@@ -35,10 +35,14 @@ import (
 //     run finishes.
 //
 // A StreamWriter may be used from any goroutine of the invocation, inside steps' functions
-// too. Each write is one request to the gateway: write words or lines, not bytes.
+// too; one made with the context of a parallel step's function ([Go]) places its chunks
+// in that step. Each write is one request to the gateway: write words or lines, not bytes.
 type StreamWriter struct {
 	st  *invocation.State
 	key string
+	// in is the parallel step (seq, attempt) whose context made the writer, if any:
+	// its chunks are placed in that step.
+	inSeq, inAttempt int
 }
 
 // Stream returns a writer of the run's stream called key; it sends nothing until the
@@ -53,7 +57,8 @@ func Stream(ctx context.Context, key string) (*StreamWriter, error) {
 	if err := names.CheckFunction("stream key", key); err != nil {
 		return nil, NonRetryable(fmt.Errorf("step: %w", err))
 	}
-	return &StreamWriter{st: st, key: key}, nil
+	seq, attempt := invocation.StepOf(ctx)
+	return &StreamWriter{st: st, key: key, inSeq: seq, inAttempt: attempt}, nil
 }
 
 // Write writes p as one chunk, a JSON string (bytes that are not UTF-8 become U+FFFD),
@@ -90,7 +95,7 @@ func (w *StreamWriter) Close() error {
 var ErrStreamRefused = errors.New("step: stream write refused")
 
 func (w *StreamWriter) write(chunks []protocol.AnyJSON, closing bool) error {
-	seq, attempt, index := w.st.StreamPlace(w.key, len(chunks))
+	seq, attempt, index := w.st.StreamPlace(w.key, len(chunks), w.inSeq, w.inAttempt)
 	sw := &protocol.StreamWrite{Key: w.key, Seq: seq, Chunks: chunks}
 	if attempt > 0 {
 		sw.Attempt = &attempt

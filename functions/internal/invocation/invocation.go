@@ -30,6 +30,7 @@ import (
 	"reflect"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -102,6 +103,114 @@ type State struct {
 	budget  time.Duration
 	started time.Time
 	fresh   int
+
+	// Parallel steps (see GoStart): running counts those whose function or checkpoint
+	// is under way; holes are the seqs they took that are not journaled (yet), with the
+	// retry that a failed one waits for (nil while it runs, or when it stopped). done
+	// is signalled (under mu) whenever one ends.
+	running int
+	holes   map[int]*protocol.Await
+	done    *sync.Cond
+}
+
+// MaxWindow is the largest window a checkpoint or an await declares (the gateway's
+// journal.MaxWindow): how many seqs below it may be missing while steps run in parallel.
+const MaxWindow = 64
+
+type inStepKey struct{}
+
+// stepPlace is where a parallel step's function runs: its seq and attempt.
+type stepPlace struct{ seq, attempt int }
+
+// InStep returns ctx marked as the context of the function of the parallel step at seq,
+// on attempt.
+func InStep(ctx context.Context, seq, attempt int) context.Context {
+	return context.WithValue(ctx, inStepKey{}, stepPlace{seq, attempt})
+}
+
+// StepOf returns the seq and attempt of the parallel step whose function ctx belongs to,
+// or zeros.
+func StepOf(ctx context.Context) (seq, attempt int) {
+	p, _ := ctx.Value(inStepKey{}).(stepPlace)
+	return p.seq, p.attempt
+}
+
+// GoStart marks the step at seq as running in parallel: it is a hole in the journal
+// until GoDone says it was journaled.
+func (s *State) GoStart(seq int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.holes == nil {
+		s.holes = map[int]*protocol.Await{}
+		s.done = sync.NewCond(&s.mu)
+	}
+	s.running++
+	s.holes[seq] = nil
+}
+
+// GoDone marks the parallel step at seq as ended: journaled, or not, waiting for retry
+// (nil when it stopped with the invocation).
+func (s *State) GoDone(seq int, journaled bool, retry *protocol.Await) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.running--
+	if journaled {
+		delete(s.holes, seq)
+	} else {
+		s.holes[seq] = retry
+	}
+	s.done.Broadcast()
+}
+
+// Drain waits until no parallel step runs. The answer waits for it, so that every step
+// that finished is journaled before the gateway hears how the invocation ended.
+func (s *State) Drain() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.running > 0 {
+		s.done.Wait()
+	}
+}
+
+// lowestHole returns the lowest seq below seq that a parallel step took and did not
+// journal, or 0. The caller holds mu.
+func (s *State) lowestHole(seq int) int {
+	low := 0
+	for h := range s.holes {
+		if h < seq && (low == 0 || h < low) {
+			low = h
+		}
+	}
+	return low
+}
+
+// Window returns the window an entry or an await at seq declares: the distance from the
+// lowest hole below it, and at least 2 while a parallel step runs, since its checkpoint
+// may be concurrent with this one (the gateway serializes those); 1 otherwise.
+func (s *State) Window(seq int) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := 1
+	if low := s.lowestHole(seq); low > 0 {
+		w = seq - low + 1
+	}
+	if s.running > 0 {
+		w = max(w, 2)
+	}
+	return w
+}
+
+// Holes returns the seqs that parallel steps took without journaling them (failed, to
+// be retried, or stopped), lowest first.
+func (s *State) Holes() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]int, 0, len(s.holes))
+	for h := range s.holes {
+		out = append(out, h)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Undo is a compensation registered by step.Compensate: Name, and what it runs.
@@ -213,6 +322,9 @@ func (s *State) Halt(stop *Stop) error {
 	return ErrStopped
 }
 
+// Stopped returns how the invocation stopped early, or nil.
+func (s *State) Stopped() *Stop { return s.stopped() }
+
 func (s *State) stopped() *Stop {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -257,6 +369,18 @@ var ErrNested = errors.New("step: a step cannot start inside another step's func
 // for it, or nil when it is not journaled. It halts when the invocation has stopped or
 // the journal holds another entry at that seq, and returns ErrNested inside a step.
 func (s *State) Next(kind protocol.EntryKind, name string) (int, *protocol.JournalEntry, error) {
+	seq, es, err := s.NextN(kind, name, 1)
+	if err != nil {
+		return 0, nil, err
+	}
+	return seq, es[0], nil
+}
+
+// NextN takes the next n seqs, from the returned one on, for n entries of kind named
+// name (an invoke_all's children), as Next takes one, and returns the journal's entries
+// for them (nil where not journaled). A continue (the budget) is answered only before
+// the first.
+func (s *State) NextN(kind protocol.EntryKind, name string, n int) (int, []*protocol.JournalEntry, error) {
 	s.mu.Lock()
 	if s.stop != nil {
 		s.mu.Unlock()
@@ -266,25 +390,53 @@ func (s *State) Next(kind protocol.EntryKind, name string) (int, *protocol.Journ
 		s.mu.Unlock()
 		return 0, nil, ErrNested
 	}
-	s.seq++
-	seq := s.seq
+	if stop := s.roomFor(s.seq + n); stop != nil {
+		s.mu.Unlock()
+		return 0, nil, s.Halt(stop)
+	}
+	first := s.seq + 1
+	s.seq += n
 	s.mu.Unlock()
 
-	e := s.entry(seq)
-	if e != nil && (e.Kind != kind || e.Name != name) {
-		msg := fmt.Sprintf("step %d: code asks for %s %q but the journal holds %s %q", seq, kind, name, e.Kind, e.Name)
-		return 0, nil, s.Halt(Failed("nondeterminism", msg))
+	es := make([]*protocol.JournalEntry, n)
+	for i := range es {
+		seq := first + i
+		e := s.entry(seq)
+		if e != nil && (e.Kind != kind || e.Name != name) {
+			msg := fmt.Sprintf("step %d: code asks for %s %q but the journal holds %s %q", seq, kind, name, e.Kind, e.Name)
+			return 0, nil, s.Halt(Failed("nondeterminism", msg))
+		}
+		es[i] = e
 	}
-	if e == nil {
+	if es[0] == nil {
 		s.mu.Lock()
 		over := s.budget > 0 && s.fresh > 0 && time.Since(s.started) >= s.budget-s.budget/5
 		s.fresh++
 		s.mu.Unlock()
 		if over {
-			return 0, nil, s.Halt(Suspended(&protocol.Await{Type: protocol.AwaitTypeContinue, Seq: seq, Name: "continue"}))
+			return 0, nil, s.Halt(Suspended(&protocol.Await{Type: protocol.AwaitTypeContinue, Seq: first, Name: "continue"}))
 		}
 	}
-	return seq, e, nil
+	return first, es, nil
+}
+
+// roomFor waits, holding mu, until seq is within MaxWindow of the lowest hole parallel
+// steps left below it. A hole that no running step will fill stops the invocation: the
+// retry its step waits for, or a retried invocation.
+func (s *State) roomFor(seq int) *Stop {
+	for {
+		low := s.lowestHole(seq)
+		if low == 0 || seq-low+1 <= MaxWindow {
+			return nil
+		}
+		if s.running == 0 {
+			if aw := s.holes[low]; aw != nil {
+				return Suspended(aw)
+			}
+			return Retry("parallel", fmt.Sprintf("step %d: step %d, run in parallel, did not finish, and %d steps came after it (at most %d)", seq, low, seq-low, MaxWindow-1))
+		}
+		s.done.Wait()
+	}
 }
 
 // Patch decides a patch named name where the code reaches it, looking at the journal's
@@ -367,6 +519,9 @@ func (s *State) Checkpoint(e *protocol.JournalEntry) error {
 // durable (for a send, the error journaled when its message could not be sent; for a
 // callback, the output the gateway made).
 func (s *State) CheckpointAck(e *protocol.JournalEntry) (*protocol.CheckpointAck, error) {
+	if w := s.Window(e.Seq); w > 1 && e.Window == nil {
+		e.Window = &w
+	}
 	body, err := json.Marshal(e)
 	if err != nil {
 		return nil, s.Halt(Failed("output", fmt.Sprintf("step %d %q: encode journal entry: %v", e.Seq, e.Name, err)))
@@ -464,11 +619,15 @@ func (s *State) checkpoint(e *protocol.JournalEntry, body []byte) (ack *protocol
 // attempt of the step whose function runs (or, between steps, the seq the next entry
 // takes and 0), and the index of the first of them there. The same code makes the same
 // places on every invocation, so the gateway skips chunks a replay writes again.
-func (s *State) StreamPlace(key string, n int) (seq, attempt, index int) {
+// A writer made inside a parallel step's function passes that step's seq and attempt
+// as inSeq and inAttempt (0 otherwise).
+func (s *State) StreamPlace(key string, n, inSeq, inAttempt int) (seq, attempt, index int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	seq, attempt = s.seq, s.attempt
-	if attempt == 0 {
+	if inSeq > 0 {
+		seq, attempt = inSeq, inAttempt
+	} else if attempt == 0 {
 		seq++
 	}
 	if s.places == nil {

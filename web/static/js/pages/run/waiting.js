@@ -96,6 +96,9 @@ function awaitText(a) {
     case "invoke":
       return h("span", null, "Waiting for the child run ", h("a", { href: `#/runs/${a.child_id}`, class: "mono" }, a.function),
         " of ", h("strong", null, a.name));
+    case "invoke_all":
+      return h("span", { "data-testid": "waiting-children" }, `Waiting for ${a.count} child runs of `, h("strong", null, a.name),
+        ` (seqs ${a.seq} to ${a.seq + a.count - 1}; the children list shows them)`);
     case "wait_event":
       return h("span", { "data-testid": "waiting-event" }, "Waiting in ", h("strong", null, a.name), " for the event ",
         h("span", { class: "mono" }, a.event), ...matchText(a.match), " (times out)");
