@@ -26,7 +26,7 @@ import (
 // the reserve zone is held back (holdBack): snoozed (river.JobSnooze: not an attempt, the
 // run stays queued) at the last priority, and River fetches the next job: another
 // tenant's, once the first tenant's queued jobs ahead of it are held back. So:
-//   - a tenant alone uses up to workers-reserve workers;
+//   - a tenant alone uses up to workers-reserve workers (or half of them, if more);
 //   - a tenant that holds its share or more never takes the reserve, so another tenant's
 //     run starts as soon as River fetches it, without waiting for any run to end;
 //   - with several tenants busy, each converges on its equal share as runs end, whatever
@@ -106,12 +106,13 @@ func (f *fairShare) release(tenant string) {
 // holdBack puts back in the queue a job whose tenant holds its share while the gateway
 // is in its reserve zone: snoozed (not an attempt; the run stays queued), at the last
 // priority, so River fetches the jobs of the other tenants first, whatever priority the
-// held tenant gives its runs. The first time a job is held back, one statement lowers
+// held tenant gives its runs. The first time a job is held back (or River snoozed it
+// before for another reason while its priority was not the last), one statement lowers
 // its priority and sets its run's held (journal.HoldBack); a job that cannot be lowered
 // (the database is down) is snoozed anyway.
 func (inv *Invoker) holdBack(ctx context.Context, job *river.Job[InvokeArgs]) error {
 	snoozes := snoozesOf(job.Metadata)
-	if snoozes == 0 {
+	if snoozes == 0 || job.Priority < journal.MaxPriority { // once per job, as a rule
 		if err := journal.HoldBack(ctx, inv.pool, job.ID, job.Args.RunID, journal.MaxPriority, heldForShare); err != nil {
 			inv.log.Warn("a job held back by the fair share keeps its priority", slog.Int64("job_id", job.ID), slog.Any("error", err))
 		}
