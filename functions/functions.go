@@ -205,6 +205,15 @@ func InvokeRoles(roles ...string) Option {
 	return Option{func(c *protocol.FunctionConfig) { c.InvokeRoles = new(slices.Clone(roles)) }}
 }
 
+// Priority sets the priority of the function's runs in the gateway's queue, from 1
+// (first) to 4 (last); 2 by default. Every invocation of a run is queued with it, ahead
+// of lower priorities of every function; a start's ?priority= overrides it. It orders
+// the queue only: a tenant's fair share of the gateway's workers stays the same. The
+// gateway refuses the registration of any other value.
+func Priority(p int) Option {
+	return Option{func(c *protocol.FunctionConfig) { c.Priority = new(p) }}
+}
+
 func retries(c *protocol.FunctionConfig) *protocol.RetryPolicy {
 	if c.Retries == nil {
 		c.Retries = &protocol.RetryPolicy{}
