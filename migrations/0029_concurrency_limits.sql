@@ -19,15 +19,17 @@
 --       commit, then sees its increment, the EvalPlanQual re-check) and then runs
 --       INSERT ... ON CONFLICT DO UPDATE SET running = running + 1 WHERE running <
 --       limit, atomic too (it inserts the row when there was none, or re-checks the
---       limit on the newest version when another claim inserted it meanwhile). When a key is full
---       the keys taken before it are given back in the same transaction (the rows are
---       locked by it, so nobody saw them taken) and the run is held instead.
+--       limit on the newest version when another claim inserted it meanwhile). When a
+--       key is full the keys taken before it are given back in the same transaction
+--       (the rows are locked by it, so nobody saw them taken) and the run is held.
 --     - down, by the trigger release_slots, when a run leaves 'running' (its answer
 --       ends or suspends it, it is cancelled, fails its deadline, or the lease reaper or
 --       a hand-over requeues it): in the statement that changes the status, so a gateway
 --       that dies holding slots gives them back when the reaper requeues its runs.
 --   Counter rows are locked in key order by claims and releases alike, so two of them
---   never wait on each other in a cycle. A counter at 0 with no run waiting is deleted.
+--   never wait on each other in a cycle (only runs of revisions with different keys
+--   could; Postgres then aborts one, which is retried). Waiting runs are locked with
+--   SKIP LOCKED only. A counter at 0 with no run waiting is deleted.
 --
 -- * A run that finds a key full (or finds older runs already waiting in that key's
 --   line) is held: it keeps its status (queued; a due sleeper stays suspended; a due
@@ -38,11 +40,12 @@
 --
 -- * stepgate.refill_slot(tenant, function, key) makes as many of the key's waiting runs
 --   due (wake_at = now(), oldest first) as the key has free slots not promised already
---   to runs woken before, and notifies each on channel stepgate_slot_free: every gateway
---   LISTENs and claims the run at once (invoker.Wake); the stranded-run sweep is the
---   backstop when nobody heard. It is called when a slot frees (release_slots), when a
---   waiting run leaves its line without running (cancelled, deadline), and when a woken
---   run is held again on another key (it passes on the slot it was woken for).
+--   to runs woken before, and notifies each on channel stepgate_slot_free: every
+--   gateway LISTENs and claims the run at once (the invoker's wakeHeld); the
+--   stranded-run sweep is the backstop when nobody heard. It is called when a slot
+--   frees (release_slots), when a waiting run leaves its line without running
+--   (cancelled, deadline), and when a woken run is held again on another key (it
+--   passes on the slot it was woken for).
 --
 -- Runs start in creation order per key: a run takes a key's slot only when the key's
 -- running runs and the older runs waiting in its line leave room (see claim_slots), and
