@@ -27,9 +27,13 @@
 --       a hand-over requeues it): in the statement that changes the status, so a gateway
 --       that dies holding slots gives them back when the reaper requeues its runs.
 --   Counter rows are locked in key order by claims and releases alike, so two of them
---   never wait on each other in a cycle (only runs of revisions with different keys
---   could; Postgres then aborts one, which is retried). Waiting runs are locked with
---   SKIP LOCKED only. A counter at 0 with no run waiting is deleted.
+--   never wait on each other in a cycle. A claim locks its run's row after its
+--   counters; a release locks the ending run's row, then the counters, then (in
+--   refill_slot) the rows of the waiting runs it wakes: a claim that waits for a
+--   counter holds no run's row, so claims and releases never wait in a cycle either.
+--   (Runs of revisions with different keys, or a woken run cancelled as it is claimed,
+--   could; Postgres then aborts one, which is retried.) A counter at 0 with no run
+--   waiting is deleted.
 --
 -- * A run that finds a key full (or finds older runs already waiting in that key's
 --   line) is held: it keeps its status (queued; a due sleeper stays suspended; a due
@@ -43,9 +47,9 @@
 --   to runs woken before, and notifies each on channel stepgate_slot_free: every
 --   gateway LISTENs and claims the run at once (the invoker's wakeHeld); the
 --   stranded-run sweep is the backstop when nobody heard. It is called when a slot
---   frees (release_slots), when a waiting run leaves its line without running
---   (cancelled, deadline), and when a woken run is held again on another key (it
---   passes on the slot it was woken for).
+--   frees (release_slots), when a woken waiting run ends without running (cancelled,
+--   deadline), and when a woken run is held again on another key (it passes on the
+--   slot it was woken for).
 --
 -- Runs start in creation order per key: a run takes a key's slot only when the key's
 -- running runs and the older runs waiting in its line leave room (see claim_slots), and
@@ -122,14 +126,16 @@ BEGIN
     SELECT count(*) INTO v_woken FROM stepgate.run
     WHERE tenant = p_tenant AND function = p_function AND held_on = p_key
       AND status IN ('queued', 'scheduled', 'suspended') AND wake_at < 'infinity';
-    -- A run locked by another transaction is being claimed, cancelled or woken by it,
-    -- which refills the line itself if it does not run.
+    -- Waiting runs' rows are locked after the counter's, as a claim never does (see
+    -- claim_slots); a run's row is otherwise locked only briefly (a waiter attaching, an
+    -- event resuming it), or by its cancellation, which refills only for a woken run,
+    -- and woken runs are not selected here.
     FOR q IN
         SELECT id, slot_keys, slot_limits FROM stepgate.run
         WHERE tenant = p_tenant AND function = p_function AND held_on = p_key
           AND status IN ('queued', 'scheduled', 'suspended') AND wake_at = 'infinity'
         ORDER BY created_at, id
-        FOR UPDATE SKIP LOCKED
+        FOR UPDATE
     LOOP
         EXIT WHEN v_running + v_woken >= coalesce(v_lim, q.slot_limits[array_position(q.slot_keys, p_key)], 1);
         UPDATE stepgate.run SET wake_at = now() WHERE id = q.id;
@@ -148,6 +154,11 @@ $$;
 -- waiting in its line are fewer than its limit: so runs start in creation order per key,
 -- the oldest waiting run never yields to a younger one, and a run held behind older
 -- woken runs is not woken again before them (refill_slot wakes oldest first).
+--
+-- Locks: the counter rows first, in key order, and the run's row last, as a release
+-- (the run's row, then counters, then waiting runs' rows) would meet them: a claim
+-- waiting for a counter holds no run's row, so the two never wait on each other in a
+-- cycle. The run's keys are read before its lock: they never change.
 CREATE FUNCTION stepgate.claim_slots(p_run uuid) RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -160,48 +171,61 @@ DECLARE
     taken text[] := '{}';
     blocked integer;
     reason text;
+    due boolean;
 BEGIN
     SELECT id, tenant, function, created_at, slot_keys, slot_limits INTO r FROM stepgate.run
     WHERE id = p_run AND (
         (status = 'queued' AND (wake_at IS NULL OR wake_at <= now())) OR
-        (status IN ('suspended', 'scheduled') AND wake_at <= now()))
-    FOR UPDATE;
+        (status IN ('suspended', 'scheduled') AND wake_at <= now()));
     IF NOT FOUND THEN
         RETURN '';
     END IF;
-    IF r.slot_keys IS NULL THEN
-        RETURN NULL;
+    IF r.slot_keys IS NOT NULL THEN
+        FOR i IN SELECT u.ord FROM unnest(r.slot_keys) WITH ORDINALITY AS u(key, ord) ORDER BY u.key LOOP
+            k := r.slot_keys[i];
+            lim := r.slot_limits[i];
+            SELECT s.running INTO v_running FROM stepgate.concurrency_slot s
+            WHERE s.tenant = r.tenant AND s.function = r.function AND s.key = k FOR UPDATE;
+            SELECT count(*) INTO v_ahead FROM (
+                SELECT 1 FROM stepgate.run q
+                WHERE q.tenant = r.tenant AND q.function = r.function AND q.held_on = k
+                  AND q.status IN ('queued', 'scheduled', 'suspended')
+                  AND (q.created_at, q.id) < (r.created_at, r.id)
+                LIMIT lim) older;
+            IF coalesce(v_running, 0) + v_ahead >= lim THEN
+                blocked := i;
+                EXIT;
+            END IF;
+            INSERT INTO stepgate.concurrency_slot AS s (tenant, function, key, running, lim)
+            VALUES (r.tenant, r.function, k, 1, lim)
+            ON CONFLICT (tenant, function, key) DO UPDATE SET running = s.running + 1, lim = excluded.lim
+                WHERE s.running < excluded.lim;
+            IF NOT FOUND THEN
+                blocked := i;
+                EXIT;
+            END IF;
+            taken := taken || k;
+        END LOOP;
     END IF;
-    FOR i IN SELECT u.ord FROM unnest(r.slot_keys) WITH ORDINALITY AS u(key, ord) ORDER BY u.key LOOP
-        k := r.slot_keys[i];
-        lim := r.slot_limits[i];
-        SELECT s.running INTO v_running FROM stepgate.concurrency_slot s
-        WHERE s.tenant = r.tenant AND s.function = r.function AND s.key = k FOR UPDATE;
-        SELECT count(*) INTO v_ahead FROM (
-            SELECT 1 FROM stepgate.run q
-            WHERE q.tenant = r.tenant AND q.function = r.function AND q.held_on = k
-              AND q.status IN ('queued', 'scheduled', 'suspended')
-              AND (q.created_at, q.id) < (r.created_at, r.id)
-            LIMIT lim) older;
-        IF coalesce(v_running, 0) + v_ahead >= lim THEN
-            blocked := i;
-            EXIT;
-        END IF;
-        INSERT INTO stepgate.concurrency_slot AS s (tenant, function, key, running, lim)
-        VALUES (r.tenant, r.function, k, 1, lim)
-        ON CONFLICT (tenant, function, key) DO UPDATE SET running = s.running + 1, lim = excluded.lim
-            WHERE s.running < excluded.lim;
-        IF NOT FOUND THEN
-            blocked := i;
-            EXIT;
-        END IF;
-        taken := taken || k;
-    END LOOP;
+    -- The run's lock; it may have been claimed meanwhile.
+    PERFORM 1 FROM stepgate.run
+    WHERE id = p_run AND (
+        (status = 'queued' AND (wake_at IS NULL OR wake_at <= now())) OR
+        (status IN ('suspended', 'scheduled') AND wake_at <= now()))
+    FOR UPDATE;
+    due := FOUND;
+    IF NOT due OR blocked IS NOT NULL THEN
+        -- Give back what was taken: the counters are locked by this transaction, so
+        -- nobody saw them change.
+        UPDATE stepgate.concurrency_slot SET running = running - 1
+        WHERE tenant = r.tenant AND function = r.function AND key = ANY (taken);
+    END IF;
+    IF NOT due THEN
+        RETURN '';
+    END IF;
     IF blocked IS NULL THEN
         RETURN NULL;
     END IF;
-    UPDATE stepgate.concurrency_slot SET running = running - 1
-    WHERE tenant = r.tenant AND function = r.function AND key = ANY (taken);
     reason := stepgate.held_reason(r.slot_keys[blocked], r.slot_limits[blocked]);
     UPDATE stepgate.run SET held = reason, held_on = r.slot_keys[blocked], wake_at = 'infinity',
         status = CASE WHEN status = 'scheduled' THEN 'queued' ELSE status END
@@ -214,8 +238,9 @@ BEGIN
 END
 $$;
 
--- release_slots gives back the slots of a run that leaves 'running', or the place in
--- line of a waiting run that ends without running, and wakes who can take them.
+-- release_slots gives back the slots of a run that leaves 'running', or the slot
+-- promised to a woken waiting run that ends without running, and wakes who can take
+-- them. (A waiting run not woken yet holds nothing: its end wakes nobody.)
 CREATE FUNCTION stepgate.release_slots() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -244,7 +269,8 @@ $$;
 CREATE TRIGGER run_releases_slots AFTER UPDATE OF status ON stepgate.run
     FOR EACH ROW
     WHEN ((OLD.status = 'running' AND NEW.status <> 'running' AND NEW.slot_keys IS NOT NULL)
-        OR (OLD.held_on IS NOT NULL AND NEW.status IN ('completed', 'failed', 'cancelled')
+        OR (OLD.held_on IS NOT NULL AND OLD.wake_at < 'infinity'
+            AND NEW.status IN ('completed', 'failed', 'cancelled')
             AND OLD.status IN ('queued', 'scheduled', 'suspended')))
     EXECUTE FUNCTION stepgate.release_slots();
 
