@@ -137,7 +137,9 @@ BEGIN
         ORDER BY created_at, id
         FOR UPDATE
     LOOP
-        EXIT WHEN v_running + v_woken >= coalesce(v_lim, q.slot_limits[array_position(q.slot_keys, p_key)], 1);
+        -- Each run by its own limit (its revision's), so that none is woken only to be
+        -- held again; the oldest first, so a run is not passed over.
+        EXIT WHEN v_running + v_woken >= coalesce(q.slot_limits[array_position(q.slot_keys, p_key)], v_lim, 1);
         UPDATE stepgate.run SET wake_at = now() WHERE id = q.id;
         PERFORM pg_notify('stepgate_slot_free', q.id::text);
         v_woken := v_woken + 1;
