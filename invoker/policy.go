@@ -57,6 +57,8 @@ type FunctionConfig struct {
 	// MaxInvocationDuration is what the SDK allows one invocation before it suspends
 	// the run with a continue; 0 for none. The gateway only checks it.
 	MaxInvocationDuration time.Duration
+	// Concurrency bounds how many runs of the revision run at once; none when empty.
+	Concurrency []ConcurrencyLimit
 }
 
 // CheckPriority says what is wrong with p as a run priority named field, or nil when it
@@ -119,6 +121,9 @@ func ParseConfig(raw json.RawMessage) (FunctionConfig, error) {
 		if err := CheckPriority("config.priority", *c.Priority); err != nil {
 			return FunctionConfig{}, err
 		}
+	}
+	if fc.Concurrency, err = parseConcurrency(c.Concurrency); err != nil {
+		return FunctionConfig{}, err
 	}
 	if c.Triggers != nil {
 		for i, t := range *c.Triggers {
