@@ -204,7 +204,9 @@ func awaitOperation(t *testing.T, c *protocol.ClientWithResponses, id string) pr
 // TestBulkCancel cancels runs by filter through a real gateway.
 func TestBulkCancel(t *testing.T) {
 	t.Parallel()
-	s := stack.Start(t, stack.Options{})
+	// The seeded runs have no jobs: the stranded-run sweep would start them (and they
+	// would complete, not be cancelled) if the cancel outlasted its grace under load.
+	s := stack.Start(t, stack.Options{SweepGrace: time.Hour})
 	alice := auth.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}}
 	bob := auth.Identity{Subject: "bob", Tenant: "t2", Roles: []string{"developer"}}
 	c := s.Client(t, s.NewToken(t, alice))

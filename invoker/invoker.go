@@ -53,6 +53,15 @@ type Config struct {
 	// Defaults to a tenth of the Workers, rounded up; negative: none (any tenant may hold
 	// every worker). At most Workers-1.
 	FairReserve int
+	// Retention is how long finished runs are kept unless their function's
+	// config.retention says otherwise; old events and tombstones go after it too.
+	// Defaults to DefaultRetention (30 days).
+	Retention time.Duration
+	// RetentionInterval is how often retention deletes what is past it. Defaults to a
+	// minute.
+	RetentionInterval time.Duration
+	// RetentionBatch is how many rows one of its transactions deletes. Defaults to 500.
+	RetentionBatch int
 	// FetchCooldown is River's minimum time between job fetches. Defaults to 2ms, so a
 	// queued run starts within a few milliseconds.
 	FetchCooldown time.Duration
@@ -119,6 +128,9 @@ type Invoker struct {
 	loopsCancel context.CancelFunc // stops the renewal and maintenance loops
 	loopsWG     sync.WaitGroup
 
+	retention      time.Duration // see Config.Retention
+	retentionBatch int
+
 	bg       context.Context // for work that outlives a request: timers' invocations
 	bgCancel context.CancelFunc
 	bgWG     sync.WaitGroup
@@ -167,6 +179,9 @@ func New(cfg Config) (*Invoker, error) {
 	river.AddWorker(workers, &cancelTreeWorker{inv: inv})
 	river.AddWorker(workers, &cancelOperationWorker{inv: inv})
 	river.AddWorker(workers, &deadlineWorker{inv: inv})
+	river.AddWorker(workers, &retentionWorker{inv: inv})
+	inv.retention = cmp.Or(cfg.Retention, DefaultRetention)
+	inv.retentionBatch = cmp.Or(cfg.RetentionBatch, 500)
 	rc, err := river.NewClient(riverpgxv5.New(cfg.Pool), &river.Config{
 		Logger:            slog.New(warnOnly{cfg.Logger.Handler()}).With(slog.String("component", "river")),
 		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: inv.fair.workers}},
@@ -182,6 +197,7 @@ func New(cfg Config) (*Invoker, error) {
 		// job finds nothing to claim. A job whose invocation is still in flight may be
 		// rescued too: its retry finds the run claimed and does nothing.
 		RescueStuckJobsAfter: time.Minute,
+		PeriodicJobs:         []*river.PeriodicJob{retentionJob(cmp.Or(cfg.RetentionInterval, time.Minute))},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("invoker: river client: %w", err)

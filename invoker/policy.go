@@ -54,6 +54,9 @@ type FunctionConfig struct {
 	Retries RetryPolicy
 	// RunTimeout bounds a run from its creation (its deadline); 0 for none.
 	RunTimeout time.Duration
+	// Retention is how long the revision's finished runs are kept; 0 for the gateway's
+	// default (STEPGATE_RETENTION).
+	Retention time.Duration
 	// MaxInvocationDuration is what the SDK allows one invocation before it suspends
 	// the run with a continue; 0 for none. The gateway only checks it.
 	MaxInvocationDuration time.Duration
@@ -75,6 +78,10 @@ const MaxDeadline = 10 * 365 * 24 * time.Hour
 
 // MinMaxInvocationDuration is the least max_invocation_duration of a function's config.
 const MinMaxInvocationDuration = 100 * time.Millisecond
+
+// MinRetention is the shortest config.retention: finished runs are kept at least that
+// long.
+const MinRetention = time.Minute
 
 // ParseConfig reads a function's stored or submitted config, applying defaults, and
 // says what is wrong with it in words fit for an API error.
@@ -99,6 +106,13 @@ func ParseConfig(raw json.RawMessage) (FunctionConfig, error) {
 			return FunctionConfig{}, fmt.Errorf("config.run_timeout %q is not a duration from 1s to %s (10 years), such as 1h", *c.RunTimeout, MaxDeadline)
 		}
 		fc.RunTimeout = d
+	}
+	if c.Retention != nil {
+		d, err := time.ParseDuration(*c.Retention)
+		if err != nil || d < MinRetention || d > MaxDeadline {
+			return FunctionConfig{}, fmt.Errorf("config.retention %q is not a duration from %s to %s (10 years), such as 720h", *c.Retention, MinRetention, MaxDeadline)
+		}
+		fc.Retention = d
 	}
 	if c.MaxInvocationDuration != nil {
 		d, err := time.ParseDuration(*c.MaxInvocationDuration)

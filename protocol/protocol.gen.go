@@ -786,6 +786,13 @@ type FunctionConfig struct {
 	// workers.
 	Priority *int `json:"priority,omitempty"`
 
+	// Retention How long this function's finished runs (with their journals, streams and
+	// messages) are kept, from 1m to 10 years; the gateway's `STEPGATE_RETENTION`
+	// (default `720h`, 30 days) when absent. A run's own revision decides. Past it,
+	// a periodic job deletes the run in small batches, and reading it is a 404 that
+	// says it was deleted.
+	Retention *Duration `json:"retention,omitempty"`
+
 	// Retries Exponential backoff with jitter: the wait after failed attempt n is a random
 	// duration between half and all of min(max_interval, initial_interval * 2^(n-1)).
 	Retries *RetryPolicy `json:"retries,omitempty"`
