@@ -660,6 +660,22 @@ type CheckpointAck struct {
 	Seq    int      `json:"seq"`
 }
 
+// DebounceConfig Collapses the starts of one key within `period` into one run with the last
+// start's input (Inngest `debounce`, DBOS `Debouncer`): the first start creates the
+// run `scheduled` at now + `period`; each further start before it begins replaces its
+// input and identity and pushes its start to now + `period`, but never past the
+// first start + `max_wait`.
+type DebounceConfig struct {
+	// Key As a throttle's key.
+	Key *string `json:"key,omitempty"`
+
+	// MaxWait The longest a start may be pushed back, from the first; at least `period`, at most `24h`. Defaults to 24h.
+	MaxWait *Duration `json:"max_wait,omitempty"`
+
+	// Period From `10ms` to `24h`.
+	Period Duration `json:"period"`
+}
+
 // Duration A Go duration such as `30s`, `5m`, `1h30m`.
 //
 // Example: 30s
@@ -691,6 +707,9 @@ type Event struct {
 
 	// Runs The ids of the runs the event started.
 	Runs []string `json:"runs"`
+
+	// Skipped The functions the event's triggers did not start, with why (a rate limit).
+	Skipped *[]SkippedStart `json:"skipped,omitempty"`
 
 	// SourceRunID The run that sent the event (step.SendEvent); absent for one sent through the API.
 	SourceRunID *string `json:"source_run_id,omitempty"`
@@ -749,6 +768,13 @@ type Function struct {
 
 // FunctionConfig defines model for FunctionConfig.
 type FunctionConfig struct {
+	// Debounce Collapses the starts of one key within `period` into one run with the last
+	// start's input (Inngest `debounce`, DBOS `Debouncer`): the first start creates the
+	// run `scheduled` at now + `period`; each further start before it begins replaces its
+	// input and identity and pushes its start to now + `period`, but never past the
+	// first start + `max_wait`.
+	Debounce *DebounceConfig `json:"debounce,omitempty"`
+
 	// InvokeRoles When set, only tokens with one of these roles (or `admin`) may start runs of
 	// this function, besides needing `runs:invoke`.
 	InvokeRoles *[]string `json:"invoke_roles,omitempty"`
@@ -759,6 +785,12 @@ type FunctionConfig struct {
 	// shown here; at least `100ms`, at most `timeout`.
 	MaxInvocationDuration *Duration `json:"max_invocation_duration,omitempty"`
 
+	// RateLimit Drops the starts beyond a rate (GCRA): such a start is a 429 with
+	// `Retry-After` and creates no run; a run an event trigger or a schedule would
+	// start is skipped, and the event's `skipped` names it (Inngest `rateLimit`).
+	// `max_queue` does not apply.
+	RateLimit *RateConfig `json:"rate_limit,omitempty"`
+
 	// Retries Exponential backoff with jitter: the wait after failed attempt n is a random
 	// duration between half and all of min(max_interval, initial_interval * 2^(n-1)).
 	Retries *RetryPolicy `json:"retries,omitempty"`
@@ -768,6 +800,12 @@ type FunctionConfig struct {
 	// with error type `deadline_exceeded` whatever it is doing. From `1s` to 10 years;
 	// none by default.
 	RunTimeout *Duration `json:"run_timeout,omitempty"`
+
+	// Throttle Queues the starts beyond a rate (GCRA): a start the rate does not allow now
+	// creates the run `scheduled` at the time it does, with `held` saying why
+	// (Inngest `throttle`, DBOS `limiter` on a queue). At most `max_queue` starts per
+	// key wait at once; past that a start is a 429 with `Retry-After`.
+	Throttle *RateConfig `json:"throttle,omitempty"`
 
 	// Timeout How long one invocation may take. Defaults to 5m.
 	Timeout *Duration `json:"timeout,omitempty"`
@@ -1148,6 +1186,28 @@ type Problem struct {
 	Type   *string `json:"type,omitempty"`
 }
 
+// RateConfig A rate per key: at most `limit` starts per `period`, spread evenly (one each
+// `period/limit`), plus `burst` more at once after a quiet spell.
+type RateConfig struct {
+	// Burst Starts allowed at once beyond the steady rate. Defaults to 0.
+	Burst *int `json:"burst,omitempty"`
+
+	// Key What the limit is counted per: `input.<dotted.path>` (a field of the run's
+	// input), `identity.subject`, `identity.tenant` or `identity.claims.<name>`.
+	// None: one limit for the whole function (in the tenant). A missing field
+	// counts as the empty value.
+	Key *string `json:"key,omitempty"`
+
+	// Limit Starts per period; at least 1.
+	Limit int `json:"limit"`
+
+	// MaxQueue For a throttle: the most starts of one key waiting at once. Defaults to 1000.
+	MaxQueue *int `json:"max_queue,omitempty"`
+
+	// Period From `10ms` to `24h`.
+	Period Duration `json:"period"`
+}
+
 // RerunRequest Where a rerun starts; an absent body or field reruns from the start.
 type RerunRequest struct {
 	// FromSeq The first seq the new run executes again; the old run's entries before it are
@@ -1487,6 +1547,14 @@ type SigningSecret struct {
 type SigningSecretList struct {
 	Secrets []SigningSecret `json:"secrets"`
 	Tenant  string          `json:"tenant"`
+}
+
+// SkippedStart defines model for SkippedStart.
+type SkippedStart struct {
+	Function string `json:"function"`
+
+	// Reason Why no run started, such as `rate limited: 10 per 1s (key customer_id=c-9)`.
+	Reason string `json:"reason"`
 }
 
 // StreamAck defines model for StreamAck.
@@ -1984,6 +2052,14 @@ type ClientInterface interface {
 	// The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 	// key with a different input is a 409.
 	//
+	// Flow control (the function's config): a `throttle` queues a start beyond its rate,
+	// creating the run `scheduled` at the time the rate allows (its `held` says why);
+	// past the throttle's `max_queue` the start is a 429 with `Retry-After`. A
+	// `rate_limit` drops a start beyond its rate: 429 with `Retry-After`, no run. A
+	// `debounce` collapses the starts of one key within its period into one run, with
+	// the last start's input and identity: each answers that run's id. With `wait`, the
+	// request waits for the run as usual (a throttled run from its scheduled time).
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/functions/{name}/runs (the `StartRun` operationId).
@@ -1996,6 +2072,14 @@ type ClientInterface interface {
 	// result, or 202 with a `Location` to attach to if the wait runs out first.
 	// The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 	// key with a different input is a 409.
+	//
+	// Flow control (the function's config): a `throttle` queues a start beyond its rate,
+	// creating the run `scheduled` at the time the rate allows (its `held` says why);
+	// past the throttle's `max_queue` the start is a 429 with `Retry-After`. A
+	// `rate_limit` drops a start beyond its rate: 429 with `Retry-After`, no run. A
+	// `debounce` collapses the starts of one key within its period into one run, with
+	// the last start's input and identity: each answers that run's id. With `wait`, the
+	// request waits for the run as usual (a throttled run from its scheduled time).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2815,6 +2899,14 @@ func (c *Client) RegisterFunction(ctx context.Context, name FunctionName, body R
 // The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 // key with a different input is a 409.
 //
+// Flow control (the function's config): a `throttle` queues a start beyond its rate,
+// creating the run `scheduled` at the time the rate allows (its `held` says why);
+// past the throttle's `max_queue` the start is a 429 with `Retry-After`. A
+// `rate_limit` drops a start beyond its rate: 429 with `Retry-After`, no run. A
+// `debounce` collapses the starts of one key within its period into one run, with
+// the last start's input and identity: each answers that run's id. With `wait`, the
+// request waits for the run as usual (a throttled run from its scheduled time).
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v1/functions/{name}/runs (the `StartRun` operationId).
@@ -2837,6 +2929,14 @@ func (c *Client) StartRunWithBody(ctx context.Context, name FunctionName, params
 // result, or 202 with a `Location` to attach to if the wait runs out first.
 // The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 // key with a different input is a 409.
+//
+// Flow control (the function's config): a `throttle` queues a start beyond its rate,
+// creating the run `scheduled` at the time the rate allows (its `held` says why);
+// past the throttle's `max_queue` the start is a 429 with `Retry-After`. A
+// `rate_limit` drops a start beyond its rate: 429 with `Retry-After`, no run. A
+// `debounce` collapses the starts of one key within its period into one run, with
+// the last start's input and identity: each answers that run's id. With `wait`, the
+// request waits for the run as usual (a throttled run from its scheduled time).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -5773,6 +5873,14 @@ type ClientWithResponsesInterface interface {
 	// The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 	// key with a different input is a 409.
 	//
+	// Flow control (the function's config): a `throttle` queues a start beyond its rate,
+	// creating the run `scheduled` at the time the rate allows (its `held` says why);
+	// past the throttle's `max_queue` the start is a 429 with `Retry-After`. A
+	// `rate_limit` drops a start beyond its rate: 429 with `Retry-After`, no run. A
+	// `debounce` collapses the starts of one key within its period into one run, with
+	// the last start's input and identity: each answers that run's id. With `wait`, the
+	// request waits for the run as usual (a throttled run from its scheduled time).
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/functions/{name}/runs (the `StartRun` operationId).
@@ -5785,6 +5893,14 @@ type ClientWithResponsesInterface interface {
 	// result, or 202 with a `Location` to attach to if the wait runs out first.
 	// The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 	// key with a different input is a 409.
+	//
+	// Flow control (the function's config): a `throttle` queues a start beyond its rate,
+	// creating the run `scheduled` at the time the rate allows (its `held` says why);
+	// past the throttle's `max_queue` the start is a 429 with `Retry-After`. A
+	// `rate_limit` drops a start beyond its rate: 429 with `Retry-After`, no run. A
+	// `debounce` collapses the starts of one key within its period into one run, with
+	// the last start's input and identity: each answers that run's id. With `wait`, the
+	// request waits for the run as usual (a throttled run from its scheduled time).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6971,6 +7087,8 @@ type StartRunResponse struct {
 	ApplicationProblemJSON409 *Conflict
 	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationProblemJSON413 *TooLarge
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *TooManyRequests
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationProblemJSON503 *Unavailable
 	// Headers202 the parsed response headers for an HTTP 202 response
@@ -7015,6 +7133,11 @@ func (r StartRunResponse) GetApplicationProblemJSON409() *Conflict {
 // GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r StartRunResponse) GetApplicationProblemJSON413() *TooLarge {
 	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r StartRunResponse) GetApplicationProblemJSON429() *TooManyRequests {
+	return r.ApplicationProblemJSON429
 }
 
 // GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
@@ -9051,6 +9174,14 @@ func (c *ClientWithResponses) RegisterFunctionWithResponse(ctx context.Context, 
 // The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 // key with a different input is a 409.
 //
+// Flow control (the function's config): a `throttle` queues a start beyond its rate,
+// creating the run `scheduled` at the time the rate allows (its `held` says why);
+// past the throttle's `max_queue` the start is a 429 with `Retry-After`. A
+// `rate_limit` drops a start beyond its rate: 429 with `Retry-After`, no run. A
+// `debounce` collapses the starts of one key within its period into one run, with
+// the last start's input and identity: each answers that run's id. With `wait`, the
+// request waits for the run as usual (a throttled run from its scheduled time).
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/functions/{name}/runs (the `StartRun` operationId).
@@ -9069,6 +9200,14 @@ func (c *ClientWithResponses) StartRunWithBodyWithResponse(ctx context.Context, 
 // result, or 202 with a `Location` to attach to if the wait runs out first.
 // The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 // key with a different input is a 409.
+//
+// Flow control (the function's config): a `throttle` queues a start beyond its rate,
+// creating the run `scheduled` at the time the rate allows (its `held` says why);
+// past the throttle's `max_queue` the start is a 429 with `Retry-After`. A
+// `rate_limit` drops a start beyond its rate: 429 with `Retry-After`, no run. A
+// `debounce` collapses the starts of one key within its period into one run, with
+// the last start's input and identity: each answers that run's id. With `wait`, the
+// request waits for the run as usual (a throttled run from its scheduled time).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -10356,6 +10495,13 @@ func ParseStartRunResponse(rsp *http.Response) (*StartRunResponse, error) {
 			return nil, err
 		}
 		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable
