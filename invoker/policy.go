@@ -57,6 +57,8 @@ type FunctionConfig struct {
 	// MaxInvocationDuration is what the SDK allows one invocation before it suspends
 	// the run with a continue; 0 for none. The gateway only checks it.
 	MaxInvocationDuration time.Duration
+	// Flow is the function's throttle, rate limit and debounce; nil for none.
+	Flow *Flow
 }
 
 // MaxDeadline bounds a run's deadline, and a function's run_timeout, from now.
@@ -105,6 +107,9 @@ func ParseConfig(raw json.RawMessage) (FunctionConfig, error) {
 	})
 	if err != nil {
 		return FunctionConfig{}, fmt.Errorf("config.retries: %w", err)
+	}
+	if fc.Flow, err = parseFlow(c); err != nil {
+		return FunctionConfig{}, err
 	}
 	if c.Triggers != nil {
 		for i, t := range *c.Triggers {

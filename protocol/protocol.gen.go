@@ -735,6 +735,9 @@ type EventReceipt struct {
 
 	// Runs The ids of the runs the event started (of the first event, for a duplicate).
 	Runs []string `json:"runs"`
+
+	// Skipped The functions the event's triggers did not start, with why (a rate limit); absent when none.
+	Skipped *[]SkippedStart `json:"skipped,omitempty"`
 }
 
 // EventSend defines model for EventSend.
