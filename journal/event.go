@@ -105,7 +105,9 @@ func SendEvent(ctx context.Context, db DB, n NewEvent) (ev *Event, created bool,
 	}
 	s, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[sent])
 	if err == nil {
-		s.Event.Flowed = s.Flowed
+		if len(s.Flowed) > 0 {
+			s.Event.Flowed = s.Flowed
+		}
 		return &s.Event, true, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {

@@ -34,7 +34,7 @@ func Throttle(ctx context.Context, db DB, tenant, function, key string, r Rate, 
 		VALUES ($1, $2, 'throttle', $3, now() + $4::bigint * interval '1 microsecond')
 		ON CONFLICT (tenant, function, kind, key) DO UPDATE
 			SET tat = greatest(now(), f.tat) + $4::bigint * interval '1 microsecond'
-			WHERE f.tat - $5::bigint * interval '1 microsecond' - now() < $6::bigint * $4::bigint * interval '1 microsecond'
+			WHERE f.tat - $5::bigint * interval '1 microsecond' - now() <= $6::bigint * $4::bigint * interval '1 microsecond'
 		RETURNING greatest(now(), tat - ($4::bigint + $5::bigint) * interval '1 microsecond'), now()`,
 		tenant, function, key, r.Interval.Microseconds(), r.tau().Microseconds(), maxQueue).Scan(&start, &now)
 	if err == nil {
@@ -45,7 +45,7 @@ func Throttle(ctx context.Context, db DB, tenant, function, key string, r Rate, 
 	}
 	var us int64
 	err = db.QueryRow(ctx, `
-		SELECT greatest(0, extract(epoch FROM f.tat - now()) * 1e6 - $4::bigint - $5::bigint * ($6::bigint - 1))::bigint
+		SELECT greatest(0, extract(epoch FROM f.tat - now()) * 1e6 - $4::bigint - $5::bigint * $6::bigint)::bigint
 		FROM stepgate.flow_rate f WHERE f.tenant = $1 AND f.function = $2 AND f.kind = 'throttle' AND f.key = $3`,
 		tenant, function, key, r.tau().Microseconds(), r.Interval.Microseconds(), maxQueue).Scan(&us)
 	if err != nil {
