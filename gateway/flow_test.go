@@ -293,7 +293,7 @@ func TestDebounce(t *testing.T) {
 	app := s.NewApp()
 	functions.Register(app, "digest", echoFlow(&slowCalls), functions.Debounce(time.Hour, "input.customer", 2*time.Hour))
 	functions.Register(app, "capped", echoFlow(&slowCalls), functions.Debounce(time.Hour, "", time.Hour))
-	functions.Register(app, "quick", echoFlow(&fastCalls), functions.Debounce(time.Second, "input.customer", 0))
+	functions.Register(app, "quick", echoFlow(&fastCalls), functions.Debounce(2*time.Second, "input.customer", 0))
 	url := s.ServeApp(t, app)
 	for _, cl := range []*protocol.ClientWithResponses{c, other} {
 		synced, err := cl.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: url})

@@ -165,3 +165,18 @@ func (inv *Invoker) startFlowedTriggers(ctx context.Context, tx pgx.Tx, ev *jour
 	ev.Skipped = skipped
 	return runs, nil
 }
+
+// armHeld arms this process's timer for a run that flow control scheduled (or a
+// debounce pushed back), once that has committed, when it is due within the lead of the
+// maintenance passes, which would not arm it otherwise (a push may move a run already
+// armed; the timer of its old time finds it not due). Without it, River's scheduler
+// starts the run, up to seconds late.
+func (inv *Invoker) armHeld(run *journal.Run) {
+	if run == nil || run.Status != journal.StatusScheduled || run.Held == nil || run.WakeAt == nil {
+		return
+	}
+	// The database clock is the judge; a hair late costs less than a wasted early try.
+	if d := time.Until(*run.WakeAt) + time.Millisecond; d <= inv.wakeLead() {
+		inv.armTimer(run.ID, nil, d, 0)
+	}
+}

@@ -37,6 +37,7 @@ func (inv *Invoker) StartRun(ctx context.Context, db *journal.TenantDB, n journa
 	if err != nil {
 		return nil, false, err
 	}
+	inv.armHeld(run)
 	return run, created, nil
 }
 
@@ -87,6 +88,9 @@ func (inv *Invoker) StartRunNow(ctx context.Context, db *journal.TenantDB, n jou
 		}
 	}
 	if err != nil || !created || run.Status != journal.StatusRunning {
+		if err == nil {
+			inv.armHeld(run)
+		}
 		end()
 		return run, created && err == nil, nil, err
 	}
