@@ -163,3 +163,32 @@ func CompleteEvent(ctx context.Context, db DB, tenant, id string, runs []string,
 	}
 	return nil
 }
+
+// PruneFlow deletes up to limit rows of flow-control state that no longer count: rates
+// whose bucket has been empty a minute (the same as no row), and debounce windows
+// opened more than 25 hours ago (past any max_wait, so their runs are due). A row a
+// start updates meanwhile is kept. It returns the rows deleted.
+func PruneFlow(ctx context.Context, db DB, limit int) (int64, error) {
+	var n int64
+	err := db.QueryRow(ctx, `
+		WITH r AS (
+			DELETE FROM stepgate.flow_rate f
+			USING (SELECT tenant, function, kind, key FROM stepgate.flow_rate
+				WHERE tat < now() - interval '1 minute' LIMIT $1) o
+			WHERE (f.tenant, f.function, f.kind, f.key) = (o.tenant, o.function, o.kind, o.key)
+				AND f.tat < now() - interval '1 minute'
+			RETURNING 1
+		), d AS (
+			DELETE FROM stepgate.flow_debounce f
+			USING (SELECT tenant, function, key FROM stepgate.flow_debounce
+				WHERE first_at < now() - interval '25 hours' LIMIT $1) o
+			WHERE (f.tenant, f.function, f.key) = (o.tenant, o.function, o.key)
+				AND f.first_at < now() - interval '25 hours'
+			RETURNING 1
+		)
+		SELECT (SELECT count(*) FROM r) + (SELECT count(*) FROM d)`, limit).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("prune flow state: %w", err)
+	}
+	return n, nil
+}
