@@ -88,6 +88,8 @@ func TestThrottle(t *testing.T) {
 		Limit: 1, Period: time.Hour, MaxQueue: 2,
 	}))
 	functions.Register(app, "paced", echoFlow(&calls), functions.Throttle(functions.Rate{Limit: 1, Period: time.Second}))
+	functions.Register(app, "daily", echoFlow(&calls), functions.Throttle(functions.Rate{Limit: 1, Period: 24 * time.Hour, MaxQueue: 100}))
+	functions.Register(app, "keyed", echoFlow(&calls), functions.Throttle(functions.Rate{Limit: 1, Period: time.Hour}))
 	url := s.ServeApp(t, app)
 	for _, cl := range []*protocol.ClientWithResponses{c, other} {
 		synced, err := cl.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: url})
@@ -154,6 +156,37 @@ func TestThrottle(t *testing.T) {
 		list, err := c.ListRunsWithResponse(t.Context(), &protocol.ListRunsParams{Function: ptr("queued")})
 		require.NoError(t, err)
 		require.Len(t, list.JSON200.Runs, 3)
+	})
+
+	t.Run("NothingIsScheduledMoreThanAWeekAhead", func(t *testing.T) {
+		t.Parallel()
+		var held []string
+		for i := range 8 {
+			resp := startFlow(t, c, "daily", `{}`, nil)
+			require.Equal(t, http.StatusAccepted, resp.StatusCode(), string(resp.Body))
+			if i > 0 {
+				held = append(held, resp.JSON202.ID)
+			}
+		}
+		requireSpaced(t, scheduledAt(t, c, held), 24*time.Hour)
+		far := startFlow(t, c, "daily", `{}`, nil)
+		require.Equal(t, http.StatusTooManyRequests, far.StatusCode(), string(far.Body))
+		require.Contains(t, string(far.Body), "would wait more than 168h0m0s")
+	})
+
+	t.Run("AKnownIdempotencyKeyTakesNoPlace", func(t *testing.T) {
+		t.Parallel()
+		keyed := &protocol.StartRunParams{IdempotencyKey: ptr("k-1")}
+		first := startFlow(t, c, "keyed", `{}`, keyed)
+		require.Equal(t, http.StatusAccepted, first.StatusCode(), string(first.Body))
+		again := startFlow(t, c, "keyed", `{}`, keyed)
+		require.Equal(t, first.JSON202.ID, again.JSON202.ID)
+		other := startFlow(t, c, "keyed", `{}`, nil)
+		at := scheduledAt(t, c, []string{other.JSON202.ID})[0]
+		require.Equal(t, time.Hour, at.Sub(getRun(t, c, first.JSON202.ID).CreatedAt).Round(time.Second),
+			"the second start in all waits one interval, not two")
+		mismatch := startFlow(t, c, "keyed", `{"n":1}`, keyed)
+		require.Equal(t, http.StatusConflict, mismatch.StatusCode(), string(mismatch.Body))
 	})
 
 	t.Run("ASyncStartWaitsForItsScheduledRun", func(t *testing.T) {

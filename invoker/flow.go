@@ -109,14 +109,15 @@ func (inv *Invoker) createFlowed(ctx context.Context, tx pgx.Tx, n journal.NewRu
 	}
 	if r := flow.Throttle; r != nil {
 		key := r.Key.Value(n.Input, n.Identity)
+		ahead, bound := r.ahead()
 		start, now, after, ok, err := journal.Throttle(ctx, tx, n.Tenant, n.Function, key,
-			journal.Rate{Interval: r.interval(), Burst: r.Burst}, r.MaxQueue)
+			journal.Rate{Interval: r.interval(), Burst: r.Burst}, ahead)
 		if err != nil {
 			return nil, false, err
 		}
 		if !ok {
 			return nil, false, &RateLimitedError{Function: n.Function, RetryAfter: after,
-				Reason: fmt.Sprintf("throttle queue full: %d starts wait already (max_queue) at %s%s", r.MaxQueue, r.describe(), r.Key.describe(key))}
+				Reason: fmt.Sprintf("throttle queue full: %s at %s%s", bound, r.describe(), r.Key.describe(key))}
 		}
 		if start.After(now) {
 			held := "throttled: " + r.describe() + r.Key.describe(key)

@@ -54,6 +54,20 @@ const (
 	MaxKeyValueBytes = 128
 )
 
+// MaxThrottleAhead bounds how far ahead a throttle schedules a start, whatever its
+// max_queue: a start it would hold longer is refused (429), as one past max_queue is.
+const MaxThrottleAhead = 7 * 24 * time.Hour
+
+// ahead is how far ahead the throttle schedules a start at most: max_queue intervals,
+// or MaxThrottleAhead if less; bound says which, for people.
+func (r *Rate) ahead() (time.Duration, string) {
+	q := time.Duration(r.MaxQueue) * r.interval()
+	if q/r.interval() != time.Duration(r.MaxQueue) || q > MaxThrottleAhead {
+		return MaxThrottleAhead, fmt.Sprintf("its starts would wait more than %s (the gateway's bound)", MaxThrottleAhead)
+	}
+	return q, fmt.Sprintf("%d starts wait already (max_queue)", r.MaxQueue)
+}
+
 // interval is the rate's emission interval, Period/Limit: the steady gap between starts.
 func (r *Rate) interval() time.Duration { return r.Period / time.Duration(r.Limit) }
 

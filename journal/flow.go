@@ -25,18 +25,19 @@ type Rate struct {
 func (r Rate) tau() time.Duration { return time.Duration(r.Burst) * r.Interval }
 
 // Throttle takes a place in a throttle's queue for one start of key: start is when the
-// rate allows it (now, or later), and the key's state moves one interval on. When
-// maxQueue starts of the key wait already, it takes nothing and returns ok=false and
-// retryAfter, how long until one place frees. One statement (two when full).
-func Throttle(ctx context.Context, db DB, tenant, function, key string, r Rate, maxQueue int) (start, now time.Time, retryAfter time.Duration, ok bool, err error) {
+// rate allows it (now, or later), and the key's state moves one interval on. When the
+// start would come more than ahead from now (the queue is full: ahead is max_queue
+// intervals, or less), it takes nothing and returns ok=false and retryAfter, how long
+// until a place frees. One statement (two when full).
+func Throttle(ctx context.Context, db DB, tenant, function, key string, r Rate, ahead time.Duration) (start, now time.Time, retryAfter time.Duration, ok bool, err error) {
 	err = db.QueryRow(ctx, `
 		INSERT INTO stepgate.flow_rate AS f (tenant, function, kind, key, tat)
 		VALUES ($1, $2, 'throttle', $3, now() + $4::bigint * interval '1 microsecond')
 		ON CONFLICT (tenant, function, kind, key) DO UPDATE
 			SET tat = greatest(now(), f.tat) + $4::bigint * interval '1 microsecond'
-			WHERE f.tat - $5::bigint * interval '1 microsecond' - now() <= $6::bigint * $4::bigint * interval '1 microsecond'
+			WHERE f.tat - $5::bigint * interval '1 microsecond' - now() <= $6::bigint * interval '1 microsecond'
 		RETURNING greatest(now(), tat - ($4::bigint + $5::bigint) * interval '1 microsecond'), now()`,
-		tenant, function, key, r.Interval.Microseconds(), r.tau().Microseconds(), maxQueue).Scan(&start, &now)
+		tenant, function, key, r.Interval.Microseconds(), r.tau().Microseconds(), ahead.Microseconds()).Scan(&start, &now)
 	if err == nil {
 		return start, now, 0, true, nil
 	}
@@ -45,9 +46,9 @@ func Throttle(ctx context.Context, db DB, tenant, function, key string, r Rate, 
 	}
 	var us int64
 	err = db.QueryRow(ctx, `
-		SELECT greatest(0, extract(epoch FROM f.tat - now()) * 1e6 - $4::bigint - $5::bigint * $6::bigint)::bigint
+		SELECT greatest(0, extract(epoch FROM f.tat - now()) * 1e6 - $4::bigint - $5::bigint)::bigint
 		FROM stepgate.flow_rate f WHERE f.tenant = $1 AND f.function = $2 AND f.kind = 'throttle' AND f.key = $3`,
-		tenant, function, key, r.tau().Microseconds(), r.Interval.Microseconds(), maxQueue).Scan(&us)
+		tenant, function, key, r.tau().Microseconds(), ahead.Microseconds()).Scan(&us)
 	if err != nil {
 		return start, now, 0, false, fmt.Errorf("throttle %s: %w", function, err)
 	}

@@ -23,20 +23,20 @@ func TestFlow(t *testing.T) {
 		r := journal.Rate{Interval: time.Second, Burst: 2}
 		var starts []time.Duration
 		for range 5 {
-			start, now, _, ok, err := journal.Throttle(ctx, tx, tenant, "fn", "c-9", r, 2)
+			start, now, _, ok, err := journal.Throttle(ctx, tx, tenant, "fn", "c-9", r, 2*time.Second)
 			require.NoError(t, err)
 			require.True(t, ok)
 			starts = append(starts, start.Sub(now))
 		}
 		require.Equal(t, []time.Duration{0, 0, 0, time.Second, 2 * time.Second}, starts, "burst+1 at once, then one a second")
-		_, _, after, ok, err := journal.Throttle(ctx, tx, tenant, "fn", "c-9", r, 2)
+		_, _, after, ok, err := journal.Throttle(ctx, tx, tenant, "fn", "c-9", r, 2*time.Second)
 		require.NoError(t, err)
 		require.False(t, ok, "two wait already")
 		require.Equal(t, time.Second, after, "when the first waiting start leaves")
 
 		// Other keys, functions and tenants have their own state.
 		for _, k := range [][3]string{{tenant, "fn", "c-1"}, {tenant, "other", "c-9"}, {newTenant(), "fn", "c-9"}} {
-			start, now, _, ok, err := journal.Throttle(ctx, tx, k[0], k[1], k[2], r, 2)
+			start, now, _, ok, err := journal.Throttle(ctx, tx, k[0], k[1], k[2], r, 2*time.Second)
 			require.NoError(t, err)
 			require.True(t, ok)
 			require.Equal(t, now, start)
@@ -120,7 +120,7 @@ func TestFlow(t *testing.T) {
 		t.Parallel()
 		ctx, tx := t.Context(), pgtest.Tx(t)
 		tenant := newTenant()
-		_, _, _, _, err := journal.Throttle(ctx, tx, tenant, "fn", "live", journal.Rate{Interval: time.Hour}, 10)
+		_, _, _, _, err := journal.Throttle(ctx, tx, tenant, "fn", "live", journal.Rate{Interval: time.Hour}, 10*time.Hour)
 		require.NoError(t, err)
 		_, err = tx.Exec(ctx, `INSERT INTO stepgate.flow_rate (tenant, function, kind, key, tat) VALUES ($1, 'fn', 'throttle', 'old', now() - interval '2 minutes')`, tenant)
 		require.NoError(t, err)
