@@ -262,6 +262,7 @@ func TestRateLimit(t *testing.T) {
 	functions.Register(app, "ingest", echoFlow(&calls), functions.RateLimit(functions.Rate{
 		Limit: 1, Period: time.Hour, Key: "input.customer",
 	}), functions.OnEvent("order.created"))
+	functions.Register(app, "ticked", echoFlow(&calls), functions.RateLimit(functions.Rate{Limit: 1, Period: time.Hour}))
 	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
@@ -284,6 +285,28 @@ func TestRateLimit(t *testing.T) {
 
 		// Bob has his own count.
 		require.Equal(t, http.StatusAccepted, startFlow(t, bob, "limited", `{}`, nil).StatusCode())
+	})
+
+	t.Run("AScheduleTickBeyondTheRateStartsNoRun", func(t *testing.T) {
+		t.Parallel()
+		put, err := c.PutScheduleWithResponse(t.Context(), "often", protocol.ScheduleSpec{Function: "ticked", Cron: "@every 1s"})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, put.StatusCode(), string(put.Body))
+		var first string
+		waitUntil(t, 20*time.Second, func() bool {
+			got, err := c.GetScheduleWithResponse(t.Context(), "often")
+			require.NoError(t, err)
+			sch := got.JSON200
+			if first == "" && sch.LastRunID != nil {
+				first = *sch.LastRunID
+			}
+			// A later tick was handled and started no run.
+			return first != "" && sch.LastTickAt != nil && sch.LastRunID == nil
+		}, "a skipped tick")
+		list, err := c.ListRunsWithResponse(t.Context(), &protocol.ListRunsParams{Function: ptr("ticked")})
+		require.NoError(t, err)
+		require.Len(t, list.JSON200.Runs, 1)
+		require.Equal(t, first, list.JSON200.Runs[0].ID)
 	})
 
 	t.Run("AnEventBeyondTheRateIsSkippedAndRecorded", func(t *testing.T) {

@@ -1436,7 +1436,7 @@ type Schedule struct {
 	// Input Any JSON value, kept byte for byte.
 	Input AnyJSON `json:"input"`
 
-	// LastRunID The run the last tick started; absent when it started none (the function was deleted, or its `invoke_roles` exclude the identity).
+	// LastRunID The run the last tick started; absent when it started none (the function was deleted, its `invoke_roles` exclude the identity, or its `rate_limit` dropped the start).
 	LastRunID *string `json:"last_run_id,omitempty"`
 
 	// LastTickAt The latest tick of the last handling that was to start a run; when none was (every tick skipped), the earliest tick it handled.
