@@ -461,3 +461,47 @@ func TestFlowConfigBadRequests(t *testing.T) {
 	require.Equal(t, http.StatusOK, ok.StatusCode(), string(ok.Body))
 	require.Equal(t, "identity.claims.org", *ok.JSON200.Config.Throttle.Key)
 }
+
+// TestDebounceAcrossGateways sends concurrent starts of one debounced key to two
+// gateways on one database: they collapse into one run, which runs once.
+func TestDebounceAcrossGateways(t *testing.T) {
+	t.Parallel()
+	a := stack.Start(t, stack.Options{})
+	b := stack.Start(t, stack.Options{DatabaseURL: a.Pool.Config().ConnString()})
+	ca, cb := a.Client(t, a.Token), b.Client(t, b.Token)
+	var calls atomic.Int32
+	app := a.NewApp()
+	functions.Register(app, "merged", echoFlow(&calls), functions.Debounce(3*time.Second, "input.customer", 0))
+	a.Sync(t, a.ServeApp(t, app))
+
+	var mu sync.Mutex
+	ids := map[string]bool{}
+	var wg sync.WaitGroup
+	for i := range 10 {
+		wg.Go(func() {
+			cl := ca
+			if i%2 == 1 {
+				cl = cb
+			}
+			resp, err := cl.StartRunWithBodyWithResponse(context.Background(), "merged", &protocol.StartRunParams{},
+				"application/json", strings.NewReader(fmt.Sprintf(`{"customer":"c","n":%d}`, i)))
+			if err == nil && resp.StatusCode() == http.StatusAccepted {
+				mu.Lock()
+				ids[resp.JSON202.ID] = true
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	require.Len(t, ids, 1, "every start answers the one run")
+	var id string
+	for id = range ids {
+	}
+	res, err := cb.GetRunResultWithResponse(t.Context(), id, &protocol.GetRunResultParams{Wait: ptr("30s")})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
+	run := getRun(t, ca, id)
+	require.JSONEq(t, string(*run.Input), string(*res.JSON200.Output), "it ran with the input it holds: the last start's")
+	require.Equal(t, 1, run.Attempts)
+	require.EqualValues(t, 1, calls.Load(), "started once")
+}
