@@ -454,6 +454,16 @@ func TestFlowConfigBadRequests(t *testing.T) {
 		require.Equal(t, http.StatusBadRequest, resp.StatusCode(), bad.config)
 		require.Contains(t, resp.ApplicationProblemJSON400.Detail, bad.want, bad.config)
 	}
+	// An app's manifest is checked the same way: its author cannot slip a bad throttle in.
+	app := s.NewApp()
+	functions.Register(app, "greedy", func(ctx context.Context, _ struct{}) (int, error) { return 1, nil },
+		functions.Throttle(functions.Rate{Limit: 1_000_000, Period: time.Millisecond, MaxQueue: 1 << 30}))
+	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusBadRequest, synced.StatusCode(), string(synced.Body))
+	require.Contains(t, string(synced.Body), "config.throttle.limit")
+	require.Contains(t, string(synced.Body), "greedy")
+
 	ok, err := c.RegisterFunctionWithResponse(t.Context(), "f", protocol.FunctionRegistration{URL: "http://127.0.0.1:1/f", Config: &protocol.FunctionConfig{
 		Throttle: &protocol.RateConfig{Limit: 10, Period: "1s", Burst: ptr(5), Key: ptr("identity.claims.org")},
 	}})
