@@ -350,6 +350,9 @@ func TestDebounce(t *testing.T) {
 	functions.Register(app, "digest", echoFlow(&slowCalls), functions.Debounce(time.Hour, "input.customer", 2*time.Hour))
 	functions.Register(app, "capped", echoFlow(&slowCalls), functions.Debounce(time.Hour, "", time.Hour))
 	functions.Register(app, "quick", echoFlow(&fastCalls), functions.Debounce(2*time.Second, "input.customer", 0))
+	var eventCalls atomic.Int32
+	functions.Register(app, "on-change", echoFlow(&eventCalls), functions.Debounce(2*time.Second, "input.customer", 0),
+		functions.OnEvent("doc.changed"))
 	url := s.ServeApp(t, app)
 	for _, cl := range []*protocol.ClientWithResponses{c, other} {
 		synced, err := cl.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: url})
@@ -416,6 +419,25 @@ func TestDebounce(t *testing.T) {
 		// The window closed with the run's start: the next start opens another.
 		next := startFlow(t, c, "quick", `{"customer":"q","n":4}`, nil)
 		require.NotEqual(t, a.JSON202.ID, next.JSON202.ID)
+	})
+
+	t.Run("EventsCollapseToo", func(t *testing.T) {
+		t.Parallel()
+		var runs []string
+		for i := range 3 {
+			resp, err := c.SendEventWithResponse(t.Context(), protocol.EventSend{Name: "doc.changed",
+				Data: ptr(protocol.AnyJSON(fmt.Sprintf(`{"customer":"e","n":%d}`, i)))})
+			require.NoError(t, err)
+			require.Equal(t, http.StatusAccepted, resp.StatusCode(), string(resp.Body))
+			require.Len(t, resp.JSON202.Runs, 1)
+			runs = append(runs, resp.JSON202.Runs[0])
+		}
+		require.Equal(t, []string{runs[0], runs[0], runs[0]}, runs, "each event names the one run")
+		res, err := c.GetRunResultWithResponse(t.Context(), runs[0], &protocol.GetRunResultParams{Wait: ptr("30s")})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
+		require.JSONEq(t, `{"customer":"e","n":2}`, string(*res.JSON200.Output))
+		require.EqualValues(t, 1, eventCalls.Load())
 	})
 
 	t.Run("ADelayedStartIs400", func(t *testing.T) {

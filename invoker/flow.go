@@ -158,6 +158,9 @@ func (inv *Invoker) startFlowedTriggers(ctx context.Context, tx pgx.Tx, ev *jour
 				return nil, err
 			}
 		}
+		if run.Held != nil {
+			ev.Held = append(ev.Held, run)
+		}
 		runs = append(runs, run.ID)
 	}
 	if err := journal.CompleteEvent(ctx, tx, ev.Tenant, ev.ID, runs, skipped); err != nil {

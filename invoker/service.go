@@ -168,6 +168,9 @@ func (inv *Invoker) SendEvent(ctx context.Context, db *journal.TenantDB, n journ
 	})
 	if err == nil {
 		inv.wakeAll(ev.Resumed)
+		for _, run := range ev.Held {
+			inv.armHeld(run)
+		}
 	}
 	return ev, created, err
 }
@@ -225,6 +228,7 @@ type SentEvent struct {
 // already there, so it starts nothing twice. Errors are as Checkpoint's.
 func (inv *Invoker) CheckpointEvent(ctx context.Context, runID string, invocation int, e journal.Entry, ev SentEvent) error {
 	var resumed []string
+	var held []*journal.Run
 	err := pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
 		if err := journal.AppendEntry(ctx, tx, runID, invocation, e, inv.limits.Bounds()); err != nil {
 			return err
@@ -243,12 +247,15 @@ func (inv *Invoker) CheckpointEvent(ctx context.Context, runID string, invocatio
 			SourceRunID: &run.ID,
 		})
 		if created {
-			resumed = sent.Resumed
+			resumed, held = sent.Resumed, sent.Held
 		}
 		return err
 	})
 	if err == nil {
 		inv.wakeAll(resumed)
+		for _, run := range held {
+			inv.armHeld(run)
+		}
 	}
 	return inv.FailOnCheckpoint(ctx, runID, invocation, err)
 }

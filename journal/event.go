@@ -33,6 +33,9 @@ type Event struct {
 	// sent: SendEvent starts none of them; the caller does, through their flow control
 	// (see CompleteEvent).
 	Flowed []string `db:"-"`
+	// Held are the runs the caller started for Flowed that flow control scheduled, for
+	// it to arm their wake-ups once the event commits; not stored.
+	Held []*Run `db:"-"`
 	// Resumed are the waiting runs the event resumed (ResumeWaiters), when it was
 	// just sent; not stored with the event (each run's journal names it).
 	Resumed []string `db:"-"`
