@@ -32,6 +32,7 @@ type Rate struct {
 	Burst    int
 	Key      KeyExpr
 	MaxQueue int
+	period   string // As written in the config, for people.
 }
 
 // Debounce collapses the starts of one key within Period into one run, pushed back at
@@ -72,7 +73,12 @@ func (r *Rate) ahead() (time.Duration, string) {
 func (r *Rate) interval() time.Duration { return r.Period / time.Duration(r.Limit) }
 
 // describe says the rate for people: "10 per 1s".
-func (r *Rate) describe() string { return fmt.Sprintf("%d per %s", r.Limit, r.Period) }
+func (r *Rate) describe() string {
+	if r.period == "" {
+		return fmt.Sprintf("%d per %s", r.Limit, r.Period)
+	}
+	return fmt.Sprintf("%d per %s", r.Limit, r.period)
+}
 
 // KeyExpr is what a limit is counted per: a field of the run's input, or of its
 // identity; the zero KeyExpr is one global key.
@@ -183,7 +189,7 @@ func parseRate(field string, c *protocol.RateConfig) (*Rate, error) {
 	if c == nil {
 		return nil, nil
 	}
-	r := &Rate{Limit: c.Limit, MaxQueue: DefaultMaxQueue}
+	r := &Rate{Limit: c.Limit, MaxQueue: DefaultMaxQueue, period: c.Period}
 	if c.Limit < 1 || c.Limit > MaxFlowLimit {
 		return nil, fmt.Errorf("%s.limit %d is not from 1 to %d", field, c.Limit, MaxFlowLimit)
 	}
