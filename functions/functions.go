@@ -271,6 +271,15 @@ func Debounce(period time.Duration, key string, maxWait time.Duration) Option {
 	}}
 }
 
+// Priority sets the priority of the function's runs in the gateway's queue, from 1
+// (first) to 4 (last); 2 by default. Every invocation of a run is queued with it, ahead
+// of lower priorities of every function; a start's ?priority= overrides it. It orders
+// the queue only: a tenant's fair share of the gateway's workers stays the same. The
+// gateway refuses the registration of any other value.
+func Priority(p int) Option {
+	return Option{func(c *protocol.FunctionConfig) { c.Priority = new(p) }}
+}
+
 func retries(c *protocol.FunctionConfig) *protocol.RetryPolicy {
 	if c.Retries == nil {
 		c.Retries = &protocol.RetryPolicy{}
@@ -510,27 +519,6 @@ func (a *App) invoke(ctx context.Context, f *function, req *protocol.InvocationR
 			stop.Answer.Await.Window = &w
 		}
 	}
-	code, body := a.answer(ctx, st, uctx, req, stop, out, err, panicked, stack)
-	// The last finished step rides with an answer the gateway applies (its steps); an
-	// invocation that fails (HTTP 500) sends it first, so it is not run again.
-	if held := st.TakeHeld(); held != nil {
-		if ans, ok := body.(*protocol.InvocationAnswer); ok && code == http.StatusOK {
-			steps := []protocol.JournalEntry{*held}
-			if ans.Steps != nil {
-				steps = append(steps, *ans.Steps...)
-			}
-			ans.Steps = &steps
-		} else if _, err := st.CheckpointAck(held); err != nil {
-			a.log.WarnContext(ctx, "the last step could not be journaled; it runs again", logAttrs(req, "checkpoint", err.Error())...)
-		}
-	}
-	return code, body
-}
-
-// answer decides the HTTP status and body of the invocation's answer from how the
-// function ended.
-func (a *App) answer(ctx context.Context, st *invocation.State, uctx context.Context, req *protocol.InvocationRequest,
-	stop *invocation.Stop, out protocol.AnyJSON, err error, panicked any, stack []byte) (int, any) {
 	switch {
 	case stop != nil && stop.Error != nil:
 		a.log.WarnContext(ctx, "invocation failed", logAttrs(req, stop.Error.Type, stop.Error.Message)...)

@@ -299,9 +299,10 @@ func TestInvoke(t *testing.T) {
 		})
 
 		r := g.Invoke(url+"/pay", g.Request("run-1", "pay", `{}`))
-		require.Equal(t, protocol.AnswerStatusFailed, r.Answer.Status, string(r.Body))
-		require.Equal(t, &protocol.ErrorInfo{Type: "non_retryable", Message: "card stolen", Retryable: new(false)}, r.Answer.Error)
-		require.Len(t, *r.Answer.Steps, 1, "the failed step rides with the answer")
+		require.Equal(t, protocol.InvocationAnswer{
+			Status: protocol.AnswerStatusFailed,
+			Error:  &protocol.ErrorInfo{Type: "non_retryable", Message: "card stolen", Retryable: new(false)},
+		}, r.Answer, string(r.Body))
 		j := g.Journal("run-1")
 		require.Len(t, j, 1)
 		require.Equal(t, "non_retryable", j[0].Error.Type)
@@ -508,11 +509,7 @@ func TestInvoke(t *testing.T) {
 		var tries atomic.Int32
 		g, url := serve(t, func(app *functions.App) {
 			functions.Register(app, "one", func(ctx context.Context, _ empty) (int, error) {
-				if _, err := step.Run(ctx, "a", func(ctx context.Context) (int, error) { return 1, nil }); err != nil {
-					return 0, err
-				}
-				// The last step rides with the answer: a, checkpointed before b starts, is the one tried.
-				return step.Run(ctx, "b", func(ctx context.Context) (int, error) { return 2, nil })
+				return step.Run(ctx, "a", func(ctx context.Context) (int, error) { return 1, nil })
 			})
 		})
 		g.OnCheckpoint(func(string, protocol.JournalEntry) (int, string) {
@@ -525,7 +522,7 @@ func TestInvoke(t *testing.T) {
 		r := g.Invoke(url+"/one", g.Request("run-1", "one", `{}`))
 		require.Equal(t, protocol.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
 		require.Equal(t, int32(9), tries.Load(), "tried until the gateway took it")
-		require.Len(t, g.Journal("run-1"), 2)
+		require.Len(t, g.Journal("run-1"), 1)
 	})
 
 	t.Run("CheckpointGivesUpWithItsInvocation", func(t *testing.T) {
@@ -536,10 +533,7 @@ func TestInvoke(t *testing.T) {
 		var cancelRequest atomic.Pointer[context.CancelFunc]
 		app := functions.New(functions.Config{PublicKeys: []ed25519.PublicKey{pub(newKey)}, Logger: testLogger(t)})
 		functions.Register(app, "one", func(ctx context.Context, _ empty) (int, error) {
-			if _, err := step.Run(ctx, "a", func(ctx context.Context) (int, error) { return 1, nil }); err != nil {
-				return 0, err
-			}
-			return step.Run(ctx, "b", func(ctx context.Context) (int, error) { return 2, nil })
+			return step.Run(ctx, "a", func(ctx context.Context) (int, error) { return 1, nil })
 		})
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			ctx, cancel := context.WithCancel(r.Context())
@@ -563,49 +557,12 @@ func TestInvoke(t *testing.T) {
 		require.Equal(t, int32(3), tries.Load(), "no try after the request ended")
 	})
 
-	t.Run("TheLastStepRidesWithTheAnswer", func(t *testing.T) {
-		t.Parallel()
-		var checkpoints atomic.Int32
-		g, url := serve(t, func(app *functions.App) {
-			functions.Register(app, "two", func(ctx context.Context, in struct{ Fail bool }) (int, error) {
-				a, err := step.Run(ctx, "a", func(ctx context.Context) (int, error) { return 1, nil })
-				if err != nil {
-					return 0, err
-				}
-				b, err := step.Run(ctx, "b", func(ctx context.Context) (int, error) { return 2, nil })
-				if in.Fail {
-					return 0, errors.New("a blip after the steps")
-				}
-				return a + b, err
-			})
-		})
-		g.OnCheckpoint(func(string, protocol.JournalEntry) (int, string) { checkpoints.Add(1); return 0, "" })
-
-		r := g.Invoke(url+"/two", g.Request("run-1", "two", `{}`))
-		require.Equal(t, protocol.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
-		require.EqualValues(t, 1, checkpoints.Load(), "a was checkpointed before b started; b was not")
-		require.Len(t, *r.Answer.Steps, 1)
-		require.Equal(t, "b", (*r.Answer.Steps)[0].Name)
-		require.Len(t, g.Journal("run-1"), 2)
-
-		// An invocation that fails (HTTP 500) checkpoints its last step first, so the
-		// retry does not run it again.
-		r = g.Invoke(url+"/two", g.Request("run-2", "two", `{"Fail":true}`))
-		require.Equal(t, http.StatusInternalServerError, r.Code, string(r.Body))
-		require.EqualValues(t, 3, checkpoints.Load())
-		require.Len(t, g.Journal("run-2"), 2)
-	})
-
 	t.Run("CheckpointRetriedUntilItSucceeds", func(t *testing.T) {
 		t.Parallel()
 		var tries atomic.Int32
 		g, url := serve(t, func(app *functions.App) {
 			functions.Register(app, "one", func(ctx context.Context, _ empty) (int, error) {
-				if _, err := step.Run(ctx, "a", func(ctx context.Context) (int, error) { return 1, nil }); err != nil {
-					return 0, err
-				}
-				// The last step rides with the answer: a, checkpointed before b starts, is the one tried.
-				return step.Run(ctx, "b", func(ctx context.Context) (int, error) { return 2, nil })
+				return step.Run(ctx, "a", func(ctx context.Context) (int, error) { return 1, nil })
 			})
 		})
 		g.OnCheckpoint(func(string, protocol.JournalEntry) (int, string) {
@@ -617,7 +574,7 @@ func TestInvoke(t *testing.T) {
 
 		r := g.Invoke(url+"/one", g.Request("run-1", "one", `{}`))
 		require.Equal(t, protocol.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
-		require.Len(t, g.Journal("run-1"), 2)
+		require.Len(t, g.Journal("run-1"), 1)
 	})
 
 	t.Run("ErrorAndPanicAnswer500", func(t *testing.T) {

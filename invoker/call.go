@@ -463,14 +463,14 @@ func (inv *Invoker) finishTx(ctx context.Context, tx pgx.Tx, run *journal.Run, o
 	}
 	var jobs []river.InsertManyParams
 	if f.WakeAt != nil {
-		jobs = append(jobs, river.InsertManyParams{Args: InvokeArgs{RunID: run.ID}, InsertOpts: &river.InsertOpts{ScheduledAt: *f.WakeAt}})
+		jobs = append(jobs, river.InsertManyParams{Args: invokeJob(run), InsertOpts: &river.InsertOpts{ScheduledAt: *f.WakeAt}})
 	}
 	children := f.Children
 	if f.Child != nil {
 		children = append(children, f.Child)
 	}
 	for _, c := range children {
-		jobs = append(jobs, river.InsertManyParams{Args: InvokeArgs{RunID: c.ID}})
+		jobs = append(jobs, river.InsertManyParams{Args: invokeJob(c)})
 		if c.Deadline != nil {
 			jobs = append(jobs, deadlineJob(c.ID, *c.Deadline))
 		}

@@ -85,9 +85,9 @@ func (inv *Invoker) enqueueNew(ctx context.Context, tx pgx.Tx, run *journal.Run)
 	var jobs []river.InsertManyParams
 	switch run.Status {
 	case journal.StatusScheduled:
-		jobs = append(jobs, river.InsertManyParams{Args: InvokeArgs{RunID: run.ID}, InsertOpts: &river.InsertOpts{ScheduledAt: *run.WakeAt}})
+		jobs = append(jobs, river.InsertManyParams{Args: invokeJob(run), InsertOpts: &river.InsertOpts{ScheduledAt: *run.WakeAt}})
 	case journal.StatusQueued:
-		jobs = append(jobs, river.InsertManyParams{Args: InvokeArgs{RunID: run.ID}})
+		jobs = append(jobs, river.InsertManyParams{Args: invokeJob(run)})
 	}
 	if run.Deadline != nil {
 		jobs = append(jobs, deadlineJob(run.ID, *run.Deadline))

@@ -15,3 +15,16 @@ func (c *Cron) Due(at, clock time.Time, policy journal.Catchup, window time.Dura
 
 // TimerArmed reports whether this process has a wake-up timer armed for runID.
 func (inv *Invoker) TimerArmed(runID string) bool { return inv.timers.has(runTimer(runID)) }
+
+// FairShare exposes the fair share of River's workers to the tests.
+type FairShare = fairShare
+
+// NewFairShare is newFairShare.
+func NewFairShare(workers, reserve int) *FairShare { return newFairShare(workers, reserve) }
+
+func (f *fairShare) Acquire(tenant string) bool { return f.acquire(tenant) }
+func (f *fairShare) Release(tenant string)      { f.release(tenant) }
+func (f *fairShare) Reserve() int               { return f.reserve }
+
+// SnoozeFor is snoozeFor of the snoozes in a job's metadata.
+func SnoozeFor(metadata []byte) time.Duration { return snoozeFor(snoozesOf(metadata)) }

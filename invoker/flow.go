@@ -99,7 +99,7 @@ func (inv *Invoker) createFlowed(ctx context.Context, tx pgx.Tx, n journal.NewRu
 		}
 		if collapsed != nil {
 			// Its earlier job finds it not due (ClaimRun) and ends; this one starts it.
-			if _, err := inv.river.InsertTx(ctx, tx, InvokeArgs{RunID: collapsed.ID}, &river.InsertOpts{ScheduledAt: *collapsed.WakeAt}); err != nil {
+			if _, err := inv.river.InsertTx(ctx, tx, invokeJob(collapsed), &river.InsertOpts{ScheduledAt: *collapsed.WakeAt}); err != nil {
 				return nil, false, fmt.Errorf("enqueue debounced run %s: %w", collapsed.ID, err)
 			}
 			return collapsed, false, nil

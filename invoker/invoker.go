@@ -48,6 +48,11 @@ type Config struct {
 	MaxAnswerBytes int64
 	// Workers is how many River-driven invocations run at once. Defaults to 100.
 	Workers int
+	// FairReserve is how many of the Workers only tenants below their equal share may
+	// take, so that a tenant with a backlog cannot hold every worker (see fairshare.go).
+	// Defaults to a tenth of the Workers, rounded up; negative: none (any tenant may hold
+	// every worker). At most Workers-1.
+	FairReserve int
 	// FetchCooldown is River's minimum time between job fetches. Defaults to 2ms, so a
 	// queued run starts within a few milliseconds.
 	FetchCooldown time.Duration
@@ -104,7 +109,8 @@ type Invoker struct {
 	listener     *notify.Listener // the process's LISTEN connection; waiters subscribe to it
 	ownsListener bool             // made by New: Start runs it
 
-	timers *timers // runs' wake-ups and schedules' ticks in this process (timers.go)
+	timers *timers    // runs' wake-ups and schedules' ticks in this process (timers.go)
+	fair   *fairShare // the tenants' shares of River's workers (fairshare.go)
 
 	inflightMu sync.Mutex
 	inflight   map[string]map[*inflightCall]struct{} // run id -> its invocations from this process
@@ -154,6 +160,7 @@ func New(cfg Config) (*Invoker, error) {
 	}
 	inv.bg, inv.bgCancel = context.WithCancel(context.Background())
 	inv.timers = newTimers(cfg.Clock, &inv.bgWG)
+	inv.fair = newFairShare(cmp.Or(cfg.Workers, 100), cfg.FairReserve)
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &invokeWorker{inv: inv})
 	river.AddWorker(workers, &tickWorker{inv: inv})
@@ -162,7 +169,7 @@ func New(cfg Config) (*Invoker, error) {
 	river.AddWorker(workers, &deadlineWorker{inv: inv})
 	rc, err := river.NewClient(riverpgxv5.New(cfg.Pool), &river.Config{
 		Logger:            slog.New(warnOnly{cfg.Logger.Handler()}).With(slog.String("component", "river")),
-		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cmp.Or(cfg.Workers, 100)}},
+		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: inv.fair.workers}},
 		Workers:           workers,
 		FetchCooldown:     cmp.Or(cfg.FetchCooldown, 2*time.Millisecond),
 		FetchPollInterval: time.Second,
@@ -379,6 +386,26 @@ func (inv *Invoker) RiverUI(prefix string, log *slog.Logger) (http.Handler, erro
 // InvokeArgs is the River job that invokes a run once it is due.
 type InvokeArgs struct {
 	RunID string `json:"run_id"`
+	// Tenant is the run's tenant, which the worker's fair share reads (fairshare.go).
+	// invokeJob sets it, and Priority, from a run at hand; a job inserted with neither
+	// gets both from the run's row (migration 0031's trigger), so every invoke job of a
+	// run carries them.
+	Tenant string `json:"tenant,omitempty"`
+	// Priority is the run's priority (journal.Run.Priority): River's job priority, not
+	// part of the args.
+	Priority int `json:"-"`
+}
+
+// InsertOpts implements river.JobArgsWithInsertOpts: the job's priority is its run's
+// (0: River's default, which the trigger replaces when Tenant is empty).
+func (a InvokeArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{Priority: a.Priority} }
+
+// invokeJob is the args of an invoke job of run, with its tenant and priority.
+func invokeJob(run *journal.Run) InvokeArgs {
+	if run.Tenant == "" || run.Priority == 0 {
+		return InvokeArgs{RunID: run.ID} // a partial run: the trigger fills them in
+	}
+	return InvokeArgs{RunID: run.ID, Tenant: run.Tenant, Priority: run.Priority}
 }
 
 // Kind implements river.JobArgs.
@@ -393,6 +420,10 @@ type invokeWorker struct {
 func (w *invokeWorker) Timeout(*river.Job[InvokeArgs]) time.Duration { return -1 }
 
 func (w *invokeWorker) Work(ctx context.Context, job *river.Job[InvokeArgs]) error {
+	if !w.inv.fair.acquire(job.Args.Tenant) {
+		return w.inv.holdBack(ctx, job)
+	}
+	defer w.inv.fair.release(job.Args.Tenant)
 	_, err := w.inv.Resume(ctx, job.Args.RunID, false)
 	if errors.Is(err, journal.ErrNotDue) || errors.Is(err, journal.ErrSuperseded) {
 		// Woken already (by a local timer), or not due: its own job will come. Or the

@@ -61,6 +61,15 @@ type FunctionConfig struct {
 	Flow *Flow
 }
 
+// CheckPriority says what is wrong with p as a run priority named field, or nil when it
+// is one of journal.MinPriority (first) to journal.MaxPriority (last).
+func CheckPriority(field string, p int) error {
+	if p < journal.MinPriority || p > journal.MaxPriority {
+		return fmt.Errorf("%s %d is not a priority from %d (first) to %d (last)", field, p, journal.MinPriority, journal.MaxPriority)
+	}
+	return nil
+}
+
 // MaxDeadline bounds a run's deadline, and a function's run_timeout, from now.
 const MaxDeadline = 10 * 365 * 24 * time.Hour
 
@@ -110,6 +119,11 @@ func ParseConfig(raw json.RawMessage) (FunctionConfig, error) {
 	}
 	if fc.Flow, err = parseFlow(c); err != nil {
 		return FunctionConfig{}, err
+	}
+	if c.Priority != nil {
+		if err := CheckPriority("config.priority", *c.Priority); err != nil {
+			return FunctionConfig{}, err
+		}
 	}
 	if c.Triggers != nil {
 		for i, t := range *c.Triggers {

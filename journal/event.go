@@ -81,7 +81,10 @@ func SendEvent(ctx context.Context, db DB, n NewEvent) (ev *Event, created bool,
 	// are the runs inserted.
 	rows, _ := db.Query(ctx, `
 		WITH targets AS MATERIALIZED (
-			SELECT f.name, f.revision, r.run_timeout_ms, r.config ?| `+flowKeys+` AS flowed, encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid())
+			SELECT f.name, f.revision, r.run_timeout_ms,
+				coalesce((r.config->>'priority')::smallint, 2) AS priority, -- 2: DefaultPriority
+				r.config ?| `+flowKeys+` AS flowed,
+				encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid())
 				placing substring(int8send(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM 3)
 				FROM 1 FOR 6), 52, 1), 53, 1), 'hex')::uuid AS run_id
 			FROM stepgate.function f
@@ -95,8 +98,8 @@ func SendEvent(ctx context.Context, db DB, n NewEvent) (ev *Event, created bool,
 			ON CONFLICT (tenant, id) DO NOTHING
 			RETURNING `+eventColumns+`
 		), runs AS (
-			INSERT INTO stepgate.run (id, tenant, function, revision, status, input, identity, deadline)
-			SELECT t.run_id, $1, t.name, t.revision, 'queued', $4, $5, now() + t.run_timeout_ms * interval '1 millisecond'
+			INSERT INTO stepgate.run (id, tenant, function, revision, status, input, identity, deadline, priority)
+			SELECT t.run_id, $1, t.name, t.revision, 'queued', $4, $5, now() + t.run_timeout_ms * interval '1 millisecond', t.priority
 			FROM targets t WHERE NOT t.flowed AND EXISTS (SELECT 1 FROM ins)
 			RETURNING id, tenant, function, status, attempts, wake_at, finished_at
 		)

@@ -45,7 +45,10 @@ type Run struct {
 	Deadline *time.Time `db:"deadline"`
 	// Held says why a queued or scheduled run has not started (a concurrency limit, a
 	// throttle, a debounce); nil when nothing holds it back.
-	Held       *string    `db:"held"`
+	Held *string `db:"held"`
+	// Priority orders the run's invocations in River's queue: 1 first, 4 last (see
+	// NewRun.Priority).
+	Priority   int        `db:"priority"`
 	CreatedAt  time.Time  `db:"created_at"`
 	StartedAt  *time.Time `db:"started_at"`
 	FinishedAt *time.Time `db:"finished_at"`
@@ -53,7 +56,7 @@ type Run struct {
 
 const runColumns = `id, tenant, function, revision, status, input, output, error, identity,
 	idempotency_key, parent_id, parent_seq, parent_name, rerun_of, cancelled_by, detached, attempts, invocation, failed_invocations, recoveries, lease_until, awaiting,
-	wake_at, deadline, held, created_at, started_at, finished_at`
+	wake_at, deadline, held, priority, created_at, started_at, finished_at`
 
 // NewRun is what CreateRun needs to start a run.
 type NewRun struct {
@@ -90,6 +93,10 @@ type NewRun struct {
 	Flowed bool
 	// Held is the run's held: why it is scheduled (a throttle, a debounce).
 	Held *string
+	// Priority, from MinPriority (first) to MaxPriority (last), orders every invocation
+	// of the run in River's queue. 0: the revision's config.priority, else
+	// DefaultPriority.
+	Priority int
 }
 
 // FlowError: the function's current revision has flow control (config.throttle,
@@ -106,6 +113,13 @@ func (e *FlowError) Error() string {
 // flowKeys are the config's fields of flow control; a revision with none of them costs
 // its starts nothing more.
 const flowKeys = `array['throttle', 'rate_limit', 'debounce']`
+
+// Run priorities, River's job priorities: 1 is fetched first.
+const (
+	MinPriority     = 1
+	MaxPriority     = 4
+	DefaultPriority = 2
+)
 
 // ErrForbidden: the caller's roles may not invoke the function (its invoke_roles).
 var ErrForbidden = errors.New("journal: the function's invoke_roles exclude the caller")
@@ -136,6 +150,10 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 	if n.IdempotencyKey != "" {
 		key = &n.IdempotencyKey
 	}
+	var priority *int
+	if n.Priority != 0 {
+		priority = &n.Priority
+	}
 	var parentSeq *int
 	var parentName *string
 	if n.ParentSeq > 0 {
@@ -144,7 +162,7 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 	rows, _ := db.Query(ctx, `
 		INSERT INTO stepgate.run (id, tenant, function, revision, status, input, identity,
 			idempotency_key, parent_id, parent_seq, parent_name, rerun_of, detached, attempts, invocation, lease_until, started_at,
-			wake_at, deadline, held)
+			wake_at, deadline, held, priority)
 		SELECT @id, f.tenant, f.name, f.revision,
 			CASE WHEN @claim THEN 'running' WHEN @start_at::timestamptz IS NOT NULL THEN 'scheduled' ELSE 'queued' END,
 			@input, @identity,
@@ -156,7 +174,8 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 			-- LEAST ignores NULLs: the earliest of the deadlines that are set.
 			LEAST(@deadline::timestamptz, now() + r.run_timeout_ms * interval '1 millisecond',
 				(SELECT p.deadline FROM stepgate.run p WHERE @parent_seq::int IS NOT NULL AND p.id = @parent_id::uuid)),
-			@held::text
+			@held::text,
+			coalesce(@priority::smallint, (r.config->>'priority')::smallint, 2) -- 2: DefaultPriority
 		FROM stepgate.function f
 		JOIN stepgate.function_revision r USING (tenant, name, revision)
 		WHERE f.tenant = @tenant AND f.name = @function
@@ -168,7 +187,7 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 			"id": n.ID, "tenant": n.Tenant, "function": n.Function, "input": n.Input, "identity": n.Identity,
 			"idempotency_key": key, "parent_id": n.ParentID, "parent_seq": parentSeq, "parent_name": parentName,
 			"rerun_of": n.RerunOf, "detached": n.Detached, "claim": n.Claim, "lease_seconds": n.Lease.Seconds(),
-			"start_at": n.StartAt, "deadline": n.Deadline, "flowed": n.Flowed, "held": n.Held,
+			"start_at": n.StartAt, "deadline": n.Deadline, "flowed": n.Flowed, "held": n.Held, "priority": priority,
 			"check_roles": !n.Identity.IsAdmin(), "roles": rolesOf(n.Identity),
 		})
 	run, err = pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Run])

@@ -788,6 +788,14 @@ type FunctionConfig struct {
 	// shown here; at least `100ms`, at most `timeout`.
 	MaxInvocationDuration *Duration `json:"max_invocation_duration,omitempty"`
 
+	// Priority The priority of this function's runs in the gateway's queue, 1 (first) to 4
+	// (last); 2 by default. Every invocation of a run (its start, its wake-ups after
+	// sleeps, retries, children and events) is queued with it, ahead of those of
+	// lower priority of every function and tenant. A start's `priority` overrides it.
+	// Priority orders the queue; it does not enlarge a tenant's fair share of the
+	// workers.
+	Priority *int `json:"priority,omitempty"`
+
 	// RateLimit Drops the starts beyond a rate (GCRA): such a start is a 429 with
 	// `Retry-After` and creates no run; a run an event trigger or a schedule would
 	// start is skipped, and the event's `skipped` names it (Inngest `rateLimit`).
@@ -1279,6 +1287,9 @@ type Run struct {
 	// ParentSeq A child run's seq in its parent's journal, where its outcome is journaled.
 	ParentSeq *int `json:"parent_seq,omitempty"`
 
+	// Priority The run's priority in the queue, 1 (first) to 4 (last): its start's, else its function's, else 2.
+	Priority *int `json:"priority,omitempty"`
+
 	// Recoveries Times in a row the run was recovered since its journal last grew: an invocation whose gateway died, stopped or lost the database, taken over by another gateway. A recovery is not a failed attempt: the function's retry policy does not count it. Past the gateway's limit (STEPGATE_MAX_RECOVERIES, default 100) the run fails with error type `max_recoveries`.
 	Recoveries int `json:"recoveries"`
 
@@ -1340,6 +1351,9 @@ type RunDetail struct {
 
 	// ParentSeq A child run's seq in its parent's journal, where its outcome is journaled.
 	ParentSeq *int `json:"parent_seq,omitempty"`
+
+	// Priority The run's priority in the queue, 1 (first) to 4 (last): its start's, else its function's, else 2.
+	Priority *int `json:"priority,omitempty"`
 
 	// Recoveries Times in a row the run was recovered since its journal last grew: an invocation whose gateway died, stopped or lost the database, taken over by another gateway. A recovery is not a failed attempt: the function's retry policy does not count it. Past the gateway's limit (STEPGATE_MAX_RECOVERIES, default 100) the run fails with error type `max_recoveries`.
 	Recoveries int `json:"recoveries"`
@@ -1681,7 +1695,11 @@ type StartRunParams struct {
 	Deadline *time.Time `form:"deadline,omitempty" json:"deadline,omitempty"`
 
 	// Timeout The run's deadline as a Go duration from now (`1h`), from `1s` to 10 years. Not with `deadline`.
-	Timeout        *string `form:"timeout,omitempty" json:"timeout,omitempty"`
+	Timeout *string `form:"timeout,omitempty" json:"timeout,omitempty"`
+
+	// Priority The run's priority in the queue, 1 (first) to 4 (last), for all its invocations;
+	// overrides its function's `config.priority` (default 2).
+	Priority       *int    `form:"priority,omitempty" json:"priority,omitempty"`
 	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
 }
 
@@ -4291,6 +4309,18 @@ func NewStartRunRequestWithBody(server string, name FunctionName, params *StartR
 		if params.Timeout != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "timeout", *params.Timeout, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Priority != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "priority", *params.Priority, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {

@@ -14,13 +14,14 @@ const requestTimeout = 30 * time.Second
 
 // functionsRegister runs "stepgate functions register NAME --url URL".
 func (c *cli) functionsRegister(ctx context.Context, args []string) error {
-	fs := c.newFlagSet("functions register", "NAME --url URL [--timeout 30s] [--run-timeout 1h] [--max-invocation-duration 50s] [--max-attempts N] [--gateway URL]")
+	fs := c.newFlagSet("functions register", "NAME --url URL [--timeout 30s] [--run-timeout 1h] [--max-invocation-duration 50s] [--max-attempts N] [--priority 1-4] [--gateway URL]")
 	cf := addClientFlags(fs, false)
 	fnURL := fs.String("url", "", "the function's http(s) `URL`, where the gateway POSTs invocations (required)")
 	timeout := fs.Duration("timeout", 0, "how long one invocation may take (gateway default 5m)")
 	maxAttempts := fs.Int("max-attempts", 0, "invocation attempts in all, the first included (gateway default 3)")
 	runTimeout := fs.Duration("run-timeout", 0, "how long a whole run may take from its creation: its deadline (default none)")
 	maxInvocation := fs.Duration("max-invocation-duration", 0, "what the SDK allows one invocation before it continues in a new one (default none)")
+	priority := fs.Int("priority", 0, "the `PRIORITY` of its runs in the queue, 1 (first) to 4 (last) (gateway default 2)")
 	pos, err := parseCommand(fs, args, "NAME")
 	if err != nil {
 		return err
@@ -33,8 +34,11 @@ func (c *cli) functionsRegister(ctx context.Context, args []string) error {
 		return usagef("functions register: --timeout, --run-timeout, --max-invocation-duration and --max-attempts must not be negative")
 	}
 	reg := protocol.FunctionRegistration{URL: *fnURL}
-	if *timeout > 0 || *maxAttempts > 0 || *runTimeout > 0 || *maxInvocation > 0 {
+	if *timeout > 0 || *maxAttempts > 0 || *runTimeout > 0 || *maxInvocation > 0 || *priority != 0 {
 		reg.Config = &protocol.FunctionConfig{}
+		if *priority != 0 {
+			reg.Config.Priority = priority // the gateway checks it
+		}
 		if *runTimeout > 0 {
 			reg.Config.RunTimeout = new(runTimeout.String())
 		}

@@ -66,12 +66,13 @@ type invokeOptions struct {
 	startAt        *time.Time // a delayed start, a time
 	timeout        string     // the run's deadline, from now
 	deadline       *time.Time // the run's deadline
+	priority       int        // the run's priority, 1-4; 0: its function's
 }
 
 // parseInvoke parses "invoke NAME [--data ...] [--wait [DURATION]]
 // [--idempotency-key K]" with flags anywhere.
 func (c *cli) parseInvoke(args []string) (*invokeOptions, error) {
-	fs := c.newFlagSet("invoke", "NAME [--data JSON | --data @FILE | <FILE] [--wait [DURATION]] [--idempotency-key KEY] [--delay DURATION | --start-at TIME] [--timeout DURATION | --deadline TIME]")
+	fs := c.newFlagSet("invoke", "NAME [--data JSON | --data @FILE | <FILE] [--wait [DURATION]] [--idempotency-key KEY] [--delay DURATION | --start-at TIME] [--timeout DURATION | --deadline TIME] [--priority 1-4]")
 	o := &invokeOptions{client: addClientFlags(fs, true)}
 	fs.StringVar(&o.data, "data", "", "the run's input: `JSON`, @FILE, or - for standard input (default: standard input if piped, else {})")
 	var wait waitFlag
@@ -82,6 +83,7 @@ func (c *cli) parseInvoke(args []string) (*invokeOptions, error) {
 	fs.StringVar(&startAt, "start-at", "", "start the run at `TIME` (RFC 3339), scheduled until then")
 	fs.StringVar(&o.timeout, "timeout", "", "fail the run (deadline_exceeded) if it has not ended after `DURATION`")
 	fs.StringVar(&deadline, "deadline", "", "fail the run (deadline_exceeded) if it has not ended by `TIME` (RFC 3339)")
+	fs.IntVar(&o.priority, "priority", 0, "the run's `PRIORITY` in the queue, 1 (first) to 4 (last) (default: its function's, else 2)")
 	pos, err := parseCommand(fs, joinOptionalValue(args, "wait", isDuration), "NAME")
 	if err != nil {
 		return nil, err
@@ -168,6 +170,9 @@ func (c *cli) invoke(ctx context.Context, args []string) error {
 	}
 	if o.delay != "" {
 		params.Delay = &o.delay
+	}
+	if o.priority != 0 {
+		params.Priority = &o.priority
 	}
 	if o.timeout != "" {
 		params.Timeout = &o.timeout

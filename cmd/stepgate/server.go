@@ -48,10 +48,12 @@ type serverConfig struct {
 	// stopping gateway lets its invocations finish, STEPGATE_DRAIN_TIMEOUT.
 	leaseTTL, drainTimeout time.Duration
 	maxRecoveries          int
-	maxBodyBytes           int64
-	maxConns               int32
-	logLevel               slog.Level
-	pprofAddr              string // serves net/http/pprof when set
+	// workers and fairReserve: STEPGATE_WORKERS, STEPGATE_FAIR_RESERVE (readWorkers).
+	workers, fairReserve int
+	maxBodyBytes         int64
+	maxConns             int32
+	logLevel             slog.Level
+	pprofAddr            string // serves net/http/pprof when set
 }
 
 // readServerConfig reads the environment variables documented in the README.
@@ -123,6 +125,9 @@ func readServerConfig(getenv func(string) string) (serverConfig, error) {
 		return c, err
 	}
 	c.maxRecoveries = int(min(recoveries, math.MaxInt32))
+	if c.workers, c.fairReserve, err = readWorkers(getenv); err != nil {
+		return c, err
+	}
 	if c.maxBodyBytes, err = envInt(getenv, "STEPGATE_MAX_BODY_BYTES", 1<<20); err != nil {
 		return c, err
 	}
@@ -244,7 +249,7 @@ func (c serverConfig) process(log *slog.Logger) (gatewayproc.Config, error) {
 		MaxBodyBytes: c.maxBodyBytes, Web: web.Handler(), OperatorRole: c.operatorRole, OperatorTenant: c.operatorTenant,
 		MaxWaitInvocations: c.maxWaits, MaxWaitInvocationsPerTenant: c.maxWaitsPerTenant,
 		MaxStreamsPerTenant: c.maxStreamsPerTenant, MaxStreamsPerSubject: c.maxStreamsPerSubject,
-		PprofAddr: c.pprofAddr,
+		PprofAddr: c.pprofAddr, Workers: c.workers, FairReserve: c.fairReserve,
 	}, nil
 }
 

@@ -70,6 +70,9 @@ type Config struct {
 	MaintainInterval time.Duration
 	SweepGrace       time.Duration
 	MaxRecoveries    int
+	// River's workers and the fair share of them: see the invoker.Config fields of the
+	// same names.
+	Workers, FairReserve int
 	// DrainTimeout is how long Stop lets the invocations in flight finish before it
 	// hands the rest over to the other gateways. Defaults to 30s.
 	DrainTimeout time.Duration
@@ -173,7 +176,7 @@ func Start(ctx context.Context, cfg Config) (*Process, error) {
 	p.Invoker, err = invoker.New(invoker.Config{
 		Pool: pool, Logger: log, CheckpointURL: p.URL, Keys: p.Keys, Tokens: p.Tokens, HTTPClient: cfg.Egress.Client(),
 		Limits: cfg.Limits, LeaseTTL: cfg.LeaseTTL, MaintainInterval: cfg.MaintainInterval, SweepGrace: cfg.SweepGrace,
-		MaxRecoveries: cfg.MaxRecoveries,
+		MaxRecoveries: cfg.MaxRecoveries, Workers: cfg.Workers, FairReserve: cfg.FairReserve,
 	})
 	if err != nil {
 		return fail(err)

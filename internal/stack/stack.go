@@ -57,6 +57,9 @@ type Options struct {
 	MaintainInterval time.Duration
 	SweepGrace       time.Duration
 	MaxRecoveries    int
+	// River's workers and the fair share of them: see the invoker.Config fields of the
+	// same names.
+	Workers, FairReserve int
 	// DatabaseURL shares a database with another Stack (two gateways); empty makes a
 	// new one. It must be migrated already, as pgtest.DBURL's are.
 	DatabaseURL string
@@ -105,7 +108,7 @@ func Start(tb testing.TB, opts Options) *Stack {
 		Database: db, APIMaxConns: 2, Migrated: true, Logger: log, Addr: "127.0.0.1:0",
 		Auth: s.Auth, Egress: policy, Limits: limits,
 		LeaseTTL: opts.LeaseTTL, MaintainInterval: opts.MaintainInterval, SweepGrace: opts.SweepGrace,
-		MaxRecoveries: opts.MaxRecoveries, DrainTimeout: 10 * time.Second,
+		MaxRecoveries: opts.MaxRecoveries, DrainTimeout: 10 * time.Second, Workers: opts.Workers, FairReserve: opts.FairReserve,
 		MaxBodyBytes: opts.MaxBodyBytes, Web: web.Handler(), OperatorRole: OperatorRole, Gateway: opts.Gateway,
 	})
 	if err != nil {

@@ -111,12 +111,6 @@ type State struct {
 	running int
 	holes   map[int]*protocol.Await
 	done    *sync.Cond
-
-	// held is the last finished step, not sent yet (see Checkpoint): it is sent before
-	// anything else is journaled or the next step starts, or rides with the answer.
-	// heldMu keeps the order of its sending with the checkpoints after it.
-	heldMu sync.Mutex
-	held   *protocol.JournalEntry
 }
 
 // MaxWindow is the largest window a checkpoint or an await declares (the gateway's
@@ -387,9 +381,6 @@ func (s *State) Next(kind protocol.EntryKind, name string) (int, *protocol.Journ
 // for them (nil where not journaled). A continue (the budget) is answered only before
 // the first.
 func (s *State) NextN(kind protocol.EntryKind, name string, n int) (int, []*protocol.JournalEntry, error) {
-	if err := s.Flush(); err != nil {
-		return 0, nil, err
-	}
 	s.mu.Lock()
 	if s.stop != nil {
 		s.mu.Unlock()
@@ -457,9 +448,6 @@ func (s *State) roomFor(seq int) *Stop {
 // marker's seq: nothing there returns 0 too. It halts when the invocation has stopped
 // and returns ErrNested inside a step.
 func (s *State) Patch(kind protocol.EntryKind, name string, consumeOnly bool) (int, *protocol.JournalEntry, error) {
-	if err := s.Flush(); err != nil {
-		return 0, nil, err
-	}
 	s.mu.Lock()
 	if s.stop != nil {
 		s.mu.Unlock()
@@ -519,65 +507,18 @@ func (s *State) Current() int {
 	return s.attempt
 }
 
-// Checkpoint journals e, a finished entry. A finished step (kind step, in seq order: no
-// parallel step runs or left a hole below it) is held, not sent: it is sent before
-// anything else is journaled and before the next step starts (Flush), or rides with the
-// invocation's answer (TakeHeld), saving a round trip and a commit for a run's last
-// step. Every step is still durable before the next one starts. Any other entry is
-// sent at once, as CheckpointAck does. It halts when the entry is refused.
+// Checkpoint tries to journal e and waits for the gateway's answer. It returns nil once
+// the entry is durable and halts otherwise: on a 409, with the conflict's answer; when
+// the gateway stays unreachable or failing after a few tries, with HTTP 500.
 func (s *State) Checkpoint(e *protocol.JournalEntry) error {
-	if e.Kind == protocol.EntryKindStep && e.Window == nil && s.Window(e.Seq) == 1 {
-		s.heldMu.Lock()
-		defer s.heldMu.Unlock()
-		if err := s.flushLocked(); err != nil {
-			return err
-		}
-		s.held = e
-		return nil
-	}
 	_, err := s.CheckpointAck(e)
 	return err
-}
-
-// Flush sends the held step, if any, and waits until it is durable; it halts when it is
-// refused.
-func (s *State) Flush() error {
-	s.heldMu.Lock()
-	defer s.heldMu.Unlock()
-	return s.flushLocked()
-}
-
-func (s *State) flushLocked() error {
-	if s.held == nil {
-		return nil
-	}
-	e := s.held
-	s.held = nil // sent once: a refusal stops the invocation, and it is not sent again
-	_, err := s.send(e)
-	return err
-}
-
-// TakeHeld returns the held step, if any, for the answer's steps, and forgets it.
-func (s *State) TakeHeld() *protocol.JournalEntry {
-	s.heldMu.Lock()
-	defer s.heldMu.Unlock()
-	e := s.held
-	s.held = nil
-	return e
 }
 
 // CheckpointAck is Checkpoint, returning the gateway's acknowledgement once the entry is
 // durable (for a send, the error journaled when its message could not be sent; for a
 // callback, the output the gateway made).
 func (s *State) CheckpointAck(e *protocol.JournalEntry) (*protocol.CheckpointAck, error) {
-	if err := s.Flush(); err != nil {
-		return nil, err
-	}
-	return s.send(e)
-}
-
-// send makes the checkpoint of e, tried again while the gateway may take it.
-func (s *State) send(e *protocol.JournalEntry) (*protocol.CheckpointAck, error) {
 	if w := s.Window(e.Seq); w > 1 && e.Window == nil {
 		e.Window = &w
 	}
