@@ -148,7 +148,8 @@ func defaultClient() *http.Client {
 }
 
 // Option configures a function's entry in the manifest, which the gateway applies:
-// Timeout, MaxAttempts, Backoff, InvokeRoles, Triggers, Throttle, RateLimit, Debounce.
+// Timeout, MaxAttempts, Backoff, InvokeRoles, Triggers, Concurrency, Throttle, RateLimit,
+// Debounce.
 type Option struct {
 	set func(*protocol.FunctionConfig)
 }
@@ -278,6 +279,27 @@ func Debounce(period time.Duration, key string, maxWait time.Duration) Option {
 // gateway refuses the registration of any other value.
 func Priority(p int) Option {
 	return Option{func(c *protocol.FunctionConfig) { c.Priority = new(p) }}
+}
+
+// Concurrency bounds how many runs of the function run at once (a suspended run, asleep
+// or waiting, does not count): at most limit in all, or with key at most limit per value
+// of key, one of input.<dotted.path>, identity.subject, identity.tenant or
+// identity.claims.<name>. The gateway enforces it across all its instances: a run over
+// the limit stays queued, with its held reason, until a slot frees, in creation order.
+// Give it twice for two limits (a function may have two, with different keys), e.g.
+// Concurrency(10, "") and Concurrency(1, "input.customer_id"). limit must be from 1 to
+// 100,000 (the gateway refuses the registration otherwise).
+func Concurrency(limit int, key string) Option {
+	return Option{func(c *protocol.FunctionConfig) {
+		l := protocol.ConcurrencyLimit{Limit: limit}
+		if key != "" {
+			l.Key = new(key)
+		}
+		if c.Concurrency == nil {
+			c.Concurrency = &[]protocol.ConcurrencyLimit{}
+		}
+		*c.Concurrency = append(*c.Concurrency, l)
+	}}
 }
 
 func retries(c *protocol.FunctionConfig) *protocol.RetryPolicy {

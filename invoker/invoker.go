@@ -150,6 +150,7 @@ func New(cfg Config) (*Invoker, error) {
 	if inv.listener == nil {
 		inv.listener, inv.ownsListener = notify.NewListener(cfg.Pool, cfg.Logger), true
 	}
+	inv.listener.HandleSlotWakes(inv.wakeHeld)
 	inv.renewEvery = cmp.Or(cfg.RenewInterval, inv.leaseTTL/5)
 	if inv.renewEvery >= inv.leaseTTL {
 		return nil, fmt.Errorf("invoker: the renewal interval %s must be shorter than the lease TTL %s", inv.renewEvery, inv.leaseTTL)
@@ -425,10 +426,11 @@ func (w *invokeWorker) Work(ctx context.Context, job *river.Job[InvokeArgs]) err
 	}
 	defer w.inv.fair.release(job.Args.Tenant)
 	_, err := w.inv.Resume(ctx, job.Args.RunID, false)
-	if errors.Is(err, journal.ErrNotDue) || errors.Is(err, journal.ErrSuperseded) {
+	if errors.Is(err, journal.ErrNotDue) || errors.Is(err, journal.ErrSuperseded) || errors.Is(err, journal.ErrHeld) {
 		// Woken already (by a local timer), or not due: its own job will come. Or the
 		// invocation was abandoned (cancelled, handed over, its lease lost): whoever
-		// took the run over enqueued its next job.
+		// took the run over enqueued its next job. Or a concurrency limit holds it: a
+		// freed slot wakes it (wakeHeld).
 		return nil
 	}
 	if err != nil && ctx.Err() == nil {
@@ -443,6 +445,15 @@ func (w *invokeWorker) Work(ctx context.Context, job *river.Job[InvokeArgs]) err
 // first, the other finds nothing to claim).
 func (inv *Invoker) Wake(runID string) { inv.armTimer(runID, nil, 0, 0) }
 
+// maxWakeTries bounds how often a timer looks again at a run not due yet.
+const maxWakeTries = 3
+
+// wakeHeld claims at once a held run that a freed concurrency slot made due (every
+// gateway hears of it on journal.SlotChannel; the first claim wins, the others find it
+// not due and do not look again). The stranded-run sweep is the backstop when no gateway
+// heard.
+func (inv *Invoker) wakeHeld(runID string) { inv.armTimer(runID, nil, 0, maxWakeTries) }
+
 // armTimer wakes runID in this process after d, unless the process stops first (then
 // the River job scheduled with the suspension wakes it). A nil rev is looked up when
 // the timer fires.
@@ -455,12 +466,12 @@ func (inv *Invoker) armTimer(runID string, rev *revision, d time.Duration, tries
 		if err == nil {
 			_, err = inv.resume(inv.bg, rev, runID, false)
 		}
-		if errors.Is(err, journal.ErrNotDue) && tries < 3 {
+		if errors.Is(err, journal.ErrNotDue) && tries < maxWakeTries {
 			// The database clock may run a hair behind this timer; look again shortly.
 			inv.armTimer(runID, rev, 500*time.Microsecond, tries+1)
 			return
 		}
-		if err != nil && !errors.Is(err, journal.ErrNotDue) && inv.bg.Err() == nil {
+		if err != nil && !errors.Is(err, journal.ErrNotDue) && !errors.Is(err, journal.ErrHeld) && inv.bg.Err() == nil {
 			inv.log.Warn("timer wake-up failed; the River job will retry", slog.String("run_id", runID), slog.Any("error", err))
 		}
 	})

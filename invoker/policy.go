@@ -59,6 +59,8 @@ type FunctionConfig struct {
 	MaxInvocationDuration time.Duration
 	// Flow is the function's throttle, rate limit and debounce; nil for none.
 	Flow *Flow
+	// Concurrency bounds how many runs of the revision run at once; none when empty.
+	Concurrency []ConcurrencyLimit
 }
 
 // CheckPriority says what is wrong with p as a run priority named field, or nil when it
@@ -124,6 +126,9 @@ func ParseConfig(raw json.RawMessage) (FunctionConfig, error) {
 		if err := CheckPriority("config.priority", *c.Priority); err != nil {
 			return FunctionConfig{}, err
 		}
+	}
+	if fc.Concurrency, err = parseConcurrency(c.Concurrency); err != nil {
+		return FunctionConfig{}, err
 	}
 	if c.Triggers != nil {
 		for i, t := range *c.Triggers {

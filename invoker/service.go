@@ -43,7 +43,9 @@ func (inv *Invoker) StartRun(ctx context.Context, db *journal.TenantDB, n journa
 
 // StartRunNow creates a run already claimed by this process, with the River job of its
 // deadline if it has one, in one transaction, and invokes it at once, with no queue hop,
-// in the background: the invocation outlives ctx. A delayed start (n.StartAt) is
+// in the background: the invocation outlives ctx. A run of a function with concurrency
+// limits is created queued instead and claimed at once with its slots (a second round
+// trip); when a limit holds it, done receives nil and a freed slot starts it later. A delayed start (n.StartAt) is
 // ignored: use StartRun. done receives the invocation's result once it is applied, or nil when it was
 // abandoned or could not be applied (its lease lapses, or was handed over, and another
 // gateway makes the invocation again). end is called when the invocation ends, before
@@ -87,7 +89,7 @@ func (inv *Invoker) StartRunNow(ctx context.Context, db *journal.TenantDB, n jou
 			}
 		}
 	}
-	if err != nil || !created || run.Status != journal.StatusRunning {
+	if err != nil || !created || run.Status == journal.StatusScheduled {
 		if err == nil {
 			inv.armHeld(run)
 		}
@@ -98,7 +100,20 @@ func (inv *Invoker) StartRunNow(ctx context.Context, db *journal.TenantDB, n jou
 	inv.bgWG.Add(1)
 	go func() {
 		defer inv.bgWG.Done()
-		res, err := inv.InvokeNew(ctx, run, true)
+		var res *Result
+		var err error
+		if run.Status == journal.StatusRunning {
+			res, err = inv.InvokeNew(ctx, run, true)
+		} else {
+			// Its function has concurrency limits: the run was created queued, and this
+			// claim takes its slots or holds it (then a freed slot wakes it, and the
+			// caller waits for it by notification). A claim that fails leaves it to the
+			// stranded-run sweep.
+			res, err = inv.resumeNew(ctx, run)
+		}
+		if errors.Is(err, journal.ErrHeld) || errors.Is(err, journal.ErrNotDue) {
+			err = nil
+		}
 		if err != nil && !errors.Is(err, journal.ErrSuperseded) {
 			inv.log.ErrorContext(ctx, "invocation failed to apply; its lease lapses and another gateway retries it",
 				"run_id", run.ID, "error", err)
@@ -107,6 +122,16 @@ func (inv *Invoker) StartRunNow(ctx context.Context, db *journal.TenantDB, n jou
 		ch <- res
 	}()
 	return run, true, ch, nil
+}
+
+// resumeNew claims and invokes a run just created queued, from this process.
+func (inv *Invoker) resumeNew(ctx context.Context, run *journal.Run) (*Result, error) {
+	ctx = context.WithoutCancel(ctx) // the caller may leave; the run goes on
+	rev, err := inv.revision(ctx, run.Tenant, run.Function, run.Revision)
+	if err != nil {
+		return nil, err
+	}
+	return inv.resume(ctx, rev, run.ID, true)
 }
 
 // CancelRun cancels a run of db's tenant that has not finished, as by. The cancellation

@@ -54,9 +54,11 @@ type Run struct {
 	FinishedAt *time.Time `db:"finished_at"`
 }
 
+// A run held by a concurrency limit is due for nobody: its wake_at is 'infinity', read
+// as none (migration 0029).
 const runColumns = `id, tenant, function, revision, status, input, output, error, identity,
 	idempotency_key, parent_id, parent_seq, parent_name, rerun_of, cancelled_by, detached, attempts, invocation, failed_invocations, recoveries, lease_until, awaiting,
-	wake_at, deadline, held, priority, created_at, started_at, finished_at`
+	nullif(wake_at, 'infinity') AS wake_at, deadline, held, priority, created_at, started_at, finished_at`
 
 // NewRun is what CreateRun needs to start a run.
 type NewRun struct {
@@ -77,7 +79,7 @@ type NewRun struct {
 	Detached bool
 	// Claim creates the run already claimed by the caller (status running, invocation
 	// 1), leased for Lease, so the caller can invoke it at once with no queue hop.
-	// Otherwise it is created queued.
+	// Otherwise, or when its revision has concurrency limits, it is created queued.
 	Claim bool
 	Lease time.Duration
 	// StartAt, when set, creates the run scheduled (a delayed start): it is due at
@@ -145,6 +147,8 @@ func (e *ForbiddenError) Unwrap() error { return ErrForbidden }
 // before the key, so a refused caller is never handed someone else's run). It is one statement. A created run notifies EventChannel when a
 // gateway watches the tenant. A revision with flow control creates no run but a
 // *FlowError (after the invoke_roles check, before the key's), unless n.Flowed.
+// A run of a revision with concurrency limits records its
+// slot keys and is created queued even with n.Claim: see ClaimRunSlots.
 func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, err error) {
 	var key *string
 	if n.IdempotencyKey != "" {
@@ -162,22 +166,29 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 	rows, _ := db.Query(ctx, `
 		INSERT INTO stepgate.run (id, tenant, function, revision, status, input, identity,
 			idempotency_key, parent_id, parent_seq, parent_name, rerun_of, detached, attempts, invocation, lease_until, started_at,
-			wake_at, deadline, held, priority)
+			wake_at, deadline, held, priority, slot_keys, slot_limits)
 		SELECT @id, f.tenant, f.name, f.revision,
-			CASE WHEN @claim THEN 'running' WHEN @start_at::timestamptz IS NOT NULL THEN 'scheduled' ELSE 'queued' END,
+			CASE WHEN claim THEN 'running' WHEN @start_at::timestamptz IS NOT NULL THEN 'scheduled' ELSE 'queued' END,
 			@input, @identity,
 			@idempotency_key, @parent_id, @parent_seq, @parent_name, @rerun_of, @detached,
-			CASE WHEN @claim THEN 1 ELSE 0 END, CASE WHEN @claim THEN 1 ELSE 0 END,
-			CASE WHEN @claim THEN now() + make_interval(secs => @lease_seconds) END,
-			CASE WHEN @claim THEN now() END,
+			CASE WHEN claim THEN 1 ELSE 0 END, CASE WHEN claim THEN 1 ELSE 0 END,
+			CASE WHEN claim THEN now() + make_interval(secs => @lease_seconds) END,
+			CASE WHEN claim THEN now() END,
 			@start_at::timestamptz,
 			-- LEAST ignores NULLs: the earliest of the deadlines that are set.
 			LEAST(@deadline::timestamptz, now() + r.run_timeout_ms * interval '1 millisecond',
 				(SELECT p.deadline FROM stepgate.run p WHERE @parent_seq::int IS NOT NULL AND p.id = @parent_id::uuid)),
 			@held::text,
-			coalesce(@priority::smallint, (r.config->>'priority')::smallint, 2) -- 2: DefaultPriority
+			coalesce(@priority::smallint, (r.config->>'priority')::smallint, 2), -- 2: DefaultPriority
+			s.keys, s.limits
 		FROM stepgate.function f
 		JOIN stepgate.function_revision r USING (tenant, name, revision)
+		-- A run of a function with concurrency limits takes its slots when claimed
+		-- (ClaimRunSlots), so it is never created claimed.
+		CROSS JOIN LATERAL (
+			SELECT CASE WHEN r.config ? 'concurrency' THEN stepgate.slot_keys(r.config, @input::jsonb, @identity::jsonb) END AS keys,
+				CASE WHEN r.config ? 'concurrency' THEN stepgate.slot_limits(r.config) END AS limits) s
+		CROSS JOIN LATERAL (SELECT @claim::boolean AND s.keys IS NULL AS claim) c
 		WHERE f.tenant = @tenant AND f.name = @function
 			AND stepgate.may_invoke(r.config, @check_roles, @roles::text[])
 			AND (@flowed OR NOT r.config ?| `+flowKeys+`)

@@ -660,6 +660,18 @@ type CheckpointAck struct {
 	Seq    int      `json:"seq"`
 }
 
+// ConcurrencyLimit defines model for ConcurrencyLimit.
+type ConcurrencyLimit struct {
+	// Key Without it the limit is the function's, in all. With it, the limit holds per
+	// value of the key: `input.<dotted.path>`, `identity.subject`, `identity.tenant`
+	// or `identity.claims.<name>`. Runs whose value is absent or null share the
+	// empty value.
+	Key *string `json:"key,omitempty"`
+
+	// Limit How many runs may run at once (per key value, with `key`).
+	Limit int `json:"limit"`
+}
+
 // DebounceConfig Collapses the starts of one key within `period` into one run with the last
 // start's input (Inngest `debounce`, DBOS `Debouncer`): the first start creates the
 // run `scheduled` at now + `period`; each further start before it begins replaces its
@@ -771,6 +783,13 @@ type Function struct {
 
 // FunctionConfig defines model for FunctionConfig.
 type FunctionConfig struct {
+	// Concurrency At most 2 limits on how many runs of the function run at once (status
+	// `running`; a suspended run holds no slot), enforced in Postgres across all
+	// gateways. A run needs a slot of each limit; one that finds none stays `queued`
+	// with `held` saying why, and runs start in creation order per key as slots free.
+	// Each tenant's runs have their own slots.
+	Concurrency *[]ConcurrencyLimit `json:"concurrency,omitempty"`
+
 	// Debounce Collapses the starts of one key within `period` into one run with the last
 	// start's input (Inngest `debounce`, DBOS `Debouncer`): the first start creates the
 	// run `scheduled` at now + `period`; each further start before it begins replaces its
@@ -831,6 +850,26 @@ type FunctionList struct {
 	Functions []Function `json:"functions"`
 }
 
+// FunctionQueue defines model for FunctionQueue.
+type FunctionQueue struct {
+	Function string `json:"function"`
+
+	// Held Runs not started (or resumed) yet because flow control holds them back.
+	Held int `json:"held"`
+
+	// Keys The concurrency keys with running or waiting runs, the busiest first (at most 100).
+	Keys []QueueKey `json:"keys"`
+
+	// Queued Runs queued, held ones included.
+	Queued int `json:"queued"`
+
+	// Reasons The distinct held reasons, the commonest first (at most 100).
+	Reasons []HeldReason `json:"reasons"`
+
+	// Running Runs running.
+	Running int `json:"running"`
+}
+
 // FunctionRegistration defines model for FunctionRegistration.
 type FunctionRegistration struct {
 	Config *FunctionConfig `json:"config,omitempty"`
@@ -871,6 +910,12 @@ type FunctionStatsList struct {
 type Health struct {
 	// Status Example: ok
 	Status string `json:"status"`
+}
+
+// HeldReason defines model for HeldReason.
+type HeldReason struct {
+	Reason string `json:"reason"`
+	Runs   int    `json:"runs"`
 }
 
 // Identity Who started the run, from the caller's JWT. Never the token itself.
@@ -1195,6 +1240,21 @@ type Problem struct {
 	Status int     `json:"status"`
 	Title  string  `json:"title"`
 	Type   *string `json:"type,omitempty"`
+}
+
+// QueueKey defines model for QueueKey.
+type QueueKey struct {
+	// Held Runs waiting in the key's line.
+	Held int `json:"held"`
+
+	// Key `""` for the function-wide limit, else the key and its value: `input.customer_id=c-9`.
+	Key string `json:"key"`
+
+	// Limit The key's limit, as its last claim read it; 0 when none has run yet.
+	Limit int `json:"limit"`
+
+	// Running Runs holding a slot of the key.
+	Running int `json:"running"`
 }
 
 // RateConfig A rate per key: at most `limit` starts per `period`, spread evenly (one each
@@ -2065,6 +2125,17 @@ type ClientInterface interface {
 	// Corresponds with PUT /v1/functions/{name} (the `RegisterFunction` operationId).
 	RegisterFunction(ctx context.Context, name FunctionName, body RegisterFunctionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetFunctionQueue Counts the function's queued, running and held runs, per concurrency key. Needs `functions:read`.
+	//
+	// Where the function's unfinished runs stand: how many are queued, running, and held
+	// back (a concurrency limit, or other flow control), and per concurrency key (the
+	// busiest 100) how many run and how many wait in its line, with the distinct held
+	// reasons. Key values come from runs' inputs and identities, so without
+	// `runs:read` they are masked (`input.customer_id=…`).
+	//
+	// Corresponds with GET /v1/functions/{name}/queue (the `GetFunctionQueue` operationId).
+	GetFunctionQueue(ctx context.Context, name FunctionName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// StartRunWithBody Starts a run of a function with the request body as its input. Needs `runs:invoke`.
 	//
 	// Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
@@ -2902,6 +2973,27 @@ func (c *Client) RegisterFunctionWithBody(ctx context.Context, name FunctionName
 // Corresponds with PUT /v1/functions/{name} (the `RegisterFunction` operationId).
 func (c *Client) RegisterFunction(ctx context.Context, name FunctionName, body RegisterFunctionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewRegisterFunctionRequest(c.Server, name, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetFunctionQueue Counts the function's queued, running and held runs, per concurrency key. Needs `functions:read`.
+//
+// Where the function's unfinished runs stand: how many are queued, running, and held
+// back (a concurrency limit, or other flow control), and per concurrency key (the
+// busiest 100) how many run and how many wait in its line, with the distinct held
+// reasons. Key values come from runs' inputs and identities, so without
+// `runs:read` they are masked (`input.customer_id=…`).
+//
+// Corresponds with GET /v1/functions/{name}/queue (the `GetFunctionQueue` operationId).
+func (c *Client) GetFunctionQueue(ctx context.Context, name FunctionName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetFunctionQueueRequest(c.Server, name)
 	if err != nil {
 		return nil, err
 	}
@@ -4208,6 +4300,40 @@ func NewRegisterFunctionRequestWithBody(server string, name FunctionName, conten
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetFunctionQueueRequest constructs an http.Request for the GetFunctionQueue method
+func NewGetFunctionQueueRequest(server string, name FunctionName) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/functions/%s/queue", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
 
 	return req, nil
 }
@@ -5898,6 +6024,19 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with PUT /v1/functions/{name} (the `RegisterFunction` operationId).
 	RegisterFunctionWithResponse(ctx context.Context, name FunctionName, body RegisterFunctionJSONRequestBody, reqEditors ...RequestEditorFn) (*RegisterFunctionResponse, error)
 
+	// GetFunctionQueueWithResponse Counts the function's queued, running and held runs, per concurrency key. Needs `functions:read`.
+	//
+	// Where the function's unfinished runs stand: how many are queued, running, and held
+	// back (a concurrency limit, or other flow control), and per concurrency key (the
+	// busiest 100) how many run and how many wait in its line, with the distinct held
+	// reasons. Key values come from runs' inputs and identities, so without
+	// `runs:read` they are masked (`input.customer_id=…`).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/functions/{name}/queue (the `GetFunctionQueue` operationId).
+	GetFunctionQueueWithResponse(ctx context.Context, name FunctionName, reqEditors ...RequestEditorFn) (*GetFunctionQueueResponse, error)
+
 	// StartRunWithBodyWithResponse Starts a run of a function with the request body as its input. Needs `runs:invoke`.
 	//
 	// Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
@@ -7090,6 +7229,68 @@ func (r RegisterFunctionResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r RegisterFunctionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetFunctionQueueResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *FunctionQueue
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetFunctionQueueResponse) GetJSON200() *FunctionQueue {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetFunctionQueueResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetFunctionQueueResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetFunctionQueueResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r GetFunctionQueueResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetFunctionQueueResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetFunctionQueueResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetFunctionQueueResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -9199,6 +9400,25 @@ func (c *ClientWithResponses) RegisterFunctionWithResponse(ctx context.Context, 
 	return ParseRegisterFunctionResponse(rsp)
 }
 
+// GetFunctionQueueWithResponse Counts the function's queued, running and held runs, per concurrency key. Needs `functions:read`.
+//
+// Where the function's unfinished runs stand: how many are queued, running, and held
+// back (a concurrency limit, or other flow control), and per concurrency key (the
+// busiest 100) how many run and how many wait in its line, with the distinct held
+// reasons. Key values come from runs' inputs and identities, so without
+// `runs:read` they are masked (`input.customer_id=…`).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/functions/{name}/queue (the `GetFunctionQueue` operationId).
+func (c *ClientWithResponses) GetFunctionQueueWithResponse(ctx context.Context, name FunctionName, reqEditors ...RequestEditorFn) (*GetFunctionQueueResponse, error) {
+	rsp, err := c.GetFunctionQueue(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetFunctionQueueResponse(rsp)
+}
+
 // StartRunWithBodyWithResponse Starts a run of a function with the request body as its input. Needs `runs:invoke`.
 //
 // Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
@@ -10453,6 +10673,53 @@ func ParseRegisterFunctionResponse(rsp *http.Response) (*RegisterFunctionRespons
 			return nil, err
 		}
 		response.ApplicationProblemJSON403 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetFunctionQueueResponse parses an HTTP response from a GetFunctionQueueWithResponse call
+func ParseGetFunctionQueueResponse(rsp *http.Response) (*GetFunctionQueueResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetFunctionQueueResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest FunctionQueue
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
 
 	}
 

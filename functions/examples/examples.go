@@ -22,7 +22,9 @@ import (
 func Register(app *functions.App) {
 	functions.Register(app, "hello", Hello)
 	functions.Register(app, "orders.checkout", Checkout, functions.Timeout(30*time.Second), functions.MaxAttempts(5))
-	functions.Register(app, "orders.fulfil", Fulfil)
+	// One fulfilment per customer at a time, whichever gateway runs it: the others wait,
+	// queued, in order (README: Concurrency limits).
+	functions.Register(app, "orders.fulfil", Fulfil, functions.Concurrency(1, "input.customer_id"))
 	functions.Register(app, "orders.quote", Quote)
 	functions.Register(app, "orders.fulfil_all", FulfilAll)
 	functions.Register(app, "orders.await_payment", AwaitPayment)
@@ -77,6 +79,9 @@ type CheckoutInput struct {
 	OrderID string `json:"order_id"` // Defaults to the run's id.
 	Amount  int    `json:"amount"`   // In cents.
 	SleepMS int    `json:"sleep_ms"` // When positive, a sleep between charge and ship.
+	// CustomerID is the customer the order is for: orders.fulfil runs one fulfilment
+	// per customer at a time.
+	CustomerID string `json:"customer_id,omitempty"`
 	// FailShip makes shipping fail for good: the charge is refunded and the reservation
 	// released (compensations), and the run fails.
 	FailShip bool `json:"fail_ship,omitempty"`
@@ -152,7 +157,9 @@ func Checkout(ctx context.Context, in CheckoutInput) (CheckoutOutput, error) {
 }
 
 // Fulfil checks the order out as a child run of orders.checkout (the same input), which
-// runs as the caller's identity, and returns its shipment. A checkout that fails or is
+// runs as the caller's identity, and returns its shipment. Its concurrency limit runs
+// one fulfilment per customer (input.customer_id) at a time; waiting for its child, a
+// fulfilment holds no slot. A checkout that fails or is
 // cancelled fails the fulfilment with the checkout's error.
 func Fulfil(ctx context.Context, in CheckoutInput) (Shipment, error) {
 	out, err := step.Invoke[CheckoutOutput](ctx, "checkout", "orders.checkout", in)

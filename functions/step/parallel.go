@@ -59,12 +59,7 @@ func Go[T any](ctx context.Context, name string, fn func(ctx context.Context) (T
 		close(f.done)
 		return f
 	}
-	p := policy{maxAttempts: DefaultMaxAttempts}
-	for _, o := range opts {
-		if o.apply != nil {
-			o.apply(&p)
-		}
-	}
+	p := newPolicy(opts)
 	attempt := st.Attempt(seq)
 	st.GoStart(seq)
 	go func() {
@@ -96,23 +91,14 @@ func Go[T any](ctx context.Context, name string, fn func(ctx context.Context) (T
 			f.err = ErrStopped
 			return
 		}
-		typ := ErrorTypeFailed
-		final := attempt >= p.maxAttempts
-		if IsNonRetryable(err) {
-			typ, final = ErrorTypeNonRetryable, true
-		}
-		if !final {
-			f.retry = &protocol.Await{
-				Type: protocol.AwaitTypeRetry, Seq: seq, Name: name, Attempt: &attempt,
-				Error: &protocol.ErrorInfo{Type: typ, Message: err.Error(), Retryable: new(true)},
-				Retry: p.api(),
-			}
-			f.err = err
+		retry, final := p.failure(seq, name, attempt, err)
+		if retry != nil {
+			f.retry, f.err = retry, err
 			return
 		}
-		entry.Error = &protocol.ErrorInfo{Type: typ, Message: err.Error(), Retryable: new(false)}
+		entry.Error = final
 		if f.err = st.Checkpoint(&entry); f.err == nil {
-			f.err, journaled = &Error{Seq: seq, Name: name, Type: typ, Message: err.Error()}, true
+			f.err, journaled = &Error{Seq: seq, Name: name, Type: final.Type, Message: final.Message}, true
 		}
 	}()
 	return f

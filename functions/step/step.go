@@ -185,12 +185,7 @@ func Run[T any](ctx context.Context, name string, fn func(ctx context.Context) (
 		// The gateway gave up on this invocation: start no more side effects.
 		return zero, st.Halt(invocation.Retry("canceled", fmt.Sprintf("step %d %q: %v", seq, name, err)))
 	}
-	p := policy{maxAttempts: DefaultMaxAttempts}
-	for _, o := range opts {
-		if o.apply != nil {
-			o.apply(&p)
-		}
-	}
+	p := newPolicy(opts)
 	attempt := st.Attempt(seq)
 	started := time.Now().UTC()
 	out, err := call(ctx, st, attempt, fn)
@@ -212,23 +207,45 @@ func Run[T any](ctx context.Context, name string, fn func(ctx context.Context) (
 		return out, nil
 	}
 
-	typ := ErrorTypeFailed
-	final := attempt >= p.maxAttempts
-	if IsNonRetryable(err) {
-		typ, final = ErrorTypeNonRetryable, true
+	retry, final := p.failure(seq, name, attempt, err)
+	if retry != nil {
+		return zero, st.Halt(invocation.Suspended(retry))
 	}
-	if !final {
-		return zero, st.Halt(invocation.Suspended(&protocol.Await{
-			Type: protocol.AwaitTypeRetry, Seq: seq, Name: name, Attempt: &attempt,
-			Error: &protocol.ErrorInfo{Type: typ, Message: err.Error(), Retryable: new(true)},
-			Retry: p.api(),
-		}))
-	}
-	entry.Error = &protocol.ErrorInfo{Type: typ, Message: err.Error(), Retryable: new(false)}
+	entry.Error = final
 	if err := st.Checkpoint(&entry); err != nil {
 		return zero, err
 	}
-	return zero, &Error{Seq: seq, Name: name, Type: typ, Message: err.Error()}
+	return zero, &Error{Seq: seq, Name: name, Type: final.Type, Message: final.Message}
+}
+
+// newPolicy returns the retry policy opts make.
+func newPolicy(opts []Option) policy {
+	p := policy{maxAttempts: DefaultMaxAttempts}
+	for _, o := range opts {
+		if o.apply != nil {
+			o.apply(&p)
+		}
+	}
+	return p
+}
+
+// failure decides what err, returned by attempt of the step at seq, makes of it: the
+// retry the run waits for when it has attempts left and err is retryable, or else the
+// final error its entry journals.
+func (p policy) failure(seq int, name string, attempt int, err error) (retry *protocol.Await, final *protocol.ErrorInfo) {
+	typ := ErrorTypeFailed
+	last := attempt >= p.maxAttempts
+	if IsNonRetryable(err) {
+		typ, last = ErrorTypeNonRetryable, true
+	}
+	if !last {
+		return &protocol.Await{
+			Type: protocol.AwaitTypeRetry, Seq: seq, Name: name, Attempt: &attempt,
+			Error: &protocol.ErrorInfo{Type: typ, Message: err.Error(), Retryable: new(true)},
+			Retry: p.api(),
+		}, nil
+	}
+	return nil, &protocol.ErrorInfo{Type: typ, Message: err.Error(), Retryable: new(false)}
 }
 
 // Attempt returns the attempt (1 for the first) of the step whose function is running

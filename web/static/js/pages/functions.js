@@ -3,6 +3,7 @@
 import { h, icon, replace, timeAgo, fmtDuration, navigate } from "../dom.js";
 import { request, can, APIError } from "../api.js";
 import { errorBox, errorMessage, modal } from "../dialog.js";
+import { flowBadges, queueDialog } from "./function_queue.js";
 
 /** functionsPage mounts the functions list into el; it returns its cleanup. */
 export function functionsPage(el, params) {
@@ -79,13 +80,15 @@ export function functionsPage(el, params) {
           h("span", { title: retryTitle(r) }, icon("rerun", 12), `${r.max_attempts ?? 3} attempts`)),
         cfg.invoke_roles && cfg.invoke_roles.length
           ? h("div", { class: "sub" }, "invoke: ", cfg.invoke_roles.map((x) => h("span", { class: "tag" }, x)))
-          : null),
+          : null,
+        flowBadges(cfg)),
       h("td", { class: "num" }, haveStats ? h("span", null, String(s ? s.runs : 0), s && s.running ? h("div", { class: "sub" }, `${s.running} running`) : null) : dash()),
       h("td", null, rate === null ? dash() : meter(rate)),
       h("td", { class: "num" }, s && typeof s.p50_ms === "number" ? fmtDuration(s.p50_ms) : dash()),
       h("td", null, s && s.last_run_at ? timeAgo(s.last_run_at) : dash()),
       h("td", { class: "actions" },
         can("runs:invoke") ? h("button", { type: "button", class: "btn small", "data-testid": `invoke-${f.name}`, onclick: () => invokeDialog(fns, f.name) }, icon("play", 11), "Invoke") : null,
+        h("button", { type: "button", class: "btn small ghost", "data-testid": `queue-${f.name}`, onclick: () => queueDialog(f.name) }, "Queue"),
         h("a", { href: runsLink, class: "btn small ghost" }, "Runs", icon("chevron", 12))));
   }
 

@@ -20,6 +20,14 @@ export function facts(r, fn) {
     ["Duration", r.started_at ? elapsed(r.started_at, r.finished_at) : h("span", { class: "muted" }, "—")],
     ["Attempts", h("span", { class: "num" }, String(r.attempts))],
   ];
+  if (r.priority && r.priority !== 2) {
+    rows.push(["Priority", h("span", { class: "num", "data-testid": "priority",
+      title: "1 runs first, 4 last (2 is the default)." }, String(r.priority))]);
+  }
+  if (r.held && !ENDED.has(r.status)) {
+    rows.push(["Held", h("span", { "data-testid": "held",
+      title: "Why the run has not started yet: flow control holds it back." }, r.held)]);
+  }
   if (r.deadline) {
     rows.push(["Deadline", h("span", { "data-testid": "deadline",
       title: "Past it the run fails with deadline_exceeded, whatever it is doing." }, time(r.deadline),
