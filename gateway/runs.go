@@ -190,6 +190,8 @@ func (s *Server) StartRun(ctx context.Context, req server.StartRunRequestObject)
 	switch {
 	case errors.Is(err, journal.ErrNotFound):
 		return server.StartRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: functionNotFound(req.Name)}, nil
+	case errors.Is(err, invoker.ErrDelayedDebounce):
+		return nil, badRequest("function %s is debounced (config.debounce): its runs cannot have a delayed start (start_at or delay)", req.Name)
 	case errors.Is(err, journal.ErrIdempotencyMismatch):
 		return server.StartRun409ApplicationProblemPlusJSONResponse{ConflictApplicationProblemPlusJSONResponse: conflict(
 			fmt.Sprintf("idempotency key %q was used with a different input for function %s", n.IdempotencyKey, req.Name))}, nil

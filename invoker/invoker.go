@@ -110,6 +110,7 @@ type Invoker struct {
 	maxRecoveries int
 	health        dbHealth
 	tickErrLogged time.Time // when maintain last logged a failed overdue tick
+	flowPruned    time.Time // when maintain last pruned flow control's stale rows
 	// armedUntil is how far ahead (database clock) the maintenance passes have armed
 	// local timers for the runs' wake times (see armUpcoming).
 	armedUntil   time.Time

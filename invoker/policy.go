@@ -60,6 +60,8 @@ type FunctionConfig struct {
 	// MaxInvocationDuration is what the SDK allows one invocation before it suspends
 	// the run with a continue; 0 for none. The gateway only checks it.
 	MaxInvocationDuration time.Duration
+	// Flow is the function's throttle, rate limit and debounce; nil for none.
+	Flow *Flow
 	// Concurrency bounds how many runs of the revision run at once; none when empty.
 	Concurrency []ConcurrencyLimit
 }
@@ -130,6 +132,9 @@ func ParseConfig(raw json.RawMessage) (FunctionConfig, error) {
 	})
 	if err != nil {
 		return FunctionConfig{}, fmt.Errorf("config.retries: %w", err)
+	}
+	if fc.Flow, err = parseFlow(c); err != nil {
+		return FunctionConfig{}, err
 	}
 	if c.Priority != nil {
 		if err := CheckPriority("config.priority", *c.Priority); err != nil {

@@ -676,6 +676,7 @@ func startChild(ctx context.Context, db DB, runID string, invocation int, tenant
 	child, _, err := CreateRun(ctx, db, NewRun{
 		ID: in.ChildID, Tenant: tenant, Function: in.Function, Input: input, Identity: identity,
 		ParentID: &runID, ParentSeq: in.Seq, ParentName: in.Name, Detached: in.Detached,
+		Flowed: true, // A child run is not throttled, rate limited nor debounced.
 	})
 	var fe *ForbiddenError
 	var e ErrorInfo

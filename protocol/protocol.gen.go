@@ -672,6 +672,22 @@ type ConcurrencyLimit struct {
 	Limit int `json:"limit"`
 }
 
+// DebounceConfig Collapses the starts of one key within `period` into one run with the last
+// start's input (Inngest `debounce`, DBOS `Debouncer`): the first start creates the
+// run `scheduled` at now + `period`; each further start before it begins replaces its
+// input and identity and pushes its start to now + `period`, but never past the
+// first start + `max_wait`.
+type DebounceConfig struct {
+	// Key As a throttle's key.
+	Key *string `json:"key,omitempty"`
+
+	// MaxWait The longest a start may be pushed back, from the first; at least `period`, at most `24h`. Defaults to 24h.
+	MaxWait *Duration `json:"max_wait,omitempty"`
+
+	// Period From `10ms` to `24h`.
+	Period Duration `json:"period"`
+}
+
 // Duration A Go duration such as `30s`, `5m`, `1h30m`.
 //
 // Example: 30s
@@ -704,6 +720,9 @@ type Event struct {
 	// Runs The ids of the runs the event started.
 	Runs []string `json:"runs"`
 
+	// Skipped The functions the event's triggers did not start, with why (a rate limit).
+	Skipped *[]SkippedStart `json:"skipped,omitempty"`
+
 	// SourceRunID The run that sent the event (step.SendEvent); absent for one sent through the API.
 	SourceRunID *string `json:"source_run_id,omitempty"`
 }
@@ -728,6 +747,9 @@ type EventReceipt struct {
 
 	// Runs The ids of the runs the event started (of the first event, for a duplicate).
 	Runs []string `json:"runs"`
+
+	// Skipped The functions the event's triggers did not start, with why (a rate limit); absent when none.
+	Skipped *[]SkippedStart `json:"skipped,omitempty"`
 }
 
 // EventSend defines model for EventSend.
@@ -768,6 +790,13 @@ type FunctionConfig struct {
 	// Each tenant's runs have their own slots.
 	Concurrency *[]ConcurrencyLimit `json:"concurrency,omitempty"`
 
+	// Debounce Collapses the starts of one key within `period` into one run with the last
+	// start's input (Inngest `debounce`, DBOS `Debouncer`): the first start creates the
+	// run `scheduled` at now + `period`; each further start before it begins replaces its
+	// input and identity and pushes its start to now + `period`, but never past the
+	// first start + `max_wait`.
+	Debounce *DebounceConfig `json:"debounce,omitempty"`
+
 	// InvokeRoles When set, only tokens with one of these roles (or `admin`) may start runs of
 	// this function, besides needing `runs:invoke`.
 	InvokeRoles *[]string `json:"invoke_roles,omitempty"`
@@ -786,6 +815,12 @@ type FunctionConfig struct {
 	// workers.
 	Priority *int `json:"priority,omitempty"`
 
+	// RateLimit Drops the starts beyond a rate (GCRA): such a start is a 429 with
+	// `Retry-After` and creates no run; a run an event trigger or a schedule would
+	// start is skipped, and the event's `skipped` names it (Inngest `rateLimit`).
+	// `max_queue` does not apply.
+	RateLimit *RateConfig `json:"rate_limit,omitempty"`
+
 	// Retention How long this function's finished runs (with their journals, streams and
 	// messages) are kept, from 1m to 10 years; the gateway's `STEPGATE_RETENTION`
 	// (default `720h`, 30 days) when absent. A run's own revision decides. Past it,
@@ -802,6 +837,12 @@ type FunctionConfig struct {
 	// with error type `deadline_exceeded` whatever it is doing. From `1s` to 10 years;
 	// none by default.
 	RunTimeout *Duration `json:"run_timeout,omitempty"`
+
+	// Throttle Queues the starts beyond a rate (GCRA): a start the rate does not allow now
+	// creates the run `scheduled` at the time it does, with `held` saying why
+	// (Inngest `throttle`, DBOS `limiter` on a queue). At most `max_queue` starts per
+	// key wait at once; past that a start is a 429 with `Retry-After`.
+	Throttle *RateConfig `json:"throttle,omitempty"`
 
 	// Timeout How long one invocation may take. Defaults to 5m.
 	Timeout *Duration `json:"timeout,omitempty"`
@@ -1223,6 +1264,28 @@ type QueueKey struct {
 	Running int `json:"running"`
 }
 
+// RateConfig A rate per key: at most `limit` starts per `period`, spread evenly (one each
+// `period/limit`), plus `burst` more at once after a quiet spell.
+type RateConfig struct {
+	// Burst Starts allowed at once beyond the steady rate. Defaults to 0.
+	Burst *int `json:"burst,omitempty"`
+
+	// Key What the limit is counted per: `input.<dotted.path>` (a field of the run's
+	// input), `identity.subject`, `identity.tenant` or `identity.claims.<name>`.
+	// None: one limit for the whole function (in the tenant). A missing field
+	// counts as the empty value.
+	Key *string `json:"key,omitempty"`
+
+	// Limit Starts per period; at least 1.
+	Limit int `json:"limit"`
+
+	// MaxQueue For a throttle: the most starts of one key waiting at once. Defaults to 1000.
+	MaxQueue *int `json:"max_queue,omitempty"`
+
+	// Period From `10ms` to `24h`.
+	Period Duration `json:"period"`
+}
+
 // RerunRequest Where a rerun starts; an absent body or field reruns from the start.
 type RerunRequest struct {
 	// FromSeq The first seq the new run executes again; the old run's entries before it are
@@ -1454,7 +1517,7 @@ type Schedule struct {
 	// Input Any JSON value, kept byte for byte.
 	Input AnyJSON `json:"input"`
 
-	// LastRunID The run the last tick started; absent when it started none (the function was deleted, or its `invoke_roles` exclude the identity).
+	// LastRunID The run the last tick started; absent when it started none (the function was deleted, its `invoke_roles` exclude the identity, or its `rate_limit` dropped the start).
 	LastRunID *string `json:"last_run_id,omitempty"`
 
 	// LastTickAt The latest tick of the last handling that was to start a run; when none was (every tick skipped), the earliest tick it handled.
@@ -1568,6 +1631,14 @@ type SigningSecret struct {
 type SigningSecretList struct {
 	Secrets []SigningSecret `json:"secrets"`
 	Tenant  string          `json:"tenant"`
+}
+
+// SkippedStart defines model for SkippedStart.
+type SkippedStart struct {
+	Function string `json:"function"`
+
+	// Reason Why no run started, such as `rate limited: 10 per 1s (key customer_id=c-9)`.
+	Reason string `json:"reason"`
 }
 
 // StreamAck defines model for StreamAck.
@@ -2080,6 +2151,14 @@ type ClientInterface interface {
 	// The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 	// key with a different input is a 409.
 	//
+	// Flow control (the function's config): a `throttle` queues a start beyond its rate,
+	// creating the run `scheduled` at the time the rate allows (its `held` says why);
+	// past the throttle's `max_queue` the start is a 429 with `Retry-After`. A
+	// `rate_limit` drops a start beyond its rate: 429 with `Retry-After`, no run. A
+	// `debounce` collapses the starts of one key within its period into one run, with
+	// the last start's input and identity: each answers that run's id. With `wait`, the
+	// request waits for the run as usual (a throttled run from its scheduled time).
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/functions/{name}/runs (the `StartRun` operationId).
@@ -2092,6 +2171,14 @@ type ClientInterface interface {
 	// result, or 202 with a `Location` to attach to if the wait runs out first.
 	// The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 	// key with a different input is a 409.
+	//
+	// Flow control (the function's config): a `throttle` queues a start beyond its rate,
+	// creating the run `scheduled` at the time the rate allows (its `held` says why);
+	// past the throttle's `max_queue` the start is a 429 with `Retry-After`. A
+	// `rate_limit` drops a start beyond its rate: 429 with `Retry-After`, no run. A
+	// `debounce` collapses the starts of one key within its period into one run, with
+	// the last start's input and identity: each answers that run's id. With `wait`, the
+	// request waits for the run as usual (a throttled run from its scheduled time).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2932,6 +3019,14 @@ func (c *Client) GetFunctionQueue(ctx context.Context, name FunctionName, reqEdi
 // The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 // key with a different input is a 409.
 //
+// Flow control (the function's config): a `throttle` queues a start beyond its rate,
+// creating the run `scheduled` at the time the rate allows (its `held` says why);
+// past the throttle's `max_queue` the start is a 429 with `Retry-After`. A
+// `rate_limit` drops a start beyond its rate: 429 with `Retry-After`, no run. A
+// `debounce` collapses the starts of one key within its period into one run, with
+// the last start's input and identity: each answers that run's id. With `wait`, the
+// request waits for the run as usual (a throttled run from its scheduled time).
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v1/functions/{name}/runs (the `StartRun` operationId).
@@ -2954,6 +3049,14 @@ func (c *Client) StartRunWithBody(ctx context.Context, name FunctionName, params
 // result, or 202 with a `Location` to attach to if the wait runs out first.
 // The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 // key with a different input is a 409.
+//
+// Flow control (the function's config): a `throttle` queues a start beyond its rate,
+// creating the run `scheduled` at the time the rate allows (its `held` says why);
+// past the throttle's `max_queue` the start is a 429 with `Retry-After`. A
+// `rate_limit` drops a start beyond its rate: 429 with `Retry-After`, no run. A
+// `debounce` collapses the starts of one key within its period into one run, with
+// the last start's input and identity: each answers that run's id. With `wait`, the
+// request waits for the run as usual (a throttled run from its scheduled time).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -5949,6 +6052,14 @@ type ClientWithResponsesInterface interface {
 	// The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 	// key with a different input is a 409.
 	//
+	// Flow control (the function's config): a `throttle` queues a start beyond its rate,
+	// creating the run `scheduled` at the time the rate allows (its `held` says why);
+	// past the throttle's `max_queue` the start is a 429 with `Retry-After`. A
+	// `rate_limit` drops a start beyond its rate: 429 with `Retry-After`, no run. A
+	// `debounce` collapses the starts of one key within its period into one run, with
+	// the last start's input and identity: each answers that run's id. With `wait`, the
+	// request waits for the run as usual (a throttled run from its scheduled time).
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/functions/{name}/runs (the `StartRun` operationId).
@@ -5961,6 +6072,14 @@ type ClientWithResponsesInterface interface {
 	// result, or 202 with a `Location` to attach to if the wait runs out first.
 	// The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 	// key with a different input is a 409.
+	//
+	// Flow control (the function's config): a `throttle` queues a start beyond its rate,
+	// creating the run `scheduled` at the time the rate allows (its `held` says why);
+	// past the throttle's `max_queue` the start is a 429 with `Retry-After`. A
+	// `rate_limit` drops a start beyond its rate: 429 with `Retry-After`, no run. A
+	// `debounce` collapses the starts of one key within its period into one run, with
+	// the last start's input and identity: each answers that run's id. With `wait`, the
+	// request waits for the run as usual (a throttled run from its scheduled time).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7209,6 +7328,8 @@ type StartRunResponse struct {
 	ApplicationProblemJSON409 *Conflict
 	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationProblemJSON413 *TooLarge
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *TooManyRequests
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationProblemJSON503 *Unavailable
 	// Headers202 the parsed response headers for an HTTP 202 response
@@ -7253,6 +7374,11 @@ func (r StartRunResponse) GetApplicationProblemJSON409() *Conflict {
 // GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r StartRunResponse) GetApplicationProblemJSON413() *TooLarge {
 	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r StartRunResponse) GetApplicationProblemJSON429() *TooManyRequests {
+	return r.ApplicationProblemJSON429
 }
 
 // GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
@@ -9308,6 +9434,14 @@ func (c *ClientWithResponses) GetFunctionQueueWithResponse(ctx context.Context, 
 // The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 // key with a different input is a 409.
 //
+// Flow control (the function's config): a `throttle` queues a start beyond its rate,
+// creating the run `scheduled` at the time the rate allows (its `held` says why);
+// past the throttle's `max_queue` the start is a 429 with `Retry-After`. A
+// `rate_limit` drops a start beyond its rate: 429 with `Retry-After`, no run. A
+// `debounce` collapses the starts of one key within its period into one run, with
+// the last start's input and identity: each answers that run's id. With `wait`, the
+// request waits for the run as usual (a throttled run from its scheduled time).
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/functions/{name}/runs (the `StartRun` operationId).
@@ -9326,6 +9460,14 @@ func (c *ClientWithResponses) StartRunWithBodyWithResponse(ctx context.Context, 
 // result, or 202 with a `Location` to attach to if the wait runs out first.
 // The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 // key with a different input is a 409.
+//
+// Flow control (the function's config): a `throttle` queues a start beyond its rate,
+// creating the run `scheduled` at the time the rate allows (its `held` says why);
+// past the throttle's `max_queue` the start is a 429 with `Retry-After`. A
+// `rate_limit` drops a start beyond its rate: 429 with `Retry-After`, no run. A
+// `debounce` collapses the starts of one key within its period into one run, with
+// the last start's input and identity: each answers that run's id. With `wait`, the
+// request waits for the run as usual (a throttled run from its scheduled time).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -10660,6 +10802,13 @@ func ParseStartRunResponse(rsp *http.Response) (*StartRunResponse, error) {
 			return nil, err
 		}
 		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable

@@ -2,8 +2,8 @@
 // serve: hello (no steps), orders.checkout (three steps and an optional sleep),
 // orders.fulfil (orders.checkout as a child run), orders.await_payment (a wait for an
 // event), orders.approval (a human's approval or the payment, whichever comes first),
-// flaky (a step that fails before it succeeds) and chain (n steps in a row, for
-// benchmarks).
+// flaky (a step that fails before it succeeds), chain (n steps in a row, for
+// benchmarks) and orders.notify (throttled per customer).
 package examples
 
 import (
@@ -18,7 +18,7 @@ import (
 )
 
 // Register adds hello, orders.checkout, orders.fulfil, orders.await_payment,
-// orders.approval, flaky and chain to app.
+// orders.approval, flaky, chain and orders.notify to app.
 func Register(app *functions.App) {
 	functions.Register(app, "hello", Hello)
 	functions.Register(app, "orders.checkout", Checkout, functions.Timeout(30*time.Second), functions.MaxAttempts(5))
@@ -31,6 +31,32 @@ func Register(app *functions.App) {
 	functions.Register(app, "orders.approval", Approval)
 	functions.Register(app, "flaky", Flaky)
 	functions.Register(app, "chain", Chain)
+	// At most 2 notifications a second per customer, one more at once after a quiet
+	// spell; the starts beyond wait, scheduled (see the README's throttles).
+	functions.Register(app, "orders.notify", Notify, functions.Throttle(functions.Rate{
+		Limit: 2, Period: time.Second, Burst: 1, Key: "input.customer_id",
+	}))
+}
+
+// NotifyInput is the input of orders.notify.
+type NotifyInput struct {
+	CustomerID string `json:"customer_id"`
+	Message    string `json:"message"`
+}
+
+// NotifyOutput is the output of orders.notify.
+type NotifyOutput struct {
+	Sent string `json:"sent"`
+}
+
+// Notify sends in.Message to the customer in one step. It is throttled per customer:
+// a burst of notifications for one customer is spread out, other customers' are not
+// held back by it.
+func Notify(ctx context.Context, in NotifyInput) (NotifyOutput, error) {
+	sent, err := step.Run(ctx, "send", func(ctx context.Context) (string, error) {
+		return fmt.Sprintf("to %s: %s", in.CustomerID, in.Message), nil
+	})
+	return NotifyOutput{Sent: sent}, err
 }
 
 // HelloInput is the input of hello.
