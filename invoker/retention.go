@@ -68,7 +68,9 @@ func (w *retentionWorker) Work(ctx context.Context, _ *river.Job[RetentionArgs])
 func retentionJob(interval time.Duration) *river.PeriodicJob {
 	return river.NewPeriodicJob(river.PeriodicInterval(interval),
 		func() (river.JobArgs, *river.InsertOpts) {
-			return RetentionArgs{}, &river.InsertOpts{UniqueOpts: river.UniqueOpts{ByPeriod: interval}}
+			// Only River's leader inserts it; a second pass at once after a change of
+			// leader is harmless (rows locked by one are skipped by the other).
+			return RetentionArgs{}, nil
 		},
 		&river.PeriodicJobOpts{RunOnStart: true, ID: "stepgate.retention"})
 }
