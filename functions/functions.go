@@ -200,6 +200,13 @@ func RunTimeout(d time.Duration) Option {
 	return Option{func(c *protocol.FunctionConfig) { c.RunTimeout = new(d.String()) }}
 }
 
+// Retention sets how long the function's finished runs are kept before the gateway
+// deletes them (see the README's retention); d must be from 1m to 10 years. Without it,
+// the gateway's STEPGATE_RETENTION (30 days by default) holds.
+func Retention(d time.Duration) Option {
+	return Option{func(c *protocol.FunctionConfig) { c.Retention = new(d.String()) }}
+}
+
 // InvokeRoles restricts who may start runs of the function: a caller needs one of roles
 // (or the admin role) besides the runs:invoke permission.
 func InvokeRoles(roles ...string) Option {

@@ -2,8 +2,10 @@ package gateway_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,4 +86,28 @@ func TestRetention(t *testing.T) {
 	require.NotContains(t, string(resp.Body), "deleted")
 	// A run within its retention stays.
 	require.Equal(t, protocol.RunStatusCompleted, getRun(t, alice, recent.ID).Status)
+}
+
+// TestRetentionConfig: a function's retention is a duration from 1m to 10 years; anything
+// else is a 400 naming the field, and a valid one is kept with the revision.
+func TestRetentionConfig(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	token := s.NewToken(t, auth.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}})
+	for config, detail := range map[string]string{
+		`{"retention":"30s"}`:     "config.retention",
+		`{"retention":"100000h"}`: "(10 years)",
+		`{"retention":"soon"}`:    "config.retention",
+	} {
+		code, body := rawRequest(t, "PUT", s.URL+"/v1/functions/cfg", token, "application/json",
+			strings.NewReader(fmt.Sprintf(`{"url":"http://127.0.0.1:1/","config":%s}`, config)))
+		require.Equal(t, http.StatusBadRequest, code, "%s: %v", config, body)
+		require.Contains(t, fmt.Sprint(body["detail"]), detail)
+	}
+	code, body := rawRequest(t, "PUT", s.URL+"/v1/functions/cfg", token, "application/json",
+		strings.NewReader(`{"url":"http://127.0.0.1:1/","config":{"retention":"72h"}}`))
+	require.Equal(t, http.StatusOK, code, "%v", body)
+	var ms int64
+	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT retention_ms FROM stepgate.function_revision WHERE tenant = 't1' AND name = 'cfg'`).Scan(&ms))
+	require.Equal(t, (72 * time.Hour).Milliseconds(), ms)
 }
