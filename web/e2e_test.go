@@ -678,6 +678,24 @@ func TestDashboard(t *testing.T) {
 		t.Logf("screenshot: %s", b.screenshot("run-scheduled"))
 	})
 
+	t.Run("FlowControlSaysWhyARunWaits", func(t *testing.T) {
+		b.use(t)
+		// orders.notify is throttled at 2 a second per customer: a burst of 20 spreads
+		// over about 10 seconds, the last ones scheduled and held.
+		var last string
+		for i := range 20 {
+			last = start(t, c, "orders.notify", fmt.Sprintf(`{"customer_id":"c-web","message":"m%d"}`, i), nil)
+		}
+		b.do("open the last notification", 10*time.Second, chromedp.Navigate(s.URL+"/#/runs/"+last))
+		require.Contains(t, b.text("why it waits", "[data-testid=held]"), "throttled")
+		b.do("open the functions", 10*time.Second, chromedp.Navigate(s.URL+"/#/functions"))
+		require.Contains(t, b.text("its flow control", `tr[data-function="orders.notify"] [data-testid=flow-badges]`), "throttle 2/")
+		b.click("open its queue", "[data-testid=queue-orders.notify]")
+		require.Contains(t, b.text("why runs wait", "[data-testid=queue-reasons]"), "throttled")
+		t.Logf("screenshot: %s", b.screenshot("function-queue"))
+		run(b, "close the dialog", chromedp.Evaluate[bool](`(document.querySelector("dialog").close(), true)`))
+	})
+
 	t.Run("ALinkForAnotherTenantAsksFirst", func(t *testing.T) {
 		b.use(t)
 		mallory := s.NewToken(t, auth.Identity{Subject: "mallory", Tenant: "evil", Roles: []string{"admin"}})

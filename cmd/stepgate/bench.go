@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -32,8 +33,26 @@ const (
 // other functions get {}.
 var benchInputs = map[string]string{
 	"hello":           `{"name":"bench"}`,
+	"hello.limited":   `{"name":"bench"}`,
 	"orders.checkout": `{}`,
 	"chain":           `{"steps":10}`,
+}
+
+// benchKeys is how many concurrency keys the runs of hello.keyed spread over (one
+// running at a time per key): run i has the key k-<i mod benchKeys>.
+const benchKeys = 100
+
+// benchInput returns what makes each run's input of fn.
+func benchInput(fn string) func() []byte {
+	if fn == "hello.keyed" {
+		var n atomic.Int64
+		return func() []byte { return fmt.Appendf(nil, `{"name":"bench","key":"k-%d"}`, n.Add(1)%benchKeys) }
+	}
+	input := []byte(benchInputs[fn])
+	if len(input) == 0 {
+		input = []byte(`{}`)
+	}
+	return func() []byte { return input }
 }
 
 // benchOptions are the parsed arguments of "stepgate bench".
@@ -214,10 +233,7 @@ func (c *cli) bench(ctx context.Context, args []string) error {
 	}
 
 	for _, fn := range o.functions {
-		input := []byte(benchInputs[fn])
-		if len(input) == 0 {
-			input = []byte(`{}`)
-		}
+		input := benchInput(fn)
 		for _, conc := range o.concurrency {
 			fmt.Fprintf(c.stderr, "bench: %s at concurrency %d for %s (+%s warmup)\n", fn, conc, o.duration, o.warmup)
 			if o.warmup > 0 {
@@ -286,7 +302,7 @@ type benchWorker struct {
 // runBenchPhase runs conc goroutines that each start runs of fn and wait for
 // their results, back to back, until d has passed; a request in flight at
 // the end is finished and counted. It returns the phase's cell.
-func runBenchPhase(ctx context.Context, cl *protocol.ClientWithResponses, fn string, input []byte, conc int, d time.Duration) benchCell {
+func runBenchPhase(ctx context.Context, cl *protocol.ClientWithResponses, fn string, input func() []byte, conc int, d time.Duration) benchCell {
 	workers := make([]benchWorker, conc)
 	start := time.Now()
 	deadline := start.Add(d)
@@ -297,7 +313,7 @@ func runBenchPhase(ctx context.Context, cl *protocol.ClientWithResponses, fn str
 			w.errors = map[string]int{}
 			for time.Now().Before(deadline) && ctx.Err() == nil {
 				t0 := time.Now()
-				ok, kind := benchOnce(ctx, cl, fn, input)
+				ok, kind := benchOnce(ctx, cl, fn, input())
 				if ctx.Err() != nil {
 					return // interrupted: neither a latency nor an error of the gateway
 				}

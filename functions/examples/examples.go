@@ -17,8 +17,10 @@ import (
 	"github.com/stepgate/stepgate/functions/step"
 )
 
-// Register adds hello, orders.checkout, orders.fulfil, orders.await_payment,
-// orders.approval, flaky, chain and orders.notify to app.
+// Register adds hello, orders.checkout, orders.fulfil, orders.quote,
+// orders.fulfil_all, orders.await_payment, orders.approval, flaky, chain, orders.notify,
+// and hello.limited and hello.keyed (hello under concurrency limits, for benchmarks) to
+// app.
 func Register(app *functions.App) {
 	functions.Register(app, "hello", Hello)
 	functions.Register(app, "orders.checkout", Checkout, functions.Timeout(30*time.Second), functions.MaxAttempts(5))
@@ -36,6 +38,10 @@ func Register(app *functions.App) {
 	functions.Register(app, "orders.notify", Notify, functions.Throttle(functions.Rate{
 		Limit: 2, Period: time.Second, Burst: 1, Key: "input.customer_id",
 	}))
+	// hello under concurrency limits, for `stepgate bench`: a function-wide limit it
+	// never reaches, and one run at a time per key (the bench spreads over 100 keys).
+	functions.Register(app, "hello.limited", Hello, functions.Concurrency(1000, ""))
+	functions.Register(app, "hello.keyed", Hello, functions.Concurrency(1, "input.key"))
 }
 
 // NotifyInput is the input of orders.notify.

@@ -46,6 +46,8 @@ func TestExamples(t *testing.T) {
 			{"name":"chain","path":"chain"},
 			{"name":"flaky","path":"flaky"},
 			{"name":"hello","path":"hello"},
+			{"name":"hello.keyed","path":"hello.keyed","config":{"concurrency":[{"limit":1,"key":"input.key"}]}},
+			{"name":"hello.limited","path":"hello.limited","config":{"concurrency":[{"limit":1000}]}},
 			{"name":"orders.approval","path":"orders.approval"},
 			{"name":"orders.await_payment","path":"orders.await_payment"},
 			{"name":"orders.checkout","path":"orders.checkout","config":{"timeout":"30s","retries":{"max_attempts":5}}},
