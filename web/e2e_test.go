@@ -680,18 +680,22 @@ func TestDashboard(t *testing.T) {
 
 	t.Run("FlowControlSaysWhyARunWaits", func(t *testing.T) {
 		b.use(t)
-		// orders.notify is throttled at 2 a second per customer: a burst of 20 spreads
-		// over about 10 seconds, the last ones scheduled and held.
+		// One start a minute: the second and third wait, scheduled and held.
+		app := s.NewApp()
+		functions.Register(app, "digest", func(ctx context.Context, _ struct{}) (string, error) { return "sent", nil },
+			functions.Throttle(functions.Rate{Limit: 1, Period: time.Minute}))
+		s.Sync(t, s.ServeApp(t, app))
 		var last string
-		for i := range 20 {
-			last = start(t, c, "orders.notify", fmt.Sprintf(`{"customer_id":"c-web","message":"m%d"}`, i), nil)
+		for range 3 {
+			last = start(t, c, "digest", `{}`, nil)
 		}
-		b.do("open the last notification", 10*time.Second, chromedp.Navigate(s.URL+"/#/runs/"+last))
+		b.do("open the last digest", 10*time.Second, chromedp.Navigate(s.URL+"/#/runs/"+last))
+		b.visible("it is scheduled", runStatus("scheduled"))
 		require.Contains(t, b.text("why it waits", "[data-testid=held]"), "throttled")
 		b.do("open the functions", 10*time.Second, chromedp.Navigate(s.URL+"/#/functions"))
-		require.Contains(t, b.text("its flow control", `tr[data-function="orders.notify"] [data-testid=flow-badges]`), "throttle 2/")
-		b.click("open its queue", "[data-testid=queue-orders.notify]")
-		require.Contains(t, b.text("why runs wait", "[data-testid=queue-reasons]"), "throttled")
+		require.Contains(t, b.text("its flow control", `tr[data-function="digest"] [data-testid=flow-badges]`), "throttle 1/1m")
+		b.click("open its queue", `[data-testid="queue-digest"]`)
+		require.Contains(t, b.text("why runs wait", "[data-testid=queue-reasons]"), "2 throttled")
 		t.Logf("screenshot: %s", b.screenshot("function-queue"))
 		run(b, "close the dialog", chromedp.Evaluate[bool](`(document.querySelector("dialog").close(), true)`))
 	})
