@@ -26,6 +26,7 @@ import (
 
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/internal/egress"
+	"github.com/stepgate/stepgate/internal/metrics"
 	"github.com/stepgate/stepgate/internal/notify"
 	"github.com/stepgate/stepgate/journal"
 )
@@ -80,6 +81,8 @@ type Config struct {
 	// Clock makes the timers of runs' wake-ups and schedules' ticks. Defaults to the
 	// system clock.
 	Clock Clock
+	// Metrics records runs, invocations, checkpoints and answers. Nil records nothing.
+	Metrics *metrics.Metrics
 }
 
 // Invoker calls functions and applies their answers. See the package doc.
@@ -104,7 +107,8 @@ type Invoker struct {
 	// armedUntil is how far ahead (database clock) the maintenance passes have armed
 	// local timers for the runs' wake times (see armUpcoming).
 	armedUntil   time.Time
-	revisions    sync.Map         // revisionKey -> *revision; revisions are immutable
+	revisions    sync.Map // revisionKey -> *revision; revisions are immutable
+	metrics      *metrics.Metrics
 	listener     *notify.Listener // the process's LISTEN connection; waiters subscribe to it
 	ownsListener bool             // made by New: Start runs it
 
@@ -144,6 +148,7 @@ func New(cfg Config) (*Invoker, error) {
 		sweepGrace:    cmp.Or(cfg.SweepGrace, 3*time.Second),
 		maxRecoveries: cmp.Or(cfg.MaxRecoveries, 100),
 		listener:      cfg.Listener,
+		metrics:       cfg.Metrics,
 		inflight:      map[string]map[*inflightCall]struct{}{},
 	}
 	if inv.listener == nil {
@@ -322,7 +327,12 @@ var (
 // run, in the invocation's name, so that invocation can no longer complete it whatever it
 // answers; the error is returned for the checkpoint's answer.
 func (inv *Invoker) Checkpoint(ctx context.Context, runID string, invocation int, e journal.Entry) error {
+	began := time.Now()
 	err := journal.AppendEntry(ctx, inv.pool, runID, invocation, e, inv.limits.Bounds())
+	inv.metrics.Checkpoint(time.Since(began))
+	if err == nil {
+		inv.checkpointed(runID, invocation, e.Seq)
+	}
 	return inv.FailOnCheckpoint(ctx, runID, invocation, err)
 }
 

@@ -110,6 +110,7 @@ func (inv *Invoker) CancelRun(ctx context.Context, db *journal.TenantDB, runID s
 	if err != nil {
 		return run, err
 	}
+	inv.metrics.RunFinished(run.Function, run.Tenant, string(journal.StatusCancelled), -1)
 	inv.Cancelled(run.ID)
 	inv.cancelledAll(tree)
 	if run.ParentSeq != nil {
