@@ -21,6 +21,7 @@ import (
 // keeps this map equal to the spec.
 var operationPermissions = map[string]access.Permission{
 	"healthz":            "",
+	"readyz":             "",
 	"checkpoint":         "",
 	"checkpointStream":   "",
 	"resolveCallback":    "", // the token in the path is the credential

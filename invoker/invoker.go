@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -109,6 +110,7 @@ type Invoker struct {
 	armedUntil   time.Time
 	revisions    sync.Map // revisionKey -> *revision; revisions are immutable
 	metrics      *metrics.Metrics
+	riverStarted atomic.Bool // see Running
 	listener     *notify.Listener // the process's LISTEN connection; waiters subscribe to it
 	ownsListener bool             // made by New: Start runs it
 
@@ -210,6 +212,7 @@ func (inv *Invoker) Start(ctx context.Context) error {
 	if err := inv.river.Start(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("invoker: start river: %w", err)
 	}
+	inv.riverStarted.Store(true)
 	loops, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	inv.loopsCancel = cancel
 	inv.loopsWG.Add(2)
@@ -372,6 +375,20 @@ func (inv *Invoker) FailInvocation(ctx context.Context, runID string, invocation
 	}
 	inv.ended(runID, errRunFailed)
 	return nil
+}
+
+// Running reports whether River's client was started and has not stopped: whether this
+// process works River's jobs (a draining process stops doing so).
+func (inv *Invoker) Running() bool {
+	if !inv.riverStarted.Load() {
+		return false
+	}
+	select {
+	case <-inv.river.Stopped():
+		return false
+	default:
+		return true
+	}
 }
 
 // Limits returns the invoker's limits, defaults applied.
