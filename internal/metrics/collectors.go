@@ -11,7 +11,9 @@ import (
 
 // AddPool collects pool's statistics (pgxpool.Stat) under the label pool=name.
 func (m *Metrics) AddPool(name string, pool *pgxpool.Pool) {
-	m.reg.MustRegister(&poolCollector{name: name, pool: pool})
+	m.pools.mu.Lock()
+	defer m.pools.mu.Unlock()
+	m.pools.pools = append(m.pools.pools, namedPool{name, pool})
 }
 
 var (
@@ -24,9 +26,15 @@ var (
 	poolAcquires = prometheus.NewDesc("stepgate_db_pool_acquire_total", "Connections acquired.", []string{"pool"}, nil)
 )
 
-type poolCollector struct {
+type namedPool struct {
 	name string
 	pool *pgxpool.Pool
+}
+
+// poolCollector collects the pools added with AddPool.
+type poolCollector struct {
+	mu    sync.Mutex
+	pools []namedPool
 }
 
 func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -36,14 +44,19 @@ func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
-	s := c.pool.Stat()
-	ch <- prometheus.MustNewConstMetric(poolAcquired, prometheus.GaugeValue, float64(s.AcquiredConns()), c.name)
-	ch <- prometheus.MustNewConstMetric(poolIdle, prometheus.GaugeValue, float64(s.IdleConns()), c.name)
-	ch <- prometheus.MustNewConstMetric(poolTotal, prometheus.GaugeValue, float64(s.TotalConns()), c.name)
-	ch <- prometheus.MustNewConstMetric(poolMax, prometheus.GaugeValue, float64(s.MaxConns()), c.name)
-	ch <- prometheus.MustNewConstMetric(poolWaits, prometheus.CounterValue, float64(s.EmptyAcquireCount()), c.name)
-	ch <- prometheus.MustNewConstMetric(poolWaitSecs, prometheus.CounterValue, s.EmptyAcquireWaitTime().Seconds(), c.name)
-	ch <- prometheus.MustNewConstMetric(poolAcquires, prometheus.CounterValue, float64(s.AcquireCount()), c.name)
+	c.mu.Lock()
+	pools := c.pools
+	c.mu.Unlock()
+	for _, p := range pools {
+		s := p.pool.Stat()
+		ch <- prometheus.MustNewConstMetric(poolAcquired, prometheus.GaugeValue, float64(s.AcquiredConns()), p.name)
+		ch <- prometheus.MustNewConstMetric(poolIdle, prometheus.GaugeValue, float64(s.IdleConns()), p.name)
+		ch <- prometheus.MustNewConstMetric(poolTotal, prometheus.GaugeValue, float64(s.TotalConns()), p.name)
+		ch <- prometheus.MustNewConstMetric(poolMax, prometheus.GaugeValue, float64(s.MaxConns()), p.name)
+		ch <- prometheus.MustNewConstMetric(poolWaits, prometheus.CounterValue, float64(s.EmptyAcquireCount()), p.name)
+		ch <- prometheus.MustNewConstMetric(poolWaitSecs, prometheus.CounterValue, s.EmptyAcquireWaitTime().Seconds(), p.name)
+		ch <- prometheus.MustNewConstMetric(poolAcquires, prometheus.CounterValue, float64(s.AcquireCount()), p.name)
+	}
 }
 
 // Queue is what the queue collector reads from the database at scrape time.

@@ -59,6 +59,8 @@ type Metrics struct {
 	checkpoint   prometheus.Histogram
 	apply        prometheus.Histogram
 
+	pools poolCollector
+
 	functions  sync.Map // function name -> *functionMetrics
 	nFunctions atomic.Int64
 }
@@ -105,7 +107,7 @@ func New(cfg Config) *Metrics {
 		Name: "stepgate_apply_duration_seconds", Help: "Time to apply an invocation's answer (journal, status, next jobs).",
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 	})
-	m.reg.MustRegister(m.runsStarted, m.runsFinished, m.invocation, m.steps, m.checkpoint, m.apply,
+	m.reg.MustRegister(&m.pools, m.runsStarted, m.runsFinished, m.invocation, m.steps, m.checkpoint, m.apply,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
