@@ -369,7 +369,7 @@ func (inv *Invoker) FailInvocation(ctx context.Context, runID string, invocation
 	if err != nil {
 		return err
 	}
-	inv.log.InfoContext(ctx, "run failed by its checkpoint", slog.String("run_id", runID), slog.String("error_type", e.Type), slog.String("error", e.Message))
+	inv.log.InfoContext(ctx, "run failed by its checkpoint", inv.runAttrs(ctx, runID), slog.String("error_type", e.Type), slog.String("error", e.Message))
 	if f.Parent != "" {
 		inv.Wake(f.Parent)
 	}
@@ -458,7 +458,7 @@ func (w *invokeWorker) Work(ctx context.Context, job *river.Job[InvokeArgs]) err
 		return nil
 	}
 	if err != nil && ctx.Err() == nil {
-		w.inv.log.Warn("invoking the run failed; River retries it", slog.String("run_id", job.Args.RunID), slog.Any("error", err))
+		w.inv.log.Warn("invoking the run failed; River retries it", w.inv.runAttrs(ctx, job.Args.RunID), slog.Any("error", err))
 	}
 	return err
 }
@@ -487,9 +487,19 @@ func (inv *Invoker) armTimer(runID string, rev *revision, d time.Duration, tries
 			return
 		}
 		if err != nil && !errors.Is(err, journal.ErrNotDue) && inv.bg.Err() == nil {
-			inv.log.Warn("timer wake-up failed; the River job will retry", slog.String("run_id", runID), slog.Any("error", err))
+			inv.log.Warn("timer wake-up failed; the River job will retry", inv.runAttrs(inv.bg, runID), slog.Any("error", err))
 		}
 	})
+}
+
+// runAttrs returns the log attributes of run id, run_id, function and tenant, for log
+// lines of rare paths that know only the id: it reads the run (1s at most), or logs
+// empty names when it cannot.
+func (inv *Invoker) runAttrs(ctx context.Context, id string) slog.Attr {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	tenant, function := journal.RunOwner(ctx, inv.pool, id)
+	return slog.Group("", slog.String("run_id", id), slog.String("function", function), slog.String("tenant", tenant))
 }
 
 // warnOnly passes on River's warnings and errors; its info logs are per-job chatter.

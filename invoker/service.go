@@ -80,7 +80,7 @@ func (inv *Invoker) StartRunNow(ctx context.Context, db *journal.TenantDB, n jou
 		res, err := inv.InvokeNew(ctx, run, true)
 		if err != nil && !errors.Is(err, journal.ErrSuperseded) {
 			inv.log.ErrorContext(ctx, "invocation failed to apply; its lease lapses and another gateway retries it",
-				"run_id", run.ID, "error", err)
+				"run_id", run.ID, "function", run.Function, "tenant", run.Tenant, "error", err)
 		}
 		end() // before done: whoever reads done sees the invocation ended
 		ch <- res

@@ -64,3 +64,10 @@ func ReadQueueStats(ctx context.Context, db DB) (QueueStats, error) {
 	}
 	return q, nil
 }
+
+// RunOwner returns the tenant and function of run id, for the logs of the rare paths
+// that know only the id; empty strings when it cannot be read.
+func RunOwner(ctx context.Context, db DB, id string) (tenant, function string) {
+	_ = db.QueryRow(ctx, `SELECT tenant, function FROM stepgate.run WHERE id = $1`, id).Scan(&tenant, &function)
+	return tenant, function
+}
