@@ -110,7 +110,7 @@ type Invoker struct {
 	armedUntil   time.Time
 	revisions    sync.Map // revisionKey -> *revision; revisions are immutable
 	metrics      *metrics.Metrics
-	riverStarted atomic.Bool // see Running
+	riverStarted atomic.Bool      // see Running
 	listener     *notify.Listener // the process's LISTEN connection; waiters subscribe to it
 	ownsListener bool             // made by New: Start runs it
 
