@@ -148,7 +148,8 @@ func defaultClient() *http.Client {
 }
 
 // Option configures a function's entry in the manifest, which the gateway applies:
-// Timeout, MaxAttempts, Backoff, InvokeRoles, Triggers.
+// Timeout, MaxAttempts, Backoff, InvokeRoles, Triggers, Concurrency, Throttle, RateLimit,
+// Debounce.
 type Option struct {
 	set func(*protocol.FunctionConfig)
 }
@@ -205,6 +206,72 @@ func InvokeRoles(roles ...string) Option {
 	return Option{func(c *protocol.FunctionConfig) { c.InvokeRoles = new(slices.Clone(roles)) }}
 }
 
+// Rate is a throttle's or a rate limit's rate: at most Limit starts per Period (from
+// 10ms to 24h), spread evenly (one each Period/Limit), plus Burst more at once after a
+// quiet spell, counted per Key (see the Key expressions below); for a throttle, at most MaxQueue (default
+// 1000) starts of one key wait at once.
+type Rate struct {
+	Limit    int
+	Period   time.Duration
+	Burst    int
+	Key      string
+	MaxQueue int
+}
+
+func (r Rate) config() *protocol.RateConfig {
+	c := &protocol.RateConfig{Limit: r.Limit, Period: r.Period.String()}
+	if r.Burst > 0 {
+		c.Burst = new(r.Burst)
+	}
+	if r.Key != "" {
+		c.Key = new(r.Key)
+	}
+	if r.MaxQueue > 0 {
+		c.MaxQueue = new(r.MaxQueue)
+	}
+	return c
+}
+
+// Key expressions name what a throttle, a rate limit or a debounce counts per: a field
+// of the run's input ("input.customer_id", "input.order.region"), or of its identity
+// ("identity.subject", "identity.tenant", "identity.claims.<name>"). "" is one count for
+// the whole function.
+const (
+	KeySubject = "identity.subject"
+	KeyTenant  = "identity.tenant"
+)
+
+// Throttle queues the starts of the function beyond r: a start the rate does not allow
+// now creates its run scheduled at the time it does (Inngest's throttle). Past
+// r.MaxQueue waiting starts of a key, a start is refused (HTTP 429).
+func Throttle(r Rate) Option {
+	return Option{func(c *protocol.FunctionConfig) { c.Throttle = r.config() }}
+}
+
+// RateLimit drops the starts of the function beyond r (Inngest's rateLimit): such a
+// start is refused (HTTP 429 with Retry-After), and a run an event or a schedule would
+// start is skipped. r.MaxQueue does not apply.
+func RateLimit(r Rate) Option {
+	return Option{func(c *protocol.FunctionConfig) { c.RateLimit = r.config() }}
+}
+
+// Debounce collapses the starts of the function with the same key (see the Key expressions below) within
+// period into one run with the last start's input, which starts once period has
+// passed with no further start, or maxWait after the first (0: 24h); maxWait must be at
+// least period (DBOS's Debouncer, Inngest's debounce).
+func Debounce(period time.Duration, key string, maxWait time.Duration) Option {
+	return Option{func(c *protocol.FunctionConfig) {
+		d := &protocol.DebounceConfig{Period: period.String()}
+		if key != "" {
+			d.Key = new(key)
+		}
+		if maxWait > 0 {
+			d.MaxWait = new(maxWait.String())
+		}
+		c.Debounce = d
+	}}
+}
+
 // Priority sets the priority of the function's runs in the gateway's queue, from 1
 // (first) to 4 (last); 2 by default. Every invocation of a run is queued with it, ahead
 // of lower priorities of every function; a start's ?priority= overrides it. It orders
@@ -212,6 +279,27 @@ func InvokeRoles(roles ...string) Option {
 // gateway refuses the registration of any other value.
 func Priority(p int) Option {
 	return Option{func(c *protocol.FunctionConfig) { c.Priority = new(p) }}
+}
+
+// Concurrency bounds how many runs of the function run at once (a suspended run, asleep
+// or waiting, does not count): at most limit in all, or with key at most limit per value
+// of key, one of input.<dotted.path>, identity.subject, identity.tenant or
+// identity.claims.<name>. The gateway enforces it across all its instances: a run over
+// the limit stays queued, with its held reason, until a slot frees, in creation order.
+// Give it twice for two limits (a function may have two, with different keys), e.g.
+// Concurrency(10, "") and Concurrency(1, "input.customer_id"). limit must be from 1 to
+// 100,000 (the gateway refuses the registration otherwise).
+func Concurrency(limit int, key string) Option {
+	return Option{func(c *protocol.FunctionConfig) {
+		l := protocol.ConcurrencyLimit{Limit: limit}
+		if key != "" {
+			l.Key = new(key)
+		}
+		if c.Concurrency == nil {
+			c.Concurrency = &[]protocol.ConcurrencyLimit{}
+		}
+		*c.Concurrency = append(*c.Concurrency, l)
+	}}
 }
 
 func retries(c *protocol.FunctionConfig) *protocol.RetryPolicy {

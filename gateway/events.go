@@ -57,6 +57,7 @@ func (s *Server) SendEvent(ctx context.Context, req server.SendEventRequestObjec
 	if len(ev.Resumed) > 0 {
 		out.Resumed = &ev.Resumed
 	}
+	out.Skipped = skippedToAPI(ev.Skipped)
 	return server.SendEvent202JSONResponse(out), nil
 }
 
@@ -130,7 +131,20 @@ func eventToAPI(ev *journal.Event) protocol.Event {
 	return protocol.Event{
 		ID: ev.ID, Name: ev.Name, Data: protocol.AnyJSON(ev.Data), Identity: ev.Identity,
 		SourceRunID: ev.SourceRunID, Runs: runIDs(ev.Runs), CreatedAt: ev.CreatedAt,
+		Skipped: skippedToAPI(ev.Skipped),
 	}
+}
+
+// skippedToAPI is an event's skipped starts; nil for none.
+func skippedToAPI(sk []journal.SkippedStart) *[]protocol.SkippedStart {
+	if len(sk) == 0 {
+		return nil
+	}
+	out := make([]protocol.SkippedStart, len(sk))
+	for i, s := range sk {
+		out[i] = protocol.SkippedStart{Function: s.Function, Reason: s.Reason}
+	}
+	return &out
 }
 
 // runIDs is ids, never nil, so that it encodes as a JSON array.

@@ -190,6 +190,8 @@ func (s *Server) StartRun(ctx context.Context, req server.StartRunRequestObject)
 	switch {
 	case errors.Is(err, journal.ErrNotFound):
 		return server.StartRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: functionNotFound(req.Name)}, nil
+	case errors.Is(err, invoker.ErrDelayedDebounce):
+		return nil, badRequest("function %s is debounced (config.debounce): its runs cannot have a delayed start (start_at or delay)", req.Name)
 	case errors.Is(err, journal.ErrIdempotencyMismatch):
 		return server.StartRun409ApplicationProblemPlusJSONResponse{ConflictApplicationProblemPlusJSONResponse: conflict(
 			fmt.Sprintf("idempotency key %q was used with a different input for function %s", n.IdempotencyKey, req.Name))}, nil
@@ -254,7 +256,7 @@ func (s *Server) GetRunResult(ctx context.Context, req server.GetRunResultReques
 		run, err = journal.GetRun(ctx, journal.ForTenant(s.api, tenant), tenant, req.ID)
 	}
 	if errors.Is(err, journal.ErrNotFound) {
-		return server.GetRunResult404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.ID)}, nil
+		return server.GetRunResult404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: s.runGone(ctx, journal.ForTenant(s.api, tenant), req.ID)}, nil
 	}
 	if err != nil {
 		return nil, err
@@ -274,6 +276,17 @@ func (s *Server) tenantDB(ctx context.Context) *journal.TenantDB {
 
 func runNotFound(id string) server.NotFoundApplicationProblemPlusJSONResponse {
 	return notFound(fmt.Sprintf("run %q does not exist", id))
+}
+
+// runGone is the 404 of a run of db's tenant that is not found: one that says so when
+// retention deleted it (its tombstone), else runNotFound.
+func (s *Server) runGone(ctx context.Context, db *journal.TenantDB, id string) server.NotFoundApplicationProblemPlusJSONResponse {
+	t, err := journal.RunTombstoneOf(ctx, db, db.Tenant(), id)
+	if err != nil {
+		return runNotFound(id)
+	}
+	return notFound(fmt.Sprintf("run %q of function %s finished at %s and was deleted at %s: finished runs are kept for their function's config.retention, else the gateway's STEPGATE_RETENTION",
+		id, t.Function, t.FinishedAt.UTC().Format(time.RFC3339), t.DeletedAt.UTC().Format(time.RFC3339)))
 }
 
 // validRunID reports whether id can name a run at all; other ids are simply not found.
@@ -322,7 +335,7 @@ func (s *Server) GetRun(ctx context.Context, req server.GetRunRequestObject) (se
 	db := s.tenantDB(ctx)
 	d, err := journal.GetRunDetail(ctx, db, db.Tenant(), req.ID, p)
 	if errors.Is(err, journal.ErrNotFound) {
-		return server.GetRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.ID)}, nil
+		return server.GetRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: s.runGone(ctx, db, req.ID)}, nil
 	}
 	if err != nil {
 		return nil, err

@@ -10,7 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -291,11 +293,16 @@ func (s *Server) handleError(err error, c echo.Context) {
 	}
 	status, detail := http.StatusInternalServerError, "internal error; the gateway logged it"
 	var pe *problemError
+	var rl *invoker.RateLimitedError
 	var ue *unavailableError
 	var he *echo.HTTPError
 	switch {
 	case errors.As(err, &pe):
 		status, detail = pe.status, pe.detail
+	case errors.As(err, &rl):
+		// Whole seconds, rounded up: a client that waits that long passes.
+		status, detail = http.StatusTooManyRequests, rl.Reason+" (function "+rl.Function+")"
+		c.Response().Header().Set("Retry-After", strconv.FormatInt(max(1, int64(math.Ceil(rl.RetryAfter.Seconds()))), 10))
 	case errors.As(err, &ue):
 		status, detail = http.StatusServiceUnavailable, ue.detail
 		c.Response().Header().Set("Retry-After", "1")

@@ -40,7 +40,8 @@ func (inv *Invoker) LeaseTTL() time.Duration { return inv.leaseTTL }
 const tokenGrace = time.Minute
 
 // Resume claims runID if it is due and invokes it. It returns journal.ErrNotDue when
-// the run is not due (or another invocation owns it). With notify, a later terminal
+// the run is not due (or another invocation owns it), and a *journal.HeldError when a
+// concurrency limit holds it. With notify, a later terminal
 // update is announced to other gateways, because the caller waits for the run.
 func (inv *Invoker) Resume(ctx context.Context, runID string, notify bool) (*Result, error) {
 	rev, err := inv.revisionOfRun(ctx, runID)
@@ -50,12 +51,19 @@ func (inv *Invoker) Resume(ctx context.Context, runID string, notify bool) (*Res
 	return inv.resume(ctx, rev, runID, notify)
 }
 
+// resume claims runID if it is due and invokes it. A run of a revision with concurrency
+// limits is claimed with its slots: without room it is held, and resume returns a
+// *journal.HeldError.
 func (inv *Invoker) resume(ctx context.Context, rev *revision, runID string, notify bool) (*Result, error) {
-	claim, err := journal.ClaimRun(ctx, inv.pool, runID, inv.leaseTTL)
+	claim := journal.ClaimRun
+	if len(rev.config.Concurrency) > 0 {
+		claim = journal.ClaimRunSlots
+	}
+	c, err := claim(ctx, inv.pool, runID, inv.leaseTTL)
 	if err != nil {
 		return nil, err
 	}
-	return inv.invoke(ctx, rev, claim, notify)
+	return inv.invoke(ctx, rev, c, notify)
 }
 
 // InvokeNew invokes a run that journal.CreateRun created already claimed (with a

@@ -55,6 +55,15 @@ type Config struct {
 	// Defaults to a tenth of the Workers, rounded up; negative: none (any tenant may hold
 	// every worker). At most Workers-1.
 	FairReserve int
+	// Retention is how long finished runs are kept unless their function's
+	// config.retention says otherwise; old events and tombstones go after it too.
+	// Defaults to DefaultRetention (30 days).
+	Retention time.Duration
+	// RetentionInterval is how often retention deletes what is past it. Defaults to a
+	// minute.
+	RetentionInterval time.Duration
+	// RetentionBatch is how many rows one of its transactions deletes. Defaults to 500.
+	RetentionBatch int
 	// FetchCooldown is River's minimum time between job fetches. Defaults to 2ms, so a
 	// queued run starts within a few milliseconds.
 	FetchCooldown time.Duration
@@ -105,6 +114,7 @@ type Invoker struct {
 	maxRecoveries int
 	health        dbHealth
 	tickErrLogged time.Time // when maintain last logged a failed overdue tick
+	flowPruned    time.Time // when maintain last pruned flow control's stale rows
 	// armedUntil is how far ahead (database clock) the maintenance passes have armed
 	// local timers for the runs' wake times (see armUpcoming).
 	armedUntil   time.Time
@@ -124,6 +134,9 @@ type Invoker struct {
 
 	loopsCancel context.CancelFunc // stops the renewal and maintenance loops
 	loopsWG     sync.WaitGroup
+
+	retention      time.Duration // see Config.Retention
+	retentionBatch int
 
 	bg       context.Context // for work that outlives a request: timers' invocations
 	bgCancel context.CancelFunc
@@ -156,6 +169,7 @@ func New(cfg Config) (*Invoker, error) {
 	if inv.listener == nil {
 		inv.listener, inv.ownsListener = notify.NewListener(cfg.Pool, cfg.Logger), true
 	}
+	inv.listener.HandleSlotWakes(inv.wakeHeld)
 	inv.renewEvery = cmp.Or(cfg.RenewInterval, inv.leaseTTL/5)
 	if inv.renewEvery >= inv.leaseTTL {
 		return nil, fmt.Errorf("invoker: the renewal interval %s must be shorter than the lease TTL %s", inv.renewEvery, inv.leaseTTL)
@@ -173,6 +187,9 @@ func New(cfg Config) (*Invoker, error) {
 	river.AddWorker(workers, &cancelTreeWorker{inv: inv})
 	river.AddWorker(workers, &cancelOperationWorker{inv: inv})
 	river.AddWorker(workers, &deadlineWorker{inv: inv})
+	river.AddWorker(workers, &retentionWorker{inv: inv})
+	inv.retention = cmp.Or(cfg.Retention, DefaultRetention)
+	inv.retentionBatch = cmp.Or(cfg.RetentionBatch, 500)
 	rc, err := river.NewClient(riverpgxv5.New(cfg.Pool), &river.Config{
 		Logger:            slog.New(warnOnly{cfg.Logger.Handler()}).With(slog.String("component", "river")),
 		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: inv.fair.workers}},
@@ -188,6 +205,7 @@ func New(cfg Config) (*Invoker, error) {
 		// job finds nothing to claim. A job whose invocation is still in flight may be
 		// rescued too: its retry finds the run claimed and does nothing.
 		RescueStuckJobsAfter: time.Minute,
+		PeriodicJobs:         []*river.PeriodicJob{retentionJob(cmp.Or(cfg.RetentionInterval, time.Minute))},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("invoker: river client: %w", err)
@@ -451,10 +469,11 @@ func (w *invokeWorker) Work(ctx context.Context, job *river.Job[InvokeArgs]) err
 	}
 	defer w.inv.fair.release(job.Args.Tenant)
 	_, err := w.inv.Resume(ctx, job.Args.RunID, false)
-	if errors.Is(err, journal.ErrNotDue) || errors.Is(err, journal.ErrSuperseded) {
+	if errors.Is(err, journal.ErrNotDue) || errors.Is(err, journal.ErrSuperseded) || errors.Is(err, journal.ErrHeld) {
 		// Woken already (by a local timer), or not due: its own job will come. Or the
 		// invocation was abandoned (cancelled, handed over, its lease lost): whoever
-		// took the run over enqueued its next job.
+		// took the run over enqueued its next job. Or a concurrency limit holds it: a
+		// freed slot wakes it (wakeHeld).
 		return nil
 	}
 	if err != nil && ctx.Err() == nil {
@@ -469,6 +488,15 @@ func (w *invokeWorker) Work(ctx context.Context, job *river.Job[InvokeArgs]) err
 // first, the other finds nothing to claim).
 func (inv *Invoker) Wake(runID string) { inv.armTimer(runID, nil, 0, 0) }
 
+// maxWakeTries bounds how often a timer looks again at a run not due yet.
+const maxWakeTries = 3
+
+// wakeHeld claims at once a held run that a freed concurrency slot made due (every
+// gateway hears of it on journal.SlotChannel; the first claim wins, the others find it
+// not due and do not look again). The stranded-run sweep is the backstop when no gateway
+// heard.
+func (inv *Invoker) wakeHeld(runID string) { inv.armTimer(runID, nil, 0, maxWakeTries) }
+
 // armTimer wakes runID in this process after d, unless the process stops first (then
 // the River job scheduled with the suspension wakes it). A nil rev is looked up when
 // the timer fires.
@@ -481,12 +509,12 @@ func (inv *Invoker) armTimer(runID string, rev *revision, d time.Duration, tries
 		if err == nil {
 			_, err = inv.resume(inv.bg, rev, runID, false)
 		}
-		if errors.Is(err, journal.ErrNotDue) && tries < 3 {
+		if errors.Is(err, journal.ErrNotDue) && tries < maxWakeTries {
 			// The database clock may run a hair behind this timer; look again shortly.
 			inv.armTimer(runID, rev, 500*time.Microsecond, tries+1)
 			return
 		}
-		if err != nil && !errors.Is(err, journal.ErrNotDue) && inv.bg.Err() == nil {
+		if err != nil && !errors.Is(err, journal.ErrNotDue) && !errors.Is(err, journal.ErrHeld) && inv.bg.Err() == nil {
 			inv.log.Warn("timer wake-up failed; the River job will retry", inv.runAttrs(inv.bg, runID), slog.Any("error", err))
 		}
 	})

@@ -223,11 +223,13 @@ func (inv *Invoker) maintainLoop(ctx context.Context) {
 // reapBatch bounds the runs one statement recovers; sweepExamine the due runs one sweep
 // looks at, and sweepBatch the runs it enqueues.
 const (
-	overdueTick  = time.Second
-	overdueBatch = 100
-	reapBatch    = 500
-	sweepExamine = 1000
-	sweepBatch   = 500
+	flowPruneEvery = time.Minute
+	flowPruneBatch = 1000
+	overdueTick    = time.Second
+	overdueBatch   = 100
+	reapBatch      = 500
+	sweepExamine   = 1000
+	sweepBatch     = 500
 )
 
 // maintain makes one maintenance pass; see maintainLoop.
@@ -249,6 +251,13 @@ func (inv *Invoker) maintain(ctx context.Context) {
 		inv.log.Warn("enqueued runs that were due with no live job (deleted, discarded, or fetched by a gateway that died)", slog.Int("runs", n))
 	}
 	inv.health.observe(inv.armUpcoming(ctx))
+	if time.Since(inv.flowPruned) > flowPruneEvery {
+		// Flow control's stale rows, about once a minute per gateway.
+		inv.flowPruned = time.Now()
+		if _, err := journal.PruneFlow(ctx, inv.pool, flowPruneBatch); err != nil && ctx.Err() == nil {
+			inv.log.Warn("pruning flow-control state failed; a later pass retries", slog.Any("error", err))
+		}
+	}
 	// Ticks whose gateway's timer is gone (that gateway died) and whose River job waits
 	// for River's leader.
 	_, err = inv.TickOverdue(ctx, overdueTick, overdueBatch)

@@ -54,9 +54,16 @@ type FunctionConfig struct {
 	Retries RetryPolicy
 	// RunTimeout bounds a run from its creation (its deadline); 0 for none.
 	RunTimeout time.Duration
+	// Retention is how long the revision's finished runs are kept; 0 for the gateway's
+	// default (STEPGATE_RETENTION).
+	Retention time.Duration
 	// MaxInvocationDuration is what the SDK allows one invocation before it suspends
 	// the run with a continue; 0 for none. The gateway only checks it.
 	MaxInvocationDuration time.Duration
+	// Flow is the function's throttle, rate limit and debounce; nil for none.
+	Flow *Flow
+	// Concurrency bounds how many runs of the revision run at once; none when empty.
+	Concurrency []ConcurrencyLimit
 }
 
 // CheckPriority says what is wrong with p as a run priority named field, or nil when it
@@ -73,6 +80,10 @@ const MaxDeadline = 10 * 365 * 24 * time.Hour
 
 // MinMaxInvocationDuration is the least max_invocation_duration of a function's config.
 const MinMaxInvocationDuration = 100 * time.Millisecond
+
+// MinRetention is the shortest config.retention: finished runs are kept at least that
+// long.
+const MinRetention = time.Minute
 
 // ParseConfig reads a function's stored or submitted config, applying defaults, and
 // says what is wrong with it in words fit for an API error.
@@ -98,6 +109,13 @@ func ParseConfig(raw json.RawMessage) (FunctionConfig, error) {
 		}
 		fc.RunTimeout = d
 	}
+	if c.Retention != nil {
+		d, err := time.ParseDuration(*c.Retention)
+		if err != nil || d < MinRetention || d > MaxDeadline {
+			return FunctionConfig{}, fmt.Errorf("config.retention %q is not a duration from %s to %s (10 years), such as 720h", *c.Retention, MinRetention, MaxDeadline)
+		}
+		fc.Retention = d
+	}
 	if c.MaxInvocationDuration != nil {
 		d, err := time.ParseDuration(*c.MaxInvocationDuration)
 		if err != nil || d < MinMaxInvocationDuration {
@@ -115,10 +133,16 @@ func ParseConfig(raw json.RawMessage) (FunctionConfig, error) {
 	if err != nil {
 		return FunctionConfig{}, fmt.Errorf("config.retries: %w", err)
 	}
+	if fc.Flow, err = parseFlow(c); err != nil {
+		return FunctionConfig{}, err
+	}
 	if c.Priority != nil {
 		if err := CheckPriority("config.priority", *c.Priority); err != nil {
 			return FunctionConfig{}, err
 		}
+	}
+	if fc.Concurrency, err = parseConcurrency(c.Concurrency); err != nil {
+		return FunctionConfig{}, err
 	}
 	if c.Triggers != nil {
 		for i, t := range *c.Triggers {

@@ -64,7 +64,7 @@ func TestParseConfig(t *testing.T) {
 		{"Absent", ``, defaults},
 		{"Empty", `{}`, defaults},
 		{"EmptyRetries", `{"retries":{}}`, defaults},
-		{"UnknownFieldsAreIgnored", `{"concurrency":3}`, defaults},
+		{"UnknownFieldsAreIgnored", `{"some_future_field":3}`, defaults},
 		{"All", `{"timeout":"30s","retries":{"max_attempts":5,"initial_interval":"10ms","max_interval":"20ms"}}`,
 			invoker.FunctionConfig{Timeout: 30 * time.Second, Retries: invoker.RetryPolicy{MaxAttempts: 5, InitialInterval: 10 * time.Millisecond, MaxInterval: 20 * time.Millisecond}}},
 		{"SomeRetries", `{"retries":{"max_attempts":1}}`,

@@ -359,7 +359,7 @@ func (c *Cron) walk(first, last time.Time, n int) ([]time.Time, int, bool) {
 // function is gone, or its invoke_roles exclude the identity (logged; the schedule
 // goes on).
 func (inv *Invoker) startTick(ctx context.Context, tx pgx.Tx, s *journal.Schedule, at time.Time) (*string, error) {
-	run, created, err := journal.CreateRun(ctx, tx, journal.NewRun{
+	run, created, err := inv.createRun(ctx, tx, journal.NewRun{
 		ID:             uuid.Must(uuid.NewV7()).String(),
 		Tenant:         s.Tenant,
 		Function:       s.Function,
@@ -368,7 +368,12 @@ func (inv *Invoker) startTick(ctx context.Context, tx pgx.Tx, s *journal.Schedul
 		IdempotencyKey: tickKey(s.Name, at),
 	})
 	log := inv.log.With(slog.String("schedule", s.Name), slog.String("tenant", s.Tenant), slog.Time("tick", at))
+	var rl *RateLimitedError
 	switch {
+	case errors.As(err, &rl):
+		// The rate limit's state is written only when a start passes: nothing to undo.
+		log.WarnContext(ctx, "schedule tick skipped: "+rl.Reason, slog.String("function", s.Function))
+		return nil, nil
 	case errors.Is(err, journal.ErrNotFound), errors.Is(err, journal.ErrForbidden), errors.Is(err, journal.ErrIdempotencyMismatch):
 		log.WarnContext(ctx, "schedule tick started no run", slog.String("function", s.Function), slog.Any("error", err))
 		return nil, nil

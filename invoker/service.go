@@ -22,10 +22,13 @@ import (
 // StartRun creates a run, queued (or scheduled, with n.StartAt), and the River jobs that
 // invoke it (at its start time) and keep its deadline, if it has one, in one transaction
 // of the run's tenant. With an idempotency key already used, it returns that run and
-// created=false (and inserts no job). Errors are CreateRun's.
+// created=false (and inserts no job). The function's flow control applies (flow.go): a
+// throttled run is created scheduled at the time its rate allows, a debounced start
+// returns the debounced run with created=false. Errors are CreateRun's, and
+// *RateLimitedError and ErrDelayedDebounce.
 func (inv *Invoker) StartRun(ctx context.Context, db *journal.TenantDB, n journal.NewRun) (run *journal.Run, created bool, err error) {
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		run, created, err = journal.CreateRun(ctx, tx, n)
+		run, created, err = inv.createRun(ctx, tx, n)
 		if err != nil || !created {
 			return err
 		}
@@ -34,24 +37,32 @@ func (inv *Invoker) StartRun(ctx context.Context, db *journal.TenantDB, n journa
 	if err != nil {
 		return nil, false, err
 	}
+	inv.armHeld(run)
 	return run, created, nil
 }
 
 // StartRunNow creates a run already claimed by this process, with the River job of its
 // deadline if it has one, in one transaction, and invokes it at once, with no queue hop,
-// in the background: the invocation outlives ctx. A delayed start (n.StartAt) is
+// in the background: the invocation outlives ctx. A run of a function with concurrency
+// limits is created queued instead and claimed at once with its slots (a second round
+// trip); when a limit holds it, done receives nil and a freed slot starts it later. A delayed start (n.StartAt) is
 // ignored: use StartRun. done receives the invocation's result once it is applied, or nil when it was
 // abandoned or could not be applied (its lease lapses, or was handed over, and another
 // gateway makes the invocation again). end is called when the invocation ends, before
 // done receives, or at
 // once when none starts (the idempotency key named an existing run, which is returned
 // with created=false and a nil done, or an error).
+//
+// The function's flow control applies, as for StartRun: a run it holds back (a throttle
+// past its rate, a debounce) is created scheduled, with its River job, and not invoked
+// here: it is returned with a nil done (created=false for a start that collapsed into a
+// debounced run), and end is called at once. Its errors are StartRun's.
 func (inv *Invoker) StartRunNow(ctx context.Context, db *journal.TenantDB, n journal.NewRun, end func()) (run *journal.Run, created bool, done <-chan *Result, err error) {
 	n.Claim, n.Lease, n.StartAt = true, inv.leaseTTL, nil
 	if n.Deadline != nil {
 		// The deadline's job commits with the run.
 		err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-			run, created, err = journal.CreateRun(ctx, tx, n)
+			run, created, err = inv.createRun(ctx, tx, n)
 			if err != nil || !created {
 				return err
 			}
@@ -63,21 +74,46 @@ func (inv *Invoker) StartRunNow(ctx context.Context, db *journal.TenantDB, n jou
 		// function is called (a gateway dying between the two leaves that run
 		// without it: it then ends when its invocations do, unbounded).
 		run, created, err = journal.CreateRun(ctx, db, n)
-		if err == nil && created && run.Deadline != nil {
+		var fe *journal.FlowError
+		if errors.As(err, &fe) {
+			err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+				run, created, err = inv.createFlowed(ctx, tx, n, fe)
+				if err != nil || !created {
+					return err
+				}
+				return inv.enqueueNew(ctx, tx, run)
+			})
+		} else if err == nil && created && run.Deadline != nil {
 			if _, err = inv.river.Insert(ctx, DeadlineArgs{RunID: run.ID}, &river.InsertOpts{ScheduledAt: *run.Deadline}); err != nil {
 				err = fmt.Errorf("schedule the deadline of run %s: %w", run.ID, err)
 			}
 		}
 	}
-	if err != nil || !created {
+	if err != nil || !created || run.Status == journal.StatusScheduled {
+		if err == nil {
+			inv.armHeld(run)
+		}
 		end()
-		return run, created, nil, err
+		return run, created && err == nil, nil, err
 	}
 	ch := make(chan *Result, 1)
 	inv.bgWG.Add(1)
 	go func() {
 		defer inv.bgWG.Done()
-		res, err := inv.InvokeNew(ctx, run, true)
+		var res *Result
+		var err error
+		if run.Status == journal.StatusRunning {
+			res, err = inv.InvokeNew(ctx, run, true)
+		} else {
+			// Its function has concurrency limits: the run was created queued, and this
+			// claim takes its slots or holds it (then a freed slot wakes it, and the
+			// caller waits for it by notification). A claim that fails leaves it to the
+			// stranded-run sweep.
+			res, err = inv.resumeNew(ctx, run)
+		}
+		if errors.Is(err, journal.ErrHeld) || errors.Is(err, journal.ErrNotDue) {
+			err = nil
+		}
 		if err != nil && !errors.Is(err, journal.ErrSuperseded) {
 			inv.log.ErrorContext(ctx, "invocation failed to apply; its lease lapses and another gateway retries it",
 				"run_id", run.ID, "function", run.Function, "tenant", run.Tenant, "error", err)
@@ -86,6 +122,16 @@ func (inv *Invoker) StartRunNow(ctx context.Context, db *journal.TenantDB, n jou
 		ch <- res
 	}()
 	return run, true, ch, nil
+}
+
+// resumeNew claims and invokes a run just created queued, from this process.
+func (inv *Invoker) resumeNew(ctx context.Context, run *journal.Run) (*Result, error) {
+	ctx = context.WithoutCancel(ctx) // the caller may leave; the run goes on
+	rev, err := inv.revision(ctx, run.Tenant, run.Function, run.Revision)
+	if err != nil {
+		return nil, err
+	}
+	return inv.resume(ctx, rev, run.ID, true)
 }
 
 // CancelRun cancels a run of db's tenant that has not finished, as by. The cancellation
@@ -148,6 +194,9 @@ func (inv *Invoker) SendEvent(ctx context.Context, db *journal.TenantDB, n journ
 	})
 	if err == nil {
 		inv.wakeAll(ev.Resumed)
+		for _, run := range ev.Held {
+			inv.armHeld(run)
+		}
 	}
 	return ev, created, err
 }
@@ -159,6 +208,12 @@ func (inv *Invoker) sendEvent(ctx context.Context, tx pgx.Tx, n journal.NewEvent
 	ev, created, err := journal.SendEvent(ctx, tx, n)
 	if err != nil || !created {
 		return ev, created, err
+	}
+	var flowed []string
+	if len(ev.Flowed) > 0 {
+		if flowed, err = inv.startFlowedTriggers(ctx, tx, ev); err != nil {
+			return nil, false, err
+		}
 	}
 	if ev.Resumed, err = journal.ResumeWaiters(ctx, tx, ev); err != nil {
 		return nil, false, err
@@ -175,6 +230,7 @@ func (inv *Invoker) sendEvent(ctx context.Context, tx pgx.Tx, n journal.NewEvent
 			return nil, false, fmt.Errorf("enqueue runs of event %s: %w", ev.ID, err)
 		}
 	}
+	ev.Runs = append(ev.Runs, flowed...)
 	return ev, true, nil
 }
 
@@ -198,6 +254,7 @@ type SentEvent struct {
 // already there, so it starts nothing twice. Errors are as Checkpoint's.
 func (inv *Invoker) CheckpointEvent(ctx context.Context, runID string, invocation int, e journal.Entry, ev SentEvent) error {
 	var resumed []string
+	var held []*journal.Run
 	err := pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
 		if err := journal.AppendEntry(ctx, tx, runID, invocation, e, inv.limits.Bounds()); err != nil {
 			return err
@@ -216,12 +273,15 @@ func (inv *Invoker) CheckpointEvent(ctx context.Context, runID string, invocatio
 			SourceRunID: &run.ID,
 		})
 		if created {
-			resumed = sent.Resumed
+			resumed, held = sent.Resumed, sent.Held
 		}
 		return err
 	})
 	if err == nil {
 		inv.wakeAll(resumed)
+		for _, run := range held {
+			inv.armHeld(run)
+		}
 	}
 	return inv.FailOnCheckpoint(ctx, runID, invocation, err)
 }
@@ -328,6 +388,7 @@ func (inv *Invoker) RerunRun(ctx context.Context, db *journal.TenantDB, n journa
 		return nil, errors.New("rerun: no run to rerun")
 	}
 	var run *journal.Run
+	n.Flowed = true // A rerun is not throttled, rate limited nor debounced.
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var err error
 		run, _, err = journal.CreateRun(ctx, tx, n)

@@ -24,15 +24,24 @@ type Event struct {
 	Data     json.RawMessage `db:"data"`
 	Identity Identity        `db:"identity"` // The sender's.
 	// SourceRunID is the run that sent the event; nil for one sent through the API.
-	SourceRunID *string   `db:"source_run_id"`
-	Runs        []string  `db:"runs"` // The runs the event started, by function name.
-	CreatedAt   time.Time `db:"created_at"`
+	SourceRunID *string  `db:"source_run_id"`
+	Runs        []string `db:"runs"` // The runs the event started, by function name.
+	// Skipped are the functions its triggers did not start (a rate limit), and why.
+	Skipped   []SkippedStart `db:"skipped"`
+	CreatedAt time.Time      `db:"created_at"`
+	// Flowed are the functions with flow control its triggers name, when it was just
+	// sent: SendEvent starts none of them; the caller does, through their flow control
+	// (see CompleteEvent).
+	Flowed []string `db:"-"`
+	// Held are the runs the caller started for Flowed that flow control scheduled, for
+	// it to arm their wake-ups once the event commits; not stored.
+	Held []*Run `db:"-"`
 	// Resumed are the waiting runs the event resumed (ResumeWaiters), when it was
 	// just sent; not stored with the event (each run's journal names it).
 	Resumed []string `db:"-"`
 }
 
-const eventColumns = `tenant, id, name, data, identity, source_run_id::text, runs::text[], created_at`
+const eventColumns = `tenant, id, name, data, identity, source_run_id::text, runs::text[], skipped, created_at`
 
 // NewEvent is what SendEvent needs to store an event.
 type NewEvent struct {
@@ -52,7 +61,8 @@ type NewEvent struct {
 // identity, all in one statement. It returns the event and created=true; the caller
 // enqueues the invocation of each of ev.Runs in the same transaction. When the tenant
 // already has an event with that id, it returns that first event and created=false,
-// and starts nothing. Concurrent sends of one id wait for each other: one wins. Each
+// and starts nothing. The functions with flow control it triggers are not started but
+// named in ev.Flowed. Concurrent sends of one id wait for each other: one wins. Each
 // run created notifies EventChannel when a gateway watches the tenant.
 func SendEvent(ctx context.Context, db DB, n NewEvent) (ev *Event, created bool, err error) {
 	if n.ID == "" || n.Name == "" {
@@ -73,6 +83,7 @@ func SendEvent(ctx context.Context, db DB, n NewEvent) (ev *Event, created bool,
 		WITH targets AS MATERIALIZED (
 			SELECT f.name, f.revision, r.run_timeout_ms,
 				coalesce((r.config->>'priority')::smallint, 2) AS priority, -- 2: DefaultPriority
+				r.config ?| `+flowKeys+` AS flowed,
 				encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid())
 				placing substring(int8send(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM 3)
 				FROM 1 FOR 6), 52, 1), 53, 1), 'hex')::uuid AS run_id
@@ -83,20 +94,27 @@ func SendEvent(ctx context.Context, db DB, n NewEvent) (ev *Event, created bool,
 			  AND stepgate.may_invoke(r.config, $7, $8::text[])
 		), ins AS (
 			INSERT INTO stepgate.event (tenant, id, name, data, identity, source_run_id, runs)
-			SELECT $1, $2, $3, $4, $5, $6, coalesce(array_agg(run_id ORDER BY name), '{}') FROM targets
+			SELECT $1, $2, $3, $4, $5, $6, coalesce(array_agg(run_id ORDER BY name) FILTER (WHERE NOT flowed), '{}') FROM targets
 			ON CONFLICT (tenant, id) DO NOTHING
 			RETURNING `+eventColumns+`
 		), runs AS (
 			INSERT INTO stepgate.run (id, tenant, function, revision, status, input, identity, deadline, priority)
 			SELECT t.run_id, $1, t.name, t.revision, 'queued', $4, $5, now() + t.run_timeout_ms * interval '1 millisecond', t.priority
-			FROM targets t WHERE EXISTS (SELECT 1 FROM ins)
+			FROM targets t WHERE NOT t.flowed AND EXISTS (SELECT 1 FROM ins)
 			RETURNING id, tenant, function, status, attempts, wake_at, finished_at
 		)
-		SELECT ins.* FROM ins`,
+		SELECT ins.*, ARRAY(SELECT name FROM targets WHERE flowed ORDER BY name) AS flowed FROM ins`,
 		n.Tenant, n.ID, n.Name, data, n.Identity, n.SourceRunID, !n.Identity.IsAdmin(), roles)
-	ev, err = pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Event])
+	type sent struct {
+		Event
+		Flowed []string `db:"flowed"`
+	}
+	s, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[sent])
 	if err == nil {
-		return ev, true, nil
+		if len(s.Flowed) > 0 {
+			s.Event.Flowed = s.Flowed
+		}
+		return &s.Event, true, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, fmt.Errorf("send event %s: %w", n.Name, unstorable(err))

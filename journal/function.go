@@ -40,7 +40,8 @@ const functionColumns = `r.tenant, r.name, r.revision, r.url, r.config, r.create
 // Concurrent registrations of one name are serialized; each gets its own revision.
 // The caller has validated config; timeout is its invocation timeout, defaults applied,
 // and runTimeout its run_timeout (0 for none), from which each run of the revision gets
-// its deadline (see CreateRun).
+// its deadline (see CreateRun). A config.retention (a duration) is how long the
+// revision's finished runs are kept (DeleteExpiredRuns).
 func RegisterFunction(ctx context.Context, db DB, tenant, name, url string, config json.RawMessage, timeout, runTimeout time.Duration) (*Function, error) {
 	if len(config) == 0 {
 		config = json.RawMessage(`{}`)
@@ -53,8 +54,10 @@ func RegisterFunction(ctx context.Context, db DB, tenant, name, url string, conf
 	var fn *Function
 	b.Queue(`
 		WITH r AS (
-			INSERT INTO stepgate.function_revision (tenant, name, revision, url, config, timeout_ms, run_timeout_ms)
-			SELECT $1, $2, coalesce(max(revision), 0) + 1, $3, $4, $5, nullif($6::bigint, 0)
+			INSERT INTO stepgate.function_revision (tenant, name, revision, url, config, timeout_ms, run_timeout_ms, retention_ms)
+			SELECT $1, $2, coalesce(max(revision), 0) + 1, $3, $4, $5, nullif($6::bigint, 0),
+				-- config.retention, a duration the caller checked (Postgres reads Go's format).
+				(extract(epoch FROM ($4::jsonb->>'retention')::interval) * 1000)::bigint
 			FROM stepgate.function_revision WHERE tenant = $1 AND name = $2
 			RETURNING *
 		), cur AS (

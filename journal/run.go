@@ -54,9 +54,11 @@ type Run struct {
 	FinishedAt *time.Time `db:"finished_at"`
 }
 
+// A run held by a concurrency limit is due for nobody: its wake_at is 'infinity', read
+// as none (migration 0029).
 const runColumns = `id, tenant, function, revision, status, input, output, error, identity,
 	idempotency_key, parent_id, parent_seq, parent_name, rerun_of, cancelled_by, detached, attempts, invocation, failed_invocations, recoveries, lease_until, awaiting,
-	wake_at, deadline, held, priority, created_at, started_at, finished_at`
+	nullif(wake_at, 'infinity') AS wake_at, deadline, held, priority, created_at, started_at, finished_at`
 
 // NewRun is what CreateRun needs to start a run.
 type NewRun struct {
@@ -77,7 +79,7 @@ type NewRun struct {
 	Detached bool
 	// Claim creates the run already claimed by the caller (status running, invocation
 	// 1), leased for Lease, so the caller can invoke it at once with no queue hop.
-	// Otherwise it is created queued.
+	// Otherwise, or when its revision has concurrency limits, it is created queued.
 	Claim bool
 	Lease time.Duration
 	// StartAt, when set, creates the run scheduled (a delayed start): it is due at
@@ -87,11 +89,32 @@ type NewRun struct {
 	// The run's deadline is the earliest of it, the revision's run_timeout from now, and,
 	// for a child run (ParentSeq > 0), its parent's deadline.
 	Deadline *time.Time
+	// Flowed says the caller applied the function's flow control (its throttle, rate
+	// limit or debounce) to this start; without it CreateRun refuses to start a run of
+	// a revision that has flow control, with a *FlowError.
+	Flowed bool
+	// Held is the run's held: why it is scheduled (a throttle, a debounce).
+	Held *string
 	// Priority, from MinPriority (first) to MaxPriority (last), orders every invocation
 	// of the run in River's queue. 0: the revision's config.priority, else
 	// DefaultPriority.
 	Priority int
 }
+
+// FlowError: the function's current revision has flow control (config.throttle,
+// config.rate_limit or config.debounce), and the start did not apply it (NewRun.Flowed).
+type FlowError struct {
+	Function string
+	Config   json.RawMessage // The revision's config.
+}
+
+func (e *FlowError) Error() string {
+	return fmt.Sprintf("function %s has flow control: its starts go through it", e.Function)
+}
+
+// flowKeys are the config's fields of flow control; a revision with none of them costs
+// its starts nothing more.
+const flowKeys = `array['throttle', 'rate_limit', 'debounce']`
 
 // Run priorities, River's job priorities: 1 is fetched first.
 const (
@@ -122,7 +145,10 @@ func (e *ForbiddenError) Unwrap() error { return ErrForbidden }
 // when the function is not registered, and a *ForbiddenError when the revision's
 // invoke_roles exclude n.Identity, who starts the run (access.Identity.MayInvoke; checked
 // before the key, so a refused caller is never handed someone else's run). It is one statement. A created run notifies EventChannel when a
-// gateway watches the tenant.
+// gateway watches the tenant. A revision with flow control creates no run but a
+// *FlowError (after the invoke_roles check, before the key's), unless n.Flowed.
+// A run of a revision with concurrency limits records its
+// slot keys and is created queued even with n.Claim: see ClaimRunSlots.
 func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, err error) {
 	var key *string
 	if n.IdempotencyKey != "" {
@@ -140,30 +166,39 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 	rows, _ := db.Query(ctx, `
 		INSERT INTO stepgate.run (id, tenant, function, revision, status, input, identity,
 			idempotency_key, parent_id, parent_seq, parent_name, rerun_of, detached, attempts, invocation, lease_until, started_at,
-			wake_at, deadline, priority)
+			wake_at, deadline, held, priority, slot_keys, slot_limits)
 		SELECT @id, f.tenant, f.name, f.revision,
-			CASE WHEN @claim THEN 'running' WHEN @start_at::timestamptz IS NOT NULL THEN 'scheduled' ELSE 'queued' END,
+			CASE WHEN claim THEN 'running' WHEN @start_at::timestamptz IS NOT NULL THEN 'scheduled' ELSE 'queued' END,
 			@input, @identity,
 			@idempotency_key, @parent_id, @parent_seq, @parent_name, @rerun_of, @detached,
-			CASE WHEN @claim THEN 1 ELSE 0 END, CASE WHEN @claim THEN 1 ELSE 0 END,
-			CASE WHEN @claim THEN now() + make_interval(secs => @lease_seconds) END,
-			CASE WHEN @claim THEN now() END,
+			CASE WHEN claim THEN 1 ELSE 0 END, CASE WHEN claim THEN 1 ELSE 0 END,
+			CASE WHEN claim THEN now() + make_interval(secs => @lease_seconds) END,
+			CASE WHEN claim THEN now() END,
 			@start_at::timestamptz,
 			-- LEAST ignores NULLs: the earliest of the deadlines that are set.
 			LEAST(@deadline::timestamptz, now() + r.run_timeout_ms * interval '1 millisecond',
 				(SELECT p.deadline FROM stepgate.run p WHERE @parent_seq::int IS NOT NULL AND p.id = @parent_id::uuid)),
-			coalesce(@priority::smallint, (r.config->>'priority')::smallint, 2) -- 2: DefaultPriority
+			@held::text,
+			coalesce(@priority::smallint, (r.config->>'priority')::smallint, 2), -- 2: DefaultPriority
+			s.keys, s.limits
 		FROM stepgate.function f
 		JOIN stepgate.function_revision r USING (tenant, name, revision)
+		-- A run of a function with concurrency limits takes its slots when claimed
+		-- (ClaimRunSlots), so it is never created claimed.
+		CROSS JOIN LATERAL (
+			SELECT CASE WHEN r.config ? 'concurrency' THEN stepgate.slot_keys(r.config, @input::jsonb, @identity::jsonb) END AS keys,
+				CASE WHEN r.config ? 'concurrency' THEN stepgate.slot_limits(r.config) END AS limits) s
+		CROSS JOIN LATERAL (SELECT @claim::boolean AND s.keys IS NULL AS claim) c
 		WHERE f.tenant = @tenant AND f.name = @function
 			AND stepgate.may_invoke(r.config, @check_roles, @roles::text[])
+			AND (@flowed OR NOT r.config ?| `+flowKeys+`)
 		ON CONFLICT (tenant, function, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 		RETURNING `+runColumns,
 		pgx.NamedArgs{
 			"id": n.ID, "tenant": n.Tenant, "function": n.Function, "input": n.Input, "identity": n.Identity,
 			"idempotency_key": key, "parent_id": n.ParentID, "parent_seq": parentSeq, "parent_name": parentName,
 			"rerun_of": n.RerunOf, "detached": n.Detached, "claim": n.Claim, "lease_seconds": n.Lease.Seconds(),
-			"start_at": n.StartAt, "deadline": n.Deadline, "priority": priority,
+			"start_at": n.StartAt, "deadline": n.Deadline, "flowed": n.Flowed, "held": n.Held, "priority": priority,
 			"check_roles": !n.Identity.IsAdmin(), "roles": rolesOf(n.Identity),
 		})
 	run, err = pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Run])
@@ -173,17 +208,20 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, fmt.Errorf("create run of %s: %w", n.Function, unstorable(err))
 	}
-	// The function is unknown, the caller may not invoke it, or the key is taken.
+	// The function is unknown, the caller may not invoke it, it has flow control, or the
+	// key is taken.
 	var allowed bool
 	var roles []string
+	var flowConfig json.RawMessage
 	err = db.QueryRow(ctx, `
 		SELECT stepgate.may_invoke(r.config, $3, $4::text[]),
 			CASE WHEN jsonb_typeof(r.config->'invoke_roles') = 'array'
-				THEN ARRAY(SELECT jsonb_array_elements_text(r.config->'invoke_roles')) END
+				THEN ARRAY(SELECT jsonb_array_elements_text(r.config->'invoke_roles')) END,
+			CASE WHEN NOT $5 AND r.config ?| `+flowKeys+` THEN r.config END
 		FROM stepgate.function f
 		JOIN stepgate.function_revision r USING (tenant, name, revision)
 		WHERE f.tenant = $1 AND f.name = $2`,
-		n.Tenant, n.Function, !n.Identity.IsAdmin(), rolesOf(n.Identity)).Scan(&allowed, &roles)
+		n.Tenant, n.Function, !n.Identity.IsAdmin(), rolesOf(n.Identity), n.Flowed).Scan(&allowed, &roles, &flowConfig)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, ErrNotFound
 	}
@@ -193,28 +231,39 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 	if !allowed {
 		return nil, false, &ForbiddenError{Function: n.Function, InvokeRoles: roles}
 	}
+	if flowConfig != nil {
+		return nil, false, &FlowError{Function: n.Function, Config: flowConfig}
+	}
 	if key == nil {
 		return nil, false, ErrNotFound // deleted in between
 	}
-	rows, _ = db.Query(ctx, `
+	run, err = RunByIdempotencyKey(ctx, db, n.Tenant, n.Function, *key, n.Input)
+	return run, false, err
+}
+
+// RunByIdempotencyKey returns the tenant's run of the function with the idempotency
+// key, ErrIdempotencyMismatch when its input is not the same JSON as input, or
+// ErrNotFound when there is none.
+func RunByIdempotencyKey(ctx context.Context, db DB, tenant, function, key string, input json.RawMessage) (*Run, error) {
+	rows, _ := db.Query(ctx, `
 		SELECT `+runColumns+`, input = $4::jsonb AS same_input FROM stepgate.run
 		WHERE tenant = $1 AND function = $2 AND idempotency_key = $3`,
-		n.Tenant, n.Function, *key, n.Input)
+		tenant, function, key, input)
 	type keyed struct {
 		Run
 		SameInput bool `db:"same_input"`
 	}
 	k, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[keyed])
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, false, ErrNotFound
+		return nil, ErrNotFound
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("find run by idempotency key: %w", unstorable(err))
+		return nil, fmt.Errorf("find run by idempotency key: %w", unstorable(err))
 	}
 	if !k.SameInput {
-		return nil, false, ErrIdempotencyMismatch
+		return nil, ErrIdempotencyMismatch
 	}
-	return &k.Run, false, nil
+	return &k.Run, nil
 }
 
 // GetRun returns the tenant's run, or ErrNotFound.

@@ -34,16 +34,29 @@ type Claim struct {
 // now (not due yet, running, finished, or gone). The claim notifies EventChannel when a
 // gateway watches the run's tenant.
 func ClaimRun(ctx context.Context, db DB, runID string, lease time.Duration) (*Claim, error) {
+	return claimRun(ctx, db, runID, lease, false)
+}
+
+// claimRun is ClaimRun, and with slots ClaimRunSlots.
+func claimRun(ctx context.Context, db DB, runID string, lease time.Duration, slots bool) (*Claim, error) {
 	var claim Claim
 	b := &pgx.Batch{}
+	with, gate, set, claimed := "", `(
+				(status = 'queued' AND (wake_at IS NULL OR wake_at <= now())) OR
+				(status IN ('suspended', 'scheduled') AND wake_at <= now()))`, "", ""
+	if slots {
+		// claim_slots has checked that the run is due, under its row lock, and taken its
+		// slots (or held the run); the journal is read only when the claim was made.
+		with = `s AS (SELECT stepgate.claim_slots($1) AS held), `
+		gate, set = `(SELECT held FROM s) IS NULL`, `held_on = NULL, `
+		claimed = ` AND EXISTS (SELECT 1 FROM stepgate.run r WHERE r.id = $1 AND r.status = 'running')`
+	}
 	b.Queue(`
-		WITH u AS (
+		WITH `+with+`u AS (
 			UPDATE stepgate.run SET status = 'running', attempts = attempts + 1,
 				invocation = invocation + 1, lease_until = now() + make_interval(secs => $2),
-				wake_at = NULL, awaiting = NULL, held = NULL, started_at = coalesce(started_at, now())
-			WHERE id = $1 AND (
-				(status = 'queued' AND (wake_at IS NULL OR wake_at <= now())) OR
-				(status IN ('suspended', 'scheduled') AND wake_at <= now()))
+				wake_at = NULL, awaiting = NULL, held = NULL, `+set+`started_at = coalesce(started_at, now())
+			WHERE id = $1 AND `+gate+`
 			RETURNING `+runColumns+`, now() AS db_now
 		), timed_out AS (
 			-- A wait still stored when its run is claimed has timed out (an event that
@@ -65,6 +78,9 @@ func ClaimRun(ctx context.Context, db DB, runID string, lease time.Duration) (*C
 				DBNow time.Time `db:"db_now"`
 			}
 			c, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[claimed])
+			if slots && errors.Is(err, pgx.ErrNoRows) {
+				return nil // the statements after this one say why
+			}
 			if err != nil {
 				return err
 			}
@@ -72,7 +88,7 @@ func ClaimRun(ctx context.Context, db DB, runID string, lease time.Duration) (*C
 			return nil
 		})
 	b.Queue(`
-		SELECT `+entryColumns+` FROM stepgate.journal_entry WHERE run_id = $1 ORDER BY seq`, runID).
+		SELECT `+entryColumns+` FROM stepgate.journal_entry WHERE run_id = $1`+claimed+` ORDER BY seq`, runID).
 		Query(func(rows pgx.Rows) error {
 			var err error
 			claim.Journal, err = pgx.CollectRows(rows, pgx.RowToStructByName[Entry])
@@ -81,7 +97,7 @@ func ClaimRun(ctx context.Context, db DB, runID string, lease time.Duration) (*C
 	b.Queue(`
 		SELECT f.seq, max(f.attempt) + 1 FROM stepgate.attempt_failure f
 		WHERE f.run_id = $1 AND f.seq > 0 AND NOT EXISTS (
-			SELECT 1 FROM stepgate.journal_entry e WHERE e.run_id = f.run_id AND e.seq = f.seq)
+			SELECT 1 FROM stepgate.journal_entry e WHERE e.run_id = f.run_id AND e.seq = f.seq)`+claimed+`
 		GROUP BY f.seq`, runID).
 		Query(func(rows pgx.Rows) error {
 			var seq, attempt int
@@ -94,8 +110,26 @@ func ClaimRun(ctx context.Context, db DB, runID string, lease time.Duration) (*C
 			})
 			return err
 		})
+	var held *string
+	if slots {
+		b.Queue(`SELECT held FROM stepgate.run WHERE id = $1 AND status <> 'running'`, runID).
+			Query(func(rows pgx.Rows) error {
+				var err error
+				held, err = pgx.CollectOneRow(rows, pgx.RowTo[*string])
+				if errors.Is(err, pgx.ErrNoRows) {
+					return nil
+				}
+				return err
+			})
+	}
 	// A batch outside a transaction runs as one implicit transaction: one round trip.
 	err := db.SendBatch(ctx, b).Close()
+	if err == nil && claim.Run == nil {
+		if held != nil {
+			return nil, &HeldError{Reason: *held}
+		}
+		err = pgx.ErrNoRows
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotDue
 	}
@@ -642,6 +676,7 @@ func startChild(ctx context.Context, db DB, runID string, invocation int, tenant
 	child, _, err := CreateRun(ctx, db, NewRun{
 		ID: in.ChildID, Tenant: tenant, Function: in.Function, Input: input, Identity: identity,
 		ParentID: &runID, ParentSeq: in.Seq, ParentName: in.Name, Detached: in.Detached,
+		Flowed: true, // A child run is not throttled, rate limited nor debounced.
 	})
 	var fe *ForbiddenError
 	var e ErrorInfo

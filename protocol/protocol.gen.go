@@ -660,6 +660,34 @@ type CheckpointAck struct {
 	Seq    int      `json:"seq"`
 }
 
+// ConcurrencyLimit defines model for ConcurrencyLimit.
+type ConcurrencyLimit struct {
+	// Key Without it the limit is the function's, in all. With it, the limit holds per
+	// value of the key: `input.<dotted.path>`, `identity.subject`, `identity.tenant`
+	// or `identity.claims.<name>`. Runs whose value is absent or null share the
+	// empty value.
+	Key *string `json:"key,omitempty"`
+
+	// Limit How many runs may run at once (per key value, with `key`).
+	Limit int `json:"limit"`
+}
+
+// DebounceConfig Collapses the starts of one key within `period` into one run with the last
+// start's input (Inngest `debounce`, DBOS `Debouncer`): the first start creates the
+// run `scheduled` at now + `period`; each further start before it begins replaces its
+// input and identity and pushes its start to now + `period`, but never past the
+// first start + `max_wait`.
+type DebounceConfig struct {
+	// Key As a throttle's key.
+	Key *string `json:"key,omitempty"`
+
+	// MaxWait The longest a start may be pushed back, from the first; at least `period`, at most `24h`. Defaults to 24h.
+	MaxWait *Duration `json:"max_wait,omitempty"`
+
+	// Period From `10ms` to `24h`.
+	Period Duration `json:"period"`
+}
+
 // Duration A Go duration such as `30s`, `5m`, `1h30m`.
 //
 // Example: 30s
@@ -692,6 +720,9 @@ type Event struct {
 	// Runs The ids of the runs the event started.
 	Runs []string `json:"runs"`
 
+	// Skipped The functions the event's triggers did not start, with why (a rate limit).
+	Skipped *[]SkippedStart `json:"skipped,omitempty"`
+
 	// SourceRunID The run that sent the event (step.SendEvent); absent for one sent through the API.
 	SourceRunID *string `json:"source_run_id,omitempty"`
 }
@@ -716,6 +747,9 @@ type EventReceipt struct {
 
 	// Runs The ids of the runs the event started (of the first event, for a duplicate).
 	Runs []string `json:"runs"`
+
+	// Skipped The functions the event's triggers did not start, with why (a rate limit); absent when none.
+	Skipped *[]SkippedStart `json:"skipped,omitempty"`
 }
 
 // EventSend defines model for EventSend.
@@ -749,6 +783,20 @@ type Function struct {
 
 // FunctionConfig defines model for FunctionConfig.
 type FunctionConfig struct {
+	// Concurrency At most 2 limits on how many runs of the function run at once (status
+	// `running`; a suspended run holds no slot), enforced in Postgres across all
+	// gateways. A run needs a slot of each limit; one that finds none stays `queued`
+	// with `held` saying why, and runs start in creation order per key as slots free.
+	// Each tenant's runs have their own slots.
+	Concurrency *[]ConcurrencyLimit `json:"concurrency,omitempty"`
+
+	// Debounce Collapses the starts of one key within `period` into one run with the last
+	// start's input (Inngest `debounce`, DBOS `Debouncer`): the first start creates the
+	// run `scheduled` at now + `period`; each further start before it begins replaces its
+	// input and identity and pushes its start to now + `period`, but never past the
+	// first start + `max_wait`.
+	Debounce *DebounceConfig `json:"debounce,omitempty"`
+
 	// InvokeRoles When set, only tokens with one of these roles (or `admin`) may start runs of
 	// this function, besides needing `runs:invoke`.
 	InvokeRoles *[]string `json:"invoke_roles,omitempty"`
@@ -767,6 +815,19 @@ type FunctionConfig struct {
 	// workers.
 	Priority *int `json:"priority,omitempty"`
 
+	// RateLimit Drops the starts beyond a rate (GCRA): such a start is a 429 with
+	// `Retry-After` and creates no run; a run an event trigger or a schedule would
+	// start is skipped, and the event's `skipped` names it (Inngest `rateLimit`).
+	// `max_queue` does not apply.
+	RateLimit *RateConfig `json:"rate_limit,omitempty"`
+
+	// Retention How long this function's finished runs (with their journals, streams and
+	// messages) are kept, from 1m to 10 years; the gateway's `STEPGATE_RETENTION`
+	// (default `720h`, 30 days) when absent. A run's own revision decides. Past it,
+	// a periodic job deletes the run in small batches, and reading it is a 404 that
+	// says it was deleted.
+	Retention *Duration `json:"retention,omitempty"`
+
 	// Retries Exponential backoff with jitter: the wait after failed attempt n is a random
 	// duration between half and all of min(max_interval, initial_interval * 2^(n-1)).
 	Retries *RetryPolicy `json:"retries,omitempty"`
@@ -776,6 +837,12 @@ type FunctionConfig struct {
 	// with error type `deadline_exceeded` whatever it is doing. From `1s` to 10 years;
 	// none by default.
 	RunTimeout *Duration `json:"run_timeout,omitempty"`
+
+	// Throttle Queues the starts beyond a rate (GCRA): a start the rate does not allow now
+	// creates the run `scheduled` at the time it does, with `held` saying why
+	// (Inngest `throttle`, DBOS `limiter` on a queue). At most `max_queue` starts per
+	// key wait at once; past that a start is a 429 with `Retry-After`.
+	Throttle *RateConfig `json:"throttle,omitempty"`
 
 	// Timeout How long one invocation may take. Defaults to 5m.
 	Timeout *Duration `json:"timeout,omitempty"`
@@ -788,6 +855,26 @@ type FunctionConfig struct {
 // FunctionList defines model for FunctionList.
 type FunctionList struct {
 	Functions []Function `json:"functions"`
+}
+
+// FunctionQueue defines model for FunctionQueue.
+type FunctionQueue struct {
+	Function string `json:"function"`
+
+	// Held Runs not started (or resumed) yet because flow control holds them back.
+	Held int `json:"held"`
+
+	// Keys The concurrency keys with running or waiting runs, the busiest first (at most 100).
+	Keys []QueueKey `json:"keys"`
+
+	// Queued Runs queued, held ones included.
+	Queued int `json:"queued"`
+
+	// Reasons The distinct held reasons, the commonest first (at most 100).
+	Reasons []HeldReason `json:"reasons"`
+
+	// Running Runs running.
+	Running int `json:"running"`
 }
 
 // FunctionRegistration defines model for FunctionRegistration.
@@ -830,6 +917,12 @@ type FunctionStatsList struct {
 type Health struct {
 	// Status Example: ok
 	Status string `json:"status"`
+}
+
+// HeldReason defines model for HeldReason.
+type HeldReason struct {
+	Reason string `json:"reason"`
+	Runs   int    `json:"runs"`
 }
 
 // Identity Who started the run, from the caller's JWT. Never the token itself.
@@ -1156,6 +1249,43 @@ type Problem struct {
 	Type   *string `json:"type,omitempty"`
 }
 
+// QueueKey defines model for QueueKey.
+type QueueKey struct {
+	// Held Runs waiting in the key's line.
+	Held int `json:"held"`
+
+	// Key `""` for the function-wide limit, else the key and its value: `input.customer_id=c-9`.
+	Key string `json:"key"`
+
+	// Limit The key's limit, as its last claim read it; 0 when none has run yet.
+	Limit int `json:"limit"`
+
+	// Running Runs holding a slot of the key.
+	Running int `json:"running"`
+}
+
+// RateConfig A rate per key: at most `limit` starts per `period`, spread evenly (one each
+// `period/limit`), plus `burst` more at once after a quiet spell.
+type RateConfig struct {
+	// Burst Starts allowed at once beyond the steady rate. Defaults to 0.
+	Burst *int `json:"burst,omitempty"`
+
+	// Key What the limit is counted per: `input.<dotted.path>` (a field of the run's
+	// input), `identity.subject`, `identity.tenant` or `identity.claims.<name>`.
+	// None: one limit for the whole function (in the tenant). A missing field
+	// counts as the empty value.
+	Key *string `json:"key,omitempty"`
+
+	// Limit Starts per period; at least 1.
+	Limit int `json:"limit"`
+
+	// MaxQueue For a throttle: the most starts of one key waiting at once. Defaults to 1000.
+	MaxQueue *int `json:"max_queue,omitempty"`
+
+	// Period From `10ms` to `24h`.
+	Period Duration `json:"period"`
+}
+
 // RerunRequest Where a rerun starts; an absent body or field reruns from the start.
 type RerunRequest struct {
 	// FromSeq The first seq the new run executes again; the old run's entries before it are
@@ -1387,7 +1517,7 @@ type Schedule struct {
 	// Input Any JSON value, kept byte for byte.
 	Input AnyJSON `json:"input"`
 
-	// LastRunID The run the last tick started; absent when it started none (the function was deleted, or its `invoke_roles` exclude the identity).
+	// LastRunID The run the last tick started; absent when it started none (the function was deleted, its `invoke_roles` exclude the identity, or its `rate_limit` dropped the start).
 	LastRunID *string `json:"last_run_id,omitempty"`
 
 	// LastTickAt The latest tick of the last handling that was to start a run; when none was (every tick skipped), the earliest tick it handled.
@@ -1501,6 +1631,14 @@ type SigningSecret struct {
 type SigningSecretList struct {
 	Secrets []SigningSecret `json:"secrets"`
 	Tenant  string          `json:"tenant"`
+}
+
+// SkippedStart defines model for SkippedStart.
+type SkippedStart struct {
+	Function string `json:"function"`
+
+	// Reason Why no run started, such as `rate limited: 10 per 1s (key customer_id=c-9)`.
+	Reason string `json:"reason"`
 }
 
 // StreamAck defines model for StreamAck.
@@ -1999,6 +2137,17 @@ type ClientInterface interface {
 	// Corresponds with PUT /v1/functions/{name} (the `RegisterFunction` operationId).
 	RegisterFunction(ctx context.Context, name FunctionName, body RegisterFunctionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetFunctionQueue Counts the function's queued, running and held runs, per concurrency key. Needs `functions:read`.
+	//
+	// Where the function's unfinished runs stand: how many are queued, running, and held
+	// back (a concurrency limit, or other flow control), and per concurrency key (the
+	// busiest 100) how many run and how many wait in its line, with the distinct held
+	// reasons. Key values come from runs' inputs and identities, so without
+	// `runs:read` they are masked (`input.customer_id=…`).
+	//
+	// Corresponds with GET /v1/functions/{name}/queue (the `GetFunctionQueue` operationId).
+	GetFunctionQueue(ctx context.Context, name FunctionName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// StartRunWithBody Starts a run of a function with the request body as its input. Needs `runs:invoke`.
 	//
 	// Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
@@ -2006,6 +2155,14 @@ type ClientInterface interface {
 	// result, or 202 with a `Location` to attach to if the wait runs out first.
 	// The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 	// key with a different input is a 409.
+	//
+	// Flow control (the function's config): a `throttle` queues a start beyond its rate,
+	// creating the run `scheduled` at the time the rate allows (its `held` says why);
+	// past the throttle's `max_queue` the start is a 429 with `Retry-After`. A
+	// `rate_limit` drops a start beyond its rate: 429 with `Retry-After`, no run. A
+	// `debounce` collapses the starts of one key within its period into one run, with
+	// the last start's input and identity: each answers that run's id. With `wait`, the
+	// request waits for the run as usual (a throttled run from its scheduled time).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2019,6 +2176,14 @@ type ClientInterface interface {
 	// result, or 202 with a `Location` to attach to if the wait runs out first.
 	// The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 	// key with a different input is a 409.
+	//
+	// Flow control (the function's config): a `throttle` queues a start beyond its rate,
+	// creating the run `scheduled` at the time the rate allows (its `held` says why);
+	// past the throttle's `max_queue` the start is a 429 with `Retry-After`. A
+	// `rate_limit` drops a start beyond its rate: 429 with `Retry-After`, no run. A
+	// `debounce` collapses the starts of one key within its period into one run, with
+	// the last start's input and identity: each answers that run's id. With `wait`, the
+	// request waits for the run as usual (a throttled run from its scheduled time).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2845,6 +3010,27 @@ func (c *Client) RegisterFunction(ctx context.Context, name FunctionName, body R
 	return c.Client.Do(req)
 }
 
+// GetFunctionQueue Counts the function's queued, running and held runs, per concurrency key. Needs `functions:read`.
+//
+// Where the function's unfinished runs stand: how many are queued, running, and held
+// back (a concurrency limit, or other flow control), and per concurrency key (the
+// busiest 100) how many run and how many wait in its line, with the distinct held
+// reasons. Key values come from runs' inputs and identities, so without
+// `runs:read` they are masked (`input.customer_id=…`).
+//
+// Corresponds with GET /v1/functions/{name}/queue (the `GetFunctionQueue` operationId).
+func (c *Client) GetFunctionQueue(ctx context.Context, name FunctionName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetFunctionQueueRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // StartRunWithBody Starts a run of a function with the request body as its input. Needs `runs:invoke`.
 //
 // Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
@@ -2852,6 +3038,14 @@ func (c *Client) RegisterFunction(ctx context.Context, name FunctionName, body R
 // result, or 202 with a `Location` to attach to if the wait runs out first.
 // The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 // key with a different input is a 409.
+//
+// Flow control (the function's config): a `throttle` queues a start beyond its rate,
+// creating the run `scheduled` at the time the rate allows (its `held` says why);
+// past the throttle's `max_queue` the start is a 429 with `Retry-After`. A
+// `rate_limit` drops a start beyond its rate: 429 with `Retry-After`, no run. A
+// `debounce` collapses the starts of one key within its period into one run, with
+// the last start's input and identity: each answers that run's id. With `wait`, the
+// request waits for the run as usual (a throttled run from its scheduled time).
 //
 // Takes any type of body and a specified content type.
 //
@@ -2875,6 +3069,14 @@ func (c *Client) StartRunWithBody(ctx context.Context, name FunctionName, params
 // result, or 202 with a `Location` to attach to if the wait runs out first.
 // The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 // key with a different input is a 409.
+//
+// Flow control (the function's config): a `throttle` queues a start beyond its rate,
+// creating the run `scheduled` at the time the rate allows (its `held` says why);
+// past the throttle's `max_queue` the start is a 429 with `Retry-After`. A
+// `rate_limit` drops a start beyond its rate: 429 with `Retry-After`, no run. A
+// `debounce` collapses the starts of one key within its period into one run, with
+// the last start's input and identity: each answers that run's id. With `wait`, the
+// request waits for the run as usual (a throttled run from its scheduled time).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -4152,6 +4354,40 @@ func NewRegisterFunctionRequestWithBody(server string, name FunctionName, conten
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetFunctionQueueRequest constructs an http.Request for the GetFunctionQueue method
+func NewGetFunctionQueueRequest(server string, name FunctionName) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/functions/%s/queue", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
 
 	return req, nil
 }
@@ -5849,6 +6085,19 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with PUT /v1/functions/{name} (the `RegisterFunction` operationId).
 	RegisterFunctionWithResponse(ctx context.Context, name FunctionName, body RegisterFunctionJSONRequestBody, reqEditors ...RequestEditorFn) (*RegisterFunctionResponse, error)
 
+	// GetFunctionQueueWithResponse Counts the function's queued, running and held runs, per concurrency key. Needs `functions:read`.
+	//
+	// Where the function's unfinished runs stand: how many are queued, running, and held
+	// back (a concurrency limit, or other flow control), and per concurrency key (the
+	// busiest 100) how many run and how many wait in its line, with the distinct held
+	// reasons. Key values come from runs' inputs and identities, so without
+	// `runs:read` they are masked (`input.customer_id=…`).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/functions/{name}/queue (the `GetFunctionQueue` operationId).
+	GetFunctionQueueWithResponse(ctx context.Context, name FunctionName, reqEditors ...RequestEditorFn) (*GetFunctionQueueResponse, error)
+
 	// StartRunWithBodyWithResponse Starts a run of a function with the request body as its input. Needs `runs:invoke`.
 	//
 	// Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
@@ -5856,6 +6105,14 @@ type ClientWithResponsesInterface interface {
 	// result, or 202 with a `Location` to attach to if the wait runs out first.
 	// The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 	// key with a different input is a 409.
+	//
+	// Flow control (the function's config): a `throttle` queues a start beyond its rate,
+	// creating the run `scheduled` at the time the rate allows (its `held` says why);
+	// past the throttle's `max_queue` the start is a 429 with `Retry-After`. A
+	// `rate_limit` drops a start beyond its rate: 429 with `Retry-After`, no run. A
+	// `debounce` collapses the starts of one key within its period into one run, with
+	// the last start's input and identity: each answers that run's id. With `wait`, the
+	// request waits for the run as usual (a throttled run from its scheduled time).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5869,6 +6126,14 @@ type ClientWithResponsesInterface interface {
 	// result, or 202 with a `Location` to attach to if the wait runs out first.
 	// The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 	// key with a different input is a 409.
+	//
+	// Flow control (the function's config): a `throttle` queues a start beyond its rate,
+	// creating the run `scheduled` at the time the rate allows (its `held` says why);
+	// past the throttle's `max_queue` the start is a 429 with `Retry-After`. A
+	// `rate_limit` drops a start beyond its rate: 429 with `Retry-After`, no run. A
+	// `debounce` collapses the starts of one key within its period into one run, with
+	// the last start's input and identity: each answers that run's id. With `wait`, the
+	// request waits for the run as usual (a throttled run from its scheduled time).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7079,6 +7344,68 @@ func (r RegisterFunctionResponse) ContentType() string {
 	return ""
 }
 
+type GetFunctionQueueResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *FunctionQueue
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetFunctionQueueResponse) GetJSON200() *FunctionQueue {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetFunctionQueueResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetFunctionQueueResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetFunctionQueueResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r GetFunctionQueueResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetFunctionQueueResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetFunctionQueueResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetFunctionQueueResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // StartRunResponse202Headers the declared response headers of an HTTP 202 response for StartRun
 type StartRunResponse202Headers struct {
 	Location *string
@@ -7103,6 +7430,8 @@ type StartRunResponse struct {
 	ApplicationProblemJSON409 *Conflict
 	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationProblemJSON413 *TooLarge
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *TooManyRequests
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationProblemJSON503 *Unavailable
 	// Headers202 the parsed response headers for an HTTP 202 response
@@ -7147,6 +7476,11 @@ func (r StartRunResponse) GetApplicationProblemJSON409() *Conflict {
 // GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r StartRunResponse) GetApplicationProblemJSON413() *TooLarge {
 	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r StartRunResponse) GetApplicationProblemJSON429() *TooManyRequests {
+	return r.ApplicationProblemJSON429
 }
 
 // GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
@@ -9188,6 +9522,25 @@ func (c *ClientWithResponses) RegisterFunctionWithResponse(ctx context.Context, 
 	return ParseRegisterFunctionResponse(rsp)
 }
 
+// GetFunctionQueueWithResponse Counts the function's queued, running and held runs, per concurrency key. Needs `functions:read`.
+//
+// Where the function's unfinished runs stand: how many are queued, running, and held
+// back (a concurrency limit, or other flow control), and per concurrency key (the
+// busiest 100) how many run and how many wait in its line, with the distinct held
+// reasons. Key values come from runs' inputs and identities, so without
+// `runs:read` they are masked (`input.customer_id=…`).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/functions/{name}/queue (the `GetFunctionQueue` operationId).
+func (c *ClientWithResponses) GetFunctionQueueWithResponse(ctx context.Context, name FunctionName, reqEditors ...RequestEditorFn) (*GetFunctionQueueResponse, error) {
+	rsp, err := c.GetFunctionQueue(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetFunctionQueueResponse(rsp)
+}
+
 // StartRunWithBodyWithResponse Starts a run of a function with the request body as its input. Needs `runs:invoke`.
 //
 // Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
@@ -9195,6 +9548,14 @@ func (c *ClientWithResponses) RegisterFunctionWithResponse(ctx context.Context, 
 // result, or 202 with a `Location` to attach to if the wait runs out first.
 // The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 // key with a different input is a 409.
+//
+// Flow control (the function's config): a `throttle` queues a start beyond its rate,
+// creating the run `scheduled` at the time the rate allows (its `held` says why);
+// past the throttle's `max_queue` the start is a 429 with `Retry-After`. A
+// `rate_limit` drops a start beyond its rate: 429 with `Retry-After`, no run. A
+// `debounce` collapses the starts of one key within its period into one run, with
+// the last start's input and identity: each answers that run's id. With `wait`, the
+// request waits for the run as usual (a throttled run from its scheduled time).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -9214,6 +9575,14 @@ func (c *ClientWithResponses) StartRunWithBodyWithResponse(ctx context.Context, 
 // result, or 202 with a `Location` to attach to if the wait runs out first.
 // The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 // key with a different input is a 409.
+//
+// Flow control (the function's config): a `throttle` queues a start beyond its rate,
+// creating the run `scheduled` at the time the rate allows (its `held` says why);
+// past the throttle's `max_queue` the start is a 429 with `Retry-After`. A
+// `rate_limit` drops a start beyond its rate: 429 with `Retry-After`, no run. A
+// `debounce` collapses the starts of one key within its period into one run, with
+// the last start's input and identity: each answers that run's id. With `wait`, the
+// request waits for the run as usual (a throttled run from its scheduled time).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -10465,6 +10834,53 @@ func ParseRegisterFunctionResponse(rsp *http.Response) (*RegisterFunctionRespons
 	return response, nil
 }
 
+// ParseGetFunctionQueueResponse parses an HTTP response from a GetFunctionQueueWithResponse call
+func ParseGetFunctionQueueResponse(rsp *http.Response) (*GetFunctionQueueResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetFunctionQueueResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest FunctionQueue
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseStartRunResponse parses an HTTP response from a StartRunWithResponse call
 func ParseStartRunResponse(rsp *http.Response) (*StartRunResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -10534,6 +10950,13 @@ func ParseStartRunResponse(rsp *http.Response) (*StartRunResponse, error) {
 			return nil, err
 		}
 		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable

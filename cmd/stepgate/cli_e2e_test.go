@@ -196,6 +196,17 @@ func TestEndToEnd(t *testing.T) {
 		require.Regexp(t, `(?m)^orders\.checkout +\d+ +http://\S+ +30s$`, out)
 	})
 
+	t.Run("FunctionsQueue", func(t *testing.T) {
+		t.Parallel()
+		_, err := cmd(t, "invoke", "orders.fulfil", "--data", `{"customer_id":"c-e2e","order_id":"o-e2e"}`, "--wait", "20s")
+		require.NoError(t, err)
+		out, err := cmd(t, "functions", "queue", "orders.fulfil")
+		require.NoError(t, err)
+		require.Regexp(t, `^orders\.fulfil: \d+ running, \d+ queued, \d+ held\n`, out)
+		_, err = cmd(t, "functions", "queue", "nope")
+		require.EqualError(t, err, `404 Not Found: function "nope" is not registered`)
+	})
+
 	t.Run("NotRegistered", func(t *testing.T) {
 		t.Parallel()
 		_, err := cmd(t, "invoke", "nope", "--wait")

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -200,4 +201,26 @@ func TestWriteInvokeResult(t *testing.T) {
 	err := writeInvokeResult(&b, 200, &protocol.RunResult{ID: "r1", Status: "failed", Error: &protocol.ErrorInfo{Type: "boom", Message: "it broke"}})
 	require.EqualError(t, err, "run r1 failed: boom: it broke (details: stepgate runs get r1)")
 	require.Equal(t, "run r1 failed\n", b.String())
+}
+
+func TestWriteQueue(t *testing.T) {
+	t.Parallel()
+	var b strings.Builder
+	require.NoError(t, writeQueue(&b, &protocol.FunctionQueue{
+		Function: "orders.fulfil", Running: 2, Queued: 3, Held: 3,
+		Keys: []protocol.QueueKey{
+			{Key: "input.customer_id=c-9", Running: 1, Limit: 1, Held: 3},
+			{Key: "", Running: 2, Limit: 0, Held: 0},
+		},
+		Reasons: []protocol.HeldReason{{Reason: "waiting for a concurrency slot of key input.customer_id=c-9 (limit 1)", Runs: 3}},
+	}))
+	require.Equal(t, `orders.fulfil: 2 running, 3 queued, 3 held
+
+KEY                    RUNNING  LIMIT  HELD
+input.customer_id=c-9  1        1      3
+(function)             2        -      0
+
+held:
+  3 waiting for a concurrency slot of key input.customer_id=c-9 (limit 1)
+`, b.String())
 }

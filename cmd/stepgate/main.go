@@ -110,6 +110,7 @@ Functions and apps:
                                    register a function (each call makes a new revision)
   functions list                   the registered functions (also: stepgate functions)
   functions get NAME               one function's current revision
+  functions queue NAME             its queued, running and held runs, per concurrency key
   functions delete NAME            unregister a function; its runs are kept
   apps sync URL                    register every function in an app's manifest
 
@@ -244,8 +245,10 @@ func (c *cli) functions(ctx context.Context, args []string) error {
 		return c.functionsGet(ctx, rest)
 	case "delete", "rm":
 		return c.functionsDelete(ctx, rest)
+	case "queue":
+		return c.functionsQueue(ctx, rest)
 	default:
-		return usagef("unknown command \"functions %s\" (want register, list, get or delete)", sub)
+		return usagef("unknown command \"functions %s\" (want register, list, get, queue or delete)", sub)
 	}
 }
 

@@ -48,7 +48,10 @@ type serverConfig struct {
 	// Crash recovery: STEPGATE_LEASE_TTL, STEPGATE_MAX_RECOVERIES; and how long a
 	// stopping gateway lets its invocations finish, STEPGATE_DRAIN_TIMEOUT.
 	leaseTTL, drainTimeout time.Duration
-	maxRecoveries          int
+	// Retention: STEPGATE_RETENTION (how long finished runs are kept, unless their
+	// function says otherwise), STEPGATE_RETENTION_INTERVAL (how often it deletes).
+	retention, retentionInterval time.Duration
+	maxRecoveries                int
 	// workers and fairReserve: STEPGATE_WORKERS, STEPGATE_FAIR_RESERVE (readWorkers).
 	workers, fairReserve int
 	maxBodyBytes         int64
@@ -125,10 +128,18 @@ func readServerConfig(getenv func(string) string) (serverConfig, error) {
 	}{
 		{"STEPGATE_LEASE_TTL", &c.leaseTTL, 5 * time.Second},
 		{"STEPGATE_DRAIN_TIMEOUT", &c.drainTimeout, 30 * time.Second},
+		{"STEPGATE_RETENTION", &c.retention, invoker.DefaultRetention},
+		{"STEPGATE_RETENTION_INTERVAL", &c.retentionInterval, time.Minute},
 	} {
 		if *d.to, err = envDuration(getenv, d.name, d.def); err != nil {
 			return c, err
 		}
+	}
+	if c.retention < invoker.MinRetention {
+		return c, fmt.Errorf("STEPGATE_RETENTION %s is shorter than %s", c.retention, invoker.MinRetention)
+	}
+	if c.retentionInterval < time.Second {
+		return c, fmt.Errorf("STEPGATE_RETENTION_INTERVAL %s is shorter than 1s", c.retentionInterval)
 	}
 	if c.leaseTTL < 500*time.Millisecond {
 		return c, fmt.Errorf("STEPGATE_LEASE_TTL %s is shorter than 500ms: leases would lapse on a busy gateway", c.leaseTTL)
@@ -264,6 +275,7 @@ func (c serverConfig) process(log *slog.Logger) (gatewayproc.Config, error) {
 		MaxStreamsPerTenant: c.maxStreamsPerTenant, MaxStreamsPerSubject: c.maxStreamsPerSubject,
 		PprofAddr: c.pprofAddr, Workers: c.workers, FairReserve: c.fairReserve,
 		MetricsAddr: c.metricsAddr, Metrics: c.metrics,
+		Retention: c.retention, RetentionInterval: c.retentionInterval,
 	}, nil
 }
 

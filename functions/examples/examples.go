@@ -2,8 +2,8 @@
 // serve: hello (no steps), orders.checkout (three steps and an optional sleep),
 // orders.fulfil (orders.checkout as a child run), orders.await_payment (a wait for an
 // event), orders.approval (a human's approval or the payment, whichever comes first),
-// flaky (a step that fails before it succeeds) and chain (n steps in a row, for
-// benchmarks).
+// flaky (a step that fails before it succeeds), chain (n steps in a row, for
+// benchmarks) and orders.notify (throttled per customer).
 package examples
 
 import (
@@ -18,17 +18,45 @@ import (
 )
 
 // Register adds hello, orders.checkout, orders.fulfil, orders.await_payment,
-// orders.approval, flaky and chain to app.
+// orders.approval, flaky, chain and orders.notify to app.
 func Register(app *functions.App) {
 	functions.Register(app, "hello", Hello)
 	functions.Register(app, "orders.checkout", Checkout, functions.Timeout(30*time.Second), functions.MaxAttempts(5))
-	functions.Register(app, "orders.fulfil", Fulfil)
+	// One fulfilment per customer at a time, whichever gateway runs it: the others wait,
+	// queued, in order (README: Concurrency limits).
+	functions.Register(app, "orders.fulfil", Fulfil, functions.Concurrency(1, "input.customer_id"))
 	functions.Register(app, "orders.quote", Quote)
 	functions.Register(app, "orders.fulfil_all", FulfilAll)
 	functions.Register(app, "orders.await_payment", AwaitPayment)
 	functions.Register(app, "orders.approval", Approval)
 	functions.Register(app, "flaky", Flaky)
 	functions.Register(app, "chain", Chain)
+	// At most 2 notifications a second per customer, one more at once after a quiet
+	// spell; the starts beyond wait, scheduled (see the README's throttles).
+	functions.Register(app, "orders.notify", Notify, functions.Throttle(functions.Rate{
+		Limit: 2, Period: time.Second, Burst: 1, Key: "input.customer_id",
+	}))
+}
+
+// NotifyInput is the input of orders.notify.
+type NotifyInput struct {
+	CustomerID string `json:"customer_id"`
+	Message    string `json:"message"`
+}
+
+// NotifyOutput is the output of orders.notify.
+type NotifyOutput struct {
+	Sent string `json:"sent"`
+}
+
+// Notify sends in.Message to the customer in one step. It is throttled per customer:
+// a burst of notifications for one customer is spread out, other customers' are not
+// held back by it.
+func Notify(ctx context.Context, in NotifyInput) (NotifyOutput, error) {
+	sent, err := step.Run(ctx, "send", func(ctx context.Context) (string, error) {
+		return fmt.Sprintf("to %s: %s", in.CustomerID, in.Message), nil
+	})
+	return NotifyOutput{Sent: sent}, err
 }
 
 // HelloInput is the input of hello.
@@ -51,6 +79,9 @@ type CheckoutInput struct {
 	OrderID string `json:"order_id"` // Defaults to the run's id.
 	Amount  int    `json:"amount"`   // In cents.
 	SleepMS int    `json:"sleep_ms"` // When positive, a sleep between charge and ship.
+	// CustomerID is the customer the order is for: orders.fulfil runs one fulfilment
+	// per customer at a time.
+	CustomerID string `json:"customer_id,omitempty"`
 	// FailShip makes shipping fail for good: the charge is refunded and the reservation
 	// released (compensations), and the run fails.
 	FailShip bool `json:"fail_ship,omitempty"`
@@ -126,7 +157,9 @@ func Checkout(ctx context.Context, in CheckoutInput) (CheckoutOutput, error) {
 }
 
 // Fulfil checks the order out as a child run of orders.checkout (the same input), which
-// runs as the caller's identity, and returns its shipment. A checkout that fails or is
+// runs as the caller's identity, and returns its shipment. Its concurrency limit runs
+// one fulfilment per customer (input.customer_id) at a time; waiting for its child, a
+// fulfilment holds no slot. A checkout that fails or is
 // cancelled fails the fulfilment with the checkout's error.
 func Fulfil(ctx context.Context, in CheckoutInput) (Shipment, error) {
 	out, err := step.Invoke[CheckoutOutput](ctx, "checkout", "orders.checkout", in)

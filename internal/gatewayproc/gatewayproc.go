@@ -74,6 +74,8 @@ type Config struct {
 	// River's workers and the fair share of them: see the invoker.Config fields of the
 	// same names.
 	Workers, FairReserve int
+	// Retention and RetentionInterval: see the invoker.Config fields of the same names.
+	Retention, RetentionInterval time.Duration
 	// DrainTimeout is how long Stop lets the invocations in flight finish before it
 	// hands the rest over to the other gateways. Defaults to 30s.
 	DrainTimeout time.Duration
@@ -197,6 +199,7 @@ func Start(ctx context.Context, cfg Config) (*Process, error) {
 		Pool: pool, Logger: log, CheckpointURL: p.URL, Keys: p.Keys, Tokens: p.Tokens, HTTPClient: cfg.Egress.Client(),
 		Limits: cfg.Limits, LeaseTTL: cfg.LeaseTTL, MaintainInterval: cfg.MaintainInterval, SweepGrace: cfg.SweepGrace,
 		MaxRecoveries: cfg.MaxRecoveries, Workers: cfg.Workers, FairReserve: cfg.FairReserve, Metrics: p.Metrics,
+		Retention: cfg.Retention, RetentionInterval: cfg.RetentionInterval,
 	})
 	if err != nil {
 		return fail(err)

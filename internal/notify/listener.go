@@ -18,7 +18,7 @@ import (
 )
 
 // Listener holds the process's listening connection, on journal.NotifyChannel,
-// journal.EventChannel and journal.OutputChannel. It tells the requests waiting on a run's result that it may have
+// journal.EventChannel, journal.OutputChannel and journal.SlotChannel. It tells the requests waiting on a run's result that it may have
 // finished (a signal means "look again", never "done"), fed by this process's own
 // terminal updates (Signal) and by the notifications; and it passes run events to one
 // handler (the Hub).
@@ -32,6 +32,7 @@ type Listener struct {
 	byOutput map[string]map[chan struct{}]struct{} // readers of runs' values and streams
 
 	events atomic.Pointer[func(*journal.RunEvent)]
+	slots  atomic.Pointer[func(runID string)]
 }
 
 // NewListener returns a Listener on pool, not listening yet: see Run.
@@ -135,6 +136,11 @@ func (l *Listener) event(ev *journal.RunEvent) {
 	}
 }
 
+// HandleSlotWakes passes each journal.SlotChannel notification (the id of a held run a
+// freed concurrency slot made due) to fn, on the listener's goroutine: fn must not
+// block. A later call replaces fn.
+func (l *Listener) HandleSlotWakes(fn func(runID string)) { l.slots.Store(&fn) }
+
 // Run holds the listening connection until ctx ends, reconnecting after failures (a
 // second apart). After a reconnect every waiter is told to look again, and the events
 // handler gets nil, since notifications may have been missed.
@@ -147,7 +153,7 @@ func (l *Listener) Run(ctx context.Context) {
 				return err
 			}
 			defer conn.Release()
-			if _, err := conn.Exec(ctx, "LISTEN "+journal.NotifyChannel+"; LISTEN "+journal.EventChannel+"; LISTEN "+journal.OutputChannel); err != nil {
+			if _, err := conn.Exec(ctx, "LISTEN "+journal.NotifyChannel+"; LISTEN "+journal.EventChannel+"; LISTEN "+journal.OutputChannel+"; LISTEN "+journal.SlotChannel); err != nil {
 				conn.Conn().Close(context.WithoutCancel(ctx)) // don't return a listening conn to the pool
 				return err
 			}
@@ -170,6 +176,11 @@ func (l *Listener) Run(ctx context.Context) {
 					continue
 				case journal.OutputChannel:
 					l.signalOutput(n.Payload)
+					continue
+				case journal.SlotChannel:
+					if fn := l.slots.Load(); fn != nil {
+						(*fn)(n.Payload)
+					}
 					continue
 				}
 				ev, err := journal.ParseRunEvent(n.Payload)

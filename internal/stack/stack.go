@@ -66,6 +66,8 @@ type Options struct {
 	// River's workers and the fair share of them: see the invoker.Config fields of the
 	// same names.
 	Workers, FairReserve int
+	// Retention and RetentionInterval: see the invoker.Config fields of the same names.
+	Retention, RetentionInterval time.Duration
 	// DatabaseURL shares a database with another Stack (two gateways); empty makes a
 	// new one. It must be migrated already, as pgtest.DBURL's are.
 	DatabaseURL string
@@ -124,6 +126,7 @@ func Start(tb testing.TB, opts Options) *Stack {
 		Auth: s.Auth, Egress: policy, Limits: limits,
 		LeaseTTL: opts.LeaseTTL, MaintainInterval: opts.MaintainInterval, SweepGrace: opts.SweepGrace,
 		MaxRecoveries: opts.MaxRecoveries, DrainTimeout: 10 * time.Second, Workers: opts.Workers, FairReserve: opts.FairReserve,
+		Retention: opts.Retention, RetentionInterval: opts.RetentionInterval,
 		MaxBodyBytes: opts.MaxBodyBytes, Web: web.Handler(), OperatorRole: OperatorRole, Gateway: opts.Gateway,
 		Metrics: opts.Metrics, MetricsAddr: opts.MetricsAddr,
 	})

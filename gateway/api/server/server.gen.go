@@ -53,6 +53,9 @@ type ServerInterface interface {
 	// RegisterFunction Registers a function; each call makes a new immutable revision. Needs `functions:write`.
 	// (PUT /v1/functions/{name})
 	RegisterFunction(ctx echo.Context, name FunctionName) error
+	// GetFunctionQueue Counts the function's queued, running and held runs, per concurrency key. Needs `functions:read`.
+	// (GET /v1/functions/{name}/queue)
+	GetFunctionQueue(ctx echo.Context, name FunctionName) error
 	// StartRun Starts a run of a function with the request body as its input. Needs `runs:invoke`.
 	// (POST /v1/functions/{name}/runs)
 	StartRun(ctx echo.Context, name FunctionName, params StartRunParams) error
@@ -292,6 +295,22 @@ func (w *ServerInterfaceWrapper) RegisterFunction(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.RegisterFunction(ctx, name)
+	return err
+}
+
+// GetFunctionQueue converts echo context to params.
+func (w *ServerInterfaceWrapper) GetFunctionQueue(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "name" -------------
+	var name FunctionName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", ctx.Param("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter name: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetFunctionQueue(ctx, name)
 	return err
 }
 
@@ -991,6 +1010,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.DELETE(options.BaseURL+"/v1/functions/:name", wrapper.DeleteFunction, options.OperationMiddlewares["deleteFunction"]...)
 	router.GET(options.BaseURL+"/v1/functions/:name", wrapper.GetFunction, options.OperationMiddlewares["getFunction"]...)
 	router.PUT(options.BaseURL+"/v1/functions/:name", wrapper.RegisterFunction, options.OperationMiddlewares["registerFunction"]...)
+	router.GET(options.BaseURL+"/v1/functions/:name/queue", wrapper.GetFunctionQueue, options.OperationMiddlewares["getFunctionQueue"]...)
 	router.POST(options.BaseURL+"/v1/apps", wrapper.SyncApp, options.OperationMiddlewares["syncApp"]...)
 	router.POST(options.BaseURL+"/v1/functions/:name/runs", wrapper.StartRun, options.OperationMiddlewares["startRun"]...)
 	router.GET(options.BaseURL+"/v1/runs", wrapper.ListRuns, options.OperationMiddlewares["listRuns"]...)
@@ -1823,6 +1843,76 @@ func (response RegisterFunction403ApplicationProblemPlusJSONResponse) VisitRegis
 	return err
 }
 
+type GetFunctionQueueRequestObject struct {
+	Name FunctionName `json:"name"`
+}
+
+type GetFunctionQueueResponseObject interface {
+	VisitGetFunctionQueueResponse(w http.ResponseWriter) error
+}
+
+type GetFunctionQueue200JSONResponse FunctionQueue
+
+func (response GetFunctionQueue200JSONResponse) VisitGetFunctionQueueResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetFunctionQueue401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetFunctionQueue401ApplicationProblemPlusJSONResponse) VisitGetFunctionQueueResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetFunctionQueue403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetFunctionQueue403ApplicationProblemPlusJSONResponse) VisitGetFunctionQueueResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetFunctionQueue404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response GetFunctionQueue404ApplicationProblemPlusJSONResponse) VisitGetFunctionQueueResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type StartRunRequestObject struct {
 	Name   FunctionName `json:"name"`
 	Params StartRunParams
@@ -1963,6 +2053,22 @@ func (response StartRun413ApplicationProblemPlusJSONResponse) VisitStartRunRespo
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type StartRun429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response StartRun429ApplicationProblemPlusJSONResponse) VisitStartRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -4260,6 +4366,9 @@ type StrictServerInterface interface {
 	// RegisterFunction Registers a function; each call makes a new immutable revision. Needs `functions:write`.
 	// (PUT /v1/functions/{name})
 	RegisterFunction(ctx context.Context, request RegisterFunctionRequestObject) (RegisterFunctionResponseObject, error)
+	// GetFunctionQueue Counts the function's queued, running and held runs, per concurrency key. Needs `functions:read`.
+	// (GET /v1/functions/{name}/queue)
+	GetFunctionQueue(ctx context.Context, request GetFunctionQueueRequestObject) (GetFunctionQueueResponseObject, error)
 	// StartRun Starts a run of a function with the request body as its input. Needs `runs:invoke`.
 	// (POST /v1/functions/{name}/runs)
 	StartRun(ctx context.Context, request StartRunRequestObject) (StartRunResponseObject, error)
@@ -4729,6 +4838,31 @@ func (sh *strictHandler) RegisterFunction(ctx echo.Context, name FunctionName) e
 		return err
 	} else if validResponse, ok := response.(RegisterFunctionResponseObject); ok {
 		return validResponse.VisitRegisterFunctionResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// GetFunctionQueue operation middleware
+func (sh *strictHandler) GetFunctionQueue(ctx echo.Context, name FunctionName) error {
+	var request GetFunctionQueueRequestObject
+
+	request.Name = name
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetFunctionQueue(ctx.Request().Context(), request.(GetFunctionQueueRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetFunctionQueue")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetFunctionQueueResponseObject); ok {
+		return validResponse.VisitGetFunctionQueueResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

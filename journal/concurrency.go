@@ -1,0 +1,118 @@
+package journal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Concurrency limits (migration 0029 holds the design and argues it): a run of a
+// revision with limits records its slot keys when it is created, takes a slot of each
+// when it is claimed (ClaimRunSlots) and gives them back when it leaves running (a
+// trigger). A run that finds a key full is held, due for nobody, until a freed slot
+// wakes it: the trigger makes it due and notifies SlotChannel with its id.
+
+// SlotChannel is the Postgres channel on which a freed concurrency slot announces the id
+// of the held run it made due, for a gateway to claim at once.
+const SlotChannel = "stepgate_slot_free"
+
+// ErrHeld wraps every *HeldError.
+var ErrHeld = errors.New("journal: the run is held")
+
+// HeldError: the run was not claimed because flow control holds it; Reason says why (it
+// is the run's held).
+type HeldError struct{ Reason string }
+
+func (e *HeldError) Error() string { return "run held: " + e.Reason }
+
+// Unwrap makes errors.Is(err, ErrHeld) hold.
+func (e *HeldError) Unwrap() error { return ErrHeld }
+
+// ClaimRunSlots is ClaimRun for a run of a revision with concurrency limits: in the same
+// one round trip and transaction it first takes a slot of each of the run's keys
+// (stepgate.claim_slots). When a key has no room the run is not claimed but held: its
+// held says why, it stays queued (or suspended) and is due for nobody until a freed slot
+// wakes it; ClaimRunSlots then returns a *HeldError. It returns ErrNotDue as ClaimRun
+// does. A run that has no slot keys is claimed as by ClaimRun.
+func ClaimRunSlots(ctx context.Context, db DB, runID string, lease time.Duration) (*Claim, error) {
+	return claimRun(ctx, db, runID, lease, true)
+}
+
+// MaxQueueKeys bounds the keys a FunctionQueue lists.
+const MaxQueueKeys = 100
+
+// FunctionQueue is where the unfinished runs of a function stand.
+type FunctionQueue struct {
+	Queued  int `db:"queued"`  // queued, held ones included
+	Running int `db:"running"` // running
+	Held    int `db:"held"`    // not started (or resumed) yet, held back by any flow control
+	// Keys are the concurrency keys with running or held runs, the busiest first (at
+	// most MaxQueueKeys).
+	Keys []QueueKey
+	// Reasons are the distinct held reasons, with their counts, the commonest first (at
+	// most MaxQueueKeys).
+	Reasons []HeldReason
+}
+
+// QueueKey is one concurrency key of a function: "" for the function-wide limit, else
+// the key expression and its value ("input.customer_id=c-9").
+type QueueKey struct {
+	Key     string `db:"key"`
+	Running int    `db:"running"` // runs holding a slot of the key
+	Limit   int    `db:"lim"`     // the key's limit, as its last claim read it; 0 if none ran
+	Held    int    `db:"held"`    // runs waiting in the key's line
+}
+
+// HeldReason is a reason runs are held, and how many.
+type HeldReason struct {
+	Reason string `db:"reason"`
+	Runs   int    `db:"runs"`
+}
+
+// GetFunctionQueue returns where the tenant's unfinished runs of function stand, in one
+// round trip. Its reads are bounded by the function's unfinished runs.
+func GetFunctionQueue(ctx context.Context, db DB, tenant, function string) (*FunctionQueue, error) {
+	q := &FunctionQueue{}
+	b := &pgx.Batch{}
+	// Each count reads a partial index of unfinished runs (run_due, run_expired_lease),
+	// never the function's history.
+	b.Queue(`
+		SELECT (SELECT count(*) FROM stepgate.run WHERE tenant = $1 AND function = $2 AND status = 'queued') AS queued,
+			(SELECT count(*) FROM stepgate.run WHERE tenant = $1 AND function = $2 AND lease_until IS NOT NULL) AS running,
+			(SELECT count(*) FROM stepgate.run WHERE tenant = $1 AND function = $2 AND held IS NOT NULL
+				AND status IN ('queued', 'scheduled', 'suspended')) AS held`, tenant, function).
+		QueryRow(func(row pgx.Row) error { return row.Scan(&q.Queued, &q.Running, &q.Held) })
+	b.Queue(`
+		SELECT coalesce(s.key, h.key) AS key, coalesce(s.running, 0) AS running,
+			coalesce(s.lim, 0) AS lim, coalesce(h.held, 0) AS held
+		FROM (SELECT key, running, lim FROM stepgate.concurrency_slot WHERE tenant = $1 AND function = $2) s
+		FULL JOIN (
+			SELECT held_on AS key, count(*) AS held FROM stepgate.run
+			WHERE tenant = $1 AND function = $2 AND held_on IS NOT NULL
+				AND status IN ('queued', 'scheduled', 'suspended')
+			GROUP BY held_on) h USING (key)
+		ORDER BY coalesce(s.running, 0) + coalesce(h.held, 0) DESC, 1
+		LIMIT $3`, tenant, function, MaxQueueKeys).
+		Query(func(rows pgx.Rows) error {
+			var err error
+			q.Keys, err = pgx.CollectRows(rows, pgx.RowToStructByName[QueueKey])
+			return err
+		})
+	b.Queue(`
+		SELECT held AS reason, count(*) AS runs FROM stepgate.run
+		WHERE tenant = $1 AND function = $2 AND held IS NOT NULL
+			AND status IN ('queued', 'scheduled', 'suspended')
+		GROUP BY held ORDER BY 2 DESC, 1 LIMIT $3`, tenant, function, MaxQueueKeys).
+		Query(func(rows pgx.Rows) error {
+			var err error
+			q.Reasons, err = pgx.CollectRows(rows, pgx.RowToStructByName[HeldReason])
+			return err
+		})
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("queue of function %s: %w", function, err)
+	}
+	return q, nil
+}
