@@ -1,10 +1,15 @@
 package metrics_test
 
 import (
+	"context"
+	"encoding/json"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
@@ -76,4 +81,38 @@ func TestNilRecordsNothing(t *testing.T) {
 	m.Invocation("f", "error", time.Second)
 	m.Checkpoint(time.Second)
 	m.Apply(time.Second)
+}
+
+// TestDashboardUsesExposedMetrics: every stepgate_ metric docs/grafana-stepgate.json
+// queries is one the gateway exposes.
+func TestDashboardUsesExposedMetrics(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../../docs/grafana-stepgate.json")
+	require.NoError(t, err)
+	require.True(t, json.Valid(raw))
+	m := metrics.New(metrics.Config{})
+	m.RunStarted("f", "t")
+	m.RunFinished("f", "t", "completed", 1)
+	m.Invocation("f", "completed", time.Millisecond)
+	m.Checkpoint(time.Millisecond)
+	m.Apply(time.Millisecond)
+	m.AddQueue(func(context.Context) (metrics.Queue, error) {
+		return metrics.Queue{Queued: 1, OldestAge: time.Second, Jobs: map[string]int64{"available": 1}}, nil
+	})
+	pool, err := pgxpool.New(t.Context(), "postgres://nobody@127.0.0.1:1/none") // never connects: Stat only
+	require.NoError(t, err)
+	defer pool.Close()
+	m.AddPool("system", pool)
+	fams, err := m.Registry().Gather()
+	require.NoError(t, err)
+	exposed := map[string]bool{}
+	for _, f := range fams {
+		exposed[f.GetName()] = true
+	}
+	used := regexp.MustCompile(`stepgate_[a-z_]+`).FindAllString(string(raw), -1)
+	require.NotEmpty(t, used)
+	for _, name := range used {
+		base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name, "_bucket"), "_count"), "_sum")
+		require.True(t, exposed[base], "the dashboard queries %s, which the gateway does not expose", name)
+	}
 }
