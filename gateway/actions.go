@@ -31,7 +31,7 @@ func (s *Server) CancelRun(ctx context.Context, req server.CancelRunRequestObjec
 	case err != nil:
 		return nil, err
 	}
-	s.log.InfoContext(ctx, "run cancelled", "run_id", run.ID, "function", run.Function, "by", id.Subject)
+	s.log.InfoContext(ctx, "run cancelled", "run_id", run.ID, "function", run.Function, "tenant", run.Tenant, "by", id.Subject)
 	return server.CancelRun200JSONResponse(runResult(run)), nil
 }
 
@@ -94,6 +94,7 @@ func (s *Server) RerunRun(ctx context.Context, req server.RerunRunRequestObject)
 	if err != nil {
 		return nil, err
 	}
-	s.log.InfoContext(ctx, "run rerun", "run_id", run.ID, "rerun_of", old.ID, "from_seq", fromSeq, "function", run.Function, "by", caller.Subject)
+	s.log.InfoContext(ctx, "run rerun", "run_id", run.ID, "rerun_of", old.ID, "from_seq", fromSeq, "function", run.Function,
+		"tenant", run.Tenant, "by", caller.Subject)
 	return server.RerunRun202JSONResponse{Body: runToAPI(run, true), Headers: server.RerunRun202ResponseHeaders{Location: resultLocation(run.ID)}}, nil
 }

@@ -126,7 +126,8 @@ func (s *Server) byToken(ctx context.Context, token string, res journal.Resoluti
 	if err != nil {
 		return nil, callbackError(err)
 	}
-	s.log.InfoContext(ctx, "callback resolved", "run_id", cb.RunID, "seq", cb.Seq, "state", cb.State, "resolver", journal.ResolverToken)
+	s.log.InfoContext(ctx, "callback resolved", "run_id", cb.RunID, "function", cb.Function, "tenant", cb.Tenant,
+		"seq", cb.Seq, "state", cb.State, "resolver", journal.ResolverToken)
 	out := callbackToAPI(cb)
 	out.RunID = nil // the token's holder learns nothing of the run but what it resolved
 	return out, nil
@@ -149,7 +150,8 @@ func (s *Server) byName(ctx context.Context, runID, name string, res journal.Res
 	if err != nil {
 		return nil, callbackError(err)
 	}
-	s.log.InfoContext(ctx, "callback resolved", "run_id", cb.RunID, "seq", cb.Seq, "state", cb.State, "by", id.Subject)
+	s.log.InfoContext(ctx, "callback resolved", "run_id", cb.RunID, "function", cb.Function, "tenant", id.Tenant,
+		"seq", cb.Seq, "state", cb.State, "by", id.Subject)
 	return callbackToAPI(cb), nil
 }
 

@@ -287,7 +287,8 @@ func (st *chunkStream) VisitReadRunStreamResponse(w http.ResponseWriter) error {
 		more, end, err := st.step(send)
 		if err != nil {
 			if st.ctx.Err() == nil {
-				st.s.log.WarnContext(st.ctx, "stream read ended", slog.String("run_id", st.run.ID), slog.String("key", st.key), slog.Any("error", err))
+				st.s.log.WarnContext(st.ctx, "stream read ended", slog.String("run_id", st.run.ID), slog.String("function", st.run.Function),
+					slog.String("tenant", st.run.Tenant), slog.String("key", st.key), slog.Any("error", err))
 			}
 			return nil // the client reconnects with its Last-Event-ID
 		}

@@ -14,13 +14,14 @@ import (
 
 // operationPermissions is the permission each operation of openapi.yaml needs (its
 // x-permission), by operationId. The empty permission marks the operations that take no
-// user token: the health probe, the checkpoint and its stream writes (authorized by
+// user token: the health probes, the checkpoint and its stream writes (authorized by
 // their invocation token), and the callback token routes (authorized by the callback's
 // token).
 // An operation missing here is refused, so a new one cannot go out unguarded; a test
 // keeps this map equal to the spec.
 var operationPermissions = map[string]access.Permission{
 	"healthz":            "",
+	"readyz":             "",
 	"checkpoint":         "",
 	"checkpointStream":   "",
 	"resolveCallback":    "", // the token in the path is the credential

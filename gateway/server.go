@@ -72,6 +72,8 @@ type Config struct {
 	// addresses the manifest requests may dial. Its zero value allows the public
 	// internet only.
 	Egress egress.Policy
+	// Metrics, when set, are served at GET /metrics to operators (see mountMetrics).
+	Metrics http.Handler
 }
 
 // Server is the gateway's HTTP server. It implements server.StrictServerInterface.
@@ -147,6 +149,9 @@ func New(cfg Config) (*Server, error) {
 	s.stream = notify.NewHub(cfg.Invoker.Listener(), cfg.Pool, cfg.Logger, encodeEvent)
 	if err := s.mountRiverUI(e, cfg.Invoker); err != nil {
 		return nil, err
+	}
+	if cfg.Metrics != nil {
+		s.mountMetrics(e, cfg.Metrics)
 	}
 	if cfg.Web != nil {
 		web := echo.WrapHandler(cfg.Web)

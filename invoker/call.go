@@ -127,14 +127,24 @@ func (inv *Invoker) revisionOfRun(ctx context.Context, runID string) (*revision,
 // invoke makes one invocation of a claimed run and applies its outcome. The run's lease
 // is renewed meanwhile (lease.go); when it is lost, or this gateway hands the run over
 // as it stops, the call is abandoned and its answer dropped.
-func (inv *Invoker) invoke(ctx context.Context, rev *revision, claim *journal.Claim, notify bool) (*Result, error) {
+func (inv *Invoker) invoke(ctx context.Context, rev *revision, claim *journal.Claim, notify bool) (res *Result, err error) {
 	run := claim.Run
-	log := inv.log.With(slog.String("run_id", run.ID), slog.String("function", run.Function))
+	log := inv.log.With(slog.String("run_id", run.ID), slog.String("function", run.Function), slog.String("tenant", run.Tenant))
 	// The invocation and its outcome outlive the request or job that started them.
 	ctx = context.WithoutCancel(ctx)
 	callCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	defer inv.track(journal.Lease{RunID: run.ID, Invocation: run.Invocation}, cancel)()
+	call, untrack := inv.track(journal.Lease{RunID: run.ID, Invocation: run.Invocation}, cancel)
+	defer untrack()
+	if run.Invocation == 1 {
+		inv.metrics.RunStarted(run.Function, run.Tenant)
+	}
+	steps := lastSeq(claim.Journal) // the run's journal entries, once it has answered
+	defer func() {
+		if err == nil && res.Status.Terminal() {
+			inv.metrics.RunFinished(run.Function, run.Tenant, string(res.Status), max(steps, int(call.seq.Load())))
+		}
+	}()
 	switch {
 	case run.FailedInvocations >= rev.config.Retries.MaxAttempts:
 		// Its retry policy changed under it; a failed invocation past it fails the run.
@@ -149,8 +159,15 @@ func (inv *Invoker) invoke(ctx context.Context, rev *revision, claim *journal.Cl
 		// Entries journaled without a checkpoint (a child's outcome) passed a bound.
 		return inv.apply(ctx, log, rev, run, journal.Failed(*e), notify)
 	}
+	began := time.Now()
 	answer, failure := inv.call(callCtx, rev, claim)
+	took := time.Since(began)
 	if cause := context.Cause(callCtx); cause != nil && !errors.Is(cause, context.Canceled) {
+		inv.metrics.Invocation(run.Function, "abandoned", took)
+		if errors.Is(cause, errRunFailed) {
+			// A checkpoint failed the run (FailInvocation, which knows only its id).
+			inv.metrics.RunFinished(run.Function, run.Tenant, string(journal.StatusFailed), max(steps, int(call.seq.Load())))
+		}
 		// The run's end committed, or its lease went to another gateway, before the call
 		// was abandoned: any answer is refused.
 		log.InfoContext(ctx, "invocation abandoned: "+strings.TrimPrefix(cause.Error(), "invoker: "), slog.Int("invocation", run.Invocation))
@@ -169,8 +186,22 @@ func (inv *Invoker) invoke(ctx context.Context, rev *revision, claim *journal.Cl
 	default:
 		o = inv.outcomeOf(rev, claim, answer)
 	}
+	outcome := "error"
+	if failure == nil {
+		outcome = string(answer.Status)
+	}
+	inv.metrics.Invocation(run.Function, outcome, took)
+	steps = max(steps, lastSeq(o.Steps))
 	o.Notify = notify
 	return inv.apply(ctx, log, rev, run, o, notify)
+}
+
+// lastSeq returns the seq of the last of entries, 0 for none.
+func lastSeq(entries []journal.Entry) int {
+	if len(entries) == 0 {
+		return 0
+	}
+	return entries[len(entries)-1].Seq
 }
 
 // failedInvocation retries a failed invocation per the function's policy, or fails the
@@ -354,6 +385,8 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 	var f *journal.Finished
 	var finishedAt time.Time // local time when Finish returned, to relate f.Clock to ours
 	var err error
+	began := time.Now()
+	defer func() { inv.metrics.Apply(time.Since(began)) }()
 	err = inv.whileUnavailable(log, func() error {
 		if o.Status().Terminal() && len(o.Steps) == 0 && run.ParentSeq == nil {
 			// One statement: no transaction round trips on the hot path of a short

@@ -68,7 +68,9 @@ func (inv *Invoker) ExceedDeadline(ctx context.Context, runID string) (*journal.
 	if err != nil {
 		return run, err
 	}
-	inv.log.InfoContext(ctx, "run failed past its deadline", slog.String("run_id", runID), slog.Time("deadline", *run.Deadline))
+	inv.log.InfoContext(ctx, "run failed past its deadline", slog.String("run_id", runID), slog.String("function", run.Function),
+		slog.String("tenant", run.Tenant), slog.Time("deadline", *run.Deadline))
+	inv.metrics.RunFinished(run.Function, run.Tenant, string(journal.StatusFailed), -1)
 	inv.ended(runID, errRunDeadline)
 	if run.ParentSeq != nil {
 		inv.Wake(*run.ParentID)

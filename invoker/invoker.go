@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/internal/egress"
+	"github.com/stepgate/stepgate/internal/metrics"
 	"github.com/stepgate/stepgate/internal/notify"
 	"github.com/stepgate/stepgate/journal"
 )
@@ -89,6 +91,8 @@ type Config struct {
 	// Clock makes the timers of runs' wake-ups and schedules' ticks. Defaults to the
 	// system clock.
 	Clock Clock
+	// Metrics records runs, invocations, checkpoints and answers. Nil records nothing.
+	Metrics *metrics.Metrics
 }
 
 // Invoker calls functions and applies their answers. See the package doc.
@@ -114,7 +118,9 @@ type Invoker struct {
 	// armedUntil is how far ahead (database clock) the maintenance passes have armed
 	// local timers for the runs' wake times (see armUpcoming).
 	armedUntil   time.Time
-	revisions    sync.Map         // revisionKey -> *revision; revisions are immutable
+	revisions    sync.Map // revisionKey -> *revision; revisions are immutable
+	metrics      *metrics.Metrics
+	riverStarted atomic.Bool      // see Running
 	listener     *notify.Listener // the process's LISTEN connection; waiters subscribe to it
 	ownsListener bool             // made by New: Start runs it
 
@@ -157,6 +163,7 @@ func New(cfg Config) (*Invoker, error) {
 		sweepGrace:    cmp.Or(cfg.SweepGrace, 3*time.Second),
 		maxRecoveries: cmp.Or(cfg.MaxRecoveries, 100),
 		listener:      cfg.Listener,
+		metrics:       cfg.Metrics,
 		inflight:      map[string]map[*inflightCall]struct{}{},
 	}
 	if inv.listener == nil {
@@ -223,6 +230,7 @@ func (inv *Invoker) Start(ctx context.Context) error {
 	if err := inv.river.Start(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("invoker: start river: %w", err)
 	}
+	inv.riverStarted.Store(true)
 	loops, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	inv.loopsCancel = cancel
 	inv.loopsWG.Add(2)
@@ -340,7 +348,12 @@ var (
 // run, in the invocation's name, so that invocation can no longer complete it whatever it
 // answers; the error is returned for the checkpoint's answer.
 func (inv *Invoker) Checkpoint(ctx context.Context, runID string, invocation int, e journal.Entry) error {
+	began := time.Now()
 	err := journal.AppendEntry(ctx, inv.pool, runID, invocation, e, inv.limits.Bounds())
+	inv.metrics.Checkpoint(time.Since(began))
+	if err == nil {
+		inv.checkpointed(runID, invocation, e.Seq)
+	}
 	return inv.FailOnCheckpoint(ctx, runID, invocation, err)
 }
 
@@ -374,12 +387,26 @@ func (inv *Invoker) FailInvocation(ctx context.Context, runID string, invocation
 	if err != nil {
 		return err
 	}
-	inv.log.InfoContext(ctx, "run failed by its checkpoint", slog.String("run_id", runID), slog.String("error_type", e.Type), slog.String("error", e.Message))
+	inv.log.InfoContext(ctx, "run failed by its checkpoint", inv.runAttrs(ctx, runID), slog.String("error_type", e.Type), slog.String("error", e.Message))
 	if f.Parent != "" {
 		inv.Wake(f.Parent)
 	}
 	inv.ended(runID, errRunFailed)
 	return nil
+}
+
+// Running reports whether River's client was started and has not stopped: whether this
+// process works River's jobs (a draining process stops doing so).
+func (inv *Invoker) Running() bool {
+	if !inv.riverStarted.Load() {
+		return false
+	}
+	select {
+	case <-inv.river.Stopped():
+		return false
+	default:
+		return true
+	}
 }
 
 // Limits returns the invoker's limits, defaults applied.
@@ -450,7 +477,7 @@ func (w *invokeWorker) Work(ctx context.Context, job *river.Job[InvokeArgs]) err
 		return nil
 	}
 	if err != nil && ctx.Err() == nil {
-		w.inv.log.Warn("invoking the run failed; River retries it", slog.String("run_id", job.Args.RunID), slog.Any("error", err))
+		w.inv.log.Warn("invoking the run failed; River retries it", w.inv.runAttrs(ctx, job.Args.RunID), slog.Any("error", err))
 	}
 	return err
 }
@@ -488,9 +515,19 @@ func (inv *Invoker) armTimer(runID string, rev *revision, d time.Duration, tries
 			return
 		}
 		if err != nil && !errors.Is(err, journal.ErrNotDue) && !errors.Is(err, journal.ErrHeld) && inv.bg.Err() == nil {
-			inv.log.Warn("timer wake-up failed; the River job will retry", slog.String("run_id", runID), slog.Any("error", err))
+			inv.log.Warn("timer wake-up failed; the River job will retry", inv.runAttrs(inv.bg, runID), slog.Any("error", err))
 		}
 	})
+}
+
+// runAttrs returns the log attributes of run id, run_id, function and tenant, for log
+// lines of rare paths that know only the id: it reads the run (1s at most), or logs
+// empty names when it cannot.
+func (inv *Invoker) runAttrs(ctx context.Context, id string) slog.Attr {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	tenant, function := journal.RunOwner(ctx, inv.pool, id)
+	return slog.Group("", slog.String("run_id", id), slog.String("function", function), slog.String("tenant", tenant))
 }
 
 // warnOnly passes on River's warnings and errors; its info logs are per-job chatter.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -37,6 +38,9 @@ import (
 type inflightCall struct {
 	lease  journal.Lease
 	cancel context.CancelCauseFunc
+	// seq is the highest seq this process checkpointed for the invocation, for the
+	// steps-per-run metric.
+	seq atomic.Int64
 }
 
 // errLeaseLost is the cause of an invocation's context when its lease could not be
@@ -49,7 +53,7 @@ var (
 
 // track registers an invocation of runID until the returned func is called: its lease
 // is renewed meanwhile, and Cancelled, a lost lease or a hand-over cancel it.
-func (inv *Invoker) track(lease journal.Lease, cancel context.CancelCauseFunc) func() {
+func (inv *Invoker) track(lease journal.Lease, cancel context.CancelCauseFunc) (*inflightCall, func()) {
 	c := &inflightCall{lease: lease, cancel: cancel}
 	inv.inflightMu.Lock()
 	set := inv.inflight[lease.RunID]
@@ -60,7 +64,7 @@ func (inv *Invoker) track(lease journal.Lease, cancel context.CancelCauseFunc) f
 	set[c] = struct{}{}
 	inv.inflightN++
 	inv.inflightMu.Unlock()
-	return func() {
+	return c, func() {
 		inv.inflightMu.Lock()
 		delete(set, c)
 		if len(set) == 0 {
@@ -72,6 +76,17 @@ func (inv *Invoker) track(lease journal.Lease, cancel context.CancelCauseFunc) f
 			inv.idle = nil
 		}
 		inv.inflightMu.Unlock()
+	}
+}
+
+// checkpointed notes that invocation of runID, in flight here, checkpointed seq.
+func (inv *Invoker) checkpointed(runID string, invocation, seq int) {
+	inv.inflightMu.Lock()
+	defer inv.inflightMu.Unlock()
+	for c := range inv.inflight[runID] {
+		if c.lease.Invocation == invocation && int64(seq) > c.seq.Load() {
+			c.seq.Store(int64(seq))
+		}
 	}
 }
 

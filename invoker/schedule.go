@@ -384,7 +384,7 @@ func (inv *Invoker) startTick(ctx context.Context, tx pgx.Tx, s *journal.Schedul
 		if err := inv.enqueueNew(ctx, tx, run); err != nil {
 			return nil, err
 		}
-		log.InfoContext(ctx, "scheduled run started", slog.String("run_id", run.ID), slog.String("function", s.Function))
+		log.InfoContext(ctx, "scheduled run started", slog.String("run_id", run.ID), slog.String("function", s.Function), slog.String("tenant", run.Tenant))
 	}
 	return &run.ID, nil
 }

@@ -116,7 +116,7 @@ func (inv *Invoker) StartRunNow(ctx context.Context, db *journal.TenantDB, n jou
 		}
 		if err != nil && !errors.Is(err, journal.ErrSuperseded) {
 			inv.log.ErrorContext(ctx, "invocation failed to apply; its lease lapses and another gateway retries it",
-				"run_id", run.ID, "error", err)
+				"run_id", run.ID, "function", run.Function, "tenant", run.Tenant, "error", err)
 		}
 		end() // before done: whoever reads done sees the invocation ended
 		ch <- res
@@ -156,6 +156,7 @@ func (inv *Invoker) CancelRun(ctx context.Context, db *journal.TenantDB, runID s
 	if err != nil {
 		return run, err
 	}
+	inv.metrics.RunFinished(run.Function, run.Tenant, string(journal.StatusCancelled), -1)
 	inv.Cancelled(run.ID)
 	inv.cancelledAll(tree)
 	if run.ParentSeq != nil {

@@ -255,6 +255,9 @@ type Callback struct {
 	// Woken says that the resolution resumed the run, which waited for it: the caller
 	// enqueues its invocation in the same transaction.
 	Woken bool `db:"-"`
+	// Tenant and Function are the run's, set by ResolveCallback (for the logs).
+	Tenant   string `db:"-"`
+	Function string `db:"-"`
 }
 
 // ClosedCallbackError is a resolution of a callback that can no longer take one:
@@ -294,10 +297,11 @@ func ResolveCallback(ctx context.Context, db DB, ref CallbackRef, res Resolution
 		return nil, fmt.Errorf("find callback: %w", err)
 	}
 	var status Status
-	if err := db.QueryRow(ctx, `SELECT status FROM stepgate.run WHERE id = $1 FOR UPDATE`, runID).Scan(&status); err != nil {
+	var tenant, function string
+	if err := db.QueryRow(ctx, `SELECT status, tenant, function FROM stepgate.run WHERE id = $1 FOR UPDATE`, runID).Scan(&status, &tenant, &function); err != nil {
 		return nil, fmt.Errorf("lock run %s: %w", runID, err)
 	}
-	var cb Callback
+	cb := Callback{Tenant: tenant, Function: function}
 	var expired, waiting bool
 	err = db.QueryRow(ctx, `
 		SELECT `+callbackColumns+`, expires_at <= now(),

@@ -172,3 +172,39 @@ var hash = sync.OnceValue(func() string {
 	}
 	return hex.EncodeToString(h.Sum(nil))[:12]
 })
+
+// Pending returns the migrations this build embeds that db has not recorded, River's
+// and stepgate's, by name ("river 6", "0032_parallel.sql"); none when the schema is
+// current. db may be any pool whose role reads the migration tables (the gateway's
+// system pool does).
+func Pending(ctx context.Context, pool *pgxpool.Pool) ([]string, error) {
+	ms, err := load()
+	if err != nil {
+		return nil, err
+	}
+	river, err := newRiverMigrator(pool)
+	if err != nil {
+		return nil, err
+	}
+	var pending []string
+	existing, err := river.ExistingVersions(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: list river's applied: %w", err)
+	}
+	for _, m := range river.AllVersions() {
+		if !slices.ContainsFunc(existing, func(e rivermigrate.Migration) bool { return e.Version == m.Version }) {
+			pending = append(pending, fmt.Sprintf("river %d", m.Version))
+		}
+	}
+	rows, _ := pool.Query(ctx, `SELECT version FROM stepgate.schema_migration`) // err resurfaces below
+	applied, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return nil, fmt.Errorf("migrations: list applied: %w", err)
+	}
+	for _, m := range ms {
+		if !slices.Contains(applied, m.version) {
+			pending = append(pending, m.name)
+		}
+	}
+	return pending, nil
+}

@@ -1965,10 +1965,15 @@ func WithRequestEditorFn(fn RequestEditorFn) ClientOption {
 // The interface specification for the client above.
 type ClientInterface interface {
 
-	// Healthz Readiness probe; 200 once migrated and ready, 503 while the database does not answer or the gateway drains to stop.
+	// Healthz Liveness probe; 200 while the database answers, 503 when it does not or the gateway drains to stop. See /readyz for readiness.
 	//
 	// Corresponds with GET /healthz (the `Healthz` operationId).
 	Healthz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// Readyz Readiness probe for a load balancer; 200 when this gateway can serve: the database answers, its schema has every migration this build embeds, River's client works jobs, and the gateway is not draining. Otherwise 503, whose detail names each check that failed.
+	//
+	// Corresponds with GET /readyz (the `Readyz` operationId).
+	Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// SyncAppWithBody Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 	//
@@ -2673,11 +2678,26 @@ type ClientInterface interface {
 	FunctionStats(ctx context.Context, params *FunctionStatsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
-// Healthz Readiness probe; 200 once migrated and ready, 503 while the database does not answer or the gateway drains to stop.
+// Healthz Liveness probe; 200 while the database answers, 503 when it does not or the gateway drains to stop. See /readyz for readiness.
 //
 // Corresponds with GET /healthz (the `Healthz` operationId).
 func (c *Client) Healthz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewHealthzRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// Readyz Readiness probe for a load balancer; 200 when this gateway can serve: the database answers, its schema has every migration this build embeds, River's client works jobs, and the gateway is not draining. Otherwise 503, whose detail names each check that failed.
+//
+// Corresponds with GET /readyz (the `Readyz` operationId).
+func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReadyzRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -3900,6 +3920,33 @@ func NewHealthzRequest(server string) (*http.Request, error) {
 	}
 
 	operationPath := fmt.Sprintf("/healthz")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewReadyzRequest constructs an http.Request for the Readyz method
+func NewReadyzRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/readyz")
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -5854,12 +5901,19 @@ func WithBaseURL(baseURL string) ClientOption {
 // ClientWithResponsesInterface is the interface specification for the client with responses above.
 type ClientWithResponsesInterface interface {
 
-	// HealthzWithResponse Readiness probe; 200 once migrated and ready, 503 while the database does not answer or the gateway drains to stop.
+	// HealthzWithResponse Liveness probe; 200 while the database answers, 503 when it does not or the gateway drains to stop. See /readyz for readiness.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /healthz (the `Healthz` operationId).
 	HealthzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*HealthzResponse, error)
+
+	// ReadyzWithResponse Readiness probe for a load balancer; 200 when this gateway can serve: the database answers, its schema has every migration this build embeds, River's client works jobs, and the gateway is not draining. Otherwise 503, whose detail names each check that failed.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /readyz (the `Readyz` operationId).
+	ReadyzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ReadyzResponse, error)
 
 	// SyncAppWithBodyWithResponse Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 	//
@@ -6650,6 +6704,54 @@ func (r HealthzResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r HealthzResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ReadyzResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Health
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ReadyzResponse) GetJSON200() *Health {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ReadyzResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ReadyzResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReadyzResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReadyzResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReadyzResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -9140,7 +9242,7 @@ func (r FunctionStatsResponse) ContentType() string {
 	return ""
 }
 
-// HealthzWithResponse Readiness probe; 200 once migrated and ready, 503 while the database does not answer or the gateway drains to stop.
+// HealthzWithResponse Liveness probe; 200 while the database answers, 503 when it does not or the gateway drains to stop. See /readyz for readiness.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -9151,6 +9253,19 @@ func (c *ClientWithResponses) HealthzWithResponse(ctx context.Context, reqEditor
 		return nil, err
 	}
 	return ParseHealthzResponse(rsp)
+}
+
+// ReadyzWithResponse Readiness probe for a load balancer; 200 when this gateway can serve: the database answers, its schema has every migration this build embeds, River's client works jobs, and the gateway is not draining. Otherwise 503, whose detail names each check that failed.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /readyz (the `Readyz` operationId).
+func (c *ClientWithResponses) ReadyzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ReadyzResponse, error) {
+	rsp, err := c.Readyz(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReadyzResponse(rsp)
 }
 
 // SyncAppWithBodyWithResponse Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
@@ -10208,6 +10323,39 @@ func ParseHealthzResponse(rsp *http.Response) (*HealthzResponse, error) {
 	}
 
 	response := &HealthzResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Health
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseReadyzResponse parses an HTTP response from a ReadyzWithResponse call
+func ParseReadyzResponse(rsp *http.Response) (*ReadyzResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReadyzResponse{
 		Body:         bodyBytes,
 		HTTPResponse: rsp,
 	}

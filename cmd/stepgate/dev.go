@@ -90,7 +90,7 @@ func (c *cli) dev(ctx context.Context, args []string) error {
 		return err
 	}
 	sc.addr = *addr
-	log := newLogger(c.stderr, sc.logLevel)
+	log := newLogger(c.stderr, sc.logLevel, false)
 	st, err := loadDevState(*dir)
 	if err != nil {
 		return err

@@ -20,6 +20,7 @@ import (
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/internal/egress"
 	"github.com/stepgate/stepgate/internal/gatewayproc"
+	"github.com/stepgate/stepgate/internal/metrics"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/migrations"
 	"github.com/stepgate/stepgate/web"
@@ -57,6 +58,10 @@ type serverConfig struct {
 	maxConns             int32
 	logLevel             slog.Level
 	pprofAddr            string // serves net/http/pprof when set
+	// metricsAddr serves /metrics to anyone who reaches it when set
+	// (STEPGATE_METRICS_ADDR); metrics, STEPGATE_METRICS_TENANT_LABEL.
+	metricsAddr string
+	metrics     metrics.Config
 }
 
 // readServerConfig reads the environment variables documented in the README.
@@ -66,6 +71,14 @@ func readServerConfig(getenv func(string) string) (serverConfig, error) {
 		addr:        cmp.Or(getenv("STEPGATE_ADDR"), ":8080"),
 		publicURL:   getenv("STEPGATE_PUBLIC_URL"),
 		pprofAddr:   getenv("STEPGATE_PPROF_ADDR"),
+		metricsAddr: getenv("STEPGATE_METRICS_ADDR"),
+	}
+	switch v := getenv("STEPGATE_METRICS_TENANT_LABEL"); v {
+	case "", "0", "false":
+	case "1", "true":
+		c.metrics.TenantLabel = true
+	default:
+		return c, fmt.Errorf("STEPGATE_METRICS_TENANT_LABEL %q is not 1 or 0", v)
 	}
 	if getenv("STEPGATE_SIGNING_KEYS") != "" {
 		return c, errors.New("STEPGATE_SIGNING_KEYS is no longer read: the gateway signs each tenant's requests with that tenant's own " +
@@ -261,12 +274,19 @@ func (c serverConfig) process(log *slog.Logger) (gatewayproc.Config, error) {
 		MaxWaitInvocations: c.maxWaits, MaxWaitInvocationsPerTenant: c.maxWaitsPerTenant,
 		MaxStreamsPerTenant: c.maxStreamsPerTenant, MaxStreamsPerSubject: c.maxStreamsPerSubject,
 		PprofAddr: c.pprofAddr, Workers: c.workers, FairReserve: c.fairReserve,
+		MetricsAddr: c.metricsAddr, Metrics: c.metrics,
 		Retention: c.retention, RetentionInterval: c.retentionInterval,
 	}, nil
 }
 
-func newLogger(w io.Writer, level slog.Level) *slog.Logger {
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+// newLogger returns the process's logger: JSON lines for serve (a log pipeline's
+// format), text for dev (a person's).
+func newLogger(w io.Writer, level slog.Level, json bool) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
+	if json {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
 }
 
 // serve runs the gateway against DATABASE_URL until interrupted.
@@ -285,7 +305,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	if err := sc.validate(); err != nil {
 		return err
 	}
-	log := newLogger(c.stderr, sc.logLevel)
+	log := newLogger(c.stderr, sc.logLevel, true)
 	if strings.HasPrefix(strings.ToLower(sc.jwt.jwksURL), "http://") {
 		log.Warn("STEPGATE_JWKS_URL is not HTTPS: whoever can alter the traffic to it can make the gateway trust their keys",
 			slog.String("jwks_url", sc.jwt.jwksURL))

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -40,4 +42,39 @@ func TestServerCommandsReadTheirEnvironment(t *testing.T) {
 		require.ErrorIs(t, c.run(t.Context(), []string{"serve", "--bogus"}), errFlagsReported)
 		require.Contains(t, stderr.String(), "flag provided but not defined: -bogus")
 	})
+}
+
+// TestMetricsSettings: STEPGATE_METRICS_ADDR and STEPGATE_METRICS_TENANT_LABEL reach the
+// gateway process's config; a label setting that is not 1 or 0 is refused, named.
+func TestMetricsSettings(t *testing.T) {
+	t.Parallel()
+	env := func(kv ...string) func(string) string {
+		m := map[string]string{}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return func(k string) string { return m[k] }
+	}
+	c, err := readServerConfig(env("STEPGATE_METRICS_ADDR", "127.0.0.1:9090", "STEPGATE_METRICS_TENANT_LABEL", "1"))
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.1:9090", c.metricsAddr)
+	require.True(t, c.metrics.TenantLabel)
+	c, err = readServerConfig(env())
+	require.NoError(t, err)
+	require.Empty(t, c.metricsAddr, "off by default")
+	require.False(t, c.metrics.TenantLabel, "no tenant label by default")
+	_, err = readServerConfig(env("STEPGATE_METRICS_TENANT_LABEL", "yes"))
+	require.ErrorContains(t, err, `STEPGATE_METRICS_TENANT_LABEL "yes" is not 1 or 0`)
+}
+
+// TestServeLogsJSON: serve's logger writes JSON lines, dev's text.
+func TestServeLogsJSON(t *testing.T) {
+	t.Parallel()
+	var b strings.Builder
+	newLogger(&b, slog.LevelInfo, true).Info("run finished", slog.String("run_id", "r1"))
+	require.True(t, json.Valid([]byte(strings.TrimSpace(b.String()))), b.String())
+	require.Contains(t, b.String(), `"run_id":"r1"`)
+	b.Reset()
+	newLogger(&b, slog.LevelInfo, false).Info("run finished", slog.String("run_id", "r1"))
+	require.Contains(t, b.String(), "run_id=r1")
 }

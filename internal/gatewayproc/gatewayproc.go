@@ -28,6 +28,7 @@ import (
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/gateway"
 	"github.com/stepgate/stepgate/internal/egress"
+	"github.com/stepgate/stepgate/internal/metrics"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/migrations"
@@ -95,6 +96,13 @@ type Config struct {
 	// PprofAddr, when set, is where net/http/pprof is served, until Stop. Failing to
 	// listen there is logged, not returned.
 	PprofAddr string
+	// MetricsAddr, when set, is where the metrics are served at /metrics to anyone who
+	// reaches it (a network only the scraper reaches), until Stop; the gateway's own
+	// /metrics, for operators' tokens, is served either way. Failing to listen there
+	// is returned.
+	MetricsAddr string
+	// Metrics configures the metrics (see package metrics).
+	Metrics metrics.Config
 }
 
 // Process is a running gateway: its pools, keys, invoker and HTTP server. Its fields
@@ -114,12 +122,17 @@ type Process struct {
 	Verifier *auth.Verifier
 	Invoker  *invoker.Invoker // started
 	Server   *gateway.Server
+	Metrics  *metrics.Metrics
+	// MetricsAddr is the address of the metrics' own listener; nil without
+	// Config.MetricsAddr.
+	MetricsAddr net.Addr
 
 	log          *slog.Logger
 	ln           net.Listener
 	srv          *http.Server
 	served       chan error
 	pprof        *http.Server
+	metricsSrv   *http.Server
 	drainTimeout time.Duration
 	drainSignals []os.Signal
 	// endRequests ends the requests still open once the invocations are drained.
@@ -175,10 +188,17 @@ func Start(ctx context.Context, cfg Config) (*Process, error) {
 	if p.Verifier, err = auth.NewVerifier(authCfg); err != nil {
 		return fail(err)
 	}
+	p.Metrics = metrics.New(cfg.Metrics)
+	p.Metrics.AddPool("system", pool)
+	p.Metrics.AddPool("api", api)
+	p.Metrics.AddQueue(func(ctx context.Context) (metrics.Queue, error) {
+		q, err := journal.ReadQueueStats(ctx, pool)
+		return metrics.Queue{Queued: q.Due, OldestAge: q.OldestAge, Jobs: q.Jobs}, err
+	})
 	p.Invoker, err = invoker.New(invoker.Config{
 		Pool: pool, Logger: log, CheckpointURL: p.URL, Keys: p.Keys, Tokens: p.Tokens, HTTPClient: cfg.Egress.Client(),
 		Limits: cfg.Limits, LeaseTTL: cfg.LeaseTTL, MaintainInterval: cfg.MaintainInterval, SweepGrace: cfg.SweepGrace,
-		MaxRecoveries: cfg.MaxRecoveries, Workers: cfg.Workers, FairReserve: cfg.FairReserve,
+		MaxRecoveries: cfg.MaxRecoveries, Workers: cfg.Workers, FairReserve: cfg.FairReserve, Metrics: p.Metrics,
 		Retention: cfg.Retention, RetentionInterval: cfg.RetentionInterval,
 	})
 	if err != nil {
@@ -193,6 +213,7 @@ func Start(ctx context.Context, cfg Config) (*Process, error) {
 		OperatorRole: cfg.OperatorRole, OperatorTenant: cfg.OperatorTenant,
 		MaxWaitInvocations: cfg.MaxWaitInvocations, MaxWaitInvocationsPerTenant: cfg.MaxWaitInvocationsPerTenant,
 		MaxStreamsPerTenant: cfg.MaxStreamsPerTenant, MaxStreamsPerSubject: cfg.MaxStreamsPerSubject,
+		Metrics: p.Metrics.Handler(),
 	}
 	if cfg.Gateway != nil {
 		cfg.Gateway(&gcfg)
@@ -210,6 +231,11 @@ func Start(ctx context.Context, cfg Config) (*Process, error) {
 	if cfg.PprofAddr != "" {
 		p.servePprof(cfg.PprofAddr)
 	}
+	if cfg.MetricsAddr != "" {
+		if err := p.serveMetrics(cfg.MetricsAddr); err != nil {
+			return fail(err)
+		}
+	}
 	log.Info("gateway serving", slog.String("addr", p.ln.Addr().String()), slog.String("public_url", p.URL))
 	return p, nil
 }
@@ -226,6 +252,24 @@ func (p *Process) servePprof(addr string) {
 			p.log.Warn("pprof server stopped", slog.Any("error", err))
 		}
 	}()
+}
+
+// serveMetrics serves the metrics at addr's /metrics until Stop.
+func (p *Process) serveMetrics(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("metrics: listen on %s: %w", addr, err)
+	}
+	p.MetricsAddr = ln.Addr()
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", p.Metrics.Handler())
+	p.metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := p.metricsSrv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			p.log.Warn("metrics server stopped", slog.Any("error", err))
+		}
+	}()
+	return nil
 }
 
 // Addr returns the address the gateway listens on.
@@ -270,6 +314,9 @@ func (p *Process) stop(ctx context.Context) {
 	}
 	if p.pprof != nil {
 		p.pprof.Close()
+	}
+	if p.metricsSrv != nil {
+		p.metricsSrv.Close()
 	}
 	if p.Invoker != nil {
 		if err := p.Invoker.Stop(ctx); err != nil {

@@ -303,7 +303,8 @@ func (h *Hub) deliver(batch []*journal.RunEvent) {
 			if frame == nil {
 				var err error
 				if frame, err = h.encode(run, ev); err != nil {
-					h.log.Error("run event not encoded", slog.String("run_id", ev.ID), slog.Any("error", err))
+					h.log.Error("run event not encoded", slog.String("run_id", ev.ID), slog.String("function", ev.Function),
+						slog.String("tenant", ev.Tenant), slog.Any("error", err))
 					break
 				}
 			}

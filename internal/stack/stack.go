@@ -8,6 +8,9 @@ package stack
 import (
 	"cmp"
 	"context"
+	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -22,6 +25,7 @@ import (
 	"github.com/stepgate/stepgate/gateway"
 	"github.com/stepgate/stepgate/internal/egress"
 	"github.com/stepgate/stepgate/internal/gatewayproc"
+	"github.com/stepgate/stepgate/internal/metrics"
 	"github.com/stepgate/stepgate/internal/pgtest"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/protocol"
@@ -47,6 +51,8 @@ type Stack struct {
 	// Token is a token of the default tenant with the admin role and OperatorRole, as
 	// the one `stepgate dev` prints: on a dev instance the developer is the operator.
 	Token string
+	// MetricsAddr is the metrics' own listener (Options.MetricsAddr); nil without one.
+	MetricsAddr net.Addr
 }
 
 // Options change a Stack; zero values keep the gateway's defaults.
@@ -75,6 +81,12 @@ type Options struct {
 	// Limits bound functions and runs. MinBackoff defaults to 1ms here, so tests may
 	// retry fast; the rest keep the gateway's defaults.
 	Limits invoker.Limits
+	// Metrics and MetricsAddr: see the gatewayproc.Config fields of the same names.
+	Metrics     metrics.Config
+	MetricsAddr string
+	// Logs, when set, also gets every log line of the gateway, as JSON, from the debug
+	// level up: what `stepgate serve` would write.
+	Logs io.Writer
 }
 
 // Start starts a gateway for the test, wired as `stepgate serve` wires one
@@ -94,6 +106,9 @@ func Start(tb testing.TB, opts Options) *Stack {
 	// Small pools: test packages run side by side on one Postgres (max_connections 100).
 	db.MaxConns = 7
 	log := testLogger(tb)
+	if opts.Logs != nil {
+		log = slog.New(slog.NewMultiHandler(log.Handler(), slog.NewJSONHandler(opts.Logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	}
 	s := &Stack{JWTSecret: []byte("test-jwt-secret-0123456789abcdef0123456789")}
 	s.Auth = opts.Auth
 	if len(s.Auth.Secrets) == 0 {
@@ -113,6 +128,7 @@ func Start(tb testing.TB, opts Options) *Stack {
 		MaxRecoveries: opts.MaxRecoveries, DrainTimeout: 10 * time.Second, Workers: opts.Workers, FairReserve: opts.FairReserve,
 		Retention: opts.Retention, RetentionInterval: opts.RetentionInterval,
 		MaxBodyBytes: opts.MaxBodyBytes, Web: web.Handler(), OperatorRole: OperatorRole, Gateway: opts.Gateway,
+		Metrics: opts.Metrics, MetricsAddr: opts.MetricsAddr,
 	})
 	if err != nil {
 		tb.Fatal(err)
@@ -120,6 +136,7 @@ func Start(tb testing.TB, opts Options) *Stack {
 	// Registered after the database's and the logger's cleanups, so it runs before them.
 	tb.Cleanup(func() { p.Stop(context.Background()) })
 	s.URL, s.Pool, s.APIPool, s.Invoker, s.Server, s.Keys, s.Tokens = p.URL, p.Pool, p.APIPool, p.Invoker, p.Server, p.Keys, p.Tokens
+	s.MetricsAddr = p.MetricsAddr
 	s.Token = s.NewToken(tb, auth.Identity{Subject: "tester", Tenant: auth.DefaultTenant, Roles: []string{"admin", OperatorRole}})
 	return s
 }

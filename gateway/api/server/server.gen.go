@@ -20,9 +20,12 @@ import (
 
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
-	// Healthz Readiness probe; 200 once migrated and ready, 503 while the database does not answer or the gateway drains to stop.
+	// Healthz Liveness probe; 200 while the database answers, 503 when it does not or the gateway drains to stop. See /readyz for readiness.
 	// (GET /healthz)
 	Healthz(ctx echo.Context) error
+	// Readyz Readiness probe for a load balancer; 200 when this gateway can serve: the database answers, its schema has every migration this build embeds, River's client works jobs, and the gateway is not draining. Otherwise 503, whose detail names each check that failed.
+	// (GET /readyz)
+	Readyz(ctx echo.Context) error
 	// SyncApp Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 	// (POST /v1/apps)
 	SyncApp(ctx echo.Context) error
@@ -144,6 +147,15 @@ func (w *ServerInterfaceWrapper) Healthz(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.Healthz(ctx)
+	return err
+}
+
+// Readyz converts echo context to params.
+func (w *ServerInterfaceWrapper) Readyz(ctx echo.Context) error {
+	var err error
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.Readyz(ctx)
 	return err
 }
 
@@ -993,6 +1005,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	}
 
 	router.GET(options.BaseURL+"/healthz", wrapper.Healthz, options.OperationMiddlewares["healthz"]...)
+	router.GET(options.BaseURL+"/readyz", wrapper.Readyz, options.OperationMiddlewares["readyz"]...)
 	router.GET(options.BaseURL+"/v1/functions", wrapper.ListFunctions, options.OperationMiddlewares["listFunctions"]...)
 	router.DELETE(options.BaseURL+"/v1/functions/:name", wrapper.DeleteFunction, options.OperationMiddlewares["deleteFunction"]...)
 	router.GET(options.BaseURL+"/v1/functions/:name", wrapper.GetFunction, options.OperationMiddlewares["getFunction"]...)
@@ -1076,6 +1089,43 @@ type Healthz503ApplicationProblemPlusJSONResponse struct {
 }
 
 func (response Healthz503ApplicationProblemPlusJSONResponse) VisitHealthzResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReadyzRequestObject struct {
+}
+
+type ReadyzResponseObject interface {
+	VisitReadyzResponse(w http.ResponseWriter) error
+}
+
+type Readyz200JSONResponse Health
+
+func (response Readyz200JSONResponse) VisitReadyzResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Readyz503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response Readyz503ApplicationProblemPlusJSONResponse) VisitReadyzResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response); err != nil {
@@ -4283,9 +4333,12 @@ func (response FunctionStats403ApplicationProblemPlusJSONResponse) VisitFunction
 
 // StrictServerInterface represents all server handlers.
 type StrictServerInterface interface {
-	// Healthz Readiness probe; 200 once migrated and ready, 503 while the database does not answer or the gateway drains to stop.
+	// Healthz Liveness probe; 200 while the database answers, 503 when it does not or the gateway drains to stop. See /readyz for readiness.
 	// (GET /healthz)
 	Healthz(ctx context.Context, request HealthzRequestObject) (HealthzResponseObject, error)
+	// Readyz Readiness probe for a load balancer; 200 when this gateway can serve: the database answers, its schema has every migration this build embeds, River's client works jobs, and the gateway is not draining. Otherwise 503, whose detail names each check that failed.
+	// (GET /readyz)
+	Readyz(ctx context.Context, request ReadyzRequestObject) (ReadyzResponseObject, error)
 	// SyncApp Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 	// (POST /v1/apps)
 	SyncApp(ctx context.Context, request SyncAppRequestObject) (SyncAppResponseObject, error)
@@ -4425,6 +4478,29 @@ func (sh *strictHandler) Healthz(ctx echo.Context) error {
 		return err
 	} else if validResponse, ok := response.(HealthzResponseObject); ok {
 		return validResponse.VisitHealthzResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// Readyz operation middleware
+func (sh *strictHandler) Readyz(ctx echo.Context) error {
+	var request ReadyzRequestObject
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.Readyz(ctx.Request().Context(), request.(ReadyzRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "Readyz")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ReadyzResponseObject); ok {
+		return validResponse.VisitReadyzResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}
