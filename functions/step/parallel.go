@@ -2,7 +2,6 @@ package step
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -68,18 +67,12 @@ func Go[T any](ctx context.Context, name string, fn func(ctx context.Context) (T
 		defer func() { st.GoDone(seq, journaled, f.retry) }()
 		started := time.Now().UTC()
 		out, err := callParallel(invocation.InStep(ctx, seq, attempt), fn)
-		finished := time.Now().UTC()
-		entry := protocol.JournalEntry{
-			Seq: seq, Kind: protocol.EntryKindStep, Name: name,
-			Attempt: &attempt, StartedAt: &started, FinishedAt: &finished,
+		entry, stop := finishedEntry(seq, name, attempt, started, out, err)
+		if stop != nil {
+			f.err = st.Halt(stop)
+			return
 		}
 		if err == nil {
-			raw, err := json.Marshal(out)
-			if err != nil {
-				f.err = st.Halt(invocation.Failed("output", fmt.Sprintf("step %d %q: encode output: %v", seq, name, err)))
-				return
-			}
-			entry.Output = (*protocol.AnyJSON)(&raw)
 			if f.err = st.Checkpoint(&entry); f.err == nil {
 				f.out, journaled = out, true
 			}

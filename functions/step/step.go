@@ -189,18 +189,12 @@ func Run[T any](ctx context.Context, name string, fn func(ctx context.Context) (
 	attempt := st.Attempt(seq)
 	started := time.Now().UTC()
 	out, err := call(ctx, st, attempt, fn)
-	finished := time.Now().UTC()
-	entry := protocol.JournalEntry{
-		Seq: seq, Kind: protocol.EntryKindStep, Name: name,
-		Attempt: &attempt, StartedAt: &started, FinishedAt: &finished,
+	entry, stop := finishedEntry(seq, name, attempt, started, out, err)
+	if stop != nil {
+		return zero, st.Halt(stop)
 	}
 
 	if err == nil {
-		raw, err := json.Marshal(out)
-		if err != nil {
-			return zero, st.Halt(invocation.Failed("output", fmt.Sprintf("step %d %q: encode output: %v", seq, name, err)))
-		}
-		entry.Output = (*protocol.AnyJSON)(&raw)
 		if err := st.Checkpoint(&entry); err != nil {
 			return zero, err
 		}
@@ -216,6 +210,25 @@ func Run[T any](ctx context.Context, name string, fn func(ctx context.Context) (
 		return zero, err
 	}
 	return zero, &Error{Seq: seq, Name: name, Type: final.Type, Message: final.Message}
+}
+
+// finishedEntry is the journal entry of attempt of the step at seq, begun at started,
+// whose function returned out and err: with its output when err is nil, or a Stop when
+// that output does not encode as JSON.
+func finishedEntry[T any](seq int, name string, attempt int, started time.Time, out T, err error) (protocol.JournalEntry, *invocation.Stop) {
+	finished := time.Now().UTC()
+	entry := protocol.JournalEntry{
+		Seq: seq, Kind: protocol.EntryKindStep, Name: name,
+		Attempt: &attempt, StartedAt: &started, FinishedAt: &finished,
+	}
+	if err == nil {
+		raw, err := json.Marshal(out)
+		if err != nil {
+			return entry, invocation.Failed("output", fmt.Sprintf("step %d %q: encode output: %v", seq, name, err))
+		}
+		entry.Output = (*protocol.AnyJSON)(&raw)
+	}
+	return entry, nil
 }
 
 // newPolicy returns the retry policy opts make.
