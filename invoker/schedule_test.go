@@ -334,8 +334,9 @@ func TestCatchupPolicies(t *testing.T) {
 		{"one-on-time", 3, journal.CatchupOne, 24 * time.Hour, []int{3, 1}},
 		{"default", 2, "", 0, []int{2}},
 	} {
+		// One after another: TickOverdue handles every overdue schedule, so a parallel
+		// subtest's call could take this one's, and commit after this one looks.
 		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
 			sch, today := putOverdue(t, s, tc.name, tc.days, tc.catchup, tc.window)
 			_, err := s.Invoker.TickOverdue(t.Context(), 0, 100)
 			require.NoError(t, err)
