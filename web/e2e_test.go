@@ -228,8 +228,24 @@ func (b *browser) click(what, sel string) {
 // text returns sel's text once it is visible.
 func (b *browser) text(what, sel string) string {
 	b.t.Helper()
-	b.visible(what, sel)
-	return run(b, what, chromedp.Text(chromedp.CSS(sel)))
+	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+	defer cancel()
+	for {
+		var text string
+		err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(sel)), chromedp.Func(func(ctx context.Context, t *chromedp.Target) (err error) {
+			text, err = chromedp.Text(chromedp.CSS(sel))(ctx, t)
+			return err
+		}))
+		// A live update may replace the node between finding it and reading it: find
+		// it again.
+		if err != nil && (strings.Contains(err.Error(), "No node with given id") || strings.Contains(err.Error(), "Could not find node")) && ctx.Err() == nil {
+			continue
+		}
+		if err != nil {
+			b.fail(what, err)
+		}
+		return text
+	}
 }
 
 // poll waits until the JavaScript expression is truthy.
