@@ -83,7 +83,12 @@ func CreateOperation(ctx context.Context, db DB, id, tenant string, filter Cance
 
 // GetOperation returns the tenant's operation id, or ErrNotFound.
 func GetOperation(ctx context.Context, db DB, tenant, id string) (*Operation, error) {
-	rows, _ := db.Query(ctx, `SELECT `+operationColumns+` FROM stepgate.operation WHERE tenant = $1 AND id = $2`, tenant, id)
+	return getOperation(ctx, db, id, `SELECT `+operationColumns+` FROM stepgate.operation WHERE id = $1 AND tenant = $2`, id, tenant)
+}
+
+// getOperation reads the one operation (id) that query selects with args, or ErrNotFound.
+func getOperation(ctx context.Context, db DB, id, query string, args ...any) (*Operation, error) {
+	rows, _ := db.Query(ctx, query, args...)
 	op, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Operation])
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
@@ -199,15 +204,7 @@ func FinishOperation(ctx context.Context, db DB, op *Operation, errMsg string) e
 // GetOperationByID returns any tenant's operation id (for the background worker, on
 // the system pool), or ErrNotFound.
 func GetOperationByID(ctx context.Context, db DB, id string) (*Operation, error) {
-	rows, _ := db.Query(ctx, `SELECT `+operationColumns+` FROM stepgate.operation WHERE id = $1`, id)
-	op, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Operation])
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, ErrNotFound
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get operation %s: %w", id, err)
-	}
-	return op, nil
+	return getOperation(ctx, db, id, `SELECT `+operationColumns+` FROM stepgate.operation WHERE id = $1`, id)
 }
 
 // filterSQL matches the runs of the operation's filter created before it, as r, with

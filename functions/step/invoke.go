@@ -3,7 +3,6 @@ package step
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/stepgate/stepgate/functions/internal/invocation"
@@ -111,20 +110,7 @@ func InvokeAll[T any](ctx context.Context, name string, calls ...Call) ([]Outcom
 			wire[i].Detached = new(true)
 		}
 	}
-	st := invocation.From(ctx)
-	if st == nil {
-		return nil, ErrNoInvocation
-	}
-	if err := names.Check("step name", name); err != nil {
-		return nil, NonRetryable(fmt.Errorf("step: %w", err))
-	}
-	if seq, _ := invocation.StepOf(ctx); seq > 0 {
-		return nil, NonRetryable(fmt.Errorf("step %q, inside the function of parallel step %d: %w", name, seq, ErrNested))
-	}
-	first, entries, err := st.NextN(protocol.EntryKindInvoke, name, len(calls))
-	if errors.Is(err, ErrNested) {
-		err = NonRetryable(err)
-	}
+	st, first, entries, err := nextN(ctx, protocol.EntryKindInvoke, name, len(calls))
 	if err != nil {
 		return nil, err
 	}

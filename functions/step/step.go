@@ -274,6 +274,17 @@ func Attempt(ctx context.Context) int {
 }
 
 func next(ctx context.Context, kind protocol.EntryKind, name string) (*invocation.State, int, *protocol.JournalEntry, error) {
+	st, seq, es, err := nextN(ctx, kind, name, 1)
+	if err != nil {
+		return st, 0, nil, err
+	}
+	return st, seq, es[0], nil
+}
+
+// nextN takes the next n seqs for entries of kind named name (see
+// invocation.State.NextN), after the checks every step makes: an invocation's context,
+// a valid name, not inside a parallel step's function.
+func nextN(ctx context.Context, kind protocol.EntryKind, name string, n int) (*invocation.State, int, []*protocol.JournalEntry, error) {
 	st := invocation.From(ctx)
 	if st == nil {
 		return nil, 0, nil, ErrNoInvocation
@@ -284,11 +295,11 @@ func next(ctx context.Context, kind protocol.EntryKind, name string) (*invocatio
 	if seq, _ := invocation.StepOf(ctx); seq > 0 {
 		return nil, 0, nil, NonRetryable(fmt.Errorf("step %q, inside the function of parallel step %d: %w", name, seq, ErrNested))
 	}
-	seq, e, err := st.Next(kind, name)
+	seq, es, err := st.NextN(kind, name, n)
 	if errors.Is(err, ErrNested) {
 		err = NonRetryable(err)
 	}
-	return st, seq, e, err
+	return st, seq, es, err
 }
 
 func replay[T any](st *invocation.State, e *protocol.JournalEntry) (T, error) {
