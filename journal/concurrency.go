@@ -88,7 +88,8 @@ func GetFunctionQueue(ctx context.Context, db DB, tenant, function string) (*Fun
 	b.Queue(`
 		SELECT coalesce(s.key, h.key) AS key, coalesce(s.running, 0) AS running,
 			coalesce(s.lim, 0) AS lim, coalesce(h.held, 0) AS held
-		FROM (SELECT key, running, lim FROM stepgate.concurrency_slot WHERE tenant = $1 AND function = $2) s
+		FROM (SELECT key, sum(running)::int AS running, max(lim) AS lim FROM stepgate.concurrency_slot
+			WHERE tenant = $1 AND function = $2 GROUP BY key HAVING sum(running) > 0) s
 		FULL JOIN (
 			SELECT held_on AS key, count(*) AS held FROM stepgate.run
 			WHERE tenant = $1 AND function = $2 AND held_on IS NOT NULL

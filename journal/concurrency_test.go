@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepgate/stepgate/internal/pgtest"
@@ -34,7 +35,6 @@ func TestClaimRunSlots(t *testing.T) {
 			}
 			runs = append(runs, mustCreateRunOf(t, db, tenant, "limited", func(n *journal.NewRun) {
 				n.Input = json.RawMessage(input)
-				n.Claim = true // a limited function's run is created queued all the same
 			}))
 		}
 		require.Equal(t, journal.StatusQueued, runs[0].Status)
@@ -92,6 +92,94 @@ func TestClaimRunSlots(t *testing.T) {
 		require.Zero(t, left)
 	})
 
+	t.Run("CreatedClaimedWhenThereIsRoom", func(t *testing.T) {
+		t.Parallel()
+		ctx, db := t.Context(), pgtest.DB(t)
+		tenant := newTenant()
+		mustRegisterWith(t, db, tenant, "limited", `{"concurrency":[{"limit":2,"key":"input.c"}]}`)
+		create := func(c string, mod func(*journal.NewRun)) *journal.Run {
+			return mustCreateRunOf(t, db, tenant, "limited", func(n *journal.NewRun) {
+				n.Input, n.Claim, n.Lease = json.RawMessage(`{"c":"`+c+`"}`), true, time.Minute
+				if mod != nil {
+					mod(n)
+				}
+			})
+		}
+		a1, a2, a3, b1 := create("a", nil), create("a", nil), create("a", nil), create("b", nil)
+		require.Equal(t, journal.StatusRunning, a1.Status, "taken in the INSERT: one statement")
+		require.Equal(t, journal.StatusRunning, a2.Status)
+		require.Equal(t, journal.StatusQueued, a3.Status, "no room: created queued, for ClaimRunSlots to hold")
+		require.Equal(t, journal.StatusRunning, b1.Status, "another key has its own room")
+		keyed := create("b", func(n *journal.NewRun) { n.IdempotencyKey = "k1" })
+		require.Equal(t, journal.StatusQueued, keyed.Status, "a start with an idempotency key takes its slots when claimed")
+		_, err := journal.ClaimRunSlots(ctx, db, a3.ID, time.Minute)
+		var held *journal.HeldError
+		require.ErrorAs(t, err, &held)
+		require.Equal(t, map[string]int{"input.c=a": 2, "input.c=b": 1}, slotCounts(t, db, tenant))
+	})
+
+	t.Run("StripedKeyTakesExactlyItsLimit", func(t *testing.T) {
+		t.Parallel()
+		ctx, db := t.Context(), pgtest.DB(t)
+		tenant := newTenant()
+		// 100 >= 64: three stripes (34, 33, 33) count the key's running runs.
+		mustRegisterWith(t, db, tenant, "wide", `{"concurrency":[{"limit":100}]}`)
+		runs := make([]*journal.Run, 160)
+		var wg sync.WaitGroup
+		for i := range runs {
+			wg.Go(func() {
+				runs[i] = mustCreateRunOf(t, db, tenant, "wide", func(n *journal.NewRun) { n.Claim, n.Lease = true, time.Minute })
+			})
+		}
+		wg.Wait()
+		createdRunning := 0
+		for _, r := range runs {
+			if r.Status == journal.StatusRunning {
+				createdRunning++
+			}
+		}
+		require.LessOrEqual(t, createdRunning, 100)
+		// The rest are claimed, concurrently: exactly the limit runs in all.
+		for _, r := range runs {
+			if r.Status == journal.StatusQueued {
+				wg.Go(func() {
+					_, err := journal.ClaimRunSlots(ctx, db, r.ID, time.Minute)
+					var held *journal.HeldError
+					if err != nil && !errors.As(err, &held) {
+						t.Errorf("claim %s: %v", r.ID, err)
+					}
+				})
+			}
+		}
+		wg.Wait()
+		require.Equal(t, 100, countRuns(t, db, tenant, "running"), "exactly the limit, across stripes")
+		require.Equal(t, map[string]int{"": 100}, slotCounts(t, db, tenant), "the stripes add up to the running runs")
+		var stripes, over int
+		require.NoError(t, db.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE running > stepgate.stripe_cap(100, stripe))
+			FROM stepgate.concurrency_slot WHERE tenant = $1`, tenant).Scan(&stripes, &over))
+		require.Equal(t, 3, stripes)
+		require.Zero(t, over, "no stripe past its cap")
+
+		// 30 runs end at once: 30 slots come back, to whichever stripes, and 30 held
+		// runs are woken.
+		var ending []string
+		require.NoError(t, db.QueryRow(ctx, `SELECT array_agg(id) FROM (SELECT id FROM stepgate.run
+			WHERE tenant = $1 AND status = 'running' LIMIT 30) r`, tenant).Scan(&ending))
+		for _, id := range ending {
+			wg.Go(func() {
+				_, err := db.Exec(ctx, `UPDATE stepgate.run SET status = 'completed', lease_until = NULL, finished_at = now() WHERE id = $1`, id)
+				if err != nil {
+					t.Errorf("finish %s: %v", id, err)
+				}
+			})
+		}
+		wg.Wait()
+		require.Equal(t, map[string]int{"": 70}, slotCounts(t, db, tenant))
+		var woken int
+		require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM stepgate.run WHERE tenant = $1 AND held_on = '' AND wake_at <= now()`, tenant).Scan(&woken))
+		require.Equal(t, 30, woken, "as many woken as slots freed")
+	})
+
 	t.Run("NoLimitNoSlots", func(t *testing.T) {
 		t.Parallel()
 		ctx, tx := t.Context(), pgtest.Tx(t)
@@ -127,4 +215,26 @@ func slotKeys(t *testing.T, db journal.DB, runID string) []string {
 	var keys []string
 	require.NoError(t, db.QueryRow(t.Context(), `SELECT slot_keys FROM stepgate.run WHERE id = $1`, runID).Scan(&keys))
 	return keys
+}
+
+// slotCounts returns the tenant's running runs per concurrency key, summed over the
+// key's stripes, for the keys that count any.
+func slotCounts(t *testing.T, db journal.DB, tenant string) map[string]int {
+	t.Helper()
+	rows, _ := db.Query(t.Context(), `SELECT key, sum(running)::int FROM stepgate.concurrency_slot
+		WHERE tenant = $1 GROUP BY key HAVING sum(running) > 0`, tenant)
+	counts := map[string]int{}
+	var key string
+	var n int
+	_, err := pgx.ForEachRow(rows, []any{&key, &n}, func() error { counts[key] = n; return nil })
+	require.NoError(t, err)
+	return counts
+}
+
+// countRuns returns how many of the tenant's runs have status.
+func countRuns(t *testing.T, db journal.DB, tenant, status string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, db.QueryRow(t.Context(), `SELECT count(*) FROM stepgate.run WHERE tenant = $1 AND status = $2`, tenant, status).Scan(&n))
+	return n
 }

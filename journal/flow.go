@@ -166,9 +166,11 @@ func CompleteEvent(ctx context.Context, db DB, tenant, id string, runs []string,
 }
 
 // PruneFlow deletes up to limit rows of flow-control state that no longer count: rates
-// whose bucket has been empty a minute (the same as no row), and debounce windows
-// opened more than 25 hours ago (past any max_wait, so their runs are due). A row a
-// start updates meanwhile is kept. It returns the rows deleted.
+// whose bucket has been empty a minute (the same as no row), debounce windows opened
+// more than 25 hours ago (past any max_wait, so their runs are due), and concurrency
+// counters at 0 with no run waiting. A row a start updates meanwhile is kept. It returns
+// the rows deleted. It also wakes, under lock, the held runs of up to limit concurrency
+// keys that a freed slot can take (the backstop of striped keys' refills; migration 0037).
 func PruneFlow(ctx context.Context, db DB, limit int) (int64, error) {
 	var n int64
 	err := db.QueryRow(ctx, `
@@ -186,8 +188,25 @@ func PruneFlow(ctx context.Context, db DB, limit int) (int64, error) {
 			WHERE (f.tenant, f.function, f.key) = (o.tenant, o.function, o.key)
 				AND f.first_at < now() - interval '25 hours'
 			RETURNING 1
+		), c AS (
+			-- Concurrency counters at 0 with nobody in their key's line (kept at 0 by
+			-- releases, so that a busy key is not deleted and inserted at each run);
+			-- a row in use is skipped, and re-checked under its lock.
+			DELETE FROM stepgate.concurrency_slot s
+			USING (SELECT tenant, function, key, stripe FROM stepgate.concurrency_slot o
+				WHERE running = 0 AND NOT EXISTS (
+					SELECT 1 FROM stepgate.run q
+					WHERE q.tenant = o.tenant AND q.function = o.function AND q.held_on = o.key
+						AND q.status IN ('queued', 'scheduled', 'suspended'))
+				LIMIT $1 FOR UPDATE SKIP LOCKED) o
+			WHERE (s.tenant, s.function, s.key, s.stripe) = (o.tenant, o.function, o.key, o.stripe)
+				AND s.running = 0
+			RETURNING 1
+		), w AS (
+			-- The backstop of wakes that lock-free refills of striped keys may miss.
+			SELECT stepgate.refill_held_lines($1::int) AS lines
 		)
-		SELECT (SELECT count(*) FROM r) + (SELECT count(*) FROM d)`, limit).Scan(&n)
+		SELECT (SELECT count(*) FROM r) + (SELECT count(*) FROM d) + (SELECT count(*) FROM c) + 0 * (SELECT lines FROM w)`, limit).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("prune flow state: %w", err)
 	}

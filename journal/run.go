@@ -148,7 +148,8 @@ func (e *ForbiddenError) Unwrap() error { return ErrForbidden }
 // gateway watches the tenant. A revision with flow control creates no run but a
 // *FlowError (after the invoke_roles check, before the key's), unless n.Flowed.
 // A run of a revision with concurrency limits records its
-// slot keys and is created queued even with n.Claim: see ClaimRunSlots.
+// slot keys; with n.Claim it is created claimed only when it takes a slot of each key in
+// the same statement (and has no idempotency key), else queued: see ClaimRunSlots.
 func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, err error) {
 	var key *string
 	if n.IdempotencyKey != "" {
@@ -183,12 +184,17 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 			s.keys, s.limits
 		FROM stepgate.function f
 		JOIN stepgate.function_revision r USING (tenant, name, revision)
-		-- A run of a function with concurrency limits takes its slots when claimed
-		-- (ClaimRunSlots), so it is never created claimed.
+		-- A run of a function with concurrency limits is created claimed when it takes
+		-- its slots here (stepgate.take_slots), else queued, for ClaimRunSlots to claim
+		-- or hold it. Not with an idempotency key: the INSERT may then do nothing.
 		CROSS JOIN LATERAL (
 			SELECT CASE WHEN r.config ? 'concurrency' THEN stepgate.slot_keys(r.config, @input::jsonb, @identity::jsonb) END AS keys,
 				CASE WHEN r.config ? 'concurrency' THEN stepgate.slot_limits(r.config) END AS limits) s
-		CROSS JOIN LATERAL (SELECT @claim::boolean AND s.keys IS NULL AS claim) c
+		CROSS JOIN LATERAL (
+			SELECT CASE WHEN s.keys IS NULL THEN @claim::boolean
+				WHEN @claim::boolean AND @idempotency_key::text IS NULL
+				THEN stepgate.take_slots(f.tenant, f.name, s.keys, s.limits, now(), @id::uuid) IS NULL
+				ELSE false END AS claim) c
 		WHERE f.tenant = @tenant AND f.name = @function
 			AND stepgate.may_invoke(r.config, @check_roles, @roles::text[])
 			AND (@flowed OR NOT r.config ?| `+flowKeys+`)
