@@ -374,14 +374,30 @@ func TestConcurrencyBadConfig(t *testing.T) {
 }
 
 // TestConcurrencyAcrossGateways: two gateways on one database start many runs of a
-// function with a limit of 3 whose endpoint is slow and counts its calls in flight:
-// never more than 3 run at once, and every run completes.
+// function with a limit whose endpoint is slow and counts its calls in flight: never
+// more than the limit run at once, and every run completes. A limit of 3 is counted in
+// one row; a limit of 64 in two stripes (migration 0037), which claims and releases
+// take without waiting for each other.
 func TestConcurrencyAcrossGateways(t *testing.T) {
 	t.Parallel()
+	for _, tt := range []struct{ limit, runs int }{{3, 40}, {64, 100}} {
+		t.Run(fmt.Sprintf("Limit%d", tt.limit), func(t *testing.T) {
+			t.Parallel()
+			concurrencyAcrossGateways(t, tt.limit, tt.runs)
+		})
+	}
+}
+
+// concurrencyAcrossGateways starts runs runs of a function limited to limit. When runs
+// is more than twice the limit, each call takes 20 ms; else the calls wait until the
+// limit is reached and every other run is held, so that the limit is surely met.
+func concurrencyAcrossGateways(t *testing.T, limit, runs int) {
 	dbURL := pgtest.DBURL(t)
 	a := stack.Start(t, stack.Options{DatabaseURL: dbURL})
 	b := stack.Start(t, stack.Options{DatabaseURL: dbURL})
 	var now, most, calls atomic.Int32
+	gated := runs <= 2*limit
+	gate := make(chan struct{})
 	app := a.NewApp()
 	functions.Register(app, "slow", func(ctx context.Context, _ struct{}) (int, error) {
 		n := now.Add(1)
@@ -389,13 +405,19 @@ func TestConcurrencyAcrossGateways(t *testing.T) {
 		calls.Add(1)
 		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 		}
-		time.Sleep(20 * time.Millisecond) // the function's own work
+		if gated {
+			select {
+			case <-gate:
+			case <-ctx.Done():
+			}
+		} else {
+			time.Sleep(20 * time.Millisecond) // the function's own work
+		}
 		return int(n), nil
-	}, functions.Concurrency(3, ""))
+	}, functions.Concurrency(limit, ""))
 	a.Sync(t, a.ServeApp(t, app))
 	ca, cb := a.Client(t, a.Token), b.Client(t, b.Token)
 
-	const runs = 40
 	ids := make([]string, runs)
 	var wg sync.WaitGroup
 	for i := range runs {
@@ -406,7 +428,7 @@ func TestConcurrencyAcrossGateways(t *testing.T) {
 			if i%2 == 1 {
 				c = cb
 			}
-			if i%4 < 2 {
+			if i%4 < 2 && !gated {
 				params.Wait = ptr("30s") // half of them the ?wait way
 			}
 			resp, err := c.StartRunWithBodyWithResponse(context.WithoutCancel(t.Context()), "slow", params, "application/json", strings.NewReader(`{}`))
@@ -418,6 +440,13 @@ func TestConcurrencyAcrossGateways(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	if gated {
+		eventually(t, 30*time.Second, "the limit's runs running and the others held", func() bool {
+			q := queueOf(t, ca, "slow")
+			return now.Load() == int32(limit) && q.Held == runs-limit
+		})
+		close(gate)
+	}
 	for i, id := range ids {
 		require.NotEmpty(t, id, "run %d was not started", i)
 		c := ca
@@ -427,7 +456,7 @@ func TestConcurrencyAcrossGateways(t *testing.T) {
 		require.Equal(t, protocol.RunStatusCompleted, awaitRunResult(t, c, id).Status)
 	}
 	t.Logf("%d calls for %d runs; at most %d in flight", calls.Load(), runs, most.Load())
-	require.LessOrEqual(t, most.Load(), int32(3), "never more than the limit at once")
+	require.LessOrEqual(t, most.Load(), int32(limit), "never more than the limit at once")
 	require.Equal(t, int32(runs), calls.Load(), "each run was invoked once")
 	require.Empty(t, queueOf(t, ca, "slow").Keys, "every slot was given back")
 }

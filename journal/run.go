@@ -167,7 +167,7 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 	rows, _ := db.Query(ctx, `
 		INSERT INTO stepgate.run (id, tenant, function, revision, status, input, identity,
 			idempotency_key, parent_id, parent_seq, parent_name, rerun_of, detached, attempts, invocation, lease_until, started_at,
-			wake_at, deadline, held, priority, slot_keys, slot_limits)
+			wake_at, deadline, held, priority, slot_keys, slot_limits, slot_stripes)
 		SELECT @id, f.tenant, f.name, f.revision,
 			CASE WHEN claim THEN 'running' WHEN @start_at::timestamptz IS NOT NULL THEN 'scheduled' ELSE 'queued' END,
 			@input, @identity,
@@ -181,7 +181,7 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 				(SELECT p.deadline FROM stepgate.run p WHERE @parent_seq::int IS NOT NULL AND p.id = @parent_id::uuid)),
 			@held::text,
 			coalesce(@priority::smallint, (r.config->>'priority')::smallint, 2), -- 2: DefaultPriority
-			s.keys, s.limits
+			s.keys, s.limits, CASE WHEN claim THEN (tk.t).stripes END
 		FROM stepgate.function f
 		JOIN stepgate.function_revision r USING (tenant, name, revision)
 		-- A run of a function with concurrency limits is created claimed when it takes
@@ -191,9 +191,12 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 			SELECT CASE WHEN r.config ? 'concurrency' THEN stepgate.slot_keys(r.config, @input::jsonb, @identity::jsonb) END AS keys,
 				CASE WHEN r.config ? 'concurrency' THEN stepgate.slot_limits(r.config) END AS limits) s
 		CROSS JOIN LATERAL (
+			SELECT CASE WHEN s.keys IS NOT NULL AND @claim::boolean AND @idempotency_key::text IS NULL
+				THEN stepgate.take_slots(f.tenant, f.name, s.keys, s.limits, now(), @id::uuid) END AS t
+			OFFSET 0) tk -- evaluated once
+		CROSS JOIN LATERAL (
 			SELECT CASE WHEN s.keys IS NULL THEN @claim::boolean
-				WHEN @claim::boolean AND @idempotency_key::text IS NULL
-				THEN stepgate.take_slots(f.tenant, f.name, s.keys, s.limits, now(), @id::uuid) IS NULL
+				WHEN @claim::boolean AND @idempotency_key::text IS NULL THEN (tk.t).blocked IS NULL
 				ELSE false END AS claim) c
 		WHERE f.tenant = @tenant AND f.name = @function
 			AND stepgate.may_invoke(r.config, @check_roles, @roles::text[])

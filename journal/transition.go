@@ -47,8 +47,8 @@ func claimRun(ctx context.Context, db DB, runID string, lease time.Duration, slo
 	if slots {
 		// claim_slots has checked that the run is due, under its row lock, and taken its
 		// slots (or held the run); the journal is read only when the claim was made.
-		with = `s AS (SELECT stepgate.claim_slots($1) AS held), `
-		gate, set = `(SELECT held FROM s) IS NULL`, `held_on = NULL, `
+		with = `s AS (SELECT * FROM stepgate.claim_slots($1)), `
+		gate, set = `(SELECT held FROM s) IS NULL`, `held_on = NULL, slot_stripes = (SELECT stripes FROM s), `
 		claimed = ` AND EXISTS (SELECT 1 FROM stepgate.run r WHERE r.id = $1 AND r.status = 'running')`
 	}
 	b.Queue(`

@@ -1,34 +1,35 @@
 -- Concurrency limits at the speed of an unlimited function (issue 12's speed targets).
 -- Migration 0029 counts a key's running runs in one row, which every claim and every
 -- release of the key locks until its commit: a function-wide limit that is never
--- reached still puts all of the function's starts and ends in one line, one WAL flush
--- after another. And a run of a limited function was created queued, then claimed by
--- a second statement; a counter at 0 was deleted at each release and inserted again at
--- the next claim. This migration:
+-- reached puts all of the function's starts and ends in one line, one WAL flush after
+-- another. And a run of a limited function was created queued, then claimed by a second
+-- statement; a counter at 0 was deleted at each release and inserted again at the next
+-- claim. This migration:
 --
 -- * Stripes a key with a large limit: a key of limit L >= 64 counts its running runs in
---   S = least(16, L / 32) rows (stripe 0..S-1), stripe i allowed stripe_cap(L, i) of
---   them (L / S, one more for the first L mod S stripes), so that the caps add up to
---   exactly L and the sum of the rows is the key's running runs. A key of limit < 64 has
---   one row, stripe 0, and behaves exactly as in 0029.
+--   S = least(64, L / 16) rows (stripe 0..S-1), stripe i allowed stripe_cap(L, i) of
+--   them (L / S, one more for the first L mod S stripes): the caps add up to exactly L,
+--   and the rows' sum is the key's running runs. A run records in slot_stripes the
+--   stripe it took of each key. A key of limit < 64 has one row, stripe 0, claimed and
+--   released exactly as in 0029.
 --
 --   A claim of a striped key whose line is empty takes a slot from any stripe with room
---   that no other transaction holds (FOR UPDATE SKIP LOCKED): it never waits, so claims
---   and releases of one key run side by side. Otherwise (a line, or every stripe with
---   room busy) it takes the exact path of 0029: it locks all the key's stripes in
---   stripe order, reads their sum, and takes a slot or holds the run. A release gives
---   back a slot to any stripe that has one (the rows partition one count; which stripe
---   a run took does not matter), preferring stripes that a lowered limit no longer
---   allows, without waiting when it can.
+--   that no other transaction holds (FOR UPDATE SKIP LOCKED), without waiting: claims
+--   and releases of the key then run side by side. Otherwise (a line, or no free stripe
+--   with room) it takes the key's hold lock (a transaction-level advisory lock,
+--   exclusive), reads the stripes' sum and the older runs in the line, and takes a slot
+--   from a free stripe with room (SKIP LOCKED again: it never waits for a stripe), or
+--   holds the run. A release gives its slot back to the stripe it took or, when a claim
+--   holds that one, to another stripe that counts one (which stripe does not matter to
+--   the sum); it waits for its own stripe only when every such stripe is held.
 --
---   Why a held run is always woken: a hold locks every stripe of its key, and a
---   release locks the stripe it gives back to, so one of the two commits first. A
---   release that commits first is seen by the hold (it re-reads the stripes under
---   lock, finds the room and takes it instead); a hold that commits first is seen by
---   the release's refill (its line probe is a statement after its stripe lock). A
---   refill that is not a release (a woken run passing its slot on) reads a striped
---   key's sum without locks; a wake it misses is made by the next release of the key,
---   and by the minute's backstop (journal.PruneFlow calls refill_held_lines).
+--   Why a held run is always woken: a release of a striped key takes the key's hold
+--   lock shared (releases do not wait for each other) after giving back its slot, then
+--   looks at the key's line. A hold that commits first is seen by that look (a
+--   statement after the lock). A release that took the lock first makes the hold wait
+--   until it commits, and the hold then reads the room it gave back. A hold that found
+--   room only in stripes that others held is seen by those others' releases, or is
+--   taken by their claims (then their runs' releases see it).
 --
 -- * Creates a run claimed when its slots have room: take_slots is the counting part of
 --   claim_slots, for a run that may not exist yet, and CreateRun calls it in its INSERT
@@ -36,20 +37,53 @@
 --   that finds no room is created queued, as before, and claimed or held by claim_slots.
 --
 -- * Keeps counters at 0: the minute's prune (journal.PruneFlow) deletes those with no
---   line, skipping rows in use.
+--   run running or waiting, skipping rows in use.
 --
--- Order of locks, as in 0029: counter rows in key order (and a key's stripes in stripe
--- order when it locks them all; the fast path and a release's first try never wait),
--- then run rows.
+-- Order of locks: counter rows (and hold locks) in key order, then run rows. Within a
+-- key, only a one-row key's claim, and a release (for the stripe its run took), wait for
+-- a counter row, holding no other counter row of that key.
+--
+-- A lowered limit of a striped key holds for the runs started after it at once, and in
+-- all once the runs started under the old one have ended (their stripes may count more
+-- than the new caps until then).
 
 ALTER TABLE stepgate.concurrency_slot ADD COLUMN stripe smallint NOT NULL DEFAULT 0;
 ALTER TABLE stepgate.concurrency_slot DROP CONSTRAINT concurrency_slot_pkey,
     ADD PRIMARY KEY (tenant, function, key, stripe);
 
+-- The stripe of each key (slot_keys order) that a running run holds a slot of; NULL
+-- (or a NULL element) means stripe 0.
+ALTER TABLE stepgate.run ADD COLUMN slot_stripes smallint[];
+
+-- slot_keys and slot_limits (0029) in PL/pgSQL, whose plans are kept per session: as
+-- SQL functions that cannot be inlined, they were planned again at every run's INSERT.
+CREATE OR REPLACE FUNCTION stepgate.slot_keys(config jsonb, input jsonb, identity jsonb) RETURNS text[]
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RETURN (SELECT CASE WHEN count(*) > 0 THEN array_agg(
+        CASE WHEN c.v->>'key' IS NULL THEN '' ELSE (c.v->>'key') || '=' || (
+            SELECT CASE WHEN octet_length(x) > 200 THEN 'md5:' || md5(x) ELSE x END
+            FROM (SELECT coalesce(jsonb_build_object('input', input, 'identity', identity)
+                #>> string_to_array(c.v->>'key', '.'), '') AS x) val)
+        END ORDER BY c.ord) END
+    FROM jsonb_array_elements(CASE WHEN jsonb_typeof(config->'concurrency') = 'array'
+        THEN config->'concurrency' ELSE '[]' END) WITH ORDINALITY AS c(v, ord));
+END
+$$;
+
+CREATE OR REPLACE FUNCTION stepgate.slot_limits(config jsonb) RETURNS integer[]
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RETURN (SELECT CASE WHEN count(*) > 0 THEN array_agg((c.v->>'limit')::integer ORDER BY c.ord) END
+    FROM jsonb_array_elements(CASE WHEN jsonb_typeof(config->'concurrency') = 'array'
+        THEN config->'concurrency' ELSE '[]' END) WITH ORDINALITY AS c(v, ord));
+END
+$$;
+
 -- slot_stripes is how many rows count the running runs of a key of limit lim.
 CREATE FUNCTION stepgate.slot_stripes(lim integer) RETURNS integer
 LANGUAGE sql IMMUTABLE AS $$
-    SELECT CASE WHEN lim >= 64 THEN least(16, lim / 32) ELSE 1 END
+    SELECT CASE WHEN lim >= 64 THEN least(64, lim / 16) ELSE 1 END
 $$;
 
 -- stripe_cap is how many running runs stripe may count for a key of limit lim: the caps
@@ -60,96 +94,54 @@ LANGUAGE sql IMMUTABLE AS $$
         ELSE lim / stepgate.slot_stripes(lim) + (stripe < lim % stepgate.slot_stripes(lim))::integer END
 $$;
 
--- give_slot gives back one running run's slot of key: to a stripe that counts one, one
--- that lim no longer allows first, one no other transaction holds if there is one.
-CREATE FUNCTION stepgate.give_slot(p_tenant text, p_function text, p_key text, p_lim integer) RETURNS void
-LANGUAGE plpgsql AS $$
-DECLARE
-    n integer := stepgate.slot_stripes(coalesce(p_lim, 1));
-    off integer := floor(random() * 16)::integer;
-BEGIN
-    LOOP
-        UPDATE stepgate.concurrency_slot s SET running = s.running - 1
-        WHERE (s.tenant, s.function, s.key, s.stripe) IN (
-            SELECT c.tenant, c.function, c.key, c.stripe FROM stepgate.concurrency_slot c
-            WHERE c.tenant = p_tenant AND c.function = p_function AND c.key = p_key AND c.running > 0
-            ORDER BY c.stripe >= n DESC, (c.stripe + off) % 16 LIMIT 1
-            FOR UPDATE SKIP LOCKED);
-        EXIT WHEN FOUND;
-        -- Every stripe that counts one is busy: wait for one (it is re-read after the
-        -- wait, and may then count none: try again).
-        UPDATE stepgate.concurrency_slot s SET running = s.running - 1
-        WHERE (s.tenant, s.function, s.key, s.stripe) IN (
-            SELECT c.tenant, c.function, c.key, c.stripe FROM stepgate.concurrency_slot c
-            WHERE c.tenant = p_tenant AND c.function = p_function AND c.key = p_key AND c.running > 0
-            ORDER BY c.stripe LIMIT 1
-            FOR UPDATE)
-          AND s.running > 0;
-        EXIT WHEN FOUND;
-        EXIT WHEN NOT EXISTS (
-            SELECT 1 FROM stepgate.concurrency_slot c
-            WHERE c.tenant = p_tenant AND c.function = p_function AND c.key = p_key AND c.running > 0);
-    END LOOP;
-END
+-- slot_hold_lock is the advisory lock id of a key's hold lock.
+CREATE FUNCTION stepgate.slot_hold_lock(p_tenant text, p_function text, p_key text) RETURNS bigint
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT hashtextextended(p_tenant || E'\x1f' || p_function || E'\x1f' || p_key, 37)
 $$;
 
 -- take_slots takes a slot of each key for a run of tenant's function created at
--- p_created_at with id p_id (which may not be inserted yet), in key order, and returns
--- NULL when it took them all, or else the (1-based) index of the first key without room,
--- having given back the slots it took. A key has room when its running runs and the runs
--- older than this one waiting in its line are fewer than its limit (so runs start in
--- creation order per key; a striped key's fast path checks only that its line is
--- empty). The counter rows it took stay locked until the caller's transaction ends.
+-- p_created_at with id p_id (which may not be inserted yet), in key order. It returns
+-- blocked NULL and the stripe of each key taken, or else blocked, the (1-based) index
+-- of the first key without room, having given back the slots it took. A key has room
+-- when its running runs and the runs older than this one waiting in its line are fewer
+-- than its limit (so runs start in creation order per key; a striped key's fast path
+-- checks only that its line is empty). The rows it took stay locked until the caller's
+-- transaction ends.
+CREATE TYPE stepgate.slots_taken AS (blocked integer, stripes smallint[]);
+
 CREATE FUNCTION stepgate.take_slots(p_tenant text, p_function text, p_keys text[], p_limits integer[],
-    p_created_at timestamptz, p_id uuid) RETURNS integer
+    p_created_at timestamptz, p_id uuid) RETURNS stepgate.slots_taken
 LANGUAGE plpgsql AS $$
 DECLARE
+    blocked integer;
+    stripes smallint[];
     i integer;
+    j integer;
     k text;
     v_lim integer;
     n integer;
     got integer;
     v_running integer;
     v_ahead integer;
-    taken text[] := '{}';
-    off integer := floor(random() * 16)::integer;
+    off integer := floor(random() * 64)::integer;
 BEGIN
     IF p_keys IS NULL THEN
-        RETURN NULL;
+        RETURN (NULL, NULL)::stepgate.slots_taken;
     END IF;
+    stripes := array_fill(NULL::smallint, ARRAY[cardinality(p_keys)]);
     FOR i IN SELECT u.ord FROM unnest(p_keys) WITH ORDINALITY AS u(key, ord) ORDER BY u.key LOOP
         k := p_keys[i];
         v_lim := p_limits[i];
         n := stepgate.slot_stripes(v_lim);
         got := NULL;
-        IF n > 1 AND NOT EXISTS (
-            SELECT 1 FROM stepgate.run q
-            WHERE q.tenant = p_tenant AND q.function = p_function AND q.held_on = k
-              AND q.status IN ('queued', 'scheduled', 'suspended')
-              AND (q.created_at, q.id) < (p_created_at, p_id)) THEN
-            -- The fast path: a stripe with room that nobody holds, without waiting.
-            UPDATE stepgate.concurrency_slot s SET running = s.running + 1, lim = p_limits[i]
-            WHERE (s.tenant, s.function, s.key, s.stripe) IN (
-                SELECT c.tenant, c.function, c.key, c.stripe FROM stepgate.concurrency_slot c
-                WHERE c.tenant = p_tenant AND c.function = p_function AND c.key = k
-                  AND c.running < stepgate.stripe_cap(p_limits[i], c.stripe)
-                ORDER BY (c.stripe + off) % 16 LIMIT 1
-                FOR UPDATE SKIP LOCKED)
-            RETURNING s.stripe INTO got;
-        END IF;
-        IF got IS NULL THEN
-            -- The exact path: every stripe of the key locked, in stripe order (a
-            -- concurrent claim of the key waits for this one's commit, then sees its
-            -- increment), their sum against the limit with the older runs in the line.
-            IF n > 1 THEN
-                INSERT INTO stepgate.concurrency_slot (tenant, function, key, stripe, running, lim)
-                SELECT p_tenant, p_function, k, g, 0, v_lim FROM generate_series(0, n - 1) g
-                ON CONFLICT DO NOTHING;
-            END IF;
-            SELECT sum(l.running) INTO v_running FROM (
-                SELECT c.running FROM stepgate.concurrency_slot c
-                WHERE c.tenant = p_tenant AND c.function = p_function AND c.key = k
-                ORDER BY c.stripe FOR UPDATE) l;
+        IF n = 1 THEN
+            -- One row, as in 0029: locked (a concurrent claim of the key waits for this
+            -- one's commit, then sees its increment), then re-checked on its newest
+            -- version by the upsert.
+            SELECT c.running INTO v_running FROM stepgate.concurrency_slot c
+            WHERE c.tenant = p_tenant AND c.function = p_function AND c.key = k AND c.stripe = 0
+            FOR UPDATE;
             SELECT count(*) INTO v_ahead FROM (
                 SELECT 1 FROM stepgate.run q
                 WHERE q.tenant = p_tenant AND q.function = p_function AND q.held_on = k
@@ -157,43 +149,110 @@ BEGIN
                   AND (q.created_at, q.id) < (p_created_at, p_id)
                 LIMIT v_lim) older;
             IF coalesce(v_running, 0) + v_ahead < v_lim THEN
-                -- A stripe with room (the first; 0 when the key has no row yet, which
-                -- inserts it), re-checked on its newest version.
                 INSERT INTO stepgate.concurrency_slot AS s (tenant, function, key, stripe, running, lim)
-                VALUES (p_tenant, p_function, k, coalesce((
-                    SELECT c.stripe FROM stepgate.concurrency_slot c
-                    WHERE c.tenant = p_tenant AND c.function = p_function AND c.key = k
-                      AND c.running < stepgate.stripe_cap(v_lim, c.stripe)
-                    ORDER BY c.stripe LIMIT 1), 0), 1, v_lim)
+                VALUES (p_tenant, p_function, k, 0, 1, v_lim)
                 ON CONFLICT (tenant, function, key, stripe) DO UPDATE
                     SET running = s.running + 1, lim = excluded.lim
-                    WHERE s.running < stepgate.stripe_cap(excluded.lim, s.stripe)
+                    WHERE s.running < excluded.lim
                 RETURNING s.stripe INTO got;
+            END IF;
+        ELSE
+            IF NOT EXISTS (
+                SELECT 1 FROM stepgate.run q
+                WHERE q.tenant = p_tenant AND q.function = p_function AND q.held_on = k
+                  AND q.status IN ('queued', 'scheduled', 'suspended')
+                  AND (q.created_at, q.id) < (p_created_at, p_id)) THEN
+                -- The fast path: a stripe with room that nobody holds.
+                SELECT c.stripe INTO got FROM stepgate.concurrency_slot c
+                WHERE c.tenant = p_tenant AND c.function = p_function AND c.key = k
+                  AND c.running < stepgate.stripe_cap(v_lim, c.stripe)
+                ORDER BY (c.stripe + off) % 64 LIMIT 1
+                FOR UPDATE SKIP LOCKED;
+            END IF;
+            IF got IS NULL THEN
+                -- The hold path, one claim of the key at a time, ordered with releases.
+                PERFORM pg_advisory_xact_lock(stepgate.slot_hold_lock(p_tenant, p_function, k));
+                -- The stripes missing (new, or pruned at 0). Only the missing: an upsert's
+                -- conflict check would wait for the rows' updates in flight, whose
+                -- releases may wait for this hold lock.
+                INSERT INTO stepgate.concurrency_slot (tenant, function, key, stripe, running, lim)
+                SELECT p_tenant, p_function, k, g, 0, v_lim FROM generate_series(0, n - 1) g
+                WHERE NOT EXISTS (
+                    SELECT 1 FROM stepgate.concurrency_slot c
+                    WHERE c.tenant = p_tenant AND c.function = p_function AND c.key = k AND c.stripe = g)
+                ON CONFLICT DO NOTHING;
+                SELECT sum(c.running) INTO v_running FROM stepgate.concurrency_slot c
+                WHERE c.tenant = p_tenant AND c.function = p_function AND c.key = k;
+                SELECT count(*) INTO v_ahead FROM (
+                    SELECT 1 FROM stepgate.run q
+                    WHERE q.tenant = p_tenant AND q.function = p_function AND q.held_on = k
+                      AND q.status IN ('queued', 'scheduled', 'suspended')
+                      AND (q.created_at, q.id) < (p_created_at, p_id)
+                    LIMIT v_lim) older;
+                IF coalesce(v_running, 0) + v_ahead < v_lim THEN
+                    SELECT c.stripe INTO got FROM stepgate.concurrency_slot c
+                    WHERE c.tenant = p_tenant AND c.function = p_function AND c.key = k
+                      AND c.running < stepgate.stripe_cap(v_lim, c.stripe)
+                    ORDER BY c.stripe LIMIT 1
+                    FOR UPDATE SKIP LOCKED;
+                END IF;
+            END IF;
+            IF got IS NOT NULL THEN
+                UPDATE stepgate.concurrency_slot SET running = running + 1, lim = v_lim
+                WHERE tenant = p_tenant AND function = p_function AND key = k AND stripe = got;
             END IF;
         END IF;
         IF got IS NULL THEN
             -- Give back what was taken: the rows are locked by this transaction, so
             -- nobody saw them change.
-            FOR k IN SELECT unnest(taken) LOOP
-                PERFORM stepgate.give_slot(p_tenant, p_function, k, p_limits[array_position(p_keys, k)]);
+            FOR j IN SELECT generate_subscripts(stripes, 1) LOOP
+                IF stripes[j] IS NOT NULL THEN
+                    UPDATE stepgate.concurrency_slot SET running = running - 1
+                    WHERE tenant = p_tenant AND function = p_function AND key = p_keys[j] AND stripe = stripes[j];
+                END IF;
             END LOOP;
-            RETURN i;
+            RETURN (i, NULL)::stepgate.slots_taken;
         END IF;
-        taken := taken || k;
+        stripes[i] := got;
     END LOOP;
-    RETURN NULL;
+    RETURN (NULL, stripes)::stepgate.slots_taken;
+END
+$$;
+
+-- give_slot gives back a running run's slot of key: to p_stripe, the stripe it took,
+-- unless another transaction holds that one (a claim taking a slot of it): then to
+-- another stripe that counts one and nobody holds (the rows partition one count), and
+-- only when there is none, to p_stripe after waiting for it.
+CREATE FUNCTION stepgate.give_slot(p_tenant text, p_function text, p_key text, p_stripe smallint) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    got integer;
+    off integer;
+BEGIN
+    SELECT c.stripe INTO got FROM stepgate.concurrency_slot c
+    WHERE c.tenant = p_tenant AND c.function = p_function AND c.key = p_key AND c.stripe = coalesce(p_stripe, 0)
+    FOR UPDATE SKIP LOCKED;
+    IF got IS NULL AND p_stripe IS NOT NULL THEN
+        off := floor(random() * 64)::integer;
+        SELECT c.stripe INTO got FROM stepgate.concurrency_slot c
+        WHERE c.tenant = p_tenant AND c.function = p_function AND c.key = p_key AND c.running > 0
+        ORDER BY (c.stripe + off) % 64 LIMIT 1
+        FOR UPDATE SKIP LOCKED;
+    END IF;
+    UPDATE stepgate.concurrency_slot SET running = running - 1
+    WHERE tenant = p_tenant AND function = p_function AND key = p_key
+      AND stripe = coalesce(got, p_stripe, 0) AND running > 0;
 END
 $$;
 
 -- refill_slot wakes the runs waiting in key's line that its free slots can take (see
--- 0029). p_released: the caller has just given back a slot of the key (it holds that
--- stripe's lock, so a hold of the key cannot commit before it): an empty line, the
--- common case, then costs one index probe and no lock. A striped key is refilled from
--- its stripes' sum read without locks unless p_lock (the backstop, which holds no
--- counter row): concurrent refills may then wake one run too many (it is held again,
--- passing the slot on) or too few (the next release of the key, or the backstop,
--- wakes it).
-CREATE FUNCTION stepgate.refill_slot(p_tenant text, p_function text, p_key text, p_released boolean, p_lock boolean)
+-- 0029). p_released: the caller has just given back a slot of the key; an empty line,
+-- the common case, then costs one index probe. A one-row key's refill locks its row
+-- (the caller of a release holds it already); a striped key's takes the key's hold lock
+-- shared, and reads the stripes' sum without locks: concurrent refills may then wake one
+-- run too many (it is held again, passing the slot on) or too few (the next release of
+-- the key, or the minute's backstop, refill_held_lines, wakes it).
+CREATE FUNCTION stepgate.refill_slot(p_tenant text, p_function text, p_key text, p_released boolean)
 RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -203,20 +262,26 @@ DECLARE
     v_stripes integer;
     q record;
 BEGIN
+    SELECT max(lim) INTO v_lim FROM stepgate.concurrency_slot
+    WHERE tenant = p_tenant AND function = p_function AND key = p_key;
+    v_stripes := stepgate.slot_stripes(coalesce(v_lim, 1));
+    IF v_stripes > 1 THEN
+        PERFORM pg_advisory_xact_lock_shared(stepgate.slot_hold_lock(p_tenant, p_function, p_key));
+    END IF;
     IF p_released AND NOT EXISTS (
         SELECT 1 FROM stepgate.run
         WHERE tenant = p_tenant AND function = p_function AND held_on = p_key
           AND status IN ('queued', 'scheduled', 'suspended')) THEN
         RETURN;
     END IF;
-    SELECT count(*), max(lim) INTO v_stripes, v_lim FROM stepgate.concurrency_slot
-    WHERE tenant = p_tenant AND function = p_function AND key = p_key;
-    IF v_stripes <= 1 OR p_lock THEN
+    IF v_stripes = 1 THEN
         -- The row lock orders refills of one key with its claims and releases.
-        SELECT sum(l.running), max(l.lim) INTO v_running, v_lim FROM (
-            SELECT c.running, c.lim FROM stepgate.concurrency_slot c
-            WHERE c.tenant = p_tenant AND c.function = p_function AND c.key = p_key
-            ORDER BY c.stripe FOR UPDATE) l;
+        SELECT running, lim INTO v_running, v_lim FROM stepgate.concurrency_slot
+        WHERE tenant = p_tenant AND function = p_function AND key = p_key AND stripe = 0
+        FOR UPDATE;
+        SELECT count(*) INTO v_woken FROM stepgate.run
+        WHERE tenant = p_tenant AND function = p_function AND held_on = p_key
+          AND status IN ('queued', 'scheduled', 'suspended') AND wake_at < 'infinity';
     ELSE
         -- The sum and the runs woken already, from one snapshot: a concurrent refill's
         -- freed slot and its wakes are seen together or not at all (then the runs it
@@ -229,11 +294,6 @@ BEGIN
         INTO v_running, v_woken;
     END IF;
     v_running := coalesce(v_running, 0);
-    IF v_woken IS NULL THEN
-        SELECT count(*) INTO v_woken FROM stepgate.run
-        WHERE tenant = p_tenant AND function = p_function AND held_on = p_key
-          AND status IN ('queued', 'scheduled', 'suspended') AND wake_at < 'infinity';
-    END IF;
     FOR q IN
         SELECT id, slot_keys, slot_limits FROM stepgate.run
         WHERE tenant = p_tenant AND function = p_function AND held_on = p_key
@@ -249,21 +309,21 @@ BEGIN
 END
 $$;
 
--- The 0029 signature: a refill that gave nothing back, under lock for a one-row key.
+-- The 0029 signature: a refill that gave nothing back.
 CREATE OR REPLACE FUNCTION stepgate.refill_slot(p_tenant text, p_function text, p_key text) RETURNS void
 LANGUAGE sql AS $$
-    SELECT stepgate.refill_slot(p_tenant, p_function, p_key, false, false)
+    SELECT stepgate.refill_slot(p_tenant, p_function, p_key, false)
 $$;
 
--- claim_slots (0029), with take_slots counting.
-CREATE OR REPLACE FUNCTION stepgate.claim_slots(p_run uuid) RETURNS text
+-- claim_slots (0029), with take_slots counting; it now returns the stripes taken too.
+DROP FUNCTION stepgate.claim_slots(uuid);
+CREATE FUNCTION stepgate.claim_slots(p_run uuid, OUT held text, OUT stripes smallint[])
 LANGUAGE plpgsql AS $$
 DECLARE
     r record;
     k text;
-    i integer;
+    j integer;
     blocked integer;
-    reason text;
     due boolean;
 BEGIN
     SELECT id, tenant, function, created_at, slot_keys, slot_limits INTO r FROM stepgate.run
@@ -271,9 +331,11 @@ BEGIN
         (status = 'queued' AND (wake_at IS NULL OR wake_at <= now())) OR
         (status IN ('suspended', 'scheduled') AND wake_at <= now()));
     IF NOT FOUND THEN
-        RETURN '';
+        held := '';
+        RETURN;
     END IF;
-    blocked := stepgate.take_slots(r.tenant, r.function, r.slot_keys, r.slot_limits, r.created_at, r.id);
+    SELECT t.blocked, t.stripes INTO blocked, stripes
+    FROM stepgate.take_slots(r.tenant, r.function, r.slot_keys, r.slot_limits, r.created_at, r.id) t;
     -- The run's lock; it may have been claimed meanwhile.
     PERFORM 1 FROM stepgate.run
     WHERE id = p_run AND (
@@ -281,32 +343,34 @@ BEGIN
         (status IN ('suspended', 'scheduled') AND wake_at <= now()))
     FOR UPDATE;
     due := FOUND;
-    IF NOT due AND blocked IS NULL AND r.slot_keys IS NOT NULL THEN
+    IF NOT due AND stripes IS NOT NULL THEN
         -- Give back what was taken: the rows are locked by this transaction, so nobody
         -- saw them change.
-        FOR i IN SELECT u.ord FROM unnest(r.slot_keys) WITH ORDINALITY AS u(key, ord) ORDER BY u.key LOOP
-            PERFORM stepgate.give_slot(r.tenant, r.function, r.slot_keys[i], r.slot_limits[i]);
+        FOR j IN SELECT generate_subscripts(stripes, 1) LOOP
+            PERFORM stepgate.give_slot(r.tenant, r.function, r.slot_keys[j], stripes[j]);
         END LOOP;
     END IF;
     IF NOT due THEN
-        RETURN '';
+        held := '';
+        stripes := NULL;
+        RETURN;
     END IF;
     IF blocked IS NULL THEN
-        RETURN NULL;
+        RETURN;
     END IF;
-    reason := stepgate.held_reason(r.slot_keys[blocked], r.slot_limits[blocked]);
-    UPDATE stepgate.run SET held = reason, held_on = r.slot_keys[blocked], wake_at = 'infinity',
+    held := stepgate.held_reason(r.slot_keys[blocked], r.slot_limits[blocked]);
+    UPDATE stepgate.run SET held = claim_slots.held, held_on = r.slot_keys[blocked], wake_at = 'infinity',
         status = CASE WHEN status = 'scheduled' THEN 'queued' ELSE status END
     WHERE id = p_run;
     -- Pass on what this run leaves: a slot it was woken for.
     FOR k IN SELECT unnest(r.slot_keys) ORDER BY 1 LOOP
-        PERFORM stepgate.refill_slot(r.tenant, r.function, k, false, false);
+        PERFORM stepgate.refill_slot(r.tenant, r.function, k, false);
     END LOOP;
-    RETURN reason;
 END
 $$;
 
--- release_slots (0029): slots given back to any stripe, counters kept at 0.
+-- release_slots (0029): each slot given back to the stripe it was taken from; counters
+-- kept at 0.
 CREATE OR REPLACE FUNCTION stepgate.release_slots() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -314,21 +378,18 @@ DECLARE
 BEGIN
     IF OLD.status = 'running' THEN
         FOR i IN SELECT u.ord FROM unnest(NEW.slot_keys) WITH ORDINALITY AS u(key, ord) ORDER BY u.key LOOP
-            PERFORM stepgate.give_slot(NEW.tenant, NEW.function, NEW.slot_keys[i], NEW.slot_limits[i]);
-        END LOOP;
-        FOR i IN SELECT u.ord FROM unnest(NEW.slot_keys) WITH ORDINALITY AS u(key, ord) ORDER BY u.key LOOP
-            PERFORM stepgate.refill_slot(NEW.tenant, NEW.function, NEW.slot_keys[i], true, false);
+            PERFORM stepgate.give_slot(NEW.tenant, NEW.function, NEW.slot_keys[i], OLD.slot_stripes[i]);
+            PERFORM stepgate.refill_slot(NEW.tenant, NEW.function, NEW.slot_keys[i], true);
         END LOOP;
     ELSE
-        PERFORM stepgate.refill_slot(NEW.tenant, NEW.function, OLD.held_on, false, false);
+        PERFORM stepgate.refill_slot(NEW.tenant, NEW.function, OLD.held_on, false);
     END IF;
     RETURN NULL;
 END
 $$;
 
--- refill_held_lines is the backstop of striped keys' lock-free refills: it refills, under
--- lock, up to p_limit keys whose line has a run not woken yet, and returns how many it
--- looked at.
+-- refill_held_lines is the backstop of striped keys' refills: it refills up to p_limit
+-- keys whose line has a run not woken yet, and returns how many it looked at.
 CREATE FUNCTION stepgate.refill_held_lines(p_limit integer) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -338,9 +399,10 @@ BEGIN
     FOR l IN
         SELECT DISTINCT tenant, function, held_on FROM stepgate.run
         WHERE held_on IS NOT NULL AND status IN ('queued', 'scheduled', 'suspended') AND wake_at = 'infinity'
+        ORDER BY 1, 2, 3
         LIMIT p_limit
     LOOP
-        PERFORM stepgate.refill_slot(l.tenant, l.function, l.held_on, false, true);
+        PERFORM stepgate.refill_slot(l.tenant, l.function, l.held_on, false);
         n := n + 1;
     END LOOP;
     RETURN n;
