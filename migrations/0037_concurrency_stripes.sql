@@ -136,25 +136,29 @@ BEGIN
         n := stepgate.slot_stripes(v_lim);
         got := NULL;
         IF n = 1 THEN
-            -- One row, as in 0029: locked (a concurrent claim of the key waits for this
-            -- one's commit, then sees its increment), then re-checked on its newest
-            -- version by the upsert.
-            SELECT c.running INTO v_running FROM stepgate.concurrency_slot c
-            WHERE c.tenant = p_tenant AND c.function = p_function AND c.key = k AND c.stripe = 0
-            FOR UPDATE;
-            SELECT count(*) INTO v_ahead FROM (
-                SELECT 1 FROM stepgate.run q
-                WHERE q.tenant = p_tenant AND q.function = p_function AND q.held_on = k
-                  AND q.status IN ('queued', 'scheduled', 'suspended')
-                  AND (q.created_at, q.id) < (p_created_at, p_id)
-                LIMIT v_lim) older;
-            IF coalesce(v_running, 0) + v_ahead < v_lim THEN
-                INSERT INTO stepgate.concurrency_slot AS s (tenant, function, key, stripe, running, lim)
-                VALUES (p_tenant, p_function, k, 0, 1, v_lim)
-                ON CONFLICT (tenant, function, key, stripe) DO UPDATE
-                    SET running = s.running + 1, lim = excluded.lim
-                    WHERE s.running < excluded.lim
-                RETURNING s.stripe INTO got;
+            -- One row, as in 0029: taken by an upsert that re-checks the count on the
+            -- row's newest version and locks it (a concurrent claim of the key waits
+            -- for this one's commit, then sees its increment); then the older runs in
+            -- the key's line, read under that lock, may give it back.
+            INSERT INTO stepgate.concurrency_slot AS s (tenant, function, key, stripe, running, lim)
+            VALUES (p_tenant, p_function, k, 0, 1, v_lim)
+            ON CONFLICT (tenant, function, key, stripe) DO UPDATE
+                SET running = s.running + 1, lim = excluded.lim
+                WHERE s.running < excluded.lim
+            RETURNING s.running INTO v_running;
+            IF FOUND THEN
+                got := 0;
+                SELECT count(*) INTO v_ahead FROM (
+                    SELECT 1 FROM stepgate.run q
+                    WHERE q.tenant = p_tenant AND q.function = p_function AND q.held_on = k
+                      AND q.status IN ('queued', 'scheduled', 'suspended')
+                      AND (q.created_at, q.id) < (p_created_at, p_id)
+                    LIMIT v_lim) older;
+                IF v_running + v_ahead > v_lim THEN
+                    UPDATE stepgate.concurrency_slot SET running = running - 1
+                    WHERE tenant = p_tenant AND function = p_function AND key = k AND stripe = 0;
+                    got := NULL;
+                END IF;
             END IF;
         ELSE
             IF NOT EXISTS (
@@ -220,28 +224,40 @@ END
 $$;
 
 -- give_slot gives back a running run's slot of key: to p_stripe, the stripe it took,
--- unless another transaction holds that one (a claim taking a slot of it): then to
--- another stripe that counts one and nobody holds (the rows partition one count), and
--- only when there is none, to p_stripe after waiting for it.
+-- when that one counts one and no other transaction holds it (a claim taking a slot of
+-- it); else to another stripe that counts one and nobody holds (the rows partition one
+-- count: which stripe does not matter to the sum); only when there is none, after
+-- waiting for a stripe that counts one, its own first.
 CREATE FUNCTION stepgate.give_slot(p_tenant text, p_function text, p_key text, p_stripe smallint) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
+    own integer := coalesce(p_stripe, 0);
     got integer;
     off integer;
 BEGIN
-    SELECT c.stripe INTO got FROM stepgate.concurrency_slot c
-    WHERE c.tenant = p_tenant AND c.function = p_function AND c.key = p_key AND c.stripe = coalesce(p_stripe, 0)
-    FOR UPDATE SKIP LOCKED;
-    IF got IS NULL AND p_stripe IS NOT NULL THEN
-        off := floor(random() * 64)::integer;
+    LOOP
         SELECT c.stripe INTO got FROM stepgate.concurrency_slot c
-        WHERE c.tenant = p_tenant AND c.function = p_function AND c.key = p_key AND c.running > 0
-        ORDER BY (c.stripe + off) % 64 LIMIT 1
+        WHERE c.tenant = p_tenant AND c.function = p_function AND c.key = p_key AND c.stripe = own
+          AND c.running > 0
         FOR UPDATE SKIP LOCKED;
-    END IF;
-    UPDATE stepgate.concurrency_slot SET running = running - 1
-    WHERE tenant = p_tenant AND function = p_function AND key = p_key
-      AND stripe = coalesce(got, p_stripe, 0) AND running > 0;
+        IF got IS NULL THEN
+            off := floor(random() * 64)::integer;
+            SELECT c.stripe INTO got FROM stepgate.concurrency_slot c
+            WHERE c.tenant = p_tenant AND c.function = p_function AND c.key = p_key AND c.running > 0
+            ORDER BY (c.stripe + off) % 64 LIMIT 1
+            FOR UPDATE SKIP LOCKED;
+        END IF;
+        IF got IS NULL THEN
+            SELECT c.stripe INTO got FROM stepgate.concurrency_slot c
+            WHERE c.tenant = p_tenant AND c.function = p_function AND c.key = p_key AND c.running > 0
+            ORDER BY c.stripe = own DESC, c.stripe LIMIT 1
+            FOR UPDATE;
+        END IF;
+        EXIT WHEN got IS NULL; -- no stripe counts one: nothing to give back
+        UPDATE stepgate.concurrency_slot SET running = running - 1
+        WHERE tenant = p_tenant AND function = p_function AND key = p_key AND stripe = got AND running > 0;
+        EXIT WHEN FOUND;
+    END LOOP;
 END
 $$;
 
@@ -252,18 +268,20 @@ $$;
 -- shared, and reads the stripes' sum without locks: concurrent refills may then wake one
 -- run too many (it is held again, passing the slot on) or too few (the next release of
 -- the key, or the minute's backstop, refill_held_lines, wakes it).
-CREATE FUNCTION stepgate.refill_slot(p_tenant text, p_function text, p_key text, p_released boolean)
-RETURNS void
+CREATE FUNCTION stepgate.refill_slot(p_tenant text, p_function text, p_key text, p_released boolean,
+    p_lim integer DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     v_running integer;
-    v_lim integer;
+    v_lim integer := p_lim;
     v_woken integer;
     v_stripes integer;
     q record;
 BEGIN
-    SELECT max(lim) INTO v_lim FROM stepgate.concurrency_slot
-    WHERE tenant = p_tenant AND function = p_function AND key = p_key;
+    IF v_lim IS NULL THEN
+        SELECT max(lim) INTO v_lim FROM stepgate.concurrency_slot
+        WHERE tenant = p_tenant AND function = p_function AND key = p_key;
+    END IF;
     v_stripes := stepgate.slot_stripes(coalesce(v_lim, 1));
     IF v_stripes > 1 THEN
         PERFORM pg_advisory_xact_lock_shared(stepgate.slot_hold_lock(p_tenant, p_function, p_key));
@@ -379,7 +397,7 @@ BEGIN
     IF OLD.status = 'running' THEN
         FOR i IN SELECT u.ord FROM unnest(NEW.slot_keys) WITH ORDINALITY AS u(key, ord) ORDER BY u.key LOOP
             PERFORM stepgate.give_slot(NEW.tenant, NEW.function, NEW.slot_keys[i], OLD.slot_stripes[i]);
-            PERFORM stepgate.refill_slot(NEW.tenant, NEW.function, NEW.slot_keys[i], true);
+            PERFORM stepgate.refill_slot(NEW.tenant, NEW.function, NEW.slot_keys[i], true, NEW.slot_limits[i]);
         END LOOP;
     ELSE
         PERFORM stepgate.refill_slot(NEW.tenant, NEW.function, OLD.held_on, false);
