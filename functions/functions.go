@@ -104,6 +104,8 @@ type function struct {
 	name   string
 	config protocol.FunctionConfig
 	budget time.Duration // config.max_invocation_duration, or 0
+	// sleepMax is the longest sleep waited out in the process (SleepInProcess).
+	sleepMax time.Duration
 	call   func(ctx context.Context, input protocol.AnyJSON) (protocol.AnyJSON, error)
 }
 
@@ -151,27 +153,28 @@ func defaultClient() *http.Client {
 // Timeout, MaxAttempts, Backoff, InvokeRoles, Triggers, Concurrency, Throttle, RateLimit,
 // Debounce.
 type Option struct {
-	set func(*protocol.FunctionConfig)
+	set   func(*protocol.FunctionConfig)
+	local func(*function) // an option of this SDK's, not sent to the gateway
 }
 
 // Timeout sets how long one invocation may take before the gateway gives up on it and
 // retries. The gateway defaults to 5m.
 func Timeout(d time.Duration) Option {
-	return Option{func(c *protocol.FunctionConfig) { c.Timeout = new(d.String()) }}
+	return Option{set: func(c *protocol.FunctionConfig) { c.Timeout = new(d.String()) }}
 }
 
 // MaxAttempts sets how many invocations the gateway makes, the first included, before a
 // run whose invocations keep failing (HTTP 500, timeouts) fails. The gateway defaults
 // to 3.
 func MaxAttempts(n int) Option {
-	return Option{func(c *protocol.FunctionConfig) { retries(c).MaxAttempts = new(max(n, 1)) }}
+	return Option{set: func(c *protocol.FunctionConfig) { retries(c).MaxAttempts = new(max(n, 1)) }}
 }
 
 // Backoff sets the wait before each retried invocation: a random duration up to
 // min(maxInterval, initial * 2^(n-1)) before attempt n+1. Zero values leave the gateway's
 // defaults.
 func Backoff(initial, maxInterval time.Duration) Option {
-	return Option{func(c *protocol.FunctionConfig) {
+	return Option{set: func(c *protocol.FunctionConfig) {
 		r := retries(c)
 		if initial > 0 {
 			r.InitialInterval = new(initial.String())
@@ -190,27 +193,38 @@ func Backoff(initial, maxInterval time.Duration) Option {
 // runs longer than d is not cut short. d must be at least 100ms and at most the
 // function's [Timeout] (the gateway refuses the registration otherwise).
 func MaxInvocationDuration(d time.Duration) Option {
-	return Option{func(c *protocol.FunctionConfig) { c.MaxInvocationDuration = new(d.String()) }}
+	return Option{set: func(c *protocol.FunctionConfig) { c.MaxInvocationDuration = new(d.String()) }}
+}
+
+// SleepInProcess sets the longest sleep ([step.Sleep], [step.SleepUntil]) that an
+// invocation waits out in its process, checkpointed, instead of suspending the run: a
+// sleep of 1s then costs no second invocation and ends on this process's timer, not a
+// wake-up of the gateway's (measured in BENCHMARKS.md). Without it (or with 0) every
+// sleep suspends the run. An invocation sleeps in its process only with time to spare
+// before its timeout and its MaxInvocationDuration; while it does, the run is running,
+// not sleeping, and holds its concurrency slots.
+func SleepInProcess(limit time.Duration) Option {
+	return Option{local: func(f *function) { f.sleepMax = max(limit, 0) }}
 }
 
 // RunTimeout bounds each run of the function, from its creation: past it, the run fails
 // with error type deadline_exceeded whatever it is doing (see the README's deadlines).
 // d must be from 1s to 10 years.
 func RunTimeout(d time.Duration) Option {
-	return Option{func(c *protocol.FunctionConfig) { c.RunTimeout = new(d.String()) }}
+	return Option{set: func(c *protocol.FunctionConfig) { c.RunTimeout = new(d.String()) }}
 }
 
 // Retention sets how long the function's finished runs are kept before the gateway
 // deletes them (see the README's retention); d must be from 1m to 10 years. Without it,
 // the gateway's STEPGATE_RETENTION (30 days by default) holds.
 func Retention(d time.Duration) Option {
-	return Option{func(c *protocol.FunctionConfig) { c.Retention = new(d.String()) }}
+	return Option{set: func(c *protocol.FunctionConfig) { c.Retention = new(d.String()) }}
 }
 
 // InvokeRoles restricts who may start runs of the function: a caller needs one of roles
 // (or the admin role) besides the runs:invoke permission.
 func InvokeRoles(roles ...string) Option {
-	return Option{func(c *protocol.FunctionConfig) { c.InvokeRoles = new(slices.Clone(roles)) }}
+	return Option{set: func(c *protocol.FunctionConfig) { c.InvokeRoles = new(slices.Clone(roles)) }}
 }
 
 // Rate is a throttle's or a rate limit's rate: at most Limit starts per Period (from
@@ -252,14 +266,14 @@ const (
 // now creates its run scheduled at the time it does (Inngest's throttle). Past
 // r.MaxQueue waiting starts of a key, a start is refused (HTTP 429).
 func Throttle(r Rate) Option {
-	return Option{func(c *protocol.FunctionConfig) { c.Throttle = r.config() }}
+	return Option{set: func(c *protocol.FunctionConfig) { c.Throttle = r.config() }}
 }
 
 // RateLimit drops the starts of the function beyond r (Inngest's rateLimit): such a
 // start is refused (HTTP 429 with Retry-After), and a run an event or a schedule would
 // start is skipped. r.MaxQueue does not apply.
 func RateLimit(r Rate) Option {
-	return Option{func(c *protocol.FunctionConfig) { c.RateLimit = r.config() }}
+	return Option{set: func(c *protocol.FunctionConfig) { c.RateLimit = r.config() }}
 }
 
 // Debounce collapses the starts of the function with the same key (see the Key expressions below) within
@@ -267,7 +281,7 @@ func RateLimit(r Rate) Option {
 // passed with no further start, or maxWait after the first (0: 24h); maxWait must be at
 // least period (DBOS's Debouncer, Inngest's debounce).
 func Debounce(period time.Duration, key string, maxWait time.Duration) Option {
-	return Option{func(c *protocol.FunctionConfig) {
+	return Option{set: func(c *protocol.FunctionConfig) {
 		d := &protocol.DebounceConfig{Period: period.String()}
 		if key != "" {
 			d.Key = new(key)
@@ -285,7 +299,7 @@ func Debounce(period time.Duration, key string, maxWait time.Duration) Option {
 // the queue only: a tenant's fair share of the gateway's workers stays the same. The
 // gateway refuses the registration of any other value.
 func Priority(p int) Option {
-	return Option{func(c *protocol.FunctionConfig) { c.Priority = new(p) }}
+	return Option{set: func(c *protocol.FunctionConfig) { c.Priority = new(p) }}
 }
 
 // Concurrency bounds how many runs of the function run at once (a suspended run, asleep
@@ -297,7 +311,7 @@ func Priority(p int) Option {
 // Concurrency(10, "") and Concurrency(1, "input.customer_id"). limit must be from 1 to
 // 100,000 (the gateway refuses the registration otherwise).
 func Concurrency(limit int, key string) Option {
-	return Option{func(c *protocol.FunctionConfig) {
+	return Option{set: func(c *protocol.FunctionConfig) {
 		l := protocol.ConcurrencyLimit{Limit: limit}
 		if key != "" {
 			l.Key = new(key)
@@ -329,7 +343,12 @@ func Register[In, Out any](app *App, name string, fn func(ctx context.Context, i
 	}
 	f := &function{name: name}
 	for _, o := range opts {
-		o.set(&f.config)
+		if o.set != nil {
+			o.set(&f.config)
+		}
+		if o.local != nil {
+			o.local(f)
+		}
 	}
 	if d := f.config.MaxInvocationDuration; d != nil {
 		f.budget, _ = time.ParseDuration(*d)
@@ -532,6 +551,7 @@ func (a *App) invoke(ctx context.Context, f *function, req *protocol.InvocationR
 	defer cancel(nil)
 	st := invocation.New(ctx, req, a.client, cancel)
 	st.SetBudget(f.budget)
+	st.SetSleepInProcess(f.sleepMax)
 	uctx = invocation.With(uctx, st)
 
 	var out protocol.AnyJSON

@@ -7,7 +7,7 @@ import "github.com/stepgate/stepgate/protocol"
 // event's sender: a caller of POST /v1/events, or a run that called step.SendEvent.
 // Names match exactly. Calling it again adds names.
 func OnEvent(names ...string) Option {
-	return Option{func(c *protocol.FunctionConfig) {
+	return Option{set: func(c *protocol.FunctionConfig) {
 		var ts []protocol.EventTrigger
 		if c.Triggers != nil {
 			ts = *c.Triggers

@@ -455,6 +455,7 @@ func (s *Server) Checkpoint(ctx context.Context, req server.CheckpointRequestObj
 	var err error
 	var refused *protocol.ErrorInfo
 	var output json.RawMessage
+	var until *time.Time
 	switch e.Kind {
 	case protocol.EntryKindEvent:
 		err = s.checkpointEvent(ctx, req.ID, claim.invocation, *e)
@@ -467,6 +468,13 @@ func (s *Server) Checkpoint(ctx context.Context, req server.CheckpointRequestObj
 		if errors.Is(err, invoker.ErrBadCallback) {
 			return nil, badRequest("%s", strings.TrimPrefix(err.Error(), invoker.ErrBadCallback.Error()+": "))
 		}
+	case protocol.EntryKindSleep:
+		var at time.Time
+		at, err = s.inv.CheckpointSleep(ctx, req.ID, claim.invocation, invoker.EntryFromAPI(*e))
+		if errors.Is(err, invoker.ErrBadSleep) {
+			return nil, badRequest("%s", strings.TrimPrefix(err.Error(), invoker.ErrBadSleep.Error()+": "))
+		}
+		until = &at
 	default:
 		err = s.inv.Checkpoint(ctx, req.ID, claim.invocation, invoker.EntryFromAPI(*e))
 	}
@@ -484,7 +492,7 @@ func (s *Server) Checkpoint(ctx context.Context, req server.CheckpointRequestObj
 	case err != nil:
 		return nil, err
 	}
-	ack := server.Checkpoint200JSONResponse{Seq: e.Seq, Error: refused}
+	ack := server.Checkpoint200JSONResponse{Seq: e.Seq, Error: refused, Until: until}
 	if output != nil {
 		ack.Output = (*protocol.AnyJSON)(&output)
 	}
@@ -504,8 +512,9 @@ func checkpointConflict(typ, detail string) server.CheckpointResponseObject {
 func (s *Server) checkEntry(e protocol.JournalEntry) error {
 	switch {
 	case e.Kind != protocol.EntryKindStep && e.Kind != protocol.EntryKindEvent && e.Kind != protocol.EntryKindValue &&
-		e.Kind != protocol.EntryKindSend && e.Kind != protocol.EntryKindCallback && e.Kind != protocol.EntryKindPatch:
-		return badRequest("a checkpoint is a finished step, a sent event, a published value, a sent message, a callback or a patch marker: kind \"step\", \"event\", \"value\", \"send\", \"callback\" or \"patch\", not %q", e.Kind)
+		e.Kind != protocol.EntryKindSend && e.Kind != protocol.EntryKindCallback && e.Kind != protocol.EntryKindPatch &&
+		e.Kind != protocol.EntryKindSleep:
+		return badRequest("a checkpoint is a finished step, a sent event, a published value, a sent message, a callback, a patch marker or a sleep in the function's process: kind \"step\", \"event\", \"value\", \"send\", \"callback\", \"patch\" or \"sleep\", not %q", e.Kind)
 	case e.Kind == protocol.EntryKindCallback && e.Error != nil:
 		return badRequest("a callback has no error")
 	case e.Kind == protocol.EntryKindPatch && (e.Output != nil || e.Error != nil):

@@ -273,6 +273,7 @@ func (inv *Invoker) call(ctx context.Context, rev *revision, claim *journal.Clai
 		},
 		Identity: run.Identity,
 		Journal:  make([]protocol.JournalEntry, 0, len(claim.Journal)),
+		Deadline: new(time.Now().Add(rev.config.Timeout)),
 		Checkpoint: protocol.Checkpoint{
 			URL:   inv.checkpoint + "/v1/runs/" + run.ID + "/checkpoint",
 			Token: inv.tokens.Issue(ctx, run.ID, run.Invocation, time.Now().Add(rev.config.Timeout+tokenGrace)),

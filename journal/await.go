@@ -191,3 +191,16 @@ func (in InvokeAll) write(ctx context.Context, db DB, w awaitWrite, f *Finished)
 	}
 	return nil
 }
+
+// EntryWakeAt returns the wake time of the sleep journaled at seq of run runID.
+func EntryWakeAt(ctx context.Context, db DB, runID string, seq int) (time.Time, error) {
+	var at *time.Time
+	err := db.QueryRow(ctx, `SELECT wake_at FROM stepgate.journal_entry WHERE run_id = $1 AND seq = $2`, runID, seq).Scan(&at)
+	if err == nil && at == nil {
+		err = fmt.Errorf("entry %d is not a sleep", seq)
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("wake time of entry %d of run %s: %w", seq, runID, err)
+	}
+	return *at, nil
+}

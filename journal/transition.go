@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -588,7 +589,10 @@ func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome)
 				error = @error,
 				lease_until = NULL,
 				wake_at = CASE WHEN @status IN ('suspended', 'queued') AND @timed
-					THEN coalesce(@until::timestamptz, now() + make_interval(secs => @after_seconds)) END,
+					THEN greatest(coalesce(@until::timestamptz, now() + make_interval(secs => @after_seconds)),
+						-- A failed invocation's retry is not due before a sleep it was
+						-- waiting out in its process (GREATEST ignores NULL).
+						CASE WHEN @status = 'queued' THEN (`+pendingSleep+`) END) END,
 				awaiting = @awaiting,
 				finished_at = CASE WHEN @status IN ('completed', 'failed', 'cancelled') THEN now() END,
 				failed_invocations = CASE WHEN @status = 'queued' THEN failed_invocations + 1 ELSE 0 END,
@@ -782,7 +786,9 @@ func recoverRuns(ctx context.Context, db DB, picked string, args ...any) ([]stri
 	rows, _ := db.Query(ctx, `
 		WITH picked AS (`+picked+`
 		), u AS (
-			UPDATE stepgate.run r SET status = 'queued', lease_until = NULL, wake_at = NULL,
+			UPDATE stepgate.run r SET status = 'queued', lease_until = NULL,
+				-- Due now, or when a sleep its invocation was waiting out in its process ends.
+				wake_at = (SELECT w FROM (`+strings.ReplaceAll(pendingSleep, "@run_id", "r.id")+`) s(w) WHERE w > now()),
 				recoveries = CASE WHEN j.top > r.recovered_seq THEN 1 ELSE r.recoveries + 1 END,
 				recovered_seq = j.top
 			FROM picked p, LATERAL (
@@ -793,6 +799,13 @@ func recoverRuns(ctx context.Context, db DB, picked string, args ...any) ([]stri
 		SELECT id::text FROM u`, args...)
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
+
+// pendingSleep selects the latest wake time of the sleeps among the last 64 entries of
+// run @run_id (a parallel step may be journaled after a sleep being waited out): a sleep
+// that a function waits out in its process (invoker.CheckpointSleep) is journaled before
+// it ends. NULL when there is none.
+const pendingSleep = `SELECT max(CASE WHEN t.kind = 'sleep' THEN t.wake_at END) FROM (
+	SELECT e.kind, e.wake_at FROM stepgate.journal_entry e WHERE e.run_id = @run_id ORDER BY e.seq DESC LIMIT 64) t`
 
 // InvokeJobKind is the kind of the River job that invokes a run: its args hold the run's
 // id as run_id. Migration 0015 indexes those ids.

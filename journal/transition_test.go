@@ -604,3 +604,41 @@ func TestAppendEntryBounds(t *testing.T) {
 		}
 	})
 }
+
+// TestPendingSleepDelaysRetries: a sleep journaled while its invocation waits it out in
+// its process (a checkpointed sleep) is not cut short when that invocation fails or its
+// gateway dies: the failed invocation's retry, and the run requeued by the lease reaper,
+// are due at the sleep's end, not before.
+func TestPendingSleepDelaysRetries(t *testing.T) {
+	t.Parallel()
+	ctx, tx := t.Context(), pgtest.Tx(t)
+	sleeping := func() (*journal.Run, time.Time) {
+		run := mustCreateRun(t, tx, claimed)
+		until := time.Now().Add(time.Hour).Truncate(time.Microsecond).UTC()
+		require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, journal.Entry{Seq: 1, Kind: journal.KindSleep, Name: "nap", WakeAt: &until}, journal.Bounds{}))
+		return run, until
+	}
+
+	failed, until := sleeping()
+	f, err := journal.Finish(ctx, tx, failed.ID, 1, journal.RetryingInvocation(journal.ErrorInfo{Type: "t", Message: "died"}, time.Millisecond))
+	require.NoError(t, err)
+	require.Equal(t, until, f.WakeAt.UTC().Truncate(time.Microsecond), "the retry waits for the sleep's end")
+
+	reaped, until := sleeping()
+	mustExec(t, tx, `UPDATE stepgate.run SET lease_until = now() - interval '1 ms' WHERE id = $1`, reaped.ID)
+	_, err = journal.ReapExpiredLeases(ctx, tx, 1000)
+	require.NoError(t, err)
+	got := mustGetRun(t, tx, reaped)
+	require.Equal(t, journal.StatusQueued, got.Status)
+	require.NotNil(t, got.WakeAt, "not due before the sleep's end")
+	require.Equal(t, until, got.WakeAt.UTC())
+
+	// A sleep that has ended delays nothing.
+	past := mustCreateRun(t, tx, claimed)
+	over := time.Now().Add(-time.Minute)
+	require.NoError(t, journal.AppendEntry(ctx, tx, past.ID, 1, journal.Entry{Seq: 1, Kind: journal.KindSleep, Name: "nap", WakeAt: &over}, journal.Bounds{}))
+	mustExec(t, tx, `UPDATE stepgate.run SET lease_until = now() - interval '1 ms' WHERE id = $1`, past.ID)
+	_, err = journal.ReapExpiredLeases(ctx, tx, 1000)
+	require.NoError(t, err)
+	require.Nil(t, mustGetRun(t, tx, past).WakeAt, "due at once")
+}

@@ -658,6 +658,9 @@ type CheckpointAck struct {
 	// Output The entry's output as the gateway journaled it, when the gateway made it: a `callback`'s `{url, token, expires_at}`.
 	Output *AnyJSON `json:"output,omitempty"`
 	Seq    int      `json:"seq"`
+
+	// Until A checkpointed `sleep`'s wake time, as journaled: the function waits until then in its process.
+	Until *time.Time `json:"until,omitempty"`
 }
 
 // ConcurrencyLimit defines model for ConcurrencyLimit.
@@ -1032,6 +1035,12 @@ type InvocationAnswer struct {
 // InvocationRequest What the gateway POSTs to a function (protocol 1).
 type InvocationRequest struct {
 	Checkpoint Checkpoint `json:"checkpoint"`
+
+	// Deadline When the gateway stops waiting for this invocation's answer (the function's
+	// `timeout` from when it was called, on the gateway's clock). An SDK that sleeps
+	// in its process (see the checkpoint of a `sleep`) does so only with time to spare
+	// before it.
+	Deadline *time.Time `json:"deadline,omitempty"`
 
 	// Identity Who started the run, from the caller's JWT. Never the token itself.
 	Identity Identity                  `json:"identity"`
@@ -2344,6 +2353,17 @@ type ClientInterface interface {
 	// conflicts with the journal (nondeterminism) or the invocation was superseded (the run
 	// was cancelled, finished, or another attempt owns it): the function must stop at once.
 	//
+	// A `sleep` entry may be checkpointed, for a short sleep that the function waits out in
+	// its process instead of suspending the run (one invocation instead of two): with
+	// `until`, or with `output` `{"duration": "<duration>"}` counted from now on the
+	// database clock, from `0s` up to the function's `timeout`. The gateway journals the
+	// sleep with its wake time (no output) and answers it in `CheckpointAck.until`; a
+	// repeated checkpoint answers the journaled time. The function then waits until
+	// that time and goes on. If the invocation fails meanwhile (the function's process
+	// died), its retry is not due before that time, nor is a run requeued by the lease
+	// reaper; a function that replays a sleep whose `until` has not come yet waits for
+	// it.
+	//
 	// A `callback` entry is checkpointed with no output (or `{"timeout": "<duration>"}`,
 	// from `1s` to `8760h`, default `168h`: how long the callback stays open until an
 	// await sets its own timeout): the gateway makes its token and URL, journals them as
@@ -2361,6 +2381,17 @@ type ClientInterface interface {
 	// a user JWT. 200: the entry is durable (an identical repeat is also 200). 409: the entry
 	// conflicts with the journal (nondeterminism) or the invocation was superseded (the run
 	// was cancelled, finished, or another attempt owns it): the function must stop at once.
+	//
+	// A `sleep` entry may be checkpointed, for a short sleep that the function waits out in
+	// its process instead of suspending the run (one invocation instead of two): with
+	// `until`, or with `output` `{"duration": "<duration>"}` counted from now on the
+	// database clock, from `0s` up to the function's `timeout`. The gateway journals the
+	// sleep with its wake time (no output) and answers it in `CheckpointAck.until`; a
+	// repeated checkpoint answers the journaled time. The function then waits until
+	// that time and goes on. If the invocation fails meanwhile (the function's process
+	// died), its retry is not due before that time, nor is a run requeued by the lease
+	// reaper; a function that replays a sleep whose `until` has not come yet waits for
+	// it.
 	//
 	// A `callback` entry is checkpointed with no output (or `{"timeout": "<duration>"}`,
 	// from `1s` to `8760h`, default `168h`: how long the callback stays open until an
@@ -3357,6 +3388,17 @@ func (c *Client) CancelRun(ctx context.Context, id RunID, reqEditors ...RequestE
 // conflicts with the journal (nondeterminism) or the invocation was superseded (the run
 // was cancelled, finished, or another attempt owns it): the function must stop at once.
 //
+// A `sleep` entry may be checkpointed, for a short sleep that the function waits out in
+// its process instead of suspending the run (one invocation instead of two): with
+// `until`, or with `output` `{"duration": "<duration>"}` counted from now on the
+// database clock, from `0s` up to the function's `timeout`. The gateway journals the
+// sleep with its wake time (no output) and answers it in `CheckpointAck.until`; a
+// repeated checkpoint answers the journaled time. The function then waits until
+// that time and goes on. If the invocation fails meanwhile (the function's process
+// died), its retry is not due before that time, nor is a run requeued by the lease
+// reaper; a function that replays a sleep whose `until` has not come yet waits for
+// it.
+//
 // A `callback` entry is checkpointed with no output (or `{"timeout": "<duration>"}`,
 // from `1s` to `8760h`, default `168h`: how long the callback stays open until an
 // await sets its own timeout): the gateway makes its token and URL, journals them as
@@ -3384,6 +3426,17 @@ func (c *Client) CheckpointWithBody(ctx context.Context, id RunID, contentType s
 // a user JWT. 200: the entry is durable (an identical repeat is also 200). 409: the entry
 // conflicts with the journal (nondeterminism) or the invocation was superseded (the run
 // was cancelled, finished, or another attempt owns it): the function must stop at once.
+//
+// A `sleep` entry may be checkpointed, for a short sleep that the function waits out in
+// its process instead of suspending the run (one invocation instead of two): with
+// `until`, or with `output` `{"duration": "<duration>"}` counted from now on the
+// database clock, from `0s` up to the function's `timeout`. The gateway journals the
+// sleep with its wake time (no output) and answers it in `CheckpointAck.until`; a
+// repeated checkpoint answers the journaled time. The function then waits until
+// that time and goes on. If the invocation fails meanwhile (the function's process
+// died), its retry is not due before that time, nor is a run requeued by the lease
+// reaper; a function that replays a sleep whose `until` has not come yet waits for
+// it.
 //
 // A `callback` entry is checkpointed with no output (or `{"timeout": "<duration>"}`,
 // from `1s` to `8760h`, default `168h`: how long the callback stays open until an
@@ -6304,6 +6357,17 @@ type ClientWithResponsesInterface interface {
 	// conflicts with the journal (nondeterminism) or the invocation was superseded (the run
 	// was cancelled, finished, or another attempt owns it): the function must stop at once.
 	//
+	// A `sleep` entry may be checkpointed, for a short sleep that the function waits out in
+	// its process instead of suspending the run (one invocation instead of two): with
+	// `until`, or with `output` `{"duration": "<duration>"}` counted from now on the
+	// database clock, from `0s` up to the function's `timeout`. The gateway journals the
+	// sleep with its wake time (no output) and answers it in `CheckpointAck.until`; a
+	// repeated checkpoint answers the journaled time. The function then waits until
+	// that time and goes on. If the invocation fails meanwhile (the function's process
+	// died), its retry is not due before that time, nor is a run requeued by the lease
+	// reaper; a function that replays a sleep whose `until` has not come yet waits for
+	// it.
+	//
 	// A `callback` entry is checkpointed with no output (or `{"timeout": "<duration>"}`,
 	// from `1s` to `8760h`, default `168h`: how long the callback stays open until an
 	// await sets its own timeout): the gateway makes its token and URL, journals them as
@@ -6321,6 +6385,17 @@ type ClientWithResponsesInterface interface {
 	// a user JWT. 200: the entry is durable (an identical repeat is also 200). 409: the entry
 	// conflicts with the journal (nondeterminism) or the invocation was superseded (the run
 	// was cancelled, finished, or another attempt owns it): the function must stop at once.
+	//
+	// A `sleep` entry may be checkpointed, for a short sleep that the function waits out in
+	// its process instead of suspending the run (one invocation instead of two): with
+	// `until`, or with `output` `{"duration": "<duration>"}` counted from now on the
+	// database clock, from `0s` up to the function's `timeout`. The gateway journals the
+	// sleep with its wake time (no output) and answers it in `CheckpointAck.until`; a
+	// repeated checkpoint answers the journaled time. The function then waits until
+	// that time and goes on. If the invocation fails meanwhile (the function's process
+	// died), its retry is not due before that time, nor is a run requeued by the lease
+	// reaper; a function that replays a sleep whose `until` has not come yet waits for
+	// it.
 	//
 	// A `callback` entry is checkpointed with no output (or `{"timeout": "<duration>"}`,
 	// from `1s` to `8760h`, default `168h`: how long the callback stays open until an
@@ -9825,6 +9900,17 @@ func (c *ClientWithResponses) CancelRunWithResponse(ctx context.Context, id RunI
 // conflicts with the journal (nondeterminism) or the invocation was superseded (the run
 // was cancelled, finished, or another attempt owns it): the function must stop at once.
 //
+// A `sleep` entry may be checkpointed, for a short sleep that the function waits out in
+// its process instead of suspending the run (one invocation instead of two): with
+// `until`, or with `output` `{"duration": "<duration>"}` counted from now on the
+// database clock, from `0s` up to the function's `timeout`. The gateway journals the
+// sleep with its wake time (no output) and answers it in `CheckpointAck.until`; a
+// repeated checkpoint answers the journaled time. The function then waits until
+// that time and goes on. If the invocation fails meanwhile (the function's process
+// died), its retry is not due before that time, nor is a run requeued by the lease
+// reaper; a function that replays a sleep whose `until` has not come yet waits for
+// it.
+//
 // A `callback` entry is checkpointed with no output (or `{"timeout": "<duration>"}`,
 // from `1s` to `8760h`, default `168h`: how long the callback stays open until an
 // await sets its own timeout): the gateway makes its token and URL, journals them as
@@ -9848,6 +9934,17 @@ func (c *ClientWithResponses) CheckpointWithBodyWithResponse(ctx context.Context
 // a user JWT. 200: the entry is durable (an identical repeat is also 200). 409: the entry
 // conflicts with the journal (nondeterminism) or the invocation was superseded (the run
 // was cancelled, finished, or another attempt owns it): the function must stop at once.
+//
+// A `sleep` entry may be checkpointed, for a short sleep that the function waits out in
+// its process instead of suspending the run (one invocation instead of two): with
+// `until`, or with `output` `{"duration": "<duration>"}` counted from now on the
+// database clock, from `0s` up to the function's `timeout`. The gateway journals the
+// sleep with its wake time (no output) and answers it in `CheckpointAck.until`; a
+// repeated checkpoint answers the journaled time. The function then waits until
+// that time and goes on. If the invocation fails meanwhile (the function's process
+// died), its retry is not due before that time, nor is a run requeued by the lease
+// reaper; a function that replays a sleep whose `until` has not come yet waits for
+// it.
 //
 // A `callback` entry is checkpointed with no output (or `{"timeout": "<duration>"}`,
 // from `1s` to `8760h`, default `168h`: how long the callback stays open until an

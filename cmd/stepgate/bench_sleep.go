@@ -14,18 +14,20 @@ import (
 // time (database clock, journaled) to the start of the step after it (the function's
 // clock; both on one machine here).
 type benchSleep struct {
-	Sleep   string       `json:"sleep"`
-	Runs    int          `json:"runs"`
-	Errors  int          `json:"errors"`
-	Latency benchLatency `json:"late"`
-	stats   latencyStats
+	Function string       `json:"function"`
+	Sleep    string       `json:"sleep"`
+	Runs     int          `json:"runs"`
+	Errors   int          `json:"errors"`
+	Latency  benchLatency `json:"late"`
+	stats    latencyStats
 }
 
-// measureSleep starts n runs of orders.checkout that sleep for d between charge and
-// ship, one every spacing so their wake-ups do not all coincide, waits for each, and
-// reads each run's journal to see how late it woke.
-func measureSleep(ctx context.Context, cl *protocol.ClientWithResponses, d time.Duration, n int, spacing time.Duration) *benchSleep {
-	out := &benchSleep{Sleep: d.String(), Runs: n}
+// measureSleep starts n runs of fn (orders.checkout, or orders.checkout_inline, which
+// waits out short sleeps in its process) that sleep for d between charge and ship, one
+// every spacing so their wake-ups do not all coincide, waits for each, and reads each
+// run's journal to see how late it woke.
+func measureSleep(ctx context.Context, cl *protocol.ClientWithResponses, fn string, d time.Duration, n int, spacing time.Duration) *benchSleep {
+	out := &benchSleep{Function: fn, Sleep: d.String(), Runs: n}
 	input := fmt.Sprintf(`{"sleep_ms":%d}`, d.Milliseconds())
 	wait := (d + 30*time.Second).String()
 	var mu sync.Mutex
@@ -37,7 +39,7 @@ func measureSleep(ctx context.Context, cl *protocol.ClientWithResponses, d time.
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			l, ok := sleepOnce(ctx, cl, input, wait)
+			l, ok := sleepOnce(ctx, cl, fn, input, wait)
 			mu.Lock()
 			defer mu.Unlock()
 			if !ok {
@@ -57,8 +59,8 @@ func measureSleep(ctx context.Context, cl *protocol.ClientWithResponses, d time.
 	return out
 }
 
-func sleepOnce(ctx context.Context, cl *protocol.ClientWithResponses, input, wait string) (time.Duration, bool) {
-	resp, err := cl.StartRunWithBodyWithResponse(ctx, "orders.checkout", &protocol.StartRunParams{Wait: &wait},
+func sleepOnce(ctx context.Context, cl *protocol.ClientWithResponses, fn, input, wait string) (time.Duration, bool) {
+	resp, err := cl.StartRunWithBodyWithResponse(ctx, fn, &protocol.StartRunParams{Wait: &wait},
 		"application/json", strings.NewReader(input))
 	if err != nil || resp.JSON200 == nil || resp.JSON200.Status != protocol.RunStatusCompleted {
 		return 0, false

@@ -42,6 +42,9 @@ func Register(app *functions.App) {
 	// never reaches, and one run at a time per key (the bench spreads over 100 keys).
 	functions.Register(app, "hello.limited", Hello, functions.Concurrency(1000, ""))
 	functions.Register(app, "hello.keyed", Hello, functions.Concurrency(1, "input.key"))
+	// orders.checkout waiting out sleeps of up to 30s in its process (checkpointed),
+	// instead of suspending the run: one invocation, woken by its own timer.
+	functions.Register(app, "orders.checkout_inline", Checkout, functions.SleepInProcess(30*time.Second))
 }
 
 // NotifyInput is the input of orders.notify.

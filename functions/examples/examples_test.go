@@ -51,6 +51,7 @@ func TestExamples(t *testing.T) {
 			{"name":"orders.approval","path":"orders.approval"},
 			{"name":"orders.await_payment","path":"orders.await_payment"},
 			{"name":"orders.checkout","path":"orders.checkout","config":{"timeout":"30s","retries":{"max_attempts":5}}},
+			{"name":"orders.checkout_inline","path":"orders.checkout_inline"},
 			{"name":"orders.fulfil","path":"orders.fulfil","config":{"concurrency":[{"limit":1,"key":"input.customer_id"}]}},
 			{"name":"orders.fulfil_all","path":"orders.fulfil_all"},
 			{"name":"orders.notify","path":"orders.notify","config":{"throttle":{"limit":2,"period":"1s","burst":1,"key":"input.customer_id"}}},

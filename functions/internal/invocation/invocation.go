@@ -104,6 +104,10 @@ type State struct {
 	started time.Time
 	fresh   int
 
+	// sleepMax is the longest sleep the function waits out in its process (see
+	// SleepInProcess); 0 turns that off.
+	sleepMax time.Duration
+
 	// Parallel steps (see GoStart): running counts those whose function or checkpoint
 	// is under way; holes are the seqs they took that are not journaled (yet), with the
 	// retry that a failed one waits for (nil while it runs, or when it stopped). done
@@ -247,6 +251,51 @@ func (s *State) SetBudget(d time.Duration) {
 	s.mu.Lock()
 	s.budget = d
 	s.mu.Unlock()
+}
+
+// SetSleepInProcess sets the longest sleep the invocation waits out in its process; 0
+// makes every sleep suspend the run.
+func (s *State) SetSleepInProcess(max time.Duration) {
+	s.mu.Lock()
+	s.sleepMax = max
+	s.mu.Unlock()
+}
+
+// SleepInProcess says whether a sleep of d may be waited out in this process: it is
+// no longer than the limit (SetSleepInProcess), and the invocation has time to spare
+// after it: before the gateway's deadline for its answer (an older gateway that sends
+// none gets no in-process sleeps), with a margin of a tenth of the invocation's time and
+// at least 2s, and within the budget (SetBudget).
+func (s *State) SleepInProcess(d time.Duration) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sleepMax <= 0 || d > s.sleepMax || s.Req.Deadline == nil || s.stop != nil {
+		return false
+	}
+	left := time.Until(*s.Req.Deadline)
+	margin := max(2*time.Second, s.Req.Deadline.Sub(s.started)/10)
+	if d > left-margin {
+		return false
+	}
+	return s.budget <= 0 || time.Since(s.started)+d < s.budget-s.budget/5
+}
+
+// WaitOut waits d in this process, for a sleep. It halts when the invocation stops or
+// the gateway ends its request meanwhile, and returns ctx's error when ctx ends first.
+func (s *State) WaitOut(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-s.reqCtx.Done():
+		return s.Halt(Retry("sleep", fmt.Sprintf("the gateway ended the invocation during a sleep in its process: %v", context.Cause(s.reqCtx))))
+	case <-ctx.Done():
+		if stop := s.Stopped(); stop != nil {
+			return s.Halt(nil)
+		}
+		return ctx.Err()
+	}
 }
 
 // place is where a function writes to a stream: in the step at seq on attempt, or
