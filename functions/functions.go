@@ -106,7 +106,7 @@ type function struct {
 	budget time.Duration // config.max_invocation_duration, or 0
 	// sleepMax is the longest sleep waited out in the process (SleepInProcess).
 	sleepMax time.Duration
-	call   func(ctx context.Context, input protocol.AnyJSON) (protocol.AnyJSON, error)
+	call     func(ctx context.Context, input protocol.AnyJSON) (protocol.AnyJSON, error)
 }
 
 // New returns an App with no functions. It panics when a public key is not 32 bytes or a
