@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -190,6 +191,51 @@ func TestTraces(t *testing.T) {
 		require.Equal(t, sc.SpanID(), a.contexts[i].SpanID())
 		require.True(t, a.contexts[i].IsRemote())
 	}
+}
+
+// TestTracesFailedInvocation: an invocation answered HTTP 500 is an "error" span with
+// the status and the error's type, and the next attempt joins the same trace.
+func TestTracesFailedInvocation(t *testing.T) {
+	t.Parallel()
+	exp := tracetest.NewInMemoryExporter()
+	s := stack.Start(t, stack.Options{TracerProvider: tracing.NewProvider(sdktrace.WithSyncer(exp))})
+	var calls atomic.Int32
+	url := s.ServeApp(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			http.Error(w, "down for a moment", http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"completed","output":1}`))
+	}))
+	c := s.Client(t, s.Token)
+	reg, err := c.RegisterFunctionWithResponse(t.Context(), "bumpy", protocol.FunctionRegistration{URL: url,
+		Config: &protocol.FunctionConfig{Retries: &protocol.RetryPolicy{InitialInterval: ptr("1ms"), MaxInterval: ptr("1ms")}}})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, reg.StatusCode(), string(reg.Body))
+	res := startWaiting(t, c, "bumpy", `{}`)
+	require.Equal(t, protocol.RunStatusCompleted, res.Status)
+
+	var spans map[string][]tracetest.SpanStub
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		spans = spansOf(exp, tracing.RunTraceID(res.ID))
+		assert.Len(ct, spans["invoke bumpy"], 2)
+		assert.Len(ct, spans["run bumpy"], 1)
+	}, 10*time.Second, 10*time.Millisecond)
+	byOutcome := map[string]tracetest.SpanStub{}
+	for _, inv := range spans["invoke bumpy"] {
+		byOutcome[attr(inv, "stepgate.outcome").AsString()] = inv
+	}
+	failed, ok := byOutcome["error"]
+	require.True(t, ok, "the failed invocation's outcome is error")
+	require.Equal(t, int64(500), attr(failed, "http.response.status_code").AsInt64())
+	require.Equal(t, "http_status", attr(failed, "error.type").AsString())
+	require.Equal(t, codes.Error, failed.Status.Code)
+	require.Contains(t, failed.Status.Description, "HTTP 500")
+	done, ok := byOutcome["completed"]
+	require.True(t, ok)
+	require.Equal(t, codes.Unset, done.Status.Code)
+	require.Equal(t, failed.Parent.SpanID(), done.Parent.SpanID(), "both under the run's root")
 }
 
 // TestTracesOff: without a tracer provider the invoker has no tracer, and functions

@@ -175,6 +175,7 @@ func (inv *Invoker) invoke(ctx context.Context, rev *revision, claim *journal.Cl
 		if errors.Is(cause, errRunFailed) {
 			// A checkpoint failed the run (FailInvocation, which knows only its id).
 			inv.metrics.RunFinished(run.Function, run.Tenant, string(journal.StatusFailed), max(steps, int(call.seq.Load())))
+			inv.traceRunEnd(ctx, run, journal.StatusFailed, nil)
 		}
 		// The run's end committed, or its lease went to another gateway, before the call
 		// was abandoned: any answer is refused.
