@@ -36,6 +36,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/stepgate/stepgate/functions/internal/invocation"
 	"github.com/stepgate/stepgate/functions/names"
 	"github.com/stepgate/stepgate/functions/signature"
@@ -457,6 +459,11 @@ func RunFrom(ctx context.Context) RunInfo {
 // 401 (type "signature") when the signature does not verify or replays an invocation,
 // 400 (type "malformed") when the body is not a protocol 1 invocation, 404, 405 and 413.
 // Mount it at the app's URL, under [http.StripPrefix] when that URL has a path.
+//
+// The W3C trace context the gateway sends with each invocation (traceparent, when the
+// gateway's traces are on) is in the function's context as the remote parent span, so
+// the spans a function starts with its own OpenTelemetry tracer (go.opentelemetry.io/otel)
+// join the run's trace, under the invocation. The SDK itself records no spans.
 func (a *App) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	name := strings.TrimPrefix(r.URL.Path, "/")
 	reg := a.reg.Load()
@@ -524,7 +531,11 @@ func (a *App) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"signature: the request is signed for tenant %q, but its run's identity is of tenant %q", tenant, req.Identity.Tenant))
 		return
 	}
-	code, answer := a.invoke(r.Context(), f, &req)
+	ctx := r.Context()
+	if r.Header.Get("traceparent") != "" {
+		ctx = propagation.TraceContext{}.Extract(ctx, propagation.HeaderCarrier(r.Header))
+	}
+	code, answer := a.invoke(ctx, f, &req)
 	b, err := json.Marshal(answer)
 	if err != nil {
 		// Only an output that is not valid JSON can get here; json.Marshal checks it.

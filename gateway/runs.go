@@ -13,10 +13,13 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stepgate/stepgate/access"
 	"github.com/stepgate/stepgate/functions/names"
 	"github.com/stepgate/stepgate/gateway/api/server"
+	"github.com/stepgate/stepgate/internal/tracing"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
@@ -168,6 +171,10 @@ func (s *Server) StartRun(ctx context.Context, req server.StartRunRequestObject)
 		}
 	}
 
+	ctx, span := s.startSpan(ctx, req.Name, n.ID)
+	if span != nil {
+		defer span.End()
+	}
 	db := journal.ForTenant(s.api, id.Tenant)
 	var run *journal.Run
 	var done <-chan *invoker.Result
@@ -197,6 +204,11 @@ func (s *Server) StartRun(ctx context.Context, req server.StartRunRequestObject)
 			fmt.Sprintf("idempotency key %q was used with a different input for function %s", n.IdempotencyKey, req.Name))}, nil
 	case err != nil:
 		return nil, err
+	}
+	if span != nil && run.ID != n.ID {
+		// An idempotent repeat: the run is the one the key started before.
+		span.AddLink(trace.Link{SpanContext: tracing.RunSpanContext(run.ID)})
+		span.SetAttributes(attribute.String("stepgate.run.id", run.ID), attribute.Bool("stepgate.idempotent_repeat", true))
 	}
 	if wait == 0 || run.Status.Terminal() {
 		return startAnswer(run), nil

@@ -145,6 +145,9 @@ func New(cfg Config) (*Server, error) {
 	e.Use(middleware.Recover())
 	e.Use(bodyLimits(cmp.Or(cfg.MaxBodyBytes, 1<<20), int64(cfg.Invoker.Limits().MaxOutputBytes)+64<<10))
 	e.Use(s.authenticate)
+	if cfg.Invoker.Tracer() != nil {
+		e.Use(acceptTraceparent)
+	}
 	server.RegisterHandlers(e, server.NewStrictHandler(s, []server.StrictMiddlewareFunc{authorize}))
 	s.stream = notify.NewHub(cfg.Invoker.Listener(), cfg.Pool, cfg.Logger, encodeEvent)
 	if err := s.mountRiverUI(e, cfg.Invoker); err != nil {

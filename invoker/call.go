@@ -17,6 +17,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stepgate/stepgate/functions/signature"
 	"github.com/stepgate/stepgate/journal"
@@ -143,6 +145,7 @@ func (inv *Invoker) invoke(ctx context.Context, rev *revision, claim *journal.Cl
 	defer func() {
 		if err == nil && res.Status.Terminal() {
 			inv.metrics.RunFinished(run.Function, run.Tenant, string(res.Status), max(steps, int(call.seq.Load())))
+			inv.traceRunEnd(ctx, run, res.Status, res.Error)
 		}
 	}()
 	switch {
@@ -159,14 +162,20 @@ func (inv *Invoker) invoke(ctx context.Context, rev *revision, claim *journal.Cl
 		// Entries journaled without a checkpoint (a child's outcome) passed a bound.
 		return inv.apply(ctx, log, rev, run, journal.Failed(*e), notify)
 	}
+	callCtx, span := inv.startInvocation(callCtx, rev, run)
+	if span != nil {
+		call.span = span.SpanContext() // the parent of its checkpoints' spans
+	}
 	began := time.Now()
 	answer, failure := inv.call(callCtx, rev, claim)
 	took := time.Since(began)
 	if cause := context.Cause(callCtx); cause != nil && !errors.Is(cause, context.Canceled) {
 		inv.metrics.Invocation(run.Function, "abandoned", took)
+		endInvocation(span, "abandoned", &journal.ErrorInfo{Type: "abandoned", Message: cause.Error()})
 		if errors.Is(cause, errRunFailed) {
 			// A checkpoint failed the run (FailInvocation, which knows only its id).
 			inv.metrics.RunFinished(run.Function, run.Tenant, string(journal.StatusFailed), max(steps, int(call.seq.Load())))
+			inv.traceRunEnd(ctx, run, journal.StatusFailed, nil)
 		}
 		// The run's end committed, or its lease went to another gateway, before the call
 		// was abandoned: any answer is refused.
@@ -193,7 +202,19 @@ func (inv *Invoker) invoke(ctx context.Context, rev *revision, claim *journal.Cl
 	inv.metrics.Invocation(run.Function, outcome, took)
 	steps = max(steps, lastSeq(o.Steps))
 	o.Notify = notify
-	return inv.apply(ctx, log, rev, run, o, notify)
+	if span == nil {
+		return inv.apply(ctx, log, rev, run, o, notify)
+	}
+	res, err = inv.apply(ctx, log, rev, run, o, notify)
+	if err == nil {
+		spanCtx := trace.ContextWithSpan(ctx, span)
+		inv.traceEntries(spanCtx, span.SpanContext(), run.ID, o.Steps)
+		if res.Status == journal.StatusSuspended && answer != nil {
+			inv.traceAwait(spanCtx, run.ID, answer.Await)
+		}
+	}
+	endInvocation(span, outcome, failure)
+	return res, err
 }
 
 // lastSeq returns the seq of the last of entries, 0 for none.
@@ -306,6 +327,10 @@ func (inv *Invoker) call(ctx context.Context, rev *revision, claim *journal.Clai
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set(signature.Header, sig)
+	if inv.tracer != nil {
+		// The function's own spans join the run's trace, under this invocation.
+		propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(hreq.Header))
+	}
 	resp, err := inv.client.Do(hreq)
 	if err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -314,6 +339,9 @@ func (inv *Invoker) call(ctx context.Context, rev *revision, claim *journal.Clai
 		return nil, &journal.ErrorInfo{Type: "connection", Message: connectionError(err)}
 	}
 	defer resp.Body.Close()
+	if inv.tracer != nil {
+		traceHTTPStatus(ctx, resp.StatusCode)
+	}
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, inv.maxAnswer+1))
 	if err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {

@@ -71,6 +71,7 @@ func (inv *Invoker) ExceedDeadline(ctx context.Context, runID string) (*journal.
 	inv.log.InfoContext(ctx, "run failed past its deadline", slog.String("run_id", runID), slog.String("function", run.Function),
 		slog.String("tenant", run.Tenant), slog.Time("deadline", *run.Deadline))
 	inv.metrics.RunFinished(run.Function, run.Tenant, string(journal.StatusFailed), -1)
+	inv.traceRunEnd(ctx, run, journal.StatusFailed, run.Error)
 	inv.ended(runID, errRunDeadline)
 	if run.ParentSeq != nil {
 		inv.Wake(*run.ParentID)

@@ -23,12 +23,17 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/riverqueue/rivercontrib/otelriver"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
 	"riverqueue.com/riverui"
 
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/internal/egress"
 	"github.com/stepgate/stepgate/internal/metrics"
 	"github.com/stepgate/stepgate/internal/notify"
+	"github.com/stepgate/stepgate/internal/tracing"
 	"github.com/stepgate/stepgate/journal"
 )
 
@@ -93,6 +98,11 @@ type Config struct {
 	Clock Clock
 	// Metrics records runs, invocations, checkpoints and answers. Nil records nothing.
 	Metrics *metrics.Metrics
+	// TracerProvider, when set, traces each run (see tracing.go) and River's jobs
+	// (otelriver), and sends each invocation's traceparent to the function. Nil: no
+	// traces, and no tracing work on the hot path. Use one made by package tracing
+	// (FromEnv or NewProvider), which exports the runs' root spans with their ids.
+	TracerProvider trace.TracerProvider
 }
 
 // Invoker calls functions and applies their answers. See the package doc.
@@ -120,6 +130,7 @@ type Invoker struct {
 	armedUntil   time.Time
 	revisions    sync.Map // revisionKey -> *revision; revisions are immutable
 	metrics      *metrics.Metrics
+	tracer       trace.Tracer     // nil: traces are off
 	riverStarted atomic.Bool      // see Running
 	listener     *notify.Listener // the process's LISTEN connection; waiters subscribe to it
 	ownsListener bool             // made by New: Start runs it
@@ -190,7 +201,20 @@ func New(cfg Config) (*Invoker, error) {
 	river.AddWorker(workers, &retentionWorker{inv: inv})
 	inv.retention = cmp.Or(cfg.Retention, DefaultRetention)
 	inv.retentionBatch = cmp.Or(cfg.RetentionBatch, 500)
+	var middleware []rivertype.Middleware
+	if cfg.TracerProvider != nil {
+		inv.tracer = cfg.TracerProvider.Tracer(tracing.Name)
+		middleware = append(middleware, otelriver.NewMiddleware(&otelriver.MiddlewareConfig{
+			TracerProvider: cfg.TracerProvider,
+			MeterProvider:  metricnoop.NewMeterProvider(), // the gateway's metrics are Prometheus'
+			// A job's work span links to the span that inserted it (an invocation's
+			// answer, a start request).
+			EnableTracePropagation:      true,
+			EnableWorkSpanJobKindSuffix: true,
+		}))
+	}
 	rc, err := river.NewClient(riverpgxv5.New(cfg.Pool), &river.Config{
+		Middleware:        middleware,
 		Logger:            slog.New(warnOnly{cfg.Logger.Handler()}).With(slog.String("component", "river")),
 		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: inv.fair.workers}},
 		Workers:           workers,
@@ -352,7 +376,8 @@ func (inv *Invoker) Checkpoint(ctx context.Context, runID string, invocation int
 	err := journal.AppendEntry(ctx, inv.pool, runID, invocation, e, inv.limits.Bounds())
 	inv.metrics.Checkpoint(time.Since(began))
 	if err == nil {
-		inv.checkpointed(runID, invocation, e.Seq)
+		span := inv.checkpointed(runID, invocation, e.Seq)
+		inv.traceEntries(ctx, span, runID, []journal.Entry{e})
 	}
 	return inv.FailOnCheckpoint(ctx, runID, invocation, err)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stepgate/stepgate/journal"
 )
@@ -41,6 +42,9 @@ type inflightCall struct {
 	// seq is the highest seq this process checkpointed for the invocation, for the
 	// steps-per-run metric.
 	seq atomic.Int64
+	// span is the invocation's span context, the parent of its checkpoints' spans;
+	// invalid when traces are off. Set before the call is made.
+	span trace.SpanContext
 }
 
 // errLeaseLost is the cause of an invocation's context when its lease could not be
@@ -79,15 +83,22 @@ func (inv *Invoker) track(lease journal.Lease, cancel context.CancelCauseFunc) (
 	}
 }
 
-// checkpointed notes that invocation of runID, in flight here, checkpointed seq.
-func (inv *Invoker) checkpointed(runID string, invocation, seq int) {
+// checkpointed notes that invocation of runID, in flight here, checkpointed seq, and
+// returns the invocation's span context (invalid when it is not in flight here or
+// traces are off).
+func (inv *Invoker) checkpointed(runID string, invocation, seq int) trace.SpanContext {
 	inv.inflightMu.Lock()
 	defer inv.inflightMu.Unlock()
+	var span trace.SpanContext
 	for c := range inv.inflight[runID] {
-		if c.lease.Invocation == invocation && int64(seq) > c.seq.Load() {
-			c.seq.Store(int64(seq))
+		if c.lease.Invocation == invocation {
+			span = c.span
+			if int64(seq) > c.seq.Load() {
+				c.seq.Store(int64(seq))
+			}
 		}
 	}
+	return span
 }
 
 // InFlight returns how many invocations this process has in flight.

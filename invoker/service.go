@@ -157,6 +157,7 @@ func (inv *Invoker) CancelRun(ctx context.Context, db *journal.TenantDB, runID s
 		return run, err
 	}
 	inv.metrics.RunFinished(run.Function, run.Tenant, string(journal.StatusCancelled), -1)
+	inv.traceRunEnd(ctx, run, journal.StatusCancelled, nil)
 	inv.Cancelled(run.ID)
 	inv.cancelledAll(tree)
 	if run.ParentSeq != nil {

@@ -8,6 +8,10 @@
 //	go run ./bench/compare [-rounds 3] [-duration 5s] [-functions hello,orders.checkout,chain] OLD NEW
 //
 // OLD and NEW are git revisions ("main", "HEAD~3", a commit); "." is the working tree.
+// They may be the same revision, to compare settings: -old-env and -new-env add
+// environment variables (KEY=VALUE,...) to each side's gateway, and -otlp-sink serves an
+// OTLP/HTTP endpoint that accepts and discards traces, its URL in each side's
+// $OTLP_SINK (so -new-env OTEL_EXPORTER_OTLP_ENDPOINT=$OTLP_SINK turns NEW's traces on).
 package main
 
 import (
@@ -17,12 +21,16 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -31,12 +39,25 @@ func main() {
 	duration := flag.String("duration", "5s", "each cell's measuring time")
 	functions := flag.String("functions", "hello,orders.checkout,chain", "functions to measure")
 	concurrency := flag.String("concurrency", "1,16", "client counts")
+	oldEnv := flag.String("old-env", "", "environment of OLD's gateway: KEY=VALUE,...")
+	newEnv := flag.String("new-env", "", "environment of NEW's gateway: KEY=VALUE,...")
+	sink := flag.Bool("otlp-sink", false, "serve an OTLP/HTTP sink that discards traces; its URL is $OTLP_SINK in -old-env and -new-env")
 	flag.Parse()
 	if flag.NArg() != 2 {
 		fmt.Fprintln(os.Stderr, "usage: go run ./bench/compare [flags] OLD NEW")
 		os.Exit(2)
 	}
-	if err := run(flag.Arg(0), flag.Arg(1), *rounds, []string{"--duration", *duration, "--functions", *functions, "--concurrency", *concurrency, "--json"}); err != nil {
+	sides := [2]side{{rev: flag.Arg(0), env: splitEnv(*oldEnv)}, {rev: flag.Arg(1), env: splitEnv(*newEnv)}}
+	if *sink {
+		url, stop := otlpSink()
+		defer stop()
+		for i := range sides {
+			for j, kv := range sides[i].env {
+				sides[i].env[j] = strings.ReplaceAll(kv, "$OTLP_SINK", url)
+			}
+		}
+	}
+	if err := run(sides, *rounds, []string{"--duration", *duration, "--functions", *functions, "--concurrency", *concurrency, "--json"}); err != nil {
 		fmt.Fprintln(os.Stderr, "compare:", err)
 		os.Exit(1)
 	}
@@ -54,7 +75,46 @@ type cell struct {
 	} `json:"latency"`
 }
 
-func run(oldRev, newRev string, rounds int, benchArgs []string) error {
+// side is one of the two builds compared: a git revision, and what its gateway's
+// environment adds.
+type side struct {
+	rev string
+	env []string
+}
+
+// name is how the output names the side: its revision, and its environment if any.
+func (s side) name() string {
+	if len(s.env) == 0 {
+		return s.rev
+	}
+	return s.rev + "[" + strings.Join(s.env, ",") + "]"
+}
+
+func splitEnv(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
+}
+
+// otlpSink serves, on a loopback port, an OTLP/HTTP endpoint that answers every export
+// with success and discards it, and returns its base URL.
+func otlpSink() (string, func()) {
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.Copy(io.Discard, r.Body)
+		n.Add(b)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		w.WriteHeader(http.StatusOK) // an empty ExportTraceServiceResponse: all accepted
+	}))
+	return srv.URL, func() {
+		srv.Close()
+		fmt.Fprintf(os.Stderr, "otlp sink: %d bytes of traces received\n", n.Load())
+	}
+}
+
+func run(sides [2]side, rounds int, benchArgs []string) error {
+	oldRev, newRev := sides[0].name(), sides[1].name()
 	work, err := os.MkdirTemp("", "stepgate-compare-")
 	if err != nil {
 		return err
@@ -65,16 +125,20 @@ func run(oldRev, newRev string, rounds int, benchArgs []string) error {
 		return err
 	}
 	bins := map[string]string{}
-	for _, rev := range []string{oldRev, newRev} {
-		if bins[rev], err = build(work, rev); err != nil {
-			return fmt.Errorf("build %s: %w", rev, err)
+	for _, s := range sides {
+		if bins[s.rev] != "" {
+			continue
+		}
+		if bins[s.rev], err = build(work, s.rev); err != nil {
+			return fmt.Errorf("build %s: %w", s.rev, err)
 		}
 	}
 	results := map[string][][]cell{}
 	for r := range rounds {
-		for _, rev := range []string{oldRev, newRev} {
+		for _, s := range sides {
+			rev := s.name()
 			fmt.Fprintf(os.Stderr, "round %d: %s\n", r+1, rev)
-			cells, err := measure(work, bins[rev], benchArgs)
+			cells, err := measure(work, bins[s.rev], s.env, benchArgs)
 			if err != nil {
 				return fmt.Errorf("%s: %w", rev, err)
 			}
@@ -151,7 +215,7 @@ func sanitize(rev string) string {
 
 // measure starts `stepgate dev` of bin on a fresh private Postgres, benchmarks it, and
 // stops it.
-func measure(work, bin string, benchArgs []string) ([]cell, error) {
+func measure(work, bin string, env, benchArgs []string) ([]cell, error) {
 	dir, err := os.MkdirTemp(work, "dev-")
 	if err != nil {
 		return nil, err
@@ -169,7 +233,7 @@ func measure(work, bin string, benchArgs []string) ([]cell, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	dev := exec.CommandContext(ctx, bin, "dev", "--addr", addr, "--dir", filepath.Join(dir, "state"))
-	dev.Env = append(os.Environ(), "DATABASE_URL=")
+	dev.Env = append(append(os.Environ(), "DATABASE_URL="), env...)
 	dev.Cancel = func() error { return dev.Process.Signal(os.Interrupt) }
 	dev.WaitDelay = 30 * time.Second
 	stdout, err := dev.StdoutPipe()

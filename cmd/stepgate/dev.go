@@ -143,6 +143,11 @@ func (c *cli) dev(ctx context.Context, args []string) error {
 	go fnSrv.Serve(fnLn)
 	defer fnSrv.Close()
 
+	stopTraces, err := c.traces(ctx, &pc)
+	if err != nil {
+		return err
+	}
+	defer stopTraces()
 	g, err := gatewayproc.Start(ctx, pc)
 	if err != nil {
 		return err

@@ -21,6 +21,7 @@ import (
 	"github.com/stepgate/stepgate/internal/egress"
 	"github.com/stepgate/stepgate/internal/gatewayproc"
 	"github.com/stepgate/stepgate/internal/metrics"
+	"github.com/stepgate/stepgate/internal/tracing"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/migrations"
 	"github.com/stepgate/stepgate/web"
@@ -314,6 +315,11 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	stopTraces, err := c.traces(ctx, &pc)
+	if err != nil {
+		return err
+	}
+	defer stopTraces()
 	g, err := gatewayproc.Start(ctx, pc)
 	if err != nil {
 		return err
@@ -342,4 +348,25 @@ func (c *cli) migrate(ctx context.Context, _ []string) error {
 	}
 	fmt.Fprintln(c.stdout, "migrated")
 	return nil
+}
+
+// traces turns traces on in pc when the OpenTelemetry environment asks for them (see
+// tracing.FromEnv), and returns what flushes and stops them, to call after the gateway
+// stops.
+func (c *cli) traces(ctx context.Context, pc *gatewayproc.Config) (stop func(), err error) {
+	tp, shutdown, err := tracing.FromEnv(ctx, c.getenv)
+	if err != nil {
+		return nil, err
+	}
+	if tp == nil {
+		return func() {}, nil
+	}
+	pc.TracerProvider = tp
+	return func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := shutdown(ctx); err != nil {
+			pc.Logger.Warn("flushing traces", slog.Any("error", err))
+		}
+	}, nil
 }

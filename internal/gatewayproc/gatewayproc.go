@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/gateway"
@@ -103,6 +104,9 @@ type Config struct {
 	MetricsAddr string
 	// Metrics configures the metrics (see package metrics).
 	Metrics metrics.Config
+	// TracerProvider, when set, traces runs (see invoker.Config.TracerProvider); the
+	// caller shuts it down after Stop. Nil: no traces.
+	TracerProvider trace.TracerProvider
 }
 
 // Process is a running gateway: its pools, keys, invoker and HTTP server. Its fields
@@ -199,7 +203,7 @@ func Start(ctx context.Context, cfg Config) (*Process, error) {
 		Pool: pool, Logger: log, CheckpointURL: p.URL, Keys: p.Keys, Tokens: p.Tokens, HTTPClient: cfg.Egress.Client(),
 		Limits: cfg.Limits, LeaseTTL: cfg.LeaseTTL, MaintainInterval: cfg.MaintainInterval, SweepGrace: cfg.SweepGrace,
 		MaxRecoveries: cfg.MaxRecoveries, Workers: cfg.Workers, FairReserve: cfg.FairReserve, Metrics: p.Metrics,
-		Retention: cfg.Retention, RetentionInterval: cfg.RetentionInterval,
+		Retention: cfg.Retention, RetentionInterval: cfg.RetentionInterval, TracerProvider: cfg.TracerProvider,
 	})
 	if err != nil {
 		return fail(err)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/functions"
@@ -84,6 +85,8 @@ type Options struct {
 	// Metrics and MetricsAddr: see the gatewayproc.Config fields of the same names.
 	Metrics     metrics.Config
 	MetricsAddr string
+	// TracerProvider: see the gatewayproc.Config field of that name.
+	TracerProvider trace.TracerProvider
 	// Logs, when set, also gets every log line of the gateway, as JSON, from the debug
 	// level up: what `stepgate serve` would write.
 	Logs io.Writer
@@ -128,7 +131,7 @@ func Start(tb testing.TB, opts Options) *Stack {
 		MaxRecoveries: opts.MaxRecoveries, DrainTimeout: 10 * time.Second, Workers: opts.Workers, FairReserve: opts.FairReserve,
 		Retention: opts.Retention, RetentionInterval: opts.RetentionInterval,
 		MaxBodyBytes: opts.MaxBodyBytes, Web: web.Handler(), OperatorRole: OperatorRole, Gateway: opts.Gateway,
-		Metrics: opts.Metrics, MetricsAddr: opts.MetricsAddr,
+		Metrics: opts.Metrics, MetricsAddr: opts.MetricsAddr, TracerProvider: opts.TracerProvider,
 	})
 	if err != nil {
 		tb.Fatal(err)

@@ -1,0 +1,179 @@
+package invoker
+
+import (
+	"context"
+	"net/url"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/stepgate/stepgate/internal/tracing"
+	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/protocol"
+)
+
+// The spans of a run, in the run's trace (see package tracing), when Config.TracerProvider
+// is set. Without it inv.tracer is nil and none of this runs.
+//
+//	run <function>         the root, from the run's creation to its end, exported when it ends
+//	├ start <function>     the start request (gateway package)
+//	├ invoke <function>    each invocation: URL, attempt, outcome, HTTP status
+//	│ ├ <kind> <name>      each journaled entry (step, sleep, ...), from the function's
+//	│ │                    started_at to its journaling
+//	│ └ <await> <name>     the await the run suspended on: a sleep or a retry's backoff
+//	│                      until its wake time; a wait (event, message, callback, child) as
+//	│                      a mark at its start, with the wait's timeout
+//
+// Attribute keys.
+const (
+	attrRunID      = attribute.Key("stepgate.run.id")
+	attrFunction   = attribute.Key("stepgate.function")
+	attrTenant     = attribute.Key("stepgate.tenant")
+	attrRevision   = attribute.Key("stepgate.revision")
+	attrAttempt    = attribute.Key("stepgate.attempt")
+	attrInvocation = attribute.Key("stepgate.invocation")
+	attrOutcome    = attribute.Key("stepgate.outcome")
+	attrStatus     = attribute.Key("stepgate.run.status")
+	attrSeq        = attribute.Key("stepgate.entry.seq")
+	attrKind       = attribute.Key("stepgate.entry.kind")
+	attrName       = attribute.Key("stepgate.entry.name")
+	attrStepTry    = attribute.Key("stepgate.entry.attempt")
+	attrAwaitKind  = attribute.Key("stepgate.await.kind")
+	attrWakeAt     = attribute.Key("stepgate.await.wake_at")
+	attrTimeout    = attribute.Key("stepgate.await.timeout")
+	attrURL        = attribute.Key("url.full")
+	attrHTTPStatus = attribute.Key("http.response.status_code")
+	attrErrorType  = attribute.Key("error.type")
+)
+
+// Tracer returns the invoker's tracer, nil when traces are off.
+func (inv *Invoker) Tracer() trace.Tracer { return inv.tracer }
+
+// startInvocation starts the span of one invocation of run, a child of the run's root,
+// and returns the context that carries it (to the function, as its traceparent). A nil
+// span when traces are off.
+func (inv *Invoker) startInvocation(ctx context.Context, rev *revision, run *journal.Run) (context.Context, trace.Span) {
+	if inv.tracer == nil {
+		return ctx, nil
+	}
+	ctx, span := inv.tracer.Start(tracing.WithRunParent(ctx, run.ID), "invoke "+run.Function,
+		trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(
+			attrRunID.String(run.ID), attrFunction.String(run.Function), attrTenant.String(run.Tenant),
+			attrRevision.Int(run.Revision), attrAttempt.Int(run.Attempts), attrInvocation.Int(run.Invocation),
+			attrURL.String(redactURL(rev.url)),
+		))
+	return ctx, span
+}
+
+// endInvocation ends an invocation's span with its outcome (see package metrics'
+// outcomes) and its failure, if any.
+func endInvocation(span trace.Span, outcome string, failure *journal.ErrorInfo) {
+	if span == nil {
+		return
+	}
+	span.SetAttributes(attrOutcome.String(outcome))
+	if failure != nil {
+		span.SetAttributes(attrErrorType.String(failure.Type))
+		span.SetStatus(codes.Error, failure.Message)
+	}
+	span.End()
+}
+
+// traceHTTPStatus records the function's HTTP status on the invocation's span in ctx.
+func traceHTTPStatus(ctx context.Context, status int) {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(attrHTTPStatus.Int(status))
+	}
+}
+
+// traceEntries records a span for each of entries, journaled now by the invocation
+// whose span context is parent, or under the run's root when parent is not valid (a
+// checkpoint that reached another gateway than its invocation's).
+func (inv *Invoker) traceEntries(ctx context.Context, parent trace.SpanContext, runID string, entries []journal.Entry) {
+	if inv.tracer == nil || len(entries) == 0 {
+		return
+	}
+	if parent.IsValid() {
+		ctx = trace.ContextWithSpanContext(ctx, parent)
+	} else {
+		ctx = tracing.WithRunParent(ctx, runID)
+	}
+	now := time.Now()
+	for _, e := range entries {
+		start := now
+		if e.StartedAt != nil && e.StartedAt.Before(now) {
+			start = *e.StartedAt
+		}
+		_, span := inv.tracer.Start(ctx, e.Kind+" "+e.Name, trace.WithTimestamp(start), trace.WithAttributes(
+			attrRunID.String(runID), attrSeq.Int(e.Seq), attrKind.String(e.Kind), attrName.String(e.Name), attrStepTry.Int(e.Attempt),
+		))
+		if e.Error != nil {
+			span.SetAttributes(attrErrorType.String(e.Error.Type))
+			span.SetStatus(codes.Error, e.Error.Message)
+		}
+		span.End(trace.WithTimestamp(now))
+	}
+}
+
+// traceAwait records the span of the await run suspended on, under the invocation's
+// span in ctx: a sleep or a retry's backoff lasts until its wake time; a wait is a mark
+// at its start, with its timeout.
+func (inv *Invoker) traceAwait(ctx context.Context, runID string, w *protocol.Await) {
+	if inv.tracer == nil || w == nil {
+		return
+	}
+	now := time.Now()
+	_, span := inv.tracer.Start(ctx, string(w.Type)+" "+w.Name, trace.WithTimestamp(now), trace.WithAttributes(
+		attrRunID.String(runID), attrAwaitKind.String(string(w.Type)), attrSeq.Int(w.Seq), attrName.String(w.Name),
+	))
+	end := now
+	switch {
+	case w.Until != nil:
+		end = *w.Until
+	case w.Duration != nil:
+		if d, err := time.ParseDuration(*w.Duration); err == nil {
+			end = now.Add(d)
+		}
+	}
+	if w.Timeout != nil {
+		span.SetAttributes(attrTimeout.String(*w.Timeout))
+	}
+	if end.After(now) {
+		span.SetAttributes(attrWakeAt.String(end.UTC().Format(time.RFC3339Nano)))
+	} else {
+		end = now
+	}
+	span.End(trace.WithTimestamp(end))
+}
+
+// traceRunEnd exports the run's root span, from its creation to now, when it ended with
+// status.
+func (inv *Invoker) traceRunEnd(ctx context.Context, run *journal.Run, status journal.Status, runErr *journal.ErrorInfo) {
+	if inv.tracer == nil {
+		return
+	}
+	_, span := tracing.StartRunSpan(context.WithoutCancel(ctx), inv.tracer, run.ID, "run "+run.Function,
+		trace.WithTimestamp(run.CreatedAt), trace.WithAttributes(
+			attrRunID.String(run.ID), attrFunction.String(run.Function), attrTenant.String(run.Tenant),
+			attrRevision.Int(run.Revision), attrStatus.String(string(status)),
+		))
+	if runErr != nil {
+		span.SetAttributes(attrErrorType.String(runErr.Type))
+		span.SetStatus(codes.Error, runErr.Message)
+	}
+	span.End()
+}
+
+// redactURL returns a function's URL without its credentials and query, which may hold
+// secrets.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	u.User, u.RawQuery, u.Fragment = nil, "", ""
+	return u.String()
+}
