@@ -158,13 +158,15 @@ export class Invocation {
 
   /**
    * The window an entry or an await at seq declares: the distance from the lowest hole
-   * below it, and at least 2 while another step runs (its checkpoint may be concurrent).
+   * below it, and at least 2 while another step runs (its checkpoint may be concurrent)
+   * or when later seqs were taken (it may fill a hole below their entries). self says
+   * that the step at seq is one of those running.
    */
   window(seq: number, self = false): number {
     let w = 1;
     const low = this.lowestHole(seq);
     if (low > 0) w = seq - low + 1;
-    if (this.running > (self ? 1 : 0)) w = Math.max(w, 2);
+    if (this.running > (self ? 1 : 0) || (self && this.seq > seq)) w = Math.max(w, 2);
     return w;
   }
 

@@ -55,9 +55,13 @@ export class Gateway {
             return;
           }
         } else {
-          // The window rule: an entry at seq needs one of the W seqs below it journaled, or seq <= W.
+          // The gateway's window rule: in order (window 1), right after seq - 1 and not
+          // into a hole below later entries; with a window W, one of the W seqs below it
+          // journaled, or seq <= W.
           const w = e.window ?? 1;
-          const ok = e.seq <= w || j.some((x) => x.seq >= e.seq - w && x.seq < e.seq);
+          const ok = w === 1
+            ? (e.seq === 1 || j.some((x) => x.seq === e.seq - 1)) && !j.some((x) => x.seq > e.seq)
+            : e.seq <= w || j.some((x) => x.seq >= e.seq - w && x.seq < e.seq);
           if (!ok) {
             res.writeHead(400).end(JSON.stringify({ detail: `seq ${e.seq} is out of order (window ${w})` }));
             return;

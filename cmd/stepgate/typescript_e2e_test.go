@@ -1,0 +1,314 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// tsSDKDir is the TypeScript SDK, from this package's directory.
+const tsSDKDir = "../../sdk/typescript"
+
+// buildTypeScriptSDK compiles the TypeScript SDK and its examples into its dist/, or skips
+// the test when Node 20 or later, or the SDK's devDependencies (npm ci), are missing.
+func buildTypeScriptSDK(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts stepgate dev with a private Postgres and a Node server")
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node is not installed: the TypeScript SDK's end-to-end test needs Node 20 or later")
+	}
+	out, err := exec.Command(node, "--version").Output()
+	require.NoError(t, err)
+	major, _ := strconv.Atoi(strings.SplitN(strings.TrimPrefix(strings.TrimSpace(string(out)), "v"), ".", 2)[0])
+	if major < 20 {
+		t.Skipf("node %s is older than 20, which the TypeScript SDK needs", strings.TrimSpace(string(out)))
+	}
+	dir, err := filepath.Abs(tsSDKDir)
+	require.NoError(t, err)
+	tsc := filepath.Join(dir, "node_modules", ".bin", "tsc")
+	if _, err := os.Stat(tsc); err != nil {
+		t.Skipf("the TypeScript SDK's devDependencies are not installed: run npm ci in %s", dir)
+	}
+	build := exec.Command(tsc, "-p", dir)
+	build.Dir = dir
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("tsc -p %s: %v\n%s", dir, err, out)
+	}
+	return dir
+}
+
+// startNodeExamples serves the TypeScript SDK's examples (examples/node-server.ts) on a
+// free port, verifying the gateway's requests with publicKeys, and stops the process in
+// Cleanup. It returns the app's URL.
+func startNodeExamples(t *testing.T, dir, publicKeys string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := ln.Addr().(*net.TCPAddr).Port
+	require.NoError(t, ln.Close())
+
+	cmd := exec.Command("node", filepath.Join(dir, "dist", "examples", "node-server.js"))
+	cmd.Env = append(os.Environ(), "PORT="+strconv.Itoa(port), "STEPGATE_PUBLIC_KEYS="+publicKeys)
+	var output lockedBuffer
+	cmd.Stderr = &output
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	ready := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			output.Write([]byte(sc.Text() + "\n"))
+			if strings.Contains(sc.Text(), "stepgate functions served at") {
+				close(ready)
+			}
+		}
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("node examples server output:\n%s", output.String())
+		}
+	})
+	select {
+	case <-ready:
+	case <-exited:
+		t.Fatalf("the node examples server exited:\n%s", output.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the node examples server did not start within 30s:\n%s", output.String())
+	}
+	return fmt.Sprintf("http://127.0.0.1:%d/api/stepgate", port)
+}
+
+// journalEntry is what the test reads of a run's journal.
+type journalEntry struct {
+	Seq     int             `json:"seq"`
+	Kind    string          `json:"kind"`
+	Name    string          `json:"name"`
+	Attempt int             `json:"attempt"`
+	Output  json.RawMessage `json:"output"`
+}
+
+// TestTypeScriptSDK follows the TypeScript SDK's README on a real gateway: it serves the
+// SDK's examples with Node, registers them with `stepgate apps sync`, invokes them and
+// reads their journals: three steps and a sleep, a step's retry, a child run, the
+// caller's identity, parallel steps and an invocation time limit (continue).
+func TestTypeScriptSDK(t *testing.T) {
+	dir := buildTypeScriptSDK(t)
+	g := startDev(t)
+	appURL := startNodeExamples(t, dir, g.publicKeys)
+
+	env := map[string]string{"STEPGATE_URL": g.url, "STEPGATE_TOKEN": g.token}
+	cmd := func(t *testing.T, args ...string) string {
+		t.Helper()
+		c, stdout, _ := newTestCLI(env, "")
+		require.NoError(t, c.run(t.Context(), args), "stepgate %s", strings.Join(args, " "))
+		return stdout.String()
+	}
+	// invoke runs fn with input, waits for it to complete and returns its output and run id.
+	invoke := func(t *testing.T, fn, input string) (string, string) {
+		t.Helper()
+		out := cmd(t, "invoke", fn, "--data", input, "--wait", "60s")
+		first, output, _ := strings.Cut(out, "\n")
+		fields := strings.Fields(first)
+		require.Len(t, fields, 3, out)
+		require.Equal(t, "completed", fields[2], out)
+		return strings.TrimSpace(output), fields[1]
+	}
+	journal := func(t *testing.T, id string) []journalEntry {
+		t.Helper()
+		var detail struct {
+			Status  string         `json:"status"`
+			Journal []journalEntry `json:"journal"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(cmd(t, "runs", "get", id, "--json")), &detail))
+		require.Equal(t, "completed", detail.Status)
+		return detail.Journal
+	}
+	kinds := func(j []journalEntry) []string {
+		var out []string
+		for _, e := range j {
+			out = append(out, fmt.Sprintf("%d %s %s", e.Seq, e.Kind, e.Name))
+		}
+		return out
+	}
+
+	out := cmd(t, "apps", "sync", appURL)
+	require.Contains(t, out, "synced 9 functions from "+appURL)
+	out = cmd(t, "functions", "list")
+	require.Regexp(t, `(?m)^ts\.checkout +\d+ +`+regexp.QuoteMeta(appURL+"/ts.checkout")+` +30s$`, out)
+
+	t.Run("ThreeStepsAndASleep", func(t *testing.T) {
+		t.Parallel()
+		output, id := invoke(t, "ts.checkout", `{"item":"book","sleep_ms":300}`)
+		require.JSONEq(t, `{"orderId":"o-book","charged":42,"tracking":"TRACK-o-book"}`, output)
+		j := journal(t, id)
+		require.Equal(t, []string{"1 step reserve", "2 step charge", "3 sleep cool-off", "4 step ship"}, kinds(j))
+		require.JSONEq(t, `{"orderId":"o-book","item":"book"}`, string(j[0].Output))
+	})
+
+	t.Run("BadInputFailsTheRun", func(t *testing.T) {
+		t.Parallel()
+		c, stdout, _ := newTestCLI(env, "")
+		err := c.run(t.Context(), []string{"invoke", "ts.checkout", "--data", `{"sleep_ms":1}`, "--wait", "60s"})
+		require.Error(t, err)
+		require.Contains(t, stdout.String()+err.Error(), "item is required")
+	})
+
+	t.Run("Retry", func(t *testing.T) {
+		t.Parallel()
+		output, id := invoke(t, "ts.flaky", `{}`)
+		require.JSONEq(t, `{"succeededOnAttempt":2}`, output)
+		j := journal(t, id)
+		require.Equal(t, []string{"1 step call-partner"}, kinds(j))
+		require.Equal(t, 2, j[0].Attempt)
+	})
+
+	t.Run("ChildRun", func(t *testing.T) {
+		t.Parallel()
+		output, id := invoke(t, "ts.parent", `{"n":21}`)
+		require.JSONEq(t, `{"doubled":42}`, output)
+		j := journal(t, id)
+		require.Equal(t, []string{"1 invoke double", "2 event ts.doubled"}, kinds(j))
+		require.JSONEq(t, `42`, string(j[0].Output))
+		out := cmd(t, "runs", "list", "--function", "ts.double")
+		require.Contains(t, out, "completed")
+	})
+
+	t.Run("Identity", func(t *testing.T) {
+		t.Parallel()
+		output, id := invoke(t, "ts.whoami", `{}`)
+		var who struct {
+			Subject, Tenant, RunID, At, ID string
+			Roles                          []string
+		}
+		require.NoError(t, json.Unmarshal([]byte(output), &who))
+		require.Equal(t, "dev", who.Subject)
+		require.Equal(t, "default", who.Tenant)
+		require.Contains(t, who.Roles, "admin")
+		require.Equal(t, id, who.RunID)
+		j := journal(t, id)
+		require.Equal(t, []string{"1 step at", "2 step id"}, kinds(j))
+		require.JSONEq(t, strconv.Quote(who.ID), string(j[1].Output))
+	})
+
+	t.Run("ParallelSteps", func(t *testing.T) {
+		t.Parallel()
+		output, id := invoke(t, "ts.parallel", `{}`)
+		require.JSONEq(t, `"ABC"`, output)
+		require.Equal(t, []string{"1 step part-a", "2 step part-b", "3 step part-c", "4 step join"}, kinds(journal(t, id)))
+	})
+
+	t.Run("MaxInvocationDuration", func(t *testing.T) {
+		t.Parallel()
+		// Four steps of 400ms under a 1s limit: each invocation stops after two (at 800ms,
+		// past four fifths of the limit) and the gateway calls again (continue).
+		output, id := invoke(t, "ts.long", `{"steps":4,"step_ms":400}`)
+		require.JSONEq(t, `{"steps":4}`, output)
+		j := journal(t, id)
+		require.Equal(t, []string{"1 step work-1", "2 step work-2", "3 step work-3", "4 step work-4"}, kinds(j))
+		// Each step's output is the invocation attempt it ran in: more than one.
+		attempts := map[string]bool{}
+		for _, e := range j {
+			attempts[string(e.Output)] = true
+		}
+		require.Greater(t, len(attempts), 1, "the run continued in a new invocation: %s", kinds(j))
+	})
+}
+
+// TestTypeScriptSDKOverhead measures the TypeScript SDK's cost per step against the Go
+// SDK's on one gateway: runs of chain (Go) and ts.chain (TypeScript) with 0 and N steps,
+// one at a time, alternating, and reports per step (median(N) - median(0)) / N for each.
+// It is a measurement, not a test: it runs only with STEPGATE_TS_BENCH=1 (see
+// BENCHMARKS.md).
+func TestTypeScriptSDKOverhead(t *testing.T) {
+	if os.Getenv("STEPGATE_TS_BENCH") != "1" {
+		t.Skip("a measurement: set STEPGATE_TS_BENCH=1")
+	}
+	dir := buildTypeScriptSDK(t)
+	g := startDev(t)
+	appURL := startNodeExamples(t, dir, g.publicKeys)
+	c, _, _ := newTestCLI(map[string]string{"STEPGATE_URL": g.url, "STEPGATE_TOKEN": g.token}, "")
+	require.NoError(t, c.run(t.Context(), []string{"apps", "sync", appURL}))
+
+	steps, _ := strconv.Atoi(os.Getenv("STEPGATE_TS_BENCH_STEPS"))
+	if steps <= 0 {
+		steps = 50
+	}
+	rounds, _ := strconv.Atoi(os.Getenv("STEPGATE_TS_BENCH_ROUNDS"))
+	if rounds <= 0 {
+		rounds = 30
+	}
+	client := &http.Client{Timeout: time.Minute}
+	runOnce := func(fn string, n int) time.Duration {
+		req, err := http.NewRequest(http.MethodPost, g.url+"/v1/functions/"+fn+"/runs?wait=60s", strings.NewReader(fmt.Sprintf(`{"steps":%d}`, n)))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+g.token)
+		req.Header.Set("Content-Type", "application/json")
+		start := time.Now()
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		d := time.Since(start)
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+		require.True(t, bytes.Contains(body, []byte(`"completed"`)), string(body))
+		return d
+	}
+	type cell struct {
+		fn string
+		n  int
+	}
+	cells := []cell{{"chain", 0}, {"ts.chain", 0}, {"chain", steps}, {"ts.chain", steps}}
+	for _, c := range cells { // warm up connections and code paths
+		runOnce(c.fn, c.n)
+	}
+	times := map[cell][]time.Duration{}
+	for r := range rounds {
+		for i := range cells {
+			c := cells[(i+r)%len(cells)] // alternate which goes first
+			times[c] = append(times[c], runOnce(c.fn, c.n))
+		}
+	}
+	median := func(ds []time.Duration) time.Duration {
+		s := slices.Clone(ds)
+		slices.Sort(s)
+		return s[len(s)/2]
+	}
+	perStep := func(fn string) time.Duration {
+		return (median(times[cell{fn, steps}]) - median(times[cell{fn, 0}])) / time.Duration(steps)
+	}
+	goStep, tsStep := perStep("chain"), perStep("ts.chain")
+	for _, c := range cells {
+		t.Logf("%-9s steps=%-3d median %v", c.fn, c.n, median(times[c]))
+	}
+	t.Logf("per step (checkpoint round trip included): Go %v, TypeScript %v, TypeScript - Go %v (%d rounds of %d steps)",
+		goStep, tsStep, tsStep-goStep, rounds, steps)
+}
