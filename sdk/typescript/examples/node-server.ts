@@ -3,18 +3,17 @@
 //   STEPGATE_PUBLIC_KEYS=... PORT=3000 node dist/examples/node-server.js
 //   stepgate apps sync http://127.0.0.1:3000/api/stepgate
 import { createServer } from "node:http";
-import { serve } from "../src/index.js";
-import { toNodeListener } from "../src/node.js";
+import { serveNode } from "../src/node.js";
 import { all } from "./functions.js";
 
-const handler = serve({
+const listener = serveNode({
   functions: all,
   signingKeys: process.env.STEPGATE_PUBLIC_KEYS, // as `stepgate keys` prints them
   basePath: "/api/stepgate",
 });
 
 const port = Number(process.env.PORT ?? 3000);
-const server = createServer(toNodeListener(handler));
+const server = createServer(listener);
 server.listen(port, process.env.HOST ?? "127.0.0.1", () => {
   console.log(`stepgate functions served at http://127.0.0.1:${port}/api/stepgate`);
 });

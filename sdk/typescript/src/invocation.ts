@@ -28,6 +28,28 @@ export const MAX_WINDOW = 64;
 const CHECKPOINT_BACKOFF_MS = 20;
 const MAX_CHECKPOINT_BACKOFF_MS = 2000;
 
+/** What a checkpoint POST answered. */
+export interface PostResult {
+  status: number;
+  body: string;
+  /** The Retry-After header, if any. */
+  retryAfter: string | null;
+}
+
+/**
+ * Makes one checkpoint POST; rejects when it could not be made (the connection failed,
+ * signal aborted). serve uses fetch; the Node adapter a leaner node:http client.
+ */
+export type Poster = (url: string, headers: Record<string, string>, body: string, signal?: AbortSignal) => Promise<PostResult>;
+
+/** A Poster that uses fetchFn. */
+export function fetchPoster(fetchFn: typeof fetch): Poster {
+  return async (url, headers, body, signal) => {
+    const resp = await fetchFn(url, { method: "POST", headers, body, signal: signal ?? null });
+    return { status: resp.status, body: await resp.text().catch(() => ""), retryAfter: resp.headers.get("Retry-After") };
+  };
+}
+
 /** A promise that never settles: what a step returns once the invocation has stopped. */
 export function never<T>(): Promise<T> {
   return new Promise<T>(() => {});
@@ -62,7 +84,7 @@ export class Invocation {
     req: InvocationRequest,
     /** Aborted when the gateway goes away: bounds checkpoints. */
     private readonly requestSignal: AbortSignal | undefined,
-    private readonly fetchFn: typeof fetch,
+    private readonly post: Poster,
   ) {
     this.req = req;
     for (const e of req.journal) this.bySeq.set(e.seq, e);
@@ -224,14 +246,14 @@ export class Invocation {
         }
         delay = Math.min(2 * delay, MAX_CHECKPOINT_BACKOFF_MS);
       }
-      let resp: Response;
+      let resp: PostResult;
       try {
-        resp = await this.fetchFn(this.req.checkpoint.url, {
-          method: "POST",
-          headers: { "Content-Type": "application/json", Authorization: `Bearer ${this.req.checkpoint.token}` },
+        resp = await this.post(
+          this.req.checkpoint.url,
+          { "Content-Type": "application/json", Authorization: `Bearer ${this.req.checkpoint.token}` },
           body,
-          signal: this.requestSignal,
-        });
+          this.requestSignal,
+        );
       } catch (err) {
         last = String(err instanceof Error ? err.message : err);
         if (this.gone()) {
@@ -240,7 +262,7 @@ export class Invocation {
         }
         continue;
       }
-      const text = await resp.text().catch(() => "");
+      const text = resp.body;
       const code = resp.status;
       if (code >= 200 && code < 300) {
         let ack: CheckpointAck = { seq: e.seq };
@@ -257,7 +279,7 @@ export class Invocation {
       } catch {
         // A body that is not a problem leaves it empty.
       }
-      const detail = problem.detail || resp.statusText || String(code);
+      const detail = problem.detail || String(code);
       if (code === 409) {
         const typ = (problem.type ?? "").split("/").pop();
         if (typ === "nondeterminism" || typ === "conflict") {
@@ -269,7 +291,7 @@ export class Invocation {
       }
       if (code >= 500 || code === 408 || code === 429) {
         last = `${code} ${detail}`;
-        const after = Number(resp.headers.get("Retry-After"));
+        const after = Number(resp.retryAfter);
         if (after > 0) delay = Math.max(delay, Math.min(after * 1000, MAX_CHECKPOINT_BACKOFF_MS));
         continue;
       }

@@ -4,7 +4,7 @@ import type { AddressInfo } from "node:net";
 import { after, before, beforeEach, describe, test } from "node:test";
 import { createFunction, NonRetryableError, serve, StepError, type FetchHandler } from "../src/index.js";
 import { toLambdaHandler } from "../src/lambda.js";
-import { toNodeListener } from "../src/node.js";
+import { serveNode, toNodeListener } from "../src/node.js";
 import type { JournalEntry } from "../src/protocol.js";
 import { Gateway, TENANT } from "./gateway.js";
 
@@ -339,6 +339,22 @@ describe("serve", () => {
     } finally {
       server.closeAllConnections();
       await new Promise((r) => server.close(r));
+    }
+    // serveNode checkpoints with node:http (nodePost) instead of fetch.
+    const stepped = createFunction({ name: "stepped" }, async ({ step }) => step.run("one", () => "journaled"));
+    const nodeServer = createServer(serveNode({ functions: [stepped], signingKeys: gw.publicKey }));
+    await new Promise<void>((r) => nodeServer.listen(0, "127.0.0.1", r));
+    try {
+      const id = runId();
+      const body = JSON.stringify(gw.request(id, "stepped", null));
+      const resp = await fetch(`http://127.0.0.1:${(nodeServer.address() as AddressInfo).port}/stepped`, {
+        method: "POST", body, headers: { "Stepgate-Signature": gw.sign(body) },
+      });
+      assert.deepEqual(await resp.json(), { status: "completed", output: "journaled" });
+      assert.deepEqual(kinds(gw.journal(id)), ["1 step one"]);
+    } finally {
+      nodeServer.closeAllConnections();
+      await new Promise((r) => nodeServer.close(r));
     }
     const lambda = toLambdaHandler(h);
     const body = JSON.stringify(gw.request(runId(), "hello", null));
