@@ -31,6 +31,9 @@ func buildTypeScriptSDK(t *testing.T) string {
 	if testing.Short() {
 		t.Skip("starts stepgate dev with a private Postgres and a Node server")
 	}
+	if os.Getenv("STEPGATE_SKIP_TS_E2E") == "1" {
+		t.Skip("STEPGATE_SKIP_TS_E2E=1: test.sh runs it in a step of its own")
+	}
 	node, err := exec.LookPath("node")
 	if err != nil {
 		t.Skip("node is not installed: the TypeScript SDK's end-to-end test needs Node 20 or later")
@@ -59,13 +62,19 @@ func buildTypeScriptSDK(t *testing.T) string {
 // free port, verifying the gateway's requests with publicKeys, and stops the process in
 // Cleanup. It returns the app's URL.
 func startNodeExamples(t *testing.T, dir, publicKeys string) string {
+	return startNodeApp(t, dir, "node-server.js", publicKeys)
+}
+
+// startNodeApp serves the compiled example file (under dist/examples) with Node on a free
+// port (PORT), as startNodeExamples does.
+func startNodeApp(t *testing.T, dir, file, publicKeys string) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	port := ln.Addr().(*net.TCPAddr).Port
 	require.NoError(t, ln.Close())
 
-	cmd := exec.Command("node", filepath.Join(dir, "dist", "examples", "node-server.js"))
+	cmd := exec.Command("node", filepath.Join(dir, "dist", "examples", file))
 	cmd.Env = append(os.Environ(), "PORT="+strconv.Itoa(port), "STEPGATE_PUBLIC_KEYS="+publicKeys)
 	var output lockedBuffer
 	cmd.Stderr = &output
@@ -78,7 +87,7 @@ func startNodeExamples(t *testing.T, dir, publicKeys string) string {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			output.Write([]byte(sc.Text() + "\n"))
-			if strings.Contains(sc.Text(), "stepgate functions served at") {
+			if strings.Contains(sc.Text(), "serv") && strings.Contains(sc.Text(), "/api/stepgate") {
 				close(ready)
 			}
 		}
@@ -117,7 +126,7 @@ type journalEntry struct {
 }
 
 // TestTypeScriptSDK follows the TypeScript SDK's README on a real gateway: it serves the
-// SDK's examples with Node, registers them with `stepgate apps sync`, invokes them and
+// README's tour and the SDK's examples with Node, registers them with `stepgate apps sync`, invokes them and
 // reads their journals: three steps and a sleep, a step's retry, a child run, the
 // caller's identity, parallel steps and an invocation time limit (continue).
 func TestTypeScriptSDK(t *testing.T) {
@@ -164,6 +173,20 @@ func TestTypeScriptSDK(t *testing.T) {
 	require.Contains(t, out, "synced 9 functions from "+appURL)
 	out = cmd(t, "functions", "list")
 	require.Regexp(t, `(?m)^ts\.checkout +\d+ +`+regexp.QuoteMeta(appURL+"/ts.checkout")+` +30s$`, out)
+
+	t.Run("TheREADMETour", func(t *testing.T) {
+		// sdk/typescript/README.md's five-minute tour, whose code is examples/tour.ts.
+		t.Parallel()
+		tourURL := startNodeApp(t, dir, "tour.js", g.publicKeys)
+		require.Contains(t, cmd(t, "apps", "sync", tourURL), "synced 1 function from "+tourURL)
+		output, id := invoke(t, "checkout", `{"item":"book"}`)
+		require.JSONEq(t, `{"order":"o-book","charged":42,"tracking":"TRACK-o-book","by":"dev"}`, output)
+		out := cmd(t, "runs", "get", id)
+		require.Regexp(t, `(?m)^  1  step +reserve +\{"id":"o-book"\} +attempt 1 `, out)
+		require.Regexp(t, `(?m)^  2  sleep +cool-off +until `, out)
+		require.Regexp(t, `(?m)^  4  step +ship +"TRACK-o-book" `, out)
+		require.Equal(t, []string{"1 step reserve", "2 sleep cool-off", "3 step charge", "4 step ship"}, kinds(journal(t, id)))
+	})
 
 	t.Run("ThreeStepsAndASleep", func(t *testing.T) {
 		t.Parallel()
