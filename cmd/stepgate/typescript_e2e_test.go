@@ -280,6 +280,13 @@ func TestTypeScriptSDKOverhead(t *testing.T) {
 	appURL := startNodeExamples(t, dir, g.publicKeys)
 	c, _, _ := newTestCLI(map[string]string{"STEPGATE_URL": g.url, "STEPGATE_TOKEN": g.token}, "")
 	require.NoError(t, c.run(t.Context(), []string{"apps", "sync", appURL}))
+	// stepgate dev serves the Go examples inside the gateway's process; the Node app is a
+	// process of its own. For a fair comparison, serve the Go examples from a process of
+	// their own too (cmd/stepgate-examples), as a function author's app is, and sync them:
+	// chain then points at it.
+	goApp := startGoExamples(t, g.publicKeys)
+	c, _, _ = newTestCLI(map[string]string{"STEPGATE_URL": g.url, "STEPGATE_TOKEN": g.token}, "")
+	require.NoError(t, c.run(t.Context(), []string{"apps", "sync", goApp}))
 
 	steps, _ := strconv.Atoi(os.Getenv("STEPGATE_TS_BENCH_STEPS"))
 	if steps <= 0 {
@@ -334,4 +341,50 @@ func TestTypeScriptSDKOverhead(t *testing.T) {
 	}
 	t.Logf("per step (checkpoint round trip included): Go %v, TypeScript %v, TypeScript - Go %v (%d rounds of %d steps)",
 		goStep, tsStep, tsStep-goStep, rounds, steps)
+}
+
+// startGoExamples builds and serves cmd/stepgate-examples on a free port, verifying with
+// publicKeys, and stops it in Cleanup. It returns the app's URL.
+func startGoExamples(t *testing.T, publicKeys string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "stepgate-examples")
+	build := exec.Command("go", "build", "-o", bin, "../stepgate-examples")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ../stepgate-examples: %v\n%s", err, out)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "ADDR="+addr, "STEPGATE_PUBLIC_KEYS="+publicKeys)
+	var output lockedBuffer
+	cmd.Stdout, cmd.Stderr = &output, &output
+	require.NoError(t, cmd.Start())
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(output.String(), "example functions serving") {
+		select {
+		case <-exited:
+			t.Fatalf("stepgate-examples exited:\n%s", output.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stepgate-examples did not start within 30s:\n%s", output.String())
+		}
+	}
+	return "http://" + addr + "/"
 }
