@@ -62,12 +62,19 @@ func buildTypeScriptSDK(t *testing.T) string {
 // free port, verifying the gateway's requests with publicKeys, and stops the process in
 // Cleanup. It returns the app's URL.
 func startNodeExamples(t *testing.T, dir, publicKeys string) string {
-	return startNodeApp(t, dir, "node-server.js", publicKeys)
+	url, _ := startNodeProcess(t, dir, "node-server.js", publicKeys)
+	return url
 }
 
 // startNodeApp serves the compiled example file (under dist/examples) with Node on a free
 // port (PORT), as startNodeExamples does.
 func startNodeApp(t *testing.T, dir, file, publicKeys string) string {
+	url, _ := startNodeProcess(t, dir, file, publicKeys)
+	return url
+}
+
+// startNodeProcess is startNodeApp, which also returns the process id.
+func startNodeProcess(t *testing.T, dir, file, publicKeys string) (string, int) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -113,7 +120,7 @@ func startNodeApp(t *testing.T, dir, file, publicKeys string) string {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("the node examples server did not start within 30s:\n%s", output.String())
 	}
-	return fmt.Sprintf("http://127.0.0.1:%d/api/stepgate", port)
+	return fmt.Sprintf("http://127.0.0.1:%d/api/stepgate", port), cmd.Process.Pid
 }
 
 // journalEntry is what the test reads of a run's journal.
@@ -277,14 +284,14 @@ func TestTypeScriptSDKOverhead(t *testing.T) {
 	}
 	dir := buildTypeScriptSDK(t)
 	g := startDev(t)
-	appURL := startNodeExamples(t, dir, g.publicKeys)
+	appURL, nodePID := startNodeProcess(t, dir, "node-server.js", g.publicKeys)
 	c, _, _ := newTestCLI(map[string]string{"STEPGATE_URL": g.url, "STEPGATE_TOKEN": g.token}, "")
 	require.NoError(t, c.run(t.Context(), []string{"apps", "sync", appURL}))
 	// stepgate dev serves the Go examples inside the gateway's process; the Node app is a
 	// process of its own. For a fair comparison, serve the Go examples from a process of
 	// their own too (cmd/stepgate-examples), as a function author's app is, and sync them:
 	// chain then points at it.
-	goApp := startGoExamples(t, g.publicKeys)
+	goApp, goPID := startGoExamples(t, g.publicKeys)
 	c, _, _ = newTestCLI(map[string]string{"STEPGATE_URL": g.url, "STEPGATE_TOKEN": g.token}, "")
 	require.NoError(t, c.run(t.Context(), []string{"apps", "sync", goApp}))
 
@@ -341,11 +348,27 @@ func TestTypeScriptSDKOverhead(t *testing.T) {
 	}
 	t.Logf("per step (checkpoint round trip included): Go %v, TypeScript %v, TypeScript - Go %v (%d rounds of %d steps)",
 		goStep, tsStep, tsStep-goStep, rounds, steps)
+
+	// The CPU each app's process spends per step, which the machine's load does not
+	// change as much: blocks of runs with N steps and with none, one after the other.
+	cpuPerStep := func(fn string, pid int) time.Duration {
+		before := cpuTime(t, pid)
+		for range rounds {
+			runOnce(fn, steps)
+		}
+		mid := cpuTime(t, pid)
+		for range rounds {
+			runOnce(fn, 0)
+		}
+		return ((mid - before) - (cpuTime(t, pid) - mid)) / time.Duration(rounds*steps)
+	}
+	goCPU, tsCPU := cpuPerStep("chain", goPID), cpuPerStep("ts.chain", nodePID)
+	t.Logf("app CPU per step: Go %v, TypeScript %v, TypeScript - Go %v (%d runs of %d steps each)", goCPU, tsCPU, tsCPU-goCPU, rounds, steps)
 }
 
 // startGoExamples builds and serves cmd/stepgate-examples on a free port, verifying with
 // publicKeys, and stops it in Cleanup. It returns the app's URL.
-func startGoExamples(t *testing.T, publicKeys string) string {
+func startGoExamples(t *testing.T, publicKeys string) (string, int) {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "stepgate-examples")
 	build := exec.Command("go", "build", "-o", bin, "../stepgate-examples")
@@ -386,5 +409,18 @@ func startGoExamples(t *testing.T, publicKeys string) string {
 			t.Fatalf("stepgate-examples did not start within 30s:\n%s", output.String())
 		}
 	}
-	return "http://" + addr + "/"
+	return "http://" + addr + "/", cmd.Process.Pid
+}
+
+// cpuTime returns the CPU time (user and system, all threads) process pid has used, from
+// /proc/<pid>/stat, in clock ticks of 10ms.
+func cpuTime(t *testing.T, pid int) time.Duration {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	require.NoError(t, err)
+	// The fields after the command (in parentheses, which may hold spaces).
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	utime, _ := strconv.Atoi(f[11])
+	stime, _ := strconv.Atoi(f[12])
+	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
