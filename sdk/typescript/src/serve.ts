@@ -2,7 +2,7 @@ import { InputError, messageOf, NonRetryableError, StepError } from "./errors.js
 import type { Context, RunInfo, StepgateFunction } from "./function.js";
 import { fetchPoster, Invocation, type Poster, type Stop } from "./invocation.js";
 import type { ErrorInfo, InvocationAnswer, InvocationRequest, Manifest } from "./protocol.js";
-import { importKeys, ReplayCache, SIGNATURE_HEADER, SignatureError, verifySignature, type VerifyKeys } from "./signature.js";
+import { checkKeys, importKeys, ReplayCache, SIGNATURE_HEADER, SignatureError, verifySignature, type VerifyKeys } from "./signature.js";
 import { Step } from "./step.js";
 
 /** A Fetch API handler: what Deno, Bun, Cloudflare Workers and Vercel serve. */
@@ -54,7 +54,8 @@ const problem = (status: number, type: string, message: string, headers?: Record
  *     POST <app url>/<name>   one invocation of the function name (function protocol 1)
  *
  * Both verify the gateway's Stepgate-Signature (Ed25519, with Web Crypto) with
- * signingKeys; an invocation accepted before is refused as a replay. An app with no keys
+ * signingKeys; an invocation accepted before is refused as a replay. A signing key that
+ * is not one (not 32 bytes of base64url) throws here. An app with no keys
  * refuses every request unless insecureSkipVerify says otherwise. Errors other than the
  * function's own outcome are JSON bodies {type, message}: 401 (type "signature"), 400
  * ("malformed"), 404, 405 and 413.
@@ -68,6 +69,7 @@ export function serve(opts: ServeOptions): FetchHandler {
   const verify = !opts.insecureSkipVerify;
   let keys: Promise<VerifyKeys> | undefined;
   if (verify) {
+    checkKeys(opts.signingKeys, opts.hmacSecrets); // a key that is not one throws now, as configuring is setup
     keys = importKeys(opts.signingKeys, opts.hmacSecrets);
     keys.catch(() => {}); // reported on each request
   }

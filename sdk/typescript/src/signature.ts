@@ -127,6 +127,25 @@ export interface VerifyKeys {
 }
 
 /**
+ * Checks the text form of keys as importKeys reads them, at once (importing is
+ * asynchronous); throws naming the key that is wrong.
+ */
+export function checkKeys(publicKeys?: string | string[], hmacSecrets?: string | string[]) {
+  splitList(publicKeys).forEach((k, i) => {
+    const b = decodeBase64(k);
+    if (!b || b.length !== 32) {
+      throw new Error(`stepgate: signing key ${i + 1} is not an Ed25519 public key: want 32 bytes in base64url, as \`stepgate keys\` prints them`);
+    }
+  });
+  splitList(hmacSecrets).forEach((k, i) => {
+    const b = decodeBase64(k);
+    if (!b || b.length < MIN_SECRET_BYTES) {
+      throw new Error(`stepgate: HMAC secret ${i + 1} is not a secret: want at least ${MIN_SECRET_BYTES} bytes in base64url, as \`stepgate keys secrets\` prints them`);
+    }
+  });
+}
+
+/**
  * Imports Ed25519 public keys and HMAC secrets in their text form (base64url, as
  * `stepgate keys` prints them; comma-separated or in an array). Its errors say which key
  * is wrong.

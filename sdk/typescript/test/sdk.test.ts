@@ -321,6 +321,8 @@ describe("serve", () => {
     assert.match((await bad.json()).message, /protocol 2 is not supported/);
     assert.equal((await h(new Request(`${APP}/hello`, { method: "POST", body: "x".repeat(2000) }))).status, 413);
     assert.throws(() => createFunction({ name: "bad name" }, () => 1), /invalid function name/);
+    assert.throws(() => serve({ functions: [fn], signingKeys: `${gw.publicKey},abc` }), /signing key 2 is not an Ed25519 public key/);
+    assert.throws(() => serve({ functions: [fn], hmacSecrets: "c2hvcnQ" }), /HMAC secret 1 is not a secret/);
     assert.throws(() => createFunction({ name: "x", maxInvocationDuration: "soon" }, () => 1), /not a duration/);
   });
 
