@@ -5,7 +5,7 @@ export type { Context, FunctionOptions, RunInfo, StandardSchemaV1, StepgateFunct
 export { serve } from "./serve.js";
 export type { FetchHandler, ServeOptions } from "./serve.js";
 export { Step, DEFAULT_MAX_ATTEMPTS, MAX_INVOKE_ALL } from "./step.js";
-export type { Call, CallbackHandle, CallbackResult, Event, Identity, Message, Outcome, RunOptions, StepContext } from "./step.js";
+export type { Alternative, Call, CallbackHandle, Chosen, CallbackResult, Event, Identity, Message, Outcome, RunOptions, StepContext } from "./step.js";
 export { ErrorType, InputError, NonRetryableError, StepError } from "./errors.js";
 export type { Duration } from "./duration.js";
 export { SIGNATURE_HEADER, SignatureError, importKeys, parseSignature, signedMessage, verifySignature } from "./signature.js";

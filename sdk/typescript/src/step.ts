@@ -83,6 +83,20 @@ export interface Call {
   detached?: boolean;
 }
 
+/** One alternative of waitAny: an event (as waitForEvent), a callback, or a message of a topic. */
+export type Alternative =
+  | { event: string; match?: Record<string, string | number | boolean | null> }
+  | { callback: CallbackHandle }
+  | { topic: string };
+
+/** What came first in waitAny: its index, and the event, the callback's resolution or the message. */
+export interface Chosen<T = unknown> {
+  index: number;
+  event?: Event<T>;
+  callback?: CallbackResult<T>;
+  message?: Message<T>;
+}
+
 /** The outcome of one child of invokeAll: its output, or its StepError. */
 export type Outcome<T> = { ok: true; output: T } | { ok: false; error: StepError };
 
@@ -117,6 +131,38 @@ function identityOf(w: unknown): Identity {
 }
 
 const stepError = (e: JournalEntry, info: ErrorInfo) => new StepError(e.seq, e.name, info.type, info.message);
+
+function eventFrom<T>(output: unknown): Event<T> | null {
+  const got = (output ?? {}) as { timed_out?: boolean; event?: { id: string; name: string; data: T; identity: unknown; created_at: string } };
+  if (got.timed_out || !got.event) return null;
+  const ev = got.event;
+  return { id: ev.id, name: ev.name, data: ev.data, sender: identityOf(ev.identity), sentAt: new Date(ev.created_at) };
+}
+
+function messageFrom<T>(output: unknown): Message<T> | null {
+  const got = (output ?? {}) as {
+    timed_out?: boolean;
+    message?: { id: string; topic: string; data: T; identity: unknown; source_run_id?: string; sent_at: string };
+  };
+  if (got.timed_out || !got.message) return null;
+  const m = got.message;
+  const out: Message<T> = { id: m.id, topic: m.topic, data: m.data, sender: identityOf(m.identity), sentAt: new Date(m.sent_at) };
+  if (m.source_run_id) out.senderRun = m.source_run_id;
+  return out;
+}
+
+/** A callback's outcome journaled at e: its resolution, null when it timed out; a rejection throws. */
+function callbackFrom<T>(e: JournalEntry, output: unknown): CallbackResult<T> | null {
+  const got = (output ?? {}) as {
+    timed_out?: boolean; data?: T; error?: ErrorInfo; resolver?: string; resolved_by?: unknown; resolved_at?: string;
+  };
+  if (got.timed_out) return null;
+  if (got.error) throw stepError(e, got.error);
+  const out: CallbackResult<T> = { data: got.data as T, resolver: got.resolver ?? "" };
+  if (got.resolved_by) out.resolvedBy = identityOf(got.resolved_by);
+  if (got.resolved_at) out.resolvedAt = new Date(got.resolved_at);
+  return out;
+}
 
 /**
  * The steps of one invocation, handed to a function as `step`. Each call takes the next
@@ -355,10 +401,7 @@ export class Step {
       if (timeout) aw.timeout = timeout;
       return this.st.halt(suspended(aw));
     }
-    const got = (e.output ?? {}) as { timed_out?: boolean; event?: { id: string; name: string; data: T; identity: unknown; created_at: string } };
-    if (got.timed_out || !got.event) return null;
-    const ev = got.event;
-    return { id: ev.id, name: ev.name, data: ev.data, sender: identityOf(ev.identity), sentAt: new Date(ev.created_at) };
+    return eventFrom<T>(e.output);
   }
 
   /**
@@ -397,15 +440,7 @@ export class Step {
       if (timeout) aw.timeout = timeout;
       return this.st.halt(suspended(aw));
     }
-    const got = (e.output ?? {}) as {
-      timed_out?: boolean;
-      message?: { id: string; topic: string; data: T; identity: unknown; source_run_id?: string; sent_at: string };
-    };
-    if (got.timed_out || !got.message) return null;
-    const m = got.message;
-    const out: Message<T> = { id: m.id, topic: m.topic, data: m.data, sender: identityOf(m.identity), sentAt: new Date(m.sent_at) };
-    if (m.source_run_id) out.senderRun = m.source_run_id;
-    return out;
+    return messageFrom<T>(e.output);
   }
 
   /**
@@ -447,15 +482,51 @@ export class Step {
       if (timeout) aw.timeout = timeout;
       return this.st.halt(suspended(aw));
     }
-    const got = (e.output ?? {}) as {
-      timed_out?: boolean; data?: T; error?: ErrorInfo; resolver?: string; resolved_by?: unknown; resolved_at?: string;
-    };
+    return callbackFrom<T>(e, e.output);
+  }
+
+  /**
+   * Suspends until the first of alternatives comes (1 to 8: an event, a callback's
+   * resolution or a message), or timeout passes (default 24h), and returns which came
+   * (its index in alternatives) with what it brought; null when it timed out. The others
+   * are ended: a callback resolved after another alternative came is refused.
+   */
+  async waitAny<T = unknown>(name: string, alternatives: Alternative[], opts: { timeout?: Duration } = {}): Promise<Chosen<T> | null> {
+    checkName("step name", name);
+    if (alternatives.length === 0 || alternatives.length > 8) {
+      throw new NonRetryableError(`step: wait_any ${q(name)}: ${alternatives.length} alternatives, not 1 to 8`);
+    }
+    const timeout = opts.timeout === undefined ? undefined : toGo(opts.timeout, `wait_any ${q(name)}: timeout`);
+    const n = this.st.next("wait_any", name);
+    if (!n) return never();
+    const e = n.entries[0];
+    if (!e) {
+      const of: Await[] = alternatives.map((a) =>
+        "event" in a
+          ? { type: "wait_event", seq: n.seq, name, event: a.event, match: a.match ?? {} }
+          : "callback" in a
+            ? { type: "await_callback", seq: n.seq, name, callback_seq: a.callback.seq }
+            : { type: "receive", seq: n.seq, name, topic: a.topic },
+      );
+      const aw: Await = { type: "wait_any", seq: n.seq, name, of };
+      if (timeout) aw.timeout = timeout;
+      return this.st.halt(suspended(aw));
+    }
+    const got = (e.output ?? {}) as { timed_out?: boolean; index?: number; kind?: string; output?: unknown };
     if (got.timed_out) return null;
-    if (got.error) throw stepError(e, got.error);
-    const out: CallbackResult<T> = { data: got.data as T, resolver: got.resolver ?? "" };
-    if (got.resolved_by) out.resolvedBy = identityOf(got.resolved_by);
-    if (got.resolved_at) out.resolvedAt = new Date(got.resolved_at);
-    return out;
+    const chosen: Chosen<T> = { index: got.index ?? 0 };
+    switch (got.kind) {
+      case "wait_event":
+        chosen.event = eventFrom<T>(got.output) ?? undefined;
+        break;
+      case "await_callback":
+        chosen.callback = callbackFrom<T>(e, got.output) ?? undefined;
+        break;
+      case "receive":
+        chosen.message = messageFrom<T>(got.output) ?? undefined;
+        break;
+    }
+    return chosen;
   }
 
   /**

@@ -237,6 +237,27 @@ describe("steps", () => {
     });
   });
 
+  test("waitAny suspends on its alternatives and returns the one that came", async () => {
+    const fn = createFunction({ name: "any" }, async ({ step }) => {
+      const cb = await step.callback("approval");
+      const got = await step.waitAny<{ ok: boolean }>("first", [{ event: "order.paid", match: { "data.id": 7 } }, { callback: cb }, { topic: "cancel" }], { timeout: "1h" });
+      return got;
+    });
+    const id = runId();
+    const r = await gw.invoke(app(fn), APP, gw.request(id, "any", null));
+    assert.deepEqual(r.body.await, {
+      type: "wait_any", seq: 2, name: "first", timeout: "1h",
+      of: [
+        { type: "wait_event", seq: 2, name: "first", event: "order.paid", match: { "data.id": 7 } },
+        { type: "await_callback", seq: 2, name: "first", callback_seq: 1 },
+        { type: "receive", seq: 2, name: "first", topic: "cancel" },
+      ],
+    });
+    gw.journal(id).push({ seq: 2, kind: "wait_any", name: "first", output: { index: 1, kind: "await_callback", output: { data: { ok: true }, resolver: "token", resolved_at: "2026-12-01T00:00:00Z" } } });
+    const done = await gw.invoke(app(fn), APP, gw.request(id, "any", null));
+    assert.deepEqual(done.body, { status: "completed", output: { index: 1, callback: { data: { ok: true }, resolver: "token", resolvedAt: "2026-12-01T00:00:00.000Z" } } });
+  });
+
   test("identity and run are given to the function; an input schema refuses bad input", async () => {
     const fn = createFunction<{ n: number }>({
       name: "who",
