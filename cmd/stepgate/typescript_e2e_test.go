@@ -177,7 +177,7 @@ func TestTypeScriptSDK(t *testing.T) {
 	}
 
 	out := cmd(t, "apps", "sync", appURL)
-	require.Contains(t, out, "synced 9 functions from "+appURL)
+	require.Contains(t, out, "synced 10 functions from "+appURL)
 	out = cmd(t, "functions", "list")
 	require.Regexp(t, `(?m)^ts\.checkout +\d+ +`+regexp.QuoteMeta(appURL+"/ts.checkout")+` +30s$`, out)
 
@@ -254,6 +254,45 @@ func TestTypeScriptSDK(t *testing.T) {
 		output, id := invoke(t, "ts.parallel", `{}`)
 		require.JSONEq(t, `"ABC"`, output)
 		require.Equal(t, []string{"1 step part-a", "2 step part-b", "3 step part-c", "4 step join"}, kinds(journal(t, id)))
+	})
+
+	t.Run("WaitForEvent", func(t *testing.T) {
+		t.Parallel()
+		out := cmd(t, "invoke", "ts.await_payment", "--data", `{"order_id":"o-e2e"}`)
+		m := regexp.MustCompile(`^run (\S+) is`).FindStringSubmatch(out)
+		require.NotNil(t, m, out)
+		id := m[1]
+		// status polls the run until it is status (a deadline, no sleeps to wait).
+		status := func(want string) {
+			t.Helper()
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				var detail struct {
+					Status string `json:"status"`
+				}
+				require.NoError(t, json.Unmarshal([]byte(cmd(t, "runs", "get", id, "--json")), &detail))
+				if detail.Status == want {
+					return
+				}
+				require.True(t, time.Now().Before(deadline), "run %s is %s, not %s, after 30s", id, detail.Status, want)
+				select {
+				case <-t.Context().Done():
+					t.Fatal(t.Context().Err())
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
+		}
+		status("suspended")
+		cmd(t, "events", "send", "ts.payment", `{"order_id":"o-other","amount":1}`)
+		cmd(t, "events", "send", "ts.payment", `{"order_id":"o-e2e","amount":5}`)
+		status("completed")
+		j := journal(t, id)
+		require.Equal(t, []string{"1 wait_event payment"}, kinds(j))
+		var detail struct {
+			Output json.RawMessage `json:"output"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(cmd(t, "runs", "get", id, "--json")), &detail))
+		require.JSONEq(t, `{"paid":5,"by":"dev"}`, string(detail.Output), "the event of its order, not the other one")
 	})
 
 	t.Run("MaxInvocationDuration", func(t *testing.T) {

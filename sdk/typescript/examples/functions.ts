@@ -108,4 +108,14 @@ export const long = createFunction<{ steps?: number; step_ms?: number }>(
   },
 );
 
-export const all = [hello, checkout, flaky, double, parent, whoami, parallel, chain, long];
+/** ts.await_payment: waits up to a minute for the event ts.payment of its order. */
+export const awaitPayment = createFunction<{ order_id: string }>({ name: "ts.await_payment" }, async ({ input, step }) => {
+  const paid = await step.waitForEvent<{ amount: number }>("payment", {
+    event: "ts.payment",
+    match: { "data.order_id": input.order_id },
+    timeout: "1m",
+  });
+  return paid ? { paid: paid.data.amount, by: paid.sender.subject } : { paid: null };
+});
+
+export const all = [hello, checkout, flaky, double, parent, whoami, parallel, chain, long, awaitPayment];
