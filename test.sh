@@ -120,7 +120,9 @@ have_node20() {
 }
 if have_node20; then
 	step "TypeScript SDK: npm ci, and its generated protocol types are fresh (openapi-typescript)"
-	(cd "$ts_sdk" && npm ci --no-audit --no-fund --loglevel=error) || die "npm ci in $ts_sdk failed (above)"
+	# One more try after a failure: the registry is a network away.
+	(cd "$ts_sdk" && { npm ci --no-audit --no-fund --loglevel=error || npm ci --no-audit --no-fund --loglevel=error; }) ||
+		die "npm ci in $ts_sdk failed (above)"
 	(cd "$ts_sdk" && node_modules/.bin/openapi-typescript ../../openapi.yaml -o "$work/protocol.gen.ts" --silent) ||
 		die "openapi-typescript failed (above)"
 	diff -u "$ts_sdk/src/protocol.gen.ts" "$work/protocol.gen.ts" ||
