@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test.sh: the one command that runs stepgate's whole test suite, from a fresh clone.
 #
-#   ./test.sh                 vet, generated-code freshness, gofmt, then go test ./...
-#   ./test.sh -run TestFoo    extra arguments go to `go test`
+#   ./test.sh                 vet, generated-code freshness, gofmt, then go test ./...,
+#                             then the TypeScript SDK's tests (with Node 20 or later)
+#   ./test.sh -run TestFoo    extra arguments go to `go test` (the TypeScript step is skipped)
 #
 # Postgres: the tests need a server (see internal/pgtest).
 #   - STEPGATE_TEST_DATABASE_URL set (a superuser URL): used as is.
@@ -107,6 +108,29 @@ if [[ -n $stale ]]; then
 	die "the generated code is stale (diff above): run 'go generate ./protocol/... ./gateway/api/...' and commit the result"
 fi
 
+# The TypeScript SDK (sdk/typescript) needs Node 20 or later; without it its checks and
+# tests are skipped with a message (the Go end-to-end test skips itself too).
+ts_sdk=sdk/typescript
+have_node20() {
+	command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || return 1
+	local v
+	v=$(node --version 2>/dev/null) || return 1
+	v=${v#v}
+	((${v%%.*} >= 20))
+}
+if have_node20; then
+	step "TypeScript SDK: npm ci, and its generated protocol types are fresh (openapi-typescript)"
+	# One more try after a failure: the registry is a network away.
+	(cd "$ts_sdk" && { npm ci --no-audit --no-fund --loglevel=error || npm ci --no-audit --no-fund --loglevel=error; }) ||
+		die "npm ci in $ts_sdk failed (above)"
+	(cd "$ts_sdk" && node_modules/.bin/openapi-typescript ../../openapi.yaml -o "$work/protocol.gen.ts" --silent) ||
+		die "openapi-typescript failed (above)"
+	diff -u "$ts_sdk/src/protocol.gen.ts" "$work/protocol.gen.ts" ||
+		die "the TypeScript SDK's generated types are stale (diff above): run 'npm run generate' in $ts_sdk and commit the result"
+else
+	echo "test.sh: Node 20 or later with npm is not installed: the TypeScript SDK's checks and tests are skipped"
+fi
+
 step "gofmt -l"
 # The Go files that git tracks or would add (so not .stepgate/ and other ignored
 # directories); outside git, those under . but not in dot-directories.
@@ -133,7 +157,32 @@ fi
 
 step "go test ${race[*]} -count=1 -timeout 15m ./...${*:+ $*}"
 rc=0
-go test "${race[@]}" -count=1 -timeout 15m ./... "$@" || rc=$?
+# The TypeScript SDK's end-to-end test runs in its own step below.
+STEPGATE_SKIP_TS_E2E=1 go test "${race[@]}" -count=1 -timeout 15m ./... "$@" || rc=$?
+
+# --- The TypeScript SDK ---------------------------------------------------------------
+# Unit tests (tsc, then node --test), the end-to-end test on a real gateway (a Go test:
+# stepgate dev with a private Postgres, the SDK's examples served by Node), and the Fetch
+# handler on another runtime from npm (Bun, then Deno) when it installs. About 30s.
+if (($# == 0)) && have_node20; then
+	step "TypeScript SDK: unit tests (npm test: tsc, node --test)"
+	(cd "$ts_sdk" && npm test --silent) || rc=1
+	step "TypeScript SDK: end-to-end (go test -run '^TestTypeScriptSDK$' ./cmd/stepgate)"
+	go test -count=1 -run '^TestTypeScriptSDK$' ./cmd/stepgate || rc=1
+	for runtime in bun@1.4.5 deno@2.9.6; do
+		name=${runtime%@*}
+		step "TypeScript SDK: the Fetch handler on $runtime (from npm)"
+		if ! npm install --prefix "$work/$name" --no-audit --no-fund --loglevel=error "$runtime" >"$work/$name.log" 2>&1 ||
+			! "$work/$name/node_modules/.bin/$name" --version >/dev/null 2>&1; then
+			echo "test.sh: $runtime did not install from npm; skipped"
+			continue
+		fi
+		case $name in
+		bun) "$work/bun/node_modules/.bin/bun" "$ts_sdk/dist/test/runtime-smoke.js" || rc=1 ;;
+		deno) "$work/deno/node_modules/.bin/deno" run --allow-net "$ts_sdk/dist/test/runtime-smoke.js" || rc=1 ;;
+		esac
+	done
+fi
 
 # The dashboard's browser tests save screenshots; say where.
 shopt -s nullglob

@@ -1,0 +1,465 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// tsSDKDir is the TypeScript SDK, from this package's directory.
+const tsSDKDir = "../../sdk/typescript"
+
+// buildTypeScriptSDK compiles the TypeScript SDK and its examples into its dist/, or skips
+// the test when Node 20 or later, or the SDK's devDependencies (npm ci), are missing.
+func buildTypeScriptSDK(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts stepgate dev with a private Postgres and a Node server")
+	}
+	if os.Getenv("STEPGATE_SKIP_TS_E2E") == "1" {
+		t.Skip("STEPGATE_SKIP_TS_E2E=1: test.sh runs it in a step of its own")
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node is not installed: the TypeScript SDK's end-to-end test needs Node 20 or later")
+	}
+	out, err := exec.Command(node, "--version").Output()
+	require.NoError(t, err)
+	major, _ := strconv.Atoi(strings.SplitN(strings.TrimPrefix(strings.TrimSpace(string(out)), "v"), ".", 2)[0])
+	if major < 20 {
+		t.Skipf("node %s is older than 20, which the TypeScript SDK needs", strings.TrimSpace(string(out)))
+	}
+	dir, err := filepath.Abs(tsSDKDir)
+	require.NoError(t, err)
+	tsc := filepath.Join(dir, "node_modules", ".bin", "tsc")
+	if _, err := os.Stat(tsc); err != nil {
+		t.Skipf("the TypeScript SDK's devDependencies are not installed: run npm ci in %s", dir)
+	}
+	build := exec.Command(tsc, "-p", dir)
+	build.Dir = dir
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("tsc -p %s: %v\n%s", dir, err, out)
+	}
+	return dir
+}
+
+// startNodeExamples serves the TypeScript SDK's examples (examples/node-server.ts) on a
+// free port, verifying the gateway's requests with publicKeys, and stops the process in
+// Cleanup. It returns the app's URL.
+func startNodeExamples(t *testing.T, dir, publicKeys string) string {
+	url, _ := startNodeProcess(t, dir, "node-server.js", publicKeys)
+	return url
+}
+
+// startNodeApp serves the compiled example file (under dist/examples) with Node on a free
+// port (PORT), as startNodeExamples does.
+func startNodeApp(t *testing.T, dir, file, publicKeys string) string {
+	url, _ := startNodeProcess(t, dir, file, publicKeys)
+	return url
+}
+
+// startNodeProcess is startNodeApp, which also returns the process id.
+func startNodeProcess(t *testing.T, dir, file, publicKeys string) (string, int) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := ln.Addr().(*net.TCPAddr).Port
+	require.NoError(t, ln.Close())
+
+	cmd := exec.Command("node", filepath.Join(dir, "dist", "examples", file))
+	cmd.Env = append(os.Environ(), "PORT="+strconv.Itoa(port), "STEPGATE_PUBLIC_KEYS="+publicKeys)
+	var output lockedBuffer
+	cmd.Stderr = &output
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	ready := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			output.Write([]byte(sc.Text() + "\n"))
+			if strings.Contains(sc.Text(), "serv") && strings.Contains(sc.Text(), "/api/stepgate") {
+				close(ready)
+			}
+		}
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("node examples server output:\n%s", output.String())
+		}
+	})
+	select {
+	case <-ready:
+	case <-exited:
+		t.Fatalf("the node examples server exited:\n%s", output.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the node examples server did not start within 30s:\n%s", output.String())
+	}
+	return fmt.Sprintf("http://127.0.0.1:%d/api/stepgate", port), cmd.Process.Pid
+}
+
+// journalEntry is what the test reads of a run's journal.
+type journalEntry struct {
+	Seq     int             `json:"seq"`
+	Kind    string          `json:"kind"`
+	Name    string          `json:"name"`
+	Attempt int             `json:"attempt"`
+	Output  json.RawMessage `json:"output"`
+}
+
+// TestTypeScriptSDK follows the TypeScript SDK's README on a real gateway: it serves the
+// README's tour and the SDK's examples with Node, registers them with `stepgate apps sync`, invokes them and
+// reads their journals: three steps and a sleep, a step's retry, a child run, the
+// caller's identity, parallel steps and an invocation time limit (continue).
+func TestTypeScriptSDK(t *testing.T) {
+	dir := buildTypeScriptSDK(t)
+	g := startDev(t)
+	appURL := startNodeExamples(t, dir, g.publicKeys)
+
+	env := map[string]string{"STEPGATE_URL": g.url, "STEPGATE_TOKEN": g.token}
+	cmd := func(t *testing.T, args ...string) string {
+		t.Helper()
+		c, stdout, _ := newTestCLI(env, "")
+		require.NoError(t, c.run(t.Context(), args), "stepgate %s", strings.Join(args, " "))
+		return stdout.String()
+	}
+	// invoke runs fn with input, waits for it to complete and returns its output and run id.
+	invoke := func(t *testing.T, fn, input string) (string, string) {
+		t.Helper()
+		out := cmd(t, "invoke", fn, "--data", input, "--wait", "60s")
+		first, output, _ := strings.Cut(out, "\n")
+		fields := strings.Fields(first)
+		require.Len(t, fields, 3, out)
+		require.Equal(t, "completed", fields[2], out)
+		return strings.TrimSpace(output), fields[1]
+	}
+	journal := func(t *testing.T, id string) []journalEntry {
+		t.Helper()
+		var detail struct {
+			Status  string         `json:"status"`
+			Journal []journalEntry `json:"journal"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(cmd(t, "runs", "get", id, "--json")), &detail))
+		require.Equal(t, "completed", detail.Status)
+		return detail.Journal
+	}
+	kinds := func(j []journalEntry) []string {
+		var out []string
+		for _, e := range j {
+			out = append(out, fmt.Sprintf("%d %s %s", e.Seq, e.Kind, e.Name))
+		}
+		return out
+	}
+
+	out := cmd(t, "apps", "sync", appURL)
+	require.Contains(t, out, "synced 10 functions from "+appURL)
+	out = cmd(t, "functions", "list")
+	require.Regexp(t, `(?m)^ts\.checkout +\d+ +`+regexp.QuoteMeta(appURL+"/ts.checkout")+` +30s$`, out)
+
+	t.Run("TheREADMETour", func(t *testing.T) {
+		// sdk/typescript/README.md's five-minute tour, whose code is examples/tour.ts.
+		t.Parallel()
+		tourURL := startNodeApp(t, dir, "tour.js", g.publicKeys)
+		require.Contains(t, cmd(t, "apps", "sync", tourURL), "synced 1 function from "+tourURL)
+		output, id := invoke(t, "checkout", `{"item":"book"}`)
+		require.JSONEq(t, `{"order":"o-book","charged":42,"tracking":"TRACK-o-book","by":"dev"}`, output)
+		out := cmd(t, "runs", "get", id)
+		require.Regexp(t, `(?m)^  1  step +reserve +\{"id":"o-book"\} +attempt 1 `, out)
+		require.Regexp(t, `(?m)^  2  sleep +cool-off +until `, out)
+		require.Regexp(t, `(?m)^  4  step +ship +"TRACK-o-book" `, out)
+		require.Equal(t, []string{"1 step reserve", "2 sleep cool-off", "3 step charge", "4 step ship"}, kinds(journal(t, id)))
+	})
+
+	t.Run("ThreeStepsAndASleep", func(t *testing.T) {
+		t.Parallel()
+		output, id := invoke(t, "ts.checkout", `{"item":"book","sleep_ms":300}`)
+		require.JSONEq(t, `{"orderId":"o-book","charged":42,"tracking":"TRACK-o-book"}`, output)
+		j := journal(t, id)
+		require.Equal(t, []string{"1 step reserve", "2 step charge", "3 sleep cool-off", "4 step ship"}, kinds(j))
+		require.JSONEq(t, `{"orderId":"o-book","item":"book"}`, string(j[0].Output))
+	})
+
+	t.Run("BadInputFailsTheRun", func(t *testing.T) {
+		t.Parallel()
+		c, stdout, _ := newTestCLI(env, "")
+		err := c.run(t.Context(), []string{"invoke", "ts.checkout", "--data", `{"sleep_ms":1}`, "--wait", "60s"})
+		require.Error(t, err)
+		require.Contains(t, stdout.String()+err.Error(), "item is required")
+	})
+
+	t.Run("Retry", func(t *testing.T) {
+		t.Parallel()
+		output, id := invoke(t, "ts.flaky", `{}`)
+		require.JSONEq(t, `{"succeededOnAttempt":2}`, output)
+		j := journal(t, id)
+		require.Equal(t, []string{"1 step call-partner"}, kinds(j))
+		require.Equal(t, 2, j[0].Attempt)
+	})
+
+	t.Run("ChildRun", func(t *testing.T) {
+		t.Parallel()
+		output, id := invoke(t, "ts.parent", `{"n":21}`)
+		require.JSONEq(t, `{"doubled":42}`, output)
+		j := journal(t, id)
+		require.Equal(t, []string{"1 invoke double", "2 event ts.doubled"}, kinds(j))
+		require.JSONEq(t, `42`, string(j[0].Output))
+		out := cmd(t, "runs", "list", "--function", "ts.double")
+		require.Contains(t, out, "completed")
+	})
+
+	t.Run("Identity", func(t *testing.T) {
+		t.Parallel()
+		output, id := invoke(t, "ts.whoami", `{}`)
+		var who struct {
+			Subject, Tenant, RunID, At, ID string
+			Roles                          []string
+		}
+		require.NoError(t, json.Unmarshal([]byte(output), &who))
+		require.Equal(t, "dev", who.Subject)
+		require.Equal(t, "default", who.Tenant)
+		require.Contains(t, who.Roles, "admin")
+		require.Equal(t, id, who.RunID)
+		j := journal(t, id)
+		require.Equal(t, []string{"1 step at", "2 step id"}, kinds(j))
+		require.JSONEq(t, strconv.Quote(who.ID), string(j[1].Output))
+	})
+
+	t.Run("ParallelSteps", func(t *testing.T) {
+		t.Parallel()
+		output, id := invoke(t, "ts.parallel", `{}`)
+		require.JSONEq(t, `"ABC"`, output)
+		require.Equal(t, []string{"1 step part-a", "2 step part-b", "3 step part-c", "4 step join"}, kinds(journal(t, id)))
+	})
+
+	t.Run("WaitForEvent", func(t *testing.T) {
+		t.Parallel()
+		out := cmd(t, "invoke", "ts.await_payment", "--data", `{"order_id":"o-e2e"}`)
+		m := regexp.MustCompile(`^run (\S+) is`).FindStringSubmatch(out)
+		require.NotNil(t, m, out)
+		id := m[1]
+		// status polls the run until it is status (a deadline, no sleeps to wait).
+		status := func(want string) {
+			t.Helper()
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				var detail struct {
+					Status string `json:"status"`
+				}
+				require.NoError(t, json.Unmarshal([]byte(cmd(t, "runs", "get", id, "--json")), &detail))
+				if detail.Status == want {
+					return
+				}
+				require.True(t, time.Now().Before(deadline), "run %s is %s, not %s, after 30s", id, detail.Status, want)
+				select {
+				case <-t.Context().Done():
+					t.Fatal(t.Context().Err())
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
+		}
+		status("suspended")
+		cmd(t, "events", "send", "ts.payment", `{"order_id":"o-other","amount":1}`)
+		cmd(t, "events", "send", "ts.payment", `{"order_id":"o-e2e","amount":5}`)
+		status("completed")
+		j := journal(t, id)
+		require.Equal(t, []string{"1 wait_event payment"}, kinds(j))
+		var detail struct {
+			Output json.RawMessage `json:"output"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(cmd(t, "runs", "get", id, "--json")), &detail))
+		require.JSONEq(t, `{"paid":5,"by":"dev"}`, string(detail.Output), "the event of its order, not the other one")
+	})
+
+	t.Run("MaxInvocationDuration", func(t *testing.T) {
+		t.Parallel()
+		// Four steps of 400ms under a 1s limit: each invocation stops after two (at 800ms,
+		// past four fifths of the limit) and the gateway calls again (continue).
+		output, id := invoke(t, "ts.long", `{"steps":4,"step_ms":400}`)
+		require.JSONEq(t, `{"steps":4}`, output)
+		j := journal(t, id)
+		require.Equal(t, []string{"1 step work-1", "2 step work-2", "3 step work-3", "4 step work-4"}, kinds(j))
+		// Each step's output is the invocation attempt it ran in: more than one.
+		attempts := map[string]bool{}
+		for _, e := range j {
+			attempts[string(e.Output)] = true
+		}
+		require.Greater(t, len(attempts), 1, "the run continued in a new invocation: %s", kinds(j))
+	})
+}
+
+// TestTypeScriptSDKOverhead measures the TypeScript SDK's cost per step against the Go
+// SDK's on one gateway: runs of chain (Go) and ts.chain (TypeScript) with 0 and N steps,
+// one at a time, alternating, and reports per step (median(N) - median(0)) / N for each.
+// It is a measurement, not a test: it runs only with STEPGATE_TS_BENCH=1 (see
+// BENCHMARKS.md).
+func TestTypeScriptSDKOverhead(t *testing.T) {
+	if os.Getenv("STEPGATE_TS_BENCH") != "1" {
+		t.Skip("a measurement: set STEPGATE_TS_BENCH=1")
+	}
+	dir := buildTypeScriptSDK(t)
+	g := startDev(t)
+	appURL, nodePID := startNodeProcess(t, dir, "node-server.js", g.publicKeys)
+	c, _, _ := newTestCLI(map[string]string{"STEPGATE_URL": g.url, "STEPGATE_TOKEN": g.token}, "")
+	require.NoError(t, c.run(t.Context(), []string{"apps", "sync", appURL}))
+	// stepgate dev serves the Go examples inside the gateway's process; the Node app is a
+	// process of its own. For a fair comparison, serve the Go examples from a process of
+	// their own too (cmd/stepgate-examples), as a function author's app is, and sync them:
+	// chain then points at it.
+	goApp, goPID := startGoExamples(t, g.publicKeys)
+	c, _, _ = newTestCLI(map[string]string{"STEPGATE_URL": g.url, "STEPGATE_TOKEN": g.token}, "")
+	require.NoError(t, c.run(t.Context(), []string{"apps", "sync", goApp}))
+
+	steps, _ := strconv.Atoi(os.Getenv("STEPGATE_TS_BENCH_STEPS"))
+	if steps <= 0 {
+		steps = 50
+	}
+	rounds, _ := strconv.Atoi(os.Getenv("STEPGATE_TS_BENCH_ROUNDS"))
+	if rounds <= 0 {
+		rounds = 30
+	}
+	client := &http.Client{Timeout: time.Minute}
+	runOnce := func(fn string, n int) time.Duration {
+		req, err := http.NewRequest(http.MethodPost, g.url+"/v1/functions/"+fn+"/runs?wait=60s", strings.NewReader(fmt.Sprintf(`{"steps":%d}`, n)))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+g.token)
+		req.Header.Set("Content-Type", "application/json")
+		start := time.Now()
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		d := time.Since(start)
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+		require.True(t, bytes.Contains(body, []byte(`"completed"`)), string(body))
+		return d
+	}
+	type cell struct {
+		fn string
+		n  int
+	}
+	cells := []cell{{"chain", 0}, {"ts.chain", 0}, {"chain", steps}, {"ts.chain", steps}}
+	for _, c := range cells { // warm up connections and code paths
+		runOnce(c.fn, c.n)
+	}
+	times := map[cell][]time.Duration{}
+	for r := range rounds {
+		for i := range cells {
+			c := cells[(i+r)%len(cells)] // alternate which goes first
+			times[c] = append(times[c], runOnce(c.fn, c.n))
+		}
+	}
+	median := func(ds []time.Duration) time.Duration {
+		s := slices.Clone(ds)
+		slices.Sort(s)
+		return s[len(s)/2]
+	}
+	perStep := func(fn string) time.Duration {
+		return (median(times[cell{fn, steps}]) - median(times[cell{fn, 0}])) / time.Duration(steps)
+	}
+	goStep, tsStep := perStep("chain"), perStep("ts.chain")
+	for _, c := range cells {
+		t.Logf("%-9s steps=%-3d median %v", c.fn, c.n, median(times[c]))
+	}
+	t.Logf("per step (checkpoint round trip included): Go %v, TypeScript %v, TypeScript - Go %v (%d rounds of %d steps)",
+		goStep, tsStep, tsStep-goStep, rounds, steps)
+
+	// The CPU each app's process spends per step, which the machine's load does not
+	// change as much: blocks of runs with N steps and with none, one after the other.
+	cpuPerStep := func(fn string, pid int) time.Duration {
+		before := cpuTime(t, pid)
+		for range rounds {
+			runOnce(fn, steps)
+		}
+		mid := cpuTime(t, pid)
+		for range rounds {
+			runOnce(fn, 0)
+		}
+		return ((mid - before) - (cpuTime(t, pid) - mid)) / time.Duration(rounds*steps)
+	}
+	goCPU, tsCPU := cpuPerStep("chain", goPID), cpuPerStep("ts.chain", nodePID)
+	t.Logf("app CPU per step: Go %v, TypeScript %v, TypeScript - Go %v (%d runs of %d steps each)", goCPU, tsCPU, tsCPU-goCPU, rounds, steps)
+}
+
+// startGoExamples builds and serves cmd/stepgate-examples on a free port, verifying with
+// publicKeys, and stops it in Cleanup. It returns the app's URL.
+func startGoExamples(t *testing.T, publicKeys string) (string, int) {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "stepgate-examples")
+	build := exec.Command("go", "build", "-o", bin, "../stepgate-examples")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ../stepgate-examples: %v\n%s", err, out)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "ADDR="+addr, "STEPGATE_PUBLIC_KEYS="+publicKeys)
+	var output lockedBuffer
+	cmd.Stdout, cmd.Stderr = &output, &output
+	require.NoError(t, cmd.Start())
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(output.String(), "example functions serving") {
+		select {
+		case <-exited:
+			t.Fatalf("stepgate-examples exited:\n%s", output.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stepgate-examples did not start within 30s:\n%s", output.String())
+		}
+	}
+	return "http://" + addr + "/", cmd.Process.Pid
+}
+
+// cpuTime returns the CPU time (user and system, all threads) process pid has used, from
+// /proc/<pid>/stat, in clock ticks of 10ms.
+func cpuTime(t *testing.T, pid int) time.Duration {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	require.NoError(t, err)
+	// The fields after the command (in parentheses, which may hold spaces).
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	utime, _ := strconv.Atoi(f[11])
+	stime, _ := strconv.Atoi(f[12])
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}

@@ -1,0 +1,121 @@
+// The example functions of the TypeScript SDK, served by node-server.ts and worker.ts.
+// Their names start with "ts." so that they sit beside the Go examples in one tenant.
+import { createFunction, NonRetryableError, type StandardSchemaV1 } from "../src/index.js";
+
+/** ts.hello greets input.name. No steps. */
+export const hello = createFunction<{ name?: string }, { greeting: string }>({ name: "ts.hello" }, ({ input }) => ({
+  greeting: `Hello, ${input?.name || "World"}!`,
+}));
+
+export interface CheckoutInput {
+  item: string;
+  /** How long to cool off between charging and shipping, in milliseconds; 1000 by default. */
+  sleep_ms?: number;
+}
+
+/** A hand-written Standard Schema (Zod, Valibot and ArkType make these for you). */
+const checkoutInput: StandardSchemaV1<unknown, CheckoutInput> = {
+  "~standard": {
+    version: 1,
+    vendor: "example",
+    validate(value) {
+      const v = value as Partial<CheckoutInput> | null;
+      if (!v || typeof v.item !== "string" || v.item === "") return { issues: [{ message: "item is required", path: ["item"] }] };
+      if (v.sleep_ms !== undefined && (typeof v.sleep_ms !== "number" || v.sleep_ms < 0)) {
+        return { issues: [{ message: "sleep_ms must be a number, 0 or more", path: ["sleep_ms"] }] };
+      }
+      return { value: v as CheckoutInput };
+    },
+  },
+};
+
+/** ts.checkout: three steps and a sleep, the five-minute tour's function. */
+export const checkout = createFunction(
+  { name: "ts.checkout", input: checkoutInput, timeout: "30s" },
+  async ({ input, step }) => {
+    const order = await step.run("reserve", () => ({ orderId: `o-${input.item}`, item: input.item }));
+    const charge = await step.run("charge", () => ({ amount: 42, orderId: order.orderId }));
+    await step.sleep("cool-off", input.sleep_ms ?? 1000);
+    const tracking = await step.run("ship", () => `TRACK-${order.orderId}`);
+    return { orderId: order.orderId, charged: charge.amount, tracking };
+  },
+);
+
+/** ts.flaky: a step that fails on its first attempt and succeeds on its second. */
+export const flaky = createFunction({ name: "ts.flaky" }, async ({ step }) => {
+  const attempt = await step.run(
+    "call-partner",
+    ({ attempt }) => {
+      if (attempt < 2) throw new Error(`the partner is down (attempt ${attempt})`);
+      return attempt;
+    },
+    { retries: 3, backoff: { initial: "10ms", max: "100ms" } },
+  );
+  return { succeededOnAttempt: attempt };
+});
+
+/** ts.double: a child run's function, doubling input.n. */
+export const double = createFunction<{ n: number }>({ name: "ts.double" }, async ({ input, step }) => {
+  if (typeof input?.n !== "number") throw new NonRetryableError("input.n must be a number");
+  return step.run("double", () => input.n * 2);
+});
+
+/** ts.parent: invokes ts.double as a child run and publishes the result. */
+export const parent = createFunction<{ n: number }>({ name: "ts.parent" }, async ({ input, step }) => {
+  const doubled = await step.invoke<number>("double", { function: "ts.double", input: { n: input.n } });
+  await step.sendEvent("ts.doubled", { n: input.n, doubled });
+  return { doubled };
+});
+
+/** ts.whoami: who started the run, and deterministic values. */
+export const whoami = createFunction({ name: "ts.whoami" }, async ({ identity, step, run }) => {
+  const [at, id] = await Promise.all([step.now("at"), step.uuid("id")]);
+  return { subject: identity.subject, tenant: identity.tenant, roles: identity.roles, runId: run.id, at: at.toISOString(), id };
+});
+
+/** ts.parallel: three steps at once, and a step after them. */
+export const parallel = createFunction({ name: "ts.parallel" }, async ({ step }) => {
+  const parts = await Promise.all(
+    ["a", "b", "c"].map((p, i) => step.run(`part-${p}`, async () => {
+      await new Promise((r) => setTimeout(r, 30 - 10 * i)); // finish in reverse order
+      return p.toUpperCase();
+    })),
+  );
+  return step.run("join", () => parts.join(""));
+});
+
+/** ts.chain: n steps in a row (default 10), the Go example chain's twin, for benchmarks. */
+export const chain = createFunction<{ steps?: number }>({ name: "ts.chain" }, async ({ input, step }) => {
+  const n = input?.steps ?? 10;
+  if (!Number.isInteger(n) || n < 0 || n > 1000) throw new NonRetryableError(`steps must be between 0 and 1000, not ${n}`);
+  let sum = 0;
+  for (let i = 1; i <= n; i++) sum += await step.run(`step-${i}`, () => i);
+  return { sum };
+});
+
+/** ts.long: steps of input.step_ms each under a 1s maxInvocationDuration, so the run continues in new invocations. */
+export const long = createFunction<{ steps?: number; step_ms?: number }>(
+  { name: "ts.long", maxInvocationDuration: "1s" },
+  async ({ input, step, run }) => {
+    const attempts: number[] = [];
+    for (let i = 1; i <= (input?.steps ?? 4); i++) {
+      attempts.push(await step.run(`work-${i}`, async () => {
+        await new Promise((r) => setTimeout(r, input?.step_ms ?? 500));
+        return run.attempt;
+      }));
+    }
+    return { steps: attempts.length };
+  },
+);
+
+/** ts.await_payment: waits up to a minute for the event ts.payment of its order. */
+export const awaitPayment = createFunction<{ order_id: string }>({ name: "ts.await_payment" }, async ({ input, step }) => {
+  const paid = await step.waitForEvent<{ amount: number }>("payment", {
+    event: "ts.payment",
+    match: { "data.order_id": input.order_id },
+    timeout: "1m",
+  });
+  return paid ? { paid: paid.data.amount, by: paid.sender.subject } : { paid: null };
+});
+
+export const all = [hello, checkout, flaky, double, parent, whoami, parallel, chain, long, awaitPayment];

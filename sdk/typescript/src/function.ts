@@ -1,0 +1,132 @@
+import { type Duration, toGo, toMs } from "./duration.js";
+import type { FunctionConfig } from "./protocol.js";
+import type { Identity, Step } from "./step.js";
+
+/**
+ * A Standard Schema (https://standardschema.dev): what Zod, Valibot, ArkType and others
+ * implement, so any of them can validate a function's input. Only the part used here.
+ */
+export interface StandardSchemaV1<Input = unknown, Output = Input> {
+  readonly "~standard": {
+    readonly version: 1;
+    readonly vendor: string;
+    readonly validate: (
+      value: unknown,
+    ) =>
+      | { readonly value: Output; readonly issues?: undefined }
+      | { readonly issues: ReadonlyArray<{ readonly message: string; readonly path?: ReadonlyArray<PropertyKey | { key: PropertyKey }> }> }
+      | Promise<
+          | { readonly value: Output; readonly issues?: undefined }
+          | { readonly issues: ReadonlyArray<{ readonly message: string; readonly path?: ReadonlyArray<PropertyKey | { key: PropertyKey }> }> }
+        >;
+    readonly types?: { readonly input: Input; readonly output: Output } | undefined;
+  };
+}
+
+/** The run being invoked. */
+export interface RunInfo {
+  id: string;
+  function: string;
+  revision: number;
+  /** The invocation attempt, from 1. */
+  attempt: number;
+  /** The run that invoked this one, for a child run. */
+  parentId?: string;
+  createdAt: Date;
+}
+
+/** What a function gets on each invocation. */
+export interface Context<In> {
+  /** The run's input (validated by the function's schema, if it has one). */
+  input: In;
+  /** The run's steps. */
+  step: Step;
+  /** Who started the run; a child run, an event's run or a schedule's carries its starter's. */
+  identity: Identity;
+  run: RunInfo;
+  /** Aborted when the invocation stops early. */
+  signal: AbortSignal;
+}
+
+/** A function's name and the configuration the gateway applies (its manifest entry). */
+export interface FunctionOptions<In> {
+  /** 1 to 255 letters, digits, '.', '_' or '-', starting with a letter or digit; unique in the app. */
+  name: string;
+  /** Validates the run's input; a refused input fails the run (type "input"). */
+  input?: StandardSchemaV1<unknown, In>;
+  /** How long one invocation may take before the gateway retries it (gateway default 5m). */
+  timeout?: Duration;
+  /** Invocations in all, the first included, before a run whose invocations keep failing fails (gateway default 3). */
+  maxAttempts?: number;
+  /** The wait before each retried invocation. */
+  backoff?: { initial?: Duration; max?: Duration };
+  /**
+   * For a platform that stops a request after this long (a serverless time limit): once
+   * four fifths of it have passed, the invocation stops at the next step boundary and the
+   * gateway calls the function again at once with the journal so far (a continue). At
+   * least 100ms and at most timeout.
+   */
+  maxInvocationDuration?: Duration;
+  /** Bounds each run from its creation; past it the run fails (deadline_exceeded). */
+  runTimeout?: Duration;
+  /** How long finished runs are kept. */
+  retention?: Duration;
+  /** A caller needs one of these roles (or admin) to start runs. */
+  invokeRoles?: string[];
+  /** Events whose arrival starts a run, with the event's data as input. */
+  onEvent?: string[];
+  /** At most limit runs at once, per value of key when given (e.g. "input.customer_id"). */
+  concurrency?: { limit: number; key?: string }[];
+  /** 1 (first) to 4 (last); 2 by default. */
+  priority?: number;
+  /** Any other setting of the manifest's config, as the protocol spells it (throttle, rate_limit, debounce). */
+  config?: FunctionConfig;
+}
+
+/** A function made by createFunction, to give to serve. */
+export interface StepgateFunction<In = unknown, Out = unknown> {
+  readonly name: string;
+  readonly config: FunctionConfig;
+  /** config.max_invocation_duration in milliseconds, or 0. */
+  readonly budgetMs: number;
+  readonly schema: StandardSchemaV1<unknown, In> | undefined;
+  readonly handler: (ctx: Context<In>) => Out | Promise<Out>;
+}
+
+const FUNCTION_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$/;
+
+/**
+ * Makes a durable function: handler runs on each invocation with the run's input and its
+ * steps, and what it returns (JSON) completes the run. Throw a NonRetryableError (or let
+ * a StepError out) to fail the run at once; any other error makes the invocation fail
+ * (HTTP 500), and the gateway retries it per the function's retry policy.
+ */
+export function createFunction<In = unknown, Out = unknown>(
+  opts: FunctionOptions<In>,
+  handler: (ctx: Context<In>) => Out | Promise<Out>,
+): StepgateFunction<In, Out> {
+  if (!FUNCTION_NAME.test(opts.name)) {
+    throw new TypeError(`stepgate: invalid function name ${JSON.stringify(opts.name)}: use 1 to 255 letters, digits, '.', '_' or '-', starting with a letter or digit`);
+  }
+  const c: FunctionConfig = {};
+  if (opts.timeout !== undefined) c.timeout = toGo(opts.timeout, "timeout");
+  if (opts.maxAttempts !== undefined || opts.backoff) {
+    c.retries = {};
+    if (opts.maxAttempts !== undefined) c.retries.max_attempts = Math.max(1, Math.floor(opts.maxAttempts));
+    if (opts.backoff?.initial !== undefined) c.retries.initial_interval = toGo(opts.backoff.initial, "backoff.initial");
+    if (opts.backoff?.max !== undefined) c.retries.max_interval = toGo(opts.backoff.max, "backoff.max");
+  }
+  let budgetMs = 0;
+  if (opts.maxInvocationDuration !== undefined) {
+    c.max_invocation_duration = toGo(opts.maxInvocationDuration, "maxInvocationDuration");
+    budgetMs = toMs(opts.maxInvocationDuration, "maxInvocationDuration");
+  }
+  if (opts.runTimeout !== undefined) c.run_timeout = toGo(opts.runTimeout, "runTimeout");
+  if (opts.retention !== undefined) c.retention = toGo(opts.retention, "retention");
+  if (opts.invokeRoles) c.invoke_roles = [...opts.invokeRoles];
+  if (opts.onEvent) c.triggers = opts.onEvent.map((event) => ({ event }));
+  if (opts.concurrency) c.concurrency = opts.concurrency.map((l) => (l.key ? { limit: l.limit, key: l.key } : { limit: l.limit }));
+  if (opts.priority !== undefined) c.priority = opts.priority;
+  Object.assign(c, opts.config ?? {});
+  return Object.freeze({ name: opts.name, config: c, budgetMs, schema: opts.input, handler });
+}

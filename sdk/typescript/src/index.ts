@@ -1,0 +1,12 @@
+// @stepgate/sdk: durable stepgate functions for any platform with the Fetch API (Node,
+// Deno, Bun, Cloudflare Workers, Vercel) and AWS Lambda. No runtime dependencies.
+export { createFunction } from "./function.js";
+export type { Context, FunctionOptions, RunInfo, StandardSchemaV1, StepgateFunction } from "./function.js";
+export { serve } from "./serve.js";
+export type { FetchHandler, ServeOptions } from "./serve.js";
+export { Step, DEFAULT_MAX_ATTEMPTS, MAX_INVOKE_ALL } from "./step.js";
+export type { Alternative, Call, CallbackHandle, Chosen, CallbackResult, Event, Identity, Message, Outcome, RunOptions, StepContext } from "./step.js";
+export { ErrorType, InputError, NonRetryableError, StepError } from "./errors.js";
+export type { Duration } from "./duration.js";
+export { SIGNATURE_HEADER, SignatureError, importKeys, parseSignature, signedMessage, verifySignature } from "./signature.js";
+export type * as protocol from "./protocol.js";

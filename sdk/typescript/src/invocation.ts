@@ -1,0 +1,320 @@
+// The state of one invocation: the request, the next step's seq, the steps running in
+// parallel, the checkpoint client, and how the invocation stops early. It mirrors the Go
+// SDK's functions/internal/invocation.
+//
+// Stopping: when the invocation must end early (a sleep, a step retry, nondeterminism, a
+// 409 from the checkpoint), a step records the first Stop and returns a promise that
+// never settles, so the function's code stops where it is; the invocation answers the
+// recorded Stop once the steps running in parallel have finished (and been journaled).
+// Later steps stop at once without running anything. Code that catches errors cannot
+// change the outcome, since nothing is thrown into it.
+import type { Await, CheckpointAck, EntryKind, ErrorInfo, InvocationAnswer, InvocationRequest, JournalEntry } from "./protocol.js";
+
+/** How an invocation ends early: an answer (HTTP 200) or an error (HTTP 500, retried). */
+export interface Stop {
+  answer?: InvocationAnswer;
+  error?: ErrorInfo;
+}
+
+export const failed = (type: string, message: string): Stop => ({
+  answer: { status: "failed", error: { type, message, retryable: false } },
+});
+export const suspended = (aw: Await): Stop => ({ answer: { status: "suspended", await: aw } });
+export const retry = (type: string, message: string): Stop => ({ error: { type, message } });
+
+/** The largest window a checkpoint or an await declares (the gateway's bound). */
+export const MAX_WINDOW = 64;
+
+const CHECKPOINT_BACKOFF_MS = 20;
+const MAX_CHECKPOINT_BACKOFF_MS = 2000;
+
+/** What a checkpoint POST answered. */
+export interface PostResult {
+  status: number;
+  body: string;
+  /** The Retry-After header, if any. */
+  retryAfter: string | null;
+}
+
+/**
+ * Makes one checkpoint POST; rejects when it could not be made (the connection failed,
+ * signal aborted). serve uses fetch; the Node adapter a leaner node:http client.
+ */
+export type Poster = (url: string, headers: Record<string, string>, body: string, signal?: AbortSignal) => Promise<PostResult>;
+
+/** A Poster that uses fetchFn. */
+export function fetchPoster(fetchFn: typeof fetch): Poster {
+  return async (url, headers, body, signal) => {
+    const resp = await fetchFn(url, { method: "POST", headers, body, signal: signal ?? null });
+    return { status: resp.status, body: await resp.text().catch(() => ""), retryAfter: resp.headers.get("Retry-After") };
+  };
+}
+
+/** A promise that never settles: what a step returns once the invocation has stopped. */
+export function never<T>(): Promise<T> {
+  return new Promise<T>(() => {});
+}
+
+/** Go's %q for the strings the SDK quotes in messages (names, kinds). */
+export const q = (s: string) => JSON.stringify(s);
+
+export class Invocation {
+  readonly req: InvocationRequest;
+  /** Aborted when the invocation stops early: given to steps' functions. */
+  readonly controller = new AbortController();
+  /** Resolved with the Stop when the invocation stops early. */
+  readonly stopped: Promise<Stop>;
+
+  private resolveStopped!: (s: Stop) => void;
+  private stop: Stop | undefined;
+  private bySeq = new Map<number, JournalEntry>();
+  private seq = 0;
+  private readonly started = Date.now();
+  private fresh = 0;
+  private budgetMs = 0;
+
+  // Steps that run (their function or their checkpoint): a step is a hole in the
+  // journal from when it takes its seq until it is journaled; the retry a failed one
+  // waits for is kept with it.
+  private running = 0;
+  private holes = new Map<number, Await | undefined>();
+  private waiters: (() => void)[] = [];
+
+  constructor(
+    req: InvocationRequest,
+    /** Aborted when the gateway goes away: bounds checkpoints. */
+    private readonly requestSignal: AbortSignal | undefined,
+    private readonly post: Poster,
+  ) {
+    this.req = req;
+    for (const e of req.journal) this.bySeq.set(e.seq, e);
+    this.stopped = new Promise((r) => (this.resolveStopped = r));
+  }
+
+  /** Makes the invocation stop at a step boundary once four fifths of ms have passed. */
+  setBudget(ms: number) {
+    this.budgetMs = ms;
+  }
+
+  /** The recorded Stop, if the invocation stopped early. */
+  get stoppedWith(): Stop | undefined {
+    return this.stop;
+  }
+
+  /**
+   * Ends the invocation with stop (or with the Stop recorded before) and returns a
+   * promise that never settles, for the step to return.
+   */
+  halt<T>(stop: Stop | undefined): Promise<T> {
+    if (!this.stop && stop) {
+      this.stop = stop;
+      this.controller.abort(new Error("stepgate: the invocation stopped"));
+      this.resolveStopped(stop);
+    }
+    return never<T>();
+  }
+
+  /** Why the gateway went away, or undefined. */
+  gone(): string | undefined {
+    const s = this.requestSignal;
+    return s?.aborted ? String(s.reason ?? "the request was aborted") : undefined;
+  }
+
+  /**
+   * Takes the next n seqs for entries of kind named name and returns the first and the
+   * journal's entries for them (undefined where not journaled). Returns undefined when
+   * the invocation has stopped (or stops now: nondeterminism, the budget).
+   */
+  next(kind: EntryKind, name: string, n = 1): { seq: number; entries: (JournalEntry | undefined)[] } | undefined {
+    if (this.stop) return undefined;
+    const first = this.seq + 1;
+    this.seq += n;
+    const entries: (JournalEntry | undefined)[] = [];
+    for (let seq = first; seq < first + n; seq++) {
+      const e = this.bySeq.get(seq);
+      if (e && (e.kind !== kind || e.name !== name)) {
+        const msg = `step ${seq}: code asks for ${kind} ${q(name)} but the journal holds ${e.kind} ${q(e.name)}`;
+        void this.halt(failed("nondeterminism", msg));
+        return undefined;
+      }
+      entries.push(e);
+    }
+    if (!entries[0]) {
+      const over = this.budgetMs > 0 && this.fresh > 0 && Date.now() - this.started >= this.budgetMs - this.budgetMs / 5;
+      this.fresh++;
+      if (over) {
+        void this.halt(suspended({ type: "continue", seq: first, name: "continue" }));
+        return undefined;
+      }
+    }
+    return { seq: first, entries };
+  }
+
+  /** The attempt this invocation makes of the step at seq (step_attempts, else 1). */
+  attempt(seq: number): number {
+    const a = this.req.step_attempts?.[String(seq)];
+    return a && a > 0 ? a : 1;
+  }
+
+  /** Marks the step at seq as running: a hole until done() says it was journaled. */
+  begin(seq: number) {
+    this.running++;
+    this.holes.set(seq, undefined);
+  }
+
+  /** Marks the step at seq as ended: journaled, or not (with the retry it waits for). */
+  done(seq: number, journaled: boolean, retryAwait?: Await) {
+    this.running--;
+    if (journaled) this.holes.delete(seq);
+    else this.holes.set(seq, retryAwait);
+    const ws = this.waiters;
+    this.waiters = [];
+    for (const w of ws) w();
+  }
+
+  private lowestHole(seq: number): number {
+    let low = 0;
+    for (const h of this.holes.keys()) if (h < seq && (low === 0 || h < low)) low = h;
+    return low;
+  }
+
+  /**
+   * The window an entry or an await at seq declares: the distance from the lowest hole
+   * below it, and at least 2 while another step runs (its checkpoint may be concurrent)
+   * or when later seqs were taken (it may fill a hole below their entries). self says
+   * that the step at seq is one of those running.
+   */
+  window(seq: number, self = false): number {
+    let w = 1;
+    const low = this.lowestHole(seq);
+    if (low > 0) w = seq - low + 1;
+    if (this.running > (self ? 1 : 0) || (self && this.seq > seq)) w = Math.max(w, 2);
+    return w;
+  }
+
+  /**
+   * Waits until seq is within MAX_WINDOW of the lowest hole below it. A hole that no
+   * running step will fill stops the invocation: false then.
+   */
+  async room(seq: number): Promise<boolean> {
+    for (;;) {
+      if (this.stop) return false;
+      const low = this.lowestHole(seq);
+      if (low === 0 || seq - low + 1 <= MAX_WINDOW) return true;
+      // This step counts as running itself once begun; callers ask before begin().
+      if (this.running === 0) {
+        const aw = this.holes.get(low);
+        void this.halt(aw ? suspended(aw) : retry("parallel", `step ${seq}: step ${low}, run in parallel, did not finish, and ${seq - low} steps came after it (at most ${MAX_WINDOW - 1})`));
+        return false;
+      }
+      await new Promise<void>((r) => this.waiters.push(r));
+    }
+  }
+
+  /** Waits until no step runs. */
+  async drain(): Promise<void> {
+    while (this.running > 0) await new Promise<void>((r) => this.waiters.push(r));
+  }
+
+  /** The lowest-seq retry a failed parallel step waits for, if any. */
+  lowestRetry(): Await | undefined {
+    let best: Await | undefined;
+    for (const aw of this.holes.values()) if (aw && (!best || aw.seq < best.seq)) best = aw;
+    return best;
+  }
+
+  /**
+   * Journals e with the gateway and returns its acknowledgement once it is durable, or
+   * undefined when the invocation stopped instead (a 409, the gateway gone or refusing).
+   * Failures that may pass (unreachable, 5xx, 408, 429) are tried again with backoff for
+   * as long as the gateway's request lasts.
+   */
+  async checkpoint(e: JournalEntry): Promise<CheckpointAck | undefined> {
+    const w = this.window(e.seq, true);
+    if (w > 1 && e.window === undefined) e.window = w;
+    const body = JSON.stringify(e);
+    const where = `checkpoint step ${e.seq} ${q(e.name)}`;
+    let delay = CHECKPOINT_BACKOFF_MS;
+    let last = "";
+    for (let attempt = 0; ; attempt++) {
+      if (attempt > 0) {
+        await sleepMs(delay, this.requestSignal);
+        const gone = this.gone();
+        if (gone) {
+          void this.halt(retry("checkpoint", `${where}: ${gone} (last: ${last})`));
+          return undefined;
+        }
+        delay = Math.min(2 * delay, MAX_CHECKPOINT_BACKOFF_MS);
+      }
+      let resp: PostResult;
+      try {
+        resp = await this.post(
+          this.req.checkpoint.url,
+          { "Content-Type": "application/json", Authorization: `Bearer ${this.req.checkpoint.token}` },
+          body,
+          this.requestSignal,
+        );
+      } catch (err) {
+        last = String(err instanceof Error ? err.message : err);
+        if (this.gone()) {
+          void this.halt(retry("checkpoint", `${where}: ${last}`));
+          return undefined;
+        }
+        continue;
+      }
+      const text = resp.body;
+      const code = resp.status;
+      if (code >= 200 && code < 300) {
+        let ack: CheckpointAck = { seq: e.seq };
+        try {
+          if (text) ack = { seq: e.seq, ...JSON.parse(text) };
+        } catch {
+          // An older gateway's empty body is an acknowledgement too.
+        }
+        return ack;
+      }
+      let problem: { type?: string; detail?: string } = {};
+      try {
+        problem = JSON.parse(text);
+      } catch {
+        // A body that is not a problem leaves it empty.
+      }
+      const detail = problem.detail || String(code);
+      if (code === 409) {
+        const typ = (problem.type ?? "").split("/").pop();
+        if (typ === "nondeterminism" || typ === "conflict") {
+          void this.halt(failed("nondeterminism", `step ${e.seq} ${q(e.name)}: ${detail}`));
+        } else {
+          void this.halt(failed("superseded", `${where}: ${detail}`));
+        }
+        return undefined;
+      }
+      if (code >= 500 || code === 408 || code === 429) {
+        last = `${code} ${detail}`;
+        const after = Number(resp.retryAfter);
+        if (after > 0) delay = Math.max(delay, Math.min(after * 1000, MAX_CHECKPOINT_BACKOFF_MS));
+        continue;
+      }
+      if (code === 401) {
+        // The invocation token expired or is unknown: a new invocation brings a new one.
+        void this.halt(retry("checkpoint", `${where}: ${code} ${detail}`));
+        return undefined;
+      }
+      // The gateway refuses this entry (too large, invalid): another try makes the same.
+      void this.halt(failed("checkpoint", `${where}: ${code} ${detail}`));
+      return undefined;
+    }
+  }
+}
+
+function sleepMs(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const t = setTimeout(done, ms);
+    function done() {
+      clearTimeout(t);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    }
+    signal?.addEventListener("abort", done, { once: true });
+  });
+}

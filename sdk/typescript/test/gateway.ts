@@ -1,0 +1,169 @@
+// A stand-in for the gateway in unit tests, as the Go SDK's gatewaytest: a real HTTP
+// checkpoint endpoint that journals entries per run (with the gateway's window rule), and
+// a client that signs invocations with Ed25519 and drives a run through its suspensions.
+// The end-to-end test (cmd/stepgate/typescript_e2e_test.go) uses the real gateway.
+import { generateKeyPairSync, sign, type KeyObject } from "node:crypto";
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import type { FetchHandler } from "../src/serve.js";
+import type { Await, InvocationAnswer, InvocationRequest, JournalEntry } from "../src/protocol.js";
+
+export const TENANT = "acme";
+
+/** A checkpoint hook: answers [code, body] instead of journaling, or undefined to journal. */
+export type Hook = (runId: string, e: JournalEntry) => [number, string] | undefined;
+
+export class Gateway {
+  readonly publicKey: string;
+  private readonly privateKey: KeyObject;
+  private server!: Server;
+  url = "";
+  journals = new Map<string, JournalEntry[]>();
+  /** Every checkpoint body received, in order. */
+  checkpoints: JournalEntry[] = [];
+  hook: Hook | undefined;
+
+  constructor() {
+    const { publicKey, privateKey } = generateKeyPairSync("ed25519");
+    this.privateKey = privateKey;
+    this.publicKey = publicKey.export({ format: "jwk" }).x!;
+  }
+
+  async start(): Promise<this> {
+    this.server = createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on("data", (c) => chunks.push(c));
+      req.on("end", () => {
+        const runId = decodeURIComponent(req.url!.split("/")[2] ?? "");
+        const auth = req.headers.authorization;
+        if (auth !== `Bearer token-${runId}`) {
+          res.writeHead(401, { "Content-Type": "application/problem+json" }).end(JSON.stringify({ detail: "bad token" }));
+          return;
+        }
+        const e = JSON.parse(Buffer.concat(chunks).toString()) as JournalEntry;
+        this.checkpoints.push(e);
+        const hooked = this.hook?.(runId, e);
+        if (hooked) {
+          res.writeHead(hooked[0], { "Content-Type": "application/problem+json" }).end(hooked[1]);
+          return;
+        }
+        const j = this.journal(runId);
+        const have = j.find((x) => x.seq === e.seq);
+        if (have) {
+          if (have.kind !== e.kind || have.name !== e.name) {
+            res.writeHead(409).end(JSON.stringify({ type: "nondeterminism", detail: `the journal holds ${have.kind} ${have.name}` }));
+            return;
+          }
+        } else {
+          // The gateway's window rule: in order (window 1), right after seq - 1 and not
+          // into a hole below later entries; with a window W, one of the W seqs below it
+          // journaled, or seq <= W.
+          const w = e.window ?? 1;
+          const ok = w === 1
+            ? (e.seq === 1 || j.some((x) => x.seq === e.seq - 1)) && !j.some((x) => x.seq > e.seq)
+            : e.seq <= w || j.some((x) => x.seq >= e.seq - w && x.seq < e.seq);
+          if (!ok) {
+            res.writeHead(400).end(JSON.stringify({ detail: `seq ${e.seq} is out of order (window ${w})` }));
+            return;
+          }
+          const stored = { ...e };
+          delete stored.window;
+          if (e.kind === "callback") stored.output = { url: `${this.url}/v1/callbacks/tok-${e.seq}`, token: `tok-${e.seq}`, expires_at: "2030-01-01T00:00:00Z" };
+          j.push(stored);
+          j.sort((a, b) => a.seq - b.seq);
+        }
+        const ack: Record<string, unknown> = { seq: e.seq };
+        if (e.kind === "callback") ack.output = j.find((x) => x.seq === e.seq)!.output;
+        res.writeHead(200, { "Content-Type": "application/json" }).end(JSON.stringify(ack));
+      });
+    });
+    await new Promise<void>((r) => this.server.listen(0, "127.0.0.1", r));
+    this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+    return this;
+  }
+
+  async close() {
+    this.server.closeAllConnections();
+    await new Promise((r) => this.server.close(r));
+  }
+
+  journal(runId: string): JournalEntry[] {
+    let j = this.journals.get(runId);
+    if (!j) this.journals.set(runId, (j = []));
+    return j;
+  }
+
+  /** The header that signs body for tenant at t (seconds). */
+  sign(body: string, tenant = TENANT, t = Math.floor(Date.now() / 1000)): string {
+    const msg = Buffer.from(`${t}\n${tenant}\n${body}`);
+    const sig = sign(null, msg, this.privateKey).toString("base64url");
+    return `t=${t},tenant=${encodeURIComponent(tenant)},ed25519=${sig}`;
+  }
+
+  request(runId: string, fn: string, input: unknown, extra: Partial<InvocationRequest> = {}): InvocationRequest {
+    return {
+      protocol: 1,
+      run: { id: runId, function: fn, revision: 1, attempt: 1, input, created_at: new Date().toISOString() },
+      identity: { subject: "ann", tenant: TENANT, roles: ["developer"], claims: { plan: "pro" } },
+      journal: [...this.journal(runId)],
+      checkpoint: { url: `${this.url}/checkpoint/${runId}`, token: `token-${runId}` },
+      ...extra,
+    };
+  }
+
+  /** Sends one signed invocation to handler and returns the HTTP status and body. */
+  async invoke(handler: FetchHandler, appUrl: string, req: InvocationRequest): Promise<{ status: number; body: any }> {
+    const body = JSON.stringify(req);
+    const resp = await handler(
+      new Request(`${appUrl}/${req.run.function}`, {
+        method: "POST",
+        headers: { "Content-Type": "application/json", "Stepgate-Signature": this.sign(body) },
+        body,
+      }),
+    );
+    return { status: resp.status, body: await resp.json() };
+  }
+
+  /**
+   * Drives a run to its end the way the gateway does, without waiting: sleeps end at once,
+   * retries come back with the next attempt, a child run's outcome comes from children,
+   * continues call again. Returns the last answer and the awaits met on the way.
+   */
+  async run(
+    handler: FetchHandler,
+    appUrl: string,
+    runId: string,
+    fn: string,
+    input: unknown,
+    opts: { children?: (aw: Await) => Partial<JournalEntry>; maxInvocations?: number } = {},
+  ): Promise<{ answer: InvocationAnswer & { type?: string; message?: string }; status: number; awaits: Await[]; invocations: number }> {
+    const attempts: Record<string, number> = {};
+    const awaits: Await[] = [];
+    for (let i = 1; i <= (opts.maxInvocations ?? 20); i++) {
+      const { status, body } = await this.invoke(handler, appUrl, this.request(runId, fn, input, { step_attempts: { ...attempts } }));
+      const answer = body as InvocationAnswer;
+      if (status !== 200 || answer.status !== "suspended") return { answer: body, status, awaits, invocations: i };
+      const aw = answer.await!;
+      awaits.push(aw);
+      const j = this.journal(runId);
+      for (const s of answer.steps ?? []) j.push(s);
+      switch (aw.type) {
+        case "sleep":
+          j.push({ seq: aw.seq, kind: "sleep", name: aw.name, until: new Date().toISOString() });
+          break;
+        case "retry":
+          attempts[String(aw.seq)] = (aw.attempt ?? 1) + 1;
+          break;
+        case "invoke":
+          j.push({ seq: aw.seq, kind: "invoke", name: aw.name, ...(opts.children?.(aw) ?? { output: null }) });
+          break;
+        case "continue":
+          break;
+        default:
+          throw new Error(`the test gateway does not drive ${aw.type}`);
+      }
+      j.sort((a, b) => a.seq - b.seq);
+    }
+    throw new Error("too many invocations");
+  }
+}

@@ -1,0 +1,107 @@
+// The Fetch handler on another runtime than Node (Bun or Deno), with Web APIs only: the
+// app and a checkpoint endpoint are served by the runtime's own HTTP server, invocations
+// are signed with Web Crypto's Ed25519 and sent with fetch. test.sh runs it with Bun
+// when Bun installs from npm:
+//
+//   bun dist/test/runtime-smoke.js        (or: deno run -A dist/test/runtime-smoke.js)
+//
+// It prints "N passed, M failed" and exits non-zero on a failure.
+import { createFunction, serve } from "../src/index.js";
+import type { InvocationRequest, JournalEntry } from "../src/protocol.js";
+
+type Serve = (handler: (r: Request) => Response | Promise<Response>) => { url: string; stop: () => void };
+const g = globalThis as unknown as {
+  Bun?: { serve(o: { port: number; hostname: string; fetch: (r: Request) => Response | Promise<Response> }): { port: number; stop(force?: boolean): void }; version: string };
+  Deno?: { serve(o: { port: number; hostname: string; onListen?: () => void }, h: (r: Request) => Response | Promise<Response>): { addr: { port: number }; shutdown(): Promise<void> }; version: { deno: string }; exit(code: number): never };
+  process?: { exit(code: number): never };
+};
+let runtime: string;
+let listen: Serve;
+if (g.Bun) {
+  runtime = `bun ${g.Bun.version}`;
+  listen = (fetch) => {
+    const s = g.Bun!.serve({ port: 0, hostname: "127.0.0.1", fetch });
+    return { url: `http://127.0.0.1:${s.port}`, stop: () => s.stop(true) };
+  };
+} else if (g.Deno) {
+  runtime = `deno ${g.Deno.version.deno}`;
+  listen = (fetch) => {
+    const s = g.Deno!.serve({ port: 0, hostname: "127.0.0.1", onListen: () => {} }, fetch);
+    return { url: `http://127.0.0.1:${s.addr.port}`, stop: () => void s.shutdown() };
+  };
+} else {
+  throw new Error("runtime-smoke runs on Bun or Deno (node has its own tests: npm test)");
+}
+
+const b64url = (b: ArrayBuffer) => btoa(String.fromCharCode(...new Uint8Array(b))).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+const keys = (await crypto.subtle.generateKey({ name: "Ed25519" }, true, ["sign", "verify"])) as CryptoKeyPair;
+const publicKey = b64url(await crypto.subtle.exportKey("raw", keys.publicKey));
+async function sign(body: string, tenant = "acme") {
+  const t = Math.floor(Date.now() / 1000);
+  const sig = await crypto.subtle.sign({ name: "Ed25519" }, keys.privateKey, new TextEncoder().encode(`${t}\n${tenant}\n${body}`));
+  return `t=${t},tenant=${encodeURIComponent(tenant)},ed25519=${b64url(sig)}`;
+}
+
+// The checkpoint endpoint: journals entries in order.
+const journal: JournalEntry[] = [];
+const gateway = listen(async (r) => {
+  const e = (await r.json()) as JournalEntry;
+  if (r.headers.get("Authorization") !== "Bearer tok") return new Response("{}", { status: 401 });
+  if (!journal.some((x) => x.seq === e.seq)) journal.push(e);
+  return Response.json({ seq: e.seq });
+});
+
+const calls: string[] = [];
+const tour = createFunction<{ item: string }>({ name: "tour" }, async ({ input, step, identity }) => {
+  const a = await step.run("reserve", () => (calls.push("reserve"), `o-${input.item}`));
+  await step.sleep("cool-off", "1s");
+  const b = await step.run("ship", () => (calls.push("ship"), `T-${a}`));
+  return { b, who: identity.subject };
+});
+const app = listen(serve({ functions: [tour], signingKeys: publicKey }));
+
+let passed = 0;
+let failed = 0;
+function check(what: string, ok: boolean, detail?: unknown) {
+  if (ok) passed++;
+  else {
+    failed++;
+    console.log(`FAIL ${what}: ${JSON.stringify(detail)}`);
+  }
+}
+
+async function invoke(extra: Partial<InvocationRequest> = {}, signature?: string) {
+  const req: InvocationRequest = {
+    protocol: 1,
+    run: { id: "00000000-0000-4000-8000-000000000001", function: "tour", revision: 1, attempt: 1, input: { item: "book" }, created_at: new Date().toISOString() },
+    identity: { subject: "ann", tenant: "acme", roles: [] },
+    journal: [...journal],
+    checkpoint: { url: `${gateway.url}/checkpoint`, token: "tok" },
+    ...extra,
+  };
+  const body = JSON.stringify(req);
+  const resp = await fetch(`${app.url}/tour`, { method: "POST", body, headers: { "Stepgate-Signature": signature ?? (await sign(body)) } });
+  return { status: resp.status, body: (await resp.json()) as any };
+}
+
+try {
+  const m = await fetch(app.url, { headers: { "Stepgate-Signature": await sign("") } });
+  check("manifest", m.status === 200 && (await m.json()).functions[0].name === "tour");
+  let r = await invoke();
+  check("first invocation sleeps", r.body.status === "suspended" && r.body.await.type === "sleep" && r.body.await.seq === 2, r);
+  journal.push({ seq: 2, kind: "sleep", name: "cool-off" });
+  r = await invoke();
+  check("second invocation completes", r.body.status === "completed" && r.body.output.b === "T-o-book" && r.body.output.who === "ann", r);
+  check("journal", journal.map((e) => e.name).join(",") === "reserve,cool-off,ship", journal);
+  check("each step ran once", calls.join(",") === "reserve,ship", calls);
+  r = await invoke({}, (await sign("{}")).replace(/ed25519=.*/, "ed25519=" + "A".repeat(86)));
+  check("forged signature refused", r.status === 401 && r.body.type === "signature", r);
+} catch (e) {
+  check("no exception", false, String(e));
+} finally {
+  app.stop();
+  gateway.stop();
+}
+console.log(`runtime-smoke on ${runtime}`);
+console.log(`${passed} passed, ${failed} failed`);
+(g.process ?? g.Deno)!.exit(failed > 0 ? 1 : 0);
