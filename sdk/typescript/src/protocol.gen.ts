@@ -875,6 +875,17 @@ export interface paths {
          *     conflicts with the journal (nondeterminism) or the invocation was superseded (the run
          *     was cancelled, finished, or another attempt owns it): the function must stop at once.
          *
+         *     A `sleep` entry may be checkpointed, for a short sleep that the function waits out in
+         *     its process instead of suspending the run (one invocation instead of two): with
+         *     `until`, or with `output` `{"duration": "<duration>"}` counted from now on the
+         *     database clock, from `0s` up to the function's `timeout`. The gateway journals the
+         *     sleep with its wake time (no output) and answers it in `CheckpointAck.until`; a
+         *     repeated checkpoint answers the journaled time. The function then waits until
+         *     that time and goes on. If the invocation fails meanwhile (the function's process
+         *     died), its retry is not due before that time, nor is a run requeued by the lease
+         *     reaper; a function that replays a sleep whose `until` has not come yet waits for
+         *     it.
+         *
          *     A `callback` entry is checkpointed with no output (or `{"timeout": "<duration>"}`,
          *     from `1s` to `8760h`, default `168h`: how long the callback stays open until an
          *     await sets its own timeout): the gateway makes its token and URL, journals them as
@@ -1618,6 +1629,11 @@ export interface components {
             error?: components["schemas"]["ErrorInfo"];
             /** @description The entry's output as the gateway journaled it, when the gateway made it: a `callback`'s `{url, token, expires_at}`. */
             output?: components["schemas"]["AnyJSON"];
+            /**
+             * Format: date-time
+             * @description A checkpointed `sleep`'s wake time, as journaled: the function waits until then in its process.
+             */
+            until?: string;
         };
         /** @description A callback's rejection. */
         CallbackRejection: {
@@ -1675,6 +1691,14 @@ export interface components {
                 [key: string]: number;
             };
             checkpoint: components["schemas"]["Checkpoint"];
+            /**
+             * Format: date-time
+             * @description When the gateway stops waiting for this invocation's answer (the function's
+             *     `timeout` from when it was called, on the gateway's clock). An SDK that sleeps
+             *     in its process (see the checkpoint of a `sleep`) does so only with time to spare
+             *     before it.
+             */
+            deadline?: string;
         };
         /** @enum {string} */
         AwaitType: "sleep" | "retry" | "invoke" | "invoke_all" | "wait_event" | "receive" | "await_callback" | "wait_any" | "continue";
