@@ -189,12 +189,16 @@ func PruneFlow(ctx context.Context, db DB, limit int) (int64, error) {
 				AND f.first_at < now() - interval '25 hours'
 			RETURNING 1
 		), c AS (
-			-- Concurrency counters at 0 with nobody in their key's line (kept at 0 by
-			-- releases, so that a busy key is not deleted and inserted at each run);
-			-- a row in use is skipped, and re-checked under its lock.
+			-- Concurrency counters of idle keys: all at 0, nobody in the key's line
+			-- (kept at 0 by releases, so that a busy key is not deleted and inserted at
+			-- each run); a row in use is skipped, and re-checked under its lock.
 			DELETE FROM stepgate.concurrency_slot s
 			USING (SELECT tenant, function, key, stripe FROM stepgate.concurrency_slot o
 				WHERE running = 0 AND NOT EXISTS (
+					-- The whole key is idle: a busy striped key keeps its empty stripes.
+					SELECT 1 FROM stepgate.concurrency_slot b
+					WHERE b.tenant = o.tenant AND b.function = o.function AND b.key = o.key AND b.running > 0
+				) AND NOT EXISTS (
 					SELECT 1 FROM stepgate.run q
 					WHERE q.tenant = o.tenant AND q.function = o.function AND q.held_on = o.key
 						AND q.status IN ('queued', 'scheduled', 'suspended'))

@@ -19,9 +19,9 @@
 --   with room) it takes the key's hold lock (a transaction-level advisory lock,
 --   exclusive), reads the stripes' sum and the older runs in the line, and takes a slot
 --   from a free stripe with room (SKIP LOCKED again: it never waits for a stripe), or
---   holds the run. A release gives its slot back to the stripe it took or, when a claim
---   holds that one, to another stripe that counts one (which stripe does not matter to
---   the sum); it waits for its own stripe only when every such stripe is held.
+--   holds the run. A claim prefers the emptiest stripes, and a release gives its slot
+--   back to the stripe its run took, waiting for it only while a claim of that stripe
+--   commits.
 --
 --   Why a held run is always woken: a release of a striped key takes the key's hold
 --   lock shared (releases do not wait for each other) after giving back its slot, then
@@ -36,12 +36,13 @@
 --   (not for a start with an idempotency key, whose INSERT may do nothing). A start
 --   that finds no room is created queued, as before, and claimed or held by claim_slots.
 --
--- * Keeps counters at 0: the minute's prune (journal.PruneFlow) deletes those with no
---   run running or waiting, skipping rows in use.
+-- * Keeps counters at 0: the minute's prune (journal.PruneFlow) deletes a key's rows
+--   when none counts a run and none waits in its line, skipping rows in use.
 --
 -- Order of locks: counter rows (and hold locks) in key order, then run rows. Within a
 -- key, only a one-row key's claim, and a release (for the stripe its run took), wait for
--- a counter row, holding no other counter row of that key.
+-- a counter row, holding no other counter row of that key; claims of a striped key wait
+-- only for its hold lock.
 --
 -- A lowered limit of a striped key holds for the runs started after it at once, and in
 -- all once the runs started under the old one have ended (their stripes may count more
@@ -166,11 +167,13 @@ BEGIN
                 WHERE q.tenant = p_tenant AND q.function = p_function AND q.held_on = k
                   AND q.status IN ('queued', 'scheduled', 'suspended')
                   AND (q.created_at, q.id) < (p_created_at, p_id)) THEN
-                -- The fast path: a stripe with room that nobody holds.
+                -- The fast path: a stripe with room that nobody holds, the emptiest first
+                -- (a stripe that counts no run has no release coming to wait for this
+                -- claim's commit).
                 SELECT c.stripe INTO got FROM stepgate.concurrency_slot c
                 WHERE c.tenant = p_tenant AND c.function = p_function AND c.key = k
                   AND c.running < stepgate.stripe_cap(v_lim, c.stripe)
-                ORDER BY (c.stripe + off) % 64 LIMIT 1
+                ORDER BY c.running, (c.stripe + off) % 64 LIMIT 1
                 FOR UPDATE SKIP LOCKED;
             END IF;
             IF got IS NULL THEN
@@ -223,41 +226,15 @@ BEGIN
 END
 $$;
 
--- give_slot gives back a running run's slot of key: to p_stripe, the stripe it took,
--- when that one counts one and no other transaction holds it (a claim taking a slot of
--- it); else to another stripe that counts one and nobody holds (the rows partition one
--- count: which stripe does not matter to the sum); only when there is none, after
--- waiting for a stripe that counts one, its own first.
+-- give_slot gives back a running run's slot of key, to p_stripe, the stripe it took
+-- (waiting for it when a claim holds it). Only to that one: a release locks exactly one
+-- row of a key, so releases never wait on each other in a cycle.
 CREATE FUNCTION stepgate.give_slot(p_tenant text, p_function text, p_key text, p_stripe smallint) RETURNS void
 LANGUAGE plpgsql AS $$
-DECLARE
-    own integer := coalesce(p_stripe, 0);
-    got integer;
-    off integer;
 BEGIN
-    LOOP
-        SELECT c.stripe INTO got FROM stepgate.concurrency_slot c
-        WHERE c.tenant = p_tenant AND c.function = p_function AND c.key = p_key AND c.stripe = own
-          AND c.running > 0
-        FOR UPDATE SKIP LOCKED;
-        IF got IS NULL THEN
-            off := floor(random() * 64)::integer;
-            SELECT c.stripe INTO got FROM stepgate.concurrency_slot c
-            WHERE c.tenant = p_tenant AND c.function = p_function AND c.key = p_key AND c.running > 0
-            ORDER BY (c.stripe + off) % 64 LIMIT 1
-            FOR UPDATE SKIP LOCKED;
-        END IF;
-        IF got IS NULL THEN
-            SELECT c.stripe INTO got FROM stepgate.concurrency_slot c
-            WHERE c.tenant = p_tenant AND c.function = p_function AND c.key = p_key AND c.running > 0
-            ORDER BY c.stripe = own DESC, c.stripe LIMIT 1
-            FOR UPDATE;
-        END IF;
-        EXIT WHEN got IS NULL; -- no stripe counts one: nothing to give back
-        UPDATE stepgate.concurrency_slot SET running = running - 1
-        WHERE tenant = p_tenant AND function = p_function AND key = p_key AND stripe = got AND running > 0;
-        EXIT WHEN FOUND;
-    END LOOP;
+    UPDATE stepgate.concurrency_slot SET running = running - 1
+    WHERE tenant = p_tenant AND function = p_function AND key = p_key AND stripe = coalesce(p_stripe, 0)
+      AND running > 0;
 END
 $$;
 
