@@ -109,6 +109,21 @@ $$;
 -- than its limit (so runs start in creation order per key; a striped key's fast path
 -- checks only that its line is empty). The rows it took stay locked until the caller's
 -- transaction ends.
+-- slot_line_ahead counts, up to lim, the runs waiting in key's line that are older than
+-- the run created at p_created_at with id p_id.
+CREATE FUNCTION stepgate.slot_line_ahead(p_tenant text, p_function text, p_key text,
+    p_created_at timestamptz, p_id uuid, lim integer) RETURNS integer
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (SELECT count(*) FROM (
+        SELECT 1 FROM stepgate.run q
+        WHERE q.tenant = p_tenant AND q.function = p_function AND q.held_on = p_key
+          AND q.status IN ('queued', 'scheduled', 'suspended')
+          AND (q.created_at, q.id) < (p_created_at, p_id)
+        LIMIT lim) older);
+END
+$$;
+
 CREATE TYPE stepgate.slots_taken AS (blocked integer, stripes smallint[]);
 
 CREATE FUNCTION stepgate.take_slots(p_tenant text, p_function text, p_keys text[], p_limits integer[],
@@ -149,12 +164,7 @@ BEGIN
             RETURNING s.running INTO v_running;
             IF FOUND THEN
                 got := 0;
-                SELECT count(*) INTO v_ahead FROM (
-                    SELECT 1 FROM stepgate.run q
-                    WHERE q.tenant = p_tenant AND q.function = p_function AND q.held_on = k
-                      AND q.status IN ('queued', 'scheduled', 'suspended')
-                      AND (q.created_at, q.id) < (p_created_at, p_id)
-                    LIMIT v_lim) older;
+                v_ahead := stepgate.slot_line_ahead(p_tenant, p_function, k, p_created_at, p_id, v_lim);
                 IF v_running + v_ahead > v_lim THEN
                     UPDATE stepgate.concurrency_slot SET running = running - 1
                     WHERE tenant = p_tenant AND function = p_function AND key = k AND stripe = 0;
@@ -162,11 +172,7 @@ BEGIN
                 END IF;
             END IF;
         ELSE
-            IF NOT EXISTS (
-                SELECT 1 FROM stepgate.run q
-                WHERE q.tenant = p_tenant AND q.function = p_function AND q.held_on = k
-                  AND q.status IN ('queued', 'scheduled', 'suspended')
-                  AND (q.created_at, q.id) < (p_created_at, p_id)) THEN
+            IF stepgate.slot_line_ahead(p_tenant, p_function, k, p_created_at, p_id, 1) = 0 THEN
                 -- The fast path: a stripe with room that nobody holds, the emptiest first
                 -- (a stripe that counts no run has no release coming to wait for this
                 -- claim's commit).
@@ -190,12 +196,7 @@ BEGIN
                 ON CONFLICT DO NOTHING;
                 SELECT sum(c.running) INTO v_running FROM stepgate.concurrency_slot c
                 WHERE c.tenant = p_tenant AND c.function = p_function AND c.key = k;
-                SELECT count(*) INTO v_ahead FROM (
-                    SELECT 1 FROM stepgate.run q
-                    WHERE q.tenant = p_tenant AND q.function = p_function AND q.held_on = k
-                      AND q.status IN ('queued', 'scheduled', 'suspended')
-                      AND (q.created_at, q.id) < (p_created_at, p_id)
-                    LIMIT v_lim) older;
+                v_ahead := stepgate.slot_line_ahead(p_tenant, p_function, k, p_created_at, p_id, v_lim);
                 IF coalesce(v_running, 0) + v_ahead < v_lim THEN
                     SELECT c.stripe INTO got FROM stepgate.concurrency_slot c
                     WHERE c.tenant = p_tenant AND c.function = p_function AND c.key = k
