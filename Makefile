@@ -2,7 +2,7 @@
 
 GO ?= go
 
-.PHONY: test dev generate build bench chaos soak
+.PHONY: test dev generate build bench chaos soak scale
 
 ## test: the whole suite (vet, generated-code and gofmt checks, go test -race); see test.sh
 test:
@@ -41,3 +41,10 @@ bench:
 DURATION ?= 30m
 soak:
 	STEPGATE_SOAK_DURATION=$(DURATION) $(GO) test ./chaos -run '^TestSoak$$' -count=1 -v -timeout 0 $(SOAK_FLAGS)
+
+## scale: one gateway against two on one Postgres, SCALE_ROUNDS rounds in alternation (two
+## `stepgate bench` processes each phase), with the runs per second and the CPU that each
+## process used; it prints the ratio and asserts no timing (see chaos/scale_test.go).
+SCALE_ROUNDS ?= 3
+scale:
+	STEPGATE_SCALE_ROUNDS=$(SCALE_ROUNDS) $(GO) test ./chaos -run '^TestScaleOut$$' -count=1 -v -timeout 60m $(SCALE_FLAGS)
