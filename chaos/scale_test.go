@@ -36,7 +36,10 @@ const clockTicks = 100
 // second of both benches together and the CPU that each process used (utime+stime from
 // /proc, in cores: CPU seconds per second of wall clock): the gateways, Postgres (its
 // postmaster and backends), the function app (this test process), the benches, and the
-// whole machine. The ratio two/one per round, and its median, are printed.
+// whole machine. The ratio two/one per round, and its median, are printed, and the runs
+// per CPU-second of the stack (gateways, Postgres, app and benches together): on a machine
+// whose cores are all busy, a phase can go faster only by getting more CPU, and that
+// figure tells whether a run cost more or less of it.
 func TestScaleOut(t *testing.T) {
 	rounds, _ := strconv.Atoi(os.Getenv("STEPGATE_SCALE_ROUNDS"))
 	if rounds <= 0 {
@@ -179,9 +182,12 @@ func TestScaleOut(t *testing.T) {
 			}
 			return sum / float64(len(ps))
 		}
+		stack := func(p phase) float64 { return p.cpu["gw1"] + p.cpu["gw2"] + p.cpu["postgres"] + p.cpu["app"] + p.cpu["bench"] }
 		line := func(ps []phase) string {
-			return fmt.Sprintf("%7.1f runs/s; CPU cores: gateways %.2f, postgres %.2f, app %.2f, bench %.2f, machine %.2f of %d",
+			return fmt.Sprintf("%7.1f runs/s, %.0f runs per CPU-second of the stack; CPU cores: stack %.2f (gateways %.2f, postgres %.2f, app %.2f, bench %.2f), machine %.2f of %d",
 				mean(ps, func(p phase) float64 { return p.rps }),
+				mean(ps, func(p phase) float64 { return p.rps / stack(p) }),
+				mean(ps, stack),
 				mean(ps, func(p phase) float64 { return p.cpu["gw1"] + p.cpu["gw2"] }),
 				mean(ps, func(p phase) float64 { return p.cpu["postgres"] }),
 				mean(ps, func(p phase) float64 { return p.cpu["app"] }),
