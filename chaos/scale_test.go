@@ -182,7 +182,9 @@ func TestScaleOut(t *testing.T) {
 			}
 			return sum / float64(len(ps))
 		}
-		stack := func(p phase) float64 { return p.cpu["gw1"] + p.cpu["gw2"] + p.cpu["postgres"] + p.cpu["app"] + p.cpu["bench"] }
+		stack := func(p phase) float64 {
+			return p.cpu["gw1"] + p.cpu["gw2"] + p.cpu["postgres"] + p.cpu["app"] + p.cpu["bench"]
+		}
 		line := func(ps []phase) string {
 			return fmt.Sprintf("%7.1f runs/s, %.0f runs per CPU-second of the stack; CPU cores: stack %.2f (gateways %.2f, postgres %.2f, app %.2f, bench %.2f), machine %.2f of %d",
 				mean(ps, func(p phase) float64 { return p.rps }),
