@@ -45,9 +45,6 @@ func soakSettings(t *testing.T) soakConfig {
 			return def
 		}
 		d, err := time.ParseDuration(v)
-		if v == "0" {
-			d, err = 0, nil
-		}
 		if err != nil || d < 0 {
 			t.Fatalf("%s=%q: not a duration (e.g. 30m)", name, v)
 		}
@@ -128,6 +125,11 @@ func TestSoak(t *testing.T) {
 				smp.sample(sctx)
 			}
 		}
+	}()
+	// The sampler logs; it must be done before the test is (a t.Fatal below included).
+	defer func() {
+		stopSampling()
+		<-sampled
 	}()
 
 	// The kills: gw2 only, so that gw1 lives the whole soak and its series tell whether
