@@ -2,7 +2,7 @@
 
 GO ?= go
 
-.PHONY: test dev generate build bench chaos
+.PHONY: test dev generate build bench chaos soak scale
 
 ## test: the whole suite (vet, generated-code and gofmt checks, go test -race); see test.sh
 test:
@@ -33,3 +33,18 @@ build:
 ## e.g. make bench BENCH_FLAGS="--concurrency 1,16,64 --duration 30s".
 bench:
 	$(GO) run ./cmd/stepgate bench $(BENCH_FLAGS)
+
+## soak: steady mixed load through two real gateways for DURATION (default 30m), with a
+## kill -9 of one of them every 5 minutes, sampling memory, goroutines, files, connections,
+## open runs and run latency; fails on growth that does not level off (see chaos/soak_test.go).
+## ./test.sh runs a 20s version. SOAK_FLAGS adds go test flags.
+DURATION ?= 30m
+soak:
+	STEPGATE_SOAK_DURATION=$(DURATION) $(GO) test ./chaos -run '^TestSoak$$' -count=1 -v -timeout 0 $(SOAK_FLAGS)
+
+## scale: one gateway against two on one Postgres, SCALE_ROUNDS rounds in alternation (two
+## `stepgate bench` processes each phase), with the runs per second and the CPU that each
+## process used; it prints the ratio and asserts no timing (see chaos/scale_test.go).
+SCALE_ROUNDS ?= 3
+scale:
+	STEPGATE_SCALE_ROUNDS=$(SCALE_ROUNDS) $(GO) test ./chaos -run '^TestScaleOut$$' -count=1 -v -timeout 60m $(SCALE_FLAGS)

@@ -31,6 +31,8 @@ const (
 	fnChain      = "chain"             // input chainInput: steps s1..sN, each sleeping step_ms
 	fnPatient    = "chain.patient"     // chain with a timeout of 30s
 	fnTick       = "tick"              // one step; started by a schedule
+	fnNap        = "nap"               // step "before", a durable sleep of napFor, step "after"
+	fnAwait      = "await"             // input awaitInput: waits for event paidEvent with data.key = key, then step "after"
 	fnHTTP500    = "fault.http500"     // answers HTTP 500
 	fnGarbage    = "fault.garbage"     // answers 200 with a body that is not JSON
 	fnHang       = "fault.hang"        // never answers; its timeout is 1s
@@ -41,6 +43,20 @@ const (
 
 // chainTimeout is chain's invocation timeout, the issue's 10s.
 const chainTimeout = 10 * time.Second
+
+// napFor is how long a run of nap sleeps (durably: the run is suspended meanwhile).
+const napFor = 500 * time.Millisecond
+
+// paidEvent is the event a run of await waits for, for up to awaitFor.
+const (
+	paidEvent = "chaos.paid"
+	awaitFor  = 2 * time.Minute
+)
+
+// awaitInput is await's input.
+type awaitInput struct {
+	Key string `json:"key"`
+}
 
 // hangTimeout is fault.hang's invocation timeout.
 const hangTimeout = time.Second
@@ -93,6 +109,8 @@ func newApp(t *testing.T, f *fleet) *app {
 	functions.Register(a.sdk, fnChain, a.chain, functions.Timeout(chainTimeout))
 	functions.Register(a.sdk, fnPatient, a.chain, functions.Timeout(3*chainTimeout))
 	functions.Register(a.sdk, fnTick, a.tick, functions.Timeout(chainTimeout))
+	functions.Register(a.sdk, fnNap, a.nap, functions.Timeout(chainTimeout))
+	functions.Register(a.sdk, fnAwait, a.await, functions.Timeout(chainTimeout))
 	faulty := []functions.Option{functions.MaxAttempts(3), functions.Backoff(100*time.Millisecond, 200*time.Millisecond)}
 	for _, name := range []string{fnHTTP500, fnGarbage, fnCloseEarly, fnCloseMid} {
 		functions.Register(a.sdk, name, a.unreachable, append(faulty, functions.Timeout(chainTimeout))...)
@@ -346,6 +364,38 @@ func (a *app) chain(ctx context.Context, in chainInput) (int, error) {
 func (a *app) tick(ctx context.Context, _ any) (bool, error) {
 	return step.Run(ctx, "tock", func(ctx context.Context) (bool, error) {
 		a.executed(ctx, "tock")
+		return true, nil
+	})
+}
+
+// nap runs step "before", sleeps napFor durably, and runs step "after".
+func (a *app) nap(ctx context.Context, _ any) (bool, error) {
+	if _, err := a.step(ctx, "before"); err != nil {
+		return false, err
+	}
+	if err := step.Sleep(ctx, "nap", napFor); err != nil {
+		return false, err
+	}
+	return a.step(ctx, "after")
+}
+
+// await waits for a paidEvent whose data.key is its input's key, then runs step "after".
+// Waiting in vain for awaitFor fails the run.
+func (a *app) await(ctx context.Context, in awaitInput) (bool, error) {
+	w, err := step.WaitForEvent[awaitInput](ctx, "paid", paidEvent, step.Match{"data.key": in.Key}, awaitFor)
+	if err != nil {
+		return false, err
+	}
+	if w.TimedOut {
+		return false, step.NonRetryable(errors.New("chaos: no " + paidEvent + " event within " + awaitFor.String()))
+	}
+	return a.step(ctx, "after")
+}
+
+// step runs a step called name that records its execution and does nothing else.
+func (a *app) step(ctx context.Context, name string) (bool, error) {
+	return step.Run(ctx, name, func(ctx context.Context) (bool, error) {
+		a.executed(ctx, name)
 		return true, nil
 	})
 }

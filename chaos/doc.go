@@ -13,5 +13,10 @@
 //	go test ./chaos                                          the short suite (./test.sh runs it)
 //	STEPGATE_CHAOS=long go test ./chaos -count=1 -v -timeout 30m   the long one (make chaos)
 //
+// TestSoak (soak_test.go) runs steady mixed load through two gateways, with kills, for
+// STEPGATE_SOAK_DURATION (make soak; 20s by default), sampling memory, goroutines, files,
+// connections and run latency over time, and fails on growth that does not level off.
+// TestScaleOut (scale_test.go, make scale) measures one gateway against two.
+//
 // The package has no code outside its tests.
 package chaos

@@ -56,6 +56,9 @@ type fleetConfig struct {
 	MaxConns int
 	// Env adds KEY=VALUE settings to every gateway's environment.
 	Env []string
+	// Metrics gives each gateway a metrics listener of its own (STEPGATE_METRICS_ADDR),
+	// at gateway.metricsURL.
+	Metrics bool
 }
 
 // fleet is a scenario's gateways on one database, and the superuser pool the checks
@@ -132,6 +135,11 @@ func newFleet(t *testing.T, cfg fleetConfig) *fleet {
 			"GORACE=log_path="+filepath.Join(dir, fmt.Sprintf("gw%d.race", i+1)),
 		)
 		g.env = append(g.env, cfg.Env...)
+		if cfg.Metrics {
+			maddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+			g.metricsURL = "http://" + maddr + "/metrics"
+			g.env = append(g.env, "STEPGATE_METRICS_ADDR="+maddr)
+		}
 		f.gws = append(f.gws, g)
 	}
 	t.Cleanup(func() {
@@ -339,6 +347,7 @@ func cmpErr(a, b error) error {
 // address with the same environment.
 type gateway struct {
 	name, addr, url string
+	metricsURL      string // with fleetConfig.Metrics
 	bin             string
 	env             []string
 	logPath         string
@@ -372,6 +381,14 @@ func (g *gateway) current() *life {
 		return nil
 	}
 	return g.lives[len(g.lives)-1]
+}
+
+// pid returns the process id of the gateway's current process, or 0 when it is down.
+func (g *gateway) pid() int {
+	if l := g.current(); l != nil && l.alive() {
+		return l.pid
+	}
+	return 0
 }
 
 // up reports whether the gateway's process runs.

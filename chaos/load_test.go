@@ -31,6 +31,13 @@ type load struct {
 // of its own (at most 32 at once), so that a start retried on another gateway does not
 // hold up the pace.
 func (s *scenario) startLoad(every time.Duration, function string, input func(i int) any) *load {
+	return s.startMixedLoad(every, func(i int) (string, any) { return function, input(i) }, nil)
+}
+
+// startMixedLoad is startLoad of the function and input that pick returns for the i-th
+// run. after, when not nil, is called with each run started, in the goroutine that
+// started it (so it holds one of the 32); its error counts as the start's.
+func (s *scenario) startMixedLoad(every time.Duration, pick func(i int) (string, any), after func(ctx context.Context, id string, input any) error) *load {
 	ctx, cancel := context.WithCancel(s.ctx)
 	l := &load{cancel: cancel}
 	sem := make(chan struct{}, 32)
@@ -45,15 +52,20 @@ func (s *scenario) startLoad(every time.Duration, function string, input func(i 
 			}
 			l.wg.Go(func() {
 				defer func() { <-sem }()
+				function, input := pick(i)
 				// A start outlives the load's end: the load stops starting, not started.
-				id, err := s.f.start(context.WithoutCancel(ctx), function, input(i))
+				id, err := s.f.start(context.WithoutCancel(ctx), function, input)
+				if err == nil && after != nil {
+					err = after(context.WithoutCancel(ctx), id, input)
+				}
 				l.mu.Lock()
 				defer l.mu.Unlock()
+				if id != "" {
+					l.ids = append(l.ids, id)
+				}
 				if err != nil {
 					l.err = cmpErr(l.err, err)
-					return
 				}
-				l.ids = append(l.ids, id)
 			})
 			select {
 			case <-ctx.Done():
