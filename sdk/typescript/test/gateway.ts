@@ -6,7 +6,7 @@ import { generateKeyPairSync, sign, type KeyObject } from "node:crypto";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import type { FetchHandler } from "../src/serve.js";
-import type { Await, InvocationAnswer, InvocationRequest, JournalEntry } from "../src/protocol.js";
+import type { Await, InvocationAnswer, InvocationRequest, JournalEntry, StreamWrite } from "../src/protocol.js";
 
 export const TENANT = "acme";
 
@@ -22,6 +22,12 @@ export class Gateway {
   /** Every checkpoint body received, in order. */
   checkpoints: JournalEntry[] = [];
   hook: Hook | undefined;
+  /** Every stream write received, in order. */
+  streamWrites: StreamWrite[] = [];
+  /** A stream hook: answers [code, body] instead of writing, or undefined to write. */
+  streamHook: ((runId: string, w: StreamWrite) => [number, string] | undefined) | undefined;
+  /** Each run's streams (by `${runId} ${key}`): chunks in offset order, each with its place; closed. */
+  streams = new Map<string, { chunks: { place: string; chunk: unknown }[]; closed: boolean }>();
 
   constructor() {
     const { publicKey, privateKey } = generateKeyPairSync("ed25519");
@@ -38,6 +44,10 @@ export class Gateway {
         const auth = req.headers.authorization;
         if (auth !== `Bearer token-${runId}`) {
           res.writeHead(401, { "Content-Type": "application/problem+json" }).end(JSON.stringify({ detail: "bad token" }));
+          return;
+        }
+        if (req.url!.endsWith("/stream")) {
+          this.writeStream(runId, JSON.parse(Buffer.concat(chunks).toString()) as StreamWrite, res);
           return;
         }
         const e = JSON.parse(Buffer.concat(chunks).toString()) as JournalEntry;
@@ -80,6 +90,34 @@ export class Gateway {
     await new Promise<void>((r) => this.server.listen(0, "127.0.0.1", r));
     this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
     return this;
+  }
+
+  /** The gateway's stream write: chunks at places the stream holds are skipped (the first write wins). */
+  private writeStream(runId: string, w: StreamWrite, res: import("node:http").ServerResponse) {
+    this.streamWrites.push(w);
+    const hooked = this.streamHook?.(runId, w);
+    if (hooked) {
+      res.writeHead(hooked[0], { "Content-Type": "application/problem+json" }).end(hooked[1]);
+      return;
+    }
+    const k = `${runId} ${w.key}`;
+    let s = this.streams.get(k);
+    if (!s) this.streams.set(k, (s = { chunks: [], closed: false }));
+    const fresh = w.chunks
+      .map((chunk, i) => ({ place: `${w.seq}/${w.attempt ?? 0}/${(w.index ?? 0) + i}`, chunk }))
+      .filter((c) => !s!.chunks.some((x) => x.place === c.place));
+    if (s.closed && fresh.length > 0) {
+      res.writeHead(409, { "Content-Type": "application/problem+json" }).end(JSON.stringify({ type: "stream_closed", detail: `stream ${w.key} is closed` }));
+      return;
+    }
+    s.chunks.push(...fresh);
+    if (w.close) s.closed = true;
+    res.writeHead(200, { "Content-Type": "application/json" }).end(JSON.stringify({ key: w.key, length: s.chunks.length, closed: s.closed }));
+  }
+
+  /** The chunks of a run's stream, in order. */
+  stream(runId: string, key: string): unknown[] {
+    return (this.streams.get(`${runId} ${key}`)?.chunks ?? []).map((c) => c.chunk);
   }
 
   async close() {

@@ -1,0 +1,252 @@
+// Streams, patches, compensations and nested steps, as the Go SDK has them.
+import assert from "node:assert/strict";
+import { after, before, beforeEach, describe, test } from "node:test";
+import { createFunction, NonRetryableError, serve, StepError, StreamRefusedError, type FetchHandler } from "../src/index.js";
+import type { JournalEntry } from "../src/protocol.js";
+import { Gateway } from "./gateway.js";
+
+const APP = "http://app.test/api/stepgate";
+let gw: Gateway;
+let n = 0;
+const runId = () => `00000000-0000-4000-9000-${String(++n).padStart(12, "0")}`;
+
+before(async () => {
+  gw = await new Gateway().start();
+});
+after(async () => {
+  await gw.close();
+});
+beforeEach(() => {
+  gw.hook = undefined;
+  gw.streamHook = undefined;
+});
+
+function app(...functions: Parameters<typeof serve>[0]["functions"]): FetchHandler {
+  return serve({ functions, signingKeys: gw.publicKey, basePath: "/api/stepgate" });
+}
+
+const kinds = (j: JournalEntry[]) => j.map((e) => `${e.seq} ${e.kind} ${e.name}`);
+
+describe("streams", () => {
+  test("chunks are placed by seq, attempt and index: a replay writes nothing twice, a retried step writes anew", async () => {
+    const fn = createFunction({ name: "streamer" }, async ({ step }) => {
+      const w = step.stream("out");
+      await w.write("a");
+      await step.run("s", async (ctx) => {
+        await step.stream("out").write(`in-${ctx.attempt}`); // placed in the step by AsyncLocalStorage
+        await ctx.stream("out").send({ n: ctx.attempt });
+        if (ctx.attempt === 1) throw new Error("again");
+      }, { retries: 1 });
+      await step.sleep("nap", 1);
+      await w.write("b");
+      await w.close();
+      return "ok";
+    });
+    const id = runId();
+    gw.streamWrites = [];
+    const r = await gw.run(app(fn), APP, id, "streamer", null);
+    assert.deepEqual(r.answer, { status: "completed", output: "ok" });
+    assert.deepEqual(gw.stream(id, "out"), ["a", "in-1", { n: 1 }, "in-2", { n: 2 }, "b"]);
+    assert.deepEqual(gw.streamWrites.slice(0, 4), [
+      { key: "out", seq: 1, chunks: ["a"] },
+      { key: "out", seq: 1, attempt: 1, chunks: ["in-1"] },
+      { key: "out", seq: 1, attempt: 1, index: 1, chunks: [{ n: 1 }] },
+      { key: "out", seq: 1, chunks: ["a"] },
+    ]);
+    assert.deepEqual(gw.streamWrites.at(-1), { key: "out", seq: 3, index: 1, chunks: [], close: true });
+    assert.deepEqual(kinds(gw.journal(id)), ["1 step s", "2 sleep nap"]);
+  });
+
+  test("writes of one writer keep their call order, awaited or not", async () => {
+    let slow = true;
+    gw.streamHook = (_id, w) => {
+      if (slow && w.chunks[0] === 0) {
+        slow = false;
+        return [503, JSON.stringify({ detail: "restarting" })];
+      }
+      return undefined;
+    };
+    const fn = createFunction({ name: "order" }, async ({ step }) => {
+      const w = step.stream("nums");
+      await Promise.all([0, 1, 2, 3].map((i) => w.send(i)));
+      return "ok";
+    });
+    const id = runId();
+    await gw.run(app(fn), APP, id, "order", null);
+    assert.deepEqual(gw.stream(id, "nums"), [0, 1, 2, 3]);
+  });
+
+  test("a refused write throws a StreamRefusedError and the run goes on; a 409 superseded stops it", async () => {
+    gw.streamHook = () => [409, JSON.stringify({ type: "https://stepgate.dev/problems/limit_exceeded", detail: "the stream holds 3 chunks, at most 3" })];
+    const fn = createFunction({ name: "refused" }, async ({ step }) => {
+      try {
+        await step.stream("s").write("x");
+      } catch (e) {
+        assert.ok(e instanceof StreamRefusedError && e instanceof NonRetryableError);
+        return [e.type, e.message];
+      }
+      return "unreachable";
+    });
+    let r = await gw.invoke(app(fn), APP, gw.request(runId(), "refused", null));
+    assert.deepEqual(r.body, { status: "completed", output: ["limit_exceeded", 'step: stream write refused: stream "s": the stream holds 3 chunks, at most 3'] });
+
+    gw.streamHook = () => [409, JSON.stringify({ type: "superseded", detail: "another attempt owns the run" })];
+    let after = false;
+    const gone = createFunction({ name: "gone" }, async ({ step }) => {
+      await step.stream("s").write("x").catch(() => {});
+      after = true;
+      return step.run("next", () => 1);
+    });
+    r = await gw.invoke(app(gone), APP, gw.request(runId(), "gone", null));
+    assert.deepEqual(r.body, { status: "failed", error: { type: "superseded", message: 'stream "s": another attempt owns the run', retryable: false } });
+    assert.ok(after, "code that catches the write goes on, but its steps stop");
+  });
+
+  test("a stream key that is not one is a NonRetryableError", async () => {
+    const fn = createFunction({ name: "badkey" }, async ({ step }) => step.stream("no spaces"));
+    const r = await gw.invoke(app(fn), APP, gw.request(runId(), "badkey", null));
+    assert.deepEqual(r.body.error, {
+      type: "non_retryable",
+      message: `step: stream key "no spaces" is invalid: use 1 to 255 letters, digits, '.', '_' or '-', starting with a letter or digit`,
+      retryable: false,
+    });
+  });
+});
+
+describe("patches", () => {
+  const newCode = (seen: boolean[]) => createFunction({ name: "patched" }, async ({ step }) => {
+    const p = await step.patched("fix-rounding");
+    seen.push(p);
+    const total = p ? await step.run("total-v2", () => 10) : await step.run("total", () => 9.99);
+    await step.sleep("nap", 1);
+    return total;
+  });
+
+  test("a new run journals the marker and takes the patched path, on replay too", async () => {
+    const seen: boolean[] = [];
+    const id = runId();
+    const r = await gw.run(app(newCode(seen)), APP, id, "patched", null);
+    assert.deepEqual(r.answer, { status: "completed", output: 10 });
+    assert.deepEqual(seen, [true, true]);
+    assert.deepEqual(kinds(gw.journal(id)), ["1 patch fix-rounding", "2 step total-v2", "3 sleep nap"]);
+  });
+
+  test("a run of the old code replays the old path, taking no seq", async () => {
+    const seen: boolean[] = [];
+    const id = runId();
+    gw.journal(id).push({ seq: 1, kind: "step", name: "total", output: 9.99 }, { seq: 2, kind: "sleep", name: "nap" });
+    const r = await gw.invoke(app(newCode(seen)), APP, gw.request(id, "patched", null));
+    assert.deepEqual(r.body, { status: "completed", output: 9.99 });
+    assert.deepEqual(seen, [false]);
+  });
+
+  test("deprecatePatch consumes a marker, and journals nothing without one", async () => {
+    const fn = createFunction({ name: "deprecated" }, async ({ step }) => {
+      await step.deprecatePatch("fix-rounding");
+      return step.run("total-v2", () => 10);
+    });
+    const marked = runId();
+    gw.journal(marked).push({ seq: 1, kind: "patch", name: "fix-rounding" }, { seq: 2, kind: "step", name: "total-v2", output: 10 });
+    let r = await gw.invoke(app(fn), APP, gw.request(marked, "deprecated", null));
+    assert.deepEqual(r.body, { status: "completed", output: 10 });
+    const fresh = runId();
+    r = await gw.invoke(app(fn), APP, gw.request(fresh, "deprecated", null));
+    assert.deepEqual(r.body, { status: "completed", output: 10 });
+    assert.deepEqual(kinds(gw.journal(fresh)), ["1 step total-v2"]);
+  });
+});
+
+describe("compensations", () => {
+  const checkout = (undone: string[], opts: { failShip?: boolean; failRefund?: boolean; rollback?: boolean; transient?: boolean } = {}) =>
+    createFunction({ name: "saga" }, async ({ step }) => {
+      const res = await step.run("reserve", () => "r-1");
+      step.compensate("release", () => void undone.push(`release ${res}`));
+      const ch = await step.run("charge", () => "c-1");
+      step.compensate("refund", () => {
+        if (opts.failRefund) throw new NonRetryableError("the bank is closed");
+        undone.push(`refund ${ch}`);
+      });
+      if (opts.transient) throw new Error("transient");
+      if (opts.rollback) throw await step.rollback(new Error("the customer cancelled"));
+      await step.run("ship", () => {
+        if (opts.failShip) throw new NonRetryableError("no courier");
+        return "shipped";
+      });
+      return "done";
+    });
+
+  test("a run that fails for good runs its undos newest first, as steps, then fails with the original error", async () => {
+    const undone: string[] = [];
+    const id = runId();
+    const r = await gw.run(app(checkout(undone, { failShip: true })), APP, id, "saga", null);
+    assert.deepEqual(r.answer, { status: "failed", error: { type: "non_retryable", message: "no courier", retryable: false } });
+    assert.deepEqual(undone, ["refund c-1", "release r-1"]);
+    assert.deepEqual(kinds(gw.journal(id)), ["1 step reserve", "2 step charge", "3 step ship", "4 step compensate refund", "5 step compensate release"]);
+    assert.deepEqual(gw.journal(id)[3]!.output, {});
+    // A replay of the failed run runs no undo twice.
+    const again = await gw.invoke(app(checkout(undone, { failShip: true })), APP, gw.request(id, "saga", null));
+    assert.equal(again.body.status, "failed");
+    assert.deepEqual(undone, ["refund c-1", "release r-1"]);
+  });
+
+  test("an undo that fails for good: the others run, the error says the compensation is incomplete", async () => {
+    const undone: string[] = [];
+    const r = await gw.run(app(checkout(undone, { failShip: true, failRefund: true })), APP, runId(), "saga", null);
+    assert.deepEqual(r.answer.error, { type: "non_retryable", message: "no courier (compensation incomplete: refund failed)", retryable: false });
+    assert.deepEqual(undone, ["release r-1"]);
+  });
+
+  test("rollback runs the undos and gives the error to fail with; a retryable error undoes nothing", async () => {
+    let undone: string[] = [];
+    let r = await gw.run(app(checkout(undone, { rollback: true })), APP, runId(), "saga", null);
+    assert.deepEqual(r.answer.error, { type: "non_retryable", message: "the customer cancelled", retryable: false });
+    assert.deepEqual(undone, ["refund c-1", "release r-1"]);
+    undone = [];
+    r = await gw.run(app(checkout(undone, { transient: true })), APP, runId(), "saga", null);
+    assert.equal(r.status, 500);
+    assert.deepEqual(undone, []);
+  });
+
+  test("a compensation name longer than 244 bytes is refused", async () => {
+    const fn = createFunction({ name: "longname" }, ({ step }) => step.compensate("x".repeat(245), () => {}));
+    const r = await gw.invoke(app(fn), APP, gw.request(runId(), "longname", null));
+    assert.equal(r.body.error.message, `step: compensation name "${"x".repeat(245)}" is not 1 to 244 bytes`);
+  });
+});
+
+describe("nested steps", () => {
+  test("a step started inside a step's function is a NonRetryableError, failing the outer step", async () => {
+    let inner: unknown;
+    const fn = createFunction({ name: "nested" }, async ({ step }) => {
+      try {
+        await step.run("outer", async () => {
+          try {
+            await step.run("inner", () => 1);
+          } catch (e) {
+            inner = e;
+            throw e;
+          }
+        });
+      } catch (e) {
+        assert.ok(e instanceof StepError);
+        return [e.type, e.message];
+      }
+    });
+    const id = runId();
+    const r = await gw.invoke(app(fn), APP, gw.request(id, "nested", null));
+    const msg = `step "inner", inside the function of step 1: step: a step cannot start inside another step's function`;
+    assert.ok(inner instanceof NonRetryableError);
+    assert.deepEqual(r.body, { status: "completed", output: ["non_retryable", msg] });
+    assert.deepEqual(kinds(gw.journal(id)), ["1 step outer"]);
+  });
+
+  test("steps after a step, and in parallel, are not nested", async () => {
+    const fn = createFunction({ name: "notnested" }, async ({ step }) => {
+      const a = await step.run("a", () => 1);
+      const [b, c] = await Promise.all([step.run("b", async () => a + 1), step.run("c", async () => a + 2)]);
+      return step.run("d", () => a + b + c);
+    });
+    const r = await gw.run(app(fn), APP, runId(), "notnested", null);
+    assert.deepEqual(r.answer, { status: "completed", output: 6 });
+  });
+});
