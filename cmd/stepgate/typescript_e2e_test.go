@@ -136,7 +136,7 @@ type journalEntry struct {
 // README's tour and the SDK's examples with Node, registers them with `stepgate apps sync`, invokes them and
 // reads their journals: three steps and a sleep, a step's retry, a child run, the
 // caller's identity, parallel steps, an invocation time limit (continue), a stream,
-// compensations and a patch.
+// compensations, a patch and a sleep waited out in the process.
 func TestTypeScriptSDK(t *testing.T) {
 	dir := buildTypeScriptSDK(t)
 	g := startDev(t)
@@ -178,7 +178,7 @@ func TestTypeScriptSDK(t *testing.T) {
 	}
 
 	out := cmd(t, "apps", "sync", appURL)
-	require.Contains(t, out, "synced 13 functions from "+appURL)
+	require.Contains(t, out, "synced 14 functions from "+appURL)
 	out = cmd(t, "functions", "list")
 	require.Regexp(t, `(?m)^ts\.checkout +\d+ +`+regexp.QuoteMeta(appURL+"/ts.checkout")+` +30s$`, out)
 
@@ -336,6 +336,17 @@ func TestTypeScriptSDK(t *testing.T) {
 		output, id := invoke(t, "ts.patched", `{}`)
 		require.JSONEq(t, `{"total":10}`, output)
 		require.Equal(t, []string{"1 patch fix-rounding", "2 step total-v2"}, kinds(journal(t, id)))
+	})
+
+	t.Run("SleepInProcess", func(t *testing.T) {
+		t.Parallel()
+		// ts.nap waits its 300ms sleep out in its process: the step after it runs in the
+		// same invocation (attempt) as the one before it, and the sleep is journaled with
+		// its wake time.
+		output, id := invoke(t, "ts.nap", `{"sleep_ms":300}`)
+		require.JSONEq(t, `{"before":1,"after":1}`, output)
+		require.Equal(t, []string{"1 step before", "2 sleep nap", "3 step after"}, kinds(journal(t, id)))
+		require.Regexp(t, `(?m)^  2  sleep +nap +until `, cmd(t, "runs", "get", id))
 	})
 
 	t.Run("MaxInvocationDuration", func(t *testing.T) {

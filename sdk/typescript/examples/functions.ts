@@ -156,4 +156,12 @@ export const patched = createFunction({ name: "ts.patched" }, async ({ step }) =
   return { total };
 });
 
-export const all = [hello, checkout, flaky, double, parent, whoami, parallel, chain, long, awaitPayment, tokens, saga, patched];
+/** ts.nap: a short sleep waited out in the function's process (sleepInProcess), in the invocation that reached it. */
+export const nap = createFunction<{ sleep_ms?: number }>({ name: "ts.nap", sleepInProcess: "30s" }, async ({ input, step, run }) => {
+  const before = await step.run("before", () => run.attempt);
+  await step.sleep("nap", input?.sleep_ms ?? 300);
+  const after = await step.run("after", () => run.attempt);
+  return { before, after };
+});
+
+export const all = [hello, checkout, flaky, double, parent, whoami, parallel, chain, long, awaitPayment, tokens, saga, patched, nap];

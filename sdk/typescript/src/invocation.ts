@@ -101,6 +101,7 @@ export class Invocation {
   private readonly started = Date.now();
   private fresh = 0;
   private budgetMs = 0;
+  private sleepMaxMs = 0;
 
   // Steps that run (their function or their checkpoint): a step is a hole in the
   // journal from when it takes its seq until it is journaled; the retry a failed one
@@ -127,6 +128,59 @@ export class Invocation {
   /** Makes the invocation stop at a step boundary once four fifths of ms have passed. */
   setBudget(ms: number) {
     this.budgetMs = ms;
+  }
+
+  /** Sets the longest sleep, in milliseconds, waited out in the process; 0 makes every sleep suspend the run. */
+  setSleepInProcess(ms: number) {
+    this.sleepMaxMs = ms;
+  }
+
+  /**
+   * Says whether a sleep of ms may be waited out in this process (Go's SleepInProcess):
+   * it is no longer than the limit (setSleepInProcess), and the invocation has time to
+   * spare after it: before the gateway's deadline for its answer (a gateway that sends
+   * none gets no sleeps in the process), with a margin of a tenth of the invocation's
+   * time and at least 2s, and within the budget (setBudget).
+   */
+  sleepInProcess(ms: number): boolean {
+    if (this.sleepMaxMs <= 0 || ms > this.sleepMaxMs || !this.req.deadline || this.stop) return false;
+    const deadline = new Date(this.req.deadline).getTime();
+    if (Number.isNaN(deadline)) return false;
+    const now = Date.now();
+    const margin = Math.max(2000, (deadline - this.started) / 10);
+    if (ms > deadline - now - margin) return false;
+    return this.budgetMs <= 0 || now - this.started + ms < this.budgetMs - this.budgetMs / 5;
+  }
+
+  /**
+   * Waits ms in this process, for a sleep. When the gateway ends its request meanwhile
+   * the invocation stops (HTTP 500, retried at the sleep's end) and the promise never
+   * settles, nor does it when the invocation stops otherwise.
+   */
+  waitOut(ms: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const req = this.requestSignal;
+      const own = this.controller.signal;
+      const t = setTimeout(finish, Math.max(0, ms));
+      function cleanup() {
+        clearTimeout(t);
+        req?.removeEventListener("abort", gone);
+        own.removeEventListener("abort", stopped);
+      }
+      function finish() {
+        cleanup();
+        resolve();
+      }
+      const gone = () => {
+        cleanup();
+        void this.halt(retry("sleep", `the gateway ended the invocation during a sleep in its process: ${String(req?.reason ?? "the request was aborted")}`));
+      };
+      const stopped = () => cleanup();
+      if (req?.aborted) return gone();
+      if (own.aborted) return stopped();
+      req?.addEventListener("abort", gone, { once: true });
+      own.addEventListener("abort", stopped, { once: true });
+    });
   }
 
   /** The recorded Stop, if the invocation stopped early. */

@@ -188,6 +188,7 @@ async function invoke(
 ): Promise<[number, InvocationAnswer | ErrorInfo]> {
   const st = new Invocation(req, signal, post);
   if (fn.budgetMs > 0) st.setBudget(fn.budgetMs);
+  if (fn.sleepMaxMs > 0) st.setSleepInProcess(fn.sleepMaxMs);
   const id = req.identity;
   const run: RunInfo = {
     id: req.run.id, function: req.run.function, revision: req.run.revision, attempt: req.run.attempt,

@@ -1,5 +1,5 @@
 // The steps of a durable function, as the Go SDK's package step has them.
-import { type Duration, toGo } from "./duration.js";
+import { type Duration, toGo, toMs } from "./duration.js";
 import { ErrorType, messageOf, NonRetryableError, StepError } from "./errors.js";
 import { runInStep } from "./context.js";
 import { failed, type Invocation, never, q, retry, suspended } from "./invocation.js";
@@ -296,17 +296,59 @@ export class Step {
    * Suspends the run for d (milliseconds or a duration string such as "10m") from when
    * the gateway receives the answer, on the database clock. On replay, the journaled sleep
    * returns at once.
+   *
+   * A short sleep may be waited out in the function's process instead, in one
+   * invocation: when d is at most the function's sleepInProcess (off by default) and the
+   * invocation has time to spare, the sleep is checkpointed (durable, with its wake time)
+   * and resolves when that time comes. If the process dies meanwhile, the gateway calls
+   * the function again at that time, as for a suspended sleep.
    */
   async sleep(name: string, d: Duration): Promise<void> {
     const duration = toGo(d, `sleep ${q(name)}: duration`);
-    return this.suspendOn("sleep", name, (seq) => ({ type: "sleep", seq, name, duration }));
+    return this.sleepFor(name, toMs(d, `sleep ${q(name)}: duration`), { duration });
   }
 
-  /** Suspends the run until t, like sleep. */
+  /** Suspends the run until t, like sleep (waited out in the process when t is near). */
   async sleepUntil(name: string, t: Date | string): Promise<void> {
     const until = new Date(t);
     if (Number.isNaN(until.getTime())) throw new NonRetryableError(`step: sleep ${q(name)}: ${q(String(t))} is not a time`);
-    return this.suspendOn("sleep", name, (seq) => ({ type: "sleep", seq, name, until: until.toISOString() }));
+    return this.sleepFor(name, until.getTime() - Date.now(), { until: until.toISOString() });
+  }
+
+  private async sleepFor(name: string, ms: number, aw: { duration?: string; until?: string }): Promise<void> {
+    checkName("step name", name);
+    const st = this.st;
+    const n = st.next("sleep", name);
+    if (!n) return never();
+    const seq = n.seq;
+    const e = n.entries[0];
+    if (e) {
+      // Journaled: the sleep is over, unless it was being waited out in a process that
+      // stopped before its end (the gateway calls again at its end: this waits for what
+      // is left of it, by this machine's clock).
+      const left = e.until ? new Date(e.until).getTime() - Date.now() : 0;
+      if (left > 0 && st.sleepInProcess(left)) return st.waitOut(left);
+      return;
+    }
+    if (!st.sleepInProcess(Math.max(ms, 0))) return st.halt(suspended({ type: "sleep", seq, name, ...aw }));
+    if (!(await st.room(seq))) return never();
+    const gone = st.gone();
+    if (gone) return st.halt(retry("canceled", `sleep ${seq} ${q(name)}: ${gone}`));
+    const entry: JournalEntry = { seq, kind: "sleep", name };
+    if (aw.until) entry.until = aw.until;
+    else entry.output = { duration: aw.duration };
+    st.begin(seq);
+    let ack;
+    try {
+      ack = await st.checkpoint(entry);
+    } finally {
+      st.done(seq, ack !== undefined);
+    }
+    if (!ack) return never();
+    if (!ack.until) {
+      return st.halt(failed("protocol", `sleep ${seq} ${q(name)}: the gateway answered its checkpoint without a wake time`));
+    }
+    return st.waitOut(new Date(ack.until).getTime() - Date.now());
   }
 
   /** Journals nothing new: replays the entry of kind named name, or suspends on aw. */

@@ -2,6 +2,7 @@
 import assert from "node:assert/strict";
 import { after, before, beforeEach, describe, test } from "node:test";
 import { createFunction, NonRetryableError, serve, StepError, StreamRefusedError, type FetchHandler } from "../src/index.js";
+import { fetchPoster } from "../src/invocation.js";
 import type { JournalEntry } from "../src/protocol.js";
 import { Gateway } from "./gateway.js";
 
@@ -248,5 +249,86 @@ describe("nested steps", () => {
     });
     const r = await gw.run(app(fn), APP, runId(), "notnested", null);
     assert.deepEqual(r.answer, { status: "completed", output: 6 });
+  });
+});
+
+describe("sleeps in the process", () => {
+  const soon = () => new Date(Date.now() + 60_000).toISOString();
+  const napper = (opts: { sleepInProcess?: string; nap?: string }) => {
+    const after: number[] = [];
+    const fn = createFunction({ name: "napper", ...(opts.sleepInProcess ? { sleepInProcess: opts.sleepInProcess } : {}) }, async ({ step, run }) => {
+      const before = await step.run("before", () => run.attempt);
+      await step.sleep("nap", opts.nap ?? "20ms");
+      after.push(Date.now());
+      return { before, after: run.attempt };
+    });
+    return { fn, after };
+  };
+  beforeEach(() => {
+    gw.deadline = soon;
+    gw.sleepAckWithoutUntil = false;
+  });
+  after(() => {
+    gw.deadline = undefined;
+  });
+
+  test("a short sleep is checkpointed and waited out until its wake time, in one invocation", async () => {
+    const { fn, after: woke } = napper({ sleepInProcess: "1s" });
+    const id = runId();
+    gw.checkpoints = [];
+    const r = await gw.run(app(fn), APP, id, "napper", null);
+    assert.deepEqual(r.answer, { status: "completed", output: { before: 1, after: 1 } });
+    assert.equal(r.invocations, 1);
+    const cp = gw.checkpoints.find((e) => e.kind === "sleep");
+    assert.deepEqual(cp, { seq: 2, kind: "sleep", name: "nap", output: { duration: "20ms" } });
+    const until = new Date(gw.journal(id)[1]!.until!).getTime();
+    assert.ok(woke[0]! >= until - 1, "it goes on at the wake time the gateway answered, not before");
+  });
+
+  test("off by default, longer than the limit, or without the gateway's deadline, a sleep suspends the run", async () => {
+    for (const [opts, deadline] of [[{}, soon], [{ sleepInProcess: "1s", nap: "2s" }, soon], [{ sleepInProcess: "1s" }, undefined]] as const) {
+      gw.deadline = deadline;
+      const r = await gw.run(app(napper(opts).fn), APP, runId(), "napper", null);
+      assert.equal(r.invocations, 2, JSON.stringify(opts));
+      assert.equal(r.awaits[0]!.type, "sleep");
+    }
+  });
+
+  test("a sleep too close to the gateway's deadline suspends the run", async () => {
+    gw.deadline = () => new Date(Date.now() + 2500).toISOString(); // less than the 2s margin plus the sleep
+    const r = await gw.run(app(napper({ sleepInProcess: "1s", nap: "900ms" }).fn), APP, runId(), "napper", null);
+    assert.equal(r.awaits[0]!.type, "sleep");
+  });
+
+  test("a replayed sleep whose wake time has not come is waited out", async () => {
+    const { fn, after: woke } = napper({ sleepInProcess: "1s" });
+    const id = runId();
+    const until = Date.now() + 30;
+    gw.journal(id).push({ seq: 1, kind: "step", name: "before", output: 1 }, { seq: 2, kind: "sleep", name: "nap", until: new Date(until).toISOString() });
+    const r = await gw.invoke(app(fn), APP, gw.request(id, "napper", null));
+    assert.deepEqual(r.body, { status: "completed", output: { before: 1, after: 1 } });
+    assert.ok(woke[0]! >= until - 1);
+  });
+
+  test("a gateway that answers no wake time fails the run; one that ends the request stops the invocation", async () => {
+    gw.sleepAckWithoutUntil = true;
+    let r = await gw.invoke(app(napper({ sleepInProcess: "1s" }).fn), APP, gw.request(runId(), "napper", null));
+    assert.deepEqual(r.body.error, { type: "protocol", message: 'sleep 2 "nap": the gateway answered its checkpoint without a wake time', retryable: false });
+    gw.sleepAckWithoutUntil = false;
+
+    // The gateway ends its request once the sleep is checkpointed (answered).
+    const ac = new AbortController();
+    const base = fetchPoster(fetch);
+    const handler = serve({
+      functions: [napper({ sleepInProcess: "1s", nap: "1s" }).fn], signingKeys: gw.publicKey, basePath: "/api/stepgate",
+      post: async (url, headers, body, signal) => {
+        const resp = await base(url, headers, body, signal);
+        if (body.includes('"kind":"sleep"')) ac.abort(new Error("the gateway went away"));
+        return resp;
+      },
+    });
+    r = await gw.invoke(handler, APP, gw.request(runId(), "napper", null), ac.signal);
+    assert.equal(r.status, 500);
+    assert.deepEqual(r.body, { type: "sleep", message: "the gateway ended the invocation during a sleep in its process: Error: the gateway went away" });
   });
 });

@@ -5,6 +5,7 @@
 import { generateKeyPairSync, sign, type KeyObject } from "node:crypto";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import { toMs } from "../src/duration.js";
 import type { FetchHandler } from "../src/serve.js";
 import type { Await, InvocationAnswer, InvocationRequest, JournalEntry, StreamWrite } from "../src/protocol.js";
 
@@ -22,6 +23,10 @@ export class Gateway {
   /** Every checkpoint body received, in order. */
   checkpoints: JournalEntry[] = [];
   hook: Hook | undefined;
+  /** The deadline invocations carry (InvocationRequest.deadline), if any. */
+  deadline: (() => string) | undefined;
+  /** Answers a sleep's checkpoint without its wake time, as a broken gateway would. */
+  sleepAckWithoutUntil = false;
   /** Every stream write received, in order. */
   streamWrites: StreamWrite[] = [];
   /** A stream hook: answers [code, body] instead of writing, or undefined to write. */
@@ -78,12 +83,19 @@ export class Gateway {
           }
           const stored = { ...e };
           delete stored.window;
+          if (e.kind === "sleep") {
+            // A checkpointed sleep: journaled with its wake time, no output.
+            const d = (e.output as { duration?: string } | undefined)?.duration;
+            stored.until = e.until ?? new Date(Date.now() + (d ? toMs(d, "duration") : 0)).toISOString();
+            delete stored.output;
+          }
           if (e.kind === "callback") stored.output = { url: `${this.url}/v1/callbacks/tok-${e.seq}`, token: `tok-${e.seq}`, expires_at: "2030-01-01T00:00:00Z" };
           j.push(stored);
           j.sort((a, b) => a.seq - b.seq);
         }
         const ack: Record<string, unknown> = { seq: e.seq };
         if (e.kind === "callback") ack.output = j.find((x) => x.seq === e.seq)!.output;
+        if (e.kind === "sleep" && !this.sleepAckWithoutUntil) ack.until = j.find((x) => x.seq === e.seq)!.until;
         res.writeHead(200, { "Content-Type": "application/json" }).end(JSON.stringify(ack));
       });
     });
@@ -145,16 +157,18 @@ export class Gateway {
       identity: { subject: "ann", tenant: TENANT, roles: ["developer"], claims: { plan: "pro" } },
       journal: [...this.journal(runId)],
       checkpoint: { url: `${this.url}/checkpoint/${runId}`, token: `token-${runId}` },
+      ...(this.deadline ? { deadline: this.deadline() } : {}),
       ...extra,
     };
   }
 
   /** Sends one signed invocation to handler and returns the HTTP status and body. */
-  async invoke(handler: FetchHandler, appUrl: string, req: InvocationRequest): Promise<{ status: number; body: any }> {
+  async invoke(handler: FetchHandler, appUrl: string, req: InvocationRequest, signal?: AbortSignal): Promise<{ status: number; body: any }> {
     const body = JSON.stringify(req);
     const resp = await handler(
       new Request(`${appUrl}/${req.run.function}`, {
         method: "POST",
+        ...(signal ? { signal } : {}),
         headers: { "Content-Type": "application/json", "Stepgate-Signature": this.sign(body) },
         body,
       }),
