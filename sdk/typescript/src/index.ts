@@ -6,6 +6,7 @@ export { serve } from "./serve.js";
 export type { FetchHandler, ServeOptions } from "./serve.js";
 export { Step, COMPENSATION_PREFIX, DEFAULT_MAX_ATTEMPTS, IncompleteCompensation, MAX_INVOKE_ALL } from "./step.js";
 export { StreamRefusedError, StreamWriter } from "./stream.js";
+export { StoppedError } from "./invocation.js";
 export type { Alternative, Call, CallbackHandle, Chosen, CallbackResult, Event, Identity, Message, Outcome, RunOptions, StepContext } from "./step.js";
 export { ErrorType, InputError, NonRetryableError, StepError } from "./errors.js";
 export type { Duration } from "./duration.js";

@@ -208,6 +208,28 @@ describe("compensations", () => {
     assert.deepEqual(undone, []);
   });
 
+  test("an undo that fails with attempts left is retried in a new invocation; the others are not run twice", async () => {
+    const ran: string[] = [];
+    const fn = createFunction({ name: "sagaretry" }, async ({ step }) => {
+      await step.run("reserve", () => 1);
+      step.compensate("release", () => void ran.push("release"));
+      await step.run("charge", () => 2);
+      step.compensate("refund", ({ attempt }) => {
+        ran.push(`refund#${attempt}`);
+        if (attempt === 1) throw new Error("the bank is slow");
+      });
+      throw new NonRetryableError("no courier");
+    });
+    const id = runId();
+    const r = await gw.run(app(fn), APP, id, "sagaretry", null);
+    assert.deepEqual(r.answer, { status: "failed", error: { type: "non_retryable", message: "no courier", retryable: false } });
+    assert.equal(r.awaits[0]!.type, "retry");
+    assert.equal(r.awaits[0]!.name, "compensate refund");
+    assert.deepEqual(ran, ["refund#1", "refund#2", "release"]);
+    assert.deepEqual(kinds(gw.journal(id)), ["1 step reserve", "2 step charge", "3 step compensate refund", "4 step compensate release"]);
+    assert.equal(gw.journal(id)[2]!.attempt, 2);
+  });
+
   test("a compensation name longer than 244 bytes is refused", async () => {
     const fn = createFunction({ name: "longname" }, ({ step }) => step.compensate("x".repeat(245), () => {}));
     const r = await gw.invoke(app(fn), APP, gw.request(runId(), "longname", null));
