@@ -135,7 +135,8 @@ type journalEntry struct {
 // TestTypeScriptSDK follows the TypeScript SDK's README on a real gateway: it serves the
 // README's tour and the SDK's examples with Node, registers them with `stepgate apps sync`, invokes them and
 // reads their journals: three steps and a sleep, a step's retry, a child run, the
-// caller's identity, parallel steps and an invocation time limit (continue).
+// caller's identity, parallel steps, an invocation time limit (continue), a stream,
+// compensations, a patch and a sleep waited out in the process.
 func TestTypeScriptSDK(t *testing.T) {
 	dir := buildTypeScriptSDK(t)
 	g := startDev(t)
@@ -177,7 +178,7 @@ func TestTypeScriptSDK(t *testing.T) {
 	}
 
 	out := cmd(t, "apps", "sync", appURL)
-	require.Contains(t, out, "synced 10 functions from "+appURL)
+	require.Contains(t, out, "synced 14 functions from "+appURL)
 	out = cmd(t, "functions", "list")
 	require.Regexp(t, `(?m)^ts\.checkout +\d+ +`+regexp.QuoteMeta(appURL+"/ts.checkout")+` +30s$`, out)
 
@@ -295,6 +296,59 @@ func TestTypeScriptSDK(t *testing.T) {
 		require.JSONEq(t, `{"paid":5,"by":"dev"}`, string(detail.Output), "the event of its order, not the other one")
 	})
 
+	t.Run("Stream", func(t *testing.T) {
+		t.Parallel()
+		output, id := invoke(t, "ts.tokens", `{}`)
+		require.JSONEq(t, `{"words":2}`, output)
+		require.Equal(t, []string{"1 step answer"}, kinds(journal(t, id)))
+		// The failed attempt's chunks, then the retry's; nothing twice from the replays.
+		chunks, end := readStream(t, g.url+"/v1/runs/"+id+"/streams/tokens", g.token)
+		require.Equal(t, []string{`"thinking"`, `"Hel"`, `"lo"`, `"Hel"`, `"lo"`, `"!"`}, chunks)
+		require.JSONEq(t, `{"length":6,"reason":"closed"}`, end)
+	})
+
+	t.Run("Compensation", func(t *testing.T) {
+		t.Parallel()
+		output, id := invoke(t, "ts.saga", `{}`)
+		require.JSONEq(t, `{"tracking":"TRACK-1"}`, output)
+		require.Equal(t, []string{"1 step reserve", "2 step charge", "3 step ship"}, kinds(journal(t, id)))
+
+		c, stdout, _ := newTestCLI(env, "")
+		err := c.run(t.Context(), []string{"invoke", "ts.saga", "--data", `{"fail_ship":true}`, "--wait", "60s"})
+		require.Error(t, err)
+		m := regexp.MustCompile(`run (\S+) failed`).FindStringSubmatch(stdout.String() + err.Error())
+		require.NotNil(t, m, stdout.String()+err.Error())
+		var detail struct {
+			Status  string                         `json:"status"`
+			Error   struct{ Type, Message string } `json:"error"`
+			Journal []journalEntry                 `json:"journal"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(cmd(t, "runs", "get", m[1], "--json")), &detail))
+		require.Equal(t, "failed", detail.Status)
+		require.Equal(t, "non_retryable", detail.Error.Type)
+		require.Equal(t, "no courier", detail.Error.Message)
+		// The undos ran newest first, each a journaled step.
+		require.Equal(t, []string{"1 step reserve", "2 step charge", "3 step ship", "4 step compensate refund", "5 step compensate release"}, kinds(detail.Journal))
+	})
+
+	t.Run("Patch", func(t *testing.T) {
+		t.Parallel()
+		output, id := invoke(t, "ts.patched", `{}`)
+		require.JSONEq(t, `{"total":10}`, output)
+		require.Equal(t, []string{"1 patch fix-rounding", "2 step total-v2"}, kinds(journal(t, id)))
+	})
+
+	t.Run("SleepInProcess", func(t *testing.T) {
+		t.Parallel()
+		// ts.nap waits its 300ms sleep out in its process: the step after it runs in the
+		// same invocation (attempt) as the one before it, and the sleep is journaled with
+		// its wake time.
+		output, id := invoke(t, "ts.nap", `{"sleep_ms":300}`)
+		require.JSONEq(t, `{"before":1,"after":1}`, output)
+		require.Equal(t, []string{"1 step before", "2 sleep nap", "3 step after"}, kinds(journal(t, id)))
+		require.Regexp(t, `(?m)^  2  sleep +nap +until `, cmd(t, "runs", "get", id))
+	})
+
 	t.Run("MaxInvocationDuration", func(t *testing.T) {
 		t.Parallel()
 		// Four steps of 400ms under a 1s limit: each invocation stops after two (at 800ms,
@@ -310,6 +364,35 @@ func TestTypeScriptSDK(t *testing.T) {
 		}
 		require.Greater(t, len(attempts), 1, "the run continued in a new invocation: %s", kinds(j))
 	})
+}
+
+// readStream reads a finished run's stream at url (server-sent events) to its end, and
+// returns its chunks' data and the end event's.
+func readStream(t *testing.T, url, token string) ([]string, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var chunks []string
+	event := ""
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			event = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: ") && event == "chunk":
+			chunks = append(chunks, strings.TrimPrefix(line, "data: "))
+		case strings.HasPrefix(line, "data: ") && event == "end":
+			return chunks, strings.TrimPrefix(line, "data: ")
+		}
+	}
+	t.Fatalf("the stream ended without an end event (%v): %q", sc.Err(), chunks)
+	return nil, ""
 }
 
 // TestTypeScriptSDKOverhead measures the TypeScript SDK's cost per step against the Go

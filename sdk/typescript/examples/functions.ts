@@ -118,4 +118,50 @@ export const awaitPayment = createFunction<{ order_id: string }>({ name: "ts.awa
   return paid ? { paid: paid.data.amount, by: paid.sender.subject } : { paid: null };
 });
 
-export const all = [hello, checkout, flaky, double, parent, whoami, parallel, chain, long, awaitPayment];
+/**
+ * ts.tokens: writes an answer to the run's stream "tokens" (read it live with GET
+ * /v1/runs/{id}/streams/tokens), between steps and inside a step whose first attempt
+ * fails: readers see the failed attempt's words, then the retry's, and nothing twice.
+ */
+export const tokens = createFunction<{ words?: string[] }>({ name: "ts.tokens" }, async ({ input, step }) => {
+  const out = step.stream("tokens");
+  await out.write("thinking");
+  const words = await step.run("answer", async ({ attempt, stream }) => {
+    const w = stream("tokens");
+    const ws = input?.words ?? ["Hel", "lo"];
+    for (const word of ws) await w.write(word);
+    if (attempt === 1) throw new Error("the model timed out");
+    return ws.length;
+  }, { retries: 1, backoff: { initial: "10ms", max: "10ms" } });
+  await out.write("!");
+  await out.close();
+  return { words };
+});
+
+/** ts.saga: reserves and charges, then ships; when shipping fails for good, refunds and releases (compensations). */
+export const saga = createFunction<{ fail_ship?: boolean }>({ name: "ts.saga" }, async ({ input, step }) => {
+  const reservation = await step.run("reserve", () => "r-1");
+  step.compensate("release", () => ({ released: reservation }));
+  const charged = await step.run("charge", () => 42);
+  step.compensate("refund", () => ({ refunded: charged }));
+  return step.run("ship", () => {
+    if (input?.fail_ship) throw new NonRetryableError("no courier");
+    return { tracking: "TRACK-1" };
+  });
+});
+
+/** ts.patched: a patch, as the code of a function whose step "total" became "total-v2". */
+export const patched = createFunction({ name: "ts.patched" }, async ({ step }) => {
+  const total = (await step.patched("fix-rounding")) ? await step.run("total-v2", () => 10) : await step.run("total", () => 9.99);
+  return { total };
+});
+
+/** ts.nap: a short sleep waited out in the function's process (sleepInProcess), in the invocation that reached it. */
+export const nap = createFunction<{ sleep_ms?: number }>({ name: "ts.nap", sleepInProcess: "30s" }, async ({ input, step, run }) => {
+  const before = await step.run("before", () => run.attempt);
+  await step.sleep("nap", input?.sleep_ms ?? 300);
+  const after = await step.run("after", () => run.attempt);
+  return { before, after };
+});
+
+export const all = [hello, checkout, flaky, double, parent, whoami, parallel, chain, long, awaitPayment, tokens, saga, patched, nap];

@@ -67,6 +67,14 @@ export interface FunctionOptions<In> {
    * least 100ms and at most timeout.
    */
   maxInvocationDuration?: Duration;
+  /**
+   * The longest sleep (step.sleep, step.sleepUntil) an invocation waits out in its
+   * process, checkpointed, instead of suspending the run: a sleep of 1s then costs no
+   * second invocation. Off by default. An invocation sleeps in its process only with time
+   * to spare before its timeout and its maxInvocationDuration; while it does, the run is
+   * running, not sleeping, and holds its concurrency slots. Not part of the manifest.
+   */
+  sleepInProcess?: Duration;
   /** Bounds each run from its creation; past it the run fails (deadline_exceeded). */
   runTimeout?: Duration;
   /** How long finished runs are kept. */
@@ -89,6 +97,8 @@ export interface StepgateFunction<In = unknown, Out = unknown> {
   readonly config: FunctionConfig;
   /** config.max_invocation_duration in milliseconds, or 0. */
   readonly budgetMs: number;
+  /** The longest sleep waited out in the process, in milliseconds (sleepInProcess), or 0. */
+  readonly sleepMaxMs: number;
   readonly schema: StandardSchemaV1<unknown, In> | undefined;
   readonly handler: (ctx: Context<In>) => Out | Promise<Out>;
 }
@@ -128,5 +138,6 @@ export function createFunction<In = unknown, Out = unknown>(
   if (opts.concurrency) c.concurrency = opts.concurrency.map((l) => (l.key ? { limit: l.limit, key: l.key } : { limit: l.limit }));
   if (opts.priority !== undefined) c.priority = opts.priority;
   Object.assign(c, opts.config ?? {});
-  return Object.freeze({ name: opts.name, config: c, budgetMs, schema: opts.input, handler });
+  const sleepMaxMs = opts.sleepInProcess === undefined ? 0 : toMs(opts.sleepInProcess, "sleepInProcess");
+  return Object.freeze({ name: opts.name, config: c, budgetMs, sleepMaxMs, schema: opts.input, handler });
 }

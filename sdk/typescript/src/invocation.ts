@@ -8,7 +8,9 @@
 // recorded Stop once the steps running in parallel have finished (and been journaled).
 // Later steps stop at once without running anything. Code that catches errors cannot
 // change the outcome, since nothing is thrown into it.
-import type { Await, CheckpointAck, EntryKind, ErrorInfo, InvocationAnswer, InvocationRequest, JournalEntry } from "./protocol.js";
+import { inStep } from "./context.js";
+import { NonRetryableError } from "./errors.js";
+import type { Await, CheckpointAck, EntryKind, ErrorInfo, InvocationAnswer, InvocationRequest, JournalEntry, StreamWrite } from "./protocol.js";
 
 /** How an invocation ends early: an answer (HTTP 200) or an error (HTTP 500, retried). */
 export interface Stop {
@@ -55,6 +57,33 @@ export function never<T>(): Promise<T> {
   return new Promise<T>(() => {});
 }
 
+/** The message of a step started inside another step's function (Go's step.ErrNested). */
+export const NESTED = "step: a step cannot start inside another step's function";
+
+/**
+ * Thrown by a stream write that stopped the invocation (a 409, the gateway gone): the
+ * answer is decided already, and code that catches it cannot change it.
+ */
+export class StoppedError extends Error {
+  constructor() {
+    super("step: invocation stopped");
+    this.name = "StoppedError";
+  }
+}
+
+/** A stream write the gateway refused without stopping the invocation (Go's invocation.StreamError). */
+export interface StreamRefusal {
+  /** limit_exceeded (a bound of the stream), stream_closed, or checkpoint (a write that can never be taken). */
+  type: string;
+  message: string;
+}
+
+/** A compensation registered by step.compensate. */
+export interface Undo {
+  name: string;
+  fn: (ctx: { attempt: number; signal: AbortSignal }) => unknown;
+}
+
 /** Go's %q for the strings the SDK quotes in messages (names, kinds). */
 export const q = (s: string) => JSON.stringify(s);
 
@@ -72,6 +101,7 @@ export class Invocation {
   private readonly started = Date.now();
   private fresh = 0;
   private budgetMs = 0;
+  private sleepMaxMs = 0;
 
   // Steps that run (their function or their checkpoint): a step is a hole in the
   // journal from when it takes its seq until it is journaled; the retry a failed one
@@ -79,6 +109,10 @@ export class Invocation {
   private running = 0;
   private holes = new Map<number, Await | undefined>();
   private waiters: (() => void)[] = [];
+
+  // Chunks written per stream and place (see streamPlace); compensations, oldest first.
+  private places = new Map<string, number>();
+  private undos: Undo[] = [];
 
   constructor(
     req: InvocationRequest,
@@ -94,6 +128,59 @@ export class Invocation {
   /** Makes the invocation stop at a step boundary once four fifths of ms have passed. */
   setBudget(ms: number) {
     this.budgetMs = ms;
+  }
+
+  /** Sets the longest sleep, in milliseconds, waited out in the process; 0 makes every sleep suspend the run. */
+  setSleepInProcess(ms: number) {
+    this.sleepMaxMs = ms;
+  }
+
+  /**
+   * Says whether a sleep of ms may be waited out in this process (Go's SleepInProcess):
+   * it is no longer than the limit (setSleepInProcess), and the invocation has time to
+   * spare after it: before the gateway's deadline for its answer (a gateway that sends
+   * none gets no sleeps in the process), with a margin of a tenth of the invocation's
+   * time and at least 2s, and within the budget (setBudget).
+   */
+  sleepInProcess(ms: number): boolean {
+    if (this.sleepMaxMs <= 0 || ms > this.sleepMaxMs || !this.req.deadline || this.stop) return false;
+    const deadline = new Date(this.req.deadline).getTime();
+    if (Number.isNaN(deadline)) return false;
+    const now = Date.now();
+    const margin = Math.max(2000, (deadline - this.started) / 10);
+    if (ms > deadline - now - margin) return false;
+    return this.budgetMs <= 0 || now - this.started + ms < this.budgetMs - this.budgetMs / 5;
+  }
+
+  /**
+   * Waits ms in this process, for a sleep. When the gateway ends its request meanwhile
+   * the invocation stops (HTTP 500, retried at the sleep's end) and the promise never
+   * settles, nor does it when the invocation stops otherwise.
+   */
+  waitOut(ms: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const req = this.requestSignal;
+      const own = this.controller.signal;
+      const t = setTimeout(finish, Math.max(0, ms));
+      function cleanup() {
+        clearTimeout(t);
+        req?.removeEventListener("abort", gone);
+        own.removeEventListener("abort", stopped);
+      }
+      function finish() {
+        cleanup();
+        resolve();
+      }
+      const gone = () => {
+        cleanup();
+        void this.halt(retry("sleep", `the gateway ended the invocation during a sleep in its process: ${String(req?.reason ?? "the request was aborted")}`));
+      };
+      const stopped = () => cleanup();
+      if (req?.aborted) return gone();
+      if (own.aborted) return stopped();
+      req?.addEventListener("abort", gone, { once: true });
+      own.addEventListener("abort", stopped, { once: true });
+    });
   }
 
   /** The recorded Stop, if the invocation stopped early. */
@@ -127,6 +214,7 @@ export class Invocation {
    */
   next(kind: EntryKind, name: string, n = 1): { seq: number; entries: (JournalEntry | undefined)[] } | undefined {
     if (this.stop) return undefined;
+    this.checkNested(name);
     const first = this.seq + 1;
     this.seq += n;
     const entries: (JournalEntry | undefined)[] = [];
@@ -148,6 +236,118 @@ export class Invocation {
       }
     }
     return { seq: first, entries };
+  }
+
+  /** Throws a NonRetryableError when called from a step's function (where the platform tells). */
+  checkNested(name: string) {
+    const p = inStep(this);
+    if (p) throw new NonRetryableError(`step ${q(name)}, inside the function of step ${p.seq}: ${NESTED}`);
+  }
+
+  /**
+   * Decides the patch named name where the code reaches it, at the journal's next seq (Go's
+   * State.Patch): a patch marker of that name there takes the seq and returns it with the
+   * marker (a replay of the patched path); nothing there takes the seq and returns it
+   * without one (the caller journals the marker), unless consumeOnly; another entry there
+   * takes no seq and returns seq 0 (the old path). undefined when the invocation stopped.
+   */
+  patch(name: string, consumeOnly: boolean): { seq: number; marker?: JournalEntry } | undefined {
+    if (this.stop) return undefined;
+    this.checkNested(name);
+    const e = this.bySeq.get(this.seq + 1);
+    if (e && e.kind === "patch" && e.name === name) return { seq: ++this.seq, marker: e };
+    if (!e && !consumeOnly) return { seq: ++this.seq };
+    return { seq: 0 };
+  }
+
+  /** Registers a compensation. */
+  pushUndo(u: Undo) {
+    this.undos.push(u);
+  }
+
+  /** The registered compensations, newest first, forgotten. */
+  takeUndos(): Undo[] {
+    const out = this.undos.reverse();
+    this.undos = [];
+    return out;
+  }
+
+  /**
+   * Reserves the places of n chunks written now to the stream key (Go's StreamPlace): in
+   * the step at place when given (the step whose function writes), else between steps at
+   * the seq the next entry takes with attempt 0; and the index of the first there. The
+   * same code makes the same places on every invocation, so the gateway skips chunks a
+   * replay writes again.
+   */
+  streamPlace(key: string, n: number, place?: { seq: number; attempt: number }): { seq: number; attempt: number; index: number } {
+    const seq = place ? place.seq : this.seq + 1;
+    const attempt = place ? place.attempt : 0;
+    const k = `${key}\0${seq}\0${attempt}`;
+    const index = this.places.get(k) ?? 0;
+    this.places.set(k, index + n);
+    return { seq, attempt, index };
+  }
+
+  /**
+   * Sends w to the gateway (checkpoint.url + "/stream") and waits for its answer, tried
+   * again as checkpoint is. Resolves undefined once the chunks are durable, or with the
+   * refusal of a write the gateway refuses without stopping the run; when the invocation
+   * no longer owns the run or the gateway stays unreachable, it stops the invocation and
+   * throws a StoppedError.
+   */
+  async writeStream(w: StreamWrite): Promise<StreamRefusal | undefined> {
+    const where = `stream ${q(w.key)}`;
+    const stopWith = (s: Stop): never => {
+      void this.halt(s);
+      throw new StoppedError();
+    };
+    if (this.stop) stopWith(this.stop);
+    const body = JSON.stringify(w);
+    let delay = CHECKPOINT_BACKOFF_MS;
+    let last = "";
+    for (let attempt = 0; ; attempt++) {
+      if (attempt > 0) {
+        await sleepMs(delay, this.requestSignal);
+        const gone = this.gone();
+        if (gone) stopWith(retry("checkpoint", `${where}: ${gone} (last: ${last})`));
+        delay = Math.min(2 * delay, MAX_CHECKPOINT_BACKOFF_MS);
+      }
+      let resp: PostResult;
+      try {
+        resp = await this.post(
+          this.req.checkpoint.url + "/stream",
+          { "Content-Type": "application/json", Authorization: `Bearer ${this.req.checkpoint.token}` },
+          body,
+          this.requestSignal,
+        );
+      } catch (err) {
+        last = String(err instanceof Error ? err.message : err);
+        if (this.gone()) stopWith(retry("checkpoint", `${where}: ${last}`));
+        continue;
+      }
+      const code = resp.status;
+      if (code >= 200 && code < 300) return undefined;
+      let problem: { type?: string; detail?: string } = {};
+      try {
+        problem = JSON.parse(resp.body);
+      } catch {
+        // A body that is not a problem leaves it empty.
+      }
+      const detail = problem.detail || String(code);
+      if (code === 409) {
+        const typ = (problem.type ?? "").split("/").pop() ?? "";
+        if (typ === "limit_exceeded" || typ === "stream_closed") return { type: typ, message: `${where}: ${detail}` };
+        return stopWith(failed("superseded", `${where}: ${detail}`));
+      }
+      if (code >= 500 || code === 408 || code === 429) {
+        last = `${code} ${detail}`;
+        const after = Number(resp.retryAfter);
+        if (after > 0) delay = Math.max(delay, Math.min(after * 1000, MAX_CHECKPOINT_BACKOFF_MS));
+        continue;
+      }
+      if (code === 401) return stopWith(retry("checkpoint", `${where}: ${code} ${detail}`));
+      return { type: "checkpoint", message: `${where}: ${code} ${detail}` };
+    }
   }
 
   /** The attempt this invocation makes of the step at seq (step_attempts, else 1). */

@@ -17,3 +17,4 @@ export type FunctionConfig = Schemas["FunctionConfig"];
 export type RetryPolicy = Schemas["RetryPolicy"];
 export type WireIdentity = Schemas["Identity"];
 export type InvokeCall = Schemas["InvokeCall"];
+export type StreamWrite = Schemas["StreamWrite"];

@@ -3,7 +3,7 @@ import type { Context, RunInfo, StepgateFunction } from "./function.js";
 import { fetchPoster, Invocation, type Poster, type Stop } from "./invocation.js";
 import type { ErrorInfo, InvocationAnswer, InvocationRequest, Manifest } from "./protocol.js";
 import { checkKeys, importKeys, ReplayCache, SIGNATURE_HEADER, SignatureError, verifySignature, type VerifyKeys } from "./signature.js";
-import { Step } from "./step.js";
+import { IncompleteCompensation, Step } from "./step.js";
 
 /** A Fetch API handler: what Deno, Bun, Cloudflare Workers and Vercel serve. */
 export type FetchHandler = (request: Request) => Promise<Response>;
@@ -188,6 +188,7 @@ async function invoke(
 ): Promise<[number, InvocationAnswer | ErrorInfo]> {
   const st = new Invocation(req, signal, post);
   if (fn.budgetMs > 0) st.setBudget(fn.budgetMs);
+  if (fn.sleepMaxMs > 0) st.setSleepInProcess(fn.sleepMaxMs);
   const id = req.identity;
   const run: RunInfo = {
     id: req.run.id, function: req.run.function, revision: req.run.revision, attempt: req.run.attempt,
@@ -195,6 +196,7 @@ async function invoke(
   };
   if (req.run.parent_id) run.parentId = req.run.parent_id;
 
+  const step = new Step(st);
   type Outcome = { ok: true; out: unknown } | { ok: false; err: unknown };
   const user: Promise<Outcome> = (async () => {
     let input: unknown = req.run.input ?? null;
@@ -209,7 +211,7 @@ async function invoke(
       input = r.value;
     }
     const ctx: Context<unknown> = {
-      input, step: new Step(st), run, signal: st.controller.signal,
+      input, step, run, signal: st.controller.signal,
       identity: { subject: id.subject, tenant: id.tenant, roles: id.roles ?? [], claims: id.claims ?? {} },
     };
     return fn.handler(ctx);
@@ -239,7 +241,22 @@ async function invoke(
   if (err instanceof StepError) type = err.type;
   else if (err instanceof InputError) type = "input";
   else if (err instanceof NonRetryableError) type = "non_retryable";
-  if (type) return [200, { status: "failed", error: { type, message: messageOf(err), retryable: false } }];
+  if (type) {
+    // The run fails for good: undo what it did first (step.compensate).
+    let message = messageOf(err);
+    const undone = await Promise.race([
+      step.runCompensations().then(() => ({ ok: true as const }), (e: unknown) => ({ ok: false as const, e })),
+      st.stopped.then(() => undefined),
+    ]);
+    await st.drain();
+    const stop = st.stoppedWith;
+    if (stop) return answerStop(st, stop);
+    if (undone && !undone.ok) {
+      if (!(undone.e instanceof IncompleteCompensation)) return [500, { type: "error", message: "compensation: " + messageOf(undone.e) }];
+      message += ` (${undone.e.message})`;
+    }
+    return [200, { status: "failed", error: { type, message, retryable: false } }];
+  }
   return [500, { type: "error", message: messageOf(err) }];
 }
 

@@ -1,7 +1,9 @@
 // The steps of a durable function, as the Go SDK's package step has them.
-import { type Duration, toGo } from "./duration.js";
+import { type Duration, toGo, toMs } from "./duration.js";
 import { ErrorType, messageOf, NonRetryableError, StepError } from "./errors.js";
+import { runInStep } from "./context.js";
 import { failed, type Invocation, never, q, retry, suspended } from "./invocation.js";
+import { StreamWriter } from "./stream.js";
 import type { Await, EntryKind, ErrorInfo, InvokeCall, JournalEntry } from "./protocol.js";
 
 /** How many attempts a step makes, the first included, unless its options say otherwise. */
@@ -25,6 +27,19 @@ export interface StepContext {
   attempt: number;
   /** Aborted when the invocation stops early: pass it on to fetch and the like. */
   signal: AbortSignal;
+  /** A writer of the run's stream key whose chunks are placed in this step (see StreamWriter). */
+  stream(key: string): StreamWriter;
+}
+
+/** Begins the name of the step that runs a compensation: the step of "release" is "compensate release". */
+export const COMPENSATION_PREFIX = "compensate ";
+
+/** Names the compensations that failed for good (Go's step.IncompleteCompensation). */
+export class IncompleteCompensation extends Error {
+  constructor(readonly failed: string[]) {
+    super(`compensation incomplete: ${failed.join(", ")} failed`);
+    this.name = "IncompleteCompensation";
+  }
 }
 
 /** A step's retry policy. */
@@ -175,7 +190,9 @@ function callbackFrom<T>(e: JournalEntry, output: unknown): CallbackResult<T> | 
  *  - Give each step a stable name and ask for the same steps in the same order on every
  *    invocation: code between steps must be deterministic. Put side effects, clocks and
  *    randomness inside steps (or use step.now, step.uuid, step.random).
- *  - Steps do not nest: call steps from the function, never from a step's function.
+ *  - Steps do not nest: call steps from the function, never from a step's function (a
+ *    step started there throws a NonRetryableError where the platform has
+ *    AsyncLocalStorage; elsewhere it is not detected).
  *  - To run steps at the same time, start them together: `Promise.all([step.run(...),
  *    step.run(...)])` takes their seqs in call order, so a replay finds each at its seq
  *    whatever order they finished in; each is checkpointed as soon as it finishes.
@@ -230,7 +247,11 @@ export class Step {
       let err: unknown;
       let ok = false;
       try {
-        out = await fn({ attempt, signal: st.controller.signal });
+        const ctx: StepContext = {
+          attempt, signal: st.controller.signal,
+          stream: (key) => new StreamWriter(st, key, { seq, attempt }),
+        };
+        out = await runInStep({ st, seq, attempt }, () => fn(ctx));
         ok = true;
       } catch (x) {
         err = x;
@@ -275,17 +296,59 @@ export class Step {
    * Suspends the run for d (milliseconds or a duration string such as "10m") from when
    * the gateway receives the answer, on the database clock. On replay, the journaled sleep
    * returns at once.
+   *
+   * A short sleep may be waited out in the function's process instead, in one
+   * invocation: when d is at most the function's sleepInProcess (off by default) and the
+   * invocation has time to spare, the sleep is checkpointed (durable, with its wake time)
+   * and resolves when that time comes. If the process dies meanwhile, the gateway calls
+   * the function again at that time, as for a suspended sleep.
    */
   async sleep(name: string, d: Duration): Promise<void> {
     const duration = toGo(d, `sleep ${q(name)}: duration`);
-    return this.suspendOn("sleep", name, (seq) => ({ type: "sleep", seq, name, duration }));
+    return this.sleepFor(name, toMs(d, `sleep ${q(name)}: duration`), { duration });
   }
 
-  /** Suspends the run until t, like sleep. */
+  /** Suspends the run until t, like sleep (waited out in the process when t is near). */
   async sleepUntil(name: string, t: Date | string): Promise<void> {
     const until = new Date(t);
     if (Number.isNaN(until.getTime())) throw new NonRetryableError(`step: sleep ${q(name)}: ${q(String(t))} is not a time`);
-    return this.suspendOn("sleep", name, (seq) => ({ type: "sleep", seq, name, until: until.toISOString() }));
+    return this.sleepFor(name, until.getTime() - Date.now(), { until: until.toISOString() });
+  }
+
+  private async sleepFor(name: string, ms: number, aw: { duration?: string; until?: string }): Promise<void> {
+    checkName("step name", name);
+    const st = this.st;
+    const n = st.next("sleep", name);
+    if (!n) return never();
+    const seq = n.seq;
+    const e = n.entries[0];
+    if (e) {
+      // Journaled: the sleep is over, unless it was being waited out in a process that
+      // stopped before its end (the gateway calls again at its end: this waits for what
+      // is left of it, by this machine's clock).
+      const left = e.until ? new Date(e.until).getTime() - Date.now() : 0;
+      if (left > 0 && st.sleepInProcess(left)) return st.waitOut(left);
+      return;
+    }
+    if (!st.sleepInProcess(Math.max(ms, 0))) return st.halt(suspended({ type: "sleep", seq, name, ...aw }));
+    if (!(await st.room(seq))) return never();
+    const gone = st.gone();
+    if (gone) return st.halt(retry("canceled", `sleep ${seq} ${q(name)}: ${gone}`));
+    const entry: JournalEntry = { seq, kind: "sleep", name };
+    if (aw.until) entry.until = aw.until;
+    else entry.output = { duration: aw.duration };
+    st.begin(seq);
+    let ack;
+    try {
+      ack = await st.checkpoint(entry);
+    } finally {
+      st.done(seq, ack !== undefined);
+    }
+    if (!ack) return never();
+    if (!ack.until) {
+      return st.halt(failed("protocol", `sleep ${seq} ${q(name)}: the gateway answered its checkpoint without a wake time`));
+    }
+    return st.waitOut(new Date(ack.until).getTime() - Date.now());
   }
 
   /** Journals nothing new: replays the entry of kind named name, or suspends on aw. */
@@ -540,6 +603,115 @@ export class Step {
     if (!n) return never();
     if (n.entries[0]) return;
     if (!(await this.journal(n.seq, "value", key, v))) return never();
+  }
+
+  /**
+   * Returns a writer of the run's stream called key (see StreamWriter); it sends nothing
+   * until the first write. Writers of one key share the stream. key must be 1 to 255
+   * letters, digits, '.', '_' or '-', starting with a letter or digit (a
+   * NonRetryableError otherwise). Inside a step's function, prefer ctx.stream(key).
+   */
+  stream(key: string): StreamWriter {
+    return new StreamWriter(this.st, key);
+  }
+
+  /**
+   * Says whether the run takes the patched code path of the patch called name, so that
+   * a function's code can change while runs of the old code are suspended and must
+   * replay what they journaled:
+   *
+   *     if (await step.patched("fix-rounding")) total = await step.run("total-v2", rounded);
+   *     else total = await step.run("total", oldTotal);
+   *
+   * true for a run that reaches the patch for the first time on code that has it (the
+   * journal holds nothing at the next seq: a marker, an entry of kind patch named name,
+   * is journaled there first), and on each replay of that run, which finds its marker.
+   * false, without taking a seq, for a run whose journal holds another entry there: it
+   * went past this point on code from before the patch, and replays the old path. Once
+   * no run of the old code is left, drop the old branch and replace patched with
+   * deprecatePatch of the same name; once no run with a marker is left, remove that too.
+   * Call it between steps, not inside a step's function. name must be 1 to 255 bytes.
+   */
+  async patched(name: string): Promise<boolean> {
+    checkName("patch name", name);
+    const st = this.st;
+    const p = st.patch(name, false);
+    if (!p) return never();
+    if (p.marker) return true;
+    if (p.seq === 0) return false;
+    if (!(await this.journal(p.seq, "patch", name, undefined))) return never();
+    return true;
+  }
+
+  /**
+   * Marks where the patch called name was, once the code keeps only its patched path
+   * (see patched): when the journal holds the patch's marker at the next seq, it takes
+   * that seq so the entries after it replay in place; otherwise it does nothing, and
+   * journals nothing. Call it where patched was.
+   */
+  async deprecatePatch(name: string): Promise<void> {
+    checkName("patch name", name);
+    if (!this.st.patch(name, true)) return never();
+  }
+
+  /**
+   * Registers fn as the undo of what the run has done so far (a saga's compensation),
+   * usually right after the step it undoes. When the run fails for good (the function
+   * throws a StepError or a NonRetryableError) or the function calls rollback, the SDK
+   * runs the registered undos newest first, each as a journaled step named
+   * "compensate <name>", with the step's retries: a replay does not run one twice, and a
+   * crash in the middle goes on where it stopped. The run then fails with the original
+   * error; when an undo fails for good, the others still run and the run's error ends
+   * with "(compensation incomplete: <names> failed)".
+   *
+   * Registration is not journaled: it is code, and runs again on every replay, so
+   * register under the same conditions each time. Any other error (the invocation is
+   * retried) runs nothing. name must be 1 to 244 bytes (255 with the prefix).
+   */
+  compensate(name: string, fn: (ctx: StepContext) => unknown): void {
+    const bytes = new TextEncoder().encode(String(name)).length;
+    if (typeof name !== "string" || bytes === 0 || COMPENSATION_PREFIX.length + bytes > 255) {
+      throw new NonRetryableError(`step: compensation name ${q(String(name))} is not 1 to ${255 - COMPENSATION_PREFIX.length} bytes`);
+    }
+    this.st.pushUndo({ name, fn: fn as (ctx: { attempt: number; signal: AbortSignal }) => unknown });
+  }
+
+  /**
+   * Runs the registered compensations now, newest first, as compensate says, and returns
+   * the error to throw to fail the run with cause: a NonRetryableError with cause's
+   * message, noting an incomplete compensation. A function that handles a failure itself
+   * calls it; one that simply lets a StepError or a NonRetryableError out gets the same.
+   */
+  async rollback(cause?: unknown): Promise<NonRetryableError> {
+    const c = cause ?? new Error("rolled back");
+    try {
+      await this.runCompensations();
+    } catch (e) {
+      if (!(e instanceof IncompleteCompensation)) throw e;
+      return new NonRetryableError(`${messageOf(c)} (${e.message})`, { cause: c });
+    }
+    return new NonRetryableError(messageOf(c), { cause: c });
+  }
+
+  /**
+   * Runs and forgets the registered compensations, newest first, each as a journaled
+   * step; throws an IncompleteCompensation when some failed for good. The SDK calls it
+   * when a run fails for good; rollback calls it too.
+   */
+  async runCompensations(): Promise<void> {
+    const failed: string[] = [];
+    for (const u of this.st.takeUndos()) {
+      try {
+        await this.run(COMPENSATION_PREFIX + u.name, async (ctx) => {
+          await u.fn(ctx);
+          return {};
+        });
+      } catch (e) {
+        if (!(e instanceof StepError)) throw e;
+        failed.push(u.name);
+      }
+    }
+    if (failed.length > 0) throw new IncompleteCompensation(failed);
   }
 
   /** The current time, journaled as the step called name: a replay returns the same. */

@@ -5,8 +5,9 @@
 import { generateKeyPairSync, sign, type KeyObject } from "node:crypto";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import { toMs } from "../src/duration.js";
 import type { FetchHandler } from "../src/serve.js";
-import type { Await, InvocationAnswer, InvocationRequest, JournalEntry } from "../src/protocol.js";
+import type { Await, InvocationAnswer, InvocationRequest, JournalEntry, StreamWrite } from "../src/protocol.js";
 
 export const TENANT = "acme";
 
@@ -22,6 +23,16 @@ export class Gateway {
   /** Every checkpoint body received, in order. */
   checkpoints: JournalEntry[] = [];
   hook: Hook | undefined;
+  /** The deadline invocations carry (InvocationRequest.deadline), if any. */
+  deadline: (() => string) | undefined;
+  /** Answers a sleep's checkpoint without its wake time, as a broken gateway would. */
+  sleepAckWithoutUntil = false;
+  /** Every stream write received, in order. */
+  streamWrites: StreamWrite[] = [];
+  /** A stream hook: answers [code, body] instead of writing, or undefined to write. */
+  streamHook: ((runId: string, w: StreamWrite) => [number, string] | undefined) | undefined;
+  /** Each run's streams (by `${runId} ${key}`): chunks in offset order, each with its place; closed. */
+  streams = new Map<string, { chunks: { place: string; chunk: unknown }[]; closed: boolean }>();
 
   constructor() {
     const { publicKey, privateKey } = generateKeyPairSync("ed25519");
@@ -38,6 +49,10 @@ export class Gateway {
         const auth = req.headers.authorization;
         if (auth !== `Bearer token-${runId}`) {
           res.writeHead(401, { "Content-Type": "application/problem+json" }).end(JSON.stringify({ detail: "bad token" }));
+          return;
+        }
+        if (req.url!.endsWith("/stream")) {
+          this.writeStream(runId, JSON.parse(Buffer.concat(chunks).toString()) as StreamWrite, res);
           return;
         }
         const e = JSON.parse(Buffer.concat(chunks).toString()) as JournalEntry;
@@ -68,18 +83,53 @@ export class Gateway {
           }
           const stored = { ...e };
           delete stored.window;
+          if (e.kind === "sleep") {
+            // A checkpointed sleep: journaled with its wake time, no output.
+            const d = (e.output as { duration?: string } | undefined)?.duration;
+            stored.until = e.until ?? new Date(Date.now() + (d ? toMs(d, "duration") : 0)).toISOString();
+            delete stored.output;
+          }
           if (e.kind === "callback") stored.output = { url: `${this.url}/v1/callbacks/tok-${e.seq}`, token: `tok-${e.seq}`, expires_at: "2030-01-01T00:00:00Z" };
           j.push(stored);
           j.sort((a, b) => a.seq - b.seq);
         }
         const ack: Record<string, unknown> = { seq: e.seq };
         if (e.kind === "callback") ack.output = j.find((x) => x.seq === e.seq)!.output;
+        if (e.kind === "sleep" && !this.sleepAckWithoutUntil) ack.until = j.find((x) => x.seq === e.seq)!.until;
         res.writeHead(200, { "Content-Type": "application/json" }).end(JSON.stringify(ack));
       });
     });
     await new Promise<void>((r) => this.server.listen(0, "127.0.0.1", r));
     this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
     return this;
+  }
+
+  /** The gateway's stream write: chunks at places the stream holds are skipped (the first write wins). */
+  private writeStream(runId: string, w: StreamWrite, res: import("node:http").ServerResponse) {
+    this.streamWrites.push(w);
+    const hooked = this.streamHook?.(runId, w);
+    if (hooked) {
+      res.writeHead(hooked[0], { "Content-Type": "application/problem+json" }).end(hooked[1]);
+      return;
+    }
+    const k = `${runId} ${w.key}`;
+    let s = this.streams.get(k);
+    if (!s) this.streams.set(k, (s = { chunks: [], closed: false }));
+    const fresh = w.chunks
+      .map((chunk, i) => ({ place: `${w.seq}/${w.attempt ?? 0}/${(w.index ?? 0) + i}`, chunk }))
+      .filter((c) => !s!.chunks.some((x) => x.place === c.place));
+    if (s.closed && fresh.length > 0) {
+      res.writeHead(409, { "Content-Type": "application/problem+json" }).end(JSON.stringify({ type: "stream_closed", detail: `stream ${w.key} is closed` }));
+      return;
+    }
+    s.chunks.push(...fresh);
+    if (w.close) s.closed = true;
+    res.writeHead(200, { "Content-Type": "application/json" }).end(JSON.stringify({ key: w.key, length: s.chunks.length, closed: s.closed }));
+  }
+
+  /** The chunks of a run's stream, in order. */
+  stream(runId: string, key: string): unknown[] {
+    return (this.streams.get(`${runId} ${key}`)?.chunks ?? []).map((c) => c.chunk);
   }
 
   async close() {
@@ -107,16 +157,18 @@ export class Gateway {
       identity: { subject: "ann", tenant: TENANT, roles: ["developer"], claims: { plan: "pro" } },
       journal: [...this.journal(runId)],
       checkpoint: { url: `${this.url}/checkpoint/${runId}`, token: `token-${runId}` },
+      ...(this.deadline ? { deadline: this.deadline() } : {}),
       ...extra,
     };
   }
 
   /** Sends one signed invocation to handler and returns the HTTP status and body. */
-  async invoke(handler: FetchHandler, appUrl: string, req: InvocationRequest): Promise<{ status: number; body: any }> {
+  async invoke(handler: FetchHandler, appUrl: string, req: InvocationRequest, signal?: AbortSignal): Promise<{ status: number; body: any }> {
     const body = JSON.stringify(req);
     const resp = await handler(
       new Request(`${appUrl}/${req.run.function}`, {
         method: "POST",
+        ...(signal ? { signal } : {}),
         headers: { "Content-Type": "application/json", "Stepgate-Signature": this.sign(body) },
         body,
       }),

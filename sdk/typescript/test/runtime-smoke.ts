@@ -7,7 +7,7 @@
 //
 // It prints "N passed, M failed" and exits non-zero on a failure.
 import { createFunction, serve } from "../src/index.js";
-import type { InvocationRequest, JournalEntry } from "../src/protocol.js";
+import type { InvocationRequest, JournalEntry, StreamWrite } from "../src/protocol.js";
 
 type Serve = (handler: (r: Request) => Response | Promise<Response>) => { url: string; stop: () => void };
 const g = globalThis as unknown as {
@@ -44,7 +44,13 @@ async function sign(body: string, tenant = "acme") {
 
 // The checkpoint endpoint: journals entries in order.
 const journal: JournalEntry[] = [];
+const streamed: StreamWrite[] = [];
 const gateway = listen(async (r) => {
+  if (new URL(r.url).pathname.endsWith("/stream")) {
+    const w = (await r.json()) as StreamWrite;
+    streamed.push(w);
+    return Response.json({ key: w.key, length: streamed.length, closed: w.close === true });
+  }
   const e = (await r.json()) as JournalEntry;
   if (r.headers.get("Authorization") !== "Bearer tok") return new Response("{}", { status: 401 });
   if (!journal.some((x) => x.seq === e.seq)) journal.push(e);
@@ -58,7 +64,20 @@ const tour = createFunction<{ item: string }>({ name: "tour" }, async ({ input, 
   const b = await step.run("ship", () => (calls.push("ship"), `T-${a}`));
   return { b, who: identity.subject };
 });
-const app = listen(serve({ functions: [tour], signingKeys: publicKey }));
+// A stream written inside a step, and a step started inside a step's function: both need
+// the runtime's AsyncLocalStorage, which the SDK finds through process.getBuiltinModule.
+const features = createFunction({ name: "features" }, async ({ step }) =>
+  step.run("outer", async () => {
+    await step.stream("s").write("in-step");
+    try {
+      await step.run("inner", () => 1);
+      return "not detected";
+    } catch (e) {
+      return (e as Error).message;
+    }
+  }),
+);
+const app = listen(serve({ functions: [tour, features], signingKeys: publicKey }));
 
 let passed = 0;
 let failed = 0;
@@ -70,7 +89,7 @@ function check(what: string, ok: boolean, detail?: unknown) {
   }
 }
 
-async function invoke(extra: Partial<InvocationRequest> = {}, signature?: string) {
+async function invoke(extra: Partial<InvocationRequest> = {}, signature?: string, fn = "tour") {
   const req: InvocationRequest = {
     protocol: 1,
     run: { id: "00000000-0000-4000-8000-000000000001", function: "tour", revision: 1, attempt: 1, input: { item: "book" }, created_at: new Date().toISOString() },
@@ -80,13 +99,13 @@ async function invoke(extra: Partial<InvocationRequest> = {}, signature?: string
     ...extra,
   };
   const body = JSON.stringify(req);
-  const resp = await fetch(`${app.url}/tour`, { method: "POST", body, headers: { "Stepgate-Signature": signature ?? (await sign(body)) } });
+  const resp = await fetch(`${app.url}/${fn}`, { method: "POST", body, headers: { "Stepgate-Signature": signature ?? (await sign(body)) } });
   return { status: resp.status, body: (await resp.json()) as any };
 }
 
 try {
   const m = await fetch(app.url, { headers: { "Stepgate-Signature": await sign("") } });
-  check("manifest", m.status === 200 && (await m.json()).functions[0].name === "tour");
+  check("manifest", m.status === 200 && (await m.json()).functions.some((f: { name: string }) => f.name === "tour"));
   let r = await invoke();
   check("first invocation sleeps", r.body.status === "suspended" && r.body.await.type === "sleep" && r.body.await.seq === 2, r);
   journal.push({ seq: 2, kind: "sleep", name: "cool-off" });
@@ -96,6 +115,9 @@ try {
   check("each step ran once", calls.join(",") === "reserve,ship", calls);
   r = await invoke({}, (await sign("{}")).replace(/ed25519=.*/, "ed25519=" + "A".repeat(86)));
   check("forged signature refused", r.status === 401 && r.body.type === "signature", r);
+  r = await invoke({ run: { id: "00000000-0000-4000-8000-000000000002", function: "features", revision: 1, attempt: 1, input: null, created_at: new Date().toISOString() }, journal: [] }, undefined, "features");
+  check("a nested step is refused", r.body.status === "completed" && r.body.output === `step "inner", inside the function of step 1: step: a step cannot start inside another step's function`, r);
+  check("a stream chunk is placed in its step", streamed.length === 1 && streamed[0]!.seq === 1 && streamed[0]!.attempt === 1, streamed);
 } catch (e) {
   check("no exception", false, String(e));
 } finally {
