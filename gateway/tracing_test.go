@@ -147,7 +147,6 @@ func TestTraces(t *testing.T) {
 	for _, inv := range spans["invoke traced"] {
 		require.Equal(t, root.SpanID(), inv.Parent.SpanID(), "an invocation is a child of the run")
 		require.Equal(t, trace.SpanKindClient, inv.SpanKind)
-		require.Equal(t, runID, attr(inv, "stepgate.run.id").AsString())
 		require.True(t, strings.HasSuffix(attr(inv, "url.full").AsString(), "/traced"), attr(inv, "url.full").AsString())
 		require.Equal(t, int64(200), attr(inv, "http.response.status_code").AsInt64())
 		require.Positive(t, attr(inv, "stepgate.attempt").AsInt64())

@@ -38,7 +38,6 @@ const (
 	attrStatus     = attribute.Key("stepgate.run.status")
 	attrSeq        = attribute.Key("stepgate.entry.seq")
 	attrKind       = attribute.Key("stepgate.entry.kind")
-	attrName       = attribute.Key("stepgate.entry.name")
 	attrStepTry    = attribute.Key("stepgate.entry.attempt")
 	attrAwaitKind  = attribute.Key("stepgate.await.kind")
 	attrWakeAt     = attribute.Key("stepgate.await.wake_at")
@@ -60,9 +59,9 @@ func (inv *Invoker) startInvocation(ctx context.Context, rev *revision, run *jou
 	}
 	ctx, span := inv.tracer.Start(tracing.WithRunParent(ctx, run.ID), "invoke "+run.Function,
 		trace.WithSpanKind(trace.SpanKindClient),
+		// The run's id (the trace's), tenant and revision are the root span's.
 		trace.WithAttributes(
-			attrRunID.String(run.ID), attrFunction.String(run.Function), attrTenant.String(run.Tenant),
-			attrRevision.Int(run.Revision), attrAttempt.Int(run.Attempts), attrInvocation.Int(run.Invocation),
+			attrFunction.String(run.Function), attrAttempt.Int(run.Attempts), attrInvocation.Int(run.Invocation),
 			attrURL.String(redactURL(rev.url)),
 		))
 	return ctx, span
@@ -107,8 +106,9 @@ func (inv *Invoker) traceEntries(ctx context.Context, parent trace.SpanContext, 
 		if e.StartedAt != nil && e.StartedAt.Before(now) {
 			start = *e.StartedAt
 		}
+		// The span's name holds the entry's kind and name; the trace is the run's.
 		_, span := inv.tracer.Start(ctx, e.Kind+" "+e.Name, trace.WithTimestamp(start), trace.WithAttributes(
-			attrRunID.String(runID), attrSeq.Int(e.Seq), attrKind.String(e.Kind), attrName.String(e.Name), attrStepTry.Int(e.Attempt),
+			attrSeq.Int(e.Seq), attrKind.String(e.Kind), attrStepTry.Int(e.Attempt),
 		))
 		if e.Error != nil {
 			span.SetAttributes(attrErrorType.String(e.Error.Type))
@@ -127,7 +127,7 @@ func (inv *Invoker) traceAwait(ctx context.Context, runID string, w *protocol.Aw
 	}
 	now := time.Now()
 	_, span := inv.tracer.Start(ctx, string(w.Type)+" "+w.Name, trace.WithTimestamp(now), trace.WithAttributes(
-		attrRunID.String(runID), attrAwaitKind.String(string(w.Type)), attrSeq.Int(w.Seq), attrName.String(w.Name),
+		attrAwaitKind.String(string(w.Type)), attrSeq.Int(w.Seq),
 	))
 	end := now
 	switch {
