@@ -172,22 +172,42 @@ BEGIN
                 END IF;
             END IF;
         ELSE
-            -- The fast path, in one statement: when no older run waits in the key's
-            -- line, a stripe with room that nobody holds, the emptiest first (a stripe
-            -- that counts no run has no release coming to wait for this claim's commit).
-            UPDATE stepgate.concurrency_slot s SET running = s.running + 1, lim = v_lim
-            WHERE (s.tenant, s.function, s.key, s.stripe) = (
-                SELECT c.tenant, c.function, c.key, c.stripe FROM stepgate.concurrency_slot c
-                WHERE c.tenant = p_tenant AND c.function = p_function AND c.key = k
-                  AND c.running < stepgate.stripe_cap(v_lim, c.stripe)
-                  AND NOT EXISTS (
-                    SELECT 1 FROM stepgate.run q
-                    WHERE q.tenant = p_tenant AND q.function = p_function AND q.held_on = k
-                      AND q.status IN ('queued', 'scheduled', 'suspended')
-                      AND (q.created_at, q.id) < (p_created_at, p_id))
-                ORDER BY c.running, (c.stripe + off) % 64 LIMIT 1
-                FOR UPDATE SKIP LOCKED)
-            RETURNING s.stripe INTO got;
+            -- The fast path: when no older run waits in the key's line, a stripe with
+            -- room that nobody holds, an empty one by preference (a stripe that counts
+            -- no run has no release coming to wait for this claim's commit). First two
+            -- stripes at random, each one index lookup, then all of them, the emptiest
+            -- first.
+            IF NOT EXISTS (
+                SELECT 1 FROM stepgate.run q
+                WHERE q.tenant = p_tenant AND q.function = p_function AND q.held_on = k
+                  AND q.status IN ('queued', 'scheduled', 'suspended')
+                  AND (q.created_at, q.id) < (p_created_at, p_id)) THEN
+                FOR j IN 0..1 LOOP
+                    UPDATE stepgate.concurrency_slot s SET running = s.running + 1, lim = v_lim
+                    WHERE (s.tenant, s.function, s.key, s.stripe) = (
+                        SELECT c.tenant, c.function, c.key, c.stripe FROM stepgate.concurrency_slot c
+                        WHERE c.tenant = p_tenant AND c.function = p_function AND c.key = k
+                          AND c.stripe = (off + 31 * j) % n AND c.running = 0
+                        FOR UPDATE SKIP LOCKED)
+                    RETURNING s.stripe INTO got;
+                    EXIT WHEN got IS NOT NULL;
+                END LOOP;
+            END IF;
+            IF got IS NULL THEN
+                UPDATE stepgate.concurrency_slot s SET running = s.running + 1, lim = v_lim
+                WHERE (s.tenant, s.function, s.key, s.stripe) = (
+                    SELECT c.tenant, c.function, c.key, c.stripe FROM stepgate.concurrency_slot c
+                    WHERE c.tenant = p_tenant AND c.function = p_function AND c.key = k
+                      AND c.running < stepgate.stripe_cap(v_lim, c.stripe)
+                      AND NOT EXISTS (
+                        SELECT 1 FROM stepgate.run q
+                        WHERE q.tenant = p_tenant AND q.function = p_function AND q.held_on = k
+                          AND q.status IN ('queued', 'scheduled', 'suspended')
+                          AND (q.created_at, q.id) < (p_created_at, p_id))
+                    ORDER BY c.running, (c.stripe + off) % 64 LIMIT 1
+                    FOR UPDATE SKIP LOCKED)
+                RETURNING s.stripe INTO got;
+            END IF;
             IF got IS NULL THEN
                 -- The hold path, one claim of the key at a time, ordered with releases.
                 PERFORM pg_advisory_xact_lock(stepgate.slot_hold_lock(p_tenant, p_function, k));
