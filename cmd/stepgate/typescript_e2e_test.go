@@ -73,14 +73,33 @@ func startNodeApp(t *testing.T, dir, file, publicKeys string) string {
 	return url
 }
 
-// startNodeProcess is startNodeApp, which also returns the process id.
-func startNodeProcess(t *testing.T, dir, file, publicKeys string) (string, int) {
+// freeAddr returns a loopback address with a port that was free a moment ago.
+func freeAddr(t *testing.T) *net.TCPAddr {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	port := ln.Addr().(*net.TCPAddr).Port
-	require.NoError(t, ln.Close())
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr)
+}
 
+// stopInCleanup interrupts the started cmd when t ends, and kills it if it has not
+// exited (closing exited) 10s later.
+func stopInCleanup(t *testing.T, cmd *exec.Cmd, exited <-chan struct{}) {
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+}
+
+// startNodeProcess is startNodeApp, which also returns the process id.
+func startNodeProcess(t *testing.T, dir, file, publicKeys string) (string, int) {
+	t.Helper()
+	port := freeAddr(t).Port
 	cmd := exec.Command("node", filepath.Join(dir, "dist", "examples", file))
 	cmd.Env = append(os.Environ(), "PORT="+strconv.Itoa(port), "STEPGATE_PUBLIC_KEYS="+publicKeys)
 	var output lockedBuffer
@@ -101,14 +120,8 @@ func startNodeProcess(t *testing.T, dir, file, publicKeys string) (string, int) 
 		_ = cmd.Wait()
 		close(exited)
 	}()
+	stopInCleanup(t, cmd, exited)
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
 		if t.Failed() {
 			t.Logf("node examples server output:\n%s", output.String())
 		}
@@ -497,10 +510,7 @@ func startGoExamples(t *testing.T, publicKeys string) (string, int) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build ../stepgate-examples: %v\n%s", err, out)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
+	addr := freeAddr(t).String()
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), "ADDR="+addr, "STEPGATE_PUBLIC_KEYS="+publicKeys)
 	var output lockedBuffer
@@ -511,15 +521,7 @@ func startGoExamples(t *testing.T, publicKeys string) (string, int) {
 		_ = cmd.Wait()
 		close(exited)
 	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	})
+	stopInCleanup(t, cmd, exited)
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(output.String(), "example functions serving") {
 		select {
