@@ -164,6 +164,11 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 	if n.ParentSeq > 0 {
 		parentSeq, parentName = &n.ParentSeq, &n.ParentName
 	}
+	// The deadline: LEAST ignores NULLs, so it is the earliest of those that are set.
+	// Priority 2 is DefaultPriority. A run of a function with concurrency limits is
+	// created claimed when it takes its slots here (stepgate.take_slots, in a subquery
+	// that OFFSET 0 keeps from being evaluated twice), else queued, for ClaimRunSlots to
+	// claim or hold it; not with an idempotency key, whose INSERT may do nothing.
 	rows, _ := db.Query(ctx, `
 		INSERT INTO stepgate.run (id, tenant, function, revision, status, input, identity,
 			idempotency_key, parent_id, parent_seq, parent_name, rerun_of, detached, attempts, invocation, lease_until, started_at,
@@ -176,24 +181,20 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 			CASE WHEN claim THEN now() + make_interval(secs => @lease_seconds) END,
 			CASE WHEN claim THEN now() END,
 			@start_at::timestamptz,
-			-- LEAST ignores NULLs: the earliest of the deadlines that are set.
 			LEAST(@deadline::timestamptz, now() + r.run_timeout_ms * interval '1 millisecond',
 				(SELECT p.deadline FROM stepgate.run p WHERE @parent_seq::int IS NOT NULL AND p.id = @parent_id::uuid)),
 			@held::text,
-			coalesce(@priority::smallint, (r.config->>'priority')::smallint, 2), -- 2: DefaultPriority
+			coalesce(@priority::smallint, (r.config->>'priority')::smallint, 2),
 			s.keys, s.limits, CASE WHEN claim THEN (tk.t).stripes END
 		FROM stepgate.function f
 		JOIN stepgate.function_revision r USING (tenant, name, revision)
-		-- A run of a function with concurrency limits is created claimed when it takes
-		-- its slots here (stepgate.take_slots), else queued, for ClaimRunSlots to claim
-		-- or hold it. Not with an idempotency key: the INSERT may then do nothing.
 		CROSS JOIN LATERAL (
 			SELECT CASE WHEN r.config ? 'concurrency' THEN stepgate.slot_keys(r.config, @input::jsonb, @identity::jsonb) END AS keys,
 				CASE WHEN r.config ? 'concurrency' THEN stepgate.slot_limits(r.config) END AS limits) s
 		CROSS JOIN LATERAL (
 			SELECT CASE WHEN s.keys IS NOT NULL AND @claim::boolean AND @idempotency_key::text IS NULL
 				THEN stepgate.take_slots(f.tenant, f.name, s.keys, s.limits, now(), @id::uuid) END AS t
-			OFFSET 0) tk -- evaluated once
+			OFFSET 0) tk
 		CROSS JOIN LATERAL (
 			SELECT CASE WHEN s.keys IS NULL THEN @claim::boolean
 				WHEN @claim::boolean AND @idempotency_key::text IS NULL THEN (tk.t).blocked IS NULL
