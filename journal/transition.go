@@ -581,6 +581,8 @@ func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome)
 	var tenant string
 	var identity Identity
 	var seqTaken, follows bool
+	// A failed invocation's retry (queued) is not due before a sleep it was waiting out
+	// in its process: GREATEST ignores the NULL of none.
 	err := db.QueryRow(ctx, `
 		WITH u AS (
 			UPDATE stepgate.run SET
@@ -590,8 +592,6 @@ func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome)
 				lease_until = NULL,
 				wake_at = CASE WHEN @status IN ('suspended', 'queued') AND @timed
 					THEN greatest(coalesce(@until::timestamptz, now() + make_interval(secs => @after_seconds)),
-						-- A failed invocation's retry is not due before a sleep it was
-						-- waiting out in its process (GREATEST ignores NULL).
 						CASE WHEN @status = 'queued' THEN (`+pendingSleep+`) END) END,
 				awaiting = @awaiting,
 				finished_at = CASE WHEN @status IN ('completed', 'failed', 'cancelled') THEN now() END,
