@@ -44,8 +44,10 @@ func (inv *Invoker) StartRun(ctx context.Context, db *journal.TenantDB, n journa
 // StartRunNow creates a run already claimed by this process, with the River job of its
 // deadline if it has one, in one transaction, and invokes it at once, with no queue hop,
 // in the background: the invocation outlives ctx. A run of a function with concurrency
-// limits is created queued instead and claimed at once with its slots (a second round
-// trip); when a limit holds it, done receives nil and a freed slot starts it later. A delayed start (n.StartAt) is
+// limits is created claimed too when its slots have room (they are taken in the same
+// statement); otherwise, or with an idempotency key, it is created queued and claimed at
+// once with its slots (a second round trip), and when a limit holds it, done receives
+// nil and a freed slot starts it later. A delayed start (n.StartAt) is
 // ignored: use StartRun. done receives the invocation's result once it is applied, or nil when it was
 // abandoned or could not be applied (its lease lapses, or was handed over, and another
 // gateway makes the invocation again). end is called when the invocation ends, before
@@ -105,8 +107,8 @@ func (inv *Invoker) StartRunNow(ctx context.Context, db *journal.TenantDB, n jou
 		if run.Status == journal.StatusRunning {
 			res, err = inv.InvokeNew(ctx, run, true)
 		} else {
-			// Its function has concurrency limits: the run was created queued, and this
-			// claim takes its slots or holds it (then a freed slot wakes it, and the
+			// Its function has concurrency limits and the run was created queued (no room
+			// at its creation, or an idempotency key): this claim takes its slots or holds it (then a freed slot wakes it, and the
 			// caller waits for it by notification). A claim that fails leaves it to the
 			// stranded-run sweep.
 			res, err = inv.resumeNew(ctx, run)

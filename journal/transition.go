@@ -803,7 +803,8 @@ func recoverRuns(ctx context.Context, db DB, picked string, args ...any) ([]stri
 // pendingSleep selects the latest wake time of the sleeps among the last 64 entries of
 // run @run_id (a parallel step may be journaled after a sleep being waited out): a sleep
 // that a function waits out in its process (invoker.CheckpointSleep) is journaled before
-// it ends. NULL when there is none.
+// it ends. NULL when there is none. A constant, so that Finish's statement stays one
+// string built at compile time; recoverRuns puts its own run for @run_id.
 const pendingSleep = `SELECT max(CASE WHEN t.kind = 'sleep' THEN t.wake_at END) FROM (
 	SELECT e.kind, e.wake_at FROM stepgate.journal_entry e WHERE e.run_id = @run_id ORDER BY e.seq DESC LIMIT 64) t`
 

@@ -166,8 +166,7 @@ BEGIN
                 got := 0;
                 v_ahead := stepgate.slot_line_ahead(p_tenant, p_function, k, p_created_at, p_id, v_lim);
                 IF v_running + v_ahead > v_lim THEN
-                    UPDATE stepgate.concurrency_slot SET running = running - 1
-                    WHERE tenant = p_tenant AND function = p_function AND key = k AND stripe = 0;
+                    PERFORM stepgate.give_slot(p_tenant, p_function, k, 0::smallint);
                     got := NULL;
                 END IF;
             END IF;
@@ -177,11 +176,7 @@ BEGIN
             -- no run has no release coming to wait for this claim's commit). First two
             -- stripes at random, each one index lookup, then all of them, the emptiest
             -- first.
-            IF NOT EXISTS (
-                SELECT 1 FROM stepgate.run q
-                WHERE q.tenant = p_tenant AND q.function = p_function AND q.held_on = k
-                  AND q.status IN ('queued', 'scheduled', 'suspended')
-                  AND (q.created_at, q.id) < (p_created_at, p_id)) THEN
+            IF stepgate.slot_line_ahead(p_tenant, p_function, k, p_created_at, p_id, 1) = 0 THEN
                 FOR j IN 0..1 LOOP
                     UPDATE stepgate.concurrency_slot s SET running = s.running + 1, lim = v_lim
                     WHERE (s.tenant, s.function, s.key, s.stripe) = (
@@ -192,21 +187,16 @@ BEGIN
                     RETURNING s.stripe INTO got;
                     EXIT WHEN got IS NOT NULL;
                 END LOOP;
-            END IF;
-            IF got IS NULL THEN
-                UPDATE stepgate.concurrency_slot s SET running = s.running + 1, lim = v_lim
-                WHERE (s.tenant, s.function, s.key, s.stripe) = (
-                    SELECT c.tenant, c.function, c.key, c.stripe FROM stepgate.concurrency_slot c
-                    WHERE c.tenant = p_tenant AND c.function = p_function AND c.key = k
-                      AND c.running < stepgate.stripe_cap(v_lim, c.stripe)
-                      AND NOT EXISTS (
-                        SELECT 1 FROM stepgate.run q
-                        WHERE q.tenant = p_tenant AND q.function = p_function AND q.held_on = k
-                          AND q.status IN ('queued', 'scheduled', 'suspended')
-                          AND (q.created_at, q.id) < (p_created_at, p_id))
-                    ORDER BY c.running, (c.stripe + off) % 64 LIMIT 1
-                    FOR UPDATE SKIP LOCKED)
-                RETURNING s.stripe INTO got;
+                IF got IS NULL THEN
+                    UPDATE stepgate.concurrency_slot s SET running = s.running + 1, lim = v_lim
+                    WHERE (s.tenant, s.function, s.key, s.stripe) = (
+                        SELECT c.tenant, c.function, c.key, c.stripe FROM stepgate.concurrency_slot c
+                        WHERE c.tenant = p_tenant AND c.function = p_function AND c.key = k
+                          AND c.running < stepgate.stripe_cap(v_lim, c.stripe)
+                        ORDER BY c.running, (c.stripe + off) % 64 LIMIT 1
+                        FOR UPDATE SKIP LOCKED)
+                    RETURNING s.stripe INTO got;
+                END IF;
             END IF;
             IF got IS NULL THEN
                 -- The hold path, one claim of the key at a time, ordered with releases.
@@ -241,8 +231,7 @@ BEGIN
             -- nobody saw them change.
             FOR j IN SELECT generate_subscripts(stripes, 1) LOOP
                 IF stripes[j] IS NOT NULL THEN
-                    UPDATE stepgate.concurrency_slot SET running = running - 1
-                    WHERE tenant = p_tenant AND function = p_function AND key = p_keys[j] AND stripe = stripes[j];
+                    PERFORM stepgate.give_slot(p_tenant, p_function, p_keys[j], stripes[j]);
                 END IF;
             END LOOP;
             RETURN (i, NULL)::stepgate.slots_taken;
@@ -331,11 +320,8 @@ BEGIN
 END
 $$;
 
--- The 0029 signature: a refill that gave nothing back.
-CREATE OR REPLACE FUNCTION stepgate.refill_slot(p_tenant text, p_function text, p_key text) RETURNS void
-LANGUAGE sql AS $$
-    SELECT stepgate.refill_slot(p_tenant, p_function, p_key, false)
-$$;
+-- 0029's signature; nothing calls it now.
+DROP FUNCTION stepgate.refill_slot(text, text, text);
 
 -- claim_slots (0029), with take_slots counting; it now returns the stripes taken too.
 DROP FUNCTION stepgate.claim_slots(uuid);
@@ -400,20 +386,9 @@ DECLARE
 BEGIN
     IF OLD.status = 'running' THEN
         FOR i IN SELECT u.ord FROM unnest(NEW.slot_keys) WITH ORDINALITY AS u(key, ord) ORDER BY u.key LOOP
-            -- give_slot and refill_slot's first steps, inline (the common case: a line
-            -- with nobody in it costs one index probe).
-            UPDATE stepgate.concurrency_slot SET running = running - 1
-            WHERE tenant = NEW.tenant AND function = NEW.function AND key = NEW.slot_keys[i]
-              AND stripe = coalesce(OLD.slot_stripes[i], 0) AND running > 0;
-            IF stepgate.slot_stripes(NEW.slot_limits[i]) > 1 THEN
-                PERFORM pg_advisory_xact_lock_shared(stepgate.slot_hold_lock(NEW.tenant, NEW.function, NEW.slot_keys[i]));
-            END IF;
-            IF EXISTS (
-                SELECT 1 FROM stepgate.run q
-                WHERE q.tenant = NEW.tenant AND q.function = NEW.function AND q.held_on = NEW.slot_keys[i]
-                  AND q.status IN ('queued', 'scheduled', 'suspended')) THEN
-                PERFORM stepgate.refill_slot(NEW.tenant, NEW.function, NEW.slot_keys[i], false, NEW.slot_limits[i]);
-            END IF;
+            -- A line with nobody in it, the common case, costs the refill one index probe.
+            PERFORM stepgate.give_slot(NEW.tenant, NEW.function, NEW.slot_keys[i], OLD.slot_stripes[i]);
+            PERFORM stepgate.refill_slot(NEW.tenant, NEW.function, NEW.slot_keys[i], true, NEW.slot_limits[i]);
         END LOOP;
     ELSE
         PERFORM stepgate.refill_slot(NEW.tenant, NEW.function, OLD.held_on, false);
