@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -207,6 +208,50 @@ func TestClaimRunSlots(t *testing.T) {
 		keys := slotKeys(t, tx, run.ID)
 		require.Equal(t, "identity.subject=tester", keys[0])
 		require.Regexp(t, `^input\.x\.y=md5:[0-9a-f]{32}$`, keys[1])
+	})
+
+	// slot_keys and slot_limits (0038, expressions only) give what 0029's queries gave.
+	t.Run("SlotKeysAsTheQueriesGaveThem", func(t *testing.T) {
+		t.Parallel()
+		tx := pgtest.Tx(t)
+		const asQueries = `SELECT CASE WHEN count(*) > 0 THEN array_agg(
+				CASE WHEN c.v->>'key' IS NULL THEN '' ELSE (c.v->>'key') || '=' || (
+					SELECT CASE WHEN octet_length(x) > 200 THEN 'md5:' || md5(x) ELSE x END
+					FROM (SELECT coalesce(jsonb_build_object('input', $2::jsonb, 'identity', $3::jsonb)
+						#>> string_to_array(c.v->>'key', '.'), '') AS x) val)
+				END ORDER BY c.ord) END,
+			CASE WHEN count(*) > 0 THEN array_agg((c.v->>'limit')::integer ORDER BY c.ord) END
+			FROM jsonb_array_elements(CASE WHEN jsonb_typeof($1::jsonb->'concurrency') = 'array'
+				THEN $1::jsonb->'concurrency' ELSE '[]' END) WITH ORDINALITY AS c(v, ord)`
+		long := `"` + strings.Repeat("é", 150) + `"`
+		identity := `{"subject":"s-1","tenant":"t","roles":["a","b"],"claims":{"org":{"id":7}}}`
+		for _, c := range []struct{ config, input string }{
+			{`{}`, `{}`},
+			{`{"concurrency":[]}`, `{}`},
+			{`{"concurrency":{"limit":3}}`, `{}`},
+			{`{"concurrency":[{"limit":5}]}`, `{"a":1}`},
+			{`{"concurrency":[{"limit":5},{"limit":1,"key":"input.customer_id"}]}`, `{"customer_id":"c-9"}`},
+			{`{"concurrency":[{"limit":1,"key":"input.customer_id"}]}`, `{"customer_id":42.5}`},
+			{`{"concurrency":[{"limit":1,"key":"input.customer_id"}]}`, `{"customer_id":null}`},
+			{`{"concurrency":[{"limit":1,"key":"input.customer_id"}]}`, `{"other":1}`},
+			{`{"concurrency":[{"limit":1,"key":"input.customer_id"}]}`, `[1,2]`},
+			{`{"concurrency":[{"limit":1,"key":"input.customer_id"}]}`, `"text"`},
+			{`{"concurrency":[{"limit":1,"key":"input.a.b"}]}`, `{"a":{"b":{"c":[1,{"d":true}]}}}`},
+			{`{"concurrency":[{"limit":1,"key":"input.a"}]}`, `{"a":` + long + `}`},
+			{`{"concurrency":[{"limit":1,"key":"input"}]}`, `{"z":1,"a":[2]}`},
+			{`{"concurrency":[{"limit":1,"key":"input.list.1"}]}`, `{"list":["x","y"]}`},
+			{`{"concurrency":[{"limit":2,"key":"identity.subject"},{"limit":9,"key":"identity.claims.org.id"}]}`, `{}`},
+			{`{"concurrency":[{"limit":2,"key":"identity.roles"},{"limit":64,"key":"identity"}]}`, `null`},
+		} {
+			var wantKeys, gotKeys []string
+			var wantLimits, gotLimits []int32
+			require.NoError(t, tx.QueryRow(t.Context(), asQueries, c.config, c.input, identity).Scan(&wantKeys, &wantLimits))
+			require.NoError(t, tx.QueryRow(t.Context(),
+				`SELECT stepgate.slot_keys($1::jsonb, $2::jsonb, $3::jsonb), stepgate.slot_limits($1::jsonb)`,
+				c.config, c.input, identity).Scan(&gotKeys, &gotLimits))
+			require.Equal(t, wantKeys, gotKeys, "keys of %s with input %s", c.config, c.input)
+			require.Equal(t, wantLimits, gotLimits, "limits of %s", c.config)
+		}
 	})
 }
 

@@ -190,7 +190,8 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 		JOIN stepgate.function_revision r USING (tenant, name, revision)
 		CROSS JOIN LATERAL (
 			SELECT CASE WHEN r.config ? 'concurrency' THEN stepgate.slot_keys(r.config, @input::jsonb, @identity::jsonb) END AS keys,
-				CASE WHEN r.config ? 'concurrency' THEN stepgate.slot_limits(r.config) END AS limits) s
+				CASE WHEN r.config ? 'concurrency' THEN stepgate.slot_limits(r.config) END AS limits
+			OFFSET 0) s
 		CROSS JOIN LATERAL (
 			SELECT CASE WHEN s.keys IS NOT NULL AND @claim::boolean AND @idempotency_key::text IS NULL
 				THEN stepgate.take_slots(f.tenant, f.name, s.keys, s.limits, now(), @id::uuid) END AS t
