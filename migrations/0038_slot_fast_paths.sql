@@ -203,9 +203,10 @@ END
 $$;
 
 -- release_slots (0037) with give_slot inlined and refill_slot called only when the
--- key's line has runs in it: for a striped key, the hold lock is taken shared after the
--- slot is given back and before the line is read, as refill_slot does (0037's header
--- says why a held run is then always woken).
+-- key's line has runs in it: for a striped key, the hold lock is taken shared with the
+-- slot's give-back and before the line is read, as refill_slot does (0037's header says
+-- why a held run is then always woken: a hold and a release of the key are ordered by
+-- the lock, whichever takes it first).
 CREATE OR REPLACE FUNCTION stepgate.release_slots() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -218,12 +219,14 @@ BEGIN
     END IF;
     FOREACH i IN ARRAY stepgate.slot_order(NEW.slot_keys) LOOP
         k := NEW.slot_keys[i];
-        UPDATE stepgate.concurrency_slot SET running = running - 1
-        WHERE tenant = NEW.tenant AND function = NEW.function AND key = k
-          AND stripe = coalesce(OLD.slot_stripes[i], 0) AND running > 0;
-        IF stepgate.slot_stripes(coalesce(NEW.slot_limits[i], 1)) > 1 THEN
-            PERFORM pg_advisory_xact_lock_shared(stepgate.slot_hold_lock(NEW.tenant, NEW.function, k));
-        END IF;
+        -- The slot given back and, for a striped key, the hold lock taken shared, in one
+        -- statement (the lock is taken before the line's statement below takes its
+        -- snapshot).
+        UPDATE stepgate.concurrency_slot s SET running = s.running - 1
+        FROM (SELECT CASE WHEN stepgate.slot_stripes(coalesce(NEW.slot_limits[i], 1)) > 1
+            THEN pg_advisory_xact_lock_shared(stepgate.slot_hold_lock(NEW.tenant, NEW.function, k)) END) l
+        WHERE s.tenant = NEW.tenant AND s.function = NEW.function AND s.key = k
+          AND s.stripe = coalesce(OLD.slot_stripes[i], 0) AND s.running > 0;
         IF EXISTS (
             SELECT 1 FROM stepgate.run
             WHERE tenant = NEW.tenant AND function = NEW.function AND held_on = k
