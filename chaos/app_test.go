@@ -29,7 +29,7 @@ import (
 // crash between a step's side effect and its checkpoint.
 const (
 	fnChain      = "chain"             // input chainInput: steps s1..sN, each sleeping step_ms
-	fnPatient    = "chain.patient"     // chain with a timeout of 30s
+	fnPatient    = "chain.patient"     // chain with a timeout of 60s
 	fnTick       = "tick"              // one step; started by a schedule
 	fnNap        = "nap"               // step "before", a durable sleep of napFor, step "after"
 	fnAwait      = "await"             // input awaitInput: waits for event paidEvent with data.key = key, then step "after"
@@ -107,7 +107,7 @@ func newApp(t *testing.T, f *fleet) *app {
 		Logger:     slog.New(slog.DiscardHandler),
 	})
 	functions.Register(a.sdk, fnChain, a.chain, functions.Timeout(chainTimeout))
-	functions.Register(a.sdk, fnPatient, a.chain, functions.Timeout(3*chainTimeout))
+	functions.Register(a.sdk, fnPatient, a.chain, functions.Timeout(6*chainTimeout))
 	functions.Register(a.sdk, fnTick, a.tick, functions.Timeout(chainTimeout))
 	functions.Register(a.sdk, fnNap, a.nap, functions.Timeout(chainTimeout))
 	functions.Register(a.sdk, fnAwait, a.await, functions.Timeout(chainTimeout))
