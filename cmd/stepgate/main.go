@@ -200,8 +200,10 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 		fmt.Fprint(c.stdout, usageText)
 		return nil
 	case "dev":
+		tuneGC(c.getenv)
 		return c.dev(ctx, rest)
 	case "serve":
+		tuneGC(c.getenv)
 		return c.serve(ctx, rest)
 	case "migrate":
 		return c.migrate(ctx, rest)
