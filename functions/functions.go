@@ -557,10 +557,11 @@ func invalid(req *protocol.InvocationRequest) string {
 }
 
 // invoke runs f for req and returns the HTTP status and body to answer.
-func (a *App) invoke(ctx context.Context, f *function, req *protocol.InvocationRequest) (int, any) {
+func (a *App) invoke(ctx context.Context, f *function, req *protocol.InvocationRequest) (code int, body any) {
 	uctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	st := invocation.New(ctx, req, a.client, cancel)
+	defer func() { code, body = withPending(st, code, body) }()
 	st.SetBudget(f.budget)
 	st.SetSleepInProcess(f.sleepMax)
 	uctx = invocation.With(uctx, st)
@@ -612,6 +613,27 @@ func (a *App) invoke(ctx context.Context, f *function, req *protocol.InvocationR
 		return http.StatusInternalServerError, &protocol.ErrorInfo{Type: "error", Message: err.Error()}
 	}
 	return http.StatusOK, &protocol.InvocationAnswer{Status: protocol.AnswerStatusCompleted, Output: &out}
+}
+
+// withPending journals the step the function finished last without a checkpoint (see
+// invocation.State.Defer) with the answer: in its steps, journaled in the transaction that
+// applies it. An HTTP 500 answer journals nothing, so the step is checkpointed first, and
+// the retried invocation replays it rather than running it again.
+func withPending(st *invocation.State, code int, body any) (int, any) {
+	e := st.TakePending()
+	if e == nil {
+		return code, body
+	}
+	if ans, ok := body.(*protocol.InvocationAnswer); ok && code == http.StatusOK {
+		steps := []protocol.JournalEntry{*e}
+		if ans.Steps != nil {
+			steps = append(steps, *ans.Steps...)
+		}
+		ans.Steps = &steps
+		return code, body
+	}
+	_ = st.Checkpoint(e) // when it fails too, the retry runs the step again
+	return code, body
 }
 
 // failure returns the failure that err fails the run with, or nil when err is retryable.

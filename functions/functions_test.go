@@ -464,7 +464,8 @@ func TestInvoke(t *testing.T) {
 		})
 		r := g.Invoke(url+"/parent", g.Request("run-1", "parent", `{}`))
 		require.Equal(t, protocol.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
-		require.Equal(t, 1, g.Journal("run-1")[0].Seq)
+		require.NotNil(t, r.Answer.Steps, "the last step rides with the answer")
+		require.Equal(t, 1, (*r.Answer.Steps)[0].Seq)
 	})
 
 	t.Run("CheckpointConflictStops", func(t *testing.T) {
@@ -508,9 +509,7 @@ func TestInvoke(t *testing.T) {
 		t.Parallel()
 		var tries atomic.Int32
 		g, url := serve(t, func(app *functions.App) {
-			functions.Register(app, "one", func(ctx context.Context, _ empty) (int, error) {
-				return step.Run(ctx, "a", func(ctx context.Context) (int, error) { return 1, nil })
-			})
+			functions.Register(app, "one", aThenB)
 		})
 		g.OnCheckpoint(func(string, protocol.JournalEntry) (int, string) {
 			if tries.Add(1) <= 8 {
@@ -522,7 +521,7 @@ func TestInvoke(t *testing.T) {
 		r := g.Invoke(url+"/one", g.Request("run-1", "one", `{}`))
 		require.Equal(t, protocol.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
 		require.Equal(t, int32(9), tries.Load(), "tried until the gateway took it")
-		require.Len(t, g.Journal("run-1"), 1)
+		require.Len(t, g.Journal("run-1"), 2, "a checkpointed, b with the answer")
 	})
 
 	t.Run("CheckpointGivesUpWithItsInvocation", func(t *testing.T) {
@@ -532,9 +531,7 @@ func TestInvoke(t *testing.T) {
 		var tries atomic.Int32
 		var cancelRequest atomic.Pointer[context.CancelFunc]
 		app := functions.New(functions.Config{PublicKeys: []ed25519.PublicKey{pub(newKey)}, Logger: testLogger(t)})
-		functions.Register(app, "one", func(ctx context.Context, _ empty) (int, error) {
-			return step.Run(ctx, "a", func(ctx context.Context) (int, error) { return 1, nil })
-		})
+		functions.Register(app, "one", aThenB)
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			ctx, cancel := context.WithCancel(r.Context())
 			defer cancel()
@@ -561,9 +558,7 @@ func TestInvoke(t *testing.T) {
 		t.Parallel()
 		var tries atomic.Int32
 		g, url := serve(t, func(app *functions.App) {
-			functions.Register(app, "one", func(ctx context.Context, _ empty) (int, error) {
-				return step.Run(ctx, "a", func(ctx context.Context) (int, error) { return 1, nil })
-			})
+			functions.Register(app, "one", aThenB)
 		})
 		g.OnCheckpoint(func(string, protocol.JournalEntry) (int, string) {
 			if tries.Add(1) == 1 {
@@ -574,7 +569,7 @@ func TestInvoke(t *testing.T) {
 
 		r := g.Invoke(url+"/one", g.Request("run-1", "one", `{}`))
 		require.Equal(t, protocol.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
-		require.Len(t, g.Journal("run-1"), 1)
+		require.Len(t, g.Journal("run-1"), 2, "a checkpointed, b with the answer")
 	})
 
 	t.Run("ErrorAndPanicAnswer500", func(t *testing.T) {
@@ -984,4 +979,13 @@ func reversed(header string) string {
 	parts := strings.Split(header, ",")
 	slices.Reverse(parts)
 	return strings.Join(parts, ",")
+}
+
+// aThenB runs step "a", whose checkpoint is made when step "b" starts, and returns b's
+// output; b is journaled with the answer (its steps).
+func aThenB(ctx context.Context, _ empty) (int, error) {
+	if _, err := step.Run(ctx, "a", func(ctx context.Context) (int, error) { return 1, nil }); err != nil {
+		return 0, err
+	}
+	return step.Run(ctx, "b", func(ctx context.Context) (int, error) { return 2, nil })
 }

@@ -506,8 +506,9 @@ func TestMisbehavingFunctions(t *testing.T) {
 	}
 }
 
-// TestReplayAfterDroppedConnection kills the first invocation right after step 2 is
-// journaled: the retry replays steps 1 and 2 from the journal and runs step 3 once.
+// TestReplayAfterDroppedConnection kills the first invocation in step 3, once step 2 is
+// journaled (a step's entry is checkpointed when the next step starts): the retry
+// replays steps 1 and 2 from the journal and runs step 3 to its end once.
 func TestReplayAfterDroppedConnection(t *testing.T) {
 	t.Parallel()
 	s := stack.Start(t, stack.Options{})
@@ -516,12 +517,12 @@ func TestReplayAfterDroppedConnection(t *testing.T) {
 	app := s.NewApp()
 	functions.Register(app, "replay", func(ctx context.Context, _ struct{}) (string, error) {
 		for i := 1; i <= 3; i++ {
-			if i == 3 && functions.RunFrom(ctx).Attempt == 1 {
-				kill <- struct{}{} // the wrapper drops the connection
-				<-ctx.Done()
-				return "", ctx.Err()
-			}
 			if _, err := step.Run(ctx, fmt.Sprintf("step%d", i), func(ctx context.Context) (int, error) {
+				if i == 3 && functions.RunFrom(ctx).Attempt == 1 {
+					kill <- struct{}{} // the wrapper drops the connection
+					<-ctx.Done()
+					return 0, ctx.Err()
+				}
 				return int(ran[i].Add(1)), nil
 			}); err != nil {
 				return "", err

@@ -119,7 +119,7 @@ func TestMetrics(t *testing.T) {
 	_, steps, _ := sample(fams, "stepgate_run_steps", map[string]string{"function": "chain"})
 	require.Equal(t, 3.0, steps, "3 steps, then 0")
 	checkpoints, _, _ := sample(fams, "stepgate_checkpoint_duration_seconds", map[string]string{})
-	require.GreaterOrEqual(t, checkpoints, 3.0)
+	require.GreaterOrEqual(t, checkpoints, 2.0, "chain's steps 1 and 2; step 3 rides with the answer")
 	applies, _, _ := sample(fams, "stepgate_apply_duration_seconds", map[string]string{})
 	require.GreaterOrEqual(t, applies, 5.0)
 	for _, pool := range []string{"system", "api"} {

@@ -163,7 +163,11 @@ func (p *policy) api() *protocol.RetryPolicy {
 // Run runs the step called name: it returns the journaled outcome if the step already
 // finished, and otherwise calls fn and journals its outcome before returning it.
 //
-// When fn succeeds, its output is checkpointed and returned. When fn fails (or panics)
+// When fn succeeds, its output is returned, and journaled before the function's next
+// step (or patch, or stream write) starts, or with its answer when none does: a
+// function's last step rides with the answer instead of a checkpoint of its own. An
+// invocation lost in between (its process killed) runs the step again on its retry, as
+// one lost between the step's end and its checkpoint always could. When fn fails (or panics)
 // and the step has attempts left, the invocation suspends and the gateway retries the
 // step later, in a new invocation. When the last attempt fails, or fn returns a
 // [NonRetryable] error, the failure is journaled and returned as an [*Error]; the
@@ -195,7 +199,7 @@ func Run[T any](ctx context.Context, name string, fn func(ctx context.Context) (
 	}
 
 	if err == nil {
-		if err := st.Checkpoint(&entry); err != nil {
+		if err := st.Defer(&entry); err != nil {
 			return zero, err
 		}
 		return out, nil

@@ -259,14 +259,23 @@ type Response struct {
 	Error  protocol.ErrorInfo        // when Code is not 200
 }
 
-// Invoke POSTs req, signed with Key, to url and returns the answer.
+// Invoke POSTs req, signed with Key, to url and returns the answer, having journaled the
+// answer's steps as the gateway does before it applies the answer.
 func (g *Gateway) Invoke(url string, req *protocol.InvocationRequest) Response {
 	g.tb.Helper()
 	body, err := json.Marshal(req)
 	if err != nil {
 		g.tb.Fatal(err)
 	}
-	return g.Post(url, body, g.sign(body))
+	r := g.Post(url, body, g.sign(body))
+	if r.Code == http.StatusOK && r.Answer.Steps != nil {
+		for _, e := range *r.Answer.Steps {
+			if code, msg := g.Append(req.Run.ID, e); code != http.StatusOK {
+				g.tb.Errorf("run %s: journal the answer's step %d: %d %s", req.Run.ID, e.Seq, code, msg)
+			}
+		}
+	}
+	return r
 }
 
 func (g *Gateway) sign(body []byte) string {

@@ -108,6 +108,9 @@ type State struct {
 	// SleepInProcess); 0 turns that off.
 	sleepMax time.Duration
 
+	// pending is a finished step's entry not checkpointed yet (see Defer).
+	pending *protocol.JournalEntry
+
 	// Parallel steps (see GoStart): running counts those whose function or checkpoint
 	// is under way; holes are the seqs they took that are not journaled (yet), with the
 	// retry that a failed one waits for (nil while it runs, or when it stopped). done
@@ -430,6 +433,9 @@ func (s *State) Next(kind protocol.EntryKind, name string) (int, *protocol.Journ
 // for them (nil where not journaled). A continue (the budget) is answered only before
 // the first.
 func (s *State) NextN(kind protocol.EntryKind, name string, n int) (int, []*protocol.JournalEntry, error) {
+	if err := s.Flush(); err != nil {
+		return 0, nil, err
+	}
 	s.mu.Lock()
 	if s.stop != nil {
 		s.mu.Unlock()
@@ -497,6 +503,9 @@ func (s *State) roomFor(seq int) *Stop {
 // marker's seq: nothing there returns 0 too. It halts when the invocation has stopped
 // and returns ErrNested inside a step.
 func (s *State) Patch(kind protocol.EntryKind, name string, consumeOnly bool) (int, *protocol.JournalEntry, error) {
+	if err := s.Flush(); err != nil {
+		return 0, nil, err
+	}
 	s.mu.Lock()
 	if s.stop != nil {
 		s.mu.Unlock()
@@ -562,6 +571,49 @@ func (s *State) Current() int {
 func (s *State) Checkpoint(e *protocol.JournalEntry) error {
 	_, err := s.CheckpointAck(e)
 	return err
+}
+
+// Defer journals e, a step that finished, later than Checkpoint would but still before
+// anything that follows it: the invocation's next entry, patch or stream write
+// checkpoints it first (Flush), and when the function answers first, it goes in the
+// answer's steps (TakePending), so a function's last step costs no checkpoint of its own.
+// Every step is still journaled before the next one starts. What changes is the window in
+// which a lost invocation runs the step again: it ends when the function moves on,
+// rather than when the step ends. Defer checkpoints e at once, as Checkpoint, while
+// parallel steps run or left holes (their windows are reckoned at checkpoint time), and
+// when its output is over maxDeferredBytes (an answer carries it beside the run's output,
+// within the gateway's bound on an answer).
+func (s *State) Defer(e *protocol.JournalEntry) error {
+	small := e.Output == nil || len(*e.Output) <= maxDeferredBytes
+	s.mu.Lock()
+	if small && s.running == 0 && len(s.holes) == 0 && s.pending == nil && s.stop == nil {
+		s.pending = e
+		s.mu.Unlock()
+		return nil
+	}
+	s.mu.Unlock()
+	return s.Checkpoint(e)
+}
+
+// maxDeferredBytes is the largest step output Defer holds for the answer.
+const maxDeferredBytes = 64 << 10
+
+// Flush checkpoints the step Defer holds, if any, as Checkpoint does.
+func (s *State) Flush() error {
+	if e := s.TakePending(); e != nil {
+		return s.Checkpoint(e)
+	}
+	return nil
+}
+
+// TakePending returns the step Defer holds, and forgets it, or nil: the caller journals
+// it with the invocation's answer.
+func (s *State) TakePending() *protocol.JournalEntry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.pending
+	s.pending = nil
+	return e
 }
 
 // CheckpointAck is Checkpoint, returning the gateway's acknowledgement once the entry is
@@ -702,6 +754,9 @@ func (e *StreamError) Error() string { return e.Message }
 // *StreamError when the gateway refuses the write, and halts when the invocation no
 // longer owns the run or the gateway stays unreachable.
 func (s *State) WriteStream(w *protocol.StreamWrite) error {
+	if err := s.Flush(); err != nil {
+		return err
+	}
 	where := fmt.Sprintf("stream %q", w.Key)
 	body, err := json.Marshal(w)
 	if err != nil {
