@@ -41,8 +41,10 @@ const (
 	fnCrash      = "fault.crash"       // step "charge" records its side effect, then the process "dies" (first invocation only)
 )
 
-// chainTimeout is chain's invocation timeout, the 10s.
-const chainTimeout = 10 * time.Second
+// chainTimeout is chain's invocation timeout: the 10s in the long suite, and 20s
+// in the short one, which runs beside the whole test suite with race-detecting gateways
+// on a 2-core CI machine, where a 3-step run's invocation was seen to take 8s.
+var chainTimeout = size(20*time.Second, 10*time.Second)
 
 // napFor is how long a run of nap sleeps (durably: the run is suspended meanwhile).
 const napFor = 500 * time.Millisecond

@@ -125,8 +125,9 @@ type Invoker struct {
 	health        dbHealth
 	tickErrLogged time.Time // when maintain last logged a failed overdue tick
 	flowPruned    time.Time // when maintain last pruned flow control's stale rows
-	// armedUntil is how far ahead (database clock) the maintenance passes have armed
-	// local timers for the runs' wake times (see armUpcoming).
+	// armedUntil is how far ahead (database clock) the last maintenance pass armed local
+	// timers for the runs' wake times when it found a full batch of them, else zero
+	// (see armUpcoming).
 	armedUntil   time.Time
 	revisions    sync.Map // revisionKey -> *revision; revisions are immutable
 	metrics      *metrics.Metrics

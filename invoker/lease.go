@@ -306,12 +306,17 @@ func (inv *Invoker) armUpcoming(ctx context.Context) error {
 	}
 	read := time.Now()
 	for _, w := range wakes {
-		inv.armTimer(w.RunID, nil, w.At.Sub(now)-time.Since(read), 0)
+		if !inv.timers.has(runTimer(w.RunID)) {
+			inv.armTimer(w.RunID, nil, w.At.Sub(now)-time.Since(read), 0)
+		}
 	}
+	// Each pass looks again at the whole lead from its own now, not only past what the
+	// last pass armed: a wake committed after that pass's snapshot was taken, though
+	// within its lead (a slow commit), is then still armed. Only a full batch makes the
+	// next pass go on from its last wake.
+	inv.armedUntil = time.Time{}
 	if len(wakes) == upcomingBatch {
 		inv.armedUntil = wakes[len(wakes)-1].At
-	} else {
-		inv.armedUntil = now.Add(inv.wakeLead())
 	}
 	return nil
 }

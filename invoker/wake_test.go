@@ -45,8 +45,8 @@ func TestLongWaitsHoldNoTimer(t *testing.T) {
 	}, 30*time.Second, 5*time.Millisecond)
 	require.False(t, s.Invoker.TimerArmed(run.ID), "an hour's sleep holds no timer")
 
-	// As if the hour had nearly passed.
-	_, err = s.Pool.Exec(t.Context(), `UPDATE stepgate.run SET wake_at = now() + interval '300 milliseconds' WHERE id = $1`, run.ID)
+	// As if the hour had nearly passed: due in a second, beyond the passes' lead (200ms).
+	_, err = s.Pool.Exec(t.Context(), `UPDATE stepgate.run SET wake_at = now() + interval '1 second' WHERE id = $1`, run.ID)
 	require.NoError(t, err)
 	got, err := s.Invoker.AwaitRun(t.Context(), db, run.ID, nil, time.Now().Add(30*time.Second))
 	require.NoError(t, err)
