@@ -417,11 +417,17 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 	began := time.Now()
 	defer func() { inv.metrics.Apply(time.Since(began)) }()
 	err = inv.whileUnavailable(log, func() error {
-		if o.Status().Terminal() && len(o.Steps) == 0 && run.ParentSeq == nil {
-			// One statement: no transaction round trips on the hot path of a short
-			// function. (A child's end wakes its parent, whose job commits with it.)
-			f, err = journal.Finish(ctx, inv.pool, run.ID, run.Invocation, o)
-			return err
+		if o.Status().Terminal() && run.ParentSeq == nil {
+			// One round trip, no transaction of ours, on the hot path of a short function:
+			// one statement, or with the step an SDK sent in the answer one batch. (A
+			// child's end wakes its parent, whose job commits with it.)
+			if len(o.Steps) == 0 {
+				f, err = journal.Finish(ctx, inv.pool, run.ID, run.Invocation, o)
+				return err
+			}
+			if f, err = journal.FinishWithLastStep(ctx, inv.pool, run.ID, run.Invocation, o); !errors.Is(err, journal.ErrNeedsTransaction) {
+				return err
+			}
 		}
 		return pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
 			var err error

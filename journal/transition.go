@@ -187,9 +187,8 @@ func (e Entry) Size() int64 {
 // parallel steps are serialized and each sees the others' entries (the byte count stays
 // exact).
 func AppendEntry(ctx context.Context, db DB, runID string, invocation int, e Entry, b Bounds) error {
-	if b.MaxEntryBytes > 0 && e.Size() > b.MaxEntryBytes {
-		return &LimitError{Seq: e.Seq, Message: fmt.Sprintf(
-			"entry %d holds %d bytes, more than the limit of %d (STEPGATE_MAX_OUTPUT_BYTES)", e.Seq, e.Size(), b.MaxEntryBytes)}
+	if err := entryTooLarge(e, b); err != nil {
+		return err
 	}
 	window := max(e.Window, 1)
 	if window > MaxWindow {
@@ -216,6 +215,15 @@ func AppendEntry(ctx context.Context, db DB, runID string, invocation int, e Ent
 		return fmt.Errorf("append entry %d to run %s: a windowed entry needs a transaction", e.Seq, runID)
 	}
 	return pgx.BeginFunc(ctx, beginner, func(tx pgx.Tx) error { return locked(tx) })
+}
+
+// entryTooLarge returns the LimitError of an entry over b's MaxEntryBytes, or nil.
+func entryTooLarge(e Entry, b Bounds) error {
+	if b.MaxEntryBytes > 0 && e.Size() > b.MaxEntryBytes {
+		return &LimitError{Seq: e.Seq, Message: fmt.Sprintf(
+			"entry %d holds %d bytes, more than the limit of %d (STEPGATE_MAX_OUTPUT_BYTES)", e.Seq, e.Size(), b.MaxEntryBytes)}
+	}
+	return nil
 }
 
 // appendInOrder is AppendEntry's statement for an entry right after the journal's last:
@@ -281,34 +289,50 @@ const appendInWindow = `
 		LEFT JOIN stepgate.journal_entry e ON e.run_id = @run_id AND e.seq = @seq`
 
 func appendEntry(ctx context.Context, db DB, runID string, invocation int, e Entry, window int, b Bounds) error {
-	var owned, inserted, follows bool
-	var total *int64
-	var kind, name *string
-	var output json.RawMessage
-	var errInfo *ErrorInfo
 	query := appendInOrder
 	if window > 1 {
 		query = appendInWindow
 	}
-	err := db.QueryRow(ctx, query,
-		pgx.NamedArgs{
-			"run_id": runID, "invocation": invocation, "seq": e.Seq, "kind": e.Kind, "name": e.Name,
-			"output": e.Output, "error": e.Error, "attempt": max(e.Attempt, 1), "wake_at": e.WakeAt,
-			"started_at": e.StartedAt, "size": e.Size(), "max_entries": b.MaxEntries, "max_bytes": b.MaxJournalBytes,
-			"window": window,
-		},
-	).Scan(&owned, &inserted, &follows, &total, &kind, &name, &output, &errInfo)
-	if err != nil {
+	var r appendResult
+	if err := r.scan(db.QueryRow(ctx, query, appendArgs(runID, invocation, e, window, b))); err != nil {
 		return fmt.Errorf("append entry %d to run %s: %w", e.Seq, runID, unstorable(err))
 	}
+	return r.err(ctx, db, runID, e, window, b)
+}
+
+// appendArgs are the arguments of appendInOrder and appendInWindow.
+func appendArgs(runID string, invocation int, e Entry, window int, b Bounds) pgx.NamedArgs {
+	return pgx.NamedArgs{
+		"run_id": runID, "invocation": invocation, "seq": e.Seq, "kind": e.Kind, "name": e.Name,
+		"output": e.Output, "error": e.Error, "attempt": max(e.Attempt, 1), "wake_at": e.WakeAt,
+		"started_at": e.StartedAt, "size": e.Size(), "max_entries": b.MaxEntries, "max_bytes": b.MaxJournalBytes,
+		"window": window,
+	}
+}
+
+// appendResult is what appendInOrder or appendInWindow found.
+type appendResult struct {
+	owned, inserted, follows bool
+	total                    *int64
+	kind, name               *string
+	output                   json.RawMessage
+	errInfo                  *ErrorInfo
+}
+
+func (r *appendResult) scan(row pgx.Row) error {
+	return row.Scan(&r.owned, &r.inserted, &r.follows, &r.total, &r.kind, &r.name, &r.output, &r.errInfo)
+}
+
+// err returns the error of AppendEntry for e from r, asking db again on the rare paths.
+func (r *appendResult) err(ctx context.Context, db DB, runID string, e Entry, window int, b Bounds) error {
 	switch {
-	case inserted:
+	case r.inserted:
 		return nil
-	case !owned:
+	case !r.owned:
 		return ErrSuperseded
-	case kind != nil:
-		return sameEntry(&Entry{Kind: *kind, Name: *name, Output: output, Error: errInfo}, e)
-	case !follows:
+	case r.kind != nil:
+		return sameEntry(&Entry{Kind: *r.kind, Name: *r.name, Output: r.output, Error: r.errInfo}, e)
+	case !r.follows:
 		if window == 1 && e.Seq > 1 {
 			// Right after seq - 1, but below later entries (the error path only).
 			var below bool
@@ -320,9 +344,9 @@ func appendEntry(ctx context.Context, db DB, runID string, invocation int, e Ent
 		return gapError("seq", e.Seq, window)
 	case b.MaxEntries > 0 && e.Seq > b.MaxEntries:
 		return entriesLimit(e.Seq, b)
-	case b.MaxJournalBytes > 0 && total != nil && *total > b.MaxJournalBytes:
+	case b.MaxJournalBytes > 0 && r.total != nil && *r.total > b.MaxJournalBytes:
 		return &LimitError{Seq: e.Seq, Message: fmt.Sprintf(
-			"the journal would hold %d bytes with entry %d, more than its limit of %d bytes (STEPGATE_MAX_JOURNAL_BYTES)", *total, e.Seq, b.MaxJournalBytes)}
+			"the journal would hold %d bytes with entry %d, more than its limit of %d bytes (STEPGATE_MAX_JOURNAL_BYTES)", *r.total, e.Seq, b.MaxJournalBytes)}
 	default:
 		// The conflicting entry committed after this statement's snapshot: look again.
 		existing, err := entryAt(ctx, db, runID, e.Seq)
@@ -581,47 +605,8 @@ func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome)
 	var tenant string
 	var identity Identity
 	var seqTaken, follows bool
-	// A failed invocation's retry (queued) is not due before a sleep it was waiting out
-	// in its process: GREATEST ignores the NULL of none.
-	err := db.QueryRow(ctx, `
-		WITH u AS (
-			UPDATE stepgate.run SET
-				status = @status,
-				output = @output,
-				error = @error,
-				lease_until = NULL,
-				wake_at = CASE WHEN @status IN ('suspended', 'queued') AND @timed
-					THEN greatest(coalesce(@until::timestamptz, now() + make_interval(secs => @after_seconds)),
-						CASE WHEN @status = 'queued' THEN (`+pendingSleep+`) END) END,
-				awaiting = @awaiting,
-				finished_at = CASE WHEN @status IN ('completed', 'failed', 'cancelled') THEN now() END,
-				failed_invocations = CASE WHEN @status = 'queued' THEN failed_invocations + 1 ELSE 0 END,
-				recoveries = 0,
-				notify = notify OR (@notify AND @status IN ('suspended', 'queued'))
-			WHERE id = @run_id AND invocation = @invocation AND status = 'running'
-			RETURNING id, tenant, status, attempts, wake_at, parent_id, parent_seq, notify, identity
-		), failure AS (
-			INSERT INTO stepgate.attempt_failure (run_id, seq, attempt, name, error)
-			SELECT id, 0, attempts, '', @error FROM u WHERE @status = 'queued'
-			ON CONFLICT DO NOTHING
-		), notified AS (
-			SELECT pg_notify('`+NotifyChannel+`', id::text) FROM u
-			WHERE notify AND status IN ('completed', 'failed', 'cancelled')
-		)
-		SELECT u.status, u.wake_at, clock_timestamp(), (SELECT count(*) FROM notified),
-			CASE WHEN u.parent_seq IS NOT NULL AND u.status IN ('completed', 'failed', 'cancelled')
-				AND EXISTS (SELECT 1 FROM stepgate.run p WHERE p.id = u.parent_id AND p.tenant = u.tenant)
-				THEN u.parent_id::text END,
-			u.tenant, u.identity,
-			EXISTS (SELECT 1 FROM stepgate.journal_entry j WHERE j.run_id = u.id AND j.seq = @await_seq),
-			@await_seq <= @window OR EXISTS (SELECT 1 FROM stepgate.journal_entry j
-				WHERE j.run_id = u.id AND j.seq < @await_seq AND j.seq >= @await_seq - @window)
-		FROM u`,
-		pgx.NamedArgs{
-			"run_id": runID, "invocation": invocation, "status": o.status, "output": o.output, "error": o.err,
-			"timed": timed, "until": until, "after_seconds": wakeAfter.Seconds(), "awaiting": awaiting,
-			"notify": o.Notify, "await_seq": awaitSeq, "window": window,
-		},
+	err := db.QueryRow(ctx, finishStatement,
+		finishArgs(runID, invocation, o, timed, until, wakeAfter, awaiting, awaitSeq, window),
 	).Scan(&f.Status, &f.WakeAt, &f.Clock, new(int), &parent, &tenant, &identity, &seqTaken, &follows)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrSuperseded
@@ -651,6 +636,121 @@ func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome)
 		}
 	}
 	return &f, nil
+}
+
+// ErrNeedsTransaction is FinishWithLastStep's answer when it did not apply the outcome
+// and cannot tell why in one round trip: the caller applies it with Finish in a
+// transaction, which does.
+var ErrNeedsTransaction = errors.New("journal: the outcome needs a transaction")
+
+// FinishWithLastStep is Finish for the commonest answer that journals a step: a
+// terminal outcome of a run that is not a child (no parent to wake) with one step, the
+// journal's next entry (no window), as an SDK sends the step it finished last. It takes
+// one round trip instead of four (BEGIN, the step, the update, COMMIT): the step's insert
+// and the run's update go to Postgres as one pipelined batch, which runs them as one
+// implicit transaction, committed once. The update applies only when the insert
+// journaled the step, so when the step is refused (a conflict, a gap, a bound, a lost
+// lease) the run is left as it was and the step's error is returned, as Finish returns
+// it. When the step was journaled already (an identical repeat), the run is left as it
+// was too, and it returns ErrNeedsTransaction; likewise at once for any other outcome,
+// and when db is a transaction (whose earlier inserts the update could not tell from
+// the batch's): call it on a pool.
+func FinishWithLastStep(ctx context.Context, db DB, runID string, invocation int, o Outcome) (*Finished, error) {
+	if _, inTx := db.(pgx.Tx); inTx || !o.status.Terminal() || o.await != nil || len(o.Steps) != 1 || o.Steps[0].Window > 1 {
+		return nil, ErrNeedsTransaction
+	}
+	e := o.Steps[0]
+	if err := entryTooLarge(e, o.Bounds); err != nil {
+		return nil, err
+	}
+	batch := &pgx.Batch{}
+	batch.Queue(appendInOrder, appendArgs(runID, invocation, e, 1, o.Bounds))
+	args := finishArgs(runID, invocation, o, true, nil, 0, nil, 0, 1)
+	args["step"] = e.Seq
+	batch.Queue(finishAfterStep, args)
+
+	var step appendResult
+	var f Finished
+	var parent *string
+	br := db.SendBatch(ctx, batch)
+	stepErr := step.scan(br.QueryRow())
+	var err error
+	if stepErr == nil {
+		err = br.QueryRow().Scan(&f.Status, &f.WakeAt, &f.Clock, new(int), &parent, new(string), new(Identity), new(bool), new(bool))
+	}
+	if cerr := br.Close(); cerr != nil && stepErr == nil && err == nil {
+		err = cerr
+	}
+	switch {
+	case stepErr != nil:
+		return nil, fmt.Errorf("append entry %d to run %s: %w", e.Seq, runID, unstorable(stepErr))
+	case errors.Is(err, pgx.ErrNoRows):
+		if err := step.err(ctx, db, runID, e, 1, o.Bounds); err != nil {
+			return nil, err
+		}
+		return nil, ErrNeedsTransaction
+	case err != nil:
+		return nil, fmt.Errorf("finish invocation %d of run %s: %w", invocation, runID, unstorable(err))
+	}
+	if parent != nil {
+		f.Parent = *parent
+	}
+	return &f, nil
+}
+
+// finishStatement is Finish's update of the run; finishAfterStep is the same, applied
+// only when the entry at seq @step was inserted by this transaction (by the insert
+// before it in FinishWithLastStep's batch). A failed invocation's retry (queued) is not
+// due before a sleep it was waiting out in its process: GREATEST ignores the NULL of none.
+var (
+	finishStatement = finishSQL("")
+	finishAfterStep = finishSQL(` AND EXISTS (SELECT 1 FROM stepgate.journal_entry j
+				WHERE j.run_id = @run_id AND j.seq = @step AND j.xmin = pg_current_xact_id()::xid)`)
+)
+
+func finishSQL(guard string) string {
+	return `
+		WITH u AS (
+			UPDATE stepgate.run SET
+				status = @status,
+				output = @output,
+				error = @error,
+				lease_until = NULL,
+				wake_at = CASE WHEN @status IN ('suspended', 'queued') AND @timed
+					THEN greatest(coalesce(@until::timestamptz, now() + make_interval(secs => @after_seconds)),
+						CASE WHEN @status = 'queued' THEN (`+pendingSleep+`) END) END,
+				awaiting = @awaiting,
+				finished_at = CASE WHEN @status IN ('completed', 'failed', 'cancelled') THEN now() END,
+				failed_invocations = CASE WHEN @status = 'queued' THEN failed_invocations + 1 ELSE 0 END,
+				recoveries = 0,
+				notify = notify OR (@notify AND @status IN ('suspended', 'queued'))
+			WHERE id = @run_id AND invocation = @invocation AND status = 'running'` + guard + `
+			RETURNING id, tenant, status, attempts, wake_at, parent_id, parent_seq, notify, identity
+		), failure AS (
+			INSERT INTO stepgate.attempt_failure (run_id, seq, attempt, name, error)
+			SELECT id, 0, attempts, '', @error FROM u WHERE @status = 'queued'
+			ON CONFLICT DO NOTHING
+		), notified AS (
+			SELECT pg_notify('`+NotifyChannel+`', id::text) FROM u
+			WHERE notify AND status IN ('completed', 'failed', 'cancelled')
+		)
+		SELECT u.status, u.wake_at, clock_timestamp(), (SELECT count(*) FROM notified),
+			CASE WHEN u.parent_seq IS NOT NULL AND u.status IN ('completed', 'failed', 'cancelled')
+				AND EXISTS (SELECT 1 FROM stepgate.run p WHERE p.id = u.parent_id AND p.tenant = u.tenant)
+				THEN u.parent_id::text END,
+			u.tenant, u.identity,
+			EXISTS (SELECT 1 FROM stepgate.journal_entry j WHERE j.run_id = u.id AND j.seq = @await_seq),
+			@await_seq <= @window OR EXISTS (SELECT 1 FROM stepgate.journal_entry j
+				WHERE j.run_id = u.id AND j.seq < @await_seq AND j.seq >= @await_seq - @window)
+		FROM u`
+}
+
+func finishArgs(runID string, invocation int, o Outcome, timed bool, until *time.Time, wakeAfter time.Duration, awaiting *Awaiting, awaitSeq, window int) pgx.NamedArgs {
+	return pgx.NamedArgs{
+		"run_id": runID, "invocation": invocation, "status": o.status, "output": o.output, "error": o.err,
+		"timed": timed, "until": until, "after_seconds": wakeAfter.Seconds(), "awaiting": awaiting,
+		"notify": o.Notify, "await_seq": awaitSeq, "window": window,
+	}
 }
 
 func isStepRetry(a Await) bool {
