@@ -718,7 +718,7 @@ func finishSQL(guard string) string {
 				lease_until = NULL,
 				wake_at = CASE WHEN @status IN ('suspended', 'queued') AND @timed
 					THEN greatest(coalesce(@until::timestamptz, now() + make_interval(secs => @after_seconds)),
-						CASE WHEN @status = 'queued' THEN (`+pendingSleep+`) END) END,
+						CASE WHEN @status = 'queued' THEN (` + pendingSleep + `) END) END,
 				awaiting = @awaiting,
 				finished_at = CASE WHEN @status IN ('completed', 'failed', 'cancelled') THEN now() END,
 				failed_invocations = CASE WHEN @status = 'queued' THEN failed_invocations + 1 ELSE 0 END,
@@ -731,7 +731,7 @@ func finishSQL(guard string) string {
 			SELECT id, 0, attempts, '', @error FROM u WHERE @status = 'queued'
 			ON CONFLICT DO NOTHING
 		), notified AS (
-			SELECT pg_notify('`+NotifyChannel+`', id::text) FROM u
+			SELECT pg_notify('` + NotifyChannel + `', id::text) FROM u
 			WHERE notify AND status IN ('completed', 'failed', 'cancelled')
 		)
 		SELECT u.status, u.wake_at, clock_timestamp(), (SELECT count(*) FROM notified),
