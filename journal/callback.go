@@ -212,7 +212,7 @@ func (a CallbackWait) wait(ctx context.Context, db DB, aw awaitWrite, f *Finishe
 		)
 		UPDATE stepgate.callback SET awaited_seq = @seq, expires_at = @expires_at
 		WHERE run_id = @run_id AND seq = @callback_seq`,
-		pgx.NamedArgs{
+		namedArgs{
 			"run_id": aw.runID, "seq": a.Seq, "tenant": aw.tenant, "name": a.Name,
 			"callback_seq": a.CallbackSeq, "expires_at": f.WakeAt, "alt": int16(aw.alt),
 		})
@@ -344,7 +344,7 @@ func ResolveCallback(ctx context.Context, db DB, ref CallbackRef, res Resolution
 			resolved_by = @by, resolved_at = now()
 		WHERE run_id = @run_id AND seq = @seq
 		RETURNING state, resolver, resolved_by, resolved_at`,
-		pgx.NamedArgs{"run_id": runID, "seq": seq, "state": state, "payload": data, "error": res.Error, "resolver": resolver, "by": res.By}).
+		namedArgs{"run_id": runID, "seq": seq, "state": state, "payload": data, "error": res.Error, "resolver": resolver, "by": res.By}).
 		Scan(&cb.State, &cb.Resolver, &cb.ResolvedBy, &cb.ResolvedAt)
 	if err != nil {
 		return nil, fmt.Errorf("resolve %s: %w", what, unstorable(err))
@@ -374,7 +374,7 @@ func ResolveCallback(ctx context.Context, db DB, ref CallbackRef, res Resolution
 			ON CONFLICT (run_id, seq) DO NOTHING
 		)
 		SELECT EXISTS (SELECT 1 FROM woken)`,
-		pgx.NamedArgs{"run_id": runID, "seq": seq, "awaited_seq": *cb.AwaitedSeq}).Scan(&cb.Woken)
+		namedArgs{"run_id": runID, "seq": seq, "awaited_seq": *cb.AwaitedSeq}).Scan(&cb.Woken)
 	if err != nil {
 		return nil, fmt.Errorf("resume run %s with %s: %w", runID, what, err)
 	}

@@ -8,3 +8,6 @@ const MaxPgMessage = maxPgMessage
 
 // ResumeWaitersSQL exposes the statement that resumes an event's waiters, for its plan.
 const ResumeWaitersSQL = resumeWaitersSQL
+
+// NamedArgs exposes namedArgs to the external tests.
+type NamedArgs = namedArgs

@@ -182,7 +182,7 @@ func deliver(ctx context.Context, db DB, n NewMessage, status Status) (*Sent, er
 			UPDATE stepgate.run SET wake_at = now() WHERE id = @run_id AND @consume
 		)
 		SELECT `+messageColumns+` FROM m`,
-		pgx.NamedArgs{
+		namedArgs{
 			"tenant": n.Tenant, "run_id": n.RunID, "id": n.ID, "topic": n.Topic, "data": data,
 			"identity": n.Identity, "source_run_id": n.SourceRunID, "consume": consume, "seq": seq, "name": name, "alt": alt,
 		})
@@ -240,7 +240,7 @@ func (r Receive) write(ctx context.Context, db DB, aw awaitWrite, f *Finished) e
 			WHERE NOT EXISTS (SELECT 1 FROM oldest)
 		)
 		SELECT EXISTS (SELECT 1 FROM oldest)`,
-		pgx.NamedArgs{
+		namedArgs{
 			"run_id": aw.runID, "topic": r.Topic, "seq": r.Seq, "name": r.Name, "invocation": aw.invocation,
 			"tenant": aw.tenant, "expires_at": f.WakeAt, "alt": int16(aw.alt),
 		}).Scan(&taken)

@@ -215,7 +215,7 @@ const filterSQL = `r.tenant = @tenant AND r.created_at <= @before
 		AND (@prefix::text IS NULL OR starts_with(r.idempotency_key, @prefix))
 		AND r.status = ANY (@statuses::text[])`
 
-func filterArgs(op *Operation, after *BatchCursor) pgx.NamedArgs {
+func filterArgs(op *Operation, after *BatchCursor) namedArgs {
 	f := op.Filter
 	before := op.CreatedAt
 	if f.CreatedBefore != nil && f.CreatedBefore.Before(before) {
@@ -228,7 +228,7 @@ func filterArgs(op *Operation, after *BatchCursor) pgx.NamedArgs {
 	if len(statuses) == 0 {
 		statuses = []string{"scheduled", "queued", "running", "suspended"}
 	}
-	args := pgx.NamedArgs{
+	args := namedArgs{
 		"op": op.ID, "tenant": op.Tenant, "before": before, "function": f.Function,
 		"created_after": f.CreatedAfter, "prefix": f.IdempotencyKeyPrefix, "statuses": statuses,
 		"after_t": nil, "after_id": nil,

@@ -205,7 +205,7 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 			AND (@flowed OR NOT r.config ?| `+flowKeys+`)
 		ON CONFLICT (tenant, function, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 		RETURNING `+runColumns,
-		pgx.NamedArgs{
+		namedArgs{
 			"id": n.ID, "tenant": n.Tenant, "function": n.Function, "input": n.Input, "identity": n.Identity,
 			"idempotency_key": key, "parent_id": n.ParentID, "parent_seq": parentSeq, "parent_name": parentName,
 			"rerun_of": n.RerunOf, "detached": n.Detached, "claim": n.Claim, "lease_seconds": n.Lease.Seconds(),

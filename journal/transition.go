@@ -301,8 +301,8 @@ func appendEntry(ctx context.Context, db DB, runID string, invocation int, e Ent
 }
 
 // appendArgs are the arguments of appendInOrder and appendInWindow.
-func appendArgs(runID string, invocation int, e Entry, window int, b Bounds) pgx.NamedArgs {
-	return pgx.NamedArgs{
+func appendArgs(runID string, invocation int, e Entry, window int, b Bounds) namedArgs {
+	return namedArgs{
 		"run_id": runID, "invocation": invocation, "seq": e.Seq, "kind": e.Kind, "name": e.Name,
 		"output": e.Output, "error": e.Error, "attempt": max(e.Attempt, 1), "wake_at": e.WakeAt,
 		"started_at": e.StartedAt, "size": e.Size(), "max_entries": b.MaxEntries, "max_bytes": b.MaxJournalBytes,
@@ -745,8 +745,8 @@ func finishSQL(guard string) string {
 		FROM u`
 }
 
-func finishArgs(runID string, invocation int, o Outcome, timed bool, until *time.Time, wakeAfter time.Duration, awaiting *Awaiting, awaitSeq, window int) pgx.NamedArgs {
-	return pgx.NamedArgs{
+func finishArgs(runID string, invocation int, o Outcome, timed bool, until *time.Time, wakeAfter time.Duration, awaiting *Awaiting, awaitSeq, window int) namedArgs {
+	return namedArgs{
 		"run_id": runID, "invocation": invocation, "status": o.status, "output": o.output, "error": o.err,
 		"timed": timed, "until": until, "after_seconds": wakeAfter.Seconds(), "awaiting": awaiting,
 		"notify": o.Notify, "await_seq": awaitSeq, "window": window,

@@ -107,7 +107,7 @@ func (w WaitEvent) write(ctx context.Context, db DB, aw awaitWrite, f *Finished)
 			WHERE NOT EXISTS (SELECT 1 FROM ev)
 		)
 		SELECT EXISTS (SELECT 1 FROM ev)`,
-		pgx.NamedArgs{
+		namedArgs{
 			"tenant": aw.tenant, "event": w.Event, "since": w.Since, "paths": paths, "match": match,
 			"run_id": aw.runID, "seq": w.Seq, "name": w.Name, "invocation": aw.invocation, "expires_at": f.WakeAt,
 			"alt": int16(aw.alt),
@@ -189,7 +189,7 @@ func ResumeWaiters(ctx context.Context, db DB, ev *Event) ([]string, error) {
 	var resumed []string
 	// A later statement of the batch: a snapshot taken with the locks held.
 	b.Queue(resumeWaitersSQL,
-		pgx.NamedArgs{"tenant": ev.Tenant, "event": ev.Name, "id": ev.ID, "doc": doc}).
+		namedArgs{"tenant": ev.Tenant, "event": ev.Name, "id": ev.ID, "doc": doc}).
 		Query(func(rows pgx.Rows) error {
 			var err error
 			resumed, err = pgx.CollectRows(rows, pgx.RowTo[string])
