@@ -11,3 +11,8 @@ const ResumeWaitersSQL = resumeWaitersSQL
 
 // NamedArgs exposes namedArgs to the external tests.
 type NamedArgs = namedArgs
+
+// AppendInOrderSQL and FinishSQL expose two hot statements, for BenchmarkNamedArgs.
+const AppendInOrderSQL = appendInOrder
+
+var FinishSQL = finishStatement
