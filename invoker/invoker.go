@@ -125,6 +125,7 @@ type Invoker struct {
 	health        dbHealth
 	tickErrLogged time.Time // when maintain last logged a failed overdue tick
 	flowPruned    time.Time // when maintain last pruned flow control's stale rows
+	grownChecked  time.Time // when maintain last looked for grown tables to analyze
 	// armedUntil is how far ahead (database clock) the last maintenance pass armed local
 	// timers for the runs' wake times when it found a full batch of them, else zero
 	// (see armUpcoming).

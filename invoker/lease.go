@@ -234,6 +234,7 @@ func (inv *Invoker) maintainLoop(ctx context.Context) {
 // reapBatch bounds the runs one statement recovers; sweepExamine the due runs one sweep
 // looks at, and sweepBatch the runs it enqueues.
 const (
+	analyzeEvery   = 10 * time.Second
 	flowPruneEvery = time.Minute
 	flowPruneBatch = 1000
 	overdueTick    = time.Second
@@ -262,6 +263,13 @@ func (inv *Invoker) maintain(ctx context.Context) {
 		inv.log.Warn("enqueued runs that were due with no live job (deleted, discarded, or fetched by a gateway that died)", slog.Int("runs", n))
 	}
 	inv.health.observe(inv.armUpcoming(ctx))
+	if time.Since(inv.grownChecked) > analyzeEvery {
+		// Statistics that keep up with a new database's growth; see journal.AnalyzeGrown.
+		inv.grownChecked = time.Now()
+		if _, err := journal.AnalyzeGrown(ctx, inv.pool); err != nil && ctx.Err() == nil {
+			inv.log.Warn("analyzing grown tables failed; a later pass retries", slog.Any("error", err))
+		}
+	}
 	if time.Since(inv.flowPruned) > flowPruneEvery {
 		// Flow control's stale rows, about once a minute per gateway.
 		inv.flowPruned = time.Now()

@@ -1,0 +1,42 @@
+package journal
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// growingTables are the tables whose rows the hot statements find by key. Postgres
+// caches a statement's generic plan per connection and builds it again only when the
+// table is analyzed: a plan made while a table was tiny (a sequential scan, cheaper
+// there than its index) would scan the whole table at each call once it has grown, until
+// autovacuum's next ANALYZE, which may come minutes later on a fast-growing new database.
+var growingTables = []string{"run", "journal_entry"}
+
+// AnalyzeGrown analyzes each of the hot tables that holds more than twice the rows its
+// statistics say (and more than 2,000), and returns their names. So the statistics,
+// and the plans built on them, are never off by more than that factor: a plan made for a
+// tiny table meets at most twice its rows before it is built again. ANALYZE samples at
+// most a few tens of thousands of rows, so each costs milliseconds. A table another
+// ANALYZE or VACUUM holds (autovacuum's) is skipped (SKIP_LOCKED), as is one the caller
+// may not analyze (not its owner: Postgres warns and goes on).
+func AnalyzeGrown(ctx context.Context, db DB) ([]string, error) {
+	rows, _ := db.Query(ctx, `
+		SELECT c.relname::text FROM pg_class c
+		JOIN pg_namespace n ON n.oid = c.relnamespace
+		JOIN pg_stat_user_tables s ON s.relid = c.oid
+		WHERE n.nspname = 'stepgate' AND c.relname = ANY($1)
+			AND s.n_live_tup > 2 * greatest(c.reltuples, 1000)`, growingTables)
+	grown, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("find grown tables: %w", err)
+	}
+	for _, t := range grown {
+		// t is one of growingTables, not input.
+		if _, err := db.Exec(ctx, `ANALYZE (SKIP_LOCKED) stepgate.`+pgx.Identifier{t}.Sanitize()); err != nil {
+			return nil, fmt.Errorf("analyze %s: %w", t, err)
+		}
+	}
+	return grown, nil
+}
