@@ -8,6 +8,10 @@
 // recorded Stop once the steps running in parallel have finished (and been journaled).
 // Later steps stop at once without running anything. Code that catches errors cannot
 // change the outcome, since nothing is thrown into it.
+//
+// The last step rides with the answer: a step that succeeds is held (defer) and
+// checkpointed when the invocation takes its next seq, decides a patch or writes to a
+// stream (flush), or, when the function answers first, sent in the answer's steps.
 import { inStep } from "./context.js";
 import { NonRetryableError } from "./errors.js";
 import type { Await, CheckpointAck, EntryKind, ErrorInfo, InvocationAnswer, InvocationRequest, JournalEntry, StreamWrite } from "./protocol.js";
@@ -26,6 +30,9 @@ export const retry = (type: string, message: string): Stop => ({ error: { type, 
 
 /** The largest window a checkpoint or an await declares (the gateway's bound). */
 export const MAX_WINDOW = 64;
+
+/** The largest step output, in bytes of JSON, that defer holds for the answer (Go's maxDeferredBytes). */
+export const MAX_DEFERRED_BYTES = 64 << 10;
 
 const CHECKPOINT_BACKOFF_MS = 20;
 const MAX_CHECKPOINT_BACKOFF_MS = 2000;
@@ -110,6 +117,15 @@ export class Invocation {
   private holes = new Map<number, Await | undefined>();
   private waiters: (() => void)[] = [];
 
+  // A finished step's entry not checkpointed yet (see defer), and the checkpoint flush
+  // made of it, until the gateway answers it. The seqs this invocation journaled (done;
+  // the held step counts, as nothing after it is written before it), and the highest seq
+  // at and below which every seq is journaled, by this invocation or before it.
+  private pending: JournalEntry | undefined;
+  private flushing: Promise<boolean> | undefined;
+  private journaledSeqs = new Set<number>();
+  private journaledTo = 0;
+
   // Chunks written per stream and place (see streamPlace); compensations, oldest first.
   private places = new Map<string, number>();
   private undos: Undo[] = [];
@@ -190,15 +206,25 @@ export class Invocation {
 
   /**
    * Ends the invocation with stop (or with the Stop recorded before) and returns a
-   * promise that never settles, for the step to return.
+   * promise that never settles, for the step to return. While the held step is being
+   * checkpointed (flush), stop is recorded once the gateway has answered: a failed flush
+   * stops the invocation with its own Stop first, as Go's NextN and Patch flush before
+   * they decide anything.
    */
   halt<T>(stop: Stop | undefined): Promise<T> {
+    const f = this.flushing;
+    if (f && stop) void f.then(() => this.record(stop));
+    else this.record(stop);
+    return never<T>();
+  }
+
+  /** Records stop, unless a Stop was recorded before, and aborts what runs. */
+  private record(stop: Stop | undefined) {
     if (!this.stop && stop) {
       this.stop = stop;
       this.controller.abort(new Error("stepgate: the invocation stopped"));
       this.resolveStopped(stop);
     }
-    return never<T>();
   }
 
   /** Why the gateway went away, or undefined. */
@@ -210,11 +236,14 @@ export class Invocation {
   /**
    * Takes the next n seqs for entries of kind named name and returns the first and the
    * journal's entries for them (undefined where not journaled). Returns undefined when
-   * the invocation has stopped (or stops now: nondeterminism, the budget).
+   * the invocation has stopped (or stops now: nondeterminism, the budget). The step defer
+   * holds is checkpointed first (flush, as Go's NextN): what the caller writes or runs
+   * next waits for it (room, checkpoint), and so does the answer (drain).
    */
   next(kind: EntryKind, name: string, n = 1): { seq: number; entries: (JournalEntry | undefined)[] } | undefined {
     if (this.stop) return undefined;
     this.checkNested(name);
+    if (this.pending) void this.flush();
     const first = this.seq + 1;
     this.seq += n;
     const entries: (JournalEntry | undefined)[] = [];
@@ -250,10 +279,12 @@ export class Invocation {
    * marker (a replay of the patched path); nothing there takes the seq and returns it
    * without one (the caller journals the marker), unless consumeOnly; another entry there
    * takes no seq and returns seq 0 (the old path). undefined when the invocation stopped.
+   * The step defer holds is checkpointed first, as next does.
    */
   patch(name: string, consumeOnly: boolean): { seq: number; marker?: JournalEntry } | undefined {
     if (this.stop) return undefined;
     this.checkNested(name);
+    if (this.pending) void this.flush();
     const e = this.bySeq.get(this.seq + 1);
     if (e && e.kind === "patch" && e.name === name) return { seq: ++this.seq, marker: e };
     if (!e && !consumeOnly) return { seq: ++this.seq };
@@ -293,7 +324,7 @@ export class Invocation {
    * again as checkpoint is. Resolves undefined once the chunks are durable, or with the
    * refusal of a write the gateway refuses without stopping the run; when the invocation
    * no longer owns the run or the gateway stays unreachable, it stops the invocation and
-   * throws a StoppedError.
+   * throws a StoppedError. The step defer holds is checkpointed first (Go's WriteStream).
    */
   async writeStream(w: StreamWrite): Promise<StreamRefusal | undefined> {
     const where = `stream ${q(w.key)}`;
@@ -302,6 +333,7 @@ export class Invocation {
       throw new StoppedError();
     };
     if (this.stop) stopWith(this.stop);
+    if ((this.pending || this.flushing) && !(await this.flush())) stopWith(this.stoppedWith ?? retry("checkpoint", where));
     const body = JSON.stringify(w);
     let delay = CHECKPOINT_BACKOFF_MS;
     let last = "";
@@ -365,8 +397,10 @@ export class Invocation {
   /** Marks the step at seq as ended: journaled, or not (with the retry it waits for). */
   done(seq: number, journaled: boolean, retryAwait?: Await) {
     this.running--;
-    if (journaled) this.holes.delete(seq);
-    else this.holes.set(seq, retryAwait);
+    if (journaled) {
+      this.holes.delete(seq);
+      this.journaledSeqs.add(seq);
+    } else this.holes.set(seq, retryAwait);
     const ws = this.waiters;
     this.waiters = [];
     for (const w of ws) w();
@@ -393,10 +427,13 @@ export class Invocation {
   }
 
   /**
-   * Waits until seq is within MAX_WINDOW of the lowest hole below it. A hole that no
-   * running step will fill stops the invocation: false then.
+   * Waits until the step defer holds is journaled (flush) and seq is within MAX_WINDOW of
+   * the lowest hole below it: what takes a seq waits here before it runs or writes
+   * anything. A hole that no running step will fill stops the invocation, as a failed
+   * flush does: false then.
    */
   async room(seq: number): Promise<boolean> {
+    if ((this.pending || this.flushing) && !(await this.flush())) return false;
     for (;;) {
       if (this.stop) return false;
       const low = this.lowestHole(seq);
@@ -411,9 +448,13 @@ export class Invocation {
     }
   }
 
-  /** Waits until no step runs. */
+  /** Waits until no step runs and the gateway has answered the checkpoint flush made. */
   async drain(): Promise<void> {
-    while (this.running > 0) await new Promise<void>((r) => this.waiters.push(r));
+    for (;;) {
+      if (this.running > 0) await new Promise<void>((r) => this.waiters.push(r));
+      else if (this.flushing) await this.flushing;
+      else return;
+    }
   }
 
   /** The lowest-seq retry a failed parallel step waits for, if any. */
@@ -424,13 +465,86 @@ export class Invocation {
   }
 
   /**
+   * Journals e, a step that finished, later than checkpoint would but still before
+   * anything that follows it (Go's State.Defer): the invocation's next seq, patch or
+   * stream write checkpoints it first (flush), and when the function answers first, it
+   * goes in the answer's steps (takePending), so a function's last step costs no
+   * checkpoint of its own. Every step is still journaled before the next one starts.
+   * What changes is the window in which a lost invocation runs the step again: it ends
+   * when the function moves on, rather than when the step ends.
+   *
+   * defer checkpoints e at once, as checkpoint, unless the step at e.seq is alone: while
+   * other steps run, left holes or took later seqs (parallel steps: their windows are
+   * reckoned at checkpoint time), while a step is held or being flushed, once the
+   * invocation has stopped, and when its output (outputJSON) is over MAX_DEFERRED_BYTES
+   * (an answer carries it beside the run's output, within the gateway's bound on an
+   * answer). Call it while the step runs (before done). Resolves false when the
+   * invocation stopped instead.
+   */
+  async defer(e: JournalEntry, outputJSON: string): Promise<boolean> {
+    const alone = this.running === 1 && this.holes.size === 1 && this.holes.has(e.seq) && this.seq === e.seq && this.journaledBelow(e.seq);
+    if (alone && !this.pending && !this.flushing && !this.stop && fitsDeferred(outputJSON)) {
+      this.pending = e;
+      return true;
+    }
+    return (await this.checkpoint(e)) !== undefined;
+  }
+
+  /**
+   * Checkpoints the step defer holds, if any, as checkpoint does (Go's Flush); the one
+   * flush under way is waited for. Resolves true once it is durable (or when none is
+   * held), false when the invocation stopped instead.
+   */
+  flush(): Promise<boolean> {
+    const e = this.pending;
+    if (e) {
+      this.pending = undefined;
+      // Its window was reckoned when defer held it, alone: 1.
+      const p: Promise<boolean> = this.put(e, 1).then((r) => {
+        if (this.flushing === p) this.flushing = undefined;
+        // Before the Stops that wait for this flush (halt).
+        if ("stop" in r) this.record(r.stop);
+        return !("stop" in r);
+      });
+      this.flushing = p;
+    }
+    return this.flushing ?? Promise.resolve(true);
+  }
+
+  /**
+   * Whether every seq below seq is journaled: in the request's journal, or by this
+   * invocation (a step that took a lower seq and has not begun is not).
+   */
+  private journaledBelow(seq: number): boolean {
+    for (let s = this.journaledTo + 1; s < seq && (this.bySeq.has(s) || this.journaledSeqs.has(s)); s++) this.journaledTo = s;
+    return this.journaledTo >= seq - 1;
+  }
+
+  /** The step defer holds, forgotten, or undefined: the caller journals it with the invocation's answer. */
+  takePending(): JournalEntry | undefined {
+    const e = this.pending;
+    this.pending = undefined;
+    return e;
+  }
+
+  /**
    * Journals e with the gateway and returns its acknowledgement once it is durable, or
    * undefined when the invocation stopped instead (a 409, the gateway gone or refusing).
    * Failures that may pass (unreachable, 5xx, 408, 429) are tried again with backoff for
-   * as long as the gateway's request lasts.
+   * as long as the gateway's request lasts. The step defer holds is journaled first.
    */
   async checkpoint(e: JournalEntry): Promise<CheckpointAck | undefined> {
-    const w = this.window(e.seq, true);
+    if ((this.pending || this.flushing) && !(await this.flush())) return undefined;
+    const r = await this.put(e, this.window(e.seq, true));
+    if ("stop" in r) {
+      void this.halt(r.stop);
+      return undefined;
+    }
+    return r.ack;
+  }
+
+  /** Makes the checkpoint of e, declaring window w: its acknowledgement, or the Stop it ends with. */
+  private async put(e: JournalEntry, w: number): Promise<{ ack: CheckpointAck } | { stop: Stop }> {
     if (w > 1 && e.window === undefined) e.window = w;
     const body = JSON.stringify(e);
     const where = `checkpoint step ${e.seq} ${q(e.name)}`;
@@ -440,10 +554,7 @@ export class Invocation {
       if (attempt > 0) {
         await sleepMs(delay, this.requestSignal);
         const gone = this.gone();
-        if (gone) {
-          void this.halt(retry("checkpoint", `${where}: ${gone} (last: ${last})`));
-          return undefined;
-        }
+        if (gone) return { stop: retry("checkpoint", `${where}: ${gone} (last: ${last})`) };
         delay = Math.min(2 * delay, MAX_CHECKPOINT_BACKOFF_MS);
       }
       let resp: PostResult;
@@ -456,10 +567,7 @@ export class Invocation {
         );
       } catch (err) {
         last = String(err instanceof Error ? err.message : err);
-        if (this.gone()) {
-          void this.halt(retry("checkpoint", `${where}: ${last}`));
-          return undefined;
-        }
+        if (this.gone()) return { stop: retry("checkpoint", `${where}: ${last}`) };
         continue;
       }
       const text = resp.body;
@@ -471,7 +579,7 @@ export class Invocation {
         } catch {
           // An older gateway's empty body is an acknowledgement too.
         }
-        return ack;
+        return { ack };
       }
       let problem: { type?: string; detail?: string } = {};
       try {
@@ -482,12 +590,8 @@ export class Invocation {
       const detail = problem.detail || String(code);
       if (code === 409) {
         const typ = (problem.type ?? "").split("/").pop();
-        if (typ === "nondeterminism" || typ === "conflict") {
-          void this.halt(failed("nondeterminism", `step ${e.seq} ${q(e.name)}: ${detail}`));
-        } else {
-          void this.halt(failed("superseded", `${where}: ${detail}`));
-        }
-        return undefined;
+        if (typ === "nondeterminism" || typ === "conflict") return { stop: failed("nondeterminism", `step ${e.seq} ${q(e.name)}: ${detail}`) };
+        return { stop: failed("superseded", `${where}: ${detail}`) };
       }
       if (code >= 500 || code === 408 || code === 429) {
         last = `${code} ${detail}`;
@@ -495,14 +599,10 @@ export class Invocation {
         if (after > 0) delay = Math.max(delay, Math.min(after * 1000, MAX_CHECKPOINT_BACKOFF_MS));
         continue;
       }
-      if (code === 401) {
-        // The invocation token expired or is unknown: a new invocation brings a new one.
-        void this.halt(retry("checkpoint", `${where}: ${code} ${detail}`));
-        return undefined;
-      }
+      // The invocation token expired or is unknown: a new invocation brings a new one.
+      if (code === 401) return { stop: retry("checkpoint", `${where}: ${code} ${detail}`) };
       // The gateway refuses this entry (too large, invalid): another try makes the same.
-      void this.halt(failed("checkpoint", `${where}: ${code} ${detail}`));
-      return undefined;
+      return { stop: failed("checkpoint", `${where}: ${code} ${detail}`) };
     }
   }
 }
@@ -517,4 +617,11 @@ function sleepMs(ms: number, signal?: AbortSignal): Promise<void> {
     }
     signal?.addEventListener("abort", done, { once: true });
   });
+}
+
+/** Whether s is at most MAX_DEFERRED_BYTES long in UTF-8, where a UTF-16 unit takes 1 to 3 bytes. */
+function fitsDeferred(s: string): boolean {
+  if (s.length > MAX_DEFERRED_BYTES) return false;
+  if (3 * s.length <= MAX_DEFERRED_BYTES) return true;
+  return new TextEncoder().encode(s).length <= MAX_DEFERRED_BYTES;
 }

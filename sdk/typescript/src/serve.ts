@@ -189,6 +189,29 @@ async function invoke(
   const st = new Invocation(req, signal, post);
   if (fn.budgetMs > 0) st.setBudget(fn.budgetMs);
   if (fn.sleepMaxMs > 0) st.setSleepInProcess(fn.sleepMaxMs);
+  return withPending(st, await call(fn, st));
+}
+
+/**
+ * Journals the step the function finished last without a checkpoint (see
+ * Invocation.defer) with the answer: first in its steps, journaled in the transaction
+ * that applies it. An HTTP 500 answer journals nothing, so the step is checkpointed
+ * first, and the retried invocation replays it rather than running it again.
+ */
+async function withPending(st: Invocation, [code, body]: [number, InvocationAnswer | ErrorInfo]): Promise<[number, InvocationAnswer | ErrorInfo]> {
+  const e = st.takePending();
+  if (!e) return [code, body];
+  if (code === 200) {
+    const answer = body as InvocationAnswer;
+    return [code, { ...answer, steps: [e, ...(answer.steps ?? [])] }];
+  }
+  await st.checkpoint(e); // when it fails too, the retry runs the step again
+  return [code, body];
+}
+
+/** Runs fn on st and returns the HTTP status and body to answer, but for the step st holds (withPending). */
+async function call(fn: StepgateFunction<any, any>, st: Invocation): Promise<[number, InvocationAnswer | ErrorInfo]> {
+  const req = st.req;
   const id = req.identity;
   const run: RunInfo = {
     id: req.run.id, function: req.run.function, revision: req.run.revision, attempt: req.run.attempt,

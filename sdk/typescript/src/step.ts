@@ -183,8 +183,11 @@ function callbackFrom<T>(e: JournalEntry, output: unknown): CallbackResult<T> | 
  * The steps of one invocation, handed to a function as `step`. Each call takes the next
  * seq of the run (1, 2, ...): when the journal already holds that seq the step is
  * replayed (run returns the journaled output without calling its function; a journaled
- * sleep returns at once), otherwise it runs and is journaled (checkpointed) before its
- * promise resolves, so every finished step is durable before the next one starts.
+ * sleep returns at once), otherwise it runs and is journaled (checkpointed), so every
+ * finished step is durable before the next one starts. A run that succeeds is
+ * checkpointed when the function takes its next seq or writes to a stream, or, when the
+ * function answers first, sent in the answer's steps: the last step costs no checkpoint
+ * of its own, as with the Go SDK.
  *
  * The rules that keep replays correct:
  *  - Give each step a stable name and ask for the same steps in the same order on every
@@ -209,7 +212,15 @@ export class Step {
 
   /**
    * Runs the step called name: returns the journaled outcome if the step already
-   * finished, and otherwise calls fn and journals its outcome before returning it.
+   * finished, and otherwise calls fn and journals its outcome.
+   *
+   * When fn succeeds, its output is returned, and journaled before the function's next
+   * step (or sleep, patch, stream write: anything that takes a seq or writes) starts, or
+   * with its answer when none does: a function's last step rides with the answer instead
+   * of a checkpoint of its own. An invocation lost in between (its process killed) runs
+   * the step again on its retry, as one lost between the step's end and its checkpoint
+   * always could. An output over 64 KiB of JSON, or a step run in parallel with others,
+   * is checkpointed at once, before run resolves.
    *
    * When fn throws and the step has attempts left, the run suspends and the gateway
    * retries the step later, in a new invocation. When the last attempt fails, or fn throws
@@ -258,12 +269,16 @@ export class Step {
       }
       const entry: JournalEntry = { seq, kind: "step", name, attempt, started_at: started, finished_at: new Date().toISOString() };
       if (ok) {
+        let raw: string;
         try {
-          entry.output = jsonValue(out);
+          raw = JSON.stringify(out) ?? "null";
+          entry.output = JSON.parse(raw);
         } catch (x) {
           return st.halt(failed("output", `step ${seq} ${q(name)}: encode output: ${messageOf(x)}`));
         }
-        if (!(await st.checkpoint(entry))) return never();
+        // Journaled now, or held and journaled before whatever the function does next
+        // (or with its answer): no hole either way.
+        if (!(await st.defer(entry, raw))) return never();
         journaled = true;
         return entry.output as T;
       }

@@ -62,37 +62,12 @@ export class Gateway {
           res.writeHead(hooked[0], { "Content-Type": "application/problem+json" }).end(hooked[1]);
           return;
         }
-        const j = this.journal(runId);
-        const have = j.find((x) => x.seq === e.seq);
-        if (have) {
-          if (have.kind !== e.kind || have.name !== e.name) {
-            res.writeHead(409).end(JSON.stringify({ type: "nondeterminism", detail: `the journal holds ${have.kind} ${have.name}` }));
-            return;
-          }
-        } else {
-          // The gateway's window rule: in order (window 1), right after seq - 1 and not
-          // into a hole below later entries; with a window W, one of the W seqs below it
-          // journaled, or seq <= W.
-          const w = e.window ?? 1;
-          const ok = w === 1
-            ? (e.seq === 1 || j.some((x) => x.seq === e.seq - 1)) && !j.some((x) => x.seq > e.seq)
-            : e.seq <= w || j.some((x) => x.seq >= e.seq - w && x.seq < e.seq);
-          if (!ok) {
-            res.writeHead(400).end(JSON.stringify({ detail: `seq ${e.seq} is out of order (window ${w})` }));
-            return;
-          }
-          const stored = { ...e };
-          delete stored.window;
-          if (e.kind === "sleep") {
-            // A checkpointed sleep: journaled with its wake time, no output.
-            const d = (e.output as { duration?: string } | undefined)?.duration;
-            stored.until = e.until ?? new Date(Date.now() + (d ? toMs(d, "duration") : 0)).toISOString();
-            delete stored.output;
-          }
-          if (e.kind === "callback") stored.output = { url: `${this.url}/v1/callbacks/tok-${e.seq}`, token: `tok-${e.seq}`, expires_at: "2030-01-01T00:00:00Z" };
-          j.push(stored);
-          j.sort((a, b) => a.seq - b.seq);
+        const [code, problem] = this.append(runId, e);
+        if (code !== 200) {
+          res.writeHead(code).end(problem);
+          return;
         }
+        const j = this.journal(runId);
         const ack: Record<string, unknown> = { seq: e.seq };
         if (e.kind === "callback") ack.output = j.find((x) => x.seq === e.seq)!.output;
         if (e.kind === "sleep" && !this.sleepAckWithoutUntil) ack.until = j.find((x) => x.seq === e.seq)!.until;
@@ -102,6 +77,41 @@ export class Gateway {
     await new Promise<void>((r) => this.server.listen(0, "127.0.0.1", r));
     this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
     return this;
+  }
+
+  /**
+   * Journals e in the run's journal as the gateway does, and answers 200, or the code and
+   * problem of an entry it refuses (409 for another entry at its seq, 400 out of order).
+   */
+  append(runId: string, e: JournalEntry): [number, string] {
+    const j = this.journal(runId);
+    const have = j.find((x) => x.seq === e.seq);
+    if (have) {
+      if (have.kind !== e.kind || have.name !== e.name) {
+        return [409, JSON.stringify({ type: "nondeterminism", detail: `the journal holds ${have.kind} ${have.name}` })];
+      }
+    } else {
+      // The gateway's window rule: in order (window 1), right after seq - 1 and not
+      // into a hole below later entries; with a window W, one of the W seqs below it
+      // journaled, or seq <= W.
+      const w = e.window ?? 1;
+      const ok = w === 1
+        ? (e.seq === 1 || j.some((x) => x.seq === e.seq - 1)) && !j.some((x) => x.seq > e.seq)
+        : e.seq <= w || j.some((x) => x.seq >= e.seq - w && x.seq < e.seq);
+      if (!ok) return [400, JSON.stringify({ detail: `seq ${e.seq} is out of order (window ${w})` })];
+      const stored = { ...e };
+      delete stored.window;
+      if (e.kind === "sleep") {
+        // A checkpointed sleep: journaled with its wake time, no output.
+        const d = (e.output as { duration?: string } | undefined)?.duration;
+        stored.until = e.until ?? new Date(Date.now() + (d ? toMs(d, "duration") : 0)).toISOString();
+        delete stored.output;
+      }
+      if (e.kind === "callback") stored.output = { url: `${this.url}/v1/callbacks/tok-${e.seq}`, token: `tok-${e.seq}`, expires_at: "2030-01-01T00:00:00Z" };
+      j.push(stored);
+      j.sort((a, b) => a.seq - b.seq);
+    }
+    return [200, ""];
   }
 
   /** The gateway's stream write: chunks at places the stream holds are skipped (the first write wins). */
@@ -162,7 +172,10 @@ export class Gateway {
     };
   }
 
-  /** Sends one signed invocation to handler and returns the HTTP status and body. */
+  /**
+   * Sends one signed invocation to handler and returns the HTTP status and body, having
+   * journaled the answer's steps as the gateway does before it applies the answer.
+   */
   async invoke(handler: FetchHandler, appUrl: string, req: InvocationRequest, signal?: AbortSignal): Promise<{ status: number; body: any }> {
     const body = JSON.stringify(req);
     const resp = await handler(
@@ -173,7 +186,14 @@ export class Gateway {
         body,
       }),
     );
-    return { status: resp.status, body: await resp.json() };
+    const answer = await resp.json();
+    if (resp.status === 200) {
+      for (const e of (answer as InvocationAnswer).steps ?? []) {
+        const [code, problem] = this.append(req.run.id, e);
+        if (code !== 200) throw new Error(`run ${req.run.id}: journal the answer's step ${e.seq}: ${code} ${problem}`);
+      }
+    }
+    return { status: resp.status, body: answer };
   }
 
   /**
@@ -197,8 +217,7 @@ export class Gateway {
       if (status !== 200 || answer.status !== "suspended") return { answer: body, status, awaits, invocations: i };
       const aw = answer.await!;
       awaits.push(aw);
-      const j = this.journal(runId);
-      for (const s of answer.steps ?? []) j.push(s);
+      const j = this.journal(runId); // the answer's steps are in it (invoke)
       switch (aw.type) {
         case "sleep":
           j.push({ seq: aw.seq, kind: "sleep", name: aw.name, until: new Date().toISOString() });

@@ -28,6 +28,10 @@ function app(...functions: Parameters<typeof serve>[0]["functions"]): FetchHandl
 }
 
 const kinds = (j: JournalEntry[]) => j.map((e) => `${e.seq} ${e.kind} ${e.name}`);
+/** An answer without the steps it carries (the last step rides with the answer). */
+const outcome = ({ steps: _, ...a }: { steps?: JournalEntry[] }) => a;
+/** The steps an answer carries. */
+const rides = (a: { steps?: JournalEntry[] }) => (a.steps ?? []).map((e) => `${e.seq} ${e.kind} ${e.name}`);
 
 describe("steps", () => {
   test("three steps and a sleep: each step runs once, the journal holds them in order", async () => {
@@ -41,7 +45,8 @@ describe("steps", () => {
     });
     const id = runId();
     const r = await gw.run(app(fn), APP, id, "checkout", { item: "book" });
-    assert.deepEqual(r.answer, { status: "completed", output: { a: { id: "o-book" }, b: 42, c: "T-o-book" } });
+    assert.deepEqual(outcome(r.answer), { status: "completed", output: { a: { id: "o-book" }, b: 42, c: "T-o-book" } });
+    assert.deepEqual(rides(r.answer), ["4 step ship"], "the last step rides with the answer");
     assert.equal(r.invocations, 2);
     assert.deepEqual(calls, ["reserve", "charge", "ship"], "a replay does not run a journaled step again");
     assert.deepEqual(kinds(gw.journal(id)), ["1 step reserve", "2 sleep cool-off", "3 step charge", "4 step ship"]);
@@ -109,11 +114,10 @@ describe("steps", () => {
   });
 
   test("a 409 from the checkpoint stops the invocation: superseded, or nondeterminism", async () => {
-    let after = 0;
+    let second = 0;
     const fn = createFunction({ name: "c409" }, async ({ step }) => {
-      await step.run("one", () => 1);
-      after++;
-      return step.run("two", () => 2);
+      await step.run("one", () => 1); // checkpointed when step two starts
+      return step.run("two", () => (second++, 2));
     });
     gw.hook = () => [409, JSON.stringify({ type: "superseded", detail: "another attempt owns the run" })];
     let r = await gw.invoke(app(fn), APP, gw.request(runId(), "c409", null));
@@ -121,18 +125,21 @@ describe("steps", () => {
     gw.hook = () => [409, JSON.stringify({ type: "https://stepgate.dev/problems/nondeterminism", detail: "the journal holds step x" })];
     r = await gw.invoke(app(fn), APP, gw.request(runId(), "c409", null));
     assert.deepEqual(r.body.error, { type: "nondeterminism", message: 'step 1 "one": the journal holds step x', retryable: false });
-    assert.equal(after, 0, "the function stops at the failed checkpoint");
+    assert.equal(second, 0, "no step runs after a failed checkpoint");
   });
 
   test("a checkpoint answered 503 is tried again until it is journaled", async () => {
     let tries = 0;
     gw.hook = () => (++tries <= 2 ? [503, JSON.stringify({ detail: "restarting" })] : undefined);
-    const fn = createFunction({ name: "c503" }, async ({ step }) => step.run("one", () => 1));
+    const fn = createFunction({ name: "c503" }, async ({ step }) => {
+      await step.run("one", () => 1);
+      return step.run("two", () => 2);
+    });
     const id = runId();
     const r = await gw.invoke(app(fn), APP, gw.request(id, "c503", null));
-    assert.deepEqual(r.body, { status: "completed", output: 1 });
-    assert.equal(tries, 3);
-    assert.deepEqual(kinds(gw.journal(id)), ["1 step one"]);
+    assert.deepEqual(outcome(r.body), { status: "completed", output: 2 });
+    assert.equal(tries, 3, "one is tried until the gateway takes it; two rides with the answer");
+    assert.deepEqual(kinds(gw.journal(id)), ["1 step one", "2 step two"]);
   });
 
   test("parallel steps take their seqs in call order and checkpoint with a window as they finish", async () => {
@@ -146,9 +153,10 @@ describe("steps", () => {
     const id = runId();
     gw.checkpoints = [];
     const r = await gw.run(app(fn), APP, id, "par", null);
-    assert.deepEqual(r.answer, { status: "completed", output: [0, 1, 2] });
+    assert.deepEqual(outcome(r.answer), { status: "completed", output: [0, 1, 2] });
     assert.deepEqual(kinds(gw.journal(id)), ["1 step p0", "2 step p1", "3 step p2", "4 step after"]);
-    assert.deepEqual(gw.checkpoints.map((e) => [e.seq, e.window]), [[3, 3], [2, 2], [1, 2], [4, undefined]]);
+    assert.deepEqual(gw.checkpoints.map((e) => [e.seq, e.window]), [[3, 3], [2, 2], [1, 2]], "each parallel step as it finishes");
+    assert.deepEqual(rides(r.answer), ["4 step after"]);
   });
 
   test("a parallel step with attempts left: the others are journaled, the run waits for its retry", async () => {
@@ -179,7 +187,7 @@ describe("steps", () => {
     });
     const id = runId();
     const r = await gw.run(app(fn), APP, id, "long", null);
-    assert.deepEqual(r.answer, { status: "completed", output: "done" });
+    assert.deepEqual(outcome(r.answer), { status: "completed", output: "done" });
     assert.ok(r.awaits.length >= 1 && r.awaits.every((a) => a.type === "continue" && a.name === "continue"));
     assert.deepEqual(kinds(gw.journal(id)), ["1 step w1", "2 step w2", "3 step w3", "4 step w4"]);
   });
@@ -364,7 +372,10 @@ describe("serve", () => {
       await new Promise((r) => server.close(r));
     }
     // serveNode checkpoints with node:http (nodePost) instead of fetch.
-    const stepped = createFunction({ name: "stepped" }, async ({ step }) => step.run("one", () => "journaled"));
+    const stepped = createFunction({ name: "stepped" }, async ({ step }) => {
+      await step.run("one", () => "journaled");
+      return step.run("two", () => "answered");
+    });
     const nodeServer = createServer(serveNode({ functions: [stepped], signingKeys: gw.publicKey }));
     await new Promise<void>((r) => nodeServer.listen(0, "127.0.0.1", r));
     try {
@@ -373,8 +384,10 @@ describe("serve", () => {
       const resp = await fetch(`http://127.0.0.1:${(nodeServer.address() as AddressInfo).port}/stepped`, {
         method: "POST", body, headers: { "Stepgate-Signature": gw.sign(body) },
       });
-      assert.deepEqual(await resp.json(), { status: "completed", output: "journaled" });
+      const answer = await resp.json();
+      assert.deepEqual(outcome(answer), { status: "completed", output: "answered" });
       assert.deepEqual(kinds(gw.journal(id)), ["1 step one"]);
+      assert.deepEqual(rides(answer), ["2 step two"]);
     } finally {
       nodeServer.closeAllConnections();
       await new Promise((r) => nodeServer.close(r));

@@ -1,0 +1,232 @@
+// The last step rides with the answer, as the Go SDK's (functions/defer_test.go): a step's
+// entry is checkpointed before the function takes its next seq (or decides a patch, or
+// writes to a stream), or sent in the answer's steps when the function answers first.
+import assert from "node:assert/strict";
+import { after, before, beforeEach, describe, test } from "node:test";
+import { createFunction, NonRetryableError, serve, type FetchHandler } from "../src/index.js";
+import type { JournalEntry } from "../src/protocol.js";
+import { Gateway } from "./gateway.js";
+
+const APP = "http://app.test/api/stepgate";
+let gw: Gateway;
+let n = 0;
+const runId = () => `00000000-0000-4000-a000-${String(++n).padStart(12, "0")}`;
+
+before(async () => {
+  gw = await new Gateway().start();
+});
+after(async () => {
+  await gw.close();
+});
+beforeEach(() => {
+  gw.hook = undefined;
+  gw.streamHook = undefined;
+});
+
+function app(...functions: Parameters<typeof serve>[0]["functions"]): FetchHandler {
+  return serve({ functions, signingKeys: gw.publicKey, basePath: "/api/stepgate", onError: () => {} });
+}
+
+const kinds = (j: JournalEntry[]) => j.map((e) => `${e.seq} ${e.kind} ${e.name}`);
+/** An answer without the steps it carries. */
+const outcome = ({ steps: _, ...a }: { steps?: JournalEntry[] }) => a;
+
+/** Records the run's checkpoints, as "checkpoint <seq> <name>" (with their window, if any), in events. */
+function recordCheckpoints(id: string, events: string[]) {
+  gw.hook = (runId, e) => {
+    if (runId === id) events.push(`checkpoint ${e.seq} ${e.name}${e.window ? ` window ${e.window}` : ""}`);
+    return undefined;
+  };
+}
+
+describe("the last step rides with the answer", () => {
+  test("a run of three steps makes two checkpoints; the third is in the answer's steps", async () => {
+    const fn = createFunction({ name: "three" }, async ({ step }) => {
+      let sum = 0;
+      for (const name of ["a", "b", "c"]) sum += await step.run(name, () => name.length);
+      return sum;
+    });
+    const id = runId();
+    const events: string[] = [];
+    recordCheckpoints(id, events);
+    const r = await gw.invoke(app(fn), APP, gw.request(id, "three", null));
+    assert.equal(r.status, 200);
+    assert.deepEqual(outcome(r.body), { status: "completed", output: 3 });
+    assert.deepEqual(events, ["checkpoint 1 a", "checkpoint 2 b"], "c is not checkpointed on its own");
+    const steps = r.body.steps as JournalEntry[];
+    assert.equal(steps.length, 1);
+    const { started_at, finished_at, ...c } = steps[0]!;
+    assert.deepEqual(c, { seq: 3, kind: "step", name: "c", attempt: 1, output: 1 });
+    assert.ok(started_at && finished_at);
+    assert.deepEqual(kinds(gw.journal(id)), ["1 step a", "2 step b", "3 step c"], "the gateway journals the answer's step");
+  });
+
+  test("each step is journaled before the next step's function starts", async () => {
+    const id = runId();
+    const events: string[] = [];
+    const fn = createFunction({ name: "order" }, async ({ step }) => {
+      for (const name of ["a", "b", "c"]) {
+        await step.run(name, () => {
+          events.push(`run ${name}, journal ${kinds(gw.journal(id)).join(", ") || "empty"}`);
+          return name;
+        });
+      }
+      return "ok";
+    });
+    recordCheckpoints(id, events);
+    const r = await gw.invoke(app(fn), APP, gw.request(id, "order", null));
+    assert.equal(r.body.status, "completed");
+    assert.deepEqual(events, [
+      "run a, journal empty",
+      "checkpoint 1 a",
+      "run b, journal 1 step a",
+      "checkpoint 2 b",
+      "run c, journal 1 step a, 2 step b",
+    ]);
+  });
+
+  test("an HTTP 500 answer checkpoints the held step first, and the retry replays it", async () => {
+    let charges = 0;
+    let calls = 0;
+    const fn = createFunction({ name: "charge" }, async ({ step }) => {
+      await step.run("charge", () => ++charges);
+      if (++calls === 1) throw new Error("after the charge"); // retryable: the invocation is retried
+      return "done";
+    });
+    const id = runId();
+    const events: string[] = [];
+    recordCheckpoints(id, events);
+    let r = await gw.invoke(app(fn), APP, gw.request(id, "charge", null));
+    assert.equal(r.status, 500);
+    assert.deepEqual(r.body, { type: "error", message: "after the charge" });
+    assert.deepEqual(events, ["checkpoint 1 charge"], "a 500 journals nothing, so the step is checkpointed before it");
+    assert.deepEqual(kinds(gw.journal(id)), ["1 step charge"]);
+    r = await gw.invoke(app(fn), APP, gw.request(id, "charge", null));
+    assert.deepEqual(r.body, { status: "completed", output: "done" });
+    assert.equal(charges, 1, "the step ran once");
+  });
+
+  test("a failure answer carries the held step", async () => {
+    const fn = createFunction({ name: "refuse" }, async ({ step }) => {
+      await step.run("check", () => "declined");
+      throw new NonRetryableError("card declined");
+    });
+    const id = runId();
+    const events: string[] = [];
+    recordCheckpoints(id, events);
+    const r = await gw.invoke(app(fn), APP, gw.request(id, "refuse", null));
+    assert.deepEqual(outcome(r.body), { status: "failed", error: { type: "non_retryable", message: "card declined", retryable: false } });
+    assert.deepEqual(events, []);
+    assert.deepEqual(kinds(r.body.steps), ["1 step check"]);
+  });
+
+  test("a sleep journals the held step first; the suspended answer carries none", async () => {
+    let charges = 0;
+    const fn = createFunction({ name: "nap" }, async ({ step }) => {
+      await step.run("charge", () => ++charges);
+      await step.sleep("nap", "1h");
+      return charges;
+    });
+    const id = runId();
+    const events: string[] = [];
+    recordCheckpoints(id, events);
+    const r = await gw.invoke(app(fn), APP, gw.request(id, "nap", null));
+    assert.deepEqual(r.body, { status: "suspended", await: { type: "sleep", seq: 2, name: "nap", duration: "1h" } });
+    assert.deepEqual(events, ["checkpoint 1 charge"]);
+    const done = await gw.run(app(fn), APP, id, "nap", null);
+    assert.deepEqual(done.answer, { status: "completed", output: 1 });
+    assert.equal(charges, 1);
+  });
+
+  test("a checkpoint of the held step that fails decides the answer, not the sleep after it", async () => {
+    const fn = createFunction({ name: "napfail" }, async ({ step }) => {
+      await step.run("a", () => 1);
+      await step.sleep("nap", "1h");
+    });
+    gw.hook = () => [401, JSON.stringify({ detail: "token expired" })];
+    const r = await gw.invoke(app(fn), APP, gw.request(runId(), "napfail", null));
+    assert.equal(r.status, 500, "a suspension would leave a gap in the journal");
+    assert.deepEqual(r.body, { type: "checkpoint", message: 'checkpoint step 1 "a": 401 token expired' });
+  });
+
+  test("parallel steps are checkpointed as each finishes, after the step held before them", async () => {
+    const id = runId();
+    const events: string[] = [];
+    let yDone!: () => void;
+    const yFinished = new Promise<void>((r) => (yDone = r));
+    const fn = createFunction({ name: "par" }, async ({ step }) => {
+      await step.run("first", () => 0);
+      const [a, b] = await Promise.all([
+        step.run("x", async () => {
+          events.push(`run x, journal ${kinds(gw.journal(id)).join(", ")}`);
+          await yFinished; // x ends alone, after y is journaled: it took seq 2, y seq 3
+          return 1;
+        }),
+        step.run("y", () => (events.push(`run y, journal ${kinds(gw.journal(id)).join(", ")}`), 2)).then((v) => (yDone(), v)),
+      ]);
+      return a + b;
+    });
+    recordCheckpoints(id, events);
+    const r = await gw.invoke(app(fn), APP, gw.request(id, "par", null));
+    assert.deepEqual(r.body, { status: "completed", output: 3 }, "no step rides with the answer");
+    assert.deepEqual(events, [
+      "checkpoint 1 first",
+      "run x, journal 1 step first",
+      "run y, journal 1 step first",
+      "checkpoint 3 y window 2",
+      "checkpoint 2 x window 2",
+    ]);
+    assert.deepEqual(kinds(gw.journal(id)), ["1 step first", "2 step x", "3 step y"]);
+  });
+
+  test("a stream write checkpoints the held step first", async () => {
+    const fn = createFunction({ name: "streams" }, async ({ step }) => {
+      await step.run("a", () => 1);
+      await step.stream("out").write("after a");
+      return "ok";
+    });
+    const id = runId();
+    const events: string[] = [];
+    recordCheckpoints(id, events);
+    gw.streamHook = (runId, w) => {
+      if (runId === id) events.push(`write ${JSON.stringify(w.chunks)}, journal ${kinds(gw.journal(id)).join(", ")}`);
+      return undefined;
+    };
+    const r = await gw.invoke(app(fn), APP, gw.request(id, "streams", null));
+    assert.deepEqual(r.body, { status: "completed", output: "ok" });
+    assert.deepEqual(events, ["checkpoint 1 a", 'write ["after a"], journal 1 step a']);
+    assert.deepEqual(gw.stream(id, "out"), ["after a"]);
+  });
+
+  test("a patch checkpoints the held step before its marker", async () => {
+    const fn = createFunction({ name: "patch" }, async ({ step }) => {
+      await step.run("a", () => 1);
+      return step.patched("fix");
+    });
+    const id = runId();
+    const events: string[] = [];
+    recordCheckpoints(id, events);
+    const r = await gw.invoke(app(fn), APP, gw.request(id, "patch", null));
+    assert.deepEqual(r.body, { status: "completed", output: true });
+    assert.deepEqual(events, ["checkpoint 1 a", "checkpoint 2 fix"]);
+  });
+
+  test("an output over 64 KiB of JSON is checkpointed at once; one of 64 KiB rides with the answer", async () => {
+    const outputs: Record<string, string> = {
+      "64 KiB": "é".repeat(32767), // JSON: 2 quotes and 2 bytes a letter, 65536 bytes
+      "64 KiB + 2": "é".repeat(32768),
+      "70 KiB": "x".repeat(70 << 10),
+    };
+    const fn = createFunction<string>({ name: "big" }, async ({ input, step }) => (await step.run("big", () => outputs[input]!)).length);
+    for (const [size, riding] of [["64 KiB", true], ["64 KiB + 2", false], ["70 KiB", false]] as const) {
+      const id = runId();
+      const events: string[] = [];
+      recordCheckpoints(id, events);
+      const r = await gw.invoke(app(fn), APP, gw.request(id, "big", size));
+      assert.deepEqual(outcome(r.body), { status: "completed", output: outputs[size]!.length }, size);
+      assert.deepEqual(events, riding ? [] : ["checkpoint 1 big"], size);
+      assert.deepEqual(kinds(r.body.steps ?? []), riding ? ["1 step big"] : [], size);
+      assert.equal(gw.journal(id)[0]!.output, outputs[size], size);
+    }
+  });
+});
