@@ -2,26 +2,13 @@
 // entry is checkpointed before the function takes its next seq (or decides a patch, or
 // writes to a stream), or sent in the answer's steps when the function answers first.
 import assert from "node:assert/strict";
-import { after, before, beforeEach, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import { createFunction, NonRetryableError, serve, type FetchHandler } from "../src/index.js";
 import type { JournalEntry } from "../src/protocol.js";
-import { Gateway } from "./gateway.js";
+import { gw, useGateway } from "./harness.js";
 
 const APP = "http://app.test/api/stepgate";
-let gw: Gateway;
-let n = 0;
-const runId = () => `00000000-0000-4000-a000-${String(++n).padStart(12, "0")}`;
-
-before(async () => {
-  gw = await new Gateway().start();
-});
-after(async () => {
-  await gw.close();
-});
-beforeEach(() => {
-  gw.hook = undefined;
-  gw.streamHook = undefined;
-});
+const runId = useGateway("a000");
 
 function app(...functions: Parameters<typeof serve>[0]["functions"]): FetchHandler {
   return serve({ functions, signingKeys: gw.publicKey, basePath: "/api/stepgate", onError: () => {} });

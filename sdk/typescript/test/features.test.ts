@@ -1,26 +1,13 @@
 // Streams, patches, compensations and nested steps, as the Go SDK has them.
 import assert from "node:assert/strict";
-import { after, before, beforeEach, describe, test } from "node:test";
+import { after, beforeEach, describe, test } from "node:test";
 import { createFunction, NonRetryableError, serve, StepError, StreamRefusedError, type FetchHandler } from "../src/index.js";
 import { fetchPoster } from "../src/invocation.js";
 import type { JournalEntry } from "../src/protocol.js";
-import { Gateway } from "./gateway.js";
+import { gw, useGateway } from "./harness.js";
 
 const APP = "http://app.test/api/stepgate";
-let gw: Gateway;
-let n = 0;
-const runId = () => `00000000-0000-4000-9000-${String(++n).padStart(12, "0")}`;
-
-before(async () => {
-  gw = await new Gateway().start();
-});
-after(async () => {
-  await gw.close();
-});
-beforeEach(() => {
-  gw.hook = undefined;
-  gw.streamHook = undefined;
-});
+const runId = useGateway("9000");
 
 function app(...functions: Parameters<typeof serve>[0]["functions"]): FetchHandler {
   return serve({ functions, signingKeys: gw.publicKey, basePath: "/api/stepgate" });

@@ -1,27 +1,16 @@
 import assert from "node:assert/strict";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
-import { after, before, beforeEach, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import { createFunction, NonRetryableError, serve, StepError, type FetchHandler } from "../src/index.js";
 import { toLambdaHandler } from "../src/lambda.js";
 import { serveNode, toNodeListener } from "../src/node.js";
 import type { JournalEntry } from "../src/protocol.js";
 import { Gateway, TENANT } from "./gateway.js";
+import { gw, useGateway } from "./harness.js";
 
 const APP = "http://app.test/api/stepgate";
-let gw: Gateway;
-let n = 0;
-const runId = () => `00000000-0000-4000-8000-${String(++n).padStart(12, "0")}`;
-
-before(async () => {
-  gw = await new Gateway().start();
-});
-after(async () => {
-  await gw.close();
-});
-beforeEach(() => {
-  gw.hook = undefined;
-});
+const runId = useGateway("8000");
 
 function app(...functions: Parameters<typeof serve>[0]["functions"]): FetchHandler {
   return serve({ functions, signingKeys: gw.publicKey, basePath: "/api/stepgate" });
