@@ -42,7 +42,7 @@ async function sign(body: string, tenant = "acme") {
   return `t=${t},tenant=${encodeURIComponent(tenant)},ed25519=${b64url(sig)}`;
 }
 
-// The checkpoint endpoint: journals entries in order.
+// The checkpoint endpoint: journals entries in order (and the test, an answer's steps).
 const journal: JournalEntry[] = [];
 const streamed: StreamWrite[] = [];
 const gateway = listen(async (r) => {
@@ -111,6 +111,9 @@ try {
   journal.push({ seq: 2, kind: "sleep", name: "cool-off" });
   r = await invoke();
   check("second invocation completes", r.body.status === "completed" && r.body.output.b === "T-o-book" && r.body.output.who === "ann", r);
+  // The last step rides with the answer: the gateway journals the answer's steps.
+  check("the last step rides with the answer", r.body.steps?.length === 1 && r.body.steps[0].name === "ship", r);
+  for (const e of r.body.steps ?? []) journal.push(e);
   check("journal", journal.map((e) => e.name).join(",") === "reserve,cool-off,ship", journal);
   check("each step ran once", calls.join(",") === "reserve,ship", calls);
   r = await invoke({}, (await sign("{}")).replace(/ed25519=.*/, "ed25519=" + "A".repeat(86)));
