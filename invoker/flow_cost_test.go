@@ -4,36 +4,20 @@ import (
 	"context"
 	"encoding/json"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepgate/stepgate/access"
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/functions"
+	"github.com/stepgate/stepgate/internal/pgtest"
 	"github.com/stepgate/stepgate/internal/stack"
 	"github.com/stepgate/stepgate/journal"
 )
-
-// roundTrips counts the statements and batches sent on a pool: each is a round trip.
-type roundTrips struct{ n atomic.Int32 }
-
-func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	r.n.Add(1)
-	return ctx
-}
-func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	r.n.Add(1)
-	return ctx
-}
-func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
 
 // TestStartCosts counts the round trips of starts: a function without flow control
 // costs what it cost before flow control existed; a throttled one, three more.
@@ -46,7 +30,7 @@ func TestStartCosts(t *testing.T) {
 		functions.Throttle(functions.Rate{Limit: 1000, Period: time.Hour, Burst: 10})) // admits both starts now
 	s.Sync(t, s.ServeApp(t, app))
 
-	var trips roundTrips
+	var trips pgtest.RoundTrips
 	cfg := s.APIPool.Config().Copy()
 	cfg.ConnConfig.Tracer = &trips
 	cfg.MaxConns = 1
@@ -58,10 +42,10 @@ func TestStartCosts(t *testing.T) {
 	who := access.Identity{Subject: "ada", Tenant: tenant, Roles: []string{"admin"}}
 	cost := func(f func(n journal.NewRun) error, function string) int32 {
 		require.NoError(t, pool.Ping(t.Context())) // connect first
-		trips.n.Store(0)
+		trips.Reset()
 		require.NoError(t, f(journal.NewRun{ID: uuid.Must(uuid.NewV7()).String(), Tenant: tenant, Function: function,
 			Input: json.RawMessage(`{}`), Identity: who}))
-		return trips.n.Load()
+		return trips.Count()
 	}
 	start := func(n journal.NewRun) error {
 		_, _, err := s.Invoker.StartRun(t.Context(), db, n)

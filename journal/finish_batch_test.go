@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepgate/stepgate/internal/pgtest"
@@ -55,6 +56,24 @@ func TestFinishWithLastStep(t *testing.T) {
 		_, err = journal.FinishWithLastStep(t.Context(), db, run.ID, 1, journal.Completed(json.RawMessage(`1`), step(3, "c", `3`)))
 		require.ErrorIs(t, err, journal.ErrSuperseded, "a finished run takes no second answer")
 		require.Len(t, mustEntries(t, db, run.ID), 2)
+	})
+
+	t.Run("OneRoundTrip", func(t *testing.T) {
+		t.Parallel()
+		var trips pgtest.RoundTrips
+		cfg := db.Config().Copy()
+		cfg.ConnConfig.Tracer = &trips
+		cfg.MaxConns = 1
+		pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		require.NoError(t, pool.Ping(t.Context())) // connect first
+		run := started(t)
+		trips.Reset()
+		_, err = journal.FinishWithLastStep(t.Context(), pool, run.ID, 1, journal.Completed(json.RawMessage(`1`), step(2, "b", `2`)))
+		require.NoError(t, err)
+		require.Equal(t, int32(1), trips.Count(), "the step and the finish in one batch")
+		require.Equal(t, journal.StatusCompleted, mustGetRun(t, db, run).Status)
 	})
 
 	t.Run("FailsWithTheStep", func(t *testing.T) {
