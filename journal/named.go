@@ -18,12 +18,7 @@ type namedArgs map[string]any
 // RewriteQuery implements pgx.QueryRewriter.
 func (na namedArgs) RewriteQuery(ctx context.Context, conn *pgx.Conn, sql string, args []any) (string, []any, error) {
 	if r, ok := rewrites.Load(sql); ok {
-		r := r.(*rewrite)
-		out := make([]any, len(r.names))
-		for i, name := range r.names {
-			out[i] = na[name]
-		}
-		return r.sql, out, nil
+		return r.(*rewrite).fill(na)
 	}
 	// Each name's marker takes its place, so the rewritten arguments tell the order.
 	markers := make(pgx.NamedArgs, len(na))
@@ -43,10 +38,11 @@ func (na namedArgs) RewriteQuery(ctx context.Context, conn *pgx.Conn, sql string
 		}
 		names[i] = string(name)
 	}
+	r := &rewrite{sql: newSQL, names: names}
 	if rewritten.Add(1) <= maxRewrites {
-		rewrites.Store(sql, &rewrite{sql: newSQL, names: names})
+		rewrites.Store(sql, r)
 	}
-	return pgx.NamedArgs(na).RewriteQuery(ctx, conn, sql, args)
+	return r.fill(na)
 }
 
 // marker stands for a named argument while a statement is first rewritten.
@@ -56,6 +52,15 @@ type marker string
 type rewrite struct {
 	sql   string
 	names []string
+}
+
+// fill returns the statement and na's values in its placeholders' order.
+func (r *rewrite) fill(na namedArgs) (string, []any, error) {
+	out := make([]any, len(r.names))
+	for i, name := range r.names {
+		out[i] = na[name]
+	}
+	return r.sql, out, nil
 }
 
 // rewrites holds the rewrites of up to maxRewrites statement texts (this package's

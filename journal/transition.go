@@ -600,37 +600,30 @@ func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome)
 		a := o.await.awaiting()
 		awaiting, awaitSeq = &a, a.Seq
 	}
-	var f Finished
-	var parent *string
-	var tenant string
-	var identity Identity
-	var seqTaken, follows bool
-	err := db.QueryRow(ctx, finishStatement,
-		finishArgs(runID, invocation, o, timed, until, wakeAfter, awaiting, awaitSeq, window),
-	).Scan(&f.Status, &f.WakeAt, &f.Clock, new(int), &parent, &tenant, &identity, &seqTaken, &follows)
+	var r finishRow
+	err := r.scan(db.QueryRow(ctx, finishStatement,
+		finishArgs(runID, invocation, o, timed, until, wakeAfter, awaiting, awaitSeq, window)))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrSuperseded
 	}
 	if err != nil {
 		return nil, fmt.Errorf("finish invocation %d of run %s: %w", invocation, runID, unstorable(err))
 	}
-	if parent != nil {
-		f.Parent = *parent
-	}
+	f := r.f
 	// The awaited seq comes right after the journal's end; the caller's transaction rolls
 	// the update back otherwise.
 	switch {
 	case awaitSeq == 0:
-	case seqTaken:
+	case r.seqTaken:
 		return nil, fmt.Errorf("%w: seq %d is already journaled", ErrConflict, awaitSeq)
-	case !follows:
+	case !r.follows:
 		return nil, gapError("the await's seq", awaitSeq, window)
 	case o.Bounds.MaxEntries > 0 && awaitSeq > o.Bounds.MaxEntries && !isStepRetry(o.await):
 		// (A retried step's seq is taken by its entry once it ends, bounded then.)
 		return nil, entriesLimit(awaitSeq, o.Bounds)
 	}
 	if o.await != nil {
-		w := awaitWrite{runID: runID, invocation: invocation, tenant: tenant, identity: identity, bounds: o.Bounds, alt: -1}
+		w := awaitWrite{runID: runID, invocation: invocation, tenant: r.tenant, identity: r.identity, bounds: o.Bounds, alt: -1}
 		if err := o.await.write(ctx, db, w, &f); err != nil {
 			return nil, err
 		}
@@ -670,13 +663,12 @@ func FinishWithLastStep(ctx context.Context, db DB, runID string, invocation int
 	batch.Queue(finishAfterStep, args)
 
 	var step appendResult
-	var f Finished
-	var parent *string
+	var r finishRow
 	br := db.SendBatch(ctx, batch)
 	stepErr := step.scan(br.QueryRow())
 	var err error
 	if stepErr == nil {
-		err = br.QueryRow().Scan(&f.Status, &f.WakeAt, &f.Clock, new(int), &parent, new(string), new(Identity), new(bool), new(bool))
+		err = r.scan(br.QueryRow())
 	}
 	if cerr := br.Close(); cerr != nil && stepErr == nil && err == nil {
 		err = cerr
@@ -692,10 +684,24 @@ func FinishWithLastStep(ctx context.Context, db DB, runID string, invocation int
 	case err != nil:
 		return nil, fmt.Errorf("finish invocation %d of run %s: %w", invocation, runID, unstorable(err))
 	}
+	return &r.f, nil
+}
+
+// finishRow is what Finish's statement returns.
+type finishRow struct {
+	f                 Finished
+	tenant            string
+	identity          Identity
+	seqTaken, follows bool // the await's seq is journaled already; it follows the journal
+}
+
+func (r *finishRow) scan(row pgx.Row) error {
+	var parent *string
+	err := row.Scan(&r.f.Status, &r.f.WakeAt, &r.f.Clock, new(int), &parent, &r.tenant, &r.identity, &r.seqTaken, &r.follows)
 	if parent != nil {
-		f.Parent = *parent
+		r.f.Parent = *parent
 	}
-	return &f, nil
+	return err
 }
 
 // finishStatement is Finish's update of the run; finishAfterStep is the same, applied
