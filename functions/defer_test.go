@@ -101,28 +101,120 @@ func TestLastStepRidesWithTheAnswer(t *testing.T) {
 		}
 	})
 
-	t.Run("ASuspensionJournalsTheStepFirst", func(t *testing.T) {
+	t.Run("ASuspensionCarriesTheStep", func(t *testing.T) {
 		t.Parallel()
-		var charges atomic.Int32
+		// Each await that suspends the run at once: the step before it rides in the
+		// suspended answer (journaled before the await's entry, seq 1 below seq 2), with
+		// no checkpoint of its own; the run then ends having charged once.
+		awaits := map[string]func(ctx context.Context) error{
+			"sleep": func(ctx context.Context) error { return step.Sleep(ctx, "nap", time.Hour) },
+			"wait_event": func(ctx context.Context) error {
+				_, err := step.WaitForEvent[any](ctx, "paid", "payment", nil, time.Hour)
+				return err
+			},
+			"wait_any": func(ctx context.Context) error {
+				_, err := step.WaitAny(ctx, "either", time.Hour, step.ForEvent("payment", nil), step.ForMessage("cancel"))
+				return err
+			},
+			"receive": func(ctx context.Context) error {
+				_, err := step.Receive[any](ctx, "inbox", time.Hour)
+				return err
+			},
+			"invoke": func(ctx context.Context) error {
+				_, err := step.Invoke[int](ctx, "child", "one", nil)
+				return err
+			},
+			"invoke_all": func(ctx context.Context) error {
+				_, err := step.InvokeAll[int](ctx, "children", step.Call{Function: "one"}, step.Call{Function: "one"})
+				return err
+			},
+		}
+		for kind, await := range awaits {
+			t.Run(kind, func(t *testing.T) {
+				t.Parallel()
+				var charges atomic.Int32
+				g, url := serve(t, func(app *functions.App) {
+					functions.Register(app, "one", func(context.Context, empty) (int, error) { return 1, nil })
+					functions.Register(app, "nap", func(ctx context.Context, _ empty) (int, error) {
+						if _, err := step.Run(ctx, "charge", func(ctx context.Context) (int, error) { return int(charges.Add(1)), nil }); err != nil {
+							return 0, err
+						}
+						if err := await(ctx); err != nil {
+							return 0, err
+						}
+						return 1, nil
+					})
+				})
+				names := checkpoints(g)
+				r := g.Invoke(url+"/nap", g.Request("run-1", "nap", `{}`))
+				require.Equal(t, protocol.AnswerStatusSuspended, r.Answer.Status, string(r.Body))
+				require.Equal(t, 2, r.Answer.Await.Seq)
+				require.NotNil(t, r.Answer.Steps)
+				require.Len(t, *r.Answer.Steps, 1)
+				require.Equal(t, "charge", (*r.Answer.Steps)[0].Name)
+				require.Equal(t, 1, (*r.Answer.Steps)[0].Seq)
+				require.Equal(t, "", names.Load(), "no checkpoint before the suspension")
+				if kind == "invoke_all" {
+					return // gatewaytest does not run children of an invoke_all
+				}
+				r, _ = g.Run(url+"/nap", "run-1", "nap", `{}`, 1)
+				require.Equal(t, protocol.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
+				require.EqualValues(t, 1, charges.Load())
+			})
+		}
+	})
+
+	t.Run("ASleepInTheProcessJournalsTheStepFirst", func(t *testing.T) {
+		t.Parallel()
+		// Waited out in the process, the sleep is checkpointed: the step before it is
+		// checkpointed first, in order.
 		g, url := serve(t, func(app *functions.App) {
 			functions.Register(app, "nap", func(ctx context.Context, _ empty) (int, error) {
-				if _, err := step.Run(ctx, "charge", func(ctx context.Context) (int, error) { return int(charges.Add(1)), nil }); err != nil {
+				if _, err := step.Run(ctx, "charge", func(ctx context.Context) (int, error) { return 1, nil }); err != nil {
 					return 0, err
 				}
+				if err := step.Sleep(ctx, "nap", time.Millisecond); err != nil {
+					return 0, err
+				}
+				return 1, nil
+			}, functions.SleepInProcess(time.Second))
+		})
+		names := checkpoints(g)
+		req := g.Request("run-1", "nap", `{}`)
+		deadline := time.Now().Add(time.Minute)
+		req.Deadline = &deadline
+		r := g.Invoke(url+"/nap", req)
+		require.Equal(t, protocol.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
+		require.Nil(t, r.Answer.Steps)
+		require.Equal(t, "charge,nap,", names.Load())
+		require.Len(t, g.Journal("run-1"), 2)
+	})
+
+	t.Run("AJournaledAwaitKeepsTheStepForTheNextCheckpoint", func(t *testing.T) {
+		t.Parallel()
+		// Replayed, an await takes its seq without a checkpoint and the function goes
+		// on: the steps after it are journaled as usual, each before the next (a), the
+		// last with the answer (b).
+		g, url := serve(t, func(app *functions.App) {
+			functions.Register(app, "nap", func(ctx context.Context, _ empty) (int, error) {
 				if err := step.Sleep(ctx, "nap", time.Hour); err != nil {
+					return 0, err
+				}
+				if _, err := step.Run(ctx, "a", func(ctx context.Context) (int, error) { return 1, nil }); err != nil {
+					return 0, err
+				}
+				if _, err := step.Run(ctx, "b", func(ctx context.Context) (int, error) { return 2, nil }); err != nil {
 					return 0, err
 				}
 				return 1, nil
 			})
 		})
 		names := checkpoints(g)
-		r := g.Invoke(url+"/nap", g.Request("run-1", "nap", `{}`))
-		require.Equal(t, protocol.AnswerStatusSuspended, r.Answer.Status, string(r.Body))
-		require.Nil(t, r.Answer.Steps)
-		require.Equal(t, "charge,", names.Load())
-		r, _ = g.Run(url+"/nap", "run-1", "nap", `{}`, 1)
+		r, invocations := g.Run(url+"/nap", "run-1", "nap", `{}`, 1)
 		require.Equal(t, protocol.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
-		require.EqualValues(t, 1, charges.Load())
+		require.Equal(t, 2, invocations)
+		require.Equal(t, "a,", names.Load())
+		require.Len(t, g.Journal("run-1"), 3)
 	})
 
 	t.Run("ALargeOutputIsCheckpointedAtOnce", func(t *testing.T) {

@@ -123,7 +123,7 @@ type CallbackResult[T any] struct {
 // not one of its callbacks.
 func AwaitCallback[T any](ctx context.Context, cb CallbackHandle, timeout time.Duration) (CallbackResult[T], error) {
 	var out CallbackResult[T]
-	st, seq, e, err := next(ctx, protocol.EntryKindAwaitCallback, cb.Name)
+	st, seq, e, err := nextAwait(ctx, protocol.EntryKindAwaitCallback, cb.Name)
 	if err != nil {
 		return out, err
 	}

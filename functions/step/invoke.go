@@ -41,7 +41,7 @@ func Invoke[T any](ctx context.Context, name, function string, input any, opts .
 	if err != nil {
 		return zero, NonRetryable(fmt.Errorf("step: invoke %q: encode input: %w", name, err))
 	}
-	st, seq, e, err := next(ctx, protocol.EntryKindInvoke, name)
+	st, seq, e, err := nextAwait(ctx, protocol.EntryKindInvoke, name)
 	if err != nil {
 		return zero, err
 	}
@@ -110,7 +110,7 @@ func InvokeAll[T any](ctx context.Context, name string, calls ...Call) ([]Outcom
 			wire[i].Detached = new(true)
 		}
 	}
-	st, first, entries, err := nextN(ctx, protocol.EntryKindInvoke, name, len(calls))
+	st, first, entries, err := take(ctx, protocol.EntryKindInvoke, name, len(calls), true)
 	if err != nil {
 		return nil, err
 	}

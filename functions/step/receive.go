@@ -46,7 +46,7 @@ type Received[T any] struct {
 // as a step's output would.
 func Receive[T any](ctx context.Context, topic string, timeout time.Duration) (Received[T], error) {
 	var out Received[T]
-	st, seq, e, err := next(ctx, protocol.EntryKindReceive, topic)
+	st, seq, e, err := nextAwait(ctx, protocol.EntryKindReceive, topic)
 	if err != nil {
 		return out, err
 	}

@@ -34,7 +34,7 @@ func SleepUntil(ctx context.Context, name string, t time.Time) error {
 }
 
 func sleep(ctx context.Context, name string, d time.Duration, aw protocol.Await) error {
-	st, seq, e, err := next(ctx, protocol.EntryKindSleep, name)
+	st, seq, e, err := nextAwait(ctx, protocol.EntryKindSleep, name)
 	if err != nil {
 		return err
 	}

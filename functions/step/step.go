@@ -285,10 +285,25 @@ func next(ctx context.Context, kind protocol.EntryKind, name string) (*invocatio
 	return st, seq, es[0], nil
 }
 
+// nextAwait is next for an entry whose fresh path suspends the run at once: the step
+// held for the answer rides in the suspended answer (invocation.State.NextAwaitN).
+func nextAwait(ctx context.Context, kind protocol.EntryKind, name string) (*invocation.State, int, *protocol.JournalEntry, error) {
+	st, seq, es, err := take(ctx, kind, name, 1, true)
+	if err != nil {
+		return st, 0, nil, err
+	}
+	return st, seq, es[0], nil
+}
+
 // nextN takes the next n seqs for entries of kind named name (see
 // invocation.State.NextN), after the checks every step makes: an invocation's context,
 // a valid name, not inside a parallel step's function.
 func nextN(ctx context.Context, kind protocol.EntryKind, name string, n int) (*invocation.State, int, []*protocol.JournalEntry, error) {
+	return take(ctx, kind, name, n, false)
+}
+
+// take is nextN, or with await the NextAwaitN of entries that suspend the run.
+func take(ctx context.Context, kind protocol.EntryKind, name string, n int, await bool) (*invocation.State, int, []*protocol.JournalEntry, error) {
 	st := invocation.From(ctx)
 	if st == nil {
 		return nil, 0, nil, ErrNoInvocation
@@ -299,7 +314,11 @@ func nextN(ctx context.Context, kind protocol.EntryKind, name string, n int) (*i
 	if seq, _ := invocation.StepOf(ctx); seq > 0 {
 		return nil, 0, nil, NonRetryable(fmt.Errorf("step %q, inside the function of parallel step %d: %w", name, seq, ErrNested))
 	}
-	seq, es, err := st.NextN(kind, name, n)
+	nextN := st.NextN
+	if await {
+		nextN = st.NextAwaitN
+	}
+	seq, es, err := nextN(kind, name, n)
 	if errors.Is(err, ErrNested) {
 		err = NonRetryable(err)
 	}

@@ -74,7 +74,7 @@ func WaitAny(ctx context.Context, name string, timeout time.Duration, alts ...Al
 			return out, NonRetryable(fmt.Errorf("step: wait_any %q: alternative %d: %w", name, i, a.err))
 		}
 	}
-	st, seq, e, err := next(ctx, protocol.EntryKindWaitAny, name)
+	st, seq, e, err := nextAwait(ctx, protocol.EntryKindWaitAny, name)
 	if err != nil {
 		return out, err
 	}

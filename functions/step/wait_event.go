@@ -58,7 +58,7 @@ func WaitForEvent[T any](ctx context.Context, name, event string, match Match, t
 		}
 		m[path] = raw
 	}
-	st, seq, e, err := next(ctx, protocol.EntryKindWaitEvent, name)
+	st, seq, e, err := nextAwait(ctx, protocol.EntryKindWaitEvent, name)
 	if err != nil {
 		return out, err
 	}

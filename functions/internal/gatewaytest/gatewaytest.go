@@ -147,12 +147,20 @@ func (g *Gateway) checkpoint(w http.ResponseWriter, r *http.Request) {
 			e.Output = (*protocol.AnyJSON)(&out)
 		}
 	}
+	if e.Kind == protocol.EntryKindSleep && e.Until == nil && e.Output != nil {
+		// A sleep waited out in the process: the gateway fixes its wake time.
+		var out struct{ Duration string }
+		_ = json.Unmarshal(*e.Output, &out)
+		d, _ := time.ParseDuration(out.Duration)
+		until := time.Now().Add(d).UTC()
+		e.Until = &until
+	}
 	if code, msg := g.Append(runID, e); code != http.StatusOK {
 		problem(w, code, "nondeterminism", msg)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	ack := protocol.CheckpointAck{Seq: e.Seq}
+	ack := protocol.CheckpointAck{Seq: e.Seq, Until: e.Until}
 	if e.Kind == protocol.EntryKindCallback {
 		ack.Output = e.Output
 	}

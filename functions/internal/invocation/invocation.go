@@ -436,6 +436,21 @@ func (s *State) NextN(kind protocol.EntryKind, name string, n int) (int, []*prot
 	if err := s.Flush(); err != nil {
 		return 0, nil, err
 	}
+	return s.nextN(kind, name, n)
+}
+
+// NextAwaitN is NextN for entries whose fresh path suspends the run at once, the
+// gateway journaling them from the answer's await (a sleep, a wait, a receive, an
+// invoke): the step Defer holds, if any, is not checkpointed first. It stays held, below
+// the seqs taken here, and goes in the suspended answer's steps, journaled in the
+// transaction that applies the await; or, when the function goes on (the entries were
+// journaled, or a sleep is waited out in the process), the next checkpoint journals it
+// first. A suspension after a step then costs no checkpoint of its own.
+func (s *State) NextAwaitN(kind protocol.EntryKind, name string, n int) (int, []*protocol.JournalEntry, error) {
+	return s.nextN(kind, name, n)
+}
+
+func (s *State) nextN(kind protocol.EntryKind, name string, n int) (int, []*protocol.JournalEntry, error) {
 	s.mu.Lock()
 	if s.stop != nil {
 		s.mu.Unlock()
@@ -620,6 +635,12 @@ func (s *State) TakePending() *protocol.JournalEntry {
 // durable (for a send, the error journaled when its message could not be sent; for a
 // callback, the output the gateway made).
 func (s *State) CheckpointAck(e *protocol.JournalEntry) (*protocol.CheckpointAck, error) {
+	if p := s.TakePending(); p != nil {
+		// A step held past an await's seq (NextAwaitN) is journaled before it.
+		if _, err := s.CheckpointAck(p); err != nil {
+			return nil, err
+		}
+	}
 	if w := s.Window(e.Seq); w > 1 && e.Window == nil {
 		e.Window = &w
 	}

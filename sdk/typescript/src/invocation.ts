@@ -238,12 +238,15 @@ export class Invocation {
    * journal's entries for them (undefined where not journaled). Returns undefined when
    * the invocation has stopped (or stops now: nondeterminism, the budget). The step defer
    * holds is checkpointed first (flush, as Go's NextN): what the caller writes or runs
-   * next waits for it (room, checkpoint), and so does the answer (drain).
+   * next waits for it (room, checkpoint), and so does the answer (drain). With awaits,
+   * for entries whose fresh path suspends the run at once (a sleep, a wait, a receive,
+   * an invoke; Go's NextAwaitN), it is not: it stays held and goes in the suspended
+   * answer's steps, or is checkpointed before whatever the function does next.
    */
-  next(kind: EntryKind, name: string, n = 1): { seq: number; entries: (JournalEntry | undefined)[] } | undefined {
+  next(kind: EntryKind, name: string, n = 1, awaits = false): { seq: number; entries: (JournalEntry | undefined)[] } | undefined {
     if (this.stop) return undefined;
     this.checkNested(name);
-    if (this.pending) void this.flush();
+    if (this.pending && !awaits) void this.flush();
     const first = this.seq + 1;
     this.seq += n;
     const entries: (JournalEntry | undefined)[] = [];

@@ -333,7 +333,7 @@ export class Step {
   private async sleepFor(name: string, ms: number, aw: { duration?: string; until?: string }): Promise<void> {
     checkName("step name", name);
     const st = this.st;
-    const n = st.next("sleep", name);
+    const n = st.next("sleep", name, 1, true);
     if (!n) return never();
     const seq = n.seq;
     const e = n.entries[0];
@@ -369,7 +369,7 @@ export class Step {
   /** Journals nothing new: replays the entry of kind named name, or suspends on aw. */
   private async suspendOn(kind: EntryKind, name: string, aw: (seq: number) => Await): Promise<void> {
     checkName("step name", name);
-    const n = this.st.next(kind, name);
+    const n = this.st.next(kind, name, 1, true);
     if (!n) return never();
     if (n.entries[0]) return;
     return this.st.halt(suspended(aw(n.seq)));
@@ -385,7 +385,7 @@ export class Step {
     checkName("step name", name);
     checkFunction(`step: invoke ${q(name)}: function`, call.function);
     const input = jsonValue(call.input);
-    const n = this.st.next("invoke", name);
+    const n = this.st.next("invoke", name, 1, true);
     if (!n) return never();
     const e = n.entries[0];
     if (e) {
@@ -413,7 +413,7 @@ export class Step {
       return w;
     });
     const st = this.st;
-    const n = st.next("invoke", name, calls.length);
+    const n = st.next("invoke", name, calls.length, true);
     if (!n) return never();
     const journaled = n.entries.filter((e) => e).length;
     if (journaled === 0) return st.halt(suspended({ type: "invoke_all", seq: n.seq, name, calls: wire }));
@@ -471,7 +471,7 @@ export class Step {
   async waitForEvent<T = unknown>(name: string, opts: { event: string; match?: Record<string, string | number | boolean | null>; timeout?: Duration }): Promise<Event<T> | null> {
     checkName("step name", name);
     const timeout = opts.timeout === undefined ? undefined : toGo(opts.timeout, `wait ${q(name)}: timeout`);
-    const n = this.st.next("wait_event", name);
+    const n = this.st.next("wait_event", name, 1, true);
     if (!n) return never();
     const e = n.entries[0];
     if (!e) {
@@ -510,7 +510,7 @@ export class Step {
   async receive<T = unknown>(topic: string, opts: { timeout?: Duration } = {}): Promise<Message<T> | null> {
     checkName("topic", topic);
     const timeout = opts.timeout === undefined ? undefined : toGo(opts.timeout, `receive ${q(topic)}: timeout`);
-    const n = this.st.next("receive", topic);
+    const n = this.st.next("receive", topic, 1, true);
     if (!n) return never();
     const e = n.entries[0];
     if (!e) {
@@ -552,7 +552,7 @@ export class Step {
    */
   async awaitCallback<T = unknown>(cb: CallbackHandle, opts: { timeout?: Duration } = {}): Promise<CallbackResult<T> | null> {
     const timeout = opts.timeout === undefined ? undefined : toGo(opts.timeout, `callback ${q(cb.name)}: timeout`);
-    const n = this.st.next("await_callback", cb.name);
+    const n = this.st.next("await_callback", cb.name, 1, true);
     if (!n) return never();
     const e = n.entries[0];
     if (!e) {
@@ -575,7 +575,7 @@ export class Step {
       throw new NonRetryableError(`step: wait_any ${q(name)}: ${alternatives.length} alternatives, not 1 to 8`);
     }
     const timeout = opts.timeout === undefined ? undefined : toGo(opts.timeout, `wait_any ${q(name)}: timeout`);
-    const n = this.st.next("wait_any", name);
+    const n = this.st.next("wait_any", name, 1, true);
     if (!n) return never();
     const e = n.entries[0];
     if (!e) {

@@ -107,33 +107,74 @@ describe("the last step rides with the answer", () => {
     assert.deepEqual(kinds(r.body.steps), ["1 step check"]);
   });
 
-  test("a sleep journals the held step first; the suspended answer carries none", async () => {
-    let charges = 0;
-    const fn = createFunction({ name: "nap" }, async ({ step }) => {
-      await step.run("charge", () => ++charges);
-      await step.sleep("nap", "1h");
-      return charges;
+  test("an await that suspends carries the held step in the suspended answer, with no checkpoint", async () => {
+    // Each await whose fresh path suspends the run: the held step rides in the answer's
+    // steps (journaled before the await's entry), as Go's NextAwaitN.
+    const awaits: Record<string, (step: any) => Promise<unknown>> = {
+      sleep: (step) => step.sleep("nap", "1h"),
+      wait_event: (step) => step.waitForEvent("paid", { event: "payment" }),
+      wait_any: (step) => step.waitAny("either", [{ event: "payment" }, { topic: "cancel" }]),
+      receive: (step) => step.receive("inbox"),
+      invoke: (step) => step.invoke("child", { function: "one" }),
+      invoke_all: (step) => step.invokeAll("children", [{ function: "one" }, { function: "one" }]),
+    };
+    for (const [kind, wait] of Object.entries(awaits)) {
+      let charges = 0;
+      const fn = createFunction({ name: `nap-${kind}` }, async ({ step }) => {
+        await step.run("charge", () => ++charges);
+        await wait(step);
+        return charges;
+      });
+      const id = runId();
+      const events: string[] = [];
+      recordCheckpoints(id, events);
+      const r = await gw.invoke(app(fn), APP, gw.request(id, `nap-${kind}`, null));
+      assert.equal(r.body.status, "suspended", kind);
+      assert.equal(r.body.await.type, kind);
+      assert.equal(r.body.await.seq, 2, kind);
+      assert.deepEqual(kinds(r.body.steps), ["1 step charge"], kind);
+      assert.deepEqual(events, [], `${kind}: no checkpoint before the suspension`);
+      if (kind === "sleep" || kind === "invoke") {
+        const done = await gw.run(app(fn), APP, id, `nap-${kind}`, null);
+        assert.deepEqual(done.answer, { status: "completed", output: 1 }, kind);
+        assert.equal(charges, 1, kind);
+      }
+    }
+  });
+
+  test("a sleep waited out in the process checkpoints the held step first", async () => {
+    const fn = createFunction({ name: "napin", sleepInProcess: "1s" }, async ({ step }) => {
+      await step.run("charge", () => 1);
+      await step.sleep("nap", "1ms");
+      return 1;
     });
     const id = runId();
     const events: string[] = [];
     recordCheckpoints(id, events);
-    const r = await gw.invoke(app(fn), APP, gw.request(id, "nap", null));
-    assert.deepEqual(r.body, { status: "suspended", await: { type: "sleep", seq: 2, name: "nap", duration: "1h" } });
-    assert.deepEqual(events, ["checkpoint 1 charge"]);
-    const done = await gw.run(app(fn), APP, id, "nap", null);
-    assert.deepEqual(done.answer, { status: "completed", output: 1 });
-    assert.equal(charges, 1);
+    gw.deadline = () => new Date(Date.now() + 60_000).toISOString();
+    try {
+      const r = await gw.invoke(app(fn), APP, gw.request(id, "napin", null));
+      assert.deepEqual(r.body, { status: "completed", output: 1 });
+    } finally {
+      gw.deadline = undefined;
+    }
+    assert.deepEqual(events, ["checkpoint 1 charge", "checkpoint 2 nap"]);
   });
 
   test("a checkpoint of the held step that fails decides the answer, not the sleep after it", async () => {
-    const fn = createFunction({ name: "napfail" }, async ({ step }) => {
+    const fn = createFunction({ name: "napfail", sleepInProcess: "1s" }, async ({ step }) => {
       await step.run("a", () => 1);
-      await step.sleep("nap", "1h");
+      await step.sleep("nap", "1ms");
     });
     gw.hook = () => [401, JSON.stringify({ detail: "token expired" })];
-    const r = await gw.invoke(app(fn), APP, gw.request(runId(), "napfail", null));
-    assert.equal(r.status, 500, "a suspension would leave a gap in the journal");
-    assert.deepEqual(r.body, { type: "checkpoint", message: 'checkpoint step 1 "a": 401 token expired' });
+    gw.deadline = () => new Date(Date.now() + 60_000).toISOString();
+    try {
+      const r = await gw.invoke(app(fn), APP, gw.request(runId(), "napfail", null));
+      assert.equal(r.status, 500, "the sleep's checkpoint would leave a gap in the journal");
+      assert.deepEqual(r.body, { type: "checkpoint", message: 'checkpoint step 1 "a": 401 token expired' });
+    } finally {
+      gw.deadline = undefined;
+    }
   });
 
   test("parallel steps are checkpointed as each finishes, after the step held before them", async () => {

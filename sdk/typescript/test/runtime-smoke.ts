@@ -108,6 +108,9 @@ try {
   check("manifest", m.status === 200 && (await m.json()).functions.some((f: { name: string }) => f.name === "tour"));
   let r = await invoke();
   check("first invocation sleeps", r.body.status === "suspended" && r.body.await.type === "sleep" && r.body.await.seq === 2, r);
+  // The step before the sleep rides in the suspended answer; the gateway journals it first.
+  check("the step before a sleep rides with the suspension", r.body.steps?.length === 1 && r.body.steps[0].name === "reserve", r);
+  for (const e of r.body.steps ?? []) journal.push(e);
   journal.push({ seq: 2, kind: "sleep", name: "cool-off" });
   r = await invoke();
   check("second invocation completes", r.body.status === "completed" && r.body.output.b === "T-o-book" && r.body.output.who === "ann", r);
