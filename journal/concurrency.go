@@ -37,9 +37,23 @@ func (e *HeldError) Unwrap() error { return ErrHeld }
 // held says why, it stays queued (or suspended) and is due for nobody until a freed slot
 // wakes it; ClaimRunSlots then returns a *HeldError. It returns ErrNotDue as ClaimRun
 // does. A run that has no slot keys is claimed as by ClaimRun.
+//
+// A claim of a key of limit 64 or more that meets another claiming it exactly, near its
+// limit (migration 0039), is abandoned and made again: up to maxSlotRetries times.
 func ClaimRunSlots(ctx context.Context, db DB, runID string, lease time.Duration) (*Claim, error) {
-	return claimRun(ctx, db, runID, lease, true)
+	for try := 1; ; try++ {
+		c, err := claimRun(ctx, db, runID, lease, true)
+		if pgErrCode(err) != slotRetryCode || try == maxSlotRetries {
+			return c, err
+		}
+	}
 }
+
+// slotRetryCode is the SQLSTATE of a claim abandoned to be made again (migration 0039).
+const slotRetryCode = "SGRTY"
+
+// maxSlotRetries bounds how many times ClaimRunSlots makes an abandoned claim again.
+const maxSlotRetries = 20
 
 // MaxQueueKeys bounds the keys a FunctionQueue lists.
 const MaxQueueKeys = 100
@@ -62,7 +76,7 @@ type FunctionQueue struct {
 type QueueKey struct {
 	Key     string `db:"key"`
 	Running int    `db:"running"` // runs holding a slot of the key
-	Limit   int    `db:"lim"`     // the key's limit, as its last claim read it; 0 if none ran
+	Limit   int    `db:"lim"`     // the key's limit, as its running runs claimed it; 0 if none runs
 	Held    int    `db:"held"`    // runs waiting in the key's line
 }
 
@@ -88,8 +102,12 @@ func GetFunctionQueue(ctx context.Context, db DB, tenant, function string) (*Fun
 	b.Queue(`
 		SELECT coalesce(s.key, h.key) AS key, coalesce(s.running, 0) AS running,
 			coalesce(s.lim, 0) AS lim, coalesce(h.held, 0) AS held
-		FROM (SELECT key, sum(running)::int AS running, max(lim) AS lim FROM stepgate.concurrency_slot
-			WHERE tenant = $1 AND function = $2 GROUP BY key HAVING sum(running) > 0) s
+		FROM (
+			-- Every running run with slot keys holds a slot of each (run_slot_running).
+			SELECT k.key, count(*)::int AS running, max(r.slot_limits[k.ord]) AS lim
+			FROM stepgate.run r, unnest(r.slot_keys) WITH ORDINALITY AS k(key, ord)
+			WHERE r.tenant = $1 AND r.function = $2 AND r.status = 'running' AND r.slot_keys IS NOT NULL
+			GROUP BY k.key) s
 		FULL JOIN (
 			SELECT held_on AS key, count(*) AS held FROM stepgate.run
 			WHERE tenant = $1 AND function = $2 AND held_on IS NOT NULL

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -119,11 +120,12 @@ func TestClaimRunSlots(t *testing.T) {
 		require.Equal(t, map[string]int{"input.c=a": 2, "input.c=b": 1}, slotCounts(t, db, tenant))
 	})
 
-	t.Run("StripedKeyTakesExactlyItsLimit", func(t *testing.T) {
+	t.Run("CountedKeyTakesExactlyItsLimit", func(t *testing.T) {
 		t.Parallel()
 		ctx, db := t.Context(), pgtest.DB(t)
 		tenant := newTenant()
-		// 100 >= 64: six stripes (17, 17, 17, 17, 16, 16) count the key's running runs.
+		// 100 >= 64: the key's running runs are counted (migration 0039), with 32
+		// tickets: a claim that counts fewer than 68 needs no lock; then one at a time.
 		mustRegisterWith(t, db, tenant, "wide", `{"concurrency":[{"limit":100}]}`)
 		runs := make([]*journal.Run, 160)
 		var wg sync.WaitGroup
@@ -140,6 +142,7 @@ func TestClaimRunSlots(t *testing.T) {
 			}
 		}
 		require.LessOrEqual(t, createdRunning, 100)
+		require.Positive(t, createdRunning, "far from the limit, runs are created running")
 		// The rest are claimed, concurrently: exactly the limit runs in all.
 		for _, r := range runs {
 			if r.Status == journal.StatusQueued {
@@ -153,16 +156,13 @@ func TestClaimRunSlots(t *testing.T) {
 			}
 		}
 		wg.Wait()
-		require.Equal(t, 100, countRuns(t, db, tenant, "running"), "exactly the limit, across stripes")
-		require.Equal(t, map[string]int{"": 100}, slotCounts(t, db, tenant), "the stripes add up to the running runs")
-		var stripes, over int
-		require.NoError(t, db.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE running > stepgate.stripe_cap(100, stripe))
-			FROM stepgate.concurrency_slot WHERE tenant = $1`, tenant).Scan(&stripes, &over))
-		require.Equal(t, 6, stripes)
-		require.Zero(t, over, "no stripe past its cap")
+		require.Equal(t, 100, countRuns(t, db, tenant, "running"), "exactly the limit")
+		require.Empty(t, slotCounts(t, db, tenant), "a counted key has no counter rows")
+		q, err := journal.GetFunctionQueue(ctx, db, tenant, "wide")
+		require.NoError(t, err)
+		require.Equal(t, []journal.QueueKey{{Key: "", Running: 100, Limit: 100, Held: 60}}, q.Keys)
 
-		// 30 runs end at once: 30 slots come back, to whichever stripes, and 30 held
-		// runs are woken.
+		// 30 runs end at once: 30 held runs are woken.
 		var ending []string
 		require.NoError(t, db.QueryRow(ctx, `SELECT array_agg(id) FROM (SELECT id FROM stepgate.run
 			WHERE tenant = $1 AND status = 'running' LIMIT 30) r`, tenant).Scan(&ending))
@@ -175,10 +175,122 @@ func TestClaimRunSlots(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		require.Equal(t, map[string]int{"": 70}, slotCounts(t, db, tenant))
+		require.Equal(t, 70, countRuns(t, db, tenant, "running"))
 		var woken int
 		require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM stepgate.run WHERE tenant = $1 AND held_on = '' AND wake_at <= now()`, tenant).Scan(&woken))
 		require.Equal(t, 30, woken, "as many woken as slots freed")
+		// The woken runs are claimed: the limit again, and the rest still held.
+		rows, _ := db.Query(ctx, `SELECT id FROM stepgate.run WHERE tenant = $1 AND held_on = '' AND wake_at <= now()`, tenant)
+		woke, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		for _, id := range woke {
+			wg.Go(func() {
+				if _, err := journal.ClaimRunSlots(ctx, db, id, time.Minute); err != nil {
+					t.Errorf("claim woken %s: %v", id, err)
+				}
+			})
+		}
+		wg.Wait()
+		require.Equal(t, 100, countRuns(t, db, tenant, "running"))
+	})
+
+	t.Run("CountedKeyUnderChurnNeverPassesItsLimit", func(t *testing.T) {
+		t.Parallel()
+		ctx, db := t.Context(), pgtest.DB(t)
+		tenant := newTenant()
+		// 64: 32 tickets, so claims are fast below 32 running and exact above. Workers
+		// keep up to 6 runs each running (more than the limit in all), end their oldest,
+		// and claim the runs a release woke: claims fast, exact and abandoned (SGRTY)
+		// meet, and no snapshot ever sees more than 64 running, nor a claim an error.
+		const limit, workers, rounds = 64, 16, 40
+		mustRegisterWith(t, db, tenant, "churn", `{"concurrency":[{"limit":64}]}`)
+		var most atomic.Int32
+		done := make(chan struct{})
+		var checker sync.WaitGroup
+		checker.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				n := countRuns(t, db, tenant, "running")
+				for m := most.Load(); int32(n) > m && !most.CompareAndSwap(m, int32(n)); m = most.Load() {
+				}
+			}
+		})
+		finish := func(id string) {
+			if _, err := db.Exec(ctx, `UPDATE stepgate.run SET status = 'completed', lease_until = NULL, finished_at = now()
+				WHERE id = $1 AND status = 'running'`, id); err != nil {
+				t.Errorf("finish %s: %v", id, err)
+			}
+		}
+		claim := func(id string) bool {
+			c, err := journal.ClaimRunSlots(ctx, db, id, time.Minute)
+			if err != nil && !errors.Is(err, journal.ErrHeld) && !errors.Is(err, journal.ErrNotDue) {
+				t.Errorf("claim %s: %v", id, err)
+			}
+			return c != nil
+		}
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Go(func() {
+				var mine []string
+				for range rounds {
+					r := mustCreateRunOf(t, db, tenant, "churn", func(n *journal.NewRun) { n.Claim, n.Lease = true, time.Minute })
+					if r.Status == journal.StatusRunning || claim(r.ID) {
+						mine = append(mine, r.ID)
+					}
+					var woken []string
+					rows, _ := db.Query(ctx, `SELECT id FROM stepgate.run WHERE tenant = $1 AND held_on IS NOT NULL
+						AND status = 'queued' AND wake_at <= now() ORDER BY created_at LIMIT 2`, tenant)
+					woken, err := pgx.CollectRows(rows, pgx.RowTo[string])
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					for _, id := range woken {
+						if claim(id) {
+							mine = append(mine, id)
+						}
+					}
+					for len(mine) > 6 {
+						finish(mine[0])
+						mine = mine[1:]
+					}
+				}
+				for _, id := range mine {
+					finish(id)
+				}
+			})
+		}
+		wg.Wait()
+		close(done)
+		checker.Wait()
+		t.Logf("at most %d running", most.Load())
+		require.LessOrEqual(t, most.Load(), int32(limit), "never more than the limit")
+		require.Greater(t, most.Load(), int32(limit/2), "the claims were exact near the limit, not only fast")
+	})
+
+	t.Run("CountedKeyFarFromItsLimitTakesNoLock", func(t *testing.T) {
+		t.Parallel()
+		ctx, db := t.Context(), pgtest.DB(t)
+		tenant := newTenant()
+		mustRegisterWith(t, db, tenant, "wide", `{"concurrency":[{"limit":1000}]}`)
+		// A claim far from the limit holds one ticket and no hold lock until it commits:
+		// inside a transaction, the locks it took are visible in pg_locks.
+		tx, err := db.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx)
+		r := mustCreateRunOf(t, tx, tenant, "wide", func(n *journal.NewRun) { n.Claim, n.Lease = true, time.Minute })
+		require.Equal(t, journal.StatusRunning, r.Status)
+		var advisory int
+		require.NoError(t, tx.QueryRow(ctx, `SELECT count(*) FROM pg_locks
+			WHERE locktype = 'advisory' AND pid = pg_backend_pid()`).Scan(&advisory))
+		require.Equal(t, 1, advisory, "one ticket")
+		var counters int
+		require.NoError(t, tx.QueryRow(ctx, `SELECT count(*) FROM stepgate.concurrency_slot WHERE tenant = $1`, tenant).Scan(&counters))
+		require.Zero(t, counters, "no counter row written")
 	})
 
 	t.Run("NoLimitNoSlots", func(t *testing.T) {

@@ -124,8 +124,16 @@ type Failure struct {
 }
 
 func isUniqueViolation(err error) bool {
+	return pgErrCode(err) == "23505"
+}
+
+// pgErrCode is the SQLSTATE of the Postgres error err wraps, or "".
+func pgErrCode(err error) string {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "23505"
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
 }
 
 // Cursor is a keyset position in a newest-first listing (runs, events): the next page

@@ -194,7 +194,7 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 			OFFSET 0) s
 		CROSS JOIN LATERAL (
 			SELECT CASE WHEN s.keys IS NOT NULL AND @claim::boolean AND @idempotency_key::text IS NULL
-				THEN stepgate.take_slots(f.tenant, f.name, s.keys, s.limits, now(), @id::uuid) END AS t
+				THEN stepgate.take_slots(f.tenant, f.name, s.keys, s.limits, now(), @id::uuid, true) END AS t
 			OFFSET 0) tk
 		CROSS JOIN LATERAL (
 			SELECT CASE WHEN s.keys IS NULL THEN @claim::boolean
