@@ -374,8 +374,8 @@ func slotKeys(t *testing.T, db journal.DB, runID string) []string {
 	return keys
 }
 
-// slotCounts returns the tenant's running runs per concurrency key, summed over the
-// key's stripes, for the keys that count any.
+// slotCounts returns the tenant's counter rows' running runs per concurrency key (keys
+// of limits below 64), for the keys that count any.
 func slotCounts(t *testing.T, db journal.DB, tenant string) map[string]int {
 	t.Helper()
 	rows, _ := db.Query(t.Context(), `SELECT key, sum(running)::int FROM stepgate.concurrency_slot

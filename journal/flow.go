@@ -170,7 +170,7 @@ func CompleteEvent(ctx context.Context, db DB, tenant, id string, runs []string,
 // more than 25 hours ago (past any max_wait, so their runs are due), and concurrency
 // counters at 0 with no run waiting. A row a start updates meanwhile is kept. It returns
 // the rows deleted. It also wakes, under lock, the held runs of up to limit concurrency
-// keys that a freed slot can take (the backstop of striped keys' refills; migration 0037).
+// keys that a freed slot can take (the backstop of counted keys' refills; migrations 0037, 0039).
 func PruneFlow(ctx context.Context, db DB, limit int) (int64, error) {
 	var n int64
 	err := db.QueryRow(ctx, `
@@ -211,7 +211,7 @@ func PruneFlow(ctx context.Context, db DB, limit int) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("prune flow state: %w", err)
 	}
-	// The backstop of the wakes that striped keys' refills may miss (migration 0037), in
+	// The backstop of the wakes that counted keys' refills may miss (migrations 0037, 0039), in
 	// a transaction of its own: it waits for locks, and holds none of the prune's.
 	if _, err := db.Exec(ctx, `SELECT stepgate.refill_held_lines($1::int)`, limit); err != nil {
 		return n, fmt.Errorf("refill concurrency lines: %w", err)
