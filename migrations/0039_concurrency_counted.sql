@@ -72,6 +72,23 @@ BEGIN
 END
 $$;
 
+-- slot_fast_count is what a fast claim of key reads: its running runs, counted up to
+-- lim, and whether a run older than the one created at p_created_at with id p_id waits in
+-- its line. One statement (a SQL function, inlined where take_slots calls it).
+CREATE FUNCTION stepgate.slot_fast_count(p_tenant text, p_function text, p_key text, lim integer,
+    p_created_at timestamptz, p_id uuid) RETURNS TABLE (running integer, line boolean)
+LANGUAGE sql STABLE AS $$
+    SELECT (SELECT count(*)::integer FROM (
+            SELECT 1 FROM stepgate.run r
+            WHERE r.tenant = p_tenant AND r.function = p_function AND r.status = 'running'
+              AND r.slot_keys IS NOT NULL AND p_key = ANY (r.slot_keys)
+            LIMIT lim) c),
+        EXISTS (SELECT 1 FROM stepgate.run q
+            WHERE q.tenant = p_tenant AND q.function = p_function AND q.held_on = p_key
+              AND q.status IN ('queued', 'scheduled', 'suspended')
+              AND (q.created_at, q.id) < (p_created_at, p_id))
+$$;
+
 -- take_slots (0038) with counted keys. p_create: the run is being created (CreateRun's
 -- INSERT): a counted key is taken only by a fast claim, never waiting.
 CREATE FUNCTION stepgate.take_slots(p_tenant text, p_function text, p_keys text[], p_limits integer[],
@@ -126,16 +143,8 @@ BEGIN
             IF NOT p_create THEN
                 -- Far from the limit, by a count without a ticket (a claim that would then
                 -- count too many holding one could not wait).
-                SELECT (SELECT count(*) FROM (
-                        SELECT 1 FROM stepgate.run r
-                        WHERE r.tenant = p_tenant AND r.function = p_function AND r.status = 'running'
-                          AND r.slot_keys IS NOT NULL AND k = ANY (r.slot_keys)
-                        LIMIT v_lim - n) c),
-                    EXISTS (SELECT 1 FROM stepgate.run q
-                        WHERE q.tenant = p_tenant AND q.function = p_function AND q.held_on = k
-                          AND q.status IN ('queued', 'scheduled', 'suspended')
-                          AND (q.created_at, q.id) < (p_created_at, p_id))
-                INTO v_running, v_line;
+                SELECT f.running, f.line INTO v_running, v_line
+                FROM stepgate.slot_fast_count(p_tenant, p_function, k, v_lim - n, p_created_at, p_id) f;
             END IF;
             IF NOT v_line AND v_running < v_lim - n THEN
                 -- The fast claim: a ticket, then the count under it.
@@ -146,16 +155,8 @@ BEGIN
                     END IF;
                 END LOOP;
                 IF ticket THEN
-                    SELECT (SELECT count(*) FROM (
-                            SELECT 1 FROM stepgate.run r
-                            WHERE r.tenant = p_tenant AND r.function = p_function AND r.status = 'running'
-                              AND r.slot_keys IS NOT NULL AND k = ANY (r.slot_keys)
-                            LIMIT v_lim - n) c),
-                        EXISTS (SELECT 1 FROM stepgate.run q
-                            WHERE q.tenant = p_tenant AND q.function = p_function AND q.held_on = k
-                              AND q.status IN ('queued', 'scheduled', 'suspended')
-                              AND (q.created_at, q.id) < (p_created_at, p_id))
-                    INTO v_running, v_line;
+                    SELECT f.running, f.line INTO v_running, v_line
+                    FROM stepgate.slot_fast_count(p_tenant, p_function, k, v_lim - n, p_created_at, p_id) f;
                     IF NOT v_line AND v_running < v_lim - n THEN
                         got := 0;
                     END IF;
