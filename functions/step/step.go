@@ -278,17 +278,18 @@ func Attempt(ctx context.Context) int {
 }
 
 func next(ctx context.Context, kind protocol.EntryKind, name string) (*invocation.State, int, *protocol.JournalEntry, error) {
-	st, seq, es, err := nextN(ctx, kind, name, 1)
-	if err != nil {
-		return st, 0, nil, err
-	}
-	return st, seq, es[0], nil
+	return takeOne(ctx, kind, name, false)
 }
 
 // nextAwait is next for an entry whose fresh path suspends the run at once: the step
 // held for the answer rides in the suspended answer (invocation.State.NextAwaitN).
 func nextAwait(ctx context.Context, kind protocol.EntryKind, name string) (*invocation.State, int, *protocol.JournalEntry, error) {
-	st, seq, es, err := take(ctx, kind, name, 1, true)
+	return takeOne(ctx, kind, name, true)
+}
+
+// takeOne is take of one seq.
+func takeOne(ctx context.Context, kind protocol.EntryKind, name string, await bool) (*invocation.State, int, *protocol.JournalEntry, error) {
+	st, seq, es, err := take(ctx, kind, name, 1, await)
 	if err != nil {
 		return st, 0, nil, err
 	}
