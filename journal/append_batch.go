@@ -1,0 +1,214 @@
+package journal
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Append is one entry for AppendEntries or an Appender: what AppendEntry takes.
+type Append struct {
+	RunID      string
+	Invocation int
+	Entry      Entry
+	Bounds     Bounds
+}
+
+// MaxBatch is the most entries AppendEntries writes in one round trip; an Appender
+// gathers at most this many into one write.
+const MaxBatch = 64
+
+// AppendEntries journals entries of different runs, giving each the error AppendEntry
+// would have given it alone (errs[i] is as[i]'s). The entries right after their
+// journals' last (no window) are sent to Postgres as one pipelined batch of
+// AppendEntry's statement, which runs as one implicit transaction: one round trip and
+// one commit for them all, and each is durable when AppendEntries returns nil for it.
+// That statement refuses an entry without raising an error (a conflict, a gap, a bound,
+// a lost lease: each entry's own answer), so one entry's refusal leaves the others'
+// writes alone. An entry the batch could not settle is then written alone, as
+// AppendEntry writes it: one whose run's row was locked (the batch waits for no lock),
+// or all of them when a statement raised an error all the same (a value Postgres cannot
+// store, a lost connection), which rolls the batch back. Entries with a window, past
+// MaxBatch, or on a transaction are written one by one.
+func AppendEntries(ctx context.Context, db DB, as []Append) []error {
+	errs := appendBatch(ctx, db, as)
+	for i, err := range errs {
+		if err == errAlone {
+			a := as[i]
+			errs[i] = AppendEntry(ctx, db, a.RunID, a.Invocation, a.Entry, a.Bounds)
+		}
+	}
+	return errs
+}
+
+// errAlone is appendBatch's answer for an entry it did not settle: write it alone.
+var errAlone = errors.New("journal: write the entry alone")
+
+// appendBatch is AppendEntries but for the entries to write alone, errAlone. It waits
+// for no row lock, so a write of it ends in about a round trip and a commit.
+func appendBatch(ctx context.Context, db DB, as []Append) []error {
+	errs := make([]error, len(as))
+	var batched []int
+	_, inTx := db.(pgx.Tx)
+	for i, a := range as {
+		switch {
+		case inTx || a.Entry.Window > 1 || len(batched) == MaxBatch:
+			errs[i] = errAlone
+		default:
+			if errs[i] = entryTooLarge(a.Entry, a.Bounds); errs[i] == nil {
+				batched = append(batched, i)
+			}
+		}
+	}
+	if len(batched) == 0 {
+		return errs
+	}
+	batch := &pgx.Batch{}
+	for _, i := range batched {
+		a := as[i]
+		batch.Queue(appendInOrderSkipLocked, appendArgs(a.RunID, a.Invocation, a.Entry, 1, a.Bounds))
+	}
+	results := make([]appendResult, len(batched))
+	br := db.SendBatch(ctx, batch)
+	var err error
+	for j := range batched {
+		if err = results[j].scan(br.QueryRow()); err != nil {
+			break
+		}
+	}
+	// Close reads to the batch's end: nil once its implicit transaction has committed.
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	for j, i := range batched {
+		a := as[i]
+		switch {
+		case err != nil:
+			// Rolled back (or, with the connection lost, perhaps committed: then its
+			// write alone is an identical repeat, a no-op).
+			errs[i] = errAlone
+		case !results[j].owned:
+			// Not owned, or its run's row was locked: alone, waiting for the lock.
+			errs[i] = errAlone
+		default:
+			errs[i] = results[j].err(ctx, db, a.RunID, a.Entry, 1, a.Bounds)
+		}
+	}
+	return errs
+}
+
+// appendInOrderSkipLocked is appendInOrder for a batch: it does not wait for a lock on
+// the run's row (a lease renewal's, a claim's, a finish's), which could close a cycle
+// with another batch or a statement locking several runs; its entry, seen as not
+// owned, is written alone after the batch.
+var appendInOrderSkipLocked = strings.Replace(appendInOrder, "FOR SHARE", "FOR SHARE SKIP LOCKED", 1)
+
+// An Appender gathers the checkpoints of concurrent invocations into shared writes
+// (group commit): at most its limit of writes are in flight, each taking every entry
+// queued when it starts (up to MaxBatch) and journaling them with AppendEntries. An
+// entry that finds a write free is written at once, alone, so a lone checkpoint waits
+// for nothing; entries that arrive while all writes are in flight wait for the next,
+// and share its round trip and its commit. Each caller is answered when its entry is
+// durable (or refused), with AppendEntry's error for it alone.
+type Appender struct {
+	db       DB
+	limit    int
+	timeout  time.Duration
+	mu       sync.Mutex
+	queue    []*pendingAppend
+	inFlight int
+	batches  atomic.Int64 // writes of more than one entry, for tests and metrics
+}
+
+// NewAppender returns an Appender writing on db (a pool) with at most limit writes in
+// flight (at least 1). A write is bounded by timeout: it outlives the callers whose
+// entries it carries, so none of their contexts can cancel it for the others.
+func NewAppender(db DB, limit int, timeout time.Duration) *Appender {
+	return &Appender{db: db, limit: max(limit, 1), timeout: timeout}
+}
+
+type pendingAppend struct {
+	a       Append
+	ctx     context.Context
+	done    chan error // buffered: the writer never waits for the caller
+	claimed atomic.Bool
+}
+
+// Append journals a's entry as AppendEntry does, in a write shared with other
+// callers' entries when writes are in flight. When ctx ends first it returns ctx's
+// error; an entry a write had taken by then may still be journaled (as a statement
+// cancelled on its way may still commit), one not yet taken is not written.
+func (ap *Appender) Append(ctx context.Context, a Append) error {
+	if a.Entry.Window > 1 {
+		return AppendEntry(ctx, ap.db, a.RunID, a.Invocation, a.Entry, a.Bounds)
+	}
+	p := &pendingAppend{a: a, ctx: ctx, done: make(chan error, 1)}
+	ap.mu.Lock()
+	ap.queue = append(ap.queue, p)
+	start := ap.inFlight < ap.limit
+	if start {
+		ap.inFlight++
+	}
+	ap.mu.Unlock()
+	if start {
+		go ap.write()
+	}
+	select {
+	case err := <-p.done:
+		if err == errAlone {
+			// In the caller's goroutine: a write that waits for a lock holds no writer.
+			return AppendEntry(ctx, ap.db, a.RunID, a.Invocation, a.Entry, a.Bounds)
+		}
+		return err
+	case <-ctx.Done():
+		p.claimed.Store(true) // if not taken yet, the writer skips it
+		return ctx.Err()
+	}
+}
+
+// Batches is how many writes carried more than one entry.
+func (ap *Appender) Batches() int64 { return ap.batches.Load() }
+
+// write journals what is queued, batch by batch, until the queue is empty.
+func (ap *Appender) write() {
+	for {
+		ap.mu.Lock()
+		n := min(len(ap.queue), MaxBatch)
+		if n == 0 {
+			ap.inFlight--
+			ap.mu.Unlock()
+			return
+		}
+		taken := ap.queue[:n:n]
+		ap.queue = ap.queue[n:]
+		if len(ap.queue) == 0 {
+			ap.queue = nil
+		}
+		ap.mu.Unlock()
+
+		var ps []*pendingAppend
+		var as []Append
+		for _, p := range taken {
+			if p.claimed.CompareAndSwap(false, true) { // else its caller has given up
+				ps, as = append(ps, p), append(as, p.a)
+			}
+		}
+		if len(ps) == 0 {
+			continue
+		}
+		if len(ps) > 1 {
+			ap.batches.Add(1)
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ps[0].ctx), ap.timeout)
+		errs := appendBatch(ctx, ap.db, as)
+		cancel()
+		for i, p := range ps {
+			p.done <- errs[i]
+		}
+	}
+}
