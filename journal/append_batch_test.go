@@ -184,7 +184,9 @@ func TestAppender(t *testing.T) {
 			conflictErr = ap.Append(ctx, journal.Append{RunID: conflicted.ID, Invocation: 1, Entry: step(1, "refund", `1`)})
 		})
 		for i, id := range others {
-			wg.Go(func() { otherErrs[i] = ap.Append(ctx, journal.Append{RunID: id, Invocation: 1, Entry: step(1, "a", `1`)}) })
+			wg.Go(func() {
+				otherErrs[i] = ap.Append(ctx, journal.Append{RunID: id, Invocation: 1, Entry: step(1, "a", `1`)})
+			})
 		}
 		wg.Wait()
 		require.ErrorIs(t, conflictErr, journal.ErrConflict)
@@ -234,7 +236,9 @@ func TestAppender(t *testing.T) {
 		defer holder.Rollback(context.WithoutCancel(ctx))
 		require.NoError(t, journal.AppendEntry(ctx, holder, busy.ID, 1, step(1, "a", `1`), journal.Bounds{}))
 		busyDone := make(chan error, 1)
-		go func() { busyDone <- ap.Append(ctx, journal.Append{RunID: busy.ID, Invocation: 1, Entry: step(1, "a", `1`)}) }()
+		go func() {
+			busyDone <- ap.Append(ctx, journal.Append{RunID: busy.ID, Invocation: 1, Entry: step(1, "a", `1`)})
+		}()
 		eventuallyTrue(t, func() bool { return waitingForLock(t, db) })
 
 		waiting, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
