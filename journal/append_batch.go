@@ -112,7 +112,8 @@ var appendInOrderSkipLocked = strings.Replace(appendInOrder, "FOR SHARE", "FOR S
 // (group commit): at most its limit of writes are in flight, each taking every entry
 // queued when it starts (up to MaxBatch) and journaling them with AppendEntries. An
 // entry that finds a write free is written at once, alone, so a lone checkpoint waits
-// for nothing; entries that arrive while all writes are in flight wait for the next,
+// for nothing (it is written in its caller's goroutine); entries that arrive while all
+// writes are in flight wait for the next,
 // and share its round trip and its commit. Each caller is answered when its entry is
 // durable (or refused), with AppendEntry's error for it alone.
 type Appender struct {
@@ -147,8 +148,22 @@ func (ap *Appender) Append(ctx context.Context, a Append) error {
 	if a.Entry.Window > 1 {
 		return AppendEntry(ctx, ap.db, a.RunID, a.Invocation, a.Entry, a.Bounds)
 	}
-	p := &pendingAppend{a: a, ctx: ctx, done: make(chan error, 1)}
 	ap.mu.Lock()
+	if ap.inFlight < ap.limit && len(ap.queue) == 0 {
+		// A write is free: this entry's, in the caller's goroutine.
+		ap.inFlight++
+		ap.mu.Unlock()
+		err := appendBatch(ctx, ap.db, []Append{a})[0]
+		ap.mu.Lock()
+		if len(ap.queue) > 0 {
+			go ap.write() // entries came meanwhile: the write goes on for them
+		} else {
+			ap.inFlight--
+		}
+		ap.mu.Unlock()
+		return ap.settle(ctx, a, err)
+	}
+	p := &pendingAppend{a: a, ctx: ctx, done: make(chan error, 1)}
 	ap.queue = append(ap.queue, p)
 	start := ap.inFlight < ap.limit
 	if start {
@@ -160,15 +175,20 @@ func (ap *Appender) Append(ctx context.Context, a Append) error {
 	}
 	select {
 	case err := <-p.done:
-		if err == errAlone {
-			// In the caller's goroutine: a write that waits for a lock holds no writer.
-			return AppendEntry(ctx, ap.db, a.RunID, a.Invocation, a.Entry, a.Bounds)
-		}
-		return err
+		return ap.settle(ctx, a, err)
 	case <-ctx.Done():
 		p.claimed.Store(true) // if not taken yet, the writer skips it
 		return ctx.Err()
 	}
+}
+
+// settle returns err, a write's answer for a, but for errAlone: then it writes a alone,
+// in the caller's goroutine, so a write that waits for a lock holds no writer.
+func (ap *Appender) settle(ctx context.Context, a Append, err error) error {
+	if err == errAlone {
+		return AppendEntry(ctx, ap.db, a.RunID, a.Invocation, a.Entry, a.Bounds)
+	}
+	return err
 }
 
 // Batches is how many writes carried more than one entry.
