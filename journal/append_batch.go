@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Append is one entry for AppendEntries or an Appender: what AppendEntry takes.
@@ -30,11 +31,12 @@ const MaxBatch = 64
 // one commit for them all, and each is durable when AppendEntries returns nil for it.
 // That statement refuses an entry without raising an error (a conflict, a gap, a bound,
 // a lost lease: each entry's own answer), so one entry's refusal leaves the others'
-// writes alone. An entry the batch could not settle is then written alone, as
-// AppendEntry writes it: one whose run's row was locked (the batch waits for no lock),
-// or all of them when a statement raised an error all the same (a value Postgres cannot
-// store, a lost connection), which rolls the batch back. Entries with a window, past
-// MaxBatch, or on a transaction are written one by one.
+// writes alone. An entry the batch could not settle is written alone, as AppendEntry
+// writes it: one whose run's row was locked (the batch waits for no lock); one whose
+// statement raised an error all the same (a value Postgres cannot store), which rolls
+// the batch back, and the others then go again together; all of them when the
+// connection failed. Entries with a window, past MaxBatch, or on a transaction are
+// written one by one.
 func AppendEntries(ctx context.Context, db DB, as []Append) []error {
 	errs := appendBatch(ctx, db, as)
 	for i, err := range errs {
@@ -68,6 +70,25 @@ func appendBatch(ctx context.Context, db DB, as []Append) []error {
 	if len(batched) == 0 {
 		return errs
 	}
+	for len(batched) > 0 {
+		failed, err := sendBatch(ctx, db, as, batched, errs)
+		if err == nil {
+			break
+		}
+		// The batch was rolled back: the failed statement's entry is written alone (and
+		// fails there as it did here); the others go again together. So a value Postgres
+		// cannot store costs its neighbours one round trip, not a write each.
+		errs[batched[failed]] = errAlone
+		batched = append(batched[:failed:failed], batched[failed+1:]...)
+	}
+	return errs
+}
+
+// sendBatch writes the entries as[batched...] as one pipelined batch and sets their
+// errs. When a statement raised an error (the whole batch is rolled back), it returns
+// that error and the statement's index in batched; when the batch's outcome is unknown
+// (the connection failed), it sets every entry's error to errAlone and returns nil.
+func sendBatch(ctx context.Context, db DB, as []Append, batched []int, errs []error) (failed int, err error) {
 	batch := &pgx.Batch{}
 	for _, i := range batched {
 		a := as[i]
@@ -75,9 +96,10 @@ func appendBatch(ctx context.Context, db DB, as []Append) []error {
 	}
 	results := make([]appendResult, len(batched))
 	br := db.SendBatch(ctx, batch)
-	var err error
+	failed = -1
 	for j := range batched {
 		if err = results[j].scan(br.QueryRow()); err != nil {
+			failed = j
 			break
 		}
 	}
@@ -85,12 +107,16 @@ func appendBatch(ctx context.Context, db DB, as []Append) []error {
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
+	var pgErr *pgconn.PgError
+	if failed >= 0 && errors.As(err, &pgErr) && len(batched) > 1 {
+		return failed, err
+	}
 	for j, i := range batched {
 		a := as[i]
 		switch {
 		case err != nil:
-			// Rolled back (or, with the connection lost, perhaps committed: then its
-			// write alone is an identical repeat, a no-op).
+			// Rolled back or, with the connection lost, perhaps committed: then its
+			// write alone is an identical repeat, a no-op.
 			errs[i] = errAlone
 		case !results[j].owned:
 			// Not owned, or its run's row was locked: alone, waiting for the lock.
@@ -99,7 +125,7 @@ func appendBatch(ctx context.Context, db DB, as []Append) []error {
 			errs[i] = results[j].err(ctx, db, a.RunID, a.Entry, 1, a.Bounds)
 		}
 	}
-	return errs
+	return 0, nil
 }
 
 // appendInOrderSkipLocked is appendInOrder for a batch: it does not wait for a lock on
