@@ -371,12 +371,14 @@ var (
 )
 
 // checkpointWrites is how many checkpoint writes a gateway has in flight at most; the
-// checkpoints arriving meanwhile are gathered into the next (journal.Appender): on the
-// 2-core bench machine 2 did as well as 1 and better than 3 or more for 16 clients'
-// 10-step runs (BENCHMARKS.md, "Group commit of checkpoints"), and a lone checkpoint
-// finds a write free. checkpointWriteTimeout bounds one such write.
+// checkpoints arriving meanwhile are gathered into the next (journal.Appender). On the
+// 2-core bench machine one write did better than two, and two better than three or
+// four, for 16 clients' runs of 3 and 10 steps: larger batches beat parallel writes
+// (BENCHMARKS.md, "Group commit of checkpoints, pipelined"). A lone checkpoint finds
+// the write free, and no write waits long for a lock (journal.AppendEntries).
+// checkpointWriteTimeout bounds one write.
 const (
-	checkpointWrites       = 2
+	checkpointWrites       = 1
 	checkpointWriteTimeout = 30 * time.Second
 )
 

@@ -90,6 +90,7 @@ func appendBatch(ctx context.Context, db DB, as []Append) []error {
 // (the connection failed), it sets every entry's error to errAlone and returns nil.
 func sendBatch(ctx context.Context, db DB, as []Append, batched []int, errs []error) (failed int, err error) {
 	batch := &pgx.Batch{}
+	batch.Queue(batchLockTimeout)
 	for _, i := range batched {
 		a := as[i]
 		batch.Queue(appendInOrderSkipLocked, appendArgs(a.RunID, a.Invocation, a.Entry, 1, a.Bounds))
@@ -97,10 +98,12 @@ func sendBatch(ctx context.Context, db DB, as []Append, batched []int, errs []er
 	results := make([]appendResult, len(batched))
 	br := db.SendBatch(ctx, batch)
 	failed = -1
-	for j := range batched {
-		if err = results[j].scan(br.QueryRow()); err != nil {
-			failed = j
-			break
+	if _, err = br.Exec(); err == nil {
+		for j := range batched {
+			if err = results[j].scan(br.QueryRow()); err != nil {
+				failed = j
+				break
+			}
 		}
 	}
 	// Close reads to the batch's end: nil once its implicit transaction has committed.
@@ -127,6 +130,13 @@ func sendBatch(ctx context.Context, db DB, as []Append, batched []int, errs []er
 	}
 	return 0, nil
 }
+
+// batchLockTimeout opens a batch: within it, a statement waits at most 50 ms for a
+// lock. The batch takes no row lock that it would wait for (see
+// appendInOrderSkipLocked), but an insert waits for a concurrent uncommitted insert of
+// the same entry (an answer carrying a step its function also checkpointed); past the
+// timeout that entry is written alone, and the write goes on for the others.
+const batchLockTimeout = `SELECT set_config('lock_timeout', '50ms', true)`
 
 // appendInOrderSkipLocked is appendInOrder for a batch: it does not wait for a lock on
 // the run's row (a lease renewal's, a claim's, a finish's), which could close a cycle
@@ -215,6 +225,13 @@ func (ap *Appender) settle(ctx context.Context, a Append, err error) error {
 		return AppendEntry(ctx, ap.db, a.RunID, a.Invocation, a.Entry, a.Bounds)
 	}
 	return err
+}
+
+// Queued is how many entries wait for a write.
+func (ap *Appender) Queued() int {
+	ap.mu.Lock()
+	defer ap.mu.Unlock()
+	return len(ap.queue)
 }
 
 // Batches is how many writes carried more than one entry.

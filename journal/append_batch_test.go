@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -225,33 +226,59 @@ func TestAppender(t *testing.T) {
 		require.Len(t, mustEntries(t, db, locked.ID), 1)
 	})
 
-	t.Run("AnEntryQueuedByACallerWhoGaveUpIsNotWritten", func(t *testing.T) {
+	t.Run("AnEntryWaitingForAnotherInsertHoldsNoWrite", func(t *testing.T) {
 		t.Parallel()
 		ctx, db := t.Context(), pgtest.DB(t)
 		ap := journal.NewAppender(db, 1, time.Minute)
-		busy, gaveUp := mustCreateRun(t, db, claimed), mustCreateRun(t, db, claimed)
-		// An uncommitted insert of busy's entry 1 holds the one write in its batch's insert.
+		busy, free := mustCreateRun(t, db, claimed), mustCreateRun(t, db, claimed)
+		// An uncommitted insert of busy's entry 1, as an answer carrying the step would.
 		holder, err := db.Begin(ctx)
 		require.NoError(t, err)
 		defer holder.Rollback(context.WithoutCancel(ctx))
 		require.NoError(t, journal.AppendEntry(ctx, holder, busy.ID, 1, step(1, "a", `1`), journal.Bounds{}))
 		busyDone := make(chan error, 1)
-		go func() {
-			busyDone <- ap.Append(ctx, journal.Append{RunID: busy.ID, Invocation: 1, Entry: step(1, "a", `1`)})
-		}()
+		go func() { busyDone <- ap.Append(ctx, journal.Append{RunID: busy.ID, Invocation: 1, Entry: step(1, "a", `1`)}) }()
 		eventuallyTrue(t, func() bool { return waitingForLock(t, db) })
 
-		waiting, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		bounded, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		err = ap.Append(waiting, journal.Append{RunID: gaveUp.ID, Invocation: 1, Entry: step(1, "b", `1`)})
-		require.ErrorIs(t, err, context.DeadlineExceeded, "queued behind the write in flight")
-
+		require.NoError(t, ap.Append(bounded, journal.Append{RunID: free.ID, Invocation: 1, Entry: step(1, "b", `1`)}),
+			"the one write gave up waiting (lock_timeout) and is free")
+		select {
+		case err := <-busyDone:
+			t.Fatalf("busy's entry was answered (%v) while the insert it waits for was open", err)
+		default:
+		}
 		require.NoError(t, holder.Rollback(ctx))
-		require.NoError(t, <-busyDone, "the write goes on once the insert it waited for is gone")
+		require.NoError(t, <-busyDone, "written alone once the other insert is gone")
 		require.Len(t, mustEntries(t, db, busy.ID), 1)
-		// The write is idle again: whatever it took from the queue is settled.
+	})
+
+	t.Run("AnEntryQueuedByACallerWhoGaveUpIsNotWritten", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool := t.Context(), pgtest.DB(t)
+		db := &gatedDB{Pool: pool, gate: make(chan struct{}), entered: make(chan struct{}, 8)}
+		ap := journal.NewAppender(db, 1, time.Minute)
+		busy, gaveUp := mustCreateRun(t, pool, claimed), mustCreateRun(t, pool, claimed)
+		busyDone := make(chan error, 1)
+		go func() { busyDone <- ap.Append(ctx, journal.Append{RunID: busy.ID, Invocation: 1, Entry: step(1, "a", `1`)}) }()
+		<-db.entered // the one write is busy's, held at the gate
+
+		waiting, cancel := context.WithCancel(ctx)
+		gaveUpDone := make(chan error, 1)
+		go func() {
+			gaveUpDone <- ap.Append(waiting, journal.Append{RunID: gaveUp.ID, Invocation: 1, Entry: step(1, "b", `1`)})
+		}()
+		eventuallyTrue(t, func() bool { return ap.Queued() == 1 })
+		cancel()
+		require.ErrorIs(t, <-gaveUpDone, context.Canceled)
+
+		close(db.gate)
+		require.NoError(t, <-busyDone)
+		// The write is idle again once this one is answered: what it took is settled.
 		require.NoError(t, ap.Append(ctx, journal.Append{RunID: busy.ID, Invocation: 1, Entry: step(2, "c", `1`)}))
-		require.Empty(t, mustEntries(t, db, gaveUp.ID), "its caller was told it failed: not journaled behind its back")
+		require.Empty(t, mustEntries(t, pool, gaveUp.ID), "its caller was told it failed: not journaled behind its back")
+		require.Len(t, mustEntries(t, pool, busy.ID), 2)
 	})
 
 	t.Run("ConnectionsKilledMidWriteLoseNoAcknowledgedEntry", func(t *testing.T) {
@@ -327,6 +354,20 @@ func TestAppender(t *testing.T) {
 		t.Logf("%d connections killed mid-statement, %d shared writes", n, ap.Batches())
 		require.Positive(t, n, "the test killed no connection")
 	})
+}
+
+// gatedDB is a pool whose batches wait at a gate until it is closed, telling entered
+// when one arrives: it holds an Appender's write in flight.
+type gatedDB struct {
+	*pgxpool.Pool
+	gate    chan struct{}
+	entered chan struct{}
+}
+
+func (g *gatedDB) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	g.entered <- struct{}{}
+	<-g.gate
+	return g.Pool.SendBatch(ctx, b)
 }
 
 // waitingForLock reports whether a connection of db's database waits for a row lock.
