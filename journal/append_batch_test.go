@@ -237,7 +237,9 @@ func TestAppender(t *testing.T) {
 		defer holder.Rollback(context.WithoutCancel(ctx))
 		require.NoError(t, journal.AppendEntry(ctx, holder, busy.ID, 1, step(1, "a", `1`), journal.Bounds{}))
 		busyDone := make(chan error, 1)
-		go func() { busyDone <- ap.Append(ctx, journal.Append{RunID: busy.ID, Invocation: 1, Entry: step(1, "a", `1`)}) }()
+		go func() {
+			busyDone <- ap.Append(ctx, journal.Append{RunID: busy.ID, Invocation: 1, Entry: step(1, "a", `1`)})
+		}()
 		eventuallyTrue(t, func() bool { return waitingForLock(t, db) })
 
 		bounded, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -261,7 +263,9 @@ func TestAppender(t *testing.T) {
 		ap := journal.NewAppender(db, 1, time.Minute)
 		busy, gaveUp := mustCreateRun(t, pool, claimed), mustCreateRun(t, pool, claimed)
 		busyDone := make(chan error, 1)
-		go func() { busyDone <- ap.Append(ctx, journal.Append{RunID: busy.ID, Invocation: 1, Entry: step(1, "a", `1`)}) }()
+		go func() {
+			busyDone <- ap.Append(ctx, journal.Append{RunID: busy.ID, Invocation: 1, Entry: step(1, "a", `1`)})
+		}()
 		<-db.entered // the one write is busy's, held at the gate
 
 		waiting, cancel := context.WithCancel(ctx)
