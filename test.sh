@@ -54,9 +54,9 @@ if [[ -n ${STEPGATE_TEST_DATABASE_URL:-} ]]; then
 	echo "test.sh: Postgres: STEPGATE_TEST_DATABASE_URL is set; using it"
 else
 	# Private servers by default, even when a server runs on 127.0.0.1:5432: each test
-	# process gets its own (200 connections, nothing else on it), so the parallel
+	# process gets its own (400 connections, nothing else on it), so the parallel
 	# packages never compete for a shared server's max_connections (100 by default;
-	# the gateway and web packages alone peak near 75) and leave nothing behind on it.
+	# the gateway package alone peaks near 190) and leave nothing behind on it.
 	# It costs ~5s in all. To use a server of your own:
 	#   STEPGATE_TEST_DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres ./test.sh
 	unset STEPGATE_TEST_DATABASE_URL

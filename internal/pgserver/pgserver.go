@@ -48,6 +48,9 @@ type Config struct {
 
 	// Logger receives the server's lifecycle events. Defaults to discarding them.
 	Logger *slog.Logger
+
+	// MaxConnections is the server's max_connections. Defaults to 200.
+	MaxConnections int
 }
 
 // Server is a running private PostgreSQL server. Its superuser is postgres, and every
@@ -163,7 +166,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		"-p", strconv.Itoa(s.port),
 		"-c", "listen_addresses="+listen,
 		"-c", "unix_socket_directories="+dir,
-		"-c", "max_connections=200",
+		"-c", "max_connections="+strconv.Itoa(cmp.Or(cfg.MaxConnections, 200)),
 		"-c", "shared_buffers=128MB",
 	)
 	if err := s.cmd.Start(); err != nil {

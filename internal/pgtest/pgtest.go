@@ -296,7 +296,8 @@ func startPrivate(ctx context.Context) (*pgserver.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgtest: create server dir: %w", err)
 	}
-	srv, err := pgserver.Start(ctx, pgserver.Config{Dir: dir})
+	// The gateway package's parallel tests peak near 190 connections.
+	srv, err := pgserver.Start(ctx, pgserver.Config{Dir: dir, MaxConnections: 400})
 	if err != nil {
 		return nil, fmt.Errorf("pgtest: start private server (or set %s): %w", EnvURL, err)
 	}
