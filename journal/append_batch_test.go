@@ -197,64 +197,52 @@ func TestAppender(t *testing.T) {
 		}
 	})
 
-	t.Run("ALockedRunWaitsWithoutHoldingTheWrite", func(t *testing.T) {
-		t.Parallel()
-		ctx, db := t.Context(), pgtest.DB(t)
-		ap := journal.NewAppender(db, 1, time.Minute)
-		locked, free := mustCreateRun(t, db, claimed), mustCreateRun(t, db, claimed)
-		// A transaction holds the run's row as a claim or a renewal would.
-		holder, err := db.Begin(ctx)
-		require.NoError(t, err)
-		defer holder.Rollback(context.WithoutCancel(ctx))
-		_, err = holder.Exec(ctx, `UPDATE stepgate.run SET lease_until = now() + interval '1 minute' WHERE id = $1`, locked.ID)
-		require.NoError(t, err)
+	// An entry whose write must wait for another transaction is written alone, in its
+	// caller's goroutine: the one write goes on for the others meanwhile.
+	for _, blocked := range []struct {
+		name string
+		hold func(ctx context.Context, tx pgx.Tx, runID string) error
+		end  func(tx pgx.Tx, ctx context.Context) error
+	}{
+		{"ALockedRunHoldsNoWrite", func(ctx context.Context, tx pgx.Tx, runID string) error {
+			// The run's row, held as a claim or a lease renewal holds it.
+			_, err := tx.Exec(ctx, `UPDATE stepgate.run SET lease_until = now() + interval '1 minute' WHERE id = $1`, runID)
+			return err
+		}, pgx.Tx.Commit},
+		{"AnEntryWaitingForAnotherInsertHoldsNoWrite", func(ctx context.Context, tx pgx.Tx, runID string) error {
+			// An uncommitted insert of the same entry, as an answer carrying the step's.
+			return journal.AppendEntry(ctx, tx, runID, 1, step(1, "a", `1`), journal.Bounds{})
+		}, pgx.Tx.Rollback},
+	} {
+		t.Run(blocked.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, db := t.Context(), pgtest.DB(t)
+			ap := journal.NewAppender(db, 1, time.Minute)
+			busy, free := mustCreateRun(t, db, claimed), mustCreateRun(t, db, claimed)
+			holder, err := db.Begin(ctx)
+			require.NoError(t, err)
+			defer holder.Rollback(context.WithoutCancel(ctx))
+			require.NoError(t, blocked.hold(ctx, holder, busy.ID))
 
-		lockedDone := make(chan error, 1)
-		go func() {
-			lockedDone <- ap.Append(ctx, journal.Append{RunID: locked.ID, Invocation: 1, Entry: step(1, "a", `1`)})
-		}()
-		// The locked entry's caller waits for the row alone; the one write is free for others.
-		eventuallyTrue(t, func() bool { return waitingForLock(t, db) })
-		require.NoError(t, ap.Append(ctx, journal.Append{RunID: free.ID, Invocation: 1, Entry: step(1, "b", `1`)}))
-		select {
-		case err := <-lockedDone:
-			t.Fatalf("the locked run's entry was answered (%v) while its row was locked", err)
-		default:
-		}
-		require.NoError(t, holder.Commit(ctx))
-		require.NoError(t, <-lockedDone)
-		require.Len(t, mustEntries(t, db, locked.ID), 1)
-	})
-
-	t.Run("AnEntryWaitingForAnotherInsertHoldsNoWrite", func(t *testing.T) {
-		t.Parallel()
-		ctx, db := t.Context(), pgtest.DB(t)
-		ap := journal.NewAppender(db, 1, time.Minute)
-		busy, free := mustCreateRun(t, db, claimed), mustCreateRun(t, db, claimed)
-		// An uncommitted insert of busy's entry 1, as an answer carrying the step would.
-		holder, err := db.Begin(ctx)
-		require.NoError(t, err)
-		defer holder.Rollback(context.WithoutCancel(ctx))
-		require.NoError(t, journal.AppendEntry(ctx, holder, busy.ID, 1, step(1, "a", `1`), journal.Bounds{}))
-		busyDone := make(chan error, 1)
-		go func() {
-			busyDone <- ap.Append(ctx, journal.Append{RunID: busy.ID, Invocation: 1, Entry: step(1, "a", `1`)})
-		}()
-		eventuallyTrue(t, func() bool { return waitingForLock(t, db) })
-
-		bounded, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		require.NoError(t, ap.Append(bounded, journal.Append{RunID: free.ID, Invocation: 1, Entry: step(1, "b", `1`)}),
-			"the one write gave up waiting (lock_timeout) and is free")
-		select {
-		case err := <-busyDone:
-			t.Fatalf("busy's entry was answered (%v) while the insert it waits for was open", err)
-		default:
-		}
-		require.NoError(t, holder.Rollback(ctx))
-		require.NoError(t, <-busyDone, "written alone once the other insert is gone")
-		require.Len(t, mustEntries(t, db, busy.ID), 1)
-	})
+			busyDone := make(chan error, 1)
+			go func() {
+				busyDone <- ap.Append(ctx, journal.Append{RunID: busy.ID, Invocation: 1, Entry: step(1, "a", `1`)})
+			}()
+			eventuallyTrue(t, func() bool { return waitingForLock(t, db) })
+			bounded, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			require.NoError(t, ap.Append(bounded, journal.Append{RunID: free.ID, Invocation: 1, Entry: step(1, "b", `1`)}),
+				"the write is free for another run's entry")
+			select {
+			case err := <-busyDone:
+				t.Fatalf("busy's entry was answered (%v) while the other transaction was open", err)
+			default:
+			}
+			require.NoError(t, blocked.end(holder, ctx))
+			require.NoError(t, <-busyDone, "written alone once the other transaction ends")
+			require.Len(t, mustEntries(t, db, busy.ID), 1)
+		})
+	}
 
 	t.Run("AnEntryQueuedByACallerWhoGaveUpIsNotWritten", func(t *testing.T) {
 		t.Parallel()
