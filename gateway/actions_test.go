@@ -62,7 +62,9 @@ func TestCancel(t *testing.T) {
 
 	t.Run("SleepingRunIsCancelledAndNeverWakes", func(t *testing.T) {
 		t.Parallel()
-		id := startAsync(t, c, "orders.checkout", `{"sleep_ms":300}`)
+		// Long enough to cancel it asleep on a loaded machine under -race (300 ms was
+		// not: the run woke and completed first), short enough to see the wake-up's job.
+		id := startAsync(t, c, "orders.checkout", `{"sleep_ms":2000}`)
 		awaitStatus(t, c, id, protocol.RunStatusSuspended)
 
 		// A waiter attached before the cancellation is told at once.
