@@ -40,12 +40,19 @@ const MaxBatch = 64
 func AppendEntries(ctx context.Context, db DB, as []Append) []error {
 	errs := appendBatch(ctx, db, as)
 	for i, err := range errs {
-		if err == errAlone {
-			a := as[i]
-			errs[i] = AppendEntry(ctx, db, a.RunID, a.Invocation, a.Entry, a.Bounds)
-		}
+		errs[i] = settle(ctx, db, as[i], err)
 	}
 	return errs
+}
+
+// settle returns err, appendBatch's answer for a, but for errAlone: then it writes a
+// alone (in the caller's goroutine, for an Appender, so a write that waits for a lock
+// holds no writer).
+func settle(ctx context.Context, db DB, a Append, err error) error {
+	if err == errAlone {
+		return AppendEntry(ctx, db, a.RunID, a.Invocation, a.Entry, a.Bounds)
+	}
+	return err
 }
 
 // errAlone is appendBatch's answer for an entry it did not settle: write it alone.
@@ -66,9 +73,6 @@ func appendBatch(ctx context.Context, db DB, as []Append) []error {
 				batched = append(batched, i)
 			}
 		}
-	}
-	if len(batched) == 0 {
-		return errs
 	}
 	for len(batched) > 0 {
 		failed, err := sendBatch(ctx, db, as, batched, errs)
@@ -147,10 +151,9 @@ var appendInOrderSkipLocked = strings.Replace(appendInOrder, "FOR SHARE", "FOR S
 // An Appender gathers the checkpoints of concurrent invocations into shared writes
 // (group commit): at most its limit of writes are in flight, each taking every entry
 // queued when it starts (up to MaxBatch) and journaling them with AppendEntries. An
-// entry that finds a write free is written at once, alone, so a lone checkpoint waits
-// for nothing (it is written in its caller's goroutine); entries that arrive while all
-// writes are in flight wait for the next,
-// and share its round trip and its commit. Each caller is answered when its entry is
+// entry that finds a write free is written at once, alone, in its caller's goroutine,
+// so a lone checkpoint waits for nothing; entries that arrive while all writes are in
+// flight wait for the next, and share its round trip and its commit. Each caller is answered when its entry is
 // durable (or refused), with AppendEntry's error for it alone.
 type Appender struct {
 	db       DB
@@ -159,7 +162,7 @@ type Appender struct {
 	mu       sync.Mutex
 	queue    []*pendingAppend
 	inFlight int
-	batches  atomic.Int64 // writes of more than one entry, for tests and metrics
+	batches  atomic.Int64 // writes of more than one entry, for tests
 }
 
 // NewAppender returns an Appender writing on db (a pool) with at most limit writes in
@@ -197,7 +200,7 @@ func (ap *Appender) Append(ctx context.Context, a Append) error {
 			ap.inFlight--
 		}
 		ap.mu.Unlock()
-		return ap.settle(ctx, a, err)
+		return settle(ctx, ap.db, a, err)
 	}
 	p := &pendingAppend{a: a, ctx: ctx, done: make(chan error, 1)}
 	ap.queue = append(ap.queue, p)
@@ -211,31 +214,12 @@ func (ap *Appender) Append(ctx context.Context, a Append) error {
 	}
 	select {
 	case err := <-p.done:
-		return ap.settle(ctx, a, err)
+		return settle(ctx, ap.db, a, err)
 	case <-ctx.Done():
 		p.claimed.Store(true) // if not taken yet, the writer skips it
 		return ctx.Err()
 	}
 }
-
-// settle returns err, a write's answer for a, but for errAlone: then it writes a alone,
-// in the caller's goroutine, so a write that waits for a lock holds no writer.
-func (ap *Appender) settle(ctx context.Context, a Append, err error) error {
-	if err == errAlone {
-		return AppendEntry(ctx, ap.db, a.RunID, a.Invocation, a.Entry, a.Bounds)
-	}
-	return err
-}
-
-// Queued is how many entries wait for a write.
-func (ap *Appender) Queued() int {
-	ap.mu.Lock()
-	defer ap.mu.Unlock()
-	return len(ap.queue)
-}
-
-// Batches is how many writes carried more than one entry.
-func (ap *Appender) Batches() int64 { return ap.batches.Load() }
 
 // write journals what is queued, batch by batch, until the queue is empty.
 func (ap *Appender) write() {

@@ -16,3 +16,13 @@ type NamedArgs = namedArgs
 const AppendInOrderSQL = appendInOrder
 
 var FinishSQL = finishStatement
+
+// Queued is how many entries wait for an Appender's write.
+func (ap *Appender) Queued() int {
+	ap.mu.Lock()
+	defer ap.mu.Unlock()
+	return len(ap.queue)
+}
+
+// Batches is how many of an Appender's writes carried more than one entry.
+func (ap *Appender) Batches() int64 { return ap.batches.Load() }
