@@ -113,12 +113,23 @@ async function problemFrom(res) {
 }
 
 /**
+ * rejected tells onUnauthorized that the gateway refused sent, the token a request
+ * carried, unless that is no longer the signed-in token: a late answer to a request made
+ * before signing out (or in as someone else) says nothing about the current token.
+ */
+function rejected(sent, err) {
+  if (sent && sent === token) onUnauthorized(err);
+}
+
+/**
  * request calls the API with the token. It returns the parsed JSON body (null for 204)
- * and throws an APIError with the problem's detail otherwise. A 401 signs out.
+ * and throws an APIError with the problem's detail otherwise. A 401 for the signed-in
+ * token signs out.
  */
 export async function request(path, { method = "GET", body, headers = {}, signal, raw = false } = {}) {
   const init = { method, signal, headers: { Accept: "application/json", ...headers } };
-  if (token) init.headers.Authorization = "Bearer " + token;
+  const sent = token;
+  if (sent) init.headers.Authorization = "Bearer " + sent;
   if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
     init.body = raw ? body : JSON.stringify(body);
@@ -132,7 +143,7 @@ export async function request(path, { method = "GET", body, headers = {}, signal
   }
   if (!res.ok) {
     const err = await problemFrom(res);
-    if (res.status === 401 && path.startsWith("/v1/")) onUnauthorized(err);
+    if (res.status === 401 && path.startsWith("/v1/")) rejected(sent, err);
     throw err;
   }
   if (res.status === 204) return null;
@@ -186,6 +197,7 @@ export async function endSession() {
  */
 export function streamRuns(params, { onRun, onResync = () => {}, onState = () => {} }) {
   let stopped = false;
+  let sent = ""; // the token the stream opened with
   let ctrl = null;
   let timer = 0;
   let failures = 0;
@@ -201,18 +213,19 @@ export function streamRuns(params, { onRun, onResync = () => {}, onState = () =>
   async function connect() {
     if (stopped) return;
     ctrl = new AbortController();
+    sent = token;
     let watchdog = 0;
     const arm = () => { clearTimeout(watchdog); watchdog = setTimeout(() => ctrl.abort(), 45_000); }; // heartbeats come every 15s
     onState("connecting");
     try {
       const res = await fetch("/v1/runs/stream" + query(params), {
-        headers: { Authorization: "Bearer " + token, Accept: "text/event-stream" },
+        headers: { Authorization: "Bearer " + sent, Accept: "text/event-stream" },
         signal: ctrl.signal,
         cache: "no-store",
       });
       if (!res.ok) {
         const err = await problemFrom(res);
-        if (res.status === 401) { onUnauthorized(err); return; }
+        if (res.status === 401) { rejected(sent, err); return; }
         retry(err);
         return;
       }
@@ -259,7 +272,7 @@ export function streamRuns(params, { onRun, onResync = () => {}, onState = () =>
   function dispatch(event, data) {
     if (stopped) return;
     if (event === "resync") { onResync(); return; }
-    if (event === "expired") { stopped = true; onUnauthorized(new APIError(401, "Unauthorized", "the token expired")); return; }
+    if (event === "expired") { stopped = true; rejected(sent, new APIError(401, "Unauthorized", "the token expired")); return; }
     if (event !== "run" || !data) return;
     try {
       onRun(JSON.parse(data));
@@ -296,6 +309,7 @@ export async function checkToken(t) {
  */
 export function streamChunks(id, key, { onChunk, onEnd = () => {} }) {
   let stopped = false;
+  let sent = ""; // the token the stream opened with
   let ctrl = null;
   let timer = 0;
   let next = 0; // the offset to resume from
@@ -304,15 +318,16 @@ export function streamChunks(id, key, { onChunk, onEnd = () => {} }) {
   async function connect() {
     if (stopped) return;
     ctrl = new AbortController();
+    sent = token;
     try {
       const res = await fetch(`/v1/runs/${encodeURIComponent(id)}/streams/${encodeURIComponent(key)}?offset=${next}`, {
-        headers: { Authorization: "Bearer " + token, Accept: "text/event-stream" },
+        headers: { Authorization: "Bearer " + sent, Accept: "text/event-stream" },
         signal: ctrl.signal,
         cache: "no-store",
       });
       if (!res.ok) {
         const err = await problemFrom(res);
-        if (res.status === 401) { onUnauthorized(err); return; }
+        if (res.status === 401) { rejected(sent, err); return; }
         if (res.status === 404 || res.status === 403) return; // nothing to show
       } else {
         failures = 0;
@@ -366,7 +381,7 @@ export function streamChunks(id, key, { onChunk, onEnd = () => {} }) {
         return true;
       } else if (ev.event === "expired") {
         stopped = true;
-        onUnauthorized(new APIError(401, "Unauthorized", "the token expired"));
+        rejected(sent, new APIError(401, "Unauthorized", "the token expired"));
         return true;
       }
     } catch {} // a malformed event is skipped

@@ -108,7 +108,8 @@ export function runsPage(el, params) {
     if (b.created_after) filter.created_after = b.created_after;
     if (b.created_before) filter.created_before = b.created_before;
     const count = runs.filter((r) => matches(r) && !TERMINAL.has(r.status)).length;
-    cancelMatching({ filter, count, more: !!cursor, onDone: () => load() });
+    const g = gen;
+    cancelMatching({ filter, count, more: !!cursor, onDone: () => { if (g === gen) load(); } }); // not once the page is left
   }
 
   function apiBounds() {
@@ -288,8 +289,10 @@ export function runsPage(el, params) {
   // resync merges a fresh first page: the stream may have missed changes while it was
   // away. Rows beyond the first page stay as they are.
   async function resync() {
+    const g0 = gen;
     await loaded; // a load that started before the stream opened must not overwrite this
     const g = gen;
+    if (g !== g0) return; // the page was left meanwhile, or loaded afresh
     try {
       const page = await request("/v1/runs" + query({ function: f.function, status: f.status, ...bounds, limit: f.limit }));
       if (g !== gen) return;
