@@ -587,6 +587,24 @@ func TestDashboard(t *testing.T) {
 		b.click("close the progress", `dialog[open] [aria-label=Close]`)
 	})
 
+	t.Run("ALateRejectionOfAnOldTokenSignsNobodyOut", func(t *testing.T) {
+		b.use(t)
+		b.visible("signed in", "[data-testid=who]")
+		// A request goes out with a token the gateway rejects; before its 401 comes back,
+		// the signed-in token is another (as after signing out and in again).
+		status := run(b, "a request with a rejected token, answered after the token changed", chromedp.Evaluate[int](`(async () => {
+			const api = await import("/js/api.js");
+			const good = api.getToken();
+			api.setToken("not.a-valid.token");
+			const answer = api.request("/v1/runs?limit=1").then(() => 200, (e) => e.status);
+			api.setToken(good);
+			return await answer;
+		})()`, chromedp.EvalAwaitPromise))
+		require.Equal(t, http.StatusUnauthorized, status)
+		still := run(b, "still signed in", chromedp.Evaluate[bool](`!!document.querySelector("[data-testid=who]") && !document.querySelector("#token")`))
+		require.True(t, still, "a 401 for a token no longer signed in signed the current one out")
+	})
+
 	t.Run("OtherTenantSeesNothing", func(t *testing.T) {
 		b.use(t)
 		other := s.NewToken(t, auth.Identity{Subject: "mallory", Tenant: "other", Roles: []string{"admin"}})
