@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -12,6 +13,9 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -205,6 +209,27 @@ func TestEndToEnd(t *testing.T) {
 		require.Regexp(t, `^orders\.fulfil: \d+ running, \d+ queued, \d+ held\n`, out)
 		_, err = cmd(t, "functions", "queue", "nope")
 		require.EqualError(t, err, `404 Not Found: function "nope" is not registered`)
+	})
+
+	t.Run("PoolSizedToTheCores", func(t *testing.T) {
+		t.Parallel()
+		// Its Postgres shares this machine: the pools hold localPoolSize connections.
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, g.url+"/metrics", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+g.token)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+		total := 0
+		for _, m := range regexp.MustCompile(`(?m)^stepgate_db_pool_max_conns\{[^}]*\} (\d+)$`).FindAllStringSubmatch(string(body), -1) {
+			n, err := strconv.Atoi(m[1])
+			require.NoError(t, err)
+			total += n
+		}
+		require.Equal(t, int(localPoolSize(runtime.NumCPU())), total, "the system and API pools' bounds")
 	})
 
 	t.Run("NotRegistered", func(t *testing.T) {

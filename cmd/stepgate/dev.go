@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -74,6 +75,15 @@ const (
 	devOperatorRole = "stepgate-operator"
 )
 
+// localPoolSize is the gateway's connections (STEPGATE_DB_MAX_CONNS) to a Postgres on
+// its own machine of cpus cores: 4 per core, at least 8. Postgres backends beyond a few
+// per core only queue for the cores the gateway and its functions need too; measured on
+// 2 cores, 8 connections instead of 40 took hello@16's p99 to 0.65–0.68× at the same
+// runs/s (BENCHMARKS.md, "A pool sized to the cores").
+func localPoolSize(cpus int) int32 {
+	return int32(max(8, 4*cpus))
+}
+
 // dev runs the gateway, the dashboard and the example functions on a private Postgres
 // in ./.stepgate (or DATABASE_URL), with generated keys and a printed dev token.
 func (c *cli) dev(ctx context.Context, args []string) error {
@@ -118,6 +128,9 @@ func (c *cli) dev(ctx context.Context, args []string) error {
 			return err
 		}
 		sc.databaseURL = pg.URL("stepgate")
+		if c.getenv("STEPGATE_DB_MAX_CONNS") == "" {
+			sc.maxConns = localPoolSize(runtime.NumCPU())
+		}
 	}
 	pc, err := sc.process(log)
 	if err != nil {
