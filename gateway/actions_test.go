@@ -24,20 +24,6 @@ func startAsync(t *testing.T, c *protocol.ClientWithResponses, name, input strin
 	return resp.JSON202.ID
 }
 
-// awaitStatus polls a run until it has status, for states no request waits on.
-func awaitStatus(t *testing.T, c *protocol.ClientWithResponses, id string, status protocol.RunStatus) protocol.RunDetail {
-	t.Helper()
-	var run protocol.RunDetail
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		resp, err := c.GetRunWithResponse(t.Context(), id, nil)
-		if assert.NoError(ct, err) && assert.NotNil(ct, resp.JSON200, "%d %s", resp.StatusCode(), resp.Body) {
-			run = *resp.JSON200
-			assert.Equal(ct, status, run.Status)
-		}
-	}, 30*time.Second, 5*time.Millisecond, "run %s never became %s", id, status)
-	return run
-}
-
 // awaitJobsDone waits until no River invoke job of the run is pending, and returns how
 // many it had.
 func awaitJobsDone(t *testing.T, s *stack.Stack, runID string) int {
@@ -65,7 +51,7 @@ func TestCancel(t *testing.T) {
 		// Long enough to cancel it asleep on a loaded machine under -race (300 ms was
 		// not: the run woke and completed first), short enough to see the wake-up's job.
 		id := startAsync(t, c, "orders.checkout", `{"sleep_ms":2000}`)
-		awaitStatus(t, c, id, protocol.RunStatusSuspended)
+		stack.AwaitStatus(t, c, id, protocol.RunStatusSuspended)
 
 		// A waiter attached before the cancellation is told at once.
 		waited := make(chan *protocol.GetRunResultResponse, 1)
@@ -199,7 +185,7 @@ func TestCancelTellsOtherGateways(t *testing.T) {
 	ca, cb := a.Client(t, a.Token), b.Client(t, b.Token)
 
 	id := startAsync(t, ca, "orders.checkout", `{"sleep_ms":60000}`)
-	awaitStatus(t, ca, id, protocol.RunStatusSuspended)
+	stack.AwaitStatus(t, ca, id, protocol.RunStatusSuspended)
 	waited := make(chan *protocol.GetRunResultResponse, 1)
 	go func() {
 		res, _ := ca.GetRunResultWithResponse(t.Context(), id, &protocol.GetRunResultParams{Wait: ptr("30s")})

@@ -89,7 +89,7 @@ func TestCancelTree(t *testing.T) {
 		root = start.JSON202.ID
 		mid = awaitChild(t, c, "tree.mid", root, protocol.RunStatusSuspended)
 		leaf = awaitChild(t, c, "tree.leaf", mid.ID, protocol.RunStatusSuspended)
-		awaitStatus(t, c, root, protocol.RunStatusSuspended)
+		stack.AwaitStatus(t, c, root, protocol.RunStatusSuspended)
 		return root, mid, leaf
 	}
 

@@ -243,7 +243,7 @@ func TestChildRuns(t *testing.T) {
 		start := startRun(t, c, "orders.fulfil", `{"sleep_ms":600000}`, &protocol.StartRunParams{})
 		require.Equal(t, http.StatusAccepted, start.StatusCode(), string(start.Body))
 		id := start.JSON202.ID
-		awaitStatus(t, c, id, protocol.RunStatusSuspended)
+		stack.AwaitStatus(t, c, id, protocol.RunStatusSuspended)
 		cancel, err := c.CancelRunWithResponse(t.Context(), id)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, cancel.StatusCode(), string(cancel.Body))

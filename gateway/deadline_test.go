@@ -31,7 +31,7 @@ func startWith(t *testing.T, c *protocol.ClientWithResponses, name string, param
 // requireDeadlineExceeded waits until run id has failed past its deadline.
 func requireDeadlineExceeded(t *testing.T, c *protocol.ClientWithResponses, id string) protocol.RunDetail {
 	t.Helper()
-	run := awaitStatus(t, c, id, protocol.RunStatusFailed)
+	run := stack.AwaitStatus(t, c, id, protocol.RunStatusFailed)
 	require.NotNil(t, run.Error)
 	require.Equal(t, "deadline_exceeded", run.Error.Type, run.Error.Message)
 	require.Contains(t, run.Error.Message, "deadline")
@@ -113,7 +113,7 @@ func TestDeadlines(t *testing.T) {
 			Retries: &protocol.RetryPolicy{MaxAttempts: ptr(5), InitialInterval: ptr("1h"), MaxInterval: ptr("1h")}})
 		deadline := time.Now().Add(2 * time.Second).UTC().Truncate(time.Second)
 		id := startWith(t, c, "refusing", protocol.StartRunParams{Deadline: &deadline}).ID
-		awaitStatus(t, c, id, protocol.RunStatusQueued)
+		stack.AwaitStatus(t, c, id, protocol.RunStatusQueued)
 		run := requireDeadlineExceeded(t, c, id)
 		require.True(t, deadline.Equal(*run.Deadline), "%s != %s", deadline, run.Deadline)
 	})

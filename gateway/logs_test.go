@@ -101,7 +101,7 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, code)
 	code, body := postNoAuth(t, url, `{"ok":true}`)
 	require.Equal(t, http.StatusOK, code, body)
-	awaitStatus(t, c, id, protocol.RunStatusCompleted)
+	stack.AwaitStatus(t, c, id, protocol.RunStatusCompleted)
 	forged := alice[:len(alice)-4] + "AAAA"
 	status, _ := rawRequest(t, http.MethodGet, s.URL+"/v1/runs", forged, "", nil)
 	require.Equal(t, http.StatusUnauthorized, status)

@@ -300,22 +300,6 @@ func getRun(t *testing.T, c *protocol.ClientWithResponses, id string) protocol.R
 	return *resp.JSON200
 }
 
-// waitStatus waits up to 20 s for run id to have status, failing with the status it has.
-func waitStatus(t *testing.T, c *protocol.ClientWithResponses, id string, status protocol.RunStatus) {
-	t.Helper()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for deadline := time.Now().Add(20 * time.Second); ; <-tick.C {
-		last := getRun(t, c, id).Status
-		if last == status {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("run %s is %s after 20 s, not %s", id, last, status)
-		}
-	}
-}
-
 func row(id string) string { return fmt.Sprintf(`tr[data-run=%q]`, id) }
 
 func rowStatus(id, status string) string {
@@ -567,7 +551,7 @@ func TestDashboard(t *testing.T) {
 		}
 		// The list is loaded once they sleep: this tests the bulk cancel, not live updates.
 		for _, id := range ids {
-			waitStatus(t, c, id, protocol.RunStatusSuspended)
+			stack.AwaitStatus(t, c, id, protocol.RunStatusSuspended)
 		}
 		b.do("list the suspended checkouts", 10*time.Second, chromedp.Navigate(s.URL+"/#/runs?function=orders.checkout&status=suspended"))
 		for _, id := range ids {

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stepgate/stepgate/auth"
@@ -166,6 +168,21 @@ func (s *Stack) Client(tb testing.TB, token string) *protocol.ClientWithResponse
 		tb.Fatal(err)
 	}
 	return c
+}
+
+// AwaitStatus polls run id through c until it has status, for states no request waits
+// on, and returns the run; it fails the test, with the status seen, after 30 s.
+func AwaitStatus(t *testing.T, c *protocol.ClientWithResponses, id string, status protocol.RunStatus) protocol.RunDetail {
+	t.Helper()
+	var run protocol.RunDetail
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		resp, err := c.GetRunWithResponse(t.Context(), id, nil)
+		if assert.NoError(ct, err) && assert.NotNil(ct, resp.JSON200, "%d %s", resp.StatusCode(), resp.Body) {
+			run = *resp.JSON200
+			assert.Equal(ct, status, run.Status)
+		}
+	}, 30*time.Second, 5*time.Millisecond, "run %s never became %s", id, status)
+	return run
 }
 
 // ServeApp serves a function app on a loopback port for the test and returns its URL,

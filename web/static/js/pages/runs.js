@@ -289,10 +289,9 @@ export function runsPage(el, params) {
   // resync merges a fresh first page: the stream may have missed changes while it was
   // away. Rows beyond the first page stay as they are.
   async function resync() {
-    const g0 = gen;
-    await loaded; // a load that started before the stream opened must not overwrite this
     const g = gen;
-    if (g !== g0) return; // the page was left meanwhile, or loaded afresh
+    await loaded; // a load that started before the stream opened must not overwrite this
+    if (g !== gen) return; // the page was left meanwhile, or loaded afresh
     try {
       const page = await request("/v1/runs" + query({ function: f.function, status: f.status, ...bounds, limit: f.limit }));
       if (g !== gen) return;
