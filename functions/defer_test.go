@@ -19,7 +19,10 @@ import (
 
 // A step's entry is journaled before the next step starts, or with the answer when the
 // function answers first (issue 13, move 2): the last step costs no checkpoint of its own.
-func TestLastStepRidesWithTheAnswer(t *testing.T) {
+// TestLazyCheckpoints tests the opt-in of functions.LazyCheckpoints: a step's entry waits
+// for what follows it (the next entry, or the answer), so the last step rides with the
+// answer.
+func TestLazyCheckpoints(t *testing.T) {
 	t.Parallel()
 
 	// checkpoints counts the checkpoint requests of a run, by step name.
@@ -44,7 +47,7 @@ func TestLastStepRidesWithTheAnswer(t *testing.T) {
 					}
 				}
 				return 3, nil
-			})
+			}, functions.LazyCheckpoints())
 		})
 		var names atomic.Value
 		names.Store("")
@@ -90,7 +93,7 @@ func TestLastStepRidesWithTheAnswer(t *testing.T) {
 							return "", errors.New("after the charge")
 						}
 						return "done", nil
-					})
+					}, functions.LazyCheckpoints())
 				})
 				r, invocations := g.Run(url+"/charge", "run-1", "charge", `{}`, 3)
 				require.Equal(t, protocol.AnswerStatusCompleted, r.Answer.Status, string(r.Body))
@@ -143,7 +146,7 @@ func TestLastStepRidesWithTheAnswer(t *testing.T) {
 							return 0, err
 						}
 						return 1, nil
-					})
+					}, functions.LazyCheckpoints())
 				})
 				names := checkpoints(g)
 				r := g.Invoke(url+"/nap", g.Request("run-1", "nap", `{}`))
@@ -207,7 +210,7 @@ func TestLastStepRidesWithTheAnswer(t *testing.T) {
 					return 0, err
 				}
 				return 1, nil
-			})
+			}, functions.LazyCheckpoints())
 		})
 		names := checkpoints(g)
 		r, invocations := g.Run(url+"/nap", "run-1", "nap", `{}`, 1)
@@ -224,7 +227,7 @@ func TestLastStepRidesWithTheAnswer(t *testing.T) {
 			functions.Register(app, "big", func(ctx context.Context, _ empty) (int, error) {
 				s, err := step.Run(ctx, "big", func(ctx context.Context) (string, error) { return big, nil })
 				return len(s), err
-			})
+			}, functions.LazyCheckpoints())
 		})
 		names := checkpoints(g)
 		r := g.Invoke(url+"/big", g.Request("run-1", "big", `{}`))
@@ -242,7 +245,7 @@ func TestLastStepRidesWithTheAnswer(t *testing.T) {
 					return 0, err
 				}
 				return step.Run(ctx, "b", func(ctx context.Context) (int, error) { second.Store(true); return 2, nil })
-			})
+			}, functions.LazyCheckpoints())
 		})
 		g.OnCheckpoint(func(string, protocol.JournalEntry) (int, string) {
 			return http.StatusConflict, `{"type":"superseded","detail":"run cancelled"}`

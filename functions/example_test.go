@@ -92,15 +92,12 @@ func ExampleRegister() {
 		log.Fatal(err)
 	}
 	defer resp.Body.Close()
-	// The step finished last rides in the answer's steps (the gateway journals it with
-	// the sleep) rather than in a checkpoint of its own.
+	// The charge was journaled by its checkpoint before step.Run returned; the answer
+	// suspends the run for the sleep.
 	var answer protocol.InvocationAnswer
 	_ = json.NewDecoder(resp.Body).Decode(&answer)
 	fmt.Printf("%d %s: %s %d %q for %s\n", resp.StatusCode, answer.Status, answer.Await.Type, answer.Await.Seq, answer.Await.Name, *answer.Await.Duration)
-	for _, e := range *answer.Steps {
-		fmt.Printf("with step %d %s %q: %s\n", e.Seq, e.Kind, e.Name, *e.Output)
-	}
 	// Output:
+	// checkpoint 1 step "charge": "ch_42" (Bearer invocation-token)
 	// 200 suspended: sleep 2 "cool-off" for 10m0s
-	// with step 1 step "charge": "ch_42"
 }

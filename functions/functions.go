@@ -108,7 +108,9 @@ type function struct {
 	budget time.Duration // config.max_invocation_duration, or 0
 	// sleepMax is the longest sleep waited out in the process (SleepInProcess).
 	sleepMax time.Duration
-	call     func(ctx context.Context, input protocol.AnyJSON) (protocol.AnyJSON, error)
+	// lazy journals each step's result with what follows it (LazyCheckpoints).
+	lazy bool
+	call func(ctx context.Context, input protocol.AnyJSON) (protocol.AnyJSON, error)
 }
 
 // New returns an App with no functions. It panics when a public key is not 32 bytes or a
@@ -207,6 +209,17 @@ func MaxInvocationDuration(d time.Duration) Option {
 // not sleeping, and holds its concurrency slots.
 func SleepInProcess(limit time.Duration) Option {
 	return Option{local: func(f *function) { f.sleepMax = max(limit, 0) }}
+}
+
+// LazyCheckpoints trades a guarantee for latency, for every step of the function (see
+// [step.Lazy] for one step): a step's result is journaled only when the function's next
+// step starts or it answers, so if the invocation is lost in between (its process
+// killed, say), the step runs again although code after it already saw its result.
+// It saves one checkpoint round trip for the last step before an answer or a
+// suspension. Without it (the default), [step.Run] returns only once the gateway has
+// journaled the step.
+func LazyCheckpoints() Option {
+	return Option{local: func(f *function) { f.lazy = true }}
 }
 
 // RunTimeout bounds each run of the function, from its creation: past it, the run fails
@@ -564,6 +577,7 @@ func (a *App) invoke(ctx context.Context, f *function, req *protocol.InvocationR
 	defer func() { code, body = withPending(st, code, body) }()
 	st.SetBudget(f.budget)
 	st.SetSleepInProcess(f.sleepMax)
+	st.SetLazy(f.lazy)
 	uctx = invocation.With(uctx, st)
 
 	var out protocol.AnyJSON

@@ -128,12 +128,13 @@ type nonRetryable struct{ err error }
 func (e *nonRetryable) Error() string { return e.err.Error() }
 func (e *nonRetryable) Unwrap() error { return e.err }
 
-// Option configures a step's retry policy.
+// Option configures a step's retry policy, or its checkpoint ([Lazy]).
 type Option struct{ apply func(*policy) }
 
 type policy struct {
 	maxAttempts     int
 	initial, maxInt time.Duration
+	lazy            bool
 }
 
 // MaxAttempts sets how many attempts the step makes in all, the first included. Values
@@ -147,6 +148,16 @@ func MaxAttempts(n int) Option {
 // values leave the gateway's defaults (the function's retry policy).
 func Backoff(initial, maxInterval time.Duration) Option {
 	return Option{func(p *policy) { p.initial, p.maxInt = initial, maxInterval }}
+}
+
+// Lazy trades a guarantee for latency, for this step (see functions.LazyCheckpoints for
+// every step of a function): its result is journaled only when the function's next step
+// starts or it answers, so if the invocation is lost in between (its process killed,
+// say), the step runs again although code after it already saw its result. It saves
+// one checkpoint round trip when the step is the last before an answer or a suspension.
+// Without it (the default), [Run] returns only once the gateway has journaled the step.
+func Lazy() Option {
+	return Option{func(p *policy) { p.lazy = true }}
 }
 
 func (p *policy) api() *protocol.RetryPolicy {
@@ -163,15 +174,17 @@ func (p *policy) api() *protocol.RetryPolicy {
 // Run runs the step called name: it returns the journaled outcome if the step already
 // finished, and otherwise calls fn and journals its outcome before returning it.
 //
-// When fn succeeds, its output is returned, and journaled before the function's next
-// step (or patch, or stream write) starts, or with its answer when none does: a
-// function's last step rides with the answer instead of a checkpoint of its own. An
-// invocation lost in between (its process killed) runs the step again on its retry, as
-// one lost between the step's end and its checkpoint always could. When fn fails (or panics)
-// and the step has attempts left, the invocation suspends and the gateway retries the
-// step later, in a new invocation. When the last attempt fails, or fn returns a
-// [NonRetryable] error, the failure is journaled and returned as an [*Error]; the
-// function may handle it and go on. fn is never called again once its step is journaled.
+// When fn succeeds, its output is journaled (the gateway has acknowledged the
+// checkpoint) before Run returns it, so once code after the step has seen the output,
+// fn never runs again: an invocation lost after that replays the output. An invocation
+// lost while fn runs, or before its checkpoint is acknowledged, runs the step again on
+// its retry (side effects inside a step happen at least once). With [Lazy] (or the
+// function's LazyCheckpoints) the output is journaled later, with what follows it. When
+// fn fails (or panics) and the step has attempts left, the invocation suspends and the
+// gateway retries the step later, in a new invocation. When the last attempt fails, or
+// fn returns a [NonRetryable] error, the failure is journaled and returned as an
+// [*Error]; the function may handle it and go on. fn is never called again once its
+// step is journaled.
 //
 // name must be 1 to 255 bytes; otherwise Run returns a non-retryable error without taking
 // a seq. It returns [ErrNoInvocation] when ctx is not an invocation's.
@@ -199,7 +212,11 @@ func Run[T any](ctx context.Context, name string, fn func(ctx context.Context) (
 	}
 
 	if err == nil {
-		if err := st.Defer(&entry); err != nil {
+		journal := st.Checkpoint
+		if p.lazy || st.Lazy() {
+			journal = st.Defer
+		}
+		if err := journal(&entry); err != nil {
 			return zero, err
 		}
 		return out, nil

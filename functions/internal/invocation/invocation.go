@@ -111,6 +111,9 @@ type State struct {
 	// pending is a finished step's entry not checkpointed yet (see Defer).
 	pending *protocol.JournalEntry
 
+	// lazy makes every step's entry wait for what follows it (see SetLazy and Defer).
+	lazy bool
+
 	// Parallel steps (see GoStart): running counts those whose function or checkpoint
 	// is under way; holes are the seqs they took that are not journaled (yet), with the
 	// retry that a failed one waits for (nil while it runs, or when it stopped). done
@@ -254,6 +257,21 @@ func (s *State) SetBudget(d time.Duration) {
 	s.mu.Lock()
 	s.budget = d
 	s.mu.Unlock()
+}
+
+// SetLazy makes the invocation's steps journal lazily by default (the function's
+// LazyCheckpoints option): see Lazy.
+func (s *State) SetLazy(lazy bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lazy = lazy
+}
+
+// Lazy says whether the invocation's steps journal lazily by default.
+func (s *State) Lazy() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lazy
 }
 
 // SetSleepInProcess sets the longest sleep the invocation waits out in its process; 0
@@ -588,16 +606,18 @@ func (s *State) Checkpoint(e *protocol.JournalEntry) error {
 	return err
 }
 
-// Defer journals e, a step that finished, later than Checkpoint would but still before
-// anything that follows it: the invocation's next entry, patch or stream write
-// checkpoints it first (Flush), and when the function answers first, it goes in the
-// answer's steps (TakePending), so a function's last step costs no checkpoint of its own.
-// Every step is still journaled before the next one starts. What changes is the window in
-// which a lost invocation runs the step again: it ends when the function moves on,
-// rather than when the step ends. Defer checkpoints e at once, as Checkpoint, while
-// parallel steps run or left holes (their windows are reckoned at checkpoint time), and
-// when its output is over maxDeferredBytes (an answer carries it beside the run's output,
-// within the gateway's bound on an answer).
+// Defer journals e, a step that finished, later than Checkpoint would, for a step that
+// opted in to lazy checkpoints (functions.LazyCheckpoints, step.Lazy): the invocation's
+// next entry, patch or stream write checkpoints it first (Flush), and when the function
+// answers first, it goes in the answer's steps (TakePending), so such a step costs no
+// checkpoint of its own when it is the function's last. Every step is still journaled
+// before the next one starts. What changes is the window in which a lost invocation runs
+// the step again: it ends when the function moves on, rather than before the step's
+// result is handed back, so code after the step may have seen a result whose step then
+// runs again. Defer checkpoints e at once, as Checkpoint, while parallel steps run or
+// left holes (their windows are reckoned at checkpoint time), and when its output is over
+// maxDeferredBytes (an answer carries it beside the run's output, within the gateway's
+// bound on an answer).
 func (s *State) Defer(e *protocol.JournalEntry) error {
 	small := e.Output == nil || len(*e.Output) <= maxDeferredBytes
 	s.mu.Lock()
