@@ -14,7 +14,9 @@ import (
 
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/signature"
+	"github.com/stepgate/stepgate/functions/step"
 	"github.com/stepgate/stepgate/internal/stack"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // signedRequest is a request the gateway made to an app.
@@ -126,4 +128,38 @@ func TestCheckpointWithAnotherRunsToken(t *testing.T) {
 	run := getRun(t, s.Client(t, s.Token), other.runID)
 	require.Empty(t, run.Journal)
 	other.mustPost(t, s, "", `{"seq":1,"kind":"step","name":"mine","output":1}`) // its own token works
+}
+
+// TestAWaitSeesOnlyEventsAfterItsInvocation checks the top of the README's events
+// section: an event stored before the invocation that reaches a wait began does not
+// resume it, even though the run was started after the event; a message sent before
+// the receive is kept for it.
+func TestAWaitSeesOnlyEventsAfterItsInvocation(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	app := s.NewApp()
+	functions.Register(app, "early.wait", func(ctx context.Context, _ struct{}) (bool, error) {
+		w, err := step.WaitForEvent[any](ctx, "paid", "early.paid", nil, time.Second)
+		return w.TimedOut, err
+	})
+	functions.Register(app, "early.receive", func(ctx context.Context, _ struct{}) (bool, error) {
+		got, err := step.Receive[string](ctx, "note", time.Minute)
+		return got.TimedOut, err
+	})
+	s.Sync(t, s.ServeApp(t, app))
+	c := s.Client(t, s.Token)
+
+	mustSendEvent(t, c, protocol.EventSend{Name: "early.paid", Data: ptr(protocol.AnyJSON(`{}`))})
+	res := mustResult(t, c, startAsync(t, c, "early.wait", `{}`))
+	require.Equal(t, protocol.RunStatusCompleted, res.Status)
+	require.JSONEq(t, `true`, string(*res.Output), "the event stored before the run's invocation did not resume its wait")
+
+	// A message sent right after the start, before the run reached its receive, is kept.
+	id := startAsync(t, c, "early.receive", `{}`)
+	sent, err := c.SendMessageWithResponse(t.Context(), id, protocol.MessageSend{Topic: "note", Data: ptr(protocol.AnyJSON(`"hi"`))})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusAccepted, sent.StatusCode(), string(sent.Body))
+	res = mustResult(t, c, id)
+	require.Equal(t, protocol.RunStatusCompleted, res.Status)
+	require.JSONEq(t, `false`, string(*res.Output), "the message was kept for the receive")
 }
