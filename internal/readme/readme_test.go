@@ -41,11 +41,35 @@ type block struct {
 
 func (b block) String() string { return fmt.Sprintf("%s:%d", b.file, b.line) }
 
-// TestGoBlocksCompile type-checks (and vets) every Go block of README.md and docs/*.md, each as a
-// package of its own inside this module (under testdata, which ./... skips), so that
-// they import stepgate's packages with no network.
+// TestGoBlocksCompile type-checks (and vets) every Go block of README.md and
+// docs/*.md, each as a package of its own inside this module (under testdata, which
+// ./... skips), so that they import stepgate's packages with no network.
 func TestGoBlocksCompile(t *testing.T) {
 	root := moduleRoot(t)
+	blocks := markdownBlocks(t, root)
+	for _, b := range blocks {
+		if !b.whole {
+			continue
+		}
+		if formatted, err := format.Source([]byte(b.code)); err == nil && !bytes.Equal(formatted, []byte(b.code)) {
+			t.Errorf("%s: the block is not gofmt'd", b)
+		}
+	}
+
+	dir := blockDir(t, root)
+	// go vet type-checks every package it is given, main or not, and writes nothing.
+	args := []string{"vet"}
+	for i, b := range blocks {
+		args = append(args, "./"+filepath.ToSlash(mustRel(t, root, writeBlock(t, dir, fmt.Sprintf("b%02d", i), b.src))))
+	}
+	goCommand(t, root, args...)
+	t.Logf("%d Go blocks compiled", len(blocks))
+}
+
+// markdownBlocks returns the Go blocks of README.md and docs/*.md, failing the test for
+// a block that follows neither rule.
+func markdownBlocks(t *testing.T, root string) []block {
+	t.Helper()
 	files := []string{"README.md"}
 	more, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	if err != nil {
@@ -69,40 +93,45 @@ func TestGoBlocksCompile(t *testing.T) {
 	if len(blocks) == 0 {
 		t.Fatal("no Go blocks found in README.md: is the test reading the right file?")
 	}
-	for _, b := range blocks {
-		if !b.whole {
-			continue
-		}
-		if formatted, err := format.Source([]byte(b.code)); err == nil && !bytes.Equal(formatted, []byte(b.code)) {
-			t.Errorf("%s: the block is not gofmt'd", b)
-		}
-	}
+	return blocks
+}
 
+// blockDir makes a directory for blocks inside the module (under testdata, which ./...
+// skips), removed when the test ends.
+func blockDir(t *testing.T, root string) string {
+	t.Helper()
 	dir, err := os.MkdirTemp(filepath.Join(root, "internal", "readme", "testdata"), "blocks-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	// go vet type-checks every package it is given, main or not, and writes nothing.
-	args := []string{"vet"}
-	for i, b := range blocks {
-		pkg := filepath.Join(dir, fmt.Sprintf("b%02d", i))
-		if err := os.Mkdir(pkg, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(pkg, "block.go"), []byte(b.src), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		args = append(args, "./"+filepath.ToSlash(mustRel(t, root, pkg)))
+	return dir
+}
+
+// writeBlock writes src as the one file of the package dir/name, and returns its
+// directory.
+func writeBlock(t *testing.T, dir, name, src string) string {
+	t.Helper()
+	pkg := filepath.Join(dir, name)
+	if err := os.Mkdir(pkg, 0o755); err != nil {
+		t.Fatal(err)
 	}
+	if err := os.WriteFile(filepath.Join(pkg, "block.go"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return pkg
+}
+
+// goCommand runs the go command in root, offline (every import must come from this
+// module or its go.mod), failing the test with its output when it fails.
+func goCommand(t *testing.T, root string, args ...string) {
+	t.Helper()
 	cmd := exec.Command("go", args...)
 	cmd.Dir = root
-	// Offline: every import must come from this module or its go.mod.
 	cmd.Env = append(os.Environ(), "GOPROXY=off", "GOFLAGS=-mod=readonly")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("the Go blocks do not compile (positions are in the markdown):\n%s", out)
+		t.Fatalf("go %s: the Go blocks do not compile (positions are in the markdown):\n%s", args[0], out)
 	}
-	t.Logf("%d Go blocks compiled", len(blocks))
 }
 
 // goBlocks returns the Go blocks of the markdown text of file (at path, which the
