@@ -22,9 +22,10 @@ var (
 	shellRefs   = regexp.MustCompile(`^\s*(?:go run \./cmd/)?stepgate ([a-z][a-z-]*)(?: ([a-z][a-z-]*))?`)
 )
 
-// TestDocsNameRealCommands checks that every stepgate command the docs and the Go SDK
-// name (its doc comments and messages) is one the command line knows: each, with -h,
-// prints its usage instead of "unknown command".
+// TestDocsNameRealCommands checks that every stepgate command named by the docs
+// (README.md, docs/*.md, sdk/typescript/README.md, openapi.yaml), the Go SDK and the
+// examples' command (doc comments and messages) is one the command line knows: listed
+// by "stepgate help", and answering -h with its usage (see knownCommand).
 func TestDocsNameRealCommands(t *testing.T) {
 	root := filepath.Join("..", "..")
 	paths := []string{"README.md", "openapi.yaml", filepath.Join("sdk", "typescript", "README.md")}
@@ -35,14 +36,16 @@ func TestDocsNameRealCommands(t *testing.T) {
 	for _, d := range docs {
 		paths = append(paths, strings.TrimPrefix(d, root+string(filepath.Separator)))
 	}
-	err = filepath.WalkDir(filepath.Join(root, "functions"), func(p string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".go") && !strings.HasSuffix(p, "_test.go") {
-			paths = append(paths, strings.TrimPrefix(p, root+string(filepath.Separator)))
+	for _, dir := range []string{"functions", filepath.Join("cmd", "stepgate-examples")} {
+		err = filepath.WalkDir(filepath.Join(root, dir), func(p string, d fs.DirEntry, err error) error {
+			if err == nil && !d.IsDir() && strings.HasSuffix(p, ".go") && !strings.HasSuffix(p, "_test.go") {
+				paths = append(paths, strings.TrimPrefix(p, root+string(filepath.Separator)))
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 
 	seen := map[string]bool{}
