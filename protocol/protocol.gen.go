@@ -452,10 +452,9 @@ type AttemptFailure struct {
 // or that holds an object or an array, matches nothing. An event stored since the
 // invocation started matches too (so none is lost while the function decides to
 // wait), unless another wait of this run already received it; one stored before
-// never does. The first matching
-// event resumes the run, in its own transaction: the gateway journals at `seq` an
-// entry of kind `wait_event` named `name` with `{"event": ...}` and calls the run
-// again. When `timeout` (from `1s` to 10 years, default `24h`) passes first, the
+// never does. The first matching event resumes the run, in its own transaction:
+// the gateway journals at `seq` an entry of kind `wait_event` named `name` with
+// `{"event": ...}` and calls the run again. When `timeout` (from `1s` to 10 years, default `24h`) passes first, the
 // entry is `{"timed_out": true}`. A tenant's runs may wait on at most 64 different
 // sets of paths per event name.
 //
@@ -971,10 +970,9 @@ type InvocationAnswer struct {
 	// or that holds an object or an array, matches nothing. An event stored since the
 	// invocation started matches too (so none is lost while the function decides to
 	// wait), unless another wait of this run already received it; one stored before
-	// never does. The first matching
-	// event resumes the run, in its own transaction: the gateway journals at `seq` an
-	// entry of kind `wait_event` named `name` with `{"event": ...}` and calls the run
-	// again. When `timeout` (from `1s` to 10 years, default `24h`) passes first, the
+	// never does. The first matching event resumes the run, in its own transaction:
+	// the gateway journals at `seq` an entry of kind `wait_event` named `name` with
+	// `{"event": ...}` and calls the run again. When `timeout` (from `1s` to 10 years, default `24h`) passes first, the
 	// entry is `{"timed_out": true}`. A tenant's runs may wait on at most 64 different
 	// sets of paths per event name.
 	//
@@ -2692,9 +2690,10 @@ type ClientInterface interface {
 	// signature by your tenant's private key, which never leaves the gateway (see the
 	// `Stepgate-Signature` header in the function protocol). Functions verify it with
 	// these public keys: the current one, and each replaced one still in its rotation's
-	// overlap (up to 3 in all), all signing every request until their `retires_at`. The tenant's first key is
-	// made on its first request or on this call. The answer is a JSON Web Key Set
-	// (`kty` `OKP`, `crv` `Ed25519`, `x` the key in base64url), with `tenant`.
+	// overlap (up to 3 in all), all signing every request until their `retires_at`. The
+	// tenant's first key is made on its first request or on this call. The answer is a
+	// JSON Web Key Set (`kty` `OKP`, `crv` `Ed25519`, `x` the key in base64url), with
+	// `tenant`.
 	//
 	// Corresponds with GET /v1/signing-keys (the `ListSigningKeys` operationId).
 	ListSigningKeys(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2715,8 +2714,8 @@ type ClientInterface interface {
 	// holder of a secret can sign with it, so any of your functions given it could forge
 	// requests to your other functions. Prefer the public keys. The secrets are your
 	// tenant's alone: no other tenant's request is signed with them. Each is 32 bytes in
-	// base64url without padding: decode it, and use the bytes as the HMAC key. `stepgate
-	// keys secrets` prints them as `STEPGATE_HMAC_SECRETS=<secret>,...`.
+	// base64url without padding: decode it, and use the bytes as the HMAC key.
+	// `stepgate keys secrets` prints them as `STEPGATE_HMAC_SECRETS=<secret>,...`.
 	//
 	// Corresponds with GET /v1/signing-keys/secrets (the `ListSigningSecrets` operationId).
 	ListSigningSecrets(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3923,9 +3922,10 @@ func (c *Client) PutSchedule(ctx context.Context, name ScheduleName, body PutSch
 // signature by your tenant's private key, which never leaves the gateway (see the
 // `Stepgate-Signature` header in the function protocol). Functions verify it with
 // these public keys: the current one, and each replaced one still in its rotation's
-// overlap (up to 3 in all), all signing every request until their `retires_at`. The tenant's first key is
-// made on its first request or on this call. The answer is a JSON Web Key Set
-// (`kty` `OKP`, `crv` `Ed25519`, `x` the key in base64url), with `tenant`.
+// overlap (up to 3 in all), all signing every request until their `retires_at`. The
+// tenant's first key is made on its first request or on this call. The answer is a
+// JSON Web Key Set (`kty` `OKP`, `crv` `Ed25519`, `x` the key in base64url), with
+// `tenant`.
 //
 // Corresponds with GET /v1/signing-keys (the `ListSigningKeys` operationId).
 func (c *Client) ListSigningKeys(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3966,8 +3966,8 @@ func (c *Client) RotateSigningKey(ctx context.Context, params *RotateSigningKeyP
 // holder of a secret can sign with it, so any of your functions given it could forge
 // requests to your other functions. Prefer the public keys. The secrets are your
 // tenant's alone: no other tenant's request is signed with them. Each is 32 bytes in
-// base64url without padding: decode it, and use the bytes as the HMAC key. `stepgate
-// keys secrets` prints them as `STEPGATE_HMAC_SECRETS=<secret>,...`.
+// base64url without padding: decode it, and use the bytes as the HMAC key.
+// `stepgate keys secrets` prints them as `STEPGATE_HMAC_SECRETS=<secret>,...`.
 //
 // Corresponds with GET /v1/signing-keys/secrets (the `ListSigningSecrets` operationId).
 func (c *Client) ListSigningSecrets(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -6744,9 +6744,10 @@ type ClientWithResponsesInterface interface {
 	// signature by your tenant's private key, which never leaves the gateway (see the
 	// `Stepgate-Signature` header in the function protocol). Functions verify it with
 	// these public keys: the current one, and each replaced one still in its rotation's
-	// overlap (up to 3 in all), all signing every request until their `retires_at`. The tenant's first key is
-	// made on its first request or on this call. The answer is a JSON Web Key Set
-	// (`kty` `OKP`, `crv` `Ed25519`, `x` the key in base64url), with `tenant`.
+	// overlap (up to 3 in all), all signing every request until their `retires_at`. The
+	// tenant's first key is made on its first request or on this call. The answer is a
+	// JSON Web Key Set (`kty` `OKP`, `crv` `Ed25519`, `x` the key in base64url), with
+	// `tenant`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -6771,8 +6772,8 @@ type ClientWithResponsesInterface interface {
 	// holder of a secret can sign with it, so any of your functions given it could forge
 	// requests to your other functions. Prefer the public keys. The secrets are your
 	// tenant's alone: no other tenant's request is signed with them. Each is 32 bytes in
-	// base64url without padding: decode it, and use the bytes as the HMAC key. `stepgate
-	// keys secrets` prints them as `STEPGATE_HMAC_SECRETS=<secret>,...`.
+	// base64url without padding: decode it, and use the bytes as the HMAC key.
+	// `stepgate keys secrets` prints them as `STEPGATE_HMAC_SECRETS=<secret>,...`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -10411,9 +10412,10 @@ func (c *ClientWithResponses) PutScheduleWithResponse(ctx context.Context, name 
 // signature by your tenant's private key, which never leaves the gateway (see the
 // `Stepgate-Signature` header in the function protocol). Functions verify it with
 // these public keys: the current one, and each replaced one still in its rotation's
-// overlap (up to 3 in all), all signing every request until their `retires_at`. The tenant's first key is
-// made on its first request or on this call. The answer is a JSON Web Key Set
-// (`kty` `OKP`, `crv` `Ed25519`, `x` the key in base64url), with `tenant`.
+// overlap (up to 3 in all), all signing every request until their `retires_at`. The
+// tenant's first key is made on its first request or on this call. The answer is a
+// JSON Web Key Set (`kty` `OKP`, `crv` `Ed25519`, `x` the key in base64url), with
+// `tenant`.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -10450,8 +10452,8 @@ func (c *ClientWithResponses) RotateSigningKeyWithResponse(ctx context.Context, 
 // holder of a secret can sign with it, so any of your functions given it could forge
 // requests to your other functions. Prefer the public keys. The secrets are your
 // tenant's alone: no other tenant's request is signed with them. Each is 32 bytes in
-// base64url without padding: decode it, and use the bytes as the HMAC key. `stepgate
-// keys secrets` prints them as `STEPGATE_HMAC_SECRETS=<secret>,...`.
+// base64url without padding: decode it, and use the bytes as the HMAC key.
+// `stepgate keys secrets` prints them as `STEPGATE_HMAC_SECRETS=<secret>,...`.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -689,9 +689,10 @@ export interface paths {
          *     signature by your tenant's private key, which never leaves the gateway (see the
          *     `Stepgate-Signature` header in the function protocol). Functions verify it with
          *     these public keys: the current one, and each replaced one still in its rotation's
-         *     overlap (up to 3 in all), all signing every request until their `retires_at`. The tenant's first key is
-         *     made on its first request or on this call. The answer is a JSON Web Key Set
-         *     (`kty` `OKP`, `crv` `Ed25519`, `x` the key in base64url), with `tenant`.
+         *     overlap (up to 3 in all), all signing every request until their `retires_at`. The
+         *     tenant's first key is made on its first request or on this call. The answer is a
+         *     JSON Web Key Set (`kty` `OKP`, `crv` `Ed25519`, `x` the key in base64url), with
+         *     `tenant`.
          */
         get: operations["listSigningKeys"];
         put?: never;
@@ -738,8 +739,8 @@ export interface paths {
          *     holder of a secret can sign with it, so any of your functions given it could forge
          *     requests to your other functions. Prefer the public keys. The secrets are your
          *     tenant's alone: no other tenant's request is signed with them. Each is 32 bytes in
-         *     base64url without padding: decode it, and use the bytes as the HMAC key. `stepgate
-         *     keys secrets` prints them as `STEPGATE_HMAC_SECRETS=<secret>,...`.
+         *     base64url without padding: decode it, and use the bytes as the HMAC key.
+         *     `stepgate keys secrets` prints them as `STEPGATE_HMAC_SECRETS=<secret>,...`.
          */
         get: operations["listSigningSecrets"];
         put?: never;
@@ -1749,10 +1750,9 @@ export interface components {
          *     or that holds an object or an array, matches nothing. An event stored since the
          *     invocation started matches too (so none is lost while the function decides to
          *     wait), unless another wait of this run already received it; one stored before
-         *     never does. The first matching
-         *     event resumes the run, in its own transaction: the gateway journals at `seq` an
-         *     entry of kind `wait_event` named `name` with `{"event": ...}` and calls the run
-         *     again. When `timeout` (from `1s` to 10 years, default `24h`) passes first, the
+         *     never does. The first matching event resumes the run, in its own transaction:
+         *     the gateway journals at `seq` an entry of kind `wait_event` named `name` with
+         *     `{"event": ...}` and calls the run again. When `timeout` (from `1s` to 10 years, default `24h`) passes first, the
          *     entry is `{"timed_out": true}`. A tenant's runs may wait on at most 64 different
          *     sets of paths per event name.
          *
