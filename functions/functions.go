@@ -54,9 +54,11 @@ type Config struct {
 	// sign a request these accept.
 	PublicKeys []ed25519.PublicKey
 	// HMACSecrets verify the HMAC-SHA256 signature (v1) instead, for when Ed25519 is not
-	// at hand: your tenant's secrets, as `stepgate keys secret` prints them. Weaker: every
-	// holder of the secret, such as each of your tenant's other functions, can sign with
-	// it. Each must be at least 32 bytes.
+	// at hand: your tenant's secrets, decoded. `stepgate keys secrets` prints them as
+	// STEPGATE_HMAC_SECRETS=<secret>,... in base64url (signature.ParseSecrets decodes
+	// that form); the key is the decoded bytes, not the text. Weaker: every holder of the
+	// secret, such as each of your tenant's other functions, can sign with it. Each must
+	// be at least 32 bytes.
 	HMACSecrets [][]byte
 	// Keys, when set, returns the keys of the tenant a request names, and PublicKeys and
 	// HMACSecrets are not used: for an app that serves several tenants, or that fetches
@@ -154,8 +156,10 @@ func defaultClient() *http.Client {
 }
 
 // Option configures a function's entry in the manifest, which the gateway applies:
-// Timeout, MaxAttempts, Backoff, InvokeRoles, Triggers, Concurrency, Throttle, RateLimit,
-// Debounce.
+// [Timeout], [MaxAttempts], [Backoff], [MaxInvocationDuration], [RunTimeout],
+// [Retention], [InvokeRoles], [OnEvent], [Concurrency], [Throttle], [RateLimit],
+// [Debounce], [Priority]; or this SDK's own handling of it, not sent to the gateway:
+// [SleepInProcess].
 type Option struct {
 	set   func(*protocol.FunctionConfig)
 	local func(*function) // an option of this SDK's, not sent to the gateway

@@ -451,10 +451,10 @@ type AttemptFailure struct {
 // name. Numbers match by value (`1` and `1.0` are equal); a path the event lacks,
 // or that holds an object or an array, matches nothing. An event stored since the
 // invocation started matches too (so none is lost while the function decides to
-// wait), unless another wait of this run already received it. The first matching
-// event resumes the run, in its own transaction: the gateway journals at `seq` an
-// entry of kind `wait_event` named `name` with `{"event": ...}` and calls the run
-// again. When `timeout` (from `1s` to 10 years, default `24h`) passes first, the
+// wait), unless another wait of this run already received it; one stored before
+// never does. The first matching event resumes the run, in its own transaction:
+// the gateway journals at `seq` an entry of kind `wait_event` named `name` with
+// `{"event": ...}` and calls the run again. When `timeout` (from `1s` to 10 years, default `24h`) passes first, the
 // entry is `{"timed_out": true}`. A tenant's runs may wait on at most 64 different
 // sets of paths per event name.
 //
@@ -969,10 +969,10 @@ type InvocationAnswer struct {
 	// name. Numbers match by value (`1` and `1.0` are equal); a path the event lacks,
 	// or that holds an object or an array, matches nothing. An event stored since the
 	// invocation started matches too (so none is lost while the function decides to
-	// wait), unless another wait of this run already received it. The first matching
-	// event resumes the run, in its own transaction: the gateway journals at `seq` an
-	// entry of kind `wait_event` named `name` with `{"event": ...}` and calls the run
-	// again. When `timeout` (from `1s` to 10 years, default `24h`) passes first, the
+	// wait), unless another wait of this run already received it; one stored before
+	// never does. The first matching event resumes the run, in its own transaction:
+	// the gateway journals at `seq` an entry of kind `wait_event` named `name` with
+	// `{"event": ...}` and calls the run again. When `timeout` (from `1s` to 10 years, default `24h`) passes first, the
 	// entry is `{"timed_out": true}`. A tenant's runs may wait on at most 64 different
 	// sets of paths per event name.
 	//
@@ -2083,7 +2083,10 @@ type ClientInterface interface {
 	// The event also resumes every run of the tenant that waits for it (a `wait_event`
 	// await whose `event` is this name and whose `match` its fields hold), in the same
 	// transaction: each such run's wait is journaled with this event and the run is
-	// invoked again (`resumed`). A duplicate resumes nothing.
+	// invoked again (`resumed`). A duplicate resumes nothing. A wait sees only events
+	// stored after the invocation that reached it began: an event is not kept for a run
+	// that waits for it later. To start a run and then send it something, post a
+	// message to it (`POST /v1/runs/{id}/messages`), which its mailbox keeps.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2104,7 +2107,10 @@ type ClientInterface interface {
 	// The event also resumes every run of the tenant that waits for it (a `wait_event`
 	// await whose `event` is this name and whose `match` its fields hold), in the same
 	// transaction: each such run's wait is journaled with this event and the run is
-	// invoked again (`resumed`). A duplicate resumes nothing.
+	// invoked again (`resumed`). A duplicate resumes nothing. A wait sees only events
+	// stored after the invocation that reached it began: an event is not kept for a run
+	// that waits for it later. To start a run and then send it something, post a
+	// message to it (`POST /v1/runs/{id}/messages`), which its mailbox keeps.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2352,6 +2358,10 @@ type ClientInterface interface {
 	// a user JWT. 200: the entry is durable (an identical repeat is also 200). 409: the entry
 	// conflicts with the journal (nondeterminism) or the invocation was superseded (the run
 	// was cancelled, finished, or another attempt owns it): the function must stop at once.
+	// 401: nothing was journaled; the token is missing, malformed, expired or signed with a
+	// retired key, or it is the token of another run's invocation (`detail`: `invocation
+	// token is for another run`). Stop and fail the invocation (answer anything but 200):
+	// its retry brings a new token.
 	//
 	// A `sleep` entry may be checkpointed, for a short sleep that the function waits out in
 	// its process instead of suspending the run (one invocation instead of two): with
@@ -2381,6 +2391,10 @@ type ClientInterface interface {
 	// a user JWT. 200: the entry is durable (an identical repeat is also 200). 409: the entry
 	// conflicts with the journal (nondeterminism) or the invocation was superseded (the run
 	// was cancelled, finished, or another attempt owns it): the function must stop at once.
+	// 401: nothing was journaled; the token is missing, malformed, expired or signed with a
+	// retired key, or it is the token of another run's invocation (`detail`: `invocation
+	// token is for another run`). Stop and fail the invocation (answer anything but 200):
+	// its retry brings a new token.
 	//
 	// A `sleep` entry may be checkpointed, for a short sleep that the function waits out in
 	// its process instead of suspending the run (one invocation instead of two): with
@@ -2675,10 +2689,11 @@ type ClientInterface interface {
 	// Every request from the gateway to a function of your tenant carries an Ed25519
 	// signature by your tenant's private key, which never leaves the gateway (see the
 	// `Stepgate-Signature` header in the function protocol). Functions verify it with
-	// these public keys: the current one, and during a rotation's overlap the one it
-	// replaces, both signing every request until `retires_at`. The tenant's first key is
-	// made on its first request or on this call. The answer is a JSON Web Key Set
-	// (`kty` `OKP`, `crv` `Ed25519`, `x` the key in base64url), with `tenant`.
+	// these public keys: the current one, and each replaced one still in its rotation's
+	// overlap (up to 3 in all), all signing every request until their `retires_at`. The
+	// tenant's first key is made on its first request or on this call. The answer is a
+	// JSON Web Key Set (`kty` `OKP`, `crv` `Ed25519`, `x` the key in base64url), with
+	// `tenant`.
 	//
 	// Corresponds with GET /v1/signing-keys (the `ListSigningKeys` operationId).
 	ListSigningKeys(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2698,7 +2713,9 @@ type ClientInterface interface {
 	// for languages whose standard library lacks Ed25519. It is the weaker choice: every
 	// holder of a secret can sign with it, so any of your functions given it could forge
 	// requests to your other functions. Prefer the public keys. The secrets are your
-	// tenant's alone: no other tenant's request is signed with them.
+	// tenant's alone: no other tenant's request is signed with them. Each is 32 bytes in
+	// base64url without padding: decode it, and use the bytes as the HMAC key.
+	// `stepgate keys secrets` prints them as `STEPGATE_HMAC_SECRETS=<secret>,...`.
 	//
 	// Corresponds with GET /v1/signing-keys/secrets (the `ListSigningSecrets` operationId).
 	ListSigningSecrets(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2908,7 +2925,10 @@ func (c *Client) ListEvents(ctx context.Context, params *ListEventsParams, reqEd
 // The event also resumes every run of the tenant that waits for it (a `wait_event`
 // await whose `event` is this name and whose `match` its fields hold), in the same
 // transaction: each such run's wait is journaled with this event and the run is
-// invoked again (`resumed`). A duplicate resumes nothing.
+// invoked again (`resumed`). A duplicate resumes nothing. A wait sees only events
+// stored after the invocation that reached it began: an event is not kept for a run
+// that waits for it later. To start a run and then send it something, post a
+// message to it (`POST /v1/runs/{id}/messages`), which its mailbox keeps.
 //
 // Takes any type of body and a specified content type.
 //
@@ -2939,7 +2959,10 @@ func (c *Client) SendEventWithBody(ctx context.Context, contentType string, body
 // The event also resumes every run of the tenant that waits for it (a `wait_event`
 // await whose `event` is this name and whose `match` its fields hold), in the same
 // transaction: each such run's wait is journaled with this event and the run is
-// invoked again (`resumed`). A duplicate resumes nothing.
+// invoked again (`resumed`). A duplicate resumes nothing. A wait sees only events
+// stored after the invocation that reached it began: an event is not kept for a run
+// that waits for it later. To start a run and then send it something, post a
+// message to it (`POST /v1/runs/{id}/messages`), which its mailbox keeps.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3387,6 +3410,10 @@ func (c *Client) CancelRun(ctx context.Context, id RunID, reqEditors ...RequestE
 // a user JWT. 200: the entry is durable (an identical repeat is also 200). 409: the entry
 // conflicts with the journal (nondeterminism) or the invocation was superseded (the run
 // was cancelled, finished, or another attempt owns it): the function must stop at once.
+// 401: nothing was journaled; the token is missing, malformed, expired or signed with a
+// retired key, or it is the token of another run's invocation (`detail`: `invocation
+// token is for another run`). Stop and fail the invocation (answer anything but 200):
+// its retry brings a new token.
 //
 // A `sleep` entry may be checkpointed, for a short sleep that the function waits out in
 // its process instead of suspending the run (one invocation instead of two): with
@@ -3426,6 +3453,10 @@ func (c *Client) CheckpointWithBody(ctx context.Context, id RunID, contentType s
 // a user JWT. 200: the entry is durable (an identical repeat is also 200). 409: the entry
 // conflicts with the journal (nondeterminism) or the invocation was superseded (the run
 // was cancelled, finished, or another attempt owns it): the function must stop at once.
+// 401: nothing was journaled; the token is missing, malformed, expired or signed with a
+// retired key, or it is the token of another run's invocation (`detail`: `invocation
+// token is for another run`). Stop and fail the invocation (answer anything but 200):
+// its retry brings a new token.
 //
 // A `sleep` entry may be checkpointed, for a short sleep that the function waits out in
 // its process instead of suspending the run (one invocation instead of two): with
@@ -3890,10 +3921,11 @@ func (c *Client) PutSchedule(ctx context.Context, name ScheduleName, body PutSch
 // Every request from the gateway to a function of your tenant carries an Ed25519
 // signature by your tenant's private key, which never leaves the gateway (see the
 // `Stepgate-Signature` header in the function protocol). Functions verify it with
-// these public keys: the current one, and during a rotation's overlap the one it
-// replaces, both signing every request until `retires_at`. The tenant's first key is
-// made on its first request or on this call. The answer is a JSON Web Key Set
-// (`kty` `OKP`, `crv` `Ed25519`, `x` the key in base64url), with `tenant`.
+// these public keys: the current one, and each replaced one still in its rotation's
+// overlap (up to 3 in all), all signing every request until their `retires_at`. The
+// tenant's first key is made on its first request or on this call. The answer is a
+// JSON Web Key Set (`kty` `OKP`, `crv` `Ed25519`, `x` the key in base64url), with
+// `tenant`.
 //
 // Corresponds with GET /v1/signing-keys (the `ListSigningKeys` operationId).
 func (c *Client) ListSigningKeys(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3933,7 +3965,9 @@ func (c *Client) RotateSigningKey(ctx context.Context, params *RotateSigningKeyP
 // for languages whose standard library lacks Ed25519. It is the weaker choice: every
 // holder of a secret can sign with it, so any of your functions given it could forge
 // requests to your other functions. Prefer the public keys. The secrets are your
-// tenant's alone: no other tenant's request is signed with them.
+// tenant's alone: no other tenant's request is signed with them. Each is 32 bytes in
+// base64url without padding: decode it, and use the bytes as the HMAC key.
+// `stepgate keys secrets` prints them as `STEPGATE_HMAC_SECRETS=<secret>,...`.
 //
 // Corresponds with GET /v1/signing-keys/secrets (the `ListSigningSecrets` operationId).
 func (c *Client) ListSigningSecrets(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -6069,7 +6103,10 @@ type ClientWithResponsesInterface interface {
 	// The event also resumes every run of the tenant that waits for it (a `wait_event`
 	// await whose `event` is this name and whose `match` its fields hold), in the same
 	// transaction: each such run's wait is journaled with this event and the run is
-	// invoked again (`resumed`). A duplicate resumes nothing.
+	// invoked again (`resumed`). A duplicate resumes nothing. A wait sees only events
+	// stored after the invocation that reached it began: an event is not kept for a run
+	// that waits for it later. To start a run and then send it something, post a
+	// message to it (`POST /v1/runs/{id}/messages`), which its mailbox keeps.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6090,7 +6127,10 @@ type ClientWithResponsesInterface interface {
 	// The event also resumes every run of the tenant that waits for it (a `wait_event`
 	// await whose `event` is this name and whose `match` its fields hold), in the same
 	// transaction: each such run's wait is journaled with this event and the run is
-	// invoked again (`resumed`). A duplicate resumes nothing.
+	// invoked again (`resumed`). A duplicate resumes nothing. A wait sees only events
+	// stored after the invocation that reached it began: an event is not kept for a run
+	// that waits for it later. To start a run and then send it something, post a
+	// message to it (`POST /v1/runs/{id}/messages`), which its mailbox keeps.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6356,6 +6396,10 @@ type ClientWithResponsesInterface interface {
 	// a user JWT. 200: the entry is durable (an identical repeat is also 200). 409: the entry
 	// conflicts with the journal (nondeterminism) or the invocation was superseded (the run
 	// was cancelled, finished, or another attempt owns it): the function must stop at once.
+	// 401: nothing was journaled; the token is missing, malformed, expired or signed with a
+	// retired key, or it is the token of another run's invocation (`detail`: `invocation
+	// token is for another run`). Stop and fail the invocation (answer anything but 200):
+	// its retry brings a new token.
 	//
 	// A `sleep` entry may be checkpointed, for a short sleep that the function waits out in
 	// its process instead of suspending the run (one invocation instead of two): with
@@ -6385,6 +6429,10 @@ type ClientWithResponsesInterface interface {
 	// a user JWT. 200: the entry is durable (an identical repeat is also 200). 409: the entry
 	// conflicts with the journal (nondeterminism) or the invocation was superseded (the run
 	// was cancelled, finished, or another attempt owns it): the function must stop at once.
+	// 401: nothing was journaled; the token is missing, malformed, expired or signed with a
+	// retired key, or it is the token of another run's invocation (`detail`: `invocation
+	// token is for another run`). Stop and fail the invocation (answer anything but 200):
+	// its retry brings a new token.
 	//
 	// A `sleep` entry may be checkpointed, for a short sleep that the function waits out in
 	// its process instead of suspending the run (one invocation instead of two): with
@@ -6695,10 +6743,11 @@ type ClientWithResponsesInterface interface {
 	// Every request from the gateway to a function of your tenant carries an Ed25519
 	// signature by your tenant's private key, which never leaves the gateway (see the
 	// `Stepgate-Signature` header in the function protocol). Functions verify it with
-	// these public keys: the current one, and during a rotation's overlap the one it
-	// replaces, both signing every request until `retires_at`. The tenant's first key is
-	// made on its first request or on this call. The answer is a JSON Web Key Set
-	// (`kty` `OKP`, `crv` `Ed25519`, `x` the key in base64url), with `tenant`.
+	// these public keys: the current one, and each replaced one still in its rotation's
+	// overlap (up to 3 in all), all signing every request until their `retires_at`. The
+	// tenant's first key is made on its first request or on this call. The answer is a
+	// JSON Web Key Set (`kty` `OKP`, `crv` `Ed25519`, `x` the key in base64url), with
+	// `tenant`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -6722,7 +6771,9 @@ type ClientWithResponsesInterface interface {
 	// for languages whose standard library lacks Ed25519. It is the weaker choice: every
 	// holder of a secret can sign with it, so any of your functions given it could forge
 	// requests to your other functions. Prefer the public keys. The secrets are your
-	// tenant's alone: no other tenant's request is signed with them.
+	// tenant's alone: no other tenant's request is signed with them. Each is 32 bytes in
+	// base64url without padding: decode it, and use the bytes as the HMAC key.
+	// `stepgate keys secrets` prints them as `STEPGATE_HMAC_SECRETS=<secret>,...`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -9486,7 +9537,10 @@ func (c *ClientWithResponses) ListEventsWithResponse(ctx context.Context, params
 // The event also resumes every run of the tenant that waits for it (a `wait_event`
 // await whose `event` is this name and whose `match` its fields hold), in the same
 // transaction: each such run's wait is journaled with this event and the run is
-// invoked again (`resumed`). A duplicate resumes nothing.
+// invoked again (`resumed`). A duplicate resumes nothing. A wait sees only events
+// stored after the invocation that reached it began: an event is not kept for a run
+// that waits for it later. To start a run and then send it something, post a
+// message to it (`POST /v1/runs/{id}/messages`), which its mailbox keeps.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -9513,7 +9567,10 @@ func (c *ClientWithResponses) SendEventWithBodyWithResponse(ctx context.Context,
 // The event also resumes every run of the tenant that waits for it (a `wait_event`
 // await whose `event` is this name and whose `match` its fields hold), in the same
 // transaction: each such run's wait is journaled with this event and the run is
-// invoked again (`resumed`). A duplicate resumes nothing.
+// invoked again (`resumed`). A duplicate resumes nothing. A wait sees only events
+// stored after the invocation that reached it began: an event is not kept for a run
+// that waits for it later. To start a run and then send it something, post a
+// message to it (`POST /v1/runs/{id}/messages`), which its mailbox keeps.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -9899,6 +9956,10 @@ func (c *ClientWithResponses) CancelRunWithResponse(ctx context.Context, id RunI
 // a user JWT. 200: the entry is durable (an identical repeat is also 200). 409: the entry
 // conflicts with the journal (nondeterminism) or the invocation was superseded (the run
 // was cancelled, finished, or another attempt owns it): the function must stop at once.
+// 401: nothing was journaled; the token is missing, malformed, expired or signed with a
+// retired key, or it is the token of another run's invocation (`detail`: `invocation
+// token is for another run`). Stop and fail the invocation (answer anything but 200):
+// its retry brings a new token.
 //
 // A `sleep` entry may be checkpointed, for a short sleep that the function waits out in
 // its process instead of suspending the run (one invocation instead of two): with
@@ -9934,6 +9995,10 @@ func (c *ClientWithResponses) CheckpointWithBodyWithResponse(ctx context.Context
 // a user JWT. 200: the entry is durable (an identical repeat is also 200). 409: the entry
 // conflicts with the journal (nondeterminism) or the invocation was superseded (the run
 // was cancelled, finished, or another attempt owns it): the function must stop at once.
+// 401: nothing was journaled; the token is missing, malformed, expired or signed with a
+// retired key, or it is the token of another run's invocation (`detail`: `invocation
+// token is for another run`). Stop and fail the invocation (answer anything but 200):
+// its retry brings a new token.
 //
 // A `sleep` entry may be checkpointed, for a short sleep that the function waits out in
 // its process instead of suspending the run (one invocation instead of two): with
@@ -10346,10 +10411,11 @@ func (c *ClientWithResponses) PutScheduleWithResponse(ctx context.Context, name 
 // Every request from the gateway to a function of your tenant carries an Ed25519
 // signature by your tenant's private key, which never leaves the gateway (see the
 // `Stepgate-Signature` header in the function protocol). Functions verify it with
-// these public keys: the current one, and during a rotation's overlap the one it
-// replaces, both signing every request until `retires_at`. The tenant's first key is
-// made on its first request or on this call. The answer is a JSON Web Key Set
-// (`kty` `OKP`, `crv` `Ed25519`, `x` the key in base64url), with `tenant`.
+// these public keys: the current one, and each replaced one still in its rotation's
+// overlap (up to 3 in all), all signing every request until their `retires_at`. The
+// tenant's first key is made on its first request or on this call. The answer is a
+// JSON Web Key Set (`kty` `OKP`, `crv` `Ed25519`, `x` the key in base64url), with
+// `tenant`.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -10385,7 +10451,9 @@ func (c *ClientWithResponses) RotateSigningKeyWithResponse(ctx context.Context, 
 // for languages whose standard library lacks Ed25519. It is the weaker choice: every
 // holder of a secret can sign with it, so any of your functions given it could forge
 // requests to your other functions. Prefer the public keys. The secrets are your
-// tenant's alone: no other tenant's request is signed with them.
+// tenant's alone: no other tenant's request is signed with them. Each is 32 bytes in
+// base64url without padding: decode it, and use the bytes as the HMAC key.
+// `stepgate keys secrets` prints them as `STEPGATE_HMAC_SECRETS=<secret>,...`.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -302,7 +302,7 @@ func ParseSecrets(csv string) ([][]byte, error) {
 	for i, s := range splitList(csv) {
 		b, err := decodeKey(s)
 		if err != nil || len(b) < MinSecretBytes {
-			return nil, fmt.Errorf("signature: HMAC secret %d is not a secret: want at least %d bytes in base64url, as `stepgate keys secret` prints them", i+1, MinSecretBytes)
+			return nil, fmt.Errorf("signature: HMAC secret %d is not a secret: want at least %d bytes in base64url, as `stepgate keys secrets` prints them", i+1, MinSecretBytes)
 		}
 		secrets = append(secrets, b)
 	}

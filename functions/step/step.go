@@ -1,7 +1,12 @@
 // Package step makes a stepgate function durable, one named step at a time.
 //
-// Each call to [Run], [Sleep], [SleepUntil], [Invoke], [SendEvent], [WaitForEvent],
-// [Send] or [Receive] takes the next seq of the run (1, 2, ...). When the gateway's journal already holds that seq, the step is replayed: Run
+// Each call to [Run], [Go], [Now], [UUID], [Random], [SetValue], [Sleep], [SleepUntil],
+// [Invoke], [SendEvent], [WaitForEvent], [WaitAny], [Send], [Receive], [Callback] or
+// [AwaitCallback] takes the next seq of the run (1, 2, ...); [InvokeAll] takes one per
+// call, [Patched] one unless the run's journal went past that point on older code,
+// [DeprecatePatch] one only where the journal holds the patch's marker, and [Rollback]
+// and [RunCompensations] one per compensation they run, each a [Run]. [Compensate],
+// [Stream] and [Attempt] take none. When the gateway's journal already holds that seq, the step is replayed: Run
 // returns the journaled output (or final error) without calling its function, a
 // journaled sleep returns at once, and a journaled invoke returns the child run's
 // outcome. Otherwise Run calls its function and journals the outcome with the gateway (a

@@ -601,7 +601,10 @@ export interface paths {
          *     The event also resumes every run of the tenant that waits for it (a `wait_event`
          *     await whose `event` is this name and whose `match` its fields hold), in the same
          *     transaction: each such run's wait is journaled with this event and the run is
-         *     invoked again (`resumed`). A duplicate resumes nothing.
+         *     invoked again (`resumed`). A duplicate resumes nothing. A wait sees only events
+         *     stored after the invocation that reached it began: an event is not kept for a run
+         *     that waits for it later. To start a run and then send it something, post a
+         *     message to it (`POST /v1/runs/{id}/messages`), which its mailbox keeps.
          */
         post: operations["sendEvent"];
         delete?: never;
@@ -685,10 +688,11 @@ export interface paths {
          * @description Every request from the gateway to a function of your tenant carries an Ed25519
          *     signature by your tenant's private key, which never leaves the gateway (see the
          *     `Stepgate-Signature` header in the function protocol). Functions verify it with
-         *     these public keys: the current one, and during a rotation's overlap the one it
-         *     replaces, both signing every request until `retires_at`. The tenant's first key is
-         *     made on its first request or on this call. The answer is a JSON Web Key Set
-         *     (`kty` `OKP`, `crv` `Ed25519`, `x` the key in base64url), with `tenant`.
+         *     these public keys: the current one, and each replaced one still in its rotation's
+         *     overlap (up to 3 in all), all signing every request until their `retires_at`. The
+         *     tenant's first key is made on its first request or on this call. The answer is a
+         *     JSON Web Key Set (`kty` `OKP`, `crv` `Ed25519`, `x` the key in base64url), with
+         *     `tenant`.
          */
         get: operations["listSigningKeys"];
         put?: never;
@@ -734,7 +738,9 @@ export interface paths {
          *     for languages whose standard library lacks Ed25519. It is the weaker choice: every
          *     holder of a secret can sign with it, so any of your functions given it could forge
          *     requests to your other functions. Prefer the public keys. The secrets are your
-         *     tenant's alone: no other tenant's request is signed with them.
+         *     tenant's alone: no other tenant's request is signed with them. Each is 32 bytes in
+         *     base64url without padding: decode it, and use the bytes as the HMAC key.
+         *     `stepgate keys secrets` prints them as `STEPGATE_HMAC_SECRETS=<secret>,...`.
          */
         get: operations["listSigningSecrets"];
         put?: never;
@@ -874,6 +880,10 @@ export interface paths {
          *     a user JWT. 200: the entry is durable (an identical repeat is also 200). 409: the entry
          *     conflicts with the journal (nondeterminism) or the invocation was superseded (the run
          *     was cancelled, finished, or another attempt owns it): the function must stop at once.
+         *     401: nothing was journaled; the token is missing, malformed, expired or signed with a
+         *     retired key, or it is the token of another run's invocation (`detail`: `invocation
+         *     token is for another run`). Stop and fail the invocation (answer anything but 200):
+         *     its retry brings a new token.
          *
          *     A `sleep` entry may be checkpointed, for a short sleep that the function waits out in
          *     its process instead of suspending the run (one invocation instead of two): with
@@ -1739,10 +1749,10 @@ export interface components {
          *     name. Numbers match by value (`1` and `1.0` are equal); a path the event lacks,
          *     or that holds an object or an array, matches nothing. An event stored since the
          *     invocation started matches too (so none is lost while the function decides to
-         *     wait), unless another wait of this run already received it. The first matching
-         *     event resumes the run, in its own transaction: the gateway journals at `seq` an
-         *     entry of kind `wait_event` named `name` with `{"event": ...}` and calls the run
-         *     again. When `timeout` (from `1s` to 10 years, default `24h`) passes first, the
+         *     wait), unless another wait of this run already received it; one stored before
+         *     never does. The first matching event resumes the run, in its own transaction:
+         *     the gateway journals at `seq` an entry of kind `wait_event` named `name` with
+         *     `{"event": ...}` and calls the run again. When `timeout` (from `1s` to 10 years, default `24h`) passes first, the
          *     entry is `{"timed_out": true}`. A tenant's runs may wait on at most 64 different
          *     sets of paths per event name.
          *
