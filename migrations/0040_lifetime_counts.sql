@@ -25,6 +25,14 @@ COMMENT ON COLUMN stepgate.run.lifetime_recoveries IS
 -- failed by its function's answer: those are not counted.) A run's recoveries before
 -- its latest outcome were reset: the current in-a-row count is all that is known, a
 -- lower bound.
+--
+-- Finished runs are backfilled too: run_terminal_is_final refuses any update of them,
+-- so it is off for this statement only, under this transaction's exclusive lock on the
+-- table (ADD COLUMN's), which no other writer can slip past; their status, outcome and
+-- times are untouched. The statement runs as stepgate_system, whose policy sees every
+-- row (FORCE ROW LEVEL SECURITY hides them all from the tables' owner).
+ALTER TABLE stepgate.run DISABLE TRIGGER run_terminal_is_final;
+SET LOCAL ROLE stepgate_system;
 UPDATE stepgate.run r SET
     lifetime_failed_invocations = (SELECT count(*) FROM stepgate.attempt_failure f WHERE f.run_id = r.id AND f.seq = 0)
         + CASE WHEN r.status = 'failed' AND (r.error->>'type' = 'bad_answer' OR r.error->>'message' LIKE '%; giving up)')
@@ -32,6 +40,8 @@ UPDATE stepgate.run r SET
     lifetime_recoveries = r.recoveries
 WHERE r.recoveries > 0 OR r.status = 'failed'
     OR EXISTS (SELECT 1 FROM stepgate.attempt_failure f WHERE f.run_id = r.id AND f.seq = 0);
+RESET ROLE;
+ALTER TABLE stepgate.run ENABLE TRIGGER run_terminal_is_final;
 
 -- Run events carry the counts by their API names: invocations (the attempts column),
 -- and the lifetime failed invocations and recoveries.
