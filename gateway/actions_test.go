@@ -90,7 +90,7 @@ func TestCancel(t *testing.T) {
 		require.Equal(t, protocol.RunStatusCancelled, run.Status)
 		require.Len(t, run.Journal, 3, "reserve, charge, the sleep; never ship")
 		require.Equal(t, "cool-off", run.Journal[2].Name)
-		require.Equal(t, 1, run.Attempts)
+		require.Equal(t, 1, run.Invocations)
 	})
 
 	t.Run("FinishedRunIsAConflict", func(t *testing.T) {

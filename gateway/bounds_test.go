@@ -287,7 +287,7 @@ func TestJournalLimits(t *testing.T) {
 			require.Contains(t, resp.JSON200.Error.Message, tc.message)
 			run := getRun(t, c, resp.JSON200.ID)
 			require.Len(t, run.Journal, tc.journaled)
-			require.Equal(t, 1, run.Attempts, "a limit is not retried")
+			require.Equal(t, 1, run.Invocations, "a limit is not retried")
 		})
 	}
 

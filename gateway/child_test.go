@@ -121,7 +121,7 @@ func TestChildRuns(t *testing.T) {
 
 		parent := getRun(t, c, res.ID)
 		require.Equal(t, wantIdentity, parent.Identity)
-		require.Equal(t, 2, parent.Attempts, "one invocation before the child, one after")
+		require.Equal(t, 2, parent.Invocations, "one invocation before the child, one after")
 		require.Len(t, parent.Journal, 1)
 		e := parent.Journal[0]
 		require.Equal(t, protocol.EntryKindInvoke, e.Kind)
@@ -186,7 +186,7 @@ func TestChildRuns(t *testing.T) {
 		require.Contains(t, got.Message, "giving up")
 		child := getRun(t, c, childOf(t, c, "broken", res.ID).ID)
 		require.Equal(t, protocol.RunStatusFailed, child.Status)
-		require.Equal(t, 2, child.Attempts, "its function's max_attempts")
+		require.Equal(t, 2, child.Invocations, "its function's max_attempts")
 	})
 
 	t.Run("AnUnknownFunctionIsNotFound", func(t *testing.T) {

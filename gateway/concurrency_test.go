@@ -506,7 +506,7 @@ func TestConcurrencySurvivesACrash(t *testing.T) {
 	for _, id := range []string{first, second} {
 		require.Equal(t, protocol.RunStatusCompleted, awaitRunResult(t, cb, id).Status)
 	}
-	require.Equal(t, 2, getRun(t, cb, first).Attempts, "the first run was recovered from its lapsed lease and invoked again")
-	require.Equal(t, 1, getRun(t, cb, second).Attempts)
+	require.Equal(t, 2, getRun(t, cb, first).Invocations, "the first run was recovered from its lapsed lease and invoked again")
+	require.Equal(t, 1, getRun(t, cb, second).Invocations)
 	require.Empty(t, queueOf(t, cb, "solo").Keys, "no slot leaked")
 }

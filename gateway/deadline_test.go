@@ -311,6 +311,6 @@ func TestContinue(t *testing.T) {
 	// 100 steps of 5ms or more take 500ms; each invocation stops after 160ms.
 	require.GreaterOrEqual(t, invocations, 3)
 	run := getRun(t, c, res.ID)
-	require.Equal(t, invocations, run.Attempts)
+	require.Equal(t, invocations, run.Invocations)
 	require.Len(t, run.Journal, 100, "continue journals nothing")
 }

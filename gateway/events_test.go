@@ -228,7 +228,7 @@ func TestEvents(t *testing.T) {
 		marker := newMarker()
 		res := mustComplete(t, admin, "signup", `{"marker":"`+marker+`","fail_first":true}`)
 		sender := getRun(t, admin, res.ID)
-		require.Equal(t, 2, sender.Attempts, "the first invocation failed after the send")
+		require.Equal(t, 2, sender.Invocations, "the first invocation failed after the send")
 		require.Len(t, sender.Failures, 1)
 		require.Len(t, sender.Journal, 1, "the second replayed the event entry")
 

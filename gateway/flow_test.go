@@ -413,7 +413,7 @@ func TestDebounce(t *testing.T) {
 		list, err := c.ListRunsWithResponse(t.Context(), &protocol.ListRunsParams{Function: ptr("quick")})
 		require.NoError(t, err)
 		require.Len(t, list.JSON200.Runs, 1)
-		require.Equal(t, 1, getRun(t, c, a.JSON202.ID).Attempts, "started once")
+		require.Equal(t, 1, getRun(t, c, a.JSON202.ID).Invocations, "started once")
 		require.EqualValues(t, 1, fastCalls.Load())
 
 		// The window closed with the run's start: the next start opens another.
@@ -534,6 +534,6 @@ func TestDebounceAcrossGateways(t *testing.T) {
 	require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
 	run := getRun(t, ca, id)
 	require.JSONEq(t, string(*run.Input), string(*res.JSON200.Output), "it ran with the input it holds: the last start's")
-	require.Equal(t, 1, run.Attempts)
+	require.Equal(t, 1, run.Invocations)
 	require.EqualValues(t, 1, calls.Load(), "started once")
 }

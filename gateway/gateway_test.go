@@ -132,7 +132,7 @@ func TestExamples(t *testing.T) {
 		}
 		require.Equal(t, "tester", run.Identity.Subject)
 		require.Equal(t, auth.DefaultTenant, run.Identity.Tenant)
-		require.Equal(t, 1, run.Attempts)
+		require.Equal(t, 1, run.Invocations)
 	})
 
 	t.Run("CheckoutSleepsThenShips", func(t *testing.T) {
@@ -146,7 +146,7 @@ func TestExamples(t *testing.T) {
 		require.Equal(t, "ship", run.Journal[3].Name)
 		// The last step ran after the wake time, by the database clock.
 		require.False(t, run.Journal[3].FinishedAt.Before(*sleep.Until))
-		require.Equal(t, 2, run.Attempts, "one invocation before the sleep, one after")
+		require.Equal(t, 2, run.Invocations, "one invocation before the sleep, one after")
 	})
 
 	t.Run("ChainRunsTenSteps", func(t *testing.T) {
@@ -156,7 +156,7 @@ func TestExamples(t *testing.T) {
 		run := getRun(t, c, res.ID)
 		require.Len(t, run.Journal, 10)
 		require.Equal(t, "step-10", run.Journal[9].Name)
-		require.Equal(t, 1, run.Attempts, "ten steps, one invocation")
+		require.Equal(t, 1, run.Invocations, "ten steps, one invocation")
 	})
 
 	t.Run("FlakyRetriesItsStep", func(t *testing.T) {
@@ -168,6 +168,8 @@ func TestExamples(t *testing.T) {
 		require.Len(t, run.Failures, 2, "both failed attempts are kept")
 		require.Equal(t, 1, run.Failures[0].Attempt)
 		require.Equal(t, 2, run.Failures[1].Attempt)
+		require.Equal(t, 3, run.Invocations, "each retry of the step is an invocation")
+		require.Zero(t, run.FailedInvocations, "a step's failed attempts are not failed invocations")
 	})
 
 	t.Run("FlakyFailsPastItsAttempts", func(t *testing.T) {
@@ -495,7 +497,8 @@ func TestMisbehavingFunctions(t *testing.T) {
 			require.Contains(t, run.JSON200.Error.Message, tc.message)
 			require.EqualValues(t, tc.hits, hits.Load())
 			detail := getRun(t, c, run.JSON200.ID)
-			require.Equal(t, int(tc.hits), detail.Attempts)
+			require.Equal(t, int(tc.hits), detail.Invocations)
+			require.Equal(t, int(tc.hits), detail.FailedInvocations, "each invocation failed")
 			if tc.hits == 1 {
 				require.Empty(t, detail.Failures, "an answer that can never be applied is not retried")
 				return
@@ -559,8 +562,9 @@ func TestReplayAfterDroppedConnection(t *testing.T) {
 		require.EqualValues(t, 1, ran[i].Load(), "step %d ran once", i)
 	}
 	run := getRun(t, c, res.ID)
-	require.Equal(t, 2, run.Attempts)
+	require.Equal(t, 2, run.Invocations)
 	require.Len(t, run.Journal, 3)
+	require.Equal(t, 1, run.FailedInvocations)
 	require.Len(t, run.Failures, 1)
 	require.Equal(t, "connection", run.Failures[0].Error.Type)
 }

@@ -152,7 +152,7 @@ func TestDatabaseOutage(t *testing.T) {
 	require.Equal(t, protocol.RunStatusCompleted, resp.JSON200.Status)
 	require.JSONEq(t, `"ab"`, string(*resp.JSON200.Output))
 	detail := getRun(t, c, id)
-	require.Equal(t, 1, detail.Attempts, "one invocation, through both outages")
+	require.Equal(t, 1, detail.Invocations, "one invocation, through both outages")
 	require.Equal(t, 0, detail.Recoveries)
 	require.Empty(t, detail.Failures)
 	require.Len(t, detail.Journal, 2, "b was journaled with the answer kept through the outage")

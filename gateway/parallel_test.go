@@ -175,7 +175,7 @@ func TestParallelSteps(t *testing.T) {
 		require.Len(t, run.Failures, 1)
 		require.Equal(t, "a blip", run.Failures[0].Error.Message)
 		require.Equal(t, 2, run.Failures[0].Seq)
-		require.Equal(t, 2, run.Attempts, "one retry of the invocation")
+		require.Equal(t, 2, run.Invocations, "one retry of the invocation")
 	})
 
 	t.Run("ASequentialStepPassesARunningOne", func(t *testing.T) {

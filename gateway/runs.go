@@ -313,7 +313,8 @@ func runToAPI(run *journal.Run, io bool) protocol.Run {
 		ID: run.ID, Function: run.Function, Revision: run.Revision, Status: protocol.RunStatus(run.Status),
 		Error:    invoker.ErrorToAPI(run.Error),
 		Identity: run.Identity, IdempotencyKey: run.IdempotencyKey, ParentID: run.ParentID,
-		ParentSeq: run.ParentSeq, ParentName: run.ParentName, RerunOf: run.RerunOf, Attempts: run.Attempts, Recoveries: run.Recoveries, WakeAt: run.WakeAt, Deadline: run.Deadline, Held: run.Held, Priority: &run.Priority, CreatedAt: run.CreatedAt, StartedAt: run.StartedAt,
+		ParentSeq: run.ParentSeq, ParentName: run.ParentName, RerunOf: run.RerunOf,
+		Invocations: run.Invocations, FailedInvocations: run.FailedInvocations, Recoveries: run.Recoveries, WakeAt: run.WakeAt, Deadline: run.Deadline, Held: run.Held, Priority: &run.Priority, CreatedAt: run.CreatedAt, StartedAt: run.StartedAt,
 		FinishedAt: run.FinishedAt, CancelledBy: run.CancelledBy, Awaiting: invoker.AwaitingToAPI(run.Awaiting),
 	}
 	if run.Detached {
@@ -356,7 +357,8 @@ func (s *Server) GetRun(ctx context.Context, req server.GetRunRequestObject) (se
 	out := protocol.RunDetail{
 		ID: r.ID, Function: r.Function, Revision: r.Revision, Status: r.Status, Input: r.Input, Output: r.Output,
 		Error: r.Error, Identity: r.Identity, IdempotencyKey: r.IdempotencyKey, ParentID: r.ParentID,
-		ParentSeq: r.ParentSeq, ParentName: r.ParentName, RerunOf: r.RerunOf, Attempts: r.Attempts, Recoveries: r.Recoveries, WakeAt: r.WakeAt, Deadline: r.Deadline, Held: r.Held, Priority: r.Priority, CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
+		ParentSeq: r.ParentSeq, ParentName: r.ParentName, RerunOf: r.RerunOf,
+		Invocations: r.Invocations, FailedInvocations: r.FailedInvocations, Recoveries: r.Recoveries, WakeAt: r.WakeAt, Deadline: r.Deadline, Held: r.Held, Priority: r.Priority, CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
 		CancelledBy: r.CancelledBy, Awaiting: r.Awaiting, Detached: r.Detached,
 		Journal:  make([]protocol.JournalEntry, 0, len(d.Journal)),
 		Failures: make([]protocol.AttemptFailure, 0, len(d.Failures)),

@@ -33,13 +33,14 @@ func encodeEvent(run *journal.Run, ev *journal.RunEvent) ([]byte, error) {
 	return append(append([]byte("event: run\ndata: "), data...), "\n\n"...), nil
 }
 
-// eventRun is the run as the event saw it: the event's status and its timing, with the
+// eventRun is the run as the event saw it: the event's status, counts and timing, with the
 // rest of the run as loaded after the event. The output and error are the loaded ones
 // only when the run still has the event's status, so an early event never carries a
 // later outcome.
 func eventRun(run *journal.Run, ev *journal.RunEvent) protocol.Run {
 	r := runToAPI(run, false)
-	r.Status, r.Attempts = protocol.RunStatus(ev.Status), ev.Attempts
+	r.Status = protocol.RunStatus(ev.Status)
+	r.Invocations, r.FailedInvocations, r.Recoveries = ev.Invocations, ev.FailedInvocations, ev.Recoveries
 	r.WakeAt, r.FinishedAt = ev.WakeAt, ev.FinishedAt
 	switch {
 	case run.Status != ev.Status:

@@ -166,8 +166,8 @@ func TestStream(t *testing.T) {
 			require.NoError(t, err)
 			ev, err := journal.ParseRunEvent(n.Payload)
 			require.NoError(t, err)
-			require.Equal(t, journal.RunEvent{ID: res.ID, Tenant: auth.DefaultTenant, Function: "hello", Status: want, Attempts: 1},
-				journal.RunEvent{ID: ev.ID, Tenant: ev.Tenant, Function: ev.Function, Status: ev.Status, Attempts: ev.Attempts})
+			require.Equal(t, journal.RunEvent{ID: res.ID, Tenant: auth.DefaultTenant, Function: "hello", Status: want, Invocations: 1},
+				journal.RunEvent{ID: ev.ID, Tenant: ev.Tenant, Function: ev.Function, Status: ev.Status, Invocations: ev.Invocations})
 		}
 		st.close()
 		require.EventuallyWithT(t, func(ct *assert.CollectT) {
@@ -206,7 +206,7 @@ func TestStream(t *testing.T) {
 		last := events[len(events)-1]
 		require.Nil(t, last.Output, "outputs are read from the run, not the stream")
 		require.NotNil(t, last.FinishedAt)
-		require.Equal(t, 1, last.Attempts)
+		require.Equal(t, 1, last.Invocations)
 	})
 
 	t.Run("SleepCancelAndRerun", func(t *testing.T) {

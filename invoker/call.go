@@ -149,18 +149,18 @@ func (inv *Invoker) invoke(ctx context.Context, rev *revision, claim *journal.Cl
 		}
 	}()
 	switch {
-	case run.FailedInvocations >= rev.config.Retries.MaxAttempts:
+	case run.FailedInARow >= rev.config.Retries.MaxAttempts:
 		// Its retry policy changed under it; a failed invocation past it fails the run.
-		return inv.apply(ctx, log, rev, run, failed("attempts_exhausted",
-			fmt.Sprintf("gave up after %d failed invocations", run.FailedInvocations)), notify)
-	case run.Recoveries > inv.maxRecoveries:
-		return inv.apply(ctx, log, rev, run, failed(ErrorTypeMaxRecoveries, fmt.Sprintf(
+		return inv.apply(ctx, log, rev, run, failedBeforeCall("attempts_exhausted",
+			fmt.Sprintf("gave up after %d failed invocations", run.FailedInARow)), notify)
+	case run.RecoveriesInARow > inv.maxRecoveries:
+		return inv.apply(ctx, log, rev, run, failedBeforeCall(ErrorTypeMaxRecoveries, fmt.Sprintf(
 			"the run was recovered %d times in a row without a new journal entry (each time its gateway died, stopped or lost the database "+
-				"during its invocation), more than the limit of %d (STEPGATE_MAX_RECOVERIES)", run.Recoveries, inv.maxRecoveries)), notify)
+				"during its invocation), more than the limit of %d (STEPGATE_MAX_RECOVERIES)", run.RecoveriesInARow, inv.maxRecoveries)), notify)
 	}
 	if e := inv.overBounds(claim.Journal); e != nil {
 		// Entries journaled without a checkpoint (a child's outcome) passed a bound.
-		return inv.apply(ctx, log, rev, run, journal.Failed(*e), notify)
+		return inv.apply(ctx, log, rev, run, journal.FailedBeforeCall(*e), notify)
 	}
 	callCtx, span := inv.startInvocation(callCtx, rev, run)
 	if span != nil {
@@ -187,11 +187,11 @@ func (inv *Invoker) invoke(ctx context.Context, rev *revision, claim *journal.Cl
 	case failure != nil && (failure.Type == ErrorTypeBadAnswer || failure.Type == ErrorTypeLimit):
 		// The answer can never be applied (it breaks the protocol or a bound): retrying
 		// the invocation would meet it again.
-		o = journal.Failed(*failure)
+		o = journal.InvocationFailed(*failure)
 		log.WarnContext(ctx, "invocation answered what cannot be applied; the run fails", slog.String("error", failure.Message))
 	case failure != nil:
 		o = inv.failedInvocation(rev, run, failure)
-		log.WarnContext(ctx, "invocation failed", slog.Int("attempt", run.Attempts), slog.String("error", failure.Message))
+		log.WarnContext(ctx, "invocation failed", slog.Int("attempt", run.Invocations), slog.String("error", failure.Message))
 	default:
 		o = inv.outcomeOf(rev, claim, answer)
 	}
@@ -228,22 +228,23 @@ func lastSeq(entries []journal.Entry) int {
 // failedInvocation retries a failed invocation per the function's policy, or fails the
 // run when it has no attempts left.
 func (inv *Invoker) failedInvocation(rev *revision, run *journal.Run, failure *journal.ErrorInfo) journal.Outcome {
-	failed := run.FailedInvocations + 1
+	failed := run.FailedInARow + 1
 	max := rev.config.Retries.MaxAttempts
 	if failed >= max {
 		e := *failure
 		e.Message = fmt.Sprintf("%s (attempt %d of %d; giving up)", e.Message, failed, max)
 		e.Retryable = false
-		return journal.Failed(e)
+		return journal.InvocationFailed(e)
 	}
 	e := *failure
 	e.Retryable = true
 	return journal.RetryingInvocation(e, rev.config.Retries.Backoff(failed))
 }
 
-// failed is the outcome of a run that fails now with an error of type typ.
-func failed(typ, msg string) journal.Outcome {
-	return journal.Failed(journal.ErrorInfo{Type: typ, Message: msg})
+// failedBeforeCall is the outcome of a run that fails now, before its claim calls the
+// function, with an error of type typ.
+func failedBeforeCall(typ, msg string) journal.Outcome {
+	return journal.FailedBeforeCall(journal.ErrorInfo{Type: typ, Message: msg})
 }
 
 // overBounds returns the limit_exceeded error of a journal past the invoker's bounds, or
@@ -289,7 +290,7 @@ func (inv *Invoker) call(ctx context.Context, rev *revision, claim *journal.Clai
 	req := protocol.InvocationRequest{
 		Protocol: 1,
 		Run: protocol.InvocationRun{
-			ID: run.ID, Function: run.Function, Revision: run.Revision, Attempt: run.Attempts,
+			ID: run.ID, Function: run.Function, Revision: run.Revision, Attempt: run.Invocations,
 			Input: protocol.AnyJSON(run.Input), ParentID: run.ParentID, CreatedAt: run.CreatedAt,
 		},
 		Identity: run.Identity,
@@ -439,7 +440,7 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 	if e := unappliable(err); e != nil {
 		// The answer's entries contradict the journal, leave a gap in it, pass a bound
 		// or hold what cannot be stored: the run fails, with what was wrong.
-		o = journal.Failed(*e)
+		o = journal.InvocationFailed(*e)
 		o.Notify = notify
 		err = inv.whileUnavailable(log, func() error {
 			return pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {

@@ -107,9 +107,10 @@ func TestGatewayDiesDuringInvocation(t *testing.T) {
 	require.EqualValues(t, 1, calls.Load(), "the dead gateway's invocation never reached the function")
 
 	detail := getRun(t, c, run.ID)
-	require.Equal(t, 2, detail.Attempts, "the dead gateway's claim and the recovery")
+	require.Equal(t, 2, detail.Invocations, "the dead gateway's claim and the recovery")
 	require.Empty(t, detail.Failures, "a recovery is not a failed attempt")
-	require.Equal(t, 0, detail.Recoveries, "the completion reset the count")
+	require.Equal(t, 1, detail.Recoveries, "the run's recoveries in its lifetime: the completion resets only the count in a row")
+	require.Zero(t, detail.FailedInvocations, "a recovery is not a failed invocation")
 }
 
 // TestSleepSurvivesGatewayStop (guarantee 7): a run asleep on a gateway that stops is
@@ -150,7 +151,7 @@ func TestSleepSurvivesGatewayStop(t *testing.T) {
 	require.Equal(t, protocol.RunStatusCompleted, res.Status)
 
 	detail := getRun(t, cb, id)
-	require.Equal(t, 2, detail.Attempts, "one invocation before the sleep, one after")
+	require.Equal(t, 2, detail.Invocations, "one invocation before the sleep, one after")
 	require.Len(t, detail.Journal, 4)
 	sleep, ship := detail.Journal[2], detail.Journal[3]
 	require.Equal(t, protocol.EntryKindSleep, sleep.Kind)
@@ -184,7 +185,7 @@ func TestLocalTimerWakesOnTime(t *testing.T) {
 	late := ship.FinishedAt.Sub(*sleep.Until)
 	t.Logf("the step after a 1s sleep finished %s after the sleep's until (database clock)", late)
 	require.GreaterOrEqual(t, late, time.Duration(0), "the step after the sleep ran before its wake time")
-	require.Equal(t, 2, run.Attempts)
+	require.Equal(t, 2, run.Invocations)
 }
 
 // TestStrandedRunsAreSwept: a run that is due with no job to invoke it (an operator

@@ -424,7 +424,7 @@ func (inv *Invoker) FailInvocation(ctx context.Context, runID string, invocation
 	err := pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
 		var err error
 		f, err = inv.finishTx(ctx, tx, &journal.Run{ID: runID, Invocation: invocation},
-			journal.Failed(e))
+			journal.InvocationFailed(e))
 		return err
 	})
 	if err != nil {

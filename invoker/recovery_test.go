@@ -98,7 +98,7 @@ func TestLeaseIsRenewedWhileTheFunctionRuns(t *testing.T) {
 	require.Equal(t, protocol.RunStatusCompleted, res.Status)
 	require.JSONEq(t, `"first"`, string(*res.Output))
 	detail := getRun(t, c, id)
-	require.Equal(t, 1, detail.Attempts)
+	require.Equal(t, 1, detail.Invocations)
 	require.Equal(t, 0, detail.Recoveries)
 	require.False(t, b.abandoned.Load())
 }
@@ -131,8 +131,10 @@ func TestLostLeaseAbandonsTheCall(t *testing.T) {
 	require.JSONEq(t, `"later"`, string(*res.Output))
 	awaitCondition(t, 30*time.Second, b.abandoned.Load, "the first call abandoned")
 	detail := getRun(t, c, id)
-	require.Equal(t, 2, detail.Attempts)
+	require.Equal(t, 2, detail.Invocations)
 	require.Empty(t, detail.Failures, "a recovery is not a failed attempt")
+	require.Zero(t, detail.FailedInvocations)
+	require.Equal(t, 1, detail.Recoveries, "the completed run shows its recovery")
 }
 
 // TestDrainLetsInvocationsFinish: a stopping gateway's invocations in flight finish on
@@ -162,7 +164,7 @@ func TestDrainLetsInvocationsFinish(t *testing.T) {
 
 	detail := getRun(t, c, id)
 	require.Equal(t, protocol.RunStatusCompleted, detail.Status)
-	require.Equal(t, 1, detail.Attempts)
+	require.Equal(t, 1, detail.Invocations)
 	require.Equal(t, 0, detail.Recoveries)
 }
 
@@ -199,8 +201,10 @@ func TestDrainHandsOverTheRest(t *testing.T) {
 	require.Equal(t, protocol.RunStatusCompleted, res.Status)
 	require.JSONEq(t, `"later"`, string(*res.Output))
 	detail := getRun(t, other.Client(t, other.Token), id)
-	require.Equal(t, 2, detail.Attempts)
+	require.Equal(t, 2, detail.Invocations)
 	require.Empty(t, detail.Failures, "a hand-over is not a failed attempt")
+	require.Zero(t, detail.FailedInvocations)
+	require.Equal(t, 1, detail.Recoveries, "a hand-over is a recovery")
 	urls := rec.checkpointURLs()
 	require.Len(t, urls, 2)
 	require.True(t, strings.HasPrefix(urls[0], a.URL+"/"), urls[0])
@@ -238,6 +242,56 @@ func TestMaxRecoveries(t *testing.T) {
 	require.Equal(t, "max_recoveries", res.Error.Type)
 	require.Contains(t, res.Error.Message, "recovered 4 times in a row")
 	require.Contains(t, res.Error.Message, "limit of 3 (STEPGATE_MAX_RECOVERIES)")
+}
+
+// TestMaxRecoveriesShowsTheRecoveries: a run whose invocations are recovered, one after
+// the other, until it fails max_recoveries shows the recoveries it failed at, and
+// counts the invocations made, not the claim that failed it without calling.
+func TestMaxRecoveriesShowsTheRecoveries(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := stack.Start(t, stack.Options{LeaseTTL: time.Minute, MaxRecoveries: 1})
+	entered := make(chan string, 3)
+	app := s.NewApp()
+	functions.Register(app, "stuck", func(ctx context.Context, _ struct{}) (string, error) {
+		entered <- functions.RunFrom(ctx).ID
+		<-ctx.Done()
+		return "", ctx.Err()
+	}, functions.Timeout(time.Minute))
+	s.Sync(t, s.ServeApp(t, app))
+	c := s.Client(t, s.Token)
+	id := startRunAsync(t, c, "stuck", `{}`).ID
+
+	for range 2 {
+		select {
+		case got := <-entered:
+			require.Equal(t, id, got)
+		case <-time.After(30 * time.Second):
+			t.Fatal("the function was not invoked within 30s")
+		}
+		// As another gateway would once the lease lapsed: recover the run.
+		require.NoError(t, pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `UPDATE stepgate.run SET lease_until = now() - interval '1 s' WHERE id = $1`, id); err != nil {
+				return err
+			}
+			ids, err := journal.ReapExpiredLeases(ctx, tx, 10)
+			require.Equal(t, []string{id}, ids)
+			if err != nil {
+				return err
+			}
+			return s.Invoker.Enqueue(ctx, tx, id)
+		}))
+	}
+
+	res := awaitResult(t, c, id)
+	require.Equal(t, protocol.RunStatusFailed, res.Status)
+	require.Equal(t, "max_recoveries", res.Error.Type)
+	require.Contains(t, res.Error.Message, "recovered 2 times in a row")
+	detail := getRun(t, c, id)
+	require.Equal(t, 2, detail.Recoveries, "the recoveries it failed at")
+	require.Equal(t, 2, detail.Invocations, "two calls; the claim that failed the run made none")
+	require.Zero(t, detail.FailedInvocations, "recoveries are not failed invocations")
+	require.Empty(t, entered, "no third call")
 }
 
 // TestFunctionClosesTheConnection: a function that accepts a request and closes the

@@ -61,7 +61,7 @@ func (inv *Invoker) startInvocation(ctx context.Context, rev *revision, run *jou
 		trace.WithSpanKind(trace.SpanKindClient),
 		// The run's id (the trace's), tenant and revision are the root span's.
 		trace.WithAttributes(
-			attrFunction.String(run.Function), attrAttempt.Int(run.Attempts), attrInvocation.Int(run.Invocation),
+			attrFunction.String(run.Function), attrAttempt.Int(run.Invocations), attrInvocation.Int(run.Invocation),
 			attrURL.String(redactURL(rev.url)),
 		))
 	return ctx, span

@@ -127,7 +127,7 @@ func TestRunEvents(t *testing.T) {
 		t.Helper()
 		mustExec(t, db, `SELECT pg_notify($1, 'marker')`, journal.EventChannel)
 	}
-	expect := func(run *journal.Run, status journal.Status, attempts int) journal.RunEvent {
+	expect := func(run *journal.Run, status journal.Status, invocations int) journal.RunEvent {
 		t.Helper()
 		payload := nextEvent(t, conn)
 		ev, err := journal.ParseRunEvent(payload)
@@ -136,7 +136,7 @@ func TestRunEvents(t *testing.T) {
 		require.Equal(t, run.Tenant, ev.Tenant)
 		require.Equal(t, run.Function, ev.Function)
 		require.Equal(t, status, ev.Status, payload)
-		require.Equal(t, attempts, ev.Attempts, payload)
+		require.Equal(t, invocations, ev.Invocations, payload)
 		return ev
 	}
 	finish := func(run *journal.Run, inv int, o journal.Outcome) {

@@ -63,12 +63,12 @@ func finishPlan(t *testing.T, db *pgxpool.Pool, id string) string {
 	types := map[string]string{
 		"status": "text", "output": "jsonb", "error": "jsonb", "timed": "bool", "until": "timestamptz",
 		"after_seconds": "float8", "run_id": "uuid", "awaiting": "jsonb", "notify": "bool",
-		"invocation": "int", "await_seq": "int", "window": "int",
+		"invocation": "int", "await_seq": "int", "window": "int", "failed_call": "bool", "uncalled": "bool",
 	}
 	values := map[string]string{
 		"status": "'completed'", "output": "'1'", "error": "NULL", "timed": "true", "until": "NULL",
 		"after_seconds": "0", "run_id": "'" + id + "'", "awaiting": "NULL", "notify": "false",
-		"invocation": "1", "await_seq": "0", "window": "1",
+		"invocation": "1", "await_seq": "0", "window": "1", "failed_call": "false", "uncalled": "false",
 	}
 	names := pgx.NamedArgs{}
 	for n := range types {

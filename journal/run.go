@@ -29,14 +29,29 @@ type Run struct {
 	RerunOf        *string         `db:"rerun_of"`
 	CancelledBy    *Identity       `db:"cancelled_by"` // Who cancelled it.
 	// Detached: a child run that is not cancelled with its parent.
-	Detached          bool `db:"detached"`
-	Attempts          int  `db:"attempts"`
-	Invocation        int  `db:"invocation"`
-	FailedInvocations int  `db:"failed_invocations"`
-	// Recoveries counts the times the run was requeued because its invocation's gateway
-	// died or stopped (not failures of the function) since the journal last grew.
-	Recoveries int        `db:"recoveries"`
-	LeaseUntil *time.Time `db:"lease_until"`
+	Detached bool `db:"detached"`
+	// Invocations counts the run's invocations: the claims that call its function, the
+	// current one included (sent to the function as run.attempt). A claim that fails the
+	// run before calling it (FailedBeforeCall) is not counted.
+	Invocations int `db:"attempts"`
+	// Invocation is the fencing token of the invocation that owns the run now.
+	Invocation int `db:"invocation"`
+	// FailedInvocations counts the run's invocations that failed as a whole, in its
+	// lifetime: the function did not answer (a refused or dropped connection, a
+	// timeout), answered other than HTTP 200, or answered or checkpointed what the
+	// gateway cannot apply (see InvocationFailed). Never reset.
+	FailedInvocations int `db:"lifetime_failed_invocations"`
+	// FailedInARow counts failed invocations since the run last made progress: the
+	// function's retry policy bounds it. Any outcome but a retried failure resets it.
+	FailedInARow int `db:"failed_invocations"`
+	// Recoveries counts the times in its lifetime the run was requeued because its
+	// invocation's gateway died, stopped or lost the database (not failures of the
+	// function). Never reset.
+	Recoveries int `db:"lifetime_recoveries"`
+	// RecoveriesInARow counts the recoveries since the journal last grew, reset by any
+	// outcome of an invocation: the invoker fails the run past its limit.
+	RecoveriesInARow int        `db:"recoveries"`
+	LeaseUntil       *time.Time `db:"lease_until"`
 	// Awaiting is what a suspended run waits for; nil otherwise.
 	Awaiting *Awaiting  `db:"awaiting"`
 	WakeAt   *time.Time `db:"wake_at"`
@@ -57,7 +72,7 @@ type Run struct {
 // A run held by a concurrency limit is due for nobody: its wake_at is 'infinity', read
 // as none (migration 0029).
 const runColumns = `id, tenant, function, revision, status, input, output, error, identity,
-	idempotency_key, parent_id, parent_seq, parent_name, rerun_of, cancelled_by, detached, attempts, invocation, failed_invocations, recoveries, lease_until, awaiting,
+	idempotency_key, parent_id, parent_seq, parent_name, rerun_of, cancelled_by, detached, attempts, invocation, lifetime_failed_invocations, failed_invocations, lifetime_recoveries, recoveries, lease_until, awaiting,
 	nullif(wake_at, 'infinity') AS wake_at, deadline, held, priority, created_at, started_at, finished_at`
 
 // NewRun is what CreateRun needs to start a run.

@@ -19,13 +19,16 @@ const EventChannel = "stepgate_run_events"
 // RunEvent is a run's status change, as notified on EventChannel. It is small and
 // bounded (a notification holds at most 8000 bytes): no input, output or error.
 type RunEvent struct {
-	ID         string     `json:"id"`
-	Tenant     string     `json:"tenant"`
-	Function   string     `json:"function"`
-	Status     Status     `json:"status"`
-	Attempts   int        `json:"attempts"`
-	WakeAt     *time.Time `json:"wake_at"`
-	FinishedAt *time.Time `json:"finished_at"`
+	ID       string `json:"id"`
+	Tenant   string `json:"tenant"`
+	Function string `json:"function"`
+	Status   Status `json:"status"`
+	// Invocations, FailedInvocations and Recoveries are the run's counts (see Run).
+	Invocations       int        `json:"invocations"`
+	FailedInvocations int        `json:"failed_invocations"`
+	Recoveries        int        `json:"recoveries"`
+	WakeAt            *time.Time `json:"wake_at"`
+	FinishedAt        *time.Time `json:"finished_at"`
 }
 
 // ParseRunEvent decodes an EventChannel payload.

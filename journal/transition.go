@@ -445,6 +445,10 @@ type Outcome struct {
 	err       *ErrorInfo      // failed; or the failed invocation's error when queued
 	await     Await           // suspended
 	wakeAfter time.Duration   // queued: the retry's backoff, from the database clock
+	// failedCall: the invocation failed as a whole (Run.FailedInvocations counts it);
+	// uncalled: the claim failed the run before calling the function (Run.Invocations
+	// does not count it).
+	failedCall, uncalled bool
 	// Steps are entries finished but not checkpointed; journaled first.
 	Steps []Entry
 	// Notify makes a later terminal update notify NotifyChannel, because the caller
@@ -472,11 +476,25 @@ func Failed(e ErrorInfo, steps ...Entry) Outcome {
 	return Outcome{status: StatusFailed, err: &e, Steps: steps}
 }
 
+// InvocationFailed ends the run with e because its invocation failed as a whole: the
+// function did not answer, answered other than HTTP 200, or answered or checkpointed
+// what cannot be applied. It counts in Run.FailedInvocations, as Failed does not.
+func InvocationFailed(e ErrorInfo) Outcome {
+	return Outcome{status: StatusFailed, err: &e, failedCall: true}
+}
+
+// FailedBeforeCall ends the run with e, from a claim that found the run must fail
+// before calling its function (past a limit): the claim is not counted in
+// Run.Invocations.
+func FailedBeforeCall(e ErrorInfo) Outcome {
+	return Outcome{status: StatusFailed, err: &e, uncalled: true}
+}
+
 // RetryingInvocation queues the run again after a failed invocation, due after from the
-// database clock; the failure is recorded (seq 0) and counts against the function's
-// retry policy.
+// database clock; the failure is recorded (seq 0), counts in Run.FailedInvocations and
+// against the function's retry policy (Run.FailedInARow).
 func RetryingInvocation(e ErrorInfo, after time.Duration) Outcome {
-	return Outcome{status: StatusQueued, err: &e, wakeAfter: after}
+	return Outcome{status: StatusQueued, err: &e, wakeAfter: after, failedCall: true}
 }
 
 // Sleeping suspends the run until s's wake time, after journaling steps.
@@ -728,6 +746,8 @@ func finishSQL(guard string) string {
 				awaiting = @awaiting,
 				finished_at = CASE WHEN @status IN ('completed', 'failed', 'cancelled') THEN now() END,
 				failed_invocations = CASE WHEN @status = 'queued' THEN failed_invocations + 1 ELSE 0 END,
+				lifetime_failed_invocations = lifetime_failed_invocations + CASE WHEN @failed_call THEN 1 ELSE 0 END,
+				attempts = attempts - CASE WHEN @uncalled THEN 1 ELSE 0 END,
 				recoveries = 0,
 				notify = notify OR (@notify AND @status IN ('suspended', 'queued'))
 			WHERE id = @run_id AND invocation = @invocation AND status = 'running'` + guard + `
@@ -756,6 +776,7 @@ func finishArgs(runID string, invocation int, o Outcome, timed bool, until *time
 		"run_id": runID, "invocation": invocation, "status": o.status, "output": o.output, "error": o.err,
 		"timed": timed, "until": until, "after_seconds": wakeAfter.Seconds(), "awaiting": awaiting,
 		"notify": o.Notify, "await_seq": awaitSeq, "window": window,
+		"failed_call": o.failedCall, "uncalled": o.uncalled,
 	}
 }
 
@@ -884,8 +905,9 @@ func ReleaseLeases(ctx context.Context, db DB, leases []Lease) ([]string, error)
 
 // recoverRuns requeues the running runs that the query picked selects (ids, locked), due
 // now, as recoveries: not failed invocations, which the function's retry policy counts,
-// but a count of their own (Run.Recoveries), started afresh from 1 when the journal grew
-// since the run's previous recovery; the invoker fails a run past its cap. The caller
+// but counts of their own: Run.Recoveries in the run's lifetime, and
+// Run.RecoveriesInARow, started afresh from 1 when the journal grew since the run's
+// previous recovery; the invoker fails a run past its cap. The caller
 // enqueues each run's job in the same transaction. Each requeue notifies EventChannel
 // when a gateway watches the run's tenant.
 func recoverRuns(ctx context.Context, db DB, picked string, args ...any) ([]string, error) {
@@ -896,6 +918,7 @@ func recoverRuns(ctx context.Context, db DB, picked string, args ...any) ([]stri
 				-- Due now, or when a sleep its invocation was waiting out in its process ends.
 				wake_at = (SELECT w FROM (`+strings.ReplaceAll(pendingSleep, "@run_id", "r.id")+`) s(w) WHERE w > now()),
 				recoveries = CASE WHEN j.top > r.recovered_seq THEN 1 ELSE r.recoveries + 1 END,
+				lifetime_recoveries = r.lifetime_recoveries + 1,
 				recovered_seq = j.top
 			FROM picked p, LATERAL (
 				SELECT coalesce(max(e.seq), 0) AS top FROM stepgate.journal_entry e WHERE e.run_id = p.id) j

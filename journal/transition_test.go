@@ -113,7 +113,7 @@ func TestClaimRun(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, journal.StatusRunning, c.Run.Status)
 		require.Equal(t, 1, c.Run.Invocation)
-		require.Equal(t, 1, c.Run.Attempts)
+		require.Equal(t, 1, c.Run.Invocations)
 		require.Equal(t, dbNow(t, tx), c.Now)
 		require.Equal(t, c.Now.Add(90*time.Second), *c.Run.LeaseUntil)
 		require.Equal(t, c.Now, *c.Run.StartedAt)
@@ -144,7 +144,7 @@ func TestClaimRun(t *testing.T) {
 		require.ElementsMatch(t, []error{nil, journal.ErrNotDue}, errs)
 		got := mustGetRun(t, db, run)
 		require.Equal(t, 1, got.Invocation, "claimed once")
-		require.Equal(t, 1, got.Attempts)
+		require.Equal(t, 1, got.Invocations)
 	})
 
 	t.Run("ReclaimBumpsInvocationAndLoadsJournal", func(t *testing.T) {
@@ -162,7 +162,7 @@ func TestClaimRun(t *testing.T) {
 		c, err := journal.ClaimRun(ctx, tx, run.ID, time.Minute)
 		require.NoError(t, err)
 		require.Equal(t, 2, c.Run.Invocation)
-		require.Equal(t, 2, c.Run.Attempts)
+		require.Equal(t, 2, c.Run.Invocations)
 		require.Nil(t, c.Run.WakeAt)
 		require.Len(t, c.Journal, 1)
 		require.Equal(t, "reserve", c.Journal[0].Name)
@@ -181,8 +181,9 @@ func TestClaimRun(t *testing.T) {
 		c, err = journal.ClaimRun(ctx, tx, run.ID, time.Minute)
 		require.NoError(t, err)
 		require.Equal(t, 4, c.Run.Invocation)
-		require.Equal(t, 4, c.Run.Attempts)
+		require.Equal(t, 4, c.Run.Invocations)
 		require.Equal(t, 1, c.Run.FailedInvocations)
+		require.Equal(t, 1, c.Run.FailedInARow)
 		require.Len(t, c.Journal, 2)
 		require.Equal(t, 3, c.Journal[1].Attempt)
 		require.Nil(t, c.StepAttempts, "step 2 is journaled, and a failed invocation (seq 0) is no step")
@@ -343,7 +344,7 @@ func TestFinish(t *testing.T) {
 		require.NoError(t, err)
 		_, err = journal.Finish(ctx, tx, run.ID, c.Run.Invocation, journal.RetryingInvocation(*e, 0))
 		require.NoError(t, err)
-		require.Equal(t, 2, mustGetRun(t, tx, run).FailedInvocations, "failures in a row add up")
+		require.Equal(t, 2, mustGetRun(t, tx, run).FailedInARow, "failures in a row add up")
 		fs = mustFailures(t, tx, run.ID)
 		require.Len(t, fs, 2)
 		require.Equal(t, 2, fs[1].Attempt)
@@ -352,7 +353,28 @@ func TestFinish(t *testing.T) {
 		require.NoError(t, err)
 		_, err = journal.Finish(ctx, tx, run.ID, c.Run.Invocation, journal.Sleeping(journal.Sleep{Seq: 1, Name: "nap", For: time.Second}))
 		require.NoError(t, err)
-		require.Zero(t, mustGetRun(t, tx, run).FailedInvocations, "progress resets the count")
+		got = mustGetRun(t, tx, run)
+		require.Zero(t, got.FailedInARow, "progress resets the count in a row")
+		require.Equal(t, 2, got.FailedInvocations, "not the lifetime count")
+		require.Equal(t, 3, got.Invocations)
+
+		// A failure that ends the run counts; one that fails it before calling is not
+		// an invocation.
+		mustExec(t, tx, `UPDATE stepgate.run SET wake_at = now() WHERE id = $1`, run.ID)
+		c, err = journal.ClaimRun(ctx, tx, run.ID, time.Minute)
+		require.NoError(t, err)
+		_, err = journal.Finish(ctx, tx, run.ID, c.Run.Invocation, journal.InvocationFailed(journal.ErrorInfo{Type: "bad_answer", Message: "no"}))
+		require.NoError(t, err)
+		got = mustGetRun(t, tx, run)
+		require.Equal(t, 3, got.FailedInvocations)
+		require.Equal(t, 4, got.Invocations)
+
+		other := mustCreateRun(t, tx, claimed)
+		_, err = journal.Finish(ctx, tx, other.ID, 1, journal.FailedBeforeCall(journal.ErrorInfo{Type: "max_recoveries", Message: "no"}))
+		require.NoError(t, err)
+		got = mustGetRun(t, tx, other)
+		require.Zero(t, got.Invocations, "the claim called nothing")
+		require.Zero(t, got.FailedInvocations)
 	})
 
 	t.Run("SupersededChangesNothing", func(t *testing.T) {
@@ -476,7 +498,9 @@ func TestReapExpiredLeases(t *testing.T) {
 	require.Nil(t, got.LeaseUntil)
 	require.Nil(t, got.WakeAt, "due at once")
 	require.Equal(t, 0, got.FailedInvocations, "a recovery is not a failed invocation")
+	require.Equal(t, 0, got.FailedInARow)
 	require.Equal(t, 1, got.Recoveries)
+	require.Equal(t, 1, got.RecoveriesInARow)
 	require.Equal(t, 1, got.Invocation, "the claim that comes next fences the old invocation out")
 	require.Empty(t, mustFailures(t, tx, expired.ID), "nor a failed attempt")
 	require.Equal(t, live, mustGetRun(t, tx, live), "a live lease is untouched")
@@ -488,14 +512,14 @@ func TestReapExpiredLeases(t *testing.T) {
 	c, err := journal.ClaimRun(ctx, tx, expired.ID, time.Minute)
 	require.NoError(t, err)
 	require.Equal(t, 2, c.Run.Invocation)
-	require.Equal(t, 2, c.Run.Attempts)
-	require.Equal(t, 1, c.Run.Recoveries)
+	require.Equal(t, 2, c.Run.Invocations)
+	require.Equal(t, 1, c.Run.RecoveriesInARow)
 
 	// Recovered again with no new entry: the count goes on.
 	expire(expired.ID)
 	_, err = journal.ReapExpiredLeases(ctx, tx, 1000)
 	require.NoError(t, err)
-	require.Equal(t, 2, mustGetRun(t, tx, expired).Recoveries)
+	require.Equal(t, 2, mustGetRun(t, tx, expired).RecoveriesInARow)
 
 	// A checkpoint lands between two recoveries: the count starts afresh.
 	c, err = journal.ClaimRun(ctx, tx, expired.ID, time.Minute)
@@ -504,14 +528,18 @@ func TestReapExpiredLeases(t *testing.T) {
 	expire(expired.ID)
 	_, err = journal.ReapExpiredLeases(ctx, tx, 1000)
 	require.NoError(t, err)
-	require.Equal(t, 1, mustGetRun(t, tx, expired).Recoveries, "the journal grew since the last recovery")
+	got = mustGetRun(t, tx, expired)
+	require.Equal(t, 1, got.RecoveriesInARow, "the journal grew since the last recovery")
+	require.Equal(t, 3, got.Recoveries, "the lifetime count goes on")
 
 	// An applied answer (a suspension) resets it.
 	c, err = journal.ClaimRun(ctx, tx, expired.ID, time.Minute)
 	require.NoError(t, err)
 	_, err = journal.Finish(ctx, tx, expired.ID, c.Run.Invocation, journal.Sleeping(journal.Sleep{Seq: 2, Name: "nap", For: time.Hour}))
 	require.NoError(t, err)
-	require.Equal(t, 0, mustGetRun(t, tx, expired).Recoveries)
+	got = mustGetRun(t, tx, expired)
+	require.Equal(t, 0, got.RecoveriesInARow)
+	require.Equal(t, 3, got.Recoveries, "the lifetime count is never reset")
 }
 
 func TestRenewAndReleaseLeases(t *testing.T) {
@@ -543,6 +571,7 @@ func TestRenewAndReleaseLeases(t *testing.T) {
 	require.Equal(t, journal.StatusQueued, got.Status)
 	require.Nil(t, got.LeaseUntil)
 	require.Equal(t, 1, got.Recoveries)
+	require.Equal(t, 1, got.RecoveriesInARow)
 	require.Equal(t, journal.StatusRunning, mustGetRun(t, tx, b).Status)
 }
 

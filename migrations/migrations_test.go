@@ -108,3 +108,59 @@ func applied(t *testing.T, pool *pgxpool.Pool) migrationState {
 	require.NoError(t, err)
 	return s
 }
+
+// TestLifetimeCountsBackfill: migration 0040 fills a run's lifetime counts from what its
+// rows tell, finished runs included (whose guard refuses updates, and is on again
+// after), and leaves the rest at 0.
+func TestLifetimeCountsBackfill(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := newPool(t, pgtest.EmptyDBURL(t), 4)
+	require.NoError(t, migrations.Up(ctx, pool))
+	// Back to the schema before 0040, with runs of that time.
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		_, err := pool.Exec(ctx, sql, args...)
+		require.NoError(t, err)
+	}
+	exec(`DELETE FROM stepgate.schema_migration WHERE version = 40`)
+	exec(`ALTER TABLE stepgate.run DROP COLUMN lifetime_failed_invocations, DROP COLUMN lifetime_recoveries`)
+	const (
+		exhausted = "00000000-0000-0000-0000-000000000001" // two retried failures, then the last
+		recovered = "00000000-0000-0000-0000-000000000002" // cancelled while queued after two recoveries
+		running   = "00000000-0000-0000-0000-000000000003" // recovered once since its journal grew
+		declined  = "00000000-0000-0000-0000-000000000004" // failed by its function, a step retried
+		badAnswer = "00000000-0000-0000-0000-000000000005"
+	)
+	exec(`INSERT INTO stepgate.run (id, tenant, function, revision, status, input, identity, error, finished_at, recoveries, lease_until) VALUES
+		($1, 't', 'f', 1, 'failed', '{}', '{}', '{"type":"http_status","message":"HTTP 500 (attempt 3 of 3; giving up)"}', now(), 0, NULL),
+		($2, 't', 'f', 1, 'cancelled', '{}', '{}', NULL, now(), 2, NULL),
+		($3, 't', 'f', 1, 'running', '{}', '{}', NULL, NULL, 1, now() + interval '1 hour'),
+		($4, 't', 'f', 1, 'failed', '{}', '{}', '{"type":"card_declined","message":"no"}', now(), 0, NULL),
+		($5, 't', 'f', 1, 'failed', '{}', '{}', '{"type":"bad_answer","message":"status maybe"}', now(), 0, NULL)`,
+		exhausted, recovered, running, declined, badAnswer)
+	exec(`INSERT INTO stepgate.attempt_failure (run_id, seq, attempt, error) VALUES
+		($1, 0, 1, '{}'), ($1, 0, 2, '{}'), ($2, 2, 1, '{}')`, exhausted, declined)
+
+	require.NoError(t, migrations.Up(ctx, pool))
+	rows, _ := pool.Query(ctx, `SELECT id::text, lifetime_failed_invocations, lifetime_recoveries FROM stepgate.run`)
+	got := map[string][2]int{}
+	var (
+		id               string
+		failed, recovers int
+	)
+	_, err := pgx.ForEachRow(rows, []any{&id, &failed, &recovers}, func() error {
+		got[id] = [2]int{failed, recovers}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, map[string][2]int{
+		exhausted: {3, 0},
+		recovered: {0, 2},
+		running:   {0, 1},
+		declined:  {0, 0}, // a step's failed attempt and a failed answer: no failed invocation
+		badAnswer: {1, 0},
+	}, got)
+	_, err = pool.Exec(ctx, `UPDATE stepgate.run SET lifetime_recoveries = 9 WHERE id = $1`, exhausted)
+	require.ErrorContains(t, err, "terminal runs are immutable", "the guard is on again")
+}

@@ -1321,9 +1321,6 @@ type RetryPolicy struct {
 
 // Run defines model for Run.
 type Run struct {
-	// Attempts Invocation attempts made so far.
-	Attempts int `json:"attempts"`
-
 	// Awaiting What a suspended run waits for, as its function's last answer said: a sleep, a failed step's retry, a child run, an event, a message, or a callback. The run resumes at `seq`; `wake_at` on the run says when (for an event, a message or a callback, when its wait times out), except for a child run, whose end wakes it. Absent when the run waits for nothing.
 	Awaiting *Awaiting `json:"awaiting,omitempty"`
 
@@ -1335,10 +1332,13 @@ type Run struct {
 	Deadline *time.Time `json:"deadline,omitempty"`
 
 	// Detached A child run started detached: cancelling its parent does not cancel it. Absent for the others.
-	Detached   *bool      `json:"detached,omitempty"`
-	Error      *ErrorInfo `json:"error,omitempty"`
-	FinishedAt *time.Time `json:"finished_at,omitempty"`
-	Function   string     `json:"function"`
+	Detached *bool      `json:"detached,omitempty"`
+	Error    *ErrorInfo `json:"error,omitempty"`
+
+	// FailedInvocations Invocations of the run that failed as a whole, in its lifetime: the function did not answer (a refused or dropped connection, a timeout), answered other than HTTP 200, or answered or checkpointed something that can never be applied (`bad_answer`, `limit_exceeded`, or an entry contradicting the journal: `nondeterminism`, found by the gateway). Never reset. Those that can be retried are, per the function's retry policy, which counts them in a row (any other outcome applied starts it afresh). Not counted: an answer `failed` (the function fails the run itself), a step's failed attempt (the invocation suspends for its retry; see the run's `failures`), a recovery, and an invocation cut short by a cancel or a deadline.
+	FailedInvocations int        `json:"failed_invocations"`
+	FinishedAt        *time.Time `json:"finished_at,omitempty"`
+	Function          string     `json:"function"`
 
 	// Held Why a queued or scheduled run has not started yet, e.g. `waiting for a concurrency slot of key customer_id=c-9`. Absent when nothing holds it back.
 	Held           *string `json:"held,omitempty"`
@@ -1350,6 +1350,9 @@ type Run struct {
 
 	// Input The run's input; absent in a list without `include=io`.
 	Input *AnyJSON `json:"input,omitempty"`
+
+	// Invocations Invocations of the run so far, the first included: the times a gateway took the run to call its function, one to start and one more after each suspension (sleep, wait, child, step retry, `continue`), failed invocation or recovery. The invocation in flight counts (the function gets the count as `run.attempt`), and so does one whose gateway died before its request went out (a recovery). A take that fails the run before calling the function (past the gateway's limit of recoveries, or a bound) does not count. A clean run with two sleeps has 3. Not a count of retries: see `failed_invocations`.
+	Invocations int `json:"invocations"`
 
 	// Output Any JSON value, kept byte for byte.
 	Output *AnyJSON `json:"output,omitempty"`
@@ -1366,7 +1369,7 @@ type Run struct {
 	// Priority The run's priority in the queue, 1 (first) to 4 (last): its start's, else its function's, else 2.
 	Priority *int `json:"priority,omitempty"`
 
-	// Recoveries Times in a row the run was recovered since its journal last grew: an invocation whose gateway died, stopped or lost the database, taken over by another gateway. A recovery is not a failed attempt: the function's retry policy does not count it. Past the gateway's limit (STEPGATE_MAX_RECOVERIES, default 100) the run fails with error type `max_recoveries`.
+	// Recoveries Times in its lifetime the run was recovered: an invocation whose gateway died, stopped or lost the database, made again by another gateway. Never reset. A recovery is not a failed invocation: the function's retry policy does not count it. The gateway's limit (STEPGATE_MAX_RECOVERIES, default 100) counts recoveries in a row, with no new journal entry and no answer applied between them; past it the run fails with error type `max_recoveries`, its `recoveries` then at least that limit plus one.
 	Recoveries int `json:"recoveries"`
 
 	// RerunOf The run this one reruns; the rerun's own identity is whoever reran it.
@@ -1381,9 +1384,6 @@ type Run struct {
 
 // RunDetail defines model for RunDetail.
 type RunDetail struct {
-	// Attempts Invocation attempts made so far.
-	Attempts int `json:"attempts"`
-
 	// Awaiting What a suspended run waits for, as its function's last answer said: a sleep, a failed step's retry, a child run, an event, a message, or a callback. The run resumes at `seq`; `wake_at` on the run says when (for an event, a message or a callback, when its wait times out), except for a child run, whose end wakes it. Absent when the run waits for nothing.
 	Awaiting *Awaiting `json:"awaiting,omitempty"`
 
@@ -1395,11 +1395,14 @@ type RunDetail struct {
 	Deadline *time.Time `json:"deadline,omitempty"`
 
 	// Detached A child run started detached: cancelling its parent does not cancel it. Absent for the others.
-	Detached   *bool            `json:"detached,omitempty"`
-	Error      *ErrorInfo       `json:"error,omitempty"`
-	Failures   []AttemptFailure `json:"failures"`
-	FinishedAt *time.Time       `json:"finished_at,omitempty"`
-	Function   string           `json:"function"`
+	Detached *bool      `json:"detached,omitempty"`
+	Error    *ErrorInfo `json:"error,omitempty"`
+
+	// FailedInvocations Invocations of the run that failed as a whole, in its lifetime: the function did not answer (a refused or dropped connection, a timeout), answered other than HTTP 200, or answered or checkpointed something that can never be applied (`bad_answer`, `limit_exceeded`, or an entry contradicting the journal: `nondeterminism`, found by the gateway). Never reset. Those that can be retried are, per the function's retry policy, which counts them in a row (any other outcome applied starts it afresh). Not counted: an answer `failed` (the function fails the run itself), a step's failed attempt (the invocation suspends for its retry; see the run's `failures`), a recovery, and an invocation cut short by a cancel or a deadline.
+	FailedInvocations int              `json:"failed_invocations"`
+	Failures          []AttemptFailure `json:"failures"`
+	FinishedAt        *time.Time       `json:"finished_at,omitempty"`
+	Function          string           `json:"function"`
 
 	// Held Why a queued or scheduled run has not started yet, e.g. `waiting for a concurrency slot of key customer_id=c-9`. Absent when nothing holds it back.
 	Held           *string `json:"held,omitempty"`
@@ -1410,8 +1413,11 @@ type RunDetail struct {
 	Identity Identity `json:"identity"`
 
 	// Input The run's input; absent in a list without `include=io`.
-	Input   *AnyJSON       `json:"input,omitempty"`
-	Journal []JournalEntry `json:"journal"`
+	Input *AnyJSON `json:"input,omitempty"`
+
+	// Invocations Invocations of the run so far, the first included: the times a gateway took the run to call its function, one to start and one more after each suspension (sleep, wait, child, step retry, `continue`), failed invocation or recovery. The invocation in flight counts (the function gets the count as `run.attempt`), and so does one whose gateway died before its request went out (a recovery). A take that fails the run before calling the function (past the gateway's limit of recoveries, or a bound) does not count. A clean run with two sleeps has 3. Not a count of retries: see `failed_invocations`.
+	Invocations int            `json:"invocations"`
+	Journal     []JournalEntry `json:"journal"`
 
 	// JournalNextCursor Where the next page of the journal starts (`journal_cursor`); absent on the last page.
 	JournalNextCursor *string `json:"journal_next_cursor,omitempty"`
@@ -1431,7 +1437,7 @@ type RunDetail struct {
 	// Priority The run's priority in the queue, 1 (first) to 4 (last): its start's, else its function's, else 2.
 	Priority *int `json:"priority,omitempty"`
 
-	// Recoveries Times in a row the run was recovered since its journal last grew: an invocation whose gateway died, stopped or lost the database, taken over by another gateway. A recovery is not a failed attempt: the function's retry policy does not count it. Past the gateway's limit (STEPGATE_MAX_RECOVERIES, default 100) the run fails with error type `max_recoveries`.
+	// Recoveries Times in its lifetime the run was recovered: an invocation whose gateway died, stopped or lost the database, made again by another gateway. Never reset. A recovery is not a failed invocation: the function's retry policy does not count it. The gateway's limit (STEPGATE_MAX_RECOVERIES, default 100) counts recoveries in a row, with no new journal entry and no answer applied between them; past it the run fails with error type `max_recoveries`, its `recoveries` then at least that limit plus one.
 	Recoveries int `json:"recoveries"`
 
 	// RerunOf The run this one reruns; the rerun's own identity is whoever reran it.
@@ -2263,7 +2269,8 @@ type ClientInterface interface {
 	// Each event is `event: run` with a `Run` (without its journal, input and output) as
 	// `data`, sent when a run is created or changes status, by any gateway (fed by
 	// Postgres notifications, one listener per gateway), in the order of the changes.
-	// The `Run` has the status, attempts, `wake_at` and `finished_at` of that change;
+	// The `Run` has the status, `invocations`, `failed_invocations`, `recoveries`,
+	// `wake_at` and `finished_at` of that change;
 	// `error` (its message cut to 300 bytes) only once the run has its outcome. Read a
 	// run's output with `GET /v1/runs/{id}` or `/result`. A comment line (`: keepalive`) is sent every 15s to
 	// keep the connection open. Filter with `function` or `run` (one run id).
@@ -3245,7 +3252,8 @@ func (c *Client) CancelRuns(ctx context.Context, body CancelRunsJSONRequestBody,
 // Each event is `event: run` with a `Run` (without its journal, input and output) as
 // `data`, sent when a run is created or changes status, by any gateway (fed by
 // Postgres notifications, one listener per gateway), in the order of the changes.
-// The `Run` has the status, attempts, `wake_at` and `finished_at` of that change;
+// The `Run` has the status, `invocations`, `failed_invocations`, `recoveries`,
+// `wake_at` and `finished_at` of that change;
 // `error` (its message cut to 300 bytes) only once the run has its outcome. Read a
 // run's output with `GET /v1/runs/{id}` or `/result`. A comment line (`: keepalive`) is sent every 15s to
 // keep the connection open. Filter with `function` or `run` (one run id).
@@ -6295,7 +6303,8 @@ type ClientWithResponsesInterface interface {
 	// Each event is `event: run` with a `Run` (without its journal, input and output) as
 	// `data`, sent when a run is created or changes status, by any gateway (fed by
 	// Postgres notifications, one listener per gateway), in the order of the changes.
-	// The `Run` has the status, attempts, `wake_at` and `finished_at` of that change;
+	// The `Run` has the status, `invocations`, `failed_invocations`, `recoveries`,
+	// `wake_at` and `finished_at` of that change;
 	// `error` (its message cut to 300 bytes) only once the run has its outcome. Read a
 	// run's output with `GET /v1/runs/{id}` or `/result`. A comment line (`: keepalive`) is sent every 15s to
 	// keep the connection open. Filter with `function` or `run` (one run id).
@@ -9813,7 +9822,8 @@ func (c *ClientWithResponses) CancelRunsWithResponse(ctx context.Context, body C
 // Each event is `event: run` with a `Run` (without its journal, input and output) as
 // `data`, sent when a run is created or changes status, by any gateway (fed by
 // Postgres notifications, one listener per gateway), in the order of the changes.
-// The `Run` has the status, attempts, `wake_at` and `finished_at` of that change;
+// The `Run` has the status, `invocations`, `failed_invocations`, `recoveries`,
+// `wake_at` and `finished_at` of that change;
 // `error` (its message cut to 300 bytes) only once the run has its outcome. Read a
 // run's output with `GET /v1/runs/{id}` or `/result`. A comment line (`: keepalive`) is sent every 15s to
 // keep the connection open. Filter with `function` or `run` (one run id).

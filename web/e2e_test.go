@@ -380,6 +380,8 @@ func TestDashboard(t *testing.T) {
 		} {
 			b.visible(name+" reaches "+status, rowStatus(runs[name], status))
 		}
+		// A clean run with a sleep: two invocations, none failed.
+		require.Equal(t, "2", b.text("the napping run's invocations", row(runs["napped"])+" [data-testid=invocations]"))
 		b.shoot("runs")
 	})
 
@@ -417,12 +419,15 @@ func TestDashboard(t *testing.T) {
 	t.Run("CancelSleepingRun", func(t *testing.T) {
 		b.use(t)
 		id := runs["sleeping"]
-		// As if two gateways had died while invoking it.
-		_, err := s.Pool.Exec(t.Context(), `UPDATE stepgate.run SET recoveries = 2 WHERE id = $1`, id)
+		// As if two gateways had died while invoking it before it fell asleep (which
+		// reset the count in a row, not the run's lifetime recoveries).
+		_, err := s.Pool.Exec(t.Context(), `UPDATE stepgate.run SET lifetime_recoveries = 2 WHERE id = $1`, id)
 		require.NoError(t, err)
 		b.do("open the sleeping run", 10*time.Second, chromedp.Navigate(s.URL+"/#/runs/"+id))
 		b.visible("it is suspended", runStatus("suspended"))
 		require.Equal(t, "2", b.text("its recoveries", "[data-testid=recoveries]"))
+		require.Equal(t, "1", b.text("its invocations", "[data-testid=invocations]"))
+		require.Equal(t, "0", b.text("its failed invocations", "[data-testid=failed-invocations]"))
 		require.Contains(t, b.text("what it waits on", "[data-testid=waiting]"), "cool-off")
 		t.Logf("screenshot: %s", b.screenshot("run-sleeping"))
 		b.click("open a step", `details[data-testid="step-charge"] > summary`)

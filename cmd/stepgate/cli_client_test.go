@@ -80,7 +80,7 @@ func newFakeGateway(t *testing.T) *fakeGateway {
 		ok(w, 200, `{"id":"r1","status":"completed","output":{"greeting":"hello bench"}}`)
 	})
 	mux.HandleFunc("GET /v1/runs", func(w http.ResponseWriter, r *http.Request) {
-		ok(w, 200, `{"runs":[{"id":"r1","function":"hello","revision":2,"status":"failed","input":{},"identity":{"subject":"dev","tenant":"t","roles":[]},"attempts":3,"created_at":"2026-01-02T15:04:05Z","finished_at":"2026-01-02T15:04:06.5Z"}],"next_cursor":"c2"}`)
+		ok(w, 200, `{"runs":[{"id":"r1","function":"hello","revision":2,"status":"failed","input":{},"identity":{"subject":"dev","tenant":"t","roles":[]},"invocations":3,"failed_invocations":3,"recoveries":0,"created_at":"2026-01-02T15:04:05Z","finished_at":"2026-01-02T15:04:06.5Z"}],"next_cursor":"c2"}`)
 	})
 	mux.HandleFunc("GET /v1/runs/{id}/values", func(w http.ResponseWriter, r *http.Request) {
 		ok(w, 200, `{"values":[{"key":"progress","value":40,"version":3,"set_at":"2026-01-02T15:04:05Z"},{"key":"url","value":{"href":"https://pay.example/1"},"version":2,"set_at":"2026-01-02T15:04:04Z"}]}`)
@@ -210,8 +210,8 @@ func TestClientCommands(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, url.Values{"limit": {"5"}, "status": {"failed"}}, q)
 		require.Equal(t, ""+
-			"ID  FUNCTION  STATUS  ATTEMPTS  CREATED              DURATION\n"+
-			"r1  hello     failed  3         2026-01-02 15:04:05  1.5s\n"+
+			"ID  FUNCTION  STATUS  INVOCATIONS   CREATED              DURATION\n"+
+			"r1  hello     failed  3 (3 failed)  2026-01-02 15:04:05  1.5s\n"+
 			"\n"+
 			"more: stepgate runs list --cursor c2\n", stdout.String())
 	})

@@ -264,6 +264,8 @@ func TestEndToEnd(t *testing.T) {
 		require.Regexp(t, `(?m)^  1  step +reserve +\{"order_id":\S+ +attempt 1 `, out)
 		require.Regexp(t, `(?m)^  3  sleep +cool-off +until `, out)
 		require.Regexp(t, `(?m)^  4  step +ship `, out)
+		// A clean run with a sleep: two invocations, none failed, no recovery.
+		require.Regexp(t, `(?m)^status +completed\ninvocations +2\nfailed invocations +0\nrecoveries +0$`, out)
 
 		out, err = cmd(t, "runs", "get", fields[1], "--json")
 		require.NoError(t, err)
@@ -277,7 +279,7 @@ func TestEndToEnd(t *testing.T) {
 
 		out, err = cmd(t, "runs", "list", "--function", "orders.checkout", "--limit", "500")
 		require.NoError(t, err)
-		require.Contains(t, out, fields[1])
+		require.Regexp(t, `(?m)^`+fields[1]+` +orders\.checkout +completed +2 +\d`, out, "its invocations, none failed")
 	})
 
 	t.Run("Keys", func(t *testing.T) {

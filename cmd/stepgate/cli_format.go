@@ -154,16 +154,35 @@ func writeFunction(w io.Writer, f *protocol.Function, loc *time.Location) error 
 	return tw.Flush()
 }
 
-// writeRunsTable writes runs as a table: ID FUNCTION STATUS ATTEMPTS CREATED
-// DURATION, where DURATION is from creation to the end, "-" while running.
+// writeRunsTable writes runs as a table: ID FUNCTION STATUS INVOCATIONS CREATED
+// DURATION, where INVOCATIONS is the run's invocations with its failed ones and its
+// recoveries when it has any (see invocationCounts), and DURATION is from creation to
+// the end, "-" while running.
 func writeRunsTable(w io.Writer, runs []protocol.Run, loc *time.Location) error {
 	tw := newTable(w)
-	fmt.Fprintln(tw, "ID\tFUNCTION\tSTATUS\tATTEMPTS\tCREATED\tDURATION")
+	fmt.Fprintln(tw, "ID\tFUNCTION\tSTATUS\tINVOCATIONS\tCREATED\tDURATION")
 	for _, r := range runs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n",
-			r.ID, r.Function, r.Status, r.Attempts, formatTime(&r.CreatedAt, loc), between(&r.CreatedAt, r.FinishedAt))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n",
+			r.ID, r.Function, r.Status, invocationCounts(r.Invocations, r.FailedInvocations, r.Recoveries),
+			formatTime(&r.CreatedAt, loc), between(&r.CreatedAt, r.FinishedAt))
 	}
 	return tw.Flush()
+}
+
+// invocationCounts prints a run's invocations, then its failed invocations and its
+// recoveries when it has any: "3", "3 (1 failed)", "4 (1 failed, 2 recoveries)".
+func invocationCounts(invocations, failed, recoveries int) string {
+	var more []string
+	if failed > 0 {
+		more = append(more, fmt.Sprintf("%d failed", failed))
+	}
+	if recoveries > 0 {
+		more = append(more, plural(recoveries, "recovery", "recoveries"))
+	}
+	if len(more) == 0 {
+		return strconv.Itoa(invocations)
+	}
+	return fmt.Sprintf("%d (%s)", invocations, strings.Join(more, ", "))
 }
 
 // formatIdentity prints who started a run.
@@ -195,7 +214,10 @@ func writeRunDetail(w io.Writer, r *protocol.RunDetail, loc *time.Location) erro
 	tw := newTable(w)
 	fmt.Fprintf(tw, "run\t%s\n", r.ID)
 	fmt.Fprintf(tw, "function\t%s@%d\n", r.Function, r.Revision)
-	fmt.Fprintf(tw, "status\t%s\n", statusLine(r))
+	fmt.Fprintf(tw, "status\t%s\n", r.Status)
+	fmt.Fprintf(tw, "invocations\t%d\n", r.Invocations)
+	fmt.Fprintf(tw, "failed invocations\t%d\n", r.FailedInvocations)
+	fmt.Fprintf(tw, "recoveries\t%d\n", r.Recoveries)
 	fmt.Fprintf(tw, "identity\t%s\n", formatIdentity(r.Identity))
 	if r.IdempotencyKey != nil && *r.IdempotencyKey != "" {
 		fmt.Fprintf(tw, "idempotency key\t%s\n", *r.IdempotencyKey)
@@ -238,18 +260,6 @@ func writeRunDetail(w io.Writer, r *protocol.RunDetail, loc *time.Location) erro
 		return writeFailures(w, r.Failures, loc)
 	}
 	return nil
-}
-
-// statusLine prints a run's status with its attempt count.
-func statusLine(r *protocol.RunDetail) string {
-	switch r.Attempts {
-	case 0:
-		return string(r.Status)
-	case 1:
-		return fmt.Sprintf("%s (1 attempt)", r.Status)
-	default:
-		return fmt.Sprintf("%s (%d attempts)", r.Status, r.Attempts)
-	}
 }
 
 // writeJournal writes journal entries as a numbered list:

@@ -88,13 +88,15 @@ func TestWriteRunsTable(t *testing.T) {
 
 	var b bytes.Buffer
 	require.NoError(t, writeRunsTable(&b, []protocol.Run{
-		{ID: "0190c6d2-0000-7000-8000-000000000001", Function: "orders.checkout", Status: "completed", Attempts: 1, CreatedAt: t0, FinishedAt: at(12 * time.Millisecond)},
-		{ID: "0190c6d2-0000-7000-8000-000000000002", Function: "hello", Status: "running", Attempts: 2, CreatedAt: *at(time.Hour)},
+		{ID: "0190c6d2-0000-7000-8000-000000000001", Function: "orders.checkout", Status: "completed", Invocations: 3, CreatedAt: t0, FinishedAt: at(12 * time.Millisecond)},
+		{ID: "0190c6d2-0000-7000-8000-000000000002", Function: "hello", Status: "running", Invocations: 2, FailedInvocations: 1, CreatedAt: *at(time.Hour)},
+		{ID: "0190c6d2-0000-7000-8000-000000000003", Function: "hello", Status: "failed", Invocations: 4, FailedInvocations: 1, Recoveries: 2, CreatedAt: *at(time.Hour)},
 	}, time.UTC))
 	require.Equal(t, ""+
-		"ID                                    FUNCTION         STATUS     ATTEMPTS  CREATED              DURATION\n"+
-		"0190c6d2-0000-7000-8000-000000000001  orders.checkout  completed  1         2026-01-02 15:04:05  12ms\n"+
-		"0190c6d2-0000-7000-8000-000000000002  hello            running    2         2026-01-02 16:04:05  -\n", b.String())
+		"ID                                    FUNCTION         STATUS     INVOCATIONS                 CREATED              DURATION\n"+
+		"0190c6d2-0000-7000-8000-000000000001  orders.checkout  completed  3                           2026-01-02 15:04:05  12ms\n"+
+		"0190c6d2-0000-7000-8000-000000000002  hello            running    2 (1 failed)                2026-01-02 16:04:05  -\n"+
+		"0190c6d2-0000-7000-8000-000000000003  hello            failed     4 (1 failed, 2 recoveries)  2026-01-02 16:04:05  -\n", b.String())
 }
 
 func TestWriteRunDetail(t *testing.T) {
@@ -104,7 +106,8 @@ func TestWriteRunDetail(t *testing.T) {
 		t.Parallel()
 		run := &protocol.RunDetail{
 			ID:       "0190c6d2-0000-7000-8000-000000000001",
-			Function: "orders.checkout", Revision: 3, Status: "completed", Attempts: 2,
+			Function: "orders.checkout", Revision: 3, Status: "completed",
+			Invocations: 3, FailedInvocations: 1, Recoveries: 1,
 			Identity:       protocol.Identity{Subject: "dev", Tenant: "acme", Roles: []string{"admin", "ops"}},
 			IdempotencyKey: ptr("k1"),
 			Input:          raw(`{ "cart": [1, 2] }`),
@@ -123,16 +126,19 @@ func TestWriteRunDetail(t *testing.T) {
 		var b bytes.Buffer
 		require.NoError(t, writeRunDetail(&b, run, time.UTC))
 		require.Equal(t, ""+
-			"run              0190c6d2-0000-7000-8000-000000000001\n"+
-			"function         orders.checkout@3\n"+
-			"status           completed (2 attempts)\n"+
-			"identity         subject dev, tenant acme, roles admin,ops\n"+
-			"idempotency key  k1\n"+
-			"input            {\"cart\":[1,2]}\n"+
-			"output           {\"order\":\"o-1\"}\n"+
-			"created          2026-01-02 15:04:05.000 UTC\n"+
-			"started          2026-01-02 15:04:05.003 UTC (queued 3ms)\n"+
-			"finished         2026-01-02 15:04:05.045 UTC (took 45ms)\n"+
+			"run                 0190c6d2-0000-7000-8000-000000000001\n"+
+			"function            orders.checkout@3\n"+
+			"status              completed\n"+
+			"invocations         3\n"+
+			"failed invocations  1\n"+
+			"recoveries          1\n"+
+			"identity            subject dev, tenant acme, roles admin,ops\n"+
+			"idempotency key     k1\n"+
+			"input               {\"cart\":[1,2]}\n"+
+			"output              {\"order\":\"o-1\"}\n"+
+			"created             2026-01-02 15:04:05.000 UTC\n"+
+			"started             2026-01-02 15:04:05.003 UTC (queued 3ms)\n"+
+			"finished            2026-01-02 15:04:05.045 UTC (took 45ms)\n"+
 			"\n"+
 			"journal (3 entries):\n"+
 			"  1  step   reserve   {\"ok\":true}                        attempt 1  2ms\n"+
@@ -148,7 +154,7 @@ func TestWriteRunDetail(t *testing.T) {
 	t.Run("FailedWithoutJournal", func(t *testing.T) {
 		t.Parallel()
 		run := &protocol.RunDetail{
-			ID: "r2", Function: "hello", Revision: 1, Status: "failed", Attempts: 1,
+			ID: "r2", Function: "hello", Revision: 1, Status: "failed", Invocations: 1, FailedInvocations: 1,
 			Identity:  protocol.Identity{Subject: "svc", Tenant: "t", Claims: map[string]any{"plan": "pro"}},
 			Input:     raw(`null`),
 			Error:     &protocol.ErrorInfo{Type: "http_status", Message: "function answered 500"},
@@ -159,13 +165,16 @@ func TestWriteRunDetail(t *testing.T) {
 		var b bytes.Buffer
 		require.NoError(t, writeRunDetail(&b, run, time.UTC))
 		require.Equal(t, ""+
-			"run       r2\n"+
-			"function  hello@1\n"+
-			"status    failed (1 attempt)\n"+
-			"identity  subject svc, tenant t, roles -, claims {\"plan\":\"pro\"}\n"+
-			"input     null\n"+
-			"error     http_status: function answered 500\n"+
-			"created   2026-01-02 15:04:05.000 UTC\n"+
+			"run                 r2\n"+
+			"function            hello@1\n"+
+			"status              failed\n"+
+			"invocations         1\n"+
+			"failed invocations  1\n"+
+			"recoveries          0\n"+
+			"identity            subject svc, tenant t, roles -, claims {\"plan\":\"pro\"}\n"+
+			"input               null\n"+
+			"error               http_status: function answered 500\n"+
+			"created             2026-01-02 15:04:05.000 UTC\n"+
 			"\n"+
 			"journal: no entries yet\n", b.String())
 	})

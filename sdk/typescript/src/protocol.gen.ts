@@ -534,7 +534,8 @@ export interface paths {
          * @description Each event is `event: run` with a `Run` (without its journal, input and output) as
          *     `data`, sent when a run is created or changes status, by any gateway (fed by
          *     Postgres notifications, one listener per gateway), in the order of the changes.
-         *     The `Run` has the status, attempts, `wake_at` and `finished_at` of that change;
+         *     The `Run` has the status, `invocations`, `failed_invocations`, `recoveries`,
+         *     `wake_at` and `finished_at` of that change;
          *     `error` (its message cut to 300 bytes) only once the run has its outcome. Read a
          *     run's output with `GET /v1/runs/{id}` or `/result`. A comment line (`: keepalive`) is sent every 15s to
          *     keep the connection open. Filter with `function` or `run` (one run id).
@@ -1202,10 +1203,12 @@ export interface components {
             detached?: boolean;
             /** @description Who cancelled the run. */
             cancelled_by?: components["schemas"]["Identity"];
-            /** @description Invocation attempts made so far. */
-            attempts: number;
+            /** @description Invocations of the run so far, the first included: the times a gateway took the run to call its function, one to start and one more after each suspension (sleep, wait, child, step retry, `continue`), failed invocation or recovery. The invocation in flight counts (the function gets the count as `run.attempt`), and so does one whose gateway died before its request went out (a recovery). A take that fails the run before calling the function (past the gateway's limit of recoveries, or a bound) does not count. A clean run with two sleeps has 3. Not a count of retries: see `failed_invocations`. */
+            invocations: number;
+            /** @description Invocations of the run that failed as a whole, in its lifetime: the function did not answer (a refused or dropped connection, a timeout), answered other than HTTP 200, or answered or checkpointed something that can never be applied (`bad_answer`, `limit_exceeded`, or an entry contradicting the journal: `nondeterminism`, found by the gateway). Never reset. Those that can be retried are, per the function's retry policy, which counts them in a row (any other outcome applied starts it afresh). Not counted: an answer `failed` (the function fails the run itself), a step's failed attempt (the invocation suspends for its retry; see the run's `failures`), a recovery, and an invocation cut short by a cancel or a deadline. */
+            failed_invocations: number;
             awaiting?: components["schemas"]["Awaiting"];
-            /** @description Times in a row the run was recovered since its journal last grew: an invocation whose gateway died, stopped or lost the database, taken over by another gateway. A recovery is not a failed attempt: the function's retry policy does not count it. Past the gateway's limit (STEPGATE_MAX_RECOVERIES, default 100) the run fails with error type `max_recoveries`. */
+            /** @description Times in its lifetime the run was recovered: an invocation whose gateway died, stopped or lost the database, made again by another gateway. Never reset. A recovery is not a failed invocation: the function's retry policy does not count it. The gateway's limit (STEPGATE_MAX_RECOVERIES, default 100) counts recoveries in a row, with no new journal entry and no answer applied between them; past it the run fails with error type `max_recoveries`, its `recoveries` then at least that limit plus one. */
             recoveries: number;
             /**
              * Format: date-time

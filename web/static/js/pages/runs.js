@@ -71,7 +71,7 @@ export function runsPage(el, params) {
       h("th", null, "Run"),
       h("th", null, "Started"),
       h("th", { class: "num" }, "Duration"),
-      h("th", { class: "num" }, "Attempts"))),
+      h("th", { class: "num", title: "Invocations of the run, and how many failed" }, "Invocations"))),
     tbody);
   const state = h("div", { class: "list-state" }); // loading, errors, empty states
   const foot = h("div", { class: "list-foot" });
@@ -156,7 +156,8 @@ export function runsPage(el, params) {
         run.idempotency_key ? h("div", { class: "sub mono", title: "idempotency key" }, icon("key", 11), run.idempotency_key) : null),
       h("td", null, timeAgo(run.started_at || run.created_at)),
       h("td", { class: "num" }, run.started_at ? elapsed(run.started_at, run.finished_at || (TERMINAL.has(run.status) ? run.created_at : "")) : h("span", { class: "muted" }, "—")),
-      h("td", { class: "num" }, String(run.attempts ?? 0)));
+      h("td", { class: "num", "data-testid": "invocations" }, String(run.invocations ?? 0),
+        run.failed_invocations > 0 ? h("span", { class: "muted", title: "failed invocations" }, ` (${run.failed_invocations} failed)`) : null));
     tr.addEventListener("click", (ev) => {
       if (ev.target.closest("a") || getSelection().toString()) return;
       navigate(`#/runs/${run.id}`);

@@ -1,4 +1,5 @@
-// The facts card: the run's function and revision, its times, attempts, and where it
+// The facts card: the run's function and revision, its times, its counts (invocations,
+// failed invocations, recoveries), and where it
 // came from (idempotency key, parent, rerun, who cancelled it).
 
 import { h, fmtTime, fmtDateTime, elapsed, shortID, countdown } from "../../dom.js";
@@ -18,7 +19,13 @@ export function facts(r, fn) {
     ["Started", r.started_at ? time(r.started_at) : h("span", { class: "muted" }, "not yet")],
     ["Finished", r.finished_at ? time(r.finished_at) : h("span", { class: "muted" }, "—")],
     ["Duration", r.started_at ? elapsed(r.started_at, r.finished_at) : h("span", { class: "muted" }, "—")],
-    ["Attempts", h("span", { class: "num" }, String(r.attempts))],
+    ["Invocations", h("span", { class: "num", "data-testid": "invocations",
+      title: "Times the gateway called the function for this run: one to start, one more after each " +
+        "sleep, wait, child run or step retry, failed invocation or recovery." }, String(r.invocations))],
+    ["Failed invocations", h("span", { class: "num", "data-testid": "failed-invocations",
+      title: "Invocations that failed as a whole: no answer (connection, timeout), an HTTP status other than 200, " +
+        "or an answer or checkpoint that cannot be applied. Not a step's failed attempts, not recoveries." },
+      String(r.failed_invocations))],
   ];
   if (r.priority && r.priority !== 2) {
     rows.push(["Priority", h("span", { class: "num", "data-testid": "priority",
@@ -35,8 +42,8 @@ export function facts(r, fn) {
   }
   if (r.recoveries > 0) {
     rows.push(["Recoveries", h("span", { class: "num", "data-testid": "recoveries",
-      title: "Times in a row the run's gateway died, stopped or lost the database during its invocation, " +
-        "and another gateway took it over. Not failed attempts." }, String(r.recoveries))]);
+      title: "Times the run's gateway died, stopped or lost the database during its invocation, " +
+        "and another gateway took it over, in the run's lifetime. Not failed invocations." }, String(r.recoveries))]);
   }
   if (r.idempotency_key) rows.push(["Idempotency key", h("span", { class: "mono wrap" }, r.idempotency_key)]);
   if (r.parent_id) {

@@ -112,7 +112,8 @@ function runRow(r) {
       kv("Queued for", r.started_at ? fmtDuration(ms(r.started_at) - ms(r.created_at)) : "still queued"),
       kv("Started", r.started_at ? fmtTime(r.started_at) : "—"),
       kv("Finished", r.finished_at ? fmtTime(r.finished_at) : "—"),
-      kv("Invocation attempts", String(r.attempts)),
+      kv("Invocations", String(r.invocations)),
+      kv("Failed invocations", String(r.failed_invocations)),
       r.wake_at ? kv("Wakes at", fmtTime(r.wake_at)) : null),
   });
 }
