@@ -13,11 +13,18 @@ import (
 	"github.com/stepgate/stepgate/journal"
 )
 
-// Deadlines and delayed starts. A run's deadline (journal.Run.Deadline) is kept by a
-// River job scheduled at it, inserted in the transaction that creates the run: when it
-// comes, the job fails the run with error type ErrorTypeDeadline if it has not ended
-// (journal.ExceedDeadline), whatever it is doing, and fences out its invocation. A run
-// created scheduled (a delayed start) has its invoke job scheduled at its start time.
+// Deadlines and delayed starts. A run's deadline (journal.Run.Deadline) is kept as a
+// sleep's wake time is: by this process's timers (timers.go), to the millisecond, with a
+// River job scheduled at it as the backstop. When it comes, the run fails with error
+// type ErrorTypeDeadline if it has not ended (journal.ExceedDeadline), whatever it is
+// doing, and its invocation is fenced out. The gateway that creates a run (or a child
+// run) arms its timer when the deadline is within the lead of the maintenance passes
+// (wakeLead); every gateway's pass arms those that come within that lead later
+// (armUpcomingDeadlines), so a deadline is kept on time while any gateway lives. The
+// River job, inserted in the transaction that creates the run, keeps it when none does
+// (River's scheduler runs it up to 5 s late); whichever comes first fails the run, the
+// others find it ended. A run created scheduled (a delayed start) has its invoke job
+// scheduled at its start time.
 
 // ErrorTypeDeadline: the run passed its deadline before it ended.
 const ErrorTypeDeadline = journal.ErrorTypeDeadline
@@ -77,6 +84,63 @@ func (inv *Invoker) ExceedDeadline(ctx context.Context, runID string) (*journal.
 		inv.Wake(*run.ParentID)
 	}
 	return run, nil
+}
+
+// armDeadline arms this process's timer for run's deadline, once the run's creation has
+// committed, when the deadline is within the lead of the maintenance passes (they arm
+// later ones as they come near). The delay is taken on the database clock, from the
+// run's created_at, so the timer does not fire before the deadline.
+func (inv *Invoker) armDeadline(run *journal.Run) {
+	if run == nil || run.Deadline == nil || run.Status.Terminal() {
+		return
+	}
+	if d := run.Deadline.Sub(run.CreatedAt); d <= inv.wakeLead() {
+		inv.armDeadlineTimer(run.ID, d, 0)
+	}
+}
+
+// armDeadlineTimer fails runID past its deadline in this process after d (see
+// ExceedDeadline), unless the run ends or the process stops first; then another
+// gateway's timer, or the deadline's River job, does it.
+func (inv *Invoker) armDeadlineTimer(runID string, d time.Duration, tries int) {
+	inv.timers.arm(deadlineTimer(runID), d, func() {
+		_, err := inv.ExceedDeadline(inv.bg, runID)
+		switch {
+		case errors.Is(err, journal.ErrNotDue) && tries < maxWakeTries:
+			// The database clock may run a hair behind this timer; look again shortly.
+			inv.armDeadlineTimer(runID, 500*time.Microsecond, tries+1)
+		case err != nil && !errors.Is(err, journal.ErrNotDue) && !errors.Is(err, journal.ErrFinished) &&
+			!errors.Is(err, journal.ErrNotFound) && inv.bg.Err() == nil:
+			inv.log.Warn("failing a run past its deadline failed; its River job will", slog.String("run_id", runID), slog.Any("error", err))
+		}
+	})
+}
+
+// armUpcomingDeadlines arms this process's timers for the deadlines within wakeLead of
+// the runs that have not ended, which earlier passes did not arm, whichever gateway
+// created the runs: as armUpcoming does for wake times, so that a run with a deadline
+// hours away costs no memory until it is near, and is failed on time even when the
+// gateway that created it is gone.
+func (inv *Invoker) armUpcomingDeadlines(ctx context.Context) error {
+	deadlines, now, err := journal.UpcomingDeadlines(ctx, inv.pool, inv.deadlinesArmedUntil, inv.wakeLead(), upcomingBatch)
+	if err != nil {
+		if ctx.Err() == nil {
+			inv.log.Warn("arming timers for upcoming deadlines failed; River's jobs keep them", slog.Any("error", err))
+		}
+		return err
+	}
+	read := time.Now()
+	for _, w := range deadlines {
+		if !inv.timers.has(deadlineTimer(w.RunID)) {
+			inv.armDeadlineTimer(w.RunID, w.At.Sub(now)-time.Since(read), 0)
+		}
+	}
+	// As in armUpcoming: only a full batch makes the next pass go on from its last one.
+	inv.deadlinesArmedUntil = time.Time{}
+	if len(deadlines) == upcomingBatch {
+		inv.deadlinesArmedUntil = deadlines[len(deadlines)-1].At
+	}
+	return nil
 }
 
 // errRunDeadline is the cause of an invocation's context when its run passed its deadline.

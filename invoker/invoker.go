@@ -130,13 +130,16 @@ type Invoker struct {
 	// armedUntil is how far ahead (database clock) the last maintenance pass armed local
 	// timers for the runs' wake times when it found a full batch of them, else zero
 	// (see armUpcoming).
-	armedUntil   time.Time
-	revisions    sync.Map // revisionKey -> *revision; revisions are immutable
-	metrics      *metrics.Metrics
-	tracer       trace.Tracer     // nil: traces are off
-	riverStarted atomic.Bool      // see Running
-	listener     *notify.Listener // the process's LISTEN connection; waiters subscribe to it
-	ownsListener bool             // made by New: Start runs it
+	armedUntil time.Time
+	// deadlinesArmedUntil is armedUntil's counterpart for the runs' deadlines (see
+	// armUpcomingDeadlines).
+	deadlinesArmedUntil time.Time
+	revisions           sync.Map // revisionKey -> *revision; revisions are immutable
+	metrics             *metrics.Metrics
+	tracer              trace.Tracer     // nil: traces are off
+	riverStarted        atomic.Bool      // see Running
+	listener            *notify.Listener // the process's LISTEN connection; waiters subscribe to it
+	ownsListener        bool             // made by New: Start runs it
 
 	timers *timers    // runs' wake-ups and schedules' ticks in this process (timers.go)
 	fair   *fairShare // the tenants' shares of River's workers (fairshare.go)
@@ -305,8 +308,8 @@ func (inv *Invoker) Drain(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// stopTimers stops this process's timers (sleeps' wake-ups, schedules' ticks) for good:
-// their River jobs, and the other gateways' maintenance passes, take their runs.
+// stopTimers stops this process's timers (sleeps' wake-ups, deadlines, schedules' ticks)
+// for good: their River jobs, and the other gateways' maintenance passes, take their runs.
 func (inv *Invoker) stopTimers() { inv.timers.stop() }
 
 // Stop stops River (letting running invocations finish until ctx ends), the local
@@ -351,10 +354,11 @@ func (inv *Invoker) Listener() *notify.Listener { return inv.listener }
 func (inv *Invoker) Cancelled(runID string) { inv.ended(runID, errRunCancelled) }
 
 // ended tells this process that runID ended without the answer of its invocation: its
-// wake-up timer is stopped, its calls from this process are abandoned with cause, and
-// its waiters are told.
+// wake-up and deadline timers are stopped, its calls from this process are abandoned
+// with cause, and its waiters are told.
 func (inv *Invoker) ended(runID string, cause error) {
 	inv.timers.cancel(runTimer(runID))
+	inv.timers.cancel(deadlineTimer(runID))
 	inv.inflightMu.Lock()
 	for c := range inv.inflight[runID] {
 		c.cancel(cause)

@@ -38,6 +38,9 @@ func (inv *Invoker) StartRun(ctx context.Context, db *journal.TenantDB, n journa
 		return nil, false, err
 	}
 	inv.armHeld(run)
+	if created {
+		inv.armDeadline(run)
+	}
 	return run, created, nil
 }
 
@@ -90,6 +93,9 @@ func (inv *Invoker) StartRunNow(ctx context.Context, db *journal.TenantDB, n jou
 				err = fmt.Errorf("schedule the deadline of run %s: %w", run.ID, err)
 			}
 		}
+	}
+	if err == nil && created {
+		inv.armDeadline(run)
 	}
 	if err != nil || !created || run.Status == journal.StatusScheduled {
 		if err == nil {
@@ -408,5 +414,6 @@ func (inv *Invoker) RerunRun(ctx context.Context, db *journal.TenantDB, n journa
 	if err != nil {
 		return nil, err
 	}
+	inv.armDeadline(run)
 	return run, nil
 }
