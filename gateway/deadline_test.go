@@ -317,6 +317,55 @@ func TestContinue(t *testing.T) {
 	require.Len(t, run.Journal, 100, "continue journals nothing")
 }
 
+// TestDetachedChildOutlivesItsParentsDeadline: a child started detached does not
+// inherit its parent's deadline. The parent fails past its deadline while the child,
+// sleeping beyond it, goes on to complete; a child that is not detached inherits it.
+func TestDetachedChildOutlivesItsParentsDeadline(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	c := s.Client(t, s.NewToken(t, auth.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}}))
+	app := s.NewApp()
+	functions.Register(app, "napper", func(ctx context.Context, _ struct{}) (string, error) {
+		return "rested", step.Sleep(ctx, "nap", 3*time.Second)
+	})
+	functions.Register(app, "patron", func(ctx context.Context, detached bool) (string, error) {
+		if detached {
+			return step.Invoke[string](ctx, "child", "napper", nil, step.Detached())
+		}
+		return step.Invoke[string](ctx, "child", "napper", nil)
+	})
+	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
+
+	resp := startRun(t, c, "patron", `true`, &protocol.StartRunParams{Timeout: ptr("1s")})
+	require.Equal(t, http.StatusAccepted, resp.StatusCode(), string(resp.Body))
+	id := resp.JSON202.ID
+	childID := *waitingOn(t, c, id, protocol.AwaitingKindInvoke).Awaiting.ChildID
+	child := getRun(t, c, childID)
+	require.True(t, *child.Detached)
+	require.Nil(t, child.Deadline, "a detached child has no deadline of its parent's")
+	parent := requireDeadlineExceeded(t, c, id)
+	res := mustResult(t, c, childID)
+	require.Equal(t, protocol.RunStatusCompleted, res.Status, "%+v", res.Error)
+	require.JSONEq(t, `"rested"`, string(*res.Output))
+	child = getRun(t, c, childID)
+	require.True(t, child.FinishedAt.After(*parent.Deadline), "the child ran past its parent's deadline")
+	// Its end is not journaled in the parent, which ended first.
+	parent = getRun(t, c, id)
+	require.Equal(t, protocol.RunStatusFailed, parent.Status)
+	require.Empty(t, parent.Journal)
+
+	// Not detached, the child inherits the deadline and fails with its parent.
+	resp = startRun(t, c, "patron", `false`, &protocol.StartRunParams{Timeout: ptr("1s")})
+	require.Equal(t, http.StatusAccepted, resp.StatusCode(), string(resp.Body))
+	id = resp.JSON202.ID
+	childID = *waitingOn(t, c, id, protocol.AwaitingKindInvoke).Awaiting.ChildID
+	parent = requireDeadlineExceeded(t, c, id)
+	child = requireDeadlineExceeded(t, c, childID)
+	require.True(t, parent.Deadline.Equal(*child.Deadline))
+}
+
 // TestDeadlinesKeptByTimers runs functions past their deadlines with their River jobs
 // deleted: the gateway's timers alone fail them (armed by the gateway that created the
 // run, or by a maintenance pass when the deadline was beyond its lead), not River's
@@ -347,6 +396,7 @@ func TestDeadlinesKeptByTimers(t *testing.T) {
 		t.Parallel()
 		started := make(chan struct{})
 		release := make(chan struct{})
+		releaseOnce := sync.OnceFunc(func() { close(release) })
 		late := make(chan int, 1) // the late checkpoint's status
 		blocking := &rawFunction{answer: func(req *protocol.InvocationRequest, checkpoint func(string) (int, string)) string {
 			close(started)
@@ -356,11 +406,12 @@ func TestDeadlinesKeptByTimers(t *testing.T) {
 			return `{"status":"completed","output":"late"}`
 		}}
 		register(t, s, c, "blocking", blocking, nil)
+		t.Cleanup(releaseOnce) // before the server's Close, which waits for the blocked call
 		id := startWith(t, c, "blocking", protocol.StartRunParams{Timeout: ptr("2s")}).ID
 		dropDeadlineJob(t, s, id)
 		<-started
 		run := requireDeadlineExceeded(t, c, id)
-		close(release)
+		releaseOnce()
 		require.Equal(t, http.StatusConflict, <-late, "the late checkpoint is refused")
 		after := getRun(t, c, id)
 		require.Equal(t, protocol.RunStatusFailed, after.Status)

@@ -28,7 +28,8 @@ type Run struct {
 	ParentName     *string         `db:"parent_name"` // The name of that entry.
 	RerunOf        *string         `db:"rerun_of"`
 	CancelledBy    *Identity       `db:"cancelled_by"` // Who cancelled it.
-	// Detached: a child run that is not cancelled with its parent.
+	// Detached: a child run that is not cancelled with its parent, and does not
+	// inherit its deadline.
 	Detached          bool `db:"detached"`
 	Attempts          int  `db:"attempts"`
 	Invocation        int  `db:"invocation"`
@@ -75,7 +76,8 @@ type NewRun struct {
 	ParentSeq  int
 	ParentName string
 	RerunOf    *string // The finished run this one reruns, if any.
-	// Detached makes a child run that is not cancelled with its parent.
+	// Detached makes a child run that is not cancelled with its parent, and does not
+	// inherit its deadline (it outlives the parent).
 	Detached bool
 	// Claim creates the run already claimed by the caller (status running, invocation
 	// 1), leased for Lease, so the caller can invoke it at once with no queue hop.
@@ -87,7 +89,7 @@ type NewRun struct {
 	StartAt *time.Time
 	// Deadline, when set, is when the run fails if it has not ended (see ExceedDeadline).
 	// The run's deadline is the earliest of it, the revision's run_timeout from now, and,
-	// for a child run (ParentSeq > 0), its parent's deadline.
+	// for a child run (ParentSeq > 0) not Detached, its parent's deadline.
 	Deadline *time.Time
 	// Flowed says the caller applied the function's flow control (its throttle, rate
 	// limit or debounce) to this start; without it CreateRun refuses to start a run of
@@ -182,7 +184,8 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 			CASE WHEN claim THEN now() END,
 			@start_at::timestamptz,
 			LEAST(@deadline::timestamptz, now() + r.run_timeout_ms * interval '1 millisecond',
-				(SELECT p.deadline FROM stepgate.run p WHERE @parent_seq::int IS NOT NULL AND p.id = @parent_id::uuid)),
+				(SELECT p.deadline FROM stepgate.run p
+					WHERE @parent_seq::int IS NOT NULL AND NOT @detached::boolean AND p.id = @parent_id::uuid)),
 			@held::text,
 			coalesce(@priority::smallint, (r.config->>'priority')::smallint, 2),
 			s.keys, s.limits, CASE WHEN claim THEN (tk.t).stripes END
