@@ -17,14 +17,15 @@ import (
 // sleep's wake time is: by this process's timers (timers.go), to the millisecond, with a
 // River job scheduled at it as the backstop. When it comes, the run fails with error
 // type ErrorTypeDeadline if it has not ended (journal.ExceedDeadline), whatever it is
-// doing, and its invocation is fenced out. The gateway that creates a run (or a child
-// run) arms its timer when the deadline is within the lead of the maintenance passes
-// (wakeLead); every gateway's pass arms those that come within that lead later
-// (armUpcomingDeadlines), so a deadline is kept on time while any gateway lives. The
-// River job, inserted in the transaction that creates the run, keeps it when none does
-// (River's scheduler runs it up to 5 s late); whichever comes first fails the run, the
-// others find it ended. A run created scheduled (a delayed start) has its invoke job
-// scheduled at its start time.
+// doing, and its invocation is fenced out. The gateway that starts a run through the
+// API (StartRun, StartRunNow, RerunRun) or as a child arms its timer when the deadline
+// is within the lead of the maintenance passes (wakeLead); every gateway's pass arms
+// those that come within that lead later, those of runs started by events and schedules,
+// and fails at once a run found past its deadline (armUpcomingDeadlines), so a deadline
+// is kept on time while any gateway lives. The River job, inserted in the transaction
+// that creates the run, keeps it when none does (River's scheduler runs it up to 5 s
+// late); whichever comes first fails the run, the others find it ended. A run created
+// scheduled (a delayed start) has its invoke job scheduled at its start time.
 
 // ErrorTypeDeadline: the run passed its deadline before it ended.
 const ErrorTypeDeadline = journal.ErrorTypeDeadline
@@ -117,10 +118,11 @@ func (inv *Invoker) armDeadlineTimer(runID string, d time.Duration, tries int) {
 }
 
 // armUpcomingDeadlines arms this process's timers for the deadlines within wakeLead of
-// the runs that have not ended, which earlier passes did not arm, whichever gateway
-// created the runs: as armUpcoming does for wake times, so that a run with a deadline
-// hours away costs no memory until it is near, and is failed on time even when the
-// gateway that created it is gone.
+// the runs that have not ended, whichever gateway created the runs: as armUpcoming does
+// for wake times, so that a run with a deadline hours away costs no memory until it is
+// near, and is failed on time even when the gateway that created it is gone. A run
+// still going past its deadline (its timer was lost with its gateway) is failed at once,
+// without waiting for its River job.
 func (inv *Invoker) armUpcomingDeadlines(ctx context.Context) error {
 	deadlines, now, err := journal.UpcomingDeadlines(ctx, inv.pool, inv.deadlinesArmedUntil, inv.wakeLead(), upcomingBatch)
 	if err != nil {

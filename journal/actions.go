@@ -114,16 +114,17 @@ func ExceedDeadline(ctx context.Context, db DB, id string) (*Run, error) {
 
 // UpcomingDeadlines returns the runs that have not ended whose deadline is in
 // (after, now + within] on the database clock, earliest first, at most limit of them,
-// and the database clock. Deadlines already passed are not returned: their runs are
-// failed by the timers armed before, or by their River jobs. It reads the index
-// run_deadline, for any tenant (the invoker's maintenance passes arm timers for them).
+// and the database clock. Deadlines already passed are among them (with a zero after):
+// a run still going past its deadline is one whose timer is gone with its gateway. It
+// reads the index run_deadline, for any tenant (the invoker's maintenance passes arm
+// timers for them).
 func UpcomingDeadlines(ctx context.Context, db DB, after time.Time, within time.Duration, limit int) ([]Wake, time.Time, error) {
 	rows, _ := db.Query(ctx, `
 		WITH c AS (SELECT now() AS now)
 		SELECT d.id, d.at, c.now FROM c LEFT JOIN LATERAL (
 			SELECT id::text AS id, deadline AS at FROM stepgate.run
 			WHERE deadline IS NOT NULL AND status IN ('scheduled', 'queued', 'running', 'suspended')
-				AND deadline > greatest($1, c.now) AND deadline <= c.now + make_interval(secs => $2)
+				AND deadline > $1 AND deadline <= c.now + make_interval(secs => $2)
 			ORDER BY deadline
 			LIMIT $3) d ON true`, after, within.Seconds(), limit)
 	var deadlines []Wake
