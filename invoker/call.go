@@ -481,7 +481,9 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 		}
 		log.DebugContext(ctx, "run waits", slog.String("status", string(f.Status)), slog.Time("wake_at", *f.WakeAt))
 	default:
-		inv.timers.cancel(deadlineTimer(run.ID))
+		if run.Deadline != nil {
+			inv.timers.cancel(deadlineTimer(run.ID)) // armed when it was near (deadline.go)
+		}
 		inv.listener.Signal(run.ID)
 		log.InfoContext(ctx, "run finished", slog.String("status", string(f.Status)))
 	}
