@@ -70,7 +70,7 @@ const ErrorTypeDeadline = "deadline_exceeded"
 // answer get ErrSuperseded). A child run's end is journaled in a parent waiting for it,
 // which becomes due now (see Finish): the caller enqueues the parent's job in the same
 // transaction. A waiter's mark notifies NotifyChannel, a watch EventChannel. It works by
-// run id, for any tenant (it is the invoker's deadline job).
+// run id, for any tenant (the invoker's deadline timers and River job call it).
 //
 // It returns the failed run; ErrFinished when the run has ended; ErrNotDue with the
 // run when its deadline has not come (or it has none); ErrNotFound when it is gone.
