@@ -87,16 +87,36 @@ func (inv *Invoker) ExceedDeadline(ctx context.Context, runID string) (*journal.
 	return run, nil
 }
 
-// armDeadline arms this process's timer for run's deadline, once the run's creation has
-// committed, when the deadline is within the lead of the maintenance passes (they arm
-// later ones as they come near). The delay is taken on the database clock, from the
-// run's created_at, so the timer does not fire before the deadline.
-func (inv *Invoker) armDeadline(run *journal.Run) {
+// newDeadline is the deadline of a run just created: due in `in` from the database
+// clock of the statement that created it (or read it), for this process's timer to be
+// armed once its transaction commits.
+type newDeadline struct {
+	runID string
+	in    time.Duration
+}
+
+// deadlineOf returns the deadline of run, just created, due from its created_at; none
+// when it has no deadline.
+func deadlineOf(run *journal.Run) []newDeadline {
 	if run == nil || run.Deadline == nil || run.Status.Terminal() {
-		return
+		return nil
 	}
-	if d := run.Deadline.Sub(run.CreatedAt); d <= inv.wakeLead() {
-		inv.armDeadlineTimer(run.ID, d, 0)
+	return []newDeadline{{runID: run.ID, in: run.Deadline.Sub(run.CreatedAt)}}
+}
+
+// armDeadline arms this process's timer for run's deadline, once the run's creation has
+// committed: see armDeadlines.
+func (inv *Invoker) armDeadline(run *journal.Run) { inv.armDeadlines(deadlineOf(run)) }
+
+// armDeadlines arms this process's timers for the deadlines ds of runs just created,
+// once their creation has committed, those within the lead of the maintenance passes
+// (they arm later ones as they come near). Each delay is taken on the database clock of
+// the runs' creation, which the commit follows, so no timer fires before its deadline.
+func (inv *Invoker) armDeadlines(ds []newDeadline) {
+	for _, d := range ds {
+		if d.in <= inv.wakeLead() {
+			inv.armDeadlineTimer(d.runID, d.in, 0)
+		}
 	}
 }
 
@@ -174,18 +194,21 @@ func deadlineJob(runID string, at time.Time) river.InsertManyParams {
 	return river.InsertManyParams{Args: DeadlineArgs{RunID: runID}, InsertOpts: &river.InsertOpts{ScheduledAt: at}}
 }
 
-// deadlineJobs returns the deadline jobs of those of runIDs that have a deadline.
-func deadlineJobs(ctx context.Context, tx pgx.Tx, runIDs []string) ([]river.InsertManyParams, error) {
+// deadlineJobs returns the deadline jobs of those of runIDs, just created in tx, that
+// have a deadline, and those deadlines for armDeadlines once tx commits.
+func deadlineJobs(ctx context.Context, tx pgx.Tx, runIDs []string) ([]river.InsertManyParams, []newDeadline, error) {
 	if len(runIDs) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
-	deadlines, err := journal.Deadlines(ctx, tx, runIDs)
+	deadlines, now, err := journal.Deadlines(ctx, tx, runIDs)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var jobs []river.InsertManyParams
+	var due []newDeadline
 	for id, at := range deadlines {
 		jobs = append(jobs, deadlineJob(id, at))
+		due = append(due, newDeadline{runID: id, in: at.Sub(now)})
 	}
-	return jobs, nil
+	return jobs, due, nil
 }

@@ -528,20 +528,26 @@ func RevisionOfRun(ctx context.Context, db DB, runID string) (tenant, function s
 }
 
 // Deadlines returns the deadlines of those of the runs that have one, by run id, any
-// tenant's (the invoker schedules their deadline jobs).
-func Deadlines(ctx context.Context, db DB, ids []string) (map[string]time.Time, error) {
-	rows, _ := db.Query(ctx, `SELECT id::text, deadline FROM stepgate.run WHERE id = ANY($1::uuid[]) AND deadline IS NOT NULL`, ids)
+// tenant's, and the database clock (the invoker schedules their deadline jobs and arms
+// their timers).
+func Deadlines(ctx context.Context, db DB, ids []string) (map[string]time.Time, time.Time, error) {
+	rows, _ := db.Query(ctx, `
+		SELECT r.id::text, r.deadline, c.now FROM (SELECT now() AS now) c
+		LEFT JOIN stepgate.run r ON r.id = ANY($1::uuid[]) AND r.deadline IS NOT NULL`, ids)
 	out := map[string]time.Time{}
-	var id string
-	var at time.Time
-	_, err := pgx.ForEachRow(rows, []any{&id, &at}, func() error {
-		out[id] = at
+	var now time.Time
+	var id *string
+	var at *time.Time
+	_, err := pgx.ForEachRow(rows, []any{&id, &at, &now}, func() error {
+		if id != nil {
+			out[*id] = *at
+		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("load deadlines: %w", err)
+		return nil, time.Time{}, fmt.Errorf("load deadlines: %w", err)
 	}
-	return out, nil
+	return out, now, nil
 }
 
 // SeqRangeError: a rerun's from_seq is outside 1 to Max: the run's last seq + 1, or the
