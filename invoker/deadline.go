@@ -17,12 +17,12 @@ import (
 // sleep's wake time is: by this process's timers (timers.go), to the millisecond, with a
 // River job scheduled at it as the backstop. When it comes, the run fails with error
 // type ErrorTypeDeadline if it has not ended (journal.ExceedDeadline), whatever it is
-// doing, and its invocation is fenced out. The gateway that starts a run through the
-// API (StartRun, StartRunNow, RerunRun) or as a child arms its timer when the deadline
-// is within the lead of the maintenance passes (wakeLead); every gateway's pass arms
-// those that come within that lead later, those of runs started by events and schedules,
-// and fails at once a run found past its deadline (armUpcomingDeadlines), so a deadline
-// is kept on time while any gateway lives. The River job, inserted in the transaction
+// doing, and its invocation is fenced out. The gateway that starts a run (through the
+// API, a rerun, an event, a schedule's tick, or as a child) arms its timer once the
+// start commits, when the deadline is within the lead of the maintenance passes
+// (wakeLead); every gateway's pass arms those that come within that lead later, and
+// fails at once a run found past its deadline (armUpcomingDeadlines), so a deadline is
+// kept on time while any gateway lives. The River job, inserted in the transaction
 // that creates the run, keeps it when none does (River's scheduler runs it up to 5 s
 // late); whichever comes first fails the run, the others find it ended. A run created
 // scheduled (a delayed start) has its invoke job scheduled at its start time.
