@@ -93,8 +93,8 @@ type Config struct {
 	// Listener is the process's LISTEN connection (see package notify), which its owner
 	// runs. Nil: the invoker makes one and runs it from Start to Stop.
 	Listener *notify.Listener
-	// Clock makes the timers of runs' wake-ups and schedules' ticks. Defaults to the
-	// system clock.
+	// Clock makes the timers of runs' wake-ups and deadlines and schedules' ticks.
+	// Defaults to the system clock.
 	Clock Clock
 	// Metrics records runs, invocations, checkpoints and answers. Nil records nothing.
 	Metrics *metrics.Metrics
@@ -141,7 +141,7 @@ type Invoker struct {
 	listener            *notify.Listener // the process's LISTEN connection; waiters subscribe to it
 	ownsListener        bool             // made by New: Start runs it
 
-	timers *timers    // runs' wake-ups and schedules' ticks in this process (timers.go)
+	timers *timers    // runs' wake-ups and deadlines, schedules' ticks, in this process (timers.go)
 	fair   *fairShare // the tenants' shares of River's workers (fairshare.go)
 
 	inflightMu sync.Mutex
@@ -346,8 +346,9 @@ func (inv *Invoker) Subscribe(runID string) (<-chan struct{}, func()) {
 func (inv *Invoker) Listener() *notify.Listener { return inv.listener }
 
 // Cancelled tells this process that runID was cancelled (journal.CancelRun has
-// committed): its local wake-up timer is stopped, a call to its function from this
-// process is abandoned (its answer would be refused), and its local waiters are told.
+// committed): its local wake-up and deadline timers are stopped, a call to its function
+// from this process is abandoned (its answer would be refused), and its local waiters
+// are told.
 // Other gateways learn of it through journal.NotifyChannel; their timers and the run's
 // River job find nothing to claim, and their calls end at the function's next
 // checkpoint, refused.
