@@ -119,7 +119,9 @@ func TestDeadlineTimersOfTriggeredRuns(t *testing.T) {
 			assert.NoError(ct, s.Pool.QueryRow(t.Context(),
 				`SELECT id::text FROM stepgate.run WHERE idempotency_key LIKE 'schedule:naps:%' LIMIT 1`).Scan(&id))
 		}, 30*time.Second, 5*time.Millisecond, "the schedule's first tick starts a run")
-		require.True(t, s.Invoker.DeadlineTimerArmed(id), "run %s, started by a schedule's tick", id)
+		// Armed once the tick's transaction has committed, just after the run shows.
+		require.Eventually(t, func() bool { return s.Invoker.DeadlineTimerArmed(id) }, 30*time.Second,
+			time.Millisecond, "run %s, started by a schedule's tick", id)
 	})
 
 	t.Run("StoppedWhenTheRunEndsFirst", func(t *testing.T) {
