@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepgate/stepgate/auth"
@@ -313,4 +315,196 @@ func TestContinue(t *testing.T) {
 	run := getRun(t, c, res.ID)
 	require.Equal(t, invocations, run.Invocations)
 	require.Len(t, run.Journal, 100, "continue journals nothing")
+}
+
+// TestDetachedChildOutlivesItsParentsDeadline: a child started detached does not
+// inherit its parent's deadline. The parent fails past its deadline while the child,
+// sleeping beyond it, goes on to complete; a child that is not detached inherits it.
+func TestDetachedChildOutlivesItsParentsDeadline(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	c := s.Client(t, s.NewToken(t, auth.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}}))
+	app := s.NewApp()
+	functions.Register(app, "napper", func(ctx context.Context, _ struct{}) (string, error) {
+		return "rested", step.Sleep(ctx, "nap", 3*time.Second)
+	})
+	functions.Register(app, "patron", func(ctx context.Context, detached bool) (string, error) {
+		if detached {
+			return step.Invoke[string](ctx, "child", "napper", nil, step.Detached())
+		}
+		return step.Invoke[string](ctx, "child", "napper", nil)
+	})
+	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
+
+	resp := startRun(t, c, "patron", `true`, &protocol.StartRunParams{Timeout: ptr("1s")})
+	require.Equal(t, http.StatusAccepted, resp.StatusCode(), string(resp.Body))
+	id := resp.JSON202.ID
+	childID := *waitingOn(t, c, id, protocol.AwaitingKindInvoke).Awaiting.ChildID
+	child := getRun(t, c, childID)
+	require.True(t, *child.Detached)
+	require.Nil(t, child.Deadline, "a detached child has no deadline of its parent's")
+	parent := requireDeadlineExceeded(t, c, id)
+	res := mustResult(t, c, childID)
+	require.Equal(t, protocol.RunStatusCompleted, res.Status, "%+v", res.Error)
+	require.JSONEq(t, `"rested"`, string(*res.Output))
+	child = getRun(t, c, childID)
+	require.True(t, child.FinishedAt.After(*parent.Deadline), "the child ran past its parent's deadline")
+	// Its end is not journaled in the parent, which ended first.
+	parent = getRun(t, c, id)
+	require.Equal(t, protocol.RunStatusFailed, parent.Status)
+	require.Empty(t, parent.Journal)
+
+	// Not detached, the child inherits the deadline and fails with its parent.
+	resp = startRun(t, c, "patron", `false`, &protocol.StartRunParams{Timeout: ptr("1s")})
+	require.Equal(t, http.StatusAccepted, resp.StatusCode(), string(resp.Body))
+	id = resp.JSON202.ID
+	childID = *waitingOn(t, c, id, protocol.AwaitingKindInvoke).Awaiting.ChildID
+	parent = requireDeadlineExceeded(t, c, id)
+	child = requireDeadlineExceeded(t, c, childID)
+	require.True(t, parent.Deadline.Equal(*child.Deadline))
+}
+
+// TestDeadlinesKeptByTimers runs functions past their deadlines with their River jobs
+// deleted: the gateway's timers alone fail them (armed by the gateway that created the
+// run, or by a maintenance pass when the deadline was beyond its lead), not River's
+// scheduler, which promotes a scheduled job up to 5 s late.
+func TestDeadlinesKeptByTimers(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	c := s.Client(t, s.NewToken(t, auth.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}}))
+	app := s.NewApp()
+	functions.Register(app, "sleepy", func(ctx context.Context, _ struct{}) (string, error) {
+		return "woke", step.Sleep(ctx, "nap", time.Hour)
+	})
+	functions.Register(app, "parent", func(ctx context.Context, _ struct{}) (string, error) {
+		return step.Invoke[string](ctx, "child", "sleepy", nil)
+	})
+	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
+
+	t.Run("ASleepingRun", func(t *testing.T) {
+		t.Parallel()
+		id := startWith(t, c, "sleepy", protocol.StartRunParams{Timeout: ptr("2s")}).ID
+		dropDeadlineJob(t, s, id)
+		requireDeadlineExceeded(t, c, id)
+	})
+
+	t.Run("ARunningStep", func(t *testing.T) {
+		t.Parallel()
+		started := make(chan struct{})
+		release := make(chan struct{})
+		releaseOnce := sync.OnceFunc(func() { close(release) })
+		late := make(chan int, 1) // the late checkpoint's status
+		blocking := &rawFunction{answer: func(req *protocol.InvocationRequest, checkpoint func(string) (int, string)) string {
+			close(started)
+			<-release
+			code, _ := checkpoint(`{"seq":1,"kind":"step","name":"late","output":1}`)
+			late <- code
+			return `{"status":"completed","output":"late"}`
+		}}
+		register(t, s, c, "blocking", blocking, nil)
+		t.Cleanup(releaseOnce) // before the server's Close, which waits for the blocked call
+		id := startWith(t, c, "blocking", protocol.StartRunParams{Timeout: ptr("2s")}).ID
+		dropDeadlineJob(t, s, id)
+		<-started
+		run := requireDeadlineExceeded(t, c, id)
+		releaseOnce()
+		require.Equal(t, http.StatusConflict, <-late, "the late checkpoint is refused")
+		after := getRun(t, c, id)
+		require.Equal(t, protocol.RunStatusFailed, after.Status)
+		require.Equal(t, run.Error.Message, after.Error.Message)
+		require.Empty(t, after.Journal)
+	})
+
+	t.Run("ArmedByTheMaintenancePass", func(t *testing.T) {
+		t.Parallel()
+		// 5 s is beyond the passes' lead (two passes, 2 s here): the gateway that
+		// creates the run leaves its deadline to them.
+		id := startWith(t, c, "sleepy", protocol.StartRunParams{Timeout: ptr("5s")}).ID
+		dropDeadlineJob(t, s, id)
+		requireDeadlineExceeded(t, c, id)
+	})
+
+	t.Run("AChild", func(t *testing.T) {
+		t.Parallel()
+		id := startWith(t, c, "parent", protocol.StartRunParams{Timeout: ptr("3s")}).ID
+		dropDeadlineJob(t, s, id)
+		parent := waitingOn(t, c, id, protocol.AwaitingKindInvoke)
+		childID := *parent.Awaiting.ChildID
+		dropDeadlineJob(t, s, childID)
+		requireDeadlineExceeded(t, c, childID)
+		requireDeadlineExceeded(t, c, id)
+	})
+}
+
+// dropDeadlineJob deletes the River job that keeps run id's deadline when no gateway's
+// timer does, before it is due, so that only the timers can keep it.
+func dropDeadlineJob(t *testing.T, s *stack.Stack, id string) {
+	t.Helper()
+	tag, err := s.Pool.Exec(t.Context(), `
+		DELETE FROM river_job WHERE kind = 'stepgate.deadline' AND args->>'run_id' = $1 AND state = 'scheduled'`, id)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected(), "run %s's deadline job, scheduled", id)
+}
+
+// TestDeadlineLateness measures how late runs end past their deadlines, on the database
+// clock (finished_at - deadline): 50 runs with a 2 s deadline that sleep 60 s, and 50
+// whose 2 s deadline cuts a step that runs for 60 s. It logs p50 and p99 of each (run
+// it with -v; the figures are in BENCHMARKS.md) and asserts no timing: every run ends
+// deadline_exceeded, none before its deadline.
+func TestDeadlineLateness(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	c := s.Client(t, s.NewToken(t, auth.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}}))
+	app := s.NewApp()
+	functions.Register(app, "sleeper", func(ctx context.Context, _ struct{}) (string, error) {
+		return "woke", step.Sleep(ctx, "nap", time.Minute)
+	})
+	functions.Register(app, "grinder", func(ctx context.Context, _ struct{}) (string, error) {
+		return step.Run(ctx, "grind", func(ctx context.Context) (string, error) {
+			select { // the invocation's context ends when the deadline fences it out
+			case <-ctx.Done():
+			case <-time.After(time.Minute):
+			}
+			return "ground", nil
+		})
+	})
+	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
+
+	for _, function := range []string{"sleeper", "grinder"} {
+		ids := make([]string, 50)
+		for i := range ids {
+			ids[i] = startWith(t, c, function, protocol.StartRunParams{Timeout: ptr("2s")}).ID
+		}
+		for _, id := range ids {
+			requireDeadlineExceeded(t, c, id)
+		}
+		late := lateness(t, s, ids)
+		require.Len(t, late, len(ids))
+		slices.Sort(late)
+		require.GreaterOrEqual(t, late[0], time.Duration(0), "a run ended before its deadline")
+		t.Logf("%s: %d runs past a 2s deadline: lateness p50 %s, p99 %s, max %s", function, len(late),
+			late[len(late)/2], late[(len(late)*99+99)/100-1], late[len(late)-1])
+	}
+}
+
+// lateness returns how late each of the runs ids ended past its deadline, on the
+// database clock (finished_at - deadline), in microseconds.
+func lateness(t *testing.T, s *stack.Stack, ids []string) []time.Duration {
+	t.Helper()
+	rows, err := s.Pool.Query(t.Context(), `
+		SELECT (extract(epoch FROM finished_at - deadline) * 1e6)::bigint FROM stepgate.run WHERE id = ANY($1::uuid[])`, ids)
+	require.NoError(t, err)
+	micros, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	late := make([]time.Duration, len(micros))
+	for i, us := range micros {
+		late[i] = time.Duration(us) * time.Microsecond
+	}
+	return late
 }

@@ -468,6 +468,7 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 		if crev, err := inv.revision(ctx, c.Tenant, c.Function, c.Revision); err == nil {
 			inv.armTimer(c.ID, crev, 0, 0)
 		} // else its River job starts it
+		inv.armDeadline(c)
 		log.DebugContext(ctx, "run waits for its child", slog.String("child_id", c.ID), slog.String("child_function", c.Function))
 	}
 	switch {
@@ -481,6 +482,9 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 		}
 		log.DebugContext(ctx, "run waits", slog.String("status", string(f.Status)), slog.Time("wake_at", *f.WakeAt))
 	default:
+		if run.Deadline != nil {
+			inv.timers.cancel(deadlineTimer(run.ID)) // armed when it was near (deadline.go)
+		}
 		inv.listener.Signal(run.ID)
 		log.InfoContext(ctx, "run finished", slog.String("status", string(f.Status)))
 	}

@@ -13,11 +13,19 @@ import (
 	"github.com/stepgate/stepgate/journal"
 )
 
-// Deadlines and delayed starts. A run's deadline (journal.Run.Deadline) is kept by a
-// River job scheduled at it, inserted in the transaction that creates the run: when it
-// comes, the job fails the run with error type ErrorTypeDeadline if it has not ended
-// (journal.ExceedDeadline), whatever it is doing, and fences out its invocation. A run
-// created scheduled (a delayed start) has its invoke job scheduled at its start time.
+// Deadlines and delayed starts. A run's deadline (journal.Run.Deadline) is kept as a
+// sleep's wake time is: by this process's timers (timers.go), to the millisecond, with a
+// River job scheduled at it as the backstop. When it comes, the run fails with error
+// type ErrorTypeDeadline if it has not ended (journal.ExceedDeadline), whatever it is
+// doing, and its invocation is fenced out. The gateway that starts a run (through the
+// API, a rerun, an event, a schedule's tick, or as a child) arms its timer once the
+// start commits, when the deadline is within the lead of the maintenance passes
+// (wakeLead); every gateway's pass arms those that come within that lead later, and
+// fails at once a run found past its deadline (armUpcomingDeadlines), so a deadline is
+// kept on time while any gateway lives. The River job, inserted in the transaction
+// that creates the run, keeps it when none does (River's scheduler runs it up to 5 s
+// late); whichever comes first fails the run, the others find it ended. A run created
+// scheduled (a delayed start) has its invoke job scheduled at its start time.
 
 // ErrorTypeDeadline: the run passed its deadline before it ended.
 const ErrorTypeDeadline = journal.ErrorTypeDeadline
@@ -79,6 +87,84 @@ func (inv *Invoker) ExceedDeadline(ctx context.Context, runID string) (*journal.
 	return run, nil
 }
 
+// newDeadline is the deadline of a run just created: due in `in` from the database
+// clock of the statement that created it (or read it), for this process's timer to be
+// armed once its transaction commits.
+type newDeadline struct {
+	runID string
+	in    time.Duration
+}
+
+// deadlineOf returns the deadline of run, just created, due from its created_at; none
+// when it has no deadline.
+func deadlineOf(run *journal.Run) []newDeadline {
+	if run == nil || run.Deadline == nil || run.Status.Terminal() {
+		return nil
+	}
+	return []newDeadline{{runID: run.ID, in: run.Deadline.Sub(run.CreatedAt)}}
+}
+
+// armDeadline arms this process's timer for run's deadline, once the run's creation has
+// committed: see armDeadlines.
+func (inv *Invoker) armDeadline(run *journal.Run) { inv.armDeadlines(deadlineOf(run)) }
+
+// armDeadlines arms this process's timers for the deadlines ds of runs just created,
+// once their creation has committed, those within the lead of the maintenance passes
+// (they arm later ones as they come near). Each delay is taken on the database clock of
+// the runs' creation, which the commit follows, so no timer fires before its deadline.
+func (inv *Invoker) armDeadlines(ds []newDeadline) {
+	for _, d := range ds {
+		if d.in <= inv.wakeLead() {
+			inv.armDeadlineTimer(d.runID, d.in, 0)
+		}
+	}
+}
+
+// armDeadlineTimer fails runID past its deadline in this process after d (see
+// ExceedDeadline), unless the run ends or the process stops first; then another
+// gateway's timer, or the deadline's River job, does it.
+func (inv *Invoker) armDeadlineTimer(runID string, d time.Duration, tries int) {
+	inv.timers.arm(deadlineTimer(runID), d, func() {
+		_, err := inv.ExceedDeadline(inv.bg, runID)
+		switch {
+		case errors.Is(err, journal.ErrNotDue) && tries < maxWakeTries:
+			// The database clock may run a hair behind this timer; look again shortly.
+			inv.armDeadlineTimer(runID, 500*time.Microsecond, tries+1)
+		case err != nil && !errors.Is(err, journal.ErrNotDue) && !errors.Is(err, journal.ErrFinished) &&
+			!errors.Is(err, journal.ErrNotFound) && inv.bg.Err() == nil:
+			inv.log.Warn("failing a run past its deadline failed; its River job will", slog.String("run_id", runID), slog.Any("error", err))
+		}
+	})
+}
+
+// armUpcomingDeadlines arms this process's timers for the deadlines within wakeLead of
+// the runs that have not ended, whichever gateway created the runs: as armUpcoming does
+// for wake times, so that a run with a deadline hours away costs no memory until it is
+// near, and is failed on time even when the gateway that created it is gone. A run
+// still going past its deadline (its timer was lost with its gateway) is failed at once,
+// without waiting for its River job.
+func (inv *Invoker) armUpcomingDeadlines(ctx context.Context) error {
+	deadlines, now, err := journal.UpcomingDeadlines(ctx, inv.pool, inv.deadlinesArmedUntil, inv.wakeLead(), upcomingBatch)
+	if err != nil {
+		if ctx.Err() == nil {
+			inv.log.Warn("arming timers for upcoming deadlines failed; River's jobs keep them", slog.Any("error", err))
+		}
+		return err
+	}
+	read := time.Now()
+	for _, w := range deadlines {
+		if !inv.timers.has(deadlineTimer(w.RunID)) {
+			inv.armDeadlineTimer(w.RunID, w.At.Sub(now)-time.Since(read), 0)
+		}
+	}
+	// As in armUpcoming: only a full batch makes the next pass go on from its last one.
+	inv.deadlinesArmedUntil = time.Time{}
+	if len(deadlines) == upcomingBatch {
+		inv.deadlinesArmedUntil = deadlines[len(deadlines)-1].At
+	}
+	return nil
+}
+
 // errRunDeadline is the cause of an invocation's context when its run passed its deadline.
 var errRunDeadline = errors.New("invoker: the run passed its deadline")
 
@@ -108,18 +194,21 @@ func deadlineJob(runID string, at time.Time) river.InsertManyParams {
 	return river.InsertManyParams{Args: DeadlineArgs{RunID: runID}, InsertOpts: &river.InsertOpts{ScheduledAt: at}}
 }
 
-// deadlineJobs returns the deadline jobs of those of runIDs that have a deadline.
-func deadlineJobs(ctx context.Context, tx pgx.Tx, runIDs []string) ([]river.InsertManyParams, error) {
+// deadlineJobs returns the deadline jobs of those of runIDs, just created in tx, that
+// have a deadline, and those deadlines for armDeadlines once tx commits.
+func deadlineJobs(ctx context.Context, tx pgx.Tx, runIDs []string) ([]river.InsertManyParams, []newDeadline, error) {
 	if len(runIDs) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
-	deadlines, err := journal.Deadlines(ctx, tx, runIDs)
+	deadlines, now, err := journal.Deadlines(ctx, tx, runIDs)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var jobs []river.InsertManyParams
+	var due []newDeadline
 	for id, at := range deadlines {
 		jobs = append(jobs, deadlineJob(id, at))
+		due = append(due, newDeadline{runID: id, in: at.Sub(now)})
 	}
-	return jobs, nil
+	return jobs, due, nil
 }

@@ -16,6 +16,11 @@ func (c *Cron) Due(at, clock time.Time, policy journal.Catchup, window time.Dura
 // TimerArmed reports whether this process has a wake-up timer armed for runID.
 func (inv *Invoker) TimerArmed(runID string) bool { return inv.timers.has(runTimer(runID)) }
 
+// DeadlineTimerArmed reports whether this process has a timer armed for runID's deadline.
+func (inv *Invoker) DeadlineTimerArmed(runID string) bool {
+	return inv.timers.has(deadlineTimer(runID))
+}
+
 // FairShare exposes the fair share of River's workers to the tests.
 type FairShare = fairShare
 

@@ -134,9 +134,11 @@ func (inv *Invoker) createFlowed(ctx context.Context, tx pgx.Tx, n journal.NewRu
 // the event ev (just stored) triggers, through their flow control, with their River
 // jobs, and records them in the event: the runs started (or the debounced runs the
 // starts collapsed into) in its runs, the starts a rate limit (or a full throttle
-// queue) dropped in its skipped. It returns the runs' ids.
-func (inv *Invoker) startFlowedTriggers(ctx context.Context, tx pgx.Tx, ev *journal.Event) ([]string, error) {
+// queue) dropped in its skipped. It returns the runs' ids, and the deadlines of those
+// it created, for armDeadlines once tx commits.
+func (inv *Invoker) startFlowedTriggers(ctx context.Context, tx pgx.Tx, ev *journal.Event) ([]string, []newDeadline, error) {
 	var runs []string
+	var deadlines []newDeadline
 	var skipped []journal.SkippedStart
 	for _, fn := range ev.Flowed {
 		run, created, err := inv.createRun(ctx, tx, journal.NewRun{
@@ -151,12 +153,13 @@ func (inv *Invoker) startFlowedTriggers(ctx context.Context, tx pgx.Tx, ev *jour
 		case errors.Is(err, journal.ErrNotFound), errors.Is(err, journal.ErrForbidden):
 			continue // deleted or changed since the event's statement matched it
 		case err != nil:
-			return nil, err
+			return nil, nil, err
 		}
 		if created {
 			if err := inv.enqueueNew(ctx, tx, run); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
+			deadlines = append(deadlines, deadlineOf(run)...)
 		}
 		if run.Held != nil {
 			ev.Held = append(ev.Held, run)
@@ -164,10 +167,10 @@ func (inv *Invoker) startFlowedTriggers(ctx context.Context, tx pgx.Tx, ev *jour
 		runs = append(runs, run.ID)
 	}
 	if err := journal.CompleteEvent(ctx, tx, ev.Tenant, ev.ID, runs, skipped); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ev.Skipped = skipped
-	return runs, nil
+	return runs, deadlines, nil
 }
 
 // armHeld arms this process's timer for a run that flow control scheduled (or a

@@ -93,8 +93,8 @@ type Config struct {
 	// Listener is the process's LISTEN connection (see package notify), which its owner
 	// runs. Nil: the invoker makes one and runs it from Start to Stop.
 	Listener *notify.Listener
-	// Clock makes the timers of runs' wake-ups and schedules' ticks. Defaults to the
-	// system clock.
+	// Clock makes the timers of runs' wake-ups and deadlines and schedules' ticks.
+	// Defaults to the system clock.
 	Clock Clock
 	// Metrics records runs, invocations, checkpoints and answers. Nil records nothing.
 	Metrics *metrics.Metrics
@@ -130,15 +130,18 @@ type Invoker struct {
 	// armedUntil is how far ahead (database clock) the last maintenance pass armed local
 	// timers for the runs' wake times when it found a full batch of them, else zero
 	// (see armUpcoming).
-	armedUntil   time.Time
-	revisions    sync.Map // revisionKey -> *revision; revisions are immutable
-	metrics      *metrics.Metrics
-	tracer       trace.Tracer     // nil: traces are off
-	riverStarted atomic.Bool      // see Running
-	listener     *notify.Listener // the process's LISTEN connection; waiters subscribe to it
-	ownsListener bool             // made by New: Start runs it
+	armedUntil time.Time
+	// deadlinesArmedUntil is armedUntil's counterpart for the runs' deadlines (see
+	// armUpcomingDeadlines).
+	deadlinesArmedUntil time.Time
+	revisions           sync.Map // revisionKey -> *revision; revisions are immutable
+	metrics             *metrics.Metrics
+	tracer              trace.Tracer     // nil: traces are off
+	riverStarted        atomic.Bool      // see Running
+	listener            *notify.Listener // the process's LISTEN connection; waiters subscribe to it
+	ownsListener        bool             // made by New: Start runs it
 
-	timers *timers    // runs' wake-ups and schedules' ticks in this process (timers.go)
+	timers *timers    // runs' wake-ups and deadlines, schedules' ticks, in this process (timers.go)
 	fair   *fairShare // the tenants' shares of River's workers (fairshare.go)
 
 	inflightMu sync.Mutex
@@ -305,8 +308,8 @@ func (inv *Invoker) Drain(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// stopTimers stops this process's timers (sleeps' wake-ups, schedules' ticks) for good:
-// their River jobs, and the other gateways' maintenance passes, take their runs.
+// stopTimers stops this process's timers (sleeps' wake-ups, deadlines, schedules' ticks)
+// for good: their River jobs, and the other gateways' maintenance passes, take their runs.
 func (inv *Invoker) stopTimers() { inv.timers.stop() }
 
 // Stop stops River (letting running invocations finish until ctx ends), the local
@@ -343,18 +346,20 @@ func (inv *Invoker) Subscribe(runID string) (<-chan struct{}, func()) {
 func (inv *Invoker) Listener() *notify.Listener { return inv.listener }
 
 // Cancelled tells this process that runID was cancelled (journal.CancelRun has
-// committed): its local wake-up timer is stopped, a call to its function from this
-// process is abandoned (its answer would be refused), and its local waiters are told.
+// committed): its local wake-up and deadline timers are stopped, a call to its function
+// from this process is abandoned (its answer would be refused), and its local waiters
+// are told.
 // Other gateways learn of it through journal.NotifyChannel; their timers and the run's
 // River job find nothing to claim, and their calls end at the function's next
 // checkpoint, refused.
 func (inv *Invoker) Cancelled(runID string) { inv.ended(runID, errRunCancelled) }
 
 // ended tells this process that runID ended without the answer of its invocation: its
-// wake-up timer is stopped, its calls from this process are abandoned with cause, and
-// its waiters are told.
+// wake-up and deadline timers are stopped, its calls from this process are abandoned
+// with cause, and its waiters are told.
 func (inv *Invoker) ended(runID string, cause error) {
 	inv.timers.cancel(runTimer(runID))
+	inv.timers.cancel(deadlineTimer(runID))
 	inv.inflightMu.Lock()
 	for c := range inv.inflight[runID] {
 		c.cancel(cause)

@@ -263,6 +263,7 @@ func (inv *Invoker) maintain(ctx context.Context) {
 		inv.log.Warn("enqueued runs that were due with no live job (deleted, discarded, or fetched by a gateway that died)", slog.Int("runs", n))
 	}
 	inv.health.observe(inv.armUpcoming(ctx))
+	inv.health.observe(inv.armUpcomingDeadlines(ctx))
 	if time.Since(inv.grownChecked) > analyzeEvery {
 		// Statistics that keep up with a new database's growth; see journal.AnalyzeGrown.
 		inv.grownChecked = time.Now()

@@ -161,6 +161,7 @@ func (inv *Invoker) tick(ctx context.Context, args TickArgs, claim claimFunc) (b
 		wait        time.Duration
 		next        *journal.Schedule
 		clock, read time.Time
+		deadlines   []newDeadline
 	)
 	err := pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
 		s, c, err := claim(ctx, tx, args.ScheduleID, args.Generation, args.At)
@@ -180,9 +181,11 @@ func (inv *Invoker) tick(ctx context.Context, args TickArgs, claim claimFunc) (b
 		inv.logCatchup(ctx, s, args.At, due)
 		last, runID := args.At, (*string)(nil)
 		for _, at := range due.ticks {
-			if runID, err = inv.startTick(ctx, tx, s, at); err != nil {
+			var started []newDeadline
+			if runID, started, err = inv.startTick(ctx, tx, s, at); err != nil {
 				return err
 			}
+			deadlines = append(deadlines, started...)
 			last = at
 		}
 		s.NextAt = spec.Next(clock)
@@ -204,6 +207,7 @@ func (inv *Invoker) tick(ctx context.Context, args TickArgs, claim claimFunc) (b
 	if next == nil {
 		return false, wait, nil
 	}
+	inv.armDeadlines(deadlines)
 	inv.armTick(tickOf(next), next.NextAt.Sub(clock)-time.Since(read), 0)
 	return true, 0, nil
 }
@@ -357,8 +361,8 @@ func (c *Cron) walk(first, last time.Time, n int) ([]time.Time, int, bool) {
 // startTick starts, in tx, the run of s's tick at, as s's identity, and enqueues its
 // invocation. It returns the run's id, or nil when the tick starts no run: the
 // function is gone, or its invoke_roles exclude the identity (logged; the schedule
-// goes on).
-func (inv *Invoker) startTick(ctx context.Context, tx pgx.Tx, s *journal.Schedule, at time.Time) (*string, error) {
+// goes on); and the deadline of the run it created, for armDeadlines once tx commits.
+func (inv *Invoker) startTick(ctx context.Context, tx pgx.Tx, s *journal.Schedule, at time.Time) (*string, []newDeadline, error) {
 	run, created, err := inv.createRun(ctx, tx, journal.NewRun{
 		ID:             uuid.Must(uuid.NewV7()).String(),
 		Tenant:         s.Tenant,
@@ -373,20 +377,21 @@ func (inv *Invoker) startTick(ctx context.Context, tx pgx.Tx, s *journal.Schedul
 	case errors.As(err, &rl):
 		// The rate limit's state is written only when a start passes: nothing to undo.
 		log.WarnContext(ctx, "schedule tick skipped: "+rl.Reason, slog.String("function", s.Function))
-		return nil, nil
+		return nil, nil, nil
 	case errors.Is(err, journal.ErrNotFound), errors.Is(err, journal.ErrForbidden), errors.Is(err, journal.ErrIdempotencyMismatch):
 		log.WarnContext(ctx, "schedule tick started no run", slog.String("function", s.Function), slog.Any("error", err))
-		return nil, nil
+		return nil, nil, nil
 	case err != nil:
-		return nil, err
+		return nil, nil, err
 	}
-	if created {
-		if err := inv.enqueueNew(ctx, tx, run); err != nil {
-			return nil, err
-		}
-		log.InfoContext(ctx, "scheduled run started", slog.String("run_id", run.ID), slog.String("function", s.Function), slog.String("tenant", run.Tenant))
+	if !created {
+		return &run.ID, nil, nil
 	}
-	return &run.ID, nil
+	if err := inv.enqueueNew(ctx, tx, run); err != nil {
+		return nil, nil, err
+	}
+	log.InfoContext(ctx, "scheduled run started", slog.String("run_id", run.ID), slog.String("function", s.Function), slog.String("tenant", run.Tenant))
+	return &run.ID, deadlineOf(run), nil
 }
 
 type tickWorker struct {

@@ -38,6 +38,9 @@ func (inv *Invoker) StartRun(ctx context.Context, db *journal.TenantDB, n journa
 		return nil, false, err
 	}
 	inv.armHeld(run)
+	if created {
+		inv.armDeadline(run)
+	}
 	return run, created, nil
 }
 
@@ -90,6 +93,9 @@ func (inv *Invoker) StartRunNow(ctx context.Context, db *journal.TenantDB, n jou
 				err = fmt.Errorf("schedule the deadline of run %s: %w", run.ID, err)
 			}
 		}
+	}
+	if err == nil && created {
+		inv.armDeadline(run)
 	}
 	if err != nil || !created || run.Status == journal.StatusScheduled {
 		if err == nil {
@@ -191,11 +197,13 @@ func (inv *Invoker) cancelRun(ctx context.Context, db *journal.TenantDB, runID s
 // It also resumes the tenant's runs that wait for the event (journal.ResumeWaiters), in
 // the same transaction, and invokes them from this process once it commits.
 func (inv *Invoker) SendEvent(ctx context.Context, db *journal.TenantDB, n journal.NewEvent) (ev *journal.Event, created bool, err error) {
+	var deadlines []newDeadline
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		ev, created, err = inv.sendEvent(ctx, tx, n)
+		ev, created, deadlines, err = inv.sendEvent(ctx, tx, n)
 		return err
 	})
 	if err == nil {
+		inv.armDeadlines(deadlines)
 		inv.wakeAll(ev.Resumed)
 		for _, run := range ev.Held {
 			inv.armHeld(run)
@@ -205,36 +213,38 @@ func (inv *Invoker) SendEvent(ctx context.Context, db *journal.TenantDB, n journ
 }
 
 // sendEvent stores the event in tx, resumes the runs waiting for it, and enqueues the
-// invocations of the runs it starts and resumes; the caller wakes ev.Resumed once tx
-// commits.
-func (inv *Invoker) sendEvent(ctx context.Context, tx pgx.Tx, n journal.NewEvent) (*journal.Event, bool, error) {
+// invocations of the runs it starts and resumes, with their deadlines' jobs; the caller
+// wakes ev.Resumed and arms the deadlines it returns once tx commits.
+func (inv *Invoker) sendEvent(ctx context.Context, tx pgx.Tx, n journal.NewEvent) (*journal.Event, bool, []newDeadline, error) {
 	ev, created, err := journal.SendEvent(ctx, tx, n)
 	if err != nil || !created {
-		return ev, created, err
+		return ev, created, nil, err
 	}
 	var flowed []string
+	var deadlines []newDeadline
 	if len(ev.Flowed) > 0 {
-		if flowed, err = inv.startFlowedTriggers(ctx, tx, ev); err != nil {
-			return nil, false, err
+		if flowed, deadlines, err = inv.startFlowedTriggers(ctx, tx, ev); err != nil {
+			return nil, false, nil, err
 		}
 	}
 	if ev.Resumed, err = journal.ResumeWaiters(ctx, tx, ev); err != nil {
-		return nil, false, err
+		return nil, false, nil, err
 	}
-	jobs, err := deadlineJobs(ctx, tx, ev.Runs)
+	jobs, started, err := deadlineJobs(ctx, tx, ev.Runs)
 	if err != nil {
-		return nil, false, err
+		return nil, false, nil, err
 	}
+	deadlines = append(deadlines, started...)
 	for _, runID := range slices.Concat(ev.Runs, ev.Resumed) {
 		jobs = append(jobs, river.InsertManyParams{Args: InvokeArgs{RunID: runID}})
 	}
 	if len(jobs) > 0 {
 		if _, err := inv.river.InsertManyTx(ctx, tx, jobs); err != nil {
-			return nil, false, fmt.Errorf("enqueue runs of event %s: %w", ev.ID, err)
+			return nil, false, nil, fmt.Errorf("enqueue runs of event %s: %w", ev.ID, err)
 		}
 	}
 	ev.Runs = append(ev.Runs, flowed...)
-	return ev, true, nil
+	return ev, true, deadlines, nil
 }
 
 // wakeAll invokes runs from this process at once, if they are due (see Wake).
@@ -258,6 +268,7 @@ type SentEvent struct {
 func (inv *Invoker) CheckpointEvent(ctx context.Context, runID string, invocation int, e journal.Entry, ev SentEvent) error {
 	var resumed []string
 	var held []*journal.Run
+	var deadlines []newDeadline
 	err := pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
 		if err := journal.AppendEntry(ctx, tx, runID, invocation, e, inv.limits.Bounds()); err != nil {
 			return err
@@ -271,16 +282,17 @@ func (inv *Invoker) CheckpointEvent(ctx context.Context, runID string, invocatio
 			return journal.ErrSuperseded
 		}
 		run := runs[0]
-		sent, created, err := inv.sendEvent(ctx, tx, journal.NewEvent{
+		sent, created, started, err := inv.sendEvent(ctx, tx, journal.NewEvent{
 			Tenant: run.Tenant, ID: ev.ID, Name: ev.Name, Data: ev.Data, Identity: run.Identity,
 			SourceRunID: &run.ID,
 		})
 		if created {
-			resumed, held = sent.Resumed, sent.Held
+			resumed, held, deadlines = sent.Resumed, sent.Held, started
 		}
 		return err
 	})
 	if err == nil {
+		inv.armDeadlines(deadlines)
 		inv.wakeAll(resumed)
 		for _, run := range held {
 			inv.armHeld(run)
@@ -408,5 +420,6 @@ func (inv *Invoker) RerunRun(ctx context.Context, db *journal.TenantDB, n journa
 	if err != nil {
 		return nil, err
 	}
+	inv.armDeadline(run)
 	return run, nil
 }

@@ -20,8 +20,8 @@ type realClock struct{}
 
 func (realClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
 
-// timers are this process's keyed one-shot timers: runs' wake-ups ("run:<id>") and
-// schedules' next ticks ("tick:<schedule id>"). Arming a key replaces its timer; a timer
+// timers are this process's keyed one-shot timers: runs' wake-ups ("run:<id>"), runs'
+// deadlines ("deadline:<id>") and schedules' next ticks ("tick:<schedule id>"). Arming a key replaces its timer; a timer
 // that fires runs its func in its own goroutine, counted in wg, unless it was replaced,
 // cancelled or the timers stopped. Each is a shortcut: the River job scheduled with
 // the same wake-up, and the maintenance passes, move the run when this process is gone.
@@ -102,4 +102,5 @@ func (t *timers) armed() int {
 }
 
 func runTimer(runID string) string       { return "run:" + runID }
+func deadlineTimer(runID string) string  { return "deadline:" + runID }
 func tickTimer(scheduleID string) string { return "tick:" + scheduleID }

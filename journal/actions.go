@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -69,7 +70,7 @@ const ErrorTypeDeadline = "deadline_exceeded"
 // answer get ErrSuperseded). A child run's end is journaled in a parent waiting for it,
 // which becomes due now (see Finish): the caller enqueues the parent's job in the same
 // transaction. A waiter's mark notifies NotifyChannel, a watch EventChannel. It works by
-// run id, for any tenant (it is the invoker's deadline job).
+// run id, for any tenant (the invoker's deadline timers and River job call it).
 //
 // It returns the failed run; ErrFinished when the run has ended; ErrNotDue with the
 // run when its deadline has not come (or it has none); ErrNotFound when it is gone.
@@ -109,4 +110,35 @@ func ExceedDeadline(ctx context.Context, db DB, id string) (*Run, error) {
 		return run, ErrFinished
 	}
 	return run, ErrNotDue
+}
+
+// UpcomingDeadlines returns the runs that have not ended whose deadline is in
+// (after, now + within] on the database clock, earliest first, at most limit of them,
+// and the database clock. Deadlines already passed are among them (with a zero after):
+// a run still going past its deadline is one whose timer is gone with its gateway. It
+// reads the index run_deadline, for any tenant (the invoker's maintenance passes arm
+// timers for them).
+func UpcomingDeadlines(ctx context.Context, db DB, after time.Time, within time.Duration, limit int) ([]Wake, time.Time, error) {
+	rows, _ := db.Query(ctx, `
+		WITH c AS (SELECT now() AS now)
+		SELECT d.id, d.at, c.now FROM c LEFT JOIN LATERAL (
+			SELECT id::text AS id, deadline AS at FROM stepgate.run
+			WHERE deadline IS NOT NULL AND status IN ('scheduled', 'queued', 'running', 'suspended')
+				AND deadline > $1 AND deadline <= c.now + make_interval(secs => $2)
+			ORDER BY deadline
+			LIMIT $3) d ON true`, after, within.Seconds(), limit)
+	var deadlines []Wake
+	var now time.Time
+	var id *string
+	var at *time.Time
+	_, err := pgx.ForEachRow(rows, []any{&id, &at, &now}, func() error {
+		if id != nil {
+			deadlines = append(deadlines, Wake{RunID: *id, At: *at})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("find upcoming deadlines: %w", err)
+	}
+	return deadlines, now, nil
 }

@@ -81,3 +81,34 @@ func TestExceedDeadline(t *testing.T) {
 		require.Equal(t, journal.StatusRunning, claim.Run.Status)
 	})
 }
+
+// TestUpcomingDeadlines: the runs that have not ended whose deadline is near, or has
+// passed (their timer was lost), earliest first; not those far off, ended or without one.
+func TestUpcomingDeadlines(t *testing.T) {
+	t.Parallel()
+	ctx, tx := t.Context(), pgtest.Tx(t)
+	past, near, far := time.Now().Add(-time.Minute), time.Now().Add(time.Second), time.Now().Add(time.Hour)
+	overdue := mustCreateRun(t, tx, func(n *journal.NewRun) { n.Deadline = &past })
+	ended := mustCreateRun(t, tx, func(n *journal.NewRun) { n.Deadline = &past })
+	_, err := journal.ExceedDeadline(ctx, tx, ended.ID)
+	require.NoError(t, err)
+	soon := mustCreateRun(t, tx, func(n *journal.NewRun) { n.Deadline, n.Claim = &near, true })
+	later := mustCreateRun(t, tx, func(n *journal.NewRun) { n.Deadline = &far })
+	none := mustCreateRun(t, tx)
+	mine := map[string]bool{overdue.ID: true, ended.ID: true, soon.ID: true, later.ID: true, none.ID: true}
+
+	ids := func(after time.Time) []string {
+		deadlines, now, err := journal.UpcomingDeadlines(ctx, tx, after, 10*time.Second, 10000)
+		require.NoError(t, err)
+		require.WithinDuration(t, time.Now(), now, time.Minute, "the database clock")
+		var ids []string
+		for _, d := range deadlines {
+			if mine[d.RunID] { // other tests' runs are there too
+				ids = append(ids, d.RunID)
+			}
+		}
+		return ids
+	}
+	require.Equal(t, []string{overdue.ID, soon.ID}, ids(time.Time{}))
+	require.Equal(t, []string{soon.ID}, ids(*overdue.Deadline), "after the last one a full batch returned")
+}

@@ -28,7 +28,8 @@ type Run struct {
 	ParentName     *string         `db:"parent_name"` // The name of that entry.
 	RerunOf        *string         `db:"rerun_of"`
 	CancelledBy    *Identity       `db:"cancelled_by"` // Who cancelled it.
-	// Detached: a child run that is not cancelled with its parent.
+	// Detached: a child run that is not cancelled with its parent, and does not
+	// inherit its deadline.
 	Detached bool `db:"detached"`
 	// Invocations counts the run's invocations: the claims that call its function, the
 	// current one included (sent to the function as run.attempt). A claim that fails the
@@ -90,7 +91,8 @@ type NewRun struct {
 	ParentSeq  int
 	ParentName string
 	RerunOf    *string // The finished run this one reruns, if any.
-	// Detached makes a child run that is not cancelled with its parent.
+	// Detached makes a child run that is not cancelled with its parent, and does not
+	// inherit its deadline (it outlives the parent).
 	Detached bool
 	// Claim creates the run already claimed by the caller (status running, invocation
 	// 1), leased for Lease, so the caller can invoke it at once with no queue hop.
@@ -102,7 +104,7 @@ type NewRun struct {
 	StartAt *time.Time
 	// Deadline, when set, is when the run fails if it has not ended (see ExceedDeadline).
 	// The run's deadline is the earliest of it, the revision's run_timeout from now, and,
-	// for a child run (ParentSeq > 0), its parent's deadline.
+	// for a child run (ParentSeq > 0) not Detached, its parent's deadline.
 	Deadline *time.Time
 	// Flowed says the caller applied the function's flow control (its throttle, rate
 	// limit or debounce) to this start; without it CreateRun refuses to start a run of
@@ -197,7 +199,8 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 			CASE WHEN claim THEN now() END,
 			@start_at::timestamptz,
 			LEAST(@deadline::timestamptz, now() + r.run_timeout_ms * interval '1 millisecond',
-				(SELECT p.deadline FROM stepgate.run p WHERE @parent_seq::int IS NOT NULL AND p.id = @parent_id::uuid)),
+				(SELECT p.deadline FROM stepgate.run p
+					WHERE @parent_seq::int IS NOT NULL AND NOT @detached::boolean AND p.id = @parent_id::uuid)),
 			@held::text,
 			coalesce(@priority::smallint, (r.config->>'priority')::smallint, 2),
 			s.keys, s.limits, CASE WHEN claim THEN (tk.t).stripes END
@@ -540,20 +543,26 @@ func RevisionOfRun(ctx context.Context, db DB, runID string) (tenant, function s
 }
 
 // Deadlines returns the deadlines of those of the runs that have one, by run id, any
-// tenant's (the invoker schedules their deadline jobs).
-func Deadlines(ctx context.Context, db DB, ids []string) (map[string]time.Time, error) {
-	rows, _ := db.Query(ctx, `SELECT id::text, deadline FROM stepgate.run WHERE id = ANY($1::uuid[]) AND deadline IS NOT NULL`, ids)
+// tenant's, and the database clock (the invoker schedules their deadline jobs and arms
+// their timers).
+func Deadlines(ctx context.Context, db DB, ids []string) (map[string]time.Time, time.Time, error) {
+	rows, _ := db.Query(ctx, `
+		SELECT r.id::text, r.deadline, c.now FROM (SELECT now() AS now) c
+		LEFT JOIN stepgate.run r ON r.id = ANY($1::uuid[]) AND r.deadline IS NOT NULL`, ids)
 	out := map[string]time.Time{}
-	var id string
-	var at time.Time
-	_, err := pgx.ForEachRow(rows, []any{&id, &at}, func() error {
-		out[id] = at
+	var now time.Time
+	var id *string
+	var at *time.Time
+	_, err := pgx.ForEachRow(rows, []any{&id, &at, &now}, func() error {
+		if id != nil {
+			out[*id] = *at
+		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("load deadlines: %w", err)
+		return nil, time.Time{}, fmt.Errorf("load deadlines: %w", err)
 	}
-	return out, nil
+	return out, now, nil
 }
 
 // SeqRangeError: a rerun's from_seq is outside 1 to Max: the run's last seq + 1, or the

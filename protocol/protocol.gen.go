@@ -433,7 +433,9 @@ type AttemptFailure struct {
 // when its `invoke_roles` exclude this run's identity, `{"type":"forbidden"}`: both
 // journaled at once, and the run called again. Cancelling a parent cancels its
 // children (and theirs) with it, unless `detached` is true: a detached child runs to
-// its end, and its outcome is not journaled in the cancelled parent.
+// its end, and its outcome is not journaled in the cancelled parent. A child inherits
+// its parent's deadline, unless it is detached: a detached child outlives its parent,
+// bounded only by its own function's `run_timeout`.
 //
 // `invoke_all`: start a child run for each of `calls` (1 to 64, each a `function`,
 // an `input` and `detached`, as for `invoke`) and suspend until all have ended.
@@ -512,7 +514,7 @@ type Await struct {
 	// Calls `invoke_all`: the child runs to start and wait for (1 to 64), at `seq`, `seq + 1`, ...
 	Calls *[]InvokeCall `json:"calls,omitempty"`
 
-	// Detached `invoke`: the child is not cancelled when this run is (default false).
+	// Detached `invoke`: the child is not cancelled when this run is, nor bound by its deadline (default false).
 	Detached *bool `json:"detached,omitempty"`
 
 	// Duration A Go duration such as `30s`, `5m`, `1h30m`.
@@ -951,7 +953,9 @@ type InvocationAnswer struct {
 	// when its `invoke_roles` exclude this run's identity, `{"type":"forbidden"}`: both
 	// journaled at once, and the run called again. Cancelling a parent cancels its
 	// children (and theirs) with it, unless `detached` is true: a detached child runs to
-	// its end, and its outcome is not journaled in the cancelled parent.
+	// its end, and its outcome is not journaled in the cancelled parent. A child inherits
+	// its parent's deadline, unless it is detached: a detached child outlives its parent,
+	// bounded only by its own function's `run_timeout`.
 	//
 	// `invoke_all`: start a child run for each of `calls` (1 to 64, each a `function`,
 	// an `input` and `detached`, as for `invoke`) and suspend until all have ended.
@@ -1074,7 +1078,7 @@ type InvocationRun struct {
 
 // InvokeCall One child run of an `invoke_all`.
 type InvokeCall struct {
-	// Detached The child is not cancelled when this run is (default false).
+	// Detached The child is not cancelled when this run is, nor bound by its deadline (default false).
 	Detached *bool `json:"detached,omitempty"`
 
 	// Function The function to start a child run of (letters, digits, `.`, `_`, `-`; 1 to 255 characters).
@@ -1328,10 +1332,10 @@ type Run struct {
 	CancelledBy *Identity `json:"cancelled_by,omitempty"`
 	CreatedAt   time.Time `json:"created_at"`
 
-	// Deadline When the run fails with error type `deadline_exceeded` if it has not ended: the earliest of the `deadline` (or `timeout`) it was started with, its function's `run_timeout` from its creation, and its parent's deadline for a child run.
+	// Deadline When the run fails with error type `deadline_exceeded` if it has not ended: the earliest of the `deadline` (or `timeout`) it was started with, its function's `run_timeout` from its creation, and its parent's deadline for a child run not started detached.
 	Deadline *time.Time `json:"deadline,omitempty"`
 
-	// Detached A child run started detached: cancelling its parent does not cancel it. Absent for the others.
+	// Detached A child run started detached: cancelling its parent does not cancel it, and it does not inherit its parent's deadline. Absent for the others.
 	Detached *bool      `json:"detached,omitempty"`
 	Error    *ErrorInfo `json:"error,omitempty"`
 
@@ -1391,10 +1395,10 @@ type RunDetail struct {
 	CancelledBy *Identity `json:"cancelled_by,omitempty"`
 	CreatedAt   time.Time `json:"created_at"`
 
-	// Deadline When the run fails with error type `deadline_exceeded` if it has not ended: the earliest of the `deadline` (or `timeout`) it was started with, its function's `run_timeout` from its creation, and its parent's deadline for a child run.
+	// Deadline When the run fails with error type `deadline_exceeded` if it has not ended: the earliest of the `deadline` (or `timeout`) it was started with, its function's `run_timeout` from its creation, and its parent's deadline for a child run not started detached.
 	Deadline *time.Time `json:"deadline,omitempty"`
 
-	// Detached A child run started detached: cancelling its parent does not cancel it. Absent for the others.
+	// Detached A child run started detached: cancelling its parent does not cancel it, and it does not inherit its parent's deadline. Absent for the others.
 	Detached *bool      `json:"detached,omitempty"`
 	Error    *ErrorInfo `json:"error,omitempty"`
 

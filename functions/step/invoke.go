@@ -26,7 +26,9 @@ import (
 //
 // Cancelling this run cancels the child too (and its children), unless the child was
 // started with [Detached]: a detached child runs to its end, and its outcome is not
-// journaled in the cancelled run.
+// journaled in the cancelled run. The child inherits this run's deadline (the gateway's
+// ?timeout= or run_timeout), unless it is detached: a detached child outlives this run,
+// bounded only by its own function's run_timeout.
 //
 // name must be 1 to 255 bytes, function a valid function name (letters, digits, '.',
 // '_', '-', at most 255), and input must encode as JSON; otherwise Invoke returns a
@@ -62,7 +64,8 @@ func Invoke[T any](ctx context.Context, name, function string, input any, opts .
 // InvokeOption configures an [Invoke].
 type InvokeOption struct{ detached bool }
 
-// Detached starts the child run detached: cancelling this run does not cancel it.
+// Detached starts the child run detached: cancelling this run does not cancel it, and
+// it does not inherit this run's deadline.
 func Detached() InvokeOption { return InvokeOption{detached: true} }
 
 // Call is one child run of [InvokeAll]: a function of this run's tenant and its input
@@ -70,7 +73,7 @@ func Detached() InvokeOption { return InvokeOption{detached: true} }
 type Call struct {
 	Function string
 	Input    any
-	Detached bool // As [Detached]: cancelling this run does not cancel this child.
+	Detached bool // As [Detached]: this child is not cancelled with this run, nor bound by its deadline.
 }
 
 // Outcome is one child run's outcome in [InvokeAll]: its output decoded into T, or its

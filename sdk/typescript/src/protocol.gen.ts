@@ -1199,7 +1199,7 @@ export interface components {
             parent_name?: string;
             /** @description The run this one reruns; the rerun's own identity is whoever reran it. */
             rerun_of?: string;
-            /** @description A child run started detached: cancelling its parent does not cancel it. Absent for the others. */
+            /** @description A child run started detached: cancelling its parent does not cancel it, and it does not inherit its parent's deadline. Absent for the others. */
             detached?: boolean;
             /** @description Who cancelled the run. */
             cancelled_by?: components["schemas"]["Identity"];
@@ -1221,7 +1221,7 @@ export interface components {
             priority?: number;
             /**
              * Format: date-time
-             * @description When the run fails with error type `deadline_exceeded` if it has not ended: the earliest of the `deadline` (or `timeout`) it was started with, its function's `run_timeout` from its creation, and its parent's deadline for a child run.
+             * @description When the run fails with error type `deadline_exceeded` if it has not ended: the earliest of the `deadline` (or `timeout`) it was started with, its function's `run_timeout` from its creation, and its parent's deadline for a child run not started detached.
              */
             deadline?: string;
             /** Format: date-time */
@@ -1734,7 +1734,9 @@ export interface components {
          *     when its `invoke_roles` exclude this run's identity, `{"type":"forbidden"}`: both
          *     journaled at once, and the run called again. Cancelling a parent cancels its
          *     children (and theirs) with it, unless `detached` is true: a detached child runs to
-         *     its end, and its outcome is not journaled in the cancelled parent.
+         *     its end, and its outcome is not journaled in the cancelled parent. A child inherits
+         *     its parent's deadline, unless it is detached: a detached child outlives its parent,
+         *     bounded only by its own function's `run_timeout`.
          *
          *     `invoke_all`: start a child run for each of `calls` (1 to 64, each a `function`,
          *     an `input` and `detached`, as for `invoke`) and suspend until all have ended.
@@ -1818,7 +1820,7 @@ export interface components {
             /** @description `invoke`: the function to start a child run of (letters, digits, `.`, `_`, `-`; 1 to 255 characters). */
             function?: string;
             input?: components["schemas"]["AnyJSON"];
-            /** @description `invoke`: the child is not cancelled when this run is (default false). */
+            /** @description `invoke`: the child is not cancelled when this run is, nor bound by its deadline (default false). */
             detached?: boolean;
             /** @description `wait_event`: the name of the event to wait for. */
             event?: string;
@@ -1844,7 +1846,7 @@ export interface components {
             /** @description The function to start a child run of (letters, digits, `.`, `_`, `-`; 1 to 255 characters). */
             function: string;
             input?: components["schemas"]["AnyJSON"];
-            /** @description The child is not cancelled when this run is (default false). */
+            /** @description The child is not cancelled when this run is, nor bound by its deadline (default false). */
             detached?: boolean;
         };
         /** @description Selects runs of the caller's tenant; every criterion given must hold, and one at least is given. */

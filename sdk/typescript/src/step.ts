@@ -94,7 +94,10 @@ export interface CallbackResult<T = unknown> {
 export interface Call {
   function: string;
   input?: unknown;
-  /** Cancelling this run does not cancel this child. */
+  /**
+   * Cancelling this run does not cancel this child, and the child does not inherit this
+   * run's deadline.
+   */
   detached?: boolean;
 }
 
@@ -379,7 +382,9 @@ export class Step {
    * Starts a run of fn (a function of the run's tenant) with input as a child of this run,
    * suspends until it ends, and returns its output; a child that failed, was cancelled or
    * could not start (type not_found, forbidden) throws a StepError. The child runs as this
-   * run's identity. With detached, cancelling this run does not cancel the child.
+   * run's identity. The child inherits this run's deadline; with detached, cancelling this
+   * run does not cancel the child, and the child does not inherit the deadline (it outlives
+   * this run, bounded only by its own function's run_timeout).
    */
   async invoke<T = unknown>(name: string, call: Call): Promise<T> {
     checkName("step name", name);
