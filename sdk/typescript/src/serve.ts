@@ -189,12 +189,17 @@ async function invoke(
   const st = new Invocation(req, signal, post);
   if (fn.budgetMs > 0) st.setBudget(fn.budgetMs);
   if (fn.sleepMaxMs > 0) st.setSleepInProcess(fn.sleepMaxMs);
-  return withPending(st, await call(fn, st));
+  st.lazy = fn.lazyCheckpoints;
+  try {
+    return await withPending(st, await call(fn, st));
+  } finally {
+    st.end();
+  }
 }
 
 /**
- * Journals the step the function finished last without a checkpoint (see
- * Invocation.defer) with the answer: first in its steps, journaled in the transaction
+ * Journals the step the function finished last without a checkpoint (with lazy
+ * checkpoints: see Invocation.defer) with the answer: first in its steps, journaled in the transaction
  * that applies it. An HTTP 500 answer journals nothing, so the step is checkpointed
  * first, and the retried invocation replays it rather than running it again.
  */
