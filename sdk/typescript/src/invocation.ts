@@ -135,15 +135,39 @@ export class Invocation {
   private places = new Map<string, number>();
   private undos: Undo[] = [];
 
+  // The request's signal, aborted when the gateway goes away, read on first need (see
+  // the constructor).
+  private signal: AbortSignal | undefined;
+  private signalRead = false;
+
   constructor(
     req: InvocationRequest,
-    /** Aborted when the gateway goes away: bounds checkpoints. */
-    private readonly requestSignal: AbortSignal | undefined,
+    /**
+     * Reads the request's signal, aborted when the gateway goes away: it bounds waits (a
+     * checkpoint tried again, a sleep in the process). It is read only when the
+     * invocation first waits, since reading it has a cost on some platforms: Deno.serve
+     * warns about its legacy abort once a handler has read request.signal.
+     */
+    private readonly readSignal: () => AbortSignal | undefined,
     private readonly post: Poster,
   ) {
     this.req = req;
     for (const e of req.journal) this.bySeq.set(e.seq, e);
     this.stopped = new Promise((r) => (this.resolveStopped = r));
+  }
+
+  /** The request's signal, read now if it was not before. */
+  private get requestSignal(): AbortSignal | undefined {
+    if (!this.signalRead) {
+      this.signal = this.readSignal();
+      this.signalRead = true;
+    }
+    return this.signal;
+  }
+
+  /** The signal for a POST: the request's once the invocation has read it (a retry reads it first). */
+  private postSignal(attempt: number): AbortSignal | undefined {
+    return attempt > 0 || this.signalRead ? this.requestSignal : undefined;
   }
 
   /** Makes the invocation stop at a step boundary once four fifths of ms have passed. */
@@ -252,10 +276,19 @@ export class Invocation {
     }
   }
 
-  /** Why the gateway went away, or undefined. */
+  /** Why the gateway went away, or undefined; reads the request's signal. */
   gone(): string | undefined {
     const s = this.requestSignal;
     return s?.aborted ? String(s.reason ?? "the request was aborted") : undefined;
+  }
+
+  /**
+   * Why the gateway went away, if the invocation has read the request's signal (it
+   * waited) and it is aborted: the check before each step, which does not read it. A step
+   * that starts after the gateway left unseen runs, and its checkpoint finds out.
+   */
+  goneSeen(): string | undefined {
+    return this.signalRead ? this.gone() : undefined;
   }
 
   /**
@@ -381,7 +414,7 @@ export class Invocation {
           this.req.checkpoint.url + "/stream",
           { "Content-Type": "application/json", Authorization: `Bearer ${this.req.checkpoint.token}` },
           body,
-          this.requestSignal,
+          this.postSignal(attempt),
         );
       } catch (err) {
         last = String(err instanceof Error ? err.message : err);
@@ -595,7 +628,7 @@ export class Invocation {
           this.req.checkpoint.url,
           { "Content-Type": "application/json", Authorization: `Bearer ${this.req.checkpoint.token}` },
           body,
-          this.requestSignal,
+          this.postSignal(attempt),
         );
       } catch (err) {
         last = String(err instanceof Error ? err.message : err);

@@ -147,7 +147,7 @@ export function serve(opts: ServeOptions): FetchHandler {
     if (tenant !== undefined && req.identity.tenant !== tenant) {
       return problem(401, "signature", `signature: the request is signed for tenant ${JSON.stringify(tenant)}, but its run's identity is of tenant ${JSON.stringify(req.identity.tenant)}`);
     }
-    const [code, answer] = await invoke(fn, req, request.signal, post);
+    const [code, answer] = await invoke(fn, req, () => request.signal, post);
     if (code !== 200) {
       const e = answer as ErrorInfo;
       onError({ runId: req.run.id, function: req.run.function, attempt: req.run.attempt, type: e.type, message: e.message });
@@ -183,7 +183,7 @@ function invalid(req: InvocationRequest): string {
 async function invoke(
   fn: StepgateFunction<any, any>,
   req: InvocationRequest,
-  signal: AbortSignal | undefined,
+  signal: () => AbortSignal | undefined,
   post: Poster,
 ): Promise<[number, InvocationAnswer | ErrorInfo]> {
   const st = new Invocation(req, signal, post);

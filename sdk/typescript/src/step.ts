@@ -275,7 +275,7 @@ export class Step {
     }
     if (!(await st.room(seq))) return never();
     st.checkEnded(`step ${q(name)}`);
-    const gone = st.gone();
+    const gone = st.goneSeen();
     if (gone) return st.halt(retry("canceled", `step ${seq} ${q(name)}: ${gone}`));
 
     st.begin(seq);
@@ -377,7 +377,7 @@ export class Step {
     }
     if (!st.sleepInProcess(Math.max(ms, 0))) return st.halt(suspended({ type: "sleep", seq, name, ...aw }));
     if (!(await st.room(seq))) return never();
-    const gone = st.gone();
+    const gone = st.goneSeen();
     if (gone) return st.halt(retry("canceled", `sleep ${seq} ${q(name)}: ${gone}`));
     const entry: JournalEntry = { seq, kind: "sleep", name };
     if (aw.until) entry.until = aw.until;
@@ -462,7 +462,7 @@ export class Step {
   private async journal(seq: number, kind: EntryKind, name: string, output: unknown) {
     const st = this.st;
     if (!(await st.room(seq))) return undefined;
-    const gone = st.gone();
+    const gone = st.goneSeen();
     if (gone) return st.halt<undefined>(retry("canceled", `${kind} ${seq} ${q(name)}: ${gone}`));
     const now = new Date().toISOString();
     const entry: JournalEntry = { seq, kind, name, started_at: now, finished_at: now };
