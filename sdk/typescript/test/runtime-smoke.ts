@@ -43,7 +43,7 @@ if (g.Bun) {
 }
 
 const b64url = (b: ArrayBuffer) => btoa(String.fromCharCode(...new Uint8Array(b))).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
-const keys = (await crypto.subtle.generateKey({ name: "Ed25519" }, true, ["sign", "verify"])) as CryptoKeyPair;
+const keys = (await crypto.subtle.generateKey({ name: "Ed25519" }, true, ["sign", "verify"])) as { publicKey: Parameters<typeof crypto.subtle.exportKey>[1]; privateKey: Parameters<typeof crypto.subtle.sign>[1] };
 const publicKey = b64url(await crypto.subtle.exportKey("raw", keys.publicKey));
 async function sign(body: string, tenant = "acme") {
   const t = Math.floor(Date.now() / 1000);
@@ -114,7 +114,7 @@ async function invoke(extra: Partial<InvocationRequest> = {}, signature?: string
 
 try {
   const m = await fetch(app.url, { headers: { "Stepgate-Signature": await sign("") } });
-  check("manifest", m.status === 200 && (await m.json()).functions.some((f: { name: string }) => f.name === "tour"));
+  check("manifest", m.status === 200 && ((await m.json()) as any).functions.some((f: { name: string }) => f.name === "tour"));
   let r = await invoke();
   check("first invocation sleeps", r.body.status === "suspended" && r.body.await.type === "sleep" && r.body.await.seq === 2, r);
   // Checkpoints are eager: the step before the sleep is journaled before the suspension.

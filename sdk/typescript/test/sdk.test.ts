@@ -349,7 +349,7 @@ describe("serve", () => {
     for (const [what, sig, want] of cases) {
       const resp = await post(sig);
       assert.equal(resp.status, 401, what);
-      const b = await resp.json();
+      const b = (await resp.json()) as any;
       assert.equal(b.type, "signature");
       assert.match(b.message, want, what);
     }
@@ -357,9 +357,9 @@ describe("serve", () => {
     assert.equal((await post(sig)).status, 200);
     const replay = await post(sig);
     assert.equal(replay.status, 401);
-    assert.match((await replay.json()).message, /replayed/);
+    assert.match(((await replay.json()) as any).message, /replayed/);
     const mismatch = await post(gw.sign(body, "globex"));
-    assert.match((await mismatch.json()).message, /signed for tenant "globex", but its run's identity is of tenant "acme"/);
+    assert.match(((await mismatch.json()) as any).message, /signed for tenant "globex", but its run's identity is of tenant "acme"/);
     const nokeys = await serve({ functions: [fn] })(new Request(APP, { headers: { "Stepgate-Signature": gw.sign("") } }));
     assert.equal(nokeys.status, 401);
   });
@@ -385,7 +385,7 @@ describe("serve", () => {
     assert.equal((await h(new Request(APP, { method: "POST", body: "{}" }))).status, 405);
     const bad = await h(new Request(`${APP}/hello`, { method: "POST", body: '{"protocol":2}' }));
     assert.equal(bad.status, 400);
-    assert.match((await bad.json()).message, /protocol 2 is not supported/);
+    assert.match(((await bad.json()) as any).message, /protocol 2 is not supported/);
     assert.equal((await h(new Request(`${APP}/hello`, { method: "POST", body: "x".repeat(2000) }))).status, 413);
     assert.throws(() => createFunction({ name: "bad name" }, () => 1), /invalid function name/);
     assert.throws(() => serve({ functions: [fn], signingKeys: `${gw.publicKey},abc` }), /signing key 2 is not an Ed25519 public key/);
@@ -404,7 +404,7 @@ describe("serve", () => {
       const resp = await fetch(`${base}/hello`, { method: "POST", body, headers: { "Stepgate-Signature": gw.sign(body) } });
       assert.deepEqual(await resp.json(), { status: "completed", output: "hi" });
       const m = await fetch(base, { headers: { "Stepgate-Signature": gw.sign("") } });
-      assert.equal((await m.json()).functions[0].path, "stepgate/hello");
+      assert.equal(((await m.json()) as any).functions[0].path, "stepgate/hello");
     } finally {
       server.closeAllConnections();
       await new Promise((r) => server.close(r));
@@ -422,7 +422,7 @@ describe("serve", () => {
       const resp = await fetch(`http://127.0.0.1:${(nodeServer.address() as AddressInfo).port}/stepped`, {
         method: "POST", body, headers: { "Stepgate-Signature": gw.sign(body) },
       });
-      const answer = await resp.json();
+      const answer = (await resp.json()) as any;
       assert.deepEqual(outcome(answer), { status: "completed", output: "answered" });
       assert.deepEqual(kinds(gw.journal(id)), ["1 step one", "2 step two"], "both checkpointed through node:http");
       assert.deepEqual(rides(answer), []);
