@@ -236,6 +236,11 @@ export class Invocation {
     this.ended = true;
   }
 
+  /** Whether the invocation has answered (end). */
+  get hasEnded(): boolean {
+    return this.ended;
+  }
+
   /**
    * Throws a NonRetryableError naming what when the invocation has answered (end): its
    * step object is spent, and nothing it would run could be journaled.

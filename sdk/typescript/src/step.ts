@@ -273,8 +273,9 @@ export class Step {
       if (e.error) throw stepError(e, e.error);
       return (e.output ?? null) as Jsonify<T>;
     }
-    if (!(await st.room(seq))) return never();
-    st.checkEnded(`step ${q(name)}`);
+    // A step that took its seq while the invocation ran, but got here after it answered
+    // (a promise the function left unawaited), stops as one whose invocation stopped.
+    if (!(await st.room(seq)) || st.hasEnded) return never();
     const gone = st.goneSeen();
     if (gone) return st.halt(retry("canceled", `step ${seq} ${q(name)}: ${gone}`));
 
