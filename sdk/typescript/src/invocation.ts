@@ -536,10 +536,9 @@ export class Invocation {
   /**
    * Journals e, a step that finished: at once, as checkpoint, unless lazy. With lazy, e is
    * journaled later than checkpoint would but still before anything that follows it
-   * (Go's State.Defer): the invocation's next seq, patch or
-   * stream write checkpoints it first (flush), and when the function answers first, it
-   * goes in the answer's steps (takePending), so a function's last step costs no
-   * checkpoint of its own. Every step is still journaled before the next one starts.
+   * (Go's State.Defer): the invocation's next seq, patch or stream write checkpoints it
+   * first (flush), and when the function answers first, it goes in the answer's steps
+   * (takePending), so a function's last step costs no checkpoint of its own. Every step is still journaled before the next one starts.
    * What changes is the window in which a lost invocation runs the step again: it ends
    * when the function moves on, rather than when the step ends.
    *

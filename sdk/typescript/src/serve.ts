@@ -199,9 +199,9 @@ async function invoke(
 
 /**
  * Journals the step the function finished last without a checkpoint (with lazy
- * checkpoints: see Invocation.defer) with the answer: first in its steps, journaled in the transaction
- * that applies it. An HTTP 500 answer journals nothing, so the step is checkpointed
- * first, and the retried invocation replays it rather than running it again.
+ * checkpoints: see Invocation.defer) with the answer: first in its steps, journaled in
+ * the transaction that applies it. An HTTP 500 answer journals nothing, so the step is
+ * checkpointed first, and the retried invocation replays it rather than running it again.
  */
 async function withPending(st: Invocation, [code, body]: [number, InvocationAnswer | ErrorInfo]): Promise<[number, InvocationAnswer | ErrorInfo]> {
   const e = st.takePending();
