@@ -96,12 +96,14 @@ func stopInCleanup(t *testing.T, cmd *exec.Cmd, exited <-chan struct{}) {
 	})
 }
 
-// startNodeProcess is startNodeApp, which also returns the process id.
-func startNodeProcess(t *testing.T, dir, file, publicKeys string) (string, int) {
+// startNodeProcess is startNodeApp, which also returns the process id; env adds
+// variables (KEY=value) to the process's environment.
+func startNodeProcess(t *testing.T, dir, file, publicKeys string, env ...string) (string, int) {
 	t.Helper()
 	port := freeAddr(t).Port
 	cmd := exec.Command("node", filepath.Join(dir, "dist", "examples", file))
 	cmd.Env = append(os.Environ(), "PORT="+strconv.Itoa(port), "STEPGATE_PUBLIC_KEYS="+publicKeys)
+	cmd.Env = append(cmd.Env, env...)
 	var output lockedBuffer
 	cmd.Stderr = &output
 	stdout, err := cmd.StdoutPipe()
@@ -149,7 +151,8 @@ type journalEntry struct {
 // README's tour and the SDK's examples with Node, registers them with `stepgate apps sync`, invokes them and
 // reads their journals: three steps and a sleep, a step's retry, a child run, the
 // caller's identity, parallel steps, an invocation time limit (continue), a stream,
-// compensations, a patch and a sleep waited out in the process.
+// compensations, a patch, a sleep waited out in the process, and a step whose result is
+// durable before step.run resolves though the process dies right after.
 func TestTypeScriptSDK(t *testing.T) {
 	dir := buildTypeScriptSDK(t)
 	g := startDev(t)
@@ -360,6 +363,31 @@ func TestTypeScriptSDK(t *testing.T) {
 		require.JSONEq(t, `{"before":1,"after":1}`, output)
 		require.Equal(t, []string{"1 step before", "2 sleep nap", "3 step after"}, kinds(journal(t, id)))
 		require.Regexp(t, `(?m)^  2  sleep +nap +until `, cmd(t, "runs", "get", id))
+	})
+
+	t.Run("AStepIsDurableBeforeRunResolves", func(t *testing.T) {
+		// test/crash-server.ts: the process dies after step "charge" returned and before
+		// step "ship" starts, on the run's first invocation; a supervisor serves the app
+		// again on the same port, and the gateway retries the run. By default charge was
+		// journaled before step.run resolved, so the retry replays it and its body ran
+		// once. With lazyCheckpoints it was held for the next step or the answer, lost with
+		// the process, and runs again: the window the opt-in documents.
+		t.Parallel()
+		counters := t.TempDir()
+		crashURL, _ := startNodeProcess(t, dir, "../test/crash-server.js", g.publicKeys, "STEPGATE_CRASH_DIR="+counters)
+		require.Contains(t, cmd(t, "apps", "sync", crashURL), "synced 2 functions from "+crashURL)
+		for _, c := range []struct {
+			fn      string
+			charges int
+		}{{"crash.eager", 1}, {"crash.lazy", 2}} {
+			// One at a time: a crash kills the process that serves both.
+			output, id := invoke(t, c.fn, `{}`)
+			require.JSONEq(t, fmt.Sprintf(`{"charged":42,"shipped":"shipped","charges":%d}`, c.charges), output, c.fn)
+			require.Equal(t, []string{"1 step charge", "2 step ship"}, kinds(journal(t, id)), c.fn)
+			charged, err := os.ReadFile(filepath.Join(counters, id))
+			require.NoError(t, err)
+			require.Equal(t, strings.Repeat("charge\n", c.charges), string(charged), "%s: how often charge's body ran", c.fn)
+		}
 	})
 
 	t.Run("MaxInvocationDuration", func(t *testing.T) {

@@ -75,6 +75,17 @@ export interface FunctionOptions<In> {
    * running, not sleeping, and holds its concurrency slots. Not part of the manifest.
    */
   sleepInProcess?: Duration;
+  /**
+   * Journal its steps' results lazily (Go's functions.LazyCheckpoints()), each step's
+   * own `lazy` option aside. Off by default: then step.run, step.now, step.uuid and
+   * step.random resolve only once the gateway has journaled the step (a checkpoint
+   * answered 200). With lazy checkpoints a step's result is journaled only when the
+   * function's next step starts or it answers, so if the process dies in between, the
+   * step runs again even though code after it already saw its result. What it buys: the
+   * last step and a step just before a sleep or a wait cost no checkpoint of their own
+   * (they ride in the answer). Not part of the manifest.
+   */
+  lazyCheckpoints?: boolean;
   /** Bounds each run from its creation; past it the run fails (deadline_exceeded). */
   runTimeout?: Duration;
   /** How long finished runs are kept. */
@@ -99,6 +110,8 @@ export interface StepgateFunction<In = unknown, Out = unknown> {
   readonly budgetMs: number;
   /** The longest sleep waited out in the process, in milliseconds (sleepInProcess), or 0. */
   readonly sleepMaxMs: number;
+  /** Whether its steps' results are journaled lazily by default (lazyCheckpoints). */
+  readonly lazyCheckpoints: boolean;
   readonly schema: StandardSchemaV1<unknown, In> | undefined;
   readonly handler: (ctx: Context<In>) => Out | Promise<Out>;
 }
@@ -139,5 +152,5 @@ export function createFunction<In = unknown, Out = unknown>(
   if (opts.priority !== undefined) c.priority = opts.priority;
   Object.assign(c, opts.config ?? {});
   const sleepMaxMs = opts.sleepInProcess === undefined ? 0 : toMs(opts.sleepInProcess, "sleepInProcess");
-  return Object.freeze({ name: opts.name, config: c, budgetMs, sleepMaxMs, schema: opts.input, handler });
+  return Object.freeze({ name: opts.name, config: c, budgetMs, sleepMaxMs, lazyCheckpoints: opts.lazyCheckpoints === true, schema: opts.input, handler });
 }

@@ -10,5 +10,6 @@ export { StoppedError } from "./invocation.js";
 export type { Alternative, Call, CallbackHandle, Chosen, CallbackResult, Event, Identity, Message, Outcome, RunOptions, StepContext } from "./step.js";
 export { ErrorType, InputError, NonRetryableError, StepError } from "./errors.js";
 export type { Duration } from "./duration.js";
+export type { Jsonify } from "./json.js";
 export { SIGNATURE_HEADER, SignatureError, importKeys, parseSignature, signedMessage, verifySignature } from "./signature.js";
 export type * as protocol from "./protocol.js";

@@ -9,9 +9,11 @@
 // Later steps stop at once without running anything. Code that catches errors cannot
 // change the outcome, since nothing is thrown into it.
 //
-// The last step rides with the answer: a step that succeeds is held (defer) and
-// checkpointed when the invocation takes its next seq, decides a patch or writes to a
-// stream (flush), or, when the function answers first, sent in the answer's steps.
+// Checkpoints are eager by default: a step that succeeds is journaled before its promise
+// resolves. With lazy checkpoints (opt-in, per function or per step) a step that succeeds
+// is held (defer) and checkpointed when the invocation takes its next seq, decides a
+// patch or writes to a stream (flush), or, when the function answers first, sent in the
+// answer's steps: the last step rides with the answer.
 import { inStep } from "./context.js";
 import { NonRetryableError } from "./errors.js";
 import type { Await, CheckpointAck, EntryKind, ErrorInfo, InvocationAnswer, InvocationRequest, JournalEntry, StreamWrite } from "./protocol.js";
@@ -109,6 +111,9 @@ export class Invocation {
   private fresh = 0;
   private budgetMs = 0;
   private sleepMaxMs = 0;
+  /** The function's default for its steps: lazy checkpoints (see defer). */
+  lazy = false;
+  private ended = false;
 
   // Steps that run (their function or their checkpoint): a step is a hole in the
   // journal from when it takes its seq until it is journaled; the retry a failed one
@@ -130,15 +135,39 @@ export class Invocation {
   private places = new Map<string, number>();
   private undos: Undo[] = [];
 
+  // The request's signal, aborted when the gateway goes away, read on first need (see
+  // the constructor).
+  private signal: AbortSignal | undefined;
+  private signalRead = false;
+
   constructor(
     req: InvocationRequest,
-    /** Aborted when the gateway goes away: bounds checkpoints. */
-    private readonly requestSignal: AbortSignal | undefined,
+    /**
+     * Reads the request's signal, aborted when the gateway goes away: it bounds waits (a
+     * checkpoint tried again, a sleep in the process). It is read only when the
+     * invocation first waits, since reading it has a cost on some platforms: Deno.serve
+     * warns about its legacy abort once a handler has read request.signal.
+     */
+    private readonly readSignal: () => AbortSignal | undefined,
     private readonly post: Poster,
   ) {
     this.req = req;
     for (const e of req.journal) this.bySeq.set(e.seq, e);
     this.stopped = new Promise((r) => (this.resolveStopped = r));
+  }
+
+  /** The request's signal, read now if it was not before. */
+  private get requestSignal(): AbortSignal | undefined {
+    if (!this.signalRead) {
+      this.signal = this.readSignal();
+      this.signalRead = true;
+    }
+    return this.signal;
+  }
+
+  /** The signal for a POST: the request's once the invocation has read it (a retry reads it first). */
+  private postSignal(attempt: number): AbortSignal | undefined {
+    return attempt > 0 || this.signalRead ? this.requestSignal : undefined;
   }
 
   /** Makes the invocation stop at a step boundary once four fifths of ms have passed. */
@@ -199,6 +228,31 @@ export class Invocation {
     });
   }
 
+  /**
+   * Marks the invocation as answered: from now on every step call throws (checkEnded),
+   * so a step object kept past its invocation neither runs nor journals anything.
+   */
+  end() {
+    this.ended = true;
+  }
+
+  /** Whether the invocation has answered (end). */
+  get hasEnded(): boolean {
+    return this.ended;
+  }
+
+  /**
+   * Throws a NonRetryableError naming what when the invocation has answered (end): its
+   * step object is spent, and nothing it would run could be journaled.
+   */
+  checkEnded(what: string) {
+    if (this.ended) {
+      throw new NonRetryableError(
+        `${what}: the invocation of run ${this.req.run.id} (attempt ${this.req.run.attempt}) has answered, so its step object cannot run or journal anything: use step only while the function's call runs (await every step before returning)`,
+      );
+    }
+  }
+
   /** The recorded Stop, if the invocation stopped early. */
   get stoppedWith(): Stop | undefined {
     return this.stop;
@@ -227,10 +281,19 @@ export class Invocation {
     }
   }
 
-  /** Why the gateway went away, or undefined. */
+  /** Why the gateway went away, or undefined; reads the request's signal. */
   gone(): string | undefined {
     const s = this.requestSignal;
     return s?.aborted ? String(s.reason ?? "the request was aborted") : undefined;
+  }
+
+  /**
+   * Why the gateway went away, if the invocation has read the request's signal (it
+   * waited) and it is aborted: the check before each step, which does not read it. A step
+   * that starts after the gateway left unseen runs, and its checkpoint finds out.
+   */
+  goneSeen(): string | undefined {
+    return this.signalRead ? this.gone() : undefined;
   }
 
   /**
@@ -244,6 +307,7 @@ export class Invocation {
    * answer's steps, or is checkpointed before whatever the function does next.
    */
   next(kind: EntryKind, name: string, n = 1, awaits = false): { seq: number; entries: (JournalEntry | undefined)[] } | undefined {
+    this.checkEnded(`${kind} ${q(name)}`);
     if (this.stop) return undefined;
     this.checkNested(name);
     if (this.pending && !awaits) void this.flush();
@@ -285,6 +349,7 @@ export class Invocation {
    * The step defer holds is checkpointed first, as next does.
    */
   patch(name: string, consumeOnly: boolean): { seq: number; marker?: JournalEntry } | undefined {
+    this.checkEnded(`patch ${q(name)}`);
     if (this.stop) return undefined;
     this.checkNested(name);
     if (this.pending) void this.flush();
@@ -331,6 +396,7 @@ export class Invocation {
    */
   async writeStream(w: StreamWrite): Promise<StreamRefusal | undefined> {
     const where = `stream ${q(w.key)}`;
+    this.checkEnded(where);
     const stopWith = (s: Stop): never => {
       void this.halt(s);
       throw new StoppedError();
@@ -353,7 +419,7 @@ export class Invocation {
           this.req.checkpoint.url + "/stream",
           { "Content-Type": "application/json", Authorization: `Bearer ${this.req.checkpoint.token}` },
           body,
-          this.requestSignal,
+          this.postSignal(attempt),
         );
       } catch (err) {
         last = String(err instanceof Error ? err.message : err);
@@ -468,15 +534,15 @@ export class Invocation {
   }
 
   /**
-   * Journals e, a step that finished, later than checkpoint would but still before
-   * anything that follows it (Go's State.Defer): the invocation's next seq, patch or
-   * stream write checkpoints it first (flush), and when the function answers first, it
-   * goes in the answer's steps (takePending), so a function's last step costs no
-   * checkpoint of its own. Every step is still journaled before the next one starts.
+   * Journals e, a step that finished: at once, as checkpoint, unless lazy. With lazy, e is
+   * journaled later than checkpoint would but still before anything that follows it
+   * (Go's State.Defer): the invocation's next seq, patch or stream write checkpoints it
+   * first (flush), and when the function answers first, it goes in the answer's steps
+   * (takePending), so a function's last step costs no checkpoint of its own. Every step is still journaled before the next one starts.
    * What changes is the window in which a lost invocation runs the step again: it ends
    * when the function moves on, rather than when the step ends.
    *
-   * defer checkpoints e at once, as checkpoint, unless the step at e.seq is alone: while
+   * A lazy defer checkpoints e at once too unless the step at e.seq is alone: while
    * other steps run, left holes or took later seqs (parallel steps: their windows are
    * reckoned at checkpoint time), while a step is held or being flushed, once the
    * invocation has stopped, and when its output (outputJSON) is over MAX_DEFERRED_BYTES
@@ -484,8 +550,8 @@ export class Invocation {
    * answer). Call it while the step runs (before done). Resolves false when the
    * invocation stopped instead.
    */
-  async defer(e: JournalEntry, outputJSON: string): Promise<boolean> {
-    const alone = this.running === 1 && this.holes.size === 1 && this.holes.has(e.seq) && this.seq === e.seq && this.journaledBelow(e.seq);
+  async defer(e: JournalEntry, outputJSON: string, lazy: boolean): Promise<boolean> {
+    const alone = lazy && this.running === 1 && this.holes.size === 1 && this.holes.has(e.seq) && this.seq === e.seq && this.journaledBelow(e.seq);
     if (alone && !this.pending && !this.flushing && !this.stop && fitsDeferred(outputJSON)) {
       this.pending = e;
       return true;
@@ -566,7 +632,7 @@ export class Invocation {
           this.req.checkpoint.url,
           { "Content-Type": "application/json", Authorization: `Bearer ${this.req.checkpoint.token}` },
           body,
-          this.requestSignal,
+          this.postSignal(attempt),
         );
       } catch (err) {
         last = String(err instanceof Error ? err.message : err);

@@ -147,7 +147,7 @@ export function serve(opts: ServeOptions): FetchHandler {
     if (tenant !== undefined && req.identity.tenant !== tenant) {
       return problem(401, "signature", `signature: the request is signed for tenant ${JSON.stringify(tenant)}, but its run's identity is of tenant ${JSON.stringify(req.identity.tenant)}`);
     }
-    const [code, answer] = await invoke(fn, req, request.signal, post);
+    const [code, answer] = await invoke(fn, req, () => request.signal, post);
     if (code !== 200) {
       const e = answer as ErrorInfo;
       onError({ runId: req.run.id, function: req.run.function, attempt: req.run.attempt, type: e.type, message: e.message });
@@ -183,20 +183,25 @@ function invalid(req: InvocationRequest): string {
 async function invoke(
   fn: StepgateFunction<any, any>,
   req: InvocationRequest,
-  signal: AbortSignal | undefined,
+  signal: () => AbortSignal | undefined,
   post: Poster,
 ): Promise<[number, InvocationAnswer | ErrorInfo]> {
   const st = new Invocation(req, signal, post);
   if (fn.budgetMs > 0) st.setBudget(fn.budgetMs);
   if (fn.sleepMaxMs > 0) st.setSleepInProcess(fn.sleepMaxMs);
-  return withPending(st, await call(fn, st));
+  st.lazy = fn.lazyCheckpoints;
+  try {
+    return await withPending(st, await call(fn, st));
+  } finally {
+    st.end();
+  }
 }
 
 /**
- * Journals the step the function finished last without a checkpoint (see
- * Invocation.defer) with the answer: first in its steps, journaled in the transaction
- * that applies it. An HTTP 500 answer journals nothing, so the step is checkpointed
- * first, and the retried invocation replays it rather than running it again.
+ * Journals the step the function finished last without a checkpoint (with lazy
+ * checkpoints: see Invocation.defer) with the answer: first in its steps, journaled in
+ * the transaction that applies it. An HTTP 500 answer journals nothing, so the step is
+ * checkpointed first, and the retried invocation replays it rather than running it again.
  */
 async function withPending(st: Invocation, [code, body]: [number, InvocationAnswer | ErrorInfo]): Promise<[number, InvocationAnswer | ErrorInfo]> {
   const e = st.takePending();

@@ -120,10 +120,13 @@ function splitList(keys: string | string[] | undefined): string[] {
   return list.flatMap((k) => k.split(",")).map((k) => k.trim()).filter((k) => k !== "");
 }
 
+/** A key imported for Web Crypto (CryptoKey, named without the DOM lib). */
+type WebCryptoKey = Awaited<ReturnType<typeof crypto.subtle.importKey>>;
+
 /** The keys that verify a tenant's requests, imported for Web Crypto. */
 export interface VerifyKeys {
-  ed25519: CryptoKey[];
-  hmac: CryptoKey[];
+  ed25519: WebCryptoKey[];
+  hmac: WebCryptoKey[];
 }
 
 /**

@@ -1,5 +1,6 @@
 // The steps of a durable function, as the Go SDK's package step has them.
 import { type Duration, toGo, toMs } from "./duration.js";
+import type { Jsonify } from "./json.js";
 import { ErrorType, messageOf, NonRetryableError, StepError } from "./errors.js";
 import { runInStep } from "./context.js";
 import { failed, type Invocation, never, q, retry, suspended } from "./invocation.js";
@@ -42,12 +43,21 @@ export class IncompleteCompensation extends Error {
   }
 }
 
-/** A step's retry policy. */
+/** A step's retry policy, and when its result is journaled. */
 export interface RunOptions {
   /** Retries after the first attempt (so retries + 1 attempts in all). Default 2. */
   retries?: number;
   /** The wait before each retry: random up to min(max, initial * 2^(n-1)), chosen by the gateway. */
   backoff?: { initial?: Duration; max?: Duration };
+  /**
+   * Journal the step's result lazily (Go's step.Lazy()): true holds it until the
+   * function's next step starts or it answers, false journals it before run resolves.
+   * Default: the function's lazyCheckpoints (false unless set). With lazy checkpoints a
+   * step's result is journaled only when the function's next step starts or it answers,
+   * so if the process dies in between, the step runs again even though code after it
+   * already saw its result.
+   */
+  lazy?: boolean;
 }
 
 /** An event that resumed a waitForEvent. */
@@ -129,6 +139,15 @@ function checkName(what: string, name: string) {
   if (name.includes("\0")) throw new NonRetryableError(`step: ${what} ${q(name.slice(0, 64))} must be UTF-8 text without NUL bytes`);
 }
 
+/** d as the gateway's duration string; one that is not a duration fails the run (a NonRetryableError), as an invalid name does. */
+function goDuration(d: Duration, what: string): string {
+  try {
+    return toGo(d, what);
+  } catch (e) {
+    throw new NonRetryableError(messageOf(e).replace(/^stepgate: /, "step: "));
+  }
+}
+
 function checkFunction(what: string, name: string) {
   if (!FUNCTION_NAME.test(name)) {
     throw new NonRetryableError(
@@ -186,11 +205,11 @@ function callbackFrom<T>(e: JournalEntry, output: unknown): CallbackResult<T> | 
  * The steps of one invocation, handed to a function as `step`. Each call takes the next
  * seq of the run (1, 2, ...): when the journal already holds that seq the step is
  * replayed (run returns the journaled output without calling its function; a journaled
- * sleep returns at once), otherwise it runs and is journaled (checkpointed), so every
- * finished step is durable before the next one starts. A run that succeeds is
- * checkpointed when the function takes its next seq or writes to a stream, or, when the
- * function answers first, sent in the answer's steps: the last step costs no checkpoint
- * of its own, as with the Go SDK.
+ * sleep returns at once), otherwise it runs and is journaled (checkpointed): every step
+ * call resolves only once the gateway has acknowledged its entry (a checkpoint answered
+ * 200), so code after a step never sees a result that a lost invocation could make the
+ * step produce again. A function with lazyCheckpoints, or a run with the lazy option,
+ * trades that for fewer checkpoints (see RunOptions.lazy).
  *
  * The rules that keep replays correct:
  *  - Give each step a stable name and ask for the same steps in the same order on every
@@ -203,7 +222,10 @@ function callbackFrom<T>(e: JournalEntry, output: unknown): CallbackResult<T> | 
  *    step.run(...)])` takes their seqs in call order, so a replay finds each at its seq
  *    whatever order they finished in; each is checkpointed as soon as it finishes.
  *  - A step's output must be JSON: run returns the JSON value of what its function
- *    returned (a Date becomes its string), on the first run as on a replay.
+ *    returned (a Date becomes its string), on the first run as on a replay, and is typed
+ *    so (Jsonify).
+ *  - A step object belongs to one invocation: once the function's call has answered,
+ *    every step call throws a NonRetryableError and runs nothing.
  *
  * When the invocation must end (a sleep, a wait, an invoke, a step's retry,
  * nondeterminism), the step's promise never settles: the function stops there, and its
@@ -217,26 +239,33 @@ export class Step {
    * Runs the step called name: returns the journaled outcome if the step already
    * finished, and otherwise calls fn and journals its outcome.
    *
-   * When fn succeeds, its output is returned, and journaled before the function's next
-   * step (or sleep, patch, stream write: anything that takes a seq or writes) starts, or
-   * with its answer when none does: a function's last step rides with the answer instead
-   * of a checkpoint of its own. An invocation lost in between (its process killed) runs
-   * the step again on its retry, as one lost between the step's end and its checkpoint
-   * always could. An output over 64 KiB of JSON, or a step run in parallel with others,
-   * is checkpointed at once, before run resolves.
+   * When fn succeeds, its output is journaled (a checkpoint the gateway answered 200),
+   * and then returned: fn is never called again once run has resolved. It returns the
+   * JSON form of fn's output (Jsonify<T>: a Date becomes its string), on the first run as
+   * on a replay.
+   *
+   * With lazy checkpoints (opts.lazy, or the function's lazyCheckpoints) the output is
+   * returned at once, and journaled before the function's next step (or sleep, patch,
+   * stream write: anything that takes a seq or writes) starts, or with its answer when
+   * none does: a function's last step, and a step before a sleep or a wait, then cost no
+   * checkpoint of their own. With lazy checkpoints a step's result is journaled only when
+   * the function's next step starts or it answers, so if the process dies in between, the
+   * step runs again even though code after it already saw its result. An output over 64
+   * KiB of JSON, or a step run in parallel with others, is checkpointed at once even
+   * then.
    *
    * When fn throws and the step has attempts left, the run suspends and the gateway
    * retries the step later, in a new invocation. When the last attempt fails, or fn throws
    * a NonRetryableError, the failure is journaled and thrown as a StepError, which the
    * function may catch and go on. fn is never called again once its step is journaled.
    */
-  async run<T>(name: string, fn: (ctx: StepContext) => T | Promise<T>, opts: RunOptions = {}): Promise<T> {
+  async run<T>(name: string, fn: (ctx: StepContext) => T | Promise<T>, opts: RunOptions = {}): Promise<Jsonify<T>> {
     checkName("step name", name);
     const retries = opts.retries ?? DEFAULT_MAX_ATTEMPTS - 1;
     if (!Number.isInteger(retries) || retries < 0) throw new NonRetryableError(`step ${q(name)}: retries ${retries} must be an integer, 0 or more`);
     const retryPolicy: Await["retry"] = { max_attempts: retries + 1 };
-    if (opts.backoff?.initial !== undefined) retryPolicy.initial_interval = toGo(opts.backoff.initial, "backoff.initial");
-    if (opts.backoff?.max !== undefined) retryPolicy.max_interval = toGo(opts.backoff.max, "backoff.max");
+    if (opts.backoff?.initial !== undefined) retryPolicy.initial_interval = goDuration(opts.backoff.initial, `step ${q(name)}: backoff.initial`);
+    if (opts.backoff?.max !== undefined) retryPolicy.max_interval = goDuration(opts.backoff.max, `step ${q(name)}: backoff.max`);
 
     const st = this.st;
     const n = st.next("step", name);
@@ -245,10 +274,12 @@ export class Step {
     const e = n.entries[0];
     if (e) {
       if (e.error) throw stepError(e, e.error);
-      return (e.output ?? null) as T;
+      return (e.output ?? null) as Jsonify<T>;
     }
-    if (!(await st.room(seq))) return never();
-    const gone = st.gone();
+    // A step that took its seq while the invocation ran, but got here after it answered
+    // (a promise the function left unawaited), stops as one whose invocation stopped.
+    if (!(await st.room(seq)) || st.hasEnded) return never();
+    const gone = st.goneSeen();
     if (gone) return st.halt(retry("canceled", `step ${seq} ${q(name)}: ${gone}`));
 
     st.begin(seq);
@@ -279,11 +310,11 @@ export class Step {
         } catch (x) {
           return st.halt(failed("output", `step ${seq} ${q(name)}: encode output: ${messageOf(x)}`));
         }
-        // Journaled now, or held and journaled before whatever the function does next
-        // (or with its answer): no hole either way.
-        if (!(await st.defer(entry, raw))) return never();
+        // Journaled now (eager, the default), or, lazy, held and journaled before
+        // whatever the function does next (or with its answer): no hole either way.
+        if (!(await st.defer(entry, raw, opts.lazy ?? st.lazy))) return never();
         journaled = true;
-        return entry.output as T;
+        return entry.output as Jsonify<T>;
       }
       if (st.stoppedWith) {
         // It failed because the invocation stopped (its signal aborted): not the
@@ -322,7 +353,7 @@ export class Step {
    * the function again at that time, as for a suspended sleep.
    */
   async sleep(name: string, d: Duration): Promise<void> {
-    const duration = toGo(d, `sleep ${q(name)}: duration`);
+    const duration = goDuration(d, `sleep ${q(name)}: duration`);
     return this.sleepFor(name, toMs(d, `sleep ${q(name)}: duration`), { duration });
   }
 
@@ -350,7 +381,7 @@ export class Step {
     }
     if (!st.sleepInProcess(Math.max(ms, 0))) return st.halt(suspended({ type: "sleep", seq, name, ...aw }));
     if (!(await st.room(seq))) return never();
-    const gone = st.gone();
+    const gone = st.goneSeen();
     if (gone) return st.halt(retry("canceled", `sleep ${seq} ${q(name)}: ${gone}`));
     const entry: JournalEntry = { seq, kind: "sleep", name };
     if (aw.until) entry.until = aw.until;
@@ -437,7 +468,7 @@ export class Step {
   private async journal(seq: number, kind: EntryKind, name: string, output: unknown) {
     const st = this.st;
     if (!(await st.room(seq))) return undefined;
-    const gone = st.gone();
+    const gone = st.goneSeen();
     if (gone) return st.halt<undefined>(retry("canceled", `${kind} ${seq} ${q(name)}: ${gone}`));
     const now = new Date().toISOString();
     const entry: JournalEntry = { seq, kind, name, started_at: now, finished_at: now };
@@ -475,7 +506,7 @@ export class Step {
    */
   async waitForEvent<T = unknown>(name: string, opts: { event: string; match?: Record<string, string | number | boolean | null>; timeout?: Duration }): Promise<Event<T> | null> {
     checkName("step name", name);
-    const timeout = opts.timeout === undefined ? undefined : toGo(opts.timeout, `wait ${q(name)}: timeout`);
+    const timeout = opts.timeout === undefined ? undefined : goDuration(opts.timeout, `wait ${q(name)}: timeout`);
     const n = this.st.next("wait_event", name, 1, true);
     if (!n) return never();
     const e = n.entries[0];
@@ -514,7 +545,7 @@ export class Step {
    */
   async receive<T = unknown>(topic: string, opts: { timeout?: Duration } = {}): Promise<Message<T> | null> {
     checkName("topic", topic);
-    const timeout = opts.timeout === undefined ? undefined : toGo(opts.timeout, `receive ${q(topic)}: timeout`);
+    const timeout = opts.timeout === undefined ? undefined : goDuration(opts.timeout, `receive ${q(topic)}: timeout`);
     const n = this.st.next("receive", topic, 1, true);
     if (!n) return never();
     const e = n.entries[0];
@@ -533,7 +564,7 @@ export class Step {
    */
   async callback(name: string, opts: { timeout?: Duration } = {}): Promise<CallbackHandle> {
     checkName("step name", name);
-    const timeout = opts.timeout === undefined ? undefined : toGo(opts.timeout, `callback ${q(name)}: timeout`);
+    const timeout = opts.timeout === undefined ? undefined : goDuration(opts.timeout, `callback ${q(name)}: timeout`);
     const st = this.st;
     const n = st.next("callback", name);
     if (!n) return never();
@@ -556,7 +587,7 @@ export class Step {
    * (null; default: the callback's expiry).
    */
   async awaitCallback<T = unknown>(cb: CallbackHandle, opts: { timeout?: Duration } = {}): Promise<CallbackResult<T> | null> {
-    const timeout = opts.timeout === undefined ? undefined : toGo(opts.timeout, `callback ${q(cb.name)}: timeout`);
+    const timeout = opts.timeout === undefined ? undefined : goDuration(opts.timeout, `callback ${q(cb.name)}: timeout`);
     const n = this.st.next("await_callback", cb.name, 1, true);
     if (!n) return never();
     const e = n.entries[0];
@@ -579,7 +610,7 @@ export class Step {
     if (alternatives.length === 0 || alternatives.length > 8) {
       throw new NonRetryableError(`step: wait_any ${q(name)}: ${alternatives.length} alternatives, not 1 to 8`);
     }
-    const timeout = opts.timeout === undefined ? undefined : toGo(opts.timeout, `wait_any ${q(name)}: timeout`);
+    const timeout = opts.timeout === undefined ? undefined : goDuration(opts.timeout, `wait_any ${q(name)}: timeout`);
     const n = this.st.next("wait_any", name, 1, true);
     if (!n) return never();
     const e = n.entries[0];

@@ -11,15 +11,18 @@ const url = process.argv[2];
 const n = Number(process.argv[3] ?? 2000);
 if (!url) throw new Error("usage: node dist/test/bench.js <checkpoint url> [invocations]");
 
-const ten = createFunction<{ N: number }>({ name: "ten" }, async ({ input, step }) => {
-  let sum = 0;
-  for (let i = 0; i < 10; i++) sum += await step.run(`step-${i}`, () => input.N + i);
-  return sum;
-});
+/** A function of ten steps, its checkpoints eager (the default) or lazy (10 or 9 checkpoints). */
+const tenSteps = (lazyCheckpoints: boolean) =>
+  createFunction<{ N: number }>({ name: "ten", lazyCheckpoints }, async ({ input, step }) => {
+    let sum = 0;
+    for (let i = 0; i < 10; i++) sum += await step.run(`step-${i}`, () => input.N + i);
+    return sum;
+  });
 const gw = new Gateway();
 
-for (const [label, fetchFn] of [["global fetch", undefined], ["nodePost", nodePost], ["global fetch", undefined], ["nodePost", nodePost]] as const) {
-  const h = serve({ functions: [ten], signingKeys: gw.publicKey, ...(fetchFn ? { post: fetchFn } : {}) });
+const variants = [["global fetch", undefined, false], ["nodePost", nodePost, false], ["nodePost lazy", nodePost, true]] as const;
+for (const [label, fetchFn, lazy] of [...variants, ...variants]) {
+  const h = serve({ functions: [tenSteps(lazy)], signingKeys: gw.publicKey, ...(fetchFn ? { post: fetchFn } : {}) });
   const requests = Array.from({ length: n + 200 }, (_, i) => {
     const req = gw.request(`run-${label}-${i}`, "ten", { N: 1 });
     req.checkpoint.url = url;
@@ -35,5 +38,5 @@ for (const [label, fetchFn] of [["global fetch", undefined], ["nodePost", nodePo
     await resp.arrayBuffer();
   }
   const per = (performance.now() - t0) / n;
-  console.log(`${label.padEnd(12)} ${(per * 1000).toFixed(0)} µs per invocation of 10 steps, ${(per * 100).toFixed(0)} µs per step`);
+  console.log(`${label.padEnd(14)} ${(per * 1000).toFixed(0)} µs per invocation of 10 steps, ${(per * 100).toFixed(0)} µs per step`);
 }

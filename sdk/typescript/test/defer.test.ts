@@ -1,9 +1,11 @@
-// The last step rides with the answer, as the Go SDK's (functions/defer_test.go): a step's
-// entry is checkpointed before the function takes its next seq (or decides a patch, or
-// writes to a stream), or sent in the answer's steps when the function answers first.
+// When a step's result is journaled. By default (eager checkpoints) before step.run
+// resolves. With lazy checkpoints (lazyCheckpoints, or a step's lazy option), as the Go
+// SDK's (functions/defer_test.go): the last step rides with the answer, a step's entry is
+// checkpointed before the function takes its next seq (or decides a patch, or writes to a
+// stream), or sent in the answer's steps when the function answers first.
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { createFunction, NonRetryableError, serve, type FetchHandler } from "../src/index.js";
+import { createFunction, NonRetryableError, serve, type FetchHandler, type Step } from "../src/index.js";
 import type { JournalEntry } from "../src/protocol.js";
 import { gw, useGateway } from "./harness.js";
 
@@ -26,9 +28,75 @@ function recordCheckpoints(id: string, events: string[]) {
   };
 }
 
-describe("the last step rides with the answer", () => {
+describe("eager checkpoints, the default", () => {
+  test("step.run resolves only once the gateway has journaled the step; nothing rides with the answer", async () => {
+    const id = runId();
+    const events: string[] = [];
+    const fn = createFunction({ name: "eager" }, async ({ step }) => {
+      for (const name of ["a", "b"]) {
+        await step.run(name, () => name);
+        events.push(`${name} resolved, journal ${kinds(gw.journal(id)).join(", ")}`);
+      }
+      return "ok";
+    });
+    recordCheckpoints(id, events);
+    const r = await gw.invoke(app(fn), APP, gw.request(id, "eager", null));
+    assert.deepEqual(r.body, { status: "completed", output: "ok" }, "the answer carries no steps");
+    assert.deepEqual(events, [
+      "checkpoint 1 a",
+      "a resolved, journal 1 step a",
+      "checkpoint 2 b",
+      "b resolved, journal 1 step a, 2 step b",
+    ]);
+  });
+
+  test("every kind of step is journaled before it resolves, and the step before an await before the suspension", async () => {
+    const awaits: Record<string, (step: Step) => Promise<unknown>> = {
+      sleep: (step) => step.sleep("nap", "1h"),
+      wait_event: (step) => step.waitForEvent("paid", { event: "payment" }),
+      wait_any: (step) => step.waitAny("either", [{ event: "payment" }, { topic: "cancel" }]),
+      receive: (step) => step.receive("inbox"),
+      invoke: (step) => step.invoke("child", { function: "one" }),
+      invoke_all: (step) => step.invokeAll("children", [{ function: "one" }, { function: "one" }]),
+    };
+    for (const [kind, wait] of Object.entries(awaits)) {
+      const id = runId();
+      const events: string[] = [];
+      const fn = createFunction({ name: `eager-${kind}` }, async ({ step }) => {
+        await step.now("now");
+        await step.uuid("uuid");
+        await step.random("random");
+        await step.setValue("progress", 1);
+        await step.run("charge", () => 1);
+        events.push(`before the await, journal ${kinds(gw.journal(id)).join(", ")}`);
+        return wait(step);
+      });
+      const r = await gw.invoke(app(fn), APP, gw.request(id, `eager-${kind}`, null));
+      assert.equal(r.body.status, "suspended", kind);
+      assert.equal(r.body.await.seq, 6, kind);
+      assert.equal(r.body.steps, undefined, `${kind}: the suspended answer carries no steps`);
+      assert.deepEqual(events, ["before the await, journal 1 step now, 2 step uuid, 3 step random, 4 value progress, 5 step charge"], kind);
+    }
+  });
+
+  test("a step's lazy option holds its result for the answer; lazy: false journals it in a lazy function", async () => {
+    const lazyStep = createFunction({ name: "lazy-step" }, async ({ step }) => step.run("last", () => 1, { lazy: true }));
+    const eagerStep = createFunction({ name: "eager-step", lazyCheckpoints: true }, async ({ step }) => step.run("last", () => 2, { lazy: false }));
+    for (const [fn, held] of [[lazyStep, true], [eagerStep, false]] as const) {
+      const id = runId();
+      const events: string[] = [];
+      recordCheckpoints(id, events);
+      const r = await gw.invoke(app(fn), APP, gw.request(id, fn.name, null));
+      assert.equal(r.body.status, "completed", fn.name);
+      assert.deepEqual(events, held ? [] : ["checkpoint 1 last"], fn.name);
+      assert.deepEqual(kinds(r.body.steps ?? []), held ? ["1 step last"] : [], fn.name);
+    }
+  });
+});
+
+describe("lazy checkpoints: the last step rides with the answer", () => {
   test("a run of three steps makes two checkpoints; the third is in the answer's steps", async () => {
-    const fn = createFunction({ name: "three" }, async ({ step }) => {
+    const fn = createFunction({ lazyCheckpoints: true, name: "three" }, async ({ step }) => {
       let sum = 0;
       for (const name of ["a", "b", "c"]) sum += await step.run(name, () => name.length);
       return sum;
@@ -51,7 +119,7 @@ describe("the last step rides with the answer", () => {
   test("each step is journaled before the next step's function starts", async () => {
     const id = runId();
     const events: string[] = [];
-    const fn = createFunction({ name: "order" }, async ({ step }) => {
+    const fn = createFunction({ lazyCheckpoints: true, name: "order" }, async ({ step }) => {
       for (const name of ["a", "b", "c"]) {
         await step.run(name, () => {
           events.push(`run ${name}, journal ${kinds(gw.journal(id)).join(", ") || "empty"}`);
@@ -75,7 +143,7 @@ describe("the last step rides with the answer", () => {
   test("an HTTP 500 answer checkpoints the held step first, and the retry replays it", async () => {
     let charges = 0;
     let calls = 0;
-    const fn = createFunction({ name: "charge" }, async ({ step }) => {
+    const fn = createFunction({ lazyCheckpoints: true, name: "charge" }, async ({ step }) => {
       await step.run("charge", () => ++charges);
       if (++calls === 1) throw new Error("after the charge"); // retryable: the invocation is retried
       return "done";
@@ -94,7 +162,7 @@ describe("the last step rides with the answer", () => {
   });
 
   test("a failure answer carries the held step", async () => {
-    const fn = createFunction({ name: "refuse" }, async ({ step }) => {
+    const fn = createFunction({ lazyCheckpoints: true, name: "refuse" }, async ({ step }) => {
       await step.run("check", () => "declined");
       throw new NonRetryableError("card declined");
     });
@@ -120,7 +188,7 @@ describe("the last step rides with the answer", () => {
     };
     for (const [kind, wait] of Object.entries(awaits)) {
       let charges = 0;
-      const fn = createFunction({ name: `nap-${kind}` }, async ({ step }) => {
+      const fn = createFunction({ lazyCheckpoints: true, name: `nap-${kind}` }, async ({ step }) => {
         await step.run("charge", () => ++charges);
         await wait(step);
         return charges;
@@ -143,7 +211,7 @@ describe("the last step rides with the answer", () => {
   });
 
   test("a sleep waited out in the process checkpoints the held step first", async () => {
-    const fn = createFunction({ name: "napin", sleepInProcess: "1s" }, async ({ step }) => {
+    const fn = createFunction({ lazyCheckpoints: true, name: "napin", sleepInProcess: "1s" }, async ({ step }) => {
       await step.run("charge", () => 1);
       await step.sleep("nap", "1ms");
       return 1;
@@ -162,7 +230,7 @@ describe("the last step rides with the answer", () => {
   });
 
   test("a checkpoint of the held step that fails decides the answer, not the sleep after it", async () => {
-    const fn = createFunction({ name: "napfail", sleepInProcess: "1s" }, async ({ step }) => {
+    const fn = createFunction({ lazyCheckpoints: true, name: "napfail", sleepInProcess: "1s" }, async ({ step }) => {
       await step.run("a", () => 1);
       await step.sleep("nap", "1ms");
     });
@@ -182,7 +250,7 @@ describe("the last step rides with the answer", () => {
     const events: string[] = [];
     let yDone!: () => void;
     const yFinished = new Promise<void>((r) => (yDone = r));
-    const fn = createFunction({ name: "par" }, async ({ step }) => {
+    const fn = createFunction({ lazyCheckpoints: true, name: "par" }, async ({ step }) => {
       await step.run("first", () => 0);
       const [a, b] = await Promise.all([
         step.run("x", async () => {
@@ -208,7 +276,7 @@ describe("the last step rides with the answer", () => {
   });
 
   test("a stream write checkpoints the held step first", async () => {
-    const fn = createFunction({ name: "streams" }, async ({ step }) => {
+    const fn = createFunction({ lazyCheckpoints: true, name: "streams" }, async ({ step }) => {
       await step.run("a", () => 1);
       await step.stream("out").write("after a");
       return "ok";
@@ -227,7 +295,7 @@ describe("the last step rides with the answer", () => {
   });
 
   test("a patch checkpoints the held step before its marker", async () => {
-    const fn = createFunction({ name: "patch" }, async ({ step }) => {
+    const fn = createFunction({ lazyCheckpoints: true, name: "patch" }, async ({ step }) => {
       await step.run("a", () => 1);
       return step.patched("fix");
     });
@@ -245,7 +313,7 @@ describe("the last step rides with the answer", () => {
       "64 KiB + 2": "é".repeat(32768),
       "70 KiB": "x".repeat(70 << 10),
     };
-    const fn = createFunction<string>({ name: "big" }, async ({ input, step }) => (await step.run("big", () => outputs[input]!)).length);
+    const fn = createFunction<string>({ lazyCheckpoints: true, name: "big" }, async ({ input, step }) => (await step.run("big", () => outputs[input]!)).length);
     for (const [size, riding] of [["64 KiB", true], ["64 KiB + 2", false], ["70 KiB", false]] as const) {
       const id = runId();
       const events: string[] = [];

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { describe, test } from "node:test";
-import { createFunction, NonRetryableError, serve, StepError, type FetchHandler } from "../src/index.js";
+import { createFunction, NonRetryableError, serve, StepError, type FetchHandler, type Step } from "../src/index.js";
 import { toLambdaHandler } from "../src/lambda.js";
 import { serveNode, toNodeListener } from "../src/node.js";
 import type { JournalEntry } from "../src/protocol.js";
@@ -17,12 +17,61 @@ function app(...functions: Parameters<typeof serve>[0]["functions"]): FetchHandl
 }
 
 const kinds = (j: JournalEntry[]) => j.map((e) => `${e.seq} ${e.kind} ${e.name}`);
-/** An answer without the steps it carries (the last step rides with the answer). */
+/** An answer without the steps it carries (with lazy checkpoints, the last step rides with the answer). */
 const outcome = ({ steps: _, ...a }: { steps?: JournalEntry[] }) => a;
 /** The steps an answer carries. */
 const rides = (a: { steps?: JournalEntry[] }) => (a.steps ?? []).map((e) => `${e.seq} ${e.kind} ${e.name}`);
 
 describe("steps", () => {
+  test("a duration that is not one fails the run at once, as an invalid step name does", async () => {
+    const cases: [string, (step: Step) => Promise<unknown>, string][] = [
+      ["sleep", (step) => step.sleep("nap", "ten minutes"), `step: sleep "nap": duration "ten minutes" is not a duration: use milliseconds or a string such as "1.5s", "10m" or "1h30m"`],
+      ["negative", (step) => step.sleep("nap", -5), `step: sleep "nap": duration -5 is not a duration (milliseconds, 0 or more)`],
+      ["timeout", (step) => step.waitForEvent("paid", { event: "payment", timeout: "1 day" }), `step: wait "paid": timeout "1 day" is not a duration: use milliseconds or a string such as "1.5s", "10m" or "1h30m"`],
+      ["backoff", (step) => step.run("x", () => 1, { backoff: { initial: "soon" } }), `step: step "x": backoff.initial "soon" is not a duration: use milliseconds or a string such as "1.5s", "10m" or "1h30m"`],
+      ["name", (step) => step.sleep("", "1s"), `step: step name "" must be 1 to 255 bytes`],
+    ];
+    for (const [what, call, message] of cases) {
+      const id = runId();
+      const fn = createFunction({ name: `bad-${what}` }, async ({ step }) => call(step));
+      const r = await gw.invoke(app(fn), APP, gw.request(id, `bad-${what}`, null));
+      assert.equal(r.status, 200, `${what}: not an HTTP 500, which the gateway retries`);
+      assert.deepEqual(r.body, { status: "failed", error: { type: "non_retryable", message, retryable: false } }, what);
+      assert.deepEqual(gw.journal(id), [], `${what}: nothing journaled`);
+    }
+  });
+
+  test("a step object used after its invocation answered throws and runs nothing", async () => {
+    let kept: Step | undefined;
+    const fn = createFunction({ name: "keeper" }, async ({ step }) => {
+      kept = step;
+      await step.run("first", () => 1);
+      return "answered";
+    });
+    const id = runId();
+    const r = await gw.invoke(app(fn), APP, gw.request(id, "keeper", null));
+    assert.deepEqual(r.body, { status: "completed", output: "answered" });
+    let ran = 0;
+    const calls: [string, () => Promise<unknown>][] = [
+      ["step", () => kept!.run("late", () => ++ran)],
+      ["step", () => kept!.run("late", () => ++ran)], // a second call is refused just the same
+      ["sleep", () => kept!.sleep("nap", "1s")],
+      ["value", () => kept!.setValue("late", 1)],
+      ["step", () => kept!.now("when")],
+      ["patch", () => kept!.patched("fix")],
+      ["stream", () => kept!.stream("out").write("late")],
+    ];
+    for (const [kind, call] of calls) {
+      await assert.rejects(call(), (e: unknown) => {
+        assert.ok(e instanceof NonRetryableError, kind);
+        assert.match(e.message, new RegExp(`^${kind} "[a-z]+": the invocation of run ${id} \\(attempt 1\\) has answered, so its step object cannot run or journal anything`));
+        return true;
+      });
+    }
+    assert.equal(ran, 0, "the step's function never ran");
+    assert.deepEqual(kinds(gw.journal(id)), ["1 step first"], "nothing more was journaled");
+  });
+
   test("three steps and a sleep: each step runs once, the journal holds them in order", async () => {
     const calls: string[] = [];
     const fn = createFunction<{ item: string }>({ name: "checkout" }, async ({ input, step }) => {
@@ -35,7 +84,7 @@ describe("steps", () => {
     const id = runId();
     const r = await gw.run(app(fn), APP, id, "checkout", { item: "book" });
     assert.deepEqual(outcome(r.answer), { status: "completed", output: { a: { id: "o-book" }, b: 42, c: "T-o-book" } });
-    assert.deepEqual(rides(r.answer), ["4 step ship"], "the last step rides with the answer");
+    assert.deepEqual(rides(r.answer), [], "the last step is checkpointed before run resolves, not carried by the answer");
     assert.equal(r.invocations, 2);
     assert.deepEqual(calls, ["reserve", "charge", "ship"], "a replay does not run a journaled step again");
     assert.deepEqual(kinds(gw.journal(id)), ["1 step reserve", "2 sleep cool-off", "3 step charge", "4 step ship"]);
@@ -127,7 +176,7 @@ describe("steps", () => {
     const id = runId();
     const r = await gw.invoke(app(fn), APP, gw.request(id, "c503", null));
     assert.deepEqual(outcome(r.body), { status: "completed", output: 2 });
-    assert.equal(tries, 3, "one is tried until the gateway takes it; two rides with the answer");
+    assert.equal(tries, 4, "one is tried until the gateway takes it, then two");
     assert.deepEqual(kinds(gw.journal(id)), ["1 step one", "2 step two"]);
   });
 
@@ -144,8 +193,8 @@ describe("steps", () => {
     const r = await gw.run(app(fn), APP, id, "par", null);
     assert.deepEqual(outcome(r.answer), { status: "completed", output: [0, 1, 2] });
     assert.deepEqual(kinds(gw.journal(id)), ["1 step p0", "2 step p1", "3 step p2", "4 step after"]);
-    assert.deepEqual(gw.checkpoints.map((e) => [e.seq, e.window]), [[3, 3], [2, 2], [1, 2]], "each parallel step as it finishes");
-    assert.deepEqual(rides(r.answer), ["4 step after"]);
+    assert.deepEqual(gw.checkpoints.map((e) => [e.seq, e.window]), [[3, 3], [2, 2], [1, 2], [4, undefined]], "each parallel step as it finishes");
+    assert.deepEqual(rides(r.answer), []);
   });
 
   test("a parallel step with attempts left: the others are journaled, the run waits for its retry", async () => {
@@ -300,7 +349,7 @@ describe("serve", () => {
     for (const [what, sig, want] of cases) {
       const resp = await post(sig);
       assert.equal(resp.status, 401, what);
-      const b = await resp.json();
+      const b = (await resp.json()) as any;
       assert.equal(b.type, "signature");
       assert.match(b.message, want, what);
     }
@@ -308,9 +357,9 @@ describe("serve", () => {
     assert.equal((await post(sig)).status, 200);
     const replay = await post(sig);
     assert.equal(replay.status, 401);
-    assert.match((await replay.json()).message, /replayed/);
+    assert.match(((await replay.json()) as any).message, /replayed/);
     const mismatch = await post(gw.sign(body, "globex"));
-    assert.match((await mismatch.json()).message, /signed for tenant "globex", but its run's identity is of tenant "acme"/);
+    assert.match(((await mismatch.json()) as any).message, /signed for tenant "globex", but its run's identity is of tenant "acme"/);
     const nokeys = await serve({ functions: [fn] })(new Request(APP, { headers: { "Stepgate-Signature": gw.sign("") } }));
     assert.equal(nokeys.status, 401);
   });
@@ -336,7 +385,7 @@ describe("serve", () => {
     assert.equal((await h(new Request(APP, { method: "POST", body: "{}" }))).status, 405);
     const bad = await h(new Request(`${APP}/hello`, { method: "POST", body: '{"protocol":2}' }));
     assert.equal(bad.status, 400);
-    assert.match((await bad.json()).message, /protocol 2 is not supported/);
+    assert.match(((await bad.json()) as any).message, /protocol 2 is not supported/);
     assert.equal((await h(new Request(`${APP}/hello`, { method: "POST", body: "x".repeat(2000) }))).status, 413);
     assert.throws(() => createFunction({ name: "bad name" }, () => 1), /invalid function name/);
     assert.throws(() => serve({ functions: [fn], signingKeys: `${gw.publicKey},abc` }), /signing key 2 is not an Ed25519 public key/);
@@ -355,7 +404,7 @@ describe("serve", () => {
       const resp = await fetch(`${base}/hello`, { method: "POST", body, headers: { "Stepgate-Signature": gw.sign(body) } });
       assert.deepEqual(await resp.json(), { status: "completed", output: "hi" });
       const m = await fetch(base, { headers: { "Stepgate-Signature": gw.sign("") } });
-      assert.equal((await m.json()).functions[0].path, "stepgate/hello");
+      assert.equal(((await m.json()) as any).functions[0].path, "stepgate/hello");
     } finally {
       server.closeAllConnections();
       await new Promise((r) => server.close(r));
@@ -373,10 +422,10 @@ describe("serve", () => {
       const resp = await fetch(`http://127.0.0.1:${(nodeServer.address() as AddressInfo).port}/stepped`, {
         method: "POST", body, headers: { "Stepgate-Signature": gw.sign(body) },
       });
-      const answer = await resp.json();
+      const answer = (await resp.json()) as any;
       assert.deepEqual(outcome(answer), { status: "completed", output: "answered" });
-      assert.deepEqual(kinds(gw.journal(id)), ["1 step one"]);
-      assert.deepEqual(rides(answer), ["2 step two"]);
+      assert.deepEqual(kinds(gw.journal(id)), ["1 step one", "2 step two"], "both checkpointed through node:http");
+      assert.deepEqual(rides(answer), []);
     } finally {
       nodeServer.closeAllConnections();
       await new Promise((r) => nodeServer.close(r));

@@ -1,0 +1,77 @@
+// Every TypeScript code block (```ts or ```typescript) of the repository's README.md and
+// of this package's README.md compiles: each is written to a file of its own, importing
+// the SDK as a user does ("@stepgate/sdk", mapped to src/), and tsc checks them all with
+// lib ES2022 and the Node types.
+//
+// A block that is whole (its imports and declarations in it) is compiled as it is. A
+// fragment (a few lines of a function: `step` and the user's own helpers come from
+// around it) is marked by an HTML comment just before it, which readers do not see, and
+// which carries the declarations it needs:
+//
+//     <!-- ts-fragment
+//     declare const step: import("@stepgate/sdk").Step;
+//     -->
+//
+// The checker appends them to the block (so that tsc's line numbers are the block's).
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { test } from "node:test";
+
+const sdk = fileURLToPath(new URL("../..", import.meta.url));
+const readmes = { "README.md": join(sdk, "..", "..", "README.md"), "sdk-README.md": join(sdk, "README.md") };
+
+/** A block of a README: where it starts (the line after its fence), its code, and its fragment declarations. */
+interface Block {
+  line: number;
+  code: string;
+  fragment?: string;
+}
+
+/** The TypeScript blocks of markdown. */
+export function tsBlocks(markdown: string): Block[] {
+  const blocks: Block[] = [];
+  const re = /(?:<!--\s*ts-fragment\b([\s\S]*?)-->\s*\n)?```(?:ts|typescript)\n([\s\S]*?)```/g;
+  for (const m of markdown.matchAll(re)) {
+    const fence = m.index + m[0].indexOf("```");
+    const line = markdown.slice(0, fence).split("\n").length + 1;
+    const b: Block = { line, code: m[2]! };
+    if (m[1] !== undefined) b.fragment = m[1].trim();
+    blocks.push(b);
+  }
+  return blocks;
+}
+
+test("every TypeScript block of the READMEs compiles", () => {
+  const dir = join(sdk, "dist", "readme-blocks");
+  rmSync(dir, { recursive: true, force: true });
+  mkdirSync(dir, { recursive: true });
+  const files: string[] = [];
+  for (const [name, path] of Object.entries(readmes)) {
+    for (const b of tsBlocks(readFileSync(path, "utf8"))) {
+      // Named after the README and the block's first line, as tsc's errors will say.
+      const file = `${name}.${b.line}.ts`;
+      writeFileSync(join(dir, file), b.fragment === undefined ? b.code : `${b.code}\n${b.fragment}\nexport {};\n`);
+      files.push(file);
+    }
+  }
+  assert.ok(files.length >= 8, `the READMEs have their blocks: ${files.join(", ")}`);
+  const src = join(sdk, "src");
+  const compilerOptions = {
+    target: "ES2022", module: "esnext", moduleResolution: "bundler", lib: ["ES2022"], types: ["node"],
+    strict: true, noEmit: true, skipLibCheck: true, allowImportingTsExtensions: true,
+    paths: {
+      "@stepgate/sdk": [join(src, "index.ts")],
+      "@stepgate/sdk/node": [join(src, "node.ts")],
+      "@stepgate/sdk/lambda": [join(src, "lambda.ts")],
+    },
+  };
+  writeFileSync(join(dir, "tsconfig.json"), JSON.stringify({ compilerOptions, files }));
+  try {
+    execFileSync(process.execPath, [join(sdk, "node_modules", "typescript", "bin", "tsc"), "-p", dir], { encoding: "utf8" });
+  } catch (e) {
+    assert.fail(`a README block does not compile (file README.<line>.ts: the block starting at that line):\n${(e as { stdout?: string }).stdout ?? String(e)}`);
+  }
+});
