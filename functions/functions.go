@@ -159,7 +159,7 @@ func defaultClient() *http.Client {
 // [Timeout], [MaxAttempts], [Backoff], [MaxInvocationDuration], [RunTimeout],
 // [Retention], [InvokeRoles], [OnEvent], [Concurrency], [Throttle], [RateLimit],
 // [Debounce], [Priority]; or this SDK's own handling of it, not sent to the gateway:
-// [SleepInProcess].
+// [SleepInProcess], [LazyCheckpoints].
 type Option struct {
 	set   func(*protocol.FunctionConfig)
 	local func(*function) // an option of this SDK's, not sent to the gateway
