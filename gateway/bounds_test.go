@@ -274,7 +274,7 @@ func TestJournalLimits(t *testing.T) {
 		journaled                      int
 	}{
 		{"Output", "big", `{"Size":2000}`, "limit of 1000 (STEPGATE_MAX_OUTPUT_BYTES)", 0},
-		{"Entries", "many", `{"Steps":6,"Size":1}`, "seq 6, past the journal's limit of 5 entries (STEPGATE_MAX_JOURNAL_ENTRIES)", 5},
+		{"Entries", "many", `{"Steps":6,"Size":1}`, "entry 6 is past the journal's limit of 5 entries (STEPGATE_MAX_JOURNAL_ENTRIES)", 5},
 		{"Bytes", "many", `{"Steps":4,"Size":900}`, "more than its limit of 2500 bytes (STEPGATE_MAX_JOURNAL_BYTES)", 2},
 		{"RunOutput", "loud", `{}`, "the answer's output is 2002 bytes, more than the limit of 1000", 0},
 	} {

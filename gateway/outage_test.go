@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -67,6 +68,12 @@ func TestDatabaseOutage(t *testing.T) {
 
 	var saw503, answered atomic.Bool
 	cutA, cutB := make(chan struct{}), make(chan struct{})
+	var releaseA, releaseB sync.Once
+	// A test that fails midway releases the function, so that its server can close.
+	t.Cleanup(func() {
+		releaseA.Do(func() { close(cutA) })
+		releaseB.Do(func() { close(cutB) })
+	})
 	app := functions.New(functions.Config{Keys: s.Keys.Verification, HTTPClient: &http.Client{
 		Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
 			resp, err := http.DefaultTransport.RoundTrip(r)
@@ -127,22 +134,22 @@ func TestDatabaseOutage(t *testing.T) {
 	// Down before step a's checkpoint: the API answers 503, the checkpoint too, retried.
 	proxy.Cut()
 	awaitStatus(http.StatusServiceUnavailable)
-	close(cutA)
+	releaseA.Do(func() { close(cutA) })
 	require.Eventually(t, saw503.Load, 30*time.Second, 5*time.Millisecond, "the checkpoint met the outage")
 	proxy.Restore()
 	awaitStatus(http.StatusOK)
-	// a is journaled; b, the last step, rides with the answer.
+	// a and b are journaled, each before its step.Run returned; the answer waits.
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		resp, err := c.GetRunWithResponse(t.Context(), id, nil)
 		if assert.NoError(ct, err) && assert.NotNil(ct, resp.JSON200) {
-			assert.Len(ct, resp.JSON200.Journal, 1)
+			assert.Len(ct, resp.JSON200.Journal, 2)
 		}
 	}, 30*time.Second, 10*time.Millisecond)
 
 	// Down before the answer: it is kept and written once the database is back.
 	proxy.Cut()
 	awaitStatus(http.StatusServiceUnavailable)
-	close(cutB)
+	releaseB.Do(func() { close(cutB) })
 	require.Eventually(t, answered.Load, 30*time.Second, 5*time.Millisecond, "the function answered during the outage")
 	proxy.Restore()
 
@@ -155,7 +162,7 @@ func TestDatabaseOutage(t *testing.T) {
 	require.Equal(t, 1, detail.Invocations, "one invocation, through both outages")
 	require.Equal(t, 0, detail.Recoveries)
 	require.Empty(t, detail.Failures)
-	require.Len(t, detail.Journal, 2, "b was journaled with the answer kept through the outage")
+	require.Len(t, detail.Journal, 2, "a and b journaled, the answer kept through the outage")
 }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)
