@@ -32,7 +32,7 @@ func TestAnswerWithHoles(t *testing.T) {
 		{
 			"Failed", `{"seq":2,"kind":"step","name":"b","output":2,"window":2}`,
 			`{"status":"failed","error":{"type":"oops","message":"gave up"}}`,
-			`the answer is "failed", but seq 1 is not journaled below seq 2, the journal's last`, []string{"b"},
+			`the answer is "failed" (error oops "gave up"), but seq 1 is not journaled below seq 2, the journal's last`, []string{"b"},
 		},
 		{
 			// The answer's last step follows the journal, but the holes below stay.

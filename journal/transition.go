@@ -617,7 +617,7 @@ func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome)
 	err := r.scan(db.QueryRow(ctx, finishStatement,
 		finishArgs(runID, invocation, o, timed, until, wakeAfter, awaiting, awaitSeq, window)))
 	if errors.Is(err, pgx.ErrNoRows) && o.whole() {
-		return nil, holesError(ctx, db, runID, invocation, o.status)
+		return nil, holesError(ctx, db, runID, invocation, o)
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrSuperseded
@@ -779,11 +779,11 @@ func finishArgs(runID string, invocation int, o Outcome, timed bool, until *time
 	}
 }
 
-// holesError says why Finish's update of an answered end (Outcome.Answered) found no
+// holesError says why Finish's update of o, an answered end (Outcome.Answered), found no
 // run: ErrSuperseded when the invocation no longer owns the running run, else ErrGap
-// naming the seqs missing below the journal's last (the first ten, and how many more).
-// It is the error path only: one more query.
-func holesError(ctx context.Context, db DB, runID string, invocation int, status Status) error {
+// naming the seqs missing below the journal's last (the first ten, and how many more)
+// and the error a failed answer carried. It is the error path only: one more query.
+func holesError(ctx context.Context, db DB, runID string, invocation int, o Outcome) error {
 	var owned bool
 	var top, count int
 	var missing []int32
@@ -813,8 +813,12 @@ func holesError(ctx context.Context, db DB, runID string, invocation int, status
 	if count > 1 {
 		these = "seqs " + list + " are"
 	}
-	return fmt.Errorf("%w: the answer is %q, but %s not journaled below seq %d, the journal's last: a run ends only "+
-		"with every entry below its last journaled (by a checkpoint, or in the answer's steps)", ErrGap, status, these, top)
+	answer := fmt.Sprintf("%q", o.status)
+	if o.err != nil {
+		answer += fmt.Sprintf(" (error %s %q)", o.err.Type, clip(o.err.Message))
+	}
+	return fmt.Errorf("%w: the answer is %s, but %s not journaled below seq %d, the journal's last: a run ends only "+
+		"with every entry below its last journaled (by a checkpoint, or in the answer's steps)", ErrGap, answer, these, top)
 }
 
 func isStepRetry(a Await) bool {
