@@ -150,6 +150,16 @@ type Bounds struct {
 // ErrGap: an entry's seq is past the journal's end (seq-1 is not journaled).
 var ErrGap = errors.New("journal: seq leaves a gap")
 
+// HolesError is Finish's refusal of an answered end (Outcome.Answered) while seqs below
+// the journal's last entry are missing; it names them and wraps ErrGap. Only the end is
+// refused: the outcome's steps could be journaled.
+type HolesError struct{ err error }
+
+func (e *HolesError) Error() string { return e.err.Error() }
+
+// Unwrap makes errors.Is(err, ErrGap) hold.
+func (e *HolesError) Unwrap() error { return e.err }
+
 // ErrLimit wraps every *LimitError.
 var ErrLimit = errors.New("journal: limit exceeded")
 
@@ -585,8 +595,9 @@ type Finished struct {
 // entry it sleeps on, a failure record, the child run it invokes and the run's new
 // status, all in db (the caller's transaction, which also holds the River job for the
 // next move). It returns ErrSuperseded when the invocation no longer owns the run,
-// ErrConflict when an entry conflicts with the journal, and ErrGap when an entry or the
-// await leaves a gap or an answered end (Outcome.Answered) a hole. A terminal update notifies
+// ErrConflict when an entry conflicts with the journal, ErrGap when an entry or the
+// await leaves a gap, and a *HolesError when an answered end (Outcome.Answered) leaves a
+// hole. A terminal update notifies
 // NotifyChannel when a waiter attached; any update notifies EventChannel when a gateway
 // watches the tenant.
 //
@@ -780,9 +791,10 @@ func finishArgs(runID string, invocation int, o Outcome, timed bool, until *time
 }
 
 // holesError says why Finish's update of o, an answered end (Outcome.Answered), found no
-// run: ErrSuperseded when the invocation no longer owns the running run, else ErrGap
-// naming the seqs missing below the journal's last (the first ten, and how many more)
-// and the error a failed answer carried. It is the error path only: one more query.
+// run: ErrSuperseded when the invocation no longer owns the running run, else a
+// *HolesError naming the seqs missing below the journal's last (the first ten, and how
+// many more) and the error a failed answer carried. It is the error path only: one more
+// query.
 func holesError(ctx context.Context, db DB, runID string, invocation int, o Outcome) error {
 	var owned bool
 	var top, count int
@@ -817,8 +829,8 @@ func holesError(ctx context.Context, db DB, runID string, invocation int, o Outc
 	if o.err != nil {
 		answer += fmt.Sprintf(" (error %s %q)", o.err.Type, clip(o.err.Message))
 	}
-	return fmt.Errorf("%w: the answer is %s, but %s not journaled below seq %d, the journal's last: a run ends only "+
-		"with every entry below its last journaled (by a checkpoint, or in the answer's steps)", ErrGap, answer, these, top)
+	return &HolesError{fmt.Errorf("%w: the answer is %s, but %s not journaled below seq %d, the journal's last: a run ends only "+
+		"with every entry below its last journaled (by a checkpoint, or in the answer's steps)", ErrGap, answer, these, top)}
 }
 
 func isStepRetry(a Await) bool {

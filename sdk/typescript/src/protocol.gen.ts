@@ -1884,10 +1884,10 @@ export interface components {
          *     A `completed` or `failed` answer ends the run only with no hole in its journal:
          *     every seq below the journal's last entry journaled, counting the entries the
          *     answer carries in `steps`. Holes left by steps run in parallel (checkpoints with
-         *     a `window`) are filled first, by checkpoints or in `steps`; otherwise the answer
-         *     is refused and the run fails at once, without a retry, with a `bad_answer` error
-         *     naming the missing seqs. A `suspended` answer may leave holes within its await's
-         *     `window`.
+         *     a `window`) are filled first, by checkpoints or in `steps`; otherwise `steps` are
+         *     journaled but the end is refused: the run fails at once, without a retry, with a
+         *     `bad_answer` error naming the missing seqs. A `suspended` answer may leave holes
+         *     within its await's `window`.
          */
         InvocationAnswer: {
             status: components["schemas"]["AnswerStatus"];
