@@ -446,8 +446,8 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 			steps = o.Steps
 		}
 		bounds := o.Bounds
-		o = journal.Failed(*e, steps...)
-		o.Bounds, o.Notify = bounds, notify
+		o = journal.Failed(*e)
+		o.Steps, o.Bounds, o.Notify = steps, bounds, notify
 		err = inv.whileUnavailable(log, func() error {
 			return pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
 				var err error
