@@ -35,6 +35,12 @@ func TestAnswerWithHoles(t *testing.T) {
 			`the answer is "failed" (error oops "gave up"), but seq 1 is not journaled below seq 2, the journal's last`, []string{"b"},
 		},
 		{
+			// Ten missing seqs are named, and how many more.
+			"ManyHoles", `{"seq":12,"kind":"step","name":"l","output":12,"window":12}`,
+			`{"status":"completed","output":"done"}`,
+			`seqs 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 and 1 more are not journaled below seq 12`, []string{"l"},
+		},
+		{
 			// The answer's last step follows the journal, but the holes below stay.
 			"CompletedWithNextStep", `{"seq":3,"kind":"step","name":"c","output":3,"window":3}`,
 			`{"status":"completed","output":"done","steps":[{"seq":4,"kind":"step","name":"d","output":4}]}`,

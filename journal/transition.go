@@ -468,9 +468,9 @@ type Outcome struct {
 	// right below.
 	AwaitWindow int
 	// Answered marks an outcome the function answered. Finish refuses a completed or
-	// failed one (ErrGap, naming the missing seqs) while any seq below the journal's
-	// last, Steps included, is missing: a function ends its run with every entry below
-	// its last journaled. A suspended one may leave holes within its await's window;
+	// failed one (a *HolesError naming the missing seqs) while any seq below the
+	// journal's last, Steps included, is missing: a function ends its run with every
+	// entry below its last journaled. A suspended one may leave holes within its await's window;
 	// the gateway's own endings (a deadline, a cancel, a failure it decides) take the
 	// journal as it is.
 	Answered bool
@@ -596,10 +596,9 @@ type Finished struct {
 // status, all in db (the caller's transaction, which also holds the River job for the
 // next move). It returns ErrSuperseded when the invocation no longer owns the run,
 // ErrConflict when an entry conflicts with the journal, ErrGap when an entry or the
-// await leaves a gap, and a *HolesError when an answered end (Outcome.Answered) leaves a
-// hole. A terminal update notifies
-// NotifyChannel when a waiter attached; any update notifies EventChannel when a gateway
-// watches the tenant.
+// await leaves a gap, and a *HolesError when an answered end (Outcome.Answered) leaves
+// a hole. A terminal update notifies NotifyChannel when a waiter attached; any update
+// notifies EventChannel when a gateway watches the tenant.
 //
 // A child run inherits the run's tenant and identity, read from the run's row. When a
 // child becomes terminal (here, or by CancelRun), the same statement journals its
@@ -813,6 +812,17 @@ func holesError(ctx context.Context, db DB, runID string, invocation int, o Outc
 	case !owned || count == 0:
 		return ErrSuperseded
 	}
+	answer := fmt.Sprintf("%q", o.status)
+	if o.err != nil {
+		answer += fmt.Sprintf(" (error %s %q)", o.err.Type, clip(o.err.Message))
+	}
+	return &HolesError{fmt.Errorf("%w: the answer is %s, but %s not journaled below seq %d, the journal's last: a run ends only "+
+		"with every entry below its last journaled (by a checkpoint, or in the answer's steps)", ErrGap, answer, seqsAre(missing, count), top)}
+}
+
+// seqsAre says "seq 1 is" or "seqs 1, 2 are" of the count seqs missing, of which
+// missing lists the first, with how many more.
+func seqsAre(missing []int32, count int) string {
 	seqs := make([]string, len(missing))
 	for i, s := range missing {
 		seqs[i] = fmt.Sprint(s)
@@ -821,16 +831,10 @@ func holesError(ctx context.Context, db DB, runID string, invocation int, o Outc
 	if count > len(missing) {
 		list += fmt.Sprintf(" and %d more", count-len(missing))
 	}
-	these := "seq " + list + " is"
 	if count > 1 {
-		these = "seqs " + list + " are"
+		return "seqs " + list + " are"
 	}
-	answer := fmt.Sprintf("%q", o.status)
-	if o.err != nil {
-		answer += fmt.Sprintf(" (error %s %q)", o.err.Type, clip(o.err.Message))
-	}
-	return &HolesError{fmt.Errorf("%w: the answer is %s, but %s not journaled below seq %d, the journal's last: a run ends only "+
-		"with every entry below its last journaled (by a checkpoint, or in the answer's steps)", ErrGap, answer, these, top)}
+	return "seq " + list + " is"
 }
 
 func isStepRetry(a Await) bool {
