@@ -199,6 +199,7 @@ func (inv *Invoker) outcomeOf(rev *revision, claim *journal.Claim, a *protocol.I
 		}
 	}
 	o.Bounds = inv.limits.Bounds()
+	o.Answered = true // a completed or failed run's journal has no holes
 	return o
 }
 

@@ -439,9 +439,16 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 	})
 	if e := unappliable(err); e != nil {
 		// The answer's entries contradict the journal, leave a gap in it, pass a bound
-		// or hold what cannot be stored: the run fails, with what was wrong.
+		// or hold what cannot be stored: the run fails, with what was wrong. An end
+		// refused for the journal's holes keeps the answer's steps, which could be
+		// journaled: only the end was wrong.
+		var steps []journal.Entry
+		if _, holes := errors.AsType[*journal.HolesError](err); holes {
+			steps = o.Steps
+		}
+		bounds := o.Bounds
 		o = journal.InvocationFailed(*e)
-		o.Notify = notify
+		o.Steps, o.Bounds, o.Notify = steps, bounds, notify
 		err = inv.whileUnavailable(log, func() error {
 			return pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
 				var err error

@@ -55,20 +55,20 @@ func TestAnalyzeGrown(t *testing.T) {
 	require.Empty(t, grown, "analyzed already")
 }
 
-// finishPlan returns the generic plan of Finish's statement (completing run id), as a
-// connection of db would cache it.
+// finishPlan returns the generic plan of Finish's statement (an answered completion of
+// run id, which counts its journal's entries), as a connection of db would cache it.
 func finishPlan(t *testing.T, db *pgxpool.Pool, id string) string {
 	t.Helper()
 	ctx := t.Context()
 	types := map[string]string{
 		"status": "text", "output": "jsonb", "error": "jsonb", "timed": "bool", "until": "timestamptz",
 		"after_seconds": "float8", "run_id": "uuid", "awaiting": "jsonb", "notify": "bool",
-		"invocation": "int", "await_seq": "int", "window": "int", "failed_call": "bool", "uncalled": "bool",
+		"invocation": "int", "await_seq": "int", "window": "int", "failed_call": "bool", "uncalled": "bool", "whole": "bool",
 	}
 	values := map[string]string{
 		"status": "'completed'", "output": "'1'", "error": "NULL", "timed": "true", "until": "NULL",
 		"after_seconds": "0", "run_id": "'" + id + "'", "awaiting": "NULL", "notify": "false",
-		"invocation": "1", "await_seq": "0", "window": "1", "failed_call": "false", "uncalled": "false",
+		"invocation": "1", "await_seq": "0", "window": "1", "failed_call": "false", "uncalled": "false", "whole": "true",
 	}
 	names := pgx.NamedArgs{}
 	for n := range types {

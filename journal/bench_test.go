@@ -2,6 +2,7 @@ package journal_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 
 	"github.com/stepgate/stepgate/internal/pgtest"
@@ -57,6 +58,40 @@ func BenchmarkCreateRun(b *testing.B) {
 		})
 		if err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkFinishWithLastStep measures the commonest end of a run, its last step and its
+// update in one batch, for a journal of 10 and of 100 entries: as the gateway applies a
+// function's answer (Outcome.Answered: the update counts the journal's entries, so that
+// no hole is left below its last) and as it applies an end of its own (no count).
+func BenchmarkFinishWithLastStep(b *testing.B) {
+	for _, entries := range []int{10, 100} {
+		for _, answered := range []bool{true, false} {
+			b.Run(fmt.Sprintf("entries=%d/answered=%t", entries, answered), func(b *testing.B) {
+				db := pgtest.DB(b)
+				runs := make([]*journal.Run, b.N)
+				for i := range runs {
+					runs[i] = mustCreateRun(b, db, claimed)
+					for seq := 1; seq < entries; seq++ {
+						e := journal.Entry{Seq: seq, Kind: journal.KindStep, Name: "step", Output: json.RawMessage(`{"ok":true}`)}
+						if err := journal.AppendEntry(b.Context(), db, runs[i].ID, runs[i].Invocation, e, journal.Bounds{}); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				for _, run := range runs {
+					o := journal.Completed(json.RawMessage(`"done"`),
+						journal.Entry{Seq: entries, Kind: journal.KindStep, Name: "step", Output: json.RawMessage(`{"ok":true}`)})
+					o.Answered = answered
+					if _, err := journal.FinishWithLastStep(b.Context(), db, run.ID, run.Invocation, o); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
 		}
 	}
 }

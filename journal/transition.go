@@ -150,6 +150,16 @@ type Bounds struct {
 // ErrGap: an entry's seq is past the journal's end (seq-1 is not journaled).
 var ErrGap = errors.New("journal: seq leaves a gap")
 
+// HolesError is Finish's refusal of an answered end (Outcome.Answered) while seqs below
+// the journal's last entry are missing; it names them and wraps ErrGap. Only the end is
+// refused: the outcome's steps could be journaled.
+type HolesError struct{ err error }
+
+func (e *HolesError) Error() string { return e.err.Error() }
+
+// Unwrap makes errors.Is(err, ErrGap) hold.
+func (e *HolesError) Unwrap() error { return e.err }
+
 // ErrLimit wraps every *LimitError.
 var ErrLimit = errors.New("journal: limit exceeded")
 
@@ -461,6 +471,18 @@ type Outcome struct {
 	// journal's last entry may be while steps run in parallel left holes; 0 or 1 for
 	// right below.
 	AwaitWindow int
+	// Answered marks an outcome the function answered. Finish refuses a completed or
+	// failed one (a *HolesError naming the missing seqs) while any seq below the
+	// journal's last, Steps included, is missing: a function ends its run with every
+	// entry below its last journaled. A suspended one may leave holes within its await's window;
+	// the gateway's own endings (a deadline, a cancel, a failure it decides) take the
+	// journal as it is.
+	Answered bool
+}
+
+// whole reports whether Finish refuses o while the journal has a hole.
+func (o Outcome) whole() bool {
+	return o.Answered && (o.status == StatusCompleted || o.status == StatusFailed)
 }
 
 // Completed ends the run with output, after journaling steps.
@@ -590,10 +612,11 @@ type Finished struct {
 // Finish applies an invocation's outcome to the run it owns: the unjournaled steps, the
 // entry it sleeps on, a failure record, the child run it invokes and the run's new
 // status, all in db (the caller's transaction, which also holds the River job for the
-// next move). It returns ErrSuperseded when the invocation no longer owns the run and
-// ErrConflict when an entry conflicts with the journal. A terminal update notifies
-// NotifyChannel when a waiter attached; any update notifies EventChannel when a gateway
-// watches the tenant.
+// next move). It returns ErrSuperseded when the invocation no longer owns the run,
+// ErrConflict when an entry conflicts with the journal, ErrGap when an entry or the
+// await leaves a gap, and a *HolesError when an answered end (Outcome.Answered) leaves
+// a hole. A terminal update notifies NotifyChannel when a waiter attached; any update
+// notifies EventChannel when a gateway watches the tenant.
 //
 // A child run inherits the run's tenant and identity, read from the run's row. When a
 // child becomes terminal (here, or by CancelRun), the same statement journals its
@@ -621,6 +644,9 @@ func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome)
 	var r finishRow
 	err := r.scan(db.QueryRow(ctx, finishStatement,
 		finishArgs(runID, invocation, o, timed, until, wakeAfter, awaiting, awaitSeq, window)))
+	if errors.Is(err, pgx.ErrNoRows) && o.whole() {
+		return nil, holesError(ctx, db, runID, invocation, o)
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrSuperseded
 	}
@@ -663,9 +689,11 @@ var ErrNeedsTransaction = errors.New("journal: the outcome needs a transaction")
 // journaled the step, so when the step is refused (a conflict, a gap, a bound, a lost
 // lease) the run is left as it was and the step's error is returned, as Finish returns
 // it. When the step was journaled already (an identical repeat), the run is left as it
-// was too, and it returns ErrNeedsTransaction; likewise at once for any other outcome,
-// and when db is a transaction (whose earlier inserts the update could not tell from
-// the batch's): call it on a pool.
+// was too, and it returns ErrNeedsTransaction; likewise when the update is refused
+// because the journal has a hole below the step (an answered end, Outcome.Answered),
+// but then the step, which follows the journal, stays journaled as its checkpoint would
+// have been; and at once for any other outcome, and when db is a transaction (whose
+// earlier inserts the update could not tell from the batch's): call it on a pool.
 func FinishWithLastStep(ctx context.Context, db DB, runID string, invocation int, o Outcome) (*Finished, error) {
 	if _, inTx := db.(pgx.Tx); inTx || !o.status.Terminal() || o.await != nil || len(o.Steps) != 1 || o.Steps[0].Window > 1 {
 		return nil, ErrNeedsTransaction
@@ -750,7 +778,9 @@ func finishSQL(guard string) string {
 				attempts = attempts - CASE WHEN @uncalled THEN 1 ELSE 0 END,
 				recoveries = 0,
 				notify = notify OR (@notify AND @status IN ('suspended', 'queued'))
-			WHERE id = @run_id AND invocation = @invocation AND status = 'running'` + guard + `
+			WHERE id = @run_id AND invocation = @invocation AND status = 'running'
+				-- An answered end needs a journal without holes: as many entries as its last seq.
+				AND (NOT @whole OR (SELECT count(*) = coalesce(max(seq), 0) FROM stepgate.journal_entry WHERE run_id = @run_id))` + guard + `
 			RETURNING id, tenant, status, attempts, wake_at, parent_id, parent_seq, notify, identity
 		), failure AS (
 			INSERT INTO stepgate.attempt_failure (run_id, seq, attempt, name, error)
@@ -775,9 +805,57 @@ func finishArgs(runID string, invocation int, o Outcome, timed bool, until *time
 	return namedArgs{
 		"run_id": runID, "invocation": invocation, "status": o.status, "output": o.output, "error": o.err,
 		"timed": timed, "until": until, "after_seconds": wakeAfter.Seconds(), "awaiting": awaiting,
-		"notify": o.Notify, "await_seq": awaitSeq, "window": window,
+		"notify": o.Notify, "await_seq": awaitSeq, "window": window, "whole": o.whole(),
 		"failed_call": o.failedCall, "uncalled": o.uncalled,
 	}
+}
+
+// holesError says why Finish's update of o, an answered end (Outcome.Answered), found no
+// run: ErrSuperseded when the invocation no longer owns the running run, else a
+// *HolesError naming the seqs missing below the journal's last (the first ten, and how
+// many more) and the error a failed answer carried. It is the error path only: one more
+// query.
+func holesError(ctx context.Context, db DB, runID string, invocation int, o Outcome) error {
+	var owned bool
+	var top, count int
+	var missing []int32
+	err := db.QueryRow(ctx, `
+		WITH j AS (SELECT coalesce(max(seq), 0) AS top, count(*) AS n FROM stepgate.journal_entry WHERE run_id = $1)
+		SELECT EXISTS (SELECT 1 FROM stepgate.run WHERE id = $1 AND invocation = $2 AND status = 'running'),
+			j.top, j.top - j.n,
+			ARRAY(SELECT s::int FROM generate_series(1, j.top - 1) s
+				WHERE NOT EXISTS (SELECT 1 FROM stepgate.journal_entry e WHERE e.run_id = $1 AND e.seq = s)
+				ORDER BY s LIMIT 10)
+		FROM j`, runID, invocation).Scan(&owned, &top, &count, &missing)
+	switch {
+	case err != nil:
+		return fmt.Errorf("find holes in the journal of run %s: %w", runID, err)
+	case !owned || count == 0:
+		return ErrSuperseded
+	}
+	answer := fmt.Sprintf("%q", o.status)
+	if o.err != nil {
+		answer += fmt.Sprintf(" (error %s %q)", o.err.Type, clip(o.err.Message))
+	}
+	return &HolesError{fmt.Errorf("%w: the answer is %s, but %s not journaled below seq %d, the journal's last: a run ends only "+
+		"with every entry below its last journaled (by a checkpoint, or in the answer's steps)", ErrGap, answer, seqsAre(missing, count), top)}
+}
+
+// seqsAre says "seq 1 is" or "seqs 1, 2 are" of the count seqs missing, of which
+// missing lists the first, with how many more.
+func seqsAre(missing []int32, count int) string {
+	seqs := make([]string, len(missing))
+	for i, s := range missing {
+		seqs[i] = fmt.Sprint(s)
+	}
+	list := strings.Join(seqs, ", ")
+	if count > len(missing) {
+		list += fmt.Sprintf(" and %d more", count-len(missing))
+	}
+	if count > 1 {
+		return "seqs " + list + " are"
+	}
+	return "seq " + list + " is"
 }
 
 func isStepRetry(a Await) bool {

@@ -934,6 +934,14 @@ type HeldReason struct {
 type Identity = access.Identity
 
 // InvocationAnswer A function's answer to an invocation; always HTTP 200.
+//
+// A `completed` or `failed` answer ends the run only with no hole in its journal:
+// every seq below the journal's last entry journaled, counting the entries the
+// answer carries in `steps`. Holes left by steps run in parallel (checkpoints with
+// a `window`) are filled first, by checkpoints or in `steps`; otherwise `steps` are
+// journaled but the end is refused: the run fails at once, without a retry, with a
+// `bad_answer` error naming the missing seqs. A `suspended` answer may leave holes
+// within its await's `window`.
 type InvocationAnswer struct {
 	// Await What a suspended run waits on. `sleep`: journal a sleep at `seq` named `name` and wake
 	// at `until`, or after `duration` from now on the database clock. `retry`: the step at

@@ -1893,7 +1893,17 @@ export interface components {
         };
         /** @enum {string} */
         AnswerStatus: "completed" | "failed" | "suspended";
-        /** @description A function's answer to an invocation; always HTTP 200. */
+        /**
+         * @description A function's answer to an invocation; always HTTP 200.
+         *
+         *     A `completed` or `failed` answer ends the run only with no hole in its journal:
+         *     every seq below the journal's last entry journaled, counting the entries the
+         *     answer carries in `steps`. Holes left by steps run in parallel (checkpoints with
+         *     a `window`) are filled first, by checkpoints or in `steps`; otherwise `steps` are
+         *     journaled but the end is refused: the run fails at once, without a retry, with a
+         *     `bad_answer` error naming the missing seqs. A `suspended` answer may leave holes
+         *     within its await's `window`.
+         */
         InvocationAnswer: {
             status: components["schemas"]["AnswerStatus"];
             output?: components["schemas"]["AnyJSON"];
