@@ -109,22 +109,10 @@ func TestLeaseIsRenewedWhileTheFunctionRuns(t *testing.T) {
 // completes the run, and the recovery is not a failed attempt.
 func TestLostLeaseAbandonsTheCall(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
 	s := stack.Start(t, stack.Options{LeaseTTL: time.Minute, MaintainInterval: 10 * time.Millisecond, SweepGrace: time.Millisecond})
 	b, c, id := startBlocked(t, s, "stolen")
 
-	// As another gateway would once the lease lapsed: recover the run.
-	require.NoError(t, pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `UPDATE stepgate.run SET lease_until = now() - interval '1 s' WHERE id = $1`, id); err != nil {
-			return err
-		}
-		ids, err := journal.ReapExpiredLeases(ctx, tx, 10)
-		require.Equal(t, []string{id}, ids)
-		if err != nil {
-			return err
-		}
-		return s.Invoker.Enqueue(ctx, tx, id)
-	}))
+	recoverAsAnotherGateway(t, s, id)
 
 	res := awaitResult(t, c, id)
 	require.Equal(t, protocol.RunStatusCompleted, res.Status)
@@ -249,7 +237,6 @@ func TestMaxRecoveries(t *testing.T) {
 // counts the invocations made, not the claim that failed it without calling.
 func TestMaxRecoveriesShowsTheRecoveries(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
 	s := stack.Start(t, stack.Options{LeaseTTL: time.Minute, MaxRecoveries: 1})
 	entered := make(chan string, 3)
 	app := s.NewApp()
@@ -269,18 +256,7 @@ func TestMaxRecoveriesShowsTheRecoveries(t *testing.T) {
 		case <-time.After(30 * time.Second):
 			t.Fatal("the function was not invoked within 30s")
 		}
-		// As another gateway would once the lease lapsed: recover the run.
-		require.NoError(t, pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, `UPDATE stepgate.run SET lease_until = now() - interval '1 s' WHERE id = $1`, id); err != nil {
-				return err
-			}
-			ids, err := journal.ReapExpiredLeases(ctx, tx, 10)
-			require.Equal(t, []string{id}, ids)
-			if err != nil {
-				return err
-			}
-			return s.Invoker.Enqueue(ctx, tx, id)
-		}))
+		recoverAsAnotherGateway(t, s, id)
 	}
 
 	res := awaitResult(t, c, id)
@@ -329,4 +305,22 @@ func TestFunctionClosesTheConnection(t *testing.T) {
 		require.Equal(t, "connection", res.Error.Type, name)
 		require.Equal(t, want, res.Error.Message, name)
 	}
+}
+
+// recoverAsAnotherGateway recovers run id as another gateway would once its lease
+// lapsed: it expires the lease, reaps it and enqueues the run again.
+func recoverAsAnotherGateway(t *testing.T, s *stack.Stack, id string) {
+	t.Helper()
+	ctx := t.Context()
+	require.NoError(t, pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `UPDATE stepgate.run SET lease_until = now() - interval '1 s' WHERE id = $1`, id); err != nil {
+			return err
+		}
+		ids, err := journal.ReapExpiredLeases(ctx, tx, 10)
+		require.Equal(t, []string{id}, ids)
+		if err != nil {
+			return err
+		}
+		return s.Invoker.Enqueue(ctx, tx, id)
+	}))
 }
