@@ -6,12 +6,14 @@
 // call, [Patched] one unless the run's journal went past that point on older code,
 // [DeprecatePatch] one only where the journal holds the patch's marker, and [Rollback]
 // and [RunCompensations] one per compensation they run, each a [Run]. [Compensate],
-// [Stream] and [Attempt] take none. When the gateway's journal already holds that seq, the step is replayed: Run
-// returns the journaled output (or final error) without calling its function, a
-// journaled sleep returns at once, and a journaled invoke returns the child run's
-// outcome. Otherwise Run calls its function and journals the outcome with the gateway (a
-// checkpoint) before returning, so every finished step is durable before the next one
-// starts; a sleep suspends the run, and an invoke suspends it until its child run ends.
+// [Stream] and [Attempt] take none. When the gateway's journal already holds that seq,
+// the step is replayed: Run returns the journaled output (or final error) without
+// calling its function, a journaled sleep returns at once, and a journaled invoke
+// returns the child run's outcome. Otherwise Run calls its function and journals the
+// outcome with the gateway (a checkpoint) before returning, so every finished step is
+// durable before the function sees its result (unless it opted in to [Lazy]
+// checkpoints); a sleep suspends the run, and an invoke suspends it until its child run
+// ends.
 // [Callback] makes a URL the outside world resolves once (a person's approval, a
 // webhook), and [AwaitCallback] suspends the run until it is resolved, rejected or
 // times out.
