@@ -84,7 +84,7 @@ func (s *Server) createSession(c echo.Context) error {
 	if mt, _, _ := mime.ParseMediaType(r.Header.Get(echo.HeaderContentType)); mt != "application/json" {
 		return &problemError{http.StatusUnsupportedMediaType, "a session is created with a JSON body (Content-Type: application/json)"}
 	}
-	if !sameOrigin(r) {
+	if crossOrigin(r) {
 		return &problemError{http.StatusForbidden, "cross-origin request refused"}
 	}
 	var req sessionRequest
@@ -112,8 +112,8 @@ func deleteSession(c echo.Context) error {
 }
 
 // requireRiverSession admits requests whose session cookie holds a valid token of an
-// operator (see operates). Requests that change something must also come from this
-// origin.
+// operator (see operates). Requests that change something (any method but GET and HEAD)
+// must also prove they come from this origin (see sameOrigin); others are refused 403.
 func (s *Server) requireRiverSession(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
@@ -131,7 +131,8 @@ func (s *Server) requireRiverSession(next echo.HandlerFunc) echo.HandlerFunc {
 				"no tenant role opens it; the session's roles ("+access.RoleList(id.Roles)+") hold no operator role")
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead && !sameOrigin(r) {
-			return &problemError{http.StatusForbidden, "cross-origin request refused"}
+			return &problemError{http.StatusForbidden, "cross-origin request refused: a write to River's UI needs an Origin of this gateway's own origin " +
+				"(scheme, host and port) or Sec-Fetch-Site: same-origin"}
 		}
 		return next(c)
 	}
@@ -150,13 +151,44 @@ func signInFirst(c echo.Context, status int, detail string) error {
 	return &problemError{status, detail}
 }
 
-func sameOrigin(r *http.Request) bool {
-	origin := r.Header.Get("Origin")
-	if origin == "" {
-		return r.Header.Get("Sec-Fetch-Site") != "cross-site"
+// crossOrigin reports whether r's browser headers name another origin than the
+// gateway's own: an Origin whose scheme, host or port differ from ownOrigin's (or that
+// is "null" or malformed), or a Sec-Fetch-Site other than same-origin (a sibling
+// subdomain is same-site, not same-origin). A request with neither header is not
+// cross-origin: it does not come from a browser.
+func crossOrigin(r *http.Request) bool {
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" {
+		return true
 	}
-	u, err := url.Parse(origin)
-	return err == nil && u.Host == r.Host
+	origin := r.Header.Get("Origin")
+	return origin != "" && !strings.EqualFold(origin, ownOrigin(r))
+}
+
+// sameOrigin reports whether r proves that it comes from the gateway's own origin: it is
+// not cross-origin, and it carries an Origin or Sec-Fetch-Site: same-origin. Every
+// browser sends one of them with a write, so a write with neither is refused.
+func sameOrigin(r *http.Request) bool {
+	return !crossOrigin(r) && (r.Header.Get("Origin") != "" || r.Header.Get("Sec-Fetch-Site") == "same-origin")
+}
+
+// ownOrigin is the gateway's origin as a browser writes it in Origin: scheme, host and
+// port (the port only when not the scheme's default). The scheme is https when r came
+// over TLS or through a proxy that says so (X-Forwarded-Proto: https), as for the
+// session cookie's Secure flag; the host and port are r's Host.
+func ownOrigin(r *http.Request) string {
+	scheme, port := "http", "80"
+	if r.TLS != nil || strings.EqualFold(r.Header.Get(echo.HeaderXForwardedProto), "https") {
+		scheme, port = "https", "443"
+	}
+	host := &url.URL{Host: strings.ToLower(r.Host)}
+	if p := host.Port(); p != "" && p != port {
+		return scheme + "://" + host.Host
+	}
+	h := host.Hostname()
+	if strings.Contains(h, ":") {
+		h = "[" + h + "]"
+	}
+	return scheme + "://" + h
 }
 
 // operates reports whether id is one of the deployment's operators: it has the

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/cookiejar"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -138,6 +139,54 @@ func TestRiverUI(t *testing.T) {
 		require.Equal(t, http.StatusNoContent, resp.StatusCode)
 		resp, _ = send(t, c, http.MethodGet, s.URL+"/river/api/states", "", nil)
 		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "signed out")
+	})
+
+	// Writes to River's UI prove they come from the gateway's own origin: the whole
+	// origin (scheme, host and port) in Origin, or Sec-Fetch-Site: same-origin when the
+	// browser sends no Origin.
+	t.Run("WritesComeFromThisOriginOnly", func(t *testing.T) {
+		t.Parallel()
+		c := browser(t)
+		resp, _ := signIn(t, c, s.Token)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		resp, body := send(t, c, http.MethodGet, s.URL+"/river/api/jobs?state=completed&limit=1", "", nil)
+		require.Equal(t, http.StatusOK, resp.StatusCode, body)
+		var jobs struct {
+			Data []struct {
+				ID json.Number `json:"id"`
+			} `json:"data"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(body), &jobs), body)
+		require.NotEmpty(t, jobs.Data, body)
+		// Cancelling a completed job changes nothing, and answers 200.
+		cancel := `{"ids":["` + jobs.Data[0].ID.String() + `"]}`
+		u, err := url.Parse(s.URL)
+		require.NoError(t, err)
+		require.Equal(t, "http", u.Scheme)
+
+		for name, header := range map[string]map[string]string{
+			"NoOriginSameSite":    {"Sec-Fetch-Site": "same-site"},
+			"NoOriginCrossSite":   {"Sec-Fetch-Site": "cross-site"},
+			"NoOriginNoFetchSite": {},
+			"HTTPSOrigin":         {"Origin": "https://" + u.Host},
+			"AnotherPort":         {"Origin": "http://" + u.Hostname() + ":1"},
+			"NullOrigin":          {"Origin": "null"},
+			"SameOriginSameSite":  {"Origin": s.URL, "Sec-Fetch-Site": "same-site"},
+		} {
+			header["Content-Type"] = "application/json"
+			resp, body := send(t, c, http.MethodPost, s.URL+"/river/api/jobs/cancel", cancel, header)
+			require.Equal(t, http.StatusForbidden, resp.StatusCode, "%s: %s", name, body)
+			require.Contains(t, body, "cross-origin request refused", name)
+		}
+		for name, header := range map[string]map[string]string{
+			"SameOrigin":              {"Origin": s.URL},
+			"SameOriginFetchSite":     {"Origin": s.URL, "Sec-Fetch-Site": "same-origin"},
+			"NoOriginSameOriginFetch": {"Sec-Fetch-Site": "same-origin"},
+		} {
+			header["Content-Type"] = "application/json"
+			resp, body := send(t, c, http.MethodPost, s.URL+"/river/api/jobs/cancel", cancel, header)
+			require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", name, body)
+		}
 	})
 
 	t.Run("APIIgnoresTheCookie", func(t *testing.T) {
