@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/stepgate/stepgate/access"
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/internal/egress"
 	"github.com/stepgate/stepgate/internal/gatewayproc"
@@ -101,6 +102,9 @@ func readServerConfig(getenv func(string) string) (serverConfig, error) {
 	}
 	c.operatorRole = strings.TrimSpace(getenv("STEPGATE_OPERATOR_ROLE"))
 	c.operatorTenant = strings.TrimSpace(getenv("STEPGATE_OPERATOR_TENANT"))
+	if err := checkOperatorRole(c.operatorRole); err != nil {
+		return c, err
+	}
 	if c.limits, err = readLimits(getenv); err != nil {
 		return c, err
 	}
@@ -167,6 +171,25 @@ func readServerConfig(getenv func(string) string) (serverConfig, error) {
 		}
 	}
 	return c, nil
+}
+
+// checkOperatorRole refuses an operator role that a tenant's own tokens carry: a
+// built-in role (admin included) or a permission name, compared in any case. Such a role
+// would open River's UI, which shows every tenant's jobs, to every tenant's admins.
+func checkOperatorRole(role string) error {
+	for r := range access.Roles() {
+		if strings.EqualFold(role, r) {
+			return fmt.Errorf("STEPGATE_OPERATOR_ROLE %q is a tenant role: every tenant's %s would open River's UI, which shows every tenant's jobs; "+
+				"choose a role only your platform's operators hold, such as %s", role, r, devOperatorRole)
+		}
+	}
+	for _, p := range access.Permissions() {
+		if strings.EqualFold(role, string(p)) {
+			return fmt.Errorf("STEPGATE_OPERATOR_ROLE %q is a permission a tenant's tokens may carry as a role: they would open River's UI, which shows every tenant's jobs; "+
+				"choose a role only your platform's operators hold, such as %s", role, devOperatorRole)
+		}
+	}
+	return nil
 }
 
 // readLimits reads the bounds on functions and runs; unset ones keep their defaults.
@@ -310,6 +333,11 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	if strings.HasPrefix(strings.ToLower(sc.jwt.jwksURL), "http://") {
 		log.Warn("STEPGATE_JWKS_URL is not HTTPS: whoever can alter the traffic to it can make the gateway trust their keys",
 			slog.String("jwks_url", sc.jwt.jwksURL))
+	}
+	if sc.operatorRole != "" && sc.operatorTenant == "" {
+		log.Warn("STEPGATE_OPERATOR_TENANT is unset: a token of any tenant with the role STEPGATE_OPERATOR_ROLE opens River's UI, "+
+			"which shows every tenant's jobs; set it to the tenant of your platform's operators",
+			slog.String("operator_role", sc.operatorRole))
 	}
 	pc, err := sc.process(log)
 	if err != nil {

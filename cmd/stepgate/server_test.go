@@ -78,3 +78,41 @@ func TestServeLogsJSON(t *testing.T) {
 	newLogger(&b, slog.LevelInfo, false).Info("run finished", slog.String("run_id", "r1"))
 	require.Contains(t, b.String(), "run_id=r1")
 }
+
+// TestOperatorRole: serve and dev refuse an operator role that a tenant's tokens carry
+// (a built-in role or a permission name, in any case), naming the variable; serve warns
+// at start when the operator role is open to every tenant (no STEPGATE_OPERATOR_TENANT).
+func TestOperatorRole(t *testing.T) {
+	t.Parallel()
+	secret := strings.Repeat("s", 32)
+	for _, role := range []string{"admin", "Admin", "developer", "operator", "invoker", "viewer", "runs:manage", "functions:write", "EVENTS:SEND"} {
+		for _, cmd := range [][]string{{"serve"}, {"dev", "--dir", t.TempDir()}} {
+			t.Run(role+"/"+cmd[0], func(t *testing.T) {
+				t.Parallel()
+				c, _, _ := newTestCLI(map[string]string{"DATABASE_URL": "postgres://127.0.0.1:1/x", "STEPGATE_JWT_SECRET": secret,
+					"STEPGATE_OPERATOR_ROLE": role, "STEPGATE_OPERATOR_TENANT": "platform"}, "")
+				err := c.run(t.Context(), cmd)
+				require.ErrorContains(t, err, `STEPGATE_OPERATOR_ROLE "`+role+`" is a`)
+				require.ErrorContains(t, err, "choose a role only your platform's operators hold")
+			})
+		}
+	}
+
+	// A database URL serve cannot parse stops it just after its start's warnings.
+	serve := func(t *testing.T, env map[string]string) string {
+		t.Helper()
+		env["DATABASE_URL"], env["STEPGATE_JWT_SECRET"] = "postgres://%zz", secret
+		c, _, stderr := newTestCLI(env, "")
+		require.ErrorContains(t, c.run(t.Context(), []string{"serve"}), "DATABASE_URL: ")
+		return stderr.String()
+	}
+	t.Run("WarnsWithNoOperatorTenant", func(t *testing.T) {
+		t.Parallel()
+		out := serve(t, map[string]string{"STEPGATE_OPERATOR_ROLE": "platform-ops"})
+		require.Contains(t, out, `"level":"WARN"`)
+		require.Contains(t, out, "STEPGATE_OPERATOR_TENANT is unset")
+		require.Contains(t, out, `"operator_role":"platform-ops"`)
+		require.NotContains(t, serve(t, map[string]string{"STEPGATE_OPERATOR_ROLE": "platform-ops", "STEPGATE_OPERATOR_TENANT": "platform"}), "STEPGATE_OPERATOR_TENANT")
+		require.NotContains(t, serve(t, map[string]string{}), "STEPGATE_OPERATOR_TENANT", "no operator role, no operator: nothing to warn of")
+	})
+}
