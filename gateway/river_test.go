@@ -100,6 +100,16 @@ func TestRiverUI(t *testing.T) {
 			map[string]string{"Content-Type": "application/json", "Origin": "https://evil.example"})
 		require.Equal(t, http.StatusForbidden, resp.StatusCode)
 		require.Empty(t, resp.Cookies(), "another site cannot set a session")
+		u, err := url.Parse(s.URL)
+		require.NoError(t, err)
+		for _, header := range []map[string]string{
+			{"Origin": "https://" + u.Host}, {"Origin": "http://" + u.Hostname() + ":1"}, {"Sec-Fetch-Site": "same-site"},
+		} {
+			header["Content-Type"] = "application/json"
+			resp, _ = send(t, c, http.MethodPost, s.URL+"/ui/session", `{"token":"`+s.Token+`"}`, header)
+			require.Equal(t, http.StatusForbidden, resp.StatusCode, header)
+			require.Empty(t, resp.Cookies(), "another origin cannot set a session: %v", header)
+		}
 	})
 
 	t.Run("OperatorSeesRiversJobs", func(t *testing.T) {
@@ -172,6 +182,7 @@ func TestRiverUI(t *testing.T) {
 			"AnotherPort":         {"Origin": "http://" + u.Hostname() + ":1"},
 			"NullOrigin":          {"Origin": "null"},
 			"SameOriginSameSite":  {"Origin": s.URL, "Sec-Fetch-Site": "same-site"},
+			"HTTPOriginBehindTLS": {"Origin": s.URL, "X-Forwarded-Proto": "https"},
 		} {
 			header["Content-Type"] = "application/json"
 			resp, body := send(t, c, http.MethodPost, s.URL+"/river/api/jobs/cancel", cancel, header)
@@ -182,6 +193,7 @@ func TestRiverUI(t *testing.T) {
 			"SameOrigin":              {"Origin": s.URL},
 			"SameOriginFetchSite":     {"Origin": s.URL, "Sec-Fetch-Site": "same-origin"},
 			"NoOriginSameOriginFetch": {"Sec-Fetch-Site": "same-origin"},
+			"HTTPSOriginBehindTLS":    {"Origin": "https://" + u.Host, "X-Forwarded-Proto": "https"},
 		} {
 			header["Content-Type"] = "application/json"
 			resp, body := send(t, c, http.MethodPost, s.URL+"/river/api/jobs/cancel", cancel, header)
