@@ -782,8 +782,13 @@ type Function struct {
 	Name      string    `json:"name"`
 
 	// Revision Starts at 1; each registration adds one.
-	Revision int    `json:"revision"`
-	URL      string `json:"url"`
+	Revision int `json:"revision"`
+
+	// URL The URL the gateway POSTs invocations to. To a caller without
+	// `functions:write`, what may be a secret in it is masked with `xxxxx`: its user
+	// information, its path (unless `/`), its query values and its fragment; its
+	// scheme, host, port and query keys are shown.
+	URL string `json:"url"`
 }
 
 // FunctionConfig defines model for FunctionConfig.

@@ -1128,6 +1128,12 @@ export interface components {
             name: string;
             /** @description Starts at 1; each registration adds one. */
             revision: number;
+            /**
+             * @description The URL the gateway POSTs invocations to. To a caller without
+             *     `functions:write`, what may be a secret in it is masked with `xxxxx`: its user
+             *     information, its path (unless `/`), its query values and its fragment; its
+             *     scheme, host, port and query keys are shown.
+             */
             url: string;
             config: components["schemas"]["FunctionConfig"];
             /**
