@@ -1,9 +1,11 @@
 package auth
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -265,8 +267,8 @@ var (
 
 // Verify checks token and returns its identity. ctx bounds a JWKS fetch for an
 // unknown key id. Every error wraps ErrUnauthorized and says which check failed:
-// format, algorithm, key id, signature, exp, nbf, iat, iss, aud, sub, lifetime, crit, or
-// the tenant or roles claim; none echoes the token.
+// format, algorithm, key id, signature, a claim named twice, exp, nbf, iat, iss, aud, sub,
+// lifetime, crit, or the tenant or roles claim; none echoes the token.
 func (v *Verifier) Verify(ctx context.Context, token string) (Identity, error) {
 	id, _, err := v.Check(ctx, token)
 	return id, err
@@ -287,6 +289,9 @@ func (v *Verifier) Check(ctx context.Context, token string) (Identity, time.Time
 		}
 		return Identity{}, time.Time{}, fmt.Errorf("%w: %s", ErrUnauthorized, v.reason(err, t, claims))
 	}
+	if err := v.checkUniqueClaims(token); err != nil {
+		return Identity{}, time.Time{}, fmt.Errorf("%w: %s", ErrUnauthorized, err)
+	}
 	if err := v.checkLifetime(claims); err != nil {
 		return Identity{}, time.Time{}, fmt.Errorf("%w: %s", ErrUnauthorized, err)
 	}
@@ -296,6 +301,60 @@ func (v *Verifier) Check(ctx context.Context, token string) (Identity, time.Time
 	}
 	exp, _ := claims.GetExpirationTime() // checked by checkLifetime
 	return id, exp.Time, nil
+}
+
+// checkUniqueClaims refuses a token whose payload names a key twice in any object: a
+// JSON decoder keeps the last, another reader may keep the first, so the token would
+// say two things (two subjects, two tenants). token's signature is verified already.
+func (v *Verifier) checkUniqueClaims(token string) error {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return errors.New("token is malformed (want a JWT: three base64url parts separated by dots)")
+	}
+	payload, err := v.parser.DecodeSegment(parts[1])
+	if err != nil {
+		return errors.New("token is malformed (want a JWT: three base64url parts separated by dots)")
+	}
+	if key, ok := duplicateKey(json.NewDecoder(bytes.NewReader(payload))); ok {
+		return fmt.Errorf("token payload names the claim %.64q more than once (a duplicate key)", key)
+	}
+	return nil
+}
+
+// duplicateKey reads one JSON value from d and returns the first key that an object of it
+// (at any depth) has twice. A value d cannot read has none: the JWT parser read it first.
+func duplicateKey(d *json.Decoder) (string, bool) {
+	tok, err := d.Token()
+	if err != nil {
+		return "", false
+	}
+	switch tok {
+	case json.Delim('{'):
+		seen := map[string]bool{}
+		for d.More() {
+			k, err := d.Token()
+			if err != nil {
+				return "", false
+			}
+			key, _ := k.(string)
+			if seen[key] {
+				return key, true
+			}
+			seen[key] = true
+			if key, ok := duplicateKey(d); ok {
+				return key, true
+			}
+		}
+		_, _ = d.Token() // '}'
+	case json.Delim('['):
+		for d.More() {
+			if key, ok := duplicateKey(d); ok {
+				return key, true
+			}
+		}
+		_, _ = d.Token() // ']'
+	}
+	return "", false
 }
 
 // checkLifetime refuses a token valid for longer than the maximum lifetime: a token

@@ -11,6 +11,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
@@ -491,4 +492,41 @@ func FuzzVerify(f *testing.F) {
 			require.NotNil(t, id.Roles)
 		}
 	})
+}
+
+// TestVerifierRefusesDuplicateClaims: a payload that names a key twice in one object, at
+// any depth, is refused whichever copy a reader would keep; the same key in two objects
+// is not a duplicate.
+func TestVerifierRefusesDuplicateClaims(t *testing.T) {
+	t.Parallel()
+	v := newVerifier(t, auth.Config{Secrets: [][]byte{secret}, RolesClaim: "realm_access.roles"})
+	now := time.Now().Unix()
+	raw := func(claims string) string {
+		unsigned := base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"HS256","typ":"JWT"}`)) + "." +
+			base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, `{"sub":"alice","iat":%d,"exp":%d,%s}`, now, now+3600, claims))
+		sig, err := jwt.SigningMethodHS256.Sign(unsigned, secret)
+		require.NoError(t, err)
+		return unsigned + "." + base64.RawURLEncoding.EncodeToString(sig)
+	}
+
+	id, err := v.Verify(t.Context(), raw(`"tenant":"acme","realm_access":{"roles":["viewer"]},"other":{"roles":["x"],"tenant":"y"}`))
+	require.NoError(t, err)
+	require.Equal(t, auth.Identity{Subject: "alice", Tenant: "acme", Roles: []string{"viewer"}}, id)
+
+	for claim, claims := range map[string]string{
+		"tenant": `"tenant":"acme","tenant":"evil"`,
+		"sub":    `"tenant":"acme","sub":"root"`,
+		"roles":  `"tenant":"acme","realm_access":{"roles":["viewer"],"roles":["admin"]}`,
+		"iss":    `"tenant":"acme","iss":"a","iss":"b"`,
+		"aud":    `"tenant":"acme","aud":"a","aud":["b"]`,
+		"nbf":    `"tenant":"acme","nbf":1,"nbf":2`,
+		"x":      `"tenant":"acme","extra":[{"x":1,"x":2}]`,
+	} {
+		token := raw(claims)
+		id, err := v.Verify(t.Context(), token)
+		require.ErrorIs(t, err, auth.ErrUnauthorized, claim)
+		require.ErrorContains(t, err, fmt.Sprintf("token payload names the claim %q more than once", claim))
+		require.NotContains(t, err.Error(), token)
+		require.Zero(t, id)
+	}
 }

@@ -421,29 +421,49 @@ func TestSSRF(t *testing.T) {
 	require.Zero(t, hits.Load(), "nothing on loopback was reached")
 }
 
-// TestFunctionURLCredentials: credentials in a function's URL are shown only to roles that
-// may manage functions.
+// TestFunctionURLCredentials: what may be a secret in a function's URL (its user
+// information, path, query values and fragment) is shown only to roles that may manage
+// functions, of the function's own tenant.
 func TestFunctionURLCredentials(t *testing.T) {
 	t.Parallel()
 	s := stack.Start(t, stack.Options{})
+	const masked = "http://xxxxx:xxxxx@127.0.0.1:1/xxxxx?region=xxxxx&token=xxxxx#xxxxx"
+	urls := map[string]string{
+		auth.DefaultTenant: "http://deploy:s3cret@127.0.0.1:1/hooks/sk_live_0123456789abcdef?token=abc&region=eu#frag",
+		"t2":               "http://ops:hunter2@127.0.0.1:1/hooks/sk_live_fedcba9876543210?token=def&region=us#frag",
+	}
+	for tenant, url := range urls {
+		admin := s.Client(t, s.NewToken(t, auth.Identity{Subject: "a", Tenant: tenant, Roles: []string{"admin"}}))
+		reg, err := admin.RegisterFunctionWithResponse(t.Context(), "secretive", protocol.FunctionRegistration{URL: url})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, reg.StatusCode(), string(reg.Body))
+		require.Equal(t, url, reg.JSON200.URL)
+	}
+
+	for tenant, url := range urls {
+		for role, want := range map[string]string{
+			"developer": url,
+			"viewer":    masked,
+			"operator":  masked,
+		} {
+			c := s.Client(t, s.NewToken(t, auth.Identity{Subject: "u", Tenant: tenant, Roles: []string{role}}))
+			got, err := c.GetFunctionWithResponse(t.Context(), "secretive")
+			require.NoError(t, err)
+			require.Equal(t, want, got.JSON200.URL, tenant+" "+role)
+			list, err := c.ListFunctionsWithResponse(t.Context())
+			require.NoError(t, err)
+			require.Len(t, list.JSON200.Functions, 1)
+			require.Equal(t, want, list.JSON200.Functions[0].URL, tenant+" "+role)
+		}
+	}
+
+	// A URL with no user information, path, query or fragment is shown as it is.
 	admin := s.Client(t, s.Token)
-	url := "http://deploy:s3cret@127.0.0.1:1/fn?token=abc&region=eu"
-	reg, err := admin.RegisterFunctionWithResponse(t.Context(), "secretive", protocol.FunctionRegistration{URL: url})
+	reg, err := admin.RegisterFunctionWithResponse(t.Context(), "plain", protocol.FunctionRegistration{URL: "http://127.0.0.1:1/"})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, reg.StatusCode(), string(reg.Body))
-	require.Equal(t, url, reg.JSON200.URL)
-
-	for role, want := range map[string]string{
-		"developer": url,
-		"viewer":    "http://deploy:xxxxx@127.0.0.1:1/fn?region=xxxxx&token=xxxxx",
-		"operator":  "http://deploy:xxxxx@127.0.0.1:1/fn?region=xxxxx&token=xxxxx",
-	} {
-		c := s.Client(t, s.NewToken(t, auth.Identity{Subject: "u", Tenant: auth.DefaultTenant, Roles: []string{role}}))
-		got, err := c.GetFunctionWithResponse(t.Context(), "secretive")
-		require.NoError(t, err)
-		require.Equal(t, want, got.JSON200.URL, role)
-		list, err := c.ListFunctionsWithResponse(t.Context())
-		require.NoError(t, err)
-		require.Equal(t, want, list.JSON200.Functions[0].URL, role)
-	}
+	viewer := s.Client(t, s.NewToken(t, auth.Identity{Subject: "u", Tenant: auth.DefaultTenant, Roles: []string{"viewer"}}))
+	got, err := viewer.GetFunctionWithResponse(t.Context(), "plain")
+	require.NoError(t, err)
+	require.Equal(t, "http://127.0.0.1:1/", got.JSON200.URL)
 }

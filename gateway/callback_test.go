@@ -163,11 +163,10 @@ func TestCallbacks(t *testing.T) {
 		require.Equal(t, "token", journaled["resolver"])
 		require.NotContains(t, journaled, "resolved_by")
 
-		// Once: a second resolution or a rejection is a 409 that says when and by whom.
+		// Once: a second resolution or a rejection is a 409.
 		code, body = postNoAuth(t, url, `{"ok":false}`)
 		require.Equal(t, http.StatusConflict, code, body)
-		require.Contains(t, body, "is already resolved: at ")
-		require.Contains(t, body, "by the holder of its token")
+		require.Contains(t, body, "this callback is already resolved; a callback is resolved once")
 		code, body = postNoAuth(t, url+"/reject", `{"message":"too late"}`)
 		require.Equal(t, http.StatusConflict, code, body)
 		require.Contains(t, body, "already resolved")
@@ -211,7 +210,35 @@ func TestCallbacks(t *testing.T) {
 		require.JSONEq(t, `{"timed_out":true}`, string(*getRun(t, c, id).Journal[2].Output))
 		code, body := postNoAuth(t, url, `{"ok":true}`)
 		require.Equal(t, http.StatusConflict, code, body)
-		require.Contains(t, body, "expired at")
+		require.Contains(t, body, "this callback expired, unresolved")
+		require.NotContains(t, body, id)
+	})
+
+	t.Run("TheTokensConflictNamesNoRunAndNoResolver", func(t *testing.T) {
+		t.Parallel()
+		id := startAsync(t, c, "approve", `{"timeout":"1h"}`)
+		_, url := waitingForCallback(t, c, id)
+		resp, err := c.ResolveRunCallbackWithResponse(t.Context(), id, "approval", protocol.AnyJSON(`{"ok":true}`))
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
+
+		// The token's holder learns only that the callback is closed.
+		for _, u := range []string{url, url + "/reject"} {
+			code, body := postNoAuth(t, u, `{"message":"late"}`)
+			require.Equal(t, http.StatusConflict, code, body)
+			require.Contains(t, body, "this callback is already resolved")
+			require.NotContains(t, body, id)
+			require.NotContains(t, body, alice.Subject)
+		}
+		// A caller of the run's tenant is told when and by whom; another tenant, nothing.
+		rej, err := c.RejectRunCallbackWithResponse(t.Context(), id, "approval", protocol.CallbackRejection{Message: "x"})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusConflict, rej.StatusCode(), string(rej.Body))
+		require.Contains(t, string(rej.Body), "by alice")
+		rej, err = other.RejectRunCallbackWithResponse(t.Context(), id, "approval", protocol.CallbackRejection{Message: "x"})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusNotFound, rej.StatusCode(), string(rej.Body))
+		require.NotContains(t, string(rej.Body), alice.Subject)
 	})
 
 	t.Run("BadRequests", func(t *testing.T) {
@@ -242,7 +269,7 @@ func TestCallbacks(t *testing.T) {
 		// A cancelled run's callback can no longer be resolved.
 		code, body = postNoAuth(t, url, `{"ok":true}`)
 		require.Equal(t, http.StatusConflict, code, body)
-		require.Contains(t, body, "the run is cancelled")
+		require.Contains(t, body, "can no longer be resolved: its run has finished")
 	})
 
 	t.Run("ByRunIDAsTheCaller", func(t *testing.T) {

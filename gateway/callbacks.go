@@ -124,7 +124,7 @@ func (s *Server) byToken(ctx context.Context, token string, res journal.Resoluti
 	}
 	cb, err := s.inv.ResolveCallbackByToken(ctx, token, res)
 	if err != nil {
-		return nil, callbackError(err)
+		return nil, callbackError(err, false)
 	}
 	s.log.InfoContext(ctx, "callback resolved", "run_id", cb.RunID, "function", cb.Function, "tenant", cb.Tenant,
 		"seq", cb.Seq, "state", cb.State, "resolver", journal.ResolverToken)
@@ -148,7 +148,7 @@ func (s *Server) byName(ctx context.Context, runID, name string, res journal.Res
 		return nil, &problemError{http.StatusNotFound, fmt.Sprintf("run %s has no callback named %q (or does not exist)", runID, name)}
 	}
 	if err != nil {
-		return nil, callbackError(err)
+		return nil, callbackError(err, true)
 	}
 	s.log.InfoContext(ctx, "callback resolved", "run_id", cb.RunID, "function", cb.Function, "tenant", id.Tenant,
 		"seq", cb.Seq, "state", cb.State, "by", id.Subject)
@@ -159,14 +159,18 @@ func callbackNotFound() error {
 	return &problemError{http.StatusNotFound, "no callback has this token"}
 }
 
-// callbackError maps a resolution's expected errors to their problems.
-func callbackError(err error) error {
+// callbackError maps a resolution's expected errors to their problems. A closed
+// callback's 409 names its run and who resolved it only when detailed (a caller of the
+// run's own tenant); to a token's holder it says only why the callback is closed.
+func callbackError(err error, detailed bool) error {
 	var closed *journal.ClosedCallbackError
 	switch {
 	case errors.Is(err, journal.ErrNotFound):
 		return callbackNotFound()
-	case errors.As(err, &closed):
+	case errors.As(err, &closed) && detailed:
 		return &problemError{http.StatusConflict, closed.Reason}
+	case errors.As(err, &closed):
+		return &problemError{http.StatusConflict, closed.Public}
 	}
 	return err
 }

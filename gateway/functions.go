@@ -32,8 +32,8 @@ func functionNotFound(name string) server.NotFoundApplicationProblemPlusJSONResp
 }
 
 // functionToAPI returns a function revision for the API. Unless reveal (the caller may
-// manage functions), credentials in its URL are masked: a password in its user
-// information, the values of its query.
+// manage functions), what may be a secret in its URL is masked: its user information,
+// path, query values and fragment (see redactURL).
 func functionToAPI(fn *journal.Function, reveal bool) (protocol.Function, error) {
 	out := protocol.Function{Name: fn.Name, Revision: fn.Revision, URL: fn.URL, CreatedAt: fn.CreatedAt}
 	if !reveal {
@@ -222,8 +222,9 @@ func (s *Server) checkURL(ctx context.Context, rawURL string) error {
 	return nil
 }
 
-// redactURL masks what may be a secret in a URL: the password of its user information
-// and the values of its query ("https://user:xxxxx@host/p?token=xxxxx").
+// redactURL masks what may be a secret in a URL, keeping its scheme, host, port and
+// query keys: its user information, its path, the values of its query and its fragment
+// ("https://xxxxx:xxxxx@host/xxxxx?token=xxxxx#xxxxx"). A path of "" or "/" is kept.
 func redactURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -231,8 +232,13 @@ func redactURL(raw string) string {
 	}
 	if u.User != nil {
 		if _, ok := u.User.Password(); ok {
-			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+			u.User = url.UserPassword("xxxxx", "xxxxx")
+		} else {
+			u.User = url.User("xxxxx")
 		}
+	}
+	if u.Path != "" && u.Path != "/" {
+		u.Path, u.RawPath = "/xxxxx", ""
 	}
 	if u.RawQuery != "" {
 		q := u.Query()
@@ -240,6 +246,9 @@ func redactURL(raw string) string {
 			q[k] = []string{"xxxxx"}
 		}
 		u.RawQuery = q.Encode()
+	}
+	if u.Fragment != "" {
+		u.Fragment, u.RawFragment = "xxxxx", ""
 	}
 	return u.String()
 }

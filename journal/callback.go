@@ -261,10 +261,13 @@ type Callback struct {
 }
 
 // ClosedCallbackError is a resolution of a callback that can no longer take one:
-// resolved or rejected already, expired, or of a finished run. Reason says which.
+// resolved or rejected already, expired, or of a finished run. Reason says which, with
+// the run's id and who resolved it, for the callers of the run's own tenant; Public says
+// which with neither, for the holder of the callback's token.
 type ClosedCallbackError struct {
 	Callback *Callback
 	Reason   string
+	Public   string
 }
 
 func (e *ClosedCallbackError) Error() string { return e.Reason }
@@ -321,12 +324,15 @@ func ResolveCallback(ctx context.Context, db DB, ref CallbackRef, res Resolution
 			by = cb.ResolvedBy.Subject
 		}
 		return nil, &ClosedCallbackError{&cb, fmt.Sprintf("%s is already %s: at %s by %s; a callback is resolved once",
-			what, cb.State, cb.ResolvedAt.UTC().Format(time.RFC3339), by)}
+			what, cb.State, cb.ResolvedAt.UTC().Format(time.RFC3339), by),
+			fmt.Sprintf("this callback is already %s; a callback is resolved once", cb.State)}
 	case expired || (cb.AwaitedSeq != nil && !waiting && !status.Terminal()):
 		// (A wait that ended without a resolution timed out: the callback expired with it.)
-		return nil, &ClosedCallbackError{&cb, fmt.Sprintf("%s expired at %s, unresolved", what, cb.ExpiresAt.UTC().Format(time.RFC3339))}
+		return nil, &ClosedCallbackError{&cb, fmt.Sprintf("%s expired at %s, unresolved", what, cb.ExpiresAt.UTC().Format(time.RFC3339)),
+			"this callback expired, unresolved"}
 	case status.Terminal():
-		return nil, &ClosedCallbackError{&cb, fmt.Sprintf("%s can no longer be resolved: the run is %s", what, status)}
+		return nil, &ClosedCallbackError{&cb, fmt.Sprintf("%s can no longer be resolved: the run is %s", what, status),
+			"this callback can no longer be resolved: its run has finished"}
 	}
 	state, resolver := CallbackResolved, ResolverToken
 	if res.Error != nil {

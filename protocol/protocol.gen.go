@@ -782,8 +782,13 @@ type Function struct {
 	Name      string    `json:"name"`
 
 	// Revision Starts at 1; each registration adds one.
-	Revision int    `json:"revision"`
-	URL      string `json:"url"`
+	Revision int `json:"revision"`
+
+	// URL The URL the gateway POSTs invocations to. To a caller without
+	// `functions:write`, what may be a secret in it is masked with `xxxxx`: its user
+	// information, its path (unless `/`), its query values and its fragment; its
+	// scheme, host, port and query keys are shown.
+	URL string `json:"url"`
 }
 
 // FunctionConfig defines model for FunctionConfig.
@@ -2030,9 +2035,9 @@ type ClientInterface interface {
 	// with no identity.
 	//
 	// 404: no callback has this token (tokens are 256 random bits; only their SHA-256 is
-	// stored). 409: the callback is already resolved or rejected (`detail` says when and
-	// by whom), expired (its await's timeout, or its own, passed first), or its run
-	// finished. 413: a body over the gateway's limit (`STEPGATE_MAX_BODY_BYTES`).
+	// stored). 409: the callback is already resolved or rejected, expired (its await's
+	// timeout, or its own, passed first), or its run finished; `detail` says which,
+	// naming neither the run nor who resolved it. 413: a body over the gateway's limit (`STEPGATE_MAX_BODY_BYTES`).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2053,9 +2058,9 @@ type ClientInterface interface {
 	// with no identity.
 	//
 	// 404: no callback has this token (tokens are 256 random bits; only their SHA-256 is
-	// stored). 409: the callback is already resolved or rejected (`detail` says when and
-	// by whom), expired (its await's timeout, or its own, passed first), or its run
-	// finished. 413: a body over the gateway's limit (`STEPGATE_MAX_BODY_BYTES`).
+	// stored). 409: the callback is already resolved or rejected, expired (its await's
+	// timeout, or its own, passed first), or its run finished; `detail` says which,
+	// naming neither the run nor who resolved it. 413: a body over the gateway's limit (`STEPGATE_MAX_BODY_BYTES`).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2319,7 +2324,9 @@ type ClientInterface interface {
 	// As `resolveCallback`, for a caller with a JWT and no token: the callback is the
 	// run's latest one named `name`, in the caller's tenant (another tenant's run is a
 	// 404). The journal records the resolver as `"resolver": "identity"` with the
-	// caller's identity in `resolved_by`. The dashboard's Approve button calls it.
+	// caller's identity in `resolved_by`. A 409's `detail` names the run and, for a
+	// callback already resolved or rejected, when and by whom. The dashboard's Approve
+	// button calls it.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2331,7 +2338,9 @@ type ClientInterface interface {
 	// As `resolveCallback`, for a caller with a JWT and no token: the callback is the
 	// run's latest one named `name`, in the caller's tenant (another tenant's run is a
 	// 404). The journal records the resolver as `"resolver": "identity"` with the
-	// caller's identity in `resolved_by`. The dashboard's Approve button calls it.
+	// caller's identity in `resolved_by`. A 409's `detail` names the run and, for a
+	// callback already resolved or rejected, when and by whom. The dashboard's Approve
+	// button calls it.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2823,9 +2832,9 @@ func (c *Client) SyncApp(ctx context.Context, body SyncAppJSONRequestBody, reqEd
 // with no identity.
 //
 // 404: no callback has this token (tokens are 256 random bits; only their SHA-256 is
-// stored). 409: the callback is already resolved or rejected (`detail` says when and
-// by whom), expired (its await's timeout, or its own, passed first), or its run
-// finished. 413: a body over the gateway's limit (`STEPGATE_MAX_BODY_BYTES`).
+// stored). 409: the callback is already resolved or rejected, expired (its await's
+// timeout, or its own, passed first), or its run finished; `detail` says which,
+// naming neither the run nor who resolved it. 413: a body over the gateway's limit (`STEPGATE_MAX_BODY_BYTES`).
 //
 // Takes any type of body and a specified content type.
 //
@@ -2856,9 +2865,9 @@ func (c *Client) ResolveCallbackWithBody(ctx context.Context, token CallbackToke
 // with no identity.
 //
 // 404: no callback has this token (tokens are 256 random bits; only their SHA-256 is
-// stored). 409: the callback is already resolved or rejected (`detail` says when and
-// by whom), expired (its await's timeout, or its own, passed first), or its run
-// finished. 413: a body over the gateway's limit (`STEPGATE_MAX_BODY_BYTES`).
+// stored). 409: the callback is already resolved or rejected, expired (its await's
+// timeout, or its own, passed first), or its run finished; `detail` says which,
+// naming neither the run nor who resolved it. 413: a body over the gateway's limit (`STEPGATE_MAX_BODY_BYTES`).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3322,7 +3331,9 @@ func (c *Client) GetRun(ctx context.Context, id RunID, params *GetRunParams, req
 // As `resolveCallback`, for a caller with a JWT and no token: the callback is the
 // run's latest one named `name`, in the caller's tenant (another tenant's run is a
 // 404). The journal records the resolver as `"resolver": "identity"` with the
-// caller's identity in `resolved_by`. The dashboard's Approve button calls it.
+// caller's identity in `resolved_by`. A 409's `detail` names the run and, for a
+// callback already resolved or rejected, when and by whom. The dashboard's Approve
+// button calls it.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3344,7 +3355,9 @@ func (c *Client) ResolveRunCallbackWithBody(ctx context.Context, id RunID, name 
 // As `resolveCallback`, for a caller with a JWT and no token: the callback is the
 // run's latest one named `name`, in the caller's tenant (another tenant's run is a
 // 404). The journal records the resolver as `"resolver": "identity"` with the
-// caller's identity in `resolved_by`. The dashboard's Approve button calls it.
+// caller's identity in `resolved_by`. A 409's `detail` names the run and, for a
+// callback already resolved or rejected, when and by whom. The dashboard's Approve
+// button calls it.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -6050,9 +6063,9 @@ type ClientWithResponsesInterface interface {
 	// with no identity.
 	//
 	// 404: no callback has this token (tokens are 256 random bits; only their SHA-256 is
-	// stored). 409: the callback is already resolved or rejected (`detail` says when and
-	// by whom), expired (its await's timeout, or its own, passed first), or its run
-	// finished. 413: a body over the gateway's limit (`STEPGATE_MAX_BODY_BYTES`).
+	// stored). 409: the callback is already resolved or rejected, expired (its await's
+	// timeout, or its own, passed first), or its run finished; `detail` says which,
+	// naming neither the run nor who resolved it. 413: a body over the gateway's limit (`STEPGATE_MAX_BODY_BYTES`).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6073,9 +6086,9 @@ type ClientWithResponsesInterface interface {
 	// with no identity.
 	//
 	// 404: no callback has this token (tokens are 256 random bits; only their SHA-256 is
-	// stored). 409: the callback is already resolved or rejected (`detail` says when and
-	// by whom), expired (its await's timeout, or its own, passed first), or its run
-	// finished. 413: a body over the gateway's limit (`STEPGATE_MAX_BODY_BYTES`).
+	// stored). 409: the callback is already resolved or rejected, expired (its await's
+	// timeout, or its own, passed first), or its run finished; `detail` says which,
+	// naming neither the run nor who resolved it. 413: a body over the gateway's limit (`STEPGATE_MAX_BODY_BYTES`).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6357,7 +6370,9 @@ type ClientWithResponsesInterface interface {
 	// As `resolveCallback`, for a caller with a JWT and no token: the callback is the
 	// run's latest one named `name`, in the caller's tenant (another tenant's run is a
 	// 404). The journal records the resolver as `"resolver": "identity"` with the
-	// caller's identity in `resolved_by`. The dashboard's Approve button calls it.
+	// caller's identity in `resolved_by`. A 409's `detail` names the run and, for a
+	// callback already resolved or rejected, when and by whom. The dashboard's Approve
+	// button calls it.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6369,7 +6384,9 @@ type ClientWithResponsesInterface interface {
 	// As `resolveCallback`, for a caller with a JWT and no token: the callback is the
 	// run's latest one named `name`, in the caller's tenant (another tenant's run is a
 	// 404). The journal records the resolver as `"resolver": "identity"` with the
-	// caller's identity in `resolved_by`. The dashboard's Approve button calls it.
+	// caller's identity in `resolved_by`. A 409's `detail` names the run and, for a
+	// callback already resolved or rejected, when and by whom. The dashboard's Approve
+	// button calls it.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -9455,9 +9472,9 @@ func (c *ClientWithResponses) SyncAppWithResponse(ctx context.Context, body Sync
 // with no identity.
 //
 // 404: no callback has this token (tokens are 256 random bits; only their SHA-256 is
-// stored). 409: the callback is already resolved or rejected (`detail` says when and
-// by whom), expired (its await's timeout, or its own, passed first), or its run
-// finished. 413: a body over the gateway's limit (`STEPGATE_MAX_BODY_BYTES`).
+// stored). 409: the callback is already resolved or rejected, expired (its await's
+// timeout, or its own, passed first), or its run finished; `detail` says which,
+// naming neither the run nor who resolved it. 413: a body over the gateway's limit (`STEPGATE_MAX_BODY_BYTES`).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -9484,9 +9501,9 @@ func (c *ClientWithResponses) ResolveCallbackWithBodyWithResponse(ctx context.Co
 // with no identity.
 //
 // 404: no callback has this token (tokens are 256 random bits; only their SHA-256 is
-// stored). 409: the callback is already resolved or rejected (`detail` says when and
-// by whom), expired (its await's timeout, or its own, passed first), or its run
-// finished. 413: a body over the gateway's limit (`STEPGATE_MAX_BODY_BYTES`).
+// stored). 409: the callback is already resolved or rejected, expired (its await's
+// timeout, or its own, passed first), or its run finished; `detail` says which,
+// naming neither the run nor who resolved it. 413: a body over the gateway's limit (`STEPGATE_MAX_BODY_BYTES`).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -9888,7 +9905,9 @@ func (c *ClientWithResponses) GetRunWithResponse(ctx context.Context, id RunID, 
 // As `resolveCallback`, for a caller with a JWT and no token: the callback is the
 // run's latest one named `name`, in the caller's tenant (another tenant's run is a
 // 404). The journal records the resolver as `"resolver": "identity"` with the
-// caller's identity in `resolved_by`. The dashboard's Approve button calls it.
+// caller's identity in `resolved_by`. A 409's `detail` names the run and, for a
+// callback already resolved or rejected, when and by whom. The dashboard's Approve
+// button calls it.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -9906,7 +9925,9 @@ func (c *ClientWithResponses) ResolveRunCallbackWithBodyWithResponse(ctx context
 // As `resolveCallback`, for a caller with a JWT and no token: the callback is the
 // run's latest one named `name`, in the caller's tenant (another tenant's run is a
 // 404). The journal records the resolver as `"resolver": "identity"` with the
-// caller's identity in `resolved_by`. The dashboard's Approve button calls it.
+// caller's identity in `resolved_by`. A 409's `detail` names the run and, for a
+// callback already resolved or rejected, when and by whom. The dashboard's Approve
+// button calls it.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -778,9 +778,9 @@ export interface paths {
          *     with no identity.
          *
          *     404: no callback has this token (tokens are 256 random bits; only their SHA-256 is
-         *     stored). 409: the callback is already resolved or rejected (`detail` says when and
-         *     by whom), expired (its await's timeout, or its own, passed first), or its run
-         *     finished. 413: a body over the gateway's limit (`STEPGATE_MAX_BODY_BYTES`).
+         *     stored). 409: the callback is already resolved or rejected, expired (its await's
+         *     timeout, or its own, passed first), or its run finished; `detail` says which,
+         *     naming neither the run nor who resolved it. 413: a body over the gateway's limit (`STEPGATE_MAX_BODY_BYTES`).
          */
         post: operations["resolveCallback"];
         delete?: never;
@@ -831,7 +831,9 @@ export interface paths {
          * @description As `resolveCallback`, for a caller with a JWT and no token: the callback is the
          *     run's latest one named `name`, in the caller's tenant (another tenant's run is a
          *     404). The journal records the resolver as `"resolver": "identity"` with the
-         *     caller's identity in `resolved_by`. The dashboard's Approve button calls it.
+         *     caller's identity in `resolved_by`. A 409's `detail` names the run and, for a
+         *     callback already resolved or rejected, when and by whom. The dashboard's Approve
+         *     button calls it.
          */
         post: operations["resolveRunCallback"];
         delete?: never;
@@ -1126,6 +1128,12 @@ export interface components {
             name: string;
             /** @description Starts at 1; each registration adds one. */
             revision: number;
+            /**
+             * @description The URL the gateway POSTs invocations to. To a caller without
+             *     `functions:write`, what may be a secret in it is masked with `xxxxx`: its user
+             *     information, its path (unless `/`), its query values and its fragment; its
+             *     scheme, host, port and query keys are shown.
+             */
             url: string;
             config: components["schemas"]["FunctionConfig"];
             /**
