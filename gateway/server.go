@@ -90,8 +90,8 @@ type Server struct {
 	// operatorRole and operatorTenant say who may open River's UI (see operates).
 	operatorRole, operatorTenant string
 	waits                        *slots       // synchronous invocations, by tenant
-	tenantStreams                *slots       // live streams, by tenant
-	subjectStreams               *slots       // live streams, by tenant and subject
+	tenantStreams                *slots       // live streams and long-polls, by tenant
+	subjectStreams               *slots       // live streams and long-polls, by tenant and subject
 	client                       *http.Client // fetches manifests
 	echo                         *echo.Echo
 	stream                       *notify.Hub
