@@ -72,29 +72,41 @@ func TestLongPollsCountAsStreams(t *testing.T) {
 	value := func(wait string) string { return "/v1/runs/" + run + "/values/progress?wait=" + wait }
 	start := func(wait string) string { return "/v1/functions/held/runs?wait=" + wait }
 
-	// Ten long-polls of the admin's subject, of the three kinds, held open.
-	hold, stopHolding := context.WithCancel(context.Background())
-	var held sync.WaitGroup
-	for i := range 10 {
-		method, path := http.MethodGet, result("10m")
+	// holdTen holds ten long-polls of the admin's subject open, the ith request being
+	// kind(i), until the stop it returns; a probe (1ms, answered at once when it gets
+	// through) is refused once all ten hold their places.
+	t.Cleanup(func() { close(release) })
+	holdTen := func(kind func(i int) (method, path string)) (stop func()) {
+		hold, cancel := context.WithCancel(context.Background())
+		var held sync.WaitGroup
+		for i := range 10 {
+			method, path := kind(i)
+			// Again while refused: a probe may hold a place for a moment.
+			held.Go(func() {
+				for hold.Err() == nil && send(hold, s.Token, method, path).status == http.StatusTooManyRequests {
+				}
+			})
+		}
+		stop = func() { cancel(); held.Wait() }
+		t.Cleanup(stop)
+		waitUntil(t, 30*time.Second, func() bool {
+			return send(t.Context(), s.Token, http.MethodGet, result("1ms")).status == http.StatusTooManyRequests
+		}, "429 for the 11th long-poll")
+		return stop
+	}
+	accepted := func() bool {
+		return send(t.Context(), s.Token, http.MethodGet, result("1ms")).status == http.StatusAccepted
+	}
+
+	stop := holdTen(func(i int) (string, string) {
 		switch i % 3 {
 		case 1:
-			path = value("60s")
+			return http.MethodGet, value("60s")
 		case 2:
-			method, path = http.MethodPost, start("10m")
+			return http.MethodPost, start("10m")
 		}
-		// Again while refused: a probe below may hold a place for a moment.
-		held.Go(func() {
-			for hold.Err() == nil && send(hold, s.Token, method, path).status == http.StatusTooManyRequests {
-			}
-		})
-	}
-	t.Cleanup(func() { stopHolding(); close(release); held.Wait() })
-	// A probe that gets through is answered at once (1ms) and frees its place.
-	waitUntil(t, 30*time.Second, func() bool {
-		return send(t.Context(), s.Token, http.MethodGet, result("1ms")).status == http.StatusTooManyRequests
-	}, "429 for the 11th long-poll")
-
+		return http.MethodGet, result("10m")
+	})
 	// The first run and the three held starts' runs: a held start creates its run after
 	// taking its place.
 	waitUntil(t, 30*time.Second, func() bool { return allRuns(t, s) == 4 }, "the held starts' runs")
@@ -116,11 +128,13 @@ func TestLongPollsCountAsStreams(t *testing.T) {
 	a := send(t.Context(), globex, http.MethodGet, "/v1/runs/"+uuid.NewString()+"/result?wait=1ms")
 	require.Equal(t, http.StatusNotFound, a.status, "another tenant's long-poll (of its own runs: none) gets through: %s", a.detail)
 
-	stopHolding()
-	held.Wait()
-	waitUntil(t, 30*time.Second, func() bool {
-		return send(t.Context(), s.Token, http.MethodGet, result("1ms")).status == http.StatusAccepted
-	}, "a long-poll accepted once the others ended")
+	stop()
+	waitUntil(t, 30*time.Second, accepted, "a long-poll accepted once the others ended")
+
+	// A start whose caller leaves frees its place.
+	stop = holdTen(func(int) (string, string) { return http.MethodPost, start("10m") })
+	stop()
+	waitUntil(t, 30*time.Second, accepted, "a long-poll accepted once the callers of ten starts left")
 }
 
 // allRuns counts the runs of every tenant.

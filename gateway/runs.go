@@ -235,9 +235,6 @@ func (s *Server) StartRun(ctx context.Context, req server.StartRunRequestObject)
 			}
 		case <-timer.C:
 			return startAnswer(run), nil
-		case <-ctx.Done():
-			// The client left, or the gateway stops: the invocation goes on.
-			return startAnswer(run), nil
 		}
 		run, err = s.inv.AwaitRun(ctx, journal.ForTenant(s.api, id.Tenant), run.ID, ch, deadline)
 	} else {
