@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,8 +27,10 @@ func TestLongPollsCountAsStreams(t *testing.T) {
 	t.Parallel()
 	s := stack.Start(t, stack.Options{}) // the defaults: 10 per subject, 100 per tenant
 	release := make(chan struct{})
+	var entered atomic.Int64
 	app := s.NewApp()
 	functions.Register(app, "held", func(ctx context.Context, _ struct{}) (string, error) {
+		entered.Add(1)
 		select {
 		case <-release:
 		case <-ctx.Done():
@@ -109,7 +112,7 @@ func TestLongPollsCountAsStreams(t *testing.T) {
 	})
 	// The first run and the three held starts' runs: a held start creates its run after
 	// taking its place.
-	waitUntil(t, 30*time.Second, func() bool { return allRuns(t, s) == 4 }, "the held starts' runs")
+	waitUntil(t, 30*time.Second, func() bool { return allRuns(t, s) == 4 && entered.Load() == 4 }, "the held starts' runs, in the function")
 	for _, p := range []struct{ method, path string }{
 		{http.MethodGet, result("1ms")}, {http.MethodGet, value("1ms")}, {http.MethodPost, start("1ms")},
 	} {
@@ -133,6 +136,9 @@ func TestLongPollsCountAsStreams(t *testing.T) {
 
 	// A start whose caller leaves frees its place.
 	stop = holdTen(func(int) (string, string) { return http.MethodPost, start("10m") })
+	// The first run, the three starts held before and these ten are all in the function:
+	// the three, still invoked, hold no place.
+	waitUntil(t, 30*time.Second, func() bool { return entered.Load() >= 14 }, "the ten starts' invocations")
 	stop()
 	waitUntil(t, 30*time.Second, accepted, "a long-poll accepted once the callers of ten starts left")
 }

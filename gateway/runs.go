@@ -235,6 +235,10 @@ func (s *Server) StartRun(ctx context.Context, req server.StartRunRequestObject)
 			}
 		case <-timer.C:
 			return startAnswer(run), nil
+		case <-ctx.Done():
+			// The caller left, or the gateway stops: its place is freed, and the
+			// invocation goes on.
+			return startAnswer(run), nil
 		}
 		run, err = s.inv.AwaitRun(ctx, journal.ForTenant(s.api, id.Tenant), run.ID, ch, deadline)
 	} else {
