@@ -112,7 +112,7 @@ func TestLongPollsCountAsStreams(t *testing.T) {
 	})
 	// The first run and the three held starts' runs: a held start creates its run after
 	// taking its place.
-	waitUntil(t, 30*time.Second, func() bool { return allRuns(t, s) == 4 && entered.Load() == 4 }, "the held starts' runs, in the function")
+	waitUntil(t, 30*time.Second, func() bool { return allRuns(t, s) == 4 && entered.Load() >= 4 }, "the held starts' runs, in the function")
 	for _, p := range []struct{ method, path string }{
 		{http.MethodGet, result("1ms")}, {http.MethodGet, value("1ms")}, {http.MethodPost, start("1ms")},
 	} {
