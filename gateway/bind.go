@@ -7,6 +7,11 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
@@ -64,4 +69,43 @@ func optionalBody(i any) bool {
 		return true
 	}
 	return false
+}
+
+// checkParams refuses a /v1 request whose path or query parameters, decoded, are not
+// valid UTF-8 or hold a NUL byte: a 400 naming the parameter, before authentication
+// and before any handler sees them (Postgres refuses both in text, which would be a
+// 500). Bodies are checked by their JSON decoding.
+func checkParams(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if !strings.HasPrefix(c.Path(), "/v1/") {
+			return next(c)
+		}
+		escaped := c.Request().URL.RawPath != "" // echo then routes on the escaped path
+		for i, name := range c.ParamNames() {
+			v := c.ParamValues()[i]
+			if escaped {
+				if u, err := url.PathUnescape(v); err == nil {
+					v = u
+				}
+			}
+			if !cleanText(v) {
+				return badParam("path", name)
+			}
+		}
+		for name, values := range c.QueryParams() {
+			if !cleanText(name) || slices.ContainsFunc(values, func(v string) bool { return !cleanText(v) }) {
+				return badParam("query", name)
+			}
+		}
+		return next(c)
+	}
+}
+
+// cleanText reports whether s is valid UTF-8 with no NUL byte: text Postgres stores.
+func cleanText(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
+
+// badParam is the 400 of a parameter that is not clean text; a name that is not clean
+// itself is quoted with escapes.
+func badParam(in, name string) error {
+	return badRequest("%s parameter %s is not valid UTF-8 text or holds a NUL byte", in, strconv.Quote(name))
 }

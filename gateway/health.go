@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -14,7 +15,8 @@ import (
 // Readyz answers 200 when this gateway can serve, else 503 naming every check that
 // failed: the gateway drains, the database does not answer, the schema lacks
 // migrations this build embeds (an upgrade rolled out before `stepgate migrate`), or
-// River's client is not working jobs. Each check is bounded by 2s in all.
+// River's client is not working jobs. Each check is bounded by 2s in all. It takes no
+// token, so the database's errors go to the log, not into the detail.
 func (s *Server) Readyz(ctx context.Context, _ server.ReadyzRequestObject) (server.ReadyzResponseObject, error) {
 	var wrong []string
 	if s.draining.Load() {
@@ -23,9 +25,11 @@ func (s *Server) Readyz(ctx context.Context, _ server.ReadyzRequestObject) (serv
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if err := s.pool.Ping(ctx); err != nil {
-		wrong = append(wrong, "the database does not answer: "+err.Error())
+		s.log.WarnContext(ctx, "readyz: the database does not answer", slog.Any("error", err))
+		wrong = append(wrong, "database unreachable")
 	} else if pending, err := migrations.Pending(ctx, s.pool); err != nil {
-		wrong = append(wrong, "the schema's version could not be read: "+err.Error())
+		s.log.WarnContext(ctx, "readyz: the schema's version could not be read", slog.Any("error", err))
+		wrong = append(wrong, "the schema's version could not be read")
 	} else if len(pending) > 0 {
 		wrong = append(wrong, "the database's schema is behind this build: "+migrationList(pending)+
 			" not applied; run `stepgate migrate` (or restart a gateway, which migrates as it starts)")

@@ -240,7 +240,7 @@ func TestReadyz(t *testing.T) {
 		require.EventuallyWithT(t, func(ct *assert.CollectT) {
 			code, body := readyz(ct, s)
 			assert.Equal(ct, http.StatusServiceUnavailable, code)
-			assert.Contains(ct, body, "the database does not answer")
+			assert.Contains(ct, body, "database unreachable")
 		}, 30*time.Second, 20*time.Millisecond)
 		proxy.Restore()
 		require.EventuallyWithT(t, func(ct *assert.CollectT) {

@@ -144,6 +144,7 @@ func New(cfg Config) (*Server, error) {
 	e.Binder = jsonBinder{}
 	e.Pre(streamToken)
 	e.Use(middleware.Recover())
+	e.Use(checkParams)
 	e.Use(bodyLimits(cmp.Or(cfg.MaxBodyBytes, 1<<20), int64(cfg.Invoker.Limits().MaxOutputBytes)+64<<10))
 	e.Use(s.authenticate)
 	if cfg.Invoker.Tracer() != nil {
@@ -362,7 +363,8 @@ func (s *Server) handleError(err error, c echo.Context) {
 	_ = c.JSON(status, problem(status, detail))
 }
 
-// Healthz answers 200 once the database answers.
+// Healthz answers 200 once the database answers. It takes no token, so a failure's
+// 503 says only "database unreachable"; the database's error goes to the log.
 func (s *Server) Healthz(ctx context.Context, _ server.HealthzRequestObject) (server.HealthzResponseObject, error) {
 	if s.draining.Load() {
 		return server.Healthz503ApplicationProblemPlusJSONResponse{UnavailableApplicationProblemPlusJSONResponse: server.UnavailableApplicationProblemPlusJSONResponse(
@@ -371,8 +373,9 @@ func (s *Server) Healthz(ctx context.Context, _ server.HealthzRequestObject) (se
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if err := s.pool.Ping(ctx); err != nil {
+		s.log.WarnContext(ctx, "healthz: the database does not answer", slog.Any("error", err))
 		return server.Healthz503ApplicationProblemPlusJSONResponse{UnavailableApplicationProblemPlusJSONResponse: server.UnavailableApplicationProblemPlusJSONResponse(
-			problem(http.StatusServiceUnavailable, "the database does not answer: "+err.Error()))}, nil
+			problem(http.StatusServiceUnavailable, "database unreachable"))}, nil
 	}
 	return server.Healthz200JSONResponse{Status: "ok"}, nil
 }
