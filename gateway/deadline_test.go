@@ -76,27 +76,7 @@ func TestDeadlines(t *testing.T) {
 
 	t.Run("ARunningRunIsFencedOut", func(t *testing.T) {
 		t.Parallel()
-		started := make(chan struct{})
-		release := make(chan struct{})
-		late := make(chan [2]int, 1) // the late checkpoint's and the answer's status
-		blocking := &rawFunction{answer: func(req *protocol.InvocationRequest, checkpoint func(string) (int, string)) string {
-			close(started)
-			<-release
-			code, _ := checkpoint(`{"seq":1,"kind":"step","name":"late","output":1}`)
-			late <- [2]int{code}
-			return `{"status":"completed","output":"late"}`
-		}}
-		register(t, s, c, "blocking", blocking, nil)
-		id := startWith(t, c, "blocking", protocol.StartRunParams{Timeout: ptr("1s")}).ID
-		<-started
-		run := requireDeadlineExceeded(t, c, id)
-		close(release)
-		require.Equal(t, http.StatusConflict, (<-late)[0], "the late checkpoint is refused")
-		// Its answer is dropped too: the run stays failed, with nothing journaled.
-		after := getRun(t, c, id)
-		require.Equal(t, protocol.RunStatusFailed, after.Status)
-		require.Equal(t, run.Error.Message, after.Error.Message)
-		require.Empty(t, after.Journal)
+		requireDeadlineFencesACall(t, s, c, "1s", false)
 	})
 
 	t.Run("ASuspendedRunFails", func(t *testing.T) {
@@ -394,29 +374,7 @@ func TestDeadlinesKeptByTimers(t *testing.T) {
 
 	t.Run("ARunningStep", func(t *testing.T) {
 		t.Parallel()
-		started := make(chan struct{})
-		release := make(chan struct{})
-		releaseOnce := sync.OnceFunc(func() { close(release) })
-		late := make(chan int, 1) // the late checkpoint's status
-		blocking := &rawFunction{answer: func(req *protocol.InvocationRequest, checkpoint func(string) (int, string)) string {
-			close(started)
-			<-release
-			code, _ := checkpoint(`{"seq":1,"kind":"step","name":"late","output":1}`)
-			late <- code
-			return `{"status":"completed","output":"late"}`
-		}}
-		register(t, s, c, "blocking", blocking, nil)
-		t.Cleanup(releaseOnce) // before the server's Close, which waits for the blocked call
-		id := startWith(t, c, "blocking", protocol.StartRunParams{Timeout: ptr("2s")}).ID
-		dropDeadlineJob(t, s, id)
-		<-started
-		run := requireDeadlineExceeded(t, c, id)
-		releaseOnce()
-		require.Equal(t, http.StatusConflict, <-late, "the late checkpoint is refused")
-		after := getRun(t, c, id)
-		require.Equal(t, protocol.RunStatusFailed, after.Status)
-		require.Equal(t, run.Error.Message, after.Error.Message)
-		require.Empty(t, after.Journal)
+		requireDeadlineFencesACall(t, s, c, "2s", true)
 	})
 
 	t.Run("ArmedByTheMaintenancePass", func(t *testing.T) {
@@ -507,4 +465,38 @@ func lateness(t *testing.T, s *stack.Stack, ids []string) []time.Duration {
 		late[i] = time.Duration(us) * time.Microsecond
 	}
 	return late
+}
+
+// requireDeadlineFencesACall starts a function "blocking" whose call blocks, with
+// ?timeout=timeout (its River deadline job dropped when timersOnly, so that only the
+// gateways' timers can keep the deadline), waits for the run to fail
+// deadline_exceeded, then lets the call go on: its late checkpoint is refused (409) and
+// its answer dropped, so the run stays failed with nothing journaled.
+func requireDeadlineFencesACall(t *testing.T, s *stack.Stack, c *protocol.ClientWithResponses, timeout string, timersOnly bool) {
+	t.Helper()
+	started := make(chan struct{})
+	release := make(chan struct{})
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	late := make(chan int, 1) // the late checkpoint's status
+	blocking := &rawFunction{answer: func(req *protocol.InvocationRequest, checkpoint func(string) (int, string)) string {
+		close(started)
+		<-release
+		code, _ := checkpoint(`{"seq":1,"kind":"step","name":"late","output":1}`)
+		late <- code
+		return `{"status":"completed","output":"late"}`
+	}}
+	register(t, s, c, "blocking", blocking, nil)
+	t.Cleanup(releaseOnce) // before the server's Close, which waits for the blocked call
+	id := startWith(t, c, "blocking", protocol.StartRunParams{Timeout: ptr(timeout)}).ID
+	if timersOnly {
+		dropDeadlineJob(t, s, id)
+	}
+	<-started
+	run := requireDeadlineExceeded(t, c, id)
+	releaseOnce()
+	require.Equal(t, http.StatusConflict, <-late, "the late checkpoint is refused")
+	after := getRun(t, c, id)
+	require.Equal(t, protocol.RunStatusFailed, after.Status)
+	require.Equal(t, run.Error.Message, after.Error.Message)
+	require.Empty(t, after.Journal)
 }
