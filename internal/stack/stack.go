@@ -199,8 +199,17 @@ func (s *Stack) ServeApp(tb testing.TB, h http.Handler) string {
 const OperatorRole = "stepgate-operator"
 
 // Loopback is the egress policy of a Stack: the public internet and loopback, where
-// tests serve their functions (as `stepgate dev` does).
-var Loopback = egress.Policy{AllowedNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}}
+// tests serve their functions, whose failures runs show whole (as `stepgate dev`
+// does), as for functions on the public internet.
+var Loopback = egress.Policy{
+	AllowedNetworks:    []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")},
+	PrivateErrorDetail: true,
+}
+
+// PrivateLoopback is the production shape of Loopback: loopback is opened as an
+// operator opens a private network, and runs show a failure of a function there by
+// its HTTP status and size only.
+var PrivateLoopback = egress.Policy{AllowedNetworks: Loopback.AllowedNetworks}
 
 // NewApp returns an SDK app that verifies this gateway's signatures with the public
 // keys of the tenant each request names, as `stepgate dev`'s example app does.
