@@ -172,7 +172,7 @@ func (inv *Invoker) invoke(ctx context.Context, rev *revision, claim *journal.Cl
 	took := time.Since(began)
 	if cause := context.Cause(callCtx); cause != nil && !errors.Is(cause, context.Canceled) {
 		inv.metrics.Invocation(run.Function, "abandoned", took)
-		endInvocation(span, "abandoned", &journal.ErrorInfo{Type: "abandoned", Message: cause.Error()})
+		inv.endInvocation(span, "abandoned", &journal.ErrorInfo{Type: "abandoned", Message: cause.Error()})
 		if errors.Is(cause, errRunFailed) {
 			// A checkpoint failed the run (FailInvocation, which knows only its id).
 			inv.metrics.RunFinished(run.Function, run.Tenant, string(journal.StatusFailed), max(steps, int(call.seq.Load())))
@@ -214,7 +214,7 @@ func (inv *Invoker) invoke(ctx context.Context, rev *revision, claim *journal.Cl
 			inv.traceAwait(spanCtx, run.ID, answer.Await)
 		}
 	}
-	endInvocation(span, outcome, failure)
+	inv.endInvocation(span, outcome, failure)
 	return res, err
 }
 

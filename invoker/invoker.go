@@ -105,6 +105,13 @@ type Config struct {
 	// traces, and no tracing work on the hot path. Use one made by package tracing
 	// (FromEnv or NewProvider), which exports the runs' root spans with their ids.
 	TracerProvider trace.TracerProvider
+	// TraceErrorMessages, when true, exports the messages of errors (a failed
+	// invocation's, a step's, a run's) in spans' status descriptions, each cut to
+	// tracing.MaxMessageBytes. When false (the default) a span's status description is
+	// the error's type only: messages hold what functions and their answers say, which
+	// the trace backend's readers may not be meant to see. Inputs and outputs are never
+	// exported.
+	TraceErrorMessages bool
 }
 
 // Invoker calls functions and applies their answers. See the package doc.
@@ -140,6 +147,7 @@ type Invoker struct {
 	revisions           sync.Map // revisionKey -> *revision; revisions are immutable
 	metrics             *metrics.Metrics
 	tracer              trace.Tracer     // nil: traces are off
+	traceMessages       bool             // Config.TraceErrorMessages
 	riverStarted        atomic.Bool      // see Running
 	listener            *notify.Listener // the process's LISTEN connection; waiters subscribe to it
 	ownsListener        bool             // made by New: Start runs it
@@ -212,6 +220,7 @@ func New(cfg Config) (*Invoker, error) {
 	var middleware []rivertype.Middleware
 	if cfg.TracerProvider != nil {
 		inv.tracer = cfg.TracerProvider.Tracer(tracing.Name)
+		inv.traceMessages = cfg.TraceErrorMessages
 		middleware = append(middleware, otelriver.NewMiddleware(&otelriver.MiddlewareConfig{
 			TracerProvider: cfg.TracerProvider,
 			MeterProvider:  metricnoop.NewMeterProvider(), // the gateway's metrics are Prometheus'

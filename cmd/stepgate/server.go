@@ -398,6 +398,10 @@ func (c *cli) traces(ctx context.Context, pc *gatewayproc.Config) (stop func(), 
 		return func() {}, nil
 	}
 	pc.TracerProvider = tp
+	if pc.TraceErrorMessages, err = readBool(c.getenv, "STEPGATE_TRACE_ERROR_MESSAGES"); err != nil {
+		_ = shutdown(ctx)
+		return nil, err
+	}
 	return func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()

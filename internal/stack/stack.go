@@ -89,6 +89,8 @@ type Options struct {
 	MetricsAddr string
 	// TracerProvider: see the gatewayproc.Config field of that name.
 	TracerProvider trace.TracerProvider
+	// TraceErrorMessages: see the gatewayproc.Config field of that name.
+	TraceErrorMessages bool
 	// Logs, when set, also gets every log line of the gateway, as JSON, from the debug
 	// level up: what `stepgate serve` would write.
 	Logs io.Writer
@@ -134,6 +136,7 @@ func Start(tb testing.TB, opts Options) *Stack {
 		Retention: opts.Retention, RetentionInterval: opts.RetentionInterval,
 		MaxBodyBytes: opts.MaxBodyBytes, Web: web.Handler(), OperatorRole: OperatorRole, Gateway: opts.Gateway,
 		Metrics: opts.Metrics, MetricsAddr: opts.MetricsAddr, TracerProvider: opts.TracerProvider,
+		TraceErrorMessages: opts.TraceErrorMessages,
 	})
 	if err != nil {
 		tb.Fatal(err)
