@@ -128,6 +128,8 @@ func newFleet(t *testing.T, cfg fleetConfig) *fleet {
 			"STEPGATE_PUBLIC_URL="+g.url,
 			"STEPGATE_JWT_SECRET="+jwtSecret,
 			"STEPGATE_ALLOWED_NETWORKS=127.0.0.0/8",
+			// Loopback stands in for the public internet: runs show failures whole.
+			"STEPGATE_PRIVATE_ERROR_DETAIL=true",
 			"STEPGATE_DB_MAX_CONNS="+strconv.Itoa(cmp.Or(cfg.MaxConns, 12)),
 			"STEPGATE_LEASE_TTL="+leaseTTL.String(),
 			"STEPGATE_DRAIN_TIMEOUT="+drainTimeout.String(),

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/stepgate/stepgate/functions/names"
 	"github.com/stepgate/stepgate/functions/signature"
 	"github.com/stepgate/stepgate/gateway/api/server"
+	"github.com/stepgate/stepgate/internal/egress"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
@@ -50,7 +52,7 @@ func (s *Server) register(ctx context.Context, tenant, name, rawURL string, conf
 	if err := names.CheckFunction("function name", name); err != nil {
 		return nil, badRequest("%v", err)
 	}
-	if err := s.checkURL(ctx, rawURL); err != nil {
+	if err := s.checkURL(ctx, tenant, rawURL); err != nil {
 		return nil, err
 	}
 	raw := json.RawMessage(`{}`)
@@ -141,7 +143,7 @@ func (s *Server) DeleteFunction(ctx context.Context, req server.DeleteFunctionRe
 
 // SyncApp reads an app's manifest with a signed GET and registers each of its functions.
 func (s *Server) SyncApp(ctx context.Context, req server.SyncAppRequestObject) (server.SyncAppResponseObject, error) {
-	if err := s.checkURL(ctx, req.Body.URL); err != nil {
+	if err := s.checkURL(ctx, identity(ctx).Tenant, req.Body.URL); err != nil {
 		return nil, err
 	}
 	base, err := url.Parse(req.Body.URL)
@@ -173,50 +175,74 @@ func (s *Server) SyncApp(ctx context.Context, req server.SyncAppRequestObject) (
 	return server.SyncApp200JSONResponse(list), nil
 }
 
-// fetchManifest reads the manifest of the app at appURL, signed for tenant.
+// fetchManifest reads the manifest of the app at appURL, signed for tenant, with the
+// tenant's egress client, within 10s. When the app is outside the public internet
+// (egress.Policy.Hide), a failure says the HTTP status and size only, or that the app
+// could not be reached, and the gateway's log has the rest.
 func (s *Server) fetchManifest(ctx context.Context, tenant, appURL string) (*protocol.Manifest, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ctx, route := s.egress.Trace(ctx, appURL)
+	m, status, size, err := s.readManifest(ctx, tenant, appURL)
+	if err == nil || !s.egress.Hide(route) || egress.IsRefused(err) {
+		return m, err
+	}
+	s.log.WarnContext(ctx, "manifest request to an app outside the public internet failed; the tenant is told the HTTP status and size only",
+		slog.String("tenant", tenant), slog.String("error", err.Error()))
+	const why = "the app is not on the public internet, so this does not show more; the gateway's log does"
+	if status == 0 {
+		return nil, fmt.Errorf("could not fetch the app's manifest: the app could not be reached or did not answer (%s)", why)
+	}
+	return nil, fmt.Errorf("the app answered HTTP %d with %d bytes to the manifest request, which is not a manifest this gateway can read (%s)", status, size, why)
+}
+
+// readManifest reads the manifest of the app at appURL, signed for tenant, and returns
+// with it the answer's HTTP status (0: none) and the bytes of its body read.
+func (s *Server) readManifest(ctx context.Context, tenant, appURL string) (*protocol.Manifest, int, int, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, appURL, nil)
 	if err != nil {
-		return nil, fmt.Errorf("manifest request: %w", err)
+		return nil, 0, 0, fmt.Errorf("manifest request: %w", err)
 	}
 	sig, err := s.keys.Sign(ctx, tenant, nil, time.Now())
 	if err != nil {
-		return nil, err
+		return nil, 0, 0, err
 	}
 	req.Header.Set(signature.Header, sig)
-	resp, err := s.client.Do(req)
+	resp, err := s.clients.For(tenant).Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("could not fetch the app's manifest: %w", err)
+		return nil, 0, 0, fmt.Errorf("could not fetch the app's manifest: %w", err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	status, size := resp.StatusCode, len(body)
 	if err != nil {
-		return nil, fmt.Errorf("reading the app's manifest: %w", err)
+		return nil, status, size, fmt.Errorf("reading the app's manifest: %w", err)
 	}
 	if loc := resp.Header.Get("Location"); loc != "" && resp.StatusCode >= 300 && resp.StatusCode < 400 {
-		return nil, fmt.Errorf("the app answered HTTP %d to the manifest request, a redirect to %s, which the gateway does not follow: sync the URL it redirects to",
+		return nil, status, size, fmt.Errorf("the app answered HTTP %d to the manifest request, a redirect to %s, which the gateway does not follow: sync the URL it redirects to",
 			resp.StatusCode, truncate([]byte(loc)))
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("the app answered HTTP %d to the manifest request: %s", resp.StatusCode, truncate(body))
+		return nil, status, size, fmt.Errorf("the app answered HTTP %d to the manifest request: %s", resp.StatusCode, truncate(body))
 	}
 	var m protocol.Manifest
 	if err := json.Unmarshal(body, &m); err != nil {
-		return nil, fmt.Errorf("the app's manifest is not valid JSON: %v", err)
+		return nil, status, size, fmt.Errorf("the app's manifest is not valid JSON: %v", err)
 	}
 	if m.Protocol != 1 {
-		return nil, fmt.Errorf("the app's manifest speaks protocol %d; this gateway speaks 1", m.Protocol)
+		return nil, status, size, fmt.Errorf("the app's manifest speaks protocol %d; this gateway speaks 1", m.Protocol)
 	}
-	return &m, nil
+	return &m, status, size, nil
 }
 
 // checkURL refuses, with a 400 that says why, a function or app URL that is not an
-// absolute http(s) URL or whose host this gateway may not dial (egress.Policy). The
+// absolute http(s) URL or whose host this gateway may not dial for tenant
+// (egress.Policy.ForTenant: the networks opened to every tenant and to this one). The
 // dialer checks every address again at connect time, since DNS answers change.
-func (s *Server) checkURL(ctx context.Context, rawURL string) error {
+func (s *Server) checkURL(ctx context.Context, tenant, rawURL string) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := s.egress.CheckURL(ctx, rawURL); err != nil {
+	if err := s.egress.ForTenant(tenant).CheckURL(ctx, rawURL); err != nil {
 		return badRequest("%v", err)
 	}
 	return nil

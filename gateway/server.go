@@ -68,9 +68,9 @@ type Config struct {
 	// open on this gateway; MaxStreamsPerSubject, those of one subject of a tenant. Past
 	// them a stream is a 429. Default to 100 and 10.
 	MaxStreamsPerTenant, MaxStreamsPerSubject int
-	// Egress says which function and app URLs tenants may register, and which
-	// addresses the manifest requests may dial. Its zero value allows the public
-	// internet only.
+	// Egress says which function and app URLs each tenant may register, which
+	// addresses the manifest requests may dial, and how much of their failures a tenant
+	// is told. Its zero value allows the public internet only.
 	Egress egress.Policy
 	// Metrics, when set, are served at GET /metrics to operators (see mountMetrics).
 	Metrics http.Handler
@@ -88,10 +88,10 @@ type Server struct {
 	egress   egress.Policy
 	// operatorRole and operatorTenant say who may open River's UI (see operates).
 	operatorRole, operatorTenant string
-	waits                        *slots       // synchronous invocations, by tenant
-	tenantStreams                *slots       // live streams, by tenant
-	subjectStreams               *slots       // live streams, by tenant and subject
-	client                       *http.Client // fetches manifests
+	waits                        *slots          // synchronous invocations, by tenant
+	tenantStreams                *slots          // live streams, by tenant
+	subjectStreams               *slots          // live streams, by tenant and subject
+	clients                      *egress.Clients // fetch manifests, each tenant with its own policy
 	echo                         *echo.Echo
 	stream                       *notify.Hub
 	draining                     atomic.Bool // see Drain
@@ -134,7 +134,7 @@ func New(cfg Config) (*Server, error) {
 		waits:          newSlots(cmp.Or(cfg.MaxWaitInvocations, 1000), cmp.Or(cfg.MaxWaitInvocationsPerTenant, 200)),
 		tenantStreams:  newSlots(0, cmp.Or(cfg.MaxStreamsPerTenant, 100)),
 		subjectStreams: newSlots(0, cmp.Or(cfg.MaxStreamsPerSubject, 10)),
-		client:         manifestClient(cfg.Egress),
+		clients:        cfg.Egress.Clients(),
 		shutdowns:      map[*http.Server]chan struct{}{},
 	}
 	e := echo.New()
@@ -168,14 +168,6 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.echo = e
 	return s, nil
-}
-
-// manifestClient returns the client that fetches app manifests: egress's, with a 10s
-// timeout.
-func manifestClient(p egress.Policy) *http.Client {
-	c := p.Client()
-	c.Timeout = 10 * time.Second
-	return c
 }
 
 // bodyLimits bounds request bodies: a checkpoint's by the largest entry output (plus room

@@ -1,23 +1,32 @@
 package gateway_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/step"
@@ -230,7 +239,7 @@ func TestTracesFailedInvocation(t *testing.T) {
 	require.Equal(t, int64(500), attr(failed, "http.response.status_code").AsInt64())
 	require.Equal(t, "http_status", attr(failed, "error.type").AsString())
 	require.Equal(t, codes.Error, failed.Status.Code)
-	require.Contains(t, failed.Status.Description, "HTTP 500")
+	require.Equal(t, "http_status", failed.Status.Description, "the error's type: no message by default")
 	done, ok := byOutcome["completed"]
 	require.True(t, ok)
 	require.Equal(t, codes.Unset, done.Status.Code)
@@ -260,5 +269,128 @@ func TestTracesOff(t *testing.T) {
 	for i := range a.headers {
 		require.Empty(t, a.headers[i])
 		require.False(t, a.contexts[i].IsValid())
+	}
+}
+
+// otlpReceiver is an OTLP/HTTP trace receiver (protobuf, uncompressed): it keeps the
+// spans it is sent, and the raw bodies they came in.
+type otlpReceiver struct {
+	URL    string
+	mu     sync.Mutex
+	spans  []*tracepb.Span
+	bodies [][]byte
+}
+
+func newOTLPReceiver(t *testing.T) *otlpReceiver {
+	r := &otlpReceiver{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, err := io.ReadAll(req.Body)
+		if err != nil || req.URL.Path != "/v1/traces" {
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		var export collectortrace.ExportTraceServiceRequest
+		if err := proto.Unmarshal(body, &export); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.mu.Lock()
+		r.bodies = append(r.bodies, body)
+		for _, rs := range export.ResourceSpans {
+			for _, ss := range rs.ScopeSpans {
+				r.spans = append(r.spans, ss.Spans...)
+			}
+		}
+		r.mu.Unlock()
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		out, _ := proto.Marshal(&collectortrace.ExportTraceServiceResponse{})
+		_, _ = w.Write(out)
+	}))
+	t.Cleanup(srv.Close)
+	r.URL = srv.URL
+	return r
+}
+
+// span returns the spans received named name.
+func (r *otlpReceiver) named(name string) []*tracepb.Span {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []*tracepb.Span
+	for _, s := range r.spans {
+		if s.Name == name {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// received reports whether any body received holds s.
+func (r *otlpReceiver) received(s string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, b := range r.bodies {
+		if bytes.Contains(b, []byte(s)) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestTracesExportNoSecrets exports a failing run's trace over OTLP/HTTP to a receiver:
+// by default no error message, input or answer body reaches it (the status
+// descriptions are the errors' types); with STEPGATE_TRACE_ERROR_MESSAGES the messages
+// do, cut to tracing.MaxMessageBytes. Inputs and outputs never do.
+func TestTracesExportNoSecrets(t *testing.T) {
+	t.Parallel()
+	const inputSecret, bodySecret, messageSecret = "input-secret-4111", "body-secret-hunter2", "message-secret-0xdead"
+	for _, messages := range []bool{false, true} {
+		t.Run(fmt.Sprintf("Messages=%v", messages), func(t *testing.T) {
+			t.Parallel()
+			recv := newOTLPReceiver(t)
+			exp, err := otlptracehttp.New(t.Context(), otlptracehttp.WithEndpointURL(recv.URL+"/v1/traces"))
+			require.NoError(t, err)
+			tp := tracing.Export(exp)
+			t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+			s := stack.Start(t, stack.Options{TracerProvider: tp, TraceErrorMessages: messages})
+			c := s.Client(t, s.Token)
+			var calls atomic.Int32
+			long := messageSecret + strings.Repeat("é", 3000) // 6000 bytes, cut in a rune
+			register(t, s, c, "secretive", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if calls.Add(1) == 1 {
+					http.Error(w, bodySecret, http.StatusInternalServerError)
+					return
+				}
+				_, _ = fmt.Fprintf(w, `{"status":"failed","error":{"type":"declined","message":%q}}`, long)
+			}), fastRetries)
+			res := startWaiting(t, c, "secretive", `{"card":"`+inputSecret+`"}`)
+			require.Equal(t, protocol.RunStatusFailed, res.Status)
+
+			var run, invocations []*tracepb.Span
+			require.EventuallyWithT(t, func(ct *assert.CollectT) {
+				assert.NoError(ct, tp.ForceFlush(t.Context()))
+				run, invocations = recv.named("run secretive"), recv.named("invoke secretive")
+				assert.Len(ct, run, 1)
+				assert.Len(ct, invocations, 2)
+			}, 10*time.Second, 10*time.Millisecond)
+			require.Equal(t, tracepb.Status_STATUS_CODE_ERROR, run[0].Status.Code)
+			require.False(t, recv.received(inputSecret), "inputs are never exported")
+			descriptions := map[string]bool{}
+			for _, inv := range invocations {
+				descriptions[inv.Status.Message] = true
+			}
+			if !messages {
+				require.Equal(t, "declined", run[0].Status.Message)
+				require.Equal(t, map[string]bool{"http_status": true, "": true}, descriptions, "the answer that failed the run is a valid answer")
+				require.False(t, recv.received(bodySecret), "no answer body is exported")
+				require.False(t, recv.received(messageSecret), "no error message is exported")
+				return
+			}
+			msg := run[0].Status.Message
+			require.True(t, strings.HasPrefix(msg, messageSecret), msg)
+			require.LessOrEqual(t, len(msg), tracing.MaxMessageBytes)
+			require.True(t, strings.HasSuffix(msg, "…"))
+			require.True(t, utf8.ValidString(msg))
+			require.True(t, recv.received(bodySecret), "the failed invocation's message, opted in")
+		})
 	}
 }

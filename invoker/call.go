@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stepgate/stepgate/functions/signature"
+	"github.com/stepgate/stepgate/internal/egress"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
 )
@@ -171,7 +172,7 @@ func (inv *Invoker) invoke(ctx context.Context, rev *revision, claim *journal.Cl
 	took := time.Since(began)
 	if cause := context.Cause(callCtx); cause != nil && !errors.Is(cause, context.Canceled) {
 		inv.metrics.Invocation(run.Function, "abandoned", took)
-		endInvocation(span, "abandoned", &journal.ErrorInfo{Type: "abandoned", Message: cause.Error()})
+		inv.endInvocation(span, "abandoned", &journal.ErrorInfo{Type: "abandoned", Message: cause.Error()})
 		if errors.Is(cause, errRunFailed) {
 			// A checkpoint failed the run (FailInvocation, which knows only its id).
 			inv.metrics.RunFinished(run.Function, run.Tenant, string(journal.StatusFailed), max(steps, int(call.seq.Load())))
@@ -213,7 +214,7 @@ func (inv *Invoker) invoke(ctx context.Context, rev *revision, claim *journal.Cl
 			inv.traceAwait(spanCtx, run.ID, answer.Await)
 		}
 	}
-	endInvocation(span, outcome, failure)
+	inv.endInvocation(span, outcome, failure)
 	return res, err
 }
 
@@ -317,6 +318,7 @@ func (inv *Invoker) call(ctx context.Context, rev *revision, claim *journal.Clai
 	}
 	ctx, cancel := context.WithTimeout(ctx, rev.config.Timeout)
 	defer cancel()
+	ctx, route := inv.egress.Trace(ctx, rev.url)
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, rev.url, bytes.NewReader(body))
 	if err != nil {
 		// Not the URL itself: it may hold credentials, and runs are read more widely.
@@ -332,18 +334,42 @@ func (inv *Invoker) call(ctx context.Context, rev *revision, claim *journal.Clai
 		// The function's own spans join the run's trace, under this invocation.
 		propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(hreq.Header))
 	}
-	resp, err := inv.client.Do(hreq)
+	answer, failure, got := inv.send(ctx, rev, run.Tenant, hreq)
+	if failure != nil && inv.egress.Hide(route) {
+		failure = inv.hide(ctx, run, failure, got)
+	}
+	return answer, failure
+}
+
+// reply is what a function's answer showed of itself before it failed: its HTTP status
+// (0: no answer) and the bytes of its body read (more than maxAnswer: cut there).
+type reply struct {
+	status  int
+	size    int
+	refused bool // the egress policy refused the address; no connection was made
+}
+
+// send sends hreq, an invocation of a function of tenant, and reads and decodes the
+// answer.
+func (inv *Invoker) send(ctx context.Context, rev *revision, tenant string, hreq *http.Request) (*protocol.InvocationAnswer, *journal.ErrorInfo, reply) {
+	resp, err := inv.clients.For(tenant).Do(hreq)
 	if err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return nil, &journal.ErrorInfo{Type: "timeout", Message: fmt.Sprintf("function did not answer within its timeout of %s", rev.config.Timeout)}
+			return nil, &journal.ErrorInfo{Type: "timeout", Message: fmt.Sprintf("function did not answer within its timeout of %s", rev.config.Timeout)}, reply{}
 		}
-		return nil, &journal.ErrorInfo{Type: "connection", Message: connectionError(err)}
+		return nil, &journal.ErrorInfo{Type: "connection", Message: connectionError(err)}, reply{refused: egress.IsRefused(err)}
 	}
 	defer resp.Body.Close()
 	if inv.tracer != nil {
 		traceHTTPStatus(ctx, resp.StatusCode)
 	}
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, inv.maxAnswer+1))
+	answer, failure := inv.answer(ctx, rev, resp, raw, err)
+	return answer, failure, reply{status: resp.StatusCode, size: len(raw)}
+}
+
+// answer decodes the answer resp, whose body is raw (err: reading it failed there).
+func (inv *Invoker) answer(ctx context.Context, rev *revision, resp *http.Response, raw []byte, err error) (*protocol.InvocationAnswer, *journal.ErrorInfo) {
 	if err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return nil, &journal.ErrorInfo{Type: "timeout", Message: fmt.Sprintf("function did not finish its answer within its timeout of %s", rev.config.Timeout)}
@@ -365,6 +391,34 @@ func (inv *Invoker) call(ctx context.Context, rev *revision, claim *journal.Clai
 		return nil, &journal.ErrorInfo{Type: ErrorTypeLimit, Message: fmt.Sprintf("function's answer is larger than the gateway's limit of %d bytes", inv.maxAnswer)}
 	}
 	return inv.limits.decodeAnswer(raw)
+}
+
+// hide returns what the run shows of failure, the failure of an invocation of a
+// function outside the public internet (egress.Policy.Hide), that answered got: its HTTP
+// status and size only, or that it could not be reached, whatever the reason (refused,
+// reset, timed out, cut off), so that a tenant learns nothing of the operator's network
+// from it but that nothing there answered its function's URL. The whole failure goes to
+// the gateway's log. A refusal by the egress policy is shown as it is: no connection was
+// made, and it names only the policy's rule.
+func (inv *Invoker) hide(ctx context.Context, run *journal.Run, failure *journal.ErrorInfo, got reply) *journal.ErrorInfo {
+	if got.refused {
+		return failure
+	}
+	inv.log.WarnContext(ctx, "invocation of a function outside the public internet failed; its run shows the HTTP status and size only",
+		slog.String("run_id", run.ID), slog.String("function", run.Function), slog.String("tenant", run.Tenant),
+		slog.Int("invocation", run.Invocation), slog.String("error_type", failure.Type), slog.String("error", failure.Message))
+	const why = "the function is not on the public internet, so its run does not show more; the gateway's log does"
+	if got.status == 0 {
+		return &journal.ErrorInfo{Type: "connection", Message: "function could not be reached or did not answer (" + why + ")"}
+	}
+	size := fmt.Sprintf("%d bytes", got.size)
+	if int64(got.size) > inv.maxAnswer {
+		size = fmt.Sprintf("more than %d bytes", inv.maxAnswer)
+	}
+	if failure.Type == "http_status" {
+		return &journal.ErrorInfo{Type: failure.Type, Message: fmt.Sprintf("function answered HTTP %d with %s (%s)", got.status, size, why)}
+	}
+	return &journal.ErrorInfo{Type: failure.Type, Message: fmt.Sprintf("function answered HTTP %d with %s, which failed as %s (%s)", got.status, size, failure.Type, why)}
 }
 
 // snippet returns the start of a function's answer for an error message, as text that

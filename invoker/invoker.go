@@ -47,10 +47,12 @@ type Config struct {
 	// Keys sign each request to a function with its tenant's keys. Required.
 	Keys   *auth.SigningKeys
 	Tokens *auth.InvocationTokens // Required.
-	// HTTPClient calls functions; it must not follow redirects. Defaults to the client
-	// of the zero egress.Policy, which dials the public internet only; invocation
-	// timeouts come from each function's config.
-	HTTPClient *http.Client
+	// Egress says which addresses each tenant's functions may be at (its clients call
+	// them: egress.Policy.Clients), and how much of a failed invocation of a function
+	// outside the public internet the run shows (egress.Policy.PrivateErrorDetail).
+	// Defaults to the zero egress.Policy: the public internet only. Invocation timeouts
+	// come from each function's config.
+	Egress egress.Policy
 	// MaxAnswerBytes bounds a function's answer. Defaults to 16 MiB.
 	MaxAnswerBytes int64
 	// Workers is how many River-driven invocations run at once. Defaults to 100.
@@ -103,6 +105,13 @@ type Config struct {
 	// traces, and no tracing work on the hot path. Use one made by package tracing
 	// (FromEnv or NewProvider), which exports the runs' root spans with their ids.
 	TracerProvider trace.TracerProvider
+	// TraceErrorMessages, when true, exports the messages of errors (a failed
+	// invocation's, a step's, a run's) in spans' status descriptions, each cut to
+	// tracing.MaxMessageBytes. When false (the default) a span's status description is
+	// the error's type only: messages hold what functions and their answers say, which
+	// the trace backend's readers may not be meant to see. Inputs and outputs are never
+	// exported.
+	TraceErrorMessages bool
 }
 
 // Invoker calls functions and applies their answers. See the package doc.
@@ -111,7 +120,8 @@ type Invoker struct {
 	appender   *journal.Appender // checkpoints, group-committed
 	log        *slog.Logger
 	river      *river.Client[pgx.Tx]
-	client     *http.Client
+	egress     egress.Policy
+	clients    *egress.Clients
 	tokens     *auth.InvocationTokens
 	keys       *auth.SigningKeys
 	checkpoint string
@@ -137,6 +147,7 @@ type Invoker struct {
 	revisions           sync.Map // revisionKey -> *revision; revisions are immutable
 	metrics             *metrics.Metrics
 	tracer              trace.Tracer     // nil: traces are off
+	traceMessages       bool             // Config.TraceErrorMessages
 	riverStarted        atomic.Bool      // see Running
 	listener            *notify.Listener // the process's LISTEN connection; waiters subscribe to it
 	ownsListener        bool             // made by New: Start runs it
@@ -168,7 +179,8 @@ func New(cfg Config) (*Invoker, error) {
 	inv := &Invoker{
 		pool:       cfg.Pool,
 		log:        cfg.Logger,
-		client:     cfg.HTTPClient,
+		egress:     cfg.Egress,
+		clients:    cfg.Egress.Clients(),
 		tokens:     cfg.Tokens,
 		keys:       cfg.Keys,
 		checkpoint: cfg.CheckpointURL,
@@ -193,9 +205,6 @@ func New(cfg Config) (*Invoker, error) {
 		return nil, fmt.Errorf("invoker: the renewal interval %s must be shorter than the lease TTL %s", inv.renewEvery, inv.leaseTTL)
 	}
 	inv.health.failedAt = time.Now() // reap nothing before the others could renew
-	if inv.client == nil {
-		inv.client = egress.Policy{}.Client()
-	}
 	inv.bg, inv.bgCancel = context.WithCancel(context.Background())
 	inv.timers = newTimers(cfg.Clock, &inv.bgWG)
 	inv.fair = newFairShare(cmp.Or(cfg.Workers, 100), cfg.FairReserve)
@@ -211,6 +220,7 @@ func New(cfg Config) (*Invoker, error) {
 	var middleware []rivertype.Middleware
 	if cfg.TracerProvider != nil {
 		inv.tracer = cfg.TracerProvider.Tracer(tracing.Name)
+		inv.traceMessages = cfg.TraceErrorMessages
 		middleware = append(middleware, otelriver.NewMiddleware(&otelriver.MiddlewareConfig{
 			TracerProvider: cfg.TracerProvider,
 			MeterProvider:  metricnoop.NewMeterProvider(), // the gateway's metrics are Prometheus'

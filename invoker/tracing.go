@@ -69,16 +69,28 @@ func (inv *Invoker) startInvocation(ctx context.Context, rev *revision, run *jou
 
 // endInvocation ends an invocation's span with its outcome (see package metrics'
 // outcomes) and its failure, if any.
-func endInvocation(span trace.Span, outcome string, failure *journal.ErrorInfo) {
+func (inv *Invoker) endInvocation(span trace.Span, outcome string, failure *journal.ErrorInfo) {
 	if span == nil {
 		return
 	}
 	span.SetAttributes(attrOutcome.String(outcome))
-	if failure != nil {
-		span.SetAttributes(attrErrorType.String(failure.Type))
-		span.SetStatus(codes.Error, failure.Message)
-	}
+	inv.traceError(span, failure)
 	span.End()
+}
+
+// traceError marks span as failed with e, when e is not nil: its type as the error.type
+// attribute, and as the status description its type, or with Config.TraceErrorMessages
+// its message cut to tracing.MaxMessageBytes.
+func (inv *Invoker) traceError(span trace.Span, e *journal.ErrorInfo) {
+	if e == nil {
+		return
+	}
+	span.SetAttributes(attrErrorType.String(e.Type))
+	desc := e.Type
+	if inv.traceMessages {
+		desc = tracing.Cut(e.Message)
+	}
+	span.SetStatus(codes.Error, desc)
 }
 
 // traceHTTPStatus records the function's HTTP status on the invocation's span in ctx.
@@ -110,10 +122,7 @@ func (inv *Invoker) traceEntries(ctx context.Context, parent trace.SpanContext, 
 		_, span := inv.tracer.Start(ctx, e.Kind+" "+e.Name, trace.WithTimestamp(start), trace.WithAttributes(
 			attrSeq.Int(e.Seq), attrKind.String(e.Kind), attrStepTry.Int(e.Attempt),
 		))
-		if e.Error != nil {
-			span.SetAttributes(attrErrorType.String(e.Error.Type))
-			span.SetStatus(codes.Error, e.Error.Message)
-		}
+		inv.traceError(span, e.Error)
 		span.End(trace.WithTimestamp(now))
 	}
 }
@@ -160,10 +169,7 @@ func (inv *Invoker) traceRunEnd(ctx context.Context, run *journal.Run, status jo
 			attrRunID.String(run.ID), attrFunction.String(run.Function), attrTenant.String(run.Tenant),
 			attrRevision.Int(run.Revision), attrStatus.String(string(status)),
 		))
-	if runErr != nil {
-		span.SetAttributes(attrErrorType.String(runErr.Type))
-		span.SetStatus(codes.Error, runErr.Message)
-	}
+	inv.traceError(span, runErr)
 	span.End()
 }
 

@@ -116,8 +116,12 @@ func (c *cli) dev(ctx context.Context, args []string) error {
 	if err := sc.validateKeys(); err != nil {
 		return err
 	}
-	// On a dev instance the functions run on this machine.
+	// On a dev instance the functions run on this machine, and their developer, the
+	// one tenant, sees their failures whole.
 	sc.egress.AllowedNetworks = append(sc.egress.AllowedNetworks, netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128"))
+	if c.getenv("STEPGATE_PRIVATE_ERROR_DETAIL") == "" {
+		sc.egress.PrivateErrorDetail = true
+	}
 	if sc.databaseURL == "" {
 		pg, err := pgserver.Start(ctx, pgserver.Config{Dir: filepath.Join(*dir, "pg"), Logger: log})
 		if err != nil {

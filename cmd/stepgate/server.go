@@ -38,7 +38,9 @@ type serverConfig struct {
 	// invocationKeys key the invocation tokens (STEPGATE_INVOCATION_KEY, newest first);
 	// none: the database's keys, made by the first gateway (auth.LoadInvocationTokens).
 	invocationKeys [][]byte
-	egress         egress.Policy // STEPGATE_ALLOWED_NETWORKS, STEPGATE_ALLOWED_FUNCTION_HOSTS
+	// egress: STEPGATE_ALLOWED_NETWORKS, STEPGATE_ALLOWED_FUNCTION_HOSTS,
+	// STEPGATE_TENANT_NETWORKS, STEPGATE_PRIVATE_ERROR_DETAIL.
+	egress egress.Policy
 	limits         invoker.Limits
 	// caps bound what one gateway holds at once: STEPGATE_MAX_WAIT_INVOCATIONS,
 	// STEPGATE_MAX_WAIT_INVOCATIONS_PER_TENANT, STEPGATE_MAX_STREAMS_PER_TENANT,
@@ -99,6 +101,12 @@ func readServerConfig(getenv func(string) string) (serverConfig, error) {
 	}
 	if c.egress.AllowedHosts, err = egress.ParseHosts(list(getenv("STEPGATE_ALLOWED_FUNCTION_HOSTS"))); err != nil {
 		return c, fmt.Errorf("STEPGATE_ALLOWED_FUNCTION_HOSTS: %w", err)
+	}
+	if c.egress.TenantNetworks, err = egress.ParseTenantNetworks(getenv("STEPGATE_TENANT_NETWORKS")); err != nil {
+		return c, fmt.Errorf("STEPGATE_TENANT_NETWORKS: %w", err)
+	}
+	if c.egress.PrivateErrorDetail, err = readBool(getenv, "STEPGATE_PRIVATE_ERROR_DETAIL"); err != nil {
+		return c, err
 	}
 	c.operatorRole = strings.TrimSpace(getenv("STEPGATE_OPERATOR_ROLE"))
 	c.operatorTenant = strings.TrimSpace(getenv("STEPGATE_OPERATOR_TENANT"))
@@ -390,6 +398,10 @@ func (c *cli) traces(ctx context.Context, pc *gatewayproc.Config) (stop func(), 
 		return func() {}, nil
 	}
 	pc.TracerProvider = tp
+	if pc.TraceErrorMessages, err = readBool(c.getenv, "STEPGATE_TRACE_ERROR_MESSAGES"); err != nil {
+		_ = shutdown(ctx)
+		return nil, err
+	}
 	return func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
@@ -397,4 +409,18 @@ func (c *cli) traces(ctx context.Context, pc *gatewayproc.Config) (stop func(), 
 			pc.Logger.Warn("flushing traces", slog.Any("error", err))
 		}
 	}, nil
+}
+
+// readBool reads the boolean variable name: unset or empty is false; otherwise one of
+// strconv.ParseBool's forms (true, false, 1, 0, ...).
+func readBool(getenv func(string) string, name string) (bool, error) {
+	v := strings.TrimSpace(getenv(name))
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("%s=%s: want true or false", name, v)
+	}
+	return b, nil
 }

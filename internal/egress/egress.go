@@ -6,7 +6,13 @@
 // it reach its own network (server-side request forgery): cloud metadata at
 // 169.254.169.254, the database, an admin port on loopback. By default the
 // gateway dials only the public internet; operators open more with
-// [Policy.AllowedNetworks] and [Policy.AllowedHosts].
+// [Policy.AllowedNetworks] and [Policy.AllowedHosts], for every tenant, or with
+// [Policy.TenantNetworks], for one tenant each.
+//
+// A function that is not on the public internet must not become a tenant's view
+// of the operator's network: [Trace] tells whether a request went (or tried to
+// go) anywhere but the public internet, so that what the tenant is shown of its
+// failure can leave out the response body and why a connection failed.
 package egress
 
 import (
@@ -38,6 +44,18 @@ type Policy struct {
 	// wildcard ("*.svc.cluster.local" matches "a.svc.cluster.local", not
 	// "svc.cluster.local").
 	AllowedHosts []string
+	// TenantNetworks are networks opened to one tenant each, by tenant id, on top
+	// of AllowedNetworks: a tenant dials its own networks and no other tenant's.
+	// Use [Policy.ForTenant] for one tenant's policy, [Policy.Clients] for clients
+	// that apply it.
+	TenantNetworks map[string][]netip.Prefix
+	// PrivateErrorDetail, when true, shows tenants the whole failure of a request
+	// to an address outside the public internet (the start of the response body,
+	// why the connection failed), as for the public internet; when false (the
+	// default), they are told its HTTP status and size only, or that it could not
+	// be reached, and the detail goes to the gateway's log. For development, where
+	// the tenant is the operator.
+	PrivateErrorDetail bool
 	// Resolver resolves host names, for CheckURL and for the Client's dialer.
 	// Defaults to net.DefaultResolver.
 	Resolver *net.Resolver

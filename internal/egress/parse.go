@@ -56,12 +56,57 @@ func ParseHosts(entries []string) ([]string, error) {
 	return hosts, nil
 }
 
-// Validate returns an error naming the first entry of AllowedNetworks or
-// AllowedHosts that [ParseNetworks] or [ParseHosts] would refuse.
+// ParseTenantNetworks parses the networks opened to single tenants, for
+// [Policy.TenantNetworks]: "acme=10.1.0.0/16 10.2.0.0/16; globex=192.168.5.0/24",
+// tenants separated by ";", each a tenant id, "=", and its networks as
+// [ParseNetworks] reads them, separated by spaces or commas. Empty entries are
+// skipped. Its error names the first bad entry: no "=", an empty or repeated
+// tenant, or a bad network.
+func ParseTenantNetworks(v string) (map[string][]netip.Prefix, error) {
+	var out map[string][]netip.Prefix
+	for entry := range strings.SplitSeq(v, ";") {
+		if entry = strings.TrimSpace(entry); entry == "" {
+			continue
+		}
+		tenant, nets, ok := strings.Cut(entry, "=")
+		tenant = strings.TrimSpace(tenant)
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("tenant networks %q are not tenant=networks", entry)
+		case tenant == "" || strings.ContainsAny(tenant, " \t,"):
+			return nil, fmt.Errorf("tenant networks %q do not start with a tenant id", entry)
+		case out[tenant] != nil:
+			return nil, fmt.Errorf("tenant %q is given networks twice", tenant)
+		}
+		parsed, err := ParseNetworks(strings.FieldsFunc(nets, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' }))
+		if err != nil {
+			return nil, fmt.Errorf("tenant %q: %w", tenant, err)
+		}
+		if len(parsed) == 0 {
+			return nil, fmt.Errorf("tenant %q is given no networks", tenant)
+		}
+		if out == nil {
+			out = map[string][]netip.Prefix{}
+		}
+		out[tenant] = parsed
+	}
+	return out, nil
+}
+
+// Validate returns an error naming the first entry of AllowedNetworks,
+// TenantNetworks or AllowedHosts that [ParseNetworks] or [ParseHosts] would
+// refuse.
 func (p Policy) Validate() error {
 	for _, n := range p.AllowedNetworks {
 		if err := validateNetwork(n); err != nil {
 			return err
+		}
+	}
+	for tenant, nets := range p.TenantNetworks {
+		for _, n := range nets {
+			if err := validateNetwork(n); err != nil {
+				return fmt.Errorf("tenant %q: %w", tenant, err)
+			}
 		}
 	}
 	for _, h := range p.AllowedHosts {

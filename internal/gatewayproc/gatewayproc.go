@@ -107,6 +107,8 @@ type Config struct {
 	// TracerProvider, when set, traces runs (see invoker.Config.TracerProvider); the
 	// caller shuts it down after Stop. Nil: no traces.
 	TracerProvider trace.TracerProvider
+	// TraceErrorMessages: see invoker.Config.TraceErrorMessages.
+	TraceErrorMessages bool
 }
 
 // Process is a running gateway: its pools, keys, invoker and HTTP server. Its fields
@@ -200,10 +202,11 @@ func Start(ctx context.Context, cfg Config) (*Process, error) {
 		return metrics.Queue{Queued: q.Due, OldestAge: q.OldestAge, Jobs: q.Jobs}, err
 	})
 	p.Invoker, err = invoker.New(invoker.Config{
-		Pool: pool, Logger: log, CheckpointURL: p.URL, Keys: p.Keys, Tokens: p.Tokens, HTTPClient: cfg.Egress.Client(),
+		Pool: pool, Logger: log, CheckpointURL: p.URL, Keys: p.Keys, Tokens: p.Tokens, Egress: cfg.Egress,
 		Limits: cfg.Limits, LeaseTTL: cfg.LeaseTTL, MaintainInterval: cfg.MaintainInterval, SweepGrace: cfg.SweepGrace,
 		MaxRecoveries: cfg.MaxRecoveries, Workers: cfg.Workers, FairReserve: cfg.FairReserve, Metrics: p.Metrics,
 		Retention: cfg.Retention, RetentionInterval: cfg.RetentionInterval, TracerProvider: cfg.TracerProvider,
+		TraceErrorMessages: cfg.TraceErrorMessages,
 	})
 	if err != nil {
 		return fail(err)

@@ -89,6 +89,8 @@ type Options struct {
 	MetricsAddr string
 	// TracerProvider: see the gatewayproc.Config field of that name.
 	TracerProvider trace.TracerProvider
+	// TraceErrorMessages: see the gatewayproc.Config field of that name.
+	TraceErrorMessages bool
 	// Logs, when set, also gets every log line of the gateway, as JSON, from the debug
 	// level up: what `stepgate serve` would write.
 	Logs io.Writer
@@ -134,6 +136,7 @@ func Start(tb testing.TB, opts Options) *Stack {
 		Retention: opts.Retention, RetentionInterval: opts.RetentionInterval,
 		MaxBodyBytes: opts.MaxBodyBytes, Web: web.Handler(), OperatorRole: OperatorRole, Gateway: opts.Gateway,
 		Metrics: opts.Metrics, MetricsAddr: opts.MetricsAddr, TracerProvider: opts.TracerProvider,
+		TraceErrorMessages: opts.TraceErrorMessages,
 	})
 	if err != nil {
 		tb.Fatal(err)
@@ -199,8 +202,17 @@ func (s *Stack) ServeApp(tb testing.TB, h http.Handler) string {
 const OperatorRole = "stepgate-operator"
 
 // Loopback is the egress policy of a Stack: the public internet and loopback, where
-// tests serve their functions (as `stepgate dev` does).
-var Loopback = egress.Policy{AllowedNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}}
+// tests serve their functions, whose failures runs show whole (as `stepgate dev`
+// does), as for functions on the public internet.
+var Loopback = egress.Policy{
+	AllowedNetworks:    []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")},
+	PrivateErrorDetail: true,
+}
+
+// PrivateLoopback is the production shape of Loopback: loopback is opened as an
+// operator opens a private network, and runs show a failure of a function there by
+// its HTTP status and size only.
+var PrivateLoopback = egress.Policy{AllowedNetworks: Loopback.AllowedNetworks}
 
 // NewApp returns an SDK app that verifies this gateway's signatures with the public
 // keys of the tenant each request names, as `stepgate dev`'s example app does.

@@ -17,6 +17,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 
 	"github.com/google/uuid"
@@ -24,6 +25,7 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -69,15 +71,63 @@ func FromEnv(ctx context.Context, getenv func(string) string) (*sdktrace.TracerP
 	if err != nil {
 		return nil, nil, fmt.Errorf("trace resource: %w", err)
 	}
-	tp := NewProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	tp := Export(exp, sdktrace.WithResource(res))
 	return tp, tp.Shutdown, nil
 }
 
+// Export returns the provider [NewProvider] makes, with opts, exporting with exp in
+// batches; status descriptions longer than MaxMessageBytes, which the SDK does not
+// bound, are cut before exp sees them.
+func Export(exp sdktrace.SpanExporter, opts ...sdktrace.TracerProviderOption) *sdktrace.TracerProvider {
+	return NewProvider(append([]sdktrace.TracerProviderOption{sdktrace.WithBatcher(cutExporter{exp})}, opts...)...)
+}
+
+// MaxMessageBytes bounds in bytes the error messages spans export (see [Cut]), and in
+// characters (as the SDK counts them), unless OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT sets a
+// lower bound, every attribute value of the providers [NewProvider] makes.
+const MaxMessageBytes = 2048
+
+// Cut returns msg cut to at most MaxMessageBytes bytes of valid UTF-8, ending in "…"
+// when it was cut.
+func Cut(msg string) string {
+	if len(msg) <= MaxMessageBytes {
+		return msg
+	}
+	return strings.ToValidUTF8(msg[:MaxMessageBytes-len("…")], "") + "…"
+}
+
+// cutExporter cuts, before it exports them, the status descriptions longer than
+// MaxMessageBytes that others' instrumentation (River's job spans, which describe a
+// job's error) sets; the SDK bounds attributes but not those.
+type cutExporter struct{ sdktrace.SpanExporter }
+
+func (e cutExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	cloned := false
+	for i, s := range spans {
+		if len(s.Status().Description) > MaxMessageBytes {
+			if !cloned {
+				spans, cloned = slices.Clone(spans), true // the batch is the SDK's
+			}
+			stub := tracetest.SpanStubFromReadOnlySpan(s)
+			stub.Status.Description = Cut(stub.Status.Description)
+			spans[i] = stub.Snapshot()
+		}
+	}
+	return e.SpanExporter.ExportSpans(ctx, spans)
+}
+
 // NewProvider returns an SDK tracer provider with opts that can export runs' root spans
-// with the ids [RunSpanContext] gives them. Tests pass a span recorder or an in-memory
-// exporter.
+// with the ids [RunSpanContext] gives them, and whose attribute values are at most
+// MaxMessageBytes characters long (or OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT, when lower). Tests pass a
+// span recorder or an in-memory exporter.
 func NewProvider(opts ...sdktrace.TracerProviderOption) *sdktrace.TracerProvider {
-	return sdktrace.NewTracerProvider(append([]sdktrace.TracerProviderOption{sdktrace.WithIDGenerator(idGenerator{})}, opts...)...)
+	limits := sdktrace.NewSpanLimits() // the OTEL_*_LIMIT variables
+	if limits.AttributeValueLengthLimit < 0 || limits.AttributeValueLengthLimit > MaxMessageBytes {
+		limits.AttributeValueLengthLimit = MaxMessageBytes
+	}
+	return sdktrace.NewTracerProvider(append([]sdktrace.TracerProviderOption{
+		sdktrace.WithIDGenerator(idGenerator{}), sdktrace.WithSpanLimits(limits),
+	}, opts...)...)
 }
 
 // RunTraceID returns the trace id of a run: its UUID's bytes. The zero (invalid) id for

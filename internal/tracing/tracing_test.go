@@ -2,10 +2,14 @@ package tracing_test
 
 import (
 	"context"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -75,4 +79,28 @@ func TestRunSpan(t *testing.T) {
 	require.False(t, ended[1].Parent().IsValid())
 	require.NotEqual(t, sc.TraceID(), ended[2].SpanContext().TraceID(), "other roots get random ids")
 	require.Equal(t, trace.FlagsSampled, ended[2].SpanContext().TraceFlags())
+}
+
+// TestExportCuts: what a provider from Export exports holds no status description and
+// no attribute value longer than MaxMessageBytes, whoever set them (River's job spans
+// describe a job's error with its whole text).
+func TestExportCuts(t *testing.T) {
+	t.Parallel()
+	exp := tracetest.NewInMemoryExporter()
+	tp := tracing.Export(exp)
+	long := strings.Repeat("é", 5000) // 10000 bytes
+	_, span := tp.Tracer("test").Start(t.Context(), "long")
+	span.SetAttributes(attribute.String("long", long))
+	span.SetStatus(codes.Error, long)
+	span.End()
+	require.NoError(t, tp.ForceFlush(t.Context()))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	spans := exp.GetSpans()
+	require.Len(t, spans, 1)
+	desc := spans[0].Status.Description
+	require.LessOrEqual(t, len(desc), tracing.MaxMessageBytes)
+	require.True(t, strings.HasSuffix(desc, "…") && utf8.ValidString(desc), desc)
+	require.Len(t, spans[0].Attributes, 1)
+	require.Equal(t, tracing.MaxMessageBytes, utf8.RuneCountInString(spans[0].Attributes[0].Value.AsString()), "the SDK counts characters")
+	require.Equal(t, "short", tracing.Cut("short"))
 }
