@@ -23,7 +23,11 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 )
 
-//go:embed *.sql
+//go:generate go run ./internal/schemadump -o schema.sql
+
+// files are the migrations; schema.sql, beside them, is generated from them.
+//
+//go:embed [0-9][0-9][0-9][0-9]_*.sql
 var files embed.FS
 
 // lockKey is the Postgres advisory lock that serializes [Up] across processes. It is

@@ -1,6 +1,7 @@
 package migrations_test
 
 import (
+	"path/filepath"
 	"regexp"
 	"testing"
 	"time"
@@ -202,4 +203,20 @@ func TestChecksums(t *testing.T) {
 		require.NoError(t, err)
 		require.ErrorContains(t, migrations.Up(ctx, pool), "applied 0001_other.sql as version 1, this build has 0001_create_core.sql")
 	})
+}
+
+// TestEveryFileIsEmbedded: the embed pattern takes NNNN_name.sql only (schema.sql, the
+// generated dump, sits beside them); a misnamed migration would be left out silently, so
+// every other .sql file here is an error.
+func TestEveryFileIsEmbedded(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("*.sql")
+	require.NoError(t, err)
+	named := regexp.MustCompile(`^[0-9]{4}_[a-z0-9_]+\.sql$`)
+	for _, f := range files {
+		if f != "schema.sql" {
+			require.Regexp(t, named, f, "a migration is named NNNN_name.sql, or it is not applied")
+		}
+	}
+	require.Contains(t, files, "schema.sql")
 }
