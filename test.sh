@@ -108,6 +108,21 @@ if [[ -n $stale ]]; then
 	die "the generated code is stale (diff above): run 'go generate ./protocol/... ./gateway/api/...' and commit the result"
 fi
 
+step "migrations/schema.sql is fresh (go generate ./migrations)"
+# A private Postgres, migrated, then dumped by its own pg_dump: the file says which major
+# version made it, and only a dump of that version is compared.
+if have_pg_binaries && { [[ $(id -u) != 0 ]] || id postgres >/dev/null 2>&1; }; then
+	go run ./migrations/internal/schemadump -o "$work/schema.sql" || die "dumping the migrated schema failed (above)"
+	if [[ $(sed -n 2p migrations/schema.sql) != "$(sed -n 2p "$work/schema.sql")" ]]; then
+		echo "test.sh: migrations/schema.sql was made by another pg_dump version than this machine's; not compared"
+	else
+		diff -u migrations/schema.sql "$work/schema.sql" ||
+			die "migrations/schema.sql is stale (diff above): run 'go generate ./migrations' and commit the result"
+	fi
+else
+	echo "test.sh: no Postgres binaries to dump the migrated schema with: migrations/schema.sql not compared"
+fi
+
 # The TypeScript SDK (sdk/typescript) needs Node 20 or later; without it its checks and
 # tests are skipped with a message (the Go end-to-end test skips itself too).
 ts_sdk=sdk/typescript

@@ -23,7 +23,11 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 )
 
-//go:embed *.sql
+//go:generate go run ./internal/schemadump -o schema.sql
+
+// files are the migrations; schema.sql, beside them, is generated from them.
+//
+//go:embed [0-9][0-9][0-9][0-9]_*.sql
 var files embed.FS
 
 // lockKey is the Postgres advisory lock that serializes [Up] across processes. It is
@@ -35,6 +39,12 @@ type migration struct {
 	version int
 	name    string // the file name
 	sql     string
+}
+
+// checksum is the hex SHA-256 of the file's text, as stepgate.schema_migration records it.
+func (m migration) checksum() string {
+	sum := sha256.Sum256([]byte(m.sql))
+	return hex.EncodeToString(sum[:])
 }
 
 var fileName = regexp.MustCompile(`^([0-9]{4})_[a-z0-9_]+\.sql$`)
@@ -76,7 +86,10 @@ func newRiverMigrator(pool *pgxpool.Pool) (*rivermigrate.Migrator[pgx.Tx], error
 }
 
 // Up applies River's pending migrations, then each embedded migration that the database
-// has not recorded in stepgate.schema_migration yet, in version order. Each migration
+// has not recorded in stepgate.schema_migration yet, in version order. First it checks
+// the ones recorded: if one this build embeds was applied from another text (its
+// SHA-256, recorded with it) or another file name, Up applies nothing and returns a
+// [*ChangedError] or an error naming the file. Each migration
 // commits in its own transaction along with its record, so a failed Up leaves the
 // database at the last migration that succeeded, and running Up again resumes there.
 //
@@ -123,15 +136,15 @@ func Up(ctx context.Context, pool *pgxpool.Pool) error {
 		CREATE TABLE IF NOT EXISTS stepgate.schema_migration (
 			version    integer     PRIMARY KEY,
 			name       text        NOT NULL,
-			applied_at timestamptz NOT NULL DEFAULT now()
+			applied_at timestamptz NOT NULL DEFAULT now(),
+			checksum   text -- the file's SHA-256, hex; see checkApplied
 		)`)
 	if err != nil {
 		return fmt.Errorf("migrations: create schema_migration: %w", err)
 	}
-	rows, _ := conn.Query(ctx, `SELECT version FROM stepgate.schema_migration`) // err resurfaces below
-	applied, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	applied, err := checkApplied(ctx, conn.Conn(), ms)
 	if err != nil {
-		return fmt.Errorf("migrations: list applied: %w", err)
+		return err
 	}
 	for _, m := range ms {
 		if slices.Contains(applied, m.version) {
@@ -141,7 +154,7 @@ func Up(ctx context.Context, pool *pgxpool.Pool) error {
 			if _, err := tx.Exec(ctx, m.sql); err != nil {
 				return err
 			}
-			_, err := tx.Exec(ctx, `INSERT INTO stepgate.schema_migration (version, name) VALUES ($1, $2)`, m.version, m.name)
+			_, err := tx.Exec(ctx, `INSERT INTO stepgate.schema_migration (version, name, checksum) VALUES ($1, $2, $3)`, m.version, m.name, m.checksum())
 			return err
 		})
 		if err != nil {

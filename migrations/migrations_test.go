@@ -1,6 +1,7 @@
 package migrations_test
 
 import (
+	"path/filepath"
 	"regexp"
 	"testing"
 	"time"
@@ -163,4 +164,59 @@ func TestLifetimeCountsBackfill(t *testing.T) {
 	}, got)
 	_, err = pool.Exec(ctx, `UPDATE stepgate.run SET lifetime_recoveries = 9 WHERE id = $1`, exhausted)
 	require.ErrorContains(t, err, "terminal runs are immutable", "the guard is on again")
+}
+
+// TestChecksums: Up records each file's SHA-256 and refuses to start, naming the file,
+// when a migration the database applied has another text in this build; a database
+// migrated before checksums were kept gets them on its next Up.
+func TestChecksums(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := newPool(t, pgtest.EmptyDBURL(t), 4)
+	require.NoError(t, migrations.Up(ctx, pool))
+
+	var missing int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM stepgate.schema_migration WHERE checksum !~ '^[0-9a-f]{64}$' OR checksum IS NULL`).Scan(&missing))
+	require.Zero(t, missing, "every applied migration has its checksum")
+
+	t.Run("FilledWhenMissing", func(t *testing.T) {
+		_, err := pool.Exec(ctx, `UPDATE stepgate.schema_migration SET checksum = NULL WHERE version = 1`)
+		require.NoError(t, err)
+		require.NoError(t, migrations.Up(ctx, pool))
+		var sum string
+		require.NoError(t, pool.QueryRow(ctx, `SELECT checksum FROM stepgate.schema_migration WHERE version = 1`).Scan(&sum))
+		require.Regexp(t, `^[0-9a-f]{64}$`, sum)
+	})
+
+	t.Run("EditedIsRefused", func(t *testing.T) {
+		_, err := pool.Exec(ctx, `UPDATE stepgate.schema_migration SET checksum = repeat('0', 64) WHERE version = 1`)
+		require.NoError(t, err)
+		err = migrations.Up(ctx, pool)
+		var changed *migrations.ChangedError
+		require.ErrorAs(t, err, &changed)
+		require.Equal(t, "0001_create_core.sql", changed.Name)
+		require.ErrorContains(t, err, "0001_create_core.sql changed after this database applied it")
+	})
+
+	t.Run("RenamedIsRefused", func(t *testing.T) {
+		_, err := pool.Exec(ctx, `UPDATE stepgate.schema_migration SET checksum = NULL, name = '0001_other.sql' WHERE version = 1`)
+		require.NoError(t, err)
+		require.ErrorContains(t, migrations.Up(ctx, pool), "applied 0001_other.sql as version 1, this build has 0001_create_core.sql")
+	})
+}
+
+// TestEveryFileIsEmbedded: the embed pattern takes NNNN_name.sql only (schema.sql, the
+// generated dump, sits beside them); a misnamed migration would be left out silently, so
+// every other .sql file here is an error.
+func TestEveryFileIsEmbedded(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("*.sql")
+	require.NoError(t, err)
+	named := regexp.MustCompile(`^[0-9]{4}_[a-z0-9_]+\.sql$`)
+	for _, f := range files {
+		if f != "schema.sql" {
+			require.Regexp(t, named, f, "a migration is named NNNN_name.sql, or it is not applied")
+		}
+	}
+	require.Contains(t, files, "schema.sql")
 }

@@ -56,10 +56,11 @@ type Config struct {
 // Server is a running private PostgreSQL server. Its superuser is postgres, and every
 // local connection is trusted.
 type Server struct {
-	dir  string
-	port int
-	cmd  *exec.Cmd
-	log  *slog.Logger
+	dir    string
+	port   int
+	binDir string
+	cmd    *exec.Cmd
+	log    *slog.Logger
 
 	stopOnce sync.Once
 	stopErr  error
@@ -130,6 +131,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.binDir = binDir
 	logFile, err := os.OpenFile(s.LogPath(), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("pgserver: open log: %w", err)
@@ -190,6 +192,10 @@ func (s *Server) URL(dbname string) string {
 	}
 	return u.String()
 }
+
+// BinDir returns the directory of the server's binaries (pg_dump and psql are beside
+// postgres there).
+func (s *Server) BinDir() string { return s.binDir }
 
 // PID returns the process id of the postmaster.
 func (s *Server) PID() int { return s.cmd.Process.Pid }
