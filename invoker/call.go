@@ -93,6 +93,7 @@ type revisionKey struct {
 }
 
 type revision struct {
+	tenant string // whose function it is: the fair share counts its invocations
 	url    string
 	config FunctionConfig
 }
@@ -110,7 +111,7 @@ func (inv *Invoker) revision(ctx context.Context, tenant, name string, rev int) 
 	if err != nil {
 		return nil, fmt.Errorf("function %s revision %d: %w", name, rev, err)
 	}
-	r := &revision{url: fn.URL, config: inv.limits.clamp(fc)}
+	r := &revision{tenant: tenant, url: fn.URL, config: inv.limits.clamp(fc)}
 	inv.revisions.Store(key, r)
 	return r, nil
 }
