@@ -303,6 +303,16 @@ func (inv *Invoker) call(ctx context.Context, rev *revision, claim *journal.Clai
 		},
 	}
 	for _, e := range claim.Journal {
+		if e.Kind == journal.KindCallback && e.Output != nil {
+			// The run's own function gets its callbacks' tokens, sealed in the journal.
+			key, err := inv.callbackKeyOf(ctx)
+			if err == nil {
+				e.Output, err = key.OpenCallback(e.Output)
+			}
+			if err != nil {
+				return nil, &journal.ErrorInfo{Type: "request", Message: fmt.Sprintf("callback %d %q: %v", e.Seq, e.Name, err)}
+			}
+		}
 		req.Journal = append(req.Journal, EntryToAPI(e))
 	}
 	if len(claim.StepAttempts) > 0 {

@@ -144,6 +144,9 @@ type Invoker struct {
 	timers *timers    // runs' wake-ups and deadlines, schedules' ticks, in this process (timers.go)
 	fair   *fairShare // the tenants' shares of River's workers (fairshare.go)
 
+	callbackKeyMu sync.Mutex
+	callbackKey   journal.CallbackKey // read once, when first needed (callbackKeyOf)
+
 	inflightMu sync.Mutex
 	inflight   map[string]map[*inflightCall]struct{} // run id -> its invocations from this process
 	inflightN  int
