@@ -10,12 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/step"
+	"github.com/stepgate/stepgate/internal/pgtest"
 	"github.com/stepgate/stepgate/internal/stack"
 	"github.com/stepgate/stepgate/protocol"
 )
@@ -337,4 +339,118 @@ func TestCallbacks(t *testing.T) {
 		require.Contains(t, e.Message, "not a callback of this run")
 		require.Equal(t, protocol.RunStatusSuspended, getRun(t, c, victim).Status, "the victim still waits")
 	})
+}
+
+// TestCallbackTokenNotStored: a callback's token is nowhere in the database in clear,
+// in any row of any table, while the run waits for it and after it resumed; the token
+// still resolves the callback (any other is a 404), the API shows it masked, and the
+// run's function gets the same token when its journal is replayed.
+func TestCallbackTokenNotStored(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.DBURL(t)
+	s := stack.Start(t, stack.Options{DatabaseURL: dbURL})
+	c := s.Client(t, s.NewToken(t, auth.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}}))
+	other := s.Client(t, s.NewToken(t, auth.Identity{Subject: "mallory", Tenant: "t2", Roles: []string{"admin"}}))
+	app := s.NewApp()
+	made, replayed := make(chan string, 1), make(chan string, 1)
+	functions.Register(app, "sealed", func(ctx context.Context, _ struct{}) (approvalOutcome, error) {
+		cb, err := step.Callback(ctx, "approval")
+		if err != nil {
+			return approvalOutcome{}, err
+		}
+		// Handed out of the run's process only: the function journals no token itself.
+		if functions.RunFrom(ctx).Attempt == 1 {
+			made <- cb.Token
+		} else {
+			replayed <- cb.Token
+		}
+		return approvalOf(step.AwaitCallback[approval](ctx, cb, time.Hour))
+	})
+	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
+
+	id := startAsync(t, c, "sealed", `{}`)
+	var token string
+	select {
+	case token = <-made:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no callback after 30s")
+	}
+	require.Len(t, token, 43, "256 bits, base64url")
+	run := waitingForCallbackOnly(t, c, id)
+
+	conn, err := pgx.Connect(t.Context(), dbURL) // a superuser: no row is hidden from it
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	// rowsHolding returns the tables, and how many of their rows, whose text holds s.
+	rowsHolding := func(s string) map[string]int {
+		rows, err := conn.Query(t.Context(), `
+			SELECT format('%I.%I', table_schema, table_name) FROM information_schema.tables
+			WHERE table_schema NOT IN ('pg_catalog', 'information_schema') AND table_type = 'BASE TABLE'`)
+		require.NoError(t, err)
+		tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		require.Contains(t, tables, "stepgate.journal_entry")
+		found := map[string]int{}
+		for _, table := range tables {
+			var n int
+			require.NoError(t, conn.QueryRow(t.Context(), `SELECT count(*) FROM `+table+` t WHERE strpos(t::text, $1) > 0`, s).Scan(&n))
+			if n > 0 {
+				found[table] = n
+			}
+		}
+		return found
+	}
+	require.Contains(t, rowsHolding(id), "stepgate.journal_entry", "the scan finds the run's id in its entries")
+	require.Empty(t, rowsHolding(token), "the token, in clear, while the run waits")
+
+	// The API shows the entry masked, with nothing sealed.
+	cbEntry := run.Journal[0]
+	require.Equal(t, protocol.EntryKindCallback, cbEntry.Kind)
+	require.NotContains(t, string(*cbEntry.Output), token)
+	require.NotContains(t, string(*cbEntry.Output), "sealed")
+	require.Contains(t, string(*cbEntry.Output), `/v1/callbacks/xxxxx"`)
+
+	// Another token, a token one character off, another tenant's resolve: 404s.
+	wrong := token[:42] + "A"
+	if token[42] == 'A' {
+		wrong = token[:42] + "B"
+	}
+	for _, bad := range []string{wrong, strings.Repeat("A", 43)} {
+		status, body := postNoAuth(t, s.URL+"/v1/callbacks/"+bad, `{"ok":false}`)
+		require.Equal(t, http.StatusNotFound, status, body)
+	}
+	byOther, err := other.ResolveRunCallbackWithResponse(t.Context(), id, "approval", json.RawMessage(`{"ok":false}`))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusNotFound, byOther.StatusCode(), string(byOther.Body))
+
+	status, body := postNoAuth(t, s.URL+"/v1/callbacks/"+token, `{"ok":true}`)
+	require.Equal(t, http.StatusOK, status, body)
+	res, err := c.GetRunResultWithResponse(t.Context(), id, &protocol.GetRunResultParams{Wait: ptr("30s")})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
+	require.Equal(t, protocol.RunStatusCompleted, res.JSON200.Status, string(res.Body))
+	require.JSONEq(t, `{"ok":true,"timed_out":false,"rejected":"","resolver":"token","by":""}`, string(*res.JSON200.Output))
+	select {
+	case again := <-replayed:
+		require.Equal(t, token, again, "a replay returns the same handle")
+	default:
+		t.Fatal("the run's second invocation did not replay its callback")
+	}
+	require.Empty(t, rowsHolding(token), "the token, in clear, after the run resumed")
+}
+
+// waitingForCallbackOnly waits until run id is suspended on an await_callback, and
+// returns it.
+func waitingForCallbackOnly(t *testing.T, c *protocol.ClientWithResponses, id string) protocol.RunDetail {
+	t.Helper()
+	var run protocol.RunDetail
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		run = tryGetRun(ct, c, id)
+		if assert.NotNil(ct, run.Awaiting, "run %s awaits something", id) {
+			assert.Equal(ct, protocol.AwaitingKindAwaitCallback, run.Awaiting.Kind)
+		}
+	}, 30*time.Second, 5*time.Millisecond)
+	return run
 }

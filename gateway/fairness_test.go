@@ -355,3 +355,122 @@ func TestFairShareBacklog(t *testing.T) {
 	t.Logf("b's run started %s after it was queued behind %d runs of a (priority 1), %d of them started meanwhile; %d jobs of a snoozed",
 		latency, flood, aCalls, snoozed(t, s, "tenant-a"))
 }
+
+// TestFairShareWakes: runs woken at once are admitted by the fair share as their starts
+// are, whether their sleeps end (their timers fire) or an event resumes their waits: a
+// tenant's many runs never hold more than its share of the workers at once (a wake of a
+// tenant at its share is left to the run's River job, which the workers hold back),
+// while another tenant's run starts.
+func TestFairShareWakes(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"sleep", "event"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			requireWakesWithinShare(t, mode)
+		})
+	}
+}
+
+// requireWakesWithinShare: see TestFairShareWakes; mode says what wakes the runs.
+func requireWakesWithinShare(t *testing.T, mode string) {
+	// The reserve zone begins at one busy worker: a tenant holds at most its share,
+	// 4/2 = 2, whether alone or not.
+	const workers, reserve, share, runs = 4, 3, 2, 8
+	s := stack.Start(t, stack.Options{Workers: workers, FairReserve: reserve, MaintainInterval: 100 * time.Millisecond})
+	entered, release := make(chan fnCall, 100), make(chan struct{})
+	app := blockingApp(s, entered, release)
+	var mu sync.Mutex
+	inFlight, most := map[string]int{}, map[string]int{}
+	functions.Register(app, "napper", func(ctx context.Context, in struct{ Mode string }) (string, error) {
+		var err error
+		if in.Mode == "sleep" {
+			err = step.Sleep(ctx, "nap", time.Hour)
+		} else {
+			_, err = step.WaitForEvent[struct{}](ctx, "go", "go", nil, time.Hour)
+		}
+		if err != nil {
+			return "", err
+		}
+		tenant := functions.IdentityFrom(ctx).Tenant
+		mu.Lock()
+		inFlight[tenant]++
+		most[tenant] = max(most[tenant], inFlight[tenant])
+		mu.Unlock()
+		defer func() {
+			mu.Lock()
+			inFlight[tenant]--
+			mu.Unlock()
+		}()
+		entered <- fnCall{tenant: tenant, run: functions.RunFrom(ctx).ID, label: "woken"}
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return "awake", nil
+	})
+	appURL := s.ServeApp(t, app)
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	a := tenantClient(t, s, "tenant-a", appURL)
+	b := tenantClient(t, s, "tenant-b", appURL)
+
+	var aRuns []string
+	for range runs {
+		aRuns = append(aRuns, startQueued(t, a, "napper", `{"Mode":"`+mode+`"}`, nil))
+	}
+	count := func(query string) (n int) {
+		require.NoError(t, s.Pool.QueryRow(t.Context(), query).Scan(&n))
+		return n
+	}
+	waitUntil(t, 60*time.Second, func() bool {
+		return count(`SELECT count(*) FROM stepgate.run WHERE tenant = 'tenant-a' AND status = 'suspended' AND wake_at > now() + interval '1 minute'`) == runs
+	}, "sleep or wait of every run of a")
+	// Wake them all at once.
+	if mode == "sleep" {
+		// As if the hour had passed: their timers are armed as the time nears.
+		_, err := s.Pool.Exec(t.Context(), `
+			WITH r AS (UPDATE stepgate.run SET wake_at = now() + interval '500 milliseconds' WHERE tenant = 'tenant-a' RETURNING id)
+			UPDATE river_job SET scheduled_at = now() + interval '500 milliseconds'
+			WHERE kind = 'stepgate.invoke' AND state = 'scheduled' AND args->>'run_id' IN (SELECT id::text FROM r)`)
+		require.NoError(t, err)
+	} else {
+		mustSendEvent(t, a, protocol.EventSend{Name: "go"})
+	}
+	// held counts a's runs whose wake-up a worker held back: their River job was
+	// snoozed since the wake.
+	held := func() int {
+		return count(`
+			SELECT count(*) FROM stepgate.run r
+			JOIN LATERAL (SELECT metadata FROM river_job
+				WHERE kind = 'stepgate.invoke' AND args->>'run_id' = r.id::text ORDER BY id DESC LIMIT 1) j ON true
+			WHERE r.tenant = 'tenant-a' AND r.status IN ('queued', 'suspended') AND r.wake_at <= now()
+				AND (j.metadata->>'snoozes')::int > 0`)
+	}
+	woken := 0
+	deadline := time.After(60 * time.Second)
+	for woken < share || held() < runs-share {
+		select {
+		case c := <-entered:
+			require.Equal(t, "tenant-a", c.tenant)
+			woken++
+			require.LessOrEqual(t, woken, share, "a's woken runs in flight at once, over its share of %d", share)
+		case <-time.After(10 * time.Millisecond):
+		case <-deadline:
+			t.Fatalf("after 60s: %d of a's runs woken, %d held back", woken, held())
+		}
+	}
+	// a holds its share with woken runs; b's run starts without any of them ending.
+	bRun := startQueued(t, b, "slow", `{}`, nil)
+	require.Equal(t, fnCall{tenant: "tenant-b", run: bRun}, nextCall(t, entered, "b's run"))
+
+	once.Do(func() { close(release) })
+	for _, id := range aRuns {
+		res, err := a.GetRunResultWithResponse(t.Context(), id, &protocol.GetRunResultParams{Wait: ptr("60s")})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
+		require.Equal(t, protocol.RunStatusCompleted, res.JSON200.Status, string(res.Body))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, share, most["tenant-a"], "a's woken runs in flight at once, at most")
+}

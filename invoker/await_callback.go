@@ -75,8 +75,9 @@ var ErrBadCallback = errors.New("invoker: bad callback entry")
 // output {"url", "token", "expires_at"}. e's output may be {"timeout": "<duration>"}
 // (1s to MaxCallbackTimeout; DefaultCallbackTimeout when absent): ErrBadCallback
 // otherwise. A repeated checkpoint returns the first output. The token is 256 random
-// bits, base64url: only the gateway makes it, and only its SHA-256 is stored in
-// stepgate.callback. Other errors are as Checkpoint's.
+// bits, base64url: only the gateway makes it; the database keeps its SHA-256 in
+// stepgate.callback and the journal keeps it sealed (journal.CallbackKey), which the
+// gateway opens for the run's own invocations only. Other errors are as Checkpoint's.
 func (inv *Invoker) CheckpointCallback(ctx context.Context, runID string, invocation int, e journal.Entry) (json.RawMessage, error) {
 	var spec struct {
 		Timeout *string `json:"timeout"`
@@ -92,14 +93,18 @@ func (inv *Invoker) CheckpointCallback(ctx context.Context, runID string, invoca
 	if bad != nil {
 		return nil, fmt.Errorf("%w: %s", ErrBadCallback, strings.TrimPrefix(bad.Message, "function's answer is not a valid protocol answer: "))
 	}
+	key, err := inv.callbackKeyOf(ctx)
+	if err != nil {
+		return nil, err
+	}
 	b := make([]byte, CallbackTokenBytes)
 	_, _ = rand.Read(b) // never fails (crypto/rand)
 	token := base64.RawURLEncoding.EncodeToString(b)
 	var out json.RawMessage
-	err := pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
 		var err error
 		out, err = journal.CreateCallback(ctx, tx, runID, invocation, journal.NewCallback{
-			Seq: e.Seq, Name: e.Name, Token: token, URL: inv.CallbackURL(token), Timeout: timeout, Window: e.Window,
+			Seq: e.Seq, Name: e.Name, Token: token, URL: inv.CallbackURL(token), Key: key, Timeout: timeout, Window: e.Window,
 		}, inv.limits.Bounds())
 		return err
 	})
@@ -151,4 +156,19 @@ func (inv *Invoker) resolveCallback(ctx context.Context, db interface {
 		inv.Wake(cb.RunID)
 	}
 	return cb, nil
+}
+
+// callbackKeyOf returns the deployment's callback key (journal.CallbackKey), read from
+// the database the first time. It never changes.
+func (inv *Invoker) callbackKeyOf(ctx context.Context) (journal.CallbackKey, error) {
+	inv.callbackKeyMu.Lock()
+	defer inv.callbackKeyMu.Unlock()
+	if inv.callbackKey == nil {
+		k, err := journal.LoadCallbackKey(ctx, inv.pool)
+		if err != nil {
+			return nil, err
+		}
+		inv.callbackKey = k
+	}
+	return inv.callbackKey, nil
 }

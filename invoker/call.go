@@ -94,6 +94,7 @@ type revisionKey struct {
 }
 
 type revision struct {
+	tenant string // whose function it is: the fair share counts its invocations
 	url    string
 	config FunctionConfig
 }
@@ -111,7 +112,7 @@ func (inv *Invoker) revision(ctx context.Context, tenant, name string, rev int) 
 	if err != nil {
 		return nil, fmt.Errorf("function %s revision %d: %w", name, rev, err)
 	}
-	r := &revision{url: fn.URL, config: inv.limits.clamp(fc)}
+	r := &revision{tenant: tenant, url: fn.URL, config: inv.limits.clamp(fc)}
 	inv.revisions.Store(key, r)
 	return r, nil
 }
@@ -303,6 +304,16 @@ func (inv *Invoker) call(ctx context.Context, rev *revision, claim *journal.Clai
 		},
 	}
 	for _, e := range claim.Journal {
+		if e.Kind == journal.KindCallback && e.Output != nil {
+			// The run's own function gets its callbacks' tokens, sealed in the journal.
+			key, err := inv.callbackKeyOf(ctx)
+			if err == nil {
+				e.Output, err = key.OpenCallback(e.Output)
+			}
+			if err != nil {
+				return nil, &journal.ErrorInfo{Type: "request", Message: fmt.Sprintf("callback %d %q: %v", e.Seq, e.Name, err)}
+			}
+		}
 		req.Journal = append(req.Journal, EntryToAPI(e))
 	}
 	if len(claim.StepAttempts) > 0 {

@@ -31,11 +31,12 @@ func EntryToAPI(e journal.Entry) protocol.JournalEntry {
 }
 
 // MaskedToken replaces a callback's token where the API shows a journal.
-const MaskedToken = "xxxxx"
+const MaskedToken = journal.MaskedToken
 
 // EntryForReaders returns a journal entry in its protocol form for the API's readers:
 // a callback's token, the credential that resolves it, is masked (MaskedToken) in its
-// output and its URL. Only the run's function (its invocations' journal) gets it.
+// output and its URL, and its sealed form (journal.CallbackKey) is left out. Only the
+// run's function (its invocations' journal, opened by the gateway) gets it.
 func EntryForReaders(e journal.Entry) protocol.JournalEntry {
 	if e.Kind == journal.KindCallback && e.Output != nil {
 		var cb journal.CallbackOutput

@@ -34,6 +34,11 @@ import (
 //     job loses it, so a tenant's backlog of first-priority runs, held back, cannot stay
 //     ahead of the others' jobs).
 //
+// Runs this process wakes with its timers (armTimer: a sleep's end, a resumed wait, a
+// child's end, a freed slot) take no River worker but are admitted the same way, and
+// counted while they run: a wake that acquire refuses is left to the run's River job,
+// which a worker then holds back.
+//
 // The bound is per gateway: N gateways are N independent pools of workers.
 
 // Snoozes of a job held back by the fair share: fairSnoozeBase doubled at each snooze
@@ -45,7 +50,8 @@ const (
 	fairSnoozeMax  = 4 * time.Second
 )
 
-// fairShare counts the invoke jobs in flight in this process, per tenant.
+// fairShare counts the invocations in flight in this process from River's invoke jobs
+// and its timers, per tenant.
 type fairShare struct {
 	workers, reserve int
 

@@ -155,6 +155,9 @@ type Invoker struct {
 	timers *timers    // runs' wake-ups and deadlines, schedules' ticks, in this process (timers.go)
 	fair   *fairShare // the tenants' shares of River's workers (fairshare.go)
 
+	callbackKeyMu sync.Mutex
+	callbackKey   journal.CallbackKey // read once, when first needed (callbackKeyOf)
+
 	inflightMu sync.Mutex
 	inflight   map[string]map[*inflightCall]struct{} // run id -> its invocations from this process
 	inflightN  int
@@ -557,7 +560,10 @@ func (inv *Invoker) wakeHeld(runID string) { inv.armTimer(runID, nil, 0, maxWake
 
 // armTimer wakes runID in this process after d, unless the process stops first (then
 // the River job scheduled with the suspension wakes it). A nil rev is looked up when
-// the timer fires.
+// the timer fires. A wake is admitted by the fair share as a River job is: when its
+// tenant holds its share of the workers in the reserve zone, the timer does nothing,
+// and the run's River job (which every wake has, or the stranded-run sweep) brings it
+// to a worker, which holds it back until the tenant is below its share.
 func (inv *Invoker) armTimer(runID string, rev *revision, d time.Duration, tries int) {
 	inv.timers.arm(runTimer(runID), d, func() {
 		var err error
@@ -565,7 +571,11 @@ func (inv *Invoker) armTimer(runID string, rev *revision, d time.Duration, tries
 			rev, err = inv.revisionOfRun(inv.bg, runID)
 		}
 		if err == nil {
+			if !inv.fair.acquire(rev.tenant) {
+				return
+			}
 			_, err = inv.resume(inv.bg, rev, runID, false)
+			inv.fair.release(rev.tenant)
 		}
 		if errors.Is(err, journal.ErrNotDue) && tries < maxWakeTries {
 			// The database clock may run a hair behind this timer; look again shortly.

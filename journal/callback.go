@@ -12,7 +12,8 @@ import (
 )
 
 // KindCallback is the entry of a callback a run made (CreateCallback): its output is
-// {"url", "token", "expires_at"}, made by the gateway.
+// {"url", "token", "expires_at"}, made by the gateway, and kept with the token sealed
+// (see CallbackKey).
 const KindCallback = "callback"
 
 // KindAwaitCallback is the entry of a run's wait for a callback (AwaitCallback),
@@ -48,8 +49,9 @@ func HashToken(token string) []byte {
 type NewCallback struct {
 	Seq     int
 	Name    string
-	Token   string        // Random, made by the gateway; only its hash is stored in stepgate.callback.
-	URL     string        // Where it is resolved: holds Token.
+	Token   string        // Random, made by the gateway; stored only sealed (Key) and hashed (stepgate.callback).
+	URL     string        // Where it is resolved: ends with Token.
+	Key     CallbackKey   // Seals Token in the journal. Required.
 	Timeout time.Duration // Until it expires, from the database clock, unless an await sets another.
 	Window  int           // The checkpoint's window (Entry.Window).
 }
@@ -61,12 +63,13 @@ type CallbackOutput struct {
 	ExpiresAt time.Time `json:"expires_at"`
 }
 
-// CreateCallback journals the callback n for the invocation that owns the run, and
-// stores it (pending, expiring after n.Timeout) for its resolution, and returns the
-// entry's output (CallbackOutput). A repeated checkpoint (the callback at n.Seq is
-// journaled, with n's name) returns the journaled output: the first token stays the
-// callback's. Its errors are AppendEntry's: ErrSuperseded, ErrConflict (another entry
-// at that seq), ErrGap, a *LimitError.
+// CreateCallback journals the callback n for the invocation that owns the run, with its
+// token sealed by n.Key (see CallbackKey), and stores it (pending, expiring after
+// n.Timeout, by its token's SHA-256) for its resolution, and returns the entry's output
+// for the function (CallbackOutput, the token in clear). A repeated checkpoint (the
+// callback at n.Seq is journaled, with n's name) returns the journaled output, opened:
+// the first token stays the callback's. Its errors are AppendEntry's: ErrSuperseded,
+// ErrConflict (another entry at that seq), ErrGap, a *LimitError.
 func CreateCallback(ctx context.Context, db DB, runID string, invocation int, n NewCallback, b Bounds) (json.RawMessage, error) {
 	repeat := func(old *Entry) (json.RawMessage, error) {
 		// Fenced and compared like any entry: the same, from the owner, is a no-op.
@@ -74,7 +77,7 @@ func CreateCallback(ctx context.Context, db DB, runID string, invocation int, n 
 		if err != nil {
 			return nil, err
 		}
-		return old.Output, nil
+		return n.Key.OpenCallback(old.Output)
 	}
 	old, err := findEntry(ctx, db, runID, n.Seq)
 	if err != nil {
@@ -97,7 +100,12 @@ func CreateCallback(ctx context.Context, db DB, runID string, invocation int, n 
 	if err != nil {
 		return nil, fmt.Errorf("create callback of run %s: %w", runID, err)
 	}
-	err = AppendEntry(ctx, db, runID, invocation, Entry{Seq: n.Seq, Kind: KindCallback, Name: n.Name, Output: out, Attempt: 1, StartedAt: &now, Window: n.Window}, b)
+	at, _ := json.Marshal(expires) // a time.Time in range marshals
+	sealed, err := n.Key.seal(n.URL, n.Token, at)
+	if err != nil {
+		return nil, fmt.Errorf("create callback of run %s: %w", runID, err)
+	}
+	err = AppendEntry(ctx, db, runID, invocation, Entry{Seq: n.Seq, Kind: KindCallback, Name: n.Name, Output: sealed, Attempt: 1, StartedAt: &now, Window: n.Window}, b)
 	if errors.Is(err, ErrConflict) {
 		// A repeat of this checkpoint committed since we looked: its token stands.
 		if old, ferr := findEntry(ctx, db, runID, n.Seq); ferr == nil && old != nil && old.Kind == KindCallback && old.Name == n.Name {

@@ -14,12 +14,15 @@ import (
 	"github.com/stepgate/stepgate/journal"
 )
 
+// testCallbackKey seals the tests' callback tokens.
+var testCallbackKey = journal.CallbackKey("0123456789abcdef0123456789abcdef")
+
 // mustCallback journals a callback at seq 1 of a new claimed run and returns the run.
 func mustCallback(t *testing.T, db journal.DB, token string) *journal.Run {
 	t.Helper()
 	run := mustCreateRun(t, db, claimed)
 	_, err := journal.CreateCallback(t.Context(), db, run.ID, run.Invocation, journal.NewCallback{
-		Seq: 1, Name: "approval", Token: token, URL: "http://gw/v1/callbacks/" + token, Timeout: time.Hour,
+		Seq: 1, Name: "approval", Token: token, URL: "http://gw/v1/callbacks/" + token, Key: testCallbackKey, Timeout: time.Hour,
 	}, journal.Bounds{})
 	require.NoError(t, err)
 	return run
@@ -33,7 +36,7 @@ func TestCallbacks(t *testing.T) {
 		ctx, tx := t.Context(), pgtest.Tx(t)
 		run := mustCallback(t, tx, "first")
 		out, err := journal.CreateCallback(ctx, tx, run.ID, run.Invocation, journal.NewCallback{
-			Seq: 1, Name: "approval", Token: "second", URL: "http://gw/v1/callbacks/second", Timeout: time.Hour,
+			Seq: 1, Name: "approval", Token: "second", URL: "http://gw/v1/callbacks/second", Key: testCallbackKey, Timeout: time.Hour,
 		}, journal.Bounds{})
 		require.NoError(t, err)
 		var cb journal.CallbackOutput
@@ -42,9 +45,9 @@ func TestCallbacks(t *testing.T) {
 		_, err = journal.ResolveCallback(ctx, tx, journal.CallbackRef{TokenHash: journal.HashToken("second")}, journal.Resolution{})
 		require.ErrorIs(t, err, journal.ErrNotFound, "the second token was never stored")
 
-		_, err = journal.CreateCallback(ctx, tx, run.ID, run.Invocation, journal.NewCallback{Seq: 1, Name: "other", Token: "third", Timeout: time.Hour}, journal.Bounds{})
+		_, err = journal.CreateCallback(ctx, tx, run.ID, run.Invocation, journal.NewCallback{Seq: 1, Name: "other", Token: "third", URL: "http://gw/v1/callbacks/third", Key: testCallbackKey, Timeout: time.Hour}, journal.Bounds{})
 		require.ErrorIs(t, err, journal.ErrConflict)
-		_, err = journal.CreateCallback(ctx, tx, run.ID, run.Invocation+1, journal.NewCallback{Seq: 2, Name: "late", Token: "fourth", Timeout: time.Hour}, journal.Bounds{})
+		_, err = journal.CreateCallback(ctx, tx, run.ID, run.Invocation+1, journal.NewCallback{Seq: 2, Name: "late", Token: "fourth", URL: "http://gw/v1/callbacks/fourth", Key: testCallbackKey, Timeout: time.Hour}, journal.Bounds{})
 		require.ErrorIs(t, err, journal.ErrSuperseded)
 	})
 

@@ -398,7 +398,7 @@ func TestSchemaIsFenced(t *testing.T) {
 	require.NotEmpty(t, tables)
 	// The gateway's own keys are the system role's alone: no query of the API pool can
 	// read a private key, whatever its tenant filter.
-	systemOnly := map[string]bool{"invocation_key": true, "signing_key": true}
+	systemOnly := map[string]bool{"invocation_key": true, "signing_key": true, "callback_key": true}
 	for _, tb := range tables {
 		if tb.Name == "schema_migration" {
 			// The migrations' own: the system role reads it (GET /readyz compares it

@@ -1,8 +1,10 @@
 package migrations_test
 
 import (
+	"encoding/json"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/stepgate/stepgate/internal/pgtest"
+	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/migrations"
 )
 
@@ -219,4 +222,52 @@ func TestEveryFileIsEmbedded(t *testing.T) {
 		}
 	}
 	require.Contains(t, files, "schema.sql")
+}
+
+// TestCallbackTokensSealed: migration 0043 seals the callback tokens journaled before it
+// (journal.CallbackKey): the token is no longer in the journal's rows, the gateway's key
+// opens each entry to exactly what its function had, and the journal is immutable again.
+func TestCallbackTokensSealed(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := newPool(t, pgtest.EmptyDBURL(t), 4)
+	require.NoError(t, migrations.Up(ctx, pool))
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		_, err := pool.Exec(ctx, sql, args...)
+		require.NoError(t, err)
+	}
+	// Back to the schema before 0043, with callbacks of that time.
+	exec(`DELETE FROM stepgate.schema_migration WHERE version = 43`)
+	exec(`DROP TABLE stepgate.callback_key`)
+	const run = "00000000-0000-0000-0000-000000000001"
+	tokens := []string{"Rk9PYmFyYmF6X3F1eC1xdXV4LWNvcmdlLWdyYXVsdDE", "short", strings.Repeat("t", 70)}
+	exec(`INSERT INTO stepgate.run (id, tenant, function, revision, status, input, identity) VALUES ($1, 't', 'f', 1, 'suspended', '{}', '{}')`, run)
+	var before []string
+	for i, tok := range tokens {
+		out := `{"url": "https://gw.example/v1/callbacks/` + tok + `", "token": "` + tok + `", "expires_at": "2027-01-02T03:04:05.123456Z"}`
+		exec(`INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation) VALUES ($1, $2, 'callback', 'cb', $3, 1)`, run, i+1, out)
+		before = append(before, out)
+	}
+	exec(`INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation) VALUES ($1, 4, 'step', 'keep', '{"token": "mine"}', 1)`, run)
+
+	require.NoError(t, migrations.Up(ctx, pool))
+	var rows string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT string_agg(e::text, ' ') FROM stepgate.journal_entry e`).Scan(&rows))
+	for _, tok := range tokens {
+		require.NotContains(t, rows, tok, "the token is sealed")
+	}
+	require.Contains(t, rows, `"mine"`, "a step's output is the function's own")
+	key, err := journal.LoadCallbackKey(ctx, pool)
+	require.NoError(t, err)
+	for i := range tokens {
+		var stored json.RawMessage
+		require.NoError(t, pool.QueryRow(ctx, `SELECT output FROM stepgate.journal_entry WHERE run_id = $1 AND seq = $2`, run, i+1).Scan(&stored))
+		require.Contains(t, string(stored), `"https://gw.example/v1/callbacks/xxxxx"`)
+		opened, err := key.OpenCallback(stored)
+		require.NoError(t, err)
+		require.JSONEq(t, before[i], string(opened), "entry %d opens to what its function had", i+1)
+	}
+	_, err = pool.Exec(ctx, `UPDATE stepgate.journal_entry SET name = 'x' WHERE run_id = $1`, run)
+	require.ErrorContains(t, err, "immutable", "the guard is on again")
 }

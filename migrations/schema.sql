@@ -941,6 +941,20 @@ CREATE TABLE stepgate.callback (
 ALTER TABLE ONLY stepgate.callback FORCE ROW LEVEL SECURITY;
 
 --
+-- Name: callback_key; Type: TABLE; Schema: stepgate; Owner: -
+--
+
+CREATE TABLE stepgate.callback_key (
+    one boolean DEFAULT true NOT NULL,
+    secret bytea NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT callback_key_one_check CHECK (one),
+    CONSTRAINT callback_key_secret_check CHECK ((octet_length(secret) = 32))
+);
+
+ALTER TABLE ONLY stepgate.callback_key FORCE ROW LEVEL SECURITY;
+
+--
 -- Name: concurrency_slot; Type: TABLE; Schema: stepgate; Owner: -
 --
 
@@ -1430,6 +1444,13 @@ ALTER TABLE ONLY stepgate.attempt_failure
     ADD CONSTRAINT attempt_failure_pkey PRIMARY KEY (run_id, seq, attempt);
 
 --
+-- Name: callback_key callback_key_pkey; Type: CONSTRAINT; Schema: stepgate; Owner: -
+--
+
+ALTER TABLE ONLY stepgate.callback_key
+    ADD CONSTRAINT callback_key_pkey PRIMARY KEY (one);
+
+--
 -- Name: callback callback_pkey; Type: CONSTRAINT; Schema: stepgate; Owner: -
 --
 
@@ -1917,6 +1938,12 @@ ALTER TABLE stepgate.attempt_failure ENABLE ROW LEVEL SECURITY;
 ALTER TABLE stepgate.callback ENABLE ROW LEVEL SECURITY;
 
 --
+-- Name: callback_key; Type: ROW SECURITY; Schema: stepgate; Owner: -
+--
+
+ALTER TABLE stepgate.callback_key ENABLE ROW LEVEL SECURITY;
+
+--
 -- Name: concurrency_slot; Type: ROW SECURITY; Schema: stepgate; Owner: -
 --
 
@@ -2035,6 +2062,12 @@ CREATE POLICY system_access ON stepgate.attempt_failure TO stepgate_system USING
 --
 
 CREATE POLICY system_access ON stepgate.callback TO stepgate_system USING (true);
+
+--
+-- Name: callback_key system_access; Type: POLICY; Schema: stepgate; Owner: -
+--
+
+CREATE POLICY system_access ON stepgate.callback_key TO stepgate_system USING (true);
 
 --
 -- Name: concurrency_slot system_access; Type: POLICY; Schema: stepgate; Owner: -
@@ -2413,6 +2446,12 @@ GRANT SELECT,INSERT ON TABLE stepgate.attempt_failure TO stepgate_system;
 
 GRANT SELECT,INSERT,UPDATE ON TABLE stepgate.callback TO stepgate_app;
 GRANT SELECT,INSERT,UPDATE ON TABLE stepgate.callback TO stepgate_system;
+
+--
+-- Name: TABLE callback_key; Type: ACL; Schema: stepgate; Owner: -
+--
+
+GRANT SELECT ON TABLE stepgate.callback_key TO stepgate_system;
 
 --
 -- Name: TABLE concurrency_slot; Type: ACL; Schema: stepgate; Owner: -

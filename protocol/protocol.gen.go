@@ -2034,8 +2034,9 @@ type ClientInterface interface {
 	// returns it at once. The journal records the resolver as `"resolver": "token"`,
 	// with no identity.
 	//
-	// 404: no callback has this token (tokens are 256 random bits; only their SHA-256 is
-	// stored). 409: the callback is already resolved or rejected, expired (its await's
+	// 404: no callback has this token (tokens are 256 random bits; the lookup stores only
+	// their SHA-256, and the journal only a sealed form that the gateway opens for the
+	// run's own function). 409: the callback is already resolved or rejected, expired (its await's
 	// timeout, or its own, passed first), or its run finished; `detail` says which,
 	// naming neither the run nor who resolved it. 413: a body over the gateway's limit (`STEPGATE_MAX_BODY_BYTES`).
 	//
@@ -2057,8 +2058,9 @@ type ClientInterface interface {
 	// returns it at once. The journal records the resolver as `"resolver": "token"`,
 	// with no identity.
 	//
-	// 404: no callback has this token (tokens are 256 random bits; only their SHA-256 is
-	// stored). 409: the callback is already resolved or rejected, expired (its await's
+	// 404: no callback has this token (tokens are 256 random bits; the lookup stores only
+	// their SHA-256, and the journal only a sealed form that the gateway opens for the
+	// run's own function). 409: the callback is already resolved or rejected, expired (its await's
 	// timeout, or its own, passed first), or its run finished; `detail` says which,
 	// naming neither the run nor who resolved it. 413: a body over the gateway's limit (`STEPGATE_MAX_BODY_BYTES`).
 	//
@@ -2831,8 +2833,9 @@ func (c *Client) SyncApp(ctx context.Context, body SyncAppJSONRequestBody, reqEd
 // returns it at once. The journal records the resolver as `"resolver": "token"`,
 // with no identity.
 //
-// 404: no callback has this token (tokens are 256 random bits; only their SHA-256 is
-// stored). 409: the callback is already resolved or rejected, expired (its await's
+// 404: no callback has this token (tokens are 256 random bits; the lookup stores only
+// their SHA-256, and the journal only a sealed form that the gateway opens for the
+// run's own function). 409: the callback is already resolved or rejected, expired (its await's
 // timeout, or its own, passed first), or its run finished; `detail` says which,
 // naming neither the run nor who resolved it. 413: a body over the gateway's limit (`STEPGATE_MAX_BODY_BYTES`).
 //
@@ -2864,8 +2867,9 @@ func (c *Client) ResolveCallbackWithBody(ctx context.Context, token CallbackToke
 // returns it at once. The journal records the resolver as `"resolver": "token"`,
 // with no identity.
 //
-// 404: no callback has this token (tokens are 256 random bits; only their SHA-256 is
-// stored). 409: the callback is already resolved or rejected, expired (its await's
+// 404: no callback has this token (tokens are 256 random bits; the lookup stores only
+// their SHA-256, and the journal only a sealed form that the gateway opens for the
+// run's own function). 409: the callback is already resolved or rejected, expired (its await's
 // timeout, or its own, passed first), or its run finished; `detail` says which,
 // naming neither the run nor who resolved it. 413: a body over the gateway's limit (`STEPGATE_MAX_BODY_BYTES`).
 //
@@ -6062,8 +6066,9 @@ type ClientWithResponsesInterface interface {
 	// returns it at once. The journal records the resolver as `"resolver": "token"`,
 	// with no identity.
 	//
-	// 404: no callback has this token (tokens are 256 random bits; only their SHA-256 is
-	// stored). 409: the callback is already resolved or rejected, expired (its await's
+	// 404: no callback has this token (tokens are 256 random bits; the lookup stores only
+	// their SHA-256, and the journal only a sealed form that the gateway opens for the
+	// run's own function). 409: the callback is already resolved or rejected, expired (its await's
 	// timeout, or its own, passed first), or its run finished; `detail` says which,
 	// naming neither the run nor who resolved it. 413: a body over the gateway's limit (`STEPGATE_MAX_BODY_BYTES`).
 	//
@@ -6085,8 +6090,9 @@ type ClientWithResponsesInterface interface {
 	// returns it at once. The journal records the resolver as `"resolver": "token"`,
 	// with no identity.
 	//
-	// 404: no callback has this token (tokens are 256 random bits; only their SHA-256 is
-	// stored). 409: the callback is already resolved or rejected, expired (its await's
+	// 404: no callback has this token (tokens are 256 random bits; the lookup stores only
+	// their SHA-256, and the journal only a sealed form that the gateway opens for the
+	// run's own function). 409: the callback is already resolved or rejected, expired (its await's
 	// timeout, or its own, passed first), or its run finished; `detail` says which,
 	// naming neither the run nor who resolved it. 413: a body over the gateway's limit (`STEPGATE_MAX_BODY_BYTES`).
 	//
@@ -9471,8 +9477,9 @@ func (c *ClientWithResponses) SyncAppWithResponse(ctx context.Context, body Sync
 // returns it at once. The journal records the resolver as `"resolver": "token"`,
 // with no identity.
 //
-// 404: no callback has this token (tokens are 256 random bits; only their SHA-256 is
-// stored). 409: the callback is already resolved or rejected, expired (its await's
+// 404: no callback has this token (tokens are 256 random bits; the lookup stores only
+// their SHA-256, and the journal only a sealed form that the gateway opens for the
+// run's own function). 409: the callback is already resolved or rejected, expired (its await's
 // timeout, or its own, passed first), or its run finished; `detail` says which,
 // naming neither the run nor who resolved it. 413: a body over the gateway's limit (`STEPGATE_MAX_BODY_BYTES`).
 //
@@ -9500,8 +9507,9 @@ func (c *ClientWithResponses) ResolveCallbackWithBodyWithResponse(ctx context.Co
 // returns it at once. The journal records the resolver as `"resolver": "token"`,
 // with no identity.
 //
-// 404: no callback has this token (tokens are 256 random bits; only their SHA-256 is
-// stored). 409: the callback is already resolved or rejected, expired (its await's
+// 404: no callback has this token (tokens are 256 random bits; the lookup stores only
+// their SHA-256, and the journal only a sealed form that the gateway opens for the
+// run's own function). 409: the callback is already resolved or rejected, expired (its await's
 // timeout, or its own, passed first), or its run finished; `detail` says which,
 // naming neither the run nor who resolved it. 413: a body over the gateway's limit (`STEPGATE_MAX_BODY_BYTES`).
 //

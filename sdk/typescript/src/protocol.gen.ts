@@ -777,8 +777,9 @@ export interface paths {
          *     returns it at once. The journal records the resolver as `"resolver": "token"`,
          *     with no identity.
          *
-         *     404: no callback has this token (tokens are 256 random bits; only their SHA-256 is
-         *     stored). 409: the callback is already resolved or rejected, expired (its await's
+         *     404: no callback has this token (tokens are 256 random bits; the lookup stores only
+         *     their SHA-256, and the journal only a sealed form that the gateway opens for the
+         *     run's own function). 409: the callback is already resolved or rejected, expired (its await's
          *     timeout, or its own, passed first), or its run finished; `detail` says which,
          *     naming neither the run nor who resolved it. 413: a body over the gateway's limit (`STEPGATE_MAX_BODY_BYTES`).
          */

@@ -1,0 +1,102 @@
+package journal
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// MaskedToken stands for a callback's token where it is kept or shown without it: in
+// the journal's callback entry (sealed beside it, see CallbackKey) and in the API.
+const MaskedToken = "xxxxx"
+
+// CallbackKey seals the tokens of callbacks in the journal. A callback entry keeps its
+// url and token masked (MaskedToken) and, in "sealed", base64url (no padding) of a
+// 16-byte random salt followed by the token's bytes XORed with the keystream
+// SHA-256(key || salt || 0x00) || SHA-256(key || salt || 0x01) || ... The key is
+// stepgate.callback_key's, made by migration 0043 and read by the gateways' system role
+// only; stepgate.callback keeps the token's SHA-256 for the lookup. So the token is
+// nowhere in the database: the gateway opens it for the run's own function only (its
+// invocations' journal, its checkpoint's answer), and a replay returns the same handle.
+type CallbackKey []byte
+
+// sealSaltBytes is the length of a sealed token's salt.
+const sealSaltBytes = 16
+
+// LoadCallbackKey reads the deployment's callback key; db must be a system pool.
+func LoadCallbackKey(ctx context.Context, db DB) (CallbackKey, error) {
+	var k []byte
+	if err := db.QueryRow(ctx, `SELECT secret FROM stepgate.callback_key`).Scan(&k); err != nil {
+		return nil, fmt.Errorf("load callback key: %w", err)
+	}
+	return k, nil
+}
+
+// xor XORs b in place with the keystream of salt.
+func (k CallbackKey) xor(salt, b []byte) {
+	var block [sha256.Size]byte
+	for i := range b {
+		if i%sha256.Size == 0 {
+			h := sha256.New()
+			h.Write(k)
+			h.Write(salt)
+			h.Write([]byte{byte(i / sha256.Size)})
+			h.Sum(block[:0])
+		}
+		b[i] ^= block[i%sha256.Size]
+	}
+}
+
+// storedCallback is a callback entry's output as the journal keeps it.
+type storedCallback struct {
+	URL       string          `json:"url"`
+	Token     string          `json:"token"`
+	ExpiresAt json.RawMessage `json:"expires_at"`
+	Sealed    string          `json:"sealed,omitempty"`
+}
+
+// seal returns the stored form of the output of a callback of token, at url.
+func (k CallbackKey) seal(url, token string, expiresAt json.RawMessage) (json.RawMessage, error) {
+	if len(k) == 0 {
+		return nil, errors.New("seal a callback's token: no callback key")
+	}
+	if len(token) == 0 || len(token) > 255*sha256.Size || !strings.HasSuffix(url, token) {
+		return nil, errors.New("seal a callback's token: its url does not end with a token of 1 to 8160 bytes")
+	}
+	b := make([]byte, sealSaltBytes+len(token))
+	_, _ = rand.Read(b[:sealSaltBytes]) // never fails (crypto/rand)
+	copy(b[sealSaltBytes:], token)
+	k.xor(b[:sealSaltBytes], b[sealSaltBytes:])
+	return json.Marshal(storedCallback{
+		URL: strings.TrimSuffix(url, token) + MaskedToken, Token: MaskedToken, ExpiresAt: expiresAt,
+		Sealed: base64.RawURLEncoding.EncodeToString(b),
+	})
+}
+
+// OpenCallback returns the output of a callback entry that the run's function gets,
+// {"url", "token", "expires_at"}, from the output stored in the journal. An output with
+// nothing sealed is returned as it is.
+func (k CallbackKey) OpenCallback(stored json.RawMessage) (json.RawMessage, error) {
+	var s storedCallback
+	if !bytes.Contains(stored, []byte(`"sealed"`)) || json.Unmarshal(stored, &s) != nil || s.Sealed == "" {
+		return stored, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s.Sealed)
+	if err != nil || len(b) <= sealSaltBytes || !strings.HasSuffix(s.URL, MaskedToken) {
+		return nil, errors.New("open a callback's token: the entry's sealed token is malformed")
+	}
+	if len(k) == 0 {
+		return nil, errors.New("open a callback's token: no callback key")
+	}
+	token := b[sealSaltBytes:]
+	k.xor(b[:sealSaltBytes], token)
+	return json.Marshal(storedCallback{
+		URL: strings.TrimSuffix(s.URL, MaskedToken) + string(token), Token: string(token), ExpiresAt: s.ExpiresAt,
+	})
+}
