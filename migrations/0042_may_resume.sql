@@ -8,7 +8,7 @@
 CREATE FUNCTION stepgate.may_resume(config jsonb, identity jsonb) RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT stepgate.may_invoke(config, NOT (roles @> ARRAY['admin']), roles)
-        OR (jsonb_typeof(config->'resume_roles') = 'array' AND config->'resume_roles' ?| roles)
+        OR coalesce(jsonb_typeof(config->'resume_roles') = 'array' AND config->'resume_roles' ?| roles, false)
     FROM (SELECT ARRAY(SELECT jsonb_array_elements_text(
         CASE WHEN jsonb_typeof(identity->'roles') = 'array' THEN identity->'roles' ELSE '[]' END)) AS roles) sender
 $$;

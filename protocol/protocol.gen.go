@@ -654,7 +654,7 @@ type Checkpoint struct {
 // CheckpointAck defines model for CheckpointAck.
 type CheckpointAck struct {
 	// Error A `send` whose message could not be sent: the entry is journaled with this
-	// error (`not_found`, `finished`, `limit_exceeded`) and nothing was sent.
+	// error (`not_found`, `forbidden`, `finished`, `limit_exceeded`) and nothing was sent.
 	Error *ErrorInfo `json:"error,omitempty"`
 
 	// Output The entry's output as the gateway journaled it, when the gateway made it: a `callback`'s `{url, token, expires_at}`.

@@ -1677,7 +1677,7 @@ export interface components {
             seq: number;
             /**
              * @description A `send` whose message could not be sent: the entry is journaled with this
-             *     error (`not_found`, `finished`, `limit_exceeded`) and nothing was sent.
+             *     error (`not_found`, `forbidden`, `finished`, `limit_exceeded`) and nothing was sent.
              */
             error?: components["schemas"]["ErrorInfo"];
             /** @description The entry's output as the gateway journaled it, when the gateway made it: a `callback`'s `{url, token, expires_at}`. */
