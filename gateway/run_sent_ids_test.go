@@ -105,7 +105,7 @@ func TestARunCannotSendAnotherRunsID(t *testing.T) {
 	victim := "0190a2b4-0000-7000-8000-000000000001"
 	type result struct {
 		event, send, own int
-		detail         string
+		detail           string
 	}
 	results := make(chan result, 1)
 	fn := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
