@@ -51,12 +51,10 @@ type ResumeForbiddenError struct {
 }
 
 func (e *ResumeForbiddenError) Error() string {
-	allowed := "admin"
-	if len(e.InvokeRoles) > 0 {
-		allowed = fmt.Sprintf("the roles that may invoke it (invoke_roles: %s), admin", strings.Join(e.InvokeRoles, ", "))
-	}
+	allowed := fmt.Sprintf("the roles that may invoke it (invoke_roles: %s) or admin", strings.Join(e.InvokeRoles, ", "))
 	if len(e.ResumeRoles) > 0 {
-		allowed += fmt.Sprintf(", or its resume_roles (%s)", strings.Join(e.ResumeRoles, ", "))
+		allowed = fmt.Sprintf("the roles that may invoke it (invoke_roles: %s), admin or its resume_roles (%s)",
+			strings.Join(e.InvokeRoles, ", "), strings.Join(e.ResumeRoles, ", "))
 	}
 	roles := "none"
 	if len(e.SenderRoles) > 0 {
