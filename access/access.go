@@ -109,6 +109,16 @@ func (id Identity) MayInvoke(invokeRoles []string) bool {
 	return slices.ContainsFunc(id.Roles, func(r string) bool { return slices.Contains(invokeRoles, r) })
 }
 
+// MayResume reports whether id may resume the waits of a run of a function whose config
+// names invokeRoles and resumeRoles, by an event (wait_event, an alternative of a
+// wait_any) or a message (receive): when id may invoke the function ([MayInvoke]), or
+// has one of resumeRoles. resumeRoles add resumers; they never restrict: a function
+// without invoke_roles is resumed by anyone of its tenant, as it is started by anyone.
+func (id Identity) MayResume(invokeRoles, resumeRoles []string) bool {
+	return id.MayInvoke(invokeRoles) ||
+		slices.ContainsFunc(id.Roles, func(r string) bool { return slices.Contains(resumeRoles, r) })
+}
+
 // RoleList writes roles for a message: "viewer, runs:read", or "none".
 func RoleList(roles []string) string {
 	if len(roles) == 0 {

@@ -157,7 +157,7 @@ func defaultClient() *http.Client {
 
 // Option configures a function's entry in the manifest, which the gateway applies:
 // [Timeout], [MaxAttempts], [Backoff], [MaxInvocationDuration], [RunTimeout],
-// [Retention], [InvokeRoles], [OnEvent], [Concurrency], [Throttle], [RateLimit],
+// [Retention], [InvokeRoles], [ResumeRoles], [OnEvent], [Concurrency], [Throttle], [RateLimit],
 // [Debounce], [Priority]; or this SDK's own handling of it, not sent to the gateway:
 // [SleepInProcess], [LazyCheckpoints].
 type Option struct {
@@ -244,6 +244,15 @@ func Retention(d time.Duration) Option {
 // (or the admin role) besides the runs:invoke permission.
 func InvokeRoles(roles ...string) Option {
 	return Option{set: func(c *protocol.FunctionConfig) { c.InvokeRoles = new(slices.Clone(roles)) }}
+}
+
+// ResumeRoles lets callers with one of roles resume the waits of the function's runs
+// (step.WaitEvent, step.Receive, their WaitAny alternatives) besides those that may
+// start them ([InvokeRoles]): an event from any other sender leaves such a run waiting,
+// and its messages are refused. It never restricts: without InvokeRoles, anyone of the
+// tenant may resume. Callbacks are not checked: a callback's token is a capability.
+func ResumeRoles(roles ...string) Option {
+	return Option{set: func(c *protocol.FunctionConfig) { c.ResumeRoles = new(slices.Clone(roles)) }}
 }
 
 // Rate is a throttle's or a rate limit's rate: at most Limit starts per Period (from

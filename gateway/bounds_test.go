@@ -318,6 +318,8 @@ func TestFunctionConfigCaps(t *testing.T) {
 		{"MaxInterval", protocol.FunctionConfig{Retries: &protocol.RetryPolicy{MaxInterval: ptr("48h")}}, "config.retries.max_interval 48h0m0s is longer than the gateway's limit of 24h0m0s"},
 		{"Roles", protocol.FunctionConfig{InvokeRoles: &roles}, "config.invoke_roles has 101 roles, more than the limit of 100"},
 		{"RoleName", protocol.FunctionConfig{InvokeRoles: &[]string{strings.Repeat("r", 256)}}, "config.invoke_roles[0]"},
+		{"ResumeRoles", protocol.FunctionConfig{ResumeRoles: &roles}, "config.resume_roles has 101 roles, more than the limit of 100"},
+		{"ResumeRoleName", protocol.FunctionConfig{ResumeRoles: &[]string{"ok", ""}}, "config.resume_roles[1]"},
 		{"TriggerName", protocol.FunctionConfig{Triggers: &[]protocol.EventTrigger{{Event: strings.Repeat("e", 256)}}}, "config.triggers[0].event"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

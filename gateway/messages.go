@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
+	"net/http"
 
 	"github.com/google/uuid"
 
@@ -27,7 +27,7 @@ func (s *Server) SendMessage(ctx context.Context, req server.SendMessageRequestO
 	}
 	n := journal.NewMessage{RunID: req.ID, Topic: b.Topic}
 	if b.ID != nil {
-		if err := checkName("message id", *b.ID); err != nil {
+		if err := checkClientID("message id", *b.ID); err != nil {
 			return nil, err
 		}
 		n.ID = *b.ID
@@ -43,6 +43,9 @@ func (s *Server) SendMessage(ctx context.Context, req server.SendMessageRequestO
 	id := identity(ctx)
 	n.Tenant, n.Identity = id.Tenant, id
 	sent, err := s.inv.SendMessage(ctx, s.tenantDB(ctx), n)
+	if fe := (*journal.ResumeForbiddenError)(nil); errors.As(err, &fe) {
+		return nil, &problemError{http.StatusForbidden, fe.Error()}
+	}
 	switch {
 	case errors.Is(err, journal.ErrNotFound):
 		return server.SendMessage404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.ID)}, nil
@@ -74,7 +77,7 @@ type sendOutput struct {
 
 // checkpointSend checks a send entry of the invocation that owns runID, and journals it
 // and sends its message (invoker.CheckpointSend). The message's id defaults to
-// "<run id>:<seq>". It returns the error journaled for a message that could not be sent.
+// "<run id>:<seq>" (see checkRunSentID). It returns the error journaled for a message that could not be sent.
 func (s *Server) checkpointSend(ctx context.Context, runID string, invocation int, e protocol.JournalEntry) (*protocol.ErrorInfo, error) {
 	var out sendOutput
 	if e.Output == nil || json.Unmarshal(*e.Output, &out) != nil {
@@ -95,10 +98,7 @@ func (s *Server) checkpointSend(ctx context.Context, runID string, invocation in
 	if out.Topic != e.Name {
 		return nil, badRequest("a send entry is named after its topic: %q, not %q", out.Topic, e.Name)
 	}
-	if out.ID == "" {
-		out.ID = runID + ":" + strconv.Itoa(e.Seq)
-	}
-	if err := checkName("message id", out.ID); err != nil {
+	if err := checkRunSentID("message id", &out.ID, runID, e.Seq); err != nil {
 		return nil, err
 	}
 	if len(out.Data) == 0 {

@@ -226,7 +226,7 @@ const (
 	DefaultMaxRunStreams   = 100
 )
 
-// MaxConfigListLen bounds a config's invoke_roles and triggers.
+// MaxConfigListLen bounds a config's invoke_roles, resume_roles and triggers.
 const MaxConfigListLen = 100
 
 // WithDefaults returns l with its zero fields set to their defaults.
@@ -269,12 +269,17 @@ func (l Limits) CheckConfig(c protocol.FunctionConfig, fc FunctionConfig) error 
 		return fmt.Errorf("config.retries.max_interval %s is longer than the gateway's limit of %s", fc.Retries.MaxInterval, l.MaxBackoff)
 	case c.InvokeRoles != nil && len(*c.InvokeRoles) > MaxConfigListLen:
 		return fmt.Errorf("config.invoke_roles has %d roles, more than the limit of %d", len(*c.InvokeRoles), MaxConfigListLen)
+	case c.ResumeRoles != nil && len(*c.ResumeRoles) > MaxConfigListLen:
+		return fmt.Errorf("config.resume_roles has %d roles, more than the limit of %d", len(*c.ResumeRoles), MaxConfigListLen)
 	case c.Triggers != nil && len(*c.Triggers) > MaxConfigListLen:
 		return fmt.Errorf("config.triggers has %d triggers, more than the limit of %d", len(*c.Triggers), MaxConfigListLen)
 	}
-	if c.InvokeRoles != nil {
-		for i, r := range *c.InvokeRoles {
-			if err := names.Check(fmt.Sprintf("config.invoke_roles[%d]", i), r); err != nil {
+	for field, roles := range map[string]*[]string{"invoke_roles": c.InvokeRoles, "resume_roles": c.ResumeRoles} {
+		if roles == nil {
+			continue
+		}
+		for i, r := range *roles {
+			if err := names.Check(fmt.Sprintf("config.%s[%d]", field, i), r); err != nil {
 				return err
 			}
 		}

@@ -33,6 +33,24 @@ func (f *Function) InvokeRoles() []string {
 	return c.InvokeRoles
 }
 
+// ResumeRoles returns the roles the revision's config allows to resume its runs' waits
+// besides those that may invoke it (its resume_roles), or nil: no list, or not a list, as
+// stepgate.may_resume reads it.
+func (f *Function) ResumeRoles() []string {
+	return resumeRoles(f.Config)
+}
+
+// resumeRoles is a config's resume_roles (see Function.ResumeRoles).
+func resumeRoles(config json.RawMessage) []string {
+	var c struct {
+		ResumeRoles []string `json:"resume_roles"`
+	}
+	if json.Unmarshal(config, &c) != nil {
+		return nil
+	}
+	return c.ResumeRoles
+}
+
 const functionColumns = `r.tenant, r.name, r.revision, r.url, r.config, r.created_at`
 
 // RegisterFunction stores a new revision of the function (1 for a new name, else the

@@ -79,10 +79,12 @@ const (
 	KindInvoke = "invoke"
 )
 
-// Error types of an invoke entry journaled without a child run.
+// Error types of an invoke entry journaled without a child run, and of a send refused.
 const (
-	ErrorTypeNotFound  = "not_found" // the function is not registered in the tenant
-	ErrorTypeForbidden = "forbidden" // its invoke_roles exclude the run's identity
+	ErrorTypeNotFound = "not_found" // the function (or the send's target run) is not in the tenant
+	// ErrorTypeForbidden: the function's invoke_roles exclude the run's identity; for a
+	// send, the target's invoke_roles and resume_roles do.
+	ErrorTypeForbidden = "forbidden"
 )
 
 // entryColumns are the columns an Entry is read from.

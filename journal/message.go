@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -13,8 +14,8 @@ import (
 // KindSend is the entry of a message a run sent (step.Send), checkpointed like a step:
 // its output is {"run_id", "topic", "id", "data"}, the message, stored in the target
 // run's mailbox in the checkpoint's transaction (SendFromRun). A message that could not
-// be sent is journaled too, with an error (ErrorTypeNotFound, ErrorTypeFinished,
-// ErrorTypeLimit) and no output, so that a replay takes the path the run took.
+// be sent is journaled too, with an error (ErrorTypeNotFound, ErrorTypeForbidden,
+// ErrorTypeFinished, ErrorTypeLimit) and no output, so that a replay takes the path the run took.
 const KindSend = "send"
 
 // KindReceive is the entry of a run's receive (Receive), journaled when the receive
@@ -35,6 +36,44 @@ const MaxUnconsumedMessages = 1000
 
 // ErrMailboxFull: the target run holds MaxUnconsumedMessages unconsumed messages.
 var ErrMailboxFull = errors.New("journal: mailbox full")
+
+// ErrResumeForbidden: the sender of a message may not resume the target run (its
+// revision's invoke_roles and resume_roles exclude the sender).
+var ErrResumeForbidden = errors.New("journal: the function's invoke_roles and resume_roles exclude the sender")
+
+// ResumeForbiddenError is ErrResumeForbidden with the roles the target's revision allows.
+type ResumeForbiddenError struct {
+	RunID       string
+	Function    string
+	InvokeRoles []string
+	ResumeRoles []string
+	SenderRoles []string
+}
+
+func (e *ResumeForbiddenError) Error() string {
+	allowed := fmt.Sprintf("the roles that may invoke it (invoke_roles: %s) or admin", strings.Join(e.InvokeRoles, ", "))
+	if len(e.ResumeRoles) > 0 {
+		allowed = fmt.Sprintf("the roles that may invoke it (invoke_roles: %s), admin or its resume_roles (%s)",
+			strings.Join(e.InvokeRoles, ", "), strings.Join(e.ResumeRoles, ", "))
+	}
+	roles := "none"
+	if len(e.SenderRoles) > 0 {
+		roles = strings.Join(e.SenderRoles, ", ")
+	}
+	return fmt.Sprintf("run %s is a run of function %s, which takes messages only from %s; the sender's roles (%s) include none of them",
+		e.RunID, e.Function, allowed, roles)
+}
+
+// Unwrap makes errors.Is(err, ErrResumeForbidden) hold.
+func (e *ResumeForbiddenError) Unwrap() error { return ErrResumeForbidden }
+
+// resumeForbidden is the error of a sender with roles whom target's revision config
+// does not let resume it.
+func resumeForbidden(target, function string, config json.RawMessage, roles []string) *ResumeForbiddenError {
+	f := Function{Config: config}
+	return &ResumeForbiddenError{RunID: target, Function: function, InvokeRoles: f.InvokeRoles(),
+		ResumeRoles: f.ResumeRoles(), SenderRoles: roles}
+}
 
 // Message is a message sent to a run. Messages are immutable but for ConsumedSeq;
 // (RunID, ID) is unique.
@@ -94,16 +133,29 @@ type Sent struct {
 // the run's status, and stores nothing. It returns ErrNotFound when the tenant has no
 // such run, ErrFinished (with Sent.Status) when the run is completed, failed or
 // cancelled, and an error wrapping ErrMailboxFull when MaxUnconsumedMessages wait in its
-// mailbox.
+// mailbox. A sender whom the run's revision does not let resume it (its invoke_roles
+// and resume_roles: stepgate.may_resume) gets a *ResumeForbiddenError, whatever the
+// run's status and the message's id, and nothing is stored.
 func SendMessage(ctx context.Context, db DB, n NewMessage) (*Sent, error) {
 	var status Status
-	err := db.QueryRow(ctx, `SELECT status FROM stepgate.run WHERE id = $1 AND tenant = $2 FOR UPDATE`,
-		n.RunID, n.Tenant).Scan(&status)
+	var function string
+	var config json.RawMessage
+	var may bool
+	err := db.QueryRow(ctx, `
+		SELECT r.status, r.function, fr.config, stepgate.may_resume(fr.config, $3)
+		FROM stepgate.run r
+		JOIN stepgate.function_revision fr ON fr.tenant = r.tenant AND fr.name = r.function AND fr.revision = r.revision
+		WHERE r.id = $1 AND r.tenant = $2
+		FOR UPDATE OF r`,
+		n.RunID, n.Tenant, n.Identity).Scan(&status, &function, &config, &may)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("lock run %s: %w", n.RunID, err)
+	}
+	if !may {
+		return &Sent{Status: status}, resumeForbidden(n.RunID, function, config, n.Identity.Roles)
 	}
 	return deliver(ctx, db, n, status)
 }
@@ -262,7 +314,8 @@ func (r Receive) write(ctx context.Context, db DB, aw awaitWrite, f *Finished) e
 // are locked in one order (so two runs sending to each other do not deadlock), and only
 // a target of the sender's tenant is ever looked at.
 //
-// When the message cannot be sent (no such run in the tenant, a finished run, a full
+// When the message cannot be sent (no such run in the tenant, a target whose revision
+// does not let the run's identity resume it, as SendMessage, a finished run, a full
 // mailbox), e is journaled with that error instead of its output, nothing is stored, and
 // the error is returned as refused. A repeated checkpoint of a journaled send (same
 // seq, kind and name) returns what the first one journaled and sends nothing again.
@@ -279,14 +332,19 @@ func SendFromRun(ctx context.Context, db DB, runID string, invocation int, e Ent
 		return nil, nil, fmt.Errorf("load run %s: %w", runID, err)
 	}
 	type locked struct {
-		ID         string `db:"id"`
-		Status     Status `db:"status"`
-		Invocation int    `db:"invocation"`
+		ID         string          `db:"id"`
+		Status     Status          `db:"status"`
+		Invocation int             `db:"invocation"`
+		Function   string          `db:"function"`
+		Config     json.RawMessage `db:"config"`
+		MayResume  bool            `db:"may_resume"` // whether the sender's identity may resume it
 	}
 	rows, _ := db.Query(ctx, `
-		SELECT id::text, status, invocation FROM stepgate.run
-		WHERE id = ANY($1::uuid[]) AND tenant = $2 ORDER BY id FOR UPDATE`,
-		[]string{runID, m.RunID}, tenant)
+		SELECT r.id::text, r.status, r.invocation, r.function, fr.config, stepgate.may_resume(fr.config, $3) AS may_resume
+		FROM stepgate.run r
+		JOIN stepgate.function_revision fr ON fr.tenant = r.tenant AND fr.name = r.function AND fr.revision = r.revision
+		WHERE r.id = ANY($1::uuid[]) AND r.tenant = $2 ORDER BY r.id FOR UPDATE OF r`,
+		[]string{runID, m.RunID}, tenant, identity)
 	runs, err := pgx.CollectRows(rows, pgx.RowToStructByName[locked])
 	if err != nil {
 		return nil, nil, fmt.Errorf("lock runs %s and %s: %w", runID, m.RunID, err)
@@ -315,9 +373,13 @@ func SendFromRun(ctx context.Context, db DB, runID string, invocation int, e Ent
 		return nil, nil, err
 	}
 	m.Tenant, m.Identity, m.SourceRunID = tenant, identity, &runID
-	if target == nil {
+	switch {
+	case target == nil:
 		refused = &ErrorInfo{Type: ErrorTypeNotFound, Message: fmt.Sprintf("run %s is not a run of tenant %s", m.RunID, tenant)}
-	} else {
+	case !target.MayResume:
+		refused = &ErrorInfo{Type: ErrorTypeForbidden,
+			Message: resumeForbidden(m.RunID, target.Function, target.Config, identity.Roles).Error()}
+	default:
 		sent, err = deliver(ctx, db, m, target.Status)
 		switch {
 		case errors.Is(err, ErrFinished):

@@ -33,7 +33,9 @@ const MaxWaitShapes = 64
 //
 // An event stored since Since (the invocation's start) matches too, so an event that
 // arrived while the run was deciding to wait is not lost; one already journaled by
-// another wait of the run does not. Each wait is resumed at most once, by the first
+// another wait of the run does not. Only an event whose sender may resume the run
+// (stepgate.may_resume: the run's revision's invoke_roles and resume_roles, as
+// access.Identity.MayResume decides) resumes it, either way; the others leave it waiting. Each wait is resumed at most once, by the first
 // matching event, in that event's transaction (ResumeWaiters).
 type WaitEvent struct {
 	Seq     int
@@ -87,6 +89,9 @@ func (w WaitEvent) write(ctx context.Context, db DB, aw awaitWrite, f *Finished)
 			SELECT e.id, e.name, e.data, e.identity, e.created_at FROM stepgate.event e
 			WHERE e.tenant = @tenant AND e.name = @event AND e.created_at >= @since
 			  AND stepgate.match_key(@paths, jsonb_build_object('id', e.id, 'name', e.name, 'data', e.data)) = stepgate.match_of(@match)
+			  AND stepgate.may_resume((SELECT fr.config FROM stepgate.run r
+				JOIN stepgate.function_revision fr ON fr.tenant = r.tenant AND fr.name = r.function AND fr.revision = r.revision
+				WHERE r.id = @run_id), e.identity)
 			  AND NOT EXISTS (SELECT 1 FROM stepgate.journal_entry j
 				WHERE j.run_id = @run_id AND ((j.kind = '`+KindWaitEvent+`' AND j.output->'event'->>'id' = e.id)
 					OR (j.kind = '`+KindWaitAny+`' AND j.output->'output'->'event'->>'id' = e.id)))
@@ -165,7 +170,8 @@ func dueNow(ctx context.Context, db DB, runID string, f *Finished) error {
 	return nil
 }
 
-// ResumeWaiters resumes the runs of ev's tenant that wait for ev (WaitEvent): for each,
+// ResumeWaiters resumes the runs of ev's tenant that wait for ev (WaitEvent) and whose
+// revision lets ev's sender resume them (stepgate.may_resume): for each,
 // in db (the transaction that stored ev), it journals ev at the wait's seq, deletes the
 // wait and makes the run due now. It returns the runs resumed; the caller enqueues
 // their invocations in the same transaction. Finding them is one index probe per shape
@@ -217,8 +223,12 @@ const resumeWaitersSQL = `
 		), woken AS (
 			-- The run's row lock first, as a claim takes it before it deletes a wait
 			-- that timed out: the two never wait for each other in a cycle.
-			UPDATE stepgate.run r SET wake_at = now() FROM cand
+			-- A run is resumed only by a sender who may resume it (its revision's
+			-- invoke_roles and resume_roles); the others leave it waiting.
+			UPDATE stepgate.run r SET wake_at = now() FROM cand, stepgate.function_revision fr
 			WHERE r.id = cand.run_id AND r.tenant = @tenant AND r.status = 'suspended'
+			  AND fr.tenant = r.tenant AND fr.name = r.function AND fr.revision = r.revision
+			  AND stepgate.may_resume(fr.config, (SELECT e.identity FROM stepgate.event e WHERE e.tenant = @tenant AND e.id = @id))
 			RETURNING r.id, r.invocation, cand.seq, cand.alt, cand.name
 		), gone AS (
 			-- Only a wait this statement deletes is resumed: one that a concurrent

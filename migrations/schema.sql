@@ -243,6 +243,19 @@ CREATE FUNCTION stepgate.may_invoke(config jsonb, checked boolean, roles text[])
 $$;
 
 --
+-- Name: may_resume(jsonb, jsonb); Type: FUNCTION; Schema: stepgate; Owner: -
+--
+
+CREATE FUNCTION stepgate.may_resume(config jsonb, identity jsonb) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT stepgate.may_invoke(config, NOT (roles @> ARRAY['admin']), roles)
+        OR coalesce(jsonb_typeof(config->'resume_roles') = 'array' AND config->'resume_roles' ?| roles, false)
+    FROM (SELECT ARRAY(SELECT jsonb_array_elements_text(
+        CASE WHEN jsonb_typeof(identity->'roles') = 'array' THEN identity->'roles' ELSE '[]' END)) AS roles) sender
+$$;
+
+--
 -- Name: notify_run_event(); Type: FUNCTION; Schema: stepgate; Owner: -
 --
 
@@ -2362,6 +2375,13 @@ GRANT ALL ON FUNCTION stepgate.match_scalar(v jsonb) TO stepgate_system;
 
 GRANT ALL ON FUNCTION stepgate.may_invoke(config jsonb, checked boolean, roles text[]) TO stepgate_app;
 GRANT ALL ON FUNCTION stepgate.may_invoke(config jsonb, checked boolean, roles text[]) TO stepgate_system;
+
+--
+-- Name: FUNCTION may_resume(config jsonb, identity jsonb); Type: ACL; Schema: stepgate; Owner: -
+--
+
+GRANT ALL ON FUNCTION stepgate.may_resume(config jsonb, identity jsonb) TO stepgate_app;
+GRANT ALL ON FUNCTION stepgate.may_resume(config jsonb, identity jsonb) TO stepgate_system;
 
 --
 -- Name: FUNCTION wait_kind(alt smallint, kind text); Type: ACL; Schema: stepgate; Owner: -

@@ -654,7 +654,7 @@ type Checkpoint struct {
 // CheckpointAck defines model for CheckpointAck.
 type CheckpointAck struct {
 	// Error A `send` whose message could not be sent: the entry is journaled with this
-	// error (`not_found`, `finished`, `limit_exceeded`) and nothing was sent.
+	// error (`not_found`, `forbidden`, `finished`, `limit_exceeded`) and nothing was sent.
 	Error *ErrorInfo `json:"error,omitempty"`
 
 	// Output The entry's output as the gateway journaled it, when the gateway made it: a `callback`'s `{url, token, expires_at}`.
@@ -762,7 +762,7 @@ type EventSend struct {
 	// Data Any JSON value, kept byte for byte.
 	Data *AnyJSON `json:"data,omitempty"`
 
-	// ID The deduplication key, per tenant. Defaults to a new UUID.
+	// ID The deduplication key, per tenant. Defaults to a new UUID. The form `<run id>:<seq>` is reserved for runs' events (a 400).
 	ID   *string `json:"id,omitempty"`
 	Name string  `json:"name"`
 }
@@ -808,7 +808,15 @@ type FunctionConfig struct {
 	Debounce *DebounceConfig `json:"debounce,omitempty"`
 
 	// InvokeRoles When set, only tokens with one of these roles (or `admin`) may start runs of
-	// this function, besides needing `runs:invoke`.
+	// this function, besides needing `runs:invoke`. They also decide who may resume
+	// its runs' waits: an event (`wait_event`, an event alternative of `wait_any`)
+	// resumes a run of this function only when its sender (a token, or a run acting
+	// with its own identity) has one of these roles, `admin`, or one of
+	// `resume_roles`; an event from anyone else is stored, starts what its triggers
+	// allow, and leaves the run waiting (`resumed` does not list it). A message to a
+	// run of this function from anyone else is refused: a 403 naming the roles, or
+	// for a run's `send`, the entry's error of type `forbidden`. Callbacks are not
+	// checked: a callback's token is a capability that whoever holds it may use.
 	InvokeRoles *[]string `json:"invoke_roles,omitempty"`
 
 	// MaxInvocationDuration The longest one invocation may run before the SDK suspends the run at the next
@@ -830,6 +838,14 @@ type FunctionConfig struct {
 	// start is skipped, and the event's `skipped` names it (Inngest `rateLimit`).
 	// `max_queue` does not apply.
 	RateLimit *RateConfig `json:"rate_limit,omitempty"`
+
+	// ResumeRoles Roles that may resume the waits of this function's runs (by an event or a
+	// message; see `invoke_roles`) besides those that may start them: for a
+	// function whose `invoke_roles` restrict who starts it, but that waits for
+	// events or messages from other senders (a webhook's token, another team's
+	// runs). It never restricts: without `invoke_roles` anyone of the tenant may
+	// resume, as anyone may start. At most 100 roles, each a name.
+	ResumeRoles *[]string `json:"resume_roles,omitempty"`
 
 	// Retention How long this function's finished runs (with their journals, streams and
 	// messages) are kept, from 1m to 10 years; the gateway's `STEPGATE_RETENTION`
@@ -1109,7 +1125,9 @@ type InvokeCall struct {
 // `started_at` is when the child run was created. An event (checkpointed like a
 // step, named after the event) has `output` `{name, data, id}`: the event the run
 // sent, stored with the run's identity in the checkpoint's transaction; `id`
-// defaults to `<run id>:<seq>`, so a repeated checkpoint sends nothing twice. A
+// defaults to `<run id>:<seq>`, so a repeated checkpoint sends nothing twice (an
+// `id` of that form other than this entry's own is a 400: the form is reserved,
+// and the API refuses it too, so no one claims a run's event id before it). A
 // `wait_event` (journaled by the gateway when the wait ends; never checkpointed)
 // has `output` `{"event": {id, name, data, identity, created_at}}`, the event that
 // resumed the run with its sender's identity, or `{"timed_out": true}`. A value
@@ -1124,10 +1142,13 @@ type InvokeCall struct {
 // to the run `run_id` of the same tenant, stored in its mailbox with this run's
 // identity in the checkpoint's transaction. `topic` is 1 to 255 bytes; `id`
 // deduplicates the target's messages and defaults to `<run id>:<seq>`, so a
-// repeated checkpoint sends nothing twice. A message that cannot be sent is
+// repeated checkpoint sends nothing twice (an `id` of that form other than this
+// entry's own is a 400, as for an event). A message that cannot be sent is
 // journaled with an `error` instead of the output, and the checkpoint's answer
 // (200) carries that error: `not_found` (no such run in the tenant: a run of
-// another tenant is never looked at), `finished` (the target is completed, failed
+// another tenant is never looked at), `forbidden` (the target's function lets this
+// run's identity neither invoke it, `invoke_roles`, nor resume it, `resume_roles`),
+// `finished` (the target is completed, failed
 // or cancelled), `limit_exceeded` (1000 messages wait in its mailbox). A replay
 // returns the same error, so the function takes the same path.
 //
@@ -1228,7 +1249,7 @@ type MessageSend struct {
 	// Data Any JSON value, kept byte for byte.
 	Data *AnyJSON `json:"data,omitempty"`
 
-	// ID The deduplication key, per target run. Defaults to a new UUID.
+	// ID The deduplication key, per target run. Defaults to a new UUID. The form `<run id>:<seq>` is reserved for runs' messages (a 400).
 	ID *string `json:"id,omitempty"`
 
 	// Topic What the run's `receive` awaits: 1 to 255 bytes.
@@ -2103,12 +2124,16 @@ type ClientInterface interface {
 	//
 	// `id` deduplicates (per tenant): an event with the `id` of one already sent
 	// answers that first event, with `duplicate`, and starts nothing. Without `id` the
-	// gateway makes one.
+	// gateway makes one. An `id` of the form `<run id>:<seq>` (a UUID, a colon, digits)
+	// is a 400: that form is reserved for the events runs send, so that no one can
+	// send a run's event before it does.
 	//
 	// The event also resumes every run of the tenant that waits for it (a `wait_event`
 	// await whose `event` is this name and whose `match` its fields hold), in the same
 	// transaction: each such run's wait is journaled with this event and the run is
-	// invoked again (`resumed`). A duplicate resumes nothing. A wait sees only events
+	// invoked again (`resumed`), unless the run's function lets the caller neither
+	// invoke it (`invoke_roles`) nor resume it (`resume_roles`): such a run goes on
+	// waiting. A duplicate resumes nothing. A wait sees only events
 	// stored after the invocation that reached it began: an event is not kept for a run
 	// that waits for it later. To start a run and then send it something, post a
 	// message to it (`POST /v1/runs/{id}/messages`), which its mailbox keeps.
@@ -2127,12 +2152,16 @@ type ClientInterface interface {
 	//
 	// `id` deduplicates (per tenant): an event with the `id` of one already sent
 	// answers that first event, with `duplicate`, and starts nothing. Without `id` the
-	// gateway makes one.
+	// gateway makes one. An `id` of the form `<run id>:<seq>` (a UUID, a colon, digits)
+	// is a 400: that form is reserved for the events runs send, so that no one can
+	// send a run's event before it does.
 	//
 	// The event also resumes every run of the tenant that waits for it (a `wait_event`
 	// await whose `event` is this name and whose `match` its fields hold), in the same
 	// transaction: each such run's wait is journaled with this event and the run is
-	// invoked again (`resumed`). A duplicate resumes nothing. A wait sees only events
+	// invoked again (`resumed`), unless the run's function lets the caller neither
+	// invoke it (`invoke_roles`) nor resume it (`resume_roles`): such a run goes on
+	// waiting. A duplicate resumes nothing. A wait sees only events
 	// stored after the invocation that reached it began: an event is not kept for a run
 	// that waits for it later. To start a run and then send it something, post a
 	// message to it (`POST /v1/runs/{id}/messages`), which its mailbox keeps.
@@ -2492,9 +2521,15 @@ type ClientInterface interface {
 	// it moves a run no further than an event that resumes a `wait_event` can; it needs
 	// no power over the run itself (`runs:manage` cancels).
 	//
+	// The run's function decides who may send it messages, as who may resume its
+	// waits: a caller whom its revision's `invoke_roles` exclude, and who has none of
+	// its `resume_roles`, is refused, 403 naming the roles (whatever the run's status).
+	//
 	// `id` deduplicates per run: a message with the `id` of one already sent to this run
 	// answers that first message, with `duplicate`, and stores nothing (also once the
-	// run has finished). Without `id` the gateway makes one. A run that has finished
+	// run has finished). Without `id` the gateway makes one. An `id` of the form
+	// `<run id>:<seq>` (a UUID, a colon, digits) is a 400: that form is reserved for
+	// the messages runs send. A run that has finished
 	// (completed, failed or cancelled) takes no messages: 409, naming its status. A
 	// mailbox holds at most 1000 messages not yet received: past that a send is a 429.
 	//
@@ -2517,9 +2552,15 @@ type ClientInterface interface {
 	// it moves a run no further than an event that resumes a `wait_event` can; it needs
 	// no power over the run itself (`runs:manage` cancels).
 	//
+	// The run's function decides who may send it messages, as who may resume its
+	// waits: a caller whom its revision's `invoke_roles` exclude, and who has none of
+	// its `resume_roles`, is refused, 403 naming the roles (whatever the run's status).
+	//
 	// `id` deduplicates per run: a message with the `id` of one already sent to this run
 	// answers that first message, with `duplicate`, and stores nothing (also once the
-	// run has finished). Without `id` the gateway makes one. A run that has finished
+	// run has finished). Without `id` the gateway makes one. An `id` of the form
+	// `<run id>:<seq>` (a UUID, a colon, digits) is a 400: that form is reserved for
+	// the messages runs send. A run that has finished
 	// (completed, failed or cancelled) takes no messages: 409, naming its status. A
 	// mailbox holds at most 1000 messages not yet received: past that a send is a 429.
 	//
@@ -2952,12 +2993,16 @@ func (c *Client) ListEvents(ctx context.Context, params *ListEventsParams, reqEd
 //
 // `id` deduplicates (per tenant): an event with the `id` of one already sent
 // answers that first event, with `duplicate`, and starts nothing. Without `id` the
-// gateway makes one.
+// gateway makes one. An `id` of the form `<run id>:<seq>` (a UUID, a colon, digits)
+// is a 400: that form is reserved for the events runs send, so that no one can
+// send a run's event before it does.
 //
 // The event also resumes every run of the tenant that waits for it (a `wait_event`
 // await whose `event` is this name and whose `match` its fields hold), in the same
 // transaction: each such run's wait is journaled with this event and the run is
-// invoked again (`resumed`). A duplicate resumes nothing. A wait sees only events
+// invoked again (`resumed`), unless the run's function lets the caller neither
+// invoke it (`invoke_roles`) nor resume it (`resume_roles`): such a run goes on
+// waiting. A duplicate resumes nothing. A wait sees only events
 // stored after the invocation that reached it began: an event is not kept for a run
 // that waits for it later. To start a run and then send it something, post a
 // message to it (`POST /v1/runs/{id}/messages`), which its mailbox keeps.
@@ -2986,12 +3031,16 @@ func (c *Client) SendEventWithBody(ctx context.Context, contentType string, body
 //
 // `id` deduplicates (per tenant): an event with the `id` of one already sent
 // answers that first event, with `duplicate`, and starts nothing. Without `id` the
-// gateway makes one.
+// gateway makes one. An `id` of the form `<run id>:<seq>` (a UUID, a colon, digits)
+// is a 400: that form is reserved for the events runs send, so that no one can
+// send a run's event before it does.
 //
 // The event also resumes every run of the tenant that waits for it (a `wait_event`
 // await whose `event` is this name and whose `match` its fields hold), in the same
 // transaction: each such run's wait is journaled with this event and the run is
-// invoked again (`resumed`). A duplicate resumes nothing. A wait sees only events
+// invoked again (`resumed`), unless the run's function lets the caller neither
+// invoke it (`invoke_roles`) nor resume it (`resume_roles`): such a run goes on
+// waiting. A duplicate resumes nothing. A wait sees only events
 // stored after the invocation that reached it began: an event is not kept for a run
 // that waits for it later. To start a run and then send it something, post a
 // message to it (`POST /v1/runs/{id}/messages`), which its mailbox keeps.
@@ -3591,9 +3640,15 @@ func (c *Client) CheckpointStream(ctx context.Context, id RunID, body Checkpoint
 // it moves a run no further than an event that resumes a `wait_event` can; it needs
 // no power over the run itself (`runs:manage` cancels).
 //
+// The run's function decides who may send it messages, as who may resume its
+// waits: a caller whom its revision's `invoke_roles` exclude, and who has none of
+// its `resume_roles`, is refused, 403 naming the roles (whatever the run's status).
+//
 // `id` deduplicates per run: a message with the `id` of one already sent to this run
 // answers that first message, with `duplicate`, and stores nothing (also once the
-// run has finished). Without `id` the gateway makes one. A run that has finished
+// run has finished). Without `id` the gateway makes one. An `id` of the form
+// `<run id>:<seq>` (a UUID, a colon, digits) is a 400: that form is reserved for
+// the messages runs send. A run that has finished
 // (completed, failed or cancelled) takes no messages: 409, naming its status. A
 // mailbox holds at most 1000 messages not yet received: past that a send is a 429.
 //
@@ -3626,9 +3681,15 @@ func (c *Client) SendMessageWithBody(ctx context.Context, id RunID, contentType 
 // it moves a run no further than an event that resumes a `wait_event` can; it needs
 // no power over the run itself (`runs:manage` cancels).
 //
+// The run's function decides who may send it messages, as who may resume its
+// waits: a caller whom its revision's `invoke_roles` exclude, and who has none of
+// its `resume_roles`, is refused, 403 naming the roles (whatever the run's status).
+//
 // `id` deduplicates per run: a message with the `id` of one already sent to this run
 // answers that first message, with `duplicate`, and stores nothing (also once the
-// run has finished). Without `id` the gateway makes one. A run that has finished
+// run has finished). Without `id` the gateway makes one. An `id` of the form
+// `<run id>:<seq>` (a UUID, a colon, digits) is a 400: that form is reserved for
+// the messages runs send. A run that has finished
 // (completed, failed or cancelled) takes no messages: 409, naming its status. A
 // mailbox holds at most 1000 messages not yet received: past that a send is a 429.
 //
@@ -6137,12 +6198,16 @@ type ClientWithResponsesInterface interface {
 	//
 	// `id` deduplicates (per tenant): an event with the `id` of one already sent
 	// answers that first event, with `duplicate`, and starts nothing. Without `id` the
-	// gateway makes one.
+	// gateway makes one. An `id` of the form `<run id>:<seq>` (a UUID, a colon, digits)
+	// is a 400: that form is reserved for the events runs send, so that no one can
+	// send a run's event before it does.
 	//
 	// The event also resumes every run of the tenant that waits for it (a `wait_event`
 	// await whose `event` is this name and whose `match` its fields hold), in the same
 	// transaction: each such run's wait is journaled with this event and the run is
-	// invoked again (`resumed`). A duplicate resumes nothing. A wait sees only events
+	// invoked again (`resumed`), unless the run's function lets the caller neither
+	// invoke it (`invoke_roles`) nor resume it (`resume_roles`): such a run goes on
+	// waiting. A duplicate resumes nothing. A wait sees only events
 	// stored after the invocation that reached it began: an event is not kept for a run
 	// that waits for it later. To start a run and then send it something, post a
 	// message to it (`POST /v1/runs/{id}/messages`), which its mailbox keeps.
@@ -6161,12 +6226,16 @@ type ClientWithResponsesInterface interface {
 	//
 	// `id` deduplicates (per tenant): an event with the `id` of one already sent
 	// answers that first event, with `duplicate`, and starts nothing. Without `id` the
-	// gateway makes one.
+	// gateway makes one. An `id` of the form `<run id>:<seq>` (a UUID, a colon, digits)
+	// is a 400: that form is reserved for the events runs send, so that no one can
+	// send a run's event before it does.
 	//
 	// The event also resumes every run of the tenant that waits for it (a `wait_event`
 	// await whose `event` is this name and whose `match` its fields hold), in the same
 	// transaction: each such run's wait is journaled with this event and the run is
-	// invoked again (`resumed`). A duplicate resumes nothing. A wait sees only events
+	// invoked again (`resumed`), unless the run's function lets the caller neither
+	// invoke it (`invoke_roles`) nor resume it (`resume_roles`): such a run goes on
+	// waiting. A duplicate resumes nothing. A wait sees only events
 	// stored after the invocation that reached it began: an event is not kept for a run
 	// that waits for it later. To start a run and then send it something, post a
 	// message to it (`POST /v1/runs/{id}/messages`), which its mailbox keeps.
@@ -6544,9 +6613,15 @@ type ClientWithResponsesInterface interface {
 	// it moves a run no further than an event that resumes a `wait_event` can; it needs
 	// no power over the run itself (`runs:manage` cancels).
 	//
+	// The run's function decides who may send it messages, as who may resume its
+	// waits: a caller whom its revision's `invoke_roles` exclude, and who has none of
+	// its `resume_roles`, is refused, 403 naming the roles (whatever the run's status).
+	//
 	// `id` deduplicates per run: a message with the `id` of one already sent to this run
 	// answers that first message, with `duplicate`, and stores nothing (also once the
-	// run has finished). Without `id` the gateway makes one. A run that has finished
+	// run has finished). Without `id` the gateway makes one. An `id` of the form
+	// `<run id>:<seq>` (a UUID, a colon, digits) is a 400: that form is reserved for
+	// the messages runs send. A run that has finished
 	// (completed, failed or cancelled) takes no messages: 409, naming its status. A
 	// mailbox holds at most 1000 messages not yet received: past that a send is a 429.
 	//
@@ -6569,9 +6644,15 @@ type ClientWithResponsesInterface interface {
 	// it moves a run no further than an event that resumes a `wait_event` can; it needs
 	// no power over the run itself (`runs:manage` cancels).
 	//
+	// The run's function decides who may send it messages, as who may resume its
+	// waits: a caller whom its revision's `invoke_roles` exclude, and who has none of
+	// its `resume_roles`, is refused, 403 naming the roles (whatever the run's status).
+	//
 	// `id` deduplicates per run: a message with the `id` of one already sent to this run
 	// answers that first message, with `duplicate`, and stores nothing (also once the
-	// run has finished). Without `id` the gateway makes one. A run that has finished
+	// run has finished). Without `id` the gateway makes one. An `id` of the form
+	// `<run id>:<seq>` (a UUID, a colon, digits) is a 400: that form is reserved for
+	// the messages runs send. A run that has finished
 	// (completed, failed or cancelled) takes no messages: 409, naming its status. A
 	// mailbox holds at most 1000 messages not yet received: past that a send is a 429.
 	//
@@ -9578,12 +9659,16 @@ func (c *ClientWithResponses) ListEventsWithResponse(ctx context.Context, params
 //
 // `id` deduplicates (per tenant): an event with the `id` of one already sent
 // answers that first event, with `duplicate`, and starts nothing. Without `id` the
-// gateway makes one.
+// gateway makes one. An `id` of the form `<run id>:<seq>` (a UUID, a colon, digits)
+// is a 400: that form is reserved for the events runs send, so that no one can
+// send a run's event before it does.
 //
 // The event also resumes every run of the tenant that waits for it (a `wait_event`
 // await whose `event` is this name and whose `match` its fields hold), in the same
 // transaction: each such run's wait is journaled with this event and the run is
-// invoked again (`resumed`). A duplicate resumes nothing. A wait sees only events
+// invoked again (`resumed`), unless the run's function lets the caller neither
+// invoke it (`invoke_roles`) nor resume it (`resume_roles`): such a run goes on
+// waiting. A duplicate resumes nothing. A wait sees only events
 // stored after the invocation that reached it began: an event is not kept for a run
 // that waits for it later. To start a run and then send it something, post a
 // message to it (`POST /v1/runs/{id}/messages`), which its mailbox keeps.
@@ -9608,12 +9693,16 @@ func (c *ClientWithResponses) SendEventWithBodyWithResponse(ctx context.Context,
 //
 // `id` deduplicates (per tenant): an event with the `id` of one already sent
 // answers that first event, with `duplicate`, and starts nothing. Without `id` the
-// gateway makes one.
+// gateway makes one. An `id` of the form `<run id>:<seq>` (a UUID, a colon, digits)
+// is a 400: that form is reserved for the events runs send, so that no one can
+// send a run's event before it does.
 //
 // The event also resumes every run of the tenant that waits for it (a `wait_event`
 // await whose `event` is this name and whose `match` its fields hold), in the same
 // transaction: each such run's wait is journaled with this event and the run is
-// invoked again (`resumed`). A duplicate resumes nothing. A wait sees only events
+// invoked again (`resumed`), unless the run's function lets the caller neither
+// invoke it (`invoke_roles`) nor resume it (`resume_roles`): such a run goes on
+// waiting. A duplicate resumes nothing. A wait sees only events
 // stored after the invocation that reached it began: an event is not kept for a run
 // that waits for it later. To start a run and then send it something, post a
 // message to it (`POST /v1/runs/{id}/messages`), which its mailbox keeps.
@@ -10135,9 +10224,15 @@ func (c *ClientWithResponses) CheckpointStreamWithResponse(ctx context.Context, 
 // it moves a run no further than an event that resumes a `wait_event` can; it needs
 // no power over the run itself (`runs:manage` cancels).
 //
+// The run's function decides who may send it messages, as who may resume its
+// waits: a caller whom its revision's `invoke_roles` exclude, and who has none of
+// its `resume_roles`, is refused, 403 naming the roles (whatever the run's status).
+//
 // `id` deduplicates per run: a message with the `id` of one already sent to this run
 // answers that first message, with `duplicate`, and stores nothing (also once the
-// run has finished). Without `id` the gateway makes one. A run that has finished
+// run has finished). Without `id` the gateway makes one. An `id` of the form
+// `<run id>:<seq>` (a UUID, a colon, digits) is a 400: that form is reserved for
+// the messages runs send. A run that has finished
 // (completed, failed or cancelled) takes no messages: 409, naming its status. A
 // mailbox holds at most 1000 messages not yet received: past that a send is a 429.
 //
@@ -10166,9 +10261,15 @@ func (c *ClientWithResponses) SendMessageWithBodyWithResponse(ctx context.Contex
 // it moves a run no further than an event that resumes a `wait_event` can; it needs
 // no power over the run itself (`runs:manage` cancels).
 //
+// The run's function decides who may send it messages, as who may resume its
+// waits: a caller whom its revision's `invoke_roles` exclude, and who has none of
+// its `resume_roles`, is refused, 403 naming the roles (whatever the run's status).
+//
 // `id` deduplicates per run: a message with the `id` of one already sent to this run
 // answers that first message, with `duplicate`, and stores nothing (also once the
-// run has finished). Without `id` the gateway makes one. A run that has finished
+// run has finished). Without `id` the gateway makes one. An `id` of the form
+// `<run id>:<seq>` (a UUID, a colon, digits) is a 400: that form is reserved for
+// the messages runs send. A run that has finished
 // (completed, failed or cancelled) takes no messages: 409, naming its status. A
 // mailbox holds at most 1000 messages not yet received: past that a send is a 429.
 //

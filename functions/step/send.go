@@ -30,9 +30,10 @@ const (
 //
 // A message that cannot be sent is journaled as such and returned, now and on every
 // replay, as an [*Error] of type [ErrorTypeNotFound] (no run runID in this run's tenant;
-// another tenant's runs are never looked at), [ErrorTypeFinished] (the target has
-// finished) or [ErrorTypeLimit] (its mailbox is full); the function may handle it and go
-// on.
+// another tenant's runs are never looked at), [ErrorTypeForbidden] (the target's
+// function lets this run's identity neither invoke it nor resume it: its invoke_roles
+// and resume_roles), [ErrorTypeFinished] (the target has finished) or [ErrorTypeLimit]
+// (its mailbox is full); the function may handle it and go on.
 //
 // topic must be 1 to 255 bytes and runID a run id (a UUID); otherwise, or when data does
 // not encode as JSON, it returns a non-retryable error without taking a seq. It returns

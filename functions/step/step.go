@@ -93,7 +93,7 @@ const (
 // was cancelled has its own error's type ("cancelled" for a cancellation).
 const (
 	ErrorTypeNotFound  = "not_found" // the function is not registered in the run's tenant
-	ErrorTypeForbidden = "forbidden" // its invoke_roles exclude the run's identity
+	ErrorTypeForbidden = "forbidden" // its invoke_roles exclude the run's identity (for a send: the target's, and its resume_roles)
 )
 
 // Error is the final failure of a step, returned by [Run] both when the last attempt

@@ -6,7 +6,7 @@ export const ErrorType = {
   nonRetryable: "non_retryable",
   /** An invoked function is not registered in the run's tenant. */
   notFound: "not_found",
-  /** An invoked function's invoke_roles exclude the run's identity. */
+  /** An invoked function's invoke_roles exclude the run's identity; for send, the target's and its resume_roles. */
   forbidden: "forbidden",
   /** A callback was rejected. */
   rejected: "rejected",

@@ -90,8 +90,16 @@ export interface FunctionOptions<In> {
   runTimeout?: Duration;
   /** How long finished runs are kept. */
   retention?: Duration;
-  /** A caller needs one of these roles (or admin) to start runs. */
+  /**
+   * A caller needs one of these roles (or admin) to start runs, and to resume their waits
+   * (an event, a message) unless it has one of resumeRoles.
+   */
   invokeRoles?: string[];
+  /**
+   * Roles that may also resume the runs' waits (waitForEvent, receive): an event from any
+   * other sender leaves a run waiting, and its messages are refused. Never restricts.
+   */
+  resumeRoles?: string[];
   /** Events whose arrival starts a run, with the event's data as input. */
   onEvent?: string[];
   /** At most limit runs at once, per value of key when given (e.g. "input.customer_id"). */
@@ -147,6 +155,7 @@ export function createFunction<In = unknown, Out = unknown>(
   if (opts.runTimeout !== undefined) c.run_timeout = toGo(opts.runTimeout, "runTimeout");
   if (opts.retention !== undefined) c.retention = toGo(opts.retention, "retention");
   if (opts.invokeRoles) c.invoke_roles = [...opts.invokeRoles];
+  if (opts.resumeRoles) c.resume_roles = [...opts.resumeRoles];
   if (opts.onEvent) c.triggers = opts.onEvent.map((event) => ({ event }));
   if (opts.concurrency) c.concurrency = opts.concurrency.map((l) => (l.key ? { limit: l.limit, key: l.key } : { limit: l.limit }));
   if (opts.priority !== undefined) c.priority = opts.priority;

@@ -342,9 +342,15 @@ export interface paths {
          *     it moves a run no further than an event that resumes a `wait_event` can; it needs
          *     no power over the run itself (`runs:manage` cancels).
          *
+         *     The run's function decides who may send it messages, as who may resume its
+         *     waits: a caller whom its revision's `invoke_roles` exclude, and who has none of
+         *     its `resume_roles`, is refused, 403 naming the roles (whatever the run's status).
+         *
          *     `id` deduplicates per run: a message with the `id` of one already sent to this run
          *     answers that first message, with `duplicate`, and stores nothing (also once the
-         *     run has finished). Without `id` the gateway makes one. A run that has finished
+         *     run has finished). Without `id` the gateway makes one. An `id` of the form
+         *     `<run id>:<seq>` (a UUID, a colon, digits) is a 400: that form is reserved for
+         *     the messages runs send. A run that has finished
          *     (completed, failed or cancelled) takes no messages: 409, naming its status. A
          *     mailbox holds at most 1000 messages not yet received: past that a send is a 429.
          */
@@ -597,12 +603,16 @@ export interface paths {
          *
          *     `id` deduplicates (per tenant): an event with the `id` of one already sent
          *     answers that first event, with `duplicate`, and starts nothing. Without `id` the
-         *     gateway makes one.
+         *     gateway makes one. An `id` of the form `<run id>:<seq>` (a UUID, a colon, digits)
+         *     is a 400: that form is reserved for the events runs send, so that no one can
+         *     send a run's event before it does.
          *
          *     The event also resumes every run of the tenant that waits for it (a `wait_event`
          *     await whose `event` is this name and whose `match` its fields hold), in the same
          *     transaction: each such run's wait is journaled with this event and the run is
-         *     invoked again (`resumed`). A duplicate resumes nothing. A wait sees only events
+         *     invoked again (`resumed`), unless the run's function lets the caller neither
+         *     invoke it (`invoke_roles`) nor resume it (`resume_roles`): such a run goes on
+         *     waiting. A duplicate resumes nothing. A wait sees only events
          *     stored after the invocation that reached it began: an event is not kept for a run
          *     that waits for it later. To start a run and then send it something, post a
          *     message to it (`POST /v1/runs/{id}/messages`), which its mailbox keeps.
@@ -1001,9 +1011,26 @@ export interface components {
             retries?: components["schemas"]["RetryPolicy"];
             /**
              * @description When set, only tokens with one of these roles (or `admin`) may start runs of
-             *     this function, besides needing `runs:invoke`.
+             *     this function, besides needing `runs:invoke`. They also decide who may resume
+             *     its runs' waits: an event (`wait_event`, an event alternative of `wait_any`)
+             *     resumes a run of this function only when its sender (a token, or a run acting
+             *     with its own identity) has one of these roles, `admin`, or one of
+             *     `resume_roles`; an event from anyone else is stored, starts what its triggers
+             *     allow, and leaves the run waiting (`resumed` does not list it). A message to a
+             *     run of this function from anyone else is refused: a 403 naming the roles, or
+             *     for a run's `send`, the entry's error of type `forbidden`. Callbacks are not
+             *     checked: a callback's token is a capability that whoever holds it may use.
              */
             invoke_roles?: string[];
+            /**
+             * @description Roles that may resume the waits of this function's runs (by an event or a
+             *     message; see `invoke_roles`) besides those that may start them: for a
+             *     function whose `invoke_roles` restrict who starts it, but that waits for
+             *     events or messages from other senders (a webhook's token, another team's
+             *     runs). It never restricts: without `invoke_roles` anyone of the tenant may
+             *     resume, as anyone may start. At most 100 roles, each a name.
+             */
+            resume_roles?: string[];
             /**
              * @description Events that start a run of this function, with the event's `data` as input
              *     and the sender's identity.
@@ -1288,7 +1315,7 @@ export interface components {
         EventSend: {
             name: string;
             data?: components["schemas"]["AnyJSON"];
-            /** @description The deduplication key, per tenant. Defaults to a new UUID. */
+            /** @description The deduplication key, per tenant. Defaults to a new UUID. The form `<run id>:<seq>` is reserved for runs' events (a 400). */
             id?: string;
         };
         EventReceipt: {
@@ -1307,7 +1334,7 @@ export interface components {
             /** @description What the run's `receive` awaits: 1 to 255 bytes. */
             topic: string;
             data?: components["schemas"]["AnyJSON"];
-            /** @description The deduplication key, per target run. Defaults to a new UUID. */
+            /** @description The deduplication key, per target run. Defaults to a new UUID. The form `<run id>:<seq>` is reserved for runs' messages (a 400). */
             id?: string;
         };
         MessageReceipt: {
@@ -1480,7 +1507,9 @@ export interface components {
          *     `started_at` is when the child run was created. An event (checkpointed like a
          *     step, named after the event) has `output` `{name, data, id}`: the event the run
          *     sent, stored with the run's identity in the checkpoint's transaction; `id`
-         *     defaults to `<run id>:<seq>`, so a repeated checkpoint sends nothing twice. A
+         *     defaults to `<run id>:<seq>`, so a repeated checkpoint sends nothing twice (an
+         *     `id` of that form other than this entry's own is a 400: the form is reserved,
+         *     and the API refuses it too, so no one claims a run's event id before it). A
          *     `wait_event` (journaled by the gateway when the wait ends; never checkpointed)
          *     has `output` `{"event": {id, name, data, identity, created_at}}`, the event that
          *     resumed the run with its sender's identity, or `{"timed_out": true}`. A value
@@ -1496,10 +1525,13 @@ export interface components {
          *     to the run `run_id` of the same tenant, stored in its mailbox with this run's
          *     identity in the checkpoint's transaction. `topic` is 1 to 255 bytes; `id`
          *     deduplicates the target's messages and defaults to `<run id>:<seq>`, so a
-         *     repeated checkpoint sends nothing twice. A message that cannot be sent is
+         *     repeated checkpoint sends nothing twice (an `id` of that form other than this
+         *     entry's own is a 400, as for an event). A message that cannot be sent is
          *     journaled with an `error` instead of the output, and the checkpoint's answer
          *     (200) carries that error: `not_found` (no such run in the tenant: a run of
-         *     another tenant is never looked at), `finished` (the target is completed, failed
+         *     another tenant is never looked at), `forbidden` (the target's function lets this
+         *     run's identity neither invoke it, `invoke_roles`, nor resume it, `resume_roles`),
+         *     `finished` (the target is completed, failed
          *     or cancelled), `limit_exceeded` (1000 messages wait in its mailbox). A replay
          *     returns the same error, so the function takes the same path.
          *
@@ -1646,7 +1678,7 @@ export interface components {
             seq: number;
             /**
              * @description A `send` whose message could not be sent: the entry is journaled with this
-             *     error (`not_found`, `finished`, `limit_exceeded`) and nothing was sent.
+             *     error (`not_found`, `forbidden`, `finished`, `limit_exceeded`) and nothing was sent.
              */
             error?: components["schemas"]["ErrorInfo"];
             /** @description The entry's output as the gateway journaled it, when the gateway made it: a `callback`'s `{url, token, expires_at}`. */

@@ -520,7 +520,7 @@ export class Step {
 
   /**
    * Sends a message of topic with data to the run runId of the same tenant, once. A
-   * message that cannot be sent (type not_found, finished, limit_exceeded) throws a
+   * message that cannot be sent (type not_found, forbidden, finished, limit_exceeded) throws a
    * StepError, on replay too.
    */
   async send(topic: string, runId: string, data?: unknown): Promise<void> {
