@@ -72,13 +72,13 @@ go vet ./...
 step "go.mod is tidy (go mod tidy -diff)"
 go mod tidy -diff || die "go.mod or go.sum is not tidy (diff above): run 'go mod tidy' and commit the result"
 
-step "generated code is fresh (go generate ./protocol/... ./gateway/api/...)"
+step "generated code is fresh (go generate ./protocol/... ./gateway/api/... ./journal)"
 # Generate in place and compare with what was there before, in a git checkout or not,
 # committed or not. When stale, put the old files back so that this script never
 # changes the tree, and fail.
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-generated=(protocol gateway/api)
+generated=(protocol gateway/api journal/internal/dbsqlc)
 for dir in "${generated[@]}"; do
 	mkdir -p "$work/before/$(dirname "$dir")"
 	cp -a "$dir" "$work/before/$dir"
@@ -94,9 +94,9 @@ restore_generated() {
 		done < <(find "$work/before/$dir" -type f)
 	done
 }
-if ! go generate ./protocol/... ./gateway/api/...; then
+if ! go generate ./protocol/... ./gateway/api/... ./journal; then
 	restore_generated
-	die "go generate ./protocol/... ./gateway/api/... failed (above)"
+	die "go generate ./protocol/... ./gateway/api/... ./journal failed (above)"
 fi
 stale=
 for dir in "${generated[@]}"; do
@@ -105,7 +105,7 @@ done
 if [[ -n $stale ]]; then
 	cat "$work/diff"
 	restore_generated
-	die "the generated code is stale (diff above): run 'go generate ./protocol/... ./gateway/api/...' and commit the result"
+	die "the generated code is stale (diff above): run 'go generate ./protocol/... ./gateway/api/... ./journal' and commit the result"
 fi
 
 step "migrations/schema.sql is fresh (go generate ./migrations)"

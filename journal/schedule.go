@@ -9,35 +9,33 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
 // Schedule starts runs of a function on a cron expression, one run per tick, each
 // with the schedule's input and the identity of whoever put the schedule.
 type Schedule struct {
-	ID       string          `db:"id"`
-	Tenant   string          `db:"tenant"`
-	Name     string          `db:"name"`
-	Function string          `db:"function"`
-	Cron     string          `db:"cron"`
-	Timezone string          `db:"timezone"`
-	Input    json.RawMessage `db:"input"`
-	Identity Identity        `db:"identity"`
+	ID       string
+	Tenant   string
+	Name     string
+	Function string
+	Cron     string
+	Timezone string
+	Input    json.RawMessage
+	Identity Identity
 	// Generation counts the puts of the schedule: a tick of an older generation is
 	// stale and does nothing.
-	Generation int `db:"generation"`
+	Generation int
 	// Catchup and CatchupWindow say which ticks handled late start runs; see [Catchup].
-	Catchup       Catchup       `db:"catchup"`
-	CatchupWindow time.Duration `db:"catchup_window"`
-	NextAt        time.Time     `db:"next_at"` // The next tick, database clock.
-	LastTickAt    *time.Time    `db:"last_tick_at"`
-	LastRunID     *string       `db:"last_run_id"` // The run the last tick started, if it started one.
-	CreatedAt     time.Time     `db:"created_at"`
-	UpdatedAt     time.Time     `db:"updated_at"`
+	Catchup       Catchup
+	CatchupWindow time.Duration
+	NextAt        time.Time // The next tick, database clock.
+	LastTickAt    *time.Time
+	LastRunID     *string // The run the last tick started, if it started one.
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
 }
-
-const scheduleColumns = `id, tenant, name, function, cron, timezone, input, identity, generation,
-	catchup, catchup_window_ms * interval '1 millisecond' AS catchup_window,
-	next_at, last_tick_at, last_run_id, created_at, updated_at`
 
 // Catchup is a schedule's policy for its missed ticks. A tick handled at most the
 // schedule's catchup window after its time is on time and always starts its run,
@@ -83,52 +81,61 @@ type NewSchedule struct {
 // for it are stale. It returns the schedule and the database clock its first tick was
 // computed from.
 func PutSchedule(ctx context.Context, db DB, n NewSchedule) (*Schedule, time.Time, error) {
-	var clock time.Time
-	if err := db.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&clock); err != nil {
+	q := dbsqlc.New(db)
+	clock, err := q.Clock(ctx)
+	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("put schedule %s: read the clock: %w", n.Name, err)
 	}
 	next := n.Next(clock)
 	if next.IsZero() {
 		return nil, time.Time{}, fmt.Errorf("put schedule %s: %q has no next tick", n.Name, n.Cron)
 	}
-	rows, _ := db.Query(ctx, `
-		INSERT INTO stepgate.schedule AS s (id, tenant, name, function, cron, timezone, input, identity, next_at,
-			catchup, catchup_window_ms)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-		ON CONFLICT (tenant, name) DO UPDATE SET
-			function = excluded.function, cron = excluded.cron, timezone = excluded.timezone,
-			input = excluded.input, identity = excluded.identity, next_at = excluded.next_at,
-			catchup = excluded.catchup, catchup_window_ms = excluded.catchup_window_ms,
-			generation = s.generation + 1, updated_at = now()
-		RETURNING `+scheduleColumns,
-		n.ID, n.Tenant, n.Name, n.Function, n.Cron, n.Timezone, n.Input, n.Identity, next,
-		cmp.Or(n.Catchup, CatchupOne), cmp.Or(n.CatchupWindow, DefaultCatchupWindow).Milliseconds())
-	s, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Schedule])
+	row, err := q.SchedulePut(ctx, dbsqlc.SchedulePutParams{
+		ID: n.ID, Tenant: n.Tenant, Name: n.Name, Function: n.Function, Cron: n.Cron, Timezone: n.Timezone,
+		Input: n.Input, Identity: n.Identity, NextAt: next,
+		Catchup:         string(cmp.Or(n.Catchup, CatchupOne)),
+		CatchupWindowMs: cmp.Or(n.CatchupWindow, DefaultCatchupWindow).Milliseconds(),
+	})
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("put schedule %s: %w", n.Name, unstorable(err))
 	}
-	return s, clock, nil
+	s := scheduleOf(row)
+	return &s, clock, nil
+}
+
+// scheduleOf is the schedule a row of stepgate.schedule holds.
+func scheduleOf(r dbsqlc.StepgateSchedule) Schedule {
+	return Schedule{
+		ID: r.ID, Tenant: r.Tenant, Name: r.Name, Function: r.Function, Cron: r.Cron, Timezone: r.Timezone,
+		Input: r.Input, Identity: r.Identity, Generation: int(r.Generation),
+		Catchup: Catchup(r.Catchup), CatchupWindow: time.Duration(r.CatchupWindowMs) * time.Millisecond,
+		NextAt: r.NextAt, LastTickAt: r.LastTickAt, LastRunID: r.LastRunID,
+		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+	}
 }
 
 // GetSchedule returns the tenant's schedule, or ErrNotFound.
 func GetSchedule(ctx context.Context, db DB, tenant, name string) (*Schedule, error) {
-	rows, _ := db.Query(ctx, `SELECT `+scheduleColumns+` FROM stepgate.schedule WHERE tenant = $1 AND name = $2`, tenant, name)
-	s, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Schedule])
+	row, err := dbsqlc.New(db).ScheduleGet(ctx, dbsqlc.ScheduleGetParams{Tenant: tenant, Name: name})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get schedule %s: %w", name, err)
 	}
-	return s, nil
+	s := scheduleOf(row)
+	return &s, nil
 }
 
 // ListSchedules returns the tenant's schedules by name.
 func ListSchedules(ctx context.Context, db DB, tenant string) ([]Schedule, error) {
-	rows, _ := db.Query(ctx, `SELECT `+scheduleColumns+` FROM stepgate.schedule WHERE tenant = $1 ORDER BY name`, tenant)
-	ss, err := pgx.CollectRows(rows, pgx.RowToStructByName[Schedule])
+	rows, err := dbsqlc.New(db).ScheduleList(ctx, tenant)
 	if err != nil {
 		return nil, fmt.Errorf("list schedules: %w", err)
+	}
+	ss := make([]Schedule, len(rows))
+	for i, r := range rows {
+		ss[i] = scheduleOf(r)
 	}
 	return ss, nil
 }
@@ -137,11 +144,11 @@ func ListSchedules(ctx context.Context, db DB, tenant string) ([]Schedule, error
 // nothing and do nothing. Runs it started are kept. It returns ErrNotFound when there
 // is no such schedule.
 func DeleteSchedule(ctx context.Context, db DB, tenant, name string) error {
-	tag, err := db.Exec(ctx, `DELETE FROM stepgate.schedule WHERE tenant = $1 AND name = $2`, tenant, name)
+	n, err := dbsqlc.New(db).ScheduleDelete(ctx, dbsqlc.ScheduleDeleteParams{Tenant: tenant, Name: name})
 	if err != nil {
 		return fmt.Errorf("delete schedule %s: %w", name, err)
 	}
-	if tag.RowsAffected() == 0 {
+	if n == 0 {
 		return ErrNotFound
 	}
 	return nil
@@ -154,53 +161,46 @@ func DeleteSchedule(ctx context.Context, db DB, tenant, name string) error {
 // tick that runs twice, or on two gateways at once, is handled once. The tick may not
 // be due yet (NextAt after the clock): the caller checks. db must be a transaction.
 func ClaimTick(ctx context.Context, db DB, id string, generation int, at time.Time) (*Schedule, time.Time, error) {
-	return claimTick(ctx, db, id, generation, at, "FOR UPDATE")
+	row, err := dbsqlc.New(db).ScheduleClaimTick(ctx, dbsqlc.ScheduleClaimTickParams{ID: id, Generation: int32(generation), NextAt: at})
+	return claimedTick(dbsqlc.ScheduleTryClaimTickRow(row), err, id, at)
 }
 
 // TryClaimTick is ClaimTick that does not wait for a transaction that holds the
 // schedule (handling this tick, or putting it again): it returns ErrNotFound at once.
 func TryClaimTick(ctx context.Context, db DB, id string, generation int, at time.Time) (*Schedule, time.Time, error) {
-	return claimTick(ctx, db, id, generation, at, "FOR UPDATE SKIP LOCKED")
+	row, err := dbsqlc.New(db).ScheduleTryClaimTick(ctx, dbsqlc.ScheduleTryClaimTickParams{ID: id, Generation: int32(generation), NextAt: at})
+	return claimedTick(row, err, id, at)
 }
 
-func claimTick(ctx context.Context, db DB, id string, generation int, at time.Time, lock string) (*Schedule, time.Time, error) {
-	rows, _ := db.Query(ctx, `
-		SELECT `+scheduleColumns+`, clock_timestamp() AS clock FROM stepgate.schedule
-		WHERE id = $1 AND generation = $2 AND next_at = $3
-		`+lock, id, generation, at)
-	type claimed struct {
-		Schedule
-		Clock time.Time `db:"clock"`
-	}
-	c, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[claimed])
+func claimedTick(row dbsqlc.ScheduleTryClaimTickRow, err error, id string, at time.Time) (*Schedule, time.Time, error) {
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, time.Time{}, ErrNotFound
 	}
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("claim tick %s of schedule %s: %w", at.Format(time.RFC3339), id, err)
 	}
-	return &c.Schedule, c.Clock, nil
+	s := scheduleOf(row.StepgateSchedule)
+	return &s, row.Clock, nil
 }
 
 // Tick is the next tick of a schedule, as ClaimTick takes it.
 type Tick struct {
-	ScheduleID string    `db:"id"`
-	Generation int       `db:"generation"`
-	At         time.Time `db:"next_at"`
+	ScheduleID string
+	Generation int
+	At         time.Time
 }
 
 // OverdueTicks returns the next ticks of schedules (any tenant's, with the system role)
 // that are more than late past the database clock (the transaction's), the most overdue
 // first, at most limit of them. It reads only those, from an index on next_at.
 func OverdueTicks(ctx context.Context, db DB, late time.Duration, limit int) ([]Tick, error) {
-	// now(), not clock_timestamp(): a volatile bound would not be an index condition.
-	rows, _ := db.Query(ctx, `
-		SELECT id, generation, next_at FROM stepgate.schedule
-		WHERE next_at < now() - $1 * interval '1 microsecond'
-		ORDER BY next_at LIMIT $2`, late.Microseconds(), limit)
-	ticks, err := pgx.CollectRows(rows, pgx.RowToStructByName[Tick])
+	rows, err := dbsqlc.New(db).ScheduleOverdueTicks(ctx, dbsqlc.ScheduleOverdueTicksParams{LateUs: late.Microseconds(), MaxTicks: int32(limit)})
 	if err != nil {
 		return nil, fmt.Errorf("list overdue ticks: %w", err)
+	}
+	ticks := make([]Tick, len(rows))
+	for i, r := range rows {
+		ticks[i] = Tick{ScheduleID: r.ID, Generation: int(r.Generation), At: r.NextAt}
 	}
 	return ticks, nil
 }
@@ -208,9 +208,7 @@ func OverdueTicks(ctx context.Context, db DB, late time.Duration, limit int) ([]
 // AdvanceSchedule records the last tick at handled of a schedule claimed by ClaimTick,
 // and the run it started (nil for none), and moves its next tick to next.
 func AdvanceSchedule(ctx context.Context, db DB, id string, at time.Time, runID *string, next time.Time) error {
-	_, err := db.Exec(ctx, `
-		UPDATE stepgate.schedule SET next_at = $4, last_tick_at = $2, last_run_id = $3
-		WHERE id = $1`, id, at, runID, next)
+	err := dbsqlc.New(db).ScheduleAdvance(ctx, dbsqlc.ScheduleAdvanceParams{ID: id, LastTickAt: &at, LastRunID: runID, NextAt: next})
 	if err != nil {
 		return fmt.Errorf("advance schedule %s: %w", id, err)
 	}

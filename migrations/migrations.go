@@ -24,6 +24,7 @@ import (
 )
 
 //go:generate go run ./internal/schemadump -o schema.sql
+//go:generate go tool sqlc generate -f ../journal/sqlc.yaml
 
 // files are the migrations; schema.sql, beside them, is generated from them.
 //
