@@ -64,6 +64,7 @@ func (inv *Invoker) StartRun(ctx context.Context, db *journal.TenantDB, n journa
 // debounced run), and end is called at once. Its errors are StartRun's.
 func (inv *Invoker) StartRunNow(ctx context.Context, db *journal.TenantDB, n journal.NewRun, end func()) (run *journal.Run, created bool, done <-chan *Result, err error) {
 	n.Claim, n.Lease, n.StartAt = true, inv.leaseTTL, nil
+	n.MaxTenantRuns = inv.limits.MaxTenantRuns
 	if n.Deadline != nil {
 		// The deadline's job commits with the run.
 		err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
@@ -404,6 +405,7 @@ func (inv *Invoker) RerunRun(ctx context.Context, db *journal.TenantDB, n journa
 	}
 	var run *journal.Run
 	n.Flowed = true // A rerun is not throttled, rate limited nor debounced.
+	n.MaxTenantRuns = inv.limits.MaxTenantRuns
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var err error
 		run, _, err = journal.CreateRun(ctx, tx, n)
