@@ -34,6 +34,16 @@ func TestTenantQuotas(t *testing.T) {
 
 	app := s.NewApp()
 	functions.Register(app, "work", func(ctx context.Context, _ struct{}) (int, error) { return 1, nil })
+	functions.Register(app, "pinged", func(ctx context.Context, _ struct{}) (int, error) { return 1, nil }, functions.OnEvent("ping"))
+	// parent invokes work, and answers how the invoke went.
+	functions.Register(app, "parent", func(ctx context.Context, _ struct{}) (sendAnswer, error) {
+		_, err := step.Invoke[int](ctx, "child", "work", struct{}{})
+		var se *step.Error
+		if errors.As(err, &se) {
+			return sendAnswer{ErrorType: se.Type, Message: se.Message}, nil
+		}
+		return sendAnswer{}, err
+	})
 	// inbox waits for a message that never comes: what is sent to it waits in its mailbox.
 	functions.Register(app, "inbox", func(ctx context.Context, _ struct{}) (bool, error) {
 		r, err := step.Receive[string](ctx, "never", time.Hour)
@@ -123,12 +133,15 @@ func TestTenantQuotas(t *testing.T) {
 	require.Equal(t, protocol.TenantUsage{Tenant: "t2", Runs: 2, MaxRuns: 6, StreamBytes: 105, MaxStreamBytes: 200,
 		MailboxBytes: 80, MaxMailboxBytes: 100}, usage(bob))
 
-	// Runs: three more fit in 6, the seventh is refused; a start whose idempotency key
-	// names a stored run still gets that run.
-	mustComplete(t, alice, "work", `{}`)
+	// Runs: three more fit in 6, a child or a seventh start is refused; a start whose
+	// idempotency key names a stored run still gets that run.
 	mustComplete(t, alice, "work", `{}`)
 	keyed := startRun(t, alice, "work", `{}`, &protocol.StartRunParams{Wait: ptr("30s"), IdempotencyKey: ptr("k-1")})
 	require.Equal(t, http.StatusOK, keyed.StatusCode(), string(keyed.Body))
+	parent := mustComplete(t, alice, "parent", `{}`)
+	require.NoError(t, json.Unmarshal(*parent.Output, &answer))
+	require.Equal(t, "limit_exceeded", answer.ErrorType, "the child is refused, and the parent's journal says why")
+	require.Contains(t, answer.Message, "tenant t1 stores 6 runs, its limit of 6 (STEPGATE_MAX_TENANT_RUNS)")
 	refused := startRun(t, alice, "work", `{}`, nil)
 	require.Equal(t, http.StatusTooManyRequests, refused.StatusCode(), string(refused.Body))
 	require.Contains(t, refused.ApplicationProblemJSON429.Detail, "tenant t1 stores 6 runs, its limit of 6 (STEPGATE_MAX_TENANT_RUNS)")
@@ -136,6 +149,16 @@ func TestTenantQuotas(t *testing.T) {
 	require.Equal(t, http.StatusOK, again.StatusCode(), string(again.Body))
 	require.Equal(t, keyed.JSON200.ID, again.JSON200.ID)
 	mustComplete(t, bob, "work", `{}`) // another tenant's starts go on
+	// An event that would start runs is refused whole; another tenant's is not.
+	event, err := alice.SendEventWithResponse(t.Context(), protocol.EventSend{Name: "ping"})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusTooManyRequests, event.StatusCode(), string(event.Body))
+	require.Contains(t, event.ApplicationProblemJSON429.Detail, "event ping would start runs past the limit of tenant t1, which stores 6 runs of at most 6 (STEPGATE_MAX_TENANT_RUNS)")
+	event, err = bob.SendEventWithResponse(t.Context(), protocol.EventSend{Name: "ping"})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusAccepted, event.StatusCode(), string(event.Body))
+	require.Len(t, event.JSON202.Runs, 1)
+	stack.AwaitStatus(t, bob, event.JSON202.Runs[0], protocol.RunStatusCompleted)
 
 	// Retention deletes alice's finished runs (and, once cancelled, her inbox with its
 	// mailbox): the room comes back.
@@ -144,7 +167,7 @@ func TestTenantQuotas(t *testing.T) {
 	require.Equal(t, http.StatusOK, cancelled.StatusCode(), string(cancelled.Body))
 	deleted, err := journal.DeleteExpiredRuns(t.Context(), s.Pool, -time.Hour, 500) // every finished run
 	require.NoError(t, err)
-	require.Equal(t, 6+2, deleted, "alice's 6 runs and bob's 2 finished ones")
+	require.Equal(t, 6+3, deleted, "alice's 6 runs and bob's 3 finished ones")
 	require.Equal(t, protocol.TenantUsage{Tenant: "t1", MaxRuns: 6, MaxStreamBytes: 200, MaxMailboxBytes: 100}, usage(alice))
 	require.Equal(t, protocol.TenantUsage{Tenant: "t2", Runs: 1, MaxRuns: 6, MaxStreamBytes: 200,
 		MailboxBytes: 80, MaxMailboxBytes: 100}, usage(bob), "bob's inbox, still waiting, keeps its mailbox")

@@ -1598,6 +1598,22 @@ func (response SendEvent413ApplicationProblemPlusJSONResponse) VisitSendEventRes
 	return err
 }
 
+type SendEvent429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response SendEvent429ApplicationProblemPlusJSONResponse) VisitSendEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListFunctionsRequestObject struct {
 }
 
