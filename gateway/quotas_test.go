@@ -35,6 +35,13 @@ func TestTenantQuotas(t *testing.T) {
 	app := s.NewApp()
 	functions.Register(app, "work", func(ctx context.Context, _ struct{}) (int, error) { return 1, nil })
 	functions.Register(app, "pinged", func(ctx context.Context, _ struct{}) (int, error) { return 1, nil }, functions.OnEvent("ping"))
+	// announcer sends the event ping once told to.
+	functions.Register(app, "announcer", func(ctx context.Context, _ struct{}) (int, error) {
+		if _, err := step.Receive[string](ctx, "go", time.Hour); err != nil {
+			return 0, err
+		}
+		return 1, step.SendEvent(ctx, "ping", nil)
+	})
 	// parent invokes work, and answers how the invoke went.
 	functions.Register(app, "parent", func(ctx context.Context, _ struct{}) (sendAnswer, error) {
 		_, err := step.Invoke[int](ctx, "child", "work", struct{}{})
@@ -135,7 +142,8 @@ func TestTenantQuotas(t *testing.T) {
 
 	// Runs: three more fit in 6, a child or a seventh start is refused; a start whose
 	// idempotency key names a stored run still gets that run.
-	mustComplete(t, alice, "work", `{}`)
+	announcer := startAsync(t, alice, "announcer", `{}`)
+	receivingOn(t, alice, announcer, 1)
 	keyed := startRun(t, alice, "work", `{}`, &protocol.StartRunParams{Wait: ptr("30s"), IdempotencyKey: ptr("k-1")})
 	require.Equal(t, http.StatusOK, keyed.StatusCode(), string(keyed.Body))
 	parent := mustComplete(t, alice, "parent", `{}`)
@@ -159,6 +167,13 @@ func TestTenantQuotas(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, event.StatusCode(), string(event.Body))
 	require.Len(t, event.JSON202.Runs, 1)
 	stack.AwaitStatus(t, bob, event.JSON202.Runs[0], protocol.RunStatusCompleted)
+	// A run's event past the quota fails the run, which says why. (The message that
+	// wakes it is taken at once: no mailbox quota applies.)
+	mustSendMessage(t, alice, announcer, protocol.MessageSend{Topic: "go", Data: data})
+	stack.AwaitStatus(t, alice, announcer, protocol.RunStatusFailed)
+	failed := getRun(t, alice, announcer)
+	require.Equal(t, "limit_exceeded", failed.Error.Type)
+	require.Contains(t, failed.Error.Message, "event ping would start runs past the limit of tenant t1, which stores 6 runs of at most 6 (STEPGATE_MAX_TENANT_RUNS)")
 
 	// Retention deletes alice's finished runs (and, once cancelled, her inbox with its
 	// mailbox): the room comes back.
