@@ -147,9 +147,10 @@ func TestTenantQuotas(t *testing.T) {
 	keyed := startRun(t, alice, "work", `{}`, &protocol.StartRunParams{Wait: ptr("30s"), IdempotencyKey: ptr("k-1")})
 	require.Equal(t, http.StatusOK, keyed.StatusCode(), string(keyed.Body))
 	parent := mustComplete(t, alice, "parent", `{}`)
-	require.NoError(t, json.Unmarshal(*parent.Output, &answer))
-	require.Equal(t, "limit_exceeded", answer.ErrorType, "the child is refused, and the parent's journal says why")
-	require.Contains(t, answer.Message, "tenant t1 stores 6 runs, its limit of 6 (STEPGATE_MAX_TENANT_RUNS)")
+	var child sendAnswer
+	require.NoError(t, json.Unmarshal(*parent.Output, &child))
+	require.Equal(t, "limit_exceeded", child.ErrorType, "the child is refused, and the parent's journal says why")
+	require.Contains(t, child.Message, "tenant t1 stores 6 runs, its limit of 6 (STEPGATE_MAX_TENANT_RUNS)")
 	refused := startRun(t, alice, "work", `{}`, nil)
 	require.Equal(t, http.StatusTooManyRequests, refused.StatusCode(), string(refused.Body))
 	require.Contains(t, refused.ApplicationProblemJSON429.Detail, "tenant t1 stores 6 runs, its limit of 6 (STEPGATE_MAX_TENANT_RUNS)")
