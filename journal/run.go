@@ -171,6 +171,8 @@ func (e *ForbiddenError) Unwrap() error { return ErrForbidden }
 // A run of a revision with concurrency limits records its
 // slot keys; with n.Claim it is created claimed only when it takes a slot of each key in
 // the same statement (and has no idempotency key), else queued: see ClaimRunSlots.
+// A start that would pass n.MaxTenantRuns creates nothing and returns a *QuotaError,
+// checked in the same statement against the tenant's usage (TenantUsageOf).
 func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, err error) {
 	var key *string
 	if n.IdempotencyKey != "" {
