@@ -402,9 +402,12 @@ func (s *Server) CheckpointStream(ctx context.Context, req server.CheckpointStre
 	}
 	st, err := s.inv.WriteStream(ctx, req.ID, claim.invocation, w)
 	var le *journal.LimitError
+	var qe *journal.QuotaError
 	switch {
 	case errors.As(err, &le):
 		return streamConflict(invoker.ErrorTypeLimit, le.Message+"; nothing of this write is stored"), nil
+	case errors.As(err, &qe):
+		return streamConflict(invoker.ErrorTypeLimit, qe.Message+"; nothing of this write is stored"), nil
 	case errors.Is(err, journal.ErrStreamClosed):
 		return streamConflict("stream_closed", strings.TrimPrefix(err.Error(), journal.ErrStreamClosed.Error()+": ")+": it takes no more chunks"), nil
 	case errors.Is(err, journal.ErrSuperseded):

@@ -31,6 +31,7 @@ var operationPermissions = map[string]access.Permission{
 	"listFunctions":      access.PermissionFunctionsRead,
 	"getFunction":        access.PermissionFunctionsRead,
 	"functionStats":      access.PermissionFunctionsRead,
+	"getUsage":           access.PermissionRunsRead,
 	"getFunctionQueue":   access.PermissionFunctionsRead,
 	"registerFunction":   access.PermissionFunctionsWrite,
 	"deleteFunction":     access.PermissionFunctionsWrite,

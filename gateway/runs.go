@@ -493,12 +493,15 @@ func (s *Server) Checkpoint(ctx context.Context, req server.CheckpointRequestObj
 		err = s.inv.Checkpoint(ctx, req.ID, claim.invocation, invoker.EntryFromAPI(*e))
 	}
 	var le *journal.LimitError
+	var qe *journal.QuotaError
 	switch {
 	case errors.Is(err, journal.ErrConflict):
 		return checkpointConflict(invoker.ErrorTypeNondeterminism, "nondeterminism: "+strings.TrimPrefix(err.Error(), journal.ErrConflict.Error()+": ")+
 			"; the run fails"), nil
 	case errors.As(err, &le):
 		return checkpointConflict(invoker.ErrorTypeLimit, le.Message+"; the run fails"), nil
+	case errors.As(err, &qe):
+		return checkpointConflict(invoker.ErrorTypeLimit, qe.Message+"; the run fails"), nil
 	case errors.Is(err, journal.ErrSuperseded):
 		return checkpointConflict("superseded", "this invocation no longer owns the run (it was cancelled, finished, or retried elsewhere): stop"), nil
 	case errors.Is(err, journal.ErrGap):

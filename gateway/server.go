@@ -289,12 +289,16 @@ func (s *Server) handleError(err error, c echo.Context) {
 	}
 	status, detail := http.StatusInternalServerError, "internal error; the gateway logged it"
 	var pe *problemError
+	var qe *journal.QuotaError
 	var rl *invoker.RateLimitedError
 	var ue *unavailableError
 	var he *echo.HTTPError
 	switch {
 	case errors.As(err, &pe):
 		status, detail = pe.status, pe.detail
+	case errors.As(err, &qe):
+		// A tenant's storage quota: room comes back as runs are received or deleted.
+		status, detail = http.StatusTooManyRequests, qe.Message
 	case errors.As(err, &rl):
 		// Whole seconds, rounded up: a client that waits that long passes.
 		status, detail = http.StatusTooManyRequests, rl.Reason+" (function "+rl.Function+")"

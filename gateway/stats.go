@@ -49,3 +49,20 @@ func (s *Server) FunctionStats(ctx context.Context, req server.FunctionStatsRequ
 	}
 	return server.FunctionStats200JSONResponse(out), nil
 }
+
+// GetUsage answers what the caller's tenant stores (journal.TenantUsageOf) and its
+// storage quotas (invoker.Limits.Quotas).
+func (s *Server) GetUsage(ctx context.Context, _ server.GetUsageRequestObject) (server.GetUsageResponseObject, error) {
+	db := s.tenantDB(ctx)
+	u, err := journal.TenantUsageOf(ctx, db, db.Tenant())
+	if err != nil {
+		return nil, err
+	}
+	q := s.inv.Limits().Quotas()
+	return server.GetUsage200JSONResponse(protocol.TenantUsage{
+		Tenant: db.Tenant(),
+		Runs:   u.Runs, MaxRuns: q.MaxRuns,
+		StreamBytes: u.StreamBytes, MaxStreamBytes: q.MaxStreamBytes,
+		MailboxBytes: u.MailboxBytes, MaxMailboxBytes: q.MaxMailboxBytes,
+	}), nil
+}

@@ -24,11 +24,12 @@ var invokeAwait = awaitKind{
 		}
 		return c.json("await.input", w.Input)
 	},
-	outcome: func(_ *Invoker, _ *revision, claim *journal.Claim, w *protocol.Await, steps []journal.Entry) journal.Outcome {
+	outcome: func(inv *Invoker, _ *revision, claim *journal.Claim, w *protocol.Await, steps []journal.Entry) journal.Outcome {
 		in := journal.Invoke{
 			// The child runs as the run's identity: its invoke_roles are checked against
 			// that identity, as the gateway checks a caller's.
 			Seq: w.Seq, Name: w.Name, ChildID: uuid.Must(uuid.NewV7()).String(), Function: *w.Function,
+			MaxTenantRuns: inv.limits.MaxTenantRuns,
 		}
 		if w.Input != nil {
 			in.Input = json.RawMessage(*w.Input)

@@ -37,11 +37,11 @@ var invokeAllAwait = awaitKind{
 		}
 		return nil
 	},
-	outcome: func(_ *Invoker, _ *revision, _ *journal.Claim, w *protocol.Await, steps []journal.Entry) journal.Outcome {
+	outcome: func(inv *Invoker, _ *revision, _ *journal.Claim, w *protocol.Await, steps []journal.Entry) journal.Outcome {
 		in := journal.InvokeAll{Seq: w.Seq, Name: w.Name}
 		for _, call := range *w.Calls {
 			// Each child runs as the run's identity, as an invoke's does.
-			c := journal.Invoke{ChildID: uuid.Must(uuid.NewV7()).String(), Function: call.Function}
+			c := journal.Invoke{ChildID: uuid.Must(uuid.NewV7()).String(), Function: call.Function, MaxTenantRuns: inv.limits.MaxTenantRuns}
 			if call.Input != nil {
 				c.Input = json.RawMessage(*call.Input)
 			}

@@ -595,11 +595,14 @@ func (inv *Invoker) whileUnavailable(log *slog.Logger, write func() error) error
 // checkpoint) failed with err because of what the function sent, or nil.
 func unappliable(err error) *journal.ErrorInfo {
 	var le *journal.LimitError
+	var qe *journal.QuotaError
 	switch {
 	case errors.Is(err, journal.ErrConflict):
 		return &journal.ErrorInfo{Type: ErrorTypeNondeterminism, Message: strings.TrimPrefix(err.Error(), journal.ErrConflict.Error()+": ")}
 	case errors.As(err, &le):
 		return &journal.ErrorInfo{Type: ErrorTypeLimit, Message: le.Message}
+	case errors.As(err, &qe):
+		return &journal.ErrorInfo{Type: ErrorTypeLimit, Message: qe.Message}
 	case errors.Is(err, journal.ErrGap), errors.Is(err, journal.ErrUnstorable), errors.Is(err, journal.ErrBadAwait):
 		return &journal.ErrorInfo{Type: ErrorTypeBadAnswer, Message: err.Error()}
 	}

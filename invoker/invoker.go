@@ -419,10 +419,10 @@ func (inv *Invoker) Checkpoint(ctx context.Context, runID string, invocation int
 }
 
 // FailOnCheckpoint fails the run of a checkpoint of invocation that failed with err,
-// when err is a conflict or a limit (see Checkpoint), and returns err. For checkpoints
+// when err is a conflict, a limit (see Checkpoint) or a tenant's quota, and returns err. For checkpoints
 // journaled by other means, such as a sent event's.
 func (inv *Invoker) FailOnCheckpoint(ctx context.Context, runID string, invocation int, err error) error {
-	if !errors.Is(err, journal.ErrConflict) && !errors.Is(err, journal.ErrLimit) {
+	if !errors.Is(err, journal.ErrConflict) && !errors.Is(err, journal.ErrLimit) && !errors.Is(err, journal.ErrQuota) {
 		return err
 	}
 	if ferr := inv.FailInvocation(ctx, runID, invocation, *unappliable(err)); ferr != nil && !errors.Is(ferr, journal.ErrSuperseded) {

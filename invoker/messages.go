@@ -15,9 +15,11 @@ import (
 // run's invocation is enqueued in the same transaction, then made from this process once
 // it commits. Errors are journal.SendMessage's: journal.ErrNotFound,
 // journal.ErrFinished (with the run's status in the returned Sent), an error wrapping
-// journal.ErrMailboxFull.
+// journal.ErrMailboxFull, a *journal.QuotaError past the tenant's
+// Limits.MaxTenantMailboxBytes.
 func (inv *Invoker) SendMessage(ctx context.Context, db *journal.TenantDB, n journal.NewMessage) (*journal.Sent, error) {
 	var sent *journal.Sent
+	n.MaxTenantMailboxBytes = inv.limits.MaxTenantMailboxBytes
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var err error
 		if sent, err = journal.SendMessage(ctx, tx, n); err != nil || !sent.Resumed {
@@ -52,7 +54,7 @@ func (inv *Invoker) CheckpointSend(ctx context.Context, runID string, invocation
 	var sent *journal.Sent
 	err = pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
 		sent, refused, err = journal.SendFromRun(ctx, tx, runID, invocation, e,
-			journal.NewMessage{RunID: m.RunID, ID: m.ID, Topic: m.Topic, Data: m.Data}, inv.limits.Bounds())
+			journal.NewMessage{RunID: m.RunID, ID: m.ID, Topic: m.Topic, Data: m.Data, MaxTenantMailboxBytes: inv.limits.MaxTenantMailboxBytes}, inv.limits.Bounds())
 		if err != nil || sent == nil || !sent.Resumed {
 			return err
 		}

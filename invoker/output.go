@@ -25,7 +25,7 @@ func (inv *Invoker) CheckpointValue(ctx context.Context, runID string, invocatio
 // WriteStream appends w's chunks to a stream of runID for the invocation that owns the
 // run, within the invoker's stream bounds, and tells the run's readers (see
 // journal.WriteStream). Unlike an entry's, a stream write that passes a bound (a
-// *journal.LimitError) or finds its stream closed (journal.ErrStreamClosed) is refused
+// *journal.LimitError) or the tenant's stream quota (a *journal.QuotaError) or finds its stream closed (journal.ErrStreamClosed) is refused
 // alone: nothing of it is stored, and the run goes on.
 func (inv *Invoker) WriteStream(ctx context.Context, runID string, invocation int, w journal.StreamWrite) (*journal.Stream, error) {
 	var st *journal.Stream

@@ -209,6 +209,15 @@ type Limits struct {
 	MaxStreamBytes int64
 	// MaxRunStreams caps the streams of one run. Defaults to 100.
 	MaxRunStreams int
+	// MaxTenantRuns caps the runs one tenant stores (not yet deleted by retention):
+	// a start past it is refused with a *journal.QuotaError. Defaults to 1,000,000.
+	MaxTenantRuns int64
+	// MaxTenantStreamBytes caps the bytes of all the streams of one tenant's runs.
+	// Defaults to 10 GiB.
+	MaxTenantStreamBytes int64
+	// MaxTenantMailboxBytes caps the bytes of one tenant's messages not yet received.
+	// Defaults to 1 GiB.
+	MaxTenantMailboxBytes int64
 }
 
 // Limits' defaults.
@@ -224,6 +233,10 @@ const (
 	DefaultMaxStreamChunks = 100_000
 	DefaultMaxStreamBytes  = 16 << 20
 	DefaultMaxRunStreams   = 100
+
+	DefaultMaxTenantRuns         = 1_000_000
+	DefaultMaxTenantStreamBytes  = 10 << 30
+	DefaultMaxTenantMailboxBytes = 1 << 30
 )
 
 // MaxConfigListLen bounds a config's invoke_roles, resume_roles and triggers.
@@ -242,6 +255,9 @@ func (l Limits) WithDefaults() Limits {
 	l.MaxStreamChunks = cmp.Or(l.MaxStreamChunks, DefaultMaxStreamChunks)
 	l.MaxStreamBytes = cmp.Or(l.MaxStreamBytes, DefaultMaxStreamBytes)
 	l.MaxRunStreams = cmp.Or(l.MaxRunStreams, DefaultMaxRunStreams)
+	l.MaxTenantRuns = cmp.Or(l.MaxTenantRuns, DefaultMaxTenantRuns)
+	l.MaxTenantStreamBytes = cmp.Or(l.MaxTenantStreamBytes, DefaultMaxTenantStreamBytes)
+	l.MaxTenantMailboxBytes = cmp.Or(l.MaxTenantMailboxBytes, DefaultMaxTenantMailboxBytes)
 	return l
 }
 
@@ -250,9 +266,15 @@ func (l Limits) Bounds() journal.Bounds {
 	return journal.Bounds{MaxEntries: l.MaxEntries, MaxEntryBytes: int64(l.MaxOutputBytes), MaxJournalBytes: l.MaxJournalBytes}
 }
 
+// Quotas returns the tenants' storage quotas of l.
+func (l Limits) Quotas() journal.Quotas {
+	return journal.Quotas{MaxRuns: l.MaxTenantRuns, MaxStreamBytes: l.MaxTenantStreamBytes, MaxMailboxBytes: l.MaxTenantMailboxBytes}
+}
+
 // StreamBounds returns the streams' share of l.
 func (l Limits) StreamBounds() journal.StreamBounds {
-	return journal.StreamBounds{MaxChunkBytes: l.MaxChunkBytes, MaxChunks: l.MaxStreamChunks, MaxBytes: l.MaxStreamBytes, MaxStreams: l.MaxRunStreams}
+	return journal.StreamBounds{MaxChunkBytes: l.MaxChunkBytes, MaxChunks: l.MaxStreamChunks, MaxBytes: l.MaxStreamBytes, MaxStreams: l.MaxRunStreams,
+		MaxTenantBytes: l.MaxTenantStreamBytes}
 }
 
 // CheckConfig says what in a function's config, as registered, passes l, in words fit

@@ -378,7 +378,8 @@ func (inv *Invoker) startTick(ctx context.Context, tx pgx.Tx, s *journal.Schedul
 		// The rate limit's state is written only when a start passes: nothing to undo.
 		log.WarnContext(ctx, "schedule tick skipped: "+rl.Reason, slog.String("function", s.Function))
 		return nil, nil, nil
-	case errors.Is(err, journal.ErrNotFound), errors.Is(err, journal.ErrForbidden), errors.Is(err, journal.ErrIdempotencyMismatch):
+	case errors.Is(err, journal.ErrNotFound), errors.Is(err, journal.ErrForbidden), errors.Is(err, journal.ErrIdempotencyMismatch),
+		errors.Is(err, journal.ErrQuota):
 		log.WarnContext(ctx, "schedule tick started no run", slog.String("function", s.Function), slog.Any("error", err))
 		return nil, nil, nil
 	case err != nil:

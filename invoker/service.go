@@ -64,6 +64,7 @@ func (inv *Invoker) StartRun(ctx context.Context, db *journal.TenantDB, n journa
 // debounced run), and end is called at once. Its errors are StartRun's.
 func (inv *Invoker) StartRunNow(ctx context.Context, db *journal.TenantDB, n journal.NewRun, end func()) (run *journal.Run, created bool, done <-chan *Result, err error) {
 	n.Claim, n.Lease, n.StartAt = true, inv.leaseTTL, nil
+	n.MaxTenantRuns = inv.limits.MaxTenantRuns
 	if n.Deadline != nil {
 		// The deadline's job commits with the run.
 		err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
@@ -198,6 +199,7 @@ func (inv *Invoker) cancelRun(ctx context.Context, db *journal.TenantDB, runID s
 // the same transaction, and invokes them from this process once it commits.
 func (inv *Invoker) SendEvent(ctx context.Context, db *journal.TenantDB, n journal.NewEvent) (ev *journal.Event, created bool, err error) {
 	var deadlines []newDeadline
+	n.MaxTenantRuns = inv.limits.MaxTenantRuns
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		ev, created, deadlines, err = inv.sendEvent(ctx, tx, n)
 		return err
@@ -264,7 +266,9 @@ type SentEvent struct {
 // CheckpointEvent journals e, an event entry of the invocation that owns runID, and
 // sends ev with the run's tenant and identity, in one transaction: the entry is fenced
 // like a step's, and a repeated checkpoint finds both the entry and the event (its id)
-// already there, so it starts nothing twice. Errors are as Checkpoint's.
+// already there, so it starts nothing twice. Errors are as Checkpoint's; an event whose
+// triggers would pass the tenant's quota of runs (a *journal.QuotaError) fails the run
+// with it, as a limit does.
 func (inv *Invoker) CheckpointEvent(ctx context.Context, runID string, invocation int, e journal.Entry, ev SentEvent) error {
 	var resumed []string
 	var held []*journal.Run
@@ -284,7 +288,7 @@ func (inv *Invoker) CheckpointEvent(ctx context.Context, runID string, invocatio
 		run := runs[0]
 		sent, created, started, err := inv.sendEvent(ctx, tx, journal.NewEvent{
 			Tenant: run.Tenant, ID: ev.ID, Name: ev.Name, Data: ev.Data, Identity: run.Identity,
-			SourceRunID: &run.ID,
+			SourceRunID: &run.ID, MaxTenantRuns: inv.limits.MaxTenantRuns,
 		})
 		if created {
 			resumed, held, deadlines = sent.Resumed, sent.Held, started
@@ -404,6 +408,7 @@ func (inv *Invoker) RerunRun(ctx context.Context, db *journal.TenantDB, n journa
 	}
 	var run *journal.Run
 	n.Flowed = true // A rerun is not throttled, rate limited nor debounced.
+	n.MaxTenantRuns = inv.limits.MaxTenantRuns
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var err error
 		run, _, err = journal.CreateRun(ctx, tx, n)

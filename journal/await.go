@@ -139,6 +139,10 @@ type Invoke struct {
 	Function string          // In the run's tenant, at its current revision.
 	Input    json.RawMessage // The child inherits the run's identity, which the function's invoke_roles must admit.
 	Detached bool            // The child is not cancelled with the run.
+	// MaxTenantRuns caps the runs the tenant stores (Quotas.MaxRuns): a child that
+	// would pass it is not started, and its error (ErrorTypeLimit, naming the quota) is
+	// journaled at its seq. 0 does not limit.
+	MaxTenantRuns int64
 }
 
 func (in Invoke) awaiting() Awaiting {
@@ -158,7 +162,8 @@ const MaxInvokeAll = 64
 // (Calls' Seq and Name are set from it), whose outcomes are journaled in the run, each at
 // its seq, as entries of kind KindInvoke named Name when it ends. The last of them to
 // be journaled makes the run due (migration 0032's trigger); a call that cannot start
-// (ErrorTypeNotFound, ErrorTypeForbidden) is journaled at once.
+// (ErrorTypeNotFound, ErrorTypeForbidden, ErrorTypeLimit past the tenant's quota of
+// runs) is journaled at once.
 type InvokeAll struct {
 	Seq   int
 	Name  string

@@ -53,6 +53,10 @@ type NewEvent struct {
 	// Identity is the sender's; every run the event starts carries it.
 	Identity    Identity
 	SourceRunID *string // The run that sends the event, if any.
+	// MaxTenantRuns caps the runs the tenant stores (Quotas.MaxRuns): an event whose
+	// triggers would start runs past it is not stored, and SendEvent returns a
+	// *QuotaError. 0 does not limit.
+	MaxTenantRuns int64
 }
 
 // SendEvent stores an event of the tenant and, when its id is new, starts a queued run of
@@ -63,7 +67,8 @@ type NewEvent struct {
 // already has an event with that id, it returns that first event and created=false,
 // and starts nothing. The functions with flow control it triggers are not started but
 // named in ev.Flowed. Concurrent sends of one id wait for each other: one wins. Each
-// run created notifies EventChannel when a gateway watches the tenant.
+// run created notifies EventChannel when a gateway watches the tenant. A new event whose
+// triggers would start runs past n.MaxTenantRuns is refused whole with a *QuotaError.
 func SendEvent(ctx context.Context, db DB, n NewEvent) (ev *Event, created bool, err error) {
 	if n.ID == "" || n.Name == "" {
 		return nil, false, errors.New("journal: an event needs an id and a name")
@@ -95,6 +100,8 @@ func SendEvent(ctx context.Context, db DB, n NewEvent) (ev *Event, created bool,
 		), ins AS (
 			INSERT INTO stepgate.event (tenant, id, name, data, identity, source_run_id, runs)
 			SELECT $1, $2, $3, $4, $5, $6, coalesce(array_agg(run_id ORDER BY name) FILTER (WHERE NOT flowed), '{}') FROM targets
+			HAVING $9::bigint <= 0 OR count(*) FILTER (WHERE NOT flowed) = 0
+				OR `+fmt.Sprintf(usageSum, "runs", "$1")+` + count(*) FILTER (WHERE NOT flowed) <= $9::bigint
 			ON CONFLICT (tenant, id) DO NOTHING
 			RETURNING `+eventColumns+`
 		), runs AS (
@@ -104,7 +111,7 @@ func SendEvent(ctx context.Context, db DB, n NewEvent) (ev *Event, created bool,
 			RETURNING id, tenant, function, status, attempts, wake_at, finished_at
 		)
 		SELECT ins.*, ARRAY(SELECT name FROM targets WHERE flowed ORDER BY name) AS flowed FROM ins`,
-		n.Tenant, n.ID, n.Name, data, n.Identity, n.SourceRunID, !n.Identity.IsAdmin(), roles)
+		n.Tenant, n.ID, n.Name, data, n.Identity, n.SourceRunID, !n.Identity.IsAdmin(), roles, n.MaxTenantRuns)
 	type sent struct {
 		Event
 		Flowed []string `db:"flowed"`
@@ -120,6 +127,16 @@ func SendEvent(ctx context.Context, db DB, n NewEvent) (ev *Event, created bool,
 		return nil, false, fmt.Errorf("send event %s: %w", n.Name, unstorable(err))
 	}
 	ev, err = GetEvent(ctx, db, n.Tenant, n.ID)
+	if errors.Is(err, ErrNotFound) && n.MaxTenantRuns > 0 {
+		// Not a duplicate: its runs would pass the tenant's quota.
+		u, uerr := TenantUsageOf(ctx, db, n.Tenant)
+		if uerr != nil {
+			return nil, false, uerr
+		}
+		return nil, false, &QuotaError{Message: fmt.Sprintf(
+			"event %s would start runs past the limit of tenant %s, which stores %d runs of at most %d (STEPGATE_MAX_TENANT_RUNS); nothing was stored",
+			n.Name, n.Tenant, u.Runs, n.MaxTenantRuns)}
+	}
 	if err != nil {
 		return nil, false, err
 	}

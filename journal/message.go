@@ -108,6 +108,10 @@ type NewMessage struct {
 	// Identity is the sender's, stored with the message and journaled by its receive.
 	Identity    Identity
 	SourceRunID *string // The run that sends the message, if any.
+	// MaxTenantMailboxBytes caps the bytes of the tenant's messages not yet received
+	// (Quotas.MaxMailboxBytes): a message that would wait past it is refused with a
+	// *QuotaError. 0 does not limit.
+	MaxTenantMailboxBytes int64
 }
 
 // Sent is what SendMessage did.
@@ -132,10 +136,11 @@ type Sent struct {
 // A message id the run already has returns that first message with Duplicate, whatever
 // the run's status, and stores nothing. It returns ErrNotFound when the tenant has no
 // such run, ErrFinished (with Sent.Status) when the run is completed, failed or
-// cancelled, and an error wrapping ErrMailboxFull when MaxUnconsumedMessages wait in its
-// mailbox. A sender whom the run's revision does not let resume it (its invoke_roles
-// and resume_roles: stepgate.may_resume) gets a *ResumeForbiddenError, whatever the
-// run's status and the message's id, and nothing is stored.
+// cancelled, an error wrapping ErrMailboxFull when MaxUnconsumedMessages wait in its
+// mailbox, and a *QuotaError when a message that would wait in the mailbox would pass
+// n.MaxTenantMailboxBytes. A sender whom the run's revision does not let resume it (its
+// invoke_roles and resume_roles: stepgate.may_resume) gets a *ResumeForbiddenError,
+// whatever the run's status and the message's id, and nothing is stored.
 func SendMessage(ctx context.Context, db DB, n NewMessage) (*Sent, error) {
 	var status Status
 	var function string
@@ -177,6 +182,7 @@ func deliver(ctx context.Context, db DB, n NewMessage, status Status) (*Sent, er
 	var waitName *string
 	var waitAlt *int16
 	var unconsumed int
+	var size, mailbox int64
 	var dup []Message
 	b := &pgx.Batch{}
 	b.Queue(`SELECT `+messageColumns+` FROM stepgate.message WHERE run_id = $1 AND id = $2`, n.RunID, n.ID).
@@ -190,9 +196,10 @@ func deliver(ctx context.Context, db DB, n NewMessage, status Status) (*Sent, er
 			(SELECT name FROM stepgate.run_wait WHERE run_id = $1 AND kind = '`+AwaitReceive+`' AND topic = $2),
 			(SELECT alt FROM stepgate.run_wait WHERE run_id = $1 AND kind = '`+AwaitReceive+`' AND topic = $2),
 			(SELECT count(*) FROM (SELECT 1 FROM stepgate.message
-				WHERE run_id = $1 AND consumed_seq IS NULL LIMIT $3) c)`,
-		n.RunID, n.Topic, MaxUnconsumedMessages).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&waitSeq, &waitName, &waitAlt, &unconsumed)
+				WHERE run_id = $1 AND consumed_seq IS NULL LIMIT $3) c),
+			octet_length($5::jsonb::text), `+fmt.Sprintf(usageSum, "mailbox_bytes", "$4")+``,
+		n.RunID, n.Topic, MaxUnconsumedMessages, n.Tenant, data).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&waitSeq, &waitName, &waitAlt, &unconsumed, &size, &mailbox)
 	})
 	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("send message to run %s: %w", n.RunID, unstorable(err))
@@ -208,6 +215,11 @@ func deliver(ctx context.Context, db DB, n NewMessage, status Status) (*Sent, er
 			ErrMailboxFull, n.RunID, MaxUnconsumedMessages)
 	}
 	consume := waitSeq != nil && status == StatusSuspended
+	if max := n.MaxTenantMailboxBytes; !consume && max > 0 && mailbox+size > max {
+		return sent, &QuotaError{Message: fmt.Sprintf(
+			"tenant %s's messages not yet received would hold %d bytes, more than its limit of %d (STEPGATE_MAX_TENANT_MAILBOX_BYTES); send again once runs have received some",
+			n.Tenant, mailbox+size, max)}
+	}
 	var seq int
 	var name string
 	alt := int16(-1)
@@ -316,7 +328,8 @@ func (r Receive) write(ctx context.Context, db DB, aw awaitWrite, f *Finished) e
 //
 // When the message cannot be sent (no such run in the tenant, a target whose revision
 // does not let the run's identity resume it, as SendMessage, a finished run, a full
-// mailbox), e is journaled with that error instead of its output, nothing is stored, and
+// mailbox, the tenant's mailbox quota, m.MaxTenantMailboxBytes), e is journaled with
+// that error instead of its output, nothing is stored, and
 // the error is returned as refused. A repeated checkpoint of a journaled send (same
 // seq, kind and name) returns what the first one journaled and sends nothing again.
 // Errors are AppendEntry's: ErrSuperseded when the invocation no longer owns the run,
@@ -381,6 +394,7 @@ func SendFromRun(ctx context.Context, db DB, runID string, invocation int, e Ent
 			Message: resumeForbidden(m.RunID, target.Function, target.Config, identity.Roles).Error()}
 	default:
 		sent, err = deliver(ctx, db, m, target.Status)
+		var qe *QuotaError
 		switch {
 		case errors.Is(err, ErrFinished):
 			refused = &ErrorInfo{Type: ErrorTypeFinished, Message: fmt.Sprintf(
@@ -388,6 +402,8 @@ func SendFromRun(ctx context.Context, db DB, runID string, invocation int, e Ent
 		case errors.Is(err, ErrMailboxFull):
 			refused = &ErrorInfo{Type: ErrorTypeLimit, Message: fmt.Sprintf(
 				"run %s already holds %d unconsumed messages, the limit of its mailbox", m.RunID, MaxUnconsumedMessages)}
+		case errors.As(err, &qe):
+			refused = &ErrorInfo{Type: ErrorTypeLimit, Message: qe.Message}
 		case err != nil:
 			return nil, nil, err
 		}

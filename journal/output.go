@@ -99,6 +99,9 @@ type StreamBounds struct {
 	MaxChunks     int   // Chunks of one stream.
 	MaxBytes      int64 // Bytes of one stream's chunks.
 	MaxStreams    int   // Streams of one run.
+	// MaxTenantBytes caps the bytes of all the streams of the run's tenant
+	// (Quotas.MaxStreamBytes).
+	MaxTenantBytes int64
 }
 
 // StreamWrite is chunks a run's invocation appends to its stream Key, and whether it
@@ -119,7 +122,8 @@ var ErrStreamClosed = errors.New("journal: stream is closed")
 // for the invocation that owns the running run (ErrSuperseded otherwise), and closes it
 // when w.Close; it returns the stream as the write leaves it. Chunks already written at
 // their place are skipped, so a repeated write adds nothing. A write that would pass a
-// bound is refused whole with a *LimitError; new chunks for a closed stream with
+// bound is refused whole with a *LimitError, one that would pass the tenant's
+// b.MaxTenantBytes with a *QuotaError; new chunks for a closed stream with
 // ErrStreamClosed. Run it in a transaction: it locks the stream's row until the end,
 // which orders concurrent writes. It notifies OutputChannel when a reader has attached
 // to the run and the stream changed.
@@ -132,9 +136,10 @@ func WriteStream(ctx context.Context, tx pgx.Tx, runID string, invocation int, w
 	}
 	var tenant string
 	var notify bool
+	var used int64 // the tenant's stream bytes
 	err := tx.QueryRow(ctx, `
-		SELECT tenant, notify FROM stepgate.run
-		WHERE id = $1 AND invocation = $2 AND status = 'running' FOR SHARE`, runID, invocation).Scan(&tenant, &notify)
+		SELECT r.tenant, r.notify, `+fmt.Sprintf(usageSum, "stream_bytes", "r.tenant")+` FROM stepgate.run r
+		WHERE r.id = $1 AND r.invocation = $2 AND r.status = 'running' FOR SHARE OF r`, runID, invocation).Scan(&tenant, &notify, &used)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrSuperseded
 	}
@@ -194,6 +199,10 @@ func WriteStream(ctx context.Context, tx pgx.Tx, runID string, invocation int, w
 	case b.MaxBytes > 0 && st.Bytes+size > b.MaxBytes:
 		return nil, &LimitError{Message: fmt.Sprintf(
 			"stream %q would hold %d bytes, more than its limit of %d (STEPGATE_MAX_STREAM_BYTES)", w.Key, st.Bytes+size, b.MaxBytes)}
+	case b.MaxTenantBytes > 0 && size > 0 && used+size > b.MaxTenantBytes:
+		return nil, &QuotaError{Message: fmt.Sprintf(
+			"the streams of tenant %s would hold %d bytes, more than its limit of %d (STEPGATE_MAX_TENANT_STREAM_BYTES); the write to stream %q is refused, the run goes on",
+			tenant, used+size, b.MaxTenantBytes, w.Key)}
 	}
 	closing := w.Close && st.ClosedAt == nil
 	if len(data) == 0 && !closing {

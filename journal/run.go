@@ -116,6 +116,10 @@ type NewRun struct {
 	// of the run in River's queue. 0: the revision's config.priority, else
 	// DefaultPriority.
 	Priority int
+	// MaxTenantRuns caps the runs the tenant stores (Quotas.MaxRuns): a start that would
+	// pass it creates nothing and returns a *QuotaError (a start whose idempotency key
+	// names a run returns that run). 0 does not limit.
+	MaxTenantRuns int64
 }
 
 // FlowError: the function's current revision has flow control (config.throttle,
@@ -167,6 +171,8 @@ func (e *ForbiddenError) Unwrap() error { return ErrForbidden }
 // A run of a revision with concurrency limits records its
 // slot keys; with n.Claim it is created claimed only when it takes a slot of each key in
 // the same statement (and has no idempotency key), else queued: see ClaimRunSlots.
+// A start that would pass n.MaxTenantRuns creates nothing and returns a *QuotaError,
+// checked in the same statement against the tenant's usage (TenantUsageOf).
 func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, err error) {
 	var key *string
 	if n.IdempotencyKey != "" {
@@ -221,6 +227,7 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 		WHERE f.tenant = @tenant AND f.name = @function
 			AND stepgate.may_invoke(r.config, @check_roles, @roles::text[])
 			AND (@flowed OR NOT r.config ?| `+flowKeys+`)
+			AND (@max_runs::bigint <= 0 OR `+fmt.Sprintf(usageSum, "runs", "@tenant")+` < @max_runs)
 		ON CONFLICT (tenant, function, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 		RETURNING `+runColumns,
 		namedArgs{
@@ -229,6 +236,7 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 			"rerun_of": n.RerunOf, "detached": n.Detached, "claim": n.Claim, "lease_seconds": n.Lease.Seconds(),
 			"start_at": n.StartAt, "deadline": n.Deadline, "flowed": n.Flowed, "held": n.Held, "priority": priority,
 			"check_roles": !n.Identity.IsAdmin(), "roles": rolesOf(n.Identity),
+			"max_runs": n.MaxTenantRuns,
 		})
 	run, err = pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Run])
 	if err == nil {
@@ -237,20 +245,22 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, fmt.Errorf("create run of %s: %w", n.Function, unstorable(err))
 	}
-	// The function is unknown, the caller may not invoke it, it has flow control, or the
-	// key is taken.
+	// The function is unknown, the caller may not invoke it, it has flow control, the
+	// key is taken, or the tenant stores its quota of runs.
 	var allowed bool
 	var roles []string
 	var flowConfig json.RawMessage
+	var stored int64
 	err = db.QueryRow(ctx, `
 		SELECT stepgate.may_invoke(r.config, $3, $4::text[]),
 			CASE WHEN jsonb_typeof(r.config->'invoke_roles') = 'array'
 				THEN ARRAY(SELECT jsonb_array_elements_text(r.config->'invoke_roles')) END,
-			CASE WHEN NOT $5 AND r.config ?| `+flowKeys+` THEN r.config END
+			CASE WHEN NOT $5 AND r.config ?| `+flowKeys+` THEN r.config END,
+			`+fmt.Sprintf(usageSum, "runs", "$1")+`
 		FROM stepgate.function f
 		JOIN stepgate.function_revision r USING (tenant, name, revision)
 		WHERE f.tenant = $1 AND f.name = $2`,
-		n.Tenant, n.Function, !n.Identity.IsAdmin(), rolesOf(n.Identity), n.Flowed).Scan(&allowed, &roles, &flowConfig)
+		n.Tenant, n.Function, !n.Identity.IsAdmin(), rolesOf(n.Identity), n.Flowed).Scan(&allowed, &roles, &flowConfig, &stored)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, ErrNotFound
 	}
@@ -263,10 +273,17 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 	if flowConfig != nil {
 		return nil, false, &FlowError{Function: n.Function, Config: flowConfig}
 	}
+	full := n.MaxTenantRuns > 0 && stored >= n.MaxTenantRuns
 	if key == nil {
+		if full {
+			return nil, false, runsQuotaError(n.Tenant, stored, n.MaxTenantRuns)
+		}
 		return nil, false, ErrNotFound // deleted in between
 	}
 	run, err = RunByIdempotencyKey(ctx, db, n.Tenant, n.Function, *key, n.Input)
+	if errors.Is(err, ErrNotFound) && full {
+		return nil, false, runsQuotaError(n.Tenant, stored, n.MaxTenantRuns)
+	}
 	return run, false, err
 }
 

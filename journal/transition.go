@@ -875,8 +875,8 @@ func invoke(ctx context.Context, db DB, runID string, invocation int, tenant str
 }
 
 // startChild creates the child run in, queued, and returns it; or, when its function is
-// not registered or refuses the run's identity, journals that error at in.Seq and
-// returns a nil child.
+// not registered or refuses the run's identity, or the tenant stores its quota of runs
+// (in.MaxTenantRuns), journals that error at in.Seq and returns a nil child.
 func startChild(ctx context.Context, db DB, runID string, invocation int, tenant string, identity Identity, in *Invoke) (*Run, error) {
 	input := in.Input
 	if len(input) == 0 {
@@ -885,9 +885,11 @@ func startChild(ctx context.Context, db DB, runID string, invocation int, tenant
 	child, _, err := CreateRun(ctx, db, NewRun{
 		ID: in.ChildID, Tenant: tenant, Function: in.Function, Input: input, Identity: identity,
 		ParentID: &runID, ParentSeq: in.Seq, ParentName: in.Name, Detached: in.Detached,
-		Flowed: true, // A child run is not throttled, rate limited nor debounced.
+		Flowed:        true, // A child run is not throttled, rate limited nor debounced.
+		MaxTenantRuns: in.MaxTenantRuns,
 	})
 	var fe *ForbiddenError
+	var qe *QuotaError
 	var e ErrorInfo
 	switch {
 	case err == nil:
@@ -898,6 +900,8 @@ func startChild(ctx context.Context, db DB, runID string, invocation int, tenant
 		e = ErrorInfo{Type: ErrorTypeForbidden, Message: fmt.Sprintf(
 			"function %s may be invoked only by the roles %v; the run's identity (%s) has %v",
 			in.Function, fe.InvokeRoles, identity.Subject, identity.Roles)}
+	case errors.As(err, &qe):
+		e = ErrorInfo{Type: ErrorTypeLimit, Message: qe.Message}
 	case isUniqueViolation(err):
 		return nil, fmt.Errorf("%w: seq %d already has a child run", ErrConflict, in.Seq)
 	default:

@@ -725,6 +725,80 @@ END
 $$;
 
 --
+-- Name: usage_add(text, bigint, bigint, bigint); Type: FUNCTION; Schema: stepgate; Owner: -
+--
+
+CREATE FUNCTION stepgate.usage_add(t text, d_runs bigint, d_stream bigint, d_mailbox bigint) RETURNS void
+    LANGUAGE sql
+    AS $$
+    INSERT INTO stepgate.tenant_usage AS u (tenant, stripe, runs, stream_bytes, mailbox_bytes)
+    VALUES (t, pg_backend_pid() % 32, d_runs, d_stream, d_mailbox)
+    ON CONFLICT (tenant, stripe) DO UPDATE SET runs = u.runs + excluded.runs,
+        stream_bytes = u.stream_bytes + excluded.stream_bytes,
+        mailbox_bytes = u.mailbox_bytes + excluded.mailbox_bytes
+$$;
+
+--
+-- Name: usage_message_changed(); Type: FUNCTION; Schema: stepgate; Owner: -
+--
+
+CREATE FUNCTION stepgate.usage_message_changed() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        PERFORM stepgate.usage_add(NEW.tenant, 0, 0, octet_length(NEW.data::text));
+    ELSE
+        PERFORM stepgate.usage_add(OLD.tenant, 0, 0, -octet_length(OLD.data::text));
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+--
+-- Name: usage_runs_deleted(); Type: FUNCTION; Schema: stepgate; Owner: -
+--
+
+CREATE FUNCTION stepgate.usage_runs_deleted() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM stepgate.usage_add(tenant, -count(*), 0, 0) FROM old_runs GROUP BY tenant;
+    RETURN NULL;
+END
+$$;
+
+--
+-- Name: usage_runs_inserted(); Type: FUNCTION; Schema: stepgate; Owner: -
+--
+
+CREATE FUNCTION stepgate.usage_runs_inserted() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM stepgate.usage_add(tenant, count(*), 0, 0) FROM new_runs GROUP BY tenant;
+    RETURN NULL;
+END
+$$;
+
+--
+-- Name: usage_stream_changed(); Type: FUNCTION; Schema: stepgate; Owner: -
+--
+
+CREATE FUNCTION stepgate.usage_stream_changed() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        PERFORM stepgate.usage_add(OLD.tenant, 0, -OLD.bytes, 0);
+    ELSE
+        PERFORM stepgate.usage_add(NEW.tenant, 0, NEW.bytes - OLD.bytes, 0);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+--
 -- Name: wait_kind(smallint, text); Type: FUNCTION; Schema: stepgate; Owner: -
 --
 
@@ -1390,6 +1464,20 @@ CREATE TABLE stepgate.stream_chunk (
 ALTER TABLE ONLY stepgate.stream_chunk FORCE ROW LEVEL SECURITY;
 
 --
+-- Name: tenant_usage; Type: TABLE; Schema: stepgate; Owner: -
+--
+
+CREATE TABLE stepgate.tenant_usage (
+    tenant text NOT NULL,
+    stripe smallint NOT NULL,
+    runs bigint DEFAULT 0 NOT NULL,
+    stream_bytes bigint DEFAULT 0 NOT NULL,
+    mailbox_bytes bigint DEFAULT 0 NOT NULL
+);
+
+ALTER TABLE ONLY stepgate.tenant_usage FORCE ROW LEVEL SECURITY;
+
+--
 -- Name: wait_shape; Type: TABLE; Schema: stepgate; Owner: -
 --
 
@@ -1623,6 +1711,13 @@ ALTER TABLE ONLY stepgate.stream_chunk
 
 ALTER TABLE ONLY stepgate.stream
     ADD CONSTRAINT stream_pkey PRIMARY KEY (run_id, key);
+
+--
+-- Name: tenant_usage tenant_usage_pkey; Type: CONSTRAINT; Schema: stepgate; Owner: -
+--
+
+ALTER TABLE ONLY stepgate.tenant_usage
+    ADD CONSTRAINT tenant_usage_pkey PRIMARY KEY (tenant, stripe);
 
 --
 -- Name: wait_shape wait_shape_pkey; Type: CONSTRAINT; Schema: stepgate; Owner: -
@@ -1866,6 +1961,24 @@ CREATE TRIGGER child_end_wakes_parent AFTER UPDATE OF status ON stepgate.run FOR
 CREATE TRIGGER journal_entry_is_immutable BEFORE UPDATE ON stepgate.journal_entry FOR EACH ROW EXECUTE FUNCTION stepgate.refuse_journal_update();
 
 --
+-- Name: message message_usage_on_consume; Type: TRIGGER; Schema: stepgate; Owner: -
+--
+
+CREATE TRIGGER message_usage_on_consume AFTER UPDATE OF consumed_seq ON stepgate.message FOR EACH ROW WHEN (((old.consumed_seq IS NULL) AND (new.consumed_seq IS NOT NULL))) EXECUTE FUNCTION stepgate.usage_message_changed();
+
+--
+-- Name: message message_usage_on_delete; Type: TRIGGER; Schema: stepgate; Owner: -
+--
+
+CREATE TRIGGER message_usage_on_delete AFTER DELETE ON stepgate.message FOR EACH ROW WHEN ((old.consumed_seq IS NULL)) EXECUTE FUNCTION stepgate.usage_message_changed();
+
+--
+-- Name: message message_usage_on_insert; Type: TRIGGER; Schema: stepgate; Owner: -
+--
+
+CREATE TRIGGER message_usage_on_insert AFTER INSERT ON stepgate.message FOR EACH ROW WHEN ((new.consumed_seq IS NULL)) EXECUTE FUNCTION stepgate.usage_message_changed();
+
+--
 -- Name: run run_event_on_insert; Type: TRIGGER; Schema: stepgate; Owner: -
 --
 
@@ -1888,6 +2001,30 @@ CREATE TRIGGER run_releases_slots AFTER UPDATE OF status ON stepgate.run FOR EAC
 --
 
 CREATE TRIGGER run_terminal_is_final BEFORE UPDATE ON stepgate.run FOR EACH ROW WHEN ((old.status = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text]))) EXECUTE FUNCTION stepgate.refuse_terminal_run_update();
+
+--
+-- Name: run run_usage_on_delete; Type: TRIGGER; Schema: stepgate; Owner: -
+--
+
+CREATE TRIGGER run_usage_on_delete AFTER DELETE ON stepgate.run REFERENCING OLD TABLE AS old_runs FOR EACH STATEMENT EXECUTE FUNCTION stepgate.usage_runs_deleted();
+
+--
+-- Name: run run_usage_on_insert; Type: TRIGGER; Schema: stepgate; Owner: -
+--
+
+CREATE TRIGGER run_usage_on_insert AFTER INSERT ON stepgate.run REFERENCING NEW TABLE AS new_runs FOR EACH STATEMENT EXECUTE FUNCTION stepgate.usage_runs_inserted();
+
+--
+-- Name: stream stream_usage_on_delete; Type: TRIGGER; Schema: stepgate; Owner: -
+--
+
+CREATE TRIGGER stream_usage_on_delete AFTER DELETE ON stepgate.stream FOR EACH ROW WHEN ((old.bytes <> 0)) EXECUTE FUNCTION stepgate.usage_stream_changed();
+
+--
+-- Name: stream stream_usage_on_update; Type: TRIGGER; Schema: stepgate; Owner: -
+--
+
+CREATE TRIGGER stream_usage_on_update AFTER UPDATE OF bytes ON stepgate.stream FOR EACH ROW WHEN ((new.bytes <> old.bytes)) EXECUTE FUNCTION stepgate.usage_stream_changed();
 
 --
 -- Name: attempt_failure attempt_failure_run_id_fkey; Type: FK CONSTRAINT; Schema: stepgate; Owner: -
@@ -2191,6 +2328,12 @@ CREATE POLICY system_access ON stepgate.stream TO stepgate_system USING (true);
 CREATE POLICY system_access ON stepgate.stream_chunk TO stepgate_system USING (true);
 
 --
+-- Name: tenant_usage system_access; Type: POLICY; Schema: stepgate; Owner: -
+--
+
+CREATE POLICY system_access ON stepgate.tenant_usage TO stepgate_system USING (true);
+
+--
 -- Name: wait_shape system_access; Type: POLICY; Schema: stepgate; Owner: -
 --
 
@@ -2309,10 +2452,22 @@ CREATE POLICY tenant_isolation ON stepgate.stream TO stepgate_app USING ((tenant
 CREATE POLICY tenant_isolation ON stepgate.stream_chunk TO stepgate_app USING ((tenant = NULLIF(current_setting('stepgate.tenant'::text, true), ''::text)));
 
 --
+-- Name: tenant_usage tenant_isolation; Type: POLICY; Schema: stepgate; Owner: -
+--
+
+CREATE POLICY tenant_isolation ON stepgate.tenant_usage TO stepgate_app USING ((tenant = NULLIF(current_setting('stepgate.tenant'::text, true), ''::text)));
+
+--
 -- Name: wait_shape tenant_isolation; Type: POLICY; Schema: stepgate; Owner: -
 --
 
 CREATE POLICY tenant_isolation ON stepgate.wait_shape TO stepgate_app USING ((tenant = NULLIF(current_setting('stepgate.tenant'::text, true), ''::text)));
+
+--
+-- Name: tenant_usage; Type: ROW SECURITY; Schema: stepgate; Owner: -
+--
+
+ALTER TABLE stepgate.tenant_usage ENABLE ROW LEVEL SECURITY;
 
 --
 -- Name: wait_shape; Type: ROW SECURITY; Schema: stepgate; Owner: -
@@ -2630,6 +2785,13 @@ GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE stepgate.stream TO stepgate_system;
 
 GRANT SELECT,INSERT ON TABLE stepgate.stream_chunk TO stepgate_app;
 GRANT SELECT,INSERT,DELETE ON TABLE stepgate.stream_chunk TO stepgate_system;
+
+--
+-- Name: TABLE tenant_usage; Type: ACL; Schema: stepgate; Owner: -
+--
+
+GRANT SELECT,INSERT,UPDATE ON TABLE stepgate.tenant_usage TO stepgate_app;
+GRANT SELECT,INSERT,UPDATE ON TABLE stepgate.tenant_usage TO stepgate_system;
 
 --
 -- Name: TABLE wait_shape; Type: ACL; Schema: stepgate; Owner: -

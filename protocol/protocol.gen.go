@@ -1739,6 +1739,28 @@ type StreamWrite struct {
 	Seq int    `json:"seq"`
 }
 
+// TenantUsage What a tenant stores, and its storage quotas (0 would mean none).
+type TenantUsage struct {
+	// MailboxBytes Bytes of the tenant's messages not yet received.
+	MailboxBytes int64 `json:"mailbox_bytes"`
+
+	// MaxMailboxBytes `STEPGATE_MAX_TENANT_MAILBOX_BYTES`.
+	MaxMailboxBytes int64 `json:"max_mailbox_bytes"`
+
+	// MaxRuns `STEPGATE_MAX_TENANT_RUNS`.
+	MaxRuns int64 `json:"max_runs"`
+
+	// MaxStreamBytes `STEPGATE_MAX_TENANT_STREAM_BYTES`.
+	MaxStreamBytes int64 `json:"max_stream_bytes"`
+
+	// Runs Runs stored
+	Runs int64 `json:"runs"`
+
+	// StreamBytes Bytes of the chunks of all the tenant's runs' streams.
+	StreamBytes int64  `json:"stream_bytes"`
+	Tenant      string `json:"tenant"`
+}
+
 // CallbackName defines model for CallbackName.
 type CallbackName = string
 
@@ -2795,6 +2817,19 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/stats/functions (the `FunctionStats` operationId).
 	FunctionStats(ctx context.Context, params *FunctionStatsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetUsage What the caller's tenant stores, against its storage quotas. Needs `runs:read`.
+	//
+	// The tenant's stored runs (not yet deleted by retention), the bytes of its runs'
+	// streams and the bytes of its messages not yet received, each with its quota
+	// (`STEPGATE_MAX_TENANT_RUNS`, `STEPGATE_MAX_TENANT_STREAM_BYTES`,
+	// `STEPGATE_MAX_TENANT_MAILBOX_BYTES`). A start, a stream write or a message past a
+	// quota is refused, naming it (429 for the API's writes; a 409 `limit_exceeded`
+	// for a function's stream write, a `limit_exceeded` error journaled for a run's
+	// send). Retention's deletes give the room back.
+	//
+	// Corresponds with GET /v1/usage (the `GetUsage` operationId).
+	GetUsage(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // Healthz Liveness probe; 200 while the database answers, 503 when it does not or the gateway drains to stop. See /readyz for readiness.
@@ -4085,6 +4120,29 @@ func (c *Client) ListSigningSecrets(ctx context.Context, reqEditors ...RequestEd
 // Corresponds with GET /v1/stats/functions (the `FunctionStats` operationId).
 func (c *Client) FunctionStats(ctx context.Context, params *FunctionStatsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewFunctionStatsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetUsage What the caller's tenant stores, against its storage quotas. Needs `runs:read`.
+//
+// The tenant's stored runs (not yet deleted by retention), the bytes of its runs'
+// streams and the bytes of its messages not yet received, each with its quota
+// (`STEPGATE_MAX_TENANT_RUNS`, `STEPGATE_MAX_TENANT_STREAM_BYTES`,
+// `STEPGATE_MAX_TENANT_MAILBOX_BYTES`). A start, a stream write or a message past a
+// quota is refused, naming it (429 for the API's writes; a 409 `limit_exceeded`
+// for a function's stream write, a `limit_exceeded` error journaled for a run's
+// send). Retention's deletes give the room back.
+//
+// Corresponds with GET /v1/usage (the `GetUsage` operationId).
+func (c *Client) GetUsage(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetUsageRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -6042,6 +6100,33 @@ func NewFunctionStatsRequest(server string, params *FunctionStatsParams) (*http.
 	return req, nil
 }
 
+// NewGetUsageRequest constructs an http.Request for the GetUsage method
+func NewGetUsageRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/usage")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 func (c *Client) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
 	for _, r := range c.RequestEditors {
 		if err := r(ctx, req); err != nil {
@@ -6911,6 +6996,21 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/stats/functions (the `FunctionStats` operationId).
 	FunctionStatsWithResponse(ctx context.Context, params *FunctionStatsParams, reqEditors ...RequestEditorFn) (*FunctionStatsResponse, error)
+
+	// GetUsageWithResponse What the caller's tenant stores, against its storage quotas. Needs `runs:read`.
+	//
+	// The tenant's stored runs (not yet deleted by retention), the bytes of its runs'
+	// streams and the bytes of its messages not yet received, each with its quota
+	// (`STEPGATE_MAX_TENANT_RUNS`, `STEPGATE_MAX_TENANT_STREAM_BYTES`,
+	// `STEPGATE_MAX_TENANT_MAILBOX_BYTES`). A start, a stream write or a message past a
+	// quota is refused, naming it (429 for the API's writes; a 409 `limit_exceeded`
+	// for a function's stream write, a `limit_exceeded` error journaled for a run's
+	// send). Retention's deletes give the room back.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/usage (the `GetUsage` operationId).
+	GetUsageWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetUsageResponse, error)
 }
 
 type HealthzResponse struct {
@@ -7305,6 +7405,8 @@ type SendEventResponse struct {
 	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationProblemJSON413 *TooLarge
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *TooManyRequests
 }
 
 // GetJSON202 returns the response for an HTTP 202 `application/json` response
@@ -7330,6 +7432,11 @@ func (r SendEventResponse) GetApplicationProblemJSON403() *Forbidden {
 // GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r SendEventResponse) GetApplicationProblemJSON413() *TooLarge {
 	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r SendEventResponse) GetApplicationProblemJSON429() *TooManyRequests {
+	return r.ApplicationProblemJSON429
 }
 
 // GetBody returns the raw response body bytes
@@ -8596,6 +8703,8 @@ type RerunRunResponse struct {
 	ApplicationProblemJSON404 *NotFound
 	// ApplicationProblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationProblemJSON409 *Conflict
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *TooManyRequests
 	// Headers202 the parsed response headers for an HTTP 202 response
 	Headers202 *RerunRunResponse202Headers
 }
@@ -8628,6 +8737,11 @@ func (r RerunRunResponse) GetApplicationProblemJSON404() *NotFound {
 // GetApplicationProblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
 func (r RerunRunResponse) GetApplicationProblemJSON409() *Conflict {
 	return r.ApplicationProblemJSON409
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RerunRunResponse) GetApplicationProblemJSON429() *TooManyRequests {
+	return r.ApplicationProblemJSON429
 }
 
 // GetBody returns the raw response body bytes
@@ -9487,6 +9601,61 @@ func (r FunctionStatsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r FunctionStatsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetUsageResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *TenantUsage
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetUsageResponse) GetJSON200() *TenantUsage {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetUsageResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetUsageResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetBody returns the raw response body bytes
+func (r GetUsageResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetUsageResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetUsageResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetUsageResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -10631,6 +10800,27 @@ func (c *ClientWithResponses) FunctionStatsWithResponse(ctx context.Context, par
 	return ParseFunctionStatsResponse(rsp)
 }
 
+// GetUsageWithResponse What the caller's tenant stores, against its storage quotas. Needs `runs:read`.
+//
+// The tenant's stored runs (not yet deleted by retention), the bytes of its runs'
+// streams and the bytes of its messages not yet received, each with its quota
+// (`STEPGATE_MAX_TENANT_RUNS`, `STEPGATE_MAX_TENANT_STREAM_BYTES`,
+// `STEPGATE_MAX_TENANT_MAILBOX_BYTES`). A start, a stream write or a message past a
+// quota is refused, naming it (429 for the API's writes; a 409 `limit_exceeded`
+// for a function's stream write, a `limit_exceeded` error journaled for a run's
+// send). Retention's deletes give the room back.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/usage (the `GetUsage` operationId).
+func (c *ClientWithResponses) GetUsageWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetUsageResponse, error) {
+	rsp, err := c.GetUsage(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetUsageResponse(rsp)
+}
+
 // ParseHealthzResponse parses an HTTP response from a HealthzWithResponse call
 func ParseHealthzResponse(rsp *http.Response) (*HealthzResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -10968,6 +11158,13 @@ func ParseSendEventResponse(rsp *http.Response) (*SendEventResponse, error) {
 			return nil, err
 		}
 		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
 
 	}
 
@@ -11999,6 +12196,13 @@ func ParseRerunRunResponse(rsp *http.Response) (*RerunRunResponse, error) {
 		}
 		response.ApplicationProblemJSON409 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
 	}
 
 	switch {
@@ -12657,6 +12861,46 @@ func ParseFunctionStatsResponse(rsp *http.Response) (*FunctionStatsResponse, err
 			return nil, err
 		}
 		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetUsageResponse parses an HTTP response from a GetUsageWithResponse call
+func ParseGetUsageResponse(rsp *http.Response) (*GetUsageResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetUsageResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest TenantUsage
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized

@@ -536,6 +536,15 @@ func TestDashboard(t *testing.T) {
 		b.use(t)
 		b.do("open the functions", 10*time.Second, chromedp.Navigate(s.URL+"/#/functions"))
 		b.visible("the examples", `tr[data-function="orders.checkout"]`)
+		// The tenant's storage against its quotas, as GET /v1/usage says (no run starts
+		// meanwhile).
+		usage, err := c.GetUsageWithResponse(t.Context())
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, usage.StatusCode(), string(usage.Body))
+		b.visible("the tenant's storage", "[data-testid=usage]")
+		used := run(b, "runs stored", chromedp.Evaluate[string](`document.querySelector("[data-testid=usage-runs]").dataset.used + "/" + document.querySelector("[data-testid=usage-runs]").dataset.max`))
+		require.Equal(t, fmt.Sprintf("%d/%d", usage.JSON200.Runs, usage.JSON200.MaxRuns), used)
+		require.Contains(t, b.text("the streams' quota", "[data-testid=usage-stream-bytes]"), "/ 10 GiB")
 		b.shoot("functions")
 		b.click("invoke hello", "[data-testid=invoke-hello]")
 		b.set("type invalid JSON", "[data-testid=invoke-input]", `{"name": Grace}`, "input")

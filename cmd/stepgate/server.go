@@ -239,6 +239,22 @@ func readLimits(getenv func(string) string) (invoker.Limits, error) {
 			n.to(min(v, math.MaxInt32))
 		}
 	}
+	for _, n := range []struct {
+		name string
+		to   *int64
+	}{
+		{"STEPGATE_MAX_TENANT_RUNS", &l.MaxTenantRuns},
+		{"STEPGATE_MAX_TENANT_STREAM_BYTES", &l.MaxTenantStreamBytes},
+		{"STEPGATE_MAX_TENANT_MAILBOX_BYTES", &l.MaxTenantMailboxBytes},
+	} {
+		v, err := envInt(getenv, n.name, 0)
+		if err != nil {
+			return l, err
+		}
+		if v > 0 {
+			*n.to = v
+		}
+	}
 	return l, nil
 }
 

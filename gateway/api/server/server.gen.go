@@ -134,6 +134,9 @@ type ServerInterface interface {
 	// FunctionStats Each function's runs over a recent window. Needs `functions:read`.
 	// (GET /v1/stats/functions)
 	FunctionStats(ctx echo.Context, params FunctionStatsParams) error
+	// GetUsage What the caller's tenant stores, against its storage quotas. Needs `runs:read`.
+	// (GET /v1/usage)
+	GetUsage(ctx echo.Context) error
 }
 
 // ServerInterfaceWrapper converts echo contexts to parameters.
@@ -957,6 +960,15 @@ func (w *ServerInterfaceWrapper) FunctionStats(ctx echo.Context) error {
 	return err
 }
 
+// GetUsage converts echo context to params.
+func (w *ServerInterfaceWrapper) GetUsage(ctx echo.Context) error {
+	var err error
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetUsage(ctx)
+	return err
+}
+
 // This is a simple interface which specifies echo.Route addition functions which
 // are present on both echo.Echo and echo.Group, since we want to allow using
 // either of them for path registration
@@ -1027,6 +1039,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/v1/runs/:id/streams/:key", wrapper.ReadRunStream, options.OperationMiddlewares["readRunStream"]...)
 	router.GET(options.BaseURL+"/v1/runs/stream", wrapper.StreamRuns, options.OperationMiddlewares["streamRuns"]...)
 	router.GET(options.BaseURL+"/v1/stats/functions", wrapper.FunctionStats, options.OperationMiddlewares["functionStats"]...)
+	router.GET(options.BaseURL+"/v1/usage", wrapper.GetUsage, options.OperationMiddlewares["getUsage"]...)
 	router.GET(options.BaseURL+"/v1/events", wrapper.ListEvents, options.OperationMiddlewares["listEvents"]...)
 	router.POST(options.BaseURL+"/v1/events", wrapper.SendEvent, options.OperationMiddlewares["sendEvent"]...)
 	router.GET(options.BaseURL+"/v1/schedules", wrapper.ListSchedules, options.OperationMiddlewares["listSchedules"]...)
@@ -1581,6 +1594,22 @@ func (response SendEvent413ApplicationProblemPlusJSONResponse) VisitSendEventRes
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SendEvent429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response SendEvent429ApplicationProblemPlusJSONResponse) VisitSendEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -3313,6 +3342,22 @@ func (response RerunRun409ApplicationProblemPlusJSONResponse) VisitRerunRunRespo
 	return err
 }
 
+type RerunRun429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response RerunRun429ApplicationProblemPlusJSONResponse) VisitRerunRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetRunResultRequestObject struct {
 	ID     RunID `json:"id"`
 	Params GetRunResultParams
@@ -4331,6 +4376,59 @@ func (response FunctionStats403ApplicationProblemPlusJSONResponse) VisitFunction
 	return err
 }
 
+type GetUsageRequestObject struct {
+}
+
+type GetUsageResponseObject interface {
+	VisitGetUsageResponse(w http.ResponseWriter) error
+}
+
+type GetUsage200JSONResponse TenantUsage
+
+func (response GetUsage200JSONResponse) VisitGetUsageResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetUsage401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetUsage401ApplicationProblemPlusJSONResponse) VisitGetUsageResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetUsage403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetUsage403ApplicationProblemPlusJSONResponse) VisitGetUsageResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 // StrictServerInterface represents all server handlers.
 type StrictServerInterface interface {
 	// Healthz Liveness probe; 200 while the database answers, 503 when it does not or the gateway drains to stop. See /readyz for readiness.
@@ -4447,6 +4545,9 @@ type StrictServerInterface interface {
 	// FunctionStats Each function's runs over a recent window. Needs `functions:read`.
 	// (GET /v1/stats/functions)
 	FunctionStats(ctx context.Context, request FunctionStatsRequestObject) (FunctionStatsResponseObject, error)
+	// GetUsage What the caller's tenant stores, against its storage quotas. Needs `runs:read`.
+	// (GET /v1/usage)
+	GetUsage(ctx context.Context, request GetUsageRequestObject) (GetUsageResponseObject, error)
 }
 
 type StrictHandlerFunc func(ctx echo.Context, request any) (any, error)
@@ -5727,6 +5828,29 @@ func (sh *strictHandler) FunctionStats(ctx echo.Context, params FunctionStatsPar
 		return err
 	} else if validResponse, ok := response.(FunctionStatsResponseObject); ok {
 		return validResponse.VisitFunctionStatsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// GetUsage operation middleware
+func (sh *strictHandler) GetUsage(ctx echo.Context) error {
+	var request GetUsageRequestObject
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetUsage(ctx.Request().Context(), request.(GetUsageRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetUsage")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetUsageResponseObject); ok {
+		return validResponse.VisitGetUsageResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

@@ -584,6 +584,32 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * What the caller's tenant stores, against its storage quotas. Needs `runs:read`.
+         * @description The tenant's stored runs (not yet deleted by retention), the bytes of its runs'
+         *     streams and the bytes of its messages not yet received, each with its quota
+         *     (`STEPGATE_MAX_TENANT_RUNS`, `STEPGATE_MAX_TENANT_STREAM_BYTES`,
+         *     `STEPGATE_MAX_TENANT_MAILBOX_BYTES`). A start, a stream write or a message past a
+         *     quota is refused, naming it (429 for the API's writes; a 409 `limit_exceeded`
+         *     for a function's stream write, a `limit_exceeded` error journaled for a run's
+         *     send). Retention's deletes give the room back.
+         */
+        get: operations["getUsage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/events": {
         parameters: {
             query?: never;
@@ -1188,6 +1214,40 @@ export interface components {
             p50_ms?: number;
             /** Format: date-time */
             last_run_at?: string;
+        };
+        /** @description What a tenant stores, and its storage quotas (0 would mean none). */
+        TenantUsage: {
+            tenant: string;
+            /**
+             * Format: int64
+             * @description Runs stored
+             */
+            runs: number;
+            /**
+             * Format: int64
+             * @description `STEPGATE_MAX_TENANT_RUNS`.
+             */
+            max_runs: number;
+            /**
+             * Format: int64
+             * @description Bytes of the chunks of all the tenant's runs' streams.
+             */
+            stream_bytes: number;
+            /**
+             * Format: int64
+             * @description `STEPGATE_MAX_TENANT_STREAM_BYTES`.
+             */
+            max_stream_bytes: number;
+            /**
+             * Format: int64
+             * @description Bytes of the tenant's messages not yet received.
+             */
+            mailbox_bytes: number;
+            /**
+             * Format: int64
+             * @description `STEPGATE_MAX_TENANT_MAILBOX_BYTES`.
+             */
+            max_mailbox_bytes: number;
         };
         FunctionStatsList: {
             window: string;
@@ -2688,6 +2748,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
         };
     };
     listRunValues: {
@@ -2886,6 +2947,28 @@ export interface operations {
             403: components["responses"]["Forbidden"];
         };
     };
+    getUsage: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The tenant's usage. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TenantUsage"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+        };
+    };
     listEvents: {
         parameters: {
             query?: {
@@ -2949,6 +3032,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             413: components["responses"]["TooLarge"];
+            429: components["responses"]["TooManyRequests"];
         };
     };
     listSchedules: {

@@ -1,4 +1,5 @@
-// The functions: their URL, revision and config, last hour's stats, and a form to invoke one.
+// The functions: their URL, revision and config, last hour's stats, and a form to invoke one;
+// above them, what the tenant stores against its storage quotas (GET /v1/usage).
 
 import { h, icon, replace, timeAgo, fmtDuration, navigate } from "../dom.js";
 import { request, can, APIError } from "../api.js";
@@ -19,7 +20,8 @@ export function functionsPage(el, params) {
     content);
 
   async function load() {
-    const [list, stats] = await Promise.allSettled([request("/v1/functions"), request("/v1/stats/functions?window=1h")]);
+    const [list, stats, usage] = await Promise.allSettled([request("/v1/functions"), request("/v1/stats/functions?window=1h"),
+      can("runs:read") ? request("/v1/usage") : Promise.reject(new Error("no runs:read"))]);
     if (gone) return;
     if (list.status === "rejected") {
       replace(content, errorBox("Couldn't load the functions", list.reason,
@@ -45,6 +47,7 @@ export function functionsPage(el, params) {
       return;
     }
     replace(content,
+      usage.status === "fulfilled" ? usageStrip(usage.value) : null,
       stats.status === "rejected"
         ? h("div", { class: "note" }, icon("alert", 13), h("span", null, `Run statistics are unavailable: ${errorMessage(stats.reason)}`))
         : null,
@@ -203,3 +206,28 @@ function jsonError(text, e) {
   return `Not valid JSON${where}: ${msg}`;
 }
 
+
+/** fmtBytes formats a byte count for people: 980 B, 1.5 KiB, 10 GiB. */
+function fmtBytes(n) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return `${i === 0 ? n : Number(n.toFixed(n < 10 ? 1 : 0))} ${units[i]}`;
+}
+
+/** usageStrip shows the tenant's storage against its quotas: a write past one is refused. */
+function usageStrip(u) {
+  const item = (id, label, used, max, fmt, title) => {
+    const pct = max > 0 ? Math.min(100, (used / max) * 100) : 0;
+    return h("span", { class: "usage-item" + (pct >= 90 ? " near" : ""), "data-testid": `usage-${id}`, title,
+      "data-used": String(used), "data-max": String(max) },
+      h("span", { class: "muted" }, label), " ", h("strong", null, fmt(used)), h("span", { class: "muted" }, ` / ${fmt(max)}`));
+  };
+  const count = (n) => n.toLocaleString();
+  return h("div", { class: "note usage", "data-testid": "usage" },
+    icon("functions", 13),
+    h("span", null, `Storage of tenant ${u.tenant}:`),
+    item("runs", "runs stored", u.runs, u.max_runs, count, "Runs not yet deleted by retention (STEPGATE_MAX_TENANT_RUNS)"),
+    item("stream-bytes", "streams", u.stream_bytes, u.max_stream_bytes, fmtBytes, "Bytes of all runs' streams (STEPGATE_MAX_TENANT_STREAM_BYTES)"),
+    item("mailbox-bytes", "mailboxes", u.mailbox_bytes, u.max_mailbox_bytes, fmtBytes, "Bytes of messages not yet received (STEPGATE_MAX_TENANT_MAILBOX_BYTES)"));
+}

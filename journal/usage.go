@@ -1,0 +1,63 @@
+package journal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Storage quotas per tenant (migration 0044): a tenant's stored runs, its runs' stream
+// bytes and the bytes waiting in its runs' mailboxes are counted as they are written, in
+// the writes' own statements, and each write that would pass the tenant's cap is
+// refused with a *QuotaError. Writers in flight at once for one tenant each see the
+// committed usage without the others' writes, so a cap can be passed by at most one
+// write per transaction in flight for the tenant (each bounded: a run, a stream write
+// of at most one request body, a message of at most one request body).
+
+// Quotas are the caps of one tenant's storage. A zero field does not limit.
+type Quotas struct {
+	MaxRuns         int64 // Stored runs, not yet deleted by retention.
+	MaxStreamBytes  int64 // Bytes of the chunks of all its runs' streams.
+	MaxMailboxBytes int64 // Bytes of its messages not yet received.
+}
+
+// TenantUsage is what a tenant stores, as its quotas count it.
+type TenantUsage struct {
+	Runs         int64 `db:"runs"`
+	StreamBytes  int64 `db:"stream_bytes"`
+	MailboxBytes int64 `db:"mailbox_bytes"`
+}
+
+// ErrQuota wraps every *QuotaError.
+var ErrQuota = errors.New("journal: tenant quota exceeded")
+
+// QuotaError is a write refused because its tenant's storage would pass a quota.
+type QuotaError struct {
+	Message string // Names the quota, its value and its setting.
+}
+
+func (e *QuotaError) Error() string { return e.Message }
+
+// Unwrap makes errors.Is(err, ErrQuota) hold.
+func (e *QuotaError) Unwrap() error { return ErrQuota }
+
+// usageSum is the tenant's usage of one column, as a subquery: its stripes' sum.
+const usageSum = `(SELECT coalesce(sum(u.%s), 0) FROM stepgate.tenant_usage u WHERE u.tenant = %s)`
+
+// TenantUsageOf returns what tenant stores: zero for a tenant that has stored nothing.
+func TenantUsageOf(ctx context.Context, db DB, tenant string) (TenantUsage, error) {
+	var u TenantUsage
+	err := db.QueryRow(ctx, `
+		SELECT coalesce(sum(runs), 0), coalesce(sum(stream_bytes), 0), coalesce(sum(mailbox_bytes), 0)
+		FROM stepgate.tenant_usage WHERE tenant = $1`, tenant).Scan(&u.Runs, &u.StreamBytes, &u.MailboxBytes)
+	if err != nil {
+		return TenantUsage{}, fmt.Errorf("read usage of tenant %s: %w", tenant, err)
+	}
+	return u, nil
+}
+
+func runsQuotaError(tenant string, runs, max int64) *QuotaError {
+	return &QuotaError{Message: fmt.Sprintf(
+		"tenant %s stores %d runs, its limit of %d (STEPGATE_MAX_TENANT_RUNS); runs are deleted by retention once finished",
+		tenant, runs, max)}
+}

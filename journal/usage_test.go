@@ -1,0 +1,160 @@
+package journal_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stepgate/stepgate/internal/pgtest"
+	"github.com/stepgate/stepgate/journal"
+)
+
+// TestTenantUsage: the counters of migration 0044 equal what the tables hold, however
+// writers and retention interleave, and concurrent starts pass a tenant's cap of runs by
+// at most one run per writer in flight.
+func TestTenantUsage(t *testing.T) {
+	t.Parallel()
+
+	// truth is what the tables of tenant hold, counted.
+	truth := func(t *testing.T, db *pgxpool.Pool, tenant string) journal.TenantUsage {
+		var u journal.TenantUsage
+		require.NoError(t, db.QueryRow(t.Context(), `
+			SELECT (SELECT count(*) FROM stepgate.run WHERE tenant = $1),
+				(SELECT coalesce(sum(bytes), 0) FROM stepgate.stream WHERE tenant = $1),
+				(SELECT coalesce(sum(octet_length(data::text)), 0) FROM stepgate.message WHERE tenant = $1 AND consumed_seq IS NULL)`,
+			tenant).Scan(&u.Runs, &u.StreamBytes, &u.MailboxBytes))
+		return u
+	}
+
+	t.Run("CountsMatchTheRowsUnderConcurrency", func(t *testing.T) {
+		t.Parallel()
+		ctx, db := t.Context(), pgtest.DB(t)
+		tenant, other := newTenant(), newTenant()
+		mustRegister(t, db, tenant, "fn")
+		mustRegister(t, db, other, "fn")
+		target := mustCreateRunOf(t, db, tenant, "fn") // queued: messages wait in its mailbox
+		otherRun := mustCreateRunOf(t, db, other, "fn", claimed)
+		_, err := journal.TenantUsageOf(ctx, db, tenant)
+		require.NoError(t, err)
+
+		const writers, rounds = 4, 15
+		var wg sync.WaitGroup
+		errs := make(chan error, writers)
+		for w := range writers {
+			wg.Go(func() {
+				errs <- func() error {
+					for i := range rounds {
+						err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+							run, _, err := journal.CreateRun(ctx, tx, journal.NewRun{
+								ID: newID(), Tenant: tenant, Function: "fn", Input: json.RawMessage(`{}`), Claim: true, Lease: time.Minute,
+								Identity: journal.Identity{Subject: "tester", Tenant: tenant, Roles: []string{"admin"}},
+							})
+							if err != nil {
+								return err
+							}
+							chunks := []json.RawMessage{json.RawMessage(`"abc"`), json.RawMessage(fmt.Sprintf(`{"w":%d,"i":%d}`, w, i))}
+							if _, err := journal.WriteStream(ctx, tx, run.ID, 1, journal.StreamWrite{Key: "log", Seq: 1, Chunks: chunks}, journal.StreamBounds{}); err != nil {
+								return err
+							}
+							_, err = journal.SendMessage(ctx, tx, journal.NewMessage{Tenant: tenant, RunID: target.ID,
+								ID: fmt.Sprintf("m-%d-%d", w, i), Topic: "t", Data: json.RawMessage(`{"a": [1, 2, 3]}`)})
+							if err != nil {
+								return err
+							}
+							// Every other round finishes the run; retention deletes finished runs
+							// while the other writers write.
+							if i%2 == 0 {
+								_, err = tx.Exec(ctx, `UPDATE stepgate.run SET status = 'completed', lease_until = NULL, finished_at = now() WHERE id = $1`, run.ID)
+							}
+							return err
+						})
+						if err != nil {
+							return err
+						}
+						if i%3 == 0 {
+							if _, err := db.Exec(ctx, `UPDATE stepgate.message SET consumed_seq = 1 WHERE run_id = $1 AND id = $2`,
+								target.ID, fmt.Sprintf("m-%d-%d", w, i)); err != nil {
+								return err
+							}
+						}
+						if _, err := journal.DeleteExpiredRuns(ctx, db, -time.Hour, 3); err != nil {
+							return err
+						}
+					}
+					return nil
+				}()
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		got, err := journal.TenantUsageOf(ctx, db, tenant)
+		require.NoError(t, err)
+		want := truth(t, db, tenant)
+		require.Equal(t, want, got)
+		require.Positive(t, want.StreamBytes)
+		require.Positive(t, want.MailboxBytes)
+
+		// Another tenant's usage is its own.
+		_, err = journal.WriteStream(ctx, mustBegin(t, db), otherRun.ID, 1, journal.StreamWrite{Key: "x", Seq: 1, Chunks: []json.RawMessage{json.RawMessage(`1`)}}, journal.StreamBounds{})
+		require.NoError(t, err)
+		o, err := journal.TenantUsageOf(ctx, db, other)
+		require.NoError(t, err)
+		require.Equal(t, journal.TenantUsage{Runs: 1}, o, "the write above was rolled back")
+	})
+
+	t.Run("ConcurrentStartsPassTheCapByAtMostOneEach", func(t *testing.T) {
+		t.Parallel()
+		ctx, db := t.Context(), pgtest.DB(t)
+		tenant := newTenant()
+		mustRegister(t, db, tenant, "fn")
+		const max, writers = 10, 4
+		var wg sync.WaitGroup
+		errs := make(chan error, writers)
+		for range writers {
+			wg.Go(func() {
+				for {
+					_, _, err := journal.CreateRun(ctx, db, journal.NewRun{
+						ID: newID(), Tenant: tenant, Function: "fn", Input: json.RawMessage(`{}`), MaxTenantRuns: max,
+						Identity: journal.Identity{Subject: "tester", Tenant: tenant, Roles: []string{"admin"}},
+					})
+					if err != nil {
+						errs <- err
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			var qe *journal.QuotaError
+			require.True(t, errors.As(err, &qe), "%v", err)
+			require.Contains(t, qe.Message, fmt.Sprintf("its limit of %d (STEPGATE_MAX_TENANT_RUNS)", max))
+		}
+		want := truth(t, db, tenant)
+		require.GreaterOrEqual(t, want.Runs, int64(max))
+		require.LessOrEqual(t, want.Runs, int64(max+writers-1), "at most one run past the cap per other writer in flight")
+		got, err := journal.TenantUsageOf(ctx, db, tenant)
+		require.NoError(t, err)
+		require.Equal(t, want, got)
+	})
+}
+
+// mustBegin begins a transaction on db, rolled back when the test ends.
+func mustBegin(t *testing.T, db *pgxpool.Pool) pgx.Tx {
+	tx, err := db.Begin(t.Context())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(context.WithoutCancel(t.Context())) })
+	return tx
+}
