@@ -2,6 +2,7 @@ package migrations_test
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -270,4 +271,19 @@ func TestCallbackTokensSealed(t *testing.T) {
 	}
 	_, err = pool.Exec(ctx, `UPDATE stepgate.journal_entry SET name = 'x' WHERE run_id = $1`, run)
 	require.ErrorContains(t, err, "immutable", "the guard is on again")
+}
+
+// TestEveryTriggerIsDocumented: docs/internals.md lists every trigger the migrations make
+// (schema.sql shows them all), so that no work the database does goes unseen.
+func TestEveryTriggerIsDocumented(t *testing.T) {
+	t.Parallel()
+	schema, err := os.ReadFile("schema.sql")
+	require.NoError(t, err)
+	doc, err := os.ReadFile("../docs/internals.md")
+	require.NoError(t, err)
+	triggers := regexp.MustCompile(`(?m)^CREATE TRIGGER (\w+) `).FindAllStringSubmatch(string(schema), -1)
+	require.NotEmpty(t, triggers)
+	for _, m := range triggers {
+		require.Contains(t, string(doc), "`"+m[1]+"`", "docs/internals.md lists trigger %s", m[1])
+	}
 }
