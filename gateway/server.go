@@ -64,9 +64,10 @@ type Config struct {
 	// is queued for any gateway's workers, and the request still waits for its result.
 	// Default to 1,000 and 200.
 	MaxWaitInvocations, MaxWaitInvocationsPerTenant int
-	// MaxStreamsPerTenant bounds the live streams (GET /v1/runs/stream) one tenant holds
-	// open on this gateway; MaxStreamsPerSubject, those of one subject of a tenant. Past
-	// them a stream is a 429. Default to 100 and 10.
+	// MaxStreamsPerTenant bounds the live streams (GET /v1/runs/stream, a run's stream)
+	// and long-polls (a run's start, result or value with ?wait) one tenant holds open on
+	// this gateway, counted together; MaxStreamsPerSubject, those of one subject of a
+	// tenant. Past them a request is a 429 with Retry-After. Default to 100 and 10.
 	MaxStreamsPerTenant, MaxStreamsPerSubject int
 	// Egress says which function and app URLs tenants may register, and which
 	// addresses the manifest requests may dial. Its zero value allows the public
@@ -89,8 +90,8 @@ type Server struct {
 	// operatorRole and operatorTenant say who may open River's UI (see operates).
 	operatorRole, operatorTenant string
 	waits                        *slots       // synchronous invocations, by tenant
-	tenantStreams                *slots       // live streams, by tenant
-	subjectStreams               *slots       // live streams, by tenant and subject
+	tenantStreams                *slots       // live streams and long-polls, by tenant
+	subjectStreams               *slots       // live streams and long-polls, by tenant and subject
 	client                       *http.Client // fetches manifests
 	echo                         *echo.Echo
 	stream                       *notify.Hub
@@ -278,6 +279,12 @@ type unavailableError struct{ detail string }
 
 func (e *unavailableError) Error() string { return e.detail }
 
+// busyError is a 429 with Retry-After: 1: a limit on what the caller holds at once is
+// reached, and a place may be free by then.
+type busyError struct{ detail string }
+
+func (e *busyError) Error() string { return e.detail }
+
 func (e *problemError) Error() string { return e.detail }
 
 func badRequest(format string, args ...any) error {
@@ -299,6 +306,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 	var pe *problemError
 	var rl *invoker.RateLimitedError
 	var ue *unavailableError
+	var be *busyError
 	var he *echo.HTTPError
 	switch {
 	case errors.As(err, &pe):
@@ -309,6 +317,9 @@ func (s *Server) handleError(err error, c echo.Context) {
 		c.Response().Header().Set("Retry-After", strconv.FormatInt(max(1, int64(math.Ceil(rl.RetryAfter.Seconds()))), 10))
 	case errors.As(err, &ue):
 		status, detail = http.StatusServiceUnavailable, ue.detail
+		c.Response().Header().Set("Retry-After", "1")
+	case errors.As(err, &be):
+		status, detail = http.StatusTooManyRequests, be.detail
 		c.Response().Header().Set("Retry-After", "1")
 	case journal.IsUnavailable(err):
 		// Nothing was done, or a write's fate is what a retry with the same idempotency

@@ -88,19 +88,20 @@ func (s *Server) StreamRuns(ctx context.Context, req server.StreamRunsRequestObj
 	return runStream{ctx: ctx, hub: s.stream, c: c, expires: exp, release: release}, nil
 }
 
-// streamSlots takes a stream's place among the caller's tenant's and subject's, or
-// answers a 429 naming the limit.
+// streamSlots takes a place among the live streams and long-polls (a request with
+// ?wait) of the caller's tenant and subject, or answers a 429 naming the limit, with
+// Retry-After. The place is held until release.
 func (s *Server) streamSlots(id auth.Identity) (release func(), err error) {
 	tenant := s.tenantStreams.acquire(id.Tenant)
 	if tenant == nil {
-		return nil, &problemError{http.StatusTooManyRequests, fmt.Sprintf(
-			"tenant %q has %d live streams open on this gateway, its limit: close one first", id.Tenant, s.tenantStreams.maxPerKey)}
+		return nil, &busyError{fmt.Sprintf(
+			"tenant %q has %d live streams open on this gateway, its limit (long-polls with ?wait count): close one first", id.Tenant, s.tenantStreams.maxPerKey)}
 	}
 	subject := s.subjectStreams.acquire(id.Tenant + "\n" + id.Subject)
 	if subject == nil {
 		tenant()
-		return nil, &problemError{http.StatusTooManyRequests, fmt.Sprintf(
-			"%s has %d live streams open on this gateway, the limit per subject: close one first", id.Subject, s.subjectStreams.maxPerKey)}
+		return nil, &busyError{fmt.Sprintf(
+			"%s has %d live streams open on this gateway, the limit per subject (long-polls with ?wait count): close one first", id.Subject, s.subjectStreams.maxPerKey)}
 	}
 	return func() { subject(); tenant() }, nil
 }

@@ -2190,7 +2190,10 @@ type ClientInterface interface {
 	//
 	// Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
 	// example `30s`, at most `15m`) the request waits for the run to finish: 200 with its
-	// result, or 202 with a `Location` to attach to if the wait runs out first.
+	// result, or 202 with a `Location` to attach to if the wait runs out first. A
+	// request with `wait` counts against the live streams a tenant and a subject may
+	// hold open on a gateway until it is answered (`STEPGATE_MAX_STREAMS_PER_TENANT`,
+	// `…_PER_SUBJECT`): past them it is a 429 with `Retry-After`, and no run is created.
 	// The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 	// key with a different input is a 409.
 	//
@@ -2211,7 +2214,10 @@ type ClientInterface interface {
 	//
 	// Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
 	// example `30s`, at most `15m`) the request waits for the run to finish: 200 with its
-	// result, or 202 with a `Location` to attach to if the wait runs out first.
+	// result, or 202 with a `Location` to attach to if the wait runs out first. A
+	// request with `wait` counts against the live streams a tenant and a subject may
+	// hold open on a gateway until it is answered (`STEPGATE_MAX_STREAMS_PER_TENANT`,
+	// `…_PER_SUBJECT`): past them it is a 429 with `Retry-After`, and no run is created.
 	// The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 	// key with a different input is a 409.
 	//
@@ -2297,8 +2303,9 @@ type ClientInterface interface {
 	// reconnection either; reload after connecting. `event: expired` ends the stream
 	// when the token that opened it expires: open a new one with a new token.
 	//
-	// A gateway keeps at most 100 streams of one tenant open (10 of one subject); past
-	// that a new one is a 429.
+	// A gateway keeps at most 100 streams of one tenant open (10 of one subject), long-polls
+	// with `wait` included (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`); past
+	// that a new one is a 429 with `Retry-After`.
 	//
 	// A browser's `EventSource` cannot send headers, so this operation also takes the
 	// token as the `access_token` query parameter. Prefer the header where the client
@@ -2582,6 +2589,10 @@ type ClientInterface interface {
 
 	// GetRunResult Attaches to a run and waits (up to `wait`) for its result. Needs `runs:read`.
 	//
+	// A request with `wait` counts against the live streams a tenant and a subject may
+	// hold open on a gateway until it is answered (`STEPGATE_MAX_STREAMS_PER_TENANT`,
+	// `…_PER_SUBJECT`): past them it is a 429 with `Retry-After`.
+	//
 	// Corresponds with GET /v1/runs/{id}/result (the `GetRunResult` operationId).
 	GetRunResult(ctx context.Context, id RunID, params *GetRunResultParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
@@ -2607,7 +2618,8 @@ type ClientInterface interface {
 	// token that opened it expires.
 	//
 	// It counts against the live streams a tenant and a subject may hold open on a
-	// gateway (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`; 429 past them). A
+	// gateway (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`, long-polls with
+	// `wait` included; 429 with `Retry-After` past them). A
 	// browser's `EventSource` cannot send headers, so this operation also takes the
 	// token as the `access_token` query parameter.
 	//
@@ -2638,7 +2650,10 @@ type ClientInterface interface {
 	// wait ended (no body; the `ETag` is the current version). 404: no such run, or the
 	// key has no value when the wait ended (the detail says which). Waiting costs no
 	// polling: the run's writes are announced with Postgres notifications, one listener
-	// per gateway.
+	// per gateway. A request with `wait` counts against the live streams a tenant and
+	// a subject may hold open on a gateway until it is answered
+	// (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`): past them it is a 429 with
+	// `Retry-After`.
 	//
 	// Corresponds with GET /v1/runs/{id}/values/{key} (the `GetRunValue` operationId).
 	GetRunValue(ctx context.Context, id RunID, key OutputKey, params *GetRunValueParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3117,7 +3132,10 @@ func (c *Client) GetFunctionQueue(ctx context.Context, name FunctionName, reqEdi
 //
 // Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
 // example `30s`, at most `15m`) the request waits for the run to finish: 200 with its
-// result, or 202 with a `Location` to attach to if the wait runs out first.
+// result, or 202 with a `Location` to attach to if the wait runs out first. A
+// request with `wait` counts against the live streams a tenant and a subject may
+// hold open on a gateway until it is answered (`STEPGATE_MAX_STREAMS_PER_TENANT`,
+// `…_PER_SUBJECT`): past them it is a 429 with `Retry-After`, and no run is created.
 // The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 // key with a different input is a 409.
 //
@@ -3148,7 +3166,10 @@ func (c *Client) StartRunWithBody(ctx context.Context, name FunctionName, params
 //
 // Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
 // example `30s`, at most `15m`) the request waits for the run to finish: 200 with its
-// result, or 202 with a `Location` to attach to if the wait runs out first.
+// result, or 202 with a `Location` to attach to if the wait runs out first. A
+// request with `wait` counts against the live streams a tenant and a subject may
+// hold open on a gateway until it is answered (`STEPGATE_MAX_STREAMS_PER_TENANT`,
+// `…_PER_SUBJECT`): past them it is a 429 with `Retry-After`, and no run is created.
 // The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 // key with a different input is a 409.
 //
@@ -3284,8 +3305,9 @@ func (c *Client) CancelRuns(ctx context.Context, body CancelRunsJSONRequestBody,
 // reconnection either; reload after connecting. `event: expired` ends the stream
 // when the token that opened it expires: open a new one with a new token.
 //
-// A gateway keeps at most 100 streams of one tenant open (10 of one subject); past
-// that a new one is a 429.
+// A gateway keeps at most 100 streams of one tenant open (10 of one subject), long-polls
+// with `wait` included (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`); past
+// that a new one is a 429 with `Retry-After`.
 //
 // A browser's `EventSource` cannot send headers, so this operation also takes the
 // token as the `access_token` query parameter. Prefer the header where the client
@@ -3719,6 +3741,10 @@ func (c *Client) RerunRun(ctx context.Context, id RunID, body RerunRunJSONReques
 
 // GetRunResult Attaches to a run and waits (up to `wait`) for its result. Needs `runs:read`.
 //
+// A request with `wait` counts against the live streams a tenant and a subject may
+// hold open on a gateway until it is answered (`STEPGATE_MAX_STREAMS_PER_TENANT`,
+// `…_PER_SUBJECT`): past them it is a 429 with `Retry-After`.
+//
 // Corresponds with GET /v1/runs/{id}/result (the `GetRunResult` operationId).
 func (c *Client) GetRunResult(ctx context.Context, id RunID, params *GetRunResultParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetRunResultRequest(c.Server, id, params)
@@ -3764,7 +3790,8 @@ func (c *Client) ListRunStreams(ctx context.Context, id RunID, reqEditors ...Req
 // token that opened it expires.
 //
 // It counts against the live streams a tenant and a subject may hold open on a
-// gateway (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`; 429 past them). A
+// gateway (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`, long-polls with
+// `wait` included; 429 with `Retry-After` past them). A
 // browser's `EventSource` cannot send headers, so this operation also takes the
 // token as the `access_token` query parameter.
 //
@@ -3815,7 +3842,10 @@ func (c *Client) ListRunValues(ctx context.Context, id RunID, reqEditors ...Requ
 // wait ended (no body; the `ETag` is the current version). 404: no such run, or the
 // key has no value when the wait ended (the detail says which). Waiting costs no
 // polling: the run's writes are announced with Postgres notifications, one listener
-// per gateway.
+// per gateway. A request with `wait` counts against the live streams a tenant and
+// a subject may hold open on a gateway until it is answered
+// (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`): past them it is a 429 with
+// `Retry-After`.
 //
 // Corresponds with GET /v1/runs/{id}/values/{key} (the `GetRunValue` operationId).
 func (c *Client) GetRunValue(ctx context.Context, id RunID, key OutputKey, params *GetRunValueParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -6228,7 +6258,10 @@ type ClientWithResponsesInterface interface {
 	//
 	// Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
 	// example `30s`, at most `15m`) the request waits for the run to finish: 200 with its
-	// result, or 202 with a `Location` to attach to if the wait runs out first.
+	// result, or 202 with a `Location` to attach to if the wait runs out first. A
+	// request with `wait` counts against the live streams a tenant and a subject may
+	// hold open on a gateway until it is answered (`STEPGATE_MAX_STREAMS_PER_TENANT`,
+	// `…_PER_SUBJECT`): past them it is a 429 with `Retry-After`, and no run is created.
 	// The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 	// key with a different input is a 409.
 	//
@@ -6249,7 +6282,10 @@ type ClientWithResponsesInterface interface {
 	//
 	// Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
 	// example `30s`, at most `15m`) the request waits for the run to finish: 200 with its
-	// result, or 202 with a `Location` to attach to if the wait runs out first.
+	// result, or 202 with a `Location` to attach to if the wait runs out first. A
+	// request with `wait` counts against the live streams a tenant and a subject may
+	// hold open on a gateway until it is answered (`STEPGATE_MAX_STREAMS_PER_TENANT`,
+	// `…_PER_SUBJECT`): past them it is a 429 with `Retry-After`, and no run is created.
 	// The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 	// key with a different input is a 409.
 	//
@@ -6339,8 +6375,9 @@ type ClientWithResponsesInterface interface {
 	// reconnection either; reload after connecting. `event: expired` ends the stream
 	// when the token that opened it expires: open a new one with a new token.
 	//
-	// A gateway keeps at most 100 streams of one tenant open (10 of one subject); past
-	// that a new one is a 429.
+	// A gateway keeps at most 100 streams of one tenant open (10 of one subject), long-polls
+	// with `wait` included (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`); past
+	// that a new one is a 429 with `Retry-After`.
 	//
 	// A browser's `EventSource` cannot send headers, so this operation also takes the
 	// token as the `access_token` query parameter. Prefer the header where the client
@@ -6630,6 +6667,10 @@ type ClientWithResponsesInterface interface {
 
 	// GetRunResultWithResponse Attaches to a run and waits (up to `wait`) for its result. Needs `runs:read`.
 	//
+	// A request with `wait` counts against the live streams a tenant and a subject may
+	// hold open on a gateway until it is answered (`STEPGATE_MAX_STREAMS_PER_TENANT`,
+	// `…_PER_SUBJECT`): past them it is a 429 with `Retry-After`.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/runs/{id}/result (the `GetRunResult` operationId).
@@ -6659,7 +6700,8 @@ type ClientWithResponsesInterface interface {
 	// token that opened it expires.
 	//
 	// It counts against the live streams a tenant and a subject may hold open on a
-	// gateway (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`; 429 past them). A
+	// gateway (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`, long-polls with
+	// `wait` included; 429 with `Retry-After` past them). A
 	// browser's `EventSource` cannot send headers, so this operation also takes the
 	// token as the `access_token` query parameter.
 	//
@@ -6694,7 +6736,10 @@ type ClientWithResponsesInterface interface {
 	// wait ended (no body; the `ETag` is the current version). 404: no such run, or the
 	// key has no value when the wait ended (the detail says which). Waiting costs no
 	// polling: the run's writes are announced with Postgres notifications, one listener
-	// per gateway.
+	// per gateway. A request with `wait` counts against the live streams a tenant and
+	// a subject may hold open on a gateway until it is answered
+	// (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`): past them it is a 429 with
+	// `Retry-After`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8592,6 +8637,8 @@ type GetRunResultResponse struct {
 	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *TooManyRequests
 	// Headers202 the parsed response headers for an HTTP 202 response
 	Headers202 *GetRunResultResponse202Headers
 }
@@ -8624,6 +8671,11 @@ func (r GetRunResultResponse) GetApplicationProblemJSON403() *Forbidden {
 // GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r GetRunResultResponse) GetApplicationProblemJSON404() *NotFound {
 	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetRunResultResponse) GetApplicationProblemJSON429() *TooManyRequests {
+	return r.ApplicationProblemJSON429
 }
 
 // GetBody returns the raw response body bytes
@@ -8871,6 +8923,8 @@ type GetRunValueResponse struct {
 	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *TooManyRequests
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *GetRunValueResponse200Headers
 	// Headers304 the parsed response headers for an HTTP 304 response
@@ -8900,6 +8954,11 @@ func (r GetRunValueResponse) GetApplicationProblemJSON403() *Forbidden {
 // GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r GetRunValueResponse) GetApplicationProblemJSON404() *NotFound {
 	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetRunValueResponse) GetApplicationProblemJSON429() *TooManyRequests {
+	return r.ApplicationProblemJSON429
 }
 
 // GetBody returns the raw response body bytes
@@ -9715,7 +9774,10 @@ func (c *ClientWithResponses) GetFunctionQueueWithResponse(ctx context.Context, 
 //
 // Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
 // example `30s`, at most `15m`) the request waits for the run to finish: 200 with its
-// result, or 202 with a `Location` to attach to if the wait runs out first.
+// result, or 202 with a `Location` to attach to if the wait runs out first. A
+// request with `wait` counts against the live streams a tenant and a subject may
+// hold open on a gateway until it is answered (`STEPGATE_MAX_STREAMS_PER_TENANT`,
+// `…_PER_SUBJECT`): past them it is a 429 with `Retry-After`, and no run is created.
 // The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 // key with a different input is a 409.
 //
@@ -9742,7 +9804,10 @@ func (c *ClientWithResponses) StartRunWithBodyWithResponse(ctx context.Context, 
 //
 // Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
 // example `30s`, at most `15m`) the request waits for the run to finish: 200 with its
-// result, or 202 with a `Location` to attach to if the wait runs out first.
+// result, or 202 with a `Location` to attach to if the wait runs out first. A
+// request with `wait` counts against the live streams a tenant and a subject may
+// hold open on a gateway until it is answered (`STEPGATE_MAX_STREAMS_PER_TENANT`,
+// `…_PER_SUBJECT`): past them it is a 429 with `Retry-After`, and no run is created.
 // The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 // key with a different input is a 409.
 //
@@ -9862,8 +9927,9 @@ func (c *ClientWithResponses) CancelRunsWithResponse(ctx context.Context, body C
 // reconnection either; reload after connecting. `event: expired` ends the stream
 // when the token that opened it expires: open a new one with a new token.
 //
-// A gateway keeps at most 100 streams of one tenant open (10 of one subject); past
-// that a new one is a 429.
+// A gateway keeps at most 100 streams of one tenant open (10 of one subject), long-polls
+// with `wait` included (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`); past
+// that a new one is a 429 with `Retry-After`.
 //
 // A browser's `EventSource` cannot send headers, so this operation also takes the
 // token as the `access_token` query parameter. Prefer the header where the client
@@ -10243,6 +10309,10 @@ func (c *ClientWithResponses) RerunRunWithResponse(ctx context.Context, id RunID
 
 // GetRunResultWithResponse Attaches to a run and waits (up to `wait`) for its result. Needs `runs:read`.
 //
+// A request with `wait` counts against the live streams a tenant and a subject may
+// hold open on a gateway until it is answered (`STEPGATE_MAX_STREAMS_PER_TENANT`,
+// `…_PER_SUBJECT`): past them it is a 429 with `Retry-After`.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /v1/runs/{id}/result (the `GetRunResult` operationId).
@@ -10284,7 +10354,8 @@ func (c *ClientWithResponses) ListRunStreamsWithResponse(ctx context.Context, id
 // token that opened it expires.
 //
 // It counts against the live streams a tenant and a subject may hold open on a
-// gateway (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`; 429 past them). A
+// gateway (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`, long-polls with
+// `wait` included; 429 with `Retry-After` past them). A
 // browser's `EventSource` cannot send headers, so this operation also takes the
 // token as the `access_token` query parameter.
 //
@@ -10331,7 +10402,10 @@ func (c *ClientWithResponses) ListRunValuesWithResponse(ctx context.Context, id 
 // wait ended (no body; the `ETag` is the current version). 404: no such run, or the
 // key has no value when the wait ended (the detail says which). Waiting costs no
 // polling: the run's writes are announced with Postgres notifications, one listener
-// per gateway.
+// per gateway. A request with `wait` counts against the live streams a tenant and
+// a subject may hold open on a gateway until it is answered
+// (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`): past them it is a 429 with
+// `Retry-After`.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -11964,6 +12038,13 @@ func ParseGetRunResultResponse(rsp *http.Response) (*GetRunResultResponse, error
 		}
 		response.ApplicationProblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
 	}
 
 	switch {
@@ -12181,6 +12262,13 @@ func ParseGetRunValueResponse(rsp *http.Response) (*GetRunValueResponse, error) 
 			return nil, err
 		}
 		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
 
 	}
 

@@ -3424,6 +3424,22 @@ func (response GetRunResult404ApplicationProblemPlusJSONResponse) VisitGetRunRes
 	return err
 }
 
+type GetRunResult429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetRunResult429ApplicationProblemPlusJSONResponse) VisitGetRunResultResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListRunStreamsRequestObject struct {
 	ID RunID `json:"id"`
 }
@@ -3807,6 +3823,22 @@ func (response GetRunValue404ApplicationProblemPlusJSONResponse) VisitGetRunValu
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetRunValue429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetRunValue429ApplicationProblemPlusJSONResponse) VisitGetRunValueResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
 }

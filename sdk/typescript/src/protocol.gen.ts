@@ -150,7 +150,10 @@ export interface paths {
          * Starts a run of a function with the request body as its input. Needs `runs:invoke`.
          * @description Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
          *     example `30s`, at most `15m`) the request waits for the run to finish: 200 with its
-         *     result, or 202 with a `Location` to attach to if the wait runs out first.
+         *     result, or 202 with a `Location` to attach to if the wait runs out first. A
+         *     request with `wait` counts against the live streams a tenant and a subject may
+         *     hold open on a gateway until it is answered (`STEPGATE_MAX_STREAMS_PER_TENANT`,
+         *     `…_PER_SUBJECT`): past them it is a 429 with `Retry-After`, and no run is created.
          *     The same `Idempotency-Key` (per tenant and function) returns the same run; the same
          *     key with a different input is a 409.
          *
@@ -228,7 +231,12 @@ export interface paths {
             };
             cookie?: never;
         };
-        /** Attaches to a run and waits (up to `wait`) for its result. Needs `runs:read`. */
+        /**
+         * Attaches to a run and waits (up to `wait`) for its result. Needs `runs:read`.
+         * @description A request with `wait` counts against the live streams a tenant and a subject may
+         *     hold open on a gateway until it is answered (`STEPGATE_MAX_STREAMS_PER_TENANT`,
+         *     `…_PER_SUBJECT`): past them it is a 429 with `Retry-After`.
+         */
         get: operations["getRunResult"];
         put?: never;
         post?: never;
@@ -448,7 +456,10 @@ export interface paths {
          *     wait ended (no body; the `ETag` is the current version). 404: no such run, or the
          *     key has no value when the wait ended (the detail says which). Waiting costs no
          *     polling: the run's writes are announced with Postgres notifications, one listener
-         *     per gateway.
+         *     per gateway. A request with `wait` counts against the live streams a tenant and
+         *     a subject may hold open on a gateway until it is answered
+         *     (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`): past them it is a 429 with
+         *     `Retry-After`.
          */
         get: operations["getRunValue"];
         put?: never;
@@ -509,7 +520,8 @@ export interface paths {
          *     token that opened it expires.
          *
          *     It counts against the live streams a tenant and a subject may hold open on a
-         *     gateway (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`; 429 past them). A
+         *     gateway (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`, long-polls with
+         *     `wait` included; 429 with `Retry-After` past them). A
          *     browser's `EventSource` cannot send headers, so this operation also takes the
          *     token as the `access_token` query parameter.
          */
@@ -545,8 +557,9 @@ export interface paths {
          *     reconnection either; reload after connecting. `event: expired` ends the stream
          *     when the token that opened it expires: open a new one with a new token.
          *
-         *     A gateway keeps at most 100 streams of one tenant open (10 of one subject); past
-         *     that a new one is a 429.
+         *     A gateway keeps at most 100 streams of one tenant open (10 of one subject), long-polls
+         *     with `wait` included (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`); past
+         *     that a new one is a 429 with `Retry-After`.
          *
          *     A browser's `EventSource` cannot send headers, so this operation also takes the
          *     token as the `access_token` query parameter. Prefer the header where the client
@@ -2497,6 +2510,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
         };
     };
     cancelRun: {
@@ -2731,6 +2745,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
         };
     };
     listRunStreams: {
