@@ -112,9 +112,9 @@ func resultLocation(runID string) *string {
 // first invocation has no queue hop) and answers its result, or 202 when the wait runs
 // out; the invocation goes on regardless of the caller. Past the gateway's bounds on such
 // invocations (in all and per tenant) the run is queued instead, and the request still
-// waits for its result. A request with wait holds a place among the caller's live
-// streams (streamSlots) until it is answered or the caller leaves; with none free it is
-// a 429 and no run is created.
+// waits for its result. A request with wait holds a place among the caller's starts
+// with wait (syncStartSlots, caps of their own, not the live streams') until it is
+// answered or the caller leaves; with none free it is a 429 and no run is created.
 func (s *Server) StartRun(ctx context.Context, req server.StartRunRequestObject) (server.StartRunResponseObject, error) {
 	if s.draining.Load() {
 		return nil, errDraining
@@ -167,7 +167,7 @@ func (s *Server) StartRun(ctx context.Context, req server.StartRunRequestObject)
 	}
 	if wait > 0 {
 		// Before the run is created: a request refused here starts nothing.
-		releaseSlot, err := s.streamSlots(id)
+		releaseSlot, err := s.syncStartSlots(id)
 		if err != nil {
 			return nil, err
 		}

@@ -65,10 +65,17 @@ type Config struct {
 	// Default to 1,000 and 200.
 	MaxWaitInvocations, MaxWaitInvocationsPerTenant int
 	// MaxStreamsPerTenant bounds the live streams (GET /v1/runs/stream, a run's stream)
-	// and long-polls (a run's start, result or value with ?wait) one tenant holds open on
-	// this gateway, counted together; MaxStreamsPerSubject, those of one subject of a
-	// tenant. Past them a request is a 429 with Retry-After. Default to 100 and 10.
+	// and long-polls (a run's result or value with ?wait) one tenant holds open on this
+	// gateway, counted together; MaxStreamsPerSubject, those of one subject of a tenant.
+	// Past them a request is a 429 with Retry-After. Default to 100 and 10.
 	MaxStreamsPerTenant, MaxStreamsPerSubject int
+	// MaxSyncStartsPerTenant bounds the starts with ?wait (POST /v1/functions/{name}/runs)
+	// one tenant holds open on this gateway, waiting for their runs' results;
+	// MaxSyncStartsPerSubject, those of one subject of a tenant. They are caps of their
+	// own, not the streams': a sync start is how a service calls a function, many at
+	// once with one token. Past them a start is a 429 with Retry-After and creates no
+	// run. Default to 200 and 100.
+	MaxSyncStartsPerTenant, MaxSyncStartsPerSubject int
 	// Egress says which function and app URLs tenants may register, and which
 	// addresses the manifest requests may dial. Its zero value allows the public
 	// internet only.
@@ -92,6 +99,8 @@ type Server struct {
 	waits                        *slots       // synchronous invocations, by tenant
 	tenantStreams                *slots       // live streams and long-polls, by tenant
 	subjectStreams               *slots       // live streams and long-polls, by tenant and subject
+	tenantSyncStarts             *slots       // starts with ?wait waiting, by tenant
+	subjectSyncStarts            *slots       // starts with ?wait waiting, by tenant and subject
 	client                       *http.Client // fetches manifests
 	echo                         *echo.Echo
 	stream                       *notify.Hub
@@ -122,21 +131,23 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("gateway: APIPool is required")
 	}
 	s := &Server{
-		pool:           cfg.Pool,
-		api:            cfg.APIPool,
-		inv:            cfg.Invoker,
-		verifier:       cfg.Verifier,
-		tokens:         cfg.Tokens,
-		log:            cfg.Logger,
-		keys:           cfg.Keys,
-		egress:         cfg.Egress,
-		operatorRole:   cfg.OperatorRole,
-		operatorTenant: cfg.OperatorTenant,
-		waits:          newSlots(cmp.Or(cfg.MaxWaitInvocations, 1000), cmp.Or(cfg.MaxWaitInvocationsPerTenant, 200)),
-		tenantStreams:  newSlots(0, cmp.Or(cfg.MaxStreamsPerTenant, 100)),
-		subjectStreams: newSlots(0, cmp.Or(cfg.MaxStreamsPerSubject, 10)),
-		client:         manifestClient(cfg.Egress),
-		shutdowns:      map[*http.Server]chan struct{}{},
+		pool:              cfg.Pool,
+		api:               cfg.APIPool,
+		inv:               cfg.Invoker,
+		verifier:          cfg.Verifier,
+		tokens:            cfg.Tokens,
+		log:               cfg.Logger,
+		keys:              cfg.Keys,
+		egress:            cfg.Egress,
+		operatorRole:      cfg.OperatorRole,
+		operatorTenant:    cfg.OperatorTenant,
+		waits:             newSlots(cmp.Or(cfg.MaxWaitInvocations, 1000), cmp.Or(cfg.MaxWaitInvocationsPerTenant, 200)),
+		tenantStreams:     newSlots(0, cmp.Or(cfg.MaxStreamsPerTenant, 100)),
+		subjectStreams:    newSlots(0, cmp.Or(cfg.MaxStreamsPerSubject, 10)),
+		tenantSyncStarts:  newSlots(0, cmp.Or(cfg.MaxSyncStartsPerTenant, 200)),
+		subjectSyncStarts: newSlots(0, cmp.Or(cfg.MaxSyncStartsPerSubject, 100)),
+		client:            manifestClient(cfg.Egress),
+		shutdowns:         map[*http.Server]chan struct{}{},
 	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
@@ -297,7 +308,7 @@ func problem(status int, detail string) protocol.Problem {
 
 // handleError is the one place errors become HTTP responses: problem+json bodies whose
 // detail says what went wrong. Unexpected errors are logged and answered 500 without
-// internals.
+// internals; a request whose caller left is logged at debug level only and not answered.
 func (s *Server) handleError(err error, c echo.Context) {
 	if c.Response().Committed {
 		return
@@ -309,6 +320,12 @@ func (s *Server) handleError(err error, c echo.Context) {
 	var be *busyError
 	var he *echo.HTTPError
 	switch {
+	case errors.Is(err, context.Canceled) && c.Request().Context().Err() != nil:
+		// The caller left (a long-poll given up, say): nothing went wrong, and no one
+		// reads an answer.
+		s.log.DebugContext(c.Request().Context(), "request ended: the caller left",
+			slog.String("method", c.Request().Method), slog.String("path", loggedPath(c)))
+		return
 	case errors.As(err, &pe):
 		status, detail = pe.status, pe.detail
 	case errors.As(err, &rl):

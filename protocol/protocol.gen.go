@@ -1745,6 +1745,9 @@ type BadGateway = Problem
 // BadRequest An RFC 9457 problem.
 type BadRequest = Problem
 
+// Busy An RFC 9457 problem.
+type Busy = Problem
+
 // Conflict An RFC 9457 problem.
 type Conflict = Problem
 
@@ -2191,9 +2194,12 @@ type ClientInterface interface {
 	// Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
 	// example `30s`, at most `15m`) the request waits for the run to finish: 200 with its
 	// result, or 202 with a `Location` to attach to if the wait runs out first. A
-	// request with `wait` counts against the live streams a tenant and a subject may
-	// hold open on a gateway until it is answered (`STEPGATE_MAX_STREAMS_PER_TENANT`,
-	// `…_PER_SUBJECT`): past them it is a 429 with `Retry-After`, and no run is created.
+	// request with `wait` holds a place among the starts with `wait` a tenant and a
+	// subject may hold open on a gateway until it is answered or its caller leaves
+	// (`STEPGATE_MAX_SYNC_STARTS_PER_TENANT`, `…_PER_SUBJECT`, 200 and 100 by default):
+	// past them it is a 429 with `Retry-After`, and no run is created. These are caps
+	// of their own, not the live streams': a start with `wait` is how a service calls
+	// a function, many at once with one token.
 	// The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 	// key with a different input is a 409.
 	//
@@ -2215,9 +2221,12 @@ type ClientInterface interface {
 	// Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
 	// example `30s`, at most `15m`) the request waits for the run to finish: 200 with its
 	// result, or 202 with a `Location` to attach to if the wait runs out first. A
-	// request with `wait` counts against the live streams a tenant and a subject may
-	// hold open on a gateway until it is answered (`STEPGATE_MAX_STREAMS_PER_TENANT`,
-	// `…_PER_SUBJECT`): past them it is a 429 with `Retry-After`, and no run is created.
+	// request with `wait` holds a place among the starts with `wait` a tenant and a
+	// subject may hold open on a gateway until it is answered or its caller leaves
+	// (`STEPGATE_MAX_SYNC_STARTS_PER_TENANT`, `…_PER_SUBJECT`, 200 and 100 by default):
+	// past them it is a 429 with `Retry-After`, and no run is created. These are caps
+	// of their own, not the live streams': a start with `wait` is how a service calls
+	// a function, many at once with one token.
 	// The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 	// key with a different input is a 409.
 	//
@@ -2303,9 +2312,9 @@ type ClientInterface interface {
 	// reconnection either; reload after connecting. `event: expired` ends the stream
 	// when the token that opened it expires: open a new one with a new token.
 	//
-	// A gateway keeps at most 100 streams of one tenant open (10 of one subject), long-polls
-	// with `wait` included (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`); past
-	// that a new one is a 429 with `Retry-After`.
+	// A gateway keeps at most 100 streams of one tenant open (10 of one subject), a run's
+	// result and values with `wait` included (`STEPGATE_MAX_STREAMS_PER_TENANT`,
+	// `…_PER_SUBJECT`); past that a new one is a 429 with `Retry-After`.
 	//
 	// A browser's `EventSource` cannot send headers, so this operation also takes the
 	// token as the `access_token` query parameter. Prefer the header where the client
@@ -2590,8 +2599,9 @@ type ClientInterface interface {
 	// GetRunResult Attaches to a run and waits (up to `wait`) for its result. Needs `runs:read`.
 	//
 	// A request with `wait` counts against the live streams a tenant and a subject may
-	// hold open on a gateway until it is answered (`STEPGATE_MAX_STREAMS_PER_TENANT`,
-	// `…_PER_SUBJECT`): past them it is a 429 with `Retry-After`.
+	// hold open on a gateway until it is answered or its caller leaves
+	// (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`): past them it is a 429 with
+	// `Retry-After`.
 	//
 	// Corresponds with GET /v1/runs/{id}/result (the `GetRunResult` operationId).
 	GetRunResult(ctx context.Context, id RunID, params *GetRunResultParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2618,8 +2628,8 @@ type ClientInterface interface {
 	// token that opened it expires.
 	//
 	// It counts against the live streams a tenant and a subject may hold open on a
-	// gateway (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`, long-polls with
-	// `wait` included; 429 with `Retry-After` past them). A
+	// gateway (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`, a run's result and
+	// values with `wait` included; 429 with `Retry-After` past them). A
 	// browser's `EventSource` cannot send headers, so this operation also takes the
 	// token as the `access_token` query parameter.
 	//
@@ -2651,7 +2661,7 @@ type ClientInterface interface {
 	// key has no value when the wait ended (the detail says which). Waiting costs no
 	// polling: the run's writes are announced with Postgres notifications, one listener
 	// per gateway. A request with `wait` counts against the live streams a tenant and
-	// a subject may hold open on a gateway until it is answered
+	// a subject may hold open on a gateway until it is answered or its caller leaves
 	// (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`): past them it is a 429 with
 	// `Retry-After`.
 	//
@@ -3133,9 +3143,12 @@ func (c *Client) GetFunctionQueue(ctx context.Context, name FunctionName, reqEdi
 // Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
 // example `30s`, at most `15m`) the request waits for the run to finish: 200 with its
 // result, or 202 with a `Location` to attach to if the wait runs out first. A
-// request with `wait` counts against the live streams a tenant and a subject may
-// hold open on a gateway until it is answered (`STEPGATE_MAX_STREAMS_PER_TENANT`,
-// `…_PER_SUBJECT`): past them it is a 429 with `Retry-After`, and no run is created.
+// request with `wait` holds a place among the starts with `wait` a tenant and a
+// subject may hold open on a gateway until it is answered or its caller leaves
+// (`STEPGATE_MAX_SYNC_STARTS_PER_TENANT`, `…_PER_SUBJECT`, 200 and 100 by default):
+// past them it is a 429 with `Retry-After`, and no run is created. These are caps
+// of their own, not the live streams': a start with `wait` is how a service calls
+// a function, many at once with one token.
 // The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 // key with a different input is a 409.
 //
@@ -3167,9 +3180,12 @@ func (c *Client) StartRunWithBody(ctx context.Context, name FunctionName, params
 // Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
 // example `30s`, at most `15m`) the request waits for the run to finish: 200 with its
 // result, or 202 with a `Location` to attach to if the wait runs out first. A
-// request with `wait` counts against the live streams a tenant and a subject may
-// hold open on a gateway until it is answered (`STEPGATE_MAX_STREAMS_PER_TENANT`,
-// `…_PER_SUBJECT`): past them it is a 429 with `Retry-After`, and no run is created.
+// request with `wait` holds a place among the starts with `wait` a tenant and a
+// subject may hold open on a gateway until it is answered or its caller leaves
+// (`STEPGATE_MAX_SYNC_STARTS_PER_TENANT`, `…_PER_SUBJECT`, 200 and 100 by default):
+// past them it is a 429 with `Retry-After`, and no run is created. These are caps
+// of their own, not the live streams': a start with `wait` is how a service calls
+// a function, many at once with one token.
 // The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 // key with a different input is a 409.
 //
@@ -3305,9 +3321,9 @@ func (c *Client) CancelRuns(ctx context.Context, body CancelRunsJSONRequestBody,
 // reconnection either; reload after connecting. `event: expired` ends the stream
 // when the token that opened it expires: open a new one with a new token.
 //
-// A gateway keeps at most 100 streams of one tenant open (10 of one subject), long-polls
-// with `wait` included (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`); past
-// that a new one is a 429 with `Retry-After`.
+// A gateway keeps at most 100 streams of one tenant open (10 of one subject), a run's
+// result and values with `wait` included (`STEPGATE_MAX_STREAMS_PER_TENANT`,
+// `…_PER_SUBJECT`); past that a new one is a 429 with `Retry-After`.
 //
 // A browser's `EventSource` cannot send headers, so this operation also takes the
 // token as the `access_token` query parameter. Prefer the header where the client
@@ -3742,8 +3758,9 @@ func (c *Client) RerunRun(ctx context.Context, id RunID, body RerunRunJSONReques
 // GetRunResult Attaches to a run and waits (up to `wait`) for its result. Needs `runs:read`.
 //
 // A request with `wait` counts against the live streams a tenant and a subject may
-// hold open on a gateway until it is answered (`STEPGATE_MAX_STREAMS_PER_TENANT`,
-// `…_PER_SUBJECT`): past them it is a 429 with `Retry-After`.
+// hold open on a gateway until it is answered or its caller leaves
+// (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`): past them it is a 429 with
+// `Retry-After`.
 //
 // Corresponds with GET /v1/runs/{id}/result (the `GetRunResult` operationId).
 func (c *Client) GetRunResult(ctx context.Context, id RunID, params *GetRunResultParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3790,8 +3807,8 @@ func (c *Client) ListRunStreams(ctx context.Context, id RunID, reqEditors ...Req
 // token that opened it expires.
 //
 // It counts against the live streams a tenant and a subject may hold open on a
-// gateway (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`, long-polls with
-// `wait` included; 429 with `Retry-After` past them). A
+// gateway (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`, a run's result and
+// values with `wait` included; 429 with `Retry-After` past them). A
 // browser's `EventSource` cannot send headers, so this operation also takes the
 // token as the `access_token` query parameter.
 //
@@ -3843,7 +3860,7 @@ func (c *Client) ListRunValues(ctx context.Context, id RunID, reqEditors ...Requ
 // key has no value when the wait ended (the detail says which). Waiting costs no
 // polling: the run's writes are announced with Postgres notifications, one listener
 // per gateway. A request with `wait` counts against the live streams a tenant and
-// a subject may hold open on a gateway until it is answered
+// a subject may hold open on a gateway until it is answered or its caller leaves
 // (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`): past them it is a 429 with
 // `Retry-After`.
 //
@@ -6259,9 +6276,12 @@ type ClientWithResponsesInterface interface {
 	// Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
 	// example `30s`, at most `15m`) the request waits for the run to finish: 200 with its
 	// result, or 202 with a `Location` to attach to if the wait runs out first. A
-	// request with `wait` counts against the live streams a tenant and a subject may
-	// hold open on a gateway until it is answered (`STEPGATE_MAX_STREAMS_PER_TENANT`,
-	// `…_PER_SUBJECT`): past them it is a 429 with `Retry-After`, and no run is created.
+	// request with `wait` holds a place among the starts with `wait` a tenant and a
+	// subject may hold open on a gateway until it is answered or its caller leaves
+	// (`STEPGATE_MAX_SYNC_STARTS_PER_TENANT`, `…_PER_SUBJECT`, 200 and 100 by default):
+	// past them it is a 429 with `Retry-After`, and no run is created. These are caps
+	// of their own, not the live streams': a start with `wait` is how a service calls
+	// a function, many at once with one token.
 	// The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 	// key with a different input is a 409.
 	//
@@ -6283,9 +6303,12 @@ type ClientWithResponsesInterface interface {
 	// Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
 	// example `30s`, at most `15m`) the request waits for the run to finish: 200 with its
 	// result, or 202 with a `Location` to attach to if the wait runs out first. A
-	// request with `wait` counts against the live streams a tenant and a subject may
-	// hold open on a gateway until it is answered (`STEPGATE_MAX_STREAMS_PER_TENANT`,
-	// `…_PER_SUBJECT`): past them it is a 429 with `Retry-After`, and no run is created.
+	// request with `wait` holds a place among the starts with `wait` a tenant and a
+	// subject may hold open on a gateway until it is answered or its caller leaves
+	// (`STEPGATE_MAX_SYNC_STARTS_PER_TENANT`, `…_PER_SUBJECT`, 200 and 100 by default):
+	// past them it is a 429 with `Retry-After`, and no run is created. These are caps
+	// of their own, not the live streams': a start with `wait` is how a service calls
+	// a function, many at once with one token.
 	// The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 	// key with a different input is a 409.
 	//
@@ -6375,9 +6398,9 @@ type ClientWithResponsesInterface interface {
 	// reconnection either; reload after connecting. `event: expired` ends the stream
 	// when the token that opened it expires: open a new one with a new token.
 	//
-	// A gateway keeps at most 100 streams of one tenant open (10 of one subject), long-polls
-	// with `wait` included (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`); past
-	// that a new one is a 429 with `Retry-After`.
+	// A gateway keeps at most 100 streams of one tenant open (10 of one subject), a run's
+	// result and values with `wait` included (`STEPGATE_MAX_STREAMS_PER_TENANT`,
+	// `…_PER_SUBJECT`); past that a new one is a 429 with `Retry-After`.
 	//
 	// A browser's `EventSource` cannot send headers, so this operation also takes the
 	// token as the `access_token` query parameter. Prefer the header where the client
@@ -6668,8 +6691,9 @@ type ClientWithResponsesInterface interface {
 	// GetRunResultWithResponse Attaches to a run and waits (up to `wait`) for its result. Needs `runs:read`.
 	//
 	// A request with `wait` counts against the live streams a tenant and a subject may
-	// hold open on a gateway until it is answered (`STEPGATE_MAX_STREAMS_PER_TENANT`,
-	// `…_PER_SUBJECT`): past them it is a 429 with `Retry-After`.
+	// hold open on a gateway until it is answered or its caller leaves
+	// (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`): past them it is a 429 with
+	// `Retry-After`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -6700,8 +6724,8 @@ type ClientWithResponsesInterface interface {
 	// token that opened it expires.
 	//
 	// It counts against the live streams a tenant and a subject may hold open on a
-	// gateway (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`, long-polls with
-	// `wait` included; 429 with `Retry-After` past them). A
+	// gateway (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`, a run's result and
+	// values with `wait` included; 429 with `Retry-After` past them). A
 	// browser's `EventSource` cannot send headers, so this operation also takes the
 	// token as the `access_token` query parameter.
 	//
@@ -6737,7 +6761,7 @@ type ClientWithResponsesInterface interface {
 	// key has no value when the wait ended (the detail says which). Waiting costs no
 	// polling: the run's writes are announced with Postgres notifications, one listener
 	// per gateway. A request with `wait` counts against the live streams a tenant and
-	// a subject may hold open on a gateway until it is answered
+	// a subject may hold open on a gateway until it is answered or its caller leaves
 	// (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`): past them it is a 429 with
 	// `Retry-After`.
 	//
@@ -7620,6 +7644,11 @@ type StartRunResponse202Headers struct {
 	Location *string
 }
 
+// StartRunResponse429Headers the declared response headers of an HTTP 429 response for StartRun
+type StartRunResponse429Headers struct {
+	RetryAfter *int
+}
+
 type StartRunResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -7640,11 +7669,13 @@ type StartRunResponse struct {
 	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationProblemJSON413 *TooLarge
 	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
-	ApplicationProblemJSON429 *TooManyRequests
+	ApplicationProblemJSON429 *Busy
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationProblemJSON503 *Unavailable
 	// Headers202 the parsed response headers for an HTTP 202 response
 	Headers202 *StartRunResponse202Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *StartRunResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -7688,7 +7719,7 @@ func (r StartRunResponse) GetApplicationProblemJSON413() *TooLarge {
 }
 
 // GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
-func (r StartRunResponse) GetApplicationProblemJSON429() *TooManyRequests {
+func (r StartRunResponse) GetApplicationProblemJSON429() *Busy {
 	return r.ApplicationProblemJSON429
 }
 
@@ -7919,6 +7950,11 @@ func (r CancelRunsResponse) ContentType() string {
 	return ""
 }
 
+// StreamRunsResponse429Headers the declared response headers of an HTTP 429 response for StreamRuns
+type StreamRunsResponse429Headers struct {
+	RetryAfter *int
+}
+
 type StreamRunsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -7929,7 +7965,9 @@ type StreamRunsResponse struct {
 	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
-	ApplicationProblemJSON429 *TooManyRequests
+	ApplicationProblemJSON429 *Busy
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *StreamRunsResponse429Headers
 }
 
 // GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
@@ -7948,7 +7986,7 @@ func (r StreamRunsResponse) GetApplicationProblemJSON403() *Forbidden {
 }
 
 // GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
-func (r StreamRunsResponse) GetApplicationProblemJSON429() *TooManyRequests {
+func (r StreamRunsResponse) GetApplicationProblemJSON429() *Busy {
 	return r.ApplicationProblemJSON429
 }
 
@@ -8622,6 +8660,11 @@ type GetRunResultResponse202Headers struct {
 	Location *string
 }
 
+// GetRunResultResponse429Headers the declared response headers of an HTTP 429 response for GetRunResult
+type GetRunResultResponse429Headers struct {
+	RetryAfter *int
+}
+
 type GetRunResultResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -8638,9 +8681,11 @@ type GetRunResultResponse struct {
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationProblemJSON404 *NotFound
 	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
-	ApplicationProblemJSON429 *TooManyRequests
+	ApplicationProblemJSON429 *Busy
 	// Headers202 the parsed response headers for an HTTP 202 response
 	Headers202 *GetRunResultResponse202Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetRunResultResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -8674,7 +8719,7 @@ func (r GetRunResultResponse) GetApplicationProblemJSON404() *NotFound {
 }
 
 // GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
-func (r GetRunResultResponse) GetApplicationProblemJSON429() *TooManyRequests {
+func (r GetRunResultResponse) GetApplicationProblemJSON429() *Busy {
 	return r.ApplicationProblemJSON429
 }
 
@@ -8769,6 +8814,11 @@ func (r ListRunStreamsResponse) ContentType() string {
 	return ""
 }
 
+// ReadRunStreamResponse429Headers the declared response headers of an HTTP 429 response for ReadRunStream
+type ReadRunStreamResponse429Headers struct {
+	RetryAfter *int
+}
+
 type ReadRunStreamResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -8781,7 +8831,9 @@ type ReadRunStreamResponse struct {
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationProblemJSON404 *NotFound
 	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
-	ApplicationProblemJSON429 *TooManyRequests
+	ApplicationProblemJSON429 *Busy
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ReadRunStreamResponse429Headers
 }
 
 // GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
@@ -8805,7 +8857,7 @@ func (r ReadRunStreamResponse) GetApplicationProblemJSON404() *NotFound {
 }
 
 // GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
-func (r ReadRunStreamResponse) GetApplicationProblemJSON429() *TooManyRequests {
+func (r ReadRunStreamResponse) GetApplicationProblemJSON429() *Busy {
 	return r.ApplicationProblemJSON429
 }
 
@@ -8910,6 +8962,11 @@ type GetRunValueResponse304Headers struct {
 	ETag *string
 }
 
+// GetRunValueResponse429Headers the declared response headers of an HTTP 429 response for GetRunValue
+type GetRunValueResponse429Headers struct {
+	RetryAfter *int
+}
+
 type GetRunValueResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -8924,11 +8981,13 @@ type GetRunValueResponse struct {
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationProblemJSON404 *NotFound
 	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
-	ApplicationProblemJSON429 *TooManyRequests
+	ApplicationProblemJSON429 *Busy
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *GetRunValueResponse200Headers
 	// Headers304 the parsed response headers for an HTTP 304 response
 	Headers304 *GetRunValueResponse304Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetRunValueResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -8957,7 +9016,7 @@ func (r GetRunValueResponse) GetApplicationProblemJSON404() *NotFound {
 }
 
 // GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
-func (r GetRunValueResponse) GetApplicationProblemJSON429() *TooManyRequests {
+func (r GetRunValueResponse) GetApplicationProblemJSON429() *Busy {
 	return r.ApplicationProblemJSON429
 }
 
@@ -9775,9 +9834,12 @@ func (c *ClientWithResponses) GetFunctionQueueWithResponse(ctx context.Context, 
 // Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
 // example `30s`, at most `15m`) the request waits for the run to finish: 200 with its
 // result, or 202 with a `Location` to attach to if the wait runs out first. A
-// request with `wait` counts against the live streams a tenant and a subject may
-// hold open on a gateway until it is answered (`STEPGATE_MAX_STREAMS_PER_TENANT`,
-// `…_PER_SUBJECT`): past them it is a 429 with `Retry-After`, and no run is created.
+// request with `wait` holds a place among the starts with `wait` a tenant and a
+// subject may hold open on a gateway until it is answered or its caller leaves
+// (`STEPGATE_MAX_SYNC_STARTS_PER_TENANT`, `…_PER_SUBJECT`, 200 and 100 by default):
+// past them it is a 429 with `Retry-After`, and no run is created. These are caps
+// of their own, not the live streams': a start with `wait` is how a service calls
+// a function, many at once with one token.
 // The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 // key with a different input is a 409.
 //
@@ -9805,9 +9867,12 @@ func (c *ClientWithResponses) StartRunWithBodyWithResponse(ctx context.Context, 
 // Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
 // example `30s`, at most `15m`) the request waits for the run to finish: 200 with its
 // result, or 202 with a `Location` to attach to if the wait runs out first. A
-// request with `wait` counts against the live streams a tenant and a subject may
-// hold open on a gateway until it is answered (`STEPGATE_MAX_STREAMS_PER_TENANT`,
-// `…_PER_SUBJECT`): past them it is a 429 with `Retry-After`, and no run is created.
+// request with `wait` holds a place among the starts with `wait` a tenant and a
+// subject may hold open on a gateway until it is answered or its caller leaves
+// (`STEPGATE_MAX_SYNC_STARTS_PER_TENANT`, `…_PER_SUBJECT`, 200 and 100 by default):
+// past them it is a 429 with `Retry-After`, and no run is created. These are caps
+// of their own, not the live streams': a start with `wait` is how a service calls
+// a function, many at once with one token.
 // The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 // key with a different input is a 409.
 //
@@ -9927,9 +9992,9 @@ func (c *ClientWithResponses) CancelRunsWithResponse(ctx context.Context, body C
 // reconnection either; reload after connecting. `event: expired` ends the stream
 // when the token that opened it expires: open a new one with a new token.
 //
-// A gateway keeps at most 100 streams of one tenant open (10 of one subject), long-polls
-// with `wait` included (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`); past
-// that a new one is a 429 with `Retry-After`.
+// A gateway keeps at most 100 streams of one tenant open (10 of one subject), a run's
+// result and values with `wait` included (`STEPGATE_MAX_STREAMS_PER_TENANT`,
+// `…_PER_SUBJECT`); past that a new one is a 429 with `Retry-After`.
 //
 // A browser's `EventSource` cannot send headers, so this operation also takes the
 // token as the `access_token` query parameter. Prefer the header where the client
@@ -10310,8 +10375,9 @@ func (c *ClientWithResponses) RerunRunWithResponse(ctx context.Context, id RunID
 // GetRunResultWithResponse Attaches to a run and waits (up to `wait`) for its result. Needs `runs:read`.
 //
 // A request with `wait` counts against the live streams a tenant and a subject may
-// hold open on a gateway until it is answered (`STEPGATE_MAX_STREAMS_PER_TENANT`,
-// `…_PER_SUBJECT`): past them it is a 429 with `Retry-After`.
+// hold open on a gateway until it is answered or its caller leaves
+// (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`): past them it is a 429 with
+// `Retry-After`.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -10354,8 +10420,8 @@ func (c *ClientWithResponses) ListRunStreamsWithResponse(ctx context.Context, id
 // token that opened it expires.
 //
 // It counts against the live streams a tenant and a subject may hold open on a
-// gateway (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`, long-polls with
-// `wait` included; 429 with `Retry-After` past them). A
+// gateway (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`, a run's result and
+// values with `wait` included; 429 with `Retry-After` past them). A
 // browser's `EventSource` cannot send headers, so this operation also takes the
 // token as the `access_token` query parameter.
 //
@@ -10403,7 +10469,7 @@ func (c *ClientWithResponses) ListRunValuesWithResponse(ctx context.Context, id 
 // key has no value when the wait ended (the detail says which). Waiting costs no
 // polling: the run's writes are announced with Postgres notifications, one listener
 // per gateway. A request with `wait` counts against the live streams a tenant and
-// a subject may hold open on a gateway until it is answered
+// a subject may hold open on a gateway until it is answered or its caller leaves
 // (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`): past them it is a 429 with
 // `Retry-After`.
 //
@@ -11234,7 +11300,7 @@ func ParseStartRunResponse(rsp *http.Response) (*StartRunResponse, error) {
 		response.ApplicationProblemJSON413 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest TooManyRequests
+		var dest Busy
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -11260,6 +11326,16 @@ func ParseStartRunResponse(rsp *http.Response) (*StartRunResponse, error) {
 			headers.Location = &value
 		}
 		response.Headers202 = &headers
+	case rsp.StatusCode == 429:
+		var headers StartRunResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -11449,12 +11525,25 @@ func ParseStreamRunsResponse(rsp *http.Response) (*StreamRunsResponse, error) {
 		response.ApplicationProblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest TooManyRequests
+		var dest Busy
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationProblemJSON429 = &dest
 
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers StreamRunsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -12039,7 +12128,7 @@ func ParseGetRunResultResponse(rsp *http.Response) (*GetRunResultResponse, error
 		response.ApplicationProblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest TooManyRequests
+		var dest Busy
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -12058,6 +12147,16 @@ func ParseGetRunResultResponse(rsp *http.Response) (*GetRunResultResponse, error
 			headers.Location = &value
 		}
 		response.Headers202 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetRunResultResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -12153,12 +12252,25 @@ func ParseReadRunStreamResponse(rsp *http.Response) (*ReadRunStreamResponse, err
 		response.ApplicationProblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest TooManyRequests
+		var dest Busy
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationProblemJSON429 = &dest
 
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers ReadRunStreamResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -12264,7 +12376,7 @@ func ParseGetRunValueResponse(rsp *http.Response) (*GetRunValueResponse, error) 
 		response.ApplicationProblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest TooManyRequests
+		var dest Busy
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -12293,6 +12405,16 @@ func ParseGetRunValueResponse(rsp *http.Response) (*GetRunValueResponse, error) 
 			headers.ETag = &value
 		}
 		response.Headers304 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetRunValueResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
