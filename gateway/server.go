@@ -290,8 +290,8 @@ type unavailableError struct{ detail string }
 
 func (e *unavailableError) Error() string { return e.detail }
 
-// busyError is a 429 with Retry-After: 1: a limit on what the caller holds at once is
-// reached, and a place may be free by then.
+// busyError is a 429 with Retry-After: 1 and Connection: close: a limit on what the
+// caller holds at once is reached, and a place may be free by then.
 type busyError struct{ detail string }
 
 func (e *busyError) Error() string { return e.detail }
@@ -338,6 +338,9 @@ func (s *Server) handleError(err error, c echo.Context) {
 	case errors.As(err, &be):
 		status, detail = http.StatusTooManyRequests, be.detail
 		c.Response().Header().Set("Retry-After", "1")
+		// The caller holds its limit's worth of connections already: this one is closed,
+		// not kept alive beside them.
+		c.Response().Header().Set("Connection", "close")
 	case journal.IsUnavailable(err):
 		// Nothing was done, or a write's fate is what a retry with the same idempotency
 		// key or checkpoint finds out.
