@@ -200,7 +200,8 @@ func TestSyncStartsHaveCapsOfTheirOwn(t *testing.T) {
 
 	stop := hold(t, s, s.Token, 2, syncStart, func() bool { return h.in("tester") >= 2 })
 	require.Equal(t, 2, allRuns(t, s))
-	a := poll(t, t.Context(), s, s.Token, http.MethodPost, start("10m"))
+	// A wait of 1ms: a start let through would be answered at once.
+	a := poll(t, t.Context(), s, s.Token, http.MethodPost, start("1ms"))
 	require.Equal(t, http.StatusTooManyRequests, a.status, a.detail)
 	require.Equal(t, "1", a.retryAfter)
 	require.Equal(t, "tester has 2 starts with ?wait waiting on this gateway, the limit per subject: start without wait, or once one is answered", a.detail)
@@ -216,7 +217,7 @@ func TestSyncStartsHaveCapsOfTheirOwn(t *testing.T) {
 	ada := s.NewToken(t, auth.Identity{Subject: "ada", Tenant: auth.DefaultTenant, Roles: []string{"developer"}})
 	hold(t, s, ada, 1, syncStart, func() bool { return h.in("ada") >= 1 })
 	cy := s.NewToken(t, auth.Identity{Subject: "cy", Tenant: auth.DefaultTenant, Roles: []string{"developer"}})
-	a = poll(t, t.Context(), s, cy, http.MethodPost, start("10m"))
+	a = poll(t, t.Context(), s, cy, http.MethodPost, start("1ms"))
 	require.Equal(t, http.StatusTooManyRequests, a.status, a.detail)
 	require.Equal(t, `tenant "default" has 3 starts with ?wait waiting on this gateway, its limit: start without wait, or once one is answered`, a.detail)
 	globex := s.NewToken(t, auth.Identity{Subject: "tester", Tenant: "globex", Roles: []string{"developer"}})
