@@ -84,7 +84,8 @@ func (s *Server) ListRunValues(ctx context.Context, req server.ListRunValuesRequ
 
 // GetRunValue answers the latest value of a run's key, waiting up to wait for one newer
 // than after (or If-None-Match), or for the run's end. A request that waits holds a
-// place among the caller's live streams (streamSlots) until it is answered.
+// place among the caller's live streams (streamSlots) until it is answered or its
+// caller leaves.
 func (s *Server) GetRunValue(ctx context.Context, req server.GetRunValueRequestObject) (server.GetRunValueResponseObject, error) {
 	p := req.Params
 	var wait time.Duration

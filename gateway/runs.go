@@ -266,7 +266,8 @@ func rawPtr(b json.RawMessage) *protocol.AnyJSON {
 }
 
 // GetRunResult attaches to a run and waits up to wait for it to finish. A request that
-// waits holds a place among the caller's live streams (streamSlots) until it is answered.
+// waits holds a place among the caller's live streams (streamSlots) until it is answered
+// or its caller leaves.
 func (s *Server) GetRunResult(ctx context.Context, req server.GetRunResultRequestObject) (server.GetRunResultResponseObject, error) {
 	wait, err := parseWait(req.Params.Wait)
 	if err != nil {

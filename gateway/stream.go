@@ -104,9 +104,9 @@ func (s *Server) syncStartSlots(id auth.Identity) (release func(), err error) {
 		"starts with ?wait waiting on this gateway", "", "start without wait, or once one is answered")
 }
 
-// takeSlots takes a place of id's tenant in tenant and of its subject in subject, or
-// answers a 429 with Retry-After whose detail says how many what the caller holds, and
-// then what to do.
+// takeSlots takes a place for id's tenant in tenant and for its subject in subject, or
+// answers a 429 with Retry-After whose detail says how many of what (what, with note)
+// the tenant or subject holds, and what to do then.
 func takeSlots(tenant, subject *slots, id auth.Identity, what, note, then string) (release func(), err error) {
 	if note != "" {
 		note = " (" + note + ")"
