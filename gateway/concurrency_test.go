@@ -423,6 +423,7 @@ func concurrencyAcrossGateways(t *testing.T, limit, runs int) {
 	ca, cb := a.Client(t, a.Token), b.Client(t, b.Token)
 
 	ids := make([]string, runs)
+	failed := make([]string, runs) // why run i has no id
 	var wg sync.WaitGroup
 	for i := range runs {
 		wg.Add(1)
@@ -436,10 +437,15 @@ func concurrencyAcrossGateways(t *testing.T, limit, runs int) {
 				params.Wait = ptr("30s") // half of them the ?wait way
 			}
 			resp, err := c.StartRunWithBodyWithResponse(context.WithoutCancel(t.Context()), "slow", params, "application/json", strings.NewReader(`{}`))
-			if err == nil && resp.JSON200 != nil {
+			switch {
+			case err != nil:
+				failed[i] = err.Error()
+			case resp.JSON200 != nil:
 				ids[i] = resp.JSON200.ID
-			} else if err == nil && resp.JSON202 != nil {
+			case resp.JSON202 != nil:
 				ids[i] = resp.JSON202.ID
+			default:
+				failed[i] = fmt.Sprintf("HTTP %d: %s", resp.StatusCode(), resp.Body)
 			}
 		}()
 	}
@@ -452,7 +458,7 @@ func concurrencyAcrossGateways(t *testing.T, limit, runs int) {
 		close(gate)
 	}
 	for i, id := range ids {
-		require.NotEmpty(t, id, "run %d was not started", i)
+		require.NotEmpty(t, id, "run %d was not started: %s", i, failed[i])
 		c := ca
 		if i%2 == 1 {
 			c = cb

@@ -45,6 +45,24 @@ func startFlow(t *testing.T, c *protocol.ClientWithResponses, name, input string
 	return startRun(t, c, name, input, params)
 }
 
+// accepted returns the id of the run a start was answered 202 for, failing with the
+// answer's status and body (not a nil dereference) when it is another.
+func accepted(t *testing.T, resp *protocol.StartRunResponse) string {
+	t.Helper()
+	require.Equal(t, http.StatusAccepted, resp.StatusCode(), "the start was not accepted: %s", resp.Body)
+	require.NotNil(t, resp.JSON202, "a 202 with no run in its body: %s", resp.Body)
+	return resp.JSON202.ID
+}
+
+// finished returns the result a start with wait was answered 200 for, failing with the
+// answer's status and body (not a nil dereference) when it is another.
+func finished(t *testing.T, resp *protocol.StartRunResponse) protocol.RunResult {
+	t.Helper()
+	require.Equal(t, http.StatusOK, resp.StatusCode(), "the start did not answer its run's result: %s", resp.Body)
+	require.NotNil(t, resp.JSON200, "a 200 with no result in its body: %s", resp.Body)
+	return *resp.JSON200
+}
+
 // scheduledAt returns the runs' wake times, failing unless each is scheduled.
 func scheduledAt(t *testing.T, c *protocol.ClientWithResponses, ids []string) []time.Time {
 	t.Helper()
@@ -103,7 +121,7 @@ func TestThrottle(t *testing.T) {
 		for i := range 6 {
 			resp := startFlow(t, c, "notify", fmt.Sprintf(`{"customer":"c-9","n":%d}`, i), nil)
 			require.Equal(t, http.StatusAccepted, resp.StatusCode(), string(resp.Body))
-			ids = append(ids, resp.JSON202.ID)
+			ids = append(ids, accepted(t, resp))
 		}
 		// burst+1 start at once; each later one 6 minutes (1h/10) after the one before.
 		for _, id := range ids[:3] {
@@ -124,12 +142,12 @@ func TestThrottle(t *testing.T) {
 		// Another customer's starts are not held back by c-9's.
 		resp := startFlow(t, c, "notify", `{"customer":"c-1"}`, nil)
 		require.Equal(t, http.StatusAccepted, resp.StatusCode())
-		require.NotEqual(t, protocol.RunStatusScheduled, getRun(t, c, resp.JSON202.ID).Status)
+		require.NotEqual(t, protocol.RunStatusScheduled, getRun(t, c, accepted(t, resp)).Status)
 
 		// Nor is another tenant's, with the same function name and key.
 		resp = startFlow(t, other, "notify", `{"customer":"c-9"}`, nil)
 		require.Equal(t, http.StatusAccepted, resp.StatusCode())
-		run := getRun(t, other, resp.JSON202.ID)
+		run := getRun(t, other, accepted(t, resp))
 		require.NotEqual(t, protocol.RunStatusScheduled, run.Status)
 		require.Nil(t, run.Held)
 	})
@@ -142,7 +160,7 @@ func TestThrottle(t *testing.T) {
 		for range 2 {
 			resp := startFlow(t, c, "queued", `{}`, nil)
 			require.Equal(t, http.StatusAccepted, resp.StatusCode(), string(resp.Body))
-			held = append(held, resp.JSON202.ID)
+			held = append(held, accepted(t, resp))
 		}
 		requireSpaced(t, scheduledAt(t, c, held), time.Hour)
 		full := startFlow(t, c, "queued", `{}`, nil)
@@ -165,7 +183,7 @@ func TestThrottle(t *testing.T) {
 			resp := startFlow(t, c, "daily", `{}`, nil)
 			require.Equal(t, http.StatusAccepted, resp.StatusCode(), string(resp.Body))
 			if i > 0 {
-				held = append(held, resp.JSON202.ID)
+				held = append(held, accepted(t, resp))
 			}
 		}
 		requireSpaced(t, scheduledAt(t, c, held), 24*time.Hour)
@@ -180,10 +198,10 @@ func TestThrottle(t *testing.T) {
 		first := startFlow(t, c, "keyed", `{}`, keyed)
 		require.Equal(t, http.StatusAccepted, first.StatusCode(), string(first.Body))
 		again := startFlow(t, c, "keyed", `{}`, keyed)
-		require.Equal(t, first.JSON202.ID, again.JSON202.ID)
+		require.Equal(t, accepted(t, first), accepted(t, again))
 		other := startFlow(t, c, "keyed", `{}`, nil)
-		at := scheduledAt(t, c, []string{other.JSON202.ID})[0]
-		require.Equal(t, time.Hour, at.Sub(getRun(t, c, first.JSON202.ID).CreatedAt).Round(time.Second),
+		at := scheduledAt(t, c, []string{accepted(t, other)})[0]
+		require.Equal(t, time.Hour, at.Sub(getRun(t, c, accepted(t, first)).CreatedAt).Round(time.Second),
 			"the second start in all waits one interval, not two")
 		mismatch := startFlow(t, c, "keyed", `{"n":1}`, keyed)
 		require.Equal(t, http.StatusConflict, mismatch.StatusCode(), string(mismatch.Body))
@@ -195,10 +213,10 @@ func TestThrottle(t *testing.T) {
 		require.Equal(t, http.StatusOK, first.StatusCode(), string(first.Body))
 		second := startFlow(t, c, "paced", `{"n":2}`, &protocol.StartRunParams{Wait: ptr("30s")})
 		require.Equal(t, http.StatusOK, second.StatusCode(), string(second.Body))
-		require.Equal(t, protocol.RunStatusCompleted, second.JSON200.Status)
-		require.JSONEq(t, `{"customer":"","n":2}`, string(*second.JSON200.Output))
+		require.Equal(t, protocol.RunStatusCompleted, finished(t, second).Status)
+		require.JSONEq(t, `{"customer":"","n":2}`, string(*finished(t, second).Output))
 		// It started when the rate allowed: a second after the first's start.
-		a, b := getRun(t, c, first.JSON200.ID), getRun(t, c, second.JSON200.ID)
+		a, b := getRun(t, c, finished(t, first).ID), getRun(t, c, finished(t, second).ID)
 		require.GreaterOrEqual(t, b.StartedAt.Sub(a.CreatedAt), time.Second)
 		require.Nil(t, b.Held, "a claim clears held")
 	})
@@ -368,9 +386,9 @@ func TestDebounce(t *testing.T) {
 			resp := startFlow(t, c, "digest", fmt.Sprintf(`{"customer":"c-9","n":%d}`, i), nil)
 			require.Equal(t, http.StatusAccepted, resp.StatusCode(), string(resp.Body))
 			if id == "" {
-				id = resp.JSON202.ID
+				id = accepted(t, resp)
 			}
-			require.Equal(t, id, resp.JSON202.ID, "start %d", i)
+			require.Equal(t, id, accepted(t, resp), "start %d", i)
 			run := getRun(t, c, id)
 			require.Equal(t, protocol.RunStatusScheduled, run.Status)
 			wakes = append(wakes, *run.WakeAt)
@@ -383,9 +401,9 @@ func TestDebounce(t *testing.T) {
 
 		// Another key has its own run; so has another tenant.
 		c1 := startFlow(t, c, "digest", `{"customer":"c-1"}`, nil)
-		require.NotEqual(t, id, c1.JSON202.ID)
+		require.NotEqual(t, id, accepted(t, c1))
 		t2 := startFlow(t, other, "digest", `{"customer":"c-9"}`, nil)
-		require.NotEqual(t, id, t2.JSON202.ID)
+		require.NotEqual(t, id, accepted(t, t2))
 		gone, err := other.GetRunWithResponse(t.Context(), id, nil)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusNotFound, gone.StatusCode())
@@ -394,31 +412,31 @@ func TestDebounce(t *testing.T) {
 	t.Run("MaxWaitCapsThePush", func(t *testing.T) {
 		t.Parallel()
 		first := startFlow(t, c, "capped", `{"n":1}`, nil)
-		wake := *getRun(t, c, first.JSON202.ID).WakeAt
+		wake := *getRun(t, c, accepted(t, first)).WakeAt
 		second := startFlow(t, c, "capped", `{"n":2}`, nil)
-		require.Equal(t, first.JSON202.ID, second.JSON202.ID)
-		require.Equal(t, wake, *getRun(t, c, first.JSON202.ID).WakeAt, "max_wait (1h) from the first start caps it")
+		require.Equal(t, accepted(t, first), accepted(t, second))
+		require.Equal(t, wake, *getRun(t, c, accepted(t, first)).WakeAt, "max_wait (1h) from the first start caps it")
 	})
 
 	t.Run("TheRunStartsOnceAfterTheLastPush", func(t *testing.T) {
 		t.Parallel()
 		a := startFlow(t, c, "quick", `{"customer":"q","n":1}`, nil)
 		b := startFlow(t, c, "quick", `{"customer":"q","n":2}`, nil)
-		require.Equal(t, a.JSON202.ID, b.JSON202.ID)
+		require.Equal(t, accepted(t, a), accepted(t, b))
 		// A sync start collapses too, and waits for the one run.
 		last := startFlow(t, c, "quick", `{"customer":"q","n":3}`, &protocol.StartRunParams{Wait: ptr("30s")})
 		require.Equal(t, http.StatusOK, last.StatusCode(), string(last.Body))
-		require.Equal(t, a.JSON202.ID, last.JSON200.ID)
-		require.JSONEq(t, `{"customer":"q","n":3}`, string(*last.JSON200.Output))
+		require.Equal(t, accepted(t, a), finished(t, last).ID)
+		require.JSONEq(t, `{"customer":"q","n":3}`, string(*finished(t, last).Output))
 		list, err := c.ListRunsWithResponse(t.Context(), &protocol.ListRunsParams{Function: ptr("quick")})
 		require.NoError(t, err)
 		require.Len(t, list.JSON200.Runs, 1)
-		require.Equal(t, 1, getRun(t, c, a.JSON202.ID).Invocations, "started once")
+		require.Equal(t, 1, getRun(t, c, accepted(t, a)).Invocations, "started once")
 		require.EqualValues(t, 1, fastCalls.Load())
 
 		// The window closed with the run's start: the next start opens another.
 		next := startFlow(t, c, "quick", `{"customer":"q","n":4}`, nil)
-		require.NotEqual(t, a.JSON202.ID, next.JSON202.ID)
+		require.NotEqual(t, accepted(t, a), accepted(t, next))
 	})
 
 	t.Run("EventsCollapseToo", func(t *testing.T) {

@@ -83,7 +83,9 @@ func (s *Server) ListRunValues(ctx context.Context, req server.ListRunValuesRequ
 }
 
 // GetRunValue answers the latest value of a run's key, waiting up to wait for one newer
-// than after (or If-None-Match), or for the run's end.
+// than after (or If-None-Match), or for the run's end. A request that waits holds a
+// place among the caller's live streams (streamSlots) until it is answered or its
+// caller leaves.
 func (s *Server) GetRunValue(ctx context.Context, req server.GetRunValueRequestObject) (server.GetRunValueResponseObject, error) {
 	p := req.Params
 	var wait time.Duration
@@ -126,6 +128,11 @@ func (s *Server) GetRunValue(ctx context.Context, req server.GetRunValueRequestO
 	var run *journal.Run
 	var err error
 	if wait > 0 {
+		release, slotErr := s.streamSlots(identity(ctx))
+		if slotErr != nil {
+			return nil, slotErr
+		}
+		defer release()
 		// Subscribe, then attach: a write or an end after the attach is announced.
 		var unsubscribe func()
 		changes, unsubscribe = s.inv.SubscribeOutput(req.ID)

@@ -112,7 +112,9 @@ func resultLocation(runID string) *string {
 // first invocation has no queue hop) and answers its result, or 202 when the wait runs
 // out; the invocation goes on regardless of the caller. Past the gateway's bounds on such
 // invocations (in all and per tenant) the run is queued instead, and the request still
-// waits for its result.
+// waits for its result. A request with wait holds a place among the caller's starts
+// with wait (syncStartSlots, caps of their own, not the live streams') until it is
+// answered or the caller leaves; with none free it is a 429 and no run is created.
 func (s *Server) StartRun(ctx context.Context, req server.StartRunRequestObject) (server.StartRunResponseObject, error) {
 	if s.draining.Load() {
 		return nil, errDraining
@@ -162,6 +164,14 @@ func (s *Server) StartRun(ctx context.Context, req server.StartRunRequestObject)
 			return nil, err
 		}
 		n.IdempotencyKey = *req.Params.IdempotencyKey
+	}
+	if wait > 0 {
+		// Before the run is created: a request refused here starts nothing.
+		releaseSlot, err := s.syncStartSlots(id)
+		if err != nil {
+			return nil, err
+		}
+		defer releaseSlot()
 	}
 	// invoke_roles are checked in the statement that creates the run.
 	release, claim := func() {}, false
@@ -225,6 +235,10 @@ func (s *Server) StartRun(ctx context.Context, req server.StartRunRequestObject)
 			}
 		case <-timer.C:
 			return startAnswer(run), nil
+		case <-ctx.Done():
+			// The caller left, or the gateway stops: its place is freed, and the
+			// invocation goes on.
+			return startAnswer(run), nil
 		}
 		run, err = s.inv.AwaitRun(ctx, journal.ForTenant(s.api, id.Tenant), run.ID, ch, deadline)
 	} else {
@@ -251,7 +265,9 @@ func rawPtr(b json.RawMessage) *protocol.AnyJSON {
 	return &a
 }
 
-// GetRunResult attaches to a run and waits up to wait for it to finish.
+// GetRunResult attaches to a run and waits up to wait for it to finish. A request that
+// waits holds a place among the caller's live streams (streamSlots) until it is answered
+// or its caller leaves.
 func (s *Server) GetRunResult(ctx context.Context, req server.GetRunResultRequestObject) (server.GetRunResultResponseObject, error) {
 	wait, err := parseWait(req.Params.Wait)
 	if err != nil {
@@ -263,6 +279,11 @@ func (s *Server) GetRunResult(ctx context.Context, req server.GetRunResultReques
 	}
 	var run *journal.Run
 	if wait > 0 {
+		release, slotErr := s.streamSlots(identity(ctx))
+		if slotErr != nil {
+			return nil, slotErr
+		}
+		defer release()
 		run, err = s.inv.AwaitRun(ctx, journal.ForTenant(s.api, tenant), req.ID, nil, time.Now().Add(wait))
 	} else {
 		run, err = journal.GetRun(ctx, journal.ForTenant(s.api, tenant), tenant, req.ID)

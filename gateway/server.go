@@ -64,10 +64,18 @@ type Config struct {
 	// is queued for any gateway's workers, and the request still waits for its result.
 	// Default to 1,000 and 200.
 	MaxWaitInvocations, MaxWaitInvocationsPerTenant int
-	// MaxStreamsPerTenant bounds the live streams (GET /v1/runs/stream) one tenant holds
-	// open on this gateway; MaxStreamsPerSubject, those of one subject of a tenant. Past
-	// them a stream is a 429. Default to 100 and 10.
+	// MaxStreamsPerTenant bounds the live streams (GET /v1/runs/stream, a run's stream)
+	// and long-polls (a run's result or value with ?wait) one tenant holds open on this
+	// gateway, counted together; MaxStreamsPerSubject, those of one subject of a tenant.
+	// Past them a request is a 429 with Retry-After. Default to 100 and 10.
 	MaxStreamsPerTenant, MaxStreamsPerSubject int
+	// MaxSyncStartsPerTenant bounds the starts with ?wait (POST /v1/functions/{name}/runs)
+	// one tenant holds open on this gateway, waiting for their runs' results;
+	// MaxSyncStartsPerSubject, those of one subject of a tenant. They are caps of their
+	// own, not the streams': a sync start is how a service calls a function, many at
+	// once with one token. Past them a start is a 429 with Retry-After and creates no
+	// run. Default to 200 and 100.
+	MaxSyncStartsPerTenant, MaxSyncStartsPerSubject int
 	// Egress says which function and app URLs each tenant may register, which
 	// addresses the manifest requests may dial, and how much of their failures a tenant
 	// is told. Its zero value allows the public internet only.
@@ -89,8 +97,10 @@ type Server struct {
 	// operatorRole and operatorTenant say who may open River's UI (see operates).
 	operatorRole, operatorTenant string
 	waits                        *slots          // synchronous invocations, by tenant
-	tenantStreams                *slots          // live streams, by tenant
-	subjectStreams               *slots          // live streams, by tenant and subject
+	tenantStreams                *slots          // live streams and long-polls, by tenant
+	subjectStreams               *slots          // live streams and long-polls, by tenant and subject
+	tenantSyncStarts             *slots          // starts with ?wait waiting, by tenant
+	subjectSyncStarts            *slots          // starts with ?wait waiting, by tenant and subject
 	clients                      *egress.Clients // fetch manifests, each tenant with its own policy
 	echo                         *echo.Echo
 	stream                       *notify.Hub
@@ -121,21 +131,23 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("gateway: APIPool is required")
 	}
 	s := &Server{
-		pool:           cfg.Pool,
-		api:            cfg.APIPool,
-		inv:            cfg.Invoker,
-		verifier:       cfg.Verifier,
-		tokens:         cfg.Tokens,
-		log:            cfg.Logger,
-		keys:           cfg.Keys,
-		egress:         cfg.Egress,
-		operatorRole:   cfg.OperatorRole,
-		operatorTenant: cfg.OperatorTenant,
-		waits:          newSlots(cmp.Or(cfg.MaxWaitInvocations, 1000), cmp.Or(cfg.MaxWaitInvocationsPerTenant, 200)),
-		tenantStreams:  newSlots(0, cmp.Or(cfg.MaxStreamsPerTenant, 100)),
-		subjectStreams: newSlots(0, cmp.Or(cfg.MaxStreamsPerSubject, 10)),
-		clients:        cfg.Egress.Clients(),
-		shutdowns:      map[*http.Server]chan struct{}{},
+		pool:              cfg.Pool,
+		api:               cfg.APIPool,
+		inv:               cfg.Invoker,
+		verifier:          cfg.Verifier,
+		tokens:            cfg.Tokens,
+		log:               cfg.Logger,
+		keys:              cfg.Keys,
+		egress:            cfg.Egress,
+		operatorRole:      cfg.OperatorRole,
+		operatorTenant:    cfg.OperatorTenant,
+		waits:             newSlots(cmp.Or(cfg.MaxWaitInvocations, 1000), cmp.Or(cfg.MaxWaitInvocationsPerTenant, 200)),
+		tenantStreams:     newSlots(0, cmp.Or(cfg.MaxStreamsPerTenant, 100)),
+		subjectStreams:    newSlots(0, cmp.Or(cfg.MaxStreamsPerSubject, 10)),
+		tenantSyncStarts:  newSlots(0, cmp.Or(cfg.MaxSyncStartsPerTenant, 200)),
+		subjectSyncStarts: newSlots(0, cmp.Or(cfg.MaxSyncStartsPerSubject, 100)),
+		clients:           cfg.Egress.Clients(),
+		shutdowns:         map[*http.Server]chan struct{}{},
 	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
@@ -270,6 +282,12 @@ type unavailableError struct{ detail string }
 
 func (e *unavailableError) Error() string { return e.detail }
 
+// busyError is a 429 with Retry-After: 1 and Connection: close: a limit on what the
+// caller holds at once is reached, and a place may be free by then.
+type busyError struct{ detail string }
+
+func (e *busyError) Error() string { return e.detail }
+
 func (e *problemError) Error() string { return e.detail }
 
 func badRequest(format string, args ...any) error {
@@ -282,7 +300,7 @@ func problem(status int, detail string) protocol.Problem {
 
 // handleError is the one place errors become HTTP responses: problem+json bodies whose
 // detail says what went wrong. Unexpected errors are logged and answered 500 without
-// internals.
+// internals; a request whose caller left is logged at debug level only and not answered.
 func (s *Server) handleError(err error, c echo.Context) {
 	if c.Response().Committed {
 		return
@@ -292,8 +310,15 @@ func (s *Server) handleError(err error, c echo.Context) {
 	var qe *journal.QuotaError
 	var rl *invoker.RateLimitedError
 	var ue *unavailableError
+	var be *busyError
 	var he *echo.HTTPError
 	switch {
+	case errors.Is(err, context.Canceled) && c.Request().Context().Err() != nil:
+		// The caller left (a long-poll given up, say): nothing went wrong, and no one
+		// reads an answer.
+		s.log.DebugContext(c.Request().Context(), "request ended: the caller left",
+			slog.String("method", c.Request().Method), slog.String("path", loggedPath(c)))
+		return
 	case errors.As(err, &pe):
 		status, detail = pe.status, pe.detail
 	case errors.As(err, &qe):
@@ -306,6 +331,12 @@ func (s *Server) handleError(err error, c echo.Context) {
 	case errors.As(err, &ue):
 		status, detail = http.StatusServiceUnavailable, ue.detail
 		c.Response().Header().Set("Retry-After", "1")
+	case errors.As(err, &be):
+		status, detail = http.StatusTooManyRequests, be.detail
+		c.Response().Header().Set("Retry-After", "1")
+		// The caller holds its limit's worth of connections already: this one is closed,
+		// not kept alive beside them.
+		c.Response().Header().Set("Connection", "close")
 	case journal.IsUnavailable(err):
 		// Nothing was done, or a write's fate is what a retry with the same idempotency
 		// key or checkpoint finds out.

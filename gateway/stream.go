@@ -88,21 +88,39 @@ func (s *Server) StreamRuns(ctx context.Context, req server.StreamRunsRequestObj
 	return runStream{ctx: ctx, hub: s.stream, c: c, expires: exp, release: release}, nil
 }
 
-// streamSlots takes a stream's place among the caller's tenant's and subject's, or
-// answers a 429 naming the limit.
+// streamSlots takes a place among the live streams and long-polls (a run's result or
+// value with ?wait) of the caller's tenant and subject, or answers a 429 naming the
+// limit, with Retry-After. The place is held until release.
 func (s *Server) streamSlots(id auth.Identity) (release func(), err error) {
-	tenant := s.tenantStreams.acquire(id.Tenant)
-	if tenant == nil {
-		return nil, &problemError{http.StatusTooManyRequests, fmt.Sprintf(
-			"tenant %q has %d live streams open on this gateway, its limit: close one first", id.Tenant, s.tenantStreams.maxPerKey)}
+	return takeSlots(s.tenantStreams, s.subjectStreams, id,
+		"live streams open on this gateway", "long-polls with ?wait count", "close one first")
+}
+
+// syncStartSlots takes a place among the starts with ?wait of the caller's tenant and
+// subject that wait for their runs' results, or answers a 429 naming the limit, with
+// Retry-After. The place is held until release.
+func (s *Server) syncStartSlots(id auth.Identity) (release func(), err error) {
+	return takeSlots(s.tenantSyncStarts, s.subjectSyncStarts, id,
+		"starts with ?wait waiting on this gateway", "", "start without wait, or once one is answered")
+}
+
+// takeSlots takes a place for id's tenant in tenant and for its subject in subject, or
+// answers a 429 with Retry-After whose detail says how many of what (what, with note)
+// the tenant or subject holds, and what to do then.
+func takeSlots(tenant, subject *slots, id auth.Identity, what, note, then string) (release func(), err error) {
+	if note != "" {
+		note = " (" + note + ")"
 	}
-	subject := s.subjectStreams.acquire(id.Tenant + "\n" + id.Subject)
-	if subject == nil {
-		tenant()
-		return nil, &problemError{http.StatusTooManyRequests, fmt.Sprintf(
-			"%s has %d live streams open on this gateway, the limit per subject: close one first", id.Subject, s.subjectStreams.maxPerKey)}
+	releaseTenant := tenant.acquire(id.Tenant)
+	if releaseTenant == nil {
+		return nil, &busyError{fmt.Sprintf("tenant %q has %d %s, its limit%s: %s", id.Tenant, tenant.maxPerKey, what, note, then)}
 	}
-	return func() { subject(); tenant() }, nil
+	releaseSubject := subject.acquire(id.Tenant + "\n" + id.Subject)
+	if releaseSubject == nil {
+		releaseTenant()
+		return nil, &busyError{fmt.Sprintf("%s has %d %s, the limit per subject%s: %s", id.Subject, subject.maxPerKey, what, note, then)}
+	}
+	return func() { releaseSubject(); releaseTenant() }, nil
 }
 
 // openEventStream answers w with a server-sent event stream and returns how to send

@@ -1788,6 +1788,9 @@ type BadGateway = Problem
 // BadRequest An RFC 9457 problem.
 type BadRequest = Problem
 
+// Busy An RFC 9457 problem.
+type Busy = Problem
+
 // Conflict An RFC 9457 problem.
 type Conflict = Problem
 
@@ -2243,7 +2246,13 @@ type ClientInterface interface {
 	//
 	// Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
 	// example `30s`, at most `15m`) the request waits for the run to finish: 200 with its
-	// result, or 202 with a `Location` to attach to if the wait runs out first.
+	// result, or 202 with a `Location` to attach to if the wait runs out first. A
+	// request with `wait` holds a place among the starts with `wait` a tenant and a
+	// subject may hold open on a gateway until it is answered or its caller leaves
+	// (`STEPGATE_MAX_SYNC_STARTS_PER_TENANT`, `…_PER_SUBJECT`, 200 and 100 by default):
+	// past them it is a 429 with `Retry-After`, and no run is created. These are caps
+	// of their own, not the live streams': a start with `wait` is how a service calls
+	// a function, many at once with one token.
 	// The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 	// key with a different input is a 409.
 	//
@@ -2264,7 +2273,13 @@ type ClientInterface interface {
 	//
 	// Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
 	// example `30s`, at most `15m`) the request waits for the run to finish: 200 with its
-	// result, or 202 with a `Location` to attach to if the wait runs out first.
+	// result, or 202 with a `Location` to attach to if the wait runs out first. A
+	// request with `wait` holds a place among the starts with `wait` a tenant and a
+	// subject may hold open on a gateway until it is answered or its caller leaves
+	// (`STEPGATE_MAX_SYNC_STARTS_PER_TENANT`, `…_PER_SUBJECT`, 200 and 100 by default):
+	// past them it is a 429 with `Retry-After`, and no run is created. These are caps
+	// of their own, not the live streams': a start with `wait` is how a service calls
+	// a function, many at once with one token.
 	// The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 	// key with a different input is a 409.
 	//
@@ -2350,8 +2365,9 @@ type ClientInterface interface {
 	// reconnection either; reload after connecting. `event: expired` ends the stream
 	// when the token that opened it expires: open a new one with a new token.
 	//
-	// A gateway keeps at most 100 streams of one tenant open (10 of one subject); past
-	// that a new one is a 429.
+	// A gateway keeps at most 100 streams of one tenant open (10 of one subject), a run's
+	// result and values with `wait` included (`STEPGATE_MAX_STREAMS_PER_TENANT`,
+	// `…_PER_SUBJECT`); past that a new one is a 429 with `Retry-After`.
 	//
 	// A browser's `EventSource` cannot send headers, so this operation also takes the
 	// token as the `access_token` query parameter. Prefer the header where the client
@@ -2647,6 +2663,11 @@ type ClientInterface interface {
 
 	// GetRunResult Attaches to a run and waits (up to `wait`) for its result. Needs `runs:read`.
 	//
+	// A request with `wait` counts against the live streams a tenant and a subject may
+	// hold open on a gateway until it is answered or its caller leaves
+	// (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`): past them it is a 429 with
+	// `Retry-After`.
+	//
 	// Corresponds with GET /v1/runs/{id}/result (the `GetRunResult` operationId).
 	GetRunResult(ctx context.Context, id RunID, params *GetRunResultParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
@@ -2672,7 +2693,8 @@ type ClientInterface interface {
 	// token that opened it expires.
 	//
 	// It counts against the live streams a tenant and a subject may hold open on a
-	// gateway (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`; 429 past them). A
+	// gateway (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`, a run's result and
+	// values with `wait` included; 429 with `Retry-After` past them). A
 	// browser's `EventSource` cannot send headers, so this operation also takes the
 	// token as the `access_token` query parameter.
 	//
@@ -2703,7 +2725,10 @@ type ClientInterface interface {
 	// wait ended (no body; the `ETag` is the current version). 404: no such run, or the
 	// key has no value when the wait ended (the detail says which). Waiting costs no
 	// polling: the run's writes are announced with Postgres notifications, one listener
-	// per gateway.
+	// per gateway. A request with `wait` counts against the live streams a tenant and
+	// a subject may hold open on a gateway until it is answered or its caller leaves
+	// (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`): past them it is a 429 with
+	// `Retry-After`.
 	//
 	// Corresponds with GET /v1/runs/{id}/values/{key} (the `GetRunValue` operationId).
 	GetRunValue(ctx context.Context, id RunID, key OutputKey, params *GetRunValueParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3205,7 +3230,13 @@ func (c *Client) GetFunctionQueue(ctx context.Context, name FunctionName, reqEdi
 //
 // Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
 // example `30s`, at most `15m`) the request waits for the run to finish: 200 with its
-// result, or 202 with a `Location` to attach to if the wait runs out first.
+// result, or 202 with a `Location` to attach to if the wait runs out first. A
+// request with `wait` holds a place among the starts with `wait` a tenant and a
+// subject may hold open on a gateway until it is answered or its caller leaves
+// (`STEPGATE_MAX_SYNC_STARTS_PER_TENANT`, `…_PER_SUBJECT`, 200 and 100 by default):
+// past them it is a 429 with `Retry-After`, and no run is created. These are caps
+// of their own, not the live streams': a start with `wait` is how a service calls
+// a function, many at once with one token.
 // The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 // key with a different input is a 409.
 //
@@ -3236,7 +3267,13 @@ func (c *Client) StartRunWithBody(ctx context.Context, name FunctionName, params
 //
 // Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
 // example `30s`, at most `15m`) the request waits for the run to finish: 200 with its
-// result, or 202 with a `Location` to attach to if the wait runs out first.
+// result, or 202 with a `Location` to attach to if the wait runs out first. A
+// request with `wait` holds a place among the starts with `wait` a tenant and a
+// subject may hold open on a gateway until it is answered or its caller leaves
+// (`STEPGATE_MAX_SYNC_STARTS_PER_TENANT`, `…_PER_SUBJECT`, 200 and 100 by default):
+// past them it is a 429 with `Retry-After`, and no run is created. These are caps
+// of their own, not the live streams': a start with `wait` is how a service calls
+// a function, many at once with one token.
 // The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 // key with a different input is a 409.
 //
@@ -3372,8 +3409,9 @@ func (c *Client) CancelRuns(ctx context.Context, body CancelRunsJSONRequestBody,
 // reconnection either; reload after connecting. `event: expired` ends the stream
 // when the token that opened it expires: open a new one with a new token.
 //
-// A gateway keeps at most 100 streams of one tenant open (10 of one subject); past
-// that a new one is a 429.
+// A gateway keeps at most 100 streams of one tenant open (10 of one subject), a run's
+// result and values with `wait` included (`STEPGATE_MAX_STREAMS_PER_TENANT`,
+// `…_PER_SUBJECT`); past that a new one is a 429 with `Retry-After`.
 //
 // A browser's `EventSource` cannot send headers, so this operation also takes the
 // token as the `access_token` query parameter. Prefer the header where the client
@@ -3819,6 +3857,11 @@ func (c *Client) RerunRun(ctx context.Context, id RunID, body RerunRunJSONReques
 
 // GetRunResult Attaches to a run and waits (up to `wait`) for its result. Needs `runs:read`.
 //
+// A request with `wait` counts against the live streams a tenant and a subject may
+// hold open on a gateway until it is answered or its caller leaves
+// (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`): past them it is a 429 with
+// `Retry-After`.
+//
 // Corresponds with GET /v1/runs/{id}/result (the `GetRunResult` operationId).
 func (c *Client) GetRunResult(ctx context.Context, id RunID, params *GetRunResultParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetRunResultRequest(c.Server, id, params)
@@ -3864,7 +3907,8 @@ func (c *Client) ListRunStreams(ctx context.Context, id RunID, reqEditors ...Req
 // token that opened it expires.
 //
 // It counts against the live streams a tenant and a subject may hold open on a
-// gateway (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`; 429 past them). A
+// gateway (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`, a run's result and
+// values with `wait` included; 429 with `Retry-After` past them). A
 // browser's `EventSource` cannot send headers, so this operation also takes the
 // token as the `access_token` query parameter.
 //
@@ -3915,7 +3959,10 @@ func (c *Client) ListRunValues(ctx context.Context, id RunID, reqEditors ...Requ
 // wait ended (no body; the `ETag` is the current version). 404: no such run, or the
 // key has no value when the wait ended (the detail says which). Waiting costs no
 // polling: the run's writes are announced with Postgres notifications, one listener
-// per gateway.
+// per gateway. A request with `wait` counts against the live streams a tenant and
+// a subject may hold open on a gateway until it is answered or its caller leaves
+// (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`): past them it is a 429 with
+// `Retry-After`.
 //
 // Corresponds with GET /v1/runs/{id}/values/{key} (the `GetRunValue` operationId).
 func (c *Client) GetRunValue(ctx context.Context, id RunID, key OutputKey, params *GetRunValueParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -6388,7 +6435,13 @@ type ClientWithResponsesInterface interface {
 	//
 	// Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
 	// example `30s`, at most `15m`) the request waits for the run to finish: 200 with its
-	// result, or 202 with a `Location` to attach to if the wait runs out first.
+	// result, or 202 with a `Location` to attach to if the wait runs out first. A
+	// request with `wait` holds a place among the starts with `wait` a tenant and a
+	// subject may hold open on a gateway until it is answered or its caller leaves
+	// (`STEPGATE_MAX_SYNC_STARTS_PER_TENANT`, `…_PER_SUBJECT`, 200 and 100 by default):
+	// past them it is a 429 with `Retry-After`, and no run is created. These are caps
+	// of their own, not the live streams': a start with `wait` is how a service calls
+	// a function, many at once with one token.
 	// The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 	// key with a different input is a 409.
 	//
@@ -6409,7 +6462,13 @@ type ClientWithResponsesInterface interface {
 	//
 	// Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
 	// example `30s`, at most `15m`) the request waits for the run to finish: 200 with its
-	// result, or 202 with a `Location` to attach to if the wait runs out first.
+	// result, or 202 with a `Location` to attach to if the wait runs out first. A
+	// request with `wait` holds a place among the starts with `wait` a tenant and a
+	// subject may hold open on a gateway until it is answered or its caller leaves
+	// (`STEPGATE_MAX_SYNC_STARTS_PER_TENANT`, `…_PER_SUBJECT`, 200 and 100 by default):
+	// past them it is a 429 with `Retry-After`, and no run is created. These are caps
+	// of their own, not the live streams': a start with `wait` is how a service calls
+	// a function, many at once with one token.
 	// The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 	// key with a different input is a 409.
 	//
@@ -6499,8 +6558,9 @@ type ClientWithResponsesInterface interface {
 	// reconnection either; reload after connecting. `event: expired` ends the stream
 	// when the token that opened it expires: open a new one with a new token.
 	//
-	// A gateway keeps at most 100 streams of one tenant open (10 of one subject); past
-	// that a new one is a 429.
+	// A gateway keeps at most 100 streams of one tenant open (10 of one subject), a run's
+	// result and values with `wait` included (`STEPGATE_MAX_STREAMS_PER_TENANT`,
+	// `…_PER_SUBJECT`); past that a new one is a 429 with `Retry-After`.
 	//
 	// A browser's `EventSource` cannot send headers, so this operation also takes the
 	// token as the `access_token` query parameter. Prefer the header where the client
@@ -6802,6 +6862,11 @@ type ClientWithResponsesInterface interface {
 
 	// GetRunResultWithResponse Attaches to a run and waits (up to `wait`) for its result. Needs `runs:read`.
 	//
+	// A request with `wait` counts against the live streams a tenant and a subject may
+	// hold open on a gateway until it is answered or its caller leaves
+	// (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`): past them it is a 429 with
+	// `Retry-After`.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/runs/{id}/result (the `GetRunResult` operationId).
@@ -6831,7 +6896,8 @@ type ClientWithResponsesInterface interface {
 	// token that opened it expires.
 	//
 	// It counts against the live streams a tenant and a subject may hold open on a
-	// gateway (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`; 429 past them). A
+	// gateway (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`, a run's result and
+	// values with `wait` included; 429 with `Retry-After` past them). A
 	// browser's `EventSource` cannot send headers, so this operation also takes the
 	// token as the `access_token` query parameter.
 	//
@@ -6866,7 +6932,10 @@ type ClientWithResponsesInterface interface {
 	// wait ended (no body; the `ETag` is the current version). 404: no such run, or the
 	// key has no value when the wait ended (the detail says which). Waiting costs no
 	// polling: the run's writes are announced with Postgres notifications, one listener
-	// per gateway.
+	// per gateway. A request with `wait` counts against the live streams a tenant and
+	// a subject may hold open on a gateway until it is answered or its caller leaves
+	// (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`): past them it is a 429 with
+	// `Retry-After`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -7769,6 +7838,11 @@ type StartRunResponse202Headers struct {
 	Location *string
 }
 
+// StartRunResponse429Headers the declared response headers of an HTTP 429 response for StartRun
+type StartRunResponse429Headers struct {
+	RetryAfter *int
+}
+
 type StartRunResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -7789,11 +7863,13 @@ type StartRunResponse struct {
 	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationProblemJSON413 *TooLarge
 	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
-	ApplicationProblemJSON429 *TooManyRequests
+	ApplicationProblemJSON429 *Busy
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationProblemJSON503 *Unavailable
 	// Headers202 the parsed response headers for an HTTP 202 response
 	Headers202 *StartRunResponse202Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *StartRunResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -7837,7 +7913,7 @@ func (r StartRunResponse) GetApplicationProblemJSON413() *TooLarge {
 }
 
 // GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
-func (r StartRunResponse) GetApplicationProblemJSON429() *TooManyRequests {
+func (r StartRunResponse) GetApplicationProblemJSON429() *Busy {
 	return r.ApplicationProblemJSON429
 }
 
@@ -8068,6 +8144,11 @@ func (r CancelRunsResponse) ContentType() string {
 	return ""
 }
 
+// StreamRunsResponse429Headers the declared response headers of an HTTP 429 response for StreamRuns
+type StreamRunsResponse429Headers struct {
+	RetryAfter *int
+}
+
 type StreamRunsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -8078,7 +8159,9 @@ type StreamRunsResponse struct {
 	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
-	ApplicationProblemJSON429 *TooManyRequests
+	ApplicationProblemJSON429 *Busy
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *StreamRunsResponse429Headers
 }
 
 // GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
@@ -8097,7 +8180,7 @@ func (r StreamRunsResponse) GetApplicationProblemJSON403() *Forbidden {
 }
 
 // GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
-func (r StreamRunsResponse) GetApplicationProblemJSON429() *TooManyRequests {
+func (r StreamRunsResponse) GetApplicationProblemJSON429() *Busy {
 	return r.ApplicationProblemJSON429
 }
 
@@ -8778,6 +8861,11 @@ type GetRunResultResponse202Headers struct {
 	Location *string
 }
 
+// GetRunResultResponse429Headers the declared response headers of an HTTP 429 response for GetRunResult
+type GetRunResultResponse429Headers struct {
+	RetryAfter *int
+}
+
 type GetRunResultResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -8793,8 +8881,12 @@ type GetRunResultResponse struct {
 	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *Busy
 	// Headers202 the parsed response headers for an HTTP 202 response
 	Headers202 *GetRunResultResponse202Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetRunResultResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -8825,6 +8917,11 @@ func (r GetRunResultResponse) GetApplicationProblemJSON403() *Forbidden {
 // GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r GetRunResultResponse) GetApplicationProblemJSON404() *NotFound {
 	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetRunResultResponse) GetApplicationProblemJSON429() *Busy {
+	return r.ApplicationProblemJSON429
 }
 
 // GetBody returns the raw response body bytes
@@ -8918,6 +9015,11 @@ func (r ListRunStreamsResponse) ContentType() string {
 	return ""
 }
 
+// ReadRunStreamResponse429Headers the declared response headers of an HTTP 429 response for ReadRunStream
+type ReadRunStreamResponse429Headers struct {
+	RetryAfter *int
+}
+
 type ReadRunStreamResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -8930,7 +9032,9 @@ type ReadRunStreamResponse struct {
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationProblemJSON404 *NotFound
 	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
-	ApplicationProblemJSON429 *TooManyRequests
+	ApplicationProblemJSON429 *Busy
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ReadRunStreamResponse429Headers
 }
 
 // GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
@@ -8954,7 +9058,7 @@ func (r ReadRunStreamResponse) GetApplicationProblemJSON404() *NotFound {
 }
 
 // GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
-func (r ReadRunStreamResponse) GetApplicationProblemJSON429() *TooManyRequests {
+func (r ReadRunStreamResponse) GetApplicationProblemJSON429() *Busy {
 	return r.ApplicationProblemJSON429
 }
 
@@ -9059,6 +9163,11 @@ type GetRunValueResponse304Headers struct {
 	ETag *string
 }
 
+// GetRunValueResponse429Headers the declared response headers of an HTTP 429 response for GetRunValue
+type GetRunValueResponse429Headers struct {
+	RetryAfter *int
+}
+
 type GetRunValueResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -9072,10 +9181,14 @@ type GetRunValueResponse struct {
 	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *Busy
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *GetRunValueResponse200Headers
 	// Headers304 the parsed response headers for an HTTP 304 response
 	Headers304 *GetRunValueResponse304Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetRunValueResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -9101,6 +9214,11 @@ func (r GetRunValueResponse) GetApplicationProblemJSON403() *Forbidden {
 // GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r GetRunValueResponse) GetApplicationProblemJSON404() *NotFound {
 	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetRunValueResponse) GetApplicationProblemJSON429() *Busy {
+	return r.ApplicationProblemJSON429
 }
 
 // GetBody returns the raw response body bytes
@@ -9981,7 +10099,13 @@ func (c *ClientWithResponses) GetFunctionQueueWithResponse(ctx context.Context, 
 //
 // Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
 // example `30s`, at most `15m`) the request waits for the run to finish: 200 with its
-// result, or 202 with a `Location` to attach to if the wait runs out first.
+// result, or 202 with a `Location` to attach to if the wait runs out first. A
+// request with `wait` holds a place among the starts with `wait` a tenant and a
+// subject may hold open on a gateway until it is answered or its caller leaves
+// (`STEPGATE_MAX_SYNC_STARTS_PER_TENANT`, `…_PER_SUBJECT`, 200 and 100 by default):
+// past them it is a 429 with `Retry-After`, and no run is created. These are caps
+// of their own, not the live streams': a start with `wait` is how a service calls
+// a function, many at once with one token.
 // The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 // key with a different input is a 409.
 //
@@ -10008,7 +10132,13 @@ func (c *ClientWithResponses) StartRunWithBodyWithResponse(ctx context.Context, 
 //
 // Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
 // example `30s`, at most `15m`) the request waits for the run to finish: 200 with its
-// result, or 202 with a `Location` to attach to if the wait runs out first.
+// result, or 202 with a `Location` to attach to if the wait runs out first. A
+// request with `wait` holds a place among the starts with `wait` a tenant and a
+// subject may hold open on a gateway until it is answered or its caller leaves
+// (`STEPGATE_MAX_SYNC_STARTS_PER_TENANT`, `…_PER_SUBJECT`, 200 and 100 by default):
+// past them it is a 429 with `Retry-After`, and no run is created. These are caps
+// of their own, not the live streams': a start with `wait` is how a service calls
+// a function, many at once with one token.
 // The same `Idempotency-Key` (per tenant and function) returns the same run; the same
 // key with a different input is a 409.
 //
@@ -10128,8 +10258,9 @@ func (c *ClientWithResponses) CancelRunsWithResponse(ctx context.Context, body C
 // reconnection either; reload after connecting. `event: expired` ends the stream
 // when the token that opened it expires: open a new one with a new token.
 //
-// A gateway keeps at most 100 streams of one tenant open (10 of one subject); past
-// that a new one is a 429.
+// A gateway keeps at most 100 streams of one tenant open (10 of one subject), a run's
+// result and values with `wait` included (`STEPGATE_MAX_STREAMS_PER_TENANT`,
+// `…_PER_SUBJECT`); past that a new one is a 429 with `Retry-After`.
 //
 // A browser's `EventSource` cannot send headers, so this operation also takes the
 // token as the `access_token` query parameter. Prefer the header where the client
@@ -10521,6 +10652,11 @@ func (c *ClientWithResponses) RerunRunWithResponse(ctx context.Context, id RunID
 
 // GetRunResultWithResponse Attaches to a run and waits (up to `wait`) for its result. Needs `runs:read`.
 //
+// A request with `wait` counts against the live streams a tenant and a subject may
+// hold open on a gateway until it is answered or its caller leaves
+// (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`): past them it is a 429 with
+// `Retry-After`.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /v1/runs/{id}/result (the `GetRunResult` operationId).
@@ -10562,7 +10698,8 @@ func (c *ClientWithResponses) ListRunStreamsWithResponse(ctx context.Context, id
 // token that opened it expires.
 //
 // It counts against the live streams a tenant and a subject may hold open on a
-// gateway (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`; 429 past them). A
+// gateway (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`, a run's result and
+// values with `wait` included; 429 with `Retry-After` past them). A
 // browser's `EventSource` cannot send headers, so this operation also takes the
 // token as the `access_token` query parameter.
 //
@@ -10609,7 +10746,10 @@ func (c *ClientWithResponses) ListRunValuesWithResponse(ctx context.Context, id 
 // wait ended (no body; the `ETag` is the current version). 404: no such run, or the
 // key has no value when the wait ended (the detail says which). Waiting costs no
 // polling: the run's writes are announced with Postgres notifications, one listener
-// per gateway.
+// per gateway. A request with `wait` counts against the live streams a tenant and
+// a subject may hold open on a gateway until it is answered or its caller leaves
+// (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`): past them it is a 429 with
+// `Retry-After`.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -11466,7 +11606,7 @@ func ParseStartRunResponse(rsp *http.Response) (*StartRunResponse, error) {
 		response.ApplicationProblemJSON413 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest TooManyRequests
+		var dest Busy
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -11492,6 +11632,16 @@ func ParseStartRunResponse(rsp *http.Response) (*StartRunResponse, error) {
 			headers.Location = &value
 		}
 		response.Headers202 = &headers
+	case rsp.StatusCode == 429:
+		var headers StartRunResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -11681,12 +11831,25 @@ func ParseStreamRunsResponse(rsp *http.Response) (*StreamRunsResponse, error) {
 		response.ApplicationProblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest TooManyRequests
+		var dest Busy
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationProblemJSON429 = &dest
 
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers StreamRunsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -12277,6 +12440,13 @@ func ParseGetRunResultResponse(rsp *http.Response) (*GetRunResultResponse, error
 		}
 		response.ApplicationProblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Busy
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
 	}
 
 	switch {
@@ -12290,6 +12460,16 @@ func ParseGetRunResultResponse(rsp *http.Response) (*GetRunResultResponse, error
 			headers.Location = &value
 		}
 		response.Headers202 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetRunResultResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -12385,12 +12565,25 @@ func ParseReadRunStreamResponse(rsp *http.Response) (*ReadRunStreamResponse, err
 		response.ApplicationProblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest TooManyRequests
+		var dest Busy
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationProblemJSON429 = &dest
 
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers ReadRunStreamResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -12495,6 +12688,13 @@ func ParseGetRunValueResponse(rsp *http.Response) (*GetRunValueResponse, error) 
 		}
 		response.ApplicationProblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Busy
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
 	}
 
 	switch {
@@ -12518,6 +12718,16 @@ func ParseGetRunValueResponse(rsp *http.Response) (*GetRunValueResponse, error) 
 			headers.ETag = &value
 		}
 		response.Headers304 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetRunValueResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil

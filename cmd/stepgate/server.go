@@ -44,8 +44,10 @@ type serverConfig struct {
 	limits         invoker.Limits
 	// caps bound what one gateway holds at once: STEPGATE_MAX_WAIT_INVOCATIONS,
 	// STEPGATE_MAX_WAIT_INVOCATIONS_PER_TENANT, STEPGATE_MAX_STREAMS_PER_TENANT,
-	// STEPGATE_MAX_STREAMS_PER_SUBJECT.
+	// STEPGATE_MAX_STREAMS_PER_SUBJECT, STEPGATE_MAX_SYNC_STARTS_PER_TENANT,
+	// STEPGATE_MAX_SYNC_STARTS_PER_SUBJECT.
 	maxWaits, maxWaitsPerTenant, maxStreamsPerTenant, maxStreamsPerSubject int
+	maxSyncStartsPerTenant, maxSyncStartsPerSubject                        int
 	// operatorRole and operatorTenant say who operates the deployment (River's UI):
 	// STEPGATE_OPERATOR_ROLE, STEPGATE_OPERATOR_TENANT.
 	operatorRole, operatorTenant string
@@ -124,6 +126,8 @@ func readServerConfig(getenv func(string) string) (serverConfig, error) {
 		{"STEPGATE_MAX_WAIT_INVOCATIONS_PER_TENANT", &c.maxWaitsPerTenant},
 		{"STEPGATE_MAX_STREAMS_PER_TENANT", &c.maxStreamsPerTenant},
 		{"STEPGATE_MAX_STREAMS_PER_SUBJECT", &c.maxStreamsPerSubject},
+		{"STEPGATE_MAX_SYNC_STARTS_PER_TENANT", &c.maxSyncStartsPerTenant},
+		{"STEPGATE_MAX_SYNC_STARTS_PER_SUBJECT", &c.maxSyncStartsPerSubject},
 	} {
 		v, err := envInt(getenv, n.name, 0)
 		if err != nil {
@@ -321,6 +325,7 @@ func (c serverConfig) process(log *slog.Logger) (gatewayproc.Config, error) {
 		MaxBodyBytes: c.maxBodyBytes, Web: web.Handler(), OperatorRole: c.operatorRole, OperatorTenant: c.operatorTenant,
 		MaxWaitInvocations: c.maxWaits, MaxWaitInvocationsPerTenant: c.maxWaitsPerTenant,
 		MaxStreamsPerTenant: c.maxStreamsPerTenant, MaxStreamsPerSubject: c.maxStreamsPerSubject,
+		MaxSyncStartsPerTenant: c.maxSyncStartsPerTenant, MaxSyncStartsPerSubject: c.maxSyncStartsPerSubject,
 		PprofAddr: c.pprofAddr, Workers: c.workers, FairReserve: c.fairReserve,
 		MetricsAddr: c.metricsAddr, Metrics: c.metrics,
 		Retention: c.retention, RetentionInterval: c.retentionInterval,

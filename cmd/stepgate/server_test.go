@@ -116,3 +116,35 @@ func TestOperatorRole(t *testing.T) {
 		require.NotContains(t, serve(t, map[string]string{}), "STEPGATE_OPERATOR_TENANT", "no operator role, no operator: nothing to warn of")
 	})
 }
+
+// TestSyncStartCapSettings: STEPGATE_MAX_SYNC_STARTS_PER_TENANT and …_PER_SUBJECT reach
+// the gateway process's config, apart from the streams' caps; unset, they are zero (the
+// gateway's defaults); one that is not a number is refused, named.
+func TestSyncStartCapSettings(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{
+		"DATABASE_URL": "postgres://127.0.0.1:1/x", "STEPGATE_JWT_SECRET": strings.Repeat("s", 32),
+		"STEPGATE_MAX_SYNC_STARTS_PER_TENANT": "300", "STEPGATE_MAX_SYNC_STARTS_PER_SUBJECT": "30",
+		"STEPGATE_MAX_STREAMS_PER_SUBJECT": "5",
+	}
+	c, err := readServerConfig(func(k string) string { return env[k] })
+	require.NoError(t, err)
+	p, err := c.process(nil)
+	require.NoError(t, err)
+	require.Equal(t, 300, p.MaxSyncStartsPerTenant)
+	require.Equal(t, 30, p.MaxSyncStartsPerSubject)
+	require.Equal(t, 5, p.MaxStreamsPerSubject)
+
+	c, err = readServerConfig(func(string) string { return "" })
+	require.NoError(t, err)
+	require.Zero(t, c.maxSyncStartsPerTenant)
+	require.Zero(t, c.maxSyncStartsPerSubject)
+
+	_, err = readServerConfig(func(k string) string {
+		if k == "STEPGATE_MAX_SYNC_STARTS_PER_SUBJECT" {
+			return "many"
+		}
+		return ""
+	})
+	require.ErrorContains(t, err, "STEPGATE_MAX_SYNC_STARTS_PER_SUBJECT")
+}

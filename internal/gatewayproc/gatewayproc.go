@@ -91,6 +91,7 @@ type Config struct {
 	OperatorRole, OperatorTenant                    string
 	MaxWaitInvocations, MaxWaitInvocationsPerTenant int
 	MaxStreamsPerTenant, MaxStreamsPerSubject       int
+	MaxSyncStartsPerTenant, MaxSyncStartsPerSubject int
 	// Gateway, when set, changes the gateway's config just before the gateway is made:
 	// a test's way to set what Config does not name.
 	Gateway func(*gateway.Config)
@@ -220,6 +221,7 @@ func Start(ctx context.Context, cfg Config) (*Process, error) {
 		OperatorRole: cfg.OperatorRole, OperatorTenant: cfg.OperatorTenant,
 		MaxWaitInvocations: cfg.MaxWaitInvocations, MaxWaitInvocationsPerTenant: cfg.MaxWaitInvocationsPerTenant,
 		MaxStreamsPerTenant: cfg.MaxStreamsPerTenant, MaxStreamsPerSubject: cfg.MaxStreamsPerSubject,
+		MaxSyncStartsPerTenant: cfg.MaxSyncStartsPerTenant, MaxSyncStartsPerSubject: cfg.MaxSyncStartsPerSubject,
 		Metrics: p.Metrics.Handler(),
 	}
 	if cfg.Gateway != nil {

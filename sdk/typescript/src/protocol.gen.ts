@@ -150,7 +150,13 @@ export interface paths {
          * Starts a run of a function with the request body as its input. Needs `runs:invoke`.
          * @description Without `wait` the run is queued and the answer is 202 at once. With `wait` (for
          *     example `30s`, at most `15m`) the request waits for the run to finish: 200 with its
-         *     result, or 202 with a `Location` to attach to if the wait runs out first.
+         *     result, or 202 with a `Location` to attach to if the wait runs out first. A
+         *     request with `wait` holds a place among the starts with `wait` a tenant and a
+         *     subject may hold open on a gateway until it is answered or its caller leaves
+         *     (`STEPGATE_MAX_SYNC_STARTS_PER_TENANT`, `…_PER_SUBJECT`, 200 and 100 by default):
+         *     past them it is a 429 with `Retry-After`, and no run is created. These are caps
+         *     of their own, not the live streams': a start with `wait` is how a service calls
+         *     a function, many at once with one token.
          *     The same `Idempotency-Key` (per tenant and function) returns the same run; the same
          *     key with a different input is a 409.
          *
@@ -228,7 +234,13 @@ export interface paths {
             };
             cookie?: never;
         };
-        /** Attaches to a run and waits (up to `wait`) for its result. Needs `runs:read`. */
+        /**
+         * Attaches to a run and waits (up to `wait`) for its result. Needs `runs:read`.
+         * @description A request with `wait` counts against the live streams a tenant and a subject may
+         *     hold open on a gateway until it is answered or its caller leaves
+         *     (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`): past them it is a 429 with
+         *     `Retry-After`.
+         */
         get: operations["getRunResult"];
         put?: never;
         post?: never;
@@ -454,7 +466,10 @@ export interface paths {
          *     wait ended (no body; the `ETag` is the current version). 404: no such run, or the
          *     key has no value when the wait ended (the detail says which). Waiting costs no
          *     polling: the run's writes are announced with Postgres notifications, one listener
-         *     per gateway.
+         *     per gateway. A request with `wait` counts against the live streams a tenant and
+         *     a subject may hold open on a gateway until it is answered or its caller leaves
+         *     (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`): past them it is a 429 with
+         *     `Retry-After`.
          */
         get: operations["getRunValue"];
         put?: never;
@@ -515,7 +530,8 @@ export interface paths {
          *     token that opened it expires.
          *
          *     It counts against the live streams a tenant and a subject may hold open on a
-         *     gateway (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`; 429 past them). A
+         *     gateway (`STEPGATE_MAX_STREAMS_PER_TENANT`, `…_PER_SUBJECT`, a run's result and
+         *     values with `wait` included; 429 with `Retry-After` past them). A
          *     browser's `EventSource` cannot send headers, so this operation also takes the
          *     token as the `access_token` query parameter.
          */
@@ -551,8 +567,9 @@ export interface paths {
          *     reconnection either; reload after connecting. `event: expired` ends the stream
          *     when the token that opened it expires: open a new one with a new token.
          *
-         *     A gateway keeps at most 100 streams of one tenant open (10 of one subject); past
-         *     that a new one is a 429.
+         *     A gateway keeps at most 100 streams of one tenant open (10 of one subject), a run's
+         *     result and values with `wait` included (`STEPGATE_MAX_STREAMS_PER_TENANT`,
+         *     `…_PER_SUBJECT`); past that a new one is a 429 with `Retry-After`.
          *
          *     A browser's `EventSource` cannot send headers, so this operation also takes the
          *     token as the `access_token` query parameter. Prefer the header where the client
@@ -2125,6 +2142,17 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
+        /** @description A limit is reached: on what the caller holds open at once (live streams and long-polls; starts with `wait`), or a function's `throttle` or `rate_limit`. `detail` names it; retry after `Retry-After` seconds. */
+        Busy: {
+            headers: {
+                /** @description Seconds to wait before trying again. */
+                "Retry-After"?: number;
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
         /** @description A function or app answered wrongly or not at all. */
         BadGateway: {
             headers: {
@@ -2482,7 +2510,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["TooLarge"];
-            429: components["responses"]["TooManyRequests"];
+            429: components["responses"]["Busy"];
             503: components["responses"]["Unavailable"];
         };
     };
@@ -2590,6 +2618,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["Busy"];
         };
     };
     cancelRun: {
@@ -2825,6 +2854,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["Busy"];
         };
     };
     listRunStreams: {
@@ -2889,7 +2919,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
-            429: components["responses"]["TooManyRequests"];
+            429: components["responses"]["Busy"];
         };
     };
     streamRuns: {
@@ -2918,7 +2948,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
-            429: components["responses"]["TooManyRequests"];
+            429: components["responses"]["Busy"];
         };
     };
     functionStats: {
