@@ -179,7 +179,7 @@ func (s *Server) fetchManifest(ctx context.Context, tenant, appURL string) (*pro
 	if err != nil {
 		return nil, fmt.Errorf("manifest request: %w", err)
 	}
-	sig, err := s.keys.Sign(ctx, tenant, nil, time.Now())
+	sig, err := s.keys.Sign(ctx, tenant, signature.Request{Method: http.MethodGet, Path: signature.PathOf(req.URL)}, time.Now())
 	if err != nil {
 		return nil, err
 	}
