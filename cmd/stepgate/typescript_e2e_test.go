@@ -456,7 +456,9 @@ func TestTypeScriptSDK(t *testing.T) {
 		require.Equal(t, "superseded", out["error"].(map[string]any)["type"], out)
 		require.Equal(t, "charge\n", charges(), "the charge's body ran once")
 
-		code, out = resend(freshURL + "/capture.refund")
+		// To a process that never saw it: not refused as a replay, but as another path's.
+		otherURL, _ := startNodeProcess(t, dir, "../test/capture-server.js", g.publicKeys, "STEPGATE_CAPTURE_DIR="+counters)
+		code, out = resend(otherURL + "/capture.refund")
 		require.Equal(t, http.StatusUnauthorized, code, out)
 		require.Equal(t, "signature", out["type"])
 		require.Equal(t, "signature: no signature matches", out["message"])
