@@ -104,7 +104,7 @@ func TestSigningKeys(t *testing.T) {
 	ctx, db := t.Context(), pgtest.DB(t)
 	keys := auth.NewSigningKeys(db)
 	now := time.Now()
-	body := []byte(`{"protocol":1}`)
+	body := signature.Request{Method: "POST", Path: "/f", Body: []byte(`{"protocol":1}`)}
 
 	none, err := keys.Verification(ctx, "acme", false)
 	require.NoError(t, err)

@@ -61,10 +61,10 @@ func NewSigningKey(tenant string) journal.SigningKey {
 	}
 }
 
-// Sign returns the Stepgate-Signature header of a request of tenant with body, signed at
-// now with every key of the tenant that signs; it makes the tenant's first key when it
-// has none.
-func (s *SigningKeys) Sign(ctx context.Context, tenant string, body []byte, now time.Time) (string, error) {
+// Sign returns the Stepgate-Signature header of r, a request of tenant, signed at now
+// with every key of the tenant that signs; it makes the tenant's first key when it has
+// none.
+func (s *SigningKeys) Sign(ctx context.Context, tenant string, r signature.Request, now time.Time) (string, error) {
 	tk, err := s.load(ctx, tenant, true)
 	if err != nil {
 		return "", err
@@ -81,7 +81,7 @@ func (s *SigningKeys) Sign(ctx context.Context, tenant string, body []byte, now 
 		}
 		signers = tk.signers
 	}
-	return signature.Sign(now, tenant, body, signers...), nil
+	return signature.Sign(now, tenant, r, signers...), nil
 }
 
 // Keys returns the tenant's keys that sign, the current one first, making its first key

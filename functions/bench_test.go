@@ -55,7 +55,7 @@ func BenchmarkInvoke(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		sig := signature.Sign(time.Now(), "acme", body, *newKey)
+		sig := signature.Sign(time.Now(), "acme", signature.Request{Method: http.MethodPost, Path: "/ten", Body: body}, *newKey)
 		b.StartTimer()
 		r := httptest.NewRequest(http.MethodPost, "/ten", bytes.NewReader(body))
 		r.Header.Set(signature.Header, sig)

@@ -71,6 +71,13 @@ func ExampleRegister() {
 	defer fns.Close()
 
 	gateway := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/current") {
+			// Before its first step that the journal does not hold, the invocation asks
+			// whether it still owns the run: a captured request sent again does not.
+			fmt.Printf("owns the run? yes (%s)\n", r.Header.Get("Authorization"))
+			fmt.Fprint(w, `{"run_id":"run-1"}`)
+			return
+		}
 		var e protocol.JournalEntry
 		_ = json.NewDecoder(r.Body).Decode(&e)
 		fmt.Printf("checkpoint %d %s %q: %s (%s)\n", e.Seq, e.Kind, e.Name, *e.Output, r.Header.Get("Authorization"))
@@ -83,10 +90,10 @@ func ExampleRegister() {
 		"run":        map[string]any{"id": "run-1", "function": "orders.checkout", "revision": 1, "attempt": 1, "input": Order{ID: "42", Amount: 1000}, "created_at": time.Now()},
 		"identity":   map[string]any{"subject": "ada", "tenant": "acme", "roles": []string{}},
 		"journal":    []any{},
-		"checkpoint": map[string]any{"url": gateway.URL, "token": "invocation-token"},
+		"checkpoint": map[string]any{"url": gateway.URL + "/v1/runs/run-1/checkpoint", "token": "invocation-token"},
 	})
 	req, _ := http.NewRequest(http.MethodPost, fns.URL+"/orders.checkout", strings.NewReader(string(body)))
-	req.Header.Set(signature.Header, signature.Sign(time.Now(), "acme", body, key))
+	req.Header.Set(signature.Header, signature.Sign(time.Now(), "acme", signature.Request{Method: http.MethodPost, Path: "/orders.checkout", Body: body}, key))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		log.Fatal(err)
@@ -98,6 +105,7 @@ func ExampleRegister() {
 	_ = json.NewDecoder(resp.Body).Decode(&answer)
 	fmt.Printf("%d %s: %s %d %q for %s\n", resp.StatusCode, answer.Status, answer.Await.Type, answer.Await.Seq, answer.Await.Name, *answer.Await.Duration)
 	// Output:
+	// owns the run? yes (Bearer invocation-token)
 	// checkpoint 1 step "charge": "ch_42" (Bearer invocation-token)
 	// 200 suspended: sleep 2 "cool-off" for 10m0s
 }

@@ -524,11 +524,17 @@ func (a *App) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var tenant string
 	if a.verify {
 		header := r.Header.Get(signature.Header)
+		// The signature binds the method and the path the gateway requested, so a
+		// request signed for another function (another path) is refused.
+		sr := signature.Request{Method: r.Method, Path: signature.RequestPath(r), Body: body}
+		if r.Method == http.MethodHead {
+			sr.Method = http.MethodGet // the manifest's signature, checked for a HEAD too
+		}
 		if f == nil {
 			// The manifest changes nothing, so a repeat of its request is harmless.
-			tenant, err = a.sigs.Check(r.Context(), header, body, time.Now())
+			tenant, err = a.sigs.Check(r.Context(), header, sr, time.Now())
 		} else {
-			tenant, err = a.sigs.Verify(r.Context(), header, body, time.Now())
+			tenant, err = a.sigs.Verify(r.Context(), header, sr, time.Now())
 		}
 		if err == nil && a.tenant != "" && tenant != a.tenant {
 			err = fmt.Errorf("signature: the request is for tenant %q; this app serves %q", tenant, a.tenant)
@@ -555,6 +561,13 @@ func (a *App) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if a.verify && req.Identity.Tenant != tenant {
 		writeError(w, http.StatusUnauthorized, "signature", fmt.Sprintf(
 			"signature: the request is signed for tenant %q, but its run's identity is of tenant %q", tenant, req.Identity.Tenant))
+		return
+	}
+	if a.verify && req.Run.Function != f.name {
+		// The signed body names the function: another function's request is refused,
+		// even at a path the signature covers.
+		writeError(w, http.StatusUnauthorized, "signature", fmt.Sprintf(
+			"signature: the request is for function %q; this path serves %q (register it under the name it is served as: stepgate apps sync does)", req.Run.Function, f.name))
 		return
 	}
 	ctx := r.Context()

@@ -721,7 +721,7 @@ func TestRequests(t *testing.T) {
 			for _, k := range keys {
 				ks = append(ks, *k)
 			}
-			return signature.Sign(at, tenant, b, ks...)
+			return signature.Sign(at, tenant, signature.Request{Method: "POST", Path: "/hello", Body: b}, ks...)
 		}
 		const acme = gatewaytest.Tenant
 		unknown := signingKey(9)
@@ -740,7 +740,7 @@ func TestRequests(t *testing.T) {
 			// A function author holds the tenant's HMAC secret; an app that verifies the
 			// public keys ignores an HMAC signature, however right.
 			{"HMACOnly", func(b []byte) string {
-				return "t=" + fmt.Sprint(now.Unix()) + ",tenant=acme," + strings.Split(sign(now, acme, b, newKey), ",")[3]
+				return "v=2,t=" + fmt.Sprint(now.Unix()) + ",tenant=acme," + strings.Split(sign(now, acme, b, newKey), ",")[4]
 			}, http.StatusUnauthorized},
 			{"OtherBody", func([]byte) string { return sign(now, acme, []byte(`{}`), newKey) }, http.StatusUnauthorized},
 			// The gateway's key signing for another tenant than the run's identity.
@@ -768,14 +768,15 @@ func TestRequests(t *testing.T) {
 		body, err := json.Marshal(g.Request("run-1", "hello", `{}`))
 		require.NoError(t, err)
 		at := time.Now()
-		sig := signature.Sign(at, gatewaytest.Tenant, body, *newKey, *oldKey)
+		hello := gatewaytest.Request(http.MethodPost, url+"/hello", body)
+		sig := signature.Sign(at, gatewaytest.Tenant, hello, *newKey, *oldKey)
 
 		r := g.Post(url+"/hello", body, sig)
 		require.Equal(t, http.StatusOK, r.Code, string(r.Body))
 		for _, replay := range []string{
 			sig,
-			signature.Sign(at, gatewaytest.Tenant, body, *oldKey, *newKey), // the same signatures, reordered
-			signature.Sign(at, gatewaytest.Tenant, body, *oldKey),          // one of them
+			signature.Sign(at, gatewaytest.Tenant, hello, *oldKey, *newKey), // the same signatures, reordered
+			signature.Sign(at, gatewaytest.Tenant, hello, *oldKey),          // one of them
 			reversed(sig),
 		} {
 			r = g.Post(url+"/hello", body, replay)
@@ -785,7 +786,7 @@ func TestRequests(t *testing.T) {
 		}
 
 		// A new signature of the same invocation (a new timestamp) is a new request.
-		r = g.Post(url+"/hello", body, signature.Sign(at.Add(time.Second), gatewaytest.Tenant, body, *newKey))
+		r = g.Post(url+"/hello", body, signature.Sign(at.Add(time.Second), gatewaytest.Tenant, hello, *newKey))
 		require.Equal(t, http.StatusOK, r.Code, string(r.Body))
 
 		// The manifest changes nothing and may be fetched with one signature again.
@@ -806,7 +807,7 @@ func TestRequests(t *testing.T) {
 				"timeout":"30s","retries":{"max_attempts":5,"initial_interval":"1s","max_interval":"1m0s"}}}
 		]}`, string(r.Body))
 
-		r = g.Post(url+"/", nil, signature.Sign(time.Now(), gatewaytest.Tenant, nil, *newKey))
+		r = g.Post(url+"/", nil, g.Sign(http.MethodPost, url+"/", nil))
 		require.Equal(t, http.StatusMethodNotAllowed, r.Code)
 	})
 
@@ -914,7 +915,7 @@ func TestRequests(t *testing.T) {
 		} {
 			t.Run(tt.name, func(t *testing.T) {
 				t.Parallel()
-				r := g.Post(url+"/hello", []byte(tt.body), signature.Sign(time.Now(), gatewaytest.Tenant, []byte(tt.body), *newKey))
+				r := g.Post(url+"/hello", []byte(tt.body), g.Sign(http.MethodPost, url+"/hello", []byte(tt.body)))
 				require.Equal(t, http.StatusBadRequest, r.Code, string(r.Body))
 				require.Equal(t, "malformed", r.Error.Type)
 				require.True(t, strings.HasPrefix(r.Error.Message, tt.want), r.Error.Message)

@@ -203,7 +203,7 @@ func (s *Server) readManifest(ctx context.Context, tenant, appURL string) (*prot
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("manifest request: %w", err)
 	}
-	sig, err := s.keys.Sign(ctx, tenant, nil, time.Now())
+	sig, err := s.keys.Sign(ctx, tenant, signature.Request{Method: http.MethodGet, Path: signature.PathOf(req.URL)}, time.Now())
 	if err != nil {
 		return nil, 0, 0, err
 	}

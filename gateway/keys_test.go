@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -153,7 +154,10 @@ func TestForgedRequests(t *testing.T) {
 		return resp.StatusCode
 	}
 	now := time.Now()
-	msg := func(tenant string) []byte { return signature.Message(now.Unix(), tenant, invocation) }
+	u, err := url.Parse(globexURL + "payout")
+	require.NoError(t, err)
+	payout := signature.Request{Method: http.MethodPost, Path: signature.PathOf(u), Body: invocation} // what a version 2 signature binds
+	msg := func(tenant string) []byte { return signature.Message(now.Unix(), tenant, payout) }
 	hmacOf := func(secret []byte, m []byte) string {
 		h := hmac.New(sha256.New, secret)
 		h.Write(m)
@@ -161,10 +165,10 @@ func TestForgedRequests(t *testing.T) {
 	}
 	for name, sig := range map[string]string{
 		// acme's HMAC secret, the tenant named as globex or as acme.
-		"AcmeSecretAsGlobex": "t=" + strconv.FormatInt(now.Unix(), 10) + ",tenant=globex," + hmacOf(acmeSecret[0], msg("globex")),
-		"AcmeSecretAsAcme":   "t=" + strconv.FormatInt(now.Unix(), 10) + ",tenant=acme," + hmacOf(acmeSecret[0], msg("acme")),
+		"AcmeSecretAsGlobex": "v=2,t=" + strconv.FormatInt(now.Unix(), 10) + ",tenant=globex," + hmacOf(acmeSecret[0], msg("globex")),
+		"AcmeSecretAsAcme":   "v=2,t=" + strconv.FormatInt(now.Unix(), 10) + ",tenant=acme," + hmacOf(acmeSecret[0], msg("acme")),
 		// A key pair of the attacker's own, with its signature in the Ed25519 slot.
-		"OwnKeyPair": signature.Sign(now, "globex", invocation, signature.SigningKey{Ed25519: ed25519.NewKeyFromSeed(make([]byte, 32))}),
+		"OwnKeyPair": signature.Sign(now, "globex", payout, signature.SigningKey{Ed25519: ed25519.NewKeyFromSeed(make([]byte, 32))}),
 		"Unsigned":   "",
 	} {
 		require.Equal(t, http.StatusUnauthorized, post(sig), name)

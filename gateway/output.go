@@ -425,6 +425,27 @@ func (s *Server) CheckpointStream(ctx context.Context, req server.CheckpointStre
 	return server.CheckpointStream200JSONResponse{Key: st.Key, Length: st.Length, Closed: st.ClosedAt != nil}, nil
 }
 
+// CheckpointCurrent answers whether the invocation whose token the request carries still
+// owns the run (see invoker.Owns): 200, or 409 superseded.
+func (s *Server) CheckpointCurrent(ctx context.Context, req server.CheckpointCurrentRequestObject) (server.CheckpointCurrentResponseObject, error) {
+	claim, _ := ctx.Value(invocationKey{}).(invocationClaim)
+	if claim.runID != req.ID {
+		return server.CheckpointCurrent401ApplicationProblemPlusJSONResponse{UnauthorizedApplicationProblemPlusJSONResponse: server.UnauthorizedApplicationProblemPlusJSONResponse(
+			problem(http.StatusUnauthorized, "invocation token is for another run"))}, nil
+	}
+	err := s.inv.Owns(ctx, req.ID, claim.invocation)
+	switch {
+	case errors.Is(err, journal.ErrSuperseded):
+		typ := "superseded"
+		p := problem(http.StatusConflict, "this invocation no longer owns the run (it finished, was cancelled, suspended, or another invocation owns it): run no step")
+		p.Type = &typ
+		return server.CheckpointCurrent409ApplicationProblemPlusJSONResponse{ConflictApplicationProblemPlusJSONResponse: server.ConflictApplicationProblemPlusJSONResponse(p)}, nil
+	case err != nil:
+		return nil, err
+	}
+	return server.CheckpointCurrent200JSONResponse{RunID: req.ID}, nil
+}
+
 func streamConflict(typ, detail string) server.CheckpointStreamResponseObject {
 	p := problem(http.StatusConflict, detail)
 	p.Type = &typ

@@ -24,6 +24,7 @@ var operationPermissions = map[string]access.Permission{
 	"readyz":             "",
 	"checkpoint":         "",
 	"checkpointStream":   "",
+	"checkpointCurrent":  "",
 	"resolveCallback":    "", // the token in the path is the credential
 	"rejectCallback":     "",
 	"resolveRunCallback": access.PermissionRunsManage,

@@ -220,7 +220,7 @@ type invocationKey struct{}
 // isCheckpoint reports whether the route path is one an invocation calls with its
 // invocation token: the checkpoint and its stream writes.
 func isCheckpoint(path string) bool {
-	return path == "/v1/runs/:id/checkpoint" || path == "/v1/runs/:id/checkpoint/stream"
+	return path == "/v1/runs/:id/checkpoint" || path == "/v1/runs/:id/checkpoint/stream" || path == "/v1/runs/:id/checkpoint/current"
 }
 
 type invocationClaim struct {

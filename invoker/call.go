@@ -335,7 +335,8 @@ func (inv *Invoker) call(ctx context.Context, rev *revision, claim *journal.Clai
 		// Not the URL itself: it may hold credentials, and runs are read more widely.
 		return nil, &journal.ErrorInfo{Type: "request", Message: "the function's registered URL cannot be requested"}
 	}
-	sig, err := inv.keys.Sign(ctx, run.Tenant, body, time.Now())
+	// The signature binds the method and path too, so that no other function accepts it.
+	sig, err := inv.keys.Sign(ctx, run.Tenant, signature.Request{Method: http.MethodPost, Path: signature.PathOf(hreq.URL), Body: body}, time.Now())
 	if err != nil {
 		return nil, &journal.ErrorInfo{Type: "request", Message: "sign invocation: " + err.Error()}
 	}

@@ -418,6 +418,14 @@ func (inv *Invoker) Checkpoint(ctx context.Context, runID string, invocation int
 	return inv.FailOnCheckpoint(ctx, runID, invocation, err)
 }
 
+// Owns returns nil when invocation owns run runID now, and journal.ErrSuperseded
+// otherwise: what a function asks before the first step of an invocation that the journal
+// does not hold, so that a captured invocation request sent again runs no step. It
+// writes nothing.
+func (inv *Invoker) Owns(ctx context.Context, runID string, invocation int) error {
+	return journal.InvocationOwns(ctx, inv.pool, runID, invocation)
+}
+
 // FailOnCheckpoint fails the run of a checkpoint of invocation that failed with err,
 // when err is a conflict, a limit (see Checkpoint) or a tenant's quota, and returns err. For checkpoints
 // journaled by other means, such as a sent event's.

@@ -559,6 +559,24 @@ func RevisionOfRun(ctx context.Context, db DB, runID string) (tenant, function s
 	return tenant, function, revision, nil
 }
 
+// InvocationOwns returns nil when invocation owns run runID now: the run is running and
+// no later claim took it. It returns ErrSuperseded otherwise (the run finished, was
+// cancelled, suspended or claimed again), or when there is no such run. Any tenant's run:
+// the invocation token that names both is what scopes the question.
+func InvocationOwns(ctx context.Context, db DB, runID string, invocation int) error {
+	var owns bool
+	err := db.QueryRow(ctx, `
+		SELECT EXISTS (SELECT 1 FROM stepgate.run WHERE id = $1 AND invocation = $2 AND status = 'running')`,
+		runID, invocation).Scan(&owns)
+	switch {
+	case err != nil:
+		return fmt.Errorf("check invocation %d of run %s: %w", invocation, runID, err)
+	case !owns:
+		return ErrSuperseded
+	}
+	return nil
+}
+
 // Deadlines returns the deadlines of those of the runs that have one, by run id, any
 // tenant's, and the database clock (the invoker schedules their deadline jobs and arms
 // their timers).

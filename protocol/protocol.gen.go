@@ -677,6 +677,11 @@ type ConcurrencyLimit struct {
 	Limit int `json:"limit"`
 }
 
+// CurrentInvocation The answer to an invocation that owns its run (`checkpointCurrent`).
+type CurrentInvocation struct {
+	RunID string `json:"run_id"`
+}
+
 // DebounceConfig Collapses the starts of one key within `period` into one run with the last
 // start's input (Inngest `debounce`, DBOS `Debouncer`): the first start creates the
 // run `scheduled` at now + `period`; each further start before it begins replaces its
@@ -2515,6 +2520,27 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/runs/{id}/checkpoint (the `Checkpoint` operationId).
 	Checkpoint(ctx context.Context, id RunID, body CheckpointJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// CheckpointCurrent Says whether the invocation still owns its run, before it runs a step (called by SDKs).
+	//
+	// Authorized by the invocation token, as the checkpoint is (`checkpoint.url` +
+	// `/current`, no body). 200: the invocation whose token this is owns the run now
+	// (the run is running, and no later invocation claimed it). 409 `superseded`: it
+	// does not (the run finished, was cancelled, suspended, or another invocation owns
+	// it): stop at once, running nothing. 401: the token is missing, malformed, expired
+	// or another run's.
+	//
+	// A function calls it before the first step of an invocation that the journal does
+	// not hold, and runs that step only on a 200. The signature's replay memory is a
+	// process's own: a captured invocation request sent again to another process (a
+	// new serverless instance, another replica, a restarted server) within the
+	// signature's 5 minutes verifies there, but that run has moved on, so this answers
+	// 409 and no step runs twice. One round trip per invocation that runs a step; a
+	// checkpoint the gateway took in the same invocation proves the same, so the SDKs
+	// skip the call after one.
+	//
+	// Corresponds with POST /v1/runs/{id}/checkpoint/current (the `CheckpointCurrent` operationId).
+	CheckpointCurrent(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// CheckpointStreamWithBody Appends chunks to one of a running invocation's streams, or closes it (called by SDKs).
 	//
 	// Authorized by the invocation token, as the checkpoint is (`checkpoint.url` +
@@ -3639,6 +3665,37 @@ func (c *Client) CheckpointWithBody(ctx context.Context, id RunID, contentType s
 // Corresponds with POST /v1/runs/{id}/checkpoint (the `Checkpoint` operationId).
 func (c *Client) Checkpoint(ctx context.Context, id RunID, body CheckpointJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCheckpointRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CheckpointCurrent Says whether the invocation still owns its run, before it runs a step (called by SDKs).
+//
+// Authorized by the invocation token, as the checkpoint is (`checkpoint.url` +
+// `/current`, no body). 200: the invocation whose token this is owns the run now
+// (the run is running, and no later invocation claimed it). 409 `superseded`: it
+// does not (the run finished, was cancelled, suspended, or another invocation owns
+// it): stop at once, running nothing. 401: the token is missing, malformed, expired
+// or another run's.
+//
+// A function calls it before the first step of an invocation that the journal does
+// not hold, and runs that step only on a 200. The signature's replay memory is a
+// process's own: a captured invocation request sent again to another process (a
+// new serverless instance, another replica, a restarted server) within the
+// signature's 5 minutes verifies there, but that run has moved on, so this answers
+// 409 and no step runs twice. One round trip per invocation that runs a step; a
+// checkpoint the gateway took in the same invocation proves the same, so the SDKs
+// skip the call after one.
+//
+// Corresponds with POST /v1/runs/{id}/checkpoint/current (the `CheckpointCurrent` operationId).
+func (c *Client) CheckpointCurrent(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCheckpointCurrentRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -5383,6 +5440,40 @@ func NewCheckpointRequestWithBody(server string, id RunID, contentType string, b
 	return req, nil
 }
 
+// NewCheckpointCurrentRequest constructs an http.Request for the CheckpointCurrent method
+func NewCheckpointCurrentRequest(server string, id RunID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/runs/%s/checkpoint/current", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewCheckpointStreamRequest calls the generic CheckpointStream builder with application/json body
 func NewCheckpointStreamRequest(server string, id RunID, body CheckpointStreamJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -6713,6 +6804,29 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/runs/{id}/checkpoint (the `Checkpoint` operationId).
 	CheckpointWithResponse(ctx context.Context, id RunID, body CheckpointJSONRequestBody, reqEditors ...RequestEditorFn) (*CheckpointResponse, error)
+
+	// CheckpointCurrentWithResponse Says whether the invocation still owns its run, before it runs a step (called by SDKs).
+	//
+	// Authorized by the invocation token, as the checkpoint is (`checkpoint.url` +
+	// `/current`, no body). 200: the invocation whose token this is owns the run now
+	// (the run is running, and no later invocation claimed it). 409 `superseded`: it
+	// does not (the run finished, was cancelled, suspended, or another invocation owns
+	// it): stop at once, running nothing. 401: the token is missing, malformed, expired
+	// or another run's.
+	//
+	// A function calls it before the first step of an invocation that the journal does
+	// not hold, and runs that step only on a 200. The signature's replay memory is a
+	// process's own: a captured invocation request sent again to another process (a
+	// new serverless instance, another replica, a restarted server) within the
+	// signature's 5 minutes verifies there, but that run has moved on, so this answers
+	// 409 and no step runs twice. One round trip per invocation that runs a step; a
+	// checkpoint the gateway took in the same invocation proves the same, so the SDKs
+	// skip the call after one.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/runs/{id}/checkpoint/current (the `CheckpointCurrent` operationId).
+	CheckpointCurrentWithResponse(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*CheckpointCurrentResponse, error)
 
 	// CheckpointStreamWithBodyWithResponse Appends chunks to one of a running invocation's streams, or closes it (called by SDKs).
 	//
@@ -8600,6 +8714,68 @@ func (r CheckpointResponse) ContentType() string {
 	return ""
 }
 
+type CheckpointCurrentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *CurrentInvocation
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationProblemJSON409 *Conflict
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CheckpointCurrentResponse) GetJSON200() *CurrentInvocation {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CheckpointCurrentResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CheckpointCurrentResponse) GetApplicationProblemJSON409() *Conflict {
+	return r.ApplicationProblemJSON409
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r CheckpointCurrentResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r CheckpointCurrentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CheckpointCurrentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CheckpointCurrentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CheckpointCurrentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type CheckpointStreamResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -10468,6 +10644,35 @@ func (c *ClientWithResponses) CheckpointWithResponse(ctx context.Context, id Run
 	return ParseCheckpointResponse(rsp)
 }
 
+// CheckpointCurrentWithResponse Says whether the invocation still owns its run, before it runs a step (called by SDKs).
+//
+// Authorized by the invocation token, as the checkpoint is (`checkpoint.url` +
+// `/current`, no body). 200: the invocation whose token this is owns the run now
+// (the run is running, and no later invocation claimed it). 409 `superseded`: it
+// does not (the run finished, was cancelled, suspended, or another invocation owns
+// it): stop at once, running nothing. 401: the token is missing, malformed, expired
+// or another run's.
+//
+// A function calls it before the first step of an invocation that the journal does
+// not hold, and runs that step only on a 200. The signature's replay memory is a
+// process's own: a captured invocation request sent again to another process (a
+// new serverless instance, another replica, a restarted server) within the
+// signature's 5 minutes verifies there, but that run has moved on, so this answers
+// 409 and no step runs twice. One round trip per invocation that runs a step; a
+// checkpoint the gateway took in the same invocation proves the same, so the SDKs
+// skip the call after one.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/runs/{id}/checkpoint/current (the `CheckpointCurrent` operationId).
+func (c *ClientWithResponses) CheckpointCurrentWithResponse(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*CheckpointCurrentResponse, error) {
+	rsp, err := c.CheckpointCurrent(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCheckpointCurrentResponse(rsp)
+}
+
 // CheckpointStreamWithBodyWithResponse Appends chunks to one of a running invocation's streams, or closes it (called by SDKs).
 //
 // Authorized by the invocation token, as the checkpoint is (`checkpoint.url` +
@@ -12154,6 +12359,53 @@ func ParseCheckpointResponse(rsp *http.Response) (*CheckpointResponse, error) {
 			return nil, err
 		}
 		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCheckpointCurrentResponse parses an HTTP response from a CheckpointCurrentWithResponse call
+func ParseCheckpointCurrentResponse(rsp *http.Response) (*CheckpointCurrentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CheckpointCurrentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest CurrentInvocation
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable

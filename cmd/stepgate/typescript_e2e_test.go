@@ -3,11 +3,15 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +19,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -388,6 +393,78 @@ func TestTypeScriptSDK(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, strings.Repeat("charge\n", c.charges), string(charged), "%s: how often charge's body ran", c.fn)
 		}
+	})
+
+	t.Run("ACapturedInvocationRunsNowhereTwice", func(t *testing.T) {
+		// test/capture-server.ts behind a proxy that records what the gateway sends. Once
+		// the run has finished, its captured invocation, sent again within the
+		// signature's 5 minutes to a new process of the app (an empty replay memory, as a
+		// new serverless instance has), runs no step: the SDK asks the gateway first
+		// whether the invocation still owns its run. Sent to another function of the app,
+		// it is refused: the signature binds the path.
+		t.Parallel()
+		counters := t.TempDir()
+		appURL, _ := startNodeProcess(t, dir, "../test/capture-server.js", g.publicKeys, "STEPGATE_CAPTURE_DIR="+counters)
+		target, err := url.Parse(appURL)
+		require.NoError(t, err)
+		var mu sync.Mutex
+		var captured []*http.Request
+		var bodies [][]byte
+		rp := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: target.Scheme, Host: target.Host})
+		proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPost {
+				b, _ := io.ReadAll(r.Body)
+				r.Body = io.NopCloser(bytes.NewReader(b))
+				mu.Lock()
+				captured, bodies = append(captured, r.Clone(context.Background())), append(bodies, b)
+				mu.Unlock()
+			}
+			rp.ServeHTTP(w, r)
+		}))
+		defer proxy.Close()
+		proxyURL := proxy.URL + target.Path
+		require.Contains(t, cmd(t, "apps", "sync", proxyURL), "synced 2 functions from "+proxyURL)
+		output, id := invoke(t, "capture.charge", `{}`)
+		require.JSONEq(t, `"charge"`, output)
+		charges := func() string {
+			b, err := os.ReadFile(filepath.Join(counters, "charge-"+id))
+			require.NoError(t, err)
+			return string(b)
+		}
+		require.Equal(t, "charge\n", charges())
+		mu.Lock()
+		require.Len(t, captured, 1)
+		sig, body := captured[0].Header.Get("Stepgate-Signature"), bodies[0]
+		mu.Unlock()
+
+		freshURL, _ := startNodeProcess(t, dir, "../test/capture-server.js", g.publicKeys, "STEPGATE_CAPTURE_DIR="+counters)
+		resend := func(url string) (int, map[string]any) {
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, bytes.NewReader(body))
+			require.NoError(t, err)
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Stepgate-Signature", sig)
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			var out map[string]any
+			require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+			return resp.StatusCode, out
+		}
+		code, out := resend(freshURL + "/capture.charge")
+		require.Equal(t, http.StatusOK, code, out)
+		require.Equal(t, "failed", out["status"], out)
+		require.Equal(t, "superseded", out["error"].(map[string]any)["type"], out)
+		require.Equal(t, "charge\n", charges(), "the charge's body ran once")
+
+		// To a process that never saw it: not refused as a replay, but as another path's.
+		otherURL, _ := startNodeProcess(t, dir, "../test/capture-server.js", g.publicKeys, "STEPGATE_CAPTURE_DIR="+counters)
+		code, out = resend(otherURL + "/capture.refund")
+		require.Equal(t, http.StatusUnauthorized, code, out)
+		require.Equal(t, "signature", out["type"])
+		require.Equal(t, "signature: no signature matches", out["message"])
+		refunds, err := filepath.Glob(filepath.Join(counters, "refund-*"))
+		require.NoError(t, err)
+		require.Empty(t, refunds, "the refund never ran")
 	})
 
 	t.Run("MaxInvocationDuration", func(t *testing.T) {

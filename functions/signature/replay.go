@@ -43,17 +43,22 @@ func NewVerifier(window time.Duration, size int, keys KeyFunc) *Verifier {
 	return &Verifier{keys: keys, window: window, max: size, seen: map[[sha256.Size]byte]struct{}{}}
 }
 
-// Check verifies header against body at now like [Verify], with no replay check (for
+// Check verifies header against r at now like [Verify], with no replay check (for
 // requests that change nothing, such as the manifest), and returns the tenant.
-func (v *Verifier) Check(ctx context.Context, header string, body []byte, now time.Time) (string, error) {
-	p, _, err := v.check(ctx, header, body, now)
+func (v *Verifier) Check(ctx context.Context, header string, r Request, now time.Time) (string, error) {
+	p, _, err := v.check(ctx, header, r, now)
 	return p.Tenant, err
 }
 
-// Verify verifies header against body at now like [Verify], then refuses with
+// Verify verifies header against r at now like [Verify], then refuses with
 // ErrReplayed a signature it accepted before. It returns the tenant.
-func (v *Verifier) Verify(ctx context.Context, header string, body []byte, now time.Time) (string, error) {
-	p, msg, err := v.check(ctx, header, body, now)
+//
+// Its memory is this Verifier's alone: another process, or this one restarted, accepts
+// the same request again within the window. The SDKs keep a replay sent to a fresh
+// process from running any step by asking the gateway, before the invocation's first
+// step that the journal does not hold, whether the invocation still owns its run.
+func (v *Verifier) Verify(ctx context.Context, header string, r Request, now time.Time) (string, error) {
+	p, msg, err := v.check(ctx, header, r, now)
 	if err != nil {
 		return "", err
 	}
@@ -76,9 +81,12 @@ func (v *Verifier) Verify(ctx context.Context, header string, body []byte, now t
 	return p.Tenant, nil
 }
 
-func (v *Verifier) check(ctx context.Context, header string, body []byte, now time.Time) (Parsed, []byte, error) {
+func (v *Verifier) check(ctx context.Context, header string, r Request, now time.Time) (Parsed, []byte, error) {
 	p, err := Parse(header)
 	if err != nil {
+		return Parsed{}, nil, err
+	}
+	if err := checkVersion(p); err != nil {
 		return Parsed{}, nil, err
 	}
 	if d := now.Sub(time.Unix(p.T, 0)); d > v.window || d < -v.window {
@@ -89,13 +97,13 @@ func (v *Verifier) check(ctx context.Context, header string, body []byte, now ti
 	if err != nil {
 		return Parsed{}, nil, err
 	}
-	msg, err := check(p, body, now, v.window, keys)
+	msg, err := check(p, r, now, v.window, keys)
 	if errors.Is(err, ErrMismatch) || errors.Is(err, ErrNoKeys) {
 		// The keys may have been rotated since they were fetched.
 		if keys, err = v.keys(ctx, p.Tenant, true); err != nil {
 			return Parsed{}, nil, err
 		}
-		msg, err = check(p, body, now, v.window, keys)
+		msg, err = check(p, r, now, v.window, keys)
 	}
 	return p, msg, err
 }

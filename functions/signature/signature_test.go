@@ -7,6 +7,9 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,6 +39,14 @@ var (
 	tenant    = "acme corp"
 )
 
+// path is the test vector's path: the invocation of orders.checkout.
+const path = "/orders.checkout"
+
+// reqOf is an invocation POSTed to path with b.
+func reqOf(b []byte) signature.Request {
+	return signature.Request{Method: "POST", Path: path, Body: b}
+}
+
 func public(k signature.SigningKey) ed25519.PublicKey { return k.Ed25519.Public().(ed25519.PublicKey) }
 
 func keysOf(ks ...signature.SigningKey) signature.Keys {
@@ -60,20 +71,20 @@ func TestSignTestVector(t *testing.T) {
 	// Checked against Python's cryptography (Ed25519PrivateKey.from_private_bytes(seed)
 	// .sign(message)) and hmac modules; the README shows the same vector.
 	require.Equal(t, "A6EHv_POEL4dcN0Y50vAmWfk1jCbpQ1fHdyGZBJVMbg", signature.FormatKey(public(vectorKey)))
-	require.Equal(t, "1800000000\nacme corp\n{\"protocol\":1}", string(signature.Message(now.Unix(), tenant, body)))
-	h := signature.Sign(now, tenant, body, vectorKey)
-	require.Equal(t, "t=1800000000,tenant=acme%20corp,"+
-		"ed25519=bJhsBL_GVZ5N_W1YrXvKbZXkmU6VeUBQqMo1M5ZS0fkaSYkSfIU6fgzvVjirjujo7p7colkugkdBlB2uQvxICw,"+
-		"v1=3de58fecce7642786fb391f901aff38807f4b037df9f856c59f9a1a0c507c78f", h)
-	require.Equal(t, h, signature.Sign(now, tenant, body, vectorKey), "deterministic")
+	require.Equal(t, "v2\n1800000000\nacme corp\nPOST\n/orders.checkout\n{\"protocol\":1}", string(signature.Message(now.Unix(), tenant, reqOf(body))))
+	h := signature.Sign(now, tenant, reqOf(body), vectorKey)
+	require.Equal(t, "v=2,t=1800000000,tenant=acme%20corp,"+
+		"ed25519=evnoDiEslI2RfcREEsJq2yEcntaPhhFYBKL0fnCCU6hMpTFCn-GaJLFw1CutvPsFSrogIxfSgE_OaHKvn6RnBg,"+
+		"v1=25d454568c11a777ee015247e48e93d416090a3bdfccf4226c160ace0b1f30d9", h)
+	require.Equal(t, h, signature.Sign(now, tenant, reqOf(body), vectorKey), "deterministic")
 
-	two := signature.Sign(now, tenant, body, otherKey, vectorKey)
+	two := signature.Sign(now, tenant, reqOf(body), otherKey, vectorKey)
 	p, err := signature.Parse(two)
 	require.NoError(t, err)
 	require.Len(t, p.Ed25519, 2, "one signature per key and scheme")
 	require.Len(t, p.HMAC, 2)
 
-	noHMAC := signature.Sign(now, tenant, body, signature.SigningKey{Ed25519: vectorKey.Ed25519})
+	noHMAC := signature.Sign(now, tenant, reqOf(body), signature.SigningKey{Ed25519: vectorKey.Ed25519})
 	require.NotContains(t, noHMAC, "v1=")
 }
 
@@ -142,7 +153,7 @@ func TestParse(t *testing.T) {
 
 func TestVerify(t *testing.T) {
 	t.Parallel()
-	sign := func(at time.Time, k ...signature.SigningKey) string { return signature.Sign(at, tenant, body, k...) }
+	sign := func(at time.Time, k ...signature.SigningKey) string { return signature.Sign(at, tenant, reqOf(body), k...) }
 	for _, tt := range []struct {
 		name   string
 		header string
@@ -156,10 +167,18 @@ func TestVerify(t *testing.T) {
 		{"RotationOldKeyHeld", sign(now, otherKey, vectorKey), body, 0, publicOnly(vectorKey), nil},
 		{"RotationNewKeyHeld", sign(now, otherKey, vectorKey), body, 0, publicOnly(otherKey), nil},
 		{"BothKeysHeld", sign(now, vectorKey), body, 0, publicOnly(otherKey, vectorKey), nil},
-		{"EmptyBody", signature.Sign(now, tenant, nil, vectorKey), nil, 0, publicOnly(vectorKey), nil},
+		{"EmptyBody", signature.Sign(now, tenant, reqOf(nil), vectorKey), nil, 0, publicOnly(vectorKey), nil},
 		{"AnotherTenantsKey", sign(now, otherKey), body, 0, keysOf(vectorKey), signature.ErrMismatch},
 		{"NoKeys", sign(now, vectorKey), body, 0, signature.Keys{}, signature.ErrNoKeys},
 		{"OtherBody", sign(now, vectorKey), []byte(`{}`), 0, keysOf(vectorKey), signature.ErrMismatch},
+		// The method and the path are signed: another function's request (another path),
+		// or the manifest's signature on a POST, verifies nowhere else.
+		{"OtherPath", signature.Sign(now, tenant, signature.Request{Method: "POST", Path: "/orders.refund", Body: body}, vectorKey), body, 0, keysOf(vectorKey), signature.ErrMismatch},
+		{"OtherMethod", signature.Sign(now, tenant, signature.Request{Method: "GET", Path: path, Body: body}, vectorKey), body, 0, keysOf(vectorKey), signature.ErrMismatch},
+		// Version 1 (no v) signed neither: refused whatever its signatures, as is a
+		// version this package does not know.
+		{"Version1", strings.TrimPrefix(sign(now, vectorKey), "v=2,"), body, 0, keysOf(vectorKey), signature.ErrVersion},
+		{"Version3", strings.Replace(sign(now, vectorKey), "v=2,", "v=3,", 1), body, 0, keysOf(vectorKey), signature.ErrVersion},
 		{"Missing", "", body, 0, keysOf(vectorKey), signature.ErrMissing},
 		{"Malformed", "t=1", body, 0, keysOf(vectorKey), signature.ErrMalformed},
 		{"OldWithinWindow", sign(now.Add(-4*time.Minute), vectorKey), body, 0, keysOf(vectorKey), nil},
@@ -171,17 +190,42 @@ func TestVerify(t *testing.T) {
 		{"OtherTenant", strings.Replace(sign(now, vectorKey), "tenant=acme%20corp", "tenant=globex", 1), body, 0, keysOf(vectorKey), signature.ErrMismatch},
 		// A function author holding the HMAC secret signs v1 only; a function that
 		// verifies Ed25519 alone is not fooled.
-		{"HMACForgeryAgainstEd25519", "t=1800000000,tenant=acme%20corp,v1=" + strings.Split(sign(now, vectorKey), "v1=")[1], body, 0, publicOnly(vectorKey), signature.ErrMismatch},
+		{"HMACForgeryAgainstEd25519", "v=2,t=1800000000,tenant=acme%20corp,v1=" + strings.Split(sign(now, vectorKey), "v1=")[1], body, 0, publicOnly(vectorKey), signature.ErrMismatch},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := signature.Verify(tt.header, tt.body, now, tt.window, tt.keys)
+			got, err := signature.Verify(tt.header, reqOf(tt.body), now, tt.window, tt.keys)
 			require.ErrorIs(t, err, tt.err)
 			if tt.err == nil {
 				require.Equal(t, tenant, got)
 			}
 		})
 	}
+}
+
+func TestRequestPath(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse("https://fn.example/api/stepgate/orders.checkout?key=s3cret")
+	require.NoError(t, err)
+	require.Equal(t, "/api/stepgate/orders.checkout", signature.PathOf(u), "the query is not signed")
+	u, err = url.Parse("https://fn.example")
+	require.NoError(t, err)
+	require.Equal(t, "/", signature.PathOf(u), "an empty path is sent as /")
+	u, err = url.Parse("https://fn.example/a%2Fb/caf%C3%A9")
+	require.NoError(t, err)
+	require.Equal(t, "/a%2Fb/caf%C3%A9", signature.PathOf(u), "as sent, percent-encoded")
+
+	// Behind http.StripPrefix the handler sees a shorter r.URL.Path; the request line is
+	// what the gateway signed.
+	var got string
+	h := http.StripPrefix("/api/stepgate", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = signature.RequestPath(r)
+	}))
+	r := httptest.NewRequest("POST", "/api/stepgate/a%2Fb?x=1", nil)
+	h.ServeHTTP(httptest.NewRecorder(), r)
+	require.Equal(t, "/api/stepgate/a%2Fb", got)
+	r = httptest.NewRequest("POST", "http://fn.example/api/stepgate/x", nil) // the absolute form
+	require.Equal(t, "/api/stepgate/x", signature.RequestPath(r))
 }
 
 func TestParseKeys(t *testing.T) {
@@ -204,8 +248,8 @@ func TestParseKeys(t *testing.T) {
 }
 
 func FuzzParse(f *testing.F) {
-	f.Add(signature.Sign(now, tenant, body, vectorKey))
-	f.Add(signature.Sign(now, "t", nil, vectorKey, otherKey))
+	f.Add(signature.Sign(now, tenant, reqOf(body), vectorKey))
+	f.Add(signature.Sign(now, "t", reqOf(nil), vectorKey, otherKey))
 	f.Add(" t=1 , tenant=a%2C, v2=x, v1=" + strings.Repeat("ab", 32))
 	f.Add("t=,tenant=,v1=")
 	f.Add("t=1,t=1")
@@ -221,8 +265,8 @@ func FuzzParse(f *testing.F) {
 		require.NotEmpty(t, p.Tenant)
 		require.NotEmpty(t, append(p.Ed25519, p.HMAC...))
 		// A header that parses verifies or is refused, never panics.
-		_, err = signature.Verify(header, []byte(header), time.Unix(p.T, 0), 0, keysOf(vectorKey))
-		require.True(t, err == nil || errors.Is(err, signature.ErrMismatch), "unexpected error %v", err)
+		_, err = signature.Verify(header, reqOf([]byte(header)), time.Unix(p.T, 0), 0, keysOf(vectorKey))
+		require.True(t, err == nil || errors.Is(err, signature.ErrMismatch) || errors.Is(err, signature.ErrVersion), "unexpected error %v", err)
 	})
 }
 
@@ -233,12 +277,12 @@ func FuzzSignVerify(f *testing.F) {
 			t.Skip()
 		}
 		at := time.Unix(unix, 0)
-		h := signature.Sign(at, tenant, b, vectorKey)
-		got, err := signature.Verify(h, b, at, 0, publicOnly(vectorKey))
+		h := signature.Sign(at, tenant, reqOf(b), vectorKey)
+		got, err := signature.Verify(h, reqOf(b), at, 0, publicOnly(vectorKey))
 		require.NoError(t, err)
 		require.Equal(t, tenant, got)
 		if len(b) > 0 {
-			_, err := signature.Verify(h, b[1:], at, 0, keysOf(vectorKey))
+			_, err := signature.Verify(h, reqOf(b[1:]), at, 0, keysOf(vectorKey))
 			require.ErrorIs(t, err, signature.ErrMismatch)
 		}
 	})
@@ -252,37 +296,37 @@ func TestVerifier(t *testing.T) {
 	t.Run("RefusesReplaysWhateverSignatureTheyKeep", func(t *testing.T) {
 		t.Parallel()
 		v := signature.NewVerifier(0, 0, static)
-		h := signature.Sign(now, tenant, body, vectorKey, otherKey)
-		got, err := v.Verify(ctx, h, body, now)
+		h := signature.Sign(now, tenant, reqOf(body), vectorKey, otherKey)
+		got, err := v.Verify(ctx, h, reqOf(body), now)
 		require.NoError(t, err)
 		require.Equal(t, tenant, got)
-		_, err = v.Verify(ctx, h, body, now.Add(time.Minute))
+		_, err = v.Verify(ctx, h, reqOf(body), now.Add(time.Minute))
 		require.ErrorIs(t, err, signature.ErrReplayed)
 		// The same request with only one of its signatures, or with junk added, is a replay.
 		p, err := signature.Parse(h)
 		require.NoError(t, err)
-		only := "t=1800000000,tenant=acme%20corp,ed25519=" + base64.RawURLEncoding.EncodeToString(p.Ed25519[1])
-		_, err = v.Verify(ctx, only, body, now)
+		only := "v=2,t=1800000000,tenant=acme%20corp,ed25519=" + base64.RawURLEncoding.EncodeToString(p.Ed25519[1])
+		_, err = v.Verify(ctx, only, reqOf(body), now)
 		require.ErrorIs(t, err, signature.ErrReplayed)
-		_, err = v.Verify(ctx, h+",v1="+strings.Repeat("ab", 32), body, now)
+		_, err = v.Verify(ctx, h+",v1="+strings.Repeat("ab", 32), reqOf(body), now)
 		require.ErrorIs(t, err, signature.ErrReplayed)
 		// Another second, or another body, is another request.
-		_, err = v.Verify(ctx, signature.Sign(now.Add(time.Second), tenant, body, vectorKey), body, now)
+		_, err = v.Verify(ctx, signature.Sign(now.Add(time.Second), tenant, reqOf(body), vectorKey), reqOf(body), now)
 		require.NoError(t, err)
 		// Refusals for other reasons come first, and remember nothing.
 		forged := signature.SigningKey{Ed25519: ed25519.NewKeyFromSeed(seq(0x80, 32))}
-		_, err = v.Verify(ctx, signature.Sign(now, tenant, body, forged), body, now)
+		_, err = v.Verify(ctx, signature.Sign(now, tenant, reqOf(body), forged), reqOf(body), now)
 		require.ErrorIs(t, err, signature.ErrMismatch)
-		_, err = v.Verify(ctx, h, body, now.Add(time.Hour))
+		_, err = v.Verify(ctx, h, reqOf(body), now.Add(time.Hour))
 		require.ErrorIs(t, err, signature.ErrExpired)
 	})
 
 	t.Run("ChecksWithoutRemembering", func(t *testing.T) {
 		t.Parallel()
 		v := signature.NewVerifier(0, 0, static)
-		h := signature.Sign(now, tenant, nil, vectorKey)
+		h := signature.Sign(now, tenant, reqOf(nil), vectorKey)
 		for range 2 {
-			_, err := v.Check(ctx, h, nil, now)
+			_, err := v.Check(ctx, h, reqOf(nil), now)
 			require.NoError(t, err)
 		}
 	})
@@ -309,18 +353,18 @@ func TestVerifier(t *testing.T) {
 			}
 			return signature.Keys{}, nil
 		})
-		got, err := v.Verify(ctx, signature.Sign(now, "globex", body, otherKey), body, now)
+		got, err := v.Verify(ctx, signature.Sign(now, "globex", reqOf(body), otherKey), reqOf(body), now)
 		require.NoError(t, err)
 		require.Equal(t, "globex", got)
 		// acme's key signing a request that names globex: refused with globex's keys.
-		_, err = v.Verify(ctx, signature.Sign(now, "globex", body, vectorKey), body, now)
+		_, err = v.Verify(ctx, signature.Sign(now, "globex", reqOf(body), vectorKey), reqOf(body), now)
 		require.ErrorIs(t, err, signature.ErrMismatch)
-		_, err = v.Verify(ctx, signature.Sign(now, "nobody", body, vectorKey), body, now)
+		_, err = v.Verify(ctx, signature.Sign(now, "nobody", reqOf(body), vectorKey), reqOf(body), now)
 		require.ErrorIs(t, err, signature.ErrNoKeys)
-		_, err = v.Verify(ctx, signature.Sign(now, "down", body, vectorKey), body, now)
+		_, err = v.Verify(ctx, signature.Sign(now, "down", reqOf(body), vectorKey), reqOf(body), now)
 		require.ErrorContains(t, err, "key store down")
 		// An expired request costs no key lookup.
-		_, err = v.Verify(ctx, signature.Sign(now.Add(-time.Hour), "acme", body, vectorKey), body, now)
+		_, err = v.Verify(ctx, signature.Sign(now.Add(-time.Hour), "acme", reqOf(body), vectorKey), reqOf(body), now)
 		require.ErrorIs(t, err, signature.ErrExpired)
 		require.Equal(t, []string{"globex", "globex", "refresh globex", "nobody", "refresh nobody", "down"}, asked,
 			"a mismatch asks for fresh keys once")
@@ -331,28 +375,28 @@ func TestVerifier(t *testing.T) {
 		v := signature.NewVerifier(time.Minute, 0, static)
 		sign := func(at time.Time, i int) (string, []byte) {
 			b := []byte(fmt.Sprintf(`{"i":%d}`, i))
-			return signature.Sign(at, tenant, b, vectorKey), b
+			return signature.Sign(at, tenant, reqOf(b), vectorKey), b
 		}
 		for i := range 5000 { // a burst, which leaves the window
 			h, b := sign(now, i)
-			_, err := v.Verify(ctx, h, b, now)
+			_, err := v.Verify(ctx, h, reqOf(b), now)
 			require.NoError(t, err)
 		}
 		later := now.Add(30 * time.Second)
 		for i := range 10 {
 			h, b := sign(later, i)
-			_, err := v.Verify(ctx, h, b, later)
+			_, err := v.Verify(ctx, h, reqOf(b), later)
 			require.NoError(t, err)
 		}
 		// The burst has expired: the memory it held is given back, and the ten
 		// signatures still in the window are still refused.
 		after := now.Add(time.Minute + 2*time.Second)
 		h, b := sign(after, -1)
-		_, err := v.Verify(ctx, h, b, after)
+		_, err := v.Verify(ctx, h, reqOf(b), after)
 		require.NoError(t, err)
 		for i := range 10 {
 			h, b := sign(later, i)
-			_, err := v.Verify(ctx, h, b, after)
+			_, err := v.Verify(ctx, h, reqOf(b), after)
 			require.ErrorIs(t, err, signature.ErrReplayed, "signature %d", i)
 		}
 	})
@@ -360,16 +404,16 @@ func TestVerifier(t *testing.T) {
 	t.Run("ForgetsWhatLeftTheWindow", func(t *testing.T) {
 		t.Parallel()
 		v := signature.NewVerifier(time.Minute, 0, static)
-		h := signature.Sign(now, tenant, body, vectorKey)
-		_, err := v.Verify(ctx, h, body, now)
+		h := signature.Sign(now, tenant, reqOf(body), vectorKey)
+		_, err := v.Verify(ctx, h, reqOf(body), now)
 		require.NoError(t, err)
-		_, err = v.Verify(ctx, h, body, now.Add(time.Minute))
+		_, err = v.Verify(ctx, h, reqOf(body), now.Add(time.Minute))
 		require.ErrorIs(t, err, signature.ErrReplayed)
-		_, err = v.Verify(ctx, h, body, now.Add(time.Minute+time.Second))
+		_, err = v.Verify(ctx, h, reqOf(body), now.Add(time.Minute+time.Second))
 		require.ErrorIs(t, err, signature.ErrExpired)
 		for i := 2; i < 12; i++ {
 			at := now.Add(time.Duration(i) * time.Minute)
-			_, err := v.Verify(ctx, signature.Sign(at, tenant, body, vectorKey), body, at)
+			_, err := v.Verify(ctx, signature.Sign(at, tenant, reqOf(body), vectorKey), reqOf(body), at)
 			require.NoError(t, err)
 		}
 	})
@@ -380,26 +424,26 @@ func TestVerifier(t *testing.T) {
 		var hs []string
 		for i := range 4 {
 			b := []byte{byte(i)}
-			hs = append(hs, signature.Sign(now.Add(time.Duration(i)*time.Second), tenant, b, vectorKey))
-			_, err := v.Verify(ctx, hs[i], b, now)
+			hs = append(hs, signature.Sign(now.Add(time.Duration(i)*time.Second), tenant, reqOf(b), vectorKey))
+			_, err := v.Verify(ctx, hs[i], reqOf(b), now)
 			require.NoError(t, err)
 		}
 		// The first (closest to expiry) was forgotten to make room; the others are kept.
-		_, err := v.Verify(ctx, hs[0], []byte{0}, now)
+		_, err := v.Verify(ctx, hs[0], reqOf([]byte{0}), now)
 		require.NoError(t, err)
-		_, err = v.Verify(ctx, hs[3], []byte{3}, now)
+		_, err = v.Verify(ctx, hs[3], reqOf([]byte{3}), now)
 		require.ErrorIs(t, err, signature.ErrReplayed)
 	})
 
 	t.Run("ConcurrentRepeatsAcceptOne", func(t *testing.T) {
 		t.Parallel()
 		v := signature.NewVerifier(0, 0, static)
-		h := signature.Sign(now, tenant, body, vectorKey)
+		h := signature.Sign(now, tenant, reqOf(body), vectorKey)
 		var accepted atomic.Int32
 		var wg sync.WaitGroup
 		for range 16 {
 			wg.Go(func() {
-				if _, err := v.Verify(ctx, h, body, now); err == nil {
+				if _, err := v.Verify(ctx, h, reqOf(body), now); err == nil {
 					accepted.Add(1)
 				}
 			})
@@ -415,17 +459,17 @@ func BenchmarkSign(b *testing.B) {
 	req := []byte(strings.Repeat("x", 2048))
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = signature.Sign(now, tenant, req, vectorKey)
+		_ = signature.Sign(now, tenant, reqOf(req), vectorKey)
 	}
 }
 
 func BenchmarkVerify(b *testing.B) {
 	req := []byte(strings.Repeat("x", 2048))
-	h := signature.Sign(now, tenant, req, vectorKey)
+	h := signature.Sign(now, tenant, reqOf(req), vectorKey)
 	keys := publicOnly(vectorKey)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := signature.Verify(h, req, now, 0, keys); err != nil {
+		if _, err := signature.Verify(h, reqOf(req), now, 0, keys); err != nil {
 			b.Fatal(err)
 		}
 	}

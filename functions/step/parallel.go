@@ -54,6 +54,11 @@ func Go[T any](ctx context.Context, name string, fn func(ctx context.Context) (T
 		// The gateway gave up on this invocation: start no more side effects.
 		f.err = st.Halt(invocation.Retry("canceled", fmt.Sprintf("step %d %q: %v", seq, name, st.Err())))
 	}
+	if err == nil && e == nil && f.err == nil {
+		// No step function runs before the gateway says this invocation owns the run
+		// (see Run).
+		f.err = st.CheckOwner()
+	}
 	if err != nil || e != nil || f.err != nil {
 		close(f.done)
 		return f

@@ -209,6 +209,12 @@ func Run[T any](ctx context.Context, name string, fn func(ctx context.Context) (
 		// The gateway gave up on this invocation: start no more side effects.
 		return zero, st.Halt(invocation.Retry("canceled", fmt.Sprintf("step %d %q: %v", seq, name, err)))
 	}
+	// A captured request sent again to a process that never saw it passes the signature
+	// check: the gateway says whether this invocation still owns the run before any step
+	// function runs.
+	if err := st.CheckOwner(); err != nil {
+		return zero, err
+	}
 	p := newPolicy(opts)
 	attempt := st.Attempt(seq)
 	started := time.Now().UTC()

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,6 +38,25 @@ type Gateway struct {
 	deliver func(runID string, aw protocol.Await) json.RawMessage
 	receive func(runID string, aw protocol.Await) json.RawMessage
 	resolve func(runID string, aw protocol.Await) json.RawMessage
+	stale   map[string]bool // runs whose invocations no longer own them (Supersede)
+	current map[string]int  // checks that an invocation owns its run, per run
+}
+
+// Supersede makes every later check that an invocation of run runID owns it (POST
+// checkpoint.url + "/current") answer 409 superseded, as the gateway does once the run
+// finished or moved on to another invocation.
+func (g *Gateway) Supersede(runID string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.stale[runID] = true
+}
+
+// CurrentChecks returns how many times the invocations of run runID asked whether they
+// own it.
+func (g *Gateway) CurrentChecks(runID string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.current[runID]
 }
 
 // OnReceive makes Run journal what f returns for each receive await (the output of a
@@ -79,7 +99,8 @@ const Tenant = "acme"
 
 // New starts a Gateway, closed in tb's Cleanup.
 func New(tb testing.TB, key *signature.SigningKey) *Gateway {
-	g := &Gateway{Key: key, tb: tb, journal: map[string][]protocol.JournalEntry{}, streams: map[string]*stream{}}
+	g := &Gateway{Key: key, tb: tb, journal: map[string][]protocol.JournalEntry{}, streams: map[string]*stream{},
+		stale: map[string]bool{}, current: map[string]int{}}
 	g.srv = httptest.NewServer(http.HandlerFunc(g.checkpoint))
 	tb.Cleanup(g.srv.Close)
 	return g
@@ -113,6 +134,24 @@ func (g *Gateway) Stream(runID, key string) ([]json.RawMessage, bool) {
 func (g *Gateway) checkpoint(w http.ResponseWriter, r *http.Request) {
 	if strings.HasSuffix(r.URL.Path, "/checkpoint/stream") {
 		g.writeStream(w, r)
+		return
+	}
+	if strings.HasSuffix(r.URL.Path, "/checkpoint/current") {
+		runID := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/v1/runs/"), "/checkpoint/current")
+		if r.Header.Get("Authorization") != "Bearer "+token(runID) {
+			problem(w, http.StatusUnauthorized, "", "bad invocation token")
+			return
+		}
+		g.mu.Lock()
+		g.current[runID]++
+		stale := g.stale[runID]
+		g.mu.Unlock()
+		if stale {
+			problem(w, http.StatusConflict, "superseded", "this invocation no longer owns the run (it was cancelled, finished, or retried elsewhere): stop")
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"run_id":"`+runID+`"}`)
 		return
 	}
 	runID := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/v1/runs/"), "/checkpoint")
@@ -275,7 +314,7 @@ func (g *Gateway) Invoke(url string, req *protocol.InvocationRequest) Response {
 	if err != nil {
 		g.tb.Fatal(err)
 	}
-	r := g.Post(url, body, g.sign(body))
+	r := g.Post(url, body, g.Sign(http.MethodPost, url, body))
 	if r.Code == http.StatusOK && r.Answer.Steps != nil {
 		for _, e := range *r.Answer.Steps {
 			if code, msg := g.Append(req.Run.ID, e); code != http.StatusOK {
@@ -286,11 +325,22 @@ func (g *Gateway) Invoke(url string, req *protocol.InvocationRequest) Response {
 	return r
 }
 
-func (g *Gateway) sign(body []byte) string {
+// Sign returns the signature header of a request of method to rawURL with body, signed
+// now with Key for Tenant, as the gateway signs it ("" when Key is nil).
+func (g *Gateway) Sign(method, rawURL string, body []byte) string {
 	if g.Key == nil {
 		return ""
 	}
-	return signature.Sign(time.Now(), Tenant, body, *g.Key)
+	return signature.Sign(time.Now(), Tenant, Request(method, rawURL, body), *g.Key)
+}
+
+// Request returns the signature.Request of method to rawURL with body.
+func Request(method, rawURL string, body []byte) signature.Request {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		panic(err)
+	}
+	return signature.Request{Method: method, Path: signature.PathOf(u), Body: body}
 }
 
 // Post sends body to url with the signature header sig (none when empty) and returns the
@@ -303,7 +353,7 @@ func (g *Gateway) Post(url string, body []byte, sig string) Response {
 // Get GETs url, signed with Key, and returns the answer.
 func (g *Gateway) Get(url string) Response {
 	g.tb.Helper()
-	return g.do(http.MethodGet, url, nil, g.sign(nil))
+	return g.do(http.MethodGet, url, nil, g.Sign(http.MethodGet, url, nil))
 }
 
 func (g *Gateway) do(method, url string, body []byte, sig string) Response {

@@ -33,6 +33,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/stepgate/stepgate/protocol"
@@ -121,6 +122,11 @@ type State struct {
 	running int
 	holes   map[int]*protocol.Await
 	done    *sync.Cond
+
+	// owned says the gateway confirmed that this invocation owns its run (CheckOwner),
+	// or took one of its checkpoints; ownerMu serializes the confirmation.
+	owned   atomic.Bool
+	ownerMu sync.Mutex
 }
 
 // MaxWindow is the largest window a checkpoint or an await declares (the gateway's
@@ -726,6 +732,7 @@ func (s *State) checkpoint(e *protocol.JournalEntry, body []byte) (ack *protocol
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	code := resp.StatusCode
 	if code >= 200 && code < 300 {
+		s.owned.Store(true) // the gateway fences checkpoints: it took this one, so this invocation owned the run
 		ack = &protocol.CheckpointAck{Seq: e.Seq}
 		_ = json.Unmarshal(raw, ack) // an older gateway's empty body is an acknowledgement too
 		return ack, nil, false, 0
@@ -754,6 +761,64 @@ func (s *State) checkpoint(e *protocol.JournalEntry, body []byte) (ack *protocol
 	default:
 		// The gateway refuses this entry (too large, invalid): another try makes the same.
 		return nil, Failed("checkpoint", fmt.Sprintf("%s: %d %s", where, code, detail)), false, 0
+	}
+}
+
+// CheckOwner returns nil once the gateway has confirmed that this invocation still owns
+// its run: the SDK calls it before the first step function of the invocation that the
+// journal does not hold, so that a captured invocation request sent again (to a new
+// process, whose replay memory is empty, within the signature's window) runs no step.
+// The first call asks the gateway (POST checkpoint.url + "/current", with the invocation
+// token) and waits for its answer, tried again as Checkpoint is; later calls, and calls
+// after a checkpoint the gateway took, return at once. It halts on a 409 (the run
+// finished, was cancelled, or another invocation owns it) with the superseded failure,
+// and on a 401 or a gateway that stays unreachable with a retryable one.
+func (s *State) CheckOwner() error {
+	if s.owned.Load() {
+		return nil
+	}
+	s.ownerMu.Lock()
+	defer s.ownerMu.Unlock()
+	if s.owned.Load() {
+		return nil
+	}
+	const where = "check that the invocation owns its run"
+	var last string
+	delay := checkpointBackoff
+	for try := 0; ; try++ {
+		if try > 0 {
+			t := time.NewTimer(delay)
+			select {
+			case <-s.reqCtx.Done():
+				t.Stop()
+				return s.Halt(Retry("checkpoint", fmt.Sprintf("%s: %v (last: %s)", where, context.Cause(s.reqCtx), last)))
+			case <-t.C:
+			}
+			delay = min(2*delay, maxCheckpointBackoff)
+		}
+		code, p, after, err := s.post(s.Req.Checkpoint.URL+"/current", nil)
+		detail := cmp.Or(p.Detail, http.StatusText(code))
+		switch {
+		case err != nil:
+			if s.reqCtx.Err() != nil {
+				return s.Halt(Retry("checkpoint", fmt.Sprintf("%s: %v", where, err)))
+			}
+			last = err.Error()
+		case code >= 200 && code < 300:
+			s.owned.Store(true)
+			return nil
+		case code == http.StatusConflict:
+			return s.Halt(Failed("superseded", fmt.Sprintf("%s: %s", where, detail)))
+		case code >= 500, code == http.StatusRequestTimeout, code == http.StatusTooManyRequests:
+			last = fmt.Sprintf("%d %s", code, detail)
+			if after > delay {
+				delay = min(after, maxCheckpointBackoff)
+			}
+		default:
+			// 401 (the token expired or is not this run's), or a gateway without the
+			// check: no step runs on an answer that is not a yes.
+			return s.Halt(Retry("checkpoint", fmt.Sprintf("%s: %d %s", where, code, detail)))
+		}
 	}
 }
 

@@ -86,6 +86,9 @@ type ServerInterface interface {
 	// Checkpoint Journals one finished entry of a running invocation (called by SDKs).
 	// (POST /v1/runs/{id}/checkpoint)
 	Checkpoint(ctx echo.Context, id RunID) error
+	// CheckpointCurrent Says whether the invocation still owns its run, before it runs a step (called by SDKs).
+	// (POST /v1/runs/{id}/checkpoint/current)
+	CheckpointCurrent(ctx echo.Context, id RunID) error
 	// CheckpointStream Appends chunks to one of a running invocation's streams, or closes it (called by SDKs).
 	// (POST /v1/runs/{id}/checkpoint/stream)
 	CheckpointStream(ctx echo.Context, id RunID) error
@@ -630,6 +633,22 @@ func (w *ServerInterfaceWrapper) Checkpoint(ctx echo.Context) error {
 	return err
 }
 
+// CheckpointCurrent converts echo context to params.
+func (w *ServerInterfaceWrapper) CheckpointCurrent(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "id" -------------
+	var id RunID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", ctx.Param("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.CheckpointCurrent(ctx, id)
+	return err
+}
+
 // CheckpointStream converts echo context to params.
 func (w *ServerInterfaceWrapper) CheckpointStream(ctx echo.Context) error {
 	var err error
@@ -1054,6 +1073,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.POST(options.BaseURL+"/v1/runs/:id/callbacks/:name", wrapper.ResolveRunCallback, options.OperationMiddlewares["resolveRunCallback"]...)
 	router.POST(options.BaseURL+"/v1/runs/:id/callbacks/:name/reject", wrapper.RejectRunCallback, options.OperationMiddlewares["rejectRunCallback"]...)
 	router.POST(options.BaseURL+"/v1/runs/:id/checkpoint", wrapper.Checkpoint, options.OperationMiddlewares["checkpoint"]...)
+	router.POST(options.BaseURL+"/v1/runs/:id/checkpoint/current", wrapper.CheckpointCurrent, options.OperationMiddlewares["checkpointCurrent"]...)
 	router.POST(options.BaseURL+"/v1/runs/:id/checkpoint/stream", wrapper.CheckpointStream, options.OperationMiddlewares["checkpointStream"]...)
 
 }
@@ -3006,6 +3026,76 @@ func (response Checkpoint503ApplicationProblemPlusJSONResponse) VisitCheckpointR
 	return err
 }
 
+type CheckpointCurrentRequestObject struct {
+	ID RunID `json:"id"`
+}
+
+type CheckpointCurrentResponseObject interface {
+	VisitCheckpointCurrentResponse(w http.ResponseWriter) error
+}
+
+type CheckpointCurrent200JSONResponse CurrentInvocation
+
+func (response CheckpointCurrent200JSONResponse) VisitCheckpointCurrentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CheckpointCurrent401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response CheckpointCurrent401ApplicationProblemPlusJSONResponse) VisitCheckpointCurrentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CheckpointCurrent409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response CheckpointCurrent409ApplicationProblemPlusJSONResponse) VisitCheckpointCurrentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CheckpointCurrent503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response CheckpointCurrent503ApplicationProblemPlusJSONResponse) VisitCheckpointCurrentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type CheckpointStreamRequestObject struct {
 	ID   RunID `json:"id"`
 	Body *CheckpointStreamJSONRequestBody
@@ -4553,6 +4643,9 @@ type StrictServerInterface interface {
 	// Checkpoint Journals one finished entry of a running invocation (called by SDKs).
 	// (POST /v1/runs/{id}/checkpoint)
 	Checkpoint(ctx context.Context, request CheckpointRequestObject) (CheckpointResponseObject, error)
+	// CheckpointCurrent Says whether the invocation still owns its run, before it runs a step (called by SDKs).
+	// (POST /v1/runs/{id}/checkpoint/current)
+	CheckpointCurrent(ctx context.Context, request CheckpointCurrentRequestObject) (CheckpointCurrentResponseObject, error)
 	// CheckpointStream Appends chunks to one of a running invocation's streams, or closes it (called by SDKs).
 	// (POST /v1/runs/{id}/checkpoint/stream)
 	CheckpointStream(ctx context.Context, request CheckpointStreamRequestObject) (CheckpointStreamResponseObject, error)
@@ -5390,6 +5483,31 @@ func (sh *strictHandler) Checkpoint(ctx echo.Context, id RunID) error {
 		return err
 	} else if validResponse, ok := response.(CheckpointResponseObject); ok {
 		return validResponse.VisitCheckpointResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// CheckpointCurrent operation middleware
+func (sh *strictHandler) CheckpointCurrent(ctx echo.Context, id RunID) error {
+	var request CheckpointCurrentRequestObject
+
+	request.ID = id
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.CheckpointCurrent(ctx.Request().Context(), request.(CheckpointCurrentRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CheckpointCurrent")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(CheckpointCurrentResponseObject); ok {
+		return validResponse.VisitCheckpointCurrentResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

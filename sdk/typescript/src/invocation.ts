@@ -139,6 +139,9 @@ export class Invocation {
   // the constructor).
   private signal: AbortSignal | undefined;
   private signalRead = false;
+  /** The gateway confirmed that this invocation owns its run (checkOwner), or took one of its checkpoints. */
+  private owned = false;
+  private owning: Promise<boolean> | undefined;
 
   constructor(
     req: InvocationRequest,
@@ -451,6 +454,76 @@ export class Invocation {
     }
   }
 
+  /**
+   * Resolves true once the gateway has confirmed that this invocation still owns its run,
+   * and false when the invocation stopped instead. The SDK awaits it before the first
+   * step function of the invocation that the journal does not hold, so that a captured
+   * invocation request sent again (to a new process, whose replay memory is empty, within
+   * the signature's window) runs no step. The first call asks the gateway (POST
+   * checkpoint.url + "/current" with the invocation token), tried again as a checkpoint
+   * is; later calls, and calls after a checkpoint the gateway took, resolve at once. A
+   * 409 stops the invocation with the superseded failure; a 401, or a gateway that stays
+   * unreachable, with a retryable one.
+   */
+  checkOwner(): Promise<boolean> {
+    if (this.owned) return Promise.resolve(true);
+    this.owning ??= this.askOwner();
+    return this.owning;
+  }
+
+  private async askOwner(): Promise<boolean> {
+    const where = "check that the invocation owns its run";
+    const stopWith = (s: Stop) => {
+      void this.halt(s);
+      return false;
+    };
+    let delay = CHECKPOINT_BACKOFF_MS;
+    let last = "";
+    for (let attempt = 0; ; attempt++) {
+      if (attempt > 0) {
+        await sleepMs(delay, this.requestSignal);
+        const gone = this.gone();
+        if (gone) return stopWith(retry("checkpoint", `${where}: ${gone} (last: ${last})`));
+        delay = Math.min(2 * delay, MAX_CHECKPOINT_BACKOFF_MS);
+      }
+      let resp: PostResult;
+      try {
+        resp = await this.post(
+          this.req.checkpoint.url + "/current",
+          { "Content-Type": "application/json", Authorization: `Bearer ${this.req.checkpoint.token}` },
+          "",
+          this.postSignal(attempt),
+        );
+      } catch (err) {
+        last = String(err instanceof Error ? err.message : err);
+        if (this.gone()) return stopWith(retry("checkpoint", `${where}: ${last}`));
+        continue;
+      }
+      const code = resp.status;
+      if (code >= 200 && code < 300) {
+        this.owned = true;
+        return true;
+      }
+      let problem: { type?: string; detail?: string } = {};
+      try {
+        problem = JSON.parse(resp.body);
+      } catch {
+        // A body that is not a problem leaves it empty.
+      }
+      const detail = problem.detail || String(code);
+      if (code === 409) return stopWith(failed("superseded", `${where}: ${detail}`));
+      if (code >= 500 || code === 408 || code === 429) {
+        last = `${code} ${detail}`;
+        const after = Number(resp.retryAfter);
+        if (after > 0) delay = Math.max(delay, Math.min(after * 1000, MAX_CHECKPOINT_BACKOFF_MS));
+        continue;
+      }
+      // 401 (the token expired or is another run's), or a gateway without the check: no
+      // step runs on an answer that is not a yes.
+      return stopWith(retry("checkpoint", `${where}: ${code} ${detail}`));
+    }
+  }
+
   /** The attempt this invocation makes of the step at seq (step_attempts, else 1). */
   attempt(seq: number): number {
     const a = this.req.step_attempts?.[String(seq)];
@@ -642,6 +715,7 @@ export class Invocation {
       const text = resp.body;
       const code = resp.status;
       if (code >= 200 && code < 300) {
+        this.owned = true; // the gateway fences checkpoints: it took this one, so this invocation owned the run
         let ack: CheckpointAck = { seq: e.seq };
         try {
           if (text) ack = { seq: e.seq, ...JSON.parse(text) };

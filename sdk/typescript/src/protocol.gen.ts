@@ -966,6 +966,42 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/runs/{id}/checkpoint/current": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["RunID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Says whether the invocation still owns its run, before it runs a step (called by SDKs).
+         * @description Authorized by the invocation token, as the checkpoint is (`checkpoint.url` +
+         *     `/current`, no body). 200: the invocation whose token this is owns the run now
+         *     (the run is running, and no later invocation claimed it). 409 `superseded`: it
+         *     does not (the run finished, was cancelled, suspended, or another invocation owns
+         *     it): stop at once, running nothing. 401: the token is missing, malformed, expired
+         *     or another run's.
+         *
+         *     A function calls it before the first step of an invocation that the journal does
+         *     not hold, and runs that step only on a 200. The signature's replay memory is a
+         *     process's own: a captured invocation request sent again to another process (a
+         *     new serverless instance, another replica, a restarted server) within the
+         *     signature's 5 minutes verifies there, but that run has moved on, so this answers
+         *     409 and no step runs twice. One round trip per invocation that runs a step; a
+         *     checkpoint the gateway took in the same invocation proves the same, so the SDKs
+         *     skip the call after one.
+         */
+        post: operations["checkpointCurrent"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/runs/{id}/checkpoint/stream": {
         parameters: {
             query?: never;
@@ -1765,6 +1801,10 @@ export interface components {
              * @description A checkpointed `sleep`'s wake time, as journaled: the function waits until then in its process.
              */
             until?: string;
+        };
+        /** @description The answer to an invocation that owns its run (`checkpointCurrent`). */
+        CurrentInvocation: {
+            run_id: string;
         };
         /** @description A callback's rejection. */
         CallbackRejection: {
@@ -3441,6 +3481,31 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["TooLarge"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    checkpointCurrent: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["RunID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The invocation owns the run. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CurrentInvocation"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            409: components["responses"]["Conflict"];
             503: components["responses"]["Unavailable"];
         };
     };

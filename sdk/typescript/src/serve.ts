@@ -120,7 +120,10 @@ export function serve(opts: ServeOptions): FetchHandler {
         if (k.ed25519.length + k.hmac.length === 0) {
           throw new SignatureError("signature: this app has no keys to verify the gateway's requests: set signingKeys (STEPGATE_PUBLIC_KEYS, as `stepgate keys` prints them)");
         }
-        const { parsed, message } = await verifySignature(request.headers.get(SIGNATURE_HEADER), body, k);
+        // The signature binds the method and the path the gateway requested, so a request
+        // signed for another function (another path) is refused.
+        const method = request.method === "HEAD" ? "GET" : request.method;
+        const { parsed, message } = await verifySignature(request.headers.get(SIGNATURE_HEADER), { method, path: url.pathname, body }, k);
         // The manifest changes nothing, so a repeat of its request is harmless.
         if (fn && !(await replays.accept(message, parsed.t))) {
           throw new SignatureError("signature: already accepted once; a replayed request is refused");
@@ -146,6 +149,15 @@ export function serve(opts: ServeOptions): FetchHandler {
     if (bad) return problem(400, "malformed", "invalid invocation: " + bad);
     if (tenant !== undefined && req.identity.tenant !== tenant) {
       return problem(401, "signature", `signature: the request is signed for tenant ${JSON.stringify(tenant)}, but its run's identity is of tenant ${JSON.stringify(req.identity.tenant)}`);
+    }
+    if (keys && req.run.function !== fn.name) {
+      // The signed body names the function: another function's request is refused, even
+      // at a path the signature covers.
+      return problem(
+        401,
+        "signature",
+        `signature: the request is for function ${JSON.stringify(req.run.function)}; this path serves ${JSON.stringify(fn.name)} (register it under the name it is served as: stepgate apps sync does)`,
+      );
     }
     const [code, answer] = await invoke(fn, req, () => request.signal, post);
     if (code !== 200) {

@@ -1,9 +1,12 @@
 // Verification of the gateway's Stepgate-Signature header with Web Crypto, as
 // functions/signature does in Go (see the README's "How functions verify the gateway"):
 //
-//   Stepgate-Signature: t=<unix seconds>,tenant=<percent-encoded>,ed25519=<base64url>[,…][,v1=<hex>…]
+//   Stepgate-Signature: v=2,t=<unix seconds>,tenant=<percent-encoded>,ed25519=<base64url>[,…][,v1=<hex>…]
 //
-// The signed message is the decimal t, "\n", the tenant, "\n" and the raw body bytes.
+// The signed message (version 2) is "v2", the decimal t, the tenant, the method and the
+// URL path as sent (percent-encoded, no query), each followed by "\n", then the raw body
+// bytes. Binding the path means a request signed for one function verifies at no other;
+// a header without v=2 (an older gateway's, which bound neither) is refused.
 
 /** The HTTP header that carries the gateway's signature. */
 /** Bytes in a plain ArrayBuffer, as Web Crypto takes them. */
@@ -29,8 +32,13 @@ export class SignatureError extends Error {
   }
 }
 
+/** The version of the signed message this SDK verifies, and the only one it accepts. */
+export const SIGNATURE_VERSION = 2;
+
 /** A header's content. */
 export interface Parsed {
+  /** 1 when the header has no v. */
+  version: number;
   t: number;
   tenant: string;
   ed25519: Bytes[];
@@ -44,6 +52,7 @@ const malformed = (why?: string) =>
 export function parseSignature(header: string | null): Parsed {
   if (!header) throw new SignatureError(`signature: missing ${SIGNATURE_HEADER} header`);
   if (header.length > MAX_HEADER_BYTES) throw malformed(`longer than ${MAX_HEADER_BYTES} bytes`);
+  let version: number | undefined;
   let t: number | undefined;
   let tenant: string | undefined;
   const ed: Bytes[] = [];
@@ -55,6 +64,11 @@ export function parseSignature(header: string | null): Parsed {
     const k = part.slice(0, eq);
     const v = part.slice(eq + 1);
     switch (k) {
+      case "v": {
+        if (version !== undefined || !/^[0-9]+$/.test(v) || Number(v) < 1) throw malformed();
+        version = Number(v);
+        break;
+      }
       case "t": {
         if (t !== undefined || !/^[0-9]+$/.test(v) || Number(v) <= 0) throw malformed();
         t = Number(v);
@@ -86,12 +100,22 @@ export function parseSignature(header: string | null): Parsed {
     }
   }
   if (t === undefined || tenant === undefined || ed.length + mac.length === 0) throw malformed();
-  return { t, tenant, ed25519: ed, hmac: mac };
+  return { version: version ?? 1, t, tenant, ed25519: ed, hmac: mac };
 }
 
-/** The bytes signed for a request of tenant at Unix second t with body. */
-export function signedMessage(t: number, tenant: string, body: Bytes): Bytes {
-  const head = new TextEncoder().encode(`${t}\n${tenant}\n`);
+/** What a signature binds besides its time and tenant: the request as received. */
+export interface SignedRequest {
+  /** "POST" for an invocation, "GET" for the manifest. */
+  method: string;
+  /** The URL path as sent on the request line: percent-encoded, without the query. */
+  path: string;
+  body: Bytes;
+}
+
+/** The bytes signed for r, a request of tenant at Unix second t. */
+export function signedMessage(t: number, tenant: string, r: SignedRequest): Bytes {
+  const body = r.body;
+  const head = new TextEncoder().encode(`v2\n${t}\n${tenant}\n${r.method}\n${r.path}\n`);
   const m = new Uint8Array(head.length + body.length);
   m.set(head);
   m.set(body, head.length);
@@ -175,23 +199,35 @@ export async function importKeys(publicKeys?: string | string[], hmacSecrets?: s
 }
 
 /**
- * Verifies header against body with keys at nowSeconds and returns the parsed header and
- * the signed message, or throws a SignatureError naming the failed check.
+ * Verifies header against r, the request received, with keys at nowSeconds and returns
+ * the parsed header and the signed message, or throws a SignatureError naming the failed
+ * check. A request signed for another method or path (another function's) matches no
+ * signature.
  */
 export async function verifySignature(
   header: string | null,
-  body: Bytes,
+  r: SignedRequest,
   keys: VerifyKeys,
   nowSeconds = Date.now() / 1000,
 ): Promise<{ parsed: Parsed; message: Bytes }> {
   const p = parseSignature(header);
+  if (p.version < SIGNATURE_VERSION) {
+    throw new SignatureError(
+      `signature: not a version 2 signature, which binds the request's method and path: the request is signed as version ${p.version} (no v in the header), by a gateway older than this SDK; upgrade the gateway`,
+    );
+  }
+  if (p.version > SIGNATURE_VERSION) {
+    throw new SignatureError(
+      `signature: not a version 2 signature, which binds the request's method and path: the request is signed as version ${p.version}, newer than this SDK's ${SIGNATURE_VERSION}; upgrade the SDK`,
+    );
+  }
   if (Math.abs(nowSeconds - p.t) > WINDOW_SECONDS) {
     throw new SignatureError("signature: timestamp outside the allowed window");
   }
   if (keys.ed25519.length + keys.hmac.length === 0) {
     throw new SignatureError(`signature: no key to verify the tenant's requests ${JSON.stringify(p.tenant)}`);
   }
-  const message = signedMessage(p.t, p.tenant, body);
+  const message = signedMessage(p.t, p.tenant, r);
   for (const key of keys.ed25519) {
     for (const s of p.ed25519) {
       if (await crypto.subtle.verify({ name: "Ed25519" }, key, s, message)) return { parsed: p, message };

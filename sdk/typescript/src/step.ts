@@ -281,6 +281,10 @@ export class Step {
     if (!(await st.room(seq)) || st.hasEnded) return never();
     const gone = st.goneSeen();
     if (gone) return st.halt(retry("canceled", `step ${seq} ${q(name)}: ${gone}`));
+    // A captured request sent again to a process that never saw it passes the signature
+    // check: the gateway says whether this invocation still owns the run before any step
+    // function runs.
+    if (!(await st.checkOwner())) return never();
 
     st.begin(seq);
     let journaled = false;

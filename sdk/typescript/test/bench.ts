@@ -27,7 +27,7 @@ for (const [label, fetchFn, lazy] of [...variants, ...variants]) {
     const req = gw.request(`run-${label}-${i}`, "ten", { N: 1 });
     req.checkpoint.url = url;
     const body = JSON.stringify(req);
-    return { body, sig: gw.sign(body) };
+    return { body, sig: gw.sign(body, "/ten") };
   });
   let t0 = 0;
   for (let i = 0; i < requests.length; i++) {

@@ -33,6 +33,10 @@ export class Gateway {
   streamHook: ((runId: string, w: StreamWrite) => [number, string] | undefined) | undefined;
   /** Each run's streams (by `${runId} ${key}`): chunks in offset order, each with its place; closed. */
   streams = new Map<string, { chunks: { place: string; chunk: unknown }[]; closed: boolean }>();
+  /** Runs whose invocations no longer own them: checkpoint.url + "/current" answers 409. */
+  stale = new Set<string>();
+  /** How many times each run's invocations asked whether they own it. */
+  currentChecks = new Map<string, number>();
 
   constructor() {
     const { publicKey, privateKey } = generateKeyPairSync("ed25519");
@@ -49,6 +53,13 @@ export class Gateway {
         const auth = req.headers.authorization;
         if (auth !== `Bearer token-${runId}`) {
           res.writeHead(401, { "Content-Type": "application/problem+json" }).end(JSON.stringify({ detail: "bad token" }));
+          return;
+        }
+        if (req.url!.endsWith("/current")) {
+          this.currentChecks.set(runId, (this.currentChecks.get(runId) ?? 0) + 1);
+          if (this.stale.has(runId)) {
+            res.writeHead(409, { "Content-Type": "application/problem+json" }).end(JSON.stringify({ type: "superseded", detail: "this invocation no longer owns the run: run no step" }));
+          } else res.writeHead(200, { "Content-Type": "application/json" }).end(JSON.stringify({ run_id: runId }));
           return;
         }
         if (req.url!.endsWith("/stream")) {
@@ -153,11 +164,16 @@ export class Gateway {
     return j;
   }
 
-  /** The header that signs body for tenant at t (seconds). */
-  sign(body: string, tenant = TENANT, t = Math.floor(Date.now() / 1000)): string {
-    const msg = Buffer.from(`${t}\n${tenant}\n${body}`);
+  /**
+   * The header that signs body for tenant at t (seconds), as a request to url (its path;
+   * a URL or a path): a GET when body is empty (the manifest), else a POST.
+   */
+  sign(body: string, url: string, tenant = TENANT, t = Math.floor(Date.now() / 1000)): string {
+    const method = body === "" ? "GET" : "POST";
+    const path = new URL(url, "http://app.test").pathname;
+    const msg = Buffer.from(`v2\n${t}\n${tenant}\n${method}\n${path}\n${body}`);
     const sig = sign(null, msg, this.privateKey).toString("base64url");
-    return `t=${t},tenant=${encodeURIComponent(tenant)},ed25519=${sig}`;
+    return `v=2,t=${t},tenant=${encodeURIComponent(tenant)},ed25519=${sig}`;
   }
 
   request(runId: string, fn: string, input: unknown, extra: Partial<InvocationRequest> = {}): InvocationRequest {
@@ -182,7 +198,7 @@ export class Gateway {
       new Request(`${appUrl}/${req.run.function}`, {
         method: "POST",
         ...(signal ? { signal } : {}),
-        headers: { "Content-Type": "application/json", "Stepgate-Signature": this.sign(body) },
+        headers: { "Content-Type": "application/json", "Stepgate-Signature": this.sign(body, `${appUrl}/${req.run.function}`) },
         body,
       }),
     );

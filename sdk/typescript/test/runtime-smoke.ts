@@ -45,16 +45,21 @@ if (g.Bun) {
 const b64url = (b: ArrayBuffer) => btoa(String.fromCharCode(...new Uint8Array(b))).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
 const keys = (await crypto.subtle.generateKey({ name: "Ed25519" }, true, ["sign", "verify"])) as { publicKey: Parameters<typeof crypto.subtle.exportKey>[1]; privateKey: Parameters<typeof crypto.subtle.sign>[1] };
 const publicKey = b64url(await crypto.subtle.exportKey("raw", keys.publicKey));
-async function sign(body: string, tenant = "acme") {
+/** Signs body as a request to path (a GET when body is empty, the manifest's; else a POST). */
+async function sign(body: string, path: string, tenant = "acme") {
   const t = Math.floor(Date.now() / 1000);
-  const sig = await crypto.subtle.sign({ name: "Ed25519" }, keys.privateKey, new TextEncoder().encode(`${t}\n${tenant}\n${body}`));
-  return `t=${t},tenant=${encodeURIComponent(tenant)},ed25519=${b64url(sig)}`;
+  const method = body === "" ? "GET" : "POST";
+  const msg = `v2\n${t}\n${tenant}\n${method}\n${path}\n${body}`;
+  const sig = await crypto.subtle.sign({ name: "Ed25519" }, keys.privateKey, new TextEncoder().encode(msg));
+  return `v=2,t=${t},tenant=${encodeURIComponent(tenant)},ed25519=${b64url(sig)}`;
 }
 
 // The checkpoint endpoint: journals entries in order.
 const journal: JournalEntry[] = [];
 const streamed: StreamWrite[] = [];
 const gateway = listen(async (r) => {
+  // Before an invocation's first step the journal does not hold: it owns the run.
+  if (new URL(r.url).pathname.endsWith("/current")) return Response.json({ run_id: "run" });
   if (new URL(r.url).pathname.endsWith("/stream")) {
     const w = (await r.json()) as StreamWrite;
     streamed.push(w);
@@ -108,12 +113,12 @@ async function invoke(extra: Partial<InvocationRequest> = {}, signature?: string
     ...extra,
   };
   const body = JSON.stringify(req);
-  const resp = await fetch(`${app.url}/${fn}`, { method: "POST", body, headers: { "Stepgate-Signature": signature ?? (await sign(body)) } });
+  const resp = await fetch(`${app.url}/${fn}`, { method: "POST", body, headers: { "Stepgate-Signature": signature ?? (await sign(body, new URL(`${app.url}/${fn}`).pathname)) } });
   return { status: resp.status, body: (await resp.json()) as any };
 }
 
 try {
-  const m = await fetch(app.url, { headers: { "Stepgate-Signature": await sign("") } });
+  const m = await fetch(app.url, { headers: { "Stepgate-Signature": await sign("", new URL(app.url).pathname) } });
   check("manifest", m.status === 200 && ((await m.json()) as any).functions.some((f: { name: string }) => f.name === "tour"));
   let r = await invoke();
   check("first invocation sleeps", r.body.status === "suspended" && r.body.await.type === "sleep" && r.body.await.seq === 2, r);
@@ -125,7 +130,7 @@ try {
   check("the last step is checkpointed before the answer", !r.body.steps?.length, r);
   check("journal", journal.map((e) => e.name).join(",") === "reserve,cool-off,ship", journal);
   check("each step ran once", calls.join(",") === "reserve,ship", calls);
-  r = await invoke({}, (await sign("{}")).replace(/ed25519=.*/, "ed25519=" + "A".repeat(86)));
+  r = await invoke({}, (await sign("{}", "/tour")).replace(/ed25519=.*/, "ed25519=" + "A".repeat(86)));
   check("forged signature refused", r.status === 401 && r.body.type === "signature", r);
   r = await invoke({ run: { id: "00000000-0000-4000-8000-000000000002", function: "features", revision: 1, attempt: 1, input: null, created_at: new Date().toISOString() }, journal: [] }, undefined, "features");
   check("a nested step is refused", r.body.status === "completed" && r.body.output === `step "inner", inside the function of step 1: step: a step cannot start inside another step's function`, r);

@@ -326,7 +326,7 @@ describe("serve", () => {
 
   test("the manifest lists the functions with paths relative to the app URL", async () => {
     for (const [url, path] of [[APP, "stepgate/hello"], [APP + "/", "hello"]] as const) {
-      const resp = await app(fn)(new Request(url, { headers: { "Stepgate-Signature": gw.sign("") } }));
+      const resp = await app(fn)(new Request(url, { headers: { "Stepgate-Signature": gw.sign("", url) } }));
       assert.equal(resp.status, 200);
       assert.deepEqual(await resp.json(), {
         protocol: 1,
@@ -342,8 +342,12 @@ describe("serve", () => {
     const other = new Gateway();
     const cases: [string, string | undefined, RegExp][] = [
       ["unsigned", undefined, /missing Stepgate-Signature/],
-      ["forged", other.sign(body), /no signature matches/],
-      ["expired", gw.sign(body, TENANT, Math.floor(Date.now() / 1000) - 600), /outside the allowed window/],
+      ["forged", other.sign(body, `${APP}/hello`), /no signature matches/],
+      ["expired", gw.sign(body, `${APP}/hello`, TENANT, Math.floor(Date.now() / 1000) - 600), /outside the allowed window/],
+      // Version 2 binds the method and path: another function's request, or an older
+      // gateway's signature that bound neither, is refused.
+      ["another function's", gw.sign(body, `${APP}/other`), /no signature matches/],
+      ["version 1", gw.sign(body, `${APP}/hello`).replace("v=2,", ""), /not a version 2 signature.*upgrade the gateway/],
       ["garbled", "t=1,tenant=acme,ed25519=@@", /malformed/],
     ];
     for (const [what, sig, want] of cases) {
@@ -353,28 +357,66 @@ describe("serve", () => {
       assert.equal(b.type, "signature");
       assert.match(b.message, want, what);
     }
-    const sig = gw.sign(body);
+    const sig = gw.sign(body, `${APP}/hello`);
     assert.equal((await post(sig)).status, 200);
     const replay = await post(sig);
     assert.equal(replay.status, 401);
     assert.match(((await replay.json()) as any).message, /replayed/);
-    const mismatch = await post(gw.sign(body, "globex"));
+    const mismatch = await post(gw.sign(body, `${APP}/hello`, "globex"));
     assert.match(((await mismatch.json()) as any).message, /signed for tenant "globex", but its run's identity is of tenant "acme"/);
-    const nokeys = await serve({ functions: [fn] })(new Request(APP, { headers: { "Stepgate-Signature": gw.sign("") } }));
+    const nokeys = await serve({ functions: [fn] })(new Request(APP, { headers: { "Stepgate-Signature": gw.sign("", APP) } }));
     assert.equal(nokeys.status, 401);
+  });
+
+  test("a captured invocation sent again to a fresh process runs no step once its run moved on", async () => {
+    let charges = 0;
+    const charge = createFunction({ name: "charge" }, async ({ step }) => {
+      const a = await step.run("charge", () => ++charges);
+      const b = await step.run("receipt", () => "sent");
+      return { a, b };
+    });
+    const refund = createFunction({ name: "refund" }, ({ step }) => step.run("refund", () => "refunded"));
+    const id = runId();
+    const body = JSON.stringify(gw.request(id, "charge", null));
+    const sig = gw.sign(body, `${APP}/charge`);
+    // Each call of app is a new process of the app: an empty replay memory.
+    const send = async (path: string) => {
+      const resp = await app(charge, refund)(new Request(`${APP}/${path}`, { method: "POST", body, headers: { "Stepgate-Signature": sig } }));
+      return { status: resp.status, body: (await resp.json()) as any };
+    };
+    assert.deepEqual(await send("charge"), { status: 200, body: { status: "completed", output: { a: 1, b: "sent" } } });
+    assert.equal(gw.currentChecks.get(id), 1, "one question before the first step, none after a checkpoint");
+
+    gw.stale.add(id); // the run finished: its invocation owns it no more
+    const again = await send("charge");
+    assert.equal(again.body.status, "failed", JSON.stringify(again));
+    assert.equal(again.body.error.type, "superseded");
+    assert.equal(charges, 1, "the charge ran once");
+
+    // Another function of the app: the signature binds the path.
+    const other = await send("refund");
+    assert.equal(other.status, 401);
+    assert.match(other.body.message, /no signature matches/);
+    // Signed for refund's path, but the body is charge's run.
+    const named = await app(charge, refund)(
+      new Request(`${APP}/refund`, { method: "POST", body, headers: { "Stepgate-Signature": gw.sign(body, `${APP}/refund`) } }),
+    );
+    assert.equal(named.status, 401);
+    assert.match(((await named.json()) as any).message, /the request is for function "charge"; this path serves "refund"/);
   });
 
   test("the README's test vector verifies", async () => {
     const h = serve({ functions: [fn], signingKeys: "A6EHv_POEL4dcN0Y50vAmWfk1jCbpQ1fHdyGZBJVMbg", tenant: "acme corp" });
     const { verifySignature, importKeys } = await import("../src/signature.js");
-    const header = "t=1800000000,tenant=acme%20corp,ed25519=bJhsBL_GVZ5N_W1YrXvKbZXkmU6VeUBQqMo1M5ZS0fkaSYkSfIU6fgzvVjirjujo7p7colkugkdBlB2uQvxICw,v1=3de58fecce7642786fb391f901aff38807f4b037df9f856c59f9a1a0c507c78f";
-    const body = new TextEncoder().encode('{"protocol":1}');
-    const ed = await verifySignature(header.replace(/,v1=.*/, ""), body, await importKeys("A6EHv_POEL4dcN0Y50vAmWfk1jCbpQ1fHdyGZBJVMbg"), 1800000000);
+    const header = "v=2,t=1800000000,tenant=acme%20corp,ed25519=evnoDiEslI2RfcREEsJq2yEcntaPhhFYBKL0fnCCU6hMpTFCn-GaJLFw1CutvPsFSrogIxfSgE_OaHKvn6RnBg,v1=25d454568c11a777ee015247e48e93d416090a3bdfccf4226c160ace0b1f30d9";
+    const req = { method: "POST", path: "/orders.checkout", body: new TextEncoder().encode('{"protocol":1}') };
+    const ed = await verifySignature(header.replace(/,v1=.*/, ""), req, await importKeys("A6EHv_POEL4dcN0Y50vAmWfk1jCbpQ1fHdyGZBJVMbg"), 1800000000);
     assert.equal(ed.parsed.tenant, "acme corp");
     const secret = Buffer.from(Array.from({ length: 32 }, (_, i) => 0x20 + i)).toString("base64url");
-    const mac = await verifySignature(header.replace(/ed25519=[^,]*,/, ""), body, await importKeys(undefined, secret), 1800000000);
+    const mac = await verifySignature(header.replace(/ed25519=[^,]*,/, ""), req, await importKeys(undefined, secret), 1800000000);
     assert.equal(mac.parsed.t, 1800000000);
-    await assert.rejects(verifySignature(header, new TextEncoder().encode('{"protocol":2}'), await importKeys("A6EHv_POEL4dcN0Y50vAmWfk1jCbpQ1fHdyGZBJVMbg"), 1800000000), /no signature matches/);
+    await assert.rejects(verifySignature(header, { ...req, body: new TextEncoder().encode('{"protocol":2}') }, await importKeys("A6EHv_POEL4dcN0Y50vAmWfk1jCbpQ1fHdyGZBJVMbg"), 1800000000), /no signature matches/);
+    await assert.rejects(verifySignature(header, { ...req, path: "/orders.refund" }, await importKeys("A6EHv_POEL4dcN0Y50vAmWfk1jCbpQ1fHdyGZBJVMbg"), 1800000000), /no signature matches/);
     assert.ok(h);
   });
 
@@ -401,9 +443,9 @@ describe("serve", () => {
       const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}/api/stepgate`;
       const req = gw.request(runId(), "hello", null);
       const body = JSON.stringify(req);
-      const resp = await fetch(`${base}/hello`, { method: "POST", body, headers: { "Stepgate-Signature": gw.sign(body) } });
+      const resp = await fetch(`${base}/hello`, { method: "POST", body, headers: { "Stepgate-Signature": gw.sign(body, `${base}/hello`) } });
       assert.deepEqual(await resp.json(), { status: "completed", output: "hi" });
-      const m = await fetch(base, { headers: { "Stepgate-Signature": gw.sign("") } });
+      const m = await fetch(base, { headers: { "Stepgate-Signature": gw.sign("", base) } });
       assert.equal(((await m.json()) as any).functions[0].path, "stepgate/hello");
     } finally {
       server.closeAllConnections();
@@ -420,7 +462,7 @@ describe("serve", () => {
       const id = runId();
       const body = JSON.stringify(gw.request(id, "stepped", null));
       const resp = await fetch(`http://127.0.0.1:${(nodeServer.address() as AddressInfo).port}/stepped`, {
-        method: "POST", body, headers: { "Stepgate-Signature": gw.sign(body) },
+        method: "POST", body, headers: { "Stepgate-Signature": gw.sign(body, "/stepped") },
       });
       const answer = (await resp.json()) as any;
       assert.deepEqual(outcome(answer), { status: "completed", output: "answered" });
@@ -433,7 +475,7 @@ describe("serve", () => {
     const lambda = toLambdaHandler(h);
     const body = JSON.stringify(gw.request(runId(), "hello", null));
     const res = await lambda({
-      version: "2.0", rawPath: "/api/stepgate/hello", headers: { host: "x.lambda-url.aws", "stepgate-signature": gw.sign(body) },
+      version: "2.0", rawPath: "/api/stepgate/hello", headers: { host: "x.lambda-url.aws", "stepgate-signature": gw.sign(body, "/api/stepgate/hello") },
       body: Buffer.from(body).toString("base64"), isBase64Encoded: true, requestContext: { http: { method: "POST" } },
     });
     assert.equal(res.statusCode, 200);
