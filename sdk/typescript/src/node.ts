@@ -28,7 +28,8 @@ export function toNodeListener(handler: FetchHandler): (req: IncomingMessage, re
   return (req, res) => {
     void handle(handler, req, res).catch((err) => {
       if (!res.headersSent) {
-        res.writeHead(500, { "Content-Type": "application/json" });
+        // A body left unread on the wire would be taken for the next request.
+        res.writeHead(500, { "Content-Type": "application/json", ...(req.complete ? {} : { Connection: "close" }) });
         res.end(JSON.stringify({ type: "error", message: String(err instanceof Error ? err.message : err) }));
       } else {
         res.destroy();
