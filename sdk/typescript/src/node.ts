@@ -21,8 +21,11 @@ export function serveNode(opts: ServeOptions): (req: IncomingMessage, res: Serve
  * Returns a listener for node:http's createServer (or an Express route:
  * `app.all("/api/stepgate{/*fn}", toNodeListener(handler))`) that turns each request into a
  * Fetch Request, calls handler and writes its Response. Mount it before any body parser
- * (express.json()): the signature is over the raw body. A client that goes away aborts
- * the request's signal, which ends the invocation's checkpoint retries.
+ * (express.json()): the signature is over the raw body. The body reaches handler as a
+ * stream read from the socket only as handler pulls it (serve stops at maxBodyBytes);
+ * after an answer given before the whole body arrived, the connection closes. A client
+ * that goes away aborts the request's signal, which ends the invocation's checkpoint
+ * retries.
  */
 export function toNodeListener(handler: FetchHandler): (req: IncomingMessage, res: ServerResponse) => void {
   return (req, res) => {
@@ -73,8 +76,9 @@ async function handle(handler: FetchHandler, req: IncomingMessage, res: ServerRe
     if (req.complete) {
       stream.discard(); // all of it arrived; what the handler did not read is dropped
     } else {
-      // The handler stopped reading (a 413): the rest stays unread, and the connection
-      // closes after the answer, since the next request on it would follow that rest.
+      // The handler answered before the whole body arrived (a 413): the rest stays
+      // unread, and the connection closes after the answer, since the next request on it
+      // would follow that rest.
       out["connection"] = "close";
     }
   }
