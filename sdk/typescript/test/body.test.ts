@@ -3,7 +3,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from "node:ht
 import { connect, type AddressInfo } from "node:net";
 import { describe, test } from "node:test";
 import { createFunction, serve } from "../src/index.js";
-import { serveNode } from "../src/node.js";
+import { serveNode, toNodeListener } from "../src/node.js";
 
 // An oversized body is refused with 413 as soon as its count (or its Content-Length)
 // passes maxBodyBytes: the rest is neither read nor buffered, whatever the framing.
@@ -85,6 +85,34 @@ describe("maxBodyBytes", () => {
       await new Promise((r) => server.close(r));
     }
   });
+
+  for (const [what, handler] of [
+    ["answers", async () => new Response("no", { status: 403 })],
+    ["throws", async () => { throw new Error("boom"); }],
+  ] as const) {
+    test(`a Fetch handler that ${what} before the body has arrived is answered, and the connection closed`, { timeout: 30_000 }, async () => {
+      const server = createServer(toNodeListener(handler));
+      await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+      const socket = connect((server.address() as AddressInfo).port, "127.0.0.1");
+      try {
+        let answer = "";
+        const closed = new Promise<void>((resolve) => {
+          socket.on("data", (d) => (answer += d.toString("latin1")));
+          socket.on("error", () => {});
+          socket.on("close", () => resolve());
+        });
+        // The body's first chunk, and not its end: the answer cannot wait for it.
+        socket.write("POST /x HTTP/1.1\r\nHost: app\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n");
+        await closed;
+        assert.match(answer, what === "answers" ? /^HTTP\/1\.1 403 / : /^HTTP\/1\.1 500 /);
+        assert.match(answer, /\r\nconnection: close\r\n/i);
+      } finally {
+        socket.destroy();
+        server.closeAllConnections();
+        await new Promise((r) => server.close(r));
+      }
+    });
+  }
 
   /** A body of total bytes, made as it is read, that counts what its reader pulled. */
   function counted(total: number) {
