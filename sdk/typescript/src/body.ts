@@ -12,7 +12,8 @@ export class BodyTooLarge extends Error {
  * Reads request's body, counting while it streams in: a declared Content-Length over max,
  * or a count that passes max (a chunked body, or one longer than its Content-Length says),
  * cancels the body's stream, so that the rest is neither read nor buffered, and throws
- * BodyTooLarge. What is kept is at most max bytes, plus the one chunk that passed it.
+ * BodyTooLarge. What is kept is at most max bytes of chunks (and the one that passed
+ * max, dropped with them), joined into one array once the body has ended within max.
  */
 export async function readBody(request: Request, max: number): Promise<Uint8Array<ArrayBuffer>> {
   const stream = request.body;
