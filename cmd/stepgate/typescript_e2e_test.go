@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -156,8 +157,9 @@ type journalEntry struct {
 // README's tour and the SDK's examples with Node, registers them with `stepgate apps sync`, invokes them and
 // reads their journals: three steps and a sleep, a step's retry, a child run, the
 // caller's identity, parallel steps, an invocation time limit (continue), a stream,
-// compensations, a patch, a sleep waited out in the process, and a step whose result is
-// durable before step.run resolves though the process dies right after.
+// compensations, a patch, a sleep waited out in the process, a step whose result is
+// durable before step.run resolves though the process dies right after, and an oversized
+// body refused with 413 without being buffered.
 func TestTypeScriptSDK(t *testing.T) {
 	dir := buildTypeScriptSDK(t)
 	g := startDev(t)
@@ -202,6 +204,11 @@ func TestTypeScriptSDK(t *testing.T) {
 	require.Contains(t, out, "synced 14 functions from "+appURL)
 	out = cmd(t, "functions", "list")
 	require.Regexp(t, `(?m)^ts\.checkout +\d+ +`+regexp.QuoteMeta(appURL+"/ts.checkout")+` +30s$`, out)
+
+	t.Run("AnOversizedBodyIsRefusedUnbuffered", func(t *testing.T) {
+		t.Parallel()
+		requireBodyBound(t, dir)
+	})
 
 	t.Run("TheREADMETour", func(t *testing.T) {
 		// sdk/typescript/README.md's five-minute tour, whose code is examples/tour.ts.
@@ -652,4 +659,68 @@ func cpuTime(t *testing.T, pid int) time.Duration {
 	utime, _ := strconv.Atoi(f[11])
 	stime, _ := strconv.Atoi(f[12])
 	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// requireBodyBound sends a Node examples server of its own (serveNode, whose
+// maxBodyBytes is 32 MiB by default) an unsigned 400 MiB body, chunked, made as it is
+// sent: the answer is a 413 naming the bound before the body has all been sent, and the
+// process's peak memory stays far below the body's size, for nothing past the bound is
+// read or buffered.
+func requireBodyBound(t *testing.T, dir string) {
+	t.Helper()
+	// Any tenant's key: the body is refused before its signature is looked at.
+	appURL, pid := startNodeProcess(t, dir, "node-server.js", "A6EHv_POEL4dcN0Y50vAmWfk1jCbpQ1fHdyGZBJVMbg")
+	peak := func() int64 {
+		t.Helper()
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if os.IsNotExist(err) {
+			t.Skip("reads the process's peak memory from /proc (Linux)")
+		}
+		require.NoError(t, err)
+		m := regexp.MustCompile(`(?m)^VmHWM:\s+(\d+) kB$`).FindSubmatch(status)
+		require.NotNil(t, m, string(status))
+		kb, err := strconv.ParseInt(string(m[1]), 10, 64)
+		require.NoError(t, err)
+		return kb << 10
+	}
+	before := peak()
+
+	u, err := url.Parse(appURL + "/ts.checkout")
+	require.NoError(t, err)
+	conn, err := net.Dial("tcp", u.Host)
+	require.NoError(t, err)
+	defer conn.Close()
+	require.NoError(t, conn.SetDeadline(time.Now().Add(time.Minute))) // a hung server fails, not hangs, the test
+	answered := make(chan struct{})
+	var sent atomic.Int64
+	const total = 400 << 20
+	go func() {
+		// Writes stop when the server answers and closes the connection.
+		_, err := fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n", u.Path, u.Host)
+		chunk := append(append([]byte(fmt.Sprintf("%x\r\n", 64<<10)), bytes.Repeat([]byte("x"), 64<<10)...), "\r\n"...)
+		for err == nil && sent.Load() < total {
+			select {
+			case <-answered:
+				return
+			default:
+			}
+			_, err = conn.Write(chunk)
+			sent.Add(64 << 10)
+		}
+		if err == nil {
+			_, _ = io.WriteString(conn, "0\r\n\r\n")
+		}
+	}()
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err)
+	atSent := sent.Load()
+	close(answered)
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode, string(body))
+	require.JSONEq(t, `{"type":"too_large","message":"the body is larger than 33554432 bytes"}`, string(body))
+	after := peak()
+	t.Logf("peak memory of the Node process: %d MiB before, %d MiB after a %d MiB body", before>>20, after>>20, total>>20)
+	require.Less(t, after, int64(200<<20), "the Node process's peak memory, after a %d MiB body", total>>20)
+	require.Less(t, atSent, int64(total), "the answer came before the body was all sent")
 }

@@ -21,14 +21,18 @@ export function serveNode(opts: ServeOptions): (req: IncomingMessage, res: Serve
  * Returns a listener for node:http's createServer (or an Express route:
  * `app.all("/api/stepgate{/*fn}", toNodeListener(handler))`) that turns each request into a
  * Fetch Request, calls handler and writes its Response. Mount it before any body parser
- * (express.json()): the signature is over the raw body. A client that goes away aborts
- * the request's signal, which ends the invocation's checkpoint retries.
+ * (express.json()): the signature is over the raw body. The body reaches handler as a
+ * stream read from the socket only as handler pulls it (serve stops at maxBodyBytes);
+ * after an answer given before the whole body arrived, the connection closes. A client
+ * that goes away aborts the request's signal, which ends the invocation's checkpoint
+ * retries.
  */
 export function toNodeListener(handler: FetchHandler): (req: IncomingMessage, res: ServerResponse) => void {
   return (req, res) => {
     void handle(handler, req, res).catch((err) => {
       if (!res.headersSent) {
-        res.writeHead(500, { "Content-Type": "application/json" });
+        // A body left unread on the wire would be taken for the next request.
+        res.writeHead(500, { "Content-Type": "application/json", ...(req.complete ? {} : { Connection: "close" }) });
         res.end(JSON.stringify({ type: "error", message: String(err instanceof Error ? err.message : err) }));
       } else {
         res.destroy();
@@ -42,14 +46,19 @@ async function handle(handler: FetchHandler, req: IncomingMessage, res: ServerRe
   res.on("close", () => {
     if (!res.writableFinished) ac.abort(new Error("the client went away"));
   });
-  const chunks: Buffer[] = [];
+  const method = req.method ?? "GET";
+  let body: Buffer | ReadableStream<Uint8Array> | undefined;
+  let stream: ReturnType<typeof bodyOf> | undefined;
   const parsed = (req as IncomingMessage & { body?: unknown }).body;
-  if (req.readableEnded && parsed !== undefined) {
-    if (typeof parsed === "string") chunks.push(Buffer.from(parsed));
-    else if (Buffer.isBuffer(parsed)) chunks.push(parsed);
+  if (method === "GET" || method === "HEAD") {
+    body = undefined;
+  } else if (req.readableEnded && parsed !== undefined) {
+    if (typeof parsed === "string") body = Buffer.from(parsed);
+    else if (Buffer.isBuffer(parsed)) body = parsed;
     else throw new Error("stepgate: the request body was parsed before the stepgate handler: mount it before body parsers such as express.json(), since the signature covers the raw body");
   } else {
-    for await (const c of req) chunks.push(c as Buffer);
+    stream = bodyOf(req);
+    body = stream.body;
   }
   const headers = new Headers();
   for (const [k, v] of Object.entries(req.headers)) {
@@ -58,19 +67,69 @@ async function handle(handler: FetchHandler, req: IncomingMessage, res: ServerRe
   }
   const host = req.headers.host ?? "localhost";
   const url = new URL(req.originalUrl ?? req.url ?? "/", `http://${host}`);
-  const method = req.method ?? "GET";
-  const request = new Request(url, {
-    method,
-    headers,
-    body: method === "GET" || method === "HEAD" ? undefined : Buffer.concat(chunks),
-    signal: ac.signal,
-  });
+  const request = new Request(url, { method, headers, body, signal: ac.signal, ...(stream ? { duplex: "half" as const } : {}) });
   const response = await handler(request);
   const out: Record<string, string> = {};
   response.headers.forEach((v, k) => (out[k] = v));
-  const body = Buffer.from(await response.arrayBuffer());
+  const answer = Buffer.from(await response.arrayBuffer());
+  if (stream) {
+    if (req.complete) {
+      stream.discard(); // all of it arrived; what the handler did not read is dropped
+    } else {
+      // The handler answered before the whole body arrived (a 413): the rest stays
+      // unread, and the connection closes after the answer, since the next request on it
+      // would follow that rest.
+      out["connection"] = "close";
+    }
+  }
   res.writeHead(response.status, out);
-  res.end(method === "HEAD" ? undefined : body);
+  res.end(method === "HEAD" ? undefined : answer);
+}
+
+/**
+ * The body of req as a stream that reads from the socket only as its reader pulls: the
+ * handler counts what it reads and stops (cancels) at its bound, so nothing past it is
+ * read or buffered. discard drops whatever the handler did not read.
+ */
+function bodyOf(req: IncomingMessage): { body: ReadableStream<Uint8Array>; discard: () => void } {
+  let over = false;
+  const end = () => {
+    over = true;
+    req.pause();
+  };
+  const body = new ReadableStream<Uint8Array>(
+    {
+      start(c) {
+        req.on("data", (chunk: Buffer) => {
+          if (over) return;
+          c.enqueue(chunk);
+          if ((c.desiredSize ?? 0) <= 0) req.pause();
+        });
+        req.on("end", () => {
+          if (!over) c.close();
+          over = true;
+        });
+        const fail = (e: Error) => {
+          if (!over) c.error(e);
+          over = true;
+        };
+        req.on("error", fail);
+        req.on("close", () => fail(new Error("the request ended before its body did")));
+      },
+      pull() {
+        req.resume();
+      },
+      cancel: end,
+    },
+    { highWaterMark: 1 },
+  );
+  return {
+    body,
+    discard: () => {
+      over = true;
+      req.resume();
+    },
+  };
 }
 
 declare module "node:http" {

@@ -1,3 +1,4 @@
+import { BodyTooLarge, readBody } from "./body.js";
 import { InputError, messageOf, NonRetryableError, StepError } from "./errors.js";
 import type { Context, RunInfo, StepgateFunction } from "./function.js";
 import { fetchPoster, Invocation, type Poster, type Stop } from "./invocation.js";
@@ -29,7 +30,11 @@ export interface ServeOptions {
    * segment of the path names the function, and any other GET answers the manifest.
    */
   basePath?: string;
-  /** Bounds an invocation's body; larger ones get 413. Default 32 MiB. */
+  /**
+   * Bounds a request's body; larger ones get 413 (type "too_large"), answered as soon as
+   * the count passes the bound (or the Content-Length does), without reading or buffering
+   * the rest. Default 32 MiB.
+   */
   maxBodyBytes?: number;
   /** Accepted signatures remembered to refuse replays. Default 100,000. */
   replayCacheSize?: number;
@@ -100,16 +105,13 @@ export function serve(opts: ServeOptions): FetchHandler {
       if (request.method !== "POST") return problem(405, "method", "functions answer POST", { Allow: "POST" });
     }
 
-    if (Number(request.headers.get("Content-Length") ?? 0) > maxBody) {
-      return problem(413, "too_large", `the body is larger than ${maxBody} bytes`);
-    }
     let body: Uint8Array<ArrayBuffer>;
     try {
-      body = new Uint8Array(await request.arrayBuffer());
+      body = await readBody(request, maxBody);
     } catch (e) {
+      if (e instanceof BodyTooLarge) return problem(413, "too_large", e.message);
       return problem(400, "malformed", "read body: " + messageOf(e));
     }
-    if (body.length > maxBody) return problem(413, "too_large", `the body is larger than ${maxBody} bytes`);
 
     let tenant: string | undefined;
     if (keys) {

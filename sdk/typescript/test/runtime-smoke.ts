@@ -135,6 +135,21 @@ try {
   r = await invoke({ run: { id: "00000000-0000-4000-8000-000000000002", function: "features", revision: 1, attempt: 1, input: null, created_at: new Date().toISOString() }, journal: [] }, undefined, "features");
   check("a nested step is refused", r.body.status === "completed" && r.body.output === `step "inner", inside the function of step 1: step: a step cannot start inside another step's function`, r);
   check("a stream chunk is placed in its step", streamed.length === 1 && streamed[0]!.seq === 1 && streamed[0]!.attempt === 1, streamed);
+  // A body over maxBodyBytes is a 413 read only up to the bound: the runtime's Request
+  // stream is counted and cancelled, not buffered whole.
+  const max = 1 << 20;
+  let pulled = 0;
+  const big = new ReadableStream<Uint8Array>({
+    pull(c) {
+      if (pulled >= 64 << 20) return c.close();
+      pulled += 64 << 10;
+      c.enqueue(new Uint8Array(64 << 10));
+    },
+  });
+  const tooLarge = await serve({ functions: [tour], insecureSkipVerify: true, maxBodyBytes: max })(
+    new Request(`${app.url}/tour`, { method: "POST", body: big, duplex: "half" } as RequestInit),
+  );
+  check("a body over maxBodyBytes is refused 413, read only up to the bound", tooLarge.status === 413 && pulled <= max + (256 << 10), { status: tooLarge.status, pulled });
 } catch (e) {
   check("no exception", false, String(e));
 } finally {
