@@ -153,7 +153,9 @@ func TestParse(t *testing.T) {
 
 func TestVerify(t *testing.T) {
 	t.Parallel()
-	sign := func(at time.Time, k ...signature.SigningKey) string { return signature.Sign(at, tenant, reqOf(body), k...) }
+	sign := func(at time.Time, k ...signature.SigningKey) string {
+		return signature.Sign(at, tenant, reqOf(body), k...)
+	}
 	for _, tt := range []struct {
 		name   string
 		header string
