@@ -83,7 +83,7 @@ func waitingForCallback(t *testing.T, c *protocol.ClientWithResponses, id string
 // TestCallbacks runs functions that wait for callbacks through a real gateway.
 func TestCallbacks(t *testing.T) {
 	t.Parallel()
-	s := stack.Start(t, stack.Options{})
+	s := stack.Start(t, stack.Options{Gateway: manyLongPolls})
 	alice := auth.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}}
 	c := s.Client(t, s.NewToken(t, alice))
 	viewer := s.Client(t, s.NewToken(t, auth.Identity{Subject: "vic", Tenant: "t1", Roles: []string{"viewer"}}))

@@ -95,7 +95,7 @@ func newMarker() string { return rand.Text()[:10] }
 
 func TestEvents(t *testing.T) {
 	t.Parallel()
-	s := stack.Start(t, stack.Options{Auth: auth.Config{IdentityClaims: []string{"org"}}})
+	s := stack.Start(t, stack.Options{Gateway: manyLongPolls, Auth: auth.Config{IdentityClaims: []string{"org"}}})
 	app := s.NewApp()
 	report := func(ctx context.Context, in map[string]any) (seen, error) {
 		return seen{Identity: protocol.Identity(functions.IdentityFrom(ctx)), Input: in}, nil

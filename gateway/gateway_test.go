@@ -69,7 +69,7 @@ func getRun(t *testing.T, c *protocol.ClientWithResponses, id string) protocol.R
 
 func TestExamples(t *testing.T) {
 	t.Parallel()
-	s := stack.Start(t, stack.Options{})
+	s := stack.Start(t, stack.Options{Gateway: manyLongPolls})
 	s.SyncExamples(t)
 	c := s.Client(t, s.Token)
 

@@ -274,3 +274,8 @@ func TestALongPollWhoseCallerLeavesIsNoError(t *testing.T) {
 	require.NotContains(t, logs.String(), `"msg":"request failed"`)
 	require.Contains(t, logs.String(), `"level":"DEBUG","msg":"request ended: the caller left","method":"GET","path":"/v1/runs/`+run+`/values/progress"`)
 }
+
+// manyLongPolls lifts the caps on one subject's long-polls for a test whose parallel
+// subtests share one token, each waiting for its runs' results: on a machine with more
+// than 10 cores, more than 10 of them may wait at once.
+func manyLongPolls(c *gateway.Config) { c.MaxStreamsPerSubject, c.MaxStreamsPerTenant = 1000, 1000 }

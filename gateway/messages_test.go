@@ -86,7 +86,7 @@ func inboxOf(t *testing.T, c *protocol.ClientWithResponses, id string) []receive
 // gateway.
 func TestMessages(t *testing.T) {
 	t.Parallel()
-	s := stack.Start(t, stack.Options{})
+	s := stack.Start(t, stack.Options{Gateway: manyLongPolls})
 	alice := auth.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}}
 	c := s.Client(t, s.NewToken(t, alice))
 	other := s.Client(t, s.NewToken(t, auth.Identity{Subject: "mallory", Tenant: "t2", Roles: []string{"admin"}}))

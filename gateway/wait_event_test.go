@@ -68,7 +68,7 @@ func tryGetRun(ct *assert.CollectT, c *protocol.ClientWithResponses, id string) 
 // TestWaitForEvent runs functions that wait for events through a real gateway.
 func TestWaitForEvent(t *testing.T) {
 	t.Parallel()
-	s := stack.Start(t, stack.Options{})
+	s := stack.Start(t, stack.Options{Gateway: manyLongPolls})
 	alice := auth.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}}
 	c := s.Client(t, s.NewToken(t, alice))
 	other := s.Client(t, s.NewToken(t, auth.Identity{Subject: "mallory", Tenant: "t2", Roles: []string{"admin"}}))
