@@ -35,7 +35,8 @@ RETURNING run_id::text, run_id = sqlc.arg(run_id)::uuid AS fresh, (now() + sqlc.
 
 -- name: FlowDebounceCollapse :one
 -- Collapses a start into the open window's run while it is still scheduled; else
--- reopens the window for new_run_id, and returns no row.
+-- reopens the window for new_run_id, and returns no row. The run's wake_at is w.at,
+-- never 'infinity', so it needs no nullif (which sqlc would type as a bool).
 WITH w AS (
     SELECT least(now() + sqlc.arg(period_us)::bigint * interval '1 microsecond', d.first_at + sqlc.arg(max_wait_us)::bigint * interval '1 microsecond') AS at
     FROM stepgate.flow_debounce d WHERE d.tenant = @tenant AND d.function = @function AND d.key = @key

@@ -102,7 +102,8 @@ type FlowDebounceCollapseRow struct {
 }
 
 // Collapses a start into the open window's run while it is still scheduled; else
-// reopens the window for new_run_id, and returns no row.
+// reopens the window for new_run_id, and returns no row. The run's wake_at is w.at,
+// never 'infinity', so it needs no nullif (which sqlc would type as a bool).
 func (q *Queries) FlowDebounceCollapse(ctx context.Context, arg FlowDebounceCollapseParams) (FlowDebounceCollapseRow, error) {
 	row := q.db.QueryRow(ctx, FlowDebounceCollapse,
 		arg.PeriodUs,
