@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
 // Concurrency limits (migration 0029 holds the design and argues it): a run of a
@@ -60,9 +62,9 @@ const MaxQueueKeys = 100
 
 // FunctionQueue is where the unfinished runs of a function stand.
 type FunctionQueue struct {
-	Queued  int `db:"queued"`  // queued, held ones included
-	Running int `db:"running"` // running
-	Held    int `db:"held"`    // not started (or resumed) yet, held back by any flow control
+	Queued  int // queued, held ones included
+	Running int // running
+	Held    int // not started (or resumed) yet, held back by any flow control
 	// Keys are the concurrency keys with running or held runs, the busiest first (at
 	// most MaxQueueKeys).
 	Keys []QueueKey
@@ -74,16 +76,16 @@ type FunctionQueue struct {
 // QueueKey is one concurrency key of a function: "" for the function-wide limit, else
 // the key expression and its value ("input.customer_id=c-9").
 type QueueKey struct {
-	Key     string `db:"key"`
-	Running int    `db:"running"` // runs holding a slot of the key
-	Limit   int    `db:"lim"`     // the key's limit, as its running runs claimed it; 0 if none runs
-	Held    int    `db:"held"`    // runs waiting in the key's line
+	Key     string
+	Running int // runs holding a slot of the key
+	Limit   int // the key's limit, as its running runs claimed it; 0 if none runs
+	Held    int // runs waiting in the key's line
 }
 
 // HeldReason is a reason runs are held, and how many.
 type HeldReason struct {
-	Reason string `db:"reason"`
-	Runs   int    `db:"runs"`
+	Reason string
+	Runs   int
 }
 
 // GetFunctionQueue returns where the tenant's unfinished runs of function stand, in one
@@ -91,43 +93,24 @@ type HeldReason struct {
 func GetFunctionQueue(ctx context.Context, db DB, tenant, function string) (*FunctionQueue, error) {
 	q := &FunctionQueue{}
 	b := &pgx.Batch{}
-	// Each count reads a partial index of unfinished runs (run_due, run_expired_lease),
-	// never the function's history.
-	b.Queue(`
-		SELECT (SELECT count(*) FROM stepgate.run WHERE tenant = $1 AND function = $2 AND status = 'queued') AS queued,
-			(SELECT count(*) FROM stepgate.run WHERE tenant = $1 AND function = $2 AND lease_until IS NOT NULL) AS running,
-			(SELECT count(*) FROM stepgate.run WHERE tenant = $1 AND function = $2 AND held IS NOT NULL
-				AND status IN ('queued', 'scheduled', 'suspended')) AS held`, tenant, function).
+	b.Queue(dbsqlc.ConcurrencyQueueCounts, tenant, function).
 		QueryRow(func(row pgx.Row) error { return row.Scan(&q.Queued, &q.Running, &q.Held) })
-	b.Queue(`
-		SELECT coalesce(s.key, h.key) AS key, coalesce(s.running, 0) AS running,
-			coalesce(s.lim, 0) AS lim, coalesce(h.held, 0) AS held
-		FROM (
-			-- Every running run with slot keys holds a slot of each (run_slot_running).
-			SELECT k.key, count(*)::int AS running, max(r.slot_limits[k.ord]) AS lim
-			FROM stepgate.run r, unnest(r.slot_keys) WITH ORDINALITY AS k(key, ord)
-			WHERE r.tenant = $1 AND r.function = $2 AND r.status = 'running' AND r.slot_keys IS NOT NULL
-			GROUP BY k.key) s
-		FULL JOIN (
-			SELECT held_on AS key, count(*) AS held FROM stepgate.run
-			WHERE tenant = $1 AND function = $2 AND held_on IS NOT NULL
-				AND status IN ('queued', 'scheduled', 'suspended')
-			GROUP BY held_on) h USING (key)
-		ORDER BY coalesce(s.running, 0) + coalesce(h.held, 0) DESC, 1
-		LIMIT $3`, tenant, function, MaxQueueKeys).
+	b.Queue(dbsqlc.ConcurrencyQueueKeys, tenant, function, MaxQueueKeys).
 		Query(func(rows pgx.Rows) error {
-			var err error
-			q.Keys, err = pgx.CollectRows(rows, pgx.RowToStructByName[QueueKey])
+			keys, err := pgx.CollectRows(rows, pgx.RowToStructByName[dbsqlc.ConcurrencyQueueKeysRow])
+			q.Keys = make([]QueueKey, len(keys))
+			for i, k := range keys {
+				q.Keys[i] = QueueKey{Key: k.Key, Running: int(k.Running), Limit: int(k.Lim), Held: int(k.Held)}
+			}
 			return err
 		})
-	b.Queue(`
-		SELECT held AS reason, count(*) AS runs FROM stepgate.run
-		WHERE tenant = $1 AND function = $2 AND held IS NOT NULL
-			AND status IN ('queued', 'scheduled', 'suspended')
-		GROUP BY held ORDER BY 2 DESC, 1 LIMIT $3`, tenant, function, MaxQueueKeys).
+	b.Queue(dbsqlc.ConcurrencyQueueReasons, tenant, function, MaxQueueKeys).
 		Query(func(rows pgx.Rows) error {
-			var err error
-			q.Reasons, err = pgx.CollectRows(rows, pgx.RowToStructByName[HeldReason])
+			reasons, err := pgx.CollectRows(rows, pgx.RowToStructByName[dbsqlc.ConcurrencyQueueReasonsRow])
+			q.Reasons = make([]HeldReason, len(reasons))
+			for i, r := range reasons {
+				q.Reasons[i] = HeldReason{Reason: *r.Reason, Runs: int(r.Runs)} // held IS NOT NULL
+			}
 			return err
 		})
 	if err := db.SendBatch(ctx, b).Close(); err != nil {

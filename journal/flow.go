@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
 // Flow control's state: a throttle's or a rate limit's GCRA state (stepgate.flow_rate)
@@ -30,25 +32,20 @@ func (r Rate) tau() time.Duration { return time.Duration(r.Burst) * r.Interval }
 // intervals, or less), it takes nothing and returns ok=false and retryAfter, how long
 // until a place frees. One statement (two when full).
 func Throttle(ctx context.Context, db DB, tenant, function, key string, r Rate, ahead time.Duration) (start, now time.Time, retryAfter time.Duration, ok bool, err error) {
-	err = db.QueryRow(ctx, `
-		INSERT INTO stepgate.flow_rate AS f (tenant, function, kind, key, tat)
-		VALUES ($1, $2, 'throttle', $3, now() + $4::bigint * interval '1 microsecond')
-		ON CONFLICT (tenant, function, kind, key) DO UPDATE
-			SET tat = greatest(now(), f.tat) + $4::bigint * interval '1 microsecond'
-			WHERE f.tat - $5::bigint * interval '1 microsecond' - now() <= $6::bigint * interval '1 microsecond'
-		RETURNING greatest(now(), tat - ($4::bigint + $5::bigint) * interval '1 microsecond'), now()`,
-		tenant, function, key, r.Interval.Microseconds(), r.tau().Microseconds(), ahead.Microseconds()).Scan(&start, &now)
+	q := dbsqlc.New(db)
+	row, err := q.FlowThrottle(ctx, dbsqlc.FlowThrottleParams{
+		Tenant: tenant, Function: function, Key: key,
+		IntervalUs: r.Interval.Microseconds(), TauUs: r.tau().Microseconds(), AheadUs: ahead.Microseconds(),
+	})
 	if err == nil {
-		return start, now, 0, true, nil
+		return row.StartAt, row.Now, 0, true, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return start, now, 0, false, fmt.Errorf("throttle %s: %w", function, err)
 	}
-	var us int64
-	err = db.QueryRow(ctx, `
-		SELECT greatest(0, extract(epoch FROM f.tat - now()) * 1e6 - $4::bigint - $5::bigint)::bigint
-		FROM stepgate.flow_rate f WHERE f.tenant = $1 AND f.function = $2 AND f.kind = 'throttle' AND f.key = $3`,
-		tenant, function, key, r.tau().Microseconds(), ahead.Microseconds()).Scan(&us)
+	us, err := q.FlowThrottleRetryAfter(ctx, dbsqlc.FlowThrottleRetryAfterParams{
+		Tenant: tenant, Function: function, Key: key, TauUs: r.tau().Microseconds(), AheadUs: ahead.Microseconds(),
+	})
 	if err != nil {
 		return start, now, 0, false, fmt.Errorf("throttle %s: %w", function, err)
 	}
@@ -59,24 +56,19 @@ func Throttle(ctx context.Context, db DB, tenant, function, key string, r Rate, 
 // (the key's state moves one interval on), else ok=false and retryAfter, how long
 // until it does, and nothing changes. One statement (two when refused).
 func TakeRate(ctx context.Context, db DB, tenant, function, key string, r Rate) (retryAfter time.Duration, ok bool, err error) {
-	tag, err := db.Exec(ctx, `
-		INSERT INTO stepgate.flow_rate AS f (tenant, function, kind, key, tat)
-		VALUES ($1, $2, 'rate_limit', $3, now() + $4::bigint * interval '1 microsecond')
-		ON CONFLICT (tenant, function, kind, key) DO UPDATE
-			SET tat = greatest(now(), f.tat) + $4::bigint * interval '1 microsecond'
-			WHERE f.tat - $5::bigint * interval '1 microsecond' <= now()`,
-		tenant, function, key, r.Interval.Microseconds(), r.tau().Microseconds())
+	q := dbsqlc.New(db)
+	n, err := q.FlowTakeRate(ctx, dbsqlc.FlowTakeRateParams{
+		Tenant: tenant, Function: function, Key: key, IntervalUs: r.Interval.Microseconds(), TauUs: r.tau().Microseconds(),
+	})
 	if err != nil {
 		return 0, false, fmt.Errorf("rate limit %s: %w", function, err)
 	}
-	if tag.RowsAffected() == 1 {
+	if n == 1 {
 		return 0, true, nil
 	}
-	var us int64
-	err = db.QueryRow(ctx, `
-		SELECT greatest(0, extract(epoch FROM f.tat - now()) * 1e6 - $4::bigint)::bigint
-		FROM stepgate.flow_rate f WHERE f.tenant = $1 AND f.function = $2 AND f.kind = 'rate_limit' AND f.key = $3`,
-		tenant, function, key, r.tau().Microseconds()).Scan(&us)
+	us, err := q.FlowRateRetryAfter(ctx, dbsqlc.FlowRateRetryAfterParams{
+		Tenant: tenant, Function: function, Key: key, TauUs: r.tau().Microseconds(),
+	})
 	if err != nil {
 		return 0, false, fmt.Errorf("rate limit %s: %w", function, err)
 	}
@@ -102,44 +94,66 @@ type DebounceStart struct {
 // scheduled) takes no input from a later start, which opens the next window instead.
 // Two statements.
 func Debounce(ctx context.Context, db DB, d DebounceStart) (collapsed *Run, startAt time.Time, err error) {
-	var runID string
-	var fresh bool
-	err = db.QueryRow(ctx, `
-		INSERT INTO stepgate.flow_debounce AS d (tenant, function, key, run_id, first_at)
-		VALUES ($1, $2, $3, $4, now())
-		ON CONFLICT (tenant, function, key) DO UPDATE SET run_id = d.run_id
-		RETURNING run_id::text, run_id = $4::uuid, now() + $5::bigint * interval '1 microsecond'`,
-		d.Tenant, d.Function, d.Key, d.RunID, d.Period.Microseconds()).Scan(&runID, &fresh, &startAt)
+	q := dbsqlc.New(db)
+	w, err := q.FlowDebounceOpen(ctx, dbsqlc.FlowDebounceOpenParams{
+		Tenant: d.Tenant, Function: d.Function, Key: d.Key, RunID: d.RunID, PeriodUs: d.Period.Microseconds(),
+	})
 	if err != nil {
 		return nil, startAt, fmt.Errorf("debounce %s: %w", d.Function, err)
 	}
-	if fresh {
+	startAt = w.StartAt
+	if w.Fresh {
 		return nil, startAt, nil
 	}
-	rows, _ := db.Query(ctx, `
-		WITH w AS (
-			SELECT least(now() + $6::bigint * interval '1 microsecond', d.first_at + $7::bigint * interval '1 microsecond') AS at
-			FROM stepgate.flow_debounce d WHERE d.tenant = $1 AND d.function = $2 AND d.key = $3
-		), u AS (
-			UPDATE stepgate.run r SET input = $8, identity = $9, wake_at = w.at,
-				held = 'debounced until ' || to_char(w.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
-			FROM w
-			WHERE r.id = $4::uuid AND r.tenant = $1 AND r.status = 'scheduled'
-			RETURNING r.*
-		), reopen AS (
-			UPDATE stepgate.flow_debounce d SET run_id = $5::uuid, first_at = now()
-			WHERE d.tenant = $1 AND d.function = $2 AND d.key = $3 AND NOT EXISTS (SELECT 1 FROM u)
-		)
-		SELECT `+runColumns+` FROM u`,
-		d.Tenant, d.Function, d.Key, runID, d.RunID, d.Period.Microseconds(), d.MaxWait.Microseconds(), d.Input, d.Identity)
-	collapsed, err = pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Run])
+	identity, err := json.Marshal(d.Identity)
+	if err != nil {
+		return nil, startAt, fmt.Errorf("debounce %s: %w", d.Function, unstorable(err))
+	}
+	row, err := q.FlowDebounceCollapse(ctx, dbsqlc.FlowDebounceCollapseParams{
+		Tenant: d.Tenant, Function: d.Function, Key: d.Key, RunID: w.RunID, NewRunID: d.RunID,
+		PeriodUs: d.Period.Microseconds(), MaxWaitUs: d.MaxWait.Microseconds(), Input: d.Input, Identity: identity,
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, startAt, nil
+	}
+	if err == nil {
+		collapsed, err = debouncedRun(row)
 	}
 	if err != nil {
 		return nil, startAt, fmt.Errorf("debounce %s: %w", d.Function, unstorable(err))
 	}
 	return collapsed, startAt, nil
+}
+
+// debouncedRun is the run a FlowDebounceCollapse row holds. Its JSON columns are
+// decoded as pgx decodes them into Run's fields: SQL NULL leaves a field nil.
+func debouncedRun(r dbsqlc.FlowDebounceCollapseRow) (*Run, error) {
+	run := &Run{
+		ID: r.ID, Tenant: r.Tenant, Function: r.Function, Revision: int(r.Revision), Status: Status(r.Status),
+		Input: r.Input, Output: r.Output, IdempotencyKey: r.IdempotencyKey, ParentID: r.ParentID,
+		ParentName: r.ParentName, RerunOf: r.RerunOf, Detached: r.Detached,
+		Invocations: int(r.Attempts), Invocation: int(r.Invocation),
+		FailedInvocations: int(r.LifetimeFailedInvocations), FailedInARow: int(r.FailedInvocations),
+		Recoveries: int(r.LifetimeRecoveries), RecoveriesInARow: int(r.Recoveries),
+		LeaseUntil: r.LeaseUntil, WakeAt: r.WakeAt, Deadline: r.Deadline, Held: r.Held, Priority: int(r.Priority),
+		CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
+	}
+	if r.ParentSeq != nil {
+		seq := int(*r.ParentSeq)
+		run.ParentSeq = &seq
+	}
+	for _, c := range []struct {
+		raw json.RawMessage
+		dst any
+	}{{r.Error, &run.Error}, {r.Identity, &run.Identity}, {r.CancelledBy, &run.CancelledBy}, {r.Awaiting, &run.Awaiting}} {
+		if c.raw == nil {
+			continue
+		}
+		if err := json.Unmarshal(c.raw, c.dst); err != nil {
+			return nil, err
+		}
+	}
+	return run, nil
 }
 
 // SkippedStart is a run an event's trigger did not start, and why.
@@ -151,14 +165,14 @@ type SkippedStart struct {
 // CompleteEvent adds runs, started by flow control, to the event's runs, and skipped to
 // its skipped, in the transaction that stored it.
 func CompleteEvent(ctx context.Context, db DB, tenant, id string, runs []string, skipped []SkippedStart) error {
-	var sk any
+	var sk json.RawMessage
 	if len(skipped) > 0 {
-		sk = skipped
+		var err error
+		if sk, err = json.Marshal(skipped); err != nil {
+			return fmt.Errorf("complete event %s: %w", id, err)
+		}
 	}
-	_, err := db.Exec(ctx, `
-		UPDATE stepgate.event SET runs = runs || $3::uuid[],
-			skipped = CASE WHEN $4::jsonb IS NULL THEN skipped ELSE coalesce(skipped, '[]') || $4::jsonb END
-		WHERE tenant = $1 AND id = $2`, tenant, id, runs, sk)
+	err := dbsqlc.New(db).FlowCompleteEvent(ctx, dbsqlc.FlowCompleteEventParams{Tenant: tenant, ID: id, Runs: runs, Skipped: sk})
 	if err != nil {
 		return fmt.Errorf("complete event %s: %w", id, err)
 	}
@@ -172,48 +186,14 @@ func CompleteEvent(ctx context.Context, db DB, tenant, id string, runs []string,
 // the rows deleted. It also wakes, under lock, the held runs of up to limit concurrency
 // keys that a freed slot can take (the backstop of counted keys' refills; migrations 0037, 0039).
 func PruneFlow(ctx context.Context, db DB, limit int) (int64, error) {
-	var n int64
-	err := db.QueryRow(ctx, `
-		WITH r AS (
-			DELETE FROM stepgate.flow_rate f
-			USING (SELECT tenant, function, kind, key FROM stepgate.flow_rate
-				WHERE tat < now() - interval '1 minute' LIMIT $1) o
-			WHERE (f.tenant, f.function, f.kind, f.key) = (o.tenant, o.function, o.kind, o.key)
-				AND f.tat < now() - interval '1 minute'
-			RETURNING 1
-		), d AS (
-			DELETE FROM stepgate.flow_debounce f
-			USING (SELECT tenant, function, key FROM stepgate.flow_debounce
-				WHERE first_at < now() - interval '25 hours' LIMIT $1) o
-			WHERE (f.tenant, f.function, f.key) = (o.tenant, o.function, o.key)
-				AND f.first_at < now() - interval '25 hours'
-			RETURNING 1
-		), c AS (
-			-- Concurrency counters of idle keys: all at 0, nobody in the key's line
-			-- (kept at 0 by releases, so that a busy key is not deleted and inserted at
-			-- each run); a row in use is skipped, and re-checked under its lock.
-			DELETE FROM stepgate.concurrency_slot s
-			USING (SELECT tenant, function, key, stripe FROM stepgate.concurrency_slot o
-				WHERE running = 0 AND NOT EXISTS (
-					-- The whole key is idle: a busy striped key keeps its empty stripes.
-					SELECT 1 FROM stepgate.concurrency_slot b
-					WHERE b.tenant = o.tenant AND b.function = o.function AND b.key = o.key AND b.running > 0
-				) AND NOT EXISTS (
-					SELECT 1 FROM stepgate.run q
-					WHERE q.tenant = o.tenant AND q.function = o.function AND q.held_on = o.key
-						AND q.status IN ('queued', 'scheduled', 'suspended'))
-				LIMIT $1 FOR UPDATE SKIP LOCKED) o
-			WHERE (s.tenant, s.function, s.key, s.stripe) = (o.tenant, o.function, o.key, o.stripe)
-				AND s.running = 0
-			RETURNING 1
-		)
-		SELECT (SELECT count(*) FROM r) + (SELECT count(*) FROM d) + (SELECT count(*) FROM c)`, limit).Scan(&n)
+	q := dbsqlc.New(db)
+	n, err := q.FlowPrune(ctx, int64(limit))
 	if err != nil {
 		return 0, fmt.Errorf("prune flow state: %w", err)
 	}
 	// The backstop of the wakes that counted keys' refills may miss (migrations 0037, 0039), in
 	// a transaction of its own: it waits for locks, and holds none of the prune's.
-	if _, err := db.Exec(ctx, `SELECT stepgate.refill_held_lines($1::int)`, limit); err != nil {
+	if err := q.FlowRefillHeldLines(ctx, int32(limit)); err != nil {
 		return n, fmt.Errorf("refill concurrency lines: %w", err)
 	}
 	return n, nil

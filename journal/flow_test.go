@@ -103,6 +103,7 @@ func TestFlow(t *testing.T) {
 		require.JSONEq(t, `{"n":2}`, string(collapsed.Input))
 		require.Equal(t, "b", collapsed.Identity.Subject, "the last start's input runs as its caller")
 		require.Equal(t, at, *collapsed.WakeAt, "now() stands still in the transaction: now + period")
+		require.Equal(t, mustGetRun(t, tx, first), collapsed, "the collapsed run reads as GetRun reads it")
 
 		// Once the run has left scheduled (here cancelled), a start opens a new window.
 		_, err = journal.CancelRun(ctx, tx, tenant, first.ID, id)

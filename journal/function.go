@@ -5,19 +5,22 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
 // Function is one revision of a registered function. Revisions are immutable.
 type Function struct {
-	Tenant    string          `db:"tenant"`
-	Name      string          `db:"name"`
-	Revision  int             `db:"revision"`
-	URL       string          `db:"url"`
-	Config    json.RawMessage `db:"config"`
-	CreatedAt time.Time       `db:"created_at"`
+	Tenant    string
+	Name      string
+	Revision  int
+	URL       string
+	Config    json.RawMessage
+	CreatedAt time.Time
 }
 
 // InvokeRoles returns the roles the revision's config allows to invoke it (its
@@ -51,7 +54,10 @@ func resumeRoles(config json.RawMessage) []string {
 	return c.ResumeRoles
 }
 
-const functionColumns = `r.tenant, r.name, r.revision, r.url, r.config, r.created_at`
+// functionOf is the function a row of a FunctionGet (or alike) query holds.
+func functionOf(r dbsqlc.FunctionGetRow) Function {
+	return Function{Tenant: r.Tenant, Name: r.Name, Revision: int(r.Revision), URL: r.Url, Config: r.Config, CreatedAt: r.CreatedAt}
+}
 
 // RegisterFunction stores a new revision of the function (1 for a new name, else the
 // highest revision so far plus one, even after a delete) and makes it current.
@@ -68,26 +74,17 @@ func RegisterFunction(ctx context.Context, db DB, tenant, name, url string, conf
 	// The lock serializes registrations of one name until the transaction ends (a batch
 	// outside one runs as one implicit transaction), so the insert's snapshot, taken
 	// after it, holds every earlier revision and no registration has to retry.
-	b.Queue(`SELECT pg_advisory_xact_lock(hashtextextended('stepgate.function/' || $1::text || '/' || $2::text, 0))`, tenant, name)
+	b.Queue(dbsqlc.FunctionLockName, tenant, name)
 	var fn *Function
-	b.Queue(`
-		WITH r AS (
-			INSERT INTO stepgate.function_revision (tenant, name, revision, url, config, timeout_ms, run_timeout_ms, retention_ms)
-			SELECT $1, $2, coalesce(max(revision), 0) + 1, $3, $4, $5, nullif($6::bigint, 0),
-				-- config.retention, a duration the caller checked (Postgres reads Go's format).
-				(extract(epoch FROM ($4::jsonb->>'retention')::interval) * 1000)::bigint
-			FROM stepgate.function_revision WHERE tenant = $1 AND name = $2
-			RETURNING *
-		), cur AS (
-			INSERT INTO stepgate.function (tenant, name, revision)
-			SELECT tenant, name, revision FROM r
-			ON CONFLICT (tenant, name) DO UPDATE SET revision = excluded.revision
-		)
-		SELECT `+functionColumns+` FROM r`, tenant, name, url, config, timeout.Milliseconds(), runTimeout.Milliseconds()).
-		Query(func(rows pgx.Rows) error {
-			var err error
-			fn, err = pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Function])
-			return err
+	b.Queue(dbsqlc.FunctionRegister, tenant, name, url, config, timeout.Milliseconds(), runTimeout.Milliseconds()).
+		QueryRow(func(row pgx.Row) error {
+			var r dbsqlc.FunctionRegisterRow
+			if err := row.Scan(&r.Tenant, &r.Name, &r.Revision, &r.Url, &r.Config, &r.CreatedAt); err != nil {
+				return err
+			}
+			f := functionOf(dbsqlc.FunctionGetRow(r))
+			fn = &f
+			return nil
 		})
 	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("register function %s: %w", name, unstorable(err))
@@ -97,47 +94,43 @@ func RegisterFunction(ctx context.Context, db DB, tenant, name, url string, conf
 
 // GetFunction returns the current revision of a registered function, or ErrNotFound.
 func GetFunction(ctx context.Context, db DB, tenant, name string) (*Function, error) {
-	rows, _ := db.Query(ctx, `
-		SELECT `+functionColumns+`
-		FROM stepgate.function f
-		JOIN stepgate.function_revision r USING (tenant, name, revision)
-		WHERE f.tenant = $1 AND f.name = $2`, tenant, name)
-	fn, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Function])
+	row, err := dbsqlc.New(db).FunctionGet(ctx, dbsqlc.FunctionGetParams{Tenant: tenant, Name: name})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get function %s: %w", name, err)
 	}
-	return fn, nil
+	fn := functionOf(row)
+	return &fn, nil
 }
 
 // GetRevision returns one revision of a function, registered or since deleted, or
 // ErrNotFound.
 func GetRevision(ctx context.Context, db DB, tenant, name string, revision int) (*Function, error) {
-	rows, _ := db.Query(ctx, `
-		SELECT `+functionColumns+` FROM stepgate.function_revision r
-		WHERE tenant = $1 AND name = $2 AND revision = $3`, tenant, name, revision)
-	fn, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Function])
+	if revision < math.MinInt32 || revision > math.MaxInt32 {
+		return nil, ErrNotFound // revision is an integer column
+	}
+	row, err := dbsqlc.New(db).FunctionGetRevision(ctx, dbsqlc.FunctionGetRevisionParams{Tenant: tenant, Name: name, Revision: int32(revision)})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get function %s revision %d: %w", name, revision, err)
 	}
-	return fn, nil
+	fn := functionOf(dbsqlc.FunctionGetRow(row))
+	return &fn, nil
 }
 
 // ListFunctions returns the current revision of every registered function, by name.
 func ListFunctions(ctx context.Context, db DB, tenant string) ([]Function, error) {
-	rows, _ := db.Query(ctx, `
-		SELECT `+functionColumns+`
-		FROM stepgate.function f
-		JOIN stepgate.function_revision r USING (tenant, name, revision)
-		WHERE f.tenant = $1 ORDER BY f.name`, tenant)
-	fns, err := pgx.CollectRows(rows, pgx.RowToStructByName[Function])
+	rows, err := dbsqlc.New(db).FunctionList(ctx, tenant)
 	if err != nil {
 		return nil, fmt.Errorf("list functions: %w", err)
+	}
+	fns := make([]Function, len(rows))
+	for i, r := range rows {
+		fns[i] = functionOf(dbsqlc.FunctionGetRow(r))
 	}
 	return fns, nil
 }
@@ -145,11 +138,11 @@ func ListFunctions(ctx context.Context, db DB, tenant string) ([]Function, error
 // DeleteFunction unregisters a function; its revisions and runs are kept. It returns
 // ErrNotFound when the function is not registered.
 func DeleteFunction(ctx context.Context, db DB, tenant, name string) error {
-	tag, err := db.Exec(ctx, `DELETE FROM stepgate.function WHERE tenant = $1 AND name = $2`, tenant, name)
+	n, err := dbsqlc.New(db).FunctionDelete(ctx, dbsqlc.FunctionDeleteParams{Tenant: tenant, Name: name})
 	if err != nil {
 		return fmt.Errorf("delete function %s: %w", name, err)
 	}
-	if tag.RowsAffected() == 0 {
+	if n == 0 {
 		return ErrNotFound
 	}
 	return nil

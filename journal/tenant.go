@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
 // Tenant isolation has two fences. Every query of this package filters by tenant; and
@@ -60,12 +62,7 @@ func ConfigurePool(cfg *pgxpool.Config, system bool) {
 				return err
 			}
 		}
-		// CASE evaluates in order: no membership test of a role that does not exist.
-		_, err := conn.Exec(ctx, `
-			SELECT CASE WHEN to_regrole($1) IS NULL THEN NULL
-				WHEN pg_has_role(session_user, $1, 'MEMBER') THEN set_config('role', $1, false) END`,
-			role)
-		if err != nil {
+		if err := dbsqlc.New(conn).TenantActAs(ctx, role); err != nil {
 			return fmt.Errorf("journal: act as %s: %w", role, err)
 		}
 		return nil
@@ -83,14 +80,14 @@ type Fence struct {
 // CheckFence reports how row-level security applies to db's connections, so that the
 // gateway can refuse to start, or warn, when its pools are not fenced.
 func CheckFence(ctx context.Context, db DB) (Fence, error) {
-	var f Fence
-	err := db.QueryRow(ctx, `
-		SELECT current_user, rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user`,
-	).Scan(&f.User, &f.Bypassed)
+	row, err := dbsqlc.New(db).TenantCheckFence(ctx)
+	if err == nil && row.Bypassed == nil {
+		err = fmt.Errorf("%s has no rolsuper or rolbypassrls", row.UserName)
+	}
 	if err != nil {
 		return Fence{}, fmt.Errorf("check row-level security: %w", err)
 	}
-	return f, nil
+	return Fence{User: row.UserName, Bypassed: *row.Bypassed}, nil
 }
 
 // TenantDB is a DB whose every statement sees only one tenant's rows; see ForTenant.
@@ -101,8 +98,6 @@ type TenantDB struct {
 }
 
 var _ DB = (*TenantDB)(nil)
-
-const setTenantSQL = `SELECT set_config('` + TenantSetting + `', $1, true)`
 
 // ForTenant returns a handle on pool (an API pool, see ConfigurePool) that scopes each
 // statement to tenant: Exec, Query, QueryRow and SendBatch send the tenant's
@@ -130,7 +125,7 @@ func (t *TenantDB) Tenant() string { return t.tenant }
 // batch returns a batch that first sets the tenant, with room for n more statements.
 func (t *TenantDB) batch(n int) *pgx.Batch {
 	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, n+1)}
-	b.Queue(setTenantSQL, t.tenant)
+	b.Queue(dbsqlc.TenantSet, t.tenant)
 	return b
 }
 
