@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
 // growingTables are the tables whose rows the hot statements find by key. Postgres
@@ -14,6 +14,12 @@ import (
 // autovacuum's next ANALYZE, which may come minutes later on a fast-growing new database.
 var growingTables = []string{"run", "journal_entry"}
 
+// analyze analyzes each of growingTables, one named statement each.
+var analyze = map[string]func(*dbsqlc.Queries, context.Context) error{
+	"run":           (*dbsqlc.Queries).AnalyzeRun,
+	"journal_entry": (*dbsqlc.Queries).AnalyzeJournalEntry,
+}
+
 // AnalyzeGrown analyzes each of the hot tables that holds more than twice the rows its
 // statistics say (and more than 2,000), and returns their names. So the statistics,
 // and the plans built on them, are never off by more than that factor: a plan made for a
@@ -22,19 +28,13 @@ var growingTables = []string{"run", "journal_entry"}
 // ANALYZE or VACUUM holds (autovacuum's) is skipped (SKIP_LOCKED), as is one the caller
 // may not analyze (not its owner: Postgres warns and goes on).
 func AnalyzeGrown(ctx context.Context, db DB) ([]string, error) {
-	rows, _ := db.Query(ctx, `
-		SELECT c.relname::text FROM pg_class c
-		JOIN pg_namespace n ON n.oid = c.relnamespace
-		JOIN pg_stat_user_tables s ON s.relid = c.oid
-		WHERE n.nspname = 'stepgate' AND c.relname = ANY($1)
-			AND s.n_live_tup > 2 * greatest(c.reltuples, 1000)`, growingTables)
-	grown, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	q := dbsqlc.New(db)
+	grown, err := q.GrownTables(ctx, growingTables)
 	if err != nil {
 		return nil, fmt.Errorf("find grown tables: %w", err)
 	}
 	for _, t := range grown {
-		// t is one of growingTables, not input.
-		if _, err := db.Exec(ctx, `ANALYZE (SKIP_LOCKED) stepgate.`+pgx.Identifier{t}.Sanitize()); err != nil {
+		if err := analyze[t](q, ctx); err != nil {
 			return nil, fmt.Errorf("analyze %s: %w", t, err)
 		}
 	}
