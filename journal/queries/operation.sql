@@ -14,11 +14,9 @@ SELECT * FROM stepgate.operation WHERE id = @id AND tenant = @tenant;
 -- name: OperationGetByID :one
 SELECT * FROM stepgate.operation WHERE id = @id;
 
--- The two statements below match the runs of an operation's filter created before it,
--- as r, with the same conditions.
-
 -- name: OperationCountMatching :one
--- Finds nothing when the operation's matched count is set already.
+-- Counts the runs of the operation's filter created before it (the conditions on r are
+-- OperationBatch's); finds nothing when the matched count is set already.
 UPDATE stepgate.operation SET matched = (
     SELECT count(*) FROM stepgate.run r
     WHERE r.tenant = @tenant AND r.created_at <= @before
@@ -30,7 +28,8 @@ WHERE operation.id = @op AND matched IS NULL
 RETURNING matched;
 
 -- name: OperationBatch :many
--- Locks the next batch of matching runs past (after_t, after_id), oldest first.
+-- Locks the next batch of the runs of the operation's filter created before it (the
+-- conditions on r are OperationCountMatching's) past (after_t, after_id), oldest first.
 SELECT r.id::text AS id, r.created_at FROM stepgate.run r
 WHERE r.tenant = @tenant AND r.created_at <= @before
     AND (sqlc.narg(function)::text IS NULL OR r.function = sqlc.narg(function))

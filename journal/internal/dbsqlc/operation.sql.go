@@ -43,7 +43,8 @@ type OperationBatchRow struct {
 	CreatedAt time.Time
 }
 
-// Locks the next batch of matching runs past (after_t, after_id), oldest first.
+// Locks the next batch of the runs of the operation's filter created before it (the
+// conditions on r are OperationCountMatching's) past (after_t, after_id), oldest first.
 func (q *Queries) OperationBatch(ctx context.Context, arg OperationBatchParams) ([]OperationBatchRow, error) {
 	rows, err := q.db.Query(ctx, OperationBatch,
 		arg.Tenant,
@@ -142,7 +143,6 @@ func (q *Queries) OperationCancelBatch(ctx context.Context, arg OperationCancelB
 }
 
 const OperationCountMatching = `-- name: OperationCountMatching :one
-
 UPDATE stepgate.operation SET matched = (
     SELECT count(*) FROM stepgate.run r
     WHERE r.tenant = $1 AND r.created_at <= $2
@@ -164,9 +164,8 @@ type OperationCountMatchingParams struct {
 	Op           string
 }
 
-// The two statements below match the runs of an operation's filter created before it,
-// as r, with the same conditions.
-// Finds nothing when the operation's matched count is set already.
+// Counts the runs of the operation's filter created before it (the conditions on r are
+// OperationBatch's); finds nothing when the matched count is set already.
 func (q *Queries) OperationCountMatching(ctx context.Context, arg OperationCountMatchingParams) (*int64, error) {
 	row := q.db.QueryRow(ctx, OperationCountMatching,
 		arg.Tenant,
