@@ -42,7 +42,7 @@ LIMIT @max_runs
 FOR UPDATE;
 
 -- name: OperationCancelBatch :many
--- Cancels the batch's runs that have not finished, like RunCancel, and counts them in
+-- Cancels the batch's runs that have not finished, like CancelRun, and counts them in
 -- the operation. stepgate_run_done is journal.NotifyChannel.
 WITH u AS (
     UPDATE stepgate.run r SET status = 'cancelled', error = @error, lease_until = NULL,

@@ -109,7 +109,7 @@ type OperationCancelBatchRow struct {
 	CreatedAt time.Time
 }
 
-// Cancels the batch's runs that have not finished, like RunCancel, and counts them in
+// Cancels the batch's runs that have not finished, like CancelRun, and counts them in
 // the operation. stepgate_run_done is journal.NotifyChannel.
 func (q *Queries) OperationCancelBatch(ctx context.Context, arg OperationCancelBatchParams) ([]OperationCancelBatchRow, error) {
 	rows, err := q.db.Query(ctx, OperationCancelBatch,
