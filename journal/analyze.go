@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
 // growingTables are the tables whose rows the hot statements find by key. Postgres
@@ -22,21 +22,26 @@ var growingTables = []string{"run", "journal_entry"}
 // ANALYZE or VACUUM holds (autovacuum's) is skipped (SKIP_LOCKED), as is one the caller
 // may not analyze (not its owner: Postgres warns and goes on).
 func AnalyzeGrown(ctx context.Context, db DB) ([]string, error) {
-	rows, _ := db.Query(ctx, `
-		SELECT c.relname::text FROM pg_class c
-		JOIN pg_namespace n ON n.oid = c.relnamespace
-		JOIN pg_stat_user_tables s ON s.relid = c.oid
-		WHERE n.nspname = 'stepgate' AND c.relname = ANY($1)
-			AND s.n_live_tup > 2 * greatest(c.reltuples, 1000)`, growingTables)
-	grown, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	q := dbsqlc.New(db)
+	grown, err := q.GrownTables(ctx, growingTables)
 	if err != nil {
 		return nil, fmt.Errorf("find grown tables: %w", err)
 	}
 	for _, t := range grown {
-		// t is one of growingTables, not input.
-		if _, err := db.Exec(ctx, `ANALYZE (SKIP_LOCKED) stepgate.`+pgx.Identifier{t}.Sanitize()); err != nil {
+		if err := analyze(ctx, q, t); err != nil {
 			return nil, fmt.Errorf("analyze %s: %w", t, err)
 		}
 	}
 	return grown, nil
+}
+
+// analyze analyzes table t, one of growingTables, with its own named statement.
+func analyze(ctx context.Context, q *dbsqlc.Queries, t string) error {
+	switch t {
+	case "run":
+		return q.AnalyzeRun(ctx)
+	case "journal_entry":
+		return q.AnalyzeJournalEntry(ctx)
+	}
+	return fmt.Errorf("no ANALYZE statement for table %s", t)
 }

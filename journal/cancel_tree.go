@@ -2,11 +2,13 @@ package journal
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
 // MaxTreeCancel bounds how many descendants one CancelDescendants statement cancels;
@@ -27,33 +29,13 @@ func CancelDescendants(ctx context.Context, db DB, tenant string, roots []string
 	if len(roots) == 0 {
 		return nil, nil
 	}
-	rows, _ := db.Query(ctx, `
-		WITH RECURSIVE tree (id, parent_id, live) AS (
-			SELECT r.id, r.parent_id, r.status IN ('scheduled', 'queued', 'running', 'suspended')
-			FROM stepgate.run r
-			WHERE r.tenant = $1 AND r.parent_id = ANY ($2::uuid[]) AND NOT r.detached
-			UNION ALL
-			SELECT r.id, r.parent_id, r.status IN ('scheduled', 'queued', 'running', 'suspended')
-			FROM tree t JOIN stepgate.run r ON r.parent_id = t.id
-			WHERE r.tenant = $1 AND NOT r.detached
-		), todo AS (
-			SELECT id, parent_id FROM tree WHERE live LIMIT $4
-		), u AS (
-			UPDATE stepgate.run r SET status = 'cancelled',
-				error = jsonb_build_object('type', 'cancelled',
-					'message', 'cancelled with its parent run ' || todo.parent_id || ' by ' || ($3::jsonb ->> 'subject')),
-				lease_until = NULL, wake_at = NULL, awaiting = NULL, finished_at = now(), cancelled_by = $3
-			FROM todo
-			WHERE r.id = todo.id AND r.tenant = $1 AND r.status IN ('scheduled', 'queued', 'running', 'suspended')
-			RETURNING r.id, r.notify
-		), waits AS (
-			DELETE FROM stepgate.run_wait w USING u WHERE w.run_id = u.id
-		), notified AS (
-			SELECT pg_notify('`+NotifyChannel+`', id::text) FROM u WHERE notify
-		)
-		SELECT u.id::text FROM u, (SELECT count(*) FROM notified) notified_count`,
-		tenant, roots, by, limit)
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	b, err := json.Marshal(by)
+	if err != nil {
+		return nil, fmt.Errorf("cancel descendants of %d runs: %w", len(roots), err)
+	}
+	ids, err := dbsqlc.New(db).CancelDescendants(ctx, dbsqlc.CancelDescendantsParams{
+		Tenant: tenant, Roots: roots, ByIdentity: b, MaxRuns: int32(limit),
+	})
 	if err != nil {
 		return nil, fmt.Errorf("cancel descendants of %d runs: %w", len(roots), err)
 	}

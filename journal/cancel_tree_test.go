@@ -9,7 +9,20 @@ import (
 
 	"github.com/stepgate/stepgate/internal/pgtest"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
+
+// TestCancelQueriesNotifyNotifyChannel: the named queries that cancel runs spell out
+// NotifyChannel, which a sqlc query cannot splice in.
+func TestCancelQueriesNotifyNotifyChannel(t *testing.T) {
+	t.Parallel()
+	for name, sql := range map[string]string{
+		"CancelDescendants":    dbsqlc.CancelDescendants,
+		"OperationCancelBatch": dbsqlc.OperationCancelBatch,
+	} {
+		require.Contains(t, sql, "pg_notify('"+journal.NotifyChannel+"', ", name)
+	}
+}
 
 // mustChain makes parent → child → grandchild, the grandchild detached or not, and
 // cancels the parent alone.

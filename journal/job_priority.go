@@ -3,6 +3,8 @@ package journal
 import (
 	"context"
 	"fmt"
+
+	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
 // HoldBack records that the fair share of a gateway's workers holds back the running
@@ -12,13 +14,9 @@ import (
 // River never changes a job's priority itself, and the snooze that follows keeps it),
 // and a queued or scheduled run's held says why (a claim clears it). One statement.
 func HoldBack(ctx context.Context, db DB, jobID int64, runID string, priority int, why string) error {
-	if _, err := db.Exec(ctx, `
-		WITH job AS (
-			UPDATE river_job SET priority = $2 WHERE id = $1 AND state = 'running' AND priority < $2
-		)
-		UPDATE stepgate.run SET held = $4
-		WHERE id = $3 AND status IN ('queued', 'scheduled') AND held IS DISTINCT FROM $4`,
-		jobID, priority, runID, why); err != nil {
+	if err := dbsqlc.New(db).HoldBack(ctx, dbsqlc.HoldBackParams{
+		JobID: jobID, Priority: int16(priority), RunID: runID, Why: &why,
+	}); err != nil {
 		return fmt.Errorf("hold back job %d of run %s: %w", jobID, runID, err)
 	}
 	return nil

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
 // The gateway's own keys (migration 0010). Only the system pool may read them: they are
@@ -16,10 +18,10 @@ import (
 // InvocationKey is a secret that signs invocation tokens. The current key (RetiresAt
 // nil) signs; a retired one verifies until RetiresAt.
 type InvocationKey struct {
-	ID        string     `db:"id"`
-	Secret    []byte     `db:"secret"`
-	CreatedAt time.Time  `db:"created_at"`
-	RetiresAt *time.Time `db:"retires_at"`
+	ID        string
+	Secret    []byte
+	CreatedAt time.Time
+	RetiresAt *time.Time
 }
 
 // InvocationKeys returns the invocation keys that still verify, the current one first.
@@ -30,22 +32,15 @@ func InvocationKeys(ctx context.Context, db DB, candidate InvocationKey) ([]Invo
 	for range 2 {
 		// A key that another transaction inserted after this statement's snapshot makes
 		// the insert do nothing and stays invisible to the select: look again.
-		rows, _ := db.Query(ctx, `
-			WITH ins AS (
-				INSERT INTO stepgate.invocation_key (id, secret) VALUES ($1, $2)
-				ON CONFLICT DO NOTHING
-				RETURNING id, secret, created_at, retires_at
-			)
-			SELECT * FROM ins
-			UNION ALL
-			SELECT id, secret, created_at, retires_at FROM stepgate.invocation_key
-			WHERE retires_at IS NULL OR retires_at > now()
-			ORDER BY retires_at DESC NULLS FIRST, created_at DESC`, candidate.ID, candidate.Secret)
-		keys, err := pgx.CollectRows(rows, pgx.RowToStructByName[InvocationKey])
+		rows, err := dbsqlc.New(db).InvocationKeys(ctx, dbsqlc.InvocationKeysParams{ID: candidate.ID, Secret: candidate.Secret})
 		if err != nil {
 			return nil, fmt.Errorf("load invocation keys: %w", err)
 		}
-		if len(keys) > 0 {
+		if len(rows) > 0 {
+			keys := make([]InvocationKey, len(rows))
+			for i, r := range rows {
+				keys[i] = InvocationKey(r)
+			}
 			return keys, nil
 		}
 	}
@@ -56,9 +51,9 @@ func InvocationKeys(ctx context.Context, db DB, candidate InvocationKey) ([]Invo
 // after overlap, so tokens it signed stay valid until then.
 func RotateInvocationKey(ctx context.Context, db DB, next InvocationKey, overlap time.Duration) error {
 	b := &pgx.Batch{}
-	b.Queue(`SELECT pg_advisory_xact_lock(hashtextextended('stepgate.invocation_key', 0))`)
-	b.Queue(`UPDATE stepgate.invocation_key SET retires_at = now() + make_interval(secs => $1) WHERE retires_at IS NULL`, overlap.Seconds())
-	b.Queue(`INSERT INTO stepgate.invocation_key (id, secret) VALUES ($1, $2)`, next.ID, next.Secret)
+	b.Queue(dbsqlc.InvocationKeyLock)
+	b.Queue(dbsqlc.InvocationKeyRetire, overlap.Seconds())
+	b.Queue(dbsqlc.InvocationKeyInsert, next.ID, next.Secret)
 	// A batch outside a transaction runs as one implicit transaction.
 	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("rotate invocation key: %w", err)
@@ -70,32 +65,35 @@ func RotateInvocationKey(ctx context.Context, db DB, next InvocationKey, overlap
 // (RetiresAt nil) signs; a retiring one signs too until RetiresAt, so functions that hold
 // either public key accept every request of the overlap.
 type SigningKey struct {
-	Tenant     string     `db:"tenant"`
-	ID         string     `db:"id"`
-	Seed       []byte     `db:"seed"` // The Ed25519 private key's seed.
-	PublicKey  []byte     `db:"public_key"`
-	HMACSecret []byte     `db:"hmac_secret"`
-	CreatedAt  time.Time  `db:"created_at"`
-	RetiresAt  *time.Time `db:"retires_at"`
+	Tenant     string
+	ID         string
+	Seed       []byte // The Ed25519 private key's seed.
+	PublicKey  []byte
+	HMACSecret []byte
+	CreatedAt  time.Time
+	RetiresAt  *time.Time
 }
 
-const signingKeyColumns = `tenant, id, seed, public_key, hmac_secret, created_at, retires_at`
-
-// signingKeysSQL selects a tenant's keys that still sign, the current one first.
-const signingKeysSQL = `
-	SELECT ` + signingKeyColumns + ` FROM stepgate.signing_key
-	WHERE tenant = $1 AND (retires_at IS NULL OR retires_at > now())
-	ORDER BY retires_at DESC NULLS FIRST, created_at DESC`
+// signingKeysOf are the keys rows of stepgate.signing_key hold.
+func signingKeysOf(rows []dbsqlc.StepgateSigningKey) []SigningKey {
+	keys := make([]SigningKey, len(rows))
+	for i, r := range rows {
+		keys[i] = SigningKey{
+			Tenant: r.Tenant, ID: r.ID, Seed: r.Seed, PublicKey: r.PublicKey, HMACSecret: r.HmacSecret,
+			CreatedAt: r.CreatedAt, RetiresAt: r.RetiresAt,
+		}
+	}
+	return keys
+}
 
 // SigningKeys returns the tenant's keys that still sign, the current one first; none
 // when the tenant has none yet. It never creates one.
 func SigningKeys(ctx context.Context, db DB, tenant string) ([]SigningKey, error) {
-	rows, _ := db.Query(ctx, signingKeysSQL, tenant)
-	keys, err := pgx.CollectRows(rows, pgx.RowToStructByName[SigningKey])
+	rows, err := dbsqlc.New(db).SigningKeys(ctx, tenant)
 	if err != nil {
 		return nil, fmt.Errorf("load signing keys of tenant %q: %w", tenant, err)
 	}
-	return keys, nil
+	return signingKeysOf(rows), nil
 }
 
 // EnsureSigningKeys returns the tenant's keys that still sign, the current one first,
@@ -105,10 +103,10 @@ func EnsureSigningKeys(ctx context.Context, db DB, candidate SigningKey) ([]Sign
 	if err != nil || len(keys) > 0 {
 		return keys, err
 	}
-	if _, err := db.Exec(ctx, `
-		INSERT INTO stepgate.signing_key (tenant, id, seed, public_key, hmac_secret)
-		VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`,
-		candidate.Tenant, candidate.ID, candidate.Seed, candidate.PublicKey, candidate.HMACSecret); err != nil {
+	if err := dbsqlc.New(db).SigningKeyInsertFirst(ctx, dbsqlc.SigningKeyInsertFirstParams{
+		Tenant: candidate.Tenant, ID: candidate.ID, Seed: candidate.Seed, PublicKey: candidate.PublicKey,
+		HmacSecret: candidate.HMACSecret,
+	}); err != nil {
 		return nil, fmt.Errorf("store the first signing key of tenant %q: %w", candidate.Tenant, err)
 	}
 	return SigningKeys(ctx, db, candidate.Tenant)
@@ -128,21 +126,14 @@ const MaxSigningKeys = 3
 func RotateSigningKey(ctx context.Context, db DB, next SigningKey, overlap time.Duration) ([]SigningKey, error) {
 	var keys []SigningKey
 	b := &pgx.Batch{}
-	b.Queue(`SELECT pg_advisory_xact_lock(hashtextextended('stepgate.signing_key/' || $1::text, 0))`, next.Tenant)
-	b.Queue(`
-		UPDATE stepgate.signing_key SET retires_at = now() + make_interval(secs => $2)
-		WHERE tenant = $1 AND retires_at IS NULL
-			AND (SELECT count(*) FROM stepgate.signing_key
-				WHERE tenant = $1 AND (retires_at IS NULL OR retires_at > now())) < $3`,
-		next.Tenant, overlap.Seconds(), MaxSigningKeys)
-	b.Queue(`
-		INSERT INTO stepgate.signing_key (tenant, id, seed, public_key, hmac_secret)
-		SELECT $1, $2, $3, $4, $5
-		WHERE NOT EXISTS (SELECT 1 FROM stepgate.signing_key WHERE tenant = $1 AND retires_at IS NULL)`,
-		next.Tenant, next.ID, next.Seed, next.PublicKey, next.HMACSecret)
-	b.Queue(signingKeysSQL, next.Tenant).Query(func(rows pgx.Rows) error {
-		var err error
-		keys, err = pgx.CollectRows(rows, pgx.RowToStructByName[SigningKey])
+	// The statements go in one round trip, with their generated SQL and their arguments
+	// in the order of their generated Params structs.
+	b.Queue(dbsqlc.SigningKeyLock, next.Tenant)
+	b.Queue(dbsqlc.SigningKeyRetire, overlap.Seconds(), next.Tenant, int64(MaxSigningKeys))
+	b.Queue(dbsqlc.SigningKeyInsertCurrent, next.Tenant, next.ID, next.Seed, next.PublicKey, next.HMACSecret)
+	b.Queue(dbsqlc.SigningKeys, next.Tenant).Query(func(rows pgx.Rows) error {
+		got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[dbsqlc.StepgateSigningKey])
+		keys = signingKeysOf(got)
 		return err
 	})
 	if err := db.SendBatch(ctx, b).Close(); err != nil {

@@ -2,11 +2,14 @@ package journal
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
 // Operation statuses.
@@ -30,21 +33,32 @@ type CancelFilter struct {
 // Operation is a bulk operation on a tenant's runs, done in the background in batches.
 // Kind "cancel" cancels the runs matching Filter that were created before it.
 type Operation struct {
-	ID         string       `db:"id"`
-	Tenant     string       `db:"tenant"`
-	Kind       string       `db:"kind"`
-	Status     string       `db:"status"`
-	Filter     CancelFilter `db:"filter"`
-	By         Identity     `db:"by_identity"`
-	Matched    *int64       `db:"matched"` // Runs matching when the work began; nil before.
-	Cancelled  int64        `db:"cancelled"`
-	Batches    int          `db:"batches"`
-	Error      *string      `db:"error"`
-	CreatedAt  time.Time    `db:"created_at"`
-	FinishedAt *time.Time   `db:"finished_at"`
+	ID         string
+	Tenant     string
+	Kind       string
+	Status     string
+	Filter     CancelFilter
+	By         Identity
+	Matched    *int64 // Runs matching when the work began; nil before.
+	Cancelled  int64
+	Batches    int
+	Error      *string
+	CreatedAt  time.Time
+	FinishedAt *time.Time
 }
 
-const operationColumns = `id, tenant, kind, status, filter, by_identity, matched, cancelled, batches, error, created_at, finished_at`
+// operationOf is the operation a row of stepgate.operation holds.
+func operationOf(r dbsqlc.StepgateOperation) (*Operation, error) {
+	op := &Operation{
+		ID: r.ID, Tenant: r.Tenant, Kind: r.Kind, Status: r.Status, By: r.ByIdentity,
+		Matched: r.Matched, Cancelled: r.Cancelled, Batches: int(r.Batches), Error: r.Error,
+		CreatedAt: r.CreatedAt, FinishedAt: r.FinishedAt,
+	}
+	if err := json.Unmarshal(r.Filter, &op.Filter); err != nil {
+		return nil, fmt.Errorf("the filter of operation %s: %w", r.ID, err)
+	}
+	return op, nil
+}
 
 // RunningOperationError: the tenant already has a running operation, ID; a tenant runs
 // one at a time.
@@ -60,20 +74,19 @@ func (e *RunningOperationError) Unwrap() error { return ErrConflict }
 // CreateOperation stores a running cancel operation of tenant with filter, asked for by
 // by. It returns a *RunningOperationError when the tenant has one running.
 func CreateOperation(ctx context.Context, db DB, id, tenant string, filter CancelFilter, by Identity) (*Operation, error) {
-	rows, _ := db.Query(ctx, `
-		INSERT INTO stepgate.operation (id, tenant, kind, filter, by_identity)
-		VALUES ($1, $2, 'cancel', $3, $4)
-		ON CONFLICT (tenant) WHERE status = 'running' DO NOTHING
-		RETURNING `+operationColumns, id, tenant, filter, by)
-	op, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Operation])
+	f, err := json.Marshal(filter)
+	if err != nil {
+		return nil, fmt.Errorf("create operation: %w", err)
+	}
+	q := dbsqlc.New(db)
+	row, err := q.OperationCreate(ctx, dbsqlc.OperationCreateParams{ID: id, Tenant: tenant, Filter: f, ByIdentity: by})
 	if err == nil {
-		return op, nil
+		return operationOf(row)
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("create operation: %w", err)
 	}
-	var running string
-	err = db.QueryRow(ctx, `SELECT id::text FROM stepgate.operation WHERE tenant = $1 AND status = 'running'`, tenant).Scan(&running)
+	running, err := q.OperationRunningID(ctx, tenant)
 	if err != nil {
 		// It finished in between: the caller may ask again.
 		return nil, fmt.Errorf("create operation: %w", ErrConflict)
@@ -83,16 +96,19 @@ func CreateOperation(ctx context.Context, db DB, id, tenant string, filter Cance
 
 // GetOperation returns the tenant's operation id, or ErrNotFound.
 func GetOperation(ctx context.Context, db DB, tenant, id string) (*Operation, error) {
-	return getOperation(ctx, db, id, `SELECT `+operationColumns+` FROM stepgate.operation WHERE id = $1 AND tenant = $2`, id, tenant)
+	row, err := dbsqlc.New(db).OperationGet(ctx, dbsqlc.OperationGetParams{ID: id, Tenant: tenant})
+	return gotOperation(row, err, id)
 }
 
-// getOperation reads the one operation (id) that query selects with args, or ErrNotFound.
-func getOperation(ctx context.Context, db DB, id, query string, args ...any) (*Operation, error) {
-	rows, _ := db.Query(ctx, query, args...)
-	op, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Operation])
+// gotOperation is the operation id read as row with err, or ErrNotFound.
+func gotOperation(row dbsqlc.StepgateOperation, err error, id string) (*Operation, error) {
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
+	if err != nil {
+		return nil, fmt.Errorf("get operation %s: %w", id, err)
+	}
+	op, err := operationOf(row)
 	if err != nil {
 		return nil, fmt.Errorf("get operation %s: %w", id, err)
 	}
@@ -102,14 +118,18 @@ func getOperation(ctx context.Context, db DB, id, query string, args ...any) (*O
 // CountMatching sets the operation's matched count to the runs its filter matches now,
 // unless it is set already.
 func CountMatching(ctx context.Context, db DB, op *Operation) error {
-	err := db.QueryRow(ctx, `
-		UPDATE stepgate.operation SET matched = (
-			SELECT count(*) FROM stepgate.run r WHERE `+filterSQL+`)
-		WHERE id = @op AND matched IS NULL
-		RETURNING matched`, filterArgs(op, nil)).Scan(&op.Matched)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	f := filterOf(op)
+	matched, err := dbsqlc.New(db).OperationCountMatching(ctx, dbsqlc.OperationCountMatchingParams{
+		Op: op.ID, Tenant: op.Tenant, Before: f.before, Function: f.function, CreatedAfter: f.createdAfter,
+		Prefix: f.prefix, Statuses: f.statuses,
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
 		return fmt.Errorf("count runs of operation %s: %w", op.ID, err)
 	}
+	op.Matched = matched
 	return nil
 }
 
@@ -121,10 +141,10 @@ type BatchCursor struct {
 
 // CancelledRun is a run a batch cancelled.
 type CancelledRun struct {
-	ID        string    `db:"id"`
-	ParentID  *string   `db:"parent_id"` // Set, with ParentSeq, when the run is a child.
-	ParentSeq *int      `db:"parent_seq"`
-	CreatedAt time.Time `db:"created_at"`
+	ID        string
+	ParentID  *string // Set, with ParentSeq, when the run is a child.
+	ParentSeq *int
+	CreatedAt time.Time
 }
 
 // CancelBatch cancels up to limit runs matching op's filter past after (nil: from the
@@ -133,47 +153,46 @@ type CancelledRun struct {
 // (the caller then calls FinishOperation). A child cancelled so wakes its waiting
 // parent: the caller enqueues the parents' jobs in the same transaction.
 func CancelBatch(ctx context.Context, db DB, op *Operation, after *BatchCursor, limit int) ([]CancelledRun, *BatchCursor, error) {
-	args := filterArgs(op, after)
-	args["limit"] = limit
-	rows, _ := db.Query(ctx, `
-		SELECT r.id::text AS id, r.created_at FROM stepgate.run r
-		WHERE `+filterSQL+` AND (@after_t::timestamptz IS NULL OR (r.created_at, r.id) > (@after_t, @after_id::uuid))
-		ORDER BY r.created_at, r.id
-		LIMIT @limit
-		FOR UPDATE`, args)
-	todo, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (BatchCursor, error) {
-		var c BatchCursor
-		return c, row.Scan(&c.ID, &c.CreatedAt)
-	})
+	f := filterOf(op)
+	p := dbsqlc.OperationBatchParams{
+		Tenant: op.Tenant, Before: f.before, Function: f.function, CreatedAfter: f.createdAfter,
+		Prefix: f.prefix, Statuses: f.statuses, MaxRuns: int32(limit),
+	}
+	if after != nil {
+		p.AfterT, p.AfterID = &after.CreatedAt, &after.ID
+	}
+	q := dbsqlc.New(db)
+	batch, err := q.OperationBatch(ctx, p)
 	if err != nil {
 		return nil, nil, fmt.Errorf("select a batch of operation %s: %w", op.ID, err)
 	}
-	ids := make([]string, len(todo))
-	for i, c := range todo {
-		ids[i] = c.ID
+	todo := make([]BatchCursor, len(batch))
+	ids := make([]string, len(batch))
+	for i, r := range batch {
+		todo[i] = BatchCursor{CreatedAt: r.CreatedAt, ID: r.ID}
+		ids[i] = r.ID
 	}
-	rows, _ = db.Query(ctx, `
-		WITH u AS (
-			UPDATE stepgate.run r SET status = 'cancelled', error = $3, lease_until = NULL,
-				wake_at = NULL, awaiting = NULL, finished_at = now(), cancelled_by = $4
-			WHERE r.id = ANY ($1::uuid[]) AND r.tenant = $2
-				AND r.status IN ('scheduled', 'queued', 'running', 'suspended')
-			RETURNING r.id, r.parent_id, r.parent_seq, r.created_at, r.notify
-		), waits AS (
-			DELETE FROM stepgate.run_wait w USING u WHERE w.run_id = u.id
-		), notified AS (
-			SELECT pg_notify('`+NotifyChannel+`', id::text) FROM u WHERE notify
-		), counted AS (
-			UPDATE stepgate.operation SET cancelled = cancelled + (SELECT count(*) FROM u), batches = batches + 1
-			WHERE id = $5
-		)
-		SELECT u.id::text AS id, u.parent_id::text AS parent_id, u.parent_seq, u.created_at
-		FROM u, (SELECT count(*) FROM notified) notified_count`,
-		ids, op.Tenant, ErrorInfo{Type: "cancelled", Message: "cancelled by " + op.By.Subject + " (operation " + op.ID + ")"},
-		op.By, op.ID)
-	cancelled, err := pgx.CollectRows(rows, pgx.RowToStructByName[CancelledRun])
+	e, err := json.Marshal(ErrorInfo{Type: "cancelled", Message: "cancelled by " + op.By.Subject + " (operation " + op.ID + ")"})
 	if err != nil {
 		return nil, nil, fmt.Errorf("cancel a batch of operation %s: %w", op.ID, err)
+	}
+	by, err := json.Marshal(op.By)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cancel a batch of operation %s: %w", op.ID, err)
+	}
+	rows, err := q.OperationCancelBatch(ctx, dbsqlc.OperationCancelBatchParams{
+		Ids: ids, Tenant: op.Tenant, Error: e, CancelledBy: by, Op: op.ID,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("cancel a batch of operation %s: %w", op.ID, err)
+	}
+	cancelled := make([]CancelledRun, len(rows))
+	for i, r := range rows {
+		cancelled[i] = CancelledRun{ID: r.ID, ParentID: r.ParentID, CreatedAt: r.CreatedAt}
+		if r.ParentSeq != nil {
+			seq := int(*r.ParentSeq)
+			cancelled[i].ParentSeq = &seq
+		}
 	}
 	op.Cancelled += int64(len(cancelled))
 	op.Batches++
@@ -185,15 +204,14 @@ func CancelBatch(ctx context.Context, db DB, op *Operation, after *BatchCursor, 
 
 // FinishOperation marks op completed, or failed with errMsg when it is not empty.
 func FinishOperation(ctx context.Context, db DB, op *Operation, errMsg string) error {
-	rows, _ := db.Query(ctx, `
-		UPDATE stepgate.operation SET status = CASE WHEN $2 = '' THEN 'completed' ELSE 'failed' END,
-			error = nullif($2, ''), finished_at = now()
-		WHERE id = $1 AND status = 'running'
-		RETURNING `+operationColumns, op.ID, errMsg)
-	got, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Operation])
+	row, err := dbsqlc.New(db).OperationFinish(ctx, dbsqlc.OperationFinishParams{ID: op.ID, ErrorMessage: errMsg})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil
 	}
+	if err != nil {
+		return fmt.Errorf("finish operation %s: %w", op.ID, err)
+	}
+	got, err := operationOf(row)
 	if err != nil {
 		return fmt.Errorf("finish operation %s: %w", op.ID, err)
 	}
@@ -204,18 +222,21 @@ func FinishOperation(ctx context.Context, db DB, op *Operation, errMsg string) e
 // GetOperationByID returns any tenant's operation id (for the background worker, on
 // the system pool), or ErrNotFound.
 func GetOperationByID(ctx context.Context, db DB, id string) (*Operation, error) {
-	return getOperation(ctx, db, id, `SELECT `+operationColumns+` FROM stepgate.operation WHERE id = $1`, id)
+	row, err := dbsqlc.New(db).OperationGetByID(ctx, id)
+	return gotOperation(row, err, id)
 }
 
-// filterSQL matches the runs of the operation's filter created before it, as r, with
-// filterArgs.
-const filterSQL = `r.tenant = @tenant AND r.created_at <= @before
-		AND (@function::text IS NULL OR r.function = @function)
-		AND (@created_after::timestamptz IS NULL OR r.created_at > @created_after)
-		AND (@prefix::text IS NULL OR starts_with(r.idempotency_key, @prefix))
-		AND r.status = ANY (@statuses::text[])`
+// runFilter is the arguments of OperationCountMatching and OperationBatch that match the
+// runs of an operation's filter created before it.
+type runFilter struct {
+	before       time.Time
+	function     *string
+	createdAfter *time.Time
+	prefix       *string
+	statuses     []string
+}
 
-func filterArgs(op *Operation, after *BatchCursor) namedArgs {
+func filterOf(op *Operation) runFilter {
 	f := op.Filter
 	before := op.CreatedAt
 	if f.CreatedBefore != nil && f.CreatedBefore.Before(before) {
@@ -228,13 +249,8 @@ func filterArgs(op *Operation, after *BatchCursor) namedArgs {
 	if len(statuses) == 0 {
 		statuses = []string{"scheduled", "queued", "running", "suspended"}
 	}
-	args := namedArgs{
-		"op": op.ID, "tenant": op.Tenant, "before": before, "function": f.Function,
-		"created_after": f.CreatedAfter, "prefix": f.IdempotencyKeyPrefix, "statuses": statuses,
-		"after_t": nil, "after_id": nil,
+	return runFilter{
+		before: before, function: f.Function, createdAfter: f.CreatedAfter,
+		prefix: f.IdempotencyKeyPrefix, statuses: statuses,
 	}
-	if after != nil {
-		args["after_t"], args["after_id"] = after.CreatedAt, after.ID
-	}
-	return args
 }

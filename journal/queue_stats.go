@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
 // QueueStatsBound bounds the rows QueueStats counts: the queue depth and each River job
@@ -31,12 +33,8 @@ type QueueStats struct {
 func ReadQueueStats(ctx context.Context, db DB) (QueueStats, error) {
 	q := QueueStats{Jobs: map[string]int64{}}
 	b := &pgx.Batch{}
-	b.Queue(`
-		SELECT count(*), coalesce(extract(epoch FROM clock_timestamp() - min(due)), 0)::float8
-		FROM (SELECT coalesce(wake_at, created_at) AS due FROM stepgate.run
-			WHERE (status IN ('queued', 'scheduled') OR (status = 'suspended' AND wake_at IS NOT NULL))
-				AND coalesce(wake_at, created_at) <= clock_timestamp()
-			ORDER BY coalesce(wake_at, created_at) LIMIT $1) d`, QueueStatsBound).
+	// Both statements go in one round trip, with their generated SQL.
+	b.Queue(dbsqlc.QueueDue, int32(QueueStatsBound)).
 		QueryRow(func(r pgx.Row) error {
 			var age float64
 			if err := r.Scan(&q.Due, &age); err != nil {
@@ -45,9 +43,7 @@ func ReadQueueStats(ctx context.Context, db DB) (QueueStats, error) {
 			q.OldestAge = time.Duration(age * float64(time.Second))
 			return nil
 		})
-	b.Queue(`
-		SELECT s::text, (SELECT count(*) FROM (SELECT 1 FROM river_job WHERE state = s LIMIT $1) j)
-		FROM unnest(enum_range(NULL::river_job_state)) s`, QueueStatsBound).
+	b.Queue(dbsqlc.QueueJobs, int32(QueueStatsBound)).
 		Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var state string
@@ -68,6 +64,6 @@ func ReadQueueStats(ctx context.Context, db DB) (QueueStats, error) {
 // RunOwner returns the tenant and function of run id, for the logs of the rare paths
 // that know only the id; empty strings when it cannot be read.
 func RunOwner(ctx context.Context, db DB, id string) (tenant, function string) {
-	_ = db.QueryRow(ctx, `SELECT tenant, function FROM stepgate.run WHERE id = $1`, id).Scan(&tenant, &function)
-	return tenant, function
+	row, _ := dbsqlc.New(db).RunOwner(ctx, id)
+	return row.Tenant, row.Function
 }

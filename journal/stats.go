@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
 // FunctionStats sums up the runs of one registered function created in a window.
@@ -27,28 +29,11 @@ type FunctionStats struct {
 // name, over the runs created in the window before now (database clock). It is one
 // query, walking each function's runs of the window by index.
 func StatsOfFunctions(ctx context.Context, db DB, tenant string, window time.Duration) ([]FunctionStats, error) {
-	rows, _ := db.Query(ctx, `
-		SELECT f.name, s.runs, s.completed, s.failed, s.running,
-			s.p50_ms, l.last_run_at
-		FROM stepgate.function f
-		CROSS JOIN LATERAL (
-			SELECT count(*) AS runs,
-				count(*) FILTER (WHERE r.status = 'completed') AS completed,
-				count(*) FILTER (WHERE r.status IN ('failed', 'cancelled')) AS failed,
-				count(*) FILTER (WHERE r.status NOT IN ('completed', 'failed', 'cancelled')) AS running,
-				percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM r.finished_at - r.created_at) * 1000)
-					FILTER (WHERE r.status IN ('completed', 'failed')) AS p50_ms
-			FROM stepgate.run r
-			WHERE r.tenant = f.tenant AND r.function = f.name
-			  AND r.created_at > now() - make_interval(secs => $2)
-		) s
-		LEFT JOIN LATERAL (
-			SELECT r.created_at AS last_run_at FROM stepgate.run r
-			WHERE r.tenant = f.tenant AND r.function = f.name
-			ORDER BY r.created_at DESC, r.id DESC LIMIT 1
-		) l ON true
-		WHERE f.tenant = $1
-		ORDER BY f.name`, tenant, window.Seconds())
+	// sqlc types p50_ms and last_run_at NOT NULL (it does not see that an aggregate of
+	// no rows, or a LEFT JOIN LATERAL that finds none, is NULL): its generated method
+	// would fail on a function without runs, so this scans its statement by name.
+	p := dbsqlc.FunctionStatsParams{Tenant: tenant, WindowSecs: window.Seconds()}
+	rows, _ := db.Query(ctx, dbsqlc.FunctionStats, p.WindowSecs, p.Tenant)
 	stats, err := pgx.CollectRows(rows, pgx.RowToStructByName[FunctionStats])
 	if err != nil {
 		return nil, fmt.Errorf("function stats: %w", err)

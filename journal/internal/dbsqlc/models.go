@@ -11,6 +11,21 @@ import (
 	"github.com/stepgate/stepgate/access"
 )
 
+type StepgateOperation struct {
+	ID         string
+	Tenant     string
+	Kind       string
+	Status     string
+	Filter     json.RawMessage
+	ByIdentity access.Identity
+	Matched    *int64
+	Cancelled  int64
+	Batches    int32
+	Error      *string
+	CreatedAt  time.Time
+	FinishedAt *time.Time
+}
+
 type StepgateSchedule struct {
 	ID              string
 	Tenant          string
@@ -28,4 +43,14 @@ type StepgateSchedule struct {
 	UpdatedAt       time.Time
 	Catchup         string
 	CatchupWindowMs int64
+}
+
+type StepgateSigningKey struct {
+	Tenant     string
+	ID         string
+	Seed       []byte
+	PublicKey  []byte
+	HmacSecret []byte
+	CreatedAt  time.Time
+	RetiresAt  *time.Time
 }

@@ -1,0 +1,24 @@
+package journal_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
+)
+
+// TestOperationQueriesMatchTheSameRuns: an operation counts the runs it then cancels,
+// so OperationCountMatching and OperationBatch, which each write out the conditions on
+// the run, write out the same ones, with the same parameters.
+func TestOperationQueriesMatchTheSameRuns(t *testing.T) {
+	t.Parallel()
+	conditions := func(sql string) string {
+		start := strings.Index(sql, "WHERE r.tenant")
+		end := strings.Index(sql, "::text[])")
+		require.True(t, start >= 0 && end > start, sql)
+		return strings.Join(strings.Fields(sql[start:end]), " ")
+	}
+	require.Equal(t, conditions(dbsqlc.OperationCountMatching), conditions(dbsqlc.OperationBatch))
+}

@@ -1,0 +1,69 @@
+-- name: OperationCreate :one
+-- Finds nothing when the tenant has an operation running.
+INSERT INTO stepgate.operation (id, tenant, kind, filter, by_identity)
+VALUES (@id, @tenant, 'cancel', @filter, @by_identity)
+ON CONFLICT (tenant) WHERE status = 'running' DO NOTHING
+RETURNING *;
+
+-- name: OperationRunningID :one
+SELECT id::text FROM stepgate.operation WHERE tenant = @tenant AND status = 'running';
+
+-- name: OperationGet :one
+SELECT * FROM stepgate.operation WHERE id = @id AND tenant = @tenant;
+
+-- name: OperationGetByID :one
+SELECT * FROM stepgate.operation WHERE id = @id;
+
+-- name: OperationCountMatching :one
+-- Counts the runs of the operation's filter created before it (the conditions on r are
+-- OperationBatch's); finds nothing when the matched count is set already.
+UPDATE stepgate.operation SET matched = (
+    SELECT count(*) FROM stepgate.run r
+    WHERE r.tenant = @tenant AND r.created_at <= @before
+        AND (sqlc.narg(function)::text IS NULL OR r.function = sqlc.narg(function))
+        AND (sqlc.narg(created_after)::timestamptz IS NULL OR r.created_at > sqlc.narg(created_after))
+        AND (sqlc.narg(prefix)::text IS NULL OR starts_with(r.idempotency_key, sqlc.narg(prefix)))
+        AND r.status = ANY (@statuses::text[]))
+WHERE operation.id = @op AND matched IS NULL
+RETURNING matched;
+
+-- name: OperationBatch :many
+-- Locks the next batch of the runs of the operation's filter created before it (the
+-- conditions on r are OperationCountMatching's) past (after_t, after_id), oldest first.
+SELECT r.id::text AS id, r.created_at FROM stepgate.run r
+WHERE r.tenant = @tenant AND r.created_at <= @before
+    AND (sqlc.narg(function)::text IS NULL OR r.function = sqlc.narg(function))
+    AND (sqlc.narg(created_after)::timestamptz IS NULL OR r.created_at > sqlc.narg(created_after))
+    AND (sqlc.narg(prefix)::text IS NULL OR starts_with(r.idempotency_key, sqlc.narg(prefix)))
+    AND r.status = ANY (@statuses::text[])
+    AND (sqlc.narg(after_t)::timestamptz IS NULL OR (r.created_at, r.id) > (sqlc.narg(after_t), sqlc.narg(after_id)::uuid))
+ORDER BY r.created_at, r.id
+LIMIT @max_runs
+FOR UPDATE;
+
+-- name: OperationCancelBatch :many
+-- Cancels the batch's runs that have not finished, like CancelRun, and counts them in
+-- the operation. stepgate_run_done is journal.NotifyChannel.
+WITH u AS (
+    UPDATE stepgate.run r SET status = 'cancelled', error = @error, lease_until = NULL,
+        wake_at = NULL, awaiting = NULL, finished_at = now(), cancelled_by = @cancelled_by
+    WHERE r.id = ANY (@ids::uuid[]) AND r.tenant = @tenant
+        AND r.status IN ('scheduled', 'queued', 'running', 'suspended')
+    RETURNING r.id, r.parent_id, r.parent_seq, r.created_at, r.notify
+), waits AS (
+    DELETE FROM stepgate.run_wait w USING u WHERE w.run_id = u.id
+), notified AS (
+    SELECT pg_notify('stepgate_run_done', id::text) FROM u WHERE notify
+), counted AS (
+    UPDATE stepgate.operation SET cancelled = cancelled + (SELECT count(*) FROM u), batches = batches + 1
+    WHERE operation.id = @op
+)
+SELECT u.id::text AS id, u.parent_id, u.parent_seq, u.created_at
+FROM u, (SELECT count(*) FROM notified) notified_count;
+
+-- name: OperationFinish :one
+-- Completes the running operation, or fails it when error_message is not empty.
+UPDATE stepgate.operation SET status = CASE WHEN sqlc.arg(error_message)::text = '' THEN 'completed' ELSE 'failed' END,
+    error = nullif(sqlc.arg(error_message), ''), finished_at = now()
+WHERE id = @id AND status = 'running'
+RETURNING *;
