@@ -217,10 +217,9 @@ func TestResumeWaitersUsesTheIndex(t *testing.T) {
 	require.NoError(t, err)
 	var plan []string
 	err = pgx.BeginFunc(t.Context(), journal.ForTenant(api, tenant), func(tx pgx.Tx) error {
-		rows, _ := tx.Query(t.Context(), "EXPLAIN "+journal.ResumeWaitersSQL, pgx.NamedArgs{
-			"tenant": tenant, "event": "orders.paid", "id": "e1",
-			"doc": json.RawMessage(`{"id":"e1","name":"orders.paid","data":{"order_id":"o-1"}}`),
-		})
+		// The statement's parameters: tenant, event, doc, id.
+		rows, _ := tx.Query(t.Context(), "EXPLAIN "+journal.ResumeWaitersSQL, tenant, "orders.paid",
+			json.RawMessage(`{"id":"e1","name":"orders.paid","data":{"order_id":"o-1"}}`), "e1")
 		var err error
 		plan, err = pgx.CollectRows(rows, pgx.RowTo[string])
 		return err
