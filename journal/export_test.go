@@ -11,6 +11,13 @@ const MaxPgMessage = maxPgMessage
 // ResumeWaitersSQL exposes the statement that resumes an event's waiters, for its plan.
 const ResumeWaitersSQL = dbsqlc.WaitResume
 
+// FlowKeys and UsageSum expose the SQL fragments that named queries spell out, for the
+// tests that check they agree.
+const (
+	FlowKeys = flowKeys
+	UsageSum = usageSum
+)
+
 // NamedArgs exposes namedArgs to the external tests.
 type NamedArgs = namedArgs
 
