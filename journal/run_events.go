@@ -77,8 +77,8 @@ func RunsByID(ctx context.Context, db DB, ids []string) ([]Run, error) {
 	return runs, nil
 }
 
-// storedRun is the run a row of RunsByID holds, or of a query of the same columns
-// (ActionCancelRun, ActionExceedDeadline, ActionGetRunByID), converted to its row type.
+// storedRun is the run a row of RunsByID holds, or a row of ActionCancelRun,
+// ActionExceedDeadline or ActionGetRunByID (the same columns) converted to RunsByIDRow.
 // Its JSON columns are decoded as pgx decodes them into Run's fields: SQL NULL leaves a
 // field nil. Its wake_at is nullif(wake_at, 'infinity') written as a CASE, which sqlc
 // types as interface{}: a time.Time, or nil.
