@@ -2,11 +2,14 @@ package journal
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
 // ErrFinished: the run is already terminal (completed, failed or cancelled), so it
@@ -31,22 +34,20 @@ var ErrFinished = errors.New("journal: run is finished")
 // run, or ErrFinished with the run as it is when it was already terminal.
 func CancelRun(ctx context.Context, db DB, tenant, id string, by Identity) (*Run, error) {
 	e := ErrorInfo{Type: "cancelled", Message: "cancelled by " + by.Subject}
-	rows, _ := db.Query(ctx, `
-		WITH u AS (
-			UPDATE stepgate.run SET status = 'cancelled', error = $3, lease_until = NULL,
-				wake_at = NULL, awaiting = NULL, finished_at = now(), cancelled_by = $4
-			WHERE id = $1 AND tenant = $2 AND status IN ('scheduled', 'queued', 'running', 'suspended')
-			RETURNING `+runColumns+`, notify
-		), waits AS (
-			DELETE FROM stepgate.run_wait w USING u WHERE w.run_id = u.id
-		), notified AS (
-			SELECT pg_notify('`+NotifyChannel+`', id::text) FROM u WHERE notify
-		)
-		SELECT `+runColumns+` FROM u, (SELECT count(*) FROM notified) notified_count`,
-		id, tenant, e, by)
-	run, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Run])
+	ej, err := json.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("cancel run %s: %w", id, err)
+	}
+	bj, err := json.Marshal(by)
+	if err != nil {
+		return nil, fmt.Errorf("cancel run %s: %w", id, err)
+	}
+	row, err := dbsqlc.New(db).ActionCancelRun(ctx, dbsqlc.ActionCancelRunParams{ID: id, Tenant: tenant, Error: ej, CancelledBy: bj})
+	var run *Run
 	if err == nil {
-		return run, nil
+		if run, err = storedRun(dbsqlc.RunsByIDRow(row)); err == nil {
+			return run, nil
+		}
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("cancel run %s: %w", id, err)
@@ -75,33 +76,23 @@ const ErrorTypeDeadline = "deadline_exceeded"
 // It returns the failed run; ErrFinished when the run has ended; ErrNotDue with the
 // run when its deadline has not come (or it has none); ErrNotFound when it is gone.
 func ExceedDeadline(ctx context.Context, db DB, id string) (*Run, error) {
-	rows, _ := db.Query(ctx, `
-		WITH u AS (
-			UPDATE stepgate.run SET status = 'failed',
-				error = jsonb_build_object('type', $2::text, 'message',
-					'the run passed its deadline of ' || to_char(deadline AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')),
-				invocation = invocation + 1, lease_until = NULL,
-				wake_at = NULL, awaiting = NULL, finished_at = now()
-			WHERE id = $1 AND deadline <= now() AND status IN ('scheduled', 'queued', 'running', 'suspended')
-			RETURNING `+runColumns+`, notify
-		), waits AS (
-			DELETE FROM stepgate.run_wait w USING u WHERE w.run_id = u.id
-		), notified AS (
-			SELECT pg_notify('`+NotifyChannel+`', id::text) FROM u WHERE notify
-		)
-		SELECT `+runColumns+` FROM u, (SELECT count(*) FROM notified) notified_count`,
-		id, ErrorTypeDeadline)
-	run, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Run])
+	q := dbsqlc.New(db)
+	row, err := q.ActionExceedDeadline(ctx, dbsqlc.ActionExceedDeadlineParams{ID: id, ErrorType: ErrorTypeDeadline})
+	var run *Run
 	if err == nil {
-		return run, nil
+		if run, err = storedRun(dbsqlc.RunsByIDRow(row)); err == nil {
+			return run, nil
+		}
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("fail run %s past its deadline: %w", id, err)
 	}
-	rows, _ = db.Query(ctx, `SELECT `+runColumns+` FROM stepgate.run WHERE id = $1`, id)
-	run, err = pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Run])
+	got, err := q.ActionGetRunByID(ctx, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
+	}
+	if err == nil {
+		run, err = storedRun(dbsqlc.RunsByIDRow(got))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get run %s: %w", id, err)
@@ -119,26 +110,19 @@ func ExceedDeadline(ctx context.Context, db DB, id string) (*Run, error) {
 // reads the index run_deadline, for any tenant (the invoker's maintenance passes arm
 // timers for them).
 func UpcomingDeadlines(ctx context.Context, db DB, after time.Time, within time.Duration, limit int) ([]Wake, time.Time, error) {
-	rows, _ := db.Query(ctx, `
-		WITH c AS (SELECT now() AS now)
-		SELECT d.id, d.at, c.now FROM c LEFT JOIN LATERAL (
-			SELECT id::text AS id, deadline AS at FROM stepgate.run
-			WHERE deadline IS NOT NULL AND status IN ('scheduled', 'queued', 'running', 'suspended')
-				AND deadline > $1 AND deadline <= c.now + make_interval(secs => $2)
-			ORDER BY deadline
-			LIMIT $3) d ON true`, after, within.Seconds(), limit)
-	var deadlines []Wake
-	var now time.Time
-	var id *string
-	var at *time.Time
-	_, err := pgx.ForEachRow(rows, []any{&id, &at, &now}, func() error {
-		if id != nil {
-			deadlines = append(deadlines, Wake{RunID: *id, At: *at})
-		}
-		return nil
+	rows, err := dbsqlc.New(db).ActionUpcomingDeadlines(ctx, dbsqlc.ActionUpcomingDeadlinesParams{
+		After: after, WithinSecs: within.Seconds(), Max: int64(limit),
 	})
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("find upcoming deadlines: %w", err)
+	}
+	var deadlines []Wake
+	var now time.Time
+	for _, r := range rows {
+		now = r.Now
+		if r.ID != "" {
+			deadlines = append(deadlines, Wake{RunID: r.ID, At: *r.At})
+		}
 	}
 	return deadlines, now, nil
 }

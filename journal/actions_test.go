@@ -12,6 +12,7 @@ import (
 
 	"github.com/stepgate/stepgate/internal/pgtest"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
 func TestCancelRun(t *testing.T) {
@@ -266,4 +267,62 @@ func TestStatsOfFunctions(t *testing.T) {
 	wide, err := journal.StatsOfFunctions(ctx, tx, tenant, 3*time.Hour)
 	require.NoError(t, err)
 	require.Equal(t, 1, wide[1].Runs)
+}
+
+// TestActionQueriesNotifyNotifyChannel: the named queries that end a run spell out
+// NotifyChannel, which a sqlc query cannot splice in.
+func TestActionQueriesNotifyNotifyChannel(t *testing.T) {
+	t.Parallel()
+	for name, sql := range map[string]string{
+		"ActionCancelRun":      dbsqlc.ActionCancelRun,
+		"ActionExceedDeadline": dbsqlc.ActionExceedDeadline,
+	} {
+		require.Contains(t, sql, "pg_notify('"+journal.NotifyChannel+"', ", name)
+	}
+}
+
+// TestRunActionsReadRunsAsGetRunDoes: RunsByID, ExceedDeadline's run not due and
+// CancelRun return a run as GetRun reads it, whatever its columns hold: a wake_at of
+// 'infinity' (a run held by a concurrency limit) is none, the JSON columns decode.
+func TestRunActionsReadRunsAsGetRunDoes(t *testing.T) {
+	t.Parallel()
+	ctx, tx := t.Context(), pgtest.Tx(t)
+	later := time.Now().Add(time.Hour)
+	held := mustCreateRun(t, tx, func(n *journal.NewRun) { n.Deadline = &later })
+	mustExec(t, tx, `UPDATE stepgate.run SET wake_at = 'infinity', held = 'a concurrency limit' WHERE id = $1`, held.ID)
+	due := mustCreateRun(t, tx, func(n *journal.NewRun) { n.Claim, n.Lease = true, time.Minute })
+	mustExec(t, tx, `UPDATE stepgate.run SET status = 'suspended', lease_until = NULL, wake_at = now() + interval '1 minute',
+		awaiting = '{"kind": "sleep", "seq": 3, "name": "nap"}', error = '{"type": "x", "message": "y"}' WHERE id = $1`, due.ID)
+	cancelled := mustCreateRun(t, tx)
+	ada := journal.Identity{Subject: "ada", Tenant: cancelled.Tenant, Roles: []string{"developer"}}
+	got, err := journal.CancelRun(ctx, tx, cancelled.Tenant, cancelled.ID, ada)
+	require.NoError(t, err)
+	want, err := journal.GetRun(ctx, tx, cancelled.Tenant, cancelled.ID)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+	require.Equal(t, &ada, got.CancelledBy)
+
+	runs, err := journal.RunsByID(ctx, tx, []string{held.ID, due.ID, cancelled.ID})
+	require.NoError(t, err)
+	require.Len(t, runs, 3)
+	for _, r := range runs {
+		want, err := journal.GetRun(ctx, tx, r.Tenant, r.ID)
+		require.NoError(t, err)
+		require.Equal(t, *want, r)
+		switch r.ID {
+		case held.ID:
+			require.Nil(t, r.WakeAt, "'infinity' is none")
+		case due.ID:
+			require.NotNil(t, r.WakeAt)
+			require.Equal(t, &journal.Awaiting{Kind: journal.AwaitSleep, Seq: 3, Name: "nap"}, r.Awaiting)
+			require.Equal(t, &journal.ErrorInfo{Type: "x", Message: "y"}, r.Error)
+		}
+	}
+
+	got, err = journal.ExceedDeadline(ctx, tx, held.ID)
+	require.ErrorIs(t, err, journal.ErrNotDue)
+	want, err = journal.GetRun(ctx, tx, held.Tenant, held.ID)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+	require.Nil(t, got.WakeAt)
 }

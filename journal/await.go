@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
 // Awaiting is what a suspended run waits for, stored on the run (run.awaiting) and shown
@@ -91,10 +93,9 @@ func (s Sleep) awaiting() Awaiting { return Awaiting{Kind: AwaitSleep, Seq: s.Se
 func (s Sleep) wake() (*time.Time, time.Duration, bool) { return s.Until, s.For, true }
 
 func (s Sleep) write(ctx context.Context, db DB, w awaitWrite, f *Finished) error {
-	_, err := db.Exec(ctx, `
-		INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, wake_at, invocation, journal_bytes)
-		VALUES ($1, $2, $3, $4, $5, $6, stepgate.journal_bytes_before($1, $2))`,
-		w.runID, s.Seq, KindSleep, s.Name, f.WakeAt, w.invocation)
+	err := dbsqlc.New(db).AwaitSleep(ctx, dbsqlc.AwaitSleepParams{
+		RunID: w.runID, Seq: int32(s.Seq), Kind: KindSleep, Name: s.Name, WakeAt: f.WakeAt, Invocation: int32(w.invocation),
+	})
 	if isUniqueViolation(err) {
 		return fmt.Errorf("%w: seq %d is already journaled", ErrConflict, s.Seq)
 	}
@@ -120,10 +121,13 @@ func (r StepRetry) wake() (*time.Time, time.Duration, bool) { return nil, r.Afte
 
 func (r StepRetry) write(ctx context.Context, db DB, w awaitWrite, _ *Finished) error {
 	sf := r.Failure
-	if _, err := db.Exec(ctx, `
-		INSERT INTO stepgate.attempt_failure (run_id, seq, attempt, name, error)
-		VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`,
-		w.runID, sf.Seq, sf.Attempt, sf.Name, sf.Error); err != nil {
+	e, err := json.Marshal(sf.Error)
+	if err == nil {
+		err = dbsqlc.New(db).AwaitStepFailure(ctx, dbsqlc.AwaitStepFailureParams{
+			RunID: w.runID, Seq: int32(sf.Seq), Attempt: int32(sf.Attempt), Name: sf.Name, Error: e,
+		})
+	}
+	if err != nil {
 		return fmt.Errorf("record step failure of run %s: %w", w.runID, err)
 	}
 	return nil
@@ -199,8 +203,7 @@ func (in InvokeAll) write(ctx context.Context, db DB, w awaitWrite, f *Finished)
 
 // EntryWakeAt returns the wake time of the sleep journaled at seq of run runID.
 func EntryWakeAt(ctx context.Context, db DB, runID string, seq int) (time.Time, error) {
-	var at *time.Time
-	err := db.QueryRow(ctx, `SELECT wake_at FROM stepgate.journal_entry WHERE run_id = $1 AND seq = $2`, runID, seq).Scan(&at)
+	at, err := dbsqlc.New(db).AwaitEntryWakeAt(ctx, dbsqlc.AwaitEntryWakeAtParams{RunID: runID, Seq: int32(seq)})
 	if err == nil && at == nil {
 		err = fmt.Errorf("entry %d is not a sleep", seq)
 	}

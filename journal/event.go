@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
 // KindEvent is the journal entry of an event a run sent (step.SendEvent): its output is
@@ -18,30 +20,28 @@ const KindEvent = "event"
 // Event is a named JSON payload sent by a tenant, through the API or from a run. Events
 // are immutable; (Tenant, ID) is unique.
 type Event struct {
-	Tenant   string          `db:"tenant"`
-	ID       string          `db:"id"`
-	Name     string          `db:"name"`
-	Data     json.RawMessage `db:"data"`
-	Identity Identity        `db:"identity"` // The sender's.
+	Tenant   string
+	ID       string
+	Name     string
+	Data     json.RawMessage
+	Identity Identity // The sender's.
 	// SourceRunID is the run that sent the event; nil for one sent through the API.
-	SourceRunID *string  `db:"source_run_id"`
-	Runs        []string `db:"runs"` // The runs the event started, by function name.
+	SourceRunID *string
+	Runs        []string // The runs the event started, by function name.
 	// Skipped are the functions its triggers did not start (a rate limit), and why.
-	Skipped   []SkippedStart `db:"skipped"`
-	CreatedAt time.Time      `db:"created_at"`
+	Skipped   []SkippedStart
+	CreatedAt time.Time
 	// Flowed are the functions with flow control its triggers name, when it was just
 	// sent: SendEvent starts none of them; the caller does, through their flow control
 	// (see CompleteEvent).
-	Flowed []string `db:"-"`
+	Flowed []string
 	// Held are the runs the caller started for Flowed that flow control scheduled, for
 	// it to arm their wake-ups once the event commits; not stored.
-	Held []*Run `db:"-"`
+	Held []*Run
 	// Resumed are the waiting runs the event resumed (ResumeWaiters), when it was
 	// just sent; not stored with the event (each run's journal names it).
-	Resumed []string `db:"-"`
+	Resumed []string
 }
-
-const eventColumns = `tenant, id, name, data, identity, source_run_id::text, runs::text[], skipped, created_at`
 
 // NewEvent is what SendEvent needs to store an event.
 type NewEvent struct {
@@ -81,47 +81,25 @@ func SendEvent(ctx context.Context, db DB, n NewEvent) (ev *Event, created bool,
 	if roles == nil {
 		roles = []string{}
 	}
-	// Run ids are UUIDv7, as the gateway makes them, for the index locality of time
-	// order. targets is materialized (a volatile CTE read twice), so the event's runs
-	// are the runs inserted.
-	rows, _ := db.Query(ctx, `
-		WITH targets AS MATERIALIZED (
-			SELECT f.name, f.revision, r.run_timeout_ms,
-				coalesce((r.config->>'priority')::smallint, 2) AS priority, -- 2: DefaultPriority
-				r.config ?| `+flowKeys+` AS flowed,
-				encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid())
-				placing substring(int8send(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM 3)
-				FROM 1 FOR 6), 52, 1), 53, 1), 'hex')::uuid AS run_id
-			FROM stepgate.function f
-			JOIN stepgate.function_revision r USING (tenant, name, revision)
-			WHERE f.tenant = $1
-			  AND r.config->'triggers' @> jsonb_build_array(jsonb_build_object('event', $3::text))
-			  AND stepgate.may_invoke(r.config, $7, $8::text[])
-		), ins AS (
-			INSERT INTO stepgate.event (tenant, id, name, data, identity, source_run_id, runs)
-			SELECT $1, $2, $3, $4, $5, $6, coalesce(array_agg(run_id ORDER BY name) FILTER (WHERE NOT flowed), '{}') FROM targets
-			HAVING $9::bigint <= 0 OR count(*) FILTER (WHERE NOT flowed) = 0
-				OR `+fmt.Sprintf(usageSum, "runs", "$1")+` + count(*) FILTER (WHERE NOT flowed) <= $9::bigint
-			ON CONFLICT (tenant, id) DO NOTHING
-			RETURNING `+eventColumns+`
-		), runs AS (
-			INSERT INTO stepgate.run (id, tenant, function, revision, status, input, identity, deadline, priority)
-			SELECT t.run_id, $1, t.name, t.revision, 'queued', $4, $5, now() + t.run_timeout_ms * interval '1 millisecond', t.priority
-			FROM targets t WHERE NOT t.flowed AND EXISTS (SELECT 1 FROM ins)
-			RETURNING id, tenant, function, status, attempts, wake_at, finished_at
-		)
-		SELECT ins.*, ARRAY(SELECT name FROM targets WHERE flowed ORDER BY name) AS flowed FROM ins`,
-		n.Tenant, n.ID, n.Name, data, n.Identity, n.SourceRunID, !n.Identity.IsAdmin(), roles, n.MaxTenantRuns)
-	type sent struct {
-		Event
-		Flowed []string `db:"flowed"`
+	identity, err := json.Marshal(n.Identity)
+	if err != nil {
+		return nil, false, fmt.Errorf("send event %s: %w", n.Name, unstorable(err))
 	}
-	s, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[sent])
+	row, err := dbsqlc.New(db).EventSend(ctx, dbsqlc.EventSendParams{
+		Tenant: n.Tenant, ID: n.ID, Name: n.Name, Data: data, Identity: identity, SourceRunID: n.SourceRunID,
+		Checked: !n.Identity.IsAdmin(), Roles: roles, MaxRuns: n.MaxTenantRuns,
+	})
 	if err == nil {
-		if len(s.Flowed) > 0 {
-			s.Event.Flowed = s.Flowed
+		ev, err = eventOf(dbsqlc.EventGetRow{
+			Tenant: row.Tenant, ID: row.ID, Name: row.Name, Data: row.Data, Identity: row.Identity,
+			SourceRunID: row.SourceRunID, Runs: row.Runs, Skipped: row.Skipped, CreatedAt: row.CreatedAt,
+		})
+	}
+	if err == nil {
+		if len(row.Flowed) > 0 {
+			ev.Flowed = row.Flowed
 		}
-		return &s.Event, true, nil
+		return ev, true, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, fmt.Errorf("send event %s: %w", n.Name, unstorable(err))
@@ -145,10 +123,13 @@ func SendEvent(ctx context.Context, db DB, n NewEvent) (ev *Event, created bool,
 
 // GetEvent returns the tenant's event, or ErrNotFound.
 func GetEvent(ctx context.Context, db DB, tenant, id string) (*Event, error) {
-	rows, _ := db.Query(ctx, `SELECT `+eventColumns+` FROM stepgate.event WHERE tenant = $1 AND id = $2`, tenant, id)
-	ev, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Event])
+	row, err := dbsqlc.New(db).EventGet(ctx, dbsqlc.EventGetParams{Tenant: tenant, ID: id})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
+	}
+	var ev *Event
+	if err == nil {
+		ev, err = eventOf(row)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get event %s: %w", id, err)
@@ -168,18 +149,37 @@ type EventFilter struct {
 func ListEvents(ctx context.Context, db DB, tenant string, f EventFilter) ([]Event, *Cursor, error) {
 	limit := pageLimit(f.Limit)
 	afterT, afterID := f.After.keyset()
-	rows, _ := db.Query(ctx, `
-		SELECT `+eventColumns+` FROM stepgate.event
-		WHERE tenant = $1
-		  AND ($2 = '' OR name = $2)
-		  AND ($3::timestamptz IS NULL OR (created_at, id) < ($3, $4::text))
-		ORDER BY created_at DESC, id DESC
-		LIMIT $5`,
-		tenant, f.Name, afterT, afterID, limit+1)
-	events, err := pgx.CollectRows(rows, pgx.RowToStructByName[Event])
+	rows, err := dbsqlc.New(db).EventList(ctx, dbsqlc.EventListParams{
+		Tenant: tenant, Name: f.Name, AfterCreatedAt: afterT, AfterID: afterID, Max: int64(limit) + 1,
+	})
+	events := make([]Event, len(rows))
+	for i := 0; err == nil && i < len(rows); i++ {
+		var ev *Event
+		if ev, err = eventOf(dbsqlc.EventGetRow(rows[i])); err == nil {
+			events[i] = *ev
+		}
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("list events: %w", err)
 	}
 	events, next := cutPage(events, limit, func(e Event) Cursor { return Cursor{e.CreatedAt, e.ID} })
 	return events, next, nil
+}
+
+// eventOf is the event a row holds. Its JSON columns are decoded as pgx decodes them
+// into Event's fields: SQL NULL leaves a field zero.
+func eventOf(r dbsqlc.EventGetRow) (*Event, error) {
+	ev := &Event{
+		Tenant: r.Tenant, ID: r.ID, Name: r.Name, Data: r.Data, SourceRunID: r.SourceRunID, Runs: r.Runs,
+		CreatedAt: r.CreatedAt,
+	}
+	if err := json.Unmarshal(r.Identity, &ev.Identity); err != nil {
+		return nil, fmt.Errorf("decode identity of event %s: %w", r.ID, err)
+	}
+	if r.Skipped != nil {
+		if err := json.Unmarshal(r.Skipped, &ev.Skipped); err != nil {
+			return nil, fmt.Errorf("decode skipped of event %s: %w", r.ID, err)
+		}
+	}
+	return ev, nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stepgate/stepgate/internal/pgtest"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
 // mustRegisterWith registers a revision of tenant's function name with config.
@@ -288,4 +289,14 @@ func TestEventsAreFenced(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, created)
 	require.Len(t, ev.Runs, 1, "the tenant's handle starts the tenant's runs")
+}
+
+// TestSendEventQuerySpellsOutItsFragments: EventSend spells out what SendEvent spliced
+// in before it was a named query: flowKeys, the tenant's usage of runs and
+// DefaultPriority.
+func TestSendEventQuerySpellsOutItsFragments(t *testing.T) {
+	t.Parallel()
+	require.Contains(t, dbsqlc.EventSend, "r.config ?| "+journal.FlowKeys+" AS flowed")
+	require.Contains(t, dbsqlc.EventSend, fmt.Sprintf(journal.UsageSum, "runs", "$1")+" + count(*)")
+	require.Contains(t, dbsqlc.EventSend, fmt.Sprintf("coalesce((r.config->>'priority')::smallint, %d) AS priority", journal.DefaultPriority))
 }

@@ -1,5 +1,7 @@
 package journal
 
+import "github.com/stepgate/stepgate/journal/internal/dbsqlc"
+
 // Unstorable exposes unstorable to the external tests.
 var Unstorable = unstorable
 
@@ -7,7 +9,14 @@ var Unstorable = unstorable
 const MaxPgMessage = maxPgMessage
 
 // ResumeWaitersSQL exposes the statement that resumes an event's waiters, for its plan.
-const ResumeWaitersSQL = resumeWaitersSQL
+const ResumeWaitersSQL = dbsqlc.WaitResume
+
+// FlowKeys and UsageSum expose the SQL fragments that named queries spell out, for the
+// tests that check they agree.
+const (
+	FlowKeys = flowKeys
+	UsageSum = usageSum
+)
 
 // NamedArgs exposes namedArgs to the external tests.
 type NamedArgs = namedArgs

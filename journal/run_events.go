@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
 // EventChannel is the Postgres channel on which every statement that inserts runs or
@@ -45,14 +45,7 @@ func ParseRunEvent(payload string) (RunEvent, error) {
 // EventChannel. Calling it again extends the expiry; rows that expired an hour ago (a
 // gateway that died) are removed on the way.
 func Watch(ctx context.Context, db DB, gatewayID string, tenants []string, ttl time.Duration) error {
-	_, err := db.Exec(ctx, `
-		WITH pruned AS (
-			DELETE FROM stepgate.run_watch WHERE expires_at < now() - interval '1 hour'
-		)
-		INSERT INTO stepgate.run_watch (gateway_id, tenant, expires_at)
-		SELECT $1, t, now() + make_interval(secs => $3) FROM unnest($2::text[]) t
-		ON CONFLICT (gateway_id, tenant) DO UPDATE SET expires_at = excluded.expires_at`,
-		gatewayID, tenants, ttl.Seconds())
+	err := dbsqlc.New(db).RunEventWatch(ctx, dbsqlc.RunEventWatchParams{GatewayID: gatewayID, Tenants: tenants, TtlSecs: ttl.Seconds()})
 	if err != nil {
 		return fmt.Errorf("watch run events: %w", err)
 	}
@@ -61,7 +54,7 @@ func Watch(ctx context.Context, db DB, gatewayID string, tenants []string, ttl t
 
 // Unwatch removes the gateway's watch of tenant; other gateways' watches stay.
 func Unwatch(ctx context.Context, db DB, gatewayID, tenant string) error {
-	if _, err := db.Exec(ctx, `DELETE FROM stepgate.run_watch WHERE gateway_id = $1 AND tenant = $2`, gatewayID, tenant); err != nil {
+	if err := dbsqlc.New(db).RunEventUnwatch(ctx, dbsqlc.RunEventUnwatchParams{GatewayID: gatewayID, Tenant: tenant}); err != nil {
 		return fmt.Errorf("unwatch run events: %w", err)
 	}
 	return nil
@@ -70,10 +63,57 @@ func Unwatch(ctx context.Context, db DB, gatewayID, tenant string) error {
 // RunsByID returns the runs with these ids that exist, in no particular order, whatever
 // their tenant: the caller filters.
 func RunsByID(ctx context.Context, db DB, ids []string) ([]Run, error) {
-	rows, _ := db.Query(ctx, `SELECT `+runColumns+` FROM stepgate.run WHERE id = ANY($1::uuid[])`, ids)
-	runs, err := pgx.CollectRows(rows, pgx.RowToStructByName[Run])
+	rows, err := dbsqlc.New(db).RunsByID(ctx, ids)
+	runs := make([]Run, len(rows))
+	for i := 0; err == nil && i < len(rows); i++ {
+		var run *Run
+		if run, err = storedRun(rows[i]); err == nil {
+			runs[i] = *run
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("load runs: %w", err)
 	}
 	return runs, nil
+}
+
+// storedRun is the run a row of RunsByID holds, or a row of ActionCancelRun,
+// ActionExceedDeadline or ActionGetRunByID (the same columns) converted to RunsByIDRow.
+// Its JSON columns are decoded as pgx decodes them into Run's fields: SQL NULL leaves a
+// field nil. Its wake_at is nullif(wake_at, 'infinity') written as a CASE, which sqlc
+// types as interface{}: a time.Time, or nil.
+func storedRun(r dbsqlc.RunsByIDRow) (*Run, error) {
+	run := &Run{
+		ID: r.ID, Tenant: r.Tenant, Function: r.Function, Revision: int(r.Revision), Status: Status(r.Status),
+		Input: r.Input, Output: r.Output, IdempotencyKey: r.IdempotencyKey, ParentID: r.ParentID,
+		ParentName: r.ParentName, RerunOf: r.RerunOf, Detached: r.Detached,
+		Invocations: int(r.Attempts), Invocation: int(r.Invocation),
+		FailedInvocations: int(r.LifetimeFailedInvocations), FailedInARow: int(r.FailedInvocations),
+		Recoveries: int(r.LifetimeRecoveries), RecoveriesInARow: int(r.Recoveries),
+		LeaseUntil: r.LeaseUntil, Deadline: r.Deadline, Held: r.Held, Priority: int(r.Priority),
+		CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
+	}
+	if r.ParentSeq != nil {
+		seq := int(*r.ParentSeq)
+		run.ParentSeq = &seq
+	}
+	switch at := r.WakeAt.(type) {
+	case nil:
+	case time.Time:
+		run.WakeAt = &at
+	default:
+		return nil, fmt.Errorf("run %s: wake_at of type %T", r.ID, r.WakeAt)
+	}
+	for _, c := range []struct {
+		raw json.RawMessage
+		dst any
+	}{{r.Error, &run.Error}, {r.Identity, &run.Identity}, {r.CancelledBy, &run.CancelledBy}, {r.Awaiting, &run.Awaiting}} {
+		if c.raw == nil {
+			continue
+		}
+		if err := json.Unmarshal(c.raw, c.dst); err != nil {
+			return nil, err
+		}
+	}
+	return run, nil
 }

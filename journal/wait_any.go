@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
 // AwaitWaitAny waits for the first of several waits (WaitAny); its entry has the same
@@ -56,7 +58,7 @@ func (w WaitAny) write(ctx context.Context, db DB, aw awaitWrite, f *Finished) e
 			continue // it waits
 		}
 		if i > 0 {
-			if _, err := db.Exec(ctx, `DELETE FROM stepgate.run_wait WHERE run_id = $1 AND seq = $2`, aw.runID, w.Seq); err != nil {
+			if err := dbsqlc.New(db).WaitAnyDeleteWaits(ctx, dbsqlc.WaitAnyDeleteWaitsParams{RunID: aw.runID, Seq: int32(w.Seq)}); err != nil {
 				return fmt.Errorf("wait_any of run %s: %w", aw.runID, err)
 			}
 		}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
 // KindWaitEvent is the entry of a run's wait for an event (WaitEvent), journaled when
@@ -70,53 +72,24 @@ func (w WaitEvent) write(ctx context.Context, db DB, aw awaitWrite, f *Finished)
 	if err != nil {
 		return err
 	}
+	q := dbsqlc.New(db)
 	if newShape {
 		// Events of this name read the shapes under this lock, shared: none is between
 		// reading them (without this one) and looking for its waiters.
-		if _, err := db.Exec(ctx, `SELECT pg_advisory_xact_lock(stepgate.wait_lock($1, $2, NULL))`, aw.tenant, w.Event); err != nil {
+		if err := q.WaitLockEventName(ctx, dbsqlc.WaitLockEventNameParams{Tenant: aw.tenant, Event: w.Event}); err != nil {
 			return fmt.Errorf("lock event name %s: %w", w.Event, err)
 		}
 	}
-	if _, err := db.Exec(ctx, `SELECT pg_advisory_xact_lock(stepgate.wait_lock($1, $2, stepgate.match_of($3)))`,
-		aw.tenant, w.Event, match); err != nil {
+	if err := q.WaitLockMatch(ctx, dbsqlc.WaitLockMatchParams{Tenant: aw.tenant, Event: w.Event, Match: match}); err != nil {
 		return fmt.Errorf("lock wait of run %s: %w", aw.runID, err)
 	}
 	// A new statement, so a new snapshot: every event that took this key's lock before
 	// us has committed, and every later one will find the wait.
-	var resumed bool
-	err = db.QueryRow(ctx, `
-		WITH ev AS (
-			SELECT e.id, e.name, e.data, e.identity, e.created_at FROM stepgate.event e
-			WHERE e.tenant = @tenant AND e.name = @event AND e.created_at >= @since
-			  AND stepgate.match_key(@paths, jsonb_build_object('id', e.id, 'name', e.name, 'data', e.data)) = stepgate.match_of(@match)
-			  AND stepgate.may_resume((SELECT fr.config FROM stepgate.run r
-				JOIN stepgate.function_revision fr ON fr.tenant = r.tenant AND fr.name = r.function AND fr.revision = r.revision
-				WHERE r.id = @run_id), e.identity)
-			  AND NOT EXISTS (SELECT 1 FROM stepgate.journal_entry j
-				WHERE j.run_id = @run_id AND ((j.kind = '`+KindWaitEvent+`' AND j.output->'event'->>'id' = e.id)
-					OR (j.kind = '`+KindWaitAny+`' AND j.output->'output'->'event'->>'id' = e.id)))
-			ORDER BY e.created_at, e.id
-			LIMIT 1
-		), out AS (
-			SELECT jsonb_build_object('event', jsonb_build_object('id', id, 'name', name, 'data', data,
-				'identity', identity, 'created_at', created_at)) AS output FROM ev
-		), entry AS (
-			INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
-			SELECT @run_id, @seq, stepgate.wait_kind(@alt, '`+KindWaitEvent+`'), @name,
-				stepgate.wait_output(@alt, '`+KindWaitEvent+`', output), @invocation, now(),
-				stepgate.journal_bytes_before(@run_id, @seq) + octet_length(output::text)
-			FROM out
-		), waiting AS (
-			INSERT INTO stepgate.run_wait (run_id, seq, alt, tenant, name, kind, event_name, match_key, expires_at)
-			SELECT @run_id, @seq, @alt, @tenant, @name, '`+KindWaitEvent+`', @event, stepgate.match_of(@match), @expires_at
-			WHERE NOT EXISTS (SELECT 1 FROM ev)
-		)
-		SELECT EXISTS (SELECT 1 FROM ev)`,
-		namedArgs{
-			"tenant": aw.tenant, "event": w.Event, "since": w.Since, "paths": paths, "match": match,
-			"run_id": aw.runID, "seq": w.Seq, "name": w.Name, "invocation": aw.invocation, "expires_at": f.WakeAt,
-			"alt": int16(aw.alt),
-		}).Scan(&resumed)
+	resumed, err := q.WaitEventStore(ctx, dbsqlc.WaitEventStoreParams{
+		Tenant: aw.tenant, Event: w.Event, Since: w.Since, Paths: paths, Match: match,
+		RunID: aw.runID, Seq: int32(w.Seq), Name: w.Name, Invocation: int32(aw.invocation), ExpiresAt: f.WakeAt,
+		Alt: int16(aw.alt),
+	})
 	if isUniqueViolation(err) {
 		return fmt.Errorf("%w: seq %d is already journaled", ErrConflict, w.Seq)
 	}
@@ -134,21 +107,13 @@ func (w WaitEvent) write(ctx context.Context, db DB, aw awaitWrite, f *Finished)
 // MaxWaitShapes shapes of that event already.
 func addWaitShape(ctx context.Context, db DB, tenant, event string, paths []string) (bool, error) {
 	for range 2 {
-		var inserted, known bool
-		err := db.QueryRow(ctx, `
-			WITH ins AS (
-				INSERT INTO stepgate.wait_shape (tenant, event_name, paths)
-				SELECT $1, $2, $3
-				WHERE (SELECT count(*) FROM stepgate.wait_shape WHERE tenant = $1 AND event_name = $2) < $4
-				ON CONFLICT DO NOTHING
-				RETURNING 1
-			)
-			SELECT EXISTS (SELECT 1 FROM ins),
-				EXISTS (SELECT 1 FROM stepgate.wait_shape WHERE tenant = $1 AND event_name = $2 AND paths = $3)`,
-			tenant, event, paths, MaxWaitShapes).Scan(&inserted, &known)
+		r, err := dbsqlc.New(db).WaitShapeAdd(ctx, dbsqlc.WaitShapeAddParams{
+			Tenant: tenant, Event: event, Paths: paths, MaxShapes: MaxWaitShapes,
+		})
 		if err != nil {
 			return false, fmt.Errorf("record wait shape: %w", unstorable(err))
 		}
+		inserted, known := r.Inserted, r.Known
 		if inserted || known {
 			return inserted, nil
 		}
@@ -162,8 +127,10 @@ func addWaitShape(ctx context.Context, db DB, tenant, event string, paths []stri
 
 // dueNow makes the run, whose row lock the caller's transaction holds, due now.
 func dueNow(ctx context.Context, db DB, runID string, f *Finished) error {
-	err := db.QueryRow(ctx, `UPDATE stepgate.run SET wake_at = now() WHERE id = $1 RETURNING wake_at, clock_timestamp()`,
-		runID).Scan(&f.WakeAt, &f.Clock)
+	r, err := dbsqlc.New(db).WaitRunDueNow(ctx, runID)
+	if err == nil {
+		f.WakeAt, f.Clock = r.WakeAt, r.Clock
+	}
 	if err != nil {
 		return fmt.Errorf("make run %s due: %w", runID, err)
 	}
@@ -181,21 +148,13 @@ func ResumeWaiters(ctx context.Context, db DB, ev *Event) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("resume waiters of event %s: %w", ev.ID, err)
 	}
+	// One round trip: the generated statements, queued with their parameters in order.
 	b := &pgx.Batch{}
-	// Shared: events do not wait for each other, only for a waiter adding a shape.
-	b.Queue(`SELECT pg_advisory_xact_lock_shared(stepgate.wait_lock($1, $2, NULL))`, ev.Tenant, ev.Name)
-	// The keys' locks, in one order, so two events never wait for each other in a cycle.
-	b.Queue(`
-		SELECT pg_advisory_xact_lock(l) FROM (
-			SELECT DISTINCT stepgate.wait_lock($1, $2, k) AS l FROM (
-				SELECT stepgate.match_key(paths, $3) AS k FROM stepgate.wait_shape
-				WHERE tenant = $1 AND event_name = $2) keys
-			WHERE k IS NOT NULL
-			ORDER BY l) ordered`, ev.Tenant, ev.Name, doc)
+	b.Queue(dbsqlc.WaitResumeLockEventName, ev.Tenant, ev.Name)
+	b.Queue(dbsqlc.WaitResumeLockMatches, ev.Tenant, ev.Name, doc)
 	var resumed []string
 	// A later statement of the batch: a snapshot taken with the locks held.
-	b.Queue(resumeWaitersSQL,
-		namedArgs{"tenant": ev.Tenant, "event": ev.Name, "id": ev.ID, "doc": doc}).
+	b.Queue(dbsqlc.WaitResume, ev.Tenant, ev.Name, doc, ev.ID).
 		Query(func(rows pgx.Rows) error {
 			var err error
 			resumed, err = pgx.CollectRows(rows, pgx.RowTo[string])
@@ -206,46 +165,3 @@ func ResumeWaiters(ctx context.Context, db DB, ev *Event) ([]string, error) {
 	}
 	return resumed, nil
 }
-
-// resumeWaitersSQL resumes the waiters of an event (see ResumeWaiters); it must find
-// them through the index run_wait_by_match as the gateway's tenant role, whose
-// row-level security forbids a non-leakproof comparison (jsonb's) from using an index:
-// TestResumeWaitersUsesTheIndex checks the plan.
-const resumeWaitersSQL = `
-		WITH cand AS MATERIALIZED (
-			-- One probe of the index per key. The keys are computed apart: a qual that
-			-- calls match_key (not leakproof) on run_wait's side of the join could not
-			-- be an index condition under row-level security.
-			SELECT w.run_id, w.seq, w.alt, w.name FROM stepgate.run_wait w
-			WHERE w.tenant = @tenant AND w.event_name = @event AND w.match_key = ANY (ARRAY(
-				SELECT stepgate.match_key(s.paths, @doc) FROM stepgate.wait_shape s
-				WHERE s.tenant = @tenant AND s.event_name = @event))
-		), woken AS (
-			-- The run's row lock first, as a claim takes it before it deletes a wait
-			-- that timed out: the two never wait for each other in a cycle.
-			-- A run is resumed only by a sender who may resume it (its revision's
-			-- invoke_roles and resume_roles); the others leave it waiting.
-			UPDATE stepgate.run r SET wake_at = now() FROM cand, stepgate.function_revision fr
-			WHERE r.id = cand.run_id AND r.tenant = @tenant AND r.status = 'suspended'
-			  AND fr.tenant = r.tenant AND fr.name = r.function AND fr.revision = r.revision
-			  AND stepgate.may_resume(fr.config, (SELECT e.identity FROM stepgate.event e WHERE e.tenant = @tenant AND e.id = @id))
-			RETURNING r.id, r.invocation, cand.seq, cand.alt, cand.name
-		), gone AS (
-			-- Only a wait this statement deletes is resumed: one that a concurrent
-			-- claim (a timeout) or another resumer deleted first is theirs. The other
-			-- alternatives of a wait_any go with it.
-			DELETE FROM stepgate.run_wait w USING woken WHERE w.run_id = woken.id AND w.seq = woken.seq
-			RETURNING woken.id, woken.invocation, woken.seq, woken.alt, woken.name
-		), out AS (
-			SELECT jsonb_build_object('event', jsonb_build_object('id', e.id, 'name', e.name, 'data', e.data,
-				'identity', e.identity, 'created_at', e.created_at)) AS output
-			FROM stepgate.event e WHERE e.tenant = @tenant AND e.id = @id
-		), entries AS (
-			INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
-			SELECT DISTINCT ON (gone.id) gone.id, gone.seq, stepgate.wait_kind(gone.alt, '` + KindWaitEvent + `'), gone.name,
-				stepgate.wait_output(gone.alt, '` + KindWaitEvent + `', out.output), gone.invocation, now(),
-				stepgate.journal_bytes_before(gone.id, gone.seq) + octet_length(out.output::text)
-			FROM gone, out
-			ON CONFLICT (run_id, seq) DO NOTHING
-		)
-		SELECT DISTINCT id::text FROM gone ORDER BY 1`

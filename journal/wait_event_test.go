@@ -14,6 +14,7 @@ import (
 
 	"github.com/stepgate/stepgate/internal/pgtest"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
 // waitFor makes the claimed run's invocation 1 wait for event name with match, events
@@ -217,10 +218,9 @@ func TestResumeWaitersUsesTheIndex(t *testing.T) {
 	require.NoError(t, err)
 	var plan []string
 	err = pgx.BeginFunc(t.Context(), journal.ForTenant(api, tenant), func(tx pgx.Tx) error {
-		rows, _ := tx.Query(t.Context(), "EXPLAIN "+journal.ResumeWaitersSQL, pgx.NamedArgs{
-			"tenant": tenant, "event": "orders.paid", "id": "e1",
-			"doc": json.RawMessage(`{"id":"e1","name":"orders.paid","data":{"order_id":"o-1"}}`),
-		})
+		// The statement's parameters: tenant, event, doc, id.
+		rows, _ := tx.Query(t.Context(), "EXPLAIN "+journal.ResumeWaitersSQL, tenant, "orders.paid",
+			json.RawMessage(`{"id":"e1","name":"orders.paid","data":{"order_id":"o-1"}}`), "e1")
 		var err error
 		plan, err = pgx.CollectRows(rows, pgx.RowTo[string])
 		return err
@@ -236,4 +236,20 @@ func TestResumeWaitersUsesTheIndex(t *testing.T) {
 		}
 	}
 	require.True(t, probe, "the key is an index condition of run_wait_by_match:\n%s", text)
+}
+
+// TestWaitQueriesSpellOutTheKinds: the named queries that journal a wait's event spell
+// out KindWaitEvent and KindWaitAny, which a sqlc query cannot splice in.
+func TestWaitQueriesSpellOutTheKinds(t *testing.T) {
+	t.Parallel()
+	for name, c := range map[string]struct {
+		sql             string
+		waitEvent, wany int
+	}{
+		"WaitEventStore": {dbsqlc.WaitEventStore, 4, 1},
+		"WaitResume":     {dbsqlc.WaitResume, 2, 0},
+	} {
+		require.Equal(t, c.waitEvent, strings.Count(c.sql, "'"+journal.KindWaitEvent+"'"), name)
+		require.Equal(t, c.wany, strings.Count(c.sql, "'"+journal.KindWaitAny+"'"), name)
+	}
 }
