@@ -80,7 +80,7 @@ func ExceedDeadline(ctx context.Context, db DB, id string) (*Run, error) {
 			UPDATE stepgate.run SET status = 'failed',
 				error = jsonb_build_object('type', $2::text, 'message',
 					'the run passed its deadline of ' || to_char(deadline AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')),
-				invocation = invocation + 1, lease_until = NULL,
+				invocation = invocation + 1, owner_nonce = NULL, lease_until = NULL,
 				wake_at = NULL, awaiting = NULL, finished_at = now()
 			WHERE id = $1 AND deadline <= now() AND status IN ('scheduled', 'queued', 'running', 'suspended')
 			RETURNING `+runColumns+`, notify
