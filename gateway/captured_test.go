@@ -184,12 +184,7 @@ type gate struct {
 	once, opened     sync.Once
 }
 
-// newGate returns a gate that opens at the latest when t ends.
-func newGate(t *testing.T) *gate {
-	g := &gate{reached: make(chan struct{}), release: make(chan struct{})}
-	t.Cleanup(g.open)
-	return g
-}
+func newGate() *gate { return &gate{reached: make(chan struct{}), release: make(chan struct{})} }
 
 // open lets the function go on.
 func (g *gate) open() { g.opened.Do(func() { close(g.release) }) }
@@ -282,6 +277,13 @@ func TestCapturedInvocationInFlight(t *testing.T) {
 		}
 		proxy := &capturing{h: newApp(before, inside), by: map[string][]captured{}}
 		s.Sync(t, s.ServeApp(t, proxy))
+		// Opened before the server closes (cleanups run last first), so that a test
+		// that fails does not leave the function waiting for its timeout.
+		for _, g := range []*gate{before, inside} {
+			if g != nil {
+				t.Cleanup(g.open)
+			}
+		}
 		return proxy, &charges, func() string { return s.ServeApp(t, newApp(nil, nil)) }
 	}
 	start := func(t *testing.T, name string) string {
@@ -298,7 +300,7 @@ func TestCapturedInvocationInFlight(t *testing.T) {
 
 	t.Run("WhileTheOriginalRunsItsStep", func(t *testing.T) {
 		t.Parallel()
-		inside := newGate(t)
+		inside := newGate()
 		proxy, charges, fresh := deploy(t, "inflight.blocked", nil, inside)
 		id := start(t, "inflight.blocked")
 		inside.reachedWithin(t, 30*time.Second, "its step body")
@@ -324,7 +326,7 @@ func TestCapturedInvocationInFlight(t *testing.T) {
 
 	t.Run("TheCopyAsksFirst", func(t *testing.T) {
 		t.Parallel()
-		before := newGate(t)
+		before := newGate()
 		proxy, charges, fresh := deploy(t, "inflight.first", before, nil)
 		id := start(t, "inflight.first")
 		before.reachedWithin(t, 30*time.Second, "its first step")
@@ -350,7 +352,7 @@ func TestCapturedInvocationInFlight(t *testing.T) {
 
 	t.Run("OneNonceClaimsTheInvocation", func(t *testing.T) {
 		t.Parallel()
-		before := newGate(t)
+		before := newGate()
 		proxy, charges, _ := deploy(t, "inflight.nonce", before, nil)
 		id := start(t, "inflight.nonce")
 		before.reachedWithin(t, 30*time.Second, "its first step")
