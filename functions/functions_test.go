@@ -469,6 +469,31 @@ func TestInvoke(t *testing.T) {
 		require.Equal(t, 1, journal[0].Seq)
 	})
 
+	t.Run("TheRunIsClaimedBeforeTheFirstStepBodyEvenAfterACheckpoint", func(t *testing.T) {
+		// A checkpoint the gateway took proves nothing about this process: a copy of the
+		// invocation request checkpoints under the same token. So a value checkpointed
+		// first does not spare the question, and when another process claimed the
+		// invocation (the fake answers 409 to the question, and takes checkpoints), the
+		// step body does not run.
+		t.Parallel()
+		var ran atomic.Int32
+		g, url := serve(t, func(app *functions.App) {
+			functions.Register(app, "valued", func(ctx context.Context, _ empty) (int, error) {
+				if err := step.SetValue(ctx, "phase", "charging"); err != nil {
+					return 0, err
+				}
+				return step.Run(ctx, "charge", func(context.Context) (int, error) { return int(ran.Add(1)), nil })
+			})
+		})
+		g.Supersede("run-1")
+		r := g.Invoke(url+"/valued", g.Request("run-1", "valued", `{}`))
+		require.Equal(t, protocol.AnswerStatusFailed, r.Answer.Status, string(r.Body))
+		require.Equal(t, "superseded", r.Answer.Error.Type, string(r.Body))
+		require.Len(t, g.Journal("run-1"), 1, "the value was checkpointed")
+		require.Equal(t, 1, g.CurrentChecks("run-1"), "the question was asked after the checkpoint")
+		require.Zero(t, ran.Load(), "the step body did not run")
+	})
+
 	t.Run("CheckpointConflictStops", func(t *testing.T) {
 		t.Parallel()
 		for _, tt := range []struct {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -163,8 +164,9 @@ func TestCapturedInvocation(t *testing.T) {
 		require.NoError(t, json.Unmarshal(charge.body, &req))
 		other := mustComplete(t, c, "pay.refund", `{}`)
 		url := strings.Replace(req.Checkpoint.URL, run.ID, other.ID, 1) + "/current"
-		r, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, nil)
+		r, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, strings.NewReader(`{"nonce":"`+strings.Repeat("0", 32)+`"}`))
 		require.NoError(t, err)
+		r.Header.Set("Content-Type", "application/json")
 		r.Header.Set("Authorization", "Bearer "+req.Checkpoint.Token)
 		resp, err := http.DefaultClient.Do(r)
 		require.NoError(t, err)
@@ -172,5 +174,217 @@ func TestCapturedInvocation(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, string(body))
 		require.Contains(t, string(body), "invocation token is for another run")
+	})
+}
+
+// gate holds a function at one point until the test releases it, once: the first call of
+// wait closes reached, and every call waits for release (or its context).
+type gate struct {
+	reached, release chan struct{}
+	once, opened     sync.Once
+}
+
+func newGate() *gate { return &gate{reached: make(chan struct{}), release: make(chan struct{})} }
+
+// open lets the function go on.
+func (g *gate) open() { g.opened.Do(func() { close(g.release) }) }
+
+func (g *gate) wait(ctx context.Context) {
+	if g == nil {
+		return
+	}
+	g.once.Do(func() { close(g.reached) })
+	select {
+	case <-g.release:
+	case <-ctx.Done():
+	}
+}
+
+// reachedWithin waits for the function to reach g.
+func (g *gate) reachedWithin(t *testing.T, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case <-g.reached:
+	case <-time.After(d):
+		t.Fatalf("the function did not reach %s within %s", what, d)
+	}
+}
+
+// sendAgain sends a captured request again to url and returns the function's answer, which
+// must be HTTP 200.
+func sendAgain(t *testing.T, url string, c captured) protocol.InvocationAnswer {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, bytes.NewReader(c.body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(signature.Header, c.sig)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(raw))
+	var a protocol.InvocationAnswer
+	require.NoError(t, json.Unmarshal(raw, &a), string(raw))
+	return a
+}
+
+// askCurrent claims the run of a captured invocation with body, as an SDK does before its
+// first step body, and returns the status and the body of the answer.
+func askCurrent(t *testing.T, c captured, body string) (int, string) {
+	t.Helper()
+	var req protocol.InvocationRequest
+	require.NoError(t, json.Unmarshal(c.body, &req))
+	r, err := http.NewRequestWithContext(t.Context(), http.MethodPost, req.Checkpoint.URL+"/current", strings.NewReader(body))
+	require.NoError(t, err)
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set("Authorization", "Bearer "+req.Checkpoint.Token)
+	resp, err := http.DefaultClient.Do(r)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(raw)
+}
+
+// TestCapturedInvocationInFlight sends a signed invocation, captured on its way to a
+// function, to a fresh process of the app while the invocation it copies is still the
+// run's current one: the gateway answers yes to one process's nonce only, so exactly one
+// of the two runs the step body, whichever asks first.
+func TestCapturedInvocationInFlight(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	c := s.Client(t, s.Token)
+
+	// deploy serves function name in a process that holds its first invocation at before
+	// (outside the step, before the question) and inside (in the step body), behind a
+	// proxy that captures what the gateway sends, and returns the proxy, the count of the
+	// step body's runs across processes, and a function that starts a fresh process of
+	// the app (no gates, an empty replay memory) and returns its URL.
+	deploy := func(t *testing.T, name string, before, inside *gate) (*capturing, *atomic.Int32, func() string) {
+		var charges atomic.Int32
+		newApp := func(before, inside *gate) *functions.App {
+			app := s.NewApp()
+			functions.Register(app, name, func(ctx context.Context, _ struct{}) (string, error) {
+				before.wait(ctx)
+				return step.Run(ctx, "charge", func(ctx context.Context) (string, error) {
+					charges.Add(1)
+					inside.wait(ctx)
+					return "ch_1", nil
+				})
+			}, functions.Backoff(time.Millisecond, 2*time.Millisecond))
+			return app
+		}
+		proxy := &capturing{h: newApp(before, inside), by: map[string][]captured{}}
+		s.Sync(t, s.ServeApp(t, proxy))
+		// Opened before the server closes (cleanups run last first), so that a test
+		// that fails does not leave the function waiting for its timeout.
+		for _, g := range []*gate{before, inside} {
+			if g != nil {
+				t.Cleanup(g.open)
+			}
+		}
+		return proxy, &charges, func() string { return s.ServeApp(t, newApp(nil, nil)) }
+	}
+	start := func(t *testing.T, name string) string {
+		resp := startRun(t, c, name, `{}`, &protocol.StartRunParams{})
+		require.Equal(t, http.StatusAccepted, resp.StatusCode(), string(resp.Body))
+		return resp.JSON202.ID
+	}
+	result := func(t *testing.T, id string) protocol.RunResult {
+		resp, err := c.GetRunResultWithResponse(t.Context(), id, &protocol.GetRunResultParams{Wait: ptr("30s")})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
+		return *resp.JSON200
+	}
+
+	t.Run("WhileTheOriginalRunsItsStep", func(t *testing.T) {
+		t.Parallel()
+		inside := newGate()
+		proxy, charges, fresh := deploy(t, "inflight.blocked", nil, inside)
+		id := start(t, "inflight.blocked")
+		inside.reachedWithin(t, 30*time.Second, "its step body")
+		copied := proxy.first(t, "/inflight.blocked")
+
+		// The original asked and runs its step body: the copy, in another process, is
+		// refused the run and runs nothing.
+		a := sendAgain(t, fresh()+"inflight.blocked", copied)
+		require.Equal(t, protocol.AnswerStatusFailed, a.Status)
+		require.Equal(t, "superseded", a.Error.Type, a.Error.Message)
+		require.Contains(t, a.Error.Message, "another process claimed it first")
+		require.EqualValues(t, 1, charges.Load(), "the copy ran no step body")
+
+		inside.open()
+		r := result(t, id)
+		require.Equal(t, protocol.RunStatusCompleted, r.Status)
+		require.JSONEq(t, `"ch_1"`, string(*r.Output))
+		require.EqualValues(t, 1, charges.Load(), "the charge ran once")
+		got := getRun(t, c, id)
+		require.Equal(t, 1, got.Invocations)
+		require.Zero(t, got.FailedInvocations)
+	})
+
+	t.Run("TheCopyAsksFirst", func(t *testing.T) {
+		t.Parallel()
+		before := newGate()
+		proxy, charges, fresh := deploy(t, "inflight.first", before, nil)
+		id := start(t, "inflight.first")
+		before.reachedWithin(t, 30*time.Second, "its first step")
+		copied := proxy.first(t, "/inflight.first")
+
+		// The copy claims the invocation first, runs the step body and journals it (its
+		// token is the original's); its answer goes to whoever sent it.
+		a := sendAgain(t, fresh()+"inflight.first", copied)
+		require.Equal(t, protocol.AnswerStatusCompleted, a.Status)
+		require.EqualValues(t, 1, charges.Load())
+
+		// The original is refused the run: it runs nothing and answers superseded, which
+		// the gateway takes as a failed invocation; the next one replays the charge.
+		before.open()
+		r := result(t, id)
+		require.Equal(t, protocol.RunStatusCompleted, r.Status)
+		require.JSONEq(t, `"ch_1"`, string(*r.Output))
+		require.EqualValues(t, 1, charges.Load(), "exactly one of the two ran the step body")
+		got := getRun(t, c, id)
+		require.Equal(t, 2, got.Invocations)
+		require.Equal(t, 1, got.FailedInvocations, "the original's invocation failed, superseded")
+	})
+
+	t.Run("OneNonceClaimsTheInvocation", func(t *testing.T) {
+		t.Parallel()
+		before := newGate()
+		proxy, charges, _ := deploy(t, "inflight.nonce", before, nil)
+		id := start(t, "inflight.nonce")
+		before.reachedWithin(t, 30*time.Second, "its first step")
+		copied := proxy.first(t, "/inflight.nonce")
+
+		nonce := strings.Repeat("0123456789abcdef", 2)
+		for range 2 { // the same nonce again: a retried question, parallel steps
+			code, body := askCurrent(t, copied, `{"nonce":"`+nonce+`"}`)
+			require.Equal(t, http.StatusOK, code, body)
+			require.JSONEq(t, `{"run_id":"`+id+`"}`, body)
+		}
+		code, body := askCurrent(t, copied, `{"nonce":"`+strings.Repeat("f", 32)+`"}`)
+		require.Equal(t, http.StatusConflict, code, body)
+		require.Contains(t, body, `"type":"superseded"`)
+		for _, bad := range []string{
+			``, `{}`, `{"nonce":""}`, `{"nonce":"` + strings.Repeat("a", 31) + `"}`, `{"nonce":"` + strings.Repeat("a", 33) + `"}`,
+			`{"nonce":"` + strings.ToUpper(nonce) + `"}`, `{"nonce":"` + strings.Repeat("g", 32) + `"}`, `{"nonce":` + strings.Repeat("1", 32) + `}`,
+		} {
+			code, body := askCurrent(t, copied, bad)
+			require.Equal(t, http.StatusBadRequest, code, "%s: %s", bad, body)
+			if bad != `` && !strings.HasPrefix(bad, `{"nonce":1`) {
+				require.Contains(t, body, "nonce must be 32 lowercase hex digits", bad)
+			}
+		}
+
+		// The original's own nonce is refused: it runs nothing, and its next invocation,
+		// claimed afresh (the claim cleared the nonce), runs the step body.
+		before.open()
+		r := result(t, id)
+		require.Equal(t, protocol.RunStatusCompleted, r.Status, "%+v", r.Error)
+		require.EqualValues(t, 1, charges.Load())
+		got := getRun(t, c, id)
+		require.Equal(t, 2, got.Invocations)
 	})
 }

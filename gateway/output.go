@@ -425,19 +425,25 @@ func (s *Server) CheckpointStream(ctx context.Context, req server.CheckpointStre
 	return server.CheckpointStream200JSONResponse{Key: st.Key, Length: st.Length, Closed: st.ClosedAt != nil}, nil
 }
 
-// CheckpointCurrent answers whether the invocation whose token the request carries still
-// owns the run (see invoker.Owns): 200, or 409 superseded.
+// CheckpointCurrent claims the run for the process that sent the nonce, when the
+// invocation whose token the request carries owns the run (see invoker.ClaimInvocation):
+// 200 to the first nonce asked for the invocation and to it again, 409 superseded to any
+// other, 400 to a nonce that is not 32 lowercase hex digits.
 func (s *Server) CheckpointCurrent(ctx context.Context, req server.CheckpointCurrentRequestObject) (server.CheckpointCurrentResponseObject, error) {
 	claim, _ := ctx.Value(invocationKey{}).(invocationClaim)
 	if claim.runID != req.ID {
 		return server.CheckpointCurrent401ApplicationProblemPlusJSONResponse{UnauthorizedApplicationProblemPlusJSONResponse: server.UnauthorizedApplicationProblemPlusJSONResponse(
 			problem(http.StatusUnauthorized, "invocation token is for another run"))}, nil
 	}
-	err := s.inv.Owns(ctx, req.ID, claim.invocation)
+	if req.Body == nil || !journal.ValidNonce(req.Body.Nonce) {
+		return nil, badRequest("nonce must be %d lowercase hex digits (128 random bits)", journal.NonceLen)
+	}
+	err := s.inv.ClaimInvocation(ctx, req.ID, claim.invocation, req.Body.Nonce)
 	switch {
 	case errors.Is(err, journal.ErrSuperseded):
 		typ := "superseded"
-		p := problem(http.StatusConflict, "this invocation no longer owns the run (it finished, was cancelled, suspended, or another invocation owns it): run no step")
+		p := problem(http.StatusConflict, "this invocation no longer owns the run (it finished, was cancelled, suspended, or another invocation owns it), "+
+			"or another process claimed it first: run no step")
 		p.Type = &typ
 		return server.CheckpointCurrent409ApplicationProblemPlusJSONResponse{ConflictApplicationProblemPlusJSONResponse: server.ConflictApplicationProblemPlusJSONResponse(p)}, nil
 	case err != nil:

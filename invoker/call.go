@@ -194,6 +194,14 @@ func (inv *Invoker) invoke(ctx context.Context, rev *revision, claim *journal.Cl
 	case failure != nil:
 		o = inv.failedInvocation(rev, run, failure)
 		log.WarnContext(ctx, "invocation failed", slog.Int("attempt", run.Invocations), slog.String("error", failure.Message))
+	case answer.Status == protocol.AnswerStatusFailed && answer.Error != nil && answer.Error.Type == ErrorTypeSuperseded:
+		// The function was refused the run's claim (checkpointCurrent) while this
+		// invocation owns the run: a copy of its signed request, in another process,
+		// claimed the invocation first. That copy's steps are journaled, its answer went
+		// elsewhere: the run goes on in a new invocation, which replays them. (When this
+		// invocation no longer owns the run, applying the outcome finds it superseded.)
+		o = inv.failedInvocation(rev, run, &journal.ErrorInfo{Type: ErrorTypeSuperseded, Message: answer.Error.Message})
+		log.WarnContext(ctx, "invocation refused the run's claim; retrying", slog.Int("attempt", run.Invocations), slog.String("error", answer.Error.Message))
 	default:
 		o = inv.outcomeOf(rev, claim, answer)
 	}
@@ -282,6 +290,11 @@ const (
 	// ErrorTypeMaxRecoveries: the run was recovered (its gateway died or stopped during
 	// its invocation) more times in a row than the gateway's limit.
 	ErrorTypeMaxRecoveries = "max_recoveries"
+	// ErrorTypeSuperseded: the function stopped because its invocation did not own the
+	// run. Answered by an invocation that still owns it, the claim of the invocation
+	// went to a copy of its signed request in another process (ClaimInvocation): a
+	// failed invocation, retried per the function's policy, never the run's end.
+	ErrorTypeSuperseded = "superseded"
 )
 
 // call sends one invocation and returns the function's answer, or the failure of the

@@ -418,12 +418,14 @@ func (inv *Invoker) Checkpoint(ctx context.Context, runID string, invocation int
 	return inv.FailOnCheckpoint(ctx, runID, invocation, err)
 }
 
-// Owns returns nil when invocation owns run runID now, and journal.ErrSuperseded
-// otherwise: what a function asks before the first step of an invocation that the journal
-// does not hold, so that a captured invocation request sent again runs no step. It
-// writes nothing.
-func (inv *Invoker) Owns(ctx context.Context, runID string, invocation int) error {
-	return journal.InvocationOwns(ctx, inv.pool, runID, invocation)
+// ClaimInvocation returns nil when invocation owns run runID now and nonce is the first
+// nonce asked for it (or that nonce again), and journal.ErrSuperseded otherwise (see
+// journal.ClaimInvocation): what a function asks, with a nonce of its process, before the
+// first step body of an invocation that the journal does not hold, so that a captured
+// invocation request sent again, to another process, runs no step body, even while the
+// invocation it copies runs. nonce must be journal.ValidNonce.
+func (inv *Invoker) ClaimInvocation(ctx context.Context, runID string, invocation int, nonce string) error {
+	return journal.ClaimInvocation(ctx, inv.pool, runID, invocation, nonce)
 }
 
 // FailOnCheckpoint fails the run of a checkpoint of invocation that failed with err,

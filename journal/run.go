@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
 // Run is one execution of a function.
@@ -559,20 +561,40 @@ func RevisionOfRun(ctx context.Context, db DB, runID string) (tenant, function s
 	return tenant, function, revision, nil
 }
 
-// InvocationOwns returns nil when invocation owns run runID now: the run is running and
-// no later claim took it. It returns ErrSuperseded otherwise (the run finished, was
-// cancelled, suspended or claimed again), or when there is no such run. Any tenant's run:
-// the invocation token that names both is what scopes the question.
-func InvocationOwns(ctx context.Context, db DB, runID string, invocation int) error {
-	var owns bool
-	err := db.QueryRow(ctx, `
-		SELECT EXISTS (SELECT 1 FROM stepgate.run WHERE id = $1 AND invocation = $2 AND status = 'running')`,
-		runID, invocation).Scan(&owns)
+// NonceLen is the length of an invocation's owner nonce: 128 random bits in lowercase
+// hex.
+const NonceLen = 32
+
+// ValidNonce reports whether nonce is NonceLen lowercase hex digits.
+func ValidNonce(nonce string) bool {
+	if len(nonce) != NonceLen {
+		return false
+	}
+	for i := range len(nonce) {
+		if c := nonce[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// ClaimInvocation claims invocation of run runID for the process that sent nonce, once:
+// the first nonce asked while the invocation owns the running run is stored with the
+// run, and only that nonce is answered nil again (a repeat of it is the same process: its
+// parallel steps, a retried question). It returns ErrSuperseded otherwise: the run
+// finished, was cancelled, suspended or claimed again, another nonce claimed this
+// invocation first, or there is no such run. Every claim of the run for a new invocation
+// clears the nonce. One statement (RunClaimInvocation). Any tenant's run: the invocation
+// token that names both is what scopes the question.
+func ClaimInvocation(ctx context.Context, db DB, runID string, invocation int, nonce string) error {
+	_, err := dbsqlc.New(db).RunClaimInvocation(ctx, dbsqlc.RunClaimInvocationParams{
+		RunID: runID, Invocation: int32(invocation), Nonce: nonce,
+	})
 	switch {
-	case err != nil:
-		return fmt.Errorf("check invocation %d of run %s: %w", invocation, runID, err)
-	case !owns:
+	case errors.Is(err, pgx.ErrNoRows):
 		return ErrSuperseded
+	case err != nil:
+		return fmt.Errorf("claim invocation %d of run %s: %w", invocation, runID, err)
 	}
 	return nil
 }

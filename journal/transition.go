@@ -30,7 +30,8 @@ type Claim struct {
 // ClaimRun claims a due run for a new invocation: a queued run whose backoff has passed,
 // a scheduled run whose start time has come, or a suspended run whose wake time has come (a run waiting for its child run has
 // none until the child ends; see Finish). It bumps the run's invocation number
-// (fencing out any older invocation), leases it for lease, and loads its journal, all in
+// (fencing out any older invocation), clears its owner nonce (the new invocation is
+// claimed by the first nonce that asks, see ClaimInvocation), leases it for lease, and loads its journal, all in
 // one round trip and one transaction. It returns ErrNotDue when the run is not claimable
 // now (not due yet, running, finished, or gone). The claim notifies EventChannel when a
 // gateway watches the run's tenant.
@@ -55,7 +56,7 @@ func claimRun(ctx context.Context, db DB, runID string, lease time.Duration, slo
 	b.Queue(`
 		WITH `+with+`u AS (
 			UPDATE stepgate.run SET status = 'running', attempts = attempts + 1,
-				invocation = invocation + 1, lease_until = now() + make_interval(secs => $2),
+				invocation = invocation + 1, owner_nonce = NULL, lease_until = now() + make_interval(secs => $2),
 				wake_at = NULL, awaiting = NULL, held = NULL, `+set+`started_at = coalesce(started_at, now())
 			WHERE id = $1 AND `+gate+`
 			RETURNING `+runColumns+`, now() AS db_now

@@ -1274,6 +1274,7 @@ CREATE TABLE stepgate.run (
     slot_stripes smallint[],
     lifetime_failed_invocations integer DEFAULT 0 NOT NULL,
     lifetime_recoveries integer DEFAULT 0 NOT NULL,
+    owner_nonce text,
     CONSTRAINT run_check CHECK (((status = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text])) = (finished_at IS NOT NULL))),
     CONSTRAINT run_check1 CHECK (((status = 'running'::text) = (lease_until IS NOT NULL))),
     CONSTRAINT run_lifetime_failed_invocations_check CHECK ((lifetime_failed_invocations >= 0)),
@@ -1316,6 +1317,12 @@ COMMENT ON COLUMN stepgate.run.lifetime_failed_invocations IS 'Failed invocation
 --
 
 COMMENT ON COLUMN stepgate.run.lifetime_recoveries IS 'Recoveries of the run in its lifetime: invocations whose gateway died, stopped or lost the database, requeued. Never reset.';
+
+--
+-- Name: COLUMN run.owner_nonce; Type: COMMENT; Schema: stepgate; Owner: -
+--
+
+COMMENT ON COLUMN stepgate.run.owner_nonce IS 'The nonce of the process that claimed the current invocation (checkpointCurrent): 32 lowercase hex digits, or NULL before the first question of the invocation. Set back to NULL by every statement that bumps invocation.';
 
 --
 -- Name: run_tombstone; Type: TABLE; Schema: stepgate; Owner: -

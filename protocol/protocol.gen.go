@@ -1070,6 +1070,16 @@ type InvocationAnswer struct {
 	Steps *[]JournalEntry `json:"steps,omitempty"`
 }
 
+// InvocationClaim What an invocation's process sends to claim its run (`checkpointCurrent`): the
+// first nonce asked for an invocation is the only one answered 200.
+type InvocationClaim struct {
+	// Nonce 128 random bits in lowercase hex, made once by the process handling the
+	// invocation request (a cryptographic random source: a copy of the request
+	// that guessed it would be taken for the original), and sent again unchanged
+	// by every question of that invocation.
+	Nonce string `json:"nonce"`
+}
+
 // InvocationRequest What the gateway POSTs to a function (protocol 1).
 type InvocationRequest struct {
 	Checkpoint Checkpoint `json:"checkpoint"`
@@ -1378,7 +1388,7 @@ type Run struct {
 	Detached *bool      `json:"detached,omitempty"`
 	Error    *ErrorInfo `json:"error,omitempty"`
 
-	// FailedInvocations Invocations of the run that failed as a whole, in its lifetime: the function did not answer (a refused or dropped connection, a timeout), answered other than HTTP 200, or answered or checkpointed something that can never be applied (`bad_answer`, `limit_exceeded`, or an entry contradicting the journal: `nondeterminism`, found by the gateway). Never reset. Those that can be retried are, per the function's retry policy, which counts them in a row (any other outcome applied starts it afresh). Not counted: an answer `failed` (the function fails the run itself), a step's failed attempt (the invocation suspends for its retry; see the run's `failures`), a recovery, and an invocation cut short by a cancel or a deadline.
+	// FailedInvocations Invocations of the run that failed as a whole, in its lifetime: the function did not answer (a refused or dropped connection, a timeout), answered other than HTTP 200, answered or checkpointed something that can never be applied (`bad_answer`, `limit_exceeded`, or an entry contradicting the journal: `nondeterminism`, found by the gateway), or answered the `superseded` failure while it still owned the run (a copy of its request claimed the run first; see `checkpointCurrent`). Never reset. Those that can be retried are, per the function's retry policy, which counts them in a row (any other outcome applied starts it afresh). Not counted: any other answer `failed` (the function fails the run itself), a step's failed attempt (the invocation suspends for its retry; see the run's `failures`), a recovery, and an invocation cut short by a cancel or a deadline.
 	FailedInvocations int        `json:"failed_invocations"`
 	FinishedAt        *time.Time `json:"finished_at,omitempty"`
 	Function          string     `json:"function"`
@@ -1441,7 +1451,7 @@ type RunDetail struct {
 	Detached *bool      `json:"detached,omitempty"`
 	Error    *ErrorInfo `json:"error,omitempty"`
 
-	// FailedInvocations Invocations of the run that failed as a whole, in its lifetime: the function did not answer (a refused or dropped connection, a timeout), answered other than HTTP 200, or answered or checkpointed something that can never be applied (`bad_answer`, `limit_exceeded`, or an entry contradicting the journal: `nondeterminism`, found by the gateway). Never reset. Those that can be retried are, per the function's retry policy, which counts them in a row (any other outcome applied starts it afresh). Not counted: an answer `failed` (the function fails the run itself), a step's failed attempt (the invocation suspends for its retry; see the run's `failures`), a recovery, and an invocation cut short by a cancel or a deadline.
+	// FailedInvocations Invocations of the run that failed as a whole, in its lifetime: the function did not answer (a refused or dropped connection, a timeout), answered other than HTTP 200, answered or checkpointed something that can never be applied (`bad_answer`, `limit_exceeded`, or an entry contradicting the journal: `nondeterminism`, found by the gateway), or answered the `superseded` failure while it still owned the run (a copy of its request claimed the run first; see `checkpointCurrent`). Never reset. Those that can be retried are, per the function's retry policy, which counts them in a row (any other outcome applied starts it afresh). Not counted: any other answer `failed` (the function fails the run itself), a step's failed attempt (the invocation suspends for its retry; see the run's `failures`), a recovery, and an invocation cut short by a cancel or a deadline.
 	FailedInvocations int              `json:"failed_invocations"`
 	Failures          []AttemptFailure `json:"failures"`
 	FinishedAt        *time.Time       `json:"finished_at,omitempty"`
@@ -1961,6 +1971,9 @@ type RejectRunCallbackJSONRequestBody = CallbackRejection
 
 // CheckpointJSONRequestBody defines body for Checkpoint for application/json ContentType.
 type CheckpointJSONRequestBody = JournalEntry
+
+// CheckpointCurrentJSONRequestBody defines body for CheckpointCurrent for application/json ContentType.
+type CheckpointCurrentJSONRequestBody = InvocationClaim
 
 // CheckpointStreamJSONRequestBody defines body for CheckpointStream for application/json ContentType.
 type CheckpointStreamJSONRequestBody = StreamWrite
@@ -2520,26 +2533,73 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/runs/{id}/checkpoint (the `Checkpoint` operationId).
 	Checkpoint(ctx context.Context, id RunID, body CheckpointJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// CheckpointCurrent Says whether the invocation still owns its run, before it runs a step (called by SDKs).
+	// CheckpointCurrentWithBody Claims the run for this invocation's process, before it runs a step body (called by SDKs).
 	//
 	// Authorized by the invocation token, as the checkpoint is (`checkpoint.url` +
-	// `/current`, no body). 200: the invocation whose token this is owns the run now
-	// (the run is running, and no later invocation claimed it). 409 `superseded`: it
-	// does not (the run finished, was cancelled, suspended, or another invocation owns
-	// it): stop at once, running nothing. 401: the token is missing, malformed, expired
-	// or another run's.
+	// `/current`), with an `InvocationClaim`: a nonce of 128 random bits (32 lowercase
+	// hex digits) that the process handling the invocation request made for it. 200:
+	// the invocation whose token this is owns the run now (the run is running, and no
+	// later invocation claimed it), and this nonce is the first one asked for that
+	// invocation, or that nonce again (a process's parallel steps, a retried
+	// question): the gateway stores the first nonce with the run, in the statement
+	// that checks the rest. 409 `superseded`: it does not (the run finished, was
+	// cancelled, suspended, or another invocation owns it; or another nonce claimed
+	// this invocation first): stop at once, running nothing. 400: the body is not an
+	// `InvocationClaim` whose nonce is exactly 32 lowercase hex digits. 401: the token
+	// is missing, malformed, expired or another run's.
 	//
-	// A function calls it before the first step of an invocation that the journal does
-	// not hold, and runs that step only on a 200. The signature's replay memory is a
-	// process's own: a captured invocation request sent again to another process (a
-	// new serverless instance, another replica, a restarted server) within the
-	// signature's 5 minutes verifies there, but that run has moved on, so this answers
-	// 409 and no step runs twice. One round trip per invocation that runs a step; a
-	// checkpoint the gateway took in the same invocation proves the same, so the SDKs
-	// skip the call after one.
+	// A function calls it before the first step body of every invocation that runs
+	// one the journal does not hold (after a checkpoint of the same invocation, too:
+	// a checkpoint carries no nonce), and runs step bodies only on a 200. The
+	// signature's replay memory is a process's own: a captured invocation request sent
+	// again to another process (a new serverless instance, another replica, a
+	// restarted server) within the signature's 5 minutes verifies there, but that
+	// process's nonce is not the one that claimed the invocation (or the run has moved
+	// on), so this answers 409 and no step body runs twice, even while the invocation
+	// it copies is still running. When the copy asks first, it is the original that is
+	// refused: it answers the `superseded` failure, which the gateway takes as a
+	// failed invocation (retried per the function's policy; the new invocation replays
+	// the steps the copy journaled). One round trip per invocation that runs a step
+	// body, none for an invocation that only replays.
+	//
+	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/runs/{id}/checkpoint/current (the `CheckpointCurrent` operationId).
-	CheckpointCurrent(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CheckpointCurrentWithBody(ctx context.Context, id RunID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CheckpointCurrent Claims the run for this invocation's process, before it runs a step body (called by SDKs).
+	//
+	// Authorized by the invocation token, as the checkpoint is (`checkpoint.url` +
+	// `/current`), with an `InvocationClaim`: a nonce of 128 random bits (32 lowercase
+	// hex digits) that the process handling the invocation request made for it. 200:
+	// the invocation whose token this is owns the run now (the run is running, and no
+	// later invocation claimed it), and this nonce is the first one asked for that
+	// invocation, or that nonce again (a process's parallel steps, a retried
+	// question): the gateway stores the first nonce with the run, in the statement
+	// that checks the rest. 409 `superseded`: it does not (the run finished, was
+	// cancelled, suspended, or another invocation owns it; or another nonce claimed
+	// this invocation first): stop at once, running nothing. 400: the body is not an
+	// `InvocationClaim` whose nonce is exactly 32 lowercase hex digits. 401: the token
+	// is missing, malformed, expired or another run's.
+	//
+	// A function calls it before the first step body of every invocation that runs
+	// one the journal does not hold (after a checkpoint of the same invocation, too:
+	// a checkpoint carries no nonce), and runs step bodies only on a 200. The
+	// signature's replay memory is a process's own: a captured invocation request sent
+	// again to another process (a new serverless instance, another replica, a
+	// restarted server) within the signature's 5 minutes verifies there, but that
+	// process's nonce is not the one that claimed the invocation (or the run has moved
+	// on), so this answers 409 and no step body runs twice, even while the invocation
+	// it copies is still running. When the copy asks first, it is the original that is
+	// refused: it answers the `superseded` failure, which the gateway takes as a
+	// failed invocation (retried per the function's policy; the new invocation replays
+	// the steps the copy journaled). One round trip per invocation that runs a step
+	// body, none for an invocation that only replays.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/runs/{id}/checkpoint/current (the `CheckpointCurrent` operationId).
+	CheckpointCurrent(ctx context.Context, id RunID, body CheckpointCurrentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// CheckpointStreamWithBody Appends chunks to one of a running invocation's streams, or closes it (called by SDKs).
 	//
@@ -3675,27 +3735,84 @@ func (c *Client) Checkpoint(ctx context.Context, id RunID, body CheckpointJSONRe
 	return c.Client.Do(req)
 }
 
-// CheckpointCurrent Says whether the invocation still owns its run, before it runs a step (called by SDKs).
+// CheckpointCurrentWithBody Claims the run for this invocation's process, before it runs a step body (called by SDKs).
 //
 // Authorized by the invocation token, as the checkpoint is (`checkpoint.url` +
-// `/current`, no body). 200: the invocation whose token this is owns the run now
-// (the run is running, and no later invocation claimed it). 409 `superseded`: it
-// does not (the run finished, was cancelled, suspended, or another invocation owns
-// it): stop at once, running nothing. 401: the token is missing, malformed, expired
-// or another run's.
+// `/current`), with an `InvocationClaim`: a nonce of 128 random bits (32 lowercase
+// hex digits) that the process handling the invocation request made for it. 200:
+// the invocation whose token this is owns the run now (the run is running, and no
+// later invocation claimed it), and this nonce is the first one asked for that
+// invocation, or that nonce again (a process's parallel steps, a retried
+// question): the gateway stores the first nonce with the run, in the statement
+// that checks the rest. 409 `superseded`: it does not (the run finished, was
+// cancelled, suspended, or another invocation owns it; or another nonce claimed
+// this invocation first): stop at once, running nothing. 400: the body is not an
+// `InvocationClaim` whose nonce is exactly 32 lowercase hex digits. 401: the token
+// is missing, malformed, expired or another run's.
 //
-// A function calls it before the first step of an invocation that the journal does
-// not hold, and runs that step only on a 200. The signature's replay memory is a
-// process's own: a captured invocation request sent again to another process (a
-// new serverless instance, another replica, a restarted server) within the
-// signature's 5 minutes verifies there, but that run has moved on, so this answers
-// 409 and no step runs twice. One round trip per invocation that runs a step; a
-// checkpoint the gateway took in the same invocation proves the same, so the SDKs
-// skip the call after one.
+// A function calls it before the first step body of every invocation that runs
+// one the journal does not hold (after a checkpoint of the same invocation, too:
+// a checkpoint carries no nonce), and runs step bodies only on a 200. The
+// signature's replay memory is a process's own: a captured invocation request sent
+// again to another process (a new serverless instance, another replica, a
+// restarted server) within the signature's 5 minutes verifies there, but that
+// process's nonce is not the one that claimed the invocation (or the run has moved
+// on), so this answers 409 and no step body runs twice, even while the invocation
+// it copies is still running. When the copy asks first, it is the original that is
+// refused: it answers the `superseded` failure, which the gateway takes as a
+// failed invocation (retried per the function's policy; the new invocation replays
+// the steps the copy journaled). One round trip per invocation that runs a step
+// body, none for an invocation that only replays.
+//
+// Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v1/runs/{id}/checkpoint/current (the `CheckpointCurrent` operationId).
-func (c *Client) CheckpointCurrent(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCheckpointCurrentRequest(c.Server, id)
+func (c *Client) CheckpointCurrentWithBody(ctx context.Context, id RunID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCheckpointCurrentRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CheckpointCurrent Claims the run for this invocation's process, before it runs a step body (called by SDKs).
+//
+// Authorized by the invocation token, as the checkpoint is (`checkpoint.url` +
+// `/current`), with an `InvocationClaim`: a nonce of 128 random bits (32 lowercase
+// hex digits) that the process handling the invocation request made for it. 200:
+// the invocation whose token this is owns the run now (the run is running, and no
+// later invocation claimed it), and this nonce is the first one asked for that
+// invocation, or that nonce again (a process's parallel steps, a retried
+// question): the gateway stores the first nonce with the run, in the statement
+// that checks the rest. 409 `superseded`: it does not (the run finished, was
+// cancelled, suspended, or another invocation owns it; or another nonce claimed
+// this invocation first): stop at once, running nothing. 400: the body is not an
+// `InvocationClaim` whose nonce is exactly 32 lowercase hex digits. 401: the token
+// is missing, malformed, expired or another run's.
+//
+// A function calls it before the first step body of every invocation that runs
+// one the journal does not hold (after a checkpoint of the same invocation, too:
+// a checkpoint carries no nonce), and runs step bodies only on a 200. The
+// signature's replay memory is a process's own: a captured invocation request sent
+// again to another process (a new serverless instance, another replica, a
+// restarted server) within the signature's 5 minutes verifies there, but that
+// process's nonce is not the one that claimed the invocation (or the run has moved
+// on), so this answers 409 and no step body runs twice, even while the invocation
+// it copies is still running. When the copy asks first, it is the original that is
+// refused: it answers the `superseded` failure, which the gateway takes as a
+// failed invocation (retried per the function's policy; the new invocation replays
+// the steps the copy journaled). One round trip per invocation that runs a step
+// body, none for an invocation that only replays.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/runs/{id}/checkpoint/current (the `CheckpointCurrent` operationId).
+func (c *Client) CheckpointCurrent(ctx context.Context, id RunID, body CheckpointCurrentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCheckpointCurrentRequest(c.Server, id, body)
 	if err != nil {
 		return nil, err
 	}
@@ -5440,8 +5557,19 @@ func NewCheckpointRequestWithBody(server string, id RunID, contentType string, b
 	return req, nil
 }
 
-// NewCheckpointCurrentRequest constructs an http.Request for the CheckpointCurrent method
-func NewCheckpointCurrentRequest(server string, id RunID) (*http.Request, error) {
+// NewCheckpointCurrentRequest calls the generic CheckpointCurrent builder with application/json body
+func NewCheckpointCurrentRequest(server string, id RunID, body CheckpointCurrentJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCheckpointCurrentRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewCheckpointCurrentRequestWithBody constructs an http.Request for the CheckpointCurrent method, with any body, and a specified content type
+func NewCheckpointCurrentRequestWithBody(server string, id RunID, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -5466,10 +5594,12 @@ func NewCheckpointCurrentRequest(server string, id RunID) (*http.Request, error)
 		return nil, err
 	}
 
-	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
 	if err != nil {
 		return nil, err
 	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -6805,28 +6935,73 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/runs/{id}/checkpoint (the `Checkpoint` operationId).
 	CheckpointWithResponse(ctx context.Context, id RunID, body CheckpointJSONRequestBody, reqEditors ...RequestEditorFn) (*CheckpointResponse, error)
 
-	// CheckpointCurrentWithResponse Says whether the invocation still owns its run, before it runs a step (called by SDKs).
+	// CheckpointCurrentWithBodyWithResponse Claims the run for this invocation's process, before it runs a step body (called by SDKs).
 	//
 	// Authorized by the invocation token, as the checkpoint is (`checkpoint.url` +
-	// `/current`, no body). 200: the invocation whose token this is owns the run now
-	// (the run is running, and no later invocation claimed it). 409 `superseded`: it
-	// does not (the run finished, was cancelled, suspended, or another invocation owns
-	// it): stop at once, running nothing. 401: the token is missing, malformed, expired
-	// or another run's.
+	// `/current`), with an `InvocationClaim`: a nonce of 128 random bits (32 lowercase
+	// hex digits) that the process handling the invocation request made for it. 200:
+	// the invocation whose token this is owns the run now (the run is running, and no
+	// later invocation claimed it), and this nonce is the first one asked for that
+	// invocation, or that nonce again (a process's parallel steps, a retried
+	// question): the gateway stores the first nonce with the run, in the statement
+	// that checks the rest. 409 `superseded`: it does not (the run finished, was
+	// cancelled, suspended, or another invocation owns it; or another nonce claimed
+	// this invocation first): stop at once, running nothing. 400: the body is not an
+	// `InvocationClaim` whose nonce is exactly 32 lowercase hex digits. 401: the token
+	// is missing, malformed, expired or another run's.
 	//
-	// A function calls it before the first step of an invocation that the journal does
-	// not hold, and runs that step only on a 200. The signature's replay memory is a
-	// process's own: a captured invocation request sent again to another process (a
-	// new serverless instance, another replica, a restarted server) within the
-	// signature's 5 minutes verifies there, but that run has moved on, so this answers
-	// 409 and no step runs twice. One round trip per invocation that runs a step; a
-	// checkpoint the gateway took in the same invocation proves the same, so the SDKs
-	// skip the call after one.
+	// A function calls it before the first step body of every invocation that runs
+	// one the journal does not hold (after a checkpoint of the same invocation, too:
+	// a checkpoint carries no nonce), and runs step bodies only on a 200. The
+	// signature's replay memory is a process's own: a captured invocation request sent
+	// again to another process (a new serverless instance, another replica, a
+	// restarted server) within the signature's 5 minutes verifies there, but that
+	// process's nonce is not the one that claimed the invocation (or the run has moved
+	// on), so this answers 409 and no step body runs twice, even while the invocation
+	// it copies is still running. When the copy asks first, it is the original that is
+	// refused: it answers the `superseded` failure, which the gateway takes as a
+	// failed invocation (retried per the function's policy; the new invocation replays
+	// the steps the copy journaled). One round trip per invocation that runs a step
+	// body, none for an invocation that only replays.
 	//
-	// Returns a wrapper object for the known response body format(s).
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/runs/{id}/checkpoint/current (the `CheckpointCurrent` operationId).
-	CheckpointCurrentWithResponse(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*CheckpointCurrentResponse, error)
+	CheckpointCurrentWithBodyWithResponse(ctx context.Context, id RunID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CheckpointCurrentResponse, error)
+
+	// CheckpointCurrentWithResponse Claims the run for this invocation's process, before it runs a step body (called by SDKs).
+	//
+	// Authorized by the invocation token, as the checkpoint is (`checkpoint.url` +
+	// `/current`), with an `InvocationClaim`: a nonce of 128 random bits (32 lowercase
+	// hex digits) that the process handling the invocation request made for it. 200:
+	// the invocation whose token this is owns the run now (the run is running, and no
+	// later invocation claimed it), and this nonce is the first one asked for that
+	// invocation, or that nonce again (a process's parallel steps, a retried
+	// question): the gateway stores the first nonce with the run, in the statement
+	// that checks the rest. 409 `superseded`: it does not (the run finished, was
+	// cancelled, suspended, or another invocation owns it; or another nonce claimed
+	// this invocation first): stop at once, running nothing. 400: the body is not an
+	// `InvocationClaim` whose nonce is exactly 32 lowercase hex digits. 401: the token
+	// is missing, malformed, expired or another run's.
+	//
+	// A function calls it before the first step body of every invocation that runs
+	// one the journal does not hold (after a checkpoint of the same invocation, too:
+	// a checkpoint carries no nonce), and runs step bodies only on a 200. The
+	// signature's replay memory is a process's own: a captured invocation request sent
+	// again to another process (a new serverless instance, another replica, a
+	// restarted server) within the signature's 5 minutes verifies there, but that
+	// process's nonce is not the one that claimed the invocation (or the run has moved
+	// on), so this answers 409 and no step body runs twice, even while the invocation
+	// it copies is still running. When the copy asks first, it is the original that is
+	// refused: it answers the `superseded` failure, which the gateway takes as a
+	// failed invocation (retried per the function's policy; the new invocation replays
+	// the steps the copy journaled). One round trip per invocation that runs a step
+	// body, none for an invocation that only replays.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/runs/{id}/checkpoint/current (the `CheckpointCurrent` operationId).
+	CheckpointCurrentWithResponse(ctx context.Context, id RunID, body CheckpointCurrentJSONRequestBody, reqEditors ...RequestEditorFn) (*CheckpointCurrentResponse, error)
 
 	// CheckpointStreamWithBodyWithResponse Appends chunks to one of a running invocation's streams, or closes it (called by SDKs).
 	//
@@ -8719,6 +8894,8 @@ type CheckpointCurrentResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *CurrentInvocation
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
 	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationProblemJSON401 *Unauthorized
 	// ApplicationProblemJSON409 the response for an HTTP 409 `application/problem+json` response
@@ -8730,6 +8907,11 @@ type CheckpointCurrentResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r CheckpointCurrentResponse) GetJSON200() *CurrentInvocation {
 	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CheckpointCurrentResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
 }
 
 // GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -10644,29 +10826,80 @@ func (c *ClientWithResponses) CheckpointWithResponse(ctx context.Context, id Run
 	return ParseCheckpointResponse(rsp)
 }
 
-// CheckpointCurrentWithResponse Says whether the invocation still owns its run, before it runs a step (called by SDKs).
+// CheckpointCurrentWithBodyWithResponse Claims the run for this invocation's process, before it runs a step body (called by SDKs).
 //
 // Authorized by the invocation token, as the checkpoint is (`checkpoint.url` +
-// `/current`, no body). 200: the invocation whose token this is owns the run now
-// (the run is running, and no later invocation claimed it). 409 `superseded`: it
-// does not (the run finished, was cancelled, suspended, or another invocation owns
-// it): stop at once, running nothing. 401: the token is missing, malformed, expired
-// or another run's.
+// `/current`), with an `InvocationClaim`: a nonce of 128 random bits (32 lowercase
+// hex digits) that the process handling the invocation request made for it. 200:
+// the invocation whose token this is owns the run now (the run is running, and no
+// later invocation claimed it), and this nonce is the first one asked for that
+// invocation, or that nonce again (a process's parallel steps, a retried
+// question): the gateway stores the first nonce with the run, in the statement
+// that checks the rest. 409 `superseded`: it does not (the run finished, was
+// cancelled, suspended, or another invocation owns it; or another nonce claimed
+// this invocation first): stop at once, running nothing. 400: the body is not an
+// `InvocationClaim` whose nonce is exactly 32 lowercase hex digits. 401: the token
+// is missing, malformed, expired or another run's.
 //
-// A function calls it before the first step of an invocation that the journal does
-// not hold, and runs that step only on a 200. The signature's replay memory is a
-// process's own: a captured invocation request sent again to another process (a
-// new serverless instance, another replica, a restarted server) within the
-// signature's 5 minutes verifies there, but that run has moved on, so this answers
-// 409 and no step runs twice. One round trip per invocation that runs a step; a
-// checkpoint the gateway took in the same invocation proves the same, so the SDKs
-// skip the call after one.
+// A function calls it before the first step body of every invocation that runs
+// one the journal does not hold (after a checkpoint of the same invocation, too:
+// a checkpoint carries no nonce), and runs step bodies only on a 200. The
+// signature's replay memory is a process's own: a captured invocation request sent
+// again to another process (a new serverless instance, another replica, a
+// restarted server) within the signature's 5 minutes verifies there, but that
+// process's nonce is not the one that claimed the invocation (or the run has moved
+// on), so this answers 409 and no step body runs twice, even while the invocation
+// it copies is still running. When the copy asks first, it is the original that is
+// refused: it answers the `superseded` failure, which the gateway takes as a
+// failed invocation (retried per the function's policy; the new invocation replays
+// the steps the copy journaled). One round trip per invocation that runs a step
+// body, none for an invocation that only replays.
 //
-// Returns a wrapper object for the known response body format(s).
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/runs/{id}/checkpoint/current (the `CheckpointCurrent` operationId).
-func (c *ClientWithResponses) CheckpointCurrentWithResponse(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*CheckpointCurrentResponse, error) {
-	rsp, err := c.CheckpointCurrent(ctx, id, reqEditors...)
+func (c *ClientWithResponses) CheckpointCurrentWithBodyWithResponse(ctx context.Context, id RunID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CheckpointCurrentResponse, error) {
+	rsp, err := c.CheckpointCurrentWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCheckpointCurrentResponse(rsp)
+}
+
+// CheckpointCurrentWithResponse Claims the run for this invocation's process, before it runs a step body (called by SDKs).
+//
+// Authorized by the invocation token, as the checkpoint is (`checkpoint.url` +
+// `/current`), with an `InvocationClaim`: a nonce of 128 random bits (32 lowercase
+// hex digits) that the process handling the invocation request made for it. 200:
+// the invocation whose token this is owns the run now (the run is running, and no
+// later invocation claimed it), and this nonce is the first one asked for that
+// invocation, or that nonce again (a process's parallel steps, a retried
+// question): the gateway stores the first nonce with the run, in the statement
+// that checks the rest. 409 `superseded`: it does not (the run finished, was
+// cancelled, suspended, or another invocation owns it; or another nonce claimed
+// this invocation first): stop at once, running nothing. 400: the body is not an
+// `InvocationClaim` whose nonce is exactly 32 lowercase hex digits. 401: the token
+// is missing, malformed, expired or another run's.
+//
+// A function calls it before the first step body of every invocation that runs
+// one the journal does not hold (after a checkpoint of the same invocation, too:
+// a checkpoint carries no nonce), and runs step bodies only on a 200. The
+// signature's replay memory is a process's own: a captured invocation request sent
+// again to another process (a new serverless instance, another replica, a
+// restarted server) within the signature's 5 minutes verifies there, but that
+// process's nonce is not the one that claimed the invocation (or the run has moved
+// on), so this answers 409 and no step body runs twice, even while the invocation
+// it copies is still running. When the copy asks first, it is the original that is
+// refused: it answers the `superseded` failure, which the gateway takes as a
+// failed invocation (retried per the function's policy; the new invocation replays
+// the steps the copy journaled). One round trip per invocation that runs a step
+// body, none for an invocation that only replays.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/runs/{id}/checkpoint/current (the `CheckpointCurrent` operationId).
+func (c *ClientWithResponses) CheckpointCurrentWithResponse(ctx context.Context, id RunID, body CheckpointCurrentJSONRequestBody, reqEditors ...RequestEditorFn) (*CheckpointCurrentResponse, error) {
+	rsp, err := c.CheckpointCurrent(ctx, id, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -12392,6 +12625,13 @@ func ParseCheckpointCurrentResponse(rsp *http.Response) (*CheckpointCurrentRespo
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized

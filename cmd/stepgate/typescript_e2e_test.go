@@ -474,6 +474,185 @@ func TestTypeScriptSDK(t *testing.T) {
 		require.Empty(t, refunds, "the refund never ran")
 	})
 
+	t.Run("ACapturedInvocationInFlight", func(t *testing.T) {
+		// test/capture-server.ts serving one function whose step is counted, held in
+		// its first process (before its step, or in its step body) until the test opens
+		// the gate, behind a proxy that records what the gateway sends. The captured
+		// invocation, sent to a new process of the app while the invocation it copies
+		// is still the run's current one, is answered by the gateway's one claim per
+		// invocation: exactly one of the two processes runs the step body.
+		t.Parallel()
+		type deployment struct {
+			origin, proxied string // the first process (its own root, for /gate/open); the proxy's app URL
+			counters        string
+			mu              sync.Mutex
+			sig             string
+			body            []byte
+		}
+		// openGate lets the held invocations of d's first process go on.
+		openGate := func(t *testing.T, d *deployment) {
+			// Not t's context: a cleanup calls it too, once that is done.
+			req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, d.origin+"/gate/open", nil)
+			require.NoError(t, err)
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			_ = resp.Body.Close()
+			require.Equal(t, http.StatusNoContent, resp.StatusCode)
+		}
+		deploy := func(t *testing.T, name, gates string) *deployment {
+			d := &deployment{counters: t.TempDir()}
+			appURL, _ := startNodeProcess(t, dir, "../test/capture-server.js", g.publicKeys,
+				"STEPGATE_CAPTURE_DIR="+d.counters, "STEPGATE_CAPTURE_GATED="+name, "STEPGATE_CAPTURE_GATES="+gates)
+			target, err := url.Parse(appURL)
+			require.NoError(t, err)
+			d.origin = target.Scheme + "://" + target.Host
+			rp := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: target.Scheme, Host: target.Host})
+			proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodPost {
+					b, _ := io.ReadAll(r.Body)
+					r.Body = io.NopCloser(bytes.NewReader(b))
+					d.mu.Lock()
+					if d.body == nil {
+						d.sig, d.body = r.Header.Get("Stepgate-Signature"), b
+					}
+					d.mu.Unlock()
+				}
+				rp.ServeHTTP(w, r)
+			}))
+			// Cleanups run last first: the gate opens before the proxy closes, so that a
+			// failed test leaves no invocation held.
+			t.Cleanup(proxy.Close)
+			t.Cleanup(func() { openGate(t, d) })
+			d.proxied = proxy.URL + target.Path
+			require.Contains(t, cmd(t, "apps", "sync", d.proxied), "synced 1 function from "+d.proxied)
+			return d
+		}
+		fresh := func(t *testing.T, d *deployment, name string) string {
+			u, _ := startNodeProcess(t, dir, "../test/capture-server.js", g.publicKeys, "STEPGATE_CAPTURE_DIR="+d.counters, "STEPGATE_CAPTURE_GATED="+name)
+			return u + "/" + name
+		}
+		start := func(t *testing.T, name string) string {
+			out := cmd(t, "invoke", name, "--data", "{}")
+			fields := strings.Fields(out)
+			require.GreaterOrEqual(t, len(fields), 2, out)
+			return fields[1]
+		}
+		reached := func(t *testing.T, d *deployment, where, id string) {
+			require.Eventually(t, func() bool {
+				_, err := os.Stat(filepath.Join(d.counters, "reached-"+where+"-"+id))
+				return err == nil
+			}, 30*time.Second, 20*time.Millisecond, "the function did not reach its gate %s", where)
+		}
+		charges := func(t *testing.T, d *deployment, name, id string) int {
+			b, err := os.ReadFile(filepath.Join(d.counters, name+"-"+id))
+			if os.IsNotExist(err) {
+				return 0
+			}
+			require.NoError(t, err)
+			return strings.Count(string(b), "charge\n")
+		}
+		captured := func(t *testing.T, d *deployment) (string, []byte) {
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			require.NotNil(t, d.body, "no invocation was captured")
+			return d.sig, d.body
+		}
+		send := func(t *testing.T, url, sig string, body []byte) map[string]any {
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, bytes.NewReader(body))
+			require.NoError(t, err)
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Stepgate-Signature", sig)
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			var out map[string]any
+			require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+			require.Equal(t, http.StatusOK, resp.StatusCode, out)
+			return out
+		}
+		result := func(t *testing.T, id string) map[string]any {
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, g.url+"/v1/runs/"+id+"/result?wait=60s", nil)
+			require.NoError(t, err)
+			req.Header.Set("Authorization", "Bearer "+g.token)
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			var out map[string]any
+			require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+			require.Equal(t, http.StatusOK, resp.StatusCode, out)
+			return out
+		}
+
+		t.Run("WhileTheOriginalRunsItsStep", func(t *testing.T) {
+			t.Parallel()
+			const name = "capture.blocked"
+			d := deploy(t, name, "inside")
+			id := start(t, name)
+			reached(t, d, "inside", id)
+			sig, body := captured(t, d)
+			out := send(t, fresh(t, d, name), sig, body)
+			require.Equal(t, "failed", out["status"], out)
+			require.Equal(t, "superseded", out["error"].(map[string]any)["type"], out)
+			require.Equal(t, 1, charges(t, d, name, id), "the copy ran no step body")
+			openGate(t, d)
+			r := result(t, id)
+			require.Equal(t, "completed", r["status"], r)
+			require.Equal(t, 1, charges(t, d, name, id), "the charge ran once")
+		})
+
+		t.Run("TheCopyAsksFirst", func(t *testing.T) {
+			t.Parallel()
+			const name = "capture.first"
+			d := deploy(t, name, "before")
+			id := start(t, name)
+			reached(t, d, "before", id)
+			sig, body := captured(t, d)
+			out := send(t, fresh(t, d, name), sig, body)
+			require.Equal(t, "completed", out["status"], out)
+			require.Equal(t, 1, charges(t, d, name, id))
+			// The original is refused the run and answers superseded: a failed invocation,
+			// whose retry replays the charge the copy journaled.
+			openGate(t, d)
+			r := result(t, id)
+			require.Equal(t, "completed", r["status"], r)
+			require.Equal(t, 1, charges(t, d, name, id), "exactly one of the two ran the step body")
+		})
+
+		t.Run("OneNonceClaimsTheInvocation", func(t *testing.T) {
+			t.Parallel()
+			const name = "capture.nonce"
+			d := deploy(t, name, "before")
+			id := start(t, name)
+			reached(t, d, "before", id)
+			_, body := captured(t, d)
+			var req struct {
+				Checkpoint struct{ URL, Token string } `json:"checkpoint"`
+			}
+			require.NoError(t, json.Unmarshal(body, &req))
+			ask := func(body string) int {
+				r, err := http.NewRequestWithContext(t.Context(), http.MethodPost, req.Checkpoint.URL+"/current", strings.NewReader(body))
+				require.NoError(t, err)
+				r.Header.Set("Content-Type", "application/json")
+				r.Header.Set("Authorization", "Bearer "+req.Checkpoint.Token)
+				resp, err := http.DefaultClient.Do(r)
+				require.NoError(t, err)
+				_ = resp.Body.Close()
+				return resp.StatusCode
+			}
+			mine := strings.Repeat("0123456789abcdef", 2)
+			require.Equal(t, http.StatusOK, ask(`{"nonce":"`+mine+`"}`))
+			require.Equal(t, http.StatusOK, ask(`{"nonce":"`+mine+`"}`), "the same nonce again")
+			require.Equal(t, http.StatusConflict, ask(`{"nonce":"`+strings.Repeat("e", 32)+`"}`), "another nonce")
+			require.Equal(t, http.StatusBadRequest, ask(`{"nonce":"`+strings.Repeat("e", 31)+`"}`), "a short nonce")
+			require.Equal(t, http.StatusBadRequest, ask(`{"nonce":"`+strings.ToUpper(mine)+`"}`), "an uppercase nonce")
+			// The original's nonce is refused; its next invocation is claimed afresh.
+			openGate(t, d)
+			r := result(t, id)
+			require.Equal(t, "completed", r["status"], r)
+			require.Equal(t, 1, charges(t, d, name, id))
+		})
+	})
+
 	t.Run("MaxInvocationDuration", func(t *testing.T) {
 		t.Parallel()
 		// Four steps of 400ms under a 1s limit: each invocation stops after two (at 800ms,

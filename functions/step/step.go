@@ -210,8 +210,8 @@ func Run[T any](ctx context.Context, name string, fn func(ctx context.Context) (
 		return zero, st.Halt(invocation.Retry("canceled", fmt.Sprintf("step %d %q: %v", seq, name, err)))
 	}
 	// A captured request sent again to a process that never saw it passes the signature
-	// check: the gateway says whether this invocation still owns the run before any step
-	// function runs.
+	// check: before any step function runs, the gateway says whether this invocation
+	// still owns the run, claimed for this process and no other.
 	if err := st.CheckOwner(); err != nil {
 		return zero, err
 	}

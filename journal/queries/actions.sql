@@ -27,7 +27,7 @@ WITH u AS (
     UPDATE stepgate.run SET status = 'failed',
         error = jsonb_build_object('type', @error_type::text, 'message',
             'the run passed its deadline of ' || to_char(deadline AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')),
-        invocation = invocation + 1, lease_until = NULL,
+        invocation = invocation + 1, owner_nonce = NULL, lease_until = NULL,
         wake_at = NULL, awaiting = NULL, finished_at = now()
     WHERE id = @id AND deadline <= now() AND status IN ('scheduled', 'queued', 'running', 'suspended')
     RETURNING id, tenant, function, revision, status, input, output, error, identity,

@@ -44,7 +44,9 @@ type Gateway struct {
 
 // Supersede makes every later check that an invocation of run runID owns it (POST
 // checkpoint.url + "/current") answer 409 superseded, as the gateway does once the run
-// finished or moved on to another invocation.
+// finished or moved on to another invocation, or another process claimed the invocation.
+// Checkpoints are still taken: a copy of an invocation request checkpoints under the
+// original's token.
 func (g *Gateway) Supersede(runID string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -140,6 +142,11 @@ func (g *Gateway) checkpoint(w http.ResponseWriter, r *http.Request) {
 		runID := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/v1/runs/"), "/checkpoint/current")
 		if r.Header.Get("Authorization") != "Bearer "+token(runID) {
 			problem(w, http.StatusUnauthorized, "", "bad invocation token")
+			return
+		}
+		var c protocol.InvocationClaim
+		if err := json.NewDecoder(r.Body).Decode(&c); err != nil || !validNonce(c.Nonce) {
+			problem(w, http.StatusBadRequest, "", "nonce must be 32 lowercase hex digits (128 random bits)")
 			return
 		}
 		g.mu.Lock()
@@ -492,4 +499,17 @@ func (g *Gateway) Run(url, runID, function, input string, maxAttempts int) (Resp
 			g.tb.Fatalf("run %s: unknown await %q", runID, r.Answer.Await.Type)
 		}
 	}
+}
+
+// validNonce reports whether nonce is 32 lowercase hex digits, as the gateway requires.
+func validNonce(nonce string) bool {
+	if len(nonce) != 32 {
+		return false
+	}
+	for _, c := range nonce {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }

@@ -21,6 +21,8 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -123,8 +125,8 @@ type State struct {
 	holes   map[int]*protocol.Await
 	done    *sync.Cond
 
-	// owned says the gateway confirmed that this invocation owns its run (CheckOwner),
-	// or took one of its checkpoints; ownerMu serializes the confirmation.
+	// owned says the gateway confirmed that this invocation owns its run, claimed by
+	// this process's nonce (CheckOwner); ownerMu serializes the question.
 	owned   atomic.Bool
 	ownerMu sync.Mutex
 }
@@ -732,7 +734,6 @@ func (s *State) checkpoint(e *protocol.JournalEntry, body []byte) (ack *protocol
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	code := resp.StatusCode
 	if code >= 200 && code < 300 {
-		s.owned.Store(true) // the gateway fences checkpoints: it took this one, so this invocation owned the run
 		ack = &protocol.CheckpointAck{Seq: e.Seq}
 		_ = json.Unmarshal(raw, ack) // an older gateway's empty body is an acknowledgement too
 		return ack, nil, false, 0
@@ -764,15 +765,19 @@ func (s *State) checkpoint(e *protocol.JournalEntry, body []byte) (ack *protocol
 	}
 }
 
-// CheckOwner returns nil once the gateway has confirmed that this invocation still owns
-// its run: the SDK calls it before the first step function of the invocation that the
-// journal does not hold, so that a captured invocation request sent again (to a new
-// process, whose replay memory is empty, within the signature's window) runs no step.
-// The first call asks the gateway (POST checkpoint.url + "/current", with the invocation
-// token) and waits for its answer, tried again as Checkpoint is; later calls, and calls
-// after a checkpoint the gateway took, return at once. It halts on a 409 (the run
-// finished, was cancelled, or another invocation owns it) with the superseded failure,
-// and on a 401 or a gateway that stays unreachable with a retryable one.
+// CheckOwner returns nil once the gateway has confirmed that this invocation owns its
+// run, claimed for this process: the SDK calls it before the first step function of the
+// invocation that the journal does not hold, so that a captured invocation request sent
+// again to another process (whose replay memory is empty, within the signature's window)
+// runs no step function, even while the invocation it copies runs. The first call makes a
+// random 128-bit nonce and asks the gateway (POST checkpoint.url + "/current", with the
+// invocation token and {"nonce"}), which answers 200 only to the first nonce asked for
+// the invocation; it waits for the answer, tried again with the same nonce as Checkpoint
+// is. Later calls return at once. A checkpoint the gateway took is no proof: a copy of
+// the request checkpoints under the same token. It halts on a 409 (the run finished, was
+// cancelled, another invocation owns it, or another process claimed this one) with the
+// superseded failure, and on a 400, a 401 or a gateway that stays unreachable with a
+// retryable one.
 func (s *State) CheckOwner() error {
 	if s.owned.Load() {
 		return nil
@@ -783,6 +788,11 @@ func (s *State) CheckOwner() error {
 		return nil
 	}
 	const where = "check that the invocation owns its run"
+	// One nonce for every try of the question: a try whose answer was lost may have
+	// claimed the invocation. (crypto/rand.Read never fails; the body always marshals.)
+	var nonce [16]byte
+	_, _ = rand.Read(nonce[:])
+	body, _ := json.Marshal(protocol.InvocationClaim{Nonce: hex.EncodeToString(nonce[:])})
 	var last string
 	delay := checkpointBackoff
 	for try := 0; ; try++ {
@@ -796,7 +806,7 @@ func (s *State) CheckOwner() error {
 			}
 			delay = min(2*delay, maxCheckpointBackoff)
 		}
-		code, p, after, err := s.post(s.Req.Checkpoint.URL+"/current", nil)
+		code, p, after, err := s.post(s.Req.Checkpoint.URL+"/current", body)
 		detail := cmp.Or(p.Detail, http.StatusText(code))
 		switch {
 		case err != nil:

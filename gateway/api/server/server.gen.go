@@ -86,7 +86,7 @@ type ServerInterface interface {
 	// Checkpoint Journals one finished entry of a running invocation (called by SDKs).
 	// (POST /v1/runs/{id}/checkpoint)
 	Checkpoint(ctx echo.Context, id RunID) error
-	// CheckpointCurrent Says whether the invocation still owns its run, before it runs a step (called by SDKs).
+	// CheckpointCurrent Claims the run for this invocation's process, before it runs a step body (called by SDKs).
 	// (POST /v1/runs/{id}/checkpoint/current)
 	CheckpointCurrent(ctx echo.Context, id RunID) error
 	// CheckpointStream Appends chunks to one of a running invocation's streams, or closes it (called by SDKs).
@@ -3027,7 +3027,8 @@ func (response Checkpoint503ApplicationProblemPlusJSONResponse) VisitCheckpointR
 }
 
 type CheckpointCurrentRequestObject struct {
-	ID RunID `json:"id"`
+	ID   RunID `json:"id"`
+	Body *CheckpointCurrentJSONRequestBody
 }
 
 type CheckpointCurrentResponseObject interface {
@@ -3044,6 +3045,22 @@ func (response CheckpointCurrent200JSONResponse) VisitCheckpointCurrentResponse(
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CheckpointCurrent400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response CheckpointCurrent400ApplicationProblemPlusJSONResponse) VisitCheckpointCurrentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -4643,7 +4660,7 @@ type StrictServerInterface interface {
 	// Checkpoint Journals one finished entry of a running invocation (called by SDKs).
 	// (POST /v1/runs/{id}/checkpoint)
 	Checkpoint(ctx context.Context, request CheckpointRequestObject) (CheckpointResponseObject, error)
-	// CheckpointCurrent Says whether the invocation still owns its run, before it runs a step (called by SDKs).
+	// CheckpointCurrent Claims the run for this invocation's process, before it runs a step body (called by SDKs).
 	// (POST /v1/runs/{id}/checkpoint/current)
 	CheckpointCurrent(ctx context.Context, request CheckpointCurrentRequestObject) (CheckpointCurrentResponseObject, error)
 	// CheckpointStream Appends chunks to one of a running invocation's streams, or closes it (called by SDKs).
@@ -5494,6 +5511,29 @@ func (sh *strictHandler) CheckpointCurrent(ctx echo.Context, id RunID) error {
 	var request CheckpointCurrentRequestObject
 
 	request.ID = id
+
+	var body CheckpointCurrentJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
 
 	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
 		return sh.ssi.CheckpointCurrent(ctx.Request().Context(), request.(CheckpointCurrentRequestObject))

@@ -16,7 +16,7 @@
 // answer's steps: the last step rides with the answer.
 import { inStep } from "./context.js";
 import { NonRetryableError } from "./errors.js";
-import type { Await, CheckpointAck, EntryKind, ErrorInfo, InvocationAnswer, InvocationRequest, JournalEntry, StreamWrite } from "./protocol.js";
+import type { Await, CheckpointAck, EntryKind, ErrorInfo, InvocationAnswer, InvocationClaim, InvocationRequest, JournalEntry, StreamWrite } from "./protocol.js";
 
 /** How an invocation ends early: an answer (HTTP 200) or an error (HTTP 500, retried). */
 export interface Stop {
@@ -139,7 +139,7 @@ export class Invocation {
   // the constructor).
   private signal: AbortSignal | undefined;
   private signalRead = false;
-  /** The gateway confirmed that this invocation owns its run (checkOwner), or took one of its checkpoints. */
+  /** The gateway confirmed that this invocation owns its run, claimed by this process's nonce (checkOwner). */
   private owned = false;
   private owning: Promise<boolean> | undefined;
 
@@ -455,15 +455,18 @@ export class Invocation {
   }
 
   /**
-   * Resolves true once the gateway has confirmed that this invocation still owns its run,
-   * and false when the invocation stopped instead. The SDK awaits it before the first
-   * step function of the invocation that the journal does not hold, so that a captured
-   * invocation request sent again (to a new process, whose replay memory is empty, within
-   * the signature's window) runs no step. The first call asks the gateway (POST
-   * checkpoint.url + "/current" with the invocation token), tried again as a checkpoint
-   * is; later calls, and calls after a checkpoint the gateway took, resolve at once. A
-   * 409 stops the invocation with the superseded failure; a 401, or a gateway that stays
-   * unreachable, with a retryable one.
+   * Resolves true once the gateway has confirmed that this invocation owns its run,
+   * claimed for this process, and false when the invocation stopped instead. The SDK
+   * awaits it before the first step function of the invocation that the journal does not
+   * hold, so that a captured invocation request sent again to another process (whose
+   * replay memory is empty, within the signature's window) runs no step function, even
+   * while the invocation it copies runs. The first call makes a random 128-bit nonce and
+   * asks the gateway (POST checkpoint.url + "/current" with the invocation token and
+   * `{"nonce"}`), which answers 200 only to the first nonce asked for the invocation;
+   * tried again with the same nonce as a checkpoint is. Later calls (parallel steps)
+   * share its answer. A checkpoint the gateway took is no proof: a copy of the request
+   * checkpoints under the same token. A 409 stops the invocation with the superseded
+   * failure; a 400, a 401, or a gateway that stays unreachable, with a retryable one.
    */
   checkOwner(): Promise<boolean> {
     if (this.owned) return Promise.resolve(true);
@@ -473,6 +476,10 @@ export class Invocation {
 
   private async askOwner(): Promise<boolean> {
     const where = "check that the invocation owns its run";
+    // One nonce for every try of the question: a try whose answer was lost may have
+    // claimed the invocation.
+    const nonce = Array.from(crypto.getRandomValues(new Uint8Array(16)), (b) => b.toString(16).padStart(2, "0")).join("");
+    const body = JSON.stringify({ nonce } satisfies InvocationClaim);
     const stopWith = (s: Stop) => {
       void this.halt(s);
       return false;
@@ -491,7 +498,7 @@ export class Invocation {
         resp = await this.post(
           this.req.checkpoint.url + "/current",
           { "Content-Type": "application/json", Authorization: `Bearer ${this.req.checkpoint.token}` },
-          "",
+          body,
           this.postSignal(attempt),
         );
       } catch (err) {
@@ -715,7 +722,6 @@ export class Invocation {
       const text = resp.body;
       const code = resp.status;
       if (code >= 200 && code < 300) {
-        this.owned = true; // the gateway fences checkpoints: it took this one, so this invocation owned the run
         let ack: CheckpointAck = { seq: e.seq };
         try {
           if (text) ack = { seq: e.seq, ...JSON.parse(text) };

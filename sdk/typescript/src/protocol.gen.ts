@@ -978,22 +978,33 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Says whether the invocation still owns its run, before it runs a step (called by SDKs).
+         * Claims the run for this invocation's process, before it runs a step body (called by SDKs).
          * @description Authorized by the invocation token, as the checkpoint is (`checkpoint.url` +
-         *     `/current`, no body). 200: the invocation whose token this is owns the run now
-         *     (the run is running, and no later invocation claimed it). 409 `superseded`: it
-         *     does not (the run finished, was cancelled, suspended, or another invocation owns
-         *     it): stop at once, running nothing. 401: the token is missing, malformed, expired
-         *     or another run's.
+         *     `/current`), with an `InvocationClaim`: a nonce of 128 random bits (32 lowercase
+         *     hex digits) that the process handling the invocation request made for it. 200:
+         *     the invocation whose token this is owns the run now (the run is running, and no
+         *     later invocation claimed it), and this nonce is the first one asked for that
+         *     invocation, or that nonce again (a process's parallel steps, a retried
+         *     question): the gateway stores the first nonce with the run, in the statement
+         *     that checks the rest. 409 `superseded`: it does not (the run finished, was
+         *     cancelled, suspended, or another invocation owns it; or another nonce claimed
+         *     this invocation first): stop at once, running nothing. 400: the body is not an
+         *     `InvocationClaim` whose nonce is exactly 32 lowercase hex digits. 401: the token
+         *     is missing, malformed, expired or another run's.
          *
-         *     A function calls it before the first step of an invocation that the journal does
-         *     not hold, and runs that step only on a 200. The signature's replay memory is a
-         *     process's own: a captured invocation request sent again to another process (a
-         *     new serverless instance, another replica, a restarted server) within the
-         *     signature's 5 minutes verifies there, but that run has moved on, so this answers
-         *     409 and no step runs twice. One round trip per invocation that runs a step; a
-         *     checkpoint the gateway took in the same invocation proves the same, so the SDKs
-         *     skip the call after one.
+         *     A function calls it before the first step body of every invocation that runs
+         *     one the journal does not hold (after a checkpoint of the same invocation, too:
+         *     a checkpoint carries no nonce), and runs step bodies only on a 200. The
+         *     signature's replay memory is a process's own: a captured invocation request sent
+         *     again to another process (a new serverless instance, another replica, a
+         *     restarted server) within the signature's 5 minutes verifies there, but that
+         *     process's nonce is not the one that claimed the invocation (or the run has moved
+         *     on), so this answers 409 and no step body runs twice, even while the invocation
+         *     it copies is still running. When the copy asks first, it is the original that is
+         *     refused: it answers the `superseded` failure, which the gateway takes as a
+         *     failed invocation (retried per the function's policy; the new invocation replays
+         *     the steps the copy journaled). One round trip per invocation that runs a step
+         *     body, none for an invocation that only replays.
          */
         post: operations["checkpointCurrent"];
         delete?: never;
@@ -1354,7 +1365,7 @@ export interface components {
             cancelled_by?: components["schemas"]["Identity"];
             /** @description Invocations of the run so far, the first included: the times a gateway took the run to call its function, one to start and one more after each suspension (sleep, wait, child, step retry, `continue`), failed invocation or recovery. The invocation in flight counts (the function gets the count as `run.attempt`), and so does one whose gateway died before its request went out (a recovery). A take that fails the run before calling the function (past the gateway's limit of recoveries, or a bound) does not count. A clean run with two sleeps has 3. Not a count of retries: see `failed_invocations`. */
             invocations: number;
-            /** @description Invocations of the run that failed as a whole, in its lifetime: the function did not answer (a refused or dropped connection, a timeout), answered other than HTTP 200, or answered or checkpointed something that can never be applied (`bad_answer`, `limit_exceeded`, or an entry contradicting the journal: `nondeterminism`, found by the gateway). Never reset. Those that can be retried are, per the function's retry policy, which counts them in a row (any other outcome applied starts it afresh). Not counted: an answer `failed` (the function fails the run itself), a step's failed attempt (the invocation suspends for its retry; see the run's `failures`), a recovery, and an invocation cut short by a cancel or a deadline. */
+            /** @description Invocations of the run that failed as a whole, in its lifetime: the function did not answer (a refused or dropped connection, a timeout), answered other than HTTP 200, answered or checkpointed something that can never be applied (`bad_answer`, `limit_exceeded`, or an entry contradicting the journal: `nondeterminism`, found by the gateway), or answered the `superseded` failure while it still owned the run (a copy of its request claimed the run first; see `checkpointCurrent`). Never reset. Those that can be retried are, per the function's retry policy, which counts them in a row (any other outcome applied starts it afresh). Not counted: any other answer `failed` (the function fails the run itself), a step's failed attempt (the invocation suspends for its retry; see the run's `failures`), a recovery, and an invocation cut short by a cancel or a deadline. */
             failed_invocations: number;
             awaiting?: components["schemas"]["Awaiting"];
             /** @description Times in its lifetime the run was recovered: an invocation whose gateway died, stopped or lost the database, made again by another gateway. Never reset. A recovery is not a failed invocation: the function's retry policy does not count it. The gateway's limit (STEPGATE_MAX_RECOVERIES, default 100) counts recoveries in a row, with no new journal entry and no answer applied between them; past it the run fails with error type `max_recoveries`, its `recoveries` then at least that limit plus one. */
@@ -1805,6 +1816,19 @@ export interface components {
         /** @description The answer to an invocation that owns its run (`checkpointCurrent`). */
         CurrentInvocation: {
             run_id: string;
+        };
+        /**
+         * @description What an invocation's process sends to claim its run (`checkpointCurrent`): the
+         *     first nonce asked for an invocation is the only one answered 200.
+         */
+        InvocationClaim: {
+            /**
+             * @description 128 random bits in lowercase hex, made once by the process handling the
+             *     invocation request (a cryptographic random source: a copy of the request
+             *     that guessed it would be taken for the original), and sent again unchanged
+             *     by every question of that invocation.
+             */
+            nonce: string;
         };
         /** @description A callback's rejection. */
         CallbackRejection: {
@@ -3493,9 +3517,13 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["InvocationClaim"];
+            };
+        };
         responses: {
-            /** @description The invocation owns the run. */
+            /** @description The invocation owns the run, claimed by this nonce. */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -3504,6 +3532,7 @@ export interface operations {
                     "application/json": components["schemas"]["CurrentInvocation"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             409: components["responses"]["Conflict"];
             503: components["responses"]["Unavailable"];

@@ -18,3 +18,4 @@ export type RetryPolicy = Schemas["RetryPolicy"];
 export type WireIdentity = Schemas["Identity"];
 export type InvokeCall = Schemas["InvokeCall"];
 export type StreamWrite = Schemas["StreamWrite"];
+export type InvocationClaim = Schemas["InvocationClaim"];

@@ -33,7 +33,11 @@ export class Gateway {
   streamHook: ((runId: string, w: StreamWrite) => [number, string] | undefined) | undefined;
   /** Each run's streams (by `${runId} ${key}`): chunks in offset order, each with its place; closed. */
   streams = new Map<string, { chunks: { place: string; chunk: unknown }[]; closed: boolean }>();
-  /** Runs whose invocations no longer own them: checkpoint.url + "/current" answers 409. */
+  /**
+   * Runs whose invocations no longer own them, or were claimed by another process:
+   * checkpoint.url + "/current" answers 409 (checkpoints are still taken: a copy of an
+   * invocation request checkpoints under the original's token).
+   */
   stale = new Set<string>();
   /** How many times each run's invocations asked whether they own it. */
   currentChecks = new Map<string, number>();
@@ -56,6 +60,16 @@ export class Gateway {
           return;
         }
         if (req.url!.endsWith("/current")) {
+          let nonce: unknown;
+          try {
+            nonce = (JSON.parse(Buffer.concat(chunks).toString()) as { nonce?: unknown }).nonce;
+          } catch {
+            // Not JSON: no nonce.
+          }
+          if (typeof nonce !== "string" || !/^[0-9a-f]{32}$/.test(nonce)) {
+            res.writeHead(400, { "Content-Type": "application/problem+json" }).end(JSON.stringify({ detail: "nonce must be 32 lowercase hex digits (128 random bits)" }));
+            return;
+          }
           this.currentChecks.set(runId, (this.currentChecks.get(runId) ?? 0) + 1);
           if (this.stale.has(runId)) {
             res.writeHead(409, { "Content-Type": "application/problem+json" }).end(JSON.stringify({ type: "superseded", detail: "this invocation no longer owns the run: run no step" }));

@@ -385,7 +385,7 @@ describe("serve", () => {
       return { status: resp.status, body: (await resp.json()) as any };
     };
     assert.deepEqual(await send("charge"), { status: 200, body: { status: "completed", output: { a: 1, b: "sent" } } });
-    assert.equal(gw.currentChecks.get(id), 1, "one question before the first step, none after a checkpoint");
+    assert.equal(gw.currentChecks.get(id), 1, "one question per invocation, before its first step");
 
     gw.stale.add(id); // the run finished: its invocation owns it no more
     const again = await send("charge");
@@ -403,6 +403,26 @@ describe("serve", () => {
     );
     assert.equal(named.status, 401);
     assert.match(((await named.json()) as any).message, /the request is for function "charge"; this path serves "refund"/);
+  });
+
+  test("the run is claimed before the first step body even after a checkpoint of the invocation", async () => {
+    // A checkpoint the gateway took proves nothing about this process: a copy of the
+    // invocation request checkpoints under the same token. When another process claimed
+    // the invocation (the question answers 409, checkpoints are taken), the step body
+    // does not run, though a value was checkpointed first.
+    let charges = 0;
+    const valued = createFunction({ name: "valued" }, async ({ step }) => {
+      await step.setValue("phase", "charging");
+      return step.run("charge", () => ++charges);
+    });
+    const id = runId();
+    gw.stale.add(id);
+    const r = await gw.invoke(app(valued), APP, gw.request(id, "valued", null));
+    assert.equal(r.body.status, "failed", JSON.stringify(r.body));
+    assert.equal(r.body.error.type, "superseded");
+    assert.deepEqual(kinds(gw.journal(id)), ["1 value phase"], "the value was checkpointed");
+    assert.equal(gw.currentChecks.get(id), 1, "the question was asked after the checkpoint");
+    assert.equal(charges, 0, "the step body did not run");
   });
 
   test("the README's test vector verifies", async () => {
