@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
 // KindCallback is the entry of a callback a run made (CreateCallback): its output is
@@ -86,15 +88,15 @@ func CreateCallback(ctx context.Context, db DB, runID string, invocation int, n 
 	if old != nil {
 		return repeat(old)
 	}
-	var tenant string
-	var now time.Time
-	err = db.QueryRow(ctx, `SELECT tenant, now() FROM stepgate.run WHERE id = $1`, runID).Scan(&tenant, &now)
+	q := dbsqlc.New(db)
+	run, err := q.CallbackRunTenant(ctx, runID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrSuperseded
 	}
 	if err != nil {
 		return nil, fmt.Errorf("create callback of run %s: %w", runID, err)
 	}
+	tenant, now := run.Tenant, run.Now
 	expires := now.Add(n.Timeout).Truncate(time.Microsecond).UTC()
 	out, err := json.Marshal(CallbackOutput{URL: n.URL, Token: n.Token, ExpiresAt: expires})
 	if err != nil {
@@ -115,10 +117,10 @@ func CreateCallback(ctx context.Context, db DB, runID string, invocation int, n 
 	if err != nil {
 		return nil, err
 	}
-	if _, err := db.Exec(ctx, `
-		INSERT INTO stepgate.callback (run_id, seq, tenant, name, token_hash, expires_at)
-		VALUES ($1, $2, $3, $4, $5, $6)`,
-		runID, n.Seq, tenant, n.Name, HashToken(n.Token), expires); err != nil {
+	err = q.CallbackCreate(ctx, dbsqlc.CallbackCreateParams{
+		RunID: runID, Seq: int32(n.Seq), Tenant: tenant, Name: n.Name, TokenHash: HashToken(n.Token), ExpiresAt: expires,
+	})
+	if err != nil {
 		return nil, fmt.Errorf("store callback %d of run %s: %w", n.Seq, runID, unstorable(err))
 	}
 	return out, nil
@@ -126,16 +128,24 @@ func CreateCallback(ctx context.Context, db DB, runID string, invocation int, n 
 
 // findEntry returns the entry at seq of a run, or nil.
 func findEntry(ctx context.Context, db DB, runID string, seq int) (*Entry, error) {
-	rows, _ := db.Query(ctx, `
-		SELECT `+entryColumns+` FROM stepgate.journal_entry WHERE run_id = $1 AND seq = $2`, runID, seq)
-	entries, err := pgx.CollectRows(rows, pgx.RowToStructByName[Entry])
+	r, err := dbsqlc.New(db).CallbackEntry(ctx, dbsqlc.CallbackEntryParams{RunID: runID, Seq: int32(seq)})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("load entry %d of run %s: %w", seq, runID, err)
 	}
-	if len(entries) == 0 {
-		return nil, nil
+	e := Entry{
+		Seq: int(r.Seq), Kind: r.Kind, Name: r.Name, Output: r.Output, Attempt: int(r.Attempt),
+		WakeAt: r.WakeAt, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt, Copied: r.Copied,
 	}
-	return &entries[0], nil
+	// Decoded as pgx decodes it into Entry.Error: SQL NULL leaves it nil.
+	if r.Error != nil {
+		if err := json.Unmarshal(r.Error, &e.Error); err != nil {
+			return nil, fmt.Errorf("load entry %d of run %s: %w", seq, runID, err)
+		}
+	}
+	return &e, nil
 }
 
 // CallbackWait suspends a run until its callback at CallbackSeq is resolved or
@@ -162,41 +172,33 @@ func (a CallbackWait) wake() (*time.Time, time.Duration, bool) { return nil, a.T
 // resolution commits either before (and is journaled here) or after (and finds the
 // wait).
 func (a CallbackWait) write(ctx context.Context, db DB, aw awaitWrite, f *Finished) error {
-	var state string
-	var result json.RawMessage
-	var expired bool
-	var expiresAt time.Time
-	err := db.QueryRow(ctx, `
-		SELECT state, CASE WHEN state <> 'pending' THEN stepgate.callback_result(state, payload, error, resolver, resolved_by, resolved_at) END,
-			expires_at, expires_at <= now()
-		FROM stepgate.callback WHERE run_id = $1 AND seq = $2 FOR UPDATE`,
-		aw.runID, a.CallbackSeq).Scan(&state, &result, &expiresAt, &expired)
+	q := dbsqlc.New(db)
+	cb, err := q.CallbackLockForAwait(ctx, dbsqlc.CallbackLockForAwaitParams{RunID: aw.runID, Seq: int32(a.CallbackSeq)})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("%w: await_callback %q names seq %d, which is not a callback of this run", ErrBadAwait, a.Name, a.CallbackSeq)
 	}
 	if err != nil {
 		return fmt.Errorf("read callback %d of run %s: %w", a.CallbackSeq, aw.runID, err)
 	}
+	result := cb.Result
 	switch {
-	case state != CallbackPending:
-	case expired:
+	case cb.State != CallbackPending:
+	case cb.Expired:
 		result = TimedOut
 	default:
-		return a.wait(ctx, db, aw, f, expiresAt)
+		return a.wait(ctx, q, aw, f, cb.ExpiresAt)
 	}
-	_, err = db.Exec(ctx, `
-		INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
-		VALUES ($1, $2, stepgate.wait_kind($6, '`+KindAwaitCallback+`'), $3, stepgate.wait_output($6, '`+KindAwaitCallback+`', $4),
-			$5, now(), stepgate.journal_bytes_before($1, $2) + octet_length($4::jsonb::text))`,
-		aw.runID, a.Seq, a.Name, result, aw.invocation, int16(aw.alt))
+	err = q.CallbackJournalAwait(ctx, dbsqlc.CallbackJournalAwaitParams{
+		RunID: aw.runID, Seq: int32(a.Seq), Alt: int16(aw.alt), Name: a.Name, Output: result, Invocation: int32(aw.invocation),
+	})
 	if isUniqueViolation(err) {
 		return fmt.Errorf("%w: seq %d is already journaled", ErrConflict, a.Seq)
 	}
 	if err != nil {
 		return fmt.Errorf("journal callback of run %s: %w", aw.runID, err)
 	}
-	if _, err := db.Exec(ctx, `UPDATE stepgate.callback SET awaited_seq = $3 WHERE run_id = $1 AND seq = $2`,
-		aw.runID, a.CallbackSeq, a.Seq); err != nil {
+	err = q.CallbackMarkAwaited(ctx, dbsqlc.CallbackMarkAwaitedParams{RunID: aw.runID, Seq: int32(a.CallbackSeq), AwaitedSeq: int32(a.Seq)})
+	if err != nil {
 		return fmt.Errorf("mark callback %d of run %s awaited: %w", a.CallbackSeq, aw.runID, err)
 	}
 	return dueNow(ctx, db, aw.runID, f)
@@ -205,25 +207,22 @@ func (a CallbackWait) write(ctx context.Context, db DB, aw awaitWrite, f *Finish
 // wait stores the run's wait for its pending callback, until the await's timeout (the
 // run's wake time, set by Finish) or else the callback's expiry, which becomes the
 // callback's expiry either way.
-func (a CallbackWait) wait(ctx context.Context, db DB, aw awaitWrite, f *Finished, expiresAt time.Time) error {
+func (a CallbackWait) wait(ctx context.Context, q *dbsqlc.Queries, aw awaitWrite, f *Finished, expiresAt time.Time) error {
 	if a.Timeout == 0 {
-		err := db.QueryRow(ctx, `UPDATE stepgate.run SET wake_at = $2 WHERE id = $1 RETURNING wake_at, clock_timestamp()`,
-			aw.runID, expiresAt).Scan(&f.WakeAt, &f.Clock)
+		r, err := q.CallbackTimeWait(ctx, dbsqlc.CallbackTimeWaitParams{RunID: aw.runID, WakeAt: &expiresAt})
 		if err != nil {
 			return fmt.Errorf("time the wait of run %s: %w", aw.runID, err)
 		}
+		f.WakeAt, f.Clock = r.WakeAt, r.Clock
 	}
-	_, err := db.Exec(ctx, `
-		WITH waiting AS (
-			INSERT INTO stepgate.run_wait (run_id, seq, alt, tenant, name, kind, callback_seq, expires_at)
-			VALUES (@run_id, @seq, @alt, @tenant, @name, '`+KindAwaitCallback+`', @callback_seq, @expires_at)
-		)
-		UPDATE stepgate.callback SET awaited_seq = @seq, expires_at = @expires_at
-		WHERE run_id = @run_id AND seq = @callback_seq`,
-		namedArgs{
-			"run_id": aw.runID, "seq": a.Seq, "tenant": aw.tenant, "name": a.Name,
-			"callback_seq": a.CallbackSeq, "expires_at": f.WakeAt, "alt": int16(aw.alt),
-		})
+	if f.WakeAt == nil {
+		// (Finish times every await_callback: its timeout, or the callback's expiry above.)
+		return fmt.Errorf("store wait of run %s: it has no wake time", aw.runID)
+	}
+	err := q.CallbackStoreWait(ctx, dbsqlc.CallbackStoreWaitParams{
+		RunID: aw.runID, Seq: int32(a.Seq), Alt: int16(aw.alt), Tenant: aw.tenant, Name: a.Name,
+		CallbackSeq: int32(a.CallbackSeq), ExpiresAt: *f.WakeAt,
+	})
 	if isUniqueViolation(err) {
 		return fmt.Errorf("%w: seq %d is already journaled", ErrConflict, a.Seq)
 	}
@@ -280,8 +279,6 @@ type ClosedCallbackError struct {
 
 func (e *ClosedCallbackError) Error() string { return e.Reason }
 
-const callbackColumns = `run_id::text, seq, name, state, resolver, resolved_by, resolved_at, expires_at, awaited_seq`
-
 // ResolveCallback resolves (or rejects) the callback ref names with res, once: it
 // returns ErrNotFound when there is none (an unknown token, another tenant's run), and a
 // *ClosedCallbackError when it was resolved or rejected already, expired, or its run
@@ -291,15 +288,15 @@ const callbackColumns = `run_id::text, seq, name, state, resolver, resolved_by, 
 // callback for the await to journal. The run's row is locked, then the callback's, as
 // Finish does with an await_callback.
 func ResolveCallback(ctx context.Context, db DB, ref CallbackRef, res Resolution) (*Callback, error) {
-	var runID string
-	var seq int
+	q := dbsqlc.New(db)
+	var found dbsqlc.CallbackByTokenRow
 	var err error
 	if ref.TokenHash != nil {
-		err = db.QueryRow(ctx, `SELECT run_id::text, seq FROM stepgate.callback WHERE token_hash = $1`, ref.TokenHash).Scan(&runID, &seq)
+		found, err = q.CallbackByToken(ctx, ref.TokenHash)
 	} else {
-		err = db.QueryRow(ctx, `
-			SELECT run_id::text, seq FROM stepgate.callback WHERE run_id = $1 AND tenant = $2 AND name = $3
-			ORDER BY seq DESC LIMIT 1`, ref.RunID, ref.Tenant, ref.Name).Scan(&runID, &seq)
+		var r dbsqlc.CallbackByNameRow
+		r, err = q.CallbackByName(ctx, dbsqlc.CallbackByNameParams{RunID: ref.RunID, Tenant: ref.Tenant, Name: ref.Name})
+		found = dbsqlc.CallbackByTokenRow(r)
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
@@ -307,23 +304,26 @@ func ResolveCallback(ctx context.Context, db DB, ref CallbackRef, res Resolution
 	if err != nil {
 		return nil, fmt.Errorf("find callback: %w", err)
 	}
-	var status Status
-	var tenant, function string
-	if err := db.QueryRow(ctx, `SELECT status, tenant, function FROM stepgate.run WHERE id = $1 FOR UPDATE`, runID).Scan(&status, &tenant, &function); err != nil {
+	runID, seq := found.RunID, found.Seq
+	run, err := q.CallbackLockRun(ctx, runID)
+	if err != nil {
 		return nil, fmt.Errorf("lock run %s: %w", runID, err)
 	}
-	cb := Callback{Tenant: tenant, Function: function}
-	var expired, waiting bool
-	err = db.QueryRow(ctx, `
-		SELECT `+callbackColumns+`, expires_at <= now(),
-			EXISTS (SELECT 1 FROM stepgate.run_wait w WHERE w.run_id = c.run_id AND w.seq = c.awaited_seq
-				AND w.kind = '`+KindAwaitCallback+`' AND w.callback_seq = c.seq)
-		FROM stepgate.callback c WHERE run_id = $1 AND seq = $2 FOR UPDATE`, runID, seq).
-		Scan(&cb.RunID, &cb.Seq, &cb.Name, &cb.State, &cb.Resolver, &cb.ResolvedBy, &cb.ResolvedAt, &cb.ExpiresAt, &cb.AwaitedSeq,
-			&expired, &waiting)
+	status := Status(run.Status)
+	locked, err := q.CallbackLock(ctx, dbsqlc.CallbackLockParams{RunID: runID, Seq: seq})
 	if err != nil {
 		return nil, fmt.Errorf("lock callback %d of run %s: %w", seq, runID, err)
 	}
+	cb := Callback{
+		RunID: locked.RunID, Seq: int(locked.Seq), Name: locked.Name, State: locked.State, Resolver: locked.Resolver,
+		ResolvedBy: locked.ResolvedBy, ResolvedAt: locked.ResolvedAt, ExpiresAt: locked.ExpiresAt,
+		Tenant: run.Tenant, Function: run.Function,
+	}
+	if locked.AwaitedSeq != nil {
+		awaited := int(*locked.AwaitedSeq)
+		cb.AwaitedSeq = &awaited
+	}
+	expired, waiting := locked.Expired, locked.Waiting
 	what := fmt.Sprintf("callback %q (seq %d) of run %s", cb.Name, cb.Seq, cb.RunID)
 	switch {
 	case cb.State != CallbackPending:
@@ -353,42 +353,23 @@ func ResolveCallback(ctx context.Context, db DB, ref CallbackRef, res Resolution
 	if res.Error == nil && len(data) == 0 {
 		data = json.RawMessage("null")
 	}
-	err = db.QueryRow(ctx, `
-		UPDATE stepgate.callback SET state = @state, payload = @payload, error = @error, resolver = @resolver,
-			resolved_by = @by, resolved_at = now()
-		WHERE run_id = @run_id AND seq = @seq
-		RETURNING state, resolver, resolved_by, resolved_at`,
-		namedArgs{"run_id": runID, "seq": seq, "state": state, "payload": data, "error": res.Error, "resolver": resolver, "by": res.By}).
-		Scan(&cb.State, &cb.Resolver, &cb.ResolvedBy, &cb.ResolvedAt)
+	var rejection json.RawMessage
+	if res.Error != nil {
+		if rejection, err = json.Marshal(res.Error); err != nil {
+			return nil, fmt.Errorf("resolve %s: %w", what, unstorable(err))
+		}
+	}
+	resolved, err := q.CallbackResolve(ctx, dbsqlc.CallbackResolveParams{
+		RunID: runID, Seq: seq, State: state, Payload: data, Error: rejection, Resolver: &resolver, ResolvedBy: res.By,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("resolve %s: %w", what, unstorable(err))
 	}
+	cb.State, cb.Resolver, cb.ResolvedBy, cb.ResolvedAt = resolved.State, resolved.Resolver, resolved.ResolvedBy, resolved.ResolvedAt
 	if !waiting {
 		return &cb, nil
 	}
-	err = db.QueryRow(ctx, `
-		WITH gone_all AS (
-			-- With the callback's wait go the other alternatives of a wait_any.
-			DELETE FROM stepgate.run_wait WHERE run_id = @run_id AND seq = @awaited_seq
-			RETURNING seq, alt, name, kind, callback_seq
-		), gone AS (
-			SELECT seq, alt, name FROM gone_all WHERE kind = '`+KindAwaitCallback+`' AND callback_seq = @seq
-		), woken AS (
-			UPDATE stepgate.run SET wake_at = now() WHERE id = @run_id AND status = 'suspended' AND EXISTS (SELECT 1 FROM gone)
-			RETURNING id, invocation
-		), out AS (
-			SELECT stepgate.callback_result(state, payload, error, resolver, resolved_by, resolved_at) AS output
-			FROM stepgate.callback WHERE run_id = @run_id AND seq = @seq
-		), entry AS (
-			INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
-			SELECT woken.id, gone.seq, stepgate.wait_kind(gone.alt, '`+KindAwaitCallback+`'), gone.name,
-				stepgate.wait_output(gone.alt, '`+KindAwaitCallback+`', out.output), woken.invocation, now(),
-				stepgate.journal_bytes_before(woken.id, gone.seq) + octet_length(out.output::text)
-			FROM woken, gone, out
-			ON CONFLICT (run_id, seq) DO NOTHING
-		)
-		SELECT EXISTS (SELECT 1 FROM woken)`,
-		namedArgs{"run_id": runID, "seq": seq, "awaited_seq": *cb.AwaitedSeq}).Scan(&cb.Woken)
+	cb.Woken, err = q.CallbackResume(ctx, dbsqlc.CallbackResumeParams{RunID: runID, Seq: seq, AwaitedSeq: int32(*cb.AwaitedSeq)})
 	if err != nil {
 		return nil, fmt.Errorf("resume run %s with %s: %w", runID, what, err)
 	}

@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
 // MaskedToken stands for a callback's token where it is kept or shown without it: in
@@ -31,8 +33,8 @@ const sealSaltBytes = 16
 
 // LoadCallbackKey reads the deployment's callback key; db must be a system pool.
 func LoadCallbackKey(ctx context.Context, db DB) (CallbackKey, error) {
-	var k []byte
-	if err := db.QueryRow(ctx, `SELECT secret FROM stepgate.callback_key`).Scan(&k); err != nil {
+	k, err := dbsqlc.New(db).CallbackKeyLoad(ctx)
+	if err != nil {
 		return nil, fmt.Errorf("load callback key: %w", err)
 	}
 	return k, nil

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
 // KindSend is the entry of a message a run sent (step.Send), checkpointed like a step:
@@ -90,12 +92,18 @@ type Message struct {
 	ConsumedSeq *int `db:"consumed_seq"`
 }
 
-const messageColumns = `run_id::text, id, topic, data, identity, source_run_id::text, created_at, consumed_seq`
-
-// messageOutput is the SQL of a receive entry's output for the message row m.
-const messageOutput = `jsonb_build_object('message', jsonb_build_object('id', m.id, 'topic', m.topic, 'data', m.data,
-	'identity', m.identity, 'sent_at', m.created_at) || CASE WHEN m.source_run_id IS NULL THEN '{}'::jsonb
-	ELSE jsonb_build_object('source_run_id', m.source_run_id) END)`
+// messageOf is the message a row of stepgate.message holds.
+func messageOf(r dbsqlc.MessageGetRow) *Message {
+	m := &Message{
+		RunID: r.RunID, ID: r.ID, Topic: r.Topic, Data: r.Data, Identity: r.Identity, SourceRunID: r.SourceRunID,
+		CreatedAt: r.CreatedAt,
+	}
+	if r.ConsumedSeq != nil {
+		seq := int(*r.ConsumedSeq)
+		m.ConsumedSeq = &seq
+	}
+	return m
+}
 
 // NewMessage is what SendMessage needs to store a message.
 type NewMessage struct {
@@ -142,25 +150,20 @@ type Sent struct {
 // invoke_roles and resume_roles: stepgate.may_resume) gets a *ResumeForbiddenError,
 // whatever the run's status and the message's id, and nothing is stored.
 func SendMessage(ctx context.Context, db DB, n NewMessage) (*Sent, error) {
-	var status Status
-	var function string
-	var config json.RawMessage
-	var may bool
-	err := db.QueryRow(ctx, `
-		SELECT r.status, r.function, fr.config, stepgate.may_resume(fr.config, $3)
-		FROM stepgate.run r
-		JOIN stepgate.function_revision fr ON fr.tenant = r.tenant AND fr.name = r.function AND fr.revision = r.revision
-		WHERE r.id = $1 AND r.tenant = $2
-		FOR UPDATE OF r`,
-		n.RunID, n.Tenant, n.Identity).Scan(&status, &function, &config, &may)
+	identity, err := json.Marshal(n.Identity)
+	if err != nil {
+		return nil, fmt.Errorf("lock run %s: %w", n.RunID, err)
+	}
+	r, err := dbsqlc.New(db).MessageLockTarget(ctx, dbsqlc.MessageLockTargetParams{RunID: n.RunID, Tenant: n.Tenant, Identity: identity})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("lock run %s: %w", n.RunID, err)
 	}
-	if !may {
-		return &Sent{Status: status}, resumeForbidden(n.RunID, function, config, n.Identity.Roles)
+	status := Status(r.Status)
+	if !r.MayResume {
+		return &Sent{Status: status}, resumeForbidden(n.RunID, r.Function, r.Config, n.Identity.Roles)
 	}
 	return deliver(ctx, db, n, status)
 }
@@ -183,22 +186,16 @@ func deliver(ctx context.Context, db DB, n NewMessage, status Status) (*Sent, er
 	var waitAlt *int16
 	var unconsumed int
 	var size, mailbox int64
-	var dup []Message
+	var dup []dbsqlc.MessageByIDRow
+	// One round trip: the generated statements, queued with their arguments in the
+	// generated functions' order.
 	b := &pgx.Batch{}
-	b.Queue(`SELECT `+messageColumns+` FROM stepgate.message WHERE run_id = $1 AND id = $2`, n.RunID, n.ID).
-		Query(func(rows pgx.Rows) error {
-			var err error
-			dup, err = pgx.CollectRows(rows, pgx.RowToStructByName[Message])
-			return err
-		})
-	b.Queue(`
-		SELECT (SELECT seq FROM stepgate.run_wait WHERE run_id = $1 AND kind = '`+AwaitReceive+`' AND topic = $2),
-			(SELECT name FROM stepgate.run_wait WHERE run_id = $1 AND kind = '`+AwaitReceive+`' AND topic = $2),
-			(SELECT alt FROM stepgate.run_wait WHERE run_id = $1 AND kind = '`+AwaitReceive+`' AND topic = $2),
-			(SELECT count(*) FROM (SELECT 1 FROM stepgate.message
-				WHERE run_id = $1 AND consumed_seq IS NULL LIMIT $3) c),
-			octet_length($5::jsonb::text), `+fmt.Sprintf(usageSum, "mailbox_bytes", "$4")+``,
-		n.RunID, n.Topic, MaxUnconsumedMessages, n.Tenant, data).QueryRow(func(row pgx.Row) error {
+	b.Queue(dbsqlc.MessageByID, n.RunID, n.ID).Query(func(rows pgx.Rows) error {
+		var err error
+		dup, err = pgx.CollectRows(rows, pgx.RowToStructByPos[dbsqlc.MessageByIDRow])
+		return err
+	})
+	b.Queue(dbsqlc.MessageDeliveryState, n.RunID, n.Topic, int64(MaxUnconsumedMessages), data, n.Tenant).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&waitSeq, &waitName, &waitAlt, &unconsumed, &size, &mailbox)
 	})
 	if err := db.SendBatch(ctx, b).Close(); err != nil {
@@ -206,7 +203,7 @@ func deliver(ctx context.Context, db DB, n NewMessage, status Status) (*Sent, er
 	}
 	switch {
 	case len(dup) == 1:
-		sent.Message, sent.Duplicate = &dup[0], true
+		sent.Message, sent.Duplicate = messageOf(dbsqlc.MessageGetRow(dup[0])), true
 		return sent, nil
 	case status.Terminal():
 		return sent, ErrFinished
@@ -226,34 +223,22 @@ func deliver(ctx context.Context, db DB, n NewMessage, status Status) (*Sent, er
 	if consume {
 		seq, name, alt = *waitSeq, *waitName, *waitAlt
 	}
-	rows, _ := db.Query(ctx, `
-		WITH m AS (
-			INSERT INTO stepgate.message (tenant, run_id, id, topic, data, identity, source_run_id, consumed_seq)
-			VALUES (@tenant, @run_id, @id, @topic, @data, @identity, @source_run_id, CASE WHEN @consume THEN @seq::int END)
-			RETURNING *
-		), gone AS (
-			DELETE FROM stepgate.run_wait WHERE run_id = @run_id AND seq = @seq AND @consume
-		), out AS (
-			SELECT `+messageOutput+` AS output FROM m WHERE @consume
-		), entry AS (
-			INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
-			SELECT r.id, @seq, stepgate.wait_kind(@alt, '`+KindReceive+`'), @name,
-				stepgate.wait_output(@alt, '`+KindReceive+`', out.output), r.invocation, now(),
-				stepgate.journal_bytes_before(r.id, @seq) + octet_length(out.output::text)
-			FROM out, stepgate.run r WHERE r.id = @run_id
-			ON CONFLICT (run_id, seq) DO NOTHING
-		), woken AS (
-			UPDATE stepgate.run SET wake_at = now() WHERE id = @run_id AND @consume
-		)
-		SELECT `+messageColumns+` FROM m`,
-		namedArgs{
-			"tenant": n.Tenant, "run_id": n.RunID, "id": n.ID, "topic": n.Topic, "data": data,
-			"identity": n.Identity, "source_run_id": n.SourceRunID, "consume": consume, "seq": seq, "name": name, "alt": alt,
-		})
-	m, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Message])
+	r, err := dbsqlc.New(db).MessageStore(ctx, dbsqlc.MessageStoreParams{
+		Tenant: n.Tenant, RunID: n.RunID, ID: n.ID, Topic: n.Topic, Data: data, Identity: n.Identity,
+		SourceRunID: n.SourceRunID, Consume: consume, Seq: int32(seq), Name: name, Alt: alt,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("send message to run %s: %w", n.RunID, unstorable(err))
 	}
+	// Read through the insert's CTE, its identity is JSON to decode, as pgx decodes it.
+	var stored Identity
+	if err := json.Unmarshal(r.Identity, &stored); err != nil {
+		return nil, fmt.Errorf("send message to run %s: %w", n.RunID, err)
+	}
+	m := messageOf(dbsqlc.MessageGetRow{
+		RunID: r.RunID, ID: r.ID, Topic: r.Topic, Data: r.Data, Identity: stored, SourceRunID: r.SourceRunID,
+		CreatedAt: r.CreatedAt, ConsumedSeq: r.ConsumedSeq,
+	})
 	sent.Message, sent.Resumed = m, consume
 	return sent, nil
 }
@@ -280,34 +265,14 @@ func (r Receive) wake() (*time.Time, time.Duration, bool) { return nil, r.Timeou
 // due now, or stores the wait; Finish's fenced update holds the run's row lock, which
 // every send takes first (see migration 0023).
 func (r Receive) write(ctx context.Context, db DB, aw awaitWrite, f *Finished) error {
-	var taken bool
-	err := db.QueryRow(ctx, `
-		WITH oldest AS (
-			SELECT id FROM stepgate.message
-			WHERE run_id = @run_id AND topic = @topic AND consumed_seq IS NULL
-			ORDER BY n LIMIT 1
-		), m AS (
-			UPDATE stepgate.message m SET consumed_seq = @seq FROM oldest
-			WHERE m.run_id = @run_id AND m.id = oldest.id
-			RETURNING m.*
-		), out AS (
-			SELECT `+messageOutput+` AS output FROM m
-		), entry AS (
-			INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
-			SELECT @run_id, @seq, stepgate.wait_kind(@alt, '`+KindReceive+`'), @name,
-				stepgate.wait_output(@alt, '`+KindReceive+`', output), @invocation, now(),
-				stepgate.journal_bytes_before(@run_id, @seq) + octet_length(output::text)
-			FROM out
-		), waiting AS (
-			INSERT INTO stepgate.run_wait (run_id, seq, alt, tenant, name, kind, topic, expires_at)
-			SELECT @run_id, @seq, @alt, @tenant, @name, '`+AwaitReceive+`', @topic, @expires_at
-			WHERE NOT EXISTS (SELECT 1 FROM oldest)
-		)
-		SELECT EXISTS (SELECT 1 FROM oldest)`,
-		namedArgs{
-			"run_id": aw.runID, "topic": r.Topic, "seq": r.Seq, "name": r.Name, "invocation": aw.invocation,
-			"tenant": aw.tenant, "expires_at": f.WakeAt, "alt": int16(aw.alt),
-		}).Scan(&taken)
+	if f.WakeAt == nil {
+		// (Finish times every receive: its timeout, or never.)
+		return fmt.Errorf("store receive of run %s: it has no wake time", aw.runID)
+	}
+	taken, err := dbsqlc.New(db).MessageReceive(ctx, dbsqlc.MessageReceiveParams{
+		RunID: aw.runID, Topic: r.Topic, Seq: int32(r.Seq), Alt: int16(aw.alt), Name: r.Name, Invocation: int32(aw.invocation),
+		Tenant: aw.tenant, ExpiresAt: *f.WakeAt,
+	})
 	if isUniqueViolation(err) {
 		return fmt.Errorf("%w: seq %d is already journaled", ErrConflict, r.Seq)
 	}
@@ -335,38 +300,32 @@ func (r Receive) write(ctx context.Context, db DB, aw awaitWrite, f *Finished) e
 // Errors are AppendEntry's: ErrSuperseded when the invocation no longer owns the run,
 // ErrConflict, ErrGap, a *LimitError.
 func SendFromRun(ctx context.Context, db DB, runID string, invocation int, e Entry, m NewMessage, b Bounds) (sent *Sent, refused *ErrorInfo, err error) {
-	var tenant string
-	var identity Identity
-	err = db.QueryRow(ctx, `SELECT tenant, identity FROM stepgate.run WHERE id = $1`, runID).Scan(&tenant, &identity)
+	q := dbsqlc.New(db)
+	sender, err := q.MessageSenderRun(ctx, runID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil, ErrSuperseded
+	}
+	var identity Identity
+	if err == nil {
+		err = json.Unmarshal(sender.Identity, &identity)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("load run %s: %w", runID, err)
 	}
-	type locked struct {
-		ID         string          `db:"id"`
-		Status     Status          `db:"status"`
-		Invocation int             `db:"invocation"`
-		Function   string          `db:"function"`
-		Config     json.RawMessage `db:"config"`
-		MayResume  bool            `db:"may_resume"` // whether the sender's identity may resume it
-	}
-	rows, _ := db.Query(ctx, `
-		SELECT r.id::text, r.status, r.invocation, r.function, fr.config, stepgate.may_resume(fr.config, $3) AS may_resume
-		FROM stepgate.run r
-		JOIN stepgate.function_revision fr ON fr.tenant = r.tenant AND fr.name = r.function AND fr.revision = r.revision
-		WHERE r.id = ANY($1::uuid[]) AND r.tenant = $2 ORDER BY r.id FOR UPDATE OF r`,
-		[]string{runID, m.RunID}, tenant, identity)
-	runs, err := pgx.CollectRows(rows, pgx.RowToStructByName[locked])
+	tenant := sender.Tenant
+	encoded, err := json.Marshal(identity)
 	if err != nil {
 		return nil, nil, fmt.Errorf("lock runs %s and %s: %w", runID, m.RunID, err)
 	}
-	var target *locked
+	runs, err := q.MessageLockRuns(ctx, dbsqlc.MessageLockRunsParams{Ids: []string{runID, m.RunID}, Tenant: tenant, Identity: encoded})
+	if err != nil {
+		return nil, nil, fmt.Errorf("lock runs %s and %s: %w", runID, m.RunID, err)
+	}
+	var target *dbsqlc.MessageLockRunsRow // MayResume: whether the sender's identity may resume it
 	owned := false
 	for i := range runs {
 		if runs[i].ID == runID {
-			owned = runs[i].Status == StatusRunning && runs[i].Invocation == invocation
+			owned = Status(runs[i].Status) == StatusRunning && int(runs[i].Invocation) == invocation
 		}
 		if runs[i].ID == m.RunID {
 			target = &runs[i]
@@ -393,7 +352,7 @@ func SendFromRun(ctx context.Context, db DB, runID string, invocation int, e Ent
 		refused = &ErrorInfo{Type: ErrorTypeForbidden,
 			Message: resumeForbidden(m.RunID, target.Function, target.Config, identity.Roles).Error()}
 	default:
-		sent, err = deliver(ctx, db, m, target.Status)
+		sent, err = deliver(ctx, db, m, Status(target.Status))
 		var qe *QuotaError
 		switch {
 		case errors.Is(err, ErrFinished):
@@ -419,14 +378,12 @@ func SendFromRun(ctx context.Context, db DB, runID string, invocation int, e Ent
 
 // MessageOf returns the message of a run of the tenant, or ErrNotFound.
 func MessageOf(ctx context.Context, db DB, tenant, runID, id string) (*Message, error) {
-	rows, _ := db.Query(ctx, `SELECT `+messageColumns+` FROM stepgate.message WHERE tenant = $1 AND run_id = $2 AND id = $3`,
-		tenant, runID, id)
-	m, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Message])
+	r, err := dbsqlc.New(db).MessageGet(ctx, dbsqlc.MessageGetParams{Tenant: tenant, RunID: runID, ID: id})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get message %s of run %s: %w", id, runID, err)
 	}
-	return m, nil
+	return messageOf(r), nil
 }

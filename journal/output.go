@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
 // What a run publishes while it runs, for clients to read before it ends: values (the
@@ -34,32 +37,32 @@ type Value struct {
 // GetValue returns the latest value of the tenant's run under key, or ErrNotFound when
 // the key has none (or the run is not the tenant's).
 func GetValue(ctx context.Context, db DB, tenant, runID, key string) (*Value, error) {
-	rows, _ := db.Query(ctx, `
-		SELECT e.name, e.output, e.seq, e.finished_at FROM stepgate.journal_entry e
-		JOIN stepgate.run r ON r.id = e.run_id AND r.tenant = $1
-		WHERE e.run_id = $2 AND e.kind = 'value' AND e.name = $3
-		ORDER BY e.seq DESC LIMIT 1`, tenant, runID, key)
-	v, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Value])
+	r, err := dbsqlc.New(db).ValueGet(ctx, dbsqlc.ValueGetParams{Tenant: tenant, RunID: runID, Key: key})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get value %s of run %s: %w", key, runID, err)
 	}
-	return v, nil
+	v := valueOf(dbsqlc.ValueListRow(r))
+	return &v, nil
+}
+
+// valueOf is the value a value entry's row holds.
+func valueOf(r dbsqlc.ValueListRow) Value {
+	return Value{Key: r.Name, Value: r.Output, Version: int(r.Seq), SetAt: r.FinishedAt}
 }
 
 // ListValues returns the latest value of each key of the tenant's run, by key. The
 // journal's bounds bound them.
 func ListValues(ctx context.Context, db DB, tenant, runID string) ([]Value, error) {
-	rows, _ := db.Query(ctx, `
-		SELECT DISTINCT ON (e.name) e.name, e.output, e.seq, e.finished_at FROM stepgate.journal_entry e
-		JOIN stepgate.run r ON r.id = e.run_id AND r.tenant = $1
-		WHERE e.run_id = $2 AND e.kind = 'value'
-		ORDER BY e.name, e.seq DESC`, tenant, runID)
-	vs, err := pgx.CollectRows(rows, pgx.RowToStructByName[Value])
+	rows, err := dbsqlc.New(db).ValueList(ctx, dbsqlc.ValueListParams{Tenant: tenant, RunID: runID})
 	if err != nil {
 		return nil, fmt.Errorf("list values of run %s: %w", runID, err)
+	}
+	vs := make([]Value, len(rows))
+	for i, r := range rows {
+		vs[i] = valueOf(r)
 	}
 	return vs, nil
 }
@@ -68,8 +71,7 @@ func ListValues(ctx context.Context, db DB, tenant, runID string) ([]Value, erro
 // has attached to it. Call it in the transaction of the write: the notification goes
 // out at its commit.
 func NotifyOutput(ctx context.Context, db DB, runID string) error {
-	if _, err := db.Exec(ctx, `
-		SELECT pg_notify('`+OutputChannel+`', id::text) FROM stepgate.run WHERE id = $1 AND notify`, runID); err != nil {
+	if err := dbsqlc.New(db).OutputNotify(ctx, runID); err != nil {
 		return fmt.Errorf("notify output of run %s: %w", runID, err)
 	}
 	return nil
@@ -85,7 +87,10 @@ type Stream struct {
 	CreatedAt time.Time  `db:"created_at"`
 }
 
-const streamColumns = `key, length, bytes, closed_at, created_at`
+// streamOf is the stream a row of stepgate.stream holds.
+func streamOf(r dbsqlc.StreamGetRow) *Stream {
+	return &Stream{Key: r.Key, Length: int(r.Length), Bytes: r.Bytes, ClosedAt: r.ClosedAt, CreatedAt: r.CreatedAt}
+}
 
 // Chunk is one chunk of a stream, at its offset (from 0).
 type Chunk struct {
@@ -134,34 +139,29 @@ func WriteStream(ctx context.Context, tx pgx.Tx, runID string, invocation int, w
 				"chunk %d of the write to stream %q holds %d bytes, more than the limit of %d (STEPGATE_MAX_CHUNK_BYTES)", i, w.Key, len(c), b.MaxChunkBytes)}
 		}
 	}
-	var tenant string
-	var notify bool
-	var used int64 // the tenant's stream bytes
-	err := tx.QueryRow(ctx, `
-		SELECT r.tenant, r.notify, `+fmt.Sprintf(usageSum, "stream_bytes", "r.tenant")+` FROM stepgate.run r
-		WHERE r.id = $1 AND r.invocation = $2 AND r.status = 'running' FOR SHARE OF r`, runID, invocation).Scan(&tenant, &notify, &used)
+	q := dbsqlc.New(tx)
+	writer, err := q.StreamWriter(ctx, dbsqlc.StreamWriterParams{RunID: runID, Invocation: int32(invocation)})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrSuperseded
 	}
 	if err != nil {
 		return nil, fmt.Errorf("write stream %s of run %s: %w", w.Key, runID, err)
 	}
-	st, err := lockStream(ctx, tx, runID, w.Key)
+	tenant, used := writer.Tenant, writer.StreamBytes // used: the tenant's stream bytes
+	st, err := lockStream(ctx, q, runID, w.Key)
 	if errors.Is(err, ErrNotFound) {
-		var n int
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM stepgate.stream WHERE run_id = $1`, runID).Scan(&n); err != nil {
-			return nil, fmt.Errorf("count streams of run %s: %w", runID, err)
+		n, cerr := q.StreamCount(ctx, runID)
+		if cerr != nil {
+			return nil, fmt.Errorf("count streams of run %s: %w", runID, cerr)
 		}
-		if b.MaxStreams > 0 && n >= b.MaxStreams {
+		if b.MaxStreams > 0 && n >= int64(b.MaxStreams) {
 			return nil, &LimitError{Message: fmt.Sprintf(
 				"stream %q would be the run's stream number %d, more than its limit of %d (STEPGATE_MAX_RUN_STREAMS)", w.Key, n+1, b.MaxStreams)}
 		}
-		if _, err := tx.Exec(ctx, `
-			INSERT INTO stepgate.stream (tenant, run_id, key) VALUES ($1, $2, $3)
-			ON CONFLICT (run_id, key) DO NOTHING`, tenant, runID, w.Key); err != nil {
+		if err := q.StreamCreate(ctx, dbsqlc.StreamCreateParams{Tenant: tenant, RunID: runID, Key: w.Key}); err != nil {
 			return nil, fmt.Errorf("create stream %s of run %s: %w", w.Key, runID, err)
 		}
-		st, err = lockStream(ctx, tx, runID, w.Key)
+		st, err = lockStream(ctx, q, runID, w.Key)
 	}
 	if err != nil {
 		return nil, err
@@ -169,24 +169,23 @@ func WriteStream(ctx context.Context, tx pgx.Tx, runID string, invocation int, w
 
 	written := map[int]bool{}
 	if len(w.Chunks) > 0 {
-		rows, _ := tx.Query(ctx, `
-			SELECT at_index FROM stepgate.stream_chunk
-			WHERE run_id = $1 AND key = $2 AND at_seq = $3 AND at_attempt = $4 AND at_index >= $5 AND at_index < $6`,
-			runID, w.Key, w.Seq, w.Attempt, w.Index, w.Index+len(w.Chunks))
-		idx, err := pgx.CollectRows(rows, pgx.RowTo[int])
+		idx, err := q.StreamWrittenPlaces(ctx, dbsqlc.StreamWrittenPlacesParams{
+			RunID: runID, Key: w.Key, AtSeq: int32(w.Seq), AtAttempt: int32(w.Attempt),
+			FromIndex: int32(w.Index), ToIndex: int32(w.Index + len(w.Chunks)),
+		})
 		if err != nil {
 			return nil, fmt.Errorf("write stream %s of run %s: %w", w.Key, runID, err)
 		}
 		for _, i := range idx {
-			written[i] = true
+			written[int(i)] = true
 		}
 	}
 	var data []json.RawMessage
-	var places []int
+	var places []int32
 	var size int64
 	for i, c := range w.Chunks {
 		if !written[w.Index+i] {
-			data, places = append(data, c), append(places, w.Index+i)
+			data, places = append(data, c), append(places, int32(w.Index+i))
 			size += int64(len(c))
 		}
 	}
@@ -209,24 +208,22 @@ func WriteStream(ctx context.Context, tx pgx.Tx, runID string, invocation int, w
 		return st, nil
 	}
 	if len(data) > 0 {
-		if _, err := tx.Exec(ctx, `
-			INSERT INTO stepgate.stream_chunk (tenant, run_id, key, pos, data, at_seq, at_attempt, at_index)
-			SELECT $1, $2, $3, $4 + u.ord - 1, u.data, $5, $6, u.place
-			FROM unnest($7::jsonb[], $8::int[]) WITH ORDINALITY AS u(data, place, ord)`,
-			tenant, runID, w.Key, st.Length, w.Seq, w.Attempt, data, places); err != nil {
+		err := q.StreamAppendChunks(ctx, dbsqlc.StreamAppendChunksParams{
+			Tenant: tenant, RunID: runID, Key: w.Key, FirstPos: int64(st.Length),
+			AtSeq: int32(w.Seq), AtAttempt: int32(w.Attempt), Chunks: data, Places: places,
+		})
+		if err != nil {
 			return nil, fmt.Errorf("write stream %s of run %s: %w", w.Key, runID, unstorable(err))
 		}
 	}
-	rows, _ := tx.Query(ctx, `
-		UPDATE stepgate.stream SET length = length + $3, bytes = bytes + $4,
-			closed_at = CASE WHEN $5 THEN coalesce(closed_at, now()) ELSE closed_at END
-		WHERE run_id = $1 AND key = $2
-		RETURNING `+streamColumns, runID, w.Key, len(data), size, w.Close)
-	st, err = pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Stream])
+	r, err := q.StreamAdvance(ctx, dbsqlc.StreamAdvanceParams{
+		RunID: runID, Key: w.Key, Chunks: int32(len(data)), Bytes: size, Close: w.Close,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("write stream %s of run %s: %w", w.Key, runID, err)
 	}
-	if notify {
+	st = streamOf(dbsqlc.StreamGetRow(r))
+	if writer.Notify {
 		if err := NotifyOutput(ctx, tx, runID); err != nil {
 			return nil, err
 		}
@@ -234,41 +231,39 @@ func WriteStream(ctx context.Context, tx pgx.Tx, runID string, invocation int, w
 	return st, nil
 }
 
-func lockStream(ctx context.Context, tx pgx.Tx, runID, key string) (*Stream, error) {
-	rows, _ := tx.Query(ctx, `
-		SELECT `+streamColumns+` FROM stepgate.stream WHERE run_id = $1 AND key = $2 FOR UPDATE`, runID, key)
-	st, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Stream])
+func lockStream(ctx context.Context, q *dbsqlc.Queries, runID, key string) (*Stream, error) {
+	r, err := q.StreamLock(ctx, dbsqlc.StreamLockParams{RunID: runID, Key: key})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("lock stream %s of run %s: %w", key, runID, err)
 	}
-	return st, nil
+	return streamOf(dbsqlc.StreamGetRow(r)), nil
 }
 
 // GetStream returns the tenant's run's stream key, or ErrNotFound when the run has not
 // written it.
 func GetStream(ctx context.Context, db DB, tenant, runID, key string) (*Stream, error) {
-	rows, _ := db.Query(ctx, `
-		SELECT `+streamColumns+` FROM stepgate.stream WHERE tenant = $1 AND run_id = $2 AND key = $3`, tenant, runID, key)
-	st, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Stream])
+	r, err := dbsqlc.New(db).StreamGet(ctx, dbsqlc.StreamGetParams{Tenant: tenant, RunID: runID, Key: key})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get stream %s of run %s: %w", key, runID, err)
 	}
-	return st, nil
+	return streamOf(r), nil
 }
 
 // ListStreams returns the streams of the tenant's run, by key.
 func ListStreams(ctx context.Context, db DB, tenant, runID string) ([]Stream, error) {
-	rows, _ := db.Query(ctx, `
-		SELECT `+streamColumns+` FROM stepgate.stream WHERE tenant = $1 AND run_id = $2 ORDER BY key`, tenant, runID)
-	sts, err := pgx.CollectRows(rows, pgx.RowToStructByName[Stream])
+	rows, err := dbsqlc.New(db).StreamList(ctx, dbsqlc.StreamListParams{Tenant: tenant, RunID: runID})
 	if err != nil {
 		return nil, fmt.Errorf("list streams of run %s: %w", runID, err)
+	}
+	sts := make([]Stream, len(rows))
+	for i, r := range rows {
+		sts[i] = *streamOf(dbsqlc.StreamGetRow(r))
 	}
 	return sts, nil
 }
@@ -279,13 +274,19 @@ func ReadChunks(ctx context.Context, db DB, tenant, runID, key string, offset, l
 	if limit <= 0 {
 		limit = 100
 	}
-	rows, _ := db.Query(ctx, `
-		SELECT pos, data FROM stepgate.stream_chunk
-		WHERE tenant = $1 AND run_id = $2 AND key = $3 AND pos >= $4
-		ORDER BY pos LIMIT $5`, tenant, runID, key, offset, limit)
-	cs, err := pgx.CollectRows(rows, pgx.RowToStructByName[Chunk])
+	if offset < math.MinInt32 || offset > math.MaxInt32 {
+		// As pgx refuses to encode it: a chunk's offset is a Postgres integer.
+		return nil, fmt.Errorf("read stream %s of run %s: offset %d is out of range for an integer", key, runID, offset)
+	}
+	rows, err := dbsqlc.New(db).StreamReadChunks(ctx, dbsqlc.StreamReadChunksParams{
+		Tenant: tenant, RunID: runID, Key: key, FromPos: int32(offset), MaxChunks: int64(limit),
+	})
 	if err != nil {
 		return nil, fmt.Errorf("read stream %s of run %s: %w", key, runID, err)
+	}
+	cs := make([]Chunk, len(rows))
+	for i, r := range rows {
+		cs[i] = Chunk{Offset: int(r.Pos), Data: r.Data}
 	}
 	return cs, nil
 }

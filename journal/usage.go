@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
 // Storage quotas per tenant (migration 0044): a tenant's stored runs, its runs' stream
@@ -41,19 +43,18 @@ func (e *QuotaError) Error() string { return e.Message }
 // Unwrap makes errors.Is(err, ErrQuota) hold.
 func (e *QuotaError) Unwrap() error { return ErrQuota }
 
-// usageSum is the tenant's usage of one column, as a subquery: its stripes' sum.
+// usageSum is the tenant's usage of one column, as a subquery: its stripes' sum. The
+// named queries write it out (StreamWriter, MessageDeliveryState); run.go and event.go
+// still splice it.
 const usageSum = `(SELECT coalesce(sum(u.%s), 0) FROM stepgate.tenant_usage u WHERE u.tenant = %s)`
 
 // TenantUsageOf returns what tenant stores: zero for a tenant that has stored nothing.
 func TenantUsageOf(ctx context.Context, db DB, tenant string) (TenantUsage, error) {
-	var u TenantUsage
-	err := db.QueryRow(ctx, `
-		SELECT coalesce(sum(runs), 0), coalesce(sum(stream_bytes), 0), coalesce(sum(mailbox_bytes), 0)
-		FROM stepgate.tenant_usage WHERE tenant = $1`, tenant).Scan(&u.Runs, &u.StreamBytes, &u.MailboxBytes)
+	u, err := dbsqlc.New(db).UsageOf(ctx, tenant)
 	if err != nil {
 		return TenantUsage{}, fmt.Errorf("read usage of tenant %s: %w", tenant, err)
 	}
-	return u, nil
+	return TenantUsage{Runs: u.Runs, StreamBytes: u.StreamBytes, MailboxBytes: u.MailboxBytes}, nil
 }
 
 func runsQuotaError(tenant string, runs, max int64) *QuotaError {
