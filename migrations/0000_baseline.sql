@@ -972,12 +972,6 @@ GRANT ALL ON FUNCTION stepgate.may_resume(config jsonb, identity jsonb) TO stepg
 -- Functions: Concurrency limits (docs/concurrency.md)
 -- ======================================================================================
 
-CREATE FUNCTION stepgate.slot_stripes(lim integer) RETURNS integer
-    LANGUAGE sql IMMUTABLE
-    AS $$
-    SELECT CASE WHEN lim >= 64 THEN least(64, lim / 16) ELSE 1 END
-$$;
-
 CREATE FUNCTION stepgate.slot_tickets(lim integer) RETURNS integer
     LANGUAGE sql IMMUTABLE
     AS $$

@@ -120,11 +120,13 @@ func TestHistoryUpgrade(t *testing.T) {
 	const deadTakeSlots = "stepgate.take_slots(text, text, text[], integer[], timestamptz, uuid)"
 	require.True(t, hasFunction(t, old, deadTakeSlots), "the history made the dead overload")
 	require.True(t, hasFunction(t, old, "stepgate.stripe_cap(integer, integer)"))
+	require.True(t, hasFunction(t, old, "stepgate.slot_stripes(integer)"))
 
 	require.NoError(t, migrations.Up(ctx, old))
 	require.Equal(t, dumpSchema(t, freshURL), dumpSchema(t, oldURL), "an upgraded database has a new one's schema")
 	require.False(t, hasFunction(t, old, deadTakeSlots))
 	require.False(t, hasFunction(t, old, "stepgate.stripe_cap(integer, integer)"))
+	require.False(t, hasFunction(t, old, "stepgate.slot_stripes(integer)"))
 	require.True(t, hasFunction(t, old, "stepgate.take_slots(text, text, text[], integer[], timestamptz, uuid, boolean)"))
 	rows := recorded(t, old)
 	require.Equal(t, recorded(t, fresh), rows, "the same migrations, with the same checksums")

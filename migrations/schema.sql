@@ -563,16 +563,6 @@ END
 $$;
 
 --
--- Name: slot_stripes(integer); Type: FUNCTION; Schema: stepgate; Owner: -
---
-
-CREATE FUNCTION stepgate.slot_stripes(lim integer) RETURNS integer
-    LANGUAGE sql IMMUTABLE
-    AS $$
-    SELECT CASE WHEN lim >= 64 THEN least(64, lim / 16) ELSE 1 END
-$$;
-
---
 -- Name: slot_ticket_lock(text, text, text, integer); Type: FUNCTION; Schema: stepgate; Owner: -
 --
 
