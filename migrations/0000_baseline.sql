@@ -1,7 +1,7 @@
 -- The baseline: stepgate's schema as migrations 0001-0045 left it, written out once for
 -- the first release. A new database runs this file; a database migrated by those files
 -- records it as applied without running it (migrations.go says how), so this file and
--- the files before it make the same schema (TestBaselineUpgrade compares the two dumps).
+-- the files before it make the same schema (TestHistoryUpgrade compares the two dumps).
 -- Never edit it: a change is a new migration, numbered from 0046.
 --
 -- Tenant isolation (docs/internals.md): every table has row-level security, ENABLEd and
@@ -60,6 +60,7 @@ CREATE TYPE stepgate.slots_taken AS (
 -- Functions: a tenant's functions, one row per name, and every revision deployed (immutable).
 -- ======================================================================================
 
+-- A function as deployed, never changed: its URL, config and the defaults a run takes from it.
 CREATE TABLE stepgate.function_revision (
     tenant text NOT NULL,
     name text NOT NULL,
@@ -85,6 +86,7 @@ CREATE POLICY tenant_isolation ON stepgate.function_revision TO stepgate_app USI
 GRANT SELECT,INSERT ON TABLE stepgate.function_revision TO stepgate_app;
 GRANT SELECT,INSERT ON TABLE stepgate.function_revision TO stepgate_system;
 
+-- A registered function: its current revision. Deleting it leaves the revisions to their runs.
 CREATE TABLE stepgate.function (
     tenant text NOT NULL,
     name text NOT NULL,
@@ -107,6 +109,8 @@ GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE stepgate.function TO stepgate_system;
 -- Runs: one row per run; its journal (immutable entries) and failed attempts; what retention leaves of a deleted run; long operations.
 -- ======================================================================================
 
+-- A run: its status and the columns of each of its states (docs/internals.md). No foreign key to its
+-- revision: revisions are never deleted, and the check would lock a hot row on every start.
 CREATE TABLE stepgate.run (
     id uuid NOT NULL,
     tenant text NOT NULL,
@@ -201,6 +205,8 @@ CREATE POLICY tenant_isolation ON stepgate.run TO stepgate_app USING ((tenant = 
 GRANT SELECT,INSERT,UPDATE ON TABLE stepgate.run TO stepgate_app;
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE stepgate.run TO stepgate_system;
 
+-- A run's journal: immutable entries, the first write wins; journal_bytes is the running total
+-- of the entries' bytes at or below seq (docs/schema.md#journal-bytes-and-parallel-steps).
 CREATE TABLE stepgate.journal_entry (
     run_id uuid NOT NULL,
     seq integer NOT NULL,
@@ -236,6 +242,7 @@ GRANT SELECT,INSERT ON TABLE stepgate.journal_entry TO stepgate_system;
 GRANT UPDATE(journal_bytes) ON TABLE stepgate.journal_entry TO stepgate_app;
 GRANT UPDATE(journal_bytes) ON TABLE stepgate.journal_entry TO stepgate_system;
 
+-- Failed attempts, for inspection, never replayed: seq 0 a whole invocation, else a step's.
 CREATE TABLE stepgate.attempt_failure (
     run_id uuid NOT NULL,
     seq integer NOT NULL,
@@ -259,6 +266,7 @@ CREATE POLICY tenant_isolation ON stepgate.attempt_failure TO stepgate_app USING
 GRANT SELECT,INSERT ON TABLE stepgate.attempt_failure TO stepgate_app;
 GRANT SELECT,INSERT ON TABLE stepgate.attempt_failure TO stepgate_system;
 
+-- What retention leaves of a deleted run: reading it is a 404 that says why.
 CREATE TABLE stepgate.run_tombstone (
     id uuid NOT NULL,
     tenant text NOT NULL,
@@ -279,6 +287,8 @@ CREATE POLICY tenant_isolation ON stepgate.run_tombstone TO stepgate_app USING (
 GRANT SELECT,INSERT,DELETE ON TABLE stepgate.run_tombstone TO stepgate_system;
 GRANT SELECT ON TABLE stepgate.run_tombstone TO stepgate_app;
 
+-- A long piece of work on many runs of a tenant (a bulk cancel), done in batches; one running
+-- per tenant.
 CREATE TABLE stepgate.operation (
     id uuid NOT NULL,
     tenant text NOT NULL,
@@ -314,6 +324,8 @@ GRANT SELECT,INSERT,UPDATE ON TABLE stepgate.operation TO stepgate_system;
 -- Waits: what a suspended run waits for (events, callbacks, messages), and the events, callbacks and messages themselves.
 -- ======================================================================================
 
+-- What a suspended run waits for outside itself, one row per wait (alternative), deleted when
+-- it resumes, times out or is cancelled (docs/schema.md#event-waits).
 CREATE TABLE stepgate.run_wait (
     run_id uuid NOT NULL,
     seq integer NOT NULL,
@@ -344,6 +356,7 @@ CREATE POLICY tenant_isolation ON stepgate.run_wait TO stepgate_app USING ((tena
 GRANT SELECT,INSERT,DELETE ON TABLE stepgate.run_wait TO stepgate_app;
 GRANT SELECT,INSERT,DELETE ON TABLE stepgate.run_wait TO stepgate_system;
 
+-- The match shapes runs wait on, per tenant and event name: what an event computes keys for.
 CREATE TABLE stepgate.wait_shape (
     tenant text NOT NULL,
     event_name text NOT NULL,
@@ -365,6 +378,7 @@ GRANT SELECT,INSERT ON TABLE stepgate.wait_shape TO stepgate_system;
 -- PostgreSQL database dump complete
 --
 
+-- Events sent to a tenant, with the runs their triggers started or skipped.
 CREATE TABLE stepgate.event (
     tenant text NOT NULL,
     id text NOT NULL,
@@ -401,6 +415,7 @@ GRANT UPDATE(runs) ON TABLE stepgate.event TO stepgate_system;
 GRANT UPDATE(skipped) ON TABLE stepgate.event TO stepgate_app;
 GRANT UPDATE(skipped) ON TABLE stepgate.event TO stepgate_system;
 
+-- Callbacks: the token's SHA-256 only; resolved at most once (docs/schema.md#callbacks).
 CREATE TABLE stepgate.callback (
     run_id uuid NOT NULL,
     seq integer NOT NULL,
@@ -435,6 +450,7 @@ CREATE POLICY tenant_isolation ON stepgate.callback TO stepgate_app USING ((tena
 GRANT SELECT,INSERT,UPDATE ON TABLE stepgate.callback TO stepgate_app;
 GRANT SELECT,INSERT,UPDATE ON TABLE stepgate.callback TO stepgate_system;
 
+-- Each run's mailbox, in the order sends took the run's row lock (docs/schema.md#messages).
 CREATE TABLE stepgate.message (
     n bigint NOT NULL,
     tenant text NOT NULL,
@@ -477,6 +493,7 @@ GRANT SELECT,USAGE ON SEQUENCE stepgate.message_n_seq TO stepgate_system;
 -- Streams a run writes.
 -- ======================================================================================
 
+-- A run's stream per key: its length, bytes and end; a write locks it.
 CREATE TABLE stepgate.stream (
     tenant text NOT NULL,
     run_id uuid NOT NULL,
@@ -501,6 +518,8 @@ CREATE POLICY tenant_isolation ON stepgate.stream TO stepgate_app USING ((tenant
 GRANT SELECT,INSERT,UPDATE ON TABLE stepgate.stream TO stepgate_app;
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE stepgate.stream TO stepgate_system;
 
+-- A stream's chunks, once each, at their offsets; (at_seq, at_attempt, at_index) deduplicates
+-- replays.
 CREATE TABLE stepgate.stream_chunk (
     tenant text NOT NULL,
     run_id uuid NOT NULL,
@@ -530,6 +549,7 @@ GRANT SELECT,INSERT,DELETE ON TABLE stepgate.stream_chunk TO stepgate_system;
 -- Schedules and flow control: cron schedules, rate and debounce state, concurrency slots (docs/concurrency.md).
 -- ======================================================================================
 
+-- Cron schedules of a tenant's functions.
 CREATE TABLE stepgate.schedule (
     id uuid NOT NULL,
     tenant text NOT NULL,
@@ -565,6 +585,7 @@ CREATE POLICY tenant_isolation ON stepgate.schedule TO stepgate_app USING ((tena
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE stepgate.schedule TO stepgate_app;
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE stepgate.schedule TO stepgate_system;
 
+-- GCRA state of a throttle or rate limit per key value: tat is when the bucket is empty again.
 CREATE TABLE stepgate.flow_rate (
     tenant text NOT NULL,
     function text NOT NULL,
@@ -586,6 +607,7 @@ CREATE POLICY tenant_isolation ON stepgate.flow_rate TO stepgate_app USING ((ten
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE stepgate.flow_rate TO stepgate_app;
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE stepgate.flow_rate TO stepgate_system;
 
+-- A debounce's open window per key value: the scheduled run further starts collapse into.
 CREATE TABLE stepgate.flow_debounce (
     tenant text NOT NULL,
     function text NOT NULL,
@@ -606,6 +628,8 @@ CREATE POLICY tenant_isolation ON stepgate.flow_debounce TO stepgate_app USING (
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE stepgate.flow_debounce TO stepgate_app;
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE stepgate.flow_debounce TO stepgate_system;
 
+-- The counter of a concurrency key whose limit is below 64 (stripe 0); a key of 64 or more is
+-- counted from the running runs (docs/concurrency.md).
 CREATE TABLE stepgate.concurrency_slot (
     tenant text NOT NULL,
     function text NOT NULL,
@@ -630,6 +654,7 @@ GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE stepgate.concurrency_slot TO stepgate
 -- Keys: per-tenant signing keys, invocation keys, the callback sealing key (system pool only).
 -- ======================================================================================
 
+-- Each tenant's keys that sign the requests to its functions (system role only).
 CREATE TABLE stepgate.signing_key (
     tenant text NOT NULL,
     id text NOT NULL,
@@ -652,6 +677,7 @@ CREATE POLICY system_access ON stepgate.signing_key TO stepgate_system USING (tr
 
 GRANT SELECT,INSERT,UPDATE ON TABLE stepgate.signing_key TO stepgate_system;
 
+-- The gateways' keys that sign invocation tokens, one current (system role only).
 CREATE TABLE stepgate.invocation_key (
     id text NOT NULL,
     secret bytea NOT NULL,
@@ -669,6 +695,7 @@ CREATE POLICY system_access ON stepgate.invocation_key TO stepgate_system USING 
 
 GRANT SELECT,INSERT,UPDATE ON TABLE stepgate.invocation_key TO stepgate_system;
 
+-- The secret that seals callback tokens in the journal (system role only).
 CREATE TABLE stepgate.callback_key (
     one boolean DEFAULT true NOT NULL,
     secret bytea NOT NULL,
@@ -688,6 +715,8 @@ GRANT SELECT ON TABLE stepgate.callback_key TO stepgate_system;
 -- Watches and usage: a gateway's live watches, a tenant's usage counters (one row per tenant and stripe).
 -- ======================================================================================
 
+-- Which gateways watch which tenants' run events, until expires_at: runs of unwatched tenants
+-- notify nothing.
 CREATE TABLE stepgate.run_watch (
     gateway_id text NOT NULL,
     tenant text NOT NULL,
@@ -706,6 +735,8 @@ CREATE POLICY tenant_isolation ON stepgate.run_watch TO stepgate_app USING ((ten
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE stepgate.run_watch TO stepgate_app;
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE stepgate.run_watch TO stepgate_system;
 
+-- What each tenant stores, for its quotas: one row per tenant and connection stripe, kept
+-- by triggers; the sum is the usage (docs/schema.md#tenant-usage).
 CREATE TABLE stepgate.tenant_usage (
     tenant text NOT NULL,
     stripe smallint NOT NULL,
@@ -765,6 +796,7 @@ CREATE INDEX river_job_stepgate_run ON river_job USING btree (((args ->> 'run_id
 -- Functions: Guards
 -- ======================================================================================
 
+-- Trigger: refuses any change of a journal entry but its journal_bytes.
 CREATE FUNCTION stepgate.refuse_journal_update() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -777,6 +809,7 @@ BEGIN
         USING ERRCODE = 'check_violation';
 END $$;
 
+-- Trigger: refuses any change of a terminal run.
 CREATE FUNCTION stepgate.refuse_terminal_run_update() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -789,6 +822,7 @@ END $$;
 -- Functions: Run events, jobs and parents
 -- ======================================================================================
 
+-- Trigger: a run's event on stepgate_run_events, only while a gateway watches its tenant.
 CREATE FUNCTION stepgate.notify_run_event() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -803,6 +837,7 @@ BEGIN
 END
 $$;
 
+-- Trigger: an invoke job that names only its run gets the run's tenant and priority.
 CREATE FUNCTION stepgate.invoke_job_of_run() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -818,6 +853,7 @@ BEGIN
 END
 $$;
 
+-- The running total of a run's journal bytes below seq (the nearest entry below it).
 CREATE FUNCTION stepgate.journal_bytes_before(run uuid, seq integer) RETURNS bigint
     LANGUAGE sql STABLE PARALLEL SAFE
     AS $$
@@ -829,6 +865,7 @@ $$;
 GRANT ALL ON FUNCTION stepgate.journal_bytes_before(run uuid, seq integer) TO stepgate_app;
 GRANT ALL ON FUNCTION stepgate.journal_bytes_before(run uuid, seq integer) TO stepgate_system;
 
+-- Trigger: a child's end journaled in its waiting parent, which is made due when it waited for it.
 CREATE FUNCTION stepgate.wake_parent() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -872,6 +909,7 @@ $$;
 -- Functions: Waits and their matching
 -- ======================================================================================
 
+-- A match value as both sides key it; NULL for what matches nothing.
 CREATE FUNCTION stepgate.match_scalar(v jsonb) RETURNS jsonb
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$
@@ -884,6 +922,7 @@ $$;
 GRANT ALL ON FUNCTION stepgate.match_scalar(v jsonb) TO stepgate_app;
 GRANT ALL ON FUNCTION stepgate.match_scalar(v jsonb) TO stepgate_system;
 
+-- The key of an event document for one shape (sorted paths), or NULL.
 CREATE FUNCTION stepgate.match_key(paths text[], doc jsonb) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$
@@ -894,6 +933,7 @@ $$;
 GRANT ALL ON FUNCTION stepgate.match_key(paths text[], doc jsonb) TO stepgate_app;
 GRANT ALL ON FUNCTION stepgate.match_key(paths text[], doc jsonb) TO stepgate_system;
 
+-- The key of a run's match object.
 CREATE FUNCTION stepgate.match_of(m jsonb) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$
@@ -904,6 +944,7 @@ $$;
 GRANT ALL ON FUNCTION stepgate.match_of(m jsonb) TO stepgate_app;
 GRANT ALL ON FUNCTION stepgate.match_of(m jsonb) TO stepgate_system;
 
+-- The kind of the entry that ends a wait of kind kind, alternative alt.
 CREATE FUNCTION stepgate.wait_kind(alt smallint, kind text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$
@@ -913,6 +954,7 @@ $$;
 GRANT ALL ON FUNCTION stepgate.wait_kind(alt smallint, kind text) TO stepgate_app;
 GRANT ALL ON FUNCTION stepgate.wait_kind(alt smallint, kind text) TO stepgate_system;
 
+-- The transaction lock id of a wait's key, or of an event name when key is NULL.
 CREATE FUNCTION stepgate.wait_lock(tenant text, event_name text, key text) RETURNS bigint
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$
@@ -922,6 +964,7 @@ $$;
 GRANT ALL ON FUNCTION stepgate.wait_lock(tenant text, event_name text, key text) TO stepgate_app;
 GRANT ALL ON FUNCTION stepgate.wait_lock(tenant text, event_name text, key text) TO stepgate_system;
 
+-- The output of that entry.
 CREATE FUNCTION stepgate.wait_output(alt smallint, kind text, output jsonb) RETURNS jsonb
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$
@@ -932,6 +975,7 @@ $$;
 GRANT ALL ON FUNCTION stepgate.wait_output(alt smallint, kind text, output jsonb) TO stepgate_app;
 GRANT ALL ON FUNCTION stepgate.wait_output(alt smallint, kind text, output jsonb) TO stepgate_system;
 
+-- The output journaled for a resolved or rejected callback.
 CREATE FUNCTION stepgate.callback_result(state text, payload jsonb, error jsonb, resolver text, resolved_by jsonb, resolved_at timestamp with time zone) RETURNS jsonb
     LANGUAGE sql STABLE PARALLEL SAFE
     AS $$
@@ -944,6 +988,7 @@ $$;
 GRANT ALL ON FUNCTION stepgate.callback_result(state text, payload jsonb, error jsonb, resolver text, resolved_by jsonb, resolved_at timestamp with time zone) TO stepgate_app;
 GRANT ALL ON FUNCTION stepgate.callback_result(state text, payload jsonb, error jsonb, resolver text, resolved_by jsonb, resolved_at timestamp with time zone) TO stepgate_system;
 
+-- Whether a revision's config lets an identity with roles invoke it.
 CREATE FUNCTION stepgate.may_invoke(config jsonb, checked boolean, roles text[]) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$
@@ -956,6 +1001,7 @@ $$;
 GRANT ALL ON FUNCTION stepgate.may_invoke(config jsonb, checked boolean, roles text[]) TO stepgate_app;
 GRANT ALL ON FUNCTION stepgate.may_invoke(config jsonb, checked boolean, roles text[]) TO stepgate_system;
 
+-- Whether the sender of an event or a message may resume a run of the revision.
 CREATE FUNCTION stepgate.may_resume(config jsonb, identity jsonb) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$
@@ -972,12 +1018,14 @@ GRANT ALL ON FUNCTION stepgate.may_resume(config jsonb, identity jsonb) TO stepg
 -- Functions: Concurrency limits (docs/concurrency.md)
 -- ======================================================================================
 
+-- How many tickets a key of limit lim has: 0 for a key with a counter row.
 CREATE FUNCTION stepgate.slot_tickets(lim integer) RETURNS integer
     LANGUAGE sql IMMUTABLE
     AS $$
     SELECT CASE WHEN lim >= 64 THEN least(32, lim / 2) ELSE 0 END
 $$;
 
+-- The order in which a run's keys are claimed and released: by key.
 CREATE FUNCTION stepgate.slot_order(keys text[]) RETURNS integer[]
     LANGUAGE plpgsql IMMUTABLE
     AS $$
@@ -989,6 +1037,7 @@ BEGIN
 END
 $$;
 
+-- A run's concurrency keys, from its revision's config, input and identity; NULL for none.
 CREATE FUNCTION stepgate.slot_keys(config jsonb, input jsonb, identity jsonb) RETURNS text[]
     LANGUAGE plpgsql IMMUTABLE
     AS $$
@@ -1021,6 +1070,7 @@ BEGIN
 END
 $$;
 
+-- The limits of those keys.
 CREATE FUNCTION stepgate.slot_limits(config jsonb) RETURNS integer[]
     LANGUAGE plpgsql IMMUTABLE
     AS $$
@@ -1038,18 +1088,21 @@ BEGIN
 END
 $$;
 
+-- The advisory lock id of a key's hold lock.
 CREATE FUNCTION stepgate.slot_hold_lock(p_tenant text, p_function text, p_key text) RETURNS bigint
     LANGUAGE sql IMMUTABLE
     AS $$
     SELECT hashtextextended(p_tenant || E'\x1f' || p_function || E'\x1f' || p_key, 37)
 $$;
 
+-- The advisory lock id of ticket p_ticket of a key.
 CREATE FUNCTION stepgate.slot_ticket_lock(p_tenant text, p_function text, p_key text, p_ticket integer) RETURNS bigint
     LANGUAGE sql IMMUTABLE
     AS $$
     SELECT hashtextextended(p_tenant || E'\x1f' || p_function || E'\x1f' || p_key, 4096 + p_ticket)
 $$;
 
+-- The running runs that hold a slot of key, counted up to lim.
 CREATE FUNCTION stepgate.slot_running(p_tenant text, p_function text, p_key text, lim integer) RETURNS integer
     LANGUAGE plpgsql STABLE
     AS $$
@@ -1062,6 +1115,7 @@ BEGIN
 END
 $$;
 
+-- The runs waiting in key's line older than the given one, counted up to lim.
 CREATE FUNCTION stepgate.slot_line_ahead(p_tenant text, p_function text, p_key text, p_created_at timestamp with time zone, p_id uuid, lim integer) RETURNS integer
     LANGUAGE plpgsql STABLE
     AS $$
@@ -1075,6 +1129,7 @@ BEGIN
 END
 $$;
 
+-- What a fast claim reads: the running runs up to lim, and whether an older run waits.
 CREATE FUNCTION stepgate.slot_fast_count(p_tenant text, p_function text, p_key text, lim integer, p_created_at timestamp with time zone, p_id uuid) RETURNS TABLE(running integer, line boolean)
     LANGUAGE sql STABLE
     AS $$
@@ -1089,6 +1144,7 @@ CREATE FUNCTION stepgate.slot_fast_count(p_tenant text, p_function text, p_key t
               AND (q.created_at, q.id) < (p_created_at, p_id))
 $$;
 
+-- Gives a counter key's slot back.
 CREATE FUNCTION stepgate.give_slot(p_tenant text, p_function text, p_key text, p_stripe smallint) RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -1099,6 +1155,7 @@ BEGIN
 END
 $$;
 
+-- Why a run waits for key, for people.
 CREATE FUNCTION stepgate.held_reason(key text, lim integer) RETURNS text
     LANGUAGE sql IMMUTABLE
     AS $$
@@ -1106,6 +1163,7 @@ CREATE FUNCTION stepgate.held_reason(key text, lim integer) RETURNS text
         ELSE format('waiting for a concurrency slot of key %s (limit %s)', key, lim) END
 $$;
 
+-- Wakes the runs waiting in key's line that its free slots can take.
 CREATE FUNCTION stepgate.refill_slot(p_tenant text, p_function text, p_key text, p_released boolean, p_lim integer DEFAULT NULL::integer) RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -1170,6 +1228,7 @@ BEGIN
 END
 $$;
 
+-- The backstop of refills: refills up to p_limit keys with a run not woken yet.
 CREATE FUNCTION stepgate.refill_held_lines(p_limit integer) RETURNS integer
     LANGUAGE plpgsql
     AS $$
@@ -1190,6 +1249,7 @@ BEGIN
 END
 $$;
 
+-- Takes a slot of each of a run's keys, or says which key has no room.
 CREATE FUNCTION stepgate.take_slots(p_tenant text, p_function text, p_keys text[], p_limits integer[], p_created_at timestamp with time zone, p_id uuid, p_create boolean) RETURNS stepgate.slots_taken
     LANGUAGE plpgsql
     AS $$
@@ -1297,6 +1357,7 @@ BEGIN
 END
 $$;
 
+-- Trigger: gives back a run's slots when it leaves running, and wakes who can take them.
 CREATE FUNCTION stepgate.release_slots() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -1329,6 +1390,7 @@ BEGIN
 END
 $$;
 
+-- A limited run's claim: its slots taken, or the run held.
 CREATE FUNCTION stepgate.claim_slots(p_run uuid, OUT held text, OUT stripes smallint[]) RETURNS record
     LANGUAGE plpgsql
     AS $$
@@ -1388,6 +1450,7 @@ $$;
 -- Functions: Tenant usage
 -- ======================================================================================
 
+-- Adds to a tenant's usage, in the stripe of the connection.
 CREATE FUNCTION stepgate.usage_add(t text, d_runs bigint, d_stream bigint, d_mailbox bigint) RETURNS void
     LANGUAGE sql
     AS $$
@@ -1398,6 +1461,7 @@ CREATE FUNCTION stepgate.usage_add(t text, d_runs bigint, d_stream bigint, d_mai
         mailbox_bytes = u.mailbox_bytes + excluded.mailbox_bytes
 $$;
 
+-- Trigger (per statement): runs inserted, by tenant.
 CREATE FUNCTION stepgate.usage_runs_inserted() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -1407,6 +1471,7 @@ BEGIN
 END
 $$;
 
+-- Trigger (per statement): runs deleted, by tenant.
 CREATE FUNCTION stepgate.usage_runs_deleted() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -1416,6 +1481,7 @@ BEGIN
 END
 $$;
 
+-- Trigger: a message stored unconsumed, consumed or deleted.
 CREATE FUNCTION stepgate.usage_message_changed() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -1429,6 +1495,7 @@ BEGIN
 END
 $$;
 
+-- Trigger: a stream's bytes grown, or the stream deleted.
 CREATE FUNCTION stepgate.usage_stream_changed() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
