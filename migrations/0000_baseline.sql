@@ -4,7 +4,7 @@
 -- the files before it make the same schema (TestHistoryUpgrade compares the two dumps).
 -- Never edit it: a change is a new migration, numbered from 0046.
 --
--- Tenant isolation (docs/internals.md): every table has row-level security, ENABLEd and
+-- Tenant isolation (docs/schema.md#tenant-isolation): every table has row-level security, ENABLEd and
 -- FORCEd, with two policies: tenant_isolation for stepgate_app, the API pool's role, which
 -- sees the rows of the tenant in the setting stepgate.tenant (journal.ForTenant sets it
 -- per transaction; with none set nothing is visible), and system_access for
@@ -14,7 +14,8 @@
 -- security (journal's TestSchemaIsFenced checks every table).
 --
 -- Tables come first, by concept, each with its constraints, indexes, policies and grants;
--- then the functions; then the triggers (docs/internals.md lists each).
+-- then the functions; then the triggers (docs/internals.md lists each). Why each table is
+-- the way it is: docs/schema.md; the concurrency limits' algorithm: docs/concurrency.md.
 
 -- The two roles the gateway's pools act as: neither a superuser, BYPASSRLS nor the owner
 -- of anything, so the policies apply to them. The user that migrates is made a member
@@ -57,7 +58,7 @@ CREATE TYPE stepgate.slots_taken AS (
 );
 
 -- ======================================================================================
--- Functions: a tenant's functions, one row per name, and every revision deployed (immutable).
+-- Registered functions: one row per name, and every revision deployed (immutable).
 -- ======================================================================================
 
 -- A function as deployed, never changed: its URL, config and the defaults a run takes from it.
