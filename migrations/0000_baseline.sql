@@ -712,6 +712,11 @@ CREATE POLICY system_access ON stepgate.callback_key TO stepgate_system USING (t
 
 GRANT SELECT ON TABLE stepgate.callback_key TO stepgate_system;
 
+-- The deployment's one secret: 256 bits hashed from three random UUIDs (366 bits from
+-- the server's strong random source: gen_random_uuid uses it).
+INSERT INTO stepgate.callback_key (secret)
+SELECT sha256(uuid_send(gen_random_uuid()) || uuid_send(gen_random_uuid()) || uuid_send(gen_random_uuid()));
+
 -- ======================================================================================
 -- Watches and usage: a gateway's live watches, a tenant's usage counters (one row per tenant and stripe).
 -- ======================================================================================

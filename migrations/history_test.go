@@ -98,6 +98,23 @@ func recorded(t *testing.T, pool *pgxpool.Pool) []string {
 	return got
 }
 
+// rowCounts returns the rows of each stepgate table but schema_migration: what the
+// migrations wrote besides the schema, on an empty database.
+func rowCounts(t *testing.T, pool *pgxpool.Pool) map[string]int {
+	t.Helper()
+	rows, _ := pool.Query(t.Context(), `SELECT tablename FROM pg_tables WHERE schemaname = 'stepgate' AND tablename <> 'schema_migration'`)
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.NotEmpty(t, tables)
+	counts := make(map[string]int, len(tables))
+	for _, tb := range tables {
+		var n int
+		require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM stepgate.`+pgx.Identifier{tb}.Sanitize()).Scan(&n))
+		counts[tb] = n
+	}
+	return counts
+}
+
 func hasFunction(t *testing.T, pool *pgxpool.Pool, signature string) bool {
 	t.Helper()
 	var ok bool
@@ -124,6 +141,7 @@ func TestHistoryUpgrade(t *testing.T) {
 
 	require.NoError(t, migrations.Up(ctx, old))
 	require.Equal(t, dumpSchema(t, freshURL), dumpSchema(t, oldURL), "an upgraded database has a new one's schema")
+	require.Equal(t, rowCounts(t, old), rowCounts(t, fresh), "and the rows the migrations made (a key, say)")
 	require.False(t, hasFunction(t, old, deadTakeSlots))
 	require.False(t, hasFunction(t, old, "stepgate.stripe_cap(integer, integer)"))
 	require.False(t, hasFunction(t, old, "stepgate.slot_stripes(integer)"))
