@@ -111,7 +111,9 @@ func newRiverMigrator(pool *pgxpool.Pool) (*rivermigrate.Migrator[pgx.Tx], error
 // has not recorded in stepgate.schema_migration yet, in version order. First it checks
 // the ones recorded: if one this build embeds was applied from another text (its
 // SHA-256, recorded with it) or another file name, Up applies nothing and returns a
-// [*ChangedError] or an error naming the file. Each migration
+// [*ChangedError] or an error naming the file. A database that the migrations before the
+// baseline made gets the baseline's record in place of theirs first, or is refused when
+// it applied only some of them (see the package doc). Each migration
 // commits in its own transaction along with its record, so a failed Up leaves the
 // database at the last migration that succeeded, and running Up again resumes there.
 //
