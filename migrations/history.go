@@ -138,7 +138,8 @@ func adoptHistory(ctx context.Context, conn *pgx.Conn, baseline migration) error
 	if len(missing) > 0 {
 		return fmt.Errorf("migrations: this database applied only %d of the %d migrations that %s replaces; it lacks %s. "+
 			"This build adopts a database only at the schema of the last build before the baseline: "+
-			"migrate it with that build first (stepgate migrate), then start this one; "+
+			"migrate it with that build first (stepgate migrate; in git, the parent of the commit that added "+
+			"migrations/0000_baseline.sql), then start this one; "+
 			"or, as no release preceded the baseline, recreate the database",
 			len(history)-len(missing), len(history), baseline.name, strings.Join(missing, ", "))
 	}

@@ -178,7 +178,7 @@ func TestHistoryRefused(t *testing.T) {
 		err := migrations.Up(ctx, pool)
 		require.ErrorContains(t, err, "this database applied only 39 of the 42 migrations that 0000_baseline.sql replaces; "+
 			"it lacks 0043_callback_tokens_sealed.sql, 0044_tenant_usage.sql, 0045_invocation_owner.sql")
-		require.ErrorContains(t, err, "migrate it with that build first (stepgate migrate)")
+		require.ErrorContains(t, err, "migrate it with that build first (stepgate migrate; in git, the parent of the commit that added migrations/0000_baseline.sql)")
 		require.Equal(t, before, recorded(t, pool), "nothing recorded")
 		require.False(t, hasFunction(t, pool, "stepgate.usage_add(text, bigint, bigint, bigint)"), "nothing applied")
 	})
