@@ -28,7 +28,8 @@ func short(sum string) string { return sum[:min(len(sum), 12)] }
 // after checking each against this build: a version this build embeds must have been
 // applied from the same file name and the same text. Rows recorded before checksums were
 // kept get this build's checksum (their text is trusted once, on the first start of a
-// build that checks). Versions this build does not know (a newer build migrated the
+// build that checks). A database that the migrations before the baseline made is brought
+// to the baseline first ([adoptHistory]). Versions this build does not know (a newer build migrated the
 // database) are left alone. conn must hold the migration lock.
 func checkApplied(ctx context.Context, conn *pgx.Conn, ms []migration) ([]int, error) {
 	// The column came after the table; add it once, without taking the table's lock
@@ -43,6 +44,12 @@ func checkApplied(ctx context.Context, conn *pgx.Conn, ms []migration) ([]int, e
 	if !has {
 		if _, err := conn.Exec(ctx, `ALTER TABLE stepgate.schema_migration ADD COLUMN checksum text`); err != nil {
 			return nil, fmt.Errorf("migrations: add schema_migration.checksum: %w", err)
+		}
+	}
+
+	if baseline, ok := baselineOf(ms); ok {
+		if err := adoptHistory(ctx, conn, baseline); err != nil {
+			return nil, err
 		}
 	}
 

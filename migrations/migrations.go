@@ -1,5 +1,26 @@
 // Package migrations brings a database to the schema this build of stepgate needs: River's
 // tables, then stepgate's own, from the forward-only NNNN_name.sql files embedded here.
+//
+// The files are versioned by their NNNN, applied in that order, each once, and recorded
+// in stepgate.schema_migration with the SHA-256 of its text; a committed file is never
+// edited (Up refuses a database that applied another text, naming the file).
+//
+// The first, 0000_baseline.sql (version 0), is the schema that migrations 0001-0045 made
+// before the first release, written out once, without the functions nothing called.
+// Those 45 files (42 committed, 2, 33 and 36 never were) are gone from the build; their
+// texts are test data (testdata/history) and their names and checksums are in history.
+// Version 0 is one they never recorded, and the migrations after the baseline go on at
+// 0046, so every version names one file on every database:
+//
+//   - a new database runs the baseline, then the migrations after it;
+//   - a database whose schema_migration records all of 0001-0045 (by today's names and,
+//     where recorded, checksums) has the baseline's schema: Up replaces those rows by
+//     the baseline's, without running it, then applies the migrations after it (0047
+//     drops the dead functions such a database still has);
+//   - a database that records only some of them is refused, naming what it lacks: it
+//     is migrated first by the last build before the baseline, or recreated.
+//
+// TestHistoryUpgrade checks that the two ways reach the same schema, dump for dump.
 package migrations
 
 import (
@@ -90,7 +111,9 @@ func newRiverMigrator(pool *pgxpool.Pool) (*rivermigrate.Migrator[pgx.Tx], error
 // has not recorded in stepgate.schema_migration yet, in version order. First it checks
 // the ones recorded: if one this build embeds was applied from another text (its
 // SHA-256, recorded with it) or another file name, Up applies nothing and returns a
-// [*ChangedError] or an error naming the file. Each migration
+// [*ChangedError] or an error naming the file. A database that the migrations before the
+// baseline made gets the baseline's record in place of theirs first, or is refused when
+// it applied only some of them (see the package doc). Each migration
 // commits in its own transaction along with its record, so a failed Up leaves the
 // database at the last migration that succeeded, and running Up again resumes there.
 //

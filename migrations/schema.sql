@@ -544,16 +544,6 @@ END
 $$;
 
 --
--- Name: slot_stripes(integer); Type: FUNCTION; Schema: stepgate; Owner: -
---
-
-CREATE FUNCTION stepgate.slot_stripes(lim integer) RETURNS integer
-    LANGUAGE sql IMMUTABLE
-    AS $$
-    SELECT CASE WHEN lim >= 64 THEN least(64, lim / 16) ELSE 1 END
-$$;
-
---
 -- Name: slot_ticket_lock(text, text, text, integer); Type: FUNCTION; Schema: stepgate; Owner: -
 --
 
@@ -571,27 +561,6 @@ CREATE FUNCTION stepgate.slot_tickets(lim integer) RETURNS integer
     LANGUAGE sql IMMUTABLE
     AS $$
     SELECT CASE WHEN lim >= 64 THEN least(32, lim / 2) ELSE 0 END
-$$;
-
---
--- Name: stripe_cap(integer, integer); Type: FUNCTION; Schema: stepgate; Owner: -
---
-
-CREATE FUNCTION stepgate.stripe_cap(lim integer, stripe integer) RETURNS integer
-    LANGUAGE sql IMMUTABLE
-    AS $$
-    SELECT CASE WHEN stripe >= stepgate.slot_stripes(lim) THEN 0
-        ELSE lim / stepgate.slot_stripes(lim) + (stripe < lim % stepgate.slot_stripes(lim))::integer END
-$$;
-
---
--- Name: take_slots(text, text, text[], integer[], timestamp with time zone, uuid); Type: FUNCTION; Schema: stepgate; Owner: -
---
-
-CREATE FUNCTION stepgate.take_slots(p_tenant text, p_function text, p_keys text[], p_limits integer[], p_created_at timestamp with time zone, p_id uuid) RETURNS stepgate.slots_taken
-    LANGUAGE sql
-    AS $$
-    SELECT stepgate.take_slots(p_tenant, p_function, p_keys, p_limits, p_created_at, p_id, true)
 $$;
 
 --

@@ -683,14 +683,9 @@ func (s *State) CheckpointAck(e *protocol.JournalEntry) (*protocol.CheckpointAck
 	delay := checkpointBackoff
 	for try := 0; ; try++ {
 		if try > 0 {
-			t := time.NewTimer(delay)
-			select {
-			case <-s.reqCtx.Done():
-				t.Stop()
-				return nil, s.Halt(Retry("checkpoint", fmt.Sprintf("checkpoint step %d %q: %v (last: %s)", e.Seq, e.Name, context.Cause(s.reqCtx), last)))
-			case <-t.C:
+			if err := s.pause(&delay, fmt.Sprintf("checkpoint step %d %q", e.Seq, e.Name), last); err != nil {
+				return nil, err
 			}
-			delay = min(2*delay, maxCheckpointBackoff)
 		}
 		ack, stop, retry, after := s.checkpoint(e, body)
 		if stop == nil {
@@ -714,6 +709,22 @@ const (
 	checkpointBackoff    = 20 * time.Millisecond
 	maxCheckpointBackoff = 2 * time.Second
 )
+
+// pause waits *delay before another try of a request to the gateway, then doubles it
+// up to maxCheckpointBackoff. When the invocation's request ends first (the gateway
+// answered it, gave up on the function, or died), it halts the invocation with a
+// retryable failure naming where and the last try's failure, and returns that.
+func (s *State) pause(delay *time.Duration, where, last string) error {
+	t := time.NewTimer(*delay)
+	defer t.Stop()
+	select {
+	case <-s.reqCtx.Done():
+		return s.Halt(Retry("checkpoint", fmt.Sprintf("%s: %v (last: %s)", where, context.Cause(s.reqCtx), last)))
+	case <-t.C:
+	}
+	*delay = min(2**delay, maxCheckpointBackoff)
+	return nil
+}
 
 // checkpoint makes one try. It returns the acknowledgement and a nil Stop on success;
 // retry says whether another try may succeed, and after how long the gateway asked for
@@ -797,14 +808,9 @@ func (s *State) CheckOwner() error {
 	delay := checkpointBackoff
 	for try := 0; ; try++ {
 		if try > 0 {
-			t := time.NewTimer(delay)
-			select {
-			case <-s.reqCtx.Done():
-				t.Stop()
-				return s.Halt(Retry("checkpoint", fmt.Sprintf("%s: %v (last: %s)", where, context.Cause(s.reqCtx), last)))
-			case <-t.C:
+			if err := s.pause(&delay, where, last); err != nil {
+				return err
 			}
-			delay = min(2*delay, maxCheckpointBackoff)
 		}
 		code, p, after, err := s.post(s.Req.Checkpoint.URL+"/current", body)
 		detail := cmp.Or(p.Detail, http.StatusText(code))
@@ -882,14 +888,9 @@ func (s *State) WriteStream(w *protocol.StreamWrite) error {
 	delay := checkpointBackoff
 	for try := 0; ; try++ {
 		if try > 0 {
-			t := time.NewTimer(delay)
-			select {
-			case <-s.reqCtx.Done():
-				t.Stop()
-				return s.Halt(Retry("checkpoint", fmt.Sprintf("%s: %v (last: %s)", where, context.Cause(s.reqCtx), last)))
-			case <-t.C:
+			if err := s.pause(&delay, where, last); err != nil {
+				return err
 			}
-			delay = min(2*delay, maxCheckpointBackoff)
 		}
 		code, p, after, err := s.post(s.Req.Checkpoint.URL+"/stream", body)
 		detail := cmp.Or(p.Detail, http.StatusText(code))
