@@ -646,7 +646,15 @@ func (inv *Invoker) finishTx(ctx context.Context, tx pgx.Tx, run *journal.Run, o
 		}
 	}
 	if f.Parent != "" {
-		jobs = append(jobs, river.InsertManyParams{Args: InvokeArgs{RunID: f.Parent}})
+		// Finish names the parent only: its priority is read from its row (a child's end
+		// costs this one statement more; a run's other answers none).
+		parent, _, err := journal.RunJobs(ctx, tx, []string{f.Parent})
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range parent {
+			jobs = append(jobs, river.InsertManyParams{Args: runJob(p)})
+		}
 	}
 	if len(jobs) > 0 {
 		if _, err := inv.river.InsertManyTx(ctx, tx, jobs); err != nil {

@@ -147,21 +147,19 @@ func (w *cancelOperationWorker) work(ctx context.Context, job *river.Job[CancelO
 				return err
 			}
 			roots := make([]string, len(batch))
-			var parents []river.InsertManyParams
+			var parents []string
 			for i, r := range batch {
 				roots[i] = r.ID
 				if r.ParentSeq != nil {
 					// Its parent woke if it still waited for it; if not, the job finds nothing to claim.
-					parents = append(parents, river.InsertManyParams{Args: InvokeArgs{RunID: *r.ParentID}})
+					parents = append(parents, *r.ParentID)
 				}
 			}
 			if tree, err = inv.cancelTree(ctx, tx, op.Tenant, roots, op.By); err != nil {
 				return err
 			}
-			if len(parents) > 0 {
-				if _, err := inv.river.InsertManyTx(ctx, tx, parents); err != nil {
-					return fmt.Errorf("enqueue parents of cancelled runs: %w", err)
-				}
+			if err := inv.enqueueNow(ctx, tx, parents); err != nil {
+				return fmt.Errorf("enqueue parents of cancelled runs: %w", err)
 			}
 			return nil
 		})

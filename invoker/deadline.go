@@ -193,22 +193,3 @@ func (inv *Invoker) enqueueNew(ctx context.Context, tx pgx.Tx, run *journal.Run)
 func deadlineJob(runID string, at time.Time) river.InsertManyParams {
 	return river.InsertManyParams{Args: DeadlineArgs{RunID: runID}, InsertOpts: &river.InsertOpts{ScheduledAt: at}}
 }
-
-// deadlineJobs returns the deadline jobs of those of runIDs, just created in tx, that
-// have a deadline, and those deadlines for armDeadlines once tx commits.
-func deadlineJobs(ctx context.Context, tx pgx.Tx, runIDs []string) ([]river.InsertManyParams, []newDeadline, error) {
-	if len(runIDs) == 0 {
-		return nil, nil, nil
-	}
-	deadlines, now, err := journal.Deadlines(ctx, tx, runIDs)
-	if err != nil {
-		return nil, nil, err
-	}
-	var jobs []river.InsertManyParams
-	var due []newDeadline
-	for id, at := range deadlines {
-		jobs = append(jobs, deadlineJob(id, at))
-		due = append(due, newDeadline{runID: id, in: at.Sub(now)})
-	}
-	return jobs, due, nil
-}

@@ -341,9 +341,11 @@ func (inv *Invoker) Stop(ctx context.Context) error {
 	return err
 }
 
-// Enqueue inserts, in tx, the River job that invokes a queued run as soon as possible.
+// Enqueue inserts, in tx, the River job that invokes a queued run as soon as possible,
+// with the run's tenant and priority, read from its row in tx first (journal.RunJobs). A
+// run that tx does not see gets no job.
 func (inv *Invoker) Enqueue(ctx context.Context, tx pgx.Tx, runID string) error {
-	if _, err := inv.river.InsertTx(ctx, tx, InvokeArgs{RunID: runID}, nil); err != nil {
+	if err := inv.enqueueNow(ctx, tx, []string{runID}); err != nil {
 		return fmt.Errorf("enqueue run %s: %w", runID, err)
 	}
 	return nil
@@ -501,26 +503,27 @@ func (inv *Invoker) RiverUI(prefix string, log *slog.Logger) (http.Handler, erro
 // InvokeArgs is the River job that invokes a run once it is due.
 type InvokeArgs struct {
 	RunID string `json:"run_id"`
-	// Tenant is the run's tenant, which the worker's fair share reads (fairshare.go).
-	// invokeJob sets it, and Priority, from a run at hand; a job inserted with neither
-	// gets both from the run's row (migration 0031's trigger), so every invoke job of a
-	// run carries them.
+	// Tenant is the run's tenant, which the worker's fair share reads (fairshare.go) and
+	// River's UI filters by. Every invoke job is made by invokeJob, from a run at hand,
+	// or by runJob, from the run's journal.RunJob read by id, which set it and Priority:
+	// no trigger fills them in (migration 0046 dropped migration 0031's).
 	Tenant string `json:"tenant,omitempty"`
 	// Priority is the run's priority (journal.Run.Priority): River's job priority, not
 	// part of the args.
 	Priority int `json:"-"`
 }
 
-// InsertOpts implements river.JobArgsWithInsertOpts: the job's priority is its run's
-// (0: River's default, which the trigger replaces when Tenant is empty).
+// InsertOpts implements river.JobArgsWithInsertOpts: the job's priority is its run's.
 func (a InvokeArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{Priority: a.Priority} }
 
 // invokeJob is the args of an invoke job of run, with its tenant and priority.
 func invokeJob(run *journal.Run) InvokeArgs {
-	if run.Tenant == "" || run.Priority == 0 {
-		return InvokeArgs{RunID: run.ID} // a partial run: the trigger fills them in
-	}
 	return InvokeArgs{RunID: run.ID, Tenant: run.Tenant, Priority: run.Priority}
+}
+
+// runJob is the args of an invoke job of the run r names, with its tenant and priority.
+func runJob(r journal.RunJob) InvokeArgs {
+	return InvokeArgs{RunID: r.RunID, Tenant: r.Tenant, Priority: r.Priority}
 }
 
 // Kind implements river.JobArgs.

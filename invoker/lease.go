@@ -368,14 +368,20 @@ func (inv *Invoker) requeue(ctx context.Context, pick func(tx pgx.Tx) ([]string,
 	return ids, nil
 }
 
-// enqueueNow inserts, in tx, a job that invokes each of runIDs as soon as possible.
+// enqueueNow inserts, in tx, a job that invokes each of runIDs as soon as possible, with
+// its run's tenant and priority, read from the runs' rows in tx in one statement
+// (journal.RunJobs). A run that tx does not see gets no job.
 func (inv *Invoker) enqueueNow(ctx context.Context, tx pgx.Tx, runIDs []string) error {
 	if len(runIDs) == 0 {
 		return nil
 	}
-	jobs := make([]river.InsertManyParams, len(runIDs))
-	for i, id := range runIDs {
-		jobs[i] = river.InsertManyParams{Args: InvokeArgs{RunID: id}}
+	runs, _, err := journal.RunJobs(ctx, tx, runIDs)
+	if err != nil || len(runs) == 0 {
+		return err
+	}
+	jobs := make([]river.InsertManyParams, len(runs))
+	for i, r := range runs {
+		jobs[i] = river.InsertManyParams{Args: runJob(r)}
 	}
 	if _, err := inv.river.InsertManyTx(ctx, tx, jobs); err != nil {
 		return fmt.Errorf("enqueue %d runs: %w", len(runIDs), err)

@@ -232,13 +232,23 @@ func (inv *Invoker) sendEvent(ctx context.Context, tx pgx.Tx, n journal.NewEvent
 	if ev.Resumed, err = journal.ResumeWaiters(ctx, tx, ev); err != nil {
 		return nil, false, nil, err
 	}
-	jobs, started, err := deadlineJobs(ctx, tx, ev.Runs)
+	// One statement reads the tenant, priority and deadline of the runs it starts and
+	// resumes, which it names by id only.
+	runs, now, err := journal.RunJobs(ctx, tx, slices.Concat(ev.Runs, ev.Resumed))
 	if err != nil {
 		return nil, false, nil, err
 	}
-	deadlines = append(deadlines, started...)
-	for _, runID := range slices.Concat(ev.Runs, ev.Resumed) {
-		jobs = append(jobs, river.InsertManyParams{Args: InvokeArgs{RunID: runID}})
+	started := make(map[string]bool, len(ev.Runs))
+	for _, id := range ev.Runs {
+		started[id] = true
+	}
+	var jobs []river.InsertManyParams
+	for _, r := range runs {
+		jobs = append(jobs, river.InsertManyParams{Args: runJob(r)})
+		if started[r.RunID] && r.Deadline != nil {
+			jobs = append(jobs, deadlineJob(r.RunID, *r.Deadline))
+			deadlines = append(deadlines, newDeadline{runID: r.RunID, in: r.Deadline.Sub(now)})
+		}
 	}
 	if len(jobs) > 0 {
 		if _, err := inv.river.InsertManyTx(ctx, tx, jobs); err != nil {

@@ -3,6 +3,7 @@ package journal
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
@@ -20,4 +21,33 @@ func HoldBack(ctx context.Context, db DB, jobID int64, runID string, priority in
 		return fmt.Errorf("hold back job %d of run %s: %w", jobID, runID, err)
 	}
 	return nil
+}
+
+// RunJob is what the River jobs of a run carry: the run's tenant (in an invoke job's
+// args, which fair share reads) and priority (the job's), and its deadline, if any.
+type RunJob struct {
+	RunID    string
+	Tenant   string
+	Priority int
+	Deadline *time.Time
+}
+
+// RunJobs returns the RunJob of each of the runs ids that db sees, in no order, and the
+// database clock, in one statement; a run not found is left out (and the clock is zero
+// when none is found). The invoker reads them to enqueue runs it names by id only.
+func RunJobs(ctx context.Context, db DB, ids []string) ([]RunJob, time.Time, error) {
+	if len(ids) == 0 {
+		return nil, time.Time{}, nil
+	}
+	rows, err := dbsqlc.New(db).RunJobs(ctx, ids)
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("load %d runs' jobs: %w", len(ids), err)
+	}
+	jobs := make([]RunJob, len(rows))
+	var now time.Time
+	for i, r := range rows {
+		jobs[i] = RunJob{RunID: r.ID, Tenant: r.Tenant, Priority: int(r.Priority), Deadline: r.Deadline}
+		now = r.Now
+	}
+	return jobs, now, nil
 }

@@ -46,22 +46,34 @@ func TestRunPriority(t *testing.T) {
 		require.Error(t, err, "the column's check refuses what the gateway would have")
 	})
 
-	t.Run("JobsNamingOnlyTheRunGetItsPriorityAndTenant", func(t *testing.T) {
+	t.Run("JobsAreLeftAsInserted", func(t *testing.T) {
 		t.Parallel()
 		tx, tenant := pgtest.Tx(t), newTenant()
 		mustRegisterWith(t, tx, tenant, "batch", `{"priority":3}`)
 		run := mustCreateRunOf(t, tx, tenant, "batch")
+		// No trigger fills in what a job naming only its run leaves out: the invoker
+		// sets both (see RunJobs).
 		p, got := jobOf(t, tx, insertJob(t, tx, `{"run_id":"`+run.ID+`"}`, "available", 1))
-		require.Equal(t, 3, p)
-		require.Equal(t, tenant, got)
-		// A job that names its tenant is the inserter's: left as it is.
-		p, got = jobOf(t, tx, insertJob(t, tx, `{"run_id":"`+run.ID+`","tenant":"`+tenant+`"}`, "available", 1))
-		require.Equal(t, 1, p)
-		require.Equal(t, tenant, got)
-		// A job of no run keeps its defaults.
-		p, got = jobOf(t, tx, insertJob(t, tx, `{"run_id":"`+newID()+`"}`, "available", 1))
 		require.Equal(t, 1, p)
 		require.Empty(t, got)
+	})
+
+	t.Run("RunJobs", func(t *testing.T) {
+		t.Parallel()
+		ctx, tx, tenant := t.Context(), pgtest.Tx(t), newTenant()
+		mustRegisterWith(t, tx, tenant, "batch", `{"priority":3}`)
+		batch := mustCreateRunOf(t, tx, tenant, "batch")
+		urgent := mustCreateRunOf(t, tx, tenant, "batch", func(n *journal.NewRun) { n.Priority = 1 })
+		jobs, now, err := journal.RunJobs(ctx, tx, []string{batch.ID, urgent.ID, newID()})
+		require.NoError(t, err)
+		require.False(t, now.IsZero(), "the database clock")
+		require.ElementsMatch(t, []journal.RunJob{
+			{RunID: batch.ID, Tenant: tenant, Priority: 3},
+			{RunID: urgent.ID, Tenant: tenant, Priority: 1},
+		}, jobs, "a run not found is left out")
+		jobs, _, err = journal.RunJobs(ctx, tx, nil)
+		require.NoError(t, err)
+		require.Empty(t, jobs)
 	})
 
 	t.Run("HoldBack", func(t *testing.T) {

@@ -180,3 +180,19 @@ func TestEveryTriggerIsDocumented(t *testing.T) {
 		require.Contains(t, string(doc), "`"+m[1]+"`", "docs/internals.md lists trigger %s", m[1])
 	}
 }
+
+// TestNoTriggerOnRiversTables: River's tables are River's, as River writes them. What a
+// stepgate.invoke job carries (its run's tenant and priority) is set where the invoker
+// inserts it, and no trigger changes it (migration 0046 dropped invoke_job_of_run).
+func TestNoTriggerOnRiversTables(t *testing.T) {
+	t.Parallel()
+	rows, _ := pgtest.Tx(t).Query(t.Context(), `
+		SELECT c.relname || '.' || t.tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+		WHERE NOT t.tgisinternal AND c.relname LIKE 'river\_%' ORDER BY 1`)
+	triggers, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Empty(t, triggers)
+	var fn *string
+	require.NoError(t, pgtest.Tx(t).QueryRow(t.Context(), `SELECT to_regproc('stepgate.invoke_job_of_run')::text`).Scan(&fn))
+	require.Nil(t, fn, "its function is gone too")
+}

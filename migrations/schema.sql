@@ -164,25 +164,6 @@ CREATE FUNCTION stepgate.held_reason(key text, lim integer) RETURNS text
 $$;
 
 --
--- Name: invoke_job_of_run(); Type: FUNCTION; Schema: stepgate; Owner: -
---
-
-CREATE FUNCTION stepgate.invoke_job_of_run() RETURNS trigger
-    LANGUAGE plpgsql
-    AS $$
-DECLARE
-    r record;
-BEGIN
-    SELECT tenant, priority INTO r FROM stepgate.run WHERE id = (NEW.args->>'run_id')::uuid;
-    IF FOUND THEN
-        NEW.priority := r.priority;
-        NEW.args := NEW.args || jsonb_build_object('tenant', r.tenant);
-    END IF;
-    RETURN NEW;
-END
-$$;
-
---
 -- Name: journal_bytes_before(uuid, integer); Type: FUNCTION; Schema: stepgate; Owner: -
 --
 
@@ -1917,12 +1898,6 @@ CREATE INDEX schedule_next_at ON stepgate.schedule USING btree (next_at);
 --
 
 CREATE UNIQUE INDEX signing_key_current ON stepgate.signing_key USING btree (tenant) WHERE (retires_at IS NULL);
-
---
--- Name: river_job invoke_job_of_run; Type: TRIGGER; Schema: public; Owner: -
---
-
-CREATE TRIGGER invoke_job_of_run BEFORE INSERT ON public.river_job FOR EACH ROW WHEN (((new.kind = 'stepgate.invoke'::text) AND (NOT (new.args ? 'tenant'::text)))) EXECUTE FUNCTION stepgate.invoke_job_of_run();
 
 --
 -- Name: run child_end_wakes_parent; Type: TRIGGER; Schema: stepgate; Owner: -
