@@ -380,7 +380,7 @@ func TestConcurrencyBadConfig(t *testing.T) {
 // TestConcurrencyAcrossGateways: two gateways on one database start many runs of a
 // function with a limit whose endpoint is slow and counts its calls in flight: never
 // more than the limit run at once, and every run completes. A limit of 3 is counted in
-// one row; a limit of 64 is counted from the running runs (migration 0039): fast claims
+// one row; a limit of 64 is counted from the running runs (docs/concurrency.md): fast claims
 // below 32 running, exact ones above.
 func TestConcurrencyAcrossGateways(t *testing.T) {
 	t.Parallel()

@@ -14,7 +14,7 @@ import (
 // invokeAllAwait: the run starts several child runs at once (parallel children), as an
 // invoke starts one, at the await's seq and the seqs after it, and waits until all of
 // them have ended: each child's end journals its outcome at its seq, and the last one
-// makes the run due (migration 0032's trigger).
+// makes the run due (the trigger child_end_wakes_parent; docs/internals.md).
 var invokeAllAwait = awaitKind{
 	validate: func(c answerCheck, w *protocol.Await) *journal.ErrorInfo {
 		if w.Calls == nil || len(*w.Calls) == 0 {

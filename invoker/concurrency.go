@@ -9,7 +9,7 @@ import (
 
 // Concurrency limits: a function's config may bound how many of its runs run at once,
 // in all and per key value (config.concurrency). Postgres enforces them across gateways
-// (journal.ClaimRunSlots, migration 0029); the invoker picks that claim for the runs of
+// (journal.ClaimRunSlots; docs/concurrency.md); the invoker picks that claim for the runs of
 // revisions with limits, and wakes the held runs a freed slot makes due (SlotChannel).
 
 // Bounds of a function's concurrency limits.

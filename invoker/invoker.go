@@ -506,7 +506,7 @@ type InvokeArgs struct {
 	// Tenant is the run's tenant, which the worker's fair share reads (fairshare.go) and
 	// River's UI filters by. Every invoke job is made by invokeJob, from a run at hand,
 	// or by runJob, from the run's journal.RunJob read by id, which set it and Priority:
-	// no trigger fills them in (migration 0046 dropped migration 0031's).
+	// no trigger fills them in (migration 0046 dropped the one that did).
 	Tenant string `json:"tenant,omitempty"`
 	// Priority is the run's priority (journal.Run.Priority): River's job priority, not
 	// part of the args.
