@@ -182,7 +182,7 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 	}
 	identity, err := json.Marshal(n.Identity)
 	if err != nil {
-		return nil, false, fmt.Errorf("create run of %s: %w", n.Function, err)
+		return nil, false, fmt.Errorf("create run of %s: %w", n.Function, unstorable(err))
 	}
 	q := dbsqlc.New(db)
 	row, err := q.RunCreate(ctx, dbsqlc.RunCreateParams{
