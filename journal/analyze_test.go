@@ -60,25 +60,28 @@ func TestAnalyzeGrown(t *testing.T) {
 func finishPlan(t *testing.T, db *pgxpool.Pool, id string) string {
 	t.Helper()
 	ctx := t.Context()
-	types := map[string]string{
-		"status": "text", "output": "jsonb", "error": "jsonb", "timed": "bool", "until": "timestamptz",
-		"after_seconds": "float8", "run_id": "uuid", "awaiting": "jsonb", "notify": "bool",
-		"invocation": "int", "await_seq": "int", "window": "int", "failed_call": "bool", "uncalled": "bool", "whole": "bool",
+	// RunFinish's parameters, in order: each one's type and value.
+	params := []struct{ typ, value string }{
+		{"int", "0"},             // await_seq
+		{"int", "1"},             // window_size
+		{"text", "'completed'"},  // status
+		{"jsonb", "'1'"},         // output
+		{"jsonb", "NULL"},        // error
+		{"bool", "true"},         // timed
+		{"timestamptz", "NULL"},  // until
+		{"float8", "0"},          // after_seconds
+		{"uuid", "'" + id + "'"}, // run_id
+		{"jsonb", "NULL"},        // awaiting
+		{"bool", "false"},        // failed_call
+		{"bool", "false"},        // uncalled
+		{"bool", "false"},        // notify
+		{"int", "1"},             // invocation
+		{"bool", "true"},         // whole
 	}
-	values := map[string]string{
-		"status": "'completed'", "output": "'1'", "error": "NULL", "timed": "true", "until": "NULL",
-		"after_seconds": "0", "run_id": "'" + id + "'", "awaiting": "NULL", "notify": "false",
-		"invocation": "1", "await_seq": "0", "window": "1", "failed_call": "false", "uncalled": "false", "whole": "true",
-	}
-	names := pgx.NamedArgs{}
-	for n := range types {
-		names[n] = n
-	}
-	sql, order, err := names.RewriteQuery(ctx, nil, journal.FinishSQL, nil)
-	require.NoError(t, err)
+	sql := journal.FinishSQL
 	var ts, vs []string
-	for _, n := range order {
-		ts, vs = append(ts, types[n.(string)]), append(vs, values[n.(string)])
+	for _, p := range params {
+		ts, vs = append(ts, p.typ), append(vs, p.value)
 	}
 	conn, err := db.Acquire(ctx)
 	require.NoError(t, err)

@@ -3,13 +3,14 @@ package journal
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
 // Append is one entry for AppendEntries or an Appender: what AppendEntry takes.
@@ -94,10 +95,15 @@ func appendBatch(ctx context.Context, db DB, as []Append) []error {
 // (the connection failed), it sets every entry's error to errAlone and returns nil.
 func sendBatch(ctx context.Context, db DB, as []Append, batched []int, errs []error) (failed int, err error) {
 	batch := &pgx.Batch{}
-	batch.Queue(batchLockTimeout)
+	// Within the batch, a statement waits at most 50 ms for a lock. The batch takes no
+	// row lock that it would wait for (see EntryAppendInOrderSkipLocked), but an insert
+	// waits for a concurrent uncommitted insert of the same entry (an answer carrying a
+	// step its function also checkpointed); past the timeout that entry is written
+	// alone, and the write goes on for the others.
+	batch.Queue(dbsqlc.EntryBatchLockTimeout)
 	for _, i := range batched {
 		a := as[i]
-		batch.Queue(appendInOrderSkipLocked, appendArgs(a.RunID, a.Invocation, a.Entry, 1, a.Bounds))
+		batch.Queue(dbsqlc.EntryAppendInOrderSkipLocked, appendArgs(a.RunID, a.Invocation, a.Entry, 1, a.Bounds)...)
 	}
 	results := make([]appendResult, len(batched))
 	br := db.SendBatch(ctx, batch)
@@ -134,19 +140,6 @@ func sendBatch(ctx context.Context, db DB, as []Append, batched []int, errs []er
 	}
 	return 0, nil
 }
-
-// batchLockTimeout opens a batch: within it, a statement waits at most 50 ms for a
-// lock. The batch takes no row lock that it would wait for (see
-// appendInOrderSkipLocked), but an insert waits for a concurrent uncommitted insert of
-// the same entry (an answer carrying a step its function also checkpointed); past the
-// timeout that entry is written alone, and the write goes on for the others.
-const batchLockTimeout = `SELECT set_config('lock_timeout', '50ms', true)`
-
-// appendInOrderSkipLocked is appendInOrder for a batch: it does not wait for a lock on
-// the run's row (a lease renewal's, a claim's, a finish's), which could close a cycle
-// with another batch or a statement locking several runs; its entry, seen as not
-// owned, is written alone after the batch.
-var appendInOrderSkipLocked = strings.Replace(appendInOrder, "FOR SHARE", "FOR SHARE SKIP LOCKED", 1)
 
 // An Appender gathers the checkpoints of concurrent invocations into shared writes
 // (group commit): at most its limit of writes are in flight, each taking every entry

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stepgate/stepgate/internal/pgtest"
 	"github.com/stepgate/stepgate/journal"
@@ -92,6 +93,31 @@ func BenchmarkFinishWithLastStep(b *testing.B) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// BenchmarkClaimRun measures claiming a queued run for an invocation: the claim, its
+// journal and its steps' attempts, in one batch.
+func BenchmarkClaimRun(b *testing.B) {
+	db := pgtest.DB(b)
+	tenant := newTenant()
+	mustRegister(b, db, tenant, "fn")
+	id := journal.Identity{Subject: "bench", Tenant: tenant, Roles: []string{"admin"}}
+	ids := make([]string, b.N)
+	for i := range ids {
+		ids[i] = newID()
+		if _, _, err := journal.CreateRun(b.Context(), db, journal.NewRun{
+			ID: ids[i], Tenant: tenant, Function: "fn", Input: json.RawMessage(`{"order_id":"o1"}`), Identity: id,
+		}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if _, err := journal.ClaimRun(b.Context(), db, ids[i], time.Minute); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

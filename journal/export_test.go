@@ -11,20 +11,22 @@ const MaxPgMessage = maxPgMessage
 // ResumeWaitersSQL exposes the statement that resumes an event's waiters, for its plan.
 const ResumeWaitersSQL = dbsqlc.WaitResume
 
-// FlowKeys and UsageSum expose the SQL fragments that named queries spell out, for the
-// tests that check they agree.
+// FinishSQL exposes Finish's statement, for its plan.
+const FinishSQL = dbsqlc.RunFinish
+
+// flowKeys are the config's fields of flow control, and usageSum the tenant's usage of
+// one column as a subquery (its stripes' sum): SQL fragments that several named
+// queries spell out, kept here for the tests that check they agree.
+const (
+	flowKeys = `array['throttle', 'rate_limit', 'debounce']`
+	usageSum = `(SELECT coalesce(sum(u.%s), 0) FROM stepgate.tenant_usage u WHERE u.tenant = %s)`
+)
+
+// FlowKeys and UsageSum expose flowKeys and usageSum to the external tests.
 const (
 	FlowKeys = flowKeys
 	UsageSum = usageSum
 )
-
-// NamedArgs exposes namedArgs to the external tests.
-type NamedArgs = namedArgs
-
-// AppendInOrderSQL and FinishSQL expose two hot statements, for BenchmarkNamedArgs.
-const AppendInOrderSQL = appendInOrder
-
-var FinishSQL = finishStatement
 
 // Queued is how many entries wait for an Appender's write.
 func (ap *Appender) Queued() int {

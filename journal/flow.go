@@ -117,43 +117,12 @@ func Debounce(ctx context.Context, db DB, d DebounceStart) (collapsed *Run, star
 		return nil, startAt, nil
 	}
 	if err == nil {
-		collapsed, err = debouncedRun(row)
+		collapsed, err = storedRun(dbsqlc.RunsByIDRow(row))
 	}
 	if err != nil {
 		return nil, startAt, fmt.Errorf("debounce %s: %w", d.Function, unstorable(err))
 	}
 	return collapsed, startAt, nil
-}
-
-// debouncedRun is the run a FlowDebounceCollapse row holds. Its JSON columns are
-// decoded as pgx decodes them into Run's fields: SQL NULL leaves a field nil.
-func debouncedRun(r dbsqlc.FlowDebounceCollapseRow) (*Run, error) {
-	run := &Run{
-		ID: r.ID, Tenant: r.Tenant, Function: r.Function, Revision: int(r.Revision), Status: Status(r.Status),
-		Input: r.Input, Output: r.Output, IdempotencyKey: r.IdempotencyKey, ParentID: r.ParentID,
-		ParentName: r.ParentName, RerunOf: r.RerunOf, Detached: r.Detached,
-		Invocations: int(r.Attempts), Invocation: int(r.Invocation),
-		FailedInvocations: int(r.LifetimeFailedInvocations), FailedInARow: int(r.FailedInvocations),
-		Recoveries: int(r.LifetimeRecoveries), RecoveriesInARow: int(r.Recoveries),
-		LeaseUntil: r.LeaseUntil, WakeAt: r.WakeAt, Deadline: r.Deadline, Held: r.Held, Priority: int(r.Priority),
-		CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
-	}
-	if r.ParentSeq != nil {
-		seq := int(*r.ParentSeq)
-		run.ParentSeq = &seq
-	}
-	for _, c := range []struct {
-		raw json.RawMessage
-		dst any
-	}{{r.Error, &run.Error}, {r.Identity, &run.Identity}, {r.CancelledBy, &run.CancelledBy}, {r.Awaiting, &run.Awaiting}} {
-		if c.raw == nil {
-			continue
-		}
-		if err := json.Unmarshal(c.raw, c.dst); err != nil {
-			return nil, err
-		}
-	}
-	return run, nil
 }
 
 // SkippedStart is a run an event's trigger did not start, and why.

@@ -87,10 +87,6 @@ const (
 	ErrorTypeForbidden = "forbidden"
 )
 
-// entryColumns are the columns an Entry is read from.
-const entryColumns = `seq, kind, name, output, error, attempt, wake_at, started_at, finished_at,
-	copied_from IS NOT NULL AS copied`
-
 // Entry is one immutable journal entry of a run.
 type Entry struct {
 	Seq        int             `db:"seq"`

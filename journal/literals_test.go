@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -23,9 +24,52 @@ func TestQueriesSpellTheKinds(t *testing.T) {
 		{dbsqlc.ValueGet, KindValue},
 		{dbsqlc.ValueList, KindValue},
 		{dbsqlc.OutputNotify, OutputChannel},
+		{dbsqlc.RunFinish, NotifyChannel},
+		{dbsqlc.RunFinishAfterStep, NotifyChannel},
+		{dbsqlc.RunFinish, KindSleep},
+		{dbsqlc.RunFinishAfterStep, KindSleep},
+		{dbsqlc.LeaseReapExpired, KindSleep},
+		{dbsqlc.LeaseRelease, KindSleep},
+		{dbsqlc.EntryInvokeRefused, KindInvoke},
+		{dbsqlc.RunsStranded, InvokeJobKind},
 	} {
 		if !strings.Contains(c.query, "'"+c.literal+"'") {
 			t.Errorf("%q does not name '%s':\n%s", strings.SplitN(c.query, "\n", 2)[0], c.literal, c.query)
+		}
+	}
+}
+
+// TestRunQueriesSpellOutTheirFragments checks that the run's named queries spell out
+// what they spliced in before: flowKeys, the tenant's usage of runs, DefaultPriority,
+// and, in Finish's statements and the recoveries, the same latest pending sleep.
+func TestRunQueriesSpellOutTheirFragments(t *testing.T) {
+	for _, c := range []struct {
+		query, fragment string
+	}{
+		{dbsqlc.RunCreate, "r.config ?| " + flowKeys + ")"},
+		{dbsqlc.RunCreate, fmt.Sprintf(usageSum, "runs", "$16::text") + " < $"},
+		{dbsqlc.RunCreate, fmt.Sprintf("(r.config->>'priority')::smallint, %d)", DefaultPriority)},
+		{dbsqlc.RunCreateRefused, "r.config ?| " + flowKeys + " THEN"},
+		{dbsqlc.RunCreateRefused, fmt.Sprintf(usageSum, "runs", "$4") + " AS runs"},
+	} {
+		if !strings.Contains(c.query, c.fragment) {
+			t.Errorf("%q does not spell out %s:\n%s", strings.SplitN(c.query, "\n", 2)[0], c.fragment, c.query)
+		}
+	}
+	// The latest wake time of the sleeps among the run's last 64 entries.
+	sleep := func(run string) string {
+		return "(SELECT max(CASE WHEN t.kind = '" + KindSleep + "' THEN t.wake_at END) FROM (\n" +
+			"                    SELECT e.kind, e.wake_at FROM stepgate.journal_entry e WHERE e.run_id = " + run + " ORDER BY e.seq DESC LIMIT 64) t)"
+	}
+	for _, q := range []string{dbsqlc.RunFinish, dbsqlc.RunFinishAfterStep} {
+		if !strings.Contains(q, sleep("$9")) {
+			t.Errorf("%q does not read the pending sleep as %s", strings.SplitN(q, "\n", 2)[0], sleep("$9"))
+		}
+	}
+	recovered := strings.ReplaceAll(sleep("r.id"), "\n                    ", "\n            ")
+	for _, q := range []string{dbsqlc.LeaseReapExpired, dbsqlc.LeaseRelease} {
+		if !strings.Contains(q, recovered) {
+			t.Errorf("%q does not read the pending sleep as %s", strings.SplitN(q, "\n", 2)[0], recovered)
 		}
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -72,12 +71,6 @@ type Run struct {
 	FinishedAt *time.Time `db:"finished_at"`
 }
 
-// A run held by a concurrency limit is due for nobody: its wake_at is 'infinity', read
-// as none (migration 0029).
-const runColumns = `id, tenant, function, revision, status, input, output, error, identity,
-	idempotency_key, parent_id, parent_seq, parent_name, rerun_of, cancelled_by, detached, attempts, invocation, lifetime_failed_invocations, failed_invocations, lifetime_recoveries, recoveries, lease_until, awaiting,
-	nullif(wake_at, 'infinity') AS wake_at, deadline, held, priority, created_at, started_at, finished_at`
-
 // NewRun is what CreateRun needs to start a run.
 type NewRun struct {
 	ID             string // A UUID chosen by the caller.
@@ -135,10 +128,6 @@ func (e *FlowError) Error() string {
 	return fmt.Sprintf("function %s has flow control: its starts go through it", e.Function)
 }
 
-// flowKeys are the config's fields of flow control; a revision with none of them costs
-// its starts nothing more.
-const flowKeys = `array['throttle', 'rate_limit', 'debounce']`
-
 // Run priorities, River's job priorities: 1 is fetched first.
 const (
 	MinPriority     = 1
@@ -180,67 +169,33 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 	if n.IdempotencyKey != "" {
 		key = &n.IdempotencyKey
 	}
-	var priority *int
+	var priority *int16
 	if n.Priority != 0 {
-		priority = &n.Priority
+		p := int16(n.Priority)
+		priority = &p
 	}
-	var parentSeq *int
+	var parentSeq *int32
 	var parentName *string
 	if n.ParentSeq > 0 {
-		parentSeq, parentName = &n.ParentSeq, &n.ParentName
+		seq := int32(n.ParentSeq)
+		parentSeq, parentName = &seq, &n.ParentName
 	}
-	// The deadline: LEAST ignores NULLs, so it is the earliest of those that are set.
-	// Priority 2 is DefaultPriority. A run of a function with concurrency limits is
-	// created claimed when it takes its slots here (stepgate.take_slots, in a subquery
-	// that OFFSET 0 keeps from being evaluated twice), else queued, for ClaimRunSlots to
-	// claim or hold it; not with an idempotency key, whose INSERT may do nothing.
-	rows, _ := db.Query(ctx, `
-		INSERT INTO stepgate.run (id, tenant, function, revision, status, input, identity,
-			idempotency_key, parent_id, parent_seq, parent_name, rerun_of, detached, attempts, invocation, lease_until, started_at,
-			wake_at, deadline, held, priority, slot_keys, slot_limits, slot_stripes)
-		SELECT @id, f.tenant, f.name, f.revision,
-			CASE WHEN claim THEN 'running' WHEN @start_at::timestamptz IS NOT NULL THEN 'scheduled' ELSE 'queued' END,
-			@input, @identity,
-			@idempotency_key, @parent_id, @parent_seq, @parent_name, @rerun_of, @detached,
-			CASE WHEN claim THEN 1 ELSE 0 END, CASE WHEN claim THEN 1 ELSE 0 END,
-			CASE WHEN claim THEN now() + make_interval(secs => @lease_seconds) END,
-			CASE WHEN claim THEN now() END,
-			@start_at::timestamptz,
-			LEAST(@deadline::timestamptz, now() + r.run_timeout_ms * interval '1 millisecond',
-				(SELECT p.deadline FROM stepgate.run p
-					WHERE @parent_seq::int IS NOT NULL AND NOT @detached::boolean AND p.id = @parent_id::uuid)),
-			@held::text,
-			coalesce(@priority::smallint, (r.config->>'priority')::smallint, 2),
-			s.keys, s.limits, CASE WHEN claim THEN (tk.t).stripes END
-		FROM stepgate.function f
-		JOIN stepgate.function_revision r USING (tenant, name, revision)
-		CROSS JOIN LATERAL (
-			SELECT CASE WHEN r.config ? 'concurrency' THEN stepgate.slot_keys(r.config, @input::jsonb, @identity::jsonb) END AS keys,
-				CASE WHEN r.config ? 'concurrency' THEN stepgate.slot_limits(r.config) END AS limits
-			OFFSET 0) s
-		CROSS JOIN LATERAL (
-			SELECT CASE WHEN s.keys IS NOT NULL AND @claim::boolean AND @idempotency_key::text IS NULL
-				THEN stepgate.take_slots(f.tenant, f.name, s.keys, s.limits, now(), @id::uuid, true) END AS t
-			OFFSET 0) tk
-		CROSS JOIN LATERAL (
-			SELECT CASE WHEN s.keys IS NULL THEN @claim::boolean
-				WHEN @claim::boolean AND @idempotency_key::text IS NULL THEN (tk.t).blocked IS NULL
-				ELSE false END AS claim) c
-		WHERE f.tenant = @tenant AND f.name = @function
-			AND stepgate.may_invoke(r.config, @check_roles, @roles::text[])
-			AND (@flowed OR NOT r.config ?| `+flowKeys+`)
-			AND (@max_runs::bigint <= 0 OR `+fmt.Sprintf(usageSum, "runs", "@tenant")+` < @max_runs)
-		ON CONFLICT (tenant, function, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-		RETURNING `+runColumns,
-		namedArgs{
-			"id": n.ID, "tenant": n.Tenant, "function": n.Function, "input": n.Input, "identity": n.Identity,
-			"idempotency_key": key, "parent_id": n.ParentID, "parent_seq": parentSeq, "parent_name": parentName,
-			"rerun_of": n.RerunOf, "detached": n.Detached, "claim": n.Claim, "lease_seconds": n.Lease.Seconds(),
-			"start_at": n.StartAt, "deadline": n.Deadline, "flowed": n.Flowed, "held": n.Held, "priority": priority,
-			"check_roles": !n.Identity.IsAdmin(), "roles": rolesOf(n.Identity),
-			"max_runs": n.MaxTenantRuns,
-		})
-	run, err = pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Run])
+	identity, err := json.Marshal(n.Identity)
+	if err != nil {
+		return nil, false, fmt.Errorf("create run of %s: %w", n.Function, unstorable(err))
+	}
+	q := dbsqlc.New(db)
+	row, err := q.RunCreate(ctx, dbsqlc.RunCreateParams{
+		ID: n.ID, StartAt: n.StartAt, Input: n.Input, Identity: identity,
+		IdempotencyKey: key, ParentID: n.ParentID, ParentSeq: parentSeq, ParentName: parentName,
+		RerunOf: n.RerunOf, Detached: n.Detached, LeaseSeconds: n.Lease.Seconds(),
+		Deadline: n.Deadline, Held: n.Held, Priority: priority, Claim: n.Claim,
+		Tenant: n.Tenant, Function: n.Function, CheckRoles: !n.Identity.IsAdmin(), Roles: rolesOf(n.Identity),
+		Flowed: n.Flowed, MaxRuns: n.MaxTenantRuns,
+	})
+	if err == nil {
+		run, err = storedRun(dbsqlc.RunsByIDRow(row))
+	}
 	if err == nil {
 		return run, true, nil
 	}
@@ -253,16 +208,8 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 	var roles []string
 	var flowConfig json.RawMessage
 	var stored int64
-	err = db.QueryRow(ctx, `
-		SELECT stepgate.may_invoke(r.config, $3, $4::text[]),
-			CASE WHEN jsonb_typeof(r.config->'invoke_roles') = 'array'
-				THEN ARRAY(SELECT jsonb_array_elements_text(r.config->'invoke_roles')) END,
-			CASE WHEN NOT $5 AND r.config ?| `+flowKeys+` THEN r.config END,
-			`+fmt.Sprintf(usageSum, "runs", "$1")+`
-		FROM stepgate.function f
-		JOIN stepgate.function_revision r USING (tenant, name, revision)
-		WHERE f.tenant = $1 AND f.name = $2`,
-		n.Tenant, n.Function, !n.Identity.IsAdmin(), rolesOf(n.Identity), n.Flowed).Scan(&allowed, &roles, &flowConfig, &stored)
+	err = db.QueryRow(ctx, dbsqlc.RunCreateRefused, !n.Identity.IsAdmin(), rolesOf(n.Identity), n.Flowed, n.Tenant, n.Function).
+		Scan(&allowed, &roles, &flowConfig, &stored)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, ErrNotFound
 	}
@@ -293,31 +240,27 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 // key, ErrIdempotencyMismatch when its input is not the same JSON as input, or
 // ErrNotFound when there is none.
 func RunByIdempotencyKey(ctx context.Context, db DB, tenant, function, key string, input json.RawMessage) (*Run, error) {
-	rows, _ := db.Query(ctx, `
-		SELECT `+runColumns+`, input = $4::jsonb AS same_input FROM stepgate.run
-		WHERE tenant = $1 AND function = $2 AND idempotency_key = $3`,
-		tenant, function, key, input)
-	type keyed struct {
-		Run
-		SameInput bool `db:"same_input"`
-	}
-	k, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[keyed])
+	var same bool
+	run, err := scanRun(db.QueryRow(ctx, dbsqlc.RunByIdempotencyKey, input, tenant, function, key), &same)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("find run by idempotency key: %w", unstorable(err))
 	}
-	if !k.SameInput {
+	if !same {
 		return nil, ErrIdempotencyMismatch
 	}
-	return &k.Run, nil
+	return run, nil
 }
 
 // GetRun returns the tenant's run, or ErrNotFound.
 func GetRun(ctx context.Context, db DB, tenant, id string) (*Run, error) {
-	rows, _ := db.Query(ctx, `SELECT `+runColumns+` FROM stepgate.run WHERE id = $1 AND tenant = $2`, id, tenant)
-	run, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Run])
+	row, err := dbsqlc.New(db).RunGet(ctx, dbsqlc.RunGetParams{ID: id, Tenant: tenant})
+	var run *Run
+	if err == nil {
+		run, err = storedRun(dbsqlc.RunsByIDRow(row))
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -325,6 +268,70 @@ func GetRun(ctx context.Context, db DB, tenant, id string) (*Run, error) {
 		return nil, fmt.Errorf("get run %s: %w", id, err)
 	}
 	return run, nil
+}
+
+// scanRun reads a run from a row of a query that selects RunsByID's columns, then
+// extra's: the queries whose rows are read in a batch, one by one, or with more columns.
+func scanRun(row pgx.Row, extra ...any) (*Run, error) {
+	var r dbsqlc.RunsByIDRow
+	dst := append([]any{&r.ID, &r.Tenant, &r.Function, &r.Revision, &r.Status, &r.Input, &r.Output, &r.Error, &r.Identity,
+		&r.IdempotencyKey, &r.ParentID, &r.ParentSeq, &r.ParentName, &r.RerunOf, &r.CancelledBy, &r.Detached, &r.Attempts, &r.Invocation,
+		&r.LifetimeFailedInvocations, &r.FailedInvocations, &r.LifetimeRecoveries, &r.Recoveries, &r.LeaseUntil, &r.Awaiting,
+		&r.WakeAt, &r.Deadline, &r.Held, &r.Priority, &r.CreatedAt, &r.StartedAt, &r.FinishedAt}, extra...)
+	if err := row.Scan(dst...); err != nil {
+		return nil, err
+	}
+	return storedRun(r)
+}
+
+// storedRun is the run a row of a query selecting RunsByID's columns holds: RunsByID's,
+// RunGet's, RunCreate's, RunAttach's, FlowDebounceCollapse's, ActionCancelRun's,
+// ActionExceedDeadline's or ActionGetRunByID's, converted to RunsByIDRow, or scanRun's. Its JSON columns are
+// decoded as pgx decodes them into Run's fields: SQL NULL leaves a field nil. Its
+// wake_at is nullif(wake_at, 'infinity') written as a CASE, which sqlc types as
+// interface{}: a time.Time, or nil.
+func storedRun(r dbsqlc.RunsByIDRow) (*Run, error) {
+	run := &Run{
+		ID: r.ID, Tenant: r.Tenant, Function: r.Function, Revision: int(r.Revision), Status: Status(r.Status),
+		Input: r.Input, Output: r.Output, IdempotencyKey: r.IdempotencyKey, ParentID: r.ParentID,
+		ParentName: r.ParentName, RerunOf: r.RerunOf, Detached: r.Detached,
+		Invocations: int(r.Attempts), Invocation: int(r.Invocation),
+		FailedInvocations: int(r.LifetimeFailedInvocations), FailedInARow: int(r.FailedInvocations),
+		Recoveries: int(r.LifetimeRecoveries), RecoveriesInARow: int(r.Recoveries),
+		LeaseUntil: r.LeaseUntil, Deadline: r.Deadline, Held: r.Held, Priority: int(r.Priority),
+		CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
+	}
+	if r.ParentSeq != nil {
+		seq := int(*r.ParentSeq)
+		run.ParentSeq = &seq
+	}
+	switch at := r.WakeAt.(type) {
+	case nil:
+	case time.Time:
+		run.WakeAt = &at
+	default:
+		return nil, fmt.Errorf("run %s: wake_at of type %T", r.ID, r.WakeAt)
+	}
+	for _, c := range []struct {
+		raw json.RawMessage
+		dst any
+	}{{r.Error, &run.Error}, {r.Identity, &run.Identity}, {r.CancelledBy, &run.CancelledBy}, {r.Awaiting, &run.Awaiting}} {
+		if c.raw == nil {
+			continue
+		}
+		if err := json.Unmarshal(c.raw, c.dst); err != nil {
+			return nil, err
+		}
+	}
+	return run, nil
+}
+
+// scanEntry reads an Entry from a row of RunDetailJournal's columns (ClaimJournal's,
+// EntryAt's).
+func scanEntry(row pgx.Row) (Entry, error) {
+	var e Entry
+	err := row.Scan(&e.Seq, &e.Kind, &e.Name, &e.Output, &e.Error, &e.Attempt, &e.WakeAt, &e.StartedAt, &e.FinishedAt, &e.Copied)
+	return e, err
 }
 
 // JournalPage selects a page of a run's journal for GetRunDetail. Zero fields take
@@ -365,30 +372,20 @@ func GetRunDetail(ctx context.Context, db DB, tenant, id string, p JournalPage) 
 	}
 	d := &Detail{}
 	b := &pgx.Batch{}
-	b.Queue(`SELECT `+runColumns+` FROM stepgate.run WHERE id = $1 AND tenant = $2`, id, tenant).
-		Query(func(rows pgx.Rows) error {
-			var err error
-			d.Run, err = pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Run])
-			return err
-		})
-	// The run's tenant is checked in each statement too, not only by the first. Each
-	// entry holds the journal's bytes up to it, so the page's byte budget is applied in
-	// the query and Postgres sends only the page's entries (and always the first).
+	b.Queue(dbsqlc.RunGet, id, tenant).QueryRow(func(row pgx.Row) error {
+		var err error
+		d.Run, err = scanRun(row)
+		return err
+	})
 	var last *int
-	b.Queue(`
-		SELECT `+entryColumns+` FROM stepgate.journal_entry e
-		WHERE e.run_id = $1 AND e.seq > $3 AND EXISTS (SELECT 1 FROM stepgate.run r WHERE r.id = $1 AND r.tenant = $2)
-			AND (e.seq = (SELECT min(f.seq) FROM stepgate.journal_entry f WHERE f.run_id = $1 AND f.seq > $3)
-				OR coalesce(e.journal_bytes, 0) - coalesce((
-					SELECT p.journal_bytes FROM stepgate.journal_entry p WHERE p.run_id = $1 AND p.seq = $3), 0) <= $5)
-		ORDER BY e.seq LIMIT $4`, id, tenant, p.After, limit, budget).
+	b.Queue(dbsqlc.RunDetailJournal, id, p.After, tenant, budget, limit).
 		Query(func(rows pgx.Rows) error {
 			var used int64
 			for rows.Next() {
 				if len(d.Journal) > 0 && used >= budget {
 					break // entries written without their bytes (before migration 0011)
 				}
-				e, err := pgx.RowToStructByName[Entry](rows)
+				e, err := scanEntry(rows)
 				if err != nil {
 					return err
 				}
@@ -397,24 +394,17 @@ func GetRunDetail(ctx context.Context, db DB, tenant, id string, p JournalPage) 
 			}
 			return rows.Err()
 		})
-	b.Queue(`SELECT max(seq) FROM stepgate.journal_entry WHERE run_id = $1`, id).QueryRow(func(row pgx.Row) error {
+	b.Queue(dbsqlc.RunLastSeq, id).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&last)
 	})
-	b.Queue(`
-		SELECT * FROM (
-			SELECT f.seq, f.attempt, f.name, f.error, f.created_at FROM stepgate.attempt_failure f
-			WHERE f.run_id = $1 AND f.seq = 0 AND $3 = 0
-			ORDER BY f.created_at DESC, f.attempt DESC LIMIT $4
-		) invocation
-		WHERE EXISTS (SELECT 1 FROM stepgate.run r WHERE r.id = $1 AND r.tenant = $2)
-		UNION ALL
-		SELECT f.seq, f.attempt, f.name, f.error, f.created_at FROM stepgate.attempt_failure f
-		WHERE f.run_id = $1 AND f.seq > $3 AND f.seq > 0
-			AND EXISTS (SELECT 1 FROM stepgate.run r WHERE r.id = $1 AND r.tenant = $2)
-		ORDER BY created_at, seq, attempt`, id, tenant, p.After, MaxInvocationFailures).
+	b.Queue(dbsqlc.RunDetailFailures, id, p.After, MaxInvocationFailures, tenant).
 		Query(func(rows pgx.Rows) error {
 			var err error
-			d.Failures, err = pgx.CollectRows(rows, pgx.RowToStructByName[Failure])
+			d.Failures, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Failure, error) {
+				var f Failure
+				err := row.Scan(&f.Seq, &f.Attempt, &f.Name, &f.Error, &f.CreatedAt)
+				return f, err
+			})
 			return err
 		})
 	err := db.SendBatch(ctx, b).Close()
@@ -457,14 +447,6 @@ type RunFilter struct {
 	MaxBytes int64
 }
 
-// listColumns are runColumns where input, output and error are read only when $10
-// (IncludeIO) is true, else NULL, NULL and the error with its message cut short.
-var listColumns = strings.NewReplacer(
-	"input,", "CASE WHEN $10 THEN input ELSE 'null'::jsonb END AS input,",
-	"output,", "CASE WHEN $10 THEN output END AS output,",
-	"error,", "CASE WHEN $10 OR error IS NULL THEN error ELSE jsonb_set(error, '{message}', to_jsonb(left(error->>'message', 300))) END AS error,",
-).Replace(runColumns)
-
 // ListRuns returns the tenant's runs newest first, at most f.Limit of them, and the
 // cursor of the next page (nil on the last page).
 func ListRuns(ctx context.Context, db DB, tenant string, f RunFilter) ([]Run, *Cursor, error) {
@@ -474,19 +456,8 @@ func ListRuns(ctx context.Context, db DB, tenant string, f RunFilter) ([]Run, *C
 		budget = 8 << 20
 	}
 	afterT, afterID := f.After.keyset()
-	rows, _ := db.Query(ctx, `
-		SELECT `+listColumns+` FROM stepgate.run
-		WHERE tenant = $1
-		  AND ($2 = '' OR function = $2)
-		  AND ($3 = '' OR status = $3)
-		  AND ($4::timestamptz IS NULL OR created_at > $4)
-		  AND ($5::timestamptz IS NULL OR created_at < $5)
-		  AND ($6::timestamptz IS NULL OR (created_at, id) < ($6, $7::uuid))
-		  AND ($9 = '' OR idempotency_key = $9)
-		ORDER BY created_at DESC, id DESC
-		LIMIT $8`,
-		tenant, f.Function, string(f.Status), nullTime(f.CreatedAfter), nullTime(f.CreatedBefore),
-		afterT, afterID, limit+1, f.IdempotencyKey, f.IncludeIO)
+	rows, _ := db.Query(ctx, dbsqlc.RunList, f.IncludeIO, tenant, f.Function, string(f.Status),
+		nullTime(f.CreatedAfter), nullTime(f.CreatedBefore), afterT, afterID, f.IdempotencyKey, limit+1)
 	defer rows.Close()
 	var runs []Run
 	var used int64
@@ -497,7 +468,7 @@ func ListRuns(ctx context.Context, db DB, tenant string, f RunFilter) ([]Run, *C
 			limit = len(runs) - 1
 			break // closing the rows discards the rest
 		}
-		r, err := pgx.RowToStructByName[Run](rows)
+		r, err := scanRun(rows)
 		if err != nil {
 			return nil, nil, fmt.Errorf("list runs: %w", err)
 		}
@@ -505,7 +476,7 @@ func ListRuns(ctx context.Context, db DB, tenant string, f RunFilter) ([]Run, *C
 			used += int64(len(r.Error.Message))
 		}
 		used += int64(len(r.Input) + len(r.Output))
-		runs = append(runs, r)
+		runs = append(runs, *r)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, nil, fmt.Errorf("list runs: %w", err)
@@ -525,11 +496,11 @@ func nullTime(t time.Time) *time.Time {
 // returns it as it is now. A waiter LISTENs first and then attaches: either the run was
 // already terminal here, or its terminal update will see the mark and notify.
 func Attach(ctx context.Context, db DB, tenant, id string) (*Run, error) {
-	rows, _ := db.Query(ctx, `
-		UPDATE stepgate.run SET notify = true
-		WHERE id = $1 AND tenant = $2 AND NOT notify AND status NOT IN ('completed', 'failed', 'cancelled')
-		RETURNING `+runColumns, id, tenant)
-	run, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Run])
+	row, err := dbsqlc.New(db).RunAttach(ctx, dbsqlc.RunAttachParams{ID: id, Tenant: tenant})
+	var run *Run
+	if err == nil {
+		run, err = storedRun(dbsqlc.RunsByIDRow(row))
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return GetRun(ctx, db, tenant, id) // terminal, already marked, or not found
 	}
@@ -550,8 +521,7 @@ func rolesOf(id Identity) []string {
 // RevisionOfRun returns the tenant, function and revision of a run, any tenant's (the
 // invoker works by run id), or ErrNotFound.
 func RevisionOfRun(ctx context.Context, db DB, runID string) (tenant, function string, revision int, err error) {
-	err = db.QueryRow(ctx, `SELECT tenant, function, revision FROM stepgate.run WHERE id = $1`, runID).
-		Scan(&tenant, &function, &revision)
+	err = db.QueryRow(ctx, dbsqlc.RunRevision, runID).Scan(&tenant, &function, &revision)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", "", 0, ErrNotFound
 	}
@@ -603,9 +573,7 @@ func ClaimInvocation(ctx context.Context, db DB, runID string, invocation int, n
 // tenant's, and the database clock (the invoker schedules their deadline jobs and arms
 // their timers).
 func Deadlines(ctx context.Context, db DB, ids []string) (map[string]time.Time, time.Time, error) {
-	rows, _ := db.Query(ctx, `
-		SELECT r.id::text, r.deadline, c.now FROM (SELECT now() AS now) c
-		LEFT JOIN stepgate.run r ON r.id = ANY($1::uuid[]) AND r.deadline IS NOT NULL`, ids)
+	rows, _ := db.Query(ctx, dbsqlc.RunDeadlines, ids)
 	out := map[string]time.Time{}
 	var now time.Time
 	var id *string
@@ -648,11 +616,7 @@ func (e *SeqRangeError) Error() string {
 // that created to.
 func CopyEntries(ctx context.Context, db DB, tenant, from, to string, before int) (int, error) {
 	var last, sleeping *int
-	err := db.QueryRow(ctx, `
-		SELECT (SELECT max(seq) FROM stepgate.journal_entry WHERE run_id = r.id),
-			(SELECT min(seq) FROM stepgate.journal_entry
-			 WHERE run_id = r.id AND kind = 'sleep' AND wake_at > now())
-		FROM stepgate.run r WHERE r.id = $1 AND r.tenant = $2`, from, tenant).Scan(&last, &sleeping)
+	err := db.QueryRow(ctx, dbsqlc.RunCopyBounds, from, tenant).Scan(&last, &sleeping)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, ErrNotFound
 	}
@@ -673,14 +637,9 @@ func CopyEntries(ctx context.Context, db DB, tenant, from, to string, before int
 	if before < 1 || before > limit {
 		return 0, &SeqRangeError{RunID: from, Max: limit}
 	}
-	tag, err := db.Exec(ctx, `
-		INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, error, attempt, wake_at,
-			invocation, started_at, finished_at, journal_bytes, copied_from)
-		SELECT $2, seq, kind, name, output, error, attempt, wake_at,
-			0, started_at, finished_at, journal_bytes, run_id
-		FROM stepgate.journal_entry WHERE run_id = $1 AND seq < $3`, from, to, before)
+	n, err := dbsqlc.New(db).RunCopyEntries(ctx, dbsqlc.RunCopyEntriesParams{ToRun: to, FromRun: from, Before: int32(before)})
 	if err != nil {
 		return 0, fmt.Errorf("copy entries of run %s before %d: %w", from, before, err)
 	}
-	return int(tag.RowsAffected()), nil
+	return int(n), nil
 }

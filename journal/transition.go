@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
 // NotifyChannel is the Postgres channel on which a run's terminal update announces the
@@ -43,64 +45,33 @@ func ClaimRun(ctx context.Context, db DB, runID string, lease time.Duration) (*C
 func claimRun(ctx context.Context, db DB, runID string, lease time.Duration, slots bool) (*Claim, error) {
 	var claim Claim
 	b := &pgx.Batch{}
-	with, gate, set, claimed := "", `(
-				(status = 'queued' AND (wake_at IS NULL OR wake_at <= now())) OR
-				(status IN ('suspended', 'scheduled') AND wake_at <= now()))`, "", ""
-	if slots {
-		// claim_slots has checked that the run is due, under its row lock, and taken its
-		// slots (or held the run); the journal is read only when the claim was made.
-		with = `s AS (SELECT * FROM stepgate.claim_slots($1)), `
-		gate, set = `(SELECT held FROM s) IS NULL`, `held_on = NULL, slot_stripes = (SELECT stripes FROM s), `
-		claimed = ` AND EXISTS (SELECT 1 FROM stepgate.run r WHERE r.id = $1 AND r.status = 'running')`
-	}
-	b.Queue(`
-		WITH `+with+`u AS (
-			UPDATE stepgate.run SET status = 'running', attempts = attempts + 1,
-				invocation = invocation + 1, owner_nonce = NULL, lease_until = now() + make_interval(secs => $2),
-				wake_at = NULL, awaiting = NULL, held = NULL, `+set+`started_at = coalesce(started_at, now())
-			WHERE id = $1 AND `+gate+`
-			RETURNING `+runColumns+`, now() AS db_now
-		), timed_out AS (
-			-- A wait still stored when its run is claimed has timed out (an event that
-			-- resumes a run deletes it): journal that, before the journal is read. (The
-			-- alternatives of a wait_any are rows at one seq: one entry for them.)
-			DELETE FROM stepgate.run_wait w USING u WHERE w.run_id = u.id
-			RETURNING w.run_id, w.seq, stepgate.wait_kind(w.alt, w.kind) AS kind, w.name, w.created_at, u.invocation
-		), journaled AS (
-			INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
-			SELECT DISTINCT ON (run_id, seq) run_id, seq, kind, name, $3::jsonb, invocation, created_at,
-				stepgate.journal_bytes_before(run_id, seq) + octet_length($3::jsonb::text)
-			FROM timed_out
-			ON CONFLICT (run_id, seq) DO NOTHING
-		)
-		SELECT u.* FROM u`, runID, lease.Seconds(), TimedOut).
-		Query(func(rows pgx.Rows) error {
-			type claimed struct {
-				Run
-				DBNow time.Time `db:"db_now"`
-			}
-			c, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[claimed])
-			if slots && errors.Is(err, pgx.ErrNoRows) {
-				return nil // the statements after this one say why
-			}
-			if err != nil {
-				return err
-			}
-			claim.Run, claim.Now = &c.Run, c.DBNow
-			return nil
-		})
-	b.Queue(`
-		SELECT `+entryColumns+` FROM stepgate.journal_entry WHERE run_id = $1`+claimed+` ORDER BY seq`, runID).
-		Query(func(rows pgx.Rows) error {
-			var err error
-			claim.Journal, err = pgx.CollectRows(rows, pgx.RowToStructByName[Entry])
+	onClaim := func(row pgx.Row) error {
+		var now time.Time
+		run, err := scanRun(row, &now)
+		if slots && errors.Is(err, pgx.ErrNoRows) {
+			return nil // the statements after this one say why
+		}
+		if err != nil {
 			return err
-		})
-	b.Queue(`
-		SELECT f.seq, max(f.attempt) + 1 FROM stepgate.attempt_failure f
-		WHERE f.run_id = $1 AND f.seq > 0 AND NOT EXISTS (
-			SELECT 1 FROM stepgate.journal_entry e WHERE e.run_id = f.run_id AND e.seq = f.seq)`+claimed+`
-		GROUP BY f.seq`, runID).
+		}
+		claim.Run, claim.Now = run, now
+		return nil
+	}
+	// With slots, claim_slots has checked that the run is due, under its row lock, and
+	// taken its slots (or held the run); the journal is read only when the claim was made.
+	journal, stepAttempts := dbsqlc.ClaimJournal, dbsqlc.ClaimStepAttempts
+	if slots {
+		b.Queue(dbsqlc.ClaimRunSlots, runID, lease.Seconds(), TimedOut).QueryRow(onClaim)
+		journal, stepAttempts = dbsqlc.ClaimSlotsJournal, dbsqlc.ClaimSlotsStepAttempts
+	} else {
+		b.Queue(dbsqlc.ClaimRun, lease.Seconds(), runID, TimedOut).QueryRow(onClaim)
+	}
+	b.Queue(journal, runID).Query(func(rows pgx.Rows) error {
+		var err error
+		claim.Journal, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Entry, error) { return scanEntry(row) })
+		return err
+	})
+	b.Queue(stepAttempts, runID).
 		Query(func(rows pgx.Rows) error {
 			var seq, attempt int
 			_, err := pgx.ForEachRow(rows, []any{&seq, &attempt}, func() error {
@@ -114,7 +85,7 @@ func claimRun(ctx context.Context, db DB, runID string, lease time.Duration, slo
 		})
 	var held *string
 	if slots {
-		b.Queue(`SELECT held FROM stepgate.run WHERE id = $1 AND status <> 'running'`, runID).
+		b.Queue(dbsqlc.ClaimHeld, runID).
 			Query(func(rows pgx.Rows) error {
 				var err error
 				held, err = pgx.CollectOneRow(rows, pgx.RowTo[*string])
@@ -210,8 +181,7 @@ func AppendEntry(ctx context.Context, db DB, runID string, invocation int, e Ent
 	}
 	locked := func(tx DB) error {
 		// The lock is the transaction's before the entry's statement takes its snapshot.
-		if _, err := tx.Exec(ctx, `SELECT 1 FROM stepgate.run WHERE id = $1 AND invocation = $2 AND status = 'running' FOR UPDATE`,
-			runID, invocation); err != nil {
+		if _, err := tx.Exec(ctx, dbsqlc.EntryLockRun, runID, invocation); err != nil {
 			return fmt.Errorf("lock run %s: %w", runID, err)
 		}
 		return appendEntry(ctx, tx, runID, invocation, e, window, b)
@@ -237,91 +207,30 @@ func entryTooLarge(e Entry, b Bounds) error {
 	return nil
 }
 
-// appendInOrder is AppendEntry's statement for an entry right after the journal's last:
-// the step path, as lean as it was before windows.
-const appendInOrder = `
-		WITH owner AS (
-			SELECT id FROM stepgate.run
-			WHERE id = @run_id AND invocation = @invocation AND status = 'running' FOR SHARE
-		), prev AS (
-			SELECT coalesce(journal_bytes, 0) AS journal_bytes FROM stepgate.journal_entry WHERE run_id = @run_id AND seq = @seq - 1
-		), ok AS (
-			-- In order: right after seq - 1, and not into a hole below later entries (a fill
-			-- declares a window, so the totals above it are kept).
-			SELECT id, coalesce((SELECT journal_bytes FROM prev), 0) + @size AS total FROM owner
-			WHERE (@seq = 1 OR EXISTS (SELECT 1 FROM prev))
-				AND NOT EXISTS (SELECT 1 FROM stepgate.journal_entry WHERE run_id = @run_id AND seq > @seq)
-		), ins AS (
-			INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, error, attempt,
-				wake_at, invocation, started_at, journal_bytes)
-			SELECT id, @seq, @kind, @name, @output, @error, @attempt, @wake_at, @invocation, @started_at, total FROM ok
-			WHERE (@max_entries = 0 OR @seq <= @max_entries) AND (@max_bytes = 0 OR total <= @max_bytes)
-			ON CONFLICT (run_id, seq) DO NOTHING
-			RETURNING seq
-		)
-		SELECT EXISTS (SELECT 1 FROM owner), EXISTS (SELECT 1 FROM ins), EXISTS (SELECT 1 FROM ok),
-			(SELECT total FROM ok), e.kind, e.name, e.output, e.error
-		FROM (SELECT 1) one
-		LEFT JOIN stepgate.journal_entry e ON e.run_id = @run_id AND e.seq = @seq`
-
-// appendInWindow is AppendEntry's statement for an entry with a window: it may fill a
-// hole, whose entries above gain its bytes.
-const appendInWindow = `
-		WITH owner AS (
-			SELECT id FROM stepgate.run
-			WHERE id = @run_id AND invocation = @invocation AND status = 'running' FOR SHARE
-		), prev AS (
-			SELECT coalesce(journal_bytes, 0) AS journal_bytes FROM stepgate.journal_entry
-			WHERE run_id = @run_id AND seq < @seq AND seq >= @seq - @window
-			ORDER BY seq DESC LIMIT 1
-		), top AS (
-			-- Entries above: this one fills a hole left by parallel steps.
-			SELECT journal_bytes FROM stepgate.journal_entry WHERE run_id = @run_id AND seq > @seq
-			ORDER BY seq DESC LIMIT 1
-		), ok AS (
-			SELECT id, coalesce((SELECT journal_bytes FROM prev), stepgate.journal_bytes_before(@run_id, @seq)) + @size AS total,
-				coalesce((SELECT journal_bytes FROM top), 0) + @size AS top_total
-			FROM owner
-			WHERE @seq <= @window OR EXISTS (SELECT 1 FROM prev)
-		), ins AS (
-			INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, error, attempt,
-				wake_at, invocation, started_at, journal_bytes)
-			SELECT id, @seq, @kind, @name, @output, @error, @attempt, @wake_at, @invocation, @started_at, total FROM ok
-			WHERE (@max_entries = 0 OR @seq <= @max_entries) AND (@max_bytes = 0 OR greatest(total, top_total) <= @max_bytes)
-			ON CONFLICT (run_id, seq) DO NOTHING
-			RETURNING seq
-		), above AS (
-			UPDATE stepgate.journal_entry SET journal_bytes = journal_bytes + @size
-			WHERE run_id = @run_id AND seq > @seq AND EXISTS (SELECT 1 FROM ins) AND EXISTS (SELECT 1 FROM top)
-		)
-		SELECT EXISTS (SELECT 1 FROM owner), EXISTS (SELECT 1 FROM ins), EXISTS (SELECT 1 FROM ok),
-			(SELECT greatest(total, top_total) FROM ok), e.kind, e.name, e.output, e.error
-		FROM (SELECT 1) one
-		LEFT JOIN stepgate.journal_entry e ON e.run_id = @run_id AND e.seq = @seq`
-
 func appendEntry(ctx context.Context, db DB, runID string, invocation int, e Entry, window int, b Bounds) error {
-	query := appendInOrder
+	query := dbsqlc.EntryAppendInOrder
 	if window > 1 {
-		query = appendInWindow
+		query = dbsqlc.EntryAppendInWindow
 	}
 	var r appendResult
-	if err := r.scan(db.QueryRow(ctx, query, appendArgs(runID, invocation, e, window, b))); err != nil {
+	if err := r.scan(db.QueryRow(ctx, query, appendArgs(runID, invocation, e, window, b)...)); err != nil {
 		return fmt.Errorf("append entry %d to run %s: %w", e.Seq, runID, unstorable(err))
 	}
 	return r.err(ctx, db, runID, e, window, b)
 }
 
-// appendArgs are the arguments of appendInOrder and appendInWindow.
-func appendArgs(runID string, invocation int, e Entry, window int, b Bounds) namedArgs {
-	return namedArgs{
-		"run_id": runID, "invocation": invocation, "seq": e.Seq, "kind": e.Kind, "name": e.Name,
-		"output": e.Output, "error": e.Error, "attempt": max(e.Attempt, 1), "wake_at": e.WakeAt,
-		"started_at": e.StartedAt, "size": e.Size(), "max_entries": b.MaxEntries, "max_bytes": b.MaxJournalBytes,
-		"window": window,
+// appendArgs are the arguments of EntryAppendInOrder (and of
+// EntryAppendInOrderSkipLocked) for window 1, and of EntryAppendInWindow for a wider one.
+func appendArgs(runID string, invocation int, e Entry, window int, b Bounds) []any {
+	if window > 1 {
+		return []any{runID, e.Seq, invocation, window, e.Size(), e.Kind, e.Name, e.Output, e.Error, max(e.Attempt, 1),
+			e.WakeAt, e.StartedAt, b.MaxEntries, b.MaxJournalBytes}
 	}
+	return []any{runID, e.Seq, invocation, e.Size(), e.Kind, e.Name, e.Output, e.Error, max(e.Attempt, 1),
+		e.WakeAt, e.StartedAt, b.MaxEntries, b.MaxJournalBytes}
 }
 
-// appendResult is what appendInOrder or appendInWindow found.
+// appendResult is what EntryAppendInOrder or EntryAppendInWindow found.
 type appendResult struct {
 	owned, inserted, follows bool
 	total                    *int64
@@ -347,8 +256,7 @@ func (r *appendResult) err(ctx context.Context, db DB, runID string, e Entry, wi
 		if window == 1 && e.Seq > 1 {
 			// Right after seq - 1, but below later entries (the error path only).
 			var below bool
-			if db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM stepgate.journal_entry WHERE run_id = $1 AND seq = $2)`,
-				runID, e.Seq-1).Scan(&below) == nil && below {
+			if db.QueryRow(ctx, dbsqlc.EntryExists, runID, e.Seq-1).Scan(&below) == nil && below {
 				return fmt.Errorf("%w: seq %d fills a hole below later entries: a checkpoint out of order declares a window", ErrGap, e.Seq)
 			}
 		}
@@ -382,13 +290,11 @@ func entriesLimit(seq int, b Bounds) *LimitError {
 }
 
 func entryAt(ctx context.Context, db DB, runID string, seq int) (*Entry, error) {
-	rows, _ := db.Query(ctx, `
-		SELECT `+entryColumns+` FROM stepgate.journal_entry WHERE run_id = $1 AND seq = $2`, runID, seq)
-	e, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Entry])
+	e, err := scanEntry(db.QueryRow(ctx, dbsqlc.EntryAt, runID, seq))
 	if err != nil {
 		return nil, fmt.Errorf("load entry %d of run %s: %w", seq, runID, err)
 	}
-	return e, nil
+	return &e, nil
 }
 
 // sameEntry returns nil when e repeats existing (a harmless retry), else ErrConflict
@@ -643,8 +549,8 @@ func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome)
 		awaiting, awaitSeq = &a, a.Seq
 	}
 	var r finishRow
-	err := r.scan(db.QueryRow(ctx, finishStatement,
-		finishArgs(runID, invocation, o, timed, until, wakeAfter, awaiting, awaitSeq, window)))
+	err := r.scan(db.QueryRow(ctx, dbsqlc.RunFinish,
+		finishArgs(runID, invocation, o, timed, until, wakeAfter, awaiting, awaitSeq, window)...))
 	if errors.Is(err, pgx.ErrNoRows) && o.whole() {
 		return nil, holesError(ctx, db, runID, invocation, o)
 	}
@@ -704,10 +610,8 @@ func FinishWithLastStep(ctx context.Context, db DB, runID string, invocation int
 		return nil, err
 	}
 	batch := &pgx.Batch{}
-	batch.Queue(appendInOrder, appendArgs(runID, invocation, e, 1, o.Bounds))
-	args := finishArgs(runID, invocation, o, true, nil, 0, nil, 0, 1)
-	args["step"] = e.Seq
-	batch.Queue(finishAfterStep, args)
+	batch.Queue(dbsqlc.EntryAppendInOrder, appendArgs(runID, invocation, e, 1, o.Bounds)...)
+	batch.Queue(dbsqlc.RunFinishAfterStep, append(finishArgs(runID, invocation, o, true, nil, 0, nil, 0, 1), e.Seq)...)
 
 	var step appendResult
 	var r finishRow
@@ -751,64 +655,11 @@ func (r *finishRow) scan(row pgx.Row) error {
 	return err
 }
 
-// finishStatement is Finish's update of the run; finishAfterStep is the same, applied
-// only when the entry at seq @step was inserted by this transaction (by the insert
-// before it in FinishWithLastStep's batch). A failed invocation's retry (queued) is not
-// due before a sleep it was waiting out in its process: GREATEST ignores the NULL of none.
-var (
-	finishStatement = finishSQL("")
-	finishAfterStep = finishSQL(` AND EXISTS (SELECT 1 FROM stepgate.journal_entry j
-				WHERE j.run_id = @run_id AND j.seq = @step AND j.xmin = pg_current_xact_id()::xid)`)
-)
-
-func finishSQL(guard string) string {
-	return `
-		WITH u AS (
-			UPDATE stepgate.run SET
-				status = @status,
-				output = @output,
-				error = @error,
-				lease_until = NULL,
-				wake_at = CASE WHEN @status IN ('suspended', 'queued') AND @timed
-					THEN greatest(coalesce(@until::timestamptz, now() + make_interval(secs => @after_seconds)),
-						CASE WHEN @status = 'queued' THEN (` + pendingSleep + `) END) END,
-				awaiting = @awaiting,
-				finished_at = CASE WHEN @status IN ('completed', 'failed', 'cancelled') THEN now() END,
-				failed_invocations = CASE WHEN @status = 'queued' THEN failed_invocations + 1 ELSE 0 END,
-				lifetime_failed_invocations = lifetime_failed_invocations + CASE WHEN @failed_call THEN 1 ELSE 0 END,
-				attempts = attempts - CASE WHEN @uncalled THEN 1 ELSE 0 END,
-				recoveries = 0,
-				notify = notify OR (@notify AND @status IN ('suspended', 'queued'))
-			WHERE id = @run_id AND invocation = @invocation AND status = 'running'
-				-- An answered end needs a journal without holes: as many entries as its last seq.
-				AND (NOT @whole OR (SELECT count(*) = coalesce(max(seq), 0) FROM stepgate.journal_entry WHERE run_id = @run_id))` + guard + `
-			RETURNING id, tenant, status, attempts, wake_at, parent_id, parent_seq, notify, identity
-		), failure AS (
-			INSERT INTO stepgate.attempt_failure (run_id, seq, attempt, name, error)
-			SELECT id, 0, attempts, '', @error FROM u WHERE @status = 'queued'
-			ON CONFLICT DO NOTHING
-		), notified AS (
-			SELECT pg_notify('` + NotifyChannel + `', id::text) FROM u
-			WHERE notify AND status IN ('completed', 'failed', 'cancelled')
-		)
-		SELECT u.status, u.wake_at, clock_timestamp(), (SELECT count(*) FROM notified),
-			CASE WHEN u.parent_seq IS NOT NULL AND u.status IN ('completed', 'failed', 'cancelled')
-				AND EXISTS (SELECT 1 FROM stepgate.run p WHERE p.id = u.parent_id AND p.tenant = u.tenant)
-				THEN u.parent_id::text END,
-			u.tenant, u.identity,
-			EXISTS (SELECT 1 FROM stepgate.journal_entry j WHERE j.run_id = u.id AND j.seq = @await_seq),
-			@await_seq <= @window OR EXISTS (SELECT 1 FROM stepgate.journal_entry j
-				WHERE j.run_id = u.id AND j.seq < @await_seq AND j.seq >= @await_seq - @window)
-		FROM u`
-}
-
-func finishArgs(runID string, invocation int, o Outcome, timed bool, until *time.Time, wakeAfter time.Duration, awaiting *Awaiting, awaitSeq, window int) namedArgs {
-	return namedArgs{
-		"run_id": runID, "invocation": invocation, "status": o.status, "output": o.output, "error": o.err,
-		"timed": timed, "until": until, "after_seconds": wakeAfter.Seconds(), "awaiting": awaiting,
-		"notify": o.Notify, "await_seq": awaitSeq, "window": window, "whole": o.whole(),
-		"failed_call": o.failedCall, "uncalled": o.uncalled,
-	}
+// finishArgs are the arguments of RunFinish; RunFinishAfterStep takes the step's seq
+// after them.
+func finishArgs(runID string, invocation int, o Outcome, timed bool, until *time.Time, wakeAfter time.Duration, awaiting *Awaiting, awaitSeq, window int) []any {
+	return []any{awaitSeq, window, o.status, o.output, o.err, timed, until, wakeAfter.Seconds(), runID, awaiting,
+		o.failedCall, o.uncalled, o.Notify, invocation, o.whole()}
 }
 
 // holesError says why Finish's update of o, an answered end (Outcome.Answered), found no
@@ -820,14 +671,7 @@ func holesError(ctx context.Context, db DB, runID string, invocation int, o Outc
 	var owned bool
 	var top, count int
 	var missing []int32
-	err := db.QueryRow(ctx, `
-		WITH j AS (SELECT coalesce(max(seq), 0) AS top, count(*) AS n FROM stepgate.journal_entry WHERE run_id = $1)
-		SELECT EXISTS (SELECT 1 FROM stepgate.run WHERE id = $1 AND invocation = $2 AND status = 'running'),
-			j.top, j.top - j.n,
-			ARRAY(SELECT s::int FROM generate_series(1, j.top - 1) s
-				WHERE NOT EXISTS (SELECT 1 FROM stepgate.journal_entry e WHERE e.run_id = $1 AND e.seq = s)
-				ORDER BY s LIMIT 10)
-		FROM j`, runID, invocation).Scan(&owned, &top, &count, &missing)
+	err := db.QueryRow(ctx, dbsqlc.EntryHoles, runID, invocation).Scan(&owned, &top, &count, &missing)
 	switch {
 	case err != nil:
 		return fmt.Errorf("find holes in the journal of run %s: %w", runID, err)
@@ -908,10 +752,7 @@ func startChild(ctx context.Context, db DB, runID string, invocation int, tenant
 	default:
 		return nil, err
 	}
-	_, err = db.Exec(ctx, `
-		INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, error, invocation, started_at, journal_bytes)
-		VALUES ($1, $2, '`+KindInvoke+`', $3, $4::jsonb, $5, now(), stepgate.journal_bytes_before($1, $2) + octet_length($4::jsonb::text))`,
-		runID, in.Seq, in.Name, e, invocation)
+	_, err = db.Exec(ctx, dbsqlc.EntryInvokeRefused, runID, in.Seq, in.Name, e, invocation)
 	if isUniqueViolation(err) {
 		return nil, fmt.Errorf("%w: seq %d is already journaled", ErrConflict, in.Seq)
 	}
@@ -937,11 +778,7 @@ func RenewLeases(ctx context.Context, db DB, leases []Lease, ttl time.Duration) 
 	for i, l := range leases {
 		ids[i], invocations[i] = l.RunID, int32(l.Invocation)
 	}
-	rows, _ := db.Query(ctx, `
-		UPDATE stepgate.run r SET lease_until = now() + make_interval(secs => $3)
-		FROM unnest($1::uuid[], $2::int[]) AS l(id, invocation)
-		WHERE r.id = l.id AND r.invocation = l.invocation AND r.status = 'running'
-		RETURNING r.id::text, r.invocation`, ids, invocations, ttl.Seconds())
+	rows, _ := db.Query(ctx, dbsqlc.LeaseRenew, ttl.Seconds(), ids, invocations)
 	kept, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Lease, error) {
 		var l Lease
 		err := row.Scan(&l.RunID, &l.Invocation)
@@ -954,13 +791,21 @@ func RenewLeases(ctx context.Context, db DB, leases []Lease, ttl time.Duration) 
 }
 
 // ReapExpiredLeases recovers up to limit running runs whose lease has lapsed (their
-// gateway died, or lost the database for longer than the lease), and returns their ids;
-// see recoverRuns. Runs locked by another transaction are skipped.
+// gateway died, or lost the database for longer than the lease), and returns their ids.
+// Runs locked by another transaction are skipped.
+//
+// Recovering a running run (here and in ReleaseLeases) requeues it, due now, as a
+// recovery: not a failed invocation, which the function's retry policy counts, but
+// counts of its own: Run.Recoveries in the run's lifetime, and Run.RecoveriesInARow,
+// started afresh from 1 when the journal grew since the run's previous recovery; the
+// invoker fails a run past its cap. A run whose invocation was waiting out a sleep in its
+// process is due when that sleep ends: the latest wake time of the sleeps among its last
+// 64 entries (a parallel step may be journaled after a sleep being waited out), as a
+// sleep that a function waits out in its process (invoker.CheckpointSleep) is journaled
+// before it ends. The caller enqueues each run's job in the same transaction. Each
+// requeue notifies EventChannel when a gateway watches the run's tenant.
 func ReapExpiredLeases(ctx context.Context, db DB, limit int) ([]string, error) {
-	ids, err := recoverRuns(ctx, db, `
-		SELECT id FROM stepgate.run
-		WHERE lease_until IS NOT NULL AND lease_until < now()
-		ORDER BY lease_until LIMIT $1 FOR UPDATE SKIP LOCKED`, limit)
+	ids, err := dbsqlc.New(db).LeaseReapExpired(ctx, int64(limit))
 	if err != nil {
 		return nil, fmt.Errorf("reap expired leases: %w", err)
 	}
@@ -968,57 +813,20 @@ func ReapExpiredLeases(ctx context.Context, db DB, limit int) ([]string, error) 
 }
 
 // ReleaseLeases recovers the runs that leases still own, at once, and returns their ids:
-// a gateway that stops hands its unfinished invocations over (see recoverRuns).
+// a gateway that stops hands its unfinished invocations over (recovered as
+// ReapExpiredLeases says).
 func ReleaseLeases(ctx context.Context, db DB, leases []Lease) ([]string, error) {
 	ids := make([]string, len(leases))
 	invocations := make([]int32, len(leases))
 	for i, l := range leases {
 		ids[i], invocations[i] = l.RunID, int32(l.Invocation)
 	}
-	ids, err := recoverRuns(ctx, db, `
-		SELECT r.id FROM stepgate.run r
-		JOIN unnest($1::uuid[], $2::int[]) AS l(id, invocation) ON r.id = l.id AND r.invocation = l.invocation
-		WHERE r.status = 'running'
-		FOR UPDATE OF r`, ids, invocations)
+	ids, err := dbsqlc.New(db).LeaseRelease(ctx, dbsqlc.LeaseReleaseParams{Ids: ids, Invocations: invocations})
 	if err != nil {
 		return nil, fmt.Errorf("release %d leases: %w", len(leases), err)
 	}
 	return ids, nil
 }
-
-// recoverRuns requeues the running runs that the query picked selects (ids, locked), due
-// now, as recoveries: not failed invocations, which the function's retry policy counts,
-// but counts of their own: Run.Recoveries in the run's lifetime, and
-// Run.RecoveriesInARow, started afresh from 1 when the journal grew since the run's
-// previous recovery; the invoker fails a run past its cap. The caller
-// enqueues each run's job in the same transaction. Each requeue notifies EventChannel
-// when a gateway watches the run's tenant.
-func recoverRuns(ctx context.Context, db DB, picked string, args ...any) ([]string, error) {
-	rows, _ := db.Query(ctx, `
-		WITH picked AS (`+picked+`
-		), u AS (
-			UPDATE stepgate.run r SET status = 'queued', lease_until = NULL,
-				-- Due now, or when a sleep its invocation was waiting out in its process ends.
-				wake_at = (SELECT w FROM (`+strings.ReplaceAll(pendingSleep, "@run_id", "r.id")+`) s(w) WHERE w > now()),
-				recoveries = CASE WHEN j.top > r.recovered_seq THEN 1 ELSE r.recoveries + 1 END,
-				lifetime_recoveries = r.lifetime_recoveries + 1,
-				recovered_seq = j.top
-			FROM picked p, LATERAL (
-				SELECT coalesce(max(e.seq), 0) AS top FROM stepgate.journal_entry e WHERE e.run_id = p.id) j
-			WHERE r.id = p.id
-			RETURNING r.id, r.tenant, r.function, r.status, r.attempts, r.wake_at, r.finished_at
-		)
-		SELECT id::text FROM u`, args...)
-	return pgx.CollectRows(rows, pgx.RowTo[string])
-}
-
-// pendingSleep selects the latest wake time of the sleeps among the last 64 entries of
-// run @run_id (a parallel step may be journaled after a sleep being waited out): a sleep
-// that a function waits out in its process (invoker.CheckpointSleep) is journaled before
-// it ends. NULL when there is none. A constant, so that Finish's statement stays one
-// string built at compile time; recoverRuns puts its own run for @run_id.
-const pendingSleep = `SELECT max(CASE WHEN t.kind = 'sleep' THEN t.wake_at END) FROM (
-	SELECT e.kind, e.wake_at FROM stepgate.journal_entry e WHERE e.run_id = @run_id ORDER BY e.seq DESC LIMIT 64) t`
 
 // InvokeJobKind is the kind of the River job that invokes a run: its args hold the run's
 // id as run_id. Migration 0015 indexes those ids.
@@ -1037,25 +845,8 @@ const InvokeJobKind = "stepgate.invoke"
 // its cost is bounded; a stranded run stays among them until it is found. Runs locked by
 // another transaction are skipped.
 func StrandedRuns(ctx context.Context, db DB, grace time.Duration, examine, limit int) ([]string, error) {
-	rows, _ := db.Query(ctx, `
-		WITH due AS (
-			SELECT id FROM stepgate.run
-			WHERE (status IN ('queued', 'scheduled') OR (status = 'suspended' AND wake_at IS NOT NULL))
-				AND coalesce(wake_at, created_at) < now() - make_interval(secs => $1)
-			ORDER BY coalesce(wake_at, created_at)
-			LIMIT $2
-		)
-		SELECT r.id::text FROM stepgate.run r JOIN due USING (id)
-		WHERE (r.status IN ('queued', 'scheduled') OR (r.status = 'suspended' AND r.wake_at IS NOT NULL))
-			AND NOT EXISTS (
-				SELECT 1 FROM river_job j
-				WHERE j.kind = '`+InvokeJobKind+`' AND j.args->>'run_id' = r.id::text AND (
-					j.state = 'available'
-					OR (j.state = 'running' AND j.attempted_at > now() - make_interval(secs => $1))
-					OR (j.state IN ('scheduled', 'retryable') AND j.scheduled_at > now() - make_interval(secs => $1))))
-		LIMIT $3
-		FOR UPDATE OF r SKIP LOCKED`, grace.Seconds(), examine, limit)
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	ids, err := dbsqlc.New(db).RunsStranded(ctx, dbsqlc.RunsStrandedParams{
+		GraceSeconds: grace.Seconds(), Examine: int64(examine), MaxRuns: int64(limit)})
 	if err != nil {
 		return nil, fmt.Errorf("find stranded runs: %w", err)
 	}
@@ -1073,16 +864,7 @@ type Wake struct {
 // those already due are River's and the stranded-run sweep's), earliest first,
 // at most limit of them, and the database clock. It reads the index run_due.
 func UpcomingWakes(ctx context.Context, db DB, after time.Time, within time.Duration, limit int) ([]Wake, time.Time, error) {
-	rows, _ := db.Query(ctx, `
-		WITH c AS (SELECT now() AS now)
-		SELECT w.id, w.at, c.now FROM c LEFT JOIN LATERAL (
-			SELECT id::text AS id, wake_at AS at FROM stepgate.run
-			WHERE (status IN ('queued', 'scheduled') OR (status = 'suspended' AND wake_at IS NOT NULL))
-				AND coalesce(wake_at, created_at) > greatest($1, c.now)
-				AND coalesce(wake_at, created_at) <= c.now + make_interval(secs => $2)
-				AND wake_at IS NOT NULL
-			ORDER BY coalesce(wake_at, created_at)
-			LIMIT $3) w ON true`, after, within.Seconds(), limit)
+	rows, _ := db.Query(ctx, dbsqlc.RunsUpcomingWakes, after, within.Seconds(), limit)
 	var wakes []Wake
 	var now time.Time
 	var id *string

@@ -43,11 +43,6 @@ func (e *QuotaError) Error() string { return e.Message }
 // Unwrap makes errors.Is(err, ErrQuota) hold.
 func (e *QuotaError) Unwrap() error { return ErrQuota }
 
-// usageSum is the tenant's usage of one column, as a subquery: its stripes' sum. The
-// named queries write it out (StreamWriter, MessageDeliveryState); run.go and event.go
-// still splice it.
-const usageSum = `(SELECT coalesce(sum(u.%s), 0) FROM stepgate.tenant_usage u WHERE u.tenant = %s)`
-
 // TenantUsageOf returns what tenant stores: zero for a tenant that has stored nothing.
 func TenantUsageOf(ctx context.Context, db DB, tenant string) (TenantUsage, error) {
 	u, err := dbsqlc.New(db).UsageOf(ctx, tenant)

@@ -36,7 +36,8 @@ RETURNING run_id::text, run_id = sqlc.arg(run_id)::uuid AS fresh, (now() + sqlc.
 -- name: FlowDebounceCollapse :one
 -- Collapses a start into the open window's run while it is still scheduled; else
 -- reopens the window for new_run_id, and returns no row. The run's wake_at is w.at,
--- never 'infinity', so it needs no nullif (which sqlc would type as a bool).
+-- never 'infinity': it is read as RunsByID reads it only so that the row has RunsByID's
+-- columns and types (see storedRun).
 WITH w AS (
     SELECT least(now() + sqlc.arg(period_us)::bigint * interval '1 microsecond', d.first_at + sqlc.arg(max_wait_us)::bigint * interval '1 microsecond') AS at
     FROM stepgate.flow_debounce d WHERE d.tenant = @tenant AND d.function = @function AND d.key = @key
@@ -53,7 +54,7 @@ WITH w AS (
 SELECT id, tenant, function, revision, status, input, output, error, identity,
     idempotency_key, parent_id, parent_seq, parent_name, rerun_of, cancelled_by, detached, attempts, invocation,
     lifetime_failed_invocations, failed_invocations, lifetime_recoveries, recoveries, lease_until, awaiting,
-    wake_at, deadline, held, priority, created_at, started_at, finished_at
+    CASE WHEN wake_at = 'infinity' THEN NULL ELSE wake_at END AS wake_at, deadline, held, priority, created_at, started_at, finished_at
 FROM u;
 
 -- name: FlowCompleteEvent :exec

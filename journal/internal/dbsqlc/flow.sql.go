@@ -51,7 +51,7 @@ WITH w AS (
 SELECT id, tenant, function, revision, status, input, output, error, identity,
     idempotency_key, parent_id, parent_seq, parent_name, rerun_of, cancelled_by, detached, attempts, invocation,
     lifetime_failed_invocations, failed_invocations, lifetime_recoveries, recoveries, lease_until, awaiting,
-    wake_at, deadline, held, priority, created_at, started_at, finished_at
+    CASE WHEN wake_at = 'infinity' THEN NULL ELSE wake_at END AS wake_at, deadline, held, priority, created_at, started_at, finished_at
 FROM u
 `
 
@@ -92,7 +92,7 @@ type FlowDebounceCollapseRow struct {
 	Recoveries                int32
 	LeaseUntil                *time.Time
 	Awaiting                  json.RawMessage
-	WakeAt                    *time.Time
+	WakeAt                    interface{}
 	Deadline                  *time.Time
 	Held                      *string
 	Priority                  int16
@@ -103,7 +103,8 @@ type FlowDebounceCollapseRow struct {
 
 // Collapses a start into the open window's run while it is still scheduled; else
 // reopens the window for new_run_id, and returns no row. The run's wake_at is w.at,
-// never 'infinity', so it needs no nullif (which sqlc would type as a bool).
+// never 'infinity': it is read as RunsByID reads it only so that the row has RunsByID's
+// columns and types (see storedRun).
 func (q *Queries) FlowDebounceCollapse(ctx context.Context, arg FlowDebounceCollapseParams) (FlowDebounceCollapseRow, error) {
 	row := q.db.QueryRow(ctx, FlowDebounceCollapse,
 		arg.PeriodUs,
