@@ -75,7 +75,7 @@ type awaitWrite struct {
 	bounds     Bounds
 	// alt numbers the await among the alternatives of a WaitAny (0, 1, ...), or is -1:
 	// its wait row carries it, and the entry that ends it is wrapped for the WaitAny
-	// (see migration 0024).
+	// (see docs/schema.md, Event waits).
 	alt int
 }
 
@@ -165,7 +165,7 @@ const MaxInvokeAll = 64
 // InvokeAll is a run's call of several functions at once: child runs at Seq, Seq+1, ...
 // (Calls' Seq and Name are set from it), whose outcomes are journaled in the run, each at
 // its seq, as entries of kind KindInvoke named Name when it ends. The last of them to
-// be journaled makes the run due (migration 0032's trigger); a call that cannot start
+// be journaled makes the run due (the trigger child_end_wakes_parent; docs/internals.md); a call that cannot start
 // (ErrorTypeNotFound, ErrorTypeForbidden, ErrorTypeLimit past the tenant's quota of
 // runs) is journaled at once.
 type InvokeAll struct {

@@ -22,7 +22,7 @@ const MaskedToken = "xxxxx"
 // url and token masked (MaskedToken) and, in "sealed", base64url (no padding) of a
 // 16-byte random salt followed by the token's bytes XORed with the keystream
 // SHA-256(key || salt || 0x00) || SHA-256(key || salt || 0x01) || ... The key is
-// stepgate.callback_key's, made by migration 0043 and read by the gateways' system role
+// stepgate.callback_key's, made by the baseline migration and read by the gateways' system role
 // only; stepgate.callback keeps the token's SHA-256 for the lookup. So the token is
 // nowhere in the database: the gateway opens it for the run's own function only (its
 // invocations' journal, its checkpoint's answer), and a replay returns the same handle.

@@ -43,7 +43,7 @@ func CancelDescendants(ctx context.Context, db DB, tenant string, roots []string
 }
 
 // IsDeadlock reports whether err is Postgres's deadlock_detected: a cancel locks a
-// parent before its children, an answer a child before its parent (migration 0019's
+// parent before its children, an answer a child before its parent (the trigger child_end_wakes_parent's
 // trigger), so the two may meet; Postgres aborts one, which may simply run again.
 func IsDeadlock(err error) bool {
 	var pgErr *pgconn.PgError

@@ -11,7 +11,7 @@ import (
 	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
-// Concurrency limits (migration 0029 holds the design and argues it): a run of a
+// Concurrency limits (docs/concurrency.md holds the design and argues it): a run of a
 // revision with limits records its slot keys when it is created, takes a slot of each
 // when it is claimed (ClaimRunSlots) and gives them back when it leaves running (a
 // trigger). A run that finds a key full is held, due for nobody, until a freed slot
@@ -41,7 +41,7 @@ func (e *HeldError) Unwrap() error { return ErrHeld }
 // does. A run that has no slot keys is claimed as by ClaimRun.
 //
 // A claim of a key of limit 64 or more that meets another claiming it exactly, near its
-// limit (migration 0039), is abandoned and made again: up to maxSlotRetries times.
+// limit (docs/concurrency.md), is abandoned and made again: up to maxSlotRetries times.
 func ClaimRunSlots(ctx context.Context, db DB, runID string, lease time.Duration) (*Claim, error) {
 	for try := 1; ; try++ {
 		c, err := claimRun(ctx, db, runID, lease, true)
@@ -51,7 +51,7 @@ func ClaimRunSlots(ctx context.Context, db DB, runID string, lease time.Duration
 	}
 }
 
-// slotRetryCode is the SQLSTATE of a claim abandoned to be made again (migration 0039).
+// slotRetryCode is the SQLSTATE of a claim abandoned to be made again (docs/concurrency.md).
 const slotRetryCode = "SGRTY"
 
 // maxSlotRetries bounds how many times ClaimRunSlots makes an abandoned claim again.

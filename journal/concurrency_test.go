@@ -124,7 +124,7 @@ func TestClaimRunSlots(t *testing.T) {
 		t.Parallel()
 		ctx, db := t.Context(), pgtest.DB(t)
 		tenant := newTenant()
-		// 100 >= 64: the key's running runs are counted (migration 0039), with 32
+		// 100 >= 64: the key's running runs are counted (docs/concurrency.md), with 32
 		// tickets: a claim that counts fewer than 68 needs no lock; then one at a time.
 		mustRegisterWith(t, db, tenant, "wide", `{"concurrency":[{"limit":100}]}`)
 		runs := make([]*journal.Run, 160)

@@ -153,14 +153,14 @@ func CompleteEvent(ctx context.Context, db DB, tenant, id string, runs []string,
 // more than 25 hours ago (past any max_wait, so their runs are due), and concurrency
 // counters at 0 with no run waiting. A row a start updates meanwhile is kept. It returns
 // the rows deleted. It also wakes, under lock, the held runs of up to limit concurrency
-// keys that a freed slot can take (the backstop of counted keys' refills; migrations 0037, 0039).
+// keys that a freed slot can take (the backstop of counted keys' refills; docs/concurrency.md).
 func PruneFlow(ctx context.Context, db DB, limit int) (int64, error) {
 	q := dbsqlc.New(db)
 	n, err := q.FlowPrune(ctx, int64(limit))
 	if err != nil {
 		return 0, fmt.Errorf("prune flow state: %w", err)
 	}
-	// The backstop of the wakes that counted keys' refills may miss (migrations 0037, 0039), in
+	// The backstop of the wakes that counted keys' refills may miss (docs/concurrency.md), in
 	// a transaction of its own: it waits for locks, and holds none of the prune's.
 	if err := q.FlowRefillHeldLines(ctx, int32(limit)); err != nil {
 		return n, fmt.Errorf("refill concurrency lines: %w", err)

@@ -11,7 +11,7 @@ import (
 	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
-// The gateway's own keys (migration 0010). Only the system pool may read them: they are
+// The gateway's own keys (docs/schema.md, Keys). Only the system pool may read them: they are
 // never handed to a function or a tenant, except a tenant's public keys and its own HMAC
 // secret. This package stores them; package auth makes and uses them.
 

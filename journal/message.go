@@ -136,7 +136,7 @@ type Sent struct {
 }
 
 // SendMessage stores a message in the mailbox of a run of n.Tenant, in db, which must be
-// a transaction: it locks the run's row for the rest of it (see migration 0023). When
+// a transaction: it locks the run's row for the rest of it (see docs/schema.md, Messages). When
 // the run is suspended on a receive of the message's topic, the message is consumed at
 // once: journaled at the receive's seq (KindReceive), the wait deleted and the run due
 // now (Sent.Resumed). Otherwise it waits in the mailbox for a receive (Receive).
@@ -263,7 +263,7 @@ func (r Receive) wake() (*time.Time, time.Duration, bool) { return nil, r.Timeou
 
 // write takes the oldest unconsumed message of the topic and journals it, making the run
 // due now, or stores the wait; Finish's fenced update holds the run's row lock, which
-// every send takes first (see migration 0023).
+// every send takes first (see docs/schema.md, Messages).
 func (r Receive) write(ctx context.Context, db DB, aw awaitWrite, f *Finished) error {
 	if f.WakeAt == nil {
 		// (Finish times every receive: its timeout, or never.)

@@ -408,12 +408,12 @@ func TestSchemaIsFenced(t *testing.T) {
 			continue
 		}
 		require.True(t, tb.Enabled && tb.Forced && tb.SystemPolicy && tb.SystemGranted,
-			"stepgate.%s: every table needs ENABLE and FORCE ROW LEVEL SECURITY, and a policy for and a grant to %s (see migration 0004): %+v", tb.Name, journal.SystemRole, tb)
+			"stepgate.%s: every table needs ENABLE and FORCE ROW LEVEL SECURITY, and a policy for and a grant to %s (see docs/schema.md, Tenant isolation): %+v", tb.Name, journal.SystemRole, tb)
 		if systemOnly[tb.Name] {
 			require.False(t, tb.AppPolicy || tb.AppGranted, "stepgate.%s holds secrets: no grant or policy for %s", tb.Name, journal.AppRole)
 			continue
 		}
-		require.True(t, tb.AppPolicy && tb.AppGranted, "stepgate.%s: a policy for and a grant to %s (see migration 0004): %+v", tb.Name, journal.AppRole, tb)
+		require.True(t, tb.AppPolicy && tb.AppGranted, "stepgate.%s: a policy for and a grant to %s (see docs/schema.md, Tenant isolation): %+v", tb.Name, journal.AppRole, tb)
 	}
 	require.Len(t, systemOnly, func() int {
 		n := 0

@@ -383,7 +383,7 @@ func GetRunDetail(ctx context.Context, db DB, tenant, id string, p JournalPage) 
 			var used int64
 			for rows.Next() {
 				if len(d.Journal) > 0 && used >= budget {
-					break // entries written without their bytes (before migration 0011)
+					break // entries written without their bytes (by builds before journal bytes were counted)
 				}
 				e, err := scanEntry(rows)
 				if err != nil {

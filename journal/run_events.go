@@ -13,7 +13,7 @@ import (
 // changes their status announces each change as a [RunEvent] in JSON, but only while
 // some gateway watches the run's tenant (see [Watch]): a NOTIFY serializes commits, so
 // runs nobody watches pay one index lookup and no notification. Triggers on
-// stepgate.run send them (migration 0017), whoever writes the run.
+// stepgate.run send them (run_event_on_insert and run_event_on_status; docs/internals.md), whoever writes the run.
 const EventChannel = "stepgate_run_events"
 
 // RunEvent is a run's status change, as notified on EventChannel. It is small and

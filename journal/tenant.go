@@ -15,7 +15,7 @@ import (
 )
 
 // Tenant isolation has two fences. Every query of this package filters by tenant; and
-// Postgres row-level security (migration 0004) shows a connection acting as AppRole
+// Postgres row-level security (docs/schema.md, Tenant isolation) shows a connection acting as AppRole
 // only the rows of the tenant in its setting TenantSetting, so a query that forgot its
 // filter still sees nothing of another tenant.
 //

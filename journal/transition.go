@@ -510,7 +510,7 @@ type Finished struct {
 	Children []*Run
 	// Parent is set when the run is a child and this update made it terminal: its
 	// parent's id (of the same tenant). If the parent still waited for it, the child's outcome is journaled in
-	// the parent and the parent is due now (migration 0019's trigger); the caller
+	// the parent and the parent is due now (the trigger child_end_wakes_parent's trigger); the caller
 	// enqueues the parent's job in the same transaction, which finds nothing to claim
 	// when the parent did not wait (it was cancelled).
 	Parent string
@@ -529,7 +529,7 @@ type Finished struct {
 // child becomes terminal (here, or by CancelRun), the same statement journals its
 // outcome in its parent at the child's ParentSeq (kind KindInvoke, the child's output or
 // error, started when the child was created) and makes the parent due now, through the
-// trigger child_end_wakes_parent (migration 0019); both only while the parent waits for
+// trigger child_end_wakes_parent (docs/internals.md); both only while the parent waits for
 // it (suspended with no wake time), so a cancelled parent stays cancelled and nothing
 // is journaled twice. Finished.Parent names the parent.
 func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome) (*Finished, error) {

@@ -8,7 +8,7 @@ import (
 	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
-// Storage quotas per tenant (migration 0044): a tenant's stored runs, its runs' stream
+// Storage quotas per tenant (docs/schema.md, Tenant usage): a tenant's stored runs, its runs' stream
 // bytes and the bytes waiting in its runs' mailboxes are counted as they are written, in
 // the writes' own statements, and each write that would pass the tenant's cap is
 // refused with a *QuotaError. Writers in flight at once for one tenant each see the

@@ -17,7 +17,7 @@ import (
 	"github.com/stepgate/stepgate/journal"
 )
 
-// TestTenantUsage: the counters of migration 0044 equal what the tables hold, however
+// TestTenantUsage: the tenant usage counters (docs/schema.md) equal what the tables hold, however
 // writers and retention interleave, and concurrent starts pass a tenant's cap of runs by
 // at most one run per writer in flight.
 func TestTenantUsage(t *testing.T) {

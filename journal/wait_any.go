@@ -24,7 +24,7 @@ const MaxAlternatives = 8
 // "kind": <the alternative's kind>, "output": <what its own entry would hold>}, or
 // {"timed_out": true}. Only one alternative ever resumes the run: each is a run_wait
 // row at Seq (alt i), and whoever resolves one deletes them all, after locking the
-// run's row (migration 0024). An alternative that has already come when the run
+// run's row (docs/schema.md, Event waits). An alternative that has already come when the run
 // suspends (an event stored since the invocation started, a resolved callback, a
 // message in the mailbox) is journaled at once, the first in order, and the others are
 // not stored: a message is not taken from the mailbox unless its receive is chosen.

@@ -61,7 +61,7 @@ func (w WaitEvent) paths() []string {
 }
 
 // write stores the wait, or journals an event stored since w.Since that matches and
-// makes the run due now, under the key's lock (see migration 0020).
+// makes the run due now, under the key's lock (see docs/schema.md, Event waits).
 func (w WaitEvent) write(ctx context.Context, db DB, aw awaitWrite, f *Finished) error {
 	match, err := json.Marshal(w.Match)
 	if err != nil {
