@@ -25,6 +25,8 @@ const MaxTreeCancel = 10_000
 // (or in the caller's transaction), so no outcome is journaled in it.
 //
 // It returns the ids it cancelled; len(ids) == limit means more may remain.
+//
+// Triggers that follow it (docs/internals.md): run_event_on_status, run_releases_slots, child_end_wakes_parent.
 func CancelDescendants(ctx context.Context, db DB, tenant string, roots []string, by Identity, limit int) ([]string, error) {
 	if len(roots) == 0 {
 		return nil, nil

@@ -42,6 +42,8 @@ func (e *HeldError) Unwrap() error { return ErrHeld }
 //
 // A claim of a key of limit 64 or more that meets another claiming it exactly, near its
 // limit (docs/concurrency.md), is abandoned and made again: up to maxSlotRetries times.
+//
+// Triggers that follow it (docs/internals.md): run_event_on_status.
 func ClaimRunSlots(ctx context.Context, db DB, runID string, lease time.Duration) (*Claim, error) {
 	for try := 1; ; try++ {
 		c, err := claimRun(ctx, db, runID, lease, true)

@@ -69,6 +69,8 @@ type NewEvent struct {
 // named in ev.Flowed. Concurrent sends of one id wait for each other: one wins. Each
 // run created notifies EventChannel when a gateway watches the tenant. A new event whose
 // triggers would start runs past n.MaxTenantRuns is refused whole with a *QuotaError.
+//
+// Triggers that follow it (docs/internals.md): run_event_on_insert and run_usage_on_insert, for the runs it starts.
 func SendEvent(ctx context.Context, db DB, n NewEvent) (ev *Event, created bool, err error) {
 	if n.ID == "" || n.Name == "" {
 		return nil, false, errors.New("journal: an event needs an id and a name")

@@ -149,6 +149,8 @@ type Sent struct {
 // n.MaxTenantMailboxBytes. A sender whom the run's revision does not let resume it (its
 // invoke_roles and resume_roles: stepgate.may_resume) gets a *ResumeForbiddenError,
 // whatever the run's status and the message's id, and nothing is stored.
+//
+// Triggers that follow it (docs/internals.md): message_usage_on_insert (a message left waiting in the mailbox).
 func SendMessage(ctx context.Context, db DB, n NewMessage) (*Sent, error) {
 	identity, err := json.Marshal(n.Identity)
 	if err != nil {
@@ -264,6 +266,8 @@ func (r Receive) wake() (*time.Time, time.Duration, bool) { return nil, r.Timeou
 // write takes the oldest unconsumed message of the topic and journals it, making the run
 // due now, or stores the wait; Finish's fenced update holds the run's row lock, which
 // every send takes first (see docs/schema.md, Messages).
+//
+// Triggers that follow it (docs/internals.md): message_usage_on_consume.
 func (r Receive) write(ctx context.Context, db DB, aw awaitWrite, f *Finished) error {
 	if f.WakeAt == nil {
 		// (Finish times every receive: its timeout, or never.)
@@ -299,6 +303,8 @@ func (r Receive) write(ctx context.Context, db DB, aw awaitWrite, f *Finished) e
 // seq, kind and name) returns what the first one journaled and sends nothing again.
 // Errors are AppendEntry's: ErrSuperseded when the invocation no longer owns the run,
 // ErrConflict, ErrGap, a *LimitError.
+//
+// Triggers that follow it (docs/internals.md): message_usage_on_insert (a message left waiting in the mailbox).
 func SendFromRun(ctx context.Context, db DB, runID string, invocation int, e Entry, m NewMessage, b Bounds) (sent *Sent, refused *ErrorInfo, err error) {
 	q := dbsqlc.New(db)
 	sender, err := q.MessageSenderRun(ctx, runID)

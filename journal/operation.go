@@ -152,6 +152,8 @@ type CancelledRun struct {
 // returns the runs it cancelled and the position it reached, nil when no run is left
 // (the caller then calls FinishOperation). A child cancelled so wakes its waiting
 // parent: the caller enqueues the parents' jobs in the same transaction.
+//
+// Triggers that follow it (docs/internals.md): run_event_on_status, run_releases_slots, child_end_wakes_parent.
 func CancelBatch(ctx context.Context, db DB, op *Operation, after *BatchCursor, limit int) ([]CancelledRun, *BatchCursor, error) {
 	f := filterOf(op)
 	p := dbsqlc.OperationBatchParams{

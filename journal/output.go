@@ -132,6 +132,8 @@ var ErrStreamClosed = errors.New("journal: stream is closed")
 // ErrStreamClosed. Run it in a transaction: it locks the stream's row until the end,
 // which orders concurrent writes. It notifies OutputChannel when a reader has attached
 // to the run and the stream changed.
+//
+// Triggers that follow it (docs/internals.md): stream_usage_on_update.
 func WriteStream(ctx context.Context, tx pgx.Tx, runID string, invocation int, w StreamWrite, b StreamBounds) (*Stream, error) {
 	for i, c := range w.Chunks {
 		if b.MaxChunkBytes > 0 && len(c) > b.MaxChunkBytes {

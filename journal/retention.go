@@ -19,6 +19,8 @@ import (
 // tombstone remembers each (RunTombstoneOf). Runs locked by another transaction (a
 // concurrent pass) are skipped. It returns how many it deleted; fewer than batch means
 // none is left to delete now.
+//
+// Triggers that follow it (docs/internals.md): run_usage_on_delete, and stream_usage_on_delete and message_usage_on_delete for the rows its cascade deletes.
 func DeleteExpiredRuns(ctx context.Context, db DB, def time.Duration, batch int) (int, error) {
 	n, err := dbsqlc.New(db).RetentionDeleteExpiredRuns(ctx, dbsqlc.RetentionDeleteExpiredRunsParams{DefaultMs: def.Milliseconds(), Batch: int64(batch)})
 	if err != nil {

@@ -164,6 +164,8 @@ func (e *ForbiddenError) Unwrap() error { return ErrForbidden }
 // the same statement (and has no idempotency key), else queued: see ClaimRunSlots.
 // A start that would pass n.MaxTenantRuns creates nothing and returns a *QuotaError,
 // checked in the same statement against the tenant's usage (TenantUsageOf).
+//
+// Triggers that follow it (docs/internals.md): run_event_on_insert, run_usage_on_insert.
 func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, err error) {
 	var key *string
 	if n.IdempotencyKey != "" {

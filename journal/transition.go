@@ -37,6 +37,8 @@ type Claim struct {
 // one round trip and one transaction. It returns ErrNotDue when the run is not claimable
 // now (not due yet, running, finished, or gone). The claim notifies EventChannel when a
 // gateway watches the run's tenant.
+//
+// Triggers that follow it (docs/internals.md): run_event_on_status.
 func ClaimRun(ctx context.Context, db DB, runID string, lease time.Duration) (*Claim, error) {
 	return claimRun(ctx, db, runID, lease, false)
 }
@@ -532,6 +534,8 @@ type Finished struct {
 // trigger child_end_wakes_parent (docs/internals.md); both only while the parent waits for
 // it (suspended with no wake time), so a cancelled parent stays cancelled and nothing
 // is journaled twice. Finished.Parent names the parent.
+//
+// Triggers that follow it (docs/internals.md): run_event_on_status, run_releases_slots (leaving running), child_end_wakes_parent (a child's end).
 func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome) (*Finished, error) {
 	for _, e := range o.Steps {
 		if err := AppendEntry(ctx, db, runID, invocation, e, o.Bounds); err != nil {
@@ -601,6 +605,8 @@ var ErrNeedsTransaction = errors.New("journal: the outcome needs a transaction")
 // but then the step, which follows the journal, stays journaled as its checkpoint would
 // have been; and at once for any other outcome, and when db is a transaction (whose
 // earlier inserts the update could not tell from the batch's): call it on a pool.
+//
+// Triggers that follow it (docs/internals.md): run_event_on_status, run_releases_slots (leaving running), child_end_wakes_parent (a child's end).
 func FinishWithLastStep(ctx context.Context, db DB, runID string, invocation int, o Outcome) (*Finished, error) {
 	if _, inTx := db.(pgx.Tx); inTx || !o.status.Terminal() || o.await != nil || len(o.Steps) != 1 || o.Steps[0].Window > 1 {
 		return nil, ErrNeedsTransaction
@@ -804,6 +810,8 @@ func RenewLeases(ctx context.Context, db DB, leases []Lease, ttl time.Duration) 
 // sleep that a function waits out in its process (invoker.CheckpointSleep) is journaled
 // before it ends. The caller enqueues each run's job in the same transaction. Each
 // requeue notifies EventChannel when a gateway watches the run's tenant.
+//
+// Triggers that follow it (docs/internals.md): run_event_on_status, run_releases_slots.
 func ReapExpiredLeases(ctx context.Context, db DB, limit int) ([]string, error) {
 	ids, err := dbsqlc.New(db).LeaseReapExpired(ctx, int64(limit))
 	if err != nil {
@@ -815,6 +823,8 @@ func ReapExpiredLeases(ctx context.Context, db DB, limit int) ([]string, error) 
 // ReleaseLeases recovers the runs that leases still own, at once, and returns their ids:
 // a gateway that stops hands its unfinished invocations over (recovered as
 // ReapExpiredLeases says).
+//
+// Triggers that follow it (docs/internals.md): run_event_on_status, run_releases_slots.
 func ReleaseLeases(ctx context.Context, db DB, leases []Lease) ([]string, error) {
 	ids := make([]string, len(leases))
 	invocations := make([]int32, len(leases))

@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -178,6 +180,24 @@ func TestEveryTriggerIsDocumented(t *testing.T) {
 	require.NotEmpty(t, triggers)
 	for _, m := range triggers {
 		require.Contains(t, string(doc), "`"+m[1]+"`", "docs/internals.md lists trigger %s", m[1])
+	}
+
+	// And the Go functions a working trigger follows name it in their doc comments.
+	files, err := filepath.Glob("../journal/*.go")
+	require.NoError(t, err)
+	var named strings.Builder
+	for _, f := range files {
+		text, err := os.ReadFile(f)
+		require.NoError(t, err)
+		for _, line := range regexp.MustCompile(`(?m)^// Triggers that follow it.*$`).FindAllString(string(text), -1) {
+			named.WriteString(line + "\n")
+		}
+	}
+	guards := []string{"journal_entry_is_immutable", "run_terminal_is_final"}
+	for _, m := range triggers {
+		if !slices.Contains(guards, m[1]) {
+			require.Contains(t, named.String(), m[1], "a \"Triggers that follow it\" doc comment in journal/ names %s", m[1])
+		}
 	}
 }
 
