@@ -344,6 +344,50 @@ func TestForTenant(t *testing.T) {
 		require.Len(t, runs, 2, "the committed run, not the rolled back one")
 	})
 
+	t.Run("BeginWhateverTheFirstStatement", func(t *testing.T) {
+		// The tenant rides with the transaction's first statement, whichever kind it is,
+		// and holds for the rest of it.
+		first := map[string]func(tx pgx.Tx) error{
+			"Exec": func(tx pgx.Tx) error {
+				_, err := tx.Exec(t.Context(), `UPDATE stepgate.run SET notify = notify WHERE false`)
+				return err
+			},
+			"SendBatch": func(tx pgx.Tx) error {
+				b := &pgx.Batch{}
+				b.Queue(`SELECT 1`)
+				return tx.SendBatch(t.Context(), b).Close()
+			},
+			"Savepoint": func(tx pgx.Tx) error {
+				sp, err := tx.Begin(t.Context())
+				if err != nil {
+					return err
+				}
+				return sp.Commit(t.Context())
+			},
+			"Prepare": func(tx pgx.Tx) error {
+				_, err := tx.Prepare(t.Context(), "", `SELECT 1`)
+				return err
+			},
+		}
+		for name, do := range first {
+			err := pgx.BeginFunc(t.Context(), db, func(tx pgx.Tx) error {
+				if err := do(tx); err != nil {
+					return err
+				}
+				var setting string
+				var n int
+				if err := tx.QueryRow(t.Context(), `SELECT current_setting('stepgate.tenant'), (SELECT count(*) FROM stepgate.run)`).Scan(&setting, &n); err != nil {
+					return err
+				}
+				require.Equal(t, a.tenant, setting, name)
+				require.Positive(t, n, name)
+				return nil
+			})
+			require.NoError(t, err, name)
+			requireClean(t, "a transaction begun with "+name)
+		}
+	})
+
 	t.Run("Errors", func(t *testing.T) {
 		ctx := t.Context()
 		_, err := db.Exec(ctx, `SELECT 1/0`)

@@ -103,7 +103,7 @@ var _ DB = (*TenantDB)(nil)
 // statement to tenant: Exec, Query, QueryRow and SendBatch send the tenant's
 // set_config(..., true) and the statement in one batch, which Postgres runs as one
 // implicit transaction, so a statement costs no extra round trip; Begin starts an
-// explicit transaction whose BEGIN sets the tenant in the same round trip. The setting
+// explicit transaction whose first statement carries the tenant's setting. The setting
 // is transaction-local, so a connection goes back to the pool with no tenant: a
 // connection released inside a transaction is closed by the pool.
 //
@@ -122,39 +122,12 @@ func ForTenant(pool *pgxpool.Pool, tenant string) *TenantDB {
 // Tenant returns the tenant the handle is scoped to.
 func (t *TenantDB) Tenant() string { return t.tenant }
 
-// batch returns a batch that first sets the tenant, with room for n more statements.
-func (t *TenantDB) batch(n int) *pgx.Batch {
-	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, n+1)}
-	b.Queue(dbsqlc.TenantSet, t.tenant)
-	return b
-}
-
-// send sends b and reads the result of its first statement, the tenant's set_config.
-func (t *TenantDB) send(ctx context.Context, b *pgx.Batch) (pgx.BatchResults, error) {
-	br := t.pool.SendBatch(ctx, b)
-	if _, err := br.Exec(); err != nil {
-		_ = br.Close() // the error is err
-		return nil, fmt.Errorf("set tenant: %w", err)
-	}
-	return br, nil
-}
-
 // Exec runs sql for the tenant.
 func (t *TenantDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	if t.err != nil {
 		return pgconn.CommandTag{}, t.err
 	}
-	b := t.batch(1)
-	b.Queue(sql, args...)
-	br, err := t.send(ctx, b)
-	if err != nil {
-		return pgconn.CommandTag{}, err
-	}
-	tag, err := br.Exec()
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	return tag, err
+	return scopedExec(ctx, t.pool, t.tenant, sql, args...)
 }
 
 // Query runs sql for the tenant. As with pgx, an error also comes back from the rows'
@@ -163,19 +136,7 @@ func (t *TenantDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows
 	if t.err != nil {
 		return &errRows{err: t.err}, t.err
 	}
-	b := t.batch(1)
-	b.Queue(sql, args...)
-	br, err := t.send(ctx, b)
-	if err != nil {
-		return &errRows{err: err}, err
-	}
-	rows, err := br.Query()
-	if err != nil {
-		rows.Close()
-		_ = br.Close() // the error is err
-		return &errRows{err: err}, err
-	}
-	return &batchRows{Rows: rows, br: br}, nil
+	return scopedQuery(ctx, t.pool, t.tenant, sql, args...)
 }
 
 // QueryRow runs sql for the tenant; see pgx.Conn.QueryRow.
@@ -190,25 +151,140 @@ func (t *TenantDB) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 	if t.err != nil {
 		return errBatchResults{t.err}
 	}
-	tb := t.batch(len(b.QueuedQueries))
-	tb.QueuedQueries = append(tb.QueuedQueries, b.QueuedQueries...)
-	br, err := t.send(ctx, tb)
-	if err != nil {
-		return errBatchResults{err}
-	}
-	return br
+	return scopedBatch(ctx, t.pool, t.tenant, b)
 }
 
-// Begin starts a transaction that sees only the tenant's rows, in one round trip. Use
-// it with pgx.BeginFunc.
+// Begin starts a transaction that sees only the tenant's rows. Use it with
+// pgx.BeginFunc. BEGIN takes its round trip, as any transaction's does; the tenant's
+// set_config rides with the transaction's first statement (see tenantTx), so a
+// transaction costs no round trip more than it would without a tenant.
 func (t *TenantDB) Begin(ctx context.Context) (pgx.Tx, error) {
 	if t.err != nil {
 		return nil, t.err
 	}
-	// A literal, not a parameter, as BEGIN goes by the simple protocol; pgx requires
-	// standard_conforming_strings, so doubling quotes is the whole escape.
-	begin := `BEGIN; SELECT set_config('` + TenantSetting + `', '` + strings.ReplaceAll(t.tenant, "'", "''") + `', true)`
-	return t.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: begin})
+	tx, err := t.pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &tenantTx{Tx: tx, tenant: t.tenant}, nil
+}
+
+// tenantTx is a transaction of a TenantDB: its first Exec, Query, QueryRow or SendBatch
+// sends the tenant's set_config and the statement in one batch; the setting is
+// transaction-local, so it holds for the rest of the transaction (savepoints
+// included). Its other methods set the tenant first, in a round trip of its own.
+type tenantTx struct {
+	pgx.Tx
+	tenant string
+	set    bool
+}
+
+func (tx *tenantTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if tx.set {
+		return tx.Tx.Exec(ctx, sql, args...)
+	}
+	tx.set = true
+	return scopedExec(ctx, tx.Tx, tx.tenant, sql, args...)
+}
+
+func (tx *tenantTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if tx.set {
+		return tx.Tx.Query(ctx, sql, args...)
+	}
+	tx.set = true
+	return scopedQuery(ctx, tx.Tx, tx.tenant, sql, args...)
+}
+
+func (tx *tenantTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	rows, _ := tx.Query(ctx, sql, args...) // the error resurfaces in Scan
+	return row{rows}
+}
+
+func (tx *tenantTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if tx.set {
+		return tx.Tx.SendBatch(ctx, b)
+	}
+	tx.set = true
+	return scopedBatch(ctx, tx.Tx, tx.tenant, b)
+}
+
+// ensure sets the tenant, if no statement has yet.
+func (tx *tenantTx) ensure(ctx context.Context) error {
+	if tx.set {
+		return nil
+	}
+	if err := dbsqlc.New(tx.Tx).TenantSet(ctx, tx.tenant); err != nil {
+		return fmt.Errorf("set tenant: %w", err)
+	}
+	tx.set = true
+	return nil
+}
+
+func (tx *tenantTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	if err := tx.ensure(ctx); err != nil {
+		return nil, err
+	}
+	return tx.Tx.Begin(ctx)
+}
+
+func (tx *tenantTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+	if err := tx.ensure(ctx); err != nil {
+		return 0, err
+	}
+	return tx.Tx.CopyFrom(ctx, table, columns, src)
+}
+
+func (tx *tenantTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	if err := tx.ensure(ctx); err != nil {
+		return nil, err
+	}
+	return tx.Tx.Prepare(ctx, name, sql)
+}
+
+// batchSender is a pool, a connection or a transaction.
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// scopedBatch sends b's statements to db after the tenant's set_config, in one batch.
+// The results are those of b's statements only.
+func scopedBatch(ctx context.Context, db batchSender, tenant string, b *pgx.Batch) pgx.BatchResults {
+	tb := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(b.QueuedQueries)+1)}
+	tb.Queue(dbsqlc.TenantSet, tenant)
+	tb.QueuedQueries = append(tb.QueuedQueries, b.QueuedQueries...)
+	br := db.SendBatch(ctx, tb)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close() // the error is err
+		return errBatchResults{fmt.Errorf("set tenant: %w", err)}
+	}
+	return br
+}
+
+// scopedExec runs sql on db after the tenant's set_config, in one batch.
+func scopedExec(ctx context.Context, db batchSender, tenant, sql string, args ...any) (pgconn.CommandTag, error) {
+	b := &pgx.Batch{}
+	b.Queue(sql, args...)
+	br := scopedBatch(ctx, db, tenant, b)
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return tag, err
+}
+
+// scopedQuery runs sql on db after the tenant's set_config, in one batch; closing the
+// rows closes the batch.
+func scopedQuery(ctx context.Context, db batchSender, tenant, sql string, args ...any) (pgx.Rows, error) {
+	b := &pgx.Batch{}
+	b.Queue(sql, args...)
+	br := scopedBatch(ctx, db, tenant, b)
+	rows, err := br.Query()
+	if err != nil {
+		rows.Close()
+		_ = br.Close() // the error is err
+		return &errRows{err: err}, err
+	}
+	return &batchRows{Rows: rows, br: br}, nil
 }
 
 // batchRows are the rows of a statement in a batch; closing them closes the batch,
