@@ -21,15 +21,5 @@ func (inv *Invoker) DeadlineTimerArmed(runID string) bool {
 	return inv.timers.has(deadlineTimer(runID))
 }
 
-// FairShare exposes the fair share of River's workers to the tests.
-type FairShare = fairShare
-
-// NewFairShare is newFairShare.
-func NewFairShare(workers, reserve int) *FairShare { return newFairShare(workers, reserve) }
-
-func (f *fairShare) Acquire(tenant string) bool { return f.acquire(tenant) }
-func (f *fairShare) Release(tenant string)      { f.release(tenant) }
-func (f *fairShare) Reserve() int               { return f.reserve }
-
 // SnoozeFor is snoozeFor of the snoozes in a job's metadata.
 func SnoozeFor(metadata []byte) time.Duration { return snoozeFor(snoozesOf(metadata)) }

@@ -34,6 +34,7 @@ import (
 	"github.com/stepgate/stepgate/internal/metrics"
 	"github.com/stepgate/stepgate/internal/notify"
 	"github.com/stepgate/stepgate/internal/tracing"
+	"github.com/stepgate/stepgate/invoker/internal/fairshare"
 	"github.com/stepgate/stepgate/journal"
 )
 
@@ -58,7 +59,7 @@ type Config struct {
 	// Workers is how many River-driven invocations run at once. Defaults to 100.
 	Workers int
 	// FairReserve is how many of the Workers only tenants below their equal share may
-	// take, so that a tenant with a backlog cannot hold every worker (see fairshare.go).
+	// take, so that a tenant with a backlog cannot hold every worker (see package fairshare).
 	// Defaults to a tenth of the Workers, rounded up; negative: none (any tenant may hold
 	// every worker). At most Workers-1.
 	FairReserve int
@@ -152,8 +153,8 @@ type Invoker struct {
 	listener            *notify.Listener // the process's LISTEN connection; waiters subscribe to it
 	ownsListener        bool             // made by New: Start runs it
 
-	timers *timers    // runs' wake-ups and deadlines, schedules' ticks, in this process (timers.go)
-	fair   *fairShare // the tenants' shares of River's workers (fairshare.go)
+	timers *timers          // runs' wake-ups and deadlines, schedules' ticks, in this process (timers.go)
+	fair   *fairshare.Share // the tenants' shares of River's workers
 
 	callbackKeyMu sync.Mutex
 	callbackKey   journal.CallbackKey // read once, when first needed (callbackKeyOf)
@@ -210,7 +211,7 @@ func New(cfg Config) (*Invoker, error) {
 	inv.health.failedAt = time.Now() // reap nothing before the others could renew
 	inv.bg, inv.bgCancel = context.WithCancel(context.Background())
 	inv.timers = newTimers(cfg.Clock, &inv.bgWG)
-	inv.fair = newFairShare(cmp.Or(cfg.Workers, 100), cfg.FairReserve)
+	inv.fair = fairshare.New(cmp.Or(cfg.Workers, 100), cfg.FairReserve)
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &invokeWorker{inv: inv})
 	river.AddWorker(workers, &tickWorker{inv: inv})
@@ -236,7 +237,7 @@ func New(cfg Config) (*Invoker, error) {
 	rc, err := river.NewClient(riverpgxv5.New(cfg.Pool), &river.Config{
 		Middleware:        middleware,
 		Logger:            slog.New(warnOnly{cfg.Logger.Handler()}).With(slog.String("component", "river")),
-		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: inv.fair.workers}},
+		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: inv.fair.Workers()}},
 		Workers:           workers,
 		FetchCooldown:     cmp.Or(cfg.FetchCooldown, 2*time.Millisecond),
 		FetchPollInterval: time.Second,
@@ -503,7 +504,7 @@ func (inv *Invoker) RiverUI(prefix string, log *slog.Logger) (http.Handler, erro
 // InvokeArgs is the River job that invokes a run once it is due.
 type InvokeArgs struct {
 	RunID string `json:"run_id"`
-	// Tenant is the run's tenant, which the worker's fair share reads (fairshare.go) and
+	// Tenant is the run's tenant, which the worker's fair share reads (package fairshare) and
 	// River's UI filters by. Every invoke job is made by invokeJob, from a run at hand,
 	// or by runJob, from the run's journal.RunJob read by id, which set it and Priority:
 	// no trigger fills them in (migration 0046 dropped the one that did).
@@ -538,10 +539,10 @@ type invokeWorker struct {
 func (w *invokeWorker) Timeout(*river.Job[InvokeArgs]) time.Duration { return -1 }
 
 func (w *invokeWorker) Work(ctx context.Context, job *river.Job[InvokeArgs]) error {
-	if !w.inv.fair.acquire(job.Args.Tenant) {
+	if !w.inv.fair.Acquire(job.Args.Tenant) {
 		return w.inv.holdBack(ctx, job)
 	}
-	defer w.inv.fair.release(job.Args.Tenant)
+	defer w.inv.fair.Release(job.Args.Tenant)
 	_, err := w.inv.Resume(ctx, job.Args.RunID, false)
 	if errors.Is(err, journal.ErrNotDue) || errors.Is(err, journal.ErrSuperseded) || errors.Is(err, journal.ErrHeld) {
 		// Woken already (by a local timer), or not due: its own job will come. Or the
@@ -584,11 +585,11 @@ func (inv *Invoker) armTimer(runID string, rev *revision, d time.Duration, tries
 			rev, err = inv.revisionOfRun(inv.bg, runID)
 		}
 		if err == nil {
-			if !inv.fair.acquire(rev.tenant) {
+			if !inv.fair.Acquire(rev.tenant) {
 				return
 			}
 			_, err = inv.resume(inv.bg, rev, runID, false)
-			inv.fair.release(rev.tenant)
+			inv.fair.Release(rev.tenant)
 		}
 		if errors.Is(err, journal.ErrNotDue) && tries < maxWakeTries {
 			// The database clock may run a hair behind this timer; look again shortly.

@@ -11,7 +11,7 @@ import (
 // HoldBack records that the fair share of a gateway's workers holds back the running
 // River job jobID, of run runID: the job's priority becomes priority when that is lower
 // (a larger number), so that it goes back to the queue behind the jobs of every tenant
-// below its share whatever priority its run has (see package invoker's fairshare.go;
+// below its share whatever priority its run has (see package invoker/internal/fairshare;
 // River never changes a job's priority itself, and the snooze that follows keeps it),
 // and a queued or scheduled run's held says why (a claim clears it). One statement.
 func HoldBack(ctx context.Context, db DB, jobID int64, runID string, priority int, why string) error {

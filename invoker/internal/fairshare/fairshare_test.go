@@ -1,13 +1,11 @@
-package invoker_test
+package fairshare_test
 
 import (
-	"fmt"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/stepgate/stepgate/invoker"
+	"github.com/stepgate/stepgate/invoker/internal/fairshare"
 )
 
 func TestFairShare(t *testing.T) {
@@ -19,13 +17,13 @@ func TestFairShare(t *testing.T) {
 			{100, 0, 10}, {10, 0, 1}, {15, 0, 2}, {2, 0, 1}, {1, 0, 0}, // default: a tenth, rounded up, at most workers-1
 			{10, 3, 3}, {10, 10, 9}, {10, -1, 0},
 		} {
-			require.Equal(t, tc.want, invoker.NewFairShare(tc.workers, tc.reserve).Reserve(), "%d workers, reserve %d", tc.workers, tc.reserve)
+			require.Equal(t, tc.want, fairshare.New(tc.workers, tc.reserve).Reserve(), "%d workers, reserve %d", tc.workers, tc.reserve)
 		}
 	})
 
 	t.Run("ATenantAloneLeavesTheReserve", func(t *testing.T) {
 		t.Parallel()
-		f := invoker.NewFairShare(10, 0)
+		f := fairshare.New(10, 0)
 		for i := range 9 {
 			require.True(t, f.Acquire("a"), "job %d of a, below workers-reserve", i+1)
 		}
@@ -35,7 +33,7 @@ func TestFairShare(t *testing.T) {
 
 	t.Run("TenantsConvergeOnEqualShares", func(t *testing.T) {
 		t.Parallel()
-		f := invoker.NewFairShare(10, 0)
+		f := fairshare.New(10, 0)
 		for range 9 {
 			require.True(t, f.Acquire("a"))
 		}
@@ -54,7 +52,7 @@ func TestFairShare(t *testing.T) {
 
 	t.Run("ManyTenants", func(t *testing.T) {
 		t.Parallel()
-		f := invoker.NewFairShare(10, 4) // the zone starts at 6 busy
+		f := fairshare.New(10, 4) // the zone starts at 6 busy
 		for range 6 {
 			require.True(t, f.Acquire("a"))
 		}
@@ -71,29 +69,17 @@ func TestFairShare(t *testing.T) {
 
 	t.Run("NoReserve", func(t *testing.T) {
 		t.Parallel()
-		f := invoker.NewFairShare(3, -1)
+		f := fairshare.New(3, -1)
 		for range 3 {
 			require.True(t, f.Acquire("a"), "without a reserve a tenant may hold every worker")
 		}
-	})
-
-	t.Run("SnoozesBackOff", func(t *testing.T) {
-		t.Parallel()
-		prev := time.Duration(0)
-		for n := range 6 {
-			d := invoker.SnoozeFor(fmt.Appendf(nil, `{"snoozes":%d}`, n))
-			require.Greater(t, d, prev/2, "snooze %d", n)
-			require.LessOrEqual(t, d, 4*time.Second, "under River's scheduler interval")
-			prev = d
-		}
-		require.Greater(t, invoker.SnoozeFor(nil), time.Duration(0))
 	})
 }
 
 // BenchmarkFairShareWake is what the fair share adds to an uncontended wake by a timer
 // (and to each River job): one acquire and its release.
 func BenchmarkFairShareWake(b *testing.B) {
-	f := invoker.NewFairShare(100, 0)
+	f := fairshare.New(100, 0)
 	b.ReportAllocs()
 	for b.Loop() {
 		if !f.Acquire("tenant") {
