@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepgate/stepgate/auth"
-	"github.com/stepgate/stepgate/functions/signature"
 	"github.com/stepgate/stepgate/internal/pgtest"
+	"github.com/stepgate/stepgate/protocol/signature"
 )
 
 func TestInvocationTokens(t *testing.T) {

@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/stepgate/stepgate/functions/signature"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/protocol/signature"
 )
 
 // SigningKeys signs the gateway's requests to functions with their tenant's keys: one

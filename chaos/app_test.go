@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/stepgate/stepgate/functions"
-	"github.com/stepgate/stepgate/functions/signature"
 	"github.com/stepgate/stepgate/functions/step"
+	"github.com/stepgate/stepgate/protocol/signature"
 )
 
 // The functions of the suite's app. chain runs its steps one after another; the fault

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/stepgate/stepgate/functions"
-	"github.com/stepgate/stepgate/functions/signature"
 	"github.com/stepgate/stepgate/functions/step"
 	"github.com/stepgate/stepgate/protocol"
+	"github.com/stepgate/stepgate/protocol/signature"
 )
 
 type Order struct {

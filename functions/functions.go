@@ -39,10 +39,10 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/stepgate/stepgate/functions/internal/invocation"
-	"github.com/stepgate/stepgate/functions/names"
-	"github.com/stepgate/stepgate/functions/signature"
 	"github.com/stepgate/stepgate/functions/step"
 	"github.com/stepgate/stepgate/protocol"
+	"github.com/stepgate/stepgate/protocol/names"
+	"github.com/stepgate/stepgate/protocol/signature"
 )
 
 // Config configures an [App].

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/stepgate/stepgate/functions/signature"
 	"github.com/stepgate/stepgate/protocol"
+	"github.com/stepgate/stepgate/protocol/signature"
 )
 
 // GatewayKeys returns a [signature.KeyFunc] that fetches your tenant's public keys from

@@ -12,13 +12,13 @@ import (
 	"time"
 
 	"github.com/stepgate/stepgate/access"
-	"github.com/stepgate/stepgate/functions/names"
-	"github.com/stepgate/stepgate/functions/signature"
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/internal/egress"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
+	"github.com/stepgate/stepgate/protocol/names"
+	"github.com/stepgate/stepgate/protocol/signature"
 )
 
 func notFound(detail string) server.NotFoundApplicationProblemPlusJSONResponse {

@@ -7,10 +7,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/stepgate/stepgate/functions/signature"
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
+	"github.com/stepgate/stepgate/protocol/signature"
 )
 
 // DefaultKeyOverlap and MaxKeyOverlap bound how long a replaced signing key keeps

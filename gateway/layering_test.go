@@ -4,7 +4,9 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -68,4 +70,58 @@ func TestGatewayOnlyMapsHTTP(t *testing.T) {
 		})
 	}
 	require.Greater(t, checked, 10, "the gateway's files were read")
+}
+
+// module is the module's path: the prefix of every package of stepgate.
+const module = "github.com/stepgate/stepgate/"
+
+// sdkHosts are the packages outside functions/ that import the Go SDK other than in tests,
+// and all they may import of it: each serves the examples, which the SDK builds (stepgate
+// dev in its own process, the examples' binary, the end-to-end stack).
+var sdkHosts = map[string][]string{
+	"cmd/stepgate":          {"functions", "functions/examples"},
+	"cmd/stepgate-examples": {"functions", "functions/examples"},
+	"internal/stack":        {"functions", "functions/examples"},
+}
+
+// TestServerImportsNoSDK keeps the arrow pointing one way: the SDK (functions/) imports
+// the protocol, and the server imports nothing of the SDK. What both sides must agree on
+// (the wire types, signatures, names) lives under protocol/. Tests may use the SDK to
+// write functions, and the sdkHosts may serve the examples; no other package depends on
+// anything under functions/, directly or not.
+func TestServerImportsNoSDK(t *testing.T) {
+	t.Parallel()
+	list := exec.Command("go", "list", "-f", "{{.ImportPath}}|{{join .Imports \" \"}}|{{join .Deps \" \"}}", "./...")
+	list.Dir = ".."
+	out, err := list.Output()
+	if ee, ok := err.(*exec.ExitError); ok {
+		t.Fatalf("go list: %v\n%s", err, ee.Stderr)
+	}
+	require.NoError(t, err)
+	inSDK := func(path string) bool { return path == "functions" || strings.HasPrefix(path, "functions/") }
+	checked := 0
+	for line := range strings.Lines(strings.TrimSpace(string(out))) {
+		fields := strings.Split(strings.TrimSpace(line), "|")
+		require.Len(t, fields, 3, "go list printed %q", line)
+		pkg, ok := strings.CutPrefix(fields[0], module)
+		require.True(t, ok, "go list printed %q, outside the module", fields[0])
+		if inSDK(pkg) {
+			continue
+		}
+		checked++
+		if allowed, host := sdkHosts[pkg]; host {
+			for _, imp := range strings.Fields(fields[1]) {
+				imp, ours := strings.CutPrefix(imp, module)
+				require.False(t, ours && inSDK(imp) && !slices.Contains(allowed, imp),
+					"%s imports %s: only %v of the SDK, to serve the examples; what the gateway and the SDK share belongs under protocol/", pkg, imp, allowed)
+			}
+			continue
+		}
+		for _, dep := range strings.Fields(fields[2]) {
+			dep, ours := strings.CutPrefix(dep, module)
+			require.False(t, ours && inSDK(dep),
+				"%s depends on %s: the server must not import the SDK; what the gateway and the SDK share belongs under protocol/", pkg, dep)
+		}
+	}
+	require.Greater(t, checked, 10, "the module's packages were listed")
 }

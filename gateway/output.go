@@ -14,11 +14,11 @@ import (
 	"time"
 
 	"github.com/stepgate/stepgate/auth"
-	"github.com/stepgate/stepgate/functions/names"
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
+	"github.com/stepgate/stepgate/protocol/names"
 )
 
 // What runs publish while they run: values (step.SetValue), journal entries of kind

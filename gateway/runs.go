@@ -17,12 +17,12 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stepgate/stepgate/access"
-	"github.com/stepgate/stepgate/functions/names"
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/internal/tracing"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
+	"github.com/stepgate/stepgate/protocol/names"
 )
 
 // MaxWait is the longest a request may wait for a run's result.

@@ -12,11 +12,11 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/stepgate/stepgate/access"
-	"github.com/stepgate/stepgate/functions/names"
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
+	"github.com/stepgate/stepgate/protocol/names"
 )
 
 func scheduleToAPI(s *journal.Schedule) protocol.Schedule {

@@ -9,9 +9,9 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/stepgate/stepgate/functions/names"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
+	"github.com/stepgate/stepgate/protocol/names"
 )
 
 // decodeAnswer reads a function's answer (an HTTP 200 body) and returns it, or why it

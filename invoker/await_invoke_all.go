@@ -6,9 +6,9 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/stepgate/stepgate/functions/names"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
+	"github.com/stepgate/stepgate/protocol/names"
 )
 
 // invokeAllAwait: the run starts several child runs at once (parallel children), as an

@@ -1,9 +1,9 @@
 package invoker
 
 import (
-	"github.com/stepgate/stepgate/functions/names"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
+	"github.com/stepgate/stepgate/protocol/names"
 )
 
 // receiveAwait: the run takes the oldest message of a topic from its mailbox, or waits

@@ -6,9 +6,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/stepgate/stepgate/functions/names"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
+	"github.com/stepgate/stepgate/protocol/names"
 )
 
 // Bounds of a wait_event's match.

@@ -20,10 +20,10 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/stepgate/stepgate/functions/signature"
 	"github.com/stepgate/stepgate/internal/egress"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
+	"github.com/stepgate/stepgate/protocol/signature"
 )
 
 // Result is where a run stands after an invocation was applied.

@@ -33,7 +33,7 @@ import (
 
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/examples"
-	"github.com/stepgate/stepgate/functions/signature"
+	"github.com/stepgate/stepgate/protocol/signature"
 )
 
 func main() {

@@ -24,10 +24,10 @@ import (
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/examples"
-	"github.com/stepgate/stepgate/functions/signature"
 	"github.com/stepgate/stepgate/internal/gatewayproc"
 	"github.com/stepgate/stepgate/internal/pgserver"
 	"github.com/stepgate/stepgate/protocol"
+	"github.com/stepgate/stepgate/protocol/signature"
 )
 
 // devState is what `stepgate dev` keeps in .stepgate/dev.json across restarts, so its

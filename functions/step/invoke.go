@@ -6,8 +6,8 @@ import (
 	"fmt"
 
 	"github.com/stepgate/stepgate/functions/internal/invocation"
-	"github.com/stepgate/stepgate/functions/names"
 	"github.com/stepgate/stepgate/protocol"
+	"github.com/stepgate/stepgate/protocol/names"
 )
 
 // Invoke runs function (a function registered in this run's tenant, at its current

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/stepgate/stepgate/functions/internal/invocation"
-	"github.com/stepgate/stepgate/functions/names"
 	"github.com/stepgate/stepgate/protocol"
+	"github.com/stepgate/stepgate/protocol/names"
 )
 
 // Patched reports whether the run takes the patched code path of the patch called name,

@@ -62,8 +62,8 @@ import (
 	"time"
 
 	"github.com/stepgate/stepgate/functions/internal/invocation"
-	"github.com/stepgate/stepgate/functions/names"
 	"github.com/stepgate/stepgate/protocol"
+	"github.com/stepgate/stepgate/protocol/names"
 )
 
 // ErrNoInvocation is returned by steps called with a context that does not come from an

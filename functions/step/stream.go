@@ -8,8 +8,8 @@ import (
 	"strings"
 
 	"github.com/stepgate/stepgate/functions/internal/invocation"
-	"github.com/stepgate/stepgate/functions/names"
 	"github.com/stepgate/stepgate/protocol"
+	"github.com/stepgate/stepgate/protocol/names"
 )
 
 // StreamWriter writes the ordered chunks of one of the run's streams, which clients read

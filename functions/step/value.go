@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/stepgate/stepgate/functions/internal/invocation"
-	"github.com/stepgate/stepgate/functions/names"
 	"github.com/stepgate/stepgate/protocol"
+	"github.com/stepgate/stepgate/protocol/names"
 )
 
 // SetValue publishes value (encoded as JSON) as the run's latest value under key, for

@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stepgate/stepgate/functions/signature"
 	"github.com/stepgate/stepgate/protocol"
+	"github.com/stepgate/stepgate/protocol/signature"
 )
 
 // CheckpointFunc decides the answer to a checkpoint of e for run runID; code 0 lets the

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gopkg.in/yaml.v3"
 
-	"github.com/stepgate/stepgate/functions/names"
+	"github.com/stepgate/stepgate/protocol/names"
 )
 
 func TestNames(t *testing.T) {

@@ -18,7 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/stepgate/stepgate/functions/signature"
+	"github.com/stepgate/stepgate/protocol/signature"
 )
 
 // seq returns n bytes counting up from first: the test vector's key material.
