@@ -34,7 +34,9 @@ import (
 	"github.com/stepgate/stepgate/internal/metrics"
 	"github.com/stepgate/stepgate/internal/notify"
 	"github.com/stepgate/stepgate/internal/tracing"
+	"github.com/stepgate/stepgate/invoker/internal/clock"
 	"github.com/stepgate/stepgate/invoker/internal/fairshare"
+	"github.com/stepgate/stepgate/invoker/internal/maintenance"
 	"github.com/stepgate/stepgate/journal"
 )
 
@@ -167,9 +169,6 @@ type Invoker struct {
 	loopsCancel context.CancelFunc // stops the renewal and maintenance loops
 	loopsWG     sync.WaitGroup
 
-	retention      time.Duration // see Config.Retention
-	retentionBatch int
-
 	bg       context.Context // for work that outlives a request: timers' invocations
 	bgCancel context.CancelFunc
 	bgWG     sync.WaitGroup
@@ -218,9 +217,8 @@ func New(cfg Config) (*Invoker, error) {
 	river.AddWorker(workers, &cancelTreeWorker{inv: inv})
 	river.AddWorker(workers, &cancelOperationWorker{inv: inv})
 	river.AddWorker(workers, &deadlineWorker{inv: inv})
-	river.AddWorker(workers, &retentionWorker{inv: inv})
-	inv.retention = cmp.Or(cfg.Retention, DefaultRetention)
-	inv.retentionBatch = cmp.Or(cfg.RetentionBatch, 500)
+	river.AddWorker(workers, maintenance.NewRetention(cfg.Pool, cmp.Or(cfg.Retention, DefaultRetention),
+		cmp.Or(cfg.RetentionBatch, 500), cfg.Logger, clock.Real{}))
 	var middleware []rivertype.Middleware
 	if cfg.TracerProvider != nil {
 		inv.tracer = cfg.TracerProvider.Tracer(tracing.Name)
@@ -250,7 +248,7 @@ func New(cfg Config) (*Invoker, error) {
 		// job finds nothing to claim. A job whose invocation is still in flight may be
 		// rescued too: its retry finds the run claimed and does nothing.
 		RescueStuckJobsAfter: time.Minute,
-		PeriodicJobs:         []*river.PeriodicJob{retentionJob(cmp.Or(cfg.RetentionInterval, time.Minute))},
+		PeriodicJobs:         []*river.PeriodicJob{maintenance.RetentionJob(cmp.Or(cfg.RetentionInterval, time.Minute))},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("invoker: river client: %w", err)
