@@ -137,13 +137,13 @@ func (s *Server) checkpointEvent(ctx context.Context, runID string, invocation i
 	if len(out.Data) == 0 {
 		out.Data = json.RawMessage("null")
 	}
-	entry := invoker.EntryFromAPI(e)
 	raw, err := json.Marshal(out)
 	if err != nil {
 		return badRequest("an event entry's data is not valid JSON: %v", err)
 	}
-	entry.Output = raw
-	return s.inv.CheckpointEvent(ctx, runID, invocation, entry, invoker.SentEvent{ID: out.ID, Name: out.Name, Data: out.Data})
+	output := protocol.AnyJSON(raw)
+	e.Output = &output
+	return s.inv.CheckpointEvent(ctx, runID, invocation, e, invoker.SentEvent{ID: out.ID, Name: out.Name, Data: out.Data})
 }
 
 // ListEvents lists the tenant's events, newest first, a page at a time.

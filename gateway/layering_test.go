@@ -72,6 +72,53 @@ func TestGatewayOnlyMapsHTTP(t *testing.T) {
 	require.Greater(t, checked, 10, "the gateway's files were read")
 }
 
+// TestGatewayOwnsItsConverters keeps the shaping of what the API's readers see (a run,
+// its journal, errors, failures, what it awaits) in the gateway (gateway/convert.go), and
+// the function protocol's converters in the invoker: the gateway calls no converter of
+// the invoker (a function of package invoker whose name ends in ToAPI, FromAPI or
+// ForReaders).
+func TestGatewayOwnsItsConverters(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("*.go")
+	require.NoError(t, err)
+	fset := token.NewFileSet()
+	checked := 0
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		require.NoError(t, err)
+		checked++
+		invokerName := ""
+		for _, imp := range f.Imports {
+			if path, _ := strconv.Unquote(imp.Path.Value); path == module+"invoker" {
+				invokerName = "invoker"
+				if imp.Name != nil {
+					invokerName = imp.Name.Name
+				}
+			}
+		}
+		if invokerName == "" {
+			continue
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			sel, ok := n.(*ast.SelectorExpr)
+			if !ok {
+				return true
+			}
+			if x, ok := sel.X.(*ast.Ident); ok && x.Name == invokerName {
+				for _, suffix := range []string{"ToAPI", "FromAPI", "ForReaders"} {
+					require.False(t, strings.HasSuffix(sel.Sel.Name, suffix),
+						"%s uses invoker.%s: what the API's readers see is shaped in gateway/convert.go, and the function protocol's converters are the invoker's own", fset.Position(sel.Pos()), sel.Sel.Name)
+				}
+			}
+			return true
+		})
+	}
+	require.Greater(t, checked, 10, "the gateway's files were read")
+}
+
 // module is the module's path: the prefix of every package of stepgate.
 const module = "github.com/stepgate/stepgate/"
 

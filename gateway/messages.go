@@ -104,13 +104,12 @@ func (s *Server) checkpointSend(ctx context.Context, runID string, invocation in
 	if len(out.Data) == 0 {
 		out.Data = json.RawMessage("null")
 	}
-	entry := invoker.EntryFromAPI(e)
 	raw, err := json.Marshal(out)
 	if err != nil {
 		return nil, badRequest("a send entry's data is not valid JSON: %v", err)
 	}
-	entry.Output = raw
-	refused, err := s.inv.CheckpointSend(ctx, runID, invocation, entry,
+	output := protocol.AnyJSON(raw)
+	e.Output = &output
+	return s.inv.CheckpointSend(ctx, runID, invocation, e,
 		invoker.SentMessage{RunID: out.RunID, ID: out.ID, Topic: out.Topic, Data: out.Data})
-	return invoker.ErrorToAPI(refused), err
 }

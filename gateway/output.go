@@ -51,7 +51,7 @@ func (s *Server) checkpointValue(ctx context.Context, runID string, invocation i
 	if e.Output == nil {
 		return badRequest("a value entry's output is the value")
 	}
-	return s.inv.CheckpointValue(ctx, runID, invocation, invoker.EntryFromAPI(e))
+	return s.inv.CheckpointValue(ctx, runID, invocation, e)
 }
 
 func valueToAPI(v *journal.Value) protocol.RunValue {

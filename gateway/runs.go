@@ -94,7 +94,7 @@ func parseDeadline(at *time.Time, timeout *string) (*time.Time, error) {
 }
 
 func runResult(run *journal.Run) protocol.RunResult {
-	r := protocol.RunResult{ID: run.ID, Status: protocol.RunStatus(run.Status), Error: invoker.ErrorToAPI(run.Error)}
+	r := protocol.RunResult{ID: run.ID, Status: protocol.RunStatus(run.Status), Error: errorToAPI(run.Error)}
 	if run.Output != nil {
 		o := protocol.AnyJSON(run.Output)
 		r.Output = &o
@@ -231,7 +231,7 @@ func (s *Server) StartRun(ctx context.Context, req server.StartRunRequestObject)
 		case res := <-done:
 			if res != nil && res.Status.Terminal() {
 				return server.StartRun200JSONResponse{ID: run.ID, Status: protocol.RunStatus(res.Status),
-					Output: rawPtr(res.Output), Error: invoker.ErrorToAPI(res.Error)}, nil
+					Output: rawPtr(res.Output), Error: errorToAPI(res.Error)}, nil
 			}
 		case <-timer.C:
 			return startAnswer(run), nil
@@ -332,11 +332,11 @@ func validRunID(id string) bool {
 func runToAPI(run *journal.Run, io bool) protocol.Run {
 	r := protocol.Run{
 		ID: run.ID, Function: run.Function, Revision: run.Revision, Status: protocol.RunStatus(run.Status),
-		Error:    invoker.ErrorToAPI(run.Error),
+		Error:    errorToAPI(run.Error),
 		Identity: run.Identity, IdempotencyKey: run.IdempotencyKey, ParentID: run.ParentID,
 		ParentSeq: run.ParentSeq, ParentName: run.ParentName, RerunOf: run.RerunOf,
 		Invocations: run.Invocations, FailedInvocations: run.FailedInvocations, Recoveries: run.Recoveries, WakeAt: run.WakeAt, Deadline: run.Deadline, Held: run.Held, Priority: &run.Priority, CreatedAt: run.CreatedAt, StartedAt: run.StartedAt,
-		FinishedAt: run.FinishedAt, CancelledBy: run.CancelledBy, Awaiting: invoker.AwaitingToAPI(run.Awaiting),
+		FinishedAt: run.FinishedAt, CancelledBy: run.CancelledBy, Awaiting: awaitingToAPI(run.Awaiting),
 	}
 	if run.Detached {
 		r.Detached = &run.Detached
@@ -385,10 +385,10 @@ func (s *Server) GetRun(ctx context.Context, req server.GetRunRequestObject) (se
 		Failures: make([]protocol.AttemptFailure, 0, len(d.Failures)),
 	}
 	for _, e := range d.Journal {
-		out.Journal = append(out.Journal, invoker.EntryForReaders(e))
+		out.Journal = append(out.Journal, entryForReaders(e))
 	}
 	for _, f := range d.Failures {
-		out.Failures = append(out.Failures, invoker.FailureToAPI(f))
+		out.Failures = append(out.Failures, failureToAPI(f))
 	}
 	if d.Next > 0 {
 		out.JournalNextCursor = new(strconv.Itoa(d.Next))
@@ -499,19 +499,19 @@ func (s *Server) Checkpoint(ctx context.Context, req server.CheckpointRequestObj
 	case protocol.EntryKindSend:
 		refused, err = s.checkpointSend(ctx, req.ID, claim.invocation, *e)
 	case protocol.EntryKindCallback:
-		output, err = s.inv.CheckpointCallback(ctx, req.ID, claim.invocation, invoker.EntryFromAPI(*e))
+		output, err = s.inv.CheckpointCallback(ctx, req.ID, claim.invocation, *e)
 		if errors.Is(err, invoker.ErrBadCallback) {
 			return nil, badRequest("%s", strings.TrimPrefix(err.Error(), invoker.ErrBadCallback.Error()+": "))
 		}
 	case protocol.EntryKindSleep:
 		var at time.Time
-		at, err = s.inv.CheckpointSleep(ctx, req.ID, claim.invocation, invoker.EntryFromAPI(*e))
+		at, err = s.inv.CheckpointSleep(ctx, req.ID, claim.invocation, *e)
 		if errors.Is(err, invoker.ErrBadSleep) {
 			return nil, badRequest("%s", strings.TrimPrefix(err.Error(), invoker.ErrBadSleep.Error()+": "))
 		}
 		until = &at
 	default:
-		err = s.inv.Checkpoint(ctx, req.ID, claim.invocation, invoker.EntryFromAPI(*e))
+		err = s.inv.Checkpoint(ctx, req.ID, claim.invocation, *e)
 	}
 	var le *journal.LimitError
 	var qe *journal.QuotaError

@@ -210,7 +210,7 @@ var tokenPaths = map[string]bool{"/v1/callbacks/:token": true, "/v1/callbacks/:t
 // masked.
 func loggedPath(c echo.Context) string {
 	if tokenPaths[c.Path()] {
-		return strings.Replace(c.Request().URL.Path, c.Param("token"), invoker.MaskedToken, 1)
+		return strings.Replace(c.Request().URL.Path, c.Param("token"), journal.MaskedToken, 1)
 	}
 	return c.Request().URL.Path
 }

@@ -177,7 +177,7 @@ func (inv *Invoker) outcomeOf(rev *revision, claim *journal.Claim, a *protocol.I
 	var steps []journal.Entry
 	if a.Steps != nil {
 		for _, s := range *a.Steps {
-			steps = append(steps, EntryFromAPI(s))
+			steps = append(steps, entryFromAPI(s))
 		}
 	}
 	var o journal.Outcome
@@ -189,7 +189,7 @@ func (inv *Invoker) outcomeOf(rev *revision, claim *journal.Claim, a *protocol.I
 		}
 		o = journal.Completed(out, steps...)
 	case protocol.AnswerStatusFailed:
-		e := ErrorFromAPI(a.Error)
+		e := errorFromAPI(a.Error)
 		e.Retryable = false
 		o = journal.Failed(*e, steps...)
 	case protocol.AnswerStatusSuspended:

@@ -70,7 +70,7 @@ func callbackTimeout(c answerCheck, what string, raw *string, def time.Duration)
 // not {"timeout": "<duration>"}.
 var ErrBadCallback = errors.New("invoker: bad callback entry")
 
-// CheckpointCallback journals e, a callback entry of the invocation that owns runID,
+// CheckpointCallback journals a function's checkpoint e, a callback entry of the invocation that owns runID,
 // with a new token and its URL (see journal.CreateCallback), and returns the entry's
 // output {"url", "token", "expires_at"}. e's output may be {"timeout": "<duration>"}
 // (1s to MaxCallbackTimeout; DefaultCallbackTimeout when absent): ErrBadCallback
@@ -78,7 +78,8 @@ var ErrBadCallback = errors.New("invoker: bad callback entry")
 // bits, base64url: only the gateway makes it; the database keeps its SHA-256 in
 // stepgate.callback and the journal keeps it sealed (journal.CallbackKey), which the
 // gateway opens for the run's own invocations only. Other errors are as Checkpoint's.
-func (inv *Invoker) CheckpointCallback(ctx context.Context, runID string, invocation int, e journal.Entry) (json.RawMessage, error) {
+func (inv *Invoker) CheckpointCallback(ctx context.Context, runID string, invocation int, checkpoint protocol.JournalEntry) (json.RawMessage, error) {
+	e := entryFromAPI(checkpoint)
 	var spec struct {
 		Timeout *string `json:"timeout"`
 	}

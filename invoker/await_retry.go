@@ -31,7 +31,7 @@ var retryAwait = awaitKind{
 		if n, ok := claim.StepAttempts[w.Seq]; ok {
 			attempt = n
 		}
-		stepErr := *ErrorFromAPI(w.Error)
+		stepErr := *errorFromAPI(w.Error)
 		if attempt >= policy.MaxAttempts {
 			// The step is out of attempts: journal its failure and call again at once, as
 			// the SDK would have had it counted right.

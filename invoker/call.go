@@ -327,7 +327,7 @@ func (inv *Invoker) call(ctx context.Context, rev *revision, claim *journal.Clai
 				return nil, &journal.ErrorInfo{Type: "request", Message: fmt.Sprintf("callback %d %q: %v", e.Seq, e.Name, err)}
 			}
 		}
-		req.Journal = append(req.Journal, EntryToAPI(e))
+		req.Journal = append(req.Journal, entryToAPI(e))
 	}
 	if len(claim.StepAttempts) > 0 {
 		m := make(map[string]int, len(claim.StepAttempts))

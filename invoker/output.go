@@ -6,13 +6,15 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/protocol"
 )
 
-// CheckpointValue journals e, a value entry (journal.KindValue) of the invocation that
+// CheckpointValue journals a function's checkpoint e, a value entry (journal.KindValue) of the invocation that
 // owns runID, and tells the run's readers on every gateway (journal.NotifyOutput), in
 // one transaction. It is fenced and bounded like any entry, and errors are as
 // Checkpoint's: a conflict or a limit fails the run.
-func (inv *Invoker) CheckpointValue(ctx context.Context, runID string, invocation int, e journal.Entry) error {
+func (inv *Invoker) CheckpointValue(ctx context.Context, runID string, invocation int, checkpoint protocol.JournalEntry) error {
+	e := entryFromAPI(checkpoint)
 	err := pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
 		if err := journal.AppendEntry(ctx, tx, runID, invocation, e, inv.limits.Bounds()); err != nil {
 			return err

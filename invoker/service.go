@@ -12,6 +12,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // The run service: every change of a run's status, and every write that starts runs,
@@ -273,13 +274,14 @@ type SentEvent struct {
 	Data json.RawMessage
 }
 
-// CheckpointEvent journals e, an event entry of the invocation that owns runID, and
+// CheckpointEvent journals a function's checkpoint e, an event entry of the invocation that owns runID, and
 // sends ev with the run's tenant and identity, in one transaction: the entry is fenced
 // like a step's, and a repeated checkpoint finds both the entry and the event (its id)
 // already there, so it starts nothing twice. Errors are as Checkpoint's; an event whose
 // triggers would pass the tenant's quota of runs (a *journal.QuotaError) fails the run
 // with it, as a limit does.
-func (inv *Invoker) CheckpointEvent(ctx context.Context, runID string, invocation int, e journal.Entry, ev SentEvent) error {
+func (inv *Invoker) CheckpointEvent(ctx context.Context, runID string, invocation int, checkpoint protocol.JournalEntry, ev SentEvent) error {
+	e := entryFromAPI(checkpoint)
 	var resumed []string
 	var held []*journal.Run
 	var deadlines []newDeadline

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // MaxSleepInProcess bounds a sleep that a function waits out in its process (a
@@ -19,11 +20,12 @@ const MaxSleepInProcess = time.Hour
 var ErrBadSleep = errors.New("bad sleep")
 
 // CheckpointSleep journals a sleep that invocation waits out in its process, and
-// returns its wake time: e.WakeAt, or, with e.Output {"duration": "<Go duration>"}, that
+// returns its wake time: e.Until, or, with e.Output {"duration": "<Go duration>"}, that
 // long from now on the gateway's clock. The run stays running: if the invocation fails
 // while the function waits, its retry is not due before that time (see journal.Finish
 // and journal.ReapExpiredLeases). A repeated checkpoint returns the journaled time.
-func (inv *Invoker) CheckpointSleep(ctx context.Context, runID string, invocation int, e journal.Entry) (time.Time, error) {
+func (inv *Invoker) CheckpointSleep(ctx context.Context, runID string, invocation int, checkpoint protocol.JournalEntry) (time.Time, error) {
+	e := entryFromAPI(checkpoint)
 	switch {
 	case e.Error != nil:
 		return time.Time{}, fmt.Errorf("%w: a sleep has no error", ErrBadSleep)
@@ -51,7 +53,7 @@ func (inv *Invoker) CheckpointSleep(ctx context.Context, runID string, invocatio
 		return time.Time{}, fmt.Errorf("%w: a sleep of %s in the function's process is longer than the limit of %s: suspend the run instead (await sleep)",
 			ErrBadSleep, d.Round(time.Second), MaxSleepInProcess)
 	}
-	if err := inv.Checkpoint(ctx, runID, invocation, e); err != nil {
+	if err := inv.appendCheckpoint(ctx, runID, invocation, e); err != nil {
 		return time.Time{}, err
 	}
 	at, err := journal.EntryWakeAt(ctx, inv.pool, runID, e.Seq)

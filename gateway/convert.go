@@ -1,0 +1,107 @@
+package gateway
+
+import (
+	"encoding/json"
+	"strings"
+
+	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/protocol"
+)
+
+// This file shapes what the API's readers see of a run: its journal, errors, failed
+// attempts and what it awaits. The function protocol's converters (an invocation's
+// journal, a function's checkpoints and answer) are the invoker's own (invoker/convert.go).
+
+// entryForReaders returns a journal entry in its protocol form for the API's readers:
+// a callback's token, the credential that resolves it, is masked (journal.MaskedToken)
+// in its output and its URL, and its sealed form (journal.CallbackKey) is left out. Only
+// the run's function (its invocations' journal, opened by the gateway) gets it. It is
+// the gateway's only conversion of a journal entry, so none reaches a reader unmasked.
+func entryForReaders(e journal.Entry) protocol.JournalEntry {
+	if e.Kind == journal.KindCallback && e.Output != nil {
+		var cb journal.CallbackOutput
+		if json.Unmarshal(e.Output, &cb) == nil {
+			if i := strings.LastIndex(cb.URL, "/"); i >= 0 {
+				cb.URL = cb.URL[:i+1] + journal.MaskedToken
+			}
+			cb.Token = journal.MaskedToken
+			if raw, err := json.Marshal(cb); err == nil {
+				e.Output = raw
+			}
+		} else {
+			e.Output = nil
+		}
+	}
+	out := protocol.JournalEntry{
+		Seq:        e.Seq,
+		Kind:       protocol.EntryKind(e.Kind),
+		Name:       e.Name,
+		Attempt:    &e.Attempt,
+		Until:      e.WakeAt,
+		StartedAt:  e.StartedAt,
+		FinishedAt: &e.FinishedAt,
+		Error:      errorToAPI(e.Error),
+	}
+	if e.Copied {
+		out.Copied = &e.Copied
+	}
+	if e.Output != nil {
+		o := protocol.AnyJSON(e.Output)
+		out.Output = &o
+	}
+	return out
+}
+
+// errorToAPI returns e in its protocol form; nil stays nil.
+func errorToAPI(e *journal.ErrorInfo) *protocol.ErrorInfo {
+	if e == nil {
+		return nil
+	}
+	return &protocol.ErrorInfo{Type: e.Type, Message: e.Message, Retryable: &e.Retryable}
+}
+
+// failureToAPI returns a failed attempt in its API form.
+func failureToAPI(f journal.Failure) protocol.AttemptFailure {
+	return protocol.AttemptFailure{
+		Seq: f.Seq, Attempt: f.Attempt, Name: &f.Name, CreatedAt: f.CreatedAt,
+		Error: *errorToAPI(&f.Error),
+	}
+}
+
+// awaitingToAPI returns what a run awaits for the API, or nil.
+func awaitingToAPI(a *journal.Awaiting) *protocol.Awaiting {
+	if a == nil {
+		return nil
+	}
+	out := &protocol.Awaiting{Kind: protocol.AwaitingKind(a.Kind), Seq: a.Seq, Name: a.Name}
+	if a.Attempt > 0 {
+		out.Attempt = &a.Attempt
+	}
+	if a.Count > 0 {
+		out.Count = &a.Count
+	}
+	if a.ChildID != "" {
+		out.ChildID, out.Function = &a.ChildID, &a.Function
+	}
+	if a.Event != "" {
+		out.Event = &a.Event
+		var m map[string]protocol.AnyJSON
+		if json.Unmarshal(a.Match, &m) == nil && m != nil {
+			out.Match = &m
+		}
+	}
+	if a.Topic != "" {
+		out.Topic = &a.Topic
+	}
+	if a.CallbackSeq > 0 {
+		out.CallbackSeq = &a.CallbackSeq
+	}
+	if len(a.Of) > 0 {
+		of := make([]protocol.Awaiting, len(a.Of))
+		for i := range a.Of {
+			of[i] = *awaitingToAPI(&a.Of[i])
+		}
+		out.Of = &of
+	}
+	return out
+}
