@@ -407,7 +407,11 @@ func dropDeadlineJob(t *testing.T, s *stack.Stack, id string) {
 	tag, err := s.Pool.Exec(t.Context(), `
 		DELETE FROM river_job WHERE kind = 'stepgate.deadline' AND args->>'run_id' = $1 AND state IN ('scheduled', 'available')`, id)
 	require.NoError(t, err)
-	require.EqualValues(t, 1, tag.RowsAffected(), "run %s's deadline job, not yet worked", id)
+	if tag.RowsAffected() != 1 {
+		rows, _ := s.Pool.Query(t.Context(), `SELECT kind, state::text, scheduled_at::text, args::text FROM river_job WHERE args->>'run_id' = $1`, id)
+		jobs, err := pgx.CollectRows(rows, pgx.RowToMap)
+		t.Fatalf("run %s's deadline job, not yet worked: not found (the run's jobs: %v, %v)", id, jobs, err)
+	}
 }
 
 // TestDeadlineLateness measures how late runs end past their deadlines, on the database
