@@ -571,27 +571,6 @@ func ClaimInvocation(ctx context.Context, db DB, runID string, invocation int, n
 	return nil
 }
 
-// Deadlines returns the deadlines of those of the runs that have one, by run id, any
-// tenant's, and the database clock (the invoker schedules their deadline jobs and arms
-// their timers).
-func Deadlines(ctx context.Context, db DB, ids []string) (map[string]time.Time, time.Time, error) {
-	rows, _ := db.Query(ctx, dbsqlc.RunDeadlines, ids)
-	out := map[string]time.Time{}
-	var now time.Time
-	var id *string
-	var at *time.Time
-	_, err := pgx.ForEachRow(rows, []any{&id, &at, &now}, func() error {
-		if id != nil {
-			out[*id] = *at
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("load deadlines: %w", err)
-	}
-	return out, now, nil
-}
-
 // SeqRangeError: a rerun's from_seq is outside 1 to Max: the run's last seq + 1, or the
 // seq of its first sleep not over yet (Sleeping), which a copy could not replay as done.
 type SeqRangeError struct {

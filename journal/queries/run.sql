@@ -143,10 +143,6 @@ RETURNING id, tenant, function, revision, status, input, output, error, identity
 -- name: RunRevision :one
 SELECT tenant, function, revision FROM stepgate.run WHERE id = @id;
 
--- name: RunDeadlines :many
-SELECT r.id::text, r.deadline, c.now FROM (SELECT now() AS now) c
-LEFT JOIN stepgate.run r ON r.id = ANY(@ids::uuid[]) AND r.deadline IS NOT NULL;
-
 -- name: RunCopyBounds :one
 -- The last seq of the run to copy, and the seq of its first sleep not over yet.
 SELECT (SELECT max(e.seq) FROM stepgate.journal_entry e WHERE e.run_id = r.id) AS last_seq,

@@ -461,37 +461,6 @@ func (q *Queries) RunCreateRefused(ctx context.Context, arg RunCreateRefusedPara
 	return i, err
 }
 
-const RunDeadlines = `-- name: RunDeadlines :many
-SELECT r.id::text, r.deadline, c.now FROM (SELECT now() AS now) c
-LEFT JOIN stepgate.run r ON r.id = ANY($1::uuid[]) AND r.deadline IS NOT NULL
-`
-
-type RunDeadlinesRow struct {
-	RID      string
-	Deadline *time.Time
-	Now      interface{}
-}
-
-func (q *Queries) RunDeadlines(ctx context.Context, ids []string) ([]RunDeadlinesRow, error) {
-	rows, err := q.db.Query(ctx, RunDeadlines, ids)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []RunDeadlinesRow
-	for rows.Next() {
-		var i RunDeadlinesRow
-		if err := rows.Scan(&i.RID, &i.Deadline, &i.Now); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const RunDetailFailures = `-- name: RunDetailFailures :many
 SELECT seq, attempt, name, error, created_at FROM (
     SELECT f.seq, f.attempt, f.name, f.error, f.created_at FROM stepgate.attempt_failure f
