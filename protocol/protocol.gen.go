@@ -159,6 +159,7 @@ const (
 	EntryKindInvoke        EntryKind = "invoke"
 	EntryKindPatch         EntryKind = "patch"
 	EntryKindReceive       EntryKind = "receive"
+	EntryKindReply         EntryKind = "reply"
 	EntryKindSend          EntryKind = "send"
 	EntryKindSleep         EntryKind = "sleep"
 	EntryKindStep          EntryKind = "step"
@@ -181,6 +182,8 @@ func (e EntryKind) Valid() bool {
 	case EntryKindPatch:
 		return true
 	case EntryKindReceive:
+		return true
+	case EntryKindReply:
 		return true
 	case EntryKindSend:
 		return true
@@ -259,6 +262,27 @@ func (e OperationStatus) Valid() bool {
 	case OperationStatusFailed:
 		return true
 	case OperationStatusRunning:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RunRequestStatus.
+const (
+	RunRequestStatusFailed  RunRequestStatus = "failed"
+	RunRequestStatusPending RunRequestStatus = "pending"
+	RunRequestStatusReplied RunRequestStatus = "replied"
+)
+
+// Valid indicates whether the value is a known member of the RunRequestStatus enum.
+func (e RunRequestStatus) Valid() bool {
+	switch e {
+	case RunRequestStatusFailed:
+		return true
+	case RunRequestStatusPending:
+		return true
+	case RunRequestStatusReplied:
 		return true
 	default:
 		return false
@@ -1173,6 +1197,15 @@ type InvokeCall struct {
 // identity (and the sending run, for a message sent by `send`), or
 // `{"timed_out": true}`.
 //
+// A `reply` (checkpointed like a step, `step.Reply`) is named after the `id` of a
+// request (`POST /v1/runs/{id}/requests`) that this run has received, at a lower
+// seq, with a `receive` of its topic `request:<name>`; its `output` is the reply,
+// or its `error` an error reply. The client waiting on the request gets it once
+// the checkpoint is answered 200. A reply to a request this run has not received,
+// or has replied to already at another seq, is a 400 naming it; an identical
+// repeat at the same seq is harmless. A `send` on a `request:` topic is a 400:
+// only the API sends requests.
+//
 // A `callback` (checkpointed with no output; the gateway makes it, see the
 // checkpoint) has `output` `{"url", "token", "expires_at"}`: `url` is
 // `<gateway public URL>/v1/callbacks/<token>`, which the function hands to whoever
@@ -1348,6 +1381,18 @@ type RateConfig struct {
 	Period Duration `json:"period"`
 }
 
+// RequestSend defines model for RequestSend.
+type RequestSend struct {
+	// Data Any JSON value, kept byte for byte.
+	Data *AnyJSON `json:"data,omitempty"`
+
+	// ID The request's id, which deduplicates it as a message's id does. Defaults to a new UUID. The form `<run id>:<seq>` is reserved (a 400).
+	ID *string `json:"id,omitempty"`
+
+	// Name What the run's `step.ReceiveRequest` awaits: 1 to 255 bytes; the message's topic is `request:<name>`.
+	Name string `json:"name"`
+}
+
 // RerunRequest Where a rerun starts; an absent body or field reruns from the start.
 type RerunRequest struct {
 	// FromSeq The first seq the new run executes again; the old run's entries before it are
@@ -1508,6 +1553,45 @@ type RunPage struct {
 	// NextCursor Absent on the last page.
 	NextCursor *string `json:"next_cursor,omitempty"`
 	Runs       []Run   `json:"runs"`
+}
+
+// RunRequest A request to a run and its status, derived from the run: `replied` when the run
+// journaled a `reply` entry named after its `id` (`reply`, or `error` for an error
+// reply), `failed` when the run ended without one (`error` of type `no_reply`),
+// `pending` otherwise (`received` says whether the run has taken it yet).
+type RunRequest struct {
+	// Data Any JSON value, kept byte for byte.
+	Data *AnyJSON `json:"data,omitempty"`
+
+	// Duplicate True when a request with this id was sent to the run before: this answers that first request, and nothing was sent.
+	Duplicate *bool      `json:"duplicate,omitempty"`
+	Error     *ErrorInfo `json:"error,omitempty"`
+	ID        string     `json:"id"`
+	Name      string     `json:"name"`
+
+	// Received The run has taken the request (its receive entry's seq is `received_seq`).
+	Received    bool       `json:"received"`
+	ReceivedSeq *int       `json:"received_seq,omitempty"`
+	RepliedAt   *time.Time `json:"replied_at,omitempty"`
+
+	// Reply Any JSON value, kept byte for byte.
+	Reply *AnyJSON `json:"reply,omitempty"`
+
+	// ReplySeq The seq of the run's reply entry.
+	ReplySeq *int             `json:"reply_seq,omitempty"`
+	RunID    string           `json:"run_id"`
+	SentAt   time.Time        `json:"sent_at"`
+	Status   RunRequestStatus `json:"status"`
+}
+
+// RunRequestStatus defines model for RunRequest.Status.
+type RunRequestStatus string
+
+// RunRequestPage defines model for RunRequestPage.
+type RunRequestPage struct {
+	// NextCursor Where the next page starts; absent on the last page.
+	NextCursor *string      `json:"next_cursor,omitempty"`
+	Requests   []RunRequest `json:"requests"`
 }
 
 // RunResult A run's outcome, or its current status when it has not finished.
@@ -1788,6 +1872,9 @@ type FunctionName = string
 // OutputKey defines model for OutputKey.
 type OutputKey = string
 
+// RequestWait defines model for RequestWait.
+type RequestWait = string
+
 // RunID defines model for RunID.
 type RunID = string
 
@@ -1900,6 +1987,27 @@ type GetRunParams struct {
 	JournalCursor *string `form:"journal_cursor,omitempty" json:"journal_cursor,omitempty"`
 }
 
+// ListRequestsParams defines parameters for ListRequests.
+type ListRequestsParams struct {
+	// Limit At most this many requests, 1 to 500; 100 by default.
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// SendRequestParams defines parameters for SendRequest.
+type SendRequestParams struct {
+	// Wait How long to wait for the reply, as a Go duration (`10s`); at most `1m`. None by default.
+	Wait *RequestWait `form:"wait,omitempty" json:"wait,omitempty"`
+}
+
+// GetRequestParams defines parameters for GetRequest.
+type GetRequestParams struct {
+	// Wait How long to wait for the reply, as a Go duration (`10s`); at most `1m`. None by default.
+	Wait *RequestWait `form:"wait,omitempty" json:"wait,omitempty"`
+}
+
 // GetRunResultParams defines parameters for GetRunResult.
 type GetRunResultParams struct {
 	// Wait How long to wait for the result, as a Go duration (`30s`, `2m`); at most `15m`.
@@ -1980,6 +2088,9 @@ type CheckpointStreamJSONRequestBody = StreamWrite
 
 // SendMessageJSONRequestBody defines body for SendMessage for application/json ContentType.
 type SendMessageJSONRequestBody = MessageSend
+
+// SendRequestJSONRequestBody defines body for SendRequest for application/json ContentType.
+type SendRequestJSONRequestBody = RequestSend
 
 // RerunRunJSONRequestBody defines body for RerunRun for application/json ContentType.
 type RerunRunJSONRequestBody = RerunRequest
@@ -2653,7 +2764,8 @@ type ClientInterface interface {
 	// answers that first message, with `duplicate`, and stores nothing (also once the
 	// run has finished). Without `id` the gateway makes one. An `id` of the form
 	// `<run id>:<seq>` (a UUID, a colon, digits) is a 400: that form is reserved for
-	// the messages runs send. A run that has finished
+	// the messages runs send. A `topic` that begins with `request:` is a 400: those are
+	// requests, sent with `POST /v1/runs/{id}/requests`. A run that has finished
 	// (completed, failed or cancelled) takes no messages: 409, naming its status. A
 	// mailbox holds at most 1000 messages not yet received: past that a send is a 429.
 	//
@@ -2684,7 +2796,8 @@ type ClientInterface interface {
 	// answers that first message, with `duplicate`, and stores nothing (also once the
 	// run has finished). Without `id` the gateway makes one. An `id` of the form
 	// `<run id>:<seq>` (a UUID, a colon, digits) is a 400: that form is reserved for
-	// the messages runs send. A run that has finished
+	// the messages runs send. A `topic` that begins with `request:` is a 400: those are
+	// requests, sent with `POST /v1/runs/{id}/requests`. A run that has finished
 	// (completed, failed or cancelled) takes no messages: 409, naming its status. A
 	// mailbox holds at most 1000 messages not yet received: past that a send is a 429.
 	//
@@ -2692,6 +2805,77 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/runs/{id}/messages (the `SendMessage` operationId).
 	SendMessage(ctx context.Context, id RunID, body SendMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListRequests Lists a run's requests with their status, newest first. Needs `runs:read`.
+	//
+	// Corresponds with GET /v1/runs/{id}/requests (the `ListRequests` operationId).
+	ListRequests(ctx context.Context, id RunID, params *ListRequestsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SendRequestWithBody Sends a request to a run and waits (up to `wait`) for its reply. Needs `events:send`.
+	//
+	// A request is a message (`POST /v1/runs/{id}/messages`) on the reserved topic
+	// `request:<name>`, which only this endpoint sends: the run takes it with a
+	// `receive` await of that topic (`step.ReceiveRequest` in Go), whose entry's
+	// `output.message` holds the request's `id`, `data` and the caller's `identity`,
+	// handles it in its own steps, and replies with a `reply` checkpoint named after
+	// the request's `id` (`step.Reply`). The reply is journaled; this request waits
+	// for it up to `wait` (at most `1m`; none by default): 200 with the reply when it
+	// came in time, else 202 with `Location` `/v1/runs/{id}/requests/{rid}`, where
+	// `GET` waits again. A run that ends without replying answers its requests
+	// `failed`, with an error of type `no_reply`.
+	//
+	// Who may send a request is who may send the run a message: `events:send`, and the
+	// run's function's `invoke_roles` or `resume_roles` (403 naming them). `name` is 1
+	// to 255 bytes; `id` deduplicates as a message's does (the first request with an
+	// id is answered again, with `duplicate`, and nothing is sent). A finished run is a
+	// 409; a run with 100 requests not yet replied to is a 429 naming that bound, as
+	// is a full mailbox (1000 messages not yet received) or the tenant's mailbox quota;
+	// data past the gateway's body limit is a 413. A request with `wait` counts
+	// against the caller's long-polls (`STEPGATE_MAX_STREAMS_PER_TENANT`,
+	// `…_PER_SUBJECT`): past them it is a 429 with `Retry-After`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/runs/{id}/requests (the `SendRequest` operationId).
+	SendRequestWithBody(ctx context.Context, id RunID, params *SendRequestParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SendRequest Sends a request to a run and waits (up to `wait`) for its reply. Needs `events:send`.
+	//
+	// A request is a message (`POST /v1/runs/{id}/messages`) on the reserved topic
+	// `request:<name>`, which only this endpoint sends: the run takes it with a
+	// `receive` await of that topic (`step.ReceiveRequest` in Go), whose entry's
+	// `output.message` holds the request's `id`, `data` and the caller's `identity`,
+	// handles it in its own steps, and replies with a `reply` checkpoint named after
+	// the request's `id` (`step.Reply`). The reply is journaled; this request waits
+	// for it up to `wait` (at most `1m`; none by default): 200 with the reply when it
+	// came in time, else 202 with `Location` `/v1/runs/{id}/requests/{rid}`, where
+	// `GET` waits again. A run that ends without replying answers its requests
+	// `failed`, with an error of type `no_reply`.
+	//
+	// Who may send a request is who may send the run a message: `events:send`, and the
+	// run's function's `invoke_roles` or `resume_roles` (403 naming them). `name` is 1
+	// to 255 bytes; `id` deduplicates as a message's does (the first request with an
+	// id is answered again, with `duplicate`, and nothing is sent). A finished run is a
+	// 409; a run with 100 requests not yet replied to is a 429 naming that bound, as
+	// is a full mailbox (1000 messages not yet received) or the tenant's mailbox quota;
+	// data past the gateway's body limit is a 413. A request with `wait` counts
+	// against the caller's long-polls (`STEPGATE_MAX_STREAMS_PER_TENANT`,
+	// `…_PER_SUBJECT`): past them it is a 429 with `Retry-After`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/runs/{id}/requests (the `SendRequest` operationId).
+	SendRequest(ctx context.Context, id RunID, params *SendRequestParams, body SendRequestJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetRequest Returns a request of a run, waiting (up to `wait`) for its reply. Needs `runs:read`.
+	//
+	// 200 when the request is `replied` or `failed` (the run ended without replying),
+	// 202 while it is `pending`, after waiting up to `wait` (at most `1m`) for the
+	// reply. A request with `wait` counts against the caller's long-polls, as
+	// `POST /v1/runs/{id}/requests` does.
+	//
+	// Corresponds with GET /v1/runs/{id}/requests/{rid} (the `GetRequest` operationId).
+	GetRequest(ctx context.Context, id RunID, rid string, params *GetRequestParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RerunRunWithBody Starts a new run with a finished run's input, as the caller. Needs `runs:invoke`.
 	//
@@ -3895,7 +4079,8 @@ func (c *Client) CheckpointStream(ctx context.Context, id RunID, body Checkpoint
 // answers that first message, with `duplicate`, and stores nothing (also once the
 // run has finished). Without `id` the gateway makes one. An `id` of the form
 // `<run id>:<seq>` (a UUID, a colon, digits) is a 400: that form is reserved for
-// the messages runs send. A run that has finished
+// the messages runs send. A `topic` that begins with `request:` is a 400: those are
+// requests, sent with `POST /v1/runs/{id}/requests`. A run that has finished
 // (completed, failed or cancelled) takes no messages: 409, naming its status. A
 // mailbox holds at most 1000 messages not yet received: past that a send is a 429.
 //
@@ -3936,7 +4121,8 @@ func (c *Client) SendMessageWithBody(ctx context.Context, id RunID, contentType 
 // answers that first message, with `duplicate`, and stores nothing (also once the
 // run has finished). Without `id` the gateway makes one. An `id` of the form
 // `<run id>:<seq>` (a UUID, a colon, digits) is a 400: that form is reserved for
-// the messages runs send. A run that has finished
+// the messages runs send. A `topic` that begins with `request:` is a 400: those are
+// requests, sent with `POST /v1/runs/{id}/requests`. A run that has finished
 // (completed, failed or cancelled) takes no messages: 409, naming its status. A
 // mailbox holds at most 1000 messages not yet received: past that a send is a 429.
 //
@@ -3945,6 +4131,117 @@ func (c *Client) SendMessageWithBody(ctx context.Context, id RunID, contentType 
 // Corresponds with POST /v1/runs/{id}/messages (the `SendMessage` operationId).
 func (c *Client) SendMessage(ctx context.Context, id RunID, body SendMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewSendMessageRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListRequests Lists a run's requests with their status, newest first. Needs `runs:read`.
+//
+// Corresponds with GET /v1/runs/{id}/requests (the `ListRequests` operationId).
+func (c *Client) ListRequests(ctx context.Context, id RunID, params *ListRequestsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListRequestsRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SendRequestWithBody Sends a request to a run and waits (up to `wait`) for its reply. Needs `events:send`.
+//
+// A request is a message (`POST /v1/runs/{id}/messages`) on the reserved topic
+// `request:<name>`, which only this endpoint sends: the run takes it with a
+// `receive` await of that topic (`step.ReceiveRequest` in Go), whose entry's
+// `output.message` holds the request's `id`, `data` and the caller's `identity`,
+// handles it in its own steps, and replies with a `reply` checkpoint named after
+// the request's `id` (`step.Reply`). The reply is journaled; this request waits
+// for it up to `wait` (at most `1m`; none by default): 200 with the reply when it
+// came in time, else 202 with `Location` `/v1/runs/{id}/requests/{rid}`, where
+// `GET` waits again. A run that ends without replying answers its requests
+// `failed`, with an error of type `no_reply`.
+//
+// Who may send a request is who may send the run a message: `events:send`, and the
+// run's function's `invoke_roles` or `resume_roles` (403 naming them). `name` is 1
+// to 255 bytes; `id` deduplicates as a message's does (the first request with an
+// id is answered again, with `duplicate`, and nothing is sent). A finished run is a
+// 409; a run with 100 requests not yet replied to is a 429 naming that bound, as
+// is a full mailbox (1000 messages not yet received) or the tenant's mailbox quota;
+// data past the gateway's body limit is a 413. A request with `wait` counts
+// against the caller's long-polls (`STEPGATE_MAX_STREAMS_PER_TENANT`,
+// `…_PER_SUBJECT`): past them it is a 429 with `Retry-After`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/runs/{id}/requests (the `SendRequest` operationId).
+func (c *Client) SendRequestWithBody(ctx context.Context, id RunID, params *SendRequestParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSendRequestRequestWithBody(c.Server, id, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SendRequest Sends a request to a run and waits (up to `wait`) for its reply. Needs `events:send`.
+//
+// A request is a message (`POST /v1/runs/{id}/messages`) on the reserved topic
+// `request:<name>`, which only this endpoint sends: the run takes it with a
+// `receive` await of that topic (`step.ReceiveRequest` in Go), whose entry's
+// `output.message` holds the request's `id`, `data` and the caller's `identity`,
+// handles it in its own steps, and replies with a `reply` checkpoint named after
+// the request's `id` (`step.Reply`). The reply is journaled; this request waits
+// for it up to `wait` (at most `1m`; none by default): 200 with the reply when it
+// came in time, else 202 with `Location` `/v1/runs/{id}/requests/{rid}`, where
+// `GET` waits again. A run that ends without replying answers its requests
+// `failed`, with an error of type `no_reply`.
+//
+// Who may send a request is who may send the run a message: `events:send`, and the
+// run's function's `invoke_roles` or `resume_roles` (403 naming them). `name` is 1
+// to 255 bytes; `id` deduplicates as a message's does (the first request with an
+// id is answered again, with `duplicate`, and nothing is sent). A finished run is a
+// 409; a run with 100 requests not yet replied to is a 429 naming that bound, as
+// is a full mailbox (1000 messages not yet received) or the tenant's mailbox quota;
+// data past the gateway's body limit is a 413. A request with `wait` counts
+// against the caller's long-polls (`STEPGATE_MAX_STREAMS_PER_TENANT`,
+// `…_PER_SUBJECT`): past them it is a 429 with `Retry-After`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/runs/{id}/requests (the `SendRequest` operationId).
+func (c *Client) SendRequest(ctx context.Context, id RunID, params *SendRequestParams, body SendRequestJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSendRequestRequest(c.Server, id, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetRequest Returns a request of a run, waiting (up to `wait`) for its reply. Needs `runs:read`.
+//
+// 200 when the request is `replied` or `failed` (the run ended without replying),
+// 202 while it is `pending`, after waiting up to `wait` (at most `1m`) for the
+// reply. A request with `wait` counts against the caller's long-polls, as
+// `POST /v1/runs/{id}/requests` does.
+//
+// Corresponds with GET /v1/runs/{id}/requests/{rid} (the `GetRequest` operationId).
+func (c *Client) GetRequest(ctx context.Context, id RunID, rid string, params *GetRequestParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetRequestRequest(c.Server, id, rid, params)
 	if err != nil {
 		return nil, err
 	}
@@ -5698,6 +5995,221 @@ func NewSendMessageRequestWithBody(server string, id RunID, contentType string, 
 	return req, nil
 }
 
+// NewListRequestsRequest constructs an http.Request for the ListRequests method
+func NewListRequestsRequest(server string, id RunID, params *ListRequestsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/runs/%s/requests", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewSendRequestRequest calls the generic SendRequest builder with application/json body
+func NewSendRequestRequest(server string, id RunID, params *SendRequestParams, body SendRequestJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewSendRequestRequestWithBody(server, id, params, "application/json", bodyReader)
+}
+
+// NewSendRequestRequestWithBody constructs an http.Request for the SendRequest method, with any body, and a specified content type
+func NewSendRequestRequestWithBody(server string, id RunID, params *SendRequestParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/runs/%s/requests", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Wait != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "wait", *params.Wait, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetRequestRequest constructs an http.Request for the GetRequest method
+func NewGetRequestRequest(server string, id RunID, rid string, params *GetRequestParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "rid", rid, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/runs/%s/requests/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Wait != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "wait", *params.Wait, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewRerunRunRequest calls the generic RerunRun builder with application/json body
 func NewRerunRunRequest(server string, id RunID, body RerunRunJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -7055,7 +7567,8 @@ type ClientWithResponsesInterface interface {
 	// answers that first message, with `duplicate`, and stores nothing (also once the
 	// run has finished). Without `id` the gateway makes one. An `id` of the form
 	// `<run id>:<seq>` (a UUID, a colon, digits) is a 400: that form is reserved for
-	// the messages runs send. A run that has finished
+	// the messages runs send. A `topic` that begins with `request:` is a 400: those are
+	// requests, sent with `POST /v1/runs/{id}/requests`. A run that has finished
 	// (completed, failed or cancelled) takes no messages: 409, naming its status. A
 	// mailbox holds at most 1000 messages not yet received: past that a send is a 429.
 	//
@@ -7086,7 +7599,8 @@ type ClientWithResponsesInterface interface {
 	// answers that first message, with `duplicate`, and stores nothing (also once the
 	// run has finished). Without `id` the gateway makes one. An `id` of the form
 	// `<run id>:<seq>` (a UUID, a colon, digits) is a 400: that form is reserved for
-	// the messages runs send. A run that has finished
+	// the messages runs send. A `topic` that begins with `request:` is a 400: those are
+	// requests, sent with `POST /v1/runs/{id}/requests`. A run that has finished
 	// (completed, failed or cancelled) takes no messages: 409, naming its status. A
 	// mailbox holds at most 1000 messages not yet received: past that a send is a 429.
 	//
@@ -7094,6 +7608,81 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/runs/{id}/messages (the `SendMessage` operationId).
 	SendMessageWithResponse(ctx context.Context, id RunID, body SendMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*SendMessageResponse, error)
+
+	// ListRequestsWithResponse Lists a run's requests with their status, newest first. Needs `runs:read`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/runs/{id}/requests (the `ListRequests` operationId).
+	ListRequestsWithResponse(ctx context.Context, id RunID, params *ListRequestsParams, reqEditors ...RequestEditorFn) (*ListRequestsResponse, error)
+
+	// SendRequestWithBodyWithResponse Sends a request to a run and waits (up to `wait`) for its reply. Needs `events:send`.
+	//
+	// A request is a message (`POST /v1/runs/{id}/messages`) on the reserved topic
+	// `request:<name>`, which only this endpoint sends: the run takes it with a
+	// `receive` await of that topic (`step.ReceiveRequest` in Go), whose entry's
+	// `output.message` holds the request's `id`, `data` and the caller's `identity`,
+	// handles it in its own steps, and replies with a `reply` checkpoint named after
+	// the request's `id` (`step.Reply`). The reply is journaled; this request waits
+	// for it up to `wait` (at most `1m`; none by default): 200 with the reply when it
+	// came in time, else 202 with `Location` `/v1/runs/{id}/requests/{rid}`, where
+	// `GET` waits again. A run that ends without replying answers its requests
+	// `failed`, with an error of type `no_reply`.
+	//
+	// Who may send a request is who may send the run a message: `events:send`, and the
+	// run's function's `invoke_roles` or `resume_roles` (403 naming them). `name` is 1
+	// to 255 bytes; `id` deduplicates as a message's does (the first request with an
+	// id is answered again, with `duplicate`, and nothing is sent). A finished run is a
+	// 409; a run with 100 requests not yet replied to is a 429 naming that bound, as
+	// is a full mailbox (1000 messages not yet received) or the tenant's mailbox quota;
+	// data past the gateway's body limit is a 413. A request with `wait` counts
+	// against the caller's long-polls (`STEPGATE_MAX_STREAMS_PER_TENANT`,
+	// `…_PER_SUBJECT`): past them it is a 429 with `Retry-After`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/runs/{id}/requests (the `SendRequest` operationId).
+	SendRequestWithBodyWithResponse(ctx context.Context, id RunID, params *SendRequestParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SendRequestResponse, error)
+
+	// SendRequestWithResponse Sends a request to a run and waits (up to `wait`) for its reply. Needs `events:send`.
+	//
+	// A request is a message (`POST /v1/runs/{id}/messages`) on the reserved topic
+	// `request:<name>`, which only this endpoint sends: the run takes it with a
+	// `receive` await of that topic (`step.ReceiveRequest` in Go), whose entry's
+	// `output.message` holds the request's `id`, `data` and the caller's `identity`,
+	// handles it in its own steps, and replies with a `reply` checkpoint named after
+	// the request's `id` (`step.Reply`). The reply is journaled; this request waits
+	// for it up to `wait` (at most `1m`; none by default): 200 with the reply when it
+	// came in time, else 202 with `Location` `/v1/runs/{id}/requests/{rid}`, where
+	// `GET` waits again. A run that ends without replying answers its requests
+	// `failed`, with an error of type `no_reply`.
+	//
+	// Who may send a request is who may send the run a message: `events:send`, and the
+	// run's function's `invoke_roles` or `resume_roles` (403 naming them). `name` is 1
+	// to 255 bytes; `id` deduplicates as a message's does (the first request with an
+	// id is answered again, with `duplicate`, and nothing is sent). A finished run is a
+	// 409; a run with 100 requests not yet replied to is a 429 naming that bound, as
+	// is a full mailbox (1000 messages not yet received) or the tenant's mailbox quota;
+	// data past the gateway's body limit is a 413. A request with `wait` counts
+	// against the caller's long-polls (`STEPGATE_MAX_STREAMS_PER_TENANT`,
+	// `…_PER_SUBJECT`): past them it is a 429 with `Retry-After`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/runs/{id}/requests (the `SendRequest` operationId).
+	SendRequestWithResponse(ctx context.Context, id RunID, params *SendRequestParams, body SendRequestJSONRequestBody, reqEditors ...RequestEditorFn) (*SendRequestResponse, error)
+
+	// GetRequestWithResponse Returns a request of a run, waiting (up to `wait`) for its reply. Needs `runs:read`.
+	//
+	// 200 when the request is `replied` or `failed` (the run ended without replying),
+	// 202 while it is `pending`, after waiting up to `wait` (at most `1m`) for the
+	// reply. A request with `wait` counts against the caller's long-polls, as
+	// `POST /v1/runs/{id}/requests` does.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/runs/{id}/requests/{rid} (the `GetRequest` operationId).
+	GetRequestWithResponse(ctx context.Context, id RunID, rid string, params *GetRequestParams, reqEditors ...RequestEditorFn) (*GetRequestResponse, error)
 
 	// RerunRunWithBodyWithResponse Starts a new run with a finished run's input, as the caller. Needs `runs:invoke`.
 	//
@@ -9124,6 +9713,276 @@ func (r SendMessageResponse) ContentType() string {
 	return ""
 }
 
+type ListRequestsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RunRequestPage
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListRequestsResponse) GetJSON200() *RunRequestPage {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListRequestsResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListRequestsResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListRequestsResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListRequestsResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r ListRequestsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListRequestsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListRequestsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListRequestsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// SendRequestResponse202Headers the declared response headers of an HTTP 202 response for SendRequest
+type SendRequestResponse202Headers struct {
+	Location *string
+}
+
+type SendRequestResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RunRequest
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *RunRequest
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationProblemJSON409 *Conflict
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *TooLarge
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *TooManyRequests
+	// Headers202 the parsed response headers for an HTTP 202 response
+	Headers202 *SendRequestResponse202Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r SendRequestResponse) GetJSON200() *RunRequest {
+	return r.JSON200
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r SendRequestResponse) GetJSON202() *RunRequest {
+	return r.JSON202
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r SendRequestResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r SendRequestResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r SendRequestResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r SendRequestResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r SendRequestResponse) GetApplicationProblemJSON409() *Conflict {
+	return r.ApplicationProblemJSON409
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r SendRequestResponse) GetApplicationProblemJSON413() *TooLarge {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r SendRequestResponse) GetApplicationProblemJSON429() *TooManyRequests {
+	return r.ApplicationProblemJSON429
+}
+
+// GetBody returns the raw response body bytes
+func (r SendRequestResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r SendRequestResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r SendRequestResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r SendRequestResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetRequestResponse202Headers the declared response headers of an HTTP 202 response for GetRequest
+type GetRequestResponse202Headers struct {
+	Location *string
+}
+
+// GetRequestResponse429Headers the declared response headers of an HTTP 429 response for GetRequest
+type GetRequestResponse429Headers struct {
+	RetryAfter *int
+}
+
+type GetRequestResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RunRequest
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *RunRequest
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *Busy
+	// Headers202 the parsed response headers for an HTTP 202 response
+	Headers202 *GetRequestResponse202Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetRequestResponse429Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetRequestResponse) GetJSON200() *RunRequest {
+	return r.JSON200
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r GetRequestResponse) GetJSON202() *RunRequest {
+	return r.JSON202
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetRequestResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetRequestResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetRequestResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetRequestResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetRequestResponse) GetApplicationProblemJSON429() *Busy {
+	return r.ApplicationProblemJSON429
+}
+
+// GetBody returns the raw response body bytes
+func (r GetRequestResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetRequestResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetRequestResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetRequestResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // RerunRunResponse202Headers the declared response headers of an HTTP 202 response for RerunRun
 type RerunRunResponse202Headers struct {
 	Location *string
@@ -10970,7 +11829,8 @@ func (c *ClientWithResponses) CheckpointStreamWithResponse(ctx context.Context, 
 // answers that first message, with `duplicate`, and stores nothing (also once the
 // run has finished). Without `id` the gateway makes one. An `id` of the form
 // `<run id>:<seq>` (a UUID, a colon, digits) is a 400: that form is reserved for
-// the messages runs send. A run that has finished
+// the messages runs send. A `topic` that begins with `request:` is a 400: those are
+// requests, sent with `POST /v1/runs/{id}/requests`. A run that has finished
 // (completed, failed or cancelled) takes no messages: 409, naming its status. A
 // mailbox holds at most 1000 messages not yet received: past that a send is a 429.
 //
@@ -11007,7 +11867,8 @@ func (c *ClientWithResponses) SendMessageWithBodyWithResponse(ctx context.Contex
 // answers that first message, with `duplicate`, and stores nothing (also once the
 // run has finished). Without `id` the gateway makes one. An `id` of the form
 // `<run id>:<seq>` (a UUID, a colon, digits) is a 400: that form is reserved for
-// the messages runs send. A run that has finished
+// the messages runs send. A `topic` that begins with `request:` is a 400: those are
+// requests, sent with `POST /v1/runs/{id}/requests`. A run that has finished
 // (completed, failed or cancelled) takes no messages: 409, naming its status. A
 // mailbox holds at most 1000 messages not yet received: past that a send is a 429.
 //
@@ -11020,6 +11881,105 @@ func (c *ClientWithResponses) SendMessageWithResponse(ctx context.Context, id Ru
 		return nil, err
 	}
 	return ParseSendMessageResponse(rsp)
+}
+
+// ListRequestsWithResponse Lists a run's requests with their status, newest first. Needs `runs:read`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/runs/{id}/requests (the `ListRequests` operationId).
+func (c *ClientWithResponses) ListRequestsWithResponse(ctx context.Context, id RunID, params *ListRequestsParams, reqEditors ...RequestEditorFn) (*ListRequestsResponse, error) {
+	rsp, err := c.ListRequests(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListRequestsResponse(rsp)
+}
+
+// SendRequestWithBodyWithResponse Sends a request to a run and waits (up to `wait`) for its reply. Needs `events:send`.
+//
+// A request is a message (`POST /v1/runs/{id}/messages`) on the reserved topic
+// `request:<name>`, which only this endpoint sends: the run takes it with a
+// `receive` await of that topic (`step.ReceiveRequest` in Go), whose entry's
+// `output.message` holds the request's `id`, `data` and the caller's `identity`,
+// handles it in its own steps, and replies with a `reply` checkpoint named after
+// the request's `id` (`step.Reply`). The reply is journaled; this request waits
+// for it up to `wait` (at most `1m`; none by default): 200 with the reply when it
+// came in time, else 202 with `Location` `/v1/runs/{id}/requests/{rid}`, where
+// `GET` waits again. A run that ends without replying answers its requests
+// `failed`, with an error of type `no_reply`.
+//
+// Who may send a request is who may send the run a message: `events:send`, and the
+// run's function's `invoke_roles` or `resume_roles` (403 naming them). `name` is 1
+// to 255 bytes; `id` deduplicates as a message's does (the first request with an
+// id is answered again, with `duplicate`, and nothing is sent). A finished run is a
+// 409; a run with 100 requests not yet replied to is a 429 naming that bound, as
+// is a full mailbox (1000 messages not yet received) or the tenant's mailbox quota;
+// data past the gateway's body limit is a 413. A request with `wait` counts
+// against the caller's long-polls (`STEPGATE_MAX_STREAMS_PER_TENANT`,
+// `…_PER_SUBJECT`): past them it is a 429 with `Retry-After`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/runs/{id}/requests (the `SendRequest` operationId).
+func (c *ClientWithResponses) SendRequestWithBodyWithResponse(ctx context.Context, id RunID, params *SendRequestParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SendRequestResponse, error) {
+	rsp, err := c.SendRequestWithBody(ctx, id, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSendRequestResponse(rsp)
+}
+
+// SendRequestWithResponse Sends a request to a run and waits (up to `wait`) for its reply. Needs `events:send`.
+//
+// A request is a message (`POST /v1/runs/{id}/messages`) on the reserved topic
+// `request:<name>`, which only this endpoint sends: the run takes it with a
+// `receive` await of that topic (`step.ReceiveRequest` in Go), whose entry's
+// `output.message` holds the request's `id`, `data` and the caller's `identity`,
+// handles it in its own steps, and replies with a `reply` checkpoint named after
+// the request's `id` (`step.Reply`). The reply is journaled; this request waits
+// for it up to `wait` (at most `1m`; none by default): 200 with the reply when it
+// came in time, else 202 with `Location` `/v1/runs/{id}/requests/{rid}`, where
+// `GET` waits again. A run that ends without replying answers its requests
+// `failed`, with an error of type `no_reply`.
+//
+// Who may send a request is who may send the run a message: `events:send`, and the
+// run's function's `invoke_roles` or `resume_roles` (403 naming them). `name` is 1
+// to 255 bytes; `id` deduplicates as a message's does (the first request with an
+// id is answered again, with `duplicate`, and nothing is sent). A finished run is a
+// 409; a run with 100 requests not yet replied to is a 429 naming that bound, as
+// is a full mailbox (1000 messages not yet received) or the tenant's mailbox quota;
+// data past the gateway's body limit is a 413. A request with `wait` counts
+// against the caller's long-polls (`STEPGATE_MAX_STREAMS_PER_TENANT`,
+// `…_PER_SUBJECT`): past them it is a 429 with `Retry-After`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/runs/{id}/requests (the `SendRequest` operationId).
+func (c *ClientWithResponses) SendRequestWithResponse(ctx context.Context, id RunID, params *SendRequestParams, body SendRequestJSONRequestBody, reqEditors ...RequestEditorFn) (*SendRequestResponse, error) {
+	rsp, err := c.SendRequest(ctx, id, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSendRequestResponse(rsp)
+}
+
+// GetRequestWithResponse Returns a request of a run, waiting (up to `wait`) for its reply. Needs `runs:read`.
+//
+// 200 when the request is `replied` or `failed` (the run ended without replying),
+// 202 while it is `pending`, after waiting up to `wait` (at most `1m`) for the
+// reply. A request with `wait` counts against the caller's long-polls, as
+// `POST /v1/runs/{id}/requests` does.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/runs/{id}/requests/{rid} (the `GetRequest` operationId).
+func (c *ClientWithResponses) GetRequestWithResponse(ctx context.Context, id RunID, rid string, params *GetRequestParams, reqEditors ...RequestEditorFn) (*GetRequestResponse, error) {
+	rsp, err := c.GetRequest(ctx, id, rid, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetRequestResponse(rsp)
 }
 
 // RerunRunWithBodyWithResponse Starts a new run with a finished run's input, as the caller. Needs `runs:invoke`.
@@ -12790,6 +13750,246 @@ func ParseSendMessageResponse(rsp *http.Response) (*SendMessageResponse, error) 
 		}
 		response.ApplicationProblemJSON429 = &dest
 
+	}
+
+	return response, nil
+}
+
+// ParseListRequestsResponse parses an HTTP response from a ListRequestsWithResponse call
+func ParseListRequestsResponse(rsp *http.Response) (*ListRequestsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListRequestsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RunRequestPage
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseSendRequestResponse parses an HTTP response from a SendRequestWithResponse call
+func ParseSendRequestResponse(rsp *http.Response) (*SendRequestResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &SendRequestResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RunRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest RunRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 202:
+		var headers SendRequestResponse202Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = &value
+		}
+		response.Headers202 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetRequestResponse parses an HTTP response from a GetRequestWithResponse call
+func ParseGetRequestResponse(rsp *http.Response) (*GetRequestResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetRequestResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RunRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest RunRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Busy
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 202:
+		var headers GetRequestResponse202Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = &value
+		}
+		response.Headers202 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetRequestResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
