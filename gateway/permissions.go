@@ -56,6 +56,9 @@ var operationPermissions = map[string]access.Permission{
 	"rerunRun":           access.PermissionRunsInvoke,
 	"sendEvent":          access.PermissionEventsSend,
 	"sendMessage":        access.PermissionEventsSend,
+	"sendRequest":        access.PermissionEventsSend, // a request is a message that waits for a reply
+	"getRequest":         access.PermissionRunsRead,
+	"listRequests":       access.PermissionRunsRead,
 	"listEvents":         access.PermissionRunsRead,
 	"listSigningKeys":    access.PermissionFunctionsRead,
 	"rotateSigningKey":   access.PermissionFunctionsWrite,

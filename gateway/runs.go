@@ -498,6 +498,8 @@ func (s *Server) Checkpoint(ctx context.Context, req server.CheckpointRequestObj
 		err = s.checkpointValue(ctx, req.ID, claim.invocation, *e)
 	case protocol.EntryKindSend:
 		refused, err = s.checkpointSend(ctx, req.ID, claim.invocation, *e)
+	case protocol.EntryKindReply:
+		err = s.checkpointReply(ctx, req.ID, claim.invocation, *e)
 	case protocol.EntryKindCallback:
 		output, err = s.inv.CheckpointCallback(ctx, req.ID, claim.invocation, *e)
 		if errors.Is(err, invoker.ErrBadCallback) {
@@ -551,8 +553,8 @@ func (s *Server) checkEntry(e protocol.JournalEntry) error {
 	switch {
 	case e.Kind != protocol.EntryKindStep && e.Kind != protocol.EntryKindEvent && e.Kind != protocol.EntryKindValue &&
 		e.Kind != protocol.EntryKindSend && e.Kind != protocol.EntryKindCallback && e.Kind != protocol.EntryKindPatch &&
-		e.Kind != protocol.EntryKindSleep:
-		return badRequest("a checkpoint is a finished step, a sent event, a published value, a sent message, a callback, a patch marker or a sleep in the function's process: kind \"step\", \"event\", \"value\", \"send\", \"callback\", \"patch\" or \"sleep\", not %q", e.Kind)
+		e.Kind != protocol.EntryKindSleep && e.Kind != protocol.EntryKindReply:
+		return badRequest("a checkpoint is a finished step, a sent event, a published value, a sent message, a callback, a patch marker, a sleep in the function's process or a reply to a request: kind \"step\", \"event\", \"value\", \"send\", \"callback\", \"patch\", \"sleep\" or \"reply\", not %q", e.Kind)
 	case e.Kind == protocol.EntryKindCallback && e.Error != nil:
 		return badRequest("a callback has no error")
 	case e.Kind == protocol.EntryKindPatch && (e.Output != nil || e.Error != nil):
