@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepgate/stepgate/auth"
+	"github.com/stepgate/stepgate/gateway"
 	"github.com/stepgate/stepgate/internal/stack"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
@@ -421,4 +422,35 @@ func TestRequestMaliciousReplies(t *testing.T) {
 	require.Equal(t, http.StatusOK, p.StatusCode(), string(p.Body))
 	require.Equal(t, protocol.RunRequestStatus("failed"), p.JSON200.Status)
 	require.Equal(t, journal.ErrorTypeNoReply, p.JSON200.Error.Type)
+}
+
+// TestRequestWaitsAreLongPolls: a request or a read of one with ?wait holds a place
+// among its caller's live streams, as other long-polls do: past the limit it is a 429
+// naming it, and sends nothing; without wait nothing is held.
+func TestRequestWaitsAreLongPolls(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{Gateway: func(c *gateway.Config) { c.MaxStreamsPerSubject = 1 }})
+	c := s.Client(t, s.Token)
+	sink := &rawFunction{answer: func(*protocol.InvocationRequest, func(string) (int, string)) string {
+		return receiveRequest("never")
+	}}
+	register(t, s, c, "sink", sink, nil)
+	runID := startAsync(t, c, "sink", `{}`)
+	receivingOn(t, c, runID, 1)
+	held := sendRequest(t, c, runID, "", protocol.RequestSend{Name: "a", ID: ptr("held")})
+	require.Equal(t, http.StatusAccepted, held.StatusCode(), string(held.Body))
+
+	path := "/v1/runs/" + runID + "/requests/held"
+	hold(t, s, s.Token, 1, func(int) (string, string) { return http.MethodGet, path + "?wait=60s" }, func() bool {
+		return poll(t, t.Context(), s, s.Token, http.MethodGet, path+"?wait=1ms").status == http.StatusTooManyRequests
+	})
+	a := poll(t, t.Context(), s, s.Token, http.MethodGet, path+"?wait=1ms")
+	require.Equal(t, "tester has 1 live streams open on this gateway, the limit per subject (long-polls with ?wait count): close one first", a.detail)
+	resp := sendRequest(t, c, runID, "1ms", protocol.RequestSend{Name: "a", ID: ptr("refused")})
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode(), string(resp.Body))
+	require.Contains(t, problemDetail(t, resp.Body), "live streams open on this gateway")
+	g := getRequest(t, c, runID, "refused", "")
+	require.Equal(t, http.StatusNotFound, g.StatusCode(), "a refused request is not sent: %s", g.Body)
+	resp = sendRequest(t, c, runID, "", protocol.RequestSend{Name: "a", ID: ptr("no-wait")})
+	require.Equal(t, http.StatusAccepted, resp.StatusCode(), "without wait nothing is held: %s", resp.Body)
 }
