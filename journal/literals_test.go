@@ -32,9 +32,19 @@ func TestQueriesSpellTheKinds(t *testing.T) {
 		{dbsqlc.LeaseRelease, KindSleep},
 		{dbsqlc.EntryInvokeRefused, KindInvoke},
 		{dbsqlc.RunsStranded, InvokeJobKind},
+		{dbsqlc.RequestPending, KindReply},
+		{dbsqlc.RequestForReply, KindReply},
+		{dbsqlc.RequestsOfRun, KindReply},
+		{dbsqlc.RequestOfRun, KindReply},
 	} {
 		if !strings.Contains(c.query, "'"+c.literal+"'") {
 			t.Errorf("%q does not name '%s':\n%s", strings.SplitN(c.query, "\n", 2)[0], c.literal, c.query)
+		}
+	}
+	// The queries of requests take the messages of the topics RequestTopic makes.
+	for _, q := range []string{dbsqlc.RequestPending, dbsqlc.RequestsOfRun, dbsqlc.RequestOfRun} {
+		if !strings.Contains(q, "LIKE '"+RequestTopicPrefix+"%'") {
+			t.Errorf("%q does not take the topics LIKE '%s%%'", strings.SplitN(q, "\n", 2)[0], RequestTopicPrefix)
 		}
 	}
 }
