@@ -362,11 +362,80 @@ export interface paths {
          *     answers that first message, with `duplicate`, and stores nothing (also once the
          *     run has finished). Without `id` the gateway makes one. An `id` of the form
          *     `<run id>:<seq>` (a UUID, a colon, digits) is a 400: that form is reserved for
-         *     the messages runs send. A run that has finished
+         *     the messages runs send. A `topic` that begins with `request:` is a 400: those are
+         *     requests, sent with `POST /v1/runs/{id}/requests`. A run that has finished
          *     (completed, failed or cancelled) takes no messages: 409, naming its status. A
          *     mailbox holds at most 1000 messages not yet received: past that a send is a 429.
          */
         post: operations["sendMessage"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/runs/{id}/requests": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["RunID"];
+            };
+            cookie?: never;
+        };
+        /** Lists a run's requests with their status, newest first. Needs `runs:read`. */
+        get: operations["listRequests"];
+        put?: never;
+        /**
+         * Sends a request to a run and waits (up to `wait`) for its reply. Needs `events:send`.
+         * @description A request is a message (`POST /v1/runs/{id}/messages`) on the reserved topic
+         *     `request:<name>`, which only this endpoint sends: the run takes it with a
+         *     `receive` await of that topic (`step.ReceiveRequest` in Go), whose entry's
+         *     `output.message` holds the request's `id`, `data` and the caller's `identity`,
+         *     handles it in its own steps, and replies with a `reply` checkpoint named after
+         *     the request's `id` (`step.Reply`). The reply is journaled; this request waits
+         *     for it up to `wait` (at most `1m`; none by default): 200 with the reply when it
+         *     came in time, else 202 with `Location` `/v1/runs/{id}/requests/{rid}`, where
+         *     `GET` waits again. A run that ends without replying answers its requests
+         *     `failed`, with an error of type `no_reply`.
+         *
+         *     Who may send a request is who may send the run a message: `events:send`, and the
+         *     run's function's `invoke_roles` or `resume_roles` (403 naming them). `name` is 1
+         *     to 255 bytes; `id` deduplicates as a message's does (the first request with an
+         *     id is answered again, with `duplicate`, and nothing is sent). A finished run is a
+         *     409; a run with 100 requests not yet replied to is a 429 naming that bound, as
+         *     is a full mailbox (1000 messages not yet received) or the tenant's mailbox quota;
+         *     data past the gateway's body limit is a 413. A request with `wait` counts
+         *     against the caller's long-polls (`STEPGATE_MAX_STREAMS_PER_TENANT`,
+         *     `…_PER_SUBJECT`): past them it is a 429 with `Retry-After`.
+         */
+        post: operations["sendRequest"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/runs/{id}/requests/{rid}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["RunID"];
+                rid: string;
+            };
+            cookie?: never;
+        };
+        /**
+         * Returns a request of a run, waiting (up to `wait`) for its reply. Needs `runs:read`.
+         * @description 200 when the request is `replied` or `failed` (the run ended without replying),
+         *     202 while it is `pending`, after waiting up to `wait` (at most `1m`) for the
+         *     reply. A request with `wait` counts against the caller's long-polls, as
+         *     `POST /v1/runs/{id}/requests` does.
+         */
+        get: operations["getRequest"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -1461,6 +1530,45 @@ export interface components {
             /** @description The deduplication key, per target run. Defaults to a new UUID. The form `<run id>:<seq>` is reserved for runs' messages (a 400). */
             id?: string;
         };
+        RequestSend: {
+            /** @description What the run's `step.ReceiveRequest` awaits: 1 to 255 bytes; the message's topic is `request:<name>`. */
+            name: string;
+            data?: components["schemas"]["AnyJSON"];
+            /** @description The request's id, which deduplicates it as a message's id does. Defaults to a new UUID. The form `<run id>:<seq>` is reserved (a 400). */
+            id?: string;
+        };
+        /**
+         * @description A request to a run and its status, derived from the run: `replied` when the run
+         *     journaled a `reply` entry named after its `id` (`reply`, or `error` for an error
+         *     reply), `failed` when the run ended without one (`error` of type `no_reply`),
+         *     `pending` otherwise (`received` says whether the run has taken it yet).
+         */
+        RunRequest: {
+            id: string;
+            run_id: string;
+            name: string;
+            /** @enum {string} */
+            status: "pending" | "replied" | "failed";
+            data?: components["schemas"]["AnyJSON"];
+            /** @description The run has taken the request (its receive entry's seq is `received_seq`). */
+            received: boolean;
+            received_seq?: number;
+            reply?: components["schemas"]["AnyJSON"];
+            error?: components["schemas"]["ErrorInfo"];
+            /** @description The seq of the run's reply entry. */
+            reply_seq?: number;
+            /** @description True when a request with this id was sent to the run before: this answers that first request, and nothing was sent. */
+            duplicate?: boolean;
+            /** Format: date-time */
+            sent_at: string;
+            /** Format: date-time */
+            replied_at?: string;
+        };
+        RunRequestPage: {
+            requests: components["schemas"]["RunRequest"][];
+            /** @description Where the next page starts; absent on the last page. */
+            next_cursor?: string;
+        };
         MessageReceipt: {
             id: string;
             run_id: string;
@@ -1613,7 +1721,7 @@ export interface components {
             secrets: components["schemas"]["SigningSecret"][];
         };
         /** @enum {string} */
-        EntryKind: "step" | "sleep" | "invoke" | "event" | "wait_event" | "value" | "send" | "receive" | "callback" | "await_callback" | "wait_any" | "patch";
+        EntryKind: "step" | "sleep" | "invoke" | "event" | "wait_event" | "value" | "send" | "receive" | "callback" | "await_callback" | "wait_any" | "patch" | "reply";
         /** @description Where a rerun starts; an absent body or field reruns from the start. */
         RerunRequest: {
             /**
@@ -1664,6 +1772,15 @@ export interface components {
          *     data, identity, source_run_id, sent_at}}`, the message taken with its sender's
          *     identity (and the sending run, for a message sent by `send`), or
          *     `{"timed_out": true}`.
+         *
+         *     A `reply` (checkpointed like a step, `step.Reply`) is named after the `id` of a
+         *     request (`POST /v1/runs/{id}/requests`) that this run has received, at a lower
+         *     seq, with a `receive` of its topic `request:<name>`; its `output` is the reply,
+         *     or its `error` an error reply. The client waiting on the request gets it once
+         *     the checkpoint is answered 200. A reply to a request this run has not received,
+         *     or has replied to already at another seq, is a 400 naming it; an identical
+         *     repeat at the same seq is harmless. A `send` on a `request:` topic is a 400:
+         *     only the API sends requests.
          *
          *     A `callback` (checkpointed with no output; the gateway makes it, see the
          *     checkpoint) has `output` `{"url", "token", "expires_at"}`: `url` is
@@ -2258,6 +2375,11 @@ export interface components {
          */
         OutputKey: string;
         /**
+         * @description How long to wait for the reply, as a Go duration (`10s`); at most `1m`. None by default.
+         * @example 10s
+         */
+        RequestWait: string;
+        /**
          * @description How long to wait for the result, as a Go duration (`30s`, `2m`); at most `15m`.
          * @example 30s
          */
@@ -2804,6 +2926,138 @@ export interface operations {
             409: components["responses"]["Conflict"];
             413: components["responses"]["TooLarge"];
             429: components["responses"]["TooManyRequests"];
+        };
+    };
+    listRequests: {
+        parameters: {
+            query?: {
+                /** @description At most this many requests, 1 to 500; 100 by default. */
+                limit?: number;
+                /** @description The `next_cursor` of the previous page. */
+                cursor?: string;
+            };
+            header?: never;
+            path: {
+                id: components["parameters"]["RunID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of the run's requests. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunRequestPage"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+        };
+    };
+    sendRequest: {
+        parameters: {
+            query?: {
+                /**
+                 * @description How long to wait for the reply, as a Go duration (`10s`); at most `1m`. None by default.
+                 * @example 10s
+                 */
+                wait?: components["parameters"]["RequestWait"];
+            };
+            header?: never;
+            path: {
+                id: components["parameters"]["RunID"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "name": "price",
+                 *       "data": {
+                 *         "sku": "A-1"
+                 *       }
+                 *     }
+                 */
+                "application/json": components["schemas"]["RequestSend"];
+            };
+        };
+        responses: {
+            /** @description The run replied (or ended without replying) in time. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunRequest"];
+                };
+            };
+            /** @description The request is sent and not replied to yet. */
+            202: {
+                headers: {
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunRequest"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["TooLarge"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    getRequest: {
+        parameters: {
+            query?: {
+                /**
+                 * @description How long to wait for the reply, as a Go duration (`10s`); at most `1m`. None by default.
+                 * @example 10s
+                 */
+                wait?: components["parameters"]["RequestWait"];
+            };
+            header?: never;
+            path: {
+                id: components["parameters"]["RunID"];
+                rid: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The request is answered. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunRequest"];
+                };
+            };
+            /** @description The request is not replied to yet. */
+            202: {
+                headers: {
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunRequest"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["Busy"];
         };
     };
     rerunRun: {
