@@ -208,7 +208,16 @@ func TestRequestBounds(t *testing.T) {
 	require.Equal(t, http.StatusConflict, r.StatusCode(), string(r.Body))
 	require.Contains(t, problemDetail(t, r.Body), `already has a message with id "m-2", on topic "plain"`)
 
-	for i := range journal.MaxPendingRequests {
+	// Any name may be an id: its Location reads it back.
+	odd := sendRequest(t, c, runID, "", protocol.RequestSend{Name: "a", ID: ptr("a/b?c%d é")})
+	require.Equal(t, http.StatusAccepted, odd.StatusCode(), string(odd.Body))
+	loc := odd.HTTPResponse.Header.Get("Location")
+	require.Equal(t, http.StatusAccepted, poll(t, t.Context(), s, s.NewToken(t, auth.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}}), http.MethodGet, loc).status, loc)
+	g := getRequest(t, c, runID, "a/b?c%d é", "")
+	require.Equal(t, http.StatusAccepted, g.StatusCode(), string(g.Body))
+	require.Equal(t, "a/b?c%d é", g.JSON202.ID)
+
+	for i := range journal.MaxPendingRequests - 1 {
 		r := sendRequest(t, c, runID, "", protocol.RequestSend{Name: "a", ID: ptr(fmt.Sprintf("r-%d", i))})
 		require.Equal(t, http.StatusAccepted, r.StatusCode(), string(r.Body))
 		require.Equal(t, protocol.RunRequestStatus("pending"), r.JSON202.Status)
@@ -224,12 +233,12 @@ func TestRequestBounds(t *testing.T) {
 	page, err := c.ListRequestsWithResponse(t.Context(), runID, &protocol.ListRequestsParams{Limit: ptr(60)})
 	require.NoError(t, err)
 	require.Len(t, page.JSON200.Requests, 60)
-	require.Equal(t, "r-99", page.JSON200.Requests[0].ID, "newest first")
+	require.Equal(t, "r-98", page.JSON200.Requests[0].ID, "newest first")
 	require.NotNil(t, page.JSON200.NextCursor)
 	page, err = c.ListRequestsWithResponse(t.Context(), runID, &protocol.ListRequestsParams{Limit: ptr(60), Cursor: page.JSON200.NextCursor})
 	require.NoError(t, err)
 	require.Len(t, page.JSON200.Requests, 40)
-	require.Equal(t, "r-0", page.JSON200.Requests[39].ID)
+	require.Equal(t, "a/b?c%d é", page.JSON200.Requests[39].ID)
 	require.Nil(t, page.JSON200.NextCursor)
 }
 
