@@ -463,3 +463,42 @@ func TestRequestWaitsAreLongPolls(t *testing.T) {
 	resp = sendRequest(t, c, runID, "", protocol.RequestSend{Name: "a", ID: ptr("no-wait")})
 	require.Equal(t, http.StatusAccepted, resp.StatusCode(), "without wait nothing is held: %s", resp.Body)
 }
+
+// TestRequestReplyAfterRerun: a run rerun from the step after its receive of a request
+// replies to the request again, in its own journal, though the request is in the first
+// run's mailbox.
+func TestRequestReplyAfterRerun(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{Gateway: manyLongPolls})
+	c := s.Client(t, s.Token)
+	f := &rawFunction{answer: func(req *protocol.InvocationRequest, checkpoint func(string) (int, string)) string {
+		if len(req.Journal) == 0 {
+			return receiveRequest("ask")
+		}
+		id, _ := takenRequest(t, req)
+		code, body := checkpoint(fmt.Sprintf(`{"seq":2,"kind":"reply","name":%q,"output":%q}`, id, req.Run.ID))
+		if code != http.StatusOK {
+			return fmt.Sprintf(`{"status":"failed","error":{"type":"reply","message":%q}}`, body)
+		}
+		return `{"status":"completed","output":"ok"}`
+	}}
+	register(t, s, c, "forker", f, nil)
+	runID := startAsync(t, c, "forker", `{}`)
+	receivingOn(t, c, runID, 1)
+	resp := sendRequest(t, c, runID, "30s", protocol.RequestSend{Name: "ask", ID: ptr("q-1")})
+	require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
+	require.JSONEq(t, fmt.Sprintf("%q", runID), string(*resp.JSON200.Reply))
+	require.Equal(t, protocol.RunStatusCompleted, mustResult(t, c, runID).Status)
+
+	rerun, err := c.RerunRunWithResponse(t.Context(), runID, protocol.RerunRequest{FromSeq: ptr(2)})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusAccepted, rerun.StatusCode(), string(rerun.Body))
+	res := mustResult(t, c, rerun.JSON202.ID)
+	require.Equal(t, protocol.RunStatusCompleted, res.Status, "%+v", res.Error)
+	run := getRun(t, c, rerun.JSON202.ID)
+	require.Len(t, run.Journal, 2)
+	require.Equal(t, protocol.EntryKindReply, run.Journal[1].Kind)
+	require.JSONEq(t, fmt.Sprintf("%q", rerun.JSON202.ID), string(*run.Journal[1].Output))
+	g := getRequest(t, c, runID, "q-1", "")
+	require.JSONEq(t, fmt.Sprintf("%q", runID), string(*g.JSON200.Reply), "the first run's request keeps its reply")
+}

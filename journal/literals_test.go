@@ -36,6 +36,7 @@ func TestQueriesSpellTheKinds(t *testing.T) {
 		{dbsqlc.RequestForReply, KindReply},
 		{dbsqlc.RequestsOfRun, KindReply},
 		{dbsqlc.RequestOfRun, KindReply},
+		{dbsqlc.RequestCopiedForReply, KindReply},
 	} {
 		if !strings.Contains(c.query, "'"+c.literal+"'") {
 			t.Errorf("%q does not name '%s':\n%s", strings.SplitN(c.query, "\n", 2)[0], c.literal, c.query)

@@ -108,7 +108,9 @@ func SendRequest(ctx context.Context, db DB, n NewMessage) (*Sent, error) {
 // row, so two replies to one request are serialized. The request must be one the run
 // has received by a receive below e.Seq, and not one it has replied to at another seq:
 // else an error wrapping ErrBadReply says which, and nothing is journaled. An identical
-// repeat of a journaled reply is a no-op, as AppendEntry's; other errors are
+// repeat of a journaled reply is a no-op, as AppendEntry's. A run rerun from a step
+// may also reply to a request taken by a receive copied from the run it reruns (the
+// request is in that run's mailbox: no one waits for this reply). Other errors are
 // AppendEntry's (ErrSuperseded, ErrConflict, ErrGap, a *LimitError). The run's readers
 // (the requests waiting on a reply) are told once it commits (NotifyOutput).
 func Reply(ctx context.Context, db DB, runID string, invocation int, e Entry, b Bounds) error {
@@ -130,7 +132,18 @@ func Reply(ctx context.Context, db DB, runID string, invocation int, e Entry, b 
 	case !errors.Is(err, pgx.ErrNoRows):
 		return err
 	}
-	r, err := dbsqlc.New(db).RequestForReply(ctx, dbsqlc.RequestForReplyParams{RunID: runID, ID: e.Name, Seq: int32(e.Seq)})
+	q := dbsqlc.New(db)
+	r, err := q.RequestForReply(ctx, dbsqlc.RequestForReplyParams{RunID: runID, ID: e.Name, Seq: int32(e.Seq)})
+	if errors.Is(err, pgx.ErrNoRows) {
+		// A run rerun from a step may reply to a request whose receive it copied.
+		c, cerr := q.RequestCopiedForReply(ctx, dbsqlc.RequestCopiedForReplyParams{RunID: runID, ID: e.Name, Seq: int32(e.Seq)})
+		if cerr == nil {
+			seq := c.ReceivedSeq
+			r, err = dbsqlc.RequestForReplyRow{Topic: RequestTopicPrefix, ConsumedSeq: &seq, RepliedSeq: c.RepliedSeq}, nil
+		} else if !errors.Is(cerr, pgx.ErrNoRows) {
+			err = cerr
+		}
+	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows) || err == nil && !IsRequestTopic(r.Topic):
 		return fmt.Errorf("%w: run %s has no request with id %q: a reply is named after the id of a request the run received", ErrBadReply, runID, e.Name)

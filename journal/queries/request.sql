@@ -52,3 +52,18 @@ LEFT JOIN (
     ORDER BY e.seq LIMIT 1
 ) r ON true
 WHERE run.id = @run_id AND run.tenant = @tenant AND m.topic LIKE 'request:%';
+
+-- name: RequestCopiedForReply :one
+-- For a reply at seq of a run rerun from a step, whose receive of the request was copied
+-- from the run it reruns (the request is in that run's mailbox, not this one's): the seq
+-- of the copied receive entry (alone or in a wait_any) that took the request id on a
+-- request topic, and the seq of a reply to it at another seq (0 for none).
+SELECT e.seq AS received_seq,
+    coalesce((SELECT min(r.seq) FROM stepgate.journal_entry r
+        WHERE r.run_id = @run_id AND r.kind = 'reply' AND r.name = @id AND r.seq <> sqlc.arg(seq)::int), 0)::int AS replied_seq
+FROM stepgate.journal_entry e
+WHERE e.run_id = @run_id AND e.copied_from IS NOT NULL AND e.seq < sqlc.arg(seq)::int
+    AND e.kind IN ('receive', 'wait_any')
+    AND coalesce(e.output->'message', e.output->'output'->'message')->>'id' = @id
+    AND coalesce(e.output->'message', e.output->'output'->'message')->>'topic' LIKE 'request:%'
+ORDER BY e.seq LIMIT 1;

@@ -11,6 +11,40 @@ import (
 	"time"
 )
 
+const RequestCopiedForReply = `-- name: RequestCopiedForReply :one
+SELECT e.seq AS received_seq,
+    coalesce((SELECT min(r.seq) FROM stepgate.journal_entry r
+        WHERE r.run_id = $1 AND r.kind = 'reply' AND r.name = $2 AND r.seq <> $3::int), 0)::int AS replied_seq
+FROM stepgate.journal_entry e
+WHERE e.run_id = $1 AND e.copied_from IS NOT NULL AND e.seq < $3::int
+    AND e.kind IN ('receive', 'wait_any')
+    AND coalesce(e.output->'message', e.output->'output'->'message')->>'id' = $2
+    AND coalesce(e.output->'message', e.output->'output'->'message')->>'topic' LIKE 'request:%'
+ORDER BY e.seq LIMIT 1
+`
+
+type RequestCopiedForReplyParams struct {
+	RunID string
+	ID    string
+	Seq   int32
+}
+
+type RequestCopiedForReplyRow struct {
+	ReceivedSeq int32
+	RepliedSeq  int32
+}
+
+// For a reply at seq of a run rerun from a step, whose receive of the request was copied
+// from the run it reruns (the request is in that run's mailbox, not this one's): the seq
+// of the copied receive entry (alone or in a wait_any) that took the request id on a
+// request topic, and the seq of a reply to it at another seq (0 for none).
+func (q *Queries) RequestCopiedForReply(ctx context.Context, arg RequestCopiedForReplyParams) (RequestCopiedForReplyRow, error) {
+	row := q.db.QueryRow(ctx, RequestCopiedForReply, arg.RunID, arg.ID, arg.Seq)
+	var i RequestCopiedForReplyRow
+	err := row.Scan(&i.ReceivedSeq, &i.RepliedSeq)
+	return i, err
+}
+
 const RequestForReply = `-- name: RequestForReply :one
 SELECT m.topic, m.consumed_seq,
     coalesce((SELECT min(e.seq) FROM stepgate.journal_entry e
