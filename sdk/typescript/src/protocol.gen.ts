@@ -402,7 +402,8 @@ export interface paths {
          *     Who may send a request is who may send the run a message: `events:send`, and the
          *     run's function's `invoke_roles` or `resume_roles` (403 naming them). `name` is 1
          *     to 255 bytes; `id` deduplicates as a message's does (the first request with an
-         *     id is answered again, with `duplicate`, and nothing is sent). A finished run is a
+         *     id is answered again, with `duplicate`, and nothing is sent; the id of one of the
+         *     run's messages on another topic is a 409). A finished run is a
          *     409; a run with 100 requests not yet replied to is a 429 naming that bound, as
          *     is a full mailbox (1000 messages not yet received) or the tenant's mailbox quota;
          *     data past the gateway's body limit is a 413. A request with `wait` counts
@@ -1779,7 +1780,8 @@ export interface components {
          *     or its `error` an error reply. The client waiting on the request gets it once
          *     the checkpoint is answered 200. A reply to a request this run has not received,
          *     or has replied to already at another seq, is a 400 naming it; an identical
-         *     repeat at the same seq is harmless. A `send` on a `request:` topic is a 400:
+         *     repeat at the same seq is harmless. A run rerun from a step may reply to a
+         *     request taken by a `receive` copied from the run it reruns. A `send` on a `request:` topic is a 400:
          *     only the API sends requests.
          *
          *     A `callback` (checkpointed with no output; the gateway makes it, see the
