@@ -39,21 +39,6 @@ func checkKey(what, key string) error {
 	return nil
 }
 
-// checkpointValue journals a value entry of the invocation that owns runID and tells the
-// run's readers (invoker.CheckpointValue).
-func (s *Server) checkpointValue(ctx context.Context, runID string, invocation int, e protocol.JournalEntry) error {
-	if err := checkKey("value key", e.Name); err != nil {
-		return err
-	}
-	if e.Error != nil {
-		return badRequest("a value entry has no error")
-	}
-	if e.Output == nil {
-		return badRequest("a value entry's output is the value")
-	}
-	return s.inv.CheckpointValue(ctx, runID, invocation, e)
-}
-
 func valueToAPI(v *journal.Value) protocol.RunValue {
 	return protocol.RunValue{Key: v.Key, Value: protocol.AnyJSON(v.Value), Version: v.Version, SetAt: v.SetAt}
 }

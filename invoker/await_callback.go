@@ -2,12 +2,7 @@ package invoker
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -64,52 +59,6 @@ func callbackTimeout(c answerCheck, what string, raw *string, def time.Duration)
 		return 0, c.bad("%s timeout %q is not a duration from 1s to %s, such as 24h", what, *raw, MaxCallbackTimeout)
 	}
 	return d, nil
-}
-
-// ErrBadCallback is a callback checkpoint the gateway refuses (a 400): its output is
-// not {"timeout": "<duration>"}.
-var ErrBadCallback = errors.New("invoker: bad callback entry")
-
-// CheckpointCallback journals a function's checkpoint e, a callback entry of the invocation that owns runID,
-// with a new token and its URL (see journal.CreateCallback), and returns the entry's
-// output {"url", "token", "expires_at"}. e's output may be {"timeout": "<duration>"}
-// (1s to MaxCallbackTimeout; DefaultCallbackTimeout when absent): ErrBadCallback
-// otherwise. A repeated checkpoint returns the first output. The token is 256 random
-// bits, base64url: only the gateway makes it; the database keeps its SHA-256 in
-// stepgate.callback and the journal keeps it sealed (journal.CallbackKey), which the
-// gateway opens for the run's own invocations only. Other errors are as Checkpoint's.
-func (inv *Invoker) CheckpointCallback(ctx context.Context, runID string, invocation int, checkpoint protocol.JournalEntry) (json.RawMessage, error) {
-	e := entryFromAPI(checkpoint)
-	var spec struct {
-		Timeout *string `json:"timeout"`
-	}
-	if len(e.Output) > 0 && string(e.Output) != "null" {
-		dec := json.NewDecoder(strings.NewReader(string(e.Output)))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&spec); err != nil {
-			return nil, fmt.Errorf(`%w: a callback's output is absent or {"timeout": "<duration>"}: %v`, ErrBadCallback, err)
-		}
-	}
-	timeout, bad := callbackTimeout(answerCheck{}, "callback", spec.Timeout, DefaultCallbackTimeout)
-	if bad != nil {
-		return nil, fmt.Errorf("%w: %s", ErrBadCallback, strings.TrimPrefix(bad.Message, "function's answer is not a valid protocol answer: "))
-	}
-	key, err := inv.callbackKeyOf(ctx)
-	if err != nil {
-		return nil, err
-	}
-	b := make([]byte, CallbackTokenBytes)
-	_, _ = rand.Read(b) // never fails (crypto/rand)
-	token := base64.RawURLEncoding.EncodeToString(b)
-	var out json.RawMessage
-	err = pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
-		var err error
-		out, err = journal.CreateCallback(ctx, tx, runID, invocation, journal.NewCallback{
-			Seq: e.Seq, Name: e.Name, Token: token, URL: inv.CallbackURL(token), Key: key, Timeout: timeout, Window: e.Window,
-		}, inv.limits.Bounds())
-		return err
-	})
-	return out, inv.FailOnCheckpoint(ctx, runID, invocation, err)
 }
 
 // CallbackURL returns the URL that resolves the callback of token, on this gateway's

@@ -38,7 +38,6 @@ import (
 	"github.com/stepgate/stepgate/invoker/internal/fairshare"
 	"github.com/stepgate/stepgate/invoker/internal/maintenance"
 	"github.com/stepgate/stepgate/journal"
-	"github.com/stepgate/stepgate/protocol"
 )
 
 // Config configures an Invoker.
@@ -402,18 +401,10 @@ const (
 	checkpointWriteTimeout = 30 * time.Second
 )
 
-// Checkpoint journals a function's checkpoint e for the invocation of runID that owns it (see
+// appendCheckpoint journals e, a function's checkpoint for invocation of runID (see
 // journal.AppendEntry), within the invoker's bounds, group-committed with the
-// checkpoints of other runs that arrive while writes are in flight (journal.Appender).
-// An entry that contradicts the journal (journal.ErrConflict) or passes a bound (a
-// *journal.LimitError) also fails the run, in the invocation's name, so that invocation
-// can no longer complete it whatever it answers; the error is returned for the
-// checkpoint's answer.
-func (inv *Invoker) Checkpoint(ctx context.Context, runID string, invocation int, e protocol.JournalEntry) error {
-	return inv.appendCheckpoint(ctx, runID, invocation, entryFromAPI(e))
-}
-
-// appendCheckpoint is Checkpoint for e in its stored form.
+// checkpoints of other runs that arrive while writes are in flight (journal.Appender);
+// errors are as Checkpoint's.
 func (inv *Invoker) appendCheckpoint(ctx context.Context, runID string, invocation int, e journal.Entry) error {
 	began := time.Now()
 	err := inv.appender.Append(ctx, journal.Append{RunID: runID, Invocation: invocation, Entry: e, Bounds: inv.limits.Bounds()})

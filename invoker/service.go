@@ -12,7 +12,6 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/stepgate/stepgate/journal"
-	"github.com/stepgate/stepgate/protocol"
 )
 
 // The run service: every change of a run's status, and every write that starts runs,
@@ -265,56 +264,6 @@ func (inv *Invoker) wakeAll(runs []string) {
 	for _, id := range runs {
 		inv.Wake(id)
 	}
-}
-
-// SentEvent is the event a run sends through a checkpoint (an entry of kind event).
-type SentEvent struct {
-	ID   string
-	Name string
-	Data json.RawMessage
-}
-
-// CheckpointEvent journals a function's checkpoint e, an event entry of the invocation that owns runID, and
-// sends ev with the run's tenant and identity, in one transaction: the entry is fenced
-// like a step's, and a repeated checkpoint finds both the entry and the event (its id)
-// already there, so it starts nothing twice. Errors are as Checkpoint's; an event whose
-// triggers would pass the tenant's quota of runs (a *journal.QuotaError) fails the run
-// with it, as a limit does.
-func (inv *Invoker) CheckpointEvent(ctx context.Context, runID string, invocation int, checkpoint protocol.JournalEntry, ev SentEvent) error {
-	e := entryFromAPI(checkpoint)
-	var resumed []string
-	var held []*journal.Run
-	var deadlines []newDeadline
-	err := pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
-		if err := journal.AppendEntry(ctx, tx, runID, invocation, e, inv.limits.Bounds()); err != nil {
-			return err
-		}
-		// The entry's fenced insert share-locks the run, so it is running and ours.
-		runs, err := journal.RunsByID(ctx, tx, []string{runID})
-		if err != nil {
-			return err
-		}
-		if len(runs) != 1 {
-			return journal.ErrSuperseded
-		}
-		run := runs[0]
-		sent, created, started, err := inv.sendEvent(ctx, tx, journal.NewEvent{
-			Tenant: run.Tenant, ID: ev.ID, Name: ev.Name, Data: ev.Data, Identity: run.Identity,
-			SourceRunID: &run.ID, MaxTenantRuns: inv.limits.MaxTenantRuns,
-		})
-		if created {
-			resumed, held, deadlines = sent.Resumed, sent.Held, started
-		}
-		return err
-	})
-	if err == nil {
-		inv.armDeadlines(deadlines)
-		inv.wakeAll(resumed)
-		for _, run := range held {
-			inv.armHeld(run)
-		}
-	}
-	return inv.FailOnCheckpoint(ctx, runID, invocation, err)
 }
 
 // PutSchedule creates or replaces a schedule of db's tenant, with the River job of its
