@@ -120,9 +120,9 @@ func (s *Server) GetRunValue(ctx context.Context, req server.GetRunValueRequestO
 		defer release()
 		// Subscribe, then attach: a write or an end after the attach is announced.
 		var unsubscribe func()
-		changes, unsubscribe = s.inv.SubscribeOutput(req.ID)
+		changes, unsubscribe = s.inv.Listener().SubscribeOutput(req.ID)
 		defer unsubscribe()
-		ended, unsubscribe = s.inv.Subscribe(req.ID)
+		ended, unsubscribe = s.inv.Listener().Subscribe(req.ID)
 		defer unsubscribe()
 		run, err = s.inv.Attach(ctx, db, req.ID)
 	} else {
@@ -225,8 +225,8 @@ func (s *Server) ReadRunStream(ctx context.Context, req server.ReadRunStreamRequ
 	if err != nil {
 		return nil, err
 	}
-	changes, unsubscribeOutput := s.inv.SubscribeOutput(req.ID)
-	ended, unsubscribeEnd := s.inv.Subscribe(req.ID)
+	changes, unsubscribeOutput := s.inv.Listener().SubscribeOutput(req.ID)
+	ended, unsubscribeEnd := s.inv.Listener().Subscribe(req.ID)
 	closeAll := sync.OnceFunc(func() {
 		unsubscribeOutput()
 		unsubscribeEnd()

@@ -191,7 +191,7 @@ func (s *Server) StartRun(ctx context.Context, req server.StartRunRequestObject)
 	if claim {
 		// Subscribe before invoking, so a finish on another gateway after a suspension
 		// is not missed.
-		ch, unsubscribe = s.inv.Subscribe(n.ID)
+		ch, unsubscribe = s.inv.Listener().Subscribe(n.ID)
 		defer unsubscribe()
 		run, _, done, err = s.inv.StartRunNow(ctx, db, n, release)
 	} else {

@@ -61,9 +61,9 @@ func callbackTimeout(c answerCheck, what string, raw *string, def time.Duration)
 	return d, nil
 }
 
-// CallbackURL returns the URL that resolves the callback of token, on this gateway's
+// callbackURL returns the URL that resolves the callback of token, on this gateway's
 // public URL.
-func (inv *Invoker) CallbackURL(token string) string {
+func (inv *Invoker) callbackURL(token string) string {
 	return inv.checkpoint + "/v1/callbacks/" + token
 }
 
@@ -97,13 +97,13 @@ func (inv *Invoker) resolveCallback(ctx context.Context, db interface {
 		if cb, err = journal.ResolveCallback(ctx, tx, ref, res); err != nil || !cb.Woken {
 			return err
 		}
-		return inv.Enqueue(ctx, tx, cb.RunID)
+		return inv.enqueue(ctx, tx, cb.RunID)
 	})
 	if err != nil {
 		return nil, err
 	}
 	if cb.Woken {
-		inv.Wake(cb.RunID)
+		inv.wake(cb.RunID)
 	}
 	return cb, nil
 }

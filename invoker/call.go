@@ -42,12 +42,12 @@ func (inv *Invoker) LeaseTTL() time.Duration { return inv.leaseTTL }
 // stays valid: the function may checkpoint until the gateway's call gives up on it.
 const tokenGrace = time.Minute
 
-// Resume claims runID if it is due and invokes it. It returns journal.ErrNotDue when
+// resumeDue claims runID if it is due and invokes it. It returns journal.ErrNotDue when
 // the run is not due (or another invocation owns it), and a *journal.HeldError when a
 // concurrency limit holds it. With notify, a later terminal
 // update is announced to other gateways, because the caller waits for the run.
-func (inv *Invoker) Resume(ctx context.Context, runID string, notify bool) (*Result, error) {
-	rev, err := inv.revisionOfRun(ctx, runID)
+func (inv *Invoker) resumeDue(ctx context.Context, runID string, notify bool) (*Result, error) {
+	rev, err := inv.functions.revisionOfRun(ctx, runID)
 	if err != nil {
 		return nil, err
 	}
@@ -69,63 +69,14 @@ func (inv *Invoker) resume(ctx context.Context, rev *revision, runID string, not
 	return inv.invoke(ctx, rev, c, notify)
 }
 
-// InvokeNew invokes a run that journal.CreateRun created already claimed (with a
+// invokeNew invokes a run that journal.CreateRun created already claimed (with a
 // lease), so its first invocation needs no queue hop and no claim.
-func (inv *Invoker) InvokeNew(ctx context.Context, run *journal.Run, notify bool) (*Result, error) {
-	rev, err := inv.revision(ctx, run.Tenant, run.Function, run.Revision)
+func (inv *Invoker) invokeNew(ctx context.Context, run *journal.Run, notify bool) (*Result, error) {
+	rev, err := inv.functions.revision(ctx, run.Tenant, run.Function, run.Revision)
 	if err != nil {
 		return nil, err
 	}
 	return inv.invoke(ctx, rev, &journal.Claim{Run: run}, notify)
-}
-
-// Config returns the config of a function revision (cached: revisions are immutable).
-func (inv *Invoker) Config(ctx context.Context, tenant, function string, revision int) (FunctionConfig, error) {
-	rev, err := inv.revision(ctx, tenant, function, revision)
-	if err != nil {
-		return FunctionConfig{}, err
-	}
-	return rev.config, nil
-}
-
-type revisionKey struct {
-	tenant, name string
-	revision     int
-}
-
-type revision struct {
-	tenant string // whose function it is: the fair share counts its invocations
-	url    string
-	config FunctionConfig
-}
-
-func (inv *Invoker) revision(ctx context.Context, tenant, name string, rev int) (*revision, error) {
-	key := revisionKey{tenant, name, rev}
-	if r, ok := inv.revisions.Load(key); ok {
-		return r.(*revision), nil
-	}
-	fn, err := journal.GetRevision(ctx, inv.pool, tenant, name, rev)
-	if err != nil {
-		return nil, err
-	}
-	fc, err := ParseConfig(fn.Config)
-	if err != nil {
-		return nil, fmt.Errorf("function %s revision %d: %w", name, rev, err)
-	}
-	r := &revision{tenant: tenant, url: fn.URL, config: inv.limits.clamp(fc)}
-	inv.revisions.Store(key, r)
-	return r, nil
-}
-
-func (inv *Invoker) revisionOfRun(ctx context.Context, runID string) (*revision, error) {
-	tenant, function, rev, err := journal.RevisionOfRun(ctx, inv.pool, runID)
-	if errors.Is(err, journal.ErrNotFound) {
-		return nil, journal.ErrNotDue
-	}
-	if err != nil {
-		return nil, err
-	}
-	return inv.revision(ctx, tenant, function, rev)
 }
 
 // invoke makes one invocation of a claimed run and applies its outcome. The run's lease
@@ -544,14 +495,14 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 		return nil, fmt.Errorf("apply answer of run %s: %w", run.ID, err)
 	}
 	if f.Parent != "" {
-		inv.Wake(f.Parent)
+		inv.wake(f.Parent)
 	}
 	children := f.Children
 	if f.Child != nil {
 		children = append(children, f.Child)
 	}
 	for _, c := range children {
-		if crev, err := inv.revision(ctx, c.Tenant, c.Function, c.Revision); err == nil {
+		if crev, err := inv.functions.revision(ctx, c.Tenant, c.Function, c.Revision); err == nil {
 			inv.armTimer(c.ID, crev, 0, 0)
 		} // else its River job starts it
 		inv.armDeadline(c)

@@ -44,11 +44,11 @@ var callbackCheckpoint = checkpointKind{
 		err = pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
 			var err error
 			out, err = journal.CreateCallback(ctx, tx, in.RunID, in.Number, journal.NewCallback{
-				Seq: e.Seq, Name: e.Name, Token: token, URL: inv.CallbackURL(token), Key: key, Timeout: timeout, Window: e.Window,
+				Seq: e.Seq, Name: e.Name, Token: token, URL: inv.callbackURL(token), Key: key, Timeout: timeout, Window: e.Window,
 			}, inv.limits.Bounds())
 			return err
 		})
-		return CheckpointAck{Output: out}, inv.FailOnCheckpoint(ctx, in.RunID, in.Number, err)
+		return CheckpointAck{Output: out}, inv.failOnCheckpoint(ctx, in.RunID, in.Number, err)
 	},
 }
 

@@ -89,6 +89,6 @@ var eventCheckpoint = checkpointKind{
 				inv.armHeld(run)
 			}
 		}
-		return CheckpointAck{}, inv.FailOnCheckpoint(ctx, in.RunID, in.Number, err)
+		return CheckpointAck{}, inv.failOnCheckpoint(ctx, in.RunID, in.Number, err)
 	},
 }

@@ -75,11 +75,11 @@ var sendCheckpoint = checkpointKind{
 			if err != nil || sent == nil || !sent.Resumed {
 				return err
 			}
-			return inv.Enqueue(ctx, tx, m.RunID)
+			return inv.enqueue(ctx, tx, m.RunID)
 		})
 		if err == nil && sent != nil && sent.Resumed {
-			inv.Wake(m.RunID)
+			inv.wake(m.RunID)
 		}
-		return CheckpointAck{Refused: errorToAPI(refused)}, inv.FailOnCheckpoint(ctx, in.RunID, in.Number, err)
+		return CheckpointAck{Refused: errorToAPI(refused)}, inv.failOnCheckpoint(ctx, in.RunID, in.Number, err)
 	},
 }

@@ -35,6 +35,6 @@ var valueCheckpoint = checkpointKind{
 			}
 			return journal.NotifyOutput(ctx, tx, in.RunID)
 		})
-		return CheckpointAck{}, inv.FailOnCheckpoint(ctx, in.RunID, in.Number, err)
+		return CheckpointAck{}, inv.failOnCheckpoint(ctx, in.RunID, in.Number, err)
 	},
 }

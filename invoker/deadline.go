@@ -44,7 +44,7 @@ type deadlineWorker struct {
 }
 
 func (w *deadlineWorker) Work(ctx context.Context, job *river.Job[DeadlineArgs]) error {
-	run, err := w.inv.ExceedDeadline(ctx, job.Args.RunID)
+	run, err := w.inv.exceedDeadline(ctx, job.Args.RunID)
 	switch {
 	case errors.Is(err, journal.ErrFinished), errors.Is(err, journal.ErrNotFound):
 		return nil
@@ -58,12 +58,12 @@ func (w *deadlineWorker) Work(ctx context.Context, job *river.Job[DeadlineArgs])
 	return err
 }
 
-// ExceedDeadline fails runID with ErrorTypeDeadline if its deadline has passed and it has
+// exceedDeadline fails runID with ErrorTypeDeadline if its deadline has passed and it has
 // not ended (see journal.ExceedDeadline), waking its parent if it was a child the parent
 // waited for, in one transaction; then this process's calls of it are abandoned, its
 // timer stopped and its waiters told. It returns journal.ErrFinished, ErrNotDue (with
 // the run) or ErrNotFound when it does nothing.
-func (inv *Invoker) ExceedDeadline(ctx context.Context, runID string) (*journal.Run, error) {
+func (inv *Invoker) exceedDeadline(ctx context.Context, runID string) (*journal.Run, error) {
 	var run *journal.Run
 	err := pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
 		var err error
@@ -71,7 +71,7 @@ func (inv *Invoker) ExceedDeadline(ctx context.Context, runID string) (*journal.
 		if err != nil || run.ParentSeq == nil {
 			return err
 		}
-		return inv.Enqueue(ctx, tx, *run.ParentID)
+		return inv.enqueue(ctx, tx, *run.ParentID)
 	})
 	if err != nil {
 		return run, err
@@ -82,7 +82,7 @@ func (inv *Invoker) ExceedDeadline(ctx context.Context, runID string) (*journal.
 	inv.traceRunEnd(ctx, run, journal.StatusFailed, run.Error)
 	inv.ended(runID, errRunDeadline)
 	if run.ParentSeq != nil {
-		inv.Wake(*run.ParentID)
+		inv.wake(*run.ParentID)
 	}
 	return run, nil
 }
@@ -125,7 +125,7 @@ func (inv *Invoker) armDeadlines(ds []newDeadline) {
 // gateway's timer, or the deadline's River job, does it.
 func (inv *Invoker) armDeadlineTimer(runID string, d time.Duration, tries int) {
 	inv.timers.arm(deadlineTimer(runID), d, func() {
-		_, err := inv.ExceedDeadline(inv.bg, runID)
+		_, err := inv.exceedDeadline(inv.bg, runID)
 		switch {
 		case errors.Is(err, journal.ErrNotDue) && tries < maxWakeTries:
 			// The database clock may run a hair behind this timer; look again shortly.

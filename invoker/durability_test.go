@@ -212,7 +212,7 @@ func TestStrandedRunsAreSwept(t *testing.T) {
 	resp := startRunAsync(t, c, "orders.checkout", `{"sleep_ms":300}`)
 	id := resp.ID
 	awaitCondition(t, 10*time.Second, func() bool { return getRun(t, c, id).Status == protocol.RunStatusSuspended }, "the run asleep")
-	s.Invoker.Cancelled(id) // drops this process's timer, as a gateway restart would
+	s.Invoker.ForgetTimers(id) // as a gateway restart would
 	var jobs []int64
 	rows, err := s.Pool.Query(ctx, `SELECT id FROM river_job WHERE kind = 'stepgate.invoke' AND args->>'run_id' = $1 AND state = 'scheduled'`, id)
 	require.NoError(t, err)

@@ -147,7 +147,7 @@ type Invoker struct {
 	// deadlinesArmedUntil is armedUntil's counterpart for the runs' deadlines (see
 	// armUpcomingDeadlines).
 	deadlinesArmedUntil time.Time
-	revisions           sync.Map // revisionKey -> *revision; revisions are immutable
+	functions           *Functions
 	metrics             *metrics.Metrics
 	tracer              trace.Tracer     // nil: traces are off
 	traceMessages       bool             // Config.TraceErrorMessages
@@ -198,6 +198,7 @@ func New(cfg Config) (*Invoker, error) {
 		metrics:       cfg.Metrics,
 		inflight:      map[string]map[*inflightCall]struct{}{},
 	}
+	inv.functions = &Functions{pool: cfg.Pool, limits: inv.limits}
 	inv.appender = journal.NewAppender(cfg.Pool, checkpointWrites, checkpointWriteTimeout)
 	if inv.listener == nil {
 		inv.listener, inv.ownsListener = notify.NewListener(cfg.Pool, cfg.Logger), true
@@ -340,33 +341,29 @@ func (inv *Invoker) Stop(ctx context.Context) error {
 	return err
 }
 
-// Enqueue inserts, in tx, the River job that invokes a queued run as soon as possible,
+// enqueue inserts, in tx, the River job that invokes a queued run as soon as possible,
 // with the run's tenant and priority, read from its row in tx first (journal.RunJobs). A
 // run that tx does not see gets no job.
-func (inv *Invoker) Enqueue(ctx context.Context, tx pgx.Tx, runID string) error {
+func (inv *Invoker) enqueue(ctx context.Context, tx pgx.Tx, runID string) error {
 	if err := inv.enqueueNow(ctx, tx, []string{runID}); err != nil {
 		return fmt.Errorf("enqueue run %s: %w", runID, err)
 	}
 	return nil
 }
 
-// Subscribe returns a channel told each time runID may have reached a terminal status,
-// by this gateway or another; the caller re-reads the run. Call the func when done.
-func (inv *Invoker) Subscribe(runID string) (<-chan struct{}, func()) {
-	return inv.listener.Subscribe(runID)
-}
-
-// Listener returns the process's listening connection, which the live streams use too.
+// Listener returns the process's listening connection: Subscribe tells when a run may
+// have reached a terminal status, SubscribeOutput when it may have published a value or
+// written to a stream, on any gateway, once a reader attached to it (Attach).
 func (inv *Invoker) Listener() *notify.Listener { return inv.listener }
 
-// Cancelled tells this process that runID was cancelled (journal.CancelRun has
+// cancelled tells this process that runID was cancelled (journal.CancelRun has
 // committed): its local wake-up and deadline timers are stopped, a call to its function
 // from this process is abandoned (its answer would be refused), and its local waiters
 // are told.
 // Other gateways learn of it through journal.NotifyChannel; their timers and the run's
 // River job find nothing to claim, and their calls end at the function's next
 // checkpoint, refused.
-func (inv *Invoker) Cancelled(runID string) { inv.ended(runID, errRunCancelled) }
+func (inv *Invoker) cancelled(runID string) { inv.ended(runID, errRunCancelled) }
 
 // ended tells this process that runID ended without the answer of its invocation: its
 // wake-up and deadline timers are stopped, its calls from this process are abandoned
@@ -413,7 +410,7 @@ func (inv *Invoker) appendCheckpoint(ctx context.Context, runID string, invocati
 		span := inv.checkpointed(runID, invocation, e.Seq)
 		inv.traceEntries(ctx, span, runID, []journal.Entry{e})
 	}
-	return inv.FailOnCheckpoint(ctx, runID, invocation, err)
+	return inv.failOnCheckpoint(ctx, runID, invocation, err)
 }
 
 // ClaimInvocation returns nil when invocation owns run runID now and nonce is the first
@@ -426,25 +423,25 @@ func (inv *Invoker) ClaimInvocation(ctx context.Context, runID string, invocatio
 	return journal.ClaimInvocation(ctx, inv.pool, runID, invocation, nonce)
 }
 
-// FailOnCheckpoint fails the run of a checkpoint of invocation that failed with err,
+// failOnCheckpoint fails the run of a checkpoint of invocation that failed with err,
 // when err is a conflict, a limit (see Checkpoint) or a tenant's quota, and returns err. For checkpoints
 // journaled by other means, such as a sent event's.
-func (inv *Invoker) FailOnCheckpoint(ctx context.Context, runID string, invocation int, err error) error {
+func (inv *Invoker) failOnCheckpoint(ctx context.Context, runID string, invocation int, err error) error {
 	if !errors.Is(err, journal.ErrConflict) && !errors.Is(err, journal.ErrLimit) && !errors.Is(err, journal.ErrQuota) {
 		return err
 	}
-	if ferr := inv.FailInvocation(ctx, runID, invocation, *unappliable(err)); ferr != nil && !errors.Is(ferr, journal.ErrSuperseded) {
+	if ferr := inv.failInvocation(ctx, runID, invocation, *unappliable(err)); ferr != nil && !errors.Is(ferr, journal.ErrSuperseded) {
 		return errors.Join(err, ferr)
 	}
 	return err
 }
 
-// FailInvocation fails the run that invocation owns with e (type ErrorTypeLimit,
+// failInvocation fails the run that invocation owns with e (type ErrorTypeLimit,
 // ErrorTypeNondeterminism, ...), as if the invocation had answered that failure: a
 // parent waiting for the run is woken, waiters are told, and this process's call of it
 // is abandoned. It returns journal.ErrSuperseded when the invocation no longer owns the
 // run.
-func (inv *Invoker) FailInvocation(ctx context.Context, runID string, invocation int, e journal.ErrorInfo) error {
+func (inv *Invoker) failInvocation(ctx context.Context, runID string, invocation int, e journal.ErrorInfo) error {
 	ctx = context.WithoutCancel(ctx)
 	var f *journal.Finished
 	err := pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
@@ -458,7 +455,7 @@ func (inv *Invoker) FailInvocation(ctx context.Context, runID string, invocation
 	}
 	inv.log.InfoContext(ctx, "run failed by its checkpoint", inv.runAttrs(ctx, runID), slog.String("error_type", e.Type), slog.String("error", e.Message))
 	if f.Parent != "" {
-		inv.Wake(f.Parent)
+		inv.wake(f.Parent)
 	}
 	inv.ended(runID, errRunFailed)
 	return nil
@@ -477,6 +474,9 @@ func (inv *Invoker) Running() bool {
 		return true
 	}
 }
+
+// Functions returns the registry of the gateway's functions.
+func (inv *Invoker) Functions() *Functions { return inv.functions }
 
 // Limits returns the invoker's limits, defaults applied.
 func (inv *Invoker) Limits() Limits { return inv.limits }
@@ -538,7 +538,7 @@ func (w *invokeWorker) Work(ctx context.Context, job *river.Job[InvokeArgs]) err
 		return w.inv.holdBack(ctx, job)
 	}
 	defer w.inv.fair.Release(job.Args.Tenant)
-	_, err := w.inv.Resume(ctx, job.Args.RunID, false)
+	_, err := w.inv.resumeDue(ctx, job.Args.RunID, false)
 	if errors.Is(err, journal.ErrNotDue) || errors.Is(err, journal.ErrSuperseded) || errors.Is(err, journal.ErrHeld) {
 		// Woken already (by a local timer), or not due: its own job will come. Or the
 		// invocation was abandoned (cancelled, handed over, its lease lost): whoever
@@ -552,11 +552,11 @@ func (w *invokeWorker) Work(ctx context.Context, job *river.Job[InvokeArgs]) err
 	return err
 }
 
-// Wake invokes runID from this process at once if it is due: a parent whose child has
+// wake invokes runID from this process at once if it is due: a parent whose child has
 // ended, once that end has committed with the parent's River job, which stays the
 // backstop (when this process stops first, or another gateway's worker claims the run
 // first, the other finds nothing to claim).
-func (inv *Invoker) Wake(runID string) { inv.armTimer(runID, nil, 0, 0) }
+func (inv *Invoker) wake(runID string) { inv.armTimer(runID, nil, 0, 0) }
 
 // maxWakeTries bounds how often a timer looks again at a run not due yet.
 const maxWakeTries = 3
@@ -577,7 +577,7 @@ func (inv *Invoker) armTimer(runID string, rev *revision, d time.Duration, tries
 	inv.timers.arm(runTimer(runID), d, func() {
 		var err error
 		if rev == nil {
-			rev, err = inv.revisionOfRun(inv.bg, runID)
+			rev, err = inv.functions.revisionOfRun(inv.bg, runID)
 		}
 		if err == nil {
 			if !inv.fair.Acquire(rev.tenant) {

@@ -24,13 +24,13 @@ func (inv *Invoker) SendMessage(ctx context.Context, db *journal.TenantDB, n jou
 		if sent, err = journal.SendMessage(ctx, tx, n); err != nil || !sent.Resumed {
 			return err
 		}
-		return inv.Enqueue(ctx, tx, n.RunID)
+		return inv.enqueue(ctx, tx, n.RunID)
 	})
 	if err != nil {
 		return sent, err
 	}
 	if sent.Resumed {
-		inv.Wake(n.RunID)
+		inv.wake(n.RunID)
 	}
 	return sent, nil
 }

@@ -23,17 +23,10 @@ func (inv *Invoker) WriteStream(ctx context.Context, runID string, invocation in
 	return st, err
 }
 
-// SubscribeOutput returns a channel told each time runID may have published a value or
-// written to a stream, on any gateway, once a reader attached to the run
-// (journal.Attach). Call the func when done.
-func (inv *Invoker) SubscribeOutput(runID string) (<-chan struct{}, func()) {
-	return inv.listener.SubscribeOutput(runID)
-}
-
-// Attach marks a run of db's tenant so that its end (Subscribe) and its writes
-// (SubscribeOutput) are announced to every gateway, and returns it as it is now;
-// journal.ErrNotFound for another tenant's run. Subscribe before attaching: what
-// happens after the attach is then announced.
+// Attach marks a run of db's tenant so that its end and its writes are announced to
+// every gateway (Listener), and returns it as it is now; journal.ErrNotFound for
+// another tenant's run. Subscribe before attaching: what happens after the attach is
+// then announced.
 func (inv *Invoker) Attach(ctx context.Context, db *journal.TenantDB, runID string) (*journal.Run, error) {
 	return journal.Attach(ctx, db, db.Tenant(), runID)
 }

@@ -2,7 +2,6 @@ package invoker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -112,7 +111,7 @@ func (inv *Invoker) StartRunNow(ctx context.Context, db *journal.TenantDB, n jou
 		var res *Result
 		var err error
 		if run.Status == journal.StatusRunning {
-			res, err = inv.InvokeNew(ctx, run, true)
+			res, err = inv.invokeNew(ctx, run, true)
 		} else {
 			// Its function has concurrency limits and the run was created queued (no room
 			// at its creation, or an idempotency key): this claim takes its slots or holds it (then a freed slot wakes it, and the
@@ -136,7 +135,7 @@ func (inv *Invoker) StartRunNow(ctx context.Context, db *journal.TenantDB, n jou
 // resumeNew claims and invokes a run just created queued, from this process.
 func (inv *Invoker) resumeNew(ctx context.Context, run *journal.Run) (*Result, error) {
 	ctx = context.WithoutCancel(ctx) // the caller may leave; the run goes on
-	rev, err := inv.revision(ctx, run.Tenant, run.Function, run.Revision)
+	rev, err := inv.functions.revision(ctx, run.Tenant, run.Function, run.Revision)
 	if err != nil {
 		return nil, err
 	}
@@ -167,10 +166,10 @@ func (inv *Invoker) CancelRun(ctx context.Context, db *journal.TenantDB, runID s
 	}
 	inv.metrics.RunFinished(run.Function, run.Tenant, string(journal.StatusCancelled), -1)
 	inv.traceRunEnd(ctx, run, journal.StatusCancelled, nil)
-	inv.Cancelled(run.ID)
+	inv.cancelled(run.ID)
 	inv.cancelledAll(tree)
 	if run.ParentSeq != nil {
-		inv.Wake(*run.ParentID)
+		inv.wake(*run.ParentID)
 	}
 	return run, nil
 }
@@ -187,7 +186,7 @@ func (inv *Invoker) cancelRun(ctx context.Context, db *journal.TenantDB, runID s
 			return err
 		}
 		// Its parent woke if it still waited for it; if not, the job finds nothing to claim.
-		return inv.Enqueue(ctx, tx, *run.ParentID)
+		return inv.enqueue(ctx, tx, *run.ParentID)
 	})
 	return run, tree, err
 }
@@ -259,10 +258,10 @@ func (inv *Invoker) sendEvent(ctx context.Context, tx pgx.Tx, n journal.NewEvent
 	return ev, true, deadlines, nil
 }
 
-// wakeAll invokes runs from this process at once, if they are due (see Wake).
+// wakeAll invokes runs from this process at once, if they are due (see wake).
 func (inv *Invoker) wakeAll(runs []string) {
 	for _, id := range runs {
-		inv.Wake(id)
+		inv.wake(id)
 	}
 }
 
@@ -303,22 +302,6 @@ func (inv *Invoker) DeleteSchedule(ctx context.Context, db *journal.TenantDB, na
 	return journal.DeleteSchedule(ctx, db, db.Tenant(), name)
 }
 
-// RegisterFunction stores a new revision of a function of db's tenant, whose config
-// raw was checked (ParseConfig, Limits.CheckConfig).
-func (inv *Invoker) RegisterFunction(ctx context.Context, db *journal.TenantDB, name, url string, raw json.RawMessage, fc FunctionConfig) (*journal.Function, error) {
-	fn, err := journal.RegisterFunction(ctx, db, db.Tenant(), name, url, raw, fc.Timeout, fc.RunTimeout)
-	if err != nil {
-		return nil, fmt.Errorf("register function %s: %w", name, err)
-	}
-	return fn, nil
-}
-
-// DeleteFunction unregisters a function of db's tenant; its revisions and runs are kept.
-// It returns journal.ErrNotFound when there is none.
-func (inv *Invoker) DeleteFunction(ctx context.Context, db *journal.TenantDB, name string) error {
-	return journal.DeleteFunction(ctx, db, db.Tenant(), name)
-}
-
 // AwaitRun attaches to a run of db's tenant (so that its terminal update is notified to
 // every gateway) and waits until it is terminal or deadline passes, returning the run as
 // it then is; journal.ErrNotFound for another tenant's run. changes is a subscription
@@ -328,7 +311,7 @@ func (inv *Invoker) DeleteFunction(ctx context.Context, db *journal.TenantDB, na
 // status rather than an error.
 func (inv *Invoker) AwaitRun(ctx context.Context, db *journal.TenantDB, runID string, changes <-chan struct{}, deadline time.Time) (*journal.Run, error) {
 	if changes == nil {
-		ch, unsubscribe := inv.Subscribe(runID)
+		ch, unsubscribe := inv.listener.Subscribe(runID)
 		defer unsubscribe()
 		changes = ch
 	}
