@@ -16,6 +16,7 @@ import (
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/step"
 	"github.com/stepgate/stepgate/internal/stack"
+	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/protocol"
 )
 
@@ -289,4 +290,34 @@ func TestStartRunWithMessage(t *testing.T) {
 		require.Zero(t, runs)
 		require.Zero(t, messages)
 	})
+}
+
+// TestStartRunWithMessageIsOneTransaction: a message refused by the tenant's mailbox
+// quota creates no run either.
+func TestStartRunWithMessageIsOneTransaction(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{Limits: invoker.Limits{MaxTenantMailboxBytes: 100}})
+	c := s.Client(t, s.NewToken(t, auth.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}}))
+	app := s.NewApp()
+	functions.Register(app, "inbox", func(ctx context.Context, _ struct{}) (string, error) {
+		r, err := step.Receive[string](ctx, "go", time.Hour)
+		return r.Message.Data, err
+	})
+	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
+
+	big := `{"message":{"topic":"go","data":"` + strings.Repeat("x", 200) + `"}}`
+	resp := startWithMessage(t, c, "inbox", "k-quota", big)
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode(), string(resp.Body))
+	require.Contains(t, string(resp.Body), "STEPGATE_MAX_TENANT_MAILBOX_BYTES")
+	var runs int
+	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT count(*) FROM stepgate.run WHERE idempotency_key = 'k-quota'`).Scan(&runs))
+	require.Zero(t, runs, "the refused message's run was not created")
+
+	got := mustStartWithMessage(t, c, "inbox", "k-quota", `{"message":{"topic":"go","data":"small"}}`)
+	require.True(t, got.Created)
+	res := mustResult(t, c, got.ID)
+	require.Equal(t, protocol.RunStatusCompleted, res.Status)
+	require.JSONEq(t, `"small"`, string(*res.Output))
 }
