@@ -3,7 +3,11 @@ package gateway_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
+	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -320,4 +324,76 @@ func TestStartRunWithMessageIsOneTransaction(t *testing.T) {
 	res := mustResult(t, c, got.ID)
 	require.Equal(t, protocol.RunStatusCompleted, res.Status)
 	require.JSONEq(t, `"small"`, string(*res.Output))
+}
+
+// TestStartWithMessageAsTheREADMEShows sends the README's curl example (Messages, start
+// with a message) to a real gateway, and checks its answer against the one the README
+// prints (values with "…" stand for what varies).
+func TestStartWithMessageAsTheREADMEShows(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../README.md")
+	require.NoError(t, err)
+	example := regexp.MustCompile(`(?m)^curl -s -X POST "\$STEPGATE_URL(/v1/functions/[^"]+/runs/with-message)" \\\n` +
+		`  -H "Authorization: Bearer \$STEPGATE_TOKEN" -H "Idempotency-Key: ([^"]+)" \\\n` +
+		`  -d '([^']+)'\n# (\d+) (.+)$`).FindStringSubmatch(string(readme))
+	require.NotNil(t, example, "the README's curl example of POST /v1/functions/{name}/runs/with-message")
+	path, key, body, status, answer := example[1], example[2], example[3], example[4], example[5]
+
+	s := stack.Start(t, stack.Options{})
+	token := s.NewToken(t, auth.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}})
+	c := s.Client(t, token)
+	app := s.NewApp()
+	functions.Register(app, "orders.approval", func(ctx context.Context, in json.RawMessage) (json.RawMessage, error) {
+		r, err := step.Receive[json.RawMessage](ctx, "approval", time.Hour)
+		return r.Message.Data, err
+	})
+	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
+
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.URL+path, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	got, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, status, strconv.Itoa(resp.StatusCode), string(got))
+
+	// Every field the README shows, with its value unless it varies.
+	var want, have map[string]any
+	require.NoError(t, json.Unmarshal([]byte(answer), &want))
+	require.NoError(t, json.Unmarshal(got, &have))
+	var same func(path string, want, have any)
+	same = func(path string, want, have any) {
+		switch w := want.(type) {
+		case map[string]any:
+			h, ok := have.(map[string]any)
+			require.True(t, ok, "%s: %v", path, have)
+			require.Len(t, h, len(w), "%s: the fields of %v", path, h)
+			for k, v := range w {
+				require.Contains(t, h, k, path)
+				same(path+"."+k, v, h[k])
+			}
+		case string:
+			if !strings.Contains(w, "…") {
+				require.Equal(t, w, have, path)
+			}
+		default:
+			require.Equal(t, w, have, path)
+		}
+	}
+	same("answer", want, have)
+
+	var in struct {
+		Message struct {
+			Data json.RawMessage `json:"data"`
+		} `json:"message"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &in))
+	res := mustResult(t, c, have["id"].(string))
+	require.Equal(t, protocol.RunStatusCompleted, res.Status)
+	require.JSONEq(t, string(in.Message.Data), string(*res.Output), "the run received the message")
 }
