@@ -2,6 +2,7 @@ package invoker
 
 import (
 	"context"
+	"errors"
 
 	"github.com/jackc/pgx/v5"
 
@@ -33,4 +34,73 @@ func (inv *Invoker) SendMessage(ctx context.Context, db *journal.TenantDB, n jou
 		inv.wake(n.RunID)
 	}
 	return sent, nil
+}
+
+// ErrDebouncedStart: a start with a message (StartWithMessage) of a function with a
+// debounce (config.debounce), whose starts collapse into another start's run.
+var ErrDebouncedStart = errors.New("a debounced function's starts collapse into another start's run: they cannot carry a message")
+
+// StartedWithMessage is what StartWithMessage did.
+type StartedWithMessage struct {
+	Run     *journal.Run  // The run of the idempotency key.
+	Created bool          // This call created Run.
+	Sent    *journal.Sent // The message stored, or the first with its id (Sent.Duplicate).
+}
+
+// StartWithMessage is Temporal's signal-with-start: in one transaction of db's tenant,
+// it creates the run n as StartRun does (its River jobs included) unless the tenant's
+// run of n.IdempotencyKey, which is required, exists already, and stores m in that
+// run's mailbox as SendMessage does (m.RunID is set to the run's). A refusal of either
+// stores neither. The caller derives m.ID from the key (the gateway uses the key), so
+// that a retry creates nothing and stores nothing again: SendMessage answers the first
+// message with Sent.Duplicate, also once the run has finished.
+//
+// Errors are StartRun's (journal.ErrIdempotencyMismatch for the key's run with another
+// input) and SendMessage's: journal.ErrFinished when the key's run has finished without
+// message m.ID (with the run, and its status in Sent.Status: nothing is created; the key
+// names that run for good), and ErrDebouncedStart for a function with a debounce.
+func (inv *Invoker) StartWithMessage(ctx context.Context, db *journal.TenantDB, n journal.NewRun, m journal.NewMessage) (*StartedWithMessage, error) {
+	if n.IdempotencyKey == "" {
+		return nil, errors.New("invoker: a start with a message needs an idempotency key")
+	}
+	var out *StartedWithMessage
+	n.MaxTenantRuns = inv.limits.MaxTenantRuns
+	m.MaxTenantMailboxBytes = inv.limits.MaxTenantMailboxBytes
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		out = &StartedWithMessage{}
+		run, created, err := journal.CreateRun(ctx, tx, n)
+		if fe := (*journal.FlowError)(nil); errors.As(err, &fe) {
+			// A debounce would hand this start another start's run (createFlowed).
+			if flow, perr := ParseFlow(fe.Config); perr == nil && flow != nil && flow.Debounce != nil {
+				return ErrDebouncedStart
+			}
+			run, created, err = inv.createFlowed(ctx, tx, n, fe)
+		}
+		if err != nil {
+			return err
+		}
+		out.Run, out.Created = run, created
+		if created {
+			if err := inv.enqueueNew(ctx, tx, run); err != nil {
+				return err
+			}
+		}
+		m.RunID = run.ID
+		out.Sent, err = journal.SendMessage(ctx, tx, m)
+		if err != nil || !out.Sent.Resumed {
+			return err
+		}
+		return inv.enqueue(ctx, tx, run.ID)
+	})
+	if err != nil {
+		return out, err
+	}
+	inv.armHeld(out.Run)
+	if out.Created {
+		inv.armDeadline(out.Run)
+	}
+	if out.Sent.Resumed {
+		inv.wake(out.Run.ID)
+	}
+	return out, nil
 }

@@ -175,6 +175,60 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/functions/{name}/runs/with-message": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description Letters, digits, `.`, `_`, `-`; 1 to 255 characters.
+                 * @example orders.checkout
+                 */
+                name: components["parameters"]["FunctionName"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Starts the run of an idempotency key if there is none, and sends it a message, in one transaction. Needs `runs:invoke` and `events:send`.
+         * @description Temporal's signal-with-start. In one transaction: the run of the function with the
+         *     `Idempotency-Key` (required here) is created, as `POST /v1/functions/{name}/runs`
+         *     creates it, unless the tenant has one already, and the message is put in that
+         *     run's mailbox, as `POST /v1/runs/{id}/messages` puts it (the same checks, bounds,
+         *     mailbox limit and tenant quota). A refused call stores nothing: no run, no message.
+         *     The run takes the message with a `receive` of its `topic` (`step.Receive`), once
+         *     it gets there; a run already suspended on that receive takes it at once and is
+         *     invoked again (`message.consumed`). `created` says whether this call created the
+         *     run.
+         *
+         *     The caller needs both `runs:invoke` (the operation's permission) and `events:send`
+         *     (a 403 naming it otherwise, and nothing is stored), and the function's
+         *     `invoke_roles` must allow it, as for any start.
+         *
+         *     The message's id is the `Idempotency-Key`, so a retry (the same key, input and
+         *     message) creates nothing and delivers nothing again: it answers the same run and
+         *     the first message, with `message.duplicate` (also once the run has finished). The
+         *     same key with another input, or another message (topic or data), is a 409. A key
+         *     of the form `<run id>:<seq>` is a 400: that form is reserved for the messages runs
+         *     send.
+         *
+         *     Unlike Temporal, the key names one run for good: when the key's run has finished
+         *     (completed, failed or cancelled) without this message, the call is a 409 naming
+         *     the run and its status, and nothing is created; start another run with another
+         *     key. A debounced function (`config.debounce`) is a 400: its starts collapse into
+         *     another start's run. The function's throttle and rate limit apply as to any
+         *     start (a throttled run takes the message while `scheduled`). The start's other
+         *     options (`wait`, delays, deadlines, priority) are not offered here: wait for the
+         *     result at `Location`.
+         */
+        post: operations["startRunWithMessage"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/runs": {
         parameters: {
             query?: never;
@@ -1461,6 +1515,22 @@ export interface components {
             /** @description The deduplication key, per target run. Defaults to a new UUID. The form `<run id>:<seq>` is reserved for runs' messages (a 400). */
             id?: string;
         };
+        StartWithMessage: {
+            input?: components["schemas"]["AnyJSON"];
+            message: {
+                /** @description What the run's `receive` awaits: 1 to 255 bytes. */
+                topic: string;
+                data?: components["schemas"]["AnyJSON"];
+            };
+        };
+        StartedWithMessage: {
+            /** @description The run's id. */
+            id: string;
+            status: components["schemas"]["RunStatus"];
+            /** @description This call created the run; false when the key named it already. */
+            created: boolean;
+            message: components["schemas"]["MessageReceipt"];
+        };
         MessageReceipt: {
             id: string;
             run_id: string;
@@ -2566,6 +2636,62 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["RunResult"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["TooLarge"];
+            429: components["responses"]["Busy"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    startRunWithMessage: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description The run's idempotency key (per tenant and function), and the message's id. 1 to 255 bytes. */
+                "Idempotency-Key": string;
+            };
+            path: {
+                /**
+                 * @description Letters, digits, `.`, `_`, `-`; 1 to 255 characters.
+                 * @example orders.checkout
+                 */
+                name: components["parameters"]["FunctionName"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "input": {
+                 *         "order": "o-42"
+                 *       },
+                 *       "message": {
+                 *         "topic": "approval",
+                 *         "data": {
+                 *           "approved": true
+                 *         }
+                 *       }
+                 *     }
+                 */
+                "application/json": components["schemas"]["StartWithMessage"];
+            };
+        };
+        responses: {
+            /** @description The run exists (created now, or before) and the message is in its mailbox (now, or before). */
+            202: {
+                headers: {
+                    /** @description Where to attach to the result (`/v1/runs/{id}/result`). */
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StartedWithMessage"];
                 };
             };
             400: components["responses"]["BadRequest"];
