@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
 	"github.com/stepgate/stepgate/journal"
 )
 
@@ -33,3 +34,6 @@ func (inv *Invoker) ForgetTimers(runID string) { inv.cancelled(runID) }
 func (inv *Invoker) Enqueue(ctx context.Context, tx pgx.Tx, runID string) error {
 	return inv.enqueue(ctx, tx, runID)
 }
+
+// River returns the invoker's River client, for the tests to insert and delete jobs.
+func (inv *Invoker) River() *river.Client[pgx.Tx] { return inv.river }

@@ -481,9 +481,6 @@ func (inv *Invoker) Functions() *Functions { return inv.functions }
 // Limits returns the invoker's limits, defaults applied.
 func (inv *Invoker) Limits() Limits { return inv.limits }
 
-// River returns the invoker's River client, for inspection.
-func (inv *Invoker) River() *river.Client[pgx.Tx] { return inv.river }
-
 // RiverUI returns River's own web UI on this invoker's River client, served under
 // prefix. It shows, pauses and deletes every tenant's jobs: mount it for the
 // deployment's operators only. The handler is not started: started, it would refresh its
