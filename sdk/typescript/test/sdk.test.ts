@@ -314,6 +314,11 @@ describe("serve", () => {
     }
   });
 
+  test("invocationAttempts and invocationBackoff are the manifest's retries (of invocations, not steps)", () => {
+    const retried = createFunction({ name: "retried", invocationAttempts: 5, invocationBackoff: { initial: 1500, max: "1m" } }, () => "hi");
+    assert.deepEqual(retried.config, { retries: { max_attempts: 5, initial_interval: "1500ms", max_interval: "1m" } });
+  });
+
   test("unsigned, forged, expired, replayed and other-tenant requests get 401", async () => {
     const h = app(fn);
     const body = JSON.stringify(gw.request(runId(), "hello", null));
