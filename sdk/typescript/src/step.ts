@@ -208,9 +208,11 @@ const timerTimeout = (ms: number) => `${Math.max(1000, Math.ceil(ms))}ms`;
 
 /**
  * The steps of one invocation, handed to a function as `step`. Each call takes the next
- * seq of the run (1, 2, ...): when the journal already holds that seq the step is
+ * seq of the run (1, 2, ...), except a wait (sleep, sleepUntil, waitForEvent, receive,
+ * invoke, a callback's result()), which takes its seq when it is awaited (see Wait):
+ * when the journal already holds that seq the step is
  * replayed (run returns the journaled output without calling its function; a journaled
- * sleep returns at once), otherwise it runs and is journaled (checkpointed): every step
+ * sleep resolves at once), otherwise it runs and is journaled (checkpointed): every step
  * call resolves only once the gateway has acknowledged its entry (a checkpoint answered
  * 200), so code after a step never sees a result that a lost invocation could make the
  * step produce again. A function with lazyCheckpoints, or a run with the lazy option,
