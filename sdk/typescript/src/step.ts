@@ -457,10 +457,12 @@ export class Step {
    * Waits the gateway keeps (step.waitForEvent, step.receive, a callback's result(), and
    * at most one timer, step.sleep or step.sleepUntil) are waited for at one seq (a
    * wait_any, up to 8 besides the timer): the timer is its timeout, and comes first
-   * when it passes; without one the wait lasts up to the gateway's longest, 10 years
-   * (then a TimedOutError). In a waitFirst the timer is the timeout, so these waits take
-   * no timeout option of their own. A wait that already has its outcome is chosen at
-   * once, taking no seq.
+   * when it passes (a timer under 1s waits 1s, the gateway's shortest); without one the
+   * wait lasts until a callback among the waits expires, or else up to the gateway's
+   * longest, 10 years, then rejects with a TimedOutError. In a waitFirst the timer is the
+   * timeout, so these waits take no timeout option of their own. A callback not chosen
+   * refuses a resolution until its result is awaited again. A wait that already has its
+   * outcome is chosen at once, taking no seq.
    *
    * Promises of steps running in parallel (step.run) resolve it with the first to settle
    * (resolve or reject): its index is journaled as a step called name, so a replay
