@@ -50,7 +50,12 @@ export async function waitFirst(
   for (let i = 0; i < ws.length; i++) {
     const { spec, settled, pending } = innerOf(ws[i]!);
     if (settled) return i; // it came before: the first, on every replay too
-    if (pending) throw new NonRetryableError(`${what}: waits[${i}] (${spec.kind} ${q(spec.name)}) is awaited already: give waitFirst waits not awaited yet`);
+    if (pending) {
+      // Awaited already, at a seq of its own: it is the first once it comes (it
+      // suspends the run, or a replay has it at once).
+      await pending.catch(() => {});
+      return i;
+    }
     if (spec.role === "child") {
       throw new NonRetryableError(
         `${what}: waits[${i}] is a child run (invoke ${q(spec.name)}): the gateway cannot wait for the first of a child run and other waits; await it alone or with waitAll`,

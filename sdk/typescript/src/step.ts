@@ -462,7 +462,7 @@ export class Step {
    * longest, 10 years, then rejects with a TimedOutError. In a waitFirst the timer is the
    * timeout, so these waits take no timeout option of their own. A callback not chosen
    * refuses a resolution until its result is awaited again. A wait that already has its
-   * outcome is chosen at once, taking no seq.
+   * outcome, or is being awaited (at a seq of its own), is the first, taking no seq.
    *
    * Promises of steps running in parallel (step.run) resolve it with the first to settle
    * (resolve or reject): its index is journaled as a step called name, so a replay
@@ -470,7 +470,8 @@ export class Step {
    *
    * Refused with a NonRetryableError: a child run (step.invoke: the gateway cannot wait
    * for the first of a child run and other waits; use waitAll), step promises mixed with
-   * waits the gateway keeps, two timers, a wait that is being awaited.
+   * waits the gateway keeps, two timers, a wait with its own timeout, two receives of one
+   * topic.
    */
   waitFirst(name: string, ...waits: PromiseLike<unknown>[]): Promise<number> {
     checkName("step name", name);

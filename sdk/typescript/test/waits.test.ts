@@ -218,6 +218,39 @@ describe("waitFirst", () => {
     assert.deepEqual(seen, [1, 0]);
   });
 
+  test("a wait that has its outcome already is chosen at once, taking no seq; a timer alone is a sleep", async () => {
+    const id = runId();
+    gw.journal(id).push({ seq: 1, kind: "receive", name: "inbox", output: cancel });
+    const invoke = fn("had", async ({ step }) => {
+      const inbox = step.receive("inbox");
+      await inbox;
+      const first = await step.waitFirst("w", step.sleep("t", "1m"), inbox);
+      await step.waitFirst("alone", step.sleep("nap", "1h"));
+      return first;
+    });
+    let r = await invoke(id);
+    assert.deepEqual(r.body.await, { type: "sleep", seq: 2, name: "nap", duration: "1h" });
+    gw.journal(id).push({ seq: 2, kind: "sleep", name: "nap", until: new Date().toISOString() });
+    r = await invoke(id);
+    assert.deepEqual(r.body, { status: "completed", output: 1 });
+  });
+
+  test("a wait being awaited is the first once it comes, taking no seq", async () => {
+    const id = runId();
+    const invoke = fn("awaiting", async ({ step }) => {
+      const inbox = step.receive<{ why: string }>("inbox");
+      void inbox.then(() => {});
+      const first = await step.waitFirst("w", step.sleep("t", "1m"), inbox);
+      return [first, (await inbox).data.why, await step.run("after", () => 1)];
+    });
+    let r = await invoke(id);
+    assert.deepEqual(r.body.await, { type: "receive", seq: 1, name: "inbox", topic: "inbox" });
+    gw.journal(id).push({ seq: 1, kind: "receive", name: "inbox", output: cancel });
+    r = await invoke(id);
+    assert.deepEqual(r.body, { status: "completed", output: [1, "changed my mind", 1] });
+    assert.deepEqual(kinds(gw.journal(id)), ["1 receive inbox", "2 step after"]);
+  });
+
   test("bad combinations fail the run with a NonRetryableError saying why", async () => {
     const cases: [string, (ctx: Context<unknown>) => unknown, string][] = [
       ["child", ({ step }) => step.waitFirst("w", step.invoke("c", { function: "child" }), step.sleep("t", "1m")),
