@@ -139,6 +139,7 @@ export async function waitAll<W extends readonly unknown[]>(st: Invocation, wait
     const { spec, settled, pending } = innerOf(w);
     return spec.role === "child" && !settled && !pending ? [i] : [];
   });
+  if (children.length === 1) await record(children[0]!, waits[children[0]!] as Wait<unknown>);
   if (children.length > 1) await invokeAll(st, children.map((i) => waits[i] as Wait<unknown>));
 
   // Then the others, in the order given, each at its own seq.

@@ -300,6 +300,14 @@ describe("waitAll", () => {
     assert.deepEqual(kinds(gw.journal(id)), ["1 step a", "2 invoke one", "3 invoke one", "4 sleep nap"]);
   });
 
+  test("one child run starts before the other waits too", async () => {
+    const id = runId();
+    const invoke = createFunction({ name: "onechild" }, async ({ step }) => step.waitAll(step.sleep("nap", "1s"), step.invoke<number>("one", { function: "double", input: { n: 3 } })));
+    const r = await gw.run(app(invoke), APP, id, "onechild", null, { children: (aw) => ({ output: (aw.input as { n: number }).n * 2 }) });
+    assert.deepEqual(r.answer, { status: "completed", output: [null, 6] });
+    assert.deepEqual(kinds(gw.journal(id)), ["1 invoke one", "2 sleep nap"]);
+  });
+
   test("rejects with the first error in the order given, once all are done", async () => {
     const id = runId();
     const invoke = createFunction({ name: "fanfail" }, async ({ step }) => {
