@@ -56,10 +56,14 @@ export interface FunctionOptions<In> {
   input?: StandardSchemaV1<unknown, In>;
   /** How long one invocation may take before the gateway retries it (gateway default 5m). */
   timeout?: Duration;
-  /** Invocations in all, the first included, before a run whose invocations keep failing fails (gateway default 3). */
-  maxAttempts?: number;
-  /** The wait before each retried invocation. */
-  backoff?: { initial?: Duration; max?: Duration };
+  /**
+   * Invocations in all, the first included, before a run whose invocations keep failing
+   * fails (gateway default 3; Go's functions.InvocationAttempts). Not a step's retries
+   * (RunOptions.retries).
+   */
+  invocationAttempts?: number;
+  /** The wait before each retried invocation (Go's functions.InvocationBackoff); not a step's (RunOptions.backoff). */
+  invocationBackoff?: { initial?: Duration; max?: Duration };
   /**
    * For a platform that stops a request after this long (a serverless time limit): once
    * four fifths of it have passed, the invocation stops at the next step boundary and the
@@ -141,11 +145,11 @@ export function createFunction<In = unknown, Out = unknown>(
   }
   const c: FunctionConfig = {};
   if (opts.timeout !== undefined) c.timeout = toGo(opts.timeout, "timeout");
-  if (opts.maxAttempts !== undefined || opts.backoff) {
+  if (opts.invocationAttempts !== undefined || opts.invocationBackoff) {
     c.retries = {};
-    if (opts.maxAttempts !== undefined) c.retries.max_attempts = Math.max(1, Math.floor(opts.maxAttempts));
-    if (opts.backoff?.initial !== undefined) c.retries.initial_interval = toGo(opts.backoff.initial, "backoff.initial");
-    if (opts.backoff?.max !== undefined) c.retries.max_interval = toGo(opts.backoff.max, "backoff.max");
+    if (opts.invocationAttempts !== undefined) c.retries.max_attempts = Math.max(1, Math.floor(opts.invocationAttempts));
+    if (opts.invocationBackoff?.initial !== undefined) c.retries.initial_interval = toGo(opts.invocationBackoff.initial, "invocationBackoff.initial");
+    if (opts.invocationBackoff?.max !== undefined) c.retries.max_interval = toGo(opts.invocationBackoff.max, "invocationBackoff.max");
   }
   let budgetMs = 0;
   if (opts.maxInvocationDuration !== undefined) {
