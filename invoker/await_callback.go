@@ -67,25 +67,30 @@ func (inv *Invoker) callbackURL(token string) string {
 	return inv.checkpoint + "/v1/callbacks/" + token
 }
 
-// ResolveCallbackByToken resolves (res.Error nil) or rejects the callback whose token is
-// token, as its holder (res.By is ignored), in any tenant: the token is the credential.
-// See ResolveCallback for the rest.
-func (inv *Invoker) ResolveCallbackByToken(ctx context.Context, token string, res journal.Resolution) (*journal.Callback, error) {
-	res.By = nil
-	return inv.resolveCallback(ctx, inv.pool, journal.CallbackRef{TokenHash: journal.HashToken(token)}, res)
+// CallbackRef names a callback to resolve: by its Token, in any tenant, or by its run
+// and name (RunID, Name: the latest callback of that name) in the caller's tenant.
+type CallbackRef struct {
+	Token       string
+	RunID, Name string
 }
 
-// ResolveRunCallback resolves or rejects the latest callback named name of a run of
-// db's tenant, as res.By (required). It returns journal.ErrNotFound for an unknown run
-// or callback, a *journal.ClosedCallbackError when it was resolved or rejected already,
-// expired, or its run finished. When the run waits for it, the resolution resumes the
-// run: it is journaled, with the run's River job, in one transaction, and the run is
-// invoked from this process once it commits.
-func (inv *Invoker) ResolveRunCallback(ctx context.Context, db *journal.TenantDB, runID, name string, res journal.Resolution) (*journal.Callback, error) {
-	if res.By == nil {
-		return nil, errors.New("invoker: ResolveRunCallback needs the caller's identity")
+// ResolveCallback resolves (res.Error nil) or rejects a callback. Named by its token,
+// it is resolved as the token's holder, in any tenant: the token is the credential, db
+// and res.By are ignored. Named by run and name, it is resolved in db's tenant as res.By
+// (required). It returns journal.ErrNotFound for an unknown token, run or callback, a
+// *journal.ClosedCallbackError when it was resolved or rejected already, expired, or
+// its run finished. When the run waits for it, the resolution resumes the run: it is
+// journaled, with the run's River job, in one transaction, and the run is invoked from
+// this process once it commits.
+func (inv *Invoker) ResolveCallback(ctx context.Context, db *journal.TenantDB, ref CallbackRef, res journal.Resolution) (*journal.Callback, error) {
+	if ref.Token != "" {
+		res.By = nil
+		return inv.resolveCallback(ctx, inv.pool, journal.CallbackRef{TokenHash: journal.HashToken(ref.Token)}, res)
 	}
-	return inv.resolveCallback(ctx, db, journal.CallbackRef{Tenant: db.Tenant(), RunID: runID, Name: name}, res)
+	if res.By == nil || db == nil {
+		return nil, errors.New("invoker: resolving a callback by its run and name needs the caller's tenant and identity")
+	}
+	return inv.resolveCallback(ctx, db, journal.CallbackRef{Tenant: db.Tenant(), RunID: ref.RunID, Name: ref.Name}, res)
 }
 
 func (inv *Invoker) resolveCallback(ctx context.Context, db interface {

@@ -150,7 +150,7 @@ func TestEveryInvokeJobCarriesItsRunsTenantAndPriority(t *testing.T) {
 	// A callback's resolution.
 	approver := start(newRun("approver"))
 	awaitStatus(approver, journal.StatusSuspended)
-	_, err = s.Invoker.ResolveRunCallback(ctx, db, approver, "approve", journal.Resolution{Data: []byte(`true`), By: &who})
+	_, err = s.Invoker.ResolveCallback(ctx, db, invoker.CallbackRef{RunID: approver, Name: "approve"}, journal.Resolution{Data: []byte(`true`), By: &who})
 	require.NoError(t, err)
 	want["callback"] = struct {
 		run  string

@@ -47,9 +47,6 @@ const (
 	attrErrorType  = attribute.Key("error.type")
 )
 
-// Tracer returns the invoker's tracer, nil when traces are off.
-func (inv *Invoker) Tracer() trace.Tracer { return inv.tracer }
-
 // startInvocation starts the span of one invocation of run, a child of the run's root,
 // and returns the context that carries it (to the function, as its traceparent). A nil
 // span when traces are off.

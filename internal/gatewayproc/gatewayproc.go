@@ -216,7 +216,7 @@ func Start(ctx context.Context, cfg Config) (*Process, error) {
 		return fail(err)
 	}
 	gcfg := gateway.Config{
-		Pool: pool, APIPool: api, Invoker: p.Invoker, Verifier: p.Verifier, Tokens: p.Tokens, Logger: log,
+		Pool: pool, APIPool: api, Invoker: p.Invoker, TracerProvider: cfg.TracerProvider, Verifier: p.Verifier, Tokens: p.Tokens, Logger: log,
 		Keys: p.Keys, Egress: cfg.Egress, MaxBodyBytes: cfg.MaxBodyBytes, Web: cfg.Web,
 		OperatorRole: cfg.OperatorRole, OperatorTenant: cfg.OperatorTenant,
 		MaxWaitInvocations: cfg.MaxWaitInvocations, MaxWaitInvocationsPerTenant: cfg.MaxWaitInvocationsPerTenant,
