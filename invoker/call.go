@@ -126,7 +126,7 @@ func (inv *Invoker) invoke(ctx context.Context, rev *revision, claim *journal.Cl
 		inv.metrics.Invocation(run.Function, "abandoned", took)
 		inv.endInvocation(span, "abandoned", &journal.ErrorInfo{Type: "abandoned", Message: cause.Error()})
 		if errors.Is(cause, errRunFailed) {
-			// A checkpoint failed the run (FailInvocation, which knows only its id).
+			// A checkpoint failed the run (failInvocation, which knows only its id).
 			inv.metrics.RunFinished(run.Function, run.Tenant, string(journal.StatusFailed), max(steps, int(call.seq.Load())))
 			inv.traceRunEnd(ctx, run, journal.StatusFailed, nil)
 		}

@@ -37,7 +37,7 @@ func (CancelOperationArgs) Kind() string { return "cancel_operation" }
 
 // cancelTree cancels, in tx, the descendants of roots up to journal.MaxTreeCancel and,
 // past it, enqueues a CancelTreeArgs job to continue. The caller tells this process
-// about the returned runs (Cancelled) once tx commits.
+// about the returned runs (cancelled) once tx commits.
 func (inv *Invoker) cancelTree(ctx context.Context, tx pgx.Tx, tenant string, roots []string, by journal.Identity) ([]string, error) {
 	ids, err := journal.CancelDescendants(ctx, tx, tenant, roots, by, journal.MaxTreeCancel)
 	if err != nil || len(ids) < journal.MaxTreeCancel {

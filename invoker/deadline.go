@@ -121,7 +121,7 @@ func (inv *Invoker) armDeadlines(ds []newDeadline) {
 }
 
 // armDeadlineTimer fails runID past its deadline in this process after d (see
-// ExceedDeadline), unless the run ends or the process stops first; then another
+// exceedDeadline), unless the run ends or the process stops first; then another
 // gateway's timer, or the deadline's River job, does it.
 func (inv *Invoker) armDeadlineTimer(runID string, d time.Duration, tries int) {
 	inv.timers.arm(deadlineTimer(runID), d, func() {

@@ -56,7 +56,7 @@ var (
 )
 
 // track registers an invocation of runID until the returned func is called: its lease
-// is renewed meanwhile, and Cancelled, a lost lease or a hand-over cancel it.
+// is renewed meanwhile, and cancelled, a lost lease or a hand-over cancel it.
 func (inv *Invoker) track(lease journal.Lease, cancel context.CancelCauseFunc) (*inflightCall, func()) {
 	c := &inflightCall{lease: lease, cancel: cancel}
 	inv.inflightMu.Lock()
