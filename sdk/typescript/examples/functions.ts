@@ -31,7 +31,7 @@ const checkoutInput: StandardSchemaV1<unknown, CheckoutInput> = {
 
 /** ts.checkout: three steps and a sleep, the five-minute tour's function. */
 export const checkout = createFunction(
-  { name: "ts.checkout", input: checkoutInput, timeout: "30s" },
+  { name: "ts.checkout", input: checkoutInput, invocationTimeout: "30s" },
   async ({ input, step }) => {
     const order = await step.run("reserve", () => ({ orderId: `o-${input.item}`, item: input.item }));
     const charge = await step.run("charge", () => ({ amount: 42, orderId: order.orderId }));
