@@ -33,9 +33,12 @@ const MaxWaitShapes = 64
 // Numbers match by value (1 and 1.0 are equal); a path the event lacks, or that holds
 // an object or an array, matches nothing.
 //
-// An event stored since Since (the invocation's start) matches too, so an event that
-// arrived while the run was deciding to wait is not lost; one already journaled by
-// another wait of the run does not. Only an event whose sender may resume the run
+// An event stored since Since (the invocation's start, or a look-back's time) matches
+// too, the earliest first (by created_at, then id), so an event that arrived while the
+// run was deciding to wait, or before, is not lost; one already journaled by another
+// wait of the run does not. When LookBack is not zero, Since is a time the function
+// asked for, and a Since after the database clock, or more than LookBack (the event
+// retention) before it, is ErrBadAwait. Only an event whose sender may resume the run
 // (stepgate.may_resume: the run's revision's invoke_roles and resume_roles, as
 // access.Identity.MayResume decides) resumes it, either way; the others leave it waiting. Each wait is resumed at most once, by the first
 // matching event, in that event's transaction (ResumeWaiters).
@@ -46,6 +49,8 @@ type WaitEvent struct {
 	Match   map[string]json.RawMessage // Checked by the caller: scalars, paths of names.
 	Timeout time.Duration
 	Since   time.Time
+	// LookBack, when not zero, bounds how far before the database clock Since may be.
+	LookBack time.Duration
 }
 
 func (w WaitEvent) awaiting() Awaiting {
@@ -66,6 +71,11 @@ func (w WaitEvent) write(ctx context.Context, db DB, aw awaitWrite, f *Finished)
 	match, err := json.Marshal(w.Match)
 	if err != nil {
 		return fmt.Errorf("%w: wait_event match: %v", ErrUnstorable, err)
+	}
+	if w.LookBack > 0 {
+		if err := w.checkSince(ctx, db); err != nil {
+			return err
+		}
 	}
 	paths := w.paths()
 	newShape, err := addWaitShape(ctx, db, aw.tenant, w.Event, paths)
@@ -98,6 +108,25 @@ func (w WaitEvent) write(ctx context.Context, db DB, aw awaitWrite, f *Finished)
 	}
 	if resumed {
 		return dueNow(ctx, db, aw.runID, f)
+	}
+	return nil
+}
+
+// checkSince returns ErrBadAwait when the look-back's Since is after the database clock
+// or more than LookBack before it.
+func (w WaitEvent) checkSince(ctx context.Context, db DB) error {
+	b, err := dbsqlc.New(db).WaitEventSinceBounds(ctx, dbsqlc.WaitEventSinceBoundsParams{Since: w.Since, LookBackMs: w.LookBack.Milliseconds()})
+	if err != nil {
+		return fmt.Errorf("check wait_event since: %w", err)
+	}
+	since, now := w.Since.UTC().Format(time.RFC3339Nano), b.Now.UTC().Format(time.RFC3339Nano)
+	switch {
+	case b.Future:
+		return fmt.Errorf("%w: wait_event %q since %s is after the database clock (%s); a look-back starts in the past",
+			ErrBadAwait, w.Name, since, now)
+	case b.Gone:
+		return fmt.Errorf("%w: wait_event %q since %s is further back than the event retention (%s, STEPGATE_RETENTION) before the database clock (%s); older events are deleted",
+			ErrBadAwait, w.Name, since, w.LookBack, now)
 	}
 	return nil
 }

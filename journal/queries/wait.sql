@@ -37,6 +37,13 @@ WITH ev AS (
 )
 SELECT EXISTS (SELECT 1 FROM ev);
 
+-- name: WaitEventSinceBounds :one
+-- A look-back's bounds, on the database clock: whether @since is after it, or more
+-- than @look_back_ms before it.
+SELECT (@since::timestamptz > now()) AS future,
+    (@since::timestamptz < now() - sqlc.arg(look_back_ms)::bigint * interval '1 millisecond') AS gone,
+    now()::timestamptz AS now;
+
 -- name: WaitShapeAdd :one
 -- Records the shape unless the tenant's waits on the event name have max_shapes:
 -- inserted says it is new, known that it was there.

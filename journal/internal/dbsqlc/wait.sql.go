@@ -91,6 +91,32 @@ func (q *Queries) WaitAnyDeleteWaits(ctx context.Context, arg WaitAnyDeleteWaits
 	return err
 }
 
+const WaitEventSinceBounds = `-- name: WaitEventSinceBounds :one
+SELECT ($1::timestamptz > now()) AS future,
+    ($1::timestamptz < now() - $2::bigint * interval '1 millisecond') AS gone,
+    now()::timestamptz AS now
+`
+
+type WaitEventSinceBoundsParams struct {
+	Since      time.Time
+	LookBackMs int64
+}
+
+type WaitEventSinceBoundsRow struct {
+	Future bool
+	Gone   bool
+	Now    time.Time
+}
+
+// A look-back's bounds, on the database clock: whether @since is after it, or more
+// than @look_back_ms before it.
+func (q *Queries) WaitEventSinceBounds(ctx context.Context, arg WaitEventSinceBoundsParams) (WaitEventSinceBoundsRow, error) {
+	row := q.db.QueryRow(ctx, WaitEventSinceBounds, arg.Since, arg.LookBackMs)
+	var i WaitEventSinceBoundsRow
+	err := row.Scan(&i.Future, &i.Gone, &i.Now)
+	return i, err
+}
+
 const WaitEventStore = `-- name: WaitEventStore :one
 WITH ev AS (
     SELECT e.id, e.name, e.data, e.identity, e.created_at FROM stepgate.event e
