@@ -240,8 +240,8 @@ func TestWaitEventLookBack(t *testing.T) {
 		res := mustResult(t, c, id)
 		require.Equal(t, protocol.RunStatusCompleted, res.Status, "%+v", res.Error)
 		var out struct {
-			Index  int             `json:"index"`
-			Kind   string          `json:"kind"`
+			Index  int              `json:"index"`
+			Kind   string           `json:"kind"`
 			Output protocol.AnyJSON `json:"output"`
 		}
 		require.NoError(t, json.Unmarshal(*res.Output, &out))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -60,6 +61,38 @@ func (w WaitEvent) awaiting() Awaiting {
 
 func (w WaitEvent) wake() (*time.Time, time.Duration, bool) { return nil, w.Timeout, true }
 
+// contains returns a JSON object that the document {"id", "name", "data"} of every
+// event the match matches contains (jsonb's @>, which compares numbers by value, as the
+// match does): the match's values at its paths. When two paths cross ("data.a" and
+// "data.a.b", which no event matches), it is {}, which every document contains.
+func (w WaitEvent) contains() json.RawMessage {
+	doc := map[string]any{}
+	for _, path := range w.paths() {
+		segs := strings.Split(path, ".")
+		at := doc
+		for _, s := range segs[:len(segs)-1] {
+			next, ok := at[s].(map[string]any)
+			if _, taken := at[s]; taken && !ok {
+				return json.RawMessage(`{}`)
+			}
+			if !ok {
+				next = map[string]any{}
+				at[s] = next
+			}
+			at = next
+		}
+		if _, taken := at[segs[len(segs)-1]]; taken {
+			return json.RawMessage(`{}`)
+		}
+		at[segs[len(segs)-1]] = w.Match[path]
+	}
+	b, err := json.Marshal(doc)
+	if err != nil { // a value that is not JSON: the write refuses the match itself
+		return json.RawMessage(`{}`)
+	}
+	return b
+}
+
 // paths returns the match's shape: its paths, sorted.
 func (w WaitEvent) paths() []string {
 	return append([]string{}, slices.Sorted(maps.Keys(w.Match))...) // {} for no paths, not NULL
@@ -73,7 +106,7 @@ func (w WaitEvent) write(ctx context.Context, db DB, aw awaitWrite, f *Finished)
 		return fmt.Errorf("%w: wait_event match: %v", ErrUnstorable, err)
 	}
 	if w.LookBack > 0 {
-		if err := w.checkSince(ctx, db); err != nil {
+		if err := w.checkSince(f.Clock); err != nil {
 			return err
 		}
 	}
@@ -96,7 +129,7 @@ func (w WaitEvent) write(ctx context.Context, db DB, aw awaitWrite, f *Finished)
 	// A new statement, so a new snapshot: every event that took this key's lock before
 	// us has committed, and every later one will find the wait.
 	resumed, err := q.WaitEventStore(ctx, dbsqlc.WaitEventStoreParams{
-		Tenant: aw.tenant, Event: w.Event, Since: w.Since, Paths: paths, Match: match,
+		Tenant: aw.tenant, Event: w.Event, Since: w.Since, Contains: w.contains(), Paths: paths, Match: match,
 		RunID: aw.runID, Seq: int32(w.Seq), Name: w.Name, Invocation: int32(aw.invocation), ExpiresAt: f.WakeAt,
 		Alt: int16(aw.alt),
 	})
@@ -113,20 +146,16 @@ func (w WaitEvent) write(ctx context.Context, db DB, aw awaitWrite, f *Finished)
 }
 
 // checkSince returns ErrBadAwait when the look-back's Since is after the database clock
-// or more than LookBack before it.
-func (w WaitEvent) checkSince(ctx context.Context, db DB) error {
-	b, err := dbsqlc.New(db).WaitEventSinceBounds(ctx, dbsqlc.WaitEventSinceBoundsParams{Since: w.Since, LookBackMs: w.LookBack.Milliseconds()})
-	if err != nil {
-		return fmt.Errorf("check wait_event since: %w", err)
-	}
-	since, now := w.Since.UTC().Format(time.RFC3339Nano), b.Now.UTC().Format(time.RFC3339Nano)
+// (now, the run's update's) or more than LookBack before it.
+func (w WaitEvent) checkSince(now time.Time) error {
+	since, clock := w.Since.UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano)
 	switch {
-	case b.Future:
+	case w.Since.After(now):
 		return fmt.Errorf("%w: wait_event %q since %s is after the database clock (%s); a look-back starts in the past",
-			ErrBadAwait, w.Name, since, now)
-	case b.Gone:
+			ErrBadAwait, w.Name, since, clock)
+	case w.Since.Before(now.Add(-w.LookBack)):
 		return fmt.Errorf("%w: wait_event %q since %s is further back than the event retention (%s, STEPGATE_RETENTION) before the database clock (%s); older events are deleted",
-			ErrBadAwait, w.Name, since, w.LookBack, now)
+			ErrBadAwait, w.Name, since, w.LookBack, clock)
 	}
 	return nil
 }
