@@ -113,3 +113,54 @@ func TestWaitEventLookBackBounds(t *testing.T) {
 		})
 	}
 }
+
+// TestWaitEventLookBackMatchesAsAResume: an event stored before the wait (taken by its
+// look-back, whose look-up first keeps the events that contain the match's values)
+// matches exactly when the same event sent after the wait resumes it.
+func TestWaitEventLookBackMatchesAsAResume(t *testing.T) {
+	t.Parallel()
+	db := pgtest.DB(t)
+	for _, tc := range []struct {
+		name, match, id, data string
+		want                  bool
+	}{
+		{"NumberByValue", `{"data.amount": 100}`, "e", `{"amount": 100.0}`, true},
+		{"NumberInExponent", `{"data.amount": 1e2}`, "e", `{"amount": 100}`, true},
+		{"Decimal", `{"data.amount": 0.10}`, "e", `{"amount": 0.1}`, true},
+		{"NumberIsNotString", `{"data.amount": 100}`, "e", `{"amount": "100"}`, false},
+		{"Nested", `{"data.a.b": "x"}`, "e", `{"a": {"b": "x", "c": 1}}`, true},
+		{"InAnArray", `{"data.a": "x"}`, "e", `{"a": ["x"]}`, false},
+		{"AnObject", `{"data.a": 1}`, "e", `{"a": {"b": 1}}`, false},
+		{"Null", `{"data.a": null}`, "e", `{"a": null}`, true},
+		{"NullIsNotAbsent", `{"data.a": null}`, "e", `{}`, false},
+		{"Boolean", `{"data.a": true, "data.b": "y"}`, "e", `{"a": true, "b": "y"}`, true},
+		{"OneOfTwo", `{"data.a": true, "data.b": "y"}`, "e", `{"a": true, "b": "z"}`, false},
+		{"ID", `{"id": "pay-1"}`, "pay-1", `{}`, true},
+		{"OtherID", `{"id": "pay-1"}`, "pay-2", `{}`, false},
+		{"Name", `{"name": "orders.paid"}`, "e", `{}`, true},
+		{"CrossingPaths", `{"data.a": "x", "data.a.b": "y"}`, "e", `{"a": "x"}`, false},
+		{"Everything", `{}`, "e", `[1]`, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var match map[string]json.RawMessage
+			require.NoError(t, json.Unmarshal([]byte(tc.match), &match))
+			// Looked back at: stored before the wait.
+			tenant := newTenant()
+			mustRegister(t, db, tenant, "fn")
+			run := mustCreateRunOf(t, db, tenant, "fn", claimed)
+			since := dbNow(t, db)
+			require.Empty(t, sendAndResume(t, db, tenant, tc.id, "orders.paid", tc.data))
+			f, err := waitFor(t, db, run, "orders.paid", match, since)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, !f.WakeAt.After(f.Clock), "looked back at")
+			// Resumed: sent after the wait.
+			tenant = newTenant()
+			mustRegister(t, db, tenant, "fn")
+			run = mustCreateRunOf(t, db, tenant, "fn", claimed)
+			_, err = waitFor(t, db, run, "orders.paid", match, dbNow(t, db))
+			require.NoError(t, err)
+			require.Equal(t, tc.want, len(sendAndResume(t, db, tenant, tc.id, "orders.paid", tc.data)) == 1, "resumed")
+		})
+	}
+}
