@@ -164,3 +164,40 @@ func TestWaitEventLookBackMatchesAsAResume(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkWaitEventSuspend measures a run's suspension on a wait_event that finds no
+// event (the look-up since the invocation's start, then the wait's row), on a table of
+// 100,000 events of its tenant, 10,000 of them of its name.
+func BenchmarkWaitEventSuspend(b *testing.B) {
+	db, tenant := pgtest.DB(b), newTenant()
+	mustRegister(b, db, tenant, "waiter")
+	for _, stmt := range []string{
+		`INSERT INTO stepgate.event (tenant, id, name, data, identity, created_at)
+		SELECT $1, 'old-' || i, 'orders.' || (i % 10), jsonb_build_object('order_id', 'o-' || i), '{}',
+			now() - (i * interval '25 seconds')
+		FROM generate_series(0, 99999) i`,
+		`ANALYZE stepgate.event`,
+	} {
+		var args []any
+		if strings.Contains(stmt, "$1") {
+			args = append(args, tenant)
+		}
+		if _, err := db.Exec(b.Context(), stmt, args...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	match := map[string]json.RawMessage{"data.order_id": json.RawMessage(`"o-none"`)}
+	b.ReportAllocs()
+	for b.Loop() {
+		err := pgx.BeginFunc(b.Context(), db, func(tx pgx.Tx) error {
+			run := mustCreateRunOf(b, tx, tenant, "waiter", claimed)
+			_, err := journal.Finish(b.Context(), tx, run.ID, 1, journal.WaitingForEvent(journal.WaitEvent{
+				Seq: 1, Name: "wait", Event: "orders.1", Match: match, Timeout: time.Hour, Since: run.CreatedAt,
+			}))
+			return err
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}
