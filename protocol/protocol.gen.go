@@ -454,9 +454,10 @@ type AttemptFailure struct {
 // or that holds an object or an array, matches nothing. An event stored since the
 // invocation started matches too (so none is lost while the function decides to
 // wait), unless another wait of this run already received it; one stored before
-// never does, unless the await looks back. The first matching event resumes the run, in its own transaction:
-// the gateway journals at `seq` an entry of kind `wait_event` named `name` with
-// `{"event": ...}` and calls the run again. When `timeout` (from `1s` to 10 years, default `24h`) passes first, the
+// never does, unless the await looks back (below). The first matching event
+// resumes the run, in its own transaction: the gateway journals at `seq` an
+// entry of kind `wait_event` named `name` with `{"event": ...}` and calls the run
+// again. When `timeout` (from `1s` to 10 years, default `24h`) passes first, the
 // entry is `{"timed_out": true}`. A tenant's runs may wait on at most 64 different
 // sets of paths per event name. A look-back widens which events stored before the
 // wait match: with `since_start: true`, any stored since the run was created (the
@@ -504,8 +505,8 @@ type AttemptFailure struct {
 // type>", "output": <what that alternative's own entry would hold>}`, or
 // `{"timed_out": true}`. An alternative that has already come when the wait is
 // stored (an event since the invocation started or its look-back, a resolved
-// callback, a message in the mailbox) is journaled at once, the first in `of` order; the others are not
-// stored, and a message is taken from the mailbox only if its receive is the one
+// callback, a message in the mailbox) is journaled at once, the first in `of`
+// order; the others are not stored, and a message is taken from the mailbox only if its receive is the one
 // chosen. A callback resolved after another alternative came is a 409.
 //
 // `continue`: the function stopped early, at a step boundary, to stay under its
@@ -1023,9 +1024,10 @@ type InvocationAnswer struct {
 	// or that holds an object or an array, matches nothing. An event stored since the
 	// invocation started matches too (so none is lost while the function decides to
 	// wait), unless another wait of this run already received it; one stored before
-	// never does, unless the await looks back. The first matching event resumes the run, in its own transaction:
-	// the gateway journals at `seq` an entry of kind `wait_event` named `name` with
-	// `{"event": ...}` and calls the run again. When `timeout` (from `1s` to 10 years, default `24h`) passes first, the
+	// never does, unless the await looks back (below). The first matching event
+	// resumes the run, in its own transaction: the gateway journals at `seq` an
+	// entry of kind `wait_event` named `name` with `{"event": ...}` and calls the run
+	// again. When `timeout` (from `1s` to 10 years, default `24h`) passes first, the
 	// entry is `{"timed_out": true}`. A tenant's runs may wait on at most 64 different
 	// sets of paths per event name. A look-back widens which events stored before the
 	// wait match: with `since_start: true`, any stored since the run was created (the
@@ -1073,8 +1075,8 @@ type InvocationAnswer struct {
 	// type>", "output": <what that alternative's own entry would hold>}`, or
 	// `{"timed_out": true}`. An alternative that has already come when the wait is
 	// stored (an event since the invocation started or its look-back, a resolved
-	// callback, a message in the mailbox) is journaled at once, the first in `of` order; the others are not
-	// stored, and a message is taken from the mailbox only if its receive is the one
+	// callback, a message in the mailbox) is journaled at once, the first in `of`
+	// order; the others are not stored, and a message is taken from the mailbox only if its receive is the one
 	// chosen. A callback resolved after another alternative came is a 409.
 	//
 	// `continue`: the function stopped early, at a step boundary, to stay under its

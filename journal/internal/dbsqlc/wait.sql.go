@@ -96,8 +96,8 @@ WITH cand AS MATERIALIZED (
     -- The tenant's events of the name since @since, through event_by_name (a look-back
     -- may reach back a month), that hold @contains: a cheap test every match passes
     -- (match_key, exact, costs tens of microseconds an event). Materialized, so that
-    -- the planner's LIMIT below does not pick event_by_created, every event of the
-    -- tenant since @since, for its order: TestWaitEventLookBackUsesTheIndex checks.
+    -- the LIMIT below cannot lead the planner to event_by_created for its order (every
+    -- event of the tenant since @since). TestWaitEventLookBackUsesTheIndex checks the plan.
     SELECT e.id, e.name, e.data, e.identity, e.created_at FROM stepgate.event e
     WHERE e.tenant = $1 AND e.name = $2 AND e.created_at >= $3
       AND jsonb_build_object('id', e.id, 'name', e.name, 'data', e.data) @> $4::jsonb
