@@ -130,6 +130,7 @@ type Invoker struct {
 	checkpoint string
 	maxAnswer  int64
 	limits     Limits
+	retention  time.Duration // Config.Retention: events older are deleted (a wait's look-back's bound)
 	// Crash recovery (lease.go).
 	leaseTTL      time.Duration
 	renewEvery    time.Duration
@@ -189,6 +190,7 @@ func New(cfg Config) (*Invoker, error) {
 		checkpoint: cfg.CheckpointURL,
 		maxAnswer:  cmp.Or(cfg.MaxAnswerBytes, 16<<20),
 		limits:     cfg.Limits.WithDefaults(),
+		retention:  cmp.Or(cfg.Retention, DefaultRetention),
 
 		leaseTTL:      cmp.Or(cfg.LeaseTTL, 5*time.Second),
 		maintainEvery: cmp.Or(cfg.MaintainInterval, time.Second),

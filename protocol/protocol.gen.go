@@ -454,11 +454,21 @@ type AttemptFailure struct {
 // or that holds an object or an array, matches nothing. An event stored since the
 // invocation started matches too (so none is lost while the function decides to
 // wait), unless another wait of this run already received it; one stored before
-// never does. The first matching event resumes the run, in its own transaction:
-// the gateway journals at `seq` an entry of kind `wait_event` named `name` with
-// `{"event": ...}` and calls the run again. When `timeout` (from `1s` to 10 years, default `24h`) passes first, the
+// never does, unless the await looks back (below). The first matching event
+// resumes the run, in its own transaction: the gateway journals at `seq` an
+// entry of kind `wait_event` named `name` with `{"event": ...}` and calls the run
+// again. When `timeout` (from `1s` to 10 years, default `24h`) passes first, the
 // entry is `{"timed_out": true}`. A tenant's runs may wait on at most 64 different
-// sets of paths per event name.
+// sets of paths per event name. A look-back widens which events stored before the
+// wait match: with `since_start: true`, any stored since the run was created (the
+// event that started the run included); with `since`, any stored at or after that
+// time. The earliest such event (by `created_at`, then `id`) that matches, and that
+// no other wait of this run received, is journaled when the wait is stored, and the
+// run is called again at once; with none, the run waits as without a look-back.
+// `since` must be neither after the database clock when the wait is stored nor
+// further back than the event retention (`STEPGATE_RETENTION`: older events are
+// deleted), or the run fails (`bad_answer`, naming the bound); an await takes
+// `since` or `since_start`, not both.
 //
 // `receive`: take the oldest message of `topic` (1 to 255 bytes) from the run's
 // mailbox (`POST /v1/runs/{id}/messages`, or a `send` entry of another run), or
@@ -494,9 +504,9 @@ type AttemptFailure struct {
 // kind `wait_any` named `name` with `{"index": i, "kind": "<the alternative's
 // type>", "output": <what that alternative's own entry would hold>}`, or
 // `{"timed_out": true}`. An alternative that has already come when the wait is
-// stored (an event since the invocation started, a resolved callback, a message in
-// the mailbox) is journaled at once, the first in `of` order; the others are not
-// stored, and a message is taken from the mailbox only if its receive is the one
+// stored (an event since the invocation started or its look-back, a resolved
+// callback, a message in the mailbox) is journaled at once, the first in `of`
+// order; the others are not stored, and a message is taken from the mailbox only if its receive is the one
 // chosen. A callback resolved after another alternative came is a 409.
 //
 // `continue`: the function stopped early, at a step boundary, to stay under its
@@ -543,6 +553,12 @@ type Await struct {
 	// duration between half and all of min(max_interval, initial_interval * 2^(n-1)).
 	Retry *RetryPolicy `json:"retry,omitempty"`
 	Seq   int          `json:"seq"`
+
+	// Since `wait_event`: a look-back: an event stored at or after this time matches too, the earliest first (not after the database clock, nor further back than the event retention `STEPGATE_RETENTION`; not with `since_start`).
+	Since *time.Time `json:"since,omitempty"`
+
+	// SinceStart `wait_event`: a look-back: an event stored since the run was created matches too, the earliest first (default false; not with `since`).
+	SinceStart *bool `json:"since_start,omitempty"`
 
 	// Timeout `wait_event`, `receive`, `await_callback`: how long to wait, from when the gateway stores the wait. Defaults to `24h` for a `wait_event` and a `receive`, and to the callback's expiry for an `await_callback`.
 	Timeout *Duration `json:"timeout,omitempty"`
@@ -1008,11 +1024,21 @@ type InvocationAnswer struct {
 	// or that holds an object or an array, matches nothing. An event stored since the
 	// invocation started matches too (so none is lost while the function decides to
 	// wait), unless another wait of this run already received it; one stored before
-	// never does. The first matching event resumes the run, in its own transaction:
-	// the gateway journals at `seq` an entry of kind `wait_event` named `name` with
-	// `{"event": ...}` and calls the run again. When `timeout` (from `1s` to 10 years, default `24h`) passes first, the
+	// never does, unless the await looks back (below). The first matching event
+	// resumes the run, in its own transaction: the gateway journals at `seq` an
+	// entry of kind `wait_event` named `name` with `{"event": ...}` and calls the run
+	// again. When `timeout` (from `1s` to 10 years, default `24h`) passes first, the
 	// entry is `{"timed_out": true}`. A tenant's runs may wait on at most 64 different
-	// sets of paths per event name.
+	// sets of paths per event name. A look-back widens which events stored before the
+	// wait match: with `since_start: true`, any stored since the run was created (the
+	// event that started the run included); with `since`, any stored at or after that
+	// time. The earliest such event (by `created_at`, then `id`) that matches, and that
+	// no other wait of this run received, is journaled when the wait is stored, and the
+	// run is called again at once; with none, the run waits as without a look-back.
+	// `since` must be neither after the database clock when the wait is stored nor
+	// further back than the event retention (`STEPGATE_RETENTION`: older events are
+	// deleted), or the run fails (`bad_answer`, naming the bound); an await takes
+	// `since` or `since_start`, not both.
 	//
 	// `receive`: take the oldest message of `topic` (1 to 255 bytes) from the run's
 	// mailbox (`POST /v1/runs/{id}/messages`, or a `send` entry of another run), or
@@ -1048,9 +1074,9 @@ type InvocationAnswer struct {
 	// kind `wait_any` named `name` with `{"index": i, "kind": "<the alternative's
 	// type>", "output": <what that alternative's own entry would hold>}`, or
 	// `{"timed_out": true}`. An alternative that has already come when the wait is
-	// stored (an event since the invocation started, a resolved callback, a message in
-	// the mailbox) is journaled at once, the first in `of` order; the others are not
-	// stored, and a message is taken from the mailbox only if its receive is the one
+	// stored (an event since the invocation started or its look-back, a resolved
+	// callback, a message in the mailbox) is journaled at once, the first in `of`
+	// order; the others are not stored, and a message is taken from the mailbox only if its receive is the one
 	// chosen. A callback resolved after another alternative came is a 409.
 	//
 	// `continue`: the function stopped early, at a step boundary, to stay under its
