@@ -107,6 +107,14 @@ export interface WaitForEventOptions {
   match?: Record<string, string | number | boolean | null>;
   /** How long to wait before a TimedOutError (default 24h). */
   timeout?: Duration;
+  /**
+   * A look-back: `"start"` also takes the earliest matching event stored since the run was
+   * created (the one that started it included), a time the earliest stored at or after it
+   * (neither in the future nor further back than the gateway's STEPGATE_RETENTION, or the
+   * run fails bad_answer). Without it, only events stored since this invocation started
+   * match, so starting a run and then sending it its event needs `since: "start"`.
+   */
+  since?: "start" | Date | string;
 }
 
 /** The options of step.receive. */
@@ -531,15 +539,18 @@ export class Step {
    * A wait for an event named opts.event whose fields hold opts.match's values
    * (`{"data.order_id": "o-17"}`: dotted paths into {id, name, data}, scalar values):
    * awaited, it suspends until one arrives, and gives it; after opts.timeout (default 24h)
-   * it rejects with a TimedOutError.
+   * it rejects with a TimedOutError. Only events stored since the invocation that waits
+   * started match, unless opts.since looks back further ("start": since the run was
+   * created).
    */
   waitForEvent<T = unknown>(name: string, opts: WaitForEventOptions): Wait<Event<T>> {
     checkName("step name", name);
     const timeout = opts.timeout === undefined ? undefined : goDuration(opts.timeout, `wait ${q(name)}: timeout`);
     const match = opts.match ?? {};
+    const since = lookBack(name, opts.since);
     return new Wait<Event<T>>(this.st, {
       kind: "wait_event", name, role: "alternative", ...(timeout ? { timeout } : {}),
-      await: (seq) => ({ type: "wait_event", seq, name, event: opts.event, match, ...(timeout ? { timeout } : {}) }),
+      await: (seq) => ({ type: "wait_event", seq, name, event: opts.event, match, ...(timeout ? { timeout } : {}), ...since }),
       decode: (e, out) => eventFrom<T>(e, out),
     });
   }
@@ -744,4 +755,13 @@ export class Step {
   async random(name: string): Promise<number> {
     return this.run(name, () => Math.random());
   }
+}
+
+/** lookBack turns a wait's since option into the protocol's look-back fields. */
+function lookBack(name: string, since: WaitForEventOptions["since"]): { since?: string; since_start?: boolean } {
+  if (since === undefined) return {};
+  if (since === "start") return { since_start: true };
+  const t = since instanceof Date ? since : new Date(since);
+  if (Number.isNaN(t.getTime())) throw new NonRetryableError(`step: wait ${q(name)}: since ${q(String(since))} is not "start" or a time`);
+  return { since: t.toISOString() };
 }

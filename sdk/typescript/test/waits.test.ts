@@ -46,6 +46,28 @@ describe("waits", () => {
     assert.deepEqual(seen, ["woke"]);
   });
 
+  test("a look-back rides with the wait, alone and in waitFirst; a bad one fails before taking a seq", async () => {
+    const id = runId();
+    const invoke = fn("lookback", async ({ step }) => {
+      await step.waitForEvent("paid", { event: "order.paid", since: "start" });
+      await step.waitFirst("either", step.waitForEvent("shipped", { event: "order.shipped", since: new Date("2026-12-01T00:00:00Z") }), step.sleep("late", "1h"));
+      return "done";
+    });
+    let r = await invoke(id);
+    assert.deepEqual(r.body.await, { type: "wait_event", seq: 1, name: "paid", event: "order.paid", match: {}, since_start: true });
+    gw.journal(id).push({ seq: 1, kind: "wait_event", name: "paid", output: paid });
+    r = await invoke(id);
+    const of = (r.body.await as { of: { since?: string }[] }).of;
+    assert.equal(of[0]?.since, "2026-12-01T00:00:00.000Z");
+
+    const bad = runId();
+    const refuse = fn("lookback-bad", async ({ step }) => step.waitForEvent("paid", { event: "order.paid", since: "yesterday" }));
+    r = await refuse(bad);
+    assert.equal(r.body.status, "failed");
+    assert.match(String((r.body.error as { message: string }).message), /since "yesterday" is not "start" or a time/);
+    assert.deepEqual(gw.journal(bad), []);
+  });
+
   test("a timeout rejects with a TimedOutError, a StepError of type timed_out, the same when awaited again", async () => {
     const id = runId();
     const invoke = fn("timeouts", async ({ step }) => {
