@@ -269,7 +269,7 @@ func (inv *Invoker) call(ctx context.Context, rev *revision, claim *journal.Clai
 				e.Output, err = key.OpenCallback(e.Output)
 			}
 			if err != nil {
-				return nil, &journal.ErrorInfo{Type: "request", Message: fmt.Sprintf("callback %d %q: %v", e.Seq, e.Name, err)}
+				return nil, &journal.ErrorInfo{Type: call.ErrorTypeRequest, Message: fmt.Sprintf("callback %d %q: %v", e.Seq, e.Name, err)}
 			}
 		}
 		req.Journal = append(req.Journal, entryToAPI(e))
@@ -283,7 +283,7 @@ func (inv *Invoker) call(ctx context.Context, rev *revision, claim *journal.Clai
 	}
 	body, err := json.Marshal(req)
 	if err != nil {
-		return nil, &journal.ErrorInfo{Type: "request", Message: "encode invocation: " + err.Error()}
+		return nil, &journal.ErrorInfo{Type: call.ErrorTypeRequest, Message: "encode invocation: " + err.Error()}
 	}
 	target := call.Target{URL: rev.url, Tenant: run.Tenant, Timeout: rev.config.Timeout, LogAttrs: []slog.Attr{
 		slog.String("run_id", run.ID), slog.String("function", run.Function), slog.String("tenant", run.Tenant), slog.Int("invocation", run.Invocation),

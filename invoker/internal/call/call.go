@@ -43,7 +43,8 @@ import (
 
 // Error types of the failures Call returns.
 const (
-	// ErrorTypeRequest: the request could not be made (its URL, its signature).
+	// ErrorTypeRequest: the request could not be made (its URL, its signature; the
+	// invoker's own: its encoding, its callbacks' tokens).
 	ErrorTypeRequest = "request"
 	// ErrorTypeTimeout: the function did not answer, or finish its answer, within its
 	// timeout.
