@@ -9,7 +9,7 @@
 //     (so that no other function accepts it);
 //   - it goes out over the tenant's own client ([egress.Clients.For]), which dials only
 //     what the egress policy allows and never follows a redirect;
-//   - it takes at most the target's timeout, answer included;
+//   - sending the request and reading its answer take at most the target's timeout;
 //   - an answer is read up to MaxAnswer bytes and one more, never further;
 //   - the answer reaches the caller's decoder only when it is an HTTP 200 within
 //     MaxAnswer bytes, read whole;
