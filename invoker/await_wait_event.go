@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stepgate/stepgate/invoker/internal/call"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
 	"github.com/stepgate/stepgate/protocol/names"
@@ -57,7 +58,7 @@ var waitEventAwait = awaitKind{
 				return e
 			}
 			if !isScalar(v) {
-				return c.bad("wait_event match %q is not a string, a number, a boolean or null: %s", path, snippet(v))
+				return c.bad("wait_event match %q is not a string, a number, a boolean or null: %s", path, call.Snippet(v))
 			}
 			if err := journal.CheckJSON(v); err != nil {
 				return c.bad("wait_event match %q %v", path, err)

@@ -34,6 +34,7 @@ import (
 	"github.com/stepgate/stepgate/internal/metrics"
 	"github.com/stepgate/stepgate/internal/notify"
 	"github.com/stepgate/stepgate/internal/tracing"
+	"github.com/stepgate/stepgate/invoker/internal/call"
 	"github.com/stepgate/stepgate/invoker/internal/clock"
 	"github.com/stepgate/stepgate/invoker/internal/fairshare"
 	"github.com/stepgate/stepgate/invoker/internal/maintenance"
@@ -123,12 +124,9 @@ type Invoker struct {
 	appender   *journal.Appender // checkpoints, group-committed
 	log        *slog.Logger
 	river      *river.Client[pgx.Tx]
-	egress     egress.Policy
-	clients    *egress.Clients
+	caller     *call.Caller // sends invocations (package call)
 	tokens     *auth.InvocationTokens
-	keys       *auth.SigningKeys
 	checkpoint string
-	maxAnswer  int64
 	limits     Limits
 	retention  time.Duration // Config.Retention: events older are deleted (a wait's look-back's bound)
 	// Crash recovery (lease.go).
@@ -180,15 +178,14 @@ func New(cfg Config) (*Invoker, error) {
 	if cfg.Pool == nil || cfg.Logger == nil || cfg.Tokens == nil || cfg.CheckpointURL == "" || cfg.Keys == nil {
 		return nil, errors.New("invoker: Pool, Logger, Tokens, CheckpointURL and Keys are required")
 	}
+	caller := &call.Caller{Clients: cfg.Egress.Clients(), Egress: cfg.Egress, Keys: cfg.Keys,
+		MaxAnswer: cmp.Or(cfg.MaxAnswerBytes, 16<<20), Tracing: cfg.TracerProvider != nil, Log: cfg.Logger}
 	inv := &Invoker{
 		pool:       cfg.Pool,
 		log:        cfg.Logger,
-		egress:     cfg.Egress,
-		clients:    cfg.Egress.Clients(),
+		caller:     caller,
 		tokens:     cfg.Tokens,
-		keys:       cfg.Keys,
 		checkpoint: cfg.CheckpointURL,
-		maxAnswer:  cmp.Or(cfg.MaxAnswerBytes, 16<<20),
 		limits:     cfg.Limits.WithDefaults(),
 		retention:  cmp.Or(cfg.Retention, DefaultRetention),
 
