@@ -317,43 +317,6 @@ func (inv *Invoker) CheckpointEvent(ctx context.Context, runID string, invocatio
 	return inv.FailOnCheckpoint(ctx, runID, invocation, err)
 }
 
-// PutSchedule creates or replaces a schedule of db's tenant, with the River job of its
-// first tick, in one transaction, and arms this process's timer for that tick. The
-// schedule's runs carry n.Identity, so the function's invoke_roles must admit it: a
-// *journal.ForbiddenError otherwise, and journal.ErrNotFound when the function is not
-// registered.
-func (inv *Invoker) PutSchedule(ctx context.Context, db *journal.TenantDB, n journal.NewSchedule) (*journal.Schedule, error) {
-	var sch *journal.Schedule
-	var wait time.Duration
-	var read time.Time
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		fn, err := journal.GetFunction(ctx, tx, db.Tenant(), n.Function)
-		if err != nil {
-			return err
-		}
-		if roles := fn.InvokeRoles(); !n.Identity.MayInvoke(roles) {
-			return &journal.ForbiddenError{Function: fn.Name, InvokeRoles: roles}
-		}
-		var clock time.Time
-		if sch, clock, err = journal.PutSchedule(ctx, tx, n); err != nil {
-			return err
-		}
-		wait, read = sch.NextAt.Sub(clock), time.Now()
-		return inv.EnqueueTick(ctx, tx, sch)
-	})
-	if err != nil {
-		return nil, err
-	}
-	inv.ArmTick(sch, wait-time.Since(read))
-	return sch, nil
-}
-
-// DeleteSchedule deletes a schedule of db's tenant; its ticks already scheduled find
-// nothing and do nothing. It returns journal.ErrNotFound when there is none.
-func (inv *Invoker) DeleteSchedule(ctx context.Context, db *journal.TenantDB, name string) error {
-	return journal.DeleteSchedule(ctx, db, db.Tenant(), name)
-}
-
 // RegisterFunction stores a new revision of a function of db's tenant, whose config
 // raw was checked (ParseConfig, Limits.CheckConfig).
 func (inv *Invoker) RegisterFunction(ctx context.Context, db *journal.TenantDB, name, url string, raw json.RawMessage, fc FunctionConfig) (*journal.Function, error) {
