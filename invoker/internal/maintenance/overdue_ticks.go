@@ -15,25 +15,23 @@ const (
 	OverdueBatch = 100
 )
 
-// OverdueTickFunc handles the next tick of each schedule more than late past the
-// database clock, at most limit of them, and returns how many it handled and the errors
-// of those it could not (the invoker's Schedules.TickOverdue).
-type OverdueTickFunc func(ctx context.Context, late time.Duration, limit int) (int, error)
-
 // OverdueTicks handles, at each maintenance pass, the schedules' ticks more than
 // OverdueLate overdue: ticks whose gateway's timer is gone (that gateway died) and whose
 // River job waits for River's leader. A tick that fails for good comes back every pass:
 // its error is logged at most once a minute, by its clock.
 type OverdueTicks struct {
-	tick   OverdueTickFunc
+	tick   func(ctx context.Context, late time.Duration, limit int) (int, error)
 	health *Health
 	log    *slog.Logger
 	clock  clock.Clock
 	logged time.Time // when it last logged a failed overdue tick
 }
 
-// NewOverdueTicks returns the OverdueTicks service that handles ticks with tick.
-func NewOverdueTicks(tick OverdueTickFunc, health *Health, log *slog.Logger, clk clock.Clock) *OverdueTicks {
+// NewOverdueTicks returns the OverdueTicks service that handles ticks with tick: it
+// handles the next tick of each schedule more than late past the database clock, at most
+// limit of them, and returns how many it handled and the errors of those it could not
+// (the invoker's Schedules.TickOverdue).
+func NewOverdueTicks(tick func(ctx context.Context, late time.Duration, limit int) (int, error), health *Health, log *slog.Logger, clk clock.Clock) *OverdueTicks {
 	return &OverdueTicks{tick: tick, health: health, log: log, clock: clk}
 }
 
