@@ -135,11 +135,8 @@ func TestSleepSurvivesGatewayStop(t *testing.T) {
 	id := start.JSON202.ID
 
 	// Stop a's invoker while the run sleeps, before its local timer fires.
-	deadline := time.Now().Add(10 * time.Second)
-	for getRun(t, ca, id).Status != protocol.RunStatusSuspended {
-		require.True(t, time.Now().Before(deadline), "the run did not reach its sleep")
-		time.Sleep(5 * time.Millisecond)
-	}
+	awaitCondition(t, 10*time.Second, func() bool { return getRun(t, ca, id).Status == protocol.RunStatusSuspended },
+		"suspension at the sleep")
 	stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	require.NoError(t, a.Invoker.Stop(stopCtx))

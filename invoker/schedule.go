@@ -149,7 +149,7 @@ func (inv *Invoker) tick(ctx context.Context, args TickArgs, claim claimFunc) (b
 		if err != nil {
 			return err
 		}
-		clock, read = c, time.Now()
+		clock, read = c, inv.clock.Now()
 		if s.NextAt.After(clock) {
 			wait = s.NextAt.Sub(clock)
 			return nil
@@ -189,7 +189,7 @@ func (inv *Invoker) tick(ctx context.Context, args TickArgs, claim claimFunc) (b
 		return false, wait, nil
 	}
 	inv.armDeadlines(deadlines)
-	inv.armTick(tickOf(next), next.NextAt.Sub(clock)-time.Since(read), 0)
+	inv.armTick(tickOf(next), next.NextAt.Sub(clock)-inv.clock.Now().Sub(read), 0)
 	return true, 0, nil
 }
 

@@ -40,13 +40,13 @@ func (s *Schedules) Put(ctx context.Context, db *journal.TenantDB, n journal.New
 		if sch, clock, err = journal.PutSchedule(ctx, tx, n); err != nil {
 			return err
 		}
-		wait, read = sch.NextAt.Sub(clock), time.Now()
+		wait, read = sch.NextAt.Sub(clock), s.inv.clock.Now()
 		return s.EnqueueTick(ctx, tx, sch)
 	})
 	if err != nil {
 		return nil, err
 	}
-	s.ArmTick(sch, wait-time.Since(read))
+	s.ArmTick(sch, wait-s.inv.clock.Now().Sub(read))
 	return sch, nil
 }
 
