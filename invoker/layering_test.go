@@ -51,7 +51,7 @@ func TestMaintenanceOneServicePerFile(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join(maintenanceDir, "*.go"))
 	require.NoError(t, err)
 	fset := token.NewFileSet()
-	types := map[string][]string{}  // file -> its types, job args aside
+	types := map[string][]string{}   // file -> its types, job args aside
 	methods := map[string][]string{} // type -> its methods
 	for _, name := range files {
 		if strings.HasSuffix(name, "_test.go") {
