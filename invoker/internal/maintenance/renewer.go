@@ -34,17 +34,26 @@ func NewRenewer(pool *pgxpool.Pool, ttl, every time.Duration, leases func() []jo
 	return &Renewer{pool: pool, ttl: ttl, every: every, leases: leases, lost: lost, health: health, log: log, clock: clk}
 }
 
-// Run renews every interval, at fixed times from its start (as a time.Ticker does: an
-// interval a slow renewal overran is skipped), until ctx ends.
+// Run renews at each tick, every interval from its start, until ctx ends, as a loop
+// on a time.Ticker does: a tick that comes while a renewal is under way is held (one)
+// and taken as soon as that renewal ends; any other tick that comes meanwhile is dropped.
 func (r *Renewer) Run(ctx context.Context) {
-	next := r.clock.Now().Add(r.every)
+	start := r.clock.Now()
+	// tickAfter returns the first tick after t.
+	tickAfter := func(t time.Time) time.Time {
+		return start.Add((t.Sub(start)/r.every + 1) * r.every)
+	}
+	next := tickAfter(start)
 	for {
 		if !clock.Sleep(r.clock, ctx.Done(), next.Sub(r.clock.Now())) {
 			return
 		}
+		taken := r.clock.Now()
 		r.renew(ctx)
 		now := r.clock.Now()
-		for next = next.Add(r.every); !next.After(now); next = next.Add(r.every) {
+		next = tickAfter(taken)
+		if !next.After(now) {
+			next = now // held: taken at once
 		}
 	}
 }
