@@ -27,10 +27,6 @@ type Result struct {
 	Error  *journal.ErrorInfo
 }
 
-// LeaseTTL returns how long an invocation owns its run past the last renewal of its
-// lease: what a run created already claimed (journal.NewRun.Lease) is leased for.
-func (inv *Invoker) LeaseTTL() time.Duration { return inv.leaseTTL }
-
 // tokenGrace is how long past its function's timeout an invocation's checkpoint token
 // stays valid: the function may checkpoint until the gateway's call gives up on it.
 const tokenGrace = time.Minute
@@ -374,7 +370,7 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 	case f.Status == journal.StatusSuspended || f.Status == journal.StatusQueued:
 		// Time the wake-up on the database clock, less what the commit took since. A
 		// wake beyond the lead of the maintenance passes is theirs to arm when it
-		// comes near (armUpcoming): nothing of a run that waits long stays in memory.
+		// comes near (maintenance.Wakes): nothing of a run that waits long stays in memory.
 		if d := f.WakeAt.Sub(f.Clock); d <= inv.wakeLead() {
 			inv.armTimer(run.ID, rev, d-time.Since(finishedAt), 0)
 		}

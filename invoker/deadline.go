@@ -21,7 +21,7 @@ import (
 // API, a rerun, an event, a schedule's tick, or as a child) arms its timer once the
 // start commits, when the deadline is within the lead of the maintenance passes
 // (wakeLead); every gateway's pass arms those that come within that lead later, and
-// fails at once a run found past its deadline (armUpcomingDeadlines), so a deadline is
+// fails at once a run found past its deadline (maintenance.Deadlines), so a deadline is
 // kept on time while any gateway lives. The River job, inserted in the transaction
 // that creates the run, keeps it when none does (River's scheduler runs it up to 5 s
 // late); whichever comes first fails the run, the others find it ended. A run created
@@ -135,34 +135,6 @@ func (inv *Invoker) armDeadlineTimer(runID string, d time.Duration, tries int) {
 			inv.log.Warn("failing a run past its deadline failed; its River job will", slog.String("run_id", runID), slog.Any("error", err))
 		}
 	})
-}
-
-// armUpcomingDeadlines arms this process's timers for the deadlines within wakeLead of
-// the runs that have not ended, whichever gateway created the runs: as armUpcoming does
-// for wake times, so that a run with a deadline hours away costs no memory until it is
-// near, and is failed on time even when the gateway that created it is gone. A run
-// still going past its deadline (its timer was lost with its gateway) is failed at once,
-// without waiting for its River job.
-func (inv *Invoker) armUpcomingDeadlines(ctx context.Context) error {
-	deadlines, now, err := journal.UpcomingDeadlines(ctx, inv.pool, inv.deadlinesArmedUntil, inv.wakeLead(), upcomingBatch)
-	if err != nil {
-		if ctx.Err() == nil {
-			inv.log.Warn("arming timers for upcoming deadlines failed; River's jobs keep them", slog.Any("error", err))
-		}
-		return err
-	}
-	read := time.Now()
-	for _, w := range deadlines {
-		if !inv.timers.has(deadlineTimer(w.RunID)) {
-			inv.armDeadlineTimer(w.RunID, w.At.Sub(now)-time.Since(read), 0)
-		}
-	}
-	// As in armUpcoming: only a full batch makes the next pass go on from its last one.
-	inv.deadlinesArmedUntil = time.Time{}
-	if len(deadlines) == upcomingBatch {
-		inv.deadlinesArmedUntil = deadlines[len(deadlines)-1].At
-	}
-	return nil
 }
 
 // errRunDeadline is the cause of an invocation's context when its run passed its deadline.

@@ -99,8 +99,9 @@ type Config struct {
 	// Listener is the process's LISTEN connection (see package notify), which its owner
 	// runs. Nil: the invoker makes one and runs it from Start to Stop.
 	Listener *notify.Listener
-	// Clock makes the timers of runs' wake-ups and deadlines and schedules' ticks.
-	// Defaults to the system clock.
+	// Clock makes the timers of runs' wake-ups and deadlines and schedules' ticks, and
+	// is the clock of the maintenance services (maintenance.go). Defaults to the system
+	// clock.
 	Clock Clock
 	// Metrics records runs, invocations, checkpoints and answers. Nil records nothing.
 	Metrics *metrics.Metrics
@@ -135,24 +136,19 @@ type Invoker struct {
 	maintainEvery time.Duration
 	sweepGrace    time.Duration
 	maxRecoveries int
-	health        dbHealth
-	tickErrLogged time.Time // when maintain last logged a failed overdue tick
-	flowPruned    time.Time // when maintain last pruned flow control's stale rows
-	grownChecked  time.Time // when maintain last looked for grown tables to analyze
-	// armedUntil is how far ahead (database clock) the last maintenance pass armed local
-	// timers for the runs' wake times when it found a full batch of them, else zero
-	// (see armUpcoming).
-	armedUntil time.Time
-	// deadlinesArmedUntil is armedUntil's counterpart for the runs' deadlines (see
-	// armUpcomingDeadlines).
-	deadlinesArmedUntil time.Time
-	functions           *Functions
-	metrics             *metrics.Metrics
-	tracer              trace.Tracer     // nil: traces are off
-	traceMessages       bool             // Config.TraceErrorMessages
-	riverStarted        atomic.Bool      // see Running
-	listener            *notify.Listener // the process's LISTEN connection; waiters subscribe to it
-	ownsListener        bool             // made by New: Start runs it
+	// The maintenance services (maintenance.go) and their clock.
+	clock      Clock
+	renewer    *maintenance.Renewer
+	maintainer *maintenance.Maintainer
+	schedules  *Schedules
+
+	functions     *Functions
+	metrics       *metrics.Metrics
+	tracer        trace.Tracer     // nil: traces are off
+	traceMessages bool             // Config.TraceErrorMessages
+	riverStarted  atomic.Bool      // see Running
+	listener      *notify.Listener // the process's LISTEN connection; waiters subscribe to it
+	ownsListener  bool             // made by New: Start runs it
 
 	timers *timers          // runs' wake-ups and deadlines, schedules' ticks, in this process (timers.go)
 	fair   *fairshare.Share // the tenants' shares of River's workers
@@ -207,9 +203,11 @@ func New(cfg Config) (*Invoker, error) {
 	if inv.renewEvery >= inv.leaseTTL {
 		return nil, fmt.Errorf("invoker: the renewal interval %s must be shorter than the lease TTL %s", inv.renewEvery, inv.leaseTTL)
 	}
-	inv.health.failedAt = time.Now() // reap nothing before the others could renew
+	inv.clock = cmp.Or[Clock](cfg.Clock, clock.Real{})
 	inv.bg, inv.bgCancel = context.WithCancel(context.Background())
-	inv.timers = newTimers(cfg.Clock, &inv.bgWG)
+	inv.timers = newTimers(inv.clock, &inv.bgWG)
+	inv.schedules = &Schedules{inv: inv}
+	inv.renewer, inv.maintainer = inv.newMaintenance()
 	inv.fair = fairshare.New(cmp.Or(cfg.Workers, 100), cfg.FairReserve)
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &invokeWorker{inv: inv})
@@ -218,7 +216,7 @@ func New(cfg Config) (*Invoker, error) {
 	river.AddWorker(workers, &cancelOperationWorker{inv: inv})
 	river.AddWorker(workers, &deadlineWorker{inv: inv})
 	river.AddWorker(workers, maintenance.NewRetention(cfg.Pool, cmp.Or(cfg.Retention, DefaultRetention),
-		cmp.Or(cfg.RetentionBatch, 500), cfg.Logger, clock.Real{}))
+		cmp.Or(cfg.RetentionBatch, 500), cfg.Logger, inv.clock))
 	var middleware []rivertype.Middleware
 	if cfg.TracerProvider != nil {
 		inv.tracer = cfg.TracerProvider.Tracer(tracing.Name)
@@ -277,8 +275,8 @@ func (inv *Invoker) Start(ctx context.Context) error {
 	loops, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	inv.loopsCancel = cancel
 	inv.loopsWG.Add(2)
-	go func() { defer inv.loopsWG.Done(); inv.renewLoop(loops) }()
-	go func() { defer inv.loopsWG.Done(); inv.maintainLoop(loops) }()
+	go func() { defer inv.loopsWG.Done(); inv.renewer.Run(loops) }()
+	go func() { defer inv.loopsWG.Done(); inv.maintainer.Run(loops) }()
 	select {
 	case <-inv.listener.Ready():
 		return nil

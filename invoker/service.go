@@ -265,43 +265,6 @@ func (inv *Invoker) wakeAll(runs []string) {
 	}
 }
 
-// PutSchedule creates or replaces a schedule of db's tenant, with the River job of its
-// first tick, in one transaction, and arms this process's timer for that tick. The
-// schedule's runs carry n.Identity, so the function's invoke_roles must admit it: a
-// *journal.ForbiddenError otherwise, and journal.ErrNotFound when the function is not
-// registered.
-func (inv *Invoker) PutSchedule(ctx context.Context, db *journal.TenantDB, n journal.NewSchedule) (*journal.Schedule, error) {
-	var sch *journal.Schedule
-	var wait time.Duration
-	var read time.Time
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		fn, err := journal.GetFunction(ctx, tx, db.Tenant(), n.Function)
-		if err != nil {
-			return err
-		}
-		if roles := fn.InvokeRoles(); !n.Identity.MayInvoke(roles) {
-			return &journal.ForbiddenError{Function: fn.Name, InvokeRoles: roles}
-		}
-		var clock time.Time
-		if sch, clock, err = journal.PutSchedule(ctx, tx, n); err != nil {
-			return err
-		}
-		wait, read = sch.NextAt.Sub(clock), time.Now()
-		return inv.EnqueueTick(ctx, tx, sch)
-	})
-	if err != nil {
-		return nil, err
-	}
-	inv.ArmTick(sch, wait-time.Since(read))
-	return sch, nil
-}
-
-// DeleteSchedule deletes a schedule of db's tenant; its ticks already scheduled find
-// nothing and do nothing. It returns journal.ErrNotFound when there is none.
-func (inv *Invoker) DeleteSchedule(ctx context.Context, db *journal.TenantDB, name string) error {
-	return journal.DeleteSchedule(ctx, db, db.Tenant(), name)
-}
-
 // AwaitRun attaches to a run of db's tenant (so that its terminal update is notified to
 // every gateway) and waits until it is terminal or deadline passes, returning the run as
 // it then is; journal.ErrNotFound for another tenant's run. changes is a subscription
