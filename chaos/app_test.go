@@ -108,17 +108,17 @@ func newApp(t *testing.T, f *fleet) *app {
 		HTTPClient: &http.Client{Transport: &ackTransport{base: checkpointTransport(), app: a}, Timeout: 30 * time.Second},
 		Logger:     slog.New(slog.DiscardHandler),
 	})
-	functions.Register(a.sdk, fnChain, a.chain, functions.Timeout(chainTimeout))
-	functions.Register(a.sdk, fnPatient, a.chain, functions.Timeout(6*chainTimeout))
-	functions.Register(a.sdk, fnTick, a.tick, functions.Timeout(chainTimeout))
-	functions.Register(a.sdk, fnNap, a.nap, functions.Timeout(chainTimeout))
-	functions.Register(a.sdk, fnAwait, a.await, functions.Timeout(chainTimeout))
-	faulty := []functions.Option{functions.MaxAttempts(3), functions.Backoff(100*time.Millisecond, 200*time.Millisecond)}
+	functions.Register(a.sdk, fnChain, a.chain, functions.InvocationTimeout(chainTimeout))
+	functions.Register(a.sdk, fnPatient, a.chain, functions.InvocationTimeout(6*chainTimeout))
+	functions.Register(a.sdk, fnTick, a.tick, functions.InvocationTimeout(chainTimeout))
+	functions.Register(a.sdk, fnNap, a.nap, functions.InvocationTimeout(chainTimeout))
+	functions.Register(a.sdk, fnAwait, a.await, functions.InvocationTimeout(chainTimeout))
+	faulty := []functions.Option{functions.InvocationAttempts(3), functions.InvocationBackoff(100*time.Millisecond, 200*time.Millisecond)}
 	for _, name := range []string{fnHTTP500, fnGarbage, fnCloseEarly, fnCloseMid} {
-		functions.Register(a.sdk, name, a.unreachable, append(faulty, functions.Timeout(chainTimeout))...)
+		functions.Register(a.sdk, name, a.unreachable, append(faulty, functions.InvocationTimeout(chainTimeout))...)
 	}
-	functions.Register(a.sdk, fnHang, a.unreachable, append(faulty, functions.Timeout(hangTimeout))...)
-	functions.Register(a.sdk, fnCrash, a.crash, append(faulty, functions.Timeout(chainTimeout))...)
+	functions.Register(a.sdk, fnHang, a.unreachable, append(faulty, functions.InvocationTimeout(hangTimeout))...)
+	functions.Register(a.sdk, fnCrash, a.crash, append(faulty, functions.InvocationTimeout(chainTimeout))...)
 
 	ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(freePort(t)))
 	if err != nil {

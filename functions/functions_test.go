@@ -734,7 +734,7 @@ func TestRequests(t *testing.T) {
 	hello := func(app *functions.App) {
 		functions.Register(app, "hello", func(ctx context.Context, _ empty) (string, error) { return "hi", nil })
 		functions.Register(app, "orders.checkout", func(ctx context.Context, _ empty) (string, error) { return "ok", nil },
-			functions.Timeout(30*time.Second), functions.MaxAttempts(5), functions.Backoff(time.Second, time.Minute))
+			functions.InvocationTimeout(30*time.Second), functions.InvocationAttempts(5), functions.InvocationBackoff(time.Second, time.Minute))
 	}
 
 	t.Run("Signature", func(t *testing.T) {

@@ -106,7 +106,7 @@ func TestChildRuns(t *testing.T) {
 	functions.Register(app, "parent.unknown", handles("nope", `{}`))
 	functions.Register(app, "broken", func(ctx context.Context, _ struct{}) (int, error) {
 		return 0, errors.New("always down") // HTTP 500: a failed invocation, retried
-	}, functions.MaxAttempts(2), functions.Backoff(time.Millisecond, 10*time.Millisecond))
+	}, functions.InvocationAttempts(2), functions.InvocationBackoff(time.Millisecond, 10*time.Millisecond))
 	functions.Register(app, "parent.broken", handles("broken", `{}`))
 	functions.Register(app, "parent.sleeper", handles("orders.checkout", `{"sleep_ms":600000}`))
 	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})

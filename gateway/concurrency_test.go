@@ -491,7 +491,7 @@ func TestConcurrencySurvivesACrash(t *testing.T) {
 			return "", fmt.Errorf("never answered")
 		}
 		return "ok", nil
-	}, functions.Concurrency(1, ""), functions.Timeout(time.Minute))
+	}, functions.Concurrency(1, ""), functions.InvocationTimeout(time.Minute))
 	a.Sync(t, a.ServeApp(t, app))
 	t.Cleanup(func() { close(stuck) }) // before the app's server closes
 	ca := a.Client(t, a.Token)

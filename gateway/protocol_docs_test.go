@@ -70,7 +70,7 @@ func TestSignedRequestsRepeatAsDocumented(t *testing.T) {
 			return "", errors.New("not yet") // a failed invocation, retried
 		}
 		return "done", nil
-	}, functions.MaxAttempts(3), functions.Backoff(time.Millisecond, time.Millisecond))
+	}, functions.InvocationAttempts(3), functions.InvocationBackoff(time.Millisecond, time.Millisecond))
 	rec := &recorder{next: app}
 	url := s.ServeApp(t, rec)
 
