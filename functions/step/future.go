@@ -184,7 +184,7 @@ func (f *future) isChild() bool { return f.wait != nil && f.wait.await.Type == p
 
 // timedOut is the error of the wait at seq named name whose timeout passed.
 func timedOut(what string, seq int, name string) error {
-	return NonRetryable(fmt.Errorf("step: %s %d %q: %w", what, seq, name, ErrTimedOut))
+	return NonRetryable(fmt.Errorf("%w: %s %d %q", ErrTimedOut, what, seq, name))
 }
 
 // futuresOf returns the futures of ws, or a non-retryable error naming fn when one is
