@@ -384,12 +384,12 @@ func (a *app) nap(ctx context.Context, _ any) (bool, error) {
 // await waits for a paidEvent whose data.key is its input's key, then runs step "after".
 // Waiting in vain for awaitFor fails the run.
 func (a *app) await(ctx context.Context, in awaitInput) (bool, error) {
-	w, err := step.WaitForEvent[awaitInput](ctx, "paid", paidEvent, step.Match{"data.key": in.Key}, awaitFor)
+	_, err := step.WaitForEvent[awaitInput](ctx, "paid", paidEvent, step.Matching(step.Match{"data.key": in.Key}), step.Timeout(awaitFor)).Get()
+	if errors.Is(err, step.ErrTimedOut) {
+		return false, step.NonRetryable(errors.New("chaos: no " + paidEvent + " event within " + awaitFor.String()))
+	}
 	if err != nil {
 		return false, err
-	}
-	if w.TimedOut {
-		return false, step.NonRetryable(errors.New("chaos: no " + paidEvent + " event within " + awaitFor.String()))
 	}
 	return a.step(ctx, "after")
 }

@@ -84,7 +84,7 @@ func TestChildRuns(t *testing.T) {
 		return v, nil
 	})
 	functions.Register(app, "parent.whoami", func(ctx context.Context, _ struct{}) (map[string]invocationSeen, error) {
-		child, err := step.Invoke[invocationSeen](ctx, "ask", "whoami", nil)
+		child, err := step.Invoke[invocationSeen](ctx, "ask", "whoami", nil).Get()
 		if err != nil {
 			return nil, err
 		}
@@ -93,7 +93,7 @@ func TestChildRuns(t *testing.T) {
 	// handles invokes function with input and answers the error it got, handled.
 	handles := func(function, input string) func(ctx context.Context, _ struct{}) (childError, error) {
 		return func(ctx context.Context, _ struct{}) (childError, error) {
-			_, err := step.Invoke[any](ctx, "call", function, protocol.AnyJSON(input))
+			_, err := step.Invoke[any](ctx, "call", function, protocol.AnyJSON(input)).Get()
 			if se, ok := errors.AsType[*step.Error](err); ok {
 				return step.Run(ctx, "handle", func(context.Context) (childError, error) {
 					return childError{Type: se.Type, Message: se.Message}, nil

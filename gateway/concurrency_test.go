@@ -314,7 +314,7 @@ func TestConcurrencySuspendedHoldsNoSlot(t *testing.T) {
 		if !in.Wait {
 			return "quick", nil
 		}
-		if _, err := step.WaitForEvent[map[string]any](ctx, "go", "go.ahead", nil, time.Hour); err != nil {
+		if _, err := step.WaitForEvent[map[string]any](ctx, "go", "go.ahead", step.Timeout(time.Hour)).Get(); err != nil {
 			return "", err
 		}
 		return "resumed", nil

@@ -139,12 +139,12 @@ func TestAWaitSeesOnlyEventsAfterItsInvocation(t *testing.T) {
 	s := stack.Start(t, stack.Options{})
 	app := s.NewApp()
 	functions.Register(app, "early.wait", func(ctx context.Context, _ struct{}) (bool, error) {
-		w, err := step.WaitForEvent[any](ctx, "paid", "early.paid", nil, time.Second)
-		return w.TimedOut, err
+		_, err := step.WaitForEvent[any](ctx, "paid", "early.paid", step.Timeout(time.Second)).Get()
+		return timedOut(err)
 	})
 	functions.Register(app, "early.receive", func(ctx context.Context, _ struct{}) (bool, error) {
-		got, err := step.Receive[string](ctx, "note", time.Minute)
-		return got.TimedOut, err
+		_, err := step.Receive[string](ctx, "note", step.Timeout(time.Minute)).Get()
+		return timedOut(err)
 	})
 	s.Sync(t, s.ServeApp(t, app))
 	c := s.Client(t, s.Token)

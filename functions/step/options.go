@@ -60,7 +60,7 @@ func Lazy() Option {
 // from when the gateway stores the wait (1s to 10 years; defaults to 24h). For
 // [Callback], d is how long the callback stays open, from when it is made (1s to 8760h;
 // defaults to 168h): a resolution after it is refused (409), and its result's wait times
-// out then. A wait given to [WaitFirst] takes no Timeout: its timeout there is a timer
+// out then. A d of zero or less keeps the default. A wait given to [WaitFirst] takes no Timeout: its timeout there is a timer
 // ([After], [At]) among the futures.
 func Timeout(d time.Duration) Option {
 	return Option{"Timeout", func(p *options) { p.timeout = d }}
