@@ -247,7 +247,7 @@ func InvokeRoles(roles ...string) Option {
 }
 
 // ResumeRoles lets callers with one of roles resume the waits of the function's runs
-// (step.WaitEvent, step.Receive, their WaitAny alternatives) besides those that may
+// (step.WaitForEvent, step.Receive, and those among a step.WaitFirst) besides those that may
 // start them ([InvokeRoles]): an event from any other sender leaves such a run waiting,
 // and its messages are refused. It never restricts: without InvokeRoles, anyone of the
 // tenant may resume. Callbacks are not checked: a callback's token is a capability.

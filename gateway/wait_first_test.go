@@ -18,6 +18,8 @@ import (
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/step"
 	"github.com/stepgate/stepgate/internal/stack"
+	"github.com/stepgate/stepgate/invoker"
+	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
 )
 
@@ -370,4 +372,14 @@ func TestWaitFirst(t *testing.T) {
 		require.Equal(t, []string{"g"}, entryNames(run.Journal), "only the step started with Go took a seq")
 		require.True(t, strings.HasPrefix(got[0], "step: WaitFirst \"child\""), got[0])
 	})
+}
+
+// TestWaitFirstBoundsAreTheGateways keeps the Go SDK's bounds of WaitFirst and WaitAll
+// equal to the gateway's: the longest wait_any timeout, its alternatives, the children
+// of an invoke_all.
+func TestWaitFirstBoundsAreTheGateways(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, invoker.MaxSleep, step.WaitFirstTimeout)
+	require.Equal(t, journal.MaxAlternatives, step.MaxWaitFirst)
+	require.Equal(t, journal.MaxInvokeAll, step.MaxInvokeAll)
 }

@@ -180,7 +180,9 @@ func (f *future) isDone() bool {
 }
 
 // isChild reports whether f is a child run's ([Invoke]).
-func (f *future) isChild() bool { return f.wait != nil && f.wait.await.Type == protocol.AwaitTypeInvoke }
+func (f *future) isChild() bool {
+	return f.wait != nil && f.wait.await.Type == protocol.AwaitTypeInvoke
+}
 
 // timedOut is the error of the wait at seq named name whose timeout passed.
 func timedOut(what string, seq int, name string) error {

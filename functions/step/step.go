@@ -2,10 +2,11 @@
 //
 // Each call to [Run], [Go], [Now], [UUID], [Random], [SetValue], [Sleep], [SleepUntil],
 // [SendEvent], [Send] or [Callback] takes the next seq of the run (1, 2, ...), and so
-// does the [Future.Get] of a wait not yet resolved; [WaitFirst] takes one unless a
-// future given to it is resolved already or it is given a timer alone (then the timer's
-// Get takes it); [WaitAll] and [All] take one per wait they resolve (each child run
-// among them, started together, and each other wait, as its Get), [Patched] one unless
+// does the [Future.Get] of a wait not yet resolved (a step started with Go took its
+// own); [WaitFirst] takes one, unless it is given waits the gateway keeps of which one
+// is resolved already, or a timer alone (then the timer's Get takes it); [WaitAll] and
+// [All] take one per wait they resolve (each child run among them, started together,
+// and each other wait, as its Get), [Patched] one unless
 // the run's journal went past that point on older code, [DeprecatePatch] one only where
 // the journal holds the patch's marker, and [Rollback] and [RunCompensations] one per
 // compensation they run, each a [Run]. [After], [At], [WaitForEvent], [Receive],

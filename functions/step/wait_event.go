@@ -10,11 +10,12 @@ import (
 	"github.com/stepgate/stepgate/protocol"
 )
 
-// Match says which event a wait takes: dotted paths into the event ("data.order_id",
-// "data.customer.id", "id") and the value each must hold, a string, a number, a
-// boolean or nil, for the [Matching] option of [WaitForEvent]. Numbers match by value (1 and 1.0 are equal); a path the event lacks,
-// or that holds an object or an array, matches nothing. An empty Match takes any event
-// of the name. At most 8 paths and 1024 bytes of JSON.
+// Match says which event a wait takes, given to [WaitForEvent] with [Matching]: dotted
+// paths into the event ("data.order_id", "data.customer.id", "id") and the value each
+// must hold, a string, a number, a boolean or nil. Numbers match by value (1 and 1.0
+// are equal); a path the event lacks, or that holds an object or an array, matches
+// nothing. An empty Match takes any event of the name. At most 8 paths and 1024 bytes
+// of JSON.
 type Match map[string]any
 
 // Event is an event a run received, with its data decoded into T.
