@@ -231,6 +231,9 @@ func TestWaitFirst(t *testing.T) {
 	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
+	// Let the children end before the app's server stops (a cleanup registered after
+	// its own, so run before it), should the test fail before it lets them.
+	t.Cleanup(func() { releaseOnce.Do(func() { close(releaseChildren) }) })
 
 	outcome := func(t *testing.T, id string, v any) {
 		t.Helper()
