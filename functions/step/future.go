@@ -57,8 +57,12 @@ type future struct {
 	err      error // its outcome's error, once resolved
 }
 
-// wait describes a wait the gateway keeps: what a new kind of wait needs is a
-// constructor that fills one, and [newWait] makes its future.
+// wait describes a wait the gateway keeps. A new kind of wait is one file: a
+// constructor that fills a wait (its entry's kind and name, its protocol await, a decode
+// of its journal entry) and returns newWait's future. Get then takes the seq and
+// suspends with the await, or decodes the journaled entry; WaitFirst offers the await
+// as one of a wait_any's alternatives (the gateway says which kinds it takes there),
+// and decodes the entry a wait_any journals for it.
 type wait struct {
 	kind  protocol.EntryKind // of its journal entry
 	name  string             // of its journal entry
