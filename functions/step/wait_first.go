@@ -38,11 +38,12 @@ const (
 // suspends is taken at once, the first in order. The timer ([After], [At]) is the
 // wait's timeout: it wins when it passes first (a timer with less than 1s left waits 1s,
 // the gateway's least); with no timer, the timeout is [WaitFirstTimeout], and when it
-// passes WaitFirst returns -1 and an error that is [ErrTimedOut]. A callback's wait
-// ends when the WaitFirst's does: the gateway makes that its expiry. The choice is
-// journaled, so a replay returns the same index without waiting. A future that is
-// resolved already (by an earlier Get or WaitFirst) is chosen at once, taking no seq;
-// a timer alone is waited for as its Get would. At most [MaxWaitFirst] futures besides
+// passes WaitFirst returns -1 and an error that is [ErrTimedOut]. With a timer, a
+// callback among the futures expires when the timer passes, chosen or not (the gateway
+// makes the end of a wait for a callback its expiry); without one, it keeps its own.
+// The choice is journaled, so a replay returns the same index without waiting. Of such
+// waits, one resolved already (by an earlier Get or WaitFirst) is chosen at once, the
+// first in order, taking no seq; a timer alone is waited for as its Get would. At most [MaxWaitFirst] futures besides
 // the timer; two receives of one topic, a future made with a [Timeout] option (use a
 // timer), or a child run ([Invoke]: the gateway's wait_any has no child-run
 // alternative; wait with Get or [WaitAll]) are non-retryable errors.
