@@ -13,7 +13,7 @@ import (
 //
 // It waits in this order, whatever the order given: first the steps started with [Go]
 // (all of them finished: one that failed with attempts left suspends the run for its
-// retry then, the lowest seq first, as Get would); then it starts every child run
+// retry then, the first such in the order given, as its Get would); then it starts every child run
 // ([Invoke]) among the futures at once, in one await of the gateway, at the next seqs
 // in the order given, journaled under the first one's name (the gateway names them all
 // alike), and the run is called again once all have ended (at most [MaxInvokeAll] at
