@@ -98,8 +98,9 @@ func newWait[T any](ctx context.Context, w wait, decode func(st *invocation.Stat
 	return fut
 }
 
-// Seq returns the future's seq in the run: a step's, taken by [Go]; for a wait, the
-// seq it was resolved at (a [WaitFirst]'s when it chose it), or 0 until then.
+// Seq returns the future's seq in the run: a step's, taken by [Go]; for a wait, the seq
+// of the entry it was resolved from (a [WaitFirst]'s when it chose it), or 0 until then
+// (and for a timer waited for alone, whose Get reports none).
 func (f *Future[T]) Seq() int { return f.f.seq }
 
 // Get waits for the future alone and returns its outcome.
