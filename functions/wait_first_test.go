@@ -63,3 +63,20 @@ func TestWaitFirstAnswer(t *testing.T) {
 		})
 	}
 }
+
+// TestWaitFirstAtTimer checks that an At timer's timeout is what is left until its time.
+func TestWaitFirstAtTimer(t *testing.T) {
+	t.Parallel()
+	at := time.Now().Add(2 * time.Hour)
+	g, url := serve(t, func(app *functions.App) {
+		functions.Register(app, "f", func(ctx context.Context, _ empty) (int, error) {
+			return step.WaitFirst(ctx, "first", step.Receive[string](ctx, "cancel"), step.At(ctx, "deadline", at))
+		})
+	})
+	r := g.Invoke(url+"/f", g.Request("run-1", "f", `{}`))
+	require.Equal(t, protocol.AnswerStatusSuspended, r.Answer.Status, string(r.Body))
+	d, err := time.ParseDuration(*r.Answer.Await.Timeout)
+	require.NoError(t, err)
+	require.LessOrEqual(t, d, 2*time.Hour)
+	require.Greater(t, d, time.Hour, "what is left until the timer's time, %s", d)
+}
