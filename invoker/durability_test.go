@@ -88,7 +88,7 @@ func TestGatewayDiesDuringInvocation(t *testing.T) {
 	functions.Register(app, "quick", func(ctx context.Context, _ struct{}) (string, error) {
 		calls.Add(1)
 		return "done", nil
-	}, functions.Timeout(100*time.Millisecond), functions.MaxAttempts(1))
+	}, functions.InvocationTimeout(100*time.Millisecond), functions.InvocationAttempts(1))
 	s.Sync(t, s.ServeApp(t, app))
 
 	// As a gateway does for a caller who waits: create the run claimed, then (here:
