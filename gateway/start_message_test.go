@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -60,12 +61,15 @@ func TestStartRunWithMessage(t *testing.T) {
 		timeout, _ := time.ParseDuration(in.Timeout)
 		out := []received{}
 		for _, topic := range in.Topics {
-			r, err := step.Receive[json.RawMessage](ctx, topic, timeout)
+			m, err := step.Receive[json.RawMessage](ctx, topic, step.Timeout(timeout)).Get()
+			if errors.Is(err, step.ErrTimedOut) {
+				out = append(out, received{TimedOut: true})
+				continue
+			}
 			if err != nil {
 				return nil, err
 			}
-			m := r.Message
-			out = append(out, received{TimedOut: r.TimedOut, ID: m.ID, Topic: m.Topic, Data: m.Data, Sender: m.Sender.Subject})
+			out = append(out, received{ID: m.ID, Topic: m.Topic, Data: m.Data, Sender: m.Sender.Subject})
 		}
 		return out, nil
 	}
@@ -304,8 +308,8 @@ func TestStartRunWithMessageIsOneTransaction(t *testing.T) {
 	c := s.Client(t, s.NewToken(t, auth.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}}))
 	app := s.NewApp()
 	functions.Register(app, "inbox", func(ctx context.Context, _ struct{}) (string, error) {
-		r, err := step.Receive[string](ctx, "go", time.Hour)
-		return r.Message.Data, err
+		m, err := step.Receive[string](ctx, "go", step.Timeout(time.Hour)).Get()
+		return m.Data, err
 	})
 	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
 	require.NoError(t, err)
@@ -344,8 +348,8 @@ func TestStartWithMessageAsTheREADMEShows(t *testing.T) {
 	c := s.Client(t, token)
 	app := s.NewApp()
 	functions.Register(app, "orders.approval", func(ctx context.Context, in json.RawMessage) (json.RawMessage, error) {
-		r, err := step.Receive[json.RawMessage](ctx, "approval", time.Hour)
-		return r.Message.Data, err
+		m, err := step.Receive[json.RawMessage](ctx, "approval", step.Timeout(time.Hour)).Get()
+		return m.Data, err
 	})
 	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
 	require.NoError(t, err)

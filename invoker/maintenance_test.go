@@ -34,7 +34,7 @@ func TestMaintenanceRunsOnTheInvokersClock(t *testing.T) {
 	functions.Register(app, "quick", func(ctx context.Context, _ struct{}) (string, error) {
 		calls.Add(1)
 		return "done", nil
-	}, functions.MaxAttempts(1))
+	}, functions.InvocationAttempts(1))
 	s.Sync(t, s.ServeApp(t, app))
 
 	// A run claimed by a gateway that died before it invoked it.

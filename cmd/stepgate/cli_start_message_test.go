@@ -26,8 +26,8 @@ func TestInvokeWithMessage(t *testing.T) {
 	api := s.Client(t, token)
 	app := s.NewApp()
 	functions.Register(app, "inbox", func(ctx context.Context, _ struct{}) (any, error) {
-		r, err := step.Receive[any](ctx, "go", time.Hour)
-		return r.Message.Data, err
+		m, err := step.Receive[any](ctx, "go", step.Timeout(time.Hour)).Get()
+		return m.Data, err
 	})
 	synced, err := api.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
 	require.NoError(t, err)
