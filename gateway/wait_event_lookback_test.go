@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -11,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepgate/stepgate/auth"
+	"github.com/stepgate/stepgate/functions"
+	"github.com/stepgate/stepgate/functions/step"
 	"github.com/stepgate/stepgate/internal/stack"
 	"github.com/stepgate/stepgate/protocol"
 )
@@ -323,4 +326,41 @@ func TestWaitEventLookBackBounds(t *testing.T) {
 		require.Equal(t, protocol.RunStatusCompleted, res.Status, "%+v", res.Error)
 		require.JSONEq(t, `{"timed_out":true}`, string(*res.Output))
 	})
+}
+
+// TestGoSDKSinceStart: a Go function waiting with step.SinceStart gets the event sent
+// right after its run was started, before it reached its wait, each of 10 times.
+func TestGoSDKSinceStart(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	c := s.Client(t, s.NewToken(t, auth.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}}))
+	app := s.NewApp()
+	type order struct {
+		ID string `json:"id"`
+	}
+	functions.Register(app, "lookback.go", func(ctx context.Context, in order) (string, error) {
+		// A step before the wait: the event comes while the run is on its way to it.
+		if _, err := step.Run(ctx, "prepare", func(context.Context) (int, error) { return 1, nil }); err != nil {
+			return "", err
+		}
+		ev, err := step.WaitForEvent[order](ctx, "paid", "lookback.go.paid",
+			step.Matching(step.Match{"data.id": in.ID}), step.SinceStart(), step.Timeout(time.Minute)).Get()
+		return ev.Data.ID, err
+	})
+	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
+	var ids []string
+	for i := range 10 {
+		key := fmt.Sprintf("o-%d", i)
+		resp := startRun(t, c, "lookback.go", fmt.Sprintf(`{"id":%q}`, key), &protocol.StartRunParams{})
+		require.Equal(t, http.StatusAccepted, resp.StatusCode(), string(resp.Body))
+		ids = append(ids, resp.JSON202.ID)
+		mustSendEvent(t, c, protocol.EventSend{Name: "lookback.go.paid", Data: ptr(protocol.AnyJSON(fmt.Sprintf(`{"id":%q}`, key)))})
+	}
+	for i, id := range ids {
+		res := awaitRunResult(t, c, id)
+		require.Equal(t, protocol.RunStatusCompleted, res.Status, "run %d: %v", i, res.Error)
+		require.JSONEq(t, fmt.Sprintf(`"o-%d"`, i), string(*res.Output))
+	}
 }

@@ -11,7 +11,8 @@ import (
 
 // Option configures one call of this package: a step's retry policy and checkpoint
 // ([MaxAttempts], [Backoff], [Lazy]), a wait's timeout ([Timeout]), which event a wait
-// takes ([Matching]), a child run's detachment ([Detached]). Each function says which
+// takes and how far back ([Matching], [SinceStart], [Since]), a child run's detachment
+// ([Detached]). Each function says which
 // options it takes; given one it does not take, it returns (or its future's Get
 // returns) a non-retryable error that names the option and the function, without taking
 // a seq.
@@ -28,6 +29,8 @@ type options struct {
 	timeout         time.Duration
 	match           Match
 	detached        bool
+	since           *time.Time
+	sinceStart      bool
 }
 
 // MaxAttempts sets how many attempts the step makes in all, the first included. Values
@@ -70,6 +73,23 @@ func Timeout(d time.Duration) Option {
 // [Match]). Without it, the wait takes any event of the name.
 func Matching(m Match) Option {
 	return Option{"Matching", func(p *options) { p.match = m }}
+}
+
+// SinceStart makes [WaitForEvent] look back: it also takes the earliest matching event
+// stored since the run was created (the one that started it included). Without a
+// look-back, only events stored since the invocation that waits started match, so a run
+// started and then sent its event at once needs SinceStart.
+func SinceStart() Option {
+	return Option{"SinceStart", func(p *options) { p.sinceStart, p.since = true, nil }}
+}
+
+// Since makes [WaitForEvent] look back to t: it also takes the earliest matching event
+// stored at or after t. t must be neither after the gateway's clock when the wait is
+// stored nor further back than its event retention (STEPGATE_RETENTION): otherwise the
+// run fails with a bad_answer error. Prefer [SinceStart], or a time the run journaled,
+// to a reading of this process's clock.
+func Since(t time.Time) Option {
+	return Option{"Since", func(p *options) { p.since, p.sinceStart = &t, false }}
 }
 
 // Detached starts the child run of [Invoke] detached: cancelling this run does not

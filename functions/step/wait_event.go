@@ -38,14 +38,15 @@ type Event[T any] struct {
 // stores the event, and journals it at the wait's seq with its sender's identity, so
 // a replay returns the same event without waiting. An event stored since this
 // invocation started matches too (one sent while the function was on its way here is
-// not lost), unless an earlier wait of the run already received it.
+// not lost), unless an earlier wait of the run already received it; with [SinceStart],
+// one stored since the run was created, with [Since], one stored since a given time.
 //
-// WaitForEvent takes the options [Matching] and [Timeout]. name must be 1 to 255 bytes
+// WaitForEvent takes the options [Matching], [Timeout], [SinceStart] and [Since]. name must be 1 to 255 bytes
 // and the match encode as JSON; otherwise, as for an option it does not take, Get
 // returns a non-retryable error without taking a seq. A journaled event whose data does
 // not decode into T halts the invocation (retried), as a step's output would.
 func WaitForEvent[T any](ctx context.Context, name, event string, opts ...Option) *Future[Event[T]] {
-	p, bad := optionsFor("WaitForEvent", opts, "Matching", "Timeout")
+	p, bad := optionsFor("WaitForEvent", opts, "Matching", "Timeout", "SinceStart", "Since")
 	m := map[string]protocol.AnyJSON{}
 	for path, v := range p.match {
 		raw, err := json.Marshal(v)
@@ -56,7 +57,10 @@ func WaitForEvent[T any](ctx context.Context, name, event string, opts ...Option
 	}
 	w := wait{
 		kind: protocol.EntryKindWaitEvent, name: name, timeout: p.timeout,
-		await: protocol.Await{Type: protocol.AwaitTypeWaitEvent, Event: &event, Match: &m},
+		await: protocol.Await{Type: protocol.AwaitTypeWaitEvent, Event: &event, Match: &m, Since: p.since},
+	}
+	if p.sinceStart {
+		w.await.SinceStart = new(true)
 	}
 	return newWait(ctx, w, eventFrom[T], bad)
 }
