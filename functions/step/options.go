@@ -29,8 +29,10 @@ type options struct {
 	timeout         time.Duration
 	match           Match
 	detached        bool
-	since           *time.Time
-	sinceStart      bool
+	// shape are the options that set fields of a wait's await themselves, in order, such
+	// as WaitForEvent's look-back (wait_event.go): an option of one wait kind lives in
+	// that kind's file.
+	shape []func(*protocol.Await)
 }
 
 // MaxAttempts sets how many attempts the step makes in all, the first included. Values
@@ -73,23 +75,6 @@ func Timeout(d time.Duration) Option {
 // [Match]). Without it, the wait takes any event of the name.
 func Matching(m Match) Option {
 	return Option{"Matching", func(p *options) { p.match = m }}
-}
-
-// SinceStart makes [WaitForEvent] look back: it also takes the earliest matching event
-// stored since the run was created (the one that started it included). Without a
-// look-back, only events stored since the invocation that waits started match, so a run
-// started and then sent its event at once needs SinceStart.
-func SinceStart() Option {
-	return Option{"SinceStart", func(p *options) { p.sinceStart, p.since = true, nil }}
-}
-
-// Since makes [WaitForEvent] look back to t: it also takes the earliest matching event
-// stored at or after t. t must be neither after the gateway's clock when the wait is
-// stored nor further back than its event retention (STEPGATE_RETENTION): otherwise the
-// run fails with a bad_answer error. Prefer [SinceStart], or a time the run journaled,
-// to a reading of this process's clock.
-func Since(t time.Time) Option {
-	return Option{"Since", func(p *options) { p.since, p.sinceStart = &t, false }}
 }
 
 // Detached starts the child run of [Invoke] detached: cancelling this run does not

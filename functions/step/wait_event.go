@@ -27,6 +27,27 @@ type Event[T any] struct {
 	SentAt time.Time           // When the gateway stored it (database clock).
 }
 
+// SinceStart makes [WaitForEvent] look back: it also takes the earliest matching event
+// stored since the run was created (the one that started it included). Without a
+// look-back, only events stored since the invocation that waits started match, so a run
+// started and then sent its event at once needs SinceStart.
+func SinceStart() Option {
+	return Option{"SinceStart", func(p *options) {
+		p.shape = append(p.shape, func(a *protocol.Await) { a.SinceStart, a.Since = new(true), nil })
+	}}
+}
+
+// Since makes [WaitForEvent] look back to t: it also takes the earliest matching event
+// stored at or after t. t must be neither after the gateway's clock when the wait is
+// stored nor further back than its event retention (STEPGATE_RETENTION): otherwise the
+// run fails with a bad_answer error. Prefer [SinceStart], or a time the run journaled,
+// to a reading of this process's clock.
+func Since(t time.Time) Option {
+	return Option{"Since", func(p *options) {
+		p.shape = append(p.shape, func(a *protocol.Await) { a.Since, a.SinceStart = &t, nil })
+	}}
+}
+
 // WaitForEvent returns the wait called name for an event of the run's tenant called
 // event: its [Future.Get] suspends the run until such an event arrives whose fields hold
 // the values of the [Matching] option (any event of the name without it), and returns
@@ -57,10 +78,10 @@ func WaitForEvent[T any](ctx context.Context, name, event string, opts ...Option
 	}
 	w := wait{
 		kind: protocol.EntryKindWaitEvent, name: name, timeout: p.timeout,
-		await: protocol.Await{Type: protocol.AwaitTypeWaitEvent, Event: &event, Match: &m, Since: p.since},
+		await: protocol.Await{Type: protocol.AwaitTypeWaitEvent, Event: &event, Match: &m},
 	}
-	if p.sinceStart {
-		w.await.SinceStart = new(true)
+	for _, shape := range p.shape {
+		shape(&w.await)
 	}
 	return newWait(ctx, w, eventFrom[T], bad)
 }
