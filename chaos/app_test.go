@@ -108,17 +108,17 @@ func newApp(t *testing.T, f *fleet) *app {
 		HTTPClient: &http.Client{Transport: &ackTransport{base: checkpointTransport(), app: a}, Timeout: 30 * time.Second},
 		Logger:     slog.New(slog.DiscardHandler),
 	})
-	functions.Register(a.sdk, fnChain, a.chain, functions.Timeout(chainTimeout))
-	functions.Register(a.sdk, fnPatient, a.chain, functions.Timeout(6*chainTimeout))
-	functions.Register(a.sdk, fnTick, a.tick, functions.Timeout(chainTimeout))
-	functions.Register(a.sdk, fnNap, a.nap, functions.Timeout(chainTimeout))
-	functions.Register(a.sdk, fnAwait, a.await, functions.Timeout(chainTimeout))
-	faulty := []functions.Option{functions.MaxAttempts(3), functions.Backoff(100*time.Millisecond, 200*time.Millisecond)}
+	functions.Register(a.sdk, fnChain, a.chain, functions.InvocationTimeout(chainTimeout))
+	functions.Register(a.sdk, fnPatient, a.chain, functions.InvocationTimeout(6*chainTimeout))
+	functions.Register(a.sdk, fnTick, a.tick, functions.InvocationTimeout(chainTimeout))
+	functions.Register(a.sdk, fnNap, a.nap, functions.InvocationTimeout(chainTimeout))
+	functions.Register(a.sdk, fnAwait, a.await, functions.InvocationTimeout(chainTimeout))
+	faulty := []functions.Option{functions.InvocationAttempts(3), functions.InvocationBackoff(100*time.Millisecond, 200*time.Millisecond)}
 	for _, name := range []string{fnHTTP500, fnGarbage, fnCloseEarly, fnCloseMid} {
-		functions.Register(a.sdk, name, a.unreachable, append(faulty, functions.Timeout(chainTimeout))...)
+		functions.Register(a.sdk, name, a.unreachable, append(faulty, functions.InvocationTimeout(chainTimeout))...)
 	}
-	functions.Register(a.sdk, fnHang, a.unreachable, append(faulty, functions.Timeout(hangTimeout))...)
-	functions.Register(a.sdk, fnCrash, a.crash, append(faulty, functions.Timeout(chainTimeout))...)
+	functions.Register(a.sdk, fnHang, a.unreachable, append(faulty, functions.InvocationTimeout(hangTimeout))...)
+	functions.Register(a.sdk, fnCrash, a.crash, append(faulty, functions.InvocationTimeout(chainTimeout))...)
 
 	ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(freePort(t)))
 	if err != nil {
@@ -384,12 +384,12 @@ func (a *app) nap(ctx context.Context, _ any) (bool, error) {
 // await waits for a paidEvent whose data.key is its input's key, then runs step "after".
 // Waiting in vain for awaitFor fails the run.
 func (a *app) await(ctx context.Context, in awaitInput) (bool, error) {
-	w, err := step.WaitForEvent[awaitInput](ctx, "paid", paidEvent, step.Match{"data.key": in.Key}, awaitFor)
+	_, err := step.WaitForEvent[awaitInput](ctx, "paid", paidEvent, step.Matching(step.Match{"data.key": in.Key}), step.Timeout(awaitFor)).Get()
+	if errors.Is(err, step.ErrTimedOut) {
+		return false, step.NonRetryable(errors.New("chaos: no " + paidEvent + " event within " + awaitFor.String()))
+	}
 	if err != nil {
 		return false, err
-	}
-	if w.TimedOut {
-		return false, step.NonRetryable(errors.New("chaos: no " + paidEvent + " event within " + awaitFor.String()))
 	}
 	return a.step(ctx, "after")
 }

@@ -31,7 +31,7 @@ func TestCallback(t *testing.T) {
 	}
 	register := func(app *functions.App, sent *[]string) {
 		functions.Register(app, "approve", func(ctx context.Context, _ empty) (outcome, error) {
-			cb, err := step.Callback(ctx, "approval", step.CallbackTimeout(48*time.Hour))
+			cb, err := step.Callback[approval](ctx, "approval", step.Timeout(48*time.Hour))
 			if err != nil {
 				return outcome{}, err
 			}
@@ -41,19 +41,22 @@ func TestCallback(t *testing.T) {
 			}); err != nil {
 				return outcome{}, err
 			}
-			res, err := step.AwaitCallback[approval](ctx, cb, time.Hour)
+			res, err := cb.Result().Get()
 			var se *step.Error
 			if errors.As(err, &se) {
-				return outcome{URL: cb.URL, Rejected: se.Type + ": " + se.Message, By: res.Resolver}, nil
+				return outcome{URL: cb.URL, Rejected: se.Type + ": " + se.Message, By: cb.Resolver}, nil
+			}
+			if errors.Is(err, step.ErrTimedOut) {
+				return outcome{URL: cb.URL, TimedOut: true}, nil
 			}
 			if err != nil {
 				return outcome{}, err
 			}
-			by := res.Resolver
-			if res.ResolvedBy != nil {
-				by += ":" + res.ResolvedBy.Subject
+			by := cb.Resolver
+			if cb.ResolvedBy != nil {
+				by += ":" + cb.ResolvedBy.Subject
 			}
-			return outcome{URL: cb.URL, OK: res.Data.OK, TimedOut: res.TimedOut, By: by}, nil
+			return outcome{URL: cb.URL, OK: res.OK, By: by}, nil
 		})
 	}
 
@@ -81,7 +84,7 @@ func TestCallback(t *testing.T) {
 		require.Equal(t, 3, awaited.Seq)
 		require.Equal(t, "approval", awaited.Name)
 		require.Equal(t, 1, *awaited.CallbackSeq)
-		require.Equal(t, "1h0m0s", *awaited.Timeout)
+		require.Nil(t, awaited.Timeout, "the wait ends when the callback expires: its Timeout option, journaled with it")
 	})
 
 	t.Run("ARejectionIsAStepError", func(t *testing.T) {

@@ -56,7 +56,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	app := functions.New(functions.Config{PublicKeys: keys})
-	functions.Register(app, "orders.checkout", checkout, functions.Timeout(30*time.Second))
+	functions.Register(app, "orders.checkout", checkout, functions.InvocationTimeout(30*time.Second))
 	log.Fatal(http.ListenAndServe("127.0.0.1:9090", app))
 }
 

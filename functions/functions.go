@@ -156,7 +156,7 @@ func defaultClient() *http.Client {
 }
 
 // Option configures a function's entry in the manifest, which the gateway applies:
-// [Timeout], [MaxAttempts], [Backoff], [MaxInvocationDuration], [RunTimeout],
+// [InvocationTimeout], [InvocationAttempts], [InvocationBackoff], [MaxInvocationDuration], [RunTimeout],
 // [Retention], [InvokeRoles], [ResumeRoles], [OnEvent], [Concurrency], [Throttle], [RateLimit],
 // [Debounce], [Priority]; or this SDK's own handling of it, not sent to the gateway:
 // [SleepInProcess], [LazyCheckpoints].
@@ -165,23 +165,23 @@ type Option struct {
 	local func(*function) // an option of this SDK's, not sent to the gateway
 }
 
-// Timeout sets how long one invocation may take before the gateway gives up on it and
-// retries. The gateway defaults to 5m.
-func Timeout(d time.Duration) Option {
+// InvocationTimeout sets how long one invocation may take before the gateway gives up
+// on it and retries. The gateway defaults to 5m. (A wait's timeout is step.Timeout.)
+func InvocationTimeout(d time.Duration) Option {
 	return Option{set: func(c *protocol.FunctionConfig) { c.Timeout = new(d.String()) }}
 }
 
-// MaxAttempts sets how many invocations the gateway makes, the first included, before a
-// run whose invocations keep failing (HTTP 500, timeouts) fails. The gateway defaults
-// to 3.
-func MaxAttempts(n int) Option {
+// InvocationAttempts sets how many invocations the gateway makes, the first included,
+// before a run whose invocations keep failing (HTTP 500, timeouts) fails. The gateway
+// defaults to 3. (A step's attempts are step.MaxAttempts.)
+func InvocationAttempts(n int) Option {
 	return Option{set: func(c *protocol.FunctionConfig) { retries(c).MaxAttempts = new(max(n, 1)) }}
 }
 
-// Backoff sets the wait before each retried invocation: a random duration up to
-// min(maxInterval, initial * 2^(n-1)) before attempt n+1. Zero values leave the gateway's
-// defaults.
-func Backoff(initial, maxInterval time.Duration) Option {
+// InvocationBackoff sets the wait before each retried invocation: a random duration up
+// to min(maxInterval, initial * 2^(n-1)) before attempt n+1. Zero values leave the
+// gateway's defaults. (A step's backoff is step.Backoff.)
+func InvocationBackoff(initial, maxInterval time.Duration) Option {
 	return Option{set: func(c *protocol.FunctionConfig) {
 		r := retries(c)
 		if initial > 0 {
@@ -199,7 +199,7 @@ func Backoff(initial, maxInterval time.Duration) Option {
 // does not hold, and after at least one such step) and answers a continue await, and
 // the gateway calls the function again at once with the journal so far. A step that
 // runs longer than d is not cut short. d must be at least 100ms and at most the
-// function's [Timeout] (the gateway refuses the registration otherwise).
+// function's [InvocationTimeout] (the gateway refuses the registration otherwise).
 func MaxInvocationDuration(d time.Duration) Option {
 	return Option{set: func(c *protocol.FunctionConfig) { c.MaxInvocationDuration = new(d.String()) }}
 }
@@ -247,7 +247,7 @@ func InvokeRoles(roles ...string) Option {
 }
 
 // ResumeRoles lets callers with one of roles resume the waits of the function's runs
-// (step.WaitEvent, step.Receive, their WaitAny alternatives) besides those that may
+// (step.WaitForEvent, step.Receive, and those among a step.WaitFirst) besides those that may
 // start them ([InvokeRoles]): an event from any other sender leaves such a run waiting,
 // and its messages are refused. It never restricts: without InvokeRoles, anyone of the
 // tenant may resume. Callbacks are not checked: a callback's token is a capability.

@@ -381,7 +381,7 @@ func TestInvoke(t *testing.T) {
 		t.Parallel()
 		g, url := serve(t, func(app *functions.App) {
 			functions.Register(app, "parent", func(ctx context.Context, _ empty) (int, error) {
-				return step.Invoke[int](ctx, "call", "orders.checkout", map[string]int{"amount": 500})
+				return step.Invoke[int](ctx, "call", "orders.checkout", map[string]int{"amount": 500}).Get()
 			})
 		})
 		r := g.Invoke(url+"/parent", g.Request("run-1", "parent", `{}`))
@@ -401,11 +401,11 @@ func TestInvoke(t *testing.T) {
 		}
 		g, url := serve(t, func(app *functions.App) {
 			functions.Register(app, "parent", func(ctx context.Context, _ empty) (string, error) {
-				s, err := step.Invoke[shipment](ctx, "call", "ship", nil)
+				s, err := step.Invoke[shipment](ctx, "call", "ship", nil).Get()
 				if err != nil {
 					return "", err
 				}
-				_, err = step.Invoke[int](ctx, "again", "ship", nil)
+				_, err = step.Invoke[int](ctx, "again", "ship", nil).Get()
 				var se *step.Error
 				if !errors.As(err, &se) {
 					return "", fmt.Errorf("want a *step.Error, got %v", err)
@@ -429,7 +429,7 @@ func TestInvoke(t *testing.T) {
 		t.Parallel()
 		g, url := serve(t, func(app *functions.App) {
 			functions.Register(app, "parent", func(ctx context.Context, _ empty) (int, error) {
-				return step.Invoke[int](ctx, "call", "child", nil)
+				return step.Invoke[int](ctx, "call", "child", nil).Get()
 			})
 		})
 		_, _ = g.Append("run-1", entry(1, "call", `1`))
@@ -446,10 +446,10 @@ func TestInvoke(t *testing.T) {
 			functions.Register(app, "parent", func(ctx context.Context, _ empty) (string, error) {
 				var errs []string
 				for _, call := range []func() error{
-					func() error { _, err := step.Invoke[int](ctx, "call", "", nil); return err },
-					func() error { _, err := step.Invoke[int](ctx, "call", "a/b", nil); return err },
-					func() error { _, err := step.Invoke[int](ctx, "call", "ok", func() {}); return err },
-					func() error { _, err := step.Invoke[int](ctx, "", "ok", nil); return err },
+					func() error { _, err := step.Invoke[int](ctx, "call", "", nil).Get(); return err },
+					func() error { _, err := step.Invoke[int](ctx, "call", "a/b", nil).Get(); return err },
+					func() error { _, err := step.Invoke[int](ctx, "call", "ok", func() {}).Get(); return err },
+					func() error { _, err := step.Invoke[int](ctx, "", "ok", nil).Get(); return err },
 				} {
 					err := call()
 					if !step.IsNonRetryable(err) {
@@ -734,7 +734,7 @@ func TestRequests(t *testing.T) {
 	hello := func(app *functions.App) {
 		functions.Register(app, "hello", func(ctx context.Context, _ empty) (string, error) { return "hi", nil })
 		functions.Register(app, "orders.checkout", func(ctx context.Context, _ empty) (string, error) { return "ok", nil },
-			functions.Timeout(30*time.Second), functions.MaxAttempts(5), functions.Backoff(time.Second, time.Minute))
+			functions.InvocationTimeout(30*time.Second), functions.InvocationAttempts(5), functions.InvocationBackoff(time.Second, time.Minute))
 	}
 
 	t.Run("Signature", func(t *testing.T) {
@@ -989,7 +989,7 @@ func TestStepOutsideAnInvocation(t *testing.T) {
 	_, err := step.Run(t.Context(), "a", func(ctx context.Context) (int, error) { return 1, nil })
 	require.ErrorIs(t, err, step.ErrNoInvocation)
 	require.ErrorIs(t, step.Sleep(t.Context(), "a", time.Second), step.ErrNoInvocation)
-	_, err = step.Invoke[int](t.Context(), "a", "b", nil)
+	_, err = step.Invoke[int](t.Context(), "a", "b", nil).Get()
 	require.ErrorIs(t, err, step.ErrNoInvocation)
 	require.Equal(t, 0, step.Attempt(t.Context()))
 }

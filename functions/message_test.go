@@ -3,6 +3,7 @@ package functions_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"testing"
 	"time"
@@ -90,11 +91,11 @@ func TestSendAndReceive(t *testing.T) {
 		t.Parallel()
 		g, url := serve(t, func(app *functions.App) {
 			functions.Register(app, "f", func(ctx context.Context, _ empty) (string, error) {
-				got, err := step.Receive[map[string]string](ctx, "approval", time.Hour)
-				if err != nil || got.TimedOut {
-					return "timed out", err
+				got, err := step.Receive[map[string]string](ctx, "approval", step.Timeout(time.Hour)).Get()
+				if err != nil {
+					return "", err
 				}
-				return got.Message.Data["by"] + " via " + got.Message.Sender.Subject + " from " + got.Message.SenderRun, nil
+				return got.Data["by"] + " via " + got.Sender.Subject + " from " + got.SenderRun, nil
 			})
 		})
 		var awaited protocol.Await
@@ -114,9 +115,12 @@ func TestSendAndReceive(t *testing.T) {
 		t.Parallel()
 		g, url := serve(t, func(app *functions.App) {
 			functions.Register(app, "f", func(ctx context.Context, _ empty) (string, error) {
-				got, err := step.Receive[string](ctx, "approval", 0)
-				if err != nil || !got.TimedOut {
+				_, err := step.Receive[string](ctx, "approval").Get()
+				if !errors.Is(err, step.ErrTimedOut) {
 					return "received", err
+				}
+				if !step.IsNonRetryable(err) {
+					return "", errors.New("a time-out must be non-retryable")
 				}
 				return "timed out", nil
 			})

@@ -32,7 +32,7 @@ func TestRunAwaiting(t *testing.T) {
 			step.Backoff(time.Hour, time.Hour))
 	})
 	functions.Register(app, "parent", func(ctx context.Context, _ struct{}) (string, error) {
-		return step.Invoke[string](ctx, "call", "napper", nil)
+		return step.Invoke[string](ctx, "call", "napper", nil).Get()
 	})
 	s.Sync(t, s.ServeApp(t, app))
 	c := s.Client(t, s.Token)

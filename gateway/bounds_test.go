@@ -190,7 +190,7 @@ func TestCheckpointRefusals(t *testing.T) {
 		{400, `a sleep of 2h0m0s in the function's process is longer than the limit of 1h0m0s`},
 		{400, `a sleep's output is {"duration": "<duration>"}`},
 		{400, "a sleep has no error"},
-		{400, `kind "step", "event", "value", "send", "callback", "patch", "sleep" or "reply", not "wait_event"`},
+		{400, `kind "callback", "event", "patch", "reply", "send", "sleep", "step" or "value", not "wait_event"`},
 		{400, "attempt -1"},
 		{400, `run_id "nope" is not a run id`},
 		{400, `named after its topic: "u", not "t"`},

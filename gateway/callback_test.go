@@ -36,10 +36,15 @@ type approvalOutcome struct {
 	By       string `json:"by"`
 }
 
-func approvalOf(res step.CallbackResult[approval], err error) (approvalOutcome, error) {
-	out := approvalOutcome{OK: res.Data.OK, TimedOut: res.TimedOut, Resolver: res.Resolver}
-	if res.ResolvedBy != nil {
-		out.By = res.ResolvedBy.Subject
+// approvalOf waits for cb's result and says what came.
+func approvalOf(cb *step.OpenCallback[approval]) (approvalOutcome, error) {
+	res, err := cb.Result().Get()
+	out := approvalOutcome{OK: res.OK, TimedOut: errors.Is(err, step.ErrTimedOut), Resolver: cb.Resolver}
+	if out.TimedOut {
+		return out, nil
+	}
+	if cb.ResolvedBy != nil {
+		out.By = cb.ResolvedBy.Subject
 	}
 	var se *step.Error
 	if errors.As(err, &se) {
@@ -95,15 +100,18 @@ func TestCallbacks(t *testing.T) {
 	functions.Register(app, "approve", func(ctx context.Context, in struct {
 		Timeout string `json:"timeout"`
 	}) (approvalOutcome, error) {
-		cb, err := step.Callback(ctx, "approval")
+		var opts []step.Option
+		if timeout, _ := time.ParseDuration(in.Timeout); timeout > 0 {
+			opts = append(opts, step.Timeout(timeout))
+		}
+		cb, err := step.Callback[approval](ctx, "approval", opts...)
 		if err != nil {
 			return approvalOutcome{}, err
 		}
 		if _, err := step.Run(ctx, "notify", func(context.Context) (string, error) { return cb.URL, nil }); err != nil {
 			return approvalOutcome{}, err
 		}
-		timeout, _ := time.ParseDuration(in.Timeout)
-		return approvalOf(step.AwaitCallback[approval](ctx, cb, timeout))
+		return approvalOf(cb)
 	})
 	// early hands its callback's URL to the test and waits to be let go before it
 	// awaits the callback, in its first invocation: the human is faster than the run.
@@ -113,7 +121,7 @@ func TestCallbacks(t *testing.T) {
 	}
 	early := make(chan handoff, 1)
 	functions.Register(app, "early", func(ctx context.Context, _ struct{}) (approvalOutcome, error) {
-		cb, err := step.Callback(ctx, "approval")
+		cb, err := step.Callback[approval](ctx, "approval", step.Timeout(time.Hour))
 		if err != nil {
 			return approvalOutcome{}, err
 		}
@@ -122,7 +130,7 @@ func TestCallbacks(t *testing.T) {
 			early <- h
 			<-h.release
 		}
-		return approvalOf(step.AwaitCallback[approval](ctx, cb, time.Hour))
+		return approvalOf(cb)
 	})
 	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
 	require.NoError(t, err)
@@ -205,7 +213,8 @@ func TestCallbacks(t *testing.T) {
 
 	t.Run("AnExpiredCallbackIsA409", func(t *testing.T) {
 		t.Parallel()
-		id := startAsync(t, c, "approve", `{"timeout":"1s"}`)
+		// The callback expires 2s after it is made: the run waits for it before then.
+		id := startAsync(t, c, "approve", `{"timeout":"2s"}`)
 		_, url := waitingForCallback(t, c, id)
 		out := mustResult(t, c, id)
 		require.JSONEq(t, `{"ok":false,"timed_out":true,"rejected":"","resolver":"","by":""}`, string(*out.Output))
@@ -354,7 +363,7 @@ func TestCallbackTokenNotStored(t *testing.T) {
 	app := s.NewApp()
 	made, replayed := make(chan string, 1), make(chan string, 1)
 	functions.Register(app, "sealed", func(ctx context.Context, _ struct{}) (approvalOutcome, error) {
-		cb, err := step.Callback(ctx, "approval")
+		cb, err := step.Callback[approval](ctx, "approval", step.Timeout(time.Hour))
 		if err != nil {
 			return approvalOutcome{}, err
 		}
@@ -364,7 +373,7 @@ func TestCallbackTokenNotStored(t *testing.T) {
 		} else {
 			replayed <- cb.Token
 		}
-		return approvalOf(step.AwaitCallback[approval](ctx, cb, time.Hour))
+		return approvalOf(cb)
 	})
 	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
 	require.NoError(t, err)

@@ -122,7 +122,7 @@ func (s *Server) byToken(ctx context.Context, token string, res journal.Resoluti
 	if token == "" || len(token) > maxTokenBytes {
 		return nil, callbackNotFound()
 	}
-	cb, err := s.inv.ResolveCallbackByToken(ctx, token, res)
+	cb, err := s.inv.ResolveCallback(ctx, nil, invoker.CallbackRef{Token: token}, res)
 	if err != nil {
 		return nil, callbackError(err, false)
 	}
@@ -143,7 +143,7 @@ func (s *Server) byName(ctx context.Context, runID, name string, res journal.Res
 	}
 	id := identity(ctx)
 	res.By = &id
-	cb, err := s.inv.ResolveRunCallback(ctx, s.tenantDB(ctx), runID, name, res)
+	cb, err := s.inv.ResolveCallback(ctx, s.tenantDB(ctx), invoker.CallbackRef{RunID: runID, Name: name}, res)
 	if errors.Is(err, journal.ErrNotFound) {
 		return nil, &problemError{http.StatusNotFound, fmt.Sprintf("run %s has no callback named %q (or does not exist)", runID, name)}
 	}

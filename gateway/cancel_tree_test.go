@@ -52,20 +52,20 @@ func syncTree(t *testing.T, s *stack.Stack, c *protocol.ClientWithResponses) {
 	t.Helper()
 	app := s.NewApp()
 	functions.Register(app, "tree.leaf", func(ctx context.Context, _ struct{}) (string, error) {
-		if _, err := step.Receive[any](ctx, "go", time.Hour); err != nil {
+		if _, err := step.Receive[any](ctx, "go", step.Timeout(time.Hour)).Get(); err != nil {
 			return "", err
 		}
 		return "leaf done", nil
 	})
 	functions.Register(app, "tree.mid", func(ctx context.Context, in treeInput) (string, error) {
-		var opts []step.InvokeOption
+		var opts []step.Option
 		if in.Detached {
 			opts = append(opts, step.Detached())
 		}
-		return step.Invoke[string](ctx, "leaf", "tree.leaf", nil, opts...)
+		return step.Invoke[string](ctx, "leaf", "tree.leaf", nil, opts...).Get()
 	})
 	functions.Register(app, "tree.root", func(ctx context.Context, in treeInput) (string, error) {
-		return step.Invoke[string](ctx, "mid", "tree.mid", in)
+		return step.Invoke[string](ctx, "mid", "tree.mid", in).Get()
 	})
 	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
 	require.NoError(t, err)

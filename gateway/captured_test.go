@@ -272,7 +272,7 @@ func TestCapturedInvocationInFlight(t *testing.T) {
 					inside.wait(ctx)
 					return "ch_1", nil
 				})
-			}, functions.Backoff(time.Millisecond, 2*time.Millisecond))
+			}, functions.InvocationBackoff(time.Millisecond, 2*time.Millisecond))
 			return app
 		}
 		proxy := &capturing{h: newApp(before, inside), by: map[string][]captured{}}

@@ -84,7 +84,7 @@ func TestChildRuns(t *testing.T) {
 		return v, nil
 	})
 	functions.Register(app, "parent.whoami", func(ctx context.Context, _ struct{}) (map[string]invocationSeen, error) {
-		child, err := step.Invoke[invocationSeen](ctx, "ask", "whoami", nil)
+		child, err := step.Invoke[invocationSeen](ctx, "ask", "whoami", nil).Get()
 		if err != nil {
 			return nil, err
 		}
@@ -93,7 +93,7 @@ func TestChildRuns(t *testing.T) {
 	// handles invokes function with input and answers the error it got, handled.
 	handles := func(function, input string) func(ctx context.Context, _ struct{}) (childError, error) {
 		return func(ctx context.Context, _ struct{}) (childError, error) {
-			_, err := step.Invoke[any](ctx, "call", function, protocol.AnyJSON(input))
+			_, err := step.Invoke[any](ctx, "call", function, protocol.AnyJSON(input)).Get()
 			if se, ok := errors.AsType[*step.Error](err); ok {
 				return step.Run(ctx, "handle", func(context.Context) (childError, error) {
 					return childError{Type: se.Type, Message: se.Message}, nil
@@ -106,7 +106,7 @@ func TestChildRuns(t *testing.T) {
 	functions.Register(app, "parent.unknown", handles("nope", `{}`))
 	functions.Register(app, "broken", func(ctx context.Context, _ struct{}) (int, error) {
 		return 0, errors.New("always down") // HTTP 500: a failed invocation, retried
-	}, functions.MaxAttempts(2), functions.Backoff(time.Millisecond, 10*time.Millisecond))
+	}, functions.InvocationAttempts(2), functions.InvocationBackoff(time.Millisecond, 10*time.Millisecond))
 	functions.Register(app, "parent.broken", handles("broken", `{}`))
 	functions.Register(app, "parent.sleeper", handles("orders.checkout", `{"sleep_ms":600000}`))
 	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})

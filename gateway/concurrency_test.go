@@ -314,7 +314,7 @@ func TestConcurrencySuspendedHoldsNoSlot(t *testing.T) {
 		if !in.Wait {
 			return "quick", nil
 		}
-		if _, err := step.WaitForEvent[map[string]any](ctx, "go", "go.ahead", nil, time.Hour); err != nil {
+		if _, err := step.WaitForEvent[map[string]any](ctx, "go", "go.ahead", step.Timeout(time.Hour)).Get(); err != nil {
 			return "", err
 		}
 		return "resumed", nil
@@ -491,7 +491,7 @@ func TestConcurrencySurvivesACrash(t *testing.T) {
 			return "", fmt.Errorf("never answered")
 		}
 		return "ok", nil
-	}, functions.Concurrency(1, ""), functions.Timeout(time.Minute))
+	}, functions.Concurrency(1, ""), functions.InvocationTimeout(time.Minute))
 	a.Sync(t, a.ServeApp(t, app))
 	t.Cleanup(func() { close(stuck) }) // before the app's server closes
 	ca := a.Client(t, a.Token)

@@ -39,7 +39,7 @@ func TestRunCounts(t *testing.T) {
 		return sum, nil
 	})
 	functions.Register(app, "counts.once", func(ctx context.Context, _ struct{}) (string, error) { return "ok", nil },
-		functions.MaxAttempts(3), functions.Backoff(10*time.Millisecond, 10*time.Millisecond))
+		functions.InvocationAttempts(3), functions.InvocationBackoff(10*time.Millisecond, 10*time.Millisecond))
 	var hits atomic.Int32
 	s.Sync(t, s.ServeApp(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/counts.once" && hits.Add(1) == 1 {

@@ -60,11 +60,11 @@ func TestDeadlines(t *testing.T) {
 		return "woke", step.Sleep(ctx, "nap", time.Hour)
 	}, functions.RunTimeout(time.Second))
 	functions.Register(app, "parent", func(ctx context.Context, _ struct{}) (string, error) {
-		return step.Invoke[string](ctx, "child", "sleepy", nil)
+		return step.Invoke[string](ctx, "child", "sleepy", nil).Get()
 	})
 	// boss invokes bounded and answers the type of the error it ends with.
 	functions.Register(app, "boss", func(ctx context.Context, _ struct{}) (string, error) {
-		_, err := step.Invoke[string](ctx, "child", "bounded", nil)
+		_, err := step.Invoke[string](ctx, "child", "bounded", nil).Get()
 		if se := (*step.Error)(nil); errors.As(err, &se) {
 			return se.Type, nil
 		}
@@ -310,9 +310,9 @@ func TestDetachedChildOutlivesItsParentsDeadline(t *testing.T) {
 	})
 	functions.Register(app, "patron", func(ctx context.Context, detached bool) (string, error) {
 		if detached {
-			return step.Invoke[string](ctx, "child", "napper", nil, step.Detached())
+			return step.Invoke[string](ctx, "child", "napper", nil, step.Detached()).Get()
 		}
-		return step.Invoke[string](ctx, "child", "napper", nil)
+		return step.Invoke[string](ctx, "child", "napper", nil).Get()
 	})
 	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
 	require.NoError(t, err)
@@ -359,7 +359,7 @@ func TestDeadlinesKeptByTimers(t *testing.T) {
 		return "woke", step.Sleep(ctx, "nap", time.Hour)
 	})
 	functions.Register(app, "parent", func(ctx context.Context, _ struct{}) (string, error) {
-		return step.Invoke[string](ctx, "child", "sleepy", nil)
+		return step.Invoke[string](ctx, "child", "sleepy", nil).Get()
 	})
 	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
 	require.NoError(t, err)

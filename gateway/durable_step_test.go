@@ -180,7 +180,7 @@ func TestFunctionProcess(t *testing.T) {
 		}
 	}
 	// Invocations refused while the process restarts are retried, soon and often.
-	quick := []functions.Option{functions.MaxAttempts(100), functions.Backoff(20*time.Millisecond, 250*time.Millisecond)}
+	quick := []functions.Option{functions.InvocationAttempts(100), functions.InvocationBackoff(20*time.Millisecond, 250*time.Millisecond)}
 	functions.Register(app, "durable.charge", charge(false), quick...)
 	functions.Register(app, "durable.charge_lazy_step", charge(true), quick...)
 	functions.Register(app, "durable.charge_lazy_function", charge(false), append(quick, functions.LazyCheckpoints())...)

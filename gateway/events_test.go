@@ -111,7 +111,7 @@ func TestEvents(t *testing.T) {
 			return "", errors.New("crashed after sending")
 		}
 		return "sent", nil
-	}, functions.Backoff(10*time.Millisecond, 10*time.Millisecond))
+	}, functions.InvocationBackoff(10*time.Millisecond, 10*time.Millisecond))
 	s.Sync(t, s.ServeApp(t, app))
 
 	ada := auth.Identity{Subject: "ada", Tenant: auth.DefaultTenant, Roles: []string{"invoker"}, Claims: map[string]any{"org": "acme"}}

@@ -231,7 +231,7 @@ func TestPriorityOfEveryJob(t *testing.T) {
 		if err := step.Sleep(ctx, "nap", time.Millisecond); err != nil {
 			return "", err
 		}
-		return step.Invoke[string](ctx, "child", "child", struct{}{})
+		return step.Invoke[string](ctx, "child", "child", struct{}{}).Get()
 	})
 	s.Sync(t, s.ServeApp(t, app))
 	c := s.Client(t, s.Token)
@@ -386,7 +386,7 @@ func requireWakesWithinShare(t *testing.T, mode string) {
 		if in.Mode == "sleep" {
 			err = step.Sleep(ctx, "nap", time.Hour)
 		} else {
-			_, err = step.WaitForEvent[struct{}](ctx, "go", "go", nil, time.Hour)
+			_, err = step.WaitForEvent[struct{}](ctx, "go", "go", step.Timeout(time.Hour)).Get()
 		}
 		if err != nil {
 			return "", err

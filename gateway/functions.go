@@ -72,7 +72,7 @@ func (s *Server) register(ctx context.Context, tenant, name, rawURL string, conf
 	if err != nil {
 		return nil, badRequest("function %s: %v", name, err)
 	}
-	return s.inv.RegisterFunction(ctx, journal.ForTenant(s.api, tenant), name, rawURL, raw, fc)
+	return s.inv.Functions().Register(ctx, journal.ForTenant(s.api, tenant), name, rawURL, raw, fc)
 }
 
 // RegisterFunction stores a new revision of a function.
@@ -131,7 +131,7 @@ func functionsToAPI(fns []journal.Function, reveal bool) (protocol.FunctionList,
 
 // DeleteFunction unregisters a function.
 func (s *Server) DeleteFunction(ctx context.Context, req server.DeleteFunctionRequestObject) (server.DeleteFunctionResponseObject, error) {
-	err := s.inv.DeleteFunction(ctx, s.tenantDB(ctx), req.Name)
+	err := s.inv.Functions().Delete(ctx, s.tenantDB(ctx), req.Name)
 	if errors.Is(err, journal.ErrNotFound) {
 		return server.DeleteFunction404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: functionNotFound(req.Name)}, nil
 	}

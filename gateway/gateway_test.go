@@ -532,7 +532,7 @@ func TestReplayAfterDroppedConnection(t *testing.T) {
 			}
 		}
 		return "done", nil
-	}, functions.MaxAttempts(3), functions.Backoff(10*time.Millisecond, 10*time.Millisecond))
+	}, functions.InvocationAttempts(3), functions.InvocationBackoff(10*time.Millisecond, 10*time.Millisecond))
 
 	dropper := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithCancel(r.Context())
@@ -586,7 +586,7 @@ func TestNondeterminism(t *testing.T) {
 			return "", fmt.Errorf("transient failure") // retried: a 500
 		}
 		return "ok", nil
-	}, functions.MaxAttempts(3), functions.Backoff(time.Millisecond, time.Millisecond))
+	}, functions.InvocationAttempts(3), functions.InvocationBackoff(time.Millisecond, time.Millisecond))
 	s.Sync(t, s.ServeApp(t, app))
 	c := s.Client(t, s.Token)
 	resp := startRun(t, c, "fickle", `{}`, nil)

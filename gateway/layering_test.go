@@ -172,3 +172,50 @@ func TestServerImportsNoSDK(t *testing.T) {
 	}
 	require.Greater(t, checked, 10, "the module's packages were listed")
 }
+
+// TestGatewayHasNoKindSwitch keeps the kinds of checkpoints and awaits in the invoker's
+// registries (invoker/checkpoint.go, invoker/answer.go): no switch case of the gateway
+// names an entry kind or an await type, of the protocol or of the journal, so that a new
+// kind touches no file of the gateway.
+func TestGatewayHasNoKindSwitch(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("*.go")
+	require.NoError(t, err)
+	fset := token.NewFileSet()
+	kindConst := func(sel *ast.SelectorExpr) bool {
+		x, ok := sel.X.(*ast.Ident)
+		if !ok {
+			return false
+		}
+		n := sel.Sel.Name
+		switch x.Name {
+		case "protocol":
+			return strings.HasPrefix(n, "EntryKind") || strings.HasPrefix(n, "AwaitType") || strings.HasPrefix(n, "AwaitingKind")
+		case "journal":
+			return strings.HasPrefix(n, "Kind") || strings.HasPrefix(n, "Await")
+		}
+		return false
+	}
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		require.NoError(t, err)
+		ast.Inspect(f, func(n ast.Node) bool {
+			cc, ok := n.(*ast.CaseClause)
+			if !ok {
+				return true
+			}
+			for _, e := range cc.List {
+				ast.Inspect(e, func(n ast.Node) bool {
+					if sel, ok := n.(*ast.SelectorExpr); ok && kindConst(sel) {
+						t.Errorf("%s: a case names %s.%s: register the kind in the invoker instead", fset.Position(sel.Pos()), sel.X, sel.Sel.Name)
+					}
+					return true
+				})
+			}
+			return true
+		})
+	}
+}

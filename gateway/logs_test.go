@@ -56,7 +56,7 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 	urls := make(chan string, 1)
 	failed := false
 	functions.Register(app, "approve", func(ctx context.Context, _ struct{}) (bool, error) {
-		cb, err := step.Callback(ctx, "approval")
+		cb, err := step.Callback[approval](ctx, "approval")
 		if err != nil {
 			return false, err
 		}
@@ -70,8 +70,8 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 		}); err != nil {
 			return false, err
 		}
-		res, err := step.AwaitCallback[approval](ctx, cb, 0)
-		return res.Data.OK, err
+		res, err := cb.Result().Get()
+		return res.OK, err
 	})
 	var tokensMu sync.Mutex
 	var invocationTokens []string

@@ -10,7 +10,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/stepgate/stepgate/gateway/api/server"
-	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
 )
@@ -65,51 +64,4 @@ func (s *Server) SendMessage(ctx context.Context, req server.SendMessageRequestO
 		out.Duplicate = new(true)
 	}
 	return server.SendMessage202JSONResponse(out), nil
-}
-
-// sendOutput is the output of a journal entry of kind send.
-type sendOutput struct {
-	RunID string          `json:"run_id"`
-	Topic string          `json:"topic"`
-	Data  json.RawMessage `json:"data"`
-	ID    string          `json:"id"`
-}
-
-// checkpointSend checks a send entry of the invocation that owns runID, and journals it
-// and sends its message (invoker.CheckpointSend). The message's id defaults to
-// "<run id>:<seq>" (see checkRunSentID). It returns the error journaled for a message that could not be sent.
-func (s *Server) checkpointSend(ctx context.Context, runID string, invocation int, e protocol.JournalEntry) (*protocol.ErrorInfo, error) {
-	var out sendOutput
-	if e.Output == nil || json.Unmarshal(*e.Output, &out) != nil {
-		return nil, badRequest("a send entry's output is the message: {\"run_id\", \"topic\", \"data\", \"id\"}")
-	}
-	if e.Error != nil {
-		return nil, badRequest("a send entry has no error; the gateway journals one when the message cannot be sent")
-	}
-	if !validRunID(out.RunID) {
-		return nil, badRequest("a send entry's run_id %q is not a run id (a UUID)", out.RunID)
-	}
-	if out.Topic == "" {
-		out.Topic = e.Name
-	}
-	if err := checkName("message topic", out.Topic); err != nil {
-		return nil, err
-	}
-	if out.Topic != e.Name {
-		return nil, badRequest("a send entry is named after its topic: %q, not %q", out.Topic, e.Name)
-	}
-	if err := checkRunSentID("message id", &out.ID, runID, e.Seq); err != nil {
-		return nil, err
-	}
-	if len(out.Data) == 0 {
-		out.Data = json.RawMessage("null")
-	}
-	raw, err := json.Marshal(out)
-	if err != nil {
-		return nil, badRequest("a send entry's data is not valid JSON: %v", err)
-	}
-	output := protocol.AnyJSON(raw)
-	e.Output = &output
-	return s.inv.CheckpointSend(ctx, runID, invocation, e,
-		invoker.SentMessage{RunID: out.RunID, ID: out.ID, Topic: out.Topic, Data: out.Data})
 }

@@ -101,12 +101,15 @@ func TestMessages(t *testing.T) {
 		timeout, _ := time.ParseDuration(in.Timeout)
 		out := []received{}
 		for _, topic := range in.Topics {
-			r, err := step.Receive[json.RawMessage](ctx, topic, timeout)
+			m, err := step.Receive[json.RawMessage](ctx, topic, step.Timeout(timeout)).Get()
+			if errors.Is(err, step.ErrTimedOut) {
+				out = append(out, received{TimedOut: true})
+				continue
+			}
 			if err != nil {
 				return nil, err
 			}
-			m := r.Message
-			out = append(out, received{TimedOut: r.TimedOut, ID: m.ID, Topic: m.Topic, Data: m.Data, Sender: m.Sender.Subject, SenderRun: m.SenderRun})
+			out = append(out, received{ID: m.ID, Topic: m.Topic, Data: m.Data, Sender: m.Sender.Subject, SenderRun: m.SenderRun})
 		}
 		return out, nil
 	})
@@ -132,8 +135,8 @@ func TestMessages(t *testing.T) {
 			arrived <- sent
 			<-sent
 		}
-		r, err := step.Receive[string](ctx, "race", time.Hour)
-		return received{TimedOut: r.TimedOut, ID: r.Message.ID}, err
+		m, err := step.Receive[string](ctx, "race", step.Timeout(time.Hour)).Get()
+		return received{ID: m.ID}, err
 	})
 	appURL := s.ServeApp(t, app)
 	for _, cl := range []*protocol.ClientWithResponses{c, other} {

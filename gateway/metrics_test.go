@@ -149,7 +149,8 @@ func TestMetrics(t *testing.T) {
 		reg, err := c.RegisterFunctionWithResponse(t.Context(), "stuck", protocol.FunctionRegistration{URL: "http://127.0.0.1:1/nowhere"})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, reg.StatusCode(), string(reg.Body))
-		require.NoError(t, s.Invoker.River().Stop(t.Context())) // nobody works the queue
+		_, err = s.Invoker.Drain(t.Context()) // nobody works the queue
+		require.NoError(t, err)
 		for range 2 {
 			resp, err := c.StartRunWithBodyWithResponse(t.Context(), "stuck", nil, "application/json", strings.NewReader(`{}`))
 			require.NoError(t, err)

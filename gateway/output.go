@@ -39,21 +39,6 @@ func checkKey(what, key string) error {
 	return nil
 }
 
-// checkpointValue journals a value entry of the invocation that owns runID and tells the
-// run's readers (invoker.CheckpointValue).
-func (s *Server) checkpointValue(ctx context.Context, runID string, invocation int, e protocol.JournalEntry) error {
-	if err := checkKey("value key", e.Name); err != nil {
-		return err
-	}
-	if e.Error != nil {
-		return badRequest("a value entry has no error")
-	}
-	if e.Output == nil {
-		return badRequest("a value entry's output is the value")
-	}
-	return s.inv.CheckpointValue(ctx, runID, invocation, e)
-}
-
 func valueToAPI(v *journal.Value) protocol.RunValue {
 	return protocol.RunValue{Key: v.Key, Value: protocol.AnyJSON(v.Value), Version: v.Version, SetAt: v.SetAt}
 }
@@ -135,9 +120,9 @@ func (s *Server) GetRunValue(ctx context.Context, req server.GetRunValueRequestO
 		defer release()
 		// Subscribe, then attach: a write or an end after the attach is announced.
 		var unsubscribe func()
-		changes, unsubscribe = s.inv.SubscribeOutput(req.ID)
+		changes, unsubscribe = s.inv.Listener().SubscribeOutput(req.ID)
 		defer unsubscribe()
-		ended, unsubscribe = s.inv.Subscribe(req.ID)
+		ended, unsubscribe = s.inv.Listener().Subscribe(req.ID)
 		defer unsubscribe()
 		run, err = s.inv.Attach(ctx, db, req.ID)
 	} else {
@@ -240,8 +225,8 @@ func (s *Server) ReadRunStream(ctx context.Context, req server.ReadRunStreamRequ
 	if err != nil {
 		return nil, err
 	}
-	changes, unsubscribeOutput := s.inv.SubscribeOutput(req.ID)
-	ended, unsubscribeEnd := s.inv.Subscribe(req.ID)
+	changes, unsubscribeOutput := s.inv.Listener().SubscribeOutput(req.ID)
+	ended, unsubscribeEnd := s.inv.Listener().Subscribe(req.ID)
 	closeAll := sync.OnceFunc(func() {
 		unsubscribeOutput()
 		unsubscribeEnd()

@@ -298,26 +298,24 @@ func TestInvokeAll(t *testing.T) {
 	})
 	functions.Register(app, "fanout", func(ctx context.Context, _ noInput) ([]string, error) {
 		parentCalls.Add(1)
-		outs, err := step.InvokeAll[int](ctx, "squares",
-			step.Call{Function: "square", Input: item{N: 2}},
-			step.Call{Function: "square", Input: item{N: 3, Wait: true}},
-			step.Call{Function: "square", Input: item{N: 4, Fail: true}},
-			step.Call{Function: "missing", Input: nil},
-		)
-		if err != nil {
-			return nil, err
+		children := []*step.Future[int]{
+			step.Invoke[int](ctx, "squares", "square", item{N: 2}),
+			step.Invoke[int](ctx, "squares", "square", item{N: 3, Wait: true}),
+			step.Invoke[int](ctx, "squares", "square", item{N: 4, Fail: true}),
+			step.Invoke[int](ctx, "squares", "missing", nil),
 		}
+		outs, _ := step.All(children...) // each child's error is its own, read below
 		var res []string
-		for _, o := range outs {
-			if o.Err != nil {
+		for i, c := range children {
+			if _, err := c.Get(); err != nil {
 				var se *step.Error
-				if errors.As(o.Err, &se) {
+				if errors.As(err, &se) {
 					res = append(res, se.Type)
 					continue
 				}
-				return nil, o.Err
+				return nil, err
 			}
-			res = append(res, fmt.Sprint(o.Output))
+			res = append(res, fmt.Sprint(outs[i]))
 		}
 		return res, nil
 	})

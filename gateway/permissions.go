@@ -63,6 +63,9 @@ var operationPermissions = map[string]access.Permission{
 	"listSigningKeys":    access.PermissionFunctionsRead,
 	"rotateSigningKey":   access.PermissionFunctionsWrite,
 	"listSigningSecrets": access.PermissionFunctionsWrite,
+
+	// Its handler also checks events:send: it sends a message.
+	"startRunWithMessage": access.PermissionRunsInvoke,
 }
 
 // OperationPermissions returns the permission each API operation needs, by the

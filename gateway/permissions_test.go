@@ -121,9 +121,9 @@ func TestPermissionsMatchTheSpec(t *testing.T) {
 	})
 }
 
-// call sends method path with token and answers the status and the problem detail. It
-// reads no more than the headers of a stream.
-func call(t *testing.T, method, url, token, body string) (int, string) {
+// call sends method path with token, and headers (name, value, ...), and answers the
+// status and the problem detail. It reads no more than the headers of a stream.
+func call(t *testing.T, method, url, token, body string, headers ...string) (int, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
@@ -134,6 +134,9 @@ func call(t *testing.T, method, url, token, body string) (int, string) {
 	req, err := http.NewRequestWithContext(ctx, method, url, r)
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer "+token)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -155,9 +158,14 @@ func TestPermissionMatrix(t *testing.T) {
 	t.Parallel()
 	s := stack.Start(t, stack.Options{})
 	bodies := map[string]string{
-		"registerFunction": `{"url":"http://127.0.0.1:9/fn"}`,
-		"syncApp":          `{"url":"http://127.0.0.1:9/"}`,
+		"registerFunction":    `{"url":"http://127.0.0.1:9/fn"}`,
+		"syncApp":             `{"url":"http://127.0.0.1:9/"}`,
+		"startRunWithMessage": `{"message":{"topic":"t"}}`,
 	}
+	// The permissions an operation's handler checks besides its x-permission, and the
+	// headers it requires.
+	besides := map[string][]string{"startRunWithMessage": {string(access.PermissionEventsSend)}}
+	headers := map[string][]string{"startRunWithMessage": {"Idempotency-Key", "matrix"}}
 	for _, op := range readSpec(t).Operations {
 		if op.Permission == "" {
 			continue
@@ -174,15 +182,15 @@ func TestPermissionMatrix(t *testing.T) {
 				others = append(others, string(p))
 			}
 		}
-		with := s.NewToken(t, auth.Identity{Subject: "matrix", Tenant: auth.DefaultTenant, Roles: []string{string(perm)}})
+		with := s.NewToken(t, auth.Identity{Subject: "matrix", Tenant: auth.DefaultTenant, Roles: append([]string{string(perm)}, besides[op.ID]...)})
 		without := s.NewToken(t, auth.Identity{Subject: "matrix", Tenant: auth.DefaultTenant, Roles: others})
 
 		t.Run(op.ID, func(t *testing.T) {
 			t.Parallel()
-			status, detail := call(t, op.Method, url, with, body)
+			status, detail := call(t, op.Method, url, with, body, headers[op.ID]...)
 			require.NotContains(t, []int{http.StatusUnauthorized, http.StatusForbidden}, status, detail)
 
-			status, detail = call(t, op.Method, url, without, body)
+			status, detail = call(t, op.Method, url, without, body, headers[op.ID]...)
 			require.Equal(t, http.StatusForbidden, status, detail)
 			require.Equal(t, "this operation needs the "+string(perm)+" permission; the token's roles ("+
 				strings.Join(others, ", ")+") do not grant it", detail)

@@ -70,7 +70,7 @@ func TestSignedRequestsRepeatAsDocumented(t *testing.T) {
 			return "", errors.New("not yet") // a failed invocation, retried
 		}
 		return "done", nil
-	}, functions.MaxAttempts(3), functions.Backoff(time.Millisecond, time.Millisecond))
+	}, functions.InvocationAttempts(3), functions.InvocationBackoff(time.Millisecond, time.Millisecond))
 	rec := &recorder{next: app}
 	url := s.ServeApp(t, rec)
 
@@ -139,12 +139,12 @@ func TestAWaitSeesOnlyEventsAfterItsInvocation(t *testing.T) {
 	s := stack.Start(t, stack.Options{})
 	app := s.NewApp()
 	functions.Register(app, "early.wait", func(ctx context.Context, _ struct{}) (bool, error) {
-		w, err := step.WaitForEvent[any](ctx, "paid", "early.paid", nil, time.Second)
-		return w.TimedOut, err
+		_, err := step.WaitForEvent[any](ctx, "paid", "early.paid", step.Timeout(time.Second)).Get()
+		return timedOut(err)
 	})
 	functions.Register(app, "early.receive", func(ctx context.Context, _ struct{}) (bool, error) {
-		got, err := step.Receive[string](ctx, "note", time.Minute)
-		return got.TimedOut, err
+		_, err := step.Receive[string](ctx, "note", step.Timeout(time.Minute)).Get()
+		return timedOut(err)
 	})
 	s.Sync(t, s.ServeApp(t, app))
 	c := s.Client(t, s.Token)

@@ -37,14 +37,14 @@ func TestTenantQuotas(t *testing.T) {
 	functions.Register(app, "pinged", func(ctx context.Context, _ struct{}) (int, error) { return 1, nil }, functions.OnEvent("ping"))
 	// announcer sends the event ping once told to.
 	functions.Register(app, "announcer", func(ctx context.Context, _ struct{}) (int, error) {
-		if _, err := step.Receive[string](ctx, "go", time.Hour); err != nil {
+		if _, err := step.Receive[string](ctx, "go", step.Timeout(time.Hour)).Get(); err != nil {
 			return 0, err
 		}
 		return 1, step.SendEvent(ctx, "ping", nil)
 	})
 	// parent invokes work, and answers how the invoke went.
 	functions.Register(app, "parent", func(ctx context.Context, _ struct{}) (sendAnswer, error) {
-		_, err := step.Invoke[int](ctx, "child", "work", struct{}{})
+		_, err := step.Invoke[int](ctx, "child", "work", struct{}{}).Get()
 		var se *step.Error
 		if errors.As(err, &se) {
 			return sendAnswer{ErrorType: se.Type, Message: se.Message}, nil
@@ -53,8 +53,8 @@ func TestTenantQuotas(t *testing.T) {
 	})
 	// inbox waits for a message that never comes: what is sent to it waits in its mailbox.
 	functions.Register(app, "inbox", func(ctx context.Context, _ struct{}) (bool, error) {
-		r, err := step.Receive[string](ctx, "never", time.Hour)
-		return r.TimedOut, err
+		_, err := step.Receive[string](ctx, "never", step.Timeout(time.Hour)).Get()
+		return timedOut(err)
 	})
 	functions.Register(app, "sender", func(ctx context.Context, in struct {
 		RunID string `json:"run_id"`

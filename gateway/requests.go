@@ -220,8 +220,8 @@ func (s *Server) waitRequest(ctx context.Context, db *journal.TenantDB, runID st
 	if err != nil {
 		return nil, err
 	}
-	changes, unsubscribeOutput := s.inv.SubscribeOutput(runID)
-	ended, unsubscribeEnd := s.inv.Subscribe(runID)
+	changes, unsubscribeOutput := s.inv.Listener().SubscribeOutput(runID)
+	ended, unsubscribeEnd := s.inv.Listener().Subscribe(runID)
 	w := &requestWaiter{changes: changes, ended: ended, deadline: time.NewTimer(wait)}
 	w.close = func() {
 		w.deadline.Stop()
@@ -270,15 +270,4 @@ func requestToAPI(r *journal.Request) protocol.RunRequest {
 		ReplySeq: r.ReplySeq, SentAt: r.SentAt, RepliedAt: r.RepliedAt,
 	}
 	return out
-}
-
-// checkpointReply journals a reply entry of the invocation that owns runID
-// (invoker.CheckpointReply): a reply to a request the run has not received, or has
-// replied to already, is a 400 naming it.
-func (s *Server) checkpointReply(ctx context.Context, runID string, invocation int, e protocol.JournalEntry) error {
-	err := s.inv.CheckpointReply(ctx, runID, invocation, e)
-	if errors.Is(err, journal.ErrBadReply) {
-		return badRequest("%s", strings.TrimPrefix(err.Error(), journal.ErrBadReply.Error()+": "))
-	}
-	return err
 }

@@ -59,31 +59,32 @@ func TestResumeRespectsInvokeRoles(t *testing.T) {
 	payments := functions.InvokeRoles("payments")
 	// guarded waits for pay.ok of its key.
 	functions.Register(app, "guarded", func(ctx context.Context, in keyed) (resumedBy, error) {
-		w, err := step.WaitForEvent[keyed](ctx, "ok", "pay.ok", step.Match{"data.key": in.Key}, time.Hour)
-		return resumedBy{"event", w.Event.ID, w.Event.Sender.Subject}, err
+		w, err := step.WaitForEvent[keyed](ctx, "ok", "pay.ok", step.Matching(step.Match{"data.key": in.Key}), step.Timeout(time.Hour)).Get()
+		return resumedBy{"event", w.ID, w.Sender.Subject}, err
 	}, payments)
 	// hooked is guarded too, and lets the webhooks role resume it.
 	functions.Register(app, "hooked", func(ctx context.Context, in keyed) (resumedBy, error) {
-		w, err := step.WaitForEvent[keyed](ctx, "ok", "pay.ok", step.Match{"data.key": in.Key}, time.Hour)
-		return resumedBy{"event", w.Event.ID, w.Event.Sender.Subject}, err
+		w, err := step.WaitForEvent[keyed](ctx, "ok", "pay.ok", step.Matching(step.Match{"data.key": in.Key}), step.Timeout(time.Hour)).Get()
+		return resumedBy{"event", w.ID, w.Sender.Subject}, err
 	}, payments, functions.ResumeRoles("webhooks"))
 	// inbox receives one message of topic go.
 	functions.Register(app, "inbox", func(ctx context.Context, _ struct{}) (resumedBy, error) {
-		r, err := step.Receive[any](ctx, "go", time.Hour)
-		return resumedBy{"message", r.Message.ID, r.Message.Sender.Subject}, err
+		r, err := step.Receive[any](ctx, "go", step.Timeout(time.Hour)).Get()
+		return resumedBy{"message", r.ID, r.Sender.Subject}, err
 	}, payments)
 	// either waits for pay.ok of its key or a message of topic go, whichever is first.
 	functions.Register(app, "either", func(ctx context.Context, in keyed) (resumedBy, error) {
-		c, err := step.WaitAny(ctx, "first", time.Hour,
-			step.ForEvent("pay.ok", step.Match{"data.key": in.Key}), step.ForMessage("go"))
+		ok := step.WaitForEvent[keyed](ctx, "ok", "pay.ok", step.Matching(step.Match{"data.key": in.Key}))
+		goMsg := step.Receive[any](ctx, "go")
+		i, err := step.WaitFirst(ctx, "first", ok, goMsg, step.After(ctx, "hour", time.Hour))
 		if err != nil {
 			return resumedBy{}, err
 		}
-		if c.Index == 0 {
-			ev, err := step.EventOf[keyed](c)
+		if i == 0 {
+			ev, err := ok.Get()
 			return resumedBy{"event", ev.ID, ev.Sender.Subject}, err
 		}
-		m, err := step.MessageOf[any](c)
+		m, err := goMsg.Get()
 		return resumedBy{"message", m.ID, m.Sender.Subject}, err
 	}, payments)
 	// gate is guarded; it waits for pay.ok of its key once told to, after an event has
@@ -95,8 +96,8 @@ func TestResumeRespectsInvokeRoles(t *testing.T) {
 			gates <- open
 			<-open
 		}
-		w, err := step.WaitForEvent[keyed](ctx, "ok", "pay.ok", step.Match{"data.key": in.Key}, time.Hour)
-		return resumedBy{"event", w.Event.ID, w.Event.Sender.Subject}, err
+		w, err := step.WaitForEvent[keyed](ctx, "ok", "pay.ok", step.Matching(step.Match{"data.key": in.Key}), step.Timeout(time.Hour)).Get()
+		return resumedBy{"event", w.ID, w.Sender.Subject}, err
 	}, payments)
 	// triggered is guarded, and started by pay.start.
 	functions.Register(app, "triggered", func(ctx context.Context, in keyed) (keyed, error) { return in, nil },

@@ -30,19 +30,19 @@ func TestRunSentIDsCannotBeClaimed(t *testing.T) {
 	// sender waits to be told the target, then sends an event (seq 2) and a message to
 	// the target (seq 3).
 	functions.Register(app, "sender", func(ctx context.Context, _ struct{}) (struct{}, error) {
-		r, err := step.Receive[string](ctx, "target", time.Hour)
+		r, err := step.Receive[string](ctx, "target", step.Timeout(time.Hour)).Get()
 		if err != nil {
 			return struct{}{}, err
 		}
 		if err := step.SendEvent(ctx, "claimed.ping", map[string]string{"from": "the run"}); err != nil {
 			return struct{}{}, err
 		}
-		return struct{}{}, step.Send(ctx, r.Message.Data, "note", "the run's note")
+		return struct{}{}, step.Send(ctx, r.Data, "note", "the run's note")
 	})
 	// target receives one note.
 	functions.Register(app, "target", func(ctx context.Context, _ struct{}) (received, error) {
-		r, err := step.Receive[json.RawMessage](ctx, "note", time.Hour)
-		return received{ID: r.Message.ID, Data: r.Message.Data, SenderRun: r.Message.SenderRun}, err
+		r, err := step.Receive[json.RawMessage](ctx, "note", step.Timeout(time.Hour)).Get()
+		return received{ID: r.ID, Data: r.Data, SenderRun: r.SenderRun}, err
 	})
 	// pinged is started by claimed.ping, and answers its input.
 	functions.Register(app, "pinged", func(ctx context.Context, in json.RawMessage) (json.RawMessage, error) { return in, nil },

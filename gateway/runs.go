@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -22,7 +21,6 @@ import (
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
-	"github.com/stepgate/stepgate/protocol/names"
 )
 
 // MaxWait is the longest a request may wait for a run's result.
@@ -193,7 +191,7 @@ func (s *Server) StartRun(ctx context.Context, req server.StartRunRequestObject)
 	if claim {
 		// Subscribe before invoking, so a finish on another gateway after a suspension
 		// is not missed.
-		ch, unsubscribe = s.inv.Subscribe(n.ID)
+		ch, unsubscribe = s.inv.Listener().Subscribe(n.ID)
 		defer unsubscribe()
 		run, _, done, err = s.inv.StartRunNow(ctx, db, n, release)
 	} else {
@@ -473,8 +471,9 @@ func nextCursor(c *journal.Cursor) *string {
 	return &s
 }
 
-// Checkpoint journals one finished step, a sent event (see checkpointEvent) or a sent
-// message (see checkpointSend), of the invocation its token names. It works on the
+// Checkpoint journals one entry a function checkpoints from its process (a finished
+// step, a sent event or message, a published value, a callback, a patch marker, a
+// sleep: invoker.Checkpoint), for the invocation its token names. It works on the
 // system pool: the token, bound to one run and one invocation, is what scopes it (and a
 // send looks only at runs of that run's tenant).
 func (s *Server) Checkpoint(ctx context.Context, req server.CheckpointRequestObject) (server.CheckpointResponseObject, error) {
@@ -484,36 +483,10 @@ func (s *Server) Checkpoint(ctx context.Context, req server.CheckpointRequestObj
 			problem(http.StatusUnauthorized, "invocation token is for another run"))}, nil
 	}
 	e := req.Body
-	if err := s.checkEntry(*e); err != nil {
-		return nil, err
-	}
-	var err error
-	var refused *protocol.ErrorInfo
-	var output json.RawMessage
-	var until *time.Time
-	switch e.Kind {
-	case protocol.EntryKindEvent:
-		err = s.checkpointEvent(ctx, req.ID, claim.invocation, *e)
-	case protocol.EntryKindValue:
-		err = s.checkpointValue(ctx, req.ID, claim.invocation, *e)
-	case protocol.EntryKindSend:
-		refused, err = s.checkpointSend(ctx, req.ID, claim.invocation, *e)
-	case protocol.EntryKindReply:
-		err = s.checkpointReply(ctx, req.ID, claim.invocation, *e)
-	case protocol.EntryKindCallback:
-		output, err = s.inv.CheckpointCallback(ctx, req.ID, claim.invocation, *e)
-		if errors.Is(err, invoker.ErrBadCallback) {
-			return nil, badRequest("%s", strings.TrimPrefix(err.Error(), invoker.ErrBadCallback.Error()+": "))
-		}
-	case protocol.EntryKindSleep:
-		var at time.Time
-		at, err = s.inv.CheckpointSleep(ctx, req.ID, claim.invocation, *e)
-		if errors.Is(err, invoker.ErrBadSleep) {
-			return nil, badRequest("%s", strings.TrimPrefix(err.Error(), invoker.ErrBadSleep.Error()+": "))
-		}
-		until = &at
-	default:
-		err = s.inv.Checkpoint(ctx, req.ID, claim.invocation, *e)
+	ack, err := s.inv.Checkpoint(ctx, invoker.Invocation{RunID: req.ID, Number: claim.invocation}, *e)
+	var bad *invoker.BadCheckpointError
+	if errors.As(err, &bad) {
+		return nil, badRequest("%s", bad.Message)
 	}
 	var le *journal.LimitError
 	var qe *journal.QuotaError
@@ -532,56 +505,15 @@ func (s *Server) Checkpoint(ctx context.Context, req server.CheckpointRequestObj
 	case err != nil:
 		return nil, err
 	}
-	ack := server.Checkpoint200JSONResponse{Seq: e.Seq, Error: refused, Until: until}
-	if output != nil {
-		ack.Output = (*protocol.AnyJSON)(&output)
+	out := server.Checkpoint200JSONResponse{Seq: e.Seq, Error: ack.Refused, Until: ack.Until}
+	if ack.Output != nil {
+		out.Output = (*protocol.AnyJSON)(&ack.Output)
 	}
-	return ack, nil
+	return out, nil
 }
 
 func checkpointConflict(typ, detail string) server.CheckpointResponseObject {
 	p := problem(http.StatusConflict, detail)
 	p.Type = &typ
 	return server.Checkpoint409ApplicationProblemPlusJSONResponse{ConflictApplicationProblemPlusJSONResponse: server.ConflictApplicationProblemPlusJSONResponse(p)}
-}
-
-// checkEntry refuses, with a 400 naming the field, a checkpointed entry the journal could
-// never hold: not a step, an event, a value, a message, a callback or a patch marker, a
-// seq out of range, a bad name, values Postgres cannot store. An output past the limit is
-// the run's failure, not a 400 (see invoker.Checkpoint).
-func (s *Server) checkEntry(e protocol.JournalEntry) error {
-	switch {
-	case e.Kind != protocol.EntryKindStep && e.Kind != protocol.EntryKindEvent && e.Kind != protocol.EntryKindValue &&
-		e.Kind != protocol.EntryKindSend && e.Kind != protocol.EntryKindCallback && e.Kind != protocol.EntryKindPatch &&
-		e.Kind != protocol.EntryKindSleep && e.Kind != protocol.EntryKindReply:
-		return badRequest("a checkpoint is a finished step, a sent event, a published value, a sent message, a callback, a patch marker, a sleep in the function's process or a reply to a request: kind \"step\", \"event\", \"value\", \"send\", \"callback\", \"patch\", \"sleep\" or \"reply\", not %q", e.Kind)
-	case e.Kind == protocol.EntryKindCallback && e.Error != nil:
-		return badRequest("a callback has no error")
-	case e.Kind == protocol.EntryKindPatch && (e.Output != nil || e.Error != nil):
-		return badRequest("a patch marker has no output or error")
-	case e.Seq < 1 || e.Seq > math.MaxInt32:
-		return badRequest("seq %d is not from 1 to %d", e.Seq, math.MaxInt32)
-	case e.Output != nil && e.Error != nil:
-		return badRequest("a step has an output or an error, not both")
-	case e.Attempt != nil && (*e.Attempt < 0 || *e.Attempt > s.inv.Limits().MaxAttempts):
-		return badRequest("attempt %d is not from 1 to %d", *e.Attempt, s.inv.Limits().MaxAttempts)
-	case e.Window != nil && (*e.Window < 1 || *e.Window > journal.MaxWindow):
-		return badRequest("window %d is not from 1 to %d", *e.Window, journal.MaxWindow)
-	}
-	if err := names.Check("name", e.Name); err != nil {
-		return badRequest("%v", err)
-	}
-	if e.Output != nil {
-		if err := journal.CheckJSON(*e.Output); err != nil {
-			return badRequest("output %v", err)
-		}
-	}
-	if e.Error != nil {
-		for field, v := range map[string]string{"type": e.Error.Type, "message": e.Error.Message} {
-			if err := journal.CheckText(v); err != nil {
-				return badRequest("error.%s %v", field, err)
-			}
-		}
-	}
-	return nil
 }

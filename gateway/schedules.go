@@ -95,7 +95,7 @@ func (s *Server) PutSchedule(ctx context.Context, req server.PutScheduleRequestO
 			access.PermissionRunsInvoke, access.RoleList(id.Roles))}
 	}
 
-	sch, err := s.inv.PutSchedule(ctx, journal.ForTenant(s.api, id.Tenant), journal.NewSchedule{
+	sch, err := s.inv.Schedules().Put(ctx, journal.ForTenant(s.api, id.Tenant), journal.NewSchedule{
 		ID: uuid.Must(uuid.NewV7()).String(), Tenant: id.Tenant, Name: req.Name, Function: body.Function,
 		Cron: body.Cron, Timezone: timezone, Input: input, Identity: id,
 		Catchup: catchup, CatchupWindow: window, Next: spec.Next,
@@ -141,7 +141,7 @@ func (s *Server) ListSchedules(ctx context.Context, _ server.ListSchedulesReques
 
 // DeleteSchedule deletes a schedule; its pending tick finds nothing and does nothing.
 func (s *Server) DeleteSchedule(ctx context.Context, req server.DeleteScheduleRequestObject) (server.DeleteScheduleResponseObject, error) {
-	err := s.inv.DeleteSchedule(ctx, s.tenantDB(ctx), req.Name)
+	err := s.inv.Schedules().Delete(ctx, s.tenantDB(ctx), req.Name)
 	if errors.Is(err, journal.ErrNotFound) {
 		return server.DeleteSchedule404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: scheduleNotFound(req.Name)}, nil
 	}

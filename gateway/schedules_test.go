@@ -208,7 +208,7 @@ func TestScheduleOnTwoGateways(t *testing.T) {
 	// two race for it as their River jobs race for every tick.
 	sch, err := journal.GetSchedule(t.Context(), b.Pool, auth.DefaultTenant, "both")
 	require.NoError(t, err)
-	b.Invoker.ArmTick(sch, time.Until(sch.NextAt))
+	b.Invoker.Schedules().ArmTick(sch, time.Until(sch.NextAt))
 
 	var runs []tickRun
 	eventually(t, 10*time.Second, "three ticks", func() bool {

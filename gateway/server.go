@@ -21,11 +21,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/internal/egress"
 	"github.com/stepgate/stepgate/internal/notify"
+	"github.com/stepgate/stepgate/internal/tracing"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
@@ -40,11 +42,14 @@ type Config struct {
 	// APIPool is the API pool (journal.ConfigurePool without system): it sees no
 	// tenant but through journal.ForTenant, which everything done for a caller uses.
 	// Required.
-	APIPool  *pgxpool.Pool
-	Invoker  *invoker.Invoker       // Required, started.
-	Verifier *auth.Verifier         // Required: checks callers' JWTs.
-	Tokens   *auth.InvocationTokens // Required: checks checkpoints' invocation tokens.
-	Logger   *slog.Logger           // Required.
+	APIPool *pgxpool.Pool
+	Invoker *invoker.Invoker // Required, started.
+	// TracerProvider, the invoker's too, when set, traces each start request in its
+	// run's trace and accepts callers' traceparent headers as links.
+	TracerProvider trace.TracerProvider
+	Verifier       *auth.Verifier         // Required: checks callers' JWTs.
+	Tokens         *auth.InvocationTokens // Required: checks checkpoints' invocation tokens.
+	Logger         *slog.Logger           // Required.
 	// Keys sign the manifest requests of app syncs with the caller's tenant's keys, and
 	// hand out the tenants' public keys. Required.
 	Keys *auth.SigningKeys
@@ -94,6 +99,7 @@ type Server struct {
 	log      *slog.Logger
 	keys     *auth.SigningKeys
 	egress   egress.Policy
+	tracer   trace.Tracer // nil: traces are off
 	// operatorRole and operatorTenant say who may open River's UI (see operates).
 	operatorRole, operatorTenant string
 	waits                        *slots          // synchronous invocations, by tenant
@@ -158,7 +164,8 @@ func New(cfg Config) (*Server, error) {
 	e.Use(checkParams)
 	e.Use(bodyLimits(cmp.Or(cfg.MaxBodyBytes, 1<<20), int64(cfg.Invoker.Limits().MaxOutputBytes)+64<<10))
 	e.Use(s.authenticate)
-	if cfg.Invoker.Tracer() != nil {
+	if cfg.TracerProvider != nil {
+		s.tracer = cfg.TracerProvider.Tracer(tracing.Name)
 		e.Use(acceptTraceparent)
 	}
 	server.RegisterHandlers(e, server.NewStrictHandler(s, []server.StrictMiddlewareFunc{authorize}))

@@ -38,7 +38,7 @@ func TestSleepInProcess(t *testing.T) {
 			return "", err
 		}
 		return step.Run(ctx, "after", func(context.Context) (string, error) { return "rested", nil })
-	}, functions.SleepInProcess(time.Second), functions.Timeout(30*time.Second))
+	}, functions.SleepInProcess(time.Second), functions.InvocationTimeout(30*time.Second))
 	s.Sync(t, s.ServeApp(t, app))
 
 	resp := startRun(t, c, "napper", `{"MS":400}`, &protocol.StartRunParams{Wait: ptr("20s")})

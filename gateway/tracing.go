@@ -30,7 +30,7 @@ func acceptTraceparent(next echo.HandlerFunc) echo.HandlerFunc {
 // gateway joins it from the run id alone. The span's context is returned with it, so the
 // River job the start inserts links to it. A nil span when traces are off.
 func (s *Server) startSpan(ctx context.Context, function, runID string) (context.Context, trace.Span) {
-	tracer := s.inv.Tracer()
+	tracer := s.tracer
 	if tracer == nil {
 		return ctx, nil
 	}

@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"testing"
@@ -33,8 +34,19 @@ type waitOutcome struct {
 	Sender   functions.Identity `json:"sender"`
 }
 
-func outcomeOf(w step.Waited[paid]) waitOutcome {
-	return waitOutcome{TimedOut: w.TimedOut, ID: w.Event.ID, Data: w.Event.Data, Sender: w.Event.Sender}
+// timedOut says whether err is a wait's time-out, and returns err unless it is.
+func timedOut(err error) (bool, error) {
+	if errors.Is(err, step.ErrTimedOut) {
+		return true, nil
+	}
+	return false, err
+}
+
+func outcomeOf(ev step.Event[paid], err error) (waitOutcome, error) {
+	if errors.Is(err, step.ErrTimedOut) {
+		return waitOutcome{TimedOut: true}, nil
+	}
+	return waitOutcome{ID: ev.ID, Data: ev.Data, Sender: ev.Sender}, err
 }
 
 // waitingFor waits until run id is suspended on a wait_event, and returns it.
@@ -79,26 +91,27 @@ func TestWaitForEvent(t *testing.T) {
 		OrderID string `json:"order_id"`
 		Timeout string `json:"timeout"`
 	}) (waitOutcome, error) {
-		timeout, _ := time.ParseDuration(in.Timeout)
-		w, err := step.WaitForEvent[paid](ctx, "paid", "orders.paid", step.Match{"data.order_id": in.OrderID}, timeout)
-		return outcomeOf(w), err
+		opts := []step.Option{step.Matching(step.Match{"data.order_id": in.OrderID})}
+		if timeout, _ := time.ParseDuration(in.Timeout); timeout > 0 {
+			opts = append(opts, step.Timeout(timeout))
+		}
+		return outcomeOf(step.WaitForEvent[paid](ctx, "paid", "orders.paid", opts...).Get())
 	})
 	// twice waits for any two orders.tick events, one after the other.
 	functions.Register(app, "twice", func(ctx context.Context, _ struct{}) ([]string, error) {
 		var ids []string
 		for i := range 2 {
-			w, err := step.WaitForEvent[any](ctx, fmt.Sprintf("tick-%d", i), "orders.tick", nil, time.Hour)
+			w, err := step.WaitForEvent[any](ctx, fmt.Sprintf("tick-%d", i), "orders.tick", step.Timeout(time.Hour)).Get()
 			if err != nil {
 				return nil, err
 			}
-			ids = append(ids, w.Event.ID)
+			ids = append(ids, w.ID)
 		}
 		return ids, nil
 	})
 	// amount waits for orders.paid with an amount of 100.
 	functions.Register(app, "amount", func(ctx context.Context, _ struct{}) (waitOutcome, error) {
-		w, err := step.WaitForEvent[paid](ctx, "paid", "orders.paid", step.Match{"data.amount": 100}, time.Hour)
-		return outcomeOf(w), err
+		return outcomeOf(step.WaitForEvent[paid](ctx, "paid", "orders.paid", step.Matching(step.Match{"data.amount": 100}), step.Timeout(time.Hour)).Get())
 	})
 	// payer sends orders.paid from a run.
 	functions.Register(app, "payer", func(ctx context.Context, p paid) (struct{}, error) {
@@ -115,8 +128,7 @@ func TestWaitForEvent(t *testing.T) {
 			arrived <- sent
 			<-sent
 		}
-		w, err := step.WaitForEvent[paid](ctx, "paid", "orders.paid", step.Match{"data.order_id": in.OrderID}, time.Hour)
-		return outcomeOf(w), err
+		return outcomeOf(step.WaitForEvent[paid](ctx, "paid", "orders.paid", step.Matching(step.Match{"data.order_id": in.OrderID}), step.Timeout(time.Hour)).Get())
 	})
 	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
 	require.NoError(t, err)

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/stepgate/stepgate/invoker/internal/call"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
 	"github.com/stepgate/stepgate/protocol/names"
@@ -22,7 +23,7 @@ func (l Limits) decodeAnswer(raw []byte) (*protocol.InvocationAnswer, *journal.E
 	var a protocol.InvocationAnswer
 	if err := json.Unmarshal(raw, &a); err != nil {
 		return nil, &journal.ErrorInfo{Type: "malformed_answer", Message: fmt.Sprintf(
-			"function's answer is not a JSON protocol answer (%v): %s", trimJSONErr(err), snippet(raw))}
+			"function's answer is not a JSON protocol answer (%v): %s", trimJSONErr(err), call.Snippet(raw))}
 	}
 	if e := l.validateAnswer(&a); e != nil {
 		return nil, e

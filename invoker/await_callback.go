@@ -2,12 +2,7 @@ package invoker
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -66,77 +61,36 @@ func callbackTimeout(c answerCheck, what string, raw *string, def time.Duration)
 	return d, nil
 }
 
-// ErrBadCallback is a callback checkpoint the gateway refuses (a 400): its output is
-// not {"timeout": "<duration>"}.
-var ErrBadCallback = errors.New("invoker: bad callback entry")
-
-// CheckpointCallback journals a function's checkpoint e, a callback entry of the invocation that owns runID,
-// with a new token and its URL (see journal.CreateCallback), and returns the entry's
-// output {"url", "token", "expires_at"}. e's output may be {"timeout": "<duration>"}
-// (1s to MaxCallbackTimeout; DefaultCallbackTimeout when absent): ErrBadCallback
-// otherwise. A repeated checkpoint returns the first output. The token is 256 random
-// bits, base64url: only the gateway makes it; the database keeps its SHA-256 in
-// stepgate.callback and the journal keeps it sealed (journal.CallbackKey), which the
-// gateway opens for the run's own invocations only. Other errors are as Checkpoint's.
-func (inv *Invoker) CheckpointCallback(ctx context.Context, runID string, invocation int, checkpoint protocol.JournalEntry) (json.RawMessage, error) {
-	e := entryFromAPI(checkpoint)
-	var spec struct {
-		Timeout *string `json:"timeout"`
-	}
-	if len(e.Output) > 0 && string(e.Output) != "null" {
-		dec := json.NewDecoder(strings.NewReader(string(e.Output)))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&spec); err != nil {
-			return nil, fmt.Errorf(`%w: a callback's output is absent or {"timeout": "<duration>"}: %v`, ErrBadCallback, err)
-		}
-	}
-	timeout, bad := callbackTimeout(answerCheck{}, "callback", spec.Timeout, DefaultCallbackTimeout)
-	if bad != nil {
-		return nil, fmt.Errorf("%w: %s", ErrBadCallback, strings.TrimPrefix(bad.Message, "function's answer is not a valid protocol answer: "))
-	}
-	key, err := inv.callbackKeyOf(ctx)
-	if err != nil {
-		return nil, err
-	}
-	b := make([]byte, CallbackTokenBytes)
-	_, _ = rand.Read(b) // never fails (crypto/rand)
-	token := base64.RawURLEncoding.EncodeToString(b)
-	var out json.RawMessage
-	err = pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
-		var err error
-		out, err = journal.CreateCallback(ctx, tx, runID, invocation, journal.NewCallback{
-			Seq: e.Seq, Name: e.Name, Token: token, URL: inv.CallbackURL(token), Key: key, Timeout: timeout, Window: e.Window,
-		}, inv.limits.Bounds())
-		return err
-	})
-	return out, inv.FailOnCheckpoint(ctx, runID, invocation, err)
-}
-
-// CallbackURL returns the URL that resolves the callback of token, on this gateway's
+// callbackURL returns the URL that resolves the callback of token, on this gateway's
 // public URL.
-func (inv *Invoker) CallbackURL(token string) string {
+func (inv *Invoker) callbackURL(token string) string {
 	return inv.checkpoint + "/v1/callbacks/" + token
 }
 
-// ResolveCallbackByToken resolves (res.Error nil) or rejects the callback whose token is
-// token, as its holder (res.By is ignored), in any tenant: the token is the credential.
-// See ResolveCallback for the rest.
-func (inv *Invoker) ResolveCallbackByToken(ctx context.Context, token string, res journal.Resolution) (*journal.Callback, error) {
-	res.By = nil
-	return inv.resolveCallback(ctx, inv.pool, journal.CallbackRef{TokenHash: journal.HashToken(token)}, res)
+// CallbackRef names a callback to resolve: by its Token, in any tenant, or by its run
+// and name (RunID, Name: the latest callback of that name) in the caller's tenant.
+type CallbackRef struct {
+	Token       string
+	RunID, Name string
 }
 
-// ResolveRunCallback resolves or rejects the latest callback named name of a run of
-// db's tenant, as res.By (required). It returns journal.ErrNotFound for an unknown run
-// or callback, a *journal.ClosedCallbackError when it was resolved or rejected already,
-// expired, or its run finished. When the run waits for it, the resolution resumes the
-// run: it is journaled, with the run's River job, in one transaction, and the run is
-// invoked from this process once it commits.
-func (inv *Invoker) ResolveRunCallback(ctx context.Context, db *journal.TenantDB, runID, name string, res journal.Resolution) (*journal.Callback, error) {
-	if res.By == nil {
-		return nil, errors.New("invoker: ResolveRunCallback needs the caller's identity")
+// ResolveCallback resolves (res.Error nil) or rejects a callback. Named by its token,
+// it is resolved as the token's holder, in any tenant: the token is the credential, db
+// and res.By are ignored. Named by run and name, it is resolved in db's tenant as res.By
+// (required). It returns journal.ErrNotFound for an unknown token, run or callback, a
+// *journal.ClosedCallbackError when it was resolved or rejected already, expired, or
+// its run finished. When the run waits for it, the resolution resumes the run: it is
+// journaled, with the run's River job, in one transaction, and the run is invoked from
+// this process once it commits.
+func (inv *Invoker) ResolveCallback(ctx context.Context, db *journal.TenantDB, ref CallbackRef, res journal.Resolution) (*journal.Callback, error) {
+	if ref.Token != "" {
+		res.By = nil
+		return inv.resolveCallback(ctx, inv.pool, journal.CallbackRef{TokenHash: journal.HashToken(ref.Token)}, res)
 	}
-	return inv.resolveCallback(ctx, db, journal.CallbackRef{Tenant: db.Tenant(), RunID: runID, Name: name}, res)
+	if res.By == nil || db == nil {
+		return nil, errors.New("invoker: resolving a callback by its run and name needs the caller's tenant and identity")
+	}
+	return inv.resolveCallback(ctx, db, journal.CallbackRef{Tenant: db.Tenant(), RunID: ref.RunID, Name: ref.Name}, res)
 }
 
 func (inv *Invoker) resolveCallback(ctx context.Context, db interface {
@@ -148,13 +102,13 @@ func (inv *Invoker) resolveCallback(ctx context.Context, db interface {
 		if cb, err = journal.ResolveCallback(ctx, tx, ref, res); err != nil || !cb.Woken {
 			return err
 		}
-		return inv.Enqueue(ctx, tx, cb.RunID)
+		return inv.enqueue(ctx, tx, cb.RunID)
 	})
 	if err != nil {
 		return nil, err
 	}
 	if cb.Woken {
-		inv.Wake(cb.RunID)
+		inv.wake(cb.RunID)
 	}
 	return cb, nil
 }

@@ -9,7 +9,7 @@ import (
 // receiveAwait: the run takes the oldest message of a topic from its mailbox, or waits
 // for one, or for the timeout; a message already there is taken in the answer's
 // transaction (journal.Receive), a later one in its send's (SendMessage,
-// CheckpointSend), and the claim after the timeout journals that it timed out.
+// the send checkpoint, checkpoint_send.go), and the claim after the timeout journals that it timed out.
 var receiveAwait = awaitKind{
 	validate: func(c answerCheck, w *protocol.Await) *journal.ErrorInfo {
 		if w.Topic == nil {

@@ -2,10 +2,12 @@ package invoker
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"strings"
 	"time"
 
+	"github.com/stepgate/stepgate/invoker/internal/call"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
 	"github.com/stepgate/stepgate/protocol/names"
@@ -24,6 +26,9 @@ const (
 // waitEventAwait: the run waits for an event of its tenant whose fields hold the
 // match's values, or for the timeout; the event's transaction resumes it
 // (journal.ResumeWaiters), and the claim after the timeout journals that it timed out.
+// An event stored since the invocation started matches too, or with a look-back, since
+// the run was created (since_start) or since a time (since, bounded by the event
+// retention: journal.WaitEvent's LookBack).
 var waitEventAwait = awaitKind{
 	validate: func(c answerCheck, w *protocol.Await) *journal.ErrorInfo {
 		if w.Event == nil {
@@ -34,6 +39,9 @@ var waitEventAwait = awaitKind{
 		}
 		if _, e := waitTimeout(c, w); e != nil {
 			return e
+		}
+		if w.Since != nil && w.SinceStart != nil && *w.SinceStart {
+			return c.bad("wait_event %q has since and since_start; a look-back takes one", w.Name)
 		}
 		if w.Match == nil {
 			return nil
@@ -50,7 +58,7 @@ var waitEventAwait = awaitKind{
 				return e
 			}
 			if !isScalar(v) {
-				return c.bad("wait_event match %q is not a string, a number, a boolean or null: %s", path, snippet(v))
+				return c.bad("wait_event match %q is not a string, a number, a boolean or null: %s", path, call.Snippet(v))
 			}
 			if err := journal.CheckJSON(v); err != nil {
 				return c.bad("wait_event match %q %v", path, err)
@@ -58,11 +66,17 @@ var waitEventAwait = awaitKind{
 		}
 		return nil
 	},
-	outcome: func(_ *Invoker, _ *revision, claim *journal.Claim, w *protocol.Await, steps []journal.Entry) journal.Outcome {
+	outcome: func(inv *Invoker, _ *revision, claim *journal.Claim, w *protocol.Await, steps []journal.Entry) journal.Outcome {
 		timeout, _ := waitTimeout(answerCheck{}, w) // checked by validate
 		we := journal.WaitEvent{
 			Seq: w.Seq, Name: w.Name, Event: *w.Event, Match: map[string]json.RawMessage{}, Timeout: timeout,
 			Since: invocationStart(claim),
+		}
+		switch {
+		case w.SinceStart != nil && *w.SinceStart:
+			we.Since = claim.Run.CreatedAt
+		case w.Since != nil:
+			we.Since, we.LookBack = *w.Since, cmp.Or(inv.retention, DefaultRetention)
 		}
 		if w.Match != nil {
 			for p, v := range *w.Match {

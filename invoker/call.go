@@ -1,29 +1,22 @@
 package invoker
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/stepgate/stepgate/internal/egress"
+	"github.com/stepgate/stepgate/invoker/internal/call"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
-	"github.com/stepgate/stepgate/protocol/signature"
 )
 
 // Result is where a run stands after an invocation was applied.
@@ -34,20 +27,16 @@ type Result struct {
 	Error  *journal.ErrorInfo
 }
 
-// LeaseTTL returns how long an invocation owns its run past the last renewal of its
-// lease: what a run created already claimed (journal.NewRun.Lease) is leased for.
-func (inv *Invoker) LeaseTTL() time.Duration { return inv.leaseTTL }
-
 // tokenGrace is how long past its function's timeout an invocation's checkpoint token
 // stays valid: the function may checkpoint until the gateway's call gives up on it.
 const tokenGrace = time.Minute
 
-// Resume claims runID if it is due and invokes it. It returns journal.ErrNotDue when
+// resumeDue claims runID if it is due and invokes it. It returns journal.ErrNotDue when
 // the run is not due (or another invocation owns it), and a *journal.HeldError when a
 // concurrency limit holds it. With notify, a later terminal
 // update is announced to other gateways, because the caller waits for the run.
-func (inv *Invoker) Resume(ctx context.Context, runID string, notify bool) (*Result, error) {
-	rev, err := inv.revisionOfRun(ctx, runID)
+func (inv *Invoker) resumeDue(ctx context.Context, runID string, notify bool) (*Result, error) {
+	rev, err := inv.functions.revisionOfRun(ctx, runID)
 	if err != nil {
 		return nil, err
 	}
@@ -69,63 +58,14 @@ func (inv *Invoker) resume(ctx context.Context, rev *revision, runID string, not
 	return inv.invoke(ctx, rev, c, notify)
 }
 
-// InvokeNew invokes a run that journal.CreateRun created already claimed (with a
+// invokeNew invokes a run that journal.CreateRun created already claimed (with a
 // lease), so its first invocation needs no queue hop and no claim.
-func (inv *Invoker) InvokeNew(ctx context.Context, run *journal.Run, notify bool) (*Result, error) {
-	rev, err := inv.revision(ctx, run.Tenant, run.Function, run.Revision)
+func (inv *Invoker) invokeNew(ctx context.Context, run *journal.Run, notify bool) (*Result, error) {
+	rev, err := inv.functions.revision(ctx, run.Tenant, run.Function, run.Revision)
 	if err != nil {
 		return nil, err
 	}
 	return inv.invoke(ctx, rev, &journal.Claim{Run: run}, notify)
-}
-
-// Config returns the config of a function revision (cached: revisions are immutable).
-func (inv *Invoker) Config(ctx context.Context, tenant, function string, revision int) (FunctionConfig, error) {
-	rev, err := inv.revision(ctx, tenant, function, revision)
-	if err != nil {
-		return FunctionConfig{}, err
-	}
-	return rev.config, nil
-}
-
-type revisionKey struct {
-	tenant, name string
-	revision     int
-}
-
-type revision struct {
-	tenant string // whose function it is: the fair share counts its invocations
-	url    string
-	config FunctionConfig
-}
-
-func (inv *Invoker) revision(ctx context.Context, tenant, name string, rev int) (*revision, error) {
-	key := revisionKey{tenant, name, rev}
-	if r, ok := inv.revisions.Load(key); ok {
-		return r.(*revision), nil
-	}
-	fn, err := journal.GetRevision(ctx, inv.pool, tenant, name, rev)
-	if err != nil {
-		return nil, err
-	}
-	fc, err := ParseConfig(fn.Config)
-	if err != nil {
-		return nil, fmt.Errorf("function %s revision %d: %w", name, rev, err)
-	}
-	r := &revision{tenant: tenant, url: fn.URL, config: inv.limits.clamp(fc)}
-	inv.revisions.Store(key, r)
-	return r, nil
-}
-
-func (inv *Invoker) revisionOfRun(ctx context.Context, runID string) (*revision, error) {
-	tenant, function, rev, err := journal.RevisionOfRun(ctx, inv.pool, runID)
-	if errors.Is(err, journal.ErrNotFound) {
-		return nil, journal.ErrNotDue
-	}
-	if err != nil {
-		return nil, err
-	}
-	return inv.revision(ctx, tenant, function, rev)
 }
 
 // invoke makes one invocation of a claimed run and applies its outcome. The run's lease
@@ -175,7 +115,7 @@ func (inv *Invoker) invoke(ctx context.Context, rev *revision, claim *journal.Cl
 		inv.metrics.Invocation(run.Function, "abandoned", took)
 		inv.endInvocation(span, "abandoned", &journal.ErrorInfo{Type: "abandoned", Message: cause.Error()})
 		if errors.Is(cause, errRunFailed) {
-			// A checkpoint failed the run (FailInvocation, which knows only its id).
+			// A checkpoint failed the run (failInvocation, which knows only its id).
 			inv.metrics.RunFinished(run.Function, run.Tenant, string(journal.StatusFailed), max(steps, int(call.seq.Load())))
 			inv.traceRunEnd(ctx, run, journal.StatusFailed, nil)
 		}
@@ -283,8 +223,9 @@ const (
 	// values Postgres cannot store). The run fails without a retry.
 	ErrorTypeBadAnswer = "bad_answer"
 	// ErrorTypeLimit: the run passed one of the gateway's limits, which the message
-	// names. The run fails without a retry.
-	ErrorTypeLimit = "limit_exceeded"
+	// names (an answer larger than Config.MaxAnswerBytes among them). The run fails
+	// without a retry.
+	ErrorTypeLimit = call.ErrorTypeLimit
 	// ErrorTypeNondeterminism: the function's entries contradict its journal.
 	ErrorTypeNondeterminism = "nondeterminism"
 	// ErrorTypeMaxRecoveries: the run was recovered (its gateway died or stopped during
@@ -297,9 +238,9 @@ const (
 	ErrorTypeSuperseded = "superseded"
 )
 
-// call sends one invocation and returns the function's answer, or the failure of the
-// invocation as a whole (it did not answer, or answered something that is not a valid
-// answer), described for the people reading the run.
+// call sends one invocation (package call) and returns the function's answer, or the
+// failure of the invocation as a whole (it did not answer, or answered something that
+// is not a valid answer), described for the people reading the run.
 func (inv *Invoker) call(ctx context.Context, rev *revision, claim *journal.Claim) (*protocol.InvocationAnswer, *journal.ErrorInfo) {
 	run := claim.Run
 	req := protocol.InvocationRequest{
@@ -324,7 +265,7 @@ func (inv *Invoker) call(ctx context.Context, rev *revision, claim *journal.Clai
 				e.Output, err = key.OpenCallback(e.Output)
 			}
 			if err != nil {
-				return nil, &journal.ErrorInfo{Type: "request", Message: fmt.Sprintf("callback %d %q: %v", e.Seq, e.Name, err)}
+				return nil, &journal.ErrorInfo{Type: call.ErrorTypeRequest, Message: fmt.Sprintf("callback %d %q: %v", e.Seq, e.Name, err)}
 			}
 		}
 		req.Journal = append(req.Journal, entryToAPI(e))
@@ -338,153 +279,20 @@ func (inv *Invoker) call(ctx context.Context, rev *revision, claim *journal.Clai
 	}
 	body, err := json.Marshal(req)
 	if err != nil {
-		return nil, &journal.ErrorInfo{Type: "request", Message: "encode invocation: " + err.Error()}
+		return nil, &journal.ErrorInfo{Type: call.ErrorTypeRequest, Message: "encode invocation: " + err.Error()}
 	}
-	ctx, cancel := context.WithTimeout(ctx, rev.config.Timeout)
-	defer cancel()
-	ctx, route := inv.egress.Trace(ctx, rev.url)
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, rev.url, bytes.NewReader(body))
-	if err != nil {
-		// Not the URL itself: it may hold credentials, and runs are read more widely.
-		return nil, &journal.ErrorInfo{Type: "request", Message: "the function's registered URL cannot be requested"}
-	}
-	// The signature binds the method and path too, so that no other function accepts it.
-	sig, err := inv.keys.Sign(ctx, run.Tenant, signature.Request{Method: http.MethodPost, Path: signature.PathOf(hreq.URL), Body: body}, time.Now())
-	if err != nil {
-		return nil, &journal.ErrorInfo{Type: "request", Message: "sign invocation: " + err.Error()}
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set(signature.Header, sig)
-	if inv.tracer != nil {
-		// The function's own spans join the run's trace, under this invocation.
-		propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(hreq.Header))
-	}
-	answer, failure, got := inv.send(ctx, rev, run.Tenant, hreq)
-	if failure != nil && inv.egress.Hide(route) {
-		failure = inv.hide(ctx, run, failure, got)
-	}
-	return answer, failure
-}
-
-// reply is what a function's answer showed of itself before it failed: its HTTP status
-// (0: no answer) and the bytes of its body read (more than maxAnswer: cut there).
-type reply struct {
-	status  int
-	size    int
-	refused bool // the egress policy refused the address; no connection was made
-}
-
-// send sends hreq, an invocation of a function of tenant, and reads and decodes the
-// answer.
-func (inv *Invoker) send(ctx context.Context, rev *revision, tenant string, hreq *http.Request) (*protocol.InvocationAnswer, *journal.ErrorInfo, reply) {
-	resp, err := inv.clients.For(tenant).Do(hreq)
-	if err != nil {
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return nil, &journal.ErrorInfo{Type: "timeout", Message: fmt.Sprintf("function did not answer within its timeout of %s", rev.config.Timeout)}, reply{}
-		}
-		return nil, &journal.ErrorInfo{Type: "connection", Message: connectionError(err)}, reply{refused: egress.IsRefused(err)}
-	}
-	defer resp.Body.Close()
-	if inv.tracer != nil {
-		traceHTTPStatus(ctx, resp.StatusCode)
-	}
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, inv.maxAnswer+1))
-	answer, failure := inv.answer(ctx, rev, resp, raw, err)
-	return answer, failure, reply{status: resp.StatusCode, size: len(raw)}
-}
-
-// answer decodes the answer resp, whose body is raw (err: reading it failed there).
-func (inv *Invoker) answer(ctx context.Context, rev *revision, resp *http.Response, raw []byte, err error) (*protocol.InvocationAnswer, *journal.ErrorInfo) {
-	if err != nil {
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return nil, &journal.ErrorInfo{Type: "timeout", Message: fmt.Sprintf("function did not finish its answer within its timeout of %s", rev.config.Timeout)}
-		}
-		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, &journal.ErrorInfo{Type: "connection", Message: fmt.Sprintf(
-				"the function closed the connection in the middle of its answer (HTTP %d, after %d bytes of its body)", resp.StatusCode, len(raw))}
-		}
-		return nil, &journal.ErrorInfo{Type: "connection", Message: "reading the function's answer: " + trimErr(err)}
-	}
-	if resp.StatusCode != http.StatusOK {
-		if loc := resp.Header.Get("Location"); loc != "" && resp.StatusCode >= 300 && resp.StatusCode < 400 {
-			return nil, &journal.ErrorInfo{Type: "http_status", Message: fmt.Sprintf(
-				"function answered HTTP %d, a redirect to %s, which the gateway does not follow: register the URL it redirects to", resp.StatusCode, snippet([]byte(loc)))}
-		}
-		return nil, &journal.ErrorInfo{Type: "http_status", Message: fmt.Sprintf("function answered HTTP %d: %s", resp.StatusCode, snippet(raw))}
-	}
-	if int64(len(raw)) > inv.maxAnswer {
-		return nil, &journal.ErrorInfo{Type: ErrorTypeLimit, Message: fmt.Sprintf("function's answer is larger than the gateway's limit of %d bytes", inv.maxAnswer)}
-	}
-	return inv.limits.decodeAnswer(raw)
-}
-
-// hide returns what the run shows of failure, the failure of an invocation of a
-// function outside the public internet (egress.Policy.Hide), that answered got: its HTTP
-// status and size only, or that it could not be reached, whatever the reason (refused,
-// reset, timed out, cut off), so that a tenant learns nothing of the operator's network
-// from it but that nothing there answered its function's URL. The whole failure goes to
-// the gateway's log. A refusal by the egress policy is shown as it is: no connection was
-// made, and it names only the policy's rule.
-func (inv *Invoker) hide(ctx context.Context, run *journal.Run, failure *journal.ErrorInfo, got reply) *journal.ErrorInfo {
-	if got.refused {
+	target := call.Target{URL: rev.url, Tenant: run.Tenant, Timeout: rev.config.Timeout, LogAttrs: []slog.Attr{
+		slog.String("run_id", run.ID), slog.String("function", run.Function), slog.String("tenant", run.Tenant), slog.Int("invocation", run.Invocation),
+	}}
+	var answer *protocol.InvocationAnswer
+	failure := inv.caller.Call(ctx, target, body, func(raw []byte) (failure *journal.ErrorInfo) {
+		answer, failure = inv.limits.decodeAnswer(raw)
 		return failure
+	})
+	if failure != nil {
+		return nil, failure
 	}
-	inv.log.WarnContext(ctx, "invocation of a function outside the public internet failed; its run shows the HTTP status and size only",
-		slog.String("run_id", run.ID), slog.String("function", run.Function), slog.String("tenant", run.Tenant),
-		slog.Int("invocation", run.Invocation), slog.String("error_type", failure.Type), slog.String("error", failure.Message))
-	const why = "the function is not on the public internet, so its run does not show more; the gateway's log does"
-	if got.status == 0 {
-		return &journal.ErrorInfo{Type: "connection", Message: "function could not be reached or did not answer (" + why + ")"}
-	}
-	size := fmt.Sprintf("%d bytes", got.size)
-	if int64(got.size) > inv.maxAnswer {
-		size = fmt.Sprintf("more than %d bytes", inv.maxAnswer)
-	}
-	if failure.Type == "http_status" {
-		return &journal.ErrorInfo{Type: failure.Type, Message: fmt.Sprintf("function answered HTTP %d with %s (%s)", got.status, size, why)}
-	}
-	return &journal.ErrorInfo{Type: failure.Type, Message: fmt.Sprintf("function answered HTTP %d with %s, which failed as %s (%s)", got.status, size, failure.Type, why)}
-}
-
-// snippet returns the start of a function's answer for an error message, as text that
-// can be stored (valid UTF-8, no NUL).
-func snippet(b []byte) string {
-	if len(b) > 300 {
-		b = b[:300]
-	}
-	s := strings.ReplaceAll(strings.ToValidUTF8(strings.TrimSpace(string(b)), "\uFFFD"), "\x00", "\uFFFD")
-	if len(b) == 300 {
-		s += "…"
-	}
-	if s == "" {
-		return "(empty body)"
-	}
-	return s
-}
-
-// connectionError says why a request to a function got no answer, in words for the
-// people reading the run.
-func connectionError(err error) string {
-	var dns *net.DNSError
-	switch {
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return "the function closed the connection after accepting the request, without answering"
-	case errors.Is(err, syscall.ECONNRESET):
-		return "the function reset the connection before answering"
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return "could not connect to the function: connection refused (nothing listens at its registered URL)"
-	case errors.As(err, &dns):
-		return fmt.Sprintf("could not resolve the function's host %s: %s", dns.Name, dns.Err)
-	}
-	return "could not reach the function: " + trimErr(err)
-}
-
-func trimErr(err error) string {
-	var ue interface{ Unwrap() error }
-	if errors.As(err, &ue) && ue.Unwrap() != nil {
-		return ue.Unwrap().Error()
-	}
-	return err.Error()
+	return answer, nil
 }
 
 // apply commits the outcome, with the River jobs that make the next moves (the run's
@@ -544,14 +352,14 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 		return nil, fmt.Errorf("apply answer of run %s: %w", run.ID, err)
 	}
 	if f.Parent != "" {
-		inv.Wake(f.Parent)
+		inv.wake(f.Parent)
 	}
 	children := f.Children
 	if f.Child != nil {
 		children = append(children, f.Child)
 	}
 	for _, c := range children {
-		if crev, err := inv.revision(ctx, c.Tenant, c.Function, c.Revision); err == nil {
+		if crev, err := inv.functions.revision(ctx, c.Tenant, c.Function, c.Revision); err == nil {
 			inv.armTimer(c.ID, crev, 0, 0)
 		} // else its River job starts it
 		inv.armDeadline(c)
@@ -562,7 +370,7 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 	case f.Status == journal.StatusSuspended || f.Status == journal.StatusQueued:
 		// Time the wake-up on the database clock, less what the commit took since. A
 		// wake beyond the lead of the maintenance passes is theirs to arm when it
-		// comes near (armUpcoming): nothing of a run that waits long stays in memory.
+		// comes near (maintenance.Wakes): nothing of a run that waits long stays in memory.
 		if d := f.WakeAt.Sub(f.Clock); d <= inv.wakeLead() {
 			inv.armTimer(run.ID, rev, d-time.Since(finishedAt), 0)
 		}

@@ -37,7 +37,7 @@ func (CancelOperationArgs) Kind() string { return "cancel_operation" }
 
 // cancelTree cancels, in tx, the descendants of roots up to journal.MaxTreeCancel and,
 // past it, enqueues a CancelTreeArgs job to continue. The caller tells this process
-// about the returned runs (Cancelled) once tx commits.
+// about the returned runs (cancelled) once tx commits.
 func (inv *Invoker) cancelTree(ctx context.Context, tx pgx.Tx, tenant string, roots []string, by journal.Identity) ([]string, error) {
 	ids, err := journal.CancelDescendants(ctx, tx, tenant, roots, by, journal.MaxTreeCancel)
 	if err != nil || len(ids) < journal.MaxTreeCancel {
@@ -49,10 +49,10 @@ func (inv *Invoker) cancelTree(ctx context.Context, tx pgx.Tx, tenant string, ro
 	return ids, nil
 }
 
-// cancelledAll tells this process that runs were cancelled (see Cancelled).
+// cancelledAll tells this process that runs were cancelled (see cancelled).
 func (inv *Invoker) cancelledAll(ids []string) {
 	for _, id := range ids {
-		inv.Cancelled(id)
+		inv.cancelled(id)
 	}
 }
 
@@ -170,9 +170,9 @@ func (w *cancelOperationWorker) work(ctx context.Context, job *river.Job[CancelO
 			return err
 		}
 		for _, r := range batch {
-			inv.Cancelled(r.ID)
+			inv.cancelled(r.ID)
 			if r.ParentSeq != nil {
-				inv.Wake(*r.ParentID)
+				inv.wake(*r.ParentID)
 			}
 		}
 		inv.cancelledAll(tree)

@@ -2,6 +2,8 @@ package invoker
 
 import (
 	"context"
+	"errors"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -11,9 +13,31 @@ import (
 
 // Requests: a client sends a run a request (SendRequest), a message on the topic
 // journal.RequestTopic(name) that the run takes with a receive await of that topic; the
-// run answers it with a checkpoint of kind reply (CheckpointReply), which the client
+// run answers it with a checkpoint of kind reply (replyCheckpoint), which the client
 // waiting on the request reads (journal.RequestOf), woken by the run's output
 // notification, or by the run's end when it ends without replying.
+
+func init() { checkpointKinds[protocol.EntryKindReply] = replyCheckpoint }
+
+// replyCheckpoint: the run replies to a request it received (step.Reply). The entry
+// (journal.KindReply) is named after the request's id; its output is the reply, or its
+// error an error reply. It is journaled, fenced and bounded like any entry, and the
+// request's waiters on every gateway are told, in one transaction (journal.Reply). A
+// reply to a request the run has not received, or has replied to already at another
+// seq, is a *BadCheckpointError naming it, and the run goes on; an identical repeat is
+// journaled once.
+var replyCheckpoint = checkpointKind{
+	journal: func(inv *Invoker, ctx context.Context, in Invocation, checkpoint protocol.JournalEntry) (CheckpointAck, error) {
+		e := entryFromAPI(checkpoint)
+		err := pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
+			return journal.Reply(ctx, tx, in.RunID, in.Number, e, inv.limits.Bounds())
+		})
+		if errors.Is(err, journal.ErrBadReply) {
+			return CheckpointAck{}, badCheckpoint("%s", strings.TrimPrefix(err.Error(), journal.ErrBadReply.Error()+": "))
+		}
+		return CheckpointAck{}, inv.failOnCheckpoint(ctx, in.RunID, in.Number, err)
+	},
+}
 
 // SendRequest stores the request n in the mailbox of a run of db's tenant, as
 // SendMessage stores a message, in one transaction that holds the run's row lock
@@ -28,27 +52,13 @@ func (inv *Invoker) SendRequest(ctx context.Context, db *journal.TenantDB, n jou
 		if sent, err = journal.SendRequest(ctx, tx, n); err != nil || !sent.Resumed {
 			return err
 		}
-		return inv.Enqueue(ctx, tx, n.RunID)
+		return inv.enqueue(ctx, tx, n.RunID)
 	})
 	if err != nil {
 		return sent, err
 	}
 	if sent.Resumed {
-		inv.Wake(n.RunID)
+		inv.wake(n.RunID)
 	}
 	return sent, nil
-}
-
-// CheckpointReply journals a function's checkpoint e, a reply entry (journal.KindReply)
-// of the invocation that owns runID, named after the id of a request the run received,
-// and tells the request's waiters, in one transaction (journal.Reply). A reply to a
-// request the run has not received, or has replied to already, is refused with an
-// error wrapping journal.ErrBadReply, and the run goes on; other errors are as
-// Checkpoint's: a conflict or a limit fails the run.
-func (inv *Invoker) CheckpointReply(ctx context.Context, runID string, invocation int, checkpoint protocol.JournalEntry) error {
-	e := entryFromAPI(checkpoint)
-	err := pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
-		return journal.Reply(ctx, tx, runID, invocation, e, inv.limits.Bounds())
-	})
-	return inv.FailOnCheckpoint(ctx, runID, invocation, err)
 }

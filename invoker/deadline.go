@@ -21,7 +21,7 @@ import (
 // API, a rerun, an event, a schedule's tick, or as a child) arms its timer once the
 // start commits, when the deadline is within the lead of the maintenance passes
 // (wakeLead); every gateway's pass arms those that come within that lead later, and
-// fails at once a run found past its deadline (armUpcomingDeadlines), so a deadline is
+// fails at once a run found past its deadline (maintenance.Deadlines), so a deadline is
 // kept on time while any gateway lives. The River job, inserted in the transaction
 // that creates the run, keeps it when none does (River's scheduler runs it up to 5 s
 // late); whichever comes first fails the run, the others find it ended. A run created
@@ -44,7 +44,7 @@ type deadlineWorker struct {
 }
 
 func (w *deadlineWorker) Work(ctx context.Context, job *river.Job[DeadlineArgs]) error {
-	run, err := w.inv.ExceedDeadline(ctx, job.Args.RunID)
+	run, err := w.inv.exceedDeadline(ctx, job.Args.RunID)
 	switch {
 	case errors.Is(err, journal.ErrFinished), errors.Is(err, journal.ErrNotFound):
 		return nil
@@ -58,12 +58,12 @@ func (w *deadlineWorker) Work(ctx context.Context, job *river.Job[DeadlineArgs])
 	return err
 }
 
-// ExceedDeadline fails runID with ErrorTypeDeadline if its deadline has passed and it has
+// exceedDeadline fails runID with ErrorTypeDeadline if its deadline has passed and it has
 // not ended (see journal.ExceedDeadline), waking its parent if it was a child the parent
 // waited for, in one transaction; then this process's calls of it are abandoned, its
 // timer stopped and its waiters told. It returns journal.ErrFinished, ErrNotDue (with
 // the run) or ErrNotFound when it does nothing.
-func (inv *Invoker) ExceedDeadline(ctx context.Context, runID string) (*journal.Run, error) {
+func (inv *Invoker) exceedDeadline(ctx context.Context, runID string) (*journal.Run, error) {
 	var run *journal.Run
 	err := pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
 		var err error
@@ -71,7 +71,7 @@ func (inv *Invoker) ExceedDeadline(ctx context.Context, runID string) (*journal.
 		if err != nil || run.ParentSeq == nil {
 			return err
 		}
-		return inv.Enqueue(ctx, tx, *run.ParentID)
+		return inv.enqueue(ctx, tx, *run.ParentID)
 	})
 	if err != nil {
 		return run, err
@@ -82,7 +82,7 @@ func (inv *Invoker) ExceedDeadline(ctx context.Context, runID string) (*journal.
 	inv.traceRunEnd(ctx, run, journal.StatusFailed, run.Error)
 	inv.ended(runID, errRunDeadline)
 	if run.ParentSeq != nil {
-		inv.Wake(*run.ParentID)
+		inv.wake(*run.ParentID)
 	}
 	return run, nil
 }
@@ -121,11 +121,11 @@ func (inv *Invoker) armDeadlines(ds []newDeadline) {
 }
 
 // armDeadlineTimer fails runID past its deadline in this process after d (see
-// ExceedDeadline), unless the run ends or the process stops first; then another
+// exceedDeadline), unless the run ends or the process stops first; then another
 // gateway's timer, or the deadline's River job, does it.
 func (inv *Invoker) armDeadlineTimer(runID string, d time.Duration, tries int) {
 	inv.timers.arm(deadlineTimer(runID), d, func() {
-		_, err := inv.ExceedDeadline(inv.bg, runID)
+		_, err := inv.exceedDeadline(inv.bg, runID)
 		switch {
 		case errors.Is(err, journal.ErrNotDue) && tries < maxWakeTries:
 			// The database clock may run a hair behind this timer; look again shortly.
@@ -135,34 +135,6 @@ func (inv *Invoker) armDeadlineTimer(runID string, d time.Duration, tries int) {
 			inv.log.Warn("failing a run past its deadline failed; its River job will", slog.String("run_id", runID), slog.Any("error", err))
 		}
 	})
-}
-
-// armUpcomingDeadlines arms this process's timers for the deadlines within wakeLead of
-// the runs that have not ended, whichever gateway created the runs: as armUpcoming does
-// for wake times, so that a run with a deadline hours away costs no memory until it is
-// near, and is failed on time even when the gateway that created it is gone. A run
-// still going past its deadline (its timer was lost with its gateway) is failed at once,
-// without waiting for its River job.
-func (inv *Invoker) armUpcomingDeadlines(ctx context.Context) error {
-	deadlines, now, err := journal.UpcomingDeadlines(ctx, inv.pool, inv.deadlinesArmedUntil, inv.wakeLead(), upcomingBatch)
-	if err != nil {
-		if ctx.Err() == nil {
-			inv.log.Warn("arming timers for upcoming deadlines failed; River's jobs keep them", slog.Any("error", err))
-		}
-		return err
-	}
-	read := time.Now()
-	for _, w := range deadlines {
-		if !inv.timers.has(deadlineTimer(w.RunID)) {
-			inv.armDeadlineTimer(w.RunID, w.At.Sub(now)-time.Since(read), 0)
-		}
-	}
-	// As in armUpcoming: only a full batch makes the next pass go on from its last one.
-	inv.deadlinesArmedUntil = time.Time{}
-	if len(deadlines) == upcomingBatch {
-		inv.deadlinesArmedUntil = deadlines[len(deadlines)-1].At
-	}
-	return nil
 }
 
 // errRunDeadline is the cause of an invocation's context when its run passed its deadline.

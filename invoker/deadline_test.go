@@ -109,7 +109,7 @@ func TestDeadlineTimersOfTriggeredRuns(t *testing.T) {
 		t.Parallel()
 		spec, err := invoker.ParseCron("@every 1s", "")
 		require.NoError(t, err)
-		_, err = s.Invoker.PutSchedule(t.Context(), db, journal.NewSchedule{
+		_, err = s.Invoker.Schedules().Put(t.Context(), db, journal.NewSchedule{
 			ID: uuid.NewString(), Tenant: auth.DefaultTenant, Name: "naps", Function: "nap", Cron: "@every 1s",
 			Input: []byte(`{}`), Identity: ada, Next: spec.Next,
 		})

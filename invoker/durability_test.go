@@ -81,20 +81,21 @@ func (rec *invocationRecorder) checkpointURLs() []string {
 func TestGatewayDiesDuringInvocation(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s := stack.Start(t, stack.Options{LeaseTTL: 200 * time.Millisecond, MaintainInterval: 20 * time.Millisecond})
+	const leaseTTL = 200 * time.Millisecond
+	s := stack.Start(t, stack.Options{LeaseTTL: leaseTTL, MaintainInterval: 20 * time.Millisecond})
 	var calls atomic.Int32
 	app := s.NewApp()
 	functions.Register(app, "quick", func(ctx context.Context, _ struct{}) (string, error) {
 		calls.Add(1)
 		return "done", nil
-	}, functions.Timeout(100*time.Millisecond), functions.MaxAttempts(1))
+	}, functions.InvocationTimeout(100*time.Millisecond), functions.InvocationAttempts(1))
 	s.Sync(t, s.ServeApp(t, app))
 
 	// As a gateway does for a caller who waits: create the run claimed, then (here:
 	// never, as it dies) invoke it.
 	run, created, err := journal.CreateRun(ctx, s.Pool, journal.NewRun{
 		ID: uuid.Must(uuid.NewV7()).String(), Tenant: auth.DefaultTenant, Function: "quick", Input: json.RawMessage(`{}`),
-		Identity: journal.Identity{Subject: "tester", Tenant: auth.DefaultTenant}, Claim: true, Lease: s.Invoker.LeaseTTL(),
+		Identity: journal.Identity{Subject: "tester", Tenant: auth.DefaultTenant}, Claim: true, Lease: leaseTTL,
 	})
 	require.NoError(t, err)
 	require.True(t, created)
@@ -134,11 +135,8 @@ func TestSleepSurvivesGatewayStop(t *testing.T) {
 	id := start.JSON202.ID
 
 	// Stop a's invoker while the run sleeps, before its local timer fires.
-	deadline := time.Now().Add(10 * time.Second)
-	for getRun(t, ca, id).Status != protocol.RunStatusSuspended {
-		require.True(t, time.Now().Before(deadline), "the run did not reach its sleep")
-		time.Sleep(5 * time.Millisecond)
-	}
+	awaitCondition(t, 10*time.Second, func() bool { return getRun(t, ca, id).Status == protocol.RunStatusSuspended },
+		"suspension at the sleep")
 	stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	require.NoError(t, a.Invoker.Stop(stopCtx))
@@ -212,7 +210,7 @@ func TestStrandedRunsAreSwept(t *testing.T) {
 	resp := startRunAsync(t, c, "orders.checkout", `{"sleep_ms":300}`)
 	id := resp.ID
 	awaitCondition(t, 10*time.Second, func() bool { return getRun(t, c, id).Status == protocol.RunStatusSuspended }, "the run asleep")
-	s.Invoker.Cancelled(id) // drops this process's timer, as a gateway restart would
+	s.Invoker.ForgetTimers(id) // as a gateway restart would
 	var jobs []int64
 	rows, err := s.Pool.Query(ctx, `SELECT id FROM river_job WHERE kind = 'stepgate.invoke' AND args->>'run_id' = $1 AND state = 'scheduled'`, id)
 	require.NoError(t, err)

@@ -1,8 +1,11 @@
 package invoker
 
 import (
+	"context"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
 	"github.com/stepgate/stepgate/journal"
 )
 
@@ -23,3 +26,14 @@ func (inv *Invoker) DeadlineTimerArmed(runID string) bool {
 
 // SnoozeFor is snoozeFor of the snoozes in a job's metadata.
 func SnoozeFor(metadata []byte) time.Duration { return snoozeFor(snoozesOf(metadata)) }
+
+// ForgetTimers drops this process's timers of runID, as a gateway restart would.
+func (inv *Invoker) ForgetTimers(runID string) { inv.cancelled(runID) }
+
+// Enqueue is enqueue: the tests enqueue a run named by id only, as a recovery does.
+func (inv *Invoker) Enqueue(ctx context.Context, tx pgx.Tx, runID string) error {
+	return inv.enqueue(ctx, tx, runID)
+}
+
+// River returns the invoker's River client, for the tests to insert and delete jobs.
+func (inv *Invoker) River() *river.Client[pgx.Tx] { return inv.river }

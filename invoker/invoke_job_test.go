@@ -40,25 +40,25 @@ func TestEveryInvokeJobCarriesItsRunsTenantAndPriority(t *testing.T) {
 		return "triggered", nil
 	}, functions.OnEvent("job.go"), functions.Priority(3))
 	functions.Register(app, "waiter", func(ctx context.Context, _ struct{}) (string, error) {
-		_, err := step.WaitForEvent[json.RawMessage](ctx, "wait", "job.resume", nil, time.Hour)
+		_, err := step.WaitForEvent[json.RawMessage](ctx, "wait", "job.resume", step.Timeout(time.Hour)).Get()
 		return "resumed", err
 	}, functions.Priority(3))
 	functions.Register(app, "child", func(ctx context.Context, _ struct{}) (string, error) {
 		return "child", nil
 	}, functions.Priority(4))
 	functions.Register(app, "parent", func(ctx context.Context, _ struct{}) (string, error) {
-		return step.Invoke[string](ctx, "call", "child", struct{}{})
+		return step.Invoke[string](ctx, "call", "child", struct{}{}).Get()
 	}, functions.Priority(3))
 	functions.Register(app, "approver", func(ctx context.Context, _ struct{}) (string, error) {
-		cb, err := step.Callback(ctx, "approve")
+		cb, err := step.Callback[json.RawMessage](ctx, "approve", step.Timeout(time.Hour))
 		if err != nil {
 			return "", err
 		}
-		_, err = step.AwaitCallback[json.RawMessage](ctx, cb, time.Hour)
+		_, err = cb.Result().Get()
 		return "approved", err
 	}, functions.Priority(3))
 	functions.Register(app, "inbox", func(ctx context.Context, _ struct{}) (string, error) {
-		_, err := step.Receive[json.RawMessage](ctx, "mail", time.Hour)
+		_, err := step.Receive[json.RawMessage](ctx, "mail", step.Timeout(time.Hour)).Get()
 		return "received", err
 	}, functions.Priority(3))
 	functions.Register(app, "ticked", func(ctx context.Context, _ json.RawMessage) (string, error) {
@@ -150,7 +150,7 @@ func TestEveryInvokeJobCarriesItsRunsTenantAndPriority(t *testing.T) {
 	// A callback's resolution.
 	approver := start(newRun("approver"))
 	awaitStatus(approver, journal.StatusSuspended)
-	_, err = s.Invoker.ResolveRunCallback(ctx, db, approver, "approve", journal.Resolution{Data: []byte(`true`), By: &who})
+	_, err = s.Invoker.ResolveCallback(ctx, db, invoker.CallbackRef{RunID: approver, Name: "approve"}, journal.Resolution{Data: []byte(`true`), By: &who})
 	require.NoError(t, err)
 	want["callback"] = struct {
 		run  string
@@ -191,7 +191,7 @@ func TestEveryInvokeJobCarriesItsRunsTenantAndPriority(t *testing.T) {
 	// A schedule's tick.
 	cron, err := invoker.ParseCron("@every 1s", "UTC")
 	require.NoError(t, err)
-	_, err = s.Invoker.PutSchedule(ctx, db, journal.NewSchedule{ID: uuid.NewString(), Tenant: tenant, Name: "every-second",
+	_, err = s.Invoker.Schedules().Put(ctx, db, journal.NewSchedule{ID: uuid.NewString(), Tenant: tenant, Name: "every-second",
 		Function: "ticked", Cron: "@every 1s", Timezone: "UTC", Input: []byte(`null`), Identity: who, Next: cron.Next})
 	require.NoError(t, err)
 	var ticked string

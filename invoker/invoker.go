@@ -34,11 +34,11 @@ import (
 	"github.com/stepgate/stepgate/internal/metrics"
 	"github.com/stepgate/stepgate/internal/notify"
 	"github.com/stepgate/stepgate/internal/tracing"
+	"github.com/stepgate/stepgate/invoker/internal/call"
 	"github.com/stepgate/stepgate/invoker/internal/clock"
 	"github.com/stepgate/stepgate/invoker/internal/fairshare"
 	"github.com/stepgate/stepgate/invoker/internal/maintenance"
 	"github.com/stepgate/stepgate/journal"
-	"github.com/stepgate/stepgate/protocol"
 )
 
 // Config configures an Invoker.
@@ -99,8 +99,9 @@ type Config struct {
 	// Listener is the process's LISTEN connection (see package notify), which its owner
 	// runs. Nil: the invoker makes one and runs it from Start to Stop.
 	Listener *notify.Listener
-	// Clock makes the timers of runs' wake-ups and deadlines and schedules' ticks.
-	// Defaults to the system clock.
+	// Clock makes the timers of runs' wake-ups and deadlines and schedules' ticks, and
+	// is the clock of the maintenance services (maintenance.go). Defaults to the system
+	// clock.
 	Clock Clock
 	// Metrics records runs, invocations, checkpoints and answers. Nil records nothing.
 	Metrics *metrics.Metrics
@@ -124,37 +125,30 @@ type Invoker struct {
 	appender   *journal.Appender // checkpoints, group-committed
 	log        *slog.Logger
 	river      *river.Client[pgx.Tx]
-	egress     egress.Policy
-	clients    *egress.Clients
+	caller     *call.Caller // sends invocations (package call)
 	tokens     *auth.InvocationTokens
-	keys       *auth.SigningKeys
 	checkpoint string
-	maxAnswer  int64
 	limits     Limits
+	retention  time.Duration // Config.Retention: events older are deleted (a wait's look-back's bound)
 	// Crash recovery (lease.go).
 	leaseTTL      time.Duration
 	renewEvery    time.Duration
 	maintainEvery time.Duration
 	sweepGrace    time.Duration
 	maxRecoveries int
-	health        dbHealth
-	tickErrLogged time.Time // when maintain last logged a failed overdue tick
-	flowPruned    time.Time // when maintain last pruned flow control's stale rows
-	grownChecked  time.Time // when maintain last looked for grown tables to analyze
-	// armedUntil is how far ahead (database clock) the last maintenance pass armed local
-	// timers for the runs' wake times when it found a full batch of them, else zero
-	// (see armUpcoming).
-	armedUntil time.Time
-	// deadlinesArmedUntil is armedUntil's counterpart for the runs' deadlines (see
-	// armUpcomingDeadlines).
-	deadlinesArmedUntil time.Time
-	revisions           sync.Map // revisionKey -> *revision; revisions are immutable
-	metrics             *metrics.Metrics
-	tracer              trace.Tracer     // nil: traces are off
-	traceMessages       bool             // Config.TraceErrorMessages
-	riverStarted        atomic.Bool      // see Running
-	listener            *notify.Listener // the process's LISTEN connection; waiters subscribe to it
-	ownsListener        bool             // made by New: Start runs it
+	// The maintenance services (maintenance.go) and their clock.
+	clock      Clock
+	renewer    *maintenance.Renewer
+	maintainer *maintenance.Maintainer
+	schedules  *Schedules
+
+	functions     *Functions
+	metrics       *metrics.Metrics
+	tracer        trace.Tracer     // nil: traces are off
+	traceMessages bool             // Config.TraceErrorMessages
+	riverStarted  atomic.Bool      // see Running
+	listener      *notify.Listener // the process's LISTEN connection; waiters subscribe to it
+	ownsListener  bool             // made by New: Start runs it
 
 	timers *timers          // runs' wake-ups and deadlines, schedules' ticks, in this process (timers.go)
 	fair   *fairshare.Share // the tenants' shares of River's workers
@@ -180,16 +174,16 @@ func New(cfg Config) (*Invoker, error) {
 	if cfg.Pool == nil || cfg.Logger == nil || cfg.Tokens == nil || cfg.CheckpointURL == "" || cfg.Keys == nil {
 		return nil, errors.New("invoker: Pool, Logger, Tokens, CheckpointURL and Keys are required")
 	}
+	caller := &call.Caller{Clients: cfg.Egress.Clients(), Egress: cfg.Egress, Keys: cfg.Keys,
+		MaxAnswer: cmp.Or(cfg.MaxAnswerBytes, 16<<20), Tracing: cfg.TracerProvider != nil, Log: cfg.Logger}
 	inv := &Invoker{
 		pool:       cfg.Pool,
 		log:        cfg.Logger,
-		egress:     cfg.Egress,
-		clients:    cfg.Egress.Clients(),
+		caller:     caller,
 		tokens:     cfg.Tokens,
-		keys:       cfg.Keys,
 		checkpoint: cfg.CheckpointURL,
-		maxAnswer:  cmp.Or(cfg.MaxAnswerBytes, 16<<20),
 		limits:     cfg.Limits.WithDefaults(),
+		retention:  cmp.Or(cfg.Retention, DefaultRetention),
 
 		leaseTTL:      cmp.Or(cfg.LeaseTTL, 5*time.Second),
 		maintainEvery: cmp.Or(cfg.MaintainInterval, time.Second),
@@ -199,6 +193,7 @@ func New(cfg Config) (*Invoker, error) {
 		metrics:       cfg.Metrics,
 		inflight:      map[string]map[*inflightCall]struct{}{},
 	}
+	inv.functions = &Functions{pool: cfg.Pool, limits: inv.limits}
 	inv.appender = journal.NewAppender(cfg.Pool, checkpointWrites, checkpointWriteTimeout)
 	if inv.listener == nil {
 		inv.listener, inv.ownsListener = notify.NewListener(cfg.Pool, cfg.Logger), true
@@ -208,9 +203,11 @@ func New(cfg Config) (*Invoker, error) {
 	if inv.renewEvery >= inv.leaseTTL {
 		return nil, fmt.Errorf("invoker: the renewal interval %s must be shorter than the lease TTL %s", inv.renewEvery, inv.leaseTTL)
 	}
-	inv.health.failedAt = time.Now() // reap nothing before the others could renew
+	inv.clock = cmp.Or[Clock](cfg.Clock, clock.Real{})
 	inv.bg, inv.bgCancel = context.WithCancel(context.Background())
-	inv.timers = newTimers(cfg.Clock, &inv.bgWG)
+	inv.timers = newTimers(inv.clock, &inv.bgWG)
+	inv.schedules = &Schedules{inv: inv}
+	inv.renewer, inv.maintainer = inv.newMaintenance()
 	inv.fair = fairshare.New(cmp.Or(cfg.Workers, 100), cfg.FairReserve)
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &invokeWorker{inv: inv})
@@ -219,7 +216,7 @@ func New(cfg Config) (*Invoker, error) {
 	river.AddWorker(workers, &cancelOperationWorker{inv: inv})
 	river.AddWorker(workers, &deadlineWorker{inv: inv})
 	river.AddWorker(workers, maintenance.NewRetention(cfg.Pool, cmp.Or(cfg.Retention, DefaultRetention),
-		cmp.Or(cfg.RetentionBatch, 500), cfg.Logger, clock.Real{}))
+		cmp.Or(cfg.RetentionBatch, 500), cfg.Logger, inv.clock))
 	var middleware []rivertype.Middleware
 	if cfg.TracerProvider != nil {
 		inv.tracer = cfg.TracerProvider.Tracer(tracing.Name)
@@ -278,8 +275,8 @@ func (inv *Invoker) Start(ctx context.Context) error {
 	loops, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	inv.loopsCancel = cancel
 	inv.loopsWG.Add(2)
-	go func() { defer inv.loopsWG.Done(); inv.renewLoop(loops) }()
-	go func() { defer inv.loopsWG.Done(); inv.maintainLoop(loops) }()
+	go func() { defer inv.loopsWG.Done(); inv.renewer.Run(loops) }()
+	go func() { defer inv.loopsWG.Done(); inv.maintainer.Run(loops) }()
 	select {
 	case <-inv.listener.Ready():
 		return nil
@@ -341,33 +338,29 @@ func (inv *Invoker) Stop(ctx context.Context) error {
 	return err
 }
 
-// Enqueue inserts, in tx, the River job that invokes a queued run as soon as possible,
+// enqueue inserts, in tx, the River job that invokes a queued run as soon as possible,
 // with the run's tenant and priority, read from its row in tx first (journal.RunJobs). A
 // run that tx does not see gets no job.
-func (inv *Invoker) Enqueue(ctx context.Context, tx pgx.Tx, runID string) error {
+func (inv *Invoker) enqueue(ctx context.Context, tx pgx.Tx, runID string) error {
 	if err := inv.enqueueNow(ctx, tx, []string{runID}); err != nil {
 		return fmt.Errorf("enqueue run %s: %w", runID, err)
 	}
 	return nil
 }
 
-// Subscribe returns a channel told each time runID may have reached a terminal status,
-// by this gateway or another; the caller re-reads the run. Call the func when done.
-func (inv *Invoker) Subscribe(runID string) (<-chan struct{}, func()) {
-	return inv.listener.Subscribe(runID)
-}
-
-// Listener returns the process's listening connection, which the live streams use too.
+// Listener returns the process's listening connection: Subscribe tells when a run may
+// have reached a terminal status, SubscribeOutput when it may have published a value or
+// written to a stream, on any gateway, once a reader attached to it (Attach).
 func (inv *Invoker) Listener() *notify.Listener { return inv.listener }
 
-// Cancelled tells this process that runID was cancelled (journal.CancelRun has
+// cancelled tells this process that runID was cancelled (journal.CancelRun has
 // committed): its local wake-up and deadline timers are stopped, a call to its function
 // from this process is abandoned (its answer would be refused), and its local waiters
 // are told.
 // Other gateways learn of it through journal.NotifyChannel; their timers and the run's
 // River job find nothing to claim, and their calls end at the function's next
 // checkpoint, refused.
-func (inv *Invoker) Cancelled(runID string) { inv.ended(runID, errRunCancelled) }
+func (inv *Invoker) cancelled(runID string) { inv.ended(runID, errRunCancelled) }
 
 // ended tells this process that runID ended without the answer of its invocation: its
 // wake-up and deadline timers are stopped, its calls from this process are abandoned
@@ -402,18 +395,10 @@ const (
 	checkpointWriteTimeout = 30 * time.Second
 )
 
-// Checkpoint journals a function's checkpoint e for the invocation of runID that owns it (see
+// appendCheckpoint journals e, a function's checkpoint for invocation of runID (see
 // journal.AppendEntry), within the invoker's bounds, group-committed with the
-// checkpoints of other runs that arrive while writes are in flight (journal.Appender).
-// An entry that contradicts the journal (journal.ErrConflict) or passes a bound (a
-// *journal.LimitError) also fails the run, in the invocation's name, so that invocation
-// can no longer complete it whatever it answers; the error is returned for the
-// checkpoint's answer.
-func (inv *Invoker) Checkpoint(ctx context.Context, runID string, invocation int, e protocol.JournalEntry) error {
-	return inv.appendCheckpoint(ctx, runID, invocation, entryFromAPI(e))
-}
-
-// appendCheckpoint is Checkpoint for e in its stored form.
+// checkpoints of other runs that arrive while writes are in flight (journal.Appender);
+// errors are as Checkpoint's.
 func (inv *Invoker) appendCheckpoint(ctx context.Context, runID string, invocation int, e journal.Entry) error {
 	began := time.Now()
 	err := inv.appender.Append(ctx, journal.Append{RunID: runID, Invocation: invocation, Entry: e, Bounds: inv.limits.Bounds()})
@@ -422,7 +407,7 @@ func (inv *Invoker) appendCheckpoint(ctx context.Context, runID string, invocati
 		span := inv.checkpointed(runID, invocation, e.Seq)
 		inv.traceEntries(ctx, span, runID, []journal.Entry{e})
 	}
-	return inv.FailOnCheckpoint(ctx, runID, invocation, err)
+	return inv.failOnCheckpoint(ctx, runID, invocation, err)
 }
 
 // ClaimInvocation returns nil when invocation owns run runID now and nonce is the first
@@ -435,25 +420,25 @@ func (inv *Invoker) ClaimInvocation(ctx context.Context, runID string, invocatio
 	return journal.ClaimInvocation(ctx, inv.pool, runID, invocation, nonce)
 }
 
-// FailOnCheckpoint fails the run of a checkpoint of invocation that failed with err,
+// failOnCheckpoint fails the run of a checkpoint of invocation that failed with err,
 // when err is a conflict, a limit (see Checkpoint) or a tenant's quota, and returns err. For checkpoints
 // journaled by other means, such as a sent event's.
-func (inv *Invoker) FailOnCheckpoint(ctx context.Context, runID string, invocation int, err error) error {
+func (inv *Invoker) failOnCheckpoint(ctx context.Context, runID string, invocation int, err error) error {
 	if !errors.Is(err, journal.ErrConflict) && !errors.Is(err, journal.ErrLimit) && !errors.Is(err, journal.ErrQuota) {
 		return err
 	}
-	if ferr := inv.FailInvocation(ctx, runID, invocation, *unappliable(err)); ferr != nil && !errors.Is(ferr, journal.ErrSuperseded) {
+	if ferr := inv.failInvocation(ctx, runID, invocation, *unappliable(err)); ferr != nil && !errors.Is(ferr, journal.ErrSuperseded) {
 		return errors.Join(err, ferr)
 	}
 	return err
 }
 
-// FailInvocation fails the run that invocation owns with e (type ErrorTypeLimit,
+// failInvocation fails the run that invocation owns with e (type ErrorTypeLimit,
 // ErrorTypeNondeterminism, ...), as if the invocation had answered that failure: a
 // parent waiting for the run is woken, waiters are told, and this process's call of it
 // is abandoned. It returns journal.ErrSuperseded when the invocation no longer owns the
 // run.
-func (inv *Invoker) FailInvocation(ctx context.Context, runID string, invocation int, e journal.ErrorInfo) error {
+func (inv *Invoker) failInvocation(ctx context.Context, runID string, invocation int, e journal.ErrorInfo) error {
 	ctx = context.WithoutCancel(ctx)
 	var f *journal.Finished
 	err := pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
@@ -467,7 +452,7 @@ func (inv *Invoker) FailInvocation(ctx context.Context, runID string, invocation
 	}
 	inv.log.InfoContext(ctx, "run failed by its checkpoint", inv.runAttrs(ctx, runID), slog.String("error_type", e.Type), slog.String("error", e.Message))
 	if f.Parent != "" {
-		inv.Wake(f.Parent)
+		inv.wake(f.Parent)
 	}
 	inv.ended(runID, errRunFailed)
 	return nil
@@ -487,11 +472,11 @@ func (inv *Invoker) Running() bool {
 	}
 }
 
+// Functions returns the registry of the gateway's functions.
+func (inv *Invoker) Functions() *Functions { return inv.functions }
+
 // Limits returns the invoker's limits, defaults applied.
 func (inv *Invoker) Limits() Limits { return inv.limits }
-
-// River returns the invoker's River client, for inspection.
-func (inv *Invoker) River() *river.Client[pgx.Tx] { return inv.river }
 
 // RiverUI returns River's own web UI on this invoker's River client, served under
 // prefix. It shows, pauses and deletes every tenant's jobs: mount it for the
@@ -547,7 +532,7 @@ func (w *invokeWorker) Work(ctx context.Context, job *river.Job[InvokeArgs]) err
 		return w.inv.holdBack(ctx, job)
 	}
 	defer w.inv.fair.Release(job.Args.Tenant)
-	_, err := w.inv.Resume(ctx, job.Args.RunID, false)
+	_, err := w.inv.resumeDue(ctx, job.Args.RunID, false)
 	if errors.Is(err, journal.ErrNotDue) || errors.Is(err, journal.ErrSuperseded) || errors.Is(err, journal.ErrHeld) {
 		// Woken already (by a local timer), or not due: its own job will come. Or the
 		// invocation was abandoned (cancelled, handed over, its lease lost): whoever
@@ -561,11 +546,11 @@ func (w *invokeWorker) Work(ctx context.Context, job *river.Job[InvokeArgs]) err
 	return err
 }
 
-// Wake invokes runID from this process at once if it is due: a parent whose child has
+// wake invokes runID from this process at once if it is due: a parent whose child has
 // ended, once that end has committed with the parent's River job, which stays the
 // backstop (when this process stops first, or another gateway's worker claims the run
 // first, the other finds nothing to claim).
-func (inv *Invoker) Wake(runID string) { inv.armTimer(runID, nil, 0, 0) }
+func (inv *Invoker) wake(runID string) { inv.armTimer(runID, nil, 0, 0) }
 
 // maxWakeTries bounds how often a timer looks again at a run not due yet.
 const maxWakeTries = 3
@@ -586,7 +571,7 @@ func (inv *Invoker) armTimer(runID string, rev *revision, d time.Duration, tries
 	inv.timers.arm(runTimer(runID), d, func() {
 		var err error
 		if rev == nil {
-			rev, err = inv.revisionOfRun(inv.bg, runID)
+			rev, err = inv.functions.revisionOfRun(inv.bg, runID)
 		}
 		if err == nil {
 			if !inv.fair.Acquire(rev.tenant) {

@@ -2,12 +2,11 @@ package invoker
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/stepgate/stepgate/journal"
-	"github.com/stepgate/stepgate/protocol"
 )
 
 // SendMessage stores a message in the mailbox of a run of db's tenant, in one
@@ -26,46 +25,82 @@ func (inv *Invoker) SendMessage(ctx context.Context, db *journal.TenantDB, n jou
 		if sent, err = journal.SendMessage(ctx, tx, n); err != nil || !sent.Resumed {
 			return err
 		}
-		return inv.Enqueue(ctx, tx, n.RunID)
+		return inv.enqueue(ctx, tx, n.RunID)
 	})
 	if err != nil {
 		return sent, err
 	}
 	if sent.Resumed {
-		inv.Wake(n.RunID)
+		inv.wake(n.RunID)
 	}
 	return sent, nil
 }
 
-// SentMessage is the message a run sends through a checkpoint (an entry of kind send).
-type SentMessage struct {
-	RunID string // The target, a run of the sender's tenant.
-	ID    string
-	Topic string
-	Data  json.RawMessage
+// ErrDebouncedStart: a start with a message (StartWithMessage) of a function with a
+// debounce (config.debounce), whose starts collapse into another start's run.
+var ErrDebouncedStart = errors.New("a debounced function's starts collapse into another start's run: they cannot carry a message")
+
+// StartedWithMessage is what StartWithMessage did.
+type StartedWithMessage struct {
+	Run     *journal.Run  // The run of the idempotency key.
+	Created bool          // This call created Run.
+	Sent    *journal.Sent // The message stored, or the first with its id (Sent.Duplicate).
 }
 
-// CheckpointSend journals a function's checkpoint e, a send entry of the invocation that owns runID, and stores
-// its message m in the target's mailbox with the run's tenant and identity, in one
-// transaction (journal.SendFromRun); a target resumed by the message is enqueued in it
-// and invoked from this process once it commits. A message that cannot be sent (no such
-// run in the tenant, a finished run, a full mailbox) is journaled as e's error and
-// returned as refused. Errors are as Checkpoint's.
-func (inv *Invoker) CheckpointSend(ctx context.Context, runID string, invocation int, checkpoint protocol.JournalEntry, m SentMessage) (*protocol.ErrorInfo, error) {
-	e := entryFromAPI(checkpoint)
-	var sent *journal.Sent
-	var refused *journal.ErrorInfo
-	err := pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
-		var err error
-		sent, refused, err = journal.SendFromRun(ctx, tx, runID, invocation, e,
-			journal.NewMessage{RunID: m.RunID, ID: m.ID, Topic: m.Topic, Data: m.Data, MaxTenantMailboxBytes: inv.limits.MaxTenantMailboxBytes}, inv.limits.Bounds())
-		if err != nil || sent == nil || !sent.Resumed {
+// StartWithMessage is Temporal's signal-with-start: in one transaction of db's tenant,
+// it creates the run n as StartRun does (its River jobs included) unless the tenant's
+// run of n.IdempotencyKey, which is required, exists already, and stores m in that
+// run's mailbox as SendMessage does (m.RunID is set to the run's). A refusal of either
+// stores neither. The caller derives m.ID from the key (the gateway uses the key), so
+// that a retry creates nothing and stores nothing again: SendMessage answers the first
+// message with Sent.Duplicate, also once the run has finished.
+//
+// Errors are StartRun's (journal.ErrIdempotencyMismatch for the key's run with another
+// input) and SendMessage's: journal.ErrFinished when the key's run has finished without
+// message m.ID (with the run, and its status in Sent.Status: nothing is created; the key
+// names that run for good), and ErrDebouncedStart for a function with a debounce.
+func (inv *Invoker) StartWithMessage(ctx context.Context, db *journal.TenantDB, n journal.NewRun, m journal.NewMessage) (*StartedWithMessage, error) {
+	if n.IdempotencyKey == "" {
+		return nil, errors.New("invoker: a start with a message needs an idempotency key")
+	}
+	var out *StartedWithMessage
+	n.MaxTenantRuns = inv.limits.MaxTenantRuns
+	m.MaxTenantMailboxBytes = inv.limits.MaxTenantMailboxBytes
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		out = &StartedWithMessage{}
+		run, created, err := journal.CreateRun(ctx, tx, n)
+		if fe := (*journal.FlowError)(nil); errors.As(err, &fe) {
+			// A debounce would hand this start another start's run (createFlowed).
+			if flow, perr := ParseFlow(fe.Config); perr == nil && flow != nil && flow.Debounce != nil {
+				return ErrDebouncedStart
+			}
+			run, created, err = inv.createFlowed(ctx, tx, n, fe)
+		}
+		if err != nil {
 			return err
 		}
-		return inv.Enqueue(ctx, tx, m.RunID)
+		out.Run, out.Created = run, created
+		if created {
+			if err := inv.enqueueNew(ctx, tx, run); err != nil {
+				return err
+			}
+		}
+		m.RunID = run.ID
+		out.Sent, err = journal.SendMessage(ctx, tx, m)
+		if err != nil || !out.Sent.Resumed {
+			return err
+		}
+		return inv.enqueue(ctx, tx, run.ID)
 	})
-	if err == nil && sent != nil && sent.Resumed {
-		inv.Wake(m.RunID)
+	if err != nil {
+		return out, err
 	}
-	return errorToAPI(refused), inv.FailOnCheckpoint(ctx, runID, invocation, err)
+	inv.armHeld(out.Run)
+	if out.Created {
+		inv.armDeadline(out.Run)
+	}
+	if out.Sent.Resumed {
+		inv.wake(out.Run.ID)
+	}
+	return out, nil
 }

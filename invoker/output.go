@@ -6,23 +6,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/stepgate/stepgate/journal"
-	"github.com/stepgate/stepgate/protocol"
 )
-
-// CheckpointValue journals a function's checkpoint e, a value entry (journal.KindValue) of the invocation that
-// owns runID, and tells the run's readers on every gateway (journal.NotifyOutput), in
-// one transaction. It is fenced and bounded like any entry, and errors are as
-// Checkpoint's: a conflict or a limit fails the run.
-func (inv *Invoker) CheckpointValue(ctx context.Context, runID string, invocation int, checkpoint protocol.JournalEntry) error {
-	e := entryFromAPI(checkpoint)
-	err := pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
-		if err := journal.AppendEntry(ctx, tx, runID, invocation, e, inv.limits.Bounds()); err != nil {
-			return err
-		}
-		return journal.NotifyOutput(ctx, tx, runID)
-	})
-	return inv.FailOnCheckpoint(ctx, runID, invocation, err)
-}
 
 // WriteStream appends w's chunks to a stream of runID for the invocation that owns the
 // run, within the invoker's stream bounds, and tells the run's readers (see
@@ -39,17 +23,10 @@ func (inv *Invoker) WriteStream(ctx context.Context, runID string, invocation in
 	return st, err
 }
 
-// SubscribeOutput returns a channel told each time runID may have published a value or
-// written to a stream, on any gateway, once a reader attached to the run
-// (journal.Attach). Call the func when done.
-func (inv *Invoker) SubscribeOutput(runID string) (<-chan struct{}, func()) {
-	return inv.listener.SubscribeOutput(runID)
-}
-
-// Attach marks a run of db's tenant so that its end (Subscribe) and its writes
-// (SubscribeOutput) are announced to every gateway, and returns it as it is now;
-// journal.ErrNotFound for another tenant's run. Subscribe before attaching: what
-// happens after the attach is then announced.
+// Attach marks a run of db's tenant so that its end and its writes are announced to
+// every gateway (Listener), and returns it as it is now; journal.ErrNotFound for
+// another tenant's run. Subscribe before attaching: what happens after the attach is
+// then announced.
 func (inv *Invoker) Attach(ctx context.Context, db *journal.TenantDB, runID string) (*journal.Run, error) {
 	return journal.Attach(ctx, db, db.Tenant(), runID)
 }

@@ -47,7 +47,7 @@ func (b *blocker) register(app *functions.App, name string) {
 			b.abandoned.Store(true)
 			return "", ctx.Err()
 		}
-	}, functions.Timeout(time.Minute), functions.MaxAttempts(1))
+	}, functions.InvocationTimeout(time.Minute), functions.InvocationAttempts(1))
 }
 
 func (b *blocker) awaitEntered(t *testing.T) string {
@@ -244,7 +244,7 @@ func TestMaxRecoveriesShowsTheRecoveries(t *testing.T) {
 		entered <- functions.RunFrom(ctx).ID
 		<-ctx.Done()
 		return "", ctx.Err()
-	}, functions.Timeout(time.Minute))
+	}, functions.InvocationTimeout(time.Minute))
 	s.Sync(t, s.ServeApp(t, app))
 	c := s.Client(t, s.Token)
 	id := startRunAsync(t, c, "stuck", `{}`).ID
@@ -278,9 +278,9 @@ func TestFunctionClosesTheConnection(t *testing.T) {
 	s := stack.Start(t, stack.Options{})
 	app := s.NewApp()
 	functions.Register(app, "hangup", func(ctx context.Context, _ struct{}) (string, error) { return "", nil },
-		functions.MaxAttempts(1))
+		functions.InvocationAttempts(1))
 	functions.Register(app, "cutoff", func(ctx context.Context, _ struct{}) (string, error) { return "", nil },
-		functions.MaxAttempts(1))
+		functions.InvocationAttempts(1))
 	url := s.ServeApp(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			app.ServeHTTP(w, r) // the manifest

@@ -46,7 +46,8 @@ import (
 // Who handles a tick: the gateway that put the schedule or handled its last tick arms
 // a timer in its process for the next tick, as for sleeps, so the tick starts its runs
 // within milliseconds of its time. When that gateway is gone, every gateway's
-// maintenance loop calls [Invoker.TickOverdue] about once a second, which takes the
+// maintenance passes call [Schedules.TickOverdue] (maintenance.OverdueTicks) about once
+// a second, which takes the
 // ticks more than a second overdue and arms the timer of the next tick in its own
 // process. The River job is the last backstop (River moves scheduled jobs only on its
 // leader, which may take tens of seconds to elect), and otherwise finds its tick
@@ -123,26 +124,6 @@ func tickOf(s *journal.Schedule) TickArgs {
 	return TickArgs{ScheduleID: s.ID, Generation: s.Generation, At: s.NextAt.UTC()}
 }
 
-// EnqueueTick inserts, in tx, the River job of s's next tick (s.NextAt). The job is
-// unique per schedule, generation and tick: inserting it again does nothing.
-func (inv *Invoker) EnqueueTick(ctx context.Context, tx pgx.Tx, s *journal.Schedule) error {
-	args := tickOf(s)
-	_, err := inv.river.InsertTx(ctx, tx, args, &river.InsertOpts{
-		ScheduledAt: args.At,
-		UniqueOpts:  river.UniqueOpts{ByArgs: true},
-	})
-	if err != nil {
-		return fmt.Errorf("enqueue tick of schedule %s: %w", s.Name, err)
-	}
-	return nil
-}
-
-// ArmTick arms this process's timer for s's next tick, due in d, once EnqueueTick's
-// transaction has committed. It replaces the timer of an earlier tick of s.
-func (inv *Invoker) ArmTick(s *journal.Schedule, d time.Duration) {
-	inv.armTick(tickOf(s), d, 0)
-}
-
 // tickKey is the idempotency key of the run a schedule's tick starts.
 func tickKey(schedule string, at time.Time) string {
 	return "schedule:" + schedule + ":" + at.UTC().Format(time.RFC3339)
@@ -168,7 +149,7 @@ func (inv *Invoker) tick(ctx context.Context, args TickArgs, claim claimFunc) (b
 		if err != nil {
 			return err
 		}
-		clock, read = c, time.Now()
+		clock, read = c, inv.clock.Now()
 		if s.NextAt.After(clock) {
 			wait = s.NextAt.Sub(clock)
 			return nil
@@ -196,7 +177,7 @@ func (inv *Invoker) tick(ctx context.Context, args TickArgs, claim claimFunc) (b
 			return err
 		}
 		next = s
-		return inv.EnqueueTick(ctx, tx, s)
+		return inv.schedules.EnqueueTick(ctx, tx, s)
 	})
 	if errors.Is(err, journal.ErrNotFound) {
 		return false, 0, nil // deleted, put again, handled already, or being handled
@@ -208,40 +189,8 @@ func (inv *Invoker) tick(ctx context.Context, args TickArgs, claim claimFunc) (b
 		return false, wait, nil
 	}
 	inv.armDeadlines(deadlines)
-	inv.armTick(tickOf(next), next.NextAt.Sub(clock)-time.Since(read), 0)
+	inv.armTick(tickOf(next), next.NextAt.Sub(clock)-inv.clock.Now().Sub(read), 0)
 	return true, 0, nil
-}
-
-// TickOverdue handles the next tick of each schedule, any tenant's, that is more than
-// late past the database clock, the most overdue first, at most limit of them: ticks
-// whose gateway's timer is gone and whose River job waits for River's leader. Each is
-// handled in its own transaction as its timer would handle it (catch-up policy
-// included), and this gateway arms the timer of the schedule's next tick. A tick that
-// another transaction holds is left to it, so gateways may call TickOverdue at once
-// and each tick is still handled once. It returns how many ticks it handled, and the
-// errors of the ticks it could not handle, joined, having tried the others.
-func (inv *Invoker) TickOverdue(ctx context.Context, late time.Duration, limit int) (int, error) {
-	ticks, err := journal.OverdueTicks(ctx, inv.pool, late, limit)
-	if err != nil {
-		return 0, err
-	}
-	var (
-		handled int
-		errs    []error
-	)
-	for _, t := range ticks {
-		if ctx.Err() != nil {
-			return handled, ctx.Err()
-		}
-		ok, _, err := inv.tick(ctx, TickArgs{ScheduleID: t.ScheduleID, Generation: t.Generation, At: t.At.UTC()}, journal.TryClaimTick)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("overdue tick %s of schedule %s: %w", t.At.UTC().Format(time.RFC3339), t.ScheduleID, err))
-		}
-		if ok {
-			handled++
-		}
-	}
-	return handled, errors.Join(errs...)
 }
 
 // logCatchup logs what a handling does with ticks its catch-up policy does not start

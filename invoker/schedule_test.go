@@ -87,7 +87,7 @@ func TestTickStartsOneRun(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if err := s.Invoker.EnqueueTick(ctx, tx, sch); err != nil {
+		if err := s.Invoker.Schedules().EnqueueTick(ctx, tx, sch); err != nil {
 			return err
 		}
 		// The same tick's job twice more, not unique and available at once: three
@@ -338,7 +338,7 @@ func TestCatchupPolicies(t *testing.T) {
 		// subtest's call could take this one's, and commit after this one looks.
 		t.Run(tc.name, func(t *testing.T) {
 			sch, today := putOverdue(t, s, tc.name, tc.days, tc.catchup, tc.window)
-			_, err := s.Invoker.TickOverdue(t.Context(), 0, 100)
+			_, err := s.Invoker.Schedules().TickOverdue(t.Context(), 0, 100)
 			require.NoError(t, err)
 
 			require.Equal(t, tickKeys(tc.name, today, tc.started...), runKeys(t, s, tc.name))
@@ -374,10 +374,10 @@ func TestTickOverdue(t *testing.T) {
 
 	future, today := putOverdue(t, s, "future", 0, journal.CatchupAll, time.Minute)
 	overdue, _ := putOverdue(t, s, "overdue", 1, journal.CatchupAll, time.Minute) // 23.5h overdue
-	n, err := s.Invoker.TickOverdue(ctx, 24*time.Hour, 100)
+	n, err := s.Invoker.Schedules().TickOverdue(ctx, 24*time.Hour, 100)
 	require.NoError(t, err)
 	require.Zero(t, n, "not overdue by a day")
-	n, err = s.Invoker.TickOverdue(ctx, time.Hour, 100)
+	n, err = s.Invoker.Schedules().TickOverdue(ctx, time.Hour, 100)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	require.Equal(t, tickKeys("overdue", today, 1), runKeys(t, s, "overdue"))
@@ -402,7 +402,7 @@ func TestTickOverdue(t *testing.T) {
 		for range 2 {
 			go func() {
 				<-start
-				n, err := s.Invoker.TickOverdue(context.WithoutCancel(ctx), 0, 100)
+				n, err := s.Invoker.Schedules().TickOverdue(context.WithoutCancel(ctx), 0, 100)
 				results <- result{n, err}
 			}()
 		}

@@ -2,7 +2,6 @@ package invoker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -12,7 +11,6 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/stepgate/stepgate/journal"
-	"github.com/stepgate/stepgate/protocol"
 )
 
 // The run service: every change of a run's status, and every write that starts runs,
@@ -113,7 +111,7 @@ func (inv *Invoker) StartRunNow(ctx context.Context, db *journal.TenantDB, n jou
 		var res *Result
 		var err error
 		if run.Status == journal.StatusRunning {
-			res, err = inv.InvokeNew(ctx, run, true)
+			res, err = inv.invokeNew(ctx, run, true)
 		} else {
 			// Its function has concurrency limits and the run was created queued (no room
 			// at its creation, or an idempotency key): this claim takes its slots or holds it (then a freed slot wakes it, and the
@@ -137,7 +135,7 @@ func (inv *Invoker) StartRunNow(ctx context.Context, db *journal.TenantDB, n jou
 // resumeNew claims and invokes a run just created queued, from this process.
 func (inv *Invoker) resumeNew(ctx context.Context, run *journal.Run) (*Result, error) {
 	ctx = context.WithoutCancel(ctx) // the caller may leave; the run goes on
-	rev, err := inv.revision(ctx, run.Tenant, run.Function, run.Revision)
+	rev, err := inv.functions.revision(ctx, run.Tenant, run.Function, run.Revision)
 	if err != nil {
 		return nil, err
 	}
@@ -168,10 +166,10 @@ func (inv *Invoker) CancelRun(ctx context.Context, db *journal.TenantDB, runID s
 	}
 	inv.metrics.RunFinished(run.Function, run.Tenant, string(journal.StatusCancelled), -1)
 	inv.traceRunEnd(ctx, run, journal.StatusCancelled, nil)
-	inv.Cancelled(run.ID)
+	inv.cancelled(run.ID)
 	inv.cancelledAll(tree)
 	if run.ParentSeq != nil {
-		inv.Wake(*run.ParentID)
+		inv.wake(*run.ParentID)
 	}
 	return run, nil
 }
@@ -188,7 +186,7 @@ func (inv *Invoker) cancelRun(ctx context.Context, db *journal.TenantDB, runID s
 			return err
 		}
 		// Its parent woke if it still waited for it; if not, the job finds nothing to claim.
-		return inv.Enqueue(ctx, tx, *run.ParentID)
+		return inv.enqueue(ctx, tx, *run.ParentID)
 	})
 	return run, tree, err
 }
@@ -260,114 +258,11 @@ func (inv *Invoker) sendEvent(ctx context.Context, tx pgx.Tx, n journal.NewEvent
 	return ev, true, deadlines, nil
 }
 
-// wakeAll invokes runs from this process at once, if they are due (see Wake).
+// wakeAll invokes runs from this process at once, if they are due (see wake).
 func (inv *Invoker) wakeAll(runs []string) {
 	for _, id := range runs {
-		inv.Wake(id)
+		inv.wake(id)
 	}
-}
-
-// SentEvent is the event a run sends through a checkpoint (an entry of kind event).
-type SentEvent struct {
-	ID   string
-	Name string
-	Data json.RawMessage
-}
-
-// CheckpointEvent journals a function's checkpoint e, an event entry of the invocation that owns runID, and
-// sends ev with the run's tenant and identity, in one transaction: the entry is fenced
-// like a step's, and a repeated checkpoint finds both the entry and the event (its id)
-// already there, so it starts nothing twice. Errors are as Checkpoint's; an event whose
-// triggers would pass the tenant's quota of runs (a *journal.QuotaError) fails the run
-// with it, as a limit does.
-func (inv *Invoker) CheckpointEvent(ctx context.Context, runID string, invocation int, checkpoint protocol.JournalEntry, ev SentEvent) error {
-	e := entryFromAPI(checkpoint)
-	var resumed []string
-	var held []*journal.Run
-	var deadlines []newDeadline
-	err := pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
-		if err := journal.AppendEntry(ctx, tx, runID, invocation, e, inv.limits.Bounds()); err != nil {
-			return err
-		}
-		// The entry's fenced insert share-locks the run, so it is running and ours.
-		runs, err := journal.RunsByID(ctx, tx, []string{runID})
-		if err != nil {
-			return err
-		}
-		if len(runs) != 1 {
-			return journal.ErrSuperseded
-		}
-		run := runs[0]
-		sent, created, started, err := inv.sendEvent(ctx, tx, journal.NewEvent{
-			Tenant: run.Tenant, ID: ev.ID, Name: ev.Name, Data: ev.Data, Identity: run.Identity,
-			SourceRunID: &run.ID, MaxTenantRuns: inv.limits.MaxTenantRuns,
-		})
-		if created {
-			resumed, held, deadlines = sent.Resumed, sent.Held, started
-		}
-		return err
-	})
-	if err == nil {
-		inv.armDeadlines(deadlines)
-		inv.wakeAll(resumed)
-		for _, run := range held {
-			inv.armHeld(run)
-		}
-	}
-	return inv.FailOnCheckpoint(ctx, runID, invocation, err)
-}
-
-// PutSchedule creates or replaces a schedule of db's tenant, with the River job of its
-// first tick, in one transaction, and arms this process's timer for that tick. The
-// schedule's runs carry n.Identity, so the function's invoke_roles must admit it: a
-// *journal.ForbiddenError otherwise, and journal.ErrNotFound when the function is not
-// registered.
-func (inv *Invoker) PutSchedule(ctx context.Context, db *journal.TenantDB, n journal.NewSchedule) (*journal.Schedule, error) {
-	var sch *journal.Schedule
-	var wait time.Duration
-	var read time.Time
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		fn, err := journal.GetFunction(ctx, tx, db.Tenant(), n.Function)
-		if err != nil {
-			return err
-		}
-		if roles := fn.InvokeRoles(); !n.Identity.MayInvoke(roles) {
-			return &journal.ForbiddenError{Function: fn.Name, InvokeRoles: roles}
-		}
-		var clock time.Time
-		if sch, clock, err = journal.PutSchedule(ctx, tx, n); err != nil {
-			return err
-		}
-		wait, read = sch.NextAt.Sub(clock), time.Now()
-		return inv.EnqueueTick(ctx, tx, sch)
-	})
-	if err != nil {
-		return nil, err
-	}
-	inv.ArmTick(sch, wait-time.Since(read))
-	return sch, nil
-}
-
-// DeleteSchedule deletes a schedule of db's tenant; its ticks already scheduled find
-// nothing and do nothing. It returns journal.ErrNotFound when there is none.
-func (inv *Invoker) DeleteSchedule(ctx context.Context, db *journal.TenantDB, name string) error {
-	return journal.DeleteSchedule(ctx, db, db.Tenant(), name)
-}
-
-// RegisterFunction stores a new revision of a function of db's tenant, whose config
-// raw was checked (ParseConfig, Limits.CheckConfig).
-func (inv *Invoker) RegisterFunction(ctx context.Context, db *journal.TenantDB, name, url string, raw json.RawMessage, fc FunctionConfig) (*journal.Function, error) {
-	fn, err := journal.RegisterFunction(ctx, db, db.Tenant(), name, url, raw, fc.Timeout, fc.RunTimeout)
-	if err != nil {
-		return nil, fmt.Errorf("register function %s: %w", name, err)
-	}
-	return fn, nil
-}
-
-// DeleteFunction unregisters a function of db's tenant; its revisions and runs are kept.
-// It returns journal.ErrNotFound when there is none.
-func (inv *Invoker) DeleteFunction(ctx context.Context, db *journal.TenantDB, name string) error {
-	return journal.DeleteFunction(ctx, db, db.Tenant(), name)
 }
 
 // AwaitRun attaches to a run of db's tenant (so that its terminal update is notified to
@@ -379,7 +274,7 @@ func (inv *Invoker) DeleteFunction(ctx context.Context, db *journal.TenantDB, na
 // status rather than an error.
 func (inv *Invoker) AwaitRun(ctx context.Context, db *journal.TenantDB, runID string, changes <-chan struct{}, deadline time.Time) (*journal.Run, error) {
 	if changes == nil {
-		ch, unsubscribe := inv.Subscribe(runID)
+		ch, unsubscribe := inv.listener.Subscribe(runID)
 		defer unsubscribe()
 		changes = ch
 	}

@@ -124,7 +124,7 @@ func TestRunService(t *testing.T) {
 		put := func(function string) error {
 			cron, err := invoker.ParseCron("@every 1h", "UTC")
 			require.NoError(t, err)
-			_, err = s.Invoker.PutSchedule(t.Context(), db, journal.NewSchedule{
+			_, err = s.Invoker.Schedules().Put(t.Context(), db, journal.NewSchedule{
 				ID: uuid.NewString(), Tenant: tenant, Name: "s-" + function, Function: function, Cron: "@every 1h",
 				Timezone: "UTC", Input: json.RawMessage(`null`), Identity: who, Next: cron.Next,
 			})

@@ -3,22 +3,14 @@ package invoker
 import (
 	"sync"
 	"time"
+
+	"github.com/stepgate/stepgate/invoker/internal/clock"
 )
 
-// Clock makes the invoker's timers; tests inject one they advance by hand.
-type Clock interface {
-	AfterFunc(d time.Duration, f func()) Timer
-}
-
-// Timer is a timer a Clock made.
-type Timer interface {
-	Stop() bool
-}
-
-// realClock is the system clock.
-type realClock struct{}
-
-func (realClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
+// Clock is the invoker's one clock: it makes its timers (timers.go) and its maintenance
+// services (maintenance.go) read the time and wait on it; tests inject a test clock they
+// advance by hand.
+type Clock = clock.Clock
 
 // timers are this process's keyed one-shot timers: runs' wake-ups ("run:<id>"), runs'
 // deadlines ("deadline:<id>") and schedules' next ticks ("tick:<schedule id>"). Arming a key replaces its timer; a timer
@@ -29,15 +21,12 @@ type timers struct {
 	clock   Clock
 	wg      *sync.WaitGroup
 	mu      sync.Mutex
-	byKey   map[string]Timer
+	byKey   map[string]clock.Timer
 	stopped bool
 }
 
-func newTimers(clock Clock, wg *sync.WaitGroup) *timers {
-	if clock == nil {
-		clock = realClock{}
-	}
-	return &timers{clock: clock, wg: wg, byKey: map[string]Timer{}}
+func newTimers(c Clock, wg *sync.WaitGroup) *timers {
+	return &timers{clock: c, wg: wg, byKey: map[string]clock.Timer{}}
 }
 
 // arm runs fn after d (at once when d <= 0), replacing key's timer.
@@ -50,7 +39,7 @@ func (t *timers) arm(key string, d time.Duration, fn func()) {
 	if old := t.byKey[key]; old != nil {
 		old.Stop()
 	}
-	var tm Timer
+	var tm clock.Timer
 	tm = t.clock.AfterFunc(max(d, 0), func() {
 		t.mu.Lock() // arm holds it until tm is set
 		if t.stopped || t.byKey[key] != tm {

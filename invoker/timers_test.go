@@ -5,9 +5,13 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/stepgate/stepgate/invoker/internal/clock"
 )
 
-// fakeClock makes timers that fire only when the test says so.
+// fakeClock makes timers that fire only when the test says so, in the test's goroutine,
+// even once stopped: what clock.Test cannot show, a func on its way when its timer was
+// stopped or replaced.
 type fakeClock struct{ timers []*fakeTimer }
 
 type fakeTimer struct {
@@ -16,7 +20,9 @@ type fakeTimer struct {
 	stopped bool
 }
 
-func (c *fakeClock) AfterFunc(d time.Duration, f func()) Timer {
+func (c *fakeClock) Now() time.Time { return time.Time{} }
+
+func (c *fakeClock) AfterFunc(d time.Duration, f func()) clock.Timer {
 	t := &fakeTimer{d: d, f: f}
 	c.timers = append(c.timers, t)
 	return t
@@ -35,30 +41,30 @@ func (c *fakeClock) fire(i int) { c.timers[i].f() }
 
 func TestTimers(t *testing.T) {
 	t.Parallel()
-	clock := &fakeClock{}
+	fake := &fakeClock{}
 	var wg sync.WaitGroup
-	ts := newTimers(clock, &wg)
+	ts := newTimers(fake, &wg)
 	var fired []string
 	record := func(what string) func() { return func() { fired = append(fired, what) } }
 
 	ts.arm(runTimer("a"), time.Second, record("a1"))
 	ts.arm(runTimer("a"), -time.Second, record("a2")) // replaces a1; at once
 	ts.arm(tickTimer("a"), time.Minute, record("tick"))
-	if got := clock.timers[1].d; got != 0 {
+	if got := fake.timers[1].d; got != 0 {
 		t.Fatalf("a negative delay arms for %s, want 0", got)
 	}
-	if !clock.timers[0].stopped || ts.armed() != 2 {
-		t.Fatalf("a re-armed key stops its old timer and keeps one: stopped %v, armed %d", clock.timers[0].stopped, ts.armed())
+	if !fake.timers[0].stopped || ts.armed() != 2 {
+		t.Fatalf("a re-armed key stops its old timer and keeps one: stopped %v, armed %d", fake.timers[0].stopped, ts.armed())
 	}
-	clock.fire(0) // the replaced timer, late
-	clock.fire(1)
-	clock.fire(1) // once only
+	fake.fire(0) // the replaced timer, late
+	fake.fire(1)
+	fake.fire(1) // once only
 	if want := []string{"a2"}; !slices.Equal(fired, want) {
 		t.Fatalf("fired %v, want %v", fired, want)
 	}
 
 	ts.cancel(tickTimer("a"))
-	clock.fire(2)
+	fake.fire(2)
 	if ts.armed() != 0 || len(fired) != 1 {
 		t.Fatalf("a cancelled timer fired: %v, armed %d", fired, ts.armed())
 	}
@@ -66,9 +72,9 @@ func TestTimers(t *testing.T) {
 	ts.arm(runTimer("b"), time.Second, record("b"))
 	ts.stop()
 	ts.arm(runTimer("c"), time.Second, record("c"))
-	clock.fire(3)
-	if len(clock.timers) != 4 || len(fired) != 1 {
-		t.Fatalf("stopped timers armed or fired: %d timers, fired %v", len(clock.timers), fired)
+	fake.fire(3)
+	if len(fake.timers) != 4 || len(fired) != 1 {
+		t.Fatalf("stopped timers armed or fired: %d timers, fired %v", len(fake.timers), fired)
 	}
 	wg.Wait()
 }

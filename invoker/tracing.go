@@ -19,7 +19,7 @@ import (
 //
 //	run <function>         the root, from the run's creation to its end, exported when it ends
 //	├ start <function>     the start request (gateway package)
-//	├ invoke <function>    each invocation: URL, attempt, outcome, HTTP status
+//	├ invoke <function>    each invocation: URL, attempt, outcome, HTTP status (package call)
 //	│ ├ <kind> <name>      each journaled entry (step, sleep, ...), from the function's
 //	│ │                    started_at to its journaling
 //	│ └ <await> <name>     the await the run suspended on: a sleep or a retry's backoff
@@ -43,12 +43,8 @@ const (
 	attrWakeAt     = attribute.Key("stepgate.await.wake_at")
 	attrTimeout    = attribute.Key("stepgate.await.timeout")
 	attrURL        = attribute.Key("url.full")
-	attrHTTPStatus = attribute.Key("http.response.status_code")
 	attrErrorType  = attribute.Key("error.type")
 )
-
-// Tracer returns the invoker's tracer, nil when traces are off.
-func (inv *Invoker) Tracer() trace.Tracer { return inv.tracer }
 
 // startInvocation starts the span of one invocation of run, a child of the run's root,
 // and returns the context that carries it (to the function, as its traceparent). A nil
@@ -91,13 +87,6 @@ func (inv *Invoker) traceError(span trace.Span, e *journal.ErrorInfo) {
 		desc = tracing.Cut(e.Message)
 	}
 	span.SetStatus(codes.Error, desc)
-}
-
-// traceHTTPStatus records the function's HTTP status on the invocation's span in ctx.
-func traceHTTPStatus(ctx context.Context, status int) {
-	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.SetAttributes(attrHTTPStatus.Int(status))
-	}
 }
 
 // traceEntries records a span for each of entries, journaled now by the invocation

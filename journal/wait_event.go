@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -33,9 +34,12 @@ const MaxWaitShapes = 64
 // Numbers match by value (1 and 1.0 are equal); a path the event lacks, or that holds
 // an object or an array, matches nothing.
 //
-// An event stored since Since (the invocation's start) matches too, so an event that
-// arrived while the run was deciding to wait is not lost; one already journaled by
-// another wait of the run does not. Only an event whose sender may resume the run
+// An event stored since Since (the invocation's start, or a look-back's time) matches
+// too, the earliest first (by created_at, then id), so an event that arrived while the
+// run was deciding to wait, or before, is not lost; one already journaled by another
+// wait of the run does not. When LookBack is not zero, Since is a time the function
+// asked for, and a Since after the database clock, or more than LookBack (the event
+// retention) before it, is ErrBadAwait. Only an event whose sender may resume the run
 // (stepgate.may_resume: the run's revision's invoke_roles and resume_roles, as
 // access.Identity.MayResume decides) resumes it, either way; the others leave it waiting. Each wait is resumed at most once, by the first
 // matching event, in that event's transaction (ResumeWaiters).
@@ -46,6 +50,8 @@ type WaitEvent struct {
 	Match   map[string]json.RawMessage // Checked by the caller: scalars, paths of names.
 	Timeout time.Duration
 	Since   time.Time
+	// LookBack, when not zero, bounds how far before the database clock Since may be.
+	LookBack time.Duration
 }
 
 func (w WaitEvent) awaiting() Awaiting {
@@ -54,6 +60,38 @@ func (w WaitEvent) awaiting() Awaiting {
 }
 
 func (w WaitEvent) wake() (*time.Time, time.Duration, bool) { return nil, w.Timeout, true }
+
+// contains returns a JSON object that the document {"id", "name", "data"} of every
+// event the match matches contains (jsonb's @>, which compares numbers by value, as the
+// match does): the match's values at its paths. When two paths cross ("data.a" and
+// "data.a.b", which no event matches), it is {}, which every document contains.
+func (w WaitEvent) contains() json.RawMessage {
+	doc := map[string]any{}
+	for _, path := range w.paths() {
+		segs := strings.Split(path, ".")
+		at := doc
+		for _, s := range segs[:len(segs)-1] {
+			next, ok := at[s].(map[string]any)
+			if _, taken := at[s]; taken && !ok {
+				return json.RawMessage(`{}`)
+			}
+			if !ok {
+				next = map[string]any{}
+				at[s] = next
+			}
+			at = next
+		}
+		if _, taken := at[segs[len(segs)-1]]; taken {
+			return json.RawMessage(`{}`)
+		}
+		at[segs[len(segs)-1]] = w.Match[path]
+	}
+	b, err := json.Marshal(doc)
+	if err != nil { // a value that is not JSON: the write refuses the match itself
+		return json.RawMessage(`{}`)
+	}
+	return b
+}
 
 // paths returns the match's shape: its paths, sorted.
 func (w WaitEvent) paths() []string {
@@ -66,6 +104,11 @@ func (w WaitEvent) write(ctx context.Context, db DB, aw awaitWrite, f *Finished)
 	match, err := json.Marshal(w.Match)
 	if err != nil {
 		return fmt.Errorf("%w: wait_event match: %v", ErrUnstorable, err)
+	}
+	if w.LookBack > 0 {
+		if err := w.checkSince(f.Clock); err != nil {
+			return err
+		}
 	}
 	paths := w.paths()
 	newShape, err := addWaitShape(ctx, db, aw.tenant, w.Event, paths)
@@ -86,7 +129,7 @@ func (w WaitEvent) write(ctx context.Context, db DB, aw awaitWrite, f *Finished)
 	// A new statement, so a new snapshot: every event that took this key's lock before
 	// us has committed, and every later one will find the wait.
 	resumed, err := q.WaitEventStore(ctx, dbsqlc.WaitEventStoreParams{
-		Tenant: aw.tenant, Event: w.Event, Since: w.Since, Paths: paths, Match: match,
+		Tenant: aw.tenant, Event: w.Event, Since: w.Since, Contains: w.contains(), Paths: paths, Match: match,
 		RunID: aw.runID, Seq: int32(w.Seq), Name: w.Name, Invocation: int32(aw.invocation), ExpiresAt: f.WakeAt,
 		Alt: int16(aw.alt),
 	})
@@ -98,6 +141,21 @@ func (w WaitEvent) write(ctx context.Context, db DB, aw awaitWrite, f *Finished)
 	}
 	if resumed {
 		return dueNow(ctx, db, aw.runID, f)
+	}
+	return nil
+}
+
+// checkSince returns ErrBadAwait when the look-back's Since is after the database clock
+// (now, the run's update's) or more than LookBack before it.
+func (w WaitEvent) checkSince(now time.Time) error {
+	since, clock := w.Since.UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano)
+	switch {
+	case w.Since.After(now):
+		return fmt.Errorf("%w: wait_event %q since %s is after the database clock (%s); a look-back starts in the past",
+			ErrBadAwait, w.Name, since, clock)
+	case w.Since.Before(now.Add(-w.LookBack)):
+		return fmt.Errorf("%w: wait_event %q since %s is further back than the event retention (%s, STEPGATE_RETENTION) before the database clock (%s); older events are deleted",
+			ErrBadAwait, w.Name, since, w.LookBack, clock)
 	}
 	return nil
 }

@@ -478,11 +478,21 @@ type AttemptFailure struct {
 // or that holds an object or an array, matches nothing. An event stored since the
 // invocation started matches too (so none is lost while the function decides to
 // wait), unless another wait of this run already received it; one stored before
-// never does. The first matching event resumes the run, in its own transaction:
-// the gateway journals at `seq` an entry of kind `wait_event` named `name` with
-// `{"event": ...}` and calls the run again. When `timeout` (from `1s` to 10 years, default `24h`) passes first, the
+// never does, unless the await looks back (below). The first matching event
+// resumes the run, in its own transaction: the gateway journals at `seq` an
+// entry of kind `wait_event` named `name` with `{"event": ...}` and calls the run
+// again. When `timeout` (from `1s` to 10 years, default `24h`) passes first, the
 // entry is `{"timed_out": true}`. A tenant's runs may wait on at most 64 different
-// sets of paths per event name.
+// sets of paths per event name. A look-back widens which events stored before the
+// wait match: with `since_start: true`, any stored since the run was created (the
+// event that started the run included); with `since`, any stored at or after that
+// time. The earliest such event (by `created_at`, then `id`) that matches, and that
+// no other wait of this run received, is journaled when the wait is stored, and the
+// run is called again at once; with none, the run waits as without a look-back.
+// `since` must be neither after the database clock when the wait is stored nor
+// further back than the event retention (`STEPGATE_RETENTION`: older events are
+// deleted), or the run fails (`bad_answer`, naming the bound); an await takes
+// `since` or `since_start`, not both.
 //
 // `receive`: take the oldest message of `topic` (1 to 255 bytes) from the run's
 // mailbox (`POST /v1/runs/{id}/messages`, or a `send` entry of another run), or
@@ -518,9 +528,9 @@ type AttemptFailure struct {
 // kind `wait_any` named `name` with `{"index": i, "kind": "<the alternative's
 // type>", "output": <what that alternative's own entry would hold>}`, or
 // `{"timed_out": true}`. An alternative that has already come when the wait is
-// stored (an event since the invocation started, a resolved callback, a message in
-// the mailbox) is journaled at once, the first in `of` order; the others are not
-// stored, and a message is taken from the mailbox only if its receive is the one
+// stored (an event since the invocation started or its look-back, a resolved
+// callback, a message in the mailbox) is journaled at once, the first in `of`
+// order; the others are not stored, and a message is taken from the mailbox only if its receive is the one
 // chosen. A callback resolved after another alternative came is a 409.
 //
 // `continue`: the function stopped early, at a step boundary, to stay under its
@@ -567,6 +577,12 @@ type Await struct {
 	// duration between half and all of min(max_interval, initial_interval * 2^(n-1)).
 	Retry *RetryPolicy `json:"retry,omitempty"`
 	Seq   int          `json:"seq"`
+
+	// Since `wait_event`: a look-back: an event stored at or after this time matches too, the earliest first (not after the database clock, nor further back than the event retention `STEPGATE_RETENTION`; not with `since_start`).
+	Since *time.Time `json:"since,omitempty"`
+
+	// SinceStart `wait_event`: a look-back: an event stored since the run was created matches too, the earliest first (default false; not with `since`).
+	SinceStart *bool `json:"since_start,omitempty"`
 
 	// Timeout `wait_event`, `receive`, `await_callback`: how long to wait, from when the gateway stores the wait. Defaults to `24h` for a `wait_event` and a `receive`, and to the callback's expiry for an `await_callback`.
 	Timeout *Duration `json:"timeout,omitempty"`
@@ -1032,11 +1048,21 @@ type InvocationAnswer struct {
 	// or that holds an object or an array, matches nothing. An event stored since the
 	// invocation started matches too (so none is lost while the function decides to
 	// wait), unless another wait of this run already received it; one stored before
-	// never does. The first matching event resumes the run, in its own transaction:
-	// the gateway journals at `seq` an entry of kind `wait_event` named `name` with
-	// `{"event": ...}` and calls the run again. When `timeout` (from `1s` to 10 years, default `24h`) passes first, the
+	// never does, unless the await looks back (below). The first matching event
+	// resumes the run, in its own transaction: the gateway journals at `seq` an
+	// entry of kind `wait_event` named `name` with `{"event": ...}` and calls the run
+	// again. When `timeout` (from `1s` to 10 years, default `24h`) passes first, the
 	// entry is `{"timed_out": true}`. A tenant's runs may wait on at most 64 different
-	// sets of paths per event name.
+	// sets of paths per event name. A look-back widens which events stored before the
+	// wait match: with `since_start: true`, any stored since the run was created (the
+	// event that started the run included); with `since`, any stored at or after that
+	// time. The earliest such event (by `created_at`, then `id`) that matches, and that
+	// no other wait of this run received, is journaled when the wait is stored, and the
+	// run is called again at once; with none, the run waits as without a look-back.
+	// `since` must be neither after the database clock when the wait is stored nor
+	// further back than the event retention (`STEPGATE_RETENTION`: older events are
+	// deleted), or the run fails (`bad_answer`, naming the bound); an await takes
+	// `since` or `since_start`, not both.
 	//
 	// `receive`: take the oldest message of `topic` (1 to 255 bytes) from the run's
 	// mailbox (`POST /v1/runs/{id}/messages`, or a `send` entry of another run), or
@@ -1072,9 +1098,9 @@ type InvocationAnswer struct {
 	// kind `wait_any` named `name` with `{"index": i, "kind": "<the alternative's
 	// type>", "output": <what that alternative's own entry would hold>}`, or
 	// `{"timed_out": true}`. An alternative that has already come when the wait is
-	// stored (an event since the invocation started, a resolved callback, a message in
-	// the mailbox) is journaled at once, the first in `of` order; the others are not
-	// stored, and a message is taken from the mailbox only if its receive is the one
+	// stored (an event since the invocation started or its look-back, a resolved
+	// callback, a message in the mailbox) is journaled at once, the first in `of`
+	// order; the others are not stored, and a message is taken from the mailbox only if its receive is the one
 	// chosen. A callback resolved after another alternative came is a 409.
 	//
 	// `continue`: the function stopped early, at a step boundary, to stay under its
@@ -1794,6 +1820,30 @@ type SkippedStart struct {
 	Reason string `json:"reason"`
 }
 
+// StartWithMessage defines model for StartWithMessage.
+type StartWithMessage struct {
+	// Input Any JSON value, kept byte for byte.
+	Input   *AnyJSON `json:"input,omitempty"`
+	Message struct {
+		// Data Any JSON value, kept byte for byte.
+		Data *AnyJSON `json:"data,omitempty"`
+
+		// Topic What the run's `receive` awaits: 1 to 255 bytes.
+		Topic string `json:"topic"`
+	} `json:"message"`
+}
+
+// StartedWithMessage defines model for StartedWithMessage.
+type StartedWithMessage struct {
+	// Created This call created the run; false when the key named it already.
+	Created bool `json:"created"`
+
+	// ID The run's id.
+	ID      string         `json:"id"`
+	Message MessageReceipt `json:"message"`
+	Status  RunStatus      `json:"status"`
+}
+
 // StreamAck defines model for StreamAck.
 type StreamAck struct {
 	Closed bool   `json:"closed"`
@@ -1951,6 +2001,12 @@ type StartRunParams struct {
 	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
 }
 
+// StartRunWithMessageParams defines parameters for StartRunWithMessage.
+type StartRunWithMessageParams struct {
+	// IdempotencyKey The run's idempotency key (per tenant and function), and the message's id. 1 to 255 bytes.
+	IdempotencyKey string `json:"Idempotency-Key"`
+}
+
 // ListRunsParams defines parameters for ListRuns.
 type ListRunsParams struct {
 	// Include `io` adds each run's input, output and whole error.
@@ -2068,6 +2124,9 @@ type RegisterFunctionJSONRequestBody = FunctionRegistration
 
 // StartRunJSONRequestBody defines body for StartRun for application/json ContentType.
 type StartRunJSONRequestBody = AnyJSON
+
+// StartRunWithMessageJSONRequestBody defines body for StartRunWithMessage for application/json ContentType.
+type StartRunWithMessageJSONRequestBody = StartWithMessage
 
 // CancelRunsJSONRequestBody defines body for CancelRuns for application/json ContentType.
 type CancelRunsJSONRequestBody = CancelFilter
@@ -2425,6 +2484,80 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/functions/{name}/runs (the `StartRun` operationId).
 	StartRun(ctx context.Context, name FunctionName, params *StartRunParams, body StartRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// StartRunWithMessageWithBody Starts the run of an idempotency key if there is none, and sends it a message, in one transaction. Needs `runs:invoke` and `events:send`.
+	//
+	// Temporal's signal-with-start. In one transaction: the run of the function with the
+	// `Idempotency-Key` (required here) is created, as `POST /v1/functions/{name}/runs`
+	// creates it, unless the tenant has one already, and the message is put in that
+	// run's mailbox, as `POST /v1/runs/{id}/messages` puts it (the same checks, bounds,
+	// mailbox limit and tenant quota). A refused call stores nothing: no run, no message.
+	// The run takes the message with a `receive` of its `topic` (`step.Receive`), once
+	// it gets there; a run already suspended on that receive takes it at once and is
+	// invoked again (`message.consumed`). `created` says whether this call created the
+	// run.
+	//
+	// The caller needs both `runs:invoke` (the operation's permission) and `events:send`
+	// (a 403 naming it otherwise, and nothing is stored), and the function's
+	// `invoke_roles` must allow it, as for any start.
+	//
+	// The message's id is the `Idempotency-Key`, so a retry (the same key, input and
+	// message) creates nothing and delivers nothing again: it answers the same run and
+	// the first message, with `message.duplicate` (also once the run has finished). The
+	// same key with another input, or another message (topic or data), is a 409. A key
+	// of the form `<run id>:<seq>` is a 400: that form is reserved for the messages runs
+	// send.
+	//
+	// Unlike Temporal, the key names one run for good: when the key's run has finished
+	// (completed, failed or cancelled) without this message, the call is a 409 naming
+	// the run and its status, and nothing is created; start another run with another
+	// key. A debounced function (`config.debounce`) is a 400: its starts collapse into
+	// another start's run. The function's throttle and rate limit apply as to any
+	// start (a throttled run takes the message while `scheduled`). The start's other
+	// options (`wait`, delays, deadlines, priority) are not offered here: wait for the
+	// result at `Location`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/functions/{name}/runs/with-message (the `StartRunWithMessage` operationId).
+	StartRunWithMessageWithBody(ctx context.Context, name FunctionName, params *StartRunWithMessageParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// StartRunWithMessage Starts the run of an idempotency key if there is none, and sends it a message, in one transaction. Needs `runs:invoke` and `events:send`.
+	//
+	// Temporal's signal-with-start. In one transaction: the run of the function with the
+	// `Idempotency-Key` (required here) is created, as `POST /v1/functions/{name}/runs`
+	// creates it, unless the tenant has one already, and the message is put in that
+	// run's mailbox, as `POST /v1/runs/{id}/messages` puts it (the same checks, bounds,
+	// mailbox limit and tenant quota). A refused call stores nothing: no run, no message.
+	// The run takes the message with a `receive` of its `topic` (`step.Receive`), once
+	// it gets there; a run already suspended on that receive takes it at once and is
+	// invoked again (`message.consumed`). `created` says whether this call created the
+	// run.
+	//
+	// The caller needs both `runs:invoke` (the operation's permission) and `events:send`
+	// (a 403 naming it otherwise, and nothing is stored), and the function's
+	// `invoke_roles` must allow it, as for any start.
+	//
+	// The message's id is the `Idempotency-Key`, so a retry (the same key, input and
+	// message) creates nothing and delivers nothing again: it answers the same run and
+	// the first message, with `message.duplicate` (also once the run has finished). The
+	// same key with another input, or another message (topic or data), is a 409. A key
+	// of the form `<run id>:<seq>` is a 400: that form is reserved for the messages runs
+	// send.
+	//
+	// Unlike Temporal, the key names one run for good: when the key's run has finished
+	// (completed, failed or cancelled) without this message, the call is a 409 naming
+	// the run and its status, and nothing is created; start another run with another
+	// key. A debounced function (`config.debounce`) is a 400: its starts collapse into
+	// another start's run. The function's throttle and rate limit apply as to any
+	// start (a throttled run takes the message while `scheduled`). The start's other
+	// options (`wait`, delays, deadlines, priority) are not offered here: wait for the
+	// result at `Location`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/functions/{name}/runs/with-message (the `StartRunWithMessage` operationId).
+	StartRunWithMessage(ctx context.Context, name FunctionName, params *StartRunWithMessageParams, body StartRunWithMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetOperation Returns a bulk operation of the caller's tenant and its progress. Needs `runs:read`.
 	//
@@ -3563,6 +3696,100 @@ func (c *Client) StartRunWithBody(ctx context.Context, name FunctionName, params
 // Corresponds with POST /v1/functions/{name}/runs (the `StartRun` operationId).
 func (c *Client) StartRun(ctx context.Context, name FunctionName, params *StartRunParams, body StartRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewStartRunRequest(c.Server, name, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// StartRunWithMessageWithBody Starts the run of an idempotency key if there is none, and sends it a message, in one transaction. Needs `runs:invoke` and `events:send`.
+//
+// Temporal's signal-with-start. In one transaction: the run of the function with the
+// `Idempotency-Key` (required here) is created, as `POST /v1/functions/{name}/runs`
+// creates it, unless the tenant has one already, and the message is put in that
+// run's mailbox, as `POST /v1/runs/{id}/messages` puts it (the same checks, bounds,
+// mailbox limit and tenant quota). A refused call stores nothing: no run, no message.
+// The run takes the message with a `receive` of its `topic` (`step.Receive`), once
+// it gets there; a run already suspended on that receive takes it at once and is
+// invoked again (`message.consumed`). `created` says whether this call created the
+// run.
+//
+// The caller needs both `runs:invoke` (the operation's permission) and `events:send`
+// (a 403 naming it otherwise, and nothing is stored), and the function's
+// `invoke_roles` must allow it, as for any start.
+//
+// The message's id is the `Idempotency-Key`, so a retry (the same key, input and
+// message) creates nothing and delivers nothing again: it answers the same run and
+// the first message, with `message.duplicate` (also once the run has finished). The
+// same key with another input, or another message (topic or data), is a 409. A key
+// of the form `<run id>:<seq>` is a 400: that form is reserved for the messages runs
+// send.
+//
+// Unlike Temporal, the key names one run for good: when the key's run has finished
+// (completed, failed or cancelled) without this message, the call is a 409 naming
+// the run and its status, and nothing is created; start another run with another
+// key. A debounced function (`config.debounce`) is a 400: its starts collapse into
+// another start's run. The function's throttle and rate limit apply as to any
+// start (a throttled run takes the message while `scheduled`). The start's other
+// options (`wait`, delays, deadlines, priority) are not offered here: wait for the
+// result at `Location`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/functions/{name}/runs/with-message (the `StartRunWithMessage` operationId).
+func (c *Client) StartRunWithMessageWithBody(ctx context.Context, name FunctionName, params *StartRunWithMessageParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewStartRunWithMessageRequestWithBody(c.Server, name, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// StartRunWithMessage Starts the run of an idempotency key if there is none, and sends it a message, in one transaction. Needs `runs:invoke` and `events:send`.
+//
+// Temporal's signal-with-start. In one transaction: the run of the function with the
+// `Idempotency-Key` (required here) is created, as `POST /v1/functions/{name}/runs`
+// creates it, unless the tenant has one already, and the message is put in that
+// run's mailbox, as `POST /v1/runs/{id}/messages` puts it (the same checks, bounds,
+// mailbox limit and tenant quota). A refused call stores nothing: no run, no message.
+// The run takes the message with a `receive` of its `topic` (`step.Receive`), once
+// it gets there; a run already suspended on that receive takes it at once and is
+// invoked again (`message.consumed`). `created` says whether this call created the
+// run.
+//
+// The caller needs both `runs:invoke` (the operation's permission) and `events:send`
+// (a 403 naming it otherwise, and nothing is stored), and the function's
+// `invoke_roles` must allow it, as for any start.
+//
+// The message's id is the `Idempotency-Key`, so a retry (the same key, input and
+// message) creates nothing and delivers nothing again: it answers the same run and
+// the first message, with `message.duplicate` (also once the run has finished). The
+// same key with another input, or another message (topic or data), is a 409. A key
+// of the form `<run id>:<seq>` is a 400: that form is reserved for the messages runs
+// send.
+//
+// Unlike Temporal, the key names one run for good: when the key's run has finished
+// (completed, failed or cancelled) without this message, the call is a 409 naming
+// the run and its status, and nothing is created; start another run with another
+// key. A debounced function (`config.debounce`) is a 400: its starts collapse into
+// another start's run. The function's throttle and rate limit apply as to any
+// start (a throttled run takes the message while `scheduled`). The start's other
+// options (`wait`, delays, deadlines, priority) are not offered here: wait for the
+// result at `Location`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/functions/{name}/runs/with-message (the `StartRunWithMessage` operationId).
+func (c *Client) StartRunWithMessage(ctx context.Context, name FunctionName, params *StartRunWithMessageParams, body StartRunWithMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewStartRunWithMessageRequest(c.Server, name, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -5301,6 +5528,66 @@ func NewStartRunRequestWithBody(server string, name FunctionName, params *StartR
 
 			req.Header.Set("Idempotency-Key", headerParam0)
 		}
+
+	}
+
+	return req, nil
+}
+
+// NewStartRunWithMessageRequest calls the generic StartRunWithMessage builder with application/json body
+func NewStartRunWithMessageRequest(server string, name FunctionName, params *StartRunWithMessageParams, body StartRunWithMessageJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewStartRunWithMessageRequestWithBody(server, name, params, "application/json", bodyReader)
+}
+
+// NewStartRunWithMessageRequestWithBody constructs an http.Request for the StartRunWithMessage method, with any body, and a specified content type
+func NewStartRunWithMessageRequestWithBody(server string, name FunctionName, params *StartRunWithMessageParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/functions/%s/runs/with-message", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Idempotency-Key", headerParam0)
 
 	}
 
@@ -7223,6 +7510,80 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/functions/{name}/runs (the `StartRun` operationId).
 	StartRunWithResponse(ctx context.Context, name FunctionName, params *StartRunParams, body StartRunJSONRequestBody, reqEditors ...RequestEditorFn) (*StartRunResponse, error)
 
+	// StartRunWithMessageWithBodyWithResponse Starts the run of an idempotency key if there is none, and sends it a message, in one transaction. Needs `runs:invoke` and `events:send`.
+	//
+	// Temporal's signal-with-start. In one transaction: the run of the function with the
+	// `Idempotency-Key` (required here) is created, as `POST /v1/functions/{name}/runs`
+	// creates it, unless the tenant has one already, and the message is put in that
+	// run's mailbox, as `POST /v1/runs/{id}/messages` puts it (the same checks, bounds,
+	// mailbox limit and tenant quota). A refused call stores nothing: no run, no message.
+	// The run takes the message with a `receive` of its `topic` (`step.Receive`), once
+	// it gets there; a run already suspended on that receive takes it at once and is
+	// invoked again (`message.consumed`). `created` says whether this call created the
+	// run.
+	//
+	// The caller needs both `runs:invoke` (the operation's permission) and `events:send`
+	// (a 403 naming it otherwise, and nothing is stored), and the function's
+	// `invoke_roles` must allow it, as for any start.
+	//
+	// The message's id is the `Idempotency-Key`, so a retry (the same key, input and
+	// message) creates nothing and delivers nothing again: it answers the same run and
+	// the first message, with `message.duplicate` (also once the run has finished). The
+	// same key with another input, or another message (topic or data), is a 409. A key
+	// of the form `<run id>:<seq>` is a 400: that form is reserved for the messages runs
+	// send.
+	//
+	// Unlike Temporal, the key names one run for good: when the key's run has finished
+	// (completed, failed or cancelled) without this message, the call is a 409 naming
+	// the run and its status, and nothing is created; start another run with another
+	// key. A debounced function (`config.debounce`) is a 400: its starts collapse into
+	// another start's run. The function's throttle and rate limit apply as to any
+	// start (a throttled run takes the message while `scheduled`). The start's other
+	// options (`wait`, delays, deadlines, priority) are not offered here: wait for the
+	// result at `Location`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/functions/{name}/runs/with-message (the `StartRunWithMessage` operationId).
+	StartRunWithMessageWithBodyWithResponse(ctx context.Context, name FunctionName, params *StartRunWithMessageParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*StartRunWithMessageResponse, error)
+
+	// StartRunWithMessageWithResponse Starts the run of an idempotency key if there is none, and sends it a message, in one transaction. Needs `runs:invoke` and `events:send`.
+	//
+	// Temporal's signal-with-start. In one transaction: the run of the function with the
+	// `Idempotency-Key` (required here) is created, as `POST /v1/functions/{name}/runs`
+	// creates it, unless the tenant has one already, and the message is put in that
+	// run's mailbox, as `POST /v1/runs/{id}/messages` puts it (the same checks, bounds,
+	// mailbox limit and tenant quota). A refused call stores nothing: no run, no message.
+	// The run takes the message with a `receive` of its `topic` (`step.Receive`), once
+	// it gets there; a run already suspended on that receive takes it at once and is
+	// invoked again (`message.consumed`). `created` says whether this call created the
+	// run.
+	//
+	// The caller needs both `runs:invoke` (the operation's permission) and `events:send`
+	// (a 403 naming it otherwise, and nothing is stored), and the function's
+	// `invoke_roles` must allow it, as for any start.
+	//
+	// The message's id is the `Idempotency-Key`, so a retry (the same key, input and
+	// message) creates nothing and delivers nothing again: it answers the same run and
+	// the first message, with `message.duplicate` (also once the run has finished). The
+	// same key with another input, or another message (topic or data), is a 409. A key
+	// of the form `<run id>:<seq>` is a 400: that form is reserved for the messages runs
+	// send.
+	//
+	// Unlike Temporal, the key names one run for good: when the key's run has finished
+	// (completed, failed or cancelled) without this message, the call is a 409 naming
+	// the run and its status, and nothing is created; start another run with another
+	// key. A debounced function (`config.debounce`) is a 400: its starts collapse into
+	// another start's run. The function's throttle and rate limit apply as to any
+	// start (a throttled run takes the message while `scheduled`). The start's other
+	// options (`wait`, delays, deadlines, priority) are not offered here: wait for the
+	// result at `Location`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/functions/{name}/runs/with-message (the `StartRunWithMessage` operationId).
+	StartRunWithMessageWithResponse(ctx context.Context, name FunctionName, params *StartRunWithMessageParams, body StartRunWithMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*StartRunWithMessageResponse, error)
+
 	// GetOperationWithResponse Returns a bulk operation of the caller's tenant and its progress. Needs `runs:read`.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -8830,6 +9191,117 @@ func (r StartRunResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r StartRunResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// StartRunWithMessageResponse202Headers the declared response headers of an HTTP 202 response for StartRunWithMessage
+type StartRunWithMessageResponse202Headers struct {
+	Location *string
+}
+
+// StartRunWithMessageResponse429Headers the declared response headers of an HTTP 429 response for StartRunWithMessage
+type StartRunWithMessageResponse429Headers struct {
+	RetryAfter *int
+}
+
+type StartRunWithMessageResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *StartedWithMessage
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationProblemJSON409 *Conflict
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *TooLarge
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *Busy
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers202 the parsed response headers for an HTTP 202 response
+	Headers202 *StartRunWithMessageResponse202Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *StartRunWithMessageResponse429Headers
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r StartRunWithMessageResponse) GetJSON202() *StartedWithMessage {
+	return r.JSON202
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r StartRunWithMessageResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r StartRunWithMessageResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r StartRunWithMessageResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r StartRunWithMessageResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r StartRunWithMessageResponse) GetApplicationProblemJSON409() *Conflict {
+	return r.ApplicationProblemJSON409
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r StartRunWithMessageResponse) GetApplicationProblemJSON413() *TooLarge {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r StartRunWithMessageResponse) GetApplicationProblemJSON429() *Busy {
+	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r StartRunWithMessageResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r StartRunWithMessageResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r StartRunWithMessageResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r StartRunWithMessageResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r StartRunWithMessageResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -11385,6 +11857,92 @@ func (c *ClientWithResponses) StartRunWithResponse(ctx context.Context, name Fun
 	return ParseStartRunResponse(rsp)
 }
 
+// StartRunWithMessageWithBodyWithResponse Starts the run of an idempotency key if there is none, and sends it a message, in one transaction. Needs `runs:invoke` and `events:send`.
+//
+// Temporal's signal-with-start. In one transaction: the run of the function with the
+// `Idempotency-Key` (required here) is created, as `POST /v1/functions/{name}/runs`
+// creates it, unless the tenant has one already, and the message is put in that
+// run's mailbox, as `POST /v1/runs/{id}/messages` puts it (the same checks, bounds,
+// mailbox limit and tenant quota). A refused call stores nothing: no run, no message.
+// The run takes the message with a `receive` of its `topic` (`step.Receive`), once
+// it gets there; a run already suspended on that receive takes it at once and is
+// invoked again (`message.consumed`). `created` says whether this call created the
+// run.
+//
+// The caller needs both `runs:invoke` (the operation's permission) and `events:send`
+// (a 403 naming it otherwise, and nothing is stored), and the function's
+// `invoke_roles` must allow it, as for any start.
+//
+// The message's id is the `Idempotency-Key`, so a retry (the same key, input and
+// message) creates nothing and delivers nothing again: it answers the same run and
+// the first message, with `message.duplicate` (also once the run has finished). The
+// same key with another input, or another message (topic or data), is a 409. A key
+// of the form `<run id>:<seq>` is a 400: that form is reserved for the messages runs
+// send.
+//
+// Unlike Temporal, the key names one run for good: when the key's run has finished
+// (completed, failed or cancelled) without this message, the call is a 409 naming
+// the run and its status, and nothing is created; start another run with another
+// key. A debounced function (`config.debounce`) is a 400: its starts collapse into
+// another start's run. The function's throttle and rate limit apply as to any
+// start (a throttled run takes the message while `scheduled`). The start's other
+// options (`wait`, delays, deadlines, priority) are not offered here: wait for the
+// result at `Location`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/functions/{name}/runs/with-message (the `StartRunWithMessage` operationId).
+func (c *ClientWithResponses) StartRunWithMessageWithBodyWithResponse(ctx context.Context, name FunctionName, params *StartRunWithMessageParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*StartRunWithMessageResponse, error) {
+	rsp, err := c.StartRunWithMessageWithBody(ctx, name, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseStartRunWithMessageResponse(rsp)
+}
+
+// StartRunWithMessageWithResponse Starts the run of an idempotency key if there is none, and sends it a message, in one transaction. Needs `runs:invoke` and `events:send`.
+//
+// Temporal's signal-with-start. In one transaction: the run of the function with the
+// `Idempotency-Key` (required here) is created, as `POST /v1/functions/{name}/runs`
+// creates it, unless the tenant has one already, and the message is put in that
+// run's mailbox, as `POST /v1/runs/{id}/messages` puts it (the same checks, bounds,
+// mailbox limit and tenant quota). A refused call stores nothing: no run, no message.
+// The run takes the message with a `receive` of its `topic` (`step.Receive`), once
+// it gets there; a run already suspended on that receive takes it at once and is
+// invoked again (`message.consumed`). `created` says whether this call created the
+// run.
+//
+// The caller needs both `runs:invoke` (the operation's permission) and `events:send`
+// (a 403 naming it otherwise, and nothing is stored), and the function's
+// `invoke_roles` must allow it, as for any start.
+//
+// The message's id is the `Idempotency-Key`, so a retry (the same key, input and
+// message) creates nothing and delivers nothing again: it answers the same run and
+// the first message, with `message.duplicate` (also once the run has finished). The
+// same key with another input, or another message (topic or data), is a 409. A key
+// of the form `<run id>:<seq>` is a 400: that form is reserved for the messages runs
+// send.
+//
+// Unlike Temporal, the key names one run for good: when the key's run has finished
+// (completed, failed or cancelled) without this message, the call is a 409 naming
+// the run and its status, and nothing is created; start another run with another
+// key. A debounced function (`config.debounce`) is a 400: its starts collapse into
+// another start's run. The function's throttle and rate limit apply as to any
+// start (a throttled run takes the message while `scheduled`). The start's other
+// options (`wait`, delays, deadlines, priority) are not offered here: wait for the
+// result at `Location`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/functions/{name}/runs/with-message (the `StartRunWithMessage` operationId).
+func (c *ClientWithResponses) StartRunWithMessageWithResponse(ctx context.Context, name FunctionName, params *StartRunWithMessageParams, body StartRunWithMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*StartRunWithMessageResponse, error) {
+	rsp, err := c.StartRunWithMessage(ctx, name, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseStartRunWithMessageResponse(rsp)
+}
+
 // GetOperationWithResponse Returns a bulk operation of the caller's tenant and its progress. Needs `runs:read`.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -13041,6 +13599,111 @@ func ParseStartRunResponse(rsp *http.Response) (*StartRunResponse, error) {
 		response.Headers202 = &headers
 	case rsp.StatusCode == 429:
 		var headers StartRunResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseStartRunWithMessageResponse parses an HTTP response from a StartRunWithMessageWithResponse call
+func ParseStartRunWithMessageResponse(rsp *http.Response) (*StartRunWithMessageResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &StartRunWithMessageResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest StartedWithMessage
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Busy
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 202:
+		var headers StartRunWithMessageResponse202Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = &value
+		}
+		response.Headers202 = &headers
+	case rsp.StatusCode == 429:
+		var headers StartRunWithMessageResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

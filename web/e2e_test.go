@@ -676,15 +676,15 @@ func TestDashboard(t *testing.T) {
 		b.use(t)
 		app := s.NewApp()
 		functions.Register(app, "refund", func(ctx context.Context, _ struct{}) (map[string]any, error) {
-			cb, err := step.Callback(ctx, "manager-approval")
+			cb, err := step.Callback[map[string]any](ctx, "manager-approval", step.Timeout(time.Hour))
 			if err != nil {
 				return nil, err
 			}
-			res, err := step.AwaitCallback[map[string]any](ctx, cb, time.Hour)
+			res, err := cb.Result().Get()
 			if err != nil {
 				return nil, err
 			}
-			return map[string]any{"data": res.Data, "by": res.ResolvedBy.Subject}, nil
+			return map[string]any{"data": res, "by": cb.ResolvedBy.Subject}, nil
 		})
 		s.Sync(t, s.ServeApp(t, app))
 		id := start(t, c, "refund", `{}`, nil)

@@ -67,12 +67,15 @@ type invokeOptions struct {
 	timeout        string     // the run's deadline, from now
 	deadline       *time.Time // the run's deadline
 	priority       int        // the run's priority, 1-4; 0: its function's
+	messageTopic   string     // a message to send the run in the start's transaction
+	messageData    string     // its data, JSON; "" for null
 }
 
 // parseInvoke parses "invoke NAME [--data ...] [--wait [DURATION]]
-// [--idempotency-key K]" with flags anywhere.
+// [--idempotency-key K] [--message-topic T [--message-data JSON]]" with flags anywhere.
+// A message needs --idempotency-key and takes none of the start's other options.
 func (c *cli) parseInvoke(args []string) (*invokeOptions, error) {
-	fs := c.newFlagSet("invoke", "NAME [--data JSON | --data @FILE | <FILE] [--wait [DURATION]] [--idempotency-key KEY] [--delay DURATION | --start-at TIME] [--timeout DURATION | --deadline TIME] [--priority 1-4]")
+	fs := c.newFlagSet("invoke", "NAME [--data JSON | --data @FILE | <FILE] [--wait [DURATION]] [--idempotency-key KEY] [--delay DURATION | --start-at TIME] [--timeout DURATION | --deadline TIME] [--priority 1-4] [--message-topic TOPIC [--message-data JSON]]")
 	o := &invokeOptions{client: addClientFlags(fs, true)}
 	fs.StringVar(&o.data, "data", "", "the run's input: `JSON`, @FILE, or - for standard input (default: standard input if piped, else {})")
 	var wait waitFlag
@@ -84,11 +87,24 @@ func (c *cli) parseInvoke(args []string) (*invokeOptions, error) {
 	fs.StringVar(&o.timeout, "timeout", "", "fail the run (deadline_exceeded) if it has not ended after `DURATION`")
 	fs.StringVar(&deadline, "deadline", "", "fail the run (deadline_exceeded) if it has not ended by `TIME` (RFC 3339)")
 	fs.IntVar(&o.priority, "priority", 0, "the run's `PRIORITY` in the queue, 1 (first) to 4 (last) (default: its function's, else 2)")
+	fs.StringVar(&o.messageTopic, "message-topic", "", "also send the run a message on `TOPIC`, in one transaction with its start (needs --idempotency-key: the run of the key gets it, started if there is none)")
+	fs.StringVar(&o.messageData, "message-data", "", "the message's data, `JSON` (default null)")
 	pos, err := parseCommand(fs, joinOptionalValue(args, "wait", isDuration), "NAME")
 	if err != nil {
 		return nil, err
 	}
 	o.name, o.wait = pos[0], wait.d
+	switch {
+	case o.messageTopic == "" && o.messageData != "":
+		return nil, usagef("invoke: --message-data needs --message-topic")
+	case o.messageTopic == "":
+	case o.idempotencyKey == "":
+		return nil, usagef("invoke: --message-topic needs --idempotency-key, which names the run that gets the message (and is the message's id)")
+	case o.wait > 0 || o.delay != "" || startAt != "" || o.timeout != "" || deadline != "" || o.priority != 0:
+		return nil, usagef("invoke: --message-topic takes none of --wait, --delay, --start-at, --timeout, --deadline and --priority")
+	case o.messageData != "" && !json.Valid([]byte(o.messageData)):
+		return nil, usagef("invoke: --message-data is not valid JSON: %s", truncate(o.messageData, 60))
+	}
 	for _, f := range []struct {
 		flag, value string
 		out         **time.Time
@@ -155,6 +171,9 @@ func (c *cli) invoke(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if o.messageTopic != "" {
+		return c.invokeWithMessage(ctx, o, input)
+	}
 	cl, err := c.client(o.client, nil)
 	if err != nil {
 		return err
@@ -201,6 +220,41 @@ func (c *cli) invoke(ctx context.Context, args []string) error {
 		return fmt.Errorf("invoke %s: unexpected response %q", o.name, resp.ContentType())
 	}
 	return writeInvokeResult(c.stdout, resp.StatusCode(), res)
+}
+
+// invokeWithMessage runs "stepgate invoke NAME --message-topic T": it starts the run of
+// the idempotency key unless there is one, and sends it the message, in one transaction
+// (POST /v1/functions/{name}/runs/with-message).
+func (c *cli) invokeWithMessage(ctx context.Context, o *invokeOptions, input json.RawMessage) error {
+	body := protocol.StartWithMessage{Input: new(protocol.AnyJSON(input))}
+	body.Message.Topic = o.messageTopic
+	if o.messageData != "" {
+		body.Message.Data = new(protocol.AnyJSON(o.messageData))
+	}
+	what := "invoke " + o.name + " with a message"
+	return doRequest(ctx, c, o.client, what, []int{http.StatusAccepted},
+		func(ctx context.Context, cl *protocol.ClientWithResponses) (*protocol.StartRunWithMessageResponse, error) {
+			return cl.StartRunWithMessageWithResponse(ctx, o.name, &protocol.StartRunWithMessageParams{IdempotencyKey: o.idempotencyKey}, body)
+		}, func(resp *protocol.StartRunWithMessageResponse) error {
+			r := resp.JSON202
+			if r == nil {
+				return fmt.Errorf("%s: unexpected response %q", what, resp.ContentType())
+			}
+			started := "started"
+			if !r.Created {
+				started = "already there (the run of idempotency key " + o.idempotencyKey + ")"
+			}
+			state := "waits in the run's mailbox"
+			if r.Message.Consumed {
+				state = "received by the run"
+			}
+			if r.Message.Duplicate != nil && *r.Message.Duplicate {
+				state += " (a duplicate: sent before under this key)"
+			}
+			_, err := fmt.Fprintf(c.stdout, "run %s is %s: %s\nmessage %s on topic %s: %s\nattach: stepgate runs get %s\n",
+				r.ID, r.Status, started, r.Message.ID, r.Message.Topic, state, r.ID)
+			return err
+		})
 }
 
 // writeInvokeResult prints the answer to "invoke": a finished run's output,

@@ -156,7 +156,8 @@ type journalEntry struct {
 // TestTypeScriptSDK follows the TypeScript SDK's README on a real gateway: it serves the
 // README's tour and the SDK's examples with Node, registers them with `stepgate apps sync`, invokes them and
 // reads their journals: three steps and a sleep, a step's retry, a child run, the
-// caller's identity, parallel steps, an invocation time limit (continue), a stream,
+// caller's identity, parallel steps, waits combined by step.waitFirst and step.waitAll,
+// an invocation time limit (continue), a stream,
 // compensations, a patch, a sleep waited out in the process, a step whose result is
 // durable before step.run resolves though the process dies right after, and an oversized
 // body refused with 413 without being buffered.
@@ -201,7 +202,7 @@ func TestTypeScriptSDK(t *testing.T) {
 	}
 
 	out := cmd(t, "apps", "sync", appURL)
-	require.Contains(t, out, "synced 14 functions from "+appURL)
+	require.Contains(t, out, "synced 18 functions from "+appURL)
 	out = cmd(t, "functions", "list")
 	require.Regexp(t, `(?m)^ts\.checkout +\d+ +`+regexp.QuoteMeta(appURL+"/ts.checkout")+` +30s$`, out)
 
@@ -322,6 +323,110 @@ func TestTypeScriptSDK(t *testing.T) {
 		}
 		require.NoError(t, json.Unmarshal([]byte(cmd(t, "runs", "get", id, "--json")), &detail))
 		require.JSONEq(t, `{"paid":5,"by":"dev"}`, string(detail.Output), "the event of its order, not the other one")
+	})
+
+	t.Run("Waits", func(t *testing.T) {
+		t.Parallel()
+		// start starts a run of fn with input without waiting, and returns its id.
+		start := func(t *testing.T, fn, input string) string {
+			out := cmd(t, "invoke", fn, "--data", input)
+			m := regexp.MustCompile(`^run (\S+) is`).FindStringSubmatch(out)
+			require.NotNil(t, m, out)
+			return m[1]
+		}
+		// get reads the run id until it is status (a deadline, no sleeps to wait), and returns its output.
+		get := func(t *testing.T, id, status string) json.RawMessage {
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				var detail struct {
+					Status string          `json:"status"`
+					Output json.RawMessage `json:"output"`
+				}
+				require.NoError(t, json.Unmarshal([]byte(cmd(t, "runs", "get", id, "--json")), &detail))
+				if detail.Status == status {
+					return detail.Output
+				}
+				require.True(t, time.Now().Before(deadline), "run %s is %s, not %s, after 30s", id, detail.Status, status)
+				select {
+				case <-t.Context().Done():
+					t.Fatal(t.Context().Err())
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
+		}
+
+		t.Run("AnEventBeforeTheTimer", func(t *testing.T) {
+			t.Parallel()
+			id := start(t, "ts.pay_or_expire", `{"order_id":"o-first"}`)
+			get(t, id, "suspended")
+			cmd(t, "events", "send", "ts.payment", `{"order_id":"o-first","amount":7}`)
+			require.JSONEq(t, `{"paid":7,"by":"dev"}`, string(get(t, id, "completed")))
+			// One wait_any at one seq; the chosen event took none.
+			require.Equal(t, []string{"1 wait_any paid-or-expired"}, kinds(journal(t, id)))
+		})
+
+		t.Run("TheTimerWins", func(t *testing.T) {
+			t.Parallel()
+			output, id := invoke(t, "ts.pay_or_expire", `{"order_id":"o-never","timeout_ms":1000}`)
+			require.JSONEq(t, `{"expired":true}`, output)
+			require.Equal(t, []string{"1 wait_any paid-or-expired"}, kinds(journal(t, id)))
+		})
+
+		t.Run("AMessageBeforeTheCallback", func(t *testing.T) {
+			t.Parallel()
+			id := start(t, "ts.approval", `{}`)
+			get(t, id, "suspended")
+			cmd(t, "runs", "send", id, "cancel", `{"why":"changed my mind"}`)
+			require.JSONEq(t, `{"cancelled":"changed my mind"}`, string(get(t, id, "completed")))
+			require.Equal(t, []string{"1 callback approve", "2 value callback", "3 wait_any approve-or-cancel"}, kinds(journal(t, id)))
+		})
+
+		t.Run("TheCallbackBeforeAMessage", func(t *testing.T) {
+			t.Parallel()
+			id := start(t, "ts.approval", `{}`)
+			get(t, id, "suspended")
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, g.url+"/v1/runs/"+id+"/values/callback", nil)
+			require.NoError(t, err)
+			req.Header.Set("Authorization", "Bearer "+g.token)
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			var v struct {
+				Value string `json:"value"`
+			}
+			require.NoError(t, json.NewDecoder(resp.Body).Decode(&v))
+			_ = resp.Body.Close()
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+			cmd(t, "callbacks", "resolve", v.Value, `{"ok":true}`)
+			require.JSONEq(t, `{"approved":true}`, string(get(t, id, "completed")))
+			require.Equal(t, []string{"1 callback approve", "2 value callback", "3 wait_any approve-or-cancel"}, kinds(journal(t, id)))
+		})
+
+		t.Run("TwoChildRunsStartAtOnce", func(t *testing.T) {
+			t.Parallel()
+			output, id := invoke(t, "ts.fanout", `{"a":1,"b":2}`)
+			require.JSONEq(t, `{"a":2,"b":4}`, output)
+			// One invoke_all: both children at consecutive seqs, named by the first.
+			j := journal(t, id)
+			require.Equal(t, []string{"1 invoke double-a", "2 invoke double-a"}, kinds(j))
+			require.JSONEq(t, `2`, string(j[0].Output))
+			require.JSONEq(t, `4`, string(j[1].Output))
+		})
+
+		t.Run("ParallelStepsRaceAndAReplayPicksTheSame", func(t *testing.T) {
+			t.Parallel()
+			output, id := invoke(t, "ts.race", `{}`)
+			var got struct {
+				First  int    `json:"first"`
+				Winner string `json:"winner"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(output), &got))
+			require.Equal(t, []string{"slow", "fast"}[got.First], got.Winner)
+			// The choice is the step "pick"; the run went on after a sleep, in a new
+			// invocation that replayed it.
+			j := journal(t, id)
+			require.Equal(t, []string{"1 step slow", "2 step fast", "3 step pick", "4 sleep settle"}, kinds(j))
+			require.JSONEq(t, strconv.Itoa(got.First), string(j[2].Output))
+		})
 	})
 
 	t.Run("Stream", func(t *testing.T) {

@@ -23,7 +23,7 @@ import (
 // app.
 func Register(app *functions.App) {
 	functions.Register(app, "hello", Hello)
-	functions.Register(app, "orders.checkout", Checkout, functions.Timeout(30*time.Second), functions.MaxAttempts(5))
+	functions.Register(app, "orders.checkout", Checkout, functions.InvocationTimeout(30*time.Second), functions.InvocationAttempts(5))
 	// One fulfilment per customer at a time, whichever gateway runs it: the others wait,
 	// queued, in order (README: Concurrency limits).
 	functions.Register(app, "orders.fulfil", Fulfil, functions.Concurrency(1, "input.customer_id"))
@@ -171,7 +171,7 @@ func Checkout(ctx context.Context, in CheckoutInput) (CheckoutOutput, error) {
 // fulfilment holds no slot. A checkout that fails or is
 // cancelled fails the fulfilment with the checkout's error.
 func Fulfil(ctx context.Context, in CheckoutInput) (Shipment, error) {
-	out, err := step.Invoke[CheckoutOutput](ctx, "checkout", "orders.checkout", in)
+	out, err := step.Invoke[CheckoutOutput](ctx, "checkout", "orders.checkout", in).Get()
 	if err != nil {
 		return Shipment{}, fmt.Errorf("checkout: %w", err)
 	}
@@ -227,27 +227,28 @@ type FulfilAllOutput struct {
 }
 
 // FulfilAll checks out every order at once, as child runs of orders.checkout (parallel
-// children: step.InvokeAll), and waits for all of them: it is called again once, when
-// the last one has ended.
+// children: step.Invoke for each, step.WaitAll of them), and waits for all of them: it
+// is called again once, when the last one has ended.
 func FulfilAll(ctx context.Context, in FulfilAllInput) (FulfilAllOutput, error) {
 	if len(in.Orders) == 0 || len(in.Orders) > step.MaxInvokeAll {
 		return FulfilAllOutput{}, step.NonRetryable(fmt.Errorf("orders: %d, not from 1 to %d", len(in.Orders), step.MaxInvokeAll))
 	}
-	calls := make([]step.Call, len(in.Orders))
+	children := make([]step.Waitable, len(in.Orders))
+	checkouts := make([]*step.Future[CheckoutOutput], len(in.Orders))
 	for i, o := range in.Orders {
-		calls[i] = step.Call{Function: "orders.checkout", Input: o}
+		checkouts[i] = step.Invoke[CheckoutOutput](ctx, "checkouts", "orders.checkout", o)
+		children[i] = checkouts[i]
 	}
-	outs, err := step.InvokeAll[CheckoutOutput](ctx, "checkouts", calls...)
-	if err != nil {
-		return FulfilAllOutput{}, err
-	}
+	// A child's failure is its own future's error, read below: WaitAll's is the first.
+	_ = step.WaitAll(ctx, children...)
 	var out FulfilAllOutput
-	for _, o := range outs {
-		if o.Err != nil {
-			out.Results = append(out.Results, "failed: "+o.Err.Error())
+	for _, c := range checkouts {
+		o, err := c.Get() // resolved: returns at once
+		if err != nil {
+			out.Results = append(out.Results, "failed: "+err.Error())
 			continue
 		}
-		out.Results = append(out.Results, o.Output.Shipment.Tracking)
+		out.Results = append(out.Results, o.Shipment.Tracking)
 	}
 	return out, nil
 }
@@ -346,11 +347,15 @@ func AwaitPayment(ctx context.Context, in PaymentInput) (PaymentOutput, error) {
 		}
 		timeout = d
 	}
-	w, err := step.WaitForEvent[Payment](ctx, "payment", "orders.paid", step.Match{"data.order_id": in.OrderID}, timeout)
-	if err != nil || w.TimedOut {
+	ev, err := step.WaitForEvent[Payment](ctx, "payment", "orders.paid",
+		step.Matching(step.Match{"data.order_id": in.OrderID}), step.Timeout(timeout)).Get()
+	if errors.Is(err, step.ErrTimedOut) {
+		return PaymentOutput{}, nil
+	}
+	if err != nil {
 		return PaymentOutput{}, err
 	}
-	return PaymentOutput{Paid: true, Amount: w.Event.Data.Amount, EventID: w.Event.ID, PaidBy: w.Event.Sender.Subject}, nil
+	return PaymentOutput{Paid: true, Amount: ev.Data.Amount, EventID: ev.ID, PaidBy: ev.Sender.Subject}, nil
 }
 
 // ApprovalInput is the input of orders.approval.
@@ -396,7 +401,7 @@ func Approval(ctx context.Context, in ApprovalInput) (ApprovalOutput, error) {
 	if err := step.SetValue(ctx, "progress", 10); err != nil {
 		return ApprovalOutput{}, err
 	}
-	cb, err := step.Callback(ctx, "approval", step.CallbackTimeout(timeout))
+	cb, err := step.Callback[ApprovalNote](ctx, "approval", step.Timeout(timeout))
 	if err != nil {
 		return ApprovalOutput{}, err
 	}
@@ -407,35 +412,37 @@ func Approval(ctx context.Context, in ApprovalInput) (ApprovalOutput, error) {
 		return ApprovalOutput{}, err
 	}
 	// The wait has the callback's name, which the dashboard resolves it by.
-	c, err := step.WaitAny(ctx, "approval", timeout,
-		step.ForCallback(cb), step.ForEvent("orders.paid", step.Match{"data.order_id": in.OrderID}))
+	paid := step.WaitForEvent[Payment](ctx, "payment", "orders.paid", step.Matching(step.Match{"data.order_id": in.OrderID}))
+	i, err := step.WaitFirst(ctx, "approval", cb.Result(), paid, step.After(ctx, "approval-timeout", timeout))
 	if err != nil {
 		return ApprovalOutput{}, err
 	}
 	var out ApprovalOutput
-	switch {
-	case c.TimedOut:
-		out.Outcome = "timed_out"
-	case c.Index == 0:
-		res, err := step.CallbackOf[ApprovalNote](c)
+	switch i {
+	case 0:
+		res, err := cb.Result().Get()
 		var rejected *step.Error
 		switch {
 		case errors.As(err, &rejected):
 			out.Outcome, out.Note = "rejected", rejected.Message
+		case errors.Is(err, step.ErrTimedOut):
+			out.Outcome = "timed_out"
 		case err != nil:
 			return ApprovalOutput{}, err
 		default:
-			out.Outcome, out.Note = "approved", res.Data.Note
+			out.Outcome, out.Note = "approved", res.Note
 		}
-		if res.ResolvedBy != nil {
-			out.By = res.ResolvedBy.Subject
+		if cb.ResolvedBy != nil {
+			out.By = cb.ResolvedBy.Subject
 		}
-	default:
-		ev, err := step.EventOf[Payment](c)
+	case 1:
+		ev, err := paid.Get()
 		if err != nil {
 			return ApprovalOutput{}, err
 		}
 		out.Outcome, out.By = "paid", ev.Sender.Subject
+	default:
+		out.Outcome = "timed_out"
 	}
 	if err := log.WriteString(fmt.Sprintf("order %s: %s\n", in.OrderID, out.Outcome)); err != nil {
 		return ApprovalOutput{}, err

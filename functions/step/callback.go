@@ -13,15 +13,16 @@ import (
 // ErrorTypeRejected is the type of a callback's rejection that names none.
 const ErrorTypeRejected = "rejected"
 
-// Resolvers of a callback, in [CallbackResult].Resolver.
+// Resolvers of a callback, in [OpenCallback].Resolver.
 const (
 	ResolverToken    = "token"    // whoever held the callback's URL (no identity)
 	ResolverIdentity = "identity" // a caller with a JWT and runs:manage, by run id and name
 )
 
-// CallbackHandle is a callback a run made with [Callback]: hand its URL to whoever must
-// resolve it, and wait for it with [AwaitCallback].
-type CallbackHandle struct {
+// OpenCallback is a callback a run made with [Callback]: hand its URL to whoever must
+// resolve it, and wait for its resolution with [OpenCallback.Result]. (It is not called
+// Callback, the name of the function that makes it.)
+type OpenCallback[T any] struct {
 	Seq  int    // The callback's seq in the run.
 	Name string // The callback's name.
 	// URL resolves the callback: POST it a JSON body (the data), or POST URL+"/reject"
@@ -30,31 +31,39 @@ type CallbackHandle struct {
 	// Token is the last segment of URL: 256 random bits made by the gateway, the
 	// credential for this callback alone.
 	Token string
-	// ExpiresAt is when the callback stops taking a resolution, unless an
-	// [AwaitCallback] sets another end (database clock).
+	// ExpiresAt is when the callback stops taking a resolution (database clock), as its
+	// [Timeout] option set it; a [WaitFirst] with a timer may end it sooner.
 	ExpiresAt time.Time
+
+	// Resolver says who resolved or rejected it, once Result's future has its outcome:
+	// ResolverToken or ResolverIdentity ("" before, or when it timed out); ResolvedBy is
+	// the caller's identity for ResolverIdentity, else nil.
+	Resolver   string
+	ResolvedBy *invocation.Identity // A *functions.Identity.
+	ResolvedAt time.Time            // Database clock.
+
+	result *Future[T]
 }
-
-// CallbackOption configures a [Callback].
-type CallbackOption struct{ timeout time.Duration }
-
-// CallbackTimeout sets how long the callback stays open until an [AwaitCallback] sets
-// its own end: from 1s to 8760h. Defaults to 168h (7 days).
-func CallbackTimeout(d time.Duration) CallbackOption { return CallbackOption{timeout: d} }
 
 // Callback makes a callback called name, as the run's next entry: the gateway makes an
 // unguessable token for it and its URL, and journals them, so that a replay returns the
-// same handle and no second callback is made. Hand the URL to the outside world in a
-// later step (an email, a chat message, a payment provider's webhook setting), then
-// wait for it with [AwaitCallback]. A resolution that comes before the run awaits the
-// callback is kept, and the await returns it at once.
+// same callback and no second one is made. Hand the URL to the outside world in a later
+// step (an email, a chat message, a payment provider's webhook setting), then wait for
+// its [OpenCallback.Result]. A resolution that comes before the run waits for it is
+// kept, and the wait returns it at once.
 //
-// name must be 1 to 255 bytes; otherwise it returns a non-retryable error without
-// taking a seq. It returns [ErrNoInvocation] when ctx is not an invocation's.
-func Callback(ctx context.Context, name string, opts ...CallbackOption) (CallbackHandle, error) {
+// Callback takes the option [Timeout]: how long the callback stays open (1s to 8760h;
+// defaults to 168h). name must be 1 to 255 bytes; otherwise, as for an option it does
+// not take, it returns a non-retryable error without taking a seq. It returns
+// [ErrNoInvocation] when ctx is not an invocation's.
+func Callback[T any](ctx context.Context, name string, opts ...Option) (*OpenCallback[T], error) {
+	p, err := optionsFor("Callback", opts, "Timeout")
+	if err != nil {
+		return nil, err
+	}
 	st, seq, e, err := next(ctx, protocol.EntryKindCallback, name)
 	if err != nil {
-		return CallbackHandle{}, err
+		return nil, err
 	}
 	var out json.RawMessage
 	if e != nil {
@@ -63,19 +72,17 @@ func Callback(ctx context.Context, name string, opts ...CallbackOption) (Callbac
 		}
 	} else {
 		if err := st.Err(); err != nil {
-			return CallbackHandle{}, st.Halt(invocation.Retry("canceled", fmt.Sprintf("callback %d %q: %v", seq, name, err)))
+			return nil, st.Halt(invocation.Retry("canceled", fmt.Sprintf("callback %d %q: %v", seq, name, err)))
 		}
 		now := time.Now().UTC()
 		entry := &protocol.JournalEntry{Seq: seq, Kind: protocol.EntryKindCallback, Name: name, StartedAt: &now, FinishedAt: &now}
-		for _, o := range opts {
-			if o.timeout > 0 {
-				raw, _ := json.Marshal(map[string]string{"timeout": o.timeout.String()})
-				entry.Output = (*protocol.AnyJSON)(&raw)
-			}
+		if p.timeout > 0 {
+			raw, _ := json.Marshal(map[string]string{"timeout": p.timeout.String()})
+			entry.Output = (*protocol.AnyJSON)(&raw)
 		}
 		ack, err := st.CheckpointAck(entry)
 		if err != nil {
-			return CallbackHandle{}, err
+			return nil, err
 		}
 		if ack.Output != nil {
 			out = json.RawMessage(*ack.Output)
@@ -87,73 +94,53 @@ func Callback(ctx context.Context, name string, opts ...CallbackOption) (Callbac
 		ExpiresAt time.Time `json:"expires_at"`
 	}
 	if err := json.Unmarshal(out, &got); err != nil || got.Token == "" {
-		return CallbackHandle{}, st.Halt(invocation.Retry("callback", fmt.Sprintf(
+		return nil, st.Halt(invocation.Retry("callback", fmt.Sprintf(
 			"callback %d %q: the gateway gave no token (output %s)", seq, name, out)))
 	}
-	return CallbackHandle{Seq: seq, Name: name, URL: got.URL, Token: got.Token, ExpiresAt: got.ExpiresAt}, nil
-}
-
-// CallbackResult is the outcome of [AwaitCallback]: the data the callback was resolved
-// with, or TimedOut when its timeout passed first. A rejection is AwaitCallback's error.
-type CallbackResult[T any] struct {
-	Data     T
-	TimedOut bool
-	// Resolver says who resolved or rejected it: ResolverToken or ResolverIdentity;
-	// ResolvedBy is the caller's identity for ResolverIdentity, else nil.
-	Resolver   string
-	ResolvedBy *invocation.Identity // A *functions.Identity.
-	ResolvedAt time.Time            // Database clock.
-}
-
-// AwaitCallback suspends the run until cb is resolved or rejected, or timeout passes
-// (from 1s to 8760h; 0 keeps the callback's own expiry), and returns which. The end of
-// the wait becomes the callback's expiry: a resolution after it is refused (409).
-// Nothing of the run lives in memory while it waits.
-//
-// The resolution is journaled at this await's seq, with who resolved it, so a replay
-// returns it without waiting; a callback resolved before the run got here returns at
-// once. A rejection returns an [*Error] whose Type is the rejection's
-// ([ErrorTypeRejected] unless it named one) and whose Message is its message, with the
-// result's Resolver fields set: the function may handle it and go on, and returning it
-// fails the run. Journaled data that does not decode into T halts the invocation
-// (retried), as a step's output would.
-//
-// It returns [ErrNoInvocation] when ctx is not an invocation's. Awaiting a callback
-// made by another run is impossible: the gateway fails the run (bad_answer) when cb is
-// not one of its callbacks.
-func AwaitCallback[T any](ctx context.Context, cb CallbackHandle, timeout time.Duration) (CallbackResult[T], error) {
-	var out CallbackResult[T]
-	st, seq, e, err := nextAwait(ctx, protocol.EntryKindAwaitCallback, cb.Name)
-	if err != nil {
-		return out, err
+	cb := &OpenCallback[T]{Seq: seq, Name: name, URL: got.URL, Token: got.Token, ExpiresAt: got.ExpiresAt}
+	w := wait{
+		kind: protocol.EntryKindAwaitCallback, name: name,
+		await: protocol.Await{Type: protocol.AwaitTypeAwaitCallback, CallbackSeq: &cb.Seq},
 	}
-	if e == nil {
-		aw := &protocol.Await{Type: protocol.AwaitTypeAwaitCallback, Seq: seq, Name: cb.Name, CallbackSeq: &cb.Seq}
-		return out, suspend(st, aw, timeout)
-	}
-	return callbackFrom[T](st, e)
+	cb.result = newWait(ctx, w, cb.resolution, nil)
+	return cb, nil
 }
 
-// callbackFrom reads a journaled await_callback entry (or a wait_any's, unwrapped).
-func callbackFrom[T any](st *invocation.State, e *protocol.JournalEntry) (CallbackResult[T], error) {
-	var out CallbackResult[T]
+// Result returns the wait for the callback's resolution (the same future on every
+// call): its [Future.Get] suspends the run until the callback is resolved or rejected,
+// or expires, and returns the data it was resolved with, decoded into T. A rejection
+// returns an [*Error] whose Type is the rejection's ([ErrorTypeRejected] unless it named
+// one) and whose Message is its message: the function may handle it and go on, and
+// returning it fails the run. An expiry returns an error that is [ErrTimedOut]. The
+// callback's Resolver fields say who resolved or rejected it.
+//
+// The wait is named after the callback. Making the future takes no seq: Get takes one
+// (see [Future]); the resolution is journaled at that seq, with who resolved it, so a
+// replay returns it without waiting. Journaled data that does not decode into T halts
+// the invocation (retried), as a step's output would. Waiting for a callback of another
+// run is impossible: the gateway fails the run (bad_answer) when it is not one of the
+// run's callbacks.
+func (c *OpenCallback[T]) Result() *Future[T] { return c.result }
+
+// resolution reads a journaled await_callback entry (or a wait_any's, unwrapped).
+func (c *OpenCallback[T]) resolution(st *invocation.State, e *protocol.JournalEntry) (T, error) {
+	var out T
 	seq, name := e.Seq, e.Name
 	got, err := replay[callbackEntry](st, e)
 	if err != nil {
 		return out, err
 	}
 	if got.TimedOut {
-		out.TimedOut = true
-		return out, nil
+		return out, timedOut("callback", seq, name)
 	}
-	out.Resolver, out.ResolvedBy = got.Resolver, got.ResolvedBy
+	c.Resolver, c.ResolvedBy = got.Resolver, got.ResolvedBy
 	if got.ResolvedAt != nil {
-		out.ResolvedAt = *got.ResolvedAt
+		c.ResolvedAt = *got.ResolvedAt
 	}
 	if got.Error != nil {
 		return out, &Error{Seq: seq, Name: name, Type: got.Error.Type, Message: got.Error.Message}
 	}
-	return out, decodeJournaled(st, "callback", seq, name, got.Data, &out.Data)
+	return out, decodeJournaled(st, "callback", seq, name, got.Data, &out)
 }
 
 // callbackEntry is the output of an await_callback entry.

@@ -3,6 +3,7 @@ package step_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/stepgate/stepgate/functions/step"
@@ -19,7 +20,7 @@ type CheckoutOutput struct {
 func ExampleInvoke() {
 	_ = func(ctx context.Context, orderID string) (string, error) {
 		out, err := step.Invoke[CheckoutOutput](ctx, "checkout", "orders.checkout",
-			map[string]any{"order_id": orderID})
+			map[string]any{"order_id": orderID}).Get()
 		var failed *step.Error
 		if errors.As(err, &failed) {
 			// The child failed, was cancelled, or could not start (failed.Type says which):
@@ -38,7 +39,7 @@ func ExampleInvoke() {
 func ExampleDetached() {
 	_ = func(ctx context.Context, orderID string) (string, error) {
 		return step.Invoke[string](ctx, "export", "audit.export",
-			map[string]any{"order_id": orderID}, step.Detached())
+			map[string]any{"order_id": orderID}, step.Detached()).Get()
 	}
 }
 
@@ -93,12 +94,12 @@ func ExampleReceive() {
 	_ = func(ctx context.Context, in struct {
 		Requester string `json:"requester"` // a run id
 	}) (bool, error) {
-		got, err := step.Receive[Approval](ctx, "approval", 24*time.Hour)
-		if err != nil {
+		got, err := step.Receive[Approval](ctx, "approval", step.Timeout(24*time.Hour)).Get()
+		if err != nil && !errors.Is(err, step.ErrTimedOut) {
 			return false, err
 		}
-		approved := !got.TimedOut && got.Message.Data.Approved
-		// got.Message.Sender is who approved: journaled with the message.
+		approved := err == nil && got.Data.Approved
+		// got.Sender is who approved: journaled with the message.
 		err = step.Send(ctx, in.Requester, "approval.done", map[string]bool{"approved": approved})
 		var refused *step.Error
 		if errors.As(err, &refused) {
@@ -112,13 +113,13 @@ func ExampleReceive() {
 
 // A function that asks a manager to approve a refund: it makes a callback, mails its URL
 // in a step (so the mail goes out once), and waits up to three days for the answer.
-func ExampleAwaitCallback() {
+func ExampleCallback() {
 	type decision struct {
 		Approved bool `json:"approved"`
 	}
 	sendMail := func(to, body string) error { return nil }
 	_ = func(ctx context.Context, manager string) (string, error) {
-		cb, err := step.Callback(ctx, "manager-approval")
+		cb, err := step.Callback[decision](ctx, "manager-approval", step.Timeout(72*time.Hour))
 		if err != nil {
 			return "", err
 		}
@@ -127,16 +128,16 @@ func ExampleAwaitCallback() {
 		}); err != nil {
 			return "", err
 		}
-		res, err := step.AwaitCallback[decision](ctx, cb, 72*time.Hour)
+		res, err := cb.Result().Get()
 		var rejected *step.Error
 		switch {
 		case errors.As(err, &rejected): // POST <url>/reject {"message": "..."}
 			return "refused: " + rejected.Message, nil
+		case errors.Is(err, step.ErrTimedOut): // the callback expired after 72h
+			return "nobody answered", nil
 		case err != nil:
 			return "", err
-		case res.TimedOut:
-			return "nobody answered", nil
-		case !res.Data.Approved:
+		case !res.Approved:
 			return "not approved", nil
 		}
 		return "approved", nil
@@ -182,5 +183,51 @@ func ExamplePatched() {
 			return step.Run(ctx, "total-v2", roundedTotal)
 		}
 		return step.Run(ctx, "total", oldTotal)
+	}
+}
+
+// A function that waits for whichever comes first: the order's payment event, a
+// cancellation message, or a timer of one hour.
+func ExampleWaitFirst() {
+	type paid struct {
+		Amount int `json:"amount"`
+	}
+	_ = func(ctx context.Context, orderID string) (string, error) {
+		payment := step.WaitForEvent[paid](ctx, "payment", "order.paid",
+			step.Matching(step.Match{"data.order_id": orderID}))
+		cancel := step.Receive[string](ctx, "cancel")
+		hour := step.After(ctx, "pay-within", time.Hour)
+		i, err := step.WaitFirst(ctx, "paid-or-cancelled", payment, cancel, hour)
+		if err != nil {
+			return "", err
+		}
+		switch i {
+		case 0:
+			ev, err := payment.Get() // resolved: returns at once
+			if err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("paid %d", ev.Data.Amount), nil
+		case 1:
+			return "cancelled", nil
+		}
+		return "expired", nil
+	}
+}
+
+// A function that runs two child runs at once and a step meanwhile, and waits for all.
+func ExampleWaitAll() {
+	_ = func(ctx context.Context, orderID string) (string, error) {
+		label := step.Go(ctx, "label", func(ctx context.Context) (string, error) {
+			return "label-" + orderID, nil // a carrier's call
+		})
+		stock := step.Invoke[int](ctx, "reserve", "stock.reserve", orderID)
+		charge := step.Invoke[string](ctx, "charge", "payments.charge", orderID)
+		if err := step.WaitAll(ctx, label, stock, charge); err != nil {
+			return "", err
+		}
+		l, _ := label.Get() // resolved: each Get returns its outcome at once
+		receipt, _ := charge.Get()
+		return l + " " + receipt, nil
 	}
 }

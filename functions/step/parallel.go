@@ -2,26 +2,12 @@ package step
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/stepgate/stepgate/functions/internal/invocation"
 	"github.com/stepgate/stepgate/protocol"
 )
-
-// Future is a step started by [Go]: its outcome once it has finished.
-type Future[T any] struct {
-	st    *invocation.State
-	seq   int
-	done  chan struct{}
-	out   T
-	err   error
-	retry *protocol.Await // a failed attempt with attempts left: Get suspends with it
-}
-
-// Seq returns the step's seq in the run (0 when Go returned an error).
-func (f *Future[T]) Seq() int { return f.seq }
 
 // Go starts the step called name, as [Run] does, but runs fn in its own goroutine and
 // returns at once: several steps started with Go run at the same time, within one
@@ -31,25 +17,36 @@ func (f *Future[T]) Seq() int { return f.seq }
 // not lose the others that finished.
 //
 // A step already journaled is not run again: its future holds the journaled outcome.
-// [Future.Get] and [All] return the outcomes. A step that fails with attempts left is
-// not journaled: Get (or All, once every step given to it has finished) suspends the
-// run for its retry, which runs it again in a later invocation with the next attempt;
-// the finished ones are replayed then. The invocation's answer waits for every step
-// started with Go to finish, so fn must honour its context: it is cancelled when the
-// invocation stops early.
+// [Future.Get], [WaitAll] and [All] return the outcomes; [WaitFirst] says which of
+// several finished first. A step that fails with attempts left is not journaled: Get
+// (or WaitAll and All, once every step given to them has finished) suspends the run for
+// its retry, which runs it again in a later invocation with the next attempt; the
+// finished ones are replayed then. The invocation's answer waits for every step started
+// with Go to finish, so fn must honour its context: it is cancelled when the invocation
+// stops early.
+//
+// Go takes the options [MaxAttempts] and [Backoff]; given another, or a bad name, its
+// future's Get returns a non-retryable error and no seq is taken.
 //
 // fn must not start steps: they would take seqs in whatever order the goroutines run.
 // A step called with fn's context returns [ErrNested]. At most 64 steps run in parallel
 // beyond the lowest that has not finished: Go, and any step after it, waits for room.
 func Go[T any](ctx context.Context, name string, fn func(ctx context.Context) (T, error), opts ...Option) *Future[T] {
-	f := &Future[T]{done: make(chan struct{})}
+	fut := &Future[T]{f: future{ctx: ctx, done: make(chan struct{})}}
+	f := &fut.f
+	p, err := optionsFor("Go", opts, "MaxAttempts", "Backoff")
+	if err != nil {
+		f.bad = err
+		close(f.done)
+		return fut
+	}
 	st, seq, e, err := next(ctx, protocol.EntryKindStep, name)
 	f.st, f.seq = st, seq
 	switch {
 	case err != nil:
 		f.err = err
 	case e != nil:
-		f.out, f.err = replay[T](st, e)
+		fut.out, f.err = replay[T](st, e)
 	case st.Err() != nil:
 		// The gateway gave up on this invocation: start no more side effects.
 		f.err = st.Halt(invocation.Retry("canceled", fmt.Sprintf("step %d %q: %v", seq, name, st.Err())))
@@ -61,9 +58,8 @@ func Go[T any](ctx context.Context, name string, fn func(ctx context.Context) (T
 	}
 	if err != nil || e != nil || f.err != nil {
 		close(f.done)
-		return f
+		return fut
 	}
-	p := newPolicy(opts)
 	attempt := st.Attempt(seq)
 	st.GoStart(seq)
 	go func() {
@@ -79,7 +75,7 @@ func Go[T any](ctx context.Context, name string, fn func(ctx context.Context) (T
 		}
 		if err == nil {
 			if f.err = st.Checkpoint(&entry); f.err == nil {
-				f.out, journaled = out, true
+				fut.out, journaled = out, true
 			}
 			return
 		}
@@ -99,42 +95,23 @@ func Go[T any](ctx context.Context, name string, fn func(ctx context.Context) (T
 			f.err, journaled = &Error{Seq: seq, Name: name, Type: final.Type, Message: final.Message}, true
 		}
 	}()
-	return f
+	return fut
 }
 
-// Get waits for the step to finish and returns its outcome, as [Run] would: its output,
-// or an [*Error] for its final failure. A failure with attempts left suspends the run
-// for the step's retry, and an invocation that stopped meanwhile unwinds, as a step
-// does: Get does not return then (from another goroutine than the function's, it
-// returns [ErrStopped]).
-func (f *Future[T]) Get() (T, error) {
-	<-f.done
-	var zero T
-	switch {
-	case f.retry != nil:
-		return zero, f.st.Halt(invocation.Suspended(f.retry))
-	case errors.Is(f.err, ErrStopped):
-		return zero, f.st.Halt(nil)
-	}
-	return f.out, f.err
-}
-
-// All waits for every future to finish, then returns their outputs, in order, and the
-// first error among them (an [*Error] of a step's final failure), with the outputs of
-// the others. When one of them failed with attempts left, the run suspends for its retry
-// (the lowest such seq) once all have finished, so the others are journaled first.
+// All waits for every future as [WaitAll] does, then returns their values, in order,
+// and the first error among them in that order, with the values of the others. It
+// takes the seqs WaitAll takes: it is WaitAll for futures of one T.
 func All[T any](futures ...*Future[T]) ([]T, error) {
-	for _, f := range futures {
-		<-f.done
-	}
-	out := make([]T, len(futures))
-	var first error
+	ws := make([]Waitable, len(futures))
 	for i, f := range futures {
-		v, err := f.Get()
-		if err != nil && first == nil {
-			first = err
+		ws[i] = f
+	}
+	first := waitAll(ws)
+	out := make([]T, len(futures))
+	for i, f := range futures {
+		if f != nil && f.f.isDone() {
+			out[i] = f.out
 		}
-		out[i] = v
 	}
 	return out, first
 }

@@ -1,25 +1,35 @@
 // Package step makes a stepgate function durable, one named step at a time.
 //
 // Each call to [Run], [Go], [Now], [UUID], [Random], [SetValue], [Sleep], [SleepUntil],
-// [Invoke], [SendEvent], [WaitForEvent], [WaitAny], [Send], [Receive], [Callback] or
-// [AwaitCallback] takes the next seq of the run (1, 2, ...); [InvokeAll] takes one per
-// call, [Patched] one unless the run's journal went past that point on older code,
-// [DeprecatePatch] one only where the journal holds the patch's marker, and [Rollback]
-// and [RunCompensations] one per compensation they run, each a [Run]. [Compensate],
-// [Stream] and [Attempt] take none. When the gateway's journal already holds that seq,
-// the step is replayed: Run returns the journaled output (or final error) without
-// calling its function, a journaled sleep returns at once, and a journaled invoke
-// returns the child run's outcome. Otherwise Run calls its function and journals the
-// outcome with the gateway (a checkpoint) before returning, so every finished step is
-// durable before the function sees its result (unless it opted in to [Lazy]
-// checkpoints); a sleep suspends the run, and an invoke suspends it until its child run
-// ends.
-// [Callback] makes a URL the outside world resolves once (a person's approval, a
-// webhook), and [AwaitCallback] suspends the run until it is resolved, rejected or
-// times out.
+// [SendEvent], [Send] or [Callback] takes the next seq of the run (1, 2, ...), and so
+// does the [Future.Get] of a wait not yet resolved (a step started with Go took its
+// own); [WaitFirst] takes one, unless it is given waits the gateway keeps of which one
+// is resolved already, or a timer alone (then the timer's Get takes it); [WaitAll] and
+// [All] take one per wait they resolve (each child run among them, started together,
+// and each other wait, as its Get), [Patched] one unless
+// the run's journal went past that point on older code, [DeprecatePatch] one only where
+// the journal holds the patch's marker, and [Rollback] and [RunCompensations] one per
+// compensation they run, each a [Run]. [After], [At], [WaitForEvent], [Receive],
+// [Invoke], [Compensate], [Stream] and [Attempt] take none. When the gateway's journal
+// already holds that seq, the step is replayed: Run returns the journaled output (or
+// final error) without calling its function, a journaled sleep returns at once, and a
+// journaled wait returns what came (an event, a message, a callback's resolution, a
+// child run's outcome). Otherwise Run calls its function and journals the outcome with
+// the gateway (a checkpoint) before returning, so every finished step is durable before
+// the function sees its result (unless it opted in to [Lazy] checkpoints); a wait
+// suspends the run until what it waits for comes.
 //
-// [Go] runs a step in its own goroutine, so that several run at once; [All] waits for
-// them. [InvokeAll] starts several child runs at once and waits for all of them.
+// Everything a run waits for is a [Future] of one shape: a step started with [Go] (run
+// in its own goroutine, so that several run at once), a timer ([After], [At]), an event
+// ([WaitForEvent]), a message ([Receive]), a callback's resolution ([Callback] makes a
+// URL the outside world resolves once, a person's approval, a webhook; its
+// [OpenCallback.Result] waits for it) or a child run ([Invoke]). [Future.Get] waits for
+// one; [WaitFirst] says which of several comes first, and [WaitAll] waits for all of
+// them (starting their child runs at once). A wait is lazy: making its future takes no
+// seq and starts nothing; it begins when it is waited for. [Sleep] and [SleepUntil] are
+// After(...).Get() and At(...).Get(). A wait that times out returns an error that is
+// [ErrTimedOut]. Every function takes the one [Option] type, and refuses an option it
+// does not take.
 //
 // Code between steps runs again on every replay, so it must be deterministic: [Now],
 // [UUID] and [Random] journal a clock reading, a UUID or a random number once, as steps,
@@ -44,7 +54,7 @@
 //   - A step's output must round-trip through encoding/json: a replay returns the value
 //     decoded from its JSON, not the value the function returned.
 //
-// When the invocation must end early (a sleep, an invoke, a retry, nondeterminism, a conflict), these
+// When the invocation must end early (a wait, a retry, nondeterminism, a conflict), these
 // functions do not return: they unwind the function with a private panic that the SDK
 // recovers; the function's deferred calls run on the way, as for any panic, and its
 // context is cancelled. Code that recovers panics generically (a deferred recover() that swallows
@@ -74,6 +84,11 @@ var ErrNoInvocation = errors.New("step: context does not belong to an invocation
 // once the invocation has stopped. The invocation's answer is already decided; the
 // goroutine should return.
 var ErrStopped = invocation.ErrStopped
+
+// ErrTimedOut is what a wait's error is (errors.Is) when its timeout passed before what
+// it waits for came: a [Timeout] option's, or a callback's expiry. Like an [*Error], it
+// counts as non-retryable: returned as is, it fails the run.
+var ErrTimedOut = errors.New("step: timed out")
 
 // ErrNested is returned, as a non-retryable error, by a step started inside another
 // step's function.
@@ -135,49 +150,6 @@ type nonRetryable struct{ err error }
 func (e *nonRetryable) Error() string { return e.err.Error() }
 func (e *nonRetryable) Unwrap() error { return e.err }
 
-// Option configures a step's retry policy, or its checkpoint ([Lazy]).
-type Option struct{ apply func(*policy) }
-
-type policy struct {
-	maxAttempts     int
-	initial, maxInt time.Duration
-	lazy            bool
-}
-
-// MaxAttempts sets how many attempts the step makes in all, the first included. Values
-// below 1 count as 1. Defaults to [DefaultMaxAttempts].
-func MaxAttempts(n int) Option {
-	return Option{func(p *policy) { p.maxAttempts = max(n, 1) }}
-}
-
-// Backoff sets the wait before each retry of the step: a random duration up to
-// min(maxInterval, initial * 2^(n-1)) before attempt n+1, chosen by the gateway. Zero
-// values leave the gateway's defaults (the function's retry policy).
-func Backoff(initial, maxInterval time.Duration) Option {
-	return Option{func(p *policy) { p.initial, p.maxInt = initial, maxInterval }}
-}
-
-// Lazy trades a guarantee for latency, for this step (see functions.LazyCheckpoints for
-// every step of a function): its result is journaled only when the function's next step
-// starts or it answers, so if the invocation is lost in between (its process killed,
-// say), the step runs again although code after it already saw its result. It saves
-// one checkpoint round trip when the step is the last before an answer or a suspension.
-// Without it (the default), [Run] returns only once the gateway has journaled the step.
-func Lazy() Option {
-	return Option{func(p *policy) { p.lazy = true }}
-}
-
-func (p *policy) api() *protocol.RetryPolicy {
-	r := &protocol.RetryPolicy{MaxAttempts: new(p.maxAttempts)}
-	if p.initial > 0 {
-		r.InitialInterval = new(p.initial.String())
-	}
-	if p.maxInt > 0 {
-		r.MaxInterval = new(p.maxInt.String())
-	}
-	return r
-}
-
 // Run runs the step called name: it returns the journaled outcome if the step already
 // finished, and otherwise calls fn and journals its outcome before returning it.
 //
@@ -193,10 +165,15 @@ func (p *policy) api() *protocol.RetryPolicy {
 // [*Error]; the function may handle it and go on. fn is never called again once its
 // step is journaled.
 //
-// name must be 1 to 255 bytes; otherwise Run returns a non-retryable error without taking
-// a seq. It returns [ErrNoInvocation] when ctx is not an invocation's.
+// Run takes the options [MaxAttempts], [Backoff] and [Lazy]. name must be 1 to 255
+// bytes; otherwise Run returns a non-retryable error without taking a seq, as it does for
+// an option it does not take. It returns [ErrNoInvocation] when ctx is not an invocation's.
 func Run[T any](ctx context.Context, name string, fn func(ctx context.Context) (T, error), opts ...Option) (T, error) {
 	var zero T
+	p, err := optionsFor("Run", opts, "MaxAttempts", "Backoff", "Lazy")
+	if err != nil {
+		return zero, err
+	}
 	st, seq, e, err := next(ctx, protocol.EntryKindStep, name)
 	if err != nil {
 		return zero, err
@@ -215,7 +192,6 @@ func Run[T any](ctx context.Context, name string, fn func(ctx context.Context) (
 	if err := st.CheckOwner(); err != nil {
 		return zero, err
 	}
-	p := newPolicy(opts)
 	attempt := st.Attempt(seq)
 	started := time.Now().UTC()
 	out, err := call(ctx, st, attempt, fn)
@@ -263,36 +239,6 @@ func finishedEntry[T any](seq int, name string, attempt int, started time.Time, 
 		entry.Output = (*protocol.AnyJSON)(&raw)
 	}
 	return entry, nil
-}
-
-// newPolicy returns the retry policy opts make.
-func newPolicy(opts []Option) policy {
-	p := policy{maxAttempts: DefaultMaxAttempts}
-	for _, o := range opts {
-		if o.apply != nil {
-			o.apply(&p)
-		}
-	}
-	return p
-}
-
-// failure decides what err, returned by attempt of the step at seq, makes of it: the
-// retry the run waits for when it has attempts left and err is retryable, or else the
-// final error its entry journals.
-func (p policy) failure(seq int, name string, attempt int, err error) (retry *protocol.Await, final *protocol.ErrorInfo) {
-	typ := ErrorTypeFailed
-	last := attempt >= p.maxAttempts
-	if IsNonRetryable(err) {
-		typ, last = ErrorTypeNonRetryable, true
-	}
-	if !last {
-		return &protocol.Await{
-			Type: protocol.AwaitTypeRetry, Seq: seq, Name: name, Attempt: &attempt,
-			Error: &protocol.ErrorInfo{Type: typ, Message: err.Error(), Retryable: new(true)},
-			Retry: p.api(),
-		}, nil
-	}
-	return nil, &protocol.ErrorInfo{Type: typ, Message: err.Error(), Retryable: new(false)}
 }
 
 // Attempt returns the attempt (1 for the first) of the step whose function is running

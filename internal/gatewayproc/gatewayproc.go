@@ -77,6 +77,8 @@ type Config struct {
 	Workers, FairReserve int
 	// Retention and RetentionInterval: see the invoker.Config fields of the same names.
 	Retention, RetentionInterval time.Duration
+	// Clock is the invoker's clock (invoker.Config.Clock); nil: the system clock.
+	Clock invoker.Clock
 	// DrainTimeout is how long Stop lets the invocations in flight finish before it
 	// hands the rest over to the other gateways. Defaults to 30s.
 	DrainTimeout time.Duration
@@ -207,7 +209,7 @@ func Start(ctx context.Context, cfg Config) (*Process, error) {
 		Limits: cfg.Limits, LeaseTTL: cfg.LeaseTTL, MaintainInterval: cfg.MaintainInterval, SweepGrace: cfg.SweepGrace,
 		MaxRecoveries: cfg.MaxRecoveries, Workers: cfg.Workers, FairReserve: cfg.FairReserve, Metrics: p.Metrics,
 		Retention: cfg.Retention, RetentionInterval: cfg.RetentionInterval, TracerProvider: cfg.TracerProvider,
-		TraceErrorMessages: cfg.TraceErrorMessages,
+		TraceErrorMessages: cfg.TraceErrorMessages, Clock: cfg.Clock,
 	})
 	if err != nil {
 		return fail(err)
@@ -216,7 +218,7 @@ func Start(ctx context.Context, cfg Config) (*Process, error) {
 		return fail(err)
 	}
 	gcfg := gateway.Config{
-		Pool: pool, APIPool: api, Invoker: p.Invoker, Verifier: p.Verifier, Tokens: p.Tokens, Logger: log,
+		Pool: pool, APIPool: api, Invoker: p.Invoker, TracerProvider: cfg.TracerProvider, Verifier: p.Verifier, Tokens: p.Tokens, Logger: log,
 		Keys: p.Keys, Egress: cfg.Egress, MaxBodyBytes: cfg.MaxBodyBytes, Web: cfg.Web,
 		OperatorRole: cfg.OperatorRole, OperatorTenant: cfg.OperatorTenant,
 		MaxWaitInvocations: cfg.MaxWaitInvocations, MaxWaitInvocationsPerTenant: cfg.MaxWaitInvocationsPerTenant,

@@ -71,6 +71,9 @@ type Options struct {
 	Workers, FairReserve int
 	// Retention and RetentionInterval: see the invoker.Config fields of the same names.
 	Retention, RetentionInterval time.Duration
+	// Clock is the invoker's clock (invoker.Config.Clock): a test under invoker/ passes
+	// a test clock it advances by hand. Nil: the system clock.
+	Clock invoker.Clock
 	// DatabaseURL shares a database with another Stack (two gateways); empty makes a
 	// new one. It must be migrated already, as pgtest.DBURL's are.
 	DatabaseURL string
@@ -136,7 +139,7 @@ func Start(tb testing.TB, opts Options) *Stack {
 		Retention: opts.Retention, RetentionInterval: opts.RetentionInterval,
 		MaxBodyBytes: opts.MaxBodyBytes, Web: web.Handler(), OperatorRole: OperatorRole, Gateway: opts.Gateway,
 		Metrics: opts.Metrics, MetricsAddr: opts.MetricsAddr, TracerProvider: opts.TracerProvider,
-		TraceErrorMessages: opts.TraceErrorMessages,
+		TraceErrorMessages: opts.TraceErrorMessages, Clock: opts.Clock,
 	})
 	if err != nil {
 		tb.Fatal(err)

@@ -9,17 +9,25 @@ SELECT pg_advisory_xact_lock(stepgate.wait_lock(@tenant, @event, stepgate.match_
 -- Journals the first event stored since @since that matches and that the run's
 -- journal has not taken, or else stores the wait; returns whether it journaled one.
 -- 'wait_event' and 'wait_any' are KindWaitEvent and KindWaitAny (a test checks them).
-WITH ev AS (
+WITH cand AS MATERIALIZED (
+    -- The tenant's events of the name since @since, through event_by_name (a look-back
+    -- may reach back a month), that hold @contains: a cheap test every match passes
+    -- (match_key, exact, costs tens of microseconds an event). Materialized, so that
+    -- the LIMIT below cannot lead the planner to event_by_created for its order (every
+    -- event of the tenant since @since). TestWaitEventLookBackUsesTheIndex checks the plan.
     SELECT e.id, e.name, e.data, e.identity, e.created_at FROM stepgate.event e
     WHERE e.tenant = @tenant AND e.name = @event AND e.created_at >= @since
-      AND stepgate.match_key(@paths::text[], jsonb_build_object('id', e.id, 'name', e.name, 'data', e.data)) = stepgate.match_of(@match)
+      AND jsonb_build_object('id', e.id, 'name', e.name, 'data', e.data) @> @contains::jsonb
+), ev AS (
+    SELECT c.id, c.name, c.data, c.identity, c.created_at FROM cand c
+    WHERE stepgate.match_key(@paths::text[], jsonb_build_object('id', c.id, 'name', c.name, 'data', c.data)) = stepgate.match_of(@match)
       AND stepgate.may_resume((SELECT fr.config FROM stepgate.run r
         JOIN stepgate.function_revision fr ON fr.tenant = r.tenant AND fr.name = r.function AND fr.revision = r.revision
-        WHERE r.id = @run_id), e.identity)
+        WHERE r.id = @run_id), c.identity)
       AND NOT EXISTS (SELECT 1 FROM stepgate.journal_entry j
-        WHERE j.run_id = @run_id AND ((j.kind = 'wait_event' AND j.output->'event'->>'id' = e.id)
-            OR (j.kind = 'wait_any' AND j.output->'output'->'event'->>'id' = e.id)))
-    ORDER BY e.created_at, e.id
+        WHERE j.run_id = @run_id AND ((j.kind = 'wait_event' AND j.output->'event'->>'id' = c.id)
+            OR (j.kind = 'wait_any' AND j.output->'output'->'event'->>'id' = c.id)))
+    ORDER BY c.created_at, c.id
     LIMIT 1
 ), out AS (
     SELECT jsonb_build_object('event', jsonb_build_object('id', id, 'name', name, 'data', data,

@@ -6,8 +6,11 @@ package names
 import (
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/google/uuid"
 )
 
 // MaxBytes bounds every name: functions, steps and other journal entries, events,
@@ -50,4 +53,36 @@ func clip(s string) string {
 		return s[:64] + "…"
 	}
 	return s
+}
+
+// RunSentID reports whether id has the form of the ids of the events and messages runs
+// send, "<run id>:<seq>": a UUID in its 36-character text form (any case), a colon and
+// decimal digits. Such ids are the runs': the API refuses them, and a run may send only
+// its own (OwnRunSentID), so no one can claim the id of a run's event or message before
+// the run sends it.
+func RunSentID(id string) bool {
+	runID, seq, ok := strings.Cut(id, ":")
+	if !ok || len(runID) != 36 || seq == "" || strings.Trim(seq, "0123456789") != "" {
+		return false
+	}
+	_, err := uuid.Parse(runID)
+	return err == nil
+}
+
+// OwnRunSentID checks the id of an event or a message that run runID sends in its entry
+// at seq, defaulting it to "<run id>:<seq>": an id of that form (RunSentID) must be
+// exactly that one, an error naming what and the rule otherwise, so that a run cannot
+// claim another run's (nor its own later entry's) id.
+func OwnRunSentID(what string, id *string, runID string, seq int) error {
+	own := runID + ":" + strconv.Itoa(seq)
+	if *id == "" {
+		*id = own
+	}
+	if err := Check(what, *id); err != nil {
+		return err
+	}
+	if RunSentID(*id) && *id != own {
+		return fmt.Errorf("%s %q has the form <run id>:<seq>, which is reserved: a run's event or message may have that form only as its own, %q", what, *id, own)
+	}
+	return nil
 }

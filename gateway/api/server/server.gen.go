@@ -59,6 +59,9 @@ type ServerInterface interface {
 	// StartRun Starts a run of a function with the request body as its input. Needs `runs:invoke`.
 	// (POST /v1/functions/{name}/runs)
 	StartRun(ctx echo.Context, name FunctionName, params StartRunParams) error
+	// StartRunWithMessage Starts the run of an idempotency key if there is none, and sends it a message, in one transaction. Needs `runs:invoke` and `events:send`.
+	// (POST /v1/functions/{name}/runs/with-message)
+	StartRunWithMessage(ctx echo.Context, name FunctionName, params StartRunWithMessageParams) error
 	// GetOperation Returns a bulk operation of the caller's tenant and its progress. Needs `runs:read`.
 	// (GET /v1/operations/{id})
 	GetOperation(ctx echo.Context, id openapi_types.UUID) error
@@ -403,6 +406,44 @@ func (w *ServerInterfaceWrapper) StartRun(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.StartRun(ctx, name, params)
+	return err
+}
+
+// StartRunWithMessage converts echo context to params.
+func (w *ServerInterfaceWrapper) StartRunWithMessage(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "name" -------------
+	var name FunctionName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", ctx.Param("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter name: %s", err))
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params StartRunWithMessageParams
+
+	headers := ctx.Request().Header
+	// ------------- Required header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey string
+		n := len(valueList)
+		if n != 1 {
+			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Expected one value for Idempotency-Key, got %d", n))
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""})
+		if err != nil {
+			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter Idempotency-Key: %s", err))
+		}
+
+		params.IdempotencyKey = IdempotencyKey
+	} else {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Header parameter Idempotency-Key is required, but not found"))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.StartRunWithMessage(ctx, name, params)
 	return err
 }
 
@@ -1143,6 +1184,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/v1/functions/:name/queue", wrapper.GetFunctionQueue, options.OperationMiddlewares["getFunctionQueue"]...)
 	router.POST(options.BaseURL+"/v1/apps", wrapper.SyncApp, options.OperationMiddlewares["syncApp"]...)
 	router.POST(options.BaseURL+"/v1/functions/:name/runs", wrapper.StartRun, options.OperationMiddlewares["startRun"]...)
+	router.POST(options.BaseURL+"/v1/functions/:name/runs/with-message", wrapper.StartRunWithMessage, options.OperationMiddlewares["startRunWithMessage"]...)
 	router.GET(options.BaseURL+"/v1/runs", wrapper.ListRuns, options.OperationMiddlewares["listRuns"]...)
 	router.GET(options.BaseURL+"/v1/runs/:id", wrapper.GetRun, options.OperationMiddlewares["getRun"]...)
 	router.GET(options.BaseURL+"/v1/runs/:id/result", wrapper.GetRunResult, options.OperationMiddlewares["getRunResult"]...)
@@ -2241,6 +2283,171 @@ type StartRun503ApplicationProblemPlusJSONResponse struct {
 }
 
 func (response StartRun503ApplicationProblemPlusJSONResponse) VisitStartRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type StartRunWithMessageRequestObject struct {
+	Name   FunctionName `json:"name"`
+	Params StartRunWithMessageParams
+	Body   *StartRunWithMessageJSONRequestBody
+}
+
+type StartRunWithMessageResponseObject interface {
+	VisitStartRunWithMessageResponse(w http.ResponseWriter) error
+}
+
+type StartRunWithMessage202ResponseHeaders struct {
+	Location *string
+}
+
+type StartRunWithMessage202JSONResponse struct {
+	Body    StartedWithMessage
+	Headers StartRunWithMessage202ResponseHeaders
+}
+
+func (response StartRunWithMessage202JSONResponse) VisitStartRunWithMessageResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.Location != nil {
+		w.Header().Set("Location", fmt.Sprint(*response.Headers.Location))
+	}
+	w.WriteHeader(202)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type StartRunWithMessage400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response StartRunWithMessage400ApplicationProblemPlusJSONResponse) VisitStartRunWithMessageResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type StartRunWithMessage401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response StartRunWithMessage401ApplicationProblemPlusJSONResponse) VisitStartRunWithMessageResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type StartRunWithMessage403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response StartRunWithMessage403ApplicationProblemPlusJSONResponse) VisitStartRunWithMessageResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type StartRunWithMessage404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response StartRunWithMessage404ApplicationProblemPlusJSONResponse) VisitStartRunWithMessageResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type StartRunWithMessage409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response StartRunWithMessage409ApplicationProblemPlusJSONResponse) VisitStartRunWithMessageResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type StartRunWithMessage413ApplicationProblemPlusJSONResponse struct {
+	TooLargeApplicationProblemPlusJSONResponse
+}
+
+func (response StartRunWithMessage413ApplicationProblemPlusJSONResponse) VisitStartRunWithMessageResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type StartRunWithMessage429ApplicationProblemPlusJSONResponse struct {
+	BusyApplicationProblemPlusJSONResponse
+}
+
+func (response StartRunWithMessage429ApplicationProblemPlusJSONResponse) VisitStartRunWithMessageResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type StartRunWithMessage503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response StartRunWithMessage503ApplicationProblemPlusJSONResponse) VisitStartRunWithMessageResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response); err != nil {
@@ -5113,6 +5320,9 @@ type StrictServerInterface interface {
 	// StartRun Starts a run of a function with the request body as its input. Needs `runs:invoke`.
 	// (POST /v1/functions/{name}/runs)
 	StartRun(ctx context.Context, request StartRunRequestObject) (StartRunResponseObject, error)
+	// StartRunWithMessage Starts the run of an idempotency key if there is none, and sends it a message, in one transaction. Needs `runs:invoke` and `events:send`.
+	// (POST /v1/functions/{name}/runs/with-message)
+	StartRunWithMessage(ctx context.Context, request StartRunWithMessageRequestObject) (StartRunWithMessageResponseObject, error)
 	// GetOperation Returns a bulk operation of the caller's tenant and its progress. Needs `runs:read`.
 	// (GET /v1/operations/{id})
 	GetOperation(ctx context.Context, request GetOperationRequestObject) (GetOperationResponseObject, error)
@@ -5668,6 +5878,55 @@ func (sh *strictHandler) StartRun(ctx echo.Context, name FunctionName, params St
 		return err
 	} else if validResponse, ok := response.(StartRunResponseObject); ok {
 		return validResponse.VisitStartRunResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// StartRunWithMessage operation middleware
+func (sh *strictHandler) StartRunWithMessage(ctx echo.Context, name FunctionName, params StartRunWithMessageParams) error {
+	var request StartRunWithMessageRequestObject
+
+	request.Name = name
+	request.Params = params
+
+	var body StartRunWithMessageJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.StartRunWithMessage(ctx.Request().Context(), request.(StartRunWithMessageRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "StartRunWithMessage")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(StartRunWithMessageResponseObject); ok {
+		return validResponse.VisitStartRunWithMessageResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

@@ -1,6 +1,6 @@
 // The example functions of the TypeScript SDK, served by node-server.ts and worker.ts.
 // Their names start with "ts." so that they sit beside the Go examples in one tenant.
-import { createFunction, NonRetryableError, type StandardSchemaV1 } from "../src/index.js";
+import { createFunction, NonRetryableError, TimedOutError, type StandardSchemaV1 } from "../src/index.js";
 
 /** ts.hello greets input.name. No steps. */
 export const hello = createFunction<{ name?: string }, { greeting: string }>({ name: "ts.hello" }, ({ input }) => ({
@@ -31,7 +31,7 @@ const checkoutInput: StandardSchemaV1<unknown, CheckoutInput> = {
 
 /** ts.checkout: three steps and a sleep, the five-minute tour's function. */
 export const checkout = createFunction(
-  { name: "ts.checkout", input: checkoutInput, timeout: "30s" },
+  { name: "ts.checkout", input: checkoutInput, invocationTimeout: "30s" },
   async ({ input, step }) => {
     const order = await step.run("reserve", () => ({ orderId: `o-${input.item}`, item: input.item }));
     const charge = await step.run("charge", () => ({ amount: 42, orderId: order.orderId }));
@@ -110,12 +110,65 @@ export const long = createFunction<{ steps?: number; step_ms?: number }>(
 
 /** ts.await_payment: waits up to a minute for the event ts.payment of its order. */
 export const awaitPayment = createFunction<{ order_id: string }>({ name: "ts.await_payment" }, async ({ input, step }) => {
-  const paid = await step.waitForEvent<{ amount: number }>("payment", {
-    event: "ts.payment",
-    match: { "data.order_id": input.order_id },
-    timeout: "1m",
+  try {
+    const paid = await step.waitForEvent<{ amount: number }>("payment", {
+      event: "ts.payment",
+      match: { "data.order_id": input.order_id },
+      timeout: "1m",
+    });
+    return { paid: paid.data.amount, by: paid.sender.subject };
+  } catch (e) {
+    if (e instanceof TimedOutError) return { paid: null };
+    throw e;
+  }
+});
+
+/**
+ * ts.pay_or_expire: the first of the event ts.payment of its order and a deadline of
+ * input.timeout_ms (default a minute): the payment, or that it expired.
+ */
+export const payOrExpire = createFunction<{ order_id: string; timeout_ms?: number }>({ name: "ts.pay_or_expire" }, async ({ input, step }) => {
+  const payment = step.waitForEvent<{ amount: number }>("payment", { event: "ts.payment", match: { "data.order_id": input.order_id } });
+  const deadline = step.sleep("deadline", input.timeout_ms ?? 60_000);
+  if ((await step.waitFirst("paid-or-expired", payment, deadline)) === 1) return { expired: true };
+  const paid = await payment; // chosen: at once
+  return { paid: paid.data.amount, by: paid.sender.subject };
+});
+
+/**
+ * ts.approval: a callback (its URL published as the value "callback") against a message
+ * of topic "cancel": whichever comes first.
+ */
+export const approval = createFunction({ name: "ts.approval" }, async ({ step }) => {
+  const cb = await step.callback<{ ok: boolean }>("approve", { timeout: "1h" });
+  await step.setValue("callback", cb.url);
+  const cancel = step.receive<{ why: string }>("cancel");
+  const first = await step.waitFirst("approve-or-cancel", cb.result(), cancel);
+  return first === 0 ? { approved: (await cb.result()).ok } : { cancelled: (await cancel).data.why };
+});
+
+/** ts.fanout: two child runs of ts.double, started at once (waitAll). */
+export const fanout = createFunction<{ a: number; b: number }>({ name: "ts.fanout" }, async ({ input, step }) => {
+  const [a, b] = await step.waitAll(
+    step.invoke<number>("double-a", { function: "ts.double", input: { n: input.a } }),
+    step.invoke<number>("double-b", { function: "ts.double", input: { n: input.b } }),
+  );
+  return { a, b };
+});
+
+/**
+ * ts.race: two steps in parallel; the first to finish is picked (waitFirst), journaled
+ * as the step "pick", which the invocation after the sleep replays.
+ */
+export const race = createFunction({ name: "ts.race" }, async ({ step }) => {
+  const slow = step.run("slow", async () => {
+    await new Promise((r) => setTimeout(r, 300));
+    return "slow";
   });
-  return paid ? { paid: paid.data.amount, by: paid.sender.subject } : { paid: null };
+  const fast = step.run("fast", () => "fast");
+  const first = await step.waitFirst("pick", slow, fast);
+  await step.sleep("settle", 10);
+  return { first, winner: await [slow, fast][first] };
 });
 
 /**
@@ -164,4 +217,4 @@ export const nap = createFunction<{ sleep_ms?: number }>({ name: "ts.nap", sleep
   return { before, after };
 });
 
-export const all = [hello, checkout, flaky, double, parent, whoami, parallel, chain, long, awaitPayment, tokens, saga, patched, nap];
+export const all = [hello, checkout, flaky, double, parent, whoami, parallel, chain, long, awaitPayment, tokens, saga, patched, nap, payOrExpire, approval, fanout, race];

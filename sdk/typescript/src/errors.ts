@@ -10,6 +10,8 @@ export const ErrorType = {
   forbidden: "forbidden",
   /** A callback was rejected. */
   rejected: "rejected",
+  /** A wait's timeout passed (TimedOutError). */
+  timedOut: "timed_out",
 } as const;
 
 /**
@@ -42,6 +44,19 @@ export class StepError extends Error {
   ) {
     super(message);
     this.name = "StepError";
+  }
+}
+
+/**
+ * A wait whose timeout passed before what it waited for came: an event, a message, a
+ * callback's resolution (Go's step.ErrTimedOut). The timeout is journaled, so a replay
+ * throws it again. A StepError of type "timed_out": let out of a function, it fails the
+ * run.
+ */
+export class TimedOutError extends StepError {
+  constructor(seq: number, stepName: string) {
+    super(seq, stepName, ErrorType.timedOut, `step ${seq} ${JSON.stringify(stepName)}: timed out`);
+    this.name = "TimedOutError";
   }
 }
 

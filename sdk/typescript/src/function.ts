@@ -54,24 +54,31 @@ export interface FunctionOptions<In> {
   name: string;
   /** Validates the run's input; a refused input fails the run (type "input"). */
   input?: StandardSchemaV1<unknown, In>;
-  /** How long one invocation may take before the gateway retries it (gateway default 5m). */
-  timeout?: Duration;
-  /** Invocations in all, the first included, before a run whose invocations keep failing fails (gateway default 3). */
-  maxAttempts?: number;
-  /** The wait before each retried invocation. */
-  backoff?: { initial?: Duration; max?: Duration };
+  /**
+   * How long one invocation may take before the gateway retries it (gateway default 5m;
+   * Go's functions.InvocationTimeout). Not a wait's timeout.
+   */
+  invocationTimeout?: Duration;
+  /**
+   * Invocations in all, the first included, before a run whose invocations keep failing
+   * fails (gateway default 3; Go's functions.InvocationAttempts). Not a step's retries
+   * (RunOptions.retries).
+   */
+  invocationAttempts?: number;
+  /** The wait before each retried invocation (Go's functions.InvocationBackoff); not a step's (RunOptions.backoff). */
+  invocationBackoff?: { initial?: Duration; max?: Duration };
   /**
    * For a platform that stops a request after this long (a serverless time limit): once
    * four fifths of it have passed, the invocation stops at the next step boundary and the
    * gateway calls the function again at once with the journal so far (a continue). At
-   * least 100ms and at most timeout.
+   * least 100ms and at most invocationTimeout.
    */
   maxInvocationDuration?: Duration;
   /**
    * The longest sleep (step.sleep, step.sleepUntil) an invocation waits out in its
    * process, checkpointed, instead of suspending the run: a sleep of 1s then costs no
    * second invocation. Off by default. An invocation sleeps in its process only with time
-   * to spare before its timeout and its maxInvocationDuration; while it does, the run is
+   * to spare before its invocationTimeout and its maxInvocationDuration; while it does, the run is
    * running, not sleeping, and holds its concurrency slots. Not part of the manifest.
    */
   sleepInProcess?: Duration;
@@ -140,12 +147,12 @@ export function createFunction<In = unknown, Out = unknown>(
     throw new TypeError(`stepgate: invalid function name ${JSON.stringify(opts.name)}: use 1 to 255 letters, digits, '.', '_' or '-', starting with a letter or digit`);
   }
   const c: FunctionConfig = {};
-  if (opts.timeout !== undefined) c.timeout = toGo(opts.timeout, "timeout");
-  if (opts.maxAttempts !== undefined || opts.backoff) {
+  if (opts.invocationTimeout !== undefined) c.timeout = toGo(opts.invocationTimeout, "invocationTimeout");
+  if (opts.invocationAttempts !== undefined || opts.invocationBackoff) {
     c.retries = {};
-    if (opts.maxAttempts !== undefined) c.retries.max_attempts = Math.max(1, Math.floor(opts.maxAttempts));
-    if (opts.backoff?.initial !== undefined) c.retries.initial_interval = toGo(opts.backoff.initial, "backoff.initial");
-    if (opts.backoff?.max !== undefined) c.retries.max_interval = toGo(opts.backoff.max, "backoff.max");
+    if (opts.invocationAttempts !== undefined) c.retries.max_attempts = Math.max(1, Math.floor(opts.invocationAttempts));
+    if (opts.invocationBackoff?.initial !== undefined) c.retries.initial_interval = toGo(opts.invocationBackoff.initial, "invocationBackoff.initial");
+    if (opts.invocationBackoff?.max !== undefined) c.retries.max_interval = toGo(opts.invocationBackoff.max, "invocationBackoff.max");
   }
   let budgetMs = 0;
   if (opts.maxInvocationDuration !== undefined) {

@@ -406,52 +406,17 @@ export class Invocation {
     };
     if (this.stop) stopWith(this.stop);
     if ((this.pending || this.flushing) && !(await this.flush())) stopWith(this.stoppedWith ?? retry("checkpoint", where));
-    const body = JSON.stringify(w);
-    let delay = CHECKPOINT_BACKOFF_MS;
-    let last = "";
-    for (let attempt = 0; ; attempt++) {
-      if (attempt > 0) {
-        await sleepMs(delay, this.requestSignal);
-        const gone = this.gone();
-        if (gone) stopWith(retry("checkpoint", `${where}: ${gone} (last: ${last})`));
-        delay = Math.min(2 * delay, MAX_CHECKPOINT_BACKOFF_MS);
-      }
-      let resp: PostResult;
-      try {
-        resp = await this.post(
-          this.req.checkpoint.url + "/stream",
-          { "Content-Type": "application/json", Authorization: `Bearer ${this.req.checkpoint.token}` },
-          body,
-          this.postSignal(attempt),
-        );
-      } catch (err) {
-        last = String(err instanceof Error ? err.message : err);
-        if (this.gone()) stopWith(retry("checkpoint", `${where}: ${last}`));
-        continue;
-      }
-      const code = resp.status;
-      if (code >= 200 && code < 300) return undefined;
-      let problem: { type?: string; detail?: string } = {};
-      try {
-        problem = JSON.parse(resp.body);
-      } catch {
-        // A body that is not a problem leaves it empty.
-      }
-      const detail = problem.detail || String(code);
-      if (code === 409) {
-        const typ = (problem.type ?? "").split("/").pop() ?? "";
-        if (typ === "limit_exceeded" || typ === "stream_closed") return { type: typ, message: `${where}: ${detail}` };
-        return stopWith(failed("superseded", `${where}: ${detail}`));
-      }
-      if (code >= 500 || code === 408 || code === 429) {
-        last = `${code} ${detail}`;
-        const after = Number(resp.retryAfter);
-        if (after > 0) delay = Math.max(delay, Math.min(after * 1000, MAX_CHECKPOINT_BACKOFF_MS));
-        continue;
-      }
-      if (code === 401) return stopWith(retry("checkpoint", `${where}: ${code} ${detail}`));
-      return { type: "checkpoint", message: `${where}: ${code} ${detail}` };
+    const r = await this.postTried("/stream", JSON.stringify(w), where);
+    if ("stop" in r) return stopWith(r.stop);
+    const code = r.resp.status;
+    if (code >= 200 && code < 300) return undefined;
+    const { type, detail } = problemOf(r.resp);
+    if (code === 409) {
+      if (type === "limit_exceeded" || type === "stream_closed") return { type, message: `${where}: ${detail}` };
+      return stopWith(failed("superseded", `${where}: ${detail}`));
     }
+    if (code === 401) return stopWith(retry("checkpoint", `${where}: ${code} ${detail}`));
+    return { type: "checkpoint", message: `${where}: ${code} ${detail}` };
   }
 
   /**
@@ -484,51 +449,18 @@ export class Invocation {
       void this.halt(s);
       return false;
     };
-    let delay = CHECKPOINT_BACKOFF_MS;
-    let last = "";
-    for (let attempt = 0; ; attempt++) {
-      if (attempt > 0) {
-        await sleepMs(delay, this.requestSignal);
-        const gone = this.gone();
-        if (gone) return stopWith(retry("checkpoint", `${where}: ${gone} (last: ${last})`));
-        delay = Math.min(2 * delay, MAX_CHECKPOINT_BACKOFF_MS);
-      }
-      let resp: PostResult;
-      try {
-        resp = await this.post(
-          this.req.checkpoint.url + "/current",
-          { "Content-Type": "application/json", Authorization: `Bearer ${this.req.checkpoint.token}` },
-          body,
-          this.postSignal(attempt),
-        );
-      } catch (err) {
-        last = String(err instanceof Error ? err.message : err);
-        if (this.gone()) return stopWith(retry("checkpoint", `${where}: ${last}`));
-        continue;
-      }
-      const code = resp.status;
-      if (code >= 200 && code < 300) {
-        this.owned = true;
-        return true;
-      }
-      let problem: { type?: string; detail?: string } = {};
-      try {
-        problem = JSON.parse(resp.body);
-      } catch {
-        // A body that is not a problem leaves it empty.
-      }
-      const detail = problem.detail || String(code);
-      if (code === 409) return stopWith(failed("superseded", `${where}: ${detail}`));
-      if (code >= 500 || code === 408 || code === 429) {
-        last = `${code} ${detail}`;
-        const after = Number(resp.retryAfter);
-        if (after > 0) delay = Math.max(delay, Math.min(after * 1000, MAX_CHECKPOINT_BACKOFF_MS));
-        continue;
-      }
-      // 401 (the token expired or is another run's), or a gateway without the check: no
-      // step runs on an answer that is not a yes.
-      return stopWith(retry("checkpoint", `${where}: ${code} ${detail}`));
+    const r = await this.postTried("/current", body, where);
+    if ("stop" in r) return stopWith(r.stop);
+    const code = r.resp.status;
+    if (code >= 200 && code < 300) {
+      this.owned = true;
+      return true;
     }
+    const { detail } = problemOf(r.resp);
+    if (code === 409) return stopWith(failed("superseded", `${where}: ${detail}`));
+    // 401 (the token expired or is another run's), or a gateway without the check: no
+    // step runs on an answer that is not a yes.
+    return stopWith(retry("checkpoint", `${where}: ${code} ${detail}`));
   }
 
   /** The attempt this invocation makes of the step at seq (step_attempts, else 1). */
@@ -695,8 +627,39 @@ export class Invocation {
   /** Makes the checkpoint of e, declaring window w: its acknowledgement, or the Stop it ends with. */
   private async put(e: JournalEntry, w: number): Promise<{ ack: CheckpointAck } | { stop: Stop }> {
     if (w > 1 && e.window === undefined) e.window = w;
-    const body = JSON.stringify(e);
     const where = `checkpoint step ${e.seq} ${q(e.name)}`;
+    const r = await this.postTried("", JSON.stringify(e), where);
+    if ("stop" in r) return r;
+    const code = r.resp.status;
+    if (code >= 200 && code < 300) {
+      let ack: CheckpointAck = { seq: e.seq };
+      try {
+        if (r.resp.body) ack = { seq: e.seq, ...JSON.parse(r.resp.body) };
+      } catch {
+        // An older gateway's empty body is an acknowledgement too.
+      }
+      return { ack };
+    }
+    const { type, detail } = problemOf(r.resp);
+    if (code === 409) {
+      if (type === "nondeterminism" || type === "conflict") return { stop: failed("nondeterminism", `step ${e.seq} ${q(e.name)}: ${detail}`) };
+      return { stop: failed("superseded", `${where}: ${detail}`) };
+    }
+    // The invocation token expired or is unknown: a new invocation brings a new one.
+    if (code === 401) return { stop: retry("checkpoint", `${where}: ${code} ${detail}`) };
+    // The gateway refuses this entry (too large, invalid): another try makes the same.
+    return { stop: failed("checkpoint", `${where}: ${code} ${detail}`) };
+  }
+
+  /**
+   * POSTs body to checkpoint.url + path with the invocation token, and tries again, with
+   * a backoff from CHECKPOINT_BACKOFF_MS doubling up to MAX_CHECKPOINT_BACKOFF_MS (or
+   * the answer's Retry-After, within it), while the failure may pass: the POST could not
+   * be made, or the gateway answered 5xx, 408 or 429. Returns the first other answer, or,
+   * once the gateway has gone away (the request's signal), the retryable Stop naming
+   * where and the last failure.
+   */
+  private async postTried(path: string, body: string, where: string): Promise<{ resp: PostResult } | { stop: Stop }> {
     let delay = CHECKPOINT_BACKOFF_MS;
     let last = "";
     for (let attempt = 0; ; attempt++) {
@@ -709,7 +672,7 @@ export class Invocation {
       let resp: PostResult;
       try {
         resp = await this.post(
-          this.req.checkpoint.url,
+          this.req.checkpoint.url + path,
           { "Content-Type": "application/json", Authorization: `Bearer ${this.req.checkpoint.token}` },
           body,
           this.postSignal(attempt),
@@ -719,41 +682,27 @@ export class Invocation {
         if (this.gone()) return { stop: retry("checkpoint", `${where}: ${last}`) };
         continue;
       }
-      const text = resp.body;
       const code = resp.status;
-      if (code >= 200 && code < 300) {
-        let ack: CheckpointAck = { seq: e.seq };
-        try {
-          if (text) ack = { seq: e.seq, ...JSON.parse(text) };
-        } catch {
-          // An older gateway's empty body is an acknowledgement too.
-        }
-        return { ack };
-      }
-      let problem: { type?: string; detail?: string } = {};
-      try {
-        problem = JSON.parse(text);
-      } catch {
-        // A body that is not a problem leaves it empty.
-      }
-      const detail = problem.detail || String(code);
-      if (code === 409) {
-        const typ = (problem.type ?? "").split("/").pop();
-        if (typ === "nondeterminism" || typ === "conflict") return { stop: failed("nondeterminism", `step ${e.seq} ${q(e.name)}: ${detail}`) };
-        return { stop: failed("superseded", `${where}: ${detail}`) };
-      }
       if (code >= 500 || code === 408 || code === 429) {
-        last = `${code} ${detail}`;
+        last = `${code} ${problemOf(resp).detail}`;
         const after = Number(resp.retryAfter);
         if (after > 0) delay = Math.max(delay, Math.min(after * 1000, MAX_CHECKPOINT_BACKOFF_MS));
         continue;
       }
-      // The invocation token expired or is unknown: a new invocation brings a new one.
-      if (code === 401) return { stop: retry("checkpoint", `${where}: ${code} ${detail}`) };
-      // The gateway refuses this entry (too large, invalid): another try makes the same.
-      return { stop: failed("checkpoint", `${where}: ${code} ${detail}`) };
+      return { resp };
     }
   }
+}
+
+/** The type (the last segment of its path) and the detail (else the status code) of a problem answer. */
+function problemOf(resp: PostResult): { type: string; detail: string } {
+  let problem: { type?: string; detail?: string } = {};
+  try {
+    problem = JSON.parse(resp.body);
+  } catch {
+    // A body that is not a problem leaves it empty.
+  }
+  return { type: (problem.type ?? "").split("/").pop() ?? "", detail: problem.detail || String(resp.status) };
 }
 
 function sleepMs(ms: number, signal?: AbortSignal): Promise<void> {

@@ -175,6 +175,60 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/functions/{name}/runs/with-message": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description Letters, digits, `.`, `_`, `-`; 1 to 255 characters.
+                 * @example orders.checkout
+                 */
+                name: components["parameters"]["FunctionName"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Starts the run of an idempotency key if there is none, and sends it a message, in one transaction. Needs `runs:invoke` and `events:send`.
+         * @description Temporal's signal-with-start. In one transaction: the run of the function with the
+         *     `Idempotency-Key` (required here) is created, as `POST /v1/functions/{name}/runs`
+         *     creates it, unless the tenant has one already, and the message is put in that
+         *     run's mailbox, as `POST /v1/runs/{id}/messages` puts it (the same checks, bounds,
+         *     mailbox limit and tenant quota). A refused call stores nothing: no run, no message.
+         *     The run takes the message with a `receive` of its `topic` (`step.Receive`), once
+         *     it gets there; a run already suspended on that receive takes it at once and is
+         *     invoked again (`message.consumed`). `created` says whether this call created the
+         *     run.
+         *
+         *     The caller needs both `runs:invoke` (the operation's permission) and `events:send`
+         *     (a 403 naming it otherwise, and nothing is stored), and the function's
+         *     `invoke_roles` must allow it, as for any start.
+         *
+         *     The message's id is the `Idempotency-Key`, so a retry (the same key, input and
+         *     message) creates nothing and delivers nothing again: it answers the same run and
+         *     the first message, with `message.duplicate` (also once the run has finished). The
+         *     same key with another input, or another message (topic or data), is a 409. A key
+         *     of the form `<run id>:<seq>` is a 400: that form is reserved for the messages runs
+         *     send.
+         *
+         *     Unlike Temporal, the key names one run for good: when the key's run has finished
+         *     (completed, failed or cancelled) without this message, the call is a 409 naming
+         *     the run and its status, and nothing is created; start another run with another
+         *     key. A debounced function (`config.debounce`) is a 400: its starts collapse into
+         *     another start's run. The function's throttle and rate limit apply as to any
+         *     start (a throttled run takes the message while `scheduled`). The start's other
+         *     options (`wait`, delays, deadlines, priority) are not offered here: wait for the
+         *     result at `Location`.
+         */
+        post: operations["startRunWithMessage"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/runs": {
         parameters: {
             query?: never;
@@ -1570,6 +1624,22 @@ export interface components {
             /** @description Where the next page starts; absent on the last page. */
             next_cursor?: string;
         };
+        StartWithMessage: {
+            input?: components["schemas"]["AnyJSON"];
+            message: {
+                /** @description What the run's `receive` awaits: 1 to 255 bytes. */
+                topic: string;
+                data?: components["schemas"]["AnyJSON"];
+            };
+        };
+        StartedWithMessage: {
+            /** @description The run's id. */
+            id: string;
+            status: components["schemas"]["RunStatus"];
+            /** @description This call created the run; false when the key named it already. */
+            created: boolean;
+            message: components["schemas"]["MessageReceipt"];
+        };
         MessageReceipt: {
             id: string;
             run_id: string;
@@ -2056,11 +2126,21 @@ export interface components {
          *     or that holds an object or an array, matches nothing. An event stored since the
          *     invocation started matches too (so none is lost while the function decides to
          *     wait), unless another wait of this run already received it; one stored before
-         *     never does. The first matching event resumes the run, in its own transaction:
-         *     the gateway journals at `seq` an entry of kind `wait_event` named `name` with
-         *     `{"event": ...}` and calls the run again. When `timeout` (from `1s` to 10 years, default `24h`) passes first, the
+         *     never does, unless the await looks back (below). The first matching event
+         *     resumes the run, in its own transaction: the gateway journals at `seq` an
+         *     entry of kind `wait_event` named `name` with `{"event": ...}` and calls the run
+         *     again. When `timeout` (from `1s` to 10 years, default `24h`) passes first, the
          *     entry is `{"timed_out": true}`. A tenant's runs may wait on at most 64 different
-         *     sets of paths per event name.
+         *     sets of paths per event name. A look-back widens which events stored before the
+         *     wait match: with `since_start: true`, any stored since the run was created (the
+         *     event that started the run included); with `since`, any stored at or after that
+         *     time. The earliest such event (by `created_at`, then `id`) that matches, and that
+         *     no other wait of this run received, is journaled when the wait is stored, and the
+         *     run is called again at once; with none, the run waits as without a look-back.
+         *     `since` must be neither after the database clock when the wait is stored nor
+         *     further back than the event retention (`STEPGATE_RETENTION`: older events are
+         *     deleted), or the run fails (`bad_answer`, naming the bound); an await takes
+         *     `since` or `since_start`, not both.
          *
          *     `receive`: take the oldest message of `topic` (1 to 255 bytes) from the run's
          *     mailbox (`POST /v1/runs/{id}/messages`, or a `send` entry of another run), or
@@ -2096,9 +2176,9 @@ export interface components {
          *     kind `wait_any` named `name` with `{"index": i, "kind": "<the alternative's
          *     type>", "output": <what that alternative's own entry would hold>}`, or
          *     `{"timed_out": true}`. An alternative that has already come when the wait is
-         *     stored (an event since the invocation started, a resolved callback, a message in
-         *     the mailbox) is journaled at once, the first in `of` order; the others are not
-         *     stored, and a message is taken from the mailbox only if its receive is the one
+         *     stored (an event since the invocation started or its look-back, a resolved
+         *     callback, a message in the mailbox) is journaled at once, the first in `of`
+         *     order; the others are not stored, and a message is taken from the mailbox only if its receive is the one
          *     chosen. A callback resolved after another alternative came is a 409.
          *
          *     `continue`: the function stopped early, at a step boundary, to stay under its
@@ -2129,6 +2209,13 @@ export interface components {
             match?: {
                 [key: string]: components["schemas"]["AnyJSON"];
             };
+            /**
+             * Format: date-time
+             * @description `wait_event`: a look-back: an event stored at or after this time matches too, the earliest first (not after the database clock, nor further back than the event retention `STEPGATE_RETENTION`; not with `since_start`).
+             */
+            since?: string;
+            /** @description `wait_event`: a look-back: an event stored since the run was created matches too, the earliest first (default false; not with `since`). */
+            since_start?: boolean;
             /** @description `receive`: the topic of the message to take. */
             topic?: string;
             /** @description `wait_event`, `receive`, `await_callback`: how long to wait, from when the gateway stores the wait. Defaults to `24h` for a `wait_event` and a `receive`, and to the callback's expiry for an `await_callback`. */
@@ -2690,6 +2777,62 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["RunResult"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["TooLarge"];
+            429: components["responses"]["Busy"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    startRunWithMessage: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description The run's idempotency key (per tenant and function), and the message's id. 1 to 255 bytes. */
+                "Idempotency-Key": string;
+            };
+            path: {
+                /**
+                 * @description Letters, digits, `.`, `_`, `-`; 1 to 255 characters.
+                 * @example orders.checkout
+                 */
+                name: components["parameters"]["FunctionName"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "input": {
+                 *         "order": "o-42"
+                 *       },
+                 *       "message": {
+                 *         "topic": "approval",
+                 *         "data": {
+                 *           "approved": true
+                 *         }
+                 *       }
+                 *     }
+                 */
+                "application/json": components["schemas"]["StartWithMessage"];
+            };
+        };
+        responses: {
+            /** @description The run exists (created now, or before) and the message is in its mailbox (now, or before). */
+            202: {
+                headers: {
+                    /** @description Where to attach to the result (`/v1/runs/{id}/result`). */
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StartedWithMessage"];
                 };
             };
             400: components["responses"]["BadRequest"];

@@ -1,17 +1,16 @@
 // The steps of a durable function, as the Go SDK's package step has them.
 import { type Duration, toGo, toMs } from "./duration.js";
 import type { Jsonify } from "./json.js";
-import { ErrorType, messageOf, NonRetryableError, StepError } from "./errors.js";
+import { ErrorType, messageOf, NonRetryableError, StepError, TimedOutError } from "./errors.js";
 import { runInStep } from "./context.js";
 import { failed, type Invocation, never, q, retry, suspended } from "./invocation.js";
 import { StreamWriter } from "./stream.js";
-import type { Await, EntryKind, ErrorInfo, InvokeCall, JournalEntry } from "./protocol.js";
+import type { Await, EntryKind, ErrorInfo, JournalEntry } from "./protocol.js";
+import { type Values, waitAll, waitFirst } from "./combine.js";
+import { Wait } from "./wait.js";
 
 /** How many attempts a step makes, the first included, unless its options say otherwise. */
 export const DEFAULT_MAX_ATTEMPTS = 3;
-
-/** The most child runs one invokeAll starts. */
-export const MAX_INVOKE_ALL = 64;
 
 /** Who started a run, as the gateway verified it from their token (never the token itself). */
 export interface Identity<Claims extends Record<string, unknown> = Record<string, unknown>> {
@@ -83,25 +82,56 @@ export interface Message<T = unknown> {
 }
 
 /** A callback made by step.callback: hand its url to whoever must resolve it. */
-export interface CallbackHandle {
+export interface Callback<T = unknown> {
+  /** The seq of its entry. */
   seq: number;
   name: string;
+  /** Resolve it with POST <url> and a JSON body (or reject it). */
   url: string;
   token: string;
   expiresAt: Date;
+  /**
+   * Its resolution's data, a wait (lazy, as step.sleep's: awaiting it takes a seq): a
+   * rejection rejects with a StepError (type "rejected" unless the rejection says
+   * otherwise); the callback's expiry, with a TimedOutError. Every call returns the same
+   * wait.
+   */
+  result(): Wait<T>;
 }
 
-/** A callback's resolution. */
-export interface CallbackResult<T = unknown> {
-  data: T;
-  /** "token" (whoever held the URL) or "identity" (a caller with runs:manage). */
-  resolver: string;
-  resolvedBy?: Identity;
-  resolvedAt?: Date;
+/** The options of step.waitForEvent. */
+export interface WaitForEventOptions {
+  /** The event's name. */
+  event: string;
+  /** Fields the event must hold: `{"data.order_id": "o-17"}` (dotted paths into {id, name, data}, scalar values). */
+  match?: Record<string, string | number | boolean | null>;
+  /** How long to wait before a TimedOutError (default 24h). */
+  timeout?: Duration;
+  /**
+   * A look-back: `"start"` also takes the earliest matching event stored since the run was
+   * created (the one that started it included), a time the earliest stored at or after it
+   * (neither in the future nor further back than the gateway's STEPGATE_RETENTION, or the
+   * run fails bad_answer). Without it, only events stored since this invocation started
+   * match, so starting a run and then sending it its event needs `since: "start"`.
+   */
+  since?: "start" | Date | string;
 }
 
-/** One child run of invokeAll. */
-export interface Call {
+/** The options of step.receive. */
+export interface ReceiveOptions {
+  /** How long to wait before a TimedOutError (default 24h). */
+  timeout?: Duration;
+}
+
+/** The options of step.callback. */
+export interface CallbackOptions {
+  /** How long the callback stays open (default 168h): after it, its result is a TimedOutError. */
+  timeout?: Duration;
+}
+
+/** The options of step.invoke: the child run. */
+export interface InvokeOptions {
+  /** The function to run (of the run's tenant). */
   function: string;
   input?: unknown;
   /**
@@ -110,23 +140,6 @@ export interface Call {
    */
   detached?: boolean;
 }
-
-/** One alternative of waitAny: an event (as waitForEvent), a callback, or a message of a topic. */
-export type Alternative =
-  | { event: string; match?: Record<string, string | number | boolean | null> }
-  | { callback: CallbackHandle }
-  | { topic: string };
-
-/** What came first in waitAny: its index, and the event, the callback's resolution or the message. */
-export interface Chosen<T = unknown> {
-  index: number;
-  event?: Event<T>;
-  callback?: CallbackResult<T>;
-  message?: Message<T>;
-}
-
-/** The outcome of one child of invokeAll: its output, or its StepError. */
-export type Outcome<T> = { ok: true; output: T } | { ok: false; error: StepError };
 
 const FUNCTION_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$/;
 const UUID = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
@@ -169,43 +182,45 @@ function identityOf(w: unknown): Identity {
 
 const stepError = (e: JournalEntry, info: ErrorInfo) => new StepError(e.seq, e.name, info.type, info.message);
 
-function eventFrom<T>(output: unknown): Event<T> | null {
+/** The event of a wait_event's entry e (or of a wait_any's alternative in it); a timeout throws. */
+function eventFrom<T>(e: JournalEntry, output: unknown): Event<T> {
   const got = (output ?? {}) as { timed_out?: boolean; event?: { id: string; name: string; data: T; identity: unknown; created_at: string } };
-  if (got.timed_out || !got.event) return null;
+  if (got.timed_out || !got.event) throw new TimedOutError(e.seq, e.name);
   const ev = got.event;
   return { id: ev.id, name: ev.name, data: ev.data, sender: identityOf(ev.identity), sentAt: new Date(ev.created_at) };
 }
 
-function messageFrom<T>(output: unknown): Message<T> | null {
+/** The message of a receive's entry e (or of a wait_any's alternative in it); a timeout throws. */
+function messageFrom<T>(e: JournalEntry, output: unknown): Message<T> {
   const got = (output ?? {}) as {
     timed_out?: boolean;
     message?: { id: string; topic: string; data: T; identity: unknown; source_run_id?: string; sent_at: string };
   };
-  if (got.timed_out || !got.message) return null;
+  if (got.timed_out || !got.message) throw new TimedOutError(e.seq, e.name);
   const m = got.message;
   const out: Message<T> = { id: m.id, topic: m.topic, data: m.data, sender: identityOf(m.identity), sentAt: new Date(m.sent_at) };
   if (m.source_run_id) out.senderRun = m.source_run_id;
   return out;
 }
 
-/** A callback's outcome journaled at e: its resolution, null when it timed out; a rejection throws. */
-function callbackFrom<T>(e: JournalEntry, output: unknown): CallbackResult<T> | null {
-  const got = (output ?? {}) as {
-    timed_out?: boolean; data?: T; error?: ErrorInfo; resolver?: string; resolved_by?: unknown; resolved_at?: string;
-  };
-  if (got.timed_out) return null;
+/** A callback's resolution journaled at e: its data; a rejection throws a StepError, a timeout a TimedOutError. */
+function callbackFrom<T>(e: JournalEntry, output: unknown): T {
+  const got = (output ?? {}) as { timed_out?: boolean; data?: T; error?: ErrorInfo };
+  if (got.timed_out) throw new TimedOutError(e.seq, e.name);
   if (got.error) throw stepError(e, got.error);
-  const out: CallbackResult<T> = { data: got.data as T, resolver: got.resolver ?? "" };
-  if (got.resolved_by) out.resolvedBy = identityOf(got.resolved_by);
-  if (got.resolved_at) out.resolvedAt = new Date(got.resolved_at);
-  return out;
+  return got.data as T;
 }
+
+/** A timer's wait_any timeout: ms (at least the gateway's 1s), a duration string. */
+const timerTimeout = (ms: number) => `${Math.max(1000, Math.ceil(ms))}ms`;
 
 /**
  * The steps of one invocation, handed to a function as `step`. Each call takes the next
- * seq of the run (1, 2, ...): when the journal already holds that seq the step is
+ * seq of the run (1, 2, ...), except a wait (sleep, sleepUntil, waitForEvent, receive,
+ * invoke, a callback's result()), which takes its seq when it is awaited (see Wait):
+ * when the journal already holds that seq the step is
  * replayed (run returns the journaled output without calling its function; a journaled
- * sleep returns at once), otherwise it runs and is journaled (checkpointed): every step
+ * sleep resolves at once), otherwise it runs and is journaled (checkpointed): every step
  * call resolves only once the gateway has acknowledged its entry (a checkpoint answered
  * 200), so code after a step never sees a result that a lost invocation could make the
  * step produce again. A function with lazyCheckpoints, or a run with the lazy option,
@@ -346,31 +361,45 @@ export class Step {
   }
 
   /**
-   * Suspends the run for d (milliseconds or a duration string such as "10m") from when
-   * the gateway receives the answer, on the database clock. On replay, the journaled sleep
-   * returns at once.
+   * A wait of d (milliseconds or a duration string such as "10m"): awaited, it suspends
+   * the run for d from when the gateway receives the answer, on the database clock; on
+   * replay, the journaled sleep resolves at once. In step.waitFirst it is the timer: the
+   * first of the waits to come unless another comes before d has passed (a timer under
+   * 1s waits 1s there, the gateway's shortest).
    *
-   * A short sleep may be waited out in the function's process instead, in one
-   * invocation: when d is at most the function's sleepInProcess (off by default) and the
-   * invocation has time to spare, the sleep is checkpointed (durable, with its wake time)
-   * and resolves when that time comes. If the process dies meanwhile, the gateway calls
-   * the function again at that time, as for a suspended sleep.
+   * A short sleep awaited alone may be waited out in the function's process instead, in
+   * one invocation: when d is at most the function's sleepInProcess (off by default) and
+   * the invocation has time to spare, the sleep is checkpointed (durable, with its wake
+   * time) and resolves when that time comes. If the process dies meanwhile, the gateway
+   * calls the function again at that time, as for a suspended sleep.
    */
-  async sleep(name: string, d: Duration): Promise<void> {
+  sleep(name: string, d: Duration): Wait<void> {
+    checkName("step name", name);
     const duration = goDuration(d, `sleep ${q(name)}: duration`);
-    return this.sleepFor(name, toMs(d, `sleep ${q(name)}: duration`), { duration });
+    const ms = toMs(d, `sleep ${q(name)}: duration`);
+    return this.timer(name, () => ms, { duration });
   }
 
-  /** Suspends the run until t, like sleep (waited out in the process when t is near). */
-  async sleepUntil(name: string, t: Date | string): Promise<void> {
+  /** A wait until t, like sleep (waited out in the process when t is near). */
+  sleepUntil(name: string, t: Date | string): Wait<void> {
+    checkName("step name", name);
     const until = new Date(t);
     if (Number.isNaN(until.getTime())) throw new NonRetryableError(`step: sleep ${q(name)}: ${q(String(t))} is not a time`);
-    return this.sleepFor(name, until.getTime() - Date.now(), { until: until.toISOString() });
+    return this.timer(name, () => until.getTime() - Date.now(), { until: until.toISOString() });
   }
 
-  private async sleepFor(name: string, ms: number, aw: { duration?: string; until?: string }): Promise<void> {
-    checkName("step name", name);
-    const st = this.st;
+  /** The wait of a sleep of ms() from now, whose await says aw. */
+  private timer(name: string, ms: () => number, aw: { duration?: string; until?: string }): Wait<void> {
+    return new Wait<void>(this.st, {
+      kind: "sleep", name, role: "timer",
+      await: (seq) => ({ type: "sleep", seq, name, ...aw }),
+      decode: () => undefined,
+      timerTimeout: () => timerTimeout(ms()),
+      alone: (st) => this.sleepFor(st, name, ms(), aw),
+    });
+  }
+
+  private async sleepFor(st: Invocation, name: string, ms: number, aw: { duration?: string; until?: string }): Promise<void> {
     const n = st.next("sleep", name, 1, true);
     if (!n) return never();
     const seq = n.seq;
@@ -404,67 +433,70 @@ export class Step {
     return st.waitOut(new Date(ack.until).getTime() - Date.now());
   }
 
-  /** Journals nothing new: replays the entry of kind named name, or suspends on aw. */
-  private async suspendOn(kind: EntryKind, name: string, aw: (seq: number) => Await): Promise<void> {
-    checkName("step name", name);
-    const n = this.st.next(kind, name, 1, true);
-    if (!n) return never();
-    if (n.entries[0]) return;
-    return this.st.halt(suspended(aw(n.seq)));
-  }
-
   /**
-   * Starts a run of fn (a function of the run's tenant) with input as a child of this run,
-   * suspends until it ends, and returns its output; a child that failed, was cancelled or
-   * could not start (type not_found, forbidden) throws a StepError. The child runs as this
-   * run's identity. The child inherits this run's deadline; with detached, cancelling this
-   * run does not cancel the child, and the child does not inherit the deadline (it outlives
-   * this run, bounded only by its own function's run_timeout).
+   * A wait for a child run: awaited, it starts a run of opts.function (a function of the
+   * run's tenant) with opts.input as a child of this run, suspends until it ends, and
+   * gives its output; a child that failed, was cancelled or could not start (type
+   * not_found, forbidden) rejects with a StepError. The child runs as this run's
+   * identity. The child inherits this run's deadline; with detached, cancelling this run
+   * does not cancel the child, and the child does not inherit the deadline (it outlives
+   * this run, bounded only by its own function's run_timeout). step.waitAll starts the
+   * child runs among its waits at once; step.waitFirst refuses a child run.
    */
-  async invoke<T = unknown>(name: string, call: Call): Promise<T> {
+  invoke<T = unknown>(name: string, opts: InvokeOptions): Wait<T> {
     checkName("step name", name);
-    checkFunction(`step: invoke ${q(name)}: function`, call.function);
-    const input = jsonValue(call.input);
-    const n = this.st.next("invoke", name, 1, true);
-    if (!n) return never();
-    const e = n.entries[0];
-    if (e) {
-      if (e.error) throw stepError(e, e.error);
-      return (e.output ?? null) as T;
-    }
-    const aw: Await = { type: "invoke", seq: n.seq, name, function: call.function, input };
-    if (call.detached) aw.detached = true;
-    return this.st.halt(suspended(aw));
-  }
-
-  /**
-   * Starts a child run for each of calls (1 to 64) at once, suspends until all have
-   * ended, and returns their outcomes in order. The children take one seq each.
-   */
-  async invokeAll<T = unknown>(name: string, calls: Call[]): Promise<Outcome<T>[]> {
-    checkName("step name", name);
-    if (calls.length === 0 || calls.length > MAX_INVOKE_ALL) {
-      throw new NonRetryableError(`step: invoke_all ${q(name)}: ${calls.length} calls, not from 1 to ${MAX_INVOKE_ALL}`);
-    }
-    const wire: InvokeCall[] = calls.map((c, i) => {
-      checkFunction(`step: invoke_all ${q(name)}: calls[${i}]: function`, c.function);
-      const w: InvokeCall = { function: c.function, input: jsonValue(c.input) };
-      if (c.detached) w.detached = true;
-      return w;
+    checkFunction(`step: invoke ${q(name)}: function`, opts.function);
+    const input = jsonValue(opts.input);
+    return new Wait<T>(this.st, {
+      kind: "invoke", name, role: "child",
+      await: (seq) => ({ type: "invoke", seq, name, function: opts.function, input, ...(opts.detached ? { detached: true } : {}) }),
+      decode: (e, out) => {
+        if (e.error) throw stepError(e, e.error);
+        return (out ?? null) as T;
+      },
     });
-    const st = this.st;
-    const n = st.next("invoke", name, calls.length, true);
-    if (!n) return never();
-    const journaled = n.entries.filter((e) => e).length;
-    if (journaled === 0) return st.halt(suspended({ type: "invoke_all", seq: n.seq, name, calls: wire }));
-    if (journaled < calls.length) {
-      return st.halt(retry("replay", `invoke_all ${q(name)}: ${journaled} of the ${calls.length} children at seqs ${n.seq} to ${n.seq + calls.length - 1} are journaled; the run is called again once all are`));
-    }
-    return n.entries.map((e) =>
-      e!.error ? { ok: false, error: stepError(e!, e!.error) } : { ok: true, output: (e!.output ?? null) as T },
-    );
   }
 
+  /**
+   * Waits for the first of waits to come and resolves with its index in waits; awaiting
+   * that wait then gives its outcome at once. The others stay as they were: awaiting one
+   * later waits for it anew (a message not chosen was not taken from the mailbox).
+   *
+   * Waits the gateway keeps (step.waitForEvent, step.receive, a callback's result(), and
+   * at most one timer, step.sleep or step.sleepUntil) are waited for at one seq (a
+   * wait_any, up to 8 besides the timer): the timer is its timeout, and comes first
+   * when it passes (a timer under 1s waits 1s, the gateway's shortest); without one the
+   * wait lasts until a callback among the waits expires, or else up to the gateway's
+   * longest, 10 years, then rejects with a TimedOutError. In a waitFirst the timer is the
+   * timeout, so these waits take no timeout option of their own. A callback not chosen
+   * refuses a resolution until its result is awaited again. A wait that already has its
+   * outcome, or is being awaited (at a seq of its own), is the first, taking no seq.
+   *
+   * Promises of steps running in parallel (step.run) resolve it with the first to settle
+   * (resolve or reject): its index is journaled as a step called name, so a replay
+   * picks the same.
+   *
+   * Refused with a NonRetryableError: a child run (step.invoke: the gateway cannot wait
+   * for the first of a child run and other waits; use waitAll), step promises mixed with
+   * waits the gateway keeps, two timers, a wait with its own timeout, two receives of one
+   * topic.
+   */
+  waitFirst(name: string, ...waits: PromiseLike<unknown>[]): Promise<number> {
+    checkName("step name", name);
+    return waitFirst(this.st, name, waits, (pick) => this.run(name, pick, { retries: 0 }));
+  }
+
+  /**
+   * Waits for all of waits and resolves with their values, in order (as Promise.all, for
+   * waits): first the promises of steps running in parallel (step.run), then every child
+   * run among them (step.invoke) at once (one invoke_all; their entries take one seq each
+   * and are named by the first child's name), then the other waits in the order given,
+   * each at its own seq. Rejects, once all are done, with the first error in the order
+   * given.
+   */
+  waitAll<const W extends readonly unknown[]>(...waits: W): Promise<Values<W>> {
+    return waitAll(this.st, waits);
+  }
   /**
    * Journals an entry made now (an event, a value, a message, a callback) with the
    * gateway; resolves with the acknowledgement, or never when the invocation stopped.
@@ -504,24 +536,24 @@ export class Step {
   }
 
   /**
-   * Suspends until an event named event whose fields hold match's values arrives
-   * (`{"data.order_id": "o-17"}`: dotted paths into {id, name, data}, scalar values), or
-   * timeout passes (default 24h); returns the event, or null when it timed out.
+   * A wait for an event named opts.event whose fields hold opts.match's values
+   * (`{"data.order_id": "o-17"}`: dotted paths into {id, name, data}, scalar values):
+   * awaited, it suspends until one arrives, and gives it; after opts.timeout (default 24h)
+   * it rejects with a TimedOutError. Only events stored since the invocation that waits
+   * started match, unless opts.since looks back further ("start": since the run was
+   * created).
    */
-  async waitForEvent<T = unknown>(name: string, opts: { event: string; match?: Record<string, string | number | boolean | null>; timeout?: Duration }): Promise<Event<T> | null> {
+  waitForEvent<T = unknown>(name: string, opts: WaitForEventOptions): Wait<Event<T>> {
     checkName("step name", name);
     const timeout = opts.timeout === undefined ? undefined : goDuration(opts.timeout, `wait ${q(name)}: timeout`);
-    const n = this.st.next("wait_event", name, 1, true);
-    if (!n) return never();
-    const e = n.entries[0];
-    if (!e) {
-      const aw: Await = { type: "wait_event", seq: n.seq, name, event: opts.event, match: opts.match ?? {} };
-      if (timeout) aw.timeout = timeout;
-      return this.st.halt(suspended(aw));
-    }
-    return eventFrom<T>(e.output);
+    const match = opts.match ?? {};
+    const since = lookBack(name, opts.since);
+    return new Wait<Event<T>>(this.st, {
+      kind: "wait_event", name, role: "alternative", ...(timeout ? { timeout } : {}),
+      await: (seq) => ({ type: "wait_event", seq, name, event: opts.event, match, ...(timeout ? { timeout } : {}), ...since }),
+      decode: (e, out) => eventFrom<T>(e, out),
+    });
   }
-
   /**
    * Sends a message of topic with data to the run runId of the same tenant, once. A
    * message that cannot be sent (type not_found, forbidden, finished, limit_exceeded) throws a
@@ -544,29 +576,26 @@ export class Step {
   }
 
   /**
-   * Takes the oldest message of topic from the run's mailbox, or suspends until one is
-   * sent or timeout passes (default 24h); null when it timed out.
+   * A wait for a message of topic: awaited, it takes the oldest message of topic from
+   * the run's mailbox, or suspends until one is sent; after opts.timeout (default 24h) it
+   * rejects with a TimedOutError.
    */
-  async receive<T = unknown>(topic: string, opts: { timeout?: Duration } = {}): Promise<Message<T> | null> {
+  receive<T = unknown>(topic: string, opts: ReceiveOptions = {}): Wait<Message<T>> {
     checkName("topic", topic);
     const timeout = opts.timeout === undefined ? undefined : goDuration(opts.timeout, `receive ${q(topic)}: timeout`);
-    const n = this.st.next("receive", topic, 1, true);
-    if (!n) return never();
-    const e = n.entries[0];
-    if (!e) {
-      const aw: Await = { type: "receive", seq: n.seq, name: topic, topic };
-      if (timeout) aw.timeout = timeout;
-      return this.st.halt(suspended(aw));
-    }
-    return messageFrom<T>(e.output);
+    return new Wait<Message<T>>(this.st, {
+      kind: "receive", name: topic, role: "alternative", ...(timeout ? { timeout } : {}),
+      await: (seq) => ({ type: "receive", seq, name: topic, topic, ...(timeout ? { timeout } : {}) }),
+      decode: (e, out) => messageFrom<T>(e, out),
+    });
   }
 
   /**
-   * Makes a callback: a URL that the outside world resolves once (a person's approval, a
-   * webhook) with POST <url> and a JSON body. It expires after timeout (default 168h).
-   * Wait for it with awaitCallback.
+   * Makes a callback, at once (it takes a seq and is journaled): a URL that the outside
+   * world resolves once (a person's approval, a webhook) with POST <url> and a JSON body.
+   * It expires after opts.timeout (default 168h). Its result() is the wait for it.
    */
-  async callback(name: string, opts: { timeout?: Duration } = {}): Promise<CallbackHandle> {
+  async callback<T = unknown>(name: string, opts: CallbackOptions = {}): Promise<Callback<T>> {
     checkName("step name", name);
     const timeout = opts.timeout === undefined ? undefined : goDuration(opts.timeout, `callback ${q(name)}: timeout`);
     const st = this.st;
@@ -582,71 +611,14 @@ export class Step {
     if (!got.token) {
       return st.halt(retry("callback", `callback ${n.seq} ${q(name)}: the gateway gave no token (output ${JSON.stringify(out ?? null)})`));
     }
-    return { seq: n.seq, name, url: got.url ?? "", token: got.token, expiresAt: new Date(got.expires_at ?? 0) };
+    const seq = n.seq;
+    const result = new Wait<T>(st, {
+      kind: "await_callback", name, role: "alternative",
+      await: (at) => ({ type: "await_callback", seq: at, name, callback_seq: seq }),
+      decode: (e, o) => callbackFrom<T>(e, o),
+    });
+    return { seq, name, url: got.url ?? "", token: got.token, expiresAt: new Date(got.expires_at ?? 0), result: () => result };
   }
-
-  /**
-   * Suspends until the callback cb is resolved (returns its data), rejected (throws a
-   * StepError, type "rejected" unless the rejection says otherwise) or timeout passes
-   * (null; default: the callback's expiry).
-   */
-  async awaitCallback<T = unknown>(cb: CallbackHandle, opts: { timeout?: Duration } = {}): Promise<CallbackResult<T> | null> {
-    const timeout = opts.timeout === undefined ? undefined : goDuration(opts.timeout, `callback ${q(cb.name)}: timeout`);
-    const n = this.st.next("await_callback", cb.name, 1, true);
-    if (!n) return never();
-    const e = n.entries[0];
-    if (!e) {
-      const aw: Await = { type: "await_callback", seq: n.seq, name: cb.name, callback_seq: cb.seq };
-      if (timeout) aw.timeout = timeout;
-      return this.st.halt(suspended(aw));
-    }
-    return callbackFrom<T>(e, e.output);
-  }
-
-  /**
-   * Suspends until the first of alternatives comes (1 to 8: an event, a callback's
-   * resolution or a message), or timeout passes (default 24h), and returns which came
-   * (its index in alternatives) with what it brought; null when it timed out. The others
-   * are ended: a callback resolved after another alternative came is refused.
-   */
-  async waitAny<T = unknown>(name: string, alternatives: Alternative[], opts: { timeout?: Duration } = {}): Promise<Chosen<T> | null> {
-    checkName("step name", name);
-    if (alternatives.length === 0 || alternatives.length > 8) {
-      throw new NonRetryableError(`step: wait_any ${q(name)}: ${alternatives.length} alternatives, not 1 to 8`);
-    }
-    const timeout = opts.timeout === undefined ? undefined : goDuration(opts.timeout, `wait_any ${q(name)}: timeout`);
-    const n = this.st.next("wait_any", name, 1, true);
-    if (!n) return never();
-    const e = n.entries[0];
-    if (!e) {
-      const of: Await[] = alternatives.map((a) =>
-        "event" in a
-          ? { type: "wait_event", seq: n.seq, name, event: a.event, match: a.match ?? {} }
-          : "callback" in a
-            ? { type: "await_callback", seq: n.seq, name, callback_seq: a.callback.seq }
-            : { type: "receive", seq: n.seq, name, topic: a.topic },
-      );
-      const aw: Await = { type: "wait_any", seq: n.seq, name, of };
-      if (timeout) aw.timeout = timeout;
-      return this.st.halt(suspended(aw));
-    }
-    const got = (e.output ?? {}) as { timed_out?: boolean; index?: number; kind?: string; output?: unknown };
-    if (got.timed_out) return null;
-    const chosen: Chosen<T> = { index: got.index ?? 0 };
-    switch (got.kind) {
-      case "wait_event":
-        chosen.event = eventFrom<T>(got.output) ?? undefined;
-        break;
-      case "await_callback":
-        chosen.callback = callbackFrom<T>(e, got.output) ?? undefined;
-        break;
-      case "receive":
-        chosen.message = messageFrom<T>(got.output) ?? undefined;
-        break;
-    }
-    return chosen;
-  }
-
   /**
    * Publishes value under key for clients to read while the run goes on
    * (GET /v1/runs/{id}/values/{key}); it takes a seq, as a step does.
@@ -783,4 +755,13 @@ export class Step {
   async random(name: string): Promise<number> {
     return this.run(name, () => Math.random());
   }
+}
+
+/** lookBack turns a wait's since option into the protocol's look-back fields. */
+function lookBack(name: string, since: WaitForEventOptions["since"]): { since?: string; since_start?: boolean } {
+  if (since === undefined) return {};
+  if (since === "start") return { since_start: true };
+  const t = since instanceof Date ? since : new Date(since);
+  if (Number.isNaN(t.getTime())) throw new NonRetryableError(`step: wait ${q(name)}: since ${q(String(since))} is not "start" or a time`);
+  return { since: t.toISOString() };
 }

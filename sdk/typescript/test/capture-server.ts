@@ -33,7 +33,7 @@ const gate = async (where: string, runId: string) => {
 };
 const gatedName = process.env.STEPGATE_CAPTURE_GATED;
 const gated = (name: string) =>
-  createFunction({ name, backoff: { initial: "100ms", max: "200ms" } }, async ({ step, run }) => {
+  createFunction({ name, invocationBackoff: { initial: "100ms", max: "200ms" } }, async ({ step, run }) => {
     await gate("before", run.id);
     return step.run("charge", async () => {
       appendFileSync(join(dir, `${name}-${run.id}`), "charge\n");

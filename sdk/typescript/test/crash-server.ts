@@ -41,7 +41,7 @@ if (!process.env.STEPGATE_CRASH_APP) {
   const dir = process.env.STEPGATE_CRASH_DIR ?? ".";
   const charge = (lazyCheckpoints: boolean) =>
     createFunction(
-      { name: lazyCheckpoints ? "crash.lazy" : "crash.eager", lazyCheckpoints, maxAttempts: 10, backoff: { initial: "300ms", max: "1s" } },
+      { name: lazyCheckpoints ? "crash.lazy" : "crash.eager", lazyCheckpoints, invocationAttempts: 10, invocationBackoff: { initial: "300ms", max: "1s" } },
       async ({ step, run }) => {
         const counter = join(dir, run.id);
         const charged = await step.run("charge", () => (appendFileSync(counter, "charge\n"), 42));

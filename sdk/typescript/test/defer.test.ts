@@ -51,13 +51,13 @@ describe("eager checkpoints, the default", () => {
   });
 
   test("every kind of step is journaled before it resolves, and the step before an await before the suspension", async () => {
-    const awaits: Record<string, (step: Step) => Promise<unknown>> = {
+    const awaits: Record<string, (step: Step) => PromiseLike<unknown>> = {
       sleep: (step) => step.sleep("nap", "1h"),
       wait_event: (step) => step.waitForEvent("paid", { event: "payment" }),
-      wait_any: (step) => step.waitAny("either", [{ event: "payment" }, { topic: "cancel" }]),
+      wait_any: (step) => step.waitFirst("either", step.waitForEvent("paid", { event: "payment" }), step.receive("cancel")),
       receive: (step) => step.receive("inbox"),
       invoke: (step) => step.invoke("child", { function: "one" }),
-      invoke_all: (step) => step.invokeAll("children", [{ function: "one" }, { function: "one" }]),
+      invoke_all: (step) => step.waitAll(step.invoke("child", { function: "one" }), step.invoke("child", { function: "one" })),
     };
     for (const [kind, wait] of Object.entries(awaits)) {
       const id = runId();
@@ -178,13 +178,13 @@ describe("lazy checkpoints: the last step rides with the answer", () => {
   test("an await that suspends carries the held step in the suspended answer, with no checkpoint", async () => {
     // Each await whose fresh path suspends the run: the held step rides in the answer's
     // steps (journaled before the await's entry), as Go's NextAwaitN.
-    const awaits: Record<string, (step: any) => Promise<unknown>> = {
+    const awaits: Record<string, (step: Step) => PromiseLike<unknown>> = {
       sleep: (step) => step.sleep("nap", "1h"),
       wait_event: (step) => step.waitForEvent("paid", { event: "payment" }),
-      wait_any: (step) => step.waitAny("either", [{ event: "payment" }, { topic: "cancel" }]),
+      wait_any: (step) => step.waitFirst("either", step.waitForEvent("paid", { event: "payment" }), step.receive("cancel")),
       receive: (step) => step.receive("inbox"),
       invoke: (step) => step.invoke("child", { function: "one" }),
-      invoke_all: (step) => step.invokeAll("children", [{ function: "one" }, { function: "one" }]),
+      invoke_all: (step) => step.waitAll(step.invoke("child", { function: "one" }), step.invoke("child", { function: "one" })),
     };
     for (const [kind, wait] of Object.entries(awaits)) {
       let charges = 0;

@@ -258,6 +258,13 @@ export class Gateway {
         case "invoke":
           j.push({ seq: aw.seq, kind: "invoke", name: aw.name, ...(opts.children?.(aw) ?? { output: null }) });
           break;
+        case "invoke_all":
+          // Each child at a seq of its own, named by the invoke_all, as the gateway journals them.
+          (aw.calls ?? []).forEach((c, k) => {
+            const child: Await = { type: "invoke", seq: aw.seq + k, name: aw.name, ...c };
+            j.push({ seq: aw.seq + k, kind: "invoke", name: aw.name, ...(opts.children?.(child) ?? { output: null }) });
+          });
+          break;
         case "continue":
           break;
         default:

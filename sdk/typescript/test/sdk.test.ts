@@ -24,7 +24,7 @@ const rides = (a: { steps?: JournalEntry[] }) => (a.steps ?? []).map((e) => `${e
 
 describe("steps", () => {
   test("a duration that is not one fails the run at once, as an invalid step name does", async () => {
-    const cases: [string, (step: Step) => Promise<unknown>, string][] = [
+    const cases: [string, (step: Step) => PromiseLike<unknown>, string][] = [
       ["sleep", (step) => step.sleep("nap", "ten minutes"), `step: sleep "nap": duration "ten minutes" is not a duration: use milliseconds or a string such as "1.5s", "10m" or "1h30m"`],
       ["negative", (step) => step.sleep("nap", -5), `step: sleep "nap": duration -5 is not a duration (milliseconds, 0 or more)`],
       ["timeout", (step) => step.waitForEvent("paid", { event: "payment", timeout: "1 day" }), `step: wait "paid": timeout "1 day" is not a duration: use milliseconds or a string such as "1.5s", "10m" or "1h30m"`],
@@ -52,7 +52,7 @@ describe("steps", () => {
     const r = await gw.invoke(app(fn), APP, gw.request(id, "keeper", null));
     assert.deepEqual(r.body, { status: "completed", output: "answered" });
     let ran = 0;
-    const calls: [string, () => Promise<unknown>][] = [
+    const calls: [string, () => PromiseLike<unknown>][] = [
       ["step", () => kept!.run("late", () => ++ran)],
       ["step", () => kept!.run("late", () => ++ran)], // a second call is refused just the same
       ["sleep", () => kept!.sleep("nap", "1s")],
@@ -62,7 +62,7 @@ describe("steps", () => {
       ["stream", () => kept!.stream("out").write("late")],
     ];
     for (const [kind, call] of calls) {
-      await assert.rejects(call(), (e: unknown) => {
+      await assert.rejects(Promise.resolve(call()), (e: unknown) => {
         assert.ok(e instanceof NonRetryableError, kind);
         assert.match(e.message, new RegExp(`^${kind} "[a-z]+": the invocation of run ${id} \\(attempt 1\\) has answered, so its step object cannot run or journal anything`));
         return true;
@@ -283,27 +283,6 @@ describe("steps", () => {
     });
   });
 
-  test("waitAny suspends on its alternatives and returns the one that came", async () => {
-    const fn = createFunction({ name: "any" }, async ({ step }) => {
-      const cb = await step.callback("approval");
-      const got = await step.waitAny<{ ok: boolean }>("first", [{ event: "order.paid", match: { "data.id": 7 } }, { callback: cb }, { topic: "cancel" }], { timeout: "1h" });
-      return got;
-    });
-    const id = runId();
-    const r = await gw.invoke(app(fn), APP, gw.request(id, "any", null));
-    assert.deepEqual(r.body.await, {
-      type: "wait_any", seq: 2, name: "first", timeout: "1h",
-      of: [
-        { type: "wait_event", seq: 2, name: "first", event: "order.paid", match: { "data.id": 7 } },
-        { type: "await_callback", seq: 2, name: "first", callback_seq: 1 },
-        { type: "receive", seq: 2, name: "first", topic: "cancel" },
-      ],
-    });
-    gw.journal(id).push({ seq: 2, kind: "wait_any", name: "first", output: { index: 1, kind: "await_callback", output: { data: { ok: true }, resolver: "token", resolved_at: "2026-12-01T00:00:00Z" } } });
-    const done = await gw.invoke(app(fn), APP, gw.request(id, "any", null));
-    assert.deepEqual(done.body, { status: "completed", output: { index: 1, callback: { data: { ok: true }, resolver: "token", resolvedAt: "2026-12-01T00:00:00.000Z" } } });
-  });
-
   test("identity and run are given to the function; an input schema refuses bad input", async () => {
     const fn = createFunction<{ n: number }>({
       name: "who",
@@ -333,6 +312,11 @@ describe("serve", () => {
         functions: [{ name: "hello", path, config: { max_invocation_duration: "10s", triggers: [{ event: "user.created" }], concurrency: [{ limit: 2, key: "input.id" }] } }],
       });
     }
+  });
+
+  test("invocationAttempts and invocationBackoff are the manifest's retries (of invocations, not steps)", () => {
+    const retried = createFunction({ name: "retried", invocationAttempts: 5, invocationBackoff: { initial: 1500, max: "1m" } }, () => "hi");
+    assert.deepEqual(retried.config, { retries: { max_attempts: 5, initial_interval: "1500ms", max_interval: "1m" } });
   });
 
   test("unsigned, forged, expired, replayed and other-tenant requests get 401", async () => {

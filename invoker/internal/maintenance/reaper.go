@@ -1,0 +1,66 @@
+package maintenance
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stepgate/stepgate/journal"
+)
+
+// ReapBatch bounds the runs one statement of the Reaper recovers.
+const ReapBatch = 500
+
+// Reaper recovers the runs whose lease lapsed (their gateway died, or lost the database
+// for longer than the lease: journal.ReapExpiredLeases) and enqueues their jobs, a batch
+// of ReapBatch per transaction, at each maintenance pass. After this process could not
+// reach the database, it reaps no lease until it has reached it for two renewal
+// intervals (Health): the other gateways, cut off too, renew their leases first, so a
+// database restart costs no recovery.
+type Reaper struct {
+	pool       *pgxpool.Pool
+	enqueue    EnqueueFunc
+	renewEvery time.Duration
+	health     *Health
+	log        *slog.Logger
+}
+
+// NewReaper returns the Reaper of pool's runs, which enqueues with enqueue and waits for
+// health to be steady for two renewEvery before it reaps.
+func NewReaper(pool *pgxpool.Pool, enqueue EnqueueFunc, renewEvery time.Duration, health *Health, log *slog.Logger) *Reaper {
+	return &Reaper{pool: pool, enqueue: enqueue, renewEvery: renewEvery, health: health, log: log}
+}
+
+// Pass recovers every run whose lease lapsed, unless the database was unreachable
+// within two renewal intervals, and logs how many it recovered, or its error (the next
+// pass retries).
+func (r *Reaper) Pass(ctx context.Context) {
+	if !r.health.SteadyFor(2 * r.renewEvery) {
+		return
+	}
+	n, err := r.reap(ctx)
+	r.health.Observe(err)
+	if err != nil && ctx.Err() == nil {
+		r.log.Warn("recovering runs with expired leases failed; the next pass retries", slog.Any("error", err))
+	} else if n > 0 {
+		r.log.Warn("recovered runs whose gateway stopped renewing their lease", slog.Int("runs", n))
+	}
+}
+
+// reap recovers runs whose lease lapsed and enqueues their jobs, a batch per
+// transaction, and returns how many.
+func (r *Reaper) reap(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		ids, err := Requeue(ctx, r.pool, r.enqueue, func(tx pgx.Tx) ([]string, error) {
+			return journal.ReapExpiredLeases(ctx, tx, ReapBatch)
+		})
+		total += len(ids)
+		if err != nil || len(ids) < ReapBatch {
+			return total, err
+		}
+	}
+}

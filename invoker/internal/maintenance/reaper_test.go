@@ -1,0 +1,73 @@
+package maintenance_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stepgate/stepgate/internal/pgtest"
+	"github.com/stepgate/stepgate/invoker/internal/clock"
+	"github.com/stepgate/stepgate/invoker/internal/maintenance"
+)
+
+// TestReaper: the Reaper recovers the runs whose lease lapsed, and only those, enqueuing
+// their jobs in the transaction that recovers them (a failed enqueue recovers nothing);
+// it reaps nothing until the database has answered for two renewal intervals, at start
+// and after an outage, by its clock.
+func TestReaper(t *testing.T) {
+	t.Parallel()
+	const renewEvery = time.Second
+	dbURL := pgtest.DBURL(t)
+	proxy := pgtest.NewProxy(t, dbURL)
+	db, err := pgxpool.New(t.Context(), proxy.URL)
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
+
+	expired, live := newRun(t, db, claimed), newRun(t, db, claimed)
+	expire := func(id string) {
+		exec(t, db, `UPDATE stepgate.run SET lease_until = now() - interval '1 ms' WHERE id = $1`, id)
+	}
+	expire(expired.ID)
+
+	clk := clock.NewTest(time.Now())
+	health := maintenance.NewHealth(clk)
+	var log logs
+	enq := &enqueuer{}
+	r := maintenance.NewReaper(db, enq.enqueue, renewEvery, health, log.logger())
+
+	r.Pass(t.Context())
+	require.Equal(t, "running", status(t, db, expired.ID), "nothing reaped at start, before the others could renew")
+	clk.Advance(2*renewEvery - time.Nanosecond)
+	r.Pass(t.Context())
+	require.Equal(t, "running", status(t, db, expired.ID), "not yet two renewal intervals")
+
+	clk.Advance(time.Nanosecond)
+	enq.fail = errors.New("no room")
+	r.Pass(t.Context())
+	require.Equal(t, "running", status(t, db, expired.ID), "a failed enqueue recovers nothing")
+	require.Contains(t, log.String(), "recovering runs with expired leases failed; the next pass retries")
+	require.Contains(t, log.String(), "no room")
+
+	enq.fail = nil
+	r.Pass(t.Context())
+	require.Equal(t, "queued", status(t, db, expired.ID), "recovered")
+	require.Equal(t, []string{expired.ID}, enq.enqueued(), "its job enqueued with it, and no other")
+	require.Equal(t, "running", status(t, db, live.ID), "a live lease is untouched")
+	require.Contains(t, log.String(), "recovered runs whose gateway stopped renewing their lease")
+	require.Contains(t, log.String(), "runs=1")
+
+	// An outage: the pass that meets it restarts the steady time.
+	proxy.Cut()
+	r.Pass(t.Context())
+	proxy.Restore()
+	expire(live.ID)
+	r.Pass(t.Context())
+	require.Equal(t, "running", status(t, db, live.ID), "nothing reaped right after an outage")
+	clk.Advance(2 * renewEvery)
+	r.Pass(t.Context())
+	require.Equal(t, "queued", status(t, db, live.ID), "reaped once the database answered for two intervals")
+	require.Equal(t, []string{expired.ID, live.ID}, enq.enqueued())
+}

@@ -1,0 +1,110 @@
+package invoker_test
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// maintenanceDir is the package of the invoker's maintenance services.
+const maintenanceDir = "internal/maintenance"
+
+// TestMaintenanceImportsNoGatewayNorSDK keeps the maintenance services below the
+// invoker: they depend, directly or not, on neither the gateway nor the SDK
+// (functions/); what they need of the invoker they are handed as funcs.
+func TestMaintenanceImportsNoGatewayNorSDK(t *testing.T) {
+	t.Parallel()
+	const module = "github.com/stepgate/stepgate/"
+	list := exec.Command("go", "list", "-deps", "./"+maintenanceDir)
+	out, err := list.Output()
+	if ee, ok := err.(*exec.ExitError); ok {
+		t.Fatalf("go list: %v\n%s", err, ee.Stderr)
+	}
+	require.NoError(t, err)
+	checked := 0
+	for dep := range strings.Lines(strings.TrimSpace(string(out))) {
+		dep, ours := strings.CutPrefix(strings.TrimSpace(dep), module)
+		if !ours {
+			continue
+		}
+		checked++
+		for _, banned := range []string{"gateway", "functions", "invoker"} {
+			require.False(t, dep == banned || strings.HasPrefix(dep, banned+"/") && !strings.HasPrefix(dep, "invoker/internal/"),
+				"invoker/%s depends on %s: a maintenance service is handed what it needs of the invoker, and knows nothing of the gateway or the SDK", maintenanceDir, dep)
+		}
+	}
+	require.GreaterOrEqual(t, checked, 3, "the package's dependencies were listed")
+}
+
+// TestMaintenanceOneServicePerFile keeps each maintenance service a type of its own in
+// a file of its own: a file of package maintenance declares at most one type besides
+// River job args (a type with a Kind method), and a service type (one with a Pass, Run
+// or Work method) is the only type of its file.
+func TestMaintenanceOneServicePerFile(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob(filepath.Join(maintenanceDir, "*.go"))
+	require.NoError(t, err)
+	fset := token.NewFileSet()
+	types := map[string][]string{}   // file -> its types, job args aside
+	methods := map[string][]string{} // type -> its methods
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		require.NoError(t, err)
+		types[name] = nil
+		for _, d := range f.Decls {
+			switch d := d.(type) {
+			case *ast.GenDecl:
+				for _, s := range d.Specs {
+					if ts, ok := s.(*ast.TypeSpec); ok {
+						types[name] = append(types[name], ts.Name.Name)
+					}
+				}
+			case *ast.FuncDecl:
+				if d.Recv != nil {
+					recv := d.Recv.List[0].Type
+					if star, ok := recv.(*ast.StarExpr); ok {
+						recv = star.X
+					}
+					if id, ok := recv.(*ast.Ident); ok {
+						methods[id.Name] = append(methods[id.Name], d.Name.Name)
+					}
+				}
+			}
+		}
+	}
+	has := func(typ string, names ...string) bool {
+		for _, m := range methods[typ] {
+			for _, n := range names {
+				if m == n {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	services := 0
+	for file, ts := range types {
+		var kept []string
+		for _, typ := range ts {
+			if !has(typ, "Kind") {
+				kept = append(kept, typ)
+			}
+		}
+		require.LessOrEqual(t, len(kept), 1, "%s declares %v: one type per file (River job args aside)", file, kept)
+		for _, typ := range kept {
+			if has(typ, "Pass", "Run", "Work") {
+				services++
+			}
+		}
+	}
+	require.GreaterOrEqual(t, services, 9, "the services were found: %v", types)
+}

@@ -1,0 +1,38 @@
+package invoker
+
+import (
+	"time"
+
+	"github.com/stepgate/stepgate/invoker/internal/maintenance"
+	"github.com/stepgate/stepgate/journal"
+)
+
+// newMaintenance wires the invoker's maintenance services (package maintenance, one
+// type each), all on the invoker's clock and sharing one maintenance.Health: the
+// Renewer of this process's leases (lease.go), and the Maintainer whose passes, every
+// MaintainInterval on average, recover runs whose lease lapsed (Reaper), enqueue
+// stranded runs (Sweeper), arm the timers of upcoming wake-ups (Wakes) and deadlines
+// (Deadlines, deadline.go), keep the hot tables' statistics (Statistics), prune flow
+// control's stale rows (FlowPruner, flow.go) and handle schedules' overdue ticks
+// (OverdueTicks, schedule.go). Retention is a River periodic job (retention.go).
+func (inv *Invoker) newMaintenance() (*maintenance.Renewer, *maintenance.Maintainer) {
+	health := maintenance.NewHealth(inv.clock) // reap nothing before the others could renew
+	renewer := maintenance.NewRenewer(inv.pool, inv.leaseTTL, inv.renewEvery, inv.leases,
+		func(lost []journal.Lease) { inv.cancelCalls(lost, errLeaseLost) }, health, inv.log, inv.clock)
+	wakes := maintenance.NewWakes(inv.pool, inv.wakeLead(),
+		func(runID string) bool { return inv.timers.has(runTimer(runID)) },
+		func(runID string, d time.Duration) { inv.armTimer(runID, nil, d, 0) }, health, inv.log, inv.clock)
+	deadlines := maintenance.NewDeadlines(inv.pool, inv.wakeLead(),
+		func(runID string) bool { return inv.timers.has(deadlineTimer(runID)) },
+		func(runID string, d time.Duration) { inv.armDeadlineTimer(runID, d, 0) }, health, inv.log, inv.clock)
+	maintainer := maintenance.NewMaintainer(inv.maintainEvery, inv.clock,
+		maintenance.NewReaper(inv.pool, inv.enqueueNow, inv.renewEvery, health, inv.log).Pass,
+		maintenance.NewSweeper(inv.pool, inv.enqueueNow, inv.sweepGrace, health, inv.log).Pass,
+		wakes.Pass,
+		deadlines.Pass,
+		maintenance.NewStatistics(inv.pool, inv.log, inv.clock).Pass,
+		maintenance.NewFlowPruner(inv.pool, inv.log, inv.clock).Pass,
+		maintenance.NewOverdueTicks(inv.schedules.TickOverdue, health, inv.log, inv.clock).Pass,
+	)
+	return renewer, maintainer
+}
