@@ -203,6 +203,14 @@ func TestRequestBounds(t *testing.T) {
 	resp := sendMessage(t, c, runID, protocol.MessageSend{Topic: "request:never", ID: ptr("m-1")})
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode(), string(resp.Body))
 	require.Contains(t, problemDetail(t, resp.Body), `message topic "request:never" begins with "request:", which is reserved for requests`)
+	started, err := c.StartRunWithMessageWithResponse(t.Context(), "sink", &protocol.StartRunWithMessageParams{IdempotencyKey: "k-1"},
+		protocol.StartWithMessage{Message: struct {
+			Data  *protocol.AnyJSON `json:"data,omitempty"`
+			Topic string            `json:"topic"`
+		}{Topic: "request:never"}})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusBadRequest, started.StatusCode(), "a start with a message is a plain message: %s", started.Body)
+	require.Contains(t, problemDetail(t, started.Body), `message topic "request:never" begins with "request:", which is reserved for requests`)
 	mustSendMessage(t, c, runID, protocol.MessageSend{Topic: "plain", ID: ptr("m-2")})
 	r := sendRequest(t, c, runID, "", protocol.RequestSend{Name: "a", ID: ptr("m-2")})
 	require.Equal(t, http.StatusConflict, r.StatusCode(), string(r.Body))
