@@ -1828,7 +1828,7 @@ type StartWithMessage struct {
 		// Data Any JSON value, kept byte for byte.
 		Data *AnyJSON `json:"data,omitempty"`
 
-		// Topic What the run's `receive` awaits: 1 to 255 bytes.
+		// Topic What the run's `receive` awaits: 1 to 255 bytes; one that begins with `request:` is a 400 (reserved for requests).
 		Topic string `json:"topic"`
 	} `json:"message"`
 }

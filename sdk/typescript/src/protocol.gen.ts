@@ -1627,7 +1627,7 @@ export interface components {
         StartWithMessage: {
             input?: components["schemas"]["AnyJSON"];
             message: {
-                /** @description What the run's `receive` awaits: 1 to 255 bytes. */
+                /** @description What the run's `receive` awaits: 1 to 255 bytes; one that begins with `request:` is a 400 (reserved for requests). */
                 topic: string;
                 data?: components["schemas"]["AnyJSON"];
             };
