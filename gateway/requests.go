@@ -43,7 +43,7 @@ func parseRequestWait(w *string) (time.Duration, error) {
 }
 
 // SendRequest sends a request to a run of the caller's tenant, with the caller's
-// identity (invoker.SendRequest), and waits up to ?wait= for the run's reply
+// identity (invoker.SendMessage, as a request), and waits up to ?wait= for the run's reply
 // (awaitRequest). A request that waits holds a place among the caller's live streams
 // (streamSlots) until it is answered or its caller leaves.
 func (s *Server) SendRequest(ctx context.Context, req server.SendRequestRequestObject) (server.SendRequestResponseObject, error) {
@@ -86,7 +86,8 @@ func (s *Server) SendRequest(ctx context.Context, req server.SendRequestRequestO
 		}
 		defer w.close()
 	}
-	sent, err := s.inv.SendRequest(ctx, db, n)
+	n.Request = true
+	sent, err := s.inv.SendMessage(ctx, db, n)
 	if fe := (*journal.ResumeForbiddenError)(nil); errors.As(err, &fe) {
 		return nil, &problemError{http.StatusForbidden, strings.Replace(fe.Error(), "takes messages", "takes messages and requests", 1)}
 	}

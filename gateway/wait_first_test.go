@@ -364,7 +364,7 @@ func TestWaitFirst(t *testing.T) {
 			`futures 1 and 2 are both timers`,
 			`future 1 (receive "t") has a Timeout option; in WaitFirst the timeout is a timer`,
 			`option Timeout does not apply to Run (it takes MaxAttempts, Backoff, Lazy)`,
-			`option Detached does not apply to WaitForEvent (it takes Matching, Timeout)`,
+			`option Detached does not apply to WaitForEvent (it takes Matching, Timeout, SinceStart, Since)`,
 			`option MaxAttempts does not apply to Invoke (it takes Detached)`,
 		}
 		require.Len(t, got, len(want))

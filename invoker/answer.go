@@ -205,7 +205,8 @@ func (inv *Invoker) outcomeOf(rev *revision, claim *journal.Claim, a *protocol.I
 }
 
 // awaitKind is one kind of await a suspended answer may name: how to check it, and the
-// run's transition it makes. Each kind lives in its own file (await_<kind>.go).
+// run's transition it makes. Each kind lives in its own file (await_<kind>.go), which
+// registers it.
 type awaitKind struct {
 	// validate returns why w can never be applied, or nil (see validateAnswer); w's seq
 	// and name are checked already.
@@ -214,17 +215,9 @@ type awaitKind struct {
 	outcome func(inv *Invoker, rev *revision, claim *journal.Claim, w *protocol.Await, steps []journal.Entry) journal.Outcome
 }
 
-// awaitKinds are the await kinds of the protocol, by type.
-var awaitKinds = map[protocol.AwaitType]awaitKind{
-	protocol.AwaitTypeSleep:         sleepAwait,
-	protocol.AwaitTypeRetry:         retryAwait,
-	protocol.AwaitTypeInvoke:        invokeAwait,
-	protocol.AwaitTypeInvokeAll:     invokeAllAwait,
-	protocol.AwaitTypeWaitEvent:     waitEventAwait,
-	protocol.AwaitTypeReceive:       receiveAwait,
-	protocol.AwaitTypeAwaitCallback: callbackAwait,
-	protocol.AwaitTypeContinue:      continueAwait,
-}
+// awaitKinds are the await kinds of the protocol, by type, each registered by its own
+// file (await_<kind>.go).
+var awaitKinds = map[protocol.AwaitType]awaitKind{}
 
 // awaitTypes returns the await types, sorted, for messages.
 func awaitTypes() []string {

@@ -24,6 +24,8 @@ const (
 	DefaultRejection = "rejected"
 )
 
+func init() { awaitKinds[protocol.AwaitTypeAwaitCallback] = callbackAwait }
+
 // callbackAwait: the run waits for its callback at callback_seq to be resolved or
 // rejected, or for the timeout; the resolution's transaction resumes it
 // (ResolveCallback), or the await journals a resolution that came first, and the claim

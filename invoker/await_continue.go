@@ -7,6 +7,8 @@ import (
 	"github.com/stepgate/stepgate/protocol"
 )
 
+func init() { awaitKinds[protocol.AwaitTypeContinue] = continueAwait }
+
 // continueAwait: the function stopped early, at a step boundary, to stay under its
 // platform's time limit (max_invocation_duration). Nothing is journaled but the answer's
 // steps; the run is due at once and called again with its journal. A continue must

@@ -10,6 +10,8 @@ import (
 	"github.com/stepgate/stepgate/protocol/names"
 )
 
+func init() { awaitKinds[protocol.AwaitTypeInvoke] = invokeAwait }
+
 // invokeAwait: the run starts a child run of a function of its tenant (current revision)
 // as its own identity, and waits for it (a detached child is not cancelled with the
 // run: journal.CancelDescendants); the child's end journals its outcome at the

@@ -11,6 +11,8 @@ import (
 	"github.com/stepgate/stepgate/protocol/names"
 )
 
+func init() { awaitKinds[protocol.AwaitTypeInvokeAll] = invokeAllAwait }
+
 // invokeAllAwait: the run starts several child runs at once (parallel children), as an
 // invoke starts one, at the await's seq and the seqs after it, and waits until all of
 // them have ended: each child's end journals its outcome at its seq, and the last one

@@ -6,6 +6,8 @@ import (
 	"github.com/stepgate/stepgate/protocol/names"
 )
 
+func init() { awaitKinds[protocol.AwaitTypeReceive] = receiveAwait }
+
 // receiveAwait: the run takes the oldest message of a topic from its mailbox, or waits
 // for one, or for the timeout; a message already there is taken in the answer's
 // transaction (journal.Receive), a later one in its send's (SendMessage,

@@ -7,6 +7,8 @@ import (
 	"github.com/stepgate/stepgate/protocol"
 )
 
+func init() { awaitKinds[protocol.AwaitTypeRetry] = retryAwait }
+
 // retryAwait: a step failed and has attempts left; the run waits the backoff and runs it
 // again. The retry policy the answer names is brought within the invoker's limits, and
 // the step's attempts are counted from its recorded failures, never taken from the

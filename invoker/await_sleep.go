@@ -10,6 +10,8 @@ import (
 // MaxSleep bounds a sleep, from now.
 const MaxSleep = 10 * 365 * 24 * time.Hour
 
+func init() { awaitKinds[protocol.AwaitTypeSleep] = sleepAwait }
+
 // sleepAwait: the run sleeps until a time (until) or for a while (duration, from the
 // database clock); the sleep is journaled with its wake time, and a journaled sleep is
 // done.

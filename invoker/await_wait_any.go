@@ -64,6 +64,4 @@ var waitAnyAwait = awaitKind{
 	},
 }
 
-// A wait_any's kinds are looked up in awaitKinds, which holds it: registered here, out
-// of awaitKinds' initializer, which cannot refer to itself.
 func init() { awaitKinds[protocol.AwaitTypeWaitAny] = waitAnyAwait }

@@ -23,6 +23,8 @@ const (
 	DefaultWaitTimeout = 24 * time.Hour
 )
 
+func init() { awaitKinds[protocol.AwaitTypeWaitEvent] = waitEventAwait }
+
 // waitEventAwait: the run waits for an event of its tenant whose fields hold the
 // match's values, or for the timeout; the event's transaction resumes it
 // (journal.ResumeWaiters), and the claim after the timeout journals that it timed out.

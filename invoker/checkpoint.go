@@ -47,8 +47,8 @@ func badCheckpoint(format string, args ...any) error {
 
 // checkpointKind is one kind of entry a function journals from its process (a
 // checkpoint), registered in checkpointKinds: how to check it, and how to journal it
-// with what it does. Each kind lives in its own file (checkpoint_<kind>.go), but for
-// the plain ones below.
+// with what it does. Each kind lives in its own file (checkpoint_<kind>.go), which
+// registers it, but for the plain ones below.
 type checkpointKind struct {
 	// check returns a *BadCheckpointError when e can never be journaled, after the
 	// checks every kind shares (checkEntry); it may fill in e's defaults. nil means
@@ -59,16 +59,13 @@ type checkpointKind struct {
 	journal func(inv *Invoker, ctx context.Context, in Invocation, e protocol.JournalEntry) (CheckpointAck, error)
 }
 
-// checkpointKinds are the kinds of entries a function may checkpoint, by kind. A kind
-// not here (an await's entry, such as a wait_event's) is journaled by the gateway only.
+// checkpointKinds are the kinds of entries a function may checkpoint, by kind: the two
+// plain ones here, and each other kind, registered by its own file
+// (checkpoint_<kind>.go). A kind not here (an await's entry, such as a wait_event's) is
+// journaled by the gateway only.
 var checkpointKinds = map[protocol.EntryKind]checkpointKind{
-	protocol.EntryKindStep:     plainCheckpoint,
-	protocol.EntryKindPatch:    patchCheckpoint,
-	protocol.EntryKindEvent:    eventCheckpoint,
-	protocol.EntryKindValue:    valueCheckpoint,
-	protocol.EntryKindSend:     sendCheckpoint,
-	protocol.EntryKindCallback: callbackCheckpoint,
-	protocol.EntryKindSleep:    sleepCheckpoint,
+	protocol.EntryKindStep:  plainCheckpoint,
+	protocol.EntryKindPatch: patchCheckpoint,
 }
 
 // plainCheckpoint: a finished step, journaled as it is.

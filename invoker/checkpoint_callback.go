@@ -22,6 +22,8 @@ import (
 // bits, base64url: only the gateway makes it; the database keeps its SHA-256 in
 // stepgate.callback and the journal keeps it sealed (journal.CallbackKey), which the
 // gateway opens for the run's own invocations only.
+func init() { checkpointKinds[protocol.EntryKindCallback] = callbackCheckpoint }
+
 var callbackCheckpoint = checkpointKind{
 	check: func(_ Invocation, e *protocol.JournalEntry) error {
 		if e.Error != nil {

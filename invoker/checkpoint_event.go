@@ -25,6 +25,8 @@ type sentEvent struct {
 // checkpoint finds both the entry and the event (its id) already there, so it starts
 // nothing twice. An event whose triggers would pass the tenant's quota of runs (a
 // *journal.QuotaError) fails the run with it, as a limit does.
+func init() { checkpointKinds[protocol.EntryKindEvent] = eventCheckpoint }
+
 var eventCheckpoint = checkpointKind{
 	check: func(in Invocation, e *protocol.JournalEntry) error {
 		var out sentEvent

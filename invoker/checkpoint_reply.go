@@ -11,7 +11,7 @@ import (
 	"github.com/stepgate/stepgate/protocol"
 )
 
-// Requests: a client sends a run a request (SendRequest), a message on the topic
+// Requests: a client sends a run a request (SendMessage with journal.NewMessage.Request), a message on the topic
 // journal.RequestTopic(name) that the run takes with a receive await of that topic; the
 // run answers it with a checkpoint of kind reply (replyCheckpoint), which the client
 // waiting on the request reads (journal.RequestOf), woken by the run's output
@@ -37,28 +37,4 @@ var replyCheckpoint = checkpointKind{
 		}
 		return CheckpointAck{}, inv.failOnCheckpoint(ctx, in.RunID, in.Number, err)
 	},
-}
-
-// SendRequest stores the request n in the mailbox of a run of db's tenant, as
-// SendMessage stores a message, in one transaction that holds the run's row lock
-// (journal.SendRequest): a run suspended on a receive of the request's topic takes it,
-// and is enqueued in the transaction and invoked from this process once it commits.
-// Errors are journal.SendRequest's.
-func (inv *Invoker) SendRequest(ctx context.Context, db *journal.TenantDB, n journal.NewMessage) (*journal.Sent, error) {
-	var sent *journal.Sent
-	n.MaxTenantMailboxBytes = inv.limits.MaxTenantMailboxBytes
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		var err error
-		if sent, err = journal.SendRequest(ctx, tx, n); err != nil || !sent.Resumed {
-			return err
-		}
-		return inv.enqueue(ctx, tx, n.RunID)
-	})
-	if err != nil {
-		return sent, err
-	}
-	if sent.Resumed {
-		inv.wake(n.RunID)
-	}
-	return sent, nil
 }

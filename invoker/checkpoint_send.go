@@ -28,6 +28,8 @@ type sentMessage struct {
 // enqueued in it and invoked from this process once it commits. A message that cannot
 // be sent (no such run in the tenant, a finished run, a full mailbox) is journaled as
 // the entry's error and answered as refused.
+func init() { checkpointKinds[protocol.EntryKindSend] = sendCheckpoint }
+
 var sendCheckpoint = checkpointKind{
 	check: func(in Invocation, e *protocol.JournalEntry) error {
 		var out sentMessage

@@ -20,6 +20,8 @@ const MaxSleepInProcess = time.Hour
 // MaxSleepInProcess). The run stays running: if the invocation fails while the function
 // waits, its retry is not due before that time (see journal.Finish and
 // journal.ReapExpiredLeases). A repeated checkpoint answers the journaled time.
+func init() { checkpointKinds[protocol.EntryKindSleep] = sleepCheckpoint }
+
 var sleepCheckpoint = checkpointKind{
 	check: func(_ Invocation, e *protocol.JournalEntry) error {
 		switch {

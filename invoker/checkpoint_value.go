@@ -14,6 +14,8 @@ import (
 // (step.SetValue). The entry (journal.KindValue) is journaled and the run's readers on
 // every gateway are told (journal.NotifyOutput), in one transaction; it is fenced and
 // bounded like any entry.
+func init() { checkpointKinds[protocol.EntryKindValue] = valueCheckpoint }
+
 var valueCheckpoint = checkpointKind{
 	check: func(_ Invocation, e *protocol.JournalEntry) error {
 		if err := names.CheckFunction("value key", e.Name); err != nil {

@@ -120,6 +120,9 @@ type NewMessage struct {
 	// (Quotas.MaxMailboxBytes): a message that would wait past it is refused with a
 	// *QuotaError. 0 does not limit.
 	MaxTenantMailboxBytes int64
+	// Request says the message is a client's request (see SendMessage), on a topic of
+	// requests (RequestTopic), which plain messages may not use.
+	Request bool
 }
 
 // Sent is what SendMessage did.
@@ -149,19 +152,26 @@ type Sent struct {
 // n.MaxTenantMailboxBytes. A sender whom the run's revision does not let resume it (its
 // invoke_roles and resume_roles: stepgate.may_resume) gets a *ResumeForbiddenError,
 // whatever the run's status and the message's id, and nothing is stored. A topic of
-// requests (RequestTopicPrefix) is refused with an error wrapping ErrReservedTopic:
-// requests are sent by SendRequest.
+// requests (RequestTopicPrefix) is refused with an error wrapping ErrReservedTopic,
+// but for a request (n.Request), which must have one. Besides, a run with
+// MaxPendingRequests requests not replied to takes no new one (an error wrapping
+// ErrTooManyRequests), and a request with the id of one of the run's plain messages is
+// refused with an error wrapping ErrIDTaken.
 //
 // Triggers that follow it (docs/internals.md): message_usage_on_insert (a message left waiting in the mailbox).
 func SendMessage(ctx context.Context, db DB, n NewMessage) (*Sent, error) {
-	if IsRequestTopic(n.Topic) {
+	switch {
+	case n.Request && !IsRequestTopic(n.Topic):
+		return nil, fmt.Errorf("journal: a request's topic begins with %q, not %q", RequestTopicPrefix, n.Topic)
+	case !n.Request && IsRequestTopic(n.Topic):
 		return nil, &reservedTopicError{n.Topic}
 	}
 	identity, err := json.Marshal(n.Identity)
 	if err != nil {
 		return nil, fmt.Errorf("lock run %s: %w", n.RunID, err)
 	}
-	r, err := dbsqlc.New(db).MessageLockTarget(ctx, dbsqlc.MessageLockTargetParams{RunID: n.RunID, Tenant: n.Tenant, Identity: identity})
+	q := dbsqlc.New(db)
+	r, err := q.MessageLockTarget(ctx, dbsqlc.MessageLockTargetParams{RunID: n.RunID, Tenant: n.Tenant, Identity: identity})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -172,7 +182,31 @@ func SendMessage(ctx context.Context, db DB, n NewMessage) (*Sent, error) {
 	if !r.MayResume {
 		return &Sent{Status: status}, resumeForbidden(n.RunID, r.Function, r.Config, n.Identity.Roles)
 	}
-	return deliver(ctx, db, n, status)
+	if !n.Request {
+		return deliver(ctx, db, n, status)
+	}
+	if !status.Terminal() {
+		// A duplicate is answered whatever the bound; deliver finds it again.
+		_, err := q.MessageByID(ctx, dbsqlc.MessageByIDParams{RunID: n.RunID, ID: n.ID})
+		if errors.Is(err, pgx.ErrNoRows) {
+			pending, err := q.RequestPending(ctx, dbsqlc.RequestPendingParams{RunID: n.RunID, Max: MaxPendingRequests})
+			if err != nil {
+				return nil, fmt.Errorf("count requests of run %s: %w", n.RunID, err)
+			}
+			if pending >= MaxPendingRequests {
+				return &Sent{Status: status}, fmt.Errorf("%w: run %s has %d requests not replied to, the limit of a run (MaxPendingRequests); send again once it has replied to some",
+					ErrTooManyRequests, n.RunID, MaxPendingRequests)
+			}
+		} else if err != nil {
+			return nil, fmt.Errorf("load message %s of run %s: %w", n.ID, n.RunID, err)
+		}
+	}
+	sent, err := deliver(ctx, db, n, status)
+	if err == nil && sent.Duplicate && sent.Message.Topic != n.Topic {
+		return nil, fmt.Errorf("%w: run %s already has a message with id %q, on topic %q: choose another id",
+			ErrIDTaken, n.RunID, n.ID, sent.Message.Topic)
+	}
+	return sent, err
 }
 
 // deliver stores n for its target run, whose row lock db holds and whose status is
@@ -455,57 +489,6 @@ func RequestTopic(name string) string { return RequestTopicPrefix + name }
 
 // IsRequestTopic reports whether topic is a request's, which plain messages may not use.
 func IsRequestTopic(topic string) bool { return strings.HasPrefix(topic, RequestTopicPrefix) }
-
-// SendRequest stores the request n (n.Topic is RequestTopic(name)) in the mailbox of a
-// run of n.Tenant, as SendMessage stores a message, in db, which must be a transaction
-// (it locks the run's row): the same duplicates, errors and resumption (Sent.Resumed:
-// the caller enqueues the run's invocation in the same transaction). Besides, a run
-// with MaxPendingRequests requests not replied to takes no new one (an error wrapping
-// ErrTooManyRequests), and an id of one of the run's plain messages is refused with an
-// error wrapping ErrIDTaken.
-func SendRequest(ctx context.Context, db DB, n NewMessage) (*Sent, error) {
-	if !IsRequestTopic(n.Topic) {
-		return nil, fmt.Errorf("journal: a request's topic begins with %q, not %q", RequestTopicPrefix, n.Topic)
-	}
-	identity, err := json.Marshal(n.Identity)
-	if err != nil {
-		return nil, fmt.Errorf("lock run %s: %w", n.RunID, err)
-	}
-	q := dbsqlc.New(db)
-	r, err := q.MessageLockTarget(ctx, dbsqlc.MessageLockTargetParams{RunID: n.RunID, Tenant: n.Tenant, Identity: identity})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, ErrNotFound
-	}
-	if err != nil {
-		return nil, fmt.Errorf("lock run %s: %w", n.RunID, err)
-	}
-	status := Status(r.Status)
-	if !r.MayResume {
-		return &Sent{Status: status}, resumeForbidden(n.RunID, r.Function, r.Config, n.Identity.Roles)
-	}
-	if !status.Terminal() {
-		// A duplicate is answered whatever the bound; deliver finds it again.
-		_, err := q.MessageByID(ctx, dbsqlc.MessageByIDParams{RunID: n.RunID, ID: n.ID})
-		if errors.Is(err, pgx.ErrNoRows) {
-			pending, err := q.RequestPending(ctx, dbsqlc.RequestPendingParams{RunID: n.RunID, Max: MaxPendingRequests})
-			if err != nil {
-				return nil, fmt.Errorf("count requests of run %s: %w", n.RunID, err)
-			}
-			if pending >= MaxPendingRequests {
-				return &Sent{Status: status}, fmt.Errorf("%w: run %s has %d requests not replied to, the limit of a run (MaxPendingRequests); send again once it has replied to some",
-					ErrTooManyRequests, n.RunID, MaxPendingRequests)
-			}
-		} else if err != nil {
-			return nil, fmt.Errorf("load message %s of run %s: %w", n.ID, n.RunID, err)
-		}
-	}
-	sent, err := deliver(ctx, db, n, status)
-	if err == nil && sent.Duplicate && sent.Message.Topic != n.Topic {
-		return nil, fmt.Errorf("%w: run %s already has a message with id %q, on topic %q: choose another id",
-			ErrIDTaken, n.RunID, n.ID, sent.Message.Topic)
-	}
-	return sent, err
-}
 
 // Reply journals e, a reply entry (KindReply, named after a request's id) of the
 // invocation that owns runID, in db, which must be a transaction: it locks the run's

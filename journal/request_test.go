@@ -20,7 +20,9 @@ func TestRepliesToOneRequestAreSerialized(t *testing.T) {
 	ctx, db := t.Context(), pgtest.DB(t)
 	run := mustCreateRun(t, db, claimed)
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		_, err := journal.SendRequest(ctx, tx, message(run, "q-1", journal.RequestTopic("ask"), `1`))
+		req := message(run, "q-1", journal.RequestTopic("ask"), `1`)
+		req.Request = true
+		_, err := journal.SendMessage(ctx, tx, req)
 		return err
 	})
 	require.NoError(t, err)
