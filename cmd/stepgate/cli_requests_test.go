@@ -139,6 +139,23 @@ func TestRunsRequest(t *testing.T) {
 	_, err = run(other, "runs", "requests", runID)
 	require.ErrorContains(t, err, "404")
 
+	// A caller whom the function lets neither invoke it nor resume it sends no request.
+	boss := s.NewToken(t, auth.Identity{Subject: "boss", Tenant: "t1", Roles: []string{"developer", "payments"}})
+	bossAPI := s.Client(t, boss)
+	reg, err = bossAPI.RegisterFunctionWithResponse(t.Context(), "guarded", protocol.FunctionRegistration{
+		URL: s.ServeApp(t, priceFunction{t}), Config: &protocol.FunctionConfig{InvokeRoles: &[]string{"payments"}}})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, reg.StatusCode(), string(reg.Body))
+	started, err = bossAPI.StartRunWithBodyWithResponse(t.Context(), "guarded", &protocol.StartRunParams{}, "application/json", strings.NewReader(`{}`))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusAccepted, started.StatusCode(), string(started.Body))
+	_, err = run(token, "runs", "request", started.JSON202.ID, "price", `{"sku":"A-1"}`, "--wait", "0")
+	require.ErrorContains(t, err, "403")
+	require.ErrorContains(t, err, "payments")
+	out, err = run(token, "runs", "requests", started.JSON202.ID)
+	require.NoError(t, err)
+	require.Equal(t, "no requests\n", out, "a refused request is not sent")
+
 	// Bad arguments are usage errors before anything is sent.
 	for _, tc := range []struct {
 		args []string
