@@ -752,6 +752,11 @@ func TestDashboard(t *testing.T) {
 		run(b, "close the dialog", chromedp.Evaluate[bool](`(document.querySelector("dialog").close(), true)`))
 	})
 
+	t.Run("RunShowsItsRequests", func(t *testing.T) {
+		b.use(t)
+		runShowsItsRequests(t, b, s, c)
+	})
+
 	t.Run("ALinkForAnotherTenantAsksFirst", func(t *testing.T) {
 		b.use(t)
 		mallory := s.NewToken(t, auth.Identity{Subject: "mallory", Tenant: "evil", Roles: []string{"admin"}})

@@ -125,6 +125,10 @@ Runs:
                                    its entries before seq N and runs N onwards again
   runs send ID TOPIC [JSON] [--id MESSAGE_ID]
                                    a message to a run's mailbox, for its step.Receive of TOPIC
+  runs request ID NAME [JSON] [--wait 30s] [--id REQUEST_ID]
+                                   a request to a run, for its step.ReceiveRequest of NAME:
+                                   prints the reply (waits up to 1m), or where to wait again
+  runs requests ID                 a run's requests, newest first: pending, replied or failed
   runs cancel ID                   cancel a run and its children (not the detached ones)
   runs cancel [--function F] [--status S,...] [--created-after T] [--created-before T] [--key-prefix P]
                                    cancel every matching run in the background, printing progress
@@ -282,12 +286,16 @@ func (c *cli) runs(ctx context.Context, args []string) error {
 		return c.runsValues(ctx, rest)
 	case "send":
 		return c.runsSend(ctx, rest)
+	case "request":
+		return c.runsRequest(ctx, rest)
+	case "requests":
+		return c.runsRequests(ctx, rest)
 	case "cancel":
 		return c.runsCancel(ctx, rest)
 	case "rerun":
 		return c.runsRerun(ctx, rest)
 	default:
-		return usagef("unknown command \"runs %s\" (want list, get, values, send, cancel or rerun)", sub)
+		return usagef("unknown command \"runs %s\" (want list, get, values, send, request, requests, cancel or rerun)", sub)
 	}
 }
 

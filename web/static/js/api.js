@@ -151,6 +151,11 @@ export async function request(path, { method = "GET", body, headers = {}, signal
   return text ? JSON.parse(text) : null;
 }
 
+/** runRequests returns the newest page of run id's requests ({requests, next_cursor}). */
+export function runRequests(id, { limit = 100 } = {}) {
+  return request(`/v1/runs/${encodeURIComponent(id)}/requests${query({ limit })}`);
+}
+
 /** query builds a query string from the defined, non-empty values of params. */
 export function query(params) {
   const q = new URLSearchParams();

@@ -3,7 +3,8 @@
 //
 // This file frames the page and renders it; the parts are in run/: follow.js (loading and
 // live updates), actions.js, waiting.js, facts.js, timeline.js (with entry.js and row.js
-// for its rows), panels.js and outputs.js (its values and streams).
+// for its rows), panels.js, outputs.js (its values and streams) and requests.js (its
+// requests and their replies).
 
 import { h, icon, replace, badge, copyButton, shortID, TERMINAL } from "../dom.js";
 import { request, APIError } from "../api.js";
@@ -16,6 +17,7 @@ import { facts } from "./run/facts.js";
 import { timeline, layout } from "./run/timeline.js";
 import { errorCallout, dataPanels, identity } from "./run/panels.js";
 import { outputs } from "./run/outputs.js";
+import { requests } from "./run/requests.js";
 
 /** runPage mounts run id into el; it returns its cleanup. */
 export function runPage(el, id) {
@@ -26,6 +28,7 @@ export function runPage(el, id) {
   const open = new Set(); // timeline rows the reader opened, kept across refreshes
   const live = liveIndicator();
   const published = outputs(id); // kept across renders: its streams stay open
+  const asked = requests(id);
   const body = h("div", { class: "run-page" }, h("div", { class: "skeleton tall" }, h("div", { class: "sk-row" }, h("i"), h("i"))));
   const crumb = h("span", { class: "crumb-here" }, h("span", { class: "mono" }, shortID(id)));
   replace(el,
@@ -67,6 +70,7 @@ export function runPage(el, id) {
     replace(body,
       head(r, live, runActions(r, { onCancelled: follow.reload })),
       waiting(r),
+      asked.el,
       r.error ? errorCallout("The run failed", r.error) : null,
       facts(r, fn),
       tl,
@@ -75,6 +79,7 @@ export function runPage(el, id) {
       identity(r.identity));
     layout(tl, r);
     published.update();
+    asked.update();
     clearInterval(clock);
     if (!TERMINAL.has(r.status)) clock = setInterval(() => layout(tl, r), 1000);
   }
@@ -83,6 +88,7 @@ export function runPage(el, id) {
     gone = true;
     follow.stop();
     published.stop();
+    asked.stop();
     clearInterval(clock);
   };
 }

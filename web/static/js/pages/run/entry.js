@@ -71,6 +71,7 @@ function label(e, failures) {
     e.kind === "event" ? h("span", { class: "tag", title: "an event the run sent" }, "event") : null,
     e.kind === "send" ? h("span", { class: "tag", title: "a message this run sent to another run" }, "send") : null,
     e.kind === "receive" ? h("span", { class: "tag", title: "a message this run received" }, "receive") : null,
+    e.kind === "reply" ? h("span", { class: "tag", "data-testid": "entry-reply", title: "the run's reply to a request (named after the request's id)" }, "reply") : null,
     e.kind === "callback" ? h("span", { class: "tag", title: "a callback the run made (its token is not shown)" }, "callback") : null,
     e.kind === "await_callback" ? callbackTag(e) : null,
     e.kind === "wait_any" ? anyTag(e) : null,

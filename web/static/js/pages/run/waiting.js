@@ -1,5 +1,5 @@
 // What a scheduled or suspended run waits on (its start, a retry, a sleep, a child run,
-// an event, a message, a callback), and when it wakes: the run's `awaiting`, as the
+// an event, a message, a request, a callback), and when it wakes: the run's `awaiting`, as the
 // gateway stored it. A callback can be approved or rejected from here by roles with
 // runs:manage.
 
@@ -86,6 +86,9 @@ function waitsOn(r) {
   return awaitText(a);
 }
 
+// requestTopicPrefix begins the topic of every request (journal.RequestTopicPrefix).
+const requestTopicPrefix = "request:";
+
 // awaitText names one await.
 function awaitText(a) {
   switch (a && a.kind) {
@@ -102,8 +105,15 @@ function awaitText(a) {
     case "wait_event":
       return h("span", { "data-testid": "waiting-event" }, "Waiting in ", h("strong", null, a.name), " for the event ",
         h("span", { class: "mono" }, a.event), ...matchText(a.match), " (times out)");
-    case "receive":
-      return h("span", null, "Waiting for a message on topic ", h("strong", { class: "mono" }, a.topic || a.name));
+    case "receive": {
+      const topic = a.topic || a.name;
+      // The topic "request:<name>" is reserved for requests (step.ReceiveRequest).
+      if (topic.startsWith(requestTopicPrefix)) {
+        return h("span", { "data-testid": "waiting-request" }, "Waiting for a request named ",
+          h("strong", { class: "mono" }, topic.slice(requestTopicPrefix.length)));
+      }
+      return h("span", null, "Waiting for a message on topic ", h("strong", { class: "mono" }, topic));
+    }
     case "await_callback":
       return h("span", { "data-testid": "waiting-callback" }, "Waiting for the callback ", h("strong", null, a.name), " (approval or webhook)");
     default:
