@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -13,60 +14,24 @@ import (
 )
 
 // operationPermissions is the permission each operation of openapi.yaml needs (its
-// x-permission), by operationId. The empty permission marks the operations that take no
-// user token: the health probes, the checkpoint and its stream writes (authorized by
-// their invocation token), and the callback token routes (authorized by the callback's
-// token).
-// An operation missing here is refused, so a new one cannot go out unguarded; a test
-// keeps this map equal to the spec.
-var operationPermissions = map[string]access.Permission{
-	"healthz":            "",
-	"readyz":             "",
-	"checkpoint":         "",
-	"checkpointStream":   "",
-	"checkpointCurrent":  "",
-	"resolveCallback":    "", // the token in the path is the credential
-	"rejectCallback":     "",
-	"resolveRunCallback": access.PermissionRunsManage,
-	"rejectRunCallback":  access.PermissionRunsManage,
-	"listFunctions":      access.PermissionFunctionsRead,
-	"getFunction":        access.PermissionFunctionsRead,
-	"functionStats":      access.PermissionFunctionsRead,
-	"getUsage":           access.PermissionRunsRead,
-	"getFunctionQueue":   access.PermissionFunctionsRead,
-	"registerFunction":   access.PermissionFunctionsWrite,
-	"deleteFunction":     access.PermissionFunctionsWrite,
-	"syncApp":            access.PermissionFunctionsWrite,
-	"listSchedules":      access.PermissionFunctionsRead,
-	"getSchedule":        access.PermissionFunctionsRead,
-	"putSchedule":        access.PermissionFunctionsWrite,
-	"deleteSchedule":     access.PermissionFunctionsWrite,
-	"startRun":           access.PermissionRunsInvoke,
-	"cancelRuns":         access.PermissionRunsManage,
-	"getOperation":       access.PermissionRunsRead,
-	"listRuns":           access.PermissionRunsRead,
-	"getRun":             access.PermissionRunsRead,
-	"getRunResult":       access.PermissionRunsRead,
-	"streamRuns":         access.PermissionRunsRead,
-	"listRunValues":      access.PermissionRunsRead,
-	"getRunValue":        access.PermissionRunsRead,
-	"listRunStreams":     access.PermissionRunsRead,
-	"readRunStream":      access.PermissionRunsRead,
-	"cancelRun":          access.PermissionRunsManage,
-	"rerunRun":           access.PermissionRunsInvoke,
-	"sendEvent":          access.PermissionEventsSend,
-	"sendMessage":        access.PermissionEventsSend,
-	"sendRequest":        access.PermissionEventsSend, // a request is a message that waits for a reply
-	"getRequest":         access.PermissionRunsRead,
-	"listRequests":       access.PermissionRunsRead,
-	"listEvents":         access.PermissionRunsRead,
-	"listSigningKeys":    access.PermissionFunctionsRead,
-	"rotateSigningKey":   access.PermissionFunctionsWrite,
-	"listSigningSecrets": access.PermissionFunctionsWrite,
-
-	// Its handler also checks events:send: it sends a message.
-	"startRunWithMessage": access.PermissionRunsInvoke,
-}
+// x-permission), by operationId, as generated from the spec (server.Permissions,
+// gateway/api/permgen, which refuses an operation a user's token may call without
+// one). The empty permission marks the operations that take no user token: the health
+// probes, the checkpoint and its stream writes (authorized by their invocation token),
+// and the callback token routes (the token in the path is the credential). An
+// operation missing here is refused, and a permission that is not one of access's
+// stops the process at start. Some handlers check a second permission themselves
+// (startRunWithMessage also needs events:send: it sends a message).
+var operationPermissions = func() map[string]access.Permission {
+	m := make(map[string]access.Permission, len(server.Permissions))
+	for op, p := range server.Permissions {
+		if p != "" && !slices.Contains(access.Permissions(), access.Permission(p)) {
+			panic(fmt.Sprintf("gateway: operation %s needs x-permission %q, which is not a permission", op, p))
+		}
+		m[op] = access.Permission(p)
+	}
+	return m
+}()
 
 // OperationPermissions returns the permission each API operation needs, by the
 // operationId of openapi.yaml; the empty permission for those that take no user token.

@@ -3,3 +3,4 @@
 package server
 
 //go:generate go tool oapi-codegen -config cfg.yaml ../../../openapi.yaml
+//go:generate go run ../permgen -spec ../../../openapi.yaml -o permissions.gen.go
