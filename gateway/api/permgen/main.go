@@ -21,8 +21,8 @@ import (
 )
 
 type operation struct {
-	ID         string                `yaml:"operationId"`
-	Permission string                `yaml:"x-permission"`
+	ID         string                 `yaml:"operationId"`
+	Permission string                 `yaml:"x-permission"`
 	Security   *[]map[string][]string `yaml:"security"`
 }
 
@@ -47,7 +47,7 @@ func main() {
 // generate returns the Go source of the permissions of spec's operations.
 func generate(spec []byte, pkg string) ([]byte, error) {
 	var doc struct {
-		Security []map[string][]string          `yaml:"security"`
+		Security []map[string][]string           `yaml:"security"`
 		Paths    map[string]map[string]yaml.Node `yaml:"paths"`
 	}
 	if err := yaml.Unmarshal(spec, &doc); err != nil {
