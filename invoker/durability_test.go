@@ -207,12 +207,14 @@ func TestStrandedRunsAreSwept(t *testing.T) {
 
 	// A sleeping run whose wake-up job an operator deletes through River's UI, on a
 	// gateway that has no timer for it (it stands for one that stopped).
-	resp := startRunAsync(t, c, "orders.checkout", `{"sleep_ms":300}`)
+	// It sleeps 1s: long enough for the test to find its job still scheduled on a loaded
+	// machine (300ms was not, once), short enough for the sweep to wake it soon after.
+	resp := startRunAsync(t, c, "orders.checkout", `{"sleep_ms":1000}`)
 	id := resp.ID
 	awaitCondition(t, 10*time.Second, func() bool { return getRun(t, c, id).Status == protocol.RunStatusSuspended }, "the run asleep")
 	s.Invoker.ForgetTimers(id) // as a gateway restart would
 	var jobs []int64
-	rows, err := s.Pool.Query(ctx, `SELECT id FROM river_job WHERE kind = 'stepgate.invoke' AND args->>'run_id' = $1 AND state = 'scheduled'`, id)
+	rows, err := s.Pool.Query(ctx, `SELECT id FROM river_job WHERE kind = 'stepgate.invoke' AND args->>'run_id' = $1 AND state IN ('scheduled', 'available')`, id)
 	require.NoError(t, err)
 	for rows.Next() {
 		var j int64
