@@ -26,9 +26,9 @@ func TestRequestSDK(t *testing.T) {
 	c := s.Client(t, s.NewToken(t, auth.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}}))
 
 	type reply struct {
-		Total   int    `json:"total"`
-		Call    int    `json:"call"`
-		Sender  string `json:"sender"`
+		Total  int    `json:"total"`
+		Call   int    `json:"call"`
+		Sender string `json:"sender"`
 	}
 	app := s.NewApp()
 	// counter adds what each of n requests "add" says to its total, and replies the
