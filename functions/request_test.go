@@ -62,7 +62,7 @@ func TestRequestReply(t *testing.T) {
 
 		// Replayed, the reply is not checkpointed again.
 		g.OnCheckpoint(func(string, protocol.JournalEntry) (int, string) {
-			return http.StatusInternalServerError, "no checkpoint expected"
+			return http.StatusBadRequest, `{"status":400,"detail":"no checkpoint expected"}`
 		})
 		r = g.Invoke(url+"/f", g.Request("run-1", "f", `{}`))
 		require.Equal(t, protocol.AnswerStatusCompleted, r.Answer.Status, string(r.Body))

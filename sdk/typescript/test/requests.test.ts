@@ -45,7 +45,7 @@ describe("requests", () => {
     assert.deepEqual(entries(gw.journal(id)).slice(1), [{ seq: 2, kind: "reply", name: "rq-1", output: { total: 6 }, error: undefined }]);
 
     // Replayed, the reply is not checkpointed again.
-    gw.hook = () => [500, JSON.stringify({ detail: "no checkpoint expected" })];
+    gw.hook = () => [400, JSON.stringify({ detail: "no checkpoint expected" })];
     r = await invoke(id);
     assert.deepEqual(r.body, { status: "completed", output: "replied" });
   });
