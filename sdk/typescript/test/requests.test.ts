@@ -1,5 +1,5 @@
 // Requests (step.receiveRequest, step.reply, step.replyError) against the test gateway;
-// the end-to-end test (cmd/stepgate/typescript_e2e_test.go, TestTypeScriptSDK/Requests)
+// the end-to-end test (cmd/stepgate/typescript_e2e_test.go, TestTypeScriptSDK/Waits/Requests)
 // runs them on a real gateway.
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
