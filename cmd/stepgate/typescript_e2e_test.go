@@ -202,7 +202,7 @@ func TestTypeScriptSDK(t *testing.T) {
 	}
 
 	out := cmd(t, "apps", "sync", appURL)
-	require.Contains(t, out, "synced 18 functions from "+appURL)
+	require.Contains(t, out, "synced 19 functions from "+appURL)
 	out = cmd(t, "functions", "list")
 	require.Regexp(t, `(?m)^ts\.checkout +\d+ +`+regexp.QuoteMeta(appURL+"/ts.checkout")+` +30s$`, out)
 
@@ -426,6 +426,44 @@ func TestTypeScriptSDK(t *testing.T) {
 			j := journal(t, id)
 			require.Equal(t, []string{"1 step slow", "2 step fast", "3 step pick", "4 sleep settle"}, kinds(j))
 			require.JSONEq(t, strconv.Itoa(got.First), string(j[2].Output))
+		})
+
+		t.Run("Requests", func(t *testing.T) {
+			t.Parallel()
+			id := start(t, "ts.counter", `{"n":2}`)
+			get(t, id, "suspended")
+			// request sends the request "add" with data and returns the run's answer to it.
+			request := func(data string) (status string, reply json.RawMessage, rerr *struct{ Type, Message string }) {
+				body := strings.NewReader(`{"name":"add","data":` + data + `}`)
+				req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, g.url+"/v1/runs/"+id+"/requests?wait=30s", body)
+				require.NoError(t, err)
+				req.Header.Set("Authorization", "Bearer "+g.token)
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := http.DefaultClient.Do(req)
+				require.NoError(t, err)
+				defer resp.Body.Close()
+				var got struct {
+					Status string                          `json:"status"`
+					Reply  json.RawMessage                 `json:"reply"`
+					Error  *struct{ Type, Message string } `json:"error"`
+				}
+				require.NoError(t, json.NewDecoder(resp.Body).Decode(&got))
+				require.Equal(t, http.StatusOK, resp.StatusCode, "%+v", got)
+				return got.Status, got.Reply, got.Error
+			}
+			status, reply, rerr := request(`{"add":2}`)
+			require.Equal(t, "replied", status)
+			require.JSONEq(t, `{"total":2,"from":"dev"}`, string(reply))
+			require.Nil(t, rerr)
+			status, reply, rerr = request(`{"add":-1}`)
+			require.Equal(t, "replied", status)
+			require.Nil(t, reply)
+			require.Equal(t, &struct{ Type, Message string }{"error", "cannot add a negative number"}, rerr)
+			require.JSONEq(t, `2`, string(get(t, id, "completed")))
+			// Each reply is named after the request its receive took.
+			j := journal(t, id)
+			require.Len(t, j, 4)
+			require.Equal(t, []string{"1 receive request:add", "2 reply " + jsonID(t, j[0]), "3 receive request:add", "4 reply " + jsonID(t, j[2])}, kinds(j))
 		})
 	})
 
@@ -1007,4 +1045,16 @@ func requireBodyBound(t *testing.T, dir string) {
 	t.Logf("peak memory of the Node process: %d MiB before, %d MiB after a %d MiB body", before>>20, after>>20, total>>20)
 	require.Less(t, after, int64(200<<20), "the Node process's peak memory, after a %d MiB body", total>>20)
 	require.Less(t, atSent, int64(total), "the answer came before the body was all sent")
+}
+
+// jsonID is the id of the request a receive entry took.
+func jsonID(t *testing.T, e journalEntry) string {
+	t.Helper()
+	var out struct {
+		Message struct {
+			ID string `json:"id"`
+		} `json:"message"`
+	}
+	require.NoError(t, json.Unmarshal(e.Output, &out))
+	return out.Message.ID
 }

@@ -1,8 +1,8 @@
 // Package step makes a stepgate function durable, one named step at a time.
 //
 // Each call to [Run], [Go], [Now], [UUID], [Random], [SetValue], [Sleep], [SleepUntil],
-// [SendEvent], [Send] or [Callback] takes the next seq of the run (1, 2, ...), and so
-// does the [Future.Get] of a wait not yet resolved (a step started with Go took its
+// [SendEvent], [Send], [Reply], [ReplyError] or [Callback] takes the next seq of the run
+// (1, 2, ...), and so does the [Future.Get] of a wait not yet resolved (a step started with Go took its
 // own); [WaitFirst] takes one, unless it is given waits the gateway keeps of which one
 // is resolved already, or a timer alone (then the timer's Get takes it); [WaitAll] and
 // [All] take one per wait they resolve (each child run among them, started together,
@@ -10,8 +10,8 @@
 // the run's journal went past that point on older code, [DeprecatePatch] one only where
 // the journal holds the patch's marker, and [Rollback] and [RunCompensations] one per
 // compensation they run, each a [Run]. [After], [At], [WaitForEvent], [Receive],
-// [Invoke], [Compensate], [Stream] and [Attempt] take none. When the gateway's journal
-// already holds that seq, the step is replayed: Run returns the journaled output (or
+// [ReceiveRequest], [Invoke], [Compensate], [Stream] and [Attempt] take none. When the
+// gateway's journal already holds that seq, the step is replayed: Run returns the journaled output (or
 // final error) without calling its function, a journaled sleep returns at once, and a
 // journaled wait returns what came (an event, a message, a callback's resolution, a
 // child run's outcome). Otherwise Run calls its function and journals the outcome with

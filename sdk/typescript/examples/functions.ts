@@ -172,6 +172,24 @@ export const race = createFunction({ name: "ts.race" }, async ({ step }) => {
 });
 
 /**
+ * ts.counter: takes input.n requests "add" (POST /v1/runs/{id}/requests), each with a
+ * number, and replies the running total to each; a negative number gets an error reply.
+ */
+export const counter = createFunction<{ n: number }>({ name: "ts.counter" }, async ({ input, step }) => {
+  let total = 0;
+  for (let i = 0; i < input.n; i++) {
+    const req = await step.receiveRequest<{ add: number }>("add", { timeout: "1h" });
+    if (req.data.add < 0) {
+      await step.replyError(req.id, new Error("cannot add a negative number"));
+      continue;
+    }
+    total += req.data.add;
+    await step.reply(req.id, { total, from: req.sender.subject });
+  }
+  return total;
+});
+
+/**
  * ts.tokens: writes an answer to the run's stream "tokens" (read it live with GET
  * /v1/runs/{id}/streams/tokens), between steps and inside a step whose first attempt
  * fails: readers see the failed attempt's words, then the retry's, and nothing twice.
@@ -217,4 +235,4 @@ export const nap = createFunction<{ sleep_ms?: number }>({ name: "ts.nap", sleep
   return { before, after };
 });
 
-export const all = [hello, checkout, flaky, double, parent, whoami, parallel, chain, long, awaitPayment, tokens, saga, patched, nap, payOrExpire, approval, fanout, race];
+export const all = [hello, checkout, flaky, double, parent, whoami, parallel, chain, long, awaitPayment, tokens, saga, patched, nap, payOrExpire, approval, fanout, race, counter];

@@ -81,6 +81,25 @@ export interface Message<T = unknown> {
   sentAt: Date;
 }
 
+/** A request taken by step.receiveRequest: answer it with step.reply or step.replyError, once. */
+export interface Request<T = unknown> {
+  /** The request's id: what step.reply and step.replyError take. */
+  id: string;
+  /** The request's name, as the client sent it. */
+  name: string;
+  data: T;
+  /** Who sent it: the caller's token. */
+  sender: Identity;
+  /** When the gateway stored it (database clock). */
+  sentAt: Date;
+}
+
+/** The topic of the requests named name (the gateway's journal.RequestTopic). */
+const REQUEST_TOPIC_PREFIX = "request:";
+
+/** The type of the error reply step.replyError sends for an error that is not a StepError. */
+const REPLY_ERROR_TYPE = "error";
+
 /** A callback made by step.callback: hand its url to whoever must resolve it. */
 export interface Callback<T = unknown> {
   /** The seq of its entry. */
@@ -117,7 +136,7 @@ export interface WaitForEventOptions {
   since?: "start" | Date | string;
 }
 
-/** The options of step.receive. */
+/** The options of step.receive and step.receiveRequest. */
 export interface ReceiveOptions {
   /** How long to wait before a TimedOutError (default 24h). */
   timeout?: Duration;
@@ -217,7 +236,7 @@ const timerTimeout = (ms: number) => `${Math.max(1000, Math.ceil(ms))}ms`;
 /**
  * The steps of one invocation, handed to a function as `step`. Each call takes the next
  * seq of the run (1, 2, ...), except a wait (sleep, sleepUntil, waitForEvent, receive,
- * invoke, a callback's result()), which takes its seq when it is awaited (see Wait):
+ * receiveRequest, invoke, a callback's result()), which takes its seq when it is awaited (see Wait):
  * when the journal already holds that seq the step is
  * replayed (run returns the journaled output without calling its function; a journaled
  * sleep resolves at once), otherwise it runs and is journaled (checkpointed): every step
@@ -501,7 +520,7 @@ export class Step {
    * Journals an entry made now (an event, a value, a message, a callback) with the
    * gateway; resolves with the acknowledgement, or never when the invocation stopped.
    */
-  private async journal(seq: number, kind: EntryKind, name: string, output: unknown) {
+  private async journal(seq: number, kind: EntryKind, name: string, output: unknown, error?: ErrorInfo) {
     const st = this.st;
     if (!(await st.room(seq))) return undefined;
     const gone = st.goneSeen();
@@ -509,6 +528,7 @@ export class Step {
     const now = new Date().toISOString();
     const entry: JournalEntry = { seq, kind, name, started_at: now, finished_at: now };
     if (output !== undefined) entry.output = output;
+    if (error) entry.error = error;
     st.begin(seq);
     let ok = false;
     try {
@@ -588,6 +608,64 @@ export class Step {
       await: (seq) => ({ type: "receive", seq, name: topic, topic, ...(timeout ? { timeout } : {}) }),
       decode: (e, out) => messageFrom<T>(e, out),
     });
+  }
+
+  /**
+   * A wait for a request called name (a client's POST /v1/runs/{id}/requests): awaited,
+   * it takes the oldest request of that name the run has not received, or suspends until
+   * one is sent; after opts.timeout (default 24h) it rejects with a TimedOutError. It is
+   * step.receive of the topic "request:" + name, which its entry is named after, and
+   * combines as it does (step.waitFirst takes the request only when it is the wait
+   * chosen). Answer each request with step.reply or step.replyError, once: a request the
+   * run has not replied to when it ends is answered by the gateway with an error.
+   */
+  receiveRequest<T = unknown>(name: string, opts: ReceiveOptions = {}): Wait<Request<T>> {
+    if (name === "") throw new NonRetryableError("step: receive request: the request name is empty");
+    const topic = REQUEST_TOPIC_PREFIX + name;
+    checkName("topic", topic);
+    const timeout = opts.timeout === undefined ? undefined : goDuration(opts.timeout, `receive request ${q(name)}: timeout`);
+    return new Wait<Request<T>>(this.st, {
+      kind: "receive", name: topic, role: "alternative", ...(timeout ? { timeout } : {}),
+      await: (seq) => ({ type: "receive", seq, name: topic, topic, ...(timeout ? { timeout } : {}) }),
+      decode: (e, out) => {
+        const m = messageFrom<T>(e, out);
+        return { id: m.id, name, data: m.data, sender: m.sender, sentAt: m.sentAt };
+      },
+    });
+  }
+
+  /**
+   * Replies value (its JSON value) to the request requestId (a Request's id) that the
+   * run received, as the run's next entry, of kind reply, named requestId: it resolves
+   * once the gateway has journaled it (durable), and the client waiting on the request
+   * gets it. On replay it resolves at once and sends nothing again. A request takes one
+   * reply: the gateway refuses (400) a reply to a request the run has not received, or
+   * has replied to already, and the run then fails, non-retryable, saying why (the
+   * promise never settles).
+   */
+  async reply(requestId: string, value: unknown): Promise<void> {
+    checkName("request id", requestId);
+    await this.replyEntry(requestId, jsonValue(value));
+  }
+
+  /**
+   * Replies an error to the request requestId, as step.reply replies a value: the client
+   * gets an error whose type is error's when it is a StepError, or else "error", and
+   * whose message is error's message (or String(error) when it is not an Error).
+   */
+  async replyError(requestId: string, error: unknown): Promise<void> {
+    checkName("request id", requestId);
+    if (error === undefined || error === null) throw new NonRetryableError(`step: reply an error to request ${q(requestId)}: the error is ${error}`);
+    const type = error instanceof StepError && error.type ? error.type : REPLY_ERROR_TYPE;
+    await this.replyEntry(requestId, undefined, { type, message: messageOf(error) });
+  }
+
+  /** Journals a reply to requestId at the next seq: its output, or its error; a journaled reply is not sent again. */
+  private async replyEntry(requestId: string, output: unknown, error?: ErrorInfo): Promise<void> {
+    const n = this.st.next("reply", requestId);
+    if (!n) return never();
+    if (n.entries[0]) return;
+    if (!(await this.journal(n.seq, "reply", requestId, output, error))) return never();
   }
 
   /**
