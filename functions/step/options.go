@@ -61,12 +61,13 @@ func Lazy() Option {
 }
 
 // Timeout bounds a wait: when d passes before what it waits for comes, its future's Get
-// returns an error that is [ErrTimedOut]. For [WaitForEvent] and [Receive], d counts
-// from when the gateway stores the wait (1s to 10 years; defaults to 24h). For
-// [Callback], d is how long the callback stays open, from when it is made (1s to 8760h;
-// defaults to 168h): a resolution after it is refused (409), and its result's wait times
-// out then. A d of zero or less keeps the default. A wait given to [WaitFirst] takes no Timeout: its timeout there is a timer
-// ([After], [At]) among the futures.
+// returns an error that is [ErrTimedOut]. For [WaitForEvent], [Receive] and
+// [ReceiveRequest], d counts from when the gateway stores the wait (1s to 10 years;
+// defaults to 24h). For [Callback], d is how long the callback stays open, from when it
+// is made (1s to 8760h; defaults to 168h): a resolution after it is refused (409), and
+// its result's wait times out then. A d of zero or less keeps the default. A wait given
+// to [WaitFirst] takes no Timeout: its timeout there is a timer ([After], [At]) among
+// the futures.
 func Timeout(d time.Duration) Option {
 	return Option{"Timeout", func(p *options) { p.timeout = d }}
 }
