@@ -370,7 +370,7 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 	case f.Status == journal.StatusSuspended || f.Status == journal.StatusQueued:
 		// Time the wake-up on the database clock, less what the commit took since. A
 		// wake beyond the lead of the maintenance passes is theirs to arm when it
-		// comes near (maintenance.Wakes): nothing of a run that waits long stays in memory.
+		// comes near (maintenance.NewWakes): nothing of a run that waits long stays in memory.
 		if d := f.WakeAt.Sub(f.Clock); d <= inv.wakeLead() {
 			inv.armTimer(run.ID, rev, d-time.Since(finishedAt), 0)
 		}

@@ -21,7 +21,7 @@ import (
 // API, a rerun, an event, a schedule's tick, or as a child) arms its timer once the
 // start commits, when the deadline is within the lead of the maintenance passes
 // (wakeLead); every gateway's pass arms those that come within that lead later, and
-// fails at once a run found past its deadline (maintenance.Deadlines), so a deadline is
+// fails at once a run found past its deadline (maintenance.NewDeadlines), so a deadline is
 // kept on time while any gateway lives. The River job, inserted in the transaction
 // that creates the run, keeps it when none does (River's scheduler runs it up to 5 s
 // late); whichever comes first fails the run, the others find it ended. A run created

@@ -155,7 +155,7 @@ func (inv *Invoker) whenIdle() <-chan struct{} {
 }
 
 // wakeLead is how far ahead of their wake times the maintenance passes arm local timers
-// for runs (maintenance.Wakes) and their deadlines (maintenance.Deadlines): two passes'
+// for runs (maintenance.NewWakes) and their deadlines (maintenance.NewDeadlines): two passes'
 // worth, so that a wake is armed before it is due however the passes' jitter falls. A
 // run that suspends with a nearer wake time is armed by the gateway that suspended it.
 func (inv *Invoker) wakeLead() time.Duration { return 2 * inv.maintainEvery }
