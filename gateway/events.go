@@ -28,19 +28,9 @@ func (s *Server) SendEvent(ctx context.Context, req server.SendEventRequestObjec
 		return nil, err
 	}
 	n := journal.NewEvent{Name: b.Name}
-	if b.ID != nil {
-		if err := checkClientID("event id", *b.ID); err != nil {
-			return nil, err
-		}
-		n.ID = *b.ID
-	} else {
-		n.ID = uuid.Must(uuid.NewV7()).String()
-	}
-	if b.Data != nil {
-		n.Data = json.RawMessage(*b.Data)
-		if err := journal.CheckJSON(n.Data); err != nil {
-			return nil, badRequest("data %v", err)
-		}
+	var err error
+	if n.ID, n.Data, err = clientSent("event", b.ID, b.Data); err != nil {
+		return nil, err
 	}
 	id := identity(ctx)
 	n.Tenant, n.Identity = id.Tenant, id
@@ -57,6 +47,27 @@ func (s *Server) SendEvent(ctx context.Context, req server.SendEventRequestObjec
 	}
 	out.Skipped = skippedToAPI(ev.Skipped)
 	return server.SendEvent202JSONResponse(out), nil
+}
+
+// clientSent returns the id and data of an event, a message or a request (what) a
+// caller sends: its own id (checkClientID) or a new UUIDv7, and its data, which
+// Postgres must be able to store (a 400 naming the field otherwise); nil data stays
+// nil (JSON null).
+func clientSent(what string, id *string, data *protocol.AnyJSON) (string, json.RawMessage, error) {
+	out := uuid.Must(uuid.NewV7()).String()
+	if id != nil {
+		if err := checkClientID(what+" id", *id); err != nil {
+			return "", nil, err
+		}
+		out = *id
+	}
+	if data == nil {
+		return out, nil, nil
+	}
+	if err := journal.CheckJSON(*data); err != nil {
+		return "", nil, badRequest("data %v", err)
+	}
+	return out, json.RawMessage(*data), nil
 }
 
 // checkClientID is a 400 naming what when id, an event's or a message's id chosen by an

@@ -2,12 +2,9 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-
-	"github.com/google/uuid"
 
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/journal"
@@ -25,19 +22,9 @@ func (s *Server) SendMessage(ctx context.Context, req server.SendMessageRequestO
 		return nil, err
 	}
 	n := journal.NewMessage{RunID: req.ID, Topic: b.Topic}
-	if b.ID != nil {
-		if err := checkClientID("message id", *b.ID); err != nil {
-			return nil, err
-		}
-		n.ID = *b.ID
-	} else {
-		n.ID = uuid.Must(uuid.NewV7()).String()
-	}
-	if b.Data != nil {
-		n.Data = json.RawMessage(*b.Data)
-		if err := journal.CheckJSON(n.Data); err != nil {
-			return nil, badRequest("data %v", err)
-		}
+	var err error
+	if n.ID, n.Data, err = clientSent("message", b.ID, b.Data); err != nil {
+		return nil, err
 	}
 	id := identity(ctx)
 	n.Tenant, n.Identity = id.Tenant, id

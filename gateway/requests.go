@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -10,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/google/uuid"
 
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/journal"
@@ -59,19 +56,8 @@ func (s *Server) SendRequest(ctx context.Context, req server.SendRequestRequestO
 		return nil, err
 	}
 	n := journal.NewMessage{RunID: req.ID, Topic: journal.RequestTopic(b.Name)}
-	if b.ID != nil {
-		if err := checkClientID("request id", *b.ID); err != nil {
-			return nil, err
-		}
-		n.ID = *b.ID
-	} else {
-		n.ID = uuid.Must(uuid.NewV7()).String()
-	}
-	if b.Data != nil {
-		n.Data = json.RawMessage(*b.Data)
-		if err := journal.CheckJSON(n.Data); err != nil {
-			return nil, badRequest("data %v", err)
-		}
+	if n.ID, n.Data, err = clientSent("request", b.ID, b.Data); err != nil {
+		return nil, err
 	}
 	id := identity(ctx)
 	n.Tenant, n.Identity = id.Tenant, id
