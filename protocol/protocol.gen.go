@@ -1575,6 +1575,48 @@ type RunDetail struct {
 	WakeAt *time.Time `json:"wake_at,omitempty"`
 }
 
+// RunExport A run exported to be replayed locally (`GET /v1/runs/{id}/export`,
+// `stepgate runs export`). `format` names this layout, `stepgate.run/1`; a reader
+// refuses another. The export is read as of `exported_at`: a run that has not
+// finished may go on after it.
+//
+// An `InvocationRequest` that replays the run is made from it as follows:
+// `protocol` is 1; `run.id`, `run.function`, `run.revision`, `run.input` (`null`
+// when absent), `run.parent_id` and `run.created_at` are the run's `id`, `function`,
+// `revision`, `input`, `parent_id` and `created_at`; `run.attempt` is the run's
+// `invocations` (the number of its last invocation; add one to replay it as the
+// next); `identity` is the run's `identity`; `journal` is `journal`, in order;
+// `step_attempts` is `step_attempts`; `checkpoint` and `deadline` are the
+// harness's own. The one difference from what the gateway sends: a `callback`
+// entry's token is masked (`xxxxx`, in its `token` and at the end of its `url`), as
+// `getRun` shows it; the gateway gives the run's function the real one.
+//
+// Secrets stay out: callback tokens are masked, and the function's URL is always
+// shown as `getFunction` shows it to a caller without `functions:write` (its user
+// information, path, query values and fragment masked), whoever exports.
+type RunExport struct {
+	// ExportedAt When the gateway read the run.
+	ExportedAt time.Time `json:"exported_at"`
+
+	// Failures The failed attempts of the journal's steps and of a step being retried, and the latest 100 failed invocations (seq 0), as `getRun` lists them; oldest first.
+	Failures []AttemptFailure `json:"failures"`
+
+	// Format The layout of this document, `stepgate.run/1`.
+	Format string `json:"format"`
+
+	// Function The function revision the run runs on (kept when the function is deleted), its URL masked. Absent when the caller lacks `functions:read`.
+	Function *Function `json:"function,omitempty"`
+
+	// Journal The run's whole journal in seq order, as `getRun` shows it (a callback's token masked): at most `STEPGATE_MAX_JOURNAL_ENTRIES` entries (default 1000) of at most `STEPGATE_MAX_JOURNAL_BYTES` (default 32 MiB) of outputs and errors.
+	Journal []JournalEntry `json:"journal"`
+
+	// Run The run, with its `input`, and its `output` or `error`.
+	Run Run `json:"run"`
+
+	// StepAttempts For a step that has failed before and has no entry yet (a step being retried): its seq (as a string key) and the attempt number the next invocation makes of it, as the gateway would send in `InvocationRequest.step_attempts`. Absent when none.
+	StepAttempts *map[string]int `json:"step_attempts,omitempty"`
+}
+
 // RunPage defines model for RunPage.
 type RunPage struct {
 	// NextCursor Absent on the last page.
@@ -2875,6 +2917,19 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/runs/{id}/checkpoint/stream (the `CheckpointStream` operationId).
 	CheckpointStream(ctx context.Context, id RunID, body CheckpointStreamJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ExportRun Exports a run, its whole journal and its failures as one JSON document, to replay it locally. Needs `runs:read`.
+	//
+	// The document (`RunExport`, format `stepgate.run/1`) holds what a test harness needs
+	// to replay the run's function locally, without the gateway: see `RunExport` for how
+	// its fields make an `InvocationRequest`. Its journal is the run's whole journal,
+	// shown as `getRun` shows it (a callback's token masked), so it is bounded by the
+	// journal's bounds (`STEPGATE_MAX_JOURNAL_ENTRIES`, `STEPGATE_MAX_JOURNAL_BYTES`);
+	// its failures are those `getRun` lists over all its pages (at most 100 failed
+	// invocations). A run of another tenant, or none, is a 404.
+	//
+	// Corresponds with GET /v1/runs/{id}/export (the `ExportRun` operationId).
+	ExportRun(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// SendMessageWithBody Sends a message to a run's mailbox. Needs `events:send`.
 	//
@@ -4277,6 +4332,29 @@ func (c *Client) CheckpointStreamWithBody(ctx context.Context, id RunID, content
 // Corresponds with POST /v1/runs/{id}/checkpoint/stream (the `CheckpointStream` operationId).
 func (c *Client) CheckpointStream(ctx context.Context, id RunID, body CheckpointStreamJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCheckpointStreamRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ExportRun Exports a run, its whole journal and its failures as one JSON document, to replay it locally. Needs `runs:read`.
+//
+// The document (`RunExport`, format `stepgate.run/1`) holds what a test harness needs
+// to replay the run's function locally, without the gateway: see `RunExport` for how
+// its fields make an `InvocationRequest`. Its journal is the run's whole journal,
+// shown as `getRun` shows it (a callback's token masked), so it is bounded by the
+// journal's bounds (`STEPGATE_MAX_JOURNAL_ENTRIES`, `STEPGATE_MAX_JOURNAL_BYTES`);
+// its failures are those `getRun` lists over all its pages (at most 100 failed
+// invocations). A run of another tenant, or none, is a 404.
+//
+// Corresponds with GET /v1/runs/{id}/export (the `ExportRun` operationId).
+func (c *Client) ExportRun(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewExportRunRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -6240,6 +6318,40 @@ func NewCheckpointStreamRequestWithBody(server string, id RunID, contentType str
 	return req, nil
 }
 
+// NewExportRunRequest constructs an http.Request for the ExportRun method
+func NewExportRunRequest(server string, id RunID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/runs/%s/export", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewSendMessageRequest calls the generic SendMessage builder with application/json body
 func NewSendMessageRequest(server string, id RunID, body SendMessageJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -7910,6 +8022,21 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/runs/{id}/checkpoint/stream (the `CheckpointStream` operationId).
 	CheckpointStreamWithResponse(ctx context.Context, id RunID, body CheckpointStreamJSONRequestBody, reqEditors ...RequestEditorFn) (*CheckpointStreamResponse, error)
+
+	// ExportRunWithResponse Exports a run, its whole journal and its failures as one JSON document, to replay it locally. Needs `runs:read`.
+	//
+	// The document (`RunExport`, format `stepgate.run/1`) holds what a test harness needs
+	// to replay the run's function locally, without the gateway: see `RunExport` for how
+	// its fields make an `InvocationRequest`. Its journal is the run's whole journal,
+	// shown as `getRun` shows it (a callback's token masked), so it is bounded by the
+	// journal's bounds (`STEPGATE_MAX_JOURNAL_ENTRIES`, `STEPGATE_MAX_JOURNAL_BYTES`);
+	// its failures are those `getRun` lists over all its pages (at most 100 failed
+	// invocations). A run of another tenant, or none, is a 404.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/runs/{id}/export (the `ExportRun` operationId).
+	ExportRunWithResponse(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*ExportRunResponse, error)
 
 	// SendMessageWithBodyWithResponse Sends a message to a run's mailbox. Needs `events:send`.
 	//
@@ -10096,6 +10223,68 @@ func (r CheckpointStreamResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r CheckpointStreamResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ExportRunResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RunExport
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ExportRunResponse) GetJSON200() *RunExport {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ExportRunResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ExportRunResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ExportRunResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r ExportRunResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ExportRunResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ExportRunResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ExportRunResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -12372,6 +12561,27 @@ func (c *ClientWithResponses) CheckpointStreamWithResponse(ctx context.Context, 
 	return ParseCheckpointStreamResponse(rsp)
 }
 
+// ExportRunWithResponse Exports a run, its whole journal and its failures as one JSON document, to replay it locally. Needs `runs:read`.
+//
+// The document (`RunExport`, format `stepgate.run/1`) holds what a test harness needs
+// to replay the run's function locally, without the gateway: see `RunExport` for how
+// its fields make an `InvocationRequest`. Its journal is the run's whole journal,
+// shown as `getRun` shows it (a callback's token masked), so it is bounded by the
+// journal's bounds (`STEPGATE_MAX_JOURNAL_ENTRIES`, `STEPGATE_MAX_JOURNAL_BYTES`);
+// its failures are those `getRun` lists over all its pages (at most 100 failed
+// invocations). A run of another tenant, or none, is a 404.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/runs/{id}/export (the `ExportRun` operationId).
+func (c *ClientWithResponses) ExportRunWithResponse(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*ExportRunResponse, error) {
+	rsp, err := c.ExportRun(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseExportRunResponse(rsp)
+}
+
 // SendMessageWithBodyWithResponse Sends a message to a run's mailbox. Needs `events:send`.
 //
 // Puts a message in the mailbox of a run of the caller's tenant, with the caller's
@@ -14346,6 +14556,53 @@ func ParseCheckpointStreamResponse(rsp *http.Response) (*CheckpointStreamRespons
 			return nil, err
 		}
 		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseExportRunResponse parses an HTTP response from a ExportRunWithResponse call
+func ParseExportRunResponse(rsp *http.Response) (*ExportRunResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ExportRunResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RunExport
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
 
 	}
 

@@ -13,6 +13,7 @@ var Permissions = map[string]string{
 	"checkpointStream":    "",
 	"deleteFunction":      "functions:write",
 	"deleteSchedule":      "functions:write",
+	"exportRun":           "runs:read",
 	"functionStats":       "functions:read",
 	"getFunction":         "functions:read",
 	"getFunctionQueue":    "functions:read",

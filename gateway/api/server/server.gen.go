@@ -95,6 +95,9 @@ type ServerInterface interface {
 	// CheckpointStream Appends chunks to one of a running invocation's streams, or closes it (called by SDKs).
 	// (POST /v1/runs/{id}/checkpoint/stream)
 	CheckpointStream(ctx echo.Context, id RunID) error
+	// ExportRun Exports a run, its whole journal and its failures as one JSON document, to replay it locally. Needs `runs:read`.
+	// (GET /v1/runs/{id}/export)
+	ExportRun(ctx echo.Context, id RunID) error
 	// SendMessage Sends a message to a run's mailbox. Needs `events:send`.
 	// (POST /v1/runs/{id}/messages)
 	SendMessage(ctx echo.Context, id RunID) error
@@ -715,6 +718,22 @@ func (w *ServerInterfaceWrapper) CheckpointStream(ctx echo.Context) error {
 	return err
 }
 
+// ExportRun converts echo context to params.
+func (w *ServerInterfaceWrapper) ExportRun(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "id" -------------
+	var id RunID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", ctx.Param("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ExportRun(ctx, id)
+	return err
+}
+
 // SendMessage converts echo context to params.
 func (w *ServerInterfaceWrapper) SendMessage(ctx echo.Context) error {
 	var err error
@@ -1188,6 +1207,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/v1/runs", wrapper.ListRuns, options.OperationMiddlewares["listRuns"]...)
 	router.GET(options.BaseURL+"/v1/runs/:id", wrapper.GetRun, options.OperationMiddlewares["getRun"]...)
 	router.GET(options.BaseURL+"/v1/runs/:id/result", wrapper.GetRunResult, options.OperationMiddlewares["getRunResult"]...)
+	router.GET(options.BaseURL+"/v1/runs/:id/export", wrapper.ExportRun, options.OperationMiddlewares["exportRun"]...)
 	router.POST(options.BaseURL+"/v1/runs/:id/cancel", wrapper.CancelRun, options.OperationMiddlewares["cancelRun"]...)
 	router.POST(options.BaseURL+"/v1/runs/cancel", wrapper.CancelRuns, options.OperationMiddlewares["cancelRuns"]...)
 	router.GET(options.BaseURL+"/v1/operations/:id", wrapper.GetOperation, options.OperationMiddlewares["getOperation"]...)
@@ -3525,6 +3545,76 @@ func (response CheckpointStream503ApplicationProblemPlusJSONResponse) VisitCheck
 	return err
 }
 
+type ExportRunRequestObject struct {
+	ID RunID `json:"id"`
+}
+
+type ExportRunResponseObject interface {
+	VisitExportRunResponse(w http.ResponseWriter) error
+}
+
+type ExportRun200JSONResponse RunExport
+
+func (response ExportRun200JSONResponse) VisitExportRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ExportRun401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ExportRun401ApplicationProblemPlusJSONResponse) VisitExportRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ExportRun403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ExportRun403ApplicationProblemPlusJSONResponse) VisitExportRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ExportRun404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response ExportRun404ApplicationProblemPlusJSONResponse) VisitExportRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type SendMessageRequestObject struct {
 	ID   RunID `json:"id"`
 	Body *SendMessageJSONRequestBody
@@ -5356,6 +5446,9 @@ type StrictServerInterface interface {
 	// CheckpointStream Appends chunks to one of a running invocation's streams, or closes it (called by SDKs).
 	// (POST /v1/runs/{id}/checkpoint/stream)
 	CheckpointStream(ctx context.Context, request CheckpointStreamRequestObject) (CheckpointStreamResponseObject, error)
+	// ExportRun Exports a run, its whole journal and its failures as one JSON document, to replay it locally. Needs `runs:read`.
+	// (GET /v1/runs/{id}/export)
+	ExportRun(ctx context.Context, request ExportRunRequestObject) (ExportRunResponseObject, error)
 	// SendMessage Sends a message to a run's mailbox. Needs `events:send`.
 	// (POST /v1/runs/{id}/messages)
 	SendMessage(ctx context.Context, request SendMessageRequestObject) (SendMessageResponseObject, error)
@@ -6344,6 +6437,31 @@ func (sh *strictHandler) CheckpointStream(ctx echo.Context, id RunID) error {
 		return err
 	} else if validResponse, ok := response.(CheckpointStreamResponseObject); ok {
 		return validResponse.VisitCheckpointStreamResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// ExportRun operation middleware
+func (sh *strictHandler) ExportRun(ctx echo.Context, id RunID) error {
+	var request ExportRunRequestObject
+
+	request.ID = id
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ExportRun(ctx.Request().Context(), request.(ExportRunRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ExportRun")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ExportRunResponseObject); ok {
+		return validResponse.VisitExportRunResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

@@ -304,6 +304,34 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/runs/{id}/export": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["RunID"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Exports a run, its whole journal and its failures as one JSON document, to replay it locally. Needs `runs:read`.
+         * @description The document (`RunExport`, format `stepgate.run/1`) holds what a test harness needs
+         *     to replay the run's function locally, without the gateway: see `RunExport` for how
+         *     its fields make an `InvocationRequest`. Its journal is the run's whole journal,
+         *     shown as `getRun` shows it (a callback's token masked), so it is bounded by the
+         *     journal's bounds (`STEPGATE_MAX_JOURNAL_ENTRIES`, `STEPGATE_MAX_JOURNAL_BYTES`);
+         *     its failures are those `getRun` lists over all its pages (at most 100 failed
+         *     invocations). A run of another tenant, or none, is a 404.
+         */
+        get: operations["exportRun"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/runs/{id}/cancel": {
         parameters: {
             query?: never;
@@ -1559,6 +1587,48 @@ export interface components {
             /** @description Where the next page of the journal starts (`journal_cursor`); absent on the last page. */
             journal_next_cursor?: string;
             failures: components["schemas"]["AttemptFailure"][];
+        };
+        /**
+         * @description A run exported to be replayed locally (`GET /v1/runs/{id}/export`,
+         *     `stepgate runs export`). `format` names this layout, `stepgate.run/1`; a reader
+         *     refuses another. The export is read as of `exported_at`: a run that has not
+         *     finished may go on after it.
+         *
+         *     An `InvocationRequest` that replays the run is made from it as follows:
+         *     `protocol` is 1; `run.id`, `run.function`, `run.revision`, `run.input` (`null`
+         *     when absent), `run.parent_id` and `run.created_at` are the run's `id`, `function`,
+         *     `revision`, `input`, `parent_id` and `created_at`; `run.attempt` is the run's
+         *     `invocations` (the number of its last invocation; add one to replay it as the
+         *     next); `identity` is the run's `identity`; `journal` is `journal`, in order;
+         *     `step_attempts` is `step_attempts`; `checkpoint` and `deadline` are the
+         *     harness's own. The one difference from what the gateway sends: a `callback`
+         *     entry's token is masked (`xxxxx`, in its `token` and at the end of its `url`), as
+         *     `getRun` shows it; the gateway gives the run's function the real one.
+         *
+         *     Secrets stay out: callback tokens are masked, and the function's URL is always
+         *     shown as `getFunction` shows it to a caller without `functions:write` (its user
+         *     information, path, query values and fragment masked), whoever exports.
+         */
+        RunExport: {
+            /** @description The layout of this document, `stepgate.run/1`. */
+            format: string;
+            /**
+             * Format: date-time
+             * @description When the gateway read the run.
+             */
+            exported_at: string;
+            /** @description The run, with its `input`, and its `output` or `error`. */
+            run: components["schemas"]["Run"];
+            /** @description The function revision the run runs on (kept when the function is deleted), its URL masked. Absent when the caller lacks `functions:read`. */
+            function?: components["schemas"]["Function"];
+            /** @description The run's whole journal in seq order, as `getRun` shows it (a callback's token masked): at most `STEPGATE_MAX_JOURNAL_ENTRIES` entries (default 1000) of at most `STEPGATE_MAX_JOURNAL_BYTES` (default 32 MiB) of outputs and errors. */
+            journal: components["schemas"]["JournalEntry"][];
+            /** @description The failed attempts of the journal's steps and of a step being retried, and the latest 100 failed invocations (seq 0), as `getRun` lists them; oldest first. */
+            failures: components["schemas"]["AttemptFailure"][];
+            /** @description For a step that has failed before and has no entry yet (a step being retried): its seq (as a string key) and the attempt number the next invocation makes of it, as the gateway would send in `InvocationRequest.step_attempts`. Absent when none. */
+            step_attempts?: {
+                [key: string]: number;
+            };
         };
         EventSend: {
             name: string;
@@ -2950,6 +3020,31 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             429: components["responses"]["Busy"];
+        };
+    };
+    exportRun: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["RunID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The run's export. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunExport"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
         };
     };
     cancelRun: {

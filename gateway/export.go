@@ -1,0 +1,105 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/stepgate/stepgate/access"
+	"github.com/stepgate/stepgate/gateway/api/server"
+	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/protocol"
+)
+
+// ExportFormat is the layout of a run's export (RunExport.format in openapi.yaml).
+const ExportFormat = "stepgate.run/1"
+
+// exportPageLimit is the entries of each page the export reads the journal by; the
+// pages' bytes are bounded by journal.GetRunDetail's default.
+const exportPageLimit = 1000
+
+// ExportRun returns a run of the caller's tenant with its whole journal, its failures
+// and its function revision, to replay it locally (RunExport in openapi.yaml). The
+// journal and failures are those GetRun shows, page after page: a callback's token is
+// masked (entryForReaders), and the function's URL is masked whoever asks (redactURL).
+// It is bounded by the run's journal bounds (entries and bytes), which its writes
+// enforce; each page read is bounded by journal.GetRunDetail's. The run's fields are
+// read with the last page, so they are never older than its journal.
+func (s *Server) ExportRun(ctx context.Context, req server.ExportRunRequestObject) (server.ExportRunResponseObject, error) {
+	if !validRunID(req.ID) {
+		return server.ExportRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.ID)}, nil
+	}
+	db := s.tenantDB(ctx)
+	out := protocol.RunExport{
+		Format:   ExportFormat,
+		Journal:  []protocol.JournalEntry{},
+		Failures: []protocol.AttemptFailure{},
+	}
+	var (
+		run      *journal.Run
+		entries  []journal.Entry
+		failures []journal.Failure
+	)
+	for after := 0; ; {
+		d, err := journal.GetRunDetail(ctx, db, db.Tenant(), req.ID, journal.JournalPage{After: after, Limit: exportPageLimit})
+		if errors.Is(err, journal.ErrNotFound) {
+			return server.ExportRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: s.runGone(ctx, db, req.ID)}, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		run = d.Run
+		entries = append(entries, d.Journal...)
+		failures = append(failures, d.Failures...)
+		if d.Next == 0 {
+			break
+		}
+		after = d.Next
+	}
+	out.ExportedAt = time.Now().UTC()
+	out.Run = runToAPI(run, true)
+	for _, e := range entries {
+		out.Journal = append(out.Journal, entryForReaders(e))
+	}
+	for _, f := range failures {
+		out.Failures = append(out.Failures, failureToAPI(f))
+	}
+	if a := stepAttempts(entries, failures); len(a) > 0 {
+		out.StepAttempts = &a
+	}
+	if identity(ctx).Has(access.PermissionFunctionsRead) {
+		fn, err := journal.GetRevision(ctx, db, db.Tenant(), run.Function, run.Revision)
+		switch {
+		case errors.Is(err, journal.ErrNotFound):
+		case err != nil:
+			return nil, err
+		default:
+			f, err := functionToAPI(fn, false)
+			if err != nil {
+				return nil, err
+			}
+			out.Function = &f
+		}
+	}
+	return server.ExportRun200JSONResponse(out), nil
+}
+
+// stepAttempts returns, as the gateway computes it for an invocation
+// (journal.Claim.StepAttempts), the next attempt of each step that has failed before
+// and has no entry yet, by its seq as a string.
+func stepAttempts(entries []journal.Entry, failures []journal.Failure) map[string]int {
+	done := make(map[int]bool, len(entries))
+	for _, e := range entries {
+		done[e.Seq] = true
+	}
+	m := map[string]int{}
+	for _, f := range failures {
+		if f.Seq <= 0 || done[f.Seq] {
+			continue
+		}
+		k := strconv.Itoa(f.Seq)
+		m[k] = max(m[k], f.Attempt+1)
+	}
+	return m
+}
