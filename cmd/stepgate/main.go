@@ -121,6 +121,8 @@ Runs:
                                    runs, newest first (also: stepgate runs)
   runs get ID                      a run with its journal and failed attempts
   runs values ID                   the latest value of each key the run published
+  runs export ID [-o FILE]         the run, its whole journal and failures as one JSON
+                                   file (stdout by default), to replay it locally
   runs rerun ID [--from N]         a new run of a finished run, as you; --from N replays
                                    its entries before seq N and runs N onwards again
   runs send ID TOPIC [JSON] [--id MESSAGE_ID]
@@ -294,8 +296,10 @@ func (c *cli) runs(ctx context.Context, args []string) error {
 		return c.runsCancel(ctx, rest)
 	case "rerun":
 		return c.runsRerun(ctx, rest)
+	case "export":
+		return c.runsExport(ctx, rest)
 	default:
-		return usagef("unknown command \"runs %s\" (want list, get, values, send, request, requests, cancel or rerun)", sub)
+		return usagef("unknown command \"runs %s\" (want list, get, values, send, request, requests, cancel, rerun or export)", sub)
 	}
 }
 
