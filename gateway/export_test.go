@@ -132,6 +132,17 @@ func TestExportRun(t *testing.T) {
 			return "", errors.New("not yet")
 		}, step.MaxAttempts(3), step.Backoff(time.Hour, time.Hour))
 	})
+	// bulky journals more than a page of the run detail (8 MiB): three steps of 3 MiB.
+	functions.Register(app, "bulky", func(ctx context.Context, _ struct{}) (int, error) {
+		for i := range 3 {
+			if _, err := step.Run(ctx, "blob "+strconv.Itoa(i+1), func(context.Context) (string, error) {
+				return strings.Repeat(strconv.Itoa(i+1), 3<<20), nil
+			}); err != nil {
+				return 0, err
+			}
+		}
+		return 3, nil
+	})
 	rec := &invocationRecorder{app: app, last: map[string]protocol.InvocationRequest{}}
 	appURL := s.ServeApp(t, rec)
 	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: appURL})
@@ -259,6 +270,20 @@ func TestExportRun(t *testing.T) {
 		require.Equal(t, &map[string]int{"1": 2}, x.StepAttempts, "the next invocation makes attempt 2 of step 1")
 		require.Len(t, x.Failures, 1)
 		require.Empty(t, x.Journal)
+	})
+
+	t.Run("AJournalOfManyPagesExportsWhole", func(t *testing.T) {
+		t.Parallel()
+		id := start(t, "bulky", `{}`)
+		require.Equal(t, protocol.RunStatusCompleted, mustResult(t, c, id).Status)
+		require.NotNil(t, getRun(t, c, id).JournalNextCursor, "the run detail's first page does not hold the whole journal")
+		x := exportRun(t, c, id)
+		require.Equal(t, []string{"blob 1", "blob 2", "blob 3"}, entryNames(x.Journal))
+		for i, e := range x.Journal {
+			var out string
+			require.NoError(t, json.Unmarshal(*e.Output, &out))
+			require.Equal(t, strings.Repeat(strconv.Itoa(i+1), 3<<20), out, "entry %d", e.Seq)
+		}
 	})
 
 	t.Run("AReaderWithoutFunctionsReadGetsNoFunction", func(t *testing.T) {
