@@ -46,7 +46,9 @@ func TestRunsExport(t *testing.T) {
 		return stdout.String(), stderr.String(), err
 	}
 
+	// An existing file anyone may read is replaced by one only its owner reads.
 	file := filepath.Join(t.TempDir(), "run.json")
+	require.NoError(t, os.WriteFile(file, []byte("old"), 0o644))
 	out, msg, err := run(token, "runs", "export", runID, "-o", file)
 	require.NoError(t, err)
 	require.Empty(t, out)
