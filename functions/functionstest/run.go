@@ -217,7 +217,12 @@ func (r *Run) finish(e protocol.JournalEntry) {
 	if e.Error != nil {
 		r.res.Status, r.res.Error = Failed, e.Error
 	} else {
-		r.res.Status, r.res.Output = Completed, json.RawMessage(*e.Output)
+		r.res.Status, r.res.Output = Completed, json.RawMessage("null")
+		if e.Output != nil {
+			r.res.Output = json.RawMessage(*e.Output)
+		} else {
+			e.Output = (*protocol.AnyJSON)(&r.res.Output)
+		}
 	}
 	r.res.Await, r.res.WakeAt = nil, time.Time{}
 	if r.parent != nil {
