@@ -40,7 +40,12 @@ func mustJSON(v any) json.RawMessage {
 // returns how many runs it resumed.
 func (h *Harness) SendEvent(name string, data any) int {
 	h.t.Helper()
-	ev := event{id: newUUID(), name: name, data: mustJSON(data), at: h.now}
+	return h.publish(event{id: newUUID(), name: name, data: mustJSON(data), at: h.now})
+}
+
+// publish stores ev and resumes the runs waiting for it; it returns how many.
+func (h *Harness) publish(ev event) int {
+	h.t.Helper()
 	h.evs = append(h.evs, ev)
 	n := 0
 	for _, r := range h.waiting() {
@@ -48,7 +53,7 @@ func (h *Harness) SendEvent(name string, data any) int {
 			continue
 		}
 		if e, ok := r.offer(*r.wait, func(aw protocol.Await) (json.RawMessage, bool) {
-			if aw.Type != protocol.AwaitTypeWaitEvent || deref(aw.Event) != name || !matches(aw, ev) {
+			if aw.Type != protocol.AwaitTypeWaitEvent || deref(aw.Event) != ev.name || !matches(aw, ev) {
 				return nil, false
 			}
 			return eventOutput(ev), true
@@ -280,11 +285,23 @@ func (r *Run) sent(kind protocol.EntryKind) []Sent {
 	return out
 }
 
-// routeSends delivers the messages the run's new journal entries send to runs of the
-// harness (step.Send), as the gateway does; a message to another run id is recorded only.
+// routeSends delivers what the run's new journal entries send, as the gateway does: an
+// event (step.SendEvent) to the runs of the harness waiting for it, a message
+// (step.Send) to its run when that is one of the harness's; a message to another run id
+// is recorded only.
 func (r *Run) routeSends() {
 	j := r.Journal()
 	for _, e := range j[min(r.scanned, len(j)):] {
+		if e.Kind == protocol.EntryKindEvent && e.Output != nil {
+			var o struct {
+				Name string          `json:"name"`
+				Data json.RawMessage `json:"data"`
+				ID   string          `json:"id"`
+			}
+			_ = json.Unmarshal(*e.Output, &o)
+			r.h.publish(event{id: o.ID, name: o.Name, data: o.Data, at: r.h.now})
+			continue
+		}
 		if e.Kind != protocol.EntryKindSend || e.Output == nil {
 			continue
 		}

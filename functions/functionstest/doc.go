@@ -13,8 +13,9 @@
 //
 // What matches the gateway:
 //   - a step's entry is journaled at its seq when checkpointed (or with the answer, for
-//     a lazy step); an identical repeat is harmless and another entry at a journaled seq
-//     fails the test, as a nondeterminism conflict would fail the run;
+//     a lazy step); an identical repeat is harmless, and another entry at a journaled
+//     seq is refused as a conflict (a checkpoint's fails the run with nondeterminism,
+//     an answer's fails the test);
 //   - a failed step with attempts left is retried with its next attempt (step_attempts),
 //     its final error or a non-retryable error fails the run, after its compensations;
 //   - an invocation that answers HTTP 500 (an error, a panic) is retried up to the
@@ -40,10 +41,11 @@
 //     the virtual clock does not move;
 //   - the SDK's own clock is the machine's: step.Now, SleepInProcess and the sleeps it
 //     waits out in the process use real time (use no SleepInProcess under test);
-//   - events sent by runs (step.SendEvent) are recorded ([Run.SentEvents]), not
-//     delivered nor used to start functions; messages (step.Send) reach runs of the same
-//     harness only; identities, permissions and signatures are those of one tenant
-//     ("acme") and one admin user;
+//   - events sent by runs (step.SendEvent, recorded by [Run.SentEvents]) resume the
+//     harness's runs waiting for them, but start no function (no event triggers);
+//     messages (step.Send, [Run.SentMessages]) reach runs of the same harness only;
+//   - identities, permissions and signatures are those of one tenant ("acme") and one
+//     admin user: the harness signs invocations only with [WithKey];
 //   - streams and cancellation are not modelled.
 //
 // A Harness is used from the test's goroutine: Start, Advance and the deliveries drive
