@@ -1,6 +1,8 @@
 package examples_test
 
 import (
+	"encoding/json"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -9,11 +11,12 @@ import (
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/examples"
 	"github.com/stepgate/stepgate/functions/functionstest"
+	"github.com/stepgate/stepgate/functions/step"
 	"github.com/stepgate/stepgate/protocol"
 )
 
 func harness(t *testing.T) *functionstest.Harness {
-	app := functions.New(functions.Config{InsecureSkipVerify: true})
+	app := functions.New(functions.Config{InsecureSkipVerify: true, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
 	examples.Register(app)
 	return functionstest.New(t, app)
 }
@@ -61,5 +64,29 @@ func TestCheckoutWithTheHarness(t *testing.T) {
 		require.Equal(t, []string{"step reserve", "step charge", "step ship", "step compensate refund", "step compensate release"},
 			names(run.Journal()))
 		t.Logf("a failed checkout took %v", time.Since(start))
+	})
+	t.Run("FulfilRunsCheckoutAsAChild", func(t *testing.T) {
+		t.Parallel()
+		h := harness(t)
+		run := h.Start("orders.fulfil", examples.CheckoutInput{OrderID: "o-3", SleepMS: int(time.Hour / time.Millisecond)})
+		require.Equal(t, functionstest.Suspended, run.Result().Status, "the child sleeps")
+		res := run.Advance(time.Hour)
+		require.Equal(t, functionstest.Completed, res.Status)
+		require.JSONEq(t, `{"tracking":"trk_o-3"}`, string(res.Output))
+		inv := run.Invoked()
+		require.Len(t, inv, 1)
+		require.Equal(t, "orders.checkout", inv[0].Function)
+		require.Equal(t, []string{"step reserve", "step charge", "sleep cool-off", "step ship"}, names(inv[0].Run.Journal()))
+	})
+
+	t.Run("FulfilFailsWithAStubbedCheckout", func(t *testing.T) {
+		t.Parallel()
+		h := harness(t)
+		h.Stub("orders.checkout", func(json.RawMessage) (any, error) {
+			return nil, &step.Error{Type: "card_declined", Message: "declined"}
+		})
+		res := h.Start("orders.fulfil", examples.CheckoutInput{OrderID: "o-4"}).Result()
+		require.Equal(t, functionstest.Failed, res.Status)
+		require.Contains(t, res.Error.Message, "declined")
 	})
 }

@@ -13,8 +13,8 @@ import (
 	"github.com/stepgate/stepgate/functions/step"
 )
 
-func parentApp() *functions.App {
-	app := newApp()
+func parentApp(t *testing.T) *functions.App {
+	app := newApp(t)
 	functions.Register(app, "parent", func(ctx context.Context, n int) (int, error) {
 		a := step.Invoke[int](ctx, "square", "square", n)
 		b := step.Invoke[int](ctx, "square", "square", n+1)
@@ -39,7 +39,7 @@ func parentApp() *functions.App {
 
 func TestChildRunsOfTheApp(t *testing.T) {
 	t.Parallel()
-	h := functionstest.New(t, parentApp())
+	h := functionstest.New(t, parentApp(t))
 	run := h.Start("parent", 2)
 	require.Equal(t, functionstest.Suspended, run.Result().Status, "the children sleep")
 	inv := run.Invoked()
@@ -61,7 +61,7 @@ func TestChildRunsOfTheApp(t *testing.T) {
 
 func TestStubsAnswerChildren(t *testing.T) {
 	t.Parallel()
-	h := functionstest.New(t, parentApp())
+	h := functionstest.New(t, parentApp(t))
 	h.Stub("square", func(in json.RawMessage) (any, error) {
 		var n int
 		_ = json.Unmarshal(in, &n)
@@ -71,7 +71,7 @@ func TestStubsAnswerChildren(t *testing.T) {
 	require.JSONEq(t, `50`, string(run.Result().Output))
 	require.True(t, run.Invoked()[0].Stubbed)
 
-	failing := functionstest.New(t, parentApp())
+	failing := functionstest.New(t, parentApp(t))
 	failing.Stub("square", func(json.RawMessage) (any, error) {
 		return nil, &step.Error{Type: "out_of_range", Message: "too big"}
 	})
@@ -82,7 +82,7 @@ func TestStubsAnswerChildren(t *testing.T) {
 
 func TestSendReachesAnotherRun(t *testing.T) {
 	t.Parallel()
-	app := newApp()
+	app := newApp(t)
 	functions.Register(app, "listener", func(ctx context.Context, _ any) (string, error) {
 		m, err := step.Receive[string](ctx, "ping").Get()
 		return m.Data, err

@@ -33,7 +33,7 @@ func TestCrashAfterReplaysEachStepOnce(t *testing.T) {
 	t.Parallel()
 	for seq := 1; seq <= 3; seq++ {
 		calls := map[string]int{}
-		app := newApp()
+		app := newApp(t)
 		threeSteps(app, calls)
 		run := functionstest.New(t, app).StartCrashing("three", nil, seq)
 		res := run.Result()
@@ -47,7 +47,7 @@ func TestCrashAfterReplaysEachStepOnce(t *testing.T) {
 func TestCrashAfterALazyStep(t *testing.T) {
 	t.Parallel()
 	calls := map[string]int{}
-	app := newApp()
+	app := newApp(t)
 	threeSteps(app, calls, functions.LazyCheckpoints())
 	run := functionstest.New(t, app).StartCrashing("three", nil, 3)
 	res := run.Result()

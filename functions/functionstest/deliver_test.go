@@ -15,7 +15,7 @@ import (
 
 func TestSendEventResumesTheWait(t *testing.T) {
 	t.Parallel()
-	app := newApp()
+	app := newApp(t)
 	functions.Register(app, "await", func(ctx context.Context, _ any) (int, error) {
 		ev, err := step.WaitForEvent[struct{ Amount int }](ctx, "paid", "order.paid").Get()
 		return ev.Data.Amount, err
@@ -32,7 +32,7 @@ func TestSendEventResumesTheWait(t *testing.T) {
 
 func TestSendMessageBeforeAndDuringReceive(t *testing.T) {
 	t.Parallel()
-	app := newApp()
+	app := newApp(t)
 	functions.Register(app, "inbox", func(ctx context.Context, _ any) ([]string, error) {
 		var got []string
 		for range 2 {
@@ -53,7 +53,7 @@ func TestSendMessageBeforeAndDuringReceive(t *testing.T) {
 
 func TestCallbacksResolveAndReject(t *testing.T) {
 	t.Parallel()
-	app := newApp()
+	app := newApp(t)
 	functions.Register(app, "approve", func(ctx context.Context, _ any) (string, error) {
 		cb, err := step.Callback[string](ctx, "approval")
 		if err != nil {
@@ -75,7 +75,7 @@ func TestCallbacksResolveAndReject(t *testing.T) {
 
 func TestSendRequestReturnsTheReply(t *testing.T) {
 	t.Parallel()
-	app := newApp()
+	app := newApp(t)
 	functions.Register(app, "counter", func(ctx context.Context, _ any) (int, error) {
 		total := 0
 		for {
@@ -105,7 +105,7 @@ func TestSendRequestReturnsTheReply(t *testing.T) {
 
 func TestWaitFirstTakesTheFirstDelivered(t *testing.T) {
 	t.Parallel()
-	app := newApp()
+	app := newApp(t)
 	functions.Register(app, "race", func(ctx context.Context, _ any) (string, error) {
 		paid := step.WaitForEvent[any](ctx, "paid", "order.paid")
 		cancel := step.Receive[any](ctx, "cancel")

@@ -3,6 +3,7 @@ package functionstest_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -14,7 +15,10 @@ import (
 	"github.com/stepgate/stepgate/protocol"
 )
 
-func newApp() *functions.App { return functions.New(functions.Config{InsecureSkipVerify: true}) }
+// newApp returns an app that needs no signatures, logging to the test's output.
+func newApp(t *testing.T) *functions.App {
+	return functions.New(functions.Config{InsecureSkipVerify: true, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+}
 
 func kinds(j []protocol.JournalEntry) []string {
 	var out []string
@@ -26,7 +30,7 @@ func kinds(j []protocol.JournalEntry) []string {
 
 func TestStepsAreJournaled(t *testing.T) {
 	t.Parallel()
-	app := newApp()
+	app := newApp(t)
 	functions.Register(app, "double", func(ctx context.Context, n int) (int, error) {
 		a, err := step.Run(ctx, "a", func(context.Context) (int, error) { return n * 2, nil })
 		if err != nil {
@@ -47,7 +51,7 @@ func TestStepsAreJournaled(t *testing.T) {
 
 func TestRetriesThenSucceeds(t *testing.T) {
 	t.Parallel()
-	app := newApp()
+	app := newApp(t)
 	calls := 0
 	functions.Register(app, "flaky", func(ctx context.Context, _ any) (int, error) {
 		return step.Run(ctx, "try", func(context.Context) (int, error) {
@@ -66,7 +70,7 @@ func TestRetriesThenSucceeds(t *testing.T) {
 
 func TestFinalStepErrorFailsTheRun(t *testing.T) {
 	t.Parallel()
-	app := newApp()
+	app := newApp(t)
 	calls := 0
 	functions.Register(app, "doomed", func(ctx context.Context, _ any) (int, error) {
 		return step.Run(ctx, "try", func(context.Context) (int, error) {
@@ -82,7 +86,7 @@ func TestFinalStepErrorFailsTheRun(t *testing.T) {
 
 func TestNonRetryableFailsAtOnce(t *testing.T) {
 	t.Parallel()
-	app := newApp()
+	app := newApp(t)
 	calls := 0
 	functions.Register(app, "refuse", func(ctx context.Context, _ any) (int, error) {
 		return step.Run(ctx, "try", func(context.Context) (int, error) {
@@ -98,7 +102,7 @@ func TestNonRetryableFailsAtOnce(t *testing.T) {
 
 func TestInvocationErrorsAreRetriedThenFail(t *testing.T) {
 	t.Parallel()
-	app := newApp()
+	app := newApp(t)
 	calls := 0
 	functions.Register(app, "broken", func(ctx context.Context, _ any) (int, error) {
 		calls++
@@ -112,7 +116,7 @@ func TestInvocationErrorsAreRetriedThenFail(t *testing.T) {
 
 func TestSleepUsesTheVirtualClock(t *testing.T) {
 	t.Parallel()
-	app := newApp()
+	app := newApp(t)
 	functions.Register(app, "weekly", func(ctx context.Context, _ any) (string, error) {
 		if err := step.Sleep(ctx, "week", 7*24*time.Hour); err != nil {
 			return "", err
@@ -137,7 +141,7 @@ func TestSleepUsesTheVirtualClock(t *testing.T) {
 
 func TestAtAndWaitTimeouts(t *testing.T) {
 	t.Parallel()
-	app := newApp()
+	app := newApp(t)
 	functions.Register(app, "deadline", func(ctx context.Context, at time.Time) (string, error) {
 		if err := step.SleepUntil(ctx, "until", at); err != nil {
 			return "", err

@@ -16,7 +16,7 @@ import (
 
 func TestEventOfARunResumesAnother(t *testing.T) {
 	t.Parallel()
-	app := newApp()
+	app := newApp(t)
 	functions.Register(app, "waiter", func(ctx context.Context, _ any) (string, error) {
 		ev, err := step.WaitForEvent[string](ctx, "go", "go").Get()
 		return ev.Data, err
@@ -32,7 +32,7 @@ func TestEventOfARunResumesAnother(t *testing.T) {
 
 func TestCrashAfterArmedWhileSuspended(t *testing.T) {
 	t.Parallel()
-	app := newApp()
+	app := newApp(t)
 	calls := map[string]int{}
 	functions.Register(app, "nap", func(ctx context.Context, _ any) (int, error) {
 		if err := step.Sleep(ctx, "nap", time.Hour); err != nil {
@@ -55,7 +55,7 @@ func TestCrashAfterArmedWhileSuspended(t *testing.T) {
 
 func TestCrashesUseTheInvocationAttempts(t *testing.T) {
 	t.Parallel()
-	app := newApp()
+	app := newApp(t)
 	functions.Register(app, "one", func(ctx context.Context, _ any) (int, error) {
 		return step.Run(ctx, "a", func(context.Context) (int, error) { return 1, nil })
 	}, functions.InvocationAttempts(1))
@@ -77,7 +77,7 @@ func TestWithKeySignsInvocations(t *testing.T) {
 
 func TestWaitFirstOfACallback(t *testing.T) {
 	t.Parallel()
-	app := newApp()
+	app := newApp(t)
 	functions.Register(app, "approve", func(ctx context.Context, _ any) (string, error) {
 		cb, err := step.Callback[string](ctx, "approval")
 		if err != nil {
