@@ -209,7 +209,7 @@ func (r *Run) SendRequest(name string, data any) (reply json.RawMessage, replyEr
 	return nil, nil, false
 }
 
-// ResolveCallback resolves the run's latest callback called name (step.NewCallback)
+// ResolveCallback resolves the run's latest callback called name (step.Callback)
 // with data, as a POST to its URL does: its wait resumes with data, at once if the run
 // waits for it, else when it does.
 func (r *Run) ResolveCallback(name string, data any) Result {

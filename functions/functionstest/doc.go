@@ -4,7 +4,7 @@
 //
 //	h := functionstest.New(t, app)
 //	run := h.Start("orders.checkout", input)
-//	res := run.Advance(7 * 24 * time.Hour) // a week's sleep, in microseconds
+//	res := run.Advance(7 * 24 * time.Hour) // a week's sleep, in milliseconds
 //
 // The harness plays the gateway's part of the function protocol (openapi.yaml): it
 // invokes the function over HTTP on a loopback server with the run's journal, answers
@@ -22,7 +22,8 @@
 //     function's InvocationAttempts (3 by default), and the run fails after the last;
 //   - sleeps ([step.Sleep], [step.After], [step.At]) and wait timeouts suspend the run
 //     until the virtual clock ([Harness.Advance]) reaches their wake time; a wait_event
-//     or receive times out after 24h by default, a callback after 7 days;
+//     or receive times out after 24h by default, a callback when it expires (its
+//     step.Timeout from when it is made, or [DefaultCallbackTimeout]);
 //   - events, messages, requests and callbacks delivered by the test end the wait they
 //     satisfy with the entry the gateway journals; a message or a callback resolution
 //     that comes before its wait is kept for it, an event is not (unless a later wait

@@ -43,7 +43,7 @@ type Harness struct {
 	byID  map[string]*Run
 	evs   []event
 
-	mu      sync.Mutex      // guards crashes, read by the checkpoint handler
+	mu      sync.Mutex      // guards now's writes and crashes, read by the checkpoint handler
 	crashes map[string]int  // run id -> seq after which its invocation crashes
 	crashed map[string]bool // run id -> its invocation crashed
 }
@@ -114,7 +114,9 @@ func (h *Harness) Stub(function string, fn StubFunc) { h.stubs[function] = fn }
 // or ends.
 func (h *Harness) Advance(d time.Duration) {
 	h.t.Helper()
+	h.mu.Lock()
 	h.now = h.now.Add(max(d, 0))
+	h.mu.Unlock()
 	for {
 		var due []*Run
 		for _, r := range h.runs {
@@ -162,22 +164,38 @@ func (h *Harness) maxAttempts(function string) int {
 	return defaultInvocationAttempts
 }
 
-// checkpoint loses the invocation of a run armed with CrashAfter once its entry at the
-// crash seq is journaled: the entry is journaled and the checkpoint answered 401, so
-// the invocation ends without running anything more; the harness drops its answer.
+// checkpoint answers the checkpoints that the gateway answers other than gatewaytest:
+// a callback's, which opens it on the virtual clock, and the one of a run armed with
+// CrashAfter at the crash seq, which journals the entry and answers 401, so that the
+// invocation ends without running anything more (the harness drops its answer).
 func (h *Harness) checkpoint(runID string, e protocol.JournalEntry) (int, string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	seq, ok := h.crashes[runID]
-	if !ok || e.Seq != seq {
+	seq, armed := h.crashes[runID]
+	armed = armed && e.Seq == seq
+	if e.Kind != protocol.EntryKindCallback && !armed {
 		return 0, ""
 	}
-	if code, msg := h.gw.Append(runID, e); code != http.StatusOK {
-		return code, `{"status":409,"title":"Conflict","type":"nondeterminism","detail":` + fmt.Sprintf("%q", msg) + `}`
+	code, body := h.journal(runID, e)
+	if code != http.StatusOK || !armed {
+		return code, body
 	}
 	delete(h.crashes, runID)
 	h.crashed[runID] = true
-	return http.StatusUnauthorized, `{"status":401,"title":"Unauthorized","detail":"functionstest: the process crashed (CrashAfter)"}`
+	return http.StatusUnauthorized, string(mustJSON(protocol.Problem{Status: http.StatusUnauthorized,
+		Title: http.StatusText(http.StatusUnauthorized), Detail: "functionstest: the process crashed (CrashAfter)"}))
+}
+
+// journal journals e for run runID as the checkpoint endpoint does and returns the
+// answer. h.mu is held.
+func (h *Harness) journal(runID string, e protocol.JournalEntry) (int, string) {
+	if e.Kind == protocol.EntryKindCallback {
+		return h.openCallback(runID, e)
+	}
+	if code, msg := h.gw.Append(runID, e); code != http.StatusOK {
+		return code, string(mustJSON(protocol.Problem{Status: code, Title: http.StatusText(code), Type: new("nondeterminism"), Detail: msg}))
+	}
+	return http.StatusOK, string(mustJSON(protocol.CheckpointAck{Seq: e.Seq, Until: e.Until}))
 }
 
 // takeCrash reports whether run runID's last invocation crashed, and forgets it.
@@ -214,4 +232,34 @@ func newUUID() string {
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// DefaultCallbackTimeout is how long a callback stays open when step.Timeout does not
+// say, as on the gateway.
+const DefaultCallbackTimeout = 7 * 24 * time.Hour
+
+// openCallback journals a callback entry as the gateway does, with its URL, its token and
+// its expiry on the virtual clock (the step.Timeout it asks for, or
+// DefaultCallbackTimeout), and answers its acknowledgement; a repeat answers the first.
+// h.mu is held.
+func (h *Harness) openCallback(runID string, e protocol.JournalEntry) (int, string) {
+	if j := h.gw.Journal(runID); e.Seq <= len(j) && j[e.Seq-1].Kind == e.Kind && j[e.Seq-1].Name == e.Name {
+		return http.StatusOK, string(mustJSON(protocol.CheckpointAck{Seq: e.Seq, Output: j[e.Seq-1].Output}))
+	}
+	timeout := DefaultCallbackTimeout
+	if e.Output != nil {
+		var asked struct{ Timeout string }
+		_ = json.Unmarshal(*e.Output, &asked)
+		if d, err := time.ParseDuration(asked.Timeout); err == nil && d > 0 {
+			timeout = d
+		}
+	}
+	token := fmt.Sprintf("cb-%s-%d", runID, e.Seq)
+	out := mustJSON(map[string]any{"url": h.url + "/v1/callbacks/" + token, "token": token,
+		"expires_at": h.now.Add(timeout)})
+	e.Output = (*protocol.AnyJSON)(&out)
+	if code, msg := h.gw.Append(runID, e); code != http.StatusOK {
+		return code, string(mustJSON(protocol.Problem{Status: code, Title: http.StatusText(code), Type: new("nondeterminism"), Detail: msg}))
+	}
+	return http.StatusOK, string(mustJSON(protocol.CheckpointAck{Seq: e.Seq, Output: e.Output}))
 }

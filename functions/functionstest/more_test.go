@@ -3,6 +3,7 @@ package functionstest_test
 import (
 	"context"
 	"crypto/ed25519"
+	"errors"
 	"testing"
 	"time"
 
@@ -93,4 +94,37 @@ func TestWaitFirstOfACallback(t *testing.T) {
 	run := h.Start("approve", nil)
 	require.JSONEq(t, `"ok"`, string(run.ResolveCallback("approval", "ok").Output))
 	require.JSONEq(t, `"expired"`, string(h.Start("approve", nil).Advance(time.Hour).Output))
+}
+
+func TestCallbacksExpireOnTheVirtualClock(t *testing.T) {
+	t.Parallel()
+	app := newApp(t)
+	functions.Register(app, "expiring", func(ctx context.Context, hours int) (string, error) {
+		var opts []step.Option
+		if hours > 0 {
+			opts = append(opts, step.Timeout(time.Duration(hours)*time.Hour))
+		}
+		cb, err := step.Callback[string](ctx, "approval", opts...)
+		if err != nil {
+			return "", err
+		}
+		if err := step.Sleep(ctx, "first", time.Hour); err != nil {
+			return "", err
+		}
+		v, err := cb.Result().Get()
+		if errors.Is(err, step.ErrTimedOut) {
+			return "expired", nil
+		}
+		return v, err
+	})
+	h := functionstest.New(t, app)
+	short := h.Start("expiring", 3)
+	long := h.Start("expiring", 0)
+	start := h.Now()
+	h.Advance(time.Hour)
+	require.Equal(t, start.Add(3*time.Hour), short.Result().WakeAt, "expiry counts from the callback's creation")
+	require.Equal(t, start.Add(functionstest.DefaultCallbackTimeout), long.Result().WakeAt)
+	require.JSONEq(t, `"expired"`, string(short.Advance(2*time.Hour).Output))
+	require.Equal(t, functionstest.Suspended, long.Result().Status)
+	require.JSONEq(t, `"expired"`, string(long.Advance(functionstest.DefaultCallbackTimeout).Output))
 }

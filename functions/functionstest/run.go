@@ -18,7 +18,7 @@ import (
 type Status string
 
 const (
-	Running   Status = "running" // Never returned by Result: it drives the run first.
+	Running   Status = "running" // Being driven: Result returns it only from inside a drive (a stub's, say).
 	Completed Status = "completed"
 	Failed    Status = "failed"
 	Suspended Status = "suspended" // Waiting for time to pass (Advance), a delivery, or a child.
@@ -270,7 +270,11 @@ func (r *Run) suspend(aw protocol.Await) bool {
 		if r.deliverPending(aw) {
 			return true
 		}
-		r.park(aw, h.now.Add(timeoutOf(aw)))
+		wake := h.now.Add(timeoutOf(aw))
+		if aw.Type == protocol.AwaitTypeAwaitCallback && aw.Timeout == nil {
+			wake = r.callbackExpiry(deref(aw.CallbackSeq), wake)
+		}
+		r.park(aw, wake)
 		return false
 	}
 }
@@ -284,7 +288,7 @@ func timeoutOf(aw protocol.Await) time.Duration {
 	}
 	switch aw.Type {
 	case protocol.AwaitTypeAwaitCallback:
-		return 7 * 24 * time.Hour // gatewaytest's callback expiry
+		return DefaultCallbackTimeout
 	case protocol.AwaitTypeWaitAny:
 		return step.WaitFirstTimeout
 	}
@@ -407,3 +411,18 @@ func (r *Run) childDone(seq int, e protocol.JournalEntry) {
 }
 
 type gatewayResponse = gatewaytest.Response
+
+// callbackExpiry returns the expiry of the run's callback at seq, or def.
+func (r *Run) callbackExpiry(seq int, def time.Time) time.Time {
+	j := r.Journal()
+	if seq < 1 || seq > len(j) || j[seq-1].Output == nil {
+		return def
+	}
+	var out struct {
+		ExpiresAt time.Time `json:"expires_at"`
+	}
+	if json.Unmarshal(*j[seq-1].Output, &out) != nil || out.ExpiresAt.IsZero() {
+		return def
+	}
+	return out.ExpiresAt
+}
