@@ -218,9 +218,13 @@ func (r *Run) ResolveCallback(name string, data any) Result {
 }
 
 // RejectCallback rejects the run's latest callback called name with an error of type
-// typ and message, as the callback URL's reject does: its wait returns a *step.Error.
+// typ ("rejected" when empty) and message msg, as POST <url>/reject does: its wait
+// returns a *step.Error of that type.
 func (r *Run) RejectCallback(name, typ, msg string) Result {
 	r.h.t.Helper()
+	if typ == "" {
+		typ = "rejected"
+	}
 	return r.settleCallback(name, mustJSON(map[string]any{"error": protocol.ErrorInfo{Type: typ, Message: msg}}))
 }
 

@@ -71,6 +71,8 @@ func TestCallbacksResolveAndReject(t *testing.T) {
 	require.JSONEq(t, `"yes"`, string(ok.ResolveCallback("approval", "yes").Output))
 	no := h.Start("approve", nil)
 	require.JSONEq(t, `"rejected: denied"`, string(no.RejectCallback("approval", "denied", "no way").Output))
+	byDefault := h.Start("approve", nil)
+	require.JSONEq(t, `"rejected: rejected"`, string(byDefault.RejectCallback("approval", "", "no").Output))
 }
 
 func TestSendRequestReturnsTheReply(t *testing.T) {
