@@ -90,3 +90,14 @@ func TestCheckoutWithTheHarness(t *testing.T) {
 		require.Contains(t, res.Error.Message, "declined")
 	})
 }
+
+func TestQuoteWithTheHarness(t *testing.T) {
+	t.Parallel()
+	run := harness(t).Start("orders.quote", examples.QuoteInput{SKU: "sku-1"})
+	res := run.Result()
+	require.Equal(t, functionstest.Completed, res.Status, "%+v", res.Error)
+	var out examples.QuoteOutput
+	require.NoError(t, res.Decode(&out))
+	require.Len(t, out.Prices, 3)
+	require.Len(t, run.Journal(), 3)
+}

@@ -294,8 +294,14 @@ func (r *Run) sent(kind protocol.EntryKind) []Sent {
 // (step.Send) to its run when that is one of the harness's; a message to another run id
 // is recorded only.
 func (r *Run) routeSends() {
-	j := r.Journal()
-	for _, e := range j[min(r.scanned, len(j)):] {
+	if r.scanned == nil {
+		r.scanned = map[int]bool{}
+	}
+	for _, e := range r.Journal() {
+		if r.scanned[e.Seq] {
+			continue
+		}
+		r.scanned[e.Seq] = true
 		if e.Kind == protocol.EntryKindEvent && e.Output != nil {
 			var o struct {
 				Name string          `json:"name"`
@@ -319,5 +325,4 @@ func (r *Run) routeSends() {
 			to.deliver(message{id: r.id + ":" + strconv.Itoa(e.Seq), topic: o.Topic, data: o.Data, source: r.id, at: r.h.now})
 		}
 	}
-	r.scanned = len(j)
 }

@@ -13,9 +13,10 @@
 //
 // What matches the gateway:
 //   - a step's entry is journaled at its seq when checkpointed (or with the answer, for
-//     a lazy step); an identical repeat is harmless, and another entry at a journaled
-//     seq is refused as a conflict (a checkpoint's fails the run with nondeterminism,
-//     an answer's fails the test);
+//     a lazy step), in seq order or within the checkpoint's window for steps run in
+//     parallel (step.Go), which may leave holes; an identical repeat is harmless, and
+//     another entry at a journaled seq is refused as a conflict (a checkpoint's fails
+//     the run with nondeterminism, an answer's fails the test);
 //   - a failed step with attempts left is retried with its next attempt (step_attempts),
 //     its final error or a non-retryable error fails the run, after its compensations;
 //   - an invocation that answers HTTP 500 (an error, a panic) is retried up to the

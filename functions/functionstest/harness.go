@@ -43,9 +43,10 @@ type Harness struct {
 	byID  map[string]*Run
 	evs   []event
 
-	mu      sync.Mutex      // guards now's writes and crashes, read by the checkpoint handler
-	crashes map[string]int  // run id -> seq after which its invocation crashes
-	crashed map[string]bool // run id -> its invocation crashed
+	mu       sync.Mutex // guards now's writes, journals and crashes, used by the checkpoint handler
+	journals store
+	crashes  map[string]int  // run id -> seq after which its invocation crashes
+	crashed  map[string]bool // run id -> its invocation crashed
 }
 
 // event is an event sent during the test, kept for wait_event look-backs.
@@ -82,7 +83,7 @@ func New(t testing.TB, app *functions.App, opts ...Option) *Harness {
 	t.Cleanup(srv.Close)
 	h := &Harness{t: t, gw: gatewaytest.New(t, o.key), url: srv.URL, now: o.now.UTC(),
 		stubs: map[string]StubFunc{}, conf: map[string]protocol.FunctionConfig{}, byID: map[string]*Run{},
-		crashes: map[string]int{}, crashed: map[string]bool{}}
+		journals: store{}, crashes: map[string]int{}, crashed: map[string]bool{}}
 	h.gw.OnCheckpoint(h.checkpoint)
 	r := h.gw.Get(srv.URL + "/")
 	if r.Code != http.StatusOK {
@@ -164,26 +165,31 @@ func (h *Harness) maxAttempts(function string) int {
 	return defaultInvocationAttempts
 }
 
-// checkpoint answers the checkpoints that the gateway answers other than gatewaytest:
-// a callback's, which opens it on the virtual clock, and the one of a run armed with
-// CrashAfter at the crash seq, which journals the entry and answers 401, so that the
-// invocation ends without running anything more (the harness drops its answer).
+// checkpoint answers every checkpoint (gatewaytest checks its token): it journals the
+// entry in the harness's journal (a callback's opens it on the virtual clock). For a
+// run armed with CrashAfter at the entry's seq it answers 401 once the entry is
+// journaled, so that the invocation ends without running anything more (the harness
+// drops its answer).
 func (h *Harness) checkpoint(runID string, e protocol.JournalEntry) (int, string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	seq, armed := h.crashes[runID]
-	armed = armed && e.Seq == seq
-	if e.Kind != protocol.EntryKindCallback && !armed {
-		return 0, ""
-	}
 	code, body := h.journal(runID, e)
-	if code != http.StatusOK || !armed {
+	if seq, armed := h.crashes[runID]; !armed || e.Seq != seq || code != http.StatusOK {
 		return code, body
 	}
 	delete(h.crashes, runID)
 	h.crashed[runID] = true
-	return http.StatusUnauthorized, string(mustJSON(protocol.Problem{Status: http.StatusUnauthorized,
-		Title: http.StatusText(http.StatusUnauthorized), Detail: "functionstest: the process crashed (CrashAfter)"}))
+	return http.StatusUnauthorized, problem(http.StatusUnauthorized, "functionstest: the process crashed (CrashAfter)")
+}
+
+// problem returns the problem body of a refused checkpoint: a conflict is the SDK's
+// nondeterminism.
+func problem(code int, msg string) string {
+	p := protocol.Problem{Status: code, Title: http.StatusText(code), Detail: msg}
+	if code == http.StatusConflict {
+		p.Type = new("nondeterminism")
+	}
+	return string(mustJSON(p))
 }
 
 // journal journals e for run runID as the checkpoint endpoint does and returns the
@@ -192,10 +198,11 @@ func (h *Harness) journal(runID string, e protocol.JournalEntry) (int, string) {
 	if e.Kind == protocol.EntryKindCallback {
 		return h.openCallback(runID, e)
 	}
-	if code, msg := h.gw.Append(runID, e); code != http.StatusOK {
-		return code, string(mustJSON(protocol.Problem{Status: code, Title: http.StatusText(code), Type: new("nondeterminism"), Detail: msg}))
+	if code, msg := h.appendEntry(runID, e); code != http.StatusOK {
+		return code, problem(code, msg)
 	}
-	return http.StatusOK, string(mustJSON(protocol.CheckpointAck{Seq: e.Seq, Until: e.Until}))
+	stored, _ := h.entryAt(runID, e.Seq)
+	return http.StatusOK, string(mustJSON(protocol.CheckpointAck{Seq: e.Seq, Until: stored.Until}))
 }
 
 // takeCrash reports whether run runID's last invocation crashed, and forgets it.
@@ -243,8 +250,8 @@ const DefaultCallbackTimeout = 7 * 24 * time.Hour
 // DefaultCallbackTimeout), and answers its acknowledgement; a repeat answers the first.
 // h.mu is held.
 func (h *Harness) openCallback(runID string, e protocol.JournalEntry) (int, string) {
-	if j := h.gw.Journal(runID); e.Seq <= len(j) && j[e.Seq-1].Kind == e.Kind && j[e.Seq-1].Name == e.Name {
-		return http.StatusOK, string(mustJSON(protocol.CheckpointAck{Seq: e.Seq, Output: j[e.Seq-1].Output}))
+	if old, ok := h.entryAt(runID, e.Seq); ok && old.Kind == e.Kind && old.Name == e.Name {
+		return http.StatusOK, string(mustJSON(protocol.CheckpointAck{Seq: e.Seq, Output: old.Output}))
 	}
 	timeout := DefaultCallbackTimeout
 	if e.Output != nil {
@@ -258,8 +265,8 @@ func (h *Harness) openCallback(runID string, e protocol.JournalEntry) (int, stri
 	out := mustJSON(map[string]any{"url": h.url + "/v1/callbacks/" + token, "token": token,
 		"expires_at": h.now.Add(timeout)})
 	e.Output = (*protocol.AnyJSON)(&out)
-	if code, msg := h.gw.Append(runID, e); code != http.StatusOK {
-		return code, string(mustJSON(protocol.Problem{Status: code, Title: http.StatusText(code), Type: new("nondeterminism"), Detail: msg}))
+	if code, msg := h.appendEntry(runID, e); code != http.StatusOK {
+		return code, problem(code, msg)
 	}
 	return http.StatusOK, string(mustJSON(protocol.CheckpointAck{Seq: e.Seq, Output: e.Output}))
 }
