@@ -77,26 +77,35 @@ func eventOutput(ev event) json.RawMessage {
 		"identity": identity(), "created_at": ev.at}})
 }
 
-// matches reports whether ev meets the wait's match: each dotted path (into the event's
-// {"name", "data"}) holds the given scalar.
+// matches reports whether ev meets the wait's match, as step.Match says: each dotted
+// path into the event ({"id", "name", "data"}) holds the given scalar, numbers compared
+// by value; a path the event lacks, or that holds an object or an array, matches nothing.
 func matches(aw protocol.Await, ev event) bool {
 	if aw.Match == nil {
 		return true
 	}
 	var doc any
-	_ = json.Unmarshal(mustJSON(map[string]any{"name": ev.name, "data": ev.data}), &doc)
+	_ = json.Unmarshal(mustJSON(map[string]any{"id": ev.id, "name": ev.name, "data": ev.data}), &doc)
 	for path, want := range *aw.Match {
-		v := doc
+		v, found := doc, true
 		for _, k := range strings.Split(path, ".") {
 			m, ok := v.(map[string]any)
 			if !ok {
-				return false
+				found = false
+				break
 			}
-			v = m[k]
+			if v, ok = m[k]; !ok {
+				found = false
+				break
+			}
+		}
+		switch v.(type) {
+		case map[string]any, []any:
+			found = false
 		}
 		var w any
 		_ = json.Unmarshal(want, &w)
-		if !bytes.Equal(mustJSON(v), mustJSON(w)) {
+		if !found || !bytes.Equal(mustJSON(v), mustJSON(w)) {
 			return false
 		}
 	}
@@ -146,17 +155,16 @@ func (r *Run) pending(aw protocol.Await) (json.RawMessage, bool) {
 		out, ok := r.resolved[deref(aw.CallbackSeq)]
 		return out, ok
 	case protocol.AwaitTypeWaitEvent:
-		var since time.Time
+		evs := r.h.evs
 		switch {
 		case aw.SinceStart != nil && *aw.SinceStart:
-			since = r.created
+			evs = evs[r.evsAtStart:] // stored since the run was created
 		case aw.Since != nil:
-			since = *aw.Since
 		default:
 			return nil, false
 		}
-		for _, ev := range r.h.evs {
-			if ev.name == deref(aw.Event) && !ev.at.Before(since) && matches(aw, ev) {
+		for _, ev := range evs {
+			if ev.name == deref(aw.Event) && (aw.Since == nil || !ev.at.Before(*aw.Since)) && matches(aw, ev) {
 				return eventOutput(ev), true
 			}
 		}

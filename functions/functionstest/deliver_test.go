@@ -127,3 +127,27 @@ func TestWaitFirstTakesTheFirstDelivered(t *testing.T) {
 	require.JSONEq(t, `"expired"`, string(late.Advance(time.Hour).Output))
 	require.Equal(t, []string{"wait_any first"}, kinds(late.Journal()))
 }
+
+func TestEventMatchAndLookBack(t *testing.T) {
+	t.Parallel()
+	app := newApp(t)
+	functions.Register(app, "order", func(ctx context.Context, id string) (float64, error) {
+		if err := step.Sleep(ctx, "settle", time.Hour); err != nil {
+			return 0, err
+		}
+		ev, err := step.WaitForEvent[struct{ Total float64 }](ctx, "paid", "order.paid",
+			step.Matching(step.Match{"data.id": id}), step.SinceStart()).Get()
+		return ev.Data.Total, err
+	})
+	h := functionstest.New(t, app)
+	h.SendEvent("order.paid", map[string]any{"id": "o-2", "Total": 2}) // before its run: not looked back at
+	late := h.Start("order", "o-2")
+	early := h.Start("order", "o-1")
+	h.SendEvent("order.paid", map[string]any{"id": "o-1", "Total": 1.5}) // while o-1 sleeps
+	h.Advance(time.Hour)
+	require.JSONEq(t, `1.5`, string(early.Result().Output), "the look-back missed the event sent while it slept")
+	require.Equal(t, functionstest.Suspended, late.Result().Status, "an event from before the run matched")
+	h.SendEvent("order.paid", map[string]any{"Total": 0})
+	require.Equal(t, functionstest.Suspended, late.Result().Status, "an event without the path matched")
+	require.JSONEq(t, `2`, string(late.SendEvent("order.paid", map[string]any{"id": "o-2", "Total": 2}).Output))
+}

@@ -151,7 +151,7 @@ func (h *Harness) newRun(function string, input json.RawMessage, parent *Run, se
 		h.t.Fatalf("functionstest: the app has no function %q", function)
 	}
 	r := &Run{h: h, id: newUUID(), function: function, input: input, created: h.now, parent: parent,
-		parentSeq: seq, attempts: map[string]int{}, kids: map[int]protocol.JournalEntry{}}
+		parentSeq: seq, attempts: map[string]int{}, kids: map[int]protocol.JournalEntry{}, evsAtStart: len(h.evs)}
 	h.runs = append(h.runs, r)
 	h.byID[r.id] = r
 	return r

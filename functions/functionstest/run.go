@@ -48,13 +48,14 @@ func (r Result) Decode(v any) error {
 
 // Run is one run of a function in a Harness.
 type Run struct {
-	h         *Harness
-	id        string
-	function  string
-	input     json.RawMessage
-	created   time.Time
-	parent    *Run
-	parentSeq int
+	h          *Harness
+	id         string
+	function   string
+	input      json.RawMessage
+	created    time.Time
+	evsAtStart int // how many events the harness held when the run was created
+	parent     *Run
+	parentSeq  int
 
 	attempts map[string]int // step attempts, as the gateway sends them
 	failures int            // invocations that failed (HTTP 500) or crashed
