@@ -1,0 +1,336 @@
+package functionstest
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/stepgate/stepgate/functions/internal/gatewaytest"
+	"github.com/stepgate/stepgate/protocol"
+)
+
+// message is a message sent to a run and not received yet.
+type message struct {
+	id, topic string
+	data      json.RawMessage
+	source    string // the sending run's id, for step.Send
+	at        time.Time
+}
+
+// identity is the sender of what a test delivers: the harness's user.
+func identity() map[string]any {
+	return map[string]any{"subject": "user-1", "tenant": gatewaytest.Tenant, "roles": []string{"admin"}}
+}
+
+func mustJSON(v any) json.RawMessage {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("functionstest: encode %T: %v", v, err))
+	}
+	return raw
+}
+
+// SendEvent sends an event called name with data (encoded as JSON), as POST /v1/events
+// does: every run of the harness waiting for it (step.WaitForEvent, or among a
+// step.WaitFirst) whose match it meets resumes, in start order. A run not waiting for it
+// does not keep it, except for a later wait with a look-back (since, since_start). It
+// returns how many runs it resumed.
+func (h *Harness) SendEvent(name string, data any) int {
+	h.t.Helper()
+	return h.publish(event{id: newUUID(), name: name, data: mustJSON(data), at: h.now})
+}
+
+// publish stores ev and resumes the runs waiting for it; it returns how many.
+func (h *Harness) publish(ev event) int {
+	h.t.Helper()
+	h.evs = append(h.evs, ev)
+	n := 0
+	for _, r := range h.waiting() {
+		if r.wait == nil {
+			continue
+		}
+		if e, ok := r.offer(*r.wait, func(aw protocol.Await) (json.RawMessage, bool) {
+			if aw.Type != protocol.AwaitTypeWaitEvent || deref(aw.Event) != ev.name || !matches(aw, ev) {
+				return nil, false
+			}
+			return eventOutput(ev), true
+		}); ok {
+			n++
+			r.resume(e)
+		}
+	}
+	return n
+}
+
+// SendEvent is the harness's SendEvent, returning this run's state after it.
+func (r *Run) SendEvent(name string, data any) Result {
+	r.h.t.Helper()
+	r.h.SendEvent(name, data)
+	return r.Result()
+}
+
+func eventOutput(ev event) json.RawMessage {
+	return mustJSON(map[string]any{"event": map[string]any{"id": ev.id, "name": ev.name, "data": ev.data,
+		"identity": identity(), "created_at": ev.at}})
+}
+
+// matches reports whether ev meets the wait's match, as step.Match says: each dotted
+// path into the event ({"id", "name", "data"}) holds the given scalar, numbers compared
+// by value; a path the event lacks, or that holds an object or an array, matches nothing.
+func matches(aw protocol.Await, ev event) bool {
+	if aw.Match == nil {
+		return true
+	}
+	var doc any
+	_ = json.Unmarshal(mustJSON(map[string]any{"id": ev.id, "name": ev.name, "data": ev.data}), &doc)
+	for path, want := range *aw.Match {
+		v, found := doc, true
+		for _, k := range strings.Split(path, ".") {
+			m, ok := v.(map[string]any)
+			if !ok {
+				found = false
+				break
+			}
+			if v, ok = m[k]; !ok {
+				found = false
+				break
+			}
+		}
+		switch v.(type) {
+		case map[string]any, []any:
+			found = false
+		}
+		var w any
+		_ = json.Unmarshal(want, &w)
+		if !found || !bytes.Equal(mustJSON(v), mustJSON(w)) {
+			return false
+		}
+	}
+	return true
+}
+
+// offer checks whether pick satisfies the wait aw (or, for a wait_any, the first of its
+// alternatives it satisfies) and returns the entry that ends it.
+func (r *Run) offer(aw protocol.Await, pick func(protocol.Await) (json.RawMessage, bool)) (protocol.JournalEntry, bool) {
+	if aw.Type != protocol.AwaitTypeWaitAny {
+		out, ok := pick(aw)
+		if !ok {
+			return protocol.JournalEntry{}, false
+		}
+		return entry(aw, out), true
+	}
+	for i, alt := range deref(aw.Of) {
+		if out, ok := pick(alt); ok {
+			return entry(aw, mustJSON(map[string]any{"index": i, "kind": alt.Type, "output": out})), true
+		}
+	}
+	return protocol.JournalEntry{}, false
+}
+
+// deliverPending ends the wait aw at once with what was delivered before it: a queued
+// message, a resolved callback, or an event a look-back finds.
+func (r *Run) deliverPending(aw protocol.Await) bool {
+	e, ok := r.offer(aw, r.pending)
+	if ok {
+		r.append(e)
+	}
+	return ok
+}
+
+// pending returns the output that ends the single wait aw from what the run already
+// holds, taking a message it uses.
+func (r *Run) pending(aw protocol.Await) (json.RawMessage, bool) {
+	switch aw.Type {
+	case protocol.AwaitTypeReceive:
+		for i, m := range r.mailbox {
+			if m.topic == deref(aw.Topic) {
+				r.mailbox = append(r.mailbox[:i:i], r.mailbox[i+1:]...)
+				return messageOutput(m), true
+			}
+		}
+	case protocol.AwaitTypeAwaitCallback:
+		out, ok := r.resolved[deref(aw.CallbackSeq)]
+		return out, ok
+	case protocol.AwaitTypeWaitEvent:
+		evs := r.h.evs
+		switch {
+		case aw.SinceStart != nil && *aw.SinceStart:
+			evs = evs[r.evsAtStart:] // stored since the run was created
+		case aw.Since != nil:
+		default:
+			return nil, false
+		}
+		for _, ev := range evs {
+			if ev.name == deref(aw.Event) && (aw.Since == nil || !ev.at.Before(*aw.Since)) && matches(aw, ev) {
+				return eventOutput(ev), true
+			}
+		}
+	}
+	return nil, false
+}
+
+func messageOutput(m message) json.RawMessage {
+	return mustJSON(map[string]any{"message": map[string]any{"id": m.id, "topic": m.topic, "data": m.data,
+		"identity": identity(), "source_run_id": m.source, "sent_at": m.at}})
+}
+
+// SendMessage sends the run a message of topic with data (encoded as JSON), as POST
+// /v1/runs/{id}/messages does: the run's oldest receive of topic takes it, at once if the
+// run waits for it (step.Receive, or among a step.WaitFirst), else when it next does.
+func (r *Run) SendMessage(topic string, data any) Result {
+	r.h.t.Helper()
+	r.deliver(message{id: newUUID(), topic: topic, data: mustJSON(data), at: r.h.now})
+	return r.Result()
+}
+
+func (r *Run) deliver(m message) {
+	r.mailbox = append(r.mailbox, m)
+	if r.wait != nil && (r.wait.Type == protocol.AwaitTypeReceive || r.wait.Type == protocol.AwaitTypeWaitAny) {
+		if e, ok := r.offer(*r.wait, r.pending); ok {
+			r.resume(e)
+		}
+	}
+}
+
+// SendRequest sends the run a request called name with data, as POST
+// /v1/runs/{id}/requests does (a message of topic "request:"+name), drives the run, and
+// returns the reply it journaled for it (step.Reply's data, or step.ReplyError's error as
+// a *protocol.ErrorInfo); ok is false while the run has not replied.
+func (r *Run) SendRequest(name string, data any) (reply json.RawMessage, replyErr *protocol.ErrorInfo, ok bool) {
+	r.h.t.Helper()
+	m := message{id: newUUID(), topic: "request:" + name, data: mustJSON(data), at: r.h.now}
+	r.deliver(m)
+	for _, e := range r.Journal() {
+		if e.Kind == protocol.EntryKindReply && e.Name == m.id {
+			if e.Error != nil {
+				return nil, e.Error, true
+			}
+			if e.Output != nil {
+				reply = json.RawMessage(*e.Output)
+			}
+			return reply, nil, true
+		}
+	}
+	return nil, nil, false
+}
+
+// ResolveCallback resolves the run's latest callback called name (step.Callback)
+// with data, as a POST to its URL does: its wait resumes with data, at once if the run
+// waits for it, else when it does.
+func (r *Run) ResolveCallback(name string, data any) Result {
+	r.h.t.Helper()
+	return r.settleCallback(name, mustJSON(map[string]any{"data": mustJSON(data)}))
+}
+
+// RejectCallback rejects the run's latest callback called name with an error of type
+// typ ("rejected" when empty) and message msg, as POST <url>/reject does: its wait
+// returns a *step.Error of that type.
+func (r *Run) RejectCallback(name, typ, msg string) Result {
+	r.h.t.Helper()
+	if typ == "" {
+		typ = "rejected"
+	}
+	return r.settleCallback(name, mustJSON(map[string]any{"error": protocol.ErrorInfo{Type: typ, Message: msg}}))
+}
+
+func (r *Run) settleCallback(name string, out json.RawMessage) Result {
+	r.h.t.Helper()
+	seq := 0
+	for _, e := range r.Journal() {
+		if e.Kind == protocol.EntryKindCallback && e.Name == name {
+			seq = e.Seq
+		}
+	}
+	if seq == 0 {
+		r.h.t.Fatalf("functionstest: run %s has no callback %q", r.id, name)
+	}
+	if _, done := r.resolved[seq]; done {
+		r.h.t.Fatalf("functionstest: run %s: callback %q (seq %d) is already settled", r.id, name, seq)
+	}
+	if r.resolved == nil {
+		r.resolved = map[int]json.RawMessage{}
+	}
+	r.resolved[seq] = out
+	if r.wait != nil {
+		if e, ok := r.offer(*r.wait, func(aw protocol.Await) (json.RawMessage, bool) {
+			if aw.Type != protocol.AwaitTypeAwaitCallback || deref(aw.CallbackSeq) != seq {
+				return nil, false
+			}
+			return out, true
+		}); ok {
+			r.resume(e)
+		}
+	}
+	return r.Result()
+}
+
+// Sent is an event (step.SendEvent) or a message (step.Send) the run sent.
+type Sent struct {
+	Seq   int
+	Name  string // The event's name, or the message's topic.
+	RunID string // The message's run; "" for an event.
+	Data  json.RawMessage
+}
+
+// SentEvents returns the events the run sent, in seq order.
+func (r *Run) SentEvents() []Sent { return r.sent(protocol.EntryKindEvent) }
+
+// SentMessages returns the messages the run sent, in seq order.
+func (r *Run) SentMessages() []Sent { return r.sent(protocol.EntryKindSend) }
+
+func (r *Run) sent(kind protocol.EntryKind) []Sent {
+	var out []Sent
+	for _, e := range r.Journal() {
+		if e.Kind != kind || e.Output == nil || e.Error != nil {
+			continue
+		}
+		var o struct {
+			RunID string          `json:"run_id"`
+			Data  json.RawMessage `json:"data"`
+		}
+		_ = json.Unmarshal(*e.Output, &o)
+		out = append(out, Sent{Seq: e.Seq, Name: e.Name, RunID: o.RunID, Data: o.Data})
+	}
+	return out
+}
+
+// routeSends delivers what the run's new journal entries send, as the gateway does: an
+// event (step.SendEvent) to the runs of the harness waiting for it, a message
+// (step.Send) to its run when that is one of the harness's; a message to another run id
+// is recorded only.
+func (r *Run) routeSends() {
+	if r.scanned == nil {
+		r.scanned = map[int]bool{}
+	}
+	for _, e := range r.Journal() {
+		if r.scanned[e.Seq] {
+			continue
+		}
+		r.scanned[e.Seq] = true
+		if e.Kind == protocol.EntryKindEvent && e.Output != nil {
+			var o struct {
+				Name string          `json:"name"`
+				Data json.RawMessage `json:"data"`
+				ID   string          `json:"id"`
+			}
+			_ = json.Unmarshal(*e.Output, &o)
+			r.h.publish(event{id: o.ID, name: o.Name, data: o.Data, at: r.h.now})
+			continue
+		}
+		if e.Kind != protocol.EntryKindSend || e.Output == nil {
+			continue
+		}
+		var o struct {
+			RunID string          `json:"run_id"`
+			Topic string          `json:"topic"`
+			Data  json.RawMessage `json:"data"`
+		}
+		_ = json.Unmarshal(*e.Output, &o)
+		if to := r.h.byID[o.RunID]; to != nil && to != r {
+			to.deliver(message{id: r.id + ":" + strconv.Itoa(e.Seq), topic: o.Topic, data: o.Data, source: r.id, at: r.h.now})
+		}
+	}
+}
