@@ -1,0 +1,607 @@
+// @stepgate/sdk/testing: runs functions made with createFunction in this process, against
+// an in-memory journal, with no gateway and a virtual clock. See harness.
+import { toMs, type Duration } from "./duration.js";
+import type { StepgateFunction } from "./function.js";
+import type { PostResult } from "./invocation.js";
+import { appendEntry } from "./memjournal.js";
+import type { Await, ErrorInfo, InvocationAnswer, InvocationRequest, JournalEntry, StreamWrite, WireIdentity } from "./protocol.js";
+import { serve, type FetchHandler } from "./serve.js";
+
+/** How a run stands once the harness can drive it no further. */
+export type Outcome =
+  | { status: "completed"; output: unknown }
+  | { status: "failed"; error: ErrorInfo }
+  /** Waiting for what the test must deliver (an event, a message, a callback, a request) or for the clock (h.advance). */
+  | { status: "suspended"; await: Await };
+
+/** An event a run sent (step.sendEvent). */
+export interface SentEvent {
+  runId: string;
+  name: string;
+  data: unknown;
+}
+
+/** A message a run sent to another run (step.send). */
+export interface SentMessage {
+  runId: string;
+  to: string;
+  topic: string;
+  data: unknown;
+}
+
+/** A child run a run started (step.invoke, waitAll of invokes). */
+export interface ChildCall {
+  runId: string;
+  seq: number;
+  function: string;
+  input: unknown;
+}
+
+/** A stub of a child run's function: its output, or what it throws fails the child. */
+export type Stub = (input: any) => unknown;
+
+export interface HarnessOptions {
+  /** The virtual clock's start (default: the real time now). */
+  now?: Date | number;
+  /** Who starts the runs (default subject "test" of tenant "test"). */
+  identity?: WireIdentity;
+}
+
+export interface StartOptions {
+  /** The function to run, by name; the harness's only function by default. */
+  function?: string;
+}
+
+const DEFAULT_WAIT_TIMEOUT = "24h";
+const DEFAULT_CALLBACK_TIMEOUT = "168h";
+const REQUEST_TOPIC_PREFIX = "request:";
+const URL_PREFIX = "stepgate-test://runs/";
+
+/**
+ * A test harness for functions: start runs of them with start, then drive them with a
+ * run's result or a delivery (sendEvent, sendMessage, resolveCallback, sendRequest), and
+ * move the virtual clock with advance. A function runs in this process as the gateway
+ * would call it: each invocation gets the journal so far, its steps are journaled in
+ * memory (checkpoints answered at once, with the gateway's ordering rules), a step that
+ * fails is retried (at once, not after its backoff) up to its retries and then fails for
+ * good, an invocation that fails (an error that is not non-retryable) is retried up to
+ * the function's invocationAttempts (default 3) and then fails the run.
+ */
+export function harness(fns: StepgateFunction<any, any> | StepgateFunction<any, any>[], opts: HarnessOptions = {}): Harness {
+  return new Harness(Array.isArray(fns) ? fns : [fns], opts);
+}
+
+export class Harness {
+  /** Events the runs sent (step.sendEvent), in order. */
+  readonly events: SentEvent[] = [];
+  /** Messages the runs sent (step.send), in order. */
+  readonly messages: SentMessage[] = [];
+  /** Child runs the runs started (step.invoke, waitAll), in order. */
+  readonly children: ChildCall[] = [];
+  private clock: number;
+  private readonly fns = new Map<string, StepgateFunction<any, any>>();
+  private readonly stubs = new Map<string, Stub>();
+  private readonly runs = new Map<string, TestRun>();
+  private readonly handler: FetchHandler;
+  private readonly identity: WireIdentity;
+  private queue: Promise<unknown> = Promise.resolve();
+
+  constructor(fns: StepgateFunction<any, any>[], opts: HarnessOptions) {
+    for (const f of fns) this.fns.set(f.name, f);
+    this.clock = opts.now === undefined ? Date.now() : new Date(opts.now).getTime();
+    this.identity = opts.identity ?? { subject: "test", tenant: "test", roles: [], claims: {} };
+    this.handler = serve({ functions: fns, insecureSkipVerify: true, post: (url, headers, body) => this.post(url, headers, body), onError: () => {} });
+  }
+
+  /** The virtual clock's time. */
+  get now(): Date {
+    return new Date(this.clock);
+  }
+
+  /** Answers child runs of the function name with stub's result, instead of running it (or failing the child when there is no such function). */
+  stub(name: string, stub: Stub): this {
+    this.stubs.set(name, stub);
+    return this;
+  }
+
+  /** Starts a run of the function (the only one, or opts.function) with input; it runs when a method of the run or advance drives it. */
+  start(input?: unknown, opts: StartOptions = {}): TestRun {
+    let fn = opts.function;
+    if (fn === undefined) {
+      if (this.fns.size !== 1) throw new Error(`stepgate/testing: the harness has ${this.fns.size} functions: name the one to start (start(input, { function }))`);
+      fn = [...this.fns.keys()][0]!;
+    }
+    if (!this.fns.has(fn)) throw new Error(`stepgate/testing: no function ${JSON.stringify(fn)} in the harness`);
+    return this.newRun(fn, input);
+  }
+
+  private newRun(fn: string, input: unknown, parentId?: string): TestRun {
+    const id = crypto.randomUUID();
+    const run = new TestRun(this, id, fn, input ?? null, new Date(this.clock), parentId);
+    this.runs.set(id, run);
+    return run;
+  }
+
+  /**
+   * Moves the virtual clock forward by d, waking what falls due on the way in the order
+   * it falls due (sleeps, wait timeouts, callback expiries), and drives the runs.
+   */
+  advance(d: Duration): Promise<void> {
+    const ms = toMs(d, "advance");
+    return this.serial(async () => {
+      const target = this.clock + ms;
+      for (;;) {
+        await this.pump();
+        let next = Infinity;
+        for (const r of this.runs.values()) {
+          const due = r.dueAt();
+          if (due !== undefined && due <= target) next = Math.min(next, due);
+        }
+        if (next === Infinity) break;
+        this.clock = Math.max(this.clock, next);
+      }
+      this.clock = target;
+      await this.pump();
+    });
+  }
+
+  /** Runs f once the harness's earlier work is done. */
+  serial<T>(f: () => Promise<T>): Promise<T> {
+    const p = this.queue.then(f);
+    this.queue = p.catch(() => {});
+    return p;
+  }
+
+  /** Drives every run that can move until none can. */
+  async pump(): Promise<void> {
+    for (;;) {
+      let moved = false;
+      for (const r of [...this.runs.values()]) {
+        if (await r.move()) moved = true;
+      }
+      if (!moved) return;
+    }
+  }
+
+  /** @internal */
+  clockMs(): number {
+    return this.clock;
+  }
+
+  /** @internal The invocations in all a run of fn gets before it fails (invocationAttempts, default 3). */
+  invocationAttempts(fn: string): number {
+    return this.fns.get(fn)?.config.retries?.max_attempts ?? 3;
+  }
+
+  /** @internal Starts the child of call at seq: a stub's outcome at once, or a run of the harness's function. */
+  async child(parent: TestRun, seq: number, fn: string, input: unknown): Promise<ChildOutcome> {
+    this.children.push({ runId: parent.id, seq, function: fn, input });
+    const stub = this.stubs.get(fn);
+    if (stub) {
+      try {
+        return { done: { output: JSON.parse(JSON.stringify((await stub(input)) ?? null)) } };
+      } catch (e) {
+        const err = e as { type?: unknown; message?: unknown };
+        return { done: { error: { type: typeof err.type === "string" ? err.type : "error", message: String(err.message ?? e) } } };
+      }
+    }
+    if (this.fns.has(fn)) return { run: this.newRun(fn, input, parent.id) };
+    return { done: { error: { type: "not_found", message: `stepgate/testing: no function ${JSON.stringify(fn)} in the harness and no stub of it (h.stub)` } } };
+  }
+
+  /** @internal One invocation of run. */
+  async invoke(req: InvocationRequest): Promise<{ status: number; body: InvocationAnswer & ErrorInfo }> {
+    const resp = await this.handler(
+      new Request(`http://stepgate.test/${req.run.function}`, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(req) }),
+    );
+    return { status: resp.status, body: (await resp.json()) as InvocationAnswer & ErrorInfo };
+  }
+
+  /** @internal The request's identity. */
+  get starter(): WireIdentity {
+    return this.identity;
+  }
+
+  /** The checkpoint endpoint, in memory. */
+  private async post(url: string, headers: Record<string, string>, body: string): Promise<PostResult> {
+    const [id, path] = url.slice(URL_PREFIX.length).split("/checkpoint");
+    const run = this.runs.get(id ?? "");
+    const answer = (status: number, b: unknown): PostResult => ({ status, body: JSON.stringify(b), retryAfter: null });
+    if (!run || headers.Authorization !== `Bearer ${run.token}`) return answer(401, { detail: "this invocation's token is no longer valid" });
+    if (path === "/current") return answer(200, { run_id: run.id });
+    if (path === "/stream") return answer(200, run.write(JSON.parse(body) as StreamWrite));
+    return run.checkpoint(JSON.parse(body) as JournalEntry);
+  }
+
+  /** @internal Records what e sends (an event, a message) and delivers a message to a run of the harness. */
+  sent(run: TestRun, e: JournalEntry): ErrorInfo | undefined {
+    const out = (e.output ?? {}) as { data?: unknown; run_id?: string; topic?: string; id?: string };
+    if (e.kind === "event") this.events.push({ runId: run.id, name: e.name, data: out.data ?? null });
+    if (e.kind === "send") {
+      const to = this.runs.get(out.run_id ?? "");
+      this.messages.push({ runId: run.id, to: out.run_id ?? "", topic: e.name, data: out.data ?? null });
+      if (to) {
+        if (to.finished) return { type: "finished", message: `run ${to.id} has finished` };
+        to.deliver({ id: out.id ?? crypto.randomUUID(), topic: e.name, data: out.data ?? null, identity: this.identity, source_run_id: run.id, sent_at: new Date(this.clock).toISOString() });
+      }
+    }
+    return undefined;
+  }
+}
+
+/** A child run's outcome, or the run of it. */
+export type ChildOutcome = { done: { output?: unknown; error?: ErrorInfo } } | { run: TestRun };
+
+interface Mail {
+  id: string;
+  topic: string;
+  data: unknown;
+  identity: WireIdentity;
+  source_run_id?: string;
+  sent_at: string;
+}
+
+interface Ev {
+  id: string;
+  name: string;
+  data: unknown;
+  identity: WireIdentity;
+  created_at: string;
+}
+
+/** What a suspended run waits on. */
+interface Waiting {
+  aw: Await;
+  /** When it falls due (a sleep's end, a wait's timeout), in ms of the virtual clock. */
+  due?: number;
+  /** When the wait was stored: events sent since then match it. */
+  since: number;
+  /** invoke, invoke_all: each child's outcome once it has one. */
+  children?: (ChildOutcome | undefined)[];
+}
+
+/** A run in a harness. */
+export class TestRun {
+  /** The stream chunks the run wrote, by stream key. */
+  readonly streams = new Map<string, unknown[]>();
+  /** The invocation token: a new one each invocation. @internal */
+  token = "";
+  private readonly entries: JournalEntry[] = [];
+  private attempt = 1;
+  private failures = 0;
+  private stepAttempts: Record<string, number> = {};
+  private state: "ready" | "suspended" | "completed" | "failed" = "ready";
+  private outcome: Outcome | undefined;
+  private waiting: Waiting | undefined;
+  private readonly mailbox: Mail[] = [];
+  private readonly inbox: Ev[] = [];
+  private readonly resolutions = new Map<number, { data?: unknown; error?: ErrorInfo }>();
+  private crashAt: number | undefined;
+  private crashed = false;
+
+  /** @internal Made by Harness.start. */
+  constructor(
+    private readonly h: Harness,
+    readonly id: string,
+    readonly fn: string,
+    readonly input: unknown,
+    private readonly createdAt: Date,
+    readonly parentId?: string,
+  ) {}
+
+  /** The run's journal: its entries in seq order (a copy). */
+  get journal(): JournalEntry[] {
+    return this.entries.map((e) => ({ ...e }));
+  }
+
+  /** Whether the run has completed or failed. */
+  get finished(): boolean {
+    return this.state === "completed" || this.state === "failed";
+  }
+
+  /**
+   * Drives the run (and the harness's other runs) until it completes, fails, or
+   * suspends on something the test must deliver or on the clock, and returns how it stands.
+   */
+  result(): Promise<Outcome> {
+    return this.h.serial(async () => {
+      await this.h.pump();
+      return this.stands();
+    });
+  }
+
+  /**
+   * Makes the invocation that journals seq stop right after it is journaled, as if its
+   * process died there; the next invocation replays the journal (steps up to seq do not
+   * run again). For steps journaled by a checkpoint (the default; not lazy checkpoints).
+   */
+  crashAfter(seq: number): this {
+    this.crashAt = seq;
+    return this;
+  }
+
+  /** Sends the run an event name with data (as a client's POST /v1/events); it resumes a wait_event that matches. */
+  sendEvent(name: string, data?: unknown): Promise<Outcome> {
+    return this.h.serial(async () => {
+      this.inbox.push({ id: crypto.randomUUID(), name, data: data ?? null, identity: this.h.starter, created_at: new Date(this.h.clockMs()).toISOString() });
+      await this.h.pump();
+      return this.stands();
+    });
+  }
+
+  /** Sends the run a message of topic with data: it goes to the run's mailbox, for step.receive. */
+  sendMessage(topic: string, data?: unknown): Promise<Outcome> {
+    return this.h.serial(async () => {
+      this.deliver({ id: crypto.randomUUID(), topic, data: data ?? null, identity: this.h.starter, sent_at: new Date(this.h.clockMs()).toISOString() });
+      await this.h.pump();
+      return this.stands();
+    });
+  }
+
+  /**
+   * Resolves the run's latest callback named name with data (or rejects it with error);
+   * throws when the run has made no callback of that name.
+   */
+  resolveCallback(name: string, data?: unknown, error?: ErrorInfo): Promise<Outcome> {
+    return this.h.serial(async () => {
+      const cb = [...this.entries].reverse().find((e) => e.kind === "callback" && e.name === name);
+      if (!cb) throw new Error(`stepgate/testing: run ${this.id} has made no callback ${JSON.stringify(name)}`);
+      if (this.resolutions.has(cb.seq)) throw new Error(`stepgate/testing: callback ${JSON.stringify(name)} (seq ${cb.seq}) is resolved already`);
+      this.resolutions.set(cb.seq, error ? { error } : { data: data ?? null });
+      await this.h.pump();
+      return this.stands();
+    });
+  }
+
+  /**
+   * Sends the run a request called name with data (as a client's POST
+   * /v1/runs/{id}/requests), drives it, and returns the run's reply (step.reply); a
+   * step.replyError rejects with an Error carrying its type. Rejects when the run stops
+   * without replying.
+   */
+  sendRequest(name: string, data?: unknown): Promise<unknown> {
+    return this.h.serial(async () => {
+      const id = crypto.randomUUID();
+      this.deliver({ id, topic: REQUEST_TOPIC_PREFIX + name, data: data ?? null, identity: this.h.starter, sent_at: new Date(this.h.clockMs()).toISOString() });
+      await this.h.pump();
+      const reply = this.entries.find((e) => e.kind === "reply" && e.name === id);
+      if (!reply) throw new Error(`stepgate/testing: run ${this.id} did not reply to request ${JSON.stringify(name)}: it is ${describe(this.stands())}`);
+      if (reply.error) throw Object.assign(new Error(reply.error.message), { type: reply.error.type });
+      return reply.output ?? null;
+    });
+  }
+
+  /** How the run stands now. */
+  private stands(): Outcome {
+    if (this.outcome) return this.outcome;
+    if (this.waiting) return { status: "suspended", await: this.waiting.aw };
+    throw new Error(`stepgate/testing: run ${this.id} has not run yet`);
+  }
+
+  /** @internal Puts m in the mailbox. */
+  deliver(m: Mail) {
+    this.mailbox.push(m);
+  }
+
+  /** @internal When what the run waits on falls due (virtual clock), if it does. */
+  dueAt(): number | undefined {
+    return this.state === "suspended" ? this.waiting?.due : undefined;
+  }
+
+  /** @internal Makes one move: an invocation, or the resumption of a wait that is met. Says whether it moved. */
+  async move(): Promise<boolean> {
+    if (this.state === "suspended") {
+      const es = this.met();
+      if (!es) return false;
+      for (const e of es) this.put(e);
+      this.waiting = undefined;
+      this.state = "ready";
+      return true;
+    }
+    if (this.state !== "ready") return false;
+    await this.invokeOnce();
+    return true;
+  }
+
+  /** The entries that resume the wait, when it is met now. */
+  private met(): JournalEntry[] | undefined {
+    const w = this.waiting!;
+    const aw = w.aw;
+    const now = this.h.clockMs();
+    const timedOut = w.due !== undefined && now >= w.due;
+    switch (aw.type) {
+      case "sleep":
+        return timedOut ? [{ seq: aw.seq, kind: "sleep", name: aw.name, until: new Date(w.due!).toISOString() }] : undefined;
+      case "invoke":
+      case "invoke_all": {
+        const outs = w.children!.map((c) => this.childDone(c));
+        if (outs.some((o) => o === undefined)) return undefined;
+        return outs.map((o, k) => ({ seq: aw.seq + k, kind: "invoke" as const, name: aw.name, ...o! }));
+      }
+      case "wait_any": {
+        const of = aw.of ?? [];
+        for (let i = 0; i < of.length; i++) {
+          const got = this.take(of[i]!, w.since);
+          if (got !== undefined) return [{ seq: aw.seq, kind: "wait_any", name: aw.name, output: { index: i, kind: of[i]!.type, output: got } }];
+        }
+        return timedOut ? [{ seq: aw.seq, kind: "wait_any", name: aw.name, output: { timed_out: true } }] : undefined;
+      }
+      case "wait_event":
+      case "receive":
+      case "await_callback": {
+        const got = this.take(aw, w.since);
+        if (got !== undefined) return [{ seq: aw.seq, kind: aw.type, name: aw.name, output: got }];
+        return timedOut ? [{ seq: aw.seq, kind: aw.type, name: aw.name, output: { timed_out: true } }] : undefined;
+      }
+      default:
+        return undefined;
+    }
+  }
+
+  /** A child's journaled outcome, once it has one. */
+  private childDone(c: ChildOutcome | undefined): { output?: unknown; error?: ErrorInfo } | undefined {
+    if (!c) return undefined;
+    if ("done" in c) return c.done;
+    const o = c.run.outcome;
+    if (!o || o.status === "suspended") return undefined;
+    return o.status === "completed" ? { output: o.output } : { error: o.error };
+  }
+
+  /** The output that meets the wait aw (an alternative of a wait_any, or alone) now, taking a message from the mailbox; or undefined. */
+  private take(aw: Await, since: number): unknown {
+    switch (aw.type) {
+      case "wait_event": {
+        const from = aw.since_start ? this.createdAt.getTime() : aw.since ? new Date(aw.since).getTime() : since;
+        const ev = this.inbox.find((e) => e.name === aw.event && new Date(e.created_at).getTime() >= from && matches(e, aw.match ?? {}));
+        return ev ? { event: ev } : undefined;
+      }
+      case "receive": {
+        const i = this.mailbox.findIndex((m) => m.topic === aw.topic);
+        if (i < 0) return undefined;
+        const [m] = this.mailbox.splice(i, 1);
+        return { message: m };
+      }
+      case "await_callback": {
+        const r = this.resolutions.get(aw.callback_seq ?? -1);
+        return r ? { ...r } : undefined;
+      }
+      default:
+        return undefined;
+    }
+  }
+
+  private put(e: JournalEntry) {
+    const [code, problem] = appendEntry(this.entries, e, { now: this.h.clockMs(), callbackOutput: (c) => this.callbackOutput(c) });
+    if (code !== 200) throw new Error(`stepgate/testing: run ${this.id}: journal step ${e.seq}: ${code} ${problem}`);
+  }
+
+  private callbackOutput(e: JournalEntry): unknown {
+    const timeout = (e.output as { timeout?: string } | undefined)?.timeout ?? DEFAULT_CALLBACK_TIMEOUT;
+    return {
+      url: `${URL_PREFIX}${this.id}/callbacks/${e.seq}`,
+      token: `tok-${this.id}-${e.seq}`,
+      expires_at: new Date(this.h.clockMs() + toMs(timeout, "callback timeout")).toISOString(),
+    };
+  }
+
+  /** @internal The checkpoint of e: journaled, then answered. */
+  checkpoint(e: JournalEntry): PostResult {
+    const [code, problem] = appendEntry(this.entries, e, { now: this.h.clockMs(), callbackOutput: (c) => this.callbackOutput(c) });
+    if (code !== 200) return { status: code, body: problem, retryAfter: null };
+    const stored = this.entries.find((x) => x.seq === e.seq)!;
+    const ack: Record<string, unknown> = { seq: e.seq };
+    if (e.kind === "callback") ack.output = stored.output;
+    if (e.kind === "sleep") ack.until = stored.until;
+    if (e.kind === "event" || e.kind === "send") {
+      const err = this.h.sent(this, e);
+      if (err) ack.error = err;
+    }
+    if (this.crashAt === e.seq) {
+      // The process "dies" once seq is durable: the invocation's token is revoked, so it
+      // stops here (answering HTTP 500), and the next invocation replays the journal.
+      this.crashAt = undefined;
+      this.crashed = true;
+      this.token = "";
+      return { status: 401, body: JSON.stringify({ detail: `the test crashed the invocation after step ${e.seq} (crashAfter)` }), retryAfter: null };
+    }
+    return { status: 200, body: JSON.stringify(ack), retryAfter: null };
+  }
+
+  /** @internal The stream write w. */
+  write(w: StreamWrite): unknown {
+    let s = this.streams.get(w.key);
+    if (!s) this.streams.set(w.key, (s = []));
+    s.push(...w.chunks);
+    return { key: w.key, length: s.length, closed: w.close === true };
+  }
+
+  private async invokeOnce() {
+    this.token = `token-${crypto.randomUUID()}`;
+    const req: InvocationRequest = {
+      protocol: 1,
+      run: { id: this.id, function: this.fn, revision: 1, attempt: this.attempt, input: this.input, created_at: this.createdAt.toISOString(), ...(this.parentId ? { parent_id: this.parentId } : {}) },
+      identity: this.h.starter,
+      journal: this.journal,
+      checkpoint: { url: `${URL_PREFIX}${this.id}/checkpoint`, token: this.token },
+      step_attempts: { ...this.stepAttempts },
+    };
+    const { status, body } = await this.h.invoke(req);
+    this.token = "";
+    if (status !== 200) {
+      if (this.crashed) {
+        this.crashed = false;
+        this.attempt++;
+        return;
+      }
+      this.failures++;
+      const max = this.h.invocationAttempts(this.fn);
+      if (this.failures >= max) return this.finish({ status: "failed", error: { type: body.type ?? "error", message: body.message ?? `HTTP ${status}` } });
+      this.attempt++;
+      return;
+    }
+    for (const e of body.steps ?? []) this.put(e);
+    if (body.status === "completed") return this.finish({ status: "completed", output: body.output ?? null });
+    if (body.status === "failed") return this.finish({ status: "failed", error: body.error! });
+    await this.suspend(body.await!);
+  }
+
+  private finish(o: Outcome) {
+    this.outcome = o;
+    this.state = o.status === "completed" ? "completed" : "failed";
+  }
+
+  /** Handles the await of a suspended answer: at once (a retry, a continue) or as a wait. */
+  private async suspend(aw: Await) {
+    const now = this.h.clockMs();
+    switch (aw.type) {
+      case "retry":
+        this.stepAttempts[String(aw.seq)] = (aw.attempt ?? 1) + 1;
+        return;
+      case "continue":
+        return;
+      case "sleep": {
+        const due = aw.until ? new Date(aw.until).getTime() : now + toMs(aw.duration ?? "0s", "sleep");
+        this.wait({ aw, due, since: now });
+        return;
+      }
+      case "invoke":
+        this.wait({ aw, since: now, children: [await this.h.child(this, aw.seq, aw.function!, aw.input ?? null)] });
+        return;
+      case "invoke_all": {
+        const children: ChildOutcome[] = [];
+        for (const [k, c] of (aw.calls ?? []).entries()) children.push(await this.h.child(this, aw.seq + k, c.function, c.input ?? null));
+        this.wait({ aw, since: now, children });
+        return;
+      }
+      case "await_callback": {
+        const cb = this.entries.find((e) => e.seq === aw.callback_seq);
+        const exp = (cb?.output as { expires_at?: string } | undefined)?.expires_at;
+        this.wait({ aw, since: now, ...(exp ? { due: new Date(exp).getTime() } : {}) });
+        return;
+      }
+      default:
+        this.wait({ aw, since: now, due: now + toMs(aw.timeout ?? DEFAULT_WAIT_TIMEOUT, "timeout") });
+    }
+  }
+
+  private wait(w: Waiting) {
+    this.waiting = w;
+    this.state = "suspended";
+    this.outcome = undefined;
+  }
+}
+
+/** Whether the dotted paths of match hold their values in ev ({id, name, data}). */
+function matches(ev: Ev, match: Record<string, unknown>): boolean {
+  return Object.entries(match).every(([path, want]) => {
+    let v: unknown = { id: ev.id, name: ev.name, data: ev.data };
+    for (const p of path.split(".")) v = v !== null && typeof v === "object" ? (v as Record<string, unknown>)[p] : undefined;
+    return v === want;
+  });
+}
+
+function describe(o: Outcome): string {
+  if (o.status === "completed") return "completed";
+  if (o.status === "failed") return `failed (${o.error.type}: ${o.error.message})`;
+  return `suspended on ${o.await.type} ${JSON.stringify(o.await.name)}`;
+}
