@@ -123,11 +123,12 @@ export class Harness {
   }
 
   /**
-   * Moves the virtual clock forward by d, waking what falls due on the way in the order
+   * Moves the virtual clock forward by d (a duration, which may start with days: "7d",
+   * "1d12h"), waking what falls due on the way in the order
    * it falls due (sleeps, wait timeouts, callback expiries), and drives the runs.
    */
   advance(d: Duration): Promise<void> {
-    const ms = toMs(d, "advance");
+    const ms = advanceMs(d);
     return this.serial(async () => {
       const target = this.clock + ms;
       for (;;) {
@@ -604,4 +605,11 @@ function describe(o: Outcome): string {
   if (o.status === "completed") return "completed";
   if (o.status === "failed") return `failed (${o.error.type}: ${o.error.message})`;
   return `suspended on ${o.await.type} ${JSON.stringify(o.await.name)}`;
+}
+
+/** The milliseconds of d, a duration that may start with a count of days ("7d", "1d12h"). */
+function advanceMs(d: Duration): number {
+  const m = typeof d === "string" ? /^(\d+)d(.*)$/.exec(d) : null;
+  if (!m) return toMs(d, "advance");
+  return Number(m[1]) * 86_400_000 + (m[2] ? toMs(m[2] as Duration, "advance") : 0);
 }
