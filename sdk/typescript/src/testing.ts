@@ -45,6 +45,8 @@ export interface HarnessOptions {
   now?: Date | number;
   /** Who starts the runs (default subject "test" of tenant "test"). */
   identity?: WireIdentity;
+  /** Invocations a run may make before it fails (type limit_exceeded): a bound on a function that never ends. Default 1000. */
+  maxInvocations?: number;
 }
 
 export interface StartOptions {
@@ -85,11 +87,14 @@ export class Harness {
   private readonly handler: FetchHandler;
   private readonly identity: WireIdentity;
   private queue: Promise<unknown> = Promise.resolve();
+  /** @internal See HarnessOptions.maxInvocations. */
+  readonly maxInvocations: number;
 
   constructor(fns: StepgateFunction<any, any>[], opts: HarnessOptions) {
     for (const f of fns) this.fns.set(f.name, f);
     this.clock = opts.now === undefined ? Date.now() : new Date(opts.now).getTime();
     this.identity = opts.identity ?? { subject: "test", tenant: "test", roles: [], claims: {} };
+    this.maxInvocations = opts.maxInvocations ?? 1000;
     this.handler = serve({ functions: fns, insecureSkipVerify: true, post: (url, headers, body) => this.post(url, headers, body), onError: () => {} });
   }
 
@@ -214,10 +219,37 @@ export class Harness {
     return run.checkpoint(JSON.parse(body) as JournalEntry);
   }
 
+  /**
+   * Sends the event name with data to every run of the harness (it meets a wait_event
+   * that matches, as run.sendEvent does), and starts a run of each function it triggers
+   * (onEvent) with data as input; drives the runs, and returns the runs it started.
+   */
+  sendEvent(name: string, data?: unknown): Promise<TestRun[]> {
+    return this.serial(async () => {
+      const started = this.publish(name, data ?? null);
+      await this.pump();
+      return started;
+    });
+  }
+
+  /** Delivers the event to every run that has not finished, and starts the runs it triggers. */
+  private publish(name: string, data: unknown, id: string = crypto.randomUUID()): TestRun[] {
+    const ev: Ev = { id, name, data, identity: this.identity, created_at: new Date(this.clock).toISOString() };
+    for (const r of this.runs.values()) if (!r.finished) r.receiveEvent(ev);
+    const started: TestRun[] = [];
+    for (const f of this.fns.values()) {
+      if (f.config.triggers?.some((t) => t.event === name)) started.push(this.newRun(f.name, data));
+    }
+    return started;
+  }
+
   /** @internal Records what e sends (an event, a message) and delivers a message to a run of the harness. */
   sent(run: TestRun, e: JournalEntry): ErrorInfo | undefined {
     const out = (e.output ?? {}) as { data?: unknown; run_id?: string; topic?: string; id?: string };
-    if (e.kind === "event") this.events.push({ runId: run.id, name: e.name, data: out.data ?? null });
+    if (e.kind === "event") {
+      this.events.push({ runId: run.id, name: e.name, data: out.data ?? null });
+      this.publish(e.name, out.data ?? null, out.id);
+    }
     if (e.kind === "send") {
       const to = this.runs.get(out.run_id ?? "");
       this.messages.push({ runId: run.id, to: out.run_id ?? "", topic: e.name, data: out.data ?? null });
@@ -255,7 +287,7 @@ interface Waiting {
   aw: Await;
   /** When it falls due (a sleep's end, a wait's timeout), in ms of the virtual clock. */
   due?: number;
-  /** When the wait was stored: events sent since then match it. */
+  /** How many events the run had been sent when the invocation that waits started: later ones match it. */
   since: number;
   /** invoke, invoke_all: each child's outcome once it has one. */
   children?: (ChildOutcome | undefined)[];
@@ -279,6 +311,7 @@ export class TestRun {
   private readonly resolutions = new Map<number, { data?: unknown; error?: ErrorInfo }>();
   private crashAt: number | undefined;
   private crashed = false;
+  private invocations = 0;
 
   /** @internal Made by Harness.start. */
   constructor(
@@ -321,18 +354,26 @@ export class TestRun {
     return this;
   }
 
-  /** Sends the run an event name with data (as a client's POST /v1/events); it resumes a wait_event that matches. */
+  /**
+   * Sends the run (only) an event name with data, as a client's POST /v1/events would: it
+   * meets a wait_event that matches (an event sent before the invocation that waits
+   * started matches only a look-back, since); drives the run and returns how it stands.
+   */
   sendEvent(name: string, data?: unknown): Promise<Outcome> {
     return this.h.serial(async () => {
-      this.inbox.push({ id: crypto.randomUUID(), name, data: data ?? null, identity: this.h.starter, created_at: new Date(this.h.clockMs()).toISOString() });
+      this.receiveEvent({ id: crypto.randomUUID(), name, data: data ?? null, identity: this.h.starter, created_at: new Date(this.h.clockMs()).toISOString() });
       await this.h.pump();
       return this.stands();
     });
   }
 
-  /** Sends the run a message of topic with data: it goes to the run's mailbox, for step.receive. */
+  /**
+   * Sends the run a message of topic with data: it goes to the run's mailbox, for
+   * step.receive; drives the run and returns how it stands. Rejects when the run has finished.
+   */
   sendMessage(topic: string, data?: unknown): Promise<Outcome> {
     return this.h.serial(async () => {
+      this.checkOpen(`message ${JSON.stringify(topic)}`);
       this.deliver({ id: crypto.randomUUID(), topic, data: data ?? null, identity: this.h.starter, sent_at: new Date(this.h.clockMs()).toISOString() });
       await this.h.pump();
       return this.stands();
@@ -358,10 +399,11 @@ export class TestRun {
    * Sends the run a request called name with data (as a client's POST
    * /v1/runs/{id}/requests), drives it, and returns the run's reply (step.reply); a
    * step.replyError rejects with an Error carrying its type. Rejects when the run stops
-   * without replying.
+   * without replying, or has finished.
    */
   sendRequest(name: string, data?: unknown): Promise<unknown> {
     return this.h.serial(async () => {
+      this.checkOpen(`request ${JSON.stringify(name)}`);
       const id = crypto.randomUUID();
       this.deliver({ id, topic: REQUEST_TOPIC_PREFIX + name, data: data ?? null, identity: this.h.starter, sent_at: new Date(this.h.clockMs()).toISOString() });
       await this.h.pump();
@@ -372,11 +414,21 @@ export class TestRun {
     });
   }
 
+  /** Throws when the run has finished: it takes no message nor request (the gateway's 409, type finished). */
+  private checkOpen(what: string) {
+    if (this.finished) throw new Error(`stepgate/testing: run ${this.id} has finished (${describe(this.stands())}): it takes no ${what}`);
+  }
+
   /** How the run stands now. */
   private stands(): Outcome {
     if (this.outcome) return this.outcome;
     if (this.waiting) return { status: "suspended", await: this.waiting.aw };
     throw new Error(`stepgate/testing: run ${this.id} has not run yet`);
+  }
+
+  /** @internal Keeps ev for the run's waits. */
+  receiveEvent(ev: Ev) {
+    this.inbox.push(ev);
   }
 
   /** @internal Puts m in the mailbox. */
@@ -452,8 +504,13 @@ export class TestRun {
   private take(aw: Await, since: number): unknown {
     switch (aw.type) {
       case "wait_event": {
-        const from = aw.since_start ? this.createdAt.getTime() : aw.since ? new Date(aw.since).getTime() : since;
-        const ev = this.inbox.find((e) => e.name === aw.event && new Date(e.created_at).getTime() >= from && matches(e, aw.match ?? {}));
+        const after = aw.since ? new Date(aw.since).getTime() : undefined;
+        const ev = this.inbox.find(
+          (e, i) =>
+            e.name === aw.event &&
+            (aw.since_start || (after !== undefined ? new Date(e.created_at).getTime() >= after : i >= since)) &&
+            matches(e, aw.match ?? {}),
+        );
         return ev ? { event: ev } : undefined;
       }
       case "receive": {
@@ -517,6 +574,10 @@ export class TestRun {
   }
 
   private async invokeOnce() {
+    if (++this.invocations > this.h.maxInvocations) {
+      return this.finish({ status: "failed", error: { type: "limit_exceeded", message: `stepgate/testing: run ${this.id} made more than ${this.h.maxInvocations} invocations (HarnessOptions.maxInvocations)` } });
+    }
+    const since = this.inbox.length;
     this.token = `token-${crypto.randomUUID()}`;
     const req: InvocationRequest = {
       protocol: 1,
@@ -540,10 +601,11 @@ export class TestRun {
       this.attempt++;
       return;
     }
+    this.failures = 0;
     for (const e of body.steps ?? []) this.put(e);
     if (body.status === "completed") return this.finish({ status: "completed", output: body.output ?? null });
     if (body.status === "failed") return this.finish({ status: "failed", error: body.error! });
-    await this.suspend(body.await!);
+    await this.suspend(body.await!, since);
   }
 
   private finish(o: Outcome) {
@@ -552,7 +614,7 @@ export class TestRun {
   }
 
   /** Handles the await of a suspended answer: at once (a retry, a continue) or as a wait. */
-  private async suspend(aw: Await) {
+  private async suspend(aw: Await, since: number) {
     const now = this.h.clockMs();
     switch (aw.type) {
       case "retry":
@@ -562,26 +624,27 @@ export class TestRun {
         return;
       case "sleep": {
         const due = aw.until ? new Date(aw.until).getTime() : now + toMs(aw.duration ?? "0s", "sleep");
-        this.wait({ aw, due, since: now });
+        this.wait({ aw, due, since });
         return;
       }
       case "invoke":
-        this.wait({ aw, since: now, children: [await this.h.child(this, aw.seq, aw.function!, aw.input ?? null)] });
+        this.wait({ aw, since, children: [await this.h.child(this, aw.seq, aw.function!, aw.input ?? null)] });
         return;
       case "invoke_all": {
         const children: ChildOutcome[] = [];
         for (const [k, c] of (aw.calls ?? []).entries()) children.push(await this.h.child(this, aw.seq + k, c.function, c.input ?? null));
-        this.wait({ aw, since: now, children });
+        this.wait({ aw, since, children });
         return;
       }
       case "await_callback": {
         const cb = this.entries.find((e) => e.seq === aw.callback_seq);
         const exp = (cb?.output as { expires_at?: string } | undefined)?.expires_at;
-        this.wait({ aw, since: now, ...(exp ? { due: new Date(exp).getTime() } : {}) });
+        const due = aw.timeout ? now + toMs(aw.timeout, "timeout") : exp ? new Date(exp).getTime() : undefined;
+        this.wait({ aw, since, ...(due !== undefined ? { due } : {}) });
         return;
       }
       default:
-        this.wait({ aw, since: now, due: now + toMs(aw.timeout ?? DEFAULT_WAIT_TIMEOUT, "timeout") });
+        this.wait({ aw, since, due: now + toMs(aw.timeout ?? DEFAULT_WAIT_TIMEOUT, "timeout") });
     }
   }
 

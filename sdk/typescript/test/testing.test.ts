@@ -232,3 +232,73 @@ test("examples: ts.await_payment takes a matching payment", async () => {
   const out = await run.sendEvent("ts.payment", { order_id: "o-9", amount: 5 });
   assert.equal(out.status, "completed");
 });
+
+test("an event sent before the invocation that waits does not meet the wait, unless it looks back", async () => {
+  const fn = createFunction<{ since?: "start" }>({ name: "t.lookback" }, async ({ input, step }) => {
+    await step.sleep("first", "1m");
+    const ev = await step.waitForEvent<number>("ev", { event: "early", ...(input.since ? { since: input.since } : {}), timeout: "1h" });
+    return ev.data;
+  });
+  const h = testing.harness(fn);
+  const plain = h.start({});
+  const back = h.start({ since: "start" });
+  await plain.result();
+  await back.result();
+  await plain.sendEvent("early", 1);
+  await back.sendEvent("early", 2);
+  await h.advance("1m");
+  assert.equal((await plain.result()).status, "suspended");
+  assert.deepEqual(await back.result(), { status: "completed", output: 2 });
+});
+
+test("h.sendEvent and step.sendEvent reach every run's waits and start the functions they trigger", async () => {
+  const waiter = createFunction({ name: "t.waiter" }, async ({ step }) => (await step.waitForEvent<string>("go", { event: "go" })).data);
+  const sender = createFunction({ name: "t.sender" }, async ({ step }) => {
+    await step.sendEvent("go", "from a run");
+    return "sent";
+  });
+  const triggered = createFunction<string>({ name: "t.triggered", onEvent: ["go"] }, ({ input }) => `started by ${input}`);
+  const h = testing.harness([waiter, sender, triggered]);
+  const w = h.start(null, { function: "t.waiter" });
+  assert.equal((await w.result()).status, "suspended");
+  assert.deepEqual(await h.start(null, { function: "t.sender" }).result(), { status: "completed", output: "sent" });
+  assert.deepEqual(await w.result(), { status: "completed", output: "from a run" });
+  const started = await h.sendEvent("go", "the test");
+  assert.equal(started.length, 1);
+  assert.deepEqual(await started[0]!.result(), { status: "completed", output: "started by the test" });
+});
+
+test("a callback's result times out at its expiry on the virtual clock", async () => {
+  const fn = createFunction({ name: "t.cbexpiry" }, async ({ step }) => {
+    const cb = await step.callback("approve", { timeout: "2h" });
+    try {
+      return await cb.result();
+    } catch (e) {
+      return e instanceof TimedOutError ? "expired" : "other";
+    }
+  });
+  const h = testing.harness(fn);
+  const run = h.start();
+  await run.result();
+  await h.advance("1h");
+  assert.equal((await run.result()).status, "suspended");
+  await h.advance("1h");
+  assert.deepEqual(await run.result(), { status: "completed", output: "expired" });
+});
+
+test("a finished run takes no message nor request; a run that never ends fails past maxInvocations", async () => {
+  const done = createFunction({ name: "t.done" }, () => 1);
+  const run = testing.harness(done).start();
+  await run.result();
+  await assert.rejects(run.sendMessage("x", 1), /has finished \(completed\): it takes no message "x"/);
+  await assert.rejects(run.sendRequest("q", 1), /it takes no request "q"/);
+
+  let n = 0;
+  const forever = createFunction({ name: "t.forever", invocationAttempts: 100 }, () => {
+    n++;
+    throw new Error("again");
+  });
+  const l = await testing.harness(forever, { maxInvocations: 5 }).start().result();
+  assert.equal(n, 5);
+  assert.equal(l.status === "failed" && l.error.type, "limit_exceeded");
+});
