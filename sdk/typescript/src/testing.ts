@@ -66,8 +66,9 @@ const URL_PREFIX = "stepgate-test://runs/";
  * would call it: each invocation gets the journal so far, its steps are journaled in
  * memory (checkpoints answered at once, with the gateway's ordering rules), a step that
  * fails is retried (at once, not after its backoff) up to its retries and then fails for
- * good, an invocation that fails (an error that is not non-retryable) is retried up to
- * the function's invocationAttempts (default 3) and then fails the run.
+ * good, an invocation that fails (an error that is not non-retryable) is retried until
+ * the function's invocationAttempts (default 3) have failed in a row (an answer in
+ * between starts the count again), and then fails the run.
  */
 export function harness(fns: StepgateFunction<any, any> | StepgateFunction<any, any>[], opts: HarnessOptions = {}): Harness {
   return new Harness(Array.isArray(fns) ? fns : [fns], opts);
@@ -597,7 +598,11 @@ export class TestRun {
       }
       this.failures++;
       const max = this.h.invocationAttempts(this.fn);
-      if (this.failures >= max) return this.finish({ status: "failed", error: { type: body.type ?? "error", message: body.message ?? `HTTP ${status}` } });
+      if (this.failures >= max) {
+        // As the gateway says it (invoker.failedInvocation).
+        const message = `${body.message ?? `HTTP ${status}`} (attempt ${this.failures} of ${max}; giving up)`;
+        return this.finish({ status: "failed", error: { type: body.type ?? "error", message, retryable: false } });
+      }
       this.attempt++;
       return;
     }

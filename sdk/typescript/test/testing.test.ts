@@ -50,7 +50,7 @@ test("an invocation that keeps failing fails the run after invocationAttempts", 
     throw new Error("bug");
   });
   const out = await testing.harness(fn).start().result();
-  assert.deepEqual(out, { status: "failed", error: { type: "error", message: "bug" } });
+  assert.deepEqual(out, { status: "failed", error: { type: "error", message: "bug (attempt 2 of 2; giving up)", retryable: false } });
   assert.equal(n, 2);
 });
 
@@ -301,4 +301,19 @@ test("a finished run takes no message nor request; a run that never ends fails p
   const l = await testing.harness(forever, { maxInvocations: 5 }).start().result();
   assert.equal(n, 5);
   assert.equal(l.status === "failed" && l.error.type, "limit_exceeded");
+});
+
+test("invocationAttempts counts the failures in a row: an answer in between starts the count again", async () => {
+  let n = 0;
+  const fn = createFunction({ name: "t.reset", invocationAttempts: 3 }, async ({ step }) => {
+    n++;
+    if (n === 1 || n === 2 || n === 4 || n === 5) throw new Error(`invocation ${n} fails`);
+    await step.sleep("nap", "1m");
+    return n;
+  });
+  const h = testing.harness(fn);
+  const run = h.start();
+  assert.equal((await run.result()).status, "suspended");
+  await h.advance("1m");
+  assert.deepEqual(await run.result(), { status: "completed", output: 6 });
 });
