@@ -1,6 +1,7 @@
 // @stepgate/sdk/testing: runs functions made with createFunction in this process, against
 // an in-memory journal, with no gateway and a virtual clock. See harness.
 import { toMs, type Duration } from "./duration.js";
+import { NonRetryableError, StepError } from "./errors.js";
 import type { StepgateFunction } from "./function.js";
 import type { PostResult } from "./invocation.js";
 import { appendEntry } from "./memjournal.js";
@@ -37,7 +38,11 @@ export interface ChildCall {
   input: unknown;
 }
 
-/** A stub of a child run's function: its output, or what it throws fails the child. */
+/**
+ * A stub of a child run's function: what it returns (or resolves with) is the child's
+ * output; what it throws fails the child, with the type a function throwing it would
+ * fail with (a StepError's type, non_retryable for a NonRetryableError, else error).
+ */
 export type Stub = (input: any) => unknown;
 
 export interface HarnessOptions {
@@ -188,8 +193,9 @@ export class Harness {
       try {
         return { done: { output: JSON.parse(JSON.stringify((await stub(input)) ?? null)) } };
       } catch (e) {
-        const err = e as { type?: unknown; message?: unknown };
-        return { done: { error: { type: typeof err.type === "string" ? err.type : "error", message: String(err.message ?? e) } } };
+        // The type a child run failing so would have: a StepError's, non_retryable, or error.
+        const type = e instanceof StepError ? e.type : e instanceof NonRetryableError ? "non_retryable" : "error";
+        return { done: { error: { type, message: e instanceof Error ? e.message : String(e) } } };
       }
     }
     if (this.fns.has(fn)) return { run: this.newRun(fn, input, parent.id) };

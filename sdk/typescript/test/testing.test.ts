@@ -174,15 +174,19 @@ test("a stub that throws fails the child: step.invoke rejects", async () => {
       await step.invoke("c", { function: "t.bad" });
       return "ok";
     } catch (e) {
-      return (e as Error).message;
+      return (e as Error).message.replace(/^.*: /, "");
     }
   });
   const h = testing.harness(fn).stub("t.bad", () => {
-    throw new Error("child broke");
+    throw new NonRetryableError("child broke");
   });
-  const out = await h.start().result();
-  assert.equal(out.status, "completed");
-  assert.match(String(out.status === "completed" && out.output), /child broke/);
+  assert.deepEqual(await h.start().result(), { status: "completed", output: "child broke" });
+  const run = h.start();
+  await run.result();
+  assert.deepEqual(run.journal[0]!.error, { type: "non_retryable", message: "child broke" });
+  const none = testing.harness(createFunction({ name: "t.orphan" }, ({ step }) => step.invoke("c", { function: "t.missing" })));
+  const o = await none.start().result();
+  assert.equal(o.status === "failed" && o.error.type, "not_found");
 });
 
 test("crashAfter stops the invocation once the step is journaled; the replay runs each step body once", async () => {
