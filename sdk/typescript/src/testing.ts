@@ -36,6 +36,8 @@ export interface ChildCall {
   seq: number;
   function: string;
   input: unknown;
+  /** The child run, when it runs in the harness (no stub): deliver to it, drive it. */
+  run?: TestRun;
 }
 
 /**
@@ -187,7 +189,8 @@ export class Harness {
 
   /** @internal Starts the child of call at seq: a stub's outcome at once, or a run of the harness's function. */
   async child(parent: TestRun, seq: number, fn: string, input: unknown): Promise<ChildOutcome> {
-    this.children.push({ runId: parent.id, seq, function: fn, input });
+    const call: ChildCall = { runId: parent.id, seq, function: fn, input };
+    this.children.push(call);
     const stub = this.stubs.get(fn);
     if (stub) {
       try {
@@ -198,7 +201,10 @@ export class Harness {
         return { done: { error: { type, message: e instanceof Error ? e.message : String(e) } } };
       }
     }
-    if (this.fns.has(fn)) return { run: this.newRun(fn, input, parent.id) };
+    if (this.fns.has(fn)) {
+      call.run = this.newRun(fn, input, parent.id);
+      return { run: call.run };
+    }
     return { done: { error: { type: "not_found", message: `stepgate/testing: no function ${JSON.stringify(fn)} in the harness and no stub of it (h.stub)` } } };
   }
 

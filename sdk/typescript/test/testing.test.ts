@@ -321,3 +321,16 @@ test("invocationAttempts counts the failures in a row: an answer in between star
   await h.advance("1m");
   assert.deepEqual(await run.result(), { status: "completed", output: 6 });
 });
+
+test("a child run that waits is reached through h.children; its parent resumes when it ends", async () => {
+  const child = createFunction({ name: "t.asker" }, async ({ step }) => (await step.receive<string>("answer")).data);
+  const fn = createFunction({ name: "t.asking" }, async ({ step }) => `child said ${await step.invoke<string>("ask", { function: "t.asker" })}`);
+  const h = testing.harness([fn, child]);
+  const run = h.start(null, { function: "t.asking" });
+  const s = await run.result();
+  assert.equal(s.status === "suspended" && s.await.type, "invoke");
+  const kid = h.children[0]!.run!;
+  assert.equal(kid.parentId, run.id);
+  assert.deepEqual(await kid.sendMessage("answer", "42"), { status: "completed", output: "42" });
+  assert.deepEqual(await run.result(), { status: "completed", output: "child said 42" });
+});
