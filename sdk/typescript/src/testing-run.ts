@@ -4,6 +4,7 @@ import { toMs } from "./duration.js";
 import type { PostResult } from "./invocation.js";
 import { appendEntry } from "./memjournal.js";
 import type { Await, ErrorInfo, InvocationRequest, JournalEntry, StreamWrite, WireIdentity } from "./protocol.js";
+import { REQUEST_TOPIC_PREFIX } from "./step.js";
 import type { Harness } from "./testing.js";
 
 /** How a run stands once the harness can drive it no further. */
@@ -13,10 +14,8 @@ export type Outcome =
   /** Waiting for what the test must deliver (an event, a message, a callback, a request) or for the clock (h.advance). */
   | { status: "suspended"; await: Await };
 
-
 const DEFAULT_WAIT_TIMEOUT = "24h";
 const DEFAULT_CALLBACK_TIMEOUT = "168h";
-const REQUEST_TOPIC_PREFIX = "request:";
 /** The start of the harness's checkpoint URLs: URL_PREFIX + run id + "/checkpoint". */
 export const URL_PREFIX = "stepgate-test://runs/";
 
