@@ -95,7 +95,7 @@ export interface Request<T = unknown> {
 }
 
 /** The topic of the requests named name (the gateway's journal.RequestTopic). */
-const REQUEST_TOPIC_PREFIX = "request:";
+export const REQUEST_TOPIC_PREFIX = "request:";
 
 /** The type of the error reply step.replyError sends for an error that is not a StepError. */
 const REPLY_ERROR_TYPE = "error";

@@ -5,7 +5,7 @@
 import { generateKeyPairSync, sign, type KeyObject } from "node:crypto";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { toMs } from "../src/duration.js";
+import { appendEntry } from "../src/memjournal.js";
 import type { FetchHandler } from "../src/serve.js";
 import type { Await, InvocationAnswer, InvocationRequest, JournalEntry, StreamWrite } from "../src/protocol.js";
 
@@ -109,34 +109,10 @@ export class Gateway {
    * problem of an entry it refuses (409 for another entry at its seq, 400 out of order).
    */
   append(runId: string, e: JournalEntry): [number, string] {
-    const j = this.journal(runId);
-    const have = j.find((x) => x.seq === e.seq);
-    if (have) {
-      if (have.kind !== e.kind || have.name !== e.name) {
-        return [409, JSON.stringify({ type: "nondeterminism", detail: `the journal holds ${have.kind} ${have.name}` })];
-      }
-    } else {
-      // The gateway's window rule: in order (window 1), right after seq - 1 and not
-      // into a hole below later entries; with a window W, one of the W seqs below it
-      // journaled, or seq <= W.
-      const w = e.window ?? 1;
-      const ok = w === 1
-        ? (e.seq === 1 || j.some((x) => x.seq === e.seq - 1)) && !j.some((x) => x.seq > e.seq)
-        : e.seq <= w || j.some((x) => x.seq >= e.seq - w && x.seq < e.seq);
-      if (!ok) return [400, JSON.stringify({ detail: `seq ${e.seq} is out of order (window ${w})` })];
-      const stored = { ...e };
-      delete stored.window;
-      if (e.kind === "sleep") {
-        // A checkpointed sleep: journaled with its wake time, no output.
-        const d = (e.output as { duration?: string } | undefined)?.duration;
-        stored.until = e.until ?? new Date(Date.now() + (d ? toMs(d, "duration") : 0)).toISOString();
-        delete stored.output;
-      }
-      if (e.kind === "callback") stored.output = { url: `${this.url}/v1/callbacks/tok-${e.seq}`, token: `tok-${e.seq}`, expires_at: "2030-01-01T00:00:00Z" };
-      j.push(stored);
-      j.sort((a, b) => a.seq - b.seq);
-    }
-    return [200, ""];
+    return appendEntry(this.journal(runId), e, {
+      now: Date.now(),
+      callbackOutput: (c) => ({ url: `${this.url}/v1/callbacks/tok-${c.seq}`, token: `tok-${c.seq}`, expires_at: "2030-01-01T00:00:00Z" }),
+    });
   }
 
   /** The gateway's stream write: chunks at places the stream holds are skipped (the first write wins). */

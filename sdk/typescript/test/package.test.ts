@@ -34,6 +34,7 @@ after(() => rmSync(work, { recursive: true, force: true }));
 const consumer = `import { createFunction, serve, type FetchHandler, type Jsonify } from "@stepgate/sdk";
 import { serveNode } from "@stepgate/sdk/node";
 import { toLambdaHandler } from "@stepgate/sdk/lambda";
+import { harness, type Outcome } from "@stepgate/sdk/testing";
 
 const hello = createFunction({ name: "hello" }, async ({ step }) => {
   const at: string = await step.run("at", () => new Date());
@@ -42,6 +43,7 @@ const hello = createFunction({ name: "hello" }, async ({ step }) => {
 const handler: FetchHandler = serve({ functions: [hello], signingKeys: "key" });
 export const listener = serveNode({ functions: [hello] });
 export const lambda = toLambdaHandler(handler);
+export const outcome: Promise<Outcome> = harness(hello).start().result();
 export const when: Jsonify<{ at: Date }> = { at: "2026-01-01T00:00:00Z" };
 `;
 

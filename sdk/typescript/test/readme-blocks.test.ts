@@ -66,6 +66,7 @@ test("every TypeScript block of the READMEs compiles", () => {
       "@stepgate/sdk": [join(src, "index.ts")],
       "@stepgate/sdk/node": [join(src, "node.ts")],
       "@stepgate/sdk/lambda": [join(src, "lambda.ts")],
+      "@stepgate/sdk/testing": [join(src, "testing.ts")],
     },
   };
   writeFileSync(join(dir, "tsconfig.json"), JSON.stringify({ compilerOptions, files }));
