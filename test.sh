@@ -182,6 +182,8 @@ STEPGATE_SKIP_TS_E2E=1 go test "${race[@]}" -count=1 -timeout 15m ./... "$@" || 
 if (($# == 0)) && have_node20; then
 	step "TypeScript SDK: unit tests (npm test: tsc, node --test)"
 	(cd "$ts_sdk" && npm test --silent) || rc=1
+	step "TypeScript SDK: the test harness under Vitest (npm run test:vitest)"
+	(cd "$ts_sdk" && npm run test:vitest --silent) || rc=1
 	step "TypeScript SDK: end-to-end (go test -run '^TestTypeScriptSDK$' ./cmd/stepgate)"
 	go test -count=1 -run '^TestTypeScriptSDK$' ./cmd/stepgate || rc=1
 	for runtime in bun@1.4.5 deno@2.9.6; do
