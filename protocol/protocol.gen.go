@@ -23,6 +23,7 @@ import (
 const (
 	AnswerStatusCompleted AnswerStatus = "completed"
 	AnswerStatusFailed    AnswerStatus = "failed"
+	AnswerStatusReplayed  AnswerStatus = "replayed"
 	AnswerStatusSuspended AnswerStatus = "suspended"
 )
 
@@ -32,6 +33,8 @@ func (e AnswerStatus) Valid() bool {
 	case AnswerStatusCompleted:
 		return true
 	case AnswerStatusFailed:
+		return true
+	case AnswerStatusReplayed:
 		return true
 	case AnswerStatusSuspended:
 		return true
@@ -1113,8 +1116,14 @@ type InvocationAnswer struct {
 	Error *ErrorInfo `json:"error,omitempty"`
 
 	// Output Any JSON value, kept byte for byte.
-	Output *AnyJSON     `json:"output,omitempty"`
-	Status AnswerStatus `json:"status"`
+	Output *AnyJSON `json:"output,omitempty"`
+
+	// Replay What a replay-only invocation found (InvocationRequest `replay_only`): the code
+	// asked for each journaled entry in order, and `next` is the first thing it asks
+	// for past the journal; or at `divergence.seq` it asked for something else than
+	// the journal holds there (what the gateway would fail as nondeterminism).
+	Replay *ReplayOutcome `json:"replay,omitempty"`
+	Status AnswerStatus   `json:"status"`
 
 	// Steps Entries finished but not checkpointed yet; journaled with the answer.
 	Steps *[]JournalEntry `json:"steps,omitempty"`
@@ -1144,7 +1153,15 @@ type InvocationRequest struct {
 	Identity Identity                  `json:"identity"`
 	Journal  []JournalEntry            `json:"journal"`
 	Protocol InvocationRequestProtocol `json:"protocol"`
-	Run      InvocationRun             `json:"run"`
+
+	// ReplayOnly The gateway asks the function only to replay `journal` and say what its code
+	// would do next: the SDK runs no step body and journals nothing (no checkpoint, no
+	// claim, no event, message, value or callback), and answers status `replayed`
+	// with `replay`. It checks a new revision against live runs before a deploy
+	// switches to it. The gateway sends it only to an app whose manifest says
+	// `replay_only: true`, as an SDK that does not know it would run steps.
+	ReplayOnly *bool         `json:"replay_only,omitempty"`
+	Run        InvocationRun `json:"run"`
 
 	// StepAttempts For a step that has failed before and is being retried: its seq (as a string key)
 	// and the attempt number this invocation makes of it (2 for the first retry).
@@ -1292,6 +1309,10 @@ type JournalEntry struct {
 type Manifest struct {
 	Functions []ManifestFunction `json:"functions"`
 	Protocol  ManifestProtocol   `json:"protocol"`
+
+	// ReplayOnly The app's SDK answers replay-only invocations (InvocationRequest `replay_only`)
+	// without running any step body; without it the gateway sends the app none.
+	ReplayOnly *bool `json:"replay_only,omitempty"`
 }
 
 // ManifestProtocol defines model for Manifest.Protocol.
@@ -1406,6 +1427,43 @@ type RateConfig struct {
 
 	// Period From `10ms` to `24h`.
 	Period Duration `json:"period"`
+}
+
+// ReplayDivergence defines model for ReplayDivergence.
+type ReplayDivergence struct {
+	// Asked One thing a function's code asks for at a seq: an entry of kind `kind` named
+	// `name` (a step, a sleep, a wait, an event sent...), or `end` when the code would
+	// complete or fail there (its name is then `completed` or `failed`).
+	Asked ReplayStep `json:"asked"`
+
+	// Journal One thing a function's code asks for at a seq: an entry of kind `kind` named
+	// `name` (a step, a sleep, a wait, an event sent...), or `end` when the code would
+	// complete or fail there (its name is then `completed` or `failed`).
+	Journal ReplayStep `json:"journal"`
+	Seq     int        `json:"seq"`
+}
+
+// ReplayOutcome What a replay-only invocation found (InvocationRequest `replay_only`): the code
+// asked for each journaled entry in order, and `next` is the first thing it asks
+// for past the journal; or at `divergence.seq` it asked for something else than
+// the journal holds there (what the gateway would fail as nondeterminism).
+type ReplayOutcome struct {
+	Divergence *ReplayDivergence `json:"divergence,omitempty"`
+
+	// Next One thing a function's code asks for at a seq: an entry of kind `kind` named
+	// `name` (a step, a sleep, a wait, an event sent...), or `end` when the code would
+	// complete or fail there (its name is then `completed` or `failed`).
+	Next *ReplayStep `json:"next,omitempty"`
+}
+
+// ReplayStep One thing a function's code asks for at a seq: an entry of kind `kind` named
+// `name` (a step, a sleep, a wait, an event sent...), or `end` when the code would
+// complete or fail there (its name is then `completed` or `failed`).
+type ReplayStep struct {
+	// Kind An entry kind (EntryKind), or `end`.
+	Kind string `json:"kind"`
+	Name string `json:"name"`
+	Seq  int    `json:"seq"`
 }
 
 // RequestSend defines model for RequestSend.

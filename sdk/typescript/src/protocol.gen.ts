@@ -2146,6 +2146,15 @@ export interface components {
             };
             checkpoint: components["schemas"]["Checkpoint"];
             /**
+             * @description The gateway asks the function only to replay `journal` and say what its code
+             *     would do next: the SDK runs no step body and journals nothing (no checkpoint, no
+             *     claim, no event, message, value or callback), and answers status `replayed`
+             *     with `replay`. It checks a new revision against live runs before a deploy
+             *     switches to it. The gateway sends it only to an app whose manifest says
+             *     `replay_only: true`, as an SDK that does not know it would run steps.
+             */
+            replay_only?: boolean;
+            /**
              * Format: date-time
              * @description When the gateway stops waiting for this invocation's answer (the function's
              *     `timeout` from when it was called, on the gateway's clock). An SDK that sleeps
@@ -2350,7 +2359,33 @@ export interface components {
             by: components["schemas"]["Identity"];
         };
         /** @enum {string} */
-        AnswerStatus: "completed" | "failed" | "suspended";
+        AnswerStatus: "completed" | "failed" | "suspended" | "replayed";
+        /**
+         * @description One thing a function's code asks for at a seq: an entry of kind `kind` named
+         *     `name` (a step, a sleep, a wait, an event sent...), or `end` when the code would
+         *     complete or fail there (its name is then `completed` or `failed`).
+         */
+        ReplayStep: {
+            seq: number;
+            /** @description An entry kind (EntryKind), or `end`. */
+            kind: string;
+            name: string;
+        };
+        /**
+         * @description What a replay-only invocation found (InvocationRequest `replay_only`): the code
+         *     asked for each journaled entry in order, and `next` is the first thing it asks
+         *     for past the journal; or at `divergence.seq` it asked for something else than
+         *     the journal holds there (what the gateway would fail as nondeterminism).
+         */
+        ReplayOutcome: {
+            next?: components["schemas"]["ReplayStep"];
+            divergence?: components["schemas"]["ReplayDivergence"];
+        };
+        ReplayDivergence: {
+            seq: number;
+            journal: components["schemas"]["ReplayStep"];
+            asked: components["schemas"]["ReplayStep"];
+        };
         /**
          * @description A function's answer to an invocation; always HTTP 200.
          *
@@ -2369,6 +2404,8 @@ export interface components {
             /** @description Entries finished but not checkpointed yet; journaled with the answer. */
             steps?: components["schemas"]["JournalEntry"][];
             await?: components["schemas"]["Await"];
+            /** @description With status `replayed`, the answer to a replay-only invocation. */
+            replay?: components["schemas"]["ReplayOutcome"];
         };
         ManifestFunction: {
             name: string;
@@ -2380,6 +2417,11 @@ export interface components {
         Manifest: {
             /** @enum {integer} */
             protocol: 1;
+            /**
+             * @description The app's SDK answers replay-only invocations (InvocationRequest `replay_only`)
+             *     without running any step body; without it the gateway sends the app none.
+             */
+            replay_only?: boolean;
             functions: components["schemas"]["ManifestFunction"][];
         };
     };
