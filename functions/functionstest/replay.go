@@ -32,9 +32,11 @@ type Step struct {
 func (s Step) String() string { return fmt.Sprintf("%s %q", s.Kind, s.Name) }
 
 // Divergence is where the code under test parts from the exported run: at Seq the
-// journal holds Journal, and the code asked for Asked. For an outcome that differs
-// (the run's journal replays but its end does not), Seq is the seq after the journal's
-// last and both are outcomes.
+// journal holds Journal, and the code asked for Asked. For a run that ended (completed
+// or failed) and replays its journal but not its end, Journal is the run's outcome (a
+// Step of kind "completed" or "failed") and Asked the code's: another outcome, at the
+// seq after the journal's last, or the new step, entry or wait it would make, at its
+// seq (a new step's name is not known: the SDK asks before it starts one).
 type Divergence struct {
 	Seq     int
 	Journal Step
@@ -215,20 +217,30 @@ func judge(x protocol.RunExport, ans protocol.InvocationAnswer, refused *Next) R
 		return r
 	}
 	if refused != nil {
-		r.Clean, r.Next = true, *refused
-		if r.Next.Kind == "step" {
-			r.Next.Seq = after
+		n := *refused
+		if n.Kind == "step" {
+			n.Seq, n.Step = after, Step{Kind: "step"}
 		}
+		if want, ended := exportOutcome(x); ended {
+			// The run ended there; the code would go on.
+			r.Divergence = &Divergence{Seq: n.Seq, Journal: want, Asked: n.Step}
+			return r
+		}
+		r.Clean, r.Next = true, n
 		return r
 	}
 	switch ans.Status {
 	case protocol.AnswerStatusSuspended:
+		n := Next{Kind: "step", Seq: after, Step: Step{Kind: "step"}}
 		if ans.Await != nil && ans.Await.Type != protocol.AwaitTypeContinue {
 			aw := *ans.Await
-			r.Clean, r.Next = true, Next{Kind: "wait", Seq: aw.Seq, Step: Step{Kind: string(aw.Type), Name: aw.Name}, Await: &aw}
+			n = Next{Kind: "wait", Seq: aw.Seq, Step: Step{Kind: string(aw.Type), Name: aw.Name}, Await: &aw}
+		}
+		if want, ended := exportOutcome(x); ended {
+			r.Divergence = &Divergence{Seq: n.Seq, Journal: want, Asked: n.Step}
 			return r
 		}
-		r.Clean, r.Next = true, Next{Kind: "step", Seq: after}
+		r.Clean, r.Next = true, n
 		return r
 	case protocol.AnswerStatusCompleted, protocol.AnswerStatusFailed:
 		got := outcome(ans)
