@@ -29,7 +29,12 @@ type Step struct {
 	Name string
 }
 
-func (s Step) String() string { return fmt.Sprintf("%s %q", s.Kind, s.Name) }
+func (s Step) String() string {
+	if s.Name == "" {
+		return s.Kind
+	}
+	return fmt.Sprintf("%s %q", s.Kind, s.Name)
+}
 
 // Divergence is where the code under test parts from the exported run: at Seq the
 // journal holds Journal, and the code asked for Asked. For a run that ended (completed
@@ -140,6 +145,7 @@ func ReplayExport(app *functions.App, function string, x protocol.RunExport, opt
 	appSrv := httptest.NewServer(app)
 	defer appSrv.Close()
 
+	journal, pending := pendingWait(x)
 	input := protocol.AnyJSON("null")
 	if x.Run.Input != nil {
 		input = *x.Run.Input
@@ -149,12 +155,9 @@ func ReplayExport(app *functions.App, function string, x protocol.RunExport, opt
 		Run: protocol.InvocationRun{ID: x.Run.ID, Function: function, Revision: x.Run.Revision,
 			Attempt: x.Run.Invocations + 1, Input: input, ParentID: x.Run.ParentID, CreatedAt: x.Run.CreatedAt},
 		Identity:     x.Run.Identity,
-		Journal:      x.Journal,
+		Journal:      journal,
 		StepAttempts: x.StepAttempts,
 		Checkpoint:   protocol.Checkpoint{URL: gwSrv.URL + "/v1/runs/" + x.Run.ID + "/checkpoint", Token: gw.token},
-	}
-	if req.Journal == nil {
-		req.Journal = []protocol.JournalEntry{}
 	}
 	body, err := json.Marshal(req)
 	if err != nil {
@@ -192,18 +195,48 @@ func ReplayExport(app *functions.App, function string, x protocol.RunExport, opt
 			return Replayed{}, fmt.Errorf("invoke %s: %d %s", function, resp.StatusCode, bytes.TrimSpace(raw))
 		}
 	}
-	return judge(x, ans, gw.refused()), nil
+	return judge(x, journal, pending, ans, gw.refused()), nil
 }
 
 // nondeterminism matches the SDK's message for a journaled entry the code does not ask.
 var nondeterminism = regexp.MustCompile(`step (\d+): code asks for (\S+) "((?:[^"\\]|\\.)*)" but the journal holds (\S+) "((?:[^"\\]|\\.)*)"`)
 
-// judge makes the Replayed of answer ans to the replay of x, given what the harness
-// refused, if anything.
-func judge(x protocol.RunExport, ans protocol.InvocationAnswer, refused *Next) Replayed {
-	r := Replayed{Answer: ans}
-	after := 1
+// pendingWait returns the journal to replay x with, without the entry of the sleep a
+// suspended run waits for, if the journal holds it (the gateway journals a sleep with
+// its wake time when the run suspends on it, and the SDK takes a journaled sleep as
+// over), and that entry's Step and seq.
+func pendingWait(x protocol.RunExport) ([]protocol.JournalEntry, *Next) {
+	journal := make([]protocol.JournalEntry, 0, len(x.Journal))
+	var pending *Next
+	aw := x.Run.Awaiting
 	for _, e := range x.Journal {
+		if x.Run.Status == protocol.RunStatusSuspended && aw != nil && aw.Kind == protocol.AwaitingKindSleep &&
+			e.Seq == aw.Seq && e.Kind == protocol.EntryKindSleep && e.Name == aw.Name {
+			pending = &Next{Kind: "wait", Seq: e.Seq, Step: Step{Kind: string(e.Kind), Name: e.Name}}
+			continue
+		}
+		journal = append(journal, e)
+	}
+	return journal, pending
+}
+
+// judge makes the Replayed of answer ans to the replay of x with journal, given the
+// sleep the run waits for, if pending, and what the harness refused, if anything.
+func judge(x protocol.RunExport, journal []protocol.JournalEntry, pending *Next, ans protocol.InvocationAnswer, refused *Next) (r Replayed) {
+	r = Replayed{Answer: ans}
+	defer func() {
+		// The code must wait for the sleep the run waits for, where the run does.
+		if pending != nil && r.Divergence == nil && (r.Next.Seq != pending.Seq || r.Next.Step != pending.Step) {
+			asked := r.Next.Step
+			if r.Next.Kind == "completed" || r.Next.Kind == "failed" {
+				asked = outcome(ans)
+			}
+			r.Clean, r.Next = false, Next{}
+			r.Divergence = &Divergence{Seq: pending.Seq, Journal: pending.Step, Asked: asked}
+		}
+	}()
+	after := 1
+	for _, e := range journal {
 		after = max(after, e.Seq+1)
 	}
 	if ans.Status == protocol.AnswerStatusFailed && ans.Error != nil && ans.Error.Type == "nondeterminism" {

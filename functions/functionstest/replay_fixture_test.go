@@ -18,28 +18,37 @@ type item struct {
 	Item string `json:"item"`
 }
 
-// checkoutApp registers checkout: steps a and b (in that order), a sleep, then a step
-// "ship"; every step function adds one to ran.
+// checkoutApp returns an app (that needs no signatures) with checkout registered by
+// registerCheckout with a sleep of an hour.
 func checkoutApp(t *testing.T, a, b string, ran *atomic.Int64) *functions.App {
 	app := newApp(t)
-	functions.Register(app, "checkout", func(ctx context.Context, in item) (string, error) {
-		for _, name := range []string{a, b} {
-			if _, err := step.Run(ctx, name, func(context.Context) (string, error) {
+	registerCheckout(app, "checkout", a, b, time.Hour, ran)
+	return app
+}
+
+// registerCheckout registers function name: steps a and b (in that order), a sleep
+// named "cool off" (none when sleep is 0), then a step "ship"; every step function adds
+// one to ran.
+func registerCheckout(app *functions.App, name, a, b string, sleep time.Duration, ran *atomic.Int64) {
+	functions.Register(app, name, func(ctx context.Context, in item) (string, error) {
+		for _, s := range []string{a, b} {
+			if _, err := step.Run(ctx, s, func(context.Context) (string, error) {
 				ran.Add(1)
-				return name[:1] + "-" + in.Item, nil
+				return s[:1] + "-" + in.Item, nil
 			}); err != nil {
 				return "", err
 			}
 		}
-		if err := step.Sleep(ctx, "cool off", time.Hour); err != nil {
-			return "", err
+		if sleep > 0 {
+			if err := step.Sleep(ctx, "cool off", sleep); err != nil {
+				return "", err
+			}
 		}
 		return step.Run(ctx, "ship", func(context.Context) (string, error) {
 			ran.Add(1)
-			return "shipped", nil
+			return "shipped " + in.Item, nil
 		})
 	})
-	return app
 }
 
 // TestReplayFixture replays a hand-written export (testdata/checkout.run.json: a run
