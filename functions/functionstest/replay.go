@@ -129,8 +129,13 @@ func ReplayFile(app *functions.App, function, file string, opts ...Option) (Repl
 // superseded) the SDK's claim before the first step function the journal does not
 // hold, and every checkpoint of a new entry or stream write, and records it as Next. A
 // nondeterminism failure (the code asks at a journaled seq for another kind or name than
-// the entry there) is the Divergence, as is an end that differs from the run's.
-// WithKey signs the invocation for the identity's tenant; WithNow is ignored.
+// the entry there) is the Divergence, as is an end that differs from the run's, or a
+// run that ended where the code would go on. A suspended run's journal may hold the
+// sleep it waits for (the gateway journals a sleep with its wake time when the run
+// suspends on it): that entry is left out of the replay, and the code must ask for that
+// sleep at its seq, else it diverges there. WithKey signs the invocation for the
+// identity's tenant; WithNow is ignored. The error is for an export that cannot be read
+// or an invocation that cannot be made, never for a divergence.
 func ReplayExport(app *functions.App, function string, x protocol.RunExport, opts ...Option) (Replayed, error) {
 	if x.Format != ExportFormat {
 		return Replayed{}, fmt.Errorf("the export's format is %q, not %q", x.Format, ExportFormat)
