@@ -10,6 +10,7 @@ import (
 	"os"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,15 +24,19 @@ import (
 const ExportFormat = "stepgate.run/1"
 
 // Step names one journal entry, or what the code asked for at a seq: its kind and name.
-// An outcome is the Step of kind "completed" or "failed" (its Name the error's type).
+// An outcome is the Step of kind "completed" (its Name the output, as compact JSON cut
+// to 200 bytes) or "failed" (its Name the error's type).
 type Step struct {
 	Kind string
 	Name string
 }
 
 func (s Step) String() string {
-	if s.Name == "" {
+	switch {
+	case s.Name == "":
 		return s.Kind
+	case s.Kind == "completed" || s.Kind == "failed":
+		return s.Kind + " with " + s.Name
 	}
 	return fmt.Sprintf("%s %q", s.Kind, s.Name)
 }
@@ -301,9 +306,11 @@ func unquote(s string) string {
 	return s
 }
 
+// outcome returns the end the answer ans makes: completed with its output, or failed
+// with its error's type.
 func outcome(ans protocol.InvocationAnswer) Step {
 	if ans.Status == protocol.AnswerStatusCompleted {
-		return Step{Kind: "completed"}
+		return Step{Kind: "completed", Name: shown(ans.Output)}
 	}
 	s := Step{Kind: "failed"}
 	if ans.Error != nil {
@@ -316,7 +323,7 @@ func outcome(ans protocol.InvocationAnswer) Step {
 func exportOutcome(x protocol.RunExport) (Step, bool) {
 	switch x.Run.Status {
 	case protocol.RunStatusCompleted:
-		return Step{Kind: "completed"}, true
+		return Step{Kind: "completed", Name: shown(x.Run.Output)}, true
 	case protocol.RunStatusFailed:
 		s := Step{Kind: "failed"}
 		if x.Run.Error != nil {
@@ -327,21 +334,35 @@ func exportOutcome(x protocol.RunExport) (Step, bool) {
 	return Step{}, false
 }
 
+// maxShown bounds the output an outcome's Step shows, in bytes.
+const maxShown = 200
+
+// shown returns out as compact JSON, cut to maxShown bytes (ending "…" when cut).
+func shown(out *protocol.AnyJSON) string {
+	s := string(canonical(out))
+	if len(s) > maxShown {
+		s = strings.ToValidUTF8(s[:maxShown], "") + "…"
+	}
+	return s
+}
+
+// canonical returns out re-encoded (null when absent), so that equal values compare
+// equal whatever their spacing.
+func canonical(out *protocol.AnyJSON) []byte {
+	var v any
+	if out != nil {
+		_ = json.Unmarshal(*out, &v)
+	}
+	raw, _ := json.Marshal(v)
+	return raw
+}
+
 // sameJSON reports whether the answer's output or error type is the run's.
 func sameJSON(ans protocol.InvocationAnswer, x protocol.RunExport) bool {
 	if ans.Status != protocol.AnswerStatusCompleted {
 		return ans.Error != nil && x.Run.Error != nil && ans.Error.Type == x.Run.Error.Type
 	}
-	var a, b any
-	if ans.Output != nil {
-		_ = json.Unmarshal(*ans.Output, &a)
-	}
-	if x.Run.Output != nil {
-		_ = json.Unmarshal(*x.Run.Output, &b)
-	}
-	ja, _ := json.Marshal(a)
-	jb, _ := json.Marshal(b)
-	return bytes.Equal(ja, jb)
+	return bytes.Equal(canonical(ans.Output), canonical(x.Run.Output))
 }
 
 // replayGateway answers the replayed invocation's calls to the gateway: it refuses

@@ -159,3 +159,64 @@ func (f *fakeT) Helper() {}
 func (f *fakeT) Errorf(format string, args ...any) {
 	f.errors = append(f.errors, fmt.Sprintf(format, args...))
 }
+
+// refundApp returns an app with refund: steps lookup and pay (which fails with
+// card_declined when decline is set), then {"paid": <pay's output><suffix>}.
+func refundApp(t *testing.T, decline bool, suffix string, ran *atomic.Int64) *functions.App {
+	app := newApp(t)
+	functions.Register(app, "refund", func(ctx context.Context, in struct{ Order int }) (map[string]string, error) {
+		n, err := step.Run(ctx, "lookup", func(context.Context) (int, error) {
+			ran.Add(1)
+			return in.Order, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		paid, err := step.Run(ctx, "pay", func(context.Context) (string, error) {
+			ran.Add(1)
+			if decline {
+				return "", step.NonRetryable(&step.Error{Type: "card_declined", Message: "card declined"})
+			}
+			return fmt.Sprintf("paid-%d", n), nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		return map[string]string{"paid": paid + suffix}, nil
+	})
+	return app
+}
+
+// TestReplayFixtureOutcome replays hand-written exports of runs that ended: the same
+// end is clean, another is the divergence.
+func TestReplayFixtureOutcome(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ACompletedRunReplaysToItsOutput", func(t *testing.T) {
+		t.Parallel()
+		var ran atomic.Int64
+		r := functionstest.Replay(t, refundApp(t, false, "", &ran), "refund", "testdata/refund-completed.run.json")
+		require.True(t, r.Clean, "%s", r)
+		require.Equal(t, functionstest.Next{Kind: "completed", Seq: 3}, r.Next)
+		require.Zero(t, ran.Load())
+	})
+
+	t.Run("AnotherOutputIsTheDivergence", func(t *testing.T) {
+		t.Parallel()
+		var ran atomic.Int64
+		r, err := functionstest.ReplayFile(refundApp(t, false, " (v2)", &ran), "refund", "testdata/refund-completed.run.json")
+		require.NoError(t, err)
+		require.NotNil(t, r.Divergence, "%s", r)
+		require.Equal(t, `seq 3: the journal holds completed with {"paid":"paid-42"} but the code asks for completed with {"paid":"paid-42 (v2)"}`,
+			r.Divergence.String())
+	})
+
+	t.Run("AFailedRunReplaysToItsFailure", func(t *testing.T) {
+		t.Parallel()
+		var ran atomic.Int64
+		r := functionstest.Replay(t, refundApp(t, true, "", &ran), "refund", "testdata/refund-failed.run.json")
+		require.True(t, r.Clean, "%s", r)
+		require.Equal(t, functionstest.Next{Kind: "failed", Seq: 3}, r.Next)
+		require.Zero(t, ran.Load())
+	})
+}
