@@ -63,7 +63,8 @@ type Next struct {
 	// Kind is one of "step" (it would run a step function the journal does not hold:
 	// its name is not known, as the SDK asks before it starts one), "checkpoint" (it
 	// would journal a new entry, Step says which), "wait" (it would suspend on Await),
-	// "completed" or "failed" (the run ends the way it ended on the gateway).
+	// "completed" or "failed" (the code ends the run: as it ended on the gateway, for a
+	// run that ended).
 	Kind  string
 	Seq   int             // The seq of the new entry or wait; the seq after the journal's last for a step or an end.
 	Step  Step            // For "checkpoint" and "wait" (the await's type and name).
@@ -79,7 +80,7 @@ func (n Next) String() string {
 	case "wait":
 		return fmt.Sprintf("would wait for %s at seq %d", n.Step, n.Seq)
 	}
-	return "ends " + n.Kind + ", as the run did"
+	return "would end " + n.Kind
 }
 
 // Replayed is the outcome of replaying an exported run: Clean when the code replays
@@ -101,7 +102,9 @@ func (r Replayed) String() string {
 
 // Replay replays the run exported in file (protocol.RunExport, as `stepgate runs
 // export ID > run.json` writes it) against function of app, in the test's process, and
-// fails the test (t.Errorf) at its first divergence from the run. See ReplayFile.
+// fails the test (t.Errorf) at its first divergence from the run, naming its seq, the
+// journal's entry there and what the code asks for; an export it cannot read or replay
+// stops the test (t.Fatalf). See ReplayExport.
 func Replay(t testing.TB, app *functions.App, function, file string, opts ...Option) Replayed {
 	t.Helper()
 	r, err := ReplayFile(app, function, file, opts...)
