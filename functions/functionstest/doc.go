@@ -50,6 +50,10 @@
 //     admin user: the harness signs invocations only with [WithKey];
 //   - streams and cancellation are not modelled.
 //
+// [Replay] replays a production run exported by the gateway (GET /v1/runs/{id}/export,
+// `stepgate runs export`) against the code under test, with no side effects, and fails
+// the test at the first divergence; [ReplayFile] is the same without a test.
+//
 // A Harness is used from the test's goroutine: Start, Advance and the deliveries drive
 // the runs synchronously and return once every run they woke has ended or suspended.
 package functionstest
