@@ -2,11 +2,13 @@ package readme
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -37,11 +39,6 @@ func TestTourProgramRuns(t *testing.T) {
 	}
 	require.NotNil(t, tour, "no whole Go block in README.md registers orders.refund")
 	require.Contains(t, tour.src, tourAddr, "the tour's program listens elsewhere: update the test")
-	addr := freeAddr(t)
-	pkg := writeBlock(t, blockDir(t, root), "tour", strings.Replace(tour.src, tourAddr, `"`+addr+`"`, 1))
-	bin := filepath.Join(pkg, "tour")
-	goCommand(t, root, "build", "-o", bin, "./"+filepath.ToSlash(mustRel(t, root, pkg)))
-
 	s := stack.Start(t, stack.Options{})
 	c := s.Client(t, s.Token)
 	keys, err := c.ListSigningKeysWithResponse(t.Context())
@@ -52,18 +49,20 @@ func TestTourProgramRuns(t *testing.T) {
 		pubs = append(pubs, k.X)
 	}
 
-	var out bytes.Buffer
-	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), "STEPGATE_PUBLIC_KEYS="+strings.Join(pubs, ","))
-	cmd.Stdout, cmd.Stderr = &out, &out
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() {
-			t.Logf("the tour's program said:\n%s", out.String())
+	// The program listens on a port that was free when the test picked it: another
+	// process may take it first, and then the program exits at once, saying so; it is
+	// built again for another port.
+	var addr string
+	for try := 1; ; try++ {
+		addr = freeAddr(t)
+		pkg := writeBlock(t, blockDir(t, root), "tour", strings.Replace(tour.src, tourAddr, `"`+addr+`"`, 1))
+		bin := filepath.Join(pkg, "tour")
+		goCommand(t, root, "build", "-o", bin, "./"+filepath.ToSlash(mustRel(t, root, pkg)))
+		if runTour(t, bin, addr, pubs) {
+			break
 		}
-	})
+		require.Less(t, try, 5, "the tour's program found its port taken 5 times")
+	}
 
 	// apps sync, once the program listens.
 	appURL := "http://" + addr + "/"
@@ -94,6 +93,76 @@ func TestTourProgramRuns(t *testing.T) {
 	require.JSONEq(t, `"rf_o1"`, string(*run.Journal[0].Output))
 	require.NotNil(t, run.WakeAt)
 	require.WithinDuration(t, time.Now().Add(time.Hour), *run.WakeAt, time.Minute, "it sleeps for an hour")
+}
+
+// runTour runs the tour's program bin with the gateway's public keys, until the test
+// ends, and returns once it listens on addr (true), or once it has exited because
+// another process took addr first (false).
+func runTour(t *testing.T, bin, addr string, pubs []string) bool {
+	var out bytes.Buffer
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "STEPGATE_PUBLIC_KEYS="+strings.Join(pubs, ","))
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-exited
+		if t.Failed() {
+			t.Logf("the tour's program said:\n%s", out.String())
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			require.Contains(t, out.String(), "address already in use", "the tour's program exited")
+			return false
+		default:
+		}
+		if listensOn(t, cmd.Process.Pid, addr) {
+			return true
+		}
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	t.Fatalf("the tour's program did not listen on %s in 30s", addr)
+	return false
+}
+
+// listensOn reports whether process pid holds the listening TCP socket of addr (IPv4),
+// from /proc: a listener of another process on addr does not count.
+func listensOn(t *testing.T, pid int, addr string) bool {
+	_, port, err := net.SplitHostPort(addr)
+	require.NoError(t, err)
+	p, err := strconv.Atoi(port)
+	require.NoError(t, err)
+	table, err := os.ReadFile("/proc/net/tcp")
+	require.NoError(t, err)
+	inode := ""
+	for line := range strings.Lines(string(table)) {
+		f := strings.Fields(line)
+		// local_address is HEX_IP:HEX_PORT; state 0A is LISTEN; the inode is field 9.
+		if len(f) > 9 && f[3] == "0A" && strings.HasSuffix(f[1], fmt.Sprintf(":%04X", p)) {
+			inode = f[9]
+		}
+	}
+	if inode == "" {
+		return false
+	}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return false // it exited
+	}
+	for _, fd := range fds {
+		if link, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil && link == "socket:["+inode+"]" {
+			return true
+		}
+	}
+	return false
 }
 
 // freeAddr returns a loopback address with a port no one listens on now.
