@@ -135,7 +135,13 @@ describe("replay-only", () => {
     try {
       const id = runId();
       journal(id, { seq: 1, kind: "sleep", name: "nap", until: new Date(Date.now() + 5000).toISOString() });
-      const r = await replayOnly(app(fn), id, "napped");
+      // The gateway's request ended already: an invocation that waited out the rest of the
+      // sleep would see it and answer HTTP 500.
+      const gone = new AbortController();
+      gone.abort(new Error("the gateway went away"));
+      mark();
+      const r = await gw.invoke(app(fn), APP, gw.request(id, "napped", null, { replay_only: true }), gone.signal);
+      assert.equal(r.status, 200, JSON.stringify(r.body));
       assert.deepEqual(r.body, { status: "replayed", replay: { next: { seq: 2, kind: "step", name: "after" } } });
     } finally {
       gw.deadline = undefined;
@@ -182,6 +188,21 @@ describe("replay-only", () => {
     const id4 = runId();
     journal(id4, stepAt(1, "a", 1));
     assert.deepEqual((await replayOnly(app(thrown), id4, "thrown")).body, { status: "replayed", replay: { next: { seq: 2, kind: "end", name: "failed" } } });
+  });
+
+  test("a wait_any whose journaled choice is not among the code's waits: the divergence", async () => {
+    const fn = createFunction({ name: "chooser" }, async ({ step }) => {
+      await step.waitFirst("first", step.waitForEvent("paid", { event: "payment" }), step.sleep("timer", "1h"));
+      return step.run("after", () => 1);
+    });
+    const id = runId();
+    journal(id, { seq: 1, kind: "wait_any", name: "first", output: { index: 0, kind: "receive", output: {} } });
+    const r = await replayOnly(app(fn), id, "chooser");
+    assert.deepEqual(r.body, {
+      status: "replayed",
+      replay: { divergence: { seq: 1, journal: { seq: 1, kind: "receive", name: "first" }, asked: { seq: 1, kind: "wait_event", name: "first" } } },
+    });
+    assert.deepEqual(sent(id), nothingSent);
   });
 
   test("code that ends before its journal does: the divergence of its end", async () => {
