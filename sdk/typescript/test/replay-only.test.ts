@@ -126,6 +126,19 @@ describe("replay-only", () => {
     }
   });
 
+  test("child runs started at once, some journaled: next is the first child past the journal", async () => {
+    const fn = createFunction({ name: "kids" }, async ({ step }) => {
+      await step.waitAll(step.invoke("kids", { function: "other" }), step.invoke("kid2", { function: "other" }), step.invoke("kid3", { function: "other" }));
+      return step.run("after", () => 1);
+    });
+    const id = runId();
+    journal(id, { seq: 1, kind: "invoke", name: "kids", output: 1 }, { seq: 2, kind: "invoke", name: "kids", output: 2 });
+    const r = await replayOnly(app(fn), id, "kids");
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    assert.deepEqual(r.body, { status: "replayed", replay: { next: { seq: 3, kind: "invoke", name: "kids" } } });
+    assert.deepEqual(sent(id), nothingSent);
+  });
+
   test("a journaled sleep that was being waited out in a process is not waited out again", async () => {
     const fn = createFunction({ name: "napped", sleepInProcess: "10s" }, async ({ step }) => {
       await step.sleep("nap", "5s");
