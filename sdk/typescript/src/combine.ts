@@ -1,7 +1,7 @@
 // step.waitFirst and step.waitAll: several waits (wait.ts) at once, or the first of
 // several parallel steps.
 import { NonRetryableError, TimedOutError } from "./errors.js";
-import { failed, type Invocation, never, q, retry, suspended } from "./invocation.js";
+import { type Invocation, never, q, retry, suspended } from "./invocation.js";
 import type { Await, InvokeCall, JournalEntry } from "./protocol.js";
 import { innerOf, settle, type Settled, Wait } from "./wait.js";
 
@@ -109,7 +109,8 @@ function chosen(st: Invocation, e: JournalEntry, ws: readonly Wait<unknown>[], a
   const i = alts[got.index ?? -1];
   const spec = i === undefined ? undefined : innerOf(ws[i]!).spec;
   if (i === undefined || !spec || got.kind !== spec.kind) {
-    return st.halt(failed("nondeterminism", `step ${e.seq}: code waits for the first of ${alts.length} waits in wait_any ${q(e.name)} but the journal holds alternative ${got.index} (${got.kind})`));
+    const msg = `step ${e.seq}: code waits for the first of ${alts.length} waits in wait_any ${q(e.name)} but the journal holds alternative ${got.index} (${got.kind})`;
+    return st.halt(st.diverged(e.seq, { kind: got.kind ?? e.kind, name: e.name }, { kind: spec?.kind ?? e.kind, name: e.name }, msg));
   }
   let s: Settled<unknown>;
   try {

@@ -14,9 +14,15 @@
 // is held (defer) and checkpointed when the invocation takes its next seq, decides a
 // patch or writes to a stream (flush), or, when the function answers first, sent in the
 // answer's steps: the last step rides with the answer.
+//
+// Replay-only (InvocationRequest.replay_only): the invocation replays the journal and
+// stops, answering status replayed, at the first thing its code asks for past it (next,
+// or patch, taking a seq: before any step body, checkpoint or claim) or at the first
+// entry the code asks for that the journal does not hold (a divergence, where a normal
+// invocation fails as nondeterminism); serve answers the code's end the same way.
 import { inStep } from "./context.js";
 import { NonRetryableError } from "./errors.js";
-import type { Await, CheckpointAck, EntryKind, ErrorInfo, InvocationAnswer, InvocationClaim, InvocationRequest, JournalEntry, StreamWrite } from "./protocol.js";
+import type { Await, CheckpointAck, EntryKind, ErrorInfo, InvocationAnswer, InvocationClaim, InvocationRequest, JournalEntry, ReplayOutcome, ReplayStep, StreamWrite } from "./protocol.js";
 
 /** How an invocation ends early: an answer (HTTP 200) or an error (HTTP 500, retried). */
 export interface Stop {
@@ -29,6 +35,8 @@ export const failed = (type: string, message: string): Stop => ({
 });
 export const suspended = (aw: Await): Stop => ({ answer: { status: "suspended", await: aw } });
 export const retry = (type: string, message: string): Stop => ({ error: { type, message } });
+/** The answer of a replay-only invocation (InvocationRequest.replay_only). */
+export const replayed = (replay: ReplayOutcome): Stop => ({ answer: { status: "replayed", replay } });
 
 /** The largest window a checkpoint or an await declares (the gateway's bound). */
 export const MAX_WINDOW = 64;
@@ -98,6 +106,14 @@ export const q = (s: string) => JSON.stringify(s);
 
 export class Invocation {
   readonly req: InvocationRequest;
+  /**
+   * The gateway asks only to replay the journal (InvocationRequest.replay_only): no step
+   * body runs and nothing is journaled, claimed or sent. The first seq the code takes
+   * past the journal (next, patch) stops the invocation with the replayed answer naming
+   * it, and a nondeterminism with the divergence; stream writes resolve at once, sending
+   * nothing; no sleep is waited out in the process; any POST is refused (postTried).
+   */
+  readonly replayOnly: boolean;
   /** Aborted when the invocation stops early: given to steps' functions. */
   readonly controller = new AbortController();
   /** Resolved with the Stop when the invocation stops early. */
@@ -155,6 +171,7 @@ export class Invocation {
     private readonly post: Poster,
   ) {
     this.req = req;
+    this.replayOnly = req.replay_only === true;
     for (const e of req.journal) this.bySeq.set(e.seq, e);
     this.stopped = new Promise((r) => (this.resolveStopped = r));
   }
@@ -191,7 +208,7 @@ export class Invocation {
    * time and at least 2s, and within the budget (setBudget).
    */
   sleepInProcess(ms: number): boolean {
-    if (this.sleepMaxMs <= 0 || ms > this.sleepMaxMs || !this.req.deadline || this.stop) return false;
+    if (this.replayOnly || this.sleepMaxMs <= 0 || ms > this.sleepMaxMs || !this.req.deadline || this.stop) return false;
     const deadline = new Date(this.req.deadline).getTime();
     if (Number.isNaN(deadline)) return false;
     const now = Date.now();
@@ -321,7 +338,11 @@ export class Invocation {
       const e = this.bySeq.get(seq);
       if (e && (e.kind !== kind || e.name !== name)) {
         const msg = `step ${seq}: code asks for ${kind} ${q(name)} but the journal holds ${e.kind} ${q(e.name)}`;
-        void this.halt(failed("nondeterminism", msg));
+        void this.halt(this.diverged(seq, e, { kind, name }, msg));
+        return undefined;
+      }
+      if (!e && this.replayOnly) {
+        void this.halt(replayed({ next: { seq, kind, name } }));
         return undefined;
       }
       entries.push(e);
@@ -358,8 +379,38 @@ export class Invocation {
     if (this.pending) void this.flush();
     const e = this.bySeq.get(this.seq + 1);
     if (e && e.kind === "patch" && e.name === name) return { seq: ++this.seq, marker: e };
-    if (!e && !consumeOnly) return { seq: ++this.seq };
+    if (!e && !consumeOnly) {
+      if (this.replayOnly) {
+        void this.halt(replayed({ next: { seq: this.seq + 1, kind: "patch", name } }));
+        return undefined;
+      }
+      return { seq: ++this.seq };
+    }
     return { seq: 0 };
+  }
+
+  /**
+   * The Stop of a nondeterminism at seq, where the code asks for asked but the journal
+   * holds journal: the run fails (type nondeterminism, with message), or, replay-only,
+   * the replayed answer's divergence.
+   */
+  diverged(seq: number, journal: { kind: string; name: string }, asked: { kind: string; name: string }, message: string): Stop {
+    if (!this.replayOnly) return failed("nondeterminism", message);
+    return replayed({ divergence: { seq, journal: { seq, kind: journal.kind, name: journal.name }, asked: { seq, kind: asked.kind, name: asked.name } } });
+  }
+
+  /**
+   * What a replay-only invocation answers when its code ends (completes or fails, as
+   * outcome says) having taken the seqs so far: next, of kind end at the next seq; or,
+   * when the journal holds an entry past those seqs (the code ends before its journal
+   * does), the divergence with the lowest such entry.
+   */
+  replayEnd(outcome: "completed" | "failed"): ReplayOutcome {
+    const asked: ReplayStep = { seq: this.seq + 1, kind: "end", name: outcome };
+    let later: JournalEntry | undefined;
+    for (const e of this.bySeq.values()) if (e.seq > this.seq && (!later || e.seq < later.seq)) later = e;
+    if (!later) return { next: asked };
+    return { divergence: { seq: asked.seq, journal: { seq: later.seq, kind: later.kind, name: later.name }, asked } };
   }
 
   /** Registers a compensation. */
@@ -405,6 +456,8 @@ export class Invocation {
       throw new StoppedError();
     };
     if (this.stop) stopWith(this.stop);
+    // Replay-only: nothing is sent, as a replay's chunks the stream holds are skipped.
+    if (this.replayOnly) return undefined;
     if ((this.pending || this.flushing) && !(await this.flush())) stopWith(this.stoppedWith ?? retry("checkpoint", where));
     const r = await this.postTried("/stream", JSON.stringify(w), where);
     if ("stop" in r) return stopWith(r.stop);
@@ -660,6 +713,9 @@ export class Invocation {
    * where and the last failure.
    */
   private async postTried(path: string, body: string, where: string): Promise<{ resp: PostResult } | { stop: Stop }> {
+    // Replay-only stops before anything is journaled or claimed: a POST here is a bug,
+    // and sends nothing.
+    if (this.replayOnly) return { stop: retry("replay_only", `${where}: a replay-only invocation journals nothing, yet the SDK tried to: report it`) };
     let delay = CHECKPOINT_BACKOFF_MS;
     let last = "";
     for (let attempt = 0; ; attempt++) {

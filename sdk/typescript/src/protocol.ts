@@ -19,3 +19,5 @@ export type WireIdentity = Schemas["Identity"];
 export type InvokeCall = Schemas["InvokeCall"];
 export type StreamWrite = Schemas["StreamWrite"];
 export type InvocationClaim = Schemas["InvocationClaim"];
+export type ReplayOutcome = Schemas["ReplayOutcome"];
+export type ReplayStep = Schemas["ReplayStep"];

@@ -175,7 +175,8 @@ function manifest(byName: Map<string, StepgateFunction<any, any>>, appPath: stri
   // The gateway resolves each path against the app URL, as a browser resolves a link:
   // under /api/stepgate, "stepgate/hello" is /api/stepgate/hello.
   const dir = appPath.endsWith("/") ? "" : (appPath.split("/").pop() ?? "") + "/";
-  const m: Manifest = { protocol: 1, functions: [] };
+  // The SDK answers replay-only invocations (Invocation.replayOnly).
+  const m: Manifest = { protocol: 1, replay_only: true, functions: [] };
   for (const name of [...byName.keys()].sort()) {
     const f = byName.get(name)!;
     m.functions.push(Object.keys(f.config).length > 0 ? { name, path: dir + name, config: f.config } : { name, path: dir + name });
@@ -190,6 +191,8 @@ function invalid(req: InvocationRequest): string {
   if (!req.checkpoint?.url || !req.checkpoint?.token) return "checkpoint.url or checkpoint.token is missing";
   if (!req.identity || typeof req.identity.tenant !== "string") return "identity is missing";
   if (!Array.isArray(req.journal)) return "journal is missing";
+  // Refused rather than read as false, which would run steps the gateway asked not to.
+  if (req.replay_only !== undefined && typeof req.replay_only !== "boolean") return `replay_only ${JSON.stringify(req.replay_only)} is not a boolean`;
   return "";
 }
 
@@ -239,6 +242,9 @@ async function call(fn: StepgateFunction<any, any>, st: Invocation): Promise<[nu
   if (req.run.parent_id) run.parentId = req.run.parent_id;
 
   const step = new Step(st);
+  // How the code ends: replay-only, the replayed answer naming its end (Invocation.replayEnd).
+  const end = (a: InvocationAnswer & { status: "completed" | "failed" }): [number, InvocationAnswer] =>
+    st.replayOnly ? [200, { status: "replayed", replay: st.replayEnd(a.status) }] : [200, a];
   type Outcome = { ok: true; out: unknown } | { ok: false; err: unknown };
   const user: Promise<Outcome> = (async () => {
     let input: unknown = req.run.input ?? null;
@@ -274,9 +280,9 @@ async function call(fn: StepgateFunction<any, any>, st: Invocation): Promise<[nu
       const s = JSON.stringify(o.out);
       output = s === undefined ? null : JSON.parse(s);
     } catch (e) {
-      return [200, { status: "failed", error: { type: "output", message: "encode output: " + messageOf(e), retryable: false } }];
+      return end({ status: "failed", error: { type: "output", message: "encode output: " + messageOf(e), retryable: false } });
     }
-    return [200, { status: "completed", output }];
+    return end({ status: "completed", output });
   }
   const err = o.err;
   let type: string | undefined;
@@ -297,7 +303,7 @@ async function call(fn: StepgateFunction<any, any>, st: Invocation): Promise<[nu
       if (!(undone.e instanceof IncompleteCompensation)) return [500, { type: "error", message: "compensation: " + messageOf(undone.e) }];
       message += ` (${undone.e.message})`;
     }
-    return [200, { status: "failed", error: { type, message, retryable: false } }];
+    return end({ status: "failed", error: { type, message, retryable: false } });
   }
   return [500, { type: "error", message: messageOf(err) }];
 }

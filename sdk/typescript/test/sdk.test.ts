@@ -309,6 +309,7 @@ describe("serve", () => {
       assert.equal(resp.status, 200);
       assert.deepEqual(await resp.json(), {
         protocol: 1,
+        replay_only: true,
         functions: [{ name: "hello", path, config: { max_invocation_duration: "10s", triggers: [{ event: "user.created" }], concurrency: [{ limit: 2, key: "input.id" }] } }],
       });
     }
