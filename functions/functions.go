@@ -17,6 +17,17 @@
 // error made with [step.NonRetryable], or a step's final [*step.Error], fails the run at
 // once; any other error or a panic answers HTTP 500, and the gateway retries the
 // invocation per the function's retry policy.
+//
+// A replay-only invocation (the request's replay_only, which the gateway sends to check
+// a new revision against live runs; the manifest says the app answers it) runs no step
+// function and journals nothing: no checkpoint, no claim of the run, no event, message,
+// value, callback or stream write, no sleep waited out. The function's code replays the
+// journal and the invocation answers status replayed with what the code asks for
+// first past the journal (an entry's seq, kind and name, before anything of it runs,
+// or kind end named completed or failed where the function would end the run), or
+// where it asks for another entry than the journal holds (a divergence, which
+// otherwise fails the run with nondeterminism). A retryable error, a panic or a
+// journaled output the code cannot read answers HTTP 500, as in any invocation.
 package functions
 
 import (
