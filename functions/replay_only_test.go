@@ -145,6 +145,19 @@ func TestReplayOnly(t *testing.T) {
 			want: next(1, "wait_any", "either"),
 		},
 		{
+			// The journal chose an alternative of another kind than the code waits for.
+			name: "WaitFirstAlternative",
+			journal: []protocol.JournalEntry{{Seq: 1, Kind: protocol.EntryKindWaitAny, Name: "either",
+				Output: new(protocol.AnyJSON(`{"index":0,"kind":"receive","output":{"timed_out":true}}`))}},
+			fn: func(ctx context.Context) error {
+				_, err := step.WaitFirst(ctx, "either", step.WaitForEvent[any](ctx, "paid", "payment"), step.After(ctx, "hour", time.Hour))
+				return err
+			},
+			want: protocol.ReplayOutcome{Divergence: &protocol.ReplayDivergence{Seq: 1,
+				Journal: protocol.ReplayStep{Seq: 1, Kind: "receive", Name: "either"},
+				Asked:   protocol.ReplayStep{Seq: 1, Kind: "wait_any", Name: "either"}}},
+		},
+		{
 			name:    "Completed",
 			journal: []protocol.JournalEntry{entry(1, "a", `1`), entry(2, "b", `1`)},
 			fn:      func(ctx context.Context) error { return steps(ctx, "a", "b") },

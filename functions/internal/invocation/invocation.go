@@ -680,7 +680,8 @@ func (s *State) TakePending() *protocol.JournalEntry {
 
 // CheckpointAck is Checkpoint, returning the gateway's acknowledgement once the entry is
 // durable (for a send, the error journaled when its message could not be sent; for a
-// callback, the output the gateway made).
+// callback, the output the gateway made). Replay-only, it halts with e as what comes next,
+// sending nothing.
 func (s *State) CheckpointAck(e *protocol.JournalEntry) (*protocol.CheckpointAck, error) {
 	if s.replayOnly {
 		return nil, s.haltNext(e.Seq, string(e.Kind), e.Name)
@@ -810,7 +811,8 @@ func (s *State) checkpoint(e *protocol.JournalEntry, body []byte) (ack *protocol
 // the request checkpoints under the same token. It halts on a 409 (the run finished, was
 // cancelled, another invocation owns it, or another process claimed this one) with the
 // superseded failure, and on a 400, a 401 or a gateway that stays unreachable with a
-// retryable one.
+// retryable one. Replay-only, it halts with a retryable failure, asking nothing (the
+// code past the journal halts before it asks).
 func (s *State) CheckOwner() error {
 	if s.replayOnly {
 		return s.replayGuard("check that the invocation owns its run")
@@ -899,7 +901,8 @@ func (e *StreamError) Error() string { return e.Message }
 // WriteStream sends w to the gateway (checkpoint.url + "/stream") and waits for its
 // answer, tried again as Checkpoint is. It returns nil once the chunks are durable, a
 // *StreamError when the gateway refuses the write, and halts when the invocation no
-// longer owns the run or the gateway stays unreachable.
+// longer owns the run or the gateway stays unreachable. Replay-only, it sends nothing
+// and returns nil.
 func (s *State) WriteStream(w *protocol.StreamWrite) error {
 	if s.replayOnly {
 		return nil // not an entry: a replay-only invocation skips it, as it journals nothing
