@@ -421,3 +421,25 @@ func TestReplayOnlyThenInvoke(t *testing.T) {
 	require.Equal(t, 1, g.CurrentChecks("run-1"), "the run was claimed before step c")
 	require.Len(t, g.Journal("run-1"), 3)
 }
+
+// TestReplayOnlyRetryableError checks that a replay-only invocation whose code returns
+// a retryable error past its journal answers HTTP 500, as any invocation does: replaying
+// says nothing there, and it answers no completed or failed status the gateway would
+// apply.
+func TestReplayOnlyRetryableError(t *testing.T) {
+	t.Parallel()
+	g, url := serve(t, func(app *functions.App) {
+		functions.Register(app, "flaky", func(ctx context.Context, _ empty) (int, error) {
+			if _, err := step.Run(ctx, "a", func(context.Context) (int, error) { return 1, nil }); err != nil {
+				return 0, err
+			}
+			return 0, errors.New("try again")
+		})
+	})
+	code, msg := g.Append("run-1", entry(1, "a", `1`))
+	require.Equal(t, http.StatusOK, code, msg)
+	r := g.Invoke(url+"/flaky", gatewaytest.ReplayOnly(g.Request("run-1", "flaky", `{}`)))
+	require.Equal(t, http.StatusInternalServerError, r.Code, string(r.Body))
+	require.Equal(t, "try again", r.Error.Message)
+	require.Zero(t, g.Calls("run-1"))
+}
