@@ -17,6 +17,17 @@
 // error made with [step.NonRetryable], or a step's final [*step.Error], fails the run at
 // once; any other error or a panic answers HTTP 500, and the gateway retries the
 // invocation per the function's retry policy.
+//
+// A replay-only invocation (the request's replay_only, which the gateway sends to check
+// a new revision against live runs; the manifest says the app answers it) runs no step
+// function and journals nothing: no checkpoint, no claim of the run, no event, message,
+// value, callback or stream write, no sleep waited out. The function's code replays the
+// journal and the invocation answers status replayed with what the code asks for
+// first past the journal (an entry's seq, kind and name, before anything of it runs,
+// or kind end named completed or failed where the function would end the run), or
+// where it asks for another entry than the journal holds (a divergence, which
+// otherwise fails the run with nondeterminism). A retryable error, a panic or a
+// journaled output the code cannot read answers HTTP 500, as in any invocation.
 package functions
 
 import (
@@ -421,7 +432,8 @@ func (e *codingError) Error() string { return e.err.Error() }
 func (e *codingError) Unwrap() error { return e.err }
 
 func manifest(byName map[string]*function) []byte {
-	m := protocol.Manifest{Protocol: protocol.ManifestProtocolN1, Functions: []protocol.ManifestFunction{}}
+	// This SDK answers replay-only invocations (see replayAnswer).
+	m := protocol.Manifest{Protocol: protocol.ManifestProtocolN1, Functions: []protocol.ManifestFunction{}, ReplayOnly: new(true)}
 	for _, name := range slices.Sorted(maps.Keys(byName)) {
 		f := byName[name]
 		mf := protocol.ManifestFunction{Name: name, Path: name}
@@ -601,6 +613,9 @@ func (a *App) invoke(ctx context.Context, f *function, req *protocol.InvocationR
 	defer cancel(nil)
 	st := invocation.New(ctx, req, a.client, cancel)
 	defer func() { code, body = withPending(st, code, body) }()
+	if st.ReplayOnly() {
+		defer func() { code, body = replayAnswer(st, code, body) }()
+	}
 	st.SetBudget(f.budget)
 	st.SetSleepInProcess(f.sleepMax)
 	st.SetLazy(f.lazy)
@@ -653,6 +668,30 @@ func (a *App) invoke(ctx context.Context, f *function, req *protocol.InvocationR
 		return http.StatusInternalServerError, &protocol.ErrorInfo{Type: "error", Message: err.Error()}
 	}
 	return http.StatusOK, &protocol.InvocationAnswer{Status: protocol.AnswerStatusCompleted, Output: &out}
+}
+
+// replayAnswer is the answer to a replay-only invocation (InvocationRequest replay_only)
+// that ended with code and body: the State answers status replayed where the code asks
+// for an entry past the journal or another than the journal holds (before anything of it
+// runs); a function that returns here would end the run, so it answers next {seq, "end",
+// "completed"} or {seq, "end", "failed"} (a failure for good, once the compensations it
+// would run are journaled), at the seq after those the code took, or a divergence when
+// the journal goes on past them. An HTTP 500 (a retryable error, a panic, a journaled
+// output this code cannot read) stays one: replaying says nothing there. Such an
+// invocation never answers completed, failed or suspended, which the gateway would apply.
+func replayAnswer(st *invocation.State, code int, body any) (int, any) {
+	ans, ok := body.(*protocol.InvocationAnswer)
+	if code != http.StatusOK || !ok || ans.Status == protocol.AnswerStatusReplayed {
+		return code, body
+	}
+	switch ans.Status {
+	case protocol.AnswerStatusCompleted:
+		return code, st.End(invocation.EndCompleted).Answer
+	case protocol.AnswerStatusFailed:
+		return code, st.End(invocation.EndFailed).Answer
+	}
+	return http.StatusInternalServerError, &protocol.ErrorInfo{Type: "replay",
+		Message: fmt.Sprintf("a replay-only invocation ended %s, not past its journal", ans.Status)}
 }
 
 // withPending journals the step the function finished last without a checkpoint (see

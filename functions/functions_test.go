@@ -826,7 +826,7 @@ func TestRequests(t *testing.T) {
 
 		r := g.Get(url + "/")
 		require.Equal(t, http.StatusOK, r.Code, string(r.Body))
-		require.JSONEq(t, `{"protocol":1,"functions":[
+		require.JSONEq(t, `{"protocol":1,"replay_only":true,"functions":[
 			{"name":"hello","path":"hello"},
 			{"name":"orders.checkout","path":"orders.checkout","config":{
 				"timeout":"30s","retries":{"max_attempts":5,"initial_interval":"1s","max_interval":"1m0s"}}}

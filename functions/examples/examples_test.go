@@ -42,7 +42,7 @@ func TestExamples(t *testing.T) {
 		t.Parallel()
 		g, url := serve(t)
 		r := g.Get(url + "/")
-		require.JSONEq(t, `{"protocol":1,"functions":[
+		require.JSONEq(t, `{"protocol":1,"replay_only":true,"functions":[
 			{"name":"chain","path":"chain"},
 			{"name":"flaky","path":"flaky"},
 			{"name":"hello","path":"hello"},

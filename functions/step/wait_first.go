@@ -177,8 +177,10 @@ func firstKept(ctx context.Context, name string, fs []*future, timer int) (int, 
 		return timer, nil
 	}
 	if got.Index < 0 || got.Index >= len(alts) || fs[alts[got.Index]].wait.kind != got.Kind {
-		return -1, st.Halt(invocation.Failed("nondeterminism", fmt.Sprintf(
-			"WaitFirst %d %q: the journal chose alternative %d, a %s, which the code does not wait for there", seq, name, got.Index, got.Kind)))
+		return -1, st.Diverged(seq,
+			protocol.ReplayStep{Seq: seq, Kind: string(got.Kind), Name: name},
+			protocol.ReplayStep{Seq: seq, Kind: string(protocol.EntryKindWaitAny), Name: name},
+			fmt.Sprintf("WaitFirst %d %q: the journal chose alternative %d, a %s, which the code does not wait for there", seq, name, got.Index, got.Kind))
 	}
 	i := alts[got.Index]
 	_ = fs[i].settle(st, &protocol.JournalEntry{Seq: seq, Name: name, Kind: got.Kind, Output: (*protocol.AnyJSON)(&got.Output)})

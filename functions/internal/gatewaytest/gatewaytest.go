@@ -40,6 +40,16 @@ type Gateway struct {
 	resolve func(runID string, aw protocol.Await) json.RawMessage
 	stale   map[string]bool // runs whose invocations no longer own them (Supersede)
 	current map[string]int  // checks that an invocation owns its run, per run
+	calls   map[string]int  // requests to the checkpoint URL or under it, per run
+}
+
+// Calls returns how many requests the invocations of run runID made to their checkpoint
+// URL or under it (checkpoints, checks that they own the run, stream writes), answered
+// or not.
+func (g *Gateway) Calls(runID string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.calls[runID]
 }
 
 // Supersede makes every later check that an invocation of run runID owns it (POST
@@ -102,7 +112,7 @@ const Tenant = "acme"
 // New starts a Gateway, closed in tb's Cleanup.
 func New(tb testing.TB, key *signature.SigningKey) *Gateway {
 	g := &Gateway{Key: key, tb: tb, journal: map[string][]protocol.JournalEntry{}, streams: map[string]*stream{},
-		stale: map[string]bool{}, current: map[string]int{}}
+		stale: map[string]bool{}, current: map[string]int{}, calls: map[string]int{}}
 	g.srv = httptest.NewServer(http.HandlerFunc(g.checkpoint))
 	tb.Cleanup(g.srv.Close)
 	return g
@@ -134,6 +144,11 @@ func (g *Gateway) Stream(runID, key string) ([]json.RawMessage, bool) {
 }
 
 func (g *Gateway) checkpoint(w http.ResponseWriter, r *http.Request) {
+	if id, _, ok := strings.Cut(strings.TrimPrefix(r.URL.Path, "/v1/runs/"), "/checkpoint"); ok {
+		g.mu.Lock()
+		g.calls[id]++
+		g.mu.Unlock()
+	}
 	if strings.HasSuffix(r.URL.Path, "/checkpoint/stream") {
 		g.writeStream(w, r)
 		return
@@ -311,6 +326,12 @@ type Response struct {
 	Body   []byte
 	Answer protocol.InvocationAnswer // when Code is 200
 	Error  protocol.ErrorInfo        // when Code is not 200
+}
+
+// ReplayOnly returns req made a replay-only invocation (InvocationRequest replay_only).
+func ReplayOnly(req *protocol.InvocationRequest) *protocol.InvocationRequest {
+	req.ReplayOnly = new(true)
+	return req
 }
 
 // Invoke POSTs req, signed with Key, to url and returns the answer, having journaled the

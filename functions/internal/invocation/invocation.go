@@ -93,6 +93,9 @@ type State struct {
 	journal []protocol.JournalEntry // journal[i].Seq == i+1, when byseq is nil
 	bySeq   map[int]*protocol.JournalEntry
 
+	// replayOnly: the invocation only replays its journal (see replay.go).
+	replayOnly bool
+
 	mu      sync.Mutex
 	seq     int
 	attempt int // of the step running now; 0 between steps
@@ -298,7 +301,7 @@ func (s *State) SetSleepInProcess(max time.Duration) {
 func (s *State) SleepInProcess(d time.Duration) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.sleepMax <= 0 || d > s.sleepMax || s.Req.Deadline == nil || s.stop != nil {
+	if s.replayOnly || s.sleepMax <= 0 || d > s.sleepMax || s.Req.Deadline == nil || s.stop != nil {
 		return false
 	}
 	left := time.Until(*s.Req.Deadline)
@@ -339,7 +342,8 @@ type ctxKey struct{}
 // New returns the state of an invocation of req. reqCtx bounds checkpoints; cancel
 // cancels the context given to user code when the invocation stops.
 func New(reqCtx context.Context, req *protocol.InvocationRequest, client *http.Client, cancel context.CancelCauseFunc) *State {
-	s := &State{Req: req, reqCtx: reqCtx, cancel: cancel, client: client, journal: req.Journal, started: time.Now()}
+	s := &State{Req: req, reqCtx: reqCtx, cancel: cancel, client: client, journal: req.Journal, started: time.Now(),
+		replayOnly: req.ReplayOnly != nil && *req.ReplayOnly}
 	for i := range req.Journal {
 		if req.Journal[i].Seq != i+1 {
 			s.bySeq = make(map[int]*protocol.JournalEntry, len(req.Journal))
@@ -500,7 +504,12 @@ func (s *State) nextN(kind protocol.EntryKind, name string, n int) (int, []*prot
 		e := s.entry(seq)
 		if e != nil && (e.Kind != kind || e.Name != name) {
 			msg := fmt.Sprintf("step %d: code asks for %s %q but the journal holds %s %q", seq, kind, name, e.Kind, e.Name)
-			return 0, nil, s.Halt(Failed("nondeterminism", msg))
+			return 0, nil, s.Diverged(seq, protocol.ReplayStep{Seq: seq, Kind: string(e.Kind), Name: e.Name},
+				protocol.ReplayStep{Seq: seq, Kind: string(kind), Name: name}, msg)
+		}
+		if e == nil && s.replayOnly {
+			// Past the journal: say so before anything runs or is journaled.
+			return 0, nil, s.haltNext(seq, string(kind), name)
 		}
 		es[i] = e
 	}
@@ -542,11 +551,21 @@ func (s *State) roomFor(seq int) *Stop {
 // Another entry there, written by code from before the patch: it takes no seq and
 // returns 0 (the old path). With consumeOnly (DeprecatePatch) it only ever takes a
 // marker's seq: nothing there returns 0 too. It halts when the invocation has stopped
-// and returns ErrNested inside a step.
+// and returns ErrNested inside a step; replay-only, it halts where the caller would
+// journal a marker.
 func (s *State) Patch(kind protocol.EntryKind, name string, consumeOnly bool) (int, *protocol.JournalEntry, error) {
 	if err := s.Flush(); err != nil {
 		return 0, nil, err
 	}
+	seq, marker, err := s.patch(kind, name, consumeOnly)
+	if seq > 0 && marker == nil && err == nil && s.replayOnly {
+		// The marker would be journaled: a new entry past the journal.
+		return 0, nil, s.haltNext(seq, string(kind), name)
+	}
+	return seq, marker, err
+}
+
+func (s *State) patch(kind protocol.EntryKind, name string, consumeOnly bool) (int, *protocol.JournalEntry, error) {
 	s.mu.Lock()
 	if s.stop != nil {
 		s.mu.Unlock()
@@ -661,8 +680,12 @@ func (s *State) TakePending() *protocol.JournalEntry {
 
 // CheckpointAck is Checkpoint, returning the gateway's acknowledgement once the entry is
 // durable (for a send, the error journaled when its message could not be sent; for a
-// callback, the output the gateway made).
+// callback, the output the gateway made). Replay-only, it halts with e as what comes next,
+// sending nothing.
 func (s *State) CheckpointAck(e *protocol.JournalEntry) (*protocol.CheckpointAck, error) {
+	if s.replayOnly {
+		return nil, s.haltNext(e.Seq, string(e.Kind), e.Name)
+	}
 	if p := s.TakePending(); p != nil {
 		// A step held past an await's seq (NextAwaitN) is journaled before it.
 		if _, err := s.CheckpointAck(p); err != nil {
@@ -788,8 +811,12 @@ func (s *State) checkpoint(e *protocol.JournalEntry, body []byte) (ack *protocol
 // the request checkpoints under the same token. It halts on a 409 (the run finished, was
 // cancelled, another invocation owns it, or another process claimed this one) with the
 // superseded failure, and on a 400, a 401 or a gateway that stays unreachable with a
-// retryable one.
+// retryable one. Replay-only, it halts with a retryable failure, asking nothing (the
+// code past the journal halts before it asks).
 func (s *State) CheckOwner() error {
+	if s.replayOnly {
+		return s.replayGuard("check that the invocation owns its run")
+	}
 	if s.owned.Load() {
 		return nil
 	}
@@ -874,8 +901,12 @@ func (e *StreamError) Error() string { return e.Message }
 // WriteStream sends w to the gateway (checkpoint.url + "/stream") and waits for its
 // answer, tried again as Checkpoint is. It returns nil once the chunks are durable, a
 // *StreamError when the gateway refuses the write, and halts when the invocation no
-// longer owns the run or the gateway stays unreachable.
+// longer owns the run or the gateway stays unreachable. Replay-only, it sends nothing
+// and returns nil.
 func (s *State) WriteStream(w *protocol.StreamWrite) error {
+	if s.replayOnly {
+		return nil // not an entry: a replay-only invocation skips it, as it journals nothing
+	}
 	if err := s.Flush(); err != nil {
 		return err
 	}
