@@ -100,11 +100,11 @@ func (r Replayed) String() string {
 	return "replays cleanly; " + r.Next.String()
 }
 
-// Replay replays the run exported in file (protocol.RunExport, as `stepgate runs
-// export ID > run.json` writes it) against function of app, in the test's process, and
-// fails the test (t.Errorf) at its first divergence from the run, naming its seq, the
-// journal's entry there and what the code asks for; an export it cannot read or replay
-// stops the test (t.Fatalf). See ReplayExport.
+// Replay replays the run exported in file (protocol.RunExport, as
+// `stepgate runs export ID > run.json` writes it) against function of app, in the
+// test's process, and fails the test (t.Errorf) at its first divergence from the run,
+// naming its seq, the journal's entry there and what the code asks for; an export it
+// cannot read or replay stops the test (t.Fatalf). See ReplayExport.
 func Replay(t testing.TB, app *functions.App, function, file string, opts ...Option) Replayed {
 	t.Helper()
 	r, err := ReplayFile(app, function, file, opts...)
