@@ -46,7 +46,8 @@ func (s Step) String() string {
 // or failed) and replays its journal but not its end, Journal is the run's outcome (a
 // Step of kind "completed" or "failed") and Asked the code's: another outcome, at the
 // seq after the journal's last, or the new step, entry or wait it would make, at its
-// seq (a new step's name is not known: the SDK asks before it starts one).
+// seq. Where the code would end while the journal goes on, Asked is a Step of kind
+// "completed" or "failed" with no Name.
 type Divergence struct {
 	Seq     int
 	Journal Step
@@ -60,21 +61,24 @@ func (d Divergence) String() string {
 
 // Next is what the code would do after the exported journal, had the replay let it.
 type Next struct {
-	// Kind is one of "step" (it would run a step function the journal does not hold:
-	// its name is not known, as the SDK asks before it starts one), "checkpoint" (it
-	// would journal a new entry, Step says which), "wait" (it would suspend on Await),
-	// "completed" or "failed" (the code ends the run: as it ended on the gateway, for a
-	// run that ended).
+	// Kind is one of "step" (it would run a step function the journal does not hold,
+	// Step names it), "checkpoint" (it would journal a new entry, Step says which:
+	// an event, message, value, patch...), "wait" (it would suspend: a sleep, a wait
+	// for an event, a message or a callback, a child run), "completed" or "failed" (the
+	// code ends the run: as it ended on the gateway, for a run that ended).
 	Kind  string
-	Seq   int             // The seq of the new entry or wait; the seq after the journal's last for a step or an end.
-	Step  Step            // For "checkpoint" and "wait" (the await's type and name).
-	Await *protocol.Await // For "wait".
+	Seq   int             // The seq of the new step, entry or wait; the seq after the journal's last for an end.
+	Step  Step            // For "step", "checkpoint" and "wait" (its kind and name).
+	Await *protocol.Await // For "wait", only from an SDK that does not answer replay-only invocations (else nil).
 }
 
 func (n Next) String() string {
 	switch n.Kind {
 	case "step":
-		return fmt.Sprintf("would run a new step after seq %d", n.Seq-1)
+		if n.Step.Name == "" {
+			return fmt.Sprintf("would run a new step after seq %d", n.Seq-1)
+		}
+		return fmt.Sprintf("would run %s at seq %d", n.Step, n.Seq)
 	case "checkpoint":
 		return fmt.Sprintf("would journal %s at seq %d", n.Step, n.Seq)
 	case "wait":
@@ -90,7 +94,7 @@ type Replayed struct {
 	Clean      bool
 	Divergence *Divergence
 	Next       Next
-	Answer     protocol.InvocationAnswer // The function's answer to the replay's invocation.
+	Answer     protocol.InvocationAnswer // The function's answer to the replay's (last) invocation.
 }
 
 func (r Replayed) String() string {
@@ -131,19 +135,25 @@ func ReplayFile(app *functions.App, function, file string, opts ...Option) (Repl
 }
 
 // ReplayExport replays run export x against function of app with no side effects: it
-// invokes the function once, in process, with the run's journal, input, identity and
-// step attempts (the next invocation's attempt), so the SDK replays the journaled
-// entries without running them. Nothing new happens: the harness refuses (409
-// superseded) the SDK's claim before the first step function the journal does not
-// hold, and every checkpoint of a new entry or stream write, and records it as Next. A
-// nondeterminism failure (the code asks at a journaled seq for another kind or name than
-// the entry there) is the Divergence, as is an end that differs from the run's, or a
-// run that ended where the code would go on. A suspended run's journal may hold the
-// sleep it waits for (the gateway journals a sleep with its wake time when the run
-// suspends on it): that entry is left out of the replay, and the code must ask for that
-// sleep at its seq, else it diverges there. WithKey signs the invocation for the
-// identity's tenant; WithNow is ignored. The error is for an export that cannot be read
-// or an invocation that cannot be made, never for a divergence.
+// invokes the function, in process, with the run's journal, input, identity and step
+// attempts (the next invocation's attempt) and replay_only (see README "Replay-only
+// invocations"), so the SDK replays the journaled entries without running them and
+// answers status replayed: replay.next (the first step, entry or wait past the journal,
+// kind and name) is Next, replay.divergence (the code asks at a journaled seq for
+// another kind or name than the entry there, or ends where the journal goes on) is the
+// Divergence. Where the code would end, the function is invoked once more, without
+// replay_only, for its output or error type (it runs nothing: every step it takes is
+// journaled): an end that differs from the run's is the Divergence, as is a run that
+// ended where the code would go on. As a backstop, the harness refuses (409
+// superseded) every claim, checkpoint and stream write. An SDK that ignores
+// replay_only is judged by what the harness refused (a new step's name is then not
+// known: the SDK claims before it starts one) and by its nondeterminism failure. A
+// suspended run's journal may hold the sleep it waits for (the gateway journals a sleep
+// with its wake time when the run suspends on it, and a replay takes a journaled sleep
+// as over): that entry is left out of the replay, and the code must ask for that sleep
+// at its seq, else it diverges there. WithKey signs the invocations for the identity's
+// tenant; WithNow is ignored. The error is for an export that cannot be read or an
+// invocation that cannot be made, never for a divergence.
 func ReplayExport(app *functions.App, function string, x protocol.RunExport, opts ...Option) (Replayed, error) {
 	if x.Format != ExportFormat {
 		return Replayed{}, fmt.Errorf("the export's format is %q, not %q", x.Format, ExportFormat)
@@ -152,13 +162,35 @@ func ReplayExport(app *functions.App, function string, x protocol.RunExport, opt
 	for _, opt := range opts {
 		opt(&o)
 	}
+	journal, pending := pendingWait(x)
+	ans, refused, err := invokeReplay(app, function, x, journal, true, o)
+	if err != nil {
+		return Replayed{}, err
+	}
+	if ans.Status == protocol.AnswerStatusReplayed && ans.Replay != nil {
+		if n := ans.Replay.Next; n == nil || n.Kind != "end" {
+			return checkPending(judgeReplayed(x, ans), pending, ans), nil
+		}
+		// The code would end: its output or error type is known only from an ordinary
+		// invocation, which runs nothing (the code took only journaled steps).
+		if ans, refused, err = invokeReplay(app, function, x, journal, false, o); err != nil {
+			return Replayed{}, err
+		}
+	}
+	return checkPending(judge(x, journal, ans, refused), pending, ans), nil
+}
+
+// invokeReplay invokes function of app, in process, with x's run and journal (replay
+// only if replayOnly), against a stand-in gateway that refuses every call, and returns
+// the answer and the first call the gateway refused, if any.
+func invokeReplay(app *functions.App, function string, x protocol.RunExport, journal []protocol.JournalEntry,
+	replayOnly bool, o options) (protocol.InvocationAnswer, *Next, error) {
 	gw := &replayGateway{runID: x.Run.ID, token: "replay-" + x.Run.ID}
 	gwSrv := httptest.NewServer(gw)
 	defer gwSrv.Close()
 	appSrv := httptest.NewServer(app)
 	defer appSrv.Close()
 
-	journal, pending := pendingWait(x)
 	input := protocol.AnyJSON("null")
 	if x.Run.Input != nil {
 		input = *x.Run.Input
@@ -172,14 +204,17 @@ func ReplayExport(app *functions.App, function string, x protocol.RunExport, opt
 		StepAttempts: x.StepAttempts,
 		Checkpoint:   protocol.Checkpoint{URL: gwSrv.URL + "/v1/runs/" + x.Run.ID + "/checkpoint", Token: gw.token},
 	}
+	if replayOnly {
+		req.ReplayOnly = new(true)
+	}
 	body, err := json.Marshal(req)
 	if err != nil {
-		return Replayed{}, err
+		return protocol.InvocationAnswer{}, nil, err
 	}
 	url := appSrv.URL + "/" + function
 	hreq, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
-		return Replayed{}, err
+		return protocol.InvocationAnswer{}, nil, err
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	if o.key != nil {
@@ -188,27 +223,27 @@ func ReplayExport(app *functions.App, function string, x protocol.RunExport, opt
 	}
 	resp, err := appSrv.Client().Do(hreq)
 	if err != nil {
-		return Replayed{}, fmt.Errorf("invoke %s: %w", function, err)
+		return protocol.InvocationAnswer{}, nil, fmt.Errorf("invoke %s: %w", function, err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return Replayed{}, err
+		return protocol.InvocationAnswer{}, nil, err
 	}
 	var ans protocol.InvocationAnswer
 	if resp.StatusCode == http.StatusOK {
 		if err := json.Unmarshal(raw, &ans); err != nil {
-			return Replayed{}, fmt.Errorf("decode the answer of %s: %w", function, err)
+			return protocol.InvocationAnswer{}, nil, fmt.Errorf("decode the answer of %s: %w", function, err)
 		}
 	} else {
 		var info protocol.ErrorInfo
 		_ = json.Unmarshal(raw, &info)
 		ans = protocol.InvocationAnswer{Status: protocol.AnswerStatusFailed, Error: &info}
 		if info.Type == "" {
-			return Replayed{}, fmt.Errorf("invoke %s: %d %s", function, resp.StatusCode, bytes.TrimSpace(raw))
+			return protocol.InvocationAnswer{}, nil, fmt.Errorf("invoke %s: %d %s", function, resp.StatusCode, bytes.TrimSpace(raw))
 		}
 	}
-	return judge(x, journal, pending, ans, gw.refused()), nil
+	return ans, gw.refused(), nil
 }
 
 // nondeterminism matches the SDK's message for a journaled entry the code does not ask.
@@ -233,21 +268,66 @@ func pendingWait(x protocol.RunExport) ([]protocol.JournalEntry, *Next) {
 	return journal, pending
 }
 
-// judge makes the Replayed of answer ans to the replay of x with journal, given the
-// sleep the run waits for, if pending, and what the harness refused, if anything.
-func judge(x protocol.RunExport, journal []protocol.JournalEntry, pending *Next, ans protocol.InvocationAnswer, refused *Next) (r Replayed) {
-	r = Replayed{Answer: ans}
-	defer func() {
-		// The code must wait for the sleep the run waits for, where the run does.
-		if pending != nil && r.Divergence == nil && (r.Next.Seq != pending.Seq || r.Next.Step != pending.Step) {
-			asked := r.Next.Step
-			if r.Next.Kind == "completed" || r.Next.Kind == "failed" {
-				asked = outcome(ans)
-			}
-			r.Clean, r.Next = false, Next{}
-			r.Divergence = &Divergence{Seq: pending.Seq, Journal: pending.Step, Asked: asked}
+// checkPending returns r, made from answer ans, as a divergence at the sleep the run
+// waits for, if pending, unless the code would wait for that sleep where the run does.
+func checkPending(r Replayed, pending *Next, ans protocol.InvocationAnswer) Replayed {
+	if pending != nil && r.Divergence == nil && (r.Next.Seq != pending.Seq || r.Next.Step != pending.Step) {
+		asked := r.Next.Step
+		if r.Next.Kind == "completed" || r.Next.Kind == "failed" {
+			asked = outcome(ans)
 		}
-	}()
+		r.Clean, r.Next = false, Next{}
+		r.Divergence = &Divergence{Seq: pending.Seq, Journal: pending.Step, Asked: asked}
+	}
+	return r
+}
+
+// waitKinds are the entry kinds the code suspends on.
+var waitKinds = map[string]bool{"sleep": true, "wait_event": true, "receive": true, "invoke": true,
+	"wait_any": true, "await_callback": true}
+
+// replayStep returns the Step of what a replay-only answer names: an end (kind "end")
+// as a Step of kind "completed" or "failed" with no name.
+func replayStep(s protocol.ReplayStep) Step {
+	if s.Kind == "end" {
+		return Step{Kind: s.Name}
+	}
+	return Step{Kind: s.Kind, Name: s.Name}
+}
+
+// judgeReplayed makes the Replayed of replay-only answer ans (status replayed) to the
+// replay of x, when it names a divergence or a next that is no end.
+func judgeReplayed(x protocol.RunExport, ans protocol.InvocationAnswer) Replayed {
+	r := Replayed{Answer: ans}
+	if d := ans.Replay.Divergence; d != nil {
+		r.Divergence = &Divergence{Seq: d.Seq, Journal: replayStep(d.Journal), Asked: replayStep(d.Asked)}
+		return r
+	}
+	rn := ans.Replay.Next
+	if rn == nil {
+		r.Divergence = &Divergence{Asked: Step{Kind: string(ans.Status)}}
+		return r
+	}
+	n := Next{Kind: "checkpoint", Seq: rn.Seq, Step: replayStep(*rn)}
+	switch {
+	case rn.Kind == "step":
+		n.Kind = "step"
+	case waitKinds[rn.Kind]:
+		n.Kind = "wait"
+	}
+	if want, ended := exportOutcome(x); ended {
+		// The run ended there; the code would go on.
+		r.Divergence = &Divergence{Seq: n.Seq, Journal: want, Asked: n.Step}
+		return r
+	}
+	r.Clean, r.Next = true, n
+	return r
+}
+
+// judge makes the Replayed of answer ans to an ordinary (not replay-only) invocation
+// replaying x with journal, given what the harness refused, if anything.
+func judge(x protocol.RunExport, journal []protocol.JournalEntry, ans protocol.InvocationAnswer, refused *Next) (r Replayed) {
+	r = Replayed{Answer: ans}
 	after := 1
 	for _, e := range journal {
 		after = max(after, e.Seq+1)

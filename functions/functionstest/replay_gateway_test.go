@@ -118,8 +118,8 @@ func TestReplayAGatewaysExport(t *testing.T) {
 		require.NoError(t, err)
 		require.NotNil(t, r.Divergence, "%s", r)
 		require.Equal(t, functionstest.Divergence{Seq: 3, Journal: functionstest.Step{Kind: "sleep", Name: "cool off"},
-			Asked: functionstest.Step{Kind: "step"}}, *r.Divergence)
-		require.Equal(t, `seq 3: the journal holds sleep "cool off" but the code asks for step`, r.Divergence.String())
+			Asked: functionstest.Step{Kind: "step", Name: "ship"}}, *r.Divergence)
+		require.Equal(t, `seq 3: the journal holds sleep "cool off" but the code asks for step "ship"`, r.Divergence.String())
 		require.Zero(t, ran.Load(), "ship did not run")
 	})
 
