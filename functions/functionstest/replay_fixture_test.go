@@ -211,6 +211,25 @@ func TestReplayFixtureOutcome(t *testing.T) {
 			r.Divergence.String())
 	})
 
+	t.Run("CodeThatEndsWhereTheJournalGoesOnDivergesThere", func(t *testing.T) {
+		t.Parallel()
+		var ran atomic.Int64
+		app := newApp(t)
+		functions.Register(app, "refund", func(ctx context.Context, in struct{ Order int }) (int, error) {
+			return step.Run(ctx, "lookup", func(context.Context) (int, error) {
+				ran.Add(1)
+				return in.Order, nil
+			})
+		})
+		r, err := functionstest.ReplayFile(app, "refund", "testdata/refund-completed.run.json")
+		require.NoError(t, err)
+		require.NotNil(t, r.Divergence, "%s", r)
+		require.Equal(t, functionstest.Divergence{Seq: 2, Journal: functionstest.Step{Kind: "step", Name: "pay"},
+			Asked: functionstest.Step{Kind: "completed"}}, *r.Divergence)
+		require.Equal(t, `seq 2: the journal holds step "pay" but the code asks for completed`, r.Divergence.String())
+		require.Zero(t, ran.Load())
+	})
+
 	t.Run("AFailedRunReplaysToItsFailure", func(t *testing.T) {
 		t.Parallel()
 		var ran atomic.Int64
