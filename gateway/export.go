@@ -65,7 +65,15 @@ func (s *Server) ExportRun(ctx context.Context, req server.ExportRunRequestObjec
 	for _, f := range failures {
 		out.Failures = append(out.Failures, failureToAPI(f))
 	}
-	if a := stepAttempts(entries, failures); len(a) > 0 {
+	attempts, err := journal.StepAttempts(ctx, db, req.ID)
+	if err != nil {
+		return nil, err
+	}
+	if len(attempts) > 0 {
+		a := make(map[string]int, len(attempts))
+		for seq, n := range attempts {
+			a[strconv.Itoa(seq)] = n
+		}
 		out.StepAttempts = &a
 	}
 	if identity(ctx).Has(access.PermissionFunctionsRead) {
@@ -83,23 +91,4 @@ func (s *Server) ExportRun(ctx context.Context, req server.ExportRunRequestObjec
 		}
 	}
 	return server.ExportRun200JSONResponse(out), nil
-}
-
-// stepAttempts returns, as the gateway computes it for an invocation
-// (journal.Claim.StepAttempts), the next attempt of each step that has failed before
-// and has no entry yet, by its seq as a string.
-func stepAttempts(entries []journal.Entry, failures []journal.Failure) map[string]int {
-	done := make(map[int]bool, len(entries))
-	for _, e := range entries {
-		done[e.Seq] = true
-	}
-	m := map[string]int{}
-	for _, f := range failures {
-		if f.Seq <= 0 || done[f.Seq] {
-			continue
-		}
-		k := strconv.Itoa(f.Seq)
-		m[k] = max(m[k], f.Attempt+1)
-	}
-	return m
 }

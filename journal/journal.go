@@ -12,11 +12,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stepgate/stepgate/access"
+	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
 // DB is satisfied by *pgxpool.Pool, *pgx.Conn and pgx.Tx, so callers own transactions.
@@ -119,6 +121,21 @@ type Failure struct {
 	Name      string    `db:"name"`
 	Error     ErrorInfo `db:"error"`
 	CreatedAt time.Time `db:"created_at"`
+}
+
+// StepAttempts returns what a claim of run runID reads as Claim.StepAttempts (the same
+// named query, ClaimStepAttempts): the next attempt of each step that has failed before
+// and has no entry yet, by its seq.
+func StepAttempts(ctx context.Context, db DB, runID string) (map[int]int, error) {
+	rows, err := dbsqlc.New(db).ClaimStepAttempts(ctx, runID)
+	if err != nil {
+		return nil, fmt.Errorf("read the step attempts of run %s: %w", runID, err)
+	}
+	out := make(map[int]int, len(rows))
+	for _, r := range rows {
+		out[int(r.Seq)] = int(r.Attempt)
+	}
+	return out, nil
 }
 
 func isUniqueViolation(err error) bool {
