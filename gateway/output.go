@@ -113,18 +113,12 @@ func (s *Server) GetRunValue(ctx context.Context, req server.GetRunValueRequestO
 	var run *journal.Run
 	var err error
 	if wait > 0 {
-		release, slotErr := s.streamSlots(identity(ctx))
-		if slotErr != nil {
-			return nil, slotErr
+		var watch *runWatch
+		watch, run, err = s.watchRun(ctx, db, req.ID)
+		if watch != nil {
+			defer watch.close()
+			changes, ended = watch.changes, watch.ended
 		}
-		defer release()
-		// Subscribe, then attach: a write or an end after the attach is announced.
-		var unsubscribe func()
-		changes, unsubscribe = s.inv.Listener().SubscribeOutput(req.ID)
-		defer unsubscribe()
-		ended, unsubscribe = s.inv.Listener().Subscribe(req.ID)
-		defer unsubscribe()
-		run, err = s.inv.Attach(ctx, db, req.ID)
 	} else {
 		run, err = journal.GetRun(ctx, db, db.Tenant(), req.ID)
 	}
@@ -221,27 +215,15 @@ func (s *Server) ReadRunStream(ctx context.Context, req server.ReadRunStreamRequ
 		return server.ReadRunStream404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.ID)}, nil
 	}
 	id := identity(ctx)
-	release, err := s.streamSlots(id)
-	if err != nil {
-		return nil, err
-	}
-	changes, unsubscribeOutput := s.inv.Listener().SubscribeOutput(req.ID)
-	ended, unsubscribeEnd := s.inv.Listener().Subscribe(req.ID)
-	closeAll := sync.OnceFunc(func() {
-		unsubscribeOutput()
-		unsubscribeEnd()
-		release()
-	})
 	db := journal.ForTenant(s.api, id.Tenant)
-	run, err := s.inv.Attach(ctx, db, req.ID)
+	watch, run, err := s.watchRun(ctx, db, req.ID)
 	if errors.Is(err, journal.ErrNotFound) {
-		closeAll()
 		return server.ReadRunStream404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.ID)}, nil
 	}
 	if err != nil {
-		closeAll()
 		return nil, err
 	}
+	changes, ended, closeAll := watch.changes, watch.ended, sync.OnceFunc(watch.close)
 	// Should the response never be written, the subscriptions still end with the request.
 	context.AfterFunc(ctx, closeAll)
 	exp, _ := auth.ExpiryFrom(ctx)
@@ -460,4 +442,36 @@ func (s *Server) shutdownOf(ctx context.Context) <-chan struct{} {
 		srv.RegisterOnShutdown(func() { close(ch) })
 	}
 	return ch
+}
+
+// runWatch is a reader's watch on a run: a place among its caller's live streams
+// (streamSlots), told each time the run may have written an output (a value, a stream
+// chunk, a reply: changes) or ended (ended), on any gateway. close ends it.
+type runWatch struct {
+	changes, ended <-chan struct{}
+	close          func()
+}
+
+// watchRun takes a place among the caller's live streams, subscribes to run runID's
+// writes and end, then attaches to the run (journal.Attach), so that what happens after
+// the attach is announced, and returns the run as it then is. journal.ErrNotFound for a
+// run db's tenant does not have; on any error nothing is held.
+func (s *Server) watchRun(ctx context.Context, db *journal.TenantDB, runID string) (*runWatch, *journal.Run, error) {
+	release, err := s.streamSlots(identity(ctx))
+	if err != nil {
+		return nil, nil, err
+	}
+	changes, unsubscribeOutput := s.inv.Listener().SubscribeOutput(runID)
+	ended, unsubscribeEnd := s.inv.Listener().Subscribe(runID)
+	w := &runWatch{changes: changes, ended: ended, close: func() {
+		unsubscribeOutput()
+		unsubscribeEnd()
+		release()
+	}}
+	run, err := s.inv.Attach(ctx, db, runID)
+	if err != nil {
+		w.close()
+		return nil, nil, err
+	}
+	return w, run, nil
 }

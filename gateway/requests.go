@@ -191,34 +191,25 @@ func (s *Server) ListRequests(ctx context.Context, req server.ListRequestsReques
 	return server.ListRequests200JSONResponse(out), nil
 }
 
-// requestWaiter is a request's wait for a reply: told of the run's output (a reply) and
-// of its end, and a place among the caller's live streams.
+// requestWaiter is a request's wait for a reply: a watch on its run (a reply is an
+// output of the run), until deadline.
 type requestWaiter struct {
-	changes, ended <-chan struct{}
-	deadline       *time.Timer
-	close          func()
+	*runWatch
+	deadline *time.Timer
 }
 
-// waitRequest takes a place among the caller's live streams, subscribes to the run's
-// output and end, then attaches to it (so that what follows is announced), for a wait
-// of up to wait; journal.ErrNotFound for a run the tenant does not have.
+// waitRequest watches run runID (watchRun) for a wait of up to wait; journal.ErrNotFound
+// for a run the tenant does not have.
 func (s *Server) waitRequest(ctx context.Context, db *journal.TenantDB, runID string, wait time.Duration) (*requestWaiter, error) {
-	release, err := s.streamSlots(identity(ctx))
+	watch, _, err := s.watchRun(ctx, db, runID)
 	if err != nil {
 		return nil, err
 	}
-	changes, unsubscribeOutput := s.inv.Listener().SubscribeOutput(runID)
-	ended, unsubscribeEnd := s.inv.Listener().Subscribe(runID)
-	w := &requestWaiter{changes: changes, ended: ended, deadline: time.NewTimer(wait)}
+	w := &requestWaiter{runWatch: watch, deadline: time.NewTimer(wait)}
+	unwatch := watch.close
 	w.close = func() {
 		w.deadline.Stop()
-		unsubscribeOutput()
-		unsubscribeEnd()
-		release()
-	}
-	if _, err := s.inv.Attach(ctx, db, runID); err != nil {
-		w.close()
-		return nil, err
+		unwatch()
 	}
 	return w, nil
 }
