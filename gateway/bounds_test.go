@@ -383,7 +383,7 @@ func TestRedirectsAreNotFollowed(t *testing.T) {
 	e := mustFail(t, c, "redirects")
 	require.Contains(t, e.Message, "function answered HTTP 302, a redirect to "+target+"stolen, which the gateway does not follow")
 
-	sync, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, redirect)})
+	sync, err := c.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: s.ServeApp(t, redirect)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusBadGateway, sync.StatusCode())
 	require.Contains(t, sync.ApplicationProblemJSON502.Detail, "a redirect to "+target+"stolen, which the gateway does not follow")
@@ -416,7 +416,7 @@ func TestSSRF(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, http.StatusBadRequest, resp.StatusCode(), url)
 		require.Contains(t, resp.ApplicationProblemJSON400.Detail, "url host", url)
-		sync, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: url})
+		sync, err := c.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: url})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusBadRequest, sync.StatusCode(), url)
 	}

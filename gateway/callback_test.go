@@ -132,7 +132,7 @@ func TestCallbacks(t *testing.T) {
 		}
 		return approvalOf(cb)
 	})
-	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	synced, err := c.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: s.ServeApp(t, app)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
 
@@ -375,7 +375,7 @@ func TestCallbackTokenNotStored(t *testing.T) {
 		}
 		return approvalOf(cb)
 	})
-	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	synced, err := c.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: s.ServeApp(t, app)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
 

@@ -67,7 +67,7 @@ func syncTree(t *testing.T, s *stack.Stack, c *protocol.ClientWithResponses) {
 	functions.Register(app, "tree.root", func(ctx context.Context, in treeInput) (string, error) {
 		return step.Invoke[string](ctx, "mid", "tree.mid", in).Get()
 	})
-	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	synced, err := c.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: s.ServeApp(t, app)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
 }
@@ -218,7 +218,7 @@ func TestBulkCancel(t *testing.T) {
 	functions.Register(app, "bulk.b", func(ctx context.Context, _ struct{}) (int, error) { return 2, nil })
 	url := s.ServeApp(t, app)
 	for _, cl := range []*protocol.ClientWithResponses{c, c2} {
-		synced, err := cl.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: url})
+		synced, err := cl.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: url})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
 	}
@@ -302,7 +302,7 @@ func TestBulkCancel100k(t *testing.T) {
 	c := s.Client(t, s.NewToken(t, auth.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}}))
 	app := s.NewApp()
 	functions.Register(app, "bulk.a", func(ctx context.Context, _ struct{}) (int, error) { return 1, nil })
-	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	synced, err := c.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: s.ServeApp(t, app)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
 	const n = 100_000
@@ -346,7 +346,7 @@ func TestCancelWideTree(t *testing.T) {
 	c := s.Client(t, s.NewToken(t, auth.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}}))
 	app := s.NewApp()
 	functions.Register(app, "wide", func(ctx context.Context, _ struct{}) (int, error) { return 1, nil })
-	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	synced, err := c.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: s.ServeApp(t, app)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
 

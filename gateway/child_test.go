@@ -109,7 +109,7 @@ func TestChildRuns(t *testing.T) {
 	}, functions.InvocationAttempts(2), functions.InvocationBackoff(time.Millisecond, 10*time.Millisecond))
 	functions.Register(app, "parent.broken", handles("broken", `{}`))
 	functions.Register(app, "parent.sleeper", handles("orders.checkout", `{"sleep_ms":600000}`))
-	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	synced, err := c.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: s.ServeApp(t, app)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
 

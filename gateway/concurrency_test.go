@@ -199,7 +199,7 @@ func TestConcurrencyKeys(t *testing.T) {
 	g.register(app, "per-customer", functions.Concurrency(2, ""), functions.Concurrency(1, "input.customer_id"))
 	url := s.ServeApp(t, app)
 	s.Sync(t, url)
-	resp, err := other.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: url})
+	resp, err := other.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: url})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
 

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"encoding/json"
-	"strings"
 
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
@@ -18,20 +17,7 @@ import (
 // the run's function (its invocations' journal, opened by the gateway) gets it. It is
 // the gateway's only conversion of a journal entry, so none reaches a reader unmasked.
 func entryForReaders(e journal.Entry) protocol.JournalEntry {
-	if e.Kind == journal.KindCallback && e.Output != nil {
-		var cb journal.CallbackOutput
-		if json.Unmarshal(e.Output, &cb) == nil {
-			if i := strings.LastIndex(cb.URL, "/"); i >= 0 {
-				cb.URL = cb.URL[:i+1] + journal.MaskedToken
-			}
-			cb.Token = journal.MaskedToken
-			if raw, err := json.Marshal(cb); err == nil {
-				e.Output = raw
-			}
-		} else {
-			e.Output = nil
-		}
-	}
+	e = journal.MaskCallback(e)
 	out := protocol.JournalEntry{
 		Seq:        e.Seq,
 		Kind:       protocol.EntryKind(e.Kind),

@@ -70,7 +70,7 @@ func TestDeadlines(t *testing.T) {
 		}
 		return "", err
 	})
-	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	synced, err := c.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: s.ServeApp(t, app)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
 
@@ -150,7 +150,7 @@ func TestDelayedStart(t *testing.T) {
 	other := s.Client(t, s.NewToken(t, auth.Identity{Subject: "mallory", Tenant: "t2", Roles: []string{"admin"}}))
 	app := s.NewApp()
 	functions.Register(app, "hello", func(ctx context.Context, _ struct{}) (string, error) { return "hi", nil })
-	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	synced, err := c.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: s.ServeApp(t, app)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
 
@@ -264,7 +264,7 @@ func TestContinue(t *testing.T) {
 		}
 		return sum, nil
 	}, functions.MaxInvocationDuration(200*time.Millisecond))
-	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	synced, err := c.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: s.ServeApp(t, app)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
 
@@ -314,7 +314,7 @@ func TestDetachedChildOutlivesItsParentsDeadline(t *testing.T) {
 		}
 		return step.Invoke[string](ctx, "child", "napper", nil).Get()
 	})
-	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	synced, err := c.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: s.ServeApp(t, app)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
 
@@ -361,7 +361,7 @@ func TestDeadlinesKeptByTimers(t *testing.T) {
 	functions.Register(app, "parent", func(ctx context.Context, _ struct{}) (string, error) {
 		return step.Invoke[string](ctx, "child", "sleepy", nil).Get()
 	})
-	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	synced, err := c.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: s.ServeApp(t, app)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
 
@@ -436,7 +436,7 @@ func TestDeadlineLateness(t *testing.T) {
 			return "ground", nil
 		})
 	})
-	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	synced, err := c.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: s.ServeApp(t, app)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
 

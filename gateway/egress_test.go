@@ -53,7 +53,7 @@ func TestPrivateFunctionFailuresShowStatusAndSize(t *testing.T) {
 	require.NotContains(t, e.Message, "hunter2")
 	require.Contains(t, e.Message, "function answered HTTP 200 with "+strconv.Itoa(len(secret))+" bytes, which failed as malformed_answer")
 
-	sync, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, leaky)})
+	sync, err := c.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: s.ServeApp(t, leaky)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusBadGateway, sync.StatusCode())
 	require.NotContains(t, string(sync.Body), "hunter2")
@@ -139,7 +139,7 @@ func TestTenantNetworks(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusBadRequest, reg.StatusCode(), string(reg.Body))
 	require.Contains(t, reg.ApplicationProblemJSON400.Detail, "is a loopback address, which this gateway does not dial")
-	sync, err := other.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: url})
+	sync, err := other.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: url})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusBadRequest, sync.StatusCode(), string(sync.Body))
 	require.EqualValues(t, 1, calls.Load(), "only the granted tenant's run reached the network")

@@ -15,17 +15,11 @@ import (
 // ExportFormat is the layout of a run's export (RunExport.format in openapi.yaml).
 const ExportFormat = "stepgate.run/1"
 
-// exportPageLimit is the entries of each page the export reads the journal by; the
-// pages' bytes are bounded by journal.GetRunDetail's default.
-const exportPageLimit = 1000
-
 // ExportRun returns a run of the caller's tenant with its whole journal, its failures
 // and its function revision, to replay it locally (RunExport in openapi.yaml). The
 // journal and failures are those GetRun shows, page after page: a callback's token is
 // masked (entryForReaders), and the function's URL is masked whoever asks (redactURL).
-// It is bounded by the run's journal bounds (entries and bytes), which its writes
-// enforce; each page read is bounded by journal.GetRunDetail's. The run's fields are
-// read with the last page, so they are never older than its journal.
+// It is bounded as journal.GetWholeRun, which reads it.
 func (s *Server) ExportRun(ctx context.Context, req server.ExportRunRequestObject) (server.ExportRunResponseObject, error) {
 	if !validRunID(req.ID) {
 		return server.ExportRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.ID)}, nil
@@ -36,27 +30,14 @@ func (s *Server) ExportRun(ctx context.Context, req server.ExportRunRequestObjec
 		Journal:  []protocol.JournalEntry{},
 		Failures: []protocol.AttemptFailure{},
 	}
-	var (
-		run      *journal.Run
-		entries  []journal.Entry
-		failures []journal.Failure
-	)
-	for after := 0; ; {
-		d, err := journal.GetRunDetail(ctx, db, db.Tenant(), req.ID, journal.JournalPage{After: after, Limit: exportPageLimit})
-		if errors.Is(err, journal.ErrNotFound) {
-			return server.ExportRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: s.runGone(ctx, db, req.ID)}, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		run = d.Run
-		entries = append(entries, d.Journal...)
-		failures = append(failures, d.Failures...)
-		if d.Next == 0 {
-			break
-		}
-		after = d.Next
+	d, err := journal.GetWholeRun(ctx, db, db.Tenant(), req.ID)
+	if errors.Is(err, journal.ErrNotFound) {
+		return server.ExportRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: s.runGone(ctx, db, req.ID)}, nil
 	}
+	if err != nil {
+		return nil, err
+	}
+	run, entries, failures := d.Run, d.Journal, d.Failures
 	out.ExportedAt = time.Now().UTC()
 	out.Run = runToAPI(run, true)
 	for _, e := range entries {

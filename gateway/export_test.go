@@ -145,7 +145,7 @@ func TestExportRun(t *testing.T) {
 	})
 	rec := &invocationRecorder{app: app, last: map[string]protocol.InvocationRequest{}}
 	appURL := s.ServeApp(t, rec)
-	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: appURL})
+	synced, err := c.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: appURL})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
 

@@ -39,7 +39,7 @@ func blockingApp(s *stack.Stack, entered chan<- fnCall, release <-chan struct{})
 func tenantClient(t *testing.T, s *stack.Stack, tenant, appURL string) *protocol.ClientWithResponses {
 	t.Helper()
 	c := s.Client(t, s.NewToken(t, auth.Identity{Subject: "admin-" + tenant, Tenant: tenant, Roles: []string{"admin"}}))
-	resp, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: appURL})
+	resp, err := c.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: appURL})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
 	return c

@@ -110,7 +110,7 @@ func TestThrottle(t *testing.T) {
 	functions.Register(app, "keyed", echoFlow(&calls), functions.Throttle(functions.Rate{Limit: 1, Period: time.Hour}))
 	url := s.ServeApp(t, app)
 	for _, cl := range []*protocol.ClientWithResponses{c, other} {
-		synced, err := cl.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: url})
+		synced, err := cl.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: url})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
 	}
@@ -281,7 +281,7 @@ func TestRateLimit(t *testing.T) {
 		Limit: 1, Period: time.Hour, Key: "input.customer",
 	}), functions.OnEvent("order.created"))
 	functions.Register(app, "ticked", echoFlow(&calls), functions.RateLimit(functions.Rate{Limit: 1, Period: time.Hour}))
-	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	synced, err := c.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: s.ServeApp(t, app)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
 
@@ -373,7 +373,7 @@ func TestDebounce(t *testing.T) {
 		functions.OnEvent("doc.changed"))
 	url := s.ServeApp(t, app)
 	for _, cl := range []*protocol.ClientWithResponses{c, other} {
-		synced, err := cl.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: url})
+		synced, err := cl.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: url})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
 	}
@@ -498,7 +498,7 @@ func TestFlowConfigBadRequests(t *testing.T) {
 	app := s.NewApp()
 	functions.Register(app, "greedy", func(ctx context.Context, _ struct{}) (int, error) { return 1, nil },
 		functions.Throttle(functions.Rate{Limit: 1_000_000, Period: time.Millisecond, MaxQueue: 1 << 30}))
-	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	synced, err := c.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: s.ServeApp(t, app)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusBadRequest, synced.StatusCode(), string(synced.Body))
 	require.Contains(t, string(synced.Body), "config.throttle.limit")

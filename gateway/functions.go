@@ -47,8 +47,16 @@ func functionToAPI(fn *journal.Function, reveal bool) (protocol.Function, error)
 	return out, nil
 }
 
-// register validates and stores a new revision of a function.
-func (s *Server) register(ctx context.Context, tenant, name, rawURL string, config *protocol.FunctionConfig) (*journal.Function, error) {
+// registration is a function's new revision, validated, before it is stored.
+type registration struct {
+	name, url string
+	raw       json.RawMessage // its config as given ({} for none)
+	config    invoker.FunctionConfig
+}
+
+// prepare validates a new revision of a function of tenant: its name, its URL (one the
+// tenant may dial) and its config (within the gateway's caps).
+func (s *Server) prepare(ctx context.Context, tenant, name, rawURL string, config *protocol.FunctionConfig) (*registration, error) {
 	if err := names.CheckFunction("function name", name); err != nil {
 		return nil, badRequest("%v", err)
 	}
@@ -72,7 +80,21 @@ func (s *Server) register(ctx context.Context, tenant, name, rawURL string, conf
 	if err != nil {
 		return nil, badRequest("function %s: %v", name, err)
 	}
-	return s.inv.Functions().Register(ctx, journal.ForTenant(s.api, tenant), name, rawURL, raw, fc)
+	return &registration{name: name, url: rawURL, raw: raw, config: fc}, nil
+}
+
+// store stores r as its function's new revision in tenant.
+func (s *Server) store(ctx context.Context, tenant string, r *registration) (*journal.Function, error) {
+	return s.inv.Functions().Register(ctx, journal.ForTenant(s.api, tenant), r.name, r.url, r.raw, r.config)
+}
+
+// register validates and stores a new revision of a function.
+func (s *Server) register(ctx context.Context, tenant, name, rawURL string, config *protocol.FunctionConfig) (*journal.Function, error) {
+	r, err := s.prepare(ctx, tenant, name, rawURL, config)
+	if err != nil {
+		return nil, err
+	}
+	return s.store(ctx, tenant, r)
 }
 
 // RegisterFunction stores a new revision of a function.
@@ -88,7 +110,8 @@ func (s *Server) RegisterFunction(ctx context.Context, req server.RegisterFuncti
 	return server.RegisterFunction200JSONResponse(out), nil
 }
 
-// GetFunction returns a function's current revision.
+// GetFunction returns a function's current revision, with its last check against its
+// live runs (POST /v1/apps?check=true) when it had one.
 func (s *Server) GetFunction(ctx context.Context, req server.GetFunctionRequestObject) (server.GetFunctionResponseObject, error) {
 	fn, err := journal.GetFunction(ctx, s.tenantDB(ctx), identity(ctx).Tenant, req.Name)
 	if errors.Is(err, journal.ErrNotFound) {
@@ -97,9 +120,20 @@ func (s *Server) GetFunction(ctx context.Context, req server.GetFunctionRequestO
 	if err != nil {
 		return nil, err
 	}
-	out, err := functionToAPI(fn, identity(ctx).Has(access.PermissionFunctionsWrite))
+	reveal := identity(ctx).Has(access.PermissionFunctionsWrite)
+	out, err := functionToAPI(fn, reveal)
 	if err != nil {
 		return nil, err
+	}
+	last, err := journal.GetFunctionCheck(ctx, s.tenantDB(ctx), identity(ctx).Tenant, req.Name)
+	switch {
+	case errors.Is(err, journal.ErrNotFound):
+	case err != nil:
+		return nil, err
+	default:
+		if out.LastCheck, err = lastCheckToAPI(last, reveal); err != nil {
+			return nil, err
+		}
 	}
 	return server.GetFunction200JSONResponse(out), nil
 }
@@ -141,8 +175,15 @@ func (s *Server) DeleteFunction(ctx context.Context, req server.DeleteFunctionRe
 	return server.DeleteFunction204Response{}, nil
 }
 
-// SyncApp reads an app's manifest with a signed GET and registers each of its functions.
+// SyncApp reads an app's manifest with a signed GET and registers each of its functions,
+// once all of them are valid. With check (or dry_run), it first checks the new code
+// against the functions' live runs (checkApp) and registers nothing when a run would
+// break, unless force, nor with dry_run.
 func (s *Server) SyncApp(ctx context.Context, req server.SyncAppRequestObject) (server.SyncAppResponseObject, error) {
+	opts, err := s.syncOptions(ctx, req.Params)
+	if err != nil {
+		return nil, err
+	}
 	if err := s.checkURL(ctx, identity(ctx).Tenant, req.Body.URL); err != nil {
 		return nil, err
 	}
@@ -156,13 +197,37 @@ func (s *Server) SyncApp(ctx context.Context, req server.SyncAppRequestObject) (
 			problem(http.StatusBadGateway, err.Error()))}, nil
 	}
 	tenant := identity(ctx).Tenant
-	var fns []journal.Function
+	regs := make([]*registration, 0, len(manifest.Functions))
 	for _, mf := range manifest.Functions {
 		ref, err := url.Parse(mf.Path)
 		if err != nil {
 			return nil, badRequest("manifest: function %s has a bad path %q", mf.Name, mf.Path)
 		}
-		fn, err := s.register(ctx, tenant, mf.Name, base.ResolveReference(ref).String(), mf.Config)
+		r, err := s.prepare(ctx, tenant, mf.Name, base.ResolveReference(ref).String(), mf.Config)
+		if err != nil {
+			return nil, err
+		}
+		regs = append(regs, r)
+	}
+	out := protocol.AppSyncResult{Functions: []protocol.Function{}}
+	if opts.check {
+		c, err := s.checkApp(ctx, manifest, regs, opts)
+		if err != nil {
+			return nil, err
+		}
+		out.Check = c
+		if !c.Registered {
+			if opts.dryRun {
+				return server.SyncApp200JSONResponse(out), nil
+			}
+			return server.SyncApp409ApplicationProblemPlusJSONResponse(protocol.AppCheckRefused{
+				Title: http.StatusText(http.StatusConflict), Status: http.StatusConflict, Detail: refusal(c), Check: *c,
+			}), nil
+		}
+	}
+	var fns []journal.Function
+	for _, r := range regs {
+		fn, err := s.store(ctx, tenant, r)
 		if err != nil {
 			return nil, err
 		}
@@ -172,7 +237,8 @@ func (s *Server) SyncApp(ctx context.Context, req server.SyncAppRequestObject) (
 	if err != nil {
 		return nil, err
 	}
-	return server.SyncApp200JSONResponse(list), nil
+	out.Functions = list.Functions
+	return server.SyncApp200JSONResponse(out), nil
 }
 
 // fetchManifest reads the manifest of the app at appURL, signed for tenant, with the

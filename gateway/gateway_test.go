@@ -298,7 +298,7 @@ func TestFunctions(t *testing.T) {
 	r3 := reg("f1", "http://127.0.0.1:1/f1", nil)
 	require.Equal(t, 3, r3.JSON200.Revision, "revisions go on after a delete")
 
-	sync, err := c.SyncAppWithResponse(ctx, protocol.AppSync{URL: "http://127.0.0.1:1/"})
+	sync, err := c.SyncAppWithResponse(ctx, nil, protocol.AppSync{URL: "http://127.0.0.1:1/"})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusBadGateway, sync.StatusCode())
 	require.Contains(t, sync.ApplicationProblemJSON502.Detail, "manifest")

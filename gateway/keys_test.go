@@ -128,7 +128,7 @@ func TestForgedRequests(t *testing.T) {
 		return "done", err
 	})
 	acme := s.Client(t, acmeToken)
-	sync, err := acme.SyncAppWithResponse(ctx, protocol.AppSync{URL: s.ServeApp(t, acmeApp)})
+	sync, err := acme.SyncAppWithResponse(ctx, nil, protocol.AppSync{URL: s.ServeApp(t, acmeApp)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, sync.StatusCode(), string(sync.Body))
 	mustComplete(t, acme, "evil", `{}`)
@@ -216,7 +216,7 @@ func TestGatewayKeys(t *testing.T) {
 	functions.Register(app, "hello", func(ctx context.Context, _ struct{}) (string, error) { return "hi", nil })
 	url := s.ServeApp(t, app)
 	c := s.Client(t, token)
-	reg, err := c.SyncAppWithResponse(ctx, protocol.AppSync{URL: url})
+	reg, err := c.SyncAppWithResponse(ctx, nil, protocol.AppSync{URL: url})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, reg.StatusCode(), string(reg.Body))
 	mustComplete(t, c, "hello", `{}`)
@@ -229,7 +229,7 @@ func TestGatewayKeys(t *testing.T) {
 
 	// Another tenant that syncs the same app is refused: the app serves acme only.
 	globex := s.Client(t, s.NewToken(t, auth.Identity{Subject: "gus", Tenant: "globex", Roles: []string{"developer"}}))
-	sync, err := globex.SyncAppWithResponse(ctx, protocol.AppSync{URL: url})
+	sync, err := globex.SyncAppWithResponse(ctx, nil, protocol.AppSync{URL: url})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusBadGateway, sync.StatusCode())
 	require.Contains(t, sync.ApplicationProblemJSON502.Detail, "401")

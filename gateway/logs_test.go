@@ -90,7 +90,7 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 		}
 		app.ServeHTTP(w, r)
 	}))
-	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: served})
+	synced, err := c.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: served})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
 

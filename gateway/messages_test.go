@@ -140,7 +140,7 @@ func TestMessages(t *testing.T) {
 	})
 	appURL := s.ServeApp(t, app)
 	for _, cl := range []*protocol.ClientWithResponses{c, other} {
-		synced, err := cl.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: appURL})
+		synced, err := cl.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: appURL})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
 	}

@@ -86,7 +86,7 @@ func TestTenantQuotas(t *testing.T) {
 	})
 	appURL := s.ServeApp(t, app)
 	for _, c := range []*protocol.ClientWithResponses{alice, bob} {
-		synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: appURL})
+		synced, err := c.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: appURL})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
 	}

@@ -78,7 +78,7 @@ func TestRequestSDK(t *testing.T) {
 	functions.Register(app, "stranger", func(ctx context.Context, _ struct{}) (string, error) {
 		return "replied", step.Reply(ctx, "someone-elses", "hi")
 	})
-	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	synced, err := c.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: s.ServeApp(t, app)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
 

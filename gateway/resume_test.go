@@ -124,7 +124,7 @@ func TestResumeRespectsInvokeRoles(t *testing.T) {
 		}
 		return sendAnswer{}, nil
 	})
-	synced, err := admin.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	synced, err := admin.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: s.ServeApp(t, app)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
 

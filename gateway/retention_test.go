@@ -36,7 +36,7 @@ func TestRetention(t *testing.T) {
 	functions.Register(app, "work", func(ctx context.Context, _ struct{}) (int, error) {
 		return step.Run(ctx, "one", func(context.Context) (int, error) { return 1, nil })
 	})
-	synced, err := alice.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	synced, err := alice.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: s.ServeApp(t, app)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
 	recent := mustComplete(t, alice, "work", `{}`)

@@ -44,7 +44,7 @@ func serveHello(t *testing.T, s *stack.Stack, token string) *seenRuns {
 		seen.mu.Unlock()
 		return "hi", nil
 	})
-	resp, err := s.Client(t, token).SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	resp, err := s.Client(t, token).SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: s.ServeApp(t, app)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
 	return seen

@@ -78,7 +78,7 @@ func TestStartRunWithMessage(t *testing.T) {
 	functions.Register(app, "ops-only", inbox, functions.InvokeRoles("ops"))
 	appURL := s.ServeApp(t, app)
 	for _, cl := range []*protocol.ClientWithResponses{c, other} {
-		synced, err := cl.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: appURL})
+		synced, err := cl.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: appURL})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
 	}
@@ -311,7 +311,7 @@ func TestStartRunWithMessageIsOneTransaction(t *testing.T) {
 		m, err := step.Receive[string](ctx, "go", step.Timeout(time.Hour)).Get()
 		return m.Data, err
 	})
-	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	synced, err := c.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: s.ServeApp(t, app)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
 
@@ -351,7 +351,7 @@ func TestStartWithMessageAsTheREADMEShows(t *testing.T) {
 		m, err := step.Receive[json.RawMessage](ctx, "approval", step.Timeout(time.Hour)).Get()
 		return m.Data, err
 	})
-	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	synced, err := c.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: s.ServeApp(t, app)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
 

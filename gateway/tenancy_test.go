@@ -124,7 +124,7 @@ func TestTenantIsolation(t *testing.T) {
 	})
 
 	t.Run("IdempotencyKeysArePerTenant", func(t *testing.T) {
-		sync, err := b.SyncAppWithResponse(ctx, protocol.AppSync{URL: appURL})
+		sync, err := b.SyncAppWithResponse(ctx, nil, protocol.AppSync{URL: appURL})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, sync.StatusCode(), string(sync.Body))
 		got, err := a.GetFunctionWithResponse(ctx, "hello")

@@ -43,7 +43,7 @@ func TestWaitAny(t *testing.T) {
 	c := s.Client(t, s.NewToken(t, alice))
 	app := s.NewApp()
 	examples.Register(app)
-	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	synced, err := c.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: s.ServeApp(t, app)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
 	paid := func(order string) protocol.EventReceipt {

@@ -347,7 +347,7 @@ func TestGoSDKSinceStart(t *testing.T) {
 			step.Matching(step.Match{"data.id": in.ID}), step.SinceStart(), step.Timeout(time.Minute)).Get()
 		return ev.Data.ID, err
 	})
-	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	synced, err := c.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: s.ServeApp(t, app)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
 	var ids []string

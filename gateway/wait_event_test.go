@@ -130,7 +130,7 @@ func TestWaitForEvent(t *testing.T) {
 		}
 		return outcomeOf(step.WaitForEvent[paid](ctx, "paid", "orders.paid", step.Matching(step.Match{"data.order_id": in.OrderID}), step.Timeout(time.Hour)).Get())
 	})
-	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	synced, err := c.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: s.ServeApp(t, app)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
 

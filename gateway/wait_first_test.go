@@ -228,7 +228,7 @@ func TestWaitFirst(t *testing.T) {
 		}
 		return out, nil
 	})
-	synced, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	synced, err := c.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: s.ServeApp(t, app)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
 	// Let the children end before the app's server stops (a cleanup registered after

@@ -243,19 +243,11 @@ const (
 // is not a valid answer), described for the people reading the run.
 func (inv *Invoker) call(ctx context.Context, rev *revision, claim *journal.Claim) (*protocol.InvocationAnswer, *journal.ErrorInfo) {
 	run := claim.Run
-	req := protocol.InvocationRequest{
-		Protocol: 1,
-		Run: protocol.InvocationRun{
-			ID: run.ID, Function: run.Function, Revision: run.Revision, Attempt: run.Invocations,
-			Input: protocol.AnyJSON(run.Input), ParentID: run.ParentID, CreatedAt: run.CreatedAt,
-		},
-		Identity: run.Identity,
-		Journal:  make([]protocol.JournalEntry, 0, len(claim.Journal)),
-		Deadline: new(time.Now().Add(rev.config.Timeout)),
-		Checkpoint: protocol.Checkpoint{
-			URL:   inv.checkpoint + "/v1/runs/" + run.ID + "/checkpoint",
-			Token: inv.tokens.Issue(ctx, run.ID, run.Invocation, time.Now().Add(rev.config.Timeout+tokenGrace)),
-		},
+	req := invocationRequest(run, len(claim.Journal), claim.StepAttempts)
+	req.Deadline = new(time.Now().Add(rev.config.Timeout))
+	req.Checkpoint = protocol.Checkpoint{
+		URL:   inv.checkpointURL(run.ID),
+		Token: inv.tokens.Issue(ctx, run.ID, run.Invocation, time.Now().Add(rev.config.Timeout+tokenGrace)),
 	}
 	for _, e := range claim.Journal {
 		if e.Kind == journal.KindCallback && e.Output != nil {
@@ -269,13 +261,6 @@ func (inv *Invoker) call(ctx context.Context, rev *revision, claim *journal.Clai
 			}
 		}
 		req.Journal = append(req.Journal, entryToAPI(e))
-	}
-	if len(claim.StepAttempts) > 0 {
-		m := make(map[string]int, len(claim.StepAttempts))
-		for seq, n := range claim.StepAttempts {
-			m[strconv.Itoa(seq)] = n
-		}
-		req.StepAttempts = &m
 	}
 	body, err := json.Marshal(req)
 	if err != nil {
@@ -293,6 +278,33 @@ func (inv *Invoker) call(ctx context.Context, rev *revision, claim *journal.Clai
 		return nil, failure
 	}
 	return answer, nil
+}
+
+// invocationRequest is the invocation of run with room for entries journal entries and
+// its steps' next attempts, without its journal, checkpoint and deadline.
+func invocationRequest(run *journal.Run, entries int, stepAttempts map[int]int) protocol.InvocationRequest {
+	req := protocol.InvocationRequest{
+		Protocol: 1,
+		Run: protocol.InvocationRun{
+			ID: run.ID, Function: run.Function, Revision: run.Revision, Attempt: run.Invocations,
+			Input: protocol.AnyJSON(run.Input), ParentID: run.ParentID, CreatedAt: run.CreatedAt,
+		},
+		Identity: run.Identity,
+		Journal:  make([]protocol.JournalEntry, 0, entries),
+	}
+	if len(stepAttempts) > 0 {
+		m := make(map[string]int, len(stepAttempts))
+		for seq, n := range stepAttempts {
+			m[strconv.Itoa(seq)] = n
+		}
+		req.StepAttempts = &m
+	}
+	return req
+}
+
+// checkpointURL is where the function checkpoints an invocation of run runID.
+func (inv *Invoker) checkpointURL(runID string) string {
+	return inv.checkpoint + "/v1/runs/" + runID + "/checkpoint"
 }
 
 // apply commits the outcome, with the River jobs that make the next moves (the run's

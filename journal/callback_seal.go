@@ -102,3 +102,26 @@ func (k CallbackKey) OpenCallback(stored json.RawMessage) (json.RawMessage, erro
 		URL: strings.TrimSuffix(s.URL, MaskedToken) + string(token), Token: string(token), ExpiresAt: s.ExpiresAt,
 	})
 }
+
+// MaskCallback returns e with a callback's token masked (MaskedToken) in its output's
+// url and token, and without the sealed token, as the API shows it to readers and a
+// replay-only invocation sends it; an output that is not a callback's is dropped. Any
+// other entry is returned as it is.
+func MaskCallback(e Entry) Entry {
+	if e.Kind != KindCallback || e.Output == nil {
+		return e
+	}
+	var cb CallbackOutput
+	if json.Unmarshal(e.Output, &cb) != nil {
+		e.Output = nil
+		return e
+	}
+	if i := strings.LastIndex(cb.URL, "/"); i >= 0 {
+		cb.URL = cb.URL[:i+1] + MaskedToken
+	}
+	cb.Token = MaskedToken
+	if raw, err := json.Marshal(cb); err == nil {
+		e.Output = raw
+	}
+	return e
+}

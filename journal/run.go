@@ -432,6 +432,31 @@ func GetRunDetail(ctx context.Context, db DB, tenant, id string, p JournalPage) 
 	return d, nil
 }
 
+// wholeRunPageLimit is the entries of each page GetWholeRun reads the journal by.
+const wholeRunPageLimit = 1000
+
+// GetWholeRun returns the tenant's run with its whole journal and the failures
+// GetRunDetail gives with it, read a page at a time, or ErrNotFound. It is bounded by
+// the run's journal bounds (entries and bytes), which its writes enforce, and each page
+// read by GetRunDetail's. The run's fields are read with the last page, so they are
+// never older than its journal.
+func GetWholeRun(ctx context.Context, db DB, tenant, id string) (*Detail, error) {
+	whole := &Detail{}
+	for after := 0; ; {
+		d, err := GetRunDetail(ctx, db, tenant, id, JournalPage{After: after, Limit: wholeRunPageLimit})
+		if err != nil {
+			return nil, err
+		}
+		whole.Run = d.Run
+		whole.Journal = append(whole.Journal, d.Journal...)
+		whole.Failures = append(whole.Failures, d.Failures...)
+		if d.Next == 0 {
+			return whole, nil
+		}
+		after = d.Next
+	}
+}
+
 // RunFilter selects runs for ListRuns. Zero fields do not filter.
 type RunFilter struct {
 	Function       string

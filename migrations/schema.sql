@@ -1070,6 +1070,22 @@ CREATE TABLE stepgate.function (
 ALTER TABLE ONLY stepgate.function FORCE ROW LEVEL SECURITY;
 
 --
+-- Name: function_check; Type: TABLE; Schema: stepgate; Owner: -
+--
+
+CREATE TABLE stepgate.function_check (
+    tenant text NOT NULL,
+    function text NOT NULL,
+    checked_at timestamp with time zone DEFAULT now() NOT NULL,
+    subject text NOT NULL,
+    registered boolean NOT NULL,
+    forced boolean NOT NULL,
+    result jsonb NOT NULL
+);
+
+ALTER TABLE ONLY stepgate.function_check FORCE ROW LEVEL SECURITY;
+
+--
 -- Name: function_revision; Type: TABLE; Schema: stepgate; Owner: -
 --
 
@@ -1549,6 +1565,13 @@ ALTER TABLE ONLY stepgate.flow_debounce
 
 ALTER TABLE ONLY stepgate.flow_rate
     ADD CONSTRAINT flow_rate_pkey PRIMARY KEY (tenant, function, kind, key);
+
+--
+-- Name: function_check function_check_pkey; Type: CONSTRAINT; Schema: stepgate; Owner: -
+--
+
+ALTER TABLE ONLY stepgate.function_check
+    ADD CONSTRAINT function_check_pkey PRIMARY KEY (tenant, function);
 
 --
 -- Name: function function_pkey; Type: CONSTRAINT; Schema: stepgate; Owner: -
@@ -2075,6 +2098,12 @@ ALTER TABLE stepgate.flow_rate ENABLE ROW LEVEL SECURITY;
 ALTER TABLE stepgate.function ENABLE ROW LEVEL SECURITY;
 
 --
+-- Name: function_check; Type: ROW SECURITY; Schema: stepgate; Owner: -
+--
+
+ALTER TABLE stepgate.function_check ENABLE ROW LEVEL SECURITY;
+
+--
 -- Name: function_revision; Type: ROW SECURITY; Schema: stepgate; Owner: -
 --
 
@@ -2199,6 +2228,12 @@ CREATE POLICY system_access ON stepgate.flow_rate TO stepgate_system USING (true
 --
 
 CREATE POLICY system_access ON stepgate.function TO stepgate_system USING (true);
+
+--
+-- Name: function_check system_access; Type: POLICY; Schema: stepgate; Owner: -
+--
+
+CREATE POLICY system_access ON stepgate.function_check TO stepgate_system USING (true);
 
 --
 -- Name: function_revision system_access; Type: POLICY; Schema: stepgate; Owner: -
@@ -2333,6 +2368,12 @@ CREATE POLICY tenant_isolation ON stepgate.flow_rate TO stepgate_app USING ((ten
 --
 
 CREATE POLICY tenant_isolation ON stepgate.function TO stepgate_app USING ((tenant = NULLIF(current_setting('stepgate.tenant'::text, true), ''::text)));
+
+--
+-- Name: function_check tenant_isolation; Type: POLICY; Schema: stepgate; Owner: -
+--
+
+CREATE POLICY tenant_isolation ON stepgate.function_check TO stepgate_app USING ((tenant = NULLIF(current_setting('stepgate.tenant'::text, true), ''::text)));
 
 --
 -- Name: function_revision tenant_isolation; Type: POLICY; Schema: stepgate; Owner: -
@@ -2627,6 +2668,13 @@ GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE stepgate.flow_rate TO stepgate_system
 
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE stepgate.function TO stepgate_app;
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE stepgate.function TO stepgate_system;
+
+--
+-- Name: TABLE function_check; Type: ACL; Schema: stepgate; Owner: -
+--
+
+GRANT SELECT,INSERT,UPDATE ON TABLE stepgate.function_check TO stepgate_app;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE stepgate.function_check TO stepgate_system;
 
 --
 -- Name: TABLE function_revision; Type: ACL; Schema: stepgate; Owner: -

@@ -427,10 +427,50 @@ type AnswerStatus string
 // AnyJSON Any JSON value, kept byte for byte.
 type AnyJSON = json.RawMessage
 
+// AppCheck What a check of an app's new code against its functions' live runs found
+// (`POST /v1/apps?check=true`). `ok` is true when every run replayed cleanly.
+type AppCheck struct {
+	CheckedAt time.Time `json:"checked_at"`
+
+	// Forced Registered with `force` although the check was not ok.
+	Forced    *bool           `json:"forced,omitempty"`
+	Functions []FunctionCheck `json:"functions"`
+
+	// Ok No run would break.
+	Ok bool `json:"ok"`
+
+	// Reason Why the app could not be checked at all (its SDK does not answer replay-only invocations).
+	Reason *string `json:"reason,omitempty"`
+
+	// Registered The sync registered the new code (false for a refused check or a `dry_run`).
+	Registered bool `json:"registered"`
+}
+
+// AppCheckRefused An RFC 9457 problem (409) with the check that refused the sync.
+type AppCheckRefused struct {
+	// Check What a check of an app's new code against its functions' live runs found
+	// (`POST /v1/apps?check=true`). `ok` is true when every run replayed cleanly.
+	Check  AppCheck `json:"check"`
+	Detail string   `json:"detail"`
+	Status int      `json:"status"`
+	Title  string   `json:"title"`
+	Type   *string  `json:"type,omitempty"`
+}
+
 // AppSync defines model for AppSync.
 type AppSync struct {
 	// URL The app's base URL; its manifest is GET at this URL.
 	URL string `json:"url"`
+}
+
+// AppSyncResult defines model for AppSyncResult.
+type AppSyncResult struct {
+	// Check What a check of an app's new code against its functions' live runs found
+	// (`POST /v1/apps?check=true`). `ok` is true when every run replayed cleanly.
+	Check *AppCheck `json:"check,omitempty"`
+
+	// Functions The functions registered, each at its new revision; none for a `dry_run` or a refused check.
+	Functions []Function `json:"functions"`
 }
 
 // AttemptFailure A failed attempt, kept for inspection; never replayed. `seq` 0 is an invocation that failed as a whole.
@@ -827,7 +867,11 @@ type Function struct {
 
 	// CreatedAt When this revision was registered.
 	CreatedAt time.Time `json:"created_at"`
-	Name      string    `json:"name"`
+
+	// LastCheck The function's last check against its live runs (`POST /v1/apps?check=true`), in
+	// `GET /v1/functions/{name}` only.
+	LastCheck *FunctionLastCheck `json:"last_check,omitempty"`
+	Name      string             `json:"name"`
 
 	// Revision Starts at 1; each registration adds one.
 	Revision int `json:"revision"`
@@ -837,6 +881,22 @@ type Function struct {
 	// information, its path (unless `/`), its query values and its fragment; its
 	// scheme, host, port and query keys are shown.
 	URL string `json:"url"`
+}
+
+// FunctionCheck One function's part of a check: `live` runs not ended with a journal (`more`:
+// there are more than the 10,000 newest the check counts), `checked` of them
+// replayed, `clean` of those replayed cleanly, and each that did not in `broken`.
+// A function new to the gateway has no live runs.
+type FunctionCheck struct {
+	Broken   []RunCheck `json:"broken"`
+	Checked  int        `json:"checked"`
+	Clean    int        `json:"clean"`
+	Function string     `json:"function"`
+	Live     int        `json:"live"`
+	More     *bool      `json:"more,omitempty"`
+
+	// URL Where the new code was asked (masked as a function's URL is).
+	URL *string `json:"url,omitempty"`
 }
 
 // FunctionConfig defines model for FunctionConfig.
@@ -924,6 +984,24 @@ type FunctionConfig struct {
 	// Triggers Events that start a run of this function, with the event's `data` as input
 	// and the sender's identity.
 	Triggers *[]EventTrigger `json:"triggers,omitempty"`
+}
+
+// FunctionLastCheck The function's last check against its live runs (`POST /v1/apps?check=true`), in
+// `GET /v1/functions/{name}` only.
+type FunctionLastCheck struct {
+	// Check One function's part of a check: `live` runs not ended with a journal (`more`:
+	// there are more than the 10,000 newest the check counts), `checked` of them
+	// replayed, `clean` of those replayed cleanly, and each that did not in `broken`.
+	// A function new to the gateway has no live runs.
+	Check     FunctionCheck `json:"check"`
+	CheckedAt time.Time     `json:"checked_at"`
+	Forced    *bool         `json:"forced,omitempty"`
+
+	// Registered The sync that made it registered the code checked.
+	Registered bool `json:"registered"`
+
+	// Subject Who asked for it.
+	Subject *string `json:"subject,omitempty"`
 }
 
 // FunctionList defines model for FunctionList.
@@ -1565,6 +1643,18 @@ type Run struct {
 	WakeAt *time.Time `json:"wake_at,omitempty"`
 }
 
+// RunCheck A live run the new code would break: where its replay diverges from the journal
+// (`divergence`), or how the replay-only invocation failed (`error`: it did not
+// answer, or answered something other than `replayed`).
+type RunCheck struct {
+	Divergence *ReplayDivergence `json:"divergence,omitempty"`
+	Error      *ErrorInfo        `json:"error,omitempty"`
+
+	// Revision The revision the run is on.
+	Revision int    `json:"revision"`
+	RunID    string `json:"run_id"`
+}
+
 // RunDetail defines model for RunDetail.
 type RunDetail struct {
 	// Awaiting What a suspended run waits for, as its function's last answer said: a sleep, a failed step's retry, a child run, an event, a message, or a callback. The run resumes at `seq`; `wake_at` on the run says when (for an event, a message or a callback, when its wait times out), except for a child run, whose end wakes it. Absent when the run waits for nothing.
@@ -2065,6 +2155,21 @@ type Unauthorized = Problem
 // Unavailable An RFC 9457 problem.
 type Unavailable = Problem
 
+// SyncAppParams defines parameters for SyncApp.
+type SyncAppParams struct {
+	// Check Check the new code against the live runs before registering it.
+	Check *bool `form:"check,omitempty" json:"check,omitempty"`
+
+	// Force With `check`, register even when the check finds runs that would break.
+	Force *bool `form:"force,omitempty" json:"force,omitempty"`
+
+	// DryRun Check only (implies `check`); register nothing.
+	DryRun *bool `form:"dry_run,omitempty" json:"dry_run,omitempty"`
+
+	// CheckSample The live runs replayed per function, 1 to 100 (default 20).
+	CheckSample *int `form:"check_sample,omitempty" json:"check_sample,omitempty"`
+}
+
 // ListEventsParams defines parameters for ListEvents.
 type ListEventsParams struct {
 	Name  *string `form:"name,omitempty" json:"name,omitempty"`
@@ -2344,17 +2449,47 @@ type ClientInterface interface {
 
 	// SyncAppWithBody Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 	//
+	// With `check`, the gateway first checks the app's code against the live runs of
+	// each of its functions that is registered already (runs not ended, with at least
+	// one journal entry; at most `check_sample` of them per function, one run of each
+	// place in the journal first): it sends the code at the function's new URL a
+	// replay-only invocation of each run's journal (InvocationRequest `replay_only`),
+	// which runs no step body and journals nothing, and reads what the code would do
+	// next or where it diverges. When any run would break (a divergence, or an answer
+	// other than `replayed`), nothing is registered and the answer is a 409 with the
+	// check, unless `force`. With `dry_run`, nothing is registered whatever the check
+	// finds (200 with the check). A check needs `runs:read` as well (it shows run
+	// ids); it goes only to an app whose manifest says `replay_only: true` (else a 409
+	// saying so, unless `force`), takes at most 60 s in all and each replay at most
+	// the function's `timeout` and 10 s. Each function's last check is kept
+	// (`Function.last_check`).
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/apps (the `SyncApp` operationId).
-	SyncAppWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	SyncAppWithBody(ctx context.Context, params *SyncAppParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// SyncApp Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
+	//
+	// With `check`, the gateway first checks the app's code against the live runs of
+	// each of its functions that is registered already (runs not ended, with at least
+	// one journal entry; at most `check_sample` of them per function, one run of each
+	// place in the journal first): it sends the code at the function's new URL a
+	// replay-only invocation of each run's journal (InvocationRequest `replay_only`),
+	// which runs no step body and journals nothing, and reads what the code would do
+	// next or where it diverges. When any run would break (a divergence, or an answer
+	// other than `replayed`), nothing is registered and the answer is a 409 with the
+	// check, unless `force`. With `dry_run`, nothing is registered whatever the check
+	// finds (200 with the check). A check needs `runs:read` as well (it shows run
+	// ids); it goes only to an app whose manifest says `replay_only: true` (else a 409
+	// saying so, unless `force`), takes at most 60 s in all and each replay at most
+	// the function's `timeout` and 10 s. Each function's last check is kept
+	// (`Function.last_check`).
 	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /v1/apps (the `SyncApp` operationId).
-	SyncApp(ctx context.Context, body SyncAppJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	SyncApp(ctx context.Context, params *SyncAppParams, body SyncAppJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ResolveCallbackWithBody Resolves a run's callback with the request body as its data. No JWT; the token is the credential.
 	//
@@ -3408,11 +3543,26 @@ func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*ht
 
 // SyncAppWithBody Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 //
+// With `check`, the gateway first checks the app's code against the live runs of
+// each of its functions that is registered already (runs not ended, with at least
+// one journal entry; at most `check_sample` of them per function, one run of each
+// place in the journal first): it sends the code at the function's new URL a
+// replay-only invocation of each run's journal (InvocationRequest `replay_only`),
+// which runs no step body and journals nothing, and reads what the code would do
+// next or where it diverges. When any run would break (a divergence, or an answer
+// other than `replayed`), nothing is registered and the answer is a 409 with the
+// check, unless `force`. With `dry_run`, nothing is registered whatever the check
+// finds (200 with the check). A check needs `runs:read` as well (it shows run
+// ids); it goes only to an app whose manifest says `replay_only: true` (else a 409
+// saying so, unless `force`), takes at most 60 s in all and each replay at most
+// the function's `timeout` and 10 s. Each function's last check is kept
+// (`Function.last_check`).
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v1/apps (the `SyncApp` operationId).
-func (c *Client) SyncAppWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewSyncAppRequestWithBody(c.Server, contentType, body)
+func (c *Client) SyncAppWithBody(ctx context.Context, params *SyncAppParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSyncAppRequestWithBody(c.Server, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -3425,11 +3575,26 @@ func (c *Client) SyncAppWithBody(ctx context.Context, contentType string, body i
 
 // SyncApp Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 //
+// With `check`, the gateway first checks the app's code against the live runs of
+// each of its functions that is registered already (runs not ended, with at least
+// one journal entry; at most `check_sample` of them per function, one run of each
+// place in the journal first): it sends the code at the function's new URL a
+// replay-only invocation of each run's journal (InvocationRequest `replay_only`),
+// which runs no step body and journals nothing, and reads what the code would do
+// next or where it diverges. When any run would break (a divergence, or an answer
+// other than `replayed`), nothing is registered and the answer is a 409 with the
+// check, unless `force`. With `dry_run`, nothing is registered whatever the check
+// finds (200 with the check). A check needs `runs:read` as well (it shows run
+// ids); it goes only to an app whose manifest says `replay_only: true` (else a 409
+// saying so, unless `force`), takes at most 60 s in all and each replay at most
+// the function's `timeout` and 10 s. Each function's last check is kept
+// (`Function.last_check`).
+//
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /v1/apps (the `SyncApp` operationId).
-func (c *Client) SyncApp(ctx context.Context, body SyncAppJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewSyncAppRequest(c.Server, body)
+func (c *Client) SyncApp(ctx context.Context, params *SyncAppParams, body SyncAppJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSyncAppRequest(c.Server, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -5094,18 +5259,18 @@ func NewReadyzRequest(server string) (*http.Request, error) {
 }
 
 // NewSyncAppRequest calls the generic SyncApp builder with application/json body
-func NewSyncAppRequest(server string, body SyncAppJSONRequestBody) (*http.Request, error) {
+func NewSyncAppRequest(server string, params *SyncAppParams, body SyncAppJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewSyncAppRequestWithBody(server, "application/json", bodyReader)
+	return NewSyncAppRequestWithBody(server, params, "application/json", bodyReader)
 }
 
 // NewSyncAppRequestWithBody constructs an http.Request for the SyncApp method, with any body, and a specified content type
-func NewSyncAppRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+func NewSyncAppRequestWithBody(server string, params *SyncAppParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -5121,6 +5286,69 @@ func NewSyncAppRequestWithBody(server string, contentType string, body io.Reader
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Check != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "check", *params.Check, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Force != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "force", *params.Force, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.DryRun != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "dry_run", *params.DryRun, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.CheckSample != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "check_sample", *params.CheckSample, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
@@ -7429,17 +7657,47 @@ type ClientWithResponsesInterface interface {
 
 	// SyncAppWithBodyWithResponse Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 	//
+	// With `check`, the gateway first checks the app's code against the live runs of
+	// each of its functions that is registered already (runs not ended, with at least
+	// one journal entry; at most `check_sample` of them per function, one run of each
+	// place in the journal first): it sends the code at the function's new URL a
+	// replay-only invocation of each run's journal (InvocationRequest `replay_only`),
+	// which runs no step body and journals nothing, and reads what the code would do
+	// next or where it diverges. When any run would break (a divergence, or an answer
+	// other than `replayed`), nothing is registered and the answer is a 409 with the
+	// check, unless `force`. With `dry_run`, nothing is registered whatever the check
+	// finds (200 with the check). A check needs `runs:read` as well (it shows run
+	// ids); it goes only to an app whose manifest says `replay_only: true` (else a 409
+	// saying so, unless `force`), takes at most 60 s in all and each replay at most
+	// the function's `timeout` and 10 s. Each function's last check is kept
+	// (`Function.last_check`).
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/apps (the `SyncApp` operationId).
-	SyncAppWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SyncAppResponse, error)
+	SyncAppWithBodyWithResponse(ctx context.Context, params *SyncAppParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SyncAppResponse, error)
 
 	// SyncAppWithResponse Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
+	//
+	// With `check`, the gateway first checks the app's code against the live runs of
+	// each of its functions that is registered already (runs not ended, with at least
+	// one journal entry; at most `check_sample` of them per function, one run of each
+	// place in the journal first): it sends the code at the function's new URL a
+	// replay-only invocation of each run's journal (InvocationRequest `replay_only`),
+	// which runs no step body and journals nothing, and reads what the code would do
+	// next or where it diverges. When any run would break (a divergence, or an answer
+	// other than `replayed`), nothing is registered and the answer is a 409 with the
+	// check, unless `force`. With `dry_run`, nothing is registered whatever the check
+	// finds (200 with the check). A check needs `runs:read` as well (it shows run
+	// ids); it goes only to an app whose manifest says `replay_only: true` (else a 409
+	// saying so, unless `force`), takes at most 60 s in all and each replay at most
+	// the function's `timeout` and 10 s. Each function's last check is kept
+	// (`Function.last_check`).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/apps (the `SyncApp` operationId).
-	SyncAppWithResponse(ctx context.Context, body SyncAppJSONRequestBody, reqEditors ...RequestEditorFn) (*SyncAppResponse, error)
+	SyncAppWithResponse(ctx context.Context, params *SyncAppParams, body SyncAppJSONRequestBody, reqEditors ...RequestEditorFn) (*SyncAppResponse, error)
 
 	// ResolveCallbackWithBodyWithResponse Resolves a run's callback with the request body as its data. No JWT; the token is the credential.
 	//
@@ -8613,19 +8871,21 @@ type SyncAppResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *FunctionList
+	JSON200 *AppSyncResult
 	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationProblemJSON400 *BadRequest
 	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationProblemJSON401 *Unauthorized
 	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationProblemJSON409 *AppCheckRefused
 	// ApplicationProblemJSON502 the response for an HTTP 502 `application/problem+json` response
 	ApplicationProblemJSON502 *BadGateway
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r SyncAppResponse) GetJSON200() *FunctionList {
+func (r SyncAppResponse) GetJSON200() *AppSyncResult {
 	return r.JSON200
 }
 
@@ -8642,6 +8902,11 @@ func (r SyncAppResponse) GetApplicationProblemJSON401() *Unauthorized {
 // GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r SyncAppResponse) GetApplicationProblemJSON403() *Forbidden {
 	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r SyncAppResponse) GetApplicationProblemJSON409() *AppCheckRefused {
+	return r.ApplicationProblemJSON409
 }
 
 // GetApplicationProblemJSON502 returns the response for an HTTP 502 `application/problem+json` response
@@ -11751,11 +12016,26 @@ func (c *ClientWithResponses) ReadyzWithResponse(ctx context.Context, reqEditors
 
 // SyncAppWithBodyWithResponse Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 //
+// With `check`, the gateway first checks the app's code against the live runs of
+// each of its functions that is registered already (runs not ended, with at least
+// one journal entry; at most `check_sample` of them per function, one run of each
+// place in the journal first): it sends the code at the function's new URL a
+// replay-only invocation of each run's journal (InvocationRequest `replay_only`),
+// which runs no step body and journals nothing, and reads what the code would do
+// next or where it diverges. When any run would break (a divergence, or an answer
+// other than `replayed`), nothing is registered and the answer is a 409 with the
+// check, unless `force`. With `dry_run`, nothing is registered whatever the check
+// finds (200 with the check). A check needs `runs:read` as well (it shows run
+// ids); it goes only to an app whose manifest says `replay_only: true` (else a 409
+// saying so, unless `force`), takes at most 60 s in all and each replay at most
+// the function's `timeout` and 10 s. Each function's last check is kept
+// (`Function.last_check`).
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/apps (the `SyncApp` operationId).
-func (c *ClientWithResponses) SyncAppWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SyncAppResponse, error) {
-	rsp, err := c.SyncAppWithBody(ctx, contentType, body, reqEditors...)
+func (c *ClientWithResponses) SyncAppWithBodyWithResponse(ctx context.Context, params *SyncAppParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SyncAppResponse, error) {
+	rsp, err := c.SyncAppWithBody(ctx, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -11764,11 +12044,26 @@ func (c *ClientWithResponses) SyncAppWithBodyWithResponse(ctx context.Context, c
 
 // SyncAppWithResponse Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 //
+// With `check`, the gateway first checks the app's code against the live runs of
+// each of its functions that is registered already (runs not ended, with at least
+// one journal entry; at most `check_sample` of them per function, one run of each
+// place in the journal first): it sends the code at the function's new URL a
+// replay-only invocation of each run's journal (InvocationRequest `replay_only`),
+// which runs no step body and journals nothing, and reads what the code would do
+// next or where it diverges. When any run would break (a divergence, or an answer
+// other than `replayed`), nothing is registered and the answer is a 409 with the
+// check, unless `force`. With `dry_run`, nothing is registered whatever the check
+// finds (200 with the check). A check needs `runs:read` as well (it shows run
+// ids); it goes only to an app whose manifest says `replay_only: true` (else a 409
+// saying so, unless `force`), takes at most 60 s in all and each replay at most
+// the function's `timeout` and 10 s. Each function's last check is kept
+// (`Function.last_check`).
+//
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/apps (the `SyncApp` operationId).
-func (c *ClientWithResponses) SyncAppWithResponse(ctx context.Context, body SyncAppJSONRequestBody, reqEditors ...RequestEditorFn) (*SyncAppResponse, error) {
-	rsp, err := c.SyncApp(ctx, body, reqEditors...)
+func (c *ClientWithResponses) SyncAppWithResponse(ctx context.Context, params *SyncAppParams, body SyncAppJSONRequestBody, reqEditors ...RequestEditorFn) (*SyncAppResponse, error) {
+	rsp, err := c.SyncApp(ctx, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -13275,7 +13570,7 @@ func ParseSyncAppResponse(rsp *http.Response) (*SyncAppResponse, error) {
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest FunctionList
+		var dest AppSyncResult
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -13301,6 +13596,13 @@ func ParseSyncAppResponse(rsp *http.Response) (*SyncAppResponse, error) {
 			return nil, err
 		}
 		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest AppCheckRefused
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
 		var dest BadGateway

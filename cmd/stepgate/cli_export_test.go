@@ -32,7 +32,7 @@ func TestRunsExport(t *testing.T) {
 	}) (string, error) {
 		return step.Run(ctx, "greeting", func(context.Context) (string, error) { return "Hello, " + in.Name, nil })
 	})
-	synced, err := api.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	synced, err := api.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: s.ServeApp(t, app)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
 	started, err := api.StartRunWithBodyWithResponse(t.Context(), "greet", &protocol.StartRunParams{Wait: new("30s")}, "application/json", strings.NewReader(`{"name":"Ada"}`))

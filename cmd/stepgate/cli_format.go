@@ -151,7 +151,77 @@ func writeFunction(w io.Writer, f *protocol.Function, loc *time.Location) error 
 		}
 	}
 	fmt.Fprintf(tw, "registered\t%s\n", formatTime(&f.CreatedAt, loc))
-	return tw.Flush()
+	if lc := f.LastCheck; lc != nil {
+		verdict := "not registered"
+		switch {
+		case lc.Forced != nil && *lc.Forced:
+			verdict = "registered with --force"
+		case lc.Registered:
+			verdict = "registered"
+		}
+		fmt.Fprintf(tw, "last check\t%s, %s, %s\n", formatTime(&lc.CheckedAt, loc), checkCounts(&lc.Check), verdict)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if lc := f.LastCheck; lc != nil {
+		return writeBrokenRuns(w, &lc.Check)
+	}
+	return nil
+}
+
+// writeAppCheck writes a check of an app against its functions' live runs: a line per
+// function, then each run that would break and why.
+func writeAppCheck(w io.Writer, c *protocol.AppCheck) error {
+	verdict := "ok: no live run would break"
+	if !c.Ok {
+		verdict = "NOT OK: live runs would break"
+	}
+	if c.Reason != nil {
+		verdict = "NOT CHECKED: " + *c.Reason
+	}
+	fmt.Fprintf(w, "check: %s\n", verdict)
+	tw := newTable(w)
+	fmt.Fprintln(tw, "FUNCTION\tLIVE\tCHECKED\tCLEAN\tBROKEN")
+	for _, f := range c.Functions {
+		live := strconv.Itoa(f.Live)
+		if f.More != nil && *f.More {
+			live += "+"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\n", f.Function, live, f.Checked, f.Clean, len(f.Broken))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for i := range c.Functions {
+		if err := writeBrokenRuns(w, &c.Functions[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkCounts says in a few words what a function's check found.
+func checkCounts(f *protocol.FunctionCheck) string {
+	return fmt.Sprintf("%d live, %d checked, %d clean, %d broken", f.Live, f.Checked, f.Clean, len(f.Broken))
+}
+
+// writeBrokenRuns writes a line for each live run of f's check that would break.
+func writeBrokenRuns(w io.Writer, f *protocol.FunctionCheck) error {
+	for _, b := range f.Broken {
+		why := "?"
+		switch {
+		case b.Divergence != nil:
+			d := b.Divergence
+			why = fmt.Sprintf("at seq %d the journal holds %s %q, the new code asks for %s %q", d.Seq, d.Journal.Kind, d.Journal.Name, d.Asked.Kind, d.Asked.Name)
+		case b.Error != nil:
+			why = b.Error.Type + ": " + b.Error.Message
+		}
+		if _, err := fmt.Fprintf(w, "  %s run %s (revision %d): %s\n", f.Function, b.RunID, b.Revision, why); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // writeRunsTable writes runs as a table: ID FUNCTION STATUS INVOCATIONS CREATED

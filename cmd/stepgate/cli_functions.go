@@ -122,10 +122,14 @@ func (c *cli) functionsDelete(ctx context.Context, args []string) error {
 		})
 }
 
-// appsSync runs "stepgate apps sync URL".
+// appsSync runs "stepgate apps sync URL [--check [--force] [--sample N]] [--dry-run]".
 func (c *cli) appsSync(ctx context.Context, args []string) error {
 	fs := c.newFlagSet("apps sync", "URL")
 	cf := addClientFlags(fs, true)
+	check := fs.Bool("check", false, "replay the functions' live runs against the new code first, and register nothing if one would break")
+	force := fs.Bool("force", false, "with --check, register even if runs would break")
+	dryRun := fs.Bool("dry-run", false, "check only (as --check), register nothing")
+	sample := fs.Int("sample", 0, "with --check, the live runs replayed per function, `N` from 1 to 100 (gateway default 20)")
 	pos, err := parseCommand(fs, args, "URL")
 	if err != nil {
 		return err
@@ -134,11 +138,38 @@ func (c *cli) appsSync(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	params := &protocol.SyncAppParams{}
+	if *check {
+		params.Check = check
+	}
+	if *force {
+		params.Force = force
+	}
+	if *dryRun {
+		params.DryRun = dryRun
+	}
+	if *sample != 0 {
+		params.CheckSample = sample
+	}
+	timeout := requestTimeout
+	if *check || *dryRun {
+		timeout += 90 * time.Second // a check takes at most a minute on the gateway
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	resp, err := cl.SyncAppWithResponse(ctx, protocol.AppSync{URL: pos[0]})
+	resp, err := cl.SyncAppWithResponse(ctx, params, protocol.AppSync{URL: pos[0]})
 	if err != nil {
 		return requestError("sync app "+pos[0], err)
+	}
+	if resp.ApplicationProblemJSON409 != nil {
+		if cf.json {
+			if err := printRaw(c.stdout, resp.Body); err != nil {
+				return err
+			}
+		} else if err := writeAppCheck(c.stdout, &resp.ApplicationProblemJSON409.Check); err != nil {
+			return err
+		}
+		return problemError(resp.StatusCode(), resp.Body)
 	}
 	if err := expect(resp, http.StatusOK); err != nil {
 		return err
@@ -148,6 +179,15 @@ func (c *cli) appsSync(ctx context.Context, args []string) error {
 	}
 	if resp.JSON200 == nil {
 		return fmt.Errorf("sync app %s: unexpected response %q", pos[0], resp.ContentType())
+	}
+	if chk := resp.JSON200.Check; chk != nil {
+		if err := writeAppCheck(c.stdout, chk); err != nil {
+			return err
+		}
+		if !chk.Registered {
+			_, err := fmt.Fprintf(c.stdout, "dry run: nothing registered\n")
+			return err
+		}
 	}
 	fns := resp.JSON200.Functions
 	fmt.Fprintf(c.stdout, "synced %s from %s\n", plural(len(fns), "function", "functions"), pos[0])

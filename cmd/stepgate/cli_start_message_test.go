@@ -29,7 +29,7 @@ func TestInvokeWithMessage(t *testing.T) {
 		m, err := step.Receive[any](ctx, "go", step.Timeout(time.Hour)).Get()
 		return m.Data, err
 	})
-	synced, err := api.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: s.ServeApp(t, app)})
+	synced, err := api.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: s.ServeApp(t, app)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
 

@@ -247,7 +247,7 @@ func syncApp(ctx context.Context, baseURL, token, appURL string) ([]string, erro
 	if err != nil {
 		return nil, err
 	}
-	resp, err := client.SyncAppWithResponse(ctx, protocol.AppSync{URL: appURL})
+	resp, err := client.SyncAppWithResponse(ctx, nil, protocol.AppSync{URL: appURL})
 	if err != nil {
 		return nil, err
 	}

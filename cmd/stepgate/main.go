@@ -112,7 +112,10 @@ Functions and apps:
   functions get NAME               one function's current revision
   functions queue NAME             its queued, running and held runs, per concurrency key
   functions delete NAME            unregister a function; its runs are kept
-  apps sync URL                    register every function in an app's manifest
+  apps sync URL [--check [--force] [--sample N]] [--dry-run]
+                                   register every function in an app's manifest; --check
+                                   first replays live runs against the new code and
+                                   registers nothing if one would break
 
 Runs:
   invoke NAME [--data JSON | --data @FILE | <FILE] [--wait [DURATION]] [--idempotency-key KEY]

@@ -192,7 +192,7 @@ func TestStopDrainsThenShutsDown(t *testing.T) {
 		return nil
 	}))
 	require.NoError(t, err)
-	synced, err := client.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: fn.URL + "/"})
+	synced, err := client.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: fn.URL + "/"})
 	require.NoError(t, err)
 	require.NotNil(t, synced.JSON200, string(synced.Body))
 

@@ -67,7 +67,7 @@ func TestTourProgramRuns(t *testing.T) {
 	// apps sync, once the program listens.
 	appURL := "http://" + addr + "/"
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		resp, err := c.SyncAppWithResponse(t.Context(), protocol.AppSync{URL: appURL})
+		resp, err := c.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: appURL})
 		if assert.NoError(ct, err) {
 			assert.Equal(ct, http.StatusOK, resp.StatusCode(), string(resp.Body))
 		}

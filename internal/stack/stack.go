@@ -234,7 +234,7 @@ func (s *Stack) SyncExamples(tb testing.TB) {
 // Sync registers every function of the app at appURL.
 func (s *Stack) Sync(tb testing.TB, appURL string) {
 	tb.Helper()
-	resp, err := s.Client(tb, s.Token).SyncAppWithResponse(tb.Context(), protocol.AppSync{URL: appURL})
+	resp, err := s.Client(tb, s.Token).SyncAppWithResponse(tb.Context(), nil, protocol.AppSync{URL: appURL})
 	if err != nil {
 		tb.Fatal(err)
 	}

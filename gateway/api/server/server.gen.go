@@ -28,7 +28,7 @@ type ServerInterface interface {
 	Readyz(ctx echo.Context) error
 	// SyncApp Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 	// (POST /v1/apps)
-	SyncApp(ctx echo.Context) error
+	SyncApp(ctx echo.Context, params SyncAppParams) error
 	// ResolveCallback Resolves a run's callback with the request body as its data. No JWT; the token is the credential.
 	// (POST /v1/callbacks/{token})
 	ResolveCallback(ctx echo.Context, token CallbackToken) error
@@ -184,8 +184,38 @@ func (w *ServerInterfaceWrapper) Readyz(ctx echo.Context) error {
 func (w *ServerInterfaceWrapper) SyncApp(ctx echo.Context) error {
 	var err error
 
+	// Parameter object where we will unmarshal all parameters from the context
+	var params SyncAppParams
+	// ------------- Optional query parameter "check" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "check", ctx.QueryParams(), &params.Check, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter check: %s", err))
+	}
+
+	// ------------- Optional query parameter "force" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "force", ctx.QueryParams(), &params.Force, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter force: %s", err))
+	}
+
+	// ------------- Optional query parameter "dry_run" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "dry_run", ctx.QueryParams(), &params.DryRun, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter dry_run: %s", err))
+	}
+
+	// ------------- Optional query parameter "check_sample" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "check_sample", ctx.QueryParams(), &params.CheckSample, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter check_sample: %s", err))
+	}
+
 	// Invoke the callback with all the unmarshaled arguments
-	err = w.Handler.SyncApp(ctx)
+	err = w.Handler.SyncApp(ctx, params)
 	return err
 }
 
@@ -1344,14 +1374,15 @@ func (response Readyz503ApplicationProblemPlusJSONResponse) VisitReadyzResponse(
 }
 
 type SyncAppRequestObject struct {
-	Body *SyncAppJSONRequestBody
+	Params SyncAppParams
+	Body   *SyncAppJSONRequestBody
 }
 
 type SyncAppResponseObject interface {
 	VisitSyncAppResponse(w http.ResponseWriter) error
 }
 
-type SyncApp200JSONResponse FunctionList
+type SyncApp200JSONResponse AppSyncResult
 
 func (response SyncApp200JSONResponse) VisitSyncAppResponse(w http.ResponseWriter) error {
 
@@ -1409,6 +1440,20 @@ func (response SyncApp403ApplicationProblemPlusJSONResponse) VisitSyncAppRespons
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SyncApp409ApplicationProblemPlusJSONResponse AppCheckRefused
+
+func (response SyncApp409ApplicationProblemPlusJSONResponse) VisitSyncAppResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -5567,8 +5612,10 @@ func (sh *strictHandler) Readyz(ctx echo.Context) error {
 }
 
 // SyncApp operation middleware
-func (sh *strictHandler) SyncApp(ctx echo.Context) error {
+func (sh *strictHandler) SyncApp(ctx echo.Context, params SyncAppParams) error {
 	var request SyncAppRequestObject
+
+	request.Params = params
 
 	var body SyncAppJSONRequestBody
 	var err error

@@ -1,0 +1,165 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/stepgate/stepgate/access"
+	"github.com/stepgate/stepgate/invoker"
+	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/protocol"
+)
+
+// Bounds of a check of an app against its functions' live runs (POST /v1/apps?check=true).
+const (
+	// DefaultCheckSample and MaxCheckSample: the live runs a check replays per function.
+	DefaultCheckSample = 20
+	MaxCheckSample     = 100
+	// MaxCheckTime bounds a whole check; a replay it cuts short is a failed one.
+	MaxCheckTime = 60 * time.Second
+)
+
+// syncOptions are a sync's query parameters, checked.
+type syncOptions struct {
+	check, force, dryRun bool
+	sample               int
+}
+
+// syncOptions reads and checks params: check_sample within its bounds, force and
+// check_sample only with a check, and a check only for a caller who may read runs.
+func (s *Server) syncOptions(ctx context.Context, params protocol.SyncAppParams) (syncOptions, error) {
+	o := syncOptions{
+		dryRun: params.DryRun != nil && *params.DryRun,
+		force:  params.Force != nil && *params.Force,
+		sample: DefaultCheckSample,
+	}
+	o.check = o.dryRun || (params.Check != nil && *params.Check)
+	if params.CheckSample != nil {
+		if n := *params.CheckSample; n < 1 || n > MaxCheckSample {
+			return o, badRequest("check_sample %d is out of its bounds, 1 to %d", n, MaxCheckSample)
+		}
+		o.sample = *params.CheckSample
+	}
+	switch {
+	case !o.check && (o.force || params.CheckSample != nil):
+		return o, badRequest("force and check_sample go with check=true or dry_run=true")
+	case o.check && !identity(ctx).Has(access.PermissionRunsRead):
+		return o, &problemError{http.StatusForbidden, fmt.Sprintf(
+			"a check shows the ids of live runs, so it needs the permission %s as well as %s", access.PermissionRunsRead, access.PermissionFunctionsWrite)}
+	}
+	return o, nil
+}
+
+// checkApp checks the new code of each of regs (the app's manifest m, validated) against
+// its function's live runs, decides whether the sync registers it (opts), and keeps each
+// function's check as its last. A function's runs are replayed only when m says the app
+// answers replay-only invocations; otherwise a function with live runs is not ok.
+func (s *Server) checkApp(ctx context.Context, m *protocol.Manifest, regs []*registration, opts syncOptions) (*protocol.AppCheck, error) {
+	ctx, cancel := context.WithTimeout(ctx, MaxCheckTime)
+	defer cancel()
+	db := s.tenantDB(ctx)
+	replays := m.ReplayOnly != nil && *m.ReplayOnly
+	c := &protocol.AppCheck{CheckedAt: time.Now().UTC(), Ok: true, Functions: make([]protocol.FunctionCheck, 0, len(regs))}
+	for _, r := range regs {
+		fc := protocol.FunctionCheck{Function: r.name, URL: &r.url, Broken: []protocol.RunCheck{}}
+		if !replays {
+			live, err := journal.LiveRunsToCheck(ctx, db, db.Tenant(), r.name, 1)
+			if err != nil {
+				return nil, err
+			}
+			fc.Live = live.Live
+			if live.More {
+				fc.More = new(true)
+			}
+			if fc.Live > 0 || live.More {
+				c.Ok = false
+				c.Reason = new("the app's manifest does not say replay_only: true, so its SDK may run the steps of a replay-only invocation: " +
+					"none was sent, and its functions' live runs are not checked")
+			}
+			c.Functions = append(c.Functions, fc)
+			continue
+		}
+		lc, err := s.inv.CheckLiveRuns(ctx, db, invoker.CheckTarget{Function: r.name, URL: r.url, Timeout: r.config.Timeout}, opts.sample)
+		if err != nil {
+			return nil, err
+		}
+		fc.Live = lc.Live
+		if lc.More {
+			fc.More = new(true)
+		}
+		for _, rc := range lc.Replays {
+			fc.Checked++
+			if rc.Clean() {
+				fc.Clean++
+				continue
+			}
+			broken := protocol.RunCheck{RunID: rc.RunID, Revision: rc.Revision, Error: errorToAPI(rc.Error)}
+			if rc.Replay != nil {
+				broken.Divergence = rc.Replay.Divergence
+			}
+			fc.Broken = append(fc.Broken, broken)
+			c.Ok = false
+		}
+		c.Functions = append(c.Functions, fc)
+	}
+	c.Registered = !opts.dryRun && (c.Ok || opts.force)
+	if c.Registered && !c.Ok {
+		c.Forced = new(true)
+	}
+	return c, s.keepChecks(context.WithoutCancel(ctx), c)
+}
+
+// keepChecks keeps each function's part of c as its last check.
+func (s *Server) keepChecks(ctx context.Context, c *protocol.AppCheck) error {
+	db := s.tenantDB(ctx)
+	for _, fc := range c.Functions {
+		raw, err := json.Marshal(fc)
+		if err != nil {
+			return fmt.Errorf("encode check of %s: %w", fc.Function, err)
+		}
+		err = journal.PutFunctionCheck(ctx, db, journal.FunctionCheck{
+			Tenant: db.Tenant(), Function: fc.Function, CheckedAt: c.CheckedAt, Subject: identity(ctx).Subject,
+			Registered: c.Registered, Forced: c.Forced != nil && *c.Forced, Result: raw,
+		})
+		if err != nil {
+			return fmt.Errorf("keep check of %s: %w", fc.Function, err)
+		}
+	}
+	return nil
+}
+
+// refusal is the detail of a 409 for the check c: how many runs would break, of which
+// functions, or why the app could not be checked.
+func refusal(c *protocol.AppCheck) string {
+	if c.Reason != nil {
+		return "nothing was registered: " + *c.Reason + " (force=true registers anyway)"
+	}
+	var parts []string
+	for _, f := range c.Functions {
+		if len(f.Broken) > 0 {
+			parts = append(parts, fmt.Sprintf("%s: %d of %d live runs checked", f.Function, len(f.Broken), f.Checked))
+		}
+	}
+	return "nothing was registered: the new code would break live runs (" + strings.Join(parts, "; ") +
+		"); each is in check.functions[].broken (force=true registers anyway)"
+}
+
+// lastCheckToAPI returns a function's last check for the API; unless reveal, the URL
+// it checked is masked as a function's is (redactURL).
+func lastCheckToAPI(c *journal.FunctionCheck, reveal bool) (*protocol.FunctionLastCheck, error) {
+	out := &protocol.FunctionLastCheck{CheckedAt: c.CheckedAt, Registered: c.Registered, Subject: &c.Subject}
+	if c.Forced {
+		out.Forced = new(true)
+	}
+	if err := json.Unmarshal(c.Result, &out.Check); err != nil {
+		return nil, fmt.Errorf("decode last check of %s: %w", c.Function, err)
+	}
+	if out.Check.URL != nil && !reveal {
+		out.Check.URL = new(redactURL(*out.Check.URL))
+	}
+	return out, nil
+}
