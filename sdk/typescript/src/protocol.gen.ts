@@ -123,7 +123,23 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`. */
+        /**
+         * Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
+         * @description With `check`, the gateway first checks the app's code against the live runs of
+         *     each of its functions that is registered already (runs not ended, with at least
+         *     one journal entry; at most `check_sample` of them per function, one run of each
+         *     place in the journal first): it sends the code at the function's new URL a
+         *     replay-only invocation of each run's journal (InvocationRequest `replay_only`),
+         *     which runs no step body and journals nothing, and reads what the code would do
+         *     next or where it diverges. When any run would break (a divergence, or an answer
+         *     other than `replayed`), nothing is registered and the answer is a 409 with the
+         *     check, unless `force`. With `dry_run`, nothing is registered whatever the check
+         *     finds (200 with the check). A check needs `runs:read` as well (it shows run
+         *     ids); it goes only to an app whose manifest says `replay_only: true` (else a 409
+         *     saying so, unless `force`), takes at most 60 s in all and each replay at most
+         *     the function's `timeout` and 10 s. Each function's last check is kept
+         *     (`Function.last_check`).
+         */
         post: operations["syncApp"];
         delete?: never;
         options?: never;
@@ -1411,6 +1427,21 @@ export interface components {
              * @description When this revision was registered.
              */
             created_at: string;
+            last_check?: components["schemas"]["FunctionLastCheck"];
+        };
+        /**
+         * @description The function's last check against its live runs (`POST /v1/apps?check=true`), in
+         *     `GET /v1/functions/{name}` only.
+         */
+        FunctionLastCheck: {
+            /** Format: date-time */
+            checked_at: string;
+            /** @description The sync that made it registered the code checked. */
+            registered: boolean;
+            forced?: boolean;
+            /** @description Who asked for it. */
+            subject?: string;
+            check: components["schemas"]["FunctionCheck"];
         };
         FunctionList: {
             functions: components["schemas"]["Function"][];
@@ -1472,6 +1503,64 @@ export interface components {
         AppSync: {
             /** @description The app's base URL; its manifest is GET at this URL. */
             url: string;
+        };
+        AppSyncResult: {
+            /** @description The functions registered, each at its new revision; none for a `dry_run` or a refused check. */
+            functions: components["schemas"]["Function"][];
+            check?: components["schemas"]["AppCheck"];
+        };
+        /**
+         * @description What a check of an app's new code against its functions' live runs found
+         *     (`POST /v1/apps?check=true`). `ok` is true when every run replayed cleanly.
+         */
+        AppCheck: {
+            /** Format: date-time */
+            checked_at: string;
+            /** @description No run would break. */
+            ok: boolean;
+            /** @description The sync registered the new code (false for a refused check or a `dry_run`). */
+            registered: boolean;
+            /** @description Registered with `force` although the check was not ok. */
+            forced?: boolean;
+            /** @description Why the app could not be checked at all (its SDK does not answer replay-only invocations). */
+            reason?: string;
+            functions: components["schemas"]["FunctionCheck"][];
+        };
+        /**
+         * @description One function's part of a check: `live` runs not ended with a journal (`more`:
+         *     there are more than the 10,000 newest the check counts), `checked` of them
+         *     replayed, `clean` of those replayed cleanly, and each that did not in `broken`.
+         *     A function new to the gateway has no live runs.
+         */
+        FunctionCheck: {
+            function: string;
+            /** @description Where the new code was asked (masked as a function's URL is). */
+            url?: string;
+            live: number;
+            more?: boolean;
+            checked: number;
+            clean: number;
+            broken: components["schemas"]["RunCheck"][];
+        };
+        /**
+         * @description A live run the new code would break: where its replay diverges from the journal
+         *     (`divergence`), or how the replay-only invocation failed (`error`: it did not
+         *     answer, or answered something other than `replayed`).
+         */
+        RunCheck: {
+            run_id: string;
+            /** @description The revision the run is on. */
+            revision: number;
+            divergence?: components["schemas"]["ReplayDivergence"];
+            error?: components["schemas"]["ErrorInfo"];
+        };
+        /** @description An RFC 9457 problem (409) with the check that refused the sync. */
+        AppCheckRefused: {
+            type?: string;
+            title: string;
+            status: number;
+            detail: string;
+            check: components["schemas"]["AppCheck"];
         };
         /** @enum {string} */
         RunStatus: "scheduled" | "queued" | "running" | "suspended" | "completed" | "failed" | "cancelled";
@@ -2787,7 +2876,16 @@ export interface operations {
     };
     syncApp: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Check the new code against the live runs before registering it. */
+                check?: boolean;
+                /** @description With `check`, register even when the check finds runs that would break. */
+                force?: boolean;
+                /** @description Check only (implies `check`); register nothing. */
+                dry_run?: boolean;
+                /** @description The live runs replayed per function, 1 to 100 (default 20). */
+                check_sample?: number;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -2803,18 +2901,27 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The functions registered, each at its new revision. */
+            /** @description The functions registered, each at its new revision (none for a `dry_run`), and the check when one was asked for. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["FunctionList"];
+                    "application/json": components["schemas"]["AppSyncResult"];
                 };
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
+            /** @description The check found live runs the new code would break (or could not check the app); nothing was registered. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["AppCheckRefused"];
+                };
+            };
             502: components["responses"]["BadGateway"];
         };
     };
