@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stepgate/stepgate/auth"
+	"github.com/stepgate/stepgate/functions"
+	"github.com/stepgate/stepgate/functions/step"
+	"github.com/stepgate/stepgate/internal/stack"
+	"github.com/stepgate/stepgate/protocol"
+)
+
+// TestAppsSyncCheck runs "stepgate apps sync URL --check" against a real gateway: a
+// change that reorders two steps while a run is suspended between them is refused (the
+// command fails, naming the run and the divergence, and registers nothing), --dry-run
+// registers nothing, --force registers, and "functions get" shows the last check.
+func TestAppsSyncCheck(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	token := s.NewToken(t, auth.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}})
+	api := s.Client(t, token)
+	app := func(first, second string) string {
+		a := s.NewApp()
+		functions.Register(a, "order", func(ctx context.Context, _ struct{}) (string, error) {
+			if _, err := step.Run(ctx, first, func(context.Context) (int, error) { return 1, nil }); err != nil {
+				return "", err
+			}
+			if err := step.Sleep(ctx, "cool off", time.Hour); err != nil {
+				return "", err
+			}
+			return step.Run(ctx, second, func(context.Context) (string, error) { return "ok", nil })
+		})
+		return s.ServeApp(t, a)
+	}
+	v1, v2 := app("reserve", "charge"), app("charge", "reserve")
+	run := func(args ...string) (string, error) {
+		c, stdout, _ := newTestCLI(map[string]string{"STEPGATE_URL": s.URL, "STEPGATE_TOKEN": token}, "")
+		err := c.run(t.Context(), args)
+		return stdout.String(), err
+	}
+	out, err := run("apps", "sync", v1, "--check")
+	require.NoError(t, err)
+	require.Contains(t, out, "check: ok: no live run would break")
+	require.Contains(t, out, "synced 1 function from "+v1)
+
+	started, err := api.StartRunWithBodyWithResponse(t.Context(), "order", &protocol.StartRunParams{}, "application/json", strings.NewReader(`{}`))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusAccepted, started.StatusCode(), string(started.Body))
+	id := started.JSON202.ID
+	stack.AwaitStatus(t, api, id, protocol.RunStatusSuspended)
+
+	out, err = run("apps", "sync", v2, "--check")
+	require.ErrorContains(t, err, "409 Conflict: nothing was registered")
+	require.Contains(t, out, "check: NOT OK: live runs would break")
+	require.Contains(t, out, "order run "+id+` (revision 1): at seq 1 the journal holds step "reserve", the new code asks for step "charge"`)
+	require.NotContains(t, out, "synced")
+
+	out, err = run("apps", "sync", v2, "--dry-run", "--sample", "3")
+	require.NoError(t, err)
+	require.Contains(t, out, "dry run: nothing registered")
+
+	out, err = run("functions", "get", "order")
+	require.NoError(t, err)
+	require.Regexp(t, `(?m)^revision +1$`, out)
+	require.Contains(t, out, "1 live, 1 checked, 0 clean, 1 broken, not registered")
+	require.Contains(t, out, "order run "+id)
+
+	out, err = run("apps", "sync", v2, "--check", "--force")
+	require.NoError(t, err)
+	require.Contains(t, out, "synced 1 function")
+	out, err = run("functions", "get", "order")
+	require.NoError(t, err)
+	require.Contains(t, out, "registered with --force")
+
+	_, err = run("apps", "sync", v2, "--force")
+	require.ErrorContains(t, err, "400 Bad Request: force and check_sample go with check=true")
+}
