@@ -54,7 +54,9 @@ type ReplayCheck struct {
 }
 
 // Clean reports whether the run replayed without a divergence.
-func (r ReplayCheck) Clean() bool { return r.Error == nil && r.Replay != nil && r.Replay.Divergence == nil }
+func (r ReplayCheck) Clean() bool {
+	return r.Error == nil && r.Replay != nil && r.Replay.Divergence == nil
+}
 
 // LiveCheck is what a check of one function found.
 type LiveCheck struct {
