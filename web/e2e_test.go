@@ -757,6 +757,11 @@ func TestDashboard(t *testing.T) {
 		runShowsItsRequests(t, b, s, c)
 	})
 
+	t.Run("FunctionShowsItsLastCheck", func(t *testing.T) {
+		b.use(t)
+		functionShowsItsLastCheck(t, b, s, c)
+	})
+
 	t.Run("ALinkForAnotherTenantAsksFirst", func(t *testing.T) {
 		b.use(t)
 		mallory := s.NewToken(t, auth.Identity{Subject: "mallory", Tenant: "evil", Roles: []string{"admin"}})

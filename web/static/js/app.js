@@ -2,6 +2,7 @@
 //   #/runs?function=&status=&range=   the runs list
 //   #/runs/<id>                      one run
 //   #/functions                      the functions
+//   #/functions/<name>               one function, with its last check against live runs
 //   #token=<jwt>                     signs in with the token and strips it from the URL
 //                                    (the link `stepgate dev` prints)
 
@@ -12,6 +13,7 @@ import { signIn } from "./pages/signin.js";
 import { runsPage } from "./pages/runs.js";
 import { runPage } from "./pages/run.js";
 import { functionsPage } from "./pages/functions.js";
+import { functionPage } from "./pages/function.js";
 
 const app = document.getElementById("app");
 let cleanup = () => {};
@@ -37,13 +39,14 @@ function route() {
   window.scrollTo(0, 0);
   if (page === "runs" && parts.length === 1) cleanup = runsPage(el, query) || cleanup;
   else if (page === "runs" && parts.length === 2) cleanup = runPage(el, parts[1]) || cleanup;
-  else if (page === "functions") cleanup = functionsPage(el, query) || cleanup;
+  else if (page === "functions" && parts.length === 1) cleanup = functionsPage(el, query) || cleanup;
+  else if (page === "functions" && parts.length === 2) cleanup = functionPage(el, parts[1]) || cleanup;
   else {
     replace(el, h("div", { class: "empty" },
       h("h2", null, "Nothing here"),
       h("p", null, "This page does not exist. ", h("a", { href: "#/runs" }, "Go to the runs"), ".")));
   }
-  document.title = (page === "functions" ? "Functions" : page === "runs" && parts[1] ? "Run" : "Runs") + " · stepgate";
+  document.title = (page === "functions" ? (parts[1] ? "Function" : "Functions") : page === "runs" && parts[1] ? "Run" : "Runs") + " · stepgate";
 }
 
 function showSignIn(message) {

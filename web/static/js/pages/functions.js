@@ -74,7 +74,7 @@ export function functionsPage(el, params) {
     const rate = s && typeof s.success_rate === "number" ? s.success_rate : null;
     return h("tr", { "data-function": f.name },
       h("td", null,
-        h("a", { href: runsLink, class: "fn-name strong" }, f.name),
+        h("a", { href: `#/functions/${encodeURIComponent(f.name)}`, class: "fn-name strong", title: "The function, with its last check against live runs" }, f.name),
         h("div", { class: "sub mono", title: f.url }, f.url)),
       h("td", null, h("span", { class: "mono" }, `v${f.revision}`), h("div", { class: "sub" }, timeAgo(f.created_at))),
       h("td", null,
