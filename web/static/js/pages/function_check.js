@@ -13,7 +13,7 @@ export function verdict(lc) {
   }
   if (lc.registered) return { id: "registered", text: "registered", cls: "ok", title: "Every live run checked replayed cleanly; the sync registered the new code." };
   if (!ok) return { id: "refused", text: "refused · not registered", cls: "err", title: "The new code would break live runs: the sync registered nothing." };
-  return { id: "dry-run", text: "dry run · not registered", cls: "", title: "Not registered although this function's runs replayed cleanly: a dry run, or a sync refused for another function of the app." };
+  return { id: "clean-unregistered", text: "clean · not registered", cls: "", title: "This function's runs replayed cleanly, but nothing was registered: a dry run, or a sync refused for another function of the app." };
 }
 
 /** lastCheck returns the panel of a function's last check lc. */
