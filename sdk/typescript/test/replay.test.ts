@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { describe, test } from "node:test";
-import { createFunction, type Context } from "../src/index.js";
+import { createFunction, StepError, type Context } from "../src/index.js";
 import { EXPORT_FORMAT, replay, ReplayDivergenceError, replayExport, type RunExport } from "../src/testing.js";
 
 /** The path of fixture name (the tests run from dist/test). */
@@ -163,6 +163,38 @@ describe("replay of a run that completed", () => {
     assert.equal(String(r.divergence), `seq 5: the journal holds completed with "shipped book" but the code asks for step`);
     assert.equal(r.answer.error?.type, "superseded", "the claim was refused");
     assert.equal(ran.n, 0, "audit did not run");
+  });
+});
+
+describe("a run's end", () => {
+  /** The completed fixture's run, with output instead, and a journal of one step "a" (output 1). */
+  const ended = (run: Partial<RunExport["run"]>): RunExport => {
+    const x = JSON.parse(readFileSync(COMPLETED, "utf8")) as RunExport;
+    delete x.run.output;
+    return { ...x, run: { ...x.run, ...run }, journal: [{ seq: 1, kind: "step", name: "a", output: 1, attempt: 1 }] };
+  };
+
+  test("an output that differs only in its keys' order is the run's", async () => {
+    const fn = createFunction({ name: "checkout" }, async ({ step }) => {
+      const a = await step.run("a", () => 0);
+      return { a, nested: { y: [1, { q: 1, p: 2 }], x: null }, b: "two" };
+    });
+    const r = await replay(fn, ended({ output: { b: "two", nested: { x: null, y: [1, { p: 2, q: 1 }] }, a: 1 } }));
+    assert.deepEqual(r.next, { kind: "completed", seq: 2 });
+  });
+
+  test("a failed run replays to its failure, of the same error type", async () => {
+    const fn = (type: string) =>
+      createFunction({ name: "checkout" }, async ({ step }) => {
+        await step.run("a", () => 0);
+        throw new StepError(0, "checkout", type, "card declined");
+      });
+    const x = ended({ status: "failed", error: { type: "card_declined", message: "card declined" } });
+    const r = await replay(fn("card_declined"), x);
+    assert.deepEqual(r.next, { kind: "failed", seq: 2 });
+    assert.equal(String(r), "replays cleanly; would end failed");
+    const other = await replayExport(fn("fraud"), x);
+    assert.equal(String(other.divergence), "seq 2: the journal holds failed with card_declined but the code asks for failed with fraud");
   });
 });
 
