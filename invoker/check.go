@@ -126,6 +126,7 @@ func (inv *Invoker) replayOnly(ctx context.Context, t CheckTarget, run *journal.
 		timeout = MaxReplayTime
 	}
 	req := invocationRequest(run, len(entries), attempts)
+	req.Run.Attempt = run.Invocations + 1 // as the run's next invocation, which is not claimed
 	req.ReplayOnly = new(true)
 	req.Deadline = new(time.Now().Add(timeout))
 	req.Checkpoint = protocol.Checkpoint{URL: inv.checkpointURL(run.ID), Token: ReplayOnlyToken}

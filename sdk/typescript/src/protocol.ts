@@ -21,3 +21,5 @@ export type StreamWrite = Schemas["StreamWrite"];
 export type InvocationClaim = Schemas["InvocationClaim"];
 export type ReplayOutcome = Schemas["ReplayOutcome"];
 export type ReplayStep = Schemas["ReplayStep"];
+export type Run = Schemas["Run"];
+export type RunExport = Schemas["RunExport"];

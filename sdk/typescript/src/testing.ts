@@ -1,5 +1,6 @@
 // @stepgate/sdk/testing: runs functions made with createFunction in this process, against
-// an in-memory journal, with no gateway and a virtual clock. See harness.
+// an in-memory journal, with no gateway and a virtual clock. See harness; and replay,
+// which replays a run exported from a gateway against the code, running no step body.
 import { toMs, type Duration } from "./duration.js";
 import { NonRetryableError, StepError } from "./errors.js";
 import type { StepgateFunction } from "./function.js";
@@ -10,6 +11,8 @@ import { TestRun, URL_PREFIX, type ChildOutcome, type Ev, type Outcome } from ".
 
 export { TestRun };
 export type { ChildOutcome, Outcome };
+export { EXPORT_FORMAT, replay, replayExport, ReplayDivergenceError } from "./testing-replay.js";
+export type { Divergence, Next, Replayed, ReplayOptions, RunExport, StepRef } from "./testing-replay.js";
 
 /** An event a run sent (step.sendEvent). */
 export interface SentEvent {
