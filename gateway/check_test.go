@@ -337,6 +337,7 @@ func TestSyncCheck(t *testing.T) {
 		require.Equal(t, http.StatusUnauthorized, <-codes, "the replay-only token checkpoints nothing")
 		require.True(t, sent.ReplayOnly != nil && *sent.ReplayOnly)
 		require.Equal(t, order, sent.Run.ID)
+		require.Equal(t, suspended.Invocations+1, sent.Run.Attempt, "as the run's next invocation")
 		require.Len(t, sent.Journal, 2, "the run's journal: its first step and its sleep")
 		require.Equal(t, suspended.Journal, getRun(t, c, order).Journal, "nothing was journaled")
 		require.EqualValues(t, 1, functionCheckOf(t, *resp.JSON200.Check, "order").Clean)
