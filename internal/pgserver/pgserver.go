@@ -51,6 +51,10 @@ type Config struct {
 
 	// MaxConnections is the server's max_connections. Defaults to 200.
 	MaxConnections int
+
+	// Settings are more server settings, each "name=value" (as postgres -c takes them),
+	// applied after the defaults, so they win: synchronous_standby_names, say.
+	Settings []string
 }
 
 // Server is a running private PostgreSQL server. Its superuser is postgres, and every
@@ -61,6 +65,7 @@ type Server struct {
 	binDir string
 	cmd    *exec.Cmd
 	log    *slog.Logger
+	cfg    Config // as started, for a restart
 
 	stopOnce sync.Once
 	stopErr  error
@@ -102,6 +107,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		dir:  dir,
 		port: cmp.Or(cfg.Port, defaultPort),
 		log:  cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)).With(slog.String("pg_dir", dir)),
+		cfg:  cfg,
 	}
 	if socket := s.socketPath() + ".lock"; len(socket) > maxSocketPath {
 		return nil, fmt.Errorf("pgserver: socket path %s is longer than %d bytes: choose a shorter dir", socket, maxSocketPath)
@@ -163,14 +169,18 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		listen = "127.0.0.1"
 	}
 	start := time.Now()
-	s.cmd = s.command(filepath.Join(binDir, "postgres"), cred, logFile,
+	args := []string{
 		"-D", dataDir,
 		"-p", strconv.Itoa(s.port),
-		"-c", "listen_addresses="+listen,
-		"-c", "unix_socket_directories="+dir,
-		"-c", "max_connections="+strconv.Itoa(cmp.Or(cfg.MaxConnections, 200)),
+		"-c", "listen_addresses=" + listen,
+		"-c", "unix_socket_directories=" + dir,
+		"-c", "max_connections=" + strconv.Itoa(cmp.Or(cfg.MaxConnections, 200)),
 		"-c", "shared_buffers=128MB",
-	)
+	}
+	for _, kv := range cfg.Settings {
+		args = append(args, "-c", kv)
+	}
+	s.cmd = s.command(filepath.Join(binDir, "postgres"), cred, logFile, args...)
 	if err := s.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("pgserver: start postgres: %w", err)
 	}

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -77,12 +76,11 @@ func (s *Server) Restart(ctx context.Context, mode ShutdownMode, down time.Durat
 		case <-t.C:
 		}
 	}
-	port := 0
-	if slices.Contains(s.cmd.Args, "listen_addresses=127.0.0.1") {
-		port = s.port
-	}
-	// The new Server's logger is dropped with it: s keeps its own.
-	n, err := Start(ctx, Config{Dir: s.dir, Port: port, BinDir: filepath.Dir(s.cmd.Path), Logger: slog.New(slog.DiscardHandler)})
+	// The same config, binaries and settings; the new Server's logger is dropped with
+	// it: s keeps its own.
+	cfg := s.cfg
+	cfg.BinDir, cfg.Logger = filepath.Dir(s.cmd.Path), slog.New(slog.DiscardHandler)
+	n, err := Start(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("pgserver: restart: %w", err)
 	}
