@@ -56,7 +56,7 @@ SELECT status, tenant, function FROM stepgate.run WHERE id = @run_id FOR UPDATE;
 -- waiting: the run waits for it (its await_callback's wait is stored).
 SELECT c.run_id::text AS run_id, c.seq, c.name, c.state, c.resolver, c.resolved_by, c.resolved_at, c.expires_at, c.awaited_seq,
     c.expires_at <= now() AS expired,
-    EXISTS (SELECT 1 FROM stepgate.run_wait w WHERE w.run_id = c.run_id AND w.seq = c.awaited_seq
+    EXISTS (SELECT 1 FROM stepgate.run_wait w WHERE w.tenant = c.tenant AND w.run_id = c.run_id AND w.seq = c.awaited_seq
         AND w.kind = 'await_callback' AND w.callback_seq = c.seq) AS waiting
 FROM stepgate.callback c WHERE c.run_id = @run_id AND c.seq = @seq FOR UPDATE;
 

@@ -57,12 +57,12 @@ FROM m;
 -- it (of kind receive, or wrapped for a wait_any's alternative alt); or, when there is
 -- none, stores the wait. taken says which.
 WITH oldest AS (
-    SELECT o.id FROM stepgate.message o
+    SELECT o.id, o.tenant FROM stepgate.message o
     WHERE o.run_id = @run_id AND o.topic = @topic AND o.consumed_seq IS NULL
     ORDER BY o.n LIMIT 1
 ), m AS (
     UPDATE stepgate.message m SET consumed_seq = sqlc.arg(seq)::int FROM oldest
-    WHERE m.run_id = @run_id AND m.id = oldest.id
+    WHERE m.tenant = oldest.tenant AND m.run_id = @run_id AND m.id = oldest.id
     RETURNING m.*
 ), out AS (
     SELECT jsonb_build_object('message', jsonb_build_object('id', m.id, 'topic', m.topic, 'data', m.data,

@@ -226,12 +226,12 @@ func (q *Queries) MessageLockTarget(ctx context.Context, arg MessageLockTargetPa
 
 const MessageReceive = `-- name: MessageReceive :one
 WITH oldest AS (
-    SELECT o.id FROM stepgate.message o
+    SELECT o.id, o.tenant FROM stepgate.message o
     WHERE o.run_id = $1 AND o.topic = $2 AND o.consumed_seq IS NULL
     ORDER BY o.n LIMIT 1
 ), m AS (
     UPDATE stepgate.message m SET consumed_seq = $3::int FROM oldest
-    WHERE m.run_id = $1 AND m.id = oldest.id
+    WHERE m.tenant = oldest.tenant AND m.run_id = $1 AND m.id = oldest.id
     RETURNING m.n, m.tenant, m.run_id, m.id, m.topic, m.data, m.identity, m.source_run_id, m.created_at, m.consumed_seq
 ), out AS (
     SELECT jsonb_build_object('message', jsonb_build_object('id', m.id, 'topic', m.topic, 'data', m.data,

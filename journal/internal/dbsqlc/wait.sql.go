@@ -207,7 +207,7 @@ WITH cand AS MATERIALIZED (
     -- One probe of the index per key. The keys are computed apart: a qual that
     -- calls match_key (not leakproof) on run_wait's side of the join could not
     -- be an index condition under row-level security.
-    SELECT w.run_id, w.seq, w.alt, w.name FROM stepgate.run_wait w
+    SELECT w.tenant, w.run_id, w.seq, w.alt, w.name FROM stepgate.run_wait w
     WHERE w.tenant = $1 AND w.event_name = $2 AND w.match_key = ANY (ARRAY(
         SELECT stepgate.match_key(s.paths, $3) FROM stepgate.wait_shape s
         WHERE s.tenant = $1 AND s.event_name = $2))
@@ -217,7 +217,7 @@ WITH cand AS MATERIALIZED (
     -- A run is resumed only by a sender who may resume it (its revision's
     -- invoke_roles and resume_roles); the others leave it waiting.
     UPDATE stepgate.run r SET wake_at = now() FROM cand, stepgate.function_revision fr
-    WHERE r.id = cand.run_id AND r.tenant = $1 AND r.status = 'suspended'
+    WHERE r.tenant = cand.tenant AND r.id = cand.run_id AND r.tenant = $1 AND r.status = 'suspended'
       AND fr.tenant = r.tenant AND fr.name = r.function AND fr.revision = r.revision
       AND stepgate.may_resume(fr.config, (SELECT e.identity FROM stepgate.event e WHERE e.tenant = $1 AND e.id = $4))
     RETURNING r.id, r.tenant, r.invocation, cand.seq, cand.alt, cand.name
@@ -227,7 +227,7 @@ WITH cand AS MATERIALIZED (
     -- alternatives of a wait_any go with it. (Each deleted row's run is read back from
     -- woken, one row a run, by entries: sqlc cannot type a RETURNING of woken's columns.)
     DELETE FROM stepgate.run_wait w USING woken WHERE w.tenant = woken.tenant AND w.run_id = woken.id AND w.seq = woken.seq
-    RETURNING w.run_id
+    RETURNING w.tenant, w.run_id
 ), out AS (
     SELECT jsonb_build_object('event', jsonb_build_object('id', e.id, 'name', e.name, 'data', e.data,
         'identity', e.identity, 'created_at', e.created_at)) AS output
@@ -237,7 +237,7 @@ WITH cand AS MATERIALIZED (
     SELECT DISTINCT ON (woken.id) woken.tenant, woken.id, woken.seq, stepgate.wait_kind(woken.alt, 'wait_event'), woken.name,
         stepgate.wait_output(woken.alt, 'wait_event', out.output), woken.invocation, now(),
         stepgate.journal_bytes_before(woken.tenant, woken.id, woken.seq) + octet_length(out.output::text)
-    FROM gone JOIN woken ON woken.id = gone.run_id, out
+    FROM gone JOIN woken ON woken.tenant = gone.tenant AND woken.id = gone.run_id, out
     ON CONFLICT (tenant, run_id, seq) DO NOTHING
 )
 SELECT DISTINCT run_id::text FROM gone ORDER BY 1
