@@ -29,8 +29,8 @@ func TestLargeJournalReadInBoundedMemory(t *testing.T) {
 	// would let a run write them. Repetitive text compresses, so Postgres stores little
 	// and serves all of it.
 	_, err := s.Pool.Exec(t.Context(), `
-		INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, journal_bytes)
-		SELECT $1, g, 'step', 'big-' || g, to_jsonb(repeat(md5(g::text), 131072)), 1, g * (4194304 + 2)
+		INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, invocation, journal_bytes)
+		SELECT (SELECT r.tenant FROM stepgate.run r WHERE r.id = $1), $1, g, 'step', 'big-' || g, to_jsonb(repeat(md5(g::text), 131072)), 1, g * (4194304 + 2)
 		FROM generate_series(1, 50) g`, res.ID)
 	require.NoError(t, err)
 

@@ -94,7 +94,7 @@ func (s Sleep) wake() (*time.Time, time.Duration, bool) { return s.Until, s.For,
 
 func (s Sleep) write(ctx context.Context, db DB, w awaitWrite, f *Finished) error {
 	err := dbsqlc.New(db).AwaitSleep(ctx, dbsqlc.AwaitSleepParams{
-		RunID: w.runID, Seq: int32(s.Seq), Kind: KindSleep, Name: s.Name, WakeAt: f.WakeAt, Invocation: int32(w.invocation),
+		Tenant: w.tenant, RunID: w.runID, Seq: int32(s.Seq), Kind: KindSleep, Name: s.Name, WakeAt: f.WakeAt, Invocation: int32(w.invocation),
 	})
 	if isUniqueViolation(err) {
 		return fmt.Errorf("%w: seq %d is already journaled", ErrConflict, s.Seq)
@@ -124,7 +124,7 @@ func (r StepRetry) write(ctx context.Context, db DB, w awaitWrite, _ *Finished) 
 	e, err := json.Marshal(sf.Error)
 	if err == nil {
 		err = dbsqlc.New(db).AwaitStepFailure(ctx, dbsqlc.AwaitStepFailureParams{
-			RunID: w.runID, Seq: int32(sf.Seq), Attempt: int32(sf.Attempt), Name: sf.Name, Error: e,
+			Tenant: w.tenant, RunID: w.runID, Seq: int32(sf.Seq), Attempt: int32(sf.Attempt), Name: sf.Name, Error: e,
 		})
 	}
 	if err != nil {

@@ -189,7 +189,7 @@ func (a CallbackWait) write(ctx context.Context, db DB, aw awaitWrite, f *Finish
 		return a.wait(ctx, q, aw, f, cb.ExpiresAt)
 	}
 	err = q.CallbackJournalAwait(ctx, dbsqlc.CallbackJournalAwaitParams{
-		RunID: aw.runID, Seq: int32(a.Seq), Alt: int16(aw.alt), Name: a.Name, Output: result, Invocation: int32(aw.invocation),
+		Tenant: aw.tenant, RunID: aw.runID, Seq: int32(a.Seq), Alt: int16(aw.alt), Name: a.Name, Output: result, Invocation: int32(aw.invocation),
 	})
 	if isUniqueViolation(err) {
 		return fmt.Errorf("%w: seq %d is already journaled", ErrConflict, a.Seq)

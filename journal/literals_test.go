@@ -70,7 +70,7 @@ func TestRunQueriesSpellOutTheirFragments(t *testing.T) {
 	// The latest wake time of the sleeps among the run's last 64 entries.
 	sleep := func(run string) string {
 		return "(SELECT max(CASE WHEN t.kind = '" + KindSleep + "' THEN t.wake_at END) FROM (\n" +
-			"                    SELECT e.kind, e.wake_at FROM stepgate.journal_entry e WHERE e.run_id = " + run + " ORDER BY e.seq DESC LIMIT 64) t)"
+			"                    SELECT e.kind, e.wake_at FROM stepgate.journal_entry e WHERE e.tenant = r.tenant AND e.run_id = " + run + " ORDER BY e.seq DESC LIMIT 64) t)"
 	}
 	for _, q := range []string{dbsqlc.RunFinish, dbsqlc.RunFinishAfterStep} {
 		if !strings.Contains(q, sleep("$9")) {

@@ -71,14 +71,12 @@ var tenantTables = map[string]string{
 	"function":          `SELECT tenant FROM stepgate.function`,
 	"function_revision": `SELECT tenant FROM stepgate.function_revision`,
 	"run":               `SELECT tenant FROM stepgate.run`,
-	"journal_entry":     `SELECT (SELECT tenant FROM stepgate.run r WHERE r.id = e.run_id) FROM stepgate.journal_entry e`,
-	"attempt_failure":   `SELECT (SELECT tenant FROM stepgate.run r WHERE r.id = f.run_id) FROM stepgate.attempt_failure f`,
+	"journal_entry":     `SELECT tenant FROM stepgate.journal_entry`,
+	"attempt_failure":   `SELECT tenant FROM stepgate.attempt_failure`,
 	"run_watch":         `SELECT tenant FROM stepgate.run_watch`,
 }
 
 // tenantsIn returns the tenants of the rows sql (one of tenantTables) sees through db.
-// The rows of journal_entry and attempt_failure are counted through the system pool's
-// eyes: a row whose run db cannot see comes back as NULL, which must never happen.
 func tenantsIn(t *testing.T, db journal.DB, sql string) []*string {
 	t.Helper()
 	rows, _ := db.Query(t.Context(), sql)
@@ -176,12 +174,17 @@ func TestRowLevelSecurity(t *testing.T) {
 			_, err := db.Exec(ctx, sql, a.tenant)
 			requirePgError(t, err, rlsViolation, sql)
 		}
+		const fkViolation = "23503"
 		for _, sql := range []string{
-			`INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, invocation) VALUES ($1, 2, 'step', 'evil', 1)`,
-			`INSERT INTO stepgate.attempt_failure (run_id, seq, attempt, error) VALUES ($1, 0, 9, '{}')`,
+			`INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, invocation) VALUES ($1, $2, 2, 'step', 'evil', 1)`,
+			`INSERT INTO stepgate.attempt_failure (tenant, run_id, seq, attempt, error) VALUES ($1, $2, 0, 9, '{}')`,
 		} {
-			_, err := db.Exec(ctx, sql, a.run.ID)
+			_, err := db.Exec(ctx, sql, a.tenant, a.run.ID)
 			requirePgError(t, err, rlsViolation, sql)
+			// Under its own tenant, a row of another tenant's run is refused too: its key
+			// names a run of its tenant (the foreign key is on both).
+			_, err = db.Exec(ctx, sql, b.tenant, a.run.ID)
+			requirePgError(t, err, fkViolation, sql)
 		}
 		// Moving its own run to another tenant is refused too (the policy checks the
 		// updated row).

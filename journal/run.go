@@ -396,10 +396,10 @@ func GetRunDetail(ctx context.Context, db DB, tenant, id string, p JournalPage) 
 			}
 			return rows.Err()
 		})
-	b.Queue(dbsqlc.RunLastSeq, id).QueryRow(func(row pgx.Row) error {
+	b.Queue(dbsqlc.RunLastSeq, id, tenant).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&last)
 	})
-	b.Queue(dbsqlc.RunDetailFailures, id, p.After, MaxInvocationFailures, tenant).
+	b.Queue(dbsqlc.RunDetailFailures, tenant, id, p.After, MaxInvocationFailures).
 		Query(func(rows pgx.Rows) error {
 			var err error
 			d.Failures, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Failure, error) {
@@ -643,7 +643,7 @@ func CopyEntries(ctx context.Context, db DB, tenant, from, to string, before int
 	if before < 1 || before > limit {
 		return 0, &SeqRangeError{RunID: from, Max: limit}
 	}
-	n, err := dbsqlc.New(db).RunCopyEntries(ctx, dbsqlc.RunCopyEntriesParams{ToRun: to, FromRun: from, Before: int32(before)})
+	n, err := dbsqlc.New(db).RunCopyEntries(ctx, dbsqlc.RunCopyEntriesParams{ToRun: to, Tenant: tenant, FromRun: from, Before: int32(before)})
 	if err != nil {
 		return 0, fmt.Errorf("copy entries of run %s before %d: %w", from, before, err)
 	}

@@ -271,9 +271,9 @@ func TestGetRunDetailPages(t *testing.T) {
 		e := journal.Entry{Seq: i, Kind: journal.KindStep, Name: fmt.Sprint("s", i), Output: json.RawMessage(`"` + strings.Repeat("x", 98) + `"`)}
 		require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, e, journal.Bounds{}))
 	}
-	mustExec(t, tx, `INSERT INTO stepgate.attempt_failure (run_id, seq, attempt, name, error) VALUES
-		($1, 0, 1, '', '{"type":"t","message":"invocation"}'), ($1, 2, 1, 's2', '{"type":"t","message":"s2"}'),
-		($1, 4, 1, 's4', '{"type":"t","message":"s4"}'), ($1, 6, 1, 's6', '{"type":"t","message":"s6"}')`, run.ID)
+	mustExec(t, tx, `INSERT INTO stepgate.attempt_failure (tenant, run_id, seq, attempt, name, error) VALUES
+		($2, $1, 0, 1, '', '{"type":"t","message":"invocation"}'), ($2, $1, 2, 1, 's2', '{"type":"t","message":"s2"}'),
+		($2, $1, 4, 1, 's4', '{"type":"t","message":"s4"}'), ($2, $1, 6, 1, 's6', '{"type":"t","message":"s6"}')`, run.ID, run.Tenant)
 	seqs := func(es []journal.Entry) (out []int) {
 		for _, e := range es {
 			out = append(out, e.Seq)

@@ -34,12 +34,14 @@ func TestDatabaseEnforces(t *testing.T) {
 			require.Equal(t, checkViolation, err.Code, sql)
 			require.Contains(t, err.Message, "immutable")
 		}
-		err := refused(t, tx, `INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, invocation) VALUES ($1, 1, 'step', 'refund', 1)`, run.ID)
-		require.Equal(t, uniqueViolation, err.Code, "(run_id, seq) is unique")
-		err = refused(t, tx, `INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, invocation) VALUES ($1, 0, 'step', 'a', 1)`, run.ID)
+		err := refused(t, tx, `INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, invocation) VALUES ($2, $1, 1, 'step', 'refund', 1)`, run.ID, run.Tenant)
+		require.Equal(t, uniqueViolation, err.Code, "(tenant, run_id, seq) is unique")
+		err = refused(t, tx, `INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, invocation) VALUES ($2, $1, 0, 'step', 'a', 1)`, run.ID, run.Tenant)
 		require.Equal(t, checkViolation, err.Code, "seq counts from 1")
-		err = refused(t, tx, `INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, invocation) VALUES ($1, 1, 'step', 'a', 1)`, newID())
+		err = refused(t, tx, `INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, invocation) VALUES ($2, $1, 1, 'step', 'a', 1)`, newID(), run.Tenant)
 		require.Equal(t, fkViolation, err.Code, "an entry of no run")
+		err = refused(t, tx, `INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, invocation) VALUES ($2, $1, 2, 'step', 'a', 1)`, run.ID, run.Tenant+"-other")
+		require.Equal(t, fkViolation, err.Code, "an entry of the run under another tenant")
 
 		es := mustEntries(t, tx, run.ID)
 		require.Len(t, es, 1)
@@ -105,7 +107,7 @@ func TestDatabaseEnforces(t *testing.T) {
 		// The same checks hold for updates.
 		err := refused(t, tx, `UPDATE stepgate.run SET status = 'running' WHERE id = $1`, run.ID)
 		require.Equal(t, checkViolation, err.Code)
-		err = refused(t, tx, `INSERT INTO stepgate.attempt_failure (run_id, seq, attempt, error) VALUES ($1, -1, 1, '{}')`, run.ID)
+		err = refused(t, tx, `INSERT INTO stepgate.attempt_failure (tenant, run_id, seq, attempt, error) VALUES ($2, $1, -1, 1, '{}')`, run.ID, run.Tenant)
 		require.Equal(t, checkViolation, err.Code)
 		err = refused(t, tx, `INSERT INTO stepgate.function_revision (tenant, name, revision, url, timeout_ms) VALUES ($1, 'fn', 2, 'http://f/', 0)`, run.Tenant)
 		require.Equal(t, checkViolation, err.Code, "a timeout is positive")

@@ -677,7 +677,7 @@ func holesError(ctx context.Context, db DB, runID string, invocation int, o Outc
 	var owned bool
 	var top, count int
 	var missing []int32
-	err := db.QueryRow(ctx, dbsqlc.EntryHoles, runID, invocation).Scan(&owned, &top, &count, &missing)
+	err := db.QueryRow(ctx, dbsqlc.EntryHoles, invocation, runID).Scan(&owned, &top, &count, &missing)
 	switch {
 	case err != nil:
 		return fmt.Errorf("find holes in the journal of run %s: %w", runID, err)

@@ -126,6 +126,12 @@ func Up(ctx context.Context, pool *pgxpool.Pool) error {
 	if err != nil {
 		return err
 	}
+	return up(ctx, pool, ms)
+}
+
+// up is Up applying only ms, the embedded migrations or the first of them (a test's
+// database as an older build left it).
+func up(ctx context.Context, pool *pgxpool.Pool, ms []migration) error {
 	if pool.Config().MaxConns < 2 {
 		return errors.New("migrations: the pool needs at least 2 connections")
 	}

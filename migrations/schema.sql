@@ -164,14 +164,14 @@ CREATE FUNCTION stepgate.held_reason(key text, lim integer) RETURNS text
 $$;
 
 --
--- Name: journal_bytes_before(uuid, integer); Type: FUNCTION; Schema: stepgate; Owner: -
+-- Name: journal_bytes_before(text, uuid, integer); Type: FUNCTION; Schema: stepgate; Owner: -
 --
 
-CREATE FUNCTION stepgate.journal_bytes_before(run uuid, seq integer) RETURNS bigint
+CREATE FUNCTION stepgate.journal_bytes_before(tenant text, run uuid, seq integer) RETURNS bigint
     LANGUAGE sql STABLE PARALLEL SAFE
     AS $$
     SELECT coalesce((SELECT p.journal_bytes FROM stepgate.journal_entry p
-                     WHERE p.run_id = run AND p.seq < journal_bytes_before.seq
+                     WHERE p.tenant = journal_bytes_before.tenant AND p.run_id = run AND p.seq < journal_bytes_before.seq
                      ORDER BY p.seq DESC LIMIT 1), 0)
 $$;
 
@@ -792,7 +792,7 @@ DECLARE
     output jsonb := CASE WHEN NEW.status = 'completed' THEN coalesce(NEW.output, 'null') END;
     error jsonb := CASE WHEN NEW.status <> 'completed' THEN NEW.error END;
 BEGIN
-    SELECT r.id, r.invocation, r.awaiting INTO p FROM stepgate.run r
+    SELECT r.id, r.tenant, r.invocation, r.awaiting INTO p FROM stepgate.run r
     WHERE r.id = NEW.parent_id AND r.tenant = NEW.tenant
       AND r.status = 'suspended' AND r.wake_at IS NULL
     FOR UPDATE;
@@ -800,19 +800,19 @@ BEGIN
         RETURN NULL;
     END IF;
     size := octet_length(coalesce(output, error)::text);
-    INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, error, invocation, started_at, journal_bytes)
-    VALUES (p.id, NEW.parent_seq, 'invoke', NEW.parent_name, output, error, p.invocation, NEW.created_at,
-            stepgate.journal_bytes_before(p.id, NEW.parent_seq) + size)
-    ON CONFLICT (run_id, seq) DO NOTHING;
+    INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, error, invocation, started_at, journal_bytes)
+    VALUES (p.tenant, p.id, NEW.parent_seq, 'invoke', NEW.parent_name, output, error, p.invocation, NEW.created_at,
+            stepgate.journal_bytes_before(p.tenant, p.id, NEW.parent_seq) + size)
+    ON CONFLICT (tenant, run_id, seq) DO NOTHING;
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
     -- A sibling that ended first sits above this entry: its total gains this one's bytes.
     UPDATE stepgate.journal_entry SET journal_bytes = journal_bytes + size
-    WHERE run_id = p.id AND seq > NEW.parent_seq;
+    WHERE tenant = p.tenant AND run_id = p.id AND seq > NEW.parent_seq;
     IF p.awaiting->>'kind' = 'invoke_all' AND (
         SELECT count(*) FROM stepgate.journal_entry j
-        WHERE j.run_id = p.id AND j.seq >= (p.awaiting->>'seq')::int
+        WHERE j.tenant = p.tenant AND j.run_id = p.id AND j.seq >= (p.awaiting->>'seq')::int
           AND j.seq < (p.awaiting->>'seq')::int + (p.awaiting->>'count')::int
     ) < (p.awaiting->>'count')::int THEN
         RETURN NULL;
@@ -946,6 +946,7 @@ CREATE TABLE stepgate.attempt_failure (
     name text DEFAULT ''::text NOT NULL,
     error jsonb NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
+    tenant text NOT NULL,
     CONSTRAINT attempt_failure_seq_check CHECK ((seq >= 0))
 );
 
@@ -1138,6 +1139,7 @@ CREATE TABLE stepgate.journal_entry (
     finished_at timestamp with time zone DEFAULT now() NOT NULL,
     journal_bytes bigint,
     copied_from uuid,
+    tenant text NOT NULL,
     CONSTRAINT journal_entry_seq_check CHECK ((seq > 0))
 );
 
@@ -1515,7 +1517,7 @@ ALTER TABLE ONLY public.river_queue
 --
 
 ALTER TABLE ONLY stepgate.attempt_failure
-    ADD CONSTRAINT attempt_failure_pkey PRIMARY KEY (run_id, seq, attempt);
+    ADD CONSTRAINT attempt_failure_pkey PRIMARY KEY (tenant, run_id, seq, attempt);
 
 --
 -- Name: callback_key callback_key_pkey; Type: CONSTRAINT; Schema: stepgate; Owner: -
@@ -1599,7 +1601,7 @@ ALTER TABLE ONLY stepgate.invocation_key
 --
 
 ALTER TABLE ONLY stepgate.journal_entry
-    ADD CONSTRAINT journal_entry_pkey PRIMARY KEY (run_id, seq);
+    ADD CONSTRAINT journal_entry_pkey PRIMARY KEY (tenant, run_id, seq);
 
 --
 -- Name: message message_pkey; Type: CONSTRAINT; Schema: stepgate; Owner: -
@@ -1621,6 +1623,13 @@ ALTER TABLE ONLY stepgate.operation
 
 ALTER TABLE ONLY stepgate.run
     ADD CONSTRAINT run_pkey PRIMARY KEY (id);
+
+--
+-- Name: run run_tenant_id_key; Type: CONSTRAINT; Schema: stepgate; Owner: -
+--
+
+ALTER TABLE ONLY stepgate.run
+    ADD CONSTRAINT run_tenant_id_key UNIQUE (tenant, id);
 
 --
 -- Name: run_tombstone run_tombstone_pkey; Type: CONSTRAINT; Schema: stepgate; Owner: -
@@ -1806,7 +1815,7 @@ CREATE UNIQUE INDEX invocation_key_current ON stepgate.invocation_key USING btre
 -- Name: journal_entry_value; Type: INDEX; Schema: stepgate; Owner: -
 --
 
-CREATE INDEX journal_entry_value ON stepgate.journal_entry USING btree (run_id, name, seq DESC) WHERE (kind = 'value'::text);
+CREATE INDEX journal_entry_value ON stepgate.journal_entry USING btree (tenant, run_id, name, seq DESC) WHERE (kind = 'value'::text);
 
 --
 -- Name: message_unconsumed; Type: INDEX; Schema: stepgate; Owner: -
@@ -2001,11 +2010,11 @@ CREATE TRIGGER stream_usage_on_delete AFTER DELETE ON stepgate.stream FOR EACH R
 CREATE TRIGGER stream_usage_on_update AFTER UPDATE OF bytes ON stepgate.stream FOR EACH ROW WHEN ((new.bytes <> old.bytes)) EXECUTE FUNCTION stepgate.usage_stream_changed();
 
 --
--- Name: attempt_failure attempt_failure_run_id_fkey; Type: FK CONSTRAINT; Schema: stepgate; Owner: -
+-- Name: attempt_failure attempt_failure_run_fkey; Type: FK CONSTRAINT; Schema: stepgate; Owner: -
 --
 
 ALTER TABLE ONLY stepgate.attempt_failure
-    ADD CONSTRAINT attempt_failure_run_id_fkey FOREIGN KEY (run_id) REFERENCES stepgate.run(id) ON DELETE CASCADE;
+    ADD CONSTRAINT attempt_failure_run_fkey FOREIGN KEY (tenant, run_id) REFERENCES stepgate.run(tenant, id) ON DELETE CASCADE;
 
 --
 -- Name: callback callback_run_id_fkey; Type: FK CONSTRAINT; Schema: stepgate; Owner: -
@@ -2022,11 +2031,11 @@ ALTER TABLE ONLY stepgate.function
     ADD CONSTRAINT function_tenant_name_revision_fkey FOREIGN KEY (tenant, name, revision) REFERENCES stepgate.function_revision(tenant, name, revision);
 
 --
--- Name: journal_entry journal_entry_run_id_fkey; Type: FK CONSTRAINT; Schema: stepgate; Owner: -
+-- Name: journal_entry journal_entry_run_fkey; Type: FK CONSTRAINT; Schema: stepgate; Owner: -
 --
 
 ALTER TABLE ONLY stepgate.journal_entry
-    ADD CONSTRAINT journal_entry_run_id_fkey FOREIGN KEY (run_id) REFERENCES stepgate.run(id) ON DELETE CASCADE;
+    ADD CONSTRAINT journal_entry_run_fkey FOREIGN KEY (tenant, run_id) REFERENCES stepgate.run(tenant, id) ON DELETE CASCADE;
 
 --
 -- Name: message message_run_id_fkey; Type: FK CONSTRAINT; Schema: stepgate; Owner: -
@@ -2329,9 +2338,7 @@ CREATE POLICY system_access ON stepgate.wait_shape TO stepgate_system USING (tru
 -- Name: attempt_failure tenant_isolation; Type: POLICY; Schema: stepgate; Owner: -
 --
 
-CREATE POLICY tenant_isolation ON stepgate.attempt_failure TO stepgate_app USING ((EXISTS ( SELECT 1
-   FROM stepgate.run r
-  WHERE ((r.id = attempt_failure.run_id) AND (r.tenant = NULLIF(current_setting('stepgate.tenant'::text, true), ''::text))))));
+CREATE POLICY tenant_isolation ON stepgate.attempt_failure TO stepgate_app USING ((tenant = NULLIF(current_setting('stepgate.tenant'::text, true), ''::text)));
 
 --
 -- Name: callback tenant_isolation; Type: POLICY; Schema: stepgate; Owner: -
@@ -2385,9 +2392,7 @@ CREATE POLICY tenant_isolation ON stepgate.function_revision TO stepgate_app USI
 -- Name: journal_entry tenant_isolation; Type: POLICY; Schema: stepgate; Owner: -
 --
 
-CREATE POLICY tenant_isolation ON stepgate.journal_entry TO stepgate_app USING ((EXISTS ( SELECT 1
-   FROM stepgate.run r
-  WHERE ((r.id = journal_entry.run_id) AND (r.tenant = NULLIF(current_setting('stepgate.tenant'::text, true), ''::text))))));
+CREATE POLICY tenant_isolation ON stepgate.journal_entry TO stepgate_app USING ((tenant = NULLIF(current_setting('stepgate.tenant'::text, true), ''::text)));
 
 --
 -- Name: message tenant_isolation; Type: POLICY; Schema: stepgate; Owner: -
@@ -2489,11 +2494,11 @@ GRANT ALL ON FUNCTION stepgate.callback_result(state text, payload jsonb, error 
 GRANT ALL ON FUNCTION stepgate.callback_result(state text, payload jsonb, error jsonb, resolver text, resolved_by jsonb, resolved_at timestamp with time zone) TO stepgate_system;
 
 --
--- Name: FUNCTION journal_bytes_before(run uuid, seq integer); Type: ACL; Schema: stepgate; Owner: -
+-- Name: FUNCTION journal_bytes_before(tenant text, run uuid, seq integer); Type: ACL; Schema: stepgate; Owner: -
 --
 
-GRANT ALL ON FUNCTION stepgate.journal_bytes_before(run uuid, seq integer) TO stepgate_app;
-GRANT ALL ON FUNCTION stepgate.journal_bytes_before(run uuid, seq integer) TO stepgate_system;
+GRANT ALL ON FUNCTION stepgate.journal_bytes_before(tenant text, run uuid, seq integer) TO stepgate_app;
+GRANT ALL ON FUNCTION stepgate.journal_bytes_before(tenant text, run uuid, seq integer) TO stepgate_system;
 
 --
 -- Name: FUNCTION match_key(paths text[], doc jsonb); Type: ACL; Schema: stepgate; Owner: -

@@ -7,9 +7,10 @@ VALUES (@run_id, @seq, @tenant, @name, @token_hash, @expires_at);
 
 -- name: CallbackEntry :one
 -- The entry at seq, as journal.Entry reads it (entryColumns).
-SELECT seq, kind, name, output, error, attempt, wake_at, started_at, finished_at,
-    (copied_from IS NOT NULL)::boolean AS copied
-FROM stepgate.journal_entry WHERE run_id = @run_id AND seq = @seq;
+SELECT e.seq, e.kind, e.name, e.output, e.error, e.attempt, e.wake_at, e.started_at, e.finished_at,
+    (e.copied_from IS NOT NULL)::boolean AS copied
+FROM stepgate.run r JOIN stepgate.journal_entry e ON e.tenant = r.tenant AND e.run_id = r.id
+WHERE r.id = @run_id AND e.seq = @seq;
 
 -- name: CallbackLockForAwait :one
 -- Its result is set once it is resolved or rejected.
@@ -21,10 +22,10 @@ FROM stepgate.callback WHERE run_id = @run_id AND seq = @seq FOR UPDATE;
 -- name: CallbackJournalAwait :exec
 -- The await's entry, of kind await_callback (journal.KindAwaitCallback), or wrapped for a
 -- wait_any's alternative alt.
-INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
+INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, started_at, journal_bytes, tenant)
 VALUES (@run_id, @seq, stepgate.wait_kind(@alt, 'await_callback'), @name,
     stepgate.wait_output(@alt, 'await_callback', sqlc.arg(output)::jsonb),
-    @invocation, now(), stepgate.journal_bytes_before(@run_id, @seq) + octet_length(sqlc.arg(output)::jsonb::text));
+    @invocation, now(), stepgate.journal_bytes_before(@tenant, @run_id, @seq) + octet_length(sqlc.arg(output)::jsonb::text), @tenant);
 
 -- name: CallbackMarkAwaited :exec
 UPDATE stepgate.callback SET awaited_seq = sqlc.arg(awaited_seq)::int WHERE run_id = @run_id AND seq = @seq;
@@ -55,7 +56,7 @@ SELECT status, tenant, function FROM stepgate.run WHERE id = @run_id FOR UPDATE;
 -- waiting: the run waits for it (its await_callback's wait is stored).
 SELECT c.run_id::text AS run_id, c.seq, c.name, c.state, c.resolver, c.resolved_by, c.resolved_at, c.expires_at, c.awaited_seq,
     c.expires_at <= now() AS expired,
-    EXISTS (SELECT 1 FROM stepgate.run_wait w WHERE w.run_id = c.run_id AND w.seq = c.awaited_seq
+    EXISTS (SELECT 1 FROM stepgate.run_wait w WHERE w.tenant = c.tenant AND w.run_id = c.run_id AND w.seq = c.awaited_seq
         AND w.kind = 'await_callback' AND w.callback_seq = c.seq) AS waiting
 FROM stepgate.callback c WHERE c.run_id = @run_id AND c.seq = @seq FOR UPDATE;
 
@@ -76,17 +77,17 @@ WITH gone_all AS (
     SELECT seq, alt, name FROM gone_all WHERE kind = 'await_callback' AND callback_seq = sqlc.arg(seq)::int
 ), woken AS (
     UPDATE stepgate.run SET wake_at = now() WHERE id = @run_id AND status = 'suspended' AND EXISTS (SELECT 1 FROM gone)
-    RETURNING id, invocation
+    RETURNING id, tenant, invocation
 ), out AS (
     SELECT stepgate.callback_result(c.state, c.payload, c.error, c.resolver, c.resolved_by, c.resolved_at) AS output
     FROM stepgate.callback c WHERE c.run_id = @run_id AND c.seq = @seq
 ), entry AS (
-    INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
-    SELECT woken.id, gone.seq, stepgate.wait_kind(gone.alt, 'await_callback'), gone.name,
+    INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
+    SELECT woken.tenant, woken.id, gone.seq, stepgate.wait_kind(gone.alt, 'await_callback'), gone.name,
         stepgate.wait_output(gone.alt, 'await_callback', out.output), woken.invocation, now(),
-        stepgate.journal_bytes_before(woken.id, gone.seq) + octet_length(out.output::text)
+        stepgate.journal_bytes_before(woken.tenant, woken.id, gone.seq) + octet_length(out.output::text)
     FROM woken, gone, out
-    ON CONFLICT (run_id, seq) DO NOTHING
+    ON CONFLICT (tenant, run_id, seq) DO NOTHING
 )
 SELECT EXISTS (SELECT 1 FROM woken) AS woken;
 

@@ -15,14 +15,14 @@ WITH u AS (
         CASE WHEN r.wake_at = 'infinity' THEN NULL ELSE r.wake_at END AS wake_at, r.deadline, r.held, r.priority, r.created_at, r.started_at, r.finished_at,
         now() AS db_now
 ), timed_out AS (
-    DELETE FROM stepgate.run_wait w USING u WHERE w.run_id = u.id
-    RETURNING w.run_id, w.seq, stepgate.wait_kind(w.alt, w.kind) AS kind, w.name, w.created_at
+    DELETE FROM stepgate.run_wait w USING u WHERE w.tenant = u.tenant AND w.run_id = u.id
+    RETURNING w.tenant, w.run_id, w.seq, stepgate.wait_kind(w.alt, w.kind) AS kind, w.name, w.created_at
 ), journaled AS (
-    INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
-    SELECT DISTINCT ON (t.run_id, t.seq) t.run_id, t.seq, t.kind, t.name, sqlc.arg(timed_out)::jsonb, u.invocation, t.created_at,
-        stepgate.journal_bytes_before(t.run_id, t.seq) + octet_length(sqlc.arg(timed_out)::jsonb::text)
+    INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
+    SELECT DISTINCT ON (t.run_id, t.seq) t.tenant, t.run_id, t.seq, t.kind, t.name, sqlc.arg(timed_out)::jsonb, u.invocation, t.created_at,
+        stepgate.journal_bytes_before(t.tenant, t.run_id, t.seq) + octet_length(sqlc.arg(timed_out)::jsonb::text)
     FROM timed_out t CROSS JOIN u
-    ON CONFLICT (run_id, seq) DO NOTHING
+    ON CONFLICT (tenant, run_id, seq) DO NOTHING
 )
 SELECT u.* FROM u;
 
@@ -41,43 +41,47 @@ WITH s AS (SELECT stepgate.claim_slots(@run_id) AS c), u AS (
         CASE WHEN r.wake_at = 'infinity' THEN NULL ELSE r.wake_at END AS wake_at, r.deadline, r.held, r.priority, r.created_at, r.started_at, r.finished_at,
         now() AS db_now
 ), timed_out AS (
-    DELETE FROM stepgate.run_wait w USING u WHERE w.run_id = u.id
-    RETURNING w.run_id, w.seq, stepgate.wait_kind(w.alt, w.kind) AS kind, w.name, w.created_at
+    DELETE FROM stepgate.run_wait w USING u WHERE w.tenant = u.tenant AND w.run_id = u.id
+    RETURNING w.tenant, w.run_id, w.seq, stepgate.wait_kind(w.alt, w.kind) AS kind, w.name, w.created_at
 ), journaled AS (
-    INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
-    SELECT DISTINCT ON (t.run_id, t.seq) t.run_id, t.seq, t.kind, t.name, sqlc.arg(timed_out)::jsonb, u.invocation, t.created_at,
-        stepgate.journal_bytes_before(t.run_id, t.seq) + octet_length(sqlc.arg(timed_out)::jsonb::text)
+    INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
+    SELECT DISTINCT ON (t.run_id, t.seq) t.tenant, t.run_id, t.seq, t.kind, t.name, sqlc.arg(timed_out)::jsonb, u.invocation, t.created_at,
+        stepgate.journal_bytes_before(t.tenant, t.run_id, t.seq) + octet_length(sqlc.arg(timed_out)::jsonb::text)
     FROM timed_out t CROSS JOIN u
-    ON CONFLICT (run_id, seq) DO NOTHING
+    ON CONFLICT (tenant, run_id, seq) DO NOTHING
 )
 SELECT u.* FROM u;
 
 -- name: ClaimJournal :many
+-- The run's entries, keyed by its tenant, which the claim in the same batch has locked.
 SELECT e.seq, e.kind, e.name, e.output, e.error, e.attempt, e.wake_at, e.started_at, e.finished_at,
     e.copied_from IS NOT NULL AS copied
-FROM stepgate.journal_entry e WHERE e.run_id = @run_id ORDER BY e.seq;
+FROM stepgate.run r JOIN stepgate.journal_entry e ON e.tenant = r.tenant AND e.run_id = r.id
+WHERE r.id = @run_id ORDER BY e.seq;
 
 -- name: ClaimSlotsJournal :many
 -- ClaimJournal, read only when ClaimRunSlots made the claim.
 SELECT e.seq, e.kind, e.name, e.output, e.error, e.attempt, e.wake_at, e.started_at, e.finished_at,
     e.copied_from IS NOT NULL AS copied
-FROM stepgate.journal_entry e WHERE e.run_id = @run_id
-    AND EXISTS (SELECT 1 FROM stepgate.run r WHERE r.id = @run_id AND r.status = 'running')
+FROM stepgate.run r JOIN stepgate.journal_entry e ON e.tenant = r.tenant AND e.run_id = r.id
+WHERE r.id = @run_id AND r.status = 'running'
 ORDER BY e.seq;
 
 -- name: ClaimStepAttempts :many
 -- The next attempt of each step that has failed before and has no entry yet.
-SELECT f.seq, max(f.attempt) + 1 AS attempt FROM stepgate.attempt_failure f
-WHERE f.run_id = @run_id AND f.seq > 0 AND NOT EXISTS (
-    SELECT 1 FROM stepgate.journal_entry e WHERE e.run_id = f.run_id AND e.seq = f.seq)
+SELECT f.seq, max(f.attempt) + 1 AS attempt
+FROM stepgate.run r JOIN stepgate.attempt_failure f ON f.tenant = r.tenant AND f.run_id = r.id
+WHERE r.id = @run_id AND f.seq > 0 AND NOT EXISTS (
+    SELECT 1 FROM stepgate.journal_entry e WHERE e.tenant = f.tenant AND e.run_id = f.run_id AND e.seq = f.seq)
 GROUP BY f.seq;
 
 -- name: ClaimSlotsStepAttempts :many
 -- ClaimStepAttempts, read only when ClaimRunSlots made the claim.
-SELECT f.seq, max(f.attempt) + 1 AS attempt FROM stepgate.attempt_failure f
-WHERE f.run_id = @run_id AND f.seq > 0 AND NOT EXISTS (
-    SELECT 1 FROM stepgate.journal_entry e WHERE e.run_id = f.run_id AND e.seq = f.seq)
-    AND EXISTS (SELECT 1 FROM stepgate.run r WHERE r.id = @run_id AND r.status = 'running')
+SELECT f.seq, max(f.attempt) + 1 AS attempt
+FROM stepgate.run r JOIN stepgate.attempt_failure f ON f.tenant = r.tenant AND f.run_id = r.id
+WHERE r.id = @run_id AND f.seq > 0 AND NOT EXISTS (
+    SELECT 1 FROM stepgate.journal_entry e WHERE e.tenant = f.tenant AND e.run_id = f.run_id AND e.seq = f.seq)
+    AND r.status = 'running'
 GROUP BY f.seq;
 
 -- name: ClaimHeld :one

@@ -12,7 +12,7 @@ WITH u AS (
         wake_at = CASE WHEN sqlc.arg(status) IN ('suspended', 'queued') AND sqlc.arg(timed)
             THEN greatest(coalesce(sqlc.narg(until)::timestamptz, now() + make_interval(secs => sqlc.arg(after_seconds))),
                 CASE WHEN sqlc.arg(status) = 'queued' THEN (SELECT max(CASE WHEN t.kind = 'sleep' THEN t.wake_at END) FROM (
-                    SELECT e.kind, e.wake_at FROM stepgate.journal_entry e WHERE e.run_id = sqlc.arg(run_id) ORDER BY e.seq DESC LIMIT 64) t) END) END,
+                    SELECT e.kind, e.wake_at FROM stepgate.journal_entry e WHERE e.tenant = r.tenant AND e.run_id = sqlc.arg(run_id) ORDER BY e.seq DESC LIMIT 64) t) END) END,
         awaiting = sqlc.arg(awaiting),
         finished_at = CASE WHEN sqlc.arg(status) IN ('completed', 'failed', 'cancelled') THEN now() END,
         failed_invocations = CASE WHEN sqlc.arg(status) = 'queued' THEN r.failed_invocations + 1 ELSE 0 END,
@@ -22,11 +22,11 @@ WITH u AS (
         notify = r.notify OR (sqlc.arg(notify) AND sqlc.arg(status) IN ('suspended', 'queued'))
     WHERE r.id = sqlc.arg(run_id) AND r.invocation = sqlc.arg(invocation) AND r.status = 'running'
         -- An answered end needs a journal without holes: as many entries as its last seq.
-        AND (NOT sqlc.arg(whole) OR (SELECT count(*) = coalesce(max(c.seq), 0) FROM stepgate.journal_entry c WHERE c.run_id = sqlc.arg(run_id)))
+        AND (NOT sqlc.arg(whole) OR (SELECT count(*) = coalesce(max(c.seq), 0) FROM stepgate.journal_entry c WHERE c.tenant = r.tenant AND c.run_id = sqlc.arg(run_id)))
     RETURNING r.id, r.tenant, r.status, r.attempts, r.wake_at, r.parent_id, r.parent_seq, r.notify, r.identity
 ), failure AS (
-    INSERT INTO stepgate.attempt_failure (run_id, seq, attempt, name, error)
-    SELECT u.id, 0, u.attempts, '', sqlc.arg(error) FROM u WHERE sqlc.arg(status) = 'queued'
+    INSERT INTO stepgate.attempt_failure (tenant, run_id, seq, attempt, name, error)
+    SELECT u.tenant, u.id, 0, u.attempts, '', sqlc.arg(error) FROM u WHERE sqlc.arg(status) = 'queued'
     ON CONFLICT DO NOTHING
 ), notified AS (
     SELECT pg_notify('stepgate_run_done', u.id::text) FROM u
@@ -37,9 +37,9 @@ SELECT u.status, u.wake_at, clock_timestamp(), (SELECT count(*) FROM notified),
         AND EXISTS (SELECT 1 FROM stepgate.run p WHERE p.id = u.parent_id AND p.tenant = u.tenant)
         THEN u.parent_id::text END,
     u.tenant, u.identity,
-    EXISTS (SELECT 1 FROM stepgate.journal_entry j WHERE j.run_id = u.id AND j.seq = sqlc.arg(await_seq)),
+    EXISTS (SELECT 1 FROM stepgate.journal_entry j WHERE j.tenant = u.tenant AND j.run_id = u.id AND j.seq = sqlc.arg(await_seq)),
     sqlc.arg(await_seq) <= sqlc.arg(window_size) OR EXISTS (SELECT 1 FROM stepgate.journal_entry j
-        WHERE j.run_id = u.id AND j.seq < sqlc.arg(await_seq) AND j.seq >= sqlc.arg(await_seq) - sqlc.arg(window_size))
+        WHERE j.tenant = u.tenant AND j.run_id = u.id AND j.seq < sqlc.arg(await_seq) AND j.seq >= sqlc.arg(await_seq) - sqlc.arg(window_size))
 FROM u;
 
 -- name: RunFinishAfterStep :one
@@ -54,7 +54,7 @@ WITH u AS (
         wake_at = CASE WHEN sqlc.arg(status) IN ('suspended', 'queued') AND sqlc.arg(timed)
             THEN greatest(coalesce(sqlc.narg(until)::timestamptz, now() + make_interval(secs => sqlc.arg(after_seconds))),
                 CASE WHEN sqlc.arg(status) = 'queued' THEN (SELECT max(CASE WHEN t.kind = 'sleep' THEN t.wake_at END) FROM (
-                    SELECT e.kind, e.wake_at FROM stepgate.journal_entry e WHERE e.run_id = sqlc.arg(run_id) ORDER BY e.seq DESC LIMIT 64) t) END) END,
+                    SELECT e.kind, e.wake_at FROM stepgate.journal_entry e WHERE e.tenant = r.tenant AND e.run_id = sqlc.arg(run_id) ORDER BY e.seq DESC LIMIT 64) t) END) END,
         awaiting = sqlc.arg(awaiting),
         finished_at = CASE WHEN sqlc.arg(status) IN ('completed', 'failed', 'cancelled') THEN now() END,
         failed_invocations = CASE WHEN sqlc.arg(status) = 'queued' THEN r.failed_invocations + 1 ELSE 0 END,
@@ -64,13 +64,13 @@ WITH u AS (
         notify = r.notify OR (sqlc.arg(notify) AND sqlc.arg(status) IN ('suspended', 'queued'))
     WHERE r.id = sqlc.arg(run_id) AND r.invocation = sqlc.arg(invocation) AND r.status = 'running'
         -- An answered end needs a journal without holes: as many entries as its last seq.
-        AND (NOT sqlc.arg(whole) OR (SELECT count(*) = coalesce(max(c.seq), 0) FROM stepgate.journal_entry c WHERE c.run_id = sqlc.arg(run_id)))
+        AND (NOT sqlc.arg(whole) OR (SELECT count(*) = coalesce(max(c.seq), 0) FROM stepgate.journal_entry c WHERE c.tenant = r.tenant AND c.run_id = sqlc.arg(run_id)))
         AND EXISTS (SELECT 1 FROM stepgate.journal_entry j
-            WHERE j.run_id = sqlc.arg(run_id) AND j.seq = sqlc.arg(step) AND j.xmin = pg_current_xact_id()::xid)
+            WHERE j.tenant = r.tenant AND j.run_id = sqlc.arg(run_id) AND j.seq = sqlc.arg(step) AND j.xmin = pg_current_xact_id()::xid)
     RETURNING r.id, r.tenant, r.status, r.attempts, r.wake_at, r.parent_id, r.parent_seq, r.notify, r.identity
 ), failure AS (
-    INSERT INTO stepgate.attempt_failure (run_id, seq, attempt, name, error)
-    SELECT u.id, 0, u.attempts, '', sqlc.arg(error) FROM u WHERE sqlc.arg(status) = 'queued'
+    INSERT INTO stepgate.attempt_failure (tenant, run_id, seq, attempt, name, error)
+    SELECT u.tenant, u.id, 0, u.attempts, '', sqlc.arg(error) FROM u WHERE sqlc.arg(status) = 'queued'
     ON CONFLICT DO NOTHING
 ), notified AS (
     SELECT pg_notify('stepgate_run_done', u.id::text) FROM u
@@ -81,7 +81,7 @@ SELECT u.status, u.wake_at, clock_timestamp(), (SELECT count(*) FROM notified),
         AND EXISTS (SELECT 1 FROM stepgate.run p WHERE p.id = u.parent_id AND p.tenant = u.tenant)
         THEN u.parent_id::text END,
     u.tenant, u.identity,
-    EXISTS (SELECT 1 FROM stepgate.journal_entry j WHERE j.run_id = u.id AND j.seq = sqlc.arg(await_seq)),
+    EXISTS (SELECT 1 FROM stepgate.journal_entry j WHERE j.tenant = u.tenant AND j.run_id = u.id AND j.seq = sqlc.arg(await_seq)),
     sqlc.arg(await_seq) <= sqlc.arg(window_size) OR EXISTS (SELECT 1 FROM stepgate.journal_entry j
-        WHERE j.run_id = u.id AND j.seq < sqlc.arg(await_seq) AND j.seq >= sqlc.arg(await_seq) - sqlc.arg(window_size))
+        WHERE j.tenant = u.tenant AND j.run_id = u.id AND j.seq < sqlc.arg(await_seq) AND j.seq >= sqlc.arg(await_seq) - sqlc.arg(window_size))
 FROM u;

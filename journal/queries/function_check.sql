@@ -6,7 +6,7 @@
 -- whether there are more than 10,000 runs not ended.
 WITH unended AS (
     SELECT r.id, r.revision, r.created_at,
-        (SELECT max(e.seq) FROM stepgate.journal_entry e WHERE e.run_id = r.id) AS last_seq
+        (SELECT max(e.seq) FROM stepgate.journal_entry e WHERE e.tenant = r.tenant AND e.run_id = r.id) AS last_seq
     FROM stepgate.run r
     WHERE r.tenant = @tenant AND r.function = @function
         AND r.status IN ('scheduled', 'queued', 'running', 'suspended')

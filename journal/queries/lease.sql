@@ -9,20 +9,20 @@ RETURNING r.id::text, r.invocation;
 -- recoveries (see recoverRuns). The wake time is that of the sleep among the last 64
 -- entries that a function waits out in its process, as RunFinish reads it.
 WITH picked AS (
-    SELECT x.id FROM stepgate.run x
+    SELECT x.id, x.tenant FROM stepgate.run x
     WHERE x.lease_until IS NOT NULL AND x.lease_until < now()
     ORDER BY x.lease_until LIMIT sqlc.arg(max_runs)::bigint FOR UPDATE SKIP LOCKED
 ), u AS (
     UPDATE stepgate.run r SET status = 'queued', lease_until = NULL,
         -- Due now, or when a sleep its invocation was waiting out in its process ends.
         wake_at = (SELECT w FROM (SELECT max(CASE WHEN t.kind = 'sleep' THEN t.wake_at END) FROM (
-            SELECT e.kind, e.wake_at FROM stepgate.journal_entry e WHERE e.run_id = r.id ORDER BY e.seq DESC LIMIT 64) t) s(w) WHERE w > now()),
+            SELECT e.kind, e.wake_at FROM stepgate.journal_entry e WHERE e.tenant = r.tenant AND e.run_id = r.id ORDER BY e.seq DESC LIMIT 64) t) s(w) WHERE w > now()),
         recoveries = CASE WHEN j.top > r.recovered_seq THEN 1 ELSE r.recoveries + 1 END,
         lifetime_recoveries = r.lifetime_recoveries + 1,
         recovered_seq = j.top
     FROM picked p, LATERAL (
-        SELECT coalesce(max(e.seq), 0) AS top FROM stepgate.journal_entry e WHERE e.run_id = p.id) j
-    WHERE r.id = p.id
+        SELECT coalesce(max(e.seq), 0) AS top FROM stepgate.journal_entry e WHERE e.tenant = p.tenant AND e.run_id = p.id) j
+    WHERE r.tenant = p.tenant AND r.id = p.id
     RETURNING r.id, r.tenant, r.function, r.status, r.attempts, r.wake_at, r.finished_at
 )
 SELECT u.id::text FROM u;
@@ -30,7 +30,7 @@ SELECT u.id::text FROM u;
 -- name: LeaseRelease :many
 -- Recovers the running runs that the leases still own, as LeaseReapExpired does.
 WITH picked AS (
-    SELECT x.id FROM stepgate.run x
+    SELECT x.id, x.tenant FROM stepgate.run x
     JOIN ROWS FROM (unnest(sqlc.arg(ids)::uuid[]), unnest(sqlc.arg(invocations)::int[])) AS l(id, invocation)
         ON x.id = l.id AND x.invocation = l.invocation
     WHERE x.status = 'running'
@@ -39,13 +39,13 @@ WITH picked AS (
     UPDATE stepgate.run r SET status = 'queued', lease_until = NULL,
         -- Due now, or when a sleep its invocation was waiting out in its process ends.
         wake_at = (SELECT w FROM (SELECT max(CASE WHEN t.kind = 'sleep' THEN t.wake_at END) FROM (
-            SELECT e.kind, e.wake_at FROM stepgate.journal_entry e WHERE e.run_id = r.id ORDER BY e.seq DESC LIMIT 64) t) s(w) WHERE w > now()),
+            SELECT e.kind, e.wake_at FROM stepgate.journal_entry e WHERE e.tenant = r.tenant AND e.run_id = r.id ORDER BY e.seq DESC LIMIT 64) t) s(w) WHERE w > now()),
         recoveries = CASE WHEN j.top > r.recovered_seq THEN 1 ELSE r.recoveries + 1 END,
         lifetime_recoveries = r.lifetime_recoveries + 1,
         recovered_seq = j.top
     FROM picked p, LATERAL (
-        SELECT coalesce(max(e.seq), 0) AS top FROM stepgate.journal_entry e WHERE e.run_id = p.id) j
-    WHERE r.id = p.id
+        SELECT coalesce(max(e.seq), 0) AS top FROM stepgate.journal_entry e WHERE e.tenant = p.tenant AND e.run_id = p.id) j
+    WHERE r.tenant = p.tenant AND r.id = p.id
     RETURNING r.id, r.tenant, r.function, r.status, r.attempts, r.wake_at, r.finished_at
 )
 SELECT u.id::text FROM u;

@@ -39,12 +39,12 @@ WITH m AS (
         ELSE jsonb_build_object('source_run_id', m.source_run_id) END) AS output
     FROM m WHERE sqlc.arg(consume)::boolean
 ), entry AS (
-    INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
-    SELECT r.id, sqlc.arg(seq)::int, stepgate.wait_kind(@alt, 'receive'), @name,
+    INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
+    SELECT r.tenant, r.id, sqlc.arg(seq)::int, stepgate.wait_kind(@alt, 'receive'), @name,
         stepgate.wait_output(@alt, 'receive', out.output), r.invocation, now(),
-        stepgate.journal_bytes_before(r.id, sqlc.arg(seq)::int) + octet_length(out.output::text)
-    FROM out, stepgate.run r WHERE r.id = @run_id
-    ON CONFLICT (run_id, seq) DO NOTHING
+        stepgate.journal_bytes_before(r.tenant, r.id, sqlc.arg(seq)::int) + octet_length(out.output::text)
+    FROM out, stepgate.run r WHERE r.id = @run_id AND r.tenant = @tenant
+    ON CONFLICT (tenant, run_id, seq) DO NOTHING
 ), woken AS (
     UPDATE stepgate.run r SET wake_at = now() WHERE r.id = @run_id AND sqlc.arg(consume)::boolean
 )
@@ -57,12 +57,12 @@ FROM m;
 -- it (of kind receive, or wrapped for a wait_any's alternative alt); or, when there is
 -- none, stores the wait. taken says which.
 WITH oldest AS (
-    SELECT o.id FROM stepgate.message o
+    SELECT o.id, o.tenant FROM stepgate.message o
     WHERE o.run_id = @run_id AND o.topic = @topic AND o.consumed_seq IS NULL
     ORDER BY o.n LIMIT 1
 ), m AS (
     UPDATE stepgate.message m SET consumed_seq = sqlc.arg(seq)::int FROM oldest
-    WHERE m.run_id = @run_id AND m.id = oldest.id
+    WHERE m.tenant = oldest.tenant AND m.run_id = @run_id AND m.id = oldest.id
     RETURNING m.*
 ), out AS (
     SELECT jsonb_build_object('message', jsonb_build_object('id', m.id, 'topic', m.topic, 'data', m.data,
@@ -70,10 +70,10 @@ WITH oldest AS (
         ELSE jsonb_build_object('source_run_id', m.source_run_id) END) AS output
     FROM m
 ), entry AS (
-    INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
+    INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, started_at, journal_bytes, tenant)
     SELECT @run_id, @seq, stepgate.wait_kind(@alt, 'receive'), @name,
         stepgate.wait_output(@alt, 'receive', output), @invocation, now(),
-        stepgate.journal_bytes_before(@run_id, @seq) + octet_length(output::text)
+        stepgate.journal_bytes_before(@tenant, @run_id, @seq) + octet_length(output::text), @tenant
     FROM out
 ), waiting AS (
     INSERT INTO stepgate.run_wait (run_id, seq, alt, tenant, name, kind, topic, expires_at)

@@ -49,9 +49,9 @@ WITH u AS (
         wake_at = NULL, awaiting = NULL, finished_at = now(), cancelled_by = @cancelled_by
     WHERE r.id = ANY (@ids::uuid[]) AND r.tenant = @tenant
         AND r.status IN ('scheduled', 'queued', 'running', 'suspended')
-    RETURNING r.id, r.parent_id, r.parent_seq, r.created_at, r.notify
+    RETURNING r.id, r.tenant, r.parent_id, r.parent_seq, r.created_at, r.notify
 ), waits AS (
-    DELETE FROM stepgate.run_wait w USING u WHERE w.run_id = u.id
+    DELETE FROM stepgate.run_wait w USING u WHERE w.tenant = u.tenant AND w.run_id = u.id
 ), notified AS (
     SELECT pg_notify('stepgate_run_done', id::text) FROM u WHERE notify
 ), counted AS (

@@ -1,14 +1,14 @@
 -- name: ValueGet :one
 SELECT e.name, e.output, e.seq, e.finished_at FROM stepgate.journal_entry e
-JOIN stepgate.run r ON r.id = e.run_id AND r.tenant = @tenant
-WHERE e.run_id = @run_id AND e.kind = 'value' AND e.name = @key
+JOIN stepgate.run r ON r.id = e.run_id AND r.tenant = e.tenant
+WHERE e.tenant = @tenant AND e.run_id = @run_id AND e.kind = 'value' AND e.name = @key
 ORDER BY e.seq DESC LIMIT 1;
 
 -- name: ValueList :many
 -- The latest value of each key, by key.
 SELECT DISTINCT ON (e.name) e.name, e.output, e.seq, e.finished_at FROM stepgate.journal_entry e
-JOIN stepgate.run r ON r.id = e.run_id AND r.tenant = @tenant
-WHERE e.run_id = @run_id AND e.kind = 'value'
+JOIN stepgate.run r ON r.id = e.run_id AND r.tenant = e.tenant
+WHERE e.tenant = @tenant AND e.run_id = @run_id AND e.kind = 'value'
 ORDER BY e.name, e.seq DESC;
 
 -- name: OutputNotify :exec

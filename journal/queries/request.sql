@@ -8,7 +8,7 @@ SELECT count(*) AS pending FROM (
     SELECT 1 FROM stepgate.message m
     WHERE m.run_id = @run_id AND m.topic LIKE 'request:%'
         AND NOT EXISTS (SELECT 1 FROM stepgate.journal_entry e
-            WHERE e.run_id = @run_id AND e.kind = 'reply' AND e.name = m.id)
+            WHERE e.tenant = m.tenant AND e.run_id = @run_id AND e.kind = 'reply' AND e.name = m.id)
     LIMIT sqlc.arg(max)::bigint) p;
 
 -- name: RequestForReply :one
@@ -17,7 +17,7 @@ SELECT count(*) AS pending FROM (
 -- seq (0 for none).
 SELECT m.topic, m.consumed_seq,
     coalesce((SELECT min(e.seq) FROM stepgate.journal_entry e
-        WHERE e.run_id = @run_id AND e.kind = 'reply' AND e.name = @id AND e.seq <> sqlc.arg(seq)::int), 0)::int AS replied_seq
+        WHERE e.tenant = m.tenant AND e.run_id = @run_id AND e.kind = 'reply' AND e.name = @id AND e.seq <> sqlc.arg(seq)::int), 0)::int AS replied_seq
 FROM stepgate.message m WHERE m.run_id = @run_id AND m.id = @id;
 
 -- name: RequestsOfRun :many
@@ -28,10 +28,10 @@ SELECT m.n, m.id, m.topic, m.data, m.created_at, m.consumed_seq,
     coalesce(r.seq, 0)::int AS reply_seq, r.output AS reply, r.error AS reply_error, coalesce(r.finished_at, m.created_at) AS replied_at,
     run.status AS run_status
 FROM stepgate.run run
-JOIN stepgate.message m ON m.run_id = run.id
-LEFT JOIN (
+JOIN stepgate.message m ON m.tenant = run.tenant AND m.run_id = run.id
+LEFT JOIN LATERAL (
     SELECT DISTINCT ON (e.name) e.name, e.seq, e.output, e.error, e.finished_at
-    FROM stepgate.journal_entry e WHERE e.run_id = @run_id AND e.kind = 'reply'
+    FROM stepgate.journal_entry e WHERE e.tenant = run.tenant AND e.run_id = @run_id AND e.kind = 'reply'
     ORDER BY e.name, e.seq
 ) r ON r.name = m.id
 WHERE run.id = @run_id AND run.tenant = @tenant AND m.topic LIKE 'request:%'
@@ -45,10 +45,10 @@ SELECT m.n, m.id, m.topic, m.data, m.created_at, m.consumed_seq,
     coalesce(r.seq, 0)::int AS reply_seq, r.output AS reply, r.error AS reply_error, coalesce(r.finished_at, m.created_at) AS replied_at,
     run.status AS run_status
 FROM stepgate.run run
-JOIN stepgate.message m ON m.run_id = run.id AND m.id = @id
-LEFT JOIN (
+JOIN stepgate.message m ON m.tenant = run.tenant AND m.run_id = run.id AND m.id = @id
+LEFT JOIN LATERAL (
     SELECT e.name, e.seq, e.output, e.error, e.finished_at
-    FROM stepgate.journal_entry e WHERE e.run_id = @run_id AND e.kind = 'reply' AND e.name = @id
+    FROM stepgate.journal_entry e WHERE e.tenant = run.tenant AND e.run_id = @run_id AND e.kind = 'reply' AND e.name = @id
     ORDER BY e.seq LIMIT 1
 ) r ON true
 WHERE run.id = @run_id AND run.tenant = @tenant AND m.topic LIKE 'request:%';
@@ -60,9 +60,9 @@ WHERE run.id = @run_id AND run.tenant = @tenant AND m.topic LIKE 'request:%';
 -- request topic, and the seq of a reply to it at another seq (0 for none).
 SELECT e.seq AS received_seq,
     coalesce((SELECT min(r.seq) FROM stepgate.journal_entry r
-        WHERE r.run_id = @run_id AND r.kind = 'reply' AND r.name = @id AND r.seq <> sqlc.arg(seq)::int), 0)::int AS replied_seq
-FROM stepgate.journal_entry e
-WHERE e.run_id = @run_id AND e.copied_from IS NOT NULL AND e.seq < sqlc.arg(seq)::int
+        WHERE r.tenant = run.tenant AND r.run_id = @run_id AND r.kind = 'reply' AND r.name = @id AND r.seq <> sqlc.arg(seq)::int), 0)::int AS replied_seq
+FROM stepgate.run run JOIN stepgate.journal_entry e ON e.tenant = run.tenant AND e.run_id = run.id
+WHERE run.id = @run_id AND e.copied_from IS NOT NULL AND e.seq < sqlc.arg(seq)::int
     AND e.kind IN ('receive', 'wait_any')
     AND coalesce(e.output->'message', e.output->'output'->'message')->>'id' = @id
     AND coalesce(e.output->'message', e.output->'output'->'message')->>'topic' LIKE 'request:%'

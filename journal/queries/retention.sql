@@ -1,6 +1,6 @@
 -- name: RetentionDeleteExpiredRuns :execrows
 WITH doomed AS (
-    SELECT r.id FROM stepgate.run r
+    SELECT r.id, r.tenant FROM stepgate.run r
     JOIN stepgate.function_revision f ON f.tenant = r.tenant AND f.name = r.function AND f.revision = r.revision
     WHERE r.finished_at IS NOT NULL AND r.status IN ('completed', 'failed', 'cancelled')
         AND r.finished_at < now() - coalesce(f.retention_ms, sqlc.arg(default_ms)::bigint) * interval '1 millisecond'
@@ -8,7 +8,7 @@ WITH doomed AS (
     LIMIT sqlc.arg(batch)::bigint
     FOR UPDATE OF r SKIP LOCKED
 ), gone AS (
-    DELETE FROM stepgate.run r USING doomed WHERE r.id = doomed.id
+    DELETE FROM stepgate.run r USING doomed WHERE r.tenant = doomed.tenant AND r.id = doomed.id
     RETURNING r.id, r.tenant, r.function, r.finished_at
 )
 INSERT INTO stepgate.run_tombstone (id, tenant, function, finished_at)

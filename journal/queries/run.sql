@@ -86,28 +86,26 @@ FROM stepgate.run WHERE id = @id AND tenant = @tenant;
 SELECT e.seq, e.kind, e.name, e.output, e.error, e.attempt, e.wake_at, e.started_at, e.finished_at,
     e.copied_from IS NOT NULL AS copied
 FROM stepgate.journal_entry e
-WHERE e.run_id = @run_id AND e.seq > @after AND EXISTS (SELECT 1 FROM stepgate.run r WHERE r.id = @run_id AND r.tenant = @tenant)
-    AND (e.seq = (SELECT min(f.seq) FROM stepgate.journal_entry f WHERE f.run_id = @run_id AND f.seq > @after)
+WHERE e.run_id = @run_id AND e.seq > @after AND e.tenant = @tenant
+    AND (e.seq = (SELECT min(f.seq) FROM stepgate.journal_entry f WHERE f.tenant = @tenant AND f.run_id = @run_id AND f.seq > @after)
         OR coalesce(e.journal_bytes, 0) - coalesce((
-            SELECT p.journal_bytes FROM stepgate.journal_entry p WHERE p.run_id = @run_id AND p.seq = @after), 0) <= sqlc.arg(max_bytes)::bigint)
+            SELECT p.journal_bytes FROM stepgate.journal_entry p WHERE p.tenant = @tenant AND p.run_id = @run_id AND p.seq = @after), 0) <= sqlc.arg(max_bytes)::bigint)
 ORDER BY e.seq LIMIT sqlc.arg(max_entries)::bigint;
 
 -- name: RunLastSeq :one
-SELECT max(seq) FROM stepgate.journal_entry WHERE run_id = @run_id;
+SELECT max(seq) FROM stepgate.journal_entry WHERE run_id = @run_id AND tenant = @tenant;
 
 -- name: RunDetailFailures :many
 -- The latest invocation failures (seq 0), on the first page, and the failures of the
 -- entries after the page's start.
 SELECT * FROM (
     SELECT f.seq, f.attempt, f.name, f.error, f.created_at FROM stepgate.attempt_failure f
-    WHERE f.run_id = @run_id AND f.seq = 0 AND sqlc.arg(after)::int = 0
+    WHERE f.tenant = @tenant AND f.run_id = @run_id AND f.seq = 0 AND sqlc.arg(after)::int = 0
     ORDER BY f.created_at DESC, f.attempt DESC LIMIT sqlc.arg(max_invocation_failures)::bigint
 ) invocation
-WHERE EXISTS (SELECT 1 FROM stepgate.run r WHERE r.id = @run_id AND r.tenant = @tenant)
 UNION ALL
 SELECT f.seq, f.attempt, f.name, f.error, f.created_at FROM stepgate.attempt_failure f
-WHERE f.run_id = @run_id AND f.seq > sqlc.arg(after)::int AND f.seq > 0
-    AND EXISTS (SELECT 1 FROM stepgate.run r WHERE r.id = @run_id AND r.tenant = @tenant)
+WHERE f.tenant = @tenant AND f.run_id = @run_id AND f.seq > sqlc.arg(after)::int AND f.seq > 0
 ORDER BY created_at, seq, attempt;
 
 -- name: RunList :many
@@ -145,14 +143,15 @@ SELECT tenant, function, revision FROM stepgate.run WHERE id = @id;
 
 -- name: RunCopyBounds :one
 -- The last seq of the run to copy, and the seq of its first sleep not over yet.
-SELECT (SELECT max(e.seq) FROM stepgate.journal_entry e WHERE e.run_id = r.id) AS last_seq,
+SELECT (SELECT max(e.seq) FROM stepgate.journal_entry e WHERE e.tenant = r.tenant AND e.run_id = r.id) AS last_seq,
     (SELECT min(e.seq) FROM stepgate.journal_entry e
-     WHERE e.run_id = r.id AND e.kind = 'sleep' AND e.wake_at > now()) AS sleeping_seq
+     WHERE e.tenant = r.tenant AND e.run_id = r.id AND e.kind = 'sleep' AND e.wake_at > now()) AS sleeping_seq
 FROM stepgate.run r WHERE r.id = @id AND r.tenant = @tenant;
 
 -- name: RunCopyEntries :execrows
-INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, error, attempt, wake_at,
+-- A rerun is of its run's tenant: the copies keep the entries' tenant.
+INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, error, attempt, wake_at,
     invocation, started_at, finished_at, journal_bytes, copied_from)
-SELECT sqlc.arg(to_run)::uuid, seq, kind, name, output, error, attempt, wake_at,
-    0, started_at, finished_at, journal_bytes, run_id
-FROM stepgate.journal_entry WHERE run_id = sqlc.arg(from_run)::uuid AND seq < sqlc.arg(before)::int;
+SELECT s.tenant, sqlc.arg(to_run)::uuid, s.seq, s.kind, s.name, s.output, s.error, s.attempt, s.wake_at,
+    0, s.started_at, s.finished_at, s.journal_bytes, s.run_id
+FROM stepgate.journal_entry s WHERE s.tenant = @tenant AND s.run_id = sqlc.arg(from_run)::uuid AND s.seq < sqlc.arg(before)::int;

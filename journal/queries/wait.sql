@@ -25,7 +25,7 @@ WITH cand AS MATERIALIZED (
         JOIN stepgate.function_revision fr ON fr.tenant = r.tenant AND fr.name = r.function AND fr.revision = r.revision
         WHERE r.id = @run_id), c.identity)
       AND NOT EXISTS (SELECT 1 FROM stepgate.journal_entry j
-        WHERE j.run_id = @run_id AND ((j.kind = 'wait_event' AND j.output->'event'->>'id' = c.id)
+        WHERE j.tenant = @tenant AND j.run_id = @run_id AND ((j.kind = 'wait_event' AND j.output->'event'->>'id' = c.id)
             OR (j.kind = 'wait_any' AND j.output->'output'->'event'->>'id' = c.id)))
     ORDER BY c.created_at, c.id
     LIMIT 1
@@ -33,10 +33,10 @@ WITH cand AS MATERIALIZED (
     SELECT jsonb_build_object('event', jsonb_build_object('id', id, 'name', name, 'data', data,
         'identity', identity, 'created_at', created_at)) AS output FROM ev
 ), entry AS (
-    INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
-    SELECT @run_id, @seq, stepgate.wait_kind(@alt, 'wait_event'), @name,
+    INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
+    SELECT @tenant, @run_id, @seq, stepgate.wait_kind(@alt, 'wait_event'), @name,
         stepgate.wait_output(@alt, 'wait_event', output), @invocation, now(),
-        stepgate.journal_bytes_before(@run_id, @seq) + octet_length(output::text)
+        stepgate.journal_bytes_before(@tenant, @run_id, @seq) + octet_length(output::text)
     FROM out
 ), waiting AS (
     INSERT INTO stepgate.run_wait (run_id, seq, alt, tenant, name, kind, event_name, match_key, expires_at)
@@ -84,7 +84,7 @@ WITH cand AS MATERIALIZED (
     -- One probe of the index per key. The keys are computed apart: a qual that
     -- calls match_key (not leakproof) on run_wait's side of the join could not
     -- be an index condition under row-level security.
-    SELECT w.run_id, w.seq, w.alt, w.name FROM stepgate.run_wait w
+    SELECT w.tenant, w.run_id, w.seq, w.alt, w.name FROM stepgate.run_wait w
     WHERE w.tenant = @tenant AND w.event_name = @event AND w.match_key = ANY (ARRAY(
         SELECT stepgate.match_key(s.paths, @doc) FROM stepgate.wait_shape s
         WHERE s.tenant = @tenant AND s.event_name = @event))
@@ -94,28 +94,28 @@ WITH cand AS MATERIALIZED (
     -- A run is resumed only by a sender who may resume it (its revision's
     -- invoke_roles and resume_roles); the others leave it waiting.
     UPDATE stepgate.run r SET wake_at = now() FROM cand, stepgate.function_revision fr
-    WHERE r.id = cand.run_id AND r.tenant = @tenant AND r.status = 'suspended'
+    WHERE r.tenant = cand.tenant AND r.id = cand.run_id AND r.tenant = @tenant AND r.status = 'suspended'
       AND fr.tenant = r.tenant AND fr.name = r.function AND fr.revision = r.revision
       AND stepgate.may_resume(fr.config, (SELECT e.identity FROM stepgate.event e WHERE e.tenant = @tenant AND e.id = @id))
-    RETURNING r.id, r.invocation, cand.seq, cand.alt, cand.name
+    RETURNING r.id, r.tenant, r.invocation, cand.seq, cand.alt, cand.name
 ), gone AS (
     -- Only a wait this statement deletes is resumed: one that a concurrent
     -- claim (a timeout) or another resumer deleted first is theirs. The other
     -- alternatives of a wait_any go with it. (Each deleted row's run is read back from
     -- woken, one row a run, by entries: sqlc cannot type a RETURNING of woken's columns.)
-    DELETE FROM stepgate.run_wait w USING woken WHERE w.run_id = woken.id AND w.seq = woken.seq
-    RETURNING w.run_id
+    DELETE FROM stepgate.run_wait w USING woken WHERE w.tenant = woken.tenant AND w.run_id = woken.id AND w.seq = woken.seq
+    RETURNING w.tenant, w.run_id
 ), out AS (
     SELECT jsonb_build_object('event', jsonb_build_object('id', e.id, 'name', e.name, 'data', e.data,
         'identity', e.identity, 'created_at', e.created_at)) AS output
     FROM stepgate.event e WHERE e.tenant = @tenant AND e.id = @id
 ), entries AS (
-    INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
-    SELECT DISTINCT ON (woken.id) woken.id, woken.seq, stepgate.wait_kind(woken.alt, 'wait_event'), woken.name,
+    INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
+    SELECT DISTINCT ON (woken.id) woken.tenant, woken.id, woken.seq, stepgate.wait_kind(woken.alt, 'wait_event'), woken.name,
         stepgate.wait_output(woken.alt, 'wait_event', out.output), woken.invocation, now(),
-        stepgate.journal_bytes_before(woken.id, woken.seq) + octet_length(out.output::text)
-    FROM gone JOIN woken ON woken.id = gone.run_id, out
-    ON CONFLICT (run_id, seq) DO NOTHING
+        stepgate.journal_bytes_before(woken.tenant, woken.id, woken.seq) + octet_length(out.output::text)
+    FROM gone JOIN woken ON woken.tenant = gone.tenant AND woken.id = gone.run_id, out
+    ON CONFLICT (tenant, run_id, seq) DO NOTHING
 )
 SELECT DISTINCT run_id::text FROM gone ORDER BY 1;
 
@@ -123,12 +123,13 @@ SELECT DISTINCT run_id::text FROM gone ORDER BY 1;
 DELETE FROM stepgate.run_wait WHERE run_id = @run_id AND seq = @seq;
 
 -- name: AwaitSleep :exec
-INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, wake_at, invocation, journal_bytes)
-VALUES (@run_id, @seq, @kind, @name, sqlc.narg(wake_at), @invocation, stepgate.journal_bytes_before(@run_id, @seq));
+INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, wake_at, invocation, journal_bytes)
+VALUES (@tenant, @run_id, @seq, @kind, @name, sqlc.narg(wake_at), @invocation, stepgate.journal_bytes_before(@tenant, @run_id, @seq));
 
 -- name: AwaitStepFailure :exec
-INSERT INTO stepgate.attempt_failure (run_id, seq, attempt, name, error)
-VALUES (@run_id, @seq, @attempt, @name, @error) ON CONFLICT DO NOTHING;
+INSERT INTO stepgate.attempt_failure (tenant, run_id, seq, attempt, name, error)
+VALUES (@tenant, @run_id, @seq, @attempt, @name, @error) ON CONFLICT DO NOTHING;
 
 -- name: AwaitEntryWakeAt :one
-SELECT wake_at FROM stepgate.journal_entry WHERE run_id = @run_id AND seq = @seq;
+SELECT e.wake_at FROM stepgate.run r JOIN stepgate.journal_entry e ON e.tenant = r.tenant AND e.run_id = r.id
+WHERE r.id = @run_id AND e.seq = @seq;

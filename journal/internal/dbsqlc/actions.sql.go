@@ -21,7 +21,7 @@ WITH u AS (
         lifetime_failed_invocations, failed_invocations, lifetime_recoveries, recoveries, lease_until, awaiting,
         wake_at, deadline, held, priority, created_at, started_at, finished_at, notify
 ), waits AS (
-    DELETE FROM stepgate.run_wait w USING u WHERE w.run_id = u.id
+    DELETE FROM stepgate.run_wait w USING u WHERE w.tenant = u.tenant AND w.run_id = u.id
 ), notified AS (
     SELECT pg_notify('stepgate_run_done', id::text) FROM u WHERE notify
 )
@@ -132,7 +132,7 @@ WITH u AS (
         lifetime_failed_invocations, failed_invocations, lifetime_recoveries, recoveries, lease_until, awaiting,
         wake_at, deadline, held, priority, created_at, started_at, finished_at, notify
 ), waits AS (
-    DELETE FROM stepgate.run_wait w USING u WHERE w.run_id = u.id
+    DELETE FROM stepgate.run_wait w USING u WHERE w.tenant = u.tenant AND w.run_id = u.id
 ), notified AS (
     SELECT pg_notify('stepgate_run_done', id::text) FROM u WHERE notify
 )

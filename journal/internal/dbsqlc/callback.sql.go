@@ -80,9 +80,10 @@ func (q *Queries) CallbackCreate(ctx context.Context, arg CallbackCreateParams) 
 }
 
 const CallbackEntry = `-- name: CallbackEntry :one
-SELECT seq, kind, name, output, error, attempt, wake_at, started_at, finished_at,
-    (copied_from IS NOT NULL)::boolean AS copied
-FROM stepgate.journal_entry WHERE run_id = $1 AND seq = $2
+SELECT e.seq, e.kind, e.name, e.output, e.error, e.attempt, e.wake_at, e.started_at, e.finished_at,
+    (e.copied_from IS NOT NULL)::boolean AS copied
+FROM stepgate.run r JOIN stepgate.journal_entry e ON e.tenant = r.tenant AND e.run_id = r.id
+WHERE r.id = $1 AND e.seq = $2
 `
 
 type CallbackEntryParams struct {
@@ -123,10 +124,10 @@ func (q *Queries) CallbackEntry(ctx context.Context, arg CallbackEntryParams) (C
 }
 
 const CallbackJournalAwait = `-- name: CallbackJournalAwait :exec
-INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
+INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, started_at, journal_bytes, tenant)
 VALUES ($1, $2, stepgate.wait_kind($3, 'await_callback'), $4,
     stepgate.wait_output($3, 'await_callback', $5::jsonb),
-    $6, now(), stepgate.journal_bytes_before($1, $2) + octet_length($5::jsonb::text))
+    $6, now(), stepgate.journal_bytes_before($7, $1, $2) + octet_length($5::jsonb::text), $7)
 `
 
 type CallbackJournalAwaitParams struct {
@@ -136,6 +137,7 @@ type CallbackJournalAwaitParams struct {
 	Name       string
 	Output     json.RawMessage
 	Invocation int32
+	Tenant     string
 }
 
 // The await's entry, of kind await_callback (journal.KindAwaitCallback), or wrapped for a
@@ -148,6 +150,7 @@ func (q *Queries) CallbackJournalAwait(ctx context.Context, arg CallbackJournalA
 		arg.Name,
 		arg.Output,
 		arg.Invocation,
+		arg.Tenant,
 	)
 	return err
 }
@@ -166,7 +169,7 @@ func (q *Queries) CallbackKeyLoad(ctx context.Context) ([]byte, error) {
 const CallbackLock = `-- name: CallbackLock :one
 SELECT c.run_id::text AS run_id, c.seq, c.name, c.state, c.resolver, c.resolved_by, c.resolved_at, c.expires_at, c.awaited_seq,
     c.expires_at <= now() AS expired,
-    EXISTS (SELECT 1 FROM stepgate.run_wait w WHERE w.run_id = c.run_id AND w.seq = c.awaited_seq
+    EXISTS (SELECT 1 FROM stepgate.run_wait w WHERE w.tenant = c.tenant AND w.run_id = c.run_id AND w.seq = c.awaited_seq
         AND w.kind = 'await_callback' AND w.callback_seq = c.seq) AS waiting
 FROM stepgate.callback c WHERE c.run_id = $1 AND c.seq = $2 FOR UPDATE
 `
@@ -327,17 +330,17 @@ WITH gone_all AS (
     SELECT seq, alt, name FROM gone_all WHERE kind = 'await_callback' AND callback_seq = $3::int
 ), woken AS (
     UPDATE stepgate.run SET wake_at = now() WHERE id = $1 AND status = 'suspended' AND EXISTS (SELECT 1 FROM gone)
-    RETURNING id, invocation
+    RETURNING id, tenant, invocation
 ), out AS (
     SELECT stepgate.callback_result(c.state, c.payload, c.error, c.resolver, c.resolved_by, c.resolved_at) AS output
     FROM stepgate.callback c WHERE c.run_id = $1 AND c.seq = $3
 ), entry AS (
-    INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
-    SELECT woken.id, gone.seq, stepgate.wait_kind(gone.alt, 'await_callback'), gone.name,
+    INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
+    SELECT woken.tenant, woken.id, gone.seq, stepgate.wait_kind(gone.alt, 'await_callback'), gone.name,
         stepgate.wait_output(gone.alt, 'await_callback', out.output), woken.invocation, now(),
-        stepgate.journal_bytes_before(woken.id, gone.seq) + octet_length(out.output::text)
+        stepgate.journal_bytes_before(woken.tenant, woken.id, gone.seq) + octet_length(out.output::text)
     FROM woken, gone, out
-    ON CONFLICT (run_id, seq) DO NOTHING
+    ON CONFLICT (tenant, run_id, seq) DO NOTHING
 )
 SELECT EXISTS (SELECT 1 FROM woken) AS woken
 `

@@ -11,26 +11,26 @@ import (
 )
 
 const CancelDescendants = `-- name: CancelDescendants :many
-WITH RECURSIVE tree (id, parent_id, live) AS (
-    SELECT r.id, r.parent_id, r.status IN ('scheduled', 'queued', 'running', 'suspended')
+WITH RECURSIVE tree (id, tenant, parent_id, live) AS (
+    SELECT r.id, r.tenant, r.parent_id, r.status IN ('scheduled', 'queued', 'running', 'suspended')
     FROM stepgate.run r
     WHERE r.tenant = $1 AND r.parent_id = ANY ($2::uuid[]) AND NOT r.detached
     UNION ALL
-    SELECT r.id, r.parent_id, r.status IN ('scheduled', 'queued', 'running', 'suspended')
-    FROM tree t JOIN stepgate.run r ON r.parent_id = t.id
+    SELECT r.id, r.tenant, r.parent_id, r.status IN ('scheduled', 'queued', 'running', 'suspended')
+    FROM tree t JOIN stepgate.run r ON r.tenant = t.tenant AND r.parent_id = t.id
     WHERE r.tenant = $1 AND NOT r.detached
 ), todo AS (
-    SELECT id, parent_id FROM tree WHERE live LIMIT $3
+    SELECT id, tenant, parent_id FROM tree WHERE live LIMIT $3
 ), u AS (
     UPDATE stepgate.run r SET status = 'cancelled',
         error = jsonb_build_object('type', 'cancelled',
             'message', 'cancelled with its parent run ' || todo.parent_id || ' by ' || ($4::jsonb ->> 'subject')),
         lease_until = NULL, wake_at = NULL, awaiting = NULL, finished_at = now(), cancelled_by = $4
     FROM todo
-    WHERE r.id = todo.id AND r.tenant = $1 AND r.status IN ('scheduled', 'queued', 'running', 'suspended')
-    RETURNING r.id, r.notify
+    WHERE r.tenant = todo.tenant AND r.id = todo.id AND r.tenant = $1 AND r.status IN ('scheduled', 'queued', 'running', 'suspended')
+    RETURNING r.id, r.tenant, r.notify
 ), waits AS (
-    DELETE FROM stepgate.run_wait w USING u WHERE w.run_id = u.id
+    DELETE FROM stepgate.run_wait w USING u WHERE w.tenant = u.tenant AND w.run_id = u.id
 ), notified AS (
     SELECT pg_notify('stepgate_run_done', id::text) FROM u WHERE notify
 )

@@ -26,7 +26,8 @@ func (q *Queries) ClaimHeld(ctx context.Context, runID string) (*string, error) 
 const ClaimJournal = `-- name: ClaimJournal :many
 SELECT e.seq, e.kind, e.name, e.output, e.error, e.attempt, e.wake_at, e.started_at, e.finished_at,
     e.copied_from IS NOT NULL AS copied
-FROM stepgate.journal_entry e WHERE e.run_id = $1 ORDER BY e.seq
+FROM stepgate.run r JOIN stepgate.journal_entry e ON e.tenant = r.tenant AND e.run_id = r.id
+WHERE r.id = $1 ORDER BY e.seq
 `
 
 type ClaimJournalRow struct {
@@ -42,6 +43,7 @@ type ClaimJournalRow struct {
 	Copied     interface{}
 }
 
+// The run's entries, keyed by its tenant, which the claim in the same batch has locked.
 func (q *Queries) ClaimJournal(ctx context.Context, runID string) ([]ClaimJournalRow, error) {
 	rows, err := q.db.Query(ctx, ClaimJournal, runID)
 	if err != nil {
@@ -87,14 +89,14 @@ WITH u AS (
         CASE WHEN r.wake_at = 'infinity' THEN NULL ELSE r.wake_at END AS wake_at, r.deadline, r.held, r.priority, r.created_at, r.started_at, r.finished_at,
         now() AS db_now
 ), timed_out AS (
-    DELETE FROM stepgate.run_wait w USING u WHERE w.run_id = u.id
-    RETURNING w.run_id, w.seq, stepgate.wait_kind(w.alt, w.kind) AS kind, w.name, w.created_at
+    DELETE FROM stepgate.run_wait w USING u WHERE w.tenant = u.tenant AND w.run_id = u.id
+    RETURNING w.tenant, w.run_id, w.seq, stepgate.wait_kind(w.alt, w.kind) AS kind, w.name, w.created_at
 ), journaled AS (
-    INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
-    SELECT DISTINCT ON (t.run_id, t.seq) t.run_id, t.seq, t.kind, t.name, $3::jsonb, u.invocation, t.created_at,
-        stepgate.journal_bytes_before(t.run_id, t.seq) + octet_length($3::jsonb::text)
+    INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
+    SELECT DISTINCT ON (t.run_id, t.seq) t.tenant, t.run_id, t.seq, t.kind, t.name, $3::jsonb, u.invocation, t.created_at,
+        stepgate.journal_bytes_before(t.tenant, t.run_id, t.seq) + octet_length($3::jsonb::text)
     FROM timed_out t CROSS JOIN u
-    ON CONFLICT (run_id, seq) DO NOTHING
+    ON CONFLICT (tenant, run_id, seq) DO NOTHING
 )
 SELECT u.id, u.tenant, u.function, u.revision, u.status, u.input, u.output, u.error, u.identity, u.idempotency_key, u.parent_id, u.parent_seq, u.parent_name, u.rerun_of, u.cancelled_by, u.detached, u.attempts, u.invocation, u.lifetime_failed_invocations, u.failed_invocations, u.lifetime_recoveries, u.recoveries, u.lease_until, u.awaiting, u.wake_at, u.deadline, u.held, u.priority, u.created_at, u.started_at, u.finished_at, u.db_now FROM u
 `
@@ -196,14 +198,14 @@ WITH s AS (SELECT stepgate.claim_slots($1) AS c), u AS (
         CASE WHEN r.wake_at = 'infinity' THEN NULL ELSE r.wake_at END AS wake_at, r.deadline, r.held, r.priority, r.created_at, r.started_at, r.finished_at,
         now() AS db_now
 ), timed_out AS (
-    DELETE FROM stepgate.run_wait w USING u WHERE w.run_id = u.id
-    RETURNING w.run_id, w.seq, stepgate.wait_kind(w.alt, w.kind) AS kind, w.name, w.created_at
+    DELETE FROM stepgate.run_wait w USING u WHERE w.tenant = u.tenant AND w.run_id = u.id
+    RETURNING w.tenant, w.run_id, w.seq, stepgate.wait_kind(w.alt, w.kind) AS kind, w.name, w.created_at
 ), journaled AS (
-    INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
-    SELECT DISTINCT ON (t.run_id, t.seq) t.run_id, t.seq, t.kind, t.name, $3::jsonb, u.invocation, t.created_at,
-        stepgate.journal_bytes_before(t.run_id, t.seq) + octet_length($3::jsonb::text)
+    INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
+    SELECT DISTINCT ON (t.run_id, t.seq) t.tenant, t.run_id, t.seq, t.kind, t.name, $3::jsonb, u.invocation, t.created_at,
+        stepgate.journal_bytes_before(t.tenant, t.run_id, t.seq) + octet_length($3::jsonb::text)
     FROM timed_out t CROSS JOIN u
-    ON CONFLICT (run_id, seq) DO NOTHING
+    ON CONFLICT (tenant, run_id, seq) DO NOTHING
 )
 SELECT u.id, u.tenant, u.function, u.revision, u.status, u.input, u.output, u.error, u.identity, u.idempotency_key, u.parent_id, u.parent_seq, u.parent_name, u.rerun_of, u.cancelled_by, u.detached, u.attempts, u.invocation, u.lifetime_failed_invocations, u.failed_invocations, u.lifetime_recoveries, u.recoveries, u.lease_until, u.awaiting, u.wake_at, u.deadline, u.held, u.priority, u.created_at, u.started_at, u.finished_at, u.db_now FROM u
 `
@@ -294,8 +296,8 @@ func (q *Queries) ClaimRunSlots(ctx context.Context, arg ClaimRunSlotsParams) (C
 const ClaimSlotsJournal = `-- name: ClaimSlotsJournal :many
 SELECT e.seq, e.kind, e.name, e.output, e.error, e.attempt, e.wake_at, e.started_at, e.finished_at,
     e.copied_from IS NOT NULL AS copied
-FROM stepgate.journal_entry e WHERE e.run_id = $1
-    AND EXISTS (SELECT 1 FROM stepgate.run r WHERE r.id = $1 AND r.status = 'running')
+FROM stepgate.run r JOIN stepgate.journal_entry e ON e.tenant = r.tenant AND e.run_id = r.id
+WHERE r.id = $1 AND r.status = 'running'
 ORDER BY e.seq
 `
 
@@ -345,10 +347,11 @@ func (q *Queries) ClaimSlotsJournal(ctx context.Context, runID string) ([]ClaimS
 }
 
 const ClaimSlotsStepAttempts = `-- name: ClaimSlotsStepAttempts :many
-SELECT f.seq, max(f.attempt) + 1 AS attempt FROM stepgate.attempt_failure f
-WHERE f.run_id = $1 AND f.seq > 0 AND NOT EXISTS (
-    SELECT 1 FROM stepgate.journal_entry e WHERE e.run_id = f.run_id AND e.seq = f.seq)
-    AND EXISTS (SELECT 1 FROM stepgate.run r WHERE r.id = $1 AND r.status = 'running')
+SELECT f.seq, max(f.attempt) + 1 AS attempt
+FROM stepgate.run r JOIN stepgate.attempt_failure f ON f.tenant = r.tenant AND f.run_id = r.id
+WHERE r.id = $1 AND f.seq > 0 AND NOT EXISTS (
+    SELECT 1 FROM stepgate.journal_entry e WHERE e.tenant = f.tenant AND e.run_id = f.run_id AND e.seq = f.seq)
+    AND r.status = 'running'
 GROUP BY f.seq
 `
 
@@ -379,9 +382,10 @@ func (q *Queries) ClaimSlotsStepAttempts(ctx context.Context, runID string) ([]C
 }
 
 const ClaimStepAttempts = `-- name: ClaimStepAttempts :many
-SELECT f.seq, max(f.attempt) + 1 AS attempt FROM stepgate.attempt_failure f
-WHERE f.run_id = $1 AND f.seq > 0 AND NOT EXISTS (
-    SELECT 1 FROM stepgate.journal_entry e WHERE e.run_id = f.run_id AND e.seq = f.seq)
+SELECT f.seq, max(f.attempt) + 1 AS attempt
+FROM stepgate.run r JOIN stepgate.attempt_failure f ON f.tenant = r.tenant AND f.run_id = r.id
+WHERE r.id = $1 AND f.seq > 0 AND NOT EXISTS (
+    SELECT 1 FROM stepgate.journal_entry e WHERE e.tenant = f.tenant AND e.run_id = f.run_id AND e.seq = f.seq)
 GROUP BY f.seq
 `
 

@@ -21,7 +21,7 @@ WITH u AS (
         wake_at = CASE WHEN $3 IN ('suspended', 'queued') AND $6
             THEN greatest(coalesce($7::timestamptz, now() + make_interval(secs => $8)),
                 CASE WHEN $3 = 'queued' THEN (SELECT max(CASE WHEN t.kind = 'sleep' THEN t.wake_at END) FROM (
-                    SELECT e.kind, e.wake_at FROM stepgate.journal_entry e WHERE e.run_id = $9 ORDER BY e.seq DESC LIMIT 64) t) END) END,
+                    SELECT e.kind, e.wake_at FROM stepgate.journal_entry e WHERE e.tenant = r.tenant AND e.run_id = $9 ORDER BY e.seq DESC LIMIT 64) t) END) END,
         awaiting = $10,
         finished_at = CASE WHEN $3 IN ('completed', 'failed', 'cancelled') THEN now() END,
         failed_invocations = CASE WHEN $3 = 'queued' THEN r.failed_invocations + 1 ELSE 0 END,
@@ -31,11 +31,11 @@ WITH u AS (
         notify = r.notify OR ($13 AND $3 IN ('suspended', 'queued'))
     WHERE r.id = $9 AND r.invocation = $14 AND r.status = 'running'
         -- An answered end needs a journal without holes: as many entries as its last seq.
-        AND (NOT $15 OR (SELECT count(*) = coalesce(max(c.seq), 0) FROM stepgate.journal_entry c WHERE c.run_id = $9))
+        AND (NOT $15 OR (SELECT count(*) = coalesce(max(c.seq), 0) FROM stepgate.journal_entry c WHERE c.tenant = r.tenant AND c.run_id = $9))
     RETURNING r.id, r.tenant, r.status, r.attempts, r.wake_at, r.parent_id, r.parent_seq, r.notify, r.identity
 ), failure AS (
-    INSERT INTO stepgate.attempt_failure (run_id, seq, attempt, name, error)
-    SELECT u.id, 0, u.attempts, '', $5 FROM u WHERE $3 = 'queued'
+    INSERT INTO stepgate.attempt_failure (tenant, run_id, seq, attempt, name, error)
+    SELECT u.tenant, u.id, 0, u.attempts, '', $5 FROM u WHERE $3 = 'queued'
     ON CONFLICT DO NOTHING
 ), notified AS (
     SELECT pg_notify('stepgate_run_done', u.id::text) FROM u
@@ -46,9 +46,9 @@ SELECT u.status, u.wake_at, clock_timestamp(), (SELECT count(*) FROM notified),
         AND EXISTS (SELECT 1 FROM stepgate.run p WHERE p.id = u.parent_id AND p.tenant = u.tenant)
         THEN u.parent_id::text END,
     u.tenant, u.identity,
-    EXISTS (SELECT 1 FROM stepgate.journal_entry j WHERE j.run_id = u.id AND j.seq = $1),
+    EXISTS (SELECT 1 FROM stepgate.journal_entry j WHERE j.tenant = u.tenant AND j.run_id = u.id AND j.seq = $1),
     $1 <= $2 OR EXISTS (SELECT 1 FROM stepgate.journal_entry j
-        WHERE j.run_id = u.id AND j.seq < $1 AND j.seq >= $1 - $2)
+        WHERE j.tenant = u.tenant AND j.run_id = u.id AND j.seq < $1 AND j.seq >= $1 - $2)
 FROM u
 `
 
@@ -129,7 +129,7 @@ WITH u AS (
         wake_at = CASE WHEN $3 IN ('suspended', 'queued') AND $6
             THEN greatest(coalesce($7::timestamptz, now() + make_interval(secs => $8)),
                 CASE WHEN $3 = 'queued' THEN (SELECT max(CASE WHEN t.kind = 'sleep' THEN t.wake_at END) FROM (
-                    SELECT e.kind, e.wake_at FROM stepgate.journal_entry e WHERE e.run_id = $9 ORDER BY e.seq DESC LIMIT 64) t) END) END,
+                    SELECT e.kind, e.wake_at FROM stepgate.journal_entry e WHERE e.tenant = r.tenant AND e.run_id = $9 ORDER BY e.seq DESC LIMIT 64) t) END) END,
         awaiting = $10,
         finished_at = CASE WHEN $3 IN ('completed', 'failed', 'cancelled') THEN now() END,
         failed_invocations = CASE WHEN $3 = 'queued' THEN r.failed_invocations + 1 ELSE 0 END,
@@ -139,13 +139,13 @@ WITH u AS (
         notify = r.notify OR ($13 AND $3 IN ('suspended', 'queued'))
     WHERE r.id = $9 AND r.invocation = $14 AND r.status = 'running'
         -- An answered end needs a journal without holes: as many entries as its last seq.
-        AND (NOT $15 OR (SELECT count(*) = coalesce(max(c.seq), 0) FROM stepgate.journal_entry c WHERE c.run_id = $9))
+        AND (NOT $15 OR (SELECT count(*) = coalesce(max(c.seq), 0) FROM stepgate.journal_entry c WHERE c.tenant = r.tenant AND c.run_id = $9))
         AND EXISTS (SELECT 1 FROM stepgate.journal_entry j
-            WHERE j.run_id = $9 AND j.seq = $16 AND j.xmin = pg_current_xact_id()::xid)
+            WHERE j.tenant = r.tenant AND j.run_id = $9 AND j.seq = $16 AND j.xmin = pg_current_xact_id()::xid)
     RETURNING r.id, r.tenant, r.status, r.attempts, r.wake_at, r.parent_id, r.parent_seq, r.notify, r.identity
 ), failure AS (
-    INSERT INTO stepgate.attempt_failure (run_id, seq, attempt, name, error)
-    SELECT u.id, 0, u.attempts, '', $5 FROM u WHERE $3 = 'queued'
+    INSERT INTO stepgate.attempt_failure (tenant, run_id, seq, attempt, name, error)
+    SELECT u.tenant, u.id, 0, u.attempts, '', $5 FROM u WHERE $3 = 'queued'
     ON CONFLICT DO NOTHING
 ), notified AS (
     SELECT pg_notify('stepgate_run_done', u.id::text) FROM u
@@ -156,9 +156,9 @@ SELECT u.status, u.wake_at, clock_timestamp(), (SELECT count(*) FROM notified),
         AND EXISTS (SELECT 1 FROM stepgate.run p WHERE p.id = u.parent_id AND p.tenant = u.tenant)
         THEN u.parent_id::text END,
     u.tenant, u.identity,
-    EXISTS (SELECT 1 FROM stepgate.journal_entry j WHERE j.run_id = u.id AND j.seq = $1),
+    EXISTS (SELECT 1 FROM stepgate.journal_entry j WHERE j.tenant = u.tenant AND j.run_id = u.id AND j.seq = $1),
     $1 <= $2 OR EXISTS (SELECT 1 FROM stepgate.journal_entry j
-        WHERE j.run_id = u.id AND j.seq < $1 AND j.seq >= $1 - $2)
+        WHERE j.tenant = u.tenant AND j.run_id = u.id AND j.seq < $1 AND j.seq >= $1 - $2)
 FROM u
 `
 

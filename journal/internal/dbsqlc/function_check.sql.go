@@ -45,7 +45,7 @@ func (q *Queries) GetFunctionCheck(ctx context.Context, arg GetFunctionCheckPara
 const LiveRunsToCheck = `-- name: LiveRunsToCheck :many
 WITH unended AS (
     SELECT r.id, r.revision, r.created_at,
-        (SELECT max(e.seq) FROM stepgate.journal_entry e WHERE e.run_id = r.id) AS last_seq
+        (SELECT max(e.seq) FROM stepgate.journal_entry e WHERE e.tenant = r.tenant AND e.run_id = r.id) AS last_seq
     FROM stepgate.run r
     WHERE r.tenant = $2 AND r.function = $3
         AND r.status IN ('scheduled', 'queued', 'running', 'suspended')

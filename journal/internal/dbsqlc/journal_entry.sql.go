@@ -13,28 +13,29 @@ import (
 
 const EntryAppendInOrder = `-- name: EntryAppendInOrder :one
 WITH owner AS (
-    SELECT r.id FROM stepgate.run r
+    SELECT r.id, r.tenant FROM stepgate.run r
     WHERE r.id = $1 AND r.invocation = $3 AND r.status = 'running' FOR SHARE
 ), prev AS (
-    SELECT coalesce(p.journal_bytes, 0) AS journal_bytes FROM stepgate.journal_entry p WHERE p.run_id = $1 AND p.seq = $2 - 1
+    SELECT coalesce(p.journal_bytes, 0) AS journal_bytes FROM stepgate.journal_entry p
+    WHERE p.tenant = (SELECT o.tenant FROM owner o) AND p.run_id = $1 AND p.seq = $2 - 1
 ), ok AS (
     -- In order: right after seq - 1, and not into a hole below later entries (a fill
     -- declares a window, so the totals above it are kept).
-    SELECT owner.id, coalesce((SELECT journal_bytes FROM prev), 0) + $4::bigint AS total FROM owner
+    SELECT owner.id, owner.tenant, coalesce((SELECT journal_bytes FROM prev), 0) + $4::bigint AS total FROM owner
     WHERE ($2 = 1 OR EXISTS (SELECT 1 FROM prev))
-        AND NOT EXISTS (SELECT 1 FROM stepgate.journal_entry l WHERE l.run_id = $1 AND l.seq > $2)
+        AND NOT EXISTS (SELECT 1 FROM stepgate.journal_entry l WHERE l.tenant = owner.tenant AND l.run_id = $1 AND l.seq > $2)
 ), ins AS (
-    INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, error, attempt,
+    INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, error, attempt,
         wake_at, invocation, started_at, journal_bytes)
-    SELECT ok.id, $2, $5, $6, $7, $8, $9, $10, $3, $11, ok.total FROM ok
+    SELECT ok.tenant, ok.id, $2, $5, $6, $7, $8, $9, $10, $3, $11, ok.total FROM ok
     WHERE ($12 = 0 OR $2 <= $12) AND ($13 = 0 OR ok.total <= $13)
-    ON CONFLICT (run_id, seq) DO NOTHING
+    ON CONFLICT (tenant, run_id, seq) DO NOTHING
     RETURNING seq
 )
 SELECT EXISTS (SELECT 1 FROM owner) AS owned, EXISTS (SELECT 1 FROM ins) AS inserted, EXISTS (SELECT 1 FROM ok) AS follows,
     (SELECT total FROM ok) AS total, e.kind, e.name, e.output, e.error
 FROM (SELECT 1) one
-LEFT JOIN stepgate.journal_entry e ON e.run_id = $1 AND e.seq = $2
+LEFT JOIN stepgate.journal_entry e ON e.tenant = (SELECT o.tenant FROM owner o) AND e.run_id = $1 AND e.seq = $2
 `
 
 type EntryAppendInOrderParams struct {
@@ -98,26 +99,27 @@ func (q *Queries) EntryAppendInOrder(ctx context.Context, arg EntryAppendInOrder
 
 const EntryAppendInOrderSkipLocked = `-- name: EntryAppendInOrderSkipLocked :one
 WITH owner AS (
-    SELECT r.id FROM stepgate.run r
+    SELECT r.id, r.tenant FROM stepgate.run r
     WHERE r.id = $1 AND r.invocation = $3 AND r.status = 'running' FOR SHARE SKIP LOCKED
 ), prev AS (
-    SELECT coalesce(p.journal_bytes, 0) AS journal_bytes FROM stepgate.journal_entry p WHERE p.run_id = $1 AND p.seq = $2 - 1
+    SELECT coalesce(p.journal_bytes, 0) AS journal_bytes FROM stepgate.journal_entry p
+    WHERE p.tenant = (SELECT o.tenant FROM owner o) AND p.run_id = $1 AND p.seq = $2 - 1
 ), ok AS (
-    SELECT owner.id, coalesce((SELECT journal_bytes FROM prev), 0) + $4::bigint AS total FROM owner
+    SELECT owner.id, owner.tenant, coalesce((SELECT journal_bytes FROM prev), 0) + $4::bigint AS total FROM owner
     WHERE ($2 = 1 OR EXISTS (SELECT 1 FROM prev))
-        AND NOT EXISTS (SELECT 1 FROM stepgate.journal_entry l WHERE l.run_id = $1 AND l.seq > $2)
+        AND NOT EXISTS (SELECT 1 FROM stepgate.journal_entry l WHERE l.tenant = owner.tenant AND l.run_id = $1 AND l.seq > $2)
 ), ins AS (
-    INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, error, attempt,
+    INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, error, attempt,
         wake_at, invocation, started_at, journal_bytes)
-    SELECT ok.id, $2, $5, $6, $7, $8, $9, $10, $3, $11, ok.total FROM ok
+    SELECT ok.tenant, ok.id, $2, $5, $6, $7, $8, $9, $10, $3, $11, ok.total FROM ok
     WHERE ($12 = 0 OR $2 <= $12) AND ($13 = 0 OR ok.total <= $13)
-    ON CONFLICT (run_id, seq) DO NOTHING
+    ON CONFLICT (tenant, run_id, seq) DO NOTHING
     RETURNING seq
 )
 SELECT EXISTS (SELECT 1 FROM owner) AS owned, EXISTS (SELECT 1 FROM ins) AS inserted, EXISTS (SELECT 1 FROM ok) AS follows,
     (SELECT total FROM ok) AS total, e.kind, e.name, e.output, e.error
 FROM (SELECT 1) one
-LEFT JOIN stepgate.journal_entry e ON e.run_id = $1 AND e.seq = $2
+LEFT JOIN stepgate.journal_entry e ON e.tenant = (SELECT o.tenant FROM owner o) AND e.run_id = $1 AND e.seq = $2
 `
 
 type EntryAppendInOrderSkipLockedParams struct {
@@ -183,36 +185,38 @@ func (q *Queries) EntryAppendInOrderSkipLocked(ctx context.Context, arg EntryApp
 
 const EntryAppendInWindow = `-- name: EntryAppendInWindow :one
 WITH owner AS (
-    SELECT r.id FROM stepgate.run r
+    SELECT r.id, r.tenant FROM stepgate.run r
     WHERE r.id = $1 AND r.invocation = $3 AND r.status = 'running' FOR SHARE
 ), prev AS (
     SELECT coalesce(p.journal_bytes, 0) AS journal_bytes FROM stepgate.journal_entry p
-    WHERE p.run_id = $1 AND p.seq < $2 AND p.seq >= $2 - $4
+    WHERE p.tenant = (SELECT o.tenant FROM owner o) AND p.run_id = $1
+        AND p.seq < $2 AND p.seq >= $2 - $4
     ORDER BY p.seq DESC LIMIT 1
 ), top AS (
     -- Entries above: this one fills a hole left by parallel steps.
-    SELECT t.journal_bytes FROM stepgate.journal_entry t WHERE t.run_id = $1 AND t.seq > $2
+    SELECT t.journal_bytes FROM stepgate.journal_entry t
+    WHERE t.tenant = (SELECT o.tenant FROM owner o) AND t.run_id = $1 AND t.seq > $2
     ORDER BY t.seq DESC LIMIT 1
 ), ok AS (
-    SELECT owner.id, coalesce((SELECT journal_bytes FROM prev), stepgate.journal_bytes_before($1, $2)) + $5::bigint AS total,
+    SELECT owner.id, owner.tenant, coalesce((SELECT journal_bytes FROM prev), stepgate.journal_bytes_before(owner.tenant, $1, $2)) + $5::bigint AS total,
         coalesce((SELECT journal_bytes FROM top), 0) + $5::bigint AS top_total
     FROM owner
     WHERE $2 <= $4 OR EXISTS (SELECT 1 FROM prev)
 ), ins AS (
-    INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, error, attempt,
+    INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, error, attempt,
         wake_at, invocation, started_at, journal_bytes)
-    SELECT ok.id, $2, $6, $7, $8, $9, $10, $11, $3, $12, ok.total FROM ok
+    SELECT ok.tenant, ok.id, $2, $6, $7, $8, $9, $10, $11, $3, $12, ok.total FROM ok
     WHERE ($13 = 0 OR $2 <= $13) AND ($14 = 0 OR greatest(ok.total, ok.top_total) <= $14)
-    ON CONFLICT (run_id, seq) DO NOTHING
+    ON CONFLICT (tenant, run_id, seq) DO NOTHING
     RETURNING seq
 ), above AS (
     UPDATE stepgate.journal_entry a SET journal_bytes = a.journal_bytes + $5::bigint
-    WHERE a.run_id = $1 AND a.seq > $2 AND EXISTS (SELECT 1 FROM ins) AND EXISTS (SELECT 1 FROM top)
+    WHERE a.tenant = (SELECT o.tenant FROM owner o) AND a.run_id = $1 AND a.seq > $2 AND EXISTS (SELECT 1 FROM ins) AND EXISTS (SELECT 1 FROM top)
 )
 SELECT EXISTS (SELECT 1 FROM owner) AS owned, EXISTS (SELECT 1 FROM ins) AS inserted, EXISTS (SELECT 1 FROM ok) AS follows,
     (SELECT greatest(total, top_total) FROM ok) AS total, e.kind, e.name, e.output, e.error
 FROM (SELECT 1) one
-LEFT JOIN stepgate.journal_entry e ON e.run_id = $1 AND e.seq = $2
+LEFT JOIN stepgate.journal_entry e ON e.tenant = (SELECT o.tenant FROM owner o) AND e.run_id = $1 AND e.seq = $2
 `
 
 type EntryAppendInWindowParams struct {
@@ -279,7 +283,7 @@ func (q *Queries) EntryAppendInWindow(ctx context.Context, arg EntryAppendInWind
 const EntryAt = `-- name: EntryAt :one
 SELECT e.seq, e.kind, e.name, e.output, e.error, e.attempt, e.wake_at, e.started_at, e.finished_at,
     e.copied_from IS NOT NULL AS copied
-FROM stepgate.journal_entry e WHERE e.run_id = $1 AND e.seq = $2
+FROM stepgate.journal_entry e WHERE e.tenant = (SELECT t.tenant FROM stepgate.run t WHERE t.id = $1) AND e.run_id = $1 AND e.seq = $2
 `
 
 type EntryAtParams struct {
@@ -329,7 +333,7 @@ func (q *Queries) EntryBatchLockTimeout(ctx context.Context) error {
 }
 
 const EntryExists = `-- name: EntryExists :one
-SELECT EXISTS (SELECT 1 FROM stepgate.journal_entry WHERE run_id = $1 AND seq = $2)
+SELECT EXISTS (SELECT 1 FROM stepgate.journal_entry e WHERE e.tenant = (SELECT t.tenant FROM stepgate.run t WHERE t.id = $1) AND e.run_id = $1 AND e.seq = $2)
 `
 
 type EntryExistsParams struct {
@@ -337,6 +341,8 @@ type EntryExistsParams struct {
 	Seq   int32
 }
 
+// The statements below name only the run: its tenant, which leads the entries' key, is
+// read from the run in the statement.
 func (q *Queries) EntryExists(ctx context.Context, arg EntryExistsParams) (bool, error) {
 	row := q.db.QueryRow(ctx, EntryExists, arg.RunID, arg.Seq)
 	var exists bool
@@ -345,22 +351,23 @@ func (q *Queries) EntryExists(ctx context.Context, arg EntryExistsParams) (bool,
 }
 
 const EntryHoles = `-- name: EntryHoles :one
-WITH j AS (SELECT coalesce(max(e.seq), 0) AS top, count(*) AS n FROM stepgate.journal_entry e WHERE e.run_id = $1)
-SELECT EXISTS (SELECT 1 FROM stepgate.run r WHERE r.id = $1 AND r.invocation = $2 AND r.status = 'running') AS owned,
+WITH r AS (SELECT r.tenant, r.invocation, r.status FROM stepgate.run r WHERE r.id = $2),
+j AS (SELECT coalesce(max(e.seq), 0) AS top, count(*) AS n FROM stepgate.journal_entry e WHERE e.tenant = (SELECT r.tenant FROM r) AND e.run_id = $2)
+SELECT coalesce((SELECT r.invocation = $1 AND r.status = 'running' FROM r), false) AS owned,
     j.top, j.top - j.n AS missing_count,
     ARRAY(SELECT s::int FROM generate_series(1, j.top - 1) s
-        WHERE NOT EXISTS (SELECT 1 FROM stepgate.journal_entry e WHERE e.run_id = $1 AND e.seq = s)
+        WHERE NOT EXISTS (SELECT 1 FROM stepgate.journal_entry e WHERE e.tenant = (SELECT r.tenant FROM r) AND e.run_id = $2 AND e.seq = s)
         ORDER BY s LIMIT 10) AS missing
 FROM j
 `
 
 type EntryHolesParams struct {
-	RunID      string
 	Invocation int32
+	RunID      string
 }
 
 type EntryHolesRow struct {
-	Owned        bool
+	Owned        interface{}
 	Top          interface{}
 	MissingCount int32
 	Missing      interface{}
@@ -369,7 +376,7 @@ type EntryHolesRow struct {
 // Why an answered end found no run: whether the invocation owns it, the journal's last
 // seq, how many seqs below it are missing, and the first ten of them.
 func (q *Queries) EntryHoles(ctx context.Context, arg EntryHolesParams) (EntryHolesRow, error) {
-	row := q.db.QueryRow(ctx, EntryHoles, arg.RunID, arg.Invocation)
+	row := q.db.QueryRow(ctx, EntryHoles, arg.Invocation, arg.RunID)
 	var i EntryHolesRow
 	err := row.Scan(
 		&i.Owned,
@@ -381,9 +388,10 @@ func (q *Queries) EntryHoles(ctx context.Context, arg EntryHolesParams) (EntryHo
 }
 
 const EntryInvokeRefused = `-- name: EntryInvokeRefused :exec
-INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, error, invocation, started_at, journal_bytes)
-VALUES ($1, $2, 'invoke', $3, $4::jsonb, $5, now(),
-    stepgate.journal_bytes_before($1, $2) + octet_length($4::jsonb::text))
+WITH r AS (SELECT r.tenant FROM stepgate.run r WHERE r.id = $1)
+INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, error, invocation, started_at, journal_bytes)
+VALUES ((SELECT r.tenant FROM r), $1, $2, 'invoke', $3, $4::jsonb, $5, now(),
+    stepgate.journal_bytes_before((SELECT r.tenant FROM r), $1, $2) + octet_length($4::jsonb::text))
 `
 
 type EntryInvokeRefusedParams struct {

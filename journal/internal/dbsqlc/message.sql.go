@@ -226,12 +226,12 @@ func (q *Queries) MessageLockTarget(ctx context.Context, arg MessageLockTargetPa
 
 const MessageReceive = `-- name: MessageReceive :one
 WITH oldest AS (
-    SELECT o.id FROM stepgate.message o
+    SELECT o.id, o.tenant FROM stepgate.message o
     WHERE o.run_id = $1 AND o.topic = $2 AND o.consumed_seq IS NULL
     ORDER BY o.n LIMIT 1
 ), m AS (
     UPDATE stepgate.message m SET consumed_seq = $3::int FROM oldest
-    WHERE m.run_id = $1 AND m.id = oldest.id
+    WHERE m.tenant = oldest.tenant AND m.run_id = $1 AND m.id = oldest.id
     RETURNING m.n, m.tenant, m.run_id, m.id, m.topic, m.data, m.identity, m.source_run_id, m.created_at, m.consumed_seq
 ), out AS (
     SELECT jsonb_build_object('message', jsonb_build_object('id', m.id, 'topic', m.topic, 'data', m.data,
@@ -239,10 +239,10 @@ WITH oldest AS (
         ELSE jsonb_build_object('source_run_id', m.source_run_id) END) AS output
     FROM m
 ), entry AS (
-    INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
+    INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, started_at, journal_bytes, tenant)
     SELECT $1, $3, stepgate.wait_kind($4, 'receive'), $5,
         stepgate.wait_output($4, 'receive', output), $6, now(),
-        stepgate.journal_bytes_before($1, $3) + octet_length(output::text)
+        stepgate.journal_bytes_before($7, $1, $3) + octet_length(output::text), $7
     FROM out
 ), waiting AS (
     INSERT INTO stepgate.run_wait (run_id, seq, alt, tenant, name, kind, topic, expires_at)
@@ -312,12 +312,12 @@ WITH m AS (
         ELSE jsonb_build_object('source_run_id', m.source_run_id) END) AS output
     FROM m WHERE $8::boolean
 ), entry AS (
-    INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
-    SELECT r.id, $9::int, stepgate.wait_kind($10, 'receive'), $11,
+    INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
+    SELECT r.tenant, r.id, $9::int, stepgate.wait_kind($10, 'receive'), $11,
         stepgate.wait_output($10, 'receive', out.output), r.invocation, now(),
-        stepgate.journal_bytes_before(r.id, $9::int) + octet_length(out.output::text)
-    FROM out, stepgate.run r WHERE r.id = $2
-    ON CONFLICT (run_id, seq) DO NOTHING
+        stepgate.journal_bytes_before(r.tenant, r.id, $9::int) + octet_length(out.output::text)
+    FROM out, stepgate.run r WHERE r.id = $2 AND r.tenant = $1
+    ON CONFLICT (tenant, run_id, seq) DO NOTHING
 ), woken AS (
     UPDATE stepgate.run r SET wake_at = now() WHERE r.id = $2 AND $8::boolean
 )

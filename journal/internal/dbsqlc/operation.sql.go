@@ -81,9 +81,9 @@ WITH u AS (
         wake_at = NULL, awaiting = NULL, finished_at = now(), cancelled_by = $2
     WHERE r.id = ANY ($3::uuid[]) AND r.tenant = $4
         AND r.status IN ('scheduled', 'queued', 'running', 'suspended')
-    RETURNING r.id, r.parent_id, r.parent_seq, r.created_at, r.notify
+    RETURNING r.id, r.tenant, r.parent_id, r.parent_seq, r.created_at, r.notify
 ), waits AS (
-    DELETE FROM stepgate.run_wait w USING u WHERE w.run_id = u.id
+    DELETE FROM stepgate.run_wait w USING u WHERE w.tenant = u.tenant AND w.run_id = u.id
 ), notified AS (
     SELECT pg_notify('stepgate_run_done', id::text) FROM u WHERE notify
 ), counted AS (

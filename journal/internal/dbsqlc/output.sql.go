@@ -345,8 +345,8 @@ func (q *Queries) StreamWrittenPlaces(ctx context.Context, arg StreamWrittenPlac
 
 const ValueGet = `-- name: ValueGet :one
 SELECT e.name, e.output, e.seq, e.finished_at FROM stepgate.journal_entry e
-JOIN stepgate.run r ON r.id = e.run_id AND r.tenant = $1
-WHERE e.run_id = $2 AND e.kind = 'value' AND e.name = $3
+JOIN stepgate.run r ON r.id = e.run_id AND r.tenant = e.tenant
+WHERE e.tenant = $1 AND e.run_id = $2 AND e.kind = 'value' AND e.name = $3
 ORDER BY e.seq DESC LIMIT 1
 `
 
@@ -377,8 +377,8 @@ func (q *Queries) ValueGet(ctx context.Context, arg ValueGetParams) (ValueGetRow
 
 const ValueList = `-- name: ValueList :many
 SELECT DISTINCT ON (e.name) e.name, e.output, e.seq, e.finished_at FROM stepgate.journal_entry e
-JOIN stepgate.run r ON r.id = e.run_id AND r.tenant = $1
-WHERE e.run_id = $2 AND e.kind = 'value'
+JOIN stepgate.run r ON r.id = e.run_id AND r.tenant = e.tenant
+WHERE e.tenant = $1 AND e.run_id = $2 AND e.kind = 'value'
 ORDER BY e.name, e.seq DESC
 `
 

@@ -14,9 +14,9 @@ import (
 const RequestCopiedForReply = `-- name: RequestCopiedForReply :one
 SELECT e.seq AS received_seq,
     coalesce((SELECT min(r.seq) FROM stepgate.journal_entry r
-        WHERE r.run_id = $1 AND r.kind = 'reply' AND r.name = $2 AND r.seq <> $3::int), 0)::int AS replied_seq
-FROM stepgate.journal_entry e
-WHERE e.run_id = $1 AND e.copied_from IS NOT NULL AND e.seq < $3::int
+        WHERE r.tenant = run.tenant AND r.run_id = $1 AND r.kind = 'reply' AND r.name = $2 AND r.seq <> $3::int), 0)::int AS replied_seq
+FROM stepgate.run run JOIN stepgate.journal_entry e ON e.tenant = run.tenant AND e.run_id = run.id
+WHERE run.id = $1 AND e.copied_from IS NOT NULL AND e.seq < $3::int
     AND e.kind IN ('receive', 'wait_any')
     AND coalesce(e.output->'message', e.output->'output'->'message')->>'id' = $2
     AND coalesce(e.output->'message', e.output->'output'->'message')->>'topic' LIKE 'request:%'
@@ -48,7 +48,7 @@ func (q *Queries) RequestCopiedForReply(ctx context.Context, arg RequestCopiedFo
 const RequestForReply = `-- name: RequestForReply :one
 SELECT m.topic, m.consumed_seq,
     coalesce((SELECT min(e.seq) FROM stepgate.journal_entry e
-        WHERE e.run_id = $1 AND e.kind = 'reply' AND e.name = $2 AND e.seq <> $3::int), 0)::int AS replied_seq
+        WHERE e.tenant = m.tenant AND e.run_id = $1 AND e.kind = 'reply' AND e.name = $2 AND e.seq <> $3::int), 0)::int AS replied_seq
 FROM stepgate.message m WHERE m.run_id = $1 AND m.id = $2
 `
 
@@ -79,10 +79,10 @@ SELECT m.n, m.id, m.topic, m.data, m.created_at, m.consumed_seq,
     coalesce(r.seq, 0)::int AS reply_seq, r.output AS reply, r.error AS reply_error, coalesce(r.finished_at, m.created_at) AS replied_at,
     run.status AS run_status
 FROM stepgate.run run
-JOIN stepgate.message m ON m.run_id = run.id AND m.id = $1
-LEFT JOIN (
+JOIN stepgate.message m ON m.tenant = run.tenant AND m.run_id = run.id AND m.id = $1
+LEFT JOIN LATERAL (
     SELECT e.name, e.seq, e.output, e.error, e.finished_at
-    FROM stepgate.journal_entry e WHERE e.run_id = $2 AND e.kind = 'reply' AND e.name = $1
+    FROM stepgate.journal_entry e WHERE e.tenant = run.tenant AND e.run_id = $2 AND e.kind = 'reply' AND e.name = $1
     ORDER BY e.seq LIMIT 1
 ) r ON true
 WHERE run.id = $2 AND run.tenant = $3 AND m.topic LIKE 'request:%'
@@ -135,7 +135,7 @@ SELECT count(*) AS pending FROM (
     SELECT 1 FROM stepgate.message m
     WHERE m.run_id = $1 AND m.topic LIKE 'request:%'
         AND NOT EXISTS (SELECT 1 FROM stepgate.journal_entry e
-            WHERE e.run_id = $1 AND e.kind = 'reply' AND e.name = m.id)
+            WHERE e.tenant = m.tenant AND e.run_id = $1 AND e.kind = 'reply' AND e.name = m.id)
     LIMIT $2::bigint) p
 `
 
@@ -160,10 +160,10 @@ SELECT m.n, m.id, m.topic, m.data, m.created_at, m.consumed_seq,
     coalesce(r.seq, 0)::int AS reply_seq, r.output AS reply, r.error AS reply_error, coalesce(r.finished_at, m.created_at) AS replied_at,
     run.status AS run_status
 FROM stepgate.run run
-JOIN stepgate.message m ON m.run_id = run.id
-LEFT JOIN (
+JOIN stepgate.message m ON m.tenant = run.tenant AND m.run_id = run.id
+LEFT JOIN LATERAL (
     SELECT DISTINCT ON (e.name) e.name, e.seq, e.output, e.error, e.finished_at
-    FROM stepgate.journal_entry e WHERE e.run_id = $1 AND e.kind = 'reply'
+    FROM stepgate.journal_entry e WHERE e.tenant = run.tenant AND e.run_id = $1 AND e.kind = 'reply'
     ORDER BY e.name, e.seq
 ) r ON r.name = m.id
 WHERE run.id = $1 AND run.tenant = $2 AND m.topic LIKE 'request:%'

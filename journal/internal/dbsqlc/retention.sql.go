@@ -34,7 +34,7 @@ func (q *Queries) RetentionDeleteExpiredEvents(ctx context.Context, arg Retentio
 
 const RetentionDeleteExpiredRuns = `-- name: RetentionDeleteExpiredRuns :execrows
 WITH doomed AS (
-    SELECT r.id FROM stepgate.run r
+    SELECT r.id, r.tenant FROM stepgate.run r
     JOIN stepgate.function_revision f ON f.tenant = r.tenant AND f.name = r.function AND f.revision = r.revision
     WHERE r.finished_at IS NOT NULL AND r.status IN ('completed', 'failed', 'cancelled')
         AND r.finished_at < now() - coalesce(f.retention_ms, $1::bigint) * interval '1 millisecond'
@@ -42,7 +42,7 @@ WITH doomed AS (
     LIMIT $2::bigint
     FOR UPDATE OF r SKIP LOCKED
 ), gone AS (
-    DELETE FROM stepgate.run r USING doomed WHERE r.id = doomed.id
+    DELETE FROM stepgate.run r USING doomed WHERE r.tenant = doomed.tenant AND r.id = doomed.id
     RETURNING r.id, r.tenant, r.function, r.finished_at
 )
 INSERT INTO stepgate.run_tombstone (id, tenant, function, finished_at)

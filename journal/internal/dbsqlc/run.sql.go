@@ -196,9 +196,9 @@ func (q *Queries) RunByIdempotencyKey(ctx context.Context, arg RunByIdempotencyK
 }
 
 const RunCopyBounds = `-- name: RunCopyBounds :one
-SELECT (SELECT max(e.seq) FROM stepgate.journal_entry e WHERE e.run_id = r.id) AS last_seq,
+SELECT (SELECT max(e.seq) FROM stepgate.journal_entry e WHERE e.tenant = r.tenant AND e.run_id = r.id) AS last_seq,
     (SELECT min(e.seq) FROM stepgate.journal_entry e
-     WHERE e.run_id = r.id AND e.kind = 'sleep' AND e.wake_at > now()) AS sleeping_seq
+     WHERE e.tenant = r.tenant AND e.run_id = r.id AND e.kind = 'sleep' AND e.wake_at > now()) AS sleeping_seq
 FROM stepgate.run r WHERE r.id = $1 AND r.tenant = $2
 `
 
@@ -221,21 +221,28 @@ func (q *Queries) RunCopyBounds(ctx context.Context, arg RunCopyBoundsParams) (R
 }
 
 const RunCopyEntries = `-- name: RunCopyEntries :execrows
-INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, error, attempt, wake_at,
+INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, error, attempt, wake_at,
     invocation, started_at, finished_at, journal_bytes, copied_from)
-SELECT $1::uuid, seq, kind, name, output, error, attempt, wake_at,
-    0, started_at, finished_at, journal_bytes, run_id
-FROM stepgate.journal_entry WHERE run_id = $2::uuid AND seq < $3::int
+SELECT s.tenant, $1::uuid, s.seq, s.kind, s.name, s.output, s.error, s.attempt, s.wake_at,
+    0, s.started_at, s.finished_at, s.journal_bytes, s.run_id
+FROM stepgate.journal_entry s WHERE s.tenant = $2 AND s.run_id = $3::uuid AND s.seq < $4::int
 `
 
 type RunCopyEntriesParams struct {
 	ToRun   string
+	Tenant  string
 	FromRun string
 	Before  int32
 }
 
+// A rerun is of its run's tenant: the copies keep the entries' tenant.
 func (q *Queries) RunCopyEntries(ctx context.Context, arg RunCopyEntriesParams) (int64, error) {
-	result, err := q.db.Exec(ctx, RunCopyEntries, arg.ToRun, arg.FromRun, arg.Before)
+	result, err := q.db.Exec(ctx, RunCopyEntries,
+		arg.ToRun,
+		arg.Tenant,
+		arg.FromRun,
+		arg.Before,
+	)
 	if err != nil {
 		return 0, err
 	}
@@ -464,22 +471,20 @@ func (q *Queries) RunCreateRefused(ctx context.Context, arg RunCreateRefusedPara
 const RunDetailFailures = `-- name: RunDetailFailures :many
 SELECT seq, attempt, name, error, created_at FROM (
     SELECT f.seq, f.attempt, f.name, f.error, f.created_at FROM stepgate.attempt_failure f
-    WHERE f.run_id = $1 AND f.seq = 0 AND $2::int = 0
-    ORDER BY f.created_at DESC, f.attempt DESC LIMIT $3::bigint
+    WHERE f.tenant = $1 AND f.run_id = $2 AND f.seq = 0 AND $3::int = 0
+    ORDER BY f.created_at DESC, f.attempt DESC LIMIT $4::bigint
 ) invocation
-WHERE EXISTS (SELECT 1 FROM stepgate.run r WHERE r.id = $1 AND r.tenant = $4)
 UNION ALL
 SELECT f.seq, f.attempt, f.name, f.error, f.created_at FROM stepgate.attempt_failure f
-WHERE f.run_id = $1 AND f.seq > $2::int AND f.seq > 0
-    AND EXISTS (SELECT 1 FROM stepgate.run r WHERE r.id = $1 AND r.tenant = $4)
+WHERE f.tenant = $1 AND f.run_id = $2 AND f.seq > $3::int AND f.seq > 0
 ORDER BY created_at, seq, attempt
 `
 
 type RunDetailFailuresParams struct {
+	Tenant                string
 	RunID                 string
 	After                 int32
 	MaxInvocationFailures int64
-	Tenant                string
 }
 
 type RunDetailFailuresRow struct {
@@ -494,10 +499,10 @@ type RunDetailFailuresRow struct {
 // entries after the page's start.
 func (q *Queries) RunDetailFailures(ctx context.Context, arg RunDetailFailuresParams) ([]RunDetailFailuresRow, error) {
 	rows, err := q.db.Query(ctx, RunDetailFailures,
+		arg.Tenant,
 		arg.RunID,
 		arg.After,
 		arg.MaxInvocationFailures,
-		arg.Tenant,
 	)
 	if err != nil {
 		return nil, err
@@ -527,10 +532,10 @@ const RunDetailJournal = `-- name: RunDetailJournal :many
 SELECT e.seq, e.kind, e.name, e.output, e.error, e.attempt, e.wake_at, e.started_at, e.finished_at,
     e.copied_from IS NOT NULL AS copied
 FROM stepgate.journal_entry e
-WHERE e.run_id = $1 AND e.seq > $2 AND EXISTS (SELECT 1 FROM stepgate.run r WHERE r.id = $1 AND r.tenant = $3)
-    AND (e.seq = (SELECT min(f.seq) FROM stepgate.journal_entry f WHERE f.run_id = $1 AND f.seq > $2)
+WHERE e.run_id = $1 AND e.seq > $2 AND e.tenant = $3
+    AND (e.seq = (SELECT min(f.seq) FROM stepgate.journal_entry f WHERE f.tenant = $3 AND f.run_id = $1 AND f.seq > $2)
         OR coalesce(e.journal_bytes, 0) - coalesce((
-            SELECT p.journal_bytes FROM stepgate.journal_entry p WHERE p.run_id = $1 AND p.seq = $2), 0) <= $4::bigint)
+            SELECT p.journal_bytes FROM stepgate.journal_entry p WHERE p.tenant = $3 AND p.run_id = $1 AND p.seq = $2), 0) <= $4::bigint)
 ORDER BY e.seq LIMIT $5::bigint
 `
 
@@ -682,11 +687,16 @@ func (q *Queries) RunGet(ctx context.Context, arg RunGetParams) (RunGetRow, erro
 }
 
 const RunLastSeq = `-- name: RunLastSeq :one
-SELECT max(seq) FROM stepgate.journal_entry WHERE run_id = $1
+SELECT max(seq) FROM stepgate.journal_entry WHERE run_id = $1 AND tenant = $2
 `
 
-func (q *Queries) RunLastSeq(ctx context.Context, runID string) (interface{}, error) {
-	row := q.db.QueryRow(ctx, RunLastSeq, runID)
+type RunLastSeqParams struct {
+	RunID  string
+	Tenant string
+}
+
+func (q *Queries) RunLastSeq(ctx context.Context, arg RunLastSeqParams) (interface{}, error) {
+	row := q.db.QueryRow(ctx, RunLastSeq, arg.RunID, arg.Tenant)
 	var max interface{}
 	err := row.Scan(&max)
 	return max, err

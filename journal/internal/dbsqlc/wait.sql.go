@@ -12,7 +12,8 @@ import (
 )
 
 const AwaitEntryWakeAt = `-- name: AwaitEntryWakeAt :one
-SELECT wake_at FROM stepgate.journal_entry WHERE run_id = $1 AND seq = $2
+SELECT e.wake_at FROM stepgate.run r JOIN stepgate.journal_entry e ON e.tenant = r.tenant AND e.run_id = r.id
+WHERE r.id = $1 AND e.seq = $2
 `
 
 type AwaitEntryWakeAtParams struct {
@@ -28,11 +29,12 @@ func (q *Queries) AwaitEntryWakeAt(ctx context.Context, arg AwaitEntryWakeAtPara
 }
 
 const AwaitSleep = `-- name: AwaitSleep :exec
-INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, wake_at, invocation, journal_bytes)
-VALUES ($1, $2, $3, $4, $5, $6, stepgate.journal_bytes_before($1, $2))
+INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, wake_at, invocation, journal_bytes)
+VALUES ($1, $2, $3, $4, $5, $6, $7, stepgate.journal_bytes_before($1, $2, $3))
 `
 
 type AwaitSleepParams struct {
+	Tenant     string
 	RunID      string
 	Seq        int32
 	Kind       string
@@ -43,6 +45,7 @@ type AwaitSleepParams struct {
 
 func (q *Queries) AwaitSleep(ctx context.Context, arg AwaitSleepParams) error {
 	_, err := q.db.Exec(ctx, AwaitSleep,
+		arg.Tenant,
 		arg.RunID,
 		arg.Seq,
 		arg.Kind,
@@ -54,11 +57,12 @@ func (q *Queries) AwaitSleep(ctx context.Context, arg AwaitSleepParams) error {
 }
 
 const AwaitStepFailure = `-- name: AwaitStepFailure :exec
-INSERT INTO stepgate.attempt_failure (run_id, seq, attempt, name, error)
-VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING
+INSERT INTO stepgate.attempt_failure (tenant, run_id, seq, attempt, name, error)
+VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING
 `
 
 type AwaitStepFailureParams struct {
+	Tenant  string
 	RunID   string
 	Seq     int32
 	Attempt int32
@@ -68,6 +72,7 @@ type AwaitStepFailureParams struct {
 
 func (q *Queries) AwaitStepFailure(ctx context.Context, arg AwaitStepFailureParams) error {
 	_, err := q.db.Exec(ctx, AwaitStepFailure,
+		arg.Tenant,
 		arg.RunID,
 		arg.Seq,
 		arg.Attempt,
@@ -108,7 +113,7 @@ WITH cand AS MATERIALIZED (
         JOIN stepgate.function_revision fr ON fr.tenant = r.tenant AND fr.name = r.function AND fr.revision = r.revision
         WHERE r.id = $7), c.identity)
       AND NOT EXISTS (SELECT 1 FROM stepgate.journal_entry j
-        WHERE j.run_id = $7 AND ((j.kind = 'wait_event' AND j.output->'event'->>'id' = c.id)
+        WHERE j.tenant = $1 AND j.run_id = $7 AND ((j.kind = 'wait_event' AND j.output->'event'->>'id' = c.id)
             OR (j.kind = 'wait_any' AND j.output->'output'->'event'->>'id' = c.id)))
     ORDER BY c.created_at, c.id
     LIMIT 1
@@ -116,10 +121,10 @@ WITH cand AS MATERIALIZED (
     SELECT jsonb_build_object('event', jsonb_build_object('id', id, 'name', name, 'data', data,
         'identity', identity, 'created_at', created_at)) AS output FROM ev
 ), entry AS (
-    INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
-    SELECT $7, $8, stepgate.wait_kind($9, 'wait_event'), $10,
+    INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
+    SELECT $1, $7, $8, stepgate.wait_kind($9, 'wait_event'), $10,
         stepgate.wait_output($9, 'wait_event', output), $11, now(),
-        stepgate.journal_bytes_before($7, $8) + octet_length(output::text)
+        stepgate.journal_bytes_before($1, $7, $8) + octet_length(output::text)
     FROM out
 ), waiting AS (
     INSERT INTO stepgate.run_wait (run_id, seq, alt, tenant, name, kind, event_name, match_key, expires_at)
@@ -202,7 +207,7 @@ WITH cand AS MATERIALIZED (
     -- One probe of the index per key. The keys are computed apart: a qual that
     -- calls match_key (not leakproof) on run_wait's side of the join could not
     -- be an index condition under row-level security.
-    SELECT w.run_id, w.seq, w.alt, w.name FROM stepgate.run_wait w
+    SELECT w.tenant, w.run_id, w.seq, w.alt, w.name FROM stepgate.run_wait w
     WHERE w.tenant = $1 AND w.event_name = $2 AND w.match_key = ANY (ARRAY(
         SELECT stepgate.match_key(s.paths, $3) FROM stepgate.wait_shape s
         WHERE s.tenant = $1 AND s.event_name = $2))
@@ -212,28 +217,28 @@ WITH cand AS MATERIALIZED (
     -- A run is resumed only by a sender who may resume it (its revision's
     -- invoke_roles and resume_roles); the others leave it waiting.
     UPDATE stepgate.run r SET wake_at = now() FROM cand, stepgate.function_revision fr
-    WHERE r.id = cand.run_id AND r.tenant = $1 AND r.status = 'suspended'
+    WHERE r.tenant = cand.tenant AND r.id = cand.run_id AND r.tenant = $1 AND r.status = 'suspended'
       AND fr.tenant = r.tenant AND fr.name = r.function AND fr.revision = r.revision
       AND stepgate.may_resume(fr.config, (SELECT e.identity FROM stepgate.event e WHERE e.tenant = $1 AND e.id = $4))
-    RETURNING r.id, r.invocation, cand.seq, cand.alt, cand.name
+    RETURNING r.id, r.tenant, r.invocation, cand.seq, cand.alt, cand.name
 ), gone AS (
     -- Only a wait this statement deletes is resumed: one that a concurrent
     -- claim (a timeout) or another resumer deleted first is theirs. The other
     -- alternatives of a wait_any go with it. (Each deleted row's run is read back from
     -- woken, one row a run, by entries: sqlc cannot type a RETURNING of woken's columns.)
-    DELETE FROM stepgate.run_wait w USING woken WHERE w.run_id = woken.id AND w.seq = woken.seq
-    RETURNING w.run_id
+    DELETE FROM stepgate.run_wait w USING woken WHERE w.tenant = woken.tenant AND w.run_id = woken.id AND w.seq = woken.seq
+    RETURNING w.tenant, w.run_id
 ), out AS (
     SELECT jsonb_build_object('event', jsonb_build_object('id', e.id, 'name', e.name, 'data', e.data,
         'identity', e.identity, 'created_at', e.created_at)) AS output
     FROM stepgate.event e WHERE e.tenant = $1 AND e.id = $4
 ), entries AS (
-    INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
-    SELECT DISTINCT ON (woken.id) woken.id, woken.seq, stepgate.wait_kind(woken.alt, 'wait_event'), woken.name,
+    INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
+    SELECT DISTINCT ON (woken.id) woken.tenant, woken.id, woken.seq, stepgate.wait_kind(woken.alt, 'wait_event'), woken.name,
         stepgate.wait_output(woken.alt, 'wait_event', out.output), woken.invocation, now(),
-        stepgate.journal_bytes_before(woken.id, woken.seq) + octet_length(out.output::text)
-    FROM gone JOIN woken ON woken.id = gone.run_id, out
-    ON CONFLICT (run_id, seq) DO NOTHING
+        stepgate.journal_bytes_before(woken.tenant, woken.id, woken.seq) + octet_length(out.output::text)
+    FROM gone JOIN woken ON woken.tenant = gone.tenant AND woken.id = gone.run_id, out
+    ON CONFLICT (tenant, run_id, seq) DO NOTHING
 )
 SELECT DISTINCT run_id::text FROM gone ORDER BY 1
 `
