@@ -96,8 +96,8 @@ type Config struct {
 
 // Server is the gateway's HTTP server. It implements server.StrictServerInterface.
 type Server struct {
-	pool     *pgxpool.Pool // the system pool
-	api      *pgxpool.Pool // the API pool: use it through tenantDB
+	pool     *pgxpool.Pool   // the system pool
+	api      *pgxpool.Pool   // the API pool: use it through tenantDB
 	reads    *readpool.Reads // nil: no replicas; use it through read
 	inv      *invoker.Invoker
 	verifier *auth.Verifier

@@ -38,9 +38,9 @@ type serverConfig struct {
 	// (STEPGATE_DATABASE_READ_MAX_LAG; negative: every read on the primary).
 	readURL    string
 	readMaxLag time.Duration
-	addr        string
-	publicURL   string // how functions reach this gateway, for checkpoints
-	jwt         jwtConfig
+	addr       string
+	publicURL  string // how functions reach this gateway, for checkpoints
+	jwt        jwtConfig
 	// invocationKeys key the invocation tokens (STEPGATE_INVOCATION_KEY, newest first);
 	// none: the database's keys, made by the first gateway (auth.LoadInvocationTokens).
 	invocationKeys [][]byte
