@@ -57,6 +57,7 @@ type Reads struct {
 	maxLag, interval  time.Duration
 	log               *slog.Logger
 	next              atomic.Uint32 // round robin among the fresh replicas
+	served            atomic.Uint64 // reads Pick sent to a replica
 	stop              context.CancelFunc
 	done              chan struct{}
 	// samples are the primary's WAL positions the checks read, oldest first, no older
@@ -141,10 +142,25 @@ func (r *Reads) Pick() (*pgxpool.Pool, int) {
 	for i := range n {
 		j := (start + i) % n
 		if c := r.replicas[j].caughtUp.Load(); c != 0 && now-c <= int64(r.maxLag) {
+			r.served.Add(1)
 			return r.replicas[j].pool, j
 		}
 	}
 	return r.fallback, -1
+}
+
+// Served returns how many reads Pick has sent to a replica.
+func (r *Reads) Served() uint64 { return r.served.Load() }
+
+// Within returns how many replicas are within the bound now: those Pick may choose.
+func (r *Reads) Within() int {
+	now, n := time.Now().UnixNano(), 0
+	for _, rp := range r.replicas {
+		if c := rp.caughtUp.Load(); c != 0 && now-c <= int64(r.maxLag) {
+			n++
+		}
+	}
+	return n
 }
 
 // Failed says that a read on replica i (as Pick returned) failed for a reason of the
