@@ -114,7 +114,7 @@ func listedIDs(t require.TestingT, c *protocol.ClientWithResponses) []string {
 
 // replicatedPostgres starts a Postgres server of the test's own and returns it with the
 // URL of a migrated database on it, "stepgate".
-func replicatedPostgres(t *testing.T) (*pgserver.Server, string) {
+func replicatedPostgres(t testing.TB) (*pgserver.Server, string) {
 	t.Helper()
 	srv, err := pgserver.Start(t.Context(), pgserver.Config{Dir: shortTempDir(t)})
 	require.NoError(t, err)
@@ -129,7 +129,7 @@ func replicatedPostgres(t *testing.T) (*pgserver.Server, string) {
 }
 
 // startStandby starts a streaming standby of primary.
-func startStandby(t *testing.T, primary *pgserver.Server) *pgserver.Server {
+func startStandby(t testing.TB, primary *pgserver.Server) *pgserver.Server {
 	t.Helper()
 	s, err := pgserver.StartStandby(t.Context(), primary, "reads", pgserver.Config{Dir: shortTempDir(t)})
 	require.NoError(t, err)
@@ -140,7 +140,7 @@ func startStandby(t *testing.T, primary *pgserver.Server) *pgserver.Server {
 // shortTempDir returns a new directory under /tmp, removed when the test ends: short,
 // for a unix socket's path, and reachable by the postgres OS user when the tests run
 // as root.
-func shortTempDir(t *testing.T) string {
+func shortTempDir(t testing.TB) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "sg-read-")
 	require.NoError(t, err)
@@ -148,7 +148,7 @@ func shortTempDir(t *testing.T) string {
 	return dir
 }
 
-func connectTo(t *testing.T, url string) *pgx.Conn {
+func connectTo(t testing.TB, url string) *pgx.Conn {
 	t.Helper()
 	conn, err := pgx.Connect(t.Context(), url)
 	require.NoError(t, err)
