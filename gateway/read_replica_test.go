@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -154,4 +155,23 @@ func connectTo(t testing.TB, url string) *pgx.Conn {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })
 	return conn
+}
+
+// TestReadURLUnreachable: a gateway whose replica cannot be reached starts, and reads
+// on the primary.
+func TestReadURLUnreachable(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	closed := l.Addr().String()
+	require.NoError(t, l.Close())
+	s := stack.Start(t, stack.Options{ReadDatabaseURL: "postgres://postgres@" + closed + "/stepgate?sslmode=disable"})
+	app := s.NewApp()
+	functions.Register(app, "unreachable.echo", func(_ context.Context, in string) (string, error) { return in, nil })
+	s.Sync(t, s.ServeApp(t, app))
+	c := s.Client(t, s.Token)
+	run := mustComplete(t, c, "unreachable.echo", `"x"`)
+	require.Contains(t, listedIDs(t, c), run.ID)
+	require.Equal(t, protocol.RunStatusCompleted, getRun(t, c, run.ID).Status)
+	require.Zero(t, s.Reads.Within())
 }
