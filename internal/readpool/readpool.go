@@ -12,7 +12,8 @@
 // of an instant no more than MaxLag before the read begins, so the read sees every
 // write committed on the primary MaxLag or more before it. An idle primary writes no WAL, so an idle replica stays caught up;
 // a replica whose replay stopped, or that cannot be reached, falls out of the bound
-// within MaxLag (at once when a check fails) and the reads go to the primary.
+// within MaxLag (at once when a check fails) and the reads go to the primary. A
+// server that is not in recovery (a promoted standby) serves no reads.
 package readpool
 
 import (
@@ -63,7 +64,8 @@ type Reads struct {
 	// samples are the primary's WAL positions the checks read, oldest first, no older
 	// than maxLag: a replica that replays a little behind a busy primary has reached an
 	// earlier check's position though not the last one's. Only the checker uses it.
-	samples []sample
+	samples        []sample
+	primaryFailing bool // the last check could not read the primary's position
 }
 
 // sample is the primary's WAL flush position read by a check that began at began.
@@ -190,12 +192,14 @@ func (r *Reads) check(ctx context.Context) {
 		p, err = parseLSN(primary)
 	}
 	if err != nil {
-		if ctx.Err() == nil {
-			r.log.Warn("reading the primary's WAL position failed; the replicas' freshness is not renewed", slog.Any("error", err))
+		if !r.primaryFailing && ctx.Err() == nil {
+			r.log.Warn("reading the primary's WAL position failed; the replicas' freshness is not renewed until it succeeds", slog.Any("error", err))
 		}
+		r.primaryFailing = true
 		r.report(began)
 		return
 	}
+	r.primaryFailing = false
 	r.samples = append(r.samples, sample{began, p})
 	for len(r.samples) > 1 && began.Sub(r.samples[0].began) > r.maxLag {
 		r.samples = r.samples[1:]
