@@ -94,8 +94,12 @@ func (s *Server) ListEvents(ctx context.Context, req server.ListEventsRequestObj
 	if f.Limit, f.After, err = page(p.Limit, p.Cursor, func(id string) bool { return id != "" }); err != nil {
 		return nil, err
 	}
-	db := s.tenantDB(ctx)
-	events, next, err := journal.ListEvents(ctx, db, db.Tenant(), f)
+	var events []journal.Event
+	var next *journal.Cursor
+	err = s.read(ctx, func(db *journal.TenantDB) (err error) {
+		events, next, err = journal.ListEvents(ctx, db, db.Tenant(), f)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -24,15 +24,33 @@ func (s *Server) ExportRun(ctx context.Context, req server.ExportRunRequestObjec
 	if !validRunID(req.ID) {
 		return server.ExportRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.ID)}, nil
 	}
-	db := s.tenantDB(ctx)
 	out := protocol.RunExport{
 		Format:   ExportFormat,
 		Journal:  []protocol.JournalEntry{},
 		Failures: []protocol.AttemptFailure{},
 	}
-	d, err := journal.GetWholeRun(ctx, db, db.Tenant(), req.ID)
+	var d *journal.Detail
+	var attempts map[int]int
+	var fn *journal.Function
+	readFunction := identity(ctx).Has(access.PermissionFunctionsRead)
+	err := s.read(ctx, func(db *journal.TenantDB) (err error) {
+		if d, err = journal.GetWholeRun(ctx, db, db.Tenant(), req.ID); err != nil {
+			return err
+		}
+		if attempts, err = journal.StepAttempts(ctx, db, req.ID); err != nil {
+			return err
+		}
+		fn = nil
+		if readFunction {
+			fn, err = journal.GetRevision(ctx, db, db.Tenant(), d.Run.Function, d.Run.Revision)
+			if errors.Is(err, journal.ErrNotFound) {
+				fn, err = nil, nil
+			}
+		}
+		return err
+	})
 	if errors.Is(err, journal.ErrNotFound) {
-		return server.ExportRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: s.runGone(ctx, db, req.ID)}, nil
+		return server.ExportRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: s.runGone(ctx, s.tenantDB(ctx), req.ID)}, nil
 	}
 	if err != nil {
 		return nil, err
@@ -46,10 +64,6 @@ func (s *Server) ExportRun(ctx context.Context, req server.ExportRunRequestObjec
 	for _, f := range failures {
 		out.Failures = append(out.Failures, failureToAPI(f))
 	}
-	attempts, err := journal.StepAttempts(ctx, db, req.ID)
-	if err != nil {
-		return nil, err
-	}
 	if len(attempts) > 0 {
 		a := make(map[string]int, len(attempts))
 		for seq, n := range attempts {
@@ -57,19 +71,12 @@ func (s *Server) ExportRun(ctx context.Context, req server.ExportRunRequestObjec
 		}
 		out.StepAttempts = &a
 	}
-	if identity(ctx).Has(access.PermissionFunctionsRead) {
-		fn, err := journal.GetRevision(ctx, db, db.Tenant(), run.Function, run.Revision)
-		switch {
-		case errors.Is(err, journal.ErrNotFound):
-		case err != nil:
+	if fn != nil {
+		f, err := functionToAPI(fn, false)
+		if err != nil {
 			return nil, err
-		default:
-			f, err := functionToAPI(fn, false)
-			if err != nil {
-				return nil, err
-			}
-			out.Function = &f
 		}
+		out.Function = &f
 	}
 	return server.ExportRun200JSONResponse(out), nil
 }

@@ -113,7 +113,19 @@ func (s *Server) RegisterFunction(ctx context.Context, req server.RegisterFuncti
 // GetFunction returns a function's current revision, with its last check against its
 // live runs (POST /v1/apps?check=true) when it had one.
 func (s *Server) GetFunction(ctx context.Context, req server.GetFunctionRequestObject) (server.GetFunctionResponseObject, error) {
-	fn, err := journal.GetFunction(ctx, s.tenantDB(ctx), identity(ctx).Tenant, req.Name)
+	var fn *journal.Function
+	var last *journal.FunctionCheck
+	err := s.read(ctx, func(db *journal.TenantDB) error {
+		var err error
+		if fn, err = journal.GetFunction(ctx, db, db.Tenant(), req.Name); err != nil {
+			return err
+		}
+		last, err = journal.GetFunctionCheck(ctx, db, db.Tenant(), req.Name)
+		if errors.Is(err, journal.ErrNotFound) {
+			last, err = nil, nil
+		}
+		return err
+	})
 	if errors.Is(err, journal.ErrNotFound) {
 		return server.GetFunction404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: functionNotFound(req.Name)}, nil
 	}
@@ -125,12 +137,7 @@ func (s *Server) GetFunction(ctx context.Context, req server.GetFunctionRequestO
 	if err != nil {
 		return nil, err
 	}
-	last, err := journal.GetFunctionCheck(ctx, s.tenantDB(ctx), identity(ctx).Tenant, req.Name)
-	switch {
-	case errors.Is(err, journal.ErrNotFound):
-	case err != nil:
-		return nil, err
-	default:
+	if last != nil {
 		if out.LastCheck, err = lastCheckToAPI(last, reveal); err != nil {
 			return nil, err
 		}
@@ -140,7 +147,11 @@ func (s *Server) GetFunction(ctx context.Context, req server.GetFunctionRequestO
 
 // ListFunctions lists the tenant's functions.
 func (s *Server) ListFunctions(ctx context.Context, _ server.ListFunctionsRequestObject) (server.ListFunctionsResponseObject, error) {
-	fns, err := journal.ListFunctions(ctx, s.tenantDB(ctx), identity(ctx).Tenant)
+	var fns []journal.Function
+	err := s.read(ctx, func(db *journal.TenantDB) (err error) {
+		fns, err = journal.ListFunctions(ctx, db, db.Tenant())
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

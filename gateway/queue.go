@@ -16,13 +16,18 @@ import (
 // runs:read sees them masked.
 func (s *Server) GetFunctionQueue(ctx context.Context, req server.GetFunctionQueueRequestObject) (server.GetFunctionQueueResponseObject, error) {
 	id := identity(ctx)
-	db := s.tenantDB(ctx)
-	if _, err := journal.GetFunction(ctx, db, id.Tenant, req.Name); errors.Is(err, journal.ErrNotFound) {
+	var q *journal.FunctionQueue
+	err := s.read(ctx, func(db *journal.TenantDB) error {
+		if _, err := journal.GetFunction(ctx, db, id.Tenant, req.Name); err != nil {
+			return err
+		}
+		var err error
+		q, err = journal.GetFunctionQueue(ctx, db, id.Tenant, req.Name)
+		return err
+	})
+	if errors.Is(err, journal.ErrNotFound) {
 		return server.GetFunctionQueue404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: functionNotFound(req.Name)}, nil
-	} else if err != nil {
-		return nil, err
 	}
-	q, err := journal.GetFunctionQueue(ctx, db, id.Tenant, req.Name)
 	if err != nil {
 		return nil, err
 	}

@@ -364,10 +364,13 @@ func (s *Server) GetRun(ctx context.Context, req server.GetRunRequestObject) (se
 		}
 		p.After = n
 	}
-	db := s.tenantDB(ctx)
-	d, err := journal.GetRunDetail(ctx, db, db.Tenant(), req.ID, p)
+	var d *journal.Detail
+	err := s.read(ctx, func(db *journal.TenantDB) (err error) {
+		d, err = journal.GetRunDetail(ctx, db, db.Tenant(), req.ID, p)
+		return err
+	})
 	if errors.Is(err, journal.ErrNotFound) {
-		return server.GetRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: s.runGone(ctx, db, req.ID)}, nil
+		return server.GetRun404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: s.runGone(ctx, s.tenantDB(ctx), req.ID)}, nil
 	}
 	if err != nil {
 		return nil, err
@@ -424,7 +427,12 @@ func (s *Server) ListRuns(ctx context.Context, req server.ListRunsRequestObject)
 	if f.Limit, f.After, err = page(p.Limit, p.Cursor, validRunID); err != nil {
 		return nil, err
 	}
-	runs, next, err := journal.ListRuns(ctx, s.tenantDB(ctx), identity(ctx).Tenant, f)
+	var runs []journal.Run
+	var next *journal.Cursor
+	err = s.read(ctx, func(db *journal.TenantDB) (err error) {
+		runs, next, err = journal.ListRuns(ctx, db, db.Tenant(), f)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

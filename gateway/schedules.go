@@ -116,7 +116,11 @@ func (s *Server) PutSchedule(ctx context.Context, req server.PutScheduleRequestO
 
 // GetSchedule returns one of the tenant's schedules.
 func (s *Server) GetSchedule(ctx context.Context, req server.GetScheduleRequestObject) (server.GetScheduleResponseObject, error) {
-	sch, err := journal.GetSchedule(ctx, s.tenantDB(ctx), identity(ctx).Tenant, req.Name)
+	var sch *journal.Schedule
+	err := s.read(ctx, func(db *journal.TenantDB) (err error) {
+		sch, err = journal.GetSchedule(ctx, db, db.Tenant(), req.Name)
+		return err
+	})
 	if errors.Is(err, journal.ErrNotFound) {
 		return server.GetSchedule404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: scheduleNotFound(req.Name)}, nil
 	}
@@ -128,7 +132,11 @@ func (s *Server) GetSchedule(ctx context.Context, req server.GetScheduleRequestO
 
 // ListSchedules lists the tenant's schedules by name.
 func (s *Server) ListSchedules(ctx context.Context, _ server.ListSchedulesRequestObject) (server.ListSchedulesResponseObject, error) {
-	ss, err := journal.ListSchedules(ctx, s.tenantDB(ctx), identity(ctx).Tenant)
+	var ss []journal.Schedule
+	err := s.read(ctx, func(db *journal.TenantDB) (err error) {
+		ss, err = journal.ListSchedules(ctx, db, db.Tenant())
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/internal/egress"
 	"github.com/stepgate/stepgate/internal/notify"
+	"github.com/stepgate/stepgate/internal/readpool"
 	"github.com/stepgate/stepgate/internal/tracing"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
@@ -44,6 +45,10 @@ type Config struct {
 	// Required.
 	APIPool *pgxpool.Pool
 	Invoker *invoker.Invoker // Required, started.
+	// Reads, when set, serves the reads that may be a little stale (lists, stats, a
+	// run's detail and journal: see read) from replicas within its bound, on pools
+	// configured as APIPool is; nil: every read is on APIPool.
+	Reads *readpool.Reads
 	// TracerProvider, the invoker's too, when set, traces each start request in its
 	// run's trace and accepts callers' traceparent headers as links.
 	TracerProvider trace.TracerProvider
@@ -91,8 +96,9 @@ type Config struct {
 
 // Server is the gateway's HTTP server. It implements server.StrictServerInterface.
 type Server struct {
-	pool     *pgxpool.Pool // the system pool
-	api      *pgxpool.Pool // the API pool: use it through tenantDB
+	pool     *pgxpool.Pool   // the system pool
+	api      *pgxpool.Pool   // the API pool: use it through tenantDB
+	reads    *readpool.Reads // nil: no replicas; use it through read
 	inv      *invoker.Invoker
 	verifier *auth.Verifier
 	tokens   *auth.InvocationTokens
@@ -139,6 +145,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		pool:              cfg.Pool,
 		api:               cfg.APIPool,
+		reads:             cfg.Reads,
 		inv:               cfg.Invoker,
 		verifier:          cfg.Verifier,
 		tokens:            cfg.Tokens,

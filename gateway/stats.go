@@ -26,8 +26,11 @@ func (s *Server) FunctionStats(ctx context.Context, req server.FunctionStatsRequ
 		}
 		window, text = d, *w
 	}
-	db := s.tenantDB(ctx)
-	stats, err := journal.StatsOfFunctions(ctx, db, db.Tenant(), window)
+	var stats []journal.FunctionStats
+	err := s.read(ctx, func(db *journal.TenantDB) (err error) {
+		stats, err = journal.StatsOfFunctions(ctx, db, db.Tenant(), window)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -53,14 +56,17 @@ func (s *Server) FunctionStats(ctx context.Context, req server.FunctionStatsRequ
 // GetUsage answers what the caller's tenant stores (journal.TenantUsageOf) and its
 // storage quotas (invoker.Limits.Quotas).
 func (s *Server) GetUsage(ctx context.Context, _ server.GetUsageRequestObject) (server.GetUsageResponseObject, error) {
-	db := s.tenantDB(ctx)
-	u, err := journal.TenantUsageOf(ctx, db, db.Tenant())
+	var u journal.TenantUsage
+	err := s.read(ctx, func(db *journal.TenantDB) (err error) {
+		u, err = journal.TenantUsageOf(ctx, db, db.Tenant())
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
 	q := s.inv.Limits().Quotas()
 	return server.GetUsage200JSONResponse(protocol.TenantUsage{
-		Tenant: db.Tenant(),
+		Tenant: identity(ctx).Tenant,
 		Runs:   u.Runs, MaxRuns: q.MaxRuns,
 		StreamBytes: u.StreamBytes, MaxStreamBytes: q.MaxStreamBytes,
 		MailboxBytes: u.MailboxBytes, MaxMailboxBytes: q.MaxMailboxBytes,

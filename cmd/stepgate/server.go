@@ -22,6 +22,7 @@ import (
 	"github.com/stepgate/stepgate/internal/egress"
 	"github.com/stepgate/stepgate/internal/gatewayproc"
 	"github.com/stepgate/stepgate/internal/metrics"
+	"github.com/stepgate/stepgate/internal/readpool"
 	"github.com/stepgate/stepgate/internal/tracing"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/migrations"
@@ -32,9 +33,14 @@ import (
 // flags; process turns it into the gatewayproc.Config that serve and dev start.
 type serverConfig struct {
 	databaseURL string
-	addr        string
-	publicURL   string // how functions reach this gateway, for checkpoints
-	jwt         jwtConfig
+	// readURL (STEPGATE_DATABASE_READ_URL) names streaming standbys that serve the reads
+	// that may be a little stale, no further behind than readMaxLag
+	// (STEPGATE_DATABASE_READ_MAX_LAG; negative: every read on the primary).
+	readURL    string
+	readMaxLag time.Duration
+	addr       string
+	publicURL  string // how functions reach this gateway, for checkpoints
+	jwt        jwtConfig
 	// invocationKeys key the invocation tokens (STEPGATE_INVOCATION_KEY, newest first);
 	// none: the database's keys, made by the first gateway (auth.LoadInvocationTokens).
 	invocationKeys [][]byte
@@ -74,6 +80,7 @@ type serverConfig struct {
 func readServerConfig(getenv func(string) string) (serverConfig, error) {
 	c := serverConfig{
 		databaseURL: getenv("DATABASE_URL"),
+		readURL:     strings.TrimSpace(getenv("STEPGATE_DATABASE_READ_URL")),
 		addr:        cmp.Or(getenv("STEPGATE_ADDR"), ":8080"),
 		publicURL:   getenv("STEPGATE_PUBLIC_URL"),
 		pprofAddr:   getenv("STEPGATE_PPROF_ADDR"),
@@ -157,6 +164,9 @@ func readServerConfig(getenv func(string) string) (serverConfig, error) {
 	}
 	if c.retentionInterval < time.Second {
 		return c, fmt.Errorf("STEPGATE_RETENTION_INTERVAL %s is shorter than 1s", c.retentionInterval)
+	}
+	if c.readMaxLag, err = readMaxLag(getenv); err != nil {
+		return c, err
 	}
 	if c.leaseTTL < 500*time.Millisecond {
 		return c, fmt.Errorf("STEPGATE_LEASE_TTL %s is shorter than 500ms: leases would lapse on a busy gateway", c.leaseTTL)
@@ -274,6 +284,25 @@ func envDuration(getenv func(string) string, name string, def time.Duration) (ti
 	return d, nil
 }
 
+// readMaxLag reads STEPGATE_DATABASE_READ_MAX_LAG: from 0s (every read on the primary,
+// returned as -1) to readpool.MaxLagLimit; 1s when unset.
+func readMaxLag(getenv func(string) string) (time.Duration, error) {
+	const name = "STEPGATE_DATABASE_READ_MAX_LAG"
+	v := strings.TrimSpace(getenv(name))
+	if v == "" {
+		return time.Second, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 || d > readpool.MaxLagLimit {
+		return 0, fmt.Errorf("%s %q is not a duration from 0s to %s, such as 1s (how far behind the primary a replica of "+
+			"STEPGATE_DATABASE_READ_URL may be and still serve reads; 0s sends every read to the primary)", name, v, readpool.MaxLagLimit)
+	}
+	if d == 0 {
+		return -1, nil
+	}
+	return d, nil
+}
+
 func envInt(getenv func(string) string, name string, def int64) (int64, error) {
 	v := getenv(name)
 	if v == "" {
@@ -314,12 +343,18 @@ func (c serverConfig) process(log *slog.Logger) (gatewayproc.Config, error) {
 		return gatewayproc.Config{}, fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	db.MaxConns = c.maxConns
+	var read *pgxpool.Config
+	if c.readURL != "" {
+		if read, err = pgxpool.ParseConfig(c.readURL); err != nil {
+			return gatewayproc.Config{}, fmt.Errorf("STEPGATE_DATABASE_READ_URL: %w", err)
+		}
+	}
 	authCfg, err := c.jwt.authConfig(log)
 	if err != nil {
 		return gatewayproc.Config{}, err
 	}
 	return gatewayproc.Config{
-		Database: db, Logger: log, Addr: c.addr, PublicURL: c.publicURL, InvocationKeys: c.invocationKeys,
+		Database: db, ReadDatabase: read, ReadMaxLag: c.readMaxLag, Logger: log, Addr: c.addr, PublicURL: c.publicURL, InvocationKeys: c.invocationKeys,
 		Auth: authCfg, Egress: c.egress, Limits: c.limits, LeaseTTL: c.leaseTTL, MaxRecoveries: c.maxRecoveries,
 		DrainTimeout: c.drainTimeout, DrainSignals: []os.Signal{os.Interrupt, syscall.SIGTERM},
 		MaxBodyBytes: c.maxBodyBytes, Web: web.Handler(), OperatorRole: c.operatorRole, OperatorTenant: c.operatorTenant,

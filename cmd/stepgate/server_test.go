@@ -3,8 +3,10 @@ package main
 import (
 	"encoding/json"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -147,4 +149,47 @@ func TestSyncStartCapSettings(t *testing.T) {
 		return ""
 	})
 	require.ErrorContains(t, err, "STEPGATE_MAX_SYNC_STARTS_PER_SUBJECT")
+}
+
+// TestReadURLConfig: STEPGATE_DATABASE_READ_URL is optional and may name several hosts;
+// STEPGATE_DATABASE_READ_MAX_LAG defaults to 1s, 0s sends every read to the primary,
+// and one out of 0s..1m stops the start with an error naming the variable.
+func TestReadURLConfig(t *testing.T) {
+	t.Parallel()
+	env := func(kv ...string) func(string) string {
+		m := map[string]string{"DATABASE_URL": "postgres://u@primary/db", "STEPGATE_JWT_SECRET": testSecret}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return func(k string) string { return m[k] }
+	}
+	c, err := readServerConfig(env())
+	require.NoError(t, err)
+	pc, err := c.process(slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	require.Nil(t, pc.ReadDatabase, "no replicas by default")
+
+	c, err = readServerConfig(env("STEPGATE_DATABASE_READ_URL", "postgres://u@r1:5433,r2:5434/db"))
+	require.NoError(t, err)
+	require.Equal(t, time.Second, c.readMaxLag)
+	pc, err = c.process(slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	require.NotNil(t, pc.ReadDatabase)
+	require.Equal(t, "r1", pc.ReadDatabase.ConnConfig.Host)
+	require.Equal(t, time.Second, pc.ReadMaxLag)
+
+	c, err = readServerConfig(env("STEPGATE_DATABASE_READ_URL", "postgres://u@r1/db", "STEPGATE_DATABASE_READ_MAX_LAG", "250ms"))
+	require.NoError(t, err)
+	require.Equal(t, 250*time.Millisecond, c.readMaxLag)
+	c, err = readServerConfig(env("STEPGATE_DATABASE_READ_MAX_LAG", "0s"))
+	require.NoError(t, err)
+	require.Negative(t, c.readMaxLag, "0s: every read on the primary")
+	for _, bad := range []string{"2m", "-1s", "soon"} {
+		_, err = readServerConfig(env("STEPGATE_DATABASE_READ_MAX_LAG", bad))
+		require.ErrorContains(t, err, "STEPGATE_DATABASE_READ_MAX_LAG "+strconv.Quote(bad)+" is not a duration from 0s to 1m0s")
+	}
+	c, err = readServerConfig(env("STEPGATE_DATABASE_READ_URL", "postgres://u@r1:notaport/db"))
+	require.NoError(t, err)
+	_, err = c.process(slog.New(slog.DiscardHandler))
+	require.ErrorContains(t, err, "STEPGATE_DATABASE_READ_URL")
 }

@@ -23,6 +23,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
@@ -30,6 +31,7 @@ import (
 	"github.com/stepgate/stepgate/gateway"
 	"github.com/stepgate/stepgate/internal/egress"
 	"github.com/stepgate/stepgate/internal/metrics"
+	"github.com/stepgate/stepgate/internal/readpool"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/migrations"
@@ -46,6 +48,17 @@ type Config struct {
 	// APIMaxConns is the API pool's share of Database.MaxConns; the system pool gets the
 	// rest. Defaults to half. Each pool has at least 2.
 	APIMaxConns int32
+	// ReadDatabase, when set, is where the reads that may be a little stale go (see
+	// gateway.Server's read: lists, stats, a run's detail and journal): streaming
+	// standbys of Database, one pool per host it names, each as large as the API pool
+	// and acting as journal.AppRole as the API pool does. A replica further behind the
+	// primary than ReadMaxLag, or unreachable, is skipped for the primary (see package
+	// readpool). Start does not change it.
+	ReadDatabase *pgxpool.Config
+	// ReadMaxLag bounds how far behind a replica that serves reads may be; see
+	// readpool.Config.MaxLag. Defaults to 1s; a negative one sends every read to the
+	// primary, the replicas unused.
+	ReadMaxLag time.Duration
 	// Migrated says the schema is up to date already (as in the tests' template
 	// databases), so Start does not migrate it.
 	Migrated bool
@@ -124,6 +137,9 @@ type Process struct {
 	// invoker, River, checkpoints). APIPool is the API pool: it acts as journal.AppRole
 	// and sees a tenant only through journal.ForTenant.
 	Pool, APIPool *pgxpool.Pool
+	// Reads picks the pool of the reads that may be a little stale; nil without
+	// Config.ReadDatabase.
+	Reads *readpool.Reads
 	// Keys are the tenants' signing keys, kept in the database. Tokens are the
 	// invocation tokens.
 	Keys     *auth.SigningKeys
@@ -197,6 +213,12 @@ func Start(ctx context.Context, cfg Config) (*Process, error) {
 	if p.Verifier, err = auth.NewVerifier(authCfg); err != nil {
 		return fail(err)
 	}
+	if cfg.ReadDatabase != nil && cfg.ReadMaxLag >= 0 {
+		if p.Reads, err = openReads(ctx, cfg.ReadDatabase, cmp.Or(cfg.ReadMaxLag, time.Second), pool, api, log); err != nil {
+			return fail(err)
+		}
+		p.Reads.Start(ctx)
+	}
 	p.Metrics = metrics.New(cfg.Metrics)
 	p.Metrics.AddPool("system", pool)
 	p.Metrics.AddPool("api", api)
@@ -218,7 +240,7 @@ func Start(ctx context.Context, cfg Config) (*Process, error) {
 		return fail(err)
 	}
 	gcfg := gateway.Config{
-		Pool: pool, APIPool: api, Invoker: p.Invoker, TracerProvider: cfg.TracerProvider, Verifier: p.Verifier, Tokens: p.Tokens, Logger: log,
+		Pool: pool, APIPool: api, Reads: p.Reads, Invoker: p.Invoker, TracerProvider: cfg.TracerProvider, Verifier: p.Verifier, Tokens: p.Tokens, Logger: log,
 		Keys: p.Keys, Egress: cfg.Egress, MaxBodyBytes: cfg.MaxBodyBytes, Web: cfg.Web,
 		OperatorRole: cfg.OperatorRole, OperatorTenant: cfg.OperatorTenant,
 		MaxWaitInvocations: cfg.MaxWaitInvocations, MaxWaitInvocationsPerTenant: cfg.MaxWaitInvocationsPerTenant,
@@ -337,6 +359,9 @@ func (p *Process) stop(ctx context.Context) {
 	if p.Verifier != nil {
 		p.Verifier.Close()
 	}
+	if p.Reads != nil {
+		p.Reads.Close()
+	}
 	p.APIPool.Close()
 	p.Pool.Close()
 }
@@ -424,6 +449,54 @@ func openPools(ctx context.Context, pc *pgxpool.Config, apiConns int32, log *slo
 		return nil, nil, err
 	}
 	return system, api, nil
+}
+
+// openReads opens a pool on each host of rc (streaming standbys of the primary) as
+// the API pool is opened, and the readpool.Reads that picks among them and api. A
+// replica that cannot be reached now is not an error (its reads go to the primary until
+// it can be); one whose user may not act as journal.AppRole is.
+func openReads(ctx context.Context, rc *pgxpool.Config, maxLag time.Duration, system, api *pgxpool.Pool, log *slog.Logger) (*readpool.Reads, error) {
+	var replicas []*pgxpool.Pool
+	closeAll := func() {
+		for _, r := range replicas {
+			r.Close()
+		}
+	}
+	for _, c := range readpool.SplitHosts(rc) {
+		c.MaxConns = api.Config().MaxConns
+		if c.ConnConfig.ConnectTimeout == 0 {
+			// An unreachable replica must not hold a read long before it goes to the primary.
+			c.ConnConfig.ConnectTimeout = 2 * time.Second
+		}
+		journal.ConfigurePool(c, false)
+		r, err := pgxpool.NewWithConfig(ctx, c)
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("STEPGATE_DATABASE_READ_URL: %w", err)
+		}
+		replicas = append(replicas, r)
+		host := c.ConnConfig.Host
+		fctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		fence, err := journal.CheckFence(fctx, r)
+		cancel()
+		var pe *pgconn.PgError
+		switch {
+		case errors.As(err, &pe) && pe.Code == "42501": // insufficient_privilege: may not SET ROLE
+			closeAll()
+			return nil, fmt.Errorf("STEPGATE_DATABASE_READ_URL: the database user of replica %s may not act as %s: %w", host, journal.AppRole, err)
+		case err != nil:
+			log.Warn("a replica cannot be reached now; reads go to the primary until it can", slog.String("replica", host), slog.Any("error", err))
+		case fence.User != journal.AppRole && !fence.Bypassed:
+			closeAll()
+			return nil, fmt.Errorf("STEPGATE_DATABASE_READ_URL: the database user %s of replica %s may not act as %s, and would see no rows", fence.User, host, journal.AppRole)
+		}
+	}
+	reads, err := readpool.New(readpool.Config{Primary: system, Fallback: api, Replicas: replicas, MaxLag: maxLag, Logger: log})
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	return reads, nil
 }
 
 // LocalURL returns the http URL a client on this machine dials to reach a listener at

@@ -30,6 +30,7 @@ import (
 	"github.com/stepgate/stepgate/internal/gatewayproc"
 	"github.com/stepgate/stepgate/internal/metrics"
 	"github.com/stepgate/stepgate/internal/pgtest"
+	"github.com/stepgate/stepgate/internal/readpool"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/protocol"
 	"github.com/stepgate/stepgate/web"
@@ -54,6 +55,9 @@ type Stack struct {
 	// Token is a token of the default tenant with the admin role and OperatorRole, as
 	// the one `stepgate dev` prints: on a dev instance the developer is the operator.
 	Token string
+	// Reads picks the pool of the reads that may be a little stale; nil without
+	// Options.ReadDatabaseURL.
+	Reads *readpool.Reads
 	// MetricsAddr is the metrics' own listener (Options.MetricsAddr); nil without one.
 	MetricsAddr net.Addr
 }
@@ -94,6 +98,11 @@ type Options struct {
 	TracerProvider trace.TracerProvider
 	// TraceErrorMessages: see the gatewayproc.Config field of that name.
 	TraceErrorMessages bool
+	// ReadDatabaseURL, when set, names streaming standbys of the database for the reads
+	// that may be a little stale, within ReadMaxLag (default 1s): see the
+	// gatewayproc.Config fields ReadDatabase and ReadMaxLag.
+	ReadDatabaseURL string
+	ReadMaxLag      time.Duration
 	// Logs, when set, also gets every log line of the gateway, as JSON, from the debug
 	// level up: what `stepgate serve` would write.
 	Logs io.Writer
@@ -131,8 +140,14 @@ func Start(tb testing.TB, opts Options) *Stack {
 	}
 	limits := opts.Limits
 	limits.MinBackoff = cmp.Or(limits.MinBackoff, time.Millisecond)
+	var read *pgxpool.Config
+	if opts.ReadDatabaseURL != "" {
+		if read, err = pgxpool.ParseConfig(opts.ReadDatabaseURL); err != nil {
+			tb.Fatal(err)
+		}
+	}
 	p, err := gatewayproc.Start(tb.Context(), gatewayproc.Config{
-		Database: db, APIMaxConns: 2, Migrated: true, Logger: log, Addr: "127.0.0.1:0",
+		Database: db, ReadDatabase: read, ReadMaxLag: opts.ReadMaxLag, APIMaxConns: 2, Migrated: true, Logger: log, Addr: "127.0.0.1:0",
 		Auth: s.Auth, Egress: policy, Limits: limits,
 		LeaseTTL: opts.LeaseTTL, MaintainInterval: opts.MaintainInterval, SweepGrace: opts.SweepGrace,
 		MaxRecoveries: opts.MaxRecoveries, DrainTimeout: 10 * time.Second, Workers: opts.Workers, FairReserve: opts.FairReserve,
@@ -147,7 +162,7 @@ func Start(tb testing.TB, opts Options) *Stack {
 	// Registered after the database's and the logger's cleanups, so it runs before them.
 	tb.Cleanup(func() { p.Stop(context.Background()) })
 	s.URL, s.Pool, s.APIPool, s.Invoker, s.Server, s.Keys, s.Tokens = p.URL, p.Pool, p.APIPool, p.Invoker, p.Server, p.Keys, p.Tokens
-	s.MetricsAddr = p.MetricsAddr
+	s.MetricsAddr, s.Reads = p.MetricsAddr, p.Reads
 	s.Token = s.NewToken(tb, auth.Identity{Subject: "tester", Tenant: auth.DefaultTenant, Roles: []string{"admin", OperatorRole}})
 	return s
 }

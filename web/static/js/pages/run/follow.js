@@ -28,6 +28,11 @@ export function followRun(id, { onRun, onError, onState }) {
   let last = "";
   let run = null;
   let poll = 0;
+  // The status the stream last said, and how many loads in a row have not shown it: a
+  // load may read a replica a little behind the primary (STEPGATE_DATABASE_READ_URL),
+  // so one that shows another status is done again shortly, a few times.
+  let said = "";
+  let behind = 0;
 
   async function load() {
     clearTimeout(poll);
@@ -44,15 +49,27 @@ export function followRun(id, { onRun, onError, onState }) {
       if (stopped) return;
       onError(e, run);
     }
+    if (stopped || !run) return;
+    if (said && run.status !== said && behind < 8) {
+      behind++;
+      poll = setTimeout(load, 250);
+      return;
+    }
+    behind = 0;
     // Steps finish without a status change (and so without an event); while the run is
     // running, look again now and then.
-    if (!stopped && run && run.status === "running") poll = setTimeout(load, 2000);
+    if (run.status === "running") poll = setTimeout(load, 2000);
   }
   const refresh = debounce(load, 60);
 
   load();
   const stopStream = streamRuns({ run: id }, {
-    onRun: (r) => { if (r.id === id) refresh(); },
+    onRun: (r) => {
+      if (r.id !== id) return;
+      said = r.status || "";
+      behind = 0;
+      refresh();
+    },
     onResync: refresh,
     onState,
   });
