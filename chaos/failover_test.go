@@ -467,9 +467,10 @@ func (s *scenario) checkSent(sent *sentRecord) {
 }
 
 // checkWaiters starts n runs after the failover and waits for the result of each on
-// every gateway at once (GET /v1/runs/{id}/result?wait=60s): the gateway that did not
-// run it learns of its end from the notify hub's LISTEN connection only, so each must
-// answer it completed, not 202 at the end of its wait. It returns the runs' ids.
+// every gateway at once (GET /v1/runs/{id}/result?wait=10s, within the fleet client's
+// timeout): the gateway that did not run it learns of its end from the notify hub's
+// LISTEN connection only, so each must answer it completed, not 202 at the end of its
+// wait. It returns the runs' ids.
 func (s *scenario) checkWaiters(n int) []string {
 	t := s.t
 	ids, err := s.f.startMany(s.ctx, n, n, fnChain, func(int) any { return shortRun })
@@ -489,7 +490,7 @@ func (s *scenario) checkWaiters(n int) []string {
 				ctx, cancel := context.WithTimeout(s.ctx, 90*time.Second)
 				defer cancel()
 				what := ""
-				resp, b, err := s.f.call(ctx, g, http.MethodGet, "/v1/runs/"+id+"/result?wait=60s", nil, nil)
+				resp, b, err := s.f.call(ctx, g, http.MethodGet, "/v1/runs/"+id+"/result?wait=10s", nil, nil)
 				switch {
 				case err != nil:
 					what = err.Error()
