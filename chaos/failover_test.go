@@ -33,10 +33,13 @@ func testFailoverSwitchover(t *testing.T) { testFailover(t, true) }
 // primary (SIGKILL, or a fast shutdown when clean), waits a moment (a failover manager
 // noticing), and promotes the standby. With synchronous replication nothing
 // acknowledged may be lost: every start the API answered with a run id exists
-// afterwards, every checkpoint acknowledged is in the journal, no (run, seq) twice, no
-// gap, and every run completes; no gateway exits; the API answers 503 with Retry-After,
-// never 500, while no primary is reachable; no lease is reaped from an invocation still
-// running. It measures the time from the loss of the primary, and from the promotion
+// afterwards, every checkpoint acknowledged is in the journal, every event and message
+// acknowledged is stored, no (run, seq) twice, no gap, and every run (chains, durable
+// sleeps, waits for events, a schedule's ticks) completes with no failed attempt; no
+// gateway exits; the API answers 503 with Retry-After, never 500, while no primary is
+// reachable; no lease is reaped from an invocation still running. On the new primary,
+// waits for a run's result on every gateway are told of its end (the notify hub) and
+// the schedule ticks again (River and the timers). It measures the time from the loss of the primary, and from the promotion
 // (pg_promote called), to the first start the API acknowledged, and to the first run
 // completed, on the new primary.
 func testFailover(t *testing.T, clean bool) {
