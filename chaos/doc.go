@@ -2,8 +2,10 @@
 // `stepgate serve` gateways built from this module, a real Postgres that a scenario may
 // restart, and a function app in the test process that records every step it runs) and
 // break them while runs make progress: kill -9 at random moments and during a burst of
-// starts, whole-fleet crashes, rolling SIGTERMs, Postgres restarts, functions that answer
-// badly or crash, and the River leader's death under a 1s schedule.
+// starts, whole-fleet crashes, rolling SIGTERMs, Postgres restarts, the primary's loss
+// and its synchronous standby's promotion (failover_test.go: the gateways on a multi-host
+// URL), functions that answer badly or crash, and the River leader's death under a 1s
+// schedule.
 //
 // After each scenario it checks what the guarantees promise: every run ends as expected
 // and none is stuck, the journal holds each (run, seq) once with no gap, a journaled step

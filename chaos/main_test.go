@@ -88,6 +88,8 @@ var scenarios = []struct {
 	// ownPostgres: the scenario restarts Postgres, so it needs the machine's Postgres
 	// binaries even when STEPGATE_TEST_DATABASE_URL names a server.
 	ownPostgres bool
+	// longOnly: the scenario runs in the long suite only.
+	longOnly bool
 }{
 	{name: "KillUnderLoad", run: testKillUnderLoad},
 	{name: "KillDuringBurst", run: testKillDuringBurst},
@@ -96,6 +98,8 @@ var scenarios = []struct {
 	{name: "SIGTERMUnderLoad", run: testSIGTERMUnderLoad},
 	{name: "PostgresRestartFast", run: testPostgresRestartFast, ownPostgres: true},
 	{name: "PostgresRestartImmediate", run: testPostgresRestartImmediate, ownPostgres: true},
+	{name: "FailoverKill", run: testFailoverKill, ownPostgres: true},
+	{name: "FailoverSwitchover", run: testFailoverSwitchover, ownPostgres: true, longOnly: true},
 	{name: "FunctionFaults", run: testFunctionFaults},
 	{name: "LeaderKill", run: testLeaderKill},
 }
@@ -125,6 +129,9 @@ func TestChaos(t *testing.T) {
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			t.Run(s.name, func(t *testing.T) {
+				if s.longOnly && !long {
+					t.Skip("chaos: in the long suite only (STEPGATE_CHAOS=long)")
+				}
 				if s.ownPostgres {
 					if why := noPostgresBinaries(); why != "" {
 						t.Skip("chaos: " + why + "; this scenario restarts a Postgres of its own")

@@ -18,6 +18,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,7 +44,10 @@ type Config struct {
 	// Database is where the gateway connects, as its login user: the user that migrates
 	// the schema, which must be able to act as journal.AppRole and journal.SystemRole
 	// (see journal.ConfigurePool). Its MaxConns bounds the connections of the two pools
-	// together. Start does not change it. Required.
+	// together. Start does not change it. A config that names several hosts (a
+	// primary and its standbys) should validate them as target_session_attrs=read-write
+	// does, so that after a failover the pools connect to the new primary only; Start
+	// warns when it does not. Required.
 	Database *pgxpool.Config
 	// APIMaxConns is the API pool's share of Database.MaxConns; the system pool gets the
 	// rest. Defaults to half. Each pool has at least 2.
@@ -177,6 +181,11 @@ func Start(ctx context.Context, cfg Config) (*Process, error) {
 	}
 	log := cfg.Logger
 	pc := cfg.Database.Copy()
+	if hosts := databaseHosts(pc); len(hosts) > 1 && pc.ConnConfig.ValidateConnect == nil {
+		log.Warn("the database URL names several hosts but not target_session_attrs=read-write: the gateway may connect to a standby, "+
+			"and answer 503 until it is promoted; add target_session_attrs=read-write to connect only to the primary",
+			slog.String("hosts", strings.Join(hosts, ",")))
+	}
 	if !cfg.Migrated {
 		if err := migrate(ctx, pc); err != nil {
 			return nil, err
@@ -406,6 +415,22 @@ func migrate(ctx context.Context, pc *pgxpool.Config) error {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	return nil
+}
+
+// databaseHosts returns the distinct host:port pairs pc connects to, in the order it
+// tries them (a host's TLS and plain attempts are one).
+func databaseHosts(pc *pgxpool.Config) []string {
+	var hosts []string
+	add := func(host string, port uint16) {
+		if hp := net.JoinHostPort(host, strconv.Itoa(int(port))); !slices.Contains(hosts, hp) {
+			hosts = append(hosts, hp)
+		}
+	}
+	add(pc.ConnConfig.Host, pc.ConnConfig.Port)
+	for _, f := range pc.ConnConfig.Fallbacks {
+		add(f.Host, f.Port)
+	}
+	return hosts
 }
 
 // openPools opens the gateway's two pools, which share pc.MaxConns: the system pool

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -161,6 +162,48 @@ func TestStartFailsOnABusyAddress(t *testing.T) {
 	p, err := gatewayproc.Start(t.Context(), cfg)
 	require.Nil(t, p)
 	require.ErrorContains(t, err, "listen on "+cfg.Addr)
+}
+
+// TestStartWarnsOfSeveralHostsWithoutReadWrite: a database URL that names several hosts
+// without target_session_attrs=read-write may land on a standby after a failover:
+// Start warns, naming the setting; with it, it does not.
+func TestStartWarnsOfSeveralHostsWithoutReadWrite(t *testing.T) {
+	t.Parallel()
+	url := pgtest.DBURL(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	closed := ln.Addr().(*net.TCPAddr).Port
+	require.NoError(t, ln.Close())
+	for _, tc := range []struct {
+		name                string
+		twoHosts, readWrite bool
+		warn                bool
+	}{
+		{name: "OneHost"},
+		{name: "TwoHosts", twoHosts: true, warn: true},
+		{name: "TwoHostsReadWrite", twoHosts: true, readWrite: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs logBuffer
+			cfg := config(t, url, &logs)
+			cfg.Migrated = true
+			if tc.twoHosts {
+				// A second host after the primary: a standby that is down, say.
+				cfg.Database.ConnConfig.Fallbacks = append(cfg.Database.ConnConfig.Fallbacks,
+					&pgconn.FallbackConfig{Host: "127.0.0.1", Port: uint16(closed)})
+			}
+			if tc.readWrite {
+				cfg.Database.ConnConfig.ValidateConnect = pgconn.ValidateConnectTargetSessionAttrsReadWrite
+			}
+			p := start(t, cfg)
+			require.Equal(t, http.StatusOK, healthz(t, p.URL))
+			if tc.warn {
+				require.Contains(t, logs.String(), "names several hosts but not target_session_attrs=read-write")
+			} else {
+				require.NotContains(t, logs.String(), "target_session_attrs")
+			}
+		})
+	}
 }
 
 // TestStopDrainsThenShutsDown: Stop lets the invocation in flight go on until
