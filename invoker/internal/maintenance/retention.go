@@ -48,13 +48,14 @@ func NewRetention(db journal.DB, retention time.Duration, batch int, log *slog.L
 	return &Retention{db: db, retention: retention, batch: batch, log: log, clock: clk}
 }
 
-// Work drops the journal of every month that is done, one month per transaction, then
-// deletes in batches, each its own short transaction (rows locked by a concurrent pass
+// Work drops the journal of every month that is done, one month per transaction (the
+// months are few: the pass's time does not bound it), then deletes in batches, each its own short transaction (rows locked by a concurrent pass
 // are skipped), until nothing is left or the pass's time is up.
 func (r *Retention) Work(ctx context.Context, _ *river.Job[RetentionArgs]) error {
 	until := r.clock.Now().Add(RetentionPass)
 	var months []string
-	for r.clock.Now().Before(until) {
+	for { // one call per month done: they are few
+
 		month, err := journal.DropExpiredJournalMonth(ctx, r.db, r.retention)
 		if err != nil {
 			return err
