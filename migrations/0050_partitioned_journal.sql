@@ -18,9 +18,11 @@ $$;
 -- The partitions of the months of at (UTC) and the ahead months after it, of
 -- journal_entry and attempt_failure, where missing; rows of those months that the
 -- DEFAULT partition caught meanwhile move into them. It returns how many it created.
--- It waits at most lock_wait for its locks (then fails: a later call retries), so that
--- it never queues the journal's writers behind a long transaction for long.
-CREATE FUNCTION stepgate.create_journal_partitions(at timestamp with time zone, ahead integer, lock_wait interval DEFAULT '5s')
+-- When one is missing, it locks both tables first, in one order, and waits at most
+-- lock_wait for that (then fails: a later call retries): less than deadlock_timeout, so
+-- that a writer of the journal that waits for it is never the one a deadlock aborts,
+-- and never waits long.
+CREATE FUNCTION stepgate.create_journal_partitions(at timestamp with time zone, ahead integer, lock_wait interval DEFAULT '500ms')
     RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
@@ -35,7 +37,6 @@ DECLARE
     moved bigint;
     made integer := 0;
 BEGIN
-    PERFORM set_config('lock_timeout', (extract(epoch FROM lock_wait) * 1000)::bigint::text, true);
     FOR i IN 0..ahead LOOP
         month := first + make_interval(months => i);
         lo := stepgate.run_id_floor(month);
@@ -43,8 +44,11 @@ BEGIN
         FOREACH t IN ARRAY ARRAY['journal_entry', 'attempt_failure'] LOOP
             part := t || '_p' || to_char(month, 'YYYYMM');
             CONTINUE WHEN to_regclass('stepgate.' || quote_ident(part)) IS NOT NULL;
+            IF made = 0 THEN
+                PERFORM set_config('lock_timeout', (extract(epoch FROM lock_wait) * 1000)::bigint::text, true);
+                LOCK TABLE stepgate.journal_entry, stepgate.attempt_failure IN ACCESS EXCLUSIVE MODE;
+            END IF;
             -- The DEFAULT partition may not keep rows of the new one's range.
-            EXECUTE format('LOCK TABLE stepgate.%I IN ACCESS EXCLUSIVE MODE', t || '_default');
             EXECUTE format('CREATE TEMPORARY TABLE partition_move (LIKE stepgate.%I) ON COMMIT DROP', t);
             EXECUTE format('WITH d AS (DELETE FROM stepgate.%I WHERE run_id >= %L AND run_id < %L RETURNING *)
                 INSERT INTO partition_move SELECT * FROM d', t || '_default', lo, hi);
@@ -68,13 +72,14 @@ $$;
 -- (RetentionDeleteExpiredRuns), whose cascade then finds no journal to delete: the
 -- triggers of run's deletes fire as they did. One month per call, each call its own
 -- transaction: the lock on the journal is held for one drop only. A month whose locks it
--- cannot take within lock_wait is left to a later call (NULL).
+-- cannot take within lock_wait (less than deadlock_timeout, as create_journal_partitions')
+-- is left to a later call (NULL).
 --
 -- What it checks before its locks, it checks again under them by index alone: a run of
 -- the month not finished (run_unfinished), or finished within the last minute (the
 -- shortest retention), which only a run made since with an id of that month, by a clock
 -- far behind, would be.
-CREATE FUNCTION stepgate.drop_expired_journal_month(default_ms bigint, lock_wait interval DEFAULT '2s')
+CREATE FUNCTION stepgate.drop_expired_journal_month(default_ms bigint, lock_wait interval DEFAULT '500ms')
     RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp

@@ -142,7 +142,7 @@ $$;
 -- Name: create_journal_partitions(timestamp with time zone, integer, interval); Type: FUNCTION; Schema: stepgate; Owner: -
 --
 
-CREATE FUNCTION stepgate.create_journal_partitions(at timestamp with time zone, ahead integer, lock_wait interval DEFAULT '00:00:05'::interval) RETURNS integer
+CREATE FUNCTION stepgate.create_journal_partitions(at timestamp with time zone, ahead integer, lock_wait interval DEFAULT '00:00:00.5'::interval) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -156,7 +156,6 @@ DECLARE
     moved bigint;
     made integer := 0;
 BEGIN
-    PERFORM set_config('lock_timeout', (extract(epoch FROM lock_wait) * 1000)::bigint::text, true);
     FOR i IN 0..ahead LOOP
         month := first + make_interval(months => i);
         lo := stepgate.run_id_floor(month);
@@ -164,8 +163,11 @@ BEGIN
         FOREACH t IN ARRAY ARRAY['journal_entry', 'attempt_failure'] LOOP
             part := t || '_p' || to_char(month, 'YYYYMM');
             CONTINUE WHEN to_regclass('stepgate.' || quote_ident(part)) IS NOT NULL;
+            IF made = 0 THEN
+                PERFORM set_config('lock_timeout', (extract(epoch FROM lock_wait) * 1000)::bigint::text, true);
+                LOCK TABLE stepgate.journal_entry, stepgate.attempt_failure IN ACCESS EXCLUSIVE MODE;
+            END IF;
             -- The DEFAULT partition may not keep rows of the new one's range.
-            EXECUTE format('LOCK TABLE stepgate.%I IN ACCESS EXCLUSIVE MODE', t || '_default');
             EXECUTE format('CREATE TEMPORARY TABLE partition_move (LIKE stepgate.%I) ON COMMIT DROP', t);
             EXECUTE format('WITH d AS (DELETE FROM stepgate.%I WHERE run_id >= %L AND run_id < %L RETURNING *)
                 INSERT INTO partition_move SELECT * FROM d', t || '_default', lo, hi);
@@ -186,7 +188,7 @@ $$;
 -- Name: drop_expired_journal_month(bigint, interval); Type: FUNCTION; Schema: stepgate; Owner: -
 --
 
-CREATE FUNCTION stepgate.drop_expired_journal_month(default_ms bigint, lock_wait interval DEFAULT '00:00:02'::interval) RETURNS text
+CREATE FUNCTION stepgate.drop_expired_journal_month(default_ms bigint, lock_wait interval DEFAULT '00:00:00.5'::interval) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
