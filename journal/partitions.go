@@ -15,8 +15,9 @@ const PartitionsAhead = 2
 // CreateJournalPartitions makes the month partitions of journal_entry and
 // attempt_failure (docs/schema.md#partitions) for the month of at (UTC) and the
 // PartitionsAhead months after it, where missing, and returns how many it made. Rows of
-// those months that the DEFAULT partition caught move into them. It waits half a
-// second at most for its locks, then fails: a later call retries.
+// those months that the DEFAULT partition caught move into them. It waits 100 ms at
+// most for its locks (the journal's writers queue behind it meanwhile), then fails: a
+// later call retries.
 func CreateJournalPartitions(ctx context.Context, db DB, at time.Time) (int, error) {
 	n, err := dbsqlc.New(db).CreateJournalPartitions(ctx, dbsqlc.CreateJournalPartitionsParams{At: at, Ahead: PartitionsAhead})
 	if err != nil {

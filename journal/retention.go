@@ -32,7 +32,7 @@ func DeleteExpiredRuns(ctx context.Context, db DB, def time.Duration, batch int)
 // DropExpiredJournalMonth drops the journal (entries and failures) of the oldest month
 // whose runs all finished and are past their retention (as DeleteExpiredRuns reckons
 // it, with def), in one short transaction, and returns that month ("YYYYMM"), or "" when
-// no month is done or its locks were not free within half a second. The runs themselves
+// no month is done or its locks were not free within 100 ms. The runs themselves
 // stay, for DeleteExpiredRuns, which then deletes one row each instead of their journals
 // too; until then such a run reads as having no journal.
 //

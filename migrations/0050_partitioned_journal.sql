@@ -19,10 +19,10 @@ $$;
 -- journal_entry and attempt_failure, where missing; rows of those months that the
 -- DEFAULT partition caught meanwhile move into them. It returns how many it created.
 -- When one is missing, it locks both tables first, in one order, and waits at most
--- lock_wait for that (then fails: a later call retries): less than deadlock_timeout, so
--- that a writer of the journal that waits for it is never the one a deadlock aborts,
--- and never waits long.
-CREATE FUNCTION stepgate.create_journal_partitions(at timestamp with time zone, ahead integer, lock_wait interval DEFAULT '500ms')
+-- lock_wait for that (then fails: a later call retries): the journal's writers queue
+-- behind a lock that waits, so it must not wait long, and less than deadlock_timeout, so
+-- that a writer is never the one a deadlock aborts.
+CREATE FUNCTION stepgate.create_journal_partitions(at timestamp with time zone, ahead integer, lock_wait interval DEFAULT '100ms')
     RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
@@ -79,7 +79,7 @@ $$;
 -- the month not finished (run_unfinished), or finished within the last minute (the
 -- shortest retention), which only a run made since with an id of that month, by a clock
 -- far behind, would be.
-CREATE FUNCTION stepgate.drop_expired_journal_month(default_ms bigint, lock_wait interval DEFAULT '500ms')
+CREATE FUNCTION stepgate.drop_expired_journal_month(default_ms bigint, lock_wait interval DEFAULT '100ms')
     RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
@@ -112,6 +112,9 @@ BEGIN
         EXCEPTION WHEN lock_not_available THEN
             RETURN NULL;
         END;
+        IF to_regclass('stepgate.journal_entry_p' || p.ym) IS NULL THEN
+            RETURN NULL; -- a concurrent call dropped it
+        END IF;
         IF EXISTS (SELECT 1 FROM stepgate.run r WHERE r.finished_at IS NULL AND r.id >= lo AND r.id < hi)
             OR EXISTS (SELECT 1 FROM stepgate.run r
                        WHERE r.finished_at > clock_timestamp() - interval '1 minute' AND r.id >= lo AND r.id < hi) THEN

@@ -142,7 +142,7 @@ $$;
 -- Name: create_journal_partitions(timestamp with time zone, integer, interval); Type: FUNCTION; Schema: stepgate; Owner: -
 --
 
-CREATE FUNCTION stepgate.create_journal_partitions(at timestamp with time zone, ahead integer, lock_wait interval DEFAULT '00:00:00.5'::interval) RETURNS integer
+CREATE FUNCTION stepgate.create_journal_partitions(at timestamp with time zone, ahead integer, lock_wait interval DEFAULT '00:00:00.1'::interval) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -188,7 +188,7 @@ $$;
 -- Name: drop_expired_journal_month(bigint, interval); Type: FUNCTION; Schema: stepgate; Owner: -
 --
 
-CREATE FUNCTION stepgate.drop_expired_journal_month(default_ms bigint, lock_wait interval DEFAULT '00:00:00.5'::interval) RETURNS text
+CREATE FUNCTION stepgate.drop_expired_journal_month(default_ms bigint, lock_wait interval DEFAULT '00:00:00.1'::interval) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
@@ -220,6 +220,9 @@ BEGIN
         EXCEPTION WHEN lock_not_available THEN
             RETURN NULL;
         END;
+        IF to_regclass('stepgate.journal_entry_p' || p.ym) IS NULL THEN
+            RETURN NULL; -- a concurrent call dropped it
+        END IF;
         IF EXISTS (SELECT 1 FROM stepgate.run r WHERE r.finished_at IS NULL AND r.id >= lo AND r.id < hi)
             OR EXISTS (SELECT 1 FROM stepgate.run r
                        WHERE r.finished_at > clock_timestamp() - interval '1 minute' AND r.id >= lo AND r.id < hi) THEN

@@ -45,6 +45,23 @@ func TestPartitions(t *testing.T) {
 	clk.Advance(31 * 24 * time.Hour)
 	p.Pass(t.Context())
 	require.Equal(t, append(months, "203108"), partitionMonths(t, db), "a month on, the next month's")
+
+	// While a transaction writes the journal, the lock is not free: it fails at once
+	// and tries again PartitionsRetry later.
+	clk.Advance(31 * 24 * time.Hour)
+	tx, err := db.Begin(t.Context())
+	require.NoError(t, err)
+	_, err = tx.Exec(t.Context(), `LOCK TABLE stepgate.journal_entry IN ROW EXCLUSIVE MODE`)
+	require.NoError(t, err)
+	p.Pass(t.Context())
+	require.NoError(t, tx.Rollback(t.Context()))
+	require.Equal(t, append(months, "203108"), partitionMonths(t, db), "the lock was taken")
+	clk.Advance(maintenance.PartitionsRetry)
+	p.Pass(t.Context())
+	require.Equal(t, append(months, "203108"), partitionMonths(t, db), "not again within PartitionsRetry")
+	clk.Advance(time.Nanosecond)
+	p.Pass(t.Context())
+	require.Equal(t, append(months, "203108", "203109"), partitionMonths(t, db), "again after PartitionsRetry")
 }
 
 // runIDAt returns a UUIDv7 of the instant at, as the gateway would have made it then.
