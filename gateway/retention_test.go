@@ -41,35 +41,24 @@ func TestRetention(t *testing.T) {
 	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
 	recent := mustComplete(t, alice, "work", `{}`)
 
-	// n runs made 41 days ago and finished 40 days ago (STEPGATE_RETENTION defaults to 30
-	// days), with journalLen entries each, as the tables' owner. Their ids are UUIDv7s of
-	// then, as the gateway made them, so their journal is in that month's partition,
-	// which the maintenance made then (docs/schema.md#partitions).
-	const journalLen = 5
+	// n runs that finished 40 days ago (STEPGATE_RETENTION defaults to 30 days), as the
+	// tables' owner.
 	owner, err := pgx.Connect(t.Context(), s.Pool.Config().ConnString())
 	require.NoError(t, err)
 	defer owner.Close(context.Background())
-	_, err = owner.Exec(t.Context(), `SELECT stepgate.create_journal_partitions(now() - interval '41 days', 0)`)
-	require.NoError(t, err)
 	var oldID string
 	seeded := time.Now()
 	require.NoError(t, owner.QueryRow(t.Context(), `
 		WITH f AS (SELECT tenant, name, revision FROM stepgate.function WHERE tenant = 't1' AND name = 'work'),
 		ins AS (
 			INSERT INTO stepgate.run (id, tenant, function, revision, status, input, output, identity, created_at, started_at, finished_at)
-			SELECT encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid())
-					placing substring(int8send((extract(epoch FROM c.at) * 1000)::bigint) FROM 3) FROM 1 FOR 6), 52, 1), 53, 1), 'hex')::uuid,
-				f.tenant, f.name, f.revision, 'completed', '{}', '1', '{"subject":"seed","tenant":"t1"}',
-				c.at, c.at, now() - interval '40 days' + i * interval '1 millisecond'
-			FROM f, generate_series(1, $1) i, LATERAL (SELECT now() - interval '41 days' + i * interval '1 millisecond' AS at) c
-			RETURNING id, tenant
-		),
-		journal AS (
-			INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, invocation, journal_bytes)
-			SELECT tenant, id, s, 'step', 'one', '1', 1, s FROM ins, generate_series(1, $2::int) s
+			SELECT gen_random_uuid(), f.tenant, f.name, f.revision, 'completed', '{}', '1', '{"subject":"seed","tenant":"t1"}',
+				now() - interval '41 days', now() - interval '41 days', now() - interval '40 days' + i * interval '1 millisecond'
+			FROM f, generate_series(1, $1) i
+			RETURNING id
 		)
-		SELECT min(id::text) FROM ins`, n, journalLen).Scan(&oldID))
-	t.Logf("seeded %d finished runs of %d journal entries in %s", n, journalLen, time.Since(seeded))
+		SELECT min(id::text) FROM ins`, n).Scan(&oldID))
+	t.Logf("seeded %d finished runs in %s", n, time.Since(seeded))
 
 	// New runs complete while the old ones are deleted.
 	start := time.Now()

@@ -29,22 +29,6 @@ func DeleteExpiredRuns(ctx context.Context, db DB, def time.Duration, batch int)
 	return int(n), nil
 }
 
-// DropExpiredJournalMonth drops the journal (entries and failures) of the oldest month
-// whose runs all finished and are past their retention (as DeleteExpiredRuns reckons
-// it, with def), in one short transaction, and returns that month ("YYYYMM"), or "" when
-// no month is done or its locks were not free within 100 ms. The runs themselves
-// stay, for DeleteExpiredRuns, which then deletes one row each instead of their journals
-// too; until then such a run reads as having no journal.
-//
-// No trigger follows it: journal_entry and attempt_failure have none on delete.
-func DropExpiredJournalMonth(ctx context.Context, db DB, def time.Duration) (string, error) {
-	month, err := dbsqlc.New(db).RetentionDropJournalMonth(ctx, def.Milliseconds())
-	if err != nil {
-		return "", fmt.Errorf("drop expired journal month: %w", err)
-	}
-	return month, nil
-}
-
 // DeleteExpiredEvents deletes up to batch events stored more than def ago, oldest
 // first, and returns how many.
 func DeleteExpiredEvents(ctx context.Context, db DB, def time.Duration, batch int) (int, error) {

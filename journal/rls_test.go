@@ -430,7 +430,7 @@ func TestSchemaIsFenced(t *testing.T) {
 		SELECT c.relname, c.relrowsecurity, c.relforcerowsecurity,
 			EXISTS (SELECT 1 FROM pg_policy p WHERE p.polrelid = c.oid AND to_regrole($1) = ANY (p.polroles)),
 			EXISTS (SELECT 1 FROM pg_policy p WHERE p.polrelid = c.oid AND to_regrole($2) = ANY (p.polroles)),
-			has_table_privilege($1, c.oid, 'SELECT'), has_table_privilege($2, c.oid, 'SELECT'), c.relispartition
+			has_table_privilege($1, c.oid, 'SELECT'), has_table_privilege($2, c.oid, 'SELECT')
 		FROM pg_class c
 		WHERE c.relnamespace = 'stepgate'::regnamespace AND c.relkind IN ('r', 'p')
 		ORDER BY 1`, journal.AppRole, journal.SystemRole)
@@ -439,7 +439,6 @@ func TestSchemaIsFenced(t *testing.T) {
 		Enabled, Forced           bool
 		AppPolicy, SystemPolicy   bool
 		AppGranted, SystemGranted bool
-		Partition                 bool
 	}
 	tables, err := pgx.CollectRows(rows, pgx.RowToStructByPos[table])
 	require.NoError(t, err)
@@ -448,12 +447,6 @@ func TestSchemaIsFenced(t *testing.T) {
 	// read a private key, whatever its tenant filter.
 	systemOnly := map[string]bool{"invocation_key": true, "signing_key": true, "callback_key": true}
 	for _, tb := range tables {
-		if tb.Partition {
-			// A partition (docs/schema.md#partitions) is read through its table, whose
-			// policies apply; no role but the owner may read it by its own name.
-			require.False(t, tb.AppGranted || tb.SystemGranted, "stepgate.%s is a partition: no grant of its own", tb.Name)
-			continue
-		}
 		if tb.Name == "schema_migration" {
 			// The migrations' own: the system role reads it (GET /readyz compares it
 			// with the build's migrations, 0034); the API pool's role has no access.

@@ -50,21 +50,10 @@ var ErrInvalidTenant = errors.New("journal: the tenant is empty")
 //
 // The connections must keep their session (a pooler in transaction mode would lose the
 // role). Migrations must not run on such a pool: they run as the database user.
-//
-// A system pool's connections also plan their prepared statements once
-// (plan_cache_mode force_generic_plan, in the startup packet): Postgres otherwise
-// re-plans each execution of a statement on the partitioned journal (docs/schema.md#partitions),
-// whose generic plan it costs as if it read every partition, though it prunes them when
-// it runs; the hot path's statements (checkpoints, claims, finishes) are the system
-// pool's, and that planning halved a ten-step run's throughput.
 func ConfigurePool(cfg *pgxpool.Config, system bool) {
 	role := AppRole
 	if system {
 		role = SystemRole
-		if cfg.ConnConfig.RuntimeParams == nil {
-			cfg.ConnConfig.RuntimeParams = map[string]string{}
-		}
-		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 	}
 	next := cfg.AfterConnect
 	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {

@@ -139,103 +139,6 @@ END
 $$;
 
 --
--- Name: create_journal_partitions(timestamp with time zone, integer, interval); Type: FUNCTION; Schema: stepgate; Owner: -
---
-
-CREATE FUNCTION stepgate.create_journal_partitions(at timestamp with time zone, ahead integer, lock_wait interval DEFAULT '00:00:00.1'::interval) RETURNS integer
-    LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$
-DECLARE
-    first timestamp := date_trunc('month', at AT TIME ZONE 'UTC');
-    month timestamp;
-    lo uuid;
-    hi uuid;
-    t text;
-    part text;
-    moved bigint;
-    made integer := 0;
-BEGIN
-    FOR i IN 0..ahead LOOP
-        month := first + make_interval(months => i);
-        lo := stepgate.run_id_floor(month);
-        hi := stepgate.run_id_floor(month + interval '1 month');
-        FOREACH t IN ARRAY ARRAY['journal_entry', 'attempt_failure'] LOOP
-            part := t || '_p' || to_char(month, 'YYYYMM');
-            CONTINUE WHEN to_regclass('stepgate.' || quote_ident(part)) IS NOT NULL;
-            IF made = 0 THEN
-                PERFORM set_config('lock_timeout', (extract(epoch FROM lock_wait) * 1000)::bigint::text, true);
-                LOCK TABLE stepgate.journal_entry, stepgate.attempt_failure IN ACCESS EXCLUSIVE MODE;
-            END IF;
-            -- The DEFAULT partition may not keep rows of the new one's range.
-            EXECUTE format('CREATE TEMPORARY TABLE partition_move (LIKE stepgate.%I) ON COMMIT DROP', t);
-            EXECUTE format('WITH d AS (DELETE FROM stepgate.%I WHERE run_id >= %L AND run_id < %L RETURNING *)
-                INSERT INTO partition_move SELECT * FROM d', t || '_default', lo, hi);
-            GET DIAGNOSTICS moved = ROW_COUNT;
-            EXECUTE format('CREATE TABLE stepgate.%I PARTITION OF stepgate.%I FOR VALUES FROM (%L) TO (%L)', part, t, lo, hi);
-            IF moved > 0 THEN
-                EXECUTE format('INSERT INTO stepgate.%I SELECT * FROM partition_move', t);
-            END IF;
-            DROP TABLE partition_move;
-            made := made + 1;
-        END LOOP;
-    END LOOP;
-    RETURN made;
-END
-$$;
-
---
--- Name: drop_expired_journal_month(bigint, interval); Type: FUNCTION; Schema: stepgate; Owner: -
---
-
-CREATE FUNCTION stepgate.drop_expired_journal_month(default_ms bigint, lock_wait interval DEFAULT '00:00:00.1'::interval) RETURNS text
-    LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $_$
-DECLARE
-    p record;
-    month timestamp;
-    lo uuid;
-    hi uuid;
-    current uuid := stepgate.run_id_floor(date_trunc('month', now() AT TIME ZONE 'UTC'));
-BEGIN
-    FOR p IN
-        SELECT substring(c.relname FROM 16) AS ym FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-        WHERE i.inhparent = 'stepgate.journal_entry'::regclass AND c.relname ~ '^journal_entry_p[0-9]{6}$'
-        ORDER BY 1
-    LOOP
-        month := to_date(p.ym || '01', 'YYYYMMDD');
-        lo := stepgate.run_id_floor(month);
-        hi := stepgate.run_id_floor(month + interval '1 month');
-        EXIT WHEN hi > current;
-        CONTINUE WHEN EXISTS (
-            SELECT 1 FROM stepgate.run r
-            WHERE r.id >= lo AND r.id < hi
-              AND NOT coalesce(r.finished_at < now() - (
-                  SELECT coalesce(f.retention_ms, default_ms) FROM stepgate.function_revision f
-                  WHERE f.tenant = r.tenant AND f.name = r.function AND f.revision = r.revision) * interval '1 millisecond', false));
-        BEGIN
-            PERFORM set_config('lock_timeout', (extract(epoch FROM lock_wait) * 1000)::bigint::text, true);
-            LOCK TABLE stepgate.journal_entry, stepgate.attempt_failure IN ACCESS EXCLUSIVE MODE;
-        EXCEPTION WHEN lock_not_available THEN
-            RETURN NULL;
-        END;
-        IF to_regclass('stepgate.journal_entry_p' || p.ym) IS NULL THEN
-            RETURN NULL; -- a concurrent call dropped it
-        END IF;
-        IF EXISTS (SELECT 1 FROM stepgate.run r WHERE r.finished_at IS NULL AND r.id >= lo AND r.id < hi)
-            OR EXISTS (SELECT 1 FROM stepgate.run r
-                       WHERE r.finished_at > clock_timestamp() - interval '1 minute' AND r.id >= lo AND r.id < hi) THEN
-            RETURN NULL;
-        END IF;
-        EXECUTE format('DROP TABLE IF EXISTS stepgate.%I, stepgate.%I', 'journal_entry_p' || p.ym, 'attempt_failure_p' || p.ym);
-        RETURN p.ym;
-    END LOOP;
-    RETURN NULL;
-END
-$_$;
-
---
 -- Name: give_slot(text, text, text, smallint); Type: FUNCTION; Schema: stepgate; Owner: -
 --
 
@@ -505,17 +408,6 @@ BEGIN
     END LOOP;
     RETURN NULL;
 END
-$$;
-
---
--- Name: run_id_floor(timestamp without time zone); Type: FUNCTION; Schema: stepgate; Owner: -
---
-
-CREATE FUNCTION stepgate.run_id_floor(month timestamp without time zone) RETURNS uuid
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    AS $$
-    SELECT (lpad(to_hex((extract(epoch FROM date_trunc('month', month)) * 1000)::bigint), 12, '0')
-        || '00000000000000000000')::uuid
 $$;
 
 --
@@ -1056,25 +948,9 @@ CREATE TABLE stepgate.attempt_failure (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     tenant text NOT NULL,
     CONSTRAINT attempt_failure_seq_check CHECK ((seq >= 0))
-)
-PARTITION BY RANGE (run_id);
+);
 
 ALTER TABLE ONLY stepgate.attempt_failure FORCE ROW LEVEL SECURITY;
-
---
--- Name: attempt_failure_default; Type: TABLE; Schema: stepgate; Owner: -
---
-
-CREATE TABLE stepgate.attempt_failure_default (
-    run_id uuid NOT NULL,
-    seq integer NOT NULL,
-    attempt integer NOT NULL,
-    name text DEFAULT ''::text NOT NULL,
-    error jsonb NOT NULL,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    tenant text NOT NULL,
-    CONSTRAINT attempt_failure_seq_check CHECK ((seq >= 0))
-);
 
 --
 -- Name: callback; Type: TABLE; Schema: stepgate; Owner: -
@@ -1265,32 +1141,9 @@ CREATE TABLE stepgate.journal_entry (
     copied_from uuid,
     tenant text NOT NULL,
     CONSTRAINT journal_entry_seq_check CHECK ((seq > 0))
-)
-PARTITION BY RANGE (run_id);
+);
 
 ALTER TABLE ONLY stepgate.journal_entry FORCE ROW LEVEL SECURITY;
-
---
--- Name: journal_entry_default; Type: TABLE; Schema: stepgate; Owner: -
---
-
-CREATE TABLE stepgate.journal_entry_default (
-    run_id uuid NOT NULL,
-    seq integer NOT NULL,
-    kind text NOT NULL,
-    name text NOT NULL,
-    output jsonb,
-    error jsonb,
-    attempt integer DEFAULT 1 NOT NULL,
-    wake_at timestamp with time zone,
-    invocation integer NOT NULL,
-    started_at timestamp with time zone,
-    finished_at timestamp with time zone DEFAULT now() NOT NULL,
-    journal_bytes bigint,
-    copied_from uuid,
-    tenant text NOT NULL,
-    CONSTRAINT journal_entry_seq_check CHECK ((seq > 0))
-);
 
 --
 -- Name: message; Type: TABLE; Schema: stepgate; Owner: -
@@ -1613,18 +1466,6 @@ CREATE TABLE stepgate.wait_shape (
 ALTER TABLE ONLY stepgate.wait_shape FORCE ROW LEVEL SECURITY;
 
 --
--- Name: attempt_failure_default; Type: TABLE ATTACH; Schema: stepgate; Owner: -
---
-
-ALTER TABLE ONLY stepgate.attempt_failure ATTACH PARTITION stepgate.attempt_failure_default DEFAULT;
-
---
--- Name: journal_entry_default; Type: TABLE ATTACH; Schema: stepgate; Owner: -
---
-
-ALTER TABLE ONLY stepgate.journal_entry ATTACH PARTITION stepgate.journal_entry_default DEFAULT;
-
---
 -- Name: river_job id; Type: DEFAULT; Schema: public; Owner: -
 --
 
@@ -1677,13 +1518,6 @@ ALTER TABLE ONLY public.river_queue
 
 ALTER TABLE ONLY stepgate.attempt_failure
     ADD CONSTRAINT attempt_failure_pkey PRIMARY KEY (tenant, run_id, seq, attempt);
-
---
--- Name: attempt_failure_default attempt_failure_default_pkey; Type: CONSTRAINT; Schema: stepgate; Owner: -
---
-
-ALTER TABLE ONLY stepgate.attempt_failure_default
-    ADD CONSTRAINT attempt_failure_default_pkey PRIMARY KEY (tenant, run_id, seq, attempt);
 
 --
 -- Name: callback_key callback_key_pkey; Type: CONSTRAINT; Schema: stepgate; Owner: -
@@ -1768,13 +1602,6 @@ ALTER TABLE ONLY stepgate.invocation_key
 
 ALTER TABLE ONLY stepgate.journal_entry
     ADD CONSTRAINT journal_entry_pkey PRIMARY KEY (tenant, run_id, seq);
-
---
--- Name: journal_entry_default journal_entry_default_pkey; Type: CONSTRAINT; Schema: stepgate; Owner: -
---
-
-ALTER TABLE ONLY stepgate.journal_entry_default
-    ADD CONSTRAINT journal_entry_default_pkey PRIMARY KEY (tenant, run_id, seq);
 
 --
 -- Name: message message_pkey; Type: CONSTRAINT; Schema: stepgate; Owner: -
@@ -1988,13 +1815,7 @@ CREATE UNIQUE INDEX invocation_key_current ON stepgate.invocation_key USING btre
 -- Name: journal_entry_value; Type: INDEX; Schema: stepgate; Owner: -
 --
 
-CREATE INDEX journal_entry_value ON ONLY stepgate.journal_entry USING btree (tenant, run_id, name, seq DESC) WHERE (kind = 'value'::text);
-
---
--- Name: journal_entry_default_tenant_run_id_name_seq_idx; Type: INDEX; Schema: stepgate; Owner: -
---
-
-CREATE INDEX journal_entry_default_tenant_run_id_name_seq_idx ON stepgate.journal_entry_default USING btree (tenant, run_id, name, seq DESC) WHERE (kind = 'value'::text);
+CREATE INDEX journal_entry_value ON stepgate.journal_entry USING btree (tenant, run_id, name, seq DESC) WHERE (kind = 'value'::text);
 
 --
 -- Name: message_unconsumed; Type: INDEX; Schema: stepgate; Owner: -
@@ -2087,12 +1908,6 @@ CREATE INDEX run_slot_running ON stepgate.run USING btree (tenant, function) WHE
 CREATE INDEX run_tombstone_by_age ON stepgate.run_tombstone USING btree (deleted_at);
 
 --
--- Name: run_unfinished; Type: INDEX; Schema: stepgate; Owner: -
---
-
-CREATE INDEX run_unfinished ON stepgate.run USING btree (id) WHERE (finished_at IS NULL);
-
---
 -- Name: run_wait_by_match; Type: INDEX; Schema: stepgate; Owner: -
 --
 
@@ -2115,24 +1930,6 @@ CREATE INDEX schedule_next_at ON stepgate.schedule USING btree (next_at);
 --
 
 CREATE UNIQUE INDEX signing_key_current ON stepgate.signing_key USING btree (tenant) WHERE (retires_at IS NULL);
-
---
--- Name: attempt_failure_default_pkey; Type: INDEX ATTACH; Schema: stepgate; Owner: -
---
-
-ALTER INDEX stepgate.attempt_failure_pkey ATTACH PARTITION stepgate.attempt_failure_default_pkey;
-
---
--- Name: journal_entry_default_pkey; Type: INDEX ATTACH; Schema: stepgate; Owner: -
---
-
-ALTER INDEX stepgate.journal_entry_pkey ATTACH PARTITION stepgate.journal_entry_default_pkey;
-
---
--- Name: journal_entry_default_tenant_run_id_name_seq_idx; Type: INDEX ATTACH; Schema: stepgate; Owner: -
---
-
-ALTER INDEX stepgate.journal_entry_value ATTACH PARTITION stepgate.journal_entry_default_tenant_run_id_name_seq_idx;
 
 --
 -- Name: run child_end_wakes_parent; Type: TRIGGER; Schema: stepgate; Owner: -
@@ -2216,7 +2013,7 @@ CREATE TRIGGER stream_usage_on_update AFTER UPDATE OF bytes ON stepgate.stream F
 -- Name: attempt_failure attempt_failure_run_fkey; Type: FK CONSTRAINT; Schema: stepgate; Owner: -
 --
 
-ALTER TABLE stepgate.attempt_failure
+ALTER TABLE ONLY stepgate.attempt_failure
     ADD CONSTRAINT attempt_failure_run_fkey FOREIGN KEY (tenant, run_id) REFERENCES stepgate.run(tenant, id) ON DELETE CASCADE;
 
 --
@@ -2237,7 +2034,7 @@ ALTER TABLE ONLY stepgate.function
 -- Name: journal_entry journal_entry_run_fkey; Type: FK CONSTRAINT; Schema: stepgate; Owner: -
 --
 
-ALTER TABLE stepgate.journal_entry
+ALTER TABLE ONLY stepgate.journal_entry
     ADD CONSTRAINT journal_entry_run_fkey FOREIGN KEY (tenant, run_id) REFERENCES stepgate.run(tenant, id) ON DELETE CASCADE;
 
 --
@@ -2695,20 +2492,6 @@ GRANT USAGE ON SCHEMA stepgate TO stepgate_system;
 
 GRANT ALL ON FUNCTION stepgate.callback_result(state text, payload jsonb, error jsonb, resolver text, resolved_by jsonb, resolved_at timestamp with time zone) TO stepgate_app;
 GRANT ALL ON FUNCTION stepgate.callback_result(state text, payload jsonb, error jsonb, resolver text, resolved_by jsonb, resolved_at timestamp with time zone) TO stepgate_system;
-
---
--- Name: FUNCTION create_journal_partitions(at timestamp with time zone, ahead integer, lock_wait interval); Type: ACL; Schema: stepgate; Owner: -
---
-
-REVOKE ALL ON FUNCTION stepgate.create_journal_partitions(at timestamp with time zone, ahead integer, lock_wait interval) FROM PUBLIC;
-GRANT ALL ON FUNCTION stepgate.create_journal_partitions(at timestamp with time zone, ahead integer, lock_wait interval) TO stepgate_system;
-
---
--- Name: FUNCTION drop_expired_journal_month(default_ms bigint, lock_wait interval); Type: ACL; Schema: stepgate; Owner: -
---
-
-REVOKE ALL ON FUNCTION stepgate.drop_expired_journal_month(default_ms bigint, lock_wait interval) FROM PUBLIC;
-GRANT ALL ON FUNCTION stepgate.drop_expired_journal_month(default_ms bigint, lock_wait interval) TO stepgate_system;
 
 --
 -- Name: FUNCTION journal_bytes_before(tenant text, run uuid, seq integer); Type: ACL; Schema: stepgate; Owner: -

@@ -33,7 +33,3 @@ WHERE t.id = old.id;
 
 -- name: RetentionTombstone :one
 SELECT id::text, function, finished_at, deleted_at FROM stepgate.run_tombstone WHERE id = @id AND tenant = @tenant;
-
--- name: RetentionDropJournalMonth :one
--- stepgate.drop_expired_journal_month: the month whose journal it dropped ('YYYYMM'), or ''.
-SELECT coalesce(stepgate.drop_expired_journal_month(sqlc.arg(default_ms)::bigint), '')::text AS month;

@@ -14,10 +14,8 @@ import (
 	"github.com/stepgate/stepgate/journal"
 )
 
-// RetentionArgs is the periodic job that deletes what retention lets go: the journals of
-// months whose runs are all past their retention, by dropping their partitions
-// (journal.DropExpiredJournalMonth), then finished runs past their retention by rows,
-// then old events and tombstones (journal.DeleteExpiredRuns). The
+// RetentionArgs is the periodic job that deletes what retention lets go: finished runs
+// past their retention, then old events and tombstones (journal.DeleteExpiredRuns). The
 // leader of the River clients inserts it every Config.RetentionInterval.
 type RetentionArgs struct{}
 
@@ -48,26 +46,10 @@ func NewRetention(db journal.DB, retention time.Duration, batch int, log *slog.L
 	return &Retention{db: db, retention: retention, batch: batch, log: log, clock: clk}
 }
 
-// Work drops the journal of every month that is done, one month per transaction (the
-// months are few: the pass's time does not bound it), then deletes in batches, each its own short transaction (rows locked by a concurrent pass
-// are skipped), until nothing is left or the pass's time is up.
+// Work deletes in batches, each its own short transaction (rows locked by a concurrent
+// pass are skipped), until nothing is left or the pass's time is up.
 func (r *Retention) Work(ctx context.Context, _ *river.Job[RetentionArgs]) error {
 	until := r.clock.Now().Add(RetentionPass)
-	var months []string
-	for { // one call per month done: they are few
-
-		month, err := journal.DropExpiredJournalMonth(ctx, r.db, r.retention)
-		if err != nil {
-			return err
-		}
-		if month == "" {
-			break
-		}
-		months = append(months, month)
-	}
-	if len(months) > 0 {
-		r.log.InfoContext(ctx, "retention dropped the journals of months past it", slog.Any("months", months))
-	}
 	var runs, events, tombstones int
 	for _, step := range []struct {
 		n   *int

@@ -104,56 +104,6 @@ func TestRetention(t *testing.T) {
 		require.Empty(t, logs.String())
 	})
 
-	t.Run("DropsTheJournalOfADoneMonth", func(t *testing.T) {
-		t.Parallel()
-		db := pgtest.DB(t)
-		_, err := journal.RegisterFunction(t.Context(), db, "t1", "work", "http://127.0.0.1:1/work", json.RawMessage(`{}`), time.Minute, 0)
-		require.NoError(t, err)
-		// Partitions of the months 3, 2 and 1 before this one; runs of the first, all
-		// past their retention, and of the second, one that finished 10 days ago.
-		now := time.Now().UTC()
-		thisMonth := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
-		done, kept := thisMonth.AddDate(0, -3, 0), thisMonth.AddDate(0, -2, 0)
-		_, err = journal.CreateJournalPartitions(t.Context(), db, done)
-		require.NoError(t, err)
-		store := func(created time.Time, finishedAgo string, n int) []string {
-			var ids []string
-			for range n {
-				ids = append(ids, runIDAt(created))
-			}
-			exec(t, db, `INSERT INTO stepgate.run (id, tenant, function, revision, status, input, output, identity, created_at, started_at, finished_at)
-				SELECT id, 't1', 'work', 1, 'completed', '{}', '1', '{"subject":"seed","tenant":"t1"}', $2, $2, now() - $3::interval
-				FROM unnest($1::uuid[]) id`, ids, created, finishedAgo)
-			exec(t, db, `INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, invocation, journal_bytes)
-				SELECT 't1', id, s, 'step', 's', '1', 1, s FROM unnest($1::uuid[]) id, generate_series(1, 2) s`, ids)
-			exec(t, db, `INSERT INTO stepgate.attempt_failure (tenant, run_id, seq, attempt, name, error)
-				SELECT 't1', id, 0, 1, '', '{}' FROM unnest($1::uuid[]) id`, ids)
-			return ids
-		}
-		expired := store(done.AddDate(0, 0, 10), "40 days", 3)
-		recent := store(kept.AddDate(0, 0, 10), "10 days", 1)
-		require.Equal(t, 4, count(t, db, `SELECT sum(runs) FROM stepgate.tenant_usage WHERE tenant = 't1'`))
-
-		var logs bytes.Buffer
-		r := maintenance.NewRetention(db, def, 500, slog.New(slog.NewJSONHandler(&logs, nil)), clock.NewTest(now))
-		require.NoError(t, r.Work(t.Context(), nil))
-
-		require.Equal(t, []string{kept.Format("200601")}, partitionMonths(t, db),
-			"the done months' partitions are dropped (last month's had no run), the one with a run within its retention stays")
-		require.Zero(t, count(t, db, `SELECT count(*) FROM stepgate.run WHERE id = ANY($1::uuid[])`, expired), "its runs are deleted")
-		require.Equal(t, 3, count(t, db, `SELECT count(*) FROM stepgate.run_tombstone WHERE id = ANY($1::uuid[])`, expired), "a tombstone for each")
-		require.Equal(t, 1, count(t, db, `SELECT sum(runs) FROM stepgate.tenant_usage WHERE tenant = 't1'`), "the usage counts them out")
-		require.Equal(t, 2, count(t, db, `SELECT count(*) FROM stepgate.journal_entry WHERE run_id = $1`, recent[0]), "a run within its retention keeps its journal")
-		require.Equal(t, 1, count(t, db, `SELECT count(*) FROM stepgate.attempt_failure`), "and its failures")
-		require.Contains(t, logs.String(), `"msg":"retention dropped the journals of months past it","months":["`+done.Format("200601")+`","`+thisMonth.AddDate(0, -1, 0).Format("200601")+`"]`)
-
-		// Once the recent run is past its retention too, its month goes.
-		exec(t, db, `UPDATE stepgate.function_revision SET retention_ms = 86400000 WHERE tenant = 't1'`)
-		require.NoError(t, r.Work(t.Context(), nil))
-		require.Empty(t, partitionMonths(t, db), "the last month is done")
-		require.Zero(t, count(t, db, `SELECT count(*) FROM stepgate.run`))
-	})
-
 	t.Run("APassEndsWhenItsTimeIsUp", func(t *testing.T) {
 		t.Parallel()
 		db := pgtest.DB(t)

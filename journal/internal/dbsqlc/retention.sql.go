@@ -85,18 +85,6 @@ func (q *Queries) RetentionDeleteExpiredTombstones(ctx context.Context, arg Rete
 	return result.RowsAffected(), nil
 }
 
-const RetentionDropJournalMonth = `-- name: RetentionDropJournalMonth :one
-SELECT coalesce(stepgate.drop_expired_journal_month($1::bigint), '')::text AS month
-`
-
-// stepgate.drop_expired_journal_month: the month whose journal it dropped ('YYYYMM'), or ”.
-func (q *Queries) RetentionDropJournalMonth(ctx context.Context, defaultMs int64) (string, error) {
-	row := q.db.QueryRow(ctx, RetentionDropJournalMonth, defaultMs)
-	var month string
-	err := row.Scan(&month)
-	return month, err
-}
-
 const RetentionTombstone = `-- name: RetentionTombstone :one
 SELECT id::text, function, finished_at, deleted_at FROM stepgate.run_tombstone WHERE id = $1 AND tenant = $2
 `
