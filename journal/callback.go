@@ -173,7 +173,7 @@ func (a CallbackWait) wake() (*time.Time, time.Duration, bool) { return nil, a.T
 // wait).
 func (a CallbackWait) write(ctx context.Context, db DB, aw awaitWrite, f *Finished) error {
 	q := dbsqlc.New(db)
-	cb, err := q.CallbackLockForAwait(ctx, dbsqlc.CallbackLockForAwaitParams{RunID: aw.runID, Seq: int32(a.CallbackSeq)})
+	cb, err := q.CallbackLockForAwait(ctx, dbsqlc.CallbackLockForAwaitParams{Tenant: aw.tenant, RunID: aw.runID, Seq: int32(a.CallbackSeq)})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("%w: await_callback %q names seq %d, which is not a callback of this run", ErrBadAwait, a.Name, a.CallbackSeq)
 	}
@@ -197,7 +197,7 @@ func (a CallbackWait) write(ctx context.Context, db DB, aw awaitWrite, f *Finish
 	if err != nil {
 		return fmt.Errorf("journal callback of run %s: %w", aw.runID, err)
 	}
-	err = q.CallbackMarkAwaited(ctx, dbsqlc.CallbackMarkAwaitedParams{RunID: aw.runID, Seq: int32(a.CallbackSeq), AwaitedSeq: int32(a.Seq)})
+	err = q.CallbackMarkAwaited(ctx, dbsqlc.CallbackMarkAwaitedParams{Tenant: aw.tenant, RunID: aw.runID, Seq: int32(a.CallbackSeq), AwaitedSeq: int32(a.Seq)})
 	if err != nil {
 		return fmt.Errorf("mark callback %d of run %s awaited: %w", a.CallbackSeq, aw.runID, err)
 	}
@@ -310,7 +310,7 @@ func ResolveCallback(ctx context.Context, db DB, ref CallbackRef, res Resolution
 		return nil, fmt.Errorf("lock run %s: %w", runID, err)
 	}
 	status := Status(run.Status)
-	locked, err := q.CallbackLock(ctx, dbsqlc.CallbackLockParams{RunID: runID, Seq: seq})
+	locked, err := q.CallbackLock(ctx, dbsqlc.CallbackLockParams{Tenant: run.Tenant, RunID: runID, Seq: seq})
 	if err != nil {
 		return nil, fmt.Errorf("lock callback %d of run %s: %w", seq, runID, err)
 	}
@@ -360,7 +360,7 @@ func ResolveCallback(ctx context.Context, db DB, ref CallbackRef, res Resolution
 		}
 	}
 	resolved, err := q.CallbackResolve(ctx, dbsqlc.CallbackResolveParams{
-		RunID: runID, Seq: seq, State: state, Payload: data, Error: rejection, Resolver: &resolver, ResolvedBy: res.By,
+		Tenant: run.Tenant, RunID: runID, Seq: seq, State: state, Payload: data, Error: rejection, Resolver: &resolver, ResolvedBy: res.By,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("resolve %s: %w", what, unstorable(err))
@@ -369,7 +369,7 @@ func ResolveCallback(ctx context.Context, db DB, ref CallbackRef, res Resolution
 	if !waiting {
 		return &cb, nil
 	}
-	cb.Woken, err = q.CallbackResume(ctx, dbsqlc.CallbackResumeParams{RunID: runID, Seq: seq, AwaitedSeq: int32(*cb.AwaitedSeq)})
+	cb.Woken, err = q.CallbackResume(ctx, dbsqlc.CallbackResumeParams{Tenant: run.Tenant, RunID: runID, Seq: seq, AwaitedSeq: int32(*cb.AwaitedSeq)})
 	if err != nil {
 		return nil, fmt.Errorf("resume run %s with %s: %w", runID, what, err)
 	}

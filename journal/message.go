@@ -187,9 +187,9 @@ func SendMessage(ctx context.Context, db DB, n NewMessage) (*Sent, error) {
 	}
 	if !status.Terminal() {
 		// A duplicate is answered whatever the bound; deliver finds it again.
-		_, err := q.MessageByID(ctx, dbsqlc.MessageByIDParams{RunID: n.RunID, ID: n.ID})
+		_, err := q.MessageByID(ctx, dbsqlc.MessageByIDParams{Tenant: n.Tenant, RunID: n.RunID, ID: n.ID})
 		if errors.Is(err, pgx.ErrNoRows) {
-			pending, err := q.RequestPending(ctx, dbsqlc.RequestPendingParams{RunID: n.RunID, Max: MaxPendingRequests})
+			pending, err := q.RequestPending(ctx, dbsqlc.RequestPendingParams{Tenant: n.Tenant, RunID: n.RunID, Max: MaxPendingRequests})
 			if err != nil {
 				return nil, fmt.Errorf("count requests of run %s: %w", n.RunID, err)
 			}
@@ -231,12 +231,12 @@ func deliver(ctx context.Context, db DB, n NewMessage, status Status) (*Sent, er
 	// One round trip: the generated statements, queued with their arguments in the
 	// generated functions' order.
 	b := &pgx.Batch{}
-	b.Queue(dbsqlc.MessageByID, n.RunID, n.ID).Query(func(rows pgx.Rows) error {
+	b.Queue(dbsqlc.MessageByID, n.Tenant, n.RunID, n.ID).Query(func(rows pgx.Rows) error {
 		var err error
 		dup, err = pgx.CollectRows(rows, pgx.RowToStructByPos[dbsqlc.MessageByIDRow])
 		return err
 	})
-	b.Queue(dbsqlc.MessageDeliveryState, n.RunID, n.Topic, int64(MaxUnconsumedMessages), data, n.Tenant).QueryRow(func(row pgx.Row) error {
+	b.Queue(dbsqlc.MessageDeliveryState, n.Tenant, n.RunID, n.Topic, int64(MaxUnconsumedMessages), data).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&waitSeq, &waitName, &waitAlt, &unconsumed, &size, &mailbox)
 	})
 	if err := db.SendBatch(ctx, b).Close(); err != nil {

@@ -150,9 +150,9 @@ func WriteStream(ctx context.Context, tx pgx.Tx, runID string, invocation int, w
 		return nil, fmt.Errorf("write stream %s of run %s: %w", w.Key, runID, err)
 	}
 	tenant, used := writer.Tenant, writer.StreamBytes // used: the tenant's stream bytes
-	st, err := lockStream(ctx, q, runID, w.Key)
+	st, err := lockStream(ctx, q, tenant, runID, w.Key)
 	if errors.Is(err, ErrNotFound) {
-		n, cerr := q.StreamCount(ctx, runID)
+		n, cerr := q.StreamCount(ctx, dbsqlc.StreamCountParams{Tenant: tenant, RunID: runID})
 		if cerr != nil {
 			return nil, fmt.Errorf("count streams of run %s: %w", runID, cerr)
 		}
@@ -163,7 +163,7 @@ func WriteStream(ctx context.Context, tx pgx.Tx, runID string, invocation int, w
 		if err := q.StreamCreate(ctx, dbsqlc.StreamCreateParams{Tenant: tenant, RunID: runID, Key: w.Key}); err != nil {
 			return nil, fmt.Errorf("create stream %s of run %s: %w", w.Key, runID, err)
 		}
-		st, err = lockStream(ctx, q, runID, w.Key)
+		st, err = lockStream(ctx, q, tenant, runID, w.Key)
 	}
 	if err != nil {
 		return nil, err
@@ -172,7 +172,7 @@ func WriteStream(ctx context.Context, tx pgx.Tx, runID string, invocation int, w
 	written := map[int]bool{}
 	if len(w.Chunks) > 0 {
 		idx, err := q.StreamWrittenPlaces(ctx, dbsqlc.StreamWrittenPlacesParams{
-			RunID: runID, Key: w.Key, AtSeq: int32(w.Seq), AtAttempt: int32(w.Attempt),
+			Tenant: tenant, RunID: runID, Key: w.Key, AtSeq: int32(w.Seq), AtAttempt: int32(w.Attempt),
 			FromIndex: int32(w.Index), ToIndex: int32(w.Index + len(w.Chunks)),
 		})
 		if err != nil {
@@ -219,7 +219,7 @@ func WriteStream(ctx context.Context, tx pgx.Tx, runID string, invocation int, w
 		}
 	}
 	r, err := q.StreamAdvance(ctx, dbsqlc.StreamAdvanceParams{
-		RunID: runID, Key: w.Key, Chunks: int32(len(data)), Bytes: size, Close: w.Close,
+		Tenant: tenant, RunID: runID, Key: w.Key, Chunks: int32(len(data)), Bytes: size, Close: w.Close,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("write stream %s of run %s: %w", w.Key, runID, err)
@@ -233,8 +233,8 @@ func WriteStream(ctx context.Context, tx pgx.Tx, runID string, invocation int, w
 	return st, nil
 }
 
-func lockStream(ctx context.Context, q *dbsqlc.Queries, runID, key string) (*Stream, error) {
-	r, err := q.StreamLock(ctx, dbsqlc.StreamLockParams{RunID: runID, Key: key})
+func lockStream(ctx context.Context, q *dbsqlc.Queries, tenant, runID, key string) (*Stream, error) {
+	r, err := q.StreamLock(ctx, dbsqlc.StreamLockParams{Tenant: tenant, RunID: runID, Key: key})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}

@@ -58,7 +58,7 @@ func (w WaitAny) write(ctx context.Context, db DB, aw awaitWrite, f *Finished) e
 			continue // it waits
 		}
 		if i > 0 {
-			if err := dbsqlc.New(db).WaitAnyDeleteWaits(ctx, dbsqlc.WaitAnyDeleteWaitsParams{RunID: aw.runID, Seq: int32(w.Seq)}); err != nil {
+			if err := dbsqlc.New(db).WaitAnyDeleteWaits(ctx, dbsqlc.WaitAnyDeleteWaitsParams{Tenant: aw.tenant, RunID: aw.runID, Seq: int32(w.Seq)}); err != nil {
 				return fmt.Errorf("wait_any of run %s: %w", aw.runID, err)
 			}
 		}

@@ -1531,7 +1531,7 @@ ALTER TABLE ONLY stepgate.callback_key
 --
 
 ALTER TABLE ONLY stepgate.callback
-    ADD CONSTRAINT callback_pkey PRIMARY KEY (run_id, seq);
+    ADD CONSTRAINT callback_pkey PRIMARY KEY (tenant, run_id, seq);
 
 --
 -- Name: callback callback_token_hash_key; Type: CONSTRAINT; Schema: stepgate; Owner: -
@@ -1608,7 +1608,7 @@ ALTER TABLE ONLY stepgate.journal_entry
 --
 
 ALTER TABLE ONLY stepgate.message
-    ADD CONSTRAINT message_pkey PRIMARY KEY (run_id, id);
+    ADD CONSTRAINT message_pkey PRIMARY KEY (tenant, run_id, id);
 
 --
 -- Name: operation operation_pkey; Type: CONSTRAINT; Schema: stepgate; Owner: -
@@ -1643,7 +1643,7 @@ ALTER TABLE ONLY stepgate.run_tombstone
 --
 
 ALTER TABLE ONLY stepgate.run_wait
-    ADD CONSTRAINT run_wait_pkey PRIMARY KEY (run_id, seq, alt);
+    ADD CONSTRAINT run_wait_pkey PRIMARY KEY (tenant, run_id, seq, alt);
 
 --
 -- Name: run_watch run_watch_pkey; Type: CONSTRAINT; Schema: stepgate; Owner: -
@@ -1685,21 +1685,21 @@ ALTER TABLE ONLY stepgate.signing_key
 --
 
 ALTER TABLE ONLY stepgate.stream_chunk
-    ADD CONSTRAINT stream_chunk_pkey PRIMARY KEY (run_id, key, pos);
+    ADD CONSTRAINT stream_chunk_pkey PRIMARY KEY (tenant, run_id, key, pos);
 
 --
--- Name: stream_chunk stream_chunk_run_id_key_at_seq_at_attempt_at_index_key; Type: CONSTRAINT; Schema: stepgate; Owner: -
+-- Name: stream_chunk stream_chunk_place_key; Type: CONSTRAINT; Schema: stepgate; Owner: -
 --
 
 ALTER TABLE ONLY stepgate.stream_chunk
-    ADD CONSTRAINT stream_chunk_run_id_key_at_seq_at_attempt_at_index_key UNIQUE (run_id, key, at_seq, at_attempt, at_index);
+    ADD CONSTRAINT stream_chunk_place_key UNIQUE (tenant, run_id, key, at_seq, at_attempt, at_index);
 
 --
 -- Name: stream stream_pkey; Type: CONSTRAINT; Schema: stepgate; Owner: -
 --
 
 ALTER TABLE ONLY stepgate.stream
-    ADD CONSTRAINT stream_pkey PRIMARY KEY (run_id, key);
+    ADD CONSTRAINT stream_pkey PRIMARY KEY (tenant, run_id, key);
 
 --
 -- Name: tenant_usage tenant_usage_pkey; Type: CONSTRAINT; Schema: stepgate; Owner: -
@@ -1773,7 +1773,7 @@ CREATE INDEX river_notification_topic_id_idx ON public.river_notification USING 
 -- Name: callback_by_name; Type: INDEX; Schema: stepgate; Owner: -
 --
 
-CREATE INDEX callback_by_name ON stepgate.callback USING btree (run_id, name, seq);
+CREATE INDEX callback_by_name ON stepgate.callback USING btree (tenant, run_id, name, seq);
 
 --
 -- Name: event_by_age; Type: INDEX; Schema: stepgate; Owner: -
@@ -1821,7 +1821,7 @@ CREATE INDEX journal_entry_value ON stepgate.journal_entry USING btree (tenant, 
 -- Name: message_unconsumed; Type: INDEX; Schema: stepgate; Owner: -
 --
 
-CREATE INDEX message_unconsumed ON stepgate.message USING btree (run_id, topic, n) WHERE (consumed_seq IS NULL);
+CREATE INDEX message_unconsumed ON stepgate.message USING btree (tenant, run_id, topic, n) WHERE (consumed_seq IS NULL);
 
 --
 -- Name: operation_running; Type: INDEX; Schema: stepgate; Owner: -
@@ -2017,11 +2017,11 @@ ALTER TABLE ONLY stepgate.attempt_failure
     ADD CONSTRAINT attempt_failure_run_fkey FOREIGN KEY (tenant, run_id) REFERENCES stepgate.run(tenant, id) ON DELETE CASCADE;
 
 --
--- Name: callback callback_run_id_fkey; Type: FK CONSTRAINT; Schema: stepgate; Owner: -
+-- Name: callback callback_run_fkey; Type: FK CONSTRAINT; Schema: stepgate; Owner: -
 --
 
 ALTER TABLE ONLY stepgate.callback
-    ADD CONSTRAINT callback_run_id_fkey FOREIGN KEY (run_id) REFERENCES stepgate.run(id) ON DELETE CASCADE;
+    ADD CONSTRAINT callback_run_fkey FOREIGN KEY (tenant, run_id) REFERENCES stepgate.run(tenant, id) ON DELETE CASCADE;
 
 --
 -- Name: function function_tenant_name_revision_fkey; Type: FK CONSTRAINT; Schema: stepgate; Owner: -
@@ -2038,25 +2038,32 @@ ALTER TABLE ONLY stepgate.journal_entry
     ADD CONSTRAINT journal_entry_run_fkey FOREIGN KEY (tenant, run_id) REFERENCES stepgate.run(tenant, id) ON DELETE CASCADE;
 
 --
--- Name: message message_run_id_fkey; Type: FK CONSTRAINT; Schema: stepgate; Owner: -
+-- Name: message message_run_fkey; Type: FK CONSTRAINT; Schema: stepgate; Owner: -
 --
 
 ALTER TABLE ONLY stepgate.message
-    ADD CONSTRAINT message_run_id_fkey FOREIGN KEY (run_id) REFERENCES stepgate.run(id) ON DELETE CASCADE;
+    ADD CONSTRAINT message_run_fkey FOREIGN KEY (tenant, run_id) REFERENCES stepgate.run(tenant, id) ON DELETE CASCADE;
 
 --
--- Name: stream_chunk stream_chunk_run_id_key_fkey; Type: FK CONSTRAINT; Schema: stepgate; Owner: -
+-- Name: run_wait run_wait_run_fkey; Type: FK CONSTRAINT; Schema: stepgate; Owner: -
+--
+
+ALTER TABLE ONLY stepgate.run_wait
+    ADD CONSTRAINT run_wait_run_fkey FOREIGN KEY (tenant, run_id) REFERENCES stepgate.run(tenant, id) ON DELETE CASCADE;
+
+--
+-- Name: stream_chunk stream_chunk_stream_fkey; Type: FK CONSTRAINT; Schema: stepgate; Owner: -
 --
 
 ALTER TABLE ONLY stepgate.stream_chunk
-    ADD CONSTRAINT stream_chunk_run_id_key_fkey FOREIGN KEY (run_id, key) REFERENCES stepgate.stream(run_id, key) ON DELETE CASCADE;
+    ADD CONSTRAINT stream_chunk_stream_fkey FOREIGN KEY (tenant, run_id, key) REFERENCES stepgate.stream(tenant, run_id, key) ON DELETE CASCADE;
 
 --
--- Name: stream stream_run_id_fkey; Type: FK CONSTRAINT; Schema: stepgate; Owner: -
+-- Name: stream stream_run_fkey; Type: FK CONSTRAINT; Schema: stepgate; Owner: -
 --
 
 ALTER TABLE ONLY stepgate.stream
-    ADD CONSTRAINT stream_run_id_fkey FOREIGN KEY (run_id) REFERENCES stepgate.run(id) ON DELETE CASCADE;
+    ADD CONSTRAINT stream_run_fkey FOREIGN KEY (tenant, run_id) REFERENCES stepgate.run(tenant, id) ON DELETE CASCADE;
 
 --
 -- Name: attempt_failure; Type: ROW SECURITY; Schema: stepgate; Owner: -

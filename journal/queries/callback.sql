@@ -17,7 +17,7 @@ WHERE r.id = @run_id AND e.seq = @seq;
 SELECT state,
     (CASE WHEN state <> 'pending' THEN stepgate.callback_result(state, payload, error, resolver, resolved_by, resolved_at) END)::jsonb AS result,
     expires_at, expires_at <= now() AS expired
-FROM stepgate.callback WHERE run_id = @run_id AND seq = @seq FOR UPDATE;
+FROM stepgate.callback WHERE tenant = @tenant AND run_id = @run_id AND seq = @seq FOR UPDATE;
 
 -- name: CallbackJournalAwait :exec
 -- The await's entry, of kind await_callback (journal.KindAwaitCallback), or wrapped for a
@@ -28,7 +28,7 @@ VALUES (@run_id, @seq, stepgate.wait_kind(@alt, 'await_callback'), @name,
     @invocation, now(), stepgate.journal_bytes_before(@tenant, @run_id, @seq) + octet_length(sqlc.arg(output)::jsonb::text), @tenant);
 
 -- name: CallbackMarkAwaited :exec
-UPDATE stepgate.callback SET awaited_seq = sqlc.arg(awaited_seq)::int WHERE run_id = @run_id AND seq = @seq;
+UPDATE stepgate.callback SET awaited_seq = sqlc.arg(awaited_seq)::int WHERE tenant = @tenant AND run_id = @run_id AND seq = @seq;
 
 -- name: CallbackTimeWait :one
 UPDATE stepgate.run SET wake_at = @wake_at WHERE id = @run_id RETURNING wake_at, clock_timestamp()::timestamptz AS clock;
@@ -39,14 +39,14 @@ WITH waiting AS (
     VALUES (@run_id, @seq, @alt, @tenant, @name, 'await_callback', @callback_seq, @expires_at)
 )
 UPDATE stepgate.callback c SET awaited_seq = sqlc.arg(seq)::int, expires_at = @expires_at
-WHERE c.run_id = @run_id AND c.seq = @callback_seq;
+WHERE c.tenant = @tenant AND c.run_id = @run_id AND c.seq = @callback_seq;
 
 -- name: CallbackByToken :one
 SELECT run_id::text, seq FROM stepgate.callback WHERE token_hash = @token_hash;
 
 -- name: CallbackByName :one
 -- The latest callback of that name.
-SELECT run_id::text, seq FROM stepgate.callback WHERE run_id = @run_id AND tenant = @tenant AND name = @name
+SELECT run_id::text, seq FROM stepgate.callback WHERE tenant = @tenant AND run_id = @run_id AND name = @name
 ORDER BY seq DESC LIMIT 1;
 
 -- name: CallbackLockRun :one
@@ -58,12 +58,12 @@ SELECT c.run_id::text AS run_id, c.seq, c.name, c.state, c.resolver, c.resolved_
     c.expires_at <= now() AS expired,
     EXISTS (SELECT 1 FROM stepgate.run_wait w WHERE w.tenant = c.tenant AND w.run_id = c.run_id AND w.seq = c.awaited_seq
         AND w.kind = 'await_callback' AND w.callback_seq = c.seq) AS waiting
-FROM stepgate.callback c WHERE c.run_id = @run_id AND c.seq = @seq FOR UPDATE;
+FROM stepgate.callback c WHERE c.tenant = @tenant AND c.run_id = @run_id AND c.seq = @seq FOR UPDATE;
 
 -- name: CallbackResolve :one
 UPDATE stepgate.callback SET state = @state, payload = @payload, error = @error, resolver = @resolver,
     resolved_by = @resolved_by, resolved_at = now()
-WHERE run_id = @run_id AND seq = @seq
+WHERE tenant = @tenant AND run_id = @run_id AND seq = @seq
 RETURNING state, resolver, resolved_by, resolved_at;
 
 -- name: CallbackResume :one
@@ -71,16 +71,16 @@ RETURNING state, resolver, resolved_by, resolved_at;
 -- makes the run due; woken says whether the run waited.
 WITH gone_all AS (
     -- With the callback's wait go the other alternatives of a wait_any.
-    DELETE FROM stepgate.run_wait w WHERE w.run_id = @run_id AND w.seq = @awaited_seq
+    DELETE FROM stepgate.run_wait w WHERE w.tenant = @tenant AND w.run_id = @run_id AND w.seq = @awaited_seq
     RETURNING w.seq, w.alt, w.name, w.kind, w.callback_seq
 ), gone AS (
     SELECT seq, alt, name FROM gone_all WHERE kind = 'await_callback' AND callback_seq = sqlc.arg(seq)::int
 ), woken AS (
-    UPDATE stepgate.run SET wake_at = now() WHERE id = @run_id AND status = 'suspended' AND EXISTS (SELECT 1 FROM gone)
+    UPDATE stepgate.run SET wake_at = now() WHERE id = @run_id AND tenant = @tenant AND status = 'suspended' AND EXISTS (SELECT 1 FROM gone)
     RETURNING id, tenant, invocation
 ), out AS (
     SELECT stepgate.callback_result(c.state, c.payload, c.error, c.resolver, c.resolved_by, c.resolved_at) AS output
-    FROM stepgate.callback c WHERE c.run_id = @run_id AND c.seq = @seq
+    FROM stepgate.callback c WHERE c.tenant = @tenant AND c.run_id = @run_id AND c.seq = @seq
 ), entry AS (
     INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
     SELECT woken.tenant, woken.id, gone.seq, stepgate.wait_kind(gone.alt, 'await_callback'), gone.name,

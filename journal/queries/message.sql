@@ -8,17 +8,17 @@ FOR UPDATE OF r;
 
 -- name: MessageByID :one
 SELECT run_id::text, id, topic, data, identity, source_run_id, created_at, consumed_seq
-FROM stepgate.message WHERE run_id = @run_id AND id = @id;
+FROM stepgate.message WHERE tenant = @tenant AND run_id = @run_id AND id = @id;
 
 -- name: MessageDeliveryState :one
 -- The run's wait for a receive of the topic, if any (NULL, which sqlc does not see:
 -- scan wait_seq, wait_name and wait_alt into pointers); its unconsumed messages,
 -- counted up to max_unconsumed; the message's size; and the tenant's mailbox bytes.
-SELECT (SELECT w.seq FROM stepgate.run_wait w WHERE w.run_id = @run_id AND w.kind = 'receive' AND w.topic = sqlc.arg(topic)::text) AS wait_seq,
-    (SELECT w.name FROM stepgate.run_wait w WHERE w.run_id = @run_id AND w.kind = 'receive' AND w.topic = @topic) AS wait_name,
-    (SELECT w.alt FROM stepgate.run_wait w WHERE w.run_id = @run_id AND w.kind = 'receive' AND w.topic = @topic) AS wait_alt,
+SELECT (SELECT w.seq FROM stepgate.run_wait w WHERE w.tenant = sqlc.arg(tenant)::text AND w.run_id = @run_id AND w.kind = 'receive' AND w.topic = sqlc.arg(topic)::text) AS wait_seq,
+    (SELECT w.name FROM stepgate.run_wait w WHERE w.tenant = @tenant AND w.run_id = @run_id AND w.kind = 'receive' AND w.topic = @topic) AS wait_name,
+    (SELECT w.alt FROM stepgate.run_wait w WHERE w.tenant = @tenant AND w.run_id = @run_id AND w.kind = 'receive' AND w.topic = @topic) AS wait_alt,
     (SELECT count(*) FROM (SELECT 1 FROM stepgate.message m
-        WHERE m.run_id = @run_id AND m.consumed_seq IS NULL LIMIT sqlc.arg(max_unconsumed)::bigint) c) AS unconsumed,
+        WHERE m.tenant = @tenant AND m.run_id = @run_id AND m.consumed_seq IS NULL LIMIT sqlc.arg(max_unconsumed)::bigint) c) AS unconsumed,
     octet_length(sqlc.arg(data)::jsonb::text)::bigint AS size,
     (SELECT coalesce(sum(u.mailbox_bytes), 0) FROM stepgate.tenant_usage u WHERE u.tenant = @tenant)::bigint AS mailbox_bytes;
 
@@ -32,7 +32,7 @@ WITH m AS (
         CASE WHEN sqlc.arg(consume)::boolean THEN sqlc.arg(seq)::int END)
     RETURNING *
 ), gone AS (
-    DELETE FROM stepgate.run_wait w WHERE w.run_id = @run_id AND w.seq = sqlc.arg(seq)::int AND sqlc.arg(consume)::boolean
+    DELETE FROM stepgate.run_wait w WHERE w.tenant = @tenant AND w.run_id = @run_id AND w.seq = sqlc.arg(seq)::int AND sqlc.arg(consume)::boolean
 ), out AS (
     SELECT jsonb_build_object('message', jsonb_build_object('id', m.id, 'topic', m.topic, 'data', m.data,
         'identity', m.identity, 'sent_at', m.created_at) || CASE WHEN m.source_run_id IS NULL THEN '{}'::jsonb
@@ -46,7 +46,7 @@ WITH m AS (
     FROM out, stepgate.run r WHERE r.id = @run_id AND r.tenant = @tenant
     ON CONFLICT (tenant, run_id, seq) DO NOTHING
 ), woken AS (
-    UPDATE stepgate.run r SET wake_at = now() WHERE r.id = @run_id AND sqlc.arg(consume)::boolean
+    UPDATE stepgate.run r SET wake_at = now() WHERE r.id = @run_id AND r.tenant = @tenant AND sqlc.arg(consume)::boolean
 )
 SELECT m.run_id::text AS run_id, m.id, m.topic, m.data, m.identity, m.source_run_id,
     m.created_at, m.consumed_seq
@@ -58,7 +58,7 @@ FROM m;
 -- none, stores the wait. taken says which.
 WITH oldest AS (
     SELECT o.id, o.tenant FROM stepgate.message o
-    WHERE o.run_id = @run_id AND o.topic = @topic AND o.consumed_seq IS NULL
+    WHERE o.tenant = @tenant AND o.run_id = @run_id AND o.topic = @topic AND o.consumed_seq IS NULL
     ORDER BY o.n LIMIT 1
 ), m AS (
     UPDATE stepgate.message m SET consumed_seq = sqlc.arg(seq)::int FROM oldest

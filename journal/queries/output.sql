@@ -23,20 +23,20 @@ FROM stepgate.run r
 WHERE r.id = @run_id AND r.invocation = @invocation AND r.status = 'running' FOR SHARE OF r;
 
 -- name: StreamCount :one
-SELECT count(*) FROM stepgate.stream WHERE run_id = @run_id;
+SELECT count(*) FROM stepgate.stream WHERE tenant = @tenant AND run_id = @run_id;
 
 -- name: StreamCreate :exec
 INSERT INTO stepgate.stream (tenant, run_id, key) VALUES (@tenant, @run_id, @key)
-ON CONFLICT (run_id, key) DO NOTHING;
+ON CONFLICT (tenant, run_id, key) DO NOTHING;
 
 -- name: StreamLock :one
 SELECT key, length, bytes, closed_at, created_at FROM stepgate.stream
-WHERE run_id = @run_id AND key = @key FOR UPDATE;
+WHERE tenant = @tenant AND run_id = @run_id AND key = @key FOR UPDATE;
 
 -- name: StreamWrittenPlaces :many
 -- The places from from_index to below to_index of (at_seq, at_attempt) that the stream holds.
 SELECT at_index FROM stepgate.stream_chunk
-WHERE run_id = @run_id AND key = @key AND at_seq = @at_seq AND at_attempt = @at_attempt
+WHERE tenant = @tenant AND run_id = @run_id AND key = @key AND at_seq = @at_seq AND at_attempt = @at_attempt
     AND at_index >= sqlc.arg(from_index)::int AND at_index < sqlc.arg(to_index)::int;
 
 -- name: StreamAppendChunks :exec
@@ -48,7 +48,7 @@ FROM ROWS FROM (unnest(sqlc.arg(chunks)::jsonb[]), unnest(sqlc.arg(places)::int[
 -- name: StreamAdvance :one
 UPDATE stepgate.stream SET length = length + sqlc.arg(chunks)::int, bytes = bytes + sqlc.arg(bytes)::bigint,
     closed_at = CASE WHEN sqlc.arg(close)::boolean THEN coalesce(closed_at, now()) ELSE closed_at END
-WHERE run_id = @run_id AND key = @key
+WHERE tenant = @tenant AND run_id = @run_id AND key = @key
 RETURNING key, length, bytes, closed_at, created_at;
 
 -- name: StreamGet :one

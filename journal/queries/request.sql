@@ -6,7 +6,7 @@
 -- Counts, up to max, the run's requests that no reply entry answers.
 SELECT count(*) AS pending FROM (
     SELECT 1 FROM stepgate.message m
-    WHERE m.run_id = @run_id AND m.topic LIKE 'request:%'
+    WHERE m.tenant = @tenant AND m.run_id = @run_id AND m.topic LIKE 'request:%'
         AND NOT EXISTS (SELECT 1 FROM stepgate.journal_entry e
             WHERE e.tenant = m.tenant AND e.run_id = @run_id AND e.kind = 'reply' AND e.name = m.id)
     LIMIT sqlc.arg(max)::bigint) p;
@@ -18,7 +18,8 @@ SELECT count(*) AS pending FROM (
 SELECT m.topic, m.consumed_seq,
     coalesce((SELECT min(e.seq) FROM stepgate.journal_entry e
         WHERE e.tenant = m.tenant AND e.run_id = @run_id AND e.kind = 'reply' AND e.name = @id AND e.seq <> sqlc.arg(seq)::int), 0)::int AS replied_seq
-FROM stepgate.message m WHERE m.run_id = @run_id AND m.id = @id;
+FROM stepgate.run run JOIN stepgate.message m ON m.tenant = run.tenant AND m.run_id = run.id
+WHERE run.id = @run_id AND m.id = @id;
 
 -- name: RequestsOfRun :many
 -- The run's requests, newest first, below the message n before (0: from the newest), at

@@ -120,7 +120,7 @@ WITH cand AS MATERIALIZED (
 SELECT DISTINCT run_id::text FROM gone ORDER BY 1;
 
 -- name: WaitAnyDeleteWaits :exec
-DELETE FROM stepgate.run_wait WHERE run_id = @run_id AND seq = @seq;
+DELETE FROM stepgate.run_wait WHERE tenant = @tenant AND run_id = @run_id AND seq = @seq;
 
 -- name: AwaitSleep :exec
 INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, wake_at, invocation, journal_bytes)

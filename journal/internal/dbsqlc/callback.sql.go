@@ -14,13 +14,13 @@ import (
 )
 
 const CallbackByName = `-- name: CallbackByName :one
-SELECT run_id::text, seq FROM stepgate.callback WHERE run_id = $1 AND tenant = $2 AND name = $3
+SELECT run_id::text, seq FROM stepgate.callback WHERE tenant = $1 AND run_id = $2 AND name = $3
 ORDER BY seq DESC LIMIT 1
 `
 
 type CallbackByNameParams struct {
-	RunID  string
 	Tenant string
+	RunID  string
 	Name   string
 }
 
@@ -31,7 +31,7 @@ type CallbackByNameRow struct {
 
 // The latest callback of that name.
 func (q *Queries) CallbackByName(ctx context.Context, arg CallbackByNameParams) (CallbackByNameRow, error) {
-	row := q.db.QueryRow(ctx, CallbackByName, arg.RunID, arg.Tenant, arg.Name)
+	row := q.db.QueryRow(ctx, CallbackByName, arg.Tenant, arg.RunID, arg.Name)
 	var i CallbackByNameRow
 	err := row.Scan(&i.RunID, &i.Seq)
 	return i, err
@@ -171,12 +171,13 @@ SELECT c.run_id::text AS run_id, c.seq, c.name, c.state, c.resolver, c.resolved_
     c.expires_at <= now() AS expired,
     EXISTS (SELECT 1 FROM stepgate.run_wait w WHERE w.tenant = c.tenant AND w.run_id = c.run_id AND w.seq = c.awaited_seq
         AND w.kind = 'await_callback' AND w.callback_seq = c.seq) AS waiting
-FROM stepgate.callback c WHERE c.run_id = $1 AND c.seq = $2 FOR UPDATE
+FROM stepgate.callback c WHERE c.tenant = $1 AND c.run_id = $2 AND c.seq = $3 FOR UPDATE
 `
 
 type CallbackLockParams struct {
-	RunID string
-	Seq   int32
+	Tenant string
+	RunID  string
+	Seq    int32
 }
 
 type CallbackLockRow struct {
@@ -195,7 +196,7 @@ type CallbackLockRow struct {
 
 // waiting: the run waits for it (its await_callback's wait is stored).
 func (q *Queries) CallbackLock(ctx context.Context, arg CallbackLockParams) (CallbackLockRow, error) {
-	row := q.db.QueryRow(ctx, CallbackLock, arg.RunID, arg.Seq)
+	row := q.db.QueryRow(ctx, CallbackLock, arg.Tenant, arg.RunID, arg.Seq)
 	var i CallbackLockRow
 	err := row.Scan(
 		&i.RunID,
@@ -217,12 +218,13 @@ const CallbackLockForAwait = `-- name: CallbackLockForAwait :one
 SELECT state,
     (CASE WHEN state <> 'pending' THEN stepgate.callback_result(state, payload, error, resolver, resolved_by, resolved_at) END)::jsonb AS result,
     expires_at, expires_at <= now() AS expired
-FROM stepgate.callback WHERE run_id = $1 AND seq = $2 FOR UPDATE
+FROM stepgate.callback WHERE tenant = $1 AND run_id = $2 AND seq = $3 FOR UPDATE
 `
 
 type CallbackLockForAwaitParams struct {
-	RunID string
-	Seq   int32
+	Tenant string
+	RunID  string
+	Seq    int32
 }
 
 type CallbackLockForAwaitRow struct {
@@ -234,7 +236,7 @@ type CallbackLockForAwaitRow struct {
 
 // Its result is set once it is resolved or rejected.
 func (q *Queries) CallbackLockForAwait(ctx context.Context, arg CallbackLockForAwaitParams) (CallbackLockForAwaitRow, error) {
-	row := q.db.QueryRow(ctx, CallbackLockForAwait, arg.RunID, arg.Seq)
+	row := q.db.QueryRow(ctx, CallbackLockForAwait, arg.Tenant, arg.RunID, arg.Seq)
 	var i CallbackLockForAwaitRow
 	err := row.Scan(
 		&i.State,
@@ -263,24 +265,30 @@ func (q *Queries) CallbackLockRun(ctx context.Context, runID string) (CallbackLo
 }
 
 const CallbackMarkAwaited = `-- name: CallbackMarkAwaited :exec
-UPDATE stepgate.callback SET awaited_seq = $1::int WHERE run_id = $2 AND seq = $3
+UPDATE stepgate.callback SET awaited_seq = $1::int WHERE tenant = $2 AND run_id = $3 AND seq = $4
 `
 
 type CallbackMarkAwaitedParams struct {
 	AwaitedSeq int32
+	Tenant     string
 	RunID      string
 	Seq        int32
 }
 
 func (q *Queries) CallbackMarkAwaited(ctx context.Context, arg CallbackMarkAwaitedParams) error {
-	_, err := q.db.Exec(ctx, CallbackMarkAwaited, arg.AwaitedSeq, arg.RunID, arg.Seq)
+	_, err := q.db.Exec(ctx, CallbackMarkAwaited,
+		arg.AwaitedSeq,
+		arg.Tenant,
+		arg.RunID,
+		arg.Seq,
+	)
 	return err
 }
 
 const CallbackResolve = `-- name: CallbackResolve :one
 UPDATE stepgate.callback SET state = $1, payload = $2, error = $3, resolver = $4,
     resolved_by = $5, resolved_at = now()
-WHERE run_id = $6 AND seq = $7
+WHERE tenant = $6 AND run_id = $7 AND seq = $8
 RETURNING state, resolver, resolved_by, resolved_at
 `
 
@@ -290,6 +298,7 @@ type CallbackResolveParams struct {
 	Error      json.RawMessage
 	Resolver   *string
 	ResolvedBy *access.Identity
+	Tenant     string
 	RunID      string
 	Seq        int32
 }
@@ -308,6 +317,7 @@ func (q *Queries) CallbackResolve(ctx context.Context, arg CallbackResolveParams
 		arg.Error,
 		arg.Resolver,
 		arg.ResolvedBy,
+		arg.Tenant,
 		arg.RunID,
 		arg.Seq,
 	)
@@ -324,16 +334,16 @@ func (q *Queries) CallbackResolve(ctx context.Context, arg CallbackResolveParams
 const CallbackResume = `-- name: CallbackResume :one
 WITH gone_all AS (
     -- With the callback's wait go the other alternatives of a wait_any.
-    DELETE FROM stepgate.run_wait w WHERE w.run_id = $1 AND w.seq = $2
+    DELETE FROM stepgate.run_wait w WHERE w.tenant = $1 AND w.run_id = $2 AND w.seq = $3
     RETURNING w.seq, w.alt, w.name, w.kind, w.callback_seq
 ), gone AS (
-    SELECT seq, alt, name FROM gone_all WHERE kind = 'await_callback' AND callback_seq = $3::int
+    SELECT seq, alt, name FROM gone_all WHERE kind = 'await_callback' AND callback_seq = $4::int
 ), woken AS (
-    UPDATE stepgate.run SET wake_at = now() WHERE id = $1 AND status = 'suspended' AND EXISTS (SELECT 1 FROM gone)
+    UPDATE stepgate.run SET wake_at = now() WHERE id = $2 AND tenant = $1 AND status = 'suspended' AND EXISTS (SELECT 1 FROM gone)
     RETURNING id, tenant, invocation
 ), out AS (
     SELECT stepgate.callback_result(c.state, c.payload, c.error, c.resolver, c.resolved_by, c.resolved_at) AS output
-    FROM stepgate.callback c WHERE c.run_id = $1 AND c.seq = $3
+    FROM stepgate.callback c WHERE c.tenant = $1 AND c.run_id = $2 AND c.seq = $4
 ), entry AS (
     INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
     SELECT woken.tenant, woken.id, gone.seq, stepgate.wait_kind(gone.alt, 'await_callback'), gone.name,
@@ -346,6 +356,7 @@ SELECT EXISTS (SELECT 1 FROM woken) AS woken
 `
 
 type CallbackResumeParams struct {
+	Tenant     string
 	RunID      string
 	AwaitedSeq int32
 	Seq        int32
@@ -354,7 +365,12 @@ type CallbackResumeParams struct {
 // Journals the callback's resolution at the run's wait for it, deletes the wait and
 // makes the run due; woken says whether the run waited.
 func (q *Queries) CallbackResume(ctx context.Context, arg CallbackResumeParams) (bool, error) {
-	row := q.db.QueryRow(ctx, CallbackResume, arg.RunID, arg.AwaitedSeq, arg.Seq)
+	row := q.db.QueryRow(ctx, CallbackResume,
+		arg.Tenant,
+		arg.RunID,
+		arg.AwaitedSeq,
+		arg.Seq,
+	)
 	var woken bool
 	err := row.Scan(&woken)
 	return woken, err
@@ -379,19 +395,19 @@ func (q *Queries) CallbackRunTenant(ctx context.Context, runID string) (Callback
 const CallbackStoreWait = `-- name: CallbackStoreWait :exec
 WITH waiting AS (
     INSERT INTO stepgate.run_wait (run_id, seq, alt, tenant, name, kind, callback_seq, expires_at)
-    VALUES ($3, $1, $5, $6, $7, 'await_callback', $4, $2)
+    VALUES ($4, $1, $6, $3, $7, 'await_callback', $5, $2)
 )
 UPDATE stepgate.callback c SET awaited_seq = $1::int, expires_at = $2
-WHERE c.run_id = $3 AND c.seq = $4
+WHERE c.tenant = $3 AND c.run_id = $4 AND c.seq = $5
 `
 
 type CallbackStoreWaitParams struct {
 	Seq         int32
 	ExpiresAt   time.Time
+	Tenant      string
 	RunID       string
 	CallbackSeq int32
 	Alt         int16
-	Tenant      string
 	Name        string
 }
 
@@ -399,10 +415,10 @@ func (q *Queries) CallbackStoreWait(ctx context.Context, arg CallbackStoreWaitPa
 	_, err := q.db.Exec(ctx, CallbackStoreWait,
 		arg.Seq,
 		arg.ExpiresAt,
+		arg.Tenant,
 		arg.RunID,
 		arg.CallbackSeq,
 		arg.Alt,
-		arg.Tenant,
 		arg.Name,
 	)
 	return err

@@ -15,12 +15,13 @@ import (
 
 const MessageByID = `-- name: MessageByID :one
 SELECT run_id::text, id, topic, data, identity, source_run_id, created_at, consumed_seq
-FROM stepgate.message WHERE run_id = $1 AND id = $2
+FROM stepgate.message WHERE tenant = $1 AND run_id = $2 AND id = $3
 `
 
 type MessageByIDParams struct {
-	RunID string
-	ID    string
+	Tenant string
+	RunID  string
+	ID     string
 }
 
 type MessageByIDRow struct {
@@ -35,7 +36,7 @@ type MessageByIDRow struct {
 }
 
 func (q *Queries) MessageByID(ctx context.Context, arg MessageByIDParams) (MessageByIDRow, error) {
-	row := q.db.QueryRow(ctx, MessageByID, arg.RunID, arg.ID)
+	row := q.db.QueryRow(ctx, MessageByID, arg.Tenant, arg.RunID, arg.ID)
 	var i MessageByIDRow
 	err := row.Scan(
 		&i.RunID,
@@ -51,21 +52,21 @@ func (q *Queries) MessageByID(ctx context.Context, arg MessageByIDParams) (Messa
 }
 
 const MessageDeliveryState = `-- name: MessageDeliveryState :one
-SELECT (SELECT w.seq FROM stepgate.run_wait w WHERE w.run_id = $1 AND w.kind = 'receive' AND w.topic = $2::text) AS wait_seq,
-    (SELECT w.name FROM stepgate.run_wait w WHERE w.run_id = $1 AND w.kind = 'receive' AND w.topic = $2) AS wait_name,
-    (SELECT w.alt FROM stepgate.run_wait w WHERE w.run_id = $1 AND w.kind = 'receive' AND w.topic = $2) AS wait_alt,
+SELECT (SELECT w.seq FROM stepgate.run_wait w WHERE w.tenant = $1::text AND w.run_id = $2 AND w.kind = 'receive' AND w.topic = $3::text) AS wait_seq,
+    (SELECT w.name FROM stepgate.run_wait w WHERE w.tenant = $1 AND w.run_id = $2 AND w.kind = 'receive' AND w.topic = $3) AS wait_name,
+    (SELECT w.alt FROM stepgate.run_wait w WHERE w.tenant = $1 AND w.run_id = $2 AND w.kind = 'receive' AND w.topic = $3) AS wait_alt,
     (SELECT count(*) FROM (SELECT 1 FROM stepgate.message m
-        WHERE m.run_id = $1 AND m.consumed_seq IS NULL LIMIT $3::bigint) c) AS unconsumed,
-    octet_length($4::jsonb::text)::bigint AS size,
-    (SELECT coalesce(sum(u.mailbox_bytes), 0) FROM stepgate.tenant_usage u WHERE u.tenant = $5)::bigint AS mailbox_bytes
+        WHERE m.tenant = $1 AND m.run_id = $2 AND m.consumed_seq IS NULL LIMIT $4::bigint) c) AS unconsumed,
+    octet_length($5::jsonb::text)::bigint AS size,
+    (SELECT coalesce(sum(u.mailbox_bytes), 0) FROM stepgate.tenant_usage u WHERE u.tenant = $1)::bigint AS mailbox_bytes
 `
 
 type MessageDeliveryStateParams struct {
+	Tenant        string
 	RunID         string
 	Topic         string
 	MaxUnconsumed int64
 	Data          json.RawMessage
-	Tenant        string
 }
 
 type MessageDeliveryStateRow struct {
@@ -82,11 +83,11 @@ type MessageDeliveryStateRow struct {
 // counted up to max_unconsumed; the message's size; and the tenant's mailbox bytes.
 func (q *Queries) MessageDeliveryState(ctx context.Context, arg MessageDeliveryStateParams) (MessageDeliveryStateRow, error) {
 	row := q.db.QueryRow(ctx, MessageDeliveryState,
+		arg.Tenant,
 		arg.RunID,
 		arg.Topic,
 		arg.MaxUnconsumed,
 		arg.Data,
-		arg.Tenant,
 	)
 	var i MessageDeliveryStateRow
 	err := row.Scan(
@@ -227,11 +228,11 @@ func (q *Queries) MessageLockTarget(ctx context.Context, arg MessageLockTargetPa
 const MessageReceive = `-- name: MessageReceive :one
 WITH oldest AS (
     SELECT o.id, o.tenant FROM stepgate.message o
-    WHERE o.run_id = $1 AND o.topic = $2 AND o.consumed_seq IS NULL
+    WHERE o.tenant = $1 AND o.run_id = $2 AND o.topic = $3 AND o.consumed_seq IS NULL
     ORDER BY o.n LIMIT 1
 ), m AS (
-    UPDATE stepgate.message m SET consumed_seq = $3::int FROM oldest
-    WHERE m.tenant = oldest.tenant AND m.run_id = $1 AND m.id = oldest.id
+    UPDATE stepgate.message m SET consumed_seq = $4::int FROM oldest
+    WHERE m.tenant = oldest.tenant AND m.run_id = $2 AND m.id = oldest.id
     RETURNING m.n, m.tenant, m.run_id, m.id, m.topic, m.data, m.identity, m.source_run_id, m.created_at, m.consumed_seq
 ), out AS (
     SELECT jsonb_build_object('message', jsonb_build_object('id', m.id, 'topic', m.topic, 'data', m.data,
@@ -240,26 +241,26 @@ WITH oldest AS (
     FROM m
 ), entry AS (
     INSERT INTO stepgate.journal_entry (run_id, seq, kind, name, output, invocation, started_at, journal_bytes, tenant)
-    SELECT $1, $3, stepgate.wait_kind($4, 'receive'), $5,
-        stepgate.wait_output($4, 'receive', output), $6, now(),
-        stepgate.journal_bytes_before($7, $1, $3) + octet_length(output::text), $7
+    SELECT $2, $4, stepgate.wait_kind($5, 'receive'), $6,
+        stepgate.wait_output($5, 'receive', output), $7, now(),
+        stepgate.journal_bytes_before($1, $2, $4) + octet_length(output::text), $1
     FROM out
 ), waiting AS (
     INSERT INTO stepgate.run_wait (run_id, seq, alt, tenant, name, kind, topic, expires_at)
-    SELECT $1, $3, $4, $7, $5, 'receive', $2, $8
+    SELECT $2, $4, $5, $1, $6, 'receive', $3, $8
     WHERE NOT EXISTS (SELECT 1 FROM oldest)
 )
 SELECT EXISTS (SELECT 1 FROM oldest) AS taken
 `
 
 type MessageReceiveParams struct {
+	Tenant     string
 	RunID      string
 	Topic      string
 	Seq        int32
 	Alt        int16
 	Name       string
 	Invocation int32
-	Tenant     string
 	ExpiresAt  time.Time
 }
 
@@ -268,13 +269,13 @@ type MessageReceiveParams struct {
 // none, stores the wait. taken says which.
 func (q *Queries) MessageReceive(ctx context.Context, arg MessageReceiveParams) (bool, error) {
 	row := q.db.QueryRow(ctx, MessageReceive,
+		arg.Tenant,
 		arg.RunID,
 		arg.Topic,
 		arg.Seq,
 		arg.Alt,
 		arg.Name,
 		arg.Invocation,
-		arg.Tenant,
 		arg.ExpiresAt,
 	)
 	var taken bool
@@ -305,7 +306,7 @@ WITH m AS (
         CASE WHEN $8::boolean THEN $9::int END)
     RETURNING n, tenant, run_id, id, topic, data, identity, source_run_id, created_at, consumed_seq
 ), gone AS (
-    DELETE FROM stepgate.run_wait w WHERE w.run_id = $2 AND w.seq = $9::int AND $8::boolean
+    DELETE FROM stepgate.run_wait w WHERE w.tenant = $1 AND w.run_id = $2 AND w.seq = $9::int AND $8::boolean
 ), out AS (
     SELECT jsonb_build_object('message', jsonb_build_object('id', m.id, 'topic', m.topic, 'data', m.data,
         'identity', m.identity, 'sent_at', m.created_at) || CASE WHEN m.source_run_id IS NULL THEN '{}'::jsonb
@@ -319,7 +320,7 @@ WITH m AS (
     FROM out, stepgate.run r WHERE r.id = $2 AND r.tenant = $1
     ON CONFLICT (tenant, run_id, seq) DO NOTHING
 ), woken AS (
-    UPDATE stepgate.run r SET wake_at = now() WHERE r.id = $2 AND $8::boolean
+    UPDATE stepgate.run r SET wake_at = now() WHERE r.id = $2 AND r.tenant = $1 AND $8::boolean
 )
 SELECT m.run_id::text AS run_id, m.id, m.topic, m.data, m.identity, m.source_run_id,
     m.created_at, m.consumed_seq

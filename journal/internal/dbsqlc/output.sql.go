@@ -24,7 +24,7 @@ func (q *Queries) OutputNotify(ctx context.Context, runID string) error {
 const StreamAdvance = `-- name: StreamAdvance :one
 UPDATE stepgate.stream SET length = length + $1::int, bytes = bytes + $2::bigint,
     closed_at = CASE WHEN $3::boolean THEN coalesce(closed_at, now()) ELSE closed_at END
-WHERE run_id = $4 AND key = $5
+WHERE tenant = $4 AND run_id = $5 AND key = $6
 RETURNING key, length, bytes, closed_at, created_at
 `
 
@@ -32,6 +32,7 @@ type StreamAdvanceParams struct {
 	Chunks int32
 	Bytes  int64
 	Close  bool
+	Tenant string
 	RunID  string
 	Key    string
 }
@@ -49,6 +50,7 @@ func (q *Queries) StreamAdvance(ctx context.Context, arg StreamAdvanceParams) (S
 		arg.Chunks,
 		arg.Bytes,
 		arg.Close,
+		arg.Tenant,
 		arg.RunID,
 		arg.Key,
 	)
@@ -96,11 +98,16 @@ func (q *Queries) StreamAppendChunks(ctx context.Context, arg StreamAppendChunks
 }
 
 const StreamCount = `-- name: StreamCount :one
-SELECT count(*) FROM stepgate.stream WHERE run_id = $1
+SELECT count(*) FROM stepgate.stream WHERE tenant = $1 AND run_id = $2
 `
 
-func (q *Queries) StreamCount(ctx context.Context, runID string) (int64, error) {
-	row := q.db.QueryRow(ctx, StreamCount, runID)
+type StreamCountParams struct {
+	Tenant string
+	RunID  string
+}
+
+func (q *Queries) StreamCount(ctx context.Context, arg StreamCountParams) (int64, error) {
+	row := q.db.QueryRow(ctx, StreamCount, arg.Tenant, arg.RunID)
 	var count int64
 	err := row.Scan(&count)
 	return count, err
@@ -108,7 +115,7 @@ func (q *Queries) StreamCount(ctx context.Context, runID string) (int64, error) 
 
 const StreamCreate = `-- name: StreamCreate :exec
 INSERT INTO stepgate.stream (tenant, run_id, key) VALUES ($1, $2, $3)
-ON CONFLICT (run_id, key) DO NOTHING
+ON CONFLICT (tenant, run_id, key) DO NOTHING
 `
 
 type StreamCreateParams struct {
@@ -200,12 +207,13 @@ func (q *Queries) StreamList(ctx context.Context, arg StreamListParams) ([]Strea
 
 const StreamLock = `-- name: StreamLock :one
 SELECT key, length, bytes, closed_at, created_at FROM stepgate.stream
-WHERE run_id = $1 AND key = $2 FOR UPDATE
+WHERE tenant = $1 AND run_id = $2 AND key = $3 FOR UPDATE
 `
 
 type StreamLockParams struct {
-	RunID string
-	Key   string
+	Tenant string
+	RunID  string
+	Key    string
 }
 
 type StreamLockRow struct {
@@ -217,7 +225,7 @@ type StreamLockRow struct {
 }
 
 func (q *Queries) StreamLock(ctx context.Context, arg StreamLockParams) (StreamLockRow, error) {
-	row := q.db.QueryRow(ctx, StreamLock, arg.RunID, arg.Key)
+	row := q.db.QueryRow(ctx, StreamLock, arg.Tenant, arg.RunID, arg.Key)
 	var i StreamLockRow
 	err := row.Scan(
 		&i.Key,
@@ -302,11 +310,12 @@ func (q *Queries) StreamWriter(ctx context.Context, arg StreamWriterParams) (Str
 
 const StreamWrittenPlaces = `-- name: StreamWrittenPlaces :many
 SELECT at_index FROM stepgate.stream_chunk
-WHERE run_id = $1 AND key = $2 AND at_seq = $3 AND at_attempt = $4
-    AND at_index >= $5::int AND at_index < $6::int
+WHERE tenant = $1 AND run_id = $2 AND key = $3 AND at_seq = $4 AND at_attempt = $5
+    AND at_index >= $6::int AND at_index < $7::int
 `
 
 type StreamWrittenPlacesParams struct {
+	Tenant    string
 	RunID     string
 	Key       string
 	AtSeq     int32
@@ -318,6 +327,7 @@ type StreamWrittenPlacesParams struct {
 // The places from from_index to below to_index of (at_seq, at_attempt) that the stream holds.
 func (q *Queries) StreamWrittenPlaces(ctx context.Context, arg StreamWrittenPlacesParams) ([]int32, error) {
 	rows, err := q.db.Query(ctx, StreamWrittenPlaces,
+		arg.Tenant,
 		arg.RunID,
 		arg.Key,
 		arg.AtSeq,

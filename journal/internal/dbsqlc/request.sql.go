@@ -49,7 +49,8 @@ const RequestForReply = `-- name: RequestForReply :one
 SELECT m.topic, m.consumed_seq,
     coalesce((SELECT min(e.seq) FROM stepgate.journal_entry e
         WHERE e.tenant = m.tenant AND e.run_id = $1 AND e.kind = 'reply' AND e.name = $2 AND e.seq <> $3::int), 0)::int AS replied_seq
-FROM stepgate.message m WHERE m.run_id = $1 AND m.id = $2
+FROM stepgate.run run JOIN stepgate.message m ON m.tenant = run.tenant AND m.run_id = run.id
+WHERE run.id = $1 AND m.id = $2
 `
 
 type RequestForReplyParams struct {
@@ -133,15 +134,16 @@ const RequestPending = `-- name: RequestPending :one
 
 SELECT count(*) AS pending FROM (
     SELECT 1 FROM stepgate.message m
-    WHERE m.run_id = $1 AND m.topic LIKE 'request:%'
+    WHERE m.tenant = $1 AND m.run_id = $2 AND m.topic LIKE 'request:%'
         AND NOT EXISTS (SELECT 1 FROM stepgate.journal_entry e
-            WHERE e.tenant = m.tenant AND e.run_id = $1 AND e.kind = 'reply' AND e.name = m.id)
-    LIMIT $2::bigint) p
+            WHERE e.tenant = m.tenant AND e.run_id = $2 AND e.kind = 'reply' AND e.name = m.id)
+    LIMIT $3::bigint) p
 `
 
 type RequestPendingParams struct {
-	RunID string
-	Max   int64
+	Tenant string
+	RunID  string
+	Max    int64
 }
 
 // Requests (POST /v1/runs/{id}/requests): messages on a topic request:<name>, and the
@@ -149,7 +151,7 @@ type RequestPendingParams struct {
 // derived from the two and the run's status, read in one statement.
 // Counts, up to max, the run's requests that no reply entry answers.
 func (q *Queries) RequestPending(ctx context.Context, arg RequestPendingParams) (int64, error) {
-	row := q.db.QueryRow(ctx, RequestPending, arg.RunID, arg.Max)
+	row := q.db.QueryRow(ctx, RequestPending, arg.Tenant, arg.RunID, arg.Max)
 	var pending int64
 	err := row.Scan(&pending)
 	return pending, err

@@ -83,16 +83,17 @@ func (q *Queries) AwaitStepFailure(ctx context.Context, arg AwaitStepFailurePara
 }
 
 const WaitAnyDeleteWaits = `-- name: WaitAnyDeleteWaits :exec
-DELETE FROM stepgate.run_wait WHERE run_id = $1 AND seq = $2
+DELETE FROM stepgate.run_wait WHERE tenant = $1 AND run_id = $2 AND seq = $3
 `
 
 type WaitAnyDeleteWaitsParams struct {
-	RunID string
-	Seq   int32
+	Tenant string
+	RunID  string
+	Seq    int32
 }
 
 func (q *Queries) WaitAnyDeleteWaits(ctx context.Context, arg WaitAnyDeleteWaitsParams) error {
-	_, err := q.db.Exec(ctx, WaitAnyDeleteWaits, arg.RunID, arg.Seq)
+	_, err := q.db.Exec(ctx, WaitAnyDeleteWaits, arg.Tenant, arg.RunID, arg.Seq)
 	return err
 }
 
