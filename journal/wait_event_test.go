@@ -199,10 +199,12 @@ func TestResumeWaitersUsesTheIndex(t *testing.T) {
 	// planner knows it.
 	for _, stmt := range []string{
 		`INSERT INTO stepgate.wait_shape (tenant, event_name, paths) VALUES ($1, 'orders.paid', '{data.order_id}')`,
+		`INSERT INTO stepgate.run (id, tenant, function, revision, status, input, identity)
+		SELECT gen_random_uuid(), $1, 'waiter', 1, 'suspended', '{}', '{}' FROM generate_series(1, 2000)`,
 		`INSERT INTO stepgate.run_wait (run_id, seq, tenant, name, kind, event_name, match_key, expires_at)
-		SELECT gen_random_uuid(), 1, $1, 'w', 'wait_event', 'orders.paid',
-			stepgate.match_of(jsonb_build_object('data.order_id', 'other-' || i)), now() + interval '1 hour'
-		FROM generate_series(1, 2000) i`,
+		SELECT r.id, 1, r.tenant, 'w', 'wait_event', 'orders.paid',
+			stepgate.match_of(jsonb_build_object('data.order_id', 'other-' || r.id)), now() + interval '1 hour'
+		FROM stepgate.run r WHERE r.tenant = $1`,
 	} {
 		var args []any
 		if strings.Contains(stmt, "$1") {
