@@ -62,7 +62,7 @@ WITH oldest AS (
     ORDER BY o.n LIMIT 1
 ), m AS (
     UPDATE stepgate.message m SET consumed_seq = sqlc.arg(seq)::int FROM oldest
-    WHERE m.tenant = oldest.tenant AND m.run_id = @run_id AND m.id = oldest.id
+    WHERE m.tenant = @tenant AND m.tenant = oldest.tenant AND m.run_id = @run_id AND m.id = oldest.id
     RETURNING m.*
 ), out AS (
     SELECT jsonb_build_object('message', jsonb_build_object('id', m.id, 'topic', m.topic, 'data', m.data,

@@ -18,8 +18,8 @@ SELECT count(*) AS pending FROM (
 SELECT m.topic, m.consumed_seq,
     coalesce((SELECT min(e.seq) FROM stepgate.journal_entry e
         WHERE e.tenant = m.tenant AND e.run_id = @run_id AND e.kind = 'reply' AND e.name = @id AND e.seq <> sqlc.arg(seq)::int), 0)::int AS replied_seq
-FROM stepgate.run run JOIN stepgate.message m ON m.tenant = run.tenant AND m.run_id = run.id
-WHERE run.id = @run_id AND m.id = @id;
+FROM stepgate.message m
+WHERE m.tenant = (SELECT r.tenant FROM stepgate.run r WHERE r.id = @run_id) AND m.run_id = @run_id AND m.id = @id;
 
 -- name: RequestsOfRun :many
 -- The run's requests, newest first, below the message n before (0: from the newest), at

@@ -232,7 +232,7 @@ WITH oldest AS (
     ORDER BY o.n LIMIT 1
 ), m AS (
     UPDATE stepgate.message m SET consumed_seq = $4::int FROM oldest
-    WHERE m.tenant = oldest.tenant AND m.run_id = $2 AND m.id = oldest.id
+    WHERE m.tenant = $1 AND m.tenant = oldest.tenant AND m.run_id = $2 AND m.id = oldest.id
     RETURNING m.n, m.tenant, m.run_id, m.id, m.topic, m.data, m.identity, m.source_run_id, m.created_at, m.consumed_seq
 ), out AS (
     SELECT jsonb_build_object('message', jsonb_build_object('id', m.id, 'topic', m.topic, 'data', m.data,

@@ -49,8 +49,8 @@ const RequestForReply = `-- name: RequestForReply :one
 SELECT m.topic, m.consumed_seq,
     coalesce((SELECT min(e.seq) FROM stepgate.journal_entry e
         WHERE e.tenant = m.tenant AND e.run_id = $1 AND e.kind = 'reply' AND e.name = $2 AND e.seq <> $3::int), 0)::int AS replied_seq
-FROM stepgate.run run JOIN stepgate.message m ON m.tenant = run.tenant AND m.run_id = run.id
-WHERE run.id = $1 AND m.id = $2
+FROM stepgate.message m
+WHERE m.tenant = (SELECT r.tenant FROM stepgate.run r WHERE r.id = $1) AND m.run_id = $1 AND m.id = $2
 `
 
 type RequestForReplyParams struct {
