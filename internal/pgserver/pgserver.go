@@ -112,20 +112,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if socket := s.socketPath() + ".lock"; len(socket) > maxSocketPath {
 		return nil, fmt.Errorf("pgserver: socket path %s is longer than %d bytes: choose a shorter dir", socket, maxSocketPath)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("pgserver: create dir: %w", err)
-	}
-	cred, err := credential()
+	cred, err := makeDir(dir)
 	if err != nil {
 		return nil, err
-	}
-	if cred != nil {
-		if err := checkReachable(dir, cred); err != nil {
-			return nil, err
-		}
-		if err := chownAll(dir, int(cred.Uid), int(cred.Gid)); err != nil {
-			return nil, err
-		}
 	}
 
 	dataDir := filepath.Join(dir, "data")
@@ -352,6 +341,26 @@ func (s *Server) logTail() string {
 		return ""
 	}
 	return fmt.Sprintf("; end of %s:\n%s", s.LogPath(), bytes.TrimSpace(b))
+}
+
+// makeDir creates dir, a server's directory, if missing, and returns the credential the
+// server's processes run as (nil: as the caller); when it is another user's, dir must be
+// reachable by that user and is made theirs.
+func makeDir(dir string) (*syscall.Credential, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("pgserver: create dir: %w", err)
+	}
+	cred, err := credential()
+	if err != nil || cred == nil {
+		return cred, err
+	}
+	if err := checkReachable(dir, cred); err != nil {
+		return nil, err
+	}
+	if err := chownAll(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+		return nil, err
+	}
+	return cred, nil
 }
 
 // credential returns the postgres OS user's credential when the caller is root, as

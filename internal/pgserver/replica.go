@@ -32,20 +32,9 @@ func StartStandby(ctx context.Context, primary *Server, name string, cfg Config)
 	if _, err := os.Stat(dataDir); err == nil {
 		return nil, fmt.Errorf("pgserver: %s exists: a standby is made from a new base backup", dataDir)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("pgserver: create dir: %w", err)
-	}
-	cred, err := credential()
+	cred, err := makeDir(dir)
 	if err != nil {
 		return nil, err
-	}
-	if cred != nil {
-		if err := checkReachable(dir, cred); err != nil {
-			return nil, err
-		}
-		if err := chownAll(dir, int(cred.Uid), int(cred.Gid)); err != nil {
-			return nil, err
-		}
 	}
 	if cfg.BinDir == "" {
 		cfg.BinDir = primary.binDir
