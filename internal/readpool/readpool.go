@@ -132,9 +132,6 @@ func (r *Reads) Close() {
 	}
 }
 
-// Interval is how often the replicas are checked.
-func (r *Reads) Interval() time.Duration { return r.interval }
-
 // Pick returns the pool for a read that begins now: a replica within the bound (in
 // turn, when there are several), with its index, else the fallback pool and -1.
 func (r *Reads) Pick() (*pgxpool.Pool, int) {
