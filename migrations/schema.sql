@@ -1534,11 +1534,11 @@ ALTER TABLE ONLY stepgate.callback
     ADD CONSTRAINT callback_pkey PRIMARY KEY (tenant, run_id, seq);
 
 --
--- Name: callback callback_token_hash_key; Type: CONSTRAINT; Schema: stepgate; Owner: -
+-- Name: callback callback_token_hash_lookup; Type: CONSTRAINT; Schema: stepgate; Owner: -
 --
 
 ALTER TABLE ONLY stepgate.callback
-    ADD CONSTRAINT callback_token_hash_key UNIQUE (token_hash);
+    ADD CONSTRAINT callback_token_hash_lookup UNIQUE (token_hash);
 
 --
 -- Name: concurrency_slot concurrency_slot_pkey; Type: CONSTRAINT; Schema: stepgate; Owner: -
@@ -1611,32 +1611,39 @@ ALTER TABLE ONLY stepgate.message
     ADD CONSTRAINT message_pkey PRIMARY KEY (tenant, run_id, id);
 
 --
+-- Name: operation operation_id_lookup; Type: CONSTRAINT; Schema: stepgate; Owner: -
+--
+
+ALTER TABLE ONLY stepgate.operation
+    ADD CONSTRAINT operation_id_lookup UNIQUE (id);
+
+--
 -- Name: operation operation_pkey; Type: CONSTRAINT; Schema: stepgate; Owner: -
 --
 
 ALTER TABLE ONLY stepgate.operation
-    ADD CONSTRAINT operation_pkey PRIMARY KEY (id);
+    ADD CONSTRAINT operation_pkey PRIMARY KEY (tenant, id);
+
+--
+-- Name: run run_id_lookup; Type: CONSTRAINT; Schema: stepgate; Owner: -
+--
+
+ALTER TABLE ONLY stepgate.run
+    ADD CONSTRAINT run_id_lookup UNIQUE (id);
 
 --
 -- Name: run run_pkey; Type: CONSTRAINT; Schema: stepgate; Owner: -
 --
 
 ALTER TABLE ONLY stepgate.run
-    ADD CONSTRAINT run_pkey PRIMARY KEY (id);
-
---
--- Name: run run_tenant_id_key; Type: CONSTRAINT; Schema: stepgate; Owner: -
---
-
-ALTER TABLE ONLY stepgate.run
-    ADD CONSTRAINT run_tenant_id_key UNIQUE (tenant, id);
+    ADD CONSTRAINT run_pkey PRIMARY KEY (tenant, id);
 
 --
 -- Name: run_tombstone run_tombstone_pkey; Type: CONSTRAINT; Schema: stepgate; Owner: -
 --
 
 ALTER TABLE ONLY stepgate.run_tombstone
-    ADD CONSTRAINT run_tombstone_pkey PRIMARY KEY (id);
+    ADD CONSTRAINT run_tombstone_pkey PRIMARY KEY (tenant, id);
 
 --
 -- Name: run_wait run_wait_pkey; Type: CONSTRAINT; Schema: stepgate; Owner: -
@@ -1650,14 +1657,21 @@ ALTER TABLE ONLY stepgate.run_wait
 --
 
 ALTER TABLE ONLY stepgate.run_watch
-    ADD CONSTRAINT run_watch_pkey PRIMARY KEY (gateway_id, tenant);
+    ADD CONSTRAINT run_watch_pkey PRIMARY KEY (tenant, gateway_id);
+
+--
+-- Name: schedule schedule_id_lookup; Type: CONSTRAINT; Schema: stepgate; Owner: -
+--
+
+ALTER TABLE ONLY stepgate.schedule
+    ADD CONSTRAINT schedule_id_lookup UNIQUE (id);
 
 --
 -- Name: schedule schedule_pkey; Type: CONSTRAINT; Schema: stepgate; Owner: -
 --
 
 ALTER TABLE ONLY stepgate.schedule
-    ADD CONSTRAINT schedule_pkey PRIMARY KEY (id);
+    ADD CONSTRAINT schedule_pkey PRIMARY KEY (tenant, id);
 
 --
 -- Name: schedule schedule_tenant_name_key; Type: CONSTRAINT; Schema: stepgate; Owner: -
@@ -1863,7 +1877,7 @@ CREATE INDEX run_by_idempotency_key ON stepgate.run USING btree (tenant, idempot
 -- Name: run_child; Type: INDEX; Schema: stepgate; Owner: -
 --
 
-CREATE UNIQUE INDEX run_child ON stepgate.run USING btree (parent_id, parent_seq) WHERE (parent_id IS NOT NULL);
+CREATE UNIQUE INDEX run_child ON stepgate.run USING btree (tenant, parent_id, parent_seq) WHERE (parent_id IS NOT NULL);
 
 --
 -- Name: run_deadline; Type: INDEX; Schema: stepgate; Owner: -

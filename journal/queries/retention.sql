@@ -13,7 +13,7 @@ WITH doomed AS (
 )
 INSERT INTO stepgate.run_tombstone (id, tenant, function, finished_at)
 SELECT id, tenant, function, finished_at FROM gone
-ON CONFLICT (id) DO NOTHING;
+ON CONFLICT (tenant, id) DO NOTHING;
 
 -- name: RetentionDeleteExpiredEvents :execrows
 DELETE FROM stepgate.event e USING (
@@ -25,11 +25,11 @@ WHERE e.tenant = old.tenant AND e.id = old.id;
 
 -- name: RetentionDeleteExpiredTombstones :execrows
 DELETE FROM stepgate.run_tombstone t USING (
-    SELECT id FROM stepgate.run_tombstone
+    SELECT tenant, id FROM stepgate.run_tombstone
     WHERE deleted_at < now() - sqlc.arg(default_ms)::bigint * interval '1 millisecond'
     ORDER BY deleted_at LIMIT sqlc.arg(batch)::bigint
 ) old
-WHERE t.id = old.id;
+WHERE t.tenant = old.tenant AND t.id = old.id;
 
 -- name: RetentionTombstone :one
 SELECT id::text, function, finished_at, deleted_at FROM stepgate.run_tombstone WHERE id = @id AND tenant = @tenant;

@@ -47,7 +47,7 @@ WITH doomed AS (
 )
 INSERT INTO stepgate.run_tombstone (id, tenant, function, finished_at)
 SELECT id, tenant, function, finished_at FROM gone
-ON CONFLICT (id) DO NOTHING
+ON CONFLICT (tenant, id) DO NOTHING
 `
 
 type RetentionDeleteExpiredRunsParams struct {
@@ -65,11 +65,11 @@ func (q *Queries) RetentionDeleteExpiredRuns(ctx context.Context, arg RetentionD
 
 const RetentionDeleteExpiredTombstones = `-- name: RetentionDeleteExpiredTombstones :execrows
 DELETE FROM stepgate.run_tombstone t USING (
-    SELECT id FROM stepgate.run_tombstone
+    SELECT tenant, id FROM stepgate.run_tombstone
     WHERE deleted_at < now() - $1::bigint * interval '1 millisecond'
     ORDER BY deleted_at LIMIT $2::bigint
 ) old
-WHERE t.id = old.id
+WHERE t.tenant = old.tenant AND t.id = old.id
 `
 
 type RetentionDeleteExpiredTombstonesParams struct {
