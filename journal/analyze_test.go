@@ -18,7 +18,8 @@ import (
 // TestAnalyzeGrown shows the hazard AnalyzeGrown removes, the finish's generic plan
 // scanning the whole run table because it was made while the table was tiny, and checks
 // that once the table has grown the call analyzes it, after which the plan uses the
-// primary key, and that it leaves a table that has not grown alone.
+// unique index on the run id (run_id_lookup), and that it leaves a table that has not
+// grown alone.
 func TestAnalyzeGrown(t *testing.T) {
 	t.Parallel()
 	ctx, db := t.Context(), pgtest.DB(t)
@@ -48,7 +49,7 @@ func TestAnalyzeGrown(t *testing.T) {
 	var tuples float64
 	require.NoError(t, db.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = 'stepgate.run'::regclass`).Scan(&tuples))
 	require.GreaterOrEqual(t, tuples, 3001.0)
-	require.Contains(t, finishPlan(t, db, run.ID), "Index Scan using run_pkey on run ", "the plan made after the ANALYZE")
+	require.Contains(t, finishPlan(t, db, run.ID), "Index Scan using run_id_lookup on run ", "the plan made after the ANALYZE")
 
 	grown, err := journal.AnalyzeGrown(ctx, db)
 	require.NoError(t, err)
