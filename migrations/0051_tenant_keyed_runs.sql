@@ -4,8 +4,8 @@
 -- now leads with it (migrations' TestEveryTenantTableIsKeyedByTenant).
 --
 -- What finds a run, an operation or a schedule by its id alone (a claim by its job's run
--- id, a checkpoint by its token's, the lease renewals and the reaper, a bulk cancel's job
--- by the operation's id, a schedule's tick by the schedule's) keeps a unique index on the
+-- id, a checkpoint by its token's, the finish, the lease renewals and release, a bulk
+-- cancel's job by the operation's id, a schedule's tick by the schedule's) keeps a unique index on the
 -- id alone, named *_id_lookup: it serves those statements, and it keeps an id unique over
 -- every tenant, so that a lookup by id finds the one row of that id, never another
 -- tenant's row of the same id. With callback_token_hash_lookup (a callback's URL has no

@@ -17,7 +17,7 @@ import (
 // row, never another tenant's. A database sharded by tenant could not hold them: there
 // the lookups would carry the tenant (docs/schema.md#ready-to-shard-by-tenant).
 var idOnlyLookups = map[string]string{
-	"run_id_lookup":              "a claim (its job's run id), a checkpoint (its token's run id), lease renewals and the reaper find a run by id",
+	"run_id_lookup":              "a claim (its job's run id), a checkpoint (its token's run id), the finish and the lease renewals find a run by id",
 	"operation_id_lookup":        "a bulk cancel's job (CancelOperationArgs) holds only its operation's id",
 	"schedule_id_lookup":         "a schedule's tick (TickArgs, OverdueTicks) holds only the schedule's id",
 	"callback_token_hash_lookup": "a callback's URL carries its token and no tenant (CallbackByToken)",
