@@ -108,8 +108,16 @@ func (inv *Invoker) invoke(ctx context.Context, rev *revision, claim *journal.Cl
 	if span != nil {
 		call.span = span.SpanContext() // the parent of its checkpoints' spans
 	}
+	var answer *protocol.InvocationAnswer
+	var failure *journal.ErrorInfo
+	waitErr := inv.untilNotBefore(callCtx, claim)
 	began := time.Now()
-	answer, failure := inv.call(callCtx, rev, claim)
+	if waitErr != nil {
+		// Its lease went elsewhere, or this gateway hands it over, before its wake time.
+		failure = &journal.ErrorInfo{Type: "abandoned", Message: waitErr.Error()}
+	} else {
+		answer, failure = inv.call(callCtx, rev, claim)
+	}
 	took := time.Since(began)
 	if cause := context.Cause(callCtx); cause != nil && !errors.Is(cause, context.Canceled) {
 		inv.metrics.Invocation(run.Function, "abandoned", took)
@@ -383,7 +391,9 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 		// Time the wake-up on the database clock, less what the commit took since. A
 		// wake beyond the lead of the maintenance passes is theirs to arm when it
 		// comes near (maintenance.NewWakes): nothing of a run that waits long stays in memory.
-		if d := f.WakeAt.Sub(f.Clock); d <= inv.wakeLead() {
+		if d := f.WakeAt.Sub(f.Clock); d <= inv.wakeLead() && f.Status == journal.StatusSuspended {
+			inv.armWake(run.ID, rev, *f.WakeAt, d-time.Since(finishedAt))
+		} else if d <= inv.wakeLead() {
 			inv.armTimer(run.ID, rev, d-time.Since(finishedAt), 0)
 		}
 		log.DebugContext(ctx, "run waits", slog.String("status", string(f.Status)), slog.Time("wake_at", *f.WakeAt))

@@ -19,6 +19,10 @@ func (c *Cron) Due(at, clock time.Time, policy journal.Catchup, window time.Dura
 // TimerArmed reports whether this process has a wake-up timer armed for runID.
 func (inv *Invoker) TimerArmed(runID string) bool { return inv.timers.has(runTimer(runID)) }
 
+// OnEarlyClaim has f see each claim made ahead of a sleep's end (armWake). Set it before
+// any run sleeps.
+func (inv *Invoker) OnEarlyClaim(f func(*journal.Claim)) { inv.earlyClaimed = f }
+
 // DeadlineTimerArmed reports whether this process has a timer armed for runID's deadline.
 func (inv *Invoker) DeadlineTimerArmed(runID string) bool {
 	return inv.timers.has(deadlineTimer(runID))

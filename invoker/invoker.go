@@ -121,15 +121,17 @@ type Config struct {
 
 // Invoker calls functions and applies their answers. See the package doc.
 type Invoker struct {
-	pool       *pgxpool.Pool
-	appender   *journal.Appender // checkpoints, group-committed
-	log        *slog.Logger
-	river      *river.Client[pgx.Tx]
-	caller     *call.Caller // sends invocations (package call)
-	tokens     *auth.InvocationTokens
-	checkpoint string
-	limits     Limits
-	retention  time.Duration // Config.Retention: events older are deleted (a wait's look-back's bound)
+	pool     *pgxpool.Pool
+	appender *journal.Appender // checkpoints, group-committed
+	log      *slog.Logger
+	river    *river.Client[pgx.Tx]
+	caller   *call.Caller // sends invocations (package call)
+	// earlyClaimed, set by the tests only, sees each claim armWake makes ahead of a wake.
+	earlyClaimed func(*journal.Claim)
+	tokens       *auth.InvocationTokens
+	checkpoint   string
+	limits       Limits
+	retention    time.Duration // Config.Retention: events older are deleted (a wait's look-back's bound)
 	// Crash recovery (lease.go).
 	leaseTTL      time.Duration
 	renewEvery    time.Duration
@@ -589,6 +591,87 @@ func (inv *Invoker) armTimer(runID string, rev *revision, d time.Duration, tries
 			inv.log.Warn("timer wake-up failed; the River job will retry", inv.runAttrs(inv.bg, runID), slog.Any("error", err))
 		}
 	})
+}
+
+// earlyWake is how far ahead of a sleep's end a gateway claims the run
+// (journal.ClaimRunEarly), so that the claim's commit is done by the time the sleep
+// ends; the invocation still waits for the database clock to pass the wake time
+// (untilNotBefore). earlyClaimBound is how far ahead, on the database clock, such a
+// claim is accepted: the timer runs on this process's clock.
+const (
+	earlyWake       = 20 * time.Millisecond
+	earlyClaimBound = 2 * earlyWake
+)
+
+// armWake wakes runID, suspended until wakeAt on the database clock, in this process
+// after d (see armTimer). A run that nothing but that time can resume, of a function
+// without concurrency limits, is claimed earlyWake ahead and invoked once the database
+// clock passes wakeAt; any other (journal.ClaimRunEarly refuses it) is woken at d as
+// armTimer does. A nil rev is looked up when the timer fires.
+func (inv *Invoker) armWake(runID string, rev *revision, wakeAt time.Time, d time.Duration) {
+	if d <= earlyWake || (rev != nil && len(rev.config.Concurrency) > 0) {
+		inv.armTimer(runID, rev, d, 0)
+		return
+	}
+	due := inv.clock.Now().Add(d)
+	inv.timers.arm(runTimer(runID), d-earlyWake, func() {
+		var err error
+		if rev == nil {
+			if rev, err = inv.functions.revisionOfRun(inv.bg, runID); err != nil {
+				inv.armTimer(runID, nil, due.Sub(inv.clock.Now()), 0)
+				return
+			}
+		}
+		if len(rev.config.Concurrency) > 0 {
+			inv.armTimer(runID, rev, due.Sub(inv.clock.Now()), 0)
+			return
+		}
+		if !inv.fair.Acquire(rev.tenant) {
+			return // as armTimer: the run's River job brings it to a worker
+		}
+		defer inv.fair.Release(rev.tenant)
+		c, err := journal.ClaimRunEarly(inv.bg, inv.pool, runID, wakeAt, earlyClaimBound, inv.leaseTTL)
+		if errors.Is(err, journal.ErrNotDue) {
+			// Resumable otherwise (a wait stored), or not suspended until wakeAt any more.
+			inv.armTimer(runID, rev, due.Sub(inv.clock.Now()), 0)
+			return
+		}
+		if err == nil {
+			if inv.earlyClaimed != nil {
+				inv.earlyClaimed(c)
+			}
+			_, err = inv.invoke(inv.bg, rev, c, false)
+		}
+		if err != nil && !errors.Is(err, journal.ErrNotDue) && !errors.Is(err, journal.ErrSuperseded) && inv.bg.Err() == nil {
+			inv.log.Warn("timer wake-up failed; the River job will retry", inv.runAttrs(inv.bg, runID), slog.Any("error", err))
+		}
+	})
+}
+
+// untilNotBefore returns once the database clock has passed claim.NotBefore (at once
+// when it is zero), asking the database's clock (journal.ClockNow) each time this
+// process's timer says it should have; a failed read is asked again 10 ms later. It
+// returns ctx's cause when ctx ends first.
+func (inv *Invoker) untilNotBefore(ctx context.Context, claim *journal.Claim) error {
+	dbNow := claim.Now
+	for dbNow.Before(claim.NotBefore) {
+		t := time.NewTimer(claim.NotBefore.Sub(dbNow))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return context.Cause(ctx)
+		case <-t.C:
+		}
+		now, err := journal.ClockNow(ctx, inv.pool)
+		if err != nil {
+			now = dbNow.Add(-10 * time.Millisecond) // wait 10 ms, then ask again
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
+		}
+		dbNow = now
+	}
+	return nil
 }
 
 // runAttrs returns the log attributes of run id, run_id, function and tenant, for log

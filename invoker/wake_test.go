@@ -2,6 +2,8 @@ package invoker_test
 
 import (
 	"context"
+	"encoding/json"
+	"sync"
 	"testing"
 	"time"
 
@@ -52,4 +54,53 @@ func TestLongWaitsHoldNoTimer(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, journal.StatusCompleted, got.Status, "a pass armed its timer")
 	require.JSONEq(t, `"awake"`, string(got.Output))
+}
+
+// TestSleepIsClaimedAheadOfItsEnd: a run that only sleeps is claimed before its wake
+// time (so the claim's commit is not in the sleep's lateness), yet its function is not
+// invoked before the database clock has passed that time.
+func TestSleepIsClaimedAheadOfItsEnd(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	var mu sync.Mutex
+	var claims []*journal.Claim
+	s.Invoker.OnEarlyClaim(func(c *journal.Claim) {
+		mu.Lock()
+		defer mu.Unlock()
+		claims = append(claims, c)
+	})
+	app := s.NewApp()
+	functions.Register(app, "nap", func(ctx context.Context, _ struct{}) (time.Time, error) {
+		if err := step.Sleep(ctx, "nap", 300*time.Millisecond); err != nil {
+			return time.Time{}, err
+		}
+		// The database clock when the code after the sleep runs (not a step: replays
+		// would read it again, and only the last invocation's answer is the output).
+		return journal.ClockNow(ctx, s.Pool)
+	})
+	s.Sync(t, s.ServeApp(t, app))
+	db := journal.ForTenant(s.APIPool, auth.DefaultTenant)
+	run, _, err := s.Invoker.StartRun(t.Context(), db, journal.NewRun{
+		ID: uuid.Must(uuid.NewV7()).String(), Tenant: auth.DefaultTenant, Function: "nap", Input: []byte(`{}`),
+		Identity: access.Identity{Subject: "ada", Tenant: auth.DefaultTenant, Roles: []string{"developer"}},
+	})
+	require.NoError(t, err)
+	got, err := s.Invoker.AwaitRun(t.Context(), db, run.ID, nil, time.Now().Add(30*time.Second))
+	require.NoError(t, err)
+	require.Equal(t, journal.StatusCompleted, got.Status)
+	var after time.Time
+	require.NoError(t, json.Unmarshal(got.Output, &after))
+
+	whole, err := journal.GetWholeRun(t.Context(), db, auth.DefaultTenant, run.ID)
+	require.NoError(t, err)
+	require.Equal(t, journal.KindSleep, whole.Journal[0].Kind)
+	until := *whole.Journal[0].WakeAt
+	require.False(t, after.Before(until), "the code after the sleep ran at %s, before its end %s (database clock)", after, until)
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, claims, 1, "the wake was claimed ahead")
+	require.Equal(t, run.ID, claims[0].Run.ID)
+	require.Equal(t, 2, claims[0].Run.Invocation)
+	require.True(t, claims[0].NotBefore.Equal(until), "its invocation waited for the sleep's end: %s, not %s", claims[0].NotBefore, until)
 }

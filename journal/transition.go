@@ -27,6 +27,10 @@ type Claim struct {
 	StepAttempts map[int]int
 	// Now is the database clock at the claim.
 	Now time.Time
+	// NotBefore, when set, is a wake time on the database clock that the claim came
+	// ahead of (ClaimRunEarly): the invocation must not reach the function before the
+	// database clock passes it.
+	NotBefore time.Time
 }
 
 // ClaimRun claims a due run for a new invocation: a queued run whose backoff has passed,
@@ -40,11 +44,37 @@ type Claim struct {
 //
 // Triggers that follow it (docs/internals.md): run_event_on_status.
 func ClaimRun(ctx context.Context, db DB, runID string, lease time.Duration) (*Claim, error) {
-	return claimRun(ctx, db, runID, lease, false)
+	return claimRun(ctx, db, runID, lease, false, nil)
 }
 
-// claimRun is ClaimRun, and with slots ClaimRunSlots.
-func claimRun(ctx context.Context, db DB, runID string, lease time.Duration, slots bool) (*Claim, error) {
+// ClaimRunEarly claims, up to early ahead of its wake time, a run suspended until
+// wakeAt (the database clock) that nothing but that time can resume: awaiting a sleep,
+// with no wait stored, held by no limit, of a function without concurrency limits. The
+// claim is ClaimRun's (a new invocation, fenced, leased, its journal loaded) but it does
+// not end the sleep: the Claim's NotBefore is wakeAt, and the invocation must not reach
+// the function before the database clock passes it (ClockNow tells); if the run is
+// handed over or reaped before then, it is queued until the sleep's end (LeaseRelease,
+// LeaseReapExpired). So the claim's commit is done by the time the sleep ends, instead
+// of after. ErrNotDue when the run is
+// not so: not suspended until wakeAt, wakeAt further than early, or resumable otherwise
+// (ClaimRun then claims it at wakeAt).
+func ClaimRunEarly(ctx context.Context, db DB, runID string, wakeAt time.Time, early, lease time.Duration) (*Claim, error) {
+	return claimRun(ctx, db, runID, lease, false, &earlyClaim{wakeAt: wakeAt, early: early})
+}
+
+// earlyClaim is what ClaimRunEarly adds to a claim.
+type earlyClaim struct {
+	wakeAt time.Time
+	early  time.Duration
+}
+
+// ClockNow returns the database clock now (clock_timestamp, not a transaction's start).
+func ClockNow(ctx context.Context, db DB) (time.Time, error) {
+	return dbsqlc.New(db).ClockNow(ctx)
+}
+
+// claimRun is ClaimRun, with slots ClaimRunSlots, and with early ClaimRunEarly.
+func claimRun(ctx context.Context, db DB, runID string, lease time.Duration, slots bool, early *earlyClaim) (*Claim, error) {
 	var claim Claim
 	b := &pgx.Batch{}
 	onClaim := func(row pgx.Row) error {
@@ -65,6 +95,9 @@ func claimRun(ctx context.Context, db DB, runID string, lease time.Duration, slo
 	if slots {
 		b.Queue(dbsqlc.ClaimRunSlots, runID, lease.Seconds(), TimedOut).QueryRow(onClaim)
 		journal, stepAttempts = dbsqlc.ClaimSlotsJournal, dbsqlc.ClaimSlotsStepAttempts
+	} else if early != nil {
+		claim.NotBefore = early.wakeAt
+		b.Queue(dbsqlc.ClaimRunEarly, lease.Seconds(), runID, early.wakeAt, early.early.Seconds()).QueryRow(onClaim)
 	} else {
 		b.Queue(dbsqlc.ClaimRun, lease.Seconds(), runID, TimedOut).QueryRow(onClaim)
 	}

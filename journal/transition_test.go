@@ -671,3 +671,91 @@ func TestPendingSleepDelaysRetries(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, mustGetRun(t, tx, past).WakeAt, "due at once")
 }
+
+func TestClaimRunEarly(t *testing.T) {
+	t.Parallel()
+	const early = 40 * time.Millisecond
+
+	t.Run("ASleepEndingWithinTheBoundIsClaimedBeforeItEnds", func(t *testing.T) {
+		t.Parallel()
+		ctx, tx := t.Context(), pgtest.Tx(t)
+		run := mustCreateRun(t, tx, claimed)
+		f, err := journal.Finish(ctx, tx, run.ID, 1, journal.Sleeping(journal.Sleep{Seq: 1, Name: "nap", For: 10 * time.Millisecond}))
+		require.NoError(t, err)
+		_, err = journal.ClaimRun(ctx, tx, run.ID, time.Minute)
+		require.ErrorIs(t, err, journal.ErrNotDue, "ClaimRun waits for the wake time")
+
+		_, err = journal.ClaimRunEarly(ctx, tx, run.ID, f.WakeAt.Add(time.Millisecond), early, time.Minute)
+		require.ErrorIs(t, err, journal.ErrNotDue, "another wake time: another suspension")
+		c, err := journal.ClaimRunEarly(ctx, tx, run.ID, *f.WakeAt, early, time.Minute)
+		require.NoError(t, err)
+		require.Equal(t, journal.StatusRunning, c.Run.Status)
+		require.Equal(t, 2, c.Run.Invocation)
+		require.Nil(t, c.Run.WakeAt)
+		require.Nil(t, c.Run.Awaiting)
+		require.Equal(t, *f.WakeAt, c.NotBefore, "its invocation waits for the wake time")
+		require.True(t, c.Now.Before(c.NotBefore), "claimed before the sleep ends")
+		require.Len(t, c.Journal, 1)
+		require.Equal(t, journal.KindSleep, c.Journal[0].Kind)
+
+		_, err = journal.ClaimRunEarly(ctx, tx, run.ID, *f.WakeAt, early, time.Minute)
+		require.ErrorIs(t, err, journal.ErrNotDue, "claimed once")
+		clock, err := journal.ClockNow(ctx, tx)
+		require.NoError(t, err)
+		require.False(t, clock.Before(c.Now), "the clock, not the transaction's start")
+	})
+
+	t.Run("HandedOverBeforeItsEndItWaitsForIt", func(t *testing.T) {
+		t.Parallel()
+		ctx, tx := t.Context(), pgtest.Tx(t)
+		run := mustCreateRun(t, tx, claimed)
+		f, err := journal.Finish(ctx, tx, run.ID, 1, journal.Sleeping(journal.Sleep{Seq: 1, Name: "nap", For: 30 * time.Millisecond}))
+		require.NoError(t, err)
+		c, err := journal.ClaimRunEarly(ctx, tx, run.ID, *f.WakeAt, early, time.Minute)
+		require.NoError(t, err)
+		// The gateway stops before the sleep's end and hands the run over.
+		ids, err := journal.ReleaseLeases(ctx, tx, []journal.Lease{{RunID: run.ID, Invocation: c.Run.Invocation}})
+		require.NoError(t, err)
+		require.Equal(t, []string{run.ID}, ids)
+		got := mustGetRun(t, tx, run)
+		require.Equal(t, journal.StatusQueued, got.Status)
+		require.NotNil(t, got.WakeAt)
+		require.True(t, got.WakeAt.Equal(*f.WakeAt), "queued until the sleep's end")
+		_, err = journal.ClaimRun(ctx, tx, run.ID, time.Minute)
+		require.ErrorIs(t, err, journal.ErrNotDue, "no gateway invokes it before the sleep's end")
+	})
+
+	t.Run("ASleepEndingPastTheBoundIsNot", func(t *testing.T) {
+		t.Parallel()
+		ctx, tx := t.Context(), pgtest.Tx(t)
+		run := mustCreateRun(t, tx, claimed)
+		f, err := journal.Finish(ctx, tx, run.ID, 1, journal.Sleeping(journal.Sleep{Seq: 1, Name: "nap", For: time.Hour}))
+		require.NoError(t, err)
+		_, err = journal.ClaimRunEarly(ctx, tx, run.ID, *f.WakeAt, early, time.Minute)
+		require.ErrorIs(t, err, journal.ErrNotDue)
+		require.Equal(t, journal.StatusSuspended, mustGetRun(t, tx, run).Status)
+	})
+
+	t.Run("AWaitThatMayEndEarlierIsNot", func(t *testing.T) {
+		t.Parallel()
+		ctx, tx := t.Context(), pgtest.Tx(t)
+		run := mustCreateRun(t, tx, claimed)
+		f, err := journal.Finish(ctx, tx, run.ID, 1, journal.WaitingForEvent(journal.WaitEvent{
+			Seq: 1, Name: "wait", Event: "orders.paid", Match: map[string]json.RawMessage{}, Timeout: 10 * time.Millisecond}))
+		require.NoError(t, err)
+		require.NotNil(t, f.WakeAt)
+		_, err = journal.ClaimRunEarly(ctx, tx, run.ID, *f.WakeAt, early, time.Minute)
+		require.ErrorIs(t, err, journal.ErrNotDue, "an event may resume it before its timeout: its timeout is not claimed early")
+		require.Equal(t, journal.StatusSuspended, mustGetRun(t, tx, run).Status)
+	})
+
+	t.Run("AQueuedRunIsNot", func(t *testing.T) {
+		t.Parallel()
+		ctx, tx := t.Context(), pgtest.Tx(t)
+		run := mustCreateRun(t, tx, claimed)
+		f, err := journal.Finish(ctx, tx, run.ID, 1, journal.RetryingInvocation(journal.ErrorInfo{Type: "http_status", Message: "500"}, 10*time.Millisecond))
+		require.NoError(t, err)
+		_, err = journal.ClaimRunEarly(ctx, tx, run.ID, *f.WakeAt, early, time.Minute)
+		require.ErrorIs(t, err, journal.ErrNotDue)
+	})
+}

@@ -26,6 +26,33 @@ WITH u AS (
 )
 SELECT u.* FROM u;
 
+-- name: ClaimRunEarly :one
+-- ClaimRun ahead of a sleep's end: claims the suspended run whose wake time is still
+-- @wake_at and falls within @early_seconds of the database clock, when nothing but that
+-- time can resume it (awaiting a sleep, with no wait stored, held by no limit, no
+-- concurrency slots to take). It journals nothing: with no wait stored, none has timed
+-- out. The claim does not end the sleep: its invocation must not reach the function
+-- before the database clock passes @wake_at (Claim.NotBefore, which the invoker waits
+-- for); a run handed over or reaped meanwhile is queued until the sleep's end
+-- (LeaseRelease, LeaseReapExpired).
+UPDATE stepgate.run r SET status = 'running', attempts = r.attempts + 1,
+    invocation = r.invocation + 1, owner_nonce = NULL, lease_until = now() + make_interval(secs => @lease_seconds),
+    wake_at = NULL, awaiting = NULL, started_at = coalesce(r.started_at, now())
+WHERE r.id = @run_id AND r.status = 'suspended' AND r.wake_at = @wake_at
+    AND r.wake_at <= now() + make_interval(secs => @early_seconds)
+    AND r.awaiting->>'kind' = 'sleep' AND r.held IS NULL AND r.slot_keys IS NULL
+    AND NOT EXISTS (SELECT 1 FROM stepgate.run_wait w WHERE w.tenant = r.tenant AND w.run_id = r.id)
+RETURNING r.id, r.tenant, r.function, r.revision, r.status, r.input, r.output, r.error, r.identity,
+    r.idempotency_key, r.parent_id, r.parent_seq, r.parent_name, r.rerun_of, r.cancelled_by, r.detached, r.attempts, r.invocation,
+    r.lifetime_failed_invocations, r.failed_invocations, r.lifetime_recoveries, r.recoveries, r.lease_until, r.awaiting,
+    r.wake_at, r.deadline, r.held, r.priority, r.created_at, r.started_at, r.finished_at,
+    now() AS db_now;
+
+-- name: ClockNow :one
+-- The database clock now (not the transaction's start): what a claim ahead of a wake
+-- time waits on (see ClaimRunEarly).
+SELECT clock_timestamp()::timestamptz;
+
 -- name: ClaimRunSlots :one
 -- ClaimRun for a run of a function with concurrency limits: claim_slots has checked
 -- that the run is due, under its row lock, and taken its slots (or held the run).

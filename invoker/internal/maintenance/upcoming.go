@@ -35,7 +35,7 @@ type Upcoming struct {
 	pool   *pgxpool.Pool
 	lead   time.Duration
 	armed  func(runID string) bool
-	arm    func(runID string, d time.Duration)
+	arm    func(runID string, at time.Time, d time.Duration)
 	health *Health
 	log    *slog.Logger
 	clock  clock.Clock
@@ -45,8 +45,9 @@ type Upcoming struct {
 }
 
 // NewWakes returns the Upcoming wake times of pool's runs within lead: armed reports
-// whether a run's wake-up timer is armed, arm arms it to fire in d.
-func NewWakes(pool *pgxpool.Pool, lead time.Duration, armed func(runID string) bool, arm func(runID string, d time.Duration),
+// whether a run's wake-up timer is armed, arm arms it to fire in d, for its wake time at
+// (the database clock).
+func NewWakes(pool *pgxpool.Pool, lead time.Duration, armed func(runID string) bool, arm func(runID string, at time.Time, d time.Duration),
 	health *Health, log *slog.Logger, clk clock.Clock) *Upcoming {
 	return &Upcoming{read: journal.UpcomingWakes, what: "arming timers for upcoming wake-ups failed; River's jobs wake those runs",
 		pool: pool, lead: lead, armed: armed, arm: arm, health: health, log: log, clock: clk}
@@ -57,7 +58,8 @@ func NewWakes(pool *pgxpool.Pool, lead time.Duration, armed func(runID string) b
 func NewDeadlines(pool *pgxpool.Pool, lead time.Duration, armed func(runID string) bool, arm func(runID string, d time.Duration),
 	health *Health, log *slog.Logger, clk clock.Clock) *Upcoming {
 	return &Upcoming{read: journal.UpcomingDeadlines, what: "arming timers for upcoming deadlines failed; River's jobs keep them",
-		pool: pool, lead: lead, armed: armed, arm: arm, health: health, log: log, clock: clk}
+		pool: pool, lead: lead, armed: armed, arm: func(runID string, _ time.Time, d time.Duration) { arm(runID, d) },
+		health: health, log: log, clock: clk}
 }
 
 // Pass arms the timers of what comes within the lead (or has passed, for a deadline)
@@ -76,7 +78,7 @@ func (u *Upcoming) Pass(ctx context.Context) {
 	read := u.clock.Now()
 	for _, w := range upcoming {
 		if !u.armed(w.RunID) {
-			u.arm(w.RunID, w.At.Sub(now)-u.clock.Now().Sub(read))
+			u.arm(w.RunID, w.At, w.At.Sub(now)-u.clock.Now().Sub(read))
 		}
 	}
 	// Each pass looks again at the whole lead from its own now, not only past what the

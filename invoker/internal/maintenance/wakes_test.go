@@ -28,6 +28,8 @@ func (a *armings) has(id string) bool {
 	return ok
 }
 
+func (a *armings) armAt(id string, _ time.Time, d time.Duration) { a.arm(id, d) }
+
 func (a *armings) arm(id string, d time.Duration) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -57,7 +59,7 @@ func TestWakes(t *testing.T) {
 
 	clk := clock.NewTest(time.Now())
 	a := newArmings()
-	w := maintenance.NewWakes(db, time.Minute, a.has, a.arm, maintenance.NewHealth(clk), (&logs{}).logger(), clk)
+	w := maintenance.NewWakes(db, time.Minute, a.has, a.armAt, maintenance.NewHealth(clk), (&logs{}).logger(), clk)
 	w.Pass(t.Context())
 	got := a.get()
 	require.Len(t, got, 1, "the run due within the lead only")
@@ -71,7 +73,7 @@ func TestWakes(t *testing.T) {
 
 	// The time the service's clock says passed between reading and arming is taken off.
 	a = newArmings()
-	w = maintenance.NewWakes(db, time.Minute, a.has, a.arm, maintenance.NewHealth(clk), (&logs{}).logger(), clk)
+	w = maintenance.NewWakes(db, time.Minute, a.has, a.armAt, maintenance.NewHealth(clk), (&logs{}).logger(), clk)
 	clk.Step(10 * time.Second)
 	w.Pass(t.Context())
 	require.LessOrEqual(t, a.get()[near.ID], 20*time.Second)

@@ -185,6 +185,116 @@ func (q *Queries) ClaimRun(ctx context.Context, arg ClaimRunParams) (ClaimRunRow
 	return i, err
 }
 
+const ClaimRunEarly = `-- name: ClaimRunEarly :one
+UPDATE stepgate.run r SET status = 'running', attempts = r.attempts + 1,
+    invocation = r.invocation + 1, owner_nonce = NULL, lease_until = now() + make_interval(secs => $1),
+    wake_at = NULL, awaiting = NULL, started_at = coalesce(r.started_at, now())
+WHERE r.id = $2 AND r.status = 'suspended' AND r.wake_at = $3
+    AND r.wake_at <= now() + make_interval(secs => $4)
+    AND r.awaiting->>'kind' = 'sleep' AND r.held IS NULL AND r.slot_keys IS NULL
+    AND NOT EXISTS (SELECT 1 FROM stepgate.run_wait w WHERE w.tenant = r.tenant AND w.run_id = r.id)
+RETURNING r.id, r.tenant, r.function, r.revision, r.status, r.input, r.output, r.error, r.identity,
+    r.idempotency_key, r.parent_id, r.parent_seq, r.parent_name, r.rerun_of, r.cancelled_by, r.detached, r.attempts, r.invocation,
+    r.lifetime_failed_invocations, r.failed_invocations, r.lifetime_recoveries, r.recoveries, r.lease_until, r.awaiting,
+    r.wake_at, r.deadline, r.held, r.priority, r.created_at, r.started_at, r.finished_at,
+    now() AS db_now
+`
+
+type ClaimRunEarlyParams struct {
+	LeaseSeconds float64
+	RunID        string
+	WakeAt       *time.Time
+	EarlySeconds float64
+}
+
+type ClaimRunEarlyRow struct {
+	ID                        string
+	Tenant                    string
+	Function                  string
+	Revision                  int32
+	Status                    string
+	Input                     json.RawMessage
+	Output                    json.RawMessage
+	Error                     json.RawMessage
+	Identity                  json.RawMessage
+	IdempotencyKey            *string
+	ParentID                  *string
+	ParentSeq                 *int32
+	ParentName                *string
+	RerunOf                   *string
+	CancelledBy               json.RawMessage
+	Detached                  bool
+	Attempts                  int32
+	Invocation                int32
+	LifetimeFailedInvocations int32
+	FailedInvocations         int32
+	LifetimeRecoveries        int32
+	Recoveries                int32
+	LeaseUntil                *time.Time
+	Awaiting                  json.RawMessage
+	WakeAt                    *time.Time
+	Deadline                  *time.Time
+	Held                      *string
+	Priority                  int16
+	CreatedAt                 time.Time
+	StartedAt                 *time.Time
+	FinishedAt                *time.Time
+	DbNow                     interface{}
+}
+
+// ClaimRun ahead of a sleep's end: claims the suspended run whose wake time is still
+// @wake_at and falls within @early_seconds of the database clock, when nothing but that
+// time can resume it (awaiting a sleep, with no wait stored, held by no limit, no
+// concurrency slots to take). It journals nothing: with no wait stored, none has timed
+// out. The claim does not end the sleep: its invocation must not reach the function
+// before the database clock passes @wake_at (Claim.NotBefore, which the invoker waits
+// for); a run handed over or reaped meanwhile is queued until the sleep's end
+// (LeaseRelease, LeaseReapExpired).
+func (q *Queries) ClaimRunEarly(ctx context.Context, arg ClaimRunEarlyParams) (ClaimRunEarlyRow, error) {
+	row := q.db.QueryRow(ctx, ClaimRunEarly,
+		arg.LeaseSeconds,
+		arg.RunID,
+		arg.WakeAt,
+		arg.EarlySeconds,
+	)
+	var i ClaimRunEarlyRow
+	err := row.Scan(
+		&i.ID,
+		&i.Tenant,
+		&i.Function,
+		&i.Revision,
+		&i.Status,
+		&i.Input,
+		&i.Output,
+		&i.Error,
+		&i.Identity,
+		&i.IdempotencyKey,
+		&i.ParentID,
+		&i.ParentSeq,
+		&i.ParentName,
+		&i.RerunOf,
+		&i.CancelledBy,
+		&i.Detached,
+		&i.Attempts,
+		&i.Invocation,
+		&i.LifetimeFailedInvocations,
+		&i.FailedInvocations,
+		&i.LifetimeRecoveries,
+		&i.Recoveries,
+		&i.LeaseUntil,
+		&i.Awaiting,
+		&i.WakeAt,
+		&i.Deadline,
+		&i.Held,
+		&i.Priority,
+		&i.CreatedAt,
+		&i.StartedAt,
+		&i.FinishedAt,
+		&i.DbNow,
+	)
+	return i, err
+}
+
 const ClaimRunSlots = `-- name: ClaimRunSlots :one
 WITH s AS (SELECT stepgate.claim_slots($1) AS c), u AS (
     UPDATE stepgate.run r SET status = 'running', attempts = r.attempts + 1,
@@ -413,4 +523,17 @@ func (q *Queries) ClaimStepAttempts(ctx context.Context, runID string) ([]ClaimS
 		return nil, err
 	}
 	return items, nil
+}
+
+const ClockNow = `-- name: ClockNow :one
+SELECT clock_timestamp()::timestamptz
+`
+
+// The database clock now (not the transaction's start): what a claim ahead of a wake
+// time waits on (see ClaimRunEarly).
+func (q *Queries) ClockNow(ctx context.Context) (time.Time, error) {
+	row := q.db.QueryRow(ctx, ClockNow)
+	var column_1 time.Time
+	err := row.Scan(&column_1)
+	return column_1, err
 }
