@@ -44,7 +44,7 @@ func TestRunBenchPhase(t *testing.T) {
 	c, _, _ := newTestCLI(nil, "")
 	cl, err := c.client(&clientFlags{gateway: srv.URL}, srv.Client())
 	require.NoError(t, err)
-	cell := runBenchPhase(t.Context(), cl, "hello", benchInput("hello"), 4, 100*time.Millisecond)
+	cell := runBenchPhase(t.Context(), cl, "hello", benchOnce, benchInput("hello"), 4, 100*time.Millisecond)
 
 	require.Equal(t, "hello", cell.Function)
 	require.Equal(t, 4, cell.Concurrency)
