@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -89,4 +90,106 @@ func TestWriteBenchReport(t *testing.T) {
 	require.NoError(t, err)
 	require.JSONEq(t, `{"function":"hello","concurrency":1,"runs":950,"errors":0,"seconds":0,"runs_per_second":95,
 		"latency":{"n":950,"p50_ms":10.000,"p90_ms":12.000,"p99_ms":20.000,"max_ms":31.500},"p50_floor_ratio":20}`, string(j))
+}
+
+// benchJSON is the part of `stepgate bench --json` the tests below read.
+type benchJSON struct {
+	Cells []struct {
+		Function    string `json:"function"`
+		Async       bool   `json:"async"`
+		Concurrency int    `json:"concurrency"`
+		Runs        int    `json:"runs"`
+		Errors      int    `json:"errors"`
+		Latency     struct {
+			N   int     `json:"n"`
+			P50 float64 `json:"p50_ms"`
+			Max float64 `json:"max_ms"`
+		} `json:"latency"`
+		ErrorKinds map[string]int `json:"error_kinds"`
+	} `json:"cells"`
+	SleepE2E *struct {
+		Function   string         `json:"function"`
+		Sleep      string         `json:"sleep"`
+		Runs       int            `json:"runs"`
+		Errors     int            `json:"errors"`
+		ErrorKinds map[string]int `json:"error_kinds"`
+		Late       struct {
+			N int `json:"n"`
+		} `json:"late"`
+		Clock  string `json:"clock"`
+		PerRun []struct {
+			RunID              string    `json:"run_id"`
+			Sent               time.Time `json:"sent"`
+			Journaled          time.Time `json:"journaled"`
+			Wake               time.Time `json:"wake"`
+			Finished           time.Time `json:"finished"`
+			Received           time.Time `json:"received"`
+			Late               float64   `json:"late_ms"`
+			ToJournaled        float64   `json:"request_to_journaled_ms"`
+			WakeToFinished     float64   `json:"wake_to_finished_ms"`
+			FinishedToResponse float64   `json:"finished_to_response_ms"`
+		} `json:"per_run"`
+	} `json:"sleep_e2e"`
+}
+
+// TestBenchOnDev runs `stepgate bench --json` against a real "stepgate dev" and checks
+// the shape of what its --sleep-e2e and --async measure; never how fast.
+func TestBenchOnDev(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("starts stepgate dev with a private Postgres")
+	}
+	g := startDev(t)
+	bench := func(t *testing.T, args ...string) benchJSON {
+		t.Helper()
+		c, stdout, stderr := newTestCLI(map[string]string{"STEPGATE_URL": g.url, "STEPGATE_TOKEN": g.token}, "")
+		require.NoError(t, c.run(t.Context(), append([]string{"bench", "--json", "--warmup", "0s", "--sleep", "0"}, args...)), stderr.String())
+		var rep benchJSON
+		require.NoError(t, json.Unmarshal(stdout.Bytes(), &rep), stdout.String())
+		return rep
+	}
+
+	t.Run("SleepE2E", func(t *testing.T) {
+		t.Parallel()
+		rep := bench(t, "--functions", "hello", "--concurrency", "1", "--duration", "100ms", "--sleep-e2e", "50ms", "--sleep-runs", "3")
+		s := rep.SleepE2E
+		require.NotNil(t, s)
+		require.Equal(t, "sleep", s.Function)
+		require.Equal(t, "50ms", s.Sleep)
+		require.Equal(t, 3, s.Runs)
+		require.Zero(t, s.Errors, s.ErrorKinds)
+		require.Equal(t, 3, s.Late.N)
+		require.Contains(t, s.Clock, "one machine")
+		require.Len(t, s.PerRun, 3)
+		for _, r := range s.PerRun {
+			require.NotEmpty(t, r.RunID)
+			// Client and database clocks are one machine's here, so the times are in order.
+			for _, pair := range [][2]time.Time{{r.Sent, r.Journaled}, {r.Journaled, r.Wake}, {r.Wake, r.Finished}, {r.Finished, r.Received}} {
+				require.False(t, pair[1].Before(pair[0]), "%+v", r)
+			}
+			require.Equal(t, 50*time.Millisecond, r.Wake.Sub(r.Journaled), "the wake time is the journaling's now() plus the sleep")
+			for _, ms := range []float64{r.Late, r.ToJournaled, r.WakeToFinished, r.FinishedToResponse} {
+				require.GreaterOrEqual(t, ms, 0.0, "%+v", r)
+			}
+			// The phases (wall clocks) add up to the lateness (monotonic clock).
+			require.InDelta(t, r.Late, r.ToJournaled+r.WakeToFinished+r.FinishedToResponse, 1, "%+v", r)
+		}
+	})
+
+	t.Run("Async", func(t *testing.T) {
+		t.Parallel()
+		rep := bench(t, "--functions", "hello,chain", "--concurrency", "2", "--duration", "300ms", "--async")
+		var names []string
+		for _, c := range rep.Cells {
+			names = append(names, c.Function)
+			require.Equal(t, 2, c.Concurrency)
+			require.Equal(t, strings.HasSuffix(c.Function, " (async)"), c.Async, c.Function)
+			require.Positive(t, c.Runs, c.Function)
+			require.Zero(t, c.Errors, "%s: %v", c.Function, c.ErrorKinds)
+			require.Equal(t, c.Runs, c.Latency.N)
+			require.LessOrEqual(t, c.Latency.P50, c.Latency.Max)
+		}
+		require.Equal(t, []string{"hello", "hello (async)", "chain", "chain (async)"}, names)
+		require.Nil(t, rep.SleepE2E, "--sleep-e2e defaults to 0: skipped")
+	})
 }
