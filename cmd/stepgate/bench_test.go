@@ -92,6 +92,30 @@ func TestWriteBenchReport(t *testing.T) {
 		"latency":{"n":950,"p50_ms":10.000,"p90_ms":12.000,"p99_ms":20.000,"max_ms":31.500},"p50_floor_ratio":20}`, string(j))
 }
 
+func TestWriteSleepE2E(t *testing.T) {
+	t.Parallel()
+
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	s := &benchSleepE2E{Function: "sleep", Sleep: "1s", Runs: 50, Errors: 1, ErrorKinds: map[string]int{"run failed: boom": 1}, Clock: benchSleepClock,
+		late:               latencyStats{N: 49, P50: ms(12), P90: ms(20), P99: ms(31), Max: ms(40)},
+		toJournaled:        latencyStats{N: 49, P50: ms(4), P90: ms(6), P99: ms(9), Max: ms(10)},
+		wakeToFinished:     latencyStats{N: 49, P50: ms(5), P90: ms(8), P99: ms(14), Max: ms(20)},
+		finishedToResponse: latencyStats{N: 49, P50: ms(3), P90: ms(6), P99: ms(8), Max: ms(10)},
+	}
+	var b bytes.Buffer
+	require.NoError(t, writeBenchReport(&b, &benchReport{SleepE2E: s}))
+	require.Contains(t, b.String(), ""+
+		"sleep (e2e): sleep 1s, 50 runs started with ?wait (1 errors): response late by p50 12.00ms  p90 20.00ms  p99 31.00ms  max 40.00ms\n"+
+		"  request sent -> sleep journaled (1st invocation)          p50 4.00ms  p90 6.00ms  p99 9.00ms  max 10.00ms\n"+
+		"  wake time -> run finished (timer, 2nd invocation, finish) p50 5.00ms  p90 8.00ms  p99 14.00ms  max 20.00ms\n"+
+		"  run finished -> response received                         p50 3.00ms  p90 6.00ms  p99 8.00ms  max 10.00ms\n"+
+		"  the API exposes no start time of the 2nd invocation: the middle phase runs from the wake time to the run's finish\n"+
+		"  clock: phases mix the client's clock (request sent, response received) with the database's (sleep journaled, wake time, run finished): meaningful only when they share one machine, as gateway, Postgres and client do under stepgate dev\n"+
+		"\n"+
+		"errors of sleep (e2e):\n"+
+		"       1  run failed: boom\n")
+}
+
 // benchJSON is the part of `stepgate bench --json` the tests below read.
 type benchJSON struct {
 	Cells []struct {
