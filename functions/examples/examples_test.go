@@ -55,7 +55,8 @@ func TestExamples(t *testing.T) {
 			{"name":"orders.fulfil","path":"orders.fulfil","config":{"concurrency":[{"limit":1,"key":"input.customer_id"}]}},
 			{"name":"orders.fulfil_all","path":"orders.fulfil_all"},
 			{"name":"orders.notify","path":"orders.notify","config":{"throttle":{"limit":2,"period":"1s","burst":1,"key":"input.customer_id"}}},
-			{"name":"orders.quote","path":"orders.quote"}
+			{"name":"orders.quote","path":"orders.quote"},
+			{"name":"sleep","path":"sleep"}
 		]}`, string(r.Body))
 	})
 
@@ -82,6 +83,7 @@ func TestExamples(t *testing.T) {
 			`{"paid":false}`, []string{"wait_event payment"}},
 		{"Flaky", "flaky", `{}`, 3, protocol.AnswerStatusCompleted, `{"attempts":3}`, []string{"step attempt"}},
 		{"FlakyOnce", "flaky", `{"fail_times":0}`, 1, protocol.AnswerStatusCompleted, `{"attempts":1}`, []string{"step attempt"}},
+		{"Sleep", "sleep", `{"ms":1500}`, 2, protocol.AnswerStatusCompleted, `{"slept_ms":1500}`, []string{"sleep sleep"}},
 		{"FlakyFails", "flaky", `{"fail_times":3}`, 3, protocol.AnswerStatusFailed, "", []string{"step attempt"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
