@@ -287,7 +287,8 @@ export class Client {
     const delayed = opts.delay !== undefined || opts.startAt !== undefined;
     const r = await this.startRun(fn, input, opts, delayed ? undefined : until);
     if (TERMINAL.has(r.status)) return outcome(r) as OutputOf<F>;
-    return this.attach<OutputOf<F>>(r.id, { ...opts, wait: Math.max(0, until - Date.now()) });
+    const rest: WaitOptions = { ...(opts.signal ? { signal: opts.signal } : {}), ...(until === Infinity ? {} : { wait: Math.max(0, until - Date.now()) }) };
+    return this.attach<OutputOf<F>>(r.id, rest);
   }
 
   /** The same as run. */

@@ -100,3 +100,21 @@ test("a Retry-After past maxDelay, and other errors, are not retried", async () 
     },
   );
 });
+
+test("run attaches when the start's wait ends first, and waits without a bound by default", async () => {
+  await withServer(
+    (n, req, res) => {
+      if (n === 0) {
+        assert.match(req.url!, /^\/v1\/functions\/f\/runs\?wait=55000ms$/);
+        return res.writeHead(202, { "Content-Type": "application/json" }).end(JSON.stringify({ id: "r-3", status: "running" }));
+      }
+      assert.match(req.url!, /^\/v1\/runs\/r-3\/result\?wait=55000ms$/);
+      if (n === 1) return res.writeHead(202, { "Content-Type": "application/json" }).end(JSON.stringify({ id: "r-3", status: "running" }));
+      res.writeHead(200, { "Content-Type": "application/json" }).end(JSON.stringify({ id: "r-3", status: "completed", output: { ok: true } }));
+    },
+    async (url, seen) => {
+      assert.deepEqual(await new Client({ url }).run("f", 1), { ok: true });
+      assert.equal(seen.length, 3);
+    },
+  );
+});
