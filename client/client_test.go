@@ -361,3 +361,34 @@ func TestRetriesAreBounded(t *testing.T) {
 func stackIdentity(role string) auth.Identity {
 	return auth.Identity{Subject: "v", Tenant: auth.DefaultTenant, Roles: []string{role}}
 }
+
+// TestDroppedConnectionIsRetried: a start whose connection drops before an answer is
+// tried again with the same idempotency key.
+func TestDroppedConnectionIsRetried(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var keys []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		keys = append(keys, r.Header.Get("Idempotency-Key"))
+		n := len(keys)
+		mu.Unlock()
+		if n == 1 {
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+		fmt.Fprint(w, `{"id":"r-1","status":"queued"}`)
+	}))
+	t.Cleanup(srv.Close)
+	c := newClient(t, srv.URL, "", client.WithBackoff(time.Millisecond, time.Second))
+	started, err := client.Start(t.Context(), c, client.Ref[int, int]("f"), 1)
+	require.NoError(t, err)
+	require.Equal(t, client.Started[int]{ID: "r-1", Status: client.StatusQueued}, started)
+	require.Len(t, keys, 2)
+	require.NotEmpty(t, keys[0])
+	require.Equal(t, keys[0], keys[1])
+}
