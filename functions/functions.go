@@ -49,6 +49,7 @@ import (
 
 	"go.opentelemetry.io/otel/propagation"
 
+	"github.com/stepgate/stepgate/client"
 	"github.com/stepgate/stepgate/functions/internal/invocation"
 	"github.com/stepgate/stepgate/functions/step"
 	"github.com/stepgate/stepgate/protocol"
@@ -376,7 +377,10 @@ func retries(c *protocol.FunctionConfig) *protocol.RetryPolicy {
 //
 // name must be 1 to 255 letters, digits, '.', '_' or '-', starting with a letter or digit,
 // and unique in app; otherwise Register panics, as registering is part of program setup.
-func Register[In, Out any](app *App, name string, fn func(ctx context.Context, in In) (Out, error), opts ...Option) {
+//
+// Register returns a [client.Ref] to the function, which callers pass to [client.Run] and
+// [client.Start]: they then only compile with an In, and return an Out.
+func Register[In, Out any](app *App, name string, fn func(ctx context.Context, in In) (Out, error), opts ...Option) client.Ref[In, Out] {
 	if !names.ValidFunction(name) {
 		panic(fmt.Sprintf("functions: invalid function name %q", name))
 	}
@@ -419,6 +423,7 @@ func Register[In, Out any](app *App, name string, fn func(ctx context.Context, i
 	byName := maps.Clone(old.byName)
 	byName[name] = f
 	app.reg.Store(&registry{byName: byName, manifest: manifest(byName)})
+	return client.Ref[In, Out](name)
 }
 
 // codingError is an input or output that does not fit the function's types: a new
