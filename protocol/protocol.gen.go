@@ -469,8 +469,10 @@ type AppSyncResult struct {
 	// (`POST /v1/apps?check=true`). `ok` is true when every run replayed cleanly.
 	Check *AppCheck `json:"check,omitempty"`
 
-	// Functions The functions registered, each at its new revision; none for a `dry_run` or a refused check.
-	Functions []Function `json:"functions"`
+	// Functions The app's functions, each at its current revision after the sync: a new one
+	// where its URL or config changed (`changed`), else the revision it had. None for
+	// a `dry_run` or a refused check.
+	Functions []SyncedFunction `json:"functions"`
 }
 
 // AttemptFailure A failed attempt, kept for inspection; never replayed. `seq` 0 is an invocation that failed as a whole.
@@ -2079,6 +2081,33 @@ type StreamWrite struct {
 	Seq int    `json:"seq"`
 }
 
+// SyncedFunction A function of a synced app, at its current revision after the sync.
+type SyncedFunction struct {
+	// Changed The sync made a new revision: the function is new (or was deleted), or its
+	// URL or config differs from its current revision's. False: the current
+	// revision was kept as it is (no new revision, so pinned runs and new runs
+	// share it).
+	Changed bool           `json:"changed"`
+	Config  FunctionConfig `json:"config"`
+
+	// CreatedAt When this revision was registered.
+	CreatedAt time.Time `json:"created_at"`
+
+	// LastCheck The function's last check against its live runs (`POST /v1/apps?check=true`), in
+	// `GET /v1/functions/{name}` only.
+	LastCheck *FunctionLastCheck `json:"last_check,omitempty"`
+	Name      string             `json:"name"`
+
+	// Revision Starts at 1; each registration adds one.
+	Revision int `json:"revision"`
+
+	// URL The URL the gateway POSTs invocations to. To a caller without
+	// `functions:write`, what may be a secret in it is masked with `xxxxx`: its user
+	// information, its path (unless `/`), its query values and its fragment; its
+	// scheme, host, port and query keys are shown.
+	URL string `json:"url"`
+}
+
 // TenantUsage What a tenant stores, and its storage quotas (0 would mean none).
 type TenantUsage struct {
 	// MailboxBytes Bytes of the tenant's messages not yet received.
@@ -2449,6 +2478,11 @@ type ClientInterface interface {
 
 	// SyncAppWithBody Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 	//
+	// A function whose URL and config (every field, as JSON values) are those of its
+	// current revision keeps that revision: the sync stores nothing for it and answers
+	// it with `changed: false`. The manifest carries no code version, so new code
+	// deployed at the same URL with the same config is not a new revision.
+	//
 	// With `check`, the gateway first checks the app's code against the live runs of
 	// each of its functions that is registered already (runs not ended, with at least
 	// one journal entry; at most `check_sample` of them per function, one run of each
@@ -2470,6 +2504,11 @@ type ClientInterface interface {
 	SyncAppWithBody(ctx context.Context, params *SyncAppParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// SyncApp Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
+	//
+	// A function whose URL and config (every field, as JSON values) are those of its
+	// current revision keeps that revision: the sync stores nothing for it and answers
+	// it with `changed: false`. The manifest carries no code version, so new code
+	// deployed at the same URL with the same config is not a new revision.
 	//
 	// With `check`, the gateway first checks the app's code against the live runs of
 	// each of its functions that is registered already (runs not ended, with at least
@@ -2638,7 +2677,7 @@ type ClientInterface interface {
 	// RegisterFunctionWithBody Registers a function; each call makes a new immutable revision. Needs `functions:write`.
 	//
 	// Runs stay on the revision they started on. Registering the same URL and config again
-	// still makes a new revision.
+	// still makes a new revision (a sync of an app, `POST /v1/apps`, does not).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2648,7 +2687,7 @@ type ClientInterface interface {
 	// RegisterFunction Registers a function; each call makes a new immutable revision. Needs `functions:write`.
 	//
 	// Runs stay on the revision they started on. Registering the same URL and config again
-	// still makes a new revision.
+	// still makes a new revision (a sync of an app, `POST /v1/apps`, does not).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3543,6 +3582,11 @@ func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*ht
 
 // SyncAppWithBody Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 //
+// A function whose URL and config (every field, as JSON values) are those of its
+// current revision keeps that revision: the sync stores nothing for it and answers
+// it with `changed: false`. The manifest carries no code version, so new code
+// deployed at the same URL with the same config is not a new revision.
+//
 // With `check`, the gateway first checks the app's code against the live runs of
 // each of its functions that is registered already (runs not ended, with at least
 // one journal entry; at most `check_sample` of them per function, one run of each
@@ -3574,6 +3618,11 @@ func (c *Client) SyncAppWithBody(ctx context.Context, params *SyncAppParams, con
 }
 
 // SyncApp Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
+//
+// A function whose URL and config (every field, as JSON values) are those of its
+// current revision keeps that revision: the sync stores nothing for it and answers
+// it with `changed: false`. The manifest carries no code version, so new code
+// deployed at the same URL with the same config is not a new revision.
 //
 // With `check`, the gateway first checks the app's code against the live runs of
 // each of its functions that is registered already (runs not ended, with at least
@@ -3852,7 +3901,7 @@ func (c *Client) GetFunction(ctx context.Context, name FunctionName, reqEditors 
 // RegisterFunctionWithBody Registers a function; each call makes a new immutable revision. Needs `functions:write`.
 //
 // Runs stay on the revision they started on. Registering the same URL and config again
-// still makes a new revision.
+// still makes a new revision (a sync of an app, `POST /v1/apps`, does not).
 //
 // Takes any type of body and a specified content type.
 //
@@ -3872,7 +3921,7 @@ func (c *Client) RegisterFunctionWithBody(ctx context.Context, name FunctionName
 // RegisterFunction Registers a function; each call makes a new immutable revision. Needs `functions:write`.
 //
 // Runs stay on the revision they started on. Registering the same URL and config again
-// still makes a new revision.
+// still makes a new revision (a sync of an app, `POST /v1/apps`, does not).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -7657,6 +7706,11 @@ type ClientWithResponsesInterface interface {
 
 	// SyncAppWithBodyWithResponse Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 	//
+	// A function whose URL and config (every field, as JSON values) are those of its
+	// current revision keeps that revision: the sync stores nothing for it and answers
+	// it with `changed: false`. The manifest carries no code version, so new code
+	// deployed at the same URL with the same config is not a new revision.
+	//
 	// With `check`, the gateway first checks the app's code against the live runs of
 	// each of its functions that is registered already (runs not ended, with at least
 	// one journal entry; at most `check_sample` of them per function, one run of each
@@ -7678,6 +7732,11 @@ type ClientWithResponsesInterface interface {
 	SyncAppWithBodyWithResponse(ctx context.Context, params *SyncAppParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SyncAppResponse, error)
 
 	// SyncAppWithResponse Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
+	//
+	// A function whose URL and config (every field, as JSON values) are those of its
+	// current revision keeps that revision: the sync stores nothing for it and answers
+	// it with `changed: false`. The manifest carries no code version, so new code
+	// deployed at the same URL with the same config is not a new revision.
 	//
 	// With `check`, the gateway first checks the app's code against the live runs of
 	// each of its functions that is registered already (runs not ended, with at least
@@ -7854,7 +7913,7 @@ type ClientWithResponsesInterface interface {
 	// RegisterFunctionWithBodyWithResponse Registers a function; each call makes a new immutable revision. Needs `functions:write`.
 	//
 	// Runs stay on the revision they started on. Registering the same URL and config again
-	// still makes a new revision.
+	// still makes a new revision (a sync of an app, `POST /v1/apps`, does not).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7864,7 +7923,7 @@ type ClientWithResponsesInterface interface {
 	// RegisterFunctionWithResponse Registers a function; each call makes a new immutable revision. Needs `functions:write`.
 	//
 	// Runs stay on the revision they started on. Registering the same URL and config again
-	// still makes a new revision.
+	// still makes a new revision (a sync of an app, `POST /v1/apps`, does not).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -12016,6 +12075,11 @@ func (c *ClientWithResponses) ReadyzWithResponse(ctx context.Context, reqEditors
 
 // SyncAppWithBodyWithResponse Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 //
+// A function whose URL and config (every field, as JSON values) are those of its
+// current revision keeps that revision: the sync stores nothing for it and answers
+// it with `changed: false`. The manifest carries no code version, so new code
+// deployed at the same URL with the same config is not a new revision.
+//
 // With `check`, the gateway first checks the app's code against the live runs of
 // each of its functions that is registered already (runs not ended, with at least
 // one journal entry; at most `check_sample` of them per function, one run of each
@@ -12043,6 +12107,11 @@ func (c *ClientWithResponses) SyncAppWithBodyWithResponse(ctx context.Context, p
 }
 
 // SyncAppWithResponse Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
+//
+// A function whose URL and config (every field, as JSON values) are those of its
+// current revision keeps that revision: the sync stores nothing for it and answers
+// it with `changed: false`. The manifest carries no code version, so new code
+// deployed at the same URL with the same config is not a new revision.
 //
 // With `check`, the gateway first checks the app's code against the live runs of
 // each of its functions that is registered already (runs not ended, with at least
@@ -12285,7 +12354,7 @@ func (c *ClientWithResponses) GetFunctionWithResponse(ctx context.Context, name 
 // RegisterFunctionWithBodyWithResponse Registers a function; each call makes a new immutable revision. Needs `functions:write`.
 //
 // Runs stay on the revision they started on. Registering the same URL and config again
-// still makes a new revision.
+// still makes a new revision (a sync of an app, `POST /v1/apps`, does not).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -12301,7 +12370,7 @@ func (c *ClientWithResponses) RegisterFunctionWithBodyWithResponse(ctx context.C
 // RegisterFunctionWithResponse Registers a function; each call makes a new immutable revision. Needs `functions:write`.
 //
 // Runs stay on the revision they started on. Registering the same URL and config again
-// still makes a new revision.
+// still makes a new revision (a sync of an app, `POST /v1/apps`, does not).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -73,7 +73,7 @@ export interface paths {
         /**
          * Registers a function; each call makes a new immutable revision. Needs `functions:write`.
          * @description Runs stay on the revision they started on. Registering the same URL and config again
-         *     still makes a new revision.
+         *     still makes a new revision (a sync of an app, `POST /v1/apps`, does not).
          */
         put: operations["registerFunction"];
         post?: never;
@@ -125,7 +125,12 @@ export interface paths {
         put?: never;
         /**
          * Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
-         * @description With `check`, the gateway first checks the app's code against the live runs of
+         * @description A function whose URL and config (every field, as JSON values) are those of its
+         *     current revision keeps that revision: the sync stores nothing for it and answers
+         *     it with `changed: false`. The manifest carries no code version, so new code
+         *     deployed at the same URL with the same config is not a new revision.
+         *
+         *     With `check`, the gateway first checks the app's code against the live runs of
          *     each of its functions that is registered already (runs not ended, with at least
          *     one journal entry; at most `check_sample` of them per function, one run of each
          *     place in the journal first): it sends the code at the function's new URL a
@@ -1505,9 +1510,23 @@ export interface components {
             url: string;
         };
         AppSyncResult: {
-            /** @description The functions registered, each at its new revision; none for a `dry_run` or a refused check. */
-            functions: components["schemas"]["Function"][];
+            /**
+             * @description The app's functions, each at its current revision after the sync: a new one
+             *     where its URL or config changed (`changed`), else the revision it had. None for
+             *     a `dry_run` or a refused check.
+             */
+            functions: components["schemas"]["SyncedFunction"][];
             check?: components["schemas"]["AppCheck"];
+        };
+        /** @description A function of a synced app, at its current revision after the sync. */
+        SyncedFunction: components["schemas"]["Function"] & {
+            /**
+             * @description The sync made a new revision: the function is new (or was deleted), or its
+             *     URL or config differs from its current revision's. False: the current
+             *     revision was kept as it is (no new revision, so pinned runs and new runs
+             *     share it).
+             */
+            changed: boolean;
         };
         /**
          * @description What a check of an app's new code against its functions' live runs found
@@ -2901,7 +2920,7 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The functions registered, each at its new revision (none for a `dry_run`), and the check when one was asked for. */
+            /** @description The app's functions, each at its revision after the sync (a new one only where it `changed`; none for a `dry_run`), and the check when one was asked for. */
             200: {
                 headers: {
                     [name: string]: unknown;
