@@ -1487,10 +1487,14 @@ type QueueKey struct {
 	Running int `json:"running"`
 }
 
-// RateConfig A rate per key: at most `limit` starts per `period`, spread evenly (one each
-// `period/limit`), plus `burst` more at once after a quiet spell.
+// RateConfig A rate per key: `limit` starts per `period`, one each `period/limit`, plus
+// `burst` more at once after a quiet spell (GCRA). A rate limit admits `limit`
+// starts back to back by default; a throttle spaces them.
 type RateConfig struct {
-	// Burst Starts allowed at once beyond the steady rate. Defaults to 0.
+	// Burst Starts allowed at once beyond the first, after a quiet spell (the bucket's
+	// size less one). A rate limit's defaults to `limit - 1`: "2 per 10s" admits 2
+	// starts back to back (a full bucket), then one each 5s. A throttle's defaults
+	// to 0. `0` spaces every start `period/limit` after the one before.
 	Burst *int `json:"burst,omitempty"`
 
 	// Key What the limit is counted per: `input.<dotted.path>` (a field of the run's

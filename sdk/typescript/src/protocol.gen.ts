@@ -1371,15 +1371,21 @@ export interface components {
             runs: number;
         };
         /**
-         * @description A rate per key: at most `limit` starts per `period`, spread evenly (one each
-         *     `period/limit`), plus `burst` more at once after a quiet spell.
+         * @description A rate per key: `limit` starts per `period`, one each `period/limit`, plus
+         *     `burst` more at once after a quiet spell (GCRA). A rate limit admits `limit`
+         *     starts back to back by default; a throttle spaces them.
          */
         RateConfig: {
             /** @description Starts per period; at least 1. */
             limit: number;
             /** @description From `10ms` to `24h`. */
             period: components["schemas"]["Duration"];
-            /** @description Starts allowed at once beyond the steady rate. Defaults to 0. */
+            /**
+             * @description Starts allowed at once beyond the first, after a quiet spell (the bucket's
+             *     size less one). A rate limit's defaults to `limit - 1`: "2 per 10s" admits 2
+             *     starts back to back (a full bucket), then one each 5s. A throttle's defaults
+             *     to 0. `0` spaces every start `period/limit` after the one before.
+             */
             burst?: number;
             /**
              * @description What the limit is counted per: `input.<dotted.path>` (a field of the run's
