@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
@@ -124,4 +125,46 @@ func MaskCallback(e Entry) Entry {
 		e.Output = raw
 	}
 	return e
+}
+
+// OpenCallback is a callback of a run that a POST to its URL would resolve now.
+type OpenCallback struct {
+	Seq       int
+	Name      string
+	URL       string // With its token in clear: the credential that resolves it.
+	ExpiresAt time.Time
+	Awaited   bool // The run waits for it now.
+}
+
+// MaxOpenCallbacks bounds the callbacks OpenCallbacks returns.
+const MaxOpenCallbacks = 1000
+
+// OpenCallbacks returns the callbacks of the run runID of tenant that a POST to their
+// URL would resolve now (pending, not expired, the run not finished), oldest first, at
+// most MaxOpenCallbacks (more: the run has others), their URLs opened with key. It
+// returns ErrNotFound when tenant has no such run.
+func OpenCallbacks(ctx context.Context, db DB, key CallbackKey, tenant, runID string) (cbs []OpenCallback, more bool, err error) {
+	if _, err := GetRun(ctx, db, tenant, runID); err != nil {
+		return nil, false, err
+	}
+	rows, err := dbsqlc.New(db).CallbackListOpen(ctx, dbsqlc.CallbackListOpenParams{Tenant: tenant, RunID: runID, MaxRows: MaxOpenCallbacks + 1})
+	if err != nil {
+		return nil, false, fmt.Errorf("list open callbacks of run %s: %w", runID, err)
+	}
+	if len(rows) > MaxOpenCallbacks {
+		rows, more = rows[:MaxOpenCallbacks], true
+	}
+	cbs = make([]OpenCallback, 0, len(rows))
+	for _, r := range rows {
+		opened, err := key.OpenCallback(r.Output)
+		if err != nil {
+			return nil, false, fmt.Errorf("callback %d of run %s: %w", r.Seq, runID, err)
+		}
+		var out CallbackOutput
+		if err := json.Unmarshal(opened, &out); err != nil {
+			return nil, false, fmt.Errorf("callback %d of run %s: %w", r.Seq, runID, err)
+		}
+		cbs = append(cbs, OpenCallback{Seq: int(r.Seq), Name: r.Name, URL: out.URL, ExpiresAt: r.ExpiresAt, Awaited: r.Awaited})
+	}
+	return cbs, more, nil
 }

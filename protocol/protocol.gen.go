@@ -1649,6 +1649,30 @@ type Run struct {
 	WakeAt *time.Time `json:"wake_at,omitempty"`
 }
 
+// RunCallback An open callback of a run, with the URL that resolves it.
+type RunCallback struct {
+	// Awaited The run waits for it now.
+	Awaited   *bool     `json:"awaited,omitempty"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Name      string    `json:"name"`
+
+	// Seq The seq of the callback's journal entry.
+	Seq int `json:"seq"`
+
+	// URL `<gateway public URL>/v1/callbacks/<token>`: a POST resolves the callback,
+	// `…/reject` rejects it, with no JWT. A secret: whoever holds it may resolve.
+	URL string `json:"url"`
+}
+
+// RunCallbackList defines model for RunCallbackList.
+type RunCallbackList struct {
+	Callbacks []RunCallback `json:"callbacks"`
+
+	// More The run has more than the 1000 open callbacks listed.
+	More  bool   `json:"more"`
+	RunID string `json:"run_id"`
+}
+
 // RunCheck A live run the new code would break: where its replay diverges from the journal
 // (`divergence`), or how the replay-only invocation failed (`error`: it did not
 // answer, or answered something other than `replayed`).
@@ -2928,6 +2952,18 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/runs/{id} (the `GetRun` operationId).
 	GetRun(ctx context.Context, id RunID, params *GetRunParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListRunCallbacks Lists a run's open callbacks with their whole URLs, to hand one to whoever resolves it. Needs `runs:manage`.
+	//
+	// Each callback of the run that a POST to its URL would resolve now (pending, not
+	// expired, its run not finished), oldest first, with its URL token included: the
+	// credential that resolves it without a JWT. So it needs `runs:manage`, as
+	// resolving it by name does; every other read (`GET /v1/runs/{id}`, the export)
+	// shows the token masked. At most 1000 callbacks (`more` says there are others);
+	// another tenant's run is a 404.
+	//
+	// Corresponds with GET /v1/runs/{id}/callbacks (the `ListRunCallbacks` operationId).
+	ListRunCallbacks(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ResolveRunCallbackWithBody Resolves a run's callback by its name, with the request body as its data, as the caller. Needs `runs:manage`.
 	//
@@ -4273,6 +4309,28 @@ func (c *Client) StreamRuns(ctx context.Context, params *StreamRunsParams, reqEd
 // Corresponds with GET /v1/runs/{id} (the `GetRun` operationId).
 func (c *Client) GetRun(ctx context.Context, id RunID, params *GetRunParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetRunRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListRunCallbacks Lists a run's open callbacks with their whole URLs, to hand one to whoever resolves it. Needs `runs:manage`.
+//
+// Each callback of the run that a POST to its URL would resolve now (pending, not
+// expired, its run not finished), oldest first, with its URL token included: the
+// credential that resolves it without a JWT. So it needs `runs:manage`, as
+// resolving it by name does; every other read (`GET /v1/runs/{id}`, the export)
+// shows the token masked. At most 1000 callbacks (`more` says there are others);
+// another tenant's run is a 404.
+//
+// Corresponds with GET /v1/runs/{id}/callbacks (the `ListRunCallbacks` operationId).
+func (c *Client) ListRunCallbacks(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListRunCallbacksRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -6374,6 +6432,40 @@ func NewGetRunRequest(server string, id RunID, params *GetRunParams) (*http.Requ
 	return req, nil
 }
 
+// NewListRunCallbacksRequest constructs an http.Request for the ListRunCallbacks method
+func NewListRunCallbacksRequest(server string, id RunID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/runs/%s/callbacks", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewResolveRunCallbackRequest calls the generic ResolveRunCallback builder with application/json body
 func NewResolveRunCallbackRequest(server string, id RunID, name CallbackName, body ResolveRunCallbackJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -8174,6 +8266,20 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/runs/{id} (the `GetRun` operationId).
 	GetRunWithResponse(ctx context.Context, id RunID, params *GetRunParams, reqEditors ...RequestEditorFn) (*GetRunResponse, error)
+
+	// ListRunCallbacksWithResponse Lists a run's open callbacks with their whole URLs, to hand one to whoever resolves it. Needs `runs:manage`.
+	//
+	// Each callback of the run that a POST to its URL would resolve now (pending, not
+	// expired, its run not finished), oldest first, with its URL token included: the
+	// credential that resolves it without a JWT. So it needs `runs:manage`, as
+	// resolving it by name does; every other read (`GET /v1/runs/{id}`, the export)
+	// shows the token masked. At most 1000 callbacks (`more` says there are others);
+	// another tenant's run is a 404.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/runs/{id}/callbacks (the `ListRunCallbacks` operationId).
+	ListRunCallbacksWithResponse(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*ListRunCallbacksResponse, error)
 
 	// ResolveRunCallbackWithBodyWithResponse Resolves a run's callback by its name, with the request body as its data, as the caller. Needs `runs:manage`.
 	//
@@ -10139,6 +10245,75 @@ func (r GetRunResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetRunResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListRunCallbacksResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RunCallbackList
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListRunCallbacksResponse) GetJSON200() *RunCallbackList {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListRunCallbacksResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListRunCallbacksResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListRunCallbacksResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListRunCallbacksResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListRunCallbacksResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListRunCallbacksResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListRunCallbacksResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListRunCallbacksResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -12694,6 +12869,26 @@ func (c *ClientWithResponses) GetRunWithResponse(ctx context.Context, id RunID, 
 	return ParseGetRunResponse(rsp)
 }
 
+// ListRunCallbacksWithResponse Lists a run's open callbacks with their whole URLs, to hand one to whoever resolves it. Needs `runs:manage`.
+//
+// Each callback of the run that a POST to its URL would resolve now (pending, not
+// expired, its run not finished), oldest first, with its URL token included: the
+// credential that resolves it without a JWT. So it needs `runs:manage`, as
+// resolving it by name does; every other read (`GET /v1/runs/{id}`, the export)
+// shows the token masked. At most 1000 callbacks (`more` says there are others);
+// another tenant's run is a 404.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/runs/{id}/callbacks (the `ListRunCallbacks` operationId).
+func (c *ClientWithResponses) ListRunCallbacksWithResponse(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*ListRunCallbacksResponse, error) {
+	rsp, err := c.ListRunCallbacks(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListRunCallbacksResponse(rsp)
+}
+
 // ResolveRunCallbackWithBodyWithResponse Resolves a run's callback by its name, with the request body as its data, as the caller. Needs `runs:manage`.
 //
 // As `resolveCallback`, for a caller with a JWT and no token: the callback is the
@@ -14609,6 +14804,60 @@ func ParseGetRunResponse(rsp *http.Response) (*GetRunResponse, error) {
 			return nil, err
 		}
 		response.ApplicationProblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListRunCallbacksResponse parses an HTTP response from a ListRunCallbacksWithResponse call
+func ParseListRunCallbacksResponse(rsp *http.Response) (*ListRunCallbacksResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListRunCallbacksResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RunCallbackList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
 
 	}
 

@@ -1040,6 +1040,33 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/runs/{id}/callbacks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["RunID"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Lists a run's open callbacks with their whole URLs, to hand one to whoever resolves it. Needs `runs:manage`.
+         * @description Each callback of the run that a POST to its URL would resolve now (pending, not
+         *     expired, its run not finished), oldest first, with its URL token included: the
+         *     credential that resolves it without a JWT. So it needs `runs:manage`, as
+         *     resolving it by name does; every other read (`GET /v1/runs/{id}`, the export)
+         *     shows the token masked. At most 1000 callbacks (`more` says there are others);
+         *     another tenant's run is a 404.
+         */
+        get: operations["listRunCallbacks"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/runs/{id}/callbacks/{name}": {
         parameters: {
             query?: never;
@@ -1510,6 +1537,27 @@ export interface components {
         FunctionStatsList: {
             window: string;
             functions: components["schemas"]["FunctionStats"][];
+        };
+        RunCallbackList: {
+            run_id: string;
+            callbacks: components["schemas"]["RunCallback"][];
+            /** @description The run has more than the 1000 open callbacks listed. */
+            more: boolean;
+        };
+        /** @description An open callback of a run, with the URL that resolves it. */
+        RunCallback: {
+            /** @description The seq of the callback's journal entry. */
+            seq: number;
+            name: string;
+            /**
+             * @description `<gateway public URL>/v1/callbacks/<token>`: a POST resolves the callback,
+             *     `…/reject` rejects it, with no JWT. A secret: whoever holds it may resolve.
+             */
+            url: string;
+            /** Format: date-time */
+            expires_at: string;
+            /** @description The run waits for it now. */
+            awaited?: boolean;
         };
         AppSync: {
             /** @description The app's base URL; its manifest is GET at this URL. */
@@ -4061,6 +4109,32 @@ export interface operations {
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["TooLarge"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    listRunCallbacks: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["RunID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The run's open callbacks. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunCallbackList"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             503: components["responses"]["Unavailable"];
         };
     };
