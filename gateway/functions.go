@@ -187,10 +187,10 @@ func (s *Server) DeleteFunction(ctx context.Context, req server.DeleteFunctionRe
 }
 
 // SyncApp reads an app's manifest with a signed GET and registers each of its functions,
-// once all of them are valid: a new revision for each whose URL or config changed
-// (invoker.Functions.Sync), the current one kept for the others. With check (or dry_run), it first checks the new code
-// against the functions' live runs (checkApp) and registers nothing when a run would
-// break, unless force, nor with dry_run.
+// once all of them are valid: a new revision of each whose URL or config changed
+// (invoker.Functions.Sync); the others keep theirs. With check (or dry_run), it first
+// checks the new code against the functions' live runs (checkApp) and registers nothing
+// when a run would break, unless force, nor with dry_run.
 func (s *Server) SyncApp(ctx context.Context, req server.SyncAppRequestObject) (server.SyncAppResponseObject, error) {
 	opts, err := s.syncOptions(ctx, req.Params)
 	if err != nil {

@@ -36,11 +36,7 @@ func (f *Functions) Register(ctx context.Context, db *journal.TenantDB, name, ur
 // current revision, and otherwise returns the current one with changed false, so that
 // runs started after the sync stay on it.
 func (f *Functions) Sync(ctx context.Context, db *journal.TenantDB, name, url string, raw json.RawMessage, fc FunctionConfig) (fn *journal.Function, changed bool, err error) {
-	fn, changed, err = journal.SyncFunction(ctx, db, db.Tenant(), name, url, raw, fc.Timeout, fc.RunTimeout)
-	if err != nil {
-		return nil, false, fmt.Errorf("sync function %s: %w", name, err)
-	}
-	return fn, changed, nil
+	return journal.SyncFunction(ctx, db, db.Tenant(), name, url, raw, fc.Timeout, fc.RunTimeout)
 }
 
 // Delete unregisters a function of db's tenant; its revisions and runs are kept. It
