@@ -25,8 +25,10 @@ const MaskedToken = "xxxxx"
 // SHA-256(key || salt || 0x00) || SHA-256(key || salt || 0x01) || ... The key is
 // stepgate.callback_key's, made by the baseline migration and read by the gateways' system role
 // only; stepgate.callback keeps the token's SHA-256 for the lookup. So the token is
-// nowhere in the database: the gateway opens it for the run's own function only (its
-// invocations' journal, its checkpoint's answer), and a replay returns the same handle.
+// nowhere in the database: the gateway opens it for the run's own function (its
+// invocations' journal, its checkpoint's answer), so that a replay returns the same
+// handle, and for no one else but a caller who may resolve the callback by name anyway
+// (runs:manage in its tenant), who lists a run's open callbacks (OpenCallbacks).
 type CallbackKey []byte
 
 // sealSaltBytes is the length of a sealed token's salt.
