@@ -53,7 +53,7 @@ func TestKeyValue(t *testing.T) {
 func TestRateBurstDefaults(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		config             string
+		config              string
 		throttle, rateLimit int
 	}{
 		{`{"rate_limit":{"limit":2,"period":"10s"}}`, -1, 1},
