@@ -104,12 +104,12 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 	if cfg.Sleepers > 0 {
 		margin := cfg.SleepMargin
 		if margin == 0 {
-			// Twice the time the suspended phase took per run, or 200 runs/s without it.
+			// 1.5 times the time the suspended phase took per run, or 200 runs/s without it.
 			perRun := 5 * time.Millisecond
 			if s := rep.Suspended; s != nil {
 				perRun = s.Created / time.Duration(s.Runs)
 			}
-			margin = 10*time.Second + 2*perRun*time.Duration(cfg.Sleepers)
+			margin = 10*time.Second + 3*perRun*time.Duration(cfg.Sleepers)/2
 		}
 		if rep.Sleepers, err = measureSleepers(ctx, st, cfg, margin, logf); err != nil {
 			return rep, fmt.Errorf("sleepers: %w", err)

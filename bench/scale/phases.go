@@ -64,8 +64,10 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 }
 
 // startMany starts n runs of fn through the API, clients at a time, with body(i) as
-// the input of the i-th, and returns their ids in order.
-func startMany(ctx context.Context, st *stack, clients, n int, fn string, body func(i int) string) ([]string, error) {
+// the input of the i-th, for timeout at most, and returns their ids in order.
+func startMany(ctx context.Context, st *stack, clients, n int, timeout time.Duration, fn string, body func(i int) string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	ids := make([]string, n)
 	var next, failed atomic.Int64
 	var firstErr atomic.Value
@@ -149,7 +151,7 @@ func measureSuspended(ctx context.Context, st *stack, cfg config, logf func(stri
 	prefix := fmt.Sprintf("held-%d", time.Now().UnixNano())
 	logf("suspended: starting %d runs of orders.await_payment", cfg.Suspended)
 	c0, t0 := st.cpuNow(), time.Now()
-	if _, err := startMany(ctx, st, cfg.Clients, cfg.Suspended, "orders.await_payment", func(i int) string {
+	if _, err := startMany(ctx, st, cfg.Clients, cfg.Suspended, cfg.PhaseTimeout, "orders.await_payment", func(i int) string {
 		return fmt.Sprintf(`{"order_id":"%s-%d","timeout":"24h"}`, prefix, i)
 	}); err != nil {
 		return nil, err
@@ -239,7 +241,7 @@ func measureSleepers(ctx context.Context, st *stack, cfg config, margin time.Dur
 	t0 := time.Now()
 	first := t0.Add(margin).Truncate(time.Millisecond)
 	logf("sleepers: starting %d runs of nap, due from %s to 1s later (%s from now)", n, first.Format("15:04:05.000"), margin)
-	ids, err := startMany(ctx, st, cfg.Clients, n, "nap", func(i int) string {
+	ids, err := startMany(ctx, st, cfg.Clients, n, cfg.PhaseTimeout, "nap", func(i int) string {
 		until := first.Add(time.Duration(i) * time.Second / time.Duration(n))
 		return fmt.Sprintf(`{"until":%q}`, until.UTC().Format(time.RFC3339Nano))
 	})
@@ -343,7 +345,7 @@ func measureFanout(ctx context.Context, st *stack, cfg config, logf func(string,
 	order := fmt.Sprintf("fanout-%d", time.Now().UnixNano())
 	logf("fanout: starting %d runs of orders.await_payment waiting for the payment of %s", n, order)
 	t0 := time.Now()
-	ids, err := startMany(ctx, st, cfg.Clients, n, "orders.await_payment", func(int) string {
+	ids, err := startMany(ctx, st, cfg.Clients, n, cfg.PhaseTimeout, "orders.await_payment", func(int) string {
 		return fmt.Sprintf(`{"order_id":%q,"timeout":"1h"}`, order)
 	})
 	if err != nil {
