@@ -45,7 +45,8 @@ func (st *stack) idleCPU(ctx context.Context, settle, d time.Duration) (cpu, err
 		return cpu{}, err
 	}
 	used, took := st.cpuNow().sub(c0), time.Since(t0)
-	return cpu{perSecond(used.gateway, took), perSecond(used.postgres, took)}, nil
+	return cpu{perSecond(used.gateway, took), perSecond(used.postgres, took),
+		perSecond(used.pgBackends, took), perSecond(used.pgVacuums, took)}, nil
 }
 
 func perSecond(d, over time.Duration) time.Duration {

@@ -31,6 +31,8 @@ func (r *report) print(w io.Writer) {
 		row("database size", s.Before.DatabaseBytes, s.Held.DatabaseBytes, "B")
 		fmt.Fprintf(w, "  %-26s %11.1f ms/s %9.1f ms/s\n", "gateway idle CPU", ms(s.IdleBefore.gateway), ms(s.IdleHeld.gateway))
 		fmt.Fprintf(w, "  %-26s %11.1f ms/s %9.1f ms/s\n", "postgres idle CPU", ms(s.IdleBefore.postgres), ms(s.IdleHeld.postgres))
+		fmt.Fprintf(w, "  %-26s %11.1f ms/s %9.1f ms/s\n", "  of which backends", ms(s.IdleBefore.pgBackends), ms(s.IdleHeld.pgBackends))
+		fmt.Fprintf(w, "  %-26s %11.1f ms/s %9.1f ms/s\n", "  of which autovacuum", ms(s.IdleBefore.pgVacuums), ms(s.IdleHeld.pgVacuums))
 	}
 	if s := r.Sleepers; s != nil {
 		fmt.Fprintf(w, "\n(b) %d sleeping runs (nap) with wake times spread over 1 s, %s after the first start (all suspended after %s)\n",

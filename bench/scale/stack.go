@@ -196,12 +196,17 @@ func freeAddr() (string, error) {
 // clockTicks is the unit of /proc/PID/stat's times (USER_HZ, 100 on Linux).
 const clockTicks = 100
 
-// cpu is CPU time consumed so far.
+// cpu is CPU time consumed so far. postgres is the sum of pgBackends (the processes of
+// connections), pgVacuums (autovacuum workers, live, and every child that has exited:
+// mostly autovacuum workers) and the rest (the postmaster and its background processes).
 type cpu struct {
-	gateway, postgres time.Duration
+	gateway, postgres     time.Duration
+	pgBackends, pgVacuums time.Duration
 }
 
-func (a cpu) sub(b cpu) cpu { return cpu{a.gateway - b.gateway, a.postgres - b.postgres} }
+func (a cpu) sub(b cpu) cpu {
+	return cpu{a.gateway - b.gateway, a.postgres - b.postgres, a.pgBackends - b.pgBackends, a.pgVacuums - b.pgVacuums}
+}
 
 // cpuNow reads the CPU time consumed so far by the gateway process, and by Postgres: its
 // postmaster, the children the postmaster has reaped, and its live children. Zero for a
@@ -216,10 +221,21 @@ func (st *stack) cpuNow() cpu {
 	if st.postmasterPID != 0 {
 		if s, err := readStat(st.postmasterPID); err == nil {
 			c.postgres = ticks(s.utime + s.stime + s.cutime + s.cstime)
+			c.pgVacuums = ticks(s.cutime + s.cstime)
 		}
 		for _, pid := range children(st.postmasterPID) {
-			if s, err := readStat(pid); err == nil && s.ppid == st.postmasterPID {
-				c.postgres += ticks(s.utime + s.stime)
+			s, err := readStat(pid)
+			if err != nil || s.ppid != st.postmasterPID {
+				continue
+			}
+			t := ticks(s.utime + s.stime)
+			c.postgres += t
+			title, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			switch {
+			case strings.Contains(string(title), "autovacuum worker"):
+				c.pgVacuums += t
+			case strings.Contains(string(title), "[local]") || strings.Contains(string(title), "127.0.0.1"):
+				c.pgBackends += t
 			}
 		}
 	}
