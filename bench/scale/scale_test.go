@@ -36,10 +36,9 @@ func TestScale(t *testing.T) {
 
 	require.Equal(t, 20, rep.Sleepers.Runs)
 	require.Positive(t, rep.Sleepers.Wave.Peak)
-	require.Positive(t, rep.Sleepers.Late.Max)
+	require.Positive(t, rep.Sleepers.AllDone) // the last run ends after the last wake time
 
-	require.Equal(t, 20, rep.Fanout.Resumed)
-	require.Positive(t, rep.Fanout.AllDone)
+	require.Equal(t, 20, rep.Fanout.Resumed) // and each of them completed (measureFanout checks)
 
 	var out bytes.Buffer
 	rep.print(&out)
