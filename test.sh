@@ -184,8 +184,8 @@ if (($# == 0)) && have_node20; then
 	(cd "$ts_sdk" && npm test --silent) || rc=1
 	step "TypeScript SDK: the test harness under Vitest (npm run test:vitest)"
 	(cd "$ts_sdk" && npm run test:vitest --silent) || rc=1
-	step "TypeScript SDK: end-to-end (go test -run '^TestTypeScriptSDK$' ./cmd/stepgate)"
-	go test -count=1 -run '^TestTypeScriptSDK$' ./cmd/stepgate || rc=1
+	step "TypeScript SDK: end-to-end (go test -run '^TestTypeScript(SDK|Client)$' ./cmd/stepgate)"
+	go test -count=1 -run '^TestTypeScript(SDK|Client)$' ./cmd/stepgate || rc=1
 	for runtime in bun@1.4.5 deno@2.9.6; do
 		name=${runtime%@*}
 		step "TypeScript SDK: the Fetch handler on $runtime (from npm)"

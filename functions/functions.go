@@ -49,6 +49,7 @@ import (
 
 	"go.opentelemetry.io/otel/propagation"
 
+	"github.com/stepgate/stepgate/client"
 	"github.com/stepgate/stepgate/functions/internal/invocation"
 	"github.com/stepgate/stepgate/functions/step"
 	"github.com/stepgate/stepgate/protocol"
@@ -266,21 +267,30 @@ func ResumeRoles(roles ...string) Option {
 	return Option{set: func(c *protocol.FunctionConfig) { c.ResumeRoles = new(slices.Clone(roles)) }}
 }
 
-// Rate is a throttle's or a rate limit's rate: at most Limit starts per Period (from
-// 10ms to 24h), spread evenly (one each Period/Limit), plus Burst more at once after a
-// quiet spell, counted per Key (see the Key expressions below); for a throttle, at most MaxQueue (default
-// 1000) starts of one key wait at once.
+// Rate is a throttle's or a rate limit's rate: Limit starts per Period (from 10ms to
+// 24h), one each Period/Limit, plus Burst more at once after a quiet spell, counted per
+// Key (see the Key expressions below); for a throttle, at most MaxQueue (default 1000)
+// starts of one key wait at once. Burst 0 is the default: Limit-1 for a rate limit (a
+// quiet key admits Limit starts back to back), 0 for a throttle. Spaced sets it to 0
+// for a rate limit too, so that every start comes Period/Limit after the one before;
+// Register panics when Spaced is set with a Burst.
 type Rate struct {
 	Limit    int
 	Period   time.Duration
 	Burst    int
+	Spaced   bool
 	Key      string
 	MaxQueue int
 }
 
 func (r Rate) config() *protocol.RateConfig {
 	c := &protocol.RateConfig{Limit: r.Limit, Period: r.Period.String()}
-	if r.Burst > 0 {
+	switch {
+	case r.Spaced && r.Burst != 0:
+		panic(fmt.Sprintf("functions: a Rate is Spaced or has a Burst (%d), not both", r.Burst))
+	case r.Spaced:
+		c.Burst = new(0)
+	case r.Burst > 0:
 		c.Burst = new(r.Burst)
 	}
 	if r.Key != "" {
@@ -376,7 +386,10 @@ func retries(c *protocol.FunctionConfig) *protocol.RetryPolicy {
 //
 // name must be 1 to 255 letters, digits, '.', '_' or '-', starting with a letter or digit,
 // and unique in app; otherwise Register panics, as registering is part of program setup.
-func Register[In, Out any](app *App, name string, fn func(ctx context.Context, in In) (Out, error), opts ...Option) {
+//
+// Register returns a [client.Ref] to the function, which callers pass to [client.Run] and
+// [client.Start]: they then only compile with an In, and return an Out.
+func Register[In, Out any](app *App, name string, fn func(ctx context.Context, in In) (Out, error), opts ...Option) client.Ref[In, Out] {
 	if !names.ValidFunction(name) {
 		panic(fmt.Sprintf("functions: invalid function name %q", name))
 	}
@@ -419,6 +432,7 @@ func Register[In, Out any](app *App, name string, fn func(ctx context.Context, i
 	byName := maps.Clone(old.byName)
 	byName[name] = f
 	app.reg.Store(&registry{byName: byName, manifest: manifest(byName)})
+	return client.Ref[In, Out](name)
 }
 
 // codingError is an input or output that does not fit the function's types: a new

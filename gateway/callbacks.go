@@ -186,3 +186,25 @@ func callbackToAPI(cb *journal.Callback) *protocol.CallbackResolution {
 	}
 	return out
 }
+
+// ListRunCallbacks lists a run's open callbacks with their URLs in clear, for a caller
+// with runs:manage (who may resolve them by name anyway) to hand one on; other reads
+// show the tokens masked. Another tenant's run is a 404.
+func (s *Server) ListRunCallbacks(ctx context.Context, req server.ListRunCallbacksRequestObject) (server.ListRunCallbacksResponseObject, error) {
+	if !validRunID(req.ID) {
+		return server.ListRunCallbacks404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.ID)}, nil
+	}
+	db := s.tenantDB(ctx)
+	cbs, more, err := s.inv.OpenCallbacks(ctx, db, req.ID)
+	if errors.Is(err, journal.ErrNotFound) {
+		return server.ListRunCallbacks404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: s.runGone(ctx, db, req.ID)}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := protocol.RunCallbackList{RunID: req.ID, Callbacks: make([]protocol.RunCallback, 0, len(cbs)), More: more}
+	for _, cb := range cbs {
+		out.Callbacks = append(out.Callbacks, protocol.RunCallback{Seq: cb.Seq, Name: cb.Name, URL: cb.URL, ExpiresAt: cb.ExpiresAt, Awaited: &cb.Awaited})
+	}
+	return server.ListRunCallbacks200JSONResponse(out), nil
+}

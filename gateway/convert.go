@@ -14,8 +14,10 @@ import (
 // entryForReaders returns a journal entry in its protocol form for the API's readers:
 // a callback's token, the credential that resolves it, is masked (journal.MaskedToken)
 // in its output and its URL, and its sealed form (journal.CallbackKey) is left out. Only
-// the run's function (its invocations' journal, opened by the gateway) gets it. It is
-// the gateway's only conversion of a journal entry, so none reaches a reader unmasked.
+// the run's function (its invocations' journal, opened by the gateway) gets it, and a
+// caller with runs:manage who lists the run's open callbacks (ListRunCallbacks, which
+// shows no journal entry). It is the gateway's only conversion of a journal entry, so
+// none reaches a reader unmasked.
 func entryForReaders(e journal.Entry) protocol.JournalEntry {
 	e = journal.MaskCallback(e)
 	out := protocol.JournalEntry{

@@ -362,6 +362,46 @@ func TestRateLimit(t *testing.T) {
 	})
 }
 
+// TestRateLimitAdmitsLimitAtOnce: a rate limit of N per period admits N starts back to
+// back by default (a full bucket) and refuses the next; Spaced (burst 0) admits one,
+// and the next only period/N later. The period is an hour, so that no start here is
+// slow enough to earn another.
+func TestRateLimitAdmitsLimitAtOnce(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	c := s.Client(t, s.NewToken(t, auth.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}}))
+	var calls atomic.Int32
+	app := s.NewApp()
+	functions.Register(app, "default", echoFlow(&calls), functions.RateLimit(functions.Rate{Limit: 2, Period: time.Hour}))
+	functions.Register(app, "spaced", echoFlow(&calls), functions.RateLimit(functions.Rate{Limit: 2, Period: time.Hour, Spaced: true}))
+	synced, err := c.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: s.ServeApp(t, app)})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
+	got, err := c.GetFunctionWithResponse(t.Context(), "spaced")
+	require.NoError(t, err)
+	require.Equal(t, 0, *got.JSON200.Config.RateLimit.Burst, "Spaced is burst 0 on the wire")
+
+	refused := func(name string) {
+		t.Helper()
+		resp := startFlow(t, c, name, `{}`, nil)
+		require.Equal(t, http.StatusTooManyRequests, resp.StatusCode(), string(resp.Body))
+		require.Contains(t, string(resp.Body), "rate limited: 2 per 1h0m0s")
+		after, err := strconv.Atoi(resp.HTTPResponse.Header.Get("Retry-After"))
+		require.NoError(t, err)
+		require.True(t, after > 0 && after <= 1800, "Retry-After %d: within period/limit", after)
+	}
+	accepted(t, startFlow(t, c, "default", `{}`, nil))
+	accepted(t, startFlow(t, c, "default", `{}`, nil))
+	refused("default")
+
+	accepted(t, startFlow(t, c, "spaced", `{}`, nil))
+	refused("spaced")
+
+	list, err := c.ListRunsWithResponse(t.Context(), &protocol.ListRunsParams{Function: ptr("default")})
+	require.NoError(t, err)
+	require.Len(t, list.JSON200.Runs, 2)
+}
+
 // TestDebounce collapses starts into one run with the last input, capped by max_wait.
 func TestDebounce(t *testing.T) {
 	t.Parallel()

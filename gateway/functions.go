@@ -187,9 +187,10 @@ func (s *Server) DeleteFunction(ctx context.Context, req server.DeleteFunctionRe
 }
 
 // SyncApp reads an app's manifest with a signed GET and registers each of its functions,
-// once all of them are valid. With check (or dry_run), it first checks the new code
-// against the functions' live runs (checkApp) and registers nothing when a run would
-// break, unless force, nor with dry_run.
+// once all of them are valid: a new revision of each whose URL or config changed
+// (invoker.Functions.Sync); the others keep theirs. With check (or dry_run), it first
+// checks the new code against the functions' live runs (checkApp) and registers nothing
+// when a run would break, unless force, nor with dry_run.
 func (s *Server) SyncApp(ctx context.Context, req server.SyncAppRequestObject) (server.SyncAppResponseObject, error) {
 	opts, err := s.syncOptions(ctx, req.Params)
 	if err != nil {
@@ -220,7 +221,7 @@ func (s *Server) SyncApp(ctx context.Context, req server.SyncAppRequestObject) (
 		}
 		regs = append(regs, r)
 	}
-	out := protocol.AppSyncResult{Functions: []protocol.Function{}}
+	out := protocol.AppSyncResult{Functions: []protocol.SyncedFunction{}}
 	if opts.check {
 		c, err := s.checkApp(ctx, manifest, regs, opts)
 		if err != nil {
@@ -236,19 +237,19 @@ func (s *Server) SyncApp(ctx context.Context, req server.SyncAppRequestObject) (
 			}), nil
 		}
 	}
-	var fns []journal.Function
 	for _, r := range regs {
-		fn, err := s.store(ctx, tenant, r)
+		fn, changed, err := s.inv.Functions().Sync(ctx, journal.ForTenant(s.api, tenant), r.name, r.url, r.raw, r.config)
 		if err != nil {
 			return nil, err
 		}
-		fns = append(fns, *fn)
+		f, err := functionToAPI(fn, true)
+		if err != nil {
+			return nil, err
+		}
+		out.Functions = append(out.Functions, protocol.SyncedFunction{
+			Name: f.Name, Revision: f.Revision, URL: f.URL, Config: f.Config, CreatedAt: f.CreatedAt, Changed: changed,
+		})
 	}
-	list, err := functionsToAPI(fns, true)
-	if err != nil {
-		return nil, err
-	}
-	out.Functions = list.Functions
 	return server.SyncApp200JSONResponse(out), nil
 }
 

@@ -115,6 +115,17 @@ func (inv *Invoker) resolveCallback(ctx context.Context, db interface {
 	return cb, nil
 }
 
+// OpenCallbacks returns the callbacks of a run of db's tenant that a POST to their URL
+// would resolve now, with their URLs in clear (journal.OpenCallbacks): for a caller
+// allowed to resolve them, who hands one on. journal.ErrNotFound: no such run.
+func (inv *Invoker) OpenCallbacks(ctx context.Context, db *journal.TenantDB, runID string) ([]journal.OpenCallback, bool, error) {
+	key, err := inv.callbackKeyOf(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	return journal.OpenCallbacks(ctx, db, key, db.Tenant(), runID)
+}
+
 // callbackKeyOf returns the deployment's callback key (journal.CallbackKey), read from
 // the database the first time. It never changes.
 func (inv *Invoker) callbackKeyOf(ctx context.Context) (journal.CallbackKey, error) {

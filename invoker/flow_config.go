@@ -24,8 +24,9 @@ type Flow struct {
 }
 
 // Rate is a throttle's or a rate limit's rate per key: Limit starts per Period, one each
-// Period/Limit, plus Burst more at once after a quiet spell (GCRA). MaxQueue bounds a
-// throttle's waiting starts per key.
+// Period/Limit, plus Burst more at once after a quiet spell (GCRA). A rate limit's Burst
+// defaults to Limit-1, so that a quiet key admits Limit starts back to back; a
+// throttle's to 0. MaxQueue bounds a throttle's waiting starts per key.
 type Rate struct {
 	Limit    int
 	Period   time.Duration
@@ -185,11 +186,17 @@ func parseFlowPeriod(field, s string) (time.Duration, error) {
 	return d, nil
 }
 
-func parseRate(field string, c *protocol.RateConfig) (*Rate, error) {
+// parseRate reads a throttle's or a rate limit's config. Without a burst, full (a rate
+// limit's) makes it Limit-1: the bucket is full at the start, and Limit starts pass
+// back to back; else 0, one start each Period/Limit.
+func parseRate(field string, c *protocol.RateConfig, full bool) (*Rate, error) {
 	if c == nil {
 		return nil, nil
 	}
 	r := &Rate{Limit: c.Limit, MaxQueue: DefaultMaxQueue, period: c.Period}
+	if full {
+		r.Burst = c.Limit - 1
+	}
 	if c.Limit < 1 || c.Limit > MaxFlowLimit {
 		return nil, fmt.Errorf("%s.limit %d is not from 1 to %d", field, c.Limit, MaxFlowLimit)
 	}
@@ -227,10 +234,10 @@ func parseFlow(c protocol.FunctionConfig) (*Flow, error) {
 	}
 	f := &Flow{}
 	var err error
-	if f.Throttle, err = parseRate("config.throttle", c.Throttle); err != nil {
+	if f.Throttle, err = parseRate("config.throttle", c.Throttle, false); err != nil {
 		return nil, err
 	}
-	if f.RateLimit, err = parseRate("config.rate_limit", c.RateLimit); err != nil {
+	if f.RateLimit, err = parseRate("config.rate_limit", c.RateLimit, true); err != nil {
 		return nil, err
 	}
 	if d := c.Debounce; d != nil {

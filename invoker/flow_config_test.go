@@ -47,3 +47,31 @@ func TestKeyValue(t *testing.T) {
 		require.ErrorContains(t, err, "config.throttle.key", bad)
 	}
 }
+
+// TestRateBurstDefaults: a rate limit's burst defaults to limit-1 (limit starts back to
+// back), a throttle's to 0; an explicit burst, 0 included, is kept.
+func TestRateBurstDefaults(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		config              string
+		throttle, rateLimit int
+	}{
+		{`{"rate_limit":{"limit":2,"period":"10s"}}`, -1, 1},
+		{`{"rate_limit":{"limit":1,"period":"10s"}}`, -1, 0},
+		{`{"rate_limit":{"limit":2,"period":"10s","burst":0}}`, -1, 0},
+		{`{"rate_limit":{"limit":2,"period":"10s","burst":5}}`, -1, 5},
+		{`{"throttle":{"limit":2,"period":"10s"}}`, 0, -1},
+		{`{"throttle":{"limit":2,"period":"10s","burst":3}}`, 3, -1},
+	} {
+		f, err := invoker.ParseFlow(json.RawMessage(tc.config))
+		require.NoError(t, err, tc.config)
+		burst := func(r *invoker.Rate) int {
+			if r == nil {
+				return -1
+			}
+			return r.Burst
+		}
+		require.Equal(t, tc.throttle, burst(f.Throttle), tc.config)
+		require.Equal(t, tc.rateLimit, burst(f.RateLimit), tc.config)
+	}
+}

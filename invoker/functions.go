@@ -31,6 +31,14 @@ func (f *Functions) Register(ctx context.Context, db *journal.TenantDB, name, ur
 	return fn, nil
 }
 
+// Sync is Register for a sync of an app: it stores a new revision only when the URL or
+// the config (its fields, and the timeouts it implies) differ from the function's
+// current revision, and otherwise returns the current one with changed false, so that
+// runs started after the sync stay on it.
+func (f *Functions) Sync(ctx context.Context, db *journal.TenantDB, name, url string, raw json.RawMessage, fc FunctionConfig) (fn *journal.Function, changed bool, err error) {
+	return journal.SyncFunction(ctx, db, db.Tenant(), name, url, raw, fc.Timeout, fc.RunTimeout)
+}
+
 // Delete unregisters a function of db's tenant; its revisions and runs are kept. It
 // returns journal.ErrNotFound when there is none.
 func (f *Functions) Delete(ctx context.Context, db *journal.TenantDB, name string) error {

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
@@ -24,8 +25,10 @@ const MaskedToken = "xxxxx"
 // SHA-256(key || salt || 0x00) || SHA-256(key || salt || 0x01) || ... The key is
 // stepgate.callback_key's, made by the baseline migration and read by the gateways' system role
 // only; stepgate.callback keeps the token's SHA-256 for the lookup. So the token is
-// nowhere in the database: the gateway opens it for the run's own function only (its
-// invocations' journal, its checkpoint's answer), and a replay returns the same handle.
+// nowhere in the database: the gateway opens it for the run's own function (its
+// invocations' journal, its checkpoint's answer), so that a replay returns the same
+// handle, and for no one else but a caller who may resolve the callback by name anyway
+// (runs:manage in its tenant), who lists a run's open callbacks (OpenCallbacks).
 type CallbackKey []byte
 
 // sealSaltBytes is the length of a sealed token's salt.
@@ -124,4 +127,46 @@ func MaskCallback(e Entry) Entry {
 		e.Output = raw
 	}
 	return e
+}
+
+// OpenCallback is a callback of a run that a POST to its URL would resolve now.
+type OpenCallback struct {
+	Seq       int
+	Name      string
+	URL       string // With its token in clear: the credential that resolves it.
+	ExpiresAt time.Time
+	Awaited   bool // The run waits for it now.
+}
+
+// MaxOpenCallbacks bounds the callbacks OpenCallbacks returns.
+const MaxOpenCallbacks = 1000
+
+// OpenCallbacks returns the callbacks of the run runID of tenant that a POST to their
+// URL would resolve now (pending, not expired, the run not finished), oldest first, at
+// most MaxOpenCallbacks (more: the run has others), their URLs opened with key. It
+// returns ErrNotFound when tenant has no such run.
+func OpenCallbacks(ctx context.Context, db DB, key CallbackKey, tenant, runID string) (cbs []OpenCallback, more bool, err error) {
+	if _, err := GetRun(ctx, db, tenant, runID); err != nil {
+		return nil, false, err
+	}
+	rows, err := dbsqlc.New(db).CallbackListOpen(ctx, dbsqlc.CallbackListOpenParams{Tenant: tenant, RunID: runID, MaxRows: MaxOpenCallbacks + 1})
+	if err != nil {
+		return nil, false, fmt.Errorf("list open callbacks of run %s: %w", runID, err)
+	}
+	if len(rows) > MaxOpenCallbacks {
+		rows, more = rows[:MaxOpenCallbacks], true
+	}
+	cbs = make([]OpenCallback, 0, len(rows))
+	for _, r := range rows {
+		opened, err := key.OpenCallback(r.Output)
+		if err != nil {
+			return nil, false, fmt.Errorf("callback %d of run %s: %w", r.Seq, runID, err)
+		}
+		var out CallbackOutput
+		if err := json.Unmarshal(opened, &out); err != nil {
+			return nil, false, fmt.Errorf("callback %d of run %s: %w", r.Seq, runID, err)
+		}
+		cbs = append(cbs, OpenCallback{Seq: int(r.Seq), Name: r.Name, URL: out.URL, ExpiresAt: r.ExpiresAt, Awaited: r.Awaited})
+	}
+	return cbs, more, nil
 }

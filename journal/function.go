@@ -92,6 +92,33 @@ func RegisterFunction(ctx context.Context, db DB, tenant, name, url string, conf
 	return fn, nil
 }
 
+// SyncFunction is RegisterFunction for a sync of an app: it stores a new revision only
+// when url, config (compared as JSON values), timeout or runTimeout differ from the
+// function's current revision, or it has none (new, or deleted); else it stores nothing
+// and returns the current revision, with changed false. Concurrent syncs and
+// registrations of one name are serialized as RegisterFunction's.
+func SyncFunction(ctx context.Context, db DB, tenant, name, url string, config json.RawMessage, timeout, runTimeout time.Duration) (fn *Function, changed bool, err error) {
+	if len(config) == 0 {
+		config = json.RawMessage(`{}`)
+	}
+	b := &pgx.Batch{}
+	b.Queue(dbsqlc.FunctionLockName, tenant, name) // as in RegisterFunction
+	b.Queue(dbsqlc.FunctionSync, tenant, name, url, config, timeout.Milliseconds(), runTimeout.Milliseconds()).
+		QueryRow(func(row pgx.Row) error {
+			var r dbsqlc.FunctionSyncRow
+			if err := row.Scan(&r.Tenant, &r.Name, &r.Revision, &r.Url, &r.Config, &r.CreatedAt, &r.Changed); err != nil {
+				return err
+			}
+			f := functionOf(dbsqlc.FunctionGetRow{Tenant: r.Tenant, Name: r.Name, Revision: r.Revision, Url: r.Url, Config: r.Config, CreatedAt: r.CreatedAt})
+			fn, changed = &f, r.Changed
+			return nil
+		})
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
+		return nil, false, fmt.Errorf("sync function %s: %w", name, unstorable(err))
+	}
+	return fn, changed, nil
+}
+
 // GetFunction returns the current revision of a registered function, or ErrNotFound.
 func GetFunction(ctx context.Context, db DB, tenant, name string) (*Function, error) {
 	row, err := dbsqlc.New(db).FunctionGet(ctx, dbsqlc.FunctionGetParams{Tenant: tenant, Name: name})

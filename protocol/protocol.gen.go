@@ -469,8 +469,10 @@ type AppSyncResult struct {
 	// (`POST /v1/apps?check=true`). `ok` is true when every run replayed cleanly.
 	Check *AppCheck `json:"check,omitempty"`
 
-	// Functions The functions registered, each at its new revision; none for a `dry_run` or a refused check.
-	Functions []Function `json:"functions"`
+	// Functions The app's functions, each at its current revision after the sync: a new one
+	// where its URL or config changed (`changed`), else the revision it had. None for
+	// a `dry_run` or a refused check.
+	Functions []SyncedFunction `json:"functions"`
 }
 
 // AttemptFailure A failed attempt, kept for inspection; never replayed. `seq` 0 is an invocation that failed as a whole.
@@ -1485,10 +1487,14 @@ type QueueKey struct {
 	Running int `json:"running"`
 }
 
-// RateConfig A rate per key: at most `limit` starts per `period`, spread evenly (one each
-// `period/limit`), plus `burst` more at once after a quiet spell.
+// RateConfig A rate per key: `limit` starts per `period`, one each `period/limit`, plus
+// `burst` more at once after a quiet spell (GCRA). A rate limit admits `limit`
+// starts back to back by default; a throttle spaces them.
 type RateConfig struct {
-	// Burst Starts allowed at once beyond the steady rate. Defaults to 0.
+	// Burst Starts allowed at once beyond the first, after a quiet spell (the bucket's
+	// size less one). A rate limit's defaults to `limit - 1`: "2 per 10s" admits 2
+	// starts back to back (a full bucket), then one each 5s. A throttle's defaults
+	// to 0. `0` spaces every start `period/limit` after the one before.
 	Burst *int `json:"burst,omitempty"`
 
 	// Key What the limit is counted per: `input.<dotted.path>` (a field of the run's
@@ -1641,6 +1647,30 @@ type Run struct {
 
 	// WakeAt When a suspended or retrying run is due next, or a scheduled run starts.
 	WakeAt *time.Time `json:"wake_at,omitempty"`
+}
+
+// RunCallback An open callback of a run, with the URL that resolves it.
+type RunCallback struct {
+	// Awaited The run waits for it now.
+	Awaited   *bool     `json:"awaited,omitempty"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Name      string    `json:"name"`
+
+	// Seq The seq of the callback's journal entry.
+	Seq int `json:"seq"`
+
+	// URL `<gateway public URL>/v1/callbacks/<token>`: a POST resolves the callback,
+	// `…/reject` rejects it, with no JWT. A secret: whoever holds it may resolve.
+	URL string `json:"url"`
+}
+
+// RunCallbackList defines model for RunCallbackList.
+type RunCallbackList struct {
+	Callbacks []RunCallback `json:"callbacks"`
+
+	// More The run has more than the 1000 open callbacks listed.
+	More  bool   `json:"more"`
+	RunID string `json:"run_id"`
 }
 
 // RunCheck A live run the new code would break: where its replay diverges from the journal
@@ -2079,6 +2109,33 @@ type StreamWrite struct {
 	Seq int    `json:"seq"`
 }
 
+// SyncedFunction A function of a synced app, at its current revision after the sync.
+type SyncedFunction struct {
+	// Changed The sync made a new revision: the function is new (or was deleted), or its
+	// URL or config differs from its current revision's. False: the current
+	// revision was kept as it is (no new revision, so pinned runs and new runs
+	// share it).
+	Changed bool           `json:"changed"`
+	Config  FunctionConfig `json:"config"`
+
+	// CreatedAt When this revision was registered.
+	CreatedAt time.Time `json:"created_at"`
+
+	// LastCheck The function's last check against its live runs (`POST /v1/apps?check=true`), in
+	// `GET /v1/functions/{name}` only.
+	LastCheck *FunctionLastCheck `json:"last_check,omitempty"`
+	Name      string             `json:"name"`
+
+	// Revision Starts at 1; each registration adds one.
+	Revision int `json:"revision"`
+
+	// URL The URL the gateway POSTs invocations to. To a caller without
+	// `functions:write`, what may be a secret in it is masked with `xxxxx`: its user
+	// information, its path (unless `/`), its query values and its fragment; its
+	// scheme, host, port and query keys are shown.
+	URL string `json:"url"`
+}
+
 // TenantUsage What a tenant stores, and its storage quotas (0 would mean none).
 type TenantUsage struct {
 	// MailboxBytes Bytes of the tenant's messages not yet received.
@@ -2449,6 +2506,11 @@ type ClientInterface interface {
 
 	// SyncAppWithBody Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 	//
+	// A function whose URL and config (every field, as JSON values) are those of its
+	// current revision keeps that revision: the sync stores nothing for it and answers
+	// it with `changed: false`. The manifest carries no code version, so new code
+	// deployed at the same URL with the same config is not a new revision.
+	//
 	// With `check`, the gateway first checks the app's code against the live runs of
 	// each of its functions that is registered already (runs not ended, with at least
 	// one journal entry; at most `check_sample` of them per function, one run of each
@@ -2470,6 +2532,11 @@ type ClientInterface interface {
 	SyncAppWithBody(ctx context.Context, params *SyncAppParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// SyncApp Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
+	//
+	// A function whose URL and config (every field, as JSON values) are those of its
+	// current revision keeps that revision: the sync stores nothing for it and answers
+	// it with `changed: false`. The manifest carries no code version, so new code
+	// deployed at the same URL with the same config is not a new revision.
 	//
 	// With `check`, the gateway first checks the app's code against the live runs of
 	// each of its functions that is registered already (runs not ended, with at least
@@ -2638,7 +2705,7 @@ type ClientInterface interface {
 	// RegisterFunctionWithBody Registers a function; each call makes a new immutable revision. Needs `functions:write`.
 	//
 	// Runs stay on the revision they started on. Registering the same URL and config again
-	// still makes a new revision.
+	// still makes a new revision (a sync of an app, `POST /v1/apps`, does not).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2648,7 +2715,7 @@ type ClientInterface interface {
 	// RegisterFunction Registers a function; each call makes a new immutable revision. Needs `functions:write`.
 	//
 	// Runs stay on the revision they started on. Registering the same URL and config again
-	// still makes a new revision.
+	// still makes a new revision (a sync of an app, `POST /v1/apps`, does not).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2885,6 +2952,18 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/runs/{id} (the `GetRun` operationId).
 	GetRun(ctx context.Context, id RunID, params *GetRunParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListRunCallbacks Lists a run's open callbacks with their whole URLs, to hand one to whoever resolves it. Needs `runs:manage`.
+	//
+	// Each callback of the run that a POST to its URL would resolve now (pending, not
+	// expired, its run not finished), oldest first, with its URL token included: the
+	// credential that resolves it without a JWT. So it needs `runs:manage`, as
+	// resolving it by name does; every other read (`GET /v1/runs/{id}`, the export)
+	// shows the token masked. At most 1000 callbacks (`more` says there are others);
+	// another tenant's run is a 404.
+	//
+	// Corresponds with GET /v1/runs/{id}/callbacks (the `ListRunCallbacks` operationId).
+	ListRunCallbacks(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ResolveRunCallbackWithBody Resolves a run's callback by its name, with the request body as its data, as the caller. Needs `runs:manage`.
 	//
@@ -3543,6 +3622,11 @@ func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*ht
 
 // SyncAppWithBody Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 //
+// A function whose URL and config (every field, as JSON values) are those of its
+// current revision keeps that revision: the sync stores nothing for it and answers
+// it with `changed: false`. The manifest carries no code version, so new code
+// deployed at the same URL with the same config is not a new revision.
+//
 // With `check`, the gateway first checks the app's code against the live runs of
 // each of its functions that is registered already (runs not ended, with at least
 // one journal entry; at most `check_sample` of them per function, one run of each
@@ -3574,6 +3658,11 @@ func (c *Client) SyncAppWithBody(ctx context.Context, params *SyncAppParams, con
 }
 
 // SyncApp Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
+//
+// A function whose URL and config (every field, as JSON values) are those of its
+// current revision keeps that revision: the sync stores nothing for it and answers
+// it with `changed: false`. The manifest carries no code version, so new code
+// deployed at the same URL with the same config is not a new revision.
 //
 // With `check`, the gateway first checks the app's code against the live runs of
 // each of its functions that is registered already (runs not ended, with at least
@@ -3852,7 +3941,7 @@ func (c *Client) GetFunction(ctx context.Context, name FunctionName, reqEditors 
 // RegisterFunctionWithBody Registers a function; each call makes a new immutable revision. Needs `functions:write`.
 //
 // Runs stay on the revision they started on. Registering the same URL and config again
-// still makes a new revision.
+// still makes a new revision (a sync of an app, `POST /v1/apps`, does not).
 //
 // Takes any type of body and a specified content type.
 //
@@ -3872,7 +3961,7 @@ func (c *Client) RegisterFunctionWithBody(ctx context.Context, name FunctionName
 // RegisterFunction Registers a function; each call makes a new immutable revision. Needs `functions:write`.
 //
 // Runs stay on the revision they started on. Registering the same URL and config again
-// still makes a new revision.
+// still makes a new revision (a sync of an app, `POST /v1/apps`, does not).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -4220,6 +4309,28 @@ func (c *Client) StreamRuns(ctx context.Context, params *StreamRunsParams, reqEd
 // Corresponds with GET /v1/runs/{id} (the `GetRun` operationId).
 func (c *Client) GetRun(ctx context.Context, id RunID, params *GetRunParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetRunRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListRunCallbacks Lists a run's open callbacks with their whole URLs, to hand one to whoever resolves it. Needs `runs:manage`.
+//
+// Each callback of the run that a POST to its URL would resolve now (pending, not
+// expired, its run not finished), oldest first, with its URL token included: the
+// credential that resolves it without a JWT. So it needs `runs:manage`, as
+// resolving it by name does; every other read (`GET /v1/runs/{id}`, the export)
+// shows the token masked. At most 1000 callbacks (`more` says there are others);
+// another tenant's run is a 404.
+//
+// Corresponds with GET /v1/runs/{id}/callbacks (the `ListRunCallbacks` operationId).
+func (c *Client) ListRunCallbacks(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListRunCallbacksRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -6321,6 +6432,40 @@ func NewGetRunRequest(server string, id RunID, params *GetRunParams) (*http.Requ
 	return req, nil
 }
 
+// NewListRunCallbacksRequest constructs an http.Request for the ListRunCallbacks method
+func NewListRunCallbacksRequest(server string, id RunID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/runs/%s/callbacks", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewResolveRunCallbackRequest calls the generic ResolveRunCallback builder with application/json body
 func NewResolveRunCallbackRequest(server string, id RunID, name CallbackName, body ResolveRunCallbackJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -7657,6 +7802,11 @@ type ClientWithResponsesInterface interface {
 
 	// SyncAppWithBodyWithResponse Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 	//
+	// A function whose URL and config (every field, as JSON values) are those of its
+	// current revision keeps that revision: the sync stores nothing for it and answers
+	// it with `changed: false`. The manifest carries no code version, so new code
+	// deployed at the same URL with the same config is not a new revision.
+	//
 	// With `check`, the gateway first checks the app's code against the live runs of
 	// each of its functions that is registered already (runs not ended, with at least
 	// one journal entry; at most `check_sample` of them per function, one run of each
@@ -7678,6 +7828,11 @@ type ClientWithResponsesInterface interface {
 	SyncAppWithBodyWithResponse(ctx context.Context, params *SyncAppParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SyncAppResponse, error)
 
 	// SyncAppWithResponse Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
+	//
+	// A function whose URL and config (every field, as JSON values) are those of its
+	// current revision keeps that revision: the sync stores nothing for it and answers
+	// it with `changed: false`. The manifest carries no code version, so new code
+	// deployed at the same URL with the same config is not a new revision.
 	//
 	// With `check`, the gateway first checks the app's code against the live runs of
 	// each of its functions that is registered already (runs not ended, with at least
@@ -7854,7 +8009,7 @@ type ClientWithResponsesInterface interface {
 	// RegisterFunctionWithBodyWithResponse Registers a function; each call makes a new immutable revision. Needs `functions:write`.
 	//
 	// Runs stay on the revision they started on. Registering the same URL and config again
-	// still makes a new revision.
+	// still makes a new revision (a sync of an app, `POST /v1/apps`, does not).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7864,7 +8019,7 @@ type ClientWithResponsesInterface interface {
 	// RegisterFunctionWithResponse Registers a function; each call makes a new immutable revision. Needs `functions:write`.
 	//
 	// Runs stay on the revision they started on. Registering the same URL and config again
-	// still makes a new revision.
+	// still makes a new revision (a sync of an app, `POST /v1/apps`, does not).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8111,6 +8266,20 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/runs/{id} (the `GetRun` operationId).
 	GetRunWithResponse(ctx context.Context, id RunID, params *GetRunParams, reqEditors ...RequestEditorFn) (*GetRunResponse, error)
+
+	// ListRunCallbacksWithResponse Lists a run's open callbacks with their whole URLs, to hand one to whoever resolves it. Needs `runs:manage`.
+	//
+	// Each callback of the run that a POST to its URL would resolve now (pending, not
+	// expired, its run not finished), oldest first, with its URL token included: the
+	// credential that resolves it without a JWT. So it needs `runs:manage`, as
+	// resolving it by name does; every other read (`GET /v1/runs/{id}`, the export)
+	// shows the token masked. At most 1000 callbacks (`more` says there are others);
+	// another tenant's run is a 404.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/runs/{id}/callbacks (the `ListRunCallbacks` operationId).
+	ListRunCallbacksWithResponse(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*ListRunCallbacksResponse, error)
 
 	// ResolveRunCallbackWithBodyWithResponse Resolves a run's callback by its name, with the request body as its data, as the caller. Needs `runs:manage`.
 	//
@@ -10082,6 +10251,75 @@ func (r GetRunResponse) ContentType() string {
 	return ""
 }
 
+type ListRunCallbacksResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RunCallbackList
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListRunCallbacksResponse) GetJSON200() *RunCallbackList {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListRunCallbacksResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListRunCallbacksResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListRunCallbacksResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListRunCallbacksResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListRunCallbacksResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListRunCallbacksResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListRunCallbacksResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListRunCallbacksResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ResolveRunCallbackResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -12016,6 +12254,11 @@ func (c *ClientWithResponses) ReadyzWithResponse(ctx context.Context, reqEditors
 
 // SyncAppWithBodyWithResponse Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 //
+// A function whose URL and config (every field, as JSON values) are those of its
+// current revision keeps that revision: the sync stores nothing for it and answers
+// it with `changed: false`. The manifest carries no code version, so new code
+// deployed at the same URL with the same config is not a new revision.
+//
 // With `check`, the gateway first checks the app's code against the live runs of
 // each of its functions that is registered already (runs not ended, with at least
 // one journal entry; at most `check_sample` of them per function, one run of each
@@ -12043,6 +12286,11 @@ func (c *ClientWithResponses) SyncAppWithBodyWithResponse(ctx context.Context, p
 }
 
 // SyncAppWithResponse Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
+//
+// A function whose URL and config (every field, as JSON values) are those of its
+// current revision keeps that revision: the sync stores nothing for it and answers
+// it with `changed: false`. The manifest carries no code version, so new code
+// deployed at the same URL with the same config is not a new revision.
 //
 // With `check`, the gateway first checks the app's code against the live runs of
 // each of its functions that is registered already (runs not ended, with at least
@@ -12285,7 +12533,7 @@ func (c *ClientWithResponses) GetFunctionWithResponse(ctx context.Context, name 
 // RegisterFunctionWithBodyWithResponse Registers a function; each call makes a new immutable revision. Needs `functions:write`.
 //
 // Runs stay on the revision they started on. Registering the same URL and config again
-// still makes a new revision.
+// still makes a new revision (a sync of an app, `POST /v1/apps`, does not).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -12301,7 +12549,7 @@ func (c *ClientWithResponses) RegisterFunctionWithBodyWithResponse(ctx context.C
 // RegisterFunctionWithResponse Registers a function; each call makes a new immutable revision. Needs `functions:write`.
 //
 // Runs stay on the revision they started on. Registering the same URL and config again
-// still makes a new revision.
+// still makes a new revision (a sync of an app, `POST /v1/apps`, does not).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -12619,6 +12867,26 @@ func (c *ClientWithResponses) GetRunWithResponse(ctx context.Context, id RunID, 
 		return nil, err
 	}
 	return ParseGetRunResponse(rsp)
+}
+
+// ListRunCallbacksWithResponse Lists a run's open callbacks with their whole URLs, to hand one to whoever resolves it. Needs `runs:manage`.
+//
+// Each callback of the run that a POST to its URL would resolve now (pending, not
+// expired, its run not finished), oldest first, with its URL token included: the
+// credential that resolves it without a JWT. So it needs `runs:manage`, as
+// resolving it by name does; every other read (`GET /v1/runs/{id}`, the export)
+// shows the token masked. At most 1000 callbacks (`more` says there are others);
+// another tenant's run is a 404.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/runs/{id}/callbacks (the `ListRunCallbacks` operationId).
+func (c *ClientWithResponses) ListRunCallbacksWithResponse(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*ListRunCallbacksResponse, error) {
+	rsp, err := c.ListRunCallbacks(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListRunCallbacksResponse(rsp)
 }
 
 // ResolveRunCallbackWithBodyWithResponse Resolves a run's callback by its name, with the request body as its data, as the caller. Needs `runs:manage`.
@@ -14536,6 +14804,60 @@ func ParseGetRunResponse(rsp *http.Response) (*GetRunResponse, error) {
 			return nil, err
 		}
 		response.ApplicationProblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListRunCallbacksResponse parses an HTTP response from a ListRunCallbacksWithResponse call
+func ParseListRunCallbacksResponse(rsp *http.Response) (*ListRunCallbacksResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListRunCallbacksResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RunCallbackList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
 
 	}
 

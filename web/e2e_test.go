@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"sync"
@@ -691,6 +692,13 @@ func TestDashboard(t *testing.T) {
 		b.do("open the waiting run", 10*time.Second, chromedp.Navigate(s.URL+"/#/runs/"+id))
 		b.visible("it is suspended", runStatus("suspended"))
 		require.Contains(t, b.text("what it waits on", "[data-testid=waiting-callback]"), "manager-approval")
+		// Its whole URL, to hand on (GET /v1/runs/{id}/callbacks, runs:manage).
+		b.click("show its URL", "[data-testid=show-callback-url]")
+		b.visible("the URL", "dialog[open] [data-testid=callback-url]")
+		url := run(b, "the URL's value", chromedp.Evaluate[string](`document.querySelector("dialog[open] [data-testid=callback-url]").value`))
+		require.Regexp(t, `^`+regexp.QuoteMeta(s.URL)+`/v1/callbacks/[A-Za-z0-9_-]{43}$`, url)
+		t.Logf("screenshot: %s", b.screenshot("callback-url-dialog"))
+		b.click("close it", `dialog[open] [aria-label=Close]`)
 		b.click("approve", "[data-testid=approve-callback]")
 		b.set("the data", "dialog[open] [data-testid=callback-data]", `{"amount": 42}`, "input")
 		t.Logf("screenshot: %s", b.screenshot("callback-approve-dialog"))

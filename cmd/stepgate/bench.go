@@ -27,6 +27,9 @@ const (
 	benchRequestLimit  = 35 * time.Second // a request's client-side bound: the wait plus slack
 	benchMaxErrorKinds = 10               // distinct error messages kept per cell; the rest count as "other"
 	benchConnectLimit  = 10 * time.Second // connecting to Postgres for the floor
+	// benchDefaultStreamsPerSubject is a gateway's default STEPGATE_MAX_STREAMS_PER_SUBJECT,
+	// which the result long-polls of async cells count against.
+	benchDefaultStreamsPerSubject = 10
 )
 
 // benchInputs are the inputs the benchmark sends to the example functions;
@@ -66,6 +69,8 @@ type benchOptions struct {
 	databaseURL string
 	sleep       time.Duration
 	sleepRuns   int
+	sleepE2E    time.Duration
+	async       bool
 	events      int
 	waiters     int
 }
@@ -81,7 +86,9 @@ func (c *cli) parseBench(args []string) (*benchOptions, error) {
 	fs.DurationVar(&o.warmup, "warmup", time.Second, "how long each cell runs unmeasured first")
 	fs.DurationVar(&o.floor, "floor-duration", 2*time.Second, "how long the commit floor is measured")
 	fs.DurationVar(&o.sleep, "sleep", time.Second, "also measure how late runs of orders.checkout wake from a sleep this long (0: skip)")
-	fs.IntVar(&o.sleepRuns, "sleep-runs", 50, "how many sleeping runs to measure, started 20ms apart")
+	fs.IntVar(&o.sleepRuns, "sleep-runs", 50, "how many sleeping runs to measure (--sleep, --sleep-e2e), started 20ms apart")
+	fs.DurationVar(&o.sleepE2E, "sleep-e2e", 0, "also time --sleep-runs starts with ?wait of the example function sleep sleeping this long, end to end (0: skip)")
+	fs.BoolVar(&o.async, "async", false, "also measure each function and concurrency starting runs without ?wait, each client waiting on the run's result long-poll")
 	fs.IntVar(&o.events, "events", 0, "also measure `N` events, one at a time, each resuming a run of orders.await_payment that waits for it (0: skip)")
 	fs.IntVar(&o.waiters, "event-waiters", 0, "with --events: first start `N` other runs that wait for the same event name with other keys")
 	fs.StringVar(&o.databaseURL, "database-url", "", "the gateway's Postgres `URL`, to measure the commit floor (default $DATABASE_URL; none: no floor)")
@@ -107,6 +114,9 @@ func (c *cli) parseBench(args []string) (*benchOptions, error) {
 	}
 	if o.duration <= 0 || o.floor <= 0 || o.warmup < 0 {
 		return nil, usagef("bench: --duration and --floor-duration must be positive, --warmup not negative")
+	}
+	if o.sleepE2E < 0 || o.sleepE2E > benchMaxSleepE2E {
+		return nil, usagef("bench: --sleep-e2e must be from 0s to %s (its ?wait is the sleep plus 30s, at most 15m)", benchMaxSleepE2E)
 	}
 	return o, nil
 }
@@ -154,9 +164,13 @@ type benchFloor struct {
 }
 
 // benchCell is the result of one (function, concurrency) cell. Latencies are
-// of completed runs; everything else is counted in Errors by message.
+// of completed runs; everything else is counted in Errors by message. An async
+// cell (Function "NAME (async)") starts its runs without ?wait and waits for
+// each on its result's long-poll; its latency is from the start's request to
+// the long-poll's answer.
 type benchCell struct {
 	Function      string         `json:"function"`
+	Async         bool           `json:"async,omitempty"`
 	Concurrency   int            `json:"concurrency"`
 	Runs          int            `json:"runs"`
 	Errors        int            `json:"errors"`
@@ -170,23 +184,25 @@ type benchCell struct {
 
 // benchReport is everything "stepgate bench" measured.
 type benchReport struct {
-	Gateway    string        `json:"gateway"`
-	GOMAXPROCS int           `json:"gomaxprocs"`
-	NumCPU     int           `json:"num_cpu"`
-	GoVersion  string        `json:"go_version"`
-	Platform   string        `json:"platform"`
-	Duration   string        `json:"duration"`
-	Warmup     string        `json:"warmup"`
-	Floor      *benchFloor   `json:"floor,omitempty"`
-	Cells      []benchCell   `json:"cells"`
-	Sleeps     []*benchSleep `json:"sleeps,omitempty"`
-	Events     *benchEvents  `json:"events,omitempty"`
+	Gateway    string         `json:"gateway"`
+	GOMAXPROCS int            `json:"gomaxprocs"`
+	NumCPU     int            `json:"num_cpu"`
+	GoVersion  string         `json:"go_version"`
+	Platform   string         `json:"platform"`
+	Duration   string         `json:"duration"`
+	Warmup     string         `json:"warmup"`
+	Floor      *benchFloor    `json:"floor,omitempty"`
+	Cells      []benchCell    `json:"cells"`
+	Sleeps     []*benchSleep  `json:"sleeps,omitempty"`
+	SleepE2E   *benchSleepE2E `json:"sleep_e2e,omitempty"`
+	Events     *benchEvents   `json:"events,omitempty"`
 }
 
 // bench runs "stepgate bench": it drives a running gateway with runs of each
 // function at each concurrency level, measures the commit floor of its
 // database, and prints the latencies. It stops after about
-// (functions × levels × (warmup + duration)) plus the floor's 2s.
+// (functions × levels × (warmup + duration)), twice that with --async, plus
+// the floor's 2s and the sleeps'.
 func (c *cli) bench(ctx context.Context, args []string) error {
 	o, err := c.parseBench(args)
 	if err != nil {
@@ -210,6 +226,14 @@ func (c *cli) bench(ctx context.Context, args []string) error {
 	}
 	if err := benchPreflight(ctx, cl, o.functions); err != nil {
 		return err
+	}
+	if o.sleepE2E > 0 && o.sleepRuns > 0 {
+		if err := benchPreflight(ctx, cl, []string{benchSleepFunction}); err != nil {
+			return err
+		}
+	}
+	if o.async && maxConc > benchDefaultStreamsPerSubject {
+		fmt.Fprintf(c.stderr, "bench: each client of an async cell holds a result long-poll open; a gateway allows %d per subject unless STEPGATE_MAX_STREAMS_PER_SUBJECT says more (429s past it)\n", benchDefaultStreamsPerSubject)
 	}
 
 	rep := &benchReport{
@@ -235,18 +259,28 @@ func (c *cli) bench(ctx context.Context, args []string) error {
 	for _, fn := range o.functions {
 		input := benchInput(fn)
 		for _, conc := range o.concurrency {
-			fmt.Fprintf(c.stderr, "bench: %s at concurrency %d for %s (+%s warmup)\n", fn, conc, o.duration, o.warmup)
-			if o.warmup > 0 {
-				runBenchPhase(ctx, cl, fn, input, conc, o.warmup)
+			for _, async := range []bool{false, true} {
+				if async && !o.async {
+					continue
+				}
+				once, name := benchOnce, fn
+				if async {
+					once, name = benchOnceAsync, fn+" (async)"
+				}
+				fmt.Fprintf(c.stderr, "bench: %s at concurrency %d for %s (+%s warmup)\n", name, conc, o.duration, o.warmup)
+				if o.warmup > 0 {
+					runBenchPhase(ctx, cl, fn, once, input, conc, o.warmup)
+				}
+				cell := runBenchPhase(ctx, cl, fn, once, input, conc, o.duration)
+				if err := ctx.Err(); err != nil {
+					return fmt.Errorf("bench interrupted: %w", err)
+				}
+				cell.Function, cell.Async = name, async
+				if rep.Floor != nil && rep.Floor.stats.P50 > 0 && cell.stats.N > 0 {
+					cell.P50FloorRatio = float64(cell.stats.P50) / float64(rep.Floor.stats.P50)
+				}
+				rep.Cells = append(rep.Cells, cell)
 			}
-			cell := runBenchPhase(ctx, cl, fn, input, conc, o.duration)
-			if err := ctx.Err(); err != nil {
-				return fmt.Errorf("bench interrupted: %w", err)
-			}
-			if rep.Floor != nil && rep.Floor.stats.P50 > 0 && cell.stats.N > 0 {
-				cell.P50FloorRatio = float64(cell.stats.P50) / float64(rep.Floor.stats.P50)
-			}
-			rep.Cells = append(rep.Cells, cell)
 		}
 	}
 
@@ -256,6 +290,14 @@ func (c *cli) bench(ctx context.Context, args []string) error {
 		}
 		fmt.Fprintf(c.stderr, "bench: %d runs of %s sleeping %s\n", o.sleepRuns, fn, o.sleep)
 		rep.Sleeps = append(rep.Sleeps, measureSleep(ctx, cl, fn, o.sleep, o.sleepRuns, 20*time.Millisecond))
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("bench interrupted: %w", err)
+		}
+	}
+
+	if o.sleepE2E > 0 && o.sleepRuns > 0 {
+		fmt.Fprintf(c.stderr, "bench: %d runs of %s sleeping %s, each started with ?wait\n", o.sleepRuns, benchSleepFunction, o.sleepE2E)
+		rep.SleepE2E = measureSleepE2E(ctx, cl, o.sleepE2E, o.sleepRuns, 20*time.Millisecond)
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("bench interrupted: %w", err)
 		}
@@ -302,10 +344,14 @@ type benchWorker struct {
 	errors    map[string]int
 }
 
-// runBenchPhase runs conc goroutines that each start runs of fn and wait for
-// their results, back to back, until d has passed; a request in flight at
-// the end is finished and counted. It returns the phase's cell.
-func runBenchPhase(ctx context.Context, cl *protocol.ClientWithResponses, fn string, input func() []byte, conc int, d time.Duration) benchCell {
+// benchOnceFunc starts one run of fn with input and waits for its end; it
+// reports whether the run completed, and if not, kind says why.
+type benchOnceFunc func(ctx context.Context, cl *protocol.ClientWithResponses, fn string, input []byte) (ok bool, kind string)
+
+// runBenchPhase runs conc goroutines that each start runs of fn with once and
+// wait for their results, back to back, until d has passed; a request in flight
+// at the end is finished and counted. It returns the phase's cell.
+func runBenchPhase(ctx context.Context, cl *protocol.ClientWithResponses, fn string, once benchOnceFunc, input func() []byte, conc int, d time.Duration) benchCell {
 	workers := make([]benchWorker, conc)
 	start := time.Now()
 	deadline := start.Add(d)
@@ -316,7 +362,7 @@ func runBenchPhase(ctx context.Context, cl *protocol.ClientWithResponses, fn str
 			w.errors = map[string]int{}
 			for time.Now().Before(deadline) && ctx.Err() == nil {
 				t0 := time.Now()
-				ok, kind := benchOnce(ctx, cl, fn, input())
+				ok, kind := once(ctx, cl, fn, input())
 				if ctx.Err() != nil {
 					return // interrupted: neither a latency nor an error of the gateway
 				}
@@ -364,14 +410,7 @@ func benchOnce(ctx context.Context, cl *protocol.ClientWithResponses, fn string,
 	}
 	switch code := resp.StatusCode(); {
 	case code == http.StatusOK && resp.JSON200 != nil:
-		if resp.JSON200.Status == "completed" {
-			return true, ""
-		}
-		k := "run " + string(resp.JSON200.Status)
-		if e := resp.JSON200.Error; e != nil {
-			k += ": " + e.Type
-		}
-		return false, k
+		return benchResult(resp.JSON200)
 	case code == http.StatusAccepted:
 		status := "unknown"
 		if resp.JSON202 != nil {
@@ -381,6 +420,56 @@ func benchOnce(ctx context.Context, cl *protocol.ClientWithResponses, fn string,
 	default:
 		return false, truncate(problemError(code, resp.Body).Error(), 120)
 	}
+}
+
+// benchOnceAsync starts one run of fn without ?wait, which queues it as a River
+// job (invoker.StartRun), and waits for its result on GET /v1/runs/{id}/result
+// with ?wait; it reports whether the run completed, and if not, kind says why.
+func benchOnceAsync(ctx context.Context, cl *protocol.ClientWithResponses, fn string, input []byte) (ok bool, kind string) {
+	ctx, cancel := context.WithTimeout(ctx, benchRequestLimit)
+	defer cancel()
+	resp, err := cl.StartRunWithBodyWithResponse(ctx, fn, &protocol.StartRunParams{}, "application/json", bytes.NewReader(input))
+	if err != nil {
+		return false, truncate(err.Error(), 120)
+	}
+	var id string
+	switch code := resp.StatusCode(); {
+	case code == http.StatusAccepted && resp.JSON202 != nil:
+		id = resp.JSON202.ID
+	case code == http.StatusOK && resp.JSON200 != nil: // ended already
+		return benchResult(resp.JSON200)
+	default:
+		return false, truncate(problemError(code, resp.Body).Error(), 120)
+	}
+	wait := benchWait
+	res, err := cl.GetRunResultWithResponse(ctx, id, &protocol.GetRunResultParams{Wait: &wait})
+	if err != nil {
+		return false, truncate(err.Error(), 120)
+	}
+	switch code := res.StatusCode(); {
+	case code == http.StatusOK && res.JSON200 != nil:
+		return benchResult(res.JSON200)
+	case code == http.StatusAccepted:
+		status := "unknown"
+		if res.JSON202 != nil {
+			status = string(res.JSON202.Status)
+		}
+		return false, fmt.Sprintf("result: 202 not finished within %s (status %s)", benchWait, status)
+	default:
+		return false, truncate("result: "+problemError(code, res.Body).Error(), 120)
+	}
+}
+
+// benchResult reports whether a finished run completed, and if not, why.
+func benchResult(r *protocol.RunResult) (ok bool, kind string) {
+	if r.Status == protocol.RunStatusCompleted {
+		return true, ""
+	}
+	k := "run " + string(r.Status)
+	if e := r.Error; e != nil {
+		k += ": " + e.Type
+	}
+	return false, k
 }
 
 // measureFloor connects to the database, reads its durability settings and
@@ -471,6 +560,9 @@ func writeBenchReport(w io.Writer, rep *benchReport) error {
 		fmt.Fprintf(w, "\n%s: sleep %s, %d runs (%d errors): woke late by p50 %s  p90 %s  p99 %s  max %s\n",
 			s.Function, s.Sleep, s.Runs, s.Errors, formatMillis(s.stats.P50), formatMillis(s.stats.P90), formatMillis(s.stats.P99), formatMillis(s.stats.Max))
 	}
+	if s := rep.SleepE2E; s != nil {
+		writeSleepE2E(w, s)
+	}
 	if e := rep.Events; e != nil {
 		fmt.Fprintf(w, "\nevents: %d runs resumed, %d others waiting (%d errors): event to run's end p50 %s  p90 %s  p99 %s  max %s\n",
 			e.Runs, e.Others, e.Errors, formatMillis(e.stats.P50), formatMillis(e.stats.P90), formatMillis(e.stats.P99), formatMillis(e.stats.Max))
@@ -480,9 +572,36 @@ func writeBenchReport(w io.Writer, rep *benchReport) error {
 			continue
 		}
 		fmt.Fprintf(w, "\nerrors of %s at concurrency %d:\n", c.Function, c.Concurrency)
-		for _, k := range slices.Sorted(maps.Keys(c.ErrorKinds)) {
-			fmt.Fprintf(w, "  %6d  %s\n", c.ErrorKinds[k], k)
-		}
+		writeErrorKinds(w, c.ErrorKinds)
+	}
+	if s := rep.SleepE2E; s != nil && s.Errors > 0 {
+		fmt.Fprintf(w, "\nerrors of %s (e2e):\n", s.Function)
+		writeErrorKinds(w, s.ErrorKinds)
 	}
 	return nil
+}
+
+func writeErrorKinds(w io.Writer, kinds map[string]int) {
+	for _, k := range slices.Sorted(maps.Keys(kinds)) {
+		fmt.Fprintf(w, "  %6d  %s\n", kinds[k], k)
+	}
+}
+
+// writeSleepE2E prints --sleep-e2e's lateness, its phases and the clocks' caveat.
+func writeSleepE2E(w io.Writer, s *benchSleepE2E) {
+	fmt.Fprintf(w, "\n%s (e2e): sleep %s, %d runs started with ?wait (%d errors): response late by p50 %s  p90 %s  p99 %s  max %s\n",
+		s.Function, s.Sleep, s.Runs, s.Errors, formatMillis(s.late.P50), formatMillis(s.late.P90), formatMillis(s.late.P99), formatMillis(s.late.Max))
+	for _, p := range []struct {
+		name string
+		st   latencyStats
+	}{
+		{"request sent -> sleep journaled (1st invocation)", s.toJournaled},
+		{"wake time -> run finished (timer, 2nd invocation, finish)", s.wakeToFinished},
+		{"run finished -> response received", s.finishedToResponse},
+	} {
+		fmt.Fprintf(w, "  %-57s p50 %s  p90 %s  p99 %s  max %s\n", p.name,
+			formatMillis(p.st.P50), formatMillis(p.st.P90), formatMillis(p.st.P99), formatMillis(p.st.Max))
+	}
+	fmt.Fprintln(w, "  the API exposes no start time of the 2nd invocation: the middle phase runs from the wake time to the run's finish")
+	fmt.Fprintf(w, "  clock: %s\n", s.Clock)
 }

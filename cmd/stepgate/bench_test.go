@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -44,7 +45,7 @@ func TestRunBenchPhase(t *testing.T) {
 	c, _, _ := newTestCLI(nil, "")
 	cl, err := c.client(&clientFlags{gateway: srv.URL}, srv.Client())
 	require.NoError(t, err)
-	cell := runBenchPhase(t.Context(), cl, "hello", benchInput("hello"), 4, 100*time.Millisecond)
+	cell := runBenchPhase(t.Context(), cl, "hello", benchOnce, benchInput("hello"), 4, 100*time.Millisecond)
 
 	require.Equal(t, "hello", cell.Function)
 	require.Equal(t, 4, cell.Concurrency)
@@ -89,4 +90,130 @@ func TestWriteBenchReport(t *testing.T) {
 	require.NoError(t, err)
 	require.JSONEq(t, `{"function":"hello","concurrency":1,"runs":950,"errors":0,"seconds":0,"runs_per_second":95,
 		"latency":{"n":950,"p50_ms":10.000,"p90_ms":12.000,"p99_ms":20.000,"max_ms":31.500},"p50_floor_ratio":20}`, string(j))
+}
+
+func TestWriteSleepE2E(t *testing.T) {
+	t.Parallel()
+
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	s := &benchSleepE2E{Function: "sleep", Sleep: "1s", Runs: 50, Errors: 1, ErrorKinds: map[string]int{"run failed: boom": 1}, Clock: benchSleepClock,
+		late:               latencyStats{N: 49, P50: ms(12), P90: ms(20), P99: ms(31), Max: ms(40)},
+		toJournaled:        latencyStats{N: 49, P50: ms(4), P90: ms(6), P99: ms(9), Max: ms(10)},
+		wakeToFinished:     latencyStats{N: 49, P50: ms(5), P90: ms(8), P99: ms(14), Max: ms(20)},
+		finishedToResponse: latencyStats{N: 49, P50: ms(3), P90: ms(6), P99: ms(8), Max: ms(10)},
+	}
+	var b bytes.Buffer
+	require.NoError(t, writeBenchReport(&b, &benchReport{SleepE2E: s}))
+	require.Contains(t, b.String(), ""+
+		"sleep (e2e): sleep 1s, 50 runs started with ?wait (1 errors): response late by p50 12.00ms  p90 20.00ms  p99 31.00ms  max 40.00ms\n"+
+		"  request sent -> sleep journaled (1st invocation)          p50 4.00ms  p90 6.00ms  p99 9.00ms  max 10.00ms\n"+
+		"  wake time -> run finished (timer, 2nd invocation, finish) p50 5.00ms  p90 8.00ms  p99 14.00ms  max 20.00ms\n"+
+		"  run finished -> response received                         p50 3.00ms  p90 6.00ms  p99 8.00ms  max 10.00ms\n"+
+		"  the API exposes no start time of the 2nd invocation: the middle phase runs from the wake time to the run's finish\n"+
+		"  clock: phases mix the client's clock (request sent, response received) with the database's (sleep journaled, wake time, run finished): meaningful only when they share one machine, as gateway, Postgres and client do under stepgate dev\n"+
+		"\n"+
+		"errors of sleep (e2e):\n"+
+		"       1  run failed: boom\n")
+}
+
+// benchJSON is the part of `stepgate bench --json` the tests below read.
+type benchJSON struct {
+	Cells []struct {
+		Function    string `json:"function"`
+		Async       bool   `json:"async"`
+		Concurrency int    `json:"concurrency"`
+		Runs        int    `json:"runs"`
+		Errors      int    `json:"errors"`
+		Latency     struct {
+			N   int     `json:"n"`
+			P50 float64 `json:"p50_ms"`
+			Max float64 `json:"max_ms"`
+		} `json:"latency"`
+		ErrorKinds map[string]int `json:"error_kinds"`
+	} `json:"cells"`
+	SleepE2E *struct {
+		Function   string         `json:"function"`
+		Sleep      string         `json:"sleep"`
+		Runs       int            `json:"runs"`
+		Errors     int            `json:"errors"`
+		ErrorKinds map[string]int `json:"error_kinds"`
+		Late       struct {
+			N int `json:"n"`
+		} `json:"late"`
+		Clock  string `json:"clock"`
+		PerRun []struct {
+			RunID              string    `json:"run_id"`
+			Sent               time.Time `json:"sent"`
+			Journaled          time.Time `json:"journaled"`
+			Wake               time.Time `json:"wake"`
+			Finished           time.Time `json:"finished"`
+			Received           time.Time `json:"received"`
+			Late               float64   `json:"late_ms"`
+			ToJournaled        float64   `json:"request_to_journaled_ms"`
+			WakeToFinished     float64   `json:"wake_to_finished_ms"`
+			FinishedToResponse float64   `json:"finished_to_response_ms"`
+		} `json:"per_run"`
+	} `json:"sleep_e2e"`
+}
+
+// TestBenchOnDev runs `stepgate bench --json` against a real "stepgate dev" and checks
+// the shape of what its --sleep-e2e and --async measure; never how fast.
+func TestBenchOnDev(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("starts stepgate dev with a private Postgres")
+	}
+	g := startDev(t)
+	bench := func(t *testing.T, args ...string) benchJSON {
+		t.Helper()
+		c, stdout, stderr := newTestCLI(map[string]string{"STEPGATE_URL": g.url, "STEPGATE_TOKEN": g.token}, "")
+		require.NoError(t, c.run(t.Context(), append([]string{"bench", "--json", "--warmup", "0s", "--sleep", "0"}, args...)), stderr.String())
+		var rep benchJSON
+		require.NoError(t, json.Unmarshal(stdout.Bytes(), &rep), stdout.String())
+		return rep
+	}
+
+	t.Run("SleepE2E", func(t *testing.T) {
+		t.Parallel()
+		rep := bench(t, "--functions", "hello", "--concurrency", "1", "--duration", "100ms", "--sleep-e2e", "50ms", "--sleep-runs", "3")
+		s := rep.SleepE2E
+		require.NotNil(t, s)
+		require.Equal(t, "sleep", s.Function)
+		require.Equal(t, "50ms", s.Sleep)
+		require.Equal(t, 3, s.Runs)
+		require.Zero(t, s.Errors, s.ErrorKinds)
+		require.Equal(t, 3, s.Late.N)
+		require.Contains(t, s.Clock, "one machine")
+		require.Len(t, s.PerRun, 3)
+		for _, r := range s.PerRun {
+			require.NotEmpty(t, r.RunID)
+			// Client and database clocks are one machine's here, so the times are in order.
+			for _, pair := range [][2]time.Time{{r.Sent, r.Journaled}, {r.Journaled, r.Wake}, {r.Wake, r.Finished}, {r.Finished, r.Received}} {
+				require.False(t, pair[1].Before(pair[0]), "%+v", r)
+			}
+			require.Equal(t, 50*time.Millisecond, r.Wake.Sub(r.Journaled), "the wake time is the journaling's now() plus the sleep")
+			for _, ms := range []float64{r.Late, r.ToJournaled, r.WakeToFinished, r.FinishedToResponse} {
+				require.GreaterOrEqual(t, ms, 0.0, "%+v", r)
+			}
+			// The phases (wall clocks) add up to the lateness (monotonic clock).
+			require.InDelta(t, r.Late, r.ToJournaled+r.WakeToFinished+r.FinishedToResponse, 1, "%+v", r)
+		}
+	})
+
+	t.Run("Async", func(t *testing.T) {
+		t.Parallel()
+		rep := bench(t, "--functions", "hello,chain", "--concurrency", "2", "--duration", "300ms", "--async")
+		var names []string
+		for _, c := range rep.Cells {
+			names = append(names, c.Function)
+			require.Equal(t, 2, c.Concurrency)
+			require.Equal(t, strings.HasSuffix(c.Function, " (async)"), c.Async, c.Function)
+			require.Positive(t, c.Runs, c.Function)
+			require.Zero(t, c.Errors, "%s: %v", c.Function, c.ErrorKinds)
+			require.Equal(t, c.Runs, c.Latency.N)
+			require.LessOrEqual(t, c.Latency.P50, c.Latency.Max)
+		}
+		require.Equal(t, []string{"hello", "hello (async)", "chain", "chain (async)"}, names)
+		require.Nil(t, rep.SleepE2E, "--sleep-e2e defaults to 0: skipped")
+	})
 }

@@ -266,6 +266,8 @@ func TestParseBench(t *testing.T) {
 	require.Equal(t, time.Second, o.warmup)
 	require.Equal(t, 2*time.Second, o.floor)
 	require.Equal(t, "postgres://env", o.databaseURL)
+	require.Zero(t, o.sleepE2E, "--sleep-e2e is off by default")
+	require.False(t, o.async, "--async is off by default")
 
 	o, err = c.parseBench([]string{"--functions", " a, ,b ", "--concurrency=4,8", "--duration", "2s", "--warmup=0s", "--database-url", "postgres://flag"})
 	require.NoError(t, err)
@@ -274,6 +276,16 @@ func TestParseBench(t *testing.T) {
 	require.Equal(t, 2*time.Second, o.duration)
 	require.Zero(t, o.warmup)
 	require.Equal(t, "postgres://flag", o.databaseURL)
+
+	o, err = c.parseBench([]string{"--async", "--sleep-e2e", "1s", "--sleep-runs", "7"})
+	require.NoError(t, err)
+	require.True(t, o.async)
+	require.Equal(t, time.Second, o.sleepE2E)
+	require.Equal(t, 7, o.sleepRuns)
+	_, err = c.parseBench([]string{"--sleep-e2e", "15m"})
+	require.ErrorContains(t, err, "--sleep-e2e must be from 0s to 14m30s")
+	_, err = c.parseBench([]string{"--sleep-e2e", "-1s"})
+	require.ErrorContains(t, err, "--sleep-e2e must be from 0s")
 
 	_, err = c.parseBench([]string{"--concurrency", "0"})
 	require.ErrorContains(t, err, `"0" is not a positive integer`)

@@ -132,6 +132,17 @@ func writeFunctionsTable(w io.Writer, fns []protocol.Function) error {
 	return tw.Flush()
 }
 
+// writeSyncedTable writes a sync's functions as a table; CHANGED says whether the sync
+// made a new revision of each.
+func writeSyncedTable(w io.Writer, fns []protocol.SyncedFunction) error {
+	tw := newTable(w)
+	fmt.Fprintln(tw, "NAME\tREVISION\tCHANGED\tURL\tTIMEOUT")
+	for _, f := range fns {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", f.Name, f.Revision, yesNo(f.Changed), f.URL, functionTimeout(f.Config))
+	}
+	return tw.Flush()
+}
+
 // writeFunction writes one function revision as "key  value" lines.
 func writeFunction(w io.Writer, f *protocol.Function, loc *time.Location) error {
 	tw := newTable(w)
@@ -385,4 +396,12 @@ func plural(n int, one, many string) string {
 		return "1 " + one
 	}
 	return strconv.Itoa(n) + " " + many
+}
+
+// yesNo says b for people.
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
 }

@@ -190,9 +190,16 @@ func (c *cli) appsSync(ctx context.Context, args []string) error {
 		}
 	}
 	fns := resp.JSON200.Functions
-	fmt.Fprintf(c.stdout, "synced %s from %s\n", plural(len(fns), "function", "functions"), pos[0])
+	changed := 0
+	for _, f := range fns {
+		if f.Changed {
+			changed++
+		}
+	}
+	fmt.Fprintf(c.stdout, "synced %s from %s: %d changed (new revision), %d unchanged\n",
+		plural(len(fns), "function", "functions"), pos[0], changed, len(fns)-changed)
 	if len(fns) == 0 {
 		return nil
 	}
-	return writeFunctionsTable(c.stdout, fns)
+	return writeSyncedTable(c.stdout, fns)
 }

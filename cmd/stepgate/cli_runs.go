@@ -424,6 +424,38 @@ func (c *cli) runsValues(ctx context.Context, args []string) error {
 		})
 }
 
+// runsCallbacks runs "stepgate runs callbacks ID": the run's open callbacks with their
+// whole URLs (GET /v1/runs/{id}/callbacks, runs:manage).
+func (c *cli) runsCallbacks(ctx context.Context, args []string) error {
+	return singleRequest(ctx, c, args, "runs callbacks", "ID", "list callbacks of run", []int{http.StatusOK},
+		func(ctx context.Context, cl *protocol.ClientWithResponses, id string) (*protocol.ListRunCallbacksResponse, error) {
+			return cl.ListRunCallbacksWithResponse(ctx, id)
+		},
+		func(resp *protocol.ListRunCallbacksResponse, id string) error {
+			if resp.JSON200 == nil {
+				return fmt.Errorf("list callbacks of run %s: unexpected response %q", id, resp.ContentType())
+			}
+			if len(resp.JSON200.Callbacks) == 0 {
+				_, err := fmt.Fprintln(c.stdout, "no open callbacks")
+				return err
+			}
+			tw := newTable(c.stdout)
+			fmt.Fprintln(tw, "SEQ\tNAME\tAWAITED\tEXPIRES\tURL")
+			for _, cb := range resp.JSON200.Callbacks {
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", cb.Seq, cb.Name, yesNo(cb.Awaited != nil && *cb.Awaited),
+					cb.ExpiresAt.In(c.loc).Format(time.DateTime), cb.URL)
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if resp.JSON200.More {
+				_, err := fmt.Fprintf(c.stdout, "(the first %d; the run has more)\n", len(resp.JSON200.Callbacks))
+				return err
+			}
+			return nil
+		})
+}
+
 // runsSend runs "stepgate runs send ID TOPIC [JSON] [--id ID]": a message to a run's
 // mailbox, taken by the run's step.Receive of TOPIC.
 func (c *cli) runsSend(ctx context.Context, args []string) error {

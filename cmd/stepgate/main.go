@@ -113,7 +113,8 @@ Functions and apps:
   functions queue NAME             its queued, running and held runs, per concurrency key
   functions delete NAME            unregister a function; its runs are kept
   apps sync URL [--check [--force] [--sample N]] [--dry-run]
-                                   register every function in an app's manifest; --check
+                                   register every function in an app's manifest (a new
+                                   revision only where its URL or config changed); --check
                                    first replays live runs against the new code and
                                    registers nothing if one would break
 
@@ -124,6 +125,8 @@ Runs:
                                    runs, newest first (also: stepgate runs)
   runs get ID                      a run with its journal and failed attempts
   runs values ID                   the latest value of each key the run published
+  runs callbacks ID                the run's open callbacks with their whole URLs, to hand
+                                   one to whoever resolves it (needs runs:manage)
   runs export ID [-o FILE]         the run, its whole journal and failures as one JSON
                                    file (stdout by default), to replay it locally
   runs rerun ID [--from N]         a new run of a finished run, as you; --from N replays
@@ -289,6 +292,8 @@ func (c *cli) runs(ctx context.Context, args []string) error {
 		return c.runsGet(ctx, rest)
 	case "values":
 		return c.runsValues(ctx, rest)
+	case "callbacks":
+		return c.runsCallbacks(ctx, rest)
 	case "send":
 		return c.runsSend(ctx, rest)
 	case "request":
@@ -302,7 +307,7 @@ func (c *cli) runs(ctx context.Context, args []string) error {
 	case "export":
 		return c.runsExport(ctx, rest)
 	default:
-		return usagef("unknown command \"runs %s\" (want list, get, values, send, request, requests, cancel, rerun or export)", sub)
+		return usagef("unknown command \"runs %s\" (want list, get, values, callbacks, send, request, requests, cancel, rerun or export)", sub)
 	}
 }
 

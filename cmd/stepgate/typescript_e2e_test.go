@@ -1058,3 +1058,22 @@ func jsonID(t *testing.T, e journalEntry) string {
 	require.NoError(t, json.Unmarshal(e.Output, &out))
 	return out.Message.ID
 }
+
+// TestTypeScriptClient runs the TypeScript SDK's client tests (test/client.e2e.ts) with
+// node --test against a real gateway: a typed run, start and attach, cancel, an event
+// resuming a waiting run, a message, a request's reply, values and a stream, and a start
+// retried after a 503 that starts one run.
+func TestTypeScriptClient(t *testing.T) {
+	dir := buildTypeScriptSDK(t)
+	g := startDev(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", "--test", "--test-reporter=spec", filepath.Join(dir, "dist", "test", "client.e2e.js"))
+	cmd.Env = append(os.Environ(), "STEPGATE_URL="+g.url, "STEPGATE_TOKEN="+g.token, "STEPGATE_PUBLIC_KEYS="+g.publicKeys)
+	out, err := cmd.CombinedOutput()
+	t.Logf("node --test dist/test/client.e2e.js:\n%s", out)
+	require.NoError(t, err)
+	// Every test ran: none was skipped for want of a gateway.
+	require.Contains(t, string(out), "skipped 0")
+	require.Contains(t, string(out), "fail 0")
+}

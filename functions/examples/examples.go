@@ -3,7 +3,8 @@
 // orders.fulfil (orders.checkout as a child run), orders.await_payment (a wait for an
 // event), orders.approval (a human's approval or the payment, whichever comes first),
 // flaky (a step that fails before it succeeds), chain (n steps in a row, for
-// benchmarks) and orders.notify (throttled per customer).
+// benchmarks), orders.notify (throttled per customer), sleep (one durable sleep, for
+// benchmarks) and nap (a sleep until a given time, for bench/scale).
 package examples
 
 import (
@@ -19,8 +20,8 @@ import (
 
 // Register adds hello, orders.checkout, orders.fulfil, orders.quote,
 // orders.fulfil_all, orders.await_payment, orders.approval, flaky, chain, orders.notify,
-// and hello.limited and hello.keyed (hello under concurrency limits, for benchmarks) to
-// app.
+// hello.limited and hello.keyed (hello under concurrency limits, for benchmarks),
+// orders.checkout_inline, sleep and nap to app.
 func Register(app *functions.App) {
 	functions.Register(app, "hello", Hello)
 	functions.Register(app, "orders.checkout", Checkout, functions.InvocationTimeout(30*time.Second), functions.InvocationAttempts(5))
@@ -45,6 +46,51 @@ func Register(app *functions.App) {
 	// orders.checkout waiting out sleeps of up to 30s in its process (checkpointed),
 	// instead of suspending the run: one invocation, woken by its own timer.
 	functions.Register(app, "orders.checkout_inline", Checkout, functions.SleepInProcess(30*time.Second))
+	// One durable sleep and nothing else, for `stepgate bench --sleep-e2e`.
+	functions.Register(app, "sleep", Sleep)
+	functions.Register(app, "nap", Nap)
+}
+
+// SleepInput is the input of sleep.
+type SleepInput struct {
+	MS int `json:"ms"` // How long to sleep, in milliseconds; 0 or less: no time.
+}
+
+// SleepOutput is the output of sleep.
+type SleepOutput struct {
+	SleptMS int `json:"slept_ms"` // The input's ms.
+}
+
+// Sleep sleeps in.MS milliseconds in one durable sleep named "sleep" and returns: the
+// run suspends, and the gateway invokes it again when the sleep is over. It is the
+// shape `stepgate bench --sleep-e2e` times a sleep's end-to-end lateness with.
+func Sleep(ctx context.Context, in SleepInput) (SleepOutput, error) {
+	if err := step.Sleep(ctx, "sleep", time.Duration(in.MS)*time.Millisecond); err != nil {
+		return SleepOutput{}, err
+	}
+	return SleepOutput{SleptMS: in.MS}, nil
+}
+
+// NapInput is the input of nap.
+type NapInput struct {
+	Until time.Time `json:"until"` // The wake time; one already past wakes at once.
+}
+
+// NapOutput is the output of nap.
+type NapOutput struct {
+	Woke bool `json:"woke"`
+}
+
+// Nap sleeps until in.Until (a durable sleep named "nap", suspended, with an absolute
+// wake time), then runs one step, "woke": the journal shows when the sleep was due and
+// when the step after it started. bench/scale starts many whose wake times fall within
+// one second, to see how late they wake.
+func Nap(ctx context.Context, in NapInput) (NapOutput, error) {
+	if err := step.SleepUntil(ctx, "nap", in.Until); err != nil {
+		return NapOutput{}, err
+	}
+	woke, err := step.Run(ctx, "woke", func(ctx context.Context) (bool, error) { return true, nil })
+	return NapOutput{Woke: woke}, err
 }
 
 // NotifyInput is the input of orders.notify.

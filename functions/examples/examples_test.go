@@ -48,6 +48,7 @@ func TestExamples(t *testing.T) {
 			{"name":"hello","path":"hello"},
 			{"name":"hello.keyed","path":"hello.keyed","config":{"concurrency":[{"limit":1,"key":"input.key"}]}},
 			{"name":"hello.limited","path":"hello.limited","config":{"concurrency":[{"limit":1000}]}},
+			{"name":"nap","path":"nap"},
 			{"name":"orders.approval","path":"orders.approval"},
 			{"name":"orders.await_payment","path":"orders.await_payment"},
 			{"name":"orders.checkout","path":"orders.checkout","config":{"timeout":"30s","retries":{"max_attempts":5}}},
@@ -55,7 +56,8 @@ func TestExamples(t *testing.T) {
 			{"name":"orders.fulfil","path":"orders.fulfil","config":{"concurrency":[{"limit":1,"key":"input.customer_id"}]}},
 			{"name":"orders.fulfil_all","path":"orders.fulfil_all"},
 			{"name":"orders.notify","path":"orders.notify","config":{"throttle":{"limit":2,"period":"1s","burst":1,"key":"input.customer_id"}}},
-			{"name":"orders.quote","path":"orders.quote"}
+			{"name":"orders.quote","path":"orders.quote"},
+			{"name":"sleep","path":"sleep"}
 		]}`, string(r.Body))
 	})
 
@@ -80,8 +82,11 @@ func TestExamples(t *testing.T) {
 			`{"tracking":"trk_o1"}`, []string{"invoke checkout"}},
 		{"AwaitPaymentTimesOut", "orders.await_payment", `{"order_id":"o1"}`, 2, protocol.AnswerStatusCompleted,
 			`{"paid":false}`, []string{"wait_event payment"}},
+		{"Nap", "nap", `{"until":"2026-01-01T00:00:00Z"}`, 2, protocol.AnswerStatusCompleted, `{"woke":true}`,
+			[]string{"sleep nap", "step woke"}},
 		{"Flaky", "flaky", `{}`, 3, protocol.AnswerStatusCompleted, `{"attempts":3}`, []string{"step attempt"}},
 		{"FlakyOnce", "flaky", `{"fail_times":0}`, 1, protocol.AnswerStatusCompleted, `{"attempts":1}`, []string{"step attempt"}},
+		{"Sleep", "sleep", `{"ms":1500}`, 2, protocol.AnswerStatusCompleted, `{"slept_ms":1500}`, []string{"sleep sleep"}},
 		{"FlakyFails", "flaky", `{"fail_times":3}`, 3, protocol.AnswerStatusFailed, "", []string{"step attempt"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -93,3 +93,18 @@ SELECT EXISTS (SELECT 1 FROM woken) AS woken;
 
 -- name: CallbackKeyLoad :one
 SELECT secret FROM stepgate.callback_key;
+
+-- name: CallbackListOpen :many
+-- The callbacks of a run of tenant that a POST to their URL would resolve now (pending,
+-- not expired, the run not finished), oldest first, each with its journal entry's
+-- output (its token sealed, see journal.CallbackKey); awaited: the run waits for it.
+SELECT c.seq, c.name, c.expires_at, e.output,
+    EXISTS (SELECT 1 FROM stepgate.run_wait w WHERE w.tenant = c.tenant AND w.run_id = c.run_id AND w.seq = c.awaited_seq
+        AND w.kind = 'await_callback' AND w.callback_seq = c.seq) AS awaited
+FROM stepgate.run r
+JOIN stepgate.callback c ON c.tenant = r.tenant AND c.run_id = r.id
+JOIN stepgate.journal_entry e ON e.tenant = c.tenant AND e.run_id = c.run_id AND e.seq = c.seq
+WHERE r.tenant = @tenant AND r.id = @run_id AND r.status NOT IN ('completed', 'failed', 'cancelled')
+    AND c.state = 'pending' AND c.expires_at > now()
+ORDER BY c.seq
+LIMIT sqlc.arg(max_rows)::int;

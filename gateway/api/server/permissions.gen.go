@@ -28,6 +28,7 @@ var Permissions = map[string]string{
 	"listEvents":          "runs:read",
 	"listFunctions":       "functions:read",
 	"listRequests":        "runs:read",
+	"listRunCallbacks":    "runs:manage",
 	"listRunStreams":      "runs:read",
 	"listRunValues":       "runs:read",
 	"listRuns":            "runs:read",

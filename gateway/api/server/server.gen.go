@@ -77,6 +77,9 @@ type ServerInterface interface {
 	// GetRun Returns a run with a page of its journal and those entries' failed attempts. Needs `runs:read`.
 	// (GET /v1/runs/{id})
 	GetRun(ctx echo.Context, id RunID, params GetRunParams) error
+	// ListRunCallbacks Lists a run's open callbacks with their whole URLs, to hand one to whoever resolves it. Needs `runs:manage`.
+	// (GET /v1/runs/{id}/callbacks)
+	ListRunCallbacks(ctx echo.Context, id RunID) error
 	// ResolveRunCallback Resolves a run's callback by its name, with the request body as its data, as the caller. Needs `runs:manage`.
 	// (POST /v1/runs/{id}/callbacks/{name})
 	ResolveRunCallback(ctx echo.Context, id RunID, name CallbackName) error
@@ -633,6 +636,22 @@ func (w *ServerInterfaceWrapper) GetRun(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.GetRun(ctx, id, params)
+	return err
+}
+
+// ListRunCallbacks converts echo context to params.
+func (w *ServerInterfaceWrapper) ListRunCallbacks(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "id" -------------
+	var id RunID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", ctx.Param("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ListRunCallbacks(ctx, id)
 	return err
 }
 
@@ -1264,6 +1283,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/v1/signing-keys/secrets", wrapper.ListSigningSecrets, options.OperationMiddlewares["listSigningSecrets"]...)
 	router.POST(options.BaseURL+"/v1/callbacks/:token", wrapper.ResolveCallback, options.OperationMiddlewares["resolveCallback"]...)
 	router.POST(options.BaseURL+"/v1/callbacks/:token/reject", wrapper.RejectCallback, options.OperationMiddlewares["rejectCallback"]...)
+	router.GET(options.BaseURL+"/v1/runs/:id/callbacks", wrapper.ListRunCallbacks, options.OperationMiddlewares["listRunCallbacks"]...)
 	router.POST(options.BaseURL+"/v1/runs/:id/callbacks/:name", wrapper.ResolveRunCallback, options.OperationMiddlewares["resolveRunCallback"]...)
 	router.POST(options.BaseURL+"/v1/runs/:id/callbacks/:name/reject", wrapper.RejectRunCallback, options.OperationMiddlewares["rejectRunCallback"]...)
 	router.POST(options.BaseURL+"/v1/runs/:id/checkpoint", wrapper.Checkpoint, options.OperationMiddlewares["checkpoint"]...)
@@ -2935,6 +2955,92 @@ func (response GetRun404ApplicationProblemPlusJSONResponse) VisitGetRunResponse(
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRunCallbacksRequestObject struct {
+	ID RunID `json:"id"`
+}
+
+type ListRunCallbacksResponseObject interface {
+	VisitListRunCallbacksResponse(w http.ResponseWriter) error
+}
+
+type ListRunCallbacks200JSONResponse RunCallbackList
+
+func (response ListRunCallbacks200JSONResponse) VisitListRunCallbacksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRunCallbacks401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ListRunCallbacks401ApplicationProblemPlusJSONResponse) VisitListRunCallbacksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRunCallbacks403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ListRunCallbacks403ApplicationProblemPlusJSONResponse) VisitListRunCallbacksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRunCallbacks404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response ListRunCallbacks404ApplicationProblemPlusJSONResponse) VisitListRunCallbacksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRunCallbacks503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ListRunCallbacks503ApplicationProblemPlusJSONResponse) VisitListRunCallbacksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -5473,6 +5579,9 @@ type StrictServerInterface interface {
 	// GetRun Returns a run with a page of its journal and those entries' failed attempts. Needs `runs:read`.
 	// (GET /v1/runs/{id})
 	GetRun(ctx context.Context, request GetRunRequestObject) (GetRunResponseObject, error)
+	// ListRunCallbacks Lists a run's open callbacks with their whole URLs, to hand one to whoever resolves it. Needs `runs:manage`.
+	// (GET /v1/runs/{id}/callbacks)
+	ListRunCallbacks(ctx context.Context, request ListRunCallbacksRequestObject) (ListRunCallbacksResponseObject, error)
 	// ResolveRunCallback Resolves a run's callback by its name, with the request body as its data, as the caller. Needs `runs:manage`.
 	// (POST /v1/runs/{id}/callbacks/{name})
 	ResolveRunCallback(ctx context.Context, request ResolveRunCallbackRequestObject) (ResolveRunCallbackResponseObject, error)
@@ -6214,6 +6323,31 @@ func (sh *strictHandler) GetRun(ctx echo.Context, id RunID, params GetRunParams)
 		return err
 	} else if validResponse, ok := response.(GetRunResponseObject); ok {
 		return validResponse.VisitGetRunResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// ListRunCallbacks operation middleware
+func (sh *strictHandler) ListRunCallbacks(ctx echo.Context, id RunID) error {
+	var request ListRunCallbacksRequestObject
+
+	request.ID = id
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ListRunCallbacks(ctx.Request().Context(), request.(ListRunCallbacksRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListRunCallbacks")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ListRunCallbacksResponseObject); ok {
+		return validResponse.VisitListRunCallbacksResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

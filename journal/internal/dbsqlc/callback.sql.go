@@ -166,6 +166,62 @@ func (q *Queries) CallbackKeyLoad(ctx context.Context) ([]byte, error) {
 	return secret, err
 }
 
+const CallbackListOpen = `-- name: CallbackListOpen :many
+SELECT c.seq, c.name, c.expires_at, e.output,
+    EXISTS (SELECT 1 FROM stepgate.run_wait w WHERE w.tenant = c.tenant AND w.run_id = c.run_id AND w.seq = c.awaited_seq
+        AND w.kind = 'await_callback' AND w.callback_seq = c.seq) AS awaited
+FROM stepgate.run r
+JOIN stepgate.callback c ON c.tenant = r.tenant AND c.run_id = r.id
+JOIN stepgate.journal_entry e ON e.tenant = c.tenant AND e.run_id = c.run_id AND e.seq = c.seq
+WHERE r.tenant = $1 AND r.id = $2 AND r.status NOT IN ('completed', 'failed', 'cancelled')
+    AND c.state = 'pending' AND c.expires_at > now()
+ORDER BY c.seq
+LIMIT $3::int
+`
+
+type CallbackListOpenParams struct {
+	Tenant  string
+	RunID   string
+	MaxRows int32
+}
+
+type CallbackListOpenRow struct {
+	Seq       int32
+	Name      string
+	ExpiresAt time.Time
+	Output    json.RawMessage
+	Awaited   bool
+}
+
+// The callbacks of a run of tenant that a POST to their URL would resolve now (pending,
+// not expired, the run not finished), oldest first, each with its journal entry's
+// output (its token sealed, see journal.CallbackKey); awaited: the run waits for it.
+func (q *Queries) CallbackListOpen(ctx context.Context, arg CallbackListOpenParams) ([]CallbackListOpenRow, error) {
+	rows, err := q.db.Query(ctx, CallbackListOpen, arg.Tenant, arg.RunID, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []CallbackListOpenRow
+	for rows.Next() {
+		var i CallbackListOpenRow
+		if err := rows.Scan(
+			&i.Seq,
+			&i.Name,
+			&i.ExpiresAt,
+			&i.Output,
+			&i.Awaited,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const CallbackLock = `-- name: CallbackLock :one
 SELECT c.run_id::text AS run_id, c.seq, c.name, c.state, c.resolver, c.resolved_by, c.resolved_at, c.expires_at, c.awaited_seq,
     c.expires_at <= now() AS expired,

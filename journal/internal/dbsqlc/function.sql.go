@@ -212,3 +212,73 @@ func (q *Queries) FunctionRegister(ctx context.Context, arg FunctionRegisterPara
 	)
 	return i, err
 }
+
+const FunctionSync = `-- name: FunctionSync :one
+WITH same AS (
+    SELECT r.tenant, r.name, r.revision, r.url, r.config, r.created_at
+    FROM stepgate.function f
+    JOIN stepgate.function_revision r USING (tenant, name, revision)
+    WHERE f.tenant = $1 AND f.name = $2
+        AND r.url = $3 AND r.config = $4::jsonb AND r.timeout_ms = $5
+        AND r.run_timeout_ms IS NOT DISTINCT FROM nullif($6::bigint, 0)
+), r AS (
+    INSERT INTO stepgate.function_revision (tenant, name, revision, url, config, timeout_ms, run_timeout_ms, retention_ms)
+    SELECT $1, $2, m.next, $3, $4, $5, nullif($6::bigint, 0),
+        (extract(epoch FROM ($4::jsonb->>'retention')::interval) * 1000)::bigint
+    FROM (SELECT coalesce(max(revision), 0) + 1 AS next FROM stepgate.function_revision WHERE tenant = $1 AND name = $2) m
+    WHERE NOT EXISTS (SELECT 1 FROM same)
+    RETURNING tenant, name, revision, url, config, timeout_ms, created_at, run_timeout_ms, retention_ms
+), cur AS (
+    INSERT INTO stepgate.function (tenant, name, revision)
+    SELECT tenant, name, revision FROM r
+    ON CONFLICT (tenant, name) DO UPDATE SET revision = excluded.revision
+)
+SELECT r.tenant, r.name, r.revision, r.url, r.config, r.created_at, true AS changed FROM r
+UNION ALL
+SELECT same.tenant, same.name, same.revision, same.url, same.config, same.created_at, false AS changed FROM same
+`
+
+type FunctionSyncParams struct {
+	Tenant       string
+	Name         string
+	Url          string
+	Config       json.RawMessage
+	TimeoutMs    int64
+	RunTimeoutMs int64
+}
+
+type FunctionSyncRow struct {
+	Tenant    string
+	Name      string
+	Revision  int32
+	Url       string
+	Config    json.RawMessage
+	CreatedAt time.Time
+	Changed   bool
+}
+
+// Run after FunctionLockName. Registers a new revision, as FunctionRegister, unless the
+// current one has the same url, config (compared as jsonb), timeout_ms and
+// run_timeout_ms: then it returns the current revision and stores nothing. changed says
+// which.
+func (q *Queries) FunctionSync(ctx context.Context, arg FunctionSyncParams) (FunctionSyncRow, error) {
+	row := q.db.QueryRow(ctx, FunctionSync,
+		arg.Tenant,
+		arg.Name,
+		arg.Url,
+		arg.Config,
+		arg.TimeoutMs,
+		arg.RunTimeoutMs,
+	)
+	var i FunctionSyncRow
+	err := row.Scan(
+		&i.Tenant,
+		&i.Name,
+		&i.Revision,
+		&i.Url,
+		&i.Config,
+		&i.CreatedAt,
+		&i.Changed,
+	)
+	return i, err
+}

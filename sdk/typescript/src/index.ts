@@ -17,3 +17,8 @@ export type { Duration } from "./duration.js";
 export type { Jsonify } from "./json.js";
 export { SIGNATURE_HEADER, SignatureError, importKeys, parseSignature, signedMessage, verifySignature } from "./signature.js";
 export type * as protocol from "./protocol.js";
+export {
+  ApiError, BadRequestError, Client, ConflictError, ForbiddenError, NetworkError, NotFoundError, RequestFailedError, RunCancelledError,
+  RunFailedError, TooLargeError, TooManyRequestsError, UnauthorizedError, UnavailableError, WaitTimeoutError, eventRef, ref,
+} from "./client.js";
+export type { ClientOptions, EventRef, FunctionRef, InputOf, OutputOf, RetryOptions, StartOptions, StartedRun, Target, WaitOptions } from "./client.js";

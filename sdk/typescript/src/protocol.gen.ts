@@ -73,7 +73,7 @@ export interface paths {
         /**
          * Registers a function; each call makes a new immutable revision. Needs `functions:write`.
          * @description Runs stay on the revision they started on. Registering the same URL and config again
-         *     still makes a new revision.
+         *     still makes a new revision (a sync of an app, `POST /v1/apps`, does not).
          */
         put: operations["registerFunction"];
         post?: never;
@@ -125,7 +125,12 @@ export interface paths {
         put?: never;
         /**
          * Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
-         * @description With `check`, the gateway first checks the app's code against the live runs of
+         * @description A function whose URL and config (every field, as JSON values) are those of its
+         *     current revision keeps that revision: the sync stores nothing for it and answers
+         *     it with `changed: false`. The manifest carries no code version, so new code
+         *     deployed at the same URL with the same config is not a new revision.
+         *
+         *     With `check`, the gateway first checks the app's code against the live runs of
          *     each of its functions that is registered already (runs not ended, with at least
          *     one journal entry; at most `check_sample` of them per function, one run of each
          *     place in the journal first): it sends the code at the function's new URL a
@@ -1035,6 +1040,33 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/runs/{id}/callbacks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["RunID"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Lists a run's open callbacks with their whole URLs, to hand one to whoever resolves it. Needs `runs:manage`.
+         * @description Each callback of the run that a POST to its URL would resolve now (pending, not
+         *     expired, its run not finished), oldest first, with its URL token included: the
+         *     credential that resolves it without a JWT. So it needs `runs:manage`, as
+         *     resolving it by name does; every other read (`GET /v1/runs/{id}`, the export)
+         *     shows the token masked. At most 1000 callbacks (`more` says there are others);
+         *     another tenant's run is a 404.
+         */
+        get: operations["listRunCallbacks"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/runs/{id}/callbacks/{name}": {
         parameters: {
             query?: never;
@@ -1366,15 +1398,21 @@ export interface components {
             runs: number;
         };
         /**
-         * @description A rate per key: at most `limit` starts per `period`, spread evenly (one each
-         *     `period/limit`), plus `burst` more at once after a quiet spell.
+         * @description A rate per key: `limit` starts per `period`, one each `period/limit`, plus
+         *     `burst` more at once after a quiet spell (GCRA). A rate limit admits `limit`
+         *     starts back to back by default; a throttle spaces them.
          */
         RateConfig: {
             /** @description Starts per period; at least 1. */
             limit: number;
             /** @description From `10ms` to `24h`. */
             period: components["schemas"]["Duration"];
-            /** @description Starts allowed at once beyond the steady rate. Defaults to 0. */
+            /**
+             * @description Starts allowed at once beyond the first, after a quiet spell (the bucket's
+             *     size less one). A rate limit's defaults to `limit - 1`: "2 per 10s" admits 2
+             *     starts back to back (a full bucket), then one each 5s. A throttle's defaults
+             *     to 0. `0` spaces every start `period/limit` after the one before.
+             */
             burst?: number;
             /**
              * @description What the limit is counted per: `input.<dotted.path>` (a field of the run's
@@ -1500,14 +1538,49 @@ export interface components {
             window: string;
             functions: components["schemas"]["FunctionStats"][];
         };
+        RunCallbackList: {
+            run_id: string;
+            callbacks: components["schemas"]["RunCallback"][];
+            /** @description The run has more than the 1000 open callbacks listed. */
+            more: boolean;
+        };
+        /** @description An open callback of a run, with the URL that resolves it. */
+        RunCallback: {
+            /** @description The seq of the callback's journal entry. */
+            seq: number;
+            name: string;
+            /**
+             * @description `<gateway public URL>/v1/callbacks/<token>`: a POST resolves the callback,
+             *     `…/reject` rejects it, with no JWT. A secret: whoever holds it may resolve.
+             */
+            url: string;
+            /** Format: date-time */
+            expires_at: string;
+            /** @description The run waits for it now. */
+            awaited?: boolean;
+        };
         AppSync: {
             /** @description The app's base URL; its manifest is GET at this URL. */
             url: string;
         };
         AppSyncResult: {
-            /** @description The functions registered, each at its new revision; none for a `dry_run` or a refused check. */
-            functions: components["schemas"]["Function"][];
+            /**
+             * @description The app's functions, each at its current revision after the sync: a new one
+             *     where its URL or config changed (`changed`), else the revision it had. None for
+             *     a `dry_run` or a refused check.
+             */
+            functions: components["schemas"]["SyncedFunction"][];
             check?: components["schemas"]["AppCheck"];
+        };
+        /** @description A function of a synced app, at its current revision after the sync. */
+        SyncedFunction: components["schemas"]["Function"] & {
+            /**
+             * @description The sync made a new revision: the function is new (or was deleted), or its
+             *     URL or config differs from its current revision's. False: the current
+             *     revision was kept as it is (no new revision, so pinned runs and new runs
+             *     share it).
+             */
+            changed: boolean;
         };
         /**
          * @description What a check of an app's new code against its functions' live runs found
@@ -2901,7 +2974,7 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The functions registered, each at its new revision (none for a `dry_run`), and the check when one was asked for. */
+            /** @description The app's functions, each at its revision after the sync (a new one only where it `changed`; none for a `dry_run`), and the check when one was asked for. */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -4036,6 +4109,32 @@ export interface operations {
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["TooLarge"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    listRunCallbacks: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["RunID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The run's open callbacks. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunCallbackList"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             503: components["responses"]["Unavailable"];
         };
     };

@@ -35,6 +35,7 @@ const consumer = `import { createFunction, serve, type FetchHandler, type Jsonif
 import { serveNode } from "@stepgate/sdk/node";
 import { toLambdaHandler } from "@stepgate/sdk/lambda";
 import { harness, type Outcome } from "@stepgate/sdk/testing";
+import { Client, ref } from "@stepgate/sdk/client";
 
 const hello = createFunction({ name: "hello" }, async ({ step }) => {
   const at: string = await step.run("at", () => new Date());
@@ -45,6 +46,8 @@ export const listener = serveNode({ functions: [hello] });
 export const lambda = toLambdaHandler(handler);
 export const outcome: Promise<Outcome> = harness(hello).start().result();
 export const when: Jsonify<{ at: Date }> = { at: "2026-01-01T00:00:00Z" };
+export const output: Promise<string> = new Client({ url: "http://127.0.0.1:8080" }).run(hello, null);
+export const priced: Promise<number> = new Client({ url: "http://127.0.0.1:8080", retries: 0 }).run(ref<{ sku: string }, number>("price"), { sku: "A" });
 `;
 
 const settings: Record<string, { module: string; moduleResolution: string; type?: "module" }> = {

@@ -67,6 +67,7 @@ test("every TypeScript block of the READMEs compiles", () => {
       "@stepgate/sdk/node": [join(src, "node.ts")],
       "@stepgate/sdk/lambda": [join(src, "lambda.ts")],
       "@stepgate/sdk/testing": [join(src, "testing.ts")],
+      "@stepgate/sdk/client": [join(src, "client.ts")],
     },
   };
   writeFileSync(join(dir, "tsconfig.json"), JSON.stringify({ compilerOptions, files }));

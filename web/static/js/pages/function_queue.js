@@ -13,8 +13,8 @@ export function flowBadges(cfg) {
     out.push(h("span", { class: "tag", title: "At most this many runs running at once" + (c.key ? `, per ${c.key}` : "") },
       `≤${c.limit} running${c.key ? ` per ${keyName(c.key)}` : ""}`));
   }
-  if (cfg.throttle) out.push(rateBadge("throttle", cfg.throttle, "Starts past the rate are queued"));
-  if (cfg.rate_limit) out.push(rateBadge("rate limit", cfg.rate_limit, "Starts past the rate are refused (429)"));
+  if (cfg.throttle) out.push(rateBadge("throttle", cfg.throttle, "Starts past the rate are queued", 0));
+  if (cfg.rate_limit) out.push(rateBadge("rate limit", cfg.rate_limit, "Starts past the rate are refused (429)", cfg.rate_limit.limit - 1));
   if (cfg.debounce) {
     out.push(h("span", { class: "tag", title: "Starts within the period collapse into one run with the last input" },
       `debounce ${cfg.debounce.period}${cfg.debounce.key ? ` per ${keyName(cfg.debounce.key)}` : ""}`));
@@ -23,7 +23,12 @@ export function flowBadges(cfg) {
   return out.length ? h("div", { class: "sub", "data-testid": "flow-badges" }, out) : null;
 }
 
-function rateBadge(what, r, title) {
+// rateBadge shows a throttle's or a rate limit's rate; its title says how many starts
+// pass at once after a quiet spell: 1 + burst, whose default (defaultBurst) is a rate
+// limit's limit - 1 and a throttle's 0.
+function rateBadge(what, r, title, defaultBurst) {
+  const atOnce = 1 + (r.burst ?? defaultBurst);
+  title += atOnce === 1 ? "; starts are spaced evenly" : `; up to ${atOnce} at once after a quiet spell`;
   return h("span", { class: "tag", title }, `${what} ${r.limit}/${r.period}${r.key ? ` per ${keyName(r.key)}` : ""}`);
 }
 

@@ -1,11 +1,11 @@
 // What a scheduled or suspended run waits on (its start, a retry, a sleep, a child run,
 // an event, a message, a request, a callback), and when it wakes: the run's `awaiting`, as the
 // gateway stored it. A callback can be approved or rejected from here by roles with
-// runs:manage.
+// runs:manage, who may also read its whole URL to hand it on.
 
-import { h, icon, fmtTime, fmtDateTime, countdown } from "../../dom.js";
+import { h, icon, replace, fmtTime, fmtDateTime, countdown, copyButton } from "../../dom.js";
 import { request, can, APIError } from "../../api.js";
-import { confirmAction, toast } from "../../dialog.js";
+import { confirmAction, toast, modal, errorBox } from "../../dialog.js";
 
 /** waiting returns the "waiting on" callout for r, or null when r waits on nothing. */
 export function waiting(r) {
@@ -28,7 +28,29 @@ function callbackActions(r) {
   const path = `/v1/runs/${r.id}/callbacks/${encodeURIComponent(a.name)}`;
   return h("div", { class: "page-actions" },
     h("button", { type: "button", class: "btn primary small", "data-testid": "approve-callback", onclick: () => approve(a, path) }, icon("check", 12), "Approve"),
-    h("button", { type: "button", class: "btn danger-outline small", "data-testid": "reject-callback", onclick: () => reject(a, path) }, "Reject"));
+    h("button", { type: "button", class: "btn danger-outline small", "data-testid": "reject-callback", onclick: () => reject(a, path) }, "Reject"),
+    h("button", { type: "button", class: "btn small", "data-testid": "show-callback-url", onclick: () => showURL(r.id, a.name) }, "URL"));
+}
+
+// showURL shows the whole URL of the run's open callback named name (the latest of that
+// name), from GET /v1/runs/{id}/callbacks, which needs runs:manage: every other read
+// masks its token.
+function showURL(id, name) {
+  const body = h("div", { class: "dialog-body stack", "data-testid": "callback-url-dialog", style: "padding: 12px 20px 20px" }, h("div", { class: "skeleton" }, h("div", { class: "sk-row" }, h("i"), h("i"))));
+  modal({ title: `URL of ${name}`, content: body });
+  request(`/v1/runs/${id}/callbacks`).then((list) => {
+    const cb = list.callbacks.filter((c) => c.name === name).pop();
+    if (!cb) {
+      replace(body, h("p", { class: "muted" }, "The callback is not open any more: it was resolved, it expired, or its run finished."));
+      return;
+    }
+    replace(body,
+      h("p", null, "Whoever holds this URL resolves the callback with a POST (", h("code", null, "…/reject"), " rejects it), with no account: hand it only to whom should answer. It expires at ",
+        h("time", { datetime: cb.expires_at }, fmtDateTime(cb.expires_at)), "."),
+      h("div", { class: "run-id" },
+        h("input", { class: "input code", readonly: true, value: cb.url, "data-testid": "callback-url", style: "width:100%" }),
+        copyButton(cb.url, "Copy URL")));
+  }, (e) => replace(body, errorBox("Couldn't load the callback's URL", e, null)));
 }
 
 async function approve(a, path) {

@@ -1,0 +1,57 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"time"
+
+	"github.com/stepgate/stepgate/client"
+)
+
+type Refund struct {
+	OrderID string `json:"order_id"`
+	Amount  int    `json:"amount"`
+}
+
+// A caller without the function's code names it with its types; a caller that has it
+// uses what functions.Register returned. Run only compiles with a Refund, and returns
+// the function's output, a string.
+func ExampleRun() {
+	c, err := client.New(os.Getenv("STEPGATE_URL"), os.Getenv("STEPGATE_TOKEN"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	refund := client.Ref[Refund, string]("orders.refund")
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	id, err := client.Run(ctx, c, refund, Refund{OrderID: "o1", Amount: 500})
+	var failed *client.RunError
+	switch {
+	case errors.As(err, &failed):
+		log.Printf("run %s failed: %s: %s", failed.RunID, failed.Type, failed.Message)
+	case err != nil:
+		log.Fatal(err) // the gateway refused, or was not reached after the retries
+	default:
+		fmt.Println("refunded:", id)
+	}
+}
+
+// Start answers at once; the run's id attaches to it later, from any process.
+func ExampleStart() {
+	c, err := client.New(os.Getenv("STEPGATE_URL"), os.Getenv("STEPGATE_TOKEN"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	run, err := client.Start(ctx, c, client.Ref[Refund, string]("orders.refund"), Refund{OrderID: "o2", Amount: 20},
+		client.IdempotencyKey("refund-o2"), client.Delay(time.Hour))
+	if err != nil {
+		log.Fatal(err)
+	}
+	id, err := run.Attach(ctx, c) // or client.Attach[string](ctx, c, run.ID)
+	fmt.Println(id, err)
+}
