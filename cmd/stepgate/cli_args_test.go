@@ -318,7 +318,7 @@ func TestDispatch(t *testing.T) {
 		t.Parallel()
 		c, _, _ := newTestCLI(nil, "")
 		require.EqualError(t, c.run(t.Context(), []string{"frobnicate"}), `unknown command "frobnicate"`)
-		require.EqualError(t, c.run(t.Context(), []string{"runs", "frob"}), `unknown command "runs frob" (want list, get, values, send, request, requests, cancel, rerun or export)`)
+		require.EqualError(t, c.run(t.Context(), []string{"runs", "frob"}), `unknown command "runs frob" (want list, get, values, callbacks, send, request, requests, cancel, rerun or export)`)
 	})
 	t.Run("BadGatewayURL", func(t *testing.T) {
 		t.Parallel()
