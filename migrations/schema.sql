@@ -1868,6 +1868,18 @@ CREATE INDEX run_by_finished ON stepgate.run USING btree (finished_at) WHERE (fi
 CREATE INDEX run_by_function ON stepgate.run USING btree (tenant, function, created_at, id);
 
 --
+-- Name: run_by_function_finished; Type: INDEX; Schema: stepgate; Owner: -
+--
+
+CREATE INDEX run_by_function_finished ON stepgate.run USING btree (tenant, function, finished_at) INCLUDE (status, started_at) WHERE (finished_at IS NOT NULL);
+
+--
+-- Name: run_by_function_started; Type: INDEX; Schema: stepgate; Owner: -
+--
+
+CREATE INDEX run_by_function_started ON stepgate.run USING btree (tenant, function, started_at) INCLUDE (created_at) WHERE (started_at IS NOT NULL);
+
+--
 -- Name: run_by_idempotency_key; Type: INDEX; Schema: stepgate; Owner: -
 --
 
@@ -1926,6 +1938,12 @@ CREATE INDEX run_tombstone_by_age ON stepgate.run_tombstone USING btree (deleted
 --
 
 CREATE INDEX run_wait_by_match ON stepgate.run_wait USING btree (tenant, event_name, match_key);
+
+--
+-- Name: run_waiting; Type: INDEX; Schema: stepgate; Owner: -
+--
+
+CREATE INDEX run_waiting ON stepgate.run USING btree (tenant, function) WHERE ((started_at IS NULL) AND (finished_at IS NULL));
 
 --
 -- Name: run_watch_by_tenant; Type: INDEX; Schema: stepgate; Owner: -
