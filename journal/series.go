@@ -13,6 +13,10 @@ import (
 // MaxSeriesBuckets bounds the buckets FunctionSeries answers.
 const MaxSeriesBuckets = 200
 
+// SealedBucket is the length of the buckets SealSeries seals: FunctionSeries reads the
+// sealed ones of a series of such buckets from them instead of from the runs.
+const SealedBucket = 15 * time.Minute
+
 // SeriesBucket is what happened to a tenant's runs in one bucket of time; each event
 // counts in the bucket of its own time.
 type SeriesBucket struct {
@@ -40,7 +44,10 @@ type SeriesBucket struct {
 // window, not with the function's history; the queue depth of each bucket is the queue
 // now (run_waiting) less the runs that joined it after the bucket plus those that left
 // it, so runs deleted by retention since are not counted (a depth never goes below 0).
-// Both statements run in one implicit transaction, so they see the same now.
+// Both statements run in one implicit transaction, so they see the same now. With
+// buckets of SealedBucket, the buckets SealSeries sealed for the tenant are read from
+// there, so that a day's series reads the runs of the last buckets only; otherwise
+// alike (runs deleted since they were sealed stay counted).
 func FunctionSeries(ctx context.Context, db DB, tenant, function string, bucket time.Duration, buckets int) ([]SeriesBucket, error) {
 	if bucket < time.Second || bucket%time.Second != 0 || buckets < 1 || buckets > MaxSeriesBuckets {
 		return nil, fmt.Errorf("function series: %d buckets of %s", buckets, bucket)
@@ -55,7 +62,7 @@ func FunctionSeries(ctx context.Context, db DB, tenant, function string, bucket 
 	b := &pgx.Batch{}
 	b.Queue(dbsqlc.FunctionSeriesWaiting, tenant, fn).
 		QueryRow(func(r pgx.Row) error { return r.Scan(&waiting.Runs, &waiting.Now) })
-	b.Queue(dbsqlc.FunctionSeriesBuckets, tenant, fn, secs, int32(buckets)).
+	b.Queue(dbsqlc.FunctionSeriesBuckets, tenant, fn, secs, int32(buckets), bucket == SealedBucket).
 		Query(func(r pgx.Rows) (err error) {
 			rows, err = pgx.CollectRows(r, pgx.RowToStructByPos[dbsqlc.FunctionSeriesBucketsRow])
 			return err
@@ -101,4 +108,22 @@ func FunctionSeries(ctx context.Context, db DB, tenant, function string, bucket 
 		depth -= joined[i]
 	}
 	return out, nil
+}
+
+// SealSeries seals, for every tenant, the buckets of SealedBucket that ended grace before
+// now (database clock) and are not sealed yet, never older than a day, at most max of
+// them from the oldest; then deletes the sealed buckets no window reads any more. It
+// returns how many buckets of stepgate.run_series it wrote, at least one per tenant with
+// a registered function and bucket sealed. Run it with a pool that sees every tenant.
+// An event committed later than grace after the end of its bucket is not counted.
+func SealSeries(ctx context.Context, db DB, grace time.Duration, max int) (int64, error) {
+	q := dbsqlc.New(db)
+	n, err := q.SeriesSeal(ctx, dbsqlc.SeriesSealParams{GraceSecs: int32(grace / time.Second), MaxBuckets: int32(max)})
+	if err != nil {
+		return 0, fmt.Errorf("seal series: %w", err)
+	}
+	if _, err := q.SeriesPrune(ctx); err != nil {
+		return n, fmt.Errorf("prune series: %w", err)
+	}
+	return n, nil
 }

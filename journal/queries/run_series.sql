@@ -8,26 +8,33 @@
 -- run_by_function_started) with the percentiles of their wait from creation, and
 -- 'finished' runs (finished_at, run_by_function_finished) with the percentiles of the
 -- duration from first claim of those completed or failed. ms holds the two percentiles,
--- p50 and p95, in milliseconds, or none.
+-- p50 and p95, in milliseconds, or none. With sealed (15-minute buckets only), the
+-- buckets SeriesSeal has sealed for the tenant come from stepgate.run_series instead,
+-- as the same three rows, and stepgate.run is read from the first bucket not sealed
+-- only: one statement, so one snapshot, sees both.
 WITH fn AS (
     SELECT f.tenant, f.name FROM stepgate.function f
     WHERE f.tenant = @tenant AND (sqlc.narg(function)::text IS NULL OR f.name = sqlc.narg(function)::text)
 ), span AS (
     SELECT date_bin(make_interval(secs => @bucket_secs::int), now(), timestamptz '1970-01-01 00:00:00+00')
         - make_interval(secs => sqlc.arg(bucket_secs)::int * (sqlc.arg(buckets)::int - 1)) AS since
+), seal AS (
+    SELECT coalesce((SELECT max(s.at) + interval '15 minutes' FROM stepgate.run_series s
+        WHERE sqlc.arg(sealed)::bool AND s.tenant = @tenant AND s.function = '' AND s.at >= (SELECT since FROM span)),
+        (SELECT since FROM span)) AS raw_from
 )
 SELECT 'created' AS kind, date_bin(make_interval(secs => @bucket_secs::int), r.created_at, (SELECT since FROM span))::timestamptz AS at,
     count(*) AS runs, 0::bigint AS completed, 0::bigint AS failed, 0::bigint AS cancelled, 0::bigint AS unclaimed,
     '{}'::float8[] AS ms
 FROM fn JOIN stepgate.run r ON r.tenant = fn.tenant AND r.function = fn.name
-WHERE r.created_at >= (SELECT since FROM span)
+WHERE r.created_at >= (SELECT raw_from FROM seal)
 GROUP BY 2
 UNION ALL
 SELECT 'claimed', date_bin(make_interval(secs => @bucket_secs::int), r.started_at, (SELECT since FROM span)),
     count(*), 0, 0, 0, 0,
     percentile_cont('{0.5,0.95}'::float8[]) WITHIN GROUP (ORDER BY extract(epoch FROM r.started_at - r.created_at) * 1000)
 FROM fn JOIN stepgate.run r ON r.tenant = fn.tenant AND r.function = fn.name
-WHERE r.started_at >= (SELECT since FROM span)
+WHERE r.started_at >= (SELECT raw_from FROM seal)
 GROUP BY 2
 UNION ALL
 SELECT 'finished', date_bin(make_interval(secs => @bucket_secs::int), r.finished_at, (SELECT since FROM span)),
@@ -39,8 +46,17 @@ SELECT 'finished', date_bin(make_interval(secs => @bucket_secs::int), r.finished
     coalesce(percentile_cont('{0.5,0.95}'::float8[]) WITHIN GROUP (ORDER BY extract(epoch FROM r.finished_at - r.started_at) * 1000)
         FILTER (WHERE r.status IN ('completed', 'failed') AND r.started_at IS NOT NULL), '{}')
 FROM fn JOIN stepgate.run r ON r.tenant = fn.tenant AND r.function = fn.name
-WHERE r.finished_at >= (SELECT since FROM span)
-GROUP BY 2;
+WHERE r.finished_at >= (SELECT raw_from FROM seal)
+GROUP BY 2
+UNION ALL
+SELECT v.kind, s.at, v.runs, v.completed, v.failed, v.cancelled, v.unclaimed, v.ms
+FROM stepgate.run_series s CROSS JOIN LATERAL (VALUES
+    ('created', s.started, 0::bigint, 0::bigint, 0::bigint, 0::bigint, '{}'::float8[]),
+    ('claimed', s.claimed, 0, 0, 0, 0, s.wait_ms),
+    ('finished', s.completed + s.failed + s.cancelled, s.completed, s.failed, s.cancelled, s.unclaimed, s.duration_ms)
+) v (kind, runs, completed, failed, cancelled, unclaimed, ms)
+WHERE s.tenant = @tenant AND s.function = coalesce(sqlc.narg(function)::text, '')
+    AND s.at >= (SELECT since FROM span) AND s.at < (SELECT raw_from FROM seal);
 
 -- name: FunctionSeriesWaiting :one
 -- The tenant's runs created and not yet claimed nor finished (the queue, delayed
@@ -51,3 +67,72 @@ SELECT count(*) AS runs, now()::timestamptz AS now
 FROM stepgate.function f JOIN stepgate.run r ON r.tenant = f.tenant AND r.function = f.name
 WHERE f.tenant = @tenant AND (sqlc.narg(function)::text IS NULL OR f.name = sqlc.narg(function)::text)
     AND r.started_at IS NULL AND r.finished_at IS NULL;
+
+-- name: SeriesSeal :execrows
+-- Seals into stepgate.run_series the 15-minute buckets that ended grace_secs before now
+-- and are not sealed yet, never older than a day, at most max_buckets of them from the
+-- oldest: per tenant and function with any run in a bucket, and per tenant with a
+-- registered function (function '': all of them), what FunctionSeriesBuckets counts.
+-- A bucket is sealed for every tenant at once, so the newest '' row says how far the
+-- job has gone (run_series_sealed). An event committed later than grace_secs after its
+-- bucket ended is not counted.
+WITH edge AS (
+    SELECT date_bin(interval '15 minutes', now() - make_interval(secs => @grace_secs::int), timestamptz '1970-01-01 00:00:00+00') AS ended
+), bounds AS (
+    SELECT f.from_at, least(e.ended, f.from_at + interval '15 minutes' * sqlc.arg(max_buckets)::int) AS to_at
+    FROM edge e CROSS JOIN LATERAL (
+        SELECT greatest(e.ended - interval '1 day',
+            (SELECT max(s.at) + interval '15 minutes' FROM stepgate.run_series s WHERE s.function = '')) AS from_at
+    ) f
+), created AS (
+    SELECT x.tenant, coalesce(x.function, '') AS function, x.at, count(*) AS n
+    FROM (
+        SELECT r.tenant, r.function, date_bin(interval '15 minutes', r.created_at, timestamptz '1970-01-01 00:00:00+00') AS at
+        FROM stepgate.function f JOIN stepgate.run r ON r.tenant = f.tenant AND r.function = f.name
+        WHERE r.created_at >= (SELECT from_at FROM bounds) AND r.created_at < (SELECT to_at FROM bounds)
+    ) x
+    GROUP BY GROUPING SETS ((x.tenant, x.function, x.at), (x.tenant, x.at))
+), claimed AS (
+    SELECT x.tenant, coalesce(x.function, '') AS function, x.at, count(*) AS n,
+        percentile_cont('{0.5,0.95}'::float8[]) WITHIN GROUP (ORDER BY x.ms) AS ms
+    FROM (
+        SELECT r.tenant, r.function, date_bin(interval '15 minutes', r.started_at, timestamptz '1970-01-01 00:00:00+00') AS at,
+            extract(epoch FROM r.started_at - r.created_at) * 1000 AS ms
+        FROM stepgate.function f JOIN stepgate.run r ON r.tenant = f.tenant AND r.function = f.name
+        WHERE r.started_at >= (SELECT from_at FROM bounds) AND r.started_at < (SELECT to_at FROM bounds)
+    ) x
+    GROUP BY GROUPING SETS ((x.tenant, x.function, x.at), (x.tenant, x.at))
+), finished AS (
+    SELECT x.tenant, coalesce(x.function, '') AS function, x.at,
+        count(*) FILTER (WHERE x.status = 'completed') AS completed,
+        count(*) FILTER (WHERE x.status = 'failed') AS failed,
+        count(*) FILTER (WHERE x.status = 'cancelled') AS cancelled,
+        count(*) FILTER (WHERE x.unclaimed) AS unclaimed,
+        percentile_cont('{0.5,0.95}'::float8[]) WITHIN GROUP (ORDER BY x.ms) FILTER (WHERE x.status IN ('completed', 'failed') AND NOT x.unclaimed) AS ms
+    FROM (
+        SELECT r.tenant, r.function, r.status, r.started_at IS NULL AS unclaimed,
+            date_bin(interval '15 minutes', r.finished_at, timestamptz '1970-01-01 00:00:00+00') AS at,
+            extract(epoch FROM r.finished_at - r.started_at) * 1000 AS ms
+        FROM stepgate.function f JOIN stepgate.run r ON r.tenant = f.tenant AND r.function = f.name
+        WHERE r.finished_at >= (SELECT from_at FROM bounds) AND r.finished_at < (SELECT to_at FROM bounds)
+    ) x
+    GROUP BY GROUPING SETS ((x.tenant, x.function, x.at), (x.tenant, x.at))
+), keys AS (
+    SELECT c.tenant, c.function, c.at FROM created c
+    UNION SELECT k.tenant, k.function, k.at FROM claimed k
+    UNION SELECT d.tenant, d.function, d.at FROM finished d
+    UNION SELECT DISTINCT f.tenant, '', g.at FROM stepgate.function f
+        CROSS JOIN generate_series((SELECT from_at FROM bounds), (SELECT to_at FROM bounds) - interval '15 minutes', interval '15 minutes') g (at)
+)
+INSERT INTO stepgate.run_series (tenant, function, at, started, claimed, completed, failed, cancelled, unclaimed, duration_ms, wait_ms)
+SELECT k.tenant, k.function, k.at, coalesce(c.n, 0), coalesce(l.n, 0), coalesce(d.completed, 0), coalesce(d.failed, 0),
+    coalesce(d.cancelled, 0), coalesce(d.unclaimed, 0), coalesce(d.ms, '{}'), coalesce(l.ms, '{}')
+FROM keys k
+LEFT JOIN created c ON c.tenant = k.tenant AND c.function = k.function AND c.at = k.at
+LEFT JOIN claimed l ON l.tenant = k.tenant AND l.function = k.function AND l.at = k.at
+LEFT JOIN finished d ON d.tenant = k.tenant AND d.function = k.function AND d.at = k.at
+ON CONFLICT (tenant, function, at) DO NOTHING;
+
+-- name: SeriesPrune :execrows
+-- Deletes the sealed buckets older than a day and an hour: no window reads them.
+DELETE FROM stepgate.run_series WHERE at < now() - interval '25 hours';
