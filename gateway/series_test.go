@@ -157,6 +157,23 @@ func TestFunctionSeries(t *testing.T) {
 		require.InDelta(t, 1950, *q.P95Ms, 0.01)
 		require.InDelta(t, 750, *q.WaitP50Ms, 0.01)
 		require.InDelta(t, 975, *q.WaitP95Ms, 0.01)
+
+		// It is the sealed bucket that is read, not the runs again: change it, and the
+		// answer changes.
+		_, err = s.Pool.Exec(t.Context(), `WITH d AS (DELETE FROM stepgate.run_series
+				WHERE tenant = 't1' AND function = 'charts.a' AND at = $1 RETURNING *)
+			INSERT INTO stepgate.run_series SELECT tenant, function, at, 7, claimed, completed, failed, cancelled, unclaimed, duration_ms, wait_ms FROM d`,
+			sealedQuarter(base))
+		require.NoError(t, err)
+		again, err := t1.GetFunctionSeriesWithResponse(t.Context(), "charts.a",
+			&protocol.GetFunctionSeriesParams{Window: ptr(protocol.GetFunctionSeriesParamsWindow("1d"))})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, again.StatusCode(), string(again.Body))
+		for _, x := range again.JSON200.Buckets {
+			if x.At.Equal(sealedQuarter(base)) {
+				require.EqualValues(t, 7, x.Started)
+			}
+		}
 	})
 
 	t.Run("AllFunctions", func(t *testing.T) {

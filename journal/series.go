@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
@@ -44,10 +42,11 @@ type SeriesBucket struct {
 // window, not with the function's history; the queue depth of each bucket is the queue
 // now (run_waiting) less the runs that joined it after the bucket plus those that left
 // it, so runs deleted by retention since are not counted (a depth never goes below 0).
-// Both statements run in one implicit transaction, so they see the same now. With
-// buckets of SealedBucket, the buckets SealSeries sealed for the tenant are read from
-// there, so that a day's series reads the runs of the last buckets only; otherwise
-// alike (runs deleted since they were sealed stay counted).
+// With buckets of SealedBucket, the buckets SealSeries sealed for the tenant are read
+// from there, so that a day's series reads the runs of its last buckets only; the
+// answer is alike (but for runs deleted since they were sealed, which stay counted). It
+// takes two round trips: the queue and now, then the buckets, so an event of the last
+// bucket in between moves the earlier queue depths by one.
 func FunctionSeries(ctx context.Context, db DB, tenant, function string, bucket time.Duration, buckets int) ([]SeriesBucket, error) {
 	if bucket < time.Second || bucket%time.Second != 0 || buckets < 1 || buckets > MaxSeriesBuckets {
 		return nil, fmt.Errorf("function series: %d buckets of %s", buckets, bucket)
@@ -56,24 +55,30 @@ func FunctionSeries(ctx context.Context, db DB, tenant, function string, bucket 
 	if function != "" {
 		fn = &function
 	}
-	secs := int32(bucket / time.Second)
-	var waiting dbsqlc.FunctionSeriesWaitingRow
-	var rows []dbsqlc.FunctionSeriesBucketsRow
-	b := &pgx.Batch{}
-	b.Queue(dbsqlc.FunctionSeriesWaiting, tenant, fn).
-		QueryRow(func(r pgx.Row) error { return r.Scan(&waiting.Runs, &waiting.Now) })
-	b.Queue(dbsqlc.FunctionSeriesBuckets, tenant, fn, secs, int32(buckets), bucket == SealedBucket).
-		Query(func(r pgx.Rows) (err error) {
-			rows, err = pgx.CollectRows(r, pgx.RowToStructByPos[dbsqlc.FunctionSeriesBucketsRow])
-			return err
-		})
-	if err := db.SendBatch(ctx, b).Close(); err != nil {
+	// The first statement reads now, and the second reads the runs from then back,
+	// with its bounds as parameters: the planner sees how few rows a window reads.
+	var now time.Time
+	var waiting int64
+	var sealedUntil *time.Time
+	// sqlc types sealed_until NOT NULL, which it is not before the first seal.
+	err := db.QueryRow(ctx, dbsqlc.FunctionSeriesNow, tenant, fn).Scan(&now, &waiting, &sealedUntil)
+	if err != nil {
+		return nil, fmt.Errorf("function series: %w", err)
+	}
+	// time.Truncate aligns on the zero time, a whole number of days before the Unix
+	// epoch, as date_bin and SeriesSeal align on the epoch.
+	since := now.Truncate(bucket).Add(-time.Duration(buckets-1) * bucket)
+	rawFrom := since
+	if bucket == SealedBucket && sealedUntil != nil && sealedUntil.After(since) {
+		rawFrom = *sealedUntil
+	}
+	rows, err := dbsqlc.New(db).FunctionSeriesBuckets(ctx, dbsqlc.FunctionSeriesBucketsParams{
+		Tenant: tenant, Function: fn, BucketSecs: int32(bucket / time.Second), Since: since, RawFrom: rawFrom,
+	})
+	if err != nil {
 		return nil, fmt.Errorf("function series: %w", err)
 	}
 
-	// time.Truncate aligns on the zero time, a whole number of days before the Unix
-	// epoch, as date_bin aligns on the epoch in the statement.
-	since := waiting.Now.Truncate(bucket).Add(-time.Duration(buckets-1) * bucket)
 	out := make([]SeriesBucket, buckets)
 	joined := make([]int64, buckets) // runs that joined the queue, less those that left it
 	for i := range out {
@@ -102,7 +107,7 @@ func FunctionSeries(ctx context.Context, db DB, tenant, function string, bucket 
 			joined[i] -= r.Unclaimed
 		}
 	}
-	depth := waiting.Runs
+	depth := waiting
 	for i := buckets - 1; i >= 0; i-- {
 		out[i].QueueDepth = max(depth, 0)
 		depth -= joined[i]

@@ -11,32 +11,23 @@ import (
 )
 
 const FunctionSeriesBuckets = `-- name: FunctionSeriesBuckets :many
-WITH fn AS (
-    SELECT f.tenant, f.name FROM stepgate.function f
-    WHERE f.tenant = $1 AND ($2::text IS NULL OR f.name = $2::text)
-), span AS (
-    SELECT date_bin(make_interval(secs => $3::int), now(), timestamptz '1970-01-01 00:00:00+00')
-        - make_interval(secs => $3::int * ($4::int - 1)) AS since
-), seal AS (
-    SELECT coalesce((SELECT max(s.at) + interval '15 minutes' FROM stepgate.run_series s
-        WHERE $5::bool AND s.tenant = $1 AND s.function = '' AND s.at >= (SELECT since FROM span)),
-        (SELECT since FROM span)) AS raw_from
-)
-SELECT 'created' AS kind, date_bin(make_interval(secs => $3::int), r.created_at, (SELECT since FROM span))::timestamptz AS at,
+SELECT 'created' AS kind, date_bin(make_interval(secs => $1::int), r.created_at, $2::timestamptz)::timestamptz AS at,
     count(*) AS runs, 0::bigint AS completed, 0::bigint AS failed, 0::bigint AS cancelled, 0::bigint AS unclaimed,
     '{}'::float8[] AS ms
-FROM fn JOIN stepgate.run r ON r.tenant = fn.tenant AND r.function = fn.name
-WHERE r.created_at >= (SELECT raw_from FROM seal)
+FROM stepgate.function f JOIN stepgate.run r ON r.tenant = f.tenant AND r.function = f.name
+WHERE f.tenant = $3 AND ($4::text IS NULL OR f.name = $4::text)
+    AND r.created_at >= $5::timestamptz
 GROUP BY 2
 UNION ALL
-SELECT 'claimed', date_bin(make_interval(secs => $3::int), r.started_at, (SELECT since FROM span)),
+SELECT 'claimed', date_bin(make_interval(secs => $1::int), r.started_at, $2::timestamptz),
     count(*), 0, 0, 0, 0,
     percentile_cont('{0.5,0.95}'::float8[]) WITHIN GROUP (ORDER BY extract(epoch FROM r.started_at - r.created_at) * 1000)
-FROM fn JOIN stepgate.run r ON r.tenant = fn.tenant AND r.function = fn.name
-WHERE r.started_at >= (SELECT raw_from FROM seal)
+FROM stepgate.function f JOIN stepgate.run r ON r.tenant = f.tenant AND r.function = f.name
+WHERE f.tenant = $3 AND ($4::text IS NULL OR f.name = $4::text)
+    AND r.started_at >= $5::timestamptz
 GROUP BY 2
 UNION ALL
-SELECT 'finished', date_bin(make_interval(secs => $3::int), r.finished_at, (SELECT since FROM span)),
+SELECT 'finished', date_bin(make_interval(secs => $1::int), r.finished_at, $2::timestamptz),
     count(*),
     count(*) FILTER (WHERE r.status = 'completed'),
     count(*) FILTER (WHERE r.status = 'failed'),
@@ -44,8 +35,9 @@ SELECT 'finished', date_bin(make_interval(secs => $3::int), r.finished_at, (SELE
     count(*) FILTER (WHERE r.started_at IS NULL),
     coalesce(percentile_cont('{0.5,0.95}'::float8[]) WITHIN GROUP (ORDER BY extract(epoch FROM r.finished_at - r.started_at) * 1000)
         FILTER (WHERE r.status IN ('completed', 'failed') AND r.started_at IS NOT NULL), '{}')
-FROM fn JOIN stepgate.run r ON r.tenant = fn.tenant AND r.function = fn.name
-WHERE r.finished_at >= (SELECT raw_from FROM seal)
+FROM stepgate.function f JOIN stepgate.run r ON r.tenant = f.tenant AND r.function = f.name
+WHERE f.tenant = $3 AND ($4::text IS NULL OR f.name = $4::text)
+    AND r.finished_at >= $5::timestamptz
 GROUP BY 2
 UNION ALL
 SELECT v.kind, s.at, v.runs, v.completed, v.failed, v.cancelled, v.unclaimed, v.ms
@@ -54,16 +46,16 @@ FROM stepgate.run_series s CROSS JOIN LATERAL (VALUES
     ('claimed', s.claimed, 0, 0, 0, 0, s.wait_ms),
     ('finished', s.completed + s.failed + s.cancelled, s.completed, s.failed, s.cancelled, s.unclaimed, s.duration_ms)
 ) v (kind, runs, completed, failed, cancelled, unclaimed, ms)
-WHERE s.tenant = $1 AND s.function = coalesce($2::text, '')
-    AND s.at >= (SELECT since FROM span) AND s.at < (SELECT raw_from FROM seal)
+WHERE s.tenant = $3 AND s.function = coalesce($4::text, '')
+    AND s.at >= $2::timestamptz AND s.at < $5::timestamptz
 `
 
 type FunctionSeriesBucketsParams struct {
+	BucketSecs int32
+	Since      time.Time
 	Tenant     string
 	Function   *string
-	BucketSecs int32
-	Buckets    int32
-	Sealed     bool
+	RawFrom    time.Time
 }
 
 type FunctionSeriesBucketsRow struct {
@@ -77,26 +69,26 @@ type FunctionSeriesBucketsRow struct {
 	Ms        []float64
 }
 
-// The tenant's runs per bucket of bucket_secs, in the last buckets buckets before now
-// (database clock; the last holds now; buckets align on the Unix epoch), of one
+// The tenant's runs per bucket of bucket_secs from since (a bucket boundary), of one
 // registered function or, with function NULL, of all of them: one row per event kind and
 // bucket that has any. Each event is counted in the bucket of its own time, each kind
-// reading one index range per function of the window only: 'created' runs
-// (created_at, run_by_function), 'claimed' runs (first claimed, started_at,
-// run_by_function_started) with the percentiles of their wait from creation, and
-// 'finished' runs (finished_at, run_by_function_finished) with the percentiles of the
-// duration from first claim of those completed or failed. ms holds the two percentiles,
-// p50 and p95, in milliseconds, or none. With sealed (15-minute buckets only), the
-// buckets SeriesSeal has sealed for the tenant come from stepgate.run_series instead,
-// as the same three rows, and stepgate.run is read from the first bucket not sealed
-// only: one statement, so one snapshot, sees both.
+// reading one index range per function from raw_from only: 'created' runs (created_at,
+// run_by_function), 'claimed' runs (first claimed, started_at, run_by_function_started)
+// with the percentiles of their wait from creation, and 'finished' runs (finished_at,
+// run_by_function_finished) with the percentiles of the duration from first claim of
+// those completed or failed. ms holds the two percentiles, p50 and p95, in milliseconds,
+// or none. The 15-minute buckets from since to raw_from come from stepgate.run_series
+// (SeriesSeal), as the same three rows: raw_from is since but for a day's window, whose
+// buckets sealed for the tenant (FunctionSeriesNow) are not read from the runs again.
+// since and raw_from are parameters, not now(), so that the planner sees how much of
+// each index the statement reads.
 func (q *Queries) FunctionSeriesBuckets(ctx context.Context, arg FunctionSeriesBucketsParams) ([]FunctionSeriesBucketsRow, error) {
 	rows, err := q.db.Query(ctx, FunctionSeriesBuckets,
+		arg.BucketSecs,
+		arg.Since,
 		arg.Tenant,
 		arg.Function,
-		arg.BucketSecs,
-		arg.Buckets,
-		arg.Sealed,
+		arg.RawFrom,
 	)
 	if err != nil {
 		return nil, err
@@ -125,31 +117,34 @@ func (q *Queries) FunctionSeriesBuckets(ctx context.Context, arg FunctionSeriesB
 	return items, nil
 }
 
-const FunctionSeriesWaiting = `-- name: FunctionSeriesWaiting :one
-SELECT count(*) AS runs, now()::timestamptz AS now
-FROM stepgate.function f JOIN stepgate.run r ON r.tenant = f.tenant AND r.function = f.name
-WHERE f.tenant = $1 AND ($2::text IS NULL OR f.name = $2::text)
-    AND r.started_at IS NULL AND r.finished_at IS NULL
+const FunctionSeriesNow = `-- name: FunctionSeriesNow :one
+SELECT now()::timestamptz AS now,
+    (SELECT count(*) FROM stepgate.function f JOIN stepgate.run r ON r.tenant = f.tenant AND r.function = f.name
+        WHERE f.tenant = $1 AND ($2::text IS NULL OR f.name = $2::text)
+            AND r.started_at IS NULL AND r.finished_at IS NULL) AS waiting,
+    (SELECT max(s.at) + interval '15 minutes' FROM stepgate.run_series s
+        WHERE s.tenant = $1 AND s.function = '')::timestamptz AS sealed_until
 `
 
-type FunctionSeriesWaitingParams struct {
+type FunctionSeriesNowParams struct {
 	Tenant   string
 	Function *string
 }
 
-type FunctionSeriesWaitingRow struct {
-	Runs int64
-	Now  time.Time
+type FunctionSeriesNowRow struct {
+	Now         time.Time
+	Waiting     int64
+	SealedUntil time.Time
 }
 
-// The tenant's runs created and not yet claimed nor finished (the queue, delayed
-// starts included), of one registered function or, with function NULL, of all of them,
-// and the database's now; through the partial index run_waiting. Sent in the batch of
-// FunctionSeriesBuckets, whose now is the same (one transaction).
-func (q *Queries) FunctionSeriesWaiting(ctx context.Context, arg FunctionSeriesWaitingParams) (FunctionSeriesWaitingRow, error) {
-	row := q.db.QueryRow(ctx, FunctionSeriesWaiting, arg.Tenant, arg.Function)
-	var i FunctionSeriesWaitingRow
-	err := row.Scan(&i.Runs, &i.Now)
+// The database's now; the tenant's runs created and not yet claimed nor finished (the
+// queue, delayed starts included), of one registered function or, with function NULL,
+// of all of them, through the partial index run_waiting; and the end of the last bucket
+// SeriesSeal sealed for the tenant (NULL for none).
+func (q *Queries) FunctionSeriesNow(ctx context.Context, arg FunctionSeriesNowParams) (FunctionSeriesNowRow, error) {
+	row := q.db.QueryRow(ctx, FunctionSeriesNow, arg.Tenant, arg.Function)
+	var i FunctionSeriesNowRow
+	err := row.Scan(&i.Now, &i.Waiting, &i.SealedUntil)
 	return i, err
 }
 
