@@ -2928,6 +2928,9 @@ type ClientInterface interface {
 	// queue depth at the end of each bucket (runs created and not yet claimed nor
 	// finished; runs deleted by retention are not counted). Each event counts in the
 	// bucket of its own time. Read from Postgres, a read replica when the gateway has one.
+	// A day's buckets are sealed by a periodic job 2 minutes after they end and read from
+	// there, so a day's window reads the runs of its last buckets only: an event committed
+	// later than that is not counted, and runs deleted by retention stay counted.
 	//
 	// Corresponds with GET /v1/functions/{name}/stats (the `GetFunctionSeries` operationId).
 	GetFunctionSeries(ctx context.Context, name FunctionName, params *GetFunctionSeriesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -4235,6 +4238,9 @@ func (c *Client) StartRunWithMessage(ctx context.Context, name FunctionName, par
 // queue depth at the end of each bucket (runs created and not yet claimed nor
 // finished; runs deleted by retention are not counted). Each event counts in the
 // bucket of its own time. Read from Postgres, a read replica when the gateway has one.
+// A day's buckets are sealed by a periodic job 2 minutes after they end and read from
+// there, so a day's window reads the runs of its last buckets only: an event committed
+// later than that is not counted, and runs deleted by retention stay counted.
 //
 // Corresponds with GET /v1/functions/{name}/stats (the `GetFunctionSeries` operationId).
 func (c *Client) GetFunctionSeries(ctx context.Context, name FunctionName, params *GetFunctionSeriesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -8327,6 +8333,9 @@ type ClientWithResponsesInterface interface {
 	// queue depth at the end of each bucket (runs created and not yet claimed nor
 	// finished; runs deleted by retention are not counted). Each event counts in the
 	// bucket of its own time. Read from Postgres, a read replica when the gateway has one.
+	// A day's buckets are sealed by a periodic job 2 minutes after they end and read from
+	// there, so a day's window reads the runs of its last buckets only: an event committed
+	// later than that is not counted, and runs deleted by retention stay counted.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -12958,6 +12967,9 @@ func (c *ClientWithResponses) StartRunWithMessageWithResponse(ctx context.Contex
 // queue depth at the end of each bucket (runs created and not yet claimed nor
 // finished; runs deleted by retention are not counted). Each event counts in the
 // bucket of its own time. Read from Postgres, a read replica when the gateway has one.
+// A day's buckets are sealed by a periodic job 2 minutes after they end and read from
+// there, so a day's window reads the runs of its last buckets only: an event committed
+// later than that is not counted, and runs deleted by retention stay counted.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -138,6 +138,9 @@ export interface paths {
          *     queue depth at the end of each bucket (runs created and not yet claimed nor
          *     finished; runs deleted by retention are not counted). Each event counts in the
          *     bucket of its own time. Read from Postgres, a read replica when the gateway has one.
+         *     A day's buckets are sealed by a periodic job 2 minutes after they end and read from
+         *     there, so a day's window reads the runs of its last buckets only: an event committed
+         *     later than that is not counted, and runs deleted by retention stay counted.
          */
         get: operations["getFunctionSeries"];
         put?: never;
