@@ -88,14 +88,22 @@ func chartsShowTheRuns(t *testing.T, b *browser, s *stack.Stack, c *protocol.Cli
 	b.do("open the functions page", 10*time.Second, chromedp.Navigate(s.URL+"/#/functions"))
 	all := `[data-testid=charts-panel] ` + runs
 	b.visible("the charts of all functions", all)
+	// One read of one chart: a live update may draw another between two reads.
+	got := run(b, "their runs chart", chromedp.Evaluate[struct {
+		Label              string
+		Started, Completed int
+	}](fmt.Sprintf(`(() => {
+		const svg = document.querySelector('%s');
+		const sum = (sel) => [...svg.querySelectorAll(sel)].reduce((a, e) => a + Number(e.dataset.value), 0);
+		return { Label: svg.getAttribute("aria-label"), Started: sum("circle.s-started"), Completed: sum("rect.s-completed") };
+	})()`, all)))
 	var started, completed, failed int
-	label = run(b, "their runs chart's text", chromedp.Evaluate[string](`document.querySelector('`+all+`').getAttribute("aria-label")`))
-	_, err := fmt.Sscanf(label, "Runs per minute over the last hour: %d started, %d completed, %d failed", &started, &completed, &failed)
-	require.NoError(t, err, label)
+	_, err := fmt.Sscanf(got.Label, "Runs per minute over the last hour: %d started, %d completed, %d failed", &started, &completed, &failed)
+	require.NoError(t, err, got.Label)
 	require.GreaterOrEqual(t, started, 5)
 	require.GreaterOrEqual(t, completed, 4)
 	require.GreaterOrEqual(t, failed, 1)
-	require.Equal(t, started, run(b, "their started points", chromedp.Evaluate[int](chartSum(all+" circle.s-started"))))
-	require.Equal(t, completed, run(b, "their completed bars", chromedp.Evaluate[int](chartSum(all+" rect.s-completed"))))
+	require.Equal(t, started, got.Started, "their started points")
+	require.Equal(t, completed, got.Completed, "their completed bars")
 	b.shoot("functions-charts")
 }
