@@ -116,14 +116,14 @@ func FunctionSeries(ctx context.Context, db DB, tenant, function string, bucket 
 }
 
 // SealSeries seals, for every tenant, the buckets of SealedBucket that ended grace before
-// now (database clock) and are not sealed yet, never older than a day, at most max of
+// now (database clock) and are not sealed yet, never older than a day, at most most of
 // them from the oldest; then deletes the sealed buckets no window reads any more. It
 // returns how many buckets of stepgate.run_series it wrote, at least one per tenant with
 // a registered function and bucket sealed. Run it with a pool that sees every tenant.
 // An event committed later than grace after the end of its bucket is not counted.
-func SealSeries(ctx context.Context, db DB, grace time.Duration, max int) (int64, error) {
+func SealSeries(ctx context.Context, db DB, grace time.Duration, most int) (int64, error) {
 	q := dbsqlc.New(db)
-	n, err := q.SeriesSeal(ctx, dbsqlc.SeriesSealParams{GraceSecs: int32(grace / time.Second), MaxBuckets: int32(max)})
+	n, err := q.SeriesSeal(ctx, dbsqlc.SeriesSealParams{GraceSecs: int32(grace / time.Second), MaxBuckets: int32(most)})
 	if err != nil {
 		return 0, fmt.Errorf("seal series: %w", err)
 	}
