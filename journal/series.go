@@ -116,8 +116,8 @@ func FunctionSeries(ctx context.Context, db DB, tenant, function string, bucket 
 }
 
 // SealSeries seals, for every tenant, the buckets of SealedBucket that ended grace before
-// now (database clock) and are not sealed yet, never older than a day, at most most of
-// them from the oldest; then deletes the sealed buckets no window reads any more. It
+// now (database clock) and are not sealed yet, never older than a day, the oldest first
+// and no more than most of them; then deletes the sealed buckets no window reads any more. It
 // returns how many buckets of stepgate.run_series it wrote, at least one per tenant with
 // a registered function and bucket sealed. Run it with a pool that sees every tenant.
 // An event committed later than grace after the end of its bucket is not counted.
