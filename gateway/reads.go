@@ -16,8 +16,9 @@ import (
 //
 // Only these reads go through read: GET /v1/runs, a run's detail and journal pages
 // (GET /v1/runs/{id}), its export, GET /v1/functions and a function, its last check
-// and its queue, GET /v1/stats/functions, GET /v1/usage, GET /v1/events, and the
-// schedules. What must see the latest state stays on the primary: every write and
+// and its queue, GET /v1/stats/functions, the charts' series (GET
+// /v1/functions/{name}/stats, GET /v1/stats/functions/series), GET /v1/usage, GET
+// /v1/events, and the schedules. What must see the latest state stays on the primary: every write and
 // what it reads, starts (with ?wait or not), checkpoints, a run's result and values
 // (long-polls or not), its requests, streams and live streams, operations, signing
 // keys, and the tombstone of a deleted run.

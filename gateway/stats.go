@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/stepgate/stepgate/gateway/api/server"
@@ -71,4 +72,104 @@ func (s *Server) GetUsage(ctx context.Context, _ server.GetUsageRequestObject) (
 		StreamBytes: u.StreamBytes, MaxStreamBytes: q.MaxStreamBytes,
 		MailboxBytes: u.MailboxBytes, MaxMailboxBytes: q.MaxMailboxBytes,
 	}), nil
+}
+
+// A series window: its buckets' length and count.
+type seriesWindow struct {
+	name    string
+	bucket  time.Duration
+	buckets int
+}
+
+// seriesWindows are the windows GET /v1/functions/{name}/stats and GET
+// /v1/stats/functions/series answer; the first is the default.
+var seriesWindows = []seriesWindow{
+	{"1h", time.Minute, 60},
+	{"1d", 15 * time.Minute, 96},
+}
+
+// parseSeriesWindow returns the series window named w (the default when empty), or a
+// 400 naming the windows there are.
+func parseSeriesWindow(w string) (seriesWindow, error) {
+	if w == "" {
+		return seriesWindows[0], nil
+	}
+	for _, sw := range seriesWindows {
+		if sw.name == w {
+			return sw, nil
+		}
+	}
+	return seriesWindow{}, badRequest("window %q is not one of 1h (per minute) and 1d (per 15 minutes)", w)
+}
+
+// GetFunctionSeries answers the function's runs bucket by bucket over the last hour or
+// day (journal.FunctionSeries); 404 when the tenant has no such function.
+func (s *Server) GetFunctionSeries(ctx context.Context, req server.GetFunctionSeriesRequestObject) (server.GetFunctionSeriesResponseObject, error) {
+	var w string
+	if req.Params.Window != nil {
+		w = string(*req.Params.Window)
+	}
+	sw, err := parseSeriesWindow(w)
+	if err != nil {
+		return nil, err
+	}
+	var buckets []journal.SeriesBucket
+	err = s.read(ctx, func(db *journal.TenantDB) (err error) {
+		if _, err := journal.GetFunction(ctx, db, db.Tenant(), req.Name); err != nil {
+			return err
+		}
+		buckets, err = journal.FunctionSeries(ctx, db, db.Tenant(), req.Name, sw.bucket, sw.buckets)
+		return err
+	})
+	if errors.Is(err, journal.ErrNotFound) {
+		return server.GetFunctionSeries404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: functionNotFound(req.Name)}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := seriesOut(sw, buckets)
+	out.Function = &req.Name
+	return server.GetFunctionSeries200JSONResponse(out), nil
+}
+
+// FunctionsSeries answers the runs of all the tenant's functions bucket by bucket over
+// the last hour or day (journal.FunctionSeries with no function).
+func (s *Server) FunctionsSeries(ctx context.Context, req server.FunctionsSeriesRequestObject) (server.FunctionsSeriesResponseObject, error) {
+	var w string
+	if req.Params.Window != nil {
+		w = string(*req.Params.Window)
+	}
+	sw, err := parseSeriesWindow(w)
+	if err != nil {
+		return nil, err
+	}
+	var buckets []journal.SeriesBucket
+	err = s.read(ctx, func(db *journal.TenantDB) (err error) {
+		buckets, err = journal.FunctionSeries(ctx, db, db.Tenant(), "", sw.bucket, sw.buckets)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return server.FunctionsSeries200JSONResponse(seriesOut(sw, buckets)), nil
+}
+
+func seriesOut(sw seriesWindow, buckets []journal.SeriesBucket) protocol.FunctionSeries {
+	out := protocol.FunctionSeries{Window: sw.name, BucketSeconds: int(sw.bucket / time.Second),
+		Buckets: make([]protocol.SeriesBucket, len(buckets))}
+	f32 := func(v *float64) *float32 {
+		if v == nil {
+			return nil
+		}
+		f := float32(*v)
+		return &f
+	}
+	for i, b := range buckets {
+		out.Buckets[i] = protocol.SeriesBucket{
+			At: b.At, Started: b.Started, Completed: b.Completed, Failed: b.Failed, Cancelled: b.Cancelled,
+			P50Ms: f32(b.P50MS), P95Ms: f32(b.P95MS), WaitP50Ms: f32(b.WaitP50MS), WaitP95Ms: f32(b.WaitP95MS),
+			QueueDepth: b.QueueDepth,
+		}
+	}
+	return out
 }

@@ -219,6 +219,7 @@ func New(cfg Config) (*Invoker, error) {
 	river.AddWorker(workers, &deadlineWorker{inv: inv})
 	river.AddWorker(workers, maintenance.NewRetention(cfg.Pool, cmp.Or(cfg.Retention, DefaultRetention),
 		cmp.Or(cfg.RetentionBatch, 500), cfg.Logger, inv.clock))
+	river.AddWorker(workers, maintenance.NewSeries(cfg.Pool, cfg.Logger))
 	var middleware []rivertype.Middleware
 	if cfg.TracerProvider != nil {
 		inv.tracer = cfg.TracerProvider.Tracer(tracing.Name)
@@ -248,7 +249,8 @@ func New(cfg Config) (*Invoker, error) {
 		// job finds nothing to claim. A job whose invocation is still in flight may be
 		// rescued too: its retry finds the run claimed and does nothing.
 		RescueStuckJobsAfter: time.Minute,
-		PeriodicJobs:         []*river.PeriodicJob{maintenance.RetentionJob(cmp.Or(cfg.RetentionInterval, time.Minute))},
+		PeriodicJobs: []*river.PeriodicJob{maintenance.RetentionJob(cmp.Or(cfg.RetentionInterval, time.Minute)),
+			maintenance.SeriesJob()},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("invoker: river client: %w", err)

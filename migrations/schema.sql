@@ -1293,6 +1293,26 @@ COMMENT ON COLUMN stepgate.run.lifetime_recoveries IS 'Recoveries of the run in 
 COMMENT ON COLUMN stepgate.run.owner_nonce IS 'The nonce of the process that claimed the current invocation (checkpointCurrent): 32 lowercase hex digits, or NULL before the first question of the invocation. Set back to NULL by every statement that bumps invocation.';
 
 --
+-- Name: run_series; Type: TABLE; Schema: stepgate; Owner: -
+--
+
+CREATE TABLE stepgate.run_series (
+    tenant text NOT NULL,
+    function text NOT NULL,
+    at timestamp with time zone NOT NULL,
+    started bigint NOT NULL,
+    claimed bigint NOT NULL,
+    completed bigint NOT NULL,
+    failed bigint NOT NULL,
+    cancelled bigint NOT NULL,
+    unclaimed bigint NOT NULL,
+    duration_ms double precision[] NOT NULL,
+    wait_ms double precision[] NOT NULL
+);
+
+ALTER TABLE ONLY stepgate.run_series FORCE ROW LEVEL SECURITY;
+
+--
 -- Name: run_tombstone; Type: TABLE; Schema: stepgate; Owner: -
 --
 
@@ -1639,6 +1659,13 @@ ALTER TABLE ONLY stepgate.run
     ADD CONSTRAINT run_pkey PRIMARY KEY (tenant, id);
 
 --
+-- Name: run_series run_series_pkey; Type: CONSTRAINT; Schema: stepgate; Owner: -
+--
+
+ALTER TABLE ONLY stepgate.run_series
+    ADD CONSTRAINT run_series_pkey PRIMARY KEY (tenant, function, at);
+
+--
 -- Name: run_tombstone run_tombstone_pkey; Type: CONSTRAINT; Schema: stepgate; Owner: -
 --
 
@@ -1868,6 +1895,18 @@ CREATE INDEX run_by_finished ON stepgate.run USING btree (finished_at) WHERE (fi
 CREATE INDEX run_by_function ON stepgate.run USING btree (tenant, function, created_at, id);
 
 --
+-- Name: run_by_function_finished; Type: INDEX; Schema: stepgate; Owner: -
+--
+
+CREATE INDEX run_by_function_finished ON stepgate.run USING btree (tenant, function, finished_at) INCLUDE (status, started_at) WHERE (finished_at IS NOT NULL);
+
+--
+-- Name: run_by_function_started; Type: INDEX; Schema: stepgate; Owner: -
+--
+
+CREATE INDEX run_by_function_started ON stepgate.run USING btree (tenant, function, started_at) INCLUDE (created_at) WHERE (started_at IS NOT NULL);
+
+--
 -- Name: run_by_idempotency_key; Type: INDEX; Schema: stepgate; Owner: -
 --
 
@@ -1904,6 +1943,12 @@ CREATE INDEX run_expired_lease ON stepgate.run USING btree (lease_until) WHERE (
 CREATE UNIQUE INDEX run_idempotency_key ON stepgate.run USING btree (tenant, function, idempotency_key) WHERE (idempotency_key IS NOT NULL);
 
 --
+-- Name: run_series_sealed; Type: INDEX; Schema: stepgate; Owner: -
+--
+
+CREATE INDEX run_series_sealed ON stepgate.run_series USING btree (at) WHERE (function = ''::text);
+
+--
 -- Name: run_slot_line; Type: INDEX; Schema: stepgate; Owner: -
 --
 
@@ -1926,6 +1971,12 @@ CREATE INDEX run_tombstone_by_age ON stepgate.run_tombstone USING btree (deleted
 --
 
 CREATE INDEX run_wait_by_match ON stepgate.run_wait USING btree (tenant, event_name, match_key);
+
+--
+-- Name: run_waiting; Type: INDEX; Schema: stepgate; Owner: -
+--
+
+CREATE INDEX run_waiting ON stepgate.run USING btree (tenant, function) WHERE ((started_at IS NULL) AND (finished_at IS NULL));
 
 --
 -- Name: run_watch_by_tenant; Type: INDEX; Schema: stepgate; Owner: -
@@ -2170,6 +2221,12 @@ ALTER TABLE stepgate.operation ENABLE ROW LEVEL SECURITY;
 ALTER TABLE stepgate.run ENABLE ROW LEVEL SECURITY;
 
 --
+-- Name: run_series; Type: ROW SECURITY; Schema: stepgate; Owner: -
+--
+
+ALTER TABLE stepgate.run_series ENABLE ROW LEVEL SECURITY;
+
+--
 -- Name: run_tombstone; Type: ROW SECURITY; Schema: stepgate; Owner: -
 --
 
@@ -2302,6 +2359,12 @@ CREATE POLICY system_access ON stepgate.operation TO stepgate_system USING (true
 CREATE POLICY system_access ON stepgate.run TO stepgate_system USING (true);
 
 --
+-- Name: run_series system_access; Type: POLICY; Schema: stepgate; Owner: -
+--
+
+CREATE POLICY system_access ON stepgate.run_series TO stepgate_system USING (true);
+
+--
 -- Name: run_tombstone system_access; Type: POLICY; Schema: stepgate; Owner: -
 --
 
@@ -2432,6 +2495,12 @@ CREATE POLICY tenant_isolation ON stepgate.operation TO stepgate_app USING ((ten
 --
 
 CREATE POLICY tenant_isolation ON stepgate.run TO stepgate_app USING ((tenant = NULLIF(current_setting('stepgate.tenant'::text, true), ''::text)));
+
+--
+-- Name: run_series tenant_isolation; Type: POLICY; Schema: stepgate; Owner: -
+--
+
+CREATE POLICY tenant_isolation ON stepgate.run_series TO stepgate_app USING ((tenant = NULLIF(current_setting('stepgate.tenant'::text, true), ''::text)));
 
 --
 -- Name: run_tombstone tenant_isolation; Type: POLICY; Schema: stepgate; Owner: -
@@ -2756,6 +2825,13 @@ GRANT SELECT,INSERT,UPDATE ON TABLE stepgate.operation TO stepgate_system;
 
 GRANT SELECT,INSERT,UPDATE ON TABLE stepgate.run TO stepgate_app;
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE stepgate.run TO stepgate_system;
+
+--
+-- Name: TABLE run_series; Type: ACL; Schema: stepgate; Owner: -
+--
+
+GRANT SELECT ON TABLE stepgate.run_series TO stepgate_app;
+GRANT SELECT,INSERT,DELETE ON TABLE stepgate.run_series TO stepgate_system;
 
 --
 -- Name: TABLE run_tombstone; Type: ACL; Schema: stepgate; Owner: -

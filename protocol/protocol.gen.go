@@ -406,6 +406,42 @@ func (e SigningKeyUse) Valid() bool {
 	}
 }
 
+// Defines values for SeriesWindow.
+const (
+	SeriesWindowN1D SeriesWindow = "1d"
+	SeriesWindowN1H SeriesWindow = "1h"
+)
+
+// Valid indicates whether the value is a known member of the SeriesWindow enum.
+func (e SeriesWindow) Valid() bool {
+	switch e {
+	case SeriesWindowN1D:
+		return true
+	case SeriesWindowN1H:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetFunctionSeriesParamsWindow.
+const (
+	GetFunctionSeriesParamsWindowN1D GetFunctionSeriesParamsWindow = "1d"
+	GetFunctionSeriesParamsWindowN1H GetFunctionSeriesParamsWindow = "1h"
+)
+
+// Valid indicates whether the value is a known member of the GetFunctionSeriesParamsWindow enum.
+func (e GetFunctionSeriesParamsWindow) Valid() bool {
+	switch e {
+	case GetFunctionSeriesParamsWindowN1D:
+		return true
+	case GetFunctionSeriesParamsWindowN1H:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ListRunsParamsInclude.
 const (
 	Io ListRunsParamsInclude = "io"
@@ -415,6 +451,24 @@ const (
 func (e ListRunsParamsInclude) Valid() bool {
 	switch e {
 	case Io:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for FunctionsSeriesParamsWindow.
+const (
+	FunctionsSeriesParamsWindowN1D FunctionsSeriesParamsWindow = "1d"
+	FunctionsSeriesParamsWindowN1H FunctionsSeriesParamsWindow = "1h"
+)
+
+// Valid indicates whether the value is a known member of the FunctionsSeriesParamsWindow enum.
+func (e FunctionsSeriesParamsWindow) Valid() bool {
+	switch e {
+	case FunctionsSeriesParamsWindowN1D:
+		return true
+	case FunctionsSeriesParamsWindowN1H:
 		return true
 	default:
 		return false
@@ -1037,6 +1091,21 @@ type FunctionRegistration struct {
 
 	// URL The http(s) URL the gateway POSTs invocations to.
 	URL string `json:"url"`
+}
+
+// FunctionSeries defines model for FunctionSeries.
+type FunctionSeries struct {
+	// BucketSeconds Each bucket's length: 60 for `1h`, 900 for `1d`.
+	BucketSeconds int `json:"bucket_seconds"`
+
+	// Buckets Oldest first, without gaps; the last one holds now.
+	Buckets []SeriesBucket `json:"buckets"`
+
+	// Function The function; absent for all of them.
+	Function *string `json:"function,omitempty"`
+
+	// Window `1h` or `1d`.
+	Window string `json:"window"`
 }
 
 // FunctionStats defines model for FunctionStats.
@@ -1978,6 +2047,39 @@ type ScheduleSpec struct {
 	Timezone *string `json:"timezone,omitempty"`
 }
 
+// SeriesBucket defines model for SeriesBucket.
+type SeriesBucket struct {
+	// At The bucket's start.
+	At time.Time `json:"at"`
+
+	// Cancelled Runs cancelled in the bucket.
+	Cancelled int64 `json:"cancelled"`
+
+	// Completed Runs that completed in the bucket.
+	Completed int64 `json:"completed"`
+
+	// Failed Runs that failed in the bucket.
+	Failed int64 `json:"failed"`
+
+	// P50Ms Median duration (first claim to finish) of the runs that completed or failed in the bucket; absent when none.
+	P50Ms *float32 `json:"p50_ms,omitempty"`
+
+	// P95Ms Their 95th percentile duration; absent when none.
+	P95Ms *float32 `json:"p95_ms,omitempty"`
+
+	// QueueDepth Runs created and not yet claimed nor finished at the end of the bucket (now, for the last).
+	QueueDepth int64 `json:"queue_depth"`
+
+	// Started Runs created in the bucket.
+	Started int64 `json:"started"`
+
+	// WaitP50Ms Median wait (creation to first claim) of the runs first claimed in the bucket; absent when none.
+	WaitP50Ms *float32 `json:"wait_p50_ms,omitempty"`
+
+	// WaitP95Ms Their 95th percentile wait; absent when none.
+	WaitP95Ms *float32 `json:"wait_p95_ms,omitempty"`
+}
+
 // SigningKey An Ed25519 public key, as a JSON Web Key.
 type SigningKey struct {
 	Alg       SigningKeyAlg `json:"alg"`
@@ -2179,6 +2281,9 @@ type RunID = string
 // ScheduleName defines model for ScheduleName.
 type ScheduleName = string
 
+// SeriesWindow defines model for SeriesWindow.
+type SeriesWindow string
+
 // Wait defines model for Wait.
 type Wait = string
 
@@ -2268,6 +2373,15 @@ type StartRunWithMessageParams struct {
 	// IdempotencyKey The run's idempotency key (per tenant and function), and the message's id. 1 to 255 bytes.
 	IdempotencyKey string `json:"Idempotency-Key"`
 }
+
+// GetFunctionSeriesParams defines parameters for GetFunctionSeries.
+type GetFunctionSeriesParams struct {
+	// Window `1h` (per minute, the default) or `1d` (per 15 minutes); nothing else.
+	Window *GetFunctionSeriesParamsWindow `form:"window,omitempty" json:"window,omitempty"`
+}
+
+// GetFunctionSeriesParamsWindow defines parameters for GetFunctionSeries.
+type GetFunctionSeriesParamsWindow string
 
 // ListRunsParams defines parameters for ListRuns.
 type ListRunsParams struct {
@@ -2368,6 +2482,15 @@ type FunctionStatsParams struct {
 	// Window How far back, as a Go duration; defaults to `1h`, at most `720h`.
 	Window *string `form:"window,omitempty" json:"window,omitempty"`
 }
+
+// FunctionsSeriesParams defines parameters for FunctionsSeries.
+type FunctionsSeriesParams struct {
+	// Window `1h` (per minute, the default) or `1d` (per 15 minutes); nothing else.
+	Window *FunctionsSeriesParamsWindow `form:"window,omitempty" json:"window,omitempty"`
+}
+
+// FunctionsSeriesParamsWindow defines parameters for FunctionsSeries.
+type FunctionsSeriesParamsWindow string
 
 // SyncAppJSONRequestBody defines body for SyncApp for application/json ContentType.
 type SyncAppJSONRequestBody = AppSync
@@ -2860,6 +2983,24 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/functions/{name}/runs/with-message (the `StartRunWithMessage` operationId).
 	StartRunWithMessage(ctx context.Context, name FunctionName, params *StartRunWithMessageParams, body StartRunWithMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetFunctionSeries The function's runs over the last hour or day, bucket by bucket, for charts. Needs `functions:read`.
+	//
+	// Per minute over the last hour (`window=1h`, 60 buckets) or per 15 minutes over the
+	// last day (`window=1d`, 96 buckets), by the database clock, the last bucket holding
+	// now: the runs started (created), completed, failed and cancelled, the p50 and p95
+	// duration of the runs that finished (completed or failed, from their first claim to
+	// their finish), the p50 and p95 wait of the runs first claimed (from creation to
+	// first claim: time waiting for a slot, a delayed start's delay included), and the
+	// queue depth at the end of each bucket (runs created and not yet claimed nor
+	// finished; runs deleted by retention are not counted). Each event counts in the
+	// bucket of its own time. Read from Postgres, a read replica when the gateway has one.
+	// A day's buckets are sealed by a periodic job 2 minutes after they end and read from
+	// there, so a day's window reads the runs of its last buckets only: an event committed
+	// later than that is not counted, and runs deleted by retention stay counted.
+	//
+	// Corresponds with GET /v1/functions/{name}/stats (the `GetFunctionSeries` operationId).
+	GetFunctionSeries(ctx context.Context, name FunctionName, params *GetFunctionSeriesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetOperation Returns a bulk operation of the caller's tenant and its progress. Needs `runs:read`.
 	//
@@ -3576,6 +3717,14 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/stats/functions (the `FunctionStats` operationId).
 	FunctionStats(ctx context.Context, params *FunctionStatsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// FunctionsSeries All the tenant's functions' runs over the last hour or day, bucket by bucket, for charts. Needs `functions:read`.
+	//
+	// What `GET /v1/functions/{name}/stats` answers for one function, summed over every
+	// function the tenant has registered (the percentiles are of all their runs).
+	//
+	// Corresponds with GET /v1/stats/functions/series (the `FunctionsSeries` operationId).
+	FunctionsSeries(ctx context.Context, params *FunctionsSeriesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetUsage What the caller's tenant stores, against its storage quotas. Needs `runs:read`.
 	//
 	// The tenant's stored runs (not yet deleted by retention), the bytes of its runs'
@@ -4157,6 +4306,34 @@ func (c *Client) StartRunWithMessageWithBody(ctx context.Context, name FunctionN
 // Corresponds with POST /v1/functions/{name}/runs/with-message (the `StartRunWithMessage` operationId).
 func (c *Client) StartRunWithMessage(ctx context.Context, name FunctionName, params *StartRunWithMessageParams, body StartRunWithMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewStartRunWithMessageRequest(c.Server, name, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetFunctionSeries The function's runs over the last hour or day, bucket by bucket, for charts. Needs `functions:read`.
+//
+// Per minute over the last hour (`window=1h`, 60 buckets) or per 15 minutes over the
+// last day (`window=1d`, 96 buckets), by the database clock, the last bucket holding
+// now: the runs started (created), completed, failed and cancelled, the p50 and p95
+// duration of the runs that finished (completed or failed, from their first claim to
+// their finish), the p50 and p95 wait of the runs first claimed (from creation to
+// first claim: time waiting for a slot, a delayed start's delay included), and the
+// queue depth at the end of each bucket (runs created and not yet claimed nor
+// finished; runs deleted by retention are not counted). Each event counts in the
+// bucket of its own time. Read from Postgres, a read replica when the gateway has one.
+// A day's buckets are sealed by a periodic job 2 minutes after they end and read from
+// there, so a day's window reads the runs of its last buckets only: an event committed
+// later than that is not counted, and runs deleted by retention stay counted.
+//
+// Corresponds with GET /v1/functions/{name}/stats (the `GetFunctionSeries` operationId).
+func (c *Client) GetFunctionSeries(ctx context.Context, name FunctionName, params *GetFunctionSeriesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetFunctionSeriesRequest(c.Server, name, params)
 	if err != nil {
 		return nil, err
 	}
@@ -5292,6 +5469,24 @@ func (c *Client) FunctionStats(ctx context.Context, params *FunctionStatsParams,
 	return c.Client.Do(req)
 }
 
+// FunctionsSeries All the tenant's functions' runs over the last hour or day, bucket by bucket, for charts. Needs `functions:read`.
+//
+// What `GET /v1/functions/{name}/stats` answers for one function, summed over every
+// function the tenant has registered (the percentiles are of all their runs).
+//
+// Corresponds with GET /v1/stats/functions/series (the `FunctionsSeries` operationId).
+func (c *Client) FunctionsSeries(ctx context.Context, params *FunctionsSeriesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewFunctionsSeriesRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // GetUsage What the caller's tenant stores, against its storage quotas. Needs `runs:read`.
 //
 // The tenant's stored runs (not yet deleted by retention), the bytes of its runs'
@@ -6064,6 +6259,67 @@ func NewStartRunWithMessageRequestWithBody(server string, name FunctionName, par
 
 		req.Header.Set("Idempotency-Key", headerParam0)
 
+	}
+
+	return req, nil
+}
+
+// NewGetFunctionSeriesRequest constructs an http.Request for the GetFunctionSeries method
+func NewGetFunctionSeriesRequest(server string, name FunctionName, params *GetFunctionSeriesParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/functions/%s/stats", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Window != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "window", *params.Window, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
 	}
 
 	return req, nil
@@ -7715,6 +7971,60 @@ func NewFunctionStatsRequest(server string, params *FunctionStatsParams) (*http.
 	return req, nil
 }
 
+// NewFunctionsSeriesRequest constructs an http.Request for the FunctionsSeries method
+func NewFunctionsSeriesRequest(server string, params *FunctionsSeriesParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/stats/functions/series")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Window != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "window", *params.Window, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetUsageRequest constructs an http.Request for the GetUsage method
 func NewGetUsageRequest(server string) (*http.Request, error) {
 	var err error
@@ -8166,6 +8476,26 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/functions/{name}/runs/with-message (the `StartRunWithMessage` operationId).
 	StartRunWithMessageWithResponse(ctx context.Context, name FunctionName, params *StartRunWithMessageParams, body StartRunWithMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*StartRunWithMessageResponse, error)
+
+	// GetFunctionSeriesWithResponse The function's runs over the last hour or day, bucket by bucket, for charts. Needs `functions:read`.
+	//
+	// Per minute over the last hour (`window=1h`, 60 buckets) or per 15 minutes over the
+	// last day (`window=1d`, 96 buckets), by the database clock, the last bucket holding
+	// now: the runs started (created), completed, failed and cancelled, the p50 and p95
+	// duration of the runs that finished (completed or failed, from their first claim to
+	// their finish), the p50 and p95 wait of the runs first claimed (from creation to
+	// first claim: time waiting for a slot, a delayed start's delay included), and the
+	// queue depth at the end of each bucket (runs created and not yet claimed nor
+	// finished; runs deleted by retention are not counted). Each event counts in the
+	// bucket of its own time. Read from Postgres, a read replica when the gateway has one.
+	// A day's buckets are sealed by a periodic job 2 minutes after they end and read from
+	// there, so a day's window reads the runs of its last buckets only: an event committed
+	// later than that is not counted, and runs deleted by retention stay counted.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/functions/{name}/stats (the `GetFunctionSeries` operationId).
+	GetFunctionSeriesWithResponse(ctx context.Context, name FunctionName, params *GetFunctionSeriesParams, reqEditors ...RequestEditorFn) (*GetFunctionSeriesResponse, error)
 
 	// GetOperationWithResponse Returns a bulk operation of the caller's tenant and its progress. Needs `runs:read`.
 	//
@@ -8923,6 +9253,16 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/stats/functions (the `FunctionStats` operationId).
 	FunctionStatsWithResponse(ctx context.Context, params *FunctionStatsParams, reqEditors ...RequestEditorFn) (*FunctionStatsResponse, error)
+
+	// FunctionsSeriesWithResponse All the tenant's functions' runs over the last hour or day, bucket by bucket, for charts. Needs `functions:read`.
+	//
+	// What `GET /v1/functions/{name}/stats` answers for one function, summed over every
+	// function the tenant has registered (the percentiles are of all their runs).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/stats/functions/series (the `FunctionsSeries` operationId).
+	FunctionsSeriesWithResponse(ctx context.Context, params *FunctionsSeriesParams, reqEditors ...RequestEditorFn) (*FunctionsSeriesResponse, error)
 
 	// GetUsageWithResponse What the caller's tenant stores, against its storage quotas. Needs `runs:read`.
 	//
@@ -9921,6 +10261,75 @@ func (r StartRunWithMessageResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r StartRunWithMessageResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetFunctionSeriesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *FunctionSeries
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetFunctionSeriesResponse) GetJSON200() *FunctionSeries {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetFunctionSeriesResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetFunctionSeriesResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetFunctionSeriesResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetFunctionSeriesResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r GetFunctionSeriesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetFunctionSeriesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetFunctionSeriesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetFunctionSeriesResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -12171,6 +12580,68 @@ func (r FunctionStatsResponse) ContentType() string {
 	return ""
 }
 
+type FunctionsSeriesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *FunctionSeries
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r FunctionsSeriesResponse) GetJSON200() *FunctionSeries {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r FunctionsSeriesResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r FunctionsSeriesResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r FunctionsSeriesResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetBody returns the raw response body bytes
+func (r FunctionsSeriesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r FunctionsSeriesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r FunctionsSeriesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r FunctionsSeriesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type GetUsageResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -12731,6 +13202,32 @@ func (c *ClientWithResponses) StartRunWithMessageWithResponse(ctx context.Contex
 		return nil, err
 	}
 	return ParseStartRunWithMessageResponse(rsp)
+}
+
+// GetFunctionSeriesWithResponse The function's runs over the last hour or day, bucket by bucket, for charts. Needs `functions:read`.
+//
+// Per minute over the last hour (`window=1h`, 60 buckets) or per 15 minutes over the
+// last day (`window=1d`, 96 buckets), by the database clock, the last bucket holding
+// now: the runs started (created), completed, failed and cancelled, the p50 and p95
+// duration of the runs that finished (completed or failed, from their first claim to
+// their finish), the p50 and p95 wait of the runs first claimed (from creation to
+// first claim: time waiting for a slot, a delayed start's delay included), and the
+// queue depth at the end of each bucket (runs created and not yet claimed nor
+// finished; runs deleted by retention are not counted). Each event counts in the
+// bucket of its own time. Read from Postgres, a read replica when the gateway has one.
+// A day's buckets are sealed by a periodic job 2 minutes after they end and read from
+// there, so a day's window reads the runs of its last buckets only: an event committed
+// later than that is not counted, and runs deleted by retention stay counted.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/functions/{name}/stats (the `GetFunctionSeries` operationId).
+func (c *ClientWithResponses) GetFunctionSeriesWithResponse(ctx context.Context, name FunctionName, params *GetFunctionSeriesParams, reqEditors ...RequestEditorFn) (*GetFunctionSeriesResponse, error) {
+	rsp, err := c.GetFunctionSeries(ctx, name, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetFunctionSeriesResponse(rsp)
 }
 
 // GetOperationWithResponse Returns a bulk operation of the caller's tenant and its progress. Needs `runs:read`.
@@ -13736,6 +14233,22 @@ func (c *ClientWithResponses) FunctionStatsWithResponse(ctx context.Context, par
 	return ParseFunctionStatsResponse(rsp)
 }
 
+// FunctionsSeriesWithResponse All the tenant's functions' runs over the last hour or day, bucket by bucket, for charts. Needs `functions:read`.
+//
+// What `GET /v1/functions/{name}/stats` answers for one function, summed over every
+// function the tenant has registered (the percentiles are of all their runs).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/stats/functions/series (the `FunctionsSeries` operationId).
+func (c *ClientWithResponses) FunctionsSeriesWithResponse(ctx context.Context, params *FunctionsSeriesParams, reqEditors ...RequestEditorFn) (*FunctionsSeriesResponse, error) {
+	rsp, err := c.FunctionsSeries(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseFunctionsSeriesResponse(rsp)
+}
+
 // GetUsageWithResponse What the caller's tenant stores, against its storage quotas. Needs `runs:read`.
 //
 // The tenant's stored runs (not yet deleted by retention), the bytes of its runs'
@@ -14550,6 +15063,60 @@ func ParseStartRunWithMessageResponse(rsp *http.Response) (*StartRunWithMessageR
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetFunctionSeriesResponse parses an HTTP response from a GetFunctionSeriesWithResponse call
+func ParseGetFunctionSeriesResponse(rsp *http.Response) (*GetFunctionSeriesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetFunctionSeriesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest FunctionSeries
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
 	}
 
 	return response, nil
@@ -16363,6 +16930,53 @@ func ParseFunctionStatsResponse(rsp *http.Response) (*FunctionStatsResponse, err
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
 		var dest FunctionStatsList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseFunctionsSeriesResponse parses an HTTP response from a FunctionsSeriesWithResponse call
+func ParseFunctionsSeriesResponse(rsp *http.Response) (*FunctionsSeriesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &FunctionsSeriesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest FunctionSeries
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}

@@ -770,6 +770,11 @@ func TestDashboard(t *testing.T) {
 		functionShowsItsLastCheck(t, b, s, c)
 	})
 
+	t.Run("ChartsShowTheRuns", func(t *testing.T) {
+		b.use(t)
+		chartsShowTheRuns(t, b, s, c)
+	})
+
 	t.Run("ALinkForAnotherTenantAsksFirst", func(t *testing.T) {
 		b.use(t)
 		mallory := s.NewToken(t, auth.Identity{Subject: "mallory", Tenant: "evil", Roles: []string{"admin"}})

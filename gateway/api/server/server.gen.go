@@ -62,6 +62,9 @@ type ServerInterface interface {
 	// StartRunWithMessage Starts the run of an idempotency key if there is none, and sends it a message, in one transaction. Needs `runs:invoke` and `events:send`.
 	// (POST /v1/functions/{name}/runs/with-message)
 	StartRunWithMessage(ctx echo.Context, name FunctionName, params StartRunWithMessageParams) error
+	// GetFunctionSeries The function's runs over the last hour or day, bucket by bucket, for charts. Needs `functions:read`.
+	// (GET /v1/functions/{name}/stats)
+	GetFunctionSeries(ctx echo.Context, name FunctionName, params GetFunctionSeriesParams) error
 	// GetOperation Returns a bulk operation of the caller's tenant and its progress. Needs `runs:read`.
 	// (GET /v1/operations/{id})
 	GetOperation(ctx echo.Context, id openapi_types.UUID) error
@@ -155,6 +158,9 @@ type ServerInterface interface {
 	// FunctionStats Each function's runs over a recent window. Needs `functions:read`.
 	// (GET /v1/stats/functions)
 	FunctionStats(ctx echo.Context, params FunctionStatsParams) error
+	// FunctionsSeries All the tenant's functions' runs over the last hour or day, bucket by bucket, for charts. Needs `functions:read`.
+	// (GET /v1/stats/functions/series)
+	FunctionsSeries(ctx echo.Context, params FunctionsSeriesParams) error
 	// GetUsage What the caller's tenant stores, against its storage quotas. Needs `runs:read`.
 	// (GET /v1/usage)
 	GetUsage(ctx echo.Context) error
@@ -480,6 +486,31 @@ func (w *ServerInterfaceWrapper) StartRunWithMessage(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.StartRunWithMessage(ctx, name, params)
+	return err
+}
+
+// GetFunctionSeries converts echo context to params.
+func (w *ServerInterfaceWrapper) GetFunctionSeries(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "name" -------------
+	var name FunctionName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", ctx.Param("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter name: %s", err))
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetFunctionSeriesParams
+	// ------------- Optional query parameter "window" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "window", ctx.QueryParams(), &params.Window, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter window: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetFunctionSeries(ctx, name, params)
 	return err
 }
 
@@ -1187,6 +1218,24 @@ func (w *ServerInterfaceWrapper) FunctionStats(ctx echo.Context) error {
 	return err
 }
 
+// FunctionsSeries converts echo context to params.
+func (w *ServerInterfaceWrapper) FunctionsSeries(ctx echo.Context) error {
+	var err error
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params FunctionsSeriesParams
+	// ------------- Optional query parameter "window" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "window", ctx.QueryParams(), &params.Window, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter window: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.FunctionsSeries(ctx, params)
+	return err
+}
+
 // GetUsage converts echo context to params.
 func (w *ServerInterfaceWrapper) GetUsage(ctx echo.Context) error {
 	var err error
@@ -1250,6 +1299,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/v1/functions/:name", wrapper.GetFunction, options.OperationMiddlewares["getFunction"]...)
 	router.PUT(options.BaseURL+"/v1/functions/:name", wrapper.RegisterFunction, options.OperationMiddlewares["registerFunction"]...)
 	router.GET(options.BaseURL+"/v1/functions/:name/queue", wrapper.GetFunctionQueue, options.OperationMiddlewares["getFunctionQueue"]...)
+	router.GET(options.BaseURL+"/v1/functions/:name/stats", wrapper.GetFunctionSeries, options.OperationMiddlewares["getFunctionSeries"]...)
 	router.POST(options.BaseURL+"/v1/apps", wrapper.SyncApp, options.OperationMiddlewares["syncApp"]...)
 	router.POST(options.BaseURL+"/v1/functions/:name/runs", wrapper.StartRun, options.OperationMiddlewares["startRun"]...)
 	router.POST(options.BaseURL+"/v1/functions/:name/runs/with-message", wrapper.StartRunWithMessage, options.OperationMiddlewares["startRunWithMessage"]...)
@@ -1271,6 +1321,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/v1/runs/:id/streams/:key", wrapper.ReadRunStream, options.OperationMiddlewares["readRunStream"]...)
 	router.GET(options.BaseURL+"/v1/runs/stream", wrapper.StreamRuns, options.OperationMiddlewares["streamRuns"]...)
 	router.GET(options.BaseURL+"/v1/stats/functions", wrapper.FunctionStats, options.OperationMiddlewares["functionStats"]...)
+	router.GET(options.BaseURL+"/v1/stats/functions/series", wrapper.FunctionsSeries, options.OperationMiddlewares["functionsSeries"]...)
 	router.GET(options.BaseURL+"/v1/usage", wrapper.GetUsage, options.OperationMiddlewares["getUsage"]...)
 	router.GET(options.BaseURL+"/v1/events", wrapper.ListEvents, options.OperationMiddlewares["listEvents"]...)
 	router.POST(options.BaseURL+"/v1/events", wrapper.SendEvent, options.OperationMiddlewares["sendEvent"]...)
@@ -2540,6 +2591,93 @@ func (response StartRunWithMessage503ApplicationProblemPlusJSONResponse) VisitSt
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetFunctionSeriesRequestObject struct {
+	Name   FunctionName `json:"name"`
+	Params GetFunctionSeriesParams
+}
+
+type GetFunctionSeriesResponseObject interface {
+	VisitGetFunctionSeriesResponse(w http.ResponseWriter) error
+}
+
+type GetFunctionSeries200JSONResponse FunctionSeries
+
+func (response GetFunctionSeries200JSONResponse) VisitGetFunctionSeriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetFunctionSeries400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response GetFunctionSeries400ApplicationProblemPlusJSONResponse) VisitGetFunctionSeriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetFunctionSeries401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetFunctionSeries401ApplicationProblemPlusJSONResponse) VisitGetFunctionSeriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetFunctionSeries403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetFunctionSeries403ApplicationProblemPlusJSONResponse) VisitGetFunctionSeriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetFunctionSeries404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response GetFunctionSeries404ApplicationProblemPlusJSONResponse) VisitGetFunctionSeriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -5467,6 +5605,76 @@ func (response FunctionStats403ApplicationProblemPlusJSONResponse) VisitFunction
 	return err
 }
 
+type FunctionsSeriesRequestObject struct {
+	Params FunctionsSeriesParams
+}
+
+type FunctionsSeriesResponseObject interface {
+	VisitFunctionsSeriesResponse(w http.ResponseWriter) error
+}
+
+type FunctionsSeries200JSONResponse FunctionSeries
+
+func (response FunctionsSeries200JSONResponse) VisitFunctionsSeriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type FunctionsSeries400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response FunctionsSeries400ApplicationProblemPlusJSONResponse) VisitFunctionsSeriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type FunctionsSeries401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response FunctionsSeries401ApplicationProblemPlusJSONResponse) VisitFunctionsSeriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type FunctionsSeries403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response FunctionsSeries403ApplicationProblemPlusJSONResponse) VisitFunctionsSeriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetUsageRequestObject struct {
 }
 
@@ -5564,6 +5772,9 @@ type StrictServerInterface interface {
 	// StartRunWithMessage Starts the run of an idempotency key if there is none, and sends it a message, in one transaction. Needs `runs:invoke` and `events:send`.
 	// (POST /v1/functions/{name}/runs/with-message)
 	StartRunWithMessage(ctx context.Context, request StartRunWithMessageRequestObject) (StartRunWithMessageResponseObject, error)
+	// GetFunctionSeries The function's runs over the last hour or day, bucket by bucket, for charts. Needs `functions:read`.
+	// (GET /v1/functions/{name}/stats)
+	GetFunctionSeries(ctx context.Context, request GetFunctionSeriesRequestObject) (GetFunctionSeriesResponseObject, error)
 	// GetOperation Returns a bulk operation of the caller's tenant and its progress. Needs `runs:read`.
 	// (GET /v1/operations/{id})
 	GetOperation(ctx context.Context, request GetOperationRequestObject) (GetOperationResponseObject, error)
@@ -5657,6 +5868,9 @@ type StrictServerInterface interface {
 	// FunctionStats Each function's runs over a recent window. Needs `functions:read`.
 	// (GET /v1/stats/functions)
 	FunctionStats(ctx context.Context, request FunctionStatsRequestObject) (FunctionStatsResponseObject, error)
+	// FunctionsSeries All the tenant's functions' runs over the last hour or day, bucket by bucket, for charts. Needs `functions:read`.
+	// (GET /v1/stats/functions/series)
+	FunctionsSeries(ctx context.Context, request FunctionsSeriesRequestObject) (FunctionsSeriesResponseObject, error)
 	// GetUsage What the caller's tenant stores, against its storage quotas. Needs `runs:read`.
 	// (GET /v1/usage)
 	GetUsage(ctx context.Context, request GetUsageRequestObject) (GetUsageResponseObject, error)
@@ -6176,6 +6390,32 @@ func (sh *strictHandler) StartRunWithMessage(ctx echo.Context, name FunctionName
 		return err
 	} else if validResponse, ok := response.(StartRunWithMessageResponseObject); ok {
 		return validResponse.VisitStartRunWithMessageResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// GetFunctionSeries operation middleware
+func (sh *strictHandler) GetFunctionSeries(ctx echo.Context, name FunctionName, params GetFunctionSeriesParams) error {
+	var request GetFunctionSeriesRequestObject
+
+	request.Name = name
+	request.Params = params
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetFunctionSeries(ctx.Request().Context(), request.(GetFunctionSeriesRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetFunctionSeries")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetFunctionSeriesResponseObject); ok {
+		return validResponse.VisitGetFunctionSeriesResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}
@@ -7191,6 +7431,31 @@ func (sh *strictHandler) FunctionStats(ctx echo.Context, params FunctionStatsPar
 		return err
 	} else if validResponse, ok := response.(FunctionStatsResponseObject); ok {
 		return validResponse.VisitFunctionStatsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// FunctionsSeries operation middleware
+func (sh *strictHandler) FunctionsSeries(ctx echo.Context, params FunctionsSeriesParams) error {
+	var request FunctionsSeriesRequestObject
+
+	request.Params = params
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.FunctionsSeries(ctx.Request().Context(), request.(FunctionsSeriesRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "FunctionsSeries")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(FunctionsSeriesResponseObject); ok {
+		return validResponse.VisitFunctionsSeriesResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

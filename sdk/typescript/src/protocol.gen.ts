@@ -114,6 +114,43 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/functions/{name}/stats": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description Letters, digits, `.`, `_`, `-`; 1 to 255 characters.
+                 * @example orders.checkout
+                 */
+                name: components["parameters"]["FunctionName"];
+            };
+            cookie?: never;
+        };
+        /**
+         * The function's runs over the last hour or day, bucket by bucket, for charts. Needs `functions:read`.
+         * @description Per minute over the last hour (`window=1h`, 60 buckets) or per 15 minutes over the
+         *     last day (`window=1d`, 96 buckets), by the database clock, the last bucket holding
+         *     now: the runs started (created), completed, failed and cancelled, the p50 and p95
+         *     duration of the runs that finished (completed or failed, from their first claim to
+         *     their finish), the p50 and p95 wait of the runs first claimed (from creation to
+         *     first claim: time waiting for a slot, a delayed start's delay included), and the
+         *     queue depth at the end of each bucket (runs created and not yet claimed nor
+         *     finished; runs deleted by retention are not counted). Each event counts in the
+         *     bucket of its own time. Read from Postgres, a read replica when the gateway has one.
+         *     A day's buckets are sealed by a periodic job 2 minutes after they end and read from
+         *     there, so a day's window reads the runs of its last buckets only: an event committed
+         *     later than that is not counted, and runs deleted by retention stay counted.
+         */
+        get: operations["getFunctionSeries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/apps": {
         parameters: {
             query?: never;
@@ -766,6 +803,27 @@ export interface paths {
         };
         /** Each function's runs over a recent window. Needs `functions:read`. */
         get: operations["functionStats"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/stats/functions/series": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * All the tenant's functions' runs over the last hour or day, bucket by bucket, for charts. Needs `functions:read`.
+         * @description What `GET /v1/functions/{name}/stats` answers for one function, summed over every
+         *     function the tenant has registered (the percentiles are of all their runs).
+         */
+        get: operations["functionsSeries"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1499,6 +1557,56 @@ export interface components {
             p50_ms?: number;
             /** Format: date-time */
             last_run_at?: string;
+        };
+        FunctionSeries: {
+            /** @description `1h` or `1d`. */
+            window: string;
+            /** @description The function; absent for all of them. */
+            function?: string;
+            /** @description Each bucket's length: 60 for `1h`, 900 for `1d`. */
+            bucket_seconds: number;
+            /** @description Oldest first, without gaps; the last one holds now. */
+            buckets: components["schemas"]["SeriesBucket"][];
+        };
+        SeriesBucket: {
+            /**
+             * Format: date-time
+             * @description The bucket's start.
+             */
+            at: string;
+            /**
+             * Format: int64
+             * @description Runs created in the bucket.
+             */
+            started: number;
+            /**
+             * Format: int64
+             * @description Runs that completed in the bucket.
+             */
+            completed: number;
+            /**
+             * Format: int64
+             * @description Runs that failed in the bucket.
+             */
+            failed: number;
+            /**
+             * Format: int64
+             * @description Runs cancelled in the bucket.
+             */
+            cancelled: number;
+            /** @description Median duration (first claim to finish) of the runs that completed or failed in the bucket; absent when none. */
+            p50_ms?: number;
+            /** @description Their 95th percentile duration; absent when none. */
+            p95_ms?: number;
+            /** @description Median wait (creation to first claim) of the runs first claimed in the bucket; absent when none. */
+            wait_p50_ms?: number;
+            /** @description Their 95th percentile wait; absent when none. */
+            wait_p95_ms?: number;
+            /**
+             * Format: int64
+             * @description Runs created and not yet claimed nor finished at the end of the bucket (now, for the last).
+             */
+            queue_depth: number;
         };
         /** @description What a tenant stores, and its storage quotas (0 would mean none). */
         TenantUsage: {
@@ -2717,6 +2825,8 @@ export interface components {
         };
     };
     parameters: {
+        /** @description `1h` (per minute, the default) or `1d` (per 15 minutes); nothing else. */
+        SeriesWindow: "1h" | "1d";
         /**
          * @description Letters, digits, `.`, `_`, `-`; 1 to 255 characters.
          * @example orders.checkout
@@ -2942,6 +3052,39 @@ export interface operations {
                     "application/json": components["schemas"]["FunctionQueue"];
                 };
             };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+        };
+    };
+    getFunctionSeries: {
+        parameters: {
+            query?: {
+                /** @description `1h` (per minute, the default) or `1d` (per 15 minutes); nothing else. */
+                window?: components["parameters"]["SeriesWindow"];
+            };
+            header?: never;
+            path: {
+                /**
+                 * @description Letters, digits, `.`, `_`, `-`; 1 to 255 characters.
+                 * @example orders.checkout
+                 */
+                name: components["parameters"]["FunctionName"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The buckets, oldest first. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FunctionSeries"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -3750,6 +3893,32 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["FunctionStatsList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+        };
+    };
+    functionsSeries: {
+        parameters: {
+            query?: {
+                /** @description `1h` (per minute, the default) or `1d` (per 15 minutes); nothing else. */
+                window?: components["parameters"]["SeriesWindow"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The buckets, oldest first. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FunctionSeries"];
                 };
             };
             400: components["responses"]["BadRequest"];

@@ -1,15 +1,18 @@
-// One function (GET /v1/functions/{name}): its current revision, URL and config, and its
-// last check against its live runs (POST /v1/apps?check=true), when it has one.
+// One function (GET /v1/functions/{name}): its current revision, URL and config, charts of
+// its runs over the last hour or day (charts_panel.js), and its last check against its
+// live runs (POST /v1/apps?check=true), when it has one.
 
 import { h, icon, replace, timeAgo, fmtDateTime } from "../dom.js";
 import { request, can, APIError } from "../api.js";
 import { errorBox } from "../dialog.js";
 import { flowBadges, queueDialog } from "./function_queue.js";
 import { lastCheck } from "./function_check.js";
+import { chartsPanel } from "./charts_panel.js";
 
 /** functionPage mounts the function name into el; it returns its cleanup. */
 export function functionPage(el, name) {
   let gone = false;
+  let charts = null;
   const runsLink = `#/runs?function=${encodeURIComponent(name)}`;
   const body = h("div", { class: "stack" }, h("div", { class: "card" }, h("div", { class: "skeleton" }, h("div", { class: "sk-row" }, h("i"), h("i"), h("i")))));
   replace(el,
@@ -42,11 +45,13 @@ export function functionPage(el, name) {
       return;
     }
     if (gone) return;
-    replace(body, facts(f), f.last_check ? lastCheck(f.last_check) : null);
+    charts?.stop();
+    charts = chartsPanel(name);
+    replace(body, facts(f), charts.el, f.last_check ? lastCheck(f.last_check) : null);
   }
 
   load();
-  return () => { gone = true; };
+  return () => { gone = true; charts?.stop(); };
 }
 
 // facts is the card of the function's current revision.

@@ -1,14 +1,17 @@
 // The functions: their URL, revision and config, last hour's stats, and a form to invoke one;
-// above them, what the tenant stores against its storage quotas (GET /v1/usage).
+// above them, what the tenant stores against its storage quotas (GET /v1/usage), and
+// charts of all their runs over the last hour or day (charts_panel.js).
 
 import { h, icon, replace, timeAgo, fmtDuration, navigate } from "../dom.js";
 import { request, can, APIError } from "../api.js";
 import { errorBox, errorMessage, modal } from "../dialog.js";
 import { flowBadges, queueDialog } from "./function_queue.js";
+import { chartsPanel } from "./charts_panel.js";
 
 /** functionsPage mounts the functions list into el; it returns its cleanup. */
 export function functionsPage(el, params) {
   let gone = false;
+  let charts = null;
   const content = h("div", { class: "stack" }, h("div", { class: "card" }, h("div", { class: "skeleton" }, Array.from({ length: 4 }, () => h("div", { class: "sk-row" }, h("i"), h("i"), h("i"), h("i"))))));
   const invokeBtn = can("runs:invoke")
     ? h("button", { type: "button", class: "btn primary", "data-testid": "invoke-open", disabled: true }, icon("play", 13), "Invoke a function")
@@ -51,6 +54,7 @@ export function functionsPage(el, params) {
       stats.status === "rejected"
         ? h("div", { class: "note" }, icon("alert", 13), h("span", null, `Run statistics are unavailable: ${errorMessage(stats.reason)}`))
         : null,
+      (charts ??= chartsPanel("")).el,
       h("div", { class: "card table-card" },
         h("table", { class: "table fn-table", "data-testid": "functions-table" },
           h("thead", null, h("tr", null,
@@ -96,7 +100,7 @@ export function functionsPage(el, params) {
   }
 
   load();
-  return () => { gone = true; };
+  return () => { gone = true; charts?.stop(); };
 }
 
 function dash() {
