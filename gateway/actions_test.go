@@ -331,7 +331,7 @@ func TestFunctionStats(t *testing.T) {
 	for _, f := range stats.JSON200.Functions {
 		by[f.Name] = f
 	}
-	require.Len(t, by, 13, "every registered function, with runs or not")
+	require.Len(t, by, 15, "every registered function, with runs or not")
 
 	hello := by["hello"]
 	require.Equal(t, []int{2, 2, 0, 0}, []int{hello.Runs, hello.Completed, hello.Failed, hello.Running})

@@ -632,7 +632,7 @@ func (inv *Invoker) armWake(runID string, rev *revision, wakeAt time.Time, d tim
 			return // as armTimer: the run's River job brings it to a worker
 		}
 		defer inv.fair.Release(rev.tenant)
-		c, err := journal.ClaimRunEarly(inv.bg, inv.pool, runID, wakeAt, earlyClaimBound, inv.leaseTTL)
+		c, err := journal.ClaimRunEarly(inv.bg, inv.pool, rev.tenant, runID, wakeAt, earlyClaimBound, inv.leaseTTL)
 		if errors.Is(err, journal.ErrNotDue) {
 			// Resumable otherwise (a wait stored), or not suspended until wakeAt any more.
 			inv.armTimer(runID, rev, due.Sub(inv.clock.Now()), 0)

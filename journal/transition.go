@@ -47,7 +47,7 @@ func ClaimRun(ctx context.Context, db DB, runID string, lease time.Duration) (*C
 	return claimRun(ctx, db, runID, lease, false, nil)
 }
 
-// ClaimRunEarly claims, up to early ahead of its wake time, a run suspended until
+// ClaimRunEarly claims, up to early ahead of its wake time, tenant's run suspended until
 // wakeAt (the database clock) that nothing but that time can resume: awaiting a sleep,
 // with no wait stored, held by no limit, of a function without concurrency limits. The
 // claim is ClaimRun's (a new invocation, fenced, leased, its journal loaded) but it does
@@ -58,12 +58,13 @@ func ClaimRun(ctx context.Context, db DB, runID string, lease time.Duration) (*C
 // of after. ErrNotDue when the run is
 // not so: not suspended until wakeAt, wakeAt further than early, or resumable otherwise
 // (ClaimRun then claims it at wakeAt).
-func ClaimRunEarly(ctx context.Context, db DB, runID string, wakeAt time.Time, early, lease time.Duration) (*Claim, error) {
-	return claimRun(ctx, db, runID, lease, false, &earlyClaim{wakeAt: wakeAt, early: early})
+func ClaimRunEarly(ctx context.Context, db DB, tenant, runID string, wakeAt time.Time, early, lease time.Duration) (*Claim, error) {
+	return claimRun(ctx, db, runID, lease, false, &earlyClaim{tenant: tenant, wakeAt: wakeAt, early: early})
 }
 
 // earlyClaim is what ClaimRunEarly adds to a claim.
 type earlyClaim struct {
+	tenant string
 	wakeAt time.Time
 	early  time.Duration
 }
@@ -97,7 +98,7 @@ func claimRun(ctx context.Context, db DB, runID string, lease time.Duration, slo
 		journal, stepAttempts = dbsqlc.ClaimSlotsJournal, dbsqlc.ClaimSlotsStepAttempts
 	} else if early != nil {
 		claim.NotBefore = early.wakeAt
-		b.Queue(dbsqlc.ClaimRunEarly, lease.Seconds(), runID, early.wakeAt, early.early.Seconds()).QueryRow(onClaim)
+		b.Queue(dbsqlc.ClaimRunEarly, lease.Seconds(), early.tenant, runID, early.wakeAt, early.early.Seconds()).QueryRow(onClaim)
 	} else {
 		b.Queue(dbsqlc.ClaimRun, lease.Seconds(), runID, TimedOut).QueryRow(onClaim)
 	}

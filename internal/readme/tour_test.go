@@ -33,7 +33,7 @@ func TestTourProgramRuns(t *testing.T) {
 	root := moduleRoot(t)
 	var tour *block
 	for _, b := range markdownBlocks(t, root) {
-		if b.whole && strings.Contains(b.code, `"orders.refund"`) {
+		if b.whole && strings.Contains(b.code, `functions.Register(app, "orders.refund", refund,`) {
 			tour = &b
 		}
 	}

@@ -38,10 +38,10 @@ SELECT u.* FROM u;
 UPDATE stepgate.run r SET status = 'running', attempts = r.attempts + 1,
     invocation = r.invocation + 1, owner_nonce = NULL, lease_until = now() + make_interval(secs => @lease_seconds),
     wake_at = NULL, awaiting = NULL, started_at = coalesce(r.started_at, now())
-WHERE r.id = @run_id AND r.status = 'suspended' AND r.wake_at = @wake_at
+WHERE r.tenant = @tenant AND r.id = @run_id AND r.status = 'suspended' AND r.wake_at = @wake_at
     AND r.wake_at <= now() + make_interval(secs => @early_seconds)
     AND r.awaiting->>'kind' = 'sleep' AND r.held IS NULL AND r.slot_keys IS NULL
-    AND NOT EXISTS (SELECT 1 FROM stepgate.run_wait w WHERE w.tenant = r.tenant AND w.run_id = r.id)
+    AND NOT EXISTS (SELECT 1 FROM stepgate.run_wait w WHERE w.tenant = @tenant AND w.run_id = @run_id)
 RETURNING r.id, r.tenant, r.function, r.revision, r.status, r.input, r.output, r.error, r.identity,
     r.idempotency_key, r.parent_id, r.parent_seq, r.parent_name, r.rerun_of, r.cancelled_by, r.detached, r.attempts, r.invocation,
     r.lifetime_failed_invocations, r.failed_invocations, r.lifetime_recoveries, r.recoveries, r.lease_until, r.awaiting,

@@ -189,10 +189,10 @@ const ClaimRunEarly = `-- name: ClaimRunEarly :one
 UPDATE stepgate.run r SET status = 'running', attempts = r.attempts + 1,
     invocation = r.invocation + 1, owner_nonce = NULL, lease_until = now() + make_interval(secs => $1),
     wake_at = NULL, awaiting = NULL, started_at = coalesce(r.started_at, now())
-WHERE r.id = $2 AND r.status = 'suspended' AND r.wake_at = $3
-    AND r.wake_at <= now() + make_interval(secs => $4)
+WHERE r.tenant = $2 AND r.id = $3 AND r.status = 'suspended' AND r.wake_at = $4
+    AND r.wake_at <= now() + make_interval(secs => $5)
     AND r.awaiting->>'kind' = 'sleep' AND r.held IS NULL AND r.slot_keys IS NULL
-    AND NOT EXISTS (SELECT 1 FROM stepgate.run_wait w WHERE w.tenant = r.tenant AND w.run_id = r.id)
+    AND NOT EXISTS (SELECT 1 FROM stepgate.run_wait w WHERE w.tenant = $2 AND w.run_id = $3)
 RETURNING r.id, r.tenant, r.function, r.revision, r.status, r.input, r.output, r.error, r.identity,
     r.idempotency_key, r.parent_id, r.parent_seq, r.parent_name, r.rerun_of, r.cancelled_by, r.detached, r.attempts, r.invocation,
     r.lifetime_failed_invocations, r.failed_invocations, r.lifetime_recoveries, r.recoveries, r.lease_until, r.awaiting,
@@ -202,6 +202,7 @@ RETURNING r.id, r.tenant, r.function, r.revision, r.status, r.input, r.output, r
 
 type ClaimRunEarlyParams struct {
 	LeaseSeconds float64
+	Tenant       string
 	RunID        string
 	WakeAt       *time.Time
 	EarlySeconds float64
@@ -253,6 +254,7 @@ type ClaimRunEarlyRow struct {
 func (q *Queries) ClaimRunEarly(ctx context.Context, arg ClaimRunEarlyParams) (ClaimRunEarlyRow, error) {
 	row := q.db.QueryRow(ctx, ClaimRunEarly,
 		arg.LeaseSeconds,
+		arg.Tenant,
 		arg.RunID,
 		arg.WakeAt,
 		arg.EarlySeconds,
