@@ -105,11 +105,7 @@ func parseSeriesWindow(w string) (seriesWindow, error) {
 // GetFunctionSeries answers the function's runs bucket by bucket over the last hour or
 // day (journal.FunctionSeries); 404 when the tenant has no such function.
 func (s *Server) GetFunctionSeries(ctx context.Context, req server.GetFunctionSeriesRequestObject) (server.GetFunctionSeriesResponseObject, error) {
-	var w string
-	if req.Params.Window != nil {
-		w = string(*req.Params.Window)
-	}
-	sw, err := parseSeriesWindow(w)
+	sw, err := parseSeriesWindow(optional(req.Params.Window))
 	if err != nil {
 		return nil, err
 	}
@@ -135,11 +131,7 @@ func (s *Server) GetFunctionSeries(ctx context.Context, req server.GetFunctionSe
 // FunctionsSeries answers the runs of all the tenant's functions bucket by bucket over
 // the last hour or day (journal.FunctionSeries with no function).
 func (s *Server) FunctionsSeries(ctx context.Context, req server.FunctionsSeriesRequestObject) (server.FunctionsSeriesResponseObject, error) {
-	var w string
-	if req.Params.Window != nil {
-		w = string(*req.Params.Window)
-	}
-	sw, err := parseSeriesWindow(w)
+	sw, err := parseSeriesWindow(optional(req.Params.Window))
 	if err != nil {
 		return nil, err
 	}
@@ -172,4 +164,12 @@ func seriesOut(sw seriesWindow, buckets []journal.SeriesBucket) protocol.Functio
 		}
 	}
 	return out
+}
+
+// optional is the value of an optional parameter of a string type, "" when it is absent.
+func optional[T ~string](p *T) string {
+	if p == nil {
+		return ""
+	}
+	return string(*p)
 }
