@@ -211,6 +211,25 @@ func TestEndToEnd(t *testing.T) {
 		require.EqualError(t, err, `404 Not Found: function "nope" is not registered`)
 	})
 
+	t.Run("FunctionsStats", func(t *testing.T) {
+		t.Parallel()
+		// hello.limited: no other subtest runs it, so its counts are these runs'.
+		out, err := cmd(t, "functions", "stats", "hello.limited")
+		require.NoError(t, err)
+		require.Equal(t, "no runs in the last 1h\n", out)
+		for range 2 {
+			_, err = cmd(t, "invoke", "hello.limited", "--data", `{"name":"stats"}`, "--wait", "20s")
+			require.NoError(t, err)
+		}
+		out, err = cmd(t, "functions", "stats", "hello.limited", "--window", "1d")
+		require.NoError(t, err)
+		require.Regexp(t, `^AT +STARTED +COMPLETED +FAILED +CANCELLED +P50 +P95 +WAIT P50 +WAIT P95 +QUEUE\n\d\d:\d\d +2 +2 +0 +0 +\d+ms +\d+ms +\d+ms +\d+ms +0\n$`, out)
+		_, err = cmd(t, "functions", "stats", "hello.limited", "--window", "2h")
+		require.ErrorContains(t, err, `window`)
+		_, err = cmd(t, "functions", "stats", "nope")
+		require.ErrorContains(t, err, `404 Not Found`)
+	})
+
 	t.Run("PoolSizedToTheCores", func(t *testing.T) {
 		t.Parallel()
 		// Its Postgres shares this machine: the pools hold localPoolSize connections.

@@ -111,6 +111,9 @@ Functions and apps:
   functions list                   the registered functions (also: stepgate functions)
   functions get NAME               one function's current revision
   functions queue NAME             its queued, running and held runs, per concurrency key
+  functions stats NAME [--window 1h|1d]
+                                   its runs per minute (or 15 minutes for 1d): started,
+                                   completed, failed, durations, waits, queue depth
   functions delete NAME            unregister a function; its runs are kept
   apps sync URL [--check [--force] [--sample N]] [--dry-run]
                                    register every function in an app's manifest (a new
@@ -261,8 +264,10 @@ func (c *cli) functions(ctx context.Context, args []string) error {
 		return c.functionsDelete(ctx, rest)
 	case "queue":
 		return c.functionsQueue(ctx, rest)
+	case "stats":
+		return c.functionsStats(ctx, rest)
 	default:
-		return usagef("unknown command \"functions %s\" (want register, list, get, queue or delete)", sub)
+		return usagef("unknown command \"functions %s\" (want register, list, get, queue, stats or delete)", sub)
 	}
 }
 
