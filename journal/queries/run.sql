@@ -155,3 +155,10 @@ INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, err
 SELECT s.tenant, sqlc.arg(to_run)::uuid, s.seq, s.kind, s.name, s.output, s.error, s.attempt, s.wake_at,
     0, s.started_at, s.finished_at, s.journal_bytes, s.run_id
 FROM stepgate.journal_entry s WHERE s.tenant = @tenant AND s.run_id = sqlc.arg(from_run)::uuid AND s.seq < sqlc.arg(before)::int;
+
+-- name: RunReruns :many
+-- The runs that rerun the tenant's run, oldest first.
+SELECT id::text FROM stepgate.run
+WHERE tenant = @tenant AND rerun_of = @run_id
+ORDER BY created_at, id
+LIMIT @max_runs;

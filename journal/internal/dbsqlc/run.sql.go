@@ -835,6 +835,40 @@ func (q *Queries) RunList(ctx context.Context, arg RunListParams) ([]RunListRow,
 	return items, nil
 }
 
+const RunReruns = `-- name: RunReruns :many
+SELECT id::text FROM stepgate.run
+WHERE tenant = $1 AND rerun_of = $2
+ORDER BY created_at, id
+LIMIT $3
+`
+
+type RunRerunsParams struct {
+	Tenant  string
+	RunID   *string
+	MaxRuns int32
+}
+
+// The runs that rerun the tenant's run, oldest first.
+func (q *Queries) RunReruns(ctx context.Context, arg RunRerunsParams) ([]string, error) {
+	rows, err := q.db.Query(ctx, RunReruns, arg.Tenant, arg.RunID, arg.MaxRuns)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const RunRevision = `-- name: RunRevision :one
 SELECT tenant, function, revision FROM stepgate.run WHERE id = $1
 `
