@@ -46,3 +46,6 @@ func (inv *Invoker) SetRerunBatchSize(n int) { inv.rerunBatchSize = n }
 func (inv *Invoker) RerunOperation(ctx context.Context, id string, maxBatches int) (*journal.Operation, error) {
 	return inv.rerunOperation(ctx, id, maxBatches)
 }
+
+// AfterRerunBatch makes f run after each batch of a bulk rerun commits.
+func (inv *Invoker) AfterRerunBatch(f func()) { inv.afterRerunBatch = f }

@@ -133,6 +133,8 @@ type Invoker struct {
 	// rerunBatchSize is how many runs a batch of a bulk rerun takes: RerunBatchSize, or
 	// fewer in the tests.
 	rerunBatchSize int
+	// afterRerunBatch, set by the tests, runs after each batch of a bulk rerun commits.
+	afterRerunBatch func()
 	// Crash recovery (lease.go).
 	leaseTTL      time.Duration
 	renewEvery    time.Duration

@@ -149,6 +149,9 @@ func (inv *Invoker) rerunOperation(ctx context.Context, id string, maxBatches in
 			log.Info("bulk rerun stopped", slog.String("status", op.Status), slog.Int64("rerun", op.Cancelled))
 			return op, nil
 		}
+		if inv.afterRerunBatch != nil {
+			inv.afterRerunBatch()
+		}
 		if done {
 			if err := journal.FinishOperation(ctx, inv.pool, op, ""); err != nil {
 				return nil, err

@@ -112,17 +112,20 @@ func TestOperationCancelStopsIt(t *testing.T) {
 		journal.CancelFilter{Function: new("redrive.a")}, &journal.RerunOptions{From: journal.RerunFromStart}, by)
 	require.NoError(t, err)
 	s.Invoker.SetRerunBatchSize(4)
-	got, err := s.Invoker.RerunOperation(t.Context(), op.ID, 1)
-	require.NoError(t, err)
-	require.EqualValues(t, 4, got.Cancelled)
-
-	resp, err := c.CancelOperationWithResponse(t.Context(), uuid.MustParse(op.ID))
-	require.NoError(t, err)
-	require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
-	got, err = s.Invoker.RerunOperation(t.Context(), op.ID, -1)
+	// The cancel comes after the first batch, while the worker goes on to the next.
+	batches := 0
+	s.Invoker.AfterRerunBatch(func() {
+		if batches++; batches == 1 {
+			resp, err := c.CancelOperationWithResponse(t.Context(), uuid.MustParse(op.ID))
+			require.NoError(t, err)
+			require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
+		}
+	})
+	got, err := s.Invoker.RerunOperation(t.Context(), op.ID, -1)
 	require.NoError(t, err)
 	require.Equal(t, journal.OperationCancelled, got.Status)
 	require.EqualValues(t, 4, got.Cancelled)
+	require.Equal(t, 1, batches)
 	require.Equal(t, 4, countReruns(t, s, "t1"), "no batch after the cancel")
 	final := awaitOperation(t, c, op.ID)
 	require.EqualValues(t, 4, final.Done)
