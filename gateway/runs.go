@@ -429,6 +429,12 @@ func (s *Server) ListRuns(ctx context.Context, req server.ListRunsRequestObject)
 	if p.CreatedBefore != nil {
 		f.CreatedBefore = *p.CreatedBefore
 	}
+	if p.ErrorGroup != nil {
+		if !errorGroupKey.MatchString(*p.ErrorGroup) {
+			return nil, badRequest("error_group: must be a group's key, 16 hex digits (see GET /v1/failures); got %q", *p.ErrorGroup)
+		}
+		f.ErrorGroup = *p.ErrorGroup
+	}
 	f.IncludeIO = p.Include != nil && *p.Include == protocol.Io
 	var err error
 	if f.Limit, f.After, err = page(p.Limit, p.Cursor, validRunID); err != nil {

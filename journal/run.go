@@ -462,6 +462,7 @@ type RunFilter struct {
 	Function       string
 	IdempotencyKey string
 	Status         Status
+	ErrorGroup     string // Failed runs of this group of the dead-letter view (FailureGroups).
 	CreatedAfter   time.Time
 	CreatedBefore  time.Time
 	After          *Cursor // The page after this position.
@@ -484,7 +485,7 @@ func ListRuns(ctx context.Context, db DB, tenant string, f RunFilter) ([]Run, *C
 	}
 	afterT, afterID := f.After.keyset()
 	rows, _ := db.Query(ctx, dbsqlc.RunList, f.IncludeIO, tenant, f.Function, string(f.Status),
-		nullTime(f.CreatedAfter), nullTime(f.CreatedBefore), afterT, afterID, f.IdempotencyKey, limit+1)
+		nullTime(f.CreatedAfter), nullTime(f.CreatedBefore), afterT, afterID, f.IdempotencyKey, f.ErrorGroup, limit+1)
 	defer rows.Close()
 	var runs []Run
 	var used int64

@@ -2375,7 +2375,10 @@ type ListRunsParams struct {
 	IdempotencyKey *string    `form:"idempotency_key,omitempty" json:"idempotency_key,omitempty"`
 	CreatedAfter   *time.Time `form:"created_after,omitempty" json:"created_after,omitempty"`
 	CreatedBefore  *time.Time `form:"created_before,omitempty" json:"created_before,omitempty"`
-	Limit          *int       `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// ErrorGroup Only the failed runs of this group of the dead-letter view (`GET /v1/failures`, 16 hex digits).
+	ErrorGroup *string `form:"error_group,omitempty" json:"error_group,omitempty"`
+	Limit      *int    `form:"limit,omitempty" json:"limit,omitempty"`
 
 	// Cursor The `next_cursor` of the previous page.
 	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
@@ -6634,6 +6637,18 @@ func NewListRunsRequest(server string, params *ListRunsParams) (*http.Request, e
 		if params.CreatedBefore != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "created_before", *params.CreatedBefore, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.ErrorGroup != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "error_group", *params.ErrorGroup, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {

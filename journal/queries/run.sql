@@ -127,6 +127,7 @@ WHERE tenant = @tenant
     AND (sqlc.narg(created_before)::timestamptz IS NULL OR created_at < sqlc.narg(created_before)::timestamptz)
     AND (sqlc.narg(after_created_at)::timestamptz IS NULL OR (created_at, id) < (sqlc.narg(after_created_at)::timestamptz, sqlc.narg(after_id)::uuid))
     AND (sqlc.arg(idempotency_key)::text = '' OR idempotency_key = sqlc.arg(idempotency_key)::text)
+    AND (sqlc.arg(error_group)::text = '' OR (status = 'failed' AND stepgate.error_group(function, error) = sqlc.arg(error_group)::text))
 ORDER BY created_at DESC, id DESC
 LIMIT sqlc.arg(max_runs)::bigint;
 

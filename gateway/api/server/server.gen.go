@@ -620,6 +620,13 @@ func (w *ServerInterfaceWrapper) ListRuns(ctx echo.Context) error {
 		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter created_before: %s", err))
 	}
 
+	// ------------- Optional query parameter "error_group" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "error_group", ctx.QueryParams(), &params.ErrorGroup, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter error_group: %s", err))
+	}
+
 	// ------------- Optional query parameter "limit" -------------
 
 	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", ctx.QueryParams(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
