@@ -14,10 +14,10 @@ func TestErrorMessageShape(t *testing.T) {
 	t.Parallel()
 	tx := pgtest.Tx(t)
 	for msg, want := range map[string]string{
-		`order 42 not found`:                                    `order <num> not found`,
-		`took 3.25s`:                                            `took <num>s`,
-		`user "ada@example.com" is locked`:                      `user <str> is locked`,
-		`key 'a-1' missing`:                                     `key <str> missing`,
+		`order 42 not found`:               `order <num> not found`,
+		`took 3.25s`:                       `took <num>s`,
+		`user "ada@example.com" is locked`: `user <str> is locked`,
+		`key 'a-1' missing`:                `key <str> missing`,
 		`run 01a22f70-0000-7000-8000-000000000001 is gone`:      `run <uuid> is gone`,
 		`RUN 01A22F70-0000-7000-8000-000000000001 IS GONE`:      `RUN <uuid> IS GONE`,
 		`segfault at 0xDEADbeef`:                                `segfault at <hex>`,
