@@ -3,10 +3,12 @@ package gateway_test
 import (
 	"context"
 	"net/http"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepgate/stepgate/auth"
@@ -210,4 +212,59 @@ func TestBulkRerun(t *testing.T) {
 		require.Contains(t, (*op.Errors)[0].Error, "from_seq must be between 1 and 3")
 		require.Equal(t, 30, countReruns(t, s, "t1"))
 	})
+}
+
+// TestBulkRerun100k measures a bulk rerun from the failing step of 100,000 failed runs
+// (REDRIVE_NOTES.md): the time to the 202, and to the operation's end, when every new
+// run is created, its entry before the failing seq copied, and its job enqueued. The new
+// runs execute meanwhile, through the normal path, on the same machine. It runs only
+// with STEPGATE_BENCH_BULK=1.
+func TestBulkRerun100k(t *testing.T) {
+	if os.Getenv("STEPGATE_BENCH_BULK") == "" {
+		t.Skip("set STEPGATE_BENCH_BULK=1 to measure a bulk rerun of 100,000 runs")
+	}
+	s := stack.Start(t, stack.Options{})
+	c := s.Client(t, s.NewToken(t, auth.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}}))
+	var ones atomic.Int64
+	syncRedriveApp(t, s, &ones, c)
+	const n = 100_000
+	seeded := time.Now()
+	seedFailed(t, s, "t1", "redrive.a", "http_status", "order # not found", n)
+	_, err := s.Pool.Exec(t.Context(), `ANALYZE stepgate.run; ANALYZE stepgate.journal_entry`)
+	require.NoError(t, err)
+	t.Logf("seeded %d failed runs with 2 entries each in %s", n, time.Since(seeded).Round(time.Millisecond))
+
+	began := time.Now()
+	resp, err := c.RerunRunsWithResponse(t.Context(), protocol.RerunRunsRequest{
+		Filter: protocol.CancelFilter{Function: ptr("redrive.a"), Status: &[]protocol.RunStatus{protocol.RunStatusFailed}},
+		From:   ptr(protocol.RerunRunsRequestFromFailure),
+	})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusAccepted, resp.StatusCode(), string(resp.Body))
+	answered := time.Since(began)
+	var op protocol.Operation
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		r, err := c.GetOperationWithResponse(t.Context(), resp.JSON202.ID)
+		if assert.NoError(ct, err) && assert.NotNil(ct, r.JSON200) {
+			op = *r.JSON200
+			assert.NotEqual(ct, protocol.OperationStatusRunning, op.Status)
+		}
+	}, 30*time.Minute, 100*time.Millisecond)
+	ended := time.Since(began)
+	took := op.FinishedAt.Sub(op.CreatedAt)
+	require.Equal(t, protocol.OperationStatusCompleted, op.Status, "%+v", op)
+	require.EqualValues(t, n, op.Done)
+	var completed int
+	require.NoError(t, s.Pool.QueryRow(t.Context(),
+		`SELECT count(*) FROM stepgate.run WHERE tenant = 't1' AND rerun_of IS NOT NULL AND status = 'completed'`).Scan(&completed))
+	t.Logf("BULK RERUN: %d runs rerun from the failing step in %s (202 after %s, seen ended after %s), %d batches, %s per batch on average; %d of the new runs had completed by then",
+		op.Done, took.Round(time.Millisecond), answered.Round(time.Millisecond), ended.Round(time.Millisecond), op.Batches,
+		(took / time.Duration(op.Batches)).Round(time.Microsecond), completed)
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		var left int
+		assert.NoError(ct, s.Pool.QueryRow(t.Context(),
+			`SELECT count(*) FROM stepgate.run WHERE tenant = 't1' AND rerun_of IS NOT NULL AND status <> 'completed'`).Scan(&left))
+		assert.Zero(ct, left)
+	}, 30*time.Minute, time.Second)
+	t.Logf("BULK RERUN: every new run completed %s after the 202", time.Since(began).Round(time.Millisecond))
 }
