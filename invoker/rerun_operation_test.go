@@ -42,7 +42,7 @@ func seedFailed(t *testing.T, s *stack.Stack, tenant, function, errType, message
 			INSERT INTO stepgate.run (id, tenant, function, revision, status, input, identity, error, created_at, finished_at)
 			SELECT gen_random_uuid(), f.tenant, f.name, f.revision, 'failed', '{}', jsonb_build_object('subject', 'seed', 'tenant', f.tenant),
 				jsonb_build_object('type', $3::text, 'message', replace($4::text, '#', i::text)),
-				now() - make_interval(secs => (10000 - i) / 1000.0), now() - make_interval(secs => (10000 - i) / 1000.0)
+				now() - make_interval(secs => ($5::int + 1 - i) / 1000.0), now() - make_interval(secs => ($5::int + 1 - i) / 1000.0)
 			FROM stepgate.function f, generate_series(1, $5::int) i
 			WHERE f.tenant = $1 AND f.name = $2
 			RETURNING id, tenant, created_at, error
