@@ -3,6 +3,8 @@ package invoker_test
 import (
 	"context"
 	"net/http"
+	"os"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/step"
 	"github.com/stepgate/stepgate/internal/stack"
+	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
 )
@@ -170,4 +173,47 @@ func TestBulkRerunResumesWithoutDuplicates(t *testing.T) {
 	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT count(*) FROM (
 		SELECT rerun_of FROM stepgate.run WHERE tenant = 't1' AND rerun_of IS NOT NULL GROUP BY rerun_of HAVING count(*) > 1) d`).Scan(&twice))
 	require.Zero(t, twice, "no run was rerun twice")
+}
+
+// TestBulkRerunOperation100k measures the work of a bulk rerun alone (REDRIVE_NOTES.md):
+// 100,000 failed runs rerun from the failing step (each new run created, its entry
+// before the failing seq copied, its job enqueued) by this process, with River stopped,
+// so that no new run executes meanwhile. It runs only with STEPGATE_BENCH_BULK=1.
+func TestBulkRerunOperation100k(t *testing.T) {
+	if os.Getenv("STEPGATE_BENCH_BULK") == "" {
+		t.Skip("set STEPGATE_BENCH_BULK=1 to measure a bulk rerun of 100,000 runs")
+	}
+	s := stack.Start(t, stack.Options{})
+	c := s.Client(t, s.NewToken(t, auth.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}}))
+	var ones atomic.Int64
+	syncRedriveApp(t, s, &ones, c)
+	n := 100_000
+	if v, err := strconv.Atoi(os.Getenv("STEPGATE_BENCH_RERUN_RUNS")); err == nil {
+		n = v
+	}
+	batch := invoker.RerunBatchSize
+	if v, err := strconv.Atoi(os.Getenv("STEPGATE_BENCH_RERUN_BATCH")); err == nil {
+		batch = v
+		s.Invoker.SetRerunBatchSize(v)
+	}
+	seedFailed(t, s, "t1", "redrive.a", "http_status", "order # not found", n)
+	_, err := s.Pool.Exec(t.Context(), `ANALYZE stepgate.run; ANALYZE stepgate.journal_entry`)
+	require.NoError(t, err)
+	require.NoError(t, s.Invoker.River().Stop(t.Context()))
+	by := journal.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}}
+	op, err := journal.CreateOperation(t.Context(), s.Pool, uuid.Must(uuid.NewV7()).String(), "t1", journal.OperationKindRerun,
+		journal.CancelFilter{Function: new("redrive.a")}, &journal.RerunOptions{From: journal.RerunFromFailure}, by)
+	require.NoError(t, err)
+	began := time.Now()
+	got, err := s.Invoker.RerunOperation(t.Context(), op.ID, -1)
+	require.NoError(t, err)
+	took := time.Since(began)
+	require.Equal(t, journal.OperationCompleted, got.Status)
+	require.EqualValues(t, n, got.Cancelled)
+	var copied int
+	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT count(*) FROM stepgate.journal_entry WHERE tenant = 't1' AND copied_from IS NOT NULL`).Scan(&copied))
+	require.Equal(t, n, copied)
+	t.Logf("BULK RERUN OPERATION: %d runs rerun from the failing step in %s (%d batches of %d, %s per batch, %s per run), River stopped",
+		got.Cancelled, took.Round(time.Millisecond), got.Batches, batch,
+		(took / time.Duration(got.Batches)).Round(time.Millisecond), (took / time.Duration(n)).Round(time.Microsecond))
 }
