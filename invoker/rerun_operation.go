@@ -76,9 +76,10 @@ func (w *rerunOperationWorker) Work(ctx context.Context, job *river.Job[RerunOpe
 // rerunOperation does the rerun operation id, up to maxBatches batches (all when
 // negative), and returns it as it stands. Each batch is one transaction that locks the
 // operation (so a cancel waits for it, and two workers of the same operation take turns),
-// takes the next runs the operation has not taken, reruns each (a run that cannot be
-// rerun is recorded with why), records them in the operation and enqueues the new runs.
-// A run is so rerun at most once by an operation, however often its job is retried.
+// takes the next runs past the position the operation's row holds, reruns each (a run
+// that cannot be rerun is recorded with why), records them and the new position in the
+// operation and enqueues the new runs. A run is so rerun at most once by an operation,
+// however often its job is retried: a batch commits its runs and the position together.
 func (inv *Invoker) rerunOperation(ctx context.Context, id string, maxBatches int) (*journal.Operation, error) {
 	op, err := journal.GetOperationByID(ctx, inv.pool, id)
 	if err != nil || op.Status != journal.OperationRunning {
@@ -88,7 +89,6 @@ func (inv *Invoker) rerunOperation(ctx context.Context, id string, maxBatches in
 	if err := journal.CountMatching(ctx, inv.pool, op); err != nil {
 		return nil, err
 	}
-	var cursor *journal.BatchCursor
 	for batches := 0; maxBatches < 0 || batches < maxBatches; batches++ {
 		var created []*journal.Run
 		var quota *journal.QuotaError
@@ -99,12 +99,11 @@ func (inv *Invoker) rerunOperation(ctx context.Context, id string, maxBatches in
 				stopped = true
 				return err
 			}
-			var batch []journal.RerunCandidate
-			batch, cursor, err = journal.RerunBatch(ctx, tx, op, cursor, inv.rerunBatchSize)
+			batch, err := journal.RerunBatch(ctx, tx, op, inv.rerunBatchSize)
 			if err != nil {
 				return err
 			}
-			done = cursor == nil
+			done = len(batch) < inv.rerunBatchSize
 			if len(batch) == 0 {
 				return nil
 			}
@@ -127,7 +126,8 @@ func (inv *Invoker) rerunOperation(ctx context.Context, id string, maxBatches in
 			if err := inv.enqueueNewRuns(ctx, tx, created); err != nil {
 				return err
 			}
-			return journal.RecordRerunBatch(ctx, tx, op, took)
+			last := batch[len(batch)-1]
+			return journal.RecordRerunBatch(ctx, tx, op, took, journal.BatchCursor{CreatedAt: last.CreatedAt, ID: last.ID})
 		})
 		if quota != nil {
 			if err := journal.FinishOperation(ctx, inv.pool, op, quota.Error()); err != nil {

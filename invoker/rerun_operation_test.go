@@ -135,9 +135,10 @@ func TestOperationCancelStopsIt(t *testing.T) {
 	assert.Equal(t, protocol.OperationStatusCancelled, final.Status)
 }
 
-// TestBulkRerunResumesWithoutDuplicates does part of a bulk rerun and then the whole of
-// it again from the start, as a worker restarted after a crash does (River retries its
-// job), and twice at once, as a rescued job beside a live one: each run is rerun once.
+// TestBulkRerunResumesWithoutDuplicates does part of a bulk rerun and then the rest in
+// new workers, as after a crash (River retries its job: it reads the operation's
+// position afresh), two at once, as a rescued job beside a live one: each run is rerun
+// once.
 func TestBulkRerunResumesWithoutDuplicates(t *testing.T) {
 	t.Parallel()
 	s := stack.Start(t, stack.Options{})
@@ -155,7 +156,7 @@ func TestBulkRerunResumesWithoutDuplicates(t *testing.T) {
 	require.EqualValues(t, 6, got.Cancelled)
 	require.Equal(t, 6, countReruns(t, s, "t1"))
 
-	// The "crash": the next worker starts from the beginning; two of them at once.
+	// The "crash": the next workers start afresh, from the operation's row; two at once.
 	errs := make(chan error, 2)
 	for range 2 {
 		go func() {

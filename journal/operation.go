@@ -82,6 +82,9 @@ type Operation struct {
 	CreatedAt   time.Time
 	FinishedAt  *time.Time
 	CancelledBy *Identity // Who cancelled the operation, when it was.
+	// After is where a rerun's walk over runs has reached (RecordRerunBatch); nil at
+	// the start.
+	After *BatchCursor
 }
 
 // operationOf is the operation a row of stepgate.operation holds.
@@ -90,6 +93,9 @@ func operationOf(r dbsqlc.StepgateOperation) (*Operation, error) {
 		ID: r.ID, Tenant: r.Tenant, Kind: r.Kind, Status: r.Status, By: r.ByIdentity,
 		Matched: r.Matched, Cancelled: r.Cancelled, Batches: int(r.Batches), Error: r.Error,
 		CreatedAt: r.CreatedAt, FinishedAt: r.FinishedAt, Failed: r.Failed,
+	}
+	if r.AfterCreatedAt != nil && r.AfterID != nil {
+		op.After = &BatchCursor{CreatedAt: *r.AfterCreatedAt, ID: *r.AfterID}
 	}
 	if err := json.Unmarshal(r.Filter, &op.Filter); err != nil {
 		return nil, fmt.Errorf("the filter of operation %s: %w", r.ID, err)
@@ -376,38 +382,34 @@ func CancelOperation(ctx context.Context, db DB, tenant, id string, by Identity)
 // RerunCandidate is a run a rerun operation's batch is to rerun.
 type RerunCandidate struct {
 	ID         string
+	CreatedAt  time.Time
 	Function   string
 	Input      json.RawMessage
 	FailureSeq int // The seq of its last entry holding an error (with RerunFromFailure); 0 for none.
 }
 
 // RerunBatch returns up to limit finished runs matching op's filter, created before op,
-// past after (nil: from the start), oldest first, that op has not taken yet (see
-// RecordRerunBatch), and the position it reached, nil when no run is left.
-func RerunBatch(ctx context.Context, db DB, op *Operation, after *BatchCursor, limit int) ([]RerunCandidate, *BatchCursor, error) {
+// past op.After (the position its last batch reached), oldest first.
+func RerunBatch(ctx context.Context, db DB, op *Operation, limit int) ([]RerunCandidate, error) {
 	f := filterOf(op)
 	p := dbsqlc.OperationRerunBatchParams{
 		FromFailure: op.Options.From == RerunFromFailure && op.Options.FromSeq == nil,
 		Tenant:      op.Tenant, Before: f.before, Function: f.function, CreatedAfter: f.createdAfter,
 		Prefix: f.prefix, Statuses: f.statuses, ErrorType: op.Filter.ErrorType, ErrorGroup: op.Filter.ErrorGroup,
-		Op: op.ID, MaxRuns: int32(limit),
+		MaxRuns: int32(limit),
 	}
-	if after != nil {
-		p.AfterT, p.AfterID = &after.CreatedAt, &after.ID
+	if op.After != nil {
+		p.AfterT, p.AfterID = &op.After.CreatedAt, &op.After.ID
 	}
 	rows, err := dbsqlc.New(db).OperationRerunBatch(ctx, p)
 	if err != nil {
-		return nil, nil, fmt.Errorf("select a batch of operation %s: %w", op.ID, err)
+		return nil, fmt.Errorf("select a batch of operation %s: %w", op.ID, err)
 	}
 	out := make([]RerunCandidate, len(rows))
 	for i, r := range rows {
-		out[i] = RerunCandidate{ID: r.ID, Function: r.Function, Input: r.Input, FailureSeq: int(r.FailureSeq)}
+		out[i] = RerunCandidate{ID: r.ID, CreatedAt: r.CreatedAt, Function: r.Function, Input: r.Input, FailureSeq: int(r.FailureSeq)}
 	}
-	if len(rows) < limit {
-		return out, nil, nil
-	}
-	last := rows[len(rows)-1]
-	return out, &BatchCursor{CreatedAt: last.CreatedAt, ID: last.ID}, nil
+	return out, nil
 }
 
 // RerunDone is a run a rerun operation reran: NewRunID, or Error when it could not.
@@ -417,13 +419,15 @@ type RerunDone struct {
 	Error    string
 }
 
-// RecordRerunBatch records the runs a batch of op took, so that op never takes them
-// again, and adds them to op's counts (Cancelled: rerun; Failed: with an Error, the
-// first of them in Errors up to MaxOperationErrors). Call it in the transaction that
-// created the new runs, with op locked (LockOperation).
-func RecordRerunBatch(ctx context.Context, db DB, op *Operation, runs []RerunDone) error {
+// RecordRerunBatch records the runs a batch of op took (a run taken twice is an error:
+// the batch fails whole), adds them to op's counts (Cancelled: rerun; Failed: with an
+// Error, the first of them in Errors up to MaxOperationErrors), and moves op's position
+// to after, so that its next batch, in this process or another, starts there. Call it in
+// the transaction that created the new runs, with op locked (LockOperation).
+func RecordRerunBatch(ctx context.Context, db DB, op *Operation, runs []RerunDone, after BatchCursor) error {
 	p := dbsqlc.OperationRerunRecordParams{
 		Op: op.ID, Tenant: op.Tenant, DoneRuns: []string{}, NewRuns: []string{}, FailedRuns: []string{}, FailedErrors: []string{},
+		AfterT: &after.CreatedAt, AfterID: &after.ID,
 	}
 	sample := []OperationError{}
 	for _, r := range runs {

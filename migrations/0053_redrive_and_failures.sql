@@ -4,7 +4,9 @@
 -- tenant (POST /v1/operations/{id}/cancel). cancelled counts the runs the operation has
 -- done: cancelled by a cancel, rerun by a rerun. failed counts the runs a rerun could not
 -- rerun, errors holds a sample of why (at most 20 {run_id, error}), options a rerun's
--- start point ({"from": "start"|"failure", "from_seq": N}).
+-- start point ({"from": "start"|"failure", "from_seq": N}). (after_created_at, after_id)
+-- is where a rerun's walk over runs by (created_at, id) has reached, committed with each
+-- batch, so that a retried job goes on from there.
 ALTER TABLE stepgate.operation DROP CONSTRAINT operation_kind_check,
     ADD CONSTRAINT operation_kind_check CHECK (kind IN ('cancel', 'rerun')),
     DROP CONSTRAINT operation_status_check,
@@ -12,11 +14,14 @@ ALTER TABLE stepgate.operation DROP CONSTRAINT operation_kind_check,
     ADD COLUMN failed bigint NOT NULL DEFAULT 0,
     ADD COLUMN errors jsonb NOT NULL DEFAULT '[]',
     ADD COLUMN options jsonb,
-    ADD COLUMN cancelled_by jsonb;
+    ADD COLUMN cancelled_by jsonb,
+    ADD COLUMN after_created_at timestamptz,
+    ADD COLUMN after_id uuid;
 
 -- Each run a rerun operation took: the run it made (new_run_id), or why it made none
--- (error). The key makes a rerun operation idempotent per run: a batch retried after a
--- crash skips the runs already here, so no run is rerun twice by one operation.
+-- (error), written in the batch's transaction with the new runs and the operation's
+-- position. The key makes a rerun operation idempotent per run: a batch that would take
+-- a run again fails whole.
 CREATE TABLE stepgate.operation_run (
     tenant text NOT NULL,
     operation_id uuid NOT NULL REFERENCES stepgate.operation (id) ON DELETE CASCADE,

@@ -1238,6 +1238,8 @@ CREATE TABLE stepgate.operation (
     errors jsonb DEFAULT '[]'::jsonb NOT NULL,
     options jsonb,
     cancelled_by jsonb,
+    after_created_at timestamp with time zone,
+    after_id uuid,
     CONSTRAINT operation_kind_check CHECK ((kind = ANY (ARRAY['cancel'::text, 'rerun'::text]))),
     CONSTRAINT operation_status_check CHECK ((status = ANY (ARRAY['running'::text, 'completed'::text, 'failed'::text, 'cancelled'::text])))
 );

@@ -99,8 +99,8 @@ RETURNING matched;
 
 -- name: OperationRerunBatch :many
 -- The next batch of the finished runs of a rerun's filter created before it (the conditions
--- on r are OperationRerunCountMatching's) past (after_t, after_id), oldest first, leaving out
--- the runs the operation took already (operation_run). failure_seq, with from_failure, is
+-- on r are OperationRerunCountMatching's) past (after_t, after_id), the position the
+-- operation reached (OperationRerunRecord), oldest first. failure_seq, with from_failure, is
 -- the seq of the run's last entry that holds an error, 0 when none does. A finished run never changes, so
 -- nothing is locked.
 SELECT r.id::text AS id, r.created_at, r.function, r.input,
@@ -117,15 +117,14 @@ WHERE r.tenant = @tenant AND r.created_at <= @before
     AND (sqlc.narg(error_group)::text IS NULL
         OR (r.status = 'failed' AND stepgate.error_group(r.function, r.error) = sqlc.narg(error_group)))
     AND (sqlc.narg(after_t)::timestamptz IS NULL OR (r.created_at, r.id) > (sqlc.narg(after_t), sqlc.narg(after_id)::uuid))
-    AND NOT EXISTS (SELECT 1 FROM stepgate.operation_run o
-        WHERE o.tenant = r.tenant AND o.operation_id = @op AND o.run_id = r.id)
 ORDER BY r.created_at, r.id
 LIMIT @max_runs;
 
 -- name: OperationRerunRecord :one
 -- Records a batch of a rerun: the runs it reran (done_runs, new_runs) and those it could
 -- not (failed_runs, failed_errors), adds them to the operation's counts, and appends sample
--- (a JSON array of {run_id, error}) to its errors.
+-- (a JSON array of {run_id, error}) to its errors, and moves its position to (after_t,
+-- after_id).
 WITH done AS (
     INSERT INTO stepgate.operation_run (tenant, operation_id, run_id, new_run_id)
     SELECT @tenant, @op, d.run_id, d.new_run_id
@@ -137,6 +136,6 @@ WITH done AS (
 )
 UPDATE stepgate.operation SET cancelled = cancelled + cardinality(@done_runs::uuid[]),
     failed = failed + cardinality(@failed_runs::uuid[]), errors = errors || @sample::jsonb,
-    batches = batches + 1
+    batches = batches + 1, after_created_at = @after_t, after_id = @after_id
 WHERE operation.id = @op
 RETURNING *;

@@ -78,7 +78,7 @@ func (q *Queries) OperationBatch(ctx context.Context, arg OperationBatchParams) 
 const OperationCancel = `-- name: OperationCancel :one
 UPDATE stepgate.operation SET status = 'cancelled', finished_at = now(), cancelled_by = $1
 WHERE id = $2 AND tenant = $3 AND status = 'running'
-RETURNING id, tenant, kind, status, filter, by_identity, matched, cancelled, batches, error, created_at, finished_at, failed, errors, options, cancelled_by
+RETURNING id, tenant, kind, status, filter, by_identity, matched, cancelled, batches, error, created_at, finished_at, failed, errors, options, cancelled_by, after_created_at, after_id
 `
 
 type OperationCancelParams struct {
@@ -109,6 +109,8 @@ func (q *Queries) OperationCancel(ctx context.Context, arg OperationCancelParams
 		&i.Errors,
 		&i.Options,
 		&i.CancelledBy,
+		&i.AfterCreatedAt,
+		&i.AfterID,
 	)
 	return i, err
 }
@@ -223,7 +225,7 @@ const OperationCreate = `-- name: OperationCreate :one
 INSERT INTO stepgate.operation (id, tenant, kind, filter, options, by_identity)
 VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (tenant) WHERE status = 'running' DO NOTHING
-RETURNING id, tenant, kind, status, filter, by_identity, matched, cancelled, batches, error, created_at, finished_at, failed, errors, options, cancelled_by
+RETURNING id, tenant, kind, status, filter, by_identity, matched, cancelled, batches, error, created_at, finished_at, failed, errors, options, cancelled_by, after_created_at, after_id
 `
 
 type OperationCreateParams struct {
@@ -263,6 +265,8 @@ func (q *Queries) OperationCreate(ctx context.Context, arg OperationCreateParams
 		&i.Errors,
 		&i.Options,
 		&i.CancelledBy,
+		&i.AfterCreatedAt,
+		&i.AfterID,
 	)
 	return i, err
 }
@@ -271,7 +275,7 @@ const OperationFinish = `-- name: OperationFinish :one
 UPDATE stepgate.operation SET status = CASE WHEN $1::text = '' THEN 'completed' ELSE 'failed' END,
     error = nullif($1, ''), finished_at = now()
 WHERE id = $2 AND status = 'running'
-RETURNING id, tenant, kind, status, filter, by_identity, matched, cancelled, batches, error, created_at, finished_at, failed, errors, options, cancelled_by
+RETURNING id, tenant, kind, status, filter, by_identity, matched, cancelled, batches, error, created_at, finished_at, failed, errors, options, cancelled_by, after_created_at, after_id
 `
 
 type OperationFinishParams struct {
@@ -300,12 +304,14 @@ func (q *Queries) OperationFinish(ctx context.Context, arg OperationFinishParams
 		&i.Errors,
 		&i.Options,
 		&i.CancelledBy,
+		&i.AfterCreatedAt,
+		&i.AfterID,
 	)
 	return i, err
 }
 
 const OperationGet = `-- name: OperationGet :one
-SELECT id, tenant, kind, status, filter, by_identity, matched, cancelled, batches, error, created_at, finished_at, failed, errors, options, cancelled_by FROM stepgate.operation WHERE id = $1 AND tenant = $2
+SELECT id, tenant, kind, status, filter, by_identity, matched, cancelled, batches, error, created_at, finished_at, failed, errors, options, cancelled_by, after_created_at, after_id FROM stepgate.operation WHERE id = $1 AND tenant = $2
 `
 
 type OperationGetParams struct {
@@ -333,12 +339,14 @@ func (q *Queries) OperationGet(ctx context.Context, arg OperationGetParams) (Ste
 		&i.Errors,
 		&i.Options,
 		&i.CancelledBy,
+		&i.AfterCreatedAt,
+		&i.AfterID,
 	)
 	return i, err
 }
 
 const OperationGetByID = `-- name: OperationGetByID :one
-SELECT id, tenant, kind, status, filter, by_identity, matched, cancelled, batches, error, created_at, finished_at, failed, errors, options, cancelled_by FROM stepgate.operation WHERE id = $1
+SELECT id, tenant, kind, status, filter, by_identity, matched, cancelled, batches, error, created_at, finished_at, failed, errors, options, cancelled_by, after_created_at, after_id FROM stepgate.operation WHERE id = $1
 `
 
 func (q *Queries) OperationGetByID(ctx context.Context, id string) (StepgateOperation, error) {
@@ -361,12 +369,14 @@ func (q *Queries) OperationGetByID(ctx context.Context, id string) (StepgateOper
 		&i.Errors,
 		&i.Options,
 		&i.CancelledBy,
+		&i.AfterCreatedAt,
+		&i.AfterID,
 	)
 	return i, err
 }
 
 const OperationLock = `-- name: OperationLock :one
-SELECT id, tenant, kind, status, filter, by_identity, matched, cancelled, batches, error, created_at, finished_at, failed, errors, options, cancelled_by FROM stepgate.operation WHERE id = $1 FOR NO KEY UPDATE
+SELECT id, tenant, kind, status, filter, by_identity, matched, cancelled, batches, error, created_at, finished_at, failed, errors, options, cancelled_by, after_created_at, after_id FROM stepgate.operation WHERE id = $1 FOR NO KEY UPDATE
 `
 
 // Locks the operation for a batch: a cancel (OperationCancel) waits for the batch to commit,
@@ -391,6 +401,8 @@ func (q *Queries) OperationLock(ctx context.Context, id string) (StepgateOperati
 		&i.Errors,
 		&i.Options,
 		&i.CancelledBy,
+		&i.AfterCreatedAt,
+		&i.AfterID,
 	)
 	return i, err
 }
@@ -410,10 +422,8 @@ WHERE r.tenant = $2 AND r.created_at <= $3
     AND ($9::text IS NULL
         OR (r.status = 'failed' AND stepgate.error_group(r.function, r.error) = $9))
     AND ($10::timestamptz IS NULL OR (r.created_at, r.id) > ($10, $11::uuid))
-    AND NOT EXISTS (SELECT 1 FROM stepgate.operation_run o
-        WHERE o.tenant = r.tenant AND o.operation_id = $12 AND o.run_id = r.id)
 ORDER BY r.created_at, r.id
-LIMIT $13
+LIMIT $12
 `
 
 type OperationRerunBatchParams struct {
@@ -428,7 +438,6 @@ type OperationRerunBatchParams struct {
 	ErrorGroup   *string
 	AfterT       *time.Time
 	AfterID      *string
-	Op           string
 	MaxRuns      int32
 }
 
@@ -441,8 +450,8 @@ type OperationRerunBatchRow struct {
 }
 
 // The next batch of the finished runs of a rerun's filter created before it (the conditions
-// on r are OperationRerunCountMatching's) past (after_t, after_id), oldest first, leaving out
-// the runs the operation took already (operation_run). failure_seq, with from_failure, is
+// on r are OperationRerunCountMatching's) past (after_t, after_id), the position the
+// operation reached (OperationRerunRecord), oldest first. failure_seq, with from_failure, is
 // the seq of the run's last entry that holds an error, 0 when none does. A finished run never changes, so
 // nothing is locked.
 func (q *Queries) OperationRerunBatch(ctx context.Context, arg OperationRerunBatchParams) ([]OperationRerunBatchRow, error) {
@@ -458,7 +467,6 @@ func (q *Queries) OperationRerunBatch(ctx context.Context, arg OperationRerunBat
 		arg.ErrorGroup,
 		arg.AfterT,
 		arg.AfterID,
-		arg.Op,
 		arg.MaxRuns,
 	)
 	if err != nil {
@@ -535,24 +543,26 @@ func (q *Queries) OperationRerunCountMatching(ctx context.Context, arg Operation
 const OperationRerunRecord = `-- name: OperationRerunRecord :one
 WITH done AS (
     INSERT INTO stepgate.operation_run (tenant, operation_id, run_id, new_run_id)
-    SELECT $5, $4, d.run_id, d.new_run_id
-    FROM ROWS FROM (unnest($1::uuid[]), unnest($6::uuid[])) AS d (run_id, new_run_id)
+    SELECT $7, $6, d.run_id, d.new_run_id
+    FROM ROWS FROM (unnest($1::uuid[]), unnest($8::uuid[])) AS d (run_id, new_run_id)
 ), failed AS (
     INSERT INTO stepgate.operation_run (tenant, operation_id, run_id, error)
-    SELECT $5, $4, f.run_id, f.error
-    FROM ROWS FROM (unnest($2::uuid[]), unnest($7::text[])) AS f (run_id, error)
+    SELECT $7, $6, f.run_id, f.error
+    FROM ROWS FROM (unnest($2::uuid[]), unnest($9::text[])) AS f (run_id, error)
 )
 UPDATE stepgate.operation SET cancelled = cancelled + cardinality($1::uuid[]),
     failed = failed + cardinality($2::uuid[]), errors = errors || $3::jsonb,
-    batches = batches + 1
-WHERE operation.id = $4
-RETURNING id, tenant, kind, status, filter, by_identity, matched, cancelled, batches, error, created_at, finished_at, failed, errors, options, cancelled_by
+    batches = batches + 1, after_created_at = $4, after_id = $5
+WHERE operation.id = $6
+RETURNING id, tenant, kind, status, filter, by_identity, matched, cancelled, batches, error, created_at, finished_at, failed, errors, options, cancelled_by, after_created_at, after_id
 `
 
 type OperationRerunRecordParams struct {
 	DoneRuns     []string
 	FailedRuns   []string
 	Sample       json.RawMessage
+	AfterT       *time.Time
+	AfterID      *string
 	Op           string
 	Tenant       string
 	NewRuns      []string
@@ -561,12 +571,15 @@ type OperationRerunRecordParams struct {
 
 // Records a batch of a rerun: the runs it reran (done_runs, new_runs) and those it could
 // not (failed_runs, failed_errors), adds them to the operation's counts, and appends sample
-// (a JSON array of {run_id, error}) to its errors.
+// (a JSON array of {run_id, error}) to its errors, and moves its position to (after_t,
+// after_id).
 func (q *Queries) OperationRerunRecord(ctx context.Context, arg OperationRerunRecordParams) (StepgateOperation, error) {
 	row := q.db.QueryRow(ctx, OperationRerunRecord,
 		arg.DoneRuns,
 		arg.FailedRuns,
 		arg.Sample,
+		arg.AfterT,
+		arg.AfterID,
 		arg.Op,
 		arg.Tenant,
 		arg.NewRuns,
@@ -590,6 +603,8 @@ func (q *Queries) OperationRerunRecord(ctx context.Context, arg OperationRerunRe
 		&i.Errors,
 		&i.Options,
 		&i.CancelledBy,
+		&i.AfterCreatedAt,
+		&i.AfterID,
 	)
 	return i, err
 }
