@@ -180,6 +180,9 @@ func (inv *Invoker) rerunOne(ctx context.Context, tx pgx.Tx, op *journal.Operati
 	var err error
 	if fromSeq != 1 {
 		err = journal.CheckCopyEntries(ctx, tx, op.Tenant, old.ID, fromSeq)
+		if errors.Is(err, journal.ErrNotFound) {
+			return nil, fmt.Sprintf("run %s was deleted (retention)", old.ID), nil
+		}
 	}
 	var run *journal.Run
 	if err == nil {
