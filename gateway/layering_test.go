@@ -25,6 +25,7 @@ var runWrites = []string{
 	"PutSchedule", "DeleteSchedule", "AdvanceSchedule", "ClaimTick", "TryClaimTick",
 	"RegisterFunction", "DeleteFunction", "Attach", "Watch", "Unwatch", "CreateCallback", "ResolveCallback",
 	"CancelDescendants", "CreateOperation", "CancelBatch", "FinishOperation", "CountMatching", "CopyEntries",
+	"LockOperation", "CancelOperation", "RerunBatch", "RecordRerunBatch",
 }
 
 // TestGatewayOnlyMapsHTTP keeps the gateway a mapping of HTTP onto the invoker's

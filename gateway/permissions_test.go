@@ -161,17 +161,21 @@ func TestPermissionMatrix(t *testing.T) {
 		"registerFunction":    `{"url":"http://127.0.0.1:9/fn"}`,
 		"syncApp":             `{"url":"http://127.0.0.1:9/"}`,
 		"startRunWithMessage": `{"message":{"topic":"t"}}`,
+		"rerunRuns":           `{"filter":{"function":"matrix"}}`,
 	}
 	// The permissions an operation's handler checks besides its x-permission, and the
 	// headers it requires.
-	besides := map[string][]string{"startRunWithMessage": {string(access.PermissionEventsSend)}}
+	besides := map[string][]string{
+		"startRunWithMessage": {string(access.PermissionEventsSend)},
+		"rerunRuns":           {string(access.PermissionRunsManage)},
+	}
 	headers := map[string][]string{"startRunWithMessage": {"Idempotency-Key", "matrix"}}
 	for _, op := range readSpec(t).Operations {
 		if op.Permission == "" {
 			continue
 		}
 		perm := access.Permission(op.Permission)
-		url := s.URL + strings.NewReplacer("{name}", "matrix-"+op.ID, "{id}", uuid.NewString()).Replace(op.Path)
+		url := s.URL + strings.NewReplacer("{name}", "matrix-"+op.ID, "{id}", uuid.NewString(), "{group}", "0123456789abcdef").Replace(op.Path)
 		body := ""
 		if op.RequestBody != nil {
 			body = cmp.Or(bodies[op.ID], `{}`)

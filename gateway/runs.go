@@ -365,8 +365,12 @@ func (s *Server) GetRun(ctx context.Context, req server.GetRunRequestObject) (se
 		p.After = n
 	}
 	var d *journal.Detail
+	var reruns []string
 	err := s.read(ctx, func(db *journal.TenantDB) (err error) {
-		d, err = journal.GetRunDetail(ctx, db, db.Tenant(), req.ID, p)
+		if d, err = journal.GetRunDetail(ctx, db, db.Tenant(), req.ID, p); err != nil {
+			return err
+		}
+		reruns, err = journal.RunReruns(ctx, db, db.Tenant(), req.ID)
 		return err
 	})
 	if errors.Is(err, journal.ErrNotFound) {
@@ -384,6 +388,9 @@ func (s *Server) GetRun(ctx context.Context, req server.GetRunRequestObject) (se
 		CancelledBy: r.CancelledBy, Awaiting: r.Awaiting, Detached: r.Detached,
 		Journal:  make([]protocol.JournalEntry, 0, len(d.Journal)),
 		Failures: make([]protocol.AttemptFailure, 0, len(d.Failures)),
+	}
+	if len(reruns) > 0 {
+		out.RerunBy = &reruns
 	}
 	for _, e := range d.Journal {
 		out.Journal = append(out.Journal, entryForReaders(e))
@@ -421,6 +428,12 @@ func (s *Server) ListRuns(ctx context.Context, req server.ListRunsRequestObject)
 	}
 	if p.CreatedBefore != nil {
 		f.CreatedBefore = *p.CreatedBefore
+	}
+	if p.ErrorGroup != nil {
+		if !errorGroupKey.MatchString(*p.ErrorGroup) {
+			return nil, badRequest("error_group: must be a group's key, 16 hex digits (see GET /v1/failures); got %q", *p.ErrorGroup)
+		}
+		f.ErrorGroup = *p.ErrorGroup
 	}
 	f.IncludeIO = p.Include != nil && *p.Include == protocol.Io
 	var err error

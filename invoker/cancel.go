@@ -91,7 +91,7 @@ func (inv *Invoker) StartCancelOperation(ctx context.Context, db *journal.Tenant
 	var op *journal.Operation
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var err error
-		op, err = journal.CreateOperation(ctx, tx, uuid.Must(uuid.NewV7()).String(), db.Tenant(), filter, by)
+		op, err = journal.CreateOperation(ctx, tx, uuid.Must(uuid.NewV7()).String(), db.Tenant(), journal.OperationKindCancel, filter, nil, by)
 		if err != nil {
 			return err
 		}
@@ -140,8 +140,13 @@ func (w *cancelOperationWorker) work(ctx context.Context, job *river.Job[CancelO
 	for {
 		var batch []journal.CancelledRun
 		var tree []string
+		stopped := false
 		err := pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
-			var err error
+			running, err := journal.LockOperation(ctx, tx, op)
+			if err != nil || !running {
+				stopped = true
+				return err
+			}
 			batch, cursor, err = journal.CancelBatch(ctx, tx, op, cursor, CancelBatchSize)
 			if err != nil || len(batch) == 0 {
 				return err
@@ -168,6 +173,10 @@ func (w *cancelOperationWorker) work(ctx context.Context, job *river.Job[CancelO
 				log.Warn("bulk cancel batch failed; River retries it", slog.Any("error", err))
 			}
 			return err
+		}
+		if stopped {
+			log.Info("bulk cancel stopped", slog.String("status", op.Status), slog.Int64("cancelled", op.Cancelled))
+			return nil
 		}
 		for _, r := range batch {
 			inv.cancelled(r.ID)

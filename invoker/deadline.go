@@ -143,21 +143,28 @@ var errRunDeadline = errors.New("invoker: the run passed its deadline")
 // enqueueNew inserts, in tx, the River jobs of a run just created: its invocation (at
 // its start time when it is scheduled), unless it is claimed already, and its deadline's.
 func (inv *Invoker) enqueueNew(ctx context.Context, tx pgx.Tx, run *journal.Run) error {
+	return inv.enqueueNewRuns(ctx, tx, []*journal.Run{run})
+}
+
+// enqueueNewRuns is enqueueNew of each of runs, in one insert.
+func (inv *Invoker) enqueueNewRuns(ctx context.Context, tx pgx.Tx, runs []*journal.Run) error {
 	var jobs []river.InsertManyParams
-	switch run.Status {
-	case journal.StatusScheduled:
-		jobs = append(jobs, river.InsertManyParams{Args: invokeJob(run), InsertOpts: &river.InsertOpts{ScheduledAt: *run.WakeAt}})
-	case journal.StatusQueued:
-		jobs = append(jobs, river.InsertManyParams{Args: invokeJob(run)})
-	}
-	if run.Deadline != nil {
-		jobs = append(jobs, deadlineJob(run.ID, *run.Deadline))
+	for _, run := range runs {
+		switch run.Status {
+		case journal.StatusScheduled:
+			jobs = append(jobs, river.InsertManyParams{Args: invokeJob(run), InsertOpts: &river.InsertOpts{ScheduledAt: *run.WakeAt}})
+		case journal.StatusQueued:
+			jobs = append(jobs, river.InsertManyParams{Args: invokeJob(run)})
+		}
+		if run.Deadline != nil {
+			jobs = append(jobs, deadlineJob(run.ID, *run.Deadline))
+		}
 	}
 	if len(jobs) == 0 {
 		return nil
 	}
 	if _, err := inv.river.InsertManyTx(ctx, tx, jobs); err != nil {
-		return fmt.Errorf("enqueue run %s: %w", run.ID, err)
+		return fmt.Errorf("enqueue %d reruns: %w", len(runs), err)
 	}
 	return nil
 }

@@ -41,3 +41,15 @@ func (inv *Invoker) Enqueue(ctx context.Context, tx pgx.Tx, runID string) error 
 
 // River returns the invoker's River client, for the tests to insert and delete jobs.
 func (inv *Invoker) River() *river.Client[pgx.Tx] { return inv.river }
+
+// SetRerunBatchSize makes a bulk rerun's batches take n runs.
+func (inv *Invoker) SetRerunBatchSize(n int) { inv.rerunBatchSize = n }
+
+// RerunOperation does up to maxBatches batches of the rerun operation id (all when
+// negative), as its River job does, and returns it as it stands.
+func (inv *Invoker) RerunOperation(ctx context.Context, id string, maxBatches int) (*journal.Operation, error) {
+	return inv.rerunOperation(ctx, id, maxBatches)
+}
+
+// AfterRerunBatch makes f run after each batch of a bulk rerun commits.
+func (inv *Invoker) AfterRerunBatch(f func()) { inv.afterRerunBatch = f }

@@ -132,6 +132,11 @@ type Invoker struct {
 	checkpoint   string
 	limits       Limits
 	retention    time.Duration // Config.Retention: events older are deleted (a wait's look-back's bound)
+	// rerunBatchSize is how many runs a batch of a bulk rerun takes: RerunBatchSize, or
+	// fewer in the tests.
+	rerunBatchSize int
+	// afterRerunBatch, set by the tests, runs after each batch of a bulk rerun commits.
+	afterRerunBatch func()
 	// Crash recovery (lease.go).
 	leaseTTL      time.Duration
 	renewEvery    time.Duration
@@ -179,13 +184,14 @@ func New(cfg Config) (*Invoker, error) {
 	caller := &call.Caller{Clients: cfg.Egress.Clients(), Egress: cfg.Egress, Keys: cfg.Keys,
 		MaxAnswer: cmp.Or(cfg.MaxAnswerBytes, 16<<20), Tracing: cfg.TracerProvider != nil, Log: cfg.Logger}
 	inv := &Invoker{
-		pool:       cfg.Pool,
-		log:        cfg.Logger,
-		caller:     caller,
-		tokens:     cfg.Tokens,
-		checkpoint: cfg.CheckpointURL,
-		limits:     cfg.Limits.WithDefaults(),
-		retention:  cmp.Or(cfg.Retention, DefaultRetention),
+		pool:           cfg.Pool,
+		log:            cfg.Logger,
+		caller:         caller,
+		tokens:         cfg.Tokens,
+		checkpoint:     cfg.CheckpointURL,
+		limits:         cfg.Limits.WithDefaults(),
+		retention:      cmp.Or(cfg.Retention, DefaultRetention),
+		rerunBatchSize: RerunBatchSize,
 
 		leaseTTL:      cmp.Or(cfg.LeaseTTL, 5*time.Second),
 		maintainEvery: cmp.Or(cfg.MaintainInterval, time.Second),
@@ -216,6 +222,7 @@ func New(cfg Config) (*Invoker, error) {
 	river.AddWorker(workers, &tickWorker{inv: inv})
 	river.AddWorker(workers, &cancelTreeWorker{inv: inv})
 	river.AddWorker(workers, &cancelOperationWorker{inv: inv})
+	river.AddWorker(workers, &rerunOperationWorker{inv: inv})
 	river.AddWorker(workers, &deadlineWorker{inv: inv})
 	river.AddWorker(workers, maintenance.NewRetention(cfg.Pool, cmp.Or(cfg.Retention, DefaultRetention),
 		cmp.Or(cfg.RetentionBatch, 500), cfg.Logger, inv.clock))
@@ -481,6 +488,10 @@ func (inv *Invoker) Functions() *Functions { return inv.functions }
 
 // Limits returns the invoker's limits, defaults applied.
 func (inv *Invoker) Limits() Limits { return inv.limits }
+
+// Retention returns how long finished runs are kept (Config.Retention), unless their
+// function says otherwise.
+func (inv *Invoker) Retention() time.Duration { return inv.retention }
 
 // RiverUI returns River's own web UI on this invoker's River client, served under
 // prefix. It shows, pauses and deletes every tenant's jobs: mount it for the

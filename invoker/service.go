@@ -314,18 +314,10 @@ func (inv *Invoker) RerunRun(ctx context.Context, db *journal.TenantDB, n journa
 		return nil, errors.New("rerun: no run to rerun")
 	}
 	var run *journal.Run
-	n.Flowed = true // A rerun is not throttled, rate limited nor debounced.
-	n.MaxTenantRuns = inv.limits.MaxTenantRuns
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var err error
-		run, _, err = journal.CreateRun(ctx, tx, n)
-		if err != nil {
+		if run, err = inv.createRerun(ctx, tx, n, fromSeq); err != nil {
 			return err
-		}
-		if fromSeq > 1 {
-			if _, err := journal.CopyEntries(ctx, tx, n.Tenant, *n.RerunOf, run.ID, fromSeq); err != nil {
-				return err
-			}
 		}
 		return inv.enqueueNew(ctx, tx, run) // its job, and its deadline's (run_timeout)
 	})
@@ -333,5 +325,23 @@ func (inv *Invoker) RerunRun(ctx context.Context, db *journal.TenantDB, n journa
 		return nil, err
 	}
 	inv.armDeadline(run)
+	return run, nil
+}
+
+// createRerun creates, in tx, the run n, a rerun of *n.RerunOf from fromSeq, as RerunRun
+// does, but not its jobs: the caller enqueues them (enqueueNew) in tx, and arms its
+// deadline once tx commits.
+func (inv *Invoker) createRerun(ctx context.Context, tx pgx.Tx, n journal.NewRun, fromSeq int) (*journal.Run, error) {
+	n.Flowed = true // A rerun is not throttled, rate limited nor debounced.
+	n.MaxTenantRuns = inv.limits.MaxTenantRuns
+	run, _, err := journal.CreateRun(ctx, tx, n)
+	if err != nil {
+		return nil, err
+	}
+	if fromSeq > 1 {
+		if _, err := journal.CopyEntries(ctx, tx, n.Tenant, *n.RerunOf, run.ID, fromSeq); err != nil {
+			return nil, err
+		}
+	}
 	return run, nil
 }

@@ -17,34 +17,74 @@ const (
 	OperationRunning   = "running"
 	OperationCompleted = "completed"
 	OperationFailed    = "failed"
+	OperationCancelled = "cancelled"
+)
+
+// Operation kinds.
+const (
+	OperationKindCancel = "cancel"
+	OperationKindRerun  = "rerun"
+)
+
+// MaxOperationErrors is how many reasons an operation keeps in its errors sample.
+const MaxOperationErrors = 20
+
+// Where a rerun operation starts each new run (RerunOptions.From).
+const (
+	RerunFromStart   = "start"
+	RerunFromFailure = "failure"
 )
 
 // CancelFilter selects runs of a tenant for a bulk operation. Every criterion set must
-// hold; at least one is set (the caller validates). Only runs that have not finished
-// match, whatever Statuses says.
+// hold; at least one is set (the caller validates). A cancel matches only runs that have
+// not finished, a rerun only runs that have, whatever Statuses says.
 type CancelFilter struct {
 	Function             *string    `json:"function,omitempty"`
-	Statuses             []Status   `json:"status,omitempty"` // Any of them; all unfinished statuses when empty.
+	Statuses             []Status   `json:"status,omitempty"` // Any of them; all unfinished (cancel) or finished (rerun) statuses when empty.
 	CreatedAfter         *time.Time `json:"created_after,omitempty"`
 	CreatedBefore        *time.Time `json:"created_before,omitempty"`
 	IdempotencyKeyPrefix *string    `json:"idempotency_key_prefix,omitempty"`
+	ErrorType            *string    `json:"error_type,omitempty"`  // A rerun's only.
+	ErrorGroup           *string    `json:"error_group,omitempty"` // A rerun's only: stepgate.error_group of a failed run.
+}
+
+// RerunOptions is where a rerun operation starts each new run: at FromSeq when set,
+// else from the start (From "start" or empty) or at the old run's last entry holding an
+// error (From "failure"; from the start when none does).
+type RerunOptions struct {
+	From    string `json:"from,omitempty"`
+	FromSeq *int   `json:"from_seq,omitempty"`
+}
+
+// OperationError is one reason in an operation's errors sample.
+type OperationError struct {
+	RunID string `json:"run_id"`
+	Error string `json:"error"`
 }
 
 // Operation is a bulk operation on a tenant's runs, done in the background in batches.
-// Kind "cancel" cancels the runs matching Filter that were created before it.
+// Kind "cancel" cancels the runs matching Filter that were created before it; kind
+// "rerun" reruns the finished ones, as By, from Options.
 type Operation struct {
-	ID         string
-	Tenant     string
-	Kind       string
-	Status     string
-	Filter     CancelFilter
-	By         Identity
-	Matched    *int64 // Runs matching when the work began; nil before.
-	Cancelled  int64
-	Batches    int
-	Error      *string
-	CreatedAt  time.Time
-	FinishedAt *time.Time
+	ID          string
+	Tenant      string
+	Kind        string
+	Status      string
+	Filter      CancelFilter
+	Options     RerunOptions // A rerun's.
+	By          Identity
+	Matched     *int64 // Runs matching when the work began; nil before.
+	Cancelled   int64  // Runs done: cancelled by a cancel, rerun by a rerun.
+	Failed      int64  // A rerun's runs it could not rerun.
+	Errors      []OperationError
+	Batches     int
+	Error       *string
+	CreatedAt   time.Time
+	FinishedAt  *time.Time
+	CancelledBy *Identity // Who cancelled the operation, when it was.
+	// After is where a rerun's walk over runs has reached (RecordRerunBatch); nil at
+	// the start.
+	After *BatchCursor
 }
 
 // operationOf is the operation a row of stepgate.operation holds.
@@ -52,10 +92,29 @@ func operationOf(r dbsqlc.StepgateOperation) (*Operation, error) {
 	op := &Operation{
 		ID: r.ID, Tenant: r.Tenant, Kind: r.Kind, Status: r.Status, By: r.ByIdentity,
 		Matched: r.Matched, Cancelled: r.Cancelled, Batches: int(r.Batches), Error: r.Error,
-		CreatedAt: r.CreatedAt, FinishedAt: r.FinishedAt,
+		CreatedAt: r.CreatedAt, FinishedAt: r.FinishedAt, Failed: r.Failed,
+	}
+	if r.AfterCreatedAt != nil && r.AfterID != nil {
+		op.After = &BatchCursor{CreatedAt: *r.AfterCreatedAt, ID: *r.AfterID}
 	}
 	if err := json.Unmarshal(r.Filter, &op.Filter); err != nil {
 		return nil, fmt.Errorf("the filter of operation %s: %w", r.ID, err)
+	}
+	if len(r.Errors) > 0 {
+		if err := json.Unmarshal(r.Errors, &op.Errors); err != nil {
+			return nil, fmt.Errorf("the errors of operation %s: %w", r.ID, err)
+		}
+	}
+	if len(r.Options) > 0 {
+		if err := json.Unmarshal(r.Options, &op.Options); err != nil {
+			return nil, fmt.Errorf("the options of operation %s: %w", r.ID, err)
+		}
+	}
+	if len(r.CancelledBy) > 0 {
+		op.CancelledBy = new(Identity)
+		if err := json.Unmarshal(r.CancelledBy, op.CancelledBy); err != nil {
+			return nil, fmt.Errorf("the canceller of operation %s: %w", r.ID, err)
+		}
 	}
 	return op, nil
 }
@@ -71,15 +130,22 @@ func (e *RunningOperationError) Error() string {
 // Unwrap makes errors.Is(err, ErrConflict) hold.
 func (e *RunningOperationError) Unwrap() error { return ErrConflict }
 
-// CreateOperation stores a running cancel operation of tenant with filter, asked for by
-// by. It returns a *RunningOperationError when the tenant has one running.
-func CreateOperation(ctx context.Context, db DB, id, tenant string, filter CancelFilter, by Identity) (*Operation, error) {
+// CreateOperation stores a running operation of kind (OperationKindCancel, or
+// OperationKindRerun with options) of tenant with filter, asked for by by. It returns a
+// *RunningOperationError when the tenant has one running.
+func CreateOperation(ctx context.Context, db DB, id, tenant, kind string, filter CancelFilter, options *RerunOptions, by Identity) (*Operation, error) {
 	f, err := json.Marshal(filter)
 	if err != nil {
 		return nil, fmt.Errorf("create operation: %w", err)
 	}
+	var opts json.RawMessage
+	if options != nil {
+		if opts, err = json.Marshal(options); err != nil {
+			return nil, fmt.Errorf("create operation: %w", err)
+		}
+	}
 	q := dbsqlc.New(db)
-	row, err := q.OperationCreate(ctx, dbsqlc.OperationCreateParams{ID: id, Tenant: tenant, Filter: f, ByIdentity: by})
+	row, err := q.OperationCreate(ctx, dbsqlc.OperationCreateParams{ID: id, Tenant: tenant, Kind: kind, Filter: f, Options: opts, ByIdentity: by})
 	if err == nil {
 		return operationOf(row)
 	}
@@ -119,10 +185,19 @@ func gotOperation(row dbsqlc.StepgateOperation, err error, id string) (*Operatio
 // unless it is set already.
 func CountMatching(ctx context.Context, db DB, op *Operation) error {
 	f := filterOf(op)
-	matched, err := dbsqlc.New(db).OperationCountMatching(ctx, dbsqlc.OperationCountMatchingParams{
-		Op: op.ID, Tenant: op.Tenant, Before: f.before, Function: f.function, CreatedAfter: f.createdAfter,
-		Prefix: f.prefix, Statuses: f.statuses,
-	})
+	var matched *int64
+	var err error
+	if op.Kind == OperationKindRerun {
+		matched, err = dbsqlc.New(db).OperationRerunCountMatching(ctx, dbsqlc.OperationRerunCountMatchingParams{
+			Op: op.ID, Tenant: op.Tenant, Before: f.before, Function: f.function, CreatedAfter: f.createdAfter,
+			Prefix: f.prefix, Statuses: f.statuses, ErrorType: op.Filter.ErrorType, ErrorGroup: op.Filter.ErrorGroup,
+		})
+	} else {
+		matched, err = dbsqlc.New(db).OperationCountMatching(ctx, dbsqlc.OperationCountMatchingParams{
+			Op: op.ID, Tenant: op.Tenant, Before: f.before, Function: f.function, CreatedAfter: f.createdAfter,
+			Prefix: f.prefix, Statuses: f.statuses,
+		})
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil
 	}
@@ -248,11 +323,145 @@ func filterOf(op *Operation) runFilter {
 	for _, s := range f.Statuses {
 		statuses = append(statuses, string(s))
 	}
-	if len(statuses) == 0 {
+	if len(statuses) == 0 && op.Kind == OperationKindRerun {
+		statuses = []string{"completed", "failed", "cancelled"}
+	} else if len(statuses) == 0 {
 		statuses = []string{"scheduled", "queued", "running", "suspended"}
 	}
 	return runFilter{
 		before: before, function: f.Function, createdAfter: f.CreatedAfter,
 		prefix: f.IdempotencyKeyPrefix, statuses: statuses,
 	}
+}
+
+// LockOperation locks the operation for a batch in tx, until tx ends: CancelOperation
+// waits for it. It refreshes *op from the row and reports whether it is still running.
+func LockOperation(ctx context.Context, tx pgx.Tx, op *Operation) (bool, error) {
+	row, err := dbsqlc.New(tx).OperationLock(ctx, op.ID)
+	got, err := gotOperation(row, err, op.ID)
+	if err != nil {
+		return false, fmt.Errorf("lock operation: %w", err)
+	}
+	*op = *got
+	return op.Status == OperationRunning, nil
+}
+
+// FinishedOperationError: the operation has ended (its Status), so it cannot be cancelled.
+type FinishedOperationError struct {
+	ID     string
+	Status string
+}
+
+func (e *FinishedOperationError) Error() string {
+	return fmt.Sprintf("journal: operation %s is %s", e.ID, e.Status)
+}
+
+// Unwrap makes errors.Is(err, ErrConflict) hold.
+func (e *FinishedOperationError) Unwrap() error { return ErrConflict }
+
+// CancelOperation cancels the tenant's running operation id, as by: it does no further
+// batch (it waits for a batch under way to commit, see LockOperation). It returns
+// ErrNotFound for no operation of the tenant, a *FinishedOperationError for one that has
+// ended.
+func CancelOperation(ctx context.Context, db DB, tenant, id string, by Identity) (*Operation, error) {
+	b, err := json.Marshal(by)
+	if err != nil {
+		return nil, fmt.Errorf("cancel operation %s: %w", id, err)
+	}
+	row, err := dbsqlc.New(db).OperationCancel(ctx, dbsqlc.OperationCancelParams{ID: id, Tenant: tenant, CancelledBy: b})
+	if errors.Is(err, pgx.ErrNoRows) {
+		op, err := GetOperation(ctx, db, tenant, id)
+		if err != nil {
+			return nil, err
+		}
+		return op, &FinishedOperationError{ID: id, Status: op.Status}
+	}
+	return gotOperation(row, err, id)
+}
+
+// RerunCandidate is a run a rerun operation's batch is to rerun.
+type RerunCandidate struct {
+	ID         string
+	CreatedAt  time.Time
+	Function   string
+	Input      json.RawMessage
+	FailureSeq int // The seq of its last entry holding an error (with RerunFromFailure); 0 for none.
+}
+
+// RerunBatch returns up to limit finished runs matching op's filter, created before op,
+// past op.After (the position its last batch reached), oldest first.
+func RerunBatch(ctx context.Context, db DB, op *Operation, limit int) ([]RerunCandidate, error) {
+	f := filterOf(op)
+	p := dbsqlc.OperationRerunBatchParams{
+		FromFailure: op.Options.From == RerunFromFailure && op.Options.FromSeq == nil,
+		Tenant:      op.Tenant, Before: f.before, Function: f.function, CreatedAfter: f.createdAfter,
+		Prefix: f.prefix, Statuses: f.statuses, ErrorType: op.Filter.ErrorType, ErrorGroup: op.Filter.ErrorGroup,
+		MaxRuns: int32(limit),
+	}
+	if op.After != nil {
+		p.AfterT, p.AfterID = &op.After.CreatedAt, &op.After.ID
+	}
+	rows, err := dbsqlc.New(db).OperationRerunBatch(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("select a batch of operation %s: %w", op.ID, err)
+	}
+	out := make([]RerunCandidate, len(rows))
+	for i, r := range rows {
+		out[i] = RerunCandidate{ID: r.ID, CreatedAt: r.CreatedAt, Function: r.Function, Input: r.Input, FailureSeq: int(r.FailureSeq)}
+	}
+	return out, nil
+}
+
+// RerunDone is a run a rerun operation reran: NewRunID, or Error when it could not.
+type RerunDone struct {
+	RunID    string
+	NewRunID string
+	Error    string
+}
+
+// RecordRerunBatch records the runs a batch of op took (a run taken twice is an error:
+// the batch fails whole), adds them to op's counts (Cancelled: rerun; Failed: with an
+// Error, the first of them in Errors up to MaxOperationErrors), and moves op's position
+// to after, so that its next batch, in this process or another, starts there. Call it in
+// the transaction that created the new runs, with op locked (LockOperation).
+func RecordRerunBatch(ctx context.Context, db DB, op *Operation, runs []RerunDone, after BatchCursor) error {
+	p := dbsqlc.OperationRerunRecordParams{
+		Op: op.ID, Tenant: op.Tenant, DoneRuns: []string{}, NewRuns: []string{}, FailedRuns: []string{}, FailedErrors: []string{},
+		AfterT: &after.CreatedAt, AfterID: &after.ID,
+	}
+	sample := []OperationError{}
+	for _, r := range runs {
+		if r.Error == "" {
+			p.DoneRuns, p.NewRuns = append(p.DoneRuns, r.RunID), append(p.NewRuns, r.NewRunID)
+			continue
+		}
+		p.FailedRuns, p.FailedErrors = append(p.FailedRuns, r.RunID), append(p.FailedErrors, r.Error)
+		if len(op.Errors)+len(sample) < MaxOperationErrors {
+			sample = append(sample, OperationError{RunID: r.RunID, Error: r.Error})
+		}
+	}
+	var err error
+	if p.Sample, err = json.Marshal(sample); err != nil {
+		return fmt.Errorf("record a batch of operation %s: %w", op.ID, err)
+	}
+	row, err := dbsqlc.New(db).OperationRerunRecord(ctx, p)
+	got, err := gotOperation(row, err, op.ID)
+	if err != nil {
+		return fmt.Errorf("record a batch of operation %s: %w", op.ID, err)
+	}
+	*op = *got
+	return nil
+}
+
+// MaxReruns is how many of a run's reruns RunReruns returns.
+const MaxReruns = 100
+
+// RunReruns returns the ids of the tenant's runs that rerun the run id (their rerun_of),
+// oldest first, at most MaxReruns.
+func RunReruns(ctx context.Context, db DB, tenant, id string) ([]string, error) {
+	ids, err := dbsqlc.New(db).RunReruns(ctx, dbsqlc.RunRerunsParams{Tenant: tenant, RunID: &id, MaxRuns: MaxReruns})
+	if err != nil {
+		return nil, fmt.Errorf("list reruns of run %s: %w", id, err)
+	}
+	return ids, nil
 }

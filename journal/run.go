@@ -462,6 +462,7 @@ type RunFilter struct {
 	Function       string
 	IdempotencyKey string
 	Status         Status
+	ErrorGroup     string // Failed runs of this group of the dead-letter view (FailureGroups).
 	CreatedAfter   time.Time
 	CreatedBefore  time.Time
 	After          *Cursor // The page after this position.
@@ -484,7 +485,7 @@ func ListRuns(ctx context.Context, db DB, tenant string, f RunFilter) ([]Run, *C
 	}
 	afterT, afterID := f.After.keyset()
 	rows, _ := db.Query(ctx, dbsqlc.RunList, f.IncludeIO, tenant, f.Function, string(f.Status),
-		nullTime(f.CreatedAfter), nullTime(f.CreatedBefore), afterT, afterID, f.IdempotencyKey, limit+1)
+		nullTime(f.CreatedAfter), nullTime(f.CreatedBefore), afterT, afterID, f.IdempotencyKey, f.ErrorGroup, limit+1)
 	defer rows.Close()
 	var runs []Run
 	var used int64
@@ -621,13 +622,27 @@ func (e *SeqRangeError) Error() string {
 // not the tenant's run. Callers own the transaction
 // that created to.
 func CopyEntries(ctx context.Context, db DB, tenant, from, to string, before int) (int, error) {
+	if err := CheckCopyEntries(ctx, db, tenant, from, before); err != nil {
+		return 0, err
+	}
+	n, err := dbsqlc.New(db).RunCopyEntries(ctx, dbsqlc.RunCopyEntriesParams{ToRun: to, Tenant: tenant, FromRun: from, Before: int32(before)})
+	if err != nil {
+		return 0, fmt.Errorf("copy entries of run %s before %d: %w", from, before, err)
+	}
+	return int(n), nil
+}
+
+// CheckCopyEntries returns the error CopyEntries would return for the bounds of its
+// copy, writing nothing: a *SeqRangeError when before is out of the bounds of from's
+// journal, ErrNotFound when from is not the tenant's run.
+func CheckCopyEntries(ctx context.Context, db DB, tenant, from string, before int) error {
 	var last, sleeping *int
 	err := db.QueryRow(ctx, dbsqlc.RunCopyBounds, from, tenant).Scan(&last, &sleeping)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, ErrNotFound
+		return ErrNotFound
 	}
 	if err != nil {
-		return 0, fmt.Errorf("find last seq of run %s: %w", from, err)
+		return fmt.Errorf("find last seq of run %s: %w", from, err)
 	}
 	limit := 1
 	if last != nil {
@@ -637,15 +652,11 @@ func CopyEntries(ctx context.Context, db DB, tenant, from, to string, before int
 		// A cancelled run's last sleep may not be over: it is journaled when the run
 		// suspends, and a replay takes a journaled sleep as done.
 		if before < 1 || before > *sleeping {
-			return 0, &SeqRangeError{RunID: from, Max: *sleeping, Sleeping: true}
+			return &SeqRangeError{RunID: from, Max: *sleeping, Sleeping: true}
 		}
 	}
 	if before < 1 || before > limit {
-		return 0, &SeqRangeError{RunID: from, Max: limit}
+		return &SeqRangeError{RunID: from, Max: limit}
 	}
-	n, err := dbsqlc.New(db).RunCopyEntries(ctx, dbsqlc.RunCopyEntriesParams{ToRun: to, Tenant: tenant, FromRun: from, Before: int32(before)})
-	if err != nil {
-		return 0, fmt.Errorf("copy entries of run %s before %d: %w", from, before, err)
-	}
-	return int(n), nil
+	return nil
 }

@@ -139,6 +139,33 @@ END
 $$;
 
 --
+-- Name: error_group(text, jsonb); Type: FUNCTION; Schema: stepgate; Owner: -
+--
+
+CREATE FUNCTION stepgate.error_group(function text, error jsonb) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+SELECT left(md5(function || E'\n' || coalesce(error->>'type', '') || E'\n' || stepgate.error_message_shape(error->>'message')), 16)
+$$;
+
+--
+-- Name: error_message_shape(text); Type: FUNCTION; Schema: stepgate; Owner: -
+--
+
+CREATE FUNCTION stepgate.error_message_shape(message text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+SELECT regexp_replace(
+    regexp_replace(
+        regexp_replace(
+            regexp_replace(left(coalesce(message, ''), 1000),
+                '"[^"]*"|''[^'']*''', '<str>', 'g'),
+            '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}', '<uuid>', 'gi'),
+        '\m(0x[0-9a-f]+|(?=[a-f]*[0-9])[0-9a-f]{8,})\M', '<hex>', 'gi'),
+    '[0-9]+(\.[0-9]+)?', '<num>', 'g')
+$$;
+
+--
 -- Name: give_slot(text, text, text, smallint); Type: FUNCTION; Schema: stepgate; Owner: -
 --
 
@@ -1029,6 +1056,19 @@ CREATE TABLE stepgate.event (
 ALTER TABLE ONLY stepgate.event FORCE ROW LEVEL SECURITY;
 
 --
+-- Name: failure_dismissal; Type: TABLE; Schema: stepgate; Owner: -
+--
+
+CREATE TABLE stepgate.failure_dismissal (
+    tenant text NOT NULL,
+    error_group text NOT NULL,
+    dismissed_at timestamp with time zone DEFAULT now() NOT NULL,
+    by_identity jsonb NOT NULL
+);
+
+ALTER TABLE ONLY stepgate.failure_dismissal FORCE ROW LEVEL SECURITY;
+
+--
 -- Name: flow_debounce; Type: TABLE; Schema: stepgate; Owner: -
 --
 
@@ -1194,11 +1234,32 @@ CREATE TABLE stepgate.operation (
     error text,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     finished_at timestamp with time zone,
-    CONSTRAINT operation_kind_check CHECK ((kind = 'cancel'::text)),
-    CONSTRAINT operation_status_check CHECK ((status = ANY (ARRAY['running'::text, 'completed'::text, 'failed'::text])))
+    failed bigint DEFAULT 0 NOT NULL,
+    errors jsonb DEFAULT '[]'::jsonb NOT NULL,
+    options jsonb,
+    cancelled_by jsonb,
+    after_created_at timestamp with time zone,
+    after_id uuid,
+    CONSTRAINT operation_kind_check CHECK ((kind = ANY (ARRAY['cancel'::text, 'rerun'::text]))),
+    CONSTRAINT operation_status_check CHECK ((status = ANY (ARRAY['running'::text, 'completed'::text, 'failed'::text, 'cancelled'::text])))
 );
 
 ALTER TABLE ONLY stepgate.operation FORCE ROW LEVEL SECURITY;
+
+--
+-- Name: operation_run; Type: TABLE; Schema: stepgate; Owner: -
+--
+
+CREATE TABLE stepgate.operation_run (
+    tenant text NOT NULL,
+    operation_id uuid NOT NULL,
+    run_id uuid NOT NULL,
+    new_run_id uuid,
+    error text,
+    CONSTRAINT operation_run_check CHECK (((new_run_id IS NULL) <> (error IS NULL)))
+);
+
+ALTER TABLE ONLY stepgate.operation_run FORCE ROW LEVEL SECURITY;
 
 --
 -- Name: run; Type: TABLE; Schema: stepgate; Owner: -
@@ -1575,6 +1636,13 @@ ALTER TABLE ONLY stepgate.event
     ADD CONSTRAINT event_pkey PRIMARY KEY (tenant, id);
 
 --
+-- Name: failure_dismissal failure_dismissal_pkey; Type: CONSTRAINT; Schema: stepgate; Owner: -
+--
+
+ALTER TABLE ONLY stepgate.failure_dismissal
+    ADD CONSTRAINT failure_dismissal_pkey PRIMARY KEY (tenant, error_group);
+
+--
 -- Name: flow_debounce flow_debounce_pkey; Type: CONSTRAINT; Schema: stepgate; Owner: -
 --
 
@@ -1643,6 +1711,13 @@ ALTER TABLE ONLY stepgate.operation
 
 ALTER TABLE ONLY stepgate.operation
     ADD CONSTRAINT operation_pkey PRIMARY KEY (tenant, id);
+
+--
+-- Name: operation_run operation_run_pkey; Type: CONSTRAINT; Schema: stepgate; Owner: -
+--
+
+ALTER TABLE ONLY stepgate.operation_run
+    ADD CONSTRAINT operation_run_pkey PRIMARY KEY (tenant, operation_id, run_id);
 
 --
 -- Name: run run_id_lookup; Type: CONSTRAINT; Schema: stepgate; Owner: -
@@ -1937,10 +2012,22 @@ CREATE INDEX run_due ON stepgate.run USING btree (COALESCE(wake_at, created_at))
 CREATE INDEX run_expired_lease ON stepgate.run USING btree (lease_until) WHERE (lease_until IS NOT NULL);
 
 --
+-- Name: run_failed; Type: INDEX; Schema: stepgate; Owner: -
+--
+
+CREATE INDEX run_failed ON stepgate.run USING btree (tenant, finished_at) WHERE (status = 'failed'::text);
+
+--
 -- Name: run_idempotency_key; Type: INDEX; Schema: stepgate; Owner: -
 --
 
 CREATE UNIQUE INDEX run_idempotency_key ON stepgate.run USING btree (tenant, function, idempotency_key) WHERE (idempotency_key IS NOT NULL);
+
+--
+-- Name: run_rerun_of; Type: INDEX; Schema: stepgate; Owner: -
+--
+
+CREATE INDEX run_rerun_of ON stepgate.run USING btree (tenant, rerun_of) WHERE (rerun_of IS NOT NULL);
 
 --
 -- Name: run_series_sealed; Type: INDEX; Schema: stepgate; Owner: -
@@ -2110,6 +2197,13 @@ ALTER TABLE ONLY stepgate.message
     ADD CONSTRAINT message_run_fkey FOREIGN KEY (tenant, run_id) REFERENCES stepgate.run(tenant, id) ON DELETE CASCADE;
 
 --
+-- Name: operation_run operation_run_operation_id_fkey; Type: FK CONSTRAINT; Schema: stepgate; Owner: -
+--
+
+ALTER TABLE ONLY stepgate.operation_run
+    ADD CONSTRAINT operation_run_operation_id_fkey FOREIGN KEY (operation_id) REFERENCES stepgate.operation(id) ON DELETE CASCADE;
+
+--
 -- Name: run_wait run_wait_run_fkey; Type: FK CONSTRAINT; Schema: stepgate; Owner: -
 --
 
@@ -2159,6 +2253,12 @@ ALTER TABLE stepgate.concurrency_slot ENABLE ROW LEVEL SECURITY;
 --
 
 ALTER TABLE stepgate.event ENABLE ROW LEVEL SECURITY;
+
+--
+-- Name: failure_dismissal; Type: ROW SECURITY; Schema: stepgate; Owner: -
+--
+
+ALTER TABLE stepgate.failure_dismissal ENABLE ROW LEVEL SECURITY;
 
 --
 -- Name: flow_debounce; Type: ROW SECURITY; Schema: stepgate; Owner: -
@@ -2213,6 +2313,12 @@ ALTER TABLE stepgate.message ENABLE ROW LEVEL SECURITY;
 --
 
 ALTER TABLE stepgate.operation ENABLE ROW LEVEL SECURITY;
+
+--
+-- Name: operation_run; Type: ROW SECURITY; Schema: stepgate; Owner: -
+--
+
+ALTER TABLE stepgate.operation_run ENABLE ROW LEVEL SECURITY;
 
 --
 -- Name: run; Type: ROW SECURITY; Schema: stepgate; Owner: -
@@ -2299,6 +2405,12 @@ CREATE POLICY system_access ON stepgate.concurrency_slot TO stepgate_system USIN
 CREATE POLICY system_access ON stepgate.event TO stepgate_system USING (true);
 
 --
+-- Name: failure_dismissal system_access; Type: POLICY; Schema: stepgate; Owner: -
+--
+
+CREATE POLICY system_access ON stepgate.failure_dismissal TO stepgate_system USING (true);
+
+--
 -- Name: flow_debounce system_access; Type: POLICY; Schema: stepgate; Owner: -
 --
 
@@ -2351,6 +2463,12 @@ CREATE POLICY system_access ON stepgate.message TO stepgate_system USING (true);
 --
 
 CREATE POLICY system_access ON stepgate.operation TO stepgate_system USING (true);
+
+--
+-- Name: operation_run system_access; Type: POLICY; Schema: stepgate; Owner: -
+--
+
+CREATE POLICY system_access ON stepgate.operation_run TO stepgate_system USING (true);
 
 --
 -- Name: run system_access; Type: POLICY; Schema: stepgate; Owner: -
@@ -2443,6 +2561,12 @@ CREATE POLICY tenant_isolation ON stepgate.concurrency_slot TO stepgate_app USIN
 CREATE POLICY tenant_isolation ON stepgate.event TO stepgate_app USING ((tenant = NULLIF(current_setting('stepgate.tenant'::text, true), ''::text)));
 
 --
+-- Name: failure_dismissal tenant_isolation; Type: POLICY; Schema: stepgate; Owner: -
+--
+
+CREATE POLICY tenant_isolation ON stepgate.failure_dismissal TO stepgate_app USING ((tenant = NULLIF(current_setting('stepgate.tenant'::text, true), ''::text)));
+
+--
 -- Name: flow_debounce tenant_isolation; Type: POLICY; Schema: stepgate; Owner: -
 --
 
@@ -2489,6 +2613,12 @@ CREATE POLICY tenant_isolation ON stepgate.message TO stepgate_app USING ((tenan
 --
 
 CREATE POLICY tenant_isolation ON stepgate.operation TO stepgate_app USING ((tenant = NULLIF(current_setting('stepgate.tenant'::text, true), ''::text)));
+
+--
+-- Name: operation_run tenant_isolation; Type: POLICY; Schema: stepgate; Owner: -
+--
+
+CREATE POLICY tenant_isolation ON stepgate.operation_run TO stepgate_app USING ((tenant = NULLIF(current_setting('stepgate.tenant'::text, true), ''::text)));
 
 --
 -- Name: run tenant_isolation; Type: POLICY; Schema: stepgate; Owner: -
@@ -2582,6 +2712,20 @@ GRANT USAGE ON SCHEMA stepgate TO stepgate_system;
 
 GRANT ALL ON FUNCTION stepgate.callback_result(state text, payload jsonb, error jsonb, resolver text, resolved_by jsonb, resolved_at timestamp with time zone) TO stepgate_app;
 GRANT ALL ON FUNCTION stepgate.callback_result(state text, payload jsonb, error jsonb, resolver text, resolved_by jsonb, resolved_at timestamp with time zone) TO stepgate_system;
+
+--
+-- Name: FUNCTION error_group(function text, error jsonb); Type: ACL; Schema: stepgate; Owner: -
+--
+
+GRANT ALL ON FUNCTION stepgate.error_group(function text, error jsonb) TO stepgate_app;
+GRANT ALL ON FUNCTION stepgate.error_group(function text, error jsonb) TO stepgate_system;
+
+--
+-- Name: FUNCTION error_message_shape(message text); Type: ACL; Schema: stepgate; Owner: -
+--
+
+GRANT ALL ON FUNCTION stepgate.error_message_shape(message text) TO stepgate_app;
+GRANT ALL ON FUNCTION stepgate.error_message_shape(message text) TO stepgate_system;
 
 --
 -- Name: FUNCTION journal_bytes_before(tenant text, run uuid, seq integer); Type: ACL; Schema: stepgate; Owner: -
@@ -2744,6 +2888,13 @@ GRANT UPDATE(skipped) ON TABLE stepgate.event TO stepgate_app;
 GRANT UPDATE(skipped) ON TABLE stepgate.event TO stepgate_system;
 
 --
+-- Name: TABLE failure_dismissal; Type: ACL; Schema: stepgate; Owner: -
+--
+
+GRANT SELECT,INSERT,UPDATE ON TABLE stepgate.failure_dismissal TO stepgate_app;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE stepgate.failure_dismissal TO stepgate_system;
+
+--
 -- Name: TABLE flow_debounce; Type: ACL; Schema: stepgate; Owner: -
 --
 
@@ -2818,6 +2969,13 @@ GRANT SELECT,USAGE ON SEQUENCE stepgate.message_n_seq TO stepgate_system;
 
 GRANT SELECT,INSERT,UPDATE ON TABLE stepgate.operation TO stepgate_app;
 GRANT SELECT,INSERT,UPDATE ON TABLE stepgate.operation TO stepgate_system;
+
+--
+-- Name: TABLE operation_run; Type: ACL; Schema: stepgate; Owner: -
+--
+
+GRANT SELECT ON TABLE stepgate.operation_run TO stepgate_app;
+GRANT SELECT,INSERT,DELETE ON TABLE stepgate.operation_run TO stepgate_system;
 
 --
 -- Name: TABLE run; Type: ACL; Schema: stepgate; Owner: -

@@ -235,15 +235,36 @@ func (e ManifestProtocol) Valid() bool {
 	}
 }
 
+// Defines values for OperationFrom.
+const (
+	OperationFromFailure OperationFrom = "failure"
+	OperationFromStart   OperationFrom = "start"
+)
+
+// Valid indicates whether the value is a known member of the OperationFrom enum.
+func (e OperationFrom) Valid() bool {
+	switch e {
+	case OperationFromFailure:
+		return true
+	case OperationFromStart:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for OperationKind.
 const (
 	Cancel OperationKind = "cancel"
+	Rerun  OperationKind = "rerun"
 )
 
 // Valid indicates whether the value is a known member of the OperationKind enum.
 func (e OperationKind) Valid() bool {
 	switch e {
 	case Cancel:
+		return true
+	case Rerun:
 		return true
 	default:
 		return false
@@ -252,6 +273,7 @@ func (e OperationKind) Valid() bool {
 
 // Defines values for OperationStatus.
 const (
+	OperationStatusCancelled OperationStatus = "cancelled"
 	OperationStatusCompleted OperationStatus = "completed"
 	OperationStatusFailed    OperationStatus = "failed"
 	OperationStatusRunning   OperationStatus = "running"
@@ -260,11 +282,31 @@ const (
 // Valid indicates whether the value is a known member of the OperationStatus enum.
 func (e OperationStatus) Valid() bool {
 	switch e {
+	case OperationStatusCancelled:
+		return true
 	case OperationStatusCompleted:
 		return true
 	case OperationStatusFailed:
 		return true
 	case OperationStatusRunning:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RerunRunsRequestFrom.
+const (
+	RerunRunsRequestFromFailure RerunRunsRequestFrom = "failure"
+	RerunRunsRequestFromStart   RerunRunsRequestFrom = "start"
+)
+
+// Valid indicates whether the value is a known member of the RerunRunsRequestFrom enum.
+func (e RerunRunsRequestFrom) Valid() bool {
+	switch e {
+	case RerunRunsRequestFromFailure:
+		return true
+	case RerunRunsRequestFromStart:
 		return true
 	default:
 		return false
@@ -774,13 +816,19 @@ type CancelFilter struct {
 	CreatedAfter  *time.Time `json:"created_after,omitempty"`
 	CreatedBefore *time.Time `json:"created_before,omitempty"`
 
+	// ErrorGroup A bulk rerun's only: failed runs of this group of the dead-letter view (`GET /v1/failures`, 16 hex digits).
+	ErrorGroup *string `json:"error_group,omitempty"`
+
+	// ErrorType A bulk rerun's only: runs whose error has this type (1 to 255 bytes).
+	ErrorType *string `json:"error_type,omitempty"`
+
 	// Function The function's name.
 	Function *string `json:"function,omitempty"`
 
 	// IdempotencyKeyPrefix Runs whose idempotency key starts with this (1 to 255 bytes).
 	IdempotencyKeyPrefix *string `json:"idempotency_key_prefix,omitempty"`
 
-	// Status Any of these statuses (`scheduled`, `queued`, `running`, `suspended`); all four when absent.
+	// Status Any of these statuses: for a cancel, of `scheduled`, `queued`, `running`, `suspended` (all four when absent); for a rerun, of `completed`, `failed`, `cancelled` (all three when absent).
 	Status *[]RunStatus `json:"status,omitempty"`
 }
 
@@ -915,6 +963,50 @@ type EventSend struct {
 type EventTrigger struct {
 	// Event The event name, matched exactly.
 	Event string `json:"event"`
+}
+
+// FailureDismissal defines model for FailureDismissal.
+type FailureDismissal struct {
+	// By Who started the run, from the caller's JWT. Never the token itself.
+	By          Identity  `json:"by"`
+	DismissedAt time.Time `json:"dismissed_at"`
+	Group       string    `json:"group"`
+}
+
+// FailureGroup defines model for FailureGroup.
+type FailureGroup struct {
+	// Count Failed runs of the group in the window.
+	Count int64 `json:"count"`
+
+	// DismissedAt With `include_dismissed`: when the group was dismissed, if it is.
+	DismissedAt *time.Time `json:"dismissed_at,omitempty"`
+	ErrorType   string     `json:"error_type"`
+	FirstSeen   time.Time  `json:"first_seen"`
+	Function    string     `json:"function"`
+
+	// Group The group's key: give it to `POST /v1/failures/{group}/dismiss` or as a filter's `error_group`.
+	Group    string    `json:"group"`
+	LastSeen time.Time `json:"last_seen"`
+
+	// Message The shape of the group's error messages (see `listFailures`).
+	Message string `json:"message"`
+
+	// SampleMessage The latest run's error message.
+	SampleMessage *string `json:"sample_message,omitempty"`
+
+	// SampleRunID The group's latest failed run.
+	SampleRunID string `json:"sample_run_id"`
+}
+
+// FailureGroupList defines model for FailureGroupList.
+type FailureGroupList struct {
+	Groups []FailureGroup `json:"groups"`
+
+	// Since The window's start.
+	Since time.Time `json:"since"`
+
+	// Truncated More groups matched than `limit`.
+	Truncated bool `json:"truncated"`
 }
 
 // Function defines model for Function.
@@ -1501,7 +1593,7 @@ type MessageSend struct {
 	Topic string `json:"topic"`
 }
 
-// Operation A bulk operation on the runs of a tenant (kind `cancel`), done in the background.
+// Operation A bulk operation on the runs of a tenant (kind `cancel` or `rerun`), done in the background.
 type Operation struct {
 	// Batches Transactions done so far.
 	Batches int `json:"batches"`
@@ -1509,29 +1601,56 @@ type Operation struct {
 	// By Who started the run, from the caller's JWT. Never the token itself.
 	By Identity `json:"by"`
 
-	// Cancelled Runs cancelled so far (their trees not counted).
-	Cancelled int64     `json:"cancelled"`
-	CreatedAt time.Time `json:"created_at"`
+	// Cancelled A cancel's runs cancelled so far (their trees not counted); 0 for a rerun.
+	Cancelled int64 `json:"cancelled"`
+
+	// CancelledBy Who started the run, from the caller's JWT. Never the token itself.
+	CancelledBy *Identity `json:"cancelled_by,omitempty"`
+	CreatedAt   time.Time `json:"created_at"`
+
+	// Done Runs done so far: cancelled by a cancel, rerun by a rerun.
+	Done int64 `json:"done"`
 
 	// Error Why it failed.
 	Error *string `json:"error,omitempty"`
 
+	// Errors A sample (the first 20) of why runs could not be rerun.
+	Errors *[]OperationError `json:"errors,omitempty"`
+
+	// Failed A rerun's runs it could not rerun (see `errors`).
+	Failed int64 `json:"failed"`
+
 	// Filter Selects runs of the caller's tenant; every criterion given must hold, and one at least is given.
-	Filter     CancelFilter       `json:"filter"`
-	FinishedAt *time.Time         `json:"finished_at,omitempty"`
-	ID         openapi_types.UUID `json:"id"`
-	Kind       OperationKind      `json:"kind"`
+	Filter     CancelFilter `json:"filter"`
+	FinishedAt *time.Time   `json:"finished_at,omitempty"`
+
+	// From A rerun's start point, unless `from_seq`.
+	From *OperationFrom `json:"from,omitempty"`
+
+	// FromSeq A rerun's start seq, when given.
+	FromSeq *int               `json:"from_seq,omitempty"`
+	ID      openapi_types.UUID `json:"id"`
+	Kind    OperationKind      `json:"kind"`
 
 	// Matched Runs matching when the work began; absent before.
 	Matched *int64          `json:"matched,omitempty"`
 	Status  OperationStatus `json:"status"`
 }
 
+// OperationFrom A rerun's start point, unless `from_seq`.
+type OperationFrom string
+
 // OperationKind defines model for Operation.Kind.
 type OperationKind string
 
 // OperationStatus defines model for Operation.Status.
 type OperationStatus string
+
+// OperationError defines model for OperationError.
+type OperationError struct {
+	Error string `json:"error"`
+	RunID string `json:"run_id"`
+}
 
 // Problem An RFC 9457 problem.
 type Problem struct {
@@ -1638,6 +1757,21 @@ type RerunRequest struct {
 	FromSeq *int `json:"from_seq,omitempty"`
 }
 
+// RerunRunsRequest defines model for RerunRunsRequest.
+type RerunRunsRequest struct {
+	// Filter Selects runs of the caller's tenant; every criterion given must hold, and one at least is given.
+	Filter CancelFilter `json:"filter"`
+
+	// From Where each new run starts: `start` (default) or the old run's failing entry.
+	From *RerunRunsRequestFrom `json:"from,omitempty"`
+
+	// FromSeq The seq every new run starts at, its old run's entries before it copied (not with `from`).
+	FromSeq *int `json:"from_seq,omitempty"`
+}
+
+// RerunRunsRequestFrom Where each new run starts: `start` (default) or the old run's failing entry.
+type RerunRunsRequestFrom string
+
 // RetryPolicy Exponential backoff with jitter: the wait after failed attempt n is a random
 // duration between half and all of min(max_interval, initial_interval * 2^(n-1)).
 type RetryPolicy struct {
@@ -1707,6 +1841,9 @@ type Run struct {
 
 	// Recoveries Times in its lifetime the run was recovered: an invocation whose gateway died, stopped or lost the database, made again by another gateway. Never reset. A recovery is not a failed invocation: the function's retry policy does not count it. The gateway's limit (STEPGATE_MAX_RECOVERIES, default 100) counts recoveries in a row, with no new journal entry and no answer applied between them; past it the run fails with error type `max_recoveries`, its `recoveries` then at least that limit plus one.
 	Recoveries int `json:"recoveries"`
+
+	// RerunBy `getRun` only: the runs that rerun this one (`POST /v1/runs/{id}/rerun` or a bulk rerun), oldest first, at most 100.
+	RerunBy *[]string `json:"rerun_by,omitempty"`
 
 	// RerunOf The run this one reruns; the rerun's own identity is whoever reran it.
 	RerunOf   *string    `json:"rerun_of,omitempty"`
@@ -1811,6 +1948,9 @@ type RunDetail struct {
 
 	// Recoveries Times in its lifetime the run was recovered: an invocation whose gateway died, stopped or lost the database, made again by another gateway. Never reset. A recovery is not a failed invocation: the function's retry policy does not count it. The gateway's limit (STEPGATE_MAX_RECOVERIES, default 100) counts recoveries in a row, with no new journal entry and no answer applied between them; past it the run fails with error type `max_recoveries`, its `recoveries` then at least that limit plus one.
 	Recoveries int `json:"recoveries"`
+
+	// RerunBy `getRun` only: the runs that rerun this one (`POST /v1/runs/{id}/rerun` or a bulk rerun), oldest first, at most 100.
+	RerunBy *[]string `json:"rerun_by,omitempty"`
 
 	// RerunOf The run this one reruns; the rerun's own identity is whoever reran it.
 	RerunOf   *string    `json:"rerun_of,omitempty"`
@@ -2341,6 +2481,18 @@ type ListEventsParams struct {
 	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
+// ListFailuresParams defines parameters for ListFailures.
+type ListFailuresParams struct {
+	// Since The window, back from now, as a duration (`90m`, `36h`, `7d`); default `7d`, at most the gateway's retention (a 400 naming it).
+	Since *string `form:"since,omitempty" json:"since,omitempty"`
+
+	// Limit Groups at most, 1 to 500; default 100. `truncated` says when more matched.
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// IncludeDismissed Lists dismissed groups too, with `dismissed_at`.
+	IncludeDismissed *bool `form:"include_dismissed,omitempty" json:"include_dismissed,omitempty"`
+}
+
 // StartRunParams defines parameters for StartRun.
 type StartRunParams struct {
 	// Wait How long to wait for the result, as a Go duration (`30s`, `2m`); at most `15m`.
@@ -2394,7 +2546,10 @@ type ListRunsParams struct {
 	IdempotencyKey *string    `form:"idempotency_key,omitempty" json:"idempotency_key,omitempty"`
 	CreatedAfter   *time.Time `form:"created_after,omitempty" json:"created_after,omitempty"`
 	CreatedBefore  *time.Time `form:"created_before,omitempty" json:"created_before,omitempty"`
-	Limit          *int       `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// ErrorGroup Only the failed runs of this group of the dead-letter view (`GET /v1/failures`, 16 hex digits).
+	ErrorGroup *string `form:"error_group,omitempty" json:"error_group,omitempty"`
+	Limit      *int    `form:"limit,omitempty" json:"limit,omitempty"`
 
 	// Cursor The `next_cursor` of the previous page.
 	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
@@ -2515,6 +2670,9 @@ type StartRunWithMessageJSONRequestBody = StartWithMessage
 
 // CancelRunsJSONRequestBody defines body for CancelRuns for application/json ContentType.
 type CancelRunsJSONRequestBody = CancelFilter
+
+// RerunRunsJSONRequestBody defines body for RerunRuns for application/json ContentType.
+type RerunRunsJSONRequestBody = RerunRunsRequest
 
 // ResolveRunCallbackJSONRequestBody defines body for ResolveRunCallback for application/json ContentType.
 type ResolveRunCallbackJSONRequestBody = AnyJSON
@@ -2810,6 +2968,30 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/events (the `SendEvent` operationId).
 	SendEvent(ctx context.Context, body SendEventJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListFailures Lists the caller's tenant's failed runs grouped by function and error (the dead-letter view). Needs `runs:read`.
+	//
+	// Groups the runs that failed for good (status `failed`) within the window by
+	// their function, their error's type and the shape of their error's message: the
+	// message with quoted strings, UUIDs, hex ids and numbers replaced by `<str>`,
+	// `<uuid>`, `<hex>` and `<num>` (the SQL function `stepgate.error_message_shape`,
+	// migration 0053). Each group has a key (`group`, 16 hex digits), its count, its
+	// first and last failure in the window and its latest run. A dismissed group is
+	// left out until one of its runs fails after the dismissal. Groups come by their
+	// last failure, latest first. Failed runs stay until retention deletes them.
+	//
+	// Corresponds with GET /v1/failures (the `ListFailures` operationId).
+	ListFailures(ctx context.Context, params *ListFailuresParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DismissFailures Hides a group of failures from the dead-letter view until it fails again. Needs `runs:manage`.
+	//
+	// Records the dismissal of the group, now, by the caller: `GET /v1/failures`
+	// leaves the group out until one of its runs fails after now. A dismissal again
+	// moves it to now. A key that is not 16 hex digits is a 400; a group with no failed
+	// run of the caller's tenant is a 404. The runs themselves are not touched.
+	//
+	// Corresponds with POST /v1/failures/{group}/dismiss (the `DismissFailures` operationId).
+	DismissFailures(ctx context.Context, group string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListFunctions Lists the registered functions with their current revision. Needs `functions:read`.
 	//
 	// Corresponds with GET /v1/functions (the `ListFunctions` operationId).
@@ -3007,6 +3189,16 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/operations/{id} (the `GetOperation` operationId).
 	GetOperation(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// CancelOperation Stops a running bulk operation of the caller's tenant. Needs `runs:manage`.
+	//
+	// The operation becomes `cancelled` and does no further batch; the batch under way,
+	// if any, commits first (this call waits for it). What it did stays done: the runs
+	// it cancelled stay cancelled, the runs it started go on. An operation that has
+	// ended is a 409 naming its status.
+	//
+	// Corresponds with POST /v1/operations/{id}/cancel (the `CancelOperation` operationId).
+	CancelOperation(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListRuns Lists runs, newest first, with keyset pagination. Needs `runs:read`.
 	//
 	// Runs come without their input and output, and with an error message cut to 300
@@ -3054,6 +3246,72 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/runs/cancel (the `CancelRuns` operationId).
 	CancelRuns(ctx context.Context, body CancelRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RerunRunsWithBody Reruns every finished run of the caller's tenant matching a filter, in the background (a redrive). Needs `runs:invoke` and `runs:manage`.
+	//
+	// Answers 202 at once with an operation (kind `rerun`), whose progress
+	// `GET /v1/operations/{id}` reads and `POST /v1/operations/{id}/cancel` stops. The
+	// operation reruns each run of the caller's tenant that matches every criterion of
+	// `filter` (at least one is needed), has finished (`status` picks among `completed`,
+	// `failed` and `cancelled`; all three when absent) and was created before the
+	// operation, oldest first, 500 per transaction, as `POST /v1/runs/{id}/rerun` does:
+	// a new run on the function's current revision with the old run's input, as the
+	// caller (whom the function's `invoke_roles` must allow), naming the old run in
+	// `rerun_of`; the old run lists it in `rerun_by`.
+	//
+	// `from` picks where each new run starts: `start` (the default), or `failure`: at
+	// the seq of the old run's last journal entry that holds an error (the step, child
+	// or wait that failed), its entries before it copied (as `from_seq`), or from the
+	// start when no entry holds one. `from_seq: N` starts every new run at N (not with
+	// `from`). A run that cannot be rerun (its function is gone, its `invoke_roles`
+	// exclude the caller, N is past its last seq + 1) is counted in `failed`, with a
+	// sample of the reasons in `errors`, and the operation goes on; the tenant's quota
+	// of runs fails the operation.
+	//
+	// The operation reruns a run once: a batch that is retried (a gateway died in it)
+	// skips the runs it already took. A tenant runs one operation at a time: a second
+	// is refused with 409 naming the running one. The caller needs `runs:manage`
+	// besides `runs:invoke` (a 403 naming it). A filter with no criterion, a status
+	// that has not finished, `created_after` not before `created_before`, `from` and
+	// `from_seq` together, or `from_seq` below 1 are refused with 400 naming the field.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/runs/rerun (the `RerunRuns` operationId).
+	RerunRunsWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RerunRuns Reruns every finished run of the caller's tenant matching a filter, in the background (a redrive). Needs `runs:invoke` and `runs:manage`.
+	//
+	// Answers 202 at once with an operation (kind `rerun`), whose progress
+	// `GET /v1/operations/{id}` reads and `POST /v1/operations/{id}/cancel` stops. The
+	// operation reruns each run of the caller's tenant that matches every criterion of
+	// `filter` (at least one is needed), has finished (`status` picks among `completed`,
+	// `failed` and `cancelled`; all three when absent) and was created before the
+	// operation, oldest first, 500 per transaction, as `POST /v1/runs/{id}/rerun` does:
+	// a new run on the function's current revision with the old run's input, as the
+	// caller (whom the function's `invoke_roles` must allow), naming the old run in
+	// `rerun_of`; the old run lists it in `rerun_by`.
+	//
+	// `from` picks where each new run starts: `start` (the default), or `failure`: at
+	// the seq of the old run's last journal entry that holds an error (the step, child
+	// or wait that failed), its entries before it copied (as `from_seq`), or from the
+	// start when no entry holds one. `from_seq: N` starts every new run at N (not with
+	// `from`). A run that cannot be rerun (its function is gone, its `invoke_roles`
+	// exclude the caller, N is past its last seq + 1) is counted in `failed`, with a
+	// sample of the reasons in `errors`, and the operation goes on; the tenant's quota
+	// of runs fails the operation.
+	//
+	// The operation reruns a run once: a batch that is retried (a gateway died in it)
+	// skips the runs it already took. A tenant runs one operation at a time: a second
+	// is refused with 409 naming the running one. The caller needs `runs:manage`
+	// besides `runs:invoke` (a 403 naming it). A filter with no criterion, a status
+	// that has not finished, `created_after` not before `created_before`, `from` and
+	// `from_seq` together, or `from_seq` below 1 are refused with 400 naming the field.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/runs/rerun (the `RerunRuns` operationId).
+	RerunRuns(ctx context.Context, body RerunRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// StreamRuns A live feed of the tenant's run changes, as server-sent events. Needs `runs:read`.
 	//
@@ -4042,6 +4300,50 @@ func (c *Client) SendEvent(ctx context.Context, body SendEventJSONRequestBody, r
 	return c.Client.Do(req)
 }
 
+// ListFailures Lists the caller's tenant's failed runs grouped by function and error (the dead-letter view). Needs `runs:read`.
+//
+// Groups the runs that failed for good (status `failed`) within the window by
+// their function, their error's type and the shape of their error's message: the
+// message with quoted strings, UUIDs, hex ids and numbers replaced by `<str>`,
+// `<uuid>`, `<hex>` and `<num>` (the SQL function `stepgate.error_message_shape`,
+// migration 0053). Each group has a key (`group`, 16 hex digits), its count, its
+// first and last failure in the window and its latest run. A dismissed group is
+// left out until one of its runs fails after the dismissal. Groups come by their
+// last failure, latest first. Failed runs stay until retention deletes them.
+//
+// Corresponds with GET /v1/failures (the `ListFailures` operationId).
+func (c *Client) ListFailures(ctx context.Context, params *ListFailuresParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListFailuresRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DismissFailures Hides a group of failures from the dead-letter view until it fails again. Needs `runs:manage`.
+//
+// Records the dismissal of the group, now, by the caller: `GET /v1/failures`
+// leaves the group out until one of its runs fails after now. A dismissal again
+// moves it to now. A key that is not 16 hex digits is a 400; a group with no failed
+// run of the caller's tenant is a 404. The runs themselves are not touched.
+//
+// Corresponds with POST /v1/failures/{group}/dismiss (the `DismissFailures` operationId).
+func (c *Client) DismissFailures(ctx context.Context, group string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDismissFailuresRequest(c.Server, group)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListFunctions Lists the registered functions with their current revision. Needs `functions:read`.
 //
 // Corresponds with GET /v1/functions (the `ListFunctions` operationId).
@@ -4359,6 +4661,26 @@ func (c *Client) GetOperation(ctx context.Context, id openapi_types.UUID, reqEdi
 	return c.Client.Do(req)
 }
 
+// CancelOperation Stops a running bulk operation of the caller's tenant. Needs `runs:manage`.
+//
+// The operation becomes `cancelled` and does no further batch; the batch under way,
+// if any, commits first (this call waits for it). What it did stays done: the runs
+// it cancelled stay cancelled, the runs it started go on. An operation that has
+// ended is a 409 naming its status.
+//
+// Corresponds with POST /v1/operations/{id}/cancel (the `CancelOperation` operationId).
+func (c *Client) CancelOperation(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCancelOperationRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListRuns Lists runs, newest first, with keyset pagination. Needs `runs:read`.
 //
 // Runs come without their input and output, and with an error message cut to 300
@@ -4427,6 +4749,92 @@ func (c *Client) CancelRunsWithBody(ctx context.Context, contentType string, bod
 // Corresponds with POST /v1/runs/cancel (the `CancelRuns` operationId).
 func (c *Client) CancelRuns(ctx context.Context, body CancelRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCancelRunsRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RerunRunsWithBody Reruns every finished run of the caller's tenant matching a filter, in the background (a redrive). Needs `runs:invoke` and `runs:manage`.
+//
+// Answers 202 at once with an operation (kind `rerun`), whose progress
+// `GET /v1/operations/{id}` reads and `POST /v1/operations/{id}/cancel` stops. The
+// operation reruns each run of the caller's tenant that matches every criterion of
+// `filter` (at least one is needed), has finished (`status` picks among `completed`,
+// `failed` and `cancelled`; all three when absent) and was created before the
+// operation, oldest first, 500 per transaction, as `POST /v1/runs/{id}/rerun` does:
+// a new run on the function's current revision with the old run's input, as the
+// caller (whom the function's `invoke_roles` must allow), naming the old run in
+// `rerun_of`; the old run lists it in `rerun_by`.
+//
+// `from` picks where each new run starts: `start` (the default), or `failure`: at
+// the seq of the old run's last journal entry that holds an error (the step, child
+// or wait that failed), its entries before it copied (as `from_seq`), or from the
+// start when no entry holds one. `from_seq: N` starts every new run at N (not with
+// `from`). A run that cannot be rerun (its function is gone, its `invoke_roles`
+// exclude the caller, N is past its last seq + 1) is counted in `failed`, with a
+// sample of the reasons in `errors`, and the operation goes on; the tenant's quota
+// of runs fails the operation.
+//
+// The operation reruns a run once: a batch that is retried (a gateway died in it)
+// skips the runs it already took. A tenant runs one operation at a time: a second
+// is refused with 409 naming the running one. The caller needs `runs:manage`
+// besides `runs:invoke` (a 403 naming it). A filter with no criterion, a status
+// that has not finished, `created_after` not before `created_before`, `from` and
+// `from_seq` together, or `from_seq` below 1 are refused with 400 naming the field.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/runs/rerun (the `RerunRuns` operationId).
+func (c *Client) RerunRunsWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRerunRunsRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RerunRuns Reruns every finished run of the caller's tenant matching a filter, in the background (a redrive). Needs `runs:invoke` and `runs:manage`.
+//
+// Answers 202 at once with an operation (kind `rerun`), whose progress
+// `GET /v1/operations/{id}` reads and `POST /v1/operations/{id}/cancel` stops. The
+// operation reruns each run of the caller's tenant that matches every criterion of
+// `filter` (at least one is needed), has finished (`status` picks among `completed`,
+// `failed` and `cancelled`; all three when absent) and was created before the
+// operation, oldest first, 500 per transaction, as `POST /v1/runs/{id}/rerun` does:
+// a new run on the function's current revision with the old run's input, as the
+// caller (whom the function's `invoke_roles` must allow), naming the old run in
+// `rerun_of`; the old run lists it in `rerun_by`.
+//
+// `from` picks where each new run starts: `start` (the default), or `failure`: at
+// the seq of the old run's last journal entry that holds an error (the step, child
+// or wait that failed), its entries before it copied (as `from_seq`), or from the
+// start when no entry holds one. `from_seq: N` starts every new run at N (not with
+// `from`). A run that cannot be rerun (its function is gone, its `invoke_roles`
+// exclude the caller, N is past its last seq + 1) is counted in `failed`, with a
+// sample of the reasons in `errors`, and the operation goes on; the tenant's quota
+// of runs fails the operation.
+//
+// The operation reruns a run once: a batch that is retried (a gateway died in it)
+// skips the runs it already took. A tenant runs one operation at a time: a second
+// is refused with 409 naming the running one. The caller needs `runs:manage`
+// besides `runs:invoke` (a 403 naming it). A filter with no criterion, a status
+// that has not finished, `created_after` not before `created_before`, `from` and
+// `from_seq` together, or `from_seq` below 1 are refused with 400 naming the field.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/runs/rerun (the `RerunRuns` operationId).
+func (c *Client) RerunRuns(ctx context.Context, body RerunRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRerunRunsRequest(c.Server, body)
 	if err != nil {
 		return nil, err
 	}
@@ -5879,6 +6287,118 @@ func NewSendEventRequestWithBody(server string, contentType string, body io.Read
 	return req, nil
 }
 
+// NewListFailuresRequest constructs an http.Request for the ListFailures method
+func NewListFailuresRequest(server string, params *ListFailuresParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/failures")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Since != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "since", *params.Since, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.IncludeDismissed != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "include_dismissed", *params.IncludeDismissed, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewDismissFailuresRequest constructs an http.Request for the DismissFailures method
+func NewDismissFailuresRequest(server string, group string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "group", group, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/failures/%s/dismiss", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListFunctionsRequest constructs an http.Request for the ListFunctions method
 func NewListFunctionsRequest(server string) (*http.Request, error) {
 	var err error
@@ -6359,6 +6879,40 @@ func NewGetOperationRequest(server string, id openapi_types.UUID) (*http.Request
 	return req, nil
 }
 
+// NewCancelOperationRequest constructs an http.Request for the CancelOperation method
+func NewCancelOperationRequest(server string, id openapi_types.UUID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/operations/%s/cancel", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListRunsRequest constructs an http.Request for the ListRuns method
 func NewListRunsRequest(server string, params *ListRunsParams) (*http.Request, error) {
 	var err error
@@ -6459,6 +7013,18 @@ func NewListRunsRequest(server string, params *ListRunsParams) (*http.Request, e
 
 		}
 
+		if params.ErrorGroup != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "error_group", *params.ErrorGroup, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if params.Limit != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
@@ -6518,6 +7084,46 @@ func NewCancelRunsRequestWithBody(server string, contentType string, body io.Rea
 	}
 
 	operationPath := fmt.Sprintf("/v1/runs/cancel")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewRerunRunsRequest calls the generic RerunRuns builder with application/json body
+func NewRerunRunsRequest(server string, body RerunRunsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRerunRunsRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewRerunRunsRequestWithBody constructs an http.Request for the RerunRuns method, with any body, and a specified content type
+func NewRerunRunsRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/runs/rerun")
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -8295,6 +8901,34 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/events (the `SendEvent` operationId).
 	SendEventWithResponse(ctx context.Context, body SendEventJSONRequestBody, reqEditors ...RequestEditorFn) (*SendEventResponse, error)
 
+	// ListFailuresWithResponse Lists the caller's tenant's failed runs grouped by function and error (the dead-letter view). Needs `runs:read`.
+	//
+	// Groups the runs that failed for good (status `failed`) within the window by
+	// their function, their error's type and the shape of their error's message: the
+	// message with quoted strings, UUIDs, hex ids and numbers replaced by `<str>`,
+	// `<uuid>`, `<hex>` and `<num>` (the SQL function `stepgate.error_message_shape`,
+	// migration 0053). Each group has a key (`group`, 16 hex digits), its count, its
+	// first and last failure in the window and its latest run. A dismissed group is
+	// left out until one of its runs fails after the dismissal. Groups come by their
+	// last failure, latest first. Failed runs stay until retention deletes them.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/failures (the `ListFailures` operationId).
+	ListFailuresWithResponse(ctx context.Context, params *ListFailuresParams, reqEditors ...RequestEditorFn) (*ListFailuresResponse, error)
+
+	// DismissFailuresWithResponse Hides a group of failures from the dead-letter view until it fails again. Needs `runs:manage`.
+	//
+	// Records the dismissal of the group, now, by the caller: `GET /v1/failures`
+	// leaves the group out until one of its runs fails after now. A dismissal again
+	// moves it to now. A key that is not 16 hex digits is a 400; a group with no failed
+	// run of the caller's tenant is a 404. The runs themselves are not touched.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/failures/{group}/dismiss (the `DismissFailures` operationId).
+	DismissFailuresWithResponse(ctx context.Context, group string, reqEditors ...RequestEditorFn) (*DismissFailuresResponse, error)
+
 	// ListFunctionsWithResponse Lists the registered functions with their current revision. Needs `functions:read`.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -8504,6 +9138,18 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/operations/{id} (the `GetOperation` operationId).
 	GetOperationWithResponse(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*GetOperationResponse, error)
 
+	// CancelOperationWithResponse Stops a running bulk operation of the caller's tenant. Needs `runs:manage`.
+	//
+	// The operation becomes `cancelled` and does no further batch; the batch under way,
+	// if any, commits first (this call waits for it). What it did stays done: the runs
+	// it cancelled stay cancelled, the runs it started go on. An operation that has
+	// ended is a 409 naming its status.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/operations/{id}/cancel (the `CancelOperation` operationId).
+	CancelOperationWithResponse(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*CancelOperationResponse, error)
+
 	// ListRunsWithResponse Lists runs, newest first, with keyset pagination. Needs `runs:read`.
 	//
 	// Runs come without their input and output, and with an error message cut to 300
@@ -8553,6 +9199,72 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/runs/cancel (the `CancelRuns` operationId).
 	CancelRunsWithResponse(ctx context.Context, body CancelRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*CancelRunsResponse, error)
+
+	// RerunRunsWithBodyWithResponse Reruns every finished run of the caller's tenant matching a filter, in the background (a redrive). Needs `runs:invoke` and `runs:manage`.
+	//
+	// Answers 202 at once with an operation (kind `rerun`), whose progress
+	// `GET /v1/operations/{id}` reads and `POST /v1/operations/{id}/cancel` stops. The
+	// operation reruns each run of the caller's tenant that matches every criterion of
+	// `filter` (at least one is needed), has finished (`status` picks among `completed`,
+	// `failed` and `cancelled`; all three when absent) and was created before the
+	// operation, oldest first, 500 per transaction, as `POST /v1/runs/{id}/rerun` does:
+	// a new run on the function's current revision with the old run's input, as the
+	// caller (whom the function's `invoke_roles` must allow), naming the old run in
+	// `rerun_of`; the old run lists it in `rerun_by`.
+	//
+	// `from` picks where each new run starts: `start` (the default), or `failure`: at
+	// the seq of the old run's last journal entry that holds an error (the step, child
+	// or wait that failed), its entries before it copied (as `from_seq`), or from the
+	// start when no entry holds one. `from_seq: N` starts every new run at N (not with
+	// `from`). A run that cannot be rerun (its function is gone, its `invoke_roles`
+	// exclude the caller, N is past its last seq + 1) is counted in `failed`, with a
+	// sample of the reasons in `errors`, and the operation goes on; the tenant's quota
+	// of runs fails the operation.
+	//
+	// The operation reruns a run once: a batch that is retried (a gateway died in it)
+	// skips the runs it already took. A tenant runs one operation at a time: a second
+	// is refused with 409 naming the running one. The caller needs `runs:manage`
+	// besides `runs:invoke` (a 403 naming it). A filter with no criterion, a status
+	// that has not finished, `created_after` not before `created_before`, `from` and
+	// `from_seq` together, or `from_seq` below 1 are refused with 400 naming the field.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/runs/rerun (the `RerunRuns` operationId).
+	RerunRunsWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RerunRunsResponse, error)
+
+	// RerunRunsWithResponse Reruns every finished run of the caller's tenant matching a filter, in the background (a redrive). Needs `runs:invoke` and `runs:manage`.
+	//
+	// Answers 202 at once with an operation (kind `rerun`), whose progress
+	// `GET /v1/operations/{id}` reads and `POST /v1/operations/{id}/cancel` stops. The
+	// operation reruns each run of the caller's tenant that matches every criterion of
+	// `filter` (at least one is needed), has finished (`status` picks among `completed`,
+	// `failed` and `cancelled`; all three when absent) and was created before the
+	// operation, oldest first, 500 per transaction, as `POST /v1/runs/{id}/rerun` does:
+	// a new run on the function's current revision with the old run's input, as the
+	// caller (whom the function's `invoke_roles` must allow), naming the old run in
+	// `rerun_of`; the old run lists it in `rerun_by`.
+	//
+	// `from` picks where each new run starts: `start` (the default), or `failure`: at
+	// the seq of the old run's last journal entry that holds an error (the step, child
+	// or wait that failed), its entries before it copied (as `from_seq`), or from the
+	// start when no entry holds one. `from_seq: N` starts every new run at N (not with
+	// `from`). A run that cannot be rerun (its function is gone, its `invoke_roles`
+	// exclude the caller, N is past its last seq + 1) is counted in `failed`, with a
+	// sample of the reasons in `errors`, and the operation goes on; the tenant's quota
+	// of runs fails the operation.
+	//
+	// The operation reruns a run once: a batch that is retried (a gateway died in it)
+	// skips the runs it already took. A tenant runs one operation at a time: a second
+	// is refused with 409 naming the running one. The caller needs `runs:manage`
+	// besides `runs:invoke` (a 403 naming it). A filter with no criterion, a status
+	// that has not finished, `created_after` not before `created_before`, `from` and
+	// `from_seq` together, or `from_seq` below 1 are refused with 400 naming the field.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/runs/rerun (the `RerunRuns` operationId).
+	RerunRunsWithResponse(ctx context.Context, body RerunRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*RerunRunsResponse, error)
 
 	// StreamRunsWithResponse A live feed of the tenant's run changes, as server-sent events. Needs `runs:read`.
 	//
@@ -9742,6 +10454,137 @@ func (r SendEventResponse) ContentType() string {
 	return ""
 }
 
+type ListFailuresResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *FailureGroupList
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListFailuresResponse) GetJSON200() *FailureGroupList {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListFailuresResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListFailuresResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListFailuresResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetBody returns the raw response body bytes
+func (r ListFailuresResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListFailuresResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListFailuresResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListFailuresResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DismissFailuresResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *FailureDismissal
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r DismissFailuresResponse) GetJSON200() *FailureDismissal {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r DismissFailuresResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r DismissFailuresResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r DismissFailuresResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r DismissFailuresResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r DismissFailuresResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DismissFailuresResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DismissFailuresResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DismissFailuresResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListFunctionsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -10398,6 +11241,75 @@ func (r GetOperationResponse) ContentType() string {
 	return ""
 }
 
+type CancelOperationResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Operation
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationProblemJSON409 *Conflict
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CancelOperationResponse) GetJSON200() *Operation {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CancelOperationResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CancelOperationResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r CancelOperationResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CancelOperationResponse) GetApplicationProblemJSON409() *Conflict {
+	return r.ApplicationProblemJSON409
+}
+
+// GetBody returns the raw response body bytes
+func (r CancelOperationResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CancelOperationResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CancelOperationResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CancelOperationResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListRunsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -10523,6 +11435,75 @@ func (r CancelRunsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r CancelRunsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type RerunRunsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *Operation
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationProblemJSON409 *Conflict
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r RerunRunsResponse) GetJSON202() *Operation {
+	return r.JSON202
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RerunRunsResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RerunRunsResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RerunRunsResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r RerunRunsResponse) GetApplicationProblemJSON409() *Conflict {
+	return r.ApplicationProblemJSON409
+}
+
+// GetBody returns the raw response body bytes
+func (r RerunRunsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RerunRunsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RerunRunsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RerunRunsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -12962,6 +13943,46 @@ func (c *ClientWithResponses) SendEventWithResponse(ctx context.Context, body Se
 	return ParseSendEventResponse(rsp)
 }
 
+// ListFailuresWithResponse Lists the caller's tenant's failed runs grouped by function and error (the dead-letter view). Needs `runs:read`.
+//
+// Groups the runs that failed for good (status `failed`) within the window by
+// their function, their error's type and the shape of their error's message: the
+// message with quoted strings, UUIDs, hex ids and numbers replaced by `<str>`,
+// `<uuid>`, `<hex>` and `<num>` (the SQL function `stepgate.error_message_shape`,
+// migration 0053). Each group has a key (`group`, 16 hex digits), its count, its
+// first and last failure in the window and its latest run. A dismissed group is
+// left out until one of its runs fails after the dismissal. Groups come by their
+// last failure, latest first. Failed runs stay until retention deletes them.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/failures (the `ListFailures` operationId).
+func (c *ClientWithResponses) ListFailuresWithResponse(ctx context.Context, params *ListFailuresParams, reqEditors ...RequestEditorFn) (*ListFailuresResponse, error) {
+	rsp, err := c.ListFailures(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListFailuresResponse(rsp)
+}
+
+// DismissFailuresWithResponse Hides a group of failures from the dead-letter view until it fails again. Needs `runs:manage`.
+//
+// Records the dismissal of the group, now, by the caller: `GET /v1/failures`
+// leaves the group out until one of its runs fails after now. A dismissal again
+// moves it to now. A key that is not 16 hex digits is a 400; a group with no failed
+// run of the caller's tenant is a 404. The runs themselves are not touched.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/failures/{group}/dismiss (the `DismissFailures` operationId).
+func (c *ClientWithResponses) DismissFailuresWithResponse(ctx context.Context, group string, reqEditors ...RequestEditorFn) (*DismissFailuresResponse, error) {
+	rsp, err := c.DismissFailures(ctx, group, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDismissFailuresResponse(rsp)
+}
+
 // ListFunctionsWithResponse Lists the registered functions with their current revision. Needs `functions:read`.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -13243,6 +14264,24 @@ func (c *ClientWithResponses) GetOperationWithResponse(ctx context.Context, id o
 	return ParseGetOperationResponse(rsp)
 }
 
+// CancelOperationWithResponse Stops a running bulk operation of the caller's tenant. Needs `runs:manage`.
+//
+// The operation becomes `cancelled` and does no further batch; the batch under way,
+// if any, commits first (this call waits for it). What it did stays done: the runs
+// it cancelled stay cancelled, the runs it started go on. An operation that has
+// ended is a 409 naming its status.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/operations/{id}/cancel (the `CancelOperation` operationId).
+func (c *ClientWithResponses) CancelOperationWithResponse(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*CancelOperationResponse, error) {
+	rsp, err := c.CancelOperation(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCancelOperationResponse(rsp)
+}
+
 // ListRunsWithResponse Lists runs, newest first, with keyset pagination. Needs `runs:read`.
 //
 // Runs come without their input and output, and with an error message cut to 300
@@ -13309,6 +14348,84 @@ func (c *ClientWithResponses) CancelRunsWithResponse(ctx context.Context, body C
 		return nil, err
 	}
 	return ParseCancelRunsResponse(rsp)
+}
+
+// RerunRunsWithBodyWithResponse Reruns every finished run of the caller's tenant matching a filter, in the background (a redrive). Needs `runs:invoke` and `runs:manage`.
+//
+// Answers 202 at once with an operation (kind `rerun`), whose progress
+// `GET /v1/operations/{id}` reads and `POST /v1/operations/{id}/cancel` stops. The
+// operation reruns each run of the caller's tenant that matches every criterion of
+// `filter` (at least one is needed), has finished (`status` picks among `completed`,
+// `failed` and `cancelled`; all three when absent) and was created before the
+// operation, oldest first, 500 per transaction, as `POST /v1/runs/{id}/rerun` does:
+// a new run on the function's current revision with the old run's input, as the
+// caller (whom the function's `invoke_roles` must allow), naming the old run in
+// `rerun_of`; the old run lists it in `rerun_by`.
+//
+// `from` picks where each new run starts: `start` (the default), or `failure`: at
+// the seq of the old run's last journal entry that holds an error (the step, child
+// or wait that failed), its entries before it copied (as `from_seq`), or from the
+// start when no entry holds one. `from_seq: N` starts every new run at N (not with
+// `from`). A run that cannot be rerun (its function is gone, its `invoke_roles`
+// exclude the caller, N is past its last seq + 1) is counted in `failed`, with a
+// sample of the reasons in `errors`, and the operation goes on; the tenant's quota
+// of runs fails the operation.
+//
+// The operation reruns a run once: a batch that is retried (a gateway died in it)
+// skips the runs it already took. A tenant runs one operation at a time: a second
+// is refused with 409 naming the running one. The caller needs `runs:manage`
+// besides `runs:invoke` (a 403 naming it). A filter with no criterion, a status
+// that has not finished, `created_after` not before `created_before`, `from` and
+// `from_seq` together, or `from_seq` below 1 are refused with 400 naming the field.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/runs/rerun (the `RerunRuns` operationId).
+func (c *ClientWithResponses) RerunRunsWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RerunRunsResponse, error) {
+	rsp, err := c.RerunRunsWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRerunRunsResponse(rsp)
+}
+
+// RerunRunsWithResponse Reruns every finished run of the caller's tenant matching a filter, in the background (a redrive). Needs `runs:invoke` and `runs:manage`.
+//
+// Answers 202 at once with an operation (kind `rerun`), whose progress
+// `GET /v1/operations/{id}` reads and `POST /v1/operations/{id}/cancel` stops. The
+// operation reruns each run of the caller's tenant that matches every criterion of
+// `filter` (at least one is needed), has finished (`status` picks among `completed`,
+// `failed` and `cancelled`; all three when absent) and was created before the
+// operation, oldest first, 500 per transaction, as `POST /v1/runs/{id}/rerun` does:
+// a new run on the function's current revision with the old run's input, as the
+// caller (whom the function's `invoke_roles` must allow), naming the old run in
+// `rerun_of`; the old run lists it in `rerun_by`.
+//
+// `from` picks where each new run starts: `start` (the default), or `failure`: at
+// the seq of the old run's last journal entry that holds an error (the step, child
+// or wait that failed), its entries before it copied (as `from_seq`), or from the
+// start when no entry holds one. `from_seq: N` starts every new run at N (not with
+// `from`). A run that cannot be rerun (its function is gone, its `invoke_roles`
+// exclude the caller, N is past its last seq + 1) is counted in `failed`, with a
+// sample of the reasons in `errors`, and the operation goes on; the tenant's quota
+// of runs fails the operation.
+//
+// The operation reruns a run once: a batch that is retried (a gateway died in it)
+// skips the runs it already took. A tenant runs one operation at a time: a second
+// is refused with 409 naming the running one. The caller needs `runs:manage`
+// besides `runs:invoke` (a 403 naming it). A filter with no criterion, a status
+// that has not finished, `created_after` not before `created_before`, `from` and
+// `from_seq` together, or `from_seq` below 1 are refused with 400 naming the field.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/runs/rerun (the `RerunRuns` operationId).
+func (c *ClientWithResponses) RerunRunsWithResponse(ctx context.Context, body RerunRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*RerunRunsResponse, error) {
+	rsp, err := c.RerunRuns(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRerunRunsResponse(rsp)
 }
 
 // StreamRunsWithResponse A live feed of the tenant's run changes, as server-sent events. Needs `runs:read`.
@@ -14627,6 +15744,107 @@ func ParseSendEventResponse(rsp *http.Response) (*SendEventResponse, error) {
 	return response, nil
 }
 
+// ParseListFailuresResponse parses an HTTP response from a ListFailuresWithResponse call
+func ParseListFailuresResponse(rsp *http.Response) (*ListFailuresResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListFailuresResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest FailureGroupList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDismissFailuresResponse parses an HTTP response from a DismissFailuresWithResponse call
+func ParseDismissFailuresResponse(rsp *http.Response) (*DismissFailuresResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DismissFailuresResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest FailureDismissal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseListFunctionsResponse parses an HTTP response from a ListFunctionsWithResponse call
 func ParseListFunctionsResponse(rsp *http.Response) (*ListFunctionsResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -15169,6 +16387,60 @@ func ParseGetOperationResponse(rsp *http.Response) (*GetOperationResponse, error
 	return response, nil
 }
 
+// ParseCancelOperationResponse parses an HTTP response from a CancelOperationWithResponse call
+func ParseCancelOperationResponse(rsp *http.Response) (*CancelOperationResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CancelOperationResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Operation
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON409 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseListRunsResponse parses an HTTP response from a ListRunsWithResponse call
 func ParseListRunsResponse(rsp *http.Response) (*ListRunsResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -15225,6 +16497,60 @@ func ParseCancelRunsResponse(rsp *http.Response) (*CancelRunsResponse, error) {
 	}
 
 	response := &CancelRunsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest Operation
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON409 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseRerunRunsResponse parses an HTTP response from a RerunRunsWithResponse call
+func ParseRerunRunsResponse(rsp *http.Response) (*RerunRunsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RerunRunsResponse{
 		Body:         bodyBytes,
 		HTTPResponse: rsp,
 	}

@@ -106,6 +106,24 @@ func newFakeGateway(t *testing.T) *fakeGateway {
 		}
 		ok(w, 200, `{"id":"`+opID+`","kind":"cancel","status":"completed","filter":{"function":"hello"},"cancelled":3000,"matched":3000,"batches":4,"created_at":"2026-01-02T15:04:05Z","finished_at":"2026-01-02T15:04:06Z","by":{"subject":"dev","tenant":"t","roles":[]}}`)
 	})
+	const rerunID = "01a22f70-0000-7000-8000-000000000002"
+	var rerunReads atomic.Int32
+	mux.HandleFunc("POST /v1/runs/rerun", func(w http.ResponseWriter, r *http.Request) {
+		ok(w, 202, `{"id":"`+rerunID+`","kind":"rerun","status":"running","filter":{"function":"hello"},"cancelled":0,"done":0,"failed":0,"batches":0,"created_at":"2026-01-02T15:04:05Z","by":{"subject":"dev","tenant":"t","roles":[]}}`)
+	})
+	mux.HandleFunc("GET /v1/operations/"+rerunID, func(w http.ResponseWriter, r *http.Request) {
+		if rerunReads.Add(1) == 1 {
+			ok(w, 200, `{"id":"`+rerunID+`","kind":"rerun","status":"running","filter":{"function":"hello"},"cancelled":0,"done":500,"failed":0,"matched":1000,"batches":1,"created_at":"2026-01-02T15:04:05Z","by":{"subject":"dev","tenant":"t","roles":[]}}`)
+			return
+		}
+		ok(w, 200, `{"id":"`+rerunID+`","kind":"rerun","status":"completed","filter":{"function":"hello"},"cancelled":0,"done":998,"failed":2,"errors":[{"run_id":"r9","error":"function hello is no longer registered"}],"matched":1000,"batches":2,"created_at":"2026-01-02T15:04:05Z","finished_at":"2026-01-02T15:04:06Z","by":{"subject":"dev","tenant":"t","roles":[]}}`)
+	})
+	mux.HandleFunc("GET /v1/failures", func(w http.ResponseWriter, r *http.Request) {
+		ok(w, 200, `{"groups":[{"group":"0123456789abcdef","function":"hello","error_type":"http_status","message":"order <num> not found","sample_message":"order 7 not found","count":42,"first_seen":"2026-01-02T15:04:05Z","last_seen":"2026-01-02T16:04:05Z","sample_run_id":"r7"}],"since":"2025-12-26T15:04:05Z","truncated":false}`)
+	})
+	mux.HandleFunc("POST /v1/failures/{group}/dismiss", func(w http.ResponseWriter, r *http.Request) {
+		ok(w, 200, `{"group":"`+r.PathValue("group")+`","dismissed_at":"2026-01-02T15:04:05Z","by":{"subject":"dev","tenant":"t","roles":[]}}`)
+	})
 	g.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		g.mu.Lock()
@@ -228,6 +246,43 @@ func TestClientCommands(t *testing.T) {
 			"[##########....................] 1000/3000 cancelled, 1 batches\n"+
 			"[##############################] 3000/3000 cancelled, 4 batches\n"+
 			"operation 01a22f70-0000-7000-8000-000000000001 completed: 3000 runs cancelled in 4 batches\n", stdout.String())
+	})
+
+	t.Run("RunsRerunByFilterPrintsProgress", func(t *testing.T) {
+		t.Parallel()
+		g := newFakeGateway(t)
+		c, stdout, _ := newTestCLI(map[string]string{"STEPGATE_URL": g.URL}, "")
+		require.NoError(t, c.run(t.Context(), []string{"runs", "rerun", "--function", "hello", "--status", "failed", "--from", "failure", "--every", "1ms"}))
+		require.JSONEq(t, `{"filter":{"function":"hello","status":["failed"]},"from":"failure"}`, g.bodies[0])
+		require.Equal(t, ""+
+			"operation 01a22f70-0000-7000-8000-000000000002: rerunning\n"+
+			"[###############...............] 500/1000 rerun, 1 batches\n"+
+			"[##############################] 998/1000 rerun, 2 failed, 2 batches\n"+
+			"operation 01a22f70-0000-7000-8000-000000000002 completed: 998 runs rerun, 2 could not be (run r9: function hello is no longer registered) in 2 batches\n",
+			stdout.String())
+		require.Error(t, c.run(t.Context(), []string{"runs", "rerun", "r1", "--from", "failure"}), "--from failure is a bulk rerun's")
+		require.Error(t, c.run(t.Context(), []string{"runs", "rerun", "r1", "--function", "hello"}), "an ID or a filter")
+	})
+
+	t.Run("Failures", func(t *testing.T) {
+		t.Parallel()
+		g := newFakeGateway(t)
+		c, stdout, _ := newTestCLI(map[string]string{"STEPGATE_URL": g.URL, "TZ": "UTC"}, "")
+		require.NoError(t, c.run(t.Context(), []string{"failures", "--since", "7d"}))
+		_, _, _, query := g.last()
+		require.Equal(t, "since=7d", query)
+		require.Contains(t, stdout.String(), "0123456789abcdef  hello     http_status  42")
+		require.Contains(t, stdout.String(), "order <num> not found")
+
+		stdout.Reset()
+		require.NoError(t, c.run(t.Context(), []string{"failures", "dismiss", "0123456789abcdef"}))
+		require.Equal(t, "group 0123456789abcdef dismissed: hidden until one of its runs fails again\n", stdout.String())
+
+		stdout.Reset()
+		require.NoError(t, c.run(t.Context(), []string{"failures", "redrive", "0123456789abcdef", "--from", "failure", "--no-wait"}))
+		_, body, _, _ := g.last()
+		require.JSONEq(t, `{"filter":{"error_group":"0123456789abcdef"},"from":"failure"}`, body)
+		require.Contains(t, stdout.String(), "operation 01a22f70-0000-7000-8000-000000000002 started")
 	})
 
 	t.Run("RunValues", func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -508,29 +509,59 @@ func (c *cli) showMessageSent(resp *protocol.SendMessageResponse, what string) e
 }
 
 // runsRerun runs "stepgate runs rerun ID [--from N]": a new run of a finished run's
-// function with its input, as the caller; with --from N the new run replays the old
-// run's entries before seq N (copied into its journal) and runs N onwards again.
+// function, with its input, as the caller; or, with filter flags and no ID,
+// "stepgate runs rerun --function F --status failed --from failure" (a bulk rerun, a
+// redrive, whose progress it prints until the operation ends, unless --no-wait).
 func (c *cli) runsRerun(ctx context.Context, args []string) error {
-	fs := c.newFlagSet("runs rerun", "ID [--from N]")
+	fs := c.newFlagSet("runs rerun", "ID [--from N] | [--function F] [--status S,...] [--error-type T] [--error-group G] [...] [--from start|failure|N] [--no-wait]")
 	cf := addClientFlags(fs, true)
-	from := fs.Int("from", 0, "rerun from seq `N`: replay the old run's entries before N, run N onwards again (default: from the start)")
+	from := fs.String("from", "", "rerun from seq `N`: replay the old run's entries before N, run N onwards again; bulk: also start (default) or failure (each run's failing entry)")
+	ff := addFilterFlags(fs, "completed, failed, cancelled", true)
+	of := addOperationFlags(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
 	}
+	f, err := ff.filter("runs rerun")
+	if err != nil {
+		return err
+	}
+	bulk := f != (protocol.CancelFilter{})
 	switch {
-	case len(pos) < 1:
-		return usagef("runs rerun: missing ID")
+	case bulk && len(pos) > 0:
+		return usagef("runs rerun: give a run ID or filter flags, not both")
+	case !bulk && len(pos) < 1:
+		return usagef("runs rerun: missing ID (or filter flags, --function, --status, ..., for a bulk rerun)")
 	case len(pos) > 1:
 		return usagef("runs rerun: unexpected argument %q", pos[1])
 	}
-	var body protocol.RerunRunJSONRequestBody
-	if *from != 0 {
-		body.FromSeq = from
+	var fromSeq *int
+	var fromPoint *protocol.RerunRunsRequestFrom
+	switch *from {
+	case "", "start":
+	case "failure":
+		if !bulk {
+			return usagef("runs rerun: --from failure is for a bulk rerun; give a seq for one run (stepgate runs get ID shows its journal)")
+		}
+		p := protocol.RerunRunsRequestFromFailure
+		fromPoint = &p
+	default:
+		n, err := strconv.Atoi(*from)
+		if err != nil {
+			return usagef("runs rerun: --from: want a seq, start or failure; got %q", *from)
+		}
+		fromSeq = &n
 	}
 	cl, err := c.client(cf, nil)
 	if err != nil {
 		return err
+	}
+	if bulk {
+		return c.runsRerunBulk(ctx, cl, cf, of, protocol.RerunRunsRequest{Filter: f, From: fromPoint, FromSeq: fromSeq})
+	}
+	var body protocol.RerunRunJSONRequestBody
+	if fromSeq != nil && *fromSeq != 0 {
+		body.FromSeq = fromSeq
 	}
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
@@ -549,10 +580,27 @@ func (c *cli) runsRerun(ctx context.Context, args []string) error {
 	if r == nil {
 		return fmt.Errorf("%s: unexpected response %q", what, resp.ContentType())
 	}
-	if *from > 1 {
-		_, err = fmt.Fprintf(c.stdout, "run %s (%s) reruns %s from seq %d\n", r.ID, r.Status, pos[0], *from)
+	if fromSeq != nil && *fromSeq > 1 {
+		_, err = fmt.Fprintf(c.stdout, "run %s (%s) reruns %s from seq %d\n", r.ID, r.Status, pos[0], *fromSeq)
 		return err
 	}
 	_, err = fmt.Fprintf(c.stdout, "run %s (%s) reruns %s\n", r.ID, r.Status, pos[0])
 	return err
+}
+
+// runsRerunBulk starts the bulk rerun body and follows it (followOperation).
+func (c *cli) runsRerunBulk(ctx context.Context, cl *protocol.ClientWithResponses, cf *clientFlags, of *operationFlags, body protocol.RerunRunsRequest) error {
+	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	resp, err := cl.RerunRunsWithResponse(rctx, body)
+	if err != nil {
+		return requestError("rerun runs", err)
+	}
+	if err := expect(resp, http.StatusAccepted); err != nil {
+		return err
+	}
+	if resp.JSON202 == nil {
+		return fmt.Errorf("rerun runs: unexpected response %q", resp.ContentType())
+	}
+	return c.followOperation(ctx, cl, cf, of, resp.JSON202, resp.Body)
 }

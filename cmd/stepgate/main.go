@@ -143,6 +143,15 @@ Runs:
   runs cancel ID                   cancel a run and its children (not the detached ones)
   runs cancel [--function F] [--status S,...] [--created-after T] [--created-before T] [--key-prefix P]
                                    cancel every matching run in the background, printing progress
+  runs rerun [--function F] [--status S,...] [--error-type T] [--error-group G] [--from start|failure|N] [...]
+                                   rerun every matching finished run as you (a redrive), in
+                                   the background, printing progress; --from failure starts
+                                   each at the step where it failed
+  failures [list] [--since 7d] [--limit N] [--all]
+                                   failed runs grouped by function and error (dead letters)
+  failures dismiss GROUP           hide a group until one of its runs fails again
+  failures redrive GROUP [--from failure]
+                                   rerun the group's failed runs (runs rerun --error-group)
   events send NAME [JSON] [--id EVENT_ID]
                                    send an event: it starts the runs it triggers and resumes
                                    the runs waiting for it
@@ -236,6 +245,8 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 		return c.callbacks(ctx, rest)
 	case "events", "event":
 		return c.events(ctx, rest)
+	case "failures", "failure":
+		return c.failures(ctx, rest)
 	case "bench":
 		return c.bench(ctx, rest)
 	case "token":

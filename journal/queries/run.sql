@@ -127,6 +127,7 @@ WHERE tenant = @tenant
     AND (sqlc.narg(created_before)::timestamptz IS NULL OR created_at < sqlc.narg(created_before)::timestamptz)
     AND (sqlc.narg(after_created_at)::timestamptz IS NULL OR (created_at, id) < (sqlc.narg(after_created_at)::timestamptz, sqlc.narg(after_id)::uuid))
     AND (sqlc.arg(idempotency_key)::text = '' OR idempotency_key = sqlc.arg(idempotency_key)::text)
+    AND (sqlc.arg(error_group)::text = '' OR (status = 'failed' AND stepgate.error_group(function, error) = sqlc.arg(error_group)::text))
 ORDER BY created_at DESC, id DESC
 LIMIT sqlc.arg(max_runs)::bigint;
 
@@ -155,3 +156,10 @@ INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, err
 SELECT s.tenant, sqlc.arg(to_run)::uuid, s.seq, s.kind, s.name, s.output, s.error, s.attempt, s.wake_at,
     0, s.started_at, s.finished_at, s.journal_bytes, s.run_id
 FROM stepgate.journal_entry s WHERE s.tenant = @tenant AND s.run_id = sqlc.arg(from_run)::uuid AND s.seq < sqlc.arg(before)::int;
+
+-- name: RunReruns :many
+-- The runs that rerun the tenant's run, oldest first.
+SELECT id::text FROM stepgate.run
+WHERE tenant = @tenant AND rerun_of = @run_id
+ORDER BY created_at, id
+LIMIT @max_runs;

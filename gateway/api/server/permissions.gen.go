@@ -6,6 +6,7 @@ package server
 // x-permission), by operationId; the empty permission for the operations that take no
 // user token (see gateway/api/permgen).
 var Permissions = map[string]string{
+	"cancelOperation":     "runs:manage",
 	"cancelRun":           "runs:manage",
 	"cancelRuns":          "runs:manage",
 	"checkpoint":          "",
@@ -13,6 +14,7 @@ var Permissions = map[string]string{
 	"checkpointStream":    "",
 	"deleteFunction":      "functions:write",
 	"deleteSchedule":      "functions:write",
+	"dismissFailures":     "runs:manage",
 	"exportRun":           "runs:read",
 	"functionStats":       "functions:read",
 	"functionsSeries":     "functions:read",
@@ -28,6 +30,7 @@ var Permissions = map[string]string{
 	"getUsage":            "runs:read",
 	"healthz":             "",
 	"listEvents":          "runs:read",
+	"listFailures":        "runs:read",
 	"listFunctions":       "functions:read",
 	"listRequests":        "runs:read",
 	"listRunCallbacks":    "runs:manage",
@@ -44,6 +47,7 @@ var Permissions = map[string]string{
 	"rejectCallback":      "",
 	"rejectRunCallback":   "runs:manage",
 	"rerunRun":            "runs:invoke",
+	"rerunRuns":           "runs:invoke",
 	"resolveCallback":     "",
 	"resolveRunCallback":  "runs:manage",
 	"rotateSigningKey":    "functions:write",

@@ -41,6 +41,12 @@ type ServerInterface interface {
 	// SendEvent Sends an event, starting a run of each function it triggers. Needs `events:send`.
 	// (POST /v1/events)
 	SendEvent(ctx echo.Context) error
+	// ListFailures Lists the caller's tenant's failed runs grouped by function and error (the dead-letter view). Needs `runs:read`.
+	// (GET /v1/failures)
+	ListFailures(ctx echo.Context, params ListFailuresParams) error
+	// DismissFailures Hides a group of failures from the dead-letter view until it fails again. Needs `runs:manage`.
+	// (POST /v1/failures/{group}/dismiss)
+	DismissFailures(ctx echo.Context, group string) error
 	// ListFunctions Lists the registered functions with their current revision. Needs `functions:read`.
 	// (GET /v1/functions)
 	ListFunctions(ctx echo.Context) error
@@ -68,12 +74,18 @@ type ServerInterface interface {
 	// GetOperation Returns a bulk operation of the caller's tenant and its progress. Needs `runs:read`.
 	// (GET /v1/operations/{id})
 	GetOperation(ctx echo.Context, id openapi_types.UUID) error
+	// CancelOperation Stops a running bulk operation of the caller's tenant. Needs `runs:manage`.
+	// (POST /v1/operations/{id}/cancel)
+	CancelOperation(ctx echo.Context, id openapi_types.UUID) error
 	// ListRuns Lists runs, newest first, with keyset pagination. Needs `runs:read`.
 	// (GET /v1/runs)
 	ListRuns(ctx echo.Context, params ListRunsParams) error
 	// CancelRuns Cancels every run of the caller's tenant matching a filter, in the background. Needs `runs:manage`.
 	// (POST /v1/runs/cancel)
 	CancelRuns(ctx echo.Context) error
+	// RerunRuns Reruns every finished run of the caller's tenant matching a filter, in the background (a redrive). Needs `runs:invoke` and `runs:manage`.
+	// (POST /v1/runs/rerun)
+	RerunRuns(ctx echo.Context) error
 	// StreamRuns A live feed of the tenant's run changes, as server-sent events. Needs `runs:read`.
 	// (GET /v1/runs/stream)
 	StreamRuns(ctx echo.Context, params StreamRunsParams) error
@@ -298,6 +310,54 @@ func (w *ServerInterfaceWrapper) SendEvent(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.SendEvent(ctx)
+	return err
+}
+
+// ListFailures converts echo context to params.
+func (w *ServerInterfaceWrapper) ListFailures(ctx echo.Context) error {
+	var err error
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListFailuresParams
+	// ------------- Optional query parameter "since" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "since", ctx.QueryParams(), &params.Since, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter since: %s", err))
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", ctx.QueryParams(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter limit: %s", err))
+	}
+
+	// ------------- Optional query parameter "include_dismissed" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "include_dismissed", ctx.QueryParams(), &params.IncludeDismissed, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter include_dismissed: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ListFailures(ctx, params)
+	return err
+}
+
+// DismissFailures converts echo context to params.
+func (w *ServerInterfaceWrapper) DismissFailures(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "group" -------------
+	var group string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "group", ctx.Param("group"), &group, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter group: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.DismissFailures(ctx, group)
 	return err
 }
 
@@ -530,6 +590,22 @@ func (w *ServerInterfaceWrapper) GetOperation(ctx echo.Context) error {
 	return err
 }
 
+// CancelOperation converts echo context to params.
+func (w *ServerInterfaceWrapper) CancelOperation(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "id" -------------
+	var id openapi_types.UUID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", ctx.Param("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.CancelOperation(ctx, id)
+	return err
+}
+
 // ListRuns converts echo context to params.
 func (w *ServerInterfaceWrapper) ListRuns(ctx echo.Context) error {
 	var err error
@@ -578,6 +654,13 @@ func (w *ServerInterfaceWrapper) ListRuns(ctx echo.Context) error {
 		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter created_before: %s", err))
 	}
 
+	// ------------- Optional query parameter "error_group" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "error_group", ctx.QueryParams(), &params.ErrorGroup, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter error_group: %s", err))
+	}
+
 	// ------------- Optional query parameter "limit" -------------
 
 	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", ctx.QueryParams(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
@@ -603,6 +686,15 @@ func (w *ServerInterfaceWrapper) CancelRuns(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.CancelRuns(ctx)
+	return err
+}
+
+// RerunRuns converts echo context to params.
+func (w *ServerInterfaceWrapper) RerunRuns(ctx echo.Context) error {
+	var err error
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.RerunRuns(ctx)
 	return err
 }
 
@@ -1309,6 +1401,10 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/v1/runs/:id/export", wrapper.ExportRun, options.OperationMiddlewares["exportRun"]...)
 	router.POST(options.BaseURL+"/v1/runs/:id/cancel", wrapper.CancelRun, options.OperationMiddlewares["cancelRun"]...)
 	router.POST(options.BaseURL+"/v1/runs/cancel", wrapper.CancelRuns, options.OperationMiddlewares["cancelRuns"]...)
+	router.POST(options.BaseURL+"/v1/runs/rerun", wrapper.RerunRuns, options.OperationMiddlewares["rerunRuns"]...)
+	router.POST(options.BaseURL+"/v1/operations/:id/cancel", wrapper.CancelOperation, options.OperationMiddlewares["cancelOperation"]...)
+	router.GET(options.BaseURL+"/v1/failures", wrapper.ListFailures, options.OperationMiddlewares["listFailures"]...)
+	router.POST(options.BaseURL+"/v1/failures/:group/dismiss", wrapper.DismissFailures, options.OperationMiddlewares["dismissFailures"]...)
 	router.GET(options.BaseURL+"/v1/operations/:id", wrapper.GetOperation, options.OperationMiddlewares["getOperation"]...)
 	router.POST(options.BaseURL+"/v1/runs/:id/messages", wrapper.SendMessage, options.OperationMiddlewares["sendMessage"]...)
 	router.GET(options.BaseURL+"/v1/runs/:id/requests", wrapper.ListRequests, options.OperationMiddlewares["listRequests"]...)
@@ -1919,6 +2015,162 @@ func (response SendEvent429ApplicationProblemPlusJSONResponse) VisitSendEventRes
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListFailuresRequestObject struct {
+	Params ListFailuresParams
+}
+
+type ListFailuresResponseObject interface {
+	VisitListFailuresResponse(w http.ResponseWriter) error
+}
+
+type ListFailures200JSONResponse FailureGroupList
+
+func (response ListFailures200JSONResponse) VisitListFailuresResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListFailures400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response ListFailures400ApplicationProblemPlusJSONResponse) VisitListFailuresResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListFailures401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ListFailures401ApplicationProblemPlusJSONResponse) VisitListFailuresResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListFailures403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ListFailures403ApplicationProblemPlusJSONResponse) VisitListFailuresResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DismissFailuresRequestObject struct {
+	Group string `json:"group"`
+}
+
+type DismissFailuresResponseObject interface {
+	VisitDismissFailuresResponse(w http.ResponseWriter) error
+}
+
+type DismissFailures200JSONResponse FailureDismissal
+
+func (response DismissFailures200JSONResponse) VisitDismissFailuresResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DismissFailures400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response DismissFailures400ApplicationProblemPlusJSONResponse) VisitDismissFailuresResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DismissFailures401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response DismissFailures401ApplicationProblemPlusJSONResponse) VisitDismissFailuresResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DismissFailures403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response DismissFailures403ApplicationProblemPlusJSONResponse) VisitDismissFailuresResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DismissFailures404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response DismissFailures404ApplicationProblemPlusJSONResponse) VisitDismissFailuresResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -2752,6 +3004,92 @@ func (response GetOperation404ApplicationProblemPlusJSONResponse) VisitGetOperat
 	return err
 }
 
+type CancelOperationRequestObject struct {
+	ID openapi_types.UUID `json:"id"`
+}
+
+type CancelOperationResponseObject interface {
+	VisitCancelOperationResponse(w http.ResponseWriter) error
+}
+
+type CancelOperation200JSONResponse Operation
+
+func (response CancelOperation200JSONResponse) VisitCancelOperationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelOperation401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response CancelOperation401ApplicationProblemPlusJSONResponse) VisitCancelOperationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelOperation403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response CancelOperation403ApplicationProblemPlusJSONResponse) VisitCancelOperationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelOperation404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response CancelOperation404ApplicationProblemPlusJSONResponse) VisitCancelOperationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelOperation409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response CancelOperation409ApplicationProblemPlusJSONResponse) VisitCancelOperationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListRunsRequestObject struct {
 	Params ListRunsParams
 }
@@ -2897,6 +3235,92 @@ type CancelRuns409ApplicationProblemPlusJSONResponse struct {
 }
 
 func (response CancelRuns409ApplicationProblemPlusJSONResponse) VisitCancelRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RerunRunsRequestObject struct {
+	Body *RerunRunsJSONRequestBody
+}
+
+type RerunRunsResponseObject interface {
+	VisitRerunRunsResponse(w http.ResponseWriter) error
+}
+
+type RerunRuns202JSONResponse Operation
+
+func (response RerunRuns202JSONResponse) VisitRerunRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(202)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RerunRuns400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response RerunRuns400ApplicationProblemPlusJSONResponse) VisitRerunRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RerunRuns401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response RerunRuns401ApplicationProblemPlusJSONResponse) VisitRerunRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RerunRuns403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response RerunRuns403ApplicationProblemPlusJSONResponse) VisitRerunRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RerunRuns409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response RerunRuns409ApplicationProblemPlusJSONResponse) VisitRerunRunsResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response); err != nil {
@@ -5751,6 +6175,12 @@ type StrictServerInterface interface {
 	// SendEvent Sends an event, starting a run of each function it triggers. Needs `events:send`.
 	// (POST /v1/events)
 	SendEvent(ctx context.Context, request SendEventRequestObject) (SendEventResponseObject, error)
+	// ListFailures Lists the caller's tenant's failed runs grouped by function and error (the dead-letter view). Needs `runs:read`.
+	// (GET /v1/failures)
+	ListFailures(ctx context.Context, request ListFailuresRequestObject) (ListFailuresResponseObject, error)
+	// DismissFailures Hides a group of failures from the dead-letter view until it fails again. Needs `runs:manage`.
+	// (POST /v1/failures/{group}/dismiss)
+	DismissFailures(ctx context.Context, request DismissFailuresRequestObject) (DismissFailuresResponseObject, error)
 	// ListFunctions Lists the registered functions with their current revision. Needs `functions:read`.
 	// (GET /v1/functions)
 	ListFunctions(ctx context.Context, request ListFunctionsRequestObject) (ListFunctionsResponseObject, error)
@@ -5778,12 +6208,18 @@ type StrictServerInterface interface {
 	// GetOperation Returns a bulk operation of the caller's tenant and its progress. Needs `runs:read`.
 	// (GET /v1/operations/{id})
 	GetOperation(ctx context.Context, request GetOperationRequestObject) (GetOperationResponseObject, error)
+	// CancelOperation Stops a running bulk operation of the caller's tenant. Needs `runs:manage`.
+	// (POST /v1/operations/{id}/cancel)
+	CancelOperation(ctx context.Context, request CancelOperationRequestObject) (CancelOperationResponseObject, error)
 	// ListRuns Lists runs, newest first, with keyset pagination. Needs `runs:read`.
 	// (GET /v1/runs)
 	ListRuns(ctx context.Context, request ListRunsRequestObject) (ListRunsResponseObject, error)
 	// CancelRuns Cancels every run of the caller's tenant matching a filter, in the background. Needs `runs:manage`.
 	// (POST /v1/runs/cancel)
 	CancelRuns(ctx context.Context, request CancelRunsRequestObject) (CancelRunsResponseObject, error)
+	// RerunRuns Reruns every finished run of the caller's tenant matching a filter, in the background (a redrive). Needs `runs:invoke` and `runs:manage`.
+	// (POST /v1/runs/rerun)
+	RerunRuns(ctx context.Context, request RerunRunsRequestObject) (RerunRunsResponseObject, error)
 	// StreamRuns A live feed of the tenant's run changes, as server-sent events. Needs `runs:read`.
 	// (GET /v1/runs/stream)
 	StreamRuns(ctx context.Context, request StreamRunsRequestObject) (StreamRunsResponseObject, error)
@@ -6152,6 +6588,56 @@ func (sh *strictHandler) SendEvent(ctx echo.Context) error {
 	return nil
 }
 
+// ListFailures operation middleware
+func (sh *strictHandler) ListFailures(ctx echo.Context, params ListFailuresParams) error {
+	var request ListFailuresRequestObject
+
+	request.Params = params
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ListFailures(ctx.Request().Context(), request.(ListFailuresRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListFailures")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ListFailuresResponseObject); ok {
+		return validResponse.VisitListFailuresResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// DismissFailures operation middleware
+func (sh *strictHandler) DismissFailures(ctx echo.Context, group string) error {
+	var request DismissFailuresRequestObject
+
+	request.Group = group
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.DismissFailures(ctx.Request().Context(), request.(DismissFailuresRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DismissFailures")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(DismissFailuresResponseObject); ok {
+		return validResponse.VisitDismissFailuresResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
 // ListFunctions operation middleware
 func (sh *strictHandler) ListFunctions(ctx echo.Context) error {
 	var request ListFunctionsRequestObject
@@ -6447,6 +6933,31 @@ func (sh *strictHandler) GetOperation(ctx echo.Context, id openapi_types.UUID) e
 	return nil
 }
 
+// CancelOperation operation middleware
+func (sh *strictHandler) CancelOperation(ctx echo.Context, id openapi_types.UUID) error {
+	var request CancelOperationRequestObject
+
+	request.ID = id
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.CancelOperation(ctx.Request().Context(), request.(CancelOperationRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CancelOperation")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(CancelOperationResponseObject); ok {
+		return validResponse.VisitCancelOperationResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
 // ListRuns operation middleware
 func (sh *strictHandler) ListRuns(ctx echo.Context, params ListRunsParams) error {
 	var request ListRunsRequestObject
@@ -6512,6 +7023,52 @@ func (sh *strictHandler) CancelRuns(ctx echo.Context) error {
 		return err
 	} else if validResponse, ok := response.(CancelRunsResponseObject); ok {
 		return validResponse.VisitCancelRunsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// RerunRuns operation middleware
+func (sh *strictHandler) RerunRuns(ctx echo.Context) error {
+	var request RerunRunsRequestObject
+
+	var body RerunRunsJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.RerunRuns(ctx.Request().Context(), request.(RerunRunsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "RerunRuns")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(RerunRunsResponseObject); ok {
+		return validResponse.VisitRerunRunsResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

@@ -12,18 +12,24 @@ import (
 )
 
 type StepgateOperation struct {
-	ID         string
-	Tenant     string
-	Kind       string
-	Status     string
-	Filter     json.RawMessage
-	ByIdentity access.Identity
-	Matched    *int64
-	Cancelled  int64
-	Batches    int32
-	Error      *string
-	CreatedAt  time.Time
-	FinishedAt *time.Time
+	ID             string
+	Tenant         string
+	Kind           string
+	Status         string
+	Filter         json.RawMessage
+	ByIdentity     access.Identity
+	Matched        *int64
+	Cancelled      int64
+	Batches        int32
+	Error          *string
+	CreatedAt      time.Time
+	FinishedAt     *time.Time
+	Failed         int64
+	Errors         json.RawMessage
+	Options        json.RawMessage
+	CancelledBy    json.RawMessage
+	AfterCreatedAt *time.Time
+	AfterID        *string
 }
 
 type StepgateSchedule struct {

@@ -75,6 +75,46 @@ func (q *Queries) OperationBatch(ctx context.Context, arg OperationBatchParams) 
 	return items, nil
 }
 
+const OperationCancel = `-- name: OperationCancel :one
+UPDATE stepgate.operation SET status = 'cancelled', finished_at = now(), cancelled_by = $1
+WHERE id = $2 AND tenant = $3 AND status = 'running'
+RETURNING id, tenant, kind, status, filter, by_identity, matched, cancelled, batches, error, created_at, finished_at, failed, errors, options, cancelled_by, after_created_at, after_id
+`
+
+type OperationCancelParams struct {
+	CancelledBy json.RawMessage
+	ID          string
+	Tenant      string
+}
+
+// Cancels the tenant's running operation; finds nothing when it is not running (or not
+// the tenant's).
+func (q *Queries) OperationCancel(ctx context.Context, arg OperationCancelParams) (StepgateOperation, error) {
+	row := q.db.QueryRow(ctx, OperationCancel, arg.CancelledBy, arg.ID, arg.Tenant)
+	var i StepgateOperation
+	err := row.Scan(
+		&i.ID,
+		&i.Tenant,
+		&i.Kind,
+		&i.Status,
+		&i.Filter,
+		&i.ByIdentity,
+		&i.Matched,
+		&i.Cancelled,
+		&i.Batches,
+		&i.Error,
+		&i.CreatedAt,
+		&i.FinishedAt,
+		&i.Failed,
+		&i.Errors,
+		&i.Options,
+		&i.CancelledBy,
+		&i.AfterCreatedAt,
+		&i.AfterID,
+	)
+	return i, err
+}
+
 const OperationCancelBatch = `-- name: OperationCancelBatch :many
 WITH u AS (
     UPDATE stepgate.run r SET status = 'cancelled', error = $1, lease_until = NULL,
@@ -182,16 +222,18 @@ func (q *Queries) OperationCountMatching(ctx context.Context, arg OperationCount
 }
 
 const OperationCreate = `-- name: OperationCreate :one
-INSERT INTO stepgate.operation (id, tenant, kind, filter, by_identity)
-VALUES ($1, $2, 'cancel', $3, $4)
+INSERT INTO stepgate.operation (id, tenant, kind, filter, options, by_identity)
+VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (tenant) WHERE status = 'running' DO NOTHING
-RETURNING id, tenant, kind, status, filter, by_identity, matched, cancelled, batches, error, created_at, finished_at
+RETURNING id, tenant, kind, status, filter, by_identity, matched, cancelled, batches, error, created_at, finished_at, failed, errors, options, cancelled_by, after_created_at, after_id
 `
 
 type OperationCreateParams struct {
 	ID         string
 	Tenant     string
+	Kind       string
 	Filter     json.RawMessage
+	Options    json.RawMessage
 	ByIdentity access.Identity
 }
 
@@ -200,7 +242,9 @@ func (q *Queries) OperationCreate(ctx context.Context, arg OperationCreateParams
 	row := q.db.QueryRow(ctx, OperationCreate,
 		arg.ID,
 		arg.Tenant,
+		arg.Kind,
 		arg.Filter,
+		arg.Options,
 		arg.ByIdentity,
 	)
 	var i StepgateOperation
@@ -217,6 +261,12 @@ func (q *Queries) OperationCreate(ctx context.Context, arg OperationCreateParams
 		&i.Error,
 		&i.CreatedAt,
 		&i.FinishedAt,
+		&i.Failed,
+		&i.Errors,
+		&i.Options,
+		&i.CancelledBy,
+		&i.AfterCreatedAt,
+		&i.AfterID,
 	)
 	return i, err
 }
@@ -225,7 +275,7 @@ const OperationFinish = `-- name: OperationFinish :one
 UPDATE stepgate.operation SET status = CASE WHEN $1::text = '' THEN 'completed' ELSE 'failed' END,
     error = nullif($1, ''), finished_at = now()
 WHERE id = $2 AND status = 'running'
-RETURNING id, tenant, kind, status, filter, by_identity, matched, cancelled, batches, error, created_at, finished_at
+RETURNING id, tenant, kind, status, filter, by_identity, matched, cancelled, batches, error, created_at, finished_at, failed, errors, options, cancelled_by, after_created_at, after_id
 `
 
 type OperationFinishParams struct {
@@ -250,12 +300,18 @@ func (q *Queries) OperationFinish(ctx context.Context, arg OperationFinishParams
 		&i.Error,
 		&i.CreatedAt,
 		&i.FinishedAt,
+		&i.Failed,
+		&i.Errors,
+		&i.Options,
+		&i.CancelledBy,
+		&i.AfterCreatedAt,
+		&i.AfterID,
 	)
 	return i, err
 }
 
 const OperationGet = `-- name: OperationGet :one
-SELECT id, tenant, kind, status, filter, by_identity, matched, cancelled, batches, error, created_at, finished_at FROM stepgate.operation WHERE id = $1 AND tenant = $2
+SELECT id, tenant, kind, status, filter, by_identity, matched, cancelled, batches, error, created_at, finished_at, failed, errors, options, cancelled_by, after_created_at, after_id FROM stepgate.operation WHERE id = $1 AND tenant = $2
 `
 
 type OperationGetParams struct {
@@ -279,12 +335,18 @@ func (q *Queries) OperationGet(ctx context.Context, arg OperationGetParams) (Ste
 		&i.Error,
 		&i.CreatedAt,
 		&i.FinishedAt,
+		&i.Failed,
+		&i.Errors,
+		&i.Options,
+		&i.CancelledBy,
+		&i.AfterCreatedAt,
+		&i.AfterID,
 	)
 	return i, err
 }
 
 const OperationGetByID = `-- name: OperationGetByID :one
-SELECT id, tenant, kind, status, filter, by_identity, matched, cancelled, batches, error, created_at, finished_at FROM stepgate.operation WHERE id = $1
+SELECT id, tenant, kind, status, filter, by_identity, matched, cancelled, batches, error, created_at, finished_at, failed, errors, options, cancelled_by, after_created_at, after_id FROM stepgate.operation WHERE id = $1
 `
 
 func (q *Queries) OperationGetByID(ctx context.Context, id string) (StepgateOperation, error) {
@@ -303,6 +365,246 @@ func (q *Queries) OperationGetByID(ctx context.Context, id string) (StepgateOper
 		&i.Error,
 		&i.CreatedAt,
 		&i.FinishedAt,
+		&i.Failed,
+		&i.Errors,
+		&i.Options,
+		&i.CancelledBy,
+		&i.AfterCreatedAt,
+		&i.AfterID,
+	)
+	return i, err
+}
+
+const OperationLock = `-- name: OperationLock :one
+SELECT id, tenant, kind, status, filter, by_identity, matched, cancelled, batches, error, created_at, finished_at, failed, errors, options, cancelled_by, after_created_at, after_id FROM stepgate.operation WHERE id = $1 FOR NO KEY UPDATE
+`
+
+// Locks the operation for a batch: a cancel (OperationCancel) waits for the batch to commit,
+// and the batch sees the operation's status and counts as they are.
+func (q *Queries) OperationLock(ctx context.Context, id string) (StepgateOperation, error) {
+	row := q.db.QueryRow(ctx, OperationLock, id)
+	var i StepgateOperation
+	err := row.Scan(
+		&i.ID,
+		&i.Tenant,
+		&i.Kind,
+		&i.Status,
+		&i.Filter,
+		&i.ByIdentity,
+		&i.Matched,
+		&i.Cancelled,
+		&i.Batches,
+		&i.Error,
+		&i.CreatedAt,
+		&i.FinishedAt,
+		&i.Failed,
+		&i.Errors,
+		&i.Options,
+		&i.CancelledBy,
+		&i.AfterCreatedAt,
+		&i.AfterID,
+	)
+	return i, err
+}
+
+const OperationRerunBatch = `-- name: OperationRerunBatch :many
+SELECT r.id::text AS id, r.created_at, r.function, r.input,
+    coalesce(CASE WHEN $1::boolean THEN (
+        SELECT max(e.seq) FROM stepgate.journal_entry e
+        WHERE e.tenant = r.tenant AND e.run_id = r.id AND e.error IS NOT NULL) END, 0)::integer AS failure_seq
+FROM stepgate.run r
+WHERE r.tenant = $2 AND r.created_at <= $3
+    AND ($4::text IS NULL OR r.function = $4)
+    AND ($5::timestamptz IS NULL OR r.created_at > $5)
+    AND ($6::text IS NULL OR starts_with(r.idempotency_key, $6))
+    AND r.status = ANY ($7::text[])
+    AND ($8::text IS NULL OR r.error->>'type' = $8)
+    AND ($9::text IS NULL
+        OR (r.status = 'failed' AND stepgate.error_group(r.function, r.error) = $9))
+    AND ($10::timestamptz IS NULL OR (r.created_at, r.id) > ($10, $11::uuid))
+ORDER BY r.created_at, r.id
+LIMIT $12
+`
+
+type OperationRerunBatchParams struct {
+	FromFailure  bool
+	Tenant       string
+	Before       time.Time
+	Function     *string
+	CreatedAfter *time.Time
+	Prefix       *string
+	Statuses     []string
+	ErrorType    *string
+	ErrorGroup   *string
+	AfterT       *time.Time
+	AfterID      *string
+	MaxRuns      int32
+}
+
+type OperationRerunBatchRow struct {
+	ID         string
+	CreatedAt  time.Time
+	Function   string
+	Input      json.RawMessage
+	FailureSeq int32
+}
+
+// The next batch of the finished runs of a rerun's filter created before it (the conditions
+// on r are OperationRerunCountMatching's) past (after_t, after_id), the position the
+// operation reached (OperationRerunRecord), oldest first. failure_seq, with from_failure, is
+// the seq of the run's last entry that holds an error, 0 when none does. A finished run never changes, so
+// nothing is locked.
+func (q *Queries) OperationRerunBatch(ctx context.Context, arg OperationRerunBatchParams) ([]OperationRerunBatchRow, error) {
+	rows, err := q.db.Query(ctx, OperationRerunBatch,
+		arg.FromFailure,
+		arg.Tenant,
+		arg.Before,
+		arg.Function,
+		arg.CreatedAfter,
+		arg.Prefix,
+		arg.Statuses,
+		arg.ErrorType,
+		arg.ErrorGroup,
+		arg.AfterT,
+		arg.AfterID,
+		arg.MaxRuns,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []OperationRerunBatchRow
+	for rows.Next() {
+		var i OperationRerunBatchRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.CreatedAt,
+			&i.Function,
+			&i.Input,
+			&i.FailureSeq,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const OperationRerunCountMatching = `-- name: OperationRerunCountMatching :one
+UPDATE stepgate.operation SET matched = (
+    SELECT count(*) FROM stepgate.run r
+    WHERE r.tenant = $1 AND r.created_at <= $2
+        AND ($3::text IS NULL OR r.function = $3)
+        AND ($4::timestamptz IS NULL OR r.created_at > $4)
+        AND ($5::text IS NULL OR starts_with(r.idempotency_key, $5))
+        AND r.status = ANY ($6::text[])
+        AND ($7::text IS NULL OR r.error->>'type' = $7)
+        AND ($8::text IS NULL
+            OR (r.status = 'failed' AND stepgate.error_group(r.function, r.error) = $8)))
+WHERE operation.id = $9 AND matched IS NULL
+RETURNING matched
+`
+
+type OperationRerunCountMatchingParams struct {
+	Tenant       string
+	Before       time.Time
+	Function     *string
+	CreatedAfter *time.Time
+	Prefix       *string
+	Statuses     []string
+	ErrorType    *string
+	ErrorGroup   *string
+	Op           string
+}
+
+// Counts the finished runs of a rerun's filter created before it (the conditions on r are
+// OperationRerunBatch's, but the runs already taken); finds nothing when the matched count
+// is set already.
+func (q *Queries) OperationRerunCountMatching(ctx context.Context, arg OperationRerunCountMatchingParams) (*int64, error) {
+	row := q.db.QueryRow(ctx, OperationRerunCountMatching,
+		arg.Tenant,
+		arg.Before,
+		arg.Function,
+		arg.CreatedAfter,
+		arg.Prefix,
+		arg.Statuses,
+		arg.ErrorType,
+		arg.ErrorGroup,
+		arg.Op,
+	)
+	var matched *int64
+	err := row.Scan(&matched)
+	return matched, err
+}
+
+const OperationRerunRecord = `-- name: OperationRerunRecord :one
+WITH done AS (
+    INSERT INTO stepgate.operation_run (tenant, operation_id, run_id, new_run_id)
+    SELECT $7, $6, d.run_id, d.new_run_id
+    FROM ROWS FROM (unnest($1::uuid[]), unnest($8::uuid[])) AS d (run_id, new_run_id)
+), failed AS (
+    INSERT INTO stepgate.operation_run (tenant, operation_id, run_id, error)
+    SELECT $7, $6, f.run_id, f.error
+    FROM ROWS FROM (unnest($2::uuid[]), unnest($9::text[])) AS f (run_id, error)
+)
+UPDATE stepgate.operation SET cancelled = cancelled + cardinality($1::uuid[]),
+    failed = failed + cardinality($2::uuid[]), errors = errors || $3::jsonb,
+    batches = batches + 1, after_created_at = $4, after_id = $5
+WHERE operation.id = $6
+RETURNING id, tenant, kind, status, filter, by_identity, matched, cancelled, batches, error, created_at, finished_at, failed, errors, options, cancelled_by, after_created_at, after_id
+`
+
+type OperationRerunRecordParams struct {
+	DoneRuns     []string
+	FailedRuns   []string
+	Sample       json.RawMessage
+	AfterT       *time.Time
+	AfterID      *string
+	Op           string
+	Tenant       string
+	NewRuns      []string
+	FailedErrors []string
+}
+
+// Records a batch of a rerun: the runs it reran (done_runs, new_runs) and those it could
+// not (failed_runs, failed_errors), adds them to the operation's counts, and appends sample
+// (a JSON array of {run_id, error}) to its errors, and moves its position to (after_t,
+// after_id).
+func (q *Queries) OperationRerunRecord(ctx context.Context, arg OperationRerunRecordParams) (StepgateOperation, error) {
+	row := q.db.QueryRow(ctx, OperationRerunRecord,
+		arg.DoneRuns,
+		arg.FailedRuns,
+		arg.Sample,
+		arg.AfterT,
+		arg.AfterID,
+		arg.Op,
+		arg.Tenant,
+		arg.NewRuns,
+		arg.FailedErrors,
+	)
+	var i StepgateOperation
+	err := row.Scan(
+		&i.ID,
+		&i.Tenant,
+		&i.Kind,
+		&i.Status,
+		&i.Filter,
+		&i.ByIdentity,
+		&i.Matched,
+		&i.Cancelled,
+		&i.Batches,
+		&i.Error,
+		&i.CreatedAt,
+		&i.FinishedAt,
+		&i.Failed,
+		&i.Errors,
+		&i.Options,
+		&i.CancelledBy,
+		&i.AfterCreatedAt,
+		&i.AfterID,
 	)
 	return i, err
 }

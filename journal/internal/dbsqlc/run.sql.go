@@ -719,8 +719,9 @@ WHERE tenant = $2
     AND ($6::timestamptz IS NULL OR created_at < $6::timestamptz)
     AND ($7::timestamptz IS NULL OR (created_at, id) < ($7::timestamptz, $8::uuid))
     AND ($9::text = '' OR idempotency_key = $9::text)
+    AND ($10::text = '' OR (status = 'failed' AND stepgate.error_group(function, error) = $10::text))
 ORDER BY created_at DESC, id DESC
-LIMIT $10::bigint
+LIMIT $11::bigint
 `
 
 type RunListParams struct {
@@ -733,6 +734,7 @@ type RunListParams struct {
 	AfterCreatedAt *time.Time
 	AfterID        *string
 	IdempotencyKey string
+	ErrorGroup     string
 	MaxRuns        int64
 }
 
@@ -783,6 +785,7 @@ func (q *Queries) RunList(ctx context.Context, arg RunListParams) ([]RunListRow,
 		arg.AfterCreatedAt,
 		arg.AfterID,
 		arg.IdempotencyKey,
+		arg.ErrorGroup,
 		arg.MaxRuns,
 	)
 	if err != nil {
@@ -828,6 +831,40 @@ func (q *Queries) RunList(ctx context.Context, arg RunListParams) ([]RunListRow,
 			return nil, err
 		}
 		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const RunReruns = `-- name: RunReruns :many
+SELECT id::text FROM stepgate.run
+WHERE tenant = $1 AND rerun_of = $2
+ORDER BY created_at, id
+LIMIT $3
+`
+
+type RunRerunsParams struct {
+	Tenant  string
+	RunID   *string
+	MaxRuns int32
+}
+
+// The runs that rerun the tenant's run, oldest first.
+func (q *Queries) RunReruns(ctx context.Context, arg RunRerunsParams) ([]string, error) {
+	rows, err := q.db.Query(ctx, RunReruns, arg.Tenant, arg.RunID, arg.MaxRuns)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

@@ -450,6 +450,128 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/runs/rerun": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Reruns every finished run of the caller's tenant matching a filter, in the background (a redrive). Needs `runs:invoke` and `runs:manage`.
+         * @description Answers 202 at once with an operation (kind `rerun`), whose progress
+         *     `GET /v1/operations/{id}` reads and `POST /v1/operations/{id}/cancel` stops. The
+         *     operation reruns each run of the caller's tenant that matches every criterion of
+         *     `filter` (at least one is needed), has finished (`status` picks among `completed`,
+         *     `failed` and `cancelled`; all three when absent) and was created before the
+         *     operation, oldest first, 500 per transaction, as `POST /v1/runs/{id}/rerun` does:
+         *     a new run on the function's current revision with the old run's input, as the
+         *     caller (whom the function's `invoke_roles` must allow), naming the old run in
+         *     `rerun_of`; the old run lists it in `rerun_by`.
+         *
+         *     `from` picks where each new run starts: `start` (the default), or `failure`: at
+         *     the seq of the old run's last journal entry that holds an error (the step, child
+         *     or wait that failed), its entries before it copied (as `from_seq`), or from the
+         *     start when no entry holds one. `from_seq: N` starts every new run at N (not with
+         *     `from`). A run that cannot be rerun (its function is gone, its `invoke_roles`
+         *     exclude the caller, N is past its last seq + 1) is counted in `failed`, with a
+         *     sample of the reasons in `errors`, and the operation goes on; the tenant's quota
+         *     of runs fails the operation.
+         *
+         *     The operation reruns a run once: a batch that is retried (a gateway died in it)
+         *     skips the runs it already took. A tenant runs one operation at a time: a second
+         *     is refused with 409 naming the running one. The caller needs `runs:manage`
+         *     besides `runs:invoke` (a 403 naming it). A filter with no criterion, a status
+         *     that has not finished, `created_after` not before `created_before`, `from` and
+         *     `from_seq` together, or `from_seq` below 1 are refused with 400 naming the field.
+         */
+        post: operations["rerunRuns"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/operations/{id}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Stops a running bulk operation of the caller's tenant. Needs `runs:manage`.
+         * @description The operation becomes `cancelled` and does no further batch; the batch under way,
+         *     if any, commits first (this call waits for it). What it did stays done: the runs
+         *     it cancelled stay cancelled, the runs it started go on. An operation that has
+         *     ended is a 409 naming its status.
+         */
+        post: operations["cancelOperation"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/failures": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Lists the caller's tenant's failed runs grouped by function and error (the dead-letter view). Needs `runs:read`.
+         * @description Groups the runs that failed for good (status `failed`) within the window by
+         *     their function, their error's type and the shape of their error's message: the
+         *     message with quoted strings, UUIDs, hex ids and numbers replaced by `<str>`,
+         *     `<uuid>`, `<hex>` and `<num>` (the SQL function `stepgate.error_message_shape`,
+         *     migration 0053). Each group has a key (`group`, 16 hex digits), its count, its
+         *     first and last failure in the window and its latest run. A dismissed group is
+         *     left out until one of its runs fails after the dismissal. Groups come by their
+         *     last failure, latest first. Failed runs stay until retention deletes them.
+         */
+        get: operations["listFailures"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/failures/{group}/dismiss": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A group's key (16 hex digits). */
+                group: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Hides a group of failures from the dead-letter view until it fails again. Needs `runs:manage`.
+         * @description Records the dismissal of the group, now, by the caller: `GET /v1/failures`
+         *     leaves the group out until one of its runs fails after now. A dismissal again
+         *     moves it to now. A key that is not 16 hex digits is a 400; a group with no failed
+         *     run of the caller's tenant is a 404. The runs themselves are not touched.
+         */
+        post: operations["dismissFailures"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/operations/{id}": {
         parameters: {
             query?: never;
@@ -1781,6 +1903,8 @@ export interface components {
             parent_name?: string;
             /** @description The run this one reruns; the rerun's own identity is whoever reran it. */
             rerun_of?: string;
+            /** @description `getRun` only: the runs that rerun this one (`POST /v1/runs/{id}/rerun` or a bulk rerun), oldest first, at most 100. */
+            rerun_by?: string[];
             /** @description A child run started detached: cancelling its parent does not cancel it, and it does not inherit its parent's deadline. Absent for the others. */
             detached?: boolean;
             /** @description Who cancelled the run. */
@@ -2590,7 +2714,7 @@ export interface components {
         CancelFilter: {
             /** @description The function's name. */
             function?: string;
-            /** @description Any of these statuses (`scheduled`, `queued`, `running`, `suspended`); all four when absent. */
+            /** @description Any of these statuses: for a cancel, of `scheduled`, `queued`, `running`, `suspended` (all four when absent); for a rerun, of `completed`, `failed`, `cancelled` (all three when absent). */
             status?: components["schemas"]["RunStatus"][];
             /** Format: date-time */
             created_after?: string;
@@ -2598,21 +2722,101 @@ export interface components {
             created_before?: string;
             /** @description Runs whose idempotency key starts with this (1 to 255 bytes). */
             idempotency_key_prefix?: string;
+            /** @description A bulk rerun's only: runs whose error has this type (1 to 255 bytes). */
+            error_type?: string;
+            /** @description A bulk rerun's only: failed runs of this group of the dead-letter view (`GET /v1/failures`, 16 hex digits). */
+            error_group?: string;
         };
-        /** @description A bulk operation on the runs of a tenant (kind `cancel`), done in the background. */
+        RerunRunsRequest: {
+            filter: components["schemas"]["CancelFilter"];
+            /**
+             * @description Where each new run starts: `start` (default) or the old run's failing entry.
+             * @enum {string}
+             */
+            from?: "start" | "failure";
+            /** @description The seq every new run starts at, its old run's entries before it copied (not with `from`). */
+            from_seq?: number;
+        };
+        OperationError: {
+            run_id: string;
+            error: string;
+        };
+        FailureGroup: {
+            /** @description The group's key: give it to `POST /v1/failures/{group}/dismiss` or as a filter's `error_group`. */
+            group: string;
+            function: string;
+            error_type: string;
+            /** @description The shape of the group's error messages (see `listFailures`). */
+            message: string;
+            /** @description The latest run's error message. */
+            sample_message?: string;
+            /**
+             * Format: int64
+             * @description Failed runs of the group in the window.
+             */
+            count: number;
+            /** Format: date-time */
+            first_seen: string;
+            /** Format: date-time */
+            last_seen: string;
+            /** @description The group's latest failed run. */
+            sample_run_id: string;
+            /**
+             * Format: date-time
+             * @description With `include_dismissed`: when the group was dismissed, if it is.
+             */
+            dismissed_at?: string;
+        };
+        FailureGroupList: {
+            groups: components["schemas"]["FailureGroup"][];
+            /**
+             * Format: date-time
+             * @description The window's start.
+             */
+            since: string;
+            /** @description More groups matched than `limit`. */
+            truncated: boolean;
+        };
+        FailureDismissal: {
+            group: string;
+            /** Format: date-time */
+            dismissed_at: string;
+            by: components["schemas"]["Identity"];
+        };
+        /** @description A bulk operation on the runs of a tenant (kind `cancel` or `rerun`), done in the background. */
         Operation: {
             /** Format: uuid */
             id: string;
             /** @enum {string} */
-            kind: "cancel";
+            kind: "cancel" | "rerun";
             /** @enum {string} */
-            status: "running" | "completed" | "failed";
+            status: "running" | "completed" | "failed" | "cancelled";
             filter: components["schemas"]["CancelFilter"];
             /**
              * Format: int64
-             * @description Runs cancelled so far (their trees not counted).
+             * @description A cancel's runs cancelled so far (their trees not counted); 0 for a rerun.
              */
             cancelled: number;
+            /**
+             * Format: int64
+             * @description Runs done so far: cancelled by a cancel, rerun by a rerun.
+             */
+            done: number;
+            /**
+             * Format: int64
+             * @description A rerun's runs it could not rerun (see `errors`).
+             */
+            failed: number;
+            /** @description A sample (the first 20) of why runs could not be rerun. */
+            errors?: components["schemas"]["OperationError"][];
+            /**
+             * @description A rerun's start point, unless `from_seq`.
+             * @enum {string}
+             */
+            from?: "start" | "failure";
+            /** @description A rerun's start seq, when given. */
+            from_seq?: number;
+            cancelled_by?: components["schemas"]["Identity"];
             /**
              * Format: int64
              * @description Runs matching when the work began; absent before.
@@ -3291,6 +3495,8 @@ export interface operations {
                 idempotency_key?: string;
                 created_after?: string;
                 created_before?: string;
+                /** @description Only the failed runs of this group of the dead-letter view (`GET /v1/failures`, 16 hex digits). */
+                error_group?: string;
                 limit?: number;
                 /** @description The `next_cursor` of the previous page. */
                 cursor?: string;
@@ -3464,6 +3670,128 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             409: components["responses"]["Conflict"];
+        };
+    };
+    rerunRuns: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "filter": {
+                 *         "function": "orders.checkout",
+                 *         "status": [
+                 *           "failed"
+                 *         ]
+                 *       },
+                 *       "from": "failure"
+                 *     }
+                 */
+                "application/json": components["schemas"]["RerunRunsRequest"];
+            };
+        };
+        responses: {
+            /** @description The operation, running. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Operation"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            409: components["responses"]["Conflict"];
+        };
+    };
+    cancelOperation: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The operation, cancelled. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Operation"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+        };
+    };
+    listFailures: {
+        parameters: {
+            query?: {
+                /** @description The window, back from now, as a duration (`90m`, `36h`, `7d`); default `7d`, at most the gateway's retention (a 400 naming it). */
+                since?: string;
+                /** @description Groups at most, 1 to 500; default 100. `truncated` says when more matched. */
+                limit?: number;
+                /** @description Lists dismissed groups too, with `dismissed_at`. */
+                include_dismissed?: boolean;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The groups. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FailureGroupList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+        };
+    };
+    dismissFailures: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A group's key (16 hex digits). */
+                group: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The dismissal. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FailureDismissal"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
         };
     };
     getOperation: {

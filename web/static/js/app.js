@@ -1,6 +1,7 @@
 // The dashboard: sign-in, the frame (navigation, theme, identity) and hash routing.
 //   #/runs?function=&status=&range=   the runs list
 //   #/runs/<id>                      one run
+//   #/failures?since=&all=            failed runs grouped by function and error
 //   #/functions                      the functions
 //   #/functions/<name>               one function, with its last check against live runs
 //   #token=<jwt>                     signs in with the token and strips it from the URL
@@ -14,6 +15,7 @@ import { runsPage } from "./pages/runs.js";
 import { runPage } from "./pages/run.js";
 import { functionsPage } from "./pages/functions.js";
 import { functionPage } from "./pages/function.js";
+import { failuresPage } from "./pages/failures.js";
 
 const app = document.getElementById("app");
 let cleanup = () => {};
@@ -41,12 +43,13 @@ function route() {
   else if (page === "runs" && parts.length === 2) cleanup = runPage(el, parts[1]) || cleanup;
   else if (page === "functions" && parts.length === 1) cleanup = functionsPage(el, query) || cleanup;
   else if (page === "functions" && parts.length === 2) cleanup = functionPage(el, parts[1]) || cleanup;
+  else if (page === "failures" && parts.length === 1) cleanup = failuresPage(el, query) || cleanup;
   else {
     replace(el, h("div", { class: "empty" },
       h("h2", null, "Nothing here"),
       h("p", null, "This page does not exist. ", h("a", { href: "#/runs" }, "Go to the runs"), ".")));
   }
-  document.title = (page === "functions" ? (parts[1] ? "Function" : "Functions") : page === "runs" && parts[1] ? "Run" : "Runs") + " · stepgate";
+  document.title = (page === "functions" ? (parts[1] ? "Function" : "Functions") : page === "failures" ? "Failures" : page === "runs" && parts[1] ? "Run" : "Runs") + " · stepgate";
 }
 
 function showSignIn(message) {
@@ -121,6 +124,7 @@ function frame() {
       h("nav", { class: "nav", "aria-label": "Main" },
         h("a", { href: "#/runs", "data-nav": "runs" }, icon("runs"), h("span", null, "Runs")),
         h("a", { href: "#/functions", "data-nav": "functions" }, icon("functions"), h("span", null, "Functions")),
+        h("a", { href: "#/failures", "data-nav": "failures", "data-testid": "nav-failures" }, icon("alert"), h("span", null, "Failures")),
         river),
       h("div", { class: "topbar-end" },
         h("div", { class: "who", title: `subject ${who}\ntenant ${c.tenant || "default"}\nroles ${rs.join(", ") || "—"}`, "data-testid": "who" },

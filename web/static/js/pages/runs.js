@@ -5,6 +5,7 @@ import { request, query, streamRuns, can } from "../api.js";
 import { errorBox } from "../dialog.js";
 import { liveIndicator } from "./live.js";
 import { cancelMatching } from "./runs_cancel.js";
+import { redriveMatching } from "./runs_redrive.js";
 
 const PAGE = 50; // runs a page; #/runs?limit=N asks for another size
 const RANGES = [
@@ -26,6 +27,7 @@ export function runsPage(el, params) {
     after: params.get("after") || "", // datetime-local values, for the custom range
     before: params.get("before") || "",
     q: params.get("q") || "",
+    group: params.get("error_group") || "", // a failure group (the Failures page's "Inspect")
     limit: Math.min(500, Math.max(1, Number(params.get("limit")) || PAGE)),
   };
   let runs = []; // newest first, as the API orders them
@@ -62,6 +64,14 @@ export function runsPage(el, params) {
     ? h("button", { type: "button", class: "btn danger-outline", "data-testid": "cancel-matching", hidden: true, onclick: () => askCancel() },
       icon("stop", 13), h("span", null, "Cancel matching…"))
     : null;
+  // Bulk rerun, for roles that may rerun and manage runs, once a filter narrows the list
+  // to finished runs (or to no status at all).
+  const redriveBtn = can("runs:invoke") && can("runs:manage")
+    ? h("button", { type: "button", class: "btn", "data-testid": "redrive-matching", hidden: true, onclick: () => askRedrive() },
+      icon("rerun", 13), h("span", null, "Redrive…"))
+    : null;
+  const groupChip = h("span", { class: "tag", "data-testid": "filter-group", hidden: !f.group },
+    "error group ", h("span", { class: "mono" }, f.group));
 
   const tbody = h("tbody", { "data-testid": "runs-body" });
   const table = h("table", { class: "table runs-table", "data-testid": "runs-table" },
@@ -80,10 +90,10 @@ export function runsPage(el, params) {
   replace(el,
     h("div", { class: "page-head" },
       h("div", { class: "page-title" }, h("h1", null, "Runs"), live.el),
-      h("div", { class: "page-actions" }, cancelBtn, refreshBtn)),
+      h("div", { class: "page-actions" }, redriveBtn, cancelBtn, refreshBtn)),
     h("div", { class: "toolbar" },
       h("label", { class: "search-wrap" }, icon("search", 14), search, h("kbd", { title: "press / to search" }, "/")),
-      fnSelect, statusSelect, rangeSelect, custom, clearBtn),
+      fnSelect, statusSelect, rangeSelect, custom, groupChip, clearBtn),
     note,
     h("div", { class: "card table-card" }, table, state),
     foot);
@@ -92,10 +102,12 @@ export function runsPage(el, params) {
   function syncURL() {
     const q = query({
       function: f.function, status: f.status, range: f.range, after: f.range === "custom" ? f.after : "",
-      before: f.range === "custom" ? f.before : "", q: f.q, limit: f.limit === PAGE ? "" : f.limit,
+      before: f.range === "custom" ? f.before : "", q: f.q, error_group: f.group, limit: f.limit === PAGE ? "" : f.limit,
     });
     history.replaceState(null, "", "#/runs" + q);
-    clearBtn.hidden = !(f.function || f.status || f.range || f.q);
+    clearBtn.hidden = !(f.function || f.status || f.range || f.q || f.group);
+    groupChip.hidden = !f.group;
+    if (redriveBtn) redriveBtn.hidden = !(f.function || f.range || f.group || TERMINAL.has(f.status)) || (f.status && !TERMINAL.has(f.status));
     if (cancelBtn) cancelBtn.hidden = !(f.function || f.range) && !(f.status && !TERMINAL.has(f.status)) || TERMINAL.has(f.status);
   }
 
@@ -112,6 +124,22 @@ export function runsPage(el, params) {
     cancelMatching({ filter, count, more: !!cursor, onDone: () => { if (g === gen) load(); } }); // not once the page is left
   }
 
+  // askRedrive reruns the finished runs matching the filters (not the search) in bulk.
+  function askRedrive() {
+    const b = apiBounds();
+    const filter = {};
+    if (f.function) filter.function = f.function;
+    if (f.status) filter.status = [f.status];
+    if (f.group) filter.error_group = f.group;
+    if (b.created_after) filter.created_after = b.created_after;
+    if (b.created_before) filter.created_before = b.created_before;
+    const count = runs.filter((r) => matches(r) && TERMINAL.has(r.status)).length;
+    const g = gen;
+    redriveMatching({ filter, count, more: !!cursor, from: f.status === "failed" || f.group ? "failure" : "start",
+      what: f.group ? h("span", null, "failed runs of error group ", h("strong", { class: "mono" }, f.group)) : null,
+      onDone: () => { if (g === gen) load(); } });
+  }
+
   function apiBounds() {
     if (f.range === "custom") {
       return {
@@ -125,6 +153,7 @@ export function runsPage(el, params) {
 
   // matches reports whether run belongs in the list under the server-side filters.
   function matches(run) {
+    if (f.group && run.status !== "failed") return false;
     if (f.function && run.function !== f.function) return false;
     if (f.status && run.status !== f.status) return false;
     const t = ms(run.created_at);
@@ -192,7 +221,7 @@ export function runsPage(el, params) {
       replace(state, h("div", { class: "pad" }, errorBox("Couldn't load the runs", loadError,
         h("button", { type: "button", class: "btn small", onclick: () => load() }, icon("refresh", 13), "Try again"))));
     } else if (runs.length === 0) {
-      replace(state, f.function || f.status || f.range ? emptyFiltered() : emptyAll());
+      replace(state, f.function || f.status || f.range || f.group ? emptyFiltered() : emptyAll());
     } else if (shown === 0) {
       replace(state, h("div", { class: "empty" },
         h("h3", null, "No loaded run matches"),
@@ -248,7 +277,7 @@ export function runsPage(el, params) {
     render();
     early = [];
     try {
-      const page = await request("/v1/runs" + query({ function: f.function, status: f.status, ...bounds, limit: f.limit }));
+      const page = await request("/v1/runs" + query({ function: f.function, status: f.status, error_group: f.group, ...bounds, limit: f.limit }));
       if (g !== gen) return;
       runs = page.runs || [];
       cursor = page.next_cursor || null;
@@ -268,7 +297,7 @@ export function runsPage(el, params) {
     loading = true;
     renderState();
     try {
-      const page = await request("/v1/runs" + query({ function: f.function, status: f.status, ...bounds, limit: f.limit, cursor }));
+      const page = await request("/v1/runs" + query({ function: f.function, status: f.status, error_group: f.group, ...bounds, limit: f.limit, cursor }));
       if (g !== gen) return;
       for (const r of page.runs || []) {
         if (rows.has(r.id)) continue; // it moved onto an earlier page meanwhile, say, by a rerun
@@ -294,7 +323,7 @@ export function runsPage(el, params) {
     await loaded; // a load that started before the stream opened must not overwrite this
     if (g !== gen) return; // the page was left meanwhile, or loaded afresh
     try {
-      const page = await request("/v1/runs" + query({ function: f.function, status: f.status, ...bounds, limit: f.limit }));
+      const page = await request("/v1/runs" + query({ function: f.function, status: f.status, error_group: f.group, ...bounds, limit: f.limit }));
       if (g !== gen) return;
       for (const r of page.runs || []) upsert(r, false);
       if (runs.length <= f.limit) cursor = page.next_cursor || null;
@@ -327,7 +356,7 @@ export function runsPage(el, params) {
       rows.set(run.id, tr);
       return;
     }
-    if (!matches(run)) return;
+    if (!matches(run) || f.group) return; // a run's error group is the server's to tell
     const last = runs[runs.length - 1];
     if (cursor && last && !newer(run, last)) return; // it belongs to a page not loaded yet
     let j = runs.findIndex((r) => newer(run, r));
@@ -361,7 +390,7 @@ export function runsPage(el, params) {
   }
 
   function clearFilters() {
-    Object.assign(f, { function: "", status: "", range: "", after: "", before: "", q: "" });
+    Object.assign(f, { function: "", status: "", range: "", after: "", before: "", q: "", group: "" });
     fnSelect.value = statusSelect.value = rangeSelect.value = search.value = "";
     custom.hidden = true;
     changed(true);

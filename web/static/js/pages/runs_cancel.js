@@ -2,7 +2,7 @@
 // when every matching run is loaded, how many; then it follows the operation's progress
 // (GET /v1/operations/{id}, polled) until it ends.
 
-import { h, fmtDateTime } from "../dom.js";
+import { h, icon, replace, fmtDateTime } from "../dom.js";
 import { request } from "../api.js";
 import { confirmAction, modal, errorBox, toast } from "../dialog.js";
 
@@ -38,29 +38,45 @@ export async function cancelMatching({ filter, count, more, onDone }) {
   progress(op, onDone);
 }
 
-/** progress shows op's progress, polling it until it ends. */
-function progress(op, onDone) {
+/**
+ * progress shows a bulk operation's progress (a cancel or a rerun), polling it until it
+ * ends; its Stop button cancels the operation. onDone runs once the dialog closes.
+ */
+export function progress(op, onDone) {
+  const rerun = op.kind === "rerun";
+  const verb = rerun ? "rerun" : "cancelled";
   const bar = h("progress", { max: 1, value: 0, "data-testid": "operation-progress" });
   const text = h("p", { "data-testid": "operation-text" });
+  const errors = h("ul", { class: "muted", "data-testid": "operation-errors" });
   const err = h("div");
+  const stop = h("button", { type: "button", class: "btn danger-outline", "data-testid": "operation-stop", onclick: () => stopIt() },
+    icon("stop", 13), h("span", null, "Stop"));
   let timer = 0;
   let closed = false;
   const dlg = modal({
-    title: "Cancelling runs",
-    content: h("div", { class: "dialog-body", "data-testid": "operation" }, bar, text, err),
-    onClose: () => { closed = true; clearTimeout(timer); onDone(); },
+    title: rerun ? "Rerunning runs" : "Cancelling runs",
+    content: h("div", { class: "dialog-body", "data-testid": "operation" }, bar, text, errors, err, h("footer", null, stop)),
+    onClose: () => { closed = true; clearTimeout(timer); if (onDone) onDone(); },
   });
+  const done = (o) => (rerun ? o.done : o.cancelled) || 0;
   const show = (o) => {
     const total = o.matched ?? null;
-    bar.max = Math.max(total || 0, o.cancelled, 1);
-    bar.value = o.cancelled;
+    const n = done(o);
+    const failed = o.failed || 0;
+    bar.max = Math.max(total || 0, n + failed, 1);
+    bar.value = n + failed;
     const of = total === null ? "" : ` of ${total}`;
+    const nf = failed ? `, ${failed} could not be` : "";
     text.textContent = o.status === "running"
-      ? `${o.cancelled}${of} cancelled so far (${o.batches} batches)…`
+      ? `${n}${of} ${verb} so far${nf} (${o.batches} batches)…`
       : o.status === "completed"
-        ? `Done: ${o.cancelled} run${o.cancelled === 1 ? "" : "s"} cancelled.`
-        : `Failed after ${o.cancelled} runs: ${o.error || "unknown error"}`;
+        ? `Done: ${n} run${n === 1 ? "" : "s"} ${verb}${nf}.`
+        : o.status === "cancelled"
+          ? `Stopped after ${n} run${n === 1 ? "" : "s"} ${verb}${nf}.`
+          : `Failed after ${n} runs: ${o.error || "unknown error"}`;
     text.dataset.status = o.status;
+    stop.hidden = o.status !== "running";
+    replace(errors, (o.errors || []).slice(0, 5).map((e) => h("li", null, h("a", { href: `#/runs/${e.run_id}`, class: "mono" }, "…" + e.run_id.slice(-8)), " ", e.error)));
   };
   const poll = async () => {
     try {
@@ -70,12 +86,21 @@ function progress(op, onDone) {
       if (o.status === "running") {
         timer = setTimeout(poll, POLL_MS);
       } else if (o.status === "completed") {
-        toast(`${o.cancelled} runs cancelled`);
+        toast(`${done(o)} runs ${verb}`);
       }
     } catch (e) {
       if (!closed) err.replaceChildren(errorBox("Couldn't read the operation's progress", e));
     }
   };
+  async function stopIt() {
+    stop.disabled = true;
+    try {
+      show(await request(`/v1/operations/${op.id}/cancel`, { method: "POST" }));
+    } catch (e) {
+      err.replaceChildren(errorBox("Couldn't stop the operation", e));
+    }
+    stop.disabled = false;
+  }
   show(op);
   poll();
   return dlg;

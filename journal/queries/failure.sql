@@ -1,0 +1,37 @@
+-- name: FailureGroups :many
+-- The tenant's runs that failed since since, grouped by stepgate.error_group (function,
+-- error type, error_message_shape of the message), latest failure first; a group dismissed
+-- (failure_dismissal) with no failure since is left out, unless include_dismissed. The
+-- sample is the group's latest failed run. One group more than max_groups says more match.
+WITH failed AS (
+    SELECT r.id, r.finished_at, stepgate.error_group(r.function, r.error) AS error_group
+    FROM stepgate.run r
+    WHERE r.tenant = @tenant AND r.status = 'failed' AND r.finished_at >= @since
+), grouped AS (
+    SELECT f.error_group, count(*) AS runs, min(f.finished_at)::timestamptz AS first_seen,
+        max(f.finished_at)::timestamptz AS last_seen,
+        (array_agg(f.id ORDER BY f.finished_at DESC, f.id DESC))[1]::uuid AS sample_id
+    FROM failed f
+    GROUP BY f.error_group
+)
+SELECT g.error_group, g.runs, g.first_seen, g.last_seen, g.sample_id::text AS sample_run_id,
+    s.function, coalesce(s.error->>'type', '')::text AS error_type,
+    coalesce(s.error->>'message', '')::text AS sample_message,
+    stepgate.error_message_shape(s.error->>'message')::text AS message_shape,
+    d.dismissed_at
+FROM grouped g
+JOIN stepgate.run s ON s.tenant = @tenant AND s.id = g.sample_id
+LEFT JOIN stepgate.failure_dismissal d ON d.tenant = @tenant AND d.error_group = g.error_group
+WHERE @include_dismissed::boolean OR d.dismissed_at IS NULL OR g.last_seen > d.dismissed_at
+ORDER BY g.last_seen DESC, g.error_group
+LIMIT @max_groups;
+
+-- name: FailureDismiss :one
+-- Dismisses the tenant's group of failures now, as by_identity; finds nothing when no run
+-- of the tenant failed in the group.
+INSERT INTO stepgate.failure_dismissal (tenant, error_group, by_identity)
+SELECT @tenant, @error_group, @by_identity
+WHERE EXISTS (SELECT 1 FROM stepgate.run r WHERE r.tenant = @tenant AND r.status = 'failed'
+    AND stepgate.error_group(r.function, r.error) = @error_group)
+ON CONFLICT (tenant, error_group) DO UPDATE SET dismissed_at = now(), by_identity = excluded.by_identity
+RETURNING error_group, dismissed_at, by_identity;
