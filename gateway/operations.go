@@ -193,6 +193,9 @@ func rerunFilter(f protocol.CancelFilter) (journal.CancelFilter, error) {
 				return out, badRequest("filter.status: %q is not one of completed, failed, cancelled (only a finished run can be rerun)", st)
 			}
 		}
+	} else {
+		// A redrive: without a status, the failed runs only, never every completed run.
+		out.Statuses = []journal.Status{journal.StatusFailed}
 	}
 	if t := f.ErrorType; t != nil && (len(*t) == 0 || len(*t) > 255) {
 		return out, badRequest("filter.error_type: must be 1 to 255 bytes")

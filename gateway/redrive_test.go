@@ -141,7 +141,14 @@ func TestBulkRerun(t *testing.T) {
 	})
 
 	t.Run("FromFailureInOneTenant", func(t *testing.T) {
-		resp, err := c.RerunRunsWithResponse(t.Context(), protocol.RerunRunsRequest{Filter: body.Filter, From: ptr(protocol.RerunRunsRequestFromFailure)})
+		// A completed run of redrive.a: a filter without a status redrives failed runs only.
+		_, err := s.Pool.Exec(t.Context(), `
+			INSERT INTO stepgate.run (id, tenant, function, revision, status, input, identity, output, created_at, finished_at)
+			SELECT gen_random_uuid(), f.tenant, f.name, f.revision, 'completed', '{}', '{"subject":"seed","tenant":"t1"}', '1', now() - interval '1 s', now() - interval '1 s'
+			FROM stepgate.function f WHERE f.tenant = 't1' AND f.name = 'redrive.a'`)
+		require.NoError(t, err)
+		resp, err := c.RerunRunsWithResponse(t.Context(), protocol.RerunRunsRequest{
+			Filter: protocol.CancelFilter{Function: ptr("redrive.a")}, From: ptr(protocol.RerunRunsRequestFromFailure)})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusAccepted, resp.StatusCode(), string(resp.Body))
 		require.Equal(t, protocol.Rerun, resp.JSON202.Kind)

@@ -828,7 +828,7 @@ type CancelFilter struct {
 	// IdempotencyKeyPrefix Runs whose idempotency key starts with this (1 to 255 bytes).
 	IdempotencyKeyPrefix *string `json:"idempotency_key_prefix,omitempty"`
 
-	// Status Any of these statuses: for a cancel, of `scheduled`, `queued`, `running`, `suspended` (all four when absent); for a rerun, of `completed`, `failed`, `cancelled` (all three when absent).
+	// Status Any of these statuses: for a cancel, of `scheduled`, `queued`, `running`, `suspended` (all four when absent); for a rerun, of `completed`, `failed`, `cancelled` (only `failed` when absent: a redrive never reruns completed runs unless asked).
 	Status *[]RunStatus `json:"status,omitempty"`
 }
 

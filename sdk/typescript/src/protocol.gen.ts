@@ -2714,7 +2714,7 @@ export interface components {
         CancelFilter: {
             /** @description The function's name. */
             function?: string;
-            /** @description Any of these statuses: for a cancel, of `scheduled`, `queued`, `running`, `suspended` (all four when absent); for a rerun, of `completed`, `failed`, `cancelled` (all three when absent). */
+            /** @description Any of these statuses: for a cancel, of `scheduled`, `queued`, `running`, `suspended` (all four when absent); for a rerun, of `completed`, `failed`, `cancelled` (only `failed` when absent: a redrive never reruns completed runs unless asked). */
             status?: components["schemas"]["RunStatus"][];
             /** Format: date-time */
             created_after?: string;
