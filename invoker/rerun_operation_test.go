@@ -176,7 +176,7 @@ func TestBulkRerunResumesWithoutDuplicates(t *testing.T) {
 	require.Zero(t, twice, "no run was rerun twice")
 }
 
-// TestBulkRerunOperation100k measures the work of a bulk rerun alone (REDRIVE_NOTES.md):
+// TestBulkRerunOperation100k measures the work of a bulk rerun alone (BENCHMARKS.md, "Bulk rerun (redrive) and the dead-letter view"):
 // 100,000 failed runs rerun from the failing step (each new run created, its entry
 // before the failing seq copied, its job enqueued) by this process, with River stopped,
 // so that no new run executes meanwhile. It runs only with STEPGATE_BENCH_BULK=1.
