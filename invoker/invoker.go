@@ -662,11 +662,18 @@ func (inv *Invoker) armWake(runID string, rev *revision, wakeAt time.Time, d tim
 }
 
 // untilNotBefore returns once the database clock has passed claim.NotBefore (at once
-// when it is zero), asking the database's clock (journal.ClockNow) each time this
-// process's timer says it should have; a failed read is asked again 10 ms later. It
-// returns ctx's cause when ctx ends first.
+// when it is zero), asking the database's clock (journal.ClockNow) first, then each time
+// this process's timer says it should have passed; a failed read is asked again 10 ms
+// later. (The claim's own clock is its transaction's start, a commit earlier: timing
+// from it would wake late by the commit.) It returns ctx's cause when ctx ends first.
 func (inv *Invoker) untilNotBefore(ctx context.Context, claim *journal.Claim) error {
+	if claim.NotBefore.IsZero() {
+		return nil
+	}
 	dbNow := claim.Now
+	if now, err := journal.ClockNow(ctx, inv.pool); err == nil {
+		dbNow = now
+	}
 	for dbNow.Before(claim.NotBefore) {
 		t := time.NewTimer(claim.NotBefore.Sub(dbNow))
 		select {
