@@ -627,16 +627,18 @@ func (inv *Invoker) armWake(runID string, rev *revision, wakeAt time.Time, d tim
 		return
 	}
 	due := inv.clock.Now().Add(d)
+	atTheWake := func() { inv.armTimer(runID, rev, due.Sub(inv.clock.Now()), 0) }
 	inv.timers.arm(runTimer(runID), d-earlyWake, func() {
 		var err error
 		if rev == nil {
 			if rev, err = inv.functions.revisionOfRun(inv.bg, runID); err != nil {
-				inv.armTimer(runID, nil, due.Sub(inv.clock.Now()), 0)
+				rev = nil
+				atTheWake()
 				return
 			}
 		}
 		if len(rev.config.Concurrency) > 0 {
-			inv.armTimer(runID, rev, due.Sub(inv.clock.Now()), 0)
+			atTheWake()
 			return
 		}
 		if !inv.fair.Acquire(rev.tenant) {
@@ -646,7 +648,7 @@ func (inv *Invoker) armWake(runID string, rev *revision, wakeAt time.Time, d tim
 		c, err := journal.ClaimRunEarly(inv.bg, inv.pool, rev.tenant, runID, wakeAt, earlyClaimBound, inv.leaseTTL)
 		if errors.Is(err, journal.ErrNotDue) {
 			// Resumable otherwise (a wait stored), or not suspended until wakeAt any more.
-			inv.armTimer(runID, rev, due.Sub(inv.clock.Now()), 0)
+			atTheWake()
 			return
 		}
 		if err == nil {
