@@ -330,17 +330,17 @@ func TestStartRunWithMessageIsOneTransaction(t *testing.T) {
 	require.JSONEq(t, `"small"`, string(*res.Output))
 }
 
-// TestStartWithMessageAsTheREADMEShows sends the README's curl example (Messages, start
-// with a message) to a real gateway, and checks its answer against the one the README
-// prints (values with "…" stand for what varies).
-func TestStartWithMessageAsTheREADMEShows(t *testing.T) {
+// TestStartWithMessageAsTheDocsShow sends docs/messages.md's curl example (start with a
+// message) to a real gateway, and checks its answer against the one the page prints
+// (values with "…" stand for what varies).
+func TestStartWithMessageAsTheDocsShow(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../docs/messages.md")
 	require.NoError(t, err)
 	example := regexp.MustCompile(`(?m)^curl -s -X POST "\$STEPGATE_URL(/v1/functions/[^"]+/runs/with-message)" \\\n` +
 		`  -H "Authorization: Bearer \$STEPGATE_TOKEN" -H "Idempotency-Key: ([^"]+)" \\\n` +
 		`  -d '([^']+)'\n# (\d+) (.+)$`).FindStringSubmatch(string(readme))
-	require.NotNil(t, example, "the README's curl example of POST /v1/functions/{name}/runs/with-message")
+	require.NotNil(t, example, "docs/messages.md's curl example of POST /v1/functions/{name}/runs/with-message")
 	path, key, body, status, answer := example[1], example[2], example[3], example[4], example[5]
 
 	s := stack.Start(t, stack.Options{})
@@ -366,7 +366,7 @@ func TestStartWithMessageAsTheREADMEShows(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, status, strconv.Itoa(resp.StatusCode), string(got))
 
-	// Every field the README shows, with its value unless it varies.
+	// Every field the page shows, with its value unless it varies.
 	var want, have map[string]any
 	require.NoError(t, json.Unmarshal([]byte(answer), &want))
 	require.NoError(t, json.Unmarshal(got, &have))
