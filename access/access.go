@@ -54,7 +54,7 @@ func Permissions() []Permission {
 // invoke_roles.
 const RoleAdmin = "admin"
 
-// rolePermissions is the role table of openapi.yaml (info.description) and the README;
+// rolePermissions is the role table of openapi.yaml (info.description) and docs/auth.md;
 // a test keeps them equal.
 var rolePermissions = map[string][]Permission{
 	RoleAdmin: Permissions(),

@@ -239,14 +239,14 @@ func LazyCheckpoints() Option {
 }
 
 // RunTimeout bounds each run of the function, from its creation: past it, the run fails
-// with error type deadline_exceeded whatever it is doing (see the README's deadlines).
+// with error type deadline_exceeded whatever it is doing (see docs/deadlines.md).
 // d must be from 1s to 10 years.
 func RunTimeout(d time.Duration) Option {
 	return Option{set: func(c *protocol.FunctionConfig) { c.RunTimeout = new(d.String()) }}
 }
 
 // Retention sets how long the function's finished runs are kept before the gateway
-// deletes them (see the README's retention); d must be from 1m to 10 years. Without it,
+// deletes them (see docs/operations.md, retention); d must be from 1m to 10 years. Without it,
 // the gateway's STEPGATE_RETENTION (30 days by default) holds.
 func Retention(d time.Duration) Option {
 	return Option{set: func(c *protocol.FunctionConfig) { c.Retention = new(d.String()) }}

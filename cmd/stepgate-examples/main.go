@@ -11,7 +11,7 @@
 //	STEPGATE_TOKEN         (GET /v1/signing-keys) with a token of the tenant, and
 //	                       follow its key rotations
 //	STEPGATE_HMAC_SECRETS  or: the tenant's HMAC secrets (`stepgate keys secrets`);
-//	                       weaker, see the README
+//	                       weaker, see docs/auth.md
 //
 // Register the functions with a running gateway with
 // "stepgate apps sync http://HOST:9090/". SIGTERM or an interrupt shuts it down

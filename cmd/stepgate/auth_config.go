@@ -12,7 +12,7 @@ import (
 )
 
 // jwtConfig is how callers' tokens are verified, read from the environment variables
-// documented in the README's "Authentication and permissions".
+// documented in docs/auth.md.
 type jwtConfig struct {
 	secrets        [][]byte // STEPGATE_JWT_SECRET, comma-separated; the first signs dev tokens
 	publicKeyFiles []string // STEPGATE_JWT_PUBLIC_KEYS: PEM files

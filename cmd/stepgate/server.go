@@ -76,7 +76,7 @@ type serverConfig struct {
 	metrics     metrics.Config
 }
 
-// readServerConfig reads the environment variables documented in the README.
+// readServerConfig reads the environment variables documented in docs/configuration.md.
 func readServerConfig(getenv func(string) string) (serverConfig, error) {
 	c := serverConfig{
 		databaseURL: getenv("DATABASE_URL"),

@@ -26,7 +26,7 @@ func Register(app *functions.App) {
 	functions.Register(app, "hello", Hello)
 	functions.Register(app, "orders.checkout", Checkout, functions.InvocationTimeout(30*time.Second), functions.InvocationAttempts(5))
 	// One fulfilment per customer at a time, whichever gateway runs it: the others wait,
-	// queued, in order (README: Concurrency limits).
+	// queued, in order (docs/flow-control.md: Concurrency limits).
 	functions.Register(app, "orders.fulfil", Fulfil, functions.Concurrency(1, "input.customer_id"))
 	functions.Register(app, "orders.quote", Quote)
 	functions.Register(app, "orders.fulfil_all", FulfilAll)
@@ -35,7 +35,7 @@ func Register(app *functions.App) {
 	functions.Register(app, "flaky", Flaky)
 	functions.Register(app, "chain", Chain)
 	// At most 2 notifications a second per customer, one more at once after a quiet
-	// spell; the starts beyond wait, scheduled (see the README's throttles).
+	// spell; the starts beyond wait, scheduled (see docs/flow-control.md's throttles).
 	functions.Register(app, "orders.notify", Notify, functions.Throttle(functions.Rate{
 		Limit: 2, Period: time.Second, Burst: 1, Key: "input.customer_id",
 	}))

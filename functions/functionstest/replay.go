@@ -136,7 +136,7 @@ func ReplayFile(app *functions.App, function, file string, opts ...Option) (Repl
 
 // ReplayExport replays run export x against function of app with no side effects: it
 // invokes the function, in process, with the run's journal, input, identity and step
-// attempts (the next invocation's attempt) and replay_only (see README "Replay-only
+// attempts (the next invocation's attempt) and replay_only (see docs/protocol.md, "Replay-only
 // invocations"), so the SDK replays the journaled entries without running them and
 // answers status replayed: replay.next (the first step, entry or wait past the journal,
 // kind and name) is Next, replay.divergence (the code asks at a journaled seq for
