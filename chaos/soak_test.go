@@ -191,7 +191,7 @@ func soakPick(i int) (string, any) {
 
 // pay sends paidEvent with data.key = key through the running gateways until run id took
 // one (its journal holds the wait's entry) or ended, for up to a minute. An event sent
-// before the run's invocation began resumes nothing (see README, Events), so it sends
+// before the run's invocation began resumes nothing (see docs/events.md), so it sends
 // another, with another id, every 200ms.
 func (s *scenario) pay(ctx context.Context, id, key string) error {
 	deadline := time.Now().Add(time.Minute)

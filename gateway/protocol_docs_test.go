@@ -52,7 +52,7 @@ func (r *recorder) requests(method string) []signedRequest {
 	return out
 }
 
-// TestSignedRequestsRepeatAsDocumented checks what the README ("How functions verify the
+// TestSignedRequestsRepeatAsDocumented checks what docs/auth.md ("How functions verify the
 // gateway") and openapi.yaml say of repeated signed requests: two manifest syncs of one
 // tenant within one second carry the same signed message, byte for byte, and the Go
 // SDK answers both; each invocation of a run, a retry included, is a new body with a
@@ -109,7 +109,7 @@ func TestSignedRequestsRepeatAsDocumented(t *testing.T) {
 	})
 }
 
-// TestCheckpointWithAnotherRunsToken checks the 401 the README and openapi.yaml
+// TestCheckpointWithAnotherRunsToken checks the 401 docs/protocol.md and openapi.yaml
 // document for the checkpoint (and its stream) called with the token of another run's
 // invocation: nothing is journaled or written.
 func TestCheckpointWithAnotherRunsToken(t *testing.T) {
@@ -130,8 +130,8 @@ func TestCheckpointWithAnotherRunsToken(t *testing.T) {
 	other.mustPost(t, s, "", `{"seq":1,"kind":"step","name":"mine","output":1}`) // its own token works
 }
 
-// TestAWaitSeesOnlyEventsAfterItsInvocation checks the top of the README's events
-// section: an event stored before the invocation that reaches a wait began does not
+// TestAWaitSeesOnlyEventsAfterItsInvocation checks the top of docs/events.md:
+// an event stored before the invocation that reaches a wait began does not
 // resume it, even though the run was started after the event; a message sent before
 // the receive is kept for it.
 func TestAWaitSeesOnlyEventsAfterItsInvocation(t *testing.T) {
