@@ -219,10 +219,10 @@ func MaxInvocationDuration(d time.Duration) Option {
 // SleepInProcess sets the longest sleep ([step.Sleep], [step.SleepUntil]) that an
 // invocation waits out in its process, checkpointed, instead of suspending the run: a
 // sleep of 1s then costs no second invocation and ends on this process's timer, not a
-// wake-up of the gateway's (measured in BENCHMARKS.md). Without it (or with 0) every
-// sleep suspends the run. An invocation sleeps in its process only with time to spare
-// before its timeout and its MaxInvocationDuration; while it does, the run is running,
-// not sleeping, and holds its concurrency slots.
+// wake-up of the gateway's (measured in BENCHMARKS.md, "A sleep's end"). Without it
+// (or with 0) every sleep suspends the run. An invocation sleeps in its process only
+// with time to spare before its timeout and its MaxInvocationDuration; while it does,
+// the run is running, not sleeping, and holds its concurrency slots.
 func SleepInProcess(limit time.Duration) Option {
 	return Option{local: func(f *function) { f.sleepMax = max(limit, 0) }}
 }

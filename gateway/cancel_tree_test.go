@@ -292,8 +292,8 @@ func parseUUID(t *testing.T, s string) uuid.UUID {
 	return u
 }
 
-// TestBulkCancel100k measures a bulk cancel of 100,000 queued runs (BENCHMARKS.md). It
-// runs only with STEPGATE_BENCH_BULK=1.
+// TestBulkCancel100k measures a bulk cancel of 100,000 queued runs
+// (docs/benchmarks-history.md, "Bulk cancel (issue 11)"). It runs only with STEPGATE_BENCH_BULK=1.
 func TestBulkCancel100k(t *testing.T) {
 	if os.Getenv("STEPGATE_BENCH_BULK") == "" {
 		t.Skip("set STEPGATE_BENCH_BULK=1 to measure a bulk cancel of 100,000 runs")

@@ -417,8 +417,8 @@ func dropDeadlineJob(t *testing.T, s *stack.Stack, id string) {
 // TestDeadlineLateness measures how late runs end past their deadlines, on the database
 // clock (finished_at - deadline): 50 runs with a 2 s deadline that sleep 60 s, and 50
 // whose 2 s deadline cuts a step that runs for 60 s. It logs p50 and p99 of each (run
-// it with -v; the figures are in BENCHMARKS.md) and asserts no timing: every run ends
-// deadline_exceeded, none before its deadline.
+// it with -v; the figures are in docs/benchmarks-history.md, "Deadlines on time") and asserts
+// no timing: every run ends deadline_exceeded, none before its deadline.
 func TestDeadlineLateness(t *testing.T) {
 	t.Parallel()
 	s := stack.Start(t, stack.Options{})

@@ -310,9 +310,9 @@ func TestPriorityBadValues(t *testing.T) {
 // TestFairShareBacklog: another tenant's run starts while a tenant's backlog many times
 // the workers is queued ahead of it at the first priority and its runs hold all but the
 // reserve: River fetches and snoozes the backlog's jobs until it reaches the other's.
-// The time that takes is logged (BENCHMARKS.md), not asserted. Not parallel: it runs
-// before the package's parallel tests, so its figure is its own and its load (a flood
-// from 8 clients) does not slow theirs.
+// The time that takes is logged (docs/benchmarks-history.md, "Fair share (issue 12)"), not
+// asserted. Not parallel: it runs before the package's parallel tests, so its figure is
+// its own and its load (a flood from 8 clients) does not slow theirs.
 func TestFairShareBacklog(t *testing.T) {
 	const workers, flood = 10, 200
 	s := stack.Start(t, stack.Options{Workers: workers})

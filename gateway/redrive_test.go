@@ -222,10 +222,10 @@ func TestBulkRerun(t *testing.T) {
 }
 
 // TestBulkRerun100k measures a bulk rerun from the failing step of 100,000 failed runs
-// (BENCHMARKS.md, "Bulk rerun (redrive) and the dead-letter view"): the time to the 202, and to the operation's end, when every new
-// run is created, its entry before the failing seq copied, and its job enqueued. The new
-// runs execute meanwhile, through the normal path, on the same machine. It runs only
-// with STEPGATE_BENCH_BULK=1.
+// (docs/benchmarks-history.md, "Bulk rerun (redrive) and the dead-letter view"): the time to the
+// 202, and to the operation's end, when every new run is created, its entry before the
+// failing seq copied, and its job enqueued. The new runs execute meanwhile, through the
+// normal path, on the same machine. It runs only with STEPGATE_BENCH_BULK=1.
 func TestBulkRerun100k(t *testing.T) {
 	if os.Getenv("STEPGATE_BENCH_BULK") == "" {
 		t.Skip("set STEPGATE_BENCH_BULK=1 to measure a bulk rerun of 100,000 runs")

@@ -22,7 +22,8 @@ import (
 // TestRetention: the gateway's periodic job deletes finished runs past their retention in
 // small batches while new runs go on; a deleted run reads as a 404 that says it was
 // deleted, to its tenant only. With STEPGATE_BENCH_BULK=1 it deletes 100,000 runs and
-// logs how long that took and how new runs fared meanwhile (BENCHMARKS.md).
+// logs how long that took and how new runs fared meanwhile (docs/benchmarks-history.md,
+// "Retention (issue 14)").
 func TestRetention(t *testing.T) {
 	t.Parallel()
 	n := 3000

@@ -398,8 +398,8 @@ var (
 // checkpoints arriving meanwhile are gathered into the next (journal.Appender). On the
 // 2-core bench machine one write did better than two, and two better than three or
 // four, for 16 clients' runs of 3 and 10 steps: larger batches beat parallel writes
-// (BENCHMARKS.md, "Group commit of checkpoints, pipelined"). A lone checkpoint finds
-// the write free, and no write waits long for a lock (journal.AppendEntries).
+// (docs/benchmarks-history.md, "Group commit of checkpoints, pipelined"). A lone checkpoint
+// finds the write free, and no write waits long for a lock (journal.AppendEntries).
 // checkpointWriteTimeout bounds one write.
 const (
 	checkpointWrites       = 1

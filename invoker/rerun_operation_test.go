@@ -176,10 +176,11 @@ func TestBulkRerunResumesWithoutDuplicates(t *testing.T) {
 	require.Zero(t, twice, "no run was rerun twice")
 }
 
-// TestBulkRerunOperation100k measures the work of a bulk rerun alone (BENCHMARKS.md, "Bulk rerun (redrive) and the dead-letter view"):
-// 100,000 failed runs rerun from the failing step (each new run created, its entry
-// before the failing seq copied, its job enqueued) by this process, with River stopped,
-// so that no new run executes meanwhile. It runs only with STEPGATE_BENCH_BULK=1.
+// TestBulkRerunOperation100k measures the work of a bulk rerun alone
+// (docs/benchmarks-history.md, "Bulk rerun (redrive) and the dead-letter view"): 100,000 failed
+// runs rerun from the failing step (each new run created, its entry before the failing
+// seq copied, its job enqueued) by this process, with River stopped, so that no new run
+// executes meanwhile. It runs only with STEPGATE_BENCH_BULK=1.
 func TestBulkRerunOperation100k(t *testing.T) {
 	if os.Getenv("STEPGATE_BENCH_BULK") == "" {
 		t.Skip("set STEPGATE_BENCH_BULK=1 to measure a bulk rerun of 100,000 runs")

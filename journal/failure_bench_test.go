@@ -15,8 +15,9 @@ import (
 
 // TestFailureGroups100k measures the dead-letter view's query (FailureGroups, GET
 // /v1/failures) over 100,000 failed runs of a tenant in 20 groups, beside 100,000 of
-// another tenant and 100,000 completed runs (BENCHMARKS.md, "Bulk rerun (redrive) and the dead-letter view"): EXPLAIN ANALYZE's
-// execution time, warm. It runs only with STEPGATE_BENCH_BULK=1.
+// another tenant and 100,000 completed runs (docs/benchmarks-history.md, "Bulk rerun (redrive)
+// and the dead-letter view"): EXPLAIN ANALYZE's execution time, warm. It runs only with
+// STEPGATE_BENCH_BULK=1.
 func TestFailureGroups100k(t *testing.T) {
 	if os.Getenv("STEPGATE_BENCH_BULK") == "" {
 		t.Skip("set STEPGATE_BENCH_BULK=1 to measure the failures view over 100,000 failed runs")

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Measures the charts' statements (journal/queries/run_series.sql) on a database seeded
 # by seed.sql, as the API role with tenant t1, with EXPLAIN (ANALYZE, BUFFERS); prints
-# each plan's execution time (and the whole plan with PLAN=1). See BENCHMARKS.md ("Charts' series: what a read costs").
+# each plan's execution time (and the whole plan with PLAN=1). See
+# docs/benchmarks-history.md ("Charts' series: what a read costs").
 #   DB=postgres://postgres@127.0.0.1:5432/charts_bench bench/charts/measure.sh
 set -eu
 DB=${DB:-postgres://postgres@127.0.0.1:5432/charts_bench}

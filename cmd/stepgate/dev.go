@@ -79,7 +79,7 @@ const (
 // its own machine of cpus cores: 4 per core, at least 8. Postgres backends beyond a few
 // per core only queue for the cores the gateway and its functions need too; measured on
 // 2 cores, 8 connections instead of 40 took hello@16's p99 to 0.65–0.78× at the same
-// runs/s (BENCHMARKS.md, "A pool sized to the cores").
+// runs/s (docs/benchmarks-history.md, "A pool sized to the cores").
 func localPoolSize(cpus int) int32 {
 	return int32(max(8, 4*cpus))
 }

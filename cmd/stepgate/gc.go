@@ -7,8 +7,8 @@ import "runtime/debug"
 // collection, instead of Go's default of twice. A gateway's live heap is small (tens of
 // MiB: pools, caches and the runs in flight) and its garbage is per request, so fewer
 // collections cost little memory and give the CPU back to requests: measured in
-// BENCHMARKS.md ("The garbage collector's target"). GOGC and GOMEMLIMIT, when set, are
-// obeyed as Go obeys them.
+// docs/benchmarks-history.md ("The garbage collector's target"). GOGC and GOMEMLIMIT, when set,
+// are obeyed as Go obeys them.
 const gatewayGCPercent = 400
 
 // tuneGC sets gatewayGCPercent unless getenv says GOGC, and returns the percent in force.

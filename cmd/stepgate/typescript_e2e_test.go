@@ -846,7 +846,7 @@ func readStream(t *testing.T, url, token string) ([]string, string) {
 // SDK's on one gateway: runs of chain (Go) and ts.chain (TypeScript) with 0 and N steps,
 // one at a time, alternating, and reports per step (median(N) - median(0)) / N for each.
 // It is a measurement, not a test: it runs only with STEPGATE_TS_BENCH=1 (see
-// BENCHMARKS.md).
+// docs/benchmarks-history.md, "The TypeScript SDK's cost per step, against the Go SDK's").
 func TestTypeScriptSDKOverhead(t *testing.T) {
 	if os.Getenv("STEPGATE_TS_BENCH") != "1" {
 		t.Skip("a measurement: set STEPGATE_TS_BENCH=1")
