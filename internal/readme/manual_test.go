@@ -64,3 +64,19 @@ func TestManualPagesStartWithWhatTheReaderCanDo(t *testing.T) {
 		}
 	}
 }
+
+// TestDocsLinksResolve checks every relative link of the README, the manual, the
+// benchmarks, the changelog and the TypeScript SDK's README: each names a file that
+// exists and, for a Markdown page, a heading that is there.
+func TestDocsLinksResolve(t *testing.T) {
+	root := moduleRoot(t)
+	files := []string{"README.md", "BENCHMARKS.md", filepath.Join("sdk", "typescript", "README.md")}
+	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pages {
+		files = append(files, mustRel(t, root, p))
+	}
+	checkLinks(t, root, files)
+}
