@@ -90,15 +90,19 @@ func TestEveryPermissionIsShown(t *testing.T) {
 
 // TestLinksResolve checks that every link to a section (a schema, an operation) finds
 // its heading, in the same page or the other, that no two headings of a page share an
-// anchor, that links to files find them, and that every component schema has a
-// section in one page.
+// anchor, that links to files find them, and that every component schema and header
+// has a section in one page.
 func TestLinksResolve(t *testing.T) {
 	t.Parallel()
-	var schemas []string
-	for name := range specMap(t)["components"].(map[string]any)["schemas"].(map[string]any) {
-		schemas = append(schemas, name)
+	components := specMap(t)["components"].(map[string]any)
+	var sections []string // of schemas and headers
+	for _, kind := range []string{"schemas", "headers"} {
+		m, _ := components[kind].(map[string]any)
+		for name := range m {
+			sections = append(sections, name)
+		}
 	}
-	require.NotEmpty(t, schemas)
+	require.NotEmpty(t, sections)
 	link := regexp.MustCompile(`\]\(([^)\s]*)\)`)
 	forEachVersion(t, func(t *testing.T, pages map[string]string) {
 		anchors := map[string]map[string]bool{}
@@ -134,9 +138,9 @@ func TestLinksResolve(t *testing.T) {
 			}
 			require.NotZero(t, links, "%s has no link to a section", name)
 		}
-		for _, s := range schemas {
+		for _, s := range sections {
 			if !anchors[apiPage][slug(s)] && !anchors[protoPage][slug(s)] {
-				t.Errorf("the schema %s has a section in neither page", s)
+				t.Errorf("the component %s has a section in neither page", s)
 			}
 		}
 	})

@@ -61,18 +61,18 @@ func generate(s *spec, f files) (api, protocol string, err error) {
 			protoRoots = append(protoRoots, name)
 		}
 	}
-	apiRoots, err := rootsOf(s, apiOps)
+	apiRoots, err := rootsOf(s, apiOps, "schemas")
 	if err != nil {
 		return "", "", err
 	}
-	more, err := rootsOf(s, protoOps)
+	more, err := rootsOf(s, protoOps, "schemas")
 	if err != nil {
 		return "", "", err
 	}
 	protoRoots = append(protoRoots, more...)
 	apiSchemas, protoSchemas := s.closure(apiRoots), s.closure(protoRoots)
 	// A schema no operation or protocol message reaches is still documented, with the API.
-	for _, name := range s.schemaNames() {
+	for _, name := range s.componentNames("schemas") {
 		if !apiSchemas[name] && !protoSchemas[name] {
 			for n := range s.closure([]string{name}) {
 				apiSchemas[n] = true
@@ -80,8 +80,31 @@ func generate(s *spec, f files) (api, protocol string, err error) {
 		}
 	}
 
-	a := &doc{spec: s, files: f, self: f.api, other: f.protocol, schemas: apiSchemas, otherSchemas: protoSchemas}
-	p := &doc{spec: s, files: f, self: f.protocol, other: f.api, schemas: protoSchemas, otherSchemas: apiSchemas}
+	// A component header goes with the operations that name it; one no operation names
+	// is one of the protocol's (the function side's requests and answers are no paths).
+	apiHeaders, protoHeaders := map[string]bool{}, map[string]bool{}
+	for _, set := range []struct {
+		ops []*operation
+		in  map[string]bool
+	}{{apiOps, apiHeaders}, {protoOps, protoHeaders}} {
+		names, err := rootsOf(s, set.ops, "headers")
+		if err != nil {
+			return "", "", err
+		}
+		for _, n := range names {
+			set.in[n] = true
+		}
+	}
+	for _, name := range s.componentNames("headers") {
+		if !apiHeaders[name] && !protoHeaders[name] {
+			protoHeaders[name] = true
+		}
+	}
+
+	a := &doc{spec: s, files: f, self: f.api, other: f.protocol, schemas: apiSchemas, otherSchemas: protoSchemas,
+		headers: apiHeaders, otherHeaders: protoHeaders}
+	p := &doc{spec: s, files: f, self: f.protocol, other: f.api, schemas: protoSchemas, otherSchemas: apiSchemas,
+		headers: protoHeaders, otherHeaders: apiHeaders}
 	a.ops, a.otherOps = apiOps, protoOps
 	p.ops, p.otherOps = protoOps, apiOps
 	a.writeAPI()
@@ -95,10 +118,10 @@ func generate(s *spec, f files) (api, protocol string, err error) {
 	return a.String(), p.String(), nil
 }
 
-func rootsOf(s *spec, ops []*operation) ([]string, error) {
+func rootsOf(s *spec, ops []*operation, kind string) ([]string, error) {
 	var roots []string
 	for _, op := range ops {
-		r, err := s.opSchemas(op)
+		r, err := s.opRefs(op, kind)
 		if err != nil {
 			return nil, err
 		}
@@ -115,6 +138,7 @@ type doc struct {
 	self, other           string // this page's and the other page's base names
 	ops, otherOps         []*operation
 	schemas, otherSchemas map[string]bool
+	headers, otherHeaders map[string]bool // component headers
 	anchors               map[string]bool
 	err                   error
 }
@@ -187,6 +211,7 @@ func (d *doc) writeAPI() {
 
 	d.writeContents()
 	d.writeOperations()
+	d.writeHeaders()
 	d.writeSchemas()
 }
 
@@ -242,6 +267,7 @@ func (d *doc) writeProtocol() {
 
 	d.writeContents()
 	d.writeOperations()
+	d.writeHeaders()
 	d.writeSchemas()
 }
 
@@ -373,7 +399,11 @@ func (d *doc) authText(op *operation) string {
 	if len(names) == 0 {
 		return "none"
 	}
-	return codeList(names)
+	links := make([]string, len(names))
+	for i, n := range names {
+		links[i] = "[`" + n + "`](#authentication)"
+	}
+	return strings.Join(links, ", ")
 }
 
 func (d *doc) writeErrors() {
@@ -389,7 +419,7 @@ func (d *doc) writeErrors() {
 			}
 			example = "`" + oneLine(compactJSON(j)) + "`"
 		}
-		fmt.Fprintf(d, "| `%s` | %s | %s | %s |\n", p.key, cell(str(p.value, "description")+headersText(p.value)), body, cell(example))
+		fmt.Fprintf(d, "| `%s` | %s | %s | %s |\n", p.key, cell(str(p.value, "description")+d.headersText(p.value)), body, cell(example))
 	}
 	d.WriteString("\n")
 }
@@ -544,7 +574,7 @@ func (d *doc) writeLimits() {
 			}
 			if ops[key] == nil {
 				order = append(order, key)
-				text[key] = str(resolved, "description") + headersText(resolved)
+				text[key] = str(resolved, "description") + d.headersText(resolved)
 			}
 			ops[key] = append(ops[key], d.opLink(op))
 		}
@@ -576,6 +606,9 @@ func (d *doc) writeContents() {
 		for _, op := range ops {
 			fmt.Fprintf(d, "  - %s (`%s`): %s\n", d.opLink(op), op.id, firstSentence(oneLine(str(op.node, "summary"))))
 		}
+	}
+	if d.hasHeaders() {
+		fmt.Fprintf(d, "- [Headers](#headers)\n")
 	}
 	fmt.Fprintf(d, "- [Schemas](#schemas)\n\n")
 }
@@ -679,7 +712,7 @@ func (d *doc) writeOperation(op *operation) {
 			continue
 		}
 		body := d.bodyText(resp)
-		fmt.Fprintf(d, "| %s | %s | %s |\n", r.key, cell(str(resp, "description")+headersText(resp)), body)
+		fmt.Fprintf(d, "| %s | %s | %s |\n", r.key, cell(str(resp, "description")+d.headersText(resp)), body)
 	}
 	d.WriteString("\n")
 }
@@ -703,14 +736,21 @@ func (d *doc) bodyText(n *yaml.Node) string {
 
 // headersText describes a response's headers, as sentences to append to its
 // description.
-func headersText(resp *yaml.Node) string {
+func (d *doc) headersText(resp *yaml.Node) string {
 	var b strings.Builder
 	for _, h := range pairs(get(resp, "headers")) {
+		hdr, err := d.spec.resolve(h.value)
+		if err != nil {
+			d.fail(err)
+			continue
+		}
 		fmt.Fprintf(&b, " Header `%s`", h.key)
-		if t := str(get(h.value, "schema"), "type"); t != "" {
+		if _, name, ok := componentRef(str(h.value, "$ref")); ok {
+			fmt.Fprintf(&b, " (%s)", d.headerLink(name))
+		} else if t := str(get(hdr, "schema"), "type"); t != "" {
 			fmt.Fprintf(&b, " (%s)", t)
 		}
-		if desc := oneLine(str(h.value, "description")); desc != "" {
+		if desc := oneLine(str(hdr, "description")); desc != "" {
 			fmt.Fprintf(&b, ": %s", desc)
 		} else {
 			b.WriteString(".")
@@ -719,16 +759,60 @@ func headersText(resp *yaml.Node) string {
 	return b.String()
 }
 
+func (d *doc) hasHeaders() bool {
+	for _, name := range d.spec.componentNames("headers") {
+		if d.headers[name] {
+			return true
+		}
+	}
+	return false
+}
+
+// writeHeaders documents the component headers of this page.
+func (d *doc) writeHeaders() {
+	if !d.hasHeaders() {
+		return
+	}
+	d.heading(2, "Headers")
+	d.para("The headers openapi.yaml defines once (`components/headers`), by their name there:")
+	for _, p := range pairs(get(get(d.spec.root, "components"), "headers")) {
+		if !d.headers[p.key] {
+			continue
+		}
+		d.heading(3, p.key)
+		if desc := strings.TrimSpace(str(p.value, "description")); desc != "" {
+			d.para("%s", desc)
+		}
+		line := "Type: " + d.typeOf(get(p.value, "schema")) + "."
+		if c := constraints(get(p.value, "schema")); c != "" {
+			line += " " + c
+		}
+		d.para("%s", line)
+	}
+}
+
+func (d *doc) headerLink(name string) string {
+	switch {
+	case d.headers[name]:
+		return "[" + name + "](#" + slug(name) + ")"
+	case d.otherHeaders[name]:
+		return "[" + name + "](" + d.other + "#" + slug(name) + ")"
+	default:
+		d.fail(fmt.Errorf("%s: header %s is documented in neither page", d.self, name))
+		return "`" + name + "`"
+	}
+}
+
 func (d *doc) writeSchemas() {
 	d.heading(2, "Schemas")
 	var links []string
-	for _, name := range d.spec.schemaNames() {
+	for _, name := range d.spec.componentNames("schemas") {
 		if d.schemas[name] {
 			links = append(links, d.schemaLink(name))
 		}
 	}
 	d.para("%s", strings.Join(links, " · "))
-	for _, name := range d.spec.schemaNames() {
+	for _, name := range d.spec.componentNames("schemas") {
 		if d.schemas[name] {
 			d.writeSchema(name)
 		}

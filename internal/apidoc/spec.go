@@ -122,15 +122,6 @@ func (s *spec) schema(name string) *yaml.Node {
 	return get(get(get(s.root, "components"), "schemas"), name)
 }
 
-// schemaNames returns the component schemas' names in the file's order.
-func (s *spec) schemaNames() []string {
-	var names []string
-	for _, p := range pairs(get(get(s.root, "components"), "schemas")) {
-		names = append(names, p.key)
-	}
-	return names
-}
-
 // componentRef splits "#/components/<kind>/<name>".
 func componentRef(ref string) (kind, name string, ok bool) {
 	rest, ok := strings.CutPrefix(ref, "#/components/")
@@ -150,9 +141,9 @@ func schemaRef(n *yaml.Node) string {
 	return name
 }
 
-// refsOf returns the component schemas n refers to, directly or through inline
-// schemas, in the order they appear; each once.
-func refsOf(n *yaml.Node) []string {
+// refsOf returns the components of a kind ("schemas", "headers") that n refers to,
+// directly or through inline schemas, in the order they appear; each once.
+func refsOf(n *yaml.Node, kind string) []string {
 	var out []string
 	seen := map[string]bool{}
 	var walk func(*yaml.Node)
@@ -166,7 +157,7 @@ func refsOf(n *yaml.Node) []string {
 			for i := 0; i+1 < len(n.Content); i += 2 {
 				k, v := n.Content[i].Value, n.Content[i+1]
 				if k == "$ref" {
-					if kind, name, ok := componentRef(v.Value); ok && kind == "schemas" && !seen[name] {
+					if k, name, ok := componentRef(v.Value); ok && k == kind && !seen[name] {
 						seen[name] = true
 						out = append(out, name)
 					}
@@ -199,27 +190,36 @@ func (s *spec) closure(roots []string) map[string]bool {
 			continue
 		}
 		in[name] = true
-		queue = append(queue, refsOf(s.schema(name))...)
+		queue = append(queue, refsOf(s.schema(name), "schemas")...)
 	}
 	return in
 }
 
-// opSchemas returns the schemas an operation's parameters, body and responses refer
-// to, resolving component parameters and responses.
-func (s *spec) opSchemas(op *operation) ([]string, error) {
+// opRefs returns the components of a kind that an operation's parameters, body and
+// responses refer to, resolving component parameters and responses.
+func (s *spec) opRefs(op *operation, kind string) ([]string, error) {
 	var out []string
 	for _, p := range op.params {
-		out = append(out, refsOf(p)...)
+		out = append(out, refsOf(p, kind)...)
 	}
-	out = append(out, refsOf(get(op.node, "requestBody"))...)
+	out = append(out, refsOf(get(op.node, "requestBody"), kind)...)
 	for _, r := range pairs(get(op.node, "responses")) {
 		resp, err := s.resolve(r.value)
 		if err != nil {
 			return nil, fmt.Errorf("%s response %s: %w", op.id, r.key, err)
 		}
-		out = append(out, refsOf(resp)...)
+		out = append(out, refsOf(resp, kind)...)
 	}
 	return out, nil
+}
+
+// componentNames returns the names of the components of a kind, in the file's order.
+func (s *spec) componentNames(kind string) []string {
+	var names []string
+	for _, p := range pairs(get(get(s.root, "components"), kind)) {
+		names = append(names, p.key)
+	}
+	return names
 }
 
 type pair struct {
