@@ -413,11 +413,11 @@ func (d *doc) writeErrors() {
 	for _, p := range pairs(get(get(d.spec.root, "components"), "responses")) {
 		body, example := d.bodyText(p.value), ""
 		if ex := exampleOf(p.value); ex != nil {
-			j, err := toJSON(ex)
+			j, err := compactJSON(ex)
 			if err != nil {
 				d.fail(err)
 			}
-			example = "`" + oneLine(compactJSON(j)) + "`"
+			example = "`" + j + "`"
 		}
 		fmt.Fprintf(d, "| `%s` | %s | %s | %s |\n", p.key, cell(str(p.value, "description")+d.headersText(p.value)), body, cell(example))
 	}
@@ -430,34 +430,6 @@ func exampleOf(n *yaml.Node) *yaml.Node {
 		return get(mt.value, "example")
 	}
 	return nil
-}
-
-func compactJSON(indented string) string {
-	var b strings.Builder
-	inString, escaped := false, false
-	for _, r := range indented {
-		switch {
-		case inString:
-			b.WriteRune(r)
-			if escaped {
-				escaped = false
-			} else if r == '\\' {
-				escaped = true
-			} else if r == '"' {
-				inString = false
-			}
-		case r == '"':
-			inString = true
-			b.WriteRune(r)
-		case r == '\n' || r == ' ':
-		default:
-			b.WriteRune(r)
-			if r == ',' || r == ':' {
-				b.WriteRune(' ')
-			}
-		}
-	}
-	return b.String()
 }
 
 func (d *doc) writePagination() {

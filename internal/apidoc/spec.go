@@ -22,7 +22,7 @@ type spec struct {
 type operation struct {
 	method, path string
 	node         *yaml.Node
-	params       []*yaml.Node // path-level then operation-level, resolved, operation's winning
+	params       []*yaml.Node // the path's that the operation does not redefine, then its own; $refs resolved
 	id           string
 	tag          string // the first tag; "" when none
 }
@@ -178,8 +178,7 @@ func refsOf(n *yaml.Node, kind string) []string {
 	return out
 }
 
-// closure returns the schemas reachable from roots (themselves included), in the
-// file's order of the component schemas.
+// closure returns the set of schemas reachable from roots, roots included.
 func (s *spec) closure(roots []string) map[string]bool {
 	in := map[string]bool{}
 	queue := append([]string(nil), roots...)
@@ -312,6 +311,14 @@ func toJSON(n *yaml.Node) (string, error) {
 		return "", err
 	}
 	return out.String(), nil
+}
+
+// compactJSON renders a YAML value as JSON on one line, keeping the mapping's key
+// order.
+func compactJSON(n *yaml.Node) (string, error) {
+	var b bytes.Buffer
+	err := writeJSON(&b, n)
+	return b.String(), err
 }
 
 func writeJSON(b *bytes.Buffer, n *yaml.Node) error {
