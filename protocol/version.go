@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 )
 
@@ -76,8 +77,8 @@ func parseVersion(s string) (Semver, bool) {
 			if digits == 1 && n[part] == 0 {
 				return Semver{}, false // a leading zero
 			}
-			if n[part] > (1<<31-1-9)/10 {
-				return Semver{}, false
+			if n[part] > (math.MaxInt32-int(c-'0'))/10 {
+				return Semver{}, false // past an int32: no version is
 			}
 			n[part] = n[part]*10 + int(c-'0')
 			digits++
