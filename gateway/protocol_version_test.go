@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -52,6 +53,7 @@ func TestSyncChecksTheProtocolVersion(t *testing.T) {
 		{"major0", `"protocol_version":"0.9.0",`, "the app's SDK speaks function protocol 0.9.0; " + serves},
 		{"minor9", `"protocol":1,"protocol_version":"1.9.0","sdk":"stepgate-ts/0.3.0",`,
 			"the app's SDK (stepgate-ts/0.3.0) speaks function protocol 1.9.0; " + serves},
+		{"minor9-bare", `"protocol_version":"1.9.0",`, "the app's SDK speaks function protocol 1.9.0; " + serves},
 		{"malformed", `"protocol_version":"1.0",`,
 			`the app's SDK says it speaks function protocol "1.0", which is not a protocol version (MAJOR.MINOR.PATCH, e.g. 1.0.0); ` + serves},
 		{"empty", `"protocol_version":"",`,
@@ -172,5 +174,27 @@ func TestInvocationChecksTheProtocolVersion(t *testing.T) {
 			require.Equal(t, protocol.ErrorInfo{Type: "protocol_version", Message: tt.message, Retryable: new(true)}, f.Error)
 			require.Equal(t, protocol.Version, header(t, run.ID))
 		})
+	}
+}
+
+// TestProtocolVersionDocsQuoteTheErrors: docs/protocol-versions.md quotes the errors
+// as the gateway and the SDKs word them.
+func TestProtocolVersionDocsQuoteTheErrors(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../docs/protocol-versions.md")
+	require.NoError(t, err)
+	msg := func(err error) string { require.Error(t, err); return err.Error() }
+	for _, m := range []string{
+		msg(protocol.CheckSDKVersion("the app's SDK (stepgate-go/3.0.0)", "2.0.0")),
+		msg(protocol.CheckSDKVersion("the app's SDK", "1.9.0")),
+		msg(protocol.CheckSDKVersion("the app's SDK", "1.0")),
+		"the app's manifest says protocol 1 but protocol_version 2.0.0, of another major version", // as TestSyncChecksTheProtocolVersion has it
+		"the app's manifest has an sdk of 129 bytes that is not 1 to 128 printable ASCII characters",
+		msg(protocol.CheckSDKVersion("the function's SDK", "2.0.0")),
+		msg(protocol.CheckSDKVersion("the function's SDK", "v1")),
+		msg(protocol.CheckGatewayVersion("stepgate-go/0.1.0", "2.0.0")),
+		msg(protocol.CheckGatewayVersion("stepgate-go/0.1.0", "2")),
+	} {
+		require.Contains(t, string(doc), "\n"+m+"\n", "docs/protocol-versions.md quotes it on a line of its own")
 	}
 }
