@@ -883,7 +883,7 @@ type ErrorInfo struct {
 	Message   string `json:"message"`
 	Retryable *bool  `json:"retryable,omitempty"`
 
-	// Type A short machine-readable kind, e.g. `timeout`, `http_status`, `connection`, `nondeterminism`, `bad_answer`, `limit_exceeded`, `max_recoveries`.
+	// Type A short machine-readable kind, e.g. `timeout`, `http_status`, `connection`, `nondeterminism`, `bad_answer`, `limit_exceeded`, `max_recoveries`, `protocol_version`.
 	Type string `json:"type"`
 }
 
@@ -1803,7 +1803,7 @@ type Run struct {
 	Detached *bool      `json:"detached,omitempty"`
 	Error    *ErrorInfo `json:"error,omitempty"`
 
-	// FailedInvocations Invocations of the run that failed as a whole, in its lifetime: the function did not answer (a refused or dropped connection, a timeout), answered other than HTTP 200, answered or checkpointed something that can never be applied (`bad_answer`, `limit_exceeded`, or an entry contradicting the journal: `nondeterminism`, found by the gateway), or answered the `superseded` failure while it still owned the run (a copy of its request claimed the run first; see `checkpointCurrent`). Never reset. Those that can be retried are, per the function's retry policy, which counts them in a row (any other outcome applied starts it afresh). Not counted: any other answer `failed` (the function fails the run itself), a step's failed attempt (the invocation suspends for its retry; see the run's `failures`), a recovery, and an invocation cut short by a cancel or a deadline.
+	// FailedInvocations Invocations of the run that failed as a whole, in its lifetime: the function did not answer (a refused or dropped connection, a timeout), answered other than HTTP 200, answered with a protocol version the gateway does not serve (`protocol_version`), answered or checkpointed something that can never be applied (`bad_answer`, `limit_exceeded`, or an entry contradicting the journal: `nondeterminism`, found by the gateway), or answered the `superseded` failure while it still owned the run (a copy of its request claimed the run first; see `checkpointCurrent`). Never reset. Those that can be retried are, per the function's retry policy, which counts them in a row (any other outcome applied starts it afresh). Not counted: any other answer `failed` (the function fails the run itself), a step's failed attempt (the invocation suspends for its retry; see the run's `failures`), a recovery, and an invocation cut short by a cancel or a deadline.
 	FailedInvocations int        `json:"failed_invocations"`
 	FinishedAt        *time.Time `json:"finished_at,omitempty"`
 	Function          string     `json:"function"`
@@ -1905,7 +1905,7 @@ type RunDetail struct {
 	Detached *bool      `json:"detached,omitempty"`
 	Error    *ErrorInfo `json:"error,omitempty"`
 
-	// FailedInvocations Invocations of the run that failed as a whole, in its lifetime: the function did not answer (a refused or dropped connection, a timeout), answered other than HTTP 200, answered or checkpointed something that can never be applied (`bad_answer`, `limit_exceeded`, or an entry contradicting the journal: `nondeterminism`, found by the gateway), or answered the `superseded` failure while it still owned the run (a copy of its request claimed the run first; see `checkpointCurrent`). Never reset. Those that can be retried are, per the function's retry policy, which counts them in a row (any other outcome applied starts it afresh). Not counted: any other answer `failed` (the function fails the run itself), a step's failed attempt (the invocation suspends for its retry; see the run's `failures`), a recovery, and an invocation cut short by a cancel or a deadline.
+	// FailedInvocations Invocations of the run that failed as a whole, in its lifetime: the function did not answer (a refused or dropped connection, a timeout), answered other than HTTP 200, answered with a protocol version the gateway does not serve (`protocol_version`), answered or checkpointed something that can never be applied (`bad_answer`, `limit_exceeded`, or an entry contradicting the journal: `nondeterminism`, found by the gateway), or answered the `superseded` failure while it still owned the run (a copy of its request claimed the run first; see `checkpointCurrent`). Never reset. Those that can be retried are, per the function's retry policy, which counts them in a row (any other outcome applied starts it afresh). Not counted: any other answer `failed` (the function fails the run itself), a step's failed attempt (the invocation suspends for its retry; see the run's `failures`), a recovery, and an invocation cut short by a cancel or a deadline.
 	FailedInvocations int              `json:"failed_invocations"`
 	Failures          []AttemptFailure `json:"failures"`
 	FinishedAt        *time.Time       `json:"finished_at,omitempty"`
