@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/internal/stack"
 	"github.com/stepgate/stepgate/protocol"
 )
@@ -197,4 +199,28 @@ func TestProtocolVersionDocsQuoteTheErrors(t *testing.T) {
 	} {
 		require.Contains(t, string(doc), "\n"+m+"\n", "docs/protocol-versions.md quotes it on a line of its own")
 	}
+}
+
+// TestGoSDKAndGatewaySayTheirVersions: with a real gateway, the Go SDK's manifest is
+// synced, and each request and answer between them says its side's protocol version.
+func TestGoSDKAndGatewaySayTheirVersions(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	c := s.Client(t, s.Token)
+	app := s.NewApp()
+	functions.Register(app, "greet", func(ctx context.Context, _ struct{}) (string, error) { return "hi", nil })
+	var mu sync.Mutex
+	var seen []string // "<method> <request's header> <answer's header>"
+	url := s.ServeApp(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		app.ServeHTTP(w, r)
+		mu.Lock()
+		seen = append(seen, r.Method+" "+r.Header.Get("Stepgate-Protocol")+" "+w.Header().Get("Stepgate-Protocol"))
+		mu.Unlock()
+	}))
+	s.Sync(t, url)
+	mustComplete(t, c, "greet", `{}`)
+	mu.Lock()
+	defer mu.Unlock()
+	v := protocol.Version
+	require.Equal(t, []string{"GET " + v + " " + v, "POST " + v + " " + v}, seen)
 }
