@@ -13,6 +13,12 @@
 // as a replay. An app with no keys refuses every request, unless
 // [Config].InsecureSkipVerify says otherwise.
 //
+// The app speaks the function protocol's version [protocol.Version]: its manifest says
+// it (protocol_version, with sdk "stepgate-go/<stepgate's version>"), and so does every
+// answer, in the header Stepgate-Protocol. It refuses an invocation whose
+// Stepgate-Protocol header names a gateway of another major version, or is not a
+// version (see [protocol.CheckGatewayVersion]); a request without the header is served.
+//
 // A function's outcome becomes the invocation's answer: its output completes the run; an
 // error made with [step.NonRetryable], or a step's final [*step.Error], fails the run at
 // once; any other error or a panic answers HTTP 500, and the gateway retries the
@@ -52,6 +58,7 @@ import (
 	"github.com/stepgate/stepgate/client"
 	"github.com/stepgate/stepgate/functions/internal/invocation"
 	"github.com/stepgate/stepgate/functions/step"
+	"github.com/stepgate/stepgate/internal/version"
 	"github.com/stepgate/stepgate/protocol"
 	"github.com/stepgate/stepgate/protocol/names"
 	"github.com/stepgate/stepgate/protocol/signature"
@@ -445,9 +452,13 @@ type codingError struct {
 func (e *codingError) Error() string { return e.err.Error() }
 func (e *codingError) Unwrap() error { return e.err }
 
+// sdkName is this SDK's name and version, as the manifest and its errors say it.
+const sdkName = "stepgate-go/" + version.Version
+
 func manifest(byName map[string]*function) []byte {
 	// This SDK answers replay-only invocations (see replayAnswer).
-	m := protocol.Manifest{Protocol: protocol.ManifestProtocolN1, Functions: []protocol.ManifestFunction{}, ReplayOnly: new(true)}
+	m := protocol.Manifest{Protocol: new(protocol.CurrentVersion().Major), ProtocolVersion: new(protocol.Version), Sdk: new(sdkName),
+		Functions: []protocol.ManifestFunction{}, ReplayOnly: new(true)}
 	for _, name := range slices.Sorted(maps.Keys(byName)) {
 		f := byName[name]
 		mf := protocol.ManifestFunction{Name: name, Path: name}
@@ -509,7 +520,11 @@ func RunFrom(ctx context.Context) RunInfo {
 // ServeHTTP answers GET / with the manifest and POST /<name> by invoking the function
 // name. Errors other than the function's own outcome are JSON bodies {"type", "message"}:
 // 401 (type "signature") when the signature does not verify or replays an invocation,
-// 400 (type "malformed") when the body is not a protocol 1 invocation, 404, 405 and 413.
+// 400 (type "protocol_version") when the request's Stepgate-Protocol header names a
+// gateway this SDK does not serve (another major version) or is not a version, with a
+// message naming both versions, 400 (type "malformed") when the body is not a protocol 1
+// invocation, 404, 405 and 413. Every answer has the header Stepgate-Protocol:
+// [protocol.Version].
 // Mount it at the app's URL, under [http.StripPrefix] when that URL has a path.
 //
 // The W3C trace context the gateway sends with each invocation (traceparent, when the
@@ -573,6 +588,13 @@ func (a *App) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if f == nil {
 		writeJSON(w, http.StatusOK, reg.manifest)
 		return
+	}
+	// Before the body is decoded: another major's body may not read as this one's.
+	if v := r.Header.Get(protocol.VersionHeader); v != "" {
+		if err := protocol.CheckGatewayVersion(sdkName, v); err != nil {
+			writeError(w, http.StatusBadRequest, "protocol_version", err.Error())
+			return
+		}
 	}
 
 	var req protocol.InvocationRequest
@@ -762,6 +784,7 @@ func errorBody(typ, msg string) []byte {
 
 func writeJSON(w http.ResponseWriter, code int, body []byte) {
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set(protocol.VersionHeader, protocol.Version)
 	w.WriteHeader(code)
 	_, _ = w.Write(body) // the gateway is gone; nobody to tell
 }

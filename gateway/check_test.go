@@ -71,7 +71,7 @@ func orderFlow(app *functions.App, bodies *atomic.Int64, swapped, withPatch bool
 func rawApp(invocations *atomic.Int64, legacy bool, answer func(w http.ResponseWriter, r *http.Request, req protocol.InvocationRequest)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet {
-			m := protocol.Manifest{Protocol: 1, Functions: []protocol.ManifestFunction{{Name: "order", Path: "order",
+			m := protocol.Manifest{Protocol: new(1), Functions: []protocol.ManifestFunction{{Name: "order", Path: "order",
 				Config: &protocol.FunctionConfig{Timeout: new("1s")}}}}
 			if !legacy {
 				m.ReplayOnly = new(true)

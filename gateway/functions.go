@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/stepgate/stepgate/access"
@@ -208,6 +210,9 @@ func (s *Server) SyncApp(ctx context.Context, req server.SyncAppRequestObject) (
 		return server.SyncApp502ApplicationProblemPlusJSONResponse{BadGatewayApplicationProblemPlusJSONResponse: server.BadGatewayApplicationProblemPlusJSONResponse(
 			problem(http.StatusBadGateway, err.Error()))}, nil
 	}
+	if err := checkManifestVersion(manifest); err != nil {
+		return nil, err
+	}
 	tenant := identity(ctx).Tenant
 	regs := make([]*registration, 0, len(manifest.Functions))
 	for _, mf := range manifest.Functions {
@@ -286,6 +291,7 @@ func (s *Server) readManifest(ctx context.Context, tenant, appURL string) (*prot
 		return nil, 0, 0, err
 	}
 	req.Header.Set(signature.Header, sig)
+	req.Header.Set(protocol.VersionHeader, protocol.Version)
 	resp, err := s.clients.For(tenant).Do(req)
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("could not fetch the app's manifest: %w", err)
@@ -307,10 +313,43 @@ func (s *Server) readManifest(ctx context.Context, tenant, appURL string) (*prot
 	if err := json.Unmarshal(body, &m); err != nil {
 		return nil, status, size, fmt.Errorf("the app's manifest is not valid JSON: %v", err)
 	}
-	if m.Protocol != 1 {
-		return nil, status, size, fmt.Errorf("the app's manifest speaks protocol %d; this gateway speaks 1", m.Protocol)
-	}
 	return &m, status, size, nil
+}
+
+// maxSDKLen bounds a manifest's sdk, in bytes.
+const maxSDKLen = 128
+
+// checkManifestVersion refuses, with a 400 whose detail names both versions, a manifest
+// whose protocol version this gateway does not serve, or that is not a version
+// (protocol.CheckSDKVersion): its protocol_version, else its protocol's major as
+// "<protocol>.0.0"; a manifest that says neither speaks 1.0.0. A protocol and a
+// protocol_version of different majors are refused too, and an sdk that is not 1 to
+// maxSDKLen printable ASCII characters.
+func checkManifestVersion(m *protocol.Manifest) error {
+	who := "the app's SDK"
+	if m.Sdk != nil {
+		sdk := *m.Sdk
+		if len(sdk) == 0 || len(sdk) > maxSDKLen || strings.IndexFunc(sdk, func(r rune) bool { return r < 0x20 || r > 0x7e }) >= 0 {
+			return badRequest("the app's manifest has an sdk of %d bytes that is not 1 to %d printable ASCII characters", len(sdk), maxSDKLen)
+		}
+		who += " (" + sdk + ")"
+	}
+	var v string
+	switch {
+	case m.ProtocolVersion != nil:
+		v = *m.ProtocolVersion
+		if got, err := protocol.ParseVersion(v); err == nil && m.Protocol != nil && *m.Protocol != got.Major {
+			return badRequest("the app's manifest says protocol %d but protocol_version %s, of another major version", *m.Protocol, got)
+		}
+	case m.Protocol != nil:
+		v = strconv.Itoa(*m.Protocol) + ".0.0"
+	default:
+		return nil
+	}
+	if err := protocol.CheckSDKVersion(who, v); err != nil {
+		return badRequest("%v", err)
+	}
+	return nil
 }
 
 // checkURL refuses, with a 400 that says why, a function or app URL that is not an

@@ -244,6 +244,16 @@ const (
 	// went to a copy of its signed request in another process (ClaimInvocation): a
 	// failed invocation, retried per the function's policy, never the run's end.
 	ErrorTypeSuperseded = "superseded"
+	// ErrorTypeProtocolVersion: the function answered with a Stepgate-Protocol header
+	// naming a protocol version this gateway does not serve (another major, or a greater
+	// minor: protocol.CheckSDKVersion), or that is not a version; the message names both
+	// versions. A failed invocation, retried per the function's policy, not the run's
+	// end: during a rolling deploy, of the app (some instances on an SDK of another
+	// protocol version) or of the gateways (a newer gateway serves the newer minor), the
+	// next invocation may reach a peer that speaks a version served, and the function's
+	// retry policy bounds the tries. What the function checkpointed stays journaled;
+	// the retry replays it.
+	ErrorTypeProtocolVersion = call.ErrorTypeProtocolVersion
 )
 
 // call sends one invocation (package call) and returns the function's answer, or the

@@ -2,9 +2,10 @@
 // wire types of the HTTP API and of the function protocol, and the HTTP client. The
 // gateway, the invoker, the SDK and the CLI share it. The echo server the gateway
 // implements is generated apart, in gateway/api/server, so that function binaries do not
-// link echo. Do not edit. The packages beneath it, signature and names, are not generated:
-// they are what the gateway and the SDKs must agree on besides the wire types, kept here so
-// that the gateway does not import the SDK.
+// link echo. Do not edit. Not generated: version.go (the protocol's version, its header and
+// the rule of which versions serve which), and the packages beneath, signature and names:
+// what the gateway and the SDKs must agree on besides the wire types, kept here so that the
+// gateway does not import the SDK.
 package protocol
 
 //go:generate go tool oapi-codegen -config cfg.yaml ../openapi.yaml

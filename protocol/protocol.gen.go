@@ -220,21 +220,6 @@ func (e InvocationRequestProtocol) Valid() bool {
 	}
 }
 
-// Defines values for ManifestProtocol.
-const (
-	ManifestProtocolN1 ManifestProtocol = 1
-)
-
-// Valid indicates whether the value is a known member of the ManifestProtocol enum.
-func (e ManifestProtocol) Valid() bool {
-	switch e {
-	case ManifestProtocolN1:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for OperationFrom.
 const (
 	OperationFromFailure OperationFrom = "failure"
@@ -898,7 +883,7 @@ type ErrorInfo struct {
 	Message   string `json:"message"`
 	Retryable *bool  `json:"retryable,omitempty"`
 
-	// Type A short machine-readable kind, e.g. `timeout`, `http_status`, `connection`, `nondeterminism`, `bad_answer`, `limit_exceeded`, `max_recoveries`.
+	// Type A short machine-readable kind, e.g. `timeout`, `http_status`, `connection`, `nondeterminism`, `bad_answer`, `limit_exceeded`, `max_recoveries`, `protocol_version`.
 	Type string `json:"type"`
 }
 
@@ -1243,7 +1228,9 @@ type HeldReason struct {
 // Identity Who started the run, from the caller's JWT. Never the token itself.
 type Identity = access.Identity
 
-// InvocationAnswer A function's answer to an invocation; always HTTP 200.
+// InvocationAnswer A function's answer to an invocation; always HTTP 200. The SDK says the protocol
+// version it speaks in the answer's header `Stepgate-Protocol`
+// (`components.headers.StepgateProtocol`); without it, 1.0.0.
 //
 // A `completed` or `failed` answer ends the run only with no hole in its journal:
 // every seq below the journal's last entry journaled, counting the entries the
@@ -1380,7 +1367,9 @@ type InvocationClaim struct {
 	Nonce string `json:"nonce"`
 }
 
-// InvocationRequest What the gateway POSTs to a function (protocol 1).
+// InvocationRequest What the gateway POSTs to a function (protocol 1), with the header
+// `Stepgate-Protocol` (`components.headers.StepgateProtocol`): the protocol version the
+// gateway speaks, of which `protocol` is the major.
 type InvocationRequest struct {
 	Checkpoint Checkpoint `json:"checkpoint"`
 
@@ -1549,15 +1538,24 @@ type JournalEntry struct {
 // Manifest What an app answers to a signed `GET <app url>`.
 type Manifest struct {
 	Functions []ManifestFunction `json:"functions"`
-	Protocol  ManifestProtocol   `json:"protocol"`
+
+	// Protocol The major version of the function protocol the app's SDK speaks (1 when
+	// absent). With `protocol_version`, both must name the same major.
+	Protocol *int `json:"protocol,omitempty"`
+
+	// ProtocolVersion The function protocol's version the app's SDK speaks, MAJOR.MINOR.PATCH (e.g.
+	// `1.0.0`; see "Protocol versions"). Absent: `<protocol>.0.0`. The gateway
+	// refuses to sync a version it does not serve, or one that is not a version.
+	ProtocolVersion *string `json:"protocol_version,omitempty"`
 
 	// ReplayOnly The app's SDK answers replay-only invocations (InvocationRequest `replay_only`)
 	// without running any step body; without it the gateway sends the app none.
 	ReplayOnly *bool `json:"replay_only,omitempty"`
-}
 
-// ManifestProtocol defines model for Manifest.Protocol.
-type ManifestProtocol int
+	// Sdk The SDK's name and version, `<name>/<version>` (e.g. `stepgate-go/0.1.0`), which
+	// the gateway's errors name: 1 to 128 printable ASCII characters. Optional.
+	Sdk *string `json:"sdk,omitempty"`
+}
 
 // ManifestFunction defines model for ManifestFunction.
 type ManifestFunction struct {
@@ -1805,7 +1803,7 @@ type Run struct {
 	Detached *bool      `json:"detached,omitempty"`
 	Error    *ErrorInfo `json:"error,omitempty"`
 
-	// FailedInvocations Invocations of the run that failed as a whole, in its lifetime: the function did not answer (a refused or dropped connection, a timeout), answered other than HTTP 200, answered or checkpointed something that can never be applied (`bad_answer`, `limit_exceeded`, or an entry contradicting the journal: `nondeterminism`, found by the gateway), or answered the `superseded` failure while it still owned the run (a copy of its request claimed the run first; see `checkpointCurrent`). Never reset. Those that can be retried are, per the function's retry policy, which counts them in a row (any other outcome applied starts it afresh). Not counted: any other answer `failed` (the function fails the run itself), a step's failed attempt (the invocation suspends for its retry; see the run's `failures`), a recovery, and an invocation cut short by a cancel or a deadline.
+	// FailedInvocations Invocations of the run that failed as a whole, in its lifetime: the function did not answer (a refused or dropped connection, a timeout), answered other than HTTP 200, answered with a protocol version the gateway does not serve (`protocol_version`), answered or checkpointed something that can never be applied (`bad_answer`, `limit_exceeded`, or an entry contradicting the journal: `nondeterminism`, found by the gateway), or answered the `superseded` failure while it still owned the run (a copy of its request claimed the run first; see `checkpointCurrent`). Never reset. Those that can be retried are, per the function's retry policy, which counts them in a row (any other outcome applied starts it afresh). Not counted: any other answer `failed` (the function fails the run itself), a step's failed attempt (the invocation suspends for its retry; see the run's `failures`), a recovery, and an invocation cut short by a cancel or a deadline.
 	FailedInvocations int        `json:"failed_invocations"`
 	FinishedAt        *time.Time `json:"finished_at,omitempty"`
 	Function          string     `json:"function"`
@@ -1907,7 +1905,7 @@ type RunDetail struct {
 	Detached *bool      `json:"detached,omitempty"`
 	Error    *ErrorInfo `json:"error,omitempty"`
 
-	// FailedInvocations Invocations of the run that failed as a whole, in its lifetime: the function did not answer (a refused or dropped connection, a timeout), answered other than HTTP 200, answered or checkpointed something that can never be applied (`bad_answer`, `limit_exceeded`, or an entry contradicting the journal: `nondeterminism`, found by the gateway), or answered the `superseded` failure while it still owned the run (a copy of its request claimed the run first; see `checkpointCurrent`). Never reset. Those that can be retried are, per the function's retry policy, which counts them in a row (any other outcome applied starts it afresh). Not counted: any other answer `failed` (the function fails the run itself), a step's failed attempt (the invocation suspends for its retry; see the run's `failures`), a recovery, and an invocation cut short by a cancel or a deadline.
+	// FailedInvocations Invocations of the run that failed as a whole, in its lifetime: the function did not answer (a refused or dropped connection, a timeout), answered other than HTTP 200, answered with a protocol version the gateway does not serve (`protocol_version`), answered or checkpointed something that can never be applied (`bad_answer`, `limit_exceeded`, or an entry contradicting the journal: `nondeterminism`, found by the gateway), or answered the `superseded` failure while it still owned the run (a copy of its request claimed the run first; see `checkpointCurrent`). Never reset. Those that can be retried are, per the function's retry policy, which counts them in a row (any other outcome applied starts it afresh). Not counted: any other answer `failed` (the function fails the run itself), a step's failed attempt (the invocation suspends for its retry; see the run's `failures`), a recovery, and an invocation cut short by a cancel or a deadline.
 	FailedInvocations int              `json:"failed_invocations"`
 	Failures          []AttemptFailure `json:"failures"`
 	FinishedAt        *time.Time       `json:"finished_at,omitempty"`
@@ -2787,6 +2785,10 @@ type ClientInterface interface {
 
 	// SyncAppWithBody Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 	//
+	// A manifest whose protocol version this gateway does not serve (another major,
+	// or a greater minor; see "Protocol versions" above), or that is not a version, is
+	// a 400 whose `detail` names both versions; nothing is registered.
+	//
 	// A function whose URL and config (every field, as JSON values) are those of its
 	// current revision keeps that revision: the sync stores nothing for it and answers
 	// it with `changed: false`. The manifest carries no code version, so new code
@@ -2813,6 +2815,10 @@ type ClientInterface interface {
 	SyncAppWithBody(ctx context.Context, params *SyncAppParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// SyncApp Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
+	//
+	// A manifest whose protocol version this gateway does not serve (another major,
+	// or a greater minor; see "Protocol versions" above), or that is not a version, is
+	// a 400 whose `detail` names both versions; nothing is registered.
 	//
 	// A function whose URL and config (every field, as JSON values) are those of its
 	// current revision keeps that revision: the sync stores nothing for it and answers
@@ -4029,6 +4035,10 @@ func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*ht
 
 // SyncAppWithBody Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 //
+// A manifest whose protocol version this gateway does not serve (another major,
+// or a greater minor; see "Protocol versions" above), or that is not a version, is
+// a 400 whose `detail` names both versions; nothing is registered.
+//
 // A function whose URL and config (every field, as JSON values) are those of its
 // current revision keeps that revision: the sync stores nothing for it and answers
 // it with `changed: false`. The manifest carries no code version, so new code
@@ -4065,6 +4075,10 @@ func (c *Client) SyncAppWithBody(ctx context.Context, params *SyncAppParams, con
 }
 
 // SyncApp Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
+//
+// A manifest whose protocol version this gateway does not serve (another major,
+// or a greater minor; see "Protocol versions" above), or that is not a version, is
+// a 400 whose `detail` names both versions; nothing is registered.
 //
 // A function whose URL and config (every field, as JSON values) are those of its
 // current revision keeps that revision: the sync stores nothing for it and answers
@@ -8718,6 +8732,10 @@ type ClientWithResponsesInterface interface {
 
 	// SyncAppWithBodyWithResponse Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 	//
+	// A manifest whose protocol version this gateway does not serve (another major,
+	// or a greater minor; see "Protocol versions" above), or that is not a version, is
+	// a 400 whose `detail` names both versions; nothing is registered.
+	//
 	// A function whose URL and config (every field, as JSON values) are those of its
 	// current revision keeps that revision: the sync stores nothing for it and answers
 	// it with `changed: false`. The manifest carries no code version, so new code
@@ -8744,6 +8762,10 @@ type ClientWithResponsesInterface interface {
 	SyncAppWithBodyWithResponse(ctx context.Context, params *SyncAppParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SyncAppResponse, error)
 
 	// SyncAppWithResponse Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
+	//
+	// A manifest whose protocol version this gateway does not serve (another major,
+	// or a greater minor; see "Protocol versions" above), or that is not a version, is
+	// a 400 whose `detail` names both versions; nothing is registered.
 	//
 	// A function whose URL and config (every field, as JSON values) are those of its
 	// current revision keeps that revision: the sync stores nothing for it and answers
@@ -13706,6 +13728,10 @@ func (c *ClientWithResponses) ReadyzWithResponse(ctx context.Context, reqEditors
 
 // SyncAppWithBodyWithResponse Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 //
+// A manifest whose protocol version this gateway does not serve (another major,
+// or a greater minor; see "Protocol versions" above), or that is not a version, is
+// a 400 whose `detail` names both versions; nothing is registered.
+//
 // A function whose URL and config (every field, as JSON values) are those of its
 // current revision keeps that revision: the sync stores nothing for it and answers
 // it with `changed: false`. The manifest carries no code version, so new code
@@ -13738,6 +13764,10 @@ func (c *ClientWithResponses) SyncAppWithBodyWithResponse(ctx context.Context, p
 }
 
 // SyncAppWithResponse Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
+//
+// A manifest whose protocol version this gateway does not serve (another major,
+// or a greater minor; see "Protocol versions" above), or that is not a version, is
+// a 400 whose `detail` names both versions; nothing is registered.
 //
 // A function whose URL and config (every field, as JSON values) are those of its
 // current revision keeps that revision: the sync stores nothing for it and answers

@@ -14,6 +14,7 @@ import (
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/examples"
 	"github.com/stepgate/stepgate/functions/internal/gatewaytest"
+	"github.com/stepgate/stepgate/internal/version"
 	"github.com/stepgate/stepgate/protocol"
 	"github.com/stepgate/stepgate/protocol/signature"
 )
@@ -42,7 +43,7 @@ func TestExamples(t *testing.T) {
 		t.Parallel()
 		g, url := serve(t)
 		r := g.Get(url + "/")
-		require.JSONEq(t, `{"protocol":1,"replay_only":true,"functions":[
+		require.JSONEq(t, `{"protocol":1,"protocol_version":"`+protocol.Version+`","sdk":"stepgate-go/`+version.Version+`","replay_only":true,"functions":[
 			{"name":"chain","path":"chain"},
 			{"name":"flaky","path":"flaky"},
 			{"name":"hello","path":"hello"},

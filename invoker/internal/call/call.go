@@ -4,9 +4,13 @@
 // call described for the people reading the run.
 //
 // It guarantees:
-//   - the request is a POST of the body as given, with Content-Type application/json
-//     and a [signature.Header] that binds the tenant, the method and the URL's path
-//     (so that no other function accepts it);
+//   - the request is a POST of the body as given, with Content-Type application/json,
+//     a [signature.Header] that binds the tenant, the method and the URL's path
+//     (so that no other function accepts it), and the [protocol.VersionHeader]
+//     [protocol.Version];
+//   - an answer whose [protocol.VersionHeader] names a version this gateway does not
+//     serve, or is not a version, fails as ErrorTypeProtocolVersion, whatever its HTTP
+//     status, before its body is judged; an answer without the header is served;
 //   - it goes out over the tenant's own client ([egress.Clients.For]), which dials only
 //     what the egress policy allows and never follows a redirect;
 //   - sending the request and reading its answer take at most the target's timeout;
@@ -38,6 +42,7 @@ import (
 
 	"github.com/stepgate/stepgate/internal/egress"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/protocol"
 	"github.com/stepgate/stepgate/protocol/signature"
 )
 
@@ -56,7 +61,14 @@ const (
 	ErrorTypeHTTPStatus = "http_status"
 	// ErrorTypeLimit: the answer is larger than MaxAnswer bytes.
 	ErrorTypeLimit = "limit_exceeded"
+	// ErrorTypeProtocolVersion: the answer's protocol version header names a version
+	// this gateway does not serve (protocol.CheckSDKVersion), or is not a version.
+	ErrorTypeProtocolVersion = "protocol_version"
 )
+
+// versionHeader is the value of every request's protocol.VersionHeader, shared so that
+// setting it allocates nothing: no one writes to a request's header once it is sent.
+var versionHeader = []string{protocol.Version}
 
 // Signer signs a request of tenant at now (auth.SigningKeys).
 type Signer interface {
@@ -111,6 +123,7 @@ func (c *Caller) Call(ctx context.Context, t Target, body []byte, decode DecodeF
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set(signature.Header, sig)
+	hreq.Header[protocol.VersionHeader] = versionHeader
 	if c.Tracing {
 		// The function's own spans join the run's trace, under this invocation.
 		propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(hreq.Header))
@@ -144,7 +157,10 @@ func (c *Caller) send(ctx context.Context, t Target, hreq *http.Request, decode 
 		traceHTTPStatus(ctx, resp.StatusCode)
 	}
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, c.MaxAnswer+1))
-	failure := c.answer(ctx, t, resp, raw, err)
+	failure := checkVersion(resp.Header)
+	if failure == nil {
+		failure = c.answer(ctx, t, resp, raw, err)
+	}
 	if failure == nil {
 		failure = decode(raw)
 	}
@@ -173,6 +189,20 @@ func (c *Caller) answer(ctx context.Context, t Target, resp *http.Response, raw 
 	}
 	if int64(len(raw)) > c.MaxAnswer {
 		return &journal.ErrorInfo{Type: ErrorTypeLimit, Message: fmt.Sprintf("function's answer is larger than the gateway's limit of %d bytes", c.MaxAnswer)}
+	}
+	return nil
+}
+
+// checkVersion returns the failure of an answer whose header h says a protocol version
+// this gateway does not serve, or nil: one header read and, unless it says this
+// gateway's own version or none, a parse that allocates nothing unless it fails.
+func checkVersion(h http.Header) *journal.ErrorInfo {
+	v := h.Get(protocol.VersionHeader)
+	if v == "" {
+		return nil
+	}
+	if err := protocol.CheckSDKVersion("the function's SDK", v); err != nil {
+		return &journal.ErrorInfo{Type: ErrorTypeProtocolVersion, Message: err.Error()}
 	}
 	return nil
 }

@@ -162,7 +162,11 @@ export interface paths {
         put?: never;
         /**
          * Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
-         * @description A function whose URL and config (every field, as JSON values) are those of its
+         * @description A manifest whose protocol version this gateway does not serve (another major,
+         *     or a greater minor; see "Protocol versions" above), or that is not a version, is
+         *     a 400 whose `detail` names both versions; nothing is registered.
+         *
+         *     A function whose URL and config (every field, as JSON values) are those of its
          *     current revision keeps that revision: the sync stores nothing for it and answers
          *     it with `changed: false`. The manifest carries no code version, so new code
          *     deployed at the same URL with the same config is not a new revision.
@@ -1878,7 +1882,7 @@ export interface components {
             };
         };
         ErrorInfo: {
-            /** @description A short machine-readable kind, e.g. `timeout`, `http_status`, `connection`, `nondeterminism`, `bad_answer`, `limit_exceeded`, `max_recoveries`. */
+            /** @description A short machine-readable kind, e.g. `timeout`, `http_status`, `connection`, `nondeterminism`, `bad_answer`, `limit_exceeded`, `max_recoveries`, `protocol_version`. */
             type: string;
             message: string;
             retryable?: boolean;
@@ -1911,7 +1915,7 @@ export interface components {
             cancelled_by?: components["schemas"]["Identity"];
             /** @description Invocations of the run so far, the first included: the times a gateway took the run to call its function, one to start and one more after each suspension (sleep, wait, child, step retry, `continue`), failed invocation or recovery. The invocation in flight counts (the function gets the count as `run.attempt`), and so does one whose gateway died before its request went out (a recovery). A take that fails the run before calling the function (past the gateway's limit of recoveries, or a bound) does not count. A clean run with two sleeps has 3. Not a count of retries: see `failed_invocations`. */
             invocations: number;
-            /** @description Invocations of the run that failed as a whole, in its lifetime: the function did not answer (a refused or dropped connection, a timeout), answered other than HTTP 200, answered or checkpointed something that can never be applied (`bad_answer`, `limit_exceeded`, or an entry contradicting the journal: `nondeterminism`, found by the gateway), or answered the `superseded` failure while it still owned the run (a copy of its request claimed the run first; see `checkpointCurrent`). Never reset. Those that can be retried are, per the function's retry policy, which counts them in a row (any other outcome applied starts it afresh). Not counted: any other answer `failed` (the function fails the run itself), a step's failed attempt (the invocation suspends for its retry; see the run's `failures`), a recovery, and an invocation cut short by a cancel or a deadline. */
+            /** @description Invocations of the run that failed as a whole, in its lifetime: the function did not answer (a refused or dropped connection, a timeout), answered other than HTTP 200, answered with a protocol version the gateway does not serve (`protocol_version`), answered or checkpointed something that can never be applied (`bad_answer`, `limit_exceeded`, or an entry contradicting the journal: `nondeterminism`, found by the gateway), or answered the `superseded` failure while it still owned the run (a copy of its request claimed the run first; see `checkpointCurrent`). Never reset. Those that can be retried are, per the function's retry policy, which counts them in a row (any other outcome applied starts it afresh). Not counted: any other answer `failed` (the function fails the run itself), a step's failed attempt (the invocation suspends for its retry; see the run's `failures`), a recovery, and an invocation cut short by a cancel or a deadline. */
             failed_invocations: number;
             awaiting?: components["schemas"]["Awaiting"];
             /** @description Times in its lifetime the run was recovered: an invocation whose gateway died, stopped or lost the database, made again by another gateway. Never reset. A recovery is not a failed invocation: the function's retry policy does not count it. The gateway's limit (STEPGATE_MAX_RECOVERIES, default 100) counts recoveries in a row, with no new journal entry and no answer applied between them; past it the run fails with error type `max_recoveries`, its `recoveries` then at least that limit plus one. */
@@ -2524,7 +2528,11 @@ export interface components {
             url: string;
             token: string;
         };
-        /** @description What the gateway POSTs to a function (protocol 1). */
+        /**
+         * @description What the gateway POSTs to a function (protocol 1), with the header
+         *     `Stepgate-Protocol` (`components.headers.StepgateProtocol`): the protocol version the
+         *     gateway speaks, of which `protocol` is the major.
+         */
         InvocationRequest: {
             /** @enum {integer} */
             protocol: 1;
@@ -2861,7 +2869,9 @@ export interface components {
             asked: components["schemas"]["ReplayStep"];
         };
         /**
-         * @description A function's answer to an invocation; always HTTP 200.
+         * @description A function's answer to an invocation; always HTTP 200. The SDK says the protocol
+         *     version it speaks in the answer's header `Stepgate-Protocol`
+         *     (`components.headers.StepgateProtocol`); without it, 1.0.0.
          *
          *     A `completed` or `failed` answer ends the run only with no hole in its journal:
          *     every seq below the journal's last entry journaled, counting the entries the
@@ -2889,8 +2899,22 @@ export interface components {
         };
         /** @description What an app answers to a signed `GET <app url>`. */
         Manifest: {
-            /** @enum {integer} */
-            protocol: 1;
+            /**
+             * @description The major version of the function protocol the app's SDK speaks (1 when
+             *     absent). With `protocol_version`, both must name the same major.
+             */
+            protocol?: number;
+            /**
+             * @description The function protocol's version the app's SDK speaks, MAJOR.MINOR.PATCH (e.g.
+             *     `1.0.0`; see "Protocol versions"). Absent: `<protocol>.0.0`. The gateway
+             *     refuses to sync a version it does not serve, or one that is not a version.
+             */
+            protocol_version?: string;
+            /**
+             * @description The SDK's name and version, `<name>/<version>` (e.g. `stepgate-go/0.1.0`), which
+             *     the gateway's errors name: 1 to 128 printable ASCII characters. Optional.
+             */
+            sdk?: string;
             /**
              * @description The app's SDK answers replay-only invocations (InvocationRequest `replay_only`)
              *     without running any step body; without it the gateway sends the app none.
@@ -3063,7 +3087,15 @@ export interface components {
         Wait: string;
     };
     requestBodies: never;
-    headers: never;
+    headers: {
+        /**
+         * @description The function protocol's version that the sender speaks, MAJOR.MINOR.PATCH (at
+         *     most 32 bytes; see "Protocol versions"). The gateway sends it on every invocation
+         *     request and manifest request; an SDK on every answer to an invocation request.
+         *     Optional: without it, the sender speaks 1.0.0.
+         */
+        StepgateProtocol: string;
+    };
     pathItems: never;
 }
 export type $defs = Record<string, never>;

@@ -5,6 +5,7 @@ import { fetchPoster, Invocation, type Poster, type Stop } from "./invocation.js
 import type { ErrorInfo, InvocationAnswer, InvocationRequest, Manifest } from "./protocol.js";
 import { checkKeys, importKeys, ReplayCache, SIGNATURE_HEADER, SignatureError, verifySignature, type VerifyKeys } from "./signature.js";
 import { IncompleteCompensation, Step } from "./step.js";
+import { checkGatewayVersion, PROTOCOL_HEADER, PROTOCOL_VERSION, SDK_NAME } from "./version.js";
 
 /** A Fetch API handler: what Deno, Bun, Cloudflare Workers and Vercel serve. */
 export type FetchHandler = (request: Request) => Promise<Response>;
@@ -46,8 +47,9 @@ export interface ServeOptions {
   onError?: (info: { runId: string; function: string; attempt: number; type: string; message: string }) => void;
 }
 
+// Every answer says the protocol version this SDK speaks.
 const json = (status: number, body: unknown, headers: Record<string, string> = {}) =>
-  new Response(JSON.stringify(body), { status, headers: { "Content-Type": "application/json", ...headers } });
+  new Response(JSON.stringify(body), { status, headers: { "Content-Type": "application/json", [PROTOCOL_HEADER]: PROTOCOL_VERSION, ...headers } });
 const problem = (status: number, type: string, message: string, headers?: Record<string, string>) =>
   json(status, { type, message } satisfies ErrorInfo, headers);
 
@@ -63,7 +65,13 @@ const problem = (status: number, type: string, message: string, headers?: Record
  * is not one (not 32 bytes of base64url) throws here. An app with no keys
  * refuses every request unless insecureSkipVerify says otherwise. Errors other than the
  * function's own outcome are JSON bodies {type, message}: 401 (type "signature"), 400
+ * ("protocol_version": the request's Stepgate-Protocol header names a gateway of another
+ * major protocol version, or is not a version; the message names both versions), 400
  * ("malformed"), 404, 405 and 413.
+ *
+ * The app speaks the function protocol's version PROTOCOL_VERSION: its manifest says it
+ * (`protocol_version`, with `sdk` "stepgate-ts/<SDK_VERSION>"), and so does every answer,
+ * in the header Stepgate-Protocol. A request without that header is served.
  */
 export function serve(opts: ServeOptions): FetchHandler {
   const byName = new Map<string, StepgateFunction<any, any>>();
@@ -140,6 +148,12 @@ export function serve(opts: ServeOptions): FetchHandler {
     }
 
     if (!fn) return json(200, manifest(byName, url.pathname));
+    // Before the body is decoded: another major's body may not read as this one's.
+    const gateway = request.headers.get(PROTOCOL_HEADER);
+    if (gateway) {
+      const refused = checkGatewayVersion(gateway);
+      if (refused) return problem(400, "protocol_version", refused);
+    }
 
     let req: InvocationRequest;
     try {
@@ -176,7 +190,7 @@ function manifest(byName: Map<string, StepgateFunction<any, any>>, appPath: stri
   // under /api/stepgate, "stepgate/hello" is /api/stepgate/hello.
   const dir = appPath.endsWith("/") ? "" : (appPath.split("/").pop() ?? "") + "/";
   // The SDK answers replay-only invocations (Invocation.replayOnly).
-  const m: Manifest = { protocol: 1, replay_only: true, functions: [] };
+  const m: Manifest = { protocol: 1, protocol_version: PROTOCOL_VERSION, sdk: SDK_NAME, replay_only: true, functions: [] };
   for (const name of [...byName.keys()].sort()) {
     const f = byName.get(name)!;
     m.functions.push(Object.keys(f.config).length > 0 ? { name, path: dir + name, config: f.config } : { name, path: dir + name });

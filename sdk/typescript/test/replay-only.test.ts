@@ -5,6 +5,7 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { createFunction, NonRetryableError, serve, type FetchHandler, type Step } from "../src/index.js";
 import type { JournalEntry } from "../src/protocol.js";
+import { PROTOCOL_VERSION, SDK_VERSION } from "../src/version.js";
 import { gw, useGateway } from "./harness.js";
 
 const APP = "http://app.test/api/stepgate";
@@ -353,6 +354,8 @@ describe("replay-only", () => {
     const fn = createFunction({ name: "hello" }, () => "hi");
     const resp = await app(fn)(new Request(APP, { headers: { "Stepgate-Signature": gw.sign("", APP) } }));
     assert.equal(resp.status, 200);
-    assert.deepEqual(await resp.json(), { protocol: 1, replay_only: true, functions: [{ name: "hello", path: "stepgate/hello" }] });
+    assert.deepEqual(await resp.json(), {
+      protocol: 1, protocol_version: PROTOCOL_VERSION, sdk: `stepgate-ts/${SDK_VERSION}`, replay_only: true, functions: [{ name: "hello", path: "stepgate/hello" }],
+    });
   });
 });

@@ -6,6 +6,7 @@ import { createFunction, NonRetryableError, serve, StepError, type FetchHandler,
 import { toLambdaHandler } from "../src/lambda.js";
 import { serveNode, toNodeListener } from "../src/node.js";
 import type { JournalEntry } from "../src/protocol.js";
+import { PROTOCOL_VERSION, SDK_VERSION } from "../src/version.js";
 import { Gateway, TENANT } from "./gateway.js";
 import { gw, useGateway } from "./harness.js";
 
@@ -309,6 +310,8 @@ describe("serve", () => {
       assert.equal(resp.status, 200);
       assert.deepEqual(await resp.json(), {
         protocol: 1,
+        protocol_version: PROTOCOL_VERSION,
+        sdk: `stepgate-ts/${SDK_VERSION}`,
         replay_only: true,
         functions: [{ name: "hello", path, config: { max_invocation_duration: "10s", triggers: [{ event: "user.created" }], concurrency: [{ limit: 2, key: "input.id" }] } }],
       });
