@@ -58,7 +58,6 @@ import (
 	"github.com/stepgate/stepgate/client"
 	"github.com/stepgate/stepgate/functions/internal/invocation"
 	"github.com/stepgate/stepgate/functions/step"
-	"github.com/stepgate/stepgate/internal/version"
 	"github.com/stepgate/stepgate/protocol"
 	"github.com/stepgate/stepgate/protocol/names"
 	"github.com/stepgate/stepgate/protocol/signature"
@@ -452,8 +451,10 @@ type codingError struct {
 func (e *codingError) Error() string { return e.err.Error() }
 func (e *codingError) Unwrap() error { return e.err }
 
-// sdkName is this SDK's name and version, as the manifest and its errors say it.
-const sdkName = "stepgate-go/" + version.Version
+// sdkName is this SDK's name and version, as the manifest and its errors say it. The
+// version is the module's (internal/version.Version, which this package does not import:
+// the SDK imports only protocol); the manifest tests keep the two equal.
+const sdkName = "stepgate-go/0.1.0"
 
 func manifest(byName map[string]*function) []byte {
 	// This SDK answers replay-only invocations (see replayAnswer).

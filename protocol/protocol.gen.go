@@ -2786,7 +2786,7 @@ type ClientInterface interface {
 	// SyncAppWithBody Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 	//
 	// A manifest whose protocol version this gateway does not serve (another major,
-	// or a greater minor; see "Protocol versions" above), or that is not a version, is
+	// or a greater minor; see "Protocol versions" in the function protocol), or that is not a version, is
 	// a 400 whose `detail` names both versions; nothing is registered.
 	//
 	// A function whose URL and config (every field, as JSON values) are those of its
@@ -2817,7 +2817,7 @@ type ClientInterface interface {
 	// SyncApp Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 	//
 	// A manifest whose protocol version this gateway does not serve (another major,
-	// or a greater minor; see "Protocol versions" above), or that is not a version, is
+	// or a greater minor; see "Protocol versions" in the function protocol), or that is not a version, is
 	// a 400 whose `detail` names both versions; nothing is registered.
 	//
 	// A function whose URL and config (every field, as JSON values) are those of its
@@ -4036,7 +4036,7 @@ func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*ht
 // SyncAppWithBody Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 //
 // A manifest whose protocol version this gateway does not serve (another major,
-// or a greater minor; see "Protocol versions" above), or that is not a version, is
+// or a greater minor; see "Protocol versions" in the function protocol), or that is not a version, is
 // a 400 whose `detail` names both versions; nothing is registered.
 //
 // A function whose URL and config (every field, as JSON values) are those of its
@@ -4077,7 +4077,7 @@ func (c *Client) SyncAppWithBody(ctx context.Context, params *SyncAppParams, con
 // SyncApp Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 //
 // A manifest whose protocol version this gateway does not serve (another major,
-// or a greater minor; see "Protocol versions" above), or that is not a version, is
+// or a greater minor; see "Protocol versions" in the function protocol), or that is not a version, is
 // a 400 whose `detail` names both versions; nothing is registered.
 //
 // A function whose URL and config (every field, as JSON values) are those of its
@@ -8733,7 +8733,7 @@ type ClientWithResponsesInterface interface {
 	// SyncAppWithBodyWithResponse Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 	//
 	// A manifest whose protocol version this gateway does not serve (another major,
-	// or a greater minor; see "Protocol versions" above), or that is not a version, is
+	// or a greater minor; see "Protocol versions" in the function protocol), or that is not a version, is
 	// a 400 whose `detail` names both versions; nothing is registered.
 	//
 	// A function whose URL and config (every field, as JSON values) are those of its
@@ -8764,7 +8764,7 @@ type ClientWithResponsesInterface interface {
 	// SyncAppWithResponse Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 	//
 	// A manifest whose protocol version this gateway does not serve (another major,
-	// or a greater minor; see "Protocol versions" above), or that is not a version, is
+	// or a greater minor; see "Protocol versions" in the function protocol), or that is not a version, is
 	// a 400 whose `detail` names both versions; nothing is registered.
 	//
 	// A function whose URL and config (every field, as JSON values) are those of its
@@ -13729,7 +13729,7 @@ func (c *ClientWithResponses) ReadyzWithResponse(ctx context.Context, reqEditors
 // SyncAppWithBodyWithResponse Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 //
 // A manifest whose protocol version this gateway does not serve (another major,
-// or a greater minor; see "Protocol versions" above), or that is not a version, is
+// or a greater minor; see "Protocol versions" in the function protocol), or that is not a version, is
 // a 400 whose `detail` names both versions; nothing is registered.
 //
 // A function whose URL and config (every field, as JSON values) are those of its
@@ -13766,7 +13766,7 @@ func (c *ClientWithResponses) SyncAppWithBodyWithResponse(ctx context.Context, p
 // SyncAppWithResponse Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
 //
 // A manifest whose protocol version this gateway does not serve (another major,
-// or a greater minor; see "Protocol versions" above), or that is not a version, is
+// or a greater minor; see "Protocol versions" in the function protocol), or that is not a version, is
 // a 400 whose `detail` names both versions; nothing is registered.
 //
 // A function whose URL and config (every field, as JSON values) are those of its

@@ -163,7 +163,7 @@ export interface paths {
         /**
          * Reads an app's manifest (signed GET of its URL) and registers all its functions. Needs `functions:write`.
          * @description A manifest whose protocol version this gateway does not serve (another major,
-         *     or a greater minor; see "Protocol versions" above), or that is not a version, is
+         *     or a greater minor; see "Protocol versions" in the function protocol), or that is not a version, is
          *     a 400 whose `detail` names both versions; nothing is registered.
          *
          *     A function whose URL and config (every field, as JSON values) are those of its
