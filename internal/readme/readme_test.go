@@ -21,7 +21,10 @@ import (
 //
 // Each is type-checked and vetted (go vet) as a package of its own.
 //
-// Any other Go block fails the test, so that no block escapes it.
+// A block that names its source with an example comment (see examples.go) is not
+// compiled here: its source is compiled, and run, where it lives, and TestExampleBlocks
+// checks that the block equals it. Any other Go block fails the test, so that no block
+// escapes it.
 
 // wrapMarker opens the comment that wraps the fragment after it; blockLine is where the
 // fragment goes in it.
@@ -70,13 +73,9 @@ func TestGoBlocksCompile(t *testing.T) {
 // a block that follows neither rule.
 func markdownBlocks(t *testing.T, root string) []block {
 	t.Helper()
-	files := []string{"README.md"}
-	more, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	files, err := Docs(root)
 	if err != nil {
 		t.Fatal(err)
-	}
-	for _, m := range more {
-		files = append(files, mustRel(t, root, m))
 	}
 	var blocks []block
 	for _, f := range files {
@@ -91,7 +90,7 @@ func markdownBlocks(t *testing.T, root string) []block {
 		blocks = append(blocks, bs...)
 	}
 	if len(blocks) == 0 {
-		t.Fatal("no Go blocks found in README.md: is the test reading the right file?")
+		t.Fatal("no Go blocks to compile in README.md and docs/*.md: is the test reading the right files?")
 	}
 	return blocks
 }
@@ -154,6 +153,9 @@ func goBlocks(file, path, text string) ([]block, error) {
 			errs = append(errs, fmt.Sprintf("%s:%d: the Go block is not closed", file, start+1))
 			break
 		}
+		if start > 0 && exampleMarker.MatchString(strings.TrimSpace(lines[start-1])) {
+			continue // compiled where it lives; TestExampleBlocks checks the block against it
+		}
 		b := block{file: file, line: start + 1, code: strings.Join(code, "\n") + "\n"}
 		wrapper, wrapLine := wrapperBefore(lines, start)
 		switch {
@@ -168,7 +170,7 @@ func goBlocks(file, path, text string) ([]block, error) {
 			b.whole = true
 			b.src = fmt.Sprintf("//line %s:%d\n%s", path, start+2, b.code)
 		default:
-			errs = append(errs, fmt.Sprintf("%s:%d: a Go block with no package clause needs a %q comment right before it (see readme_test.go)", file, start+1, wrapMarker+" … -->"))
+			errs = append(errs, fmt.Sprintf("%s:%d: a Go block with no package clause needs a %q comment (see readme_test.go) or an example comment (see examples.go) right before it", file, start+1, wrapMarker+" … -->"))
 			continue
 		}
 		blocks = append(blocks, b)
