@@ -19,8 +19,8 @@ import (
 // PATH is relative to the repository's root. The block must then equal the file, or
 // its region: the lines between a line "// docs:begin REGION" and a line
 // "// docs:end REGION" ("#" instead of "//" for files whose comments start so), with
-// the region's common indentation removed and the marker lines of other regions left
-// out. The file is compiled, and run, where it lives (examples/, a package's
+// the region's common indentation and its blank lines at either end removed, and the
+// marker lines of other regions left out. The file is compiled, and run, where it lives (examples/, a package's
 // Example), so the block shows code that works; [CheckExamples] fails when the two
 // drift apart.
 
@@ -109,7 +109,8 @@ func Source(root, example string) (string, error) {
 }
 
 // Regions returns the regions of a source file by name, each with its common
-// indentation removed and without the marker lines of the regions inside it. It fails
+// indentation and its blank lines at either end removed, and without the marker lines
+// of the regions inside it. It fails
 // for a region begun twice, ended before it begins, or not ended.
 func Regions(text string) (map[string]string, error) {
 	lines := strings.SplitAfter(text, "\n")
@@ -149,8 +150,8 @@ func ended(regions map[string]string, name string) bool {
 }
 
 // dedent joins lines (each ending in "\n", but perhaps the last) without the marker
-// lines of regions and without the indentation all the others share; a line of only
-// white space becomes empty.
+// lines of regions, without blank lines at either end, and without the indentation all
+// the others share; a line of only white space becomes empty.
 func dedent(lines []string) string {
 	var kept []string
 	for _, l := range lines {
@@ -172,6 +173,14 @@ func dedent(lines []string) string {
 		for !strings.HasPrefix(indent, prefix) {
 			prefix = prefix[:len(prefix)-1]
 		}
+	}
+	// gofmt puts a blank line between a declaration and the comment that ends its
+	// region, so blank lines at either end are not the region's.
+	for len(kept) > 0 && strings.TrimSpace(kept[0]) == "" {
+		kept = kept[1:]
+	}
+	for len(kept) > 0 && strings.TrimSpace(kept[len(kept)-1]) == "" {
+		kept = kept[:len(kept)-1]
 	}
 	var b strings.Builder
 	for _, l := range kept {

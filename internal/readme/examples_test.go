@@ -35,8 +35,8 @@ func TestExampleBlocks(t *testing.T) {
 func TestCheckExamples(t *testing.T) {
 	t.Parallel()
 	const program = "package main\n\nfunc main() {\n\tprintln(\"hi\")\n}\n"
-	const withRegion = "package main\n\nfunc main() {\n\t// docs:begin greet\n\tif true {\n\t\tprintln(\"hi\")\n\t}\n\n\t// docs:end greet\n}\n"
-	const greet = "if true {\n\tprintln(\"hi\")\n}\n\n"
+	const withRegion = "package main\n\nfunc main() {\n\t// docs:begin greet\n\n\tif true {\n\n\t\tprintln(\"hi\")\n\t}\n\n\t// docs:end greet\n}\n"
+	const greet = "if true {\n\n\tprintln(\"hi\")\n}\n"
 	const script = "#!/bin/sh\n# docs:begin run\ngo run ./examples/hello\n# docs:end run\n"
 	const ts = "// docs:begin tour\nconst x: number = 1;\n// docs:end tour\n"
 	files := map[string]string{
@@ -110,6 +110,9 @@ func TestRegions(t *testing.T) {
 	regions, err := Regions("a\n\t// docs:begin outer\n\tb\n\t\t// docs:begin inner\n\t\tc\n\t\t// docs:end inner\n\n\td\n\t// docs:end outer\n# docs:begin sh\necho\n# docs:end sh\n")
 	require.NoError(t, err)
 	require.Equal(t, map[string]string{"outer": "b\n\tc\n\nd\n", "inner": "c\n", "sh": "echo\n"}, regions)
+	regions, err = Regions("// docs:begin r\n\n\tx\n\n\ty\n\n// docs:end r\n")
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"r": "x\n\ny\n"}, regions, "blank lines at either end are not the region's")
 
 	for text, want := range map[string]string{
 		"// docs:begin a\nx\n":                                             `line 1: region "a" does not end`,
