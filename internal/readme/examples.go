@@ -218,7 +218,7 @@ func CheckExamples(root, doc string) (int, []error) {
 			continue
 		}
 		if src != f.Code {
-			errs = append(errs, fmt.Errorf("%s:%d: the block and %s differ: copy %s's text into the block (%s)",
+			errs = append(errs, fmt.Errorf("%s:%d: the block and %s differ: copy %s's text into the block, or the block's into it if the block is right (%s)",
 				doc, f.Line, f.Example, f.Example, firstDifference(f.Code, src)))
 		}
 	}
