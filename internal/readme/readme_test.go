@@ -21,7 +21,10 @@ import (
 //
 // Each is type-checked and vetted (go vet) as a package of its own.
 //
-// Any other Go block fails the test, so that no block escapes it.
+// A block that names its source with an example comment (see examples.go) is not
+// compiled here: its source is compiled, and run, where it lives, and TestExampleBlocks
+// checks that the block equals it. Any other Go block fails the test, so that no block
+// escapes it.
 
 // wrapMarker opens the comment that wraps the fragment after it; blockLine is where the
 // fragment goes in it.
@@ -56,6 +59,10 @@ func TestGoBlocksCompile(t *testing.T) {
 		}
 	}
 
+	if len(blocks) == 0 {
+		t.Log("every Go block names its example: none to compile here")
+		return
+	}
 	dir := blockDir(t, root)
 	// go vet type-checks every package it is given, main or not, and writes nothing.
 	args := []string{"vet"}
@@ -66,32 +73,31 @@ func TestGoBlocksCompile(t *testing.T) {
 	t.Logf("%d Go blocks compiled", len(blocks))
 }
 
-// markdownBlocks returns the Go blocks of README.md and docs/*.md, failing the test for
-// a block that follows neither rule.
+// markdownBlocks returns the Go blocks of README.md and docs/*.md to compile here,
+// failing the test for a block that follows no rule, and when the files hold no Go
+// block at all.
 func markdownBlocks(t *testing.T, root string) []block {
 	t.Helper()
-	files := []string{"README.md"}
-	more, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	files, err := Docs(root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range more {
-		files = append(files, mustRel(t, root, m))
-	}
 	var blocks []block
+	marked := 0
 	for _, f := range files {
 		text, err := os.ReadFile(filepath.Join(root, f))
 		if err != nil {
 			t.Fatal(err)
 		}
-		bs, err := goBlocks(f, filepath.Join(root, f), string(text))
+		bs, n, err := goBlocks(f, filepath.Join(root, f), string(text))
 		if err != nil {
 			t.Error(err)
 		}
 		blocks = append(blocks, bs...)
+		marked += n
 	}
-	if len(blocks) == 0 {
-		t.Fatal("no Go blocks found in README.md: is the test reading the right file?")
+	if len(blocks)+marked == 0 {
+		t.Fatal("no Go blocks in README.md and docs/*.md: is the test reading the right files?")
 	}
 	return blocks
 }
@@ -135,12 +141,13 @@ func goCommand(t *testing.T, root string, args ...string) {
 }
 
 // goBlocks returns the Go blocks of the markdown text of file (at path, which the
-// blocks' //line directives name), or an error naming each block that is neither a
-// whole file nor a wrapped fragment.
-func goBlocks(file, path, text string) ([]block, error) {
+// blocks' //line directives name) but those that name their example, and how many do;
+// or an error naming each block that is neither a whole file nor a wrapped fragment.
+func goBlocks(file, path, text string) ([]block, int, error) {
 	lines := strings.Split(text, "\n")
 	var blocks []block
 	var errs []string
+	marked := 0
 	for i := 0; i < len(lines); i++ {
 		if strings.TrimSpace(lines[i]) != "```go" {
 			continue
@@ -153,6 +160,10 @@ func goBlocks(file, path, text string) ([]block, error) {
 		if i == len(lines) {
 			errs = append(errs, fmt.Sprintf("%s:%d: the Go block is not closed", file, start+1))
 			break
+		}
+		if start > 0 && exampleMarker.MatchString(strings.TrimSpace(lines[start-1])) {
+			marked++
+			continue // compiled where it lives; TestExampleBlocks checks the block against it
 		}
 		b := block{file: file, line: start + 1, code: strings.Join(code, "\n") + "\n"}
 		wrapper, wrapLine := wrapperBefore(lines, start)
@@ -168,15 +179,15 @@ func goBlocks(file, path, text string) ([]block, error) {
 			b.whole = true
 			b.src = fmt.Sprintf("//line %s:%d\n%s", path, start+2, b.code)
 		default:
-			errs = append(errs, fmt.Sprintf("%s:%d: a Go block with no package clause needs a %q comment right before it (see readme_test.go)", file, start+1, wrapMarker+" … -->"))
+			errs = append(errs, fmt.Sprintf("%s:%d: a Go block with no package clause needs a %q comment (see readme_test.go) or an example comment (see examples.go) right before it", file, start+1, wrapMarker+" … -->"))
 			continue
 		}
 		blocks = append(blocks, b)
 	}
 	if len(errs) > 0 {
-		return blocks, fmt.Errorf("%s", strings.Join(errs, "\n"))
+		return blocks, marked, fmt.Errorf("%s", strings.Join(errs, "\n"))
 	}
-	return blocks, nil
+	return blocks, marked, nil
 }
 
 // wrapperBefore returns the lines inside the go-wrap comment that ends on the line
