@@ -24,11 +24,13 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 
 	"github.com/stepgate/stepgate/internal/version"
@@ -227,8 +229,8 @@ func checkVersions(root string) error {
 		if m.Version != version.Version {
 			errs = append(errs, fmt.Errorf("%s has version %q", rel, m.Version))
 		}
-		for dep, v := range m.OptionalDependencies {
-			if v != version.Version {
+		for _, dep := range slices.Sorted(maps.Keys(m.OptionalDependencies)) {
+			if v := m.OptionalDependencies[dep]; v != version.Version {
 				errs = append(errs, fmt.Errorf("%s depends on %s@%s", rel, dep, v))
 			}
 		}

@@ -306,3 +306,63 @@ func (p *process) wait(t *testing.T) error {
 		return nil
 	}
 }
+
+// TestQuickstartIsTheTemplate checks that docs/quickstart-typescript.md shows the files
+// create-stepgate writes, as they are.
+func TestQuickstartIsTheTemplate(t *testing.T) {
+	t.Parallel()
+	root, err := findRoot()
+	require.NoError(t, err)
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "quickstart-typescript.md"))
+	require.NoError(t, err)
+	template := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(root, "npm", "create-stepgate", "template", "src", name))
+		require.NoError(t, err)
+		return string(b)
+	}
+	block := func(after string) string {
+		m := regexp.MustCompile(regexp.QuoteMeta(after) + "(?s).*?```ts\n(.*?)```").FindStringSubmatch(string(doc))
+		require.NotNil(t, m, "the quickstart's block after %q", after)
+		return m[1]
+	}
+	require.Equal(t, template("functions.ts"), block("The function, in `src/functions.ts`:"))
+	// The server's block leaves out its import of ./functions.js (a block compiles alone).
+	const imp = "import { functions } from \"./functions.js\";\n"
+	server := template("server.ts")
+	require.Contains(t, server, imp)
+	require.Equal(t, strings.Replace(server, imp, "", 1), block("and `src/server.ts`, which imports `functions` from `./functions.js`:"))
+}
+
+// TestVersionsDisagree checks that npmdist refuses npm packages whose versions are not
+// version.Version, naming each, before it builds anything.
+func TestVersionsDisagree(t *testing.T) {
+	t.Parallel()
+	root, err := findRoot()
+	require.NoError(t, err)
+	fake := t.TempDir()
+	for _, name := range []string{"stepgate", "create-stepgate"} {
+		require.NoError(t, copyPackage(filepath.Join(root, "npm", name), filepath.Join(fake, "npm", name)))
+	}
+	edit := func(name, from, to string) {
+		path := filepath.Join(fake, "npm", name, "package.json")
+		b, err := os.ReadFile(path)
+		require.NoError(t, err)
+		require.Contains(t, string(b), from)
+		require.NoError(t, os.WriteFile(path, []byte(strings.Replace(string(b), from, to, 1)), 0o644))
+	}
+	v := `"` + version.Version + `"`
+	edit("stepgate", `"version": `+v, `"version": "9.9.9"`)
+	edit("stepgate", `"@stepgate/cli-linux-arm64": `+v+`,`, ``)
+	edit("create-stepgate", `"version": `+v, `"version": "0.0.1"`)
+	require.NoError(t, checkVersions(root), "the repository's own packages")
+
+	out := t.TempDir()
+	_, err = build(t.Context(), config{root: fake, out: out, platforms: platforms, log: testWriter{t}})
+	require.EqualError(t, err, `the npm packages disagree with internal/version.Version "`+version.Version+`", the release's version: make them agree:
+npm/stepgate/package.json has version "9.9.9"
+npm/stepgate/package.json does not depend on @stepgate/cli-linux-arm64 (optionalDependencies)
+npm/create-stepgate/package.json has version "0.0.1"`)
+	entries, err := os.ReadDir(out)
+	require.NoError(t, err)
+	require.Empty(t, entries)
+}
