@@ -334,16 +334,30 @@ func platformPackage(ctx context.Context, cfg config, p platform, dir string) er
 	if err := os.Chmod(bin, 0o755); err != nil {
 		return err
 	}
-	m := map[string]any{
-		"name":            p.pkg(),
-		"version":         version.Version,
-		"description":     fmt.Sprintf("The stepgate binary for %s on %s; install stepgate, which depends on it.", osName(p.os), p.cpu),
-		"license":         "Apache-2.0",
-		"repository":      map[string]string{"type": "git", "url": "git+https://github.com/stepgate/stepgate.git"},
-		"os":              []string{p.os},
-		"cpu":             []string{p.cpu},
-		"files":           []string{"bin/stepgate"},
-		"preferUnplugged": true,
+	type repository struct {
+		Type string `json:"type"`
+		URL  string `json:"url"`
+	}
+	m := struct {
+		Name            string     `json:"name"`
+		Version         string     `json:"version"`
+		Description     string     `json:"description"`
+		License         string     `json:"license"`
+		Repository      repository `json:"repository"`
+		OS              []string   `json:"os"`
+		CPU             []string   `json:"cpu"`
+		Files           []string   `json:"files"`
+		PreferUnplugged bool       `json:"preferUnplugged"` // Yarn PnP: the binary must be a real file
+	}{
+		Name:            p.pkg(),
+		Version:         version.Version,
+		Description:     fmt.Sprintf("The stepgate binary for %s on %s; install stepgate, which depends on it.", osName(p.os), p.cpu),
+		License:         "Apache-2.0",
+		Repository:      repository{"git", "git+https://github.com/stepgate/stepgate.git"},
+		OS:              []string{p.os},
+		CPU:             []string{p.cpu},
+		Files:           []string{"bin/stepgate"},
+		PreferUnplugged: true,
 	}
 	if err := writeJSON(filepath.Join(dir, "package.json"), m); err != nil {
 		return err
