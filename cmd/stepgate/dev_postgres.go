@@ -178,8 +178,8 @@ func startDevPostgres(ctx context.Context, s postgresSearch, dir string, log *sl
 	}
 	docker := s.lookPath("docker")
 	if docker == "" {
-		return nil, fmt.Errorf("no PostgreSQL server binaries (initdb and postgres) on $PATH, from pg_config or in %s, and no docker on $PATH.\n%s",
-			strings.Join(s.dirs, ", "), postgresRemedies)
+		return nil, fmt.Errorf("no PostgreSQL server binaries (initdb and postgres) on $PATH, from pg_config or where packages put them (%s...), and no docker on $PATH.\n%s",
+			strings.Join(s.dirs[:min(2, len(s.dirs))], ", "), postgresRemedies)
 	}
 	return startDockerPostgres(ctx, docker, dir, stderr)
 }

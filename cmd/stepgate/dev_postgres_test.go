@@ -42,7 +42,7 @@ func TestDevPostgres(t *testing.T) {
 		_, err := startDevPostgres(t.Context(), s, dir, slog.New(slog.DiscardHandler), &stderr)
 		require.Error(t, err)
 		msg := err.Error()
-		require.Contains(t, msg, "no PostgreSQL server binaries (initdb and postgres) on $PATH, from pg_config or in "+s.dirs[0]+", and no docker on $PATH.")
+		require.Contains(t, msg, "no PostgreSQL server binaries (initdb and postgres) on $PATH, from pg_config or where packages put them ("+s.dirs[0]+"...), and no docker on $PATH.\n")
 		require.Contains(t, msg, "apt-get install -y postgresql")
 		require.Contains(t, msg, "brew install postgresql@15")
 		require.Contains(t, msg, "or Docker:")
