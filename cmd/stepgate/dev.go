@@ -25,7 +25,6 @@ import (
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/examples"
 	"github.com/stepgate/stepgate/internal/gatewayproc"
-	"github.com/stepgate/stepgate/internal/pgserver"
 	"github.com/stepgate/stepgate/protocol"
 	"github.com/stepgate/stepgate/protocol/signature"
 )
@@ -122,16 +121,15 @@ func (c *cli) dev(ctx context.Context, args []string) error {
 	if c.getenv("STEPGATE_PRIVATE_ERROR_DETAIL") == "" {
 		sc.egress.PrivateErrorDetail = true
 	}
+	pgSource := "" // the banner's line of the private Postgres
 	if sc.databaseURL == "" {
-		pg, err := pgserver.Start(ctx, pgserver.Config{Dir: filepath.Join(*dir, "pg"), Logger: log})
+		pg, err := startDevPostgres(ctx, defaultPostgresSearch(c.getenv), filepath.Join(*dir, "pg"), log, c.stderr)
 		if err != nil {
-			return fmt.Errorf("start private postgres: %w", err)
-		}
-		defer pg.Stop()
-		if err := createDatabase(ctx, pg.URL("postgres"), "stepgate"); err != nil {
 			return err
 		}
-		sc.databaseURL = pg.URL("stepgate")
+		defer pg.stop()
+		sc.databaseURL = pg.url
+		pgSource = "\n  postgres    " + pg.source
 		if c.getenv("STEPGATE_DB_MAX_CONNS") == "" {
 			sc.maxConns = localPoolSize(runtime.NumCPU())
 		}
@@ -195,7 +193,7 @@ stepgate dev is running
   dashboard   %[1]s/#token=%[4]s
   API         %[1]s/v1
   functions   %[2]s (served at %[3]s)
-  database    %[6]s
+  database    %[6]s%[7]s
 
 STEPGATE_TOKEN=%[4]s
 STEPGATE_PUBLIC_KEYS=%[5]s   (your own functions verify requests with it)
@@ -209,7 +207,7 @@ Then read the run's journal:
   go run ./cmd/stepgate runs get <run id>
 
 Press Ctrl+C to stop.
-`, base, strings.Join(names, ", "), appURL, token, strings.Join(publicKeys, ","), sc.databaseURL)
+`, base, strings.Join(names, ", "), appURL, token, strings.Join(publicKeys, ","), sc.databaseURL, pgSource)
 	select {
 	case <-ctx.Done():
 		return nil

@@ -1,9 +1,10 @@
 // Package pgserver runs a private PostgreSQL server from the Postgres binaries installed
 // on the machine, for `stepgate dev` and for tests.
 //
-// The server is a child process of the caller. It is started with a parent-death signal,
-// so it shuts down when the caller dies, even from SIGKILL: a private server is never left
-// behind. Its data survives: starting again on the same directory reuses it.
+// The server is a child process of the caller. On Linux it is started with a parent-death
+// signal, so it shuts down when the caller dies, even from SIGKILL: a private server is
+// never left behind. (Elsewhere, macOS say, a server whose caller was killed runs on until
+// it is stopped.) Its data survives: starting again on the same directory reuses it.
 package pgserver
 
 import (
@@ -28,7 +29,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"golang.org/x/sys/unix"
 )
 
 // Config configures [Start].
@@ -236,16 +236,7 @@ func (s *Server) command(path string, cred *syscall.Credential, out *os.File, ar
 	cmd.Dir = s.dir // the postgres user may not be allowed into the caller's working dir
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "PG") })
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Credential: cred,
-		// The kernel sends SIGINT (fast shutdown) when the thread that started the
-		// server exits, which in Go is when the process exits. Go sets it after
-		// setuid, which would clear it (see forkAndExecInChild1 in
-		// syscall/exec_linux.go); TestParentDeathStopsServer checks that it holds.
-		Pdeathsig: syscall.SIGINT,
-		// A terminal's Ctrl-C reaches the caller only, who stops the server last.
-		Setpgid: true,
-	}
+	cmd.SysProcAttr = sysProcAttr(cred)
 	return cmd
 }
 
@@ -264,9 +255,7 @@ func (s *Server) waitReady(ctx context.Context) error {
 		if err == nil {
 			return conn.Close(ctx)
 		}
-		var info unix.Siginfo
-		// WNOWAIT leaves the child to cmd.Wait.
-		if werr := unix.Waitid(unix.P_PID, s.PID(), &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); werr == nil && info.Signo != 0 {
+		if exited(s.PID()) {
 			return fmt.Errorf("pgserver: postgres exited during start: %w", err)
 		}
 		select {
@@ -293,7 +282,7 @@ func (s *Server) clearStale(ctx context.Context, dataDir string) error {
 	}
 	line, _, _ := bytes.Cut(b, []byte("\n"))
 	if pid, err := strconv.Atoi(strings.TrimSpace(string(line))); err == nil && pid > 0 && alive(pid) {
-		if cwd(pid) == dataDir {
+		if runsIn(pid, dataDir) {
 			return fmt.Errorf("pgserver: a postgres (pid %d) already runs on %s", pid, dataDir)
 		}
 		s.log.InfoContext(ctx, "postgres lock file names an unrelated process", slog.Int("pid", pid))
@@ -508,25 +497,4 @@ func checkVersion(binDir, want string) error {
 func alive(pid int) bool {
 	err := syscall.Kill(pid, 0)
 	return err == nil || errors.Is(err, syscall.EPERM)
-}
-
-// cwd returns the working directory of process pid, or "" if it is unknown.
-func cwd(pid int) string {
-	dir, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/cwd")
-	return dir
-}
-
-// processesIn returns the processes whose working directory is dir.
-func processesIn(dir string) ([]int, error) {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil, fmt.Errorf("pgserver: list processes: %w", err)
-	}
-	var pids []int
-	for _, e := range entries {
-		if pid, err := strconv.Atoi(e.Name()); err == nil && cwd(pid) == dir {
-			pids = append(pids, pid)
-		}
-	}
-	return pids, nil
 }
