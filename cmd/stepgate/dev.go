@@ -203,11 +203,11 @@ Try it:
 
 Then read the run's journal:
   export STEPGATE_URL=%[1]s STEPGATE_TOKEN=%[4]s
-  go run ./cmd/stepgate runs list
-  go run ./cmd/stepgate runs get <run id>
+  %[8]s runs list
+  %[8]s runs get <run id>
 
 Press Ctrl+C to stop.
-`, base, strings.Join(names, ", "), appURL, token, strings.Join(publicKeys, ","), sc.databaseURL, pgSource)
+`, base, strings.Join(names, ", "), appURL, token, strings.Join(publicKeys, ","), sc.databaseURL, pgSource, launcher(c.getenv))
 	select {
 	case <-ctx.Done():
 		return nil
@@ -257,4 +257,18 @@ func syncApp(ctx context.Context, baseURL, token, appURL string) ([]string, erro
 		names = append(names, f.Name)
 	}
 	return names, nil
+}
+
+// launcher is how the user ran this command, for the banner's command lines: what
+// STEPGATE_LAUNCHER says (the npm package's shim sets "npx stepgate"), else "go run
+// ./cmd/stepgate" for a binary that go run built (in the go command's temporary build
+// directory), else "stepgate".
+func launcher(getenv func(string) string) string {
+	if l := getenv("STEPGATE_LAUNCHER"); l != "" {
+		return l
+	}
+	if exe, err := os.Executable(); err == nil && strings.Contains(filepath.ToSlash(exe), "/go-build") {
+		return "go run ./cmd/stepgate"
+	}
+	return "stepgate"
 }

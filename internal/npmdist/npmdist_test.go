@@ -178,6 +178,8 @@ func TestNpm(t *testing.T) {
 		api := gw.waitFor(t, regexp.MustCompile(`(?m)^  API +(http://\S+)/v1$`))
 		token := gw.waitFor(t, regexp.MustCompile(`(?m)^STEPGATE_TOKEN=(\S+)$`))
 		keys := gw.waitFor(t, regexp.MustCompile(`(?m)^STEPGATE_PUBLIC_KEYS=(\S+)`))
+		// Its command lines are the ones an npm user types.
+		gw.waitFor(t, regexp.MustCompile(`(?m)^  (npx stepgate) runs list$`))
 
 		// The key goes in .env, where the README says, and `npm run dev` serves the app.
 		envPath := filepath.Join(app, ".env")

@@ -44,7 +44,11 @@ function binaryPath() {
   }
 }
 
-const child = spawn(binaryPath(), process.argv.slice(2), { stdio: "inherit" });
+// STEPGATE_LAUNCHER tells the binary how it was started, for the command lines it prints.
+const child = spawn(binaryPath(), process.argv.slice(2), {
+  stdio: "inherit",
+  env: { STEPGATE_LAUNCHER: "npx stepgate", ...process.env },
+});
 
 // A terminal's Ctrl+C reaches the binary too (it is in the same process group); a
 // signal sent to this process alone (kill, a supervisor) must reach it as well. The
