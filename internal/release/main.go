@@ -68,7 +68,7 @@ var errChecksFailed = errors.New("not ready: a check failed (FAIL above)")
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("release", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	allowDirty := fs.Bool("allow-dirty", false, "skip the check that git has no uncommitted changes (to try the rest out)")
+	allowDirty := fs.Bool("allow-dirty", false, "skip the check that git has no uncommitted changes, to try the rest out (go install still installs the committed HEAD)")
 	skipTests := fs.Bool("skip-tests", false, "skip ./test.sh")
 	skipNPM := fs.Bool("skip-npm", false, "skip go run ./internal/npmdist (the stepgate binary's npm packages)")
 	out := fs.String("out", "", "where to leave the checked tarballs (default: a new temporary directory)")

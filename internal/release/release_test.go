@@ -283,3 +283,30 @@ func TestPublishPlan(t *testing.T) {
   npm publish --access public /out/npm/create-stepgate-0.1.0.tgz
 `, plan)
 }
+
+func TestSuite(t *testing.T) {
+	t.Parallel()
+
+	for _, tt := range []struct {
+		name, script string
+		ok           bool
+	}{
+		{"Passes", "#!/bin/sh\necho all passed\n", true},
+		{"Fails", "#!/bin/sh\necho one failed >&2\nexit 1\n", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "test.sh"), []byte(tt.script), 0o755))
+			var out strings.Builder
+			err := runSuite(t.Context(), dir, &out, &out)
+			if tt.ok {
+				require.NoError(t, err)
+				require.Equal(t, "all passed\n", out.String())
+				return
+			}
+			require.EqualError(t, err, "./test.sh: exit status 1 (its output above)")
+			require.Equal(t, "one failed\n", out.String())
+		})
+	}
+}
