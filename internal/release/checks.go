@@ -21,6 +21,7 @@ import (
 // The files whose versions must agree, relative to the module's root.
 var (
 	sdkPackageJSON    = filepath.Join("sdk", "typescript", "package.json")
+	sdkPackageLock    = filepath.Join("sdk", "typescript", "package-lock.json")
 	sdkVersionTS      = filepath.Join("sdk", "typescript", "src", "version.ts")
 	binPackageJSON    = filepath.Join("npm", "stepgate", "package.json")
 	createPackageJSON = filepath.Join("npm", "create-stepgate", "package.json")
@@ -84,6 +85,24 @@ func checkVersions(root, v, proto string) error {
 		errs = append(errs, err)
 	} else {
 		want(sdkPackageJSON, `"version"`, p.Version)
+	}
+
+	// npm version writes both of the lock file's copies of the package's version.
+	if data, err := readFile(root, sdkPackageLock); err != nil {
+		errs = append(errs, err)
+	} else {
+		var lock struct {
+			Version  string `json:"version"`
+			Packages map[string]struct {
+				Version string `json:"version"`
+			} `json:"packages"`
+		}
+		if err := json.Unmarshal(data, &lock); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", sdkPackageLock, err))
+		} else {
+			want(sdkPackageLock, `"version"`, lock.Version)
+			want(sdkPackageLock, `packages[""].version`, lock.Packages[""].Version)
+		}
 	}
 
 	if data, err := readFile(root, sdkVersionTS); err != nil {

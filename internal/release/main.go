@@ -7,8 +7,9 @@
 // It runs every check, printing each as "ok", "FAIL" with the reason, or "skip", and
 // exits with status 1 when one failed:
 //
-//   - versions: version.Version, the TypeScript SDK's package.json and SDK_VERSION,
-//     npm/stepgate's package.json and each of its optionalDependencies, and
+//   - versions: version.Version, the TypeScript SDK's package.json, package-lock.json
+//     and SDK_VERSION, npm/stepgate's package.json and each of its
+//     optionalDependencies, and
 //     npm/create-stepgate's package.json are one version; protocol.Version is the
 //     SDK's PROTOCOL_VERSION.
 //   - changelog: CHANGELOG.md has "## [VERSION] - YYYY-MM-DD" and its link reference.

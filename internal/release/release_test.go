@@ -36,7 +36,9 @@ func writeFiles(t *testing.T, dir string, files map[string]string) {
 // versionFiles are the files checkVersions reads, all at 0.1.0, speaking protocol 1.0.0.
 func versionFiles() map[string]string {
 	return map[string]string{
-		"sdk/typescript/package.json":   `{"name": "@stepgate/sdk", "version": "0.1.0", "files": ["dist/src"]}`,
+		"sdk/typescript/package.json": `{"name": "@stepgate/sdk", "version": "0.1.0", "files": ["dist/src"]}`,
+		"sdk/typescript/package-lock.json": `{"name": "@stepgate/sdk", "version": "0.1.0", "lockfileVersion": 3,
+			"packages": {"": {"name": "@stepgate/sdk", "version": "0.1.0"}, "node_modules/x": {"version": "2.0.0"}}}`,
 		"sdk/typescript/src/version.ts": "/** doc */\nexport const SDK_VERSION = \"0.1.0\";\n\nexport const PROTOCOL_VERSION = \"1.0.0\";\n",
 		"npm/stepgate/package.json": `{"name": "stepgate", "version": "0.1.0", "optionalDependencies": {
 			"@stepgate/cli-darwin-arm64": "0.1.0", "@stepgate/cli-linux-x64": "0.1.0"}}`,
@@ -67,6 +69,10 @@ func TestVersions(t *testing.T) {
 			`sdk/typescript/package.json: "version" is "0.2.0", want "0.1.0"`},
 		{"SDKPackageNoVersion", "sdk/typescript/package.json", `"version": "0.1.0", `, ``,
 			`sdk/typescript/package.json has no "version"`},
+		{"SDKPackageLock", "sdk/typescript/package-lock.json", `"version": "0.1.0", "lockfileVersion"`, `"version": "0.0.1", "lockfileVersion"`,
+			`sdk/typescript/package-lock.json: "version" is "0.0.1", want "0.1.0"`},
+		{"SDKPackageLockPackage", "sdk/typescript/package-lock.json", `"name": "@stepgate/sdk", "version": "0.1.0"}`, `"name": "@stepgate/sdk", "version": "0.0.1"}`,
+			`sdk/typescript/package-lock.json: packages[""].version is "0.0.1", want "0.1.0"`},
 		{"SDKVersion", "sdk/typescript/src/version.ts", `SDK_VERSION = "0.1.0"`, `SDK_VERSION = "0.1.1"`,
 			`sdk/typescript/src/version.ts: SDK_VERSION is "0.1.1", want "0.1.0"`},
 		{"SDKVersionGone", "sdk/typescript/src/version.ts", `export const SDK_VERSION`, `const SDK_VERSION`,
@@ -112,8 +118,9 @@ func TestVersions(t *testing.T) {
 		writeFiles(t, dir, versionFiles())
 		err := checkVersions(dir, "0.2.0", "2.0.0")
 		require.Error(t, err)
-		// Both SDK files, npm/stepgate and its two platform packages, create-stepgate.
-		require.Len(t, strings.Split(err.Error(), "\n"), 7, err.Error())
+		// The SDK's package.json, lock file (twice) and version.ts (twice), npm/stepgate
+		// and its two platform packages, create-stepgate.
+		require.Len(t, strings.Split(err.Error(), "\n"), 9, err.Error())
 	})
 }
 
