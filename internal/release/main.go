@@ -66,6 +66,9 @@ type check struct {
 // errChecksFailed is returned by run when a check failed; the checks have said why.
 var errChecksFailed = errors.New("not ready: a check failed (FAIL above)")
 
+// run parses args, runs every check in order under the module's root, printing each
+// on stdout (the commands they run print on stdout and stderr), and then the ready
+// line. It returns errChecksFailed when a check failed.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("release", flag.ContinueOnError)
 	fs.SetOutput(stderr)
