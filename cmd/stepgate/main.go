@@ -16,6 +16,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/stepgate/stepgate/internal/version"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 func main() {
@@ -190,6 +193,8 @@ Measuring:
                                    latency and throughput of a running gateway
 
   help                             this text
+  version                          stepgate's version and the function protocol's
+                                   (also: stepgate --version)
 
 Flags of every client command:
   --url URL       the gateway; defaults to $STEPGATE_URL, else http://127.0.0.1:8080
@@ -223,6 +228,8 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(c.stdout, usageText)
 		return nil
+	case "version", "-version", "--version":
+		return c.version(rest)
 	case "dev":
 		tuneGC(c.getenv)
 		return c.dev(ctx, rest)
@@ -256,6 +263,20 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 	default:
 		return usagef("unknown command %q", cmd)
 	}
+}
+
+// version prints "stepgate 0.1.0 (function protocol 1.0.0)": this build's version
+// (see [version.String]) and the version of the function protocol it speaks.
+func (c *cli) version(args []string) error {
+	fs := c.newFlagSet("version", "")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "Usage: stepgate version\n\nPrints stepgate's version and the version of the function protocol it speaks.")
+	}
+	if _, err := parseCommand(fs, args); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.stdout, "stepgate %s (function protocol %s)\n", version.String(), protocol.Version)
+	return nil
 }
 
 // functions dispatches "stepgate functions ...". With no subcommand (or only
