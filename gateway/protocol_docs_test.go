@@ -52,7 +52,7 @@ func (r *recorder) requests(method string) []signedRequest {
 	return out
 }
 
-// TestSignedRequestsRepeatAsDocumented checks what docs/auth.md ("How functions verify the
+// TestSignedRequestsRepeatAsDocumented checks what docs/protocol.md ("How functions verify the
 // gateway") and openapi.yaml say of repeated signed requests: two manifest syncs of one
 // tenant within one second carry the same signed message, byte for byte, and the Go
 // SDK answers both; each invocation of a run, a retry included, is a new body with a

@@ -39,7 +39,7 @@
 // one ed25519 signature verifies with one of your tenant's public keys (or one v1
 // equals, in constant time, the HMAC-SHA256 of the message under your secret); then
 // remember the accepted signature until t + 5 minutes and refuse a request that brings it
-// again. docs/auth.md ("How functions verify the gateway") has a test vector.
+// again. docs/protocol.md ("How functions verify the gateway") has a test vector.
 //
 // The package has no dependencies beyond the standard library, so function binaries stay
 // small.

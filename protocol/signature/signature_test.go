@@ -31,7 +31,7 @@ func seq(first byte, n int) []byte {
 }
 
 var (
-	// The test vector of docs/auth.md: the seed 00 01 … 1f, the HMAC secret 20 21 … 3f.
+	// The test vector of docs/protocol.md: the seed 00 01 … 1f, the HMAC secret 20 21 … 3f.
 	vectorKey = signature.SigningKey{Ed25519: ed25519.NewKeyFromSeed(seq(0, 32)), HMAC: seq(0x20, 32)}
 	otherKey  = signature.SigningKey{Ed25519: ed25519.NewKeyFromSeed(seq(0x40, 32)), HMAC: seq(0x60, 32)}
 	body      = []byte(`{"protocol":1}`)
@@ -69,7 +69,7 @@ func hmacOnly(ks ...signature.SigningKey) signature.Keys {
 func TestSignTestVector(t *testing.T) {
 	t.Parallel()
 	// Checked against Python's cryptography (Ed25519PrivateKey.from_private_bytes(seed)
-	// .sign(message)) and hmac modules; docs/auth.md shows the same vector.
+	// .sign(message)) and hmac modules; docs/protocol.md shows the same vector.
 	require.Equal(t, "A6EHv_POEL4dcN0Y50vAmWfk1jCbpQ1fHdyGZBJVMbg", signature.FormatKey(public(vectorKey)))
 	require.Equal(t, "v2\n1800000000\nacme corp\nPOST\n/orders.checkout\n{\"protocol\":1}", string(signature.Message(now.Unix(), tenant, reqOf(body))))
 	h := signature.Sign(now, tenant, reqOf(body), vectorKey)

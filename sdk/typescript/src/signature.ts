@@ -1,5 +1,5 @@
 // Verification of the gateway's Stepgate-Signature header with Web Crypto, as
-// protocol/signature does in Go (see docs/auth.md, "How functions verify the gateway"):
+// protocol/signature does in Go (see docs/protocol.md, "How functions verify the gateway"):
 //
 //   Stepgate-Signature: v=2,t=<unix seconds>,tenant=<percent-encoded>,ed25519=<base64url>[,…][,v1=<hex>…]
 //
