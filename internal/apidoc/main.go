@@ -19,6 +19,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/stepgate/stepgate/internal/repo"
 )
 
 func main() {
@@ -43,7 +45,7 @@ func run(args []string) error {
 		return fmt.Errorf("-protocol %q: a file name, not a path: the two pages link to each other", *protocol)
 	}
 	if *specPath == "" {
-		root, err := moduleRoot()
+		root, err := repo.Root()
 		if err != nil {
 			return err
 		}
@@ -79,23 +81,4 @@ func render(specPath, dir, api, protocol string) (string, string, error) {
 		return "", "", err
 	}
 	return generate(s, files{api: api, protocol: protocol, spec: filepath.ToSlash(rel)})
-}
-
-// moduleRoot returns the nearest directory at or above the working directory that
-// holds a go.mod.
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod at or above the working directory; give -spec")
-		}
-		dir = parent
-	}
 }

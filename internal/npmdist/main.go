@@ -33,6 +33,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/stepgate/stepgate/internal/repo"
+
 	"github.com/stepgate/stepgate/internal/version"
 )
 
@@ -95,7 +97,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	default:
 		return fmt.Errorf("-platforms %q: want host or all", *which)
 	}
-	root, err := findRoot()
+	root, err := repo.Root()
 	if err != nil {
 		return err
 	}
@@ -127,25 +129,6 @@ func hostPlatform() (platform, error) {
 		}
 	}
 	return platform{}, fmt.Errorf("the npm packages have no binary for this machine's %s/%s (they have %s)", runtime.GOOS, runtime.GOARCH, platformNames(platforms))
-}
-
-// findRoot returns the repository's root: the nearest directory up from the working
-// directory that holds go.mod and npm/.
-func findRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if isFile(filepath.Join(dir, "go.mod")) && isFile(filepath.Join(dir, "npm", "stepgate", "package.json")) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("run it in the stepgate repository (no go.mod with npm/stepgate/package.json above the working directory)")
-		}
-		dir = parent
-	}
 }
 
 func isFile(path string) bool {

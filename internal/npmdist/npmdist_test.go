@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stepgate/stepgate/internal/repo"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepgate/stepgate/internal/version"
@@ -45,7 +47,7 @@ func buildPackages(t *testing.T) packages {
 	if major < 20 {
 		t.Skipf("node %s is older than 20, which the npm packages need", strings.TrimSpace(string(out)))
 	}
-	root, err := findRoot()
+	root, err := repo.Root()
 	require.NoError(t, err)
 	sdk := filepath.Join(root, "sdk", "typescript")
 	if _, err := os.Stat(filepath.Join(sdk, "node_modules", ".bin", "tsc")); err != nil {
@@ -313,7 +315,7 @@ func (p *process) wait(t *testing.T) error {
 // create-stepgate writes, as they are.
 func TestQuickstartIsTheTemplate(t *testing.T) {
 	t.Parallel()
-	root, err := findRoot()
+	root, err := repo.Root()
 	require.NoError(t, err)
 	doc, err := os.ReadFile(filepath.Join(root, "docs", "quickstart-typescript.md"))
 	require.NoError(t, err)
@@ -339,7 +341,7 @@ func TestQuickstartIsTheTemplate(t *testing.T) {
 // version.Version, naming each, before it builds anything.
 func TestVersionsDisagree(t *testing.T) {
 	t.Parallel()
-	root, err := findRoot()
+	root, err := repo.Root()
 	require.NoError(t, err)
 	fake := t.TempDir()
 	for _, name := range []string{"stepgate", "create-stepgate"} {

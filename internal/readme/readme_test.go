@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/stepgate/stepgate/internal/repo"
 )
 
 // A Go block in the markdown is a ```go fence. It is compiled as one of:
@@ -232,23 +234,14 @@ func wrap(file string, wrapper []string, wrapLine int, code string, codeLine int
 	return b.String(), nil
 }
 
-// moduleRoot is the directory of the go.mod above the test's directory.
+// moduleRoot is the repository's root (repo.Root), or the test fails.
 func moduleRoot(t *testing.T) string {
 	t.Helper()
-	dir, err := os.Getwd()
+	root, err := repo.Root()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the test's directory")
-		}
-		dir = parent
-	}
+	return root
 }
 
 func mustRel(t *testing.T, base, path string) string {

@@ -34,12 +34,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/stepgate/stepgate/internal/repo"
 
 	"github.com/stepgate/stepgate/internal/version"
 	"github.com/stepgate/stepgate/protocol"
@@ -90,7 +91,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 
-	root, err := moduleRoot(ctx)
+	root, err := repo.Root()
 	if err != nil {
 		return err
 	}
@@ -207,17 +208,4 @@ func skipIf(skip bool, flag string) string {
 // indent indents the lines of a many-line reason under its FAIL line.
 func indent(s string) string {
 	return strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n     ")
-}
-
-// moduleRoot is the directory of the main module's go.mod, which must be stepgate's.
-func moduleRoot(ctx context.Context) (string, error) {
-	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		return "", errors.New("not in a Go module: run it from stepgate's root (make release)")
-	}
-	return filepath.Dir(gomod), nil
 }

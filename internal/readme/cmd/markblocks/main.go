@@ -21,6 +21,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/stepgate/stepgate/internal/repo"
+
 	"github.com/stepgate/stepgate/internal/readme"
 )
 
@@ -34,7 +36,7 @@ func main() {
 }
 
 func run(dryRun bool, paths []string) error {
-	root, err := moduleRoot()
+	root, err := repo.Root()
 	if err != nil {
 		return err
 	}
@@ -78,22 +80,4 @@ func run(dryRun bool, paths []string) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// moduleRoot is the directory of the go.mod above the working directory.
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory")
-		}
-		dir = parent
-	}
 }
