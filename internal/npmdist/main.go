@@ -2,7 +2,7 @@
 // user runs the gateway with npm alone (npx stepgate dev), the way esbuild ships its
 // binary:
 //
-//	go run ./internal/npmdist -out DIR [-platforms host|all]
+//	go run ./internal/npmdist -out DIR [-platforms host|all] [-sdk]
 //
 // For each platform it cross-compiles ./cmd/stepgate (CGO_ENABLED=0, -trimpath,
 // -ldflags "-s -w") into a package @stepgate/cli-<os>-<cpu> whose package.json "os" and
@@ -12,7 +12,10 @@
 //
 // Every package is version.Version: npmdist fails, before it builds anything, when a
 // version in npm/*/package.json says otherwise. It runs `npm pack` for each package into
-// DIR and prints the tarballs' paths, one a line.
+// DIR and prints the tarballs' paths, one a line. With -sdk it packs the TypeScript SDK
+// (sdk/typescript, after `npm ci` when its devDependencies are missing) into DIR too, so
+// that `create-stepgate --packages DIR` makes an app of these packages before they are
+// on the registry.
 package main
 
 import (
@@ -78,11 +81,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	out := fs.String("out", "", "the directory for the tarballs (created if missing); required")
 	which := fs.String("platforms", "host", "host (this machine's platform only) or all ("+platformNames(platforms)+")")
+	withSDK := fs.Bool("sdk", false, "pack the TypeScript SDK (@stepgate/sdk) into DIR too")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *out == "" || fs.NArg() > 0 {
-		return errors.New("usage: go run ./internal/npmdist -out DIR [-platforms host|all]")
+		return errors.New("usage: go run ./internal/npmdist -out DIR [-platforms host|all] [-sdk]")
 	}
 	cfg := config{out: *out, log: stderr}
 	switch *which {
@@ -105,6 +109,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	tarballs, err := build(ctx, cfg)
 	if err != nil {
 		return err
+	}
+	if *withSDK {
+		t, err := packSDK(ctx, filepath.Join(root, "sdk", "typescript"), cfg.out, stderr)
+		if err != nil {
+			return err
+		}
+		tarballs = append(tarballs, t)
 	}
 	for _, t := range tarballs {
 		fmt.Fprintln(stdout, t)
@@ -403,4 +414,18 @@ func pack(ctx context.Context, dir, out string) (string, error) {
 		return "", fmt.Errorf("npm pack in %s: unexpected output %q", dir, stdout)
 	}
 	return filepath.Join(out, packed[0].Filename), nil
+}
+
+// packSDK packs the TypeScript SDK in dir into out (its prepack compiles it), after
+// installing its devDependencies with `npm ci` when they are missing.
+func packSDK(ctx context.Context, dir, out string, log io.Writer) (string, error) {
+	if !isFile(filepath.Join(dir, "node_modules", ".bin", "tsc")) {
+		fmt.Fprintln(log, "npmdist: npm ci in", dir)
+		cmd := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund", "--loglevel=error")
+		cmd.Dir, cmd.Stdout, cmd.Stderr = dir, log, log
+		if err := cmd.Run(); err != nil {
+			return "", fmt.Errorf("npm ci in %s: %w", dir, err)
+		}
+	}
+	return pack(ctx, dir, out)
 }

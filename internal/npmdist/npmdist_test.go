@@ -144,7 +144,10 @@ func TestNpm(t *testing.T) {
 	t.Run("CreateStepgateApp", func(t *testing.T) {
 		t.Parallel()
 		work := privateDir(t)
-		runCmd(t, work, nil, "npm", "exec", "--yes", "--package="+pkgs["create-stepgate"], "--", "create-stepgate", "my-app")
+		// Made from the packages just built, not the registry's, as the quickstart's
+		// "before it is on npm" says: create-stepgate --packages DIR.
+		dist := filepath.Dir(pkgs["stepgate"])
+		runCmd(t, work, nil, "npm", "exec", "--yes", "--package="+pkgs["create-stepgate"], "--", "create-stepgate", "--packages", dist, "my-app")
 		app := filepath.Join(work, "my-app")
 
 		// A folder that is not empty is refused.
@@ -153,22 +156,21 @@ func TestNpm(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		require.Error(t, err)
 		require.Contains(t, string(out), "create-stepgate: "+app+" is not empty")
+		// A folder of packages without the SDK's is refused, naming the command that makes it.
+		cmd = exec.CommandContext(t.Context(), "npm", "exec", "--yes", "--package="+pkgs["create-stepgate"], "--", "create-stepgate", "--packages", work, "other-app")
+		cmd.Dir = work
+		out, err = cmd.CombinedOutput()
+		require.Error(t, err)
+		require.Contains(t, string(out), "go run ./internal/npmdist -out "+work+" -sdk")
 
-		// The app's dependencies are the packages just built, not the registry's.
 		var pj map[string]any
-		pjPath := filepath.Join(app, "package.json")
-		b, err := os.ReadFile(pjPath)
+		b, err := os.ReadFile(filepath.Join(app, "package.json"))
 		require.NoError(t, err)
 		require.NoError(t, json.Unmarshal(b, &pj))
 		deps, devDeps := pj["dependencies"].(map[string]any), pj["devDependencies"].(map[string]any)
-		require.Equal(t, "^"+version.Version, deps["@stepgate/sdk"])
-		require.Equal(t, "^"+version.Version, devDeps["stepgate"])
-		deps["@stepgate/sdk"] = "file:" + pkgs["@stepgate/sdk"]
-		devDeps["stepgate"] = "file:" + pkgs["stepgate"]
-		pj["overrides"] = map[string]string{host.pkg(): "file:" + pkgs[host.pkg()]}
-		b, err = json.MarshalIndent(pj, "", "  ")
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(pjPath, b, 0o644))
+		require.Equal(t, "file:"+pkgs["@stepgate/sdk"], deps["@stepgate/sdk"])
+		require.Equal(t, "file:"+pkgs["stepgate"], devDeps["stepgate"])
+		require.Equal(t, map[string]any{host.pkg(): "file:" + pkgs[host.pkg()]}, pj["overrides"])
 		runCmd(t, app, nil, "npm", "install", "--no-audit", "--no-fund")
 
 		require.Contains(t, string(runCmd(t, app, nil, "npx", "stepgate", "help")), "stepgate: an HTTP-first durable functions gateway.")
