@@ -46,12 +46,18 @@ type block struct {
 
 func (b block) String() string { return fmt.Sprintf("%s:%d", b.file, b.line) }
 
-// TestGoBlocksCompile type-checks (and vets) every Go block of README.md and
-// docs/*.md, each as a package of its own inside this module (under testdata, which
-// ./... skips), so that they import stepgate's packages with no network.
+// TestGoBlocksCompile holds README.md and docs/*.md to their rule: every Go block names
+// the example under examples/ that the suite runs (TestExampleBlocks checks the two
+// agree). A block that does not is an error; it is still type-checked (and vetted) here,
+// as a package of its own inside this module (under testdata, which ./... skips), so that
+// its author sees whether it compiles while writing the example it needs.
 func TestGoBlocksCompile(t *testing.T) {
 	root := moduleRoot(t)
 	blocks := markdownBlocks(t, root)
+	for _, b := range blocks {
+		t.Errorf("%s: the Go block names no example (<!-- example: examples/… --> on the line before its fence): "+
+			"put its code in a program or test under examples/ that the suite runs, then `go run ./internal/readme/cmd/markblocks`", b)
+	}
 	for _, b := range blocks {
 		if !b.whole {
 			continue
