@@ -25,6 +25,7 @@ import (
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/examples"
 	"github.com/stepgate/stepgate/internal/gatewayproc"
+	"github.com/stepgate/stepgate/internal/pgserver"
 	"github.com/stepgate/stepgate/protocol"
 	"github.com/stepgate/stepgate/protocol/signature"
 )
@@ -123,7 +124,7 @@ func (c *cli) dev(ctx context.Context, args []string) error {
 	}
 	pgSource := "" // the banner's line of the private Postgres
 	if sc.databaseURL == "" {
-		pg, err := startDevPostgres(ctx, defaultPostgresSearch(c.getenv), filepath.Join(*dir, "pg"), log, c.stderr)
+		pg, err := startDevPostgres(ctx, pgserver.DefaultSearch(c.getenv), filepath.Join(*dir, "pg"), log, c.stderr)
 		if err != nil {
 			return err
 		}

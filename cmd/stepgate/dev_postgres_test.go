@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/stepgate/stepgate/internal/pgserver"
 	"github.com/stretchr/testify/require"
 )
 
@@ -36,13 +37,13 @@ func TestDevPostgres(t *testing.T) {
 	// and nothing is started.
 	t.Run("NeitherBinariesNorDocker", func(t *testing.T) {
 		t.Parallel()
-		s := postgresSearch{path: pathWith(t), dirs: []string{filepath.Join(t.TempDir(), "postgresql", "*", "bin")}}
+		s := pgserver.Search{Path: pathWith(t), Dirs: []string{filepath.Join(t.TempDir(), "postgresql", "*", "bin")}}
 		dir := filepath.Join(t.TempDir(), "pg")
 		var stderr bytes.Buffer
 		_, err := startDevPostgres(t.Context(), s, dir, slog.New(slog.DiscardHandler), &stderr)
 		require.Error(t, err)
 		msg := err.Error()
-		require.Contains(t, msg, "no PostgreSQL server binaries (initdb and postgres) on $PATH, from pg_config or where packages put them ("+s.dirs[0]+"...), and no docker on $PATH.\n")
+		require.Contains(t, msg, "no PostgreSQL server binaries (initdb and postgres) on $PATH, from pg_config or where packages put them ("+s.Dirs[0]+"...), and no docker on $PATH.\n")
 		require.Contains(t, msg, "apt-get install -y postgresql")
 		require.Contains(t, msg, "brew install postgresql@15")
 		require.Contains(t, msg, "or Docker:")
@@ -55,7 +56,7 @@ func TestDevPostgres(t *testing.T) {
 	// The message `stepgate dev` ends with, through the command's own error path.
 	t.Run("ReportedByTheCommand", func(t *testing.T) {
 		t.Parallel()
-		s := postgresSearch{path: pathWith(t)}
+		s := pgserver.Search{Path: pathWith(t)}
 		_, err := startDevPostgres(t.Context(), s, filepath.Join(t.TempDir(), "pg"), slog.New(slog.DiscardHandler), &bytes.Buffer{})
 		var stderr bytes.Buffer
 		require.Equal(t, 1, report(&stderr, err))
@@ -74,8 +75,8 @@ func TestDevPostgres(t *testing.T) {
 		require.NoError(t, err)
 		real, err = filepath.EvalSymlinks(real)
 		require.NoError(t, err)
-		s := postgresSearch{path: path}
-		require.Equal(t, []string{filepath.Dir(real)}, s.binDirs())
+		s := pgserver.Search{Path: path}
+		require.Equal(t, []string{filepath.Dir(real)}, s.BinDirs())
 
 		dir := t.TempDir()
 		require.NoError(t, os.Chmod(filepath.Dir(dir), 0o711)) // the postgres OS user runs it when we are root
@@ -99,7 +100,7 @@ func TestDevPostgres(t *testing.T) {
 		if exec.Command(filepath.Join(path, "docker"), "version", "--format", "{{.Server.Version}}").Run() == nil {
 			t.Skip("docker's daemon answers here")
 		}
-		s := postgresSearch{path: path}
+		s := pgserver.Search{Path: path}
 		var stderr bytes.Buffer
 		_, err := startDevPostgres(t.Context(), s, filepath.Join(t.TempDir(), "pg"), slog.New(slog.DiscardHandler), &stderr)
 		require.ErrorContains(t, err, "no PostgreSQL server binaries found, and Docker ("+filepath.Join(path, "docker")+") does not answer")
@@ -119,7 +120,7 @@ func TestDevPostgres(t *testing.T) {
 			}
 		}
 		require.NoError(t, os.MkdirAll(filepath.Join(root, "17", "bin"), 0o755)) // no binaries
-		s := postgresSearch{path: pathWith(t), dirs: []string{filepath.Join(root, "*", "bin")}}
-		require.Equal(t, []string{filepath.Join(root, "15", "bin"), filepath.Join(root, "13", "bin"), filepath.Join(root, "9.6", "bin")}, s.binDirs())
+		s := pgserver.Search{Path: pathWith(t), Dirs: []string{filepath.Join(root, "*", "bin")}}
+		require.Equal(t, []string{filepath.Join(root, "15", "bin"), filepath.Join(root, "13", "bin"), filepath.Join(root, "9.6", "bin")}, s.BinDirs())
 	})
 }

@@ -41,9 +41,9 @@ type Config struct {
 	// listens on its unix socket only.
 	Port int
 
-	// BinDir is the directory of the initdb and postgres binaries. Defaults to the
-	// binaries matching an existing data directory's version, else `pg_config --bindir`,
-	// else the newest /usr/lib/postgresql/*/bin.
+	// BinDir is the directory of the initdb and postgres binaries. Defaults to
+	// DefaultSearch's: the binaries matching an existing data directory's version, else
+	// postgres on $PATH's, pg_config's, or the newest in PackageDirs.
 	BinDir string
 
 	// Logger receives the server's lifecycle events. Defaults to discarding them.
@@ -444,34 +444,20 @@ func dataVersion(dataDir string) (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
-// findBinDir returns binDir if set, else the binaries of the given major version if
-// installed, else pg_config's, else the newest under /usr/lib/postgresql.
+// ErrNoBinaries is Start's error when Config.BinDir is empty and DefaultSearch finds no
+// server binaries.
+var ErrNoBinaries = errors.New("pgserver: no PostgreSQL binaries found: install PostgreSQL or set Config.BinDir")
+
+// findBinDir returns binDir if set, else DefaultSearch's directory for the data
+// directory's major version.
 func findBinDir(binDir, version string) (string, error) {
 	if binDir != "" {
 		return binDir, nil
 	}
-	has := func(dir string) bool {
-		_, err := os.Stat(filepath.Join(dir, "postgres"))
-		return err == nil
-	}
-	if dir := filepath.Join("/usr/lib/postgresql", version, "bin"); version != "" && has(dir) {
+	if dir := DefaultSearch(os.Getenv).BinDir(version); dir != "" {
 		return dir, nil
 	}
-	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
-		if dir := strings.TrimSpace(string(out)); has(dir) {
-			return dir, nil
-		}
-	}
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	dirs = slices.DeleteFunc(dirs, func(d string) bool { return !has(d) })
-	if len(dirs) == 0 {
-		return "", errors.New("pgserver: no PostgreSQL binaries found: install PostgreSQL or set Config.BinDir")
-	}
-	major := func(dir string) int {
-		n, _ := strconv.ParseFloat(filepath.Base(filepath.Dir(dir)), 64)
-		return int(n * 1000)
-	}
-	return slices.MaxFunc(dirs, func(a, b string) int { return cmp.Compare(major(a), major(b)) }), nil
+	return "", ErrNoBinaries
 }
 
 // checkVersion returns an error unless the binaries in binDir can run a data directory
