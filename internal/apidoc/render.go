@@ -3,10 +3,10 @@ package main
 import (
 	"cmp"
 	"fmt"
-	"regexp"
 	"strings"
 	"unicode"
 
+	"github.com/stepgate/stepgate/internal/readme"
 	"gopkg.in/yaml.v3"
 )
 
@@ -966,17 +966,9 @@ func (d *doc) opLink(op *operation) string {
 	return "[" + text + "](" + d.other + "#" + slug(text) + ")"
 }
 
-// nonSlug matches what GitHub drops from a heading's text to make its anchor: all
-// but letters, marks, digits, connector punctuation (_), spaces and hyphens.
-var nonSlug = regexp.MustCompile(`[^\p{L}\p{M}\p{N}\p{Pc} -]`)
-
-// slug is the anchor GitHub gives a heading: its text (code spans' backticks
-// dropped) in lowercase, punctuation removed but for - and _, each space a hyphen.
-func slug(heading string) string {
-	s := strings.ToLower(strings.ReplaceAll(heading, "`", ""))
-	s = nonSlug.ReplaceAllString(s, "")
-	return strings.ReplaceAll(s, " ", "-")
-}
+// slug is the anchor GitHub gives a heading (readme.Anchor, the rule the docs' link
+// check applies too).
+func slug(heading string) string { return readme.Anchor(heading) }
 
 // cell makes text fit one cell of a Markdown table: one line, pipes escaped.
 func cell(s string) string {

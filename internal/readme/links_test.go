@@ -8,7 +8,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"unicode"
 
 	"github.com/stretchr/testify/require"
 )
@@ -289,51 +288,6 @@ func inlineLinks(line string) []string {
 	}
 }
 
-// slugger gives headings their anchors as GitHub does (github-slugger): each anchor is
-// [anchorOf] the heading's text, and a repeated one gets "-1", "-2", … in order.
-type slugger map[string]int
-
-func (s slugger) slug(heading string) string {
-	slug := anchorOf(heading)
-	base := slug
-	for {
-		if _, taken := s[slug]; !taken {
-			break
-		}
-		s[base]++
-		slug = fmt.Sprintf("%s-%d", base, s[base])
-	}
-	s[slug] = 0
-	return slug
-}
-
-var (
-	mdImageOrLink = regexp.MustCompile(`!?\[([^\]]*)\]\([^)]*\)`)
-	htmlTag       = regexp.MustCompile(`<[^>]+>`)
-	mdEmphasis    = regexp.MustCompile(`(^|[^\pL\pN])_+([^_]+?)_+([^\pL\pN]|$)`)
-)
-
-// anchorOf is the anchor GitHub gives a heading's markdown text: the text as rendered
-// (code spans' text kept, links' text kept, tags and emphasis dropped), lowercased, with
-// every character that is not a letter, a mark, a number, an underscore, a hyphen or a
-// space dropped, and each space made a hyphen.
-func anchorOf(heading string) string {
-	text := mdImageOrLink.ReplaceAllString(heading, "$1")
-	text = htmlTag.ReplaceAllString(text, "")
-	text = strings.ReplaceAll(text, "`", "")
-	text = mdEmphasis.ReplaceAllString(text, "$1$2$3")
-	var b strings.Builder
-	for _, r := range strings.ToLower(strings.TrimSpace(text)) {
-		switch {
-		case r == ' ':
-			b.WriteByte('-')
-		case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsNumber(r) || unicode.IsMark(r) || unicode.Is(unicode.Pc, r):
-			b.WriteRune(r)
-		}
-	}
-	return b.String()
-}
-
 func TestAnchorOf(t *testing.T) {
 	t.Parallel()
 	for heading, want := range map[string]string{
@@ -346,7 +300,7 @@ func TestAnchorOf(t *testing.T) {
 		"See [the page](other.md) <em>now</em>":                                        "see-the-page-now",
 		"Café déjà vu":                                                                 "café-déjà-vu",
 	} {
-		require.Equal(t, want, anchorOf(heading), "heading %q", heading)
+		require.Equal(t, want, Anchor(heading), "heading %q", heading)
 	}
 }
 
