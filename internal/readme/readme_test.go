@@ -152,28 +152,24 @@ func goCommand(t *testing.T, root string, args ...string) {
 // blocks' //line directives name) but those that name their example, and how many do;
 // or an error naming each block that is neither a whole file nor a wrapped fragment.
 func goBlocks(file, path, text string) ([]block, int, error) {
+	fences, err := Fences(file, text)
 	lines := strings.Split(text, "\n")
 	var blocks []block
 	var errs []string
+	if err != nil {
+		errs = append(errs, err.Error())
+	}
 	marked := 0
-	for i := 0; i < len(lines); i++ {
-		if strings.TrimSpace(lines[i]) != "```go" {
+	for _, f := range fences {
+		if f.Lang != "go" {
 			continue
 		}
-		start := i
-		var code []string
-		for i++; i < len(lines) && strings.TrimSpace(lines[i]) != "```"; i++ {
-			code = append(code, lines[i])
-		}
-		if i == len(lines) {
-			errs = append(errs, fmt.Sprintf("%s:%d: the Go block is not closed", file, start+1))
-			break
-		}
-		if start > 0 && exampleMarker.MatchString(strings.TrimSpace(lines[start-1])) {
+		if f.Example != "" {
 			marked++
 			continue // compiled where it lives; TestExampleBlocks checks the block against it
 		}
-		b := block{file: file, line: start + 1, code: strings.Join(code, "\n") + "\n"}
+		start := f.Line - 1
+		b := block{file: file, line: f.Line, code: f.Code}
 		wrapper, wrapLine := wrapperBefore(lines, start)
 		switch {
 		case wrapper != nil:
@@ -187,7 +183,7 @@ func goBlocks(file, path, text string) ([]block, int, error) {
 			b.whole = true
 			b.src = fmt.Sprintf("//line %s:%d\n%s", path, start+2, b.code)
 		default:
-			errs = append(errs, fmt.Sprintf("%s:%d: a Go block with no package clause needs a %q comment (see readme_test.go) or an example comment (see examples.go) right before it", file, start+1, wrapMarker+" … -->"))
+			errs = append(errs, fmt.Sprintf("%s:%d: a Go block with no package clause needs a %q comment (see readme_test.go) or an example comment (see examples.go) right before it", file, f.Line, wrapMarker+" … -->"))
 			continue
 		}
 		blocks = append(blocks, b)
