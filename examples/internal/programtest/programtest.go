@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stepgate/stepgate/internal/repo"
 	"github.com/stretchr/testify/require"
 )
 
@@ -196,17 +197,10 @@ func FreeAddr(t testing.TB) string {
 	return addr
 }
 
-// ModuleRoot is the directory of the go.mod above the test's directory.
+// ModuleRoot is the repository's root (repo.Root), or the test fails.
 func ModuleRoot(t testing.TB) string {
 	t.Helper()
-	dir, err := os.Getwd()
+	root, err := repo.Root()
 	require.NoError(t, err)
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		require.NotEqual(t, dir, parent, "no go.mod above the test's directory")
-		dir = parent
-	}
+	return root
 }
