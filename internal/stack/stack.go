@@ -106,6 +106,10 @@ type Options struct {
 	// Logs, when set, also gets every log line of the gateway, as JSON, from the debug
 	// level up: what `stepgate serve` would write.
 	Logs io.Writer
+	// Database, when set, changes the gateway's database config before it connects:
+	// a test sets a tracer that sees every statement of the gateway's connections (its
+	// pools' and its listener's), or a hook on them.
+	Database func(*pgxpool.Config)
 }
 
 // Start starts a gateway for the test, wired as `stepgate serve` wires one
@@ -124,6 +128,9 @@ func Start(tb testing.TB, opts Options) *Stack {
 	}
 	// Small pools: test packages run side by side on one Postgres (max_connections 100).
 	db.MaxConns = 7
+	if opts.Database != nil {
+		opts.Database(db)
+	}
 	log := testLogger(tb)
 	if opts.Logs != nil {
 		log = slog.New(slog.NewMultiHandler(log.Handler(), slog.NewJSONHandler(opts.Logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
