@@ -110,7 +110,7 @@ func (inv *Invoker) resolveCallback(ctx context.Context, db interface {
 		return nil, err
 	}
 	if cb.Woken {
-		inv.wake(cb.RunID)
+		inv.wake(cb.RunID, nil)
 	}
 	return cb, nil
 }

@@ -382,7 +382,7 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 		return nil, fmt.Errorf("apply answer of run %s: %w", run.ID, err)
 	}
 	if f.Parent != "" {
-		inv.wake(f.Parent)
+		inv.wake(f.Parent, nil)
 	}
 	children := f.Children
 	if f.Child != nil {
@@ -390,7 +390,7 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 	}
 	for _, c := range children {
 		if crev, err := inv.functions.revision(ctx, c.Tenant, c.Function, c.Revision); err == nil {
-			inv.armTimer(c.ID, crev, 0, 0)
+			inv.wake(c.ID, crev)
 		} // else its River job starts it
 		inv.armDeadline(c)
 		log.DebugContext(ctx, "run waits for its child", slog.String("child_id", c.ID), slog.String("child_function", c.Function))

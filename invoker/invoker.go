@@ -206,7 +206,7 @@ func New(cfg Config) (*Invoker, error) {
 	if inv.listener == nil {
 		inv.listener, inv.ownsListener = notify.NewListener(cfg.Pool, cfg.Logger), true
 	}
-	inv.listener.HandleSlotWakes(inv.wakeHeld)
+	inv.listener.HandleSlotWakes(func(id string) { inv.wake(id, nil) })
 	inv.renewEvery = cmp.Or(cfg.RenewInterval, inv.leaseTTL/5)
 	if inv.renewEvery >= inv.leaseTTL {
 		return nil, fmt.Errorf("invoker: the renewal interval %s must be shorter than the lease TTL %s", inv.renewEvery, inv.leaseTTL)
@@ -463,7 +463,7 @@ func (inv *Invoker) failInvocation(ctx context.Context, runID string, invocation
 	}
 	inv.log.InfoContext(ctx, "run failed by its checkpoint", inv.runAttrs(ctx, runID), slog.String("error_type", e.Type), slog.String("error", e.Message))
 	if f.Parent != "" {
-		inv.wake(f.Parent)
+		inv.wake(f.Parent, nil)
 	}
 	inv.ended(runID, errRunFailed)
 	return nil
@@ -552,7 +552,7 @@ func (w *invokeWorker) Work(ctx context.Context, job *river.Job[InvokeArgs]) err
 		// Woken already (by a local timer), or not due: its own job will come. Or the
 		// invocation was abandoned (cancelled, handed over, its lease lost): whoever
 		// took the run over enqueued its next job. Or a concurrency limit holds it: a
-		// freed slot wakes it (wakeHeld).
+		// freed slot wakes it (wake).
 		return nil
 	}
 	if err != nil && ctx.Err() == nil {
@@ -561,20 +561,18 @@ func (w *invokeWorker) Work(ctx context.Context, job *river.Job[InvokeArgs]) err
 	return err
 }
 
-// wake invokes runID from this process at once if it is due: a parent whose child has
-// ended, once that end has committed with the parent's River job, which stays the
-// backstop (when this process stops first, or another gateway's worker claims the run
-// first, the other finds nothing to claim).
-func (inv *Invoker) wake(runID string) { inv.armTimer(runID, nil, 0, 0) }
+// wake invokes runID from this process at once if it is due: a run that a committed
+// transaction made due with its River job, which stays the backstop (a parent whose
+// child has ended, a resumed waiter, a new child), or a held run that a freed
+// concurrency slot made due (every gateway hears of it on journal.SlotChannel; the
+// stranded-run sweep is the backstop when none heard). The first claim wins: when this
+// process finds the run not due, another claimed it (its River job's worker, another
+// gateway), and the wake does not look again. A nil rev is looked up.
+func (inv *Invoker) wake(runID string, rev *revision) { inv.armTimer(runID, rev, 0, maxWakeTries) }
 
-// maxWakeTries bounds how often a timer looks again at a run not due yet.
+// maxWakeTries bounds how often a timer looks again at a run not due yet: a wake time
+// on this process's clock may come a hair before it has on the database's.
 const maxWakeTries = 3
-
-// wakeHeld claims at once a held run that a freed concurrency slot made due (every
-// gateway hears of it on journal.SlotChannel; the first claim wins, the others find it
-// not due and do not look again). The stranded-run sweep is the backstop when no gateway
-// heard.
-func (inv *Invoker) wakeHeld(runID string) { inv.armTimer(runID, nil, 0, maxWakeTries) }
 
 // armTimer wakes runID in this process after d, unless the process stops first (then
 // the River job scheduled with the suspension wakes it). A nil rev is looked up when

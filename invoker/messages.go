@@ -31,7 +31,7 @@ func (inv *Invoker) SendMessage(ctx context.Context, db *journal.TenantDB, n jou
 		return sent, err
 	}
 	if sent.Resumed {
-		inv.wake(n.RunID)
+		inv.wake(n.RunID, nil)
 	}
 	return sent, nil
 }
@@ -100,7 +100,7 @@ func (inv *Invoker) StartWithMessage(ctx context.Context, db *journal.TenantDB, 
 		inv.armDeadline(out.Run)
 	}
 	if out.Sent.Resumed {
-		inv.wake(out.Run.ID)
+		inv.wake(out.Run.ID, nil)
 	}
 	return out, nil
 }

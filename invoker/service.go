@@ -169,7 +169,7 @@ func (inv *Invoker) CancelRun(ctx context.Context, db *journal.TenantDB, runID s
 	inv.cancelled(run.ID)
 	inv.cancelledAll(tree)
 	if run.ParentSeq != nil {
-		inv.wake(*run.ParentID)
+		inv.wake(*run.ParentID, nil)
 	}
 	return run, nil
 }
@@ -261,7 +261,7 @@ func (inv *Invoker) sendEvent(ctx context.Context, tx pgx.Tx, n journal.NewEvent
 // wakeAll invokes runs from this process at once, if they are due (see wake).
 func (inv *Invoker) wakeAll(runs []string) {
 	for _, id := range runs {
-		inv.wake(id)
+		inv.wake(id, nil)
 	}
 }
 

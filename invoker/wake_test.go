@@ -3,15 +3,18 @@ package invoker_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepgate/stepgate/access"
+	"github.com/stepgate/stepgate/bench/ledger"
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/step"
@@ -103,4 +106,57 @@ func TestSleepIsClaimedAheadOfItsEnd(t *testing.T) {
 	require.Equal(t, run.ID, claims[0].Run.ID)
 	require.Equal(t, 2, claims[0].Run.Invocation)
 	require.True(t, claims[0].NotBefore.Equal(until), "its invocation waited for the sleep's end: %s, not %s", claims[0].NotBefore, until)
+}
+
+// TestAWakeThatLosesLooksNoMore: a run made due by a committed transaction (a new child,
+// a parent whose child has ended) is woken by this gateway at once and by its River job;
+// whichever claims it first, the other finds nothing to claim, once, and does not look
+// again (a wake that lost used to look three times more, as if the database clock lagged).
+func TestAWakeThatLosesLooksNoMore(t *testing.T) {
+	t.Parallel()
+	tracer := ledger.NewTracer(1 << 12)
+	s := stack.Start(t, stack.Options{Database: func(c *pgxpool.Config) { c.ConnConfig.Tracer = tracer }})
+	app := s.NewApp()
+	functions.Register(app, "leaf", func(ctx context.Context, n int) (int, error) { return n, nil })
+	const children = 8
+	functions.Register(app, "tree", func(ctx context.Context, _ struct{}) (int, error) {
+		sum := 0
+		for i := range children {
+			n, err := step.Invoke[int](ctx, fmt.Sprintf("leaf %d", i), "leaf", i).Get()
+			if err != nil {
+				return 0, err
+			}
+			sum += n
+		}
+		return sum, nil
+	})
+	s.Sync(t, s.ServeApp(t, app))
+	db := journal.ForTenant(s.APIPool, auth.DefaultTenant)
+	run, _, err := s.Invoker.StartRun(t.Context(), db, journal.NewRun{
+		ID: uuid.Must(uuid.NewV7()).String(), Tenant: auth.DefaultTenant, Function: "tree", Input: []byte(`{}`),
+		Identity: access.Identity{Subject: "ada", Tenant: auth.DefaultTenant, Roles: []string{"developer"}},
+	})
+	require.NoError(t, err)
+	got, err := s.Invoker.AwaitRun(t.Context(), db, run.ID, nil, time.Now().Add(30*time.Second))
+	require.NoError(t, err)
+	require.Equal(t, journal.StatusCompleted, got.Status)
+	require.Eventually(t, func() bool {
+		var due bool
+		err := s.Pool.QueryRow(t.Context(), `SELECT EXISTS (SELECT FROM public.river_job WHERE state IN ('available', 'running'))`).Scan(&due)
+		return err == nil && !due && s.Invoker.InFlight() == 0 && tracer.Open() == 0
+	}, 30*time.Second, 5*time.Millisecond, "River's jobs are done")
+
+	won, lost := 0, 0
+	for _, st := range tracer.Statements() {
+		if st.Name == "ClaimRun" {
+			if st.Rows > 0 {
+				won++
+			} else {
+				lost++
+			}
+		}
+	}
+	// Each child is woken twice at its start, and the parent twice at each child's end.
+	require.Equal(t, 1+2*children, won, "claims: the run's start, one per child's end, and each child's start")
+	require.Equal(t, 2*children, lost, "one claim that found nothing per wake that lost")
 }
