@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepgate/stepgate/access"
-	"github.com/stepgate/stepgate/bench/ledger"
 	"github.com/stepgate/stepgate/auth"
+	"github.com/stepgate/stepgate/bench/ledger"
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/step"
 	"github.com/stepgate/stepgate/internal/stack"
