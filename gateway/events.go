@@ -83,7 +83,9 @@ func checkClientID(what, id string) error {
 	return nil
 }
 
-// ListEvents lists the tenant's events, newest first, a page at a time.
+// ListEvents lists the tenant's events, newest first, a page at a time: at most limit
+// events, and no more than 8 MiB of their data past the first (journal.ListEvents). It
+// is a heavy read (heavyRead).
 func (s *Server) ListEvents(ctx context.Context, req server.ListEventsRequestObject) (server.ListEventsResponseObject, error) {
 	p := req.Params
 	var f journal.EventFilter
@@ -92,6 +94,9 @@ func (s *Server) ListEvents(ctx context.Context, req server.ListEventsRequestObj
 	}
 	var err error
 	if f.Limit, f.After, err = page(p.Limit, p.Cursor, func(id string) bool { return id != "" }); err != nil {
+		return nil, err
+	}
+	if err := s.heavyRead(ctx); err != nil {
 		return nil, err
 	}
 	var events []journal.Event

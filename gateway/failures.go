@@ -21,7 +21,9 @@ const (
 )
 
 // ListFailures lists the caller's tenant's failed runs grouped by function and error
-// (journal.FailureGroups), over a window no longer than the gateway's retention.
+// (journal.FailureGroups), over a window no longer than the gateway's retention. Each
+// group's sample message is cut to 1000 characters, so an answer is at most a few MiB;
+// it is a heavy read (heavyRead).
 func (s *Server) ListFailures(ctx context.Context, req server.ListFailuresRequestObject) (server.ListFailuresResponseObject, error) {
 	window := defaultFailuresSince
 	if req.Params.Since != nil {
@@ -40,6 +42,9 @@ func (s *Server) ListFailures(ctx context.Context, req server.ListFailuresReques
 			return nil, badRequest("limit: must be 1 to %d; got %d", maxFailureGroups, *req.Params.Limit)
 		}
 		limit = *req.Params.Limit
+	}
+	if err := s.heavyRead(ctx); err != nil {
+		return nil, err
 	}
 	since := time.Now().Add(-window).UTC()
 	var groups []journal.FailureGroup

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"runtime"
 	"runtime/metrics"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,40 +26,9 @@ func TestLargeJournalReadInBoundedMemory(t *testing.T) {
 	s.SyncExamples(t)
 	c := s.Client(t, s.Token)
 	res := mustComplete(t, c, "hello", `{}`)
-	// 50 entries of 4 MiB, written past the API's bounds, as an operator's raised limits
-	// would let a run write them. Repetitive text compresses, so Postgres stores little
-	// and serves all of it.
-	_, err := s.Pool.Exec(t.Context(), `
-		INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, invocation, journal_bytes)
-		SELECT (SELECT r.tenant FROM stepgate.run r WHERE r.id = $1), $1, g, 'step', 'big-' || g, to_jsonb(repeat(md5(g::text), 131072)), 1, g * (4194304 + 2)
-		FROM generate_series(1, 50) g`, res.ID)
-	require.NoError(t, err)
+	seedLargeJournal(t, s, res.ID)
 
-	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	heap := func() int64 {
-		metrics.Read(sample)
-		return int64(sample[0].Value.Uint64())
-	}
-	runtime.GC()
-	base := heap()
-	var peak atomic.Int64
-	stop := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		tick := time.NewTicker(2 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			if h := heap(); h > peak.Load() {
-				peak.Store(h)
-			}
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-		}
-	}()
+	grew := watchHeap(t)
 
 	var read int64
 	seqs := 0
@@ -96,11 +66,57 @@ func TestLargeJournalReadInBoundedMemory(t *testing.T) {
 		}
 		cursor = *page.Next
 	}
-	close(stop)
-	<-sampled
+	g := grew()
 	require.Equal(t, 50, seqs)
 	require.Greater(t, read, int64(200<<20), "the whole journal was read")
-	grew := peak.Load() - base
-	t.Logf("read %d MiB of journal; the heap grew by %d MiB at most", read>>20, grew>>20)
-	require.Less(t, grew, int64(120<<20), fmt.Sprintf("the heap grew by %d MiB reading a %d MiB journal", grew>>20, read>>20))
+	t.Logf("read %d MiB of journal; the heap grew by %d MiB at most", read>>20, g>>20)
+	require.Less(t, g, int64(120<<20), fmt.Sprintf("the heap grew by %d MiB reading a %d MiB journal", g>>20, read>>20))
+}
+
+// watchHeap samples this process's heap every 2ms from now, after a collection, until
+// the returned function is called; it returns by how much the heap grew at most.
+func watchHeap(t *testing.T) (grew func() int64) {
+	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	heap := func() int64 {
+		metrics.Read(sample)
+		return int64(sample[0].Value.Uint64())
+	}
+	runtime.GC()
+	base := heap()
+	var peak atomic.Int64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if h := heap(); h > peak.Load() {
+				peak.Store(h)
+			}
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	var once sync.Once
+	grew = func() int64 {
+		once.Do(func() { close(stop); <-sampled })
+		return peak.Load() - base
+	}
+	t.Cleanup(func() { grew() })
+	return grew
+}
+
+// seedLargeJournal writes 50 entries of 4 MiB into run's journal, past the API's
+// bounds, as an operator's raised limits would let a run write them. Repetitive text
+// compresses, so Postgres stores little and serves all of it.
+func seedLargeJournal(t *testing.T, s *stack.Stack, run string) {
+	_, err := s.Pool.Exec(t.Context(), `
+		INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, invocation, journal_bytes)
+		SELECT (SELECT r.tenant FROM stepgate.run r WHERE r.id = $1), $1, g, 'step', 'big-' || g, to_jsonb(repeat(md5(g::text), 131072)), 1, g * (4194304 + 2)
+		FROM generate_series(1, 50) g`, run)
+	require.NoError(t, err)
 }

@@ -440,6 +440,11 @@ func (s *Server) ListRuns(ctx context.Context, req server.ListRunsRequestObject)
 	if f.Limit, f.After, err = page(p.Limit, p.Cursor, validRunID); err != nil {
 		return nil, err
 	}
+	if f.IncludeIO {
+		if err := s.heavyRead(ctx); err != nil {
+			return nil, err
+		}
+	}
 	var runs []journal.Run
 	var next *journal.Cursor
 	err = s.read(ctx, func(db *journal.TenantDB) (err error) {

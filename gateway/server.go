@@ -26,6 +26,7 @@ import (
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/internal/egress"
+	"github.com/stepgate/stepgate/internal/memlimit"
 	"github.com/stepgate/stepgate/internal/notify"
 	"github.com/stepgate/stepgate/internal/readpool"
 	"github.com/stepgate/stepgate/internal/tracing"
@@ -86,6 +87,15 @@ type Config struct {
 	// once with one token. Past them a start is a 429 with Retry-After and creates no
 	// run. Default to 200 and 100.
 	MaxSyncStartsPerTenant, MaxSyncStartsPerSubject int
+	// MaxHeavyReadsPerTenant bounds the heavy reads (heavyRead: exports, deploy checks,
+	// the failures view, event lists, run lists with include_io) one tenant runs at once
+	// on this gateway; MaxHeavyReadsPerSubject, those of one subject of a tenant. Past
+	// them a request is a 429 with Retry-After. Default to 8 and 2.
+	MaxHeavyReadsPerTenant, MaxHeavyReadsPerSubject int
+	// MemoryLimit is the process's soft memory limit in bytes (memlimit): while the
+	// live heap is near it, heavy reads are refused 503 with Retry-After. Zero: the
+	// runtime's limit (GOMEMLIMIT, or none).
+	MemoryLimit int64
 	// Egress says which function and app URLs each tenant may register, which
 	// addresses the manifest requests may dial, and how much of their failures a tenant
 	// is told. Its zero value allows the public internet only.
@@ -113,6 +123,9 @@ type Server struct {
 	subjectStreams               *slots          // live streams and long-polls, by tenant and subject
 	tenantSyncStarts             *slots          // starts with ?wait waiting, by tenant
 	subjectSyncStarts            *slots          // starts with ?wait waiting, by tenant and subject
+	tenantHeavyReads             *slots          // heavy reads running, by tenant
+	subjectHeavyReads            *slots          // heavy reads running, by tenant and subject
+	memoryLimit                  int64           // see Config.MemoryLimit
 	clients                      *egress.Clients // fetch manifests, each tenant with its own policy
 	echo                         *echo.Echo
 	stream                       *notify.Hub
@@ -159,6 +172,9 @@ func New(cfg Config) (*Server, error) {
 		subjectStreams:    newSlots(0, cmp.Or(cfg.MaxStreamsPerSubject, 10)),
 		tenantSyncStarts:  newSlots(0, cmp.Or(cfg.MaxSyncStartsPerTenant, 200)),
 		subjectSyncStarts: newSlots(0, cmp.Or(cfg.MaxSyncStartsPerSubject, 100)),
+		tenantHeavyReads:  newSlots(0, cmp.Or(cfg.MaxHeavyReadsPerTenant, 8)),
+		subjectHeavyReads: newSlots(0, cmp.Or(cfg.MaxHeavyReadsPerSubject, 2)),
+		memoryLimit:       cmp.Or(cfg.MemoryLimit, memlimit.Current()),
 		clients:           cfg.Egress.Clients(),
 		shutdowns:         map[*http.Server]chan struct{}{},
 	}

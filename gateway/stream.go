@@ -12,6 +12,7 @@ import (
 
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/gateway/api/server"
+	"github.com/stepgate/stepgate/internal/memlimit"
 	"github.com/stepgate/stepgate/internal/notify"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
@@ -102,6 +103,31 @@ func (s *Server) streamSlots(id auth.Identity) (release func(), err error) {
 func (s *Server) syncStartSlots(id auth.Identity) (release func(), err error) {
 	return takeSlots(s.tenantSyncStarts, s.subjectSyncStarts, id,
 		"starts with ?wait waiting on this gateway", "", "start without wait, or once one is answered")
+}
+
+// heavyReadNames are the requests heavyRead counts, for its 429's detail.
+const heavyReadNames = "exports, deploy checks, GET /v1/failures, GET /v1/events, GET /v1/runs with include_io"
+
+// heavyRead takes a place among the heavy reads the caller's tenant and subject run at
+// once on this gateway — a request whose answer may be megabytes (a run's export, a
+// deploy check, the failures view, an event list, a run list with include_io) — and
+// holds it until the request's context ends, which is after its answer is written. Past
+// the limits it answers a 429 naming the limit, with Retry-After; while the gateway's
+// live heap is near its memory limit (memlimit.Near), a 503 with Retry-After, so that
+// new heavy work waits for memory rather than exhausting it.
+func (s *Server) heavyRead(ctx context.Context) error {
+	if live := memlimit.Live(); memlimit.Near(live, s.memoryLimit) {
+		return &unavailableError{fmt.Sprintf("this gateway's memory is near its limit (%s live of %s; STEPGATE_MEMORY_LIMIT sets it): "+
+			"it takes no new heavy read (%s) until it is lower; retry shortly",
+			memlimit.FormatBytes(live), memlimit.FormatBytes(s.memoryLimit), heavyReadNames)}
+	}
+	release, err := takeSlots(s.tenantHeavyReads, s.subjectHeavyReads, identity(ctx),
+		"heavy reads running on this gateway", heavyReadNames+"; STEPGATE_MAX_HEAVY_READS_PER_SUBJECT, …_PER_TENANT", "retry once one is answered")
+	if err != nil {
+		return err
+	}
+	context.AfterFunc(ctx, release)
+	return nil
 }
 
 // takeSlots takes a place for id's tenant in tenant and for its subject in subject, or

@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -144,24 +145,42 @@ type EventFilter struct {
 	Name  string
 	After *Cursor // The page after this position.
 	Limit int     // Defaults to 50.
+	// MaxBytes ends the page once its events' data pass it (a page has one event at
+	// least). Defaults to 8 MiB.
+	MaxBytes int64
 }
 
-// ListEvents returns the tenant's events newest first, at most f.Limit of them, and the
-// cursor of the next page (nil on the last page).
+// ListEvents returns the tenant's events newest first, at most f.Limit of them and no
+// more than f.MaxBytes of data past the first, and the cursor of the next page (nil on
+// the last page). It reads the rows one at a time, so its memory is the page's.
 func ListEvents(ctx context.Context, db DB, tenant string, f EventFilter) ([]Event, *Cursor, error) {
 	limit := pageLimit(f.Limit)
+	budget := cmp.Or(f.MaxBytes, 8<<20)
 	afterT, afterID := f.After.keyset()
-	rows, err := dbsqlc.New(db).EventList(ctx, dbsqlc.EventListParams{
-		Tenant: tenant, Name: f.Name, AfterCreatedAt: afterT, AfterID: afterID, Max: int64(limit) + 1,
-	})
-	events := make([]Event, len(rows))
-	for i := 0; err == nil && i < len(rows); i++ {
-		var ev *Event
-		if ev, err = eventOf(dbsqlc.EventGetRow(rows[i])); err == nil {
-			events[i] = *ev
+	rows, _ := db.Query(ctx, dbsqlc.EventList, tenant, f.Name, afterT, afterID, int64(limit)+1)
+	defer rows.Close()
+	var events []Event
+	var used int64
+	for rows.Next() {
+		if len(events) > 0 && used >= budget {
+			// Cut here: one more event than the page makes cutPage give its cursor.
+			events = append(events, Event{})
+			limit = len(events) - 1
+			break // closing the rows discards the rest
 		}
+		var r dbsqlc.EventGetRow
+		err := rows.Scan(&r.Tenant, &r.ID, &r.Name, &r.Data, &r.Identity, &r.SourceRunID, &r.Runs, &r.Skipped, &r.CreatedAt)
+		var ev *Event
+		if err == nil {
+			ev, err = eventOf(r)
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("list events: %w", err)
+		}
+		used += int64(len(ev.Data))
+		events = append(events, *ev)
 	}
-	if err != nil {
+	if err := rows.Err(); err != nil {
 		return nil, nil, fmt.Errorf("list events: %w", err)
 	}
 	events, next := cutPage(events, limit, func(e Event) Cursor { return Cursor{e.CreatedAt, e.ID} })

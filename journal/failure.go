@@ -19,7 +19,7 @@ type FailureGroup struct {
 	Function      string
 	ErrorType     string
 	MessageShape  string
-	SampleMessage string // The latest run's message.
+	SampleMessage string // The latest run's message, its first 1000 characters.
 	Runs          int64
 	FirstSeen     time.Time
 	LastSeen      time.Time

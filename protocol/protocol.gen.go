@@ -976,7 +976,7 @@ type FailureGroup struct {
 	// Message The shape of the group's error messages (see `listFailures`).
 	Message string `json:"message"`
 
-	// SampleMessage The latest run's error message.
+	// SampleMessage The latest run's error message, cut to its first 1000 characters (the part its shape reads).
 	SampleMessage *string `json:"sample_message,omitempty"`
 
 	// SampleRunID The group's latest failed run.
@@ -2915,6 +2915,13 @@ type ClientInterface interface {
 
 	// ListEvents Lists events, newest first, with keyset pagination. Needs `runs:read`.
 	//
+	// A page holds at most `limit` events, and ends early once its events' data pass
+	// 8 MiB (it holds one event at least); `next_cursor` goes on from there. A list is a
+	// heavy read: it holds one of the caller's places among heavy reads until answered
+	// (`STEPGATE_MAX_HEAVY_READS_PER_SUBJECT`, `…_PER_TENANT`, 2 and 8 per gateway; a 429
+	// with `Retry-After` past them), and is refused 503 while the gateway's memory is
+	// near its limit (`STEPGATE_MEMORY_LIMIT`).
+	//
 	// Corresponds with GET /v1/events (the `ListEvents` operationId).
 	ListEvents(ctx context.Context, params *ListEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
@@ -2983,7 +2990,12 @@ type ClientInterface interface {
 	// migration 0053). Each group has a key (`group`, 16 hex digits), its count, its
 	// first and last failure in the window and its latest run. A dismissed group is
 	// left out until one of its runs fails after the dismissal. Groups come by their
-	// last failure, latest first. Failed runs stay until retention deletes them.
+	// last failure, latest first. Failed runs stay until retention deletes them. A
+	// group's `sample_message` is its latest run's message cut to 1000 characters, so an
+	// answer is at most a few MiB. The view is a heavy read: it holds one of the caller's
+	// places among heavy reads until answered (`STEPGATE_MAX_HEAVY_READS_PER_SUBJECT`,
+	// `…_PER_TENANT`, 2 and 8 per gateway; a 429 with `Retry-After` past them), and is
+	// refused 503 while the gateway's memory is near its limit (`STEPGATE_MEMORY_LIMIT`).
 	//
 	// Corresponds with GET /v1/failures (the `ListFailures` operationId).
 	ListFailures(ctx context.Context, params *ListFailuresParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3210,7 +3222,10 @@ type ClientInterface interface {
 	// Runs come without their input and output, and with an error message cut to 300
 	// bytes, unless `include=io`: then a page also ends early once its inputs, outputs
 	// and errors pass 8 MiB (it holds one run at least), and `next_cursor` goes on from
-	// there.
+	// there. A list with `include=io` is a heavy read: it holds one of the caller's
+	// places among heavy reads until answered (`STEPGATE_MAX_HEAVY_READS_PER_SUBJECT`,
+	// `…_PER_TENANT`, 2 and 8 per gateway; a 429 with `Retry-After` past them), and is
+	// refused 503 while the gateway's memory is near its limit (`STEPGATE_MEMORY_LIMIT`).
 	//
 	// Corresponds with GET /v1/runs (the `ListRuns` operationId).
 	ListRuns(ctx context.Context, params *ListRunsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3604,6 +3619,16 @@ type ClientInterface interface {
 	// journal's bounds (`STEPGATE_MAX_JOURNAL_ENTRIES`, `STEPGATE_MAX_JOURNAL_BYTES`);
 	// its failures are those `getRun` lists over all its pages (at most 100 failed
 	// invocations). A run of another tenant, or none, is a 404.
+	//
+	// The document is streamed as it is read, a journal page (1000 entries, 8 MiB) at a
+	// time, its fields in this order: `format`, `journal`, `failures`, `step_attempts`,
+	// `function`, `run`, `exported_at` (the run is read after its journal, so it is never
+	// older). Should a read fail once the document has begun, the connection is cut: a
+	// document that does not parse is not whole. An export is a heavy read: it holds one
+	// of the caller's places among heavy reads until written
+	// (`STEPGATE_MAX_HEAVY_READS_PER_SUBJECT`, `…_PER_TENANT`, 2 and 8 per gateway; a 429
+	// with `Retry-After` past them), and is refused 503 while the gateway's memory is near
+	// its limit (`STEPGATE_MEMORY_LIMIT`).
 	//
 	// Corresponds with GET /v1/runs/{id}/export (the `ExportRun` operationId).
 	ExportRun(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -4225,6 +4250,13 @@ func (c *Client) RejectCallback(ctx context.Context, token CallbackToken, body R
 
 // ListEvents Lists events, newest first, with keyset pagination. Needs `runs:read`.
 //
+// A page holds at most `limit` events, and ends early once its events' data pass
+// 8 MiB (it holds one event at least); `next_cursor` goes on from there. A list is a
+// heavy read: it holds one of the caller's places among heavy reads until answered
+// (`STEPGATE_MAX_HEAVY_READS_PER_SUBJECT`, `…_PER_TENANT`, 2 and 8 per gateway; a 429
+// with `Retry-After` past them), and is refused 503 while the gateway's memory is
+// near its limit (`STEPGATE_MEMORY_LIMIT`).
+//
 // Corresponds with GET /v1/events (the `ListEvents` operationId).
 func (c *Client) ListEvents(ctx context.Context, params *ListEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewListEventsRequest(c.Server, params)
@@ -4323,7 +4355,12 @@ func (c *Client) SendEvent(ctx context.Context, body SendEventJSONRequestBody, r
 // migration 0053). Each group has a key (`group`, 16 hex digits), its count, its
 // first and last failure in the window and its latest run. A dismissed group is
 // left out until one of its runs fails after the dismissal. Groups come by their
-// last failure, latest first. Failed runs stay until retention deletes them.
+// last failure, latest first. Failed runs stay until retention deletes them. A
+// group's `sample_message` is its latest run's message cut to 1000 characters, so an
+// answer is at most a few MiB. The view is a heavy read: it holds one of the caller's
+// places among heavy reads until answered (`STEPGATE_MAX_HEAVY_READS_PER_SUBJECT`,
+// `…_PER_TENANT`, 2 and 8 per gateway; a 429 with `Retry-After` past them), and is
+// refused 503 while the gateway's memory is near its limit (`STEPGATE_MEMORY_LIMIT`).
 //
 // Corresponds with GET /v1/failures (the `ListFailures` operationId).
 func (c *Client) ListFailures(ctx context.Context, params *ListFailuresParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4700,7 +4737,10 @@ func (c *Client) CancelOperation(ctx context.Context, id openapi_types.UUID, req
 // Runs come without their input and output, and with an error message cut to 300
 // bytes, unless `include=io`: then a page also ends early once its inputs, outputs
 // and errors pass 8 MiB (it holds one run at least), and `next_cursor` goes on from
-// there.
+// there. A list with `include=io` is a heavy read: it holds one of the caller's
+// places among heavy reads until answered (`STEPGATE_MAX_HEAVY_READS_PER_SUBJECT`,
+// `…_PER_TENANT`, 2 and 8 per gateway; a 429 with `Retry-After` past them), and is
+// refused 503 while the gateway's memory is near its limit (`STEPGATE_MEMORY_LIMIT`).
 //
 // Corresponds with GET /v1/runs (the `ListRuns` operationId).
 func (c *Client) ListRuns(ctx context.Context, params *ListRunsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -5284,6 +5324,16 @@ func (c *Client) CheckpointStream(ctx context.Context, id RunID, body Checkpoint
 // journal's bounds (`STEPGATE_MAX_JOURNAL_ENTRIES`, `STEPGATE_MAX_JOURNAL_BYTES`);
 // its failures are those `getRun` lists over all its pages (at most 100 failed
 // invocations). A run of another tenant, or none, is a 404.
+//
+// The document is streamed as it is read, a journal page (1000 entries, 8 MiB) at a
+// time, its fields in this order: `format`, `journal`, `failures`, `step_attempts`,
+// `function`, `run`, `exported_at` (the run is read after its journal, so it is never
+// older). Should a read fail once the document has begun, the connection is cut: a
+// document that does not parse is not whole. An export is a heavy read: it holds one
+// of the caller's places among heavy reads until written
+// (`STEPGATE_MAX_HEAVY_READS_PER_SUBJECT`, `…_PER_TENANT`, 2 and 8 per gateway; a 429
+// with `Retry-After` past them), and is refused 503 while the gateway's memory is near
+// its limit (`STEPGATE_MEMORY_LIMIT`).
 //
 // Corresponds with GET /v1/runs/{id}/export (the `ExportRun` operationId).
 func (c *Client) ExportRun(ctx context.Context, id RunID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -8862,6 +8912,13 @@ type ClientWithResponsesInterface interface {
 
 	// ListEventsWithResponse Lists events, newest first, with keyset pagination. Needs `runs:read`.
 	//
+	// A page holds at most `limit` events, and ends early once its events' data pass
+	// 8 MiB (it holds one event at least); `next_cursor` goes on from there. A list is a
+	// heavy read: it holds one of the caller's places among heavy reads until answered
+	// (`STEPGATE_MAX_HEAVY_READS_PER_SUBJECT`, `…_PER_TENANT`, 2 and 8 per gateway; a 429
+	// with `Retry-After` past them), and is refused 503 while the gateway's memory is
+	// near its limit (`STEPGATE_MEMORY_LIMIT`).
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/events (the `ListEvents` operationId).
@@ -8932,7 +8989,12 @@ type ClientWithResponsesInterface interface {
 	// migration 0053). Each group has a key (`group`, 16 hex digits), its count, its
 	// first and last failure in the window and its latest run. A dismissed group is
 	// left out until one of its runs fails after the dismissal. Groups come by their
-	// last failure, latest first. Failed runs stay until retention deletes them.
+	// last failure, latest first. Failed runs stay until retention deletes them. A
+	// group's `sample_message` is its latest run's message cut to 1000 characters, so an
+	// answer is at most a few MiB. The view is a heavy read: it holds one of the caller's
+	// places among heavy reads until answered (`STEPGATE_MAX_HEAVY_READS_PER_SUBJECT`,
+	// `…_PER_TENANT`, 2 and 8 per gateway; a 429 with `Retry-After` past them), and is
+	// refused 503 while the gateway's memory is near its limit (`STEPGATE_MEMORY_LIMIT`).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -9177,7 +9239,10 @@ type ClientWithResponsesInterface interface {
 	// Runs come without their input and output, and with an error message cut to 300
 	// bytes, unless `include=io`: then a page also ends early once its inputs, outputs
 	// and errors pass 8 MiB (it holds one run at least), and `next_cursor` goes on from
-	// there.
+	// there. A list with `include=io` is a heavy read: it holds one of the caller's
+	// places among heavy reads until answered (`STEPGATE_MAX_HEAVY_READS_PER_SUBJECT`,
+	// `…_PER_TENANT`, 2 and 8 per gateway; a 429 with `Retry-After` past them), and is
+	// refused 503 while the gateway's memory is near its limit (`STEPGATE_MEMORY_LIMIT`).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -9581,6 +9646,16 @@ type ClientWithResponsesInterface interface {
 	// journal's bounds (`STEPGATE_MAX_JOURNAL_ENTRIES`, `STEPGATE_MAX_JOURNAL_BYTES`);
 	// its failures are those `getRun` lists over all its pages (at most 100 failed
 	// invocations). A run of another tenant, or none, is a 404.
+	//
+	// The document is streamed as it is read, a journal page (1000 entries, 8 MiB) at a
+	// time, its fields in this order: `format`, `journal`, `failures`, `step_attempts`,
+	// `function`, `run`, `exported_at` (the run is read after its journal, so it is never
+	// older). Should a read fail once the document has begun, the connection is cut: a
+	// document that does not parse is not whole. An export is a heavy read: it holds one
+	// of the caller's places among heavy reads until written
+	// (`STEPGATE_MAX_HEAVY_READS_PER_SUBJECT`, `…_PER_TENANT`, 2 and 8 per gateway; a 429
+	// with `Retry-After` past them), and is refused 503 while the gateway's memory is near
+	// its limit (`STEPGATE_MEMORY_LIMIT`).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -10338,6 +10413,11 @@ func (r RejectCallbackResponse) ContentType() string {
 	return ""
 }
 
+// ListEventsResponse429Headers the declared response headers of an HTTP 429 response for ListEvents
+type ListEventsResponse429Headers struct {
+	RetryAfter *int
+}
+
 type ListEventsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -10349,6 +10429,12 @@ type ListEventsResponse struct {
 	ApplicationProblemJSON401 *Unauthorized
 	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *Busy
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListEventsResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -10369,6 +10455,16 @@ func (r ListEventsResponse) GetApplicationProblemJSON401() *Unauthorized {
 // GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r ListEventsResponse) GetApplicationProblemJSON403() *Forbidden {
 	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListEventsResponse) GetApplicationProblemJSON429() *Busy {
+	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListEventsResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -10476,6 +10572,11 @@ func (r SendEventResponse) ContentType() string {
 	return ""
 }
 
+// ListFailuresResponse429Headers the declared response headers of an HTTP 429 response for ListFailures
+type ListFailuresResponse429Headers struct {
+	RetryAfter *int
+}
+
 type ListFailuresResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -10487,6 +10588,12 @@ type ListFailuresResponse struct {
 	ApplicationProblemJSON401 *Unauthorized
 	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *Busy
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListFailuresResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -10507,6 +10614,16 @@ func (r ListFailuresResponse) GetApplicationProblemJSON401() *Unauthorized {
 // GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r ListFailuresResponse) GetApplicationProblemJSON403() *Forbidden {
 	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListFailuresResponse) GetApplicationProblemJSON429() *Busy {
+	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListFailuresResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -11332,6 +11449,11 @@ func (r CancelOperationResponse) ContentType() string {
 	return ""
 }
 
+// ListRunsResponse429Headers the declared response headers of an HTTP 429 response for ListRuns
+type ListRunsResponse429Headers struct {
+	RetryAfter *int
+}
+
 type ListRunsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -11343,6 +11465,12 @@ type ListRunsResponse struct {
 	ApplicationProblemJSON401 *Unauthorized
 	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *Busy
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListRunsResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -11363,6 +11491,16 @@ func (r ListRunsResponse) GetApplicationProblemJSON401() *Unauthorized {
 // GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r ListRunsResponse) GetApplicationProblemJSON403() *Forbidden {
 	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListRunsResponse) GetApplicationProblemJSON429() *Busy {
+	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListRunsResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -12202,6 +12340,11 @@ func (r CheckpointStreamResponse) ContentType() string {
 	return ""
 }
 
+// ExportRunResponse429Headers the declared response headers of an HTTP 429 response for ExportRun
+type ExportRunResponse429Headers struct {
+	RetryAfter *int
+}
+
 type ExportRunResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -12213,6 +12356,12 @@ type ExportRunResponse struct {
 	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *Busy
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ExportRunResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -12233,6 +12382,16 @@ func (r ExportRunResponse) GetApplicationProblemJSON403() *Forbidden {
 // GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r ExportRunResponse) GetApplicationProblemJSON404() *NotFound {
 	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ExportRunResponse) GetApplicationProblemJSON429() *Busy {
+	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ExportRunResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -13894,6 +14053,13 @@ func (c *ClientWithResponses) RejectCallbackWithResponse(ctx context.Context, to
 
 // ListEventsWithResponse Lists events, newest first, with keyset pagination. Needs `runs:read`.
 //
+// A page holds at most `limit` events, and ends early once its events' data pass
+// 8 MiB (it holds one event at least); `next_cursor` goes on from there. A list is a
+// heavy read: it holds one of the caller's places among heavy reads until answered
+// (`STEPGATE_MAX_HEAVY_READS_PER_SUBJECT`, `…_PER_TENANT`, 2 and 8 per gateway; a 429
+// with `Retry-After` past them), and is refused 503 while the gateway's memory is
+// near its limit (`STEPGATE_MEMORY_LIMIT`).
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /v1/events (the `ListEvents` operationId).
@@ -13982,7 +14148,12 @@ func (c *ClientWithResponses) SendEventWithResponse(ctx context.Context, body Se
 // migration 0053). Each group has a key (`group`, 16 hex digits), its count, its
 // first and last failure in the window and its latest run. A dismissed group is
 // left out until one of its runs fails after the dismissal. Groups come by their
-// last failure, latest first. Failed runs stay until retention deletes them.
+// last failure, latest first. Failed runs stay until retention deletes them. A
+// group's `sample_message` is its latest run's message cut to 1000 characters, so an
+// answer is at most a few MiB. The view is a heavy read: it holds one of the caller's
+// places among heavy reads until answered (`STEPGATE_MAX_HEAVY_READS_PER_SUBJECT`,
+// `…_PER_TENANT`, 2 and 8 per gateway; a 429 with `Retry-After` past them), and is
+// refused 503 while the gateway's memory is near its limit (`STEPGATE_MEMORY_LIMIT`).
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -14317,7 +14488,10 @@ func (c *ClientWithResponses) CancelOperationWithResponse(ctx context.Context, i
 // Runs come without their input and output, and with an error message cut to 300
 // bytes, unless `include=io`: then a page also ends early once its inputs, outputs
 // and errors pass 8 MiB (it holds one run at least), and `next_cursor` goes on from
-// there.
+// there. A list with `include=io` is a heavy read: it holds one of the caller's
+// places among heavy reads until answered (`STEPGATE_MAX_HEAVY_READS_PER_SUBJECT`,
+// `…_PER_TENANT`, 2 and 8 per gateway; a 429 with `Retry-After` past them), and is
+// refused 503 while the gateway's memory is near its limit (`STEPGATE_MEMORY_LIMIT`).
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -14835,6 +15009,16 @@ func (c *ClientWithResponses) CheckpointStreamWithResponse(ctx context.Context, 
 // journal's bounds (`STEPGATE_MAX_JOURNAL_ENTRIES`, `STEPGATE_MAX_JOURNAL_BYTES`);
 // its failures are those `getRun` lists over all its pages (at most 100 failed
 // invocations). A run of another tenant, or none, is a 404.
+//
+// The document is streamed as it is read, a journal page (1000 entries, 8 MiB) at a
+// time, its fields in this order: `format`, `journal`, `failures`, `step_attempts`,
+// `function`, `run`, `exported_at` (the run is read after its journal, so it is never
+// older). Should a read fail once the document has begun, the connection is cut: a
+// document that does not parse is not whole. An export is a heavy read: it holds one
+// of the caller's places among heavy reads until written
+// (`STEPGATE_MAX_HEAVY_READS_PER_SUBJECT`, `…_PER_TENANT`, 2 and 8 per gateway; a 429
+// with `Retry-After` past them), and is refused 503 while the gateway's memory is near
+// its limit (`STEPGATE_MEMORY_LIMIT`).
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -15708,6 +15892,33 @@ func ParseListEventsResponse(rsp *http.Response) (*ListEventsResponse, error) {
 		}
 		response.ApplicationProblemJSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Busy
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers ListEventsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15816,6 +16027,33 @@ func ParseListFailuresResponse(rsp *http.Response) (*ListFailuresResponse, error
 		}
 		response.ApplicationProblemJSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Busy
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers ListFailuresResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16513,6 +16751,33 @@ func ParseListRunsResponse(rsp *http.Response) (*ListRunsResponse, error) {
 		}
 		response.ApplicationProblemJSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Busy
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers ListRunsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -17209,6 +17474,33 @@ func ParseExportRunResponse(rsp *http.Response) (*ExportRunResponse, error) {
 		}
 		response.ApplicationProblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Busy
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers ExportRunResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil

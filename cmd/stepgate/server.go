@@ -21,6 +21,7 @@ import (
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/internal/egress"
 	"github.com/stepgate/stepgate/internal/gatewayproc"
+	"github.com/stepgate/stepgate/internal/memlimit"
 	"github.com/stepgate/stepgate/internal/metrics"
 	"github.com/stepgate/stepgate/internal/readpool"
 	"github.com/stepgate/stepgate/internal/tracing"
@@ -54,6 +55,10 @@ type serverConfig struct {
 	// STEPGATE_MAX_SYNC_STARTS_PER_SUBJECT.
 	maxWaits, maxWaitsPerTenant, maxStreamsPerTenant, maxStreamsPerSubject int
 	maxSyncStartsPerTenant, maxSyncStartsPerSubject                        int
+	// STEPGATE_MAX_HEAVY_READS_PER_TENANT, STEPGATE_MAX_HEAVY_READS_PER_SUBJECT.
+	maxHeavyReadsPerTenant, maxHeavyReadsPerSubject int
+	// memoryLimit: STEPGATE_MEMORY_LIMIT, GOMEMLIMIT, or the default (memlimit.Choose).
+	memoryLimit memlimit.Limit
 	// operatorRole and operatorTenant say who operates the deployment (River's UI):
 	// STEPGATE_OPERATOR_ROLE, STEPGATE_OPERATOR_TENANT.
 	operatorRole, operatorTenant string
@@ -135,12 +140,17 @@ func readServerConfig(getenv func(string) string) (serverConfig, error) {
 		{"STEPGATE_MAX_STREAMS_PER_SUBJECT", &c.maxStreamsPerSubject},
 		{"STEPGATE_MAX_SYNC_STARTS_PER_TENANT", &c.maxSyncStartsPerTenant},
 		{"STEPGATE_MAX_SYNC_STARTS_PER_SUBJECT", &c.maxSyncStartsPerSubject},
+		{"STEPGATE_MAX_HEAVY_READS_PER_TENANT", &c.maxHeavyReadsPerTenant},
+		{"STEPGATE_MAX_HEAVY_READS_PER_SUBJECT", &c.maxHeavyReadsPerSubject},
 	} {
 		v, err := envInt(getenv, n.name, 0)
 		if err != nil {
 			return c, err
 		}
 		*n.to = int(min(v, math.MaxInt32))
+	}
+	if c.memoryLimit, err = memlimit.Choose(getenv, memlimit.SystemFiles); err != nil {
+		return c, err
 	}
 	if c.jwt, err = readJWTConfig(getenv); err != nil {
 		return c, err
@@ -361,7 +371,9 @@ func (c serverConfig) process(log *slog.Logger) (gatewayproc.Config, error) {
 		MaxWaitInvocations: c.maxWaits, MaxWaitInvocationsPerTenant: c.maxWaitsPerTenant,
 		MaxStreamsPerTenant: c.maxStreamsPerTenant, MaxStreamsPerSubject: c.maxStreamsPerSubject,
 		MaxSyncStartsPerTenant: c.maxSyncStartsPerTenant, MaxSyncStartsPerSubject: c.maxSyncStartsPerSubject,
-		PprofAddr: c.pprofAddr, Workers: c.workers, FairReserve: c.fairReserve,
+		MaxHeavyReadsPerTenant: c.maxHeavyReadsPerTenant, MaxHeavyReadsPerSubject: c.maxHeavyReadsPerSubject,
+		MemoryLimit: c.memoryLimit,
+		PprofAddr:   c.pprofAddr, Workers: c.workers, FairReserve: c.fairReserve,
 		MetricsAddr: c.metricsAddr, Metrics: c.metrics,
 		Retention: c.retention, RetentionInterval: c.retentionInterval,
 	}, nil

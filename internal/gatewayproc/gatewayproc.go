@@ -31,6 +31,7 @@ import (
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/gateway"
 	"github.com/stepgate/stepgate/internal/egress"
+	"github.com/stepgate/stepgate/internal/memlimit"
 	"github.com/stepgate/stepgate/internal/metrics"
 	"github.com/stepgate/stepgate/internal/readpool"
 	"github.com/stepgate/stepgate/invoker"
@@ -111,6 +112,11 @@ type Config struct {
 	MaxWaitInvocations, MaxWaitInvocationsPerTenant int
 	MaxStreamsPerTenant, MaxStreamsPerSubject       int
 	MaxSyncStartsPerTenant, MaxSyncStartsPerSubject int
+	MaxHeavyReadsPerTenant, MaxHeavyReadsPerSubject int
+	// MemoryLimit, when set, becomes the process's soft memory limit (memlimit.Set)
+	// at Start, logged, and the gateway's (gateway.Config.MemoryLimit). Zero: the
+	// runtime's as it is.
+	MemoryLimit memlimit.Limit
 	// Gateway, when set, changes the gateway's config just before the gateway is made:
 	// a test's way to set what Config does not name.
 	Gateway func(*gateway.Config)
@@ -180,6 +186,11 @@ func Start(ctx context.Context, cfg Config) (*Process, error) {
 		return nil, errors.New("gatewayproc: Database and Logger are required")
 	}
 	log := cfg.Logger
+	if cfg.MemoryLimit.Bytes > 0 {
+		memlimit.Set(cfg.MemoryLimit)
+		log.Info("soft memory limit set: heavy reads are refused while the live heap is past 70% of it",
+			slog.String("limit", cfg.MemoryLimit.String()))
+	}
 	pc := cfg.Database.Copy()
 	if hosts := databaseHosts(pc); len(hosts) > 1 && pc.ConnConfig.ValidateConnect == nil {
 		log.Warn("the database URL names several hosts but not target_session_attrs=read-write: the gateway may connect to a standby, "+
@@ -255,7 +266,9 @@ func Start(ctx context.Context, cfg Config) (*Process, error) {
 		MaxWaitInvocations: cfg.MaxWaitInvocations, MaxWaitInvocationsPerTenant: cfg.MaxWaitInvocationsPerTenant,
 		MaxStreamsPerTenant: cfg.MaxStreamsPerTenant, MaxStreamsPerSubject: cfg.MaxStreamsPerSubject,
 		MaxSyncStartsPerTenant: cfg.MaxSyncStartsPerTenant, MaxSyncStartsPerSubject: cfg.MaxSyncStartsPerSubject,
-		Metrics: p.Metrics.Handler(),
+		MaxHeavyReadsPerTenant: cfg.MaxHeavyReadsPerTenant, MaxHeavyReadsPerSubject: cfg.MaxHeavyReadsPerSubject,
+		MemoryLimit: cfg.MemoryLimit.Bytes,
+		Metrics:     p.Metrics.Handler(),
 	}
 	if cfg.Gateway != nil {
 		cfg.Gateway(&gcfg)

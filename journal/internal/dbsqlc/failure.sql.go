@@ -56,7 +56,7 @@ WITH failed AS (
 )
 SELECT g.error_group, g.runs, g.first_seen, g.last_seen, g.sample_id::text AS sample_run_id,
     s.function, coalesce(s.error->>'type', '')::text AS error_type,
-    coalesce(s.error->>'message', '')::text AS sample_message,
+    left(coalesce(s.error->>'message', ''), 1000)::text AS sample_message,
     stepgate.error_message_shape(s.error->>'message')::text AS message_shape,
     d.dismissed_at
 FROM grouped g
@@ -90,7 +90,9 @@ type FailureGroupsRow struct {
 // The tenant's runs that failed since since, grouped by stepgate.error_group (function,
 // error type, error_message_shape of the message), latest failure first; a group dismissed
 // (failure_dismissal) with no failure since is left out, unless include_dismissed. The
-// sample is the group's latest failed run. One group more than max_groups says more match.
+// sample is the group's latest failed run, its message cut to its first 1000 characters
+// (those its shape reads), so that an answer stays small however long the errors are.
+// One group more than max_groups says more match.
 func (q *Queries) FailureGroups(ctx context.Context, arg FailureGroupsParams) ([]FailureGroupsRow, error) {
 	rows, err := q.db.Query(ctx, FailureGroups,
 		arg.Tenant,
