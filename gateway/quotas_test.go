@@ -92,10 +92,10 @@ func TestTenantQuotas(t *testing.T) {
 	}
 	usage := func(c *protocol.ClientWithResponses) protocol.TenantUsage {
 		t.Helper()
-		resp, err := c.GetUsageWithResponse(t.Context())
-		require.NoError(t, err)
-		require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
-		return *resp.JSON200
+		u := usageOf(t, c)
+		// Events and journals: TestEventAndJournalQuotas.
+		u.EventBytes, u.MaxEventBytes, u.JournalBytes, u.MaxJournalBytes = 0, 0, 0, 0
+		return u
 	}
 	data := ptr(protocol.AnyJSON(`"` + strings.Repeat("x", 38) + `"`)) // 40 bytes
 
@@ -189,6 +189,101 @@ func TestTenantQuotas(t *testing.T) {
 		MailboxBytes: 80, MaxMailboxBytes: 100}, usage(bob), "bob's inbox, still waiting, keeps its mailbox")
 	mustComplete(t, alice, "work", `{}`)
 	require.JSONEq(t, `9`, string(*mustComplete(t, alice, "streamer", `{"n":9}`).Output))
+}
+
+// usageOf is c's tenant's GET /v1/usage.
+func usageOf(t *testing.T, c *protocol.ClientWithResponses) protocol.TenantUsage {
+	t.Helper()
+	resp, err := c.GetUsageWithResponse(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
+	return *resp.JSON200
+}
+
+// TestEventAndJournalQuotas: every byte a tenant stores counts. Its events' data counts
+// as each event is stored (STEPGATE_MAX_TENANT_EVENT_BYTES: an event past it is a 429
+// naming it, and nothing is stored); its runs' journals count as each run finishes,
+// never per checkpoint (STEPGATE_MAX_TENANT_JOURNAL_BYTES: once reached, a start, and
+// an event that would start runs, is a 429 naming it). GET /v1/usage shows both, equal
+// to what the tables hold; another tenant is not affected; retention gives the room back.
+func TestEventAndJournalQuotas(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{Limits: invoker.Limits{MaxTenantEventBytes: 100, MaxTenantJournalBytes: 60}})
+	alice := s.Client(t, s.NewToken(t, auth.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}}))
+	bob := s.Client(t, s.NewToken(t, auth.Identity{Subject: "bob", Tenant: "t2", Roles: []string{"developer"}}))
+	app := s.NewApp()
+	// big journals a step of 42 bytes ("yyyy…" as JSON).
+	functions.Register(app, "big", func(ctx context.Context, _ struct{}) (int, error) {
+		_, err := step.Run(ctx, "forty", func(ctx context.Context) (string, error) { return strings.Repeat("y", 40), nil })
+		return 1, err
+	})
+	functions.Register(app, "pinged", func(ctx context.Context, _ struct{}) (int, error) { return 1, nil }, functions.OnEvent("ping"))
+	appURL := s.ServeApp(t, app)
+	for _, c := range []*protocol.ClientWithResponses{alice, bob} {
+		synced, err := c.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: appURL})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, synced.StatusCode(), string(synced.Body))
+	}
+	stored := func(tenant string) (events, journals int64) {
+		t.Helper()
+		require.NoError(t, s.Pool.QueryRow(t.Context(), `
+			SELECT (SELECT coalesce(sum(octet_length(data::text)), 0) FROM stepgate.event WHERE tenant = $1),
+				(SELECT coalesce(sum(journal_bytes), 0) FROM stepgate.run WHERE tenant = $1)`, tenant).Scan(&events, &journals))
+		return events, journals
+	}
+	data := ptr(protocol.AnyJSON(`"` + strings.Repeat("x", 38) + `"`)) // 40 bytes
+
+	// Events: two of 40 bytes fit in 100, a third does not, and is not stored.
+	for _, c := range []*protocol.ClientWithResponses{alice, alice, bob, bob} {
+		sent, err := c.SendEventWithResponse(t.Context(), protocol.EventSend{Name: "note", Data: data})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusAccepted, sent.StatusCode(), string(sent.Body))
+	}
+	full, err := alice.SendEventWithResponse(t.Context(), protocol.EventSend{Name: "note", Data: data})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusTooManyRequests, full.StatusCode(), string(full.Body))
+	require.Contains(t, full.ApplicationProblemJSON429.Detail, "whose events hold 80 bytes of at most 100 (STEPGATE_MAX_TENANT_EVENT_BYTES); nothing was stored")
+	listed, err := alice.ListEventsWithResponse(t.Context(), &protocol.ListEventsParams{})
+	require.NoError(t, err)
+	require.Len(t, listed.JSON200.Events, 2, "the refused event is not stored")
+	u := usageOf(t, alice)
+	require.Equal(t, int64(80), u.EventBytes)
+	require.Equal(t, int64(100), u.MaxEventBytes)
+	events, _ := stored("t1")
+	require.Equal(t, events, u.EventBytes, "the usage is what the table holds")
+
+	// Journals: a run of 42 bytes counts once it has finished; a second passes 60; then
+	// no start, nor event that would start a run, is taken; another tenant's are.
+	mustComplete(t, alice, "big", `{}`)
+	u = usageOf(t, alice)
+	require.Equal(t, int64(42), u.JournalBytes)
+	require.Equal(t, int64(60), u.MaxJournalBytes)
+	mustComplete(t, alice, "big", `{}`)
+	_, journals := stored("t1")
+	require.Equal(t, int64(84), journals)
+	require.Equal(t, journals, usageOf(t, alice).JournalBytes, "the usage is what the table holds")
+	refused := startRun(t, alice, "big", `{}`, nil)
+	require.Equal(t, http.StatusTooManyRequests, refused.StatusCode(), string(refused.Body))
+	require.Contains(t, refused.ApplicationProblemJSON429.Detail, "the finished runs of tenant t1 hold 84 bytes of journal, its limit of 60 (STEPGATE_MAX_TENANT_JOURNAL_BYTES)")
+	ping, err := alice.SendEventWithResponse(t.Context(), protocol.EventSend{Name: "ping"})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusTooManyRequests, ping.StatusCode(), string(ping.Body))
+	require.Contains(t, ping.ApplicationProblemJSON429.Detail, "STEPGATE_MAX_TENANT_JOURNAL_BYTES")
+	mustComplete(t, bob, "big", `{}`)
+	require.Equal(t, int64(42), usageOf(t, bob).JournalBytes)
+
+	// Retention deletes alice's finished runs and old events: the room comes back.
+	_, err = journal.DeleteExpiredRuns(t.Context(), s.Pool, -time.Hour, 500)
+	require.NoError(t, err)
+	_, err = s.Pool.Exec(t.Context(), `DELETE FROM stepgate.event WHERE tenant = 't1'`)
+	require.NoError(t, err)
+	u = usageOf(t, alice)
+	require.Zero(t, u.JournalBytes)
+	require.Zero(t, u.EventBytes)
+	mustComplete(t, alice, "big", `{}`)
+	sent, err := alice.SendEventWithResponse(t.Context(), protocol.EventSend{Name: "note", Data: data})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusAccepted, sent.StatusCode(), string(sent.Body))
 }
 
 // chunksOf returns the length of the stream "out" of run id.

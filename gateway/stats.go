@@ -71,6 +71,8 @@ func (s *Server) GetUsage(ctx context.Context, _ server.GetUsageRequestObject) (
 		Runs:   u.Runs, MaxRuns: q.MaxRuns,
 		StreamBytes: u.StreamBytes, MaxStreamBytes: q.MaxStreamBytes,
 		MailboxBytes: u.MailboxBytes, MaxMailboxBytes: q.MaxMailboxBytes,
+		EventBytes: u.EventBytes, MaxEventBytes: q.MaxEventBytes,
+		JournalBytes: u.JournalBytes, MaxJournalBytes: q.MaxJournalBytes,
 	}), nil
 }
 

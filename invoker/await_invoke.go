@@ -31,7 +31,7 @@ var invokeAwait = awaitKind{
 			// The child runs as the run's identity: its invoke_roles are checked against
 			// that identity, as the gateway checks a caller's.
 			Seq: w.Seq, Name: w.Name, ChildID: uuid.Must(uuid.NewV7()).String(), Function: *w.Function,
-			MaxTenantRuns: inv.limits.MaxTenantRuns,
+			MaxTenantRuns: inv.limits.MaxTenantRuns, MaxTenantJournalBytes: inv.limits.MaxTenantJournalBytes,
 		}
 		if w.Input != nil {
 			in.Input = json.RawMessage(*w.Input)

@@ -43,7 +43,8 @@ var invokeAllAwait = awaitKind{
 		in := journal.InvokeAll{Seq: w.Seq, Name: w.Name}
 		for _, call := range *w.Calls {
 			// Each child runs as the run's identity, as an invoke's does.
-			c := journal.Invoke{ChildID: uuid.Must(uuid.NewV7()).String(), Function: call.Function, MaxTenantRuns: inv.limits.MaxTenantRuns}
+			c := journal.Invoke{ChildID: uuid.Must(uuid.NewV7()).String(), Function: call.Function, MaxTenantRuns: inv.limits.MaxTenantRuns,
+				MaxTenantJournalBytes: inv.limits.MaxTenantJournalBytes}
 			if call.Input != nil {
 				c.Input = json.RawMessage(*call.Input)
 			}

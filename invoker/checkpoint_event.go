@@ -78,6 +78,7 @@ var eventCheckpoint = checkpointKind{
 			sent, created, started, err := inv.sendEvent(ctx, tx, journal.NewEvent{
 				Tenant: run.Tenant, ID: ev.ID, Name: ev.Name, Data: ev.Data, Identity: run.Identity,
 				SourceRunID: &run.ID, MaxTenantRuns: inv.limits.MaxTenantRuns,
+				MaxTenantJournalBytes: inv.limits.MaxTenantJournalBytes, MaxTenantEventBytes: inv.limits.MaxTenantEventBytes,
 			})
 			if created {
 				resumed, held, deadlines = sent.Resumed, sent.Held, started

@@ -51,7 +51,7 @@ var ErrDelayedDebounce = errors.New("a debounced function's runs cannot have a d
 // created scheduled or queued instead. Errors are CreateRun's, *RateLimitedError and
 // ErrDelayedDebounce.
 func (inv *Invoker) createRun(ctx context.Context, tx pgx.Tx, n journal.NewRun) (*journal.Run, bool, error) {
-	n.MaxTenantRuns = inv.limits.MaxTenantRuns
+	n.MaxTenantRuns, n.MaxTenantJournalBytes = inv.limits.MaxTenantRuns, inv.limits.MaxTenantJournalBytes
 	run, created, err := journal.CreateRun(ctx, tx, n)
 	var fe *journal.FlowError
 	if !errors.As(err, &fe) {

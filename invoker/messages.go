@@ -64,7 +64,7 @@ func (inv *Invoker) StartWithMessage(ctx context.Context, db *journal.TenantDB, 
 		return nil, errors.New("invoker: a start with a message needs an idempotency key")
 	}
 	var out *StartedWithMessage
-	n.MaxTenantRuns = inv.limits.MaxTenantRuns
+	n.MaxTenantRuns, n.MaxTenantJournalBytes = inv.limits.MaxTenantRuns, inv.limits.MaxTenantJournalBytes
 	m.MaxTenantMailboxBytes = inv.limits.MaxTenantMailboxBytes
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		out = &StartedWithMessage{}

@@ -218,6 +218,13 @@ type Limits struct {
 	// MaxTenantMailboxBytes caps the bytes of one tenant's messages not yet received.
 	// Defaults to 1 GiB.
 	MaxTenantMailboxBytes int64
+	// MaxTenantEventBytes caps the bytes of one tenant's events' data (not yet deleted
+	// by retention): an event past it is refused. Defaults to 1 GiB.
+	MaxTenantEventBytes int64
+	// MaxTenantJournalBytes caps the journal bytes of one tenant's finished runs (not yet
+	// deleted by retention), counted as each run finishes: once they reach it, a start is
+	// refused. Defaults to 10 GiB.
+	MaxTenantJournalBytes int64
 }
 
 // Limits' defaults.
@@ -237,6 +244,8 @@ const (
 	DefaultMaxTenantRuns         = 1_000_000
 	DefaultMaxTenantStreamBytes  = 10 << 30
 	DefaultMaxTenantMailboxBytes = 1 << 30
+	DefaultMaxTenantEventBytes   = 1 << 30
+	DefaultMaxTenantJournalBytes = 10 << 30
 )
 
 // MaxConfigListLen bounds a config's invoke_roles, resume_roles and triggers.
@@ -258,6 +267,8 @@ func (l Limits) WithDefaults() Limits {
 	l.MaxTenantRuns = cmp.Or(l.MaxTenantRuns, DefaultMaxTenantRuns)
 	l.MaxTenantStreamBytes = cmp.Or(l.MaxTenantStreamBytes, DefaultMaxTenantStreamBytes)
 	l.MaxTenantMailboxBytes = cmp.Or(l.MaxTenantMailboxBytes, DefaultMaxTenantMailboxBytes)
+	l.MaxTenantEventBytes = cmp.Or(l.MaxTenantEventBytes, DefaultMaxTenantEventBytes)
+	l.MaxTenantJournalBytes = cmp.Or(l.MaxTenantJournalBytes, DefaultMaxTenantJournalBytes)
 	return l
 }
 
@@ -268,7 +279,8 @@ func (l Limits) Bounds() journal.Bounds {
 
 // Quotas returns the tenants' storage quotas of l.
 func (l Limits) Quotas() journal.Quotas {
-	return journal.Quotas{MaxRuns: l.MaxTenantRuns, MaxStreamBytes: l.MaxTenantStreamBytes, MaxMailboxBytes: l.MaxTenantMailboxBytes}
+	return journal.Quotas{MaxRuns: l.MaxTenantRuns, MaxStreamBytes: l.MaxTenantStreamBytes, MaxMailboxBytes: l.MaxTenantMailboxBytes,
+		MaxEventBytes: l.MaxTenantEventBytes, MaxJournalBytes: l.MaxTenantJournalBytes}
 }
 
 // StreamBounds returns the streams' share of l.

@@ -63,7 +63,7 @@ func (inv *Invoker) StartRun(ctx context.Context, db *journal.TenantDB, n journa
 // debounced run), and end is called at once. Its errors are StartRun's.
 func (inv *Invoker) StartRunNow(ctx context.Context, db *journal.TenantDB, n journal.NewRun, end func()) (run *journal.Run, created bool, done <-chan *Result, err error) {
 	n.Claim, n.Lease, n.StartAt = true, inv.leaseTTL, nil
-	n.MaxTenantRuns = inv.limits.MaxTenantRuns
+	n.MaxTenantRuns, n.MaxTenantJournalBytes = inv.limits.MaxTenantRuns, inv.limits.MaxTenantJournalBytes
 	if n.Deadline != nil {
 		// The deadline's job commits with the run.
 		err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
@@ -198,7 +198,8 @@ func (inv *Invoker) cancelRun(ctx context.Context, db *journal.TenantDB, runID s
 // the same transaction, and invokes them from this process once it commits.
 func (inv *Invoker) SendEvent(ctx context.Context, db *journal.TenantDB, n journal.NewEvent) (ev *journal.Event, created bool, err error) {
 	var deadlines []newDeadline
-	n.MaxTenantRuns = inv.limits.MaxTenantRuns
+	n.MaxTenantRuns, n.MaxTenantJournalBytes = inv.limits.MaxTenantRuns, inv.limits.MaxTenantJournalBytes
+	n.MaxTenantEventBytes = inv.limits.MaxTenantEventBytes
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		ev, created, deadlines, err = inv.sendEvent(ctx, tx, n)
 		return err
@@ -333,7 +334,7 @@ func (inv *Invoker) RerunRun(ctx context.Context, db *journal.TenantDB, n journa
 // deadline once tx commits.
 func (inv *Invoker) createRerun(ctx context.Context, tx pgx.Tx, n journal.NewRun, fromSeq int) (*journal.Run, error) {
 	n.Flowed = true // A rerun is not throttled, rate limited nor debounced.
-	n.MaxTenantRuns = inv.limits.MaxTenantRuns
+	n.MaxTenantRuns, n.MaxTenantJournalBytes = inv.limits.MaxTenantRuns, inv.limits.MaxTenantJournalBytes
 	run, _, err := journal.CreateRun(ctx, tx, n)
 	if err != nil {
 		return nil, err

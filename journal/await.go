@@ -147,6 +147,9 @@ type Invoke struct {
 	// would pass it is not started, and its error (ErrorTypeLimit, naming the quota) is
 	// journaled at its seq. 0 does not limit.
 	MaxTenantRuns int64
+	// MaxTenantJournalBytes caps the journal bytes of the tenant's finished runs
+	// (Quotas.MaxJournalBytes), as MaxTenantRuns caps its runs. 0 does not limit.
+	MaxTenantJournalBytes int64
 }
 
 func (in Invoke) awaiting() Awaiting {

@@ -58,6 +58,14 @@ type NewEvent struct {
 	// triggers would start runs past it is not stored, and SendEvent returns a
 	// *QuotaError. 0 does not limit.
 	MaxTenantRuns int64
+	// MaxTenantJournalBytes caps the journal bytes of the tenant's finished runs
+	// (Quotas.MaxJournalBytes): once they reach it, an event that would start runs is
+	// not stored, as for MaxTenantRuns. 0 does not limit.
+	MaxTenantJournalBytes int64
+	// MaxTenantEventBytes caps the bytes of the tenant's events' data
+	// (Quotas.MaxEventBytes): an event that would pass it is not stored, and SendEvent
+	// returns a *QuotaError. 0 does not limit.
+	MaxTenantEventBytes int64
 }
 
 // SendEvent stores an event of the tenant and, when its id is new, starts a queued run of
@@ -91,6 +99,7 @@ func SendEvent(ctx context.Context, db DB, n NewEvent) (ev *Event, created bool,
 	row, err := dbsqlc.New(db).EventSend(ctx, dbsqlc.EventSendParams{
 		Tenant: n.Tenant, ID: n.ID, Name: n.Name, Data: data, Identity: identity, SourceRunID: n.SourceRunID,
 		Checked: !n.Identity.IsAdmin(), Roles: roles, MaxRuns: n.MaxTenantRuns,
+		MaxJournalBytes: n.MaxTenantJournalBytes, MaxEventBytes: n.MaxTenantEventBytes,
 	})
 	if err == nil {
 		ev, err = eventOf(dbsqlc.EventGetRow{
@@ -108,11 +117,23 @@ func SendEvent(ctx context.Context, db DB, n NewEvent) (ev *Event, created bool,
 		return nil, false, fmt.Errorf("send event %s: %w", n.Name, unstorable(err))
 	}
 	ev, err = GetEvent(ctx, db, n.Tenant, n.ID)
-	if errors.Is(err, ErrNotFound) && n.MaxTenantRuns > 0 {
-		// Not a duplicate: its runs would pass the tenant's quota.
+	if errors.Is(err, ErrNotFound) && (n.MaxTenantRuns > 0 || n.MaxTenantJournalBytes > 0 || n.MaxTenantEventBytes > 0) {
+		// Not a duplicate: it would pass one of the tenant's quotas.
 		u, uerr := TenantUsageOf(ctx, db, n.Tenant)
 		if uerr != nil {
 			return nil, false, uerr
+		}
+		// The quota counts the data as Postgres prints it (jsonb's text, spaced), which
+		// is longer than compact JSON by less than its length.
+		if n.MaxTenantEventBytes > 0 && u.EventBytes+2*int64(len(data)) > n.MaxTenantEventBytes {
+			return nil, false, &QuotaError{Message: fmt.Sprintf(
+				"event %s of %d bytes would pass the limit of tenant %s, whose events hold %d bytes of at most %d (STEPGATE_MAX_TENANT_EVENT_BYTES); nothing was stored; events are deleted by retention",
+				n.Name, len(data), n.Tenant, u.EventBytes, n.MaxTenantEventBytes)}
+		}
+		if n.MaxTenantJournalBytes > 0 && u.JournalBytes >= n.MaxTenantJournalBytes {
+			return nil, false, &QuotaError{Message: fmt.Sprintf(
+				"event %s would start runs, but the finished runs of tenant %s hold %d bytes of journal, its limit of %d (STEPGATE_MAX_TENANT_JOURNAL_BYTES); nothing was stored",
+				n.Name, n.Tenant, u.JournalBytes, n.MaxTenantJournalBytes)}
 		}
 		return nil, false, &QuotaError{Message: fmt.Sprintf(
 			"event %s would start runs past the limit of tenant %s, which stores %d runs of at most %d (STEPGATE_MAX_TENANT_RUNS); nothing was stored",

@@ -115,6 +115,10 @@ type NewRun struct {
 	// pass it creates nothing and returns a *QuotaError (a start whose idempotency key
 	// names a run returns that run). 0 does not limit.
 	MaxTenantRuns int64
+	// MaxTenantJournalBytes caps the journal bytes of the tenant's finished runs
+	// (Quotas.MaxJournalBytes): once they reach it, a start creates nothing and returns
+	// a *QuotaError, as for MaxTenantRuns. 0 does not limit.
+	MaxTenantJournalBytes int64
 }
 
 // FlowError: the function's current revision has flow control (config.throttle,
@@ -193,7 +197,7 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 		RerunOf: n.RerunOf, Detached: n.Detached, LeaseSeconds: n.Lease.Seconds(),
 		Deadline: n.Deadline, Held: n.Held, Priority: priority, Claim: n.Claim,
 		Tenant: n.Tenant, Function: n.Function, CheckRoles: !n.Identity.IsAdmin(), Roles: rolesOf(n.Identity),
-		Flowed: n.Flowed, MaxRuns: n.MaxTenantRuns,
+		Flowed: n.Flowed, MaxRuns: n.MaxTenantRuns, MaxJournalBytes: n.MaxTenantJournalBytes,
 	})
 	if err == nil {
 		run, err = storedRun(dbsqlc.RunsByIDRow(row))
@@ -205,13 +209,13 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 		return nil, false, fmt.Errorf("create run of %s: %w", n.Function, unstorable(err))
 	}
 	// The function is unknown, the caller may not invoke it, it has flow control, the
-	// key is taken, or the tenant stores its quota of runs.
+	// key is taken, or the tenant stores its quota of runs or of journal bytes.
 	var allowed bool
 	var roles []string
 	var flowConfig json.RawMessage
-	var stored int64
+	var stored, journalBytes int64
 	err = db.QueryRow(ctx, dbsqlc.RunCreateRefused, !n.Identity.IsAdmin(), rolesOf(n.Identity), n.Flowed, n.Tenant, n.Function).
-		Scan(&allowed, &roles, &flowConfig, &stored)
+		Scan(&allowed, &roles, &flowConfig, &stored, &journalBytes)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, ErrNotFound
 	}
@@ -224,16 +228,22 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 	if flowConfig != nil {
 		return nil, false, &FlowError{Function: n.Function, Config: flowConfig}
 	}
-	full := n.MaxTenantRuns > 0 && stored >= n.MaxTenantRuns
+	var full *QuotaError
+	switch {
+	case n.MaxTenantRuns > 0 && stored >= n.MaxTenantRuns:
+		full = runsQuotaError(n.Tenant, stored, n.MaxTenantRuns)
+	case n.MaxTenantJournalBytes > 0 && journalBytes >= n.MaxTenantJournalBytes:
+		full = journalQuotaError(n.Tenant, journalBytes, n.MaxTenantJournalBytes)
+	}
 	if key == nil {
-		if full {
-			return nil, false, runsQuotaError(n.Tenant, stored, n.MaxTenantRuns)
+		if full != nil {
+			return nil, false, full
 		}
 		return nil, false, ErrNotFound // deleted in between
 	}
 	run, err = RunByIdempotencyKey(ctx, db, n.Tenant, n.Function, *key, n.Input)
-	if errors.Is(err, ErrNotFound) && full {
-		return nil, false, runsQuotaError(n.Tenant, stored, n.MaxTenantRuns)
+	if errors.Is(err, ErrNotFound) && full != nil {
+		return nil, false, full
 	}
 	return run, false, err
 }

@@ -771,7 +771,7 @@ func startChild(ctx context.Context, db DB, runID string, invocation int, tenant
 		ID: in.ChildID, Tenant: tenant, Function: in.Function, Input: input, Identity: identity,
 		ParentID: &runID, ParentSeq: in.Seq, ParentName: in.Name, Detached: in.Detached,
 		Flowed:        true, // A child run is not throttled, rate limited nor debounced.
-		MaxTenantRuns: in.MaxTenantRuns,
+		MaxTenantRuns: in.MaxTenantRuns, MaxTenantJournalBytes: in.MaxTenantJournalBytes,
 	})
 	var fe *ForbiddenError
 	var qe *QuotaError

@@ -29,8 +29,11 @@ func TestTenantUsage(t *testing.T) {
 		require.NoError(t, db.QueryRow(t.Context(), `
 			SELECT (SELECT count(*) FROM stepgate.run WHERE tenant = $1),
 				(SELECT coalesce(sum(bytes), 0) FROM stepgate.stream WHERE tenant = $1),
-				(SELECT coalesce(sum(octet_length(data::text)), 0) FROM stepgate.message WHERE tenant = $1 AND consumed_seq IS NULL)`,
-			tenant).Scan(&u.Runs, &u.StreamBytes, &u.MailboxBytes))
+				(SELECT coalesce(sum(octet_length(data::text)), 0) FROM stepgate.message WHERE tenant = $1 AND consumed_seq IS NULL),
+				(SELECT coalesce(sum(octet_length(data::text)), 0) FROM stepgate.event WHERE tenant = $1),
+				(SELECT coalesce(sum((SELECT e.journal_bytes FROM stepgate.journal_entry e WHERE e.tenant = r.tenant AND e.run_id = r.id
+					ORDER BY e.seq DESC LIMIT 1)), 0) FROM stepgate.run r WHERE r.tenant = $1 AND r.finished_at IS NOT NULL)`,
+			tenant).Scan(&u.Runs, &u.StreamBytes, &u.MailboxBytes, &u.EventBytes, &u.JournalBytes))
 		return u
 	}
 
@@ -69,8 +72,21 @@ func TestTenantUsage(t *testing.T) {
 							if err != nil {
 								return err
 							}
+							if _, _, err := journal.SendEvent(ctx, tx, journal.NewEvent{Tenant: tenant, ID: fmt.Sprintf("e-%d-%d", w, i), Name: "noted",
+								Data: json.RawMessage(fmt.Sprintf(`{"w": %d, "i": %d}`, w, i)), Identity: journal.Identity{Subject: "tester", Tenant: tenant}}); err != nil {
+								return err
+							}
+							if _, err := tx.Exec(ctx, `INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, invocation, journal_bytes)
+								VALUES ($1, $2, 1, 'step', 'one', '"12345"', 1, 7)`, tenant, run.ID); err != nil {
+								return err
+							}
 							// Every other round finishes the run; retention deletes finished runs
-							// while the other writers write.
+							// (and, every third, the events) while the other writers write.
+							if i%3 == 1 {
+								if _, err := tx.Exec(ctx, `DELETE FROM stepgate.event WHERE tenant = $1 AND id = $2`, tenant, fmt.Sprintf("e-%d-%d", w, i-1)); err != nil {
+									return err
+								}
+							}
 							if i%2 == 0 {
 								_, err = tx.Exec(ctx, `UPDATE stepgate.run SET status = 'completed', lease_until = NULL, finished_at = now() WHERE id = $1`, run.ID)
 							}
@@ -85,8 +101,11 @@ func TestTenantUsage(t *testing.T) {
 								return err
 							}
 						}
-						if _, err := journal.DeleteExpiredRuns(ctx, db, -time.Hour, 3); err != nil {
-							return err
+						// Fewer deletes than finished runs: some are left, with their journals.
+						if i%2 == 1 {
+							if _, err := journal.DeleteExpiredRuns(ctx, db, -time.Hour, 1); err != nil {
+								return err
+							}
 						}
 					}
 					return nil
@@ -104,6 +123,8 @@ func TestTenantUsage(t *testing.T) {
 		require.Equal(t, want, got)
 		require.Positive(t, want.StreamBytes)
 		require.Positive(t, want.MailboxBytes)
+		require.Positive(t, want.EventBytes)
+		require.Positive(t, want.JournalBytes)
 
 		// Another tenant's usage is its own.
 		_, err = journal.WriteStream(ctx, mustBegin(t, db), otherRun.ID, 1, journal.StreamWrite{Key: "x", Seq: 1, Chunks: []json.RawMessage{json.RawMessage(`1`)}}, journal.StreamBounds{})

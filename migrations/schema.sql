@@ -716,6 +716,45 @@ CREATE FUNCTION stepgate.usage_add(t text, d_runs bigint, d_stream bigint, d_mai
 $$;
 
 --
+-- Name: usage_add_bytes(text, bigint, bigint); Type: FUNCTION; Schema: stepgate; Owner: -
+--
+
+CREATE FUNCTION stepgate.usage_add_bytes(t text, d_events bigint, d_journal bigint) RETURNS void
+    LANGUAGE sql
+    AS $$
+    INSERT INTO stepgate.tenant_usage AS u (tenant, stripe, event_bytes, journal_bytes)
+    VALUES (t, pg_backend_pid() % 32, d_events, d_journal)
+    ON CONFLICT (tenant, stripe) DO UPDATE SET event_bytes = u.event_bytes + excluded.event_bytes,
+        journal_bytes = u.journal_bytes + excluded.journal_bytes
+$$;
+
+--
+-- Name: usage_events_deleted(); Type: FUNCTION; Schema: stepgate; Owner: -
+--
+
+CREATE FUNCTION stepgate.usage_events_deleted() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM stepgate.usage_add_bytes(tenant, -sum(octet_length(data::text))::bigint, 0) FROM old_events GROUP BY tenant;
+    RETURN NULL;
+END
+$$;
+
+--
+-- Name: usage_events_inserted(); Type: FUNCTION; Schema: stepgate; Owner: -
+--
+
+CREATE FUNCTION stepgate.usage_events_inserted() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM stepgate.usage_add_bytes(tenant, sum(octet_length(data::text))::bigint, 0) FROM new_events GROUP BY tenant;
+    RETURN NULL;
+END
+$$;
+
+--
 -- Name: usage_message_changed(); Type: FUNCTION; Schema: stepgate; Owner: -
 --
 
@@ -733,6 +772,24 @@ END
 $$;
 
 --
+-- Name: usage_run_finished(); Type: FUNCTION; Schema: stepgate; Owner: -
+--
+
+CREATE FUNCTION stepgate.usage_run_finished() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    NEW.journal_bytes := coalesce((SELECT e.journal_bytes FROM stepgate.journal_entry e
+        WHERE e.tenant = NEW.tenant AND e.run_id = NEW.id AND e.journal_bytes IS NOT NULL
+        ORDER BY e.seq DESC LIMIT 1), 0);
+    IF NEW.journal_bytes > 0 THEN
+        PERFORM stepgate.usage_add_bytes(NEW.tenant, 0, NEW.journal_bytes);
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+--
 -- Name: usage_runs_deleted(); Type: FUNCTION; Schema: stepgate; Owner: -
 --
 
@@ -741,6 +798,8 @@ CREATE FUNCTION stepgate.usage_runs_deleted() RETURNS trigger
     AS $$
 BEGIN
     PERFORM stepgate.usage_add(tenant, -count(*), 0, 0) FROM old_runs GROUP BY tenant;
+    PERFORM stepgate.usage_add_bytes(tenant, 0, -sum(journal_bytes)::bigint) FROM old_runs
+        WHERE journal_bytes > 0 GROUP BY tenant;
     RETURN NULL;
 END
 $$;
@@ -1304,6 +1363,7 @@ CREATE TABLE stepgate.run (
     lifetime_failed_invocations integer DEFAULT 0 NOT NULL,
     lifetime_recoveries integer DEFAULT 0 NOT NULL,
     owner_nonce text,
+    journal_bytes bigint,
     CONSTRAINT run_check CHECK (((status = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text])) = (finished_at IS NOT NULL))),
     CONSTRAINT run_check1 CHECK (((status = 'running'::text) = (lease_until IS NOT NULL))),
     CONSTRAINT run_lifetime_failed_invocations_check CHECK ((lifetime_failed_invocations >= 0)),
@@ -1352,6 +1412,12 @@ COMMENT ON COLUMN stepgate.run.lifetime_recoveries IS 'Recoveries of the run in 
 --
 
 COMMENT ON COLUMN stepgate.run.owner_nonce IS 'The nonce of the process that claimed the current invocation (checkpointCurrent): 32 lowercase hex digits, or NULL before the first question of the invocation. Set back to NULL by every statement that bumps invocation.';
+
+--
+-- Name: COLUMN run.journal_bytes; Type: COMMENT; Schema: stepgate; Owner: -
+--
+
+COMMENT ON COLUMN stepgate.run.journal_bytes IS 'The journal''s bytes (outputs and errors) counted in tenant_usage when the run finished; NULL: not counted (not finished, or finished before migration 0055).';
 
 --
 -- Name: run_series; Type: TABLE; Schema: stepgate; Owner: -
@@ -1528,7 +1594,9 @@ CREATE TABLE stepgate.tenant_usage (
     stripe smallint NOT NULL,
     runs bigint DEFAULT 0 NOT NULL,
     stream_bytes bigint DEFAULT 0 NOT NULL,
-    mailbox_bytes bigint DEFAULT 0 NOT NULL
+    mailbox_bytes bigint DEFAULT 0 NOT NULL,
+    event_bytes bigint DEFAULT 0 NOT NULL,
+    journal_bytes bigint DEFAULT 0 NOT NULL
 );
 
 ALTER TABLE ONLY stepgate.tenant_usage FORCE ROW LEVEL SECURITY;
@@ -2090,6 +2158,18 @@ CREATE UNIQUE INDEX signing_key_current ON stepgate.signing_key USING btree (ten
 CREATE TRIGGER child_end_wakes_parent AFTER UPDATE OF status ON stepgate.run FOR EACH ROW WHEN (((new.parent_seq IS NOT NULL) AND (new.status = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text])) AND (old.status IS DISTINCT FROM new.status))) EXECUTE FUNCTION stepgate.wake_parent();
 
 --
+-- Name: event event_usage_on_delete; Type: TRIGGER; Schema: stepgate; Owner: -
+--
+
+CREATE TRIGGER event_usage_on_delete AFTER DELETE ON stepgate.event REFERENCING OLD TABLE AS old_events FOR EACH STATEMENT EXECUTE FUNCTION stepgate.usage_events_deleted();
+
+--
+-- Name: event event_usage_on_insert; Type: TRIGGER; Schema: stepgate; Owner: -
+--
+
+CREATE TRIGGER event_usage_on_insert AFTER INSERT ON stepgate.event REFERENCING NEW TABLE AS new_events FOR EACH STATEMENT EXECUTE FUNCTION stepgate.usage_events_inserted();
+
+--
 -- Name: journal_entry journal_entry_is_immutable; Type: TRIGGER; Schema: stepgate; Owner: -
 --
 
@@ -2124,6 +2204,12 @@ CREATE TRIGGER run_event_on_insert AFTER INSERT ON stepgate.run FOR EACH ROW EXE
 --
 
 CREATE TRIGGER run_event_on_status AFTER UPDATE OF status ON stepgate.run FOR EACH ROW WHEN ((old.status IS DISTINCT FROM new.status)) EXECUTE FUNCTION stepgate.notify_run_event();
+
+--
+-- Name: run run_journal_bytes_on_finish; Type: TRIGGER; Schema: stepgate; Owner: -
+--
+
+CREATE TRIGGER run_journal_bytes_on_finish BEFORE UPDATE OF finished_at ON stepgate.run FOR EACH ROW WHEN (((old.finished_at IS NULL) AND (new.finished_at IS NOT NULL))) EXECUTE FUNCTION stepgate.usage_run_finished();
 
 --
 -- Name: run run_releases_slots; Type: TRIGGER; Schema: stepgate; Owner: -
@@ -2768,6 +2854,13 @@ GRANT ALL ON FUNCTION stepgate.may_invoke(config jsonb, checked boolean, roles t
 
 GRANT ALL ON FUNCTION stepgate.may_resume(config jsonb, identity jsonb) TO stepgate_app;
 GRANT ALL ON FUNCTION stepgate.may_resume(config jsonb, identity jsonb) TO stepgate_system;
+
+--
+-- Name: FUNCTION usage_add_bytes(t text, d_events bigint, d_journal bigint); Type: ACL; Schema: stepgate; Owner: -
+--
+
+GRANT ALL ON FUNCTION stepgate.usage_add_bytes(t text, d_events bigint, d_journal bigint) TO stepgate_app;
+GRANT ALL ON FUNCTION stepgate.usage_add_bytes(t text, d_events bigint, d_journal bigint) TO stepgate_system;
 
 --
 -- Name: FUNCTION wait_kind(alt smallint, kind text); Type: ACL; Schema: stepgate; Owner: -

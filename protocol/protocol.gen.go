@@ -2378,8 +2378,20 @@ type SyncedFunction struct {
 
 // TenantUsage What a tenant stores, and its storage quotas (0 would mean none).
 type TenantUsage struct {
+	// EventBytes Bytes of the data of the tenant's events, not yet deleted by retention (as Postgres prints it).
+	EventBytes int64 `json:"event_bytes"`
+
+	// JournalBytes Bytes of the journals (outputs and errors) of the tenant's finished runs, not yet deleted by retention, counted as each run finishes: the journals of runs still going are not in it.
+	JournalBytes int64 `json:"journal_bytes"`
+
 	// MailboxBytes Bytes of the tenant's messages not yet received.
 	MailboxBytes int64 `json:"mailbox_bytes"`
+
+	// MaxEventBytes `STEPGATE_MAX_TENANT_EVENT_BYTES`: an event past it is refused, 429.
+	MaxEventBytes int64 `json:"max_event_bytes"`
+
+	// MaxJournalBytes `STEPGATE_MAX_TENANT_JOURNAL_BYTES`: once `journal_bytes` reaches it, a start is refused, 429.
+	MaxJournalBytes int64 `json:"max_journal_bytes"`
 
 	// MaxMailboxBytes `STEPGATE_MAX_TENANT_MAILBOX_BYTES`.
 	MaxMailboxBytes int64 `json:"max_mailbox_bytes"`

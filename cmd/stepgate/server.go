@@ -270,6 +270,8 @@ func readLimits(getenv func(string) string) (invoker.Limits, error) {
 		{"STEPGATE_MAX_TENANT_RUNS", &l.MaxTenantRuns},
 		{"STEPGATE_MAX_TENANT_STREAM_BYTES", &l.MaxTenantStreamBytes},
 		{"STEPGATE_MAX_TENANT_MAILBOX_BYTES", &l.MaxTenantMailboxBytes},
+		{"STEPGATE_MAX_TENANT_EVENT_BYTES", &l.MaxTenantEventBytes},
+		{"STEPGATE_MAX_TENANT_JOURNAL_BYTES", &l.MaxTenantJournalBytes},
 	} {
 		v, err := envInt(getenv, n.name, 0)
 		if err != nil {

@@ -18,8 +18,12 @@ WITH targets AS MATERIALIZED (
 ), ins AS (
     INSERT INTO stepgate.event (tenant, id, name, data, identity, source_run_id, runs)
     SELECT @tenant, @id, @name, @data, @identity, sqlc.narg(source_run_id), coalesce(array_agg(run_id ORDER BY name) FILTER (WHERE NOT flowed), '{}') FROM targets
-    HAVING @max_runs::bigint <= 0 OR count(*) FILTER (WHERE NOT flowed) = 0
-        OR (SELECT coalesce(sum(u.runs), 0) FROM stepgate.tenant_usage u WHERE u.tenant = @tenant) + count(*) FILTER (WHERE NOT flowed) <= @max_runs::bigint
+    HAVING (@max_runs::bigint <= 0 OR count(*) FILTER (WHERE NOT flowed) = 0
+        OR (SELECT coalesce(sum(u.runs), 0) FROM stepgate.tenant_usage u WHERE u.tenant = @tenant) + count(*) FILTER (WHERE NOT flowed) <= @max_runs::bigint)
+    AND (@max_journal_bytes::bigint <= 0 OR count(*) FILTER (WHERE NOT flowed) = 0
+        OR (SELECT coalesce(sum(u.journal_bytes), 0) FROM stepgate.tenant_usage u WHERE u.tenant = @tenant) < @max_journal_bytes::bigint)
+    AND (@max_event_bytes::bigint <= 0
+        OR (SELECT coalesce(sum(u.event_bytes), 0) FROM stepgate.tenant_usage u WHERE u.tenant = @tenant) + octet_length((@data::jsonb)::text) <= @max_event_bytes::bigint)
     ON CONFLICT (tenant, id) DO NOTHING
     RETURNING tenant, id, name, data, identity, source_run_id, runs::text[], skipped, created_at
 ), runs AS (

@@ -44,6 +44,8 @@ WHERE f.tenant = sqlc.arg(tenant)::text AND f.name = sqlc.arg(function)::text
     AND (sqlc.arg(flowed)::boolean OR NOT r.config ?| array['throttle', 'rate_limit', 'debounce'])
     AND (sqlc.arg(max_runs)::bigint <= 0
         OR (SELECT coalesce(sum(u.runs), 0) FROM stepgate.tenant_usage u WHERE u.tenant = sqlc.arg(tenant)::text) < sqlc.arg(max_runs)::bigint)
+    AND (sqlc.arg(max_journal_bytes)::bigint <= 0
+        OR (SELECT coalesce(sum(u.journal_bytes), 0) FROM stepgate.tenant_usage u WHERE u.tenant = sqlc.arg(tenant)::text) < sqlc.arg(max_journal_bytes)::bigint)
 ON CONFLICT (tenant, function, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, tenant, function, revision, status, input, output, error, identity,
     idempotency_key, parent_id, parent_seq, parent_name, rerun_of, cancelled_by, detached, attempts, invocation,
@@ -53,12 +55,13 @@ RETURNING id, tenant, function, revision, status, input, output, error, identity
 -- name: RunCreateRefused :one
 -- Why RunCreate created nothing: the function is unknown (no row), the caller may not
 -- invoke it, it has flow control (flowKeys), the key is taken, or the tenant stores its
--- quota of runs (usageSum).
+-- quota of runs (usageSum) or of journal bytes.
 SELECT stepgate.may_invoke(r.config, @check_roles, @roles::text[]) AS allowed,
     CASE WHEN jsonb_typeof(r.config->'invoke_roles') = 'array'
         THEN ARRAY(SELECT jsonb_array_elements_text(r.config->'invoke_roles')) END AS invoke_roles,
     CASE WHEN NOT sqlc.arg(flowed)::boolean AND r.config ?| array['throttle', 'rate_limit', 'debounce'] THEN r.config END AS flow_config,
-    (SELECT coalesce(sum(u.runs), 0) FROM stepgate.tenant_usage u WHERE u.tenant = @tenant) AS runs
+    (SELECT coalesce(sum(u.runs), 0) FROM stepgate.tenant_usage u WHERE u.tenant = @tenant) AS runs,
+    (SELECT coalesce(sum(u.journal_bytes), 0) FROM stepgate.tenant_usage u WHERE u.tenant = @tenant)::bigint AS journal_bytes
 FROM stepgate.function f
 JOIN stepgate.function_revision r USING (tenant, name, revision)
 WHERE f.tenant = @tenant AND f.name = @function;

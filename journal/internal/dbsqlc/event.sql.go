@@ -132,8 +132,12 @@ WITH targets AS MATERIALIZED (
 ), ins AS (
     INSERT INTO stepgate.event (tenant, id, name, data, identity, source_run_id, runs)
     SELECT $1, $5, $2, $6, $7, $8, coalesce(array_agg(run_id ORDER BY name) FILTER (WHERE NOT flowed), '{}') FROM targets
-    HAVING $9::bigint <= 0 OR count(*) FILTER (WHERE NOT flowed) = 0
-        OR (SELECT coalesce(sum(u.runs), 0) FROM stepgate.tenant_usage u WHERE u.tenant = $1) + count(*) FILTER (WHERE NOT flowed) <= $9::bigint
+    HAVING ($9::bigint <= 0 OR count(*) FILTER (WHERE NOT flowed) = 0
+        OR (SELECT coalesce(sum(u.runs), 0) FROM stepgate.tenant_usage u WHERE u.tenant = $1) + count(*) FILTER (WHERE NOT flowed) <= $9::bigint)
+    AND ($10::bigint <= 0 OR count(*) FILTER (WHERE NOT flowed) = 0
+        OR (SELECT coalesce(sum(u.journal_bytes), 0) FROM stepgate.tenant_usage u WHERE u.tenant = $1) < $10::bigint)
+    AND ($11::bigint <= 0
+        OR (SELECT coalesce(sum(u.event_bytes), 0) FROM stepgate.tenant_usage u WHERE u.tenant = $1) + octet_length(($6::jsonb)::text) <= $11::bigint)
     ON CONFLICT (tenant, id) DO NOTHING
     RETURNING tenant, id, name, data, identity, source_run_id, runs::text[], skipped, created_at
 ), runs AS (
@@ -148,15 +152,17 @@ FROM ins
 `
 
 type EventSendParams struct {
-	Tenant      string
-	Name        string
-	Checked     bool
-	Roles       []string
-	ID          string
-	Data        json.RawMessage
-	Identity    json.RawMessage
-	SourceRunID *string
-	MaxRuns     int64
+	Tenant          string
+	Name            string
+	Checked         bool
+	Roles           []string
+	ID              string
+	Data            json.RawMessage
+	Identity        json.RawMessage
+	SourceRunID     *string
+	MaxRuns         int64
+	MaxJournalBytes int64
+	MaxEventBytes   int64
 }
 
 type EventSendRow struct {
@@ -187,6 +193,8 @@ func (q *Queries) EventSend(ctx context.Context, arg EventSendParams) (EventSend
 		arg.Identity,
 		arg.SourceRunID,
 		arg.MaxRuns,
+		arg.MaxJournalBytes,
+		arg.MaxEventBytes,
 	)
 	var i EventSendRow
 	err := row.Scan(

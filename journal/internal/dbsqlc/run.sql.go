@@ -287,6 +287,8 @@ WHERE f.tenant = $16::text AND f.name = $17::text
     AND ($20::boolean OR NOT r.config ?| array['throttle', 'rate_limit', 'debounce'])
     AND ($21::bigint <= 0
         OR (SELECT coalesce(sum(u.runs), 0) FROM stepgate.tenant_usage u WHERE u.tenant = $16::text) < $21::bigint)
+    AND ($22::bigint <= 0
+        OR (SELECT coalesce(sum(u.journal_bytes), 0) FROM stepgate.tenant_usage u WHERE u.tenant = $16::text) < $22::bigint)
 ON CONFLICT (tenant, function, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, tenant, function, revision, status, input, output, error, identity,
     idempotency_key, parent_id, parent_seq, parent_name, rerun_of, cancelled_by, detached, attempts, invocation,
@@ -295,27 +297,28 @@ RETURNING id, tenant, function, revision, status, input, output, error, identity
 `
 
 type RunCreateParams struct {
-	ID             string
-	StartAt        *time.Time
-	Input          json.RawMessage
-	Identity       json.RawMessage
-	IdempotencyKey *string
-	ParentID       *string
-	ParentSeq      *int32
-	ParentName     *string
-	RerunOf        *string
-	Detached       bool
-	LeaseSeconds   float64
-	Deadline       *time.Time
-	Held           *string
-	Priority       *int16
-	Claim          bool
-	Tenant         string
-	Function       string
-	CheckRoles     bool
-	Roles          []string
-	Flowed         bool
-	MaxRuns        int64
+	ID              string
+	StartAt         *time.Time
+	Input           json.RawMessage
+	Identity        json.RawMessage
+	IdempotencyKey  *string
+	ParentID        *string
+	ParentSeq       *int32
+	ParentName      *string
+	RerunOf         *string
+	Detached        bool
+	LeaseSeconds    float64
+	Deadline        *time.Time
+	Held            *string
+	Priority        *int16
+	Claim           bool
+	Tenant          string
+	Function        string
+	CheckRoles      bool
+	Roles           []string
+	Flowed          bool
+	MaxRuns         int64
+	MaxJournalBytes int64
 }
 
 type RunCreateRow struct {
@@ -383,6 +386,7 @@ func (q *Queries) RunCreate(ctx context.Context, arg RunCreateParams) (RunCreate
 		arg.Roles,
 		arg.Flowed,
 		arg.MaxRuns,
+		arg.MaxJournalBytes,
 	)
 	var i RunCreateRow
 	err := row.Scan(
@@ -426,7 +430,8 @@ SELECT stepgate.may_invoke(r.config, $1, $2::text[]) AS allowed,
     CASE WHEN jsonb_typeof(r.config->'invoke_roles') = 'array'
         THEN ARRAY(SELECT jsonb_array_elements_text(r.config->'invoke_roles')) END AS invoke_roles,
     CASE WHEN NOT $3::boolean AND r.config ?| array['throttle', 'rate_limit', 'debounce'] THEN r.config END AS flow_config,
-    (SELECT coalesce(sum(u.runs), 0) FROM stepgate.tenant_usage u WHERE u.tenant = $4) AS runs
+    (SELECT coalesce(sum(u.runs), 0) FROM stepgate.tenant_usage u WHERE u.tenant = $4) AS runs,
+    (SELECT coalesce(sum(u.journal_bytes), 0) FROM stepgate.tenant_usage u WHERE u.tenant = $4)::bigint AS journal_bytes
 FROM stepgate.function f
 JOIN stepgate.function_revision r USING (tenant, name, revision)
 WHERE f.tenant = $4 AND f.name = $5
@@ -441,15 +446,16 @@ type RunCreateRefusedParams struct {
 }
 
 type RunCreateRefusedRow struct {
-	Allowed     bool
-	InvokeRoles interface{}
-	FlowConfig  interface{}
-	Runs        interface{}
+	Allowed      bool
+	InvokeRoles  interface{}
+	FlowConfig   interface{}
+	Runs         interface{}
+	JournalBytes int64
 }
 
 // Why RunCreate created nothing: the function is unknown (no row), the caller may not
 // invoke it, it has flow control (flowKeys), the key is taken, or the tenant stores its
-// quota of runs (usageSum).
+// quota of runs (usageSum) or of journal bytes.
 func (q *Queries) RunCreateRefused(ctx context.Context, arg RunCreateRefusedParams) (RunCreateRefusedRow, error) {
 	row := q.db.QueryRow(ctx, RunCreateRefused,
 		arg.CheckRoles,
@@ -464,6 +470,7 @@ func (q *Queries) RunCreateRefused(ctx context.Context, arg RunCreateRefusedPara
 		&i.InvokeRoles,
 		&i.FlowConfig,
 		&i.Runs,
+		&i.JournalBytes,
 	)
 	return i, err
 }

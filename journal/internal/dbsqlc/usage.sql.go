@@ -11,7 +11,8 @@ import (
 
 const UsageOf = `-- name: UsageOf :one
 SELECT coalesce(sum(runs), 0)::bigint AS runs, coalesce(sum(stream_bytes), 0)::bigint AS stream_bytes,
-    coalesce(sum(mailbox_bytes), 0)::bigint AS mailbox_bytes
+    coalesce(sum(mailbox_bytes), 0)::bigint AS mailbox_bytes, coalesce(sum(event_bytes), 0)::bigint AS event_bytes,
+    coalesce(sum(journal_bytes), 0)::bigint AS journal_bytes
 FROM stepgate.tenant_usage WHERE tenant = $1
 `
 
@@ -19,11 +20,19 @@ type UsageOfRow struct {
 	Runs         int64
 	StreamBytes  int64
 	MailboxBytes int64
+	EventBytes   int64
+	JournalBytes int64
 }
 
 func (q *Queries) UsageOf(ctx context.Context, tenant string) (UsageOfRow, error) {
 	row := q.db.QueryRow(ctx, UsageOf, tenant)
 	var i UsageOfRow
-	err := row.Scan(&i.Runs, &i.StreamBytes, &i.MailboxBytes)
+	err := row.Scan(
+		&i.Runs,
+		&i.StreamBytes,
+		&i.MailboxBytes,
+		&i.EventBytes,
+		&i.JournalBytes,
+	)
 	return i, err
 }

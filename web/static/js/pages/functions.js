@@ -233,5 +233,7 @@ function usageStrip(u) {
     h("span", null, `Storage of tenant ${u.tenant}:`),
     item("runs", "runs stored", u.runs, u.max_runs, count, "Runs not yet deleted by retention (STEPGATE_MAX_TENANT_RUNS)"),
     item("stream-bytes", "streams", u.stream_bytes, u.max_stream_bytes, fmtBytes, "Bytes of all runs' streams (STEPGATE_MAX_TENANT_STREAM_BYTES)"),
-    item("mailbox-bytes", "mailboxes", u.mailbox_bytes, u.max_mailbox_bytes, fmtBytes, "Bytes of messages not yet received (STEPGATE_MAX_TENANT_MAILBOX_BYTES)"));
+    item("mailbox-bytes", "mailboxes", u.mailbox_bytes, u.max_mailbox_bytes, fmtBytes, "Bytes of messages not yet received (STEPGATE_MAX_TENANT_MAILBOX_BYTES)"),
+    item("event-bytes", "events", u.event_bytes, u.max_event_bytes, fmtBytes, "Bytes of events' data not yet deleted by retention (STEPGATE_MAX_TENANT_EVENT_BYTES)"),
+    item("journal-bytes", "journals", u.journal_bytes, u.max_journal_bytes, fmtBytes, "Bytes of finished runs' journals not yet deleted by retention, counted as each run finishes (STEPGATE_MAX_TENANT_JOURNAL_BYTES)"));
 }
