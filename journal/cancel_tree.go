@@ -26,7 +26,7 @@ const MaxTreeCancel = 10_000
 //
 // It returns the ids it cancelled; len(ids) == limit means more may remain.
 //
-// Triggers that follow it (docs/internals.md): run_event_on_status, run_releases_slots, child_end_wakes_parent.
+// Triggers that follow it (docs/internals.md): run_event_on_status, run_releases_slots, child_end_wakes_parent, run_journal_bytes_on_finish.
 func CancelDescendants(ctx context.Context, db DB, tenant string, roots []string, by Identity, limit int) ([]string, error) {
 	if len(roots) == 0 {
 		return nil, nil

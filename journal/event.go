@@ -79,7 +79,7 @@ type NewEvent struct {
 // run created notifies EventChannel when a gateway watches the tenant. A new event whose
 // triggers would start runs past n.MaxTenantRuns is refused whole with a *QuotaError.
 //
-// Triggers that follow it (docs/internals.md): run_event_on_insert and run_usage_on_insert, for the runs it starts.
+// Triggers that follow it (docs/internals.md): event_usage_on_insert; run_event_on_insert and run_usage_on_insert, for the runs it starts.
 func SendEvent(ctx context.Context, db DB, n NewEvent) (ev *Event, created bool, err error) {
 	if n.ID == "" || n.Name == "" {
 		return nil, false, errors.New("journal: an event needs an id and a name")

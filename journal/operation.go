@@ -228,7 +228,7 @@ type CancelledRun struct {
 // (the caller then calls FinishOperation). A child cancelled so wakes its waiting
 // parent: the caller enqueues the parents' jobs in the same transaction.
 //
-// Triggers that follow it (docs/internals.md): run_event_on_status, run_releases_slots, child_end_wakes_parent.
+// Triggers that follow it (docs/internals.md): run_event_on_status, run_releases_slots, child_end_wakes_parent, run_journal_bytes_on_finish.
 func CancelBatch(ctx context.Context, db DB, op *Operation, after *BatchCursor, limit int) ([]CancelledRun, *BatchCursor, error) {
 	f := filterOf(op)
 	p := dbsqlc.OperationBatchParams{

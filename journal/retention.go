@@ -31,6 +31,8 @@ func DeleteExpiredRuns(ctx context.Context, db DB, def time.Duration, batch int)
 
 // DeleteExpiredEvents deletes up to batch events stored more than def ago, oldest
 // first, and returns how many.
+//
+// Triggers that follow it (docs/internals.md): event_usage_on_delete.
 func DeleteExpiredEvents(ctx context.Context, db DB, def time.Duration, batch int) (int, error) {
 	n, err := dbsqlc.New(db).RetentionDeleteExpiredEvents(ctx, dbsqlc.RetentionDeleteExpiredEventsParams{DefaultMs: def.Milliseconds(), Batch: int64(batch)})
 	if err != nil {
