@@ -92,6 +92,10 @@ type Config struct {
 	Egress egress.Policy
 	// Metrics, when set, are served at GET /metrics to operators (see mountMetrics).
 	Metrics http.Handler
+	// MaxCheckBytes bounds what one check of an app against live runs
+	// (POST /v1/apps?check=true) sends in all: the bytes of the replayed runs' inputs
+	// and journal entries (invoker.CheckBudget). Defaults to DefaultMaxCheckBytes.
+	MaxCheckBytes int64
 }
 
 // Server is the gateway's HTTP server. It implements server.StrictServerInterface.
@@ -114,6 +118,7 @@ type Server struct {
 	tenantSyncStarts             *slots          // starts with ?wait waiting, by tenant
 	subjectSyncStarts            *slots          // starts with ?wait waiting, by tenant and subject
 	clients                      *egress.Clients // fetch manifests, each tenant with its own policy
+	checkBytes                   int64           // Config.MaxCheckBytes
 	echo                         *echo.Echo
 	stream                       *notify.Hub
 	draining                     atomic.Bool // see Drain
@@ -160,6 +165,7 @@ func New(cfg Config) (*Server, error) {
 		tenantSyncStarts:  newSlots(0, cmp.Or(cfg.MaxSyncStartsPerTenant, 200)),
 		subjectSyncStarts: newSlots(0, cmp.Or(cfg.MaxSyncStartsPerSubject, 100)),
 		clients:           cfg.Egress.Clients(),
+		checkBytes:        cmp.Or(cfg.MaxCheckBytes, DefaultMaxCheckBytes),
 		shutdowns:         map[*http.Server]chan struct{}{},
 	}
 	e := echo.New()
