@@ -3,10 +3,14 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/stepgate/stepgate/access"
 	"github.com/stepgate/stepgate/invoker"
@@ -15,12 +19,22 @@ import (
 )
 
 // Bounds of a check of an app against its functions' live runs (POST /v1/apps?check=true).
+// A tenant runs one check at a time, whichever gateway serves it (startCheck).
 const (
 	// DefaultCheckSample and MaxCheckSample: the live runs a check replays per function.
 	DefaultCheckSample = 20
 	MaxCheckSample     = 100
 	// MaxCheckTime bounds a whole check; a replay it cuts short is a failed one.
 	MaxCheckTime = 60 * time.Second
+	// MaxCheckFunctions bounds the functions of a manifest a check takes; a check of a
+	// manifest with more is a 400.
+	MaxCheckFunctions = 100
+	// DefaultMaxCheckBytes is Config.MaxCheckBytes's default: a check sends at most 64
+	// MiB of runs' inputs and journals in all.
+	DefaultMaxCheckBytes = 64 << 20
+	// checkSlotTTL is how long a check holds its tenant's slot should its gateway die
+	// mid-check: the check's own bound, and room to keep its result and register.
+	checkSlotTTL = MaxCheckTime + 30*time.Second
 )
 
 // syncOptions are a sync's query parameters, checked.
@@ -54,15 +68,62 @@ func (s *Server) syncOptions(ctx context.Context, params protocol.SyncAppParams)
 	return o, nil
 }
 
+// checkManifestSize refuses, with a 400 naming the bound, a check of a manifest of more
+// than MaxCheckFunctions functions.
+func checkManifestSize(m *protocol.Manifest) error {
+	if n := len(m.Functions); n > MaxCheckFunctions {
+		return badRequest("manifest: a check takes at most %d functions; this one lists %d functions (sync without a check, or split the app)", MaxCheckFunctions, n)
+	}
+	return nil
+}
+
+// startCheck takes the caller's tenant's check slot for a check of the app at appURL
+// (journal.StartAppCheck), for at most checkSlotTTL; endCheck frees it. When another
+// check holds it, startCheck returns no slot and the 409 that names that check.
+func (s *Server) startCheck(ctx context.Context, appURL string) (*journal.AppCheckSlot, *protocol.AppCheckRefused, error) {
+	db := s.tenantDB(ctx)
+	slot, err := journal.StartAppCheck(ctx, db, journal.AppCheckSlot{
+		ID: uuid.NewString(), Tenant: db.Tenant(), Subject: identity(ctx).Subject, App: redactURL(appURL),
+	}, checkSlotTTL, nil)
+	var running *journal.RunningCheckError
+	switch {
+	case errors.As(err, &running):
+		r := running.Running
+		return nil, checkConflict(fmt.Sprintf("check %s of the app %s, started by %s at %s, is still running; a tenant runs one check at a time (a check takes at most %s)",
+			r.ID, r.App, r.Subject, r.StartedAt.UTC().Format(time.RFC3339), MaxCheckTime)), nil
+	case errors.Is(err, journal.ErrConflict):
+		return nil, checkConflict("another check of the tenant was starting; ask again"), nil
+	case err != nil:
+		return nil, nil, err
+	}
+	return slot, nil, nil
+}
+
+func checkConflict(detail string) *protocol.AppCheckRefused {
+	return &protocol.AppCheckRefused{Title: http.StatusText(http.StatusConflict), Status: http.StatusConflict, Detail: detail}
+}
+
+// endCheck frees the tenant's check slot that slot holds, even when ctx is done; a
+// slot it fails to free frees itself after checkSlotTTL.
+func (s *Server) endCheck(ctx context.Context, slot *journal.AppCheckSlot) {
+	ctx = context.WithoutCancel(ctx)
+	if err := journal.EndAppCheck(ctx, s.tenantDB(ctx), slot.Tenant, slot.ID); err != nil {
+		s.log.WarnContext(ctx, "could not end a check; its tenant's next check waits for it to expire",
+			slog.String("tenant", slot.Tenant), slog.String("check_id", slot.ID), slog.String("error", err.Error()))
+	}
+}
+
 // checkApp checks the new code of each of regs (the app's manifest m, validated) against
-// its function's live runs, decides whether the sync registers it (opts), and keeps each
-// function's check as its last. A function's runs are replayed only when m says the app
-// answers replay-only invocations; otherwise a function with live runs is not ok.
+// its function's live runs and decides whether the sync registers it (opts). A
+// function's runs are replayed only when m says the app answers replay-only
+// invocations; otherwise a function with live runs is not ok. What the replays send
+// in all is bounded by s.checkBytes (invoker.CheckBudget).
 func (s *Server) checkApp(ctx context.Context, m *protocol.Manifest, regs []*registration, opts syncOptions) (*protocol.AppCheck, error) {
 	ctx, cancel := context.WithTimeout(ctx, MaxCheckTime)
 	defer cancel()
 	db := s.tenantDB(ctx)
 	replays := m.ReplayOnly != nil && *m.ReplayOnly
+	budget := invoker.NewCheckBudget(s.checkBytes)
 	c := &protocol.AppCheck{CheckedAt: time.Now().UTC(), Ok: true, Functions: make([]protocol.FunctionCheck, 0, len(regs))}
 	for _, r := range regs {
 		fc := protocol.FunctionCheck{Function: r.name, URL: &r.url, Broken: []protocol.RunCheck{}}
@@ -83,7 +144,7 @@ func (s *Server) checkApp(ctx context.Context, m *protocol.Manifest, regs []*reg
 			c.Functions = append(c.Functions, fc)
 			continue
 		}
-		lc, err := s.inv.CheckLiveRuns(ctx, db, invoker.CheckTarget{Function: r.name, URL: r.url, Timeout: r.config.Timeout}, opts.sample)
+		lc, err := s.inv.CheckLiveRuns(ctx, db, invoker.CheckTarget{Function: r.name, URL: r.url, Timeout: r.config.Timeout}, opts.sample, budget)
 		if err != nil {
 			return nil, err
 		}
@@ -110,10 +171,12 @@ func (s *Server) checkApp(ctx context.Context, m *protocol.Manifest, regs []*reg
 	if c.Registered && !c.Ok {
 		c.Forced = new(true)
 	}
-	return c, s.keepChecks(context.WithoutCancel(ctx), c)
+	return c, nil
 }
 
-// keepChecks keeps each function's part of c as its last check.
+// keepChecks keeps each function's part of c as its last check, for the functions
+// registered (journal.PutFunctionCheck keeps nothing for another name): call it once the
+// sync registered what it registers.
 func (s *Server) keepChecks(ctx context.Context, c *protocol.AppCheck) error {
 	db := s.tenantDB(ctx)
 	for _, fc := range c.Functions {

@@ -154,7 +154,8 @@ func TestSyncCheck(t *testing.T) {
 		require.Equal(t, http.StatusConflict, resp.StatusCode(), string(resp.Body))
 		refused := resp.ApplicationProblemJSON409
 		require.Contains(t, refused.Detail, "order: 1 of 1 live runs checked")
-		chk := refused.Check
+		require.NotNil(t, refused.Check)
+		chk := *refused.Check
 		require.False(t, chk.Ok)
 		require.False(t, chk.Registered)
 		o := functionCheckOf(t, chk, "order")

@@ -192,7 +192,10 @@ func (s *Server) DeleteFunction(ctx context.Context, req server.DeleteFunctionRe
 // once all of them are valid: a new revision of each whose URL or config changed
 // (invoker.Functions.Sync); the others keep theirs. With check (or dry_run), it first
 // checks the new code against the functions' live runs (checkApp) and registers nothing
-// when a run would break, unless force, nor with dry_run.
+// when a run would break, unless force, nor with dry_run; then it keeps each registered
+// function's check. A check takes a manifest of at most MaxCheckFunctions functions
+// (else a 400) and its tenant's check slot (startCheck; else a 409 naming the check
+// that holds it) until it has registered what it registers.
 func (s *Server) SyncApp(ctx context.Context, req server.SyncAppRequestObject) (server.SyncAppResponseObject, error) {
 	opts, err := s.syncOptions(ctx, req.Params)
 	if err != nil {
@@ -213,6 +216,11 @@ func (s *Server) SyncApp(ctx context.Context, req server.SyncAppRequestObject) (
 	if err := checkManifestVersion(manifest); err != nil {
 		return nil, err
 	}
+	if opts.check {
+		if err := checkManifestSize(manifest); err != nil {
+			return nil, err
+		}
+	}
 	tenant := identity(ctx).Tenant
 	regs := make([]*registration, 0, len(manifest.Functions))
 	for _, mf := range manifest.Functions {
@@ -228,17 +236,28 @@ func (s *Server) SyncApp(ctx context.Context, req server.SyncAppRequestObject) (
 	}
 	out := protocol.AppSyncResult{Functions: []protocol.SyncedFunction{}}
 	if opts.check {
+		slot, running, err := s.startCheck(ctx, base.String())
+		if err != nil {
+			return nil, err
+		}
+		if running != nil {
+			return server.SyncApp409ApplicationProblemPlusJSONResponse(*running), nil
+		}
+		defer s.endCheck(ctx, slot)
 		c, err := s.checkApp(ctx, manifest, regs, opts)
 		if err != nil {
 			return nil, err
 		}
 		out.Check = c
 		if !c.Registered {
+			if err := s.keepChecks(context.WithoutCancel(ctx), c); err != nil {
+				return nil, err
+			}
 			if opts.dryRun {
 				return server.SyncApp200JSONResponse(out), nil
 			}
 			return server.SyncApp409ApplicationProblemPlusJSONResponse(protocol.AppCheckRefused{
-				Title: http.StatusText(http.StatusConflict), Status: http.StatusConflict, Detail: refusal(c), Check: *c,
+				Title: http.StatusText(http.StatusConflict), Status: http.StatusConflict, Detail: refusal(c), Check: c,
 			}), nil
 		}
 	}
@@ -254,6 +273,11 @@ func (s *Server) SyncApp(ctx context.Context, req server.SyncAppRequestObject) (
 		out.Functions = append(out.Functions, protocol.SyncedFunction{
 			Name: f.Name, Revision: f.Revision, URL: f.URL, Config: f.Config, CreatedAt: f.CreatedAt, Changed: changed,
 		})
+	}
+	if out.Check != nil {
+		if err := s.keepChecks(context.WithoutCancel(ctx), out.Check); err != nil {
+			return nil, err
+		}
 	}
 	return server.SyncApp200JSONResponse(out), nil
 }

@@ -102,6 +102,10 @@ type Config struct {
 	Egress egress.Policy
 	// Metrics, when set, are served at GET /metrics to operators (see mountMetrics).
 	Metrics http.Handler
+	// MaxCheckBytes bounds what one check of an app against live runs
+	// (POST /v1/apps?check=true) sends in all: the bytes of the replayed runs' inputs
+	// and journal entries (invoker.CheckBudget). Defaults to DefaultMaxCheckBytes.
+	MaxCheckBytes int64
 }
 
 // Server is the gateway's HTTP server. It implements server.StrictServerInterface.
@@ -127,6 +131,7 @@ type Server struct {
 	subjectHeavyReads            *slots          // heavy reads running, by tenant and subject
 	memoryLimit                  int64           // see Config.MemoryLimit
 	clients                      *egress.Clients // fetch manifests, each tenant with its own policy
+	checkBytes                   int64           // Config.MaxCheckBytes
 	echo                         *echo.Echo
 	stream                       *notify.Hub
 	draining                     atomic.Bool // see Drain
@@ -176,6 +181,7 @@ func New(cfg Config) (*Server, error) {
 		subjectHeavyReads: newSlots(0, cmp.Or(cfg.MaxHeavyReadsPerSubject, 2)),
 		memoryLimit:       cmp.Or(cfg.MemoryLimit, memlimit.Current()),
 		clients:           cfg.Egress.Clients(),
+		checkBytes:        cmp.Or(cfg.MaxCheckBytes, DefaultMaxCheckBytes),
 		shutdowns:         map[*http.Server]chan struct{}{},
 	}
 	e := echo.New()

@@ -37,6 +37,59 @@ const MaxReplayTime = 10 * time.Second
 // once.
 const replaysAtOnce = 4
 
+// checkPageBytes bounds each page of a journal a check reads, in bytes (Entry.Size).
+const checkPageBytes = 8 << 20
+
+// CheckBudget is what a whole check may send of its runs' inputs and journal entries,
+// in bytes (len of the input, Entry.Size of each entry: outputs and errors, as
+// STEPGATE_MAX_JOURNAL_BYTES counts them), shared by its replays. A run is charged as
+// its journal is read, a page at a time; a run whose input and whole journal cannot be
+// charged is not read further nor sent (its replay is a failed one, naming the bound),
+// and gives back what it was charged. So the check sends at most the bound of inputs
+// and journals, and reads at most that much besides one page per replay being read (at
+// most checkPageBytes, or one entry larger than that).
+type CheckBudget struct {
+	bound int64
+	mu    sync.Mutex
+	left  int64
+}
+
+// NewCheckBudget returns the budget of a check that may send bound bytes.
+func NewCheckBudget(bound int64) *CheckBudget {
+	return &CheckBudget{bound: bound, left: bound}
+}
+
+// take charges n bytes and reports true, or charges nothing and reports false when
+// fewer than n are left.
+func (b *CheckBudget) take(n int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if n > b.left {
+		return false
+	}
+	b.left -= n
+	return true
+}
+
+// give gives back n bytes charged to a replay that is not sent.
+func (b *CheckBudget) give(n int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.left += n
+}
+
+func (b *CheckBudget) remaining() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.left
+}
+
+// exceeded is the failure of a replay not sent because its run would pass the bound.
+func (b *CheckBudget) exceeded() *journal.ErrorInfo {
+	return &journal.ErrorInfo{Type: ErrorTypeLimit, Message: fmt.Sprintf(
+		"not replayed: the run's input and journal would take the check past its bound of %d bytes of runs' inputs and journals sent in all", b.bound)}
+}
+
 // CheckTarget is a function of an app whose new code a check replays live runs against.
 type CheckTarget struct {
 	Function string
@@ -68,10 +121,12 @@ type LiveCheck struct {
 // CheckLiveRuns replays up to sample live runs of t.Function in db's tenant
 // (journal.LiveRunsToCheck) against the code at t.URL, as replay-only invocations signed
 // with the tenant's keys over its egress client, a few at once, and returns what each
-// found. A run that ends or goes before its replay is read is left out. It returns an
-// error only when the database could not be read; ctx bounds the whole check (a replay
-// it cuts short is a failed one).
-func (inv *Invoker) CheckLiveRuns(ctx context.Context, db *journal.TenantDB, t CheckTarget, sample int) (*LiveCheck, error) {
+// found. Each run's input and journal are charged to budget, shared by the whole check,
+// as they are read; a run past it is not sent, and is a failed replay of type
+// limit_exceeded naming the bound. A run that ends or goes before its replay is read is
+// left out. It returns an error only when the database could not be read; ctx bounds
+// the whole check (a replay it cuts short is a failed one).
+func (inv *Invoker) CheckLiveRuns(ctx context.Context, db *journal.TenantDB, t CheckTarget, sample int, budget *CheckBudget) (*LiveCheck, error) {
 	live, err := journal.LiveRunsToCheck(ctx, db, db.Tenant(), t.Function, sample)
 	if err != nil {
 		return nil, fmt.Errorf("live runs of %s: %w", t.Function, err)
@@ -85,7 +140,7 @@ func (inv *Invoker) CheckLiveRuns(ctx context.Context, db *journal.TenantDB, t C
 		wg.Go(func() {
 			slots <- struct{}{}
 			defer func() { <-slots }()
-			replays[i], errs[i] = inv.replayLive(ctx, db, t, ref)
+			replays[i], errs[i] = inv.replayLive(ctx, db, t, ref, budget)
 		})
 	}
 	wg.Wait()
@@ -100,22 +155,68 @@ func (inv *Invoker) CheckLiveRuns(ctx context.Context, db *journal.TenantDB, t C
 	return out, nil
 }
 
-// replayLive reads the live run ref and replays it against t; nil when the run is gone.
-func (inv *Invoker) replayLive(ctx context.Context, db *journal.TenantDB, t CheckTarget, ref journal.LiveRunRef) (*ReplayCheck, error) {
-	d, err := journal.GetWholeRun(ctx, db, db.Tenant(), ref.ID)
+// replayLive reads the live run ref, charging budget, and replays it against t; nil
+// when the run is gone.
+func (inv *Invoker) replayLive(ctx context.Context, db *journal.TenantDB, t CheckTarget, ref journal.LiveRunRef, budget *CheckBudget) (*ReplayCheck, error) {
+	run, entries, charged, err := readForReplay(ctx, db, ref.ID, budget)
 	if errors.Is(err, journal.ErrNotFound) {
+		budget.give(charged)
 		return nil, nil
 	}
 	if err != nil {
+		budget.give(charged)
 		return nil, fmt.Errorf("read run %s: %w", ref.ID, err)
+	}
+	out := &ReplayCheck{RunID: ref.ID, Revision: ref.Revision}
+	if run == nil {
+		budget.give(charged)
+		out.Error = budget.exceeded()
+		return out, nil
 	}
 	attempts, err := journal.StepAttempts(ctx, db, ref.ID)
 	if err != nil {
 		return nil, fmt.Errorf("read step attempts of run %s: %w", ref.ID, err)
 	}
-	out := &ReplayCheck{RunID: ref.ID, Revision: ref.Revision}
-	out.Replay, out.Error = inv.replayOnly(ctx, t, d.Run, d.Journal, attempts)
+	out.Replay, out.Error = inv.replayOnly(ctx, t, run, entries, attempts)
 	return out, nil
+}
+
+// readForReplay reads the run id and its whole journal, a page at a time, charging
+// budget with its input and each page, and returns what it charged. When budget
+// cannot pay for a page it stops there and returns no run.
+func readForReplay(ctx context.Context, db *journal.TenantDB, id string, budget *CheckBudget) (*journal.Run, []journal.Entry, int64, error) {
+	var run *journal.Run
+	var entries []journal.Entry
+	var charged int64
+	for after := 0; ; {
+		left := budget.remaining()
+		if left <= 0 {
+			return nil, nil, charged, nil
+		}
+		d, err := journal.GetRunDetail(ctx, db, db.Tenant(), id, journal.JournalPage{
+			After: after, Limit: 1000, MaxBytes: min(left, checkPageBytes), NoFailures: true,
+		})
+		if err != nil {
+			return nil, nil, charged, err
+		}
+		n := int64(0)
+		if run == nil {
+			run = d.Run
+			n += int64(len(run.Input))
+		}
+		for _, e := range d.Journal {
+			n += e.Size()
+		}
+		if !budget.take(n) {
+			return nil, nil, charged, nil
+		}
+		charged += n
+		entries = append(entries, d.Journal...)
+		if d.Next == 0 {
+			return run, entries, charged, nil
+		}
+		after = d.Next
+	}
 }
 
 // replayOnly sends run's journal to the code at t as a replay-only invocation and

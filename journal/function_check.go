@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -58,7 +59,8 @@ type FunctionCheck struct {
 	Result     json.RawMessage
 }
 
-// PutFunctionCheck keeps c as its function's last check, replacing the one before.
+// PutFunctionCheck keeps c as its function's last check, replacing the one before, when
+// the tenant has registered the function; for a name it has not, it keeps nothing.
 func PutFunctionCheck(ctx context.Context, db DB, c FunctionCheck) error {
 	return dbsqlc.New(db).PutFunctionCheck(ctx, dbsqlc.PutFunctionCheckParams{
 		Tenant: c.Tenant, Function: c.Function, CheckedAt: c.CheckedAt, Subject: c.Subject,
@@ -77,4 +79,64 @@ func GetFunctionCheck(ctx context.Context, db DB, tenant, function string) (*Fun
 	}
 	return &FunctionCheck{Tenant: tenant, Function: function, CheckedAt: r.CheckedAt, Subject: r.Subject,
 		Registered: r.Registered, Forced: r.Forced, Result: r.Result}, nil
+}
+
+// AppCheckSlot is a running check of a tenant's app (POST /v1/apps?check=true): a tenant
+// runs one at a time, whichever gateway serves it (StartAppCheck).
+type AppCheckSlot struct {
+	ID        string // a UUID the check chose
+	Tenant    string
+	Subject   string // who asked for it
+	App       string // the app's URL, masked as a function's is
+	StartedAt time.Time
+}
+
+// RunningCheckError is StartAppCheck's refusal: Running holds the tenant's slot.
+type RunningCheckError struct{ Running AppCheckSlot }
+
+func (e *RunningCheckError) Error() string {
+	return fmt.Sprintf("journal: check %s of the tenant's app %s is still running; one runs at a time", e.Running.ID, e.Running.App)
+}
+
+// Unwrap makes errors.Is(err, ErrConflict) hold.
+func (e *RunningCheckError) Unwrap() error { return ErrConflict }
+
+// StartAppCheck takes the tenant's check slot for c until ttl has passed, from now (the
+// database's clock) or from at when set, and returns c with its StartedAt. When another
+// check holds the slot and its ttl has not passed, it returns a *RunningCheckError naming
+// that check; a slot held past its ttl (its gateway died mid-check) is taken over. It
+// returns ErrConflict when the slot changed hands twice while it looked: the caller may
+// ask again. EndAppCheck frees the slot.
+func StartAppCheck(ctx context.Context, db DB, c AppCheckSlot, ttl time.Duration, at *time.Time) (*AppCheckSlot, error) {
+	q := dbsqlc.New(db)
+	for range 2 {
+		started, err := q.AppCheckStart(ctx, dbsqlc.AppCheckStartParams{
+			Tenant: c.Tenant, ID: c.ID, Subject: c.Subject, App: c.App, TtlSeconds: ttl.Seconds(), Now: at,
+		})
+		if err == nil {
+			c.StartedAt = started
+			return &c, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("start check: %w", err)
+		}
+		r, err := q.AppCheckRunning(ctx, c.Tenant)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue // it ended in between: take it
+		}
+		if err != nil {
+			return nil, fmt.Errorf("start check: %w", err)
+		}
+		return nil, &RunningCheckError{Running: AppCheckSlot{ID: r.ID, Tenant: c.Tenant, Subject: r.Subject, App: r.App, StartedAt: r.StartedAt}}
+	}
+	return nil, fmt.Errorf("start check: %w", ErrConflict)
+}
+
+// EndAppCheck frees the tenant's check slot if the check id holds it; else it does
+// nothing.
+func EndAppCheck(ctx context.Context, db DB, tenant, id string) error {
+	if err := dbsqlc.New(db).AppCheckEnd(ctx, dbsqlc.AppCheckEndParams{Tenant: tenant, ID: id}); err != nil {
+		return fmt.Errorf("end check %s: %w", id, err)
+	}
+	return nil
 }

@@ -68,6 +68,15 @@ func TestFunctionCheck(t *testing.T) {
 	_, err := journal.GetFunctionCheck(ctx, tx, tenant, "fn")
 	require.ErrorIs(t, err, journal.ErrNotFound)
 	at := time.Now().UTC().Truncate(time.Millisecond)
+
+	// A check of a name the tenant has not registered (a dry run of a manifest listing
+	// any names) is kept nowhere.
+	ghost := journal.FunctionCheck{Tenant: tenant, Function: "fn", CheckedAt: at, Subject: "a", Result: json.RawMessage(`{"live": 0}`)}
+	require.NoError(t, journal.PutFunctionCheck(ctx, tx, ghost))
+	_, err = journal.GetFunctionCheck(ctx, tx, tenant, "fn")
+	require.ErrorIs(t, err, journal.ErrNotFound, "fn is not registered: its check is not kept")
+	mustRegister(t, tx, tenant, "fn")
+
 	first := journal.FunctionCheck{Tenant: tenant, Function: "fn", CheckedAt: at, Subject: "a", Registered: false, Result: json.RawMessage(`{"live": 1}`)}
 	require.NoError(t, journal.PutFunctionCheck(ctx, tx, first))
 	second := journal.FunctionCheck{Tenant: tenant, Function: "fn", CheckedAt: at.Add(time.Minute), Subject: "b", Registered: true, Forced: true, Result: json.RawMessage(`{"live": 2}`)}
@@ -79,4 +88,43 @@ func TestFunctionCheck(t *testing.T) {
 	require.Equal(t, second, *got, "the last check replaces the one before")
 	_, err = journal.GetFunctionCheck(ctx, tx, "another-tenant", "fn")
 	require.ErrorIs(t, err, journal.ErrNotFound)
+}
+
+func TestAppCheckSlot(t *testing.T) {
+	t.Parallel()
+	ctx, tx := t.Context(), pgtest.Tx(t)
+	tenant, other := newTenant(), newTenant()
+	at := time.Now().UTC().Truncate(time.Millisecond)
+	first := journal.AppCheckSlot{ID: newID(), Tenant: tenant, Subject: "alice", App: "https://app.example/"}
+	got, err := journal.StartAppCheck(ctx, tx, first, time.Minute, &at)
+	require.NoError(t, err)
+	require.True(t, at.Equal(got.StartedAt))
+
+	second := journal.AppCheckSlot{ID: newID(), Tenant: tenant, Subject: "bob", App: "https://other.example/"}
+	later := at.Add(59 * time.Second)
+	_, err = journal.StartAppCheck(ctx, tx, second, time.Minute, &later)
+	var running *journal.RunningCheckError
+	require.ErrorAs(t, err, &running, "one check at a time per tenant")
+	require.ErrorIs(t, err, journal.ErrConflict)
+	require.Equal(t, first.ID, running.Running.ID)
+	require.Equal(t, "alice", running.Running.Subject)
+	require.Equal(t, "https://app.example/", running.Running.App)
+	require.True(t, at.Equal(running.Running.StartedAt))
+
+	_, err = journal.StartAppCheck(ctx, tx, journal.AppCheckSlot{ID: newID(), Tenant: other, Subject: "carol"}, time.Minute, &later)
+	require.NoError(t, err, "another tenant's check runs beside it")
+
+	require.NoError(t, journal.EndAppCheck(ctx, tx, tenant, second.ID), "ending another check's slot ends nothing")
+	_, err = journal.StartAppCheck(ctx, tx, second, time.Minute, &later)
+	require.ErrorAs(t, err, &running)
+
+	expired := at.Add(time.Minute)
+	got, err = journal.StartAppCheck(ctx, tx, second, time.Minute, &expired)
+	require.NoError(t, err, "a slot held past its time (its gateway died) is taken over")
+	require.True(t, expired.Equal(got.StartedAt))
+
+	require.NoError(t, journal.EndAppCheck(ctx, tx, tenant, second.ID))
+	third := journal.AppCheckSlot{ID: newID(), Tenant: tenant, Subject: "dave"}
+	_, err = journal.StartAppCheck(ctx, tx, third, time.Minute, &expired)
+	require.NoError(t, err, "an ended check frees the slot")
 }

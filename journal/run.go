@@ -352,6 +352,9 @@ type JournalPage struct {
 	After    int   // The entries after this seq. 0: from the first.
 	Limit    int   // At most this many entries. Defaults to 100.
 	MaxBytes int64 // Stop before the entries' outputs and errors pass this. Defaults to 8 MiB.
+	// NoFailures reads no failed attempts (Detail.Failures stays empty): for a reader
+	// that needs the entries only, whose memory the failures' errors would add to.
+	NoFailures bool
 }
 
 // Detail is a run with a page of its journal.
@@ -409,16 +412,18 @@ func GetRunDetail(ctx context.Context, db DB, tenant, id string, p JournalPage) 
 	b.Queue(dbsqlc.RunLastSeq, id, tenant).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&last)
 	})
-	b.Queue(dbsqlc.RunDetailFailures, tenant, id, p.After, MaxInvocationFailures).
-		Query(func(rows pgx.Rows) error {
-			var err error
-			d.Failures, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Failure, error) {
-				var f Failure
-				err := row.Scan(&f.Seq, &f.Attempt, &f.Name, &f.Error, &f.CreatedAt)
-				return f, err
+	if !p.NoFailures {
+		b.Queue(dbsqlc.RunDetailFailures, tenant, id, p.After, MaxInvocationFailures).
+			Query(func(rows pgx.Rows) error {
+				var err error
+				d.Failures, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Failure, error) {
+					var f Failure
+					err := row.Scan(&f.Seq, &f.Attempt, &f.Name, &f.Error, &f.CreatedAt)
+					return f, err
+				})
+				return err
 			})
-			return err
-		})
+	}
 	err := db.SendBatch(ctx, b).Close()
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound

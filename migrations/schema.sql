@@ -1022,6 +1022,21 @@ CREATE TABLE public.river_queue (
 );
 
 --
+-- Name: app_check; Type: TABLE; Schema: stepgate; Owner: -
+--
+
+CREATE TABLE stepgate.app_check (
+    tenant text NOT NULL,
+    id uuid NOT NULL,
+    subject text NOT NULL,
+    app text NOT NULL,
+    started_at timestamp with time zone NOT NULL,
+    expires_at timestamp with time zone NOT NULL
+);
+
+ALTER TABLE ONLY stepgate.app_check FORCE ROW LEVEL SECURITY;
+
+--
 -- Name: attempt_failure; Type: TABLE; Schema: stepgate; Owner: -
 --
 
@@ -1660,6 +1675,13 @@ ALTER TABLE ONLY public.river_notification
 
 ALTER TABLE ONLY public.river_queue
     ADD CONSTRAINT river_queue_pkey PRIMARY KEY (name);
+
+--
+-- Name: app_check app_check_pkey; Type: CONSTRAINT; Schema: stepgate; Owner: -
+--
+
+ALTER TABLE ONLY stepgate.app_check
+    ADD CONSTRAINT app_check_pkey PRIMARY KEY (tenant);
 
 --
 -- Name: attempt_failure attempt_failure_pkey; Type: CONSTRAINT; Schema: stepgate; Owner: -
@@ -2311,6 +2333,12 @@ ALTER TABLE ONLY stepgate.stream
     ADD CONSTRAINT stream_run_fkey FOREIGN KEY (tenant, run_id) REFERENCES stepgate.run(tenant, id) ON DELETE CASCADE;
 
 --
+-- Name: app_check; Type: ROW SECURITY; Schema: stepgate; Owner: -
+--
+
+ALTER TABLE stepgate.app_check ENABLE ROW LEVEL SECURITY;
+
+--
 -- Name: attempt_failure; Type: ROW SECURITY; Schema: stepgate; Owner: -
 --
 
@@ -2459,6 +2487,12 @@ ALTER TABLE stepgate.stream ENABLE ROW LEVEL SECURITY;
 --
 
 ALTER TABLE stepgate.stream_chunk ENABLE ROW LEVEL SECURITY;
+
+--
+-- Name: app_check system_access; Type: POLICY; Schema: stepgate; Owner: -
+--
+
+CREATE POLICY system_access ON stepgate.app_check TO stepgate_system USING (true);
 
 --
 -- Name: attempt_failure system_access; Type: POLICY; Schema: stepgate; Owner: -
@@ -2621,6 +2655,12 @@ CREATE POLICY system_access ON stepgate.tenant_usage TO stepgate_system USING (t
 --
 
 CREATE POLICY system_access ON stepgate.wait_shape TO stepgate_system USING (true);
+
+--
+-- Name: app_check tenant_isolation; Type: POLICY; Schema: stepgate; Owner: -
+--
+
+CREATE POLICY tenant_isolation ON stepgate.app_check TO stepgate_app USING ((tenant = NULLIF(current_setting('stepgate.tenant'::text, true), ''::text)));
 
 --
 -- Name: attempt_failure tenant_isolation; Type: POLICY; Schema: stepgate; Owner: -
@@ -2931,6 +2971,13 @@ GRANT ALL ON SEQUENCE public.river_notification_id_seq TO stepgate_system;
 
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.river_queue TO stepgate_app;
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.river_queue TO stepgate_system;
+
+--
+-- Name: TABLE app_check; Type: ACL; Schema: stepgate; Owner: -
+--
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE stepgate.app_check TO stepgate_app;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE stepgate.app_check TO stepgate_system;
 
 --
 -- Name: TABLE attempt_failure; Type: ACL; Schema: stepgate; Owner: -

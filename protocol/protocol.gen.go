@@ -527,15 +527,17 @@ type AppCheck struct {
 	Registered bool `json:"registered"`
 }
 
-// AppCheckRefused An RFC 9457 problem (409) with the check that refused the sync.
+// AppCheckRefused An RFC 9457 problem (409) with the check that refused the sync; without `check`
+// when no check ran because another check of the tenant is running (`detail`
+// names it).
 type AppCheckRefused struct {
 	// Check What a check of an app's new code against its functions' live runs found
 	// (`POST /v1/apps?check=true`). `ok` is true when every run replayed cleanly.
-	Check  AppCheck `json:"check"`
-	Detail string   `json:"detail"`
-	Status int      `json:"status"`
-	Title  string   `json:"title"`
-	Type   *string  `json:"type,omitempty"`
+	Check  *AppCheck `json:"check,omitempty"`
+	Detail string    `json:"detail"`
+	Status int       `json:"status"`
+	Title  string    `json:"title"`
+	Type   *string   `json:"type,omitempty"`
 }
 
 // AppSync defines model for AppSync.
@@ -2819,7 +2821,17 @@ type ClientInterface interface {
 	// ids); it goes only to an app whose manifest says `replay_only: true` (else a 409
 	// saying so, unless `force`), takes at most 60 s in all and each replay at most
 	// the function's `timeout` and 10 s. Each function's last check is kept
-	// (`Function.last_check`).
+	// (`Function.last_check`); nothing is kept for a name that is not registered.
+	//
+	// A check is bounded as a bulk operation is. A tenant runs one check at a time,
+	// whichever gateway serves it: a check while another runs is a 409 naming the
+	// running one (who started it, when, of which app), with no `check`. A check
+	// takes a manifest of at most 100 functions (more: a 400 naming the bound). The
+	// whole check sends at most the gateway's check byte bound (64 MiB by default) of
+	// runs' inputs and journal entries (outputs and errors, counted as
+	// `STEPGATE_MAX_JOURNAL_BYTES` counts them), reading each journal a page at a
+	// time; a run whose journal would pass what is left is not read further nor
+	// sent, and is a broken run whose `error` (`limit_exceeded`) names the bound.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2850,7 +2862,17 @@ type ClientInterface interface {
 	// ids); it goes only to an app whose manifest says `replay_only: true` (else a 409
 	// saying so, unless `force`), takes at most 60 s in all and each replay at most
 	// the function's `timeout` and 10 s. Each function's last check is kept
-	// (`Function.last_check`).
+	// (`Function.last_check`); nothing is kept for a name that is not registered.
+	//
+	// A check is bounded as a bulk operation is. A tenant runs one check at a time,
+	// whichever gateway serves it: a check while another runs is a 409 naming the
+	// running one (who started it, when, of which app), with no `check`. A check
+	// takes a manifest of at most 100 functions (more: a 400 naming the bound). The
+	// whole check sends at most the gateway's check byte bound (64 MiB by default) of
+	// runs' inputs and journal entries (outputs and errors, counted as
+	// `STEPGATE_MAX_JOURNAL_BYTES` counts them), reading each journal a page at a
+	// time; a run whose journal would pass what is left is not read further nor
+	// sent, and is a broken run whose `error` (`limit_exceeded`) names the bound.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -4094,7 +4116,17 @@ func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*ht
 // ids); it goes only to an app whose manifest says `replay_only: true` (else a 409
 // saying so, unless `force`), takes at most 60 s in all and each replay at most
 // the function's `timeout` and 10 s. Each function's last check is kept
-// (`Function.last_check`).
+// (`Function.last_check`); nothing is kept for a name that is not registered.
+//
+// A check is bounded as a bulk operation is. A tenant runs one check at a time,
+// whichever gateway serves it: a check while another runs is a 409 naming the
+// running one (who started it, when, of which app), with no `check`. A check
+// takes a manifest of at most 100 functions (more: a 400 naming the bound). The
+// whole check sends at most the gateway's check byte bound (64 MiB by default) of
+// runs' inputs and journal entries (outputs and errors, counted as
+// `STEPGATE_MAX_JOURNAL_BYTES` counts them), reading each journal a page at a
+// time; a run whose journal would pass what is left is not read further nor
+// sent, and is a broken run whose `error` (`limit_exceeded`) names the bound.
 //
 // Takes any type of body and a specified content type.
 //
@@ -4135,7 +4167,17 @@ func (c *Client) SyncAppWithBody(ctx context.Context, params *SyncAppParams, con
 // ids); it goes only to an app whose manifest says `replay_only: true` (else a 409
 // saying so, unless `force`), takes at most 60 s in all and each replay at most
 // the function's `timeout` and 10 s. Each function's last check is kept
-// (`Function.last_check`).
+// (`Function.last_check`); nothing is kept for a name that is not registered.
+//
+// A check is bounded as a bulk operation is. A tenant runs one check at a time,
+// whichever gateway serves it: a check while another runs is a 409 naming the
+// running one (who started it, when, of which app), with no `check`. A check
+// takes a manifest of at most 100 functions (more: a 400 naming the bound). The
+// whole check sends at most the gateway's check byte bound (64 MiB by default) of
+// runs' inputs and journal entries (outputs and errors, counted as
+// `STEPGATE_MAX_JOURNAL_BYTES` counts them), reading each journal a page at a
+// time; a run whose journal would pass what is left is not read further nor
+// sent, and is a broken run whose `error` (`limit_exceeded`) names the bound.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -8816,7 +8858,17 @@ type ClientWithResponsesInterface interface {
 	// ids); it goes only to an app whose manifest says `replay_only: true` (else a 409
 	// saying so, unless `force`), takes at most 60 s in all and each replay at most
 	// the function's `timeout` and 10 s. Each function's last check is kept
-	// (`Function.last_check`).
+	// (`Function.last_check`); nothing is kept for a name that is not registered.
+	//
+	// A check is bounded as a bulk operation is. A tenant runs one check at a time,
+	// whichever gateway serves it: a check while another runs is a 409 naming the
+	// running one (who started it, when, of which app), with no `check`. A check
+	// takes a manifest of at most 100 functions (more: a 400 naming the bound). The
+	// whole check sends at most the gateway's check byte bound (64 MiB by default) of
+	// runs' inputs and journal entries (outputs and errors, counted as
+	// `STEPGATE_MAX_JOURNAL_BYTES` counts them), reading each journal a page at a
+	// time; a run whose journal would pass what is left is not read further nor
+	// sent, and is a broken run whose `error` (`limit_exceeded`) names the bound.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8847,7 +8899,17 @@ type ClientWithResponsesInterface interface {
 	// ids); it goes only to an app whose manifest says `replay_only: true` (else a 409
 	// saying so, unless `force`), takes at most 60 s in all and each replay at most
 	// the function's `timeout` and 10 s. Each function's last check is kept
-	// (`Function.last_check`).
+	// (`Function.last_check`); nothing is kept for a name that is not registered.
+	//
+	// A check is bounded as a bulk operation is. A tenant runs one check at a time,
+	// whichever gateway serves it: a check while another runs is a 409 naming the
+	// running one (who started it, when, of which app), with no `check`. A check
+	// takes a manifest of at most 100 functions (more: a 400 naming the bound). The
+	// whole check sends at most the gateway's check byte bound (64 MiB by default) of
+	// runs' inputs and journal entries (outputs and errors, counted as
+	// `STEPGATE_MAX_JOURNAL_BYTES` counts them), reading each journal a page at a
+	// time; a run whose journal would pass what is left is not read further nor
+	// sent, and is a broken run whose `error` (`limit_exceeded`) names the bound.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -13921,7 +13983,17 @@ func (c *ClientWithResponses) ReadyzWithResponse(ctx context.Context, reqEditors
 // ids); it goes only to an app whose manifest says `replay_only: true` (else a 409
 // saying so, unless `force`), takes at most 60 s in all and each replay at most
 // the function's `timeout` and 10 s. Each function's last check is kept
-// (`Function.last_check`).
+// (`Function.last_check`); nothing is kept for a name that is not registered.
+//
+// A check is bounded as a bulk operation is. A tenant runs one check at a time,
+// whichever gateway serves it: a check while another runs is a 409 naming the
+// running one (who started it, when, of which app), with no `check`. A check
+// takes a manifest of at most 100 functions (more: a 400 naming the bound). The
+// whole check sends at most the gateway's check byte bound (64 MiB by default) of
+// runs' inputs and journal entries (outputs and errors, counted as
+// `STEPGATE_MAX_JOURNAL_BYTES` counts them), reading each journal a page at a
+// time; a run whose journal would pass what is left is not read further nor
+// sent, and is a broken run whose `error` (`limit_exceeded`) names the bound.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13958,7 +14030,17 @@ func (c *ClientWithResponses) SyncAppWithBodyWithResponse(ctx context.Context, p
 // ids); it goes only to an app whose manifest says `replay_only: true` (else a 409
 // saying so, unless `force`), takes at most 60 s in all and each replay at most
 // the function's `timeout` and 10 s. Each function's last check is kept
-// (`Function.last_check`).
+// (`Function.last_check`); nothing is kept for a name that is not registered.
+//
+// A check is bounded as a bulk operation is. A tenant runs one check at a time,
+// whichever gateway serves it: a check while another runs is a 409 naming the
+// running one (who started it, when, of which app), with no `check`. A check
+// takes a manifest of at most 100 functions (more: a 400 naming the bound). The
+// whole check sends at most the gateway's check byte bound (64 MiB by default) of
+// runs' inputs and journal entries (outputs and errors, counted as
+// `STEPGATE_MAX_JOURNAL_BYTES` counts them), reading each journal a page at a
+// time; a run whose journal would pass what is left is not read further nor
+// sent, and is a broken run whose `error` (`limit_exceeded`) names the bound.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

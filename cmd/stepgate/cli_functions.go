@@ -166,8 +166,10 @@ func (c *cli) appsSync(ctx context.Context, args []string) error {
 			if err := printRaw(c.stdout, resp.Body); err != nil {
 				return err
 			}
-		} else if err := writeAppCheck(c.stdout, &resp.ApplicationProblemJSON409.Check); err != nil {
-			return err
+		} else if chk := resp.ApplicationProblemJSON409.Check; chk != nil { // none: another check was running
+			if err := writeAppCheck(c.stdout, chk); err != nil {
+				return err
+			}
 		}
 		return problemError(resp.StatusCode(), resp.Body)
 	}

@@ -25,11 +25,31 @@ ORDER BY l.nth, l.created_at DESC, l.id DESC
 LIMIT @sample;
 
 -- name: PutFunctionCheck :exec
+-- Keeps the check of a function the tenant has registered; of another name, nothing.
 INSERT INTO stepgate.function_check (tenant, function, checked_at, subject, registered, forced, result)
-VALUES (@tenant, @function, @checked_at, @subject, @registered, @forced, @result)
+SELECT @tenant, @function, @checked_at, @subject, @registered, @forced, @result
+WHERE EXISTS (SELECT 1 FROM stepgate.function f WHERE f.tenant = @tenant AND f.name = @function)
 ON CONFLICT (tenant, function) DO UPDATE SET checked_at = excluded.checked_at, subject = excluded.subject,
     registered = excluded.registered, forced = excluded.forced, result = excluded.result;
 
 -- name: GetFunctionCheck :one
 SELECT checked_at, subject, registered, forced, result FROM stepgate.function_check
 WHERE tenant = @tenant AND function = @function;
+
+-- name: AppCheckStart :one
+-- Takes the check slot of the tenant for a check until ttl_seconds have passed, unless
+-- another check holds it and has not expired: then it finds nothing. now is the
+-- database clock unless a test sets it.
+INSERT INTO stepgate.app_check AS c (tenant, id, subject, app, started_at, expires_at)
+SELECT @tenant, @id, @subject, @app, t.now, t.now + make_interval(secs => sqlc.arg(ttl_seconds)::float8)
+FROM (SELECT coalesce(sqlc.narg('now')::timestamptz, now()) AS now) t
+ON CONFLICT (tenant) DO UPDATE SET id = excluded.id, subject = excluded.subject, app = excluded.app,
+    started_at = excluded.started_at, expires_at = excluded.expires_at
+WHERE c.expires_at <= excluded.started_at
+RETURNING started_at;
+
+-- name: AppCheckRunning :one
+SELECT id, subject, app, started_at FROM stepgate.app_check WHERE tenant = @tenant;
+
+-- name: AppCheckEnd :exec
+DELETE FROM stepgate.app_check WHERE tenant = @tenant AND id = @id;

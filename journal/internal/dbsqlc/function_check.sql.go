@@ -11,6 +11,79 @@ import (
 	"time"
 )
 
+const AppCheckEnd = `-- name: AppCheckEnd :exec
+DELETE FROM stepgate.app_check WHERE tenant = $1 AND id = $2
+`
+
+type AppCheckEndParams struct {
+	Tenant string
+	ID     string
+}
+
+func (q *Queries) AppCheckEnd(ctx context.Context, arg AppCheckEndParams) error {
+	_, err := q.db.Exec(ctx, AppCheckEnd, arg.Tenant, arg.ID)
+	return err
+}
+
+const AppCheckRunning = `-- name: AppCheckRunning :one
+SELECT id, subject, app, started_at FROM stepgate.app_check WHERE tenant = $1
+`
+
+type AppCheckRunningRow struct {
+	ID        string
+	Subject   string
+	App       string
+	StartedAt time.Time
+}
+
+func (q *Queries) AppCheckRunning(ctx context.Context, tenant string) (AppCheckRunningRow, error) {
+	row := q.db.QueryRow(ctx, AppCheckRunning, tenant)
+	var i AppCheckRunningRow
+	err := row.Scan(
+		&i.ID,
+		&i.Subject,
+		&i.App,
+		&i.StartedAt,
+	)
+	return i, err
+}
+
+const AppCheckStart = `-- name: AppCheckStart :one
+INSERT INTO stepgate.app_check AS c (tenant, id, subject, app, started_at, expires_at)
+SELECT $1, $2, $3, $4, t.now, t.now + make_interval(secs => $5::float8)
+FROM (SELECT coalesce($6::timestamptz, now()) AS now) t
+ON CONFLICT (tenant) DO UPDATE SET id = excluded.id, subject = excluded.subject, app = excluded.app,
+    started_at = excluded.started_at, expires_at = excluded.expires_at
+WHERE c.expires_at <= excluded.started_at
+RETURNING started_at
+`
+
+type AppCheckStartParams struct {
+	Tenant     string
+	ID         string
+	Subject    string
+	App        string
+	TtlSeconds float64
+	Now        *time.Time
+}
+
+// Takes the check slot of the tenant for a check until ttl_seconds have passed, unless
+// another check holds it and has not expired: then it finds nothing. now is the
+// database clock unless a test sets it.
+func (q *Queries) AppCheckStart(ctx context.Context, arg AppCheckStartParams) (time.Time, error) {
+	row := q.db.QueryRow(ctx, AppCheckStart,
+		arg.Tenant,
+		arg.ID,
+		arg.Subject,
+		arg.App,
+		arg.TtlSeconds,
+		arg.Now,
+	)
+	var started_at time.Time
+	err := row.Scan(&started_at)
+	return started_at, err
+}
+
 const GetFunctionCheck = `-- name: GetFunctionCheck :one
 SELECT checked_at, subject, registered, forced, result FROM stepgate.function_check
 WHERE tenant = $1 AND function = $2
@@ -109,7 +182,8 @@ func (q *Queries) LiveRunsToCheck(ctx context.Context, arg LiveRunsToCheckParams
 
 const PutFunctionCheck = `-- name: PutFunctionCheck :exec
 INSERT INTO stepgate.function_check (tenant, function, checked_at, subject, registered, forced, result)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
+SELECT $1, $2, $3, $4, $5, $6, $7
+WHERE EXISTS (SELECT 1 FROM stepgate.function f WHERE f.tenant = $1 AND f.name = $2)
 ON CONFLICT (tenant, function) DO UPDATE SET checked_at = excluded.checked_at, subject = excluded.subject,
     registered = excluded.registered, forced = excluded.forced, result = excluded.result
 `
@@ -124,6 +198,7 @@ type PutFunctionCheckParams struct {
 	Result     json.RawMessage
 }
 
+// Keeps the check of a function the tenant has registered; of another name, nothing.
 func (q *Queries) PutFunctionCheck(ctx context.Context, arg PutFunctionCheckParams) error {
 	_, err := q.db.Exec(ctx, PutFunctionCheck,
 		arg.Tenant,

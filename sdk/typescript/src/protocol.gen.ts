@@ -184,7 +184,17 @@ export interface paths {
          *     ids); it goes only to an app whose manifest says `replay_only: true` (else a 409
          *     saying so, unless `force`), takes at most 60 s in all and each replay at most
          *     the function's `timeout` and 10 s. Each function's last check is kept
-         *     (`Function.last_check`).
+         *     (`Function.last_check`); nothing is kept for a name that is not registered.
+         *
+         *     A check is bounded as a bulk operation is. A tenant runs one check at a time,
+         *     whichever gateway serves it: a check while another runs is a 409 naming the
+         *     running one (who started it, when, of which app), with no `check`. A check
+         *     takes a manifest of at most 100 functions (more: a 400 naming the bound). The
+         *     whole check sends at most the gateway's check byte bound (64 MiB by default) of
+         *     runs' inputs and journal entries (outputs and errors, counted as
+         *     `STEPGATE_MAX_JOURNAL_BYTES` counts them), reading each journal a page at a
+         *     time; a run whose journal would pass what is left is not read further nor
+         *     sent, and is a broken run whose `error` (`limit_exceeded`) names the bound.
          */
         post: operations["syncApp"];
         delete?: never;
@@ -1861,13 +1871,17 @@ export interface components {
             divergence?: components["schemas"]["ReplayDivergence"];
             error?: components["schemas"]["ErrorInfo"];
         };
-        /** @description An RFC 9457 problem (409) with the check that refused the sync. */
+        /**
+         * @description An RFC 9457 problem (409) with the check that refused the sync; without `check`
+         *     when no check ran because another check of the tenant is running (`detail`
+         *     names it).
+         */
         AppCheckRefused: {
             type?: string;
             title: string;
             status: number;
             detail: string;
-            check: components["schemas"]["AppCheck"];
+            check?: components["schemas"]["AppCheck"];
         };
         /** @enum {string} */
         RunStatus: "scheduled" | "queued" | "running" | "suspended" | "completed" | "failed" | "cancelled";
@@ -3365,7 +3379,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
-            /** @description The check found live runs the new code would break (or could not check the app); nothing was registered. */
+            /** @description The check found live runs the new code would break (or could not check the app), or another check of the tenant is running (no `check`); nothing was registered. */
             409: {
                 headers: {
                     [name: string]: unknown;
