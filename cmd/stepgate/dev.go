@@ -116,6 +116,7 @@ func (c *cli) dev(ctx context.Context, args []string) error {
 	if err := sc.validateKeys(); err != nil {
 		return err
 	}
+	warnEgress(log, sc.egress) // what the environment opens; loopback below is dev's own
 	// On a dev instance the functions run on this machine, and their developer, the
 	// one tenant, sees their failures whole.
 	sc.egress.AllowedNetworks = append(sc.egress.AllowedNetworks, netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128"))
