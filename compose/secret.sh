@@ -6,7 +6,7 @@
 #   sh secret.sh init          makes the secret file unless it holds one: 32 random bytes
 #                              from /dev/urandom, in hex. Run as root (a new volume is
 #                              root's), it gives the file to $STEPGATE_SECRET_OWNER,
-#                              10001:10001 (the image's user) by default.
+#                              10001 (the image's user) by default.
 #   sh secret.sh run CMD ARG…  runs CMD with STEPGATE_JWT_SECRET read from the file.
 #
 # The file is $STEPGATE_SECRET_FILE, /secrets/jwt_secret by default. A new secret
@@ -31,7 +31,7 @@ init)
 	tmp="$file.new.$$"
 	printf '%s\n' "$secret" >"$tmp"
 	if [ "$(id -u)" = 0 ]; then
-		chown "${STEPGATE_SECRET_OWNER:-10001:10001}" "$tmp"
+		chown "${STEPGATE_SECRET_OWNER:-10001}" "$tmp"
 	fi
 	mv -f "$tmp" "$file"
 	echo "secret.sh: made a new JWT secret in $file"
