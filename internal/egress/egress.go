@@ -40,9 +40,9 @@ import (
 // 168.63.129.16).
 //
 // A cloud metadata or link-local address (169.254.0.0/16, fe80::/10, fd00:ec2::/32,
-// fd20:ce::254, 100.100.100.200, 168.63.129.16, 192.0.0.192, or the NAT64 form of
-// one) is dialed only when an allowed network lies within its range and contains
-// it: 169.254.0.0/16 or 169.254.169.254/32 opens 169.254.169.254; 0.0.0.0/0,
+// fd20:ce::254, 100.100.100.200, 168.63.129.16, 192.0.0.192, or its form in the
+// well-known NAT64 prefix 64:ff9b::/96) is dialed only when an allowed network lies
+// within its range and contains it: 169.254.0.0/16 or 169.254.169.254/32 opens 169.254.169.254; 0.0.0.0/0,
 // which merely contains it, does not.
 type Policy struct {
 	// AllowedNetworks are networks opened on top of the public internet, such as
