@@ -15,6 +15,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
 )
 
@@ -74,7 +75,8 @@ func optionalBody(i any) bool {
 // checkParams refuses a /v1 request whose path or query parameters, decoded, are not
 // valid UTF-8 or hold a NUL byte: a 400 naming the parameter, before authentication
 // and before any handler sees them (Postgres refuses both in text, which would be a
-// 500). Bodies are checked by their JSON decoding.
+// 500). JSON decoding makes a body's strings valid UTF-8 but keeps a \u0000 as a NUL
+// byte: the handlers check the string fields that reach Postgres (checkText).
 func checkParams(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if !strings.HasPrefix(c.Path(), "/v1/") {
@@ -103,6 +105,17 @@ func checkParams(next echo.HandlerFunc) echo.HandlerFunc {
 
 // cleanText reports whether s is valid UTF-8 with no NUL byte: text Postgres stores.
 func cleanText(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
+
+// checkText is the 400 naming field when the body's text v cannot be stored (a NUL
+// byte, which a JSON string may carry as \u0000, or invalid UTF-8), and nil otherwise:
+// for a body's string fields that reach Postgres as text or inside jsonb, where either
+// would be refused, a 500.
+func checkText(field, v string) error {
+	if err := journal.CheckText(v); err != nil {
+		return badRequest("%s %v", field, err)
+	}
+	return nil
+}
 
 // badParam is the 400 of a parameter that is not clean text; a name that is not clean
 // itself is quoted with escapes.

@@ -227,6 +227,12 @@ func TestBadRequestValues(t *testing.T) {
 		{"EventIDTooLong", "POST", "/v1/events", "", `{"name":"e","id":"` + strings.Repeat("i", 300) + `"}`, "event id"},
 		{"ScheduleInputNul", "PUT", "/v1/schedules/nightly", "", `{"function":"hello","cron":"@daily","input":"\u0000"}`, "input contains the escape"},
 		{"ConfigRoleNul", "PUT", "/v1/functions/x", "", `{"url":"http://127.0.0.1:1/x","config":{"invoke_roles":["a\u0000"]}}`, "config contains the escape"},
+		{"CancelKeyPrefixNul", "POST", "/v1/runs/cancel", "", `{"idempotency_key_prefix":"a\u0000"}`, "idempotency_key_prefix contains a NUL byte at byte 1"},
+		{"CancelFunctionNul", "POST", "/v1/runs/cancel", "", `{"function":"a\u0000"}`, "function"},
+		{"RerunKeyPrefixNul", "POST", "/v1/runs/rerun", "", `{"filter":{"idempotency_key_prefix":"\u0000"}}`, "filter.idempotency_key_prefix contains a NUL byte at byte 0"},
+		{"RerunErrorTypeNul", "POST", "/v1/runs/rerun", "", `{"filter":{"error_type":"x\u0000"}}`, "filter.error_type contains a NUL byte at byte 1"},
+		{"RerunFunctionNul", "POST", "/v1/runs/rerun", "", `{"filter":{"function":"\u0000"}}`, "filter.function"},
+		{"RerunErrorGroupNul", "POST", "/v1/runs/rerun", "", `{"filter":{"error_group":"\u0000"}}`, "filter.error_group"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

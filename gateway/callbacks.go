@@ -102,8 +102,8 @@ func (s *Server) rejection(body *protocol.CallbackRejection) (journal.Resolution
 			"the rejection's message is %d bytes, more than the limit of %d (STEPGATE_MAX_OUTPUT_BYTES)", len(body.Message), n)}
 	}
 	for field, v := range map[string]string{"type": typ, "message": body.Message} {
-		if err := journal.CheckText(v); err != nil {
-			return journal.Resolution{}, badRequest("%s %v", field, err)
+		if err := checkText(field, v); err != nil {
+			return journal.Resolution{}, err
 		}
 	}
 	return journal.Resolution{Error: &journal.ErrorInfo{Type: typ, Message: body.Message}}, nil

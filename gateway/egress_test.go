@@ -15,6 +15,7 @@ import (
 
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/internal/egress"
+	"github.com/stepgate/stepgate/internal/egress/egresstest"
 	"github.com/stepgate/stepgate/internal/stack"
 	"github.com/stepgate/stepgate/protocol"
 )
@@ -144,4 +145,37 @@ func TestTenantNetworks(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, sync.StatusCode(), string(sync.Body))
 	require.EqualValues(t, 1, calls.Load(), "only the granted tenant's run reached the network")
 	require.False(t, strings.Contains(string(reg.Body), "inside\""), "nothing of the function leaks")
+}
+
+// TestRegistrationNamesNoResolvedAddress: registering a function or syncing an app
+// whose host name resolves to an address the gateway does not dial is refused saying
+// what kind of address, never which: at registration (the check of the URL) and when
+// the dial itself is refused (an allowed host that resolves to cloud metadata).
+func TestRegistrationNamesNoResolvedAddress(t *testing.T) {
+	t.Parallel()
+	dns := egresstest.NewDNS(map[string][]string{
+		"private.example": {"fd00:ec2::254"},
+		"meta.example":    {"169.254.169.254"},
+	})
+	policy := egress.Policy{AllowedHosts: []string{"meta.example"}, AllowedNetworks: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}, Resolver: dns.Resolver()}
+	s := stack.Start(t, stack.Options{Egress: &policy})
+	c := s.Client(t, s.Token)
+
+	reg, err := c.RegisterFunctionWithResponse(t.Context(), "inside", protocol.FunctionRegistration{URL: "http://private.example:8080/fn"})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusBadRequest, reg.StatusCode(), string(reg.Body))
+	require.Contains(t, reg.ApplicationProblemJSON400.Detail, `url host "private.example" resolves to a cloud metadata address, which this gateway does not dial`)
+	require.NotContains(t, string(reg.Body), "fd00")
+
+	sync, err := c.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: "http://private.example/"})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusBadRequest, sync.StatusCode(), string(sync.Body))
+	require.NotContains(t, string(sync.Body), "fd00")
+
+	// An allowed host passes the URL check unresolved; its dial is refused.
+	sync, err = c.SyncAppWithResponse(t.Context(), nil, protocol.AppSync{URL: "http://meta.example/latest/"})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusBadGateway, sync.StatusCode(), string(sync.Body))
+	require.Contains(t, sync.ApplicationProblemJSON502.Detail, "the host resolves to a cloud metadata address, which this gateway does not dial")
+	require.NotContains(t, string(sync.Body), "169.254")
 }

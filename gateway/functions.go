@@ -318,7 +318,8 @@ func (s *Server) readManifest(ctx context.Context, tenant, appURL string) (*prot
 	req.Header.Set(protocol.VersionHeader, protocol.Version)
 	resp, err := s.clients.For(tenant).Do(req)
 	if err != nil {
-		return nil, 0, 0, fmt.Errorf("could not fetch the app's manifest: %w", err)
+		// The tenant learns how the fetch failed, not what the app's host resolved to.
+		return nil, 0, 0, fmt.Errorf("could not fetch the app's manifest: %w", egress.HideAddresses(err))
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))

@@ -275,7 +275,7 @@ func TestFunctions(t *testing.T) {
 		{"ok", "ftp://x/", "", `url scheme "ftp" is not supported`},
 		{"ok", "/relative", "", "url must be absolute"},
 		{"ok", "http://127.0.0.1:1/", "soon", "timeout"},
-		{"ok", "http://169.254.169.254/latest/meta-data/", "", `url host "169.254.169.254" is a link-local address, which this gateway does not dial`},
+		{"ok", "http://169.254.169.254/latest/meta-data/", "", `url host "169.254.169.254" is a cloud metadata address, which this gateway does not dial`},
 	} {
 		var cfg *protocol.FunctionConfig
 		if bad.timeout != "" {

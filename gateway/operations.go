@@ -131,7 +131,8 @@ func (s *Server) GetOperation(ctx context.Context, req server.GetOperationReques
 }
 
 // cancelFilter validates f: one criterion at least, statuses that have not finished,
-// a well-formed function name and key prefix, a time range that is not empty.
+// a well-formed function name, a key prefix of text Postgres stores, a time range that
+// is not empty.
 func cancelFilter(f protocol.CancelFilter) (journal.CancelFilter, error) {
 	out := journal.CancelFilter{Function: f.Function, CreatedAfter: f.CreatedAfter, CreatedBefore: f.CreatedBefore, IdempotencyKeyPrefix: f.IdempotencyKeyPrefix}
 	if f.Function == nil && f.Status == nil && f.CreatedAfter == nil && f.CreatedBefore == nil && f.IdempotencyKeyPrefix == nil {
@@ -158,15 +159,15 @@ func cancelFilter(f protocol.CancelFilter) (journal.CancelFilter, error) {
 	if f.ErrorType != nil || f.ErrorGroup != nil {
 		return out, badRequest("filter: error_type and error_group select finished runs, which a cancel cannot cancel")
 	}
-	return out, checkFilterCommon(f)
+	return out, checkFilterCommon("", f)
 }
 
 // errorGroupKey is the form of stepgate.error_group: 16 hex digits.
 var errorGroupKey = regexp.MustCompile(`^[0-9a-f]{16}$`)
 
 // rerunFilter validates f for a bulk rerun: one criterion at least, statuses that have
-// finished, a well-formed function name, key prefix, error type and group, a time range
-// that is not empty.
+// finished, a well-formed function name and error group, a key prefix and error type of
+// text Postgres stores, a time range that is not empty.
 func rerunFilter(f protocol.CancelFilter) (journal.CancelFilter, error) {
 	out := journal.CancelFilter{
 		Function: f.Function, CreatedAfter: f.CreatedAfter, CreatedBefore: f.CreatedBefore, IdempotencyKeyPrefix: f.IdempotencyKeyPrefix,
@@ -197,22 +198,34 @@ func rerunFilter(f protocol.CancelFilter) (journal.CancelFilter, error) {
 		// A redrive: without a status, the failed runs only, never every completed run.
 		out.Statuses = []journal.Status{journal.StatusFailed}
 	}
-	if t := f.ErrorType; t != nil && (len(*t) == 0 || len(*t) > 255) {
-		return out, badRequest("filter.error_type: must be 1 to 255 bytes")
+	if t := f.ErrorType; t != nil {
+		if len(*t) == 0 || len(*t) > 255 {
+			return out, badRequest("filter.error_type: must be 1 to 255 bytes")
+		}
+		if err := checkText("filter.error_type", *t); err != nil {
+			return out, err
+		}
 	}
 	if g := f.ErrorGroup; g != nil && !errorGroupKey.MatchString(*g) {
 		return out, badRequest("filter.error_group: must be a group's key, 16 hex digits (see GET /v1/failures); got %q", *g)
 	}
-	return out, checkFilterCommon(f)
+	return out, checkFilterCommon("filter.", f)
 }
 
-// checkFilterCommon checks the bounds a cancel's and a rerun's filters share.
-func checkFilterCommon(f protocol.CancelFilter) error {
-	if p := f.IdempotencyKeyPrefix; p != nil && (len(*p) == 0 || len(*p) > 255) {
-		return badRequest("idempotency_key_prefix: must be 1 to 255 bytes")
+// checkFilterCommon checks the bounds a cancel's and a rerun's filters share: a key
+// prefix of 1 to 255 bytes of text Postgres stores, a time range that is not empty. Its
+// errors name each field after at ("" or "filter.").
+func checkFilterCommon(at string, f protocol.CancelFilter) error {
+	if p := f.IdempotencyKeyPrefix; p != nil {
+		if len(*p) == 0 || len(*p) > 255 {
+			return badRequest("%sidempotency_key_prefix: must be 1 to 255 bytes", at)
+		}
+		if err := checkText(at+"idempotency_key_prefix", *p); err != nil {
+			return err
+		}
 	}
 	if f.CreatedAfter != nil && f.CreatedBefore != nil && !f.CreatedAfter.Before(*f.CreatedBefore) {
-		return badRequest("created_after: must be before created_before")
+		return badRequest("%screated_after: must be before created_before", at)
 	}
 	return nil
 }

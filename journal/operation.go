@@ -132,7 +132,8 @@ func (e *RunningOperationError) Unwrap() error { return ErrConflict }
 
 // CreateOperation stores a running operation of kind (OperationKindCancel, or
 // OperationKindRerun with options) of tenant with filter, asked for by by. It returns a
-// *RunningOperationError when the tenant has one running.
+// *RunningOperationError when the tenant has one running, and an error wrapping
+// [ErrUnstorable] when the filter holds text Postgres cannot store.
 func CreateOperation(ctx context.Context, db DB, id, tenant, kind string, filter CancelFilter, options *RerunOptions, by Identity) (*Operation, error) {
 	f, err := json.Marshal(filter)
 	if err != nil {
@@ -150,7 +151,7 @@ func CreateOperation(ctx context.Context, db DB, id, tenant, kind string, filter
 		return operationOf(row)
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("create operation: %w", err)
+		return nil, fmt.Errorf("create operation: %w", unstorable(err))
 	}
 	running, err := q.OperationRunningID(ctx, tenant)
 	if err != nil {

@@ -4,8 +4,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stepgate/stepgate/internal/pgtest"
+	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
@@ -21,4 +24,14 @@ func TestOperationQueriesMatchTheSameRuns(t *testing.T) {
 		return strings.Join(strings.Fields(sql[start:end]), " ")
 	}
 	require.Equal(t, conditions(dbsqlc.OperationCountMatching), conditions(dbsqlc.OperationBatch))
+}
+
+// TestCreateOperationUnstorableFilter: a filter holding text Postgres cannot store is an
+// ErrUnstorable (a 400 at the gateway), not an internal error.
+func TestCreateOperationUnstorableFilter(t *testing.T) {
+	t.Parallel()
+	tx := pgtest.Tx(t)
+	_, err := journal.CreateOperation(t.Context(), tx, uuid.Must(uuid.NewV7()).String(), "t1", journal.OperationKindCancel,
+		journal.CancelFilter{IdempotencyKeyPrefix: new("a\x00")}, nil, journal.Identity{Subject: "alice", Tenant: "t1"})
+	require.ErrorIs(t, err, journal.ErrUnstorable)
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -101,6 +102,12 @@ func (c *cli) dev(ctx context.Context, args []string) error {
 	}
 	sc.addr = *addr
 	log := newLogger(c.stderr, sc.logLevel, false)
+	if !loopbackAddr(sc.addr) {
+		log.Warn(fmt.Sprintf("stepgate dev listens on %s, beyond this machine: whoever reaches it with the admin token it prints "+
+			"(tenant %q, with the operator role, valid for %d days) holds the whole instance, and a token without a tenant claim "+
+			"counts as the tenant %[2]q's; listen on 127.0.0.1, or run stepgate serve with keys of your own",
+			sc.addr, auth.DefaultTenant, int(devTokenTTL.Hours()/24)), slog.String("addr", sc.addr))
+	}
 	st, err := loadDevState(*dir)
 	if err != nil {
 		return err
@@ -116,6 +123,7 @@ func (c *cli) dev(ctx context.Context, args []string) error {
 	if err := sc.validateKeys(); err != nil {
 		return err
 	}
+	warnEgress(log, sc.egress) // what the environment opens; loopback below is dev's own
 	// On a dev instance the functions run on this machine, and their developer, the
 	// one tenant, sees their failures whole.
 	sc.egress.AllowedNetworks = append(sc.egress.AllowedNetworks, netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128"))
@@ -215,6 +223,20 @@ Press Ctrl+C to stop.
 	case err := <-g.Done():
 		return err
 	}
+}
+
+// loopbackAddr reports whether the listen address addr (host:port) is on loopback
+// only: a loopback IP address or localhost. An empty host is every interface.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
 
 // createDatabase creates name on the server at adminURL unless it exists.

@@ -417,6 +417,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 			"which shows every tenant's jobs; set it to the tenant of your platform's operators",
 			slog.String("operator_role", sc.operatorRole))
 	}
+	warnEgress(log, sc.egress)
 	pc, err := sc.process(log)
 	if err != nil {
 		return err
@@ -436,6 +437,18 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	}
 	g.Stop(context.WithoutCancel(ctx))
 	return err
+}
+
+// warnEgress logs a warning for each network of STEPGATE_ALLOWED_NETWORKS and
+// STEPGATE_TENANT_NETWORKS that opens loopback or a cloud metadata or link-local range
+// (see egress.Policy.Warnings), naming the variable, the network and the ranges.
+func warnEgress(log *slog.Logger, p egress.Policy) {
+	for _, w := range (egress.Policy{AllowedNetworks: p.AllowedNetworks}).Warnings() {
+		log.Warn("STEPGATE_ALLOWED_NETWORKS: " + w)
+	}
+	for _, w := range (egress.Policy{TenantNetworks: p.TenantNetworks}).Warnings() {
+		log.Warn("STEPGATE_TENANT_NETWORKS: " + w)
+	}
 }
 
 // migrate applies the migrations to DATABASE_URL.

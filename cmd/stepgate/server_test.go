@@ -193,3 +193,29 @@ func TestReadURLConfig(t *testing.T) {
 	_, err = c.process(slog.New(slog.DiscardHandler))
 	require.ErrorContains(t, err, "STEPGATE_DATABASE_READ_URL")
 }
+
+// TestServeWarnsOfOpenedLoopbackAndMetadata: serve starts with a warning for each
+// allowed network that opens loopback or a cloud metadata range, naming the ranges
+// (0.0.0.0/0: loopback opened, the metadata ranges it contains refused); a network
+// that opens neither warrants none.
+func TestServeWarnsOfOpenedLoopbackAndMetadata(t *testing.T) {
+	t.Parallel()
+	// A database URL serve cannot parse stops it just after its start's warnings.
+	serve := func(t *testing.T, env map[string]string) string {
+		t.Helper()
+		env["DATABASE_URL"], env["STEPGATE_JWT_SECRET"] = "postgres://%zz", strings.Repeat("s", 32)
+		c, _, stderr := newTestCLI(env, "")
+		require.ErrorContains(t, c.run(t.Context(), []string{"serve"}), "DATABASE_URL: ")
+		return stderr.String()
+	}
+	out := serve(t, map[string]string{"STEPGATE_ALLOWED_NETWORKS": "0.0.0.0/0"})
+	require.Contains(t, out, `"level":"WARN"`)
+	require.Contains(t, out, "STEPGATE_ALLOWED_NETWORKS: allowed network 0.0.0.0/0 opens loopback (127.0.0.0/8)")
+	require.Contains(t, out, "169.254.0.0/16")
+	require.Contains(t, out, "cloud metadata")
+
+	out = serve(t, map[string]string{"STEPGATE_TENANT_NETWORKS": "acme=169.254.169.254"})
+	require.Contains(t, out, `STEPGATE_TENANT_NETWORKS: tenant \"acme\"'s network 169.254.169.254/32 opens the cloud metadata or link-local range 169.254.169.254/32`)
+
+	require.NotContains(t, serve(t, map[string]string{"STEPGATE_ALLOWED_NETWORKS": "10.0.0.0/8"}), `"level":"WARN"`)
+}

@@ -7,7 +7,9 @@
 // 169.254.169.254, the database, an admin port on loopback. By default the
 // gateway dials only the public internet; operators open more with
 // [Policy.AllowedNetworks] and [Policy.AllowedHosts], for every tenant, or with
-// [Policy.TenantNetworks], for one tenant each.
+// [Policy.TenantNetworks], for one tenant each. Cloud metadata and link-local
+// addresses open only to a network named within their own range, never to a
+// broader one such as 0.0.0.0/0 nor to an allowed host name.
 //
 // A function that is not on the public internet must not become a tenant's view
 // of the operator's network: [Trace] tells whether a request went (or tried to
@@ -33,14 +35,23 @@ import (
 // Policy says which addresses the gateway may dial. Its zero value allows the
 // public internet only: every special-purpose address (loopback, RFC 1918,
 // link-local, unique local, CGNAT, NAT64, multicast, unspecified, broadcast,
-// reserved, documentation, and the IPv4-mapped IPv6 form of each) is refused.
+// reserved, documentation, and the IPv4-mapped IPv6 form of each) is refused, and
+// so are the cloud metadata addresses on the public internet (Azure's WireServer,
+// 168.63.129.16).
+//
+// A cloud metadata or link-local address (169.254.0.0/16, fe80::/10, fd00:ec2::/32,
+// fd20:ce::254, 100.100.100.200, 168.63.129.16, 192.0.0.192, or its form in the
+// well-known NAT64 prefix 64:ff9b::/96) is dialed only when an allowed network lies
+// within its range and contains it: 169.254.0.0/16 or 169.254.169.254/32 opens 169.254.169.254; 0.0.0.0/0,
+// which merely contains it, does not.
 type Policy struct {
 	// AllowedNetworks are networks opened on top of the public internet, such as
 	// 10.0.0.0/8, or 127.0.0.0/8 for development. IPv4 networks also allow the
 	// IPv4-mapped IPv6 form of their addresses.
 	AllowedNetworks []netip.Prefix
 	// AllowedHosts are host names whose every address is allowed, whatever it
-	// resolves to: exact ("functions", case-insensitive) or a leading "*."
+	// resolves to, but a cloud metadata or link-local address that AllowedNetworks
+	// do not open: exact ("functions", case-insensitive) or a leading "*."
 	// wildcard ("*.svc.cluster.local" matches "a.svc.cluster.local", not
 	// "svc.cluster.local").
 	AllowedHosts []string
@@ -71,6 +82,16 @@ const configHint = "allow it with STEPGATE_ALLOWED_NETWORKS or STEPGATE_ALLOWED_
 type RefusedError struct {
 	Addr netip.Addr // The refused address; an IPv4-mapped IPv6 address is given as IPv4.
 	Kind string     // What the address is, with its article: "a loopback address".
+
+	guarded bool // a cloud metadata or link-local address, which needs its own range named
+}
+
+// hint tells whoever reads the refusal how an operator would lift it.
+func (e *RefusedError) hint() string {
+	if e.guarded {
+		return guardedHint
+	}
+	return configHint
 }
 
 func (e *RefusedError) Error() string {
@@ -84,10 +105,49 @@ func IsRefused(err error) bool {
 	return errors.As(err, &re)
 }
 
+// HideAddresses returns err, an error of a request made with [Policy.Client], as an
+// error whose message names no address: not the *url.Error's method and URL, and,
+// from a *net.OpError, neither its addresses, nor the address a refusal names (it
+// says what kind of address the host resolved to), nor a DNS server. What a host name
+// resolved to is the gateway's view of DNS, not the tenant's to read. The result
+// wraps err, so [IsRefused] and errors.Is see through it. An err that holds no
+// *net.OpError is returned as it is, nil included.
+func HideAddresses(err error) error {
+	var op *net.OpError
+	if !errors.As(err, &op) {
+		return err
+	}
+	msg := op.Op
+	if op.Net != "" {
+		msg += " " + strings.TrimRight(op.Net, "46") // tcp4 says which family the address was
+	}
+	var re *RefusedError
+	var dnsErr *net.DNSError
+	switch {
+	case errors.As(op.Err, &re):
+		msg += fmt.Sprintf(": the host resolves to %s, which this gateway does not dial (%s)", re.Kind, re.hint())
+	case errors.As(op.Err, &dnsErr):
+		msg += fmt.Sprintf(": lookup %s: %s", dnsErr.Name, dnsErr.Err)
+	case op.Err != nil:
+		msg += ": " + op.Err.Error()
+	}
+	return &hiddenError{msg: msg, err: err}
+}
+
+// hiddenError is HideAddresses' error: its own message, err's chain.
+type hiddenError struct {
+	msg string
+	err error
+}
+
+func (e *hiddenError) Error() string { return e.msg }
+func (e *hiddenError) Unwrap() error { return e.err }
+
 // Client returns an http.Client for requests to functions. Its dialer refuses,
 // at connect time, every resolved address the policy does not allow, because
 // DNS answers can change after [Policy.CheckURL] passed; a URL whose host is one
-// of AllowedHosts is dialed whatever it resolves to. Any port is allowed; only
+// of AllowedHosts is dialed whatever it resolves to but a cloud metadata or
+// link-local address AllowedNetworks do not open. Any port is allowed; only
 // TCP is dialed. It never follows a redirect: a 3xx comes back as the response.
 // It uses no proxy, since a proxy would dial on the gateway's behalf unchecked.
 // It has no overall timeout: bound requests with their context.
@@ -99,7 +159,7 @@ func (p Policy) Client() *http.Client {
 	base := net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second, Resolver: p.Resolver}
 	checked, open := base, base
 	checked.Control = g.control
-	open.Control = tcpOnly
+	open.Control = g.controlGuarded
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.Proxy = nil
 	t.MaxIdleConns = 1024
@@ -128,9 +188,10 @@ func (p Policy) Client() *http.Client {
 // form (2130706433, 0x7f.1, 127.1) is refused. ctx bounds the DNS lookup.
 //
 // Every error it returns says in words fit for an API client what is wrong,
-// naming the host and, when an address is refused, the address and why;
-// [IsRefused] reports true for the latter. User information in the URL is not
-// checked.
+// naming the host and, when an address is refused, what kind of address it is;
+// [IsRefused] reports true for the latter. It names an address only when the
+// URL's host is one: never what a host name resolved to, which is the
+// gateway's view of DNS. User information in the URL is not checked.
 func (p Policy) CheckURL(ctx context.Context, rawURL string) error {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -183,7 +244,7 @@ func (p Policy) CheckURL(ctx context.Context, rawURL string) error {
 	}
 	for _, addr := range addrs {
 		if re := g.check(addr); re != nil {
-			return &urlRefusedError{host: host, verb: "resolves to " + re.Addr.String() + ",", err: re}
+			return &urlRefusedError{host: host, verb: "resolves to", err: re}
 		}
 	}
 	return nil
@@ -192,12 +253,12 @@ func (p Policy) CheckURL(ctx context.Context, rawURL string) error {
 // urlRefusedError is CheckURL's refusal: the dial refusal, said of the URL's host.
 type urlRefusedError struct {
 	host string
-	verb string // "is", or "resolves to 169.254.169.254,"
+	verb string // "is", "maps to 127.0.0.1,", or "resolves to" (never followed by the address)
 	err  *RefusedError
 }
 
 func (e *urlRefusedError) Error() string {
-	return fmt.Sprintf("url host %q %s %s, which this gateway does not dial (%s)", e.host, e.verb, e.err.Kind, configHint)
+	return fmt.Sprintf("url host %q %s %s, which this gateway does not dial (%s)", e.host, e.verb, e.err.Kind, e.err.hint())
 }
 
 func (e *urlRefusedError) Unwrap() error { return e.err }
@@ -226,11 +287,15 @@ func (p Policy) hostAllowed(host string) bool {
 }
 
 // guard checks addresses against a policy's networks.
-type guard struct{ g *ssrf.Guardian }
+type guard struct {
+	g       *ssrf.Guardian
+	allowed []netip.Prefix // for the guarded ranges (checkGuarded)
+}
 
 // guard returns p's address check. The library's built-in deny lists already
 // refuse every range the package documents (IPv6 outside 2000::/3 is refused
-// wholesale), so only the allowed networks are passed on.
+// wholesale), so only the allowed networks are passed on; the guarded ranges are
+// checked before it.
 func (p Policy) guard() guard {
 	var v4, v6 []netip.Prefix
 	for _, n := range p.AllowedNetworks {
@@ -240,11 +305,11 @@ func (p Policy) guard() guard {
 			v6 = append(v6, n)
 		}
 	}
-	return guard{ssrf.New(
+	return guard{g: ssrf.New(
 		ssrf.WithAnyPort(),
 		ssrf.WithAllowedV4Prefixes(v4...),
 		ssrf.WithAllowedV6Prefixes(v6...),
-	)}
+	), allowed: p.AllowedNetworks}
 }
 
 // check returns why addr may not be dialed, or nil if it may. IPv4-mapped IPv6
@@ -252,6 +317,9 @@ func (p Policy) guard() guard {
 // dialer connects to.
 func (g guard) check(addr netip.Addr) *RefusedError {
 	addr = addr.Unmap().WithZone("")
+	if re := checkGuarded(g.allowed, addr); re != nil {
+		return re
+	}
 	if err := g.g.SafeAddr(addr); err != nil {
 		return &RefusedError{Addr: addr, Kind: kind(addr)}
 	}
@@ -269,6 +337,22 @@ func (g guard) control(network, address string, c syscall.RawConn) error {
 		return fmt.Errorf("parse dialed address %q: %w", address, err)
 	}
 	if re := g.check(ap.Addr()); re != nil {
+		return re
+	}
+	return nil
+}
+
+// controlGuarded is the Control of the dialer of AllowedHosts: whatever their names
+// resolve to is dialed, but a guarded address the allowed networks do not open.
+func (g guard) controlGuarded(network, address string, c syscall.RawConn) error {
+	if err := tcpOnly(network, address, c); err != nil {
+		return err
+	}
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return fmt.Errorf("parse dialed address %q: %w", address, err)
+	}
+	if re := checkGuarded(g.allowed, ap.Addr().Unmap().WithZone("")); re != nil {
 		return re
 	}
 	return nil
@@ -308,6 +392,11 @@ var kinds = []struct {
 // kind says in words what special-purpose address addr is, with its article.
 func kind(addr netip.Addr) string {
 	addr = addr.Unmap().WithZone("")
+	for _, m := range metadataAddrs {
+		if m.Contains(addr) {
+			return metadataKind
+		}
+	}
 	for _, k := range kinds {
 		if k.prefix.Contains(addr) {
 			return k.kind
