@@ -1056,8 +1056,10 @@ type FunctionConfig struct {
 	// `resume_roles`; an event from anyone else is stored, starts what its triggers
 	// allow, and leaves the run waiting (`resumed` does not list it). A message to a
 	// run of this function from anyone else is refused: a 403 naming the roles, or
-	// for a run's `send`, the entry's error of type `forbidden`. Callbacks are not
-	// checked: a callback's token is a capability that whoever holds it may use.
+	// for a run's `send`, the entry's error of type `forbidden`. So is resolving or
+	// rejecting a run's callback by its name, or listing its callbacks' URLs (a 403
+	// naming the roles). A callback's URL is not checked: its token is a capability
+	// that whoever holds it may use.
 	InvokeRoles *[]string `json:"invoke_roles,omitempty"`
 
 	// MaxInvocationDuration The longest one invocation may run before the SDK suspends the run at the next
@@ -1080,8 +1082,8 @@ type FunctionConfig struct {
 	// `max_queue` does not apply.
 	RateLimit *RateConfig `json:"rate_limit,omitempty"`
 
-	// ResumeRoles Roles that may resume the waits of this function's runs (by an event or a
-	// message; see `invoke_roles`) besides those that may start them: for a
+	// ResumeRoles Roles that may resume the waits of this function's runs (by an event, a
+	// message or a callback resolved by name; see `invoke_roles`) besides those that may start them: for a
 	// function whose `invoke_roles` restrict who starts it, but that waits for
 	// events or messages from other senders (a webhook's token, another team's
 	// runs). It never restricts: without `invoke_roles` anyone of the tenant may
@@ -3362,9 +3364,11 @@ type ClientInterface interface {
 	//
 	// Each callback of the run that a POST to its URL would resolve now (pending, not
 	// expired, its run not finished), oldest first, with its URL token included: the
-	// credential that resolves it without a JWT. So it needs `runs:manage`, as
-	// resolving it by name does; every other read (`GET /v1/runs/{id}`, the export)
-	// shows the token masked. At most 1000 callbacks (`more` says there are others);
+	// credential that resolves it without a JWT. So it needs what resolving it by name
+	// needs: `runs:manage`, and a role that may resume the run (its function's
+	// `invoke_roles` or `resume_roles`, or `admin`; else a 403 naming them and the
+	// caller's roles); every other read (`GET /v1/runs/{id}`, the export) shows the
+	// token masked. At most 1000 callbacks (`more` says there are others);
 	// another tenant's run is a 404.
 	//
 	// Corresponds with GET /v1/runs/{id}/callbacks (the `ListRunCallbacks` operationId).
@@ -3374,7 +3378,10 @@ type ClientInterface interface {
 	//
 	// As `resolveCallback`, for a caller with a JWT and no token: the callback is the
 	// run's latest one named `name`, in the caller's tenant (another tenant's run is a
-	// 404). The journal records the resolver as `"resolver": "identity"` with the
+	// 404). The caller must be one who may resume the run by an event or a message: a
+	// caller whom the function's `invoke_roles` exclude and who has none of its
+	// `resume_roles` (nor `admin`) is refused, 403 naming both lists and the caller's
+	// roles (whatever the run's status). The journal records the resolver as `"resolver": "identity"` with the
 	// caller's identity in `resolved_by`. A 409's `detail` names the run and, for a
 	// callback already resolved or rejected, when and by whom. The dashboard's Approve
 	// button calls it.
@@ -3388,7 +3395,10 @@ type ClientInterface interface {
 	//
 	// As `resolveCallback`, for a caller with a JWT and no token: the callback is the
 	// run's latest one named `name`, in the caller's tenant (another tenant's run is a
-	// 404). The journal records the resolver as `"resolver": "identity"` with the
+	// 404). The caller must be one who may resume the run by an event or a message: a
+	// caller whom the function's `invoke_roles` exclude and who has none of its
+	// `resume_roles` (nor `admin`) is refused, 403 naming both lists and the caller's
+	// roles (whatever the run's status). The journal records the resolver as `"resolver": "identity"` with the
 	// caller's identity in `resolved_by`. A 409's `detail` names the run and, for a
 	// callback already resolved or rejected, when and by whom. The dashboard's Approve
 	// button calls it.
@@ -4922,9 +4932,11 @@ func (c *Client) GetRun(ctx context.Context, id RunID, params *GetRunParams, req
 //
 // Each callback of the run that a POST to its URL would resolve now (pending, not
 // expired, its run not finished), oldest first, with its URL token included: the
-// credential that resolves it without a JWT. So it needs `runs:manage`, as
-// resolving it by name does; every other read (`GET /v1/runs/{id}`, the export)
-// shows the token masked. At most 1000 callbacks (`more` says there are others);
+// credential that resolves it without a JWT. So it needs what resolving it by name
+// needs: `runs:manage`, and a role that may resume the run (its function's
+// `invoke_roles` or `resume_roles`, or `admin`; else a 403 naming them and the
+// caller's roles); every other read (`GET /v1/runs/{id}`, the export) shows the
+// token masked. At most 1000 callbacks (`more` says there are others);
 // another tenant's run is a 404.
 //
 // Corresponds with GET /v1/runs/{id}/callbacks (the `ListRunCallbacks` operationId).
@@ -4944,7 +4956,10 @@ func (c *Client) ListRunCallbacks(ctx context.Context, id RunID, reqEditors ...R
 //
 // As `resolveCallback`, for a caller with a JWT and no token: the callback is the
 // run's latest one named `name`, in the caller's tenant (another tenant's run is a
-// 404). The journal records the resolver as `"resolver": "identity"` with the
+// 404). The caller must be one who may resume the run by an event or a message: a
+// caller whom the function's `invoke_roles` exclude and who has none of its
+// `resume_roles` (nor `admin`) is refused, 403 naming both lists and the caller's
+// roles (whatever the run's status). The journal records the resolver as `"resolver": "identity"` with the
 // caller's identity in `resolved_by`. A 409's `detail` names the run and, for a
 // callback already resolved or rejected, when and by whom. The dashboard's Approve
 // button calls it.
@@ -4968,7 +4983,10 @@ func (c *Client) ResolveRunCallbackWithBody(ctx context.Context, id RunID, name 
 //
 // As `resolveCallback`, for a caller with a JWT and no token: the callback is the
 // run's latest one named `name`, in the caller's tenant (another tenant's run is a
-// 404). The journal records the resolver as `"resolver": "identity"` with the
+// 404). The caller must be one who may resume the run by an event or a message: a
+// caller whom the function's `invoke_roles` exclude and who has none of its
+// `resume_roles` (nor `admin`) is refused, 403 naming both lists and the caller's
+// roles (whatever the run's status). The journal records the resolver as `"resolver": "identity"` with the
 // caller's identity in `resolved_by`. A 409's `detail` names the run and, for a
 // callback already resolved or rejected, when and by whom. The dashboard's Approve
 // button calls it.
@@ -9335,9 +9353,11 @@ type ClientWithResponsesInterface interface {
 	//
 	// Each callback of the run that a POST to its URL would resolve now (pending, not
 	// expired, its run not finished), oldest first, with its URL token included: the
-	// credential that resolves it without a JWT. So it needs `runs:manage`, as
-	// resolving it by name does; every other read (`GET /v1/runs/{id}`, the export)
-	// shows the token masked. At most 1000 callbacks (`more` says there are others);
+	// credential that resolves it without a JWT. So it needs what resolving it by name
+	// needs: `runs:manage`, and a role that may resume the run (its function's
+	// `invoke_roles` or `resume_roles`, or `admin`; else a 403 naming them and the
+	// caller's roles); every other read (`GET /v1/runs/{id}`, the export) shows the
+	// token masked. At most 1000 callbacks (`more` says there are others);
 	// another tenant's run is a 404.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -9349,7 +9369,10 @@ type ClientWithResponsesInterface interface {
 	//
 	// As `resolveCallback`, for a caller with a JWT and no token: the callback is the
 	// run's latest one named `name`, in the caller's tenant (another tenant's run is a
-	// 404). The journal records the resolver as `"resolver": "identity"` with the
+	// 404). The caller must be one who may resume the run by an event or a message: a
+	// caller whom the function's `invoke_roles` exclude and who has none of its
+	// `resume_roles` (nor `admin`) is refused, 403 naming both lists and the caller's
+	// roles (whatever the run's status). The journal records the resolver as `"resolver": "identity"` with the
 	// caller's identity in `resolved_by`. A 409's `detail` names the run and, for a
 	// callback already resolved or rejected, when and by whom. The dashboard's Approve
 	// button calls it.
@@ -9363,7 +9386,10 @@ type ClientWithResponsesInterface interface {
 	//
 	// As `resolveCallback`, for a caller with a JWT and no token: the callback is the
 	// run's latest one named `name`, in the caller's tenant (another tenant's run is a
-	// 404). The journal records the resolver as `"resolver": "identity"` with the
+	// 404). The caller must be one who may resume the run by an event or a message: a
+	// caller whom the function's `invoke_roles` exclude and who has none of its
+	// `resume_roles` (nor `admin`) is refused, 403 naming both lists and the caller's
+	// roles (whatever the run's status). The journal records the resolver as `"resolver": "identity"` with the
 	// caller's identity in `resolved_by`. A 409's `detail` names the run and, for a
 	// callback already resolved or rejected, when and by whom. The dashboard's Approve
 	// button calls it.
@@ -14517,9 +14543,11 @@ func (c *ClientWithResponses) GetRunWithResponse(ctx context.Context, id RunID, 
 //
 // Each callback of the run that a POST to its URL would resolve now (pending, not
 // expired, its run not finished), oldest first, with its URL token included: the
-// credential that resolves it without a JWT. So it needs `runs:manage`, as
-// resolving it by name does; every other read (`GET /v1/runs/{id}`, the export)
-// shows the token masked. At most 1000 callbacks (`more` says there are others);
+// credential that resolves it without a JWT. So it needs what resolving it by name
+// needs: `runs:manage`, and a role that may resume the run (its function's
+// `invoke_roles` or `resume_roles`, or `admin`; else a 403 naming them and the
+// caller's roles); every other read (`GET /v1/runs/{id}`, the export) shows the
+// token masked. At most 1000 callbacks (`more` says there are others);
 // another tenant's run is a 404.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -14537,7 +14565,10 @@ func (c *ClientWithResponses) ListRunCallbacksWithResponse(ctx context.Context, 
 //
 // As `resolveCallback`, for a caller with a JWT and no token: the callback is the
 // run's latest one named `name`, in the caller's tenant (another tenant's run is a
-// 404). The journal records the resolver as `"resolver": "identity"` with the
+// 404). The caller must be one who may resume the run by an event or a message: a
+// caller whom the function's `invoke_roles` exclude and who has none of its
+// `resume_roles` (nor `admin`) is refused, 403 naming both lists and the caller's
+// roles (whatever the run's status). The journal records the resolver as `"resolver": "identity"` with the
 // caller's identity in `resolved_by`. A 409's `detail` names the run and, for a
 // callback already resolved or rejected, when and by whom. The dashboard's Approve
 // button calls it.
@@ -14557,7 +14588,10 @@ func (c *ClientWithResponses) ResolveRunCallbackWithBodyWithResponse(ctx context
 //
 // As `resolveCallback`, for a caller with a JWT and no token: the callback is the
 // run's latest one named `name`, in the caller's tenant (another tenant's run is a
-// 404). The journal records the resolver as `"resolver": "identity"` with the
+// 404). The caller must be one who may resume the run by an event or a message: a
+// caller whom the function's `invoke_roles` exclude and who has none of its
+// `resume_roles` (nor `admin`) is refused, 403 naming both lists and the caller's
+// roles (whatever the run's status). The journal records the resolver as `"resolver": "identity"` with the
 // caller's identity in `resolved_by`. A 409's `detail` names the run and, for a
 // callback already resolved or rejected, when and by whom. The dashboard's Approve
 // button calls it.

@@ -1237,9 +1237,11 @@ export interface paths {
          * Lists a run's open callbacks with their whole URLs, to hand one to whoever resolves it. Needs `runs:manage`.
          * @description Each callback of the run that a POST to its URL would resolve now (pending, not
          *     expired, its run not finished), oldest first, with its URL token included: the
-         *     credential that resolves it without a JWT. So it needs `runs:manage`, as
-         *     resolving it by name does; every other read (`GET /v1/runs/{id}`, the export)
-         *     shows the token masked. At most 1000 callbacks (`more` says there are others);
+         *     credential that resolves it without a JWT. So it needs what resolving it by name
+         *     needs: `runs:manage`, and a role that may resume the run (its function's
+         *     `invoke_roles` or `resume_roles`, or `admin`; else a 403 naming them and the
+         *     caller's roles); every other read (`GET /v1/runs/{id}`, the export) shows the
+         *     token masked. At most 1000 callbacks (`more` says there are others);
          *     another tenant's run is a 404.
          */
         get: operations["listRunCallbacks"];
@@ -1268,7 +1270,10 @@ export interface paths {
          * Resolves a run's callback by its name, with the request body as its data, as the caller. Needs `runs:manage`.
          * @description As `resolveCallback`, for a caller with a JWT and no token: the callback is the
          *     run's latest one named `name`, in the caller's tenant (another tenant's run is a
-         *     404). The journal records the resolver as `"resolver": "identity"` with the
+         *     404). The caller must be one who may resume the run by an event or a message: a
+         *     caller whom the function's `invoke_roles` exclude and who has none of its
+         *     `resume_roles` (nor `admin`) is refused, 403 naming both lists and the caller's
+         *     roles (whatever the run's status). The journal records the resolver as `"resolver": "identity"` with the
          *     caller's identity in `resolved_by`. A 409's `detail` names the run and, for a
          *     callback already resolved or rejected, when and by whom. The dashboard's Approve
          *     button calls it.
@@ -1492,13 +1497,15 @@ export interface components {
              *     `resume_roles`; an event from anyone else is stored, starts what its triggers
              *     allow, and leaves the run waiting (`resumed` does not list it). A message to a
              *     run of this function from anyone else is refused: a 403 naming the roles, or
-             *     for a run's `send`, the entry's error of type `forbidden`. Callbacks are not
-             *     checked: a callback's token is a capability that whoever holds it may use.
+             *     for a run's `send`, the entry's error of type `forbidden`. So is resolving or
+             *     rejecting a run's callback by its name, or listing its callbacks' URLs (a 403
+             *     naming the roles). A callback's URL is not checked: its token is a capability
+             *     that whoever holds it may use.
              */
             invoke_roles?: string[];
             /**
-             * @description Roles that may resume the waits of this function's runs (by an event or a
-             *     message; see `invoke_roles`) besides those that may start them: for a
+             * @description Roles that may resume the waits of this function's runs (by an event, a
+             *     message or a callback resolved by name; see `invoke_roles`) besides those that may start them: for a
              *     function whose `invoke_roles` restrict who starts it, but that waits for
              *     events or messages from other senders (a webhook's token, another team's
              *     runs). It never restricts: without `invoke_roles` anyone of the tenant may
