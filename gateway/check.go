@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stepgate/stepgate/access"
+	"github.com/stepgate/stepgate/internal/redact"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
@@ -149,7 +150,7 @@ func refusal(c *protocol.AppCheck) string {
 }
 
 // lastCheckToAPI returns a function's last check for the API; unless reveal, the URL
-// it checked is masked as a function's is (redactURL).
+// it checked is masked as a function's is (redact.URL).
 func lastCheckToAPI(c *journal.FunctionCheck, reveal bool) (*protocol.FunctionLastCheck, error) {
 	out := &protocol.FunctionLastCheck{CheckedAt: c.CheckedAt, Registered: c.Registered, Subject: &c.Subject}
 	if c.Forced {
@@ -159,7 +160,7 @@ func lastCheckToAPI(c *journal.FunctionCheck, reveal bool) (*protocol.FunctionLa
 		return nil, fmt.Errorf("decode last check of %s: %w", c.Function, err)
 	}
 	if out.Check.URL != nil && !reveal {
-		out.Check.URL = new(redactURL(*out.Check.URL))
+		out.Check.URL = new(redact.URL(*out.Check.URL))
 	}
 	return out, nil
 }

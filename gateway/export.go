@@ -18,7 +18,7 @@ const ExportFormat = "stepgate.run/1"
 // ExportRun returns a run of the caller's tenant with its whole journal, its failures
 // and its function revision, to replay it locally (RunExport in openapi.yaml). The
 // journal and failures are those GetRun shows, page after page: a callback's token is
-// masked (entryForReaders), and the function's URL is masked whoever asks (redactURL).
+// masked (entryForReaders), and the function's URL is masked whoever asks (redact.URL).
 // It is bounded as journal.GetWholeRun, which reads it.
 func (s *Server) ExportRun(ctx context.Context, req server.ExportRunRequestObject) (server.ExportRunResponseObject, error) {
 	if !validRunID(req.ID) {
