@@ -409,3 +409,59 @@ func ResolveCallback(ctx context.Context, db DB, ref CallbackRef, res Resolution
 	}
 	return &cb, nil
 }
+
+// FreshCallbacks makes the callbacks a rerun copies (CopyEntries) fresh: each gets a
+// token of its own, sealed in its entry, so that the old run's token never reaches the
+// new run nor resolves its callback.
+type FreshCallbacks struct {
+	Key      CallbackKey                // Seals the fresh tokens. Required when a copy holds a callback.
+	NewToken func() (token, url string) // A fresh random token and the URL that resolves it. Required as Key.
+}
+
+// copyCallbacks copies the callback entries of the tenant's run from before seq before
+// into to's journal, each as a fresh callback (see CopyEntries), and returns how many.
+func copyCallbacks(ctx context.Context, q *dbsqlc.Queries, tenant, from, to string, before int, fresh FreshCallbacks) (int, error) {
+	rows, err := q.RunCopyCallbacks(ctx, dbsqlc.RunCopyCallbacksParams{Tenant: tenant, FromRun: from, Before: int32(before)})
+	if err != nil {
+		return 0, fmt.Errorf("load callbacks of run %s before %d: %w", from, before, err)
+	}
+	if len(rows) > 0 && (len(fresh.Key) == 0 || fresh.NewToken == nil) {
+		return 0, fmt.Errorf("copy callbacks of run %s: no callback key or token maker", from)
+	}
+	for _, r := range rows {
+		var old struct {
+			ExpiresAt time.Time `json:"expires_at"`
+		}
+		if err := json.Unmarshal(r.Output, &old); err != nil {
+			return 0, fmt.Errorf("copy callback %d of run %s: %w", r.Seq, from, err)
+		}
+		token, url := fresh.NewToken()
+		p := dbsqlc.RunCopyCallbackParams{
+			ToRun: to, FromRun: from, Tenant: tenant, Seq: r.Seq, Name: r.Name, Attempt: r.Attempt,
+			TokenHash: HashToken(token), JournalBytes: r.JournalBytes,
+		}
+		shown := old.ExpiresAt
+		if r.AwaitCopied && r.State != nil && r.ExpiresAt != nil {
+			// The replay journals nothing new of it: it stays as it was.
+			p.State, p.Payload, p.Error, p.Resolver, p.ResolvedBy, p.ResolvedAt = *r.State, r.Payload, r.Error, r.Resolver, r.ResolvedBy, r.ResolvedAt
+			p.AwaitedSeq, p.ExpiresAt = r.AwaitedSeq, *r.ExpiresAt
+			p.StartedAt, p.FinishedAt = r.StartedAt, r.FinishedAt
+		} else {
+			made := r.FinishedAt
+			if r.StartedAt != nil {
+				made = *r.StartedAt
+			}
+			shown = r.Now.Add(old.ExpiresAt.Sub(made)).Truncate(time.Microsecond).UTC()
+			p.State, p.ExpiresAt = CallbackPending, shown
+			p.StartedAt, p.FinishedAt = &r.Now, r.Now
+		}
+		at, _ := json.Marshal(shown) // a time.Time in range marshals
+		if p.Output, err = fresh.Key.seal(url, token, at); err != nil {
+			return 0, fmt.Errorf("copy callback %d of run %s: %w", r.Seq, from, err)
+		}
+		if err := q.RunCopyCallback(ctx, p); err != nil {
+			return 0, fmt.Errorf("copy callback %d of run %s: %w", r.Seq, from, unstorable(err))
+		}
+	}
+	return len(rows), nil
+}

@@ -3774,8 +3774,12 @@ type ClientInterface interface {
 	// run's: only finished entries are copied); another N is a 400 naming the bound.
 	// Only a finished run can be rerun
 	// from a step, so the copied entries never change under the new run. A copied
-	// `callback` entry keeps its URL, which resolves the old run's callback, not the
-	// new run's: pick N at or before a callback the new run must wait on again.
+	// `callback` is a fresh callback of the new run, with a token of its own (the old
+	// run's token never reaches the new run and resolves none of its callbacks): when
+	// its await is copied too, it keeps its outcome, so the replay takes the same path;
+	// otherwise it is pending, with the callback's timeout from the rerun, and the new
+	// run waits for it: resolve it by name, or by the URL that the function's replay
+	// gets (pick N at or before the step that hands the URL out, to hand it out anew).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3801,8 +3805,12 @@ type ClientInterface interface {
 	// run's: only finished entries are copied); another N is a 400 naming the bound.
 	// Only a finished run can be rerun
 	// from a step, so the copied entries never change under the new run. A copied
-	// `callback` entry keeps its URL, which resolves the old run's callback, not the
-	// new run's: pick N at or before a callback the new run must wait on again.
+	// `callback` is a fresh callback of the new run, with a token of its own (the old
+	// run's token never reaches the new run and resolves none of its callbacks): when
+	// its await is copied too, it keeps its outcome, so the replay takes the same path;
+	// otherwise it is pending, with the callback's timeout from the rerun, and the new
+	// run waits for it: resolve it by name, or by the URL that the function's replay
+	// gets (pick N at or before the step that hands the URL out, to hand it out anew).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -5532,8 +5540,12 @@ func (c *Client) GetRequest(ctx context.Context, id RunID, rid string, params *G
 // run's: only finished entries are copied); another N is a 400 naming the bound.
 // Only a finished run can be rerun
 // from a step, so the copied entries never change under the new run. A copied
-// `callback` entry keeps its URL, which resolves the old run's callback, not the
-// new run's: pick N at or before a callback the new run must wait on again.
+// `callback` is a fresh callback of the new run, with a token of its own (the old
+// run's token never reaches the new run and resolves none of its callbacks): when
+// its await is copied too, it keeps its outcome, so the replay takes the same path;
+// otherwise it is pending, with the callback's timeout from the rerun, and the new
+// run waits for it: resolve it by name, or by the URL that the function's replay
+// gets (pick N at or before the step that hands the URL out, to hand it out anew).
 //
 // Takes any type of body and a specified content type.
 //
@@ -5569,8 +5581,12 @@ func (c *Client) RerunRunWithBody(ctx context.Context, id RunID, contentType str
 // run's: only finished entries are copied); another N is a 400 naming the bound.
 // Only a finished run can be rerun
 // from a step, so the copied entries never change under the new run. A copied
-// `callback` entry keeps its URL, which resolves the old run's callback, not the
-// new run's: pick N at or before a callback the new run must wait on again.
+// `callback` is a fresh callback of the new run, with a token of its own (the old
+// run's token never reaches the new run and resolves none of its callbacks): when
+// its await is copied too, it keeps its outcome, so the replay takes the same path;
+// otherwise it is pending, with the callback's timeout from the rerun, and the new
+// run waits for it: resolve it by name, or by the URL that the function's replay
+// gets (pick N at or before the step that hands the URL out, to hand it out anew).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -9773,8 +9789,12 @@ type ClientWithResponsesInterface interface {
 	// run's: only finished entries are copied); another N is a 400 naming the bound.
 	// Only a finished run can be rerun
 	// from a step, so the copied entries never change under the new run. A copied
-	// `callback` entry keeps its URL, which resolves the old run's callback, not the
-	// new run's: pick N at or before a callback the new run must wait on again.
+	// `callback` is a fresh callback of the new run, with a token of its own (the old
+	// run's token never reaches the new run and resolves none of its callbacks): when
+	// its await is copied too, it keeps its outcome, so the replay takes the same path;
+	// otherwise it is pending, with the callback's timeout from the rerun, and the new
+	// run waits for it: resolve it by name, or by the URL that the function's replay
+	// gets (pick N at or before the step that hands the URL out, to hand it out anew).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -9800,8 +9820,12 @@ type ClientWithResponsesInterface interface {
 	// run's: only finished entries are copied); another N is a 400 naming the bound.
 	// Only a finished run can be rerun
 	// from a step, so the copied entries never change under the new run. A copied
-	// `callback` entry keeps its URL, which resolves the old run's callback, not the
-	// new run's: pick N at or before a callback the new run must wait on again.
+	// `callback` is a fresh callback of the new run, with a token of its own (the old
+	// run's token never reaches the new run and resolves none of its callbacks): when
+	// its await is copied too, it keeps its outcome, so the replay takes the same path;
+	// otherwise it is pending, with the callback's timeout from the rerun, and the new
+	// run waits for it: resolve it by name, or by the URL that the function's replay
+	// gets (pick N at or before the step that hands the URL out, to hand it out anew).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -15077,8 +15101,12 @@ func (c *ClientWithResponses) GetRequestWithResponse(ctx context.Context, id Run
 // run's: only finished entries are copied); another N is a 400 naming the bound.
 // Only a finished run can be rerun
 // from a step, so the copied entries never change under the new run. A copied
-// `callback` entry keeps its URL, which resolves the old run's callback, not the
-// new run's: pick N at or before a callback the new run must wait on again.
+// `callback` is a fresh callback of the new run, with a token of its own (the old
+// run's token never reaches the new run and resolves none of its callbacks): when
+// its await is copied too, it keeps its outcome, so the replay takes the same path;
+// otherwise it is pending, with the callback's timeout from the rerun, and the new
+// run waits for it: resolve it by name, or by the URL that the function's replay
+// gets (pick N at or before the step that hands the URL out, to hand it out anew).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -15110,8 +15138,12 @@ func (c *ClientWithResponses) RerunRunWithBodyWithResponse(ctx context.Context, 
 // run's: only finished entries are copied); another N is a 400 naming the bound.
 // Only a finished run can be rerun
 // from a step, so the copied entries never change under the new run. A copied
-// `callback` entry keeps its URL, which resolves the old run's callback, not the
-// new run's: pick N at or before a callback the new run must wait on again.
+// `callback` is a fresh callback of the new run, with a token of its own (the old
+// run's token never reaches the new run and resolves none of its callbacks): when
+// its await is copied too, it keeps its outcome, so the replay takes the same path;
+// otherwise it is pending, with the callback's timeout from the rerun, and the new
+// run waits for it: resolve it by name, or by the URL that the function's replay
+// gets (pick N at or before the step that hands the URL out, to hand it out anew).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -739,8 +739,12 @@ export interface paths {
          *     run's: only finished entries are copied); another N is a 400 naming the bound.
          *     Only a finished run can be rerun
          *     from a step, so the copied entries never change under the new run. A copied
-         *     `callback` entry keeps its URL, which resolves the old run's callback, not the
-         *     new run's: pick N at or before a callback the new run must wait on again.
+         *     `callback` is a fresh callback of the new run, with a token of its own (the old
+         *     run's token never reaches the new run and resolves none of its callbacks): when
+         *     its await is copied too, it keeps its outcome, so the replay takes the same path;
+         *     otherwise it is pending, with the callback's timeout from the rerun, and the new
+         *     run waits for it: resolve it by name, or by the URL that the function's replay
+         *     gets (pick N at or before the step that hands the URL out, to hand it out anew).
          */
         post: operations["rerunRun"];
         delete?: never;
