@@ -133,7 +133,9 @@ func (s *Server) byToken(ctx context.Context, token string, res journal.Resoluti
 	return out, nil
 }
 
-// byName resolves a run's callback named name as the caller, in the caller's tenant.
+// byName resolves a run's callback named name as the caller, in the caller's tenant: a
+// caller whom the run's revision does not let resume it (invoke_roles, resume_roles)
+// gets a 403 naming both lists and the caller's roles.
 func (s *Server) byName(ctx context.Context, runID, name string, res journal.Resolution) (*protocol.CallbackResolution, error) {
 	if !validRunID(runID) {
 		return nil, &problemError{http.StatusNotFound, fmt.Sprintf("run %q does not exist", runID)}
@@ -144,6 +146,9 @@ func (s *Server) byName(ctx context.Context, runID, name string, res journal.Res
 	id := identity(ctx)
 	res.By = &id
 	cb, err := s.inv.ResolveCallback(ctx, s.tenantDB(ctx), invoker.CallbackRef{RunID: runID, Name: name}, res)
+	if fe := (*journal.ResumeForbiddenError)(nil); errors.As(err, &fe) {
+		return nil, &problemError{http.StatusForbidden, fe.Error()}
+	}
 	if errors.Is(err, journal.ErrNotFound) {
 		return nil, &problemError{http.StatusNotFound, fmt.Sprintf("run %s has no callback named %q (or does not exist)", runID, name)}
 	}
@@ -188,14 +193,18 @@ func callbackToAPI(cb *journal.Callback) *protocol.CallbackResolution {
 }
 
 // ListRunCallbacks lists a run's open callbacks with their URLs in clear, for a caller
-// with runs:manage (who may resolve them by name anyway) to hand one on; other reads
-// show the tokens masked. Another tenant's run is a 404.
+// who may resolve them by name anyway (runs:manage, and a role the run's revision lets
+// resume it: else a 403, as byName's) to hand one on; other reads show the tokens
+// masked. Another tenant's run is a 404.
 func (s *Server) ListRunCallbacks(ctx context.Context, req server.ListRunCallbacksRequestObject) (server.ListRunCallbacksResponseObject, error) {
 	if !validRunID(req.ID) {
 		return server.ListRunCallbacks404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.ID)}, nil
 	}
 	db := s.tenantDB(ctx)
-	cbs, more, err := s.inv.OpenCallbacks(ctx, db, req.ID)
+	cbs, more, err := s.inv.OpenCallbacks(ctx, db, req.ID, identity(ctx))
+	if fe := (*journal.ResumeForbiddenError)(nil); errors.As(err, &fe) {
+		return nil, &problemError{http.StatusForbidden, fe.Error()}
+	}
 	if errors.Is(err, journal.ErrNotFound) {
 		return server.ListRunCallbacks404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: s.runGone(ctx, db, req.ID)}, nil
 	}

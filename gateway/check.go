@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/stepgate/stepgate/access"
+	"github.com/stepgate/stepgate/internal/redact"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
@@ -83,7 +84,7 @@ func checkManifestSize(m *protocol.Manifest) error {
 func (s *Server) startCheck(ctx context.Context, appURL string) (*journal.AppCheckSlot, *protocol.AppCheckRefused, error) {
 	db := s.tenantDB(ctx)
 	slot, err := journal.StartAppCheck(ctx, db, journal.AppCheckSlot{
-		ID: uuid.NewString(), Tenant: db.Tenant(), Subject: identity(ctx).Subject, App: redactURL(appURL),
+		ID: uuid.NewString(), Tenant: db.Tenant(), Subject: identity(ctx).Subject, App: redact.URL(appURL),
 	}, checkSlotTTL, nil)
 	var running *journal.RunningCheckError
 	switch {
@@ -212,7 +213,7 @@ func refusal(c *protocol.AppCheck) string {
 }
 
 // lastCheckToAPI returns a function's last check for the API; unless reveal, the URL
-// it checked is masked as a function's is (redactURL).
+// it checked is masked as a function's is (redact.URL).
 func lastCheckToAPI(c *journal.FunctionCheck, reveal bool) (*protocol.FunctionLastCheck, error) {
 	out := &protocol.FunctionLastCheck{CheckedAt: c.CheckedAt, Registered: c.Registered, Subject: &c.Subject}
 	if c.Forced {
@@ -222,7 +223,7 @@ func lastCheckToAPI(c *journal.FunctionCheck, reveal bool) (*protocol.FunctionLa
 		return nil, fmt.Errorf("decode last check of %s: %w", c.Function, err)
 	}
 	if out.Check.URL != nil && !reveal {
-		out.Check.URL = new(redactURL(*out.Check.URL))
+		out.Check.URL = new(redact.URL(*out.Check.URL))
 	}
 	return out, nil
 }

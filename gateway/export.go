@@ -26,7 +26,7 @@ const exportPageEntries = 1000
 // ExportRun answers a run of the caller's tenant with its whole journal, its failures
 // and its function revision, to replay it locally (RunExport in openapi.yaml). The
 // journal and failures are those GetRun shows, page after page: a callback's token is
-// masked (entryForReaders), and the function's URL is masked whoever asks (redactURL).
+// masked (entryForReaders), and the function's URL is masked whoever asks (redact.URL).
 //
 // The answer is streamed: the journal is read and written a page at a time
 // (exportPageEntries, 8 MiB), so the gateway holds one page of it, however long the

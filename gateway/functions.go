@@ -16,6 +16,7 @@ import (
 	"github.com/stepgate/stepgate/access"
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/internal/egress"
+	"github.com/stepgate/stepgate/internal/redact"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
@@ -37,11 +38,11 @@ func functionNotFound(name string) server.NotFoundApplicationProblemPlusJSONResp
 
 // functionToAPI returns a function revision for the API. Unless reveal (the caller may
 // manage functions), what may be a secret in its URL is masked: its user information,
-// path, query values and fragment (see redactURL).
+// path, query values and fragment (redact.URL).
 func functionToAPI(fn *journal.Function, reveal bool) (protocol.Function, error) {
 	out := protocol.Function{Name: fn.Name, Revision: fn.Revision, URL: fn.URL, CreatedAt: fn.CreatedAt}
 	if !reveal {
-		out.URL = redactURL(fn.URL)
+		out.URL = redact.URL(fn.URL)
 	}
 	if err := json.Unmarshal(fn.Config, &out.Config); err != nil {
 		return protocol.Function{}, fmt.Errorf("decode config of function %s: %w", fn.Name, err)
@@ -388,37 +389,6 @@ func (s *Server) checkURL(ctx context.Context, tenant, rawURL string) error {
 		return badRequest("%v", err)
 	}
 	return nil
-}
-
-// redactURL masks what may be a secret in a URL, keeping its scheme, host, port and
-// query keys: its user information, its path, the values of its query and its fragment
-// ("https://xxxxx:xxxxx@host/xxxxx?token=xxxxx#xxxxx"). A path of "" or "/" is kept.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unreadable URL)"
-	}
-	if u.User != nil {
-		if _, ok := u.User.Password(); ok {
-			u.User = url.UserPassword("xxxxx", "xxxxx")
-		} else {
-			u.User = url.User("xxxxx")
-		}
-	}
-	if u.Path != "" && u.Path != "/" {
-		u.Path, u.RawPath = "/xxxxx", ""
-	}
-	if u.RawQuery != "" {
-		q := u.Query()
-		for k := range q {
-			q[k] = []string{"xxxxx"}
-		}
-		u.RawQuery = q.Encode()
-	}
-	if u.Fragment != "" {
-		u.Fragment, u.RawFragment = "xxxxx", ""
-	}
-	return u.String()
 }
 
 func truncate(b []byte) string {

@@ -100,9 +100,10 @@ func attr(s tracetest.SpanStub, key string) attribute.Value {
 // TestTraces runs a function with steps, a step retry and a sleep, with traces on, and
 // reads its trace from the OTel SDK's in-memory exporter: one trace whose id is the
 // run's, the run's root span, the start request's span (linked to the caller's
-// traceparent), three invocations under the root with their URL, attempt and outcome,
-// each entry and await under the invocation that made it; and the function got, on
-// every invocation, a traceparent of its invocation's span, in its code's context too.
+// traceparent), three invocations under the root with their URL (masked), attempt and
+// outcome, each entry and await under the invocation that made it; and the function
+// got, on every invocation, a traceparent of its invocation's span, in its code's
+// context too.
 func TestTraces(t *testing.T) {
 	t.Parallel()
 	exp := tracetest.NewInMemoryExporter()
@@ -156,7 +157,7 @@ func TestTraces(t *testing.T) {
 	for _, inv := range spans["invoke traced"] {
 		require.Equal(t, root.SpanID(), inv.Parent.SpanID(), "an invocation is a child of the run")
 		require.Equal(t, trace.SpanKindClient, inv.SpanKind)
-		require.True(t, strings.HasSuffix(attr(inv, "url.full").AsString(), "/traced"), attr(inv, "url.full").AsString())
+		require.True(t, strings.HasSuffix(attr(inv, "url.full").AsString(), "/xxxxx"), "its path masked: %s", attr(inv, "url.full").AsString())
 		require.Equal(t, int64(200), attr(inv, "http.response.status_code").AsInt64())
 		require.Positive(t, attr(inv, "stepgate.attempt").AsInt64())
 		invokes[attr(inv, "stepgate.invocation").AsInt64()] = inv
@@ -391,5 +392,69 @@ func TestTracesExportNoSecrets(t *testing.T) {
 			require.True(t, utf8.ValidString(msg))
 			require.True(t, recv.received(bodySecret), "the failed invocation's message, opted in")
 		})
+	}
+}
+
+// TestTracesMaskTheFunctionURL exports the trace of a run of a function whose URL holds
+// secrets, as a webhook-style URL does (in its user information, its path and its query
+// values), over OTLP/HTTP to a receiver: the invocations' url.full is the URL masked as
+// the API shows it to readers (redact.URL), and no span's name or attribute,
+// nor any byte exported, holds a secret, error messages included.
+func TestTracesMaskTheFunctionURL(t *testing.T) {
+	t.Parallel()
+	const userSecret, pathSecret, querySecret = "user-secret-5a1c", "path-secret-7f3a", "query-secret-9c2e"
+	recv := newOTLPReceiver(t)
+	exp, err := otlptracehttp.New(t.Context(), otlptracehttp.WithEndpointURL(recv.URL+"/v1/traces"))
+	require.NoError(t, err)
+	tp := tracing.Export(exp)
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	s := stack.Start(t, stack.Options{TracerProvider: tp, TraceErrorMessages: true})
+	c := s.Client(t, s.Token)
+	var calls atomic.Int32
+	appURL := s.ServeApp(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			http.Error(w, "not yet", http.StatusInternalServerError)
+			return
+		}
+		_, _ = io.WriteString(w, `{"status":"completed","output":"ok"}`)
+	}))
+	host := strings.TrimSuffix(strings.TrimPrefix(appURL, "http://"), "/")
+	fnURL := "http://" + userSecret + ":" + userSecret + "@" + host + "/hooks/" + pathSecret + "?key=" + querySecret
+	resp, err := c.RegisterFunctionWithResponse(t.Context(), "hooked", protocol.FunctionRegistration{URL: fnURL, Config: fastRetries})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
+	res := startWaiting(t, c, "hooked", `{}`)
+	require.Equal(t, protocol.RunStatusCompleted, res.Status)
+
+	var run, invocations []*tracepb.Span
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		assert.NoError(ct, tp.ForceFlush(t.Context()))
+		run, invocations = recv.named("run hooked"), recv.named("invoke hooked")
+		assert.Len(ct, run, 1)
+		assert.Len(ct, invocations, 2)
+	}, 10*time.Second, 10*time.Millisecond)
+	masked := "http://xxxxx:xxxxx@" + host + "/xxxxx?key=xxxxx"
+	for _, inv := range invocations {
+		var got string
+		for _, kv := range inv.Attributes {
+			if kv.Key == "url.full" {
+				got = kv.Value.GetStringValue()
+			}
+		}
+		require.Equal(t, masked, got, "the invocation's URL, masked as the API's readers see it")
+	}
+	recv.mu.Lock()
+	for _, sp := range recv.spans {
+		for _, secret := range []string{userSecret, pathSecret, querySecret} {
+			require.NotContains(t, sp.Name, secret)
+			require.NotContains(t, sp.Status.GetMessage(), secret, "span %s", sp.Name)
+			for _, kv := range sp.Attributes {
+				require.NotContains(t, kv.Value.String(), secret, "span %s, attribute %s", sp.Name, kv.Key)
+			}
+		}
+	}
+	recv.mu.Unlock()
+	for _, secret := range []string{userSecret, pathSecret, querySecret} {
+		require.False(t, recv.received(secret), "%s is exported", secret)
 	}
 }

@@ -79,7 +79,9 @@ type CallbackRef struct {
 // ResolveCallback resolves (res.Error nil) or rejects a callback. Named by its token,
 // it is resolved as the token's holder, in any tenant: the token is the credential, db
 // and res.By are ignored. Named by run and name, it is resolved in db's tenant as res.By
-// (required). It returns journal.ErrNotFound for an unknown token, run or callback, a
+// (required), whom the run's revision must let resume the run (its invoke_roles and
+// resume_roles, as for an event or a message: a *journal.ResumeForbiddenError). It
+// returns journal.ErrNotFound for an unknown token, run or callback, a
 // *journal.ClosedCallbackError when it was resolved or rejected already, expired, or
 // its run finished. When the run waits for it, the resolution resumes the run: it is
 // journaled, with the run's River job, in one transaction, and the run is invoked from
@@ -116,14 +118,15 @@ func (inv *Invoker) resolveCallback(ctx context.Context, db interface {
 }
 
 // OpenCallbacks returns the callbacks of a run of db's tenant that a POST to their URL
-// would resolve now, with their URLs in clear (journal.OpenCallbacks): for a caller
-// allowed to resolve them, who hands one on. journal.ErrNotFound: no such run.
-func (inv *Invoker) OpenCallbacks(ctx context.Context, db *journal.TenantDB, runID string) ([]journal.OpenCallback, bool, error) {
+// would resolve now, with their URLs in clear (journal.OpenCallbacks): for a caller, id,
+// allowed to resolve them by name, who hands one on. journal.ErrNotFound: no such run;
+// a *journal.ResumeForbiddenError: the run's revision does not let id resolve them.
+func (inv *Invoker) OpenCallbacks(ctx context.Context, db *journal.TenantDB, runID string, id journal.Identity) ([]journal.OpenCallback, bool, error) {
 	key, err := inv.callbackKeyOf(ctx)
 	if err != nil {
 		return nil, false, err
 	}
-	return journal.OpenCallbacks(ctx, db, key, db.Tenant(), runID)
+	return journal.OpenCallbacks(ctx, db, key, db.Tenant(), runID, id)
 }
 
 // callbackKeyOf returns the deployment's callback key (journal.CallbackKey), read from

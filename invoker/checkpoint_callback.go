@@ -39,19 +39,26 @@ var callbackCheckpoint = checkpointKind{
 		if err != nil {
 			return CheckpointAck{}, err
 		}
-		b := make([]byte, CallbackTokenBytes)
-		_, _ = rand.Read(b) // never fails (crypto/rand)
-		token := base64.RawURLEncoding.EncodeToString(b)
+		token, url := inv.newCallbackToken()
 		var out json.RawMessage
 		err = pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
 			var err error
 			out, err = journal.CreateCallback(ctx, tx, in.RunID, in.Number, journal.NewCallback{
-				Seq: e.Seq, Name: e.Name, Token: token, URL: inv.callbackURL(token), Key: key, Timeout: timeout, Window: e.Window,
+				Seq: e.Seq, Name: e.Name, Token: token, URL: url, Key: key, Timeout: timeout, Window: e.Window,
 			}, inv.limits.Bounds())
 			return err
 		})
 		return CheckpointAck{Output: out}, inv.failOnCheckpoint(ctx, in.RunID, in.Number, err)
 	},
+}
+
+// newCallbackToken returns a new callback token, CallbackTokenBytes random bytes in
+// base64url, and the URL that resolves it.
+func (inv *Invoker) newCallbackToken() (token, url string) {
+	b := make([]byte, CallbackTokenBytes)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	token = base64.RawURLEncoding.EncodeToString(b)
+	return token, inv.callbackURL(token)
 }
 
 // callbackSpec reads a callback checkpoint's timeout from its output, absent or

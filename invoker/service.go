@@ -308,7 +308,8 @@ func (inv *Invoker) AwaitRun(ctx context.Context, db *journal.TenantDB, runID st
 // RerunRun creates the run n, a rerun of the finished run *n.RerunOf, and its River job
 // in one transaction. With fromSeq > 1 the new run's journal starts with copies of the
 // old run's entries before fromSeq (journal.CopyEntries), which its function replays;
-// it runs fromSeq onwards anew. Errors are CreateRun's and CopyEntries' (a
+// it runs fromSeq onwards anew. A callback among them is copied as a fresh one, with a
+// token of its own: the old run's never reaches the new run. Errors are CreateRun's and CopyEntries' (a
 // *journal.SeqRangeError for a fromSeq past the old run's last seq + 1).
 func (inv *Invoker) RerunRun(ctx context.Context, db *journal.TenantDB, n journal.NewRun, fromSeq int) (*journal.Run, error) {
 	if n.RerunOf == nil {
@@ -340,7 +341,12 @@ func (inv *Invoker) createRerun(ctx context.Context, tx pgx.Tx, n journal.NewRun
 		return nil, err
 	}
 	if fromSeq > 1 {
-		if _, err := journal.CopyEntries(ctx, tx, n.Tenant, *n.RerunOf, run.ID, fromSeq); err != nil {
+		key, err := inv.callbackKeyOf(ctx)
+		if err != nil {
+			return nil, err
+		}
+		fresh := journal.FreshCallbacks{Key: key, NewToken: inv.newCallbackToken}
+		if _, err := journal.CopyEntries(ctx, tx, n.Tenant, *n.RerunOf, run.ID, fromSeq, fresh); err != nil {
 			return nil, err
 		}
 	}

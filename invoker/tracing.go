@@ -2,13 +2,13 @@ package invoker
 
 import (
 	"context"
-	"net/url"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/stepgate/stepgate/internal/redact"
 	"github.com/stepgate/stepgate/internal/tracing"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
@@ -19,7 +19,8 @@ import (
 //
 //	run <function>         the root, from the run's creation to its end, exported when it ends
 //	├ start <function>     the start request (gateway package)
-//	├ invoke <function>    each invocation: URL, attempt, outcome, HTTP status (package call)
+//	├ invoke <function>    each invocation: URL (masked: redact.URL), attempt, outcome,
+//	│                      HTTP status (package call)
 //	│ ├ <kind> <name>      each journaled entry (step, sleep, ...), from the function's
 //	│ │                    started_at to its journaling
 //	│ └ <await> <name>     the await the run suspended on: a sleep or a retry's backoff
@@ -58,7 +59,7 @@ func (inv *Invoker) startInvocation(ctx context.Context, rev *revision, run *jou
 		// The run's id (the trace's), tenant and revision are the root span's.
 		trace.WithAttributes(
 			attrFunction.String(run.Function), attrAttempt.Int(run.Invocations), attrInvocation.Int(run.Invocation),
-			attrURL.String(redactURL(rev.url)),
+			attrURL.String(redact.URL(rev.url)),
 		))
 	return ctx, span
 }
@@ -160,15 +161,4 @@ func (inv *Invoker) traceRunEnd(ctx context.Context, run *journal.Run, status jo
 		))
 	inv.traceError(span, runErr)
 	span.End()
-}
-
-// redactURL returns a function's URL without its credentials and query, which may hold
-// secrets.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return ""
-	}
-	u.User, u.RawQuery, u.Fragment = nil, "", ""
-	return u.String()
 }

@@ -279,10 +279,38 @@ type ClosedCallbackError struct {
 
 func (e *ClosedCallbackError) Error() string { return e.Reason }
 
+// MayResolveCallbacks checks that id may resolve the callbacks of the run runID of tenant
+// by name, or list them with their tokens (OpenCallbacks), as it may resume the run by
+// an event or a message: when the run's revision lets id resume it (its invoke_roles and
+// resume_roles, or admin: stepgate.may_resume, as access.Identity.MayResume decides). It
+// returns ErrNotFound when tenant has no such run, and a *ResumeForbiddenError (with
+// Callbacks set) when id may not, whatever the run's status. A callback's token needs
+// no such check: it is the credential.
+func MayResolveCallbacks(ctx context.Context, db DB, tenant, runID string, id Identity) error {
+	identity, err := json.Marshal(id)
+	if err != nil {
+		return fmt.Errorf("check the roles of run %s: %w", runID, err)
+	}
+	r, err := dbsqlc.New(db).CallbackMayResolve(ctx, dbsqlc.CallbackMayResolveParams{Identity: identity, RunID: runID, Tenant: tenant})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ErrNotFound
+	}
+	if err != nil {
+		return fmt.Errorf("check the roles of run %s: %w", runID, err)
+	}
+	if !r.MayResume {
+		e := resumeForbidden(runID, r.Function, r.Config, id.Roles)
+		e.Callbacks = true
+		return e
+	}
+	return nil
+}
+
 // ResolveCallback resolves (or rejects) the callback ref names with res, once: it
 // returns ErrNotFound when there is none (an unknown token, another tenant's run), and a
 // *ClosedCallbackError when it was resolved or rejected already, expired, or its run
-// finished. When the run waits for the callback, the resolution is journaled at the
+// finished. Named by its run and name, it needs res.By, whom the run's revision must let
+// resolve it (MayResolveCallbacks: a *ResumeForbiddenError, checked first). When the run waits for the callback, the resolution is journaled at the
 // wait's seq, the wait is deleted and the run made due, in db's transaction
 // (Callback.Woken: the caller enqueues its invocation); otherwise it is kept on the
 // callback for the await to journal. The run's row is locked, then the callback's, as
@@ -291,9 +319,15 @@ func ResolveCallback(ctx context.Context, db DB, ref CallbackRef, res Resolution
 	q := dbsqlc.New(db)
 	var found dbsqlc.CallbackByTokenRow
 	var err error
-	if ref.TokenHash != nil {
+	switch {
+	case ref.TokenHash != nil:
 		found, err = q.CallbackByToken(ctx, ref.TokenHash)
-	} else {
+	case res.By == nil:
+		return nil, errors.New("journal: resolving a callback by its run and name needs the caller's identity")
+	default:
+		if err := MayResolveCallbacks(ctx, db, ref.Tenant, ref.RunID, *res.By); err != nil {
+			return nil, err
+		}
 		var r dbsqlc.CallbackByNameRow
 		r, err = q.CallbackByName(ctx, dbsqlc.CallbackByNameParams{RunID: ref.RunID, Tenant: ref.Tenant, Name: ref.Name})
 		found = dbsqlc.CallbackByTokenRow(r)
@@ -374,4 +408,60 @@ func ResolveCallback(ctx context.Context, db DB, ref CallbackRef, res Resolution
 		return nil, fmt.Errorf("resume run %s with %s: %w", runID, what, err)
 	}
 	return &cb, nil
+}
+
+// FreshCallbacks makes the callbacks a rerun copies (CopyEntries) fresh: each gets a
+// token of its own, sealed in its entry, so that the old run's token never reaches the
+// new run nor resolves its callback.
+type FreshCallbacks struct {
+	Key      CallbackKey                // Seals the fresh tokens. Required when a copy holds a callback.
+	NewToken func() (token, url string) // A fresh random token and the URL that resolves it. Required as Key.
+}
+
+// copyCallbacks copies the callback entries of the tenant's run from before seq before
+// into to's journal, each as a fresh callback (see CopyEntries), and returns how many.
+func copyCallbacks(ctx context.Context, q *dbsqlc.Queries, tenant, from, to string, before int, fresh FreshCallbacks) (int, error) {
+	rows, err := q.RunCopyCallbacks(ctx, dbsqlc.RunCopyCallbacksParams{Tenant: tenant, FromRun: from, Before: int32(before)})
+	if err != nil {
+		return 0, fmt.Errorf("load callbacks of run %s before %d: %w", from, before, err)
+	}
+	if len(rows) > 0 && (len(fresh.Key) == 0 || fresh.NewToken == nil) {
+		return 0, fmt.Errorf("copy callbacks of run %s: no callback key or token maker", from)
+	}
+	for _, r := range rows {
+		var old struct {
+			ExpiresAt time.Time `json:"expires_at"`
+		}
+		if err := json.Unmarshal(r.Output, &old); err != nil {
+			return 0, fmt.Errorf("copy callback %d of run %s: %w", r.Seq, from, err)
+		}
+		token, url := fresh.NewToken()
+		p := dbsqlc.RunCopyCallbackParams{
+			ToRun: to, FromRun: from, Tenant: tenant, Seq: r.Seq, Name: r.Name, Attempt: r.Attempt,
+			TokenHash: HashToken(token), JournalBytes: r.JournalBytes,
+		}
+		shown := old.ExpiresAt
+		if r.AwaitCopied && r.State != nil && r.ExpiresAt != nil {
+			// The replay journals nothing new of it: it stays as it was.
+			p.State, p.Payload, p.Error, p.Resolver, p.ResolvedBy, p.ResolvedAt = *r.State, r.Payload, r.Error, r.Resolver, r.ResolvedBy, r.ResolvedAt
+			p.AwaitedSeq, p.ExpiresAt = r.AwaitedSeq, *r.ExpiresAt
+			p.StartedAt, p.FinishedAt = r.StartedAt, r.FinishedAt
+		} else {
+			made := r.FinishedAt
+			if r.StartedAt != nil {
+				made = *r.StartedAt
+			}
+			shown = r.Now.Add(old.ExpiresAt.Sub(made)).Truncate(time.Microsecond).UTC()
+			p.State, p.ExpiresAt = CallbackPending, shown
+			p.StartedAt, p.FinishedAt = &r.Now, r.Now
+		}
+		at, _ := json.Marshal(shown) // a time.Time in range marshals
+		if p.Output, err = fresh.Key.seal(url, token, at); err != nil {
+			return 0, fmt.Errorf("copy callback %d of run %s: %w", r.Seq, from, err)
+		}
+		if err := q.RunCopyCallback(ctx, p); err != nil {
+			return 0, fmt.Errorf("copy callback %d of run %s: %w", r.Seq, from, unstorable(err))
+		}
+	}
+	return len(rows), nil
 }

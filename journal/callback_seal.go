@@ -28,7 +28,8 @@ const MaskedToken = "xxxxx"
 // nowhere in the database: the gateway opens it for the run's own function (its
 // invocations' journal, its checkpoint's answer), so that a replay returns the same
 // handle, and for no one else but a caller who may resolve the callback by name anyway
-// (runs:manage in its tenant), who lists a run's open callbacks (OpenCallbacks).
+// (runs:manage in its tenant and MayResolveCallbacks), who lists a run's open callbacks
+// (OpenCallbacks).
 type CallbackKey []byte
 
 // sealSaltBytes is the length of a sealed token's salt.
@@ -143,10 +144,11 @@ const MaxOpenCallbacks = 1000
 
 // OpenCallbacks returns the callbacks of the run runID of tenant that a POST to their
 // URL would resolve now (pending, not expired, the run not finished), oldest first, at
-// most MaxOpenCallbacks (more: the run has others), their URLs opened with key. It
-// returns ErrNotFound when tenant has no such run.
-func OpenCallbacks(ctx context.Context, db DB, key CallbackKey, tenant, runID string) (cbs []OpenCallback, more bool, err error) {
-	if _, err := GetRun(ctx, db, tenant, runID); err != nil {
+// most MaxOpenCallbacks (more: the run has others), their URLs opened with key, for id,
+// who must be allowed to resolve them by name (MayResolveCallbacks). It returns
+// ErrNotFound when tenant has no such run, and a *ResumeForbiddenError when id may not.
+func OpenCallbacks(ctx context.Context, db DB, key CallbackKey, tenant, runID string, id Identity) (cbs []OpenCallback, more bool, err error) {
+	if err := MayResolveCallbacks(ctx, db, tenant, runID, id); err != nil {
 		return nil, false, err
 	}
 	rows, err := dbsqlc.New(db).CallbackListOpen(ctx, dbsqlc.CallbackListOpenParams{Tenant: tenant, RunID: runID, MaxRows: MaxOpenCallbacks + 1})

@@ -50,6 +50,9 @@ type ResumeForbiddenError struct {
 	InvokeRoles []string
 	ResumeRoles []string
 	SenderRoles []string
+	// Callbacks says that what was refused is resolving the run's callbacks by name or
+	// listing them (MayResolveCallbacks), not sending it a message.
+	Callbacks bool
 }
 
 func (e *ResumeForbiddenError) Error() string {
@@ -61,6 +64,10 @@ func (e *ResumeForbiddenError) Error() string {
 	roles := "none"
 	if len(e.SenderRoles) > 0 {
 		roles = strings.Join(e.SenderRoles, ", ")
+	}
+	if e.Callbacks {
+		return fmt.Sprintf("run %s is a run of function %s, whose callbacks are resolved by name or listed only by %s; the caller's roles (%s) include none of them",
+			e.RunID, e.Function, allowed, roles)
 	}
 	return fmt.Sprintf("run %s is a run of function %s, which takes messages only from %s; the sender's roles (%s) include none of them",
 		e.RunID, e.Function, allowed, roles)

@@ -636,15 +636,29 @@ func (e *SeqRangeError) Error() string {
 // between 1 and from's last seq + 1 (or that sleep's seq), and ErrNotFound when from is
 // not the tenant's run. Callers own the transaction
 // that created to.
-func CopyEntries(ctx context.Context, db DB, tenant, from, to string, before int) (int, error) {
+//
+// A callback is copied as a fresh callback of to, made with fresh (see FreshCallbacks):
+// from's token is neither in to's journal nor resolves to's callback. When the
+// callback's await is copied too (journaled before before), the copy keeps the
+// callback's outcome (resolved or rejected as it was, by whom, or expired), its times
+// and the expiry its entry shows, so the replay takes the same path; otherwise it is
+// pending, made now, and expires after the callback's timeout (its entry's expires_at
+// less its started_at), as if the rerun had made it. Its entry counts the journal bytes
+// of the one it copies.
+func CopyEntries(ctx context.Context, db DB, tenant, from, to string, before int, fresh FreshCallbacks) (int, error) {
 	if err := CheckCopyEntries(ctx, db, tenant, from, before); err != nil {
 		return 0, err
 	}
-	n, err := dbsqlc.New(db).RunCopyEntries(ctx, dbsqlc.RunCopyEntriesParams{ToRun: to, Tenant: tenant, FromRun: from, Before: int32(before)})
+	q := dbsqlc.New(db)
+	n, err := q.RunCopyEntries(ctx, dbsqlc.RunCopyEntriesParams{ToRun: to, Tenant: tenant, FromRun: from, Before: int32(before)})
 	if err != nil {
 		return 0, fmt.Errorf("copy entries of run %s before %d: %w", from, before, err)
 	}
-	return int(n), nil
+	cbs, err := copyCallbacks(ctx, q, tenant, from, to, before, fresh)
+	if err != nil {
+		return 0, err
+	}
+	return int(n) + cbs, nil
 }
 
 // CheckCopyEntries returns the error CopyEntries would return for the bounds of its

@@ -320,16 +320,16 @@ func TestCopyEntries(t *testing.T) {
 	run := mustCreateRunOf(t, tx, old.Tenant, "fn", func(n *journal.NewRun) { n.RerunOf = &old.ID })
 
 	for _, before := range []int{0, 3, 4} {
-		_, err := journal.CopyEntries(ctx, tx, old.Tenant, old.ID, run.ID, before)
+		_, err := journal.CopyEntries(ctx, tx, old.Tenant, old.ID, run.ID, before, journal.FreshCallbacks{})
 		var re *journal.SeqRangeError
 		require.ErrorAs(t, err, &re, "before %d", before)
 		require.Equal(t, 2, re.Max, "the sleep that is not over caps it")
 		require.True(t, re.Sleeping)
 	}
-	_, err = journal.CopyEntries(ctx, tx, "another-tenant", old.ID, run.ID, 2)
+	_, err = journal.CopyEntries(ctx, tx, "another-tenant", old.ID, run.ID, 2, journal.FreshCallbacks{})
 	require.ErrorIs(t, err, journal.ErrNotFound)
 
-	n, err := journal.CopyEntries(ctx, tx, old.Tenant, old.ID, run.ID, 2)
+	n, err := journal.CopyEntries(ctx, tx, old.Tenant, old.ID, run.ID, 2, journal.FreshCallbacks{})
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	claim, err := journal.ClaimRun(ctx, tx, run.ID, time.Minute)

@@ -1058,8 +1058,10 @@ type FunctionConfig struct {
 	// `resume_roles`; an event from anyone else is stored, starts what its triggers
 	// allow, and leaves the run waiting (`resumed` does not list it). A message to a
 	// run of this function from anyone else is refused: a 403 naming the roles, or
-	// for a run's `send`, the entry's error of type `forbidden`. Callbacks are not
-	// checked: a callback's token is a capability that whoever holds it may use.
+	// for a run's `send`, the entry's error of type `forbidden`. So is resolving or
+	// rejecting a run's callback by its name, or listing its callbacks' URLs (a 403
+	// naming the roles). A callback's URL is not checked: its token is a capability
+	// that whoever holds it may use.
 	InvokeRoles *[]string `json:"invoke_roles,omitempty"`
 
 	// MaxInvocationDuration The longest one invocation may run before the SDK suspends the run at the next
@@ -1082,8 +1084,8 @@ type FunctionConfig struct {
 	// `max_queue` does not apply.
 	RateLimit *RateConfig `json:"rate_limit,omitempty"`
 
-	// ResumeRoles Roles that may resume the waits of this function's runs (by an event or a
-	// message; see `invoke_roles`) besides those that may start them: for a
+	// ResumeRoles Roles that may resume the waits of this function's runs (by an event, a
+	// message or a callback resolved by name; see `invoke_roles`) besides those that may start them: for a
 	// function whose `invoke_roles` restrict who starts it, but that waits for
 	// events or messages from other senders (a webhook's token, another team's
 	// runs). It never restricts: without `invoke_roles` anyone of the tenant may
@@ -3411,9 +3413,11 @@ type ClientInterface interface {
 	//
 	// Each callback of the run that a POST to its URL would resolve now (pending, not
 	// expired, its run not finished), oldest first, with its URL token included: the
-	// credential that resolves it without a JWT. So it needs `runs:manage`, as
-	// resolving it by name does; every other read (`GET /v1/runs/{id}`, the export)
-	// shows the token masked. At most 1000 callbacks (`more` says there are others);
+	// credential that resolves it without a JWT. So it needs what resolving it by name
+	// needs: `runs:manage`, and a role that may resume the run (its function's
+	// `invoke_roles` or `resume_roles`, or `admin`; else a 403 naming them and the
+	// caller's roles); every other read (`GET /v1/runs/{id}`, the export) shows the
+	// token masked. At most 1000 callbacks (`more` says there are others);
 	// another tenant's run is a 404.
 	//
 	// Corresponds with GET /v1/runs/{id}/callbacks (the `ListRunCallbacks` operationId).
@@ -3423,7 +3427,10 @@ type ClientInterface interface {
 	//
 	// As `resolveCallback`, for a caller with a JWT and no token: the callback is the
 	// run's latest one named `name`, in the caller's tenant (another tenant's run is a
-	// 404). The journal records the resolver as `"resolver": "identity"` with the
+	// 404). The caller must be one who may resume the run by an event or a message: a
+	// caller whom the function's `invoke_roles` exclude and who has none of its
+	// `resume_roles` (nor `admin`) is refused, 403 naming both lists and the caller's
+	// roles (whatever the run's status). The journal records the resolver as `"resolver": "identity"` with the
 	// caller's identity in `resolved_by`. A 409's `detail` names the run and, for a
 	// callback already resolved or rejected, when and by whom. The dashboard's Approve
 	// button calls it.
@@ -3437,7 +3444,10 @@ type ClientInterface interface {
 	//
 	// As `resolveCallback`, for a caller with a JWT and no token: the callback is the
 	// run's latest one named `name`, in the caller's tenant (another tenant's run is a
-	// 404). The journal records the resolver as `"resolver": "identity"` with the
+	// 404). The caller must be one who may resume the run by an event or a message: a
+	// caller whom the function's `invoke_roles` exclude and who has none of its
+	// `resume_roles` (nor `admin`) is refused, 403 naming both lists and the caller's
+	// roles (whatever the run's status). The journal records the resolver as `"resolver": "identity"` with the
 	// caller's identity in `resolved_by`. A 409's `detail` names the run and, for a
 	// callback already resolved or rejected, when and by whom. The dashboard's Approve
 	// button calls it.
@@ -3823,8 +3833,12 @@ type ClientInterface interface {
 	// run's: only finished entries are copied); another N is a 400 naming the bound.
 	// Only a finished run can be rerun
 	// from a step, so the copied entries never change under the new run. A copied
-	// `callback` entry keeps its URL, which resolves the old run's callback, not the
-	// new run's: pick N at or before a callback the new run must wait on again.
+	// `callback` is a fresh callback of the new run, with a token of its own (the old
+	// run's token never reaches the new run and resolves none of its callbacks): when
+	// its await is copied too, it keeps its outcome, so the replay takes the same path;
+	// otherwise it is pending, with the callback's timeout from the rerun, and the new
+	// run waits for it: resolve it by name, or by the URL that the function's replay
+	// gets (pick N at or before the step that hands the URL out, to hand it out anew).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3850,8 +3864,12 @@ type ClientInterface interface {
 	// run's: only finished entries are copied); another N is a 400 naming the bound.
 	// Only a finished run can be rerun
 	// from a step, so the copied entries never change under the new run. A copied
-	// `callback` entry keeps its URL, which resolves the old run's callback, not the
-	// new run's: pick N at or before a callback the new run must wait on again.
+	// `callback` is a fresh callback of the new run, with a token of its own (the old
+	// run's token never reaches the new run and resolves none of its callbacks): when
+	// its await is copied too, it keeps its outcome, so the replay takes the same path;
+	// otherwise it is pending, with the callback's timeout from the rerun, and the new
+	// run waits for it: resolve it by name, or by the URL that the function's replay
+	// gets (pick N at or before the step that hands the URL out, to hand it out anew).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -5016,9 +5034,11 @@ func (c *Client) GetRun(ctx context.Context, id RunID, params *GetRunParams, req
 //
 // Each callback of the run that a POST to its URL would resolve now (pending, not
 // expired, its run not finished), oldest first, with its URL token included: the
-// credential that resolves it without a JWT. So it needs `runs:manage`, as
-// resolving it by name does; every other read (`GET /v1/runs/{id}`, the export)
-// shows the token masked. At most 1000 callbacks (`more` says there are others);
+// credential that resolves it without a JWT. So it needs what resolving it by name
+// needs: `runs:manage`, and a role that may resume the run (its function's
+// `invoke_roles` or `resume_roles`, or `admin`; else a 403 naming them and the
+// caller's roles); every other read (`GET /v1/runs/{id}`, the export) shows the
+// token masked. At most 1000 callbacks (`more` says there are others);
 // another tenant's run is a 404.
 //
 // Corresponds with GET /v1/runs/{id}/callbacks (the `ListRunCallbacks` operationId).
@@ -5038,7 +5058,10 @@ func (c *Client) ListRunCallbacks(ctx context.Context, id RunID, reqEditors ...R
 //
 // As `resolveCallback`, for a caller with a JWT and no token: the callback is the
 // run's latest one named `name`, in the caller's tenant (another tenant's run is a
-// 404). The journal records the resolver as `"resolver": "identity"` with the
+// 404). The caller must be one who may resume the run by an event or a message: a
+// caller whom the function's `invoke_roles` exclude and who has none of its
+// `resume_roles` (nor `admin`) is refused, 403 naming both lists and the caller's
+// roles (whatever the run's status). The journal records the resolver as `"resolver": "identity"` with the
 // caller's identity in `resolved_by`. A 409's `detail` names the run and, for a
 // callback already resolved or rejected, when and by whom. The dashboard's Approve
 // button calls it.
@@ -5062,7 +5085,10 @@ func (c *Client) ResolveRunCallbackWithBody(ctx context.Context, id RunID, name 
 //
 // As `resolveCallback`, for a caller with a JWT and no token: the callback is the
 // run's latest one named `name`, in the caller's tenant (another tenant's run is a
-// 404). The journal records the resolver as `"resolver": "identity"` with the
+// 404). The caller must be one who may resume the run by an event or a message: a
+// caller whom the function's `invoke_roles` exclude and who has none of its
+// `resume_roles` (nor `admin`) is refused, 403 naming both lists and the caller's
+// roles (whatever the run's status). The journal records the resolver as `"resolver": "identity"` with the
 // caller's identity in `resolved_by`. A 409's `detail` names the run and, for a
 // callback already resolved or rejected, when and by whom. The dashboard's Approve
 // button calls it.
@@ -5618,8 +5644,12 @@ func (c *Client) GetRequest(ctx context.Context, id RunID, rid string, params *G
 // run's: only finished entries are copied); another N is a 400 naming the bound.
 // Only a finished run can be rerun
 // from a step, so the copied entries never change under the new run. A copied
-// `callback` entry keeps its URL, which resolves the old run's callback, not the
-// new run's: pick N at or before a callback the new run must wait on again.
+// `callback` is a fresh callback of the new run, with a token of its own (the old
+// run's token never reaches the new run and resolves none of its callbacks): when
+// its await is copied too, it keeps its outcome, so the replay takes the same path;
+// otherwise it is pending, with the callback's timeout from the rerun, and the new
+// run waits for it: resolve it by name, or by the URL that the function's replay
+// gets (pick N at or before the step that hands the URL out, to hand it out anew).
 //
 // Takes any type of body and a specified content type.
 //
@@ -5655,8 +5685,12 @@ func (c *Client) RerunRunWithBody(ctx context.Context, id RunID, contentType str
 // run's: only finished entries are copied); another N is a 400 naming the bound.
 // Only a finished run can be rerun
 // from a step, so the copied entries never change under the new run. A copied
-// `callback` entry keeps its URL, which resolves the old run's callback, not the
-// new run's: pick N at or before a callback the new run must wait on again.
+// `callback` is a fresh callback of the new run, with a token of its own (the old
+// run's token never reaches the new run and resolves none of its callbacks): when
+// its await is copied too, it keeps its outcome, so the replay takes the same path;
+// otherwise it is pending, with the callback's timeout from the rerun, and the new
+// run waits for it: resolve it by name, or by the URL that the function's replay
+// gets (pick N at or before the step that hands the URL out, to hand it out anew).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -9474,9 +9508,11 @@ type ClientWithResponsesInterface interface {
 	//
 	// Each callback of the run that a POST to its URL would resolve now (pending, not
 	// expired, its run not finished), oldest first, with its URL token included: the
-	// credential that resolves it without a JWT. So it needs `runs:manage`, as
-	// resolving it by name does; every other read (`GET /v1/runs/{id}`, the export)
-	// shows the token masked. At most 1000 callbacks (`more` says there are others);
+	// credential that resolves it without a JWT. So it needs what resolving it by name
+	// needs: `runs:manage`, and a role that may resume the run (its function's
+	// `invoke_roles` or `resume_roles`, or `admin`; else a 403 naming them and the
+	// caller's roles); every other read (`GET /v1/runs/{id}`, the export) shows the
+	// token masked. At most 1000 callbacks (`more` says there are others);
 	// another tenant's run is a 404.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -9488,7 +9524,10 @@ type ClientWithResponsesInterface interface {
 	//
 	// As `resolveCallback`, for a caller with a JWT and no token: the callback is the
 	// run's latest one named `name`, in the caller's tenant (another tenant's run is a
-	// 404). The journal records the resolver as `"resolver": "identity"` with the
+	// 404). The caller must be one who may resume the run by an event or a message: a
+	// caller whom the function's `invoke_roles` exclude and who has none of its
+	// `resume_roles` (nor `admin`) is refused, 403 naming both lists and the caller's
+	// roles (whatever the run's status). The journal records the resolver as `"resolver": "identity"` with the
 	// caller's identity in `resolved_by`. A 409's `detail` names the run and, for a
 	// callback already resolved or rejected, when and by whom. The dashboard's Approve
 	// button calls it.
@@ -9502,7 +9541,10 @@ type ClientWithResponsesInterface interface {
 	//
 	// As `resolveCallback`, for a caller with a JWT and no token: the callback is the
 	// run's latest one named `name`, in the caller's tenant (another tenant's run is a
-	// 404). The journal records the resolver as `"resolver": "identity"` with the
+	// 404). The caller must be one who may resume the run by an event or a message: a
+	// caller whom the function's `invoke_roles` exclude and who has none of its
+	// `resume_roles` (nor `admin`) is refused, 403 naming both lists and the caller's
+	// roles (whatever the run's status). The journal records the resolver as `"resolver": "identity"` with the
 	// caller's identity in `resolved_by`. A 409's `detail` names the run and, for a
 	// callback already resolved or rejected, when and by whom. The dashboard's Approve
 	// button calls it.
@@ -9896,8 +9938,12 @@ type ClientWithResponsesInterface interface {
 	// run's: only finished entries are copied); another N is a 400 naming the bound.
 	// Only a finished run can be rerun
 	// from a step, so the copied entries never change under the new run. A copied
-	// `callback` entry keeps its URL, which resolves the old run's callback, not the
-	// new run's: pick N at or before a callback the new run must wait on again.
+	// `callback` is a fresh callback of the new run, with a token of its own (the old
+	// run's token never reaches the new run and resolves none of its callbacks): when
+	// its await is copied too, it keeps its outcome, so the replay takes the same path;
+	// otherwise it is pending, with the callback's timeout from the rerun, and the new
+	// run waits for it: resolve it by name, or by the URL that the function's replay
+	// gets (pick N at or before the step that hands the URL out, to hand it out anew).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -9923,8 +9969,12 @@ type ClientWithResponsesInterface interface {
 	// run's: only finished entries are copied); another N is a 400 naming the bound.
 	// Only a finished run can be rerun
 	// from a step, so the copied entries never change under the new run. A copied
-	// `callback` entry keeps its URL, which resolves the old run's callback, not the
-	// new run's: pick N at or before a callback the new run must wait on again.
+	// `callback` is a fresh callback of the new run, with a token of its own (the old
+	// run's token never reaches the new run and resolves none of its callbacks): when
+	// its await is copied too, it keeps its outcome, so the replay takes the same path;
+	// otherwise it is pending, with the callback's timeout from the rerun, and the new
+	// run waits for it: resolve it by name, or by the URL that the function's replay
+	// gets (pick N at or before the step that hands the URL out, to hand it out anew).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -14785,9 +14835,11 @@ func (c *ClientWithResponses) GetRunWithResponse(ctx context.Context, id RunID, 
 //
 // Each callback of the run that a POST to its URL would resolve now (pending, not
 // expired, its run not finished), oldest first, with its URL token included: the
-// credential that resolves it without a JWT. So it needs `runs:manage`, as
-// resolving it by name does; every other read (`GET /v1/runs/{id}`, the export)
-// shows the token masked. At most 1000 callbacks (`more` says there are others);
+// credential that resolves it without a JWT. So it needs what resolving it by name
+// needs: `runs:manage`, and a role that may resume the run (its function's
+// `invoke_roles` or `resume_roles`, or `admin`; else a 403 naming them and the
+// caller's roles); every other read (`GET /v1/runs/{id}`, the export) shows the
+// token masked. At most 1000 callbacks (`more` says there are others);
 // another tenant's run is a 404.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -14805,7 +14857,10 @@ func (c *ClientWithResponses) ListRunCallbacksWithResponse(ctx context.Context, 
 //
 // As `resolveCallback`, for a caller with a JWT and no token: the callback is the
 // run's latest one named `name`, in the caller's tenant (another tenant's run is a
-// 404). The journal records the resolver as `"resolver": "identity"` with the
+// 404). The caller must be one who may resume the run by an event or a message: a
+// caller whom the function's `invoke_roles` exclude and who has none of its
+// `resume_roles` (nor `admin`) is refused, 403 naming both lists and the caller's
+// roles (whatever the run's status). The journal records the resolver as `"resolver": "identity"` with the
 // caller's identity in `resolved_by`. A 409's `detail` names the run and, for a
 // callback already resolved or rejected, when and by whom. The dashboard's Approve
 // button calls it.
@@ -14825,7 +14880,10 @@ func (c *ClientWithResponses) ResolveRunCallbackWithBodyWithResponse(ctx context
 //
 // As `resolveCallback`, for a caller with a JWT and no token: the callback is the
 // run's latest one named `name`, in the caller's tenant (another tenant's run is a
-// 404). The journal records the resolver as `"resolver": "identity"` with the
+// 404). The caller must be one who may resume the run by an event or a message: a
+// caller whom the function's `invoke_roles` exclude and who has none of its
+// `resume_roles` (nor `admin`) is refused, 403 naming both lists and the caller's
+// roles (whatever the run's status). The journal records the resolver as `"resolver": "identity"` with the
 // caller's identity in `resolved_by`. A 409's `detail` names the run and, for a
 // callback already resolved or rejected, when and by whom. The dashboard's Approve
 // button calls it.
@@ -15321,8 +15379,12 @@ func (c *ClientWithResponses) GetRequestWithResponse(ctx context.Context, id Run
 // run's: only finished entries are copied); another N is a 400 naming the bound.
 // Only a finished run can be rerun
 // from a step, so the copied entries never change under the new run. A copied
-// `callback` entry keeps its URL, which resolves the old run's callback, not the
-// new run's: pick N at or before a callback the new run must wait on again.
+// `callback` is a fresh callback of the new run, with a token of its own (the old
+// run's token never reaches the new run and resolves none of its callbacks): when
+// its await is copied too, it keeps its outcome, so the replay takes the same path;
+// otherwise it is pending, with the callback's timeout from the rerun, and the new
+// run waits for it: resolve it by name, or by the URL that the function's replay
+// gets (pick N at or before the step that hands the URL out, to hand it out anew).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -15354,8 +15416,12 @@ func (c *ClientWithResponses) RerunRunWithBodyWithResponse(ctx context.Context, 
 // run's: only finished entries are copied); another N is a 400 naming the bound.
 // Only a finished run can be rerun
 // from a step, so the copied entries never change under the new run. A copied
-// `callback` entry keeps its URL, which resolves the old run's callback, not the
-// new run's: pick N at or before a callback the new run must wait on again.
+// `callback` is a fresh callback of the new run, with a token of its own (the old
+// run's token never reaches the new run and resolves none of its callbacks): when
+// its await is copied too, it keeps its outcome, so the replay takes the same path;
+// otherwise it is pending, with the callback's timeout from the rerun, and the new
+// run waits for it: resolve it by name, or by the URL that the function's replay
+// gets (pick N at or before the step that hands the URL out, to hand it out anew).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

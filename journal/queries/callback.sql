@@ -44,6 +44,14 @@ WHERE c.tenant = @tenant AND c.run_id = @run_id AND c.seq = @callback_seq;
 -- name: CallbackByToken :one
 SELECT run_id::text, seq FROM stepgate.callback WHERE token_hash = @token_hash;
 
+-- name: CallbackMayResolve :one
+-- may_resume: whether identity may resolve the run's callbacks by name, or list them,
+-- as it may resume the run by an event or a message (stepgate.may_resume).
+SELECT r.function, fr.config, stepgate.may_resume(fr.config, sqlc.arg(identity)::jsonb) AS may_resume
+FROM stepgate.run r
+JOIN stepgate.function_revision fr ON fr.tenant = r.tenant AND fr.name = r.function AND fr.revision = r.revision
+WHERE r.id = @run_id AND r.tenant = @tenant;
+
 -- name: CallbackByName :one
 -- The latest callback of that name.
 SELECT run_id::text, seq FROM stepgate.callback WHERE tenant = @tenant AND run_id = @run_id AND name = @name

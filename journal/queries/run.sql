@@ -153,12 +153,42 @@ SELECT (SELECT max(e.seq) FROM stepgate.journal_entry e WHERE e.tenant = r.tenan
 FROM stepgate.run r WHERE r.id = @id AND r.tenant = @tenant;
 
 -- name: RunCopyEntries :execrows
--- A rerun is of its run's tenant: the copies keep the entries' tenant.
+-- A rerun is of its run's tenant: the copies keep the entries' tenant. Callbacks are
+-- copied one by one, each with a fresh token (RunCopyCallbacks, RunCopyCallback).
 INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, error, attempt, wake_at,
     invocation, started_at, finished_at, journal_bytes, copied_from)
 SELECT s.tenant, sqlc.arg(to_run)::uuid, s.seq, s.kind, s.name, s.output, s.error, s.attempt, s.wake_at,
     0, s.started_at, s.finished_at, s.journal_bytes, s.run_id
-FROM stepgate.journal_entry s WHERE s.tenant = @tenant AND s.run_id = sqlc.arg(from_run)::uuid AND s.seq < sqlc.arg(before)::int;
+FROM stepgate.journal_entry s WHERE s.tenant = @tenant AND s.run_id = sqlc.arg(from_run)::uuid AND s.seq < sqlc.arg(before)::int
+    AND s.kind <> 'callback';
+
+-- name: RunCopyCallbacks :many
+-- The callback entries of the tenant's run before seq before, with their callbacks;
+-- await_copied: the callback's await is journaled before before too, so a rerun from
+-- before replays it. now: the database clock, which a fresh callback's expiry counts from.
+SELECT e.seq, e.name, e.output, e.attempt, e.started_at, e.finished_at, e.journal_bytes,
+    c.state, c.payload, c.error, c.resolver, c.resolved_by, c.resolved_at, c.expires_at, c.awaited_seq,
+    coalesce(c.awaited_seq < sqlc.arg(before)::int AND EXISTS (SELECT 1 FROM stepgate.journal_entry a
+        WHERE a.tenant = e.tenant AND a.run_id = e.run_id AND a.seq = c.awaited_seq), false)::boolean AS await_copied,
+    now()::timestamptz AS now
+FROM stepgate.journal_entry e
+LEFT JOIN stepgate.callback c ON c.tenant = e.tenant AND c.run_id = e.run_id AND c.seq = e.seq
+WHERE e.tenant = @tenant AND e.run_id = sqlc.arg(from_run)::uuid AND e.kind = 'callback' AND e.seq < sqlc.arg(before)::int
+ORDER BY e.seq;
+
+-- name: RunCopyCallback :exec
+-- Copies a callback into a rerun's journal: its entry, whose output holds a fresh token
+-- sealed, and its callback, stored by that token's hash.
+WITH entry AS (
+    INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, attempt, invocation,
+        started_at, finished_at, journal_bytes, copied_from)
+    VALUES (@tenant, sqlc.arg(to_run)::uuid, @seq, 'callback', @name, @output, @attempt, 0,
+        @started_at, @finished_at, @journal_bytes, sqlc.arg(from_run)::uuid)
+)
+INSERT INTO stepgate.callback (run_id, seq, tenant, name, token_hash, state, payload, error, resolver,
+    resolved_by, resolved_at, awaited_seq, expires_at)
+VALUES (sqlc.arg(to_run)::uuid, @seq, @tenant, @name, @token_hash, @state, @payload, @error, @resolver,
+    @resolved_by, @resolved_at, @awaited_seq, @expires_at);
 
 -- name: RunReruns :many
 -- The runs that rerun the tenant's run, oldest first.

@@ -341,6 +341,34 @@ func (q *Queries) CallbackMarkAwaited(ctx context.Context, arg CallbackMarkAwait
 	return err
 }
 
+const CallbackMayResolve = `-- name: CallbackMayResolve :one
+SELECT r.function, fr.config, stepgate.may_resume(fr.config, $1::jsonb) AS may_resume
+FROM stepgate.run r
+JOIN stepgate.function_revision fr ON fr.tenant = r.tenant AND fr.name = r.function AND fr.revision = r.revision
+WHERE r.id = $2 AND r.tenant = $3
+`
+
+type CallbackMayResolveParams struct {
+	Identity json.RawMessage
+	RunID    string
+	Tenant   string
+}
+
+type CallbackMayResolveRow struct {
+	Function  string
+	Config    json.RawMessage
+	MayResume bool
+}
+
+// may_resume: whether identity may resolve the run's callbacks by name, or list them,
+// as it may resume the run by an event or a message (stepgate.may_resume).
+func (q *Queries) CallbackMayResolve(ctx context.Context, arg CallbackMayResolveParams) (CallbackMayResolveRow, error) {
+	row := q.db.QueryRow(ctx, CallbackMayResolve, arg.Identity, arg.RunID, arg.Tenant)
+	var i CallbackMayResolveRow
+	err := row.Scan(&i.Function, &i.Config, &i.MayResume)
+	return i, err
+}
+
 const CallbackResolve = `-- name: CallbackResolve :one
 UPDATE stepgate.callback SET state = $1, payload = $2, error = $3, resolver = $4,
     resolved_by = $5, resolved_at = now()

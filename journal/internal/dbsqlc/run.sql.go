@@ -9,6 +9,8 @@ import (
 	"context"
 	"encoding/json"
 	"time"
+
+	"github.com/stepgate/stepgate/access"
 )
 
 const RunAttach = `-- name: RunAttach :one
@@ -220,12 +222,154 @@ func (q *Queries) RunCopyBounds(ctx context.Context, arg RunCopyBoundsParams) (R
 	return i, err
 }
 
+const RunCopyCallback = `-- name: RunCopyCallback :exec
+WITH entry AS (
+    INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, attempt, invocation,
+        started_at, finished_at, journal_bytes, copied_from)
+    VALUES ($3, $1::uuid, $2, 'callback', $4, $14, $15, 0,
+        $16, $17, $18, $19::uuid)
+)
+INSERT INTO stepgate.callback (run_id, seq, tenant, name, token_hash, state, payload, error, resolver,
+    resolved_by, resolved_at, awaited_seq, expires_at)
+VALUES ($1::uuid, $2, $3, $4, $5, $6, $7, $8, $9,
+    $10, $11, $12, $13)
+`
+
+type RunCopyCallbackParams struct {
+	ToRun        string
+	Seq          int32
+	Tenant       string
+	Name         string
+	TokenHash    []byte
+	State        string
+	Payload      json.RawMessage
+	Error        json.RawMessage
+	Resolver     *string
+	ResolvedBy   *access.Identity
+	ResolvedAt   *time.Time
+	AwaitedSeq   *int32
+	ExpiresAt    time.Time
+	Output       json.RawMessage
+	Attempt      int32
+	StartedAt    *time.Time
+	FinishedAt   time.Time
+	JournalBytes *int64
+	FromRun      string
+}
+
+// Copies a callback into a rerun's journal: its entry, whose output holds a fresh token
+// sealed, and its callback, stored by that token's hash.
+func (q *Queries) RunCopyCallback(ctx context.Context, arg RunCopyCallbackParams) error {
+	_, err := q.db.Exec(ctx, RunCopyCallback,
+		arg.ToRun,
+		arg.Seq,
+		arg.Tenant,
+		arg.Name,
+		arg.TokenHash,
+		arg.State,
+		arg.Payload,
+		arg.Error,
+		arg.Resolver,
+		arg.ResolvedBy,
+		arg.ResolvedAt,
+		arg.AwaitedSeq,
+		arg.ExpiresAt,
+		arg.Output,
+		arg.Attempt,
+		arg.StartedAt,
+		arg.FinishedAt,
+		arg.JournalBytes,
+		arg.FromRun,
+	)
+	return err
+}
+
+const RunCopyCallbacks = `-- name: RunCopyCallbacks :many
+SELECT e.seq, e.name, e.output, e.attempt, e.started_at, e.finished_at, e.journal_bytes,
+    c.state, c.payload, c.error, c.resolver, c.resolved_by, c.resolved_at, c.expires_at, c.awaited_seq,
+    coalesce(c.awaited_seq < $1::int AND EXISTS (SELECT 1 FROM stepgate.journal_entry a
+        WHERE a.tenant = e.tenant AND a.run_id = e.run_id AND a.seq = c.awaited_seq), false)::boolean AS await_copied,
+    now()::timestamptz AS now
+FROM stepgate.journal_entry e
+LEFT JOIN stepgate.callback c ON c.tenant = e.tenant AND c.run_id = e.run_id AND c.seq = e.seq
+WHERE e.tenant = $2 AND e.run_id = $3::uuid AND e.kind = 'callback' AND e.seq < $1::int
+ORDER BY e.seq
+`
+
+type RunCopyCallbacksParams struct {
+	Before  int32
+	Tenant  string
+	FromRun string
+}
+
+type RunCopyCallbacksRow struct {
+	Seq          int32
+	Name         string
+	Output       json.RawMessage
+	Attempt      int32
+	StartedAt    *time.Time
+	FinishedAt   time.Time
+	JournalBytes *int64
+	State        *string
+	Payload      json.RawMessage
+	Error        json.RawMessage
+	Resolver     *string
+	ResolvedBy   *access.Identity
+	ResolvedAt   *time.Time
+	ExpiresAt    *time.Time
+	AwaitedSeq   *int32
+	AwaitCopied  bool
+	Now          time.Time
+}
+
+// The callback entries of the tenant's run before seq before, with their callbacks;
+// await_copied: the callback's await is journaled before before too, so a rerun from
+// before replays it. now: the database clock, which a fresh callback's expiry counts from.
+func (q *Queries) RunCopyCallbacks(ctx context.Context, arg RunCopyCallbacksParams) ([]RunCopyCallbacksRow, error) {
+	rows, err := q.db.Query(ctx, RunCopyCallbacks, arg.Before, arg.Tenant, arg.FromRun)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []RunCopyCallbacksRow
+	for rows.Next() {
+		var i RunCopyCallbacksRow
+		if err := rows.Scan(
+			&i.Seq,
+			&i.Name,
+			&i.Output,
+			&i.Attempt,
+			&i.StartedAt,
+			&i.FinishedAt,
+			&i.JournalBytes,
+			&i.State,
+			&i.Payload,
+			&i.Error,
+			&i.Resolver,
+			&i.ResolvedBy,
+			&i.ResolvedAt,
+			&i.ExpiresAt,
+			&i.AwaitedSeq,
+			&i.AwaitCopied,
+			&i.Now,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const RunCopyEntries = `-- name: RunCopyEntries :execrows
 INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, error, attempt, wake_at,
     invocation, started_at, finished_at, journal_bytes, copied_from)
 SELECT s.tenant, $1::uuid, s.seq, s.kind, s.name, s.output, s.error, s.attempt, s.wake_at,
     0, s.started_at, s.finished_at, s.journal_bytes, s.run_id
 FROM stepgate.journal_entry s WHERE s.tenant = $2 AND s.run_id = $3::uuid AND s.seq < $4::int
+    AND s.kind <> 'callback'
 `
 
 type RunCopyEntriesParams struct {
@@ -235,7 +379,8 @@ type RunCopyEntriesParams struct {
 	Before  int32
 }
 
-// A rerun is of its run's tenant: the copies keep the entries' tenant.
+// A rerun is of its run's tenant: the copies keep the entries' tenant. Callbacks are
+// copied one by one, each with a fresh token (RunCopyCallbacks, RunCopyCallback).
 func (q *Queries) RunCopyEntries(ctx context.Context, arg RunCopyEntriesParams) (int64, error) {
 	result, err := q.db.Exec(ctx, RunCopyEntries,
 		arg.ToRun,

@@ -313,7 +313,10 @@ export interface paths {
          * @description Runs come without their input and output, and with an error message cut to 300
          *     bytes, unless `include=io`: then a page also ends early once its inputs, outputs
          *     and errors pass 8 MiB (it holds one run at least), and `next_cursor` goes on from
-         *     there.
+         *     there. A list with `include=io` is a heavy read: it holds one of the caller's
+         *     places among heavy reads until answered (`STEPGATE_MAX_HEAVY_READS_PER_SUBJECT`,
+         *     `…_PER_TENANT`, 2 and 8 per gateway; a 429 with `Retry-After` past them), and is
+         *     refused 503 while the gateway's memory is near its limit (`STEPGATE_MEMORY_LIMIT`).
          */
         get: operations["listRuns"];
         put?: never;
@@ -394,6 +397,16 @@ export interface paths {
          *     journal's bounds (`STEPGATE_MAX_JOURNAL_ENTRIES`, `STEPGATE_MAX_JOURNAL_BYTES`);
          *     its failures are those `getRun` lists over all its pages (at most 100 failed
          *     invocations). A run of another tenant, or none, is a 404.
+         *
+         *     The document is streamed as it is read, a journal page (1000 entries, 8 MiB) at a
+         *     time, its fields in this order: `format`, `journal`, `failures`, `step_attempts`,
+         *     `function`, `run`, `exported_at` (the run is read after its journal, so it is never
+         *     older). Should a read fail once the document has begun, the connection is cut: a
+         *     document that does not parse is not whole. An export is a heavy read: it holds one
+         *     of the caller's places among heavy reads until written
+         *     (`STEPGATE_MAX_HEAVY_READS_PER_SUBJECT`, `…_PER_TENANT`, 2 and 8 per gateway; a 429
+         *     with `Retry-After` past them), and is refused 503 while the gateway's memory is near
+         *     its limit (`STEPGATE_MEMORY_LIMIT`).
          */
         get: operations["exportRun"];
         put?: never;
@@ -549,7 +562,12 @@ export interface paths {
          *     migration 0053). Each group has a key (`group`, 16 hex digits), its count, its
          *     first and last failure in the window and its latest run. A dismissed group is
          *     left out until one of its runs fails after the dismissal. Groups come by their
-         *     last failure, latest first. Failed runs stay until retention deletes them.
+         *     last failure, latest first. Failed runs stay until retention deletes them. A
+         *     group's `sample_message` is its latest run's message cut to 1000 characters, so an
+         *     answer is at most a few MiB. The view is a heavy read: it holds one of the caller's
+         *     places among heavy reads until answered (`STEPGATE_MAX_HEAVY_READS_PER_SUBJECT`,
+         *     `…_PER_TENANT`, 2 and 8 per gateway; a 429 with `Retry-After` past them), and is
+         *     refused 503 while the gateway's memory is near its limit (`STEPGATE_MEMORY_LIMIT`).
          */
         get: operations["listFailures"];
         put?: never;
@@ -749,8 +767,12 @@ export interface paths {
          *     run's: only finished entries are copied); another N is a 400 naming the bound.
          *     Only a finished run can be rerun
          *     from a step, so the copied entries never change under the new run. A copied
-         *     `callback` entry keeps its URL, which resolves the old run's callback, not the
-         *     new run's: pick N at or before a callback the new run must wait on again.
+         *     `callback` is a fresh callback of the new run, with a token of its own (the old
+         *     run's token never reaches the new run and resolves none of its callbacks): when
+         *     its await is copied too, it keeps its outcome, so the replay takes the same path;
+         *     otherwise it is pending, with the callback's timeout from the rerun, and the new
+         *     run waits for it: resolve it by name, or by the URL that the function's replay
+         *     gets (pick N at or before the step that hands the URL out, to hand it out anew).
          */
         post: operations["rerunRun"];
         delete?: never;
@@ -1001,7 +1023,15 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Lists events, newest first, with keyset pagination. Needs `runs:read`. */
+        /**
+         * Lists events, newest first, with keyset pagination. Needs `runs:read`.
+         * @description A page holds at most `limit` events, and ends early once its events' data pass
+         *     8 MiB (it holds one event at least); `next_cursor` goes on from there. A list is a
+         *     heavy read: it holds one of the caller's places among heavy reads until answered
+         *     (`STEPGATE_MAX_HEAVY_READS_PER_SUBJECT`, `…_PER_TENANT`, 2 and 8 per gateway; a 429
+         *     with `Retry-After` past them), and is refused 503 while the gateway's memory is
+         *     near its limit (`STEPGATE_MEMORY_LIMIT`).
+         */
         get: operations["listEvents"];
         put?: never;
         /**
@@ -1247,9 +1277,11 @@ export interface paths {
          * Lists a run's open callbacks with their whole URLs, to hand one to whoever resolves it. Needs `runs:manage`.
          * @description Each callback of the run that a POST to its URL would resolve now (pending, not
          *     expired, its run not finished), oldest first, with its URL token included: the
-         *     credential that resolves it without a JWT. So it needs `runs:manage`, as
-         *     resolving it by name does; every other read (`GET /v1/runs/{id}`, the export)
-         *     shows the token masked. At most 1000 callbacks (`more` says there are others);
+         *     credential that resolves it without a JWT. So it needs what resolving it by name
+         *     needs: `runs:manage`, and a role that may resume the run (its function's
+         *     `invoke_roles` or `resume_roles`, or `admin`; else a 403 naming them and the
+         *     caller's roles); every other read (`GET /v1/runs/{id}`, the export) shows the
+         *     token masked. At most 1000 callbacks (`more` says there are others);
          *     another tenant's run is a 404.
          */
         get: operations["listRunCallbacks"];
@@ -1278,7 +1310,10 @@ export interface paths {
          * Resolves a run's callback by its name, with the request body as its data, as the caller. Needs `runs:manage`.
          * @description As `resolveCallback`, for a caller with a JWT and no token: the callback is the
          *     run's latest one named `name`, in the caller's tenant (another tenant's run is a
-         *     404). The journal records the resolver as `"resolver": "identity"` with the
+         *     404). The caller must be one who may resume the run by an event or a message: a
+         *     caller whom the function's `invoke_roles` exclude and who has none of its
+         *     `resume_roles` (nor `admin`) is refused, 403 naming both lists and the caller's
+         *     roles (whatever the run's status). The journal records the resolver as `"resolver": "identity"` with the
          *     caller's identity in `resolved_by`. A 409's `detail` names the run and, for a
          *     callback already resolved or rejected, when and by whom. The dashboard's Approve
          *     button calls it.
@@ -1502,13 +1537,15 @@ export interface components {
              *     `resume_roles`; an event from anyone else is stored, starts what its triggers
              *     allow, and leaves the run waiting (`resumed` does not list it). A message to a
              *     run of this function from anyone else is refused: a 403 naming the roles, or
-             *     for a run's `send`, the entry's error of type `forbidden`. Callbacks are not
-             *     checked: a callback's token is a capability that whoever holds it may use.
+             *     for a run's `send`, the entry's error of type `forbidden`. So is resolving or
+             *     rejecting a run's callback by its name, or listing its callbacks' URLs (a 403
+             *     naming the roles). A callback's URL is not checked: its token is a capability
+             *     that whoever holds it may use.
              */
             invoke_roles?: string[];
             /**
-             * @description Roles that may resume the waits of this function's runs (by an event or a
-             *     message; see `invoke_roles`) besides those that may start them: for a
+             * @description Roles that may resume the waits of this function's runs (by an event, a
+             *     message or a callback resolved by name; see `invoke_roles`) besides those that may start them: for a
              *     function whose `invoke_roles` restrict who starts it, but that waits for
              *     events or messages from other senders (a webhook's token, another team's
              *     runs). It never restricts: without `invoke_roles` anyone of the tenant may
@@ -1777,6 +1814,26 @@ export interface components {
              * @description `STEPGATE_MAX_TENANT_MAILBOX_BYTES`.
              */
             max_mailbox_bytes: number;
+            /**
+             * Format: int64
+             * @description Bytes of the data of the tenant's events, not yet deleted by retention (as Postgres prints it).
+             */
+            event_bytes: number;
+            /**
+             * Format: int64
+             * @description `STEPGATE_MAX_TENANT_EVENT_BYTES`: an event past it is refused, 429.
+             */
+            max_event_bytes: number;
+            /**
+             * Format: int64
+             * @description Bytes of the journals (outputs and errors) of the tenant's finished runs, not yet deleted by retention, counted as each run finishes: the journals of runs still going are not in it.
+             */
+            journal_bytes: number;
+            /**
+             * Format: int64
+             * @description `STEPGATE_MAX_TENANT_JOURNAL_BYTES`: once `journal_bytes` reaches it, a start is refused, 429.
+             */
+            max_journal_bytes: number;
         };
         FunctionStatsList: {
             window: string;
@@ -2770,7 +2827,7 @@ export interface components {
             error_type: string;
             /** @description The shape of the group's error messages (see `listFailures`). */
             message: string;
-            /** @description The latest run's error message. */
+            /** @description The latest run's error message, cut to its first 1000 characters (the part its shape reads). */
             sample_message?: string;
             /**
              * Format: int64
@@ -3036,7 +3093,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description A limit is reached: on what the caller holds open at once (live streams and long-polls; starts with `wait`), or a function's `throttle` or `rate_limit`. `detail` names it; retry after `Retry-After` seconds. */
+        /** @description A limit is reached: on what the caller holds open at once (live streams and long-polls; starts with `wait`; heavy reads), or a function's `throttle` or `rate_limit`. `detail` names it; retry after `Retry-After` seconds. */
         Busy: {
             headers: {
                 /** @description Seconds to wait before trying again. */
@@ -3056,7 +3113,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description The database is unreachable, or (a new run, readiness) the gateway is stopping: retry after `Retry-After`, on this gateway or another. */
+        /** @description The database is unreachable, or (a new run, readiness) the gateway is stopping, or (a heavy read) the gateway's memory is near its limit: retry after `Retry-After`, on this gateway or another. */
         Unavailable: {
             headers: {
                 [name: string]: unknown;
@@ -3565,6 +3622,8 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
+            429: components["responses"]["Busy"];
+            503: components["responses"]["Unavailable"];
         };
     };
     getRun: {
@@ -3662,6 +3721,8 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["Busy"];
+            503: components["responses"]["Unavailable"];
         };
     };
     cancelRun: {
@@ -3811,6 +3872,8 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
+            429: components["responses"]["Busy"];
+            503: components["responses"]["Unavailable"];
         };
     };
     dismissFailures: {
@@ -4348,6 +4411,8 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
+            429: components["responses"]["Busy"];
+            503: components["responses"]["Unavailable"];
         };
     };
     sendEvent: {
