@@ -237,6 +237,10 @@ func (s *Server) SyncApp(ctx context.Context, req server.SyncAppRequestObject) (
 	}
 	out := protocol.AppSyncResult{Functions: []protocol.SyncedFunction{}}
 	if opts.check {
+		// A check reads and sends journals: a heavy read, before the tenant's one check.
+		if err := s.heavyRead(ctx); err != nil {
+			return nil, err
+		}
 		slot, running, err := s.startCheck(ctx, base.String())
 		if err != nil {
 			return nil, err

@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,8 +15,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepgate/stepgate/auth"
+	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/gateway"
 	"github.com/stepgate/stepgate/internal/stack"
+	"github.com/stepgate/stepgate/protocol"
 )
 
 // get is a GET of path with token, its body read whole.
@@ -280,6 +283,13 @@ func TestHeavyReadsWaitForMemory(t *testing.T) {
 		require.Contains(t, string(body), "memory is near its limit")
 		require.Contains(t, string(body), "of 1 MiB; STEPGATE_MEMORY_LIMIT sets it")
 	}
+	// A deploy check too: it refuses before reading the manifest.
+	app := s.NewApp()
+	functions.Register(app, "noop", func(ctx context.Context, _ struct{}) (int, error) { return 1, nil })
+	checked, err := s.Client(t, s.Token).SyncAppWithResponse(t.Context(), &protocol.SyncAppParams{Check: ptr(true)}, protocol.AppSync{URL: s.ServeApp(t, app)})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusServiceUnavailable, checked.StatusCode(), string(checked.Body))
+	require.Contains(t, string(checked.Body), "STEPGATE_MEMORY_LIMIT")
 	for _, path := range []string{"/v1/runs", "/v1/runs/" + res.ID, "/v1/functions"} {
 		resp, body := get(t, s, s.Token, path)
 		require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", path, body)

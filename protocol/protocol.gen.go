@@ -2833,7 +2833,11 @@ type ClientInterface interface {
 	// runs' inputs and journal entries (outputs and errors, counted as
 	// `STEPGATE_MAX_JOURNAL_BYTES` counts them), reading each journal a page at a
 	// time; a run whose journal would pass what is left is not read further nor
-	// sent, and is a broken run whose `error` (`limit_exceeded`) names the bound.
+	// sent, and is a broken run whose `error` (`limit_exceeded`) names the bound. A
+	// check is also a heavy read: it holds one of the caller's places among heavy
+	// reads until answered (`STEPGATE_MAX_HEAVY_READS_PER_SUBJECT`, `…_PER_TENANT`, 2
+	// and 8 per gateway; a 429 with `Retry-After` past them), and is refused 503 while
+	// the gateway's memory is near its limit (`STEPGATE_MEMORY_LIMIT`).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2874,7 +2878,11 @@ type ClientInterface interface {
 	// runs' inputs and journal entries (outputs and errors, counted as
 	// `STEPGATE_MAX_JOURNAL_BYTES` counts them), reading each journal a page at a
 	// time; a run whose journal would pass what is left is not read further nor
-	// sent, and is a broken run whose `error` (`limit_exceeded`) names the bound.
+	// sent, and is a broken run whose `error` (`limit_exceeded`) names the bound. A
+	// check is also a heavy read: it holds one of the caller's places among heavy
+	// reads until answered (`STEPGATE_MAX_HEAVY_READS_PER_SUBJECT`, `…_PER_TENANT`, 2
+	// and 8 per gateway; a 429 with `Retry-After` past them), and is refused 503 while
+	// the gateway's memory is near its limit (`STEPGATE_MEMORY_LIMIT`).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -4144,7 +4152,11 @@ func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*ht
 // runs' inputs and journal entries (outputs and errors, counted as
 // `STEPGATE_MAX_JOURNAL_BYTES` counts them), reading each journal a page at a
 // time; a run whose journal would pass what is left is not read further nor
-// sent, and is a broken run whose `error` (`limit_exceeded`) names the bound.
+// sent, and is a broken run whose `error` (`limit_exceeded`) names the bound. A
+// check is also a heavy read: it holds one of the caller's places among heavy
+// reads until answered (`STEPGATE_MAX_HEAVY_READS_PER_SUBJECT`, `…_PER_TENANT`, 2
+// and 8 per gateway; a 429 with `Retry-After` past them), and is refused 503 while
+// the gateway's memory is near its limit (`STEPGATE_MEMORY_LIMIT`).
 //
 // Takes any type of body and a specified content type.
 //
@@ -4195,7 +4207,11 @@ func (c *Client) SyncAppWithBody(ctx context.Context, params *SyncAppParams, con
 // runs' inputs and journal entries (outputs and errors, counted as
 // `STEPGATE_MAX_JOURNAL_BYTES` counts them), reading each journal a page at a
 // time; a run whose journal would pass what is left is not read further nor
-// sent, and is a broken run whose `error` (`limit_exceeded`) names the bound.
+// sent, and is a broken run whose `error` (`limit_exceeded`) names the bound. A
+// check is also a heavy read: it holds one of the caller's places among heavy
+// reads until answered (`STEPGATE_MAX_HEAVY_READS_PER_SUBJECT`, `…_PER_TENANT`, 2
+// and 8 per gateway; a 429 with `Retry-After` past them), and is refused 503 while
+// the gateway's memory is near its limit (`STEPGATE_MEMORY_LIMIT`).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -8902,7 +8918,11 @@ type ClientWithResponsesInterface interface {
 	// runs' inputs and journal entries (outputs and errors, counted as
 	// `STEPGATE_MAX_JOURNAL_BYTES` counts them), reading each journal a page at a
 	// time; a run whose journal would pass what is left is not read further nor
-	// sent, and is a broken run whose `error` (`limit_exceeded`) names the bound.
+	// sent, and is a broken run whose `error` (`limit_exceeded`) names the bound. A
+	// check is also a heavy read: it holds one of the caller's places among heavy
+	// reads until answered (`STEPGATE_MAX_HEAVY_READS_PER_SUBJECT`, `…_PER_TENANT`, 2
+	// and 8 per gateway; a 429 with `Retry-After` past them), and is refused 503 while
+	// the gateway's memory is near its limit (`STEPGATE_MEMORY_LIMIT`).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8943,7 +8963,11 @@ type ClientWithResponsesInterface interface {
 	// runs' inputs and journal entries (outputs and errors, counted as
 	// `STEPGATE_MAX_JOURNAL_BYTES` counts them), reading each journal a page at a
 	// time; a run whose journal would pass what is left is not read further nor
-	// sent, and is a broken run whose `error` (`limit_exceeded`) names the bound.
+	// sent, and is a broken run whose `error` (`limit_exceeded`) names the bound. A
+	// check is also a heavy read: it holds one of the caller's places among heavy
+	// reads until answered (`STEPGATE_MAX_HEAVY_READS_PER_SUBJECT`, `…_PER_TENANT`, 2
+	// and 8 per gateway; a 429 with `Retry-After` past them), and is refused 503 while
+	// the gateway's memory is near its limit (`STEPGATE_MEMORY_LIMIT`).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -10309,6 +10333,11 @@ func (r ReadyzResponse) ContentType() string {
 	return ""
 }
 
+// SyncAppResponse429Headers the declared response headers of an HTTP 429 response for SyncApp
+type SyncAppResponse429Headers struct {
+	RetryAfter *int
+}
+
 type SyncAppResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -10322,8 +10351,14 @@ type SyncAppResponse struct {
 	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationProblemJSON409 *AppCheckRefused
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *Busy
 	// ApplicationProblemJSON502 the response for an HTTP 502 `application/problem+json` response
 	ApplicationProblemJSON502 *BadGateway
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *SyncAppResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -10351,9 +10386,19 @@ func (r SyncAppResponse) GetApplicationProblemJSON409() *AppCheckRefused {
 	return r.ApplicationProblemJSON409
 }
 
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r SyncAppResponse) GetApplicationProblemJSON429() *Busy {
+	return r.ApplicationProblemJSON429
+}
+
 // GetApplicationProblemJSON502 returns the response for an HTTP 502 `application/problem+json` response
 func (r SyncAppResponse) GetApplicationProblemJSON502() *BadGateway {
 	return r.ApplicationProblemJSON502
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r SyncAppResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -14043,7 +14088,11 @@ func (c *ClientWithResponses) ReadyzWithResponse(ctx context.Context, reqEditors
 // runs' inputs and journal entries (outputs and errors, counted as
 // `STEPGATE_MAX_JOURNAL_BYTES` counts them), reading each journal a page at a
 // time; a run whose journal would pass what is left is not read further nor
-// sent, and is a broken run whose `error` (`limit_exceeded`) names the bound.
+// sent, and is a broken run whose `error` (`limit_exceeded`) names the bound. A
+// check is also a heavy read: it holds one of the caller's places among heavy
+// reads until answered (`STEPGATE_MAX_HEAVY_READS_PER_SUBJECT`, `…_PER_TENANT`, 2
+// and 8 per gateway; a 429 with `Retry-After` past them), and is refused 503 while
+// the gateway's memory is near its limit (`STEPGATE_MEMORY_LIMIT`).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -14090,7 +14139,11 @@ func (c *ClientWithResponses) SyncAppWithBodyWithResponse(ctx context.Context, p
 // runs' inputs and journal entries (outputs and errors, counted as
 // `STEPGATE_MAX_JOURNAL_BYTES` counts them), reading each journal a page at a
 // time; a run whose journal would pass what is left is not read further nor
-// sent, and is a broken run whose `error` (`limit_exceeded`) names the bound.
+// sent, and is a broken run whose `error` (`limit_exceeded`) names the bound. A
+// check is also a heavy read: it holds one of the caller's places among heavy
+// reads until answered (`STEPGATE_MAX_HEAVY_READS_PER_SUBJECT`, `…_PER_TENANT`, 2
+// and 8 per gateway; a 429 with `Retry-After` past them), and is refused 503 while
+// the gateway's memory is near its limit (`STEPGATE_MEMORY_LIMIT`).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -15876,6 +15929,13 @@ func ParseSyncAppResponse(rsp *http.Response) (*SyncAppResponse, error) {
 		}
 		response.ApplicationProblemJSON409 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Busy
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
 		var dest BadGateway
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -15883,6 +15943,26 @@ func ParseSyncAppResponse(rsp *http.Response) (*SyncAppResponse, error) {
 		}
 		response.ApplicationProblemJSON502 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers SyncAppResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil

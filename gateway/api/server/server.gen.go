@@ -1625,6 +1625,25 @@ func (response SyncApp409ApplicationProblemPlusJSONResponse) VisitSyncAppRespons
 	return err
 }
 
+type SyncApp429ApplicationProblemPlusJSONResponse struct {
+	BusyApplicationProblemPlusJSONResponse
+}
+
+func (response SyncApp429ApplicationProblemPlusJSONResponse) VisitSyncAppResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type SyncApp502ApplicationProblemPlusJSONResponse struct {
 	BadGatewayApplicationProblemPlusJSONResponse
 }
@@ -1637,6 +1656,22 @@ func (response SyncApp502ApplicationProblemPlusJSONResponse) VisitSyncAppRespons
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(502)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SyncApp503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response SyncApp503ApplicationProblemPlusJSONResponse) VisitSyncAppResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }

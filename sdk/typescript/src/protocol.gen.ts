@@ -194,7 +194,11 @@ export interface paths {
          *     runs' inputs and journal entries (outputs and errors, counted as
          *     `STEPGATE_MAX_JOURNAL_BYTES` counts them), reading each journal a page at a
          *     time; a run whose journal would pass what is left is not read further nor
-         *     sent, and is a broken run whose `error` (`limit_exceeded`) names the bound.
+         *     sent, and is a broken run whose `error` (`limit_exceeded`) names the bound. A
+         *     check is also a heavy read: it holds one of the caller's places among heavy
+         *     reads until answered (`STEPGATE_MAX_HEAVY_READS_PER_SUBJECT`, `…_PER_TENANT`, 2
+         *     and 8 per gateway; a 429 with `Retry-After` past them), and is refused 503 while
+         *     the gateway's memory is near its limit (`STEPGATE_MEMORY_LIMIT`).
          */
         post: operations["syncApp"];
         delete?: never;
@@ -3445,7 +3449,9 @@ export interface operations {
                     "application/problem+json": components["schemas"]["AppCheckRefused"];
                 };
             };
+            429: components["responses"]["Busy"];
             502: components["responses"]["BadGateway"];
+            503: components["responses"]["Unavailable"];
         };
     };
     startRun: {
