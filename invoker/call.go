@@ -331,6 +331,7 @@ func (inv *Invoker) checkpointURL(runID string) string {
 func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, run *journal.Run, o journal.Outcome, notify bool) (*Result, error) {
 	var f *journal.Finished
 	var finishedAt time.Time // local time when Finish returned, to relate f.Clock to ours
+	var wakeJob int64        // the River job of the run's wake-up, when it sleeps
 	var err error
 	began := time.Now()
 	defer func() { inv.metrics.Apply(time.Since(began)) }()
@@ -349,7 +350,7 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 		}
 		return pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
 			var err error
-			f, err = inv.finishTx(ctx, tx, run, o)
+			f, wakeJob, err = inv.finishTx(ctx, tx, run, o)
 			finishedAt = time.Now()
 			return err
 		})
@@ -369,7 +370,7 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 		err = inv.whileUnavailable(log, func() error {
 			return pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
 				var err error
-				f, err = inv.finishTx(ctx, tx, run, o)
+				f, wakeJob, err = inv.finishTx(ctx, tx, run, o)
 				return err
 			})
 		})
@@ -402,7 +403,7 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 		// wake beyond the lead of the maintenance passes is theirs to arm when it
 		// comes near (maintenance.NewWakes): nothing of a run that waits long stays in memory.
 		if d := f.WakeAt.Sub(f.Clock); d <= inv.wakeLead() && f.Status == journal.StatusSuspended {
-			inv.armWake(run.ID, rev, *f.WakeAt, d-time.Since(finishedAt))
+			inv.armWake(run.ID, rev, *f.WakeAt, d-time.Since(finishedAt), wakeJob)
 		} else if d <= inv.wakeLead() {
 			inv.armTimer(run.ID, rev, d-time.Since(finishedAt), 0)
 		}
@@ -464,12 +465,12 @@ func unappliable(err error) *journal.ErrorInfo {
 }
 
 // finishTx applies o to run in tx with the River jobs of its next moves: the run's own
-// wake-up when it is due at a time, its child's start when it invokes one, and its
-// parent's wake-up when it was a child and its end woke the parent.
-func (inv *Invoker) finishTx(ctx context.Context, tx pgx.Tx, run *journal.Run, o journal.Outcome) (*journal.Finished, error) {
-	f, err := journal.Finish(ctx, tx, run.ID, run.Invocation, o)
-	if err != nil {
-		return nil, err
+// wake-up when it is due at a time (whose job id it returns as wakeJob, 0 for none), its
+// child's start when it invokes one, and its parent's wake-up when it was a child and
+// its end woke the parent.
+func (inv *Invoker) finishTx(ctx context.Context, tx pgx.Tx, run *journal.Run, o journal.Outcome) (f *journal.Finished, wakeJob int64, err error) {
+	if f, err = journal.Finish(ctx, tx, run.ID, run.Invocation, o); err != nil {
+		return nil, 0, err
 	}
 	var jobs []river.InsertManyParams
 	if f.WakeAt != nil {
@@ -490,16 +491,20 @@ func (inv *Invoker) finishTx(ctx context.Context, tx pgx.Tx, run *journal.Run, o
 		// costs this one statement more; a run's other answers none).
 		parent, _, err := journal.RunJobs(ctx, tx, []string{f.Parent})
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		for _, p := range parent {
 			jobs = append(jobs, river.InsertManyParams{Args: runJob(p)})
 		}
 	}
 	if len(jobs) > 0 {
-		if _, err := inv.river.InsertManyTx(ctx, tx, jobs); err != nil {
-			return nil, fmt.Errorf("enqueue next moves of run %s: %w", run.ID, err)
+		inserted, err := inv.river.InsertManyTx(ctx, tx, jobs)
+		if err != nil {
+			return nil, 0, fmt.Errorf("enqueue next moves of run %s: %w", run.ID, err)
+		}
+		if f.WakeAt != nil && len(inserted) > 0 && inserted[0].Job != nil {
+			wakeJob = inserted[0].Job.ID
 		}
 	}
-	return f, nil
+	return f, wakeJob, nil
 }

@@ -454,7 +454,7 @@ func (inv *Invoker) failInvocation(ctx context.Context, runID string, invocation
 	var f *journal.Finished
 	err := pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
 		var err error
-		f, err = inv.finishTx(ctx, tx, &journal.Run{ID: runID, Invocation: invocation},
+		f, _, err = inv.finishTx(ctx, tx, &journal.Run{ID: runID, Invocation: invocation},
 			journal.InvocationFailed(e))
 		return err
 	})
@@ -619,7 +619,7 @@ const (
 // without concurrency limits, is claimed earlyWake ahead and invoked once the database
 // clock passes wakeAt; any other (journal.ClaimRunEarly refuses it) is woken at d as
 // armTimer does. A nil rev is looked up when the timer fires.
-func (inv *Invoker) armWake(runID string, rev *revision, wakeAt time.Time, d time.Duration) {
+func (inv *Invoker) armWake(runID string, rev *revision, wakeAt time.Time, d time.Duration, backstop int64) {
 	if d <= earlyWake || (rev != nil && len(rev.config.Concurrency) > 0) {
 		inv.armTimer(runID, rev, d, 0)
 		return
@@ -643,7 +643,7 @@ func (inv *Invoker) armWake(runID string, rev *revision, wakeAt time.Time, d tim
 			return // as armTimer: the run's River job brings it to a worker
 		}
 		defer inv.fair.Release(rev.tenant)
-		c, err := journal.ClaimRunEarly(inv.bg, inv.pool, rev.tenant, runID, wakeAt, earlyClaimBound, inv.leaseTTL)
+		c, err := journal.ClaimRunEarly(inv.bg, inv.pool, rev.tenant, runID, wakeAt, earlyClaimBound, inv.leaseTTL, backstop)
 		if errors.Is(err, journal.ErrNotDue) {
 			// Resumable otherwise (a wait stored), or not suspended until wakeAt any more.
 			atTheWake()

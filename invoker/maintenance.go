@@ -21,7 +21,7 @@ func (inv *Invoker) newMaintenance() (*maintenance.Renewer, *maintenance.Maintai
 		func(lost []journal.Lease) { inv.cancelCalls(lost, errLeaseLost) }, health, inv.log, inv.clock)
 	wakes := maintenance.NewWakes(inv.pool, inv.wakeLead(),
 		func(runID string) bool { return inv.timers.has(runTimer(runID)) },
-		func(runID string, at time.Time, d time.Duration) { inv.armWake(runID, nil, at, d) }, health, inv.log, inv.clock)
+		func(runID string, at time.Time, d time.Duration) { inv.armWake(runID, nil, at, d, 0) }, health, inv.log, inv.clock)
 	deadlines := maintenance.NewDeadlines(inv.pool, inv.wakeLead(),
 		func(runID string) bool { return inv.timers.has(deadlineTimer(runID)) },
 		func(runID string, d time.Duration) { inv.armDeadlineTimer(runID, d, 0) }, health, inv.log, inv.clock)

@@ -57,16 +57,20 @@ func ClaimRun(ctx context.Context, db DB, runID string, lease time.Duration) (*C
 // LeaseReapExpired). So the claim's commit is done by the time the sleep ends, instead
 // of after. ErrNotDue when the run is
 // not so: not suspended until wakeAt, wakeAt further than early, or resumable otherwise
-// (ClaimRun then claims it at wakeAt).
-func ClaimRunEarly(ctx context.Context, db DB, tenant, runID string, wakeAt time.Time, early, lease time.Duration) (*Claim, error) {
-	return claimRun(ctx, db, runID, lease, false, &earlyClaim{tenant: tenant, wakeAt: wakeAt, early: early})
+// (ClaimRun then claims it at wakeAt). A claim made deletes backstop, the sleep's River
+// job (0: none), when no worker has it yet: from the claim on, the lease (whose reaping
+// queues the run again) and the sweep of stranded runs are the run's backstops, and the
+// job would only find nothing to claim.
+func ClaimRunEarly(ctx context.Context, db DB, tenant, runID string, wakeAt time.Time, early, lease time.Duration, backstop int64) (*Claim, error) {
+	return claimRun(ctx, db, runID, lease, false, &earlyClaim{tenant: tenant, wakeAt: wakeAt, early: early, backstop: backstop})
 }
 
 // earlyClaim is what ClaimRunEarly adds to a claim.
 type earlyClaim struct {
 	tenant string
-	wakeAt time.Time
-	early  time.Duration
+	wakeAt   time.Time
+	early    time.Duration
+	backstop int64 // the sleep's River job, deleted with a claim made; 0: none
 }
 
 // ClockNow returns the database clock now (clock_timestamp, not a transaction's start).
@@ -98,7 +102,7 @@ func claimRun(ctx context.Context, db DB, runID string, lease time.Duration, slo
 		journal, stepAttempts = dbsqlc.ClaimSlotsJournal, dbsqlc.ClaimSlotsStepAttempts
 	} else if early != nil {
 		claim.NotBefore = early.wakeAt
-		b.Queue(dbsqlc.ClaimRunEarly, lease.Seconds(), early.tenant, runID, early.wakeAt, early.early.Seconds()).QueryRow(onClaim)
+		b.Queue(dbsqlc.ClaimRunEarly, lease.Seconds(), early.tenant, runID, early.wakeAt, early.early.Seconds(), early.backstop).QueryRow(onClaim)
 	} else {
 		b.Queue(dbsqlc.ClaimRun, lease.Seconds(), runID, TimedOut).QueryRow(onClaim)
 	}

@@ -685,11 +685,11 @@ func TestClaimRunEarly(t *testing.T) {
 		_, err = journal.ClaimRun(ctx, tx, run.ID, time.Minute)
 		require.ErrorIs(t, err, journal.ErrNotDue, "ClaimRun waits for the wake time")
 
-		_, err = journal.ClaimRunEarly(ctx, tx, run.Tenant, run.ID, f.WakeAt.Add(time.Millisecond), early, time.Minute)
+		_, err = journal.ClaimRunEarly(ctx, tx, run.Tenant, run.ID, f.WakeAt.Add(time.Millisecond), early, time.Minute, 0)
 		require.ErrorIs(t, err, journal.ErrNotDue, "another wake time: another suspension")
-		_, err = journal.ClaimRunEarly(ctx, tx, "another-tenant", run.ID, *f.WakeAt, early, time.Minute)
+		_, err = journal.ClaimRunEarly(ctx, tx, "another-tenant", run.ID, *f.WakeAt, early, time.Minute, 0)
 		require.ErrorIs(t, err, journal.ErrNotDue, "another tenant's run")
-		c, err := journal.ClaimRunEarly(ctx, tx, run.Tenant, run.ID, *f.WakeAt, early, time.Minute)
+		c, err := journal.ClaimRunEarly(ctx, tx, run.Tenant, run.ID, *f.WakeAt, early, time.Minute, 0)
 		require.NoError(t, err)
 		require.Equal(t, journal.StatusRunning, c.Run.Status)
 		require.Equal(t, 2, c.Run.Invocation)
@@ -700,11 +700,57 @@ func TestClaimRunEarly(t *testing.T) {
 		require.Len(t, c.Journal, 1)
 		require.Equal(t, journal.KindSleep, c.Journal[0].Kind)
 
-		_, err = journal.ClaimRunEarly(ctx, tx, run.Tenant, run.ID, *f.WakeAt, early, time.Minute)
+		_, err = journal.ClaimRunEarly(ctx, tx, run.Tenant, run.ID, *f.WakeAt, early, time.Minute, 0)
 		require.ErrorIs(t, err, journal.ErrNotDue, "claimed once")
 		clock, err := journal.ClockNow(ctx, tx)
 		require.NoError(t, err)
 		require.False(t, clock.Before(c.Now), "the clock, not the transaction's start")
+	})
+
+	t.Run("AClaimMadeDeletesTheSleepsBackstopJobNoWorkerHas", func(t *testing.T) {
+		t.Parallel()
+		ctx, tx := t.Context(), pgtest.Tx(t)
+		job := func(runID, state string) (id int64) {
+			require.NoError(t, tx.QueryRow(ctx, `
+				INSERT INTO river_job (args, kind, max_attempts, priority, queue, state, scheduled_at)
+				VALUES (jsonb_build_object('run_id', $1::text), 'stepgate.invoke', 25, 1, 'default', $2::river_job_state, now() + interval '1 hour')
+				RETURNING id`, runID, state).Scan(&id))
+			return id
+		}
+		exists := func(id int64) (ok bool) {
+			require.NoError(t, tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM river_job WHERE id = $1)`, id).Scan(&ok))
+			return ok
+		}
+		sleep := func() (*journal.Run, time.Time) {
+			run := mustCreateRun(t, tx, claimed)
+			f, err := journal.Finish(ctx, tx, run.ID, 1, journal.Sleeping(journal.Sleep{Seq: 1, Name: "nap", For: 10 * time.Millisecond}))
+			require.NoError(t, err)
+			return run, *f.WakeAt
+		}
+
+		run, wakeAt := sleep()
+		backstop := job(run.ID, "scheduled")
+		_, err := journal.ClaimRunEarly(ctx, tx, run.Tenant, run.ID, wakeAt.Add(time.Millisecond), early, time.Minute, backstop)
+		require.ErrorIs(t, err, journal.ErrNotDue)
+		require.True(t, exists(backstop), "no claim, the job stays")
+		other, _ := sleep()
+		_, err = journal.ClaimRunEarly(ctx, tx, run.Tenant, run.ID, wakeAt, early, time.Minute, job(other.ID, "scheduled"))
+		require.NoError(t, err)
+		require.True(t, exists(backstop), "another run's job is never deleted")
+		_, err = tx.Exec(ctx, `DELETE FROM river_job WHERE id <> $1`, backstop)
+		require.NoError(t, err)
+
+		run, wakeAt = sleep()
+		backstop = job(run.ID, "scheduled")
+		_, err = journal.ClaimRunEarly(ctx, tx, run.Tenant, run.ID, wakeAt, early, time.Minute, backstop)
+		require.NoError(t, err)
+		require.False(t, exists(backstop), "the claim deleted the backstop")
+
+		run, wakeAt = sleep()
+		working := job(run.ID, "running")
+		_, err = journal.ClaimRunEarly(ctx, tx, run.Tenant, run.ID, wakeAt, early, time.Minute, working)
+		require.NoError(t, err)
+		require.True(t, exists(working), "a job a worker has is left to the worker")
 	})
 
 	t.Run("HandedOverBeforeItsEndItWaitsForIt", func(t *testing.T) {
@@ -713,7 +759,7 @@ func TestClaimRunEarly(t *testing.T) {
 		run := mustCreateRun(t, tx, claimed)
 		f, err := journal.Finish(ctx, tx, run.ID, 1, journal.Sleeping(journal.Sleep{Seq: 1, Name: "nap", For: 30 * time.Millisecond}))
 		require.NoError(t, err)
-		c, err := journal.ClaimRunEarly(ctx, tx, run.Tenant, run.ID, *f.WakeAt, early, time.Minute)
+		c, err := journal.ClaimRunEarly(ctx, tx, run.Tenant, run.ID, *f.WakeAt, early, time.Minute, 0)
 		require.NoError(t, err)
 		// The gateway stops before the sleep's end and hands the run over.
 		ids, err := journal.ReleaseLeases(ctx, tx, []journal.Lease{{RunID: run.ID, Invocation: c.Run.Invocation}})
@@ -733,7 +779,7 @@ func TestClaimRunEarly(t *testing.T) {
 		run := mustCreateRun(t, tx, claimed)
 		f, err := journal.Finish(ctx, tx, run.ID, 1, journal.Sleeping(journal.Sleep{Seq: 1, Name: "nap", For: time.Hour}))
 		require.NoError(t, err)
-		_, err = journal.ClaimRunEarly(ctx, tx, run.Tenant, run.ID, *f.WakeAt, early, time.Minute)
+		_, err = journal.ClaimRunEarly(ctx, tx, run.Tenant, run.ID, *f.WakeAt, early, time.Minute, 0)
 		require.ErrorIs(t, err, journal.ErrNotDue)
 		require.Equal(t, journal.StatusSuspended, mustGetRun(t, tx, run).Status)
 	})
@@ -746,7 +792,7 @@ func TestClaimRunEarly(t *testing.T) {
 			Seq: 1, Name: "wait", Event: "orders.paid", Match: map[string]json.RawMessage{}, Timeout: 10 * time.Millisecond}))
 		require.NoError(t, err)
 		require.NotNil(t, f.WakeAt)
-		_, err = journal.ClaimRunEarly(ctx, tx, run.Tenant, run.ID, *f.WakeAt, early, time.Minute)
+		_, err = journal.ClaimRunEarly(ctx, tx, run.Tenant, run.ID, *f.WakeAt, early, time.Minute, 0)
 		require.ErrorIs(t, err, journal.ErrNotDue, "an event may resume it before its timeout: its timeout is not claimed early")
 		require.Equal(t, journal.StatusSuspended, mustGetRun(t, tx, run).Status)
 	})
@@ -757,7 +803,7 @@ func TestClaimRunEarly(t *testing.T) {
 		run := mustCreateRun(t, tx, claimed)
 		f, err := journal.Finish(ctx, tx, run.ID, 1, journal.RetryingInvocation(journal.ErrorInfo{Type: "http_status", Message: "500"}, 10*time.Millisecond))
 		require.NoError(t, err)
-		_, err = journal.ClaimRunEarly(ctx, tx, run.Tenant, run.ID, *f.WakeAt, early, time.Minute)
+		_, err = journal.ClaimRunEarly(ctx, tx, run.Tenant, run.ID, *f.WakeAt, early, time.Minute, 0)
 		require.ErrorIs(t, err, journal.ErrNotDue)
 	})
 }

@@ -34,19 +34,29 @@ SELECT u.* FROM u;
 -- out. The claim does not end the sleep: its invocation must not reach the function
 -- before the database clock passes @wake_at (Claim.NotBefore, which the invoker waits
 -- for); a run handed over or reaped meanwhile is queued until the sleep's end
--- (LeaseRelease, LeaseReapExpired).
-UPDATE stepgate.run r SET status = 'running', attempts = r.attempts + 1,
-    invocation = r.invocation + 1, owner_nonce = NULL, lease_until = now() + make_interval(secs => @lease_seconds),
-    wake_at = NULL, awaiting = NULL, started_at = coalesce(r.started_at, now())
-WHERE r.tenant = @tenant AND r.id = @run_id AND r.status = 'suspended' AND r.wake_at = @wake_at
-    AND r.wake_at <= now() + make_interval(secs => @early_seconds)
-    AND r.awaiting->>'kind' = 'sleep' AND r.held IS NULL AND r.slot_keys IS NULL
-    AND NOT EXISTS (SELECT 1 FROM stepgate.run_wait w WHERE w.tenant = @tenant AND w.run_id = @run_id)
-RETURNING r.id, r.tenant, r.function, r.revision, r.status, r.input, r.output, r.error, r.identity,
-    r.idempotency_key, r.parent_id, r.parent_seq, r.parent_name, r.rerun_of, r.cancelled_by, r.detached, r.attempts, r.invocation,
-    r.lifetime_failed_invocations, r.failed_invocations, r.lifetime_recoveries, r.recoveries, r.lease_until, r.awaiting,
-    r.wake_at, r.deadline, r.held, r.priority, r.created_at, r.started_at, r.finished_at,
-    now() AS db_now;
+-- (LeaseRelease, LeaseReapExpired). A claim made deletes the sleep's backstop River job
+-- (@backstop_job, 0: none) while no worker has it yet: the claim's lease, whose reaping
+-- queues the run again (LeaseReapExpired), and the sweep of stranded runs
+-- (RunsStranded) are the backstops from then on.
+WITH claimed AS (
+    UPDATE stepgate.run r SET status = 'running', attempts = r.attempts + 1,
+        invocation = r.invocation + 1, owner_nonce = NULL, lease_until = now() + make_interval(secs => @lease_seconds),
+        wake_at = NULL, awaiting = NULL, started_at = coalesce(r.started_at, now())
+    WHERE r.tenant = @tenant AND r.id = @run_id AND r.status = 'suspended' AND r.wake_at = @wake_at
+        AND r.wake_at <= now() + make_interval(secs => @early_seconds)
+        AND r.awaiting->>'kind' = 'sleep' AND r.held IS NULL AND r.slot_keys IS NULL
+        AND NOT EXISTS (SELECT 1 FROM stepgate.run_wait w WHERE w.tenant = @tenant AND w.run_id = @run_id)
+    RETURNING r.id, r.tenant, r.function, r.revision, r.status, r.input, r.output, r.error, r.identity,
+        r.idempotency_key, r.parent_id, r.parent_seq, r.parent_name, r.rerun_of, r.cancelled_by, r.detached, r.attempts, r.invocation,
+        r.lifetime_failed_invocations, r.failed_invocations, r.lifetime_recoveries, r.recoveries, r.lease_until, r.awaiting,
+        r.wake_at, r.deadline, r.held, r.priority, r.created_at, r.started_at, r.finished_at,
+        now() AS db_now
+), backstop AS (
+    DELETE FROM river_job j
+    WHERE j.id = sqlc.arg(backstop_job)::bigint AND j.kind = 'stepgate.invoke' AND j.state IN ('scheduled', 'available')
+        AND j.args->>'run_id' = @run_id::text AND EXISTS (SELECT 1 FROM claimed)
+)
+SELECT * FROM claimed;
 
 -- name: ClockNow :one
 -- The database clock now (not the transaction's start): what a claim ahead of a wake

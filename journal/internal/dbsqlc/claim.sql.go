@@ -186,18 +186,25 @@ func (q *Queries) ClaimRun(ctx context.Context, arg ClaimRunParams) (ClaimRunRow
 }
 
 const ClaimRunEarly = `-- name: ClaimRunEarly :one
-UPDATE stepgate.run r SET status = 'running', attempts = r.attempts + 1,
-    invocation = r.invocation + 1, owner_nonce = NULL, lease_until = now() + make_interval(secs => $1),
-    wake_at = NULL, awaiting = NULL, started_at = coalesce(r.started_at, now())
-WHERE r.tenant = $2 AND r.id = $3 AND r.status = 'suspended' AND r.wake_at = $4
-    AND r.wake_at <= now() + make_interval(secs => $5)
-    AND r.awaiting->>'kind' = 'sleep' AND r.held IS NULL AND r.slot_keys IS NULL
-    AND NOT EXISTS (SELECT 1 FROM stepgate.run_wait w WHERE w.tenant = $2 AND w.run_id = $3)
-RETURNING r.id, r.tenant, r.function, r.revision, r.status, r.input, r.output, r.error, r.identity,
-    r.idempotency_key, r.parent_id, r.parent_seq, r.parent_name, r.rerun_of, r.cancelled_by, r.detached, r.attempts, r.invocation,
-    r.lifetime_failed_invocations, r.failed_invocations, r.lifetime_recoveries, r.recoveries, r.lease_until, r.awaiting,
-    r.wake_at, r.deadline, r.held, r.priority, r.created_at, r.started_at, r.finished_at,
-    now() AS db_now
+WITH claimed AS (
+    UPDATE stepgate.run r SET status = 'running', attempts = r.attempts + 1,
+        invocation = r.invocation + 1, owner_nonce = NULL, lease_until = now() + make_interval(secs => $1),
+        wake_at = NULL, awaiting = NULL, started_at = coalesce(r.started_at, now())
+    WHERE r.tenant = $2 AND r.id = $3 AND r.status = 'suspended' AND r.wake_at = $4
+        AND r.wake_at <= now() + make_interval(secs => $5)
+        AND r.awaiting->>'kind' = 'sleep' AND r.held IS NULL AND r.slot_keys IS NULL
+        AND NOT EXISTS (SELECT 1 FROM stepgate.run_wait w WHERE w.tenant = $2 AND w.run_id = $3)
+    RETURNING r.id, r.tenant, r.function, r.revision, r.status, r.input, r.output, r.error, r.identity,
+        r.idempotency_key, r.parent_id, r.parent_seq, r.parent_name, r.rerun_of, r.cancelled_by, r.detached, r.attempts, r.invocation,
+        r.lifetime_failed_invocations, r.failed_invocations, r.lifetime_recoveries, r.recoveries, r.lease_until, r.awaiting,
+        r.wake_at, r.deadline, r.held, r.priority, r.created_at, r.started_at, r.finished_at,
+        now() AS db_now
+), backstop AS (
+    DELETE FROM river_job j
+    WHERE j.id = $6::bigint AND j.kind = 'stepgate.invoke' AND j.state IN ('scheduled', 'available')
+        AND j.args->>'run_id' = $3::text AND EXISTS (SELECT 1 FROM claimed)
+)
+SELECT id, tenant, function, revision, status, input, output, error, identity, idempotency_key, parent_id, parent_seq, parent_name, rerun_of, cancelled_by, detached, attempts, invocation, lifetime_failed_invocations, failed_invocations, lifetime_recoveries, recoveries, lease_until, awaiting, wake_at, deadline, held, priority, created_at, started_at, finished_at, db_now FROM claimed
 `
 
 type ClaimRunEarlyParams struct {
@@ -206,6 +213,7 @@ type ClaimRunEarlyParams struct {
 	RunID        string
 	WakeAt       *time.Time
 	EarlySeconds float64
+	BackstopJob  int64
 }
 
 type ClaimRunEarlyRow struct {
@@ -250,7 +258,10 @@ type ClaimRunEarlyRow struct {
 // out. The claim does not end the sleep: its invocation must not reach the function
 // before the database clock passes @wake_at (Claim.NotBefore, which the invoker waits
 // for); a run handed over or reaped meanwhile is queued until the sleep's end
-// (LeaseRelease, LeaseReapExpired).
+// (LeaseRelease, LeaseReapExpired). A claim made deletes the sleep's backstop River job
+// (@backstop_job, 0: none) while no worker has it yet: the claim's lease, whose reaping
+// queues the run again (LeaseReapExpired), and the sweep of stranded runs
+// (RunsStranded) are the backstops from then on.
 func (q *Queries) ClaimRunEarly(ctx context.Context, arg ClaimRunEarlyParams) (ClaimRunEarlyRow, error) {
 	row := q.db.QueryRow(ctx, ClaimRunEarly,
 		arg.LeaseSeconds,
@@ -258,6 +269,7 @@ func (q *Queries) ClaimRunEarly(ctx context.Context, arg ClaimRunEarlyParams) (C
 		arg.RunID,
 		arg.WakeAt,
 		arg.EarlySeconds,
+		arg.BackstopJob,
 	)
 	var i ClaimRunEarlyRow
 	err := row.Scan(
