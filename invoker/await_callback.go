@@ -112,7 +112,7 @@ func (inv *Invoker) resolveCallback(ctx context.Context, db interface {
 		return nil, err
 	}
 	if cb.Woken {
-		inv.wake(cb.RunID, nil)
+		inv.wake(cb.RunID, nil, 0)
 	}
 	return cb, nil
 }

@@ -40,18 +40,21 @@ func (inv *Invoker) resumeDue(ctx context.Context, runID string, notify bool) (*
 	if err != nil {
 		return nil, err
 	}
-	return inv.resume(ctx, rev, runID, notify)
+	return inv.resume(ctx, rev, runID, notify, 0)
 }
 
-// resume claims runID if it is due and invokes it. A run of a revision with concurrency
-// limits is claimed with its slots: without room it is held, and resume returns a
-// *journal.HeldError.
-func (inv *Invoker) resume(ctx context.Context, rev *revision, runID string, notify bool) (*Result, error) {
-	claim := journal.ClaimRun
+// resume claims runID if it is due and invokes it; a claim made deletes backstop, the
+// run's River job, while no worker has it (journal.ClaimWokenRun; 0: none). A run of a
+// revision with concurrency limits is claimed with its slots: without room it is held,
+// and resume returns a *journal.HeldError.
+func (inv *Invoker) resume(ctx context.Context, rev *revision, runID string, notify bool, backstop int64) (*Result, error) {
+	var c *journal.Claim
+	var err error
 	if len(rev.config.Concurrency) > 0 {
-		claim = journal.ClaimRunSlots
+		c, err = journal.ClaimRunSlots(ctx, inv.pool, runID, inv.leaseTTL)
+	} else {
+		c, err = journal.ClaimWokenRun(ctx, inv.pool, runID, inv.leaseTTL, backstop)
 	}
-	c, err := claim(ctx, inv.pool, runID, inv.leaseTTL)
 	if err != nil {
 		return nil, err
 	}
@@ -330,8 +333,8 @@ func (inv *Invoker) checkpointURL(runID string) string {
 // arms local timers for them and tells local waiters.
 func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, run *journal.Run, o journal.Outcome, notify bool) (*Result, error) {
 	var f *journal.Finished
-	var finishedAt time.Time // local time when Finish returned, to relate f.Clock to ours
-	var wakeJob int64        // the River job of the run's wake-up, when it sleeps
+	var finishedAt time.Time  // local time when Finish returned, to relate f.Clock to ours
+	var jobs map[string]int64 // the invoke jobs finishTx enqueued, by run
 	var err error
 	began := time.Now()
 	defer func() { inv.metrics.Apply(time.Since(began)) }()
@@ -350,7 +353,7 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 		}
 		return pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
 			var err error
-			f, wakeJob, err = inv.finishTx(ctx, tx, run, o)
+			f, jobs, err = inv.finishTx(ctx, tx, run, o)
 			finishedAt = time.Now()
 			return err
 		})
@@ -370,7 +373,7 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 		err = inv.whileUnavailable(log, func() error {
 			return pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
 				var err error
-				f, wakeJob, err = inv.finishTx(ctx, tx, run, o)
+				f, jobs, err = inv.finishTx(ctx, tx, run, o)
 				return err
 			})
 		})
@@ -382,8 +385,11 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 	if err != nil {
 		return nil, fmt.Errorf("apply answer of run %s: %w", run.ID, err)
 	}
+	// A parent's or a new child's River job is available at the commit, and River's
+	// producer, told of it then, races this process's claim for it: the claim does not
+	// delete it (backstop 0), so that what a run costs does not depend on who wins.
 	if f.Parent != "" {
-		inv.wake(f.Parent, nil)
+		inv.wake(f.Parent, nil, 0)
 	}
 	children := f.Children
 	if f.Child != nil {
@@ -391,7 +397,7 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 	}
 	for _, c := range children {
 		if crev, err := inv.functions.revision(ctx, c.Tenant, c.Function, c.Revision); err == nil {
-			inv.wake(c.ID, crev)
+			inv.wake(c.ID, crev, 0)
 		} // else its River job starts it
 		inv.armDeadline(c)
 		log.DebugContext(ctx, "run waits for its child", slog.String("child_id", c.ID), slog.String("child_function", c.Function))
@@ -403,9 +409,9 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 		// wake beyond the lead of the maintenance passes is theirs to arm when it
 		// comes near (maintenance.NewWakes): nothing of a run that waits long stays in memory.
 		if d := f.WakeAt.Sub(f.Clock); d <= inv.wakeLead() && f.Status == journal.StatusSuspended {
-			inv.armWake(run.ID, rev, *f.WakeAt, d-time.Since(finishedAt), wakeJob)
+			inv.armWake(run.ID, rev, *f.WakeAt, d-time.Since(finishedAt), jobs[run.ID])
 		} else if d <= inv.wakeLead() {
-			inv.armTimer(run.ID, rev, d-time.Since(finishedAt), 0)
+			inv.armTimer(run.ID, rev, d-time.Since(finishedAt), 0, jobs[run.ID])
 		}
 		log.DebugContext(ctx, "run waits", slog.String("status", string(f.Status)), slog.Time("wake_at", *f.WakeAt))
 	default:
@@ -465,12 +471,13 @@ func unappliable(err error) *journal.ErrorInfo {
 }
 
 // finishTx applies o to run in tx with the River jobs of its next moves: the run's own
-// wake-up when it is due at a time (whose job id it returns as wakeJob, 0 for none), its
-// child's start when it invokes one, and its parent's wake-up when it was a child and
-// its end woke the parent.
-func (inv *Invoker) finishTx(ctx context.Context, tx pgx.Tx, run *journal.Run, o journal.Outcome) (f *journal.Finished, wakeJob int64, err error) {
-	if f, err = journal.Finish(ctx, tx, run.ID, run.Invocation, o); err != nil {
-		return nil, 0, err
+// wake-up when it is due at a time, its child's start when it invokes one, and its
+// parent's wake-up when it was a child and its end woke the parent. It returns the
+// invoke jobs' ids by run (insertJobs), for the wakes that delete them once claimed.
+func (inv *Invoker) finishTx(ctx context.Context, tx pgx.Tx, run *journal.Run, o journal.Outcome) (*journal.Finished, map[string]int64, error) {
+	f, err := journal.Finish(ctx, tx, run.ID, run.Invocation, o)
+	if err != nil {
+		return nil, nil, err
 	}
 	var jobs []river.InsertManyParams
 	if f.WakeAt != nil {
@@ -491,20 +498,37 @@ func (inv *Invoker) finishTx(ctx context.Context, tx pgx.Tx, run *journal.Run, o
 		// costs this one statement more; a run's other answers none).
 		parent, _, err := journal.RunJobs(ctx, tx, []string{f.Parent})
 		if err != nil {
-			return nil, 0, err
+			return nil, nil, err
 		}
 		for _, p := range parent {
 			jobs = append(jobs, river.InsertManyParams{Args: runJob(p)})
 		}
 	}
-	if len(jobs) > 0 {
-		inserted, err := inv.river.InsertManyTx(ctx, tx, jobs)
-		if err != nil {
-			return nil, 0, fmt.Errorf("enqueue next moves of run %s: %w", run.ID, err)
-		}
-		if f.WakeAt != nil && len(inserted) > 0 && inserted[0].Job != nil {
-			wakeJob = inserted[0].Job.ID
+	ids, err := inv.insertJobs(ctx, tx, jobs)
+	if err != nil {
+		return nil, nil, fmt.Errorf("enqueue next moves of run %s: %w", run.ID, err)
+	}
+	return f, ids, nil
+}
+
+// insertJobs inserts jobs in tx and returns the ids of the invoke jobs among them, by run
+// (nil for none).
+func (inv *Invoker) insertJobs(ctx context.Context, tx pgx.Tx, jobs []river.InsertManyParams) (map[string]int64, error) {
+	if len(jobs) == 0 {
+		return nil, nil
+	}
+	inserted, err := inv.river.InsertManyTx(ctx, tx, jobs)
+	if err != nil {
+		return nil, err
+	}
+	var ids map[string]int64
+	for i, r := range inserted {
+		if a, ok := jobs[i].Args.(InvokeArgs); ok && r != nil && r.Job != nil {
+			if ids == nil {
+				ids = map[string]int64{}
+			}
+			ids[a.RunID] = r.Job.ID
 		}
 	}
-	return f, wakeJob, nil
+	return ids, nil
 }

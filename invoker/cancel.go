@@ -181,7 +181,7 @@ func (w *cancelOperationWorker) work(ctx context.Context, job *river.Job[CancelO
 		for _, r := range batch {
 			inv.cancelled(r.ID)
 			if r.ParentSeq != nil {
-				inv.wake(*r.ParentID, nil)
+				inv.wake(*r.ParentID, nil, 0)
 			}
 		}
 		inv.cancelledAll(tree)

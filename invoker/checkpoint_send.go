@@ -80,7 +80,7 @@ var sendCheckpoint = checkpointKind{
 			return inv.enqueue(ctx, tx, m.RunID)
 		})
 		if err == nil && sent != nil && sent.Resumed {
-			inv.wake(m.RunID, nil)
+			inv.wake(m.RunID, nil, 0)
 		}
 		return CheckpointAck{Refused: errorToAPI(refused)}, inv.failOnCheckpoint(ctx, in.RunID, in.Number, err)
 	},

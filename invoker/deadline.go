@@ -82,7 +82,7 @@ func (inv *Invoker) exceedDeadline(ctx context.Context, runID string) (*journal.
 	inv.traceRunEnd(ctx, run, journal.StatusFailed, run.Error)
 	inv.ended(runID, errRunDeadline)
 	if run.ParentSeq != nil {
-		inv.wake(*run.ParentID, nil)
+		inv.wake(*run.ParentID, nil, 0)
 	}
 	return run, nil
 }

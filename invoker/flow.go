@@ -185,6 +185,6 @@ func (inv *Invoker) armHeld(run *journal.Run) {
 	}
 	// The database clock is the judge; a hair late costs less than a wasted early try.
 	if d := time.Until(*run.WakeAt) + time.Millisecond; d <= inv.wakeLead() {
-		inv.armTimer(run.ID, nil, d, 0)
+		inv.armTimer(run.ID, nil, d, 0, 0)
 	}
 }

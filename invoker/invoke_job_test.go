@@ -15,6 +15,7 @@ import (
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/step"
+	"github.com/stepgate/stepgate/internal/pgtest"
 	"github.com/stepgate/stepgate/internal/stack"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
@@ -28,7 +29,23 @@ import (
 // The functions' priorities (3 and 4, and 2 by a start) are none of River's default (1).
 func TestEveryInvokeJobCarriesItsRunsTenantAndPriority(t *testing.T) {
 	t.Parallel()
-	s := stack.Start(t, stack.Options{})
+	// Every job as inserted, kept: a gateway's claim deletes a run's job no worker has
+	// yet (journal.ClaimWokenRun).
+	url := pgtest.DBURL(t)
+	owner, err := pgx.Connect(t.Context(), url)
+	require.NoError(t, err)
+	_, err = owner.Exec(t.Context(), `
+		CREATE TABLE public.inserted_job AS SELECT id, kind, args, priority, metadata FROM river_job WHERE false;
+		GRANT SELECT ON public.inserted_job TO PUBLIC;
+		CREATE FUNCTION public.keep_inserted_job() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER AS $$
+		BEGIN
+			INSERT INTO public.inserted_job SELECT NEW.id, NEW.kind, NEW.args, NEW.priority, NEW.metadata;
+			RETURN NULL;
+		END $$;
+		CREATE TRIGGER keep_inserted_job AFTER INSERT ON river_job FOR EACH ROW EXECUTE FUNCTION public.keep_inserted_job();`)
+	require.NoError(t, err)
+	require.NoError(t, owner.Close(t.Context()))
+	s := stack.Start(t, stack.Options{DatabaseURL: url})
 	app := s.NewApp()
 	functions.Register(app, "napper", func(ctx context.Context, _ struct{}) (string, error) {
 		if err := step.Sleep(ctx, "nap", time.Millisecond); err != nil {
@@ -94,7 +111,7 @@ func TestEveryInvokeJobCarriesItsRunsTenantAndPriority(t *testing.T) {
 	jobs := func(id string) int {
 		t.Helper()
 		var n int
-		require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = $1 AND args->>'run_id' = $2`,
+		require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FROM public.inserted_job WHERE kind = $1 AND args->>'run_id' = $2`,
 			journal.InvokeJobKind, id).Scan(&n))
 		return n
 	}
@@ -219,7 +236,7 @@ func TestEveryInvokeJobCarriesItsRunsTenantAndPriority(t *testing.T) {
 	rows, _ := s.Pool.Query(ctx, `
 		SELECT j.id, r.function, j.args->>'run_id', coalesce(j.args->>'tenant', ''), r.tenant, j.priority, r.priority,
 			coalesce((j.metadata->>'snoozes')::int, 0) > 0
-		FROM river_job j JOIN stepgate.run r ON r.id::text = j.args->>'run_id'
+		FROM public.inserted_job j JOIN stepgate.run r ON r.id::text = j.args->>'run_id'
 		WHERE j.kind = $1 ORDER BY j.id`, journal.InvokeJobKind)
 	all, err := pgx.CollectRows(rows, pgx.RowToStructByPos[job])
 	require.NoError(t, err)

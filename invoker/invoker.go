@@ -206,7 +206,7 @@ func New(cfg Config) (*Invoker, error) {
 	if inv.listener == nil {
 		inv.listener, inv.ownsListener = notify.NewListener(cfg.Pool, cfg.Logger), true
 	}
-	inv.listener.HandleSlotWakes(func(id string) { inv.wake(id, nil) })
+	inv.listener.HandleSlotWakes(func(id string) { inv.wake(id, nil, 0) })
 	inv.renewEvery = cmp.Or(cfg.RenewInterval, inv.leaseTTL/5)
 	if inv.renewEvery >= inv.leaseTTL {
 		return nil, fmt.Errorf("invoker: the renewal interval %s must be shorter than the lease TTL %s", inv.renewEvery, inv.leaseTTL)
@@ -463,7 +463,7 @@ func (inv *Invoker) failInvocation(ctx context.Context, runID string, invocation
 	}
 	inv.log.InfoContext(ctx, "run failed by its checkpoint", inv.runAttrs(ctx, runID), slog.String("error_type", e.Type), slog.String("error", e.Message))
 	if f.Parent != "" {
-		inv.wake(f.Parent, nil)
+		inv.wake(f.Parent, nil, 0)
 	}
 	inv.ended(runID, errRunFailed)
 	return nil
@@ -562,13 +562,18 @@ func (w *invokeWorker) Work(ctx context.Context, job *river.Job[InvokeArgs]) err
 }
 
 // wake invokes runID from this process at once if it is due: a run that a committed
-// transaction made due with its River job, which stays the backstop (a parent whose
-// child has ended, a resumed waiter, a new child), or a held run that a freed
-// concurrency slot made due (every gateway hears of it on journal.SlotChannel; the
-// stranded-run sweep is the backstop when none heard). The first claim wins: when this
-// process finds the run not due, another claimed it (its River job's worker, another
-// gateway), and the wake does not look again. A nil rev is looked up.
-func (inv *Invoker) wake(runID string, rev *revision) { inv.armTimer(runID, rev, 0, maxWakeTries) }
+// transaction made due with its River job (a parent whose child has ended, a resumed
+// waiter, a new child), or a held run that a freed concurrency slot made due (every
+// gateway hears of it on journal.SlotChannel; the stranded-run sweep is the backstop
+// when none heard). The first claim wins: when this process finds the run not due,
+// another claimed it (its River job's worker, another gateway), and the wake does not
+// look again. The River job stays the backstop; with backstop, its id, this process's
+// claim deletes it while no worker has it (journal.ClaimWokenRun), the lease and the
+// stranded-run sweep being the backstops from then on: a scheduled job (a sleep's, a
+// retry's), which no worker can have before it is due. 0: none. A nil rev is looked up.
+func (inv *Invoker) wake(runID string, rev *revision, backstop int64) {
+	inv.armTimer(runID, rev, 0, maxWakeTries, backstop)
+}
 
 // maxWakeTries bounds how often a timer looks again at a run not due yet: a wake time
 // on this process's clock may come a hair before it has on the database's.
@@ -580,7 +585,7 @@ const maxWakeTries = 3
 // tenant holds its share of the workers in the reserve zone, the timer does nothing,
 // and the run's River job (which every wake has, or the stranded-run sweep) brings it
 // to a worker, which holds it back until the tenant is below its share.
-func (inv *Invoker) armTimer(runID string, rev *revision, d time.Duration, tries int) {
+func (inv *Invoker) armTimer(runID string, rev *revision, d time.Duration, tries int, backstop int64) {
 	inv.timers.arm(runTimer(runID), d, func() {
 		var err error
 		if rev == nil {
@@ -590,12 +595,12 @@ func (inv *Invoker) armTimer(runID string, rev *revision, d time.Duration, tries
 			if !inv.fair.Acquire(rev.tenant) {
 				return
 			}
-			_, err = inv.resume(inv.bg, rev, runID, false)
+			_, err = inv.resume(inv.bg, rev, runID, false, backstop)
 			inv.fair.Release(rev.tenant)
 		}
 		if errors.Is(err, journal.ErrNotDue) && tries < maxWakeTries {
 			// The database clock may run a hair behind this timer; look again shortly.
-			inv.armTimer(runID, rev, 500*time.Microsecond, tries+1)
+			inv.armTimer(runID, rev, 500*time.Microsecond, tries+1, backstop)
 			return
 		}
 		if err != nil && !errors.Is(err, journal.ErrNotDue) && !errors.Is(err, journal.ErrHeld) && inv.bg.Err() == nil {
@@ -621,11 +626,11 @@ const (
 // armTimer does. A nil rev is looked up when the timer fires.
 func (inv *Invoker) armWake(runID string, rev *revision, wakeAt time.Time, d time.Duration, backstop int64) {
 	if d <= earlyWake || (rev != nil && len(rev.config.Concurrency) > 0) {
-		inv.armTimer(runID, rev, d, 0)
+		inv.armTimer(runID, rev, d, 0, backstop)
 		return
 	}
 	due := inv.clock.Now().Add(d)
-	atTheWake := func() { inv.armTimer(runID, rev, due.Sub(inv.clock.Now()), 0) }
+	atTheWake := func() { inv.armTimer(runID, rev, due.Sub(inv.clock.Now()), 0, backstop) }
 	inv.timers.arm(runTimer(runID), d-earlyWake, func() {
 		var err error
 		if rev == nil {

@@ -31,7 +31,7 @@ func (inv *Invoker) SendMessage(ctx context.Context, db *journal.TenantDB, n jou
 		return sent, err
 	}
 	if sent.Resumed {
-		inv.wake(n.RunID, nil)
+		inv.wake(n.RunID, nil, 0)
 	}
 	return sent, nil
 }
@@ -100,7 +100,7 @@ func (inv *Invoker) StartWithMessage(ctx context.Context, db *journal.TenantDB, 
 		inv.armDeadline(out.Run)
 	}
 	if out.Sent.Resumed {
-		inv.wake(out.Run.ID, nil)
+		inv.wake(out.Run.ID, nil, 0)
 	}
 	return out, nil
 }

@@ -139,7 +139,7 @@ func (inv *Invoker) resumeNew(ctx context.Context, run *journal.Run) (*Result, e
 	if err != nil {
 		return nil, err
 	}
-	return inv.resume(ctx, rev, run.ID, true)
+	return inv.resume(ctx, rev, run.ID, true, 0)
 }
 
 // CancelRun cancels a run of db's tenant that has not finished, as by. The cancellation
@@ -169,7 +169,7 @@ func (inv *Invoker) CancelRun(ctx context.Context, db *journal.TenantDB, runID s
 	inv.cancelled(run.ID)
 	inv.cancelledAll(tree)
 	if run.ParentSeq != nil {
-		inv.wake(*run.ParentID, nil)
+		inv.wake(*run.ParentID, nil, 0)
 	}
 	return run, nil
 }
@@ -262,7 +262,7 @@ func (inv *Invoker) sendEvent(ctx context.Context, tx pgx.Tx, n journal.NewEvent
 // wakeAll invokes runs from this process at once, if they are due (see wake).
 func (inv *Invoker) wakeAll(runs []string) {
 	for _, id := range runs {
-		inv.wake(id, nil)
+		inv.wake(id, nil, 0)
 	}
 }
 

@@ -46,7 +46,7 @@ func (e *HeldError) Unwrap() error { return ErrHeld }
 // Triggers that follow it (docs/internals.md): run_event_on_status.
 func ClaimRunSlots(ctx context.Context, db DB, runID string, lease time.Duration) (*Claim, error) {
 	for try := 1; ; try++ {
-		c, err := claimRun(ctx, db, runID, lease, true, nil)
+		c, err := claimRun(ctx, db, runID, lease, true, nil, 0)
 		if pgErrCode(err) != slotRetryCode || try == maxSlotRetries {
 			return c, err
 		}

@@ -44,7 +44,18 @@ type Claim struct {
 //
 // Triggers that follow it (docs/internals.md): run_event_on_status.
 func ClaimRun(ctx context.Context, db DB, runID string, lease time.Duration) (*Claim, error) {
-	return claimRun(ctx, db, runID, lease, false, nil)
+	return claimRun(ctx, db, runID, lease, false, nil, 0)
+}
+
+// ClaimWokenRun is ClaimRun for a wake in the process that enqueued the run's River job
+// backstop, scheduled for the wake's time (a retry's backoff, a sleep's end): a claim
+// made deletes backstop in its own statement when no worker has it yet. From the
+// claim on, the lease (whose reaping queues the run again) and the sweep of stranded runs
+// are the run's backstops, and the job would only find nothing to claim. 0: none.
+//
+// Triggers that follow it (docs/internals.md): run_event_on_status.
+func ClaimWokenRun(ctx context.Context, db DB, runID string, lease time.Duration, backstop int64) (*Claim, error) {
+	return claimRun(ctx, db, runID, lease, false, nil, backstop)
 }
 
 // ClaimRunEarly claims, up to early ahead of its wake time, tenant's run suspended until
@@ -62,15 +73,14 @@ func ClaimRun(ctx context.Context, db DB, runID string, lease time.Duration) (*C
 // queues the run again) and the sweep of stranded runs are the run's backstops, and the
 // job would only find nothing to claim.
 func ClaimRunEarly(ctx context.Context, db DB, tenant, runID string, wakeAt time.Time, early, lease time.Duration, backstop int64) (*Claim, error) {
-	return claimRun(ctx, db, runID, lease, false, &earlyClaim{tenant: tenant, wakeAt: wakeAt, early: early, backstop: backstop})
+	return claimRun(ctx, db, runID, lease, false, &earlyClaim{tenant: tenant, wakeAt: wakeAt, early: early}, backstop)
 }
 
 // earlyClaim is what ClaimRunEarly adds to a claim.
 type earlyClaim struct {
 	tenant string
-	wakeAt   time.Time
-	early    time.Duration
-	backstop int64 // the sleep's River job, deleted with a claim made; 0: none
+	wakeAt time.Time
+	early  time.Duration
 }
 
 // ClockNow returns the database clock now (clock_timestamp, not a transaction's start).
@@ -78,8 +88,9 @@ func ClockNow(ctx context.Context, db DB) (time.Time, error) {
 	return dbsqlc.New(db).ClockNow(ctx)
 }
 
-// claimRun is ClaimRun, with slots ClaimRunSlots, and with early ClaimRunEarly.
-func claimRun(ctx context.Context, db DB, runID string, lease time.Duration, slots bool, early *earlyClaim) (*Claim, error) {
+// claimRun is ClaimRun, with slots ClaimRunSlots, and with early ClaimRunEarly; a claim
+// made (but with slots) deletes backstop, the run's River job no worker has (0: none).
+func claimRun(ctx context.Context, db DB, runID string, lease time.Duration, slots bool, early *earlyClaim, backstop int64) (*Claim, error) {
 	var claim Claim
 	b := &pgx.Batch{}
 	onClaim := func(row pgx.Row) error {
@@ -102,9 +113,9 @@ func claimRun(ctx context.Context, db DB, runID string, lease time.Duration, slo
 		journal, stepAttempts = dbsqlc.ClaimSlotsJournal, dbsqlc.ClaimSlotsStepAttempts
 	} else if early != nil {
 		claim.NotBefore = early.wakeAt
-		b.Queue(dbsqlc.ClaimRunEarly, lease.Seconds(), early.tenant, runID, early.wakeAt, early.early.Seconds(), early.backstop).QueryRow(onClaim)
+		b.Queue(dbsqlc.ClaimRunEarly, lease.Seconds(), early.tenant, runID, early.wakeAt, early.early.Seconds(), backstop).QueryRow(onClaim)
 	} else {
-		b.Queue(dbsqlc.ClaimRun, lease.Seconds(), runID, TimedOut).QueryRow(onClaim)
+		b.Queue(dbsqlc.ClaimRun, lease.Seconds(), runID, TimedOut, backstop).QueryRow(onClaim)
 	}
 	b.Queue(journal, runID).Query(func(rows pgx.Rows) error {
 		var err error

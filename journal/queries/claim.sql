@@ -1,7 +1,9 @@
 -- name: ClaimRun :one
 -- Claims the run when it is due. A wait still stored when its run is claimed has timed
 -- out (an event that resumes a run deletes it): journal that, before the journal is
--- read. (The alternatives of a wait_any are rows at one seq: one entry for them.)
+-- read. (The alternatives of a wait_any are rows at one seq: one entry for them.) A
+-- claim made deletes the run's River job @backstop_job (0: none) while no worker has it
+-- yet, as ClaimRunEarly does.
 WITH u AS (
     UPDATE stepgate.run r SET status = 'running', attempts = r.attempts + 1,
         invocation = r.invocation + 1, owner_nonce = NULL, lease_until = now() + make_interval(secs => @lease_seconds),
@@ -23,6 +25,10 @@ WITH u AS (
         stepgate.journal_bytes_before(t.tenant, t.run_id, t.seq) + octet_length(sqlc.arg(timed_out)::jsonb::text)
     FROM timed_out t CROSS JOIN u
     ON CONFLICT (tenant, run_id, seq) DO NOTHING
+), backstop AS (
+    DELETE FROM river_job j
+    WHERE j.id = sqlc.arg(backstop_job)::bigint AND j.kind = 'stepgate.invoke' AND j.state IN ('scheduled', 'available')
+        AND j.args->>'run_id' = sqlc.arg(run_id)::uuid::text AND EXISTS (SELECT 1 FROM u)
 )
 SELECT u.* FROM u;
 

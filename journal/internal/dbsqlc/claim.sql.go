@@ -97,6 +97,10 @@ WITH u AS (
         stepgate.journal_bytes_before(t.tenant, t.run_id, t.seq) + octet_length($3::jsonb::text)
     FROM timed_out t CROSS JOIN u
     ON CONFLICT (tenant, run_id, seq) DO NOTHING
+), backstop AS (
+    DELETE FROM river_job j
+    WHERE j.id = $4::bigint AND j.kind = 'stepgate.invoke' AND j.state IN ('scheduled', 'available')
+        AND j.args->>'run_id' = $2::uuid::text AND EXISTS (SELECT 1 FROM u)
 )
 SELECT u.id, u.tenant, u.function, u.revision, u.status, u.input, u.output, u.error, u.identity, u.idempotency_key, u.parent_id, u.parent_seq, u.parent_name, u.rerun_of, u.cancelled_by, u.detached, u.attempts, u.invocation, u.lifetime_failed_invocations, u.failed_invocations, u.lifetime_recoveries, u.recoveries, u.lease_until, u.awaiting, u.wake_at, u.deadline, u.held, u.priority, u.created_at, u.started_at, u.finished_at, u.db_now FROM u
 `
@@ -105,6 +109,7 @@ type ClaimRunParams struct {
 	LeaseSeconds float64
 	RunID        string
 	TimedOut     json.RawMessage
+	BackstopJob  int64
 }
 
 type ClaimRunRow struct {
@@ -144,9 +149,16 @@ type ClaimRunRow struct {
 
 // Claims the run when it is due. A wait still stored when its run is claimed has timed
 // out (an event that resumes a run deletes it): journal that, before the journal is
-// read. (The alternatives of a wait_any are rows at one seq: one entry for them.)
+// read. (The alternatives of a wait_any are rows at one seq: one entry for them.) A
+// claim made deletes the run's River job @backstop_job (0: none) while no worker has it
+// yet, as ClaimRunEarly does.
 func (q *Queries) ClaimRun(ctx context.Context, arg ClaimRunParams) (ClaimRunRow, error) {
-	row := q.db.QueryRow(ctx, ClaimRun, arg.LeaseSeconds, arg.RunID, arg.TimedOut)
+	row := q.db.QueryRow(ctx, ClaimRun,
+		arg.LeaseSeconds,
+		arg.RunID,
+		arg.TimedOut,
+		arg.BackstopJob,
+	)
 	var i ClaimRunRow
 	err := row.Scan(
 		&i.ID,
