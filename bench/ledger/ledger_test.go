@@ -41,17 +41,25 @@ func TestMain(m *testing.M) {
 // file is the committed ledger.
 const file = "ledger.txt"
 
-// TestLedger measures what one run of each shape costs and fails when a count differs
-// from the committed ledger: a rise must be explained, a fall kept. It is not
-// parallel: the allocations it counts are the whole process's.
+// TestLedger measures what one run of each shape costs and fails when a count rose
+// above the committed ledger: a rise must be explained. A fall is logged, to be kept by
+// updating the file. It is not parallel: the allocations it counts are the whole
+// process's.
+//
+// Some paths race (a River worker and this gateway's wake claim one run; a waiter reads
+// a run that has just finished, or is told first): a window may cost less than the run
+// usually does, never more than its slowest path. So the file records what a run
+// usually costs (each shape's most frequent counts over its windows, and the median
+// allocations and WAL bytes), and the test compares the least of its windows with it:
+// only a rise in every window, which a real cost makes, fails it.
 func TestLedger(t *testing.T) {
 	if *update && raceDetector {
 		t.Fatal("-update needs a build without the race detector: its allocations differ by chance")
 	}
-	measured := measure(t, shapes, nil)
+	measured, typical := measure(t, shapes, nil)
 	var b bytes.Buffer
-	require.NoError(t, measured.Write(&b))
 	if *update {
+		require.NoError(t, typical.Write(&b))
 		require.NoError(t, os.WriteFile(file, b.Bytes(), 0o644))
 		t.Logf("wrote %s:\n%s", file, b.String())
 		return
@@ -68,12 +76,18 @@ func TestLedger(t *testing.T) {
 			measured.Costs[name] = c
 		}
 	}
-	changes := ledger.Compare(recorded, measured)
-	for _, c := range changes {
-		t.Error(c)
+	require.NoError(t, measured.Write(&b))
+	rose := false
+	for _, c := range ledger.Compare(recorded, measured) {
+		if c.Rose() {
+			t.Error(c)
+			rose = true
+		} else {
+			t.Logf("%s (a window cheaper than the ledger's usual run: keep a fall with -update)", c)
+		}
 	}
-	if len(changes) > 0 {
-		t.Logf("measured:\n%s", b.String())
+	if rose {
+		t.Logf("measured (the least of each count over %d windows):\n%s", windows, b.String())
 		t.Log("if the change is meant, update the ledger in the same commit (go test ./bench/ledger -run '^TestLedger$' -update), and say in the commit's message why a count rose")
 	}
 }
@@ -90,7 +104,7 @@ func TestLedgerCatchesARise(t *testing.T) {
 	require.NoError(t, err)
 	recorded.Shapes = []string{"steps3"}
 
-	measured := measure(t, recorded.Shapes, func(c *pgxpool.Config) {
+	measured, _ := measure(t, recorded.Shapes, func(c *pgxpool.Config) {
 		c.PrepareConn = func(ctx context.Context, conn *pgx.Conn) (bool, error) {
 			_, err := conn.Exec(ctx, "SELECT 1")
 			return err == nil, err
@@ -108,15 +122,16 @@ func TestLedgerCatchesARise(t *testing.T) {
 	}
 }
 
-// windows is how many runs of each shape are measured; each count is the least of
-// them. What the gateway does in the background (River's leader election, a fetch that
-// finds nothing, a maintenance pass) only ever adds to a run, so the least is the run's
-// own cost.
-const windows = 5
+// windows is how many runs of each shape are measured. What the gateway does in the
+// background (River's leader election, a fetch that finds nothing, a maintenance pass)
+// is left out by name (backgroundWork).
+const windows = 7
 
 // measure runs each shape against a gateway of its own, whose database config hook
-// may change, and returns what one run of each costs.
-func measure(t *testing.T, names []string, hook func(*pgxpool.Config)) ledger.Ledger {
+// may change, and returns what one run of each costs: the least of its windows (each
+// count), and the typical one (the most frequent counts, the median allocations and WAL
+// bytes).
+func measure(t *testing.T, names []string, hook func(*pgxpool.Config)) (cheapest, usual ledger.Ledger) {
 	ctx := t.Context()
 	tracer := ledger.NewTracer(1 << 14)
 	dbURL := pgtest.DBURL(t)
@@ -141,9 +156,11 @@ func measure(t *testing.T, names []string, hook func(*pgxpool.Config)) ledger.Le
 	for _, name := range names { // once each first: caches, prepared statements, connections
 		d.run(t, name, func() {})
 	}
-	l := ledger.Ledger{Postgres: version, Costs: map[string]ledger.Cost{}}
+	cheapest = ledger.Ledger{Postgres: version, Costs: map[string]ledger.Cost{}}
+	usual = ledger.Ledger{Postgres: version, Costs: map[string]ledger.Cost{}}
 	for _, name := range names {
 		var best ledger.Cost
+		var all []ledger.Cost
 		for w := range windows {
 			from, err := ledger.WALPosition(ctx, admin)
 			require.NoError(t, err)
@@ -174,16 +191,49 @@ func measure(t *testing.T, names []string, hook func(*pgxpool.Config)) ledger.Le
 					t.Logf("    wal: %s", r)
 				}
 			}
+			all = append(all, c)
 			if w == 0 {
 				best = c
 				continue
 			}
 			best = least(best, c)
 		}
-		l.Shapes = append(l.Shapes, name)
-		l.Costs[name] = best
+		cheapest.Shapes = append(cheapest.Shapes, name)
+		cheapest.Costs[name] = best
+		usual.Shapes = append(usual.Shapes, name)
+		usual.Costs[name] = typical(all)
 	}
-	return l
+	return cheapest, usual
+}
+
+// typical returns the run of a shape that its windows cost most often (the same counts,
+// and of several such, the cheapest), with the median allocations and WAL bytes of all.
+func typical(all []ledger.Cost) ledger.Cost {
+	key := func(c ledger.Cost) string {
+		return fmt.Sprint(c.Statements, c.RoundTrips, c.Transactions, c.Commits, c.Rows, c.HTTPIn, c.HTTPOut, c.HTTPBack)
+	}
+	seen := map[string]int{}
+	for _, c := range all {
+		seen[key(c)]++
+	}
+	var out ledger.Cost
+	most := 0
+	for _, c := range all {
+		if n := seen[key(c)]; n > most || (n == most && c.Statements < out.Statements) {
+			out, most = c, n
+		}
+	}
+	median := func(get func(ledger.Cost) int64) int64 {
+		v := make([]int64, len(all))
+		for i, c := range all {
+			v[i] = get(c)
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	out.Allocs = median(func(c ledger.Cost) int64 { return c.Allocs })
+	out.WALBytes = median(func(c ledger.Cost) int64 { return c.WALBytes })
+	return out
 }
 
 // backgroundWork is what the gateway does on its own, whatever the runs: it is left
