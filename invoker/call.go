@@ -418,8 +418,11 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 		if run.Deadline != nil {
 			inv.timers.cancel(deadlineTimer(run.ID)) // armed when it was near (deadline.go)
 		}
+		res := &Result{RunID: run.ID, Status: f.Status, Output: o.Output(), Error: o.Error()}
+		inv.outcomes.finished(res) // committed: waiters may be told
 		inv.listener.Signal(run.ID)
 		log.InfoContext(ctx, "run finished", slog.String("status", string(f.Status)))
+		return res, nil
 	}
 	return &Result{RunID: run.ID, Status: f.Status, Output: o.Output(), Error: o.Error()}, nil
 }
