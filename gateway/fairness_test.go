@@ -13,6 +13,7 @@ import (
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/step"
+	"github.com/stepgate/stepgate/internal/pgtest"
 	"github.com/stepgate/stepgate/internal/stack"
 	"github.com/stepgate/stepgate/protocol"
 )
@@ -222,7 +223,9 @@ func TestPriority(t *testing.T) {
 // end (the parent's wake-up names only the run), and a child run has its function's.
 func TestPriorityOfEveryJob(t *testing.T) {
 	t.Parallel()
-	s := stack.Start(t, stack.Options{})
+	// Every job as inserted: a gateway's claim deletes a run's scheduled job no worker
+	// has yet (journal.ClaimWokenRun).
+	s := stack.Start(t, stack.Options{DatabaseURL: pgtest.DBURLKeepingJobs(t)})
 	app := s.NewApp()
 	functions.Register(app, "child", func(ctx context.Context, _ struct{}) (string, error) {
 		return "child done", step.Sleep(ctx, "nap", time.Millisecond)
@@ -247,7 +250,7 @@ func TestPriorityOfEveryJob(t *testing.T) {
 
 	jobs := func(runID string) (priorities []int, tenants []string) {
 		rows, err := s.Pool.Query(t.Context(), `
-			SELECT priority, coalesce(args->>'tenant', '') FROM river_job
+			SELECT priority, coalesce(args->>'tenant', '') FROM public.inserted_job
 			WHERE kind = 'stepgate.invoke' AND args->>'run_id' = $1 ORDER BY id`, runID)
 		require.NoError(t, err)
 		defer rows.Close()

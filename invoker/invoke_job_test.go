@@ -29,23 +29,9 @@ import (
 // The functions' priorities (3 and 4, and 2 by a start) are none of River's default (1).
 func TestEveryInvokeJobCarriesItsRunsTenantAndPriority(t *testing.T) {
 	t.Parallel()
-	// Every job as inserted, kept: a gateway's claim deletes a run's job no worker has
-	// yet (journal.ClaimWokenRun).
-	url := pgtest.DBURL(t)
-	owner, err := pgx.Connect(t.Context(), url)
-	require.NoError(t, err)
-	_, err = owner.Exec(t.Context(), `
-		CREATE TABLE public.inserted_job AS SELECT id, kind, args, priority, metadata FROM river_job WHERE false;
-		GRANT SELECT ON public.inserted_job TO PUBLIC;
-		CREATE FUNCTION public.keep_inserted_job() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER AS $$
-		BEGIN
-			INSERT INTO public.inserted_job SELECT NEW.id, NEW.kind, NEW.args, NEW.priority, NEW.metadata;
-			RETURN NULL;
-		END $$;
-		CREATE TRIGGER keep_inserted_job AFTER INSERT ON river_job FOR EACH ROW EXECUTE FUNCTION public.keep_inserted_job();`)
-	require.NoError(t, err)
-	require.NoError(t, owner.Close(t.Context()))
-	s := stack.Start(t, stack.Options{DatabaseURL: url})
+	// Every job as inserted: a gateway's claim deletes a run's scheduled job no worker
+	// has yet (journal.ClaimWokenRun).
+	s := stack.Start(t, stack.Options{DatabaseURL: pgtest.DBURLKeepingJobs(t)})
 	app := s.NewApp()
 	functions.Register(app, "napper", func(ctx context.Context, _ struct{}) (string, error) {
 		if err := step.Sleep(ctx, "nap", time.Millisecond); err != nil {

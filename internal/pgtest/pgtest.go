@@ -102,6 +102,33 @@ func DBURL(tb testing.TB) string {
 	return s.createDB(tb, s.template)
 }
 
+// DBURLKeepingJobs is DBURL whose database also keeps a copy of every River job as
+// inserted, in public.inserted_job (id, kind, args, priority, metadata), readable by
+// every role: a gateway deletes a run's scheduled job once it has claimed the run
+// itself (journal.ClaimWokenRun), so river_job no longer shows every job enqueued.
+func DBURLKeepingJobs(tb testing.TB) string {
+	tb.Helper()
+	u := DBURL(tb)
+	conn, err := pgx.Connect(tb.Context(), u)
+	if err != nil {
+		tb.Fatalf("pgtest: %v", err)
+	}
+	defer conn.Close(context.WithoutCancel(tb.Context()))
+	_, err = conn.Exec(tb.Context(), `
+		CREATE TABLE public.inserted_job AS SELECT id, kind, args, priority, metadata FROM river_job WHERE false;
+		GRANT SELECT ON public.inserted_job TO PUBLIC;
+		CREATE FUNCTION public.keep_inserted_job() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER AS $$
+		BEGIN
+			INSERT INTO public.inserted_job SELECT NEW.id, NEW.kind, NEW.args, NEW.priority, NEW.metadata;
+			RETURN NULL;
+		END $$;
+		CREATE TRIGGER keep_inserted_job AFTER INSERT ON river_job FOR EACH ROW EXECUTE FUNCTION public.keep_inserted_job();`)
+	if err != nil {
+		tb.Fatalf("pgtest: keep inserted jobs: %v", err)
+	}
+	return u
+}
+
 // EmptyDBURL returns the URL of a new empty database, as a new installation has, for
 // testing migrations. Its lifecycle is that of [DBURL].
 func EmptyDBURL(tb testing.TB) string {
