@@ -13,7 +13,8 @@ import (
 // MaintainInterval on average, recover runs whose lease lapsed (Reaper), enqueue
 // stranded runs (Sweeper), arm the timers of upcoming wake-ups (Wakes) and deadlines
 // (Deadlines, deadline.go), keep the hot tables' statistics (Statistics), prune flow
-// control's stale rows (FlowPruner, flow.go) and handle schedules' overdue ticks
+// control's stale rows (FlowPruner, flow.go), fold the tenant-usage rows of ended
+// database connections (UsageFolder) and handle schedules' overdue ticks
 // (OverdueTicks, schedule.go). Retention is a River periodic job (retention.go).
 func (inv *Invoker) newMaintenance() (*maintenance.Renewer, *maintenance.Maintainer) {
 	health := maintenance.NewHealth(inv.clock) // reap nothing before the others could renew
@@ -32,6 +33,7 @@ func (inv *Invoker) newMaintenance() (*maintenance.Renewer, *maintenance.Maintai
 		deadlines.Pass,
 		maintenance.NewStatistics(inv.pool, inv.log, inv.clock).Pass,
 		maintenance.NewFlowPruner(inv.pool, inv.log, inv.clock).Pass,
+		maintenance.NewUsageFolder(inv.pool, inv.log, inv.clock).Pass,
 		maintenance.NewOverdueTicks(inv.schedules.TickOverdue, health, inv.log, inv.clock).Pass,
 	)
 	return renewer, maintainer

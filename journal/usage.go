@@ -70,3 +70,16 @@ func runsQuotaError(tenant string, runs, max int64) *QuotaError {
 		"tenant %s stores %d runs, its limit of %d (STEPGATE_MAX_TENANT_RUNS); runs are deleted by retention once finished",
 		tenant, runs, max)}
 }
+
+// FoldUsage folds the usage rows of database connections that have ended into their
+// tenants' rows of stripe 0, at most limit rows, and returns how many it folded. Each
+// connection counts in a row of its own (stripe: its backend's pid), so that no two
+// writers wait for each other's row; folding keeps a tenant's rows about as many as the
+// connections writing for it. The sums, and so every quota, do not change.
+func FoldUsage(ctx context.Context, db DB, limit int) (int64, error) {
+	n, err := dbsqlc.New(db).UsageFold(ctx, int32(limit))
+	if err != nil {
+		return 0, fmt.Errorf("fold tenant usage: %w", err)
+	}
+	return n, nil
+}

@@ -179,3 +179,51 @@ func mustBegin(t *testing.T, db *pgxpool.Pool) pgx.Tx {
 	t.Cleanup(func() { _ = tx.Rollback(context.WithoutCancel(t.Context())) })
 	return tx
 }
+
+// TestUsageStripePerConnection: each database connection counts a tenant's usage in a
+// row of its own (its backend's pid), so two connections never write one row; once a
+// connection has ended, FoldUsage moves its rows into the tenant's row of stripe 0, and
+// the tenant's usage, the sum, does not change. A live connection's rows stay.
+func TestUsageStripePerConnection(t *testing.T) {
+	t.Parallel()
+	ctx, db := t.Context(), pgtest.DB(t)
+	tenant := newTenant()
+	mustRegister(t, db, tenant, "fn")
+	conn := func() *pgx.Conn {
+		c, err := db.Acquire(ctx)
+		require.NoError(t, err)
+		return c.Hijack() // a connection of its own, closed below
+	}
+	first, second := conn(), conn()
+	defer second.Close(ctx)
+	for _, c := range []*pgx.Conn{first, first, second} {
+		mustCreateRunOf(t, c, tenant, "fn")
+	}
+	stripes := func() map[int64]int64 {
+		rows, err := db.Query(ctx, `SELECT stripe, runs FROM stepgate.tenant_usage WHERE tenant = $1`, tenant)
+		require.NoError(t, err)
+		out := map[int64]int64{}
+		for rows.Next() {
+			var stripe, runs int64
+			require.NoError(t, rows.Scan(&stripe, &runs))
+			out[stripe] = runs
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+	firstPID, secondPID := int64(first.PgConn().PID()), int64(second.PgConn().PID())
+	require.Equal(t, map[int64]int64{firstPID: 2, secondPID: 1}, stripes(), "a row per connection")
+
+	require.NoError(t, first.Close(ctx))
+	require.Eventually(t, func() bool {
+		var alive bool
+		return db.QueryRow(ctx, `SELECT stepgate.backend_alive($1)`, firstPID).Scan(&alive) == nil && !alive
+	}, 10*time.Second, 5*time.Millisecond, "the first connection's backend ends")
+	_, err := journal.FoldUsage(ctx, db, 1000)
+	require.NoError(t, err)
+	require.Equal(t, map[int64]int64{0: 2, secondPID: 1}, stripes(), "the ended connection's row folded into stripe 0; the live one's kept")
+	u, err := journal.TenantUsageOf(ctx, db, tenant)
+	require.NoError(t, err)
+	require.Equal(t, int64(3), u.Runs, "the sum does not change")
+}
+

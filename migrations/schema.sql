@@ -67,6 +67,14 @@ CREATE FUNCTION public.river_job_state_in_bitmask(bitmask bit, state public.rive
 $$;
 
 --
+-- Name: backend_alive(integer); Type: FUNCTION; Schema: stepgate; Owner: -
+--
+
+CREATE FUNCTION stepgate.backend_alive(pid integer) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$ SELECT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = backend_alive.pid) $$;
+
+--
 -- Name: callback_result(text, jsonb, jsonb, text, jsonb, timestamp with time zone); Type: FUNCTION; Schema: stepgate; Owner: -
 --
 
@@ -709,7 +717,7 @@ CREATE FUNCTION stepgate.usage_add(t text, d_runs bigint, d_stream bigint, d_mai
     LANGUAGE sql
     AS $$
     INSERT INTO stepgate.tenant_usage AS u (tenant, stripe, runs, stream_bytes, mailbox_bytes)
-    VALUES (t, pg_backend_pid() % 32, d_runs, d_stream, d_mailbox)
+    VALUES (t, pg_backend_pid(), d_runs, d_stream, d_mailbox)
     ON CONFLICT (tenant, stripe) DO UPDATE SET runs = u.runs + excluded.runs,
         stream_bytes = u.stream_bytes + excluded.stream_bytes,
         mailbox_bytes = u.mailbox_bytes + excluded.mailbox_bytes
@@ -723,7 +731,7 @@ CREATE FUNCTION stepgate.usage_add_bytes(t text, d_events bigint, d_journal bigi
     LANGUAGE sql
     AS $$
     INSERT INTO stepgate.tenant_usage AS u (tenant, stripe, event_bytes, journal_bytes)
-    VALUES (t, pg_backend_pid() % 32, d_events, d_journal)
+    VALUES (t, pg_backend_pid(), d_events, d_journal)
     ON CONFLICT (tenant, stripe) DO UPDATE SET event_bytes = u.event_bytes + excluded.event_bytes,
         journal_bytes = u.journal_bytes + excluded.journal_bytes
 $$;
@@ -1606,7 +1614,7 @@ ALTER TABLE ONLY stepgate.stream_chunk FORCE ROW LEVEL SECURITY;
 
 CREATE TABLE stepgate.tenant_usage (
     tenant text NOT NULL,
-    stripe smallint NOT NULL,
+    stripe integer NOT NULL,
     runs bigint DEFAULT 0 NOT NULL,
     stream_bytes bigint DEFAULT 0 NOT NULL,
     mailbox_bytes bigint DEFAULT 0 NOT NULL,
@@ -3190,7 +3198,7 @@ GRANT SELECT,INSERT,DELETE ON TABLE stepgate.stream_chunk TO stepgate_system;
 --
 
 GRANT SELECT,INSERT,UPDATE ON TABLE stepgate.tenant_usage TO stepgate_app;
-GRANT SELECT,INSERT,UPDATE ON TABLE stepgate.tenant_usage TO stepgate_system;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE stepgate.tenant_usage TO stepgate_system;
 
 --
 -- Name: TABLE wait_shape; Type: ACL; Schema: stepgate; Owner: -

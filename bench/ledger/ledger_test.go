@@ -252,7 +252,7 @@ var background = backgroundWork{
 		"JobDeleteBefore": true, "JobGetStuck": true, "JobRescueMany": true, "QueueDeleteExpired": true,
 		// stepgate's maintenance pass (invoker/internal/maintenance), each gateway's.
 		"ActionUpcomingDeadlines": true, "RunsStranded": true, "RunsUpcomingWakes": true, "ScheduleOverdueTicks": true,
-		"LeaseReapExpired": true, "LeaseRenew": true,
+		"LeaseReapExpired": true, "LeaseRenew": true, "UsageFold": true, "FlowPrune": true, "FlowRefillHeldLines": true,
 	},
 	idle: map[string]bool{"JobGetAvailable": true, "JobSchedule": true},
 	tables: map[string]bool{
