@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"crypto"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -214,6 +215,7 @@ type Verifier struct {
 	cfg    Config
 	parser *jwt.Parser
 	jwks   *jwks // nil without a JWKS URL
+	cache  verified
 }
 
 // NewVerifier returns a Verifier for cfg, after [Config.Validate]. With a JWKS URL it
@@ -275,11 +277,29 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Identity, error) {
 }
 
 // Check is Verify, also returning when the token expires (its exp), so that what it
-// opens (a live stream) can end then.
+// opens (a live stream) can end then. A token that passed every check is remembered,
+// by its SHA-256, for at most verifiedFor and never past its exp: its next uses within
+// that time are not parsed and checked again (a client sends one token with many
+// requests). So a key taken out of a JWKS stops opening the tokens it signed within
+// verifiedFor of the key set's refresh, as other tokens do at the refresh itself.
 func (v *Verifier) Check(ctx context.Context, token string) (Identity, time.Time, error) {
 	if len(token) > MaxTokenBytes {
 		return Identity{}, time.Time{}, fmt.Errorf("%w: token is longer than %d bytes", ErrUnauthorized, MaxTokenBytes)
 	}
+	key := sha256.Sum256([]byte(token))
+	now := time.Now()
+	if id, exp, ok := v.cache.get(key, now); ok {
+		return id, exp, nil
+	}
+	id, exp, err := v.check(ctx, token)
+	if err == nil {
+		v.cache.put(key, id, exp, now)
+	}
+	return id, exp, err
+}
+
+// check is Check without the memory of verified tokens.
+func (v *Verifier) check(ctx context.Context, token string) (Identity, time.Time, error) {
 	claims := jwt.MapClaims{}
 	var kidErr error // a JWKS lookup that failed while other keys were tried
 	t, err := v.parser.ParseWithClaims(token, claims, func(t *jwt.Token) (any, error) { return v.keys(ctx, t, &kidErr) })
