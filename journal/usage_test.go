@@ -226,4 +226,3 @@ func TestUsageStripePerConnection(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(3), u.Runs, "the sum does not change")
 }
-
