@@ -21,28 +21,15 @@ const (
 // FlowPruner deletes flow control's stale rows and wakes the held runs a freed
 // concurrency slot can take (journal.PruneFlow): at the first maintenance pass, then at
 // the first pass more than FlowPruneEvery after the last prune, by its clock; about once
-// a minute per gateway.
-type FlowPruner struct {
-	pool   *pgxpool.Pool
-	log    *slog.Logger
-	clock  clock.Clock
-	pruned time.Time // when it last pruned
-}
+// a minute per gateway. Its Pass logs an error (a later pass retries); it is not safe for
+// concurrent use: one loop calls it.
+type FlowPruner struct{ throttled }
 
 // NewFlowPruner returns the FlowPruner of pool's flow-control state.
 func NewFlowPruner(pool *pgxpool.Pool, log *slog.Logger, clk clock.Clock) *FlowPruner {
-	return &FlowPruner{pool: pool, log: log, clock: clk}
-}
-
-// Pass prunes up to FlowPruneBatch rows when FlowPruneEvery has passed since the last
-// prune, and logs its error (a later pass retries). Not safe for concurrent use: one
-// loop calls it.
-func (p *FlowPruner) Pass(ctx context.Context) {
-	if p.clock.Now().Sub(p.pruned) <= FlowPruneEvery {
-		return
-	}
-	p.pruned = p.clock.Now()
-	if _, err := journal.PruneFlow(ctx, p.pool, FlowPruneBatch); err != nil && ctx.Err() == nil {
-		p.log.Warn("pruning flow-control state failed; a later pass retries", slog.Any("error", err))
-	}
+	return &FlowPruner{throttled{every: FlowPruneEvery, clock: clk, log: log, what: "pruning flow-control state",
+		work: func(ctx context.Context) error {
+			_, err := journal.PruneFlow(ctx, pool, FlowPruneBatch)
+			return err
+		}}}
 }

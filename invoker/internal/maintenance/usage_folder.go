@@ -20,29 +20,16 @@ const (
 
 // UsageFolder folds the tenant-usage rows of database connections that have ended into
 // their tenants' rows of stripe 0 (journal.FoldUsage): at the first maintenance pass,
-// then at the first pass more than UsageFoldEvery after the last fold; about once a
-// minute per gateway.
-type UsageFolder struct {
-	pool   *pgxpool.Pool
-	log    *slog.Logger
-	clock  clock.Clock
-	folded time.Time // when it last folded
-}
+// then at the first pass more than UsageFoldEvery after the last fold, by its clock;
+// about once a minute per gateway. Its Pass logs an error (a later pass retries); it is
+// not safe for concurrent use: one loop calls it.
+type UsageFolder struct{ throttled }
 
 // NewUsageFolder returns the UsageFolder of pool's tenant usage.
 func NewUsageFolder(pool *pgxpool.Pool, log *slog.Logger, clk clock.Clock) *UsageFolder {
-	return &UsageFolder{pool: pool, log: log, clock: clk}
-}
-
-// Pass folds up to UsageFoldBatch rows when UsageFoldEvery has passed since the last
-// fold, and logs its error (a later pass retries). Not safe for concurrent use: one loop
-// calls it.
-func (f *UsageFolder) Pass(ctx context.Context) {
-	if f.clock.Now().Sub(f.folded) <= UsageFoldEvery {
-		return
-	}
-	f.folded = f.clock.Now()
-	if _, err := journal.FoldUsage(ctx, f.pool, UsageFoldBatch); err != nil && ctx.Err() == nil {
-		f.log.Warn("folding tenant usage failed; a later pass retries", slog.Any("error", err))
-	}
+	return &UsageFolder{throttled{every: UsageFoldEvery, clock: clk, log: log, what: "folding tenant usage",
+		work: func(ctx context.Context) error {
+			_, err := journal.FoldUsage(ctx, pool, UsageFoldBatch)
+			return err
+		}}}
 }
