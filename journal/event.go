@@ -180,28 +180,18 @@ func ListEvents(ctx context.Context, db DB, tenant string, f EventFilter) ([]Eve
 	afterT, afterID := f.After.keyset()
 	rows, _ := db.Query(ctx, dbsqlc.EventList, tenant, f.Name, afterT, afterID, int64(limit)+1)
 	defer rows.Close()
-	var events []Event
-	var used int64
-	for rows.Next() {
-		if len(events) > 0 && used >= budget {
-			// Cut here: one more event than the page makes cutPage give its cursor.
-			events = append(events, Event{})
-			limit = len(events) - 1
-			break // closing the rows discards the rest
-		}
+	events, limit, err := readPage(rows, limit, budget, func(rows pgx.Rows) (Event, int64, error) {
 		var r dbsqlc.EventGetRow
-		err := rows.Scan(&r.Tenant, &r.ID, &r.Name, &r.Data, &r.Identity, &r.SourceRunID, &r.Runs, &r.Skipped, &r.CreatedAt)
-		var ev *Event
-		if err == nil {
-			ev, err = eventOf(r)
+		if err := rows.Scan(&r.Tenant, &r.ID, &r.Name, &r.Data, &r.Identity, &r.SourceRunID, &r.Runs, &r.Skipped, &r.CreatedAt); err != nil {
+			return Event{}, 0, err
 		}
+		ev, err := eventOf(r)
 		if err != nil {
-			return nil, nil, fmt.Errorf("list events: %w", err)
+			return Event{}, 0, err
 		}
-		used += int64(len(ev.Data))
-		events = append(events, *ev)
-	}
-	if err := rows.Err(); err != nil {
+		return *ev, int64(len(ev.Data)), nil
+	})
+	if err != nil {
 		return nil, nil, fmt.Errorf("list events: %w", err)
 	}
 	events, next := cutPage(events, limit, func(e Event) Cursor { return Cursor{e.CreatedAt, e.ID} })

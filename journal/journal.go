@@ -176,6 +176,29 @@ func pageLimit(limit int) int {
 
 // cutPage trims items, fetched with one more than limit, to the page and returns the
 // cursor of the next page (nil on the last page).
+// readPage reads a listing's rows one at a time (scan gives an item and its bytes): at
+// most limit+1 items, as the query's LIMIT asks, and none after the first once the
+// items' bytes reach budget. It returns the items and the page's length for cutPage: a
+// page cut by bytes ends with one item more (a zero T), so that cutPage gives its cursor.
+// The rows not read are discarded when rows is closed.
+func readPage[T any](rows pgx.Rows, limit int, budget int64, scan func(pgx.Rows) (T, int64, error)) ([]T, int, error) {
+	var items []T
+	var used int64
+	for rows.Next() {
+		if len(items) > 0 && used >= budget {
+			n := len(items)
+			return append(items, *new(T)), n, nil
+		}
+		item, size, err := scan(rows)
+		if err != nil {
+			return nil, 0, err
+		}
+		used += size
+		items = append(items, item)
+	}
+	return items, limit, rows.Err()
+}
+
 func cutPage[T any](items []T, limit int, pos func(T) Cursor) ([]T, *Cursor) {
 	if len(items) <= limit {
 		return items, nil

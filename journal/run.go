@@ -502,26 +502,18 @@ func ListRuns(ctx context.Context, db DB, tenant string, f RunFilter) ([]Run, *C
 	rows, _ := db.Query(ctx, dbsqlc.RunList, f.IncludeIO, tenant, f.Function, string(f.Status),
 		nullTime(f.CreatedAfter), nullTime(f.CreatedBefore), afterT, afterID, f.IdempotencyKey, f.ErrorGroup, limit+1)
 	defer rows.Close()
-	var runs []Run
-	var used int64
-	for rows.Next() {
-		if len(runs) > 0 && used >= budget {
-			// Cut here: one more run than the page makes cutPage give its cursor.
-			runs = append(runs, Run{})
-			limit = len(runs) - 1
-			break // closing the rows discards the rest
-		}
+	runs, limit, err := readPage(rows, limit, budget, func(rows pgx.Rows) (Run, int64, error) {
 		r, err := scanRun(rows)
 		if err != nil {
-			return nil, nil, fmt.Errorf("list runs: %w", err)
+			return Run{}, 0, err
 		}
+		size := int64(len(r.Input) + len(r.Output))
 		if r.Error != nil {
-			used += int64(len(r.Error.Message))
+			size += int64(len(r.Error.Message))
 		}
-		used += int64(len(r.Input) + len(r.Output))
-		runs = append(runs, *r)
-	}
-	if err := rows.Err(); err != nil {
+		return *r, size, nil
+	})
+	if err != nil {
 		return nil, nil, fmt.Errorf("list runs: %w", err)
 	}
 	runs, next := cutPage(runs, limit, func(r Run) Cursor { return Cursor{r.CreatedAt, r.ID} })
