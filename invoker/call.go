@@ -333,8 +333,8 @@ func (inv *Invoker) checkpointURL(runID string) string {
 // arms local timers for them and tells local waiters.
 func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, run *journal.Run, o journal.Outcome, notify bool) (*Result, error) {
 	var f *journal.Finished
-	var finishedAt time.Time  // local time when Finish returned, to relate f.Clock to ours
-	var jobs map[string]int64 // the invoke jobs finishTx enqueued, by run
+	var finishedAt time.Time // local time when Finish returned, to relate f.Clock to ours
+	var wakeJob int64        // the River job of the run's own wake-up (finishTx)
 	var err error
 	began := time.Now()
 	defer func() { inv.metrics.Apply(time.Since(began)) }()
@@ -353,7 +353,7 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 		}
 		return pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
 			var err error
-			f, jobs, err = inv.finishTx(ctx, tx, run, o)
+			f, wakeJob, err = inv.finishTx(ctx, tx, run, o)
 			finishedAt = time.Now()
 			return err
 		})
@@ -373,7 +373,7 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 		err = inv.whileUnavailable(log, func() error {
 			return pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
 				var err error
-				f, jobs, err = inv.finishTx(ctx, tx, run, o)
+				f, wakeJob, err = inv.finishTx(ctx, tx, run, o)
 				return err
 			})
 		})
@@ -402,6 +402,7 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 		inv.armDeadline(c)
 		log.DebugContext(ctx, "run waits for its child", slog.String("child_id", c.ID), slog.String("child_function", c.Function))
 	}
+	res := &Result{RunID: run.ID, Status: f.Status, Output: o.Output(), Error: o.Error()}
 	switch {
 	case len(children) > 0 && f.WakeAt == nil:
 	case f.Status == journal.StatusSuspended || f.Status == journal.StatusQueued:
@@ -409,22 +410,20 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 		// wake beyond the lead of the maintenance passes is theirs to arm when it
 		// comes near (maintenance.NewWakes): nothing of a run that waits long stays in memory.
 		if d := f.WakeAt.Sub(f.Clock); d <= inv.wakeLead() && f.Status == journal.StatusSuspended {
-			inv.armWake(run.ID, rev, *f.WakeAt, d-time.Since(finishedAt), jobs[run.ID])
+			inv.armWake(run.ID, rev, *f.WakeAt, d-time.Since(finishedAt), wakeJob)
 		} else if d <= inv.wakeLead() {
-			inv.armTimer(run.ID, rev, d-time.Since(finishedAt), 0, jobs[run.ID])
+			inv.armTimer(run.ID, rev, d-time.Since(finishedAt), 0, wakeJob)
 		}
 		log.DebugContext(ctx, "run waits", slog.String("status", string(f.Status)), slog.Time("wake_at", *f.WakeAt))
 	default:
 		if run.Deadline != nil {
 			inv.timers.cancel(deadlineTimer(run.ID)) // armed when it was near (deadline.go)
 		}
-		res := &Result{RunID: run.ID, Status: f.Status, Output: o.Output(), Error: o.Error()}
 		inv.outcomes.finished(res) // committed: waiters may be told
 		inv.listener.Signal(run.ID)
 		log.InfoContext(ctx, "run finished", slog.String("status", string(f.Status)))
-		return res, nil
 	}
-	return &Result{RunID: run.ID, Status: f.Status, Output: o.Output(), Error: o.Error()}, nil
+	return res, nil
 }
 
 // whileUnavailable calls write until it returns anything but a sign that the database
@@ -475,12 +474,11 @@ func unappliable(err error) *journal.ErrorInfo {
 
 // finishTx applies o to run in tx with the River jobs of its next moves: the run's own
 // wake-up when it is due at a time, its child's start when it invokes one, and its
-// parent's wake-up when it was a child and its end woke the parent. It returns the
-// invoke jobs' ids by run (insertJobs), for the wakes that delete them once claimed.
-func (inv *Invoker) finishTx(ctx context.Context, tx pgx.Tx, run *journal.Run, o journal.Outcome) (*journal.Finished, map[string]int64, error) {
-	f, err := journal.Finish(ctx, tx, run.ID, run.Invocation, o)
-	if err != nil {
-		return nil, nil, err
+// parent's wake-up when it was a child and its end woke the parent. It returns the id of
+// the run's own wake-up job (0: none), which the wake that claims the run deletes.
+func (inv *Invoker) finishTx(ctx context.Context, tx pgx.Tx, run *journal.Run, o journal.Outcome) (f *journal.Finished, wakeJob int64, err error) {
+	if f, err = journal.Finish(ctx, tx, run.ID, run.Invocation, o); err != nil {
+		return nil, 0, err
 	}
 	var jobs []river.InsertManyParams
 	if f.WakeAt != nil {
@@ -501,37 +499,20 @@ func (inv *Invoker) finishTx(ctx context.Context, tx pgx.Tx, run *journal.Run, o
 		// costs this one statement more; a run's other answers none).
 		parent, _, err := journal.RunJobs(ctx, tx, []string{f.Parent})
 		if err != nil {
-			return nil, nil, err
+			return nil, 0, err
 		}
 		for _, p := range parent {
 			jobs = append(jobs, river.InsertManyParams{Args: runJob(p)})
 		}
 	}
-	ids, err := inv.insertJobs(ctx, tx, jobs)
-	if err != nil {
-		return nil, nil, fmt.Errorf("enqueue next moves of run %s: %w", run.ID, err)
-	}
-	return f, ids, nil
-}
-
-// insertJobs inserts jobs in tx and returns the ids of the invoke jobs among them, by run
-// (nil for none).
-func (inv *Invoker) insertJobs(ctx context.Context, tx pgx.Tx, jobs []river.InsertManyParams) (map[string]int64, error) {
-	if len(jobs) == 0 {
-		return nil, nil
-	}
-	inserted, err := inv.river.InsertManyTx(ctx, tx, jobs)
-	if err != nil {
-		return nil, err
-	}
-	var ids map[string]int64
-	for i, r := range inserted {
-		if a, ok := jobs[i].Args.(InvokeArgs); ok && r != nil && r.Job != nil {
-			if ids == nil {
-				ids = map[string]int64{}
-			}
-			ids[a.RunID] = r.Job.ID
+	if len(jobs) > 0 {
+		inserted, err := inv.river.InsertManyTx(ctx, tx, jobs)
+		if err != nil {
+			return nil, 0, fmt.Errorf("enqueue next moves of run %s: %w", run.ID, err)
+		}
+		if f.WakeAt != nil { // the wake-up is the first job
+			wakeJob = inserted[0].Job.ID
 		}
 	}
-	return ids, nil
+	return f, wakeJob, nil
 }
