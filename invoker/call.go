@@ -419,7 +419,6 @@ func (inv *Invoker) apply(ctx context.Context, log *slog.Logger, rev *revision, 
 		if run.Deadline != nil {
 			inv.timers.cancel(deadlineTimer(run.ID)) // armed when it was near (deadline.go)
 		}
-		inv.outcomes.finished(res) // committed: waiters may be told
 		inv.listener.Signal(run.ID)
 		log.InfoContext(ctx, "run finished", slog.String("status", string(f.Status)))
 	}

@@ -155,7 +155,6 @@ type Invoker struct {
 	traceMessages bool             // Config.TraceErrorMessages
 	riverStarted  atomic.Bool      // see Running
 	listener      *notify.Listener // the process's LISTEN connection; waiters subscribe to it
-	outcomes      outcomes         // the results of the runs this process finishes, for its waiters
 	ownsListener  bool             // made by New: Start runs it
 
 	timers *timers          // runs' wake-ups and deadlines, schedules' ticks, in this process (timers.go)

@@ -272,20 +272,12 @@ func (inv *Invoker) wakeAll(runs []string) {
 // to the run (Subscribe) taken before the run could end, or nil to take one now. When
 // ctx ends (the client left, or the gateway stops and ends open requests) it returns the
 // run as it stands: its reads do not depend on ctx, so a waiting caller gets the run's
-// status rather than an error. A run that this process finishes meanwhile is answered
-// from its invocation's committed result, without reading it again: then the returned
-// run has its ID, Tenant, Status, Output and Error only.
+// status rather than an error.
 func (inv *Invoker) AwaitRun(ctx context.Context, db *journal.TenantDB, runID string, changes <-chan struct{}, deadline time.Time) (*journal.Run, error) {
 	if changes == nil {
 		ch, unsubscribe := inv.listener.Subscribe(runID)
 		defer unsubscribe()
 		changes = ch
-	}
-	// Before the attach: a result committed before it, the attach reads.
-	results, unsubscribe := inv.outcomes.subscribe(runID)
-	defer unsubscribe()
-	finished := func(r *Result) *journal.Run {
-		return &journal.Run{ID: runID, Tenant: db.Tenant(), Status: r.Status, Output: r.Output, Error: r.Error}
 	}
 	read := func(f func(ctx context.Context) (*journal.Run, error)) (*journal.Run, error) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -300,15 +292,7 @@ func (inv *Invoker) AwaitRun(ctx context.Context, db *journal.TenantDB, runID st
 	defer timer.Stop()
 	for !run.Status.Terminal() {
 		select {
-		case r := <-results:
-			return finished(r), nil
 		case <-changes:
-			// This process hands its result over before it signals.
-			select {
-			case r := <-results:
-				return finished(r), nil
-			default:
-			}
 		case <-timer.C:
 			return run, nil
 		case <-ctx.Done():
