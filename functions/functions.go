@@ -37,6 +37,7 @@
 package functions
 
 import (
+	"bufio"
 	"cmp"
 	"context"
 	"crypto/ed25519"
@@ -46,6 +47,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"mime"
 	"net/http"
 	"slices"
 	"strings"
@@ -100,12 +102,21 @@ type Config struct {
 	// MaxBodyBytes bounds an invocation request's body; larger ones get 413. Defaults
 	// to 32 MiB.
 	MaxBodyBytes int64
+	// RequestResponseOnly has the manifest list the request/response mode only, for an
+	// app behind a proxy or platform that buffers request or response bodies (AWS
+	// Lambda, Cloudflare Workers, some ingress controllers). Without it the manifest
+	// lists the duplex mode too, and the gateway sends each invocation as one exchange
+	// that carries its checkpoints both ways: no request back to the gateway per step,
+	// and no route from the app to the gateway needed. (The gateway falls back to
+	// request/response by itself when a duplex invocation is not answered as frames.)
+	RequestResponseOnly bool
 }
 
 // App is an [http.Handler] serving the functions registered on it and their manifest.
 // It is safe for concurrent use, including Register while serving.
 type App struct {
 	verify  bool
+	modes   *[]protocol.FunctionConfigModes // what the manifest lists
 	tenant  string
 	sigs    *signature.Verifier
 	client  *http.Client
@@ -159,8 +170,12 @@ func New(cfg Config) *App {
 		client:  cmp.Or(cfg.HTTPClient, defaultClient()),
 		log:     cmp.Or(cfg.Logger, slog.Default()),
 		maxBody: cmp.Or(cfg.MaxBodyBytes, 32<<20),
+		modes:   &[]protocol.FunctionConfigModes{protocol.FunctionConfigModesRequest, protocol.FunctionConfigModesDuplex},
 	}
-	a.reg.Store(&registry{byName: map[string]*function{}, manifest: manifest(nil)})
+	if cfg.RequestResponseOnly {
+		a.modes = &[]protocol.FunctionConfigModes{protocol.FunctionConfigModesRequest}
+	}
+	a.reg.Store(&registry{byName: map[string]*function{}, manifest: a.manifest(nil)})
 	return a
 }
 
@@ -437,7 +452,7 @@ func Register[In, Out any](app *App, name string, fn func(ctx context.Context, i
 	}
 	byName := maps.Clone(old.byName)
 	byName[name] = f
-	app.reg.Store(&registry{byName: byName, manifest: manifest(byName)})
+	app.reg.Store(&registry{byName: byName, manifest: app.manifest(byName)})
 	return client.Ref[In, Out](name)
 }
 
@@ -456,16 +471,16 @@ func (e *codingError) Unwrap() error { return e.err }
 // the SDK imports only protocol); the manifest tests keep the two equal.
 const sdkName = "stepgate-go/0.1.0"
 
-func manifest(byName map[string]*function) []byte {
+func (a *App) manifest(byName map[string]*function) []byte {
 	// This SDK answers replay-only invocations (see replayAnswer).
 	m := protocol.Manifest{Protocol: new(protocol.CurrentVersion().Major), ProtocolVersion: new(protocol.Version), Sdk: new(sdkName),
 		Functions: []protocol.ManifestFunction{}, ReplayOnly: new(true)}
 	for _, name := range slices.Sorted(maps.Keys(byName)) {
 		f := byName[name]
 		mf := protocol.ManifestFunction{Name: name, Path: name}
-		if f.config != (protocol.FunctionConfig{}) {
-			mf.Config = &f.config
-		}
+		c := f.config
+		c.Modes = a.modes
+		mf.Config = &c
 		m.Functions = append(m.Functions, mf)
 	}
 	b, err := json.Marshal(m)
@@ -554,7 +569,18 @@ func (a *App) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f = reg.byName[name]
 	}
 
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.maxBody))
+	// A duplex invocation's body is the invocation on its first line, then the gateway's
+	// acknowledgements (see serveDuplex).
+	duplex := f != nil && isFrames(r.Header.Get("Content-Type"))
+	var acks *bufio.Reader
+	var body []byte
+	var err error
+	if duplex {
+		acks = bufio.NewReaderSize(r.Body, 16<<10)
+		body, err = invocation.ReadFirstLine(acks, a.maxBody)
+	} else {
+		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, a.maxBody))
+	}
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			writeError(w, http.StatusRequestEntityTooLarge, "too_large", err.Error())
@@ -619,11 +645,22 @@ func (a *App) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"signature: the request is for function %q; this path serves %q (register it under the name it is served as: stepgate apps sync does)", req.Run.Function, f.name))
 		return
 	}
+	if asked := req.Mode != nil && *req.Mode == protocol.InvocationRequestModeDuplex; asked != duplex {
+		// The mode is signed, its transport is not: a copy of a duplex invocation sent
+		// whole would otherwise run with no claim the gateway answers.
+		writeError(w, http.StatusBadRequest, "malformed", fmt.Sprintf("invalid invocation: its mode is %s but it came %s",
+			cmp.Or(string(ptrOr(req.Mode)), "request"), map[bool]string{true: "as frames (application/x-ndjson)", false: "whole"}[duplex]))
+		return
+	}
 	ctx := r.Context()
 	if r.Header.Get("traceparent") != "" {
 		ctx = propagation.TraceContext{}.Extract(ctx, propagation.HeaderCarrier(r.Header))
 	}
-	code, answer := a.invoke(ctx, f, &req)
+	if duplex {
+		a.serveDuplex(ctx, w, r, f, &req, acks)
+		return
+	}
+	code, answer := a.invoke(ctx, f, &req, nil)
 	b, err := json.Marshal(answer)
 	if err != nil {
 		// Only an output that is not valid JSON can get here; json.Marshal checks it.
@@ -644,11 +681,15 @@ func invalid(req *protocol.InvocationRequest) string {
 	return ""
 }
 
-// invoke runs f for req and returns the HTTP status and body to answer.
-func (a *App) invoke(ctx context.Context, f *function, req *protocol.InvocationRequest) (code int, body any) {
+// invoke runs f for req and returns the HTTP status and body to answer. Its requests to
+// the gateway go as frames of d, when not nil (the duplex mode).
+func (a *App) invoke(ctx context.Context, f *function, req *protocol.InvocationRequest, d *invocation.Duplex) (code int, body any) {
 	uctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	st := invocation.New(ctx, req, a.client, cancel)
+	if d != nil {
+		st.UseDuplex(d)
+	}
 	defer func() { code, body = withPending(st, code, body) }()
 	if st.ReplayOnly() {
 		defer func() { code, body = replayAnswer(st, code, body) }()
@@ -788,4 +829,58 @@ func writeJSON(w http.ResponseWriter, code int, body []byte) {
 	w.Header().Set(protocol.VersionHeader, protocol.Version)
 	w.WriteHeader(code)
 	_, _ = w.Write(body) // the gateway is gone; nobody to tell
+}
+
+// isFrames says whether contentType is the duplex mode's (application/x-ndjson).
+func isFrames(contentType string) bool {
+	mt, _, _ := mime.ParseMediaType(contentType)
+	return mt == contentTypeFrames
+}
+
+// contentTypeFrames is the content type of a duplex invocation's bodies.
+const contentTypeFrames = "application/x-ndjson"
+
+func ptrOr[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+// serveDuplex answers the duplex invocation req of f (see protocol.InvocationRequest
+// mode): the response's headers at once, then the invocation's requests to the gateway
+// as frames, its answer last; acks is the request's body past its first line, the
+// gateway's acknowledgements. A step body runs only once the claim's proof verifies with
+// the tenant's keys (unless Config.InsecureSkipVerify).
+func (a *App) serveDuplex(ctx context.Context, w http.ResponseWriter, r *http.Request, f *function, req *protocol.InvocationRequest, acks *bufio.Reader) {
+	rc := http.NewResponseController(w)
+	if err := rc.EnableFullDuplex(); err != nil && r.ProtoMajor < 2 {
+		// HTTP/2 is full duplex by itself; an HTTP/1 server that cannot be cannot serve it.
+		writeError(w, http.StatusInternalServerError, "duplex", "this server cannot read the request while it writes the response: "+err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", contentTypeFrames)
+	w.Header().Set(protocol.VersionHeader, protocol.Version)
+	w.WriteHeader(http.StatusOK)
+	if err := rc.Flush(); err != nil {
+		return // the gateway is gone
+	}
+	var verify invocation.ProofFunc
+	if a.verify {
+		verify = func(nonce, proof string) error {
+			tenant, err := a.sigs.Check(ctx, proof, signature.ClaimRequest(req.Run.ID, req.Run.Attempt, nonce), time.Now())
+			if err == nil && tenant != req.Identity.Tenant {
+				err = fmt.Errorf("signed for tenant %q, not %q", tenant, req.Identity.Tenant)
+			}
+			return err
+		}
+	}
+	d := invocation.NewDuplex(w, acks, verify)
+	code, answer := a.invoke(ctx, f, req, d)
+	b, err := json.Marshal(answer)
+	if err != nil {
+		code, b = http.StatusInternalServerError, errorBody("output", err.Error())
+	}
+	_ = d.Answer(code, b) // the gateway is gone; nobody to tell
 }

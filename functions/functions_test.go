@@ -828,8 +828,8 @@ func TestRequests(t *testing.T) {
 		r := g.Get(url + "/")
 		require.Equal(t, http.StatusOK, r.Code, string(r.Body))
 		require.JSONEq(t, `{"protocol":1,"protocol_version":"`+protocol.Version+`","sdk":"stepgate-go/`+version.Version+`","replay_only":true,"functions":[
-			{"name":"hello","path":"hello"},
-			{"name":"orders.checkout","path":"orders.checkout","config":{
+			{"name":"hello","path":"hello","config":{"modes":["request","duplex"]}},
+			{"name":"orders.checkout","path":"orders.checkout","config":{"modes":["request","duplex"],
 				"timeout":"30s","retries":{"max_attempts":5,"initial_interval":"1s","max_interval":"1m0s"}}}
 		]}`, string(r.Body))
 

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -348,46 +347,20 @@ func (s *Server) CheckpointStream(ctx context.Context, req server.CheckpointStre
 		return server.CheckpointStream401ApplicationProblemPlusJSONResponse{UnauthorizedApplicationProblemPlusJSONResponse: server.UnauthorizedApplicationProblemPlusJSONResponse(
 			problem(http.StatusUnauthorized, "invocation token is for another run"))}, nil
 	}
-	b := req.Body
-	if err := checkKey("stream key", b.Key); err != nil {
-		return nil, err
+	w, err := s.inv.StreamWriteOf(*req.Body)
+	var st *journal.Stream
+	if err == nil {
+		st, err = s.inv.WriteStream(ctx, req.ID, claim.invocation, w)
 	}
-	w := journal.StreamWrite{Key: b.Key, Seq: b.Seq, Close: b.Close != nil && *b.Close}
-	if b.Attempt != nil {
-		w.Attempt = *b.Attempt
-	}
-	if b.Index != nil {
-		w.Index = *b.Index
-	}
-	switch {
-	case w.Seq < 1 || w.Seq > math.MaxInt32:
-		return nil, badRequest("seq %d is not from 1 to %d", w.Seq, math.MaxInt32)
-	case w.Attempt < 0 || w.Attempt > s.inv.Limits().MaxAttempts:
-		return nil, badRequest("attempt %d is not from 0 to %d", w.Attempt, s.inv.Limits().MaxAttempts)
-	case w.Index < 0 || int64(w.Index)+int64(len(b.Chunks)) > math.MaxInt32:
-		return nil, badRequest("index %d is not from 0 to %d", w.Index, math.MaxInt32-len(b.Chunks))
-	}
-	w.Chunks = make([]json.RawMessage, len(b.Chunks))
-	for i, c := range b.Chunks {
-		if err := journal.CheckJSON(c); err != nil {
-			return nil, badRequest("chunks[%d] %v", i, err)
+	if err != nil {
+		r := invoker.StreamRefusal(err)
+		switch {
+		case r == nil:
+			return nil, err
+		case r.Status == http.StatusBadRequest:
+			return nil, badRequest("%s", r.Detail)
 		}
-		w.Chunks[i] = json.RawMessage(c)
-	}
-	st, err := s.inv.WriteStream(ctx, req.ID, claim.invocation, w)
-	var le *journal.LimitError
-	var qe *journal.QuotaError
-	switch {
-	case errors.As(err, &le):
-		return streamConflict(invoker.ErrorTypeLimit, le.Message+"; nothing of this write is stored"), nil
-	case errors.As(err, &qe):
-		return streamConflict(invoker.ErrorTypeLimit, qe.Message+"; nothing of this write is stored"), nil
-	case errors.Is(err, journal.ErrStreamClosed):
-		return streamConflict("stream_closed", strings.TrimPrefix(err.Error(), journal.ErrStreamClosed.Error()+": ")+": it takes no more chunks"), nil
-	case errors.Is(err, journal.ErrSuperseded):
-		return streamConflict("superseded", "this invocation no longer owns the run (it was cancelled, finished, or retried elsewhere): stop"), nil
-	case err != nil:
-		return nil, err
+		return server.CheckpointStream409ApplicationProblemPlusJSONResponse{ConflictApplicationProblemPlusJSONResponse: server.ConflictApplicationProblemPlusJSONResponse(r.Problem())}, nil
 	}
 	return server.CheckpointStream200JSONResponse{Key: st.Key, Length: st.Length, Closed: st.ClosedAt != nil}, nil
 }
@@ -402,27 +375,23 @@ func (s *Server) CheckpointCurrent(ctx context.Context, req server.CheckpointCur
 		return server.CheckpointCurrent401ApplicationProblemPlusJSONResponse{UnauthorizedApplicationProblemPlusJSONResponse: server.UnauthorizedApplicationProblemPlusJSONResponse(
 			problem(http.StatusUnauthorized, "invocation token is for another run"))}, nil
 	}
-	if req.Body == nil || !journal.ValidNonce(req.Body.Nonce) {
-		return nil, badRequest("nonce must be %d lowercase hex digits (128 random bits)", journal.NonceLen)
+	var err error
+	if req.Body == nil {
+		err = invoker.CheckNonce("")
+	} else if err = invoker.CheckNonce(req.Body.Nonce); err == nil {
+		err = s.inv.ClaimInvocation(ctx, req.ID, claim.invocation, req.Body.Nonce)
 	}
-	err := s.inv.ClaimInvocation(ctx, req.ID, claim.invocation, req.Body.Nonce)
-	switch {
-	case errors.Is(err, journal.ErrSuperseded):
-		typ := "superseded"
-		p := problem(http.StatusConflict, "this invocation no longer owns the run (it finished, was cancelled, suspended, or another invocation owns it), "+
-			"or another process claimed it first: run no step")
-		p.Type = &typ
-		return server.CheckpointCurrent409ApplicationProblemPlusJSONResponse{ConflictApplicationProblemPlusJSONResponse: server.ConflictApplicationProblemPlusJSONResponse(p)}, nil
-	case err != nil:
-		return nil, err
+	if err != nil {
+		r := invoker.ClaimRefusal(err)
+		switch {
+		case r == nil:
+			return nil, err
+		case r.Status == http.StatusBadRequest:
+			return nil, badRequest("%s", r.Detail)
+		}
+		return server.CheckpointCurrent409ApplicationProblemPlusJSONResponse{ConflictApplicationProblemPlusJSONResponse: server.ConflictApplicationProblemPlusJSONResponse(r.Problem())}, nil
 	}
 	return server.CheckpointCurrent200JSONResponse{RunID: req.ID}, nil
-}
-
-func streamConflict(typ, detail string) server.CheckpointStreamResponseObject {
-	p := problem(http.StatusConflict, detail)
-	p.Type = &typ
-	return server.CheckpointStream409ApplicationProblemPlusJSONResponse{ConflictApplicationProblemPlusJSONResponse: server.ConflictApplicationProblemPlusJSONResponse(p)}
 }
 
 // shutdownOf returns a channel closed when the http.Server serving ctx's request shuts

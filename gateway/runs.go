@@ -510,36 +510,15 @@ func (s *Server) Checkpoint(ctx context.Context, req server.CheckpointRequestObj
 	}
 	e := req.Body
 	ack, err := s.inv.Checkpoint(ctx, invoker.Invocation{RunID: req.ID, Number: claim.invocation}, *e)
-	var bad *invoker.BadCheckpointError
-	if errors.As(err, &bad) {
-		return nil, badRequest("%s", bad.Message)
+	if err != nil {
+		r := invoker.CheckpointRefusal(err)
+		switch {
+		case r == nil:
+			return nil, err
+		case r.Status == http.StatusBadRequest:
+			return nil, badRequest("%s", r.Detail)
+		}
+		return server.Checkpoint409ApplicationProblemPlusJSONResponse{ConflictApplicationProblemPlusJSONResponse: server.ConflictApplicationProblemPlusJSONResponse(r.Problem())}, nil
 	}
-	var le *journal.LimitError
-	var qe *journal.QuotaError
-	switch {
-	case errors.Is(err, journal.ErrConflict):
-		return checkpointConflict(invoker.ErrorTypeNondeterminism, "nondeterminism: "+strings.TrimPrefix(err.Error(), journal.ErrConflict.Error()+": ")+
-			"; the run fails"), nil
-	case errors.As(err, &le):
-		return checkpointConflict(invoker.ErrorTypeLimit, le.Message+"; the run fails"), nil
-	case errors.As(err, &qe):
-		return checkpointConflict(invoker.ErrorTypeLimit, qe.Message+"; the run fails"), nil
-	case errors.Is(err, journal.ErrSuperseded):
-		return checkpointConflict("superseded", "this invocation no longer owns the run (it was cancelled, finished, or retried elsewhere): stop"), nil
-	case errors.Is(err, journal.ErrGap):
-		return nil, badRequest("%s", strings.TrimPrefix(err.Error(), journal.ErrGap.Error()+": "))
-	case err != nil:
-		return nil, err
-	}
-	out := server.Checkpoint200JSONResponse{Seq: e.Seq, Error: ack.Refused, Until: ack.Until}
-	if ack.Output != nil {
-		out.Output = (*protocol.AnyJSON)(&ack.Output)
-	}
-	return out, nil
-}
-
-func checkpointConflict(typ, detail string) server.CheckpointResponseObject {
-	p := problem(http.StatusConflict, detail)
-	p.Type = &typ
-	return server.Checkpoint409ApplicationProblemPlusJSONResponse{ConflictApplicationProblemPlusJSONResponse: server.ConflictApplicationProblemPlusJSONResponse(p)}
+	return server.Checkpoint200JSONResponse(invoker.AckOf(*e, ack)), nil
 }

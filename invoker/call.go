@@ -266,9 +266,16 @@ func (inv *Invoker) call(ctx context.Context, rev *revision, claim *journal.Clai
 	run := claim.Run
 	req := invocationRequest(run, len(claim.Journal), claim.StepAttempts)
 	req.Deadline = new(time.Now().Add(rev.config.Timeout))
-	req.Checkpoint = protocol.Checkpoint{
-		URL:   inv.checkpointURL(run.ID),
-		Token: inv.tokens.Issue(ctx, run.ID, run.Invocation, time.Now().Add(rev.config.Timeout+tokenGrace)),
+	duplex := rev.config.Duplex && !inv.duplexOff && !rev.requestOnly.Load()
+	if duplex {
+		// Its checkpoints come on its own exchange: no token, and no way back but it.
+		req.Mode = new(protocol.InvocationRequestModeDuplex)
+		req.Checkpoint = protocol.Checkpoint{URL: inv.checkpointURL(run.ID), Token: DuplexToken}
+	} else {
+		req.Checkpoint = protocol.Checkpoint{
+			URL:   inv.checkpointURL(run.ID),
+			Token: inv.tokens.Issue(ctx, run.ID, run.Invocation, time.Now().Add(rev.config.Timeout+tokenGrace)),
+		}
 	}
 	for _, e := range claim.Journal {
 		if e.Kind == journal.KindCallback && e.Output != nil {
@@ -291,10 +298,23 @@ func (inv *Invoker) call(ctx context.Context, rev *revision, claim *journal.Clai
 		slog.String("run_id", run.ID), slog.String("function", run.Function), slog.String("tenant", run.Tenant), slog.Int("invocation", run.Invocation),
 	}}
 	var answer *protocol.InvocationAnswer
-	failure := inv.caller.Call(ctx, target, body, func(raw []byte) (failure *journal.ErrorInfo) {
+	decode := func(raw []byte) (failure *journal.ErrorInfo) {
 		answer, failure = inv.limits.decodeAnswer(raw)
 		return failure
-	})
+	}
+	var failure *journal.ErrorInfo
+	if duplex {
+		in := Invocation{RunID: run.ID, Number: run.Invocation}
+		failure = inv.caller.Duplex(ctx, target, body, func(ctx context.Context, f *protocol.Frame) protocol.FrameAck {
+			return inv.serveFrame(ctx, run, in, f)
+		}, decode)
+		if failure != nil && failure.Type == call.ErrorTypeNotDuplex && !rev.requestOnly.Swap(true) {
+			inv.log.WarnContext(ctx, "the function did not answer a duplex invocation as frames; this gateway calls it in request/response mode from now on",
+				slog.String("function", run.Function), slog.String("tenant", run.Tenant), slog.Int("revision", run.Revision), slog.String("error", failure.Message))
+		}
+	} else {
+		failure = inv.caller.Call(ctx, target, body, decode)
+	}
 	if failure != nil {
 		return nil, failure
 	}

@@ -63,9 +63,13 @@ type checkpointKind struct {
 // plain ones here, and each other kind, registered by its own file
 // (checkpoint_<kind>.go). A kind not here (an await's entry, such as a wait_event's) is
 // journaled by the gateway only.
-var checkpointKinds = map[protocol.EntryKind]checkpointKind{
-	protocol.EntryKindStep:  plainCheckpoint,
-	protocol.EntryKindPatch: patchCheckpoint,
+var checkpointKinds = map[protocol.EntryKind]checkpointKind{}
+
+func init() {
+	// Here rather than in the map's literal: the kinds' functions lead back to it (a
+	// duplex invocation serves its checkpoints through Checkpoint).
+	checkpointKinds[protocol.EntryKindStep] = plainCheckpoint
+	checkpointKinds[protocol.EntryKindPatch] = patchCheckpoint
 }
 
 // plainCheckpoint: a finished step, journaled as it is.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -55,6 +56,10 @@ type revision struct {
 	tenant string // whose function it is: the fair share counts its invocations
 	url    string
 	config FunctionConfig
+	// requestOnly: a duplex invocation of it was not answered as frames (a proxy that
+	// buffers bodies, an SDK that does not speak the mode), so this gateway calls it in
+	// request/response mode from then on.
+	requestOnly atomic.Bool
 }
 
 // revision returns revision rev of a function of tenant, read once.

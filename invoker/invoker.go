@@ -57,8 +57,12 @@ type Config struct {
 	// Defaults to the zero egress.Policy: the public internet only. Invocation timeouts
 	// come from each function's config.
 	Egress egress.Policy
-	// MaxAnswerBytes bounds a function's answer. Defaults to 16 MiB.
+	// MaxAnswerBytes bounds a function's answer, and each frame of a duplex one. Defaults
+	// to 16 MiB.
 	MaxAnswerBytes int64
+	// DuplexOff calls every function in request/response mode, whatever its config's
+	// modes say (STEPGATE_DUPLEX=off).
+	DuplexOff bool
 	// Workers is how many River-driven invocations run at once. Defaults to 100.
 	Workers int
 	// FairReserve is how many of the Workers only tenants below their equal share may
@@ -130,6 +134,7 @@ type Invoker struct {
 	earlyClaimed func(*journal.Claim)
 	tokens       *auth.InvocationTokens
 	checkpoint   string
+	duplexOff    bool // Config.DuplexOff
 	limits       Limits
 	retention    time.Duration // Config.Retention: events older are deleted (a wait's look-back's bound)
 	// rerunBatchSize is how many runs a batch of a bulk rerun takes: RerunBatchSize, or
@@ -189,6 +194,7 @@ func New(cfg Config) (*Invoker, error) {
 		caller:         caller,
 		tokens:         cfg.Tokens,
 		checkpoint:     cfg.CheckpointURL,
+		duplexOff:      cfg.DuplexOff,
 		limits:         cfg.Limits.WithDefaults(),
 		retention:      cmp.Or(cfg.Retention, DefaultRetention),
 		rerunBatchSize: RerunBatchSize,

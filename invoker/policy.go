@@ -64,6 +64,9 @@ type FunctionConfig struct {
 	Flow *Flow
 	// Concurrency bounds how many runs of the revision run at once; none when empty.
 	Concurrency []ConcurrencyLimit
+	// Duplex says the function's SDK speaks the duplex mode (config.modes holds
+	// "duplex"): its checkpoints travel on the invocation's own connection.
+	Duplex bool
 }
 
 // CheckPriority says what is wrong with p as a run priority named field, or nil when it
@@ -143,6 +146,14 @@ func ParseConfig(raw json.RawMessage) (FunctionConfig, error) {
 	}
 	if fc.Concurrency, err = parseConcurrency(c.Concurrency); err != nil {
 		return FunctionConfig{}, err
+	}
+	if c.Modes != nil {
+		for i, m := range *c.Modes {
+			if !m.Valid() {
+				return FunctionConfig{}, fmt.Errorf("config.modes[%d] %q is not \"request\" or \"duplex\"", i, m)
+			}
+			fc.Duplex = fc.Duplex || m == protocol.FunctionConfigModesDuplex
+		}
 	}
 	if c.Triggers != nil {
 		for i, t := range *c.Triggers {

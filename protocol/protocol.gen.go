@@ -205,6 +205,66 @@ func (e EntryKind) Valid() bool {
 	}
 }
 
+// Defines values for FrameOp.
+const (
+	FrameOpAnswer     FrameOp = "answer"
+	FrameOpCheckpoint FrameOp = "checkpoint"
+	FrameOpCurrent    FrameOp = "current"
+	FrameOpStream     FrameOp = "stream"
+)
+
+// Valid indicates whether the value is a known member of the FrameOp enum.
+func (e FrameOp) Valid() bool {
+	switch e {
+	case FrameOpAnswer:
+		return true
+	case FrameOpCheckpoint:
+		return true
+	case FrameOpCurrent:
+		return true
+	case FrameOpStream:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for FunctionConfigModes.
+const (
+	FunctionConfigModesDuplex  FunctionConfigModes = "duplex"
+	FunctionConfigModesRequest FunctionConfigModes = "request"
+)
+
+// Valid indicates whether the value is a known member of the FunctionConfigModes enum.
+func (e FunctionConfigModes) Valid() bool {
+	switch e {
+	case FunctionConfigModesDuplex:
+		return true
+	case FunctionConfigModesRequest:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for InvocationRequestMode.
+const (
+	InvocationRequestModeDuplex  InvocationRequestMode = "duplex"
+	InvocationRequestModeRequest InvocationRequestMode = "request"
+)
+
+// Valid indicates whether the value is a known member of the InvocationRequestMode enum.
+func (e InvocationRequestMode) Valid() bool {
+	switch e {
+	case InvocationRequestModeDuplex:
+		return true
+	case InvocationRequestModeRequest:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for InvocationRequestProtocol.
 const (
 	InvocationRequestProtocolN1 InvocationRequestProtocol = 1
@@ -853,7 +913,15 @@ type ConcurrencyLimit struct {
 
 // CurrentInvocation The answer to an invocation that owns its run (`checkpointCurrent`).
 type CurrentInvocation struct {
-	RunID string `json:"run_id"`
+	// Proof Duplex mode only (`InvocationRequest.mode` `duplex`): the claim's
+	// acknowledgement, a `Stepgate-Signature` value (`v=2,t=…,tenant=…,ed25519=…`)
+	// by the tenant's keys over method `CLAIM`, path `/runs/<run id>/<invocation>`
+	// (the invocation is `run.attempt`) and body the nonce. The SDK runs a step body
+	// only once it verifies, as it verifies the invocation request: only the gateway
+	// holding the invocation's lease answers the claim frame, so a copy of a captured
+	// request, answered by anyone else, gets no valid proof.
+	Proof *string `json:"proof,omitempty"`
+	RunID string  `json:"run_id"`
 }
 
 // DebounceConfig Collapses the starts of one key within `period` into one run with the last
@@ -996,6 +1064,41 @@ type FailureGroupList struct {
 	Truncated bool `json:"truncated"`
 }
 
+// Frame Duplex mode: one line (NDJSON) of the function's response body. `op` is what
+// the request/response mode would have sent to `checkpoint.url`: `checkpoint` (the
+// body a `JournalEntry`), `current` (an `InvocationClaim`), `stream` (a
+// `StreamWrite`); each has an `id` of the function's choosing, unique in the
+// invocation, that the gateway's `FrameAck` repeats. `answer` is the last frame:
+// `status` 200 with an `InvocationAnswer`, or 500 with an `ErrorInfo` (what the
+// request/response mode answers as HTTP 500: a retryable failure of the invocation).
+type Frame struct {
+	// Body Any JSON value, kept byte for byte.
+	Body AnyJSON `json:"body"`
+	ID   *int    `json:"id,omitempty"`
+	Op   FrameOp `json:"op"`
+
+	// Status `answer` only: 200 or 500.
+	Status *int `json:"status,omitempty"`
+}
+
+// FrameOp defines model for Frame.Op.
+type FrameOp string
+
+// FrameAck Duplex mode: one line (NDJSON) of the gateway's request body after the
+// invocation request, sent once the frame `id` is done (a checkpoint committed):
+// `status` and `body` are what the request/response mode's HTTP answer to the same
+// request would be (200 with a `CheckpointAck`, `CurrentInvocation` or
+// `StreamAck`; 400, 409 with a `Problem`), and `retry_after` its `Retry-After`.
+type FrameAck struct {
+	// Body Any JSON value, kept byte for byte.
+	Body AnyJSON `json:"body"`
+	ID   int     `json:"id"`
+
+	// RetryAfter Seconds to wait before asking again (a 503).
+	RetryAfter *int `json:"retry_after,omitempty"`
+	Status     int  `json:"status"`
+}
+
 // Function defines model for Function.
 type Function struct {
 	Config FunctionConfig `json:"config"`
@@ -1070,6 +1173,14 @@ type FunctionConfig struct {
 	// shown here; at least `100ms`, at most `timeout`.
 	MaxInvocationDuration *Duration `json:"max_invocation_duration,omitempty"`
 
+	// Modes The invocation modes the function's SDK speaks (see `InvocationRequest.mode`);
+	// absent: `[request]`. The gateway uses `duplex` when it is listed (and
+	// `STEPGATE_DUPLEX` is not `off`), and `request` otherwise, and after a
+	// duplex invocation whose answer did not come as frames. The Go and
+	// TypeScript SDKs list both; behind a proxy or platform that buffers bodies
+	// (AWS Lambda, Cloudflare Workers), list `request` only.
+	Modes *[]FunctionConfigModes `json:"modes,omitempty"`
+
 	// Priority The priority of this function's runs in the gateway's queue, 1 (first) to 4
 	// (last); 2 by default. Every invocation of a run (its start, its wake-ups after
 	// sleeps, retries, children and events) is queued with it, ahead of those of
@@ -1122,6 +1233,9 @@ type FunctionConfig struct {
 	// and the sender's identity.
 	Triggers *[]EventTrigger `json:"triggers,omitempty"`
 }
+
+// FunctionConfigModes defines model for FunctionConfig.Modes.
+type FunctionConfigModes string
 
 // FunctionLastCheck The function's last check against its live runs (`POST /v1/apps?check=true`), in
 // `GET /v1/functions/{name}` only.
@@ -1384,8 +1498,18 @@ type InvocationRequest struct {
 	Deadline *time.Time `json:"deadline,omitempty"`
 
 	// Identity Who started the run, from the caller's JWT. Never the token itself.
-	Identity Identity                  `json:"identity"`
-	Journal  []JournalEntry            `json:"journal"`
+	Identity Identity       `json:"identity"`
+	Journal  []JournalEntry `json:"journal"`
+
+	// Mode How this invocation talks to the gateway (absent: `request`). `request`: each
+	// checkpoint is an HTTP request to `checkpoint.url`, and the answer is the
+	// response's body. `duplex`: the request's body is this JSON on its first line
+	// (the bytes the signature covers) and then the gateway's `FrameAck` lines; the
+	// response's body (`application/x-ndjson`) is `StreamFrame` lines, the answer
+	// last; `checkpoint.token` is `duplex`, which no endpoint accepts. Sent only to
+	// functions whose config's `modes` holds `duplex`. An SDK refuses a request whose
+	// mode is not the one it came in (a `duplex` body sent whole, or the reverse).
+	Mode     *InvocationRequestMode    `json:"mode,omitempty"`
 	Protocol InvocationRequestProtocol `json:"protocol"`
 
 	// ReplayOnly The gateway asks the function only to replay `journal` and say what its code
@@ -1401,6 +1525,16 @@ type InvocationRequest struct {
 	// and the attempt number this invocation makes of it (2 for the first retry).
 	StepAttempts *map[string]int `json:"step_attempts,omitempty"`
 }
+
+// InvocationRequestMode How this invocation talks to the gateway (absent: `request`). `request`: each
+// checkpoint is an HTTP request to `checkpoint.url`, and the answer is the
+// response's body. `duplex`: the request's body is this JSON on its first line
+// (the bytes the signature covers) and then the gateway's `FrameAck` lines; the
+// response's body (`application/x-ndjson`) is `StreamFrame` lines, the answer
+// last; `checkpoint.token` is `duplex`, which no endpoint accepts. Sent only to
+// functions whose config's `modes` holds `duplex`. An SDK refuses a request whose
+// mode is not the one it came in (a `duplex` body sent whole, or the reverse).
+type InvocationRequestMode string
 
 // InvocationRequestProtocol defines model for InvocationRequest.Protocol.
 type InvocationRequestProtocol int

@@ -120,6 +120,20 @@ type Request struct {
 	Body []byte
 }
 
+// ClaimMethod is the method of a duplex invocation's claim proof (ClaimRequest): no HTTP
+// request has it, so no invocation's signature is a proof, nor the reverse.
+const ClaimMethod = "CLAIM"
+
+// ClaimRequest is what the gateway signs to acknowledge the claim of attempt (the
+// invocation request's run.attempt) of run runID by nonce, in the duplex mode: method
+// ClaimMethod, path /runs/<run id>/<attempt>, body the nonce. The function verifies it
+// as it verifies an invocation, with its tenant's keys; a copy of the invocation request
+// answered by anyone but the gateway holding its lease has no valid one, since each
+// process makes its own nonce.
+func ClaimRequest(runID string, attempt int, nonce string) Request {
+	return Request{Method: ClaimMethod, Path: "/runs/" + runID + "/" + strconv.Itoa(attempt), Body: []byte(nonce)}
+}
+
 // Message returns the bytes that are signed for r, a request of tenant at Unix second t.
 func Message(t int64, tenant string, r Request) []byte {
 	ts := strconv.FormatInt(t, 10)

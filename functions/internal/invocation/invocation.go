@@ -18,7 +18,6 @@
 package invocation
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -26,7 +25,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"path"
 	"reflect"
@@ -89,7 +87,7 @@ type State struct {
 	// so a deadline the user put on a step cannot cut a checkpoint short.
 	reqCtx  context.Context
 	cancel  context.CancelCauseFunc
-	client  *http.Client
+	ch      channel                 // where its requests to the gateway go
 	journal []protocol.JournalEntry // journal[i].Seq == i+1, when byseq is nil
 	bySeq   map[int]*protocol.JournalEntry
 
@@ -342,7 +340,8 @@ type ctxKey struct{}
 // New returns the state of an invocation of req. reqCtx bounds checkpoints; cancel
 // cancels the context given to user code when the invocation stops.
 func New(reqCtx context.Context, req *protocol.InvocationRequest, client *http.Client, cancel context.CancelCauseFunc) *State {
-	s := &State{Req: req, reqCtx: reqCtx, cancel: cancel, client: client, journal: req.Journal, started: time.Now(),
+	s := &State{Req: req, reqCtx: reqCtx, cancel: cancel, journal: req.Journal, started: time.Now(),
+		ch:         &httpChannel{client: client, url: req.Checkpoint.URL, token: req.Checkpoint.Token},
 		replayOnly: req.ReplayOnly != nil && *req.ReplayOnly}
 	for i := range req.Journal {
 		if req.Journal[i].Seq != i+1 {
@@ -355,6 +354,10 @@ func New(reqCtx context.Context, req *protocol.InvocationRequest, client *http.C
 	}
 	return s
 }
+
+// UseDuplex sends the invocation's requests to the gateway as frames of d, its duplex
+// exchange, rather than HTTP requests. Call it before the function runs.
+func (s *State) UseDuplex(d *Duplex) { s.ch = d }
 
 // With returns ctx carrying s.
 func With(ctx context.Context, s *State) context.Context {
@@ -753,20 +756,10 @@ func (s *State) pause(delay *time.Duration, where, last string) error {
 // retry says whether another try may succeed, and after how long the gateway asked for
 // it (Retry-After), if it did.
 func (s *State) checkpoint(e *protocol.JournalEntry, body []byte) (ack *protocol.CheckpointAck, stop *Stop, retry bool, after time.Duration) {
-	req, err := http.NewRequestWithContext(s.reqCtx, http.MethodPost, s.Req.Checkpoint.URL, bytes.NewReader(body))
+	code, raw, after, err := s.ch.send(s.reqCtx, opCheckpoint, body)
 	if err != nil {
-		return nil, Retry("checkpoint", fmt.Sprintf("checkpoint step %d %q: %v", e.Seq, e.Name, err)), false, 0
+		return nil, Retry("checkpoint", fmt.Sprintf("checkpoint step %d %q: %v", e.Seq, e.Name, err)), s.canRetry(err), 0
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+s.Req.Checkpoint.Token)
-	resp, err := s.client.Do(req)
-	if err != nil {
-		return nil, Retry("checkpoint", fmt.Sprintf("checkpoint step %d %q: %v", e.Seq, e.Name, err)), s.reqCtx.Err() == nil, 0
-	}
-	defer resp.Body.Close()
-	// Reading the small body to its end lets the connection be reused.
-	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	code := resp.StatusCode
 	if code >= 200 && code < 300 {
 		ack = &protocol.CheckpointAck{Seq: e.Seq}
 		_ = json.Unmarshal(raw, ack) // an older gateway's empty body is an acknowledgement too
@@ -788,8 +781,7 @@ func (s *State) checkpoint(e *protocol.JournalEntry, body []byte) (ack *protocol
 		}
 		return nil, Failed("superseded", fmt.Sprintf("%s: %s", where, detail)), false, 0
 	case code >= 500, code == http.StatusRequestTimeout, code == http.StatusTooManyRequests:
-		secs, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
-		return nil, Retry("checkpoint", fmt.Sprintf("%s: %d %s", where, code, detail)), true, time.Duration(max(secs, 0)) * time.Second
+		return nil, Retry("checkpoint", fmt.Sprintf("%s: %d %s", where, code, detail)), true, after
 	case code == http.StatusUnauthorized:
 		// The invocation token expired or is unknown: a new invocation brings a new one.
 		return nil, Retry("checkpoint", fmt.Sprintf("%s: %d %s", where, code, detail)), false, 0
@@ -839,11 +831,11 @@ func (s *State) CheckOwner() error {
 				return err
 			}
 		}
-		code, p, after, err := s.post(s.Req.Checkpoint.URL+"/current", body)
+		code, p, after, err := s.post(opCurrent, body)
 		detail := cmp.Or(p.Detail, http.StatusText(code))
 		switch {
 		case err != nil:
-			if s.reqCtx.Err() != nil {
+			if !s.canRetry(err) {
 				return s.Halt(Retry("checkpoint", fmt.Sprintf("%s: %v", where, err)))
 			}
 			last = err.Error()
@@ -923,11 +915,11 @@ func (s *State) WriteStream(w *protocol.StreamWrite) error {
 				return err
 			}
 		}
-		code, p, after, err := s.post(s.Req.Checkpoint.URL+"/stream", body)
+		code, p, after, err := s.post(opStream, body)
 		detail := cmp.Or(p.Detail, http.StatusText(code))
 		switch {
 		case err != nil:
-			if s.reqCtx.Err() != nil {
+			if !s.canRetry(err) {
 				return s.Halt(Retry("checkpoint", fmt.Sprintf("%s: %v", where, err)))
 			}
 			last = err.Error()
@@ -956,24 +948,21 @@ func (s *State) WriteStream(w *protocol.StreamWrite) error {
 	}
 }
 
-// post makes one POST of body to url with the invocation token, and returns the status,
-// the problem of a refusal, and the Retry-After asked.
-func (s *State) post(url string, body []byte) (code int, p protocol.Problem, after time.Duration, err error) {
-	req, err := http.NewRequestWithContext(s.reqCtx, http.MethodPost, url, bytes.NewReader(body))
+// post sends body as op over the invocation's channel, and returns the status, the
+// problem of a refusal, and the Retry-After asked.
+func (s *State) post(op protocol.FrameOp, body []byte) (code int, p protocol.Problem, after time.Duration, err error) {
+	code, raw, after, err := s.ch.send(s.reqCtx, op, body)
 	if err != nil {
 		return 0, p, 0, err
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+s.Req.Checkpoint.Token)
-	resp, err := s.client.Do(req)
-	if err != nil {
-		return 0, p, 0, err
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if resp.StatusCode >= 300 {
+	if code >= 300 {
 		_ = json.Unmarshal(raw, &p) // a body that is not a problem leaves p empty
 	}
-	secs, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
-	return resp.StatusCode, p, time.Duration(max(secs, 0)) * time.Second, nil
+	return code, p, after, nil
+}
+
+// canRetry says whether a request that failed with err, sending nothing, may be tried
+// again: while the invocation's request goes on, and, in the duplex mode, its exchange.
+func (s *State) canRetry(err error) bool {
+	return s.reqCtx.Err() == nil && !errors.Is(err, ErrExchangeEnded)
 }

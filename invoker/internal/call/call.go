@@ -108,6 +108,14 @@ type DecodeFunc func(raw []byte) *journal.ErrorInfo
 // people reading the run (see the package doc for what it hides), or nil. Call never
 // calls decode after a failure of its own.
 func (c *Caller) Call(ctx context.Context, t Target, body []byte, decode DecodeFunc) *journal.ErrorInfo {
+	return c.call(ctx, t, body, func(ctx context.Context, hreq *http.Request) (*journal.ErrorInfo, reply) {
+		return c.send(ctx, t, hreq, decode)
+	})
+}
+
+// call makes the request of body, signed, to t within t.Timeout, has exchange send it
+// and read its answer, and hides the failure as the package doc says.
+func (c *Caller) call(ctx context.Context, t Target, body []byte, exchange func(context.Context, *http.Request) (*journal.ErrorInfo, reply)) *journal.ErrorInfo {
 	ctx, cancel := context.WithTimeout(ctx, t.Timeout)
 	defer cancel()
 	ctx, route := c.Egress.Trace(ctx, t.URL)
@@ -128,7 +136,7 @@ func (c *Caller) Call(ctx context.Context, t Target, body []byte, decode DecodeF
 		// The function's own spans join the run's trace, under this invocation.
 		propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(hreq.Header))
 	}
-	failure, got := c.send(ctx, t, hreq, decode)
+	failure, got := exchange(ctx, hreq)
 	if failure != nil && c.Egress.Hide(route) {
 		failure = c.hide(ctx, t, failure, got)
 	}

@@ -1,0 +1,192 @@
+package call
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/stepgate/stepgate/internal/egress"
+	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/protocol"
+)
+
+// ContentTypeFrames is the content type of a duplex invocation's two bodies: one JSON
+// value per line.
+const ContentTypeFrames = "application/x-ndjson"
+
+// ErrorTypeNotDuplex: the function did not answer a duplex invocation as frames (its
+// answer was not application/x-ndjson, or its headers did not come within
+// DuplexHandshake while the gateway held the request's body open). The invoker falls
+// back to request/response for the function.
+const ErrorTypeNotDuplex = "not_duplex"
+
+// DuplexHandshake is how long a duplex invocation waits for the function's response
+// headers with the request's body open. An SDK that speaks the duplex mode sends them
+// once it verified the first line; one that does not reads the body to its end, which
+// the gateway then closes, so that it answers rather than waits for the timeout.
+const DuplexHandshake = 5 * time.Second
+
+// FrameFunc serves one frame of a duplex invocation (anything but its answer) and
+// returns the acknowledgement to send back. It is called for one frame at a time, in
+// the order the function sent them: the next frame is not read before its ack is
+// written, so a function that sends faster than the gateway commits waits (its writes
+// block), and one that never reads its acks stops the exchange at the pipe.
+type FrameFunc func(ctx context.Context, f *protocol.Frame) protocol.FrameAck
+
+// Duplex sends body, a duplex invocation (InvocationRequest mode "duplex") signed as
+// Call signs one, as the first line of a request body held open; it serves each frame of
+// the function's response with serve and writes the acknowledgement on the request body,
+// until the answer frame, which it hands to decode as Call hands a body. A frame (the
+// answer's included) longer than c.MaxAnswer bytes fails the invocation as
+// ErrorTypeLimit; a line that is not a frame, as ErrorTypeBadAnswer's decode would
+// (decode judges it). The whole exchange takes at most t.Timeout. Failures are described
+// and hidden as Call's are.
+func (c *Caller) Duplex(ctx context.Context, t Target, body []byte, serve FrameFunc, decode DecodeFunc) *journal.ErrorInfo {
+	return c.call(ctx, t, body, func(ctx context.Context, hreq *http.Request) (*journal.ErrorInfo, reply) {
+		return c.exchange(ctx, t, hreq, body, serve, decode)
+	})
+}
+
+// duplexBody is a duplex request's body: the first line, then the acks written to the
+// pipe. Closing it (the transport does, when the request ends) ends the writes.
+type duplexBody struct {
+	io.Reader
+	pr *io.PipeReader
+}
+
+func (b *duplexBody) Close() error { return b.pr.Close() }
+
+// exchange runs a duplex invocation over hreq (see Duplex).
+func (c *Caller) exchange(ctx context.Context, t Target, hreq *http.Request, first []byte, serve FrameFunc, decode DecodeFunc) (*journal.ErrorInfo, reply) {
+	pr, pw := io.Pipe()
+	hreq.Body = &duplexBody{Reader: io.MultiReader(bytes.NewReader(first), bytes.NewReader([]byte{'\n'}), pr), pr: pr}
+	hreq.ContentLength = -1
+	hreq.GetBody = nil
+	hreq.Header.Set("Content-Type", ContentTypeFrames)
+	defer pw.Close()
+	stop := context.AfterFunc(ctx, func() { pw.CloseWithError(context.Cause(ctx)) })
+	defer stop()
+	// A function that does not speak the mode reads the body to its end: close it.
+	var late sync.Once
+	lateBody := false
+	handshake := time.AfterFunc(min(DuplexHandshake, t.Timeout), func() { late.Do(func() { lateBody = true; pw.Close() }) })
+	resp, err := c.Clients.For(t.Tenant).Do(hreq)
+	handshake.Stop()
+	late.Do(func() {})
+	if err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return &journal.ErrorInfo{Type: ErrorTypeTimeout, Message: fmt.Sprintf("function did not answer within its timeout of %s", t.Timeout)}, reply{}
+		}
+		return &journal.ErrorInfo{Type: ErrorTypeConnection, Message: connectionError(err)}, reply{refused: egress.IsRefused(err)}
+	}
+	defer resp.Body.Close()
+	if c.Tracing {
+		traceHTTPStatus(ctx, resp.StatusCode)
+	}
+	if failure := checkVersion(resp.Header); failure != nil {
+		return failure, reply{status: resp.StatusCode}
+	}
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if resp.StatusCode != http.StatusOK || mt != ContentTypeFrames || lateBody {
+		// Not an SDK of the mode (or a proxy that buffers bodies between): what it
+		// answered, as request/response would show it, and a fall back.
+		raw, err := io.ReadAll(io.LimitReader(resp.Body, c.MaxAnswer+1))
+		failure := c.answer(ctx, t, resp, raw, err)
+		if failure == nil || failure.Type == ErrorTypeHTTPStatus {
+			why := fmt.Sprintf("HTTP %d %s", resp.StatusCode, mt)
+			if lateBody {
+				why = fmt.Sprintf("no response headers within %s of the request", min(DuplexHandshake, t.Timeout))
+			}
+			failure = &journal.ErrorInfo{Type: ErrorTypeNotDuplex, Message: "the function did not answer its duplex invocation as frames (" + why +
+				"); the gateway calls it in request/response mode from now on: list only \"request\" in its config's modes when a proxy or platform buffers bodies"}
+		}
+		return failure, reply{status: resp.StatusCode, size: len(raw)}
+	}
+	br := bufio.NewReaderSize(resp.Body, 16<<10)
+	size := 0
+	for {
+		line, err := readFrame(br, c.MaxAnswer)
+		size += len(line)
+		switch {
+		case errors.Is(err, errFrameTooLong):
+			return &journal.ErrorInfo{Type: ErrorTypeLimit, Message: fmt.Sprintf("a frame of the function's duplex answer is larger than the gateway's limit of %d bytes", c.MaxAnswer)},
+				reply{status: resp.StatusCode, size: size}
+		case err != nil:
+			return c.answer(ctx, t, resp, line, cutShort(err)), reply{status: resp.StatusCode, size: size}
+		case len(bytes.TrimSpace(line)) == 0:
+			continue
+		}
+		var f protocol.Frame
+		if err := json.Unmarshal(line, &f); err != nil {
+			return decode(line), reply{status: resp.StatusCode, size: size} // a bad answer, as decode says it
+		}
+		if f.Op == protocol.FrameOpAnswer {
+			pw.Close() // the function's reads end
+			if f.Status == nil || *f.Status != http.StatusOK {
+				code := 0
+				if f.Status != nil {
+					code = *f.Status
+				}
+				return &journal.ErrorInfo{Type: ErrorTypeHTTPStatus, Message: fmt.Sprintf("function answered HTTP %d: %s", code, Snippet(f.Body))}, reply{status: code, size: size}
+			}
+			return decode(f.Body), reply{status: resp.StatusCode, size: size}
+		}
+		ack, err := json.Marshal(serve(ctx, &f))
+		if err == nil {
+			_, err = pw.Write(append(ack, '\n'))
+		}
+		if err != nil {
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return &journal.ErrorInfo{Type: ErrorTypeTimeout, Message: fmt.Sprintf("function did not finish its answer within its timeout of %s", t.Timeout)}, reply{status: resp.StatusCode, size: size}
+			}
+			return &journal.ErrorInfo{Type: ErrorTypeConnection, Message: "sending an acknowledgement to the function: " + trimErr(err)}, reply{status: resp.StatusCode, size: size}
+		}
+	}
+}
+
+// errFrameTooLong is a line longer than the bound.
+var errFrameTooLong = errors.New("frame too long")
+
+// readFrame returns the next line of br without its newline, at most limit bytes (else
+// errFrameTooLong); at the end of the body, what was left with io.EOF (io.EOF alone when
+// nothing was).
+func readFrame(br *bufio.Reader, limit int64) ([]byte, error) {
+	line, err := br.ReadSlice('\n')
+	if err == nil {
+		return bytes.Clone(line[:len(line)-1]), nil
+	}
+	if !errors.Is(err, bufio.ErrBufferFull) {
+		return bytes.Clone(line), err
+	}
+	buf := bytes.Clone(line)
+	for {
+		line, err = br.ReadSlice('\n')
+		if int64(len(buf)+len(line)) > limit+1 {
+			return buf, errFrameTooLong
+		}
+		buf = append(buf, line...)
+		switch {
+		case err == nil:
+			return buf[:len(buf)-1], nil
+		case !errors.Is(err, bufio.ErrBufferFull):
+			return buf, err
+		}
+	}
+}
+
+// cutShort returns the error of a body that ended before its answer frame: EOF there is
+// the function's connection closed in the middle of its answer.
+func cutShort(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
