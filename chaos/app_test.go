@@ -93,6 +93,9 @@ func newApp(t *testing.T, f *fleet) *app {
 		keyFuncs = append(keyFuncs, k)
 	}
 	a.sdk = functions.New(functions.Config{
+		// The checks read each invocation's number from its checkpoint token, which a
+		// duplex invocation does not have.
+		RequestResponseOnly: true,
 		Keys: func(ctx context.Context, tenant string, refresh bool) (signature.Keys, error) {
 			var errs []error
 			for _, k := range keyFuncs {

@@ -90,7 +90,7 @@ func TestCapturedInvocation(t *testing.T) {
 	var charges, refunds atomic.Int32
 	// newApp is a new process of the app: its own replay memory.
 	newApp := func() *functions.App {
-		app := s.NewApp()
+		app := s.NewRequestApp()
 		functions.Register(app, "pay.charge", func(ctx context.Context, _ struct{}) (string, error) {
 			return step.Run(ctx, "charge", func(context.Context) (string, error) {
 				charges.Add(1)
@@ -264,7 +264,7 @@ func TestCapturedInvocationInFlight(t *testing.T) {
 	deploy := func(t *testing.T, name string, before, inside *gate) (*capturing, *atomic.Int32, func() string) {
 		var charges atomic.Int32
 		newApp := func(before, inside *gate) *functions.App {
-			app := s.NewApp()
+			app := s.NewRequestApp()
 			functions.Register(app, name, func(ctx context.Context, _ struct{}) (string, error) {
 				before.wait(ctx)
 				return step.Run(ctx, "charge", func(ctx context.Context) (string, error) {

@@ -52,7 +52,7 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 	alice := s.NewToken(t, auth.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}})
 	c := s.Client(t, alice)
 
-	app := s.NewApp()
+	app := s.NewRequestApp() // its invocations carry tokens
 	urls := make(chan string, 1)
 	failed := false
 	functions.Register(app, "approve", func(ctx context.Context, _ struct{}) (bool, error) {

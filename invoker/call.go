@@ -266,17 +266,6 @@ func (inv *Invoker) call(ctx context.Context, rev *revision, claim *journal.Clai
 	run := claim.Run
 	req := invocationRequest(run, len(claim.Journal), claim.StepAttempts)
 	req.Deadline = new(time.Now().Add(rev.config.Timeout))
-	duplex := rev.config.Duplex && !inv.duplexOff && !rev.requestOnly.Load()
-	if duplex {
-		// Its checkpoints come on its own exchange: no token, and no way back but it.
-		req.Mode = new(protocol.InvocationRequestModeDuplex)
-		req.Checkpoint = protocol.Checkpoint{URL: inv.checkpointURL(run.ID), Token: DuplexToken}
-	} else {
-		req.Checkpoint = protocol.Checkpoint{
-			URL:   inv.checkpointURL(run.ID),
-			Token: inv.tokens.Issue(ctx, run.ID, run.Invocation, time.Now().Add(rev.config.Timeout+tokenGrace)),
-		}
-	}
 	for _, e := range claim.Journal {
 		if e.Kind == journal.KindCallback && e.Output != nil {
 			// The run's own function gets its callbacks' tokens, sealed in the journal.
@@ -290,10 +279,6 @@ func (inv *Invoker) call(ctx context.Context, rev *revision, claim *journal.Clai
 		}
 		req.Journal = append(req.Journal, entryToAPI(e))
 	}
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, &journal.ErrorInfo{Type: call.ErrorTypeRequest, Message: "encode invocation: " + err.Error()}
-	}
 	target := call.Target{URL: rev.url, Tenant: run.Tenant, Timeout: rev.config.Timeout, LogAttrs: []slog.Attr{
 		slog.String("run_id", run.ID), slog.String("function", run.Function), slog.String("tenant", run.Tenant), slog.Int("invocation", run.Invocation),
 	}}
@@ -302,20 +287,39 @@ func (inv *Invoker) call(ctx context.Context, rev *revision, claim *journal.Clai
 		answer, failure = inv.limits.decodeAnswer(raw)
 		return failure
 	}
-	var failure *journal.ErrorInfo
-	if duplex {
+	if rev.config.Duplex && !inv.duplexOff && !rev.requestOnly.Load() {
+		// Its checkpoints come on its own exchange: no token, and no way back but it.
+		req.Mode = new(protocol.InvocationRequestModeDuplex)
+		req.Checkpoint = protocol.Checkpoint{URL: inv.checkpointURL(run.ID), Token: DuplexToken}
+		body, err := json.Marshal(req)
+		if err != nil {
+			return nil, &journal.ErrorInfo{Type: call.ErrorTypeRequest, Message: "encode invocation: " + err.Error()}
+		}
 		in := Invocation{RunID: run.ID, Number: run.Invocation}
-		failure = inv.caller.Duplex(ctx, target, body, func(ctx context.Context, f *protocol.Frame) protocol.FrameAck {
+		failure := inv.caller.Duplex(ctx, target, body, func(ctx context.Context, f *protocol.Frame) protocol.FrameAck {
 			return inv.serveFrame(ctx, run, in, f)
 		}, decode)
-		if failure != nil && failure.Type == call.ErrorTypeNotDuplex && !rev.requestOnly.Swap(true) {
+		if failure == nil || failure.Type != call.ErrorTypeNotDuplex {
+			return answer, failure
+		}
+		// No frame was served, so nothing was journaled and no step body ran (none runs
+		// before its claim's proof): the same invocation goes again, in request/response
+		// mode, as every later one of this revision from this gateway.
+		if !rev.requestOnly.Swap(true) {
 			inv.log.WarnContext(ctx, "the function did not answer a duplex invocation as frames; this gateway calls it in request/response mode from now on",
 				slog.String("function", run.Function), slog.String("tenant", run.Tenant), slog.Int("revision", run.Revision), slog.String("error", failure.Message))
 		}
-	} else {
-		failure = inv.caller.Call(ctx, target, body, decode)
+		req.Mode = nil
 	}
-	if failure != nil {
+	req.Checkpoint = protocol.Checkpoint{
+		URL:   inv.checkpointURL(run.ID),
+		Token: inv.tokens.Issue(ctx, run.ID, run.Invocation, time.Now().Add(rev.config.Timeout+tokenGrace)),
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, &journal.ErrorInfo{Type: call.ErrorTypeRequest, Message: "encode invocation: " + err.Error()}
+	}
+	if failure := inv.caller.Call(ctx, target, body, decode); failure != nil {
 		return nil, failure
 	}
 	return answer, nil

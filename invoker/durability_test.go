@@ -1,10 +1,8 @@
 package invoker_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -53,7 +51,7 @@ type invocationRecorder struct {
 
 func (rec *invocationRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodPost {
-		body, err := io.ReadAll(r.Body)
+		body, err := stack.PeekInvocation(r)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
@@ -64,7 +62,6 @@ func (rec *invocationRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request)
 			rec.urls = append(rec.urls, req.Checkpoint.URL)
 			rec.mu.Unlock()
 		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
 	}
 	rec.h.ServeHTTP(w, r)
 }

@@ -6,10 +6,13 @@
 package stack
 
 import (
+	"bufio"
+	"bytes"
 	"cmp"
 	"context"
 	"io"
 	"log/slog"
+	"mime"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -245,6 +248,13 @@ func (s *Stack) NewApp() *functions.App {
 	return functions.New(functions.Config{Keys: s.Keys.Verification})
 }
 
+// NewRequestApp is NewApp for an app whose manifest lists the request/response mode
+// only (functions.Config.RequestResponseOnly): for tests of that mode's checkpoint URL,
+// token and claim.
+func (s *Stack) NewRequestApp() *functions.App {
+	return functions.New(functions.Config{Keys: s.Keys.Verification, RequestResponseOnly: true})
+}
+
 // SyncExamples serves the example functions and registers them with the admin token.
 func (s *Stack) SyncExamples(tb testing.TB) {
 	tb.Helper()
@@ -263,4 +273,23 @@ func (s *Stack) Sync(tb testing.TB, appURL string) {
 	if resp.JSON200 == nil {
 		tb.Fatalf("sync %s: HTTP %d: %s", appURL, resp.StatusCode(), resp.Body)
 	}
+}
+
+// PeekInvocation returns the invocation request r carries, for a test's handler that
+// looks at it before the function's: the whole body of a request/response invocation,
+// the first line of a duplex one (application/x-ndjson), whose acknowledgements follow.
+// r.Body is left to give the same bytes again, then the rest of the exchange.
+func PeekInvocation(r *http.Request) ([]byte, error) {
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/x-ndjson" {
+		body, err := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		return body, err
+	}
+	br := bufio.NewReader(r.Body)
+	line, err := br.ReadBytes('\n')
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(line), br), r.Body}
+	return bytes.TrimSuffix(line, []byte{'\n'}), err
 }

@@ -32,7 +32,7 @@ const ErrorTypeNotDuplex = "not_duplex"
 // headers with the request's body open. An SDK that speaks the duplex mode sends them
 // once it verified the first line; one that does not reads the body to its end, which
 // the gateway then closes, so that it answers rather than waits for the timeout.
-const DuplexHandshake = 5 * time.Second
+const DuplexHandshake = 2 * time.Second
 
 // FrameFunc serves one frame of a duplex invocation (anything but its answer) and
 // returns the acknowledgement to send back. It is called for one frame at a time, in

@@ -62,7 +62,9 @@ func Snippet(b []byte) string {
 func connectionError(err error) string {
 	var dns *net.DNSError
 	switch {
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
+		// (net.ErrClosed: a duplex request's body was still being written when the
+		// function's close made the transport close its side.)
 		return "the function closed the connection after accepting the request, without answering"
 	case errors.Is(err, syscall.ECONNRESET):
 		return "the function reset the connection before answering"
