@@ -44,7 +44,7 @@ const (
 )
 
 // shapes are the run shapes the ledger counts, in the file's order.
-var shapes = []string{"noop", "noop.async", "steps3", "steps10", "sleep", "event", "child"}
+var shapes = []string{"noop", "noop.async", "steps3", "steps10", "steps3.request", "steps10.request", "sleep", "event", "child"}
 
 // driverAnswer is the driver's line for one run of a shape.
 type driverAnswer struct {
@@ -171,6 +171,28 @@ func runDriver() error {
 	if err := syncApp(ctx, gateway, token, "http://"+ln.Addr().String()+"/"); err != nil {
 		return err
 	}
+	// The same steps from an app that speaks request/response only: each checkpoint an
+	// HTTP request back to the gateway, and the claim a write.
+	reqApp := functions.New(functions.Config{Keys: keys, HTTPClient: transport("back"), RequestResponseOnly: true,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
+	const steps3r, steps10r = "ledger.steps3.request", "ledger.steps10.request"
+	functions.Register(reqApp, steps3r, steps(3))
+	functions.Register(reqApp, steps10r, steps(10))
+	reqLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	reqSrv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			reqs.add("out", r)
+		}
+		reqApp.ServeHTTP(w, r)
+	}), ReadHeaderTimeout: 10 * time.Second}
+	go reqSrv.Serve(reqLn)
+	defer reqSrv.Close()
+	if err := syncApp(ctx, gateway, token, "http://"+reqLn.Addr().String()+"/"); err != nil {
+		return err
+	}
 	c := &apiClient{base: gateway, token: token, hc: transport("in")}
 
 	run := map[string]func(ctx context.Context, key string) error{
@@ -196,6 +218,12 @@ func runDriver() error {
 		},
 		"steps10": func(ctx context.Context, key string) error {
 			return c.run(ctx, steps10, key)
+		},
+		"steps3.request": func(ctx context.Context, key string) error {
+			return c.run(ctx, steps3r, key)
+		},
+		"steps10.request": func(ctx context.Context, key string) error {
+			return c.run(ctx, steps10r, key)
 		},
 		"sleep": func(ctx context.Context, key string) error {
 			return c.run(ctx, sleep, key)
