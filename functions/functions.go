@@ -576,6 +576,9 @@ func (a *App) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var body []byte
 	var err error
 	if duplex {
+		// A refusal below closes the connection, rather than read the rest of a body
+		// that the gateway holds open; serveDuplex keeps it.
+		w.Header().Set("Connection", "close")
 		acks = bufio.NewReaderSize(r.Body, 16<<10)
 		body, err = invocation.ReadFirstLine(acks, a.maxBody)
 	} else {
@@ -860,6 +863,7 @@ func (a *App) serveDuplex(ctx context.Context, w http.ResponseWriter, r *http.Re
 		writeError(w, http.StatusInternalServerError, "duplex", "this server cannot read the request while it writes the response: "+err.Error())
 		return
 	}
+	w.Header().Del("Connection")
 	w.Header().Set("Content-Type", contentTypeFrames)
 	w.Header().Set(protocol.VersionHeader, protocol.Version)
 	w.WriteHeader(http.StatusOK)
@@ -883,4 +887,5 @@ func (a *App) serveDuplex(ctx context.Context, w http.ResponseWriter, r *http.Re
 		code, b = http.StatusInternalServerError, errorBody("output", err.Error())
 	}
 	_ = d.Answer(code, b) // the gateway is gone; nobody to tell
+	d.End()
 }

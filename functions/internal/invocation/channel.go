@@ -89,7 +89,8 @@ type Duplex struct {
 	mu      sync.Mutex
 	next    int
 	waiting map[int]chan protocol.FrameAck
-	ended   error // set once the acks' reader stops; every waiter is told
+	ended   error         // set once the acks' reader stops; every waiter is told
+	done    chan struct{} // closed when the acks' reader stops
 }
 
 // MaxAckBytes bounds one acknowledgement line; a longer one ends the exchange.
@@ -98,13 +99,14 @@ const MaxAckBytes = 1 << 20
 // NewDuplex starts the duplex exchange whose acks come on acks (the request's body past
 // its first line) and whose frames go to w; verify checks the claim's proof.
 func NewDuplex(w http.ResponseWriter, acks *bufio.Reader, verify ProofFunc) *Duplex {
-	d := &Duplex{w: w, rc: http.NewResponseController(w), verify: verify, waiting: map[int]chan protocol.FrameAck{}}
+	d := &Duplex{w: w, rc: http.NewResponseController(w), verify: verify, waiting: map[int]chan protocol.FrameAck{}, done: make(chan struct{})}
 	go d.read(acks)
 	return d
 }
 
 // read hands each acknowledgement to the request waiting for it, until the body ends.
 func (d *Duplex) read(acks *bufio.Reader) {
+	defer close(d.done)
 	var err error
 	for {
 		var line []byte
@@ -241,6 +243,25 @@ func (d *Duplex) write(f protocol.Frame) error {
 // InvocationAnswer, or 500 with an ErrorInfo.
 func (d *Duplex) Answer(status int, body []byte) error {
 	return d.write(protocol.Frame{Op: protocol.FrameOpAnswer, Status: &status, Body: body})
+}
+
+// closeGrace is how long End waits for the gateway to end the request's body.
+const closeGrace = time.Second
+
+// End returns once the acknowledgements' reader has stopped, so that the handler may
+// return (net/http reads the connection's next request once it has): at the end of the
+// request's body, which the gateway ends after the answer, or, past closeGrace, at a
+// read deadline End sets.
+func (d *Duplex) End() {
+	t := time.NewTimer(closeGrace)
+	defer t.Stop()
+	select {
+	case <-d.done:
+		return
+	case <-t.C:
+	}
+	_ = d.rc.SetReadDeadline(time.Now())
+	<-d.done
 }
 
 // ReadFirstLine reads a duplex invocation's first line, the invocation request, of at

@@ -97,7 +97,9 @@ func (c *Caller) exchange(ctx context.Context, t Target, hreq *http.Request, fir
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if resp.StatusCode != http.StatusOK || mt != ContentTypeFrames || lateBody {
 		// Not an SDK of the mode (or a proxy that buffers bodies between): what it
-		// answered, as request/response would show it, and a fall back.
+		// answered, as request/response would show it, and a fall back. The request's
+		// body ends first: a server may read it to its end before it ends its answer.
+		pw.Close()
 		raw, err := io.ReadAll(io.LimitReader(resp.Body, c.MaxAnswer+1))
 		failure := c.answer(ctx, t, resp, raw, err)
 		if failure == nil || failure.Type == ErrorTypeHTTPStatus {
