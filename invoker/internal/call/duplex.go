@@ -96,13 +96,18 @@ func (c *Caller) exchange(ctx context.Context, t Target, hreq *http.Request, fir
 	}
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if resp.StatusCode != http.StatusOK || mt != ContentTypeFrames || lateBody {
+		// (frames after a late body: no ack can reach them; the claim failed)
 		// Not an SDK of the mode (or a proxy that buffers bodies between): what it
 		// answered, as request/response would show it, and a fall back. The request's
 		// body ends first: a server may read it to its end before it ends its answer.
 		pw.Close()
 		raw, err := io.ReadAll(io.LimitReader(resp.Body, c.MaxAnswer+1))
 		failure := c.answer(ctx, t, resp, raw, err)
-		if failure == nil || failure.Type == ErrorTypeHTTPStatus {
+		// An HTTP error stays the invocation's failure, as in request/response mode (a
+		// server that answers one without reading the body may hold it until the
+		// gateway closes the body); a 200 that is not frames, or frames that came only
+		// once the gateway closed the body, are a function that does not speak the mode.
+		if resp.StatusCode == http.StatusOK && (failure == nil || lateBody) {
 			why := fmt.Sprintf("HTTP %d %s", resp.StatusCode, mt)
 			if lateBody {
 				why = fmt.Sprintf("no response headers within %s of the request", min(DuplexHandshake, t.Timeout))
