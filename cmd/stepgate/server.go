@@ -69,6 +69,7 @@ type serverConfig struct {
 	// function says otherwise), STEPGATE_RETENTION_INTERVAL (how often it deletes).
 	retention, retentionInterval time.Duration
 	maxRecoveries                int
+	duplexOff                    bool
 	// workers and fairReserve: STEPGATE_WORKERS, STEPGATE_FAIR_RESERVE (readWorkers).
 	workers, fairReserve int
 	maxBodyBytes         int64
@@ -186,6 +187,13 @@ func readServerConfig(getenv func(string) string) (serverConfig, error) {
 		return c, err
 	}
 	c.maxRecoveries = int(min(recoveries, math.MaxInt32))
+	switch d := getenv("STEPGATE_DUPLEX"); d {
+	case "", "on":
+	case "off":
+		c.duplexOff = true
+	default:
+		return c, fmt.Errorf("STEPGATE_DUPLEX %q is not on or off", d)
+	}
 	if c.workers, c.fairReserve, err = readWorkers(getenv); err != nil {
 		return c, err
 	}
@@ -367,7 +375,7 @@ func (c serverConfig) process(log *slog.Logger) (gatewayproc.Config, error) {
 	}
 	return gatewayproc.Config{
 		Database: db, ReadDatabase: read, ReadMaxLag: c.readMaxLag, Logger: log, Addr: c.addr, PublicURL: c.publicURL, InvocationKeys: c.invocationKeys,
-		Auth: authCfg, Egress: c.egress, Limits: c.limits, LeaseTTL: c.leaseTTL, MaxRecoveries: c.maxRecoveries,
+		Auth: authCfg, Egress: c.egress, Limits: c.limits, LeaseTTL: c.leaseTTL, MaxRecoveries: c.maxRecoveries, DuplexOff: c.duplexOff,
 		DrainTimeout: c.drainTimeout, DrainSignals: []os.Signal{os.Interrupt, syscall.SIGTERM},
 		MaxBodyBytes: c.maxBodyBytes, Web: web.Handler(), OperatorRole: c.operatorRole, OperatorTenant: c.operatorTenant,
 		MaxWaitInvocations: c.maxWaits, MaxWaitInvocationsPerTenant: c.maxWaitsPerTenant,

@@ -90,6 +90,8 @@ type Config struct {
 	MaintainInterval time.Duration
 	SweepGrace       time.Duration
 	MaxRecoveries    int
+	// DuplexOff: see invoker.Config.DuplexOff (STEPGATE_DUPLEX=off).
+	DuplexOff bool
 	// River's workers and the fair share of them: see the invoker.Config fields of the
 	// same names.
 	Workers, FairReserve int
@@ -249,7 +251,7 @@ func Start(ctx context.Context, cfg Config) (*Process, error) {
 	p.Invoker, err = invoker.New(invoker.Config{
 		Pool: pool, Logger: log, CheckpointURL: p.URL, Keys: p.Keys, Tokens: p.Tokens, Egress: cfg.Egress,
 		Limits: cfg.Limits, LeaseTTL: cfg.LeaseTTL, MaintainInterval: cfg.MaintainInterval, SweepGrace: cfg.SweepGrace,
-		MaxRecoveries: cfg.MaxRecoveries, Workers: cfg.Workers, FairReserve: cfg.FairReserve, Metrics: p.Metrics,
+		MaxRecoveries: cfg.MaxRecoveries, DuplexOff: cfg.DuplexOff, Workers: cfg.Workers, FairReserve: cfg.FairReserve, Metrics: p.Metrics,
 		Retention: cfg.Retention, RetentionInterval: cfg.RetentionInterval, TracerProvider: cfg.TracerProvider,
 		TraceErrorMessages: cfg.TraceErrorMessages, Clock: cfg.Clock,
 	})
