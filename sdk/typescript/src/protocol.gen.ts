@@ -1507,6 +1507,16 @@ export interface components {
             max_interval?: components["schemas"]["Duration"];
         };
         FunctionConfig: {
+            /**
+             * @description The invocation modes the function's SDK speaks (see `InvocationRequest.mode`);
+             *     absent: `[request]`. The gateway uses `duplex` when it is listed (and
+             *     `STEPGATE_DUPLEX` is not `off`), and `request` otherwise, and after a
+             *     duplex invocation whose answer did not come as frames. The Go and
+             *     TypeScript SDKs list what they speak (Go: both; TypeScript: `request`, for now);
+             *     behind a proxy or platform that buffers bodies
+             *     (AWS Lambda, Cloudflare Workers), list `request` only.
+             */
+            modes?: ("request" | "duplex")[];
             /** @description How long one invocation may take. Defaults to 5m. */
             timeout?: components["schemas"]["Duration"];
             /**
@@ -2548,6 +2558,47 @@ export interface components {
         /** @description The answer to an invocation that owns its run (`checkpointCurrent`). */
         CurrentInvocation: {
             run_id: string;
+            /**
+             * @description Duplex mode only (`InvocationRequest.mode` `duplex`): the claim's
+             *     acknowledgement, a `Stepgate-Signature` value (`v=2,t=…,tenant=…,ed25519=…`)
+             *     by the tenant's keys over method `CLAIM`, path `/runs/<run id>/<invocation>`
+             *     (the invocation is `run.attempt`) and body the nonce. The SDK runs a step body
+             *     only once it verifies, as it verifies the invocation request: only the gateway
+             *     holding the invocation's lease answers the claim frame, so a copy of a captured
+             *     request, answered by anyone else, gets no valid proof.
+             */
+            proof?: string;
+        };
+        /**
+         * @description Duplex mode: one line (NDJSON) of the function's response body. `op` is what
+         *     the request/response mode would have sent to `checkpoint.url`: `checkpoint` (the
+         *     body a `JournalEntry`), `current` (an `InvocationClaim`), `stream` (a
+         *     `StreamWrite`); each has an `id` of the function's choosing, unique in the
+         *     invocation, that the gateway's `FrameAck` repeats. `answer` is the last frame:
+         *     `status` 200 with an `InvocationAnswer`, or 500 with an `ErrorInfo` (what the
+         *     request/response mode answers as HTTP 500: a retryable failure of the invocation).
+         */
+        Frame: {
+            id?: number;
+            /** @enum {string} */
+            op: "checkpoint" | "current" | "stream" | "answer";
+            /** @description `answer` only: 200 or 500. */
+            status?: number;
+            body: components["schemas"]["AnyJSON"];
+        };
+        /**
+         * @description Duplex mode: one line (NDJSON) of the gateway's request body after the
+         *     invocation request, sent once the frame `id` is done (a checkpoint committed):
+         *     `status` and `body` are what the request/response mode's HTTP answer to the same
+         *     request would be (200 with a `CheckpointAck`, `CurrentInvocation` or
+         *     `StreamAck`; 400, 409 with a `Problem`), and `retry_after` its `Retry-After`.
+         */
+        FrameAck: {
+            id: number;
+            status: number;
+            body: components["schemas"]["AnyJSON"];
+            /** @description Seconds to wait before asking again (a 503). */
+            retry_after?: number;
         };
         /**
          * @description What an invocation's process sends to claim its run (`checkpointCurrent`): the
@@ -2622,6 +2673,18 @@ export interface components {
                 [key: string]: number;
             };
             checkpoint: components["schemas"]["Checkpoint"];
+            /**
+             * @description How this invocation talks to the gateway (absent: `request`). `request`: each
+             *     checkpoint is an HTTP request to `checkpoint.url`, and the answer is the
+             *     response's body. `duplex`: the request's body is this JSON on its first line
+             *     (the bytes the signature covers) and then the gateway's `FrameAck` lines; the
+             *     response's body (`application/x-ndjson`) is `StreamFrame` lines, the answer
+             *     last; `checkpoint.token` is `duplex`, which no endpoint accepts. Sent only to
+             *     functions whose config's `modes` holds `duplex`. An SDK refuses a request whose
+             *     mode is not the one it came in (a `duplex` body sent whole, or the reverse).
+             * @enum {string}
+             */
+            mode?: "request" | "duplex";
             /**
              * @description The gateway asks the function only to replay `journal` and say what its code
              *     would do next: the SDK runs no step body and journals nothing (no checkpoint, no
