@@ -859,8 +859,11 @@ func ptrOr[T any](p *T) T {
 func (a *App) serveDuplex(ctx context.Context, w http.ResponseWriter, r *http.Request, f *function, req *protocol.InvocationRequest, acks *bufio.Reader) {
 	rc := http.NewResponseController(w)
 	if err := rc.EnableFullDuplex(); err != nil && r.ProtoMajor < 2 {
-		// HTTP/2 is full duplex by itself; an HTTP/1 server that cannot be cannot serve it.
-		writeError(w, http.StatusInternalServerError, "duplex", "this server cannot read the request while it writes the response: "+err.Error())
+		// HTTP/2 is full duplex by itself; an HTTP/1 server that cannot be (a
+		// ResponseWriter wrapped by middleware, such as http.TimeoutHandler's) cannot
+		// serve the mode: 415 has the gateway call again in request/response mode.
+		writeError(w, http.StatusUnsupportedMediaType, "duplex", "this server cannot read the request while it writes the response ("+err.Error()+
+			"): serve the app's handler unwrapped, or set functions.Config.RequestResponseOnly")
 		return
 	}
 	w.Header().Del("Connection")

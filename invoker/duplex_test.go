@@ -505,3 +505,24 @@ func TestDuplexRawFunction(t *testing.T) {
 	require.Equal(t, protocol.RunStatusFailed, res.Status)
 	require.Equal(t, "malformed_answer", res.Error.Type, res.Error.Message)
 }
+
+// TestDuplexBehindTimeoutHandler: behind middleware that hides the connection
+// (http.TimeoutHandler buffers the response), the Go SDK answers a duplex invocation
+// 415, and the gateway calls the same invocation again at once in request/response
+// mode: the run completes in one invocation, its step run once.
+func TestDuplexBehindTimeoutHandler(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	app := s.NewApp()
+	var ran atomic.Int64
+	functions.Register(app, "wrapped", func(ctx context.Context, _ struct{}) (string, error) {
+		return step.Run(ctx, "once", func(context.Context) (string, error) { ran.Add(1); return "ok", nil })
+	})
+	s.Sync(t, s.ServeApp(t, http.TimeoutHandler(app, time.Minute, "too slow")))
+	c := s.Client(t, s.Token)
+	res := awaitResult(t, c, startRunAsync(t, c, "wrapped", `{}`).ID)
+	require.Equal(t, protocol.RunStatusCompleted, res.Status, res.Error)
+	require.EqualValues(t, 1, ran.Load())
+	require.Equal(t, 1, getRun(t, c, res.ID).Invocations)
+	require.Zero(t, getRun(t, c, res.ID).FailedInvocations)
+}

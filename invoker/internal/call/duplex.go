@@ -22,10 +22,10 @@ import (
 // value per line.
 const ContentTypeFrames = "application/x-ndjson"
 
-// ErrorTypeNotDuplex: the function did not answer a duplex invocation as frames (its
-// answer was not application/x-ndjson, or its headers did not come within
-// DuplexHandshake while the gateway held the request's body open). The invoker falls
-// back to request/response for the function.
+// ErrorTypeNotDuplex: the function did not answer a duplex invocation as frames: HTTP
+// 415 (it cannot serve the mode), a 200 that is not application/x-ndjson, or frames that
+// came only once the gateway closed the request's body, its headers late by
+// DuplexHandshake. The invoker falls back to request/response for the function.
 const ErrorTypeNotDuplex = "not_duplex"
 
 // DuplexHandshake is how long a duplex invocation waits for the function's response
@@ -107,7 +107,7 @@ func (c *Caller) exchange(ctx context.Context, t Target, hreq *http.Request, fir
 		// server that answers one without reading the body may hold it until the
 		// gateway closes the body); a 200 that is not frames, or frames that came only
 		// once the gateway closed the body, are a function that does not speak the mode.
-		if resp.StatusCode == http.StatusOK && (failure == nil || lateBody) {
+		if resp.StatusCode == http.StatusUnsupportedMediaType || resp.StatusCode == http.StatusOK && (failure == nil || lateBody) {
 			why := fmt.Sprintf("HTTP %d %s", resp.StatusCode, mt)
 			if lateBody {
 				why = fmt.Sprintf("no response headers within %s of the request", min(DuplexHandshake, t.Timeout))
