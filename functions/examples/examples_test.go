@@ -44,21 +44,21 @@ func TestExamples(t *testing.T) {
 		g, url := serve(t)
 		r := g.Get(url + "/")
 		require.JSONEq(t, `{"protocol":1,"protocol_version":"`+protocol.Version+`","sdk":"stepgate-go/`+version.Version+`","replay_only":true,"functions":[
-			{"name":"chain","path":"chain"},
-			{"name":"flaky","path":"flaky"},
-			{"name":"hello","path":"hello"},
-			{"name":"hello.keyed","path":"hello.keyed","config":{"concurrency":[{"limit":1,"key":"input.key"}]}},
-			{"name":"hello.limited","path":"hello.limited","config":{"concurrency":[{"limit":1000}]}},
-			{"name":"nap","path":"nap"},
-			{"name":"orders.approval","path":"orders.approval"},
-			{"name":"orders.await_payment","path":"orders.await_payment"},
-			{"name":"orders.checkout","path":"orders.checkout","config":{"timeout":"30s","retries":{"max_attempts":5}}},
-			{"name":"orders.checkout_inline","path":"orders.checkout_inline"},
-			{"name":"orders.fulfil","path":"orders.fulfil","config":{"concurrency":[{"limit":1,"key":"input.customer_id"}]}},
-			{"name":"orders.fulfil_all","path":"orders.fulfil_all"},
-			{"name":"orders.notify","path":"orders.notify","config":{"throttle":{"limit":2,"period":"1s","burst":1,"key":"input.customer_id"}}},
-			{"name":"orders.quote","path":"orders.quote"},
-			{"name":"sleep","path":"sleep"}
+			{"name":"chain","path":"chain","config":{"modes":["request","duplex"]}},
+			{"name":"flaky","path":"flaky","config":{"modes":["request","duplex"]}},
+			{"name":"hello","path":"hello","config":{"modes":["request","duplex"]}},
+			{"name":"hello.keyed","path":"hello.keyed","config":{"modes":["request","duplex"],"concurrency":[{"limit":1,"key":"input.key"}]}},
+			{"name":"hello.limited","path":"hello.limited","config":{"modes":["request","duplex"],"concurrency":[{"limit":1000}]}},
+			{"name":"nap","path":"nap","config":{"modes":["request","duplex"]}},
+			{"name":"orders.approval","path":"orders.approval","config":{"modes":["request","duplex"]}},
+			{"name":"orders.await_payment","path":"orders.await_payment","config":{"modes":["request","duplex"]}},
+			{"name":"orders.checkout","path":"orders.checkout","config":{"modes":["request","duplex"],"timeout":"30s","retries":{"max_attempts":5}}},
+			{"name":"orders.checkout_inline","path":"orders.checkout_inline","config":{"modes":["request","duplex"]}},
+			{"name":"orders.fulfil","path":"orders.fulfil","config":{"modes":["request","duplex"],"concurrency":[{"limit":1,"key":"input.customer_id"}]}},
+			{"name":"orders.fulfil_all","path":"orders.fulfil_all","config":{"modes":["request","duplex"]}},
+			{"name":"orders.notify","path":"orders.notify","config":{"modes":["request","duplex"],"throttle":{"limit":2,"period":"1s","burst":1,"key":"input.customer_id"}}},
+			{"name":"orders.quote","path":"orders.quote","config":{"modes":["request","duplex"]}},
+			{"name":"sleep","path":"sleep","config":{"modes":["request","duplex"]}}
 		]}`, string(r.Body))
 	})
 

@@ -1,6 +1,7 @@
 // An adapter from the Fetch handler to Node's http module (and Express, Connect, Fastify's
 // raw handlers): `http.createServer(toNodeListener(serve({...})))`.
 import type { IncomingMessage, ServerResponse } from "node:http";
+import { isFrames } from "./duplex.js";
 import { nodePost } from "./node-post.js";
 import { serve, type FetchHandler, type ServeOptions } from "./serve.js";
 
@@ -14,7 +15,7 @@ export { nodePost };
  *     http.createServer(serveNode({ functions, signingKeys })).listen(3000)
  */
 export function serveNode(opts: ServeOptions): (req: IncomingMessage, res: ServerResponse) => void {
-  return toNodeListener(serve({ post: nodePost, ...opts }));
+  return toNodeListener(serve({ post: nodePost, duplex: true, ...opts }));
 }
 
 /**
@@ -71,6 +72,20 @@ async function handle(handler: FetchHandler, req: IncomingMessage, res: ServerRe
   const response = await handler(request);
   const out: Record<string, string> = {};
   response.headers.forEach((v, k) => (out[k] = v));
+  if (isFrames(response.headers.get("Content-Type")) && response.body) {
+    // A duplex answer: each frame goes out as it is written, while the request's body
+    // still brings the gateway's acknowledgements.
+    res.writeHead(response.status, out);
+    res.flushHeaders();
+    const reader = response.body.getReader();
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      if (!res.write(value)) await new Promise((r) => res.once("drain", r));
+    }
+    res.end();
+    return;
+  }
   const answer = Buffer.from(await response.arrayBuffer());
   if (stream) {
     if (req.complete) {

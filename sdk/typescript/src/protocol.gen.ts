@@ -1512,7 +1512,7 @@ export interface components {
              *     absent: `[request]`. The gateway uses `duplex` when it is listed (and
              *     `STEPGATE_DUPLEX` is not `off`), and `request` otherwise, and after a
              *     duplex invocation whose answer did not come as frames. The Go and
-             *     TypeScript SDKs list what they speak (Go: both; TypeScript: `request`, for now);
+             *     TypeScript SDKs list both (TypeScript: `serveNode`; a Fetch handler lists `request`);
              *     behind a proxy or platform that buffers bodies
              *     (AWS Lambda, Cloudflare Workers), list `request` only.
              */

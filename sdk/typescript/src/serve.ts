@@ -1,4 +1,5 @@
 import { BodyTooLarge, readBody } from "./body.js";
+import { CONTENT_TYPE_FRAMES, Duplex, isFrames, LineReader } from "./duplex.js";
 import { InputError, messageOf, NonRetryableError, StepError } from "./errors.js";
 import type { Context, RunInfo, StepgateFunction } from "./function.js";
 import { fetchPoster, Invocation, type Poster, type Stop } from "./invocation.js";
@@ -43,6 +44,13 @@ export interface ServeOptions {
   fetch?: typeof fetch;
   /** Makes the checkpoint calls instead of fetch (the Node adapter's leaner client). */
   post?: Poster;
+  /**
+   * Serve the duplex mode too (docs/protocol.md, "The duplex mode"), and list it in the
+   * manifest: for a server that streams a response while it reads the request, as
+   * serveNode does (its default). A Fetch platform that buffers bodies (Cloudflare
+   * Workers, AWS Lambda) must not set it.
+   */
+  duplex?: boolean;
   /** Told of invocations that answer HTTP 500. Default: console.warn. */
   onError?: (info: { runId: string; function: string; attempt: number; type: string; message: string }) => void;
 }
@@ -113,9 +121,19 @@ export function serve(opts: ServeOptions): FetchHandler {
       if (request.method !== "POST") return problem(405, "method", "functions answer POST", { Allow: "POST" });
     }
 
+    // A duplex invocation's body is the invocation on its first line, then the gateway's
+    // acknowledgements.
+    const duplex = fn !== undefined && opts.duplex === true && isFrames(request.headers.get("Content-Type"));
+    let acks: LineReader | undefined;
     let body: Uint8Array<ArrayBuffer>;
     try {
-      body = await readBody(request, maxBody);
+      if (duplex && request.body) {
+        acks = new LineReader(request.body.getReader());
+        const line = await acks.next(maxBody);
+        body = new Uint8Array(line ?? new Uint8Array(0));
+      } else {
+        body = await readBody(request, maxBody);
+      }
     } catch (e) {
       if (e instanceof BodyTooLarge) return problem(413, "too_large", e.message);
       return problem(400, "malformed", "read body: " + messageOf(e));
@@ -147,7 +165,7 @@ export function serve(opts: ServeOptions): FetchHandler {
       }
     }
 
-    if (!fn) return json(200, manifest(byName, url.pathname));
+    if (!fn) return json(200, manifest(byName, url.pathname, opts.duplex === true));
     // Before the body is decoded: another major's body may not read as this one's.
     const gateway = request.headers.get(PROTOCOL_HEADER);
     if (gateway) {
@@ -175,6 +193,35 @@ export function serve(opts: ServeOptions): FetchHandler {
         `signature: the request is for function ${JSON.stringify(req.run.function)}; this path serves ${JSON.stringify(fn.name)} (register it under the name it is served as: stepgate apps sync does)`,
       );
     }
+    if ((req.mode === "duplex") !== duplex) {
+      // The mode is signed, its transport is not: a copy of a duplex invocation sent
+      // whole would otherwise run with no claim the gateway answers.
+      return problem(400, "malformed", `invalid invocation: its mode is ${req.mode ?? "request"} but it came ${duplex ? "as frames (application/x-ndjson)" : "whole"}`);
+    }
+    if (duplex && acks) {
+      const verifyKeys = keys;
+      const run = req.run;
+      const identityTenant = req.identity.tenant;
+      const verifyProof = verifyKeys
+        ? async (nonce: string, proof: string) => {
+            const { parsed } = await verifySignature(proof, { method: "CLAIM", path: `/runs/${run.id}/${run.attempt}`, body: new TextEncoder().encode(nonce) }, await verifyKeys);
+            if (parsed.tenant !== identityTenant) throw new Error(`signed for tenant ${JSON.stringify(parsed.tenant)}, not ${JSON.stringify(identityTenant)}`);
+          }
+        : undefined;
+      const frames = new TransformStream<Uint8Array, Uint8Array>();
+      const d = new Duplex(frames.writable.getWriter(), acks, verifyProof);
+      const signal = AbortSignal.any([request.signal, d.signal]);
+      const f = fn;
+      void (async () => {
+        const [code, answer] = await invoke(f, req, () => signal, d.poster());
+        if (code !== 200) {
+          const e = answer as ErrorInfo;
+          onError({ runId: req.run.id, function: req.run.function, attempt: req.run.attempt, type: e.type, message: e.message });
+        }
+        await d.answer(code, answer);
+      })();
+      return new Response(frames.readable, { status: 200, headers: { "Content-Type": CONTENT_TYPE_FRAMES, [PROTOCOL_HEADER]: PROTOCOL_VERSION } });
+    }
     const [code, answer] = await invoke(fn, req, () => request.signal, post);
     if (code !== 200) {
       const e = answer as ErrorInfo;
@@ -185,7 +232,7 @@ export function serve(opts: ServeOptions): FetchHandler {
 }
 
 /** The manifest, with each function's path relative to the app URL at appPath. */
-function manifest(byName: Map<string, StepgateFunction<any, any>>, appPath: string): Manifest {
+function manifest(byName: Map<string, StepgateFunction<any, any>>, appPath: string, duplex: boolean): Manifest {
   // The gateway resolves each path against the app URL, as a browser resolves a link:
   // under /api/stepgate, "stepgate/hello" is /api/stepgate/hello.
   const dir = appPath.endsWith("/") ? "" : (appPath.split("/").pop() ?? "") + "/";
@@ -193,7 +240,8 @@ function manifest(byName: Map<string, StepgateFunction<any, any>>, appPath: stri
   const m: Manifest = { protocol: 1, protocol_version: PROTOCOL_VERSION, sdk: SDK_NAME, replay_only: true, functions: [] };
   for (const name of [...byName.keys()].sort()) {
     const f = byName.get(name)!;
-    m.functions.push(Object.keys(f.config).length > 0 ? { name, path: dir + name, config: f.config } : { name, path: dir + name });
+    const config = duplex ? { ...f.config, modes: ["request" as const, "duplex" as const] } : f.config;
+    m.functions.push(Object.keys(config).length > 0 ? { name, path: dir + name, config } : { name, path: dir + name });
   }
   return m;
 }

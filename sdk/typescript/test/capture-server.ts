@@ -46,6 +46,7 @@ const handler = serveNode({
   functions: gatedName ? [gated(gatedName)] : [counted("charge"), counted("refund")],
   signingKeys: process.env.STEPGATE_PUBLIC_KEYS,
   basePath: "/api/stepgate",
+  duplex: false, // these tests capture and resend request/response invocations, and their claims
 });
 const server = createServer((req, res) => {
   if (req.method === "POST" && req.url === "/gate/open") {
