@@ -74,7 +74,8 @@ func TestDatabaseOutage(t *testing.T) {
 		releaseA.Do(func() { close(cutA) })
 		releaseB.Do(func() { close(cutB) })
 	})
-	app := functions.New(functions.Config{Keys: s.Keys.Verification, HTTPClient: &http.Client{
+	// Request/response mode: the checkpoints' 503s are seen on the app's HTTP client.
+	app := functions.New(functions.Config{Keys: s.Keys.Verification, RequestResponseOnly: true, HTTPClient: &http.Client{
 		Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
 			resp, err := http.DefaultTransport.RoundTrip(r)
 			if err == nil && resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "" {
