@@ -10,6 +10,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -525,4 +527,69 @@ func TestDuplexBehindTimeoutHandler(t *testing.T) {
 	require.EqualValues(t, 1, ran.Load())
 	require.Equal(t, 1, getRun(t, c, res.ID).Invocations)
 	require.Zero(t, getRun(t, c, res.ID).FailedInvocations)
+}
+
+// TestDuplexBackpressure: a function that sends frames as fast as it can and never
+// reads the acknowledgements is held back by the exchange itself: the gateway reads a
+// frame only once the previous one's acknowledgement is written, so once the
+// acknowledgements fill the connection it reads no more, the function's writes block,
+// and the gateway's memory does not grow with what the function tried to send (100 MB
+// here). The invocation ends at its timeout.
+func TestDuplexBackpressure(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	const frames = 100_000
+	pad := strings.Repeat("x", 1000)
+	var written atomic.Int64
+	url := s.ServeApp(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		_ = rc.EnableFullDuplex()
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		w.WriteHeader(http.StatusOK)
+		for i := 1; i <= frames; i++ {
+			// seq 0: refused at once (400), with no database work, so only the
+			// exchange can slow the function down.
+			if _, err := io.WriteString(w, `{"id":`+strconv.Itoa(i)+`,"op":"checkpoint","body":{"seq":0,"kind":"step","name":"x","output":"`+pad+`"}}`+"\n"); err != nil {
+				return
+			}
+			if rc.Flush() != nil {
+				return
+			}
+			written.Add(1)
+		}
+	}))
+	c := s.Client(t, s.Token)
+	modes := []protocol.FunctionConfigModes{protocol.FunctionConfigModesRequest, protocol.FunctionConfigModesDuplex}
+	resp, err := c.RegisterFunctionWithResponse(t.Context(), "flood", protocol.RegisterFunctionJSONRequestBody{URL: url,
+		Config: &protocol.FunctionConfig{Modes: &modes, Timeout: new("3s"), Retries: &protocol.RetryPolicy{MaxAttempts: new(1)}}})
+	require.NoError(t, err)
+	require.Less(t, resp.StatusCode(), 300, string(resp.Body))
+
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	var peak atomic.Uint64
+	done := make(chan struct{})
+	go func() {
+		var m runtime.MemStats
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			runtime.ReadMemStats(&m)
+			if m.HeapInuse > peak.Load() {
+				peak.Store(m.HeapInuse)
+			}
+		}
+	}()
+	res := awaitResult(t, c, startRunAsync(t, c, "flood", `{}`).ID)
+	close(done)
+	require.Equal(t, protocol.RunStatusFailed, res.Status)
+	require.Equal(t, "timeout", res.Error.Type, res.Error.Message)
+	require.Less(t, written.Load(), int64(frames), "the function's writes were held back")
+	grew := int64(peak.Load()) - int64(before.HeapInuse)
+	t.Logf("the function wrote %d of %d frames before its timeout; the heap grew by at most %d KiB", written.Load(), frames, grew>>10)
+	require.Less(t, grew, int64(64<<20), "the gateway did not read ahead into memory")
 }
