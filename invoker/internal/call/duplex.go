@@ -137,6 +137,7 @@ func (c *Caller) exchange(ctx context.Context, t Target, hreq *http.Request, fir
 		}
 		if f.Op == protocol.FrameOpAnswer {
 			pw.Close() // the function's reads end
+			drain(br, resp.Body)
 			if f.Status == nil || *f.Status != http.StatusOK {
 				code := 0
 				if f.Status != nil {
@@ -157,6 +158,20 @@ func (c *Caller) exchange(ctx context.Context, t Target, hreq *http.Request, fir
 			return &journal.ErrorInfo{Type: ErrorTypeConnection, Message: "sending an acknowledgement to the function: " + trimErr(err)}, reply{status: resp.StatusCode, size: size}
 		}
 	}
+}
+
+// drainWait bounds how long the gateway waits, after the answer frame, for the end of
+// the function's response, which lets the connection carry the next invocation.
+const drainWait = 100 * time.Millisecond
+
+// drain reads what is left of a duplex answer after its answer frame (the response's
+// end, which the function writes once the gateway has ended the request's body), for
+// at most drainWait: a connection whose response was read to its end is reused, where
+// one closed early costs the next invocation a new one.
+func drain(br *bufio.Reader, body io.Closer) {
+	t := time.AfterFunc(drainWait, func() { body.Close() })
+	defer t.Stop()
+	_, _ = io.Copy(io.Discard, io.LimitReader(br, 64<<10))
 }
 
 // errFrameTooLong is a line longer than the bound.
