@@ -166,6 +166,12 @@ export class Gateway {
     return `v=2,t=${t},tenant=${encodeURIComponent(tenant)},ed25519=${sig}`;
   }
 
+  /** A duplex claim's proof (docs/protocol.md, "The duplex mode"): method CLAIM over the nonce. */
+  signClaim(runId: string, attempt: number, nonce: string, t = Math.floor(Date.now() / 1000)): string {
+    const msg = Buffer.from(`v2\n${t}\n${TENANT}\nCLAIM\n/runs/${runId}/${attempt}\n${nonce}`);
+    return `v=2,t=${t},tenant=${TENANT},ed25519=${sign(null, msg, this.privateKey).toString("base64url")}`;
+  }
+
   request(runId: string, fn: string, input: unknown, extra: Partial<InvocationRequest> = {}): InvocationRequest {
     return {
       protocol: 1,
