@@ -34,6 +34,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"syscall"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -182,7 +183,9 @@ func (c *Caller) answer(ctx context.Context, t Target, resp *http.Response, raw 
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return &journal.ErrorInfo{Type: ErrorTypeTimeout, Message: fmt.Sprintf("function did not finish its answer within its timeout of %s", t.Timeout)}
 		}
-		if errors.Is(err, io.ErrUnexpectedEOF) {
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
+			// (A reset: the function closed its side with the gateway's bytes unread, as
+			// a duplex request's body may still be going out.)
 			return &journal.ErrorInfo{Type: ErrorTypeConnection, Message: fmt.Sprintf(
 				"the function closed the connection in the middle of its answer (HTTP %d, after %d bytes of its body)", resp.StatusCode, len(raw))}
 		}
