@@ -47,7 +47,6 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"mime"
 	"net/http"
 	"slices"
 	"strings"
@@ -62,6 +61,7 @@ import (
 	"github.com/stepgate/stepgate/functions/step"
 	"github.com/stepgate/stepgate/protocol"
 	"github.com/stepgate/stepgate/protocol/names"
+	"github.com/stepgate/stepgate/protocol/ndjson"
 	"github.com/stepgate/stepgate/protocol/signature"
 )
 
@@ -571,7 +571,7 @@ func (a *App) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	// A duplex invocation's body is the invocation on its first line, then the gateway's
 	// acknowledgements (see serveDuplex).
-	duplex := f != nil && isFrames(r.Header.Get("Content-Type"))
+	duplex := f != nil && ndjson.Is(r.Header.Get("Content-Type"))
 	var acks *bufio.Reader
 	var body []byte
 	var err error
@@ -651,8 +651,14 @@ func (a *App) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if asked := req.Mode != nil && *req.Mode == protocol.InvocationRequestModeDuplex; asked != duplex {
 		// The mode is signed, its transport is not: a copy of a duplex invocation sent
 		// whole would otherwise run with no claim the gateway answers.
-		writeError(w, http.StatusBadRequest, "malformed", fmt.Sprintf("invalid invocation: its mode is %s but it came %s",
-			cmp.Or(string(ptrOr(req.Mode)), "request"), map[bool]string{true: "as frames (application/x-ndjson)", false: "whole"}[duplex]))
+		mode, came := "request", "whole"
+		if req.Mode != nil {
+			mode = string(*req.Mode)
+		}
+		if duplex {
+			came = "as frames (application/x-ndjson)"
+		}
+		writeError(w, http.StatusBadRequest, "malformed", fmt.Sprintf("invalid invocation: its mode is %s but it came %s", mode, came))
 		return
 	}
 	ctx := r.Context()
@@ -834,23 +840,6 @@ func writeJSON(w http.ResponseWriter, code int, body []byte) {
 	_, _ = w.Write(body) // the gateway is gone; nobody to tell
 }
 
-// isFrames says whether contentType is the duplex mode's (application/x-ndjson).
-func isFrames(contentType string) bool {
-	mt, _, _ := mime.ParseMediaType(contentType)
-	return mt == contentTypeFrames
-}
-
-// contentTypeFrames is the content type of a duplex invocation's bodies.
-const contentTypeFrames = "application/x-ndjson"
-
-func ptrOr[T any](p *T) T {
-	var zero T
-	if p == nil {
-		return zero
-	}
-	return *p
-}
-
 // serveDuplex answers the duplex invocation req of f (see protocol.InvocationRequest
 // mode): the response's headers at once, then the invocation's requests to the gateway
 // as frames, its answer last; acks is the request's body past its first line, the
@@ -867,7 +856,7 @@ func (a *App) serveDuplex(ctx context.Context, w http.ResponseWriter, r *http.Re
 		return
 	}
 	w.Header().Del("Connection")
-	w.Header().Set("Content-Type", contentTypeFrames)
+	w.Header().Set("Content-Type", ndjson.ContentType)
 	w.Header().Set(protocol.VersionHeader, protocol.Version)
 	w.WriteHeader(http.StatusOK)
 	if err := rc.Flush(); err != nil {

@@ -3,7 +3,6 @@ package invoker
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"math"
 	"net/http"
 	"strings"
@@ -38,22 +37,31 @@ const detailSuperseded = "this invocation no longer owns the run (it was cancell
 // CheckpointRefusal returns how a checkpoint that Checkpoint failed with err is
 // answered, or nil when err is not the function's doing (the database: a 5xx).
 func CheckpointRefusal(err error) *Refusal {
+	switch {
+	case errors.Is(err, journal.ErrConflict):
+		return &Refusal{http.StatusConflict, ErrorTypeNondeterminism, "nondeterminism: " + strings.TrimPrefix(err.Error(), journal.ErrConflict.Error()+": ") + "; the run fails"}
+	case errors.Is(err, journal.ErrGap):
+		return &Refusal{Status: http.StatusBadRequest, Detail: strings.TrimPrefix(err.Error(), journal.ErrGap.Error()+": ")}
+	}
+	return writeRefusal(err, "; the run fails")
+}
+
+// writeRefusal returns how a checkpoint or stream write that failed with err is answered
+// in the cases both share (a field it could never have, a bound, a quota, an invocation
+// superseded), the bounds' detail ending with consequence; nil otherwise.
+func writeRefusal(err error, consequence string) *Refusal {
 	var bad *BadCheckpointError
 	var le *journal.LimitError
 	var qe *journal.QuotaError
 	switch {
 	case errors.As(err, &bad):
 		return &Refusal{Status: http.StatusBadRequest, Detail: bad.Message}
-	case errors.Is(err, journal.ErrConflict):
-		return &Refusal{http.StatusConflict, ErrorTypeNondeterminism, "nondeterminism: " + strings.TrimPrefix(err.Error(), journal.ErrConflict.Error()+": ") + "; the run fails"}
 	case errors.As(err, &le):
-		return &Refusal{http.StatusConflict, ErrorTypeLimit, le.Message + "; the run fails"}
+		return &Refusal{http.StatusConflict, ErrorTypeLimit, le.Message + consequence}
 	case errors.As(err, &qe):
-		return &Refusal{http.StatusConflict, ErrorTypeLimit, qe.Message + "; the run fails"}
+		return &Refusal{http.StatusConflict, ErrorTypeLimit, qe.Message + consequence}
 	case errors.Is(err, journal.ErrSuperseded):
 		return &Refusal{http.StatusConflict, ErrorTypeSuperseded, detailSuperseded}
-	case errors.Is(err, journal.ErrGap):
-		return &Refusal{Status: http.StatusBadRequest, Detail: strings.TrimPrefix(err.Error(), journal.ErrGap.Error()+": ")}
 	}
 	return nil
 }
@@ -61,22 +69,10 @@ func CheckpointRefusal(err error) *Refusal {
 // StreamRefusal returns how a stream write that WriteStream (or StreamWriteOf) failed
 // with err is answered, or nil when err is not the function's doing.
 func StreamRefusal(err error) *Refusal {
-	var bad *BadCheckpointError
-	var le *journal.LimitError
-	var qe *journal.QuotaError
-	switch {
-	case errors.As(err, &bad):
-		return &Refusal{Status: http.StatusBadRequest, Detail: bad.Message}
-	case errors.As(err, &le):
-		return &Refusal{http.StatusConflict, ErrorTypeLimit, le.Message + "; nothing of this write is stored"}
-	case errors.As(err, &qe):
-		return &Refusal{http.StatusConflict, ErrorTypeLimit, qe.Message + "; nothing of this write is stored"}
-	case errors.Is(err, journal.ErrStreamClosed):
+	if errors.Is(err, journal.ErrStreamClosed) {
 		return &Refusal{http.StatusConflict, "stream_closed", strings.TrimPrefix(err.Error(), journal.ErrStreamClosed.Error()+": ") + ": it takes no more chunks"}
-	case errors.Is(err, journal.ErrSuperseded):
-		return &Refusal{http.StatusConflict, ErrorTypeSuperseded, detailSuperseded}
 	}
-	return nil
+	return writeRefusal(err, "; nothing of this write is stored")
 }
 
 // ClaimRefusal returns how a claim (ClaimInvocation, or a nonce that is not one) that
@@ -141,6 +137,3 @@ func AckOf(e protocol.JournalEntry, ack CheckpointAck) protocol.CheckpointAck {
 	}
 	return out
 }
-
-// String names r for logs and tests.
-func (r *Refusal) String() string { return fmt.Sprintf("%d %s: %s", r.Status, r.Type, r.Detail) }

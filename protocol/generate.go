@@ -3,7 +3,7 @@
 // gateway, the invoker, the SDK and the CLI share it. The echo server the gateway
 // implements is generated apart, in gateway/api/server, so that function binaries do not
 // link echo. Do not edit. Not generated: version.go (the protocol's version, its header and
-// the rule of which versions serve which), and the packages beneath, signature and names:
+// the rule of which versions serve which), and the packages beneath, signature, names and ndjson:
 // what the gateway and the SDKs must agree on besides the wire types, kept here so that the
 // gateway does not import the SDK.
 package protocol

@@ -12,7 +12,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"mime"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -36,6 +35,7 @@ import (
 	"github.com/stepgate/stepgate/internal/readpool"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/protocol"
+	"github.com/stepgate/stepgate/protocol/ndjson"
 	"github.com/stepgate/stepgate/web"
 )
 
@@ -280,7 +280,7 @@ func (s *Stack) Sync(tb testing.TB, appURL string) {
 // the first line of a duplex one (application/x-ndjson), whose acknowledgements follow.
 // r.Body is left to give the same bytes again, then the rest of the exchange.
 func PeekInvocation(r *http.Request) ([]byte, error) {
-	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/x-ndjson" {
+	if !ndjson.Is(r.Header.Get("Content-Type")) {
 		body, err := io.ReadAll(r.Body)
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		return body, err

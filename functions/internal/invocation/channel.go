@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/stepgate/stepgate/protocol"
+	"github.com/stepgate/stepgate/protocol/ndjson"
 )
 
 // An invocation's requests to the gateway (its checkpoints, its claim, its stream
@@ -110,7 +111,7 @@ func (d *Duplex) read(acks *bufio.Reader) {
 	var err error
 	for {
 		var line []byte
-		line, err = readLine(acks, MaxAckBytes)
+		line, err = ndjson.ReadLine(acks, MaxAckBytes)
 		if err != nil {
 			break
 		}
@@ -142,27 +143,6 @@ func (d *Duplex) read(acks *bufio.Reader) {
 		delete(d.waiting, id)
 	}
 	d.mu.Unlock()
-}
-
-// errLineTooLong is a line past its bound.
-var errLineTooLong = errors.New("a line longer than its bound")
-
-// readLine returns the next line of r without its newline, at most limit bytes.
-func readLine(r *bufio.Reader, limit int) ([]byte, error) {
-	var buf []byte
-	for {
-		part, err := r.ReadSlice('\n')
-		if len(buf)+len(part) > limit+1 {
-			return nil, errLineTooLong
-		}
-		buf = append(buf, part...)
-		switch {
-		case err == nil:
-			return buf[:len(buf)-1], nil
-		case !errors.Is(err, bufio.ErrBufferFull):
-			return buf, err
-		}
-	}
 }
 
 func (d *Duplex) send(ctx context.Context, op protocol.FrameOp, body []byte) (int, []byte, time.Duration, error) {
@@ -267,9 +247,10 @@ func (d *Duplex) End() {
 // ReadFirstLine reads a duplex invocation's first line, the invocation request, of at
 // most limit bytes (else an *http.MaxBytesError) from body.
 func ReadFirstLine(body *bufio.Reader, limit int64) ([]byte, error) {
-	line, err := readLine(body, int(limit))
+	line, err := ndjson.ReadLine(body, limit)
+	line = bytes.Clone(line) // kept past the reads of the acknowledgements
 	switch {
-	case errors.Is(err, errLineTooLong):
+	case errors.Is(err, ndjson.ErrTooLong):
 		return nil, &http.MaxBytesError{Limit: limit}
 	case errors.Is(err, io.EOF) && len(line) > 0:
 		return line, nil // no acknowledgement will come: the exchange ends at the claim

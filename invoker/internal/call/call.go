@@ -152,21 +152,31 @@ type reply struct {
 	refused bool // the egress policy refused the address; no connection was made
 }
 
-// send sends hreq, the invocation t, reads the answer and hands it to decode.
-func (c *Caller) send(ctx context.Context, t Target, hreq *http.Request, decode DecodeFunc) (*journal.ErrorInfo, reply) {
+// do sends hreq, the invocation t, over the tenant's client, and returns the response
+// (its status traced), or the failure of a request that got none.
+func (c *Caller) do(ctx context.Context, t Target, hreq *http.Request) (*http.Response, *journal.ErrorInfo, reply) {
 	resp, err := c.Clients.For(t.Tenant).Do(hreq)
 	if err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return &journal.ErrorInfo{Type: ErrorTypeTimeout, Message: fmt.Sprintf("function did not answer within its timeout of %s", t.Timeout)}, reply{}
+			return nil, &journal.ErrorInfo{Type: ErrorTypeTimeout, Message: fmt.Sprintf("function did not answer within its timeout of %s", t.Timeout)}, reply{}
 		}
-		return &journal.ErrorInfo{Type: ErrorTypeConnection, Message: connectionError(err)}, reply{refused: egress.IsRefused(err)}
+		return nil, &journal.ErrorInfo{Type: ErrorTypeConnection, Message: connectionError(err)}, reply{refused: egress.IsRefused(err)}
 	}
-	defer resp.Body.Close()
 	if c.Tracing {
 		traceHTTPStatus(ctx, resp.StatusCode)
 	}
+	return resp, nil, reply{}
+}
+
+// send sends hreq, the invocation t, reads the answer and hands it to decode.
+func (c *Caller) send(ctx context.Context, t Target, hreq *http.Request, decode DecodeFunc) (*journal.ErrorInfo, reply) {
+	resp, failure, got := c.do(ctx, t, hreq)
+	if failure != nil {
+		return failure, got
+	}
+	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, c.MaxAnswer+1))
-	failure := checkVersion(resp.Header)
+	failure = checkVersion(resp.Header)
 	if failure == nil {
 		failure = c.answer(ctx, t, resp, raw, err)
 	}

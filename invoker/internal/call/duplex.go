@@ -8,19 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
-	"sync"
 	"time"
 
-	"github.com/stepgate/stepgate/internal/egress"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
+	"github.com/stepgate/stepgate/protocol/ndjson"
 )
-
-// ContentTypeFrames is the content type of a duplex invocation's two bodies: one JSON
-// value per line.
-const ContentTypeFrames = "application/x-ndjson"
 
 // ErrorTypeNotDuplex: the function did not answer a duplex invocation as frames: HTTP
 // 415 (it cannot serve the mode), a 200 that is not application/x-ndjson, or frames that
@@ -70,32 +64,23 @@ func (c *Caller) exchange(ctx context.Context, t Target, hreq *http.Request, fir
 	hreq.Body = &duplexBody{Reader: io.MultiReader(bytes.NewReader(first), bytes.NewReader([]byte{'\n'}), pr), pr: pr}
 	hreq.ContentLength = -1
 	hreq.GetBody = nil
-	hreq.Header.Set("Content-Type", ContentTypeFrames)
+	hreq.Header.Set("Content-Type", ndjson.ContentType)
 	defer pw.Close()
 	stop := context.AfterFunc(ctx, func() { pw.CloseWithError(context.Cause(ctx)) })
 	defer stop()
 	// A function that does not speak the mode reads the body to its end: close it.
-	var late sync.Once
-	lateBody := false
-	handshake := time.AfterFunc(min(DuplexHandshake, t.Timeout), func() { late.Do(func() { lateBody = true; pw.Close() }) })
-	resp, err := c.Clients.For(t.Tenant).Do(hreq)
-	handshake.Stop()
-	late.Do(func() {})
-	if err != nil {
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return &journal.ErrorInfo{Type: ErrorTypeTimeout, Message: fmt.Sprintf("function did not answer within its timeout of %s", t.Timeout)}, reply{}
-		}
-		return &journal.ErrorInfo{Type: ErrorTypeConnection, Message: connectionError(err)}, reply{refused: egress.IsRefused(err)}
+	handshake := time.AfterFunc(min(DuplexHandshake, t.Timeout), func() { pw.Close() })
+	resp, failure, got := c.do(ctx, t, hreq)
+	lateBody := !handshake.Stop() // it fired: the body was closed before the headers came
+	if failure != nil {
+		return failure, got
 	}
 	defer resp.Body.Close()
-	if c.Tracing {
-		traceHTTPStatus(ctx, resp.StatusCode)
-	}
 	if failure := checkVersion(resp.Header); failure != nil {
 		return failure, reply{status: resp.StatusCode}
 	}
-	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	if resp.StatusCode != http.StatusOK || mt != ContentTypeFrames || lateBody {
+	frames := ndjson.Is(resp.Header.Get("Content-Type"))
+	if resp.StatusCode != http.StatusOK || !frames || lateBody {
 		// (frames after a late body: no ack can reach them; the claim failed)
 		// Not an SDK of the mode (or a proxy that buffers bodies between): what it
 		// answered, as request/response would show it, and a fall back. The request's
@@ -108,7 +93,7 @@ func (c *Caller) exchange(ctx context.Context, t Target, hreq *http.Request, fir
 		// gateway closes the body); a 200 that is not frames, or frames that came only
 		// once the gateway closed the body, are a function that does not speak the mode.
 		if resp.StatusCode == http.StatusUnsupportedMediaType || resp.StatusCode == http.StatusOK && (failure == nil || lateBody) {
-			why := fmt.Sprintf("HTTP %d %s", resp.StatusCode, mt)
+			why := fmt.Sprintf("HTTP %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 			if lateBody {
 				why = fmt.Sprintf("no response headers within %s of the request", min(DuplexHandshake, t.Timeout))
 			}
@@ -120,10 +105,10 @@ func (c *Caller) exchange(ctx context.Context, t Target, hreq *http.Request, fir
 	br := bufio.NewReaderSize(resp.Body, 16<<10)
 	size := 0
 	for {
-		line, err := readFrame(br, c.MaxAnswer)
+		line, err := ndjson.ReadLine(br, c.MaxAnswer)
 		size += len(line)
 		switch {
-		case errors.Is(err, errFrameTooLong):
+		case errors.Is(err, ndjson.ErrTooLong):
 			return &journal.ErrorInfo{Type: ErrorTypeLimit, Message: fmt.Sprintf("a frame of the function's duplex answer is larger than the gateway's limit of %d bytes", c.MaxAnswer)},
 				reply{status: resp.StatusCode, size: size}
 		case err != nil:
@@ -172,36 +157,6 @@ func drain(br *bufio.Reader, body io.Closer) {
 	t := time.AfterFunc(drainWait, func() { body.Close() })
 	defer t.Stop()
 	_, _ = io.Copy(io.Discard, io.LimitReader(br, 64<<10))
-}
-
-// errFrameTooLong is a line longer than the bound.
-var errFrameTooLong = errors.New("frame too long")
-
-// readFrame returns the next line of br without its newline, at most limit bytes (else
-// errFrameTooLong); at the end of the body, what was left with io.EOF (io.EOF alone when
-// nothing was).
-func readFrame(br *bufio.Reader, limit int64) ([]byte, error) {
-	line, err := br.ReadSlice('\n')
-	if err == nil {
-		return bytes.Clone(line[:len(line)-1]), nil
-	}
-	if !errors.Is(err, bufio.ErrBufferFull) {
-		return bytes.Clone(line), err
-	}
-	buf := bytes.Clone(line)
-	for {
-		line, err = br.ReadSlice('\n')
-		if int64(len(buf)+len(line)) > limit+1 {
-			return buf, errFrameTooLong
-		}
-		buf = append(buf, line...)
-		switch {
-		case err == nil:
-			return buf[:len(buf)-1], nil
-		case !errors.Is(err, bufio.ErrBufferFull):
-			return buf, err
-		}
-	}
 }
 
 // cutShort returns the error of a body that ended before its answer frame: EOF there is
