@@ -714,13 +714,15 @@ $$;
 --
 
 CREATE FUNCTION stepgate.usage_add(t text, d_runs bigint, d_stream bigint, d_mailbox bigint) RETURNS void
-    LANGUAGE sql
+    LANGUAGE plpgsql
     AS $$
+BEGIN
     INSERT INTO stepgate.tenant_usage AS u (tenant, stripe, runs, stream_bytes, mailbox_bytes)
     VALUES (t, pg_backend_pid(), d_runs, d_stream, d_mailbox)
     ON CONFLICT (tenant, stripe) DO UPDATE SET runs = u.runs + excluded.runs,
         stream_bytes = u.stream_bytes + excluded.stream_bytes,
-        mailbox_bytes = u.mailbox_bytes + excluded.mailbox_bytes
+        mailbox_bytes = u.mailbox_bytes + excluded.mailbox_bytes;
+END
 $$;
 
 --
@@ -728,12 +730,14 @@ $$;
 --
 
 CREATE FUNCTION stepgate.usage_add_bytes(t text, d_events bigint, d_journal bigint) RETURNS void
-    LANGUAGE sql
+    LANGUAGE plpgsql
     AS $$
+BEGIN
     INSERT INTO stepgate.tenant_usage AS u (tenant, stripe, event_bytes, journal_bytes)
     VALUES (t, pg_backend_pid(), d_events, d_journal)
     ON CONFLICT (tenant, stripe) DO UPDATE SET event_bytes = u.event_bytes + excluded.event_bytes,
-        journal_bytes = u.journal_bytes + excluded.journal_bytes
+        journal_bytes = u.journal_bytes + excluded.journal_bytes;
+END
 $$;
 
 --
