@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test.sh: the one command that runs stepgate's whole test suite, from a fresh clone.
 #
-#   ./test.sh                 vet, generated-code freshness, gofmt, then go test ./...,
+#   ./test.sh                 vet, generated-code freshness, gofmt, then go test ./...
+#                             and staticcheck beside it,
 #                             then the TypeScript SDK's tests (with Node 20 or later)
 #   ./test.sh -run TestFoo    extra arguments go to `go test` (the TypeScript step is skipped)
 #
@@ -160,6 +161,12 @@ unformatted=
 ((${#existing[@]} == 0)) || unformatted=$(gofmt -l "${existing[@]}")
 [[ -z $unformatted ]] || die "these files need gofmt -w:"$'\n'"$unformatted"
 
+# staticcheck (a tool dependency in go.mod) runs beside the tests, whose step waits on
+# Postgres as much as on the CPU: its findings are printed, and fail the suite, after them.
+step "staticcheck ./... (in the background; its findings come after the tests)"
+go tool staticcheck ./... >"$work/staticcheck.log" 2>&1 &
+staticcheck_pid=$!
+
 # --- Tests ----------------------------------------------------------------------------
 
 race=(-race)
@@ -181,6 +188,15 @@ STEPGATE_SKIP_TS_E2E=1 go test "${race[@]}" -count=1 -timeout 15m "${packages[@]
 
 step "the cost ledger: go test -count=1 $ledger${*:+ $*}"
 go test -count=1 -timeout 5m "$ledger" "$@" || rc=$?
+
+step "staticcheck ./...: its findings"
+if wait "$staticcheck_pid"; then
+	echo "none"
+else
+	cat "$work/staticcheck.log"
+	echo "test.sh: staticcheck found the above: fix them (go tool staticcheck ./...)" >&2
+	rc=1
+fi
 
 # --- The TypeScript SDK ---------------------------------------------------------------
 # Unit tests (tsc, then node --test), the end-to-end test on a real gateway (a Go test:

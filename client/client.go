@@ -122,10 +122,9 @@ func (s Started[Out]) Attach(ctx context.Context, c *Client) (Out, error) {
 type StartOption func(*startConfig)
 
 type startConfig struct {
-	key      string
-	query    url.Values
-	delayed  bool
-	priority int
+	key     string
+	query   url.Values
+	delayed bool
 }
 
 // IdempotencyKey sets the run's idempotency key (per tenant and function): a start with a

@@ -344,8 +344,7 @@ func TestInvokeAll(t *testing.T) {
 	}
 
 	// A malicious answer: too many calls, or none, fails the run with a bad answer.
-	var f *rawFunction
-	f = &rawFunction{answer: func(req *protocol.InvocationRequest, _ func(string) (int, string)) string {
+	f := &rawFunction{answer: func(req *protocol.InvocationRequest, _ func(string) (int, string)) string {
 		calls := strings.Repeat(`{"function":"square"},`, 65)
 		return `{"status":"suspended","await":{"type":"invoke_all","seq":1,"name":"x","calls":[` + strings.TrimSuffix(calls, ",") + `]}}`
 	}}

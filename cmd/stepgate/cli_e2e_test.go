@@ -324,7 +324,7 @@ func TestEndToEnd(t *testing.T) {
 		require.NoError(t, c.run(t.Context(), []string{"token", "create", "--sub", "sam", "--tenant", "second", "--role", "developer", "--dir", g.dir}))
 		tok := strings.TrimSpace(strings.TrimPrefix(stdout.String(), "STEPGATE_TOKEN="))
 		second := map[string]string{"STEPGATE_URL": g.url, "STEPGATE_TOKEN": tok}
-		c, stdout, _ = newTestCLI(second, "")
+		c, _, _ = newTestCLI(second, "")
 		require.NoError(t, c.run(t.Context(), []string{"apps", "sync", g.appURL}))
 		c, stdout, _ = newTestCLI(second, "")
 		require.NoError(t, c.run(t.Context(), []string{"invoke", "hello", "--data", `{"name":"second"}`, "--wait", "20s"}))

@@ -138,7 +138,7 @@ func waitDockerPostgres(ctx context.Context, docker, name string) (*devPostgres,
 		select {
 		case <-ctx.Done():
 			logs, _ := exec.Command(docker, "logs", "--tail", "20", name).CombinedOutput()
-			return nil, fmt.Errorf("Postgres in Docker (container %s) does not accept connections on %s: %w\n%s", name, hostPort, err, logs)
+			return nil, fmt.Errorf("the Postgres in Docker (container %s) does not accept connections on %s: %w\n%s", name, hostPort, err, logs)
 		case <-tick.C:
 		}
 	}

@@ -28,16 +28,22 @@ func Register(app *functions.App) {
 
 func decide(ctx context.Context) (Decision, error) {
 	// docs:begin values
-	started, err := step.Now(ctx, "started")     // time.Time, UTC
-	orderID, err := step.UUID(ctx, "order-id")   // a version 4 UUID, "1b4e…-4…"
+	started, err := step.Now(ctx, "started") // time.Time, UTC
+	if err != nil {
+		return Decision{}, err
+	}
+	orderID, err := step.UUID(ctx, "order-id") // a version 4 UUID, "1b4e…-4…"
+	if err != nil {
+		return Decision{}, err
+	}
 	sample, err := step.Random(ctx, "ab-sample") // float64 in [0, 1)
+	if err != nil {
+		return Decision{}, err
+	}
 	if sample < 0.1 {
 		// the same branch on every replay
 	}
 	// docs:end values
-	if err != nil {
-		return Decision{}, err
-	}
 	branch := "b"
 	if sample < 0.1 {
 		branch = "a"

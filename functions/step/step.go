@@ -272,14 +272,10 @@ func takeOne(ctx context.Context, kind protocol.EntryKind, name string, await bo
 	return st, seq, es[0], nil
 }
 
-// nextN takes the next n seqs for entries of kind named name (see
-// invocation.State.NextN), after the checks every step makes: an invocation's context,
-// a valid name, not inside a parallel step's function.
-func nextN(ctx context.Context, kind protocol.EntryKind, name string, n int) (*invocation.State, int, []*protocol.JournalEntry, error) {
-	return take(ctx, kind, name, n, false)
-}
-
-// take is nextN, or with await the NextAwaitN of entries that suspend the run.
+// take takes the next n seqs for entries of kind named name (invocation.State.NextN,
+// or with await the NextAwaitN of entries that suspend the run), after the checks every
+// step makes: an invocation's context, a valid name, not inside a parallel step's
+// function.
 func take(ctx context.Context, kind protocol.EntryKind, name string, n int, await bool) (*invocation.State, int, []*protocol.JournalEntry, error) {
 	st := invocation.From(ctx)
 	if st == nil {

@@ -126,7 +126,7 @@ func NewProvider(opts ...sdktrace.TracerProviderOption) *sdktrace.TracerProvider
 		limits.AttributeValueLengthLimit = MaxMessageBytes
 	}
 	return sdktrace.NewTracerProvider(append([]sdktrace.TracerProviderOption{
-		sdktrace.WithIDGenerator(idGenerator{}), sdktrace.WithSpanLimits(limits),
+		sdktrace.WithIDGenerator(idGenerator{}), sdktrace.WithRawSpanLimits(limits),
 	}, opts...)...)
 }
 
