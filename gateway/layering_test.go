@@ -4,9 +4,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -29,7 +27,8 @@ var runWrites = []string{
 }
 
 // TestGatewayOnlyMapsHTTP keeps the gateway a mapping of HTTP onto the invoker's
-// methods: it imports no River package and calls none of the journal's run writes.
+// methods: it calls none of the journal's run writes (that it imports no River package
+// is the layering table's, internal/layering).
 func TestGatewayOnlyMapsHTTP(t *testing.T) {
 	t.Parallel()
 	files, err := filepath.Glob("*.go")
@@ -46,7 +45,6 @@ func TestGatewayOnlyMapsHTTP(t *testing.T) {
 		journalName := ""
 		for _, imp := range f.Imports {
 			path, _ := strconv.Unquote(imp.Path.Value)
-			require.False(t, strings.Contains(path, "riverqueue"), "%s imports %s: River belongs to the invoker", name, path)
 			if path == "github.com/stepgate/stepgate/journal" {
 				journalName = "journal"
 				if imp.Name != nil {
@@ -122,58 +120,6 @@ func TestGatewayOwnsItsConverters(t *testing.T) {
 
 // module is the module's path: the prefix of every package of stepgate.
 const module = "github.com/stepgate/stepgate/"
-
-// sdkHosts are the packages outside functions/ that import the Go SDK other than in tests,
-// and all they may import of it: each serves the examples, which the SDK builds (stepgate
-// dev in its own process, the examples' binary, the end-to-end stack).
-var sdkHosts = map[string][]string{
-	"cmd/stepgate":          {"functions", "functions/examples"},
-	"cmd/stepgate-examples": {"functions", "functions/examples"},
-	"internal/stack":        {"functions", "functions/examples"},
-}
-
-// TestServerImportsNoSDK keeps the arrow pointing one way: the SDK (functions/) imports
-// the protocol, and the server imports nothing of the SDK. What both sides must agree on
-// (the wire types, signatures, names) lives under protocol/. Tests may use the SDK to
-// write functions, the sdkHosts may serve the examples, and the docs' programs under
-// examples/ are function authors' code; no other package depends on anything under
-// functions/, directly or not.
-func TestServerImportsNoSDK(t *testing.T) {
-	t.Parallel()
-	list := exec.Command("go", "list", "-f", "{{.ImportPath}}|{{join .Imports \" \"}}|{{join .Deps \" \"}}", "./...")
-	list.Dir = ".."
-	out, err := list.Output()
-	if ee, ok := err.(*exec.ExitError); ok {
-		t.Fatalf("go list: %v\n%s", err, ee.Stderr)
-	}
-	require.NoError(t, err)
-	inSDK := func(path string) bool { return path == "functions" || strings.HasPrefix(path, "functions/") }
-	checked := 0
-	for line := range strings.Lines(strings.TrimSpace(string(out))) {
-		fields := strings.Split(strings.TrimSpace(line), "|")
-		require.Len(t, fields, 3, "go list printed %q", line)
-		pkg, ok := strings.CutPrefix(fields[0], module)
-		require.True(t, ok, "go list printed %q, outside the module", fields[0])
-		if inSDK(pkg) || strings.HasPrefix(pkg, "examples/") {
-			continue // the SDK, and the docs' examples: function authors' programs, on the SDK's side
-		}
-		checked++
-		if allowed, host := sdkHosts[pkg]; host {
-			for _, imp := range strings.Fields(fields[1]) {
-				imp, ours := strings.CutPrefix(imp, module)
-				require.False(t, ours && inSDK(imp) && !slices.Contains(allowed, imp),
-					"%s imports %s: only %v of the SDK, to serve the examples; what the gateway and the SDK share belongs under protocol/", pkg, imp, allowed)
-			}
-			continue
-		}
-		for _, dep := range strings.Fields(fields[2]) {
-			dep, ours := strings.CutPrefix(dep, module)
-			require.False(t, ours && inSDK(dep),
-				"%s depends on %s: the server must not import the SDK; what the gateway and the SDK share belongs under protocol/", pkg, dep)
-		}
-	}
-	require.Greater(t, checked, 10, "the module's packages were listed")
-}
 
 // TestGatewayHasNoKindSwitch keeps the kinds of checkpoints and awaits in the invoker's
 // registries (invoker/checkpoint.go, invoker/answer.go): no switch case of the gateway

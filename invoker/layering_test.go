@@ -4,7 +4,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,33 +13,6 @@ import (
 
 // maintenanceDir is the package of the invoker's maintenance services.
 const maintenanceDir = "internal/maintenance"
-
-// TestMaintenanceImportsNoGatewayNorSDK keeps the maintenance services below the
-// invoker: they depend, directly or not, on neither the gateway nor the SDK
-// (functions/); what they need of the invoker they are handed as funcs.
-func TestMaintenanceImportsNoGatewayNorSDK(t *testing.T) {
-	t.Parallel()
-	const module = "github.com/stepgate/stepgate/"
-	list := exec.Command("go", "list", "-deps", "./"+maintenanceDir)
-	out, err := list.Output()
-	if ee, ok := err.(*exec.ExitError); ok {
-		t.Fatalf("go list: %v\n%s", err, ee.Stderr)
-	}
-	require.NoError(t, err)
-	checked := 0
-	for dep := range strings.Lines(strings.TrimSpace(string(out))) {
-		dep, ours := strings.CutPrefix(strings.TrimSpace(dep), module)
-		if !ours {
-			continue
-		}
-		checked++
-		for _, banned := range []string{"gateway", "functions", "invoker"} {
-			require.False(t, dep == banned || strings.HasPrefix(dep, banned+"/") && !strings.HasPrefix(dep, "invoker/internal/"),
-				"invoker/%s depends on %s: a maintenance service is handed what it needs of the invoker, and knows nothing of the gateway or the SDK", maintenanceDir, dep)
-		}
-	}
-	require.GreaterOrEqual(t, checked, 3, "the package's dependencies were listed")
-}
 
 // TestMaintenanceOneServicePerFile keeps each maintenance service a type of its own in
 // a file of its own: a file of package maintenance declares at most one type besides

@@ -1,0 +1,165 @@
+package layering_test
+
+import (
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+const module = "github.com/stepgate/stepgate/"
+
+// Outside parts that belong to one layer, by import path prefix.
+const (
+	river = "river" // github.com/riverqueue/…, riverqueue.com/…: jobs are the invoker's
+	pgx   = "pgx"   // github.com/jackc/…: the database driver
+)
+
+// row is what the packages matching pkg ("a/b", or "a/..." for a/ and everything under
+// it) may import of the module (patterns alike; "*" for anything) and of the layered
+// outside parts.
+type row struct {
+	pkg   string
+	may   []string
+	parts []string
+}
+
+// The SDK's side of the arrow: what function authors import.
+var sdk = []string{"functions/...", "client", "protocol/..."}
+
+// table is the module's layering, the first matching row deciding. The arrows point one
+// way: protocol and access at the bottom; the journal (the database) above them; the
+// invoker (the run service, River) above the journal; the gateway (HTTP) above the
+// invoker; the process wiring (internal/gatewayproc, cmd) on top. The SDK (functions/)
+// and the client share only protocol/ with the server, and no server package depends on
+// them, directly or not. Only the invoker and migrations use River; the gateway reaches
+// the database through the journal's reads and a pool it is handed.
+var table = []row{
+	{pkg: "protocol/...", may: []string{"protocol/...", "access"}},
+	{pkg: "access"},
+	{pkg: "journal/...", may: []string{"journal/...", "access"}, parts: []string{pgx}},
+	{pkg: "auth", may: []string{"access", "journal", "protocol/..."}},
+	{pkg: "migrations/...", may: []string{"migrations/...", "internal/pgserver"}, parts: []string{pgx, river}},
+
+	// Helpers of one job each, that know nothing of runs.
+	{pkg: "internal/egress/..."},
+	{pkg: "internal/memlimit"},
+	{pkg: "internal/redact"},
+	{pkg: "internal/tracing"},
+	{pkg: "internal/version"},
+	{pkg: "internal/repo"},
+	{pkg: "internal/metrics", parts: []string{pgx}},
+	{pkg: "internal/readpool", parts: []string{pgx}},
+	{pkg: "internal/pgserver", parts: []string{pgx}},
+	{pkg: "internal/notify", may: []string{"journal"}, parts: []string{pgx}},
+
+	// The run service.
+	{pkg: "invoker/internal/call", may: []string{"internal/egress", "journal", "protocol/..."}},
+	{pkg: "invoker/internal/maintenance", may: []string{"invoker/internal/clock", "journal"}, parts: []string{pgx, river}},
+	{pkg: "invoker/internal/...", may: []string{}},
+	{pkg: "invoker", may: []string{"invoker/internal/...", "journal", "protocol/...", "auth",
+		"internal/egress", "internal/metrics", "internal/notify", "internal/redact", "internal/tracing"}, parts: []string{pgx, river}},
+
+	// HTTP.
+	{pkg: "gateway/api/...", may: []string{"protocol"}},
+	{pkg: "gateway", may: []string{"gateway/api/server", "invoker", "journal", "migrations", "access", "auth", "protocol/...",
+		"internal/egress", "internal/memlimit", "internal/notify", "internal/readpool", "internal/redact", "internal/tracing"}, parts: []string{pgx}},
+	{pkg: "web"},
+
+	// The SDK, its client, and function authors' programs.
+	{pkg: "client"},
+	{pkg: "functions/...", may: sdk},
+	{pkg: "examples/internal/programtest", may: []string{"internal/repo"}},
+	{pkg: "examples/...", may: sdk},
+
+	// Process wiring, which may serve the examples (built with the SDK) beside the gateway.
+	{pkg: "internal/gatewayproc", may: []string{"gateway", "invoker", "journal", "migrations", "auth",
+		"internal/egress", "internal/memlimit", "internal/metrics", "internal/readpool"}, parts: []string{pgx}},
+	{pkg: "internal/stack", may: []string{"*"}, parts: []string{pgx}},
+	{pkg: "internal/pgtest", may: []string{"internal/pgserver", "migrations"}, parts: []string{pgx}},
+	{pkg: "internal/entrytest", may: []string{"journal", "protocol"}},
+	{pkg: "cmd/...", may: []string{"*"}, parts: []string{pgx}},
+
+	// Tooling: docs, releases, benchmarks, the chaos suite.
+	{pkg: "internal/readme/...", may: []string{"internal/readme", "internal/repo"}},
+	{pkg: "internal/apidoc", may: []string{"internal/readme", "internal/repo"}},
+	{pkg: "internal/npmdist", may: []string{"internal/repo", "internal/version"}},
+	{pkg: "internal/release", may: []string{"internal/repo", "internal/version", "protocol"}},
+	{pkg: "internal/layering"},
+	{pkg: "bench/...", may: []string{"protocol"}, parts: []string{pgx}},
+	{pkg: "chaos"},
+}
+
+// sdkHosts may import the SDK though they are not function authors' code: each serves
+// the examples beside a gateway (stepgate dev, the examples' binary, the test stack).
+var sdkHosts = []string{"cmd/stepgate", "cmd/stepgate-examples", "internal/stack"}
+
+func matches(pattern, pkg string) bool {
+	if base, ok := strings.CutSuffix(pattern, "/..."); ok {
+		return pkg == base || strings.HasPrefix(pkg, base+"/")
+	}
+	return pattern == "*" || pattern == pkg
+}
+
+func partOf(imp string) string {
+	switch {
+	case strings.HasPrefix(imp, "github.com/riverqueue/"), strings.HasPrefix(imp, "riverqueue.com/"):
+		return river
+	case strings.HasPrefix(imp, "github.com/jackc/"):
+		return pgx
+	}
+	return ""
+}
+
+// TestLayering checks every package's imports (its non-test files') against the table,
+// and that no package but the SDK's own, the examples and the sdkHosts depends on the
+// SDK, directly or not.
+func TestLayering(t *testing.T) {
+	t.Parallel()
+	list := exec.Command("go", "list", "-f", "{{.ImportPath}}|{{join .Imports \" \"}}|{{join .Deps \" \"}}", module+"...")
+	out, err := list.Output()
+	if ee, ok := err.(*exec.ExitError); ok {
+		t.Fatalf("go list: %v\n%s", err, ee.Stderr)
+	}
+	require.NoError(t, err)
+	checked := 0
+	for line := range strings.Lines(strings.TrimSpace(string(out))) {
+		fields := strings.Split(strings.TrimSpace(line), "|")
+		require.Len(t, fields, 3, "go list printed %q", line)
+		pkg, ok := strings.CutPrefix(fields[0], module)
+		require.True(t, ok, "go list printed %q, outside the module", fields[0])
+		i := slices.IndexFunc(table, func(r row) bool { return matches(r.pkg, pkg) })
+		if !assertRow(t, i >= 0, "%s has no row in the layering table (internal/layering): add one saying what it may import", pkg) {
+			continue
+		}
+		r := table[i]
+		checked++
+		for _, imp := range strings.Fields(fields[1]) {
+			if own, ours := strings.CutPrefix(imp, module); ours {
+				allowed := slices.ContainsFunc(r.may, func(p string) bool { return matches(p, own) })
+				assertRow(t, allowed, "%s imports %s, which its row (%s) does not allow: change the import, or the table with a reason", pkg, own, r.pkg)
+			} else if part := partOf(imp); part != "" {
+				assertRow(t, slices.Contains(r.parts, part), "%s imports %s (%s), which its row (%s) does not allow", pkg, imp, part, r.pkg)
+			}
+		}
+		if matches("functions/...", pkg) || matches("examples/...", pkg) || slices.Contains(sdkHosts, pkg) {
+			continue
+		}
+		for _, dep := range strings.Fields(fields[2]) {
+			own, ours := strings.CutPrefix(dep, module)
+			assertRow(t, !ours || !matches("functions/...", own),
+				"%s depends on %s: the server must not import the SDK; what the gateway and the SDK share belongs under protocol/", pkg, own)
+		}
+	}
+	require.Greater(t, checked, 40, "the module's packages were listed")
+}
+
+func assertRow(t *testing.T, ok bool, format string, args ...any) bool {
+	t.Helper()
+	if !ok {
+		t.Errorf(format, args...)
+	}
+	return ok
+}
