@@ -122,7 +122,7 @@ func (s *Server) byToken(ctx context.Context, token string, res journal.Resoluti
 	if token == "" || len(token) > maxTokenBytes {
 		return nil, callbackNotFound()
 	}
-	cb, err := s.inv.ResolveCallback(ctx, nil, invoker.CallbackRef{Token: token}, res)
+	cb, err := s.inv.Callbacks().Resolve(ctx, nil, invoker.CallbackRef{Token: token}, res)
 	if err != nil {
 		return nil, callbackError(err, false)
 	}
@@ -145,7 +145,7 @@ func (s *Server) byName(ctx context.Context, runID, name string, res journal.Res
 	}
 	id := identity(ctx)
 	res.By = &id
-	cb, err := s.inv.ResolveCallback(ctx, s.tenantDB(ctx), invoker.CallbackRef{RunID: runID, Name: name}, res)
+	cb, err := s.inv.Callbacks().Resolve(ctx, s.tenantDB(ctx), invoker.CallbackRef{RunID: runID, Name: name}, res)
 	if fe := (*journal.ResumeForbiddenError)(nil); errors.As(err, &fe) {
 		return nil, &problemError{http.StatusForbidden, fe.Error()}
 	}
@@ -201,7 +201,7 @@ func (s *Server) ListRunCallbacks(ctx context.Context, req server.ListRunCallbac
 		return server.ListRunCallbacks404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.ID)}, nil
 	}
 	db := s.tenantDB(ctx)
-	cbs, more, err := s.inv.OpenCallbacks(ctx, db, req.ID, identity(ctx))
+	cbs, more, err := s.inv.Callbacks().Open(ctx, db, req.ID, identity(ctx))
 	if fe := (*journal.ResumeForbiddenError)(nil); errors.As(err, &fe) {
 		return nil, &problemError{http.StatusForbidden, fe.Error()}
 	}

@@ -33,7 +33,7 @@ func (s *Server) ListFailures(ctx context.Context, req server.ListFailuresReques
 		}
 		window = d
 	}
-	if max := s.inv.Retention(); window > max {
+	if max := s.inv.Functions().DefaultRetention(); window > max {
 		return nil, badRequest("since: %s is longer than the retention, %s (STEPGATE_RETENTION); failed runs older are gone", window, max)
 	}
 	limit := defaultFailureGroups

@@ -34,7 +34,7 @@ func (s *Server) Readyz(ctx context.Context, _ server.ReadyzRequestObject) (serv
 		wrong = append(wrong, "the database's schema is behind this build: "+migrationList(pending)+
 			" not applied; run `stepgate migrate` (or restart a gateway, which migrates as it starts)")
 	}
-	if !s.inv.Running() {
+	if !s.inv.Status().Running {
 		wrong = append(wrong, "River's client is not running: this gateway works no jobs")
 	}
 	if len(wrong) > 0 {

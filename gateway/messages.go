@@ -28,7 +28,7 @@ func (s *Server) SendMessage(ctx context.Context, req server.SendMessageRequestO
 	}
 	id := identity(ctx)
 	n.Tenant, n.Identity = id.Tenant, id
-	sent, err := s.inv.SendMessage(ctx, s.tenantDB(ctx), n)
+	sent, err := s.inv.Messages().Send(ctx, s.tenantDB(ctx), n)
 	if fe := (*journal.ResumeForbiddenError)(nil); errors.As(err, &fe) {
 		return nil, &problemError{http.StatusForbidden, fe.Error()}
 	}

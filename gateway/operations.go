@@ -18,7 +18,7 @@ import (
 )
 
 // CancelRuns starts a bulk cancel of the caller's tenant's runs matching the filter
-// (see invoker.StartCancelOperation) and answers 202 with the operation at once.
+// (see invoker.Operations.StartCancel) and answers 202 with the operation at once.
 func (s *Server) CancelRuns(ctx context.Context, req server.CancelRunsRequestObject) (server.CancelRunsResponseObject, error) {
 	if req.Body == nil {
 		return nil, badRequest("the body must be a filter")
@@ -28,7 +28,7 @@ func (s *Server) CancelRuns(ctx context.Context, req server.CancelRunsRequestObj
 		return nil, err
 	}
 	id := identity(ctx)
-	op, err := s.inv.StartCancelOperation(ctx, s.tenantDB(ctx), filter, id)
+	op, err := s.inv.Operations().StartCancel(ctx, s.tenantDB(ctx), filter, id)
 	var running *journal.RunningOperationError
 	switch {
 	case errors.As(err, &running):
@@ -45,7 +45,7 @@ func (s *Server) CancelRuns(ctx context.Context, req server.CancelRunsRequestObj
 }
 
 // RerunRuns starts a bulk rerun (a redrive) of the caller's tenant's finished runs
-// matching the filter (see invoker.StartRerunOperation) and answers 202 with the
+// matching the filter (see invoker.Operations.StartRerun) and answers 202 with the
 // operation at once. Besides the operation's runs:invoke, the caller needs runs:manage,
 // as for a bulk cancel.
 func (s *Server) RerunRuns(ctx context.Context, req server.RerunRunsRequestObject) (server.RerunRunsResponseObject, error) {
@@ -81,7 +81,7 @@ func (s *Server) RerunRuns(ctx context.Context, req server.RerunRunsRequestObjec
 	default:
 		opts.From = journal.RerunFromStart
 	}
-	op, err := s.inv.StartRerunOperation(ctx, s.tenantDB(ctx), filter, opts, id)
+	op, err := s.inv.Operations().StartRerun(ctx, s.tenantDB(ctx), filter, opts, id)
 	var running *journal.RunningOperationError
 	switch {
 	case errors.As(err, &running):
@@ -100,7 +100,7 @@ func (s *Server) RerunRuns(ctx context.Context, req server.RerunRunsRequestObjec
 // CancelOperation stops a running operation of the caller's tenant.
 func (s *Server) CancelOperation(ctx context.Context, req server.CancelOperationRequestObject) (server.CancelOperationResponseObject, error) {
 	id := identity(ctx)
-	op, err := s.inv.CancelOperation(ctx, s.tenantDB(ctx), req.ID.String(), id)
+	op, err := s.inv.Operations().Cancel(ctx, s.tenantDB(ctx), req.ID.String(), id)
 	var finished *journal.FinishedOperationError
 	switch {
 	case errors.Is(err, journal.ErrNotFound):

@@ -130,7 +130,7 @@ func TestDatabaseOutage(t *testing.T) {
 		}, 30*time.Second, 10*time.Millisecond, "GET run answers %d", want)
 	}
 	awaitStatus(http.StatusOK)
-	require.Eventually(t, func() bool { return s.Invoker.InFlight() == 1 }, 30*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return s.Invoker.Status().InFlight == 1 }, 30*time.Second, 5*time.Millisecond)
 
 	// Down before step a's checkpoint: the API answers 503, the checkpoint too, retried.
 	proxy.Cut()

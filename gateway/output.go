@@ -347,10 +347,10 @@ func (s *Server) CheckpointStream(ctx context.Context, req server.CheckpointStre
 		return server.CheckpointStream401ApplicationProblemPlusJSONResponse{UnauthorizedApplicationProblemPlusJSONResponse: server.UnauthorizedApplicationProblemPlusJSONResponse(
 			problem(http.StatusUnauthorized, "invocation token is for another run"))}, nil
 	}
-	w, err := s.inv.StreamWriteOf(*req.Body)
+	w, err := s.inv.Checkpoints().StreamWriteOf(*req.Body)
 	var st *journal.Stream
 	if err == nil {
-		st, err = s.inv.WriteStream(ctx, req.ID, claim.invocation, w)
+		st, err = s.inv.Checkpoints().WriteStream(ctx, req.ID, claim.invocation, w)
 	}
 	if err != nil {
 		r := invoker.StreamRefusal(err)
@@ -379,7 +379,7 @@ func (s *Server) CheckpointCurrent(ctx context.Context, req server.CheckpointCur
 	if req.Body == nil {
 		err = invoker.CheckNonce("")
 	} else if err = invoker.CheckNonce(req.Body.Nonce); err == nil {
-		err = s.inv.ClaimInvocation(ctx, req.ID, claim.invocation, req.Body.Nonce)
+		err = s.inv.Checkpoints().Claim(ctx, req.ID, claim.invocation, req.Body.Nonce)
 	}
 	if err != nil {
 		r := invoker.ClaimRefusal(err)
@@ -437,7 +437,7 @@ func (s *Server) watchRun(ctx context.Context, db *journal.TenantDB, runID strin
 		unsubscribeEnd()
 		release()
 	}}
-	run, err := s.inv.Attach(ctx, db, runID)
+	run, err := s.inv.AwaitRun(ctx, db, runID, nil, time.Time{})
 	if err != nil {
 		w.close()
 		return nil, nil, err

@@ -73,7 +73,7 @@ func (s *Server) SendRequest(ctx context.Context, req server.SendRequestRequestO
 		defer w.close()
 	}
 	n.Request = true
-	sent, err := s.inv.SendMessage(ctx, db, n)
+	sent, err := s.inv.Messages().Send(ctx, db, n)
 	if fe := (*journal.ResumeForbiddenError)(nil); errors.As(err, &fe) {
 		return nil, &problemError{http.StatusForbidden, strings.Replace(fe.Error(), "takes messages", "takes messages and requests", 1)}
 	}

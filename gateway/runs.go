@@ -509,7 +509,7 @@ func (s *Server) Checkpoint(ctx context.Context, req server.CheckpointRequestObj
 			problem(http.StatusUnauthorized, "invocation token is for another run"))}, nil
 	}
 	e := req.Body
-	ack, err := s.inv.Checkpoint(ctx, invoker.Invocation{RunID: req.ID, Number: claim.invocation}, *e)
+	ack, err := s.inv.Checkpoints().Append(ctx, invoker.Invocation{RunID: req.ID, Number: claim.invocation}, *e)
 	if err != nil {
 		r := invoker.CheckpointRefusal(err)
 		switch {

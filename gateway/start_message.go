@@ -20,7 +20,7 @@ import (
 
 // StartRunWithMessage starts the run of the caller's Idempotency-Key unless the tenant
 // has it, and puts the message in its mailbox, in one transaction
-// (invoker.StartWithMessage). The message's id is the key, so a retry with the same
+// (invoker.Messages.StartWith). The message's id is the key, so a retry with the same
 // input and message creates and delivers nothing again; another message under the key
 // is a 409. The caller needs events:send besides the operation's runs:invoke, checked
 // before anything is read or stored.
@@ -59,7 +59,7 @@ func (s *Server) StartRunWithMessage(ctx context.Context, req server.StartRunWit
 	n := journal.NewRun{ID: uuid.Must(uuid.NewV7()).String(), Tenant: id.Tenant, Function: req.Name, Input: input,
 		Identity: id, IdempotencyKey: key}
 	m := journal.NewMessage{ID: key, Topic: b.Message.Topic, Data: data, Tenant: id.Tenant, Identity: id}
-	out, err := s.inv.StartWithMessage(ctx, journal.ForTenant(s.api, id.Tenant), n, m)
+	out, err := s.inv.Messages().StartWith(ctx, journal.ForTenant(s.api, id.Tenant), n, m)
 	if fe := (*journal.ForbiddenError)(nil); errors.As(err, &fe) {
 		return nil, &problemError{http.StatusForbidden, fmt.Sprintf(
 			"function %s may be invoked only by the roles (%s) or admin; the token's roles (%s) include none of them",

@@ -76,7 +76,7 @@ type CallbackRef struct {
 	RunID, Name string
 }
 
-// ResolveCallback resolves (res.Error nil) or rejects a callback. Named by its token,
+// Resolve resolves (res.Error nil) or rejects a callback. Named by its token,
 // it is resolved as the token's holder, in any tenant: the token is the credential, db
 // and res.By are ignored. Named by run and name, it is resolved in db's tenant as res.By
 // (required), whom the run's revision must let resume the run (its invoke_roles and
@@ -86,7 +86,8 @@ type CallbackRef struct {
 // its run finished. When the run waits for it, the resolution resumes the run: it is
 // journaled, with the run's River job, in one transaction, and the run is invoked from
 // this process once it commits.
-func (inv *Invoker) ResolveCallback(ctx context.Context, db *journal.TenantDB, ref CallbackRef, res journal.Resolution) (*journal.Callback, error) {
+func (c *Callbacks) Resolve(ctx context.Context, db *journal.TenantDB, ref CallbackRef, res journal.Resolution) (*journal.Callback, error) {
+	inv := c.inv
 	if ref.Token != "" {
 		res.By = nil
 		return inv.resolveCallback(ctx, inv.pool, journal.CallbackRef{TokenHash: journal.HashToken(ref.Token)}, res)
@@ -117,11 +118,12 @@ func (inv *Invoker) resolveCallback(ctx context.Context, db interface {
 	return cb, nil
 }
 
-// OpenCallbacks returns the callbacks of a run of db's tenant that a POST to their URL
+// Open returns the callbacks of a run of db's tenant that a POST to their URL
 // would resolve now, with their URLs in clear (journal.OpenCallbacks): for a caller, id,
 // allowed to resolve them by name, who hands one on. journal.ErrNotFound: no such run;
 // a *journal.ResumeForbiddenError: the run's revision does not let id resolve them.
-func (inv *Invoker) OpenCallbacks(ctx context.Context, db *journal.TenantDB, runID string, id journal.Identity) ([]journal.OpenCallback, bool, error) {
+func (c *Callbacks) Open(ctx context.Context, db *journal.TenantDB, runID string, id journal.Identity) ([]journal.OpenCallback, bool, error) {
+	inv := c.inv
 	key, err := inv.callbackKeyOf(ctx)
 	if err != nil {
 		return nil, false, err

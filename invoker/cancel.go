@@ -84,10 +84,11 @@ func (w *cancelTreeWorker) Work(ctx context.Context, job *river.Job[CancelTreeAr
 	}
 }
 
-// StartCancelOperation stores a bulk cancel of db's tenant's runs matching filter, as
+// StartCancel stores a bulk cancel of db's tenant's runs matching filter, as
 // by, and the River job that does it, in one transaction; it returns at once. It
 // returns a *journal.RunningOperationError when the tenant has one running.
-func (inv *Invoker) StartCancelOperation(ctx context.Context, db *journal.TenantDB, filter journal.CancelFilter, by journal.Identity) (*journal.Operation, error) {
+func (o *Operations) StartCancel(ctx context.Context, db *journal.TenantDB, filter journal.CancelFilter, by journal.Identity) (*journal.Operation, error) {
+	inv := o.inv
 	var op *journal.Operation
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var err error

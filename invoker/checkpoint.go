@@ -90,7 +90,7 @@ var patchCheckpoint = checkpointKind{
 	journal: plainCheckpoint.journal,
 }
 
-// Checkpoint journals e, a checkpoint of invocation in, as its kind says
+// Append journals e, a checkpoint of invocation in, as its kind says
 // (checkpointKinds), within the invoker's bounds. A checkpoint the journal could never
 // hold is a *BadCheckpointError naming the field. An entry that contradicts the journal
 // (journal.ErrConflict), passes a bound (a *journal.LimitError) or the tenant's quota (a
@@ -98,7 +98,8 @@ var patchCheckpoint = checkpointKind{
 // can no longer complete it whatever it answers; journal.ErrSuperseded when in no
 // longer owns the run, journal.ErrGap for a seq past the journal's window. A repeated
 // checkpoint (the same entry again) is journaled once and answered alike.
-func (inv *Invoker) Checkpoint(ctx context.Context, in Invocation, e protocol.JournalEntry) (CheckpointAck, error) {
+func (c *Checkpoints) Append(ctx context.Context, in Invocation, e protocol.JournalEntry) (CheckpointAck, error) {
+	inv := c.inv
 	kind, ok := checkpointKinds[e.Kind]
 	if !ok {
 		return CheckpointAck{}, badCheckpoint("a checkpoint is an entry of kind %s, not %q", checkpointKindList(), e.Kind)

@@ -42,7 +42,7 @@ func (inv *Invoker) serveFrame(ctx context.Context, run *journal.Run, in Invocat
 			break
 		}
 		var a CheckpointAck
-		if a, err = inv.Checkpoint(ctx, in, e); err == nil {
+		if a, err = inv.checkpoints.Append(ctx, in, e); err == nil {
 			body = AckOf(e, a)
 		} else {
 			refusal = CheckpointRefusal(err)
@@ -55,8 +55,8 @@ func (inv *Invoker) serveFrame(ctx context.Context, run *journal.Run, in Invocat
 		}
 		var w journal.StreamWrite
 		var st *journal.Stream
-		if w, err = inv.StreamWriteOf(b); err == nil {
-			st, err = inv.WriteStream(ctx, in.RunID, in.Number, w)
+		if w, err = inv.checkpoints.StreamWriteOf(b); err == nil {
+			st, err = inv.checkpoints.WriteStream(ctx, in.RunID, in.Number, w)
 		}
 		if err == nil {
 			body = protocol.StreamAck{Key: st.Key, Length: st.Length, Closed: st.ClosedAt != nil}

@@ -1,6 +1,8 @@
 package invoker
 
 import (
+	"time"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,8 +21,13 @@ import (
 type Functions struct {
 	pool      *pgxpool.Pool
 	limits    Limits
-	revisions sync.Map // revisionKey -> *revision
+	retention time.Duration // Config.Retention
+	revisions sync.Map      // revisionKey -> *revision
 }
+
+// DefaultRetention returns how long finished runs are kept (Config.Retention) unless
+// their function's config says otherwise.
+func (f *Functions) DefaultRetention() time.Duration { return f.retention }
 
 // Register stores a new revision of a function of db's tenant, whose config raw was
 // checked (ParseConfig, Limits.CheckConfig).

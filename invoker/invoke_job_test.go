@@ -153,7 +153,7 @@ func TestEveryInvokeJobCarriesItsRunsTenantAndPriority(t *testing.T) {
 	// A callback's resolution.
 	approver := start(newRun("approver"))
 	awaitStatus(approver, journal.StatusSuspended)
-	_, err = s.Invoker.ResolveCallback(ctx, db, invoker.CallbackRef{RunID: approver, Name: "approve"}, journal.Resolution{Data: []byte(`true`), By: &who})
+	_, err = s.Invoker.Callbacks().Resolve(ctx, db, invoker.CallbackRef{RunID: approver, Name: "approve"}, journal.Resolution{Data: []byte(`true`), By: &who})
 	require.NoError(t, err)
 	want["callback"] = struct {
 		run  string
@@ -163,7 +163,7 @@ func TestEveryInvokeJobCarriesItsRunsTenantAndPriority(t *testing.T) {
 	// A message to a run waiting for it.
 	inbox := start(newRun("inbox"))
 	awaitStatus(inbox, journal.StatusSuspended)
-	_, err = s.Invoker.SendMessage(ctx, db, journal.NewMessage{Tenant: tenant, RunID: inbox, ID: "m1", Topic: "mail", Data: []byte(`1`), Identity: who})
+	_, err = s.Invoker.Messages().Send(ctx, db, journal.NewMessage{Tenant: tenant, RunID: inbox, ID: "m1", Topic: "mail", Data: []byte(`1`), Identity: who})
 	require.NoError(t, err)
 	want["message"] = struct {
 		run  string

@@ -149,10 +149,14 @@ type Invoker struct {
 	sweepGrace    time.Duration
 	maxRecoveries int
 	// The maintenance services (maintenance.go) and their clock.
-	clock      Clock
-	renewer    *maintenance.Renewer
-	maintainer *maintenance.Maintainer
-	schedules  *Schedules
+	clock       Clock
+	renewer     *maintenance.Renewer
+	maintainer  *maintenance.Maintainer
+	schedules   *Schedules
+	operations  *Operations
+	callbacks   *Callbacks
+	checkpoints *Checkpoints
+	messages    *Messages
 
 	functions     *Functions
 	metrics       *metrics.Metrics
@@ -207,7 +211,7 @@ func New(cfg Config) (*Invoker, error) {
 		metrics:       cfg.Metrics,
 		inflight:      map[string]map[*inflightCall]struct{}{},
 	}
-	inv.functions = &Functions{pool: cfg.Pool, limits: inv.limits}
+	inv.functions = &Functions{pool: cfg.Pool, limits: inv.limits, retention: inv.retention}
 	inv.appender = journal.NewAppender(cfg.Pool, checkpointWrites, checkpointWriteTimeout)
 	if inv.listener == nil {
 		inv.listener, inv.ownsListener = notify.NewListener(cfg.Pool, cfg.Logger), true
@@ -221,6 +225,10 @@ func New(cfg Config) (*Invoker, error) {
 	inv.bg, inv.bgCancel = context.WithCancel(context.Background())
 	inv.timers = newTimers(inv.clock, &inv.bgWG)
 	inv.schedules = &Schedules{inv: inv}
+	inv.operations = &Operations{inv: inv}
+	inv.callbacks = &Callbacks{inv: inv}
+	inv.checkpoints = &Checkpoints{inv: inv}
+	inv.messages = &Messages{inv: inv}
 	inv.renewer, inv.maintainer = inv.newMaintenance()
 	inv.fair = fairshare.New(cmp.Or(cfg.Workers, 100), cfg.FairReserve)
 	workers := river.NewWorkers()
@@ -427,13 +435,14 @@ func (inv *Invoker) appendCheckpoint(ctx context.Context, runID string, invocati
 	return inv.failOnCheckpoint(ctx, runID, invocation, err)
 }
 
-// ClaimInvocation returns nil when invocation owns run runID now and nonce is the first
+// Claim returns nil when invocation owns run runID now and nonce is the first
 // nonce asked for it (or that nonce again), and journal.ErrSuperseded otherwise (see
 // journal.ClaimInvocation): what a function asks, with a nonce of its process, before the
 // first step body of an invocation that the journal does not hold, so that a captured
 // invocation request sent again, to another process, runs no step body, even while the
 // invocation it copies runs. nonce must be journal.ValidNonce.
-func (inv *Invoker) ClaimInvocation(ctx context.Context, runID string, invocation int, nonce string) error {
+func (c *Checkpoints) Claim(ctx context.Context, runID string, invocation int, nonce string) error {
+	inv := c.inv
 	return journal.ClaimInvocation(ctx, inv.pool, runID, invocation, nonce)
 }
 
@@ -475,9 +484,20 @@ func (inv *Invoker) failInvocation(ctx context.Context, runID string, invocation
 	return nil
 }
 
-// Running reports whether River's client was started and has not stopped: whether this
-// process works River's jobs (a draining process stops doing so).
-func (inv *Invoker) Running() bool {
+// Status is what a health check reads of an invoker.
+type Status struct {
+	// Running: River's client was started and has not stopped, so this process works
+	// River's jobs (a draining process stops doing so).
+	Running bool
+	// InFlight is how many invocations this process has in flight.
+	InFlight int
+}
+
+// Status returns the invoker's Status now.
+func (inv *Invoker) Status() Status { return Status{Running: inv.running(), InFlight: inv.inFlight()} }
+
+// running is Status.Running.
+func (inv *Invoker) running() bool {
 	if !inv.riverStarted.Load() {
 		return false
 	}
@@ -494,10 +514,6 @@ func (inv *Invoker) Functions() *Functions { return inv.functions }
 
 // Limits returns the invoker's limits, defaults applied.
 func (inv *Invoker) Limits() Limits { return inv.limits }
-
-// Retention returns how long finished runs are kept (Config.Retention), unless their
-// function says otherwise.
-func (inv *Invoker) Retention() time.Duration { return inv.retention }
 
 // RiverUI returns River's own web UI on this invoker's River client, served under
 // prefix. It shows, pauses and deletes every tenant's jobs: mount it for the

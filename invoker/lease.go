@@ -102,8 +102,8 @@ func (inv *Invoker) checkpointed(runID string, invocation, seq int) trace.SpanCo
 	return span
 }
 
-// InFlight returns how many invocations this process has in flight.
-func (inv *Invoker) InFlight() int {
+// inFlight is Status.InFlight.
+func (inv *Invoker) inFlight() int {
 	inv.inflightMu.Lock()
 	defer inv.inflightMu.Unlock()
 	return inv.inflightN

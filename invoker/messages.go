@@ -9,7 +9,7 @@ import (
 	"github.com/stepgate/stepgate/journal"
 )
 
-// SendMessage stores a message in the mailbox of a run of db's tenant, in one
+// Send stores a message in the mailbox of a run of db's tenant, in one
 // transaction that holds the run's row lock (journal.SendMessage). When the run is
 // suspended on a receive of the message's topic, the message is journaled there and the
 // run's invocation is enqueued in the same transaction, then made from this process once
@@ -17,7 +17,8 @@ import (
 // journal.ErrFinished (with the run's status in the returned Sent), an error wrapping
 // journal.ErrMailboxFull, a *journal.QuotaError past the tenant's
 // Limits.MaxTenantMailboxBytes.
-func (inv *Invoker) SendMessage(ctx context.Context, db *journal.TenantDB, n journal.NewMessage) (*journal.Sent, error) {
+func (ms *Messages) Send(ctx context.Context, db *journal.TenantDB, n journal.NewMessage) (*journal.Sent, error) {
+	inv := ms.inv
 	var sent *journal.Sent
 	n.MaxTenantMailboxBytes = inv.limits.MaxTenantMailboxBytes
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
@@ -36,18 +37,18 @@ func (inv *Invoker) SendMessage(ctx context.Context, db *journal.TenantDB, n jou
 	return sent, nil
 }
 
-// ErrDebouncedStart: a start with a message (StartWithMessage) of a function with a
+// ErrDebouncedStart: a start with a message (Messages.StartWith) of a function with a
 // debounce (config.debounce), whose starts collapse into another start's run.
 var ErrDebouncedStart = errors.New("a debounced function's starts collapse into another start's run: they cannot carry a message")
 
-// StartedWithMessage is what StartWithMessage did.
+// StartedWithMessage is what Messages.StartWith did.
 type StartedWithMessage struct {
 	Run     *journal.Run  // The run of the idempotency key.
 	Created bool          // This call created Run.
 	Sent    *journal.Sent // The message stored, or the first with its id (Sent.Duplicate).
 }
 
-// StartWithMessage is Temporal's signal-with-start: in one transaction of db's tenant,
+// StartWith is Temporal's signal-with-start: in one transaction of db's tenant,
 // it creates the run n as StartRun does (its River jobs included) unless the tenant's
 // run of n.IdempotencyKey, which is required, exists already, and stores m in that
 // run's mailbox as SendMessage does (m.RunID is set to the run's). A refusal of either
@@ -59,7 +60,8 @@ type StartedWithMessage struct {
 // input) and SendMessage's: journal.ErrFinished when the key's run has finished without
 // message m.ID (with the run, and its status in Sent.Status: nothing is created; the key
 // names that run for good), and ErrDebouncedStart for a function with a debounce.
-func (inv *Invoker) StartWithMessage(ctx context.Context, db *journal.TenantDB, n journal.NewRun, m journal.NewMessage) (*StartedWithMessage, error) {
+func (ms *Messages) StartWith(ctx context.Context, db *journal.TenantDB, n journal.NewRun, m journal.NewMessage) (*StartedWithMessage, error) {
+	inv := ms.inv
 	if n.IdempotencyKey == "" {
 		return nil, errors.New("invoker: a start with a message needs an idempotency key")
 	}

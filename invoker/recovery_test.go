@@ -143,12 +143,12 @@ func TestDrainLetsInvocationsFinish(t *testing.T) {
 		n, err := s.Invoker.Drain(ctx)
 		done <- drained{n, err}
 	}()
-	require.Equal(t, 1, s.Invoker.InFlight())
+	require.Equal(t, 1, s.Invoker.Status().InFlight)
 	close(b.release)
 	d := <-done
 	require.NoError(t, d.err)
 	require.Zero(t, d.n, "the invocation finished; nothing was handed over")
-	require.Zero(t, s.Invoker.InFlight())
+	require.Zero(t, s.Invoker.Status().InFlight)
 
 	detail := getRun(t, c, id)
 	require.Equal(t, protocol.RunStatusCompleted, detail.Status)
@@ -181,7 +181,7 @@ func TestDrainHandsOverTheRest(t *testing.T) {
 	n, err := a.Invoker.Drain(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "the invocation in flight was handed over")
-	require.Zero(t, a.Invoker.InFlight())
+	require.Zero(t, a.Invoker.Status().InFlight)
 	awaitCondition(t, 30*time.Second, b.abandoned.Load, "the handed-over call abandoned")
 
 	other := stack.Start(t, stack.Options{DatabaseURL: dbURL})

@@ -100,7 +100,8 @@ func CheckNonce(nonce string) error {
 // StreamWriteOf returns b as the journal's stream write, or a *BadCheckpointError naming
 // the field when the journal could never take it (a bad key, seq, attempt, index or
 // chunk).
-func (inv *Invoker) StreamWriteOf(b protocol.StreamWrite) (journal.StreamWrite, error) {
+func (c *Checkpoints) StreamWriteOf(b protocol.StreamWrite) (journal.StreamWrite, error) {
+	inv := c.inv
 	if err := names.CheckFunction("stream key", b.Key); err != nil {
 		return journal.StreamWrite{}, badCheckpoint("%v", err)
 	}

@@ -26,10 +26,11 @@ type RerunOperationArgs struct {
 // Kind implements river.JobArgs.
 func (RerunOperationArgs) Kind() string { return "rerun_operation" }
 
-// StartRerunOperation stores a bulk rerun of db's tenant's finished runs matching filter,
+// StartRerun stores a bulk rerun of db's tenant's finished runs matching filter,
 // as by, from opts, and the River job that does it, in one transaction; it returns at
 // once. It returns a *journal.RunningOperationError when the tenant has one running.
-func (inv *Invoker) StartRerunOperation(ctx context.Context, db *journal.TenantDB, filter journal.CancelFilter, opts journal.RerunOptions, by journal.Identity) (*journal.Operation, error) {
+func (o *Operations) StartRerun(ctx context.Context, db *journal.TenantDB, filter journal.CancelFilter, opts journal.RerunOptions, by journal.Identity) (*journal.Operation, error) {
+	inv := o.inv
 	var op *journal.Operation
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var err error
@@ -45,9 +46,9 @@ func (inv *Invoker) StartRerunOperation(ctx context.Context, db *journal.TenantD
 	return op, err
 }
 
-// CancelOperation cancels db's tenant's running operation id, as by (see
+// Cancel cancels db's tenant's running operation id, as by (see
 // journal.CancelOperation): its worker does no further batch.
-func (inv *Invoker) CancelOperation(ctx context.Context, db *journal.TenantDB, id string, by journal.Identity) (*journal.Operation, error) {
+func (o *Operations) Cancel(ctx context.Context, db *journal.TenantDB, id string, by journal.Identity) (*journal.Operation, error) {
 	return journal.CancelOperation(ctx, db, db.Tenant(), id, by)
 }
 

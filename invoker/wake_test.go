@@ -143,7 +143,7 @@ func TestAWakeThatLosesLooksNoMore(t *testing.T) {
 	require.Eventually(t, func() bool {
 		var due bool
 		err := s.Pool.QueryRow(t.Context(), `SELECT EXISTS (SELECT FROM public.river_job WHERE state IN ('available', 'running'))`).Scan(&due)
-		return err == nil && !due && s.Invoker.InFlight() == 0 && tracer.Open() == 0
+		return err == nil && !due && s.Invoker.Status().InFlight == 0 && tracer.Open() == 0
 	}, 30*time.Second, 5*time.Millisecond, "River's jobs are done")
 
 	won, lost := 0, 0

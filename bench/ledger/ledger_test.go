@@ -171,10 +171,10 @@ func measure(t *testing.T, names []string, hook func(*pgxpool.Config)) (cheapest
 			runtime.GC()
 			allocs := heapAllocs()
 			reqs := d.run(t, name, func() {
-				require.Eventually(t, func() bool { return s.Invoker.InFlight() == 0 && tracer.Open() == 0 }, 10*time.Second, time.Millisecond)
+				require.Eventually(t, func() bool { return s.Invoker.Status().InFlight == 0 && tracer.Open() == 0 }, 10*time.Second, time.Millisecond)
 				allocs = heapAllocs() - allocs
 			})
-			require.Eventually(t, func() bool { return s.Invoker.InFlight() == 0 && tracer.Open() == 0 }, 10*time.Second, time.Millisecond)
+			require.Eventually(t, func() bool { return s.Invoker.Status().InFlight == 0 && tracer.Open() == 0 }, 10*time.Second, time.Millisecond)
 			stmts := tracer.Statements()
 			to, err := ledger.WALFlushed(ctx, admin)
 			require.NoError(t, err)

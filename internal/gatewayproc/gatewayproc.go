@@ -392,7 +392,7 @@ func (p *Process) stop(ctx context.Context) {
 
 // drain lets the invocations in flight finish, then hands the rest over; see Stop.
 func (p *Process) drain(ctx context.Context) {
-	if n := p.Invoker.InFlight(); n > 0 {
+	if n := p.Invoker.Status().InFlight; n > 0 {
 		msg := "draining: waiting for the invocations in flight to finish"
 		if len(p.drainSignals) > 0 {
 			msg += "; interrupt again to hand them over at once"

@@ -268,7 +268,7 @@ func TestStopDrainsThenShutsDown(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "the caller did not attach to the run")
 		require.NoError(t, p.Pool.QueryRow(t.Context(), `SELECT notify FROM stepgate.run WHERE id = $1`, id).Scan(&attached))
 	}
-	require.Equal(t, 1, p.Invoker.InFlight())
+	require.Equal(t, 1, p.Invoker.Status().InFlight)
 
 	stopped := make(chan struct{})
 	began := time.Now()
@@ -291,7 +291,7 @@ func TestStopDrainsThenShutsDown(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Stop did not return")
 	}
-	require.Zero(t, p.Invoker.InFlight())
+	require.Zero(t, p.Invoker.Status().InFlight)
 	require.Contains(t, logs.String(), "draining: waiting for the invocations in flight to finish")
 	require.NotContains(t, logs.String(), "interrupt again", "no DrainSignals")
 	require.Contains(t, logs.String(), "draining: handed invocations over to the other gateways")
