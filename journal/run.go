@@ -556,13 +556,14 @@ func rolesOf(id Identity) []string {
 // RevisionOfRun returns the tenant, function and revision of a run, any tenant's (the
 // invoker works by run id), or ErrNotFound.
 func RevisionOfRun(ctx context.Context, db DB, runID string) (tenant, function string, revision int, err error) {
-	err = db.QueryRow(ctx, dbsqlc.RunRevision, runID).Scan(&tenant, &function, &revision)
+	row, err := dbsqlc.New(db).RunRevision(ctx, runID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", "", 0, ErrNotFound
 	}
 	if err != nil {
 		return "", "", 0, fmt.Errorf("load run %s: %w", runID, err)
 	}
+	tenant, function, revision = row.Tenant, row.Function, int(row.Revision)
 	return tenant, function, revision, nil
 }
 

@@ -232,7 +232,7 @@ func AppendEntry(ctx context.Context, db DB, runID string, invocation int, e Ent
 	}
 	locked := func(tx DB) error {
 		// The lock is the transaction's before the entry's statement takes its snapshot.
-		if _, err := tx.Exec(ctx, dbsqlc.EntryLockRun, runID, invocation); err != nil {
+		if err := dbsqlc.New(tx).EntryLockRun(ctx, dbsqlc.EntryLockRunParams{RunID: runID, Invocation: int32(invocation)}); err != nil {
 			return fmt.Errorf("lock run %s: %w", runID, err)
 		}
 		return appendEntry(ctx, tx, runID, invocation, e, window, b)
@@ -306,8 +306,8 @@ func (r *appendResult) err(ctx context.Context, db DB, runID string, e Entry, wi
 	case !r.follows:
 		if window == 1 && e.Seq > 1 {
 			// Right after seq - 1, but below later entries (the error path only).
-			var below bool
-			if db.QueryRow(ctx, dbsqlc.EntryExists, runID, e.Seq-1).Scan(&below) == nil && below {
+			below, err := dbsqlc.New(db).EntryExists(ctx, dbsqlc.EntryExistsParams{RunID: runID, Seq: int32(e.Seq - 1)})
+			if err == nil && below {
 				return fmt.Errorf("%w: seq %d fills a hole below later entries: a checkpoint out of order declares a window", ErrGap, e.Seq)
 			}
 		}
@@ -809,7 +809,11 @@ func startChild(ctx context.Context, db DB, runID string, invocation int, tenant
 	default:
 		return nil, err
 	}
-	_, err = db.Exec(ctx, dbsqlc.EntryInvokeRefused, runID, in.Seq, in.Name, e, invocation)
+	refusal, err := json.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("journal invoke of run %s: %w", runID, err)
+	}
+	err = dbsqlc.New(db).EntryInvokeRefused(ctx, dbsqlc.EntryInvokeRefusedParams{RunID: runID, Seq: int32(in.Seq), Name: in.Name, Error: refusal, Invocation: int32(invocation)})
 	if isUniqueViolation(err) {
 		return nil, fmt.Errorf("%w: seq %d is already journaled", ErrConflict, in.Seq)
 	}
@@ -835,14 +839,13 @@ func RenewLeases(ctx context.Context, db DB, leases []Lease, ttl time.Duration) 
 	for i, l := range leases {
 		ids[i], invocations[i] = l.RunID, int32(l.Invocation)
 	}
-	rows, _ := db.Query(ctx, dbsqlc.LeaseRenew, ttl.Seconds(), ids, invocations)
-	kept, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Lease, error) {
-		var l Lease
-		err := row.Scan(&l.RunID, &l.Invocation)
-		return l, err
-	})
+	rows, err := dbsqlc.New(db).LeaseRenew(ctx, dbsqlc.LeaseRenewParams{TtlSeconds: ttl.Seconds(), Ids: ids, Invocations: invocations})
 	if err != nil {
 		return nil, fmt.Errorf("renew %d leases: %w", len(leases), err)
+	}
+	kept := make([]Lease, len(rows))
+	for i, r := range rows {
+		kept[i] = Lease{RunID: r.RID, Invocation: int(r.Invocation)}
 	}
 	return kept, nil
 }
