@@ -49,9 +49,9 @@ SCALE_ROUNDS ?= 3
 scale:
 	STEPGATE_SCALE_ROUNDS=$(SCALE_ROUNDS) $(GO) test ./chaos -run '^TestScaleOut$$' -count=1 -v -timeout 60m $(SCALE_FLAGS)
 
-## release: check that the tree is ready to be tagged (internal/version; versions agree, CHANGELOG.md,
+## release: check that the tree is ready to be tagged (internal/helpers/version; versions agree, CHANGELOG.md,
 ## a clean tree, ./test.sh, go install from a proxy of HEAD, the npm packages), then print
 ## the tag and publish commands; see docs/releasing.md. RELEASE_FLAGS adds flags, e.g.
 ## RELEASE_FLAGS="-allow-dirty -skip-tests -skip-npm" to try it out.
 release:
-	$(GO) run ./internal/release $(RELEASE_FLAGS)
+	$(GO) run ./internal/tooling/release $(RELEASE_FLAGS)

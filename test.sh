@@ -6,7 +6,7 @@
 #                             then the TypeScript SDK's tests (with Node 20 or later)
 #   ./test.sh -run TestFoo    extra arguments go to `go test` (the TypeScript step is skipped)
 #
-# Postgres: the tests need a server (see internal/pgtest).
+# Postgres: the tests need a server (see internal/wiring/pgtest).
 #   - STEPGATE_TEST_DATABASE_URL set (a superuser URL): used as is.
 #   - else each test process starts a private server from the machine's Postgres
 #     binaries (apt-get install -y postgresql); running as root needs the `postgres` OS

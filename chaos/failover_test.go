@@ -17,7 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/stepgate/stepgate/internal/pgserver"
+	"github.com/stepgate/stepgate/internal/wiring/pgserver"
 )
 
 // testFailoverKill kills the primary with SIGKILL mid-load and promotes its synchronous

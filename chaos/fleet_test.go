@@ -29,8 +29,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stepgate/stepgate/auth"
-	"github.com/stepgate/stepgate/internal/pgserver"
-	"github.com/stepgate/stepgate/internal/pgtest"
+	"github.com/stepgate/stepgate/internal/wiring/pgserver"
+	"github.com/stepgate/stepgate/internal/wiring/pgtest"
 )
 
 // tenant is the tenant of every run of the suite.
@@ -47,7 +47,7 @@ var (
 // fleetConfig configures a fleet.
 type fleetConfig struct {
 	// DatabaseURL is a superuser URL of the scenario's database. Empty: a new migrated
-	// database on the tests' server (internal/pgtest).
+	// database on the tests' server (internal/wiring/pgtest).
 	DatabaseURL string
 	// Gateways is how many gateways share the database. Defaults to 2.
 	Gateways int

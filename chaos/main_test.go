@@ -20,7 +20,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/stepgate/stepgate/internal/pgtest"
+	"github.com/stepgate/stepgate/internal/wiring/pgtest"
 )
 
 // The suite's knobs, all from the environment:
@@ -65,7 +65,7 @@ func TestMain(m *testing.M) {
 	}
 	if code == 0 {
 		// What idles by design once the scenarios stopped: keep-alive connections of
-		// http.Clients, and pgxpool's health check (see internal/stack.Main).
+		// http.Clients, and pgxpool's health check (see internal/wiring/stack.Main).
 		if err := goleak.Find(
 			goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
 			goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
@@ -161,7 +161,7 @@ func skipReason() string {
 }
 
 // noPostgresBinaries says why a private Postgres cannot start here, or "" if it can: the
-// same search as test.sh and internal/pgserver.
+// same search as test.sh and internal/wiring/pgserver.
 var noPostgresBinaries = sync.OnceValue(func() string {
 	has := func(dir string) bool {
 		for _, b := range []string{"postgres", "initdb"} {

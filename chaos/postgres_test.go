@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stepgate/stepgate/internal/pgserver"
+	"github.com/stepgate/stepgate/internal/wiring/pgserver"
 )
 
 // testPostgresRestartFast restarts Postgres cleanly (a fast shutdown) under load.

@@ -467,7 +467,7 @@ func (e *codingError) Error() string { return e.err.Error() }
 func (e *codingError) Unwrap() error { return e.err }
 
 // sdkName is this SDK's name and version, as the manifest and its errors say it. The
-// version is the module's (internal/version.Version, which this package does not import:
+// version is the module's (internal/helpers/version.Version, which this package does not import:
 // the SDK imports only protocol); the manifest tests keep the two equal.
 const sdkName = "stepgate-go/0.1.0"
 

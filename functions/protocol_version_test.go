@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepgate/stepgate/functions"
-	"github.com/stepgate/stepgate/internal/version"
+	"github.com/stepgate/stepgate/internal/helpers/version"
 	"github.com/stepgate/stepgate/protocol"
 )
 

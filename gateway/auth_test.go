@@ -25,7 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepgate/stepgate/auth"
-	"github.com/stepgate/stepgate/internal/stack"
+	"github.com/stepgate/stepgate/internal/wiring/stack"
 )
 
 func mustGenerate[K any](k K, err error) K {

@@ -15,8 +15,8 @@ import (
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/step"
-	"github.com/stepgate/stepgate/internal/egress"
-	"github.com/stepgate/stepgate/internal/stack"
+	"github.com/stepgate/stepgate/internal/helpers/egress"
+	"github.com/stepgate/stepgate/internal/wiring/stack"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/protocol"
 )

@@ -13,7 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/stepgate/stepgate/access"
-	"github.com/stepgate/stepgate/internal/redact"
+	"github.com/stepgate/stepgate/internal/helpers/redact"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"

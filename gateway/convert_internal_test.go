@@ -3,7 +3,7 @@ package gateway
 import (
 	"testing"
 
-	"github.com/stepgate/stepgate/internal/entrytest"
+	"github.com/stepgate/stepgate/internal/tooling/entrytest"
 )
 
 // TestEntryForReadersMapsEveryField: the readers' conversion sets every field of the

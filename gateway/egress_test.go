@@ -14,9 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepgate/stepgate/auth"
-	"github.com/stepgate/stepgate/internal/egress"
-	"github.com/stepgate/stepgate/internal/egress/egresstest"
-	"github.com/stepgate/stepgate/internal/stack"
+	"github.com/stepgate/stepgate/internal/helpers/egress"
+	"github.com/stepgate/stepgate/internal/helpers/egress/egresstest"
+	"github.com/stepgate/stepgate/internal/wiring/stack"
 	"github.com/stepgate/stepgate/protocol"
 )
 

@@ -15,8 +15,8 @@ import (
 
 	"github.com/stepgate/stepgate/access"
 	"github.com/stepgate/stepgate/gateway/api/server"
-	"github.com/stepgate/stepgate/internal/egress"
-	"github.com/stepgate/stepgate/internal/redact"
+	"github.com/stepgate/stepgate/internal/helpers/egress"
+	"github.com/stepgate/stepgate/internal/helpers/redact"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"

@@ -14,8 +14,8 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/stepgate/stepgate/auth"
-	"github.com/stepgate/stepgate/internal/pgtest"
-	"github.com/stepgate/stepgate/internal/stack"
+	"github.com/stepgate/stepgate/internal/wiring/pgtest"
+	"github.com/stepgate/stepgate/internal/wiring/stack"
 )
 
 // specParam is a path or query parameter of an openapi.yaml operation.

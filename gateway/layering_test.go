@@ -28,7 +28,7 @@ var runWrites = []string{
 
 // TestGatewayOnlyMapsHTTP keeps the gateway a mapping of HTTP onto the invoker's
 // methods: it calls none of the journal's run writes (that it imports no River package
-// is the layering table's, internal/layering).
+// is the layering table's, internal/tooling/layering).
 func TestGatewayOnlyMapsHTTP(t *testing.T) {
 	t.Parallel()
 	files, err := filepath.Glob("*.go")

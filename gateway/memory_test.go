@@ -14,7 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/stepgate/stepgate/internal/stack"
+	"github.com/stepgate/stepgate/internal/wiring/stack"
 )
 
 // TestLargeJournalReadInBoundedMemory reads a 200 MB journal through the API: it comes a

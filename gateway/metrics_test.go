@@ -15,9 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepgate/stepgate/auth"
-	"github.com/stepgate/stepgate/internal/metrics"
-	"github.com/stepgate/stepgate/internal/pgtest"
-	"github.com/stepgate/stepgate/internal/stack"
+	"github.com/stepgate/stepgate/internal/helpers/metrics"
+	"github.com/stepgate/stepgate/internal/wiring/pgtest"
+	"github.com/stepgate/stepgate/internal/wiring/stack"
 	"github.com/stepgate/stepgate/protocol"
 )
 

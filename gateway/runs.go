@@ -17,7 +17,7 @@ import (
 
 	"github.com/stepgate/stepgate/access"
 	"github.com/stepgate/stepgate/gateway/api/server"
-	"github.com/stepgate/stepgate/internal/tracing"
+	"github.com/stepgate/stepgate/internal/helpers/tracing"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"

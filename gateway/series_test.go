@@ -10,7 +10,7 @@ import (
 
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/functions"
-	"github.com/stepgate/stepgate/internal/stack"
+	"github.com/stepgate/stepgate/internal/wiring/stack"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
 )

@@ -12,8 +12,8 @@ import (
 
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/gateway/api/server"
-	"github.com/stepgate/stepgate/internal/memlimit"
-	"github.com/stepgate/stepgate/internal/notify"
+	"github.com/stepgate/stepgate/internal/helpers/memlimit"
+	"github.com/stepgate/stepgate/internal/helpers/notify"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
 )

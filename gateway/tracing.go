@@ -8,7 +8,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/stepgate/stepgate/internal/tracing"
+	"github.com/stepgate/stepgate/internal/helpers/tracing"
 )
 
 // acceptTraceparent puts a request's W3C trace context (traceparent, tracestate) in its

@@ -30,8 +30,8 @@ import (
 
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/step"
-	"github.com/stepgate/stepgate/internal/stack"
-	"github.com/stepgate/stepgate/internal/tracing"
+	"github.com/stepgate/stepgate/internal/helpers/tracing"
+	"github.com/stepgate/stepgate/internal/wiring/stack"
 	"github.com/stepgate/stepgate/protocol"
 )
 

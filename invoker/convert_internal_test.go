@@ -3,7 +3,7 @@ package invoker
 import (
 	"testing"
 
-	"github.com/stepgate/stepgate/internal/entrytest"
+	"github.com/stepgate/stepgate/internal/tooling/entrytest"
 )
 
 // TestEntryToAPIMapsEveryField: the function's conversion sets every field of the

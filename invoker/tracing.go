@@ -8,8 +8,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/stepgate/stepgate/internal/redact"
-	"github.com/stepgate/stepgate/internal/tracing"
+	"github.com/stepgate/stepgate/internal/helpers/redact"
+	"github.com/stepgate/stepgate/internal/helpers/tracing"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
 )

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepgate/stepgate/access"
-	"github.com/stepgate/stepgate/internal/pgtest"
+	"github.com/stepgate/stepgate/internal/wiring/pgtest"
 )
 
 // TestMayInvokeAgrees: the invoke-roles rule has a Go form (access.Identity.MayInvoke,

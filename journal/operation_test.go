@@ -7,7 +7,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/stepgate/stepgate/internal/pgtest"
+	"github.com/stepgate/stepgate/internal/wiring/pgtest"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )

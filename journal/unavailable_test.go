@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
-	"github.com/stepgate/stepgate/internal/pgserver"
+	"github.com/stepgate/stepgate/internal/wiring/pgserver"
 	"github.com/stepgate/stepgate/journal"
 )
 

@@ -16,7 +16,7 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 	"github.com/stretchr/testify/require"
 
-	"github.com/stepgate/stepgate/internal/pgtest"
+	"github.com/stepgate/stepgate/internal/wiring/pgtest"
 	"github.com/stepgate/stepgate/migrations"
 	"github.com/stepgate/stepgate/migrations/internal/pgdump"
 )

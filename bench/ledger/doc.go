@@ -3,7 +3,7 @@
 // machine: timing cannot see a 3% cost on a noisy machine, a count can.
 //
 // The ledger file (ledger.txt, beside this package) keeps the counts; TestLedger
-// measures them again against a real gateway (internal/stack) and a real Postgres,
+// measures them again against a real gateway (internal/wiring/stack) and a real Postgres,
 // and fails when one differs. A change that raises a count updates the file in the same
 // commit (go test ./bench/ledger -run '^TestLedger$' -update) and says why in its
 // message; one that lowers a count updates it too, so that the gain is kept.

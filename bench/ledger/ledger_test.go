@@ -21,8 +21,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepgate/stepgate/bench/ledger"
-	"github.com/stepgate/stepgate/internal/pgtest"
-	"github.com/stepgate/stepgate/internal/stack"
+	"github.com/stepgate/stepgate/internal/wiring/pgtest"
+	"github.com/stepgate/stepgate/internal/wiring/stack"
 )
 
 var update = flag.Bool("update", false, "write what TestLedger measures to ledger.txt")

@@ -9,7 +9,7 @@ import (
 
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/functions"
-	"github.com/stepgate/stepgate/internal/stack"
+	"github.com/stepgate/stepgate/internal/wiring/stack"
 )
 
 // TestAppsSyncChanged runs "stepgate apps sync URL" twice against a real gateway: the

@@ -25,8 +25,8 @@ import (
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/examples"
-	"github.com/stepgate/stepgate/internal/gatewayproc"
-	"github.com/stepgate/stepgate/internal/pgserver"
+	"github.com/stepgate/stepgate/internal/wiring/gatewayproc"
+	"github.com/stepgate/stepgate/internal/wiring/pgserver"
 	"github.com/stepgate/stepgate/protocol"
 	"github.com/stepgate/stepgate/protocol/signature"
 )

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/stepgate/stepgate/internal/pgserver"
+	"github.com/stepgate/stepgate/internal/wiring/pgserver"
 	"github.com/stretchr/testify/require"
 )
 

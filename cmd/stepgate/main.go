@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/stepgate/stepgate/internal/version"
+	"github.com/stepgate/stepgate/internal/helpers/version"
 	"github.com/stepgate/stepgate/protocol"
 )
 

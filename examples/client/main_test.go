@@ -12,7 +12,7 @@ import (
 	"github.com/stepgate/stepgate/examples/internal/programtest"
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/step"
-	"github.com/stepgate/stepgate/internal/stack"
+	"github.com/stepgate/stepgate/internal/wiring/stack"
 )
 
 func TestMain(m *testing.M) { stack.Main(m) }

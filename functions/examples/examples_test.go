@@ -14,7 +14,7 @@ import (
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/examples"
 	"github.com/stepgate/stepgate/functions/internal/gatewaytest"
-	"github.com/stepgate/stepgate/internal/version"
+	"github.com/stepgate/stepgate/internal/helpers/version"
 	"github.com/stepgate/stepgate/protocol"
 	"github.com/stepgate/stepgate/protocol/signature"
 )

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stepgate/stepgate/internal/repo"
+	"github.com/stepgate/stepgate/internal/tooling/repo"
 	"github.com/stretchr/testify/require"
 )
 

@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/stepgate/stepgate/internal/egress"
-	"github.com/stepgate/stepgate/internal/egress/egresstest"
+	"github.com/stepgate/stepgate/internal/helpers/egress"
+	"github.com/stepgate/stepgate/internal/helpers/egress/egresstest"
 )
 
 func TestMain(m *testing.M) {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/stepgate/stepgate/internal/egress"
+	"github.com/stepgate/stepgate/internal/helpers/egress"
 )
 
 func TestParseTenantNetworks(t *testing.T) {

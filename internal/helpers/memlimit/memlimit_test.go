@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/stepgate/stepgate/internal/memlimit"
+	"github.com/stepgate/stepgate/internal/helpers/memlimit"
 )
 
 // files writes the given cgroup and meminfo contents ("" leaves a file out).

@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
-	"github.com/stepgate/stepgate/internal/metrics"
+	"github.com/stepgate/stepgate/internal/helpers/metrics"
 )
 
 // TestFunctionBound: past MaxFunctions distinct names, runs are counted under
@@ -87,7 +87,7 @@ func TestNilRecordsNothing(t *testing.T) {
 // queries is one the gateway exposes.
 func TestDashboardUsesExposedMetrics(t *testing.T) {
 	t.Parallel()
-	raw, err := os.ReadFile("../../docs/grafana-stepgate.json")
+	raw, err := os.ReadFile("../../../docs/grafana-stepgate.json")
 	require.NoError(t, err)
 	require.True(t, json.Valid(raw))
 	m := metrics.New(metrics.Config{})

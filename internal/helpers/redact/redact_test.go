@@ -5,7 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/stepgate/stepgate/internal/redact"
+	"github.com/stepgate/stepgate/internal/helpers/redact"
 )
 
 func TestURL(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/stepgate/stepgate/internal/tracing"
+	"github.com/stepgate/stepgate/internal/helpers/tracing"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }

@@ -17,8 +17,8 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const (
-	specFile  = "../../openapi.yaml"
-	docsDir   = "../../docs"
+	specFile  = "../../../openapi.yaml"
+	docsDir   = "../../../docs"
 	apiPage   = "api.md"
 	protoPage = "protocol-reference.md"
 )
@@ -32,7 +32,7 @@ func TestDocsAreCurrent(t *testing.T) {
 		committed, err := os.ReadFile(filepath.Join(docsDir, name))
 		require.NoError(t, err)
 		if string(committed) != gen[name] {
-			t.Errorf("docs/%s is not what openapi.yaml generates (%s): run `go generate ./internal/apidoc`",
+			t.Errorf("docs/%s is not what openapi.yaml generates (%s): run `go generate ./internal/tooling/apidoc`",
 				name, firstDifference(string(committed), gen[name]))
 		}
 	}

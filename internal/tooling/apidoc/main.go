@@ -5,13 +5,13 @@
 //
 // Usage, from anywhere in the module:
 //
-//	go run ./internal/apidoc -o docs/api.md
+//	go run ./internal/tooling/apidoc -o docs/api.md
 //
 // writes -o and, next to it, protocol-reference.md (-protocol names another file of
 // that directory). -spec defaults to the module's openapi.yaml.
 package main
 
-//go:generate go run . -o ../../docs/api.md
+//go:generate go run . -o ../../../docs/api.md
 
 import (
 	"errors"
@@ -20,7 +20,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/stepgate/stepgate/internal/repo"
+	"github.com/stepgate/stepgate/internal/tooling/repo"
 )
 
 func main() {

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"unicode"
 
-	"github.com/stepgate/stepgate/internal/readme"
+	"github.com/stepgate/stepgate/internal/tooling/readme"
 	"gopkg.in/yaml.v3"
 )
 
@@ -169,7 +169,7 @@ func (d *doc) fail(err error) {
 }
 
 func (d *doc) generatedNote() {
-	d.para("Generated from [openapi.yaml](%s) by `go generate ./internal/apidoc`: edit openapi.yaml, not this page.", d.files.spec)
+	d.para("Generated from [openapi.yaml](%s) by `go generate ./internal/tooling/apidoc`: edit openapi.yaml, not this page.", d.files.spec)
 }
 
 func (d *doc) writeAPI() {

@@ -32,7 +32,7 @@ var sdk = []string{"functions/...", "client", "protocol/..."}
 // table is the module's layering, the first matching row deciding. The arrows point one
 // way: protocol and access at the bottom; the journal (the database) above them; the
 // invoker (the run service, River) above the journal; the gateway (HTTP) above the
-// invoker; the process wiring (internal/gatewayproc, cmd) on top. The SDK (functions/)
+// invoker; the process wiring (internal/wiring/gatewayproc, cmd) on top. The SDK (functions/)
 // and the client share only protocol/ with the server, and no server package depends on
 // them, directly or not. Only the invoker and migrations use River; the gateway reaches
 // the database through the journal's reads and a pool it is handed.
@@ -41,60 +41,57 @@ var table = []row{
 	{pkg: "access"},
 	{pkg: "journal/...", may: []string{"journal/...", "access"}, parts: []string{pgx}},
 	{pkg: "auth", may: []string{"access", "journal", "protocol/..."}},
-	{pkg: "migrations/...", may: []string{"migrations/...", "internal/pgserver"}, parts: []string{pgx, river}},
+	{pkg: "migrations/...", may: []string{"migrations/...", "internal/wiring/pgserver"}, parts: []string{pgx, river}},
 
-	// Helpers of one job each, that know nothing of runs.
-	{pkg: "internal/egress/..."},
-	{pkg: "internal/memlimit"},
-	{pkg: "internal/redact"},
-	{pkg: "internal/tracing"},
-	{pkg: "internal/version"},
-	{pkg: "internal/repo"},
-	{pkg: "internal/metrics", parts: []string{pgx}},
-	{pkg: "internal/readpool", parts: []string{pgx}},
-	{pkg: "internal/pgserver", parts: []string{pgx}},
-	{pkg: "internal/notify", may: []string{"journal"}, parts: []string{pgx}},
+	// internal/helpers: runtime helpers of one job each, linked into the gateway, that know
+	// nothing of runs (notify reads the journal's channel names) and import no other
+	// internal folder.
+	{pkg: "internal/helpers/notify", may: []string{"journal"}, parts: []string{pgx}},
+	{pkg: "internal/helpers/metrics", parts: []string{pgx}},
+	{pkg: "internal/helpers/readpool", parts: []string{pgx}},
+	{pkg: "internal/helpers/...", may: []string{"internal/helpers/..."}},
 
 	// The run service.
-	{pkg: "invoker/internal/call", may: []string{"internal/egress", "journal", "protocol/..."}},
+	{pkg: "invoker/internal/call", may: []string{"internal/helpers/egress", "journal", "protocol/..."}},
 	{pkg: "invoker/internal/maintenance", may: []string{"invoker/internal/clock", "journal"}, parts: []string{pgx, river}},
 	{pkg: "invoker/internal/...", may: []string{}},
 	{pkg: "invoker", may: []string{"invoker/internal/...", "journal", "protocol/...", "auth",
-		"internal/egress", "internal/metrics", "internal/notify", "internal/redact", "internal/tracing"}, parts: []string{pgx, river}},
+		"internal/helpers/egress", "internal/helpers/metrics", "internal/helpers/notify", "internal/helpers/redact", "internal/helpers/tracing"}, parts: []string{pgx, river}},
 
 	// HTTP.
 	{pkg: "gateway/api/...", may: []string{"protocol"}},
 	{pkg: "gateway", may: []string{"gateway/api/server", "invoker", "journal", "migrations", "access", "auth", "protocol/...",
-		"internal/egress", "internal/memlimit", "internal/notify", "internal/readpool", "internal/redact", "internal/tracing"}, parts: []string{pgx}},
+		"internal/helpers/egress", "internal/helpers/memlimit", "internal/helpers/notify", "internal/helpers/readpool", "internal/helpers/redact", "internal/helpers/tracing"}, parts: []string{pgx}},
 	{pkg: "web"},
 
 	// The SDK, its client, and function authors' programs.
 	{pkg: "client"},
 	{pkg: "functions/...", may: sdk},
-	{pkg: "examples/internal/programtest", may: []string{"internal/repo"}},
+	{pkg: "examples/internal/programtest", may: []string{"internal/tooling/repo"}},
 	{pkg: "examples/...", may: sdk},
 
-	// Process wiring, which may serve the examples (built with the SDK) beside the gateway.
-	{pkg: "internal/gatewayproc", may: []string{"gateway", "invoker", "journal", "migrations", "auth",
-		"internal/egress", "internal/memlimit", "internal/metrics", "internal/readpool"}, parts: []string{pgx}},
-	{pkg: "internal/stack", may: []string{"*"}, parts: []string{pgx}},
-	{pkg: "internal/pgtest", may: []string{"internal/pgserver", "migrations"}, parts: []string{pgx}},
-	{pkg: "internal/entrytest", may: []string{"journal", "protocol"}},
+	// internal/wiring: process wiring — a gateway process, a private Postgres, a whole
+	// stack for tests — which may serve the examples (built with the SDK) beside the
+	// gateway; and the commands on top.
+	{pkg: "internal/wiring/gatewayproc", may: []string{"gateway", "invoker", "journal", "migrations", "auth", "internal/helpers/..."}, parts: []string{pgx}},
+	{pkg: "internal/wiring/pgserver", parts: []string{pgx}},
+	{pkg: "internal/wiring/pgtest", may: []string{"internal/wiring/pgserver", "migrations"}, parts: []string{pgx}},
+	{pkg: "internal/wiring/stack", may: []string{"*"}, parts: []string{pgx}},
 	{pkg: "cmd/...", may: []string{"*"}, parts: []string{pgx}},
 
-	// Tooling: docs, releases, benchmarks, the chaos suite.
-	{pkg: "internal/readme/...", may: []string{"internal/readme", "internal/repo"}},
-	{pkg: "internal/apidoc", may: []string{"internal/readme", "internal/repo"}},
-	{pkg: "internal/npmdist", may: []string{"internal/repo", "internal/version"}},
-	{pkg: "internal/release", may: []string{"internal/repo", "internal/version", "protocol"}},
-	{pkg: "internal/layering"},
+	// internal/tooling: docs' tests, releases, this table, test fixtures; nothing above
+	// imports it but tests and the commands. Then the benchmarks and the chaos suite.
+	{pkg: "internal/tooling/entrytest", may: []string{"journal", "protocol"}},
+	{pkg: "internal/tooling/release", may: []string{"internal/tooling/...", "internal/helpers/version", "protocol"}},
+	{pkg: "internal/tooling/npmdist", may: []string{"internal/tooling/...", "internal/helpers/version"}},
+	{pkg: "internal/tooling/...", may: []string{"internal/tooling/..."}},
 	{pkg: "bench/...", may: []string{"protocol"}, parts: []string{pgx}},
 	{pkg: "chaos"},
 }
 
 // sdkHosts may import the SDK though they are not function authors' code: each serves
 // the examples beside a gateway (stepgate dev, the examples' binary, the test stack).
-var sdkHosts = []string{"cmd/stepgate", "cmd/stepgate-examples", "internal/stack"}
+var sdkHosts = []string{"cmd/stepgate", "cmd/stepgate-examples", "internal/wiring/stack"}
 
 func matches(pattern, pkg string) bool {
 	if base, ok := strings.CutSuffix(pattern, "/..."); ok {
@@ -131,7 +128,7 @@ func TestLayering(t *testing.T) {
 		pkg, ok := strings.CutPrefix(fields[0], module)
 		require.True(t, ok, "go list printed %q, outside the module", fields[0])
 		i := slices.IndexFunc(table, func(r row) bool { return matches(r.pkg, pkg) })
-		if !assertRow(t, i >= 0, "%s has no row in the layering table (internal/layering): add one saying what it may import", pkg) {
+		if !assertRow(t, i >= 0, "%s has no row in the layering table (internal/tooling/layering): add one saying what it may import", pkg) {
 			continue
 		}
 		r := table[i]

@@ -2,7 +2,7 @@
 // user runs the gateway with npm alone (npx stepgate dev), the way esbuild ships its
 // binary:
 //
-//	go run ./internal/npmdist -out DIR [-platforms host|all] [-sdk]
+//	go run ./internal/tooling/npmdist -out DIR [-platforms host|all] [-sdk]
 //
 // For each platform it cross-compiles ./cmd/stepgate (CGO_ENABLED=0, -trimpath,
 // -ldflags "-s -w") into a package @stepgate/cli-<os>-<cpu> whose package.json "os" and
@@ -36,9 +36,9 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/stepgate/stepgate/internal/repo"
+	"github.com/stepgate/stepgate/internal/tooling/repo"
 
-	"github.com/stepgate/stepgate/internal/version"
+	"github.com/stepgate/stepgate/internal/helpers/version"
 )
 
 // platform is one target of the binary: Go's names and npm's.
@@ -86,7 +86,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if *out == "" || fs.NArg() > 0 {
-		return errors.New("usage: go run ./internal/npmdist -out DIR [-platforms host|all] [-sdk]")
+		return errors.New("usage: go run ./internal/tooling/npmdist -out DIR [-platforms host|all] [-sdk]")
 	}
 	cfg := config{out: *out, log: stderr}
 	switch *which {
@@ -237,7 +237,7 @@ func checkVersions(root string) error {
 		}
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("the npm packages disagree with internal/version.Version %q, the release's version: make them agree:\n%w", version.Version, errors.Join(errs...))
+		return fmt.Errorf("the npm packages disagree with internal/helpers/version.Version %q, the release's version: make them agree:\n%w", version.Version, errors.Join(errs...))
 	}
 	return nil
 }

@@ -16,11 +16,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stepgate/stepgate/internal/repo"
+	"github.com/stepgate/stepgate/internal/tooling/repo"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/stepgate/stepgate/internal/version"
+	"github.com/stepgate/stepgate/internal/helpers/version"
 )
 
 // packages are the tarballs one build makes, by package name.
@@ -161,7 +161,7 @@ func TestNpm(t *testing.T) {
 		cmd.Dir = work
 		out, err = cmd.CombinedOutput()
 		require.Error(t, err)
-		require.Contains(t, string(out), "go run ./internal/npmdist -out "+work+" -sdk")
+		require.Contains(t, string(out), "go run ./internal/tooling/npmdist -out "+work+" -sdk")
 
 		var pj map[string]any
 		b, err := os.ReadFile(filepath.Join(app, "package.json"))
@@ -364,7 +364,7 @@ func TestVersionsDisagree(t *testing.T) {
 
 	out := t.TempDir()
 	_, err = build(t.Context(), config{root: fake, out: out, platforms: platforms, log: testWriter{t}})
-	require.EqualError(t, err, `the npm packages disagree with internal/version.Version "`+version.Version+`", the release's version: make them agree:
+	require.EqualError(t, err, `the npm packages disagree with internal/helpers/version.Version "`+version.Version+`", the release's version: make them agree:
 npm/stepgate/package.json has version "9.9.9"
 npm/stepgate/package.json does not depend on @stepgate/cli-linux-arm64 (optionalDependencies)
 npm/create-stepgate/package.json has version "0.0.1"`)

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stepgate/stepgate/internal/repo"
+	"github.com/stepgate/stepgate/internal/tooling/repo"
 )
 
 // A Go block in the markdown is a ```go fence. It is compiled as one of:
@@ -56,7 +56,7 @@ func TestGoBlocksCompile(t *testing.T) {
 	blocks := markdownBlocks(t, root)
 	for _, b := range blocks {
 		t.Errorf("%s: the Go block names no example (<!-- example: examples/… --> on the line before its fence): "+
-			"put its code in a program or test under examples/ that the suite runs, then `go run ./internal/readme/cmd/markblocks`", b)
+			"put its code in a program or test under examples/ that the suite runs, then `go run ./internal/tooling/readme/cmd/markblocks`", b)
 	}
 	for _, b := range blocks {
 		if !b.whole {

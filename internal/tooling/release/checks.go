@@ -77,7 +77,7 @@ func checkVersions(root, v, proto string) error {
 	var errs []error
 	want := func(file, what, got string) {
 		if got != v {
-			errs = append(errs, fmt.Errorf("%s: %s is %q, want %q (internal/version)", file, what, got, v))
+			errs = append(errs, fmt.Errorf("%s: %s is %q, want %q (internal/helpers/version)", file, what, got, v))
 		}
 	}
 

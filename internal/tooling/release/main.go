@@ -2,7 +2,7 @@
 // [version.Version], and prints what to do then: the tag, and the npm packages to
 // publish in order. Run it from the module's root, with `make release`:
 //
-//	go run ./internal/release [-allow-dirty] [-skip-tests] [-skip-npm] [-out DIR]
+//	go run ./internal/tooling/release [-allow-dirty] [-skip-tests] [-skip-npm] [-out DIR]
 //
 // It runs every check, printing each as "ok", "FAIL" with the reason, or "skip", and
 // exits with status 1 when one failed:
@@ -20,7 +20,7 @@
 //     binary it installs says "stepgate VERSION (function protocol P)".
 //   - sdk pack: `npm pack` of sdk/typescript makes @stepgate/sdk at VERSION with its
 //     built files.
-//   - npm packages: `go run ./internal/npmdist -platforms all` makes the binary's
+//   - npm packages: `go run ./internal/tooling/npmdist -platforms all` makes the binary's
 //     packages at VERSION (-skip-npm skips it).
 //
 // The tarballs are left in -out (a new temporary directory by default), so that the
@@ -40,9 +40,9 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/stepgate/stepgate/internal/repo"
+	"github.com/stepgate/stepgate/internal/tooling/repo"
 
-	"github.com/stepgate/stepgate/internal/version"
+	"github.com/stepgate/stepgate/internal/helpers/version"
 	"github.com/stepgate/stepgate/protocol"
 )
 
@@ -75,10 +75,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	allowDirty := fs.Bool("allow-dirty", false, "skip the check that git has no uncommitted changes, to try the rest out (go install still installs the committed HEAD)")
 	skipTests := fs.Bool("skip-tests", false, "skip ./test.sh")
-	skipNPM := fs.Bool("skip-npm", false, "skip go run ./internal/npmdist (the stepgate binary's npm packages)")
+	skipNPM := fs.Bool("skip-npm", false, "skip go run ./internal/tooling/npmdist (the stepgate binary's npm packages)")
 	out := fs.String("out", "", "where to leave the checked tarballs (default: a new temporary directory)")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: go run ./internal/release [flags]\n\nChecks that the tree is ready to be tagged v%s (see docs/releasing.md).\n\nFlags:\n", version.Version)
+		fmt.Fprintf(fs.Output(), "Usage: go run ./internal/tooling/release [flags]\n\nChecks that the tree is ready to be tagged v%s (see docs/releasing.md).\n\nFlags:\n", version.Version)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -177,7 +177,7 @@ func publishPlan(root, v, sdkTarball string, npmTarballs []string, npmOut string
 	var b strings.Builder
 	fmt.Fprintf(&b, "ready: git tag v%s && git push origin v%s; then npm publish, in this order:\n", v, v)
 	if npmTarballs == nil {
-		fmt.Fprintf(&b, "  go run ./internal/npmdist -out %s -platforms all\n", npmOut)
+		fmt.Fprintf(&b, "  go run ./internal/tooling/npmdist -out %s -platforms all\n", npmOut)
 		names, err := npmPackageNames(root)
 		if err != nil {
 			fmt.Fprintf(&b, "  (%v)\n", err)

@@ -91,7 +91,7 @@ func npmPackageNames(root string) ([]string, error) {
 	return append(names, bin.Name, create.Name), nil
 }
 
-// packNPM runs `go run ./internal/npmdist -out outDir -platforms all` under root and
+// packNPM runs `go run ./internal/tooling/npmdist -out outDir -platforms all` under root and
 // checks that it made a tarball of each of the binary's npm packages at version v. It
 // returns their paths in the order to publish them. Its output goes to stderr.
 func packNPM(ctx context.Context, root, v, outDir string, stderr io.Writer) ([]string, error) {
@@ -102,7 +102,7 @@ func packNPM(ctx context.Context, root, v, outDir string, stderr io.Writer) ([]s
 	if err := os.RemoveAll(outDir); err != nil {
 		return nil, err
 	}
-	if err := runIn(ctx, root, stderr, "go", "run", "./internal/npmdist", "-out", outDir, "-platforms", "all"); err != nil {
+	if err := runIn(ctx, root, stderr, "go", "run", "./internal/tooling/npmdist", "-out", outDir, "-platforms", "all"); err != nil {
 		return nil, err
 	}
 	made := map[string]string{} // base name -> path

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/stepgate/stepgate/internal/version"
+	"github.com/stepgate/stepgate/internal/helpers/version"
 	"github.com/stepgate/stepgate/protocol"
 )
 
@@ -21,7 +21,7 @@ func TestMain(m *testing.M) {
 }
 
 // repoRoot is the module's root, from this package's directory.
-var repoRoot = filepath.Join("..", "..")
+var repoRoot = filepath.Join("..", "..", "..")
 
 // writeFiles writes files (name -> contents) under dir.
 func writeFiles(t *testing.T, dir string, files map[string]string) {
@@ -282,7 +282,7 @@ func TestPublishPlan(t *testing.T) {
 	writeFiles(t, dir, versionFiles())
 	plan := publishPlan(dir, "0.1.0", "/out/sdk/stepgate-sdk-0.1.0.tgz", nil, "/out/npm")
 	require.Equal(t, `ready: git tag v0.1.0 && git push origin v0.1.0; then npm publish, in this order:
-  go run ./internal/npmdist -out /out/npm -platforms all
+  go run ./internal/tooling/npmdist -out /out/npm -platforms all
   npm publish --access public /out/npm/stepgate-cli-darwin-arm64-0.1.0.tgz
   npm publish --access public /out/npm/stepgate-cli-linux-x64-0.1.0.tgz
   npm publish --access public /out/npm/stepgate-0.1.0.tgz

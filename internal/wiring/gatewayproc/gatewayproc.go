@@ -2,7 +2,7 @@
 // migrates the database, opens the system and API pools, makes the invocation tokens,
 // the tenants' signing keys and the token verifier, starts the invoker, makes the
 // gateway on it and serves HTTP. Stop takes them down in the reverse order, draining
-// first. `stepgate serve`, `stepgate dev` and the tests' internal/stack all start
+// first. `stepgate serve`, `stepgate dev` and the tests' internal/wiring/stack all start
 // their gateways with [Start], so they run the same wiring; each reads its settings
 // its own way (the environment, flags, test options) into a [Config].
 package gatewayproc
@@ -30,10 +30,10 @@ import (
 
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/gateway"
-	"github.com/stepgate/stepgate/internal/egress"
-	"github.com/stepgate/stepgate/internal/memlimit"
-	"github.com/stepgate/stepgate/internal/metrics"
-	"github.com/stepgate/stepgate/internal/readpool"
+	"github.com/stepgate/stepgate/internal/helpers/egress"
+	"github.com/stepgate/stepgate/internal/helpers/memlimit"
+	"github.com/stepgate/stepgate/internal/helpers/metrics"
+	"github.com/stepgate/stepgate/internal/helpers/readpool"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/migrations"

@@ -1,6 +1,6 @@
 // Package stack starts a whole stepgate gateway for tests: a fresh migrated database,
 // the invoker with its River client, and the HTTP server on a real loopback port, wired
-// by internal/gatewayproc as `stepgate serve` wires them; with helpers to mint tokens,
+// by internal/wiring/gatewayproc as `stepgate serve` wires them; with helpers to mint tokens,
 // serve function apps and call the API through the generated client. Everything stops
 // when the test ends.
 package stack
@@ -28,11 +28,11 @@ import (
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/examples"
 	"github.com/stepgate/stepgate/gateway"
-	"github.com/stepgate/stepgate/internal/egress"
-	"github.com/stepgate/stepgate/internal/gatewayproc"
-	"github.com/stepgate/stepgate/internal/metrics"
-	"github.com/stepgate/stepgate/internal/pgtest"
-	"github.com/stepgate/stepgate/internal/readpool"
+	"github.com/stepgate/stepgate/internal/helpers/egress"
+	"github.com/stepgate/stepgate/internal/helpers/metrics"
+	"github.com/stepgate/stepgate/internal/helpers/readpool"
+	"github.com/stepgate/stepgate/internal/wiring/gatewayproc"
+	"github.com/stepgate/stepgate/internal/wiring/pgtest"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/protocol"
 	"github.com/stepgate/stepgate/protocol/ndjson"

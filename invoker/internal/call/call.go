@@ -41,7 +41,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/stepgate/stepgate/internal/egress"
+	"github.com/stepgate/stepgate/internal/helpers/egress"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
 	"github.com/stepgate/stepgate/protocol/signature"

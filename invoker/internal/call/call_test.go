@@ -19,7 +19,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/stepgate/stepgate/internal/egress"
+	"github.com/stepgate/stepgate/internal/helpers/egress"
 	"github.com/stepgate/stepgate/invoker/internal/call"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol/signature"

@@ -17,7 +17,7 @@ const module = "github.com/stepgate/stepgate/"
 // TestCallOnlyCalls keeps package call to its one job, sending an invocation: it uses
 // nothing of the journal but its ErrorInfo type, so that it writes nothing of a run (what
 // an answer does to the run is the invoker's). What it may import — not the gateway, the
-// SDK, River or the database driver — is the layering table's (internal/layering).
+// SDK, River or the database driver — is the layering table's (internal/tooling/layering).
 func TestCallOnlyCalls(t *testing.T) {
 	t.Parallel()
 	files, err := filepath.Glob("*.go")

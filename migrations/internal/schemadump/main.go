@@ -18,7 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/stepgate/stepgate/internal/pgserver"
+	"github.com/stepgate/stepgate/internal/wiring/pgserver"
 	"github.com/stepgate/stepgate/migrations"
 	"github.com/stepgate/stepgate/migrations/internal/pgdump"
 )

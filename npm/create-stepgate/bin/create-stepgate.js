@@ -6,7 +6,7 @@
 //
 // It copies template/ into the new folder, with a package.json whose @stepgate/sdk and
 // stepgate are this package's version, and refuses a folder that is not empty. With
-// --packages, they come from the tarballs in DIR (`go run ./internal/npmdist -out DIR
+// --packages, they come from the tarballs in DIR (`go run ./internal/tooling/npmdist -out DIR
 // -sdk` in a stepgate checkout makes them) instead of the registry.
 import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { basename, join, relative, resolve } from "node:path";
@@ -41,7 +41,7 @@ function fromPackages() {
   const files = existsSync(packagesDir) ? readdirSync(packagesDir) : [];
   const tarball = (file) => {
     if (!files.includes(file)) {
-      fail(`${packagesDir} has no ${file}: make the packages with \`go run ./internal/npmdist -out ${packagesDir} -sdk\` in a stepgate checkout`);
+      fail(`${packagesDir} has no ${file}: make the packages with \`go run ./internal/tooling/npmdist -out ${packagesDir} -sdk\` in a stepgate checkout`);
     }
     return `file:${join(packagesDir, file)}`;
   };
@@ -50,7 +50,7 @@ function fromPackages() {
     const m = /^stepgate-cli-([a-z]+-[a-z0-9]+)-(.+)\.tgz$/.exec(f);
     if (m && m[2] === version) overrides[`@stepgate/cli-${m[1]}`] = `file:${join(packagesDir, f)}`;
   }
-  if (Object.keys(overrides).length === 0) fail(`${packagesDir} has no stepgate-cli-<os>-<cpu>-${version}.tgz: make them with \`go run ./internal/npmdist -out ${packagesDir} -sdk\``);
+  if (Object.keys(overrides).length === 0) fail(`${packagesDir} has no stepgate-cli-<os>-<cpu>-${version}.tgz: make them with \`go run ./internal/tooling/npmdist -out ${packagesDir} -sdk\``);
   return { sdk: tarball(`stepgate-sdk-${version}.tgz`), stepgate: tarball(`stepgate-${version}.tgz`), overrides };
 }
 const local = packagesDir === undefined ? undefined : fromPackages();

@@ -17,7 +17,7 @@
 // A block that names its source with an example comment just before it
 // (<!-- example: sdk/typescript/examples/tour.ts -->, or PATH#REGION for a region of
 // it) is compiled where it lives when that is this package's src/, test/ or examples/
-// (tsconfig.json's include), and not again here: the Go test internal/readme's
+// (tsconfig.json's include), and not again here: the Go test internal/tooling/readme's
 // TestExampleBlocks checks that the block equals its source, in every language.
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";

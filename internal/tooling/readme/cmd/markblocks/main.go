@@ -8,7 +8,7 @@
 //
 // Usage, from anywhere in the repository:
 //
-//	go run ./internal/readme/cmd/markblocks [-n] [path ...]
+//	go run ./internal/tooling/readme/cmd/markblocks [-n] [path ...]
 //
 // The paths (files or directories, relative to the root) replace the default example
 // directories. With -n it says what it would mark, and writes nothing.
@@ -21,9 +21,9 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/stepgate/stepgate/internal/repo"
+	"github.com/stepgate/stepgate/internal/tooling/repo"
 
-	"github.com/stepgate/stepgate/internal/readme"
+	"github.com/stepgate/stepgate/internal/tooling/readme"
 )
 
 func main() {
