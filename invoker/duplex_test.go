@@ -593,3 +593,72 @@ func TestDuplexBackpressure(t *testing.T) {
 	t.Logf("the function wrote %d of %d frames before its timeout; the heap grew by at most %d KiB", written.Load(), frames, grew>>10)
 	require.Less(t, grew, int64(64<<20), "the gateway did not read ahead into memory")
 }
+
+// TestDuplexDeadlines: the two clocks a duplex exchange runs under. An invocation past
+// its function's timeout is ended mid-step: the step body's context is cancelled, the
+// invocation fails as a timeout, and the retry replays the acknowledged step instead of
+// running it again. A run past its run_timeout fails deadline_exceeded while a step
+// body runs, and that body's context is cancelled too: nothing keeps working for a run
+// that has ended.
+func TestDuplexDeadlines(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	app := s.NewApp()
+	var first, second atomic.Int64
+	timedOut, ended := make(chan struct{}), make(chan struct{})
+	functions.Register(app, "timed", func(ctx context.Context, _ struct{}) (string, error) {
+		a, err := step.Run(ctx, "one", func(context.Context) (string, error) { first.Add(1); return "a", nil })
+		if err != nil {
+			return "", err
+		}
+		b, err := step.Run(ctx, "two", func(ctx context.Context) (string, error) {
+			if second.Add(1) == 1 {
+				<-ctx.Done() // the first invocation outlives its timeout here
+				close(timedOut)
+				return "", ctx.Err()
+			}
+			return "b", nil
+		})
+		return a + b, err
+	}, functions.InvocationTimeout(time.Second), functions.InvocationAttempts(3),
+		functions.InvocationBackoff(10*time.Millisecond, 10*time.Millisecond))
+	functions.Register(app, "overdue", func(ctx context.Context, _ struct{}) (string, error) {
+		return step.Run(ctx, "forever", func(ctx context.Context) (string, error) {
+			<-ctx.Done()
+			close(ended)
+			return "", ctx.Err()
+		})
+	}, functions.RunTimeout(time.Second), functions.InvocationTimeout(time.Minute))
+	s.Sync(t, s.ServeApp(t, app))
+	c := s.Client(t, s.Token)
+
+	t.Run("InvocationTimeout", func(t *testing.T) {
+		t.Parallel()
+		res := awaitResult(t, c, startRunAsync(t, c, "timed", `{}`).ID)
+		require.Equal(t, protocol.RunStatusCompleted, res.Status, res.Error)
+		require.JSONEq(t, `"ab"`, string(*res.Output))
+		select {
+		case <-timedOut:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the timed-out step body's context was not cancelled")
+		}
+		require.EqualValues(t, 1, first.Load(), "the acknowledged step was replayed, not run again")
+		d := getRun(t, c, res.ID)
+		require.Equal(t, 1, d.FailedInvocations)
+		require.Equal(t, []string{"step one", "step two"}, journalOf(t, c, res.ID))
+	})
+
+	t.Run("RunTimeout", func(t *testing.T) {
+		t.Parallel()
+		res := awaitResult(t, c, startRunAsync(t, c, "overdue", `{}`).ID)
+		require.Equal(t, protocol.RunStatusFailed, res.Status)
+		require.NotNil(t, res.Error)
+		require.Equal(t, "deadline_exceeded", res.Error.Type, res.Error.Message)
+		select {
+		case <-ended:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the step body of a run past its deadline was not cancelled")
+		}
+		require.Empty(t, journalOf(t, c, res.ID))
+	})
+}
