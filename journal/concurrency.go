@@ -95,9 +95,9 @@ type HeldReason struct {
 func GetFunctionQueue(ctx context.Context, db DB, tenant, function string) (*FunctionQueue, error) {
 	q := &FunctionQueue{}
 	b := &pgx.Batch{}
-	b.Queue(dbsqlc.ConcurrencyQueueCounts, tenant, function).
+	b.Queue(dbsqlc.ConcurrencyQueueCounts, dbsqlc.ConcurrencyQueueCountsParams{Tenant: tenant, Function: function}.Args()...).
 		QueryRow(func(row pgx.Row) error { return row.Scan(&q.Queued, &q.Running, &q.Held) })
-	b.Queue(dbsqlc.ConcurrencyQueueKeys, tenant, function, MaxQueueKeys).
+	b.Queue(dbsqlc.ConcurrencyQueueKeys, dbsqlc.ConcurrencyQueueKeysParams{Tenant: tenant, Function: function, MaxKeys: MaxQueueKeys}.Args()...).
 		Query(func(rows pgx.Rows) error {
 			keys, err := pgx.CollectRows(rows, pgx.RowToStructByName[dbsqlc.ConcurrencyQueueKeysRow])
 			q.Keys = make([]QueueKey, len(keys))
@@ -106,7 +106,7 @@ func GetFunctionQueue(ctx context.Context, db DB, tenant, function string) (*Fun
 			}
 			return err
 		})
-	b.Queue(dbsqlc.ConcurrencyQueueReasons, tenant, function, MaxQueueKeys).
+	b.Queue(dbsqlc.ConcurrencyQueueReasons, dbsqlc.ConcurrencyQueueReasonsParams{Tenant: tenant, Function: function, MaxKeys: MaxQueueKeys}.Args()...).
 		Query(func(rows pgx.Rows) error {
 			reasons, err := pgx.CollectRows(rows, pgx.RowToStructByName[dbsqlc.ConcurrencyQueueReasonsRow])
 			q.Reasons = make([]HeldReason, len(reasons))

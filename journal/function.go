@@ -74,9 +74,9 @@ func RegisterFunction(ctx context.Context, db DB, tenant, name, url string, conf
 	// The lock serializes registrations of one name until the transaction ends (a batch
 	// outside one runs as one implicit transaction), so the insert's snapshot, taken
 	// after it, holds every earlier revision and no registration has to retry.
-	b.Queue(dbsqlc.FunctionLockName, tenant, name)
+	b.Queue(dbsqlc.FunctionLockName, dbsqlc.FunctionLockNameParams{Tenant: tenant, Name: name}.Args()...)
 	var fn *Function
-	b.Queue(dbsqlc.FunctionRegister, tenant, name, url, config, timeout.Milliseconds(), runTimeout.Milliseconds()).
+	b.Queue(dbsqlc.FunctionRegister, dbsqlc.FunctionRegisterParams{Tenant: tenant, Name: name, Url: url, Config: config, TimeoutMs: timeout.Milliseconds(), RunTimeoutMs: runTimeout.Milliseconds()}.Args()...).
 		QueryRow(func(row pgx.Row) error {
 			var r dbsqlc.FunctionRegisterRow
 			if err := row.Scan(&r.Tenant, &r.Name, &r.Revision, &r.Url, &r.Config, &r.CreatedAt); err != nil {
@@ -102,8 +102,8 @@ func SyncFunction(ctx context.Context, db DB, tenant, name, url string, config j
 		config = json.RawMessage(`{}`)
 	}
 	b := &pgx.Batch{}
-	b.Queue(dbsqlc.FunctionLockName, tenant, name) // as in RegisterFunction
-	b.Queue(dbsqlc.FunctionSync, tenant, name, url, config, timeout.Milliseconds(), runTimeout.Milliseconds()).
+	b.Queue(dbsqlc.FunctionLockName, dbsqlc.FunctionLockNameParams{Tenant: tenant, Name: name}.Args()...) // as in RegisterFunction
+	b.Queue(dbsqlc.FunctionSync, dbsqlc.FunctionSyncParams{Tenant: tenant, Name: name, Url: url, Config: config, TimeoutMs: timeout.Milliseconds(), RunTimeoutMs: runTimeout.Milliseconds()}.Args()...).
 		QueryRow(func(row pgx.Row) error {
 			var r dbsqlc.FunctionSyncRow
 			if err := row.Scan(&r.Tenant, &r.Name, &r.Revision, &r.Url, &r.Config, &r.CreatedAt, &r.Changed); err != nil {

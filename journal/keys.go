@@ -53,7 +53,7 @@ func RotateInvocationKey(ctx context.Context, db DB, next InvocationKey, overlap
 	b := &pgx.Batch{}
 	b.Queue(dbsqlc.InvocationKeyLock)
 	b.Queue(dbsqlc.InvocationKeyRetire, overlap.Seconds())
-	b.Queue(dbsqlc.InvocationKeyInsert, next.ID, next.Secret)
+	b.Queue(dbsqlc.InvocationKeyInsert, dbsqlc.InvocationKeyInsertParams{ID: next.ID, Secret: next.Secret}.Args()...)
 	// A batch outside a transaction runs as one implicit transaction.
 	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("rotate invocation key: %w", err)
@@ -129,8 +129,8 @@ func RotateSigningKey(ctx context.Context, db DB, next SigningKey, overlap time.
 	// The statements go in one round trip, with their generated SQL and their arguments
 	// in the order of their generated Params structs.
 	b.Queue(dbsqlc.SigningKeyLock, next.Tenant)
-	b.Queue(dbsqlc.SigningKeyRetire, overlap.Seconds(), next.Tenant, int64(MaxSigningKeys))
-	b.Queue(dbsqlc.SigningKeyInsertCurrent, next.Tenant, next.ID, next.Seed, next.PublicKey, next.HMACSecret)
+	b.Queue(dbsqlc.SigningKeyRetire, dbsqlc.SigningKeyRetireParams{OverlapSecs: overlap.Seconds(), Tenant: next.Tenant, MaxKeys: MaxSigningKeys}.Args()...)
+	b.Queue(dbsqlc.SigningKeyInsertCurrent, dbsqlc.SigningKeyInsertCurrentParams{Tenant: next.Tenant, ID: next.ID, Seed: next.Seed, PublicKey: next.PublicKey, HmacSecret: next.HMACSecret}.Args()...)
 	b.Queue(dbsqlc.SigningKeys, next.Tenant).Query(func(rows pgx.Rows) error {
 		got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[dbsqlc.StepgateSigningKey])
 		keys = signingKeysOf(got)

@@ -238,12 +238,12 @@ func deliver(ctx context.Context, db DB, n NewMessage, status Status) (*Sent, er
 	// One round trip: the generated statements, queued with their arguments in the
 	// generated functions' order.
 	b := &pgx.Batch{}
-	b.Queue(dbsqlc.MessageByID, n.Tenant, n.RunID, n.ID).Query(func(rows pgx.Rows) error {
+	b.Queue(dbsqlc.MessageByID, dbsqlc.MessageByIDParams{Tenant: n.Tenant, RunID: n.RunID, ID: n.ID}.Args()...).Query(func(rows pgx.Rows) error {
 		var err error
 		dup, err = pgx.CollectRows(rows, pgx.RowToStructByPos[dbsqlc.MessageByIDRow])
 		return err
 	})
-	b.Queue(dbsqlc.MessageDeliveryState, n.Tenant, n.RunID, n.Topic, int64(MaxUnconsumedMessages), data).QueryRow(func(row pgx.Row) error {
+	b.Queue(dbsqlc.MessageDeliveryState, dbsqlc.MessageDeliveryStateParams{Tenant: n.Tenant, RunID: n.RunID, Topic: n.Topic, MaxUnconsumed: MaxUnconsumedMessages, Data: data}.Args()...).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&waitSeq, &waitName, &waitAlt, &unconsumed, &size, &mailbox)
 	})
 	if err := db.SendBatch(ctx, b).Close(); err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -385,15 +386,16 @@ func GetRunDetail(ctx context.Context, db DB, tenant, id string, p JournalPage) 
 	if budget <= 0 {
 		budget = 8 << 20
 	}
+	after := int32(min(max(p.After, 0), math.MaxInt32)) // a seq is an int4: none is after MaxInt32
 	d := &Detail{}
 	b := &pgx.Batch{}
-	b.Queue(dbsqlc.RunGet, id, tenant).QueryRow(func(row pgx.Row) error {
+	b.Queue(dbsqlc.RunGet, dbsqlc.RunGetParams{ID: id, Tenant: tenant}.Args()...).QueryRow(func(row pgx.Row) error {
 		var err error
 		d.Run, err = scanRun(row)
 		return err
 	})
 	var last *int
-	b.Queue(dbsqlc.RunDetailJournal, id, p.After, tenant, budget, limit).
+	b.Queue(dbsqlc.RunDetailJournal, dbsqlc.RunDetailJournalParams{RunID: id, After: after, Tenant: tenant, MaxBytes: int64(budget), MaxEntries: int64(limit)}.Args()...).
 		Query(func(rows pgx.Rows) error {
 			var used int64
 			for rows.Next() {
@@ -409,11 +411,11 @@ func GetRunDetail(ctx context.Context, db DB, tenant, id string, p JournalPage) 
 			}
 			return rows.Err()
 		})
-	b.Queue(dbsqlc.RunLastSeq, id, tenant).QueryRow(func(row pgx.Row) error {
+	b.Queue(dbsqlc.RunLastSeq, dbsqlc.RunLastSeqParams{RunID: id, Tenant: tenant}.Args()...).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&last)
 	})
 	if !p.NoFailures {
-		b.Queue(dbsqlc.RunDetailFailures, tenant, id, p.After, MaxInvocationFailures).
+		b.Queue(dbsqlc.RunDetailFailures, dbsqlc.RunDetailFailuresParams{Tenant: tenant, RunID: id, After: after, MaxInvocationFailures: MaxInvocationFailures}.Args()...).
 			Query(func(rows pgx.Rows) error {
 				var err error
 				d.Failures, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Failure, error) {

@@ -109,13 +109,13 @@ func claimRun(ctx context.Context, db DB, runID string, lease time.Duration, slo
 	// taken its slots (or held the run); the journal is read only when the claim was made.
 	journal, stepAttempts := dbsqlc.ClaimJournal, dbsqlc.ClaimStepAttempts
 	if slots {
-		b.Queue(dbsqlc.ClaimRunSlots, runID, lease.Seconds(), TimedOut).QueryRow(onClaim)
+		b.Queue(dbsqlc.ClaimRunSlots, dbsqlc.ClaimRunSlotsParams{RunID: runID, LeaseSeconds: lease.Seconds(), TimedOut: TimedOut}.Args()...).QueryRow(onClaim)
 		journal, stepAttempts = dbsqlc.ClaimSlotsJournal, dbsqlc.ClaimSlotsStepAttempts
 	} else if early != nil {
 		claim.NotBefore = early.wakeAt
-		b.Queue(dbsqlc.ClaimRunEarly, lease.Seconds(), early.tenant, runID, early.wakeAt, early.early.Seconds(), backstop).QueryRow(onClaim)
+		b.Queue(dbsqlc.ClaimRunEarly, dbsqlc.ClaimRunEarlyParams{LeaseSeconds: lease.Seconds(), Tenant: early.tenant, RunID: runID, WakeAt: &early.wakeAt, EarlySeconds: early.early.Seconds(), BackstopJob: backstop}.Args()...).QueryRow(onClaim)
 	} else {
-		b.Queue(dbsqlc.ClaimRun, lease.Seconds(), runID, TimedOut, backstop).QueryRow(onClaim)
+		b.Queue(dbsqlc.ClaimRun, dbsqlc.ClaimRunParams{LeaseSeconds: lease.Seconds(), RunID: runID, TimedOut: TimedOut, BackstopJob: backstop}.Args()...).QueryRow(onClaim)
 	}
 	b.Queue(journal, runID).Query(func(rows pgx.Rows) error {
 		var err error

@@ -208,11 +208,11 @@ func ResumeWaiters(ctx context.Context, db DB, ev *Event) ([]string, error) {
 	}
 	// One round trip: the generated statements, queued with their parameters in order.
 	b := &pgx.Batch{}
-	b.Queue(dbsqlc.WaitResumeLockEventName, ev.Tenant, ev.Name)
-	b.Queue(dbsqlc.WaitResumeLockMatches, ev.Tenant, ev.Name, doc)
+	b.Queue(dbsqlc.WaitResumeLockEventName, dbsqlc.WaitResumeLockEventNameParams{Tenant: ev.Tenant, Event: ev.Name}.Args()...)
+	b.Queue(dbsqlc.WaitResumeLockMatches, dbsqlc.WaitResumeLockMatchesParams{Tenant: ev.Tenant, Event: ev.Name, Doc: doc}.Args()...)
 	var resumed []string
 	// A later statement of the batch: a snapshot taken with the locks held.
-	b.Queue(dbsqlc.WaitResume, ev.Tenant, ev.Name, doc, ev.ID).
+	b.Queue(dbsqlc.WaitResume, dbsqlc.WaitResumeParams{Tenant: ev.Tenant, Event: &ev.Name, Doc: doc, ID: ev.ID}.Args()...).
 		Query(func(rows pgx.Rows) error {
 			var err error
 			resumed, err = pgx.CollectRows(rows, pgx.RowTo[string])

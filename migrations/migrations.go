@@ -46,6 +46,7 @@ import (
 
 //go:generate go run ./internal/schemadump -o schema.sql
 //go:generate go tool sqlc generate -f ../journal/sqlc.yaml
+//go:generate go run ../journal/internal/argsgen -dir ../journal/internal/dbsqlc
 
 // files are the migrations; schema.sql, beside them, is generated from them.
 //
