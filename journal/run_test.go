@@ -305,6 +305,10 @@ func TestGetRunDetailPages(t *testing.T) {
 	d, err = journal.GetRunDetail(ctx, tx, run.Tenant, run.ID, journal.JournalPage{MaxBytes: 1})
 	require.NoError(t, err)
 	require.Len(t, d.Journal, 1, "a page holds one entry at least")
+	d, err = journal.GetRunDetail(ctx, tx, run.Tenant, run.ID, journal.JournalPage{After: 1 << 40})
+	require.NoError(t, err, "a cursor past any seq (an int4) is no error")
+	require.Empty(t, d.Journal)
+	require.Zero(t, d.Next)
 }
 
 func TestCopyEntries(t *testing.T) {
