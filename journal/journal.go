@@ -127,7 +127,7 @@ type Failure struct {
 // named query, ClaimStepAttempts): the next attempt of each step that has failed before
 // and has no entry yet, by its seq.
 func StepAttempts(ctx context.Context, db DB, runID string) (map[int]int, error) {
-	rows, err := dbsqlc.New(db).ClaimStepAttempts(ctx, runID)
+	rows, err := dbsqlc.New(db).ClaimStepAttempts(ctx, dbsqlc.ClaimStepAttemptsParams{RunID: runID})
 	if err != nil {
 		return nil, fmt.Errorf("read the step attempts of run %s: %w", runID, err)
 	}

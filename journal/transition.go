@@ -107,22 +107,20 @@ func claimRun(ctx context.Context, db DB, runID string, lease time.Duration, slo
 	}
 	// With slots, claim_slots has checked that the run is due, under its row lock, and
 	// taken its slots (or held the run); the journal is read only when the claim was made.
-	journal, stepAttempts := dbsqlc.ClaimJournal, dbsqlc.ClaimStepAttempts
 	if slots {
 		b.Queue(dbsqlc.ClaimRunSlots, dbsqlc.ClaimRunSlotsParams{RunID: runID, LeaseSeconds: lease.Seconds(), TimedOut: TimedOut}.Args()...).QueryRow(onClaim)
-		journal, stepAttempts = dbsqlc.ClaimSlotsJournal, dbsqlc.ClaimSlotsStepAttempts
 	} else if early != nil {
 		claim.NotBefore = early.wakeAt
 		b.Queue(dbsqlc.ClaimRunEarly, dbsqlc.ClaimRunEarlyParams{LeaseSeconds: lease.Seconds(), Tenant: early.tenant, RunID: runID, WakeAt: &early.wakeAt, EarlySeconds: early.early.Seconds(), BackstopJob: backstop}.Args()...).QueryRow(onClaim)
 	} else {
 		b.Queue(dbsqlc.ClaimRun, dbsqlc.ClaimRunParams{LeaseSeconds: lease.Seconds(), RunID: runID, TimedOut: TimedOut, BackstopJob: backstop}.Args()...).QueryRow(onClaim)
 	}
-	b.Queue(journal, runID).Query(func(rows pgx.Rows) error {
+	b.Queue(dbsqlc.ClaimJournal, dbsqlc.ClaimJournalParams{RunID: runID, RunningOnly: slots}.Args()...).Query(func(rows pgx.Rows) error {
 		var err error
 		claim.Journal, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Entry, error) { return scanEntry(row) })
 		return err
 	})
-	b.Queue(stepAttempts, runID).
+	b.Queue(dbsqlc.ClaimStepAttempts, dbsqlc.ClaimStepAttemptsParams{RunID: runID, RunningOnly: slots}.Args()...).
 		Query(func(rows pgx.Rows) error {
 			var seq, attempt int
 			_, err := pgx.ForEachRow(rows, []any{&seq, &attempt}, func() error {

@@ -97,34 +97,22 @@ SELECT u.* FROM u;
 
 -- name: ClaimJournal :many
 -- The run's entries, keyed by its tenant, which the claim in the same batch has locked.
+-- With running_only (after ClaimRunSlots, which may hold the run instead), only when the
+-- claim was made.
 SELECT e.seq, e.kind, e.name, e.output, e.error, e.attempt, e.wake_at, e.started_at, e.finished_at,
     e.copied_from IS NOT NULL AS copied
 FROM stepgate.run r JOIN stepgate.journal_entry e ON e.tenant = r.tenant AND e.run_id = r.id
-WHERE r.id = @run_id ORDER BY e.seq;
-
--- name: ClaimSlotsJournal :many
--- ClaimJournal, read only when ClaimRunSlots made the claim.
-SELECT e.seq, e.kind, e.name, e.output, e.error, e.attempt, e.wake_at, e.started_at, e.finished_at,
-    e.copied_from IS NOT NULL AS copied
-FROM stepgate.run r JOIN stepgate.journal_entry e ON e.tenant = r.tenant AND e.run_id = r.id
-WHERE r.id = @run_id AND r.status = 'running'
+WHERE r.id = @run_id AND (NOT @running_only::boolean OR r.status = 'running')
 ORDER BY e.seq;
 
 -- name: ClaimStepAttempts :many
--- The next attempt of each step that has failed before and has no entry yet.
+-- The next attempt of each step that has failed before and has no entry yet; with
+-- running_only, as ClaimJournal's.
 SELECT f.seq, max(f.attempt) + 1 AS attempt
 FROM stepgate.run r JOIN stepgate.attempt_failure f ON f.tenant = r.tenant AND f.run_id = r.id
 WHERE r.id = @run_id AND f.seq > 0 AND NOT EXISTS (
     SELECT 1 FROM stepgate.journal_entry e WHERE e.tenant = f.tenant AND e.run_id = f.run_id AND e.seq = f.seq)
-GROUP BY f.seq;
-
--- name: ClaimSlotsStepAttempts :many
--- ClaimStepAttempts, read only when ClaimRunSlots made the claim.
-SELECT f.seq, max(f.attempt) + 1 AS attempt
-FROM stepgate.run r JOIN stepgate.attempt_failure f ON f.tenant = r.tenant AND f.run_id = r.id
-WHERE r.id = @run_id AND f.seq > 0 AND NOT EXISTS (
-    SELECT 1 FROM stepgate.journal_entry e WHERE e.tenant = f.tenant AND e.run_id = f.run_id AND e.seq = f.seq)
-    AND r.status = 'running'
+    AND (NOT @running_only::boolean OR r.status = 'running')
 GROUP BY f.seq;
 
 -- name: ClaimHeld :one

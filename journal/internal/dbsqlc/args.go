@@ -87,6 +87,11 @@ func (arg CancelDescendantsParams) Args() []any {
 	return []any{arg.Tenant, arg.Roots, arg.MaxRuns, arg.ByIdentity}
 }
 
+// Args returns the parameters of ClaimJournal in its statement's order.
+func (arg ClaimJournalParams) Args() []any {
+	return []any{arg.RunID, arg.RunningOnly}
+}
+
 // Args returns the parameters of ClaimRun in its statement's order.
 func (arg ClaimRunParams) Args() []any {
 	return []any{arg.LeaseSeconds, arg.RunID, arg.TimedOut, arg.BackstopJob}
@@ -100,6 +105,11 @@ func (arg ClaimRunEarlyParams) Args() []any {
 // Args returns the parameters of ClaimRunSlots in its statement's order.
 func (arg ClaimRunSlotsParams) Args() []any {
 	return []any{arg.RunID, arg.LeaseSeconds, arg.TimedOut}
+}
+
+// Args returns the parameters of ClaimStepAttempts in its statement's order.
+func (arg ClaimStepAttemptsParams) Args() []any {
+	return []any{arg.RunID, arg.RunningOnly}
 }
 
 // Args returns the parameters of ConcurrencyQueueCounts in its statement's order.

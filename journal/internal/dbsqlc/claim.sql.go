@@ -27,8 +27,14 @@ const ClaimJournal = `-- name: ClaimJournal :many
 SELECT e.seq, e.kind, e.name, e.output, e.error, e.attempt, e.wake_at, e.started_at, e.finished_at,
     e.copied_from IS NOT NULL AS copied
 FROM stepgate.run r JOIN stepgate.journal_entry e ON e.tenant = r.tenant AND e.run_id = r.id
-WHERE r.id = $1 ORDER BY e.seq
+WHERE r.id = $1 AND (NOT $2::boolean OR r.status = 'running')
+ORDER BY e.seq
 `
+
+type ClaimJournalParams struct {
+	RunID       string
+	RunningOnly bool
+}
 
 type ClaimJournalRow struct {
 	Seq        int32
@@ -44,8 +50,10 @@ type ClaimJournalRow struct {
 }
 
 // The run's entries, keyed by its tenant, which the claim in the same batch has locked.
-func (q *Queries) ClaimJournal(ctx context.Context, runID string) ([]ClaimJournalRow, error) {
-	rows, err := q.db.Query(ctx, ClaimJournal, runID)
+// With running_only (after ClaimRunSlots, which may hold the run instead), only when the
+// claim was made.
+func (q *Queries) ClaimJournal(ctx context.Context, arg ClaimJournalParams) ([]ClaimJournalRow, error) {
+	rows, err := q.db.Query(ctx, ClaimJournal, arg.RunID, arg.RunningOnly)
 	if err != nil {
 		return nil, err
 	}
@@ -429,110 +437,29 @@ func (q *Queries) ClaimRunSlots(ctx context.Context, arg ClaimRunSlotsParams) (C
 	return i, err
 }
 
-const ClaimSlotsJournal = `-- name: ClaimSlotsJournal :many
-SELECT e.seq, e.kind, e.name, e.output, e.error, e.attempt, e.wake_at, e.started_at, e.finished_at,
-    e.copied_from IS NOT NULL AS copied
-FROM stepgate.run r JOIN stepgate.journal_entry e ON e.tenant = r.tenant AND e.run_id = r.id
-WHERE r.id = $1 AND r.status = 'running'
-ORDER BY e.seq
-`
-
-type ClaimSlotsJournalRow struct {
-	Seq        int32
-	Kind       string
-	Name       string
-	Output     json.RawMessage
-	Error      json.RawMessage
-	Attempt    int32
-	WakeAt     *time.Time
-	StartedAt  *time.Time
-	FinishedAt time.Time
-	Copied     interface{}
-}
-
-// ClaimJournal, read only when ClaimRunSlots made the claim.
-func (q *Queries) ClaimSlotsJournal(ctx context.Context, runID string) ([]ClaimSlotsJournalRow, error) {
-	rows, err := q.db.Query(ctx, ClaimSlotsJournal, runID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []ClaimSlotsJournalRow
-	for rows.Next() {
-		var i ClaimSlotsJournalRow
-		if err := rows.Scan(
-			&i.Seq,
-			&i.Kind,
-			&i.Name,
-			&i.Output,
-			&i.Error,
-			&i.Attempt,
-			&i.WakeAt,
-			&i.StartedAt,
-			&i.FinishedAt,
-			&i.Copied,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const ClaimSlotsStepAttempts = `-- name: ClaimSlotsStepAttempts :many
-SELECT f.seq, max(f.attempt) + 1 AS attempt
-FROM stepgate.run r JOIN stepgate.attempt_failure f ON f.tenant = r.tenant AND f.run_id = r.id
-WHERE r.id = $1 AND f.seq > 0 AND NOT EXISTS (
-    SELECT 1 FROM stepgate.journal_entry e WHERE e.tenant = f.tenant AND e.run_id = f.run_id AND e.seq = f.seq)
-    AND r.status = 'running'
-GROUP BY f.seq
-`
-
-type ClaimSlotsStepAttemptsRow struct {
-	Seq     int32
-	Attempt int32
-}
-
-// ClaimStepAttempts, read only when ClaimRunSlots made the claim.
-func (q *Queries) ClaimSlotsStepAttempts(ctx context.Context, runID string) ([]ClaimSlotsStepAttemptsRow, error) {
-	rows, err := q.db.Query(ctx, ClaimSlotsStepAttempts, runID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []ClaimSlotsStepAttemptsRow
-	for rows.Next() {
-		var i ClaimSlotsStepAttemptsRow
-		if err := rows.Scan(&i.Seq, &i.Attempt); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const ClaimStepAttempts = `-- name: ClaimStepAttempts :many
 SELECT f.seq, max(f.attempt) + 1 AS attempt
 FROM stepgate.run r JOIN stepgate.attempt_failure f ON f.tenant = r.tenant AND f.run_id = r.id
 WHERE r.id = $1 AND f.seq > 0 AND NOT EXISTS (
     SELECT 1 FROM stepgate.journal_entry e WHERE e.tenant = f.tenant AND e.run_id = f.run_id AND e.seq = f.seq)
+    AND (NOT $2::boolean OR r.status = 'running')
 GROUP BY f.seq
 `
+
+type ClaimStepAttemptsParams struct {
+	RunID       string
+	RunningOnly bool
+}
 
 type ClaimStepAttemptsRow struct {
 	Seq     int32
 	Attempt int32
 }
 
-// The next attempt of each step that has failed before and has no entry yet.
-func (q *Queries) ClaimStepAttempts(ctx context.Context, runID string) ([]ClaimStepAttemptsRow, error) {
-	rows, err := q.db.Query(ctx, ClaimStepAttempts, runID)
+// The next attempt of each step that has failed before and has no entry yet; with
+// running_only, as ClaimJournal's.
+func (q *Queries) ClaimStepAttempts(ctx context.Context, arg ClaimStepAttemptsParams) ([]ClaimStepAttemptsRow, error) {
+	rows, err := q.db.Query(ctx, ClaimStepAttempts, arg.RunID, arg.RunningOnly)
 	if err != nil {
 		return nil, err
 	}
