@@ -2,14 +2,13 @@ package gateway_test
 
 import (
 	"go/ast"
-	"go/parser"
-	"go/token"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/stepgate/stepgate/internal/tooling/gosrc"
 )
 
 // runWrites are the journal functions that change a run's status, start runs or write
@@ -31,16 +30,10 @@ var runWrites = []string{
 // is the layering table's, internal/tooling/layering).
 func TestGatewayOnlyMapsHTTP(t *testing.T) {
 	t.Parallel()
-	files, err := filepath.Glob("*.go")
-	require.NoError(t, err)
-	fset := token.NewFileSet()
+	fset, files := gosrc.Files(t, ".")
 	checked := 0
-	for _, name := range files {
-		if strings.HasSuffix(name, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, name, nil, 0)
-		require.NoError(t, err)
+	for _, file := range files {
+		f := file.AST
 		checked++
 		journalName := ""
 		for _, imp := range f.Imports {
@@ -78,16 +71,10 @@ func TestGatewayOnlyMapsHTTP(t *testing.T) {
 // ForReaders).
 func TestGatewayOwnsItsConverters(t *testing.T) {
 	t.Parallel()
-	files, err := filepath.Glob("*.go")
-	require.NoError(t, err)
-	fset := token.NewFileSet()
+	fset, files := gosrc.Files(t, ".")
 	checked := 0
-	for _, name := range files {
-		if strings.HasSuffix(name, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, name, nil, 0)
-		require.NoError(t, err)
+	for _, file := range files {
+		f := file.AST
 		checked++
 		invokerName := ""
 		for _, imp := range f.Imports {
@@ -127,9 +114,7 @@ const module = "github.com/stepgate/stepgate/"
 // kind touches no file of the gateway.
 func TestGatewayHasNoKindSwitch(t *testing.T) {
 	t.Parallel()
-	files, err := filepath.Glob("*.go")
-	require.NoError(t, err)
-	fset := token.NewFileSet()
+	fset, files := gosrc.Files(t, ".")
 	kindConst := func(sel *ast.SelectorExpr) bool {
 		x, ok := sel.X.(*ast.Ident)
 		if !ok {
@@ -144,13 +129,8 @@ func TestGatewayHasNoKindSwitch(t *testing.T) {
 		}
 		return false
 	}
-	for _, name := range files {
-		if strings.HasSuffix(name, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, name, nil, 0)
-		require.NoError(t, err)
-		ast.Inspect(f, func(n ast.Node) bool {
+	for _, f := range files {
+		ast.Inspect(f.AST, func(n ast.Node) bool {
 			cc, ok := n.(*ast.CaseClause)
 			if !ok {
 				return true

@@ -2,14 +2,12 @@ package invoker_test
 
 import (
 	"go/ast"
-	"go/parser"
-	"go/token"
-	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/stepgate/stepgate/internal/tooling/gosrc"
 )
 
 // maxInvokerMethods bounds the exported methods of *Invoker: the run service's own
@@ -22,17 +20,10 @@ const maxInvokerMethods = 20
 // package's files (tests' export files aside) and fails one above maxInvokerMethods.
 func TestInvokerFaceStaysSmall(t *testing.T) {
 	t.Parallel()
-	files, err := filepath.Glob("*.go")
-	require.NoError(t, err)
-	fset := token.NewFileSet()
+	_, files := gosrc.Files(t, ".")
 	var methods []string
-	for _, name := range files {
-		if strings.HasSuffix(name, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, name, nil, 0)
-		require.NoError(t, err)
-		for _, d := range f.Decls {
+	for _, f := range files {
+		for _, d := range f.AST.Decls {
 			fn, ok := d.(*ast.FuncDecl)
 			if !ok || fn.Recv == nil || !fn.Name.IsExported() {
 				continue

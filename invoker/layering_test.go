@@ -2,13 +2,11 @@ package invoker_test
 
 import (
 	"go/ast"
-	"go/parser"
-	"go/token"
-	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/stepgate/stepgate/internal/tooling/gosrc"
 )
 
 // maintenanceDir is the package of the invoker's maintenance services.
@@ -20,17 +18,11 @@ const maintenanceDir = "internal/maintenance"
 // or Work method) is the only type of its file.
 func TestMaintenanceOneServicePerFile(t *testing.T) {
 	t.Parallel()
-	files, err := filepath.Glob(filepath.Join(maintenanceDir, "*.go"))
-	require.NoError(t, err)
-	fset := token.NewFileSet()
+	_, files := gosrc.Files(t, maintenanceDir)
 	types := map[string][]string{}   // file -> its types, job args aside
 	methods := map[string][]string{} // type -> its methods
-	for _, name := range files {
-		if strings.HasSuffix(name, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, name, nil, 0)
-		require.NoError(t, err)
+	for _, file := range files {
+		name, f := file.Name, file.AST
 		types[name] = nil
 		for _, d := range f.Decls {
 			switch d := d.(type) {

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/stepgate/stepgate/internal/tooling/gosrc"
 )
 
 // maxPositionalQueries bounds the statements the journal passes by their text with
@@ -44,16 +46,10 @@ func TestQueriesAreCalledTyped(t *testing.T) {
 	}
 	require.Greater(t, len(texts), 100, "the statements' constants were read")
 
-	files, err := filepath.Glob("*.go")
-	require.NoError(t, err)
+	fset, files := gosrc.Files(t, ".")
 	var positional []string
-	for _, name := range files {
-		if strings.HasSuffix(name, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, name, nil, 0)
-		require.NoError(t, err)
-		ast.Inspect(f, func(n ast.Node) bool {
+	for _, f := range files {
+		ast.Inspect(f.AST, func(n ast.Node) bool {
 			call, ok := n.(*ast.CallExpr)
 			if !ok {
 				return true

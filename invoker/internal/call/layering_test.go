@@ -2,14 +2,12 @@ package call_test
 
 import (
 	"go/ast"
-	"go/parser"
-	"go/token"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/stepgate/stepgate/internal/tooling/gosrc"
 )
 
 const module = "github.com/stepgate/stepgate/"
@@ -20,16 +18,10 @@ const module = "github.com/stepgate/stepgate/"
 // SDK, River or the database driver — is the layering table's (internal/tooling/layering).
 func TestCallOnlyCalls(t *testing.T) {
 	t.Parallel()
-	files, err := filepath.Glob("*.go")
-	require.NoError(t, err)
-	fset := token.NewFileSet()
+	fset, files := gosrc.Files(t, ".")
 	checked := 0
-	for _, name := range files {
-		if strings.HasSuffix(name, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, name, nil, 0)
-		require.NoError(t, err)
+	for _, file := range files {
+		f := file.AST
 		checked++
 		journalName := ""
 		for _, imp := range f.Imports {
