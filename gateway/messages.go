@@ -12,7 +12,7 @@ import (
 )
 
 // SendMessage puts a message in the mailbox of a run of the caller's tenant, with the
-// caller's identity (see invoker.SendMessage).
+// caller's identity (see invoker.Messages.Send).
 func (s *Server) SendMessage(ctx context.Context, req server.SendMessageRequestObject) (server.SendMessageResponseObject, error) {
 	if !validRunID(req.ID) {
 		return server.SendMessage404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: runNotFound(req.ID)}, nil

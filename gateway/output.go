@@ -366,7 +366,7 @@ func (s *Server) CheckpointStream(ctx context.Context, req server.CheckpointStre
 }
 
 // CheckpointCurrent claims the run for the process that sent the nonce, when the
-// invocation whose token the request carries owns the run (see invoker.ClaimInvocation):
+// invocation whose token the request carries owns the run (see invoker.Checkpoints.Claim):
 // 200 to the first nonce asked for the invocation and to it again, 409 superseded to any
 // other, 400 to a nonce that is not 32 lowercase hex digits.
 func (s *Server) CheckpointCurrent(ctx context.Context, req server.CheckpointCurrentRequestObject) (server.CheckpointCurrentResponseObject, error) {

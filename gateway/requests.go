@@ -40,7 +40,7 @@ func parseRequestWait(w *string) (time.Duration, error) {
 }
 
 // SendRequest sends a request to a run of the caller's tenant, with the caller's
-// identity (invoker.SendMessage, as a request), and waits up to ?wait= for the run's reply
+// identity (invoker.Messages.Send, as a request), and waits up to ?wait= for the run's reply
 // (awaitRequest). A request that waits holds a place among the caller's live streams
 // (streamSlots) until it is answered or its caller leaves.
 func (s *Server) SendRequest(ctx context.Context, req server.SendRequestRequestObject) (server.SendRequestResponseObject, error) {

@@ -499,7 +499,7 @@ func nextCursor(c *journal.Cursor) *string {
 
 // Checkpoint journals one entry a function checkpoints from its process (a finished
 // step, a sent event or message, a published value, a callback, a patch marker, a
-// sleep: invoker.Checkpoint), for the invocation its token names. It works on the
+// sleep: invoker.Checkpoints.Append), for the invocation its token names. It works on the
 // system pool: the token, bound to one run and one invocation, is what scopes it (and a
 // send looks only at runs of that run's tenant).
 func (s *Server) Checkpoint(ctx context.Context, req server.CheckpointRequestObject) (server.CheckpointResponseObject, error) {

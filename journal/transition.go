@@ -859,7 +859,7 @@ func RenewLeases(ctx context.Context, db DB, leases []Lease, ttl time.Duration) 
 // invoker fails a run past its cap. A run whose invocation was waiting out a sleep in its
 // process is due when that sleep ends: the latest wake time of the sleeps among its last
 // 64 entries (a parallel step may be journaled after a sleep being waited out), as a
-// sleep that a function waits out in its process (invoker.Checkpoint, invoker/checkpoint_sleep.go) is journaled
+// sleep that a function waits out in its process (invoker.Checkpoints.Append, invoker/checkpoint_sleep.go) is journaled
 // before it ends. The caller enqueues each run's job in the same transaction. Each
 // requeue notifies EventChannel when a gateway watches the run's tenant.
 //
