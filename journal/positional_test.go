@@ -2,9 +2,7 @@ package journal_test
 
 import (
 	"go/ast"
-	"go/parser"
 	"go/token"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -27,14 +25,13 @@ const maxPositionalQueries = 24
 // statement's text (a dbsqlc constant) and fails above maxPositionalQueries, listing them.
 func TestQueriesAreCalledTyped(t *testing.T) {
 	t.Parallel()
-	fset := token.NewFileSet()
-	texts := map[string]bool{} // the statements' constants
-	generated, err := filepath.Glob("internal/dbsqlc/*.sql.go")
-	require.NoError(t, err)
-	for _, name := range generated {
-		f, err := parser.ParseFile(fset, name, nil, 0)
-		require.NoError(t, err)
-		for _, d := range f.Decls {
+	texts := map[string]bool{} // the statements' constants, one per query file's statement
+	_, generated := gosrc.Files(t, "internal/dbsqlc")
+	for _, f := range generated {
+		if !strings.HasSuffix(f.Name, ".sql.go") {
+			continue
+		}
+		for _, d := range f.AST.Decls {
 			if g, ok := d.(*ast.GenDecl); ok && g.Tok == token.CONST {
 				for _, s := range g.Specs {
 					for _, n := range s.(*ast.ValueSpec).Names {

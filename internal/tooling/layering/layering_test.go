@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -128,7 +129,7 @@ func TestLayering(t *testing.T) {
 		pkg, ok := strings.CutPrefix(fields[0], module)
 		require.True(t, ok, "go list printed %q, outside the module", fields[0])
 		i := slices.IndexFunc(table, func(r row) bool { return matches(r.pkg, pkg) })
-		if !assertRow(t, i >= 0, "%s has no row in the layering table (internal/tooling/layering): add one saying what it may import", pkg) {
+		if !assert.Truef(t, i >= 0, "%s has no row in the layering table (internal/tooling/layering): add one saying what it may import", pkg) {
 			continue
 		}
 		r := table[i]
@@ -136,9 +137,9 @@ func TestLayering(t *testing.T) {
 		for _, imp := range strings.Fields(fields[1]) {
 			if own, ours := strings.CutPrefix(imp, module); ours {
 				allowed := slices.ContainsFunc(r.may, func(p string) bool { return matches(p, own) })
-				assertRow(t, allowed, "%s imports %s, which its row (%s) does not allow: change the import, or the table with a reason", pkg, own, r.pkg)
+				assert.Truef(t, allowed, "%s imports %s, which its row (%s) does not allow: change the import, or the table with a reason", pkg, own, r.pkg)
 			} else if part := partOf(imp); part != "" {
-				assertRow(t, slices.Contains(r.parts, part), "%s imports %s (%s), which its row (%s) does not allow", pkg, imp, part, r.pkg)
+				assert.Truef(t, slices.Contains(r.parts, part), "%s imports %s (%s), which its row (%s) does not allow", pkg, imp, part, r.pkg)
 			}
 		}
 		if matches("functions/...", pkg) || matches("examples/...", pkg) || slices.Contains(sdkHosts, pkg) {
@@ -146,17 +147,9 @@ func TestLayering(t *testing.T) {
 		}
 		for _, dep := range strings.Fields(fields[2]) {
 			own, ours := strings.CutPrefix(dep, module)
-			assertRow(t, !ours || !matches("functions/...", own),
+			assert.Truef(t, !ours || !matches("functions/...", own),
 				"%s depends on %s: the server must not import the SDK; what the gateway and the SDK share belongs under protocol/", pkg, own)
 		}
 	}
 	require.Greater(t, checked, 40, "the module's packages were listed")
-}
-
-func assertRow(t *testing.T, ok bool, format string, args ...any) bool {
-	t.Helper()
-	if !ok {
-		t.Errorf(format, args...)
-	}
-	return ok
 }
