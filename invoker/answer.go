@@ -5,13 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
-	"strings"
 
 	"github.com/stepgate/stepgate/invoker/internal/call"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
+	"github.com/stepgate/stepgate/protocol/awaits"
 	"github.com/stepgate/stepgate/protocol/names"
 )
 
@@ -44,9 +42,12 @@ func trimJSONErr(err error) string {
 // returning why the part can never be applied, or nil.
 type answerCheck struct{ l Limits }
 
+// badAnswer begins the message of a bad answer.
+const badAnswer = "function's answer is not a valid protocol answer: "
+
 // bad is a non-retryable error of type ErrorTypeBadAnswer.
 func (answerCheck) bad(format string, args ...any) *journal.ErrorInfo {
-	return &journal.ErrorInfo{Type: ErrorTypeBadAnswer, Message: "function's answer is not a valid protocol answer: " + fmt.Sprintf(format, args...)}
+	return &journal.ErrorInfo{Type: ErrorTypeBadAnswer, Message: badAnswer + fmt.Sprintf(format, args...)}
 }
 
 // limit is a non-retryable error of type ErrorTypeLimit, which names the limit.
@@ -114,7 +115,7 @@ func (c answerCheck) window(what string, w *int) *journal.ErrorInfo {
 // non-retryable error of type ErrorTypeBadAnswer, or ErrorTypeLimit when it passes one of
 // l, or nil. It checks what the journal's rules and Postgres would refuse later, so that
 // such an answer fails the run at once with a message that says why, instead of an
-// error inside a transaction. An await is checked by its kind (awaitKinds).
+// error inside a transaction. An await is checked by the rules of protocol/awaits.
 func (l Limits) validateAnswer(a *protocol.InvocationAnswer) *journal.ErrorInfo {
 	c := answerCheck{l}
 	if a.Steps != nil {
@@ -162,18 +163,14 @@ func (l Limits) validateAnswer(a *protocol.InvocationAnswer) *journal.ErrorInfo 
 		if e := c.window("await", w.Window); e != nil {
 			return e
 		}
-		kind, ok := awaitKinds[w.Type]
-		if !ok {
-			return c.bad("await type %q is not supported (%s)", w.Type, strings.Join(awaitTypes(), ", "))
-		}
-		return kind.validate(c, w)
+		return c.await(w)
 	default:
 		return c.bad("status %q is not one of completed, failed, suspended", a.Status)
 	}
 }
 
 // outcomeOf reads a well-formed answer to the invocation of a claim; a malformed one was
-// already refused by call. An await becomes its kind's transition (awaitKinds).
+// already refused by call. An await becomes its transition through protocol/awaits (transition).
 func (inv *Invoker) outcomeOf(rev *revision, claim *journal.Claim, a *protocol.InvocationAnswer) journal.Outcome {
 	var steps []journal.Entry
 	if a.Steps != nil {
@@ -194,7 +191,9 @@ func (inv *Invoker) outcomeOf(rev *revision, claim *journal.Claim, a *protocol.I
 		e.Retryable = false
 		o = journal.Failed(*e, steps...)
 	case protocol.AnswerStatusSuspended:
-		o = awaitKinds[a.Await.Type].outcome(inv, rev, claim, a.Await, steps)
+		t := &transition{inv: inv, rev: rev, claim: claim, steps: steps}
+		awaits.Apply(a.Await, t)
+		o = t.o
 		if a.Await.Window != nil {
 			o.AwaitWindow = *a.Await.Window
 		}
@@ -202,28 +201,4 @@ func (inv *Invoker) outcomeOf(rev *revision, claim *journal.Claim, a *protocol.I
 	o.Bounds = inv.limits.Bounds()
 	o.Answered = true // a completed or failed run's journal has no holes
 	return o
-}
-
-// awaitKind is one kind of await a suspended answer may name: how to check it, and the
-// run's transition it makes. Each kind lives in its own file (await_<kind>.go), which
-// registers it.
-type awaitKind struct {
-	// validate returns why w can never be applied, or nil (see validateAnswer); w's seq
-	// and name are checked already.
-	validate func(c answerCheck, w *protocol.Await) *journal.ErrorInfo
-	// outcome turns a valid w into the run's outcome, after steps.
-	outcome func(inv *Invoker, rev *revision, claim *journal.Claim, w *protocol.Await, steps []journal.Entry) journal.Outcome
-}
-
-// awaitKinds are the await kinds of the protocol, by type, each registered by its own
-// file (await_<kind>.go).
-var awaitKinds = map[protocol.AwaitType]awaitKind{}
-
-// awaitTypes returns the await types, sorted, for messages.
-func awaitTypes() []string {
-	var out []string
-	for _, t := range slices.Sorted(maps.Keys(awaitKinds)) {
-		out = append(out, string(t))
-	}
-	return out
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/protocol"
+	"github.com/stepgate/stepgate/protocol/awaits"
 )
 
 // callbackCheckpoint: the run makes a callback (step.Callback), journaled with a new
@@ -74,9 +75,9 @@ func callbackSpec(e *protocol.JournalEntry) (timeout time.Duration, err error) {
 			return 0, badCheckpoint(`a callback's output is absent or {"timeout": "<duration>"}: %v`, err)
 		}
 	}
-	timeout, bad := callbackTimeout(answerCheck{}, "callback", spec.Timeout, DefaultCallbackTimeout)
+	timeout, bad := awaits.CallbackTimeout("callback", spec.Timeout, DefaultCallbackTimeout)
 	if bad != nil {
-		return 0, badCheckpoint("%s", strings.TrimPrefix(bad.Message, "function's answer is not a valid protocol answer: "))
+		return 0, badCheckpoint("%s", bad.Message)
 	}
 	return timeout, nil
 }

@@ -12,7 +12,7 @@ type Operations struct{ inv *Invoker }
 // Operations returns the invoker's bulk-operation side.
 func (inv *Invoker) Operations() *Operations { return inv.operations }
 
-// Callbacks resolves, rejects and lists runs' callbacks (await_callback.go).
+// Callbacks resolves, rejects and lists runs' callbacks (callbacks.go).
 type Callbacks struct{ inv *Invoker }
 
 // Callbacks returns the invoker's callback side.

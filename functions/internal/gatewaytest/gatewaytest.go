@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/stepgate/stepgate/protocol"
+	"github.com/stepgate/stepgate/protocol/awaits"
 	"github.com/stepgate/stepgate/protocol/signature"
 )
 
@@ -443,82 +444,87 @@ func (g *Gateway) Run(url, runID, function, input string, maxAttempts int) (Resp
 			}
 		case r.Answer.Status != protocol.AnswerStatusSuspended:
 			return r, invocations
-		case r.Answer.Await.Type == protocol.AwaitTypeSleep:
-			aw := r.Answer.Await
-			until := time.Now().UTC()
-			if aw.Until != nil {
-				until = *aw.Until
-			}
-			if code, msg := g.Append(runID, protocol.JournalEntry{Seq: aw.Seq, Kind: protocol.EntryKindSleep, Name: aw.Name, Until: &until}); code != http.StatusOK {
-				g.tb.Fatalf("run %s: journal sleep: %s", runID, msg)
-			}
-		case r.Answer.Await.Type == protocol.AwaitTypeContinue:
-			// Nothing to journal: call again at once.
-		case r.Answer.Await.Type == protocol.AwaitTypeRetry:
-			aw := r.Answer.Await
-			attempts[strconv.Itoa(aw.Seq)] = *aw.Attempt + 1
-		case r.Answer.Await.Type == protocol.AwaitTypeInvoke:
-			aw := r.Answer.Await
-			input := "null"
-			if aw.Input != nil {
-				input = string(*aw.Input)
-			}
-			childURL := url[:strings.LastIndex(url, "/")+1] + *aw.Function
-			child, _ := g.Run(childURL, fmt.Sprintf("%s.%d", runID, aw.Seq), *aw.Function, input, maxAttempts)
-			e := protocol.JournalEntry{Seq: aw.Seq, Kind: protocol.EntryKindInvoke, Name: aw.Name}
-			switch {
-			case child.Code != http.StatusOK:
-				e.Error = &protocol.ErrorInfo{Type: child.Error.Type, Message: child.Error.Message}
-			case child.Answer.Status == protocol.AnswerStatusCompleted:
-				e.Output = child.Answer.Output
-			default:
-				e.Error = child.Answer.Error
-			}
-			if code, msg := g.Append(runID, e); code != http.StatusOK {
-				g.tb.Fatalf("run %s: journal invoke: %s", runID, msg)
-			}
-		case r.Answer.Await.Type == protocol.AwaitTypeWaitEvent || r.Answer.Await.Type == protocol.AwaitTypeWaitAny:
-			aw := r.Answer.Await
-			g.mu.Lock()
-			deliver := g.deliver
-			g.mu.Unlock()
-			out := json.RawMessage(`{"timed_out": true}`)
-			if deliver != nil {
-				out = deliver(runID, *aw)
-			}
-			e := protocol.JournalEntry{Seq: aw.Seq, Kind: protocol.EntryKind(aw.Type), Name: aw.Name, Output: &out}
-			if code, msg := g.Append(runID, e); code != http.StatusOK {
-				g.tb.Fatalf("run %s: journal wait_event: %s", runID, msg)
-			}
-		case r.Answer.Await.Type == protocol.AwaitTypeReceive:
-			aw := r.Answer.Await
-			g.mu.Lock()
-			receive := g.receive
-			g.mu.Unlock()
-			out := json.RawMessage(`{"timed_out": true}`)
-			if receive != nil {
-				out = receive(runID, *aw)
-			}
-			e := protocol.JournalEntry{Seq: aw.Seq, Kind: protocol.EntryKindReceive, Name: aw.Name, Output: &out}
-			if code, msg := g.Append(runID, e); code != http.StatusOK {
-				g.tb.Fatalf("run %s: journal receive: %s", runID, msg)
-			}
-		case r.Answer.Await.Type == protocol.AwaitTypeAwaitCallback:
-			aw := r.Answer.Await
-			g.mu.Lock()
-			resolve := g.resolve
-			g.mu.Unlock()
-			out := json.RawMessage(`{"timed_out": true}`)
-			if resolve != nil {
-				out = resolve(runID, *aw)
-			}
-			e := protocol.JournalEntry{Seq: aw.Seq, Kind: protocol.EntryKindAwaitCallback, Name: aw.Name, Output: &out}
-			if code, msg := g.Append(runID, e); code != http.StatusOK {
-				g.tb.Fatalf("run %s: journal await_callback: %s", runID, msg)
-			}
 		default:
-			g.tb.Fatalf("run %s: unknown await %q", runID, r.Answer.Await.Type)
+			if p := awaits.Check(r.Answer.Await, awaits.Checks{}); p != nil {
+				g.tb.Fatalf("run %s: await %q: %v", runID, r.Answer.Await.Type, p)
+			}
+			awaits.Apply(r.Answer.Await, &runStore{g: g, url: url, runID: runID, maxAttempts: maxAttempts, attempts: attempts, aw: *r.Answer.Await})
 		}
+	}
+}
+
+// runStore applies an await of a run Run drives (awaits.Store).
+type runStore struct {
+	g           *Gateway
+	url, runID  string
+	maxAttempts int
+	attempts    map[string]int
+	aw          protocol.Await
+}
+
+// Continue: nothing to journal; Run calls again at once.
+func (s *runStore) Continue(int) {}
+
+// Retry: the next invocation runs the step's next attempt, at once.
+func (s *runStore) Retry(r awaits.Retry) { s.attempts[strconv.Itoa(r.Seq)] = *s.aw.Attempt + 1 }
+
+// Sleep: the sleep is over at once.
+func (s *runStore) Sleep(sl awaits.Sleep) {
+	until := time.Now().UTC()
+	if sl.Until != nil {
+		until = *sl.Until
+	}
+	s.append(sl.Entry(until))
+}
+
+// Start runs each child (served next to the function, at the same base URL) to its
+// end as run runID.seq and journals its outcome.
+func (s *runStore) Start(c awaits.Children) {
+	for i, call := range c.Calls {
+		input := "null"
+		if call.Input != nil {
+			input = string(*call.Input)
+		}
+		seq := c.Seq + i
+		childURL := s.url[:strings.LastIndex(s.url, "/")+1] + call.Function
+		child, _ := s.g.Run(childURL, fmt.Sprintf("%s.%d", s.runID, seq), call.Function, input, s.maxAttempts)
+		e := protocol.JournalEntry{Seq: seq, Kind: protocol.EntryKindInvoke, Name: c.Name}
+		switch {
+		case child.Code != http.StatusOK:
+			e.Error = &protocol.ErrorInfo{Type: child.Error.Type, Message: child.Error.Message}
+		case child.Answer.Status == protocol.AnswerStatusCompleted:
+			e.Output = child.Answer.Output
+		default:
+			e.Error = child.Answer.Error
+		}
+		s.append(e)
+	}
+}
+
+// Wait journals what OnWaitEvent (an event, or the first of a wait_any), OnReceive
+// (a message) or OnCallback (a callback) says ends the wait, or that it timed out.
+func (s *runStore) Wait(w awaits.Wait) {
+	g := s.g
+	g.mu.Lock()
+	hook := g.resolve
+	switch {
+	case w.Any || w.Of[0].Event != "":
+		hook = g.deliver
+	case w.Of[0].Topic != "":
+		hook = g.receive
+	}
+	g.mu.Unlock()
+	e := w.TimedOut()
+	if hook != nil {
+		out := hook(s.runID, s.aw)
+		e.Output = (*protocol.AnyJSON)(&out)
+	}
+	s.append(e)
+}
+
+func (s *runStore) append(e protocol.JournalEntry) {
+	if code, msg := s.g.Append(s.runID, e); code != http.StatusOK {
+		s.g.tb.Fatalf("run %s: journal %s: %s", s.runID, e.Kind, msg)
 	}
 }
 

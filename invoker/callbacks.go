@@ -3,65 +3,19 @@ package invoker
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/stepgate/stepgate/journal"
-	"github.com/stepgate/stepgate/protocol"
 )
 
-// Bounds of a callback's life.
+// Bounds of a callback.
 const (
-	// DefaultCallbackTimeout is how long a callback stays open when its checkpoint
-	// names no timeout, until an await sets its own.
-	DefaultCallbackTimeout = 7 * 24 * time.Hour
-	// MaxCallbackTimeout bounds a callback's timeout and an await_callback's.
-	MaxCallbackTimeout = 365 * 24 * time.Hour
 	// CallbackTokenBytes is the random bytes of a callback's token.
 	CallbackTokenBytes = 32
 	// DefaultRejection is the error type of a rejection that names none.
 	DefaultRejection = "rejected"
 )
-
-func init() { awaitKinds[protocol.AwaitTypeAwaitCallback] = callbackAwait }
-
-// callbackAwait: the run waits for its callback at callback_seq to be resolved or
-// rejected, or for the timeout; the resolution's transaction resumes it
-// (ResolveCallback), or the await journals a resolution that came first, and the claim
-// after the timeout journals that it timed out. That callback_seq is one of the run's
-// callbacks is checked when the wait is stored (journal.ErrBadAwait: bad_answer).
-var callbackAwait = awaitKind{
-	validate: func(c answerCheck, w *protocol.Await) *journal.ErrorInfo {
-		if w.CallbackSeq == nil {
-			return c.bad("an await_callback needs a callback_seq, the seq of the run's callback entry")
-		}
-		if cs := *w.CallbackSeq; cs < 1 || cs >= w.Seq {
-			return c.bad("await_callback callback_seq %d is not a seq before the await's (%d)", cs, w.Seq)
-		}
-		_, e := callbackTimeout(c, "await_callback", w.Timeout, 0)
-		return e
-	},
-	outcome: func(_ *Invoker, _ *revision, _ *journal.Claim, w *protocol.Await, steps []journal.Entry) journal.Outcome {
-		timeout, _ := callbackTimeout(answerCheck{}, "await_callback", w.Timeout, 0) // checked by validate
-		return journal.WaitingForCallback(journal.CallbackWait{
-			Seq: w.Seq, Name: w.Name, CallbackSeq: *w.CallbackSeq, Timeout: timeout,
-		}, steps...)
-	},
-}
-
-// callbackTimeout returns a callback's or an await_callback's timeout: raw, from 1s to
-// MaxCallbackTimeout, or def when raw is nil.
-func callbackTimeout(c answerCheck, what string, raw *string, def time.Duration) (time.Duration, *journal.ErrorInfo) {
-	if raw == nil {
-		return def, nil
-	}
-	d, err := time.ParseDuration(*raw)
-	if err != nil || d < time.Second || d > MaxCallbackTimeout {
-		return 0, c.bad("%s timeout %q is not a duration from 1s to %s, such as 24h", what, *raw, MaxCallbackTimeout)
-	}
-	return d, nil
-}
 
 // callbackURL returns the URL that resolves the callback of token, on this gateway's
 // public URL.
