@@ -1,15 +1,14 @@
 package functionstest
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/stepgate/stepgate/functions/internal/gatewaytest"
 	"github.com/stepgate/stepgate/protocol"
+	"github.com/stepgate/stepgate/protocol/awaits"
 )
 
 // message is a message sent to a run and not received yet.
@@ -40,7 +39,7 @@ func mustJSON(v any) json.RawMessage {
 // returns how many runs it resumed.
 func (h *Harness) SendEvent(name string, data any) int {
 	h.t.Helper()
-	return h.publish(event{id: newUUID(), name: name, data: mustJSON(data), at: h.now})
+	return h.publish(event{awaits.Event{ID: newUUID(), Name: name, Data: mustJSON(data), At: h.now}})
 }
 
 // publish stores ev and resumes the runs waiting for it; it returns how many.
@@ -49,14 +48,11 @@ func (h *Harness) publish(ev event) int {
 	h.evs = append(h.evs, ev)
 	n := 0
 	for _, r := range h.waiting() {
-		if r.wait == nil {
+		if r.waiting == nil {
 			continue
 		}
-		if e, ok := r.offer(*r.wait, func(aw protocol.Await) (json.RawMessage, bool) {
-			if aw.Type != protocol.AwaitTypeWaitEvent || deref(aw.Event) != ev.name || !matches(aw, ev) {
-				return nil, false
-			}
-			return eventOutput(ev), true
+		if e, ok := r.waiting.First(func(a awaits.Alternative) (json.RawMessage, bool) {
+			return eventOutput(ev), a.TakesEvent(ev.Event)
 		}); ok {
 			n++
 			r.resume(e)
@@ -73,98 +69,32 @@ func (r *Run) SendEvent(name string, data any) Result {
 }
 
 func eventOutput(ev event) json.RawMessage {
-	return mustJSON(map[string]any{"event": map[string]any{"id": ev.id, "name": ev.name, "data": ev.data,
-		"identity": identity(), "created_at": ev.at}})
+	return mustJSON(map[string]any{"event": map[string]any{"id": ev.ID, "name": ev.Name, "data": ev.Data,
+		"identity": identity(), "created_at": ev.At}})
 }
 
-// matches reports whether ev meets the wait's match, as step.Match says: each dotted
-// path into the event ({"id", "name", "data"}) holds the given scalar, numbers compared
-// by value; a path the event lacks, or that holds an object or an array, matches nothing.
-func matches(aw protocol.Await, ev event) bool {
-	if aw.Match == nil {
-		return true
-	}
-	var doc any
-	_ = json.Unmarshal(mustJSON(map[string]any{"id": ev.id, "name": ev.name, "data": ev.data}), &doc)
-	for path, want := range *aw.Match {
-		v, found := doc, true
-		for _, k := range strings.Split(path, ".") {
-			m, ok := v.(map[string]any)
-			if !ok {
-				found = false
-				break
-			}
-			if v, ok = m[k]; !ok {
-				found = false
-				break
-			}
-		}
-		switch v.(type) {
-		case map[string]any, []any:
-			found = false
-		}
-		var w any
-		_ = json.Unmarshal(want, &w)
-		if !found || !bytes.Equal(mustJSON(v), mustJSON(w)) {
-			return false
-		}
-	}
-	return true
-}
-
-// offer checks whether pick satisfies the wait aw (or, for a wait_any, the first of its
-// alternatives it satisfies) and returns the entry that ends it.
-func (r *Run) offer(aw protocol.Await, pick func(protocol.Await) (json.RawMessage, bool)) (protocol.JournalEntry, bool) {
-	if aw.Type != protocol.AwaitTypeWaitAny {
-		out, ok := pick(aw)
-		if !ok {
-			return protocol.JournalEntry{}, false
-		}
-		return entry(aw, out), true
-	}
-	for i, alt := range deref(aw.Of) {
-		if out, ok := pick(alt); ok {
-			return entry(aw, mustJSON(map[string]any{"index": i, "kind": alt.Type, "output": out})), true
-		}
-	}
-	return protocol.JournalEntry{}, false
-}
-
-// deliverPending ends the wait aw at once with what was delivered before it: a queued
-// message, a resolved callback, or an event a look-back finds.
-func (r *Run) deliverPending(aw protocol.Await) bool {
-	e, ok := r.offer(aw, r.pending)
-	if ok {
-		r.append(e)
-	}
-	return ok
-}
-
-// pending returns the output that ends the single wait aw from what the run already
-// holds, taking a message it uses.
-func (r *Run) pending(aw protocol.Await) (json.RawMessage, bool) {
-	switch aw.Type {
-	case protocol.AwaitTypeReceive:
+// pending returns the output that ends the alternative a from what the run already
+// holds, taking a message it uses: a queued message, a resolved callback, or an event a
+// look-back finds.
+func (r *Run) pending(a awaits.Alternative) (json.RawMessage, bool) {
+	switch {
+	case a.Topic != "":
 		for i, m := range r.mailbox {
-			if m.topic == deref(aw.Topic) {
+			if m.topic == a.Topic {
 				r.mailbox = append(r.mailbox[:i:i], r.mailbox[i+1:]...)
 				return messageOutput(m), true
 			}
 		}
-	case protocol.AwaitTypeAwaitCallback:
-		out, ok := r.resolved[deref(aw.CallbackSeq)]
+	case a.CallbackSeq != 0:
+		out, ok := r.resolved[a.CallbackSeq]
 		return out, ok
-	case protocol.AwaitTypeWaitEvent:
+	case a.LooksBack():
 		evs := r.h.evs
-		switch {
-		case aw.SinceStart != nil && *aw.SinceStart:
+		if a.SinceStart {
 			evs = evs[r.evsAtStart:] // stored since the run was created
-		case aw.Since != nil:
-		default:
-			return nil, false
 		}
 		for _, ev := range evs {
-			if ev.name == deref(aw.Event) && (aw.Since == nil || !ev.at.Before(*aw.Since)) && matches(aw, ev) {
+			if a.TakesEvent(ev.Event) && (a.SinceStart || a.LooksBackTo(ev.At, r.created)) {
 				return eventOutput(ev), true
 			}
 		}
@@ -188,8 +118,8 @@ func (r *Run) SendMessage(topic string, data any) Result {
 
 func (r *Run) deliver(m message) {
 	r.mailbox = append(r.mailbox, m)
-	if r.wait != nil && (r.wait.Type == protocol.AwaitTypeReceive || r.wait.Type == protocol.AwaitTypeWaitAny) {
-		if e, ok := r.offer(*r.wait, r.pending); ok {
+	if r.waiting != nil && r.waiting.Takes(m.topic) {
+		if e, ok := r.waiting.First(r.pending); ok {
 			r.resume(e)
 		}
 	}
@@ -254,12 +184,9 @@ func (r *Run) settleCallback(name string, out json.RawMessage) Result {
 		r.resolved = map[int]json.RawMessage{}
 	}
 	r.resolved[seq] = out
-	if r.wait != nil {
-		if e, ok := r.offer(*r.wait, func(aw protocol.Await) (json.RawMessage, bool) {
-			if aw.Type != protocol.AwaitTypeAwaitCallback || deref(aw.CallbackSeq) != seq {
-				return nil, false
-			}
-			return out, true
+	if r.waiting != nil {
+		if e, ok := r.waiting.First(func(a awaits.Alternative) (json.RawMessage, bool) {
+			return out, a.CallbackSeq == seq
 		}); ok {
 			r.resume(e)
 		}
@@ -317,7 +244,7 @@ func (r *Run) routeSends() {
 				ID   string          `json:"id"`
 			}
 			_ = json.Unmarshal(*e.Output, &o)
-			r.h.publish(event{id: o.ID, name: o.Name, data: o.Data, at: r.h.now})
+			r.h.publish(event{awaits.Event{ID: o.ID, Name: o.Name, Data: o.Data, At: r.h.now}})
 			continue
 		}
 		if e.Kind != protocol.EntryKindSend || e.Output == nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/internal/gatewaytest"
 	"github.com/stepgate/stepgate/protocol"
+	"github.com/stepgate/stepgate/protocol/awaits"
 	"github.com/stepgate/stepgate/protocol/signature"
 )
 
@@ -50,11 +51,7 @@ type Harness struct {
 }
 
 // event is an event sent during the test, kept for wait_event look-backs.
-type event struct {
-	id, name string
-	data     json.RawMessage
-	at       time.Time
-}
+type event struct{ awaits.Event }
 
 // Option configures a Harness.
 type Option func(*options)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/protocol"
+	"github.com/stepgate/stepgate/protocol/awaits"
 	"github.com/stepgate/stepgate/protocol/signature"
 )
 
@@ -358,7 +359,7 @@ func judge(x protocol.RunExport, journal []protocol.JournalEntry, ans protocol.I
 	switch ans.Status {
 	case protocol.AnswerStatusSuspended:
 		n := Next{Kind: "step", Seq: after, Step: Step{Kind: "step"}}
-		if ans.Await != nil && ans.Await.Type != protocol.AwaitTypeContinue {
+		if ans.Await != nil && !awaits.JournalsNothing(ans.Await) {
 			aw := *ans.Await
 			n = Next{Kind: "wait", Seq: aw.Seq, Step: Step{Kind: string(aw.Type), Name: aw.Name}, Await: &aw}
 		}

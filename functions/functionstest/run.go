@@ -12,6 +12,7 @@ import (
 	"github.com/stepgate/stepgate/functions/internal/gatewaytest"
 	"github.com/stepgate/stepgate/functions/step"
 	"github.com/stepgate/stepgate/protocol"
+	"github.com/stepgate/stepgate/protocol/awaits"
 )
 
 // Status is where a run stands.
@@ -62,10 +63,12 @@ type Run struct {
 	res      Result
 	driving  bool
 
-	wait *protocol.Await // the await the run is suspended on, or nil
-	wake time.Time       // when wait times out; zero for none (a child)
-	kids map[int]protocol.JournalEntry
-	need int // children of the wait still running
+	wait    *protocol.Await // the await the run is suspended on, or nil
+	waiting *awaits.Wait    // when wait is a wait for something outside the run
+	sleep   *awaits.Sleep   // when wait is a sleep
+	wake    time.Time       // when wait times out; zero for none (a child)
+	kids    map[int]protocol.JournalEntry
+	need    int // children of the wait still running
 
 	mailbox  []message // messages sent to the run and not received yet
 	resolved map[int]json.RawMessage
@@ -236,69 +239,70 @@ func (r *Run) finish(e protocol.JournalEntry) {
 	}
 }
 
-// suspend applies aw as the gateway would; it reports whether the run can be invoked
-// again at once.
+// suspend applies aw as the gateway would (protocol/awaits); it reports whether the run
+// can be invoked again at once.
 func (r *Run) suspend(aw protocol.Await) bool {
-	h := r.h
-	switch aw.Type {
-	case protocol.AwaitTypeContinue:
-		return true
-	case protocol.AwaitTypeRetry:
-		// The gateway waits the step's backoff first; the harness retries at once.
-		r.attempts[strconv.Itoa(aw.Seq)] = *aw.Attempt + 1
-		return true
-	case protocol.AwaitTypeSleep:
-		until := h.now
-		if aw.Until != nil {
-			until = aw.Until.UTC()
-		} else if aw.Duration != nil {
-			d, _ := time.ParseDuration(*aw.Duration)
-			until = h.now.Add(max(d, 0))
-		}
-		if !until.After(h.now) {
-			r.append(protocol.JournalEntry{Seq: aw.Seq, Kind: protocol.EntryKindSleep, Name: aw.Name, Until: &until})
-			return true
-		}
-		r.park(aw, until)
-		return false
-	case protocol.AwaitTypeInvoke, protocol.AwaitTypeInvokeAll:
-		calls := []protocol.InvokeCall{{Function: deref(aw.Function), Input: aw.Input, Detached: aw.Detached}}
-		if aw.Type == protocol.AwaitTypeInvokeAll {
-			calls = *aw.Calls
-		}
-		r.park(aw, time.Time{})
-		r.need = len(calls)
-		for i, c := range calls {
-			r.startChild(aw.Seq+i, aw.Name, c)
-		}
-		return r.wait == nil
-	default:
-		if r.deliverPending(aw) {
-			return true
-		}
-		wake := h.now.Add(timeoutOf(aw))
-		if aw.Type == protocol.AwaitTypeAwaitCallback && aw.Timeout == nil {
-			wake = r.callbackExpiry(deref(aw.CallbackSeq), wake)
-		}
-		r.park(aw, wake)
-		return false
+	if p := awaits.Check(&aw, awaits.Checks{}); p != nil {
+		r.h.t.Fatalf("functionstest: run %s: %v", r.id, p)
 	}
+	s := &suspension{r: r, aw: aw}
+	awaits.Apply(&aw, s)
+	return s.again
 }
 
-// timeoutOf returns how long the wait aw lasts, as the gateway defaults it.
-func timeoutOf(aw protocol.Await) time.Duration {
-	if aw.Timeout != nil {
-		if d, err := time.ParseDuration(*aw.Timeout); err == nil {
-			return d
-		}
+// suspension is the awaits.Store of one answer's await.
+type suspension struct {
+	r     *Run
+	aw    protocol.Await
+	again bool // the run can be invoked again at once
+}
+
+func (s *suspension) Continue(int) { s.again = true }
+
+// Retry: the gateway waits the step's backoff first; the harness retries at once.
+func (s *suspension) Retry(rt awaits.Retry) {
+	s.r.attempts[strconv.Itoa(rt.Seq)] = *s.aw.Attempt + 1
+	s.again = true
+}
+
+func (s *suspension) Sleep(sl awaits.Sleep) {
+	r, now := s.r, s.r.h.now
+	until := now.Add(max(sl.For, 0))
+	if sl.Until != nil {
+		until = sl.Until.UTC()
 	}
-	switch aw.Type {
-	case protocol.AwaitTypeAwaitCallback:
-		return DefaultCallbackTimeout
-	case protocol.AwaitTypeWaitAny:
-		return step.WaitFirstTimeout
+	if !until.After(now) {
+		r.append(sl.Entry(until))
+		s.again = true
+		return
 	}
-	return 24 * time.Hour
+	r.park(s.aw, until)
+	r.sleep = &sl
+}
+
+func (s *suspension) Start(c awaits.Children) {
+	r := s.r
+	r.park(s.aw, time.Time{})
+	r.need = len(c.Calls)
+	for i, call := range c.Calls {
+		r.startChild(c.Seq+i, c.Name, call)
+	}
+	s.again = r.wait == nil
+}
+
+func (s *suspension) Wait(w awaits.Wait) {
+	r, now := s.r, s.r.h.now
+	if e, ok := w.First(r.pending); ok {
+		r.append(e)
+		s.again = true
+		return
+	}
+	wake := now.Add(w.Timeout)
+	if w.Timeout == 0 { // an await_callback without its own timeout: its callback's expiry
+		wake = r.callbackExpiry(w.Of[0].CallbackSeq, now.Add(DefaultCallbackTimeout))
+	}
+	r.park(s.aw, wake)
+	r.waiting = &w
 }
 
 func (r *Run) park(aw protocol.Await, wake time.Time) {
@@ -310,24 +314,18 @@ func (r *Run) park(aw protocol.Await, wake time.Time) {
 func (r *Run) resume(e protocol.JournalEntry) {
 	r.h.t.Helper()
 	r.append(e)
-	r.wait, r.wake = nil, time.Time{}
+	r.wait, r.waiting, r.sleep, r.wake = nil, nil, nil, time.Time{}
 	r.res.Status, r.res.Await, r.res.WakeAt = Running, nil, time.Time{}
 	r.drive()
 }
 
 // timeout ends the run's due wait: a sleep is over, a wait times out.
 func (r *Run) timeout() {
-	aw := *r.wait
-	if aw.Type == protocol.AwaitTypeSleep {
-		until := r.wake
-		r.resume(protocol.JournalEntry{Seq: aw.Seq, Kind: protocol.EntryKindSleep, Name: aw.Name, Until: &until})
+	if r.sleep != nil {
+		r.resume(r.sleep.Entry(r.wake))
 		return
 	}
-	r.resume(entry(aw, json.RawMessage(`{"timed_out":true}`)))
-}
-
-func entry(aw protocol.Await, out json.RawMessage) protocol.JournalEntry {
-	return protocol.JournalEntry{Seq: aw.Seq, Kind: protocol.EntryKind(aw.Type), Name: aw.Name, Output: (*protocol.AnyJSON)(&out)}
+	r.resume(r.waiting.TimedOut())
 }
 
 func deref[T any](p *T) T {

@@ -194,3 +194,7 @@ func (a Alternative) Kind() protocol.EntryKind {
 
 // LooksBack reports whether events stored before the wait may end it.
 func (a Alternative) LooksBack() bool { return a.Since != nil || a.SinceStart }
+
+// JournalsNothing reports whether w journals no entry of its own (a continue): the run
+// is called again at once, at its next step.
+func JournalsNothing(w *protocol.Await) bool { return w.Type == protocol.AwaitTypeContinue }

@@ -244,3 +244,9 @@ func TestTakesEvent(t *testing.T) {
 	require.True(t, since.LooksBack())
 	require.False(t, a.LooksBack())
 }
+
+func TestJournalsNothing(t *testing.T) {
+	t.Parallel()
+	require.True(t, awaits.JournalsNothing(decode(t, `{"type":"continue","seq":2,"name":"c"}`)))
+	require.False(t, awaits.JournalsNothing(decode(t, `{"type":"sleep","seq":2,"name":"s","duration":"1s"}`)))
+}
