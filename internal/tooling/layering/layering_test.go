@@ -38,6 +38,11 @@ var sdk = []string{"functions/...", "client", "protocol/..."}
 // them, directly or not. Only the invoker and migrations use River; the gateway reaches
 // the database through the journal's reads and a pool it is handed.
 var table = []row{
+	// The conformance suite for waits: its scenarios and their checks import only the
+	// protocol, so that the SDK's harness may run them; gatewayrun holds only the tests
+	// that run them against a whole gateway (internal/wiring/stack).
+	{pkg: "protocol/conformance", may: []string{"protocol"}},
+	{pkg: "protocol/conformance/gatewayrun"},
 	{pkg: "protocol/...", may: []string{"protocol/...", "access"}},
 	{pkg: "access"},
 	{pkg: "journal/...", may: []string{"journal/...", "access"}, parts: []string{pgx}},
