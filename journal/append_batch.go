@@ -100,10 +100,14 @@ func sendBatch(ctx context.Context, db DB, as []Append, batched []int, errs []er
 	// waits for a concurrent uncommitted insert of the same entry (an answer carrying a
 	// step its function also checkpointed); past the timeout that entry is written
 	// alone, and the write goes on for the others.
-	batch.Queue(dbsqlc.EntryBatchLockTimeout)
+	batch.Queue(dbsqlc.EntryBatchLockTimeout, dbsqlc.EntryBatchLockTimeoutParams{}.Args()...)
 	for _, i := range batched {
-		a := as[i]
-		batch.Queue(dbsqlc.EntryAppendInOrderSkipLocked, appendArgs(a.RunID, a.Invocation, a.Entry, 1, a.Bounds)...)
+		a, e := as[i], as[i].Entry
+		batch.Queue(dbsqlc.EntryAppendInOrderSkipLocked, dbsqlc.EntryAppendInOrderSkipLockedParams{
+			RunID: a.RunID, Seq: int32(e.Seq), Invocation: int32(a.Invocation), Size: e.Size(),
+			Kind: e.Kind, Name: e.Name, Output: e.Output, Error: errorJSON(e.Error), Attempt: int32(max(e.Attempt, 1)),
+			WakeAt: e.WakeAt, StartedAt: e.StartedAt, MaxEntries: int4(a.Bounds.MaxEntries), MaxBytes: int4(a.Bounds.MaxJournalBytes),
+		}.Args()...)
 	}
 	results := make([]appendResult, len(batched))
 	br := db.SendBatch(ctx, batch)

@@ -178,7 +178,9 @@ func ListEvents(ctx context.Context, db DB, tenant string, f EventFilter) ([]Eve
 	limit := pageLimit(f.Limit)
 	budget := cmp.Or(f.MaxBytes, 8<<20)
 	afterT, afterID := f.After.keyset()
-	rows, _ := db.Query(ctx, dbsqlc.EventList, tenant, f.Name, afterT, afterID, int64(limit)+1)
+	// Read a row at a time, not collected as sqlc's method does.
+	rows, _ := db.Query(ctx, dbsqlc.EventList, dbsqlc.EventListParams{
+		Tenant: tenant, Name: f.Name, AfterCreatedAt: afterT, AfterID: afterID, Max: int64(limit) + 1}.Args()...)
 	defer rows.Close()
 	events, limit, err := readPage(rows, limit, budget, func(rows pgx.Rows) (Event, int64, error) {
 		var r dbsqlc.EventGetRow

@@ -51,8 +51,8 @@ func InvocationKeys(ctx context.Context, db DB, candidate InvocationKey) ([]Invo
 // after overlap, so tokens it signed stay valid until then.
 func RotateInvocationKey(ctx context.Context, db DB, next InvocationKey, overlap time.Duration) error {
 	b := &pgx.Batch{}
-	b.Queue(dbsqlc.InvocationKeyLock)
-	b.Queue(dbsqlc.InvocationKeyRetire, overlap.Seconds())
+	b.Queue(dbsqlc.InvocationKeyLock, dbsqlc.InvocationKeyLockParams{}.Args()...)
+	b.Queue(dbsqlc.InvocationKeyRetire, dbsqlc.InvocationKeyRetireParams{OverlapSecs: overlap.Seconds()}.Args()...)
 	b.Queue(dbsqlc.InvocationKeyInsert, dbsqlc.InvocationKeyInsertParams{ID: next.ID, Secret: next.Secret}.Args()...)
 	// A batch outside a transaction runs as one implicit transaction.
 	if err := db.SendBatch(ctx, b).Close(); err != nil {
@@ -128,10 +128,10 @@ func RotateSigningKey(ctx context.Context, db DB, next SigningKey, overlap time.
 	b := &pgx.Batch{}
 	// The statements go in one round trip, with their generated SQL and their arguments
 	// in the order of their generated Params structs.
-	b.Queue(dbsqlc.SigningKeyLock, next.Tenant)
+	b.Queue(dbsqlc.SigningKeyLock, dbsqlc.SigningKeyLockParams{Tenant: next.Tenant}.Args()...)
 	b.Queue(dbsqlc.SigningKeyRetire, dbsqlc.SigningKeyRetireParams{OverlapSecs: overlap.Seconds(), Tenant: next.Tenant, MaxKeys: MaxSigningKeys}.Args()...)
 	b.Queue(dbsqlc.SigningKeyInsertCurrent, dbsqlc.SigningKeyInsertCurrentParams{Tenant: next.Tenant, ID: next.ID, Seed: next.Seed, PublicKey: next.PublicKey, HmacSecret: next.HMACSecret}.Args()...)
-	b.Queue(dbsqlc.SigningKeys, next.Tenant).Query(func(rows pgx.Rows) error {
+	b.Queue(dbsqlc.SigningKeys, dbsqlc.SigningKeysParams{Tenant: next.Tenant}.Args()...).Query(func(rows pgx.Rows) error {
 		got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[dbsqlc.StepgateSigningKey])
 		keys = signingKeysOf(got)
 		return err

@@ -511,11 +511,11 @@ func Reply(ctx context.Context, db DB, runID string, invocation int, e Entry, b 
 	if e.Kind != KindReply {
 		return fmt.Errorf("journal: Reply journals a %s entry, not %s", KindReply, e.Kind)
 	}
-	tag, err := db.Exec(ctx, dbsqlc.EntryLockRun, runID, invocation)
+	locked, err := dbsqlc.New(db).EntryLockRun(ctx, dbsqlc.EntryLockRunParams{RunID: runID, Invocation: int32(invocation)})
 	if err != nil {
 		return fmt.Errorf("lock run %s: %w", runID, err)
 	}
-	if tag.RowsAffected() == 0 {
+	if locked == 0 {
 		return ErrSuperseded
 	}
 	_, err = entryAt(ctx, db, runID, e.Seq)

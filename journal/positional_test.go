@@ -14,12 +14,13 @@ import (
 
 // maxPositionalQueries bounds the statements the journal passes by their text with
 // positional arguments (db.QueryRow(ctx, dbsqlc.X, a, b), batch.Queue(dbsqlc.X, ...)),
-// matched to $n by hand, instead of calling sqlc's typed method (dbsqlc.New(db).X(ctx,
-// dbsqlc.XParams{...})) or, in a batch of several statements, queueing the typed
-// parameters (batch.Queue(dbsqlc.X, dbsqlc.XParams{...}.Args()...), internal/argsgen).
-// The rest read columns sqlc types wrongly, or take one parameter. The bound only falls (the test fails below it too, until it is
-// lowered): a new statement is called typed.
-const maxPositionalQueries = 24
+// matched to $n by hand. There are none: every statement is called typed, by sqlc's
+// method (dbsqlc.New(db).X(ctx, dbsqlc.XParams{...})) or, in a batch, or where its rows
+// are read by hand (columns sqlc cannot type, a page read a row at a time), with its
+// typed parameters (dbsqlc.X, dbsqlc.XParams{...}.Args()..., internal/argsgen, which
+// also writes XParams for a statement of one parameter or none). A new statement is
+// called typed too.
+const maxPositionalQueries = 0
 
 // TestQueriesAreCalledTyped counts, in the journal's files, the arguments that are a
 // statement's text (a dbsqlc constant) and fails above maxPositionalQueries, listing them.
@@ -73,7 +74,7 @@ func TestQueriesAreCalledTyped(t *testing.T) {
 
 // typedArgs reports whether the statement text at call.Args[i] is followed by its
 // parameters as a typed struct, and nothing else: dbsqlc.XParams{...}.Args()... (the
-// generated Args, for a statement queued in a batch of several).
+// generated Args, for a statement queued in a batch or whose rows are read by hand).
 func typedArgs(call *ast.CallExpr, i int, statement string) bool {
 	if !call.Ellipsis.IsValid() || len(call.Args) != i+2 {
 		return false

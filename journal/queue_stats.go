@@ -34,7 +34,7 @@ func ReadQueueStats(ctx context.Context, db DB) (QueueStats, error) {
 	q := QueueStats{Jobs: map[string]int64{}}
 	b := &pgx.Batch{}
 	// Both statements go in one round trip, with their generated SQL.
-	b.Queue(dbsqlc.QueueDue, int32(QueueStatsBound)).
+	b.Queue(dbsqlc.QueueDue, dbsqlc.QueueDueParams{Bound: QueueStatsBound}.Args()...).
 		QueryRow(func(r pgx.Row) error {
 			var age float64
 			if err := r.Scan(&q.Due, &age); err != nil {
@@ -43,7 +43,7 @@ func ReadQueueStats(ctx context.Context, db DB) (QueueStats, error) {
 			q.OldestAge = time.Duration(age * float64(time.Second))
 			return nil
 		})
-	b.Queue(dbsqlc.QueueJobs, int32(QueueStatsBound)).
+	b.Queue(dbsqlc.QueueJobs, dbsqlc.QueueJobsParams{Bound: QueueStatsBound}.Args()...).
 		Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var state string

@@ -215,7 +215,9 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 	var roles []string
 	var flowConfig json.RawMessage
 	var stored, journalBytes int64
-	err = db.QueryRow(ctx, dbsqlc.RunCreateRefused, !n.Identity.IsAdmin(), rolesOf(n.Identity), n.Flowed, n.Tenant, n.Function).
+	// Scanned by hand: sqlc types invoke_roles, flow_config and runs not at all.
+	err = db.QueryRow(ctx, dbsqlc.RunCreateRefused, dbsqlc.RunCreateRefusedParams{
+		CheckRoles: !n.Identity.IsAdmin(), Roles: rolesOf(n.Identity), Flowed: n.Flowed, Tenant: n.Tenant, Function: n.Function}.Args()...).
 		Scan(&allowed, &roles, &flowConfig, &stored, &journalBytes)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, ErrNotFound
@@ -254,7 +256,9 @@ func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, er
 // ErrNotFound when there is none.
 func RunByIdempotencyKey(ctx context.Context, db DB, tenant, function, key string, input json.RawMessage) (*Run, error) {
 	var same bool
-	run, err := scanRun(db.QueryRow(ctx, dbsqlc.RunByIdempotencyKey, input, tenant, function, key), &same)
+	// Scanned by hand, as the runs' rows are (scanRun).
+	run, err := scanRun(db.QueryRow(ctx, dbsqlc.RunByIdempotencyKey, dbsqlc.RunByIdempotencyKeyParams{
+		Input: input, Tenant: tenant, Function: function, IdempotencyKey: &key}.Args()...), &same)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -501,8 +505,11 @@ func ListRuns(ctx context.Context, db DB, tenant string, f RunFilter) ([]Run, *C
 		budget = 8 << 20
 	}
 	afterT, afterID := f.After.keyset()
-	rows, _ := db.Query(ctx, dbsqlc.RunList, f.IncludeIO, tenant, f.Function, string(f.Status),
-		nullTime(f.CreatedAfter), nullTime(f.CreatedBefore), afterT, afterID, f.IdempotencyKey, f.ErrorGroup, limit+1)
+	// Read a row at a time, not collected as sqlc's method does.
+	rows, _ := db.Query(ctx, dbsqlc.RunList, dbsqlc.RunListParams{
+		IncludeIo: f.IncludeIO, Tenant: tenant, Function: f.Function, Status: string(f.Status),
+		CreatedAfter: nullTime(f.CreatedAfter), CreatedBefore: nullTime(f.CreatedBefore), AfterCreatedAt: afterT, AfterID: afterID,
+		IdempotencyKey: f.IdempotencyKey, ErrorGroup: f.ErrorGroup, MaxRuns: int64(limit) + 1}.Args()...)
 	defer rows.Close()
 	runs, limit, err := readPage(rows, limit, budget, func(rows pgx.Rows) (Run, int64, error) {
 		r, err := scanRun(rows)
@@ -661,7 +668,8 @@ func CopyEntries(ctx context.Context, db DB, tenant, from, to string, before int
 // journal, ErrNotFound when from is not the tenant's run.
 func CheckCopyEntries(ctx context.Context, db DB, tenant, from string, before int) error {
 	var last, sleeping *int
-	err := db.QueryRow(ctx, dbsqlc.RunCopyBounds, from, tenant).Scan(&last, &sleeping)
+	// Scanned by hand: sqlc does not type last_seq nor sleeping_seq.
+	err := db.QueryRow(ctx, dbsqlc.RunCopyBounds, dbsqlc.RunCopyBoundsParams{ID: from, Tenant: tenant}.Args()...).Scan(&last, &sleeping)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ErrNotFound
 	}

@@ -61,7 +61,8 @@ func FunctionSeries(ctx context.Context, db DB, tenant, function string, bucket 
 	var waiting int64
 	var sealedUntil *time.Time
 	// sqlc types sealed_until NOT NULL, which it is not before the first seal.
-	err := db.QueryRow(ctx, dbsqlc.FunctionSeriesNow, tenant, fn).Scan(&now, &waiting, &sealedUntil)
+	err := db.QueryRow(ctx, dbsqlc.FunctionSeriesNow, dbsqlc.FunctionSeriesNowParams{Tenant: tenant, Function: fn}.Args()...).
+		Scan(&now, &waiting, &sealedUntil)
 	if err != nil {
 		return nil, fmt.Errorf("function series: %w", err)
 	}

@@ -32,8 +32,7 @@ func StatsOfFunctions(ctx context.Context, db DB, tenant string, window time.Dur
 	// sqlc types p50_ms and last_run_at NOT NULL (it does not see that an aggregate of
 	// no rows, or a LEFT JOIN LATERAL that finds none, is NULL): its generated method
 	// would fail on a function without runs, so this scans its statement by name.
-	p := dbsqlc.FunctionStatsParams{Tenant: tenant, WindowSecs: window.Seconds()}
-	rows, _ := db.Query(ctx, dbsqlc.FunctionStats, p.WindowSecs, p.Tenant)
+	rows, _ := db.Query(ctx, dbsqlc.FunctionStats, dbsqlc.FunctionStatsParams{Tenant: tenant, WindowSecs: window.Seconds()}.Args()...)
 	stats, err := pgx.CollectRows(rows, pgx.RowToStructByName[FunctionStats])
 	if err != nil {
 		return nil, fmt.Errorf("function stats: %w", err)

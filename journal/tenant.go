@@ -250,7 +250,7 @@ type batchSender interface {
 // The results are those of b's statements only.
 func scopedBatch(ctx context.Context, db batchSender, tenant string, b *pgx.Batch) pgx.BatchResults {
 	tb := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(b.QueuedQueries)+1)}
-	tb.Queue(dbsqlc.TenantSet, tenant)
+	tb.Queue(dbsqlc.TenantSet, dbsqlc.TenantSetParams{Tenant: tenant}.Args()...)
 	tb.QueuedQueries = append(tb.QueuedQueries, b.QueuedQueries...)
 	br := db.SendBatch(ctx, tb)
 	if _, err := br.Exec(); err != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -134,7 +135,7 @@ func claimRun(ctx context.Context, db DB, runID string, lease time.Duration, slo
 		})
 	var held *string
 	if slots {
-		b.Queue(dbsqlc.ClaimHeld, runID).
+		b.Queue(dbsqlc.ClaimHeld, dbsqlc.ClaimHeldParams{RunID: runID}.Args()...).
 			Query(func(rows pgx.Rows) error {
 				var err error
 				held, err = pgx.CollectOneRow(rows, pgx.RowTo[*string])
@@ -230,7 +231,7 @@ func AppendEntry(ctx context.Context, db DB, runID string, invocation int, e Ent
 	}
 	locked := func(tx DB) error {
 		// The lock is the transaction's before the entry's statement takes its snapshot.
-		if err := dbsqlc.New(tx).EntryLockRun(ctx, dbsqlc.EntryLockRunParams{RunID: runID, Invocation: int32(invocation)}); err != nil {
+		if _, err := dbsqlc.New(tx).EntryLockRun(ctx, dbsqlc.EntryLockRunParams{RunID: runID, Invocation: int32(invocation)}); err != nil {
 			return fmt.Errorf("lock run %s: %w", runID, err)
 		}
 		return appendEntry(ctx, tx, runID, invocation, e, window, b)
@@ -256,27 +257,45 @@ func entryTooLarge(e Entry, b Bounds) error {
 	return nil
 }
 
+// appendEntry journals e with EntryAppendInOrder, or EntryAppendInWindow for a window
+// wider than 1. (Their rows, and EntryAppendInOrderSkipLocked's, are scanned by hand:
+// sqlc types their total NOT NULL.)
 func appendEntry(ctx context.Context, db DB, runID string, invocation int, e Entry, window int, b Bounds) error {
-	query := dbsqlc.EntryAppendInOrder
+	var row pgx.Row
 	if window > 1 {
-		query = dbsqlc.EntryAppendInWindow
+		row = db.QueryRow(ctx, dbsqlc.EntryAppendInWindow, dbsqlc.EntryAppendInWindowParams{
+			RunID: runID, Seq: int32(e.Seq), Invocation: int32(invocation), WindowSize: int32(window), Size: e.Size(),
+			Kind: e.Kind, Name: e.Name, Output: e.Output, Error: errorJSON(e.Error), Attempt: int32(max(e.Attempt, 1)),
+			WakeAt: e.WakeAt, StartedAt: e.StartedAt, MaxEntries: int4(b.MaxEntries), MaxBytes: int4(b.MaxJournalBytes),
+		}.Args()...)
+	} else {
+		row = db.QueryRow(ctx, dbsqlc.EntryAppendInOrder, dbsqlc.EntryAppendInOrderParams{
+			RunID: runID, Seq: int32(e.Seq), Invocation: int32(invocation), Size: e.Size(),
+			Kind: e.Kind, Name: e.Name, Output: e.Output, Error: errorJSON(e.Error), Attempt: int32(max(e.Attempt, 1)),
+			WakeAt: e.WakeAt, StartedAt: e.StartedAt, MaxEntries: int4(b.MaxEntries), MaxBytes: int4(b.MaxJournalBytes),
+		}.Args()...)
 	}
 	var r appendResult
-	if err := r.scan(db.QueryRow(ctx, query, appendArgs(runID, invocation, e, window, b)...)); err != nil {
+	if err := r.scan(row); err != nil {
 		return fmt.Errorf("append entry %d to run %s: %w", e.Seq, runID, unstorable(err))
 	}
 	return r.err(ctx, db, runID, e, window, b)
 }
 
-// appendArgs are the arguments of EntryAppendInOrder (and of
-// EntryAppendInOrderSkipLocked) for window 1, and of EntryAppendInWindow for a wider one.
-func appendArgs(runID string, invocation int, e Entry, window int, b Bounds) []any {
-	if window > 1 {
-		return []any{runID, e.Seq, invocation, window, e.Size(), e.Kind, e.Name, e.Output, e.Error, max(e.Attempt, 1),
-			e.WakeAt, e.StartedAt, b.MaxEntries, b.MaxJournalBytes}
+// errorJSON is e as a jsonb parameter, NULL for none, as pgx would encode it. An
+// ErrorInfo, strings and a bool, always marshals.
+func errorJSON(e *ErrorInfo) json.RawMessage {
+	if e == nil {
+		return nil
 	}
-	return []any{runID, e.Seq, invocation, e.Size(), e.Kind, e.Name, e.Output, e.Error, max(e.Attempt, 1),
-		e.WakeAt, e.StartedAt, b.MaxEntries, b.MaxJournalBytes}
+	b, _ := json.Marshal(e)
+	return b
+}
+
+// int4 is a bound as an int4 parameter (the statements' bounds are int4s): a bound past
+// the int4's range, which readLimits never sets, is its end.
+func int4[T int | int64](v T) int32 {
+	return int32(min(max(v, math.MinInt32), math.MaxInt32))
 }
 
 // appendResult is what EntryAppendInOrder or EntryAppendInWindow found.
@@ -339,7 +358,8 @@ func entriesLimit(seq int, b Bounds) *LimitError {
 }
 
 func entryAt(ctx context.Context, db DB, runID string, seq int) (*Entry, error) {
-	e, err := scanEntry(db.QueryRow(ctx, dbsqlc.EntryAt, runID, seq))
+	// Scanned by hand: sqlc does not type copied.
+	e, err := scanEntry(db.QueryRow(ctx, dbsqlc.EntryAt, dbsqlc.EntryAtParams{RunID: runID, Seq: int32(seq)}.Args()...))
 	if err != nil {
 		return nil, fmt.Errorf("load entry %d of run %s: %w", seq, runID, err)
 	}
@@ -593,16 +613,23 @@ func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome)
 	wakeAfter, awaitSeq := o.wakeAfter, 0
 	window := min(max(o.AwaitWindow, 1), MaxWindow)
 	var until *time.Time
-	var awaiting *Awaiting
-	timed := true // queued, or suspended with nothing awaited: due after wakeAfter
+	var awaiting json.RawMessage // NULL when nothing is awaited
+	timed := true                // queued, or suspended with nothing awaited: due after wakeAfter
 	if o.await != nil {
 		until, wakeAfter, timed = o.await.wake()
 		a := o.await.awaiting()
-		awaiting, awaitSeq = &a, a.Seq
+		awaitSeq = a.Seq
+		var err error
+		if awaiting, err = json.Marshal(a); err != nil {
+			return nil, fmt.Errorf("finish invocation %d of run %s: %w", invocation, runID, err)
+		}
 	}
 	var r finishRow
-	err := r.scan(db.QueryRow(ctx, dbsqlc.RunFinish,
-		finishArgs(runID, invocation, o, timed, until, wakeAfter, awaiting, awaitSeq, window)...))
+	err := r.scan(db.QueryRow(ctx, dbsqlc.RunFinish, dbsqlc.RunFinishParams{
+		AwaitSeq: int32(awaitSeq), WindowSize: int32(window), Status: string(o.status), Output: o.output, Error: errorJSON(o.err),
+		Timed: timed, Until: until, AfterSeconds: wakeAfter.Seconds(), RunID: runID, Awaiting: awaiting,
+		FailedCall: o.failedCall, Uncalled: o.uncalled, Notify: o.Notify, Invocation: int32(invocation), Whole: o.whole(),
+	}.Args()...))
 	if errors.Is(err, pgx.ErrNoRows) && o.whole() {
 		return nil, holesError(ctx, db, runID, invocation, o)
 	}
@@ -665,8 +692,17 @@ func FinishWithLastStep(ctx context.Context, db DB, runID string, invocation int
 		return nil, err
 	}
 	batch := &pgx.Batch{}
-	batch.Queue(dbsqlc.EntryAppendInOrder, appendArgs(runID, invocation, e, 1, o.Bounds)...)
-	batch.Queue(dbsqlc.RunFinishAfterStep, append(finishArgs(runID, invocation, o, true, nil, 0, nil, 0, 1), e.Seq)...)
+	batch.Queue(dbsqlc.EntryAppendInOrder, dbsqlc.EntryAppendInOrderParams{
+		RunID: runID, Seq: int32(e.Seq), Invocation: int32(invocation), Size: e.Size(),
+		Kind: e.Kind, Name: e.Name, Output: e.Output, Error: errorJSON(e.Error), Attempt: int32(max(e.Attempt, 1)),
+		WakeAt: e.WakeAt, StartedAt: e.StartedAt, MaxEntries: int4(o.Bounds.MaxEntries), MaxBytes: int4(o.Bounds.MaxJournalBytes),
+	}.Args()...)
+	// A terminal outcome: no await (seq 0, window 1), no wake time.
+	batch.Queue(dbsqlc.RunFinishAfterStep, dbsqlc.RunFinishAfterStepParams{
+		WindowSize: 1, Status: string(o.status), Output: o.output, Error: errorJSON(o.err), Timed: true,
+		RunID: runID, FailedCall: o.failedCall, Uncalled: o.uncalled, Notify: o.Notify, Invocation: int32(invocation), Whole: o.whole(),
+		Step: int32(e.Seq),
+	}.Args()...)
 
 	var step appendResult
 	var r finishRow
@@ -710,13 +746,6 @@ func (r *finishRow) scan(row pgx.Row) error {
 	return err
 }
 
-// finishArgs are the arguments of RunFinish; RunFinishAfterStep takes the step's seq
-// after them.
-func finishArgs(runID string, invocation int, o Outcome, timed bool, until *time.Time, wakeAfter time.Duration, awaiting *Awaiting, awaitSeq, window int) []any {
-	return []any{awaitSeq, window, o.status, o.output, o.err, timed, until, wakeAfter.Seconds(), runID, awaiting,
-		o.failedCall, o.uncalled, o.Notify, invocation, o.whole()}
-}
-
 // holesError says why Finish's update of o, an answered end (Outcome.Answered), found no
 // run: ErrSuperseded when the invocation no longer owns the running run, else a
 // *HolesError naming the seqs missing below the journal's last (the first ten, and how
@@ -726,7 +755,9 @@ func holesError(ctx context.Context, db DB, runID string, invocation int, o Outc
 	var owned bool
 	var top, count int
 	var missing []int32
-	err := db.QueryRow(ctx, dbsqlc.EntryHoles, invocation, runID).Scan(&owned, &top, &count, &missing)
+	// Scanned by hand: sqlc does not type owned, top nor missing.
+	err := db.QueryRow(ctx, dbsqlc.EntryHoles, dbsqlc.EntryHolesParams{Invocation: int32(invocation), RunID: runID}.Args()...).
+		Scan(&owned, &top, &count, &missing)
 	switch {
 	case err != nil:
 		return fmt.Errorf("find holes in the journal of run %s: %w", runID, err)
@@ -926,7 +957,9 @@ type Wake struct {
 // those already due are River's and the stranded-run sweep's), earliest first,
 // at most limit of them, and the database clock. It reads the index run_due.
 func UpcomingWakes(ctx context.Context, db DB, after time.Time, within time.Duration, limit int) ([]Wake, time.Time, error) {
-	rows, _ := db.Query(ctx, dbsqlc.RunsUpcomingWakes, after, within.Seconds(), limit)
+	// Scanned by hand: sqlc types the lateral join's id NOT NULL, and now not at all.
+	rows, _ := db.Query(ctx, dbsqlc.RunsUpcomingWakes, dbsqlc.RunsUpcomingWakesParams{
+		After: after, WithinSeconds: within.Seconds(), MaxRuns: int64(limit)}.Args()...)
 	var wakes []Wake
 	var now time.Time
 	var id *string

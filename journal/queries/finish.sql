@@ -9,20 +9,20 @@ WITH u AS (
         output = sqlc.arg(output),
         error = sqlc.arg(error),
         lease_until = NULL,
-        wake_at = CASE WHEN sqlc.arg(status) IN ('suspended', 'queued') AND sqlc.arg(timed)
+        wake_at = CASE WHEN sqlc.arg(status) IN ('suspended', 'queued') AND sqlc.arg(timed)::boolean
             THEN greatest(coalesce(sqlc.narg(until)::timestamptz, now() + make_interval(secs => sqlc.arg(after_seconds))),
                 CASE WHEN sqlc.arg(status) = 'queued' THEN (SELECT max(CASE WHEN t.kind = 'sleep' THEN t.wake_at END) FROM (
                     SELECT e.kind, e.wake_at FROM stepgate.journal_entry e WHERE e.tenant = r.tenant AND e.run_id = sqlc.arg(run_id) ORDER BY e.seq DESC LIMIT 64) t) END) END,
         awaiting = sqlc.arg(awaiting),
         finished_at = CASE WHEN sqlc.arg(status) IN ('completed', 'failed', 'cancelled') THEN now() END,
         failed_invocations = CASE WHEN sqlc.arg(status) = 'queued' THEN r.failed_invocations + 1 ELSE 0 END,
-        lifetime_failed_invocations = r.lifetime_failed_invocations + CASE WHEN sqlc.arg(failed_call) THEN 1 ELSE 0 END,
-        attempts = r.attempts - CASE WHEN sqlc.arg(uncalled) THEN 1 ELSE 0 END,
+        lifetime_failed_invocations = r.lifetime_failed_invocations + CASE WHEN sqlc.arg(failed_call)::boolean THEN 1 ELSE 0 END,
+        attempts = r.attempts - CASE WHEN sqlc.arg(uncalled)::boolean THEN 1 ELSE 0 END,
         recoveries = 0,
         notify = r.notify OR (sqlc.arg(notify) AND sqlc.arg(status) IN ('suspended', 'queued'))
     WHERE r.id = sqlc.arg(run_id) AND r.invocation = sqlc.arg(invocation) AND r.status = 'running'
         -- An answered end needs a journal without holes: as many entries as its last seq.
-        AND (NOT sqlc.arg(whole) OR (SELECT count(*) = coalesce(max(c.seq), 0) FROM stepgate.journal_entry c WHERE c.tenant = r.tenant AND c.run_id = sqlc.arg(run_id)))
+        AND (NOT sqlc.arg(whole)::boolean OR (SELECT count(*) = coalesce(max(c.seq), 0) FROM stepgate.journal_entry c WHERE c.tenant = r.tenant AND c.run_id = sqlc.arg(run_id)))
     RETURNING r.id, r.tenant, r.status, r.attempts, r.wake_at, r.parent_id, r.parent_seq, r.notify, r.identity
 ), failure AS (
     INSERT INTO stepgate.attempt_failure (tenant, run_id, seq, attempt, name, error)
@@ -38,8 +38,8 @@ SELECT u.status, u.wake_at, clock_timestamp(), (SELECT count(*) FROM notified),
         THEN u.parent_id::text END,
     u.tenant, u.identity,
     EXISTS (SELECT 1 FROM stepgate.journal_entry j WHERE j.tenant = u.tenant AND j.run_id = u.id AND j.seq = sqlc.arg(await_seq)),
-    sqlc.arg(await_seq) <= sqlc.arg(window_size) OR EXISTS (SELECT 1 FROM stepgate.journal_entry j
-        WHERE j.tenant = u.tenant AND j.run_id = u.id AND j.seq < sqlc.arg(await_seq) AND j.seq >= sqlc.arg(await_seq) - sqlc.arg(window_size))
+    sqlc.arg(await_seq) <= sqlc.arg(window_size)::int OR EXISTS (SELECT 1 FROM stepgate.journal_entry j
+        WHERE j.tenant = u.tenant AND j.run_id = u.id AND j.seq < sqlc.arg(await_seq) AND j.seq >= sqlc.arg(await_seq) - sqlc.arg(window_size)::int)
 FROM u;
 
 -- name: RunFinishAfterStep :one
@@ -51,20 +51,20 @@ WITH u AS (
         output = sqlc.arg(output),
         error = sqlc.arg(error),
         lease_until = NULL,
-        wake_at = CASE WHEN sqlc.arg(status) IN ('suspended', 'queued') AND sqlc.arg(timed)
+        wake_at = CASE WHEN sqlc.arg(status) IN ('suspended', 'queued') AND sqlc.arg(timed)::boolean
             THEN greatest(coalesce(sqlc.narg(until)::timestamptz, now() + make_interval(secs => sqlc.arg(after_seconds))),
                 CASE WHEN sqlc.arg(status) = 'queued' THEN (SELECT max(CASE WHEN t.kind = 'sleep' THEN t.wake_at END) FROM (
                     SELECT e.kind, e.wake_at FROM stepgate.journal_entry e WHERE e.tenant = r.tenant AND e.run_id = sqlc.arg(run_id) ORDER BY e.seq DESC LIMIT 64) t) END) END,
         awaiting = sqlc.arg(awaiting),
         finished_at = CASE WHEN sqlc.arg(status) IN ('completed', 'failed', 'cancelled') THEN now() END,
         failed_invocations = CASE WHEN sqlc.arg(status) = 'queued' THEN r.failed_invocations + 1 ELSE 0 END,
-        lifetime_failed_invocations = r.lifetime_failed_invocations + CASE WHEN sqlc.arg(failed_call) THEN 1 ELSE 0 END,
-        attempts = r.attempts - CASE WHEN sqlc.arg(uncalled) THEN 1 ELSE 0 END,
+        lifetime_failed_invocations = r.lifetime_failed_invocations + CASE WHEN sqlc.arg(failed_call)::boolean THEN 1 ELSE 0 END,
+        attempts = r.attempts - CASE WHEN sqlc.arg(uncalled)::boolean THEN 1 ELSE 0 END,
         recoveries = 0,
         notify = r.notify OR (sqlc.arg(notify) AND sqlc.arg(status) IN ('suspended', 'queued'))
     WHERE r.id = sqlc.arg(run_id) AND r.invocation = sqlc.arg(invocation) AND r.status = 'running'
         -- An answered end needs a journal without holes: as many entries as its last seq.
-        AND (NOT sqlc.arg(whole) OR (SELECT count(*) = coalesce(max(c.seq), 0) FROM stepgate.journal_entry c WHERE c.tenant = r.tenant AND c.run_id = sqlc.arg(run_id)))
+        AND (NOT sqlc.arg(whole)::boolean OR (SELECT count(*) = coalesce(max(c.seq), 0) FROM stepgate.journal_entry c WHERE c.tenant = r.tenant AND c.run_id = sqlc.arg(run_id)))
         AND EXISTS (SELECT 1 FROM stepgate.journal_entry j
             WHERE j.tenant = r.tenant AND j.run_id = sqlc.arg(run_id) AND j.seq = sqlc.arg(step) AND j.xmin = pg_current_xact_id()::xid)
     RETURNING r.id, r.tenant, r.status, r.attempts, r.wake_at, r.parent_id, r.parent_seq, r.notify, r.identity
@@ -82,6 +82,6 @@ SELECT u.status, u.wake_at, clock_timestamp(), (SELECT count(*) FROM notified),
         THEN u.parent_id::text END,
     u.tenant, u.identity,
     EXISTS (SELECT 1 FROM stepgate.journal_entry j WHERE j.tenant = u.tenant AND j.run_id = u.id AND j.seq = sqlc.arg(await_seq)),
-    sqlc.arg(await_seq) <= sqlc.arg(window_size) OR EXISTS (SELECT 1 FROM stepgate.journal_entry j
-        WHERE j.tenant = u.tenant AND j.run_id = u.id AND j.seq < sqlc.arg(await_seq) AND j.seq >= sqlc.arg(await_seq) - sqlc.arg(window_size))
+    sqlc.arg(await_seq) <= sqlc.arg(window_size)::int OR EXISTS (SELECT 1 FROM stepgate.journal_entry j
+        WHERE j.tenant = u.tenant AND j.run_id = u.id AND j.seq < sqlc.arg(await_seq) AND j.seq >= sqlc.arg(await_seq) - sqlc.arg(window_size)::int)
 FROM u;

@@ -17,7 +17,7 @@ WITH owner AS (
     INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, error, attempt,
         wake_at, invocation, started_at, journal_bytes)
     SELECT ok.tenant, ok.id, sqlc.arg(seq), sqlc.arg(kind), sqlc.arg(name), sqlc.arg(output), sqlc.arg(error), sqlc.arg(attempt), sqlc.arg(wake_at), sqlc.arg(invocation), sqlc.arg(started_at), ok.total FROM ok
-    WHERE (@max_entries = 0 OR sqlc.arg(seq) <= sqlc.arg(max_entries)) AND (@max_bytes = 0 OR ok.total <= sqlc.arg(max_bytes))
+    WHERE (sqlc.arg(max_entries)::int = 0 OR sqlc.arg(seq) <= sqlc.arg(max_entries)::int) AND (sqlc.arg(max_bytes)::int = 0 OR ok.total <= sqlc.arg(max_bytes)::int)
     ON CONFLICT (tenant, run_id, seq) DO NOTHING
     RETURNING seq
 )
@@ -45,7 +45,7 @@ WITH owner AS (
     INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, error, attempt,
         wake_at, invocation, started_at, journal_bytes)
     SELECT ok.tenant, ok.id, sqlc.arg(seq), sqlc.arg(kind), sqlc.arg(name), sqlc.arg(output), sqlc.arg(error), sqlc.arg(attempt), sqlc.arg(wake_at), sqlc.arg(invocation), sqlc.arg(started_at), ok.total FROM ok
-    WHERE (@max_entries = 0 OR sqlc.arg(seq) <= sqlc.arg(max_entries)) AND (@max_bytes = 0 OR ok.total <= sqlc.arg(max_bytes))
+    WHERE (sqlc.arg(max_entries)::int = 0 OR sqlc.arg(seq) <= sqlc.arg(max_entries)::int) AND (sqlc.arg(max_bytes)::int = 0 OR ok.total <= sqlc.arg(max_bytes)::int)
     ON CONFLICT (tenant, run_id, seq) DO NOTHING
     RETURNING seq
 )
@@ -63,7 +63,7 @@ WITH owner AS (
 ), prev AS (
     SELECT coalesce(p.journal_bytes, 0) AS journal_bytes FROM stepgate.journal_entry p
     WHERE p.tenant = (SELECT o.tenant FROM owner o) AND p.run_id = sqlc.arg(run_id)
-        AND p.seq < sqlc.arg(seq) AND p.seq >= sqlc.arg(seq) - sqlc.arg(window_size)
+        AND p.seq < sqlc.arg(seq) AND p.seq >= sqlc.arg(seq) - sqlc.arg(window_size)::int
     ORDER BY p.seq DESC LIMIT 1
 ), top AS (
     -- Entries above: this one fills a hole left by parallel steps.
@@ -74,12 +74,12 @@ WITH owner AS (
     SELECT owner.id, owner.tenant, coalesce((SELECT journal_bytes FROM prev), stepgate.journal_bytes_before(owner.tenant, sqlc.arg(run_id), sqlc.arg(seq))) + sqlc.arg(size)::bigint AS total,
         coalesce((SELECT journal_bytes FROM top), 0) + sqlc.arg(size)::bigint AS top_total
     FROM owner
-    WHERE sqlc.arg(seq) <= sqlc.arg(window_size) OR EXISTS (SELECT 1 FROM prev)
+    WHERE sqlc.arg(seq) <= sqlc.arg(window_size)::int OR EXISTS (SELECT 1 FROM prev)
 ), ins AS (
     INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, error, attempt,
         wake_at, invocation, started_at, journal_bytes)
     SELECT ok.tenant, ok.id, sqlc.arg(seq), sqlc.arg(kind), sqlc.arg(name), sqlc.arg(output), sqlc.arg(error), sqlc.arg(attempt), sqlc.arg(wake_at), sqlc.arg(invocation), sqlc.arg(started_at), ok.total FROM ok
-    WHERE (sqlc.arg(max_entries) = 0 OR sqlc.arg(seq) <= sqlc.arg(max_entries)) AND (sqlc.arg(max_bytes) = 0 OR greatest(ok.total, ok.top_total) <= sqlc.arg(max_bytes))
+    WHERE (sqlc.arg(max_entries)::int = 0 OR sqlc.arg(seq) <= sqlc.arg(max_entries)::int) AND (sqlc.arg(max_bytes)::int = 0 OR greatest(ok.total, ok.top_total) <= sqlc.arg(max_bytes)::int)
     ON CONFLICT (tenant, run_id, seq) DO NOTHING
     RETURNING seq
 ), above AS (
@@ -91,7 +91,7 @@ SELECT EXISTS (SELECT 1 FROM owner) AS owned, EXISTS (SELECT 1 FROM ins) AS inse
 FROM (SELECT 1) one
 LEFT JOIN stepgate.journal_entry e ON e.tenant = (SELECT o.tenant FROM owner o) AND e.run_id = sqlc.arg(run_id) AND e.seq = sqlc.arg(seq);
 
--- name: EntryLockRun :exec
+-- name: EntryLockRun :execrows
 -- Locks the run for a windowed entry, before the entry's statement takes its snapshot.
 SELECT 1 FROM stepgate.run WHERE id = @run_id AND invocation = @invocation AND status = 'running' FOR UPDATE;
 

@@ -12,6 +12,17 @@ func (arg ActionExceedDeadlineParams) Args() []any {
 	return []any{arg.ErrorType, arg.ID}
 }
 
+// ActionGetRunByIDParams are the parameters of ActionGetRunByID, one, for a batch (sqlc makes
+// no struct for a statement of one parameter).
+type ActionGetRunByIDParams struct {
+	ID string
+}
+
+// Args returns the parameters of ActionGetRunByID in its statement's order.
+func (arg ActionGetRunByIDParams) Args() []any {
+	return []any{arg.ID}
+}
+
 // Args returns the parameters of ActionUpcomingDeadlines in its statement's order.
 func (arg ActionUpcomingDeadlinesParams) Args() []any {
 	return []any{arg.After, arg.WithinSecs, arg.Max}
@@ -20,6 +31,17 @@ func (arg ActionUpcomingDeadlinesParams) Args() []any {
 // Args returns the parameters of CallbackByName in its statement's order.
 func (arg CallbackByNameParams) Args() []any {
 	return []any{arg.Tenant, arg.RunID, arg.Name}
+}
+
+// CallbackByTokenParams are the parameters of CallbackByToken, one, for a batch (sqlc makes
+// no struct for a statement of one parameter).
+type CallbackByTokenParams struct {
+	TokenHash []byte
+}
+
+// Args returns the parameters of CallbackByToken in its statement's order.
+func (arg CallbackByTokenParams) Args() []any {
+	return []any{arg.TokenHash}
 }
 
 // Args returns the parameters of CallbackCreate in its statement's order.
@@ -37,6 +59,15 @@ func (arg CallbackJournalAwaitParams) Args() []any {
 	return []any{arg.RunID, arg.Seq, arg.Alt, arg.Name, arg.Output, arg.Invocation, arg.Tenant}
 }
 
+// CallbackKeyLoadParams are the parameters of CallbackKeyLoad, none, for a batch (sqlc makes
+// no struct for a statement without parameters).
+type CallbackKeyLoadParams struct{}
+
+// Args returns the parameters of CallbackKeyLoad: none.
+func (CallbackKeyLoadParams) Args() []any {
+	return nil
+}
+
 // Args returns the parameters of CallbackListOpen in its statement's order.
 func (arg CallbackListOpenParams) Args() []any {
 	return []any{arg.Tenant, arg.RunID, arg.MaxRows}
@@ -50,6 +81,17 @@ func (arg CallbackLockParams) Args() []any {
 // Args returns the parameters of CallbackLockForAwait in its statement's order.
 func (arg CallbackLockForAwaitParams) Args() []any {
 	return []any{arg.Tenant, arg.RunID, arg.Seq}
+}
+
+// CallbackLockRunParams are the parameters of CallbackLockRun, one, for a batch (sqlc makes
+// no struct for a statement of one parameter).
+type CallbackLockRunParams struct {
+	RunID string
+}
+
+// Args returns the parameters of CallbackLockRun in its statement's order.
+func (arg CallbackLockRunParams) Args() []any {
+	return []any{arg.RunID}
 }
 
 // Args returns the parameters of CallbackMarkAwaited in its statement's order.
@@ -72,6 +114,17 @@ func (arg CallbackResumeParams) Args() []any {
 	return []any{arg.Tenant, arg.RunID, arg.AwaitedSeq, arg.Seq}
 }
 
+// CallbackRunTenantParams are the parameters of CallbackRunTenant, one, for a batch (sqlc makes
+// no struct for a statement of one parameter).
+type CallbackRunTenantParams struct {
+	RunID string
+}
+
+// Args returns the parameters of CallbackRunTenant in its statement's order.
+func (arg CallbackRunTenantParams) Args() []any {
+	return []any{arg.RunID}
+}
+
 // Args returns the parameters of CallbackStoreWait in its statement's order.
 func (arg CallbackStoreWaitParams) Args() []any {
 	return []any{arg.Seq, arg.ExpiresAt, arg.Tenant, arg.RunID, arg.CallbackSeq, arg.Alt, arg.Name}
@@ -85,6 +138,17 @@ func (arg CallbackTimeWaitParams) Args() []any {
 // Args returns the parameters of CancelDescendants in its statement's order.
 func (arg CancelDescendantsParams) Args() []any {
 	return []any{arg.Tenant, arg.Roots, arg.MaxRuns, arg.ByIdentity}
+}
+
+// ClaimHeldParams are the parameters of ClaimHeld, one, for a batch (sqlc makes
+// no struct for a statement of one parameter).
+type ClaimHeldParams struct {
+	RunID string
+}
+
+// Args returns the parameters of ClaimHeld in its statement's order.
+func (arg ClaimHeldParams) Args() []any {
+	return []any{arg.RunID}
 }
 
 // Args returns the parameters of ClaimJournal in its statement's order.
@@ -110,6 +174,15 @@ func (arg ClaimRunSlotsParams) Args() []any {
 // Args returns the parameters of ClaimStepAttempts in its statement's order.
 func (arg ClaimStepAttemptsParams) Args() []any {
 	return []any{arg.RunID, arg.RunningOnly}
+}
+
+// ClockNowParams are the parameters of ClockNow, none, for a batch (sqlc makes
+// no struct for a statement without parameters).
+type ClockNowParams struct{}
+
+// Args returns the parameters of ClockNow: none.
+func (ClockNowParams) Args() []any {
+	return nil
 }
 
 // Args returns the parameters of ConcurrencyQueueCounts in its statement's order.
@@ -177,9 +250,31 @@ func (arg FlowDebounceOpenParams) Args() []any {
 	return []any{arg.Tenant, arg.Function, arg.Key, arg.RunID, arg.PeriodUs}
 }
 
+// FlowPruneParams are the parameters of FlowPrune, one, for a batch (sqlc makes
+// no struct for a statement of one parameter).
+type FlowPruneParams struct {
+	MaxRows int64
+}
+
+// Args returns the parameters of FlowPrune in its statement's order.
+func (arg FlowPruneParams) Args() []any {
+	return []any{arg.MaxRows}
+}
+
 // Args returns the parameters of FlowRateRetryAfter in its statement's order.
 func (arg FlowRateRetryAfterParams) Args() []any {
 	return []any{arg.TauUs, arg.Tenant, arg.Function, arg.Key}
+}
+
+// FlowRefillHeldLinesParams are the parameters of FlowRefillHeldLines, one, for a batch (sqlc makes
+// no struct for a statement of one parameter).
+type FlowRefillHeldLinesParams struct {
+	MaxKeys int32
+}
+
+// Args returns the parameters of FlowRefillHeldLines in its statement's order.
+func (arg FlowRefillHeldLinesParams) Args() []any {
+	return []any{arg.MaxKeys}
 }
 
 // Args returns the parameters of FlowTakeRate in its statement's order.
@@ -212,6 +307,17 @@ func (arg FunctionGetRevisionParams) Args() []any {
 	return []any{arg.Tenant, arg.Name, arg.Revision}
 }
 
+// FunctionListParams are the parameters of FunctionList, one, for a batch (sqlc makes
+// no struct for a statement of one parameter).
+type FunctionListParams struct {
+	Tenant string
+}
+
+// Args returns the parameters of FunctionList in its statement's order.
+func (arg FunctionListParams) Args() []any {
+	return []any{arg.Tenant}
+}
+
 // Args returns the parameters of FunctionLockName in its statement's order.
 func (arg FunctionLockNameParams) Args() []any {
 	return []any{arg.Tenant, arg.Name}
@@ -230,6 +336,17 @@ func (arg FunctionSyncParams) Args() []any {
 // Args returns the parameters of AppCheckEnd in its statement's order.
 func (arg AppCheckEndParams) Args() []any {
 	return []any{arg.Tenant, arg.ID}
+}
+
+// AppCheckRunningParams are the parameters of AppCheckRunning, one, for a batch (sqlc makes
+// no struct for a statement of one parameter).
+type AppCheckRunningParams struct {
+	Tenant string
+}
+
+// Args returns the parameters of AppCheckRunning in its statement's order.
+func (arg AppCheckRunningParams) Args() []any {
+	return []any{arg.Tenant}
 }
 
 // Args returns the parameters of AppCheckStart in its statement's order.
@@ -277,6 +394,15 @@ func (arg EntryAtParams) Args() []any {
 	return []any{arg.RunID, arg.Seq}
 }
 
+// EntryBatchLockTimeoutParams are the parameters of EntryBatchLockTimeout, none, for a batch (sqlc makes
+// no struct for a statement without parameters).
+type EntryBatchLockTimeoutParams struct{}
+
+// Args returns the parameters of EntryBatchLockTimeout: none.
+func (EntryBatchLockTimeoutParams) Args() []any {
+	return nil
+}
+
 // Args returns the parameters of EntryExists in its statement's order.
 func (arg EntryExistsParams) Args() []any {
 	return []any{arg.RunID, arg.Seq}
@@ -302,6 +428,26 @@ func (arg InvocationKeyInsertParams) Args() []any {
 	return []any{arg.ID, arg.Secret}
 }
 
+// InvocationKeyLockParams are the parameters of InvocationKeyLock, none, for a batch (sqlc makes
+// no struct for a statement without parameters).
+type InvocationKeyLockParams struct{}
+
+// Args returns the parameters of InvocationKeyLock: none.
+func (InvocationKeyLockParams) Args() []any {
+	return nil
+}
+
+// InvocationKeyRetireParams are the parameters of InvocationKeyRetire, one, for a batch (sqlc makes
+// no struct for a statement of one parameter).
+type InvocationKeyRetireParams struct {
+	OverlapSecs float64
+}
+
+// Args returns the parameters of InvocationKeyRetire in its statement's order.
+func (arg InvocationKeyRetireParams) Args() []any {
+	return []any{arg.OverlapSecs}
+}
+
 // Args returns the parameters of InvocationKeys in its statement's order.
 func (arg InvocationKeysParams) Args() []any {
 	return []any{arg.ID, arg.Secret}
@@ -317,9 +463,42 @@ func (arg SigningKeyInsertFirstParams) Args() []any {
 	return []any{arg.Tenant, arg.ID, arg.Seed, arg.PublicKey, arg.HmacSecret}
 }
 
+// SigningKeyLockParams are the parameters of SigningKeyLock, one, for a batch (sqlc makes
+// no struct for a statement of one parameter).
+type SigningKeyLockParams struct {
+	Tenant string
+}
+
+// Args returns the parameters of SigningKeyLock in its statement's order.
+func (arg SigningKeyLockParams) Args() []any {
+	return []any{arg.Tenant}
+}
+
 // Args returns the parameters of SigningKeyRetire in its statement's order.
 func (arg SigningKeyRetireParams) Args() []any {
 	return []any{arg.OverlapSecs, arg.Tenant, arg.MaxKeys}
+}
+
+// SigningKeysParams are the parameters of SigningKeys, one, for a batch (sqlc makes
+// no struct for a statement of one parameter).
+type SigningKeysParams struct {
+	Tenant string
+}
+
+// Args returns the parameters of SigningKeys in its statement's order.
+func (arg SigningKeysParams) Args() []any {
+	return []any{arg.Tenant}
+}
+
+// LeaseReapExpiredParams are the parameters of LeaseReapExpired, one, for a batch (sqlc makes
+// no struct for a statement of one parameter).
+type LeaseReapExpiredParams struct {
+	MaxRuns int64
+}
+
+// Args returns the parameters of LeaseReapExpired in its statement's order.
+func (arg LeaseReapExpiredParams) Args() []any {
+	return []any{arg.MaxRuns}
 }
 
 // Args returns the parameters of LeaseRelease in its statement's order.
@@ -372,6 +551,17 @@ func (arg MessageReceiveParams) Args() []any {
 	return []any{arg.Tenant, arg.RunID, arg.Topic, arg.Seq, arg.Alt, arg.Name, arg.Invocation, arg.ExpiresAt}
 }
 
+// MessageSenderRunParams are the parameters of MessageSenderRun, one, for a batch (sqlc makes
+// no struct for a statement of one parameter).
+type MessageSenderRunParams struct {
+	RunID string
+}
+
+// Args returns the parameters of MessageSenderRun in its statement's order.
+func (arg MessageSenderRunParams) Args() []any {
+	return []any{arg.RunID}
+}
+
 // Args returns the parameters of MessageStore in its statement's order.
 func (arg MessageStoreParams) Args() []any {
 	return []any{arg.Tenant, arg.RunID, arg.ID, arg.Topic, arg.Data, arg.Identity, arg.SourceRunID, arg.Consume, arg.Seq, arg.Alt, arg.Name}
@@ -412,6 +602,28 @@ func (arg OperationGetParams) Args() []any {
 	return []any{arg.ID, arg.Tenant}
 }
 
+// OperationGetByIDParams are the parameters of OperationGetByID, one, for a batch (sqlc makes
+// no struct for a statement of one parameter).
+type OperationGetByIDParams struct {
+	ID string
+}
+
+// Args returns the parameters of OperationGetByID in its statement's order.
+func (arg OperationGetByIDParams) Args() []any {
+	return []any{arg.ID}
+}
+
+// OperationLockParams are the parameters of OperationLock, one, for a batch (sqlc makes
+// no struct for a statement of one parameter).
+type OperationLockParams struct {
+	ID string
+}
+
+// Args returns the parameters of OperationLock in its statement's order.
+func (arg OperationLockParams) Args() []any {
+	return []any{arg.ID}
+}
+
 // Args returns the parameters of OperationRerunBatch in its statement's order.
 func (arg OperationRerunBatchParams) Args() []any {
 	return []any{arg.FromFailure, arg.Tenant, arg.Before, arg.Function, arg.CreatedAfter, arg.Prefix, arg.Statuses, arg.ErrorType, arg.ErrorGroup, arg.AfterT, arg.AfterID, arg.MaxRuns}
@@ -425,6 +637,28 @@ func (arg OperationRerunCountMatchingParams) Args() []any {
 // Args returns the parameters of OperationRerunRecord in its statement's order.
 func (arg OperationRerunRecordParams) Args() []any {
 	return []any{arg.DoneRuns, arg.FailedRuns, arg.Sample, arg.AfterT, arg.AfterID, arg.Op, arg.Tenant, arg.NewRuns, arg.FailedErrors}
+}
+
+// OperationRunningIDParams are the parameters of OperationRunningID, one, for a batch (sqlc makes
+// no struct for a statement of one parameter).
+type OperationRunningIDParams struct {
+	Tenant string
+}
+
+// Args returns the parameters of OperationRunningID in its statement's order.
+func (arg OperationRunningIDParams) Args() []any {
+	return []any{arg.Tenant}
+}
+
+// OutputNotifyParams are the parameters of OutputNotify, one, for a batch (sqlc makes
+// no struct for a statement of one parameter).
+type OutputNotifyParams struct {
+	RunID string
+}
+
+// Args returns the parameters of OutputNotify in its statement's order.
+func (arg OutputNotifyParams) Args() []any {
+	return []any{arg.RunID}
 }
 
 // Args returns the parameters of StreamAdvance in its statement's order.
@@ -602,6 +836,17 @@ func (arg RunRerunsParams) Args() []any {
 	return []any{arg.Tenant, arg.RunID, arg.MaxRuns}
 }
 
+// RunRevisionParams are the parameters of RunRevision, one, for a batch (sqlc makes
+// no struct for a statement of one parameter).
+type RunRevisionParams struct {
+	ID string
+}
+
+// Args returns the parameters of RunRevision in its statement's order.
+func (arg RunRevisionParams) Args() []any {
+	return []any{arg.ID}
+}
+
 // Args returns the parameters of RunEventUnwatch in its statement's order.
 func (arg RunEventUnwatchParams) Args() []any {
 	return []any{arg.GatewayID, arg.Tenant}
@@ -610,6 +855,28 @@ func (arg RunEventUnwatchParams) Args() []any {
 // Args returns the parameters of RunEventWatch in its statement's order.
 func (arg RunEventWatchParams) Args() []any {
 	return []any{arg.GatewayID, arg.TtlSecs, arg.Tenants}
+}
+
+// RunsByIDParams are the parameters of RunsByID, one, for a batch (sqlc makes
+// no struct for a statement of one parameter).
+type RunsByIDParams struct {
+	Ids []string
+}
+
+// Args returns the parameters of RunsByID in its statement's order.
+func (arg RunsByIDParams) Args() []any {
+	return []any{arg.Ids}
+}
+
+// RunJobsParams are the parameters of RunJobs, one, for a batch (sqlc makes
+// no struct for a statement of one parameter).
+type RunJobsParams struct {
+	Ids []string
+}
+
+// Args returns the parameters of RunJobs in its statement's order.
+func (arg RunJobsParams) Args() []any {
+	return []any{arg.Ids}
 }
 
 // Args returns the parameters of RunClaimInvocation in its statement's order.
@@ -627,14 +894,94 @@ func (arg FunctionSeriesNowParams) Args() []any {
 	return []any{arg.Tenant, arg.Function}
 }
 
+// SeriesPruneParams are the parameters of SeriesPrune, none, for a batch (sqlc makes
+// no struct for a statement without parameters).
+type SeriesPruneParams struct{}
+
+// Args returns the parameters of SeriesPrune: none.
+func (SeriesPruneParams) Args() []any {
+	return nil
+}
+
 // Args returns the parameters of SeriesSeal in its statement's order.
 func (arg SeriesSealParams) Args() []any {
 	return []any{arg.GraceSecs, arg.MaxBuckets}
 }
 
+// AnalyzeJournalEntryParams are the parameters of AnalyzeJournalEntry, none, for a batch (sqlc makes
+// no struct for a statement without parameters).
+type AnalyzeJournalEntryParams struct{}
+
+// Args returns the parameters of AnalyzeJournalEntry: none.
+func (AnalyzeJournalEntryParams) Args() []any {
+	return nil
+}
+
+// AnalyzeRunParams are the parameters of AnalyzeRun, none, for a batch (sqlc makes
+// no struct for a statement without parameters).
+type AnalyzeRunParams struct{}
+
+// Args returns the parameters of AnalyzeRun: none.
+func (AnalyzeRunParams) Args() []any {
+	return nil
+}
+
 // Args returns the parameters of FunctionStats in its statement's order.
 func (arg FunctionStatsParams) Args() []any {
 	return []any{arg.WindowSecs, arg.Tenant}
+}
+
+// GrownTablesParams are the parameters of GrownTables, one, for a batch (sqlc makes
+// no struct for a statement of one parameter).
+type GrownTablesParams struct {
+	Tables []string
+}
+
+// Args returns the parameters of GrownTables in its statement's order.
+func (arg GrownTablesParams) Args() []any {
+	return []any{arg.Tables}
+}
+
+// QueueDueParams are the parameters of QueueDue, one, for a batch (sqlc makes
+// no struct for a statement of one parameter).
+type QueueDueParams struct {
+	Bound int32
+}
+
+// Args returns the parameters of QueueDue in its statement's order.
+func (arg QueueDueParams) Args() []any {
+	return []any{arg.Bound}
+}
+
+// QueueJobsParams are the parameters of QueueJobs, one, for a batch (sqlc makes
+// no struct for a statement of one parameter).
+type QueueJobsParams struct {
+	Bound int32
+}
+
+// Args returns the parameters of QueueJobs in its statement's order.
+func (arg QueueJobsParams) Args() []any {
+	return []any{arg.Bound}
+}
+
+// RunOwnerParams are the parameters of RunOwner, one, for a batch (sqlc makes
+// no struct for a statement of one parameter).
+type RunOwnerParams struct {
+	ID string
+}
+
+// Args returns the parameters of RunOwner in its statement's order.
+func (arg RunOwnerParams) Args() []any {
+	return []any{arg.ID}
+}
+
+// ClockParams are the parameters of Clock, none, for a batch (sqlc makes
+// no struct for a statement without parameters).
+type ClockParams struct{}
+
+// Args returns the parameters of Clock: none.
+func (ClockParams) Args() []any {
+	return nil
 }
 
 // Args returns the parameters of ScheduleAdvance in its statement's order.
@@ -657,6 +1004,17 @@ func (arg ScheduleGetParams) Args() []any {
 	return []any{arg.Tenant, arg.Name}
 }
 
+// ScheduleListParams are the parameters of ScheduleList, one, for a batch (sqlc makes
+// no struct for a statement of one parameter).
+type ScheduleListParams struct {
+	Tenant string
+}
+
+// Args returns the parameters of ScheduleList in its statement's order.
+func (arg ScheduleListParams) Args() []any {
+	return []any{arg.Tenant}
+}
+
 // Args returns the parameters of ScheduleOverdueTicks in its statement's order.
 func (arg ScheduleOverdueTicksParams) Args() []any {
 	return []any{arg.LateUs, arg.MaxTicks}
@@ -670,6 +1028,59 @@ func (arg SchedulePutParams) Args() []any {
 // Args returns the parameters of ScheduleTryClaimTick in its statement's order.
 func (arg ScheduleTryClaimTickParams) Args() []any {
 	return []any{arg.ID, arg.Generation, arg.NextAt}
+}
+
+// TenantActAsParams are the parameters of TenantActAs, one, for a batch (sqlc makes
+// no struct for a statement of one parameter).
+type TenantActAsParams struct {
+	Role string
+}
+
+// Args returns the parameters of TenantActAs in its statement's order.
+func (arg TenantActAsParams) Args() []any {
+	return []any{arg.Role}
+}
+
+// TenantCheckFenceParams are the parameters of TenantCheckFence, none, for a batch (sqlc makes
+// no struct for a statement without parameters).
+type TenantCheckFenceParams struct{}
+
+// Args returns the parameters of TenantCheckFence: none.
+func (TenantCheckFenceParams) Args() []any {
+	return nil
+}
+
+// TenantSetParams are the parameters of TenantSet, one, for a batch (sqlc makes
+// no struct for a statement of one parameter).
+type TenantSetParams struct {
+	Tenant string
+}
+
+// Args returns the parameters of TenantSet in its statement's order.
+func (arg TenantSetParams) Args() []any {
+	return []any{arg.Tenant}
+}
+
+// UsageFoldParams are the parameters of UsageFold, one, for a batch (sqlc makes
+// no struct for a statement of one parameter).
+type UsageFoldParams struct {
+	MaxRows int32
+}
+
+// Args returns the parameters of UsageFold in its statement's order.
+func (arg UsageFoldParams) Args() []any {
+	return []any{arg.MaxRows}
+}
+
+// UsageOfParams are the parameters of UsageOf, one, for a batch (sqlc makes
+// no struct for a statement of one parameter).
+type UsageOfParams struct {
+	Tenant string
+}
+
+// Args returns the parameters of UsageOf in its statement's order.
+func (arg UsageOfParams) Args() []any {
+	return []any{arg.Tenant}
 }
 
 // Args returns the parameters of AwaitEntryWakeAt in its statement's order.
@@ -720,6 +1131,17 @@ func (arg WaitResumeLockEventNameParams) Args() []any {
 // Args returns the parameters of WaitResumeLockMatches in its statement's order.
 func (arg WaitResumeLockMatchesParams) Args() []any {
 	return []any{arg.Tenant, arg.Event, arg.Doc}
+}
+
+// WaitRunDueNowParams are the parameters of WaitRunDueNow, one, for a batch (sqlc makes
+// no struct for a statement of one parameter).
+type WaitRunDueNowParams struct {
+	ID string
+}
+
+// Args returns the parameters of WaitRunDueNow in its statement's order.
+func (arg WaitRunDueNowParams) Args() []any {
+	return []any{arg.ID}
 }
 
 // Args returns the parameters of WaitShapeAdd in its statement's order.

@@ -18,20 +18,20 @@ WITH u AS (
         output = $4,
         error = $5,
         lease_until = NULL,
-        wake_at = CASE WHEN $3 IN ('suspended', 'queued') AND $6
+        wake_at = CASE WHEN $3 IN ('suspended', 'queued') AND $6::boolean
             THEN greatest(coalesce($7::timestamptz, now() + make_interval(secs => $8)),
                 CASE WHEN $3 = 'queued' THEN (SELECT max(CASE WHEN t.kind = 'sleep' THEN t.wake_at END) FROM (
                     SELECT e.kind, e.wake_at FROM stepgate.journal_entry e WHERE e.tenant = r.tenant AND e.run_id = $9 ORDER BY e.seq DESC LIMIT 64) t) END) END,
         awaiting = $10,
         finished_at = CASE WHEN $3 IN ('completed', 'failed', 'cancelled') THEN now() END,
         failed_invocations = CASE WHEN $3 = 'queued' THEN r.failed_invocations + 1 ELSE 0 END,
-        lifetime_failed_invocations = r.lifetime_failed_invocations + CASE WHEN $11 THEN 1 ELSE 0 END,
-        attempts = r.attempts - CASE WHEN $12 THEN 1 ELSE 0 END,
+        lifetime_failed_invocations = r.lifetime_failed_invocations + CASE WHEN $11::boolean THEN 1 ELSE 0 END,
+        attempts = r.attempts - CASE WHEN $12::boolean THEN 1 ELSE 0 END,
         recoveries = 0,
         notify = r.notify OR ($13 AND $3 IN ('suspended', 'queued'))
     WHERE r.id = $9 AND r.invocation = $14 AND r.status = 'running'
         -- An answered end needs a journal without holes: as many entries as its last seq.
-        AND (NOT $15 OR (SELECT count(*) = coalesce(max(c.seq), 0) FROM stepgate.journal_entry c WHERE c.tenant = r.tenant AND c.run_id = $9))
+        AND (NOT $15::boolean OR (SELECT count(*) = coalesce(max(c.seq), 0) FROM stepgate.journal_entry c WHERE c.tenant = r.tenant AND c.run_id = $9))
     RETURNING r.id, r.tenant, r.status, r.attempts, r.wake_at, r.parent_id, r.parent_seq, r.notify, r.identity
 ), failure AS (
     INSERT INTO stepgate.attempt_failure (tenant, run_id, seq, attempt, name, error)
@@ -47,27 +47,27 @@ SELECT u.status, u.wake_at, clock_timestamp(), (SELECT count(*) FROM notified),
         THEN u.parent_id::text END,
     u.tenant, u.identity,
     EXISTS (SELECT 1 FROM stepgate.journal_entry j WHERE j.tenant = u.tenant AND j.run_id = u.id AND j.seq = $1),
-    $1 <= $2 OR EXISTS (SELECT 1 FROM stepgate.journal_entry j
-        WHERE j.tenant = u.tenant AND j.run_id = u.id AND j.seq < $1 AND j.seq >= $1 - $2)
+    $1 <= $2::int OR EXISTS (SELECT 1 FROM stepgate.journal_entry j
+        WHERE j.tenant = u.tenant AND j.run_id = u.id AND j.seq < $1 AND j.seq >= $1 - $2::int)
 FROM u
 `
 
 type RunFinishParams struct {
 	AwaitSeq     int32
-	WindowSize   interface{}
+	WindowSize   int32
 	Status       string
 	Output       json.RawMessage
 	Error        json.RawMessage
-	Timed        *time.Time
+	Timed        bool
 	Until        *time.Time
 	AfterSeconds float64
 	RunID        string
 	Awaiting     json.RawMessage
-	FailedCall   int32
-	Uncalled     int32
+	FailedCall   bool
+	Uncalled     bool
 	Notify       bool
 	Invocation   int32
-	Whole        interface{}
+	Whole        bool
 }
 
 type RunFinishRow struct {
@@ -126,20 +126,20 @@ WITH u AS (
         output = $4,
         error = $5,
         lease_until = NULL,
-        wake_at = CASE WHEN $3 IN ('suspended', 'queued') AND $6
+        wake_at = CASE WHEN $3 IN ('suspended', 'queued') AND $6::boolean
             THEN greatest(coalesce($7::timestamptz, now() + make_interval(secs => $8)),
                 CASE WHEN $3 = 'queued' THEN (SELECT max(CASE WHEN t.kind = 'sleep' THEN t.wake_at END) FROM (
                     SELECT e.kind, e.wake_at FROM stepgate.journal_entry e WHERE e.tenant = r.tenant AND e.run_id = $9 ORDER BY e.seq DESC LIMIT 64) t) END) END,
         awaiting = $10,
         finished_at = CASE WHEN $3 IN ('completed', 'failed', 'cancelled') THEN now() END,
         failed_invocations = CASE WHEN $3 = 'queued' THEN r.failed_invocations + 1 ELSE 0 END,
-        lifetime_failed_invocations = r.lifetime_failed_invocations + CASE WHEN $11 THEN 1 ELSE 0 END,
-        attempts = r.attempts - CASE WHEN $12 THEN 1 ELSE 0 END,
+        lifetime_failed_invocations = r.lifetime_failed_invocations + CASE WHEN $11::boolean THEN 1 ELSE 0 END,
+        attempts = r.attempts - CASE WHEN $12::boolean THEN 1 ELSE 0 END,
         recoveries = 0,
         notify = r.notify OR ($13 AND $3 IN ('suspended', 'queued'))
     WHERE r.id = $9 AND r.invocation = $14 AND r.status = 'running'
         -- An answered end needs a journal without holes: as many entries as its last seq.
-        AND (NOT $15 OR (SELECT count(*) = coalesce(max(c.seq), 0) FROM stepgate.journal_entry c WHERE c.tenant = r.tenant AND c.run_id = $9))
+        AND (NOT $15::boolean OR (SELECT count(*) = coalesce(max(c.seq), 0) FROM stepgate.journal_entry c WHERE c.tenant = r.tenant AND c.run_id = $9))
         AND EXISTS (SELECT 1 FROM stepgate.journal_entry j
             WHERE j.tenant = r.tenant AND j.run_id = $9 AND j.seq = $16 AND j.xmin = pg_current_xact_id()::xid)
     RETURNING r.id, r.tenant, r.status, r.attempts, r.wake_at, r.parent_id, r.parent_seq, r.notify, r.identity
@@ -157,27 +157,27 @@ SELECT u.status, u.wake_at, clock_timestamp(), (SELECT count(*) FROM notified),
         THEN u.parent_id::text END,
     u.tenant, u.identity,
     EXISTS (SELECT 1 FROM stepgate.journal_entry j WHERE j.tenant = u.tenant AND j.run_id = u.id AND j.seq = $1),
-    $1 <= $2 OR EXISTS (SELECT 1 FROM stepgate.journal_entry j
-        WHERE j.tenant = u.tenant AND j.run_id = u.id AND j.seq < $1 AND j.seq >= $1 - $2)
+    $1 <= $2::int OR EXISTS (SELECT 1 FROM stepgate.journal_entry j
+        WHERE j.tenant = u.tenant AND j.run_id = u.id AND j.seq < $1 AND j.seq >= $1 - $2::int)
 FROM u
 `
 
 type RunFinishAfterStepParams struct {
 	AwaitSeq     int32
-	WindowSize   interface{}
+	WindowSize   int32
 	Status       string
 	Output       json.RawMessage
 	Error        json.RawMessage
-	Timed        *time.Time
+	Timed        bool
 	Until        *time.Time
 	AfterSeconds float64
 	RunID        string
 	Awaiting     json.RawMessage
-	FailedCall   int32
-	Uncalled     int32
+	FailedCall   bool
+	Uncalled     bool
 	Notify       bool
 	Invocation   int32
-	Whole        interface{}
+	Whole        bool
 	Step         int32
 }
 

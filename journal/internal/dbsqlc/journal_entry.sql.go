@@ -28,7 +28,7 @@ WITH owner AS (
     INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, error, attempt,
         wake_at, invocation, started_at, journal_bytes)
     SELECT ok.tenant, ok.id, $2, $5, $6, $7, $8, $9, $10, $3, $11, ok.total FROM ok
-    WHERE ($12 = 0 OR $2 <= $12) AND ($13 = 0 OR ok.total <= $13)
+    WHERE ($12::int = 0 OR $2 <= $12::int) AND ($13::int = 0 OR ok.total <= $13::int)
     ON CONFLICT (tenant, run_id, seq) DO NOTHING
     RETURNING seq
 )
@@ -50,8 +50,8 @@ type EntryAppendInOrderParams struct {
 	Attempt    int32
 	WakeAt     *time.Time
 	StartedAt  *time.Time
-	MaxEntries interface{}
-	MaxBytes   interface{}
+	MaxEntries int32
+	MaxBytes   int32
 }
 
 type EntryAppendInOrderRow struct {
@@ -112,7 +112,7 @@ WITH owner AS (
     INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, error, attempt,
         wake_at, invocation, started_at, journal_bytes)
     SELECT ok.tenant, ok.id, $2, $5, $6, $7, $8, $9, $10, $3, $11, ok.total FROM ok
-    WHERE ($12 = 0 OR $2 <= $12) AND ($13 = 0 OR ok.total <= $13)
+    WHERE ($12::int = 0 OR $2 <= $12::int) AND ($13::int = 0 OR ok.total <= $13::int)
     ON CONFLICT (tenant, run_id, seq) DO NOTHING
     RETURNING seq
 )
@@ -134,8 +134,8 @@ type EntryAppendInOrderSkipLockedParams struct {
 	Attempt    int32
 	WakeAt     *time.Time
 	StartedAt  *time.Time
-	MaxEntries interface{}
-	MaxBytes   interface{}
+	MaxEntries int32
+	MaxBytes   int32
 }
 
 type EntryAppendInOrderSkipLockedRow struct {
@@ -190,7 +190,7 @@ WITH owner AS (
 ), prev AS (
     SELECT coalesce(p.journal_bytes, 0) AS journal_bytes FROM stepgate.journal_entry p
     WHERE p.tenant = (SELECT o.tenant FROM owner o) AND p.run_id = $1
-        AND p.seq < $2 AND p.seq >= $2 - $4
+        AND p.seq < $2 AND p.seq >= $2 - $4::int
     ORDER BY p.seq DESC LIMIT 1
 ), top AS (
     -- Entries above: this one fills a hole left by parallel steps.
@@ -201,12 +201,12 @@ WITH owner AS (
     SELECT owner.id, owner.tenant, coalesce((SELECT journal_bytes FROM prev), stepgate.journal_bytes_before(owner.tenant, $1, $2)) + $5::bigint AS total,
         coalesce((SELECT journal_bytes FROM top), 0) + $5::bigint AS top_total
     FROM owner
-    WHERE $2 <= $4 OR EXISTS (SELECT 1 FROM prev)
+    WHERE $2 <= $4::int OR EXISTS (SELECT 1 FROM prev)
 ), ins AS (
     INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, error, attempt,
         wake_at, invocation, started_at, journal_bytes)
     SELECT ok.tenant, ok.id, $2, $6, $7, $8, $9, $10, $11, $3, $12, ok.total FROM ok
-    WHERE ($13 = 0 OR $2 <= $13) AND ($14 = 0 OR greatest(ok.total, ok.top_total) <= $14)
+    WHERE ($13::int = 0 OR $2 <= $13::int) AND ($14::int = 0 OR greatest(ok.total, ok.top_total) <= $14::int)
     ON CONFLICT (tenant, run_id, seq) DO NOTHING
     RETURNING seq
 ), above AS (
@@ -223,7 +223,7 @@ type EntryAppendInWindowParams struct {
 	RunID      string
 	Seq        int32
 	Invocation int32
-	WindowSize interface{}
+	WindowSize int32
 	Size       int64
 	Kind       string
 	Name       string
@@ -232,8 +232,8 @@ type EntryAppendInWindowParams struct {
 	Attempt    int32
 	WakeAt     *time.Time
 	StartedAt  *time.Time
-	MaxEntries interface{}
-	MaxBytes   interface{}
+	MaxEntries int32
+	MaxBytes   int32
 }
 
 type EntryAppendInWindowRow struct {
@@ -414,7 +414,7 @@ func (q *Queries) EntryInvokeRefused(ctx context.Context, arg EntryInvokeRefused
 	return err
 }
 
-const EntryLockRun = `-- name: EntryLockRun :exec
+const EntryLockRun = `-- name: EntryLockRun :execrows
 SELECT 1 FROM stepgate.run WHERE id = $1 AND invocation = $2 AND status = 'running' FOR UPDATE
 `
 
@@ -424,7 +424,10 @@ type EntryLockRunParams struct {
 }
 
 // Locks the run for a windowed entry, before the entry's statement takes its snapshot.
-func (q *Queries) EntryLockRun(ctx context.Context, arg EntryLockRunParams) error {
-	_, err := q.db.Exec(ctx, EntryLockRun, arg.RunID, arg.Invocation)
-	return err
+func (q *Queries) EntryLockRun(ctx context.Context, arg EntryLockRunParams) (int64, error) {
+	result, err := q.db.Exec(ctx, EntryLockRun, arg.RunID, arg.Invocation)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
