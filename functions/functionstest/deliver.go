@@ -52,7 +52,10 @@ func (h *Harness) publish(ev event) int {
 			continue
 		}
 		if e, ok := r.waiting.First(func(a awaits.Alternative) (json.RawMessage, bool) {
-			return eventOutput(ev), a.TakesEvent(ev.Event)
+			if !a.TakesEvent(ev.Event) {
+				return nil, false
+			}
+			return r.receive(ev), true
 		}); ok {
 			n++
 			r.resume(e)
@@ -66,6 +69,15 @@ func (r *Run) SendEvent(name string, data any) Result {
 	r.h.t.Helper()
 	r.h.SendEvent(name, data)
 	return r.Result()
+}
+
+// receive returns the output of a wait that ev ends, noting that the run received it.
+func (r *Run) receive(ev event) json.RawMessage {
+	if r.gotEvents == nil {
+		r.gotEvents = map[string]bool{}
+	}
+	r.gotEvents[ev.ID] = true
+	return eventOutput(ev)
 }
 
 func eventOutput(ev event) json.RawMessage {
@@ -94,8 +106,9 @@ func (r *Run) pending(a awaits.Alternative) (json.RawMessage, bool) {
 			evs = evs[r.evsAtStart:] // stored since the run was created
 		}
 		for _, ev := range evs {
-			if a.TakesEvent(ev.Event) && (a.SinceStart || a.LooksBackTo(ev.At, r.created)) {
-				return eventOutput(ev), true
+			// As on the gateway, not an event another wait of the run received.
+			if a.TakesEvent(ev.Event) && (a.SinceStart || a.LooksBackTo(ev.At, r.created)) && !r.gotEvents[ev.ID] {
+				return r.receive(ev), true
 			}
 		}
 	}
@@ -103,8 +116,11 @@ func (r *Run) pending(a awaits.Alternative) (json.RawMessage, bool) {
 }
 
 func messageOutput(m message) json.RawMessage {
-	return mustJSON(map[string]any{"message": map[string]any{"id": m.id, "topic": m.topic, "data": m.data,
-		"identity": identity(), "source_run_id": m.source, "sent_at": m.at}})
+	msg := map[string]any{"id": m.id, "topic": m.topic, "data": m.data, "identity": identity(), "sent_at": m.at}
+	if m.source != "" { // a message a run sent: the gateway names none for one sent through the API
+		msg["source_run_id"] = m.source
+	}
+	return mustJSON(map[string]any{"message": msg})
 }
 
 // SendMessage sends the run a message of topic with data (encoded as JSON), as POST
@@ -152,7 +168,7 @@ func (r *Run) SendRequest(name string, data any) (reply json.RawMessage, replyEr
 // waits for it, else when it does.
 func (r *Run) ResolveCallback(name string, data any) Result {
 	r.h.t.Helper()
-	return r.settleCallback(name, mustJSON(map[string]any{"data": mustJSON(data)}))
+	return r.settleCallback(name, mustJSON(map[string]any{"data": mustJSON(data), "resolver": "token", "resolved_at": r.h.now}))
 }
 
 // RejectCallback rejects the run's latest callback called name with an error of type
@@ -163,7 +179,8 @@ func (r *Run) RejectCallback(name, typ, msg string) Result {
 	if typ == "" {
 		typ = "rejected"
 	}
-	return r.settleCallback(name, mustJSON(map[string]any{"error": protocol.ErrorInfo{Type: typ, Message: msg}}))
+	return r.settleCallback(name, mustJSON(map[string]any{"error": protocol.ErrorInfo{Type: typ, Message: msg},
+		"resolver": "token", "resolved_at": r.h.now}))
 }
 
 func (r *Run) settleCallback(name string, out json.RawMessage) Result {

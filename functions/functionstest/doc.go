@@ -9,16 +9,20 @@
 // The harness plays the gateway's part of the function protocol (openapi.yaml): it
 // invokes the function over HTTP on a loopback server with the run's journal, answers
 // its checkpoints in memory, and applies each answer as the gateway does, so steps are
-// journaled and replayed by the SDK itself, not by a model of it.
+// journaled and replayed by the SDK itself, not by a model of it. [NewHandler] does the
+// same for functions served by any http.Handler (a function written with no SDK).
 //
-// What matches the gateway:
+// What matches the gateway (the conformance scenarios of protocol/conformance, which
+// pass against a real gateway, pass here too: conformance_test.go):
 //   - a step's entry is journaled at its seq when checkpointed (or with the answer, for
 //     a lazy step), in seq order or within the checkpoint's window for steps run in
 //     parallel (step.Go), which may leave holes; an identical repeat is harmless, and
 //     another entry at a journaled seq is refused as a conflict (a checkpoint's fails
 //     the run with nondeterminism, an answer's fails the test);
-//   - a failed step with attempts left is retried with its next attempt (step_attempts),
-//     its final error or a non-retryable error fails the run, after its compensations;
+//   - a failed step with attempts left is retried with its next attempt (step_attempts,
+//     counted by the harness, not taken from the answer; past the retry's max_attempts
+//     the step's failure is journaled), its final error or a non-retryable error fails
+//     the run, after its compensations;
 //   - an invocation that answers HTTP 500 (an error, a panic) is retried up to the
 //     function's InvocationAttempts (3 by default), and the run fails after the last;
 //   - sleeps ([step.Sleep], [step.After], [step.At]) and wait timeouts suspend the run

@@ -72,17 +72,8 @@ func WithNow(t time.Time) Option { return func(o *options) { o.now = t } }
 // New returns a Harness for app, serving it on a loopback server closed in t's Cleanup.
 func New(t testing.TB, app *functions.App, opts ...Option) *Harness {
 	t.Helper()
-	o := options{now: time.Now().UTC()}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	srv := httptest.NewServer(app)
-	t.Cleanup(srv.Close)
-	h := &Harness{t: t, gw: gatewaytest.New(t, o.key), url: srv.URL, now: o.now.UTC(),
-		stubs: map[string]StubFunc{}, conf: map[string]protocol.FunctionConfig{}, byID: map[string]*Run{},
-		journals: store{}, crashes: map[string]int{}, crashed: map[string]bool{}}
-	h.gw.OnCheckpoint(h.checkpoint)
-	r := h.gw.Get(srv.URL + "/")
+	h := serve(t, app, opts)
+	r := h.gw.Get(h.url + "/")
 	if r.Code != http.StatusOK {
 		t.Fatalf("functionstest: the app's manifest answers %d %s (an app that verifies signatures needs functionstest.WithKey)", r.Code, r.Body)
 	}
@@ -97,6 +88,37 @@ func New(t testing.TB, app *functions.App, opts ...Option) *Harness {
 			h.conf[f.Name] = protocol.FunctionConfig{}
 		}
 	}
+	return h
+}
+
+// NewHandler is New for functions served by handler rather than by a *functions.App: a
+// function written against the protocol with no SDK, or an app behind a proxy. The
+// harness serves handler on a loopback server and invokes each of functions at
+// <server URL>/<function> (the request/response mode); it asks for no manifest, so each
+// function has the gateway's default config (3 invocation attempts, no triggers).
+// Checkpoints go to the request's checkpoint.url with its token, as on the gateway.
+func NewHandler(t testing.TB, handler http.Handler, functions []string, opts ...Option) *Harness {
+	t.Helper()
+	h := serve(t, handler, opts)
+	for _, f := range functions {
+		h.conf[f] = protocol.FunctionConfig{}
+	}
+	return h
+}
+
+// serve returns a Harness invoking the functions of handler, served on a loopback server
+// closed in t's Cleanup.
+func serve(t testing.TB, handler http.Handler, opts []Option) *Harness {
+	o := options{now: time.Now().UTC()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	srv := httptest.NewServer(handler)
+	t.Cleanup(srv.Close)
+	h := &Harness{t: t, gw: gatewaytest.New(t, o.key), url: srv.URL, now: o.now.UTC(),
+		stubs: map[string]StubFunc{}, conf: map[string]protocol.FunctionConfig{}, byID: map[string]*Run{},
+		journals: store{}, crashes: map[string]int{}, crashed: map[string]bool{}}
+	h.gw.OnCheckpoint(h.checkpoint)
 	return h
 }
 

@@ -1,6 +1,7 @@
 package functionstest
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -70,10 +71,12 @@ type Run struct {
 	kids    map[int]protocol.JournalEntry
 	need    int // children of the wait still running
 
-	mailbox  []message // messages sent to the run and not received yet
-	resolved map[int]json.RawMessage
-	scanned  map[int]bool // seqs of the journal scanned for sends
-	invoked  []Invocation
+	mailbox   []message       // messages sent to the run and not received yet
+	gotEvents map[string]bool // ids of the events the run's waits received
+	began     int             // the journal's next seq when the last invocation began
+	resolved  map[int]json.RawMessage
+	scanned   map[int]bool // seqs of the journal scanned for sends
+	invoked   []Invocation
 }
 
 // ID returns the run's id (a UUID).
@@ -136,6 +139,10 @@ func (r *Run) drive() {
 	for {
 		if r.res.Invocations >= MaxInvocations {
 			h.t.Fatalf("functionstest: run %s of %s: no end after %d invocations", r.id, r.function, MaxInvocations)
+		}
+		r.began = 1
+		if j := h.entries(r.id); len(j) > 0 {
+			r.began = j[len(j)-1].Seq + 1
 		}
 		resp := r.invoke()
 		r.res.Invocations++
@@ -257,12 +264,36 @@ type suspension struct {
 	again bool // the run can be invoked again at once
 }
 
-func (s *suspension) Continue(int) { s.again = true }
-
-// Retry: the gateway waits the step's backoff first; the harness retries at once.
-func (s *suspension) Retry(rt awaits.Retry) {
-	s.r.attempts[strconv.Itoa(rt.Seq)] = *s.aw.Attempt + 1
+// Continue: as on the gateway, a continue that journaled nothing since its invocation
+// began fails the run (it would be called again at once, forever).
+func (s *suspension) Continue(seq int) {
+	if r := s.r; seq <= r.began {
+		r.finish(protocol.JournalEntry{Error: &protocol.ErrorInfo{Type: "bad_answer", Message: fmt.Sprintf(
+			"functionstest: continue at seq %d journals nothing since the invocation began (the journal's next seq was %d)", seq, r.began)}})
+		return
+	}
 	s.again = true
+}
+
+// Retry: as the gateway, the harness counts the step's attempts itself, not from the
+// answer, and journals the step's failure once they reach its max_attempts (the
+// await's, else the function's); it retries at once, not after the backoff.
+func (s *suspension) Retry(rt awaits.Retry) {
+	r, key := s.r, strconv.Itoa(rt.Seq)
+	attempt, most := max(r.attempts[key], 1), r.h.maxAttempts(r.function)
+	if rt.Policy != nil && rt.Policy.MaxAttempts != nil {
+		most = *rt.Policy.MaxAttempts
+	}
+	s.again = true
+	if attempt < most {
+		r.attempts[key] = attempt + 1
+		return
+	}
+	info := rt.Error
+	info.Type = cmp.Or(info.Type, "step_failed")
+	info.Message = fmt.Sprintf("%s (attempt %d of %d; the gateway gives up)", info.Message, attempt, most)
+	info.Retryable = new(false)
+	r.append(protocol.JournalEntry{Seq: rt.Seq, Kind: protocol.EntryKindStep, Name: rt.Name, Attempt: &attempt, Error: &info})
 }
 
 func (s *suspension) Sleep(sl awaits.Sleep) {
@@ -326,14 +357,6 @@ func (r *Run) timeout() {
 		return
 	}
 	r.resume(r.waiting.TimedOut())
-}
-
-func deref[T any](p *T) T {
-	var zero T
-	if p == nil {
-		return zero
-	}
-	return *p
 }
 
 // Invocation is a child run the run started (step.Invoke, step.WaitAll of invokes).
@@ -406,6 +429,11 @@ func (r *Run) childDone(seq int, e protocol.JournalEntry) {
 	for s := aw.Seq; s < aw.Seq+r.need; s++ {
 		k := r.kids[s]
 		k.Seq, k.Kind, k.Name = s, protocol.EntryKindInvoke, aw.Name
+		if k.Error != nil { // as the gateway journals a child's error: not retryable
+			info := *k.Error
+			info.Retryable = new(false)
+			k.Error = &info
+		}
 		r.append(k)
 	}
 	r.kids, r.need = map[int]protocol.JournalEntry{}, 0
