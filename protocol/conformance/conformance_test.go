@@ -71,6 +71,9 @@ func TestMatch(t *testing.T) {
 		{`[1, 2]`, `[2, 1]`, false},
 		{`[1]`, `[1, 1]`, false},
 		{`{"a": {"b": "x"}}`, `{"a": {"b": "y"}}`, false},
+		{`"2001-01-01T00:00:00Z"`, `"2001-01-01T00:00:00.000Z"`, true},
+		{`"2001-01-01T00:00:00Z"`, `"2001-01-01T01:00:00+01:00"`, true},
+		{`"2001-01-01T00:00:00Z"`, `"2001-01-01T00:00:01Z"`, false},
 	} {
 		err := conformance.Match(json.RawMessage(tc.want), json.RawMessage(tc.got))
 		if (err == nil) != tc.ok {

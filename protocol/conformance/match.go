@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/stepgate/stepgate/protocol"
 )
@@ -17,8 +18,9 @@ const Any = "$any"
 
 // Match reports how got differs from the pattern want, or nil when it matches: JSON
 // values compared exactly (objects key for key, whatever their order; numbers by value,
-// 1 and 1.0 alike), except that the string "$any" in want matches any value present in
-// got, null included. An empty got (an absent field) is null, which only null matches.
+// 1 and 1.0 alike; RFC 3339 times by instant, "2001-01-01T00:00:00Z" and
+// "2001-01-01T00:00:00.000Z" alike), except that the string "$any" in want matches any
+// value present in got, null included. An empty got (an absent field) is null, which only null matches.
 func Match(want, got json.RawMessage) error {
 	w, err := decode(want)
 	if err != nil {
@@ -106,12 +108,24 @@ func diff(want, got any, present bool, at string) string {
 			return where
 		}
 		return ""
-	default: // string, bool, nil
+	case string:
+		if g, ok := got.(string); !ok || (g != w && !sameInstant(w, g)) {
+			return where
+		}
+		return ""
+	default: // bool, nil
 		if want != got {
 			return where
 		}
 		return ""
 	}
+}
+
+// sameInstant reports whether a and b are both RFC 3339 times of the same instant.
+func sameInstant(a, b string) bool {
+	ta, err1 := time.Parse(time.RFC3339Nano, a)
+	tb, err2 := time.Parse(time.RFC3339Nano, b)
+	return err1 == nil && err2 == nil && ta.Equal(tb)
 }
 
 // MatchEntry reports how entry differs from the entry pattern want, or nil: each field

@@ -4,7 +4,7 @@
 import { toMs, type Duration } from "./duration.js";
 import { NonRetryableError, StepError } from "./errors.js";
 import type { StepgateFunction } from "./function.js";
-import type { PostResult } from "./invocation.js";
+import type { Poster, PostResult } from "./invocation.js";
 import type { ErrorInfo, InvocationAnswer, InvocationRequest, JournalEntry, StreamWrite, WireIdentity } from "./protocol.js";
 import { serve, type FetchHandler } from "./serve.js";
 import { TestRun, URL_PREFIX, type ChildOutcome, type Ev, type Outcome } from "./testing-run.js";
@@ -76,6 +76,24 @@ export function harness(fns: StepgateFunction<any, any> | StepgateFunction<any, 
   return new Harness(Array.isArray(fns) ? fns : [fns], opts);
 }
 
+/**
+ * Serves a function written against the protocol itself, with no createFunction (or
+ * another SDK's, behind a Fetch handler): it gets each invocation as the gateway sends
+ * it, a POST to /<function name> with the InvocationRequest as JSON, and answers the
+ * InvocationAnswer. The request's checkpoint.url is the harness's, reached only through
+ * post (with the Authorization header, as on the gateway).
+ */
+export type RawHandler = (request: Request, post: Poster) => Promise<Response>;
+
+/**
+ * A harness of the functions called names, served by handler (see RawHandler), each
+ * with the gateway's default config (3 invocation attempts, no triggers): for testing a
+ * function written without the SDK, as the conformance scenarios do.
+ */
+export function rawHarness(handler: RawHandler, names: string[], opts: HarnessOptions = {}): Harness {
+  return new Harness([], opts, { handler, names });
+}
+
 export class Harness {
   /** Events the runs sent (step.sendEvent), in order. */
   readonly events: SentEvent[] = [];
@@ -84,7 +102,7 @@ export class Harness {
   /** Child runs the runs started (step.invoke, waitAll), in order. */
   readonly children: ChildCall[] = [];
   private clock: number;
-  private readonly fns = new Map<string, StepgateFunction<any, any>>();
+  private readonly fns = new Map<string, Pick<StepgateFunction<any, any>, "name" | "config">>();
   private readonly stubs = new Map<string, Stub>();
   private readonly runs = new Map<string, TestRun>();
   private readonly handler: FetchHandler;
@@ -93,12 +111,14 @@ export class Harness {
   /** @internal See HarnessOptions.maxInvocations. */
   readonly maxInvocations: number;
 
-  constructor(fns: StepgateFunction<any, any>[], opts: HarnessOptions) {
+  constructor(fns: StepgateFunction<any, any>[], opts: HarnessOptions, raw?: { handler: RawHandler; names: string[] }) {
     for (const f of fns) this.fns.set(f.name, f);
+    for (const name of raw?.names ?? []) this.fns.set(name, { name, config: {} });
     this.clock = opts.now === undefined ? Date.now() : new Date(opts.now).getTime();
     this.identity = opts.identity ?? { subject: "test", tenant: "test", roles: [], claims: {} };
     this.maxInvocations = opts.maxInvocations ?? 1000;
-    this.handler = serve({ functions: fns, insecureSkipVerify: true, post: (url, headers, body) => this.post(url, headers, body), onError: () => {} });
+    const post: Poster = (url, headers, body) => this.post(url, headers, body);
+    this.handler = raw ? (request) => raw.handler(request, post) : serve({ functions: fns, insecureSkipVerify: true, post, onError: () => {} });
   }
 
   /** The virtual clock's time. */
