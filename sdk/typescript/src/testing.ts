@@ -11,6 +11,7 @@ import { TestRun, URL_PREFIX, type ChildOutcome, type Ev, type Outcome } from ".
 
 export { TestRun };
 export type { ChildOutcome, Outcome };
+export type { Poster, PostResult };
 export { EXPORT_FORMAT, replay, replayExport, ReplayDivergenceError } from "./testing-replay.js";
 export type { Divergence, Next, Replayed, ReplayOptions, RunExport, StepRef } from "./testing-replay.js";
 
