@@ -78,6 +78,7 @@ func finishPlan(t *testing.T, db *pgxpool.Pool, id string) string {
 		{"bool", "false"},        // notify
 		{"int", "1"},             // invocation
 		{"bool", "true"},         // whole
+		{"int", "NULL"},          // step
 	}
 	sql := journal.FinishSQL
 	var ts, vs []string

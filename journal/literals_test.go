@@ -25,9 +25,7 @@ func TestQueriesSpellTheKinds(t *testing.T) {
 		{dbsqlc.ValueList, KindValue},
 		{dbsqlc.OutputNotify, OutputChannel},
 		{dbsqlc.RunFinish, NotifyChannel},
-		{dbsqlc.RunFinishAfterStep, NotifyChannel},
 		{dbsqlc.RunFinish, KindSleep},
-		{dbsqlc.RunFinishAfterStep, KindSleep},
 		{dbsqlc.LeaseReapExpired, KindSleep},
 		{dbsqlc.LeaseRelease, KindSleep},
 		{dbsqlc.EntryInvokeRefused, KindInvoke},
@@ -72,7 +70,7 @@ func TestRunQueriesSpellOutTheirFragments(t *testing.T) {
 		return "(SELECT max(CASE WHEN t.kind = '" + KindSleep + "' THEN t.wake_at END) FROM (\n" +
 			"                    SELECT e.kind, e.wake_at FROM stepgate.journal_entry e WHERE e.tenant = r.tenant AND e.run_id = " + run + " ORDER BY e.seq DESC LIMIT 64) t)"
 	}
-	for _, q := range []string{dbsqlc.RunFinish, dbsqlc.RunFinishAfterStep} {
+	for _, q := range []string{dbsqlc.RunFinish} {
 		if !strings.Contains(q, sleep("$9")) {
 			t.Errorf("%q does not read the pending sleep as %s", strings.SplitN(q, "\n", 2)[0], sleep("$9"))
 		}

@@ -108,13 +108,11 @@ func claimRun(ctx context.Context, db DB, runID string, lease time.Duration, slo
 	}
 	// With slots, claim_slots has checked that the run is due, under its row lock, and
 	// taken its slots (or held the run); the journal is read only when the claim was made.
-	if slots {
-		b.Queue(dbsqlc.ClaimRunSlots, dbsqlc.ClaimRunSlotsParams{RunID: runID, LeaseSeconds: lease.Seconds(), TimedOut: TimedOut}.Args()...).QueryRow(onClaim)
-	} else if early != nil {
+	if early != nil {
 		claim.NotBefore = early.wakeAt
 		b.Queue(dbsqlc.ClaimRunEarly, dbsqlc.ClaimRunEarlyParams{LeaseSeconds: lease.Seconds(), Tenant: early.tenant, RunID: runID, WakeAt: &early.wakeAt, EarlySeconds: early.early.Seconds(), BackstopJob: backstop}.Args()...).QueryRow(onClaim)
 	} else {
-		b.Queue(dbsqlc.ClaimRun, dbsqlc.ClaimRunParams{LeaseSeconds: lease.Seconds(), RunID: runID, TimedOut: TimedOut, BackstopJob: backstop}.Args()...).QueryRow(onClaim)
+		b.Queue(dbsqlc.ClaimRun, dbsqlc.ClaimRunParams{Slots: slots, LeaseSeconds: lease.Seconds(), RunID: runID, TimedOut: TimedOut, BackstopJob: backstop}.Args()...).QueryRow(onClaim)
 	}
 	b.Queue(dbsqlc.ClaimJournal, dbsqlc.ClaimJournalParams{RunID: runID, RunningOnly: slots}.Args()...).Query(func(rows pgx.Rows) error {
 		var err error
@@ -698,10 +696,11 @@ func FinishWithLastStep(ctx context.Context, db DB, runID string, invocation int
 		WakeAt: e.WakeAt, StartedAt: e.StartedAt, MaxEntries: int4(o.Bounds.MaxEntries), MaxBytes: int4(o.Bounds.MaxJournalBytes),
 	}.Args()...)
 	// A terminal outcome: no await (seq 0, window 1), no wake time.
-	batch.Queue(dbsqlc.RunFinishAfterStep, dbsqlc.RunFinishAfterStepParams{
+	stepSeq := int32(e.Seq)
+	batch.Queue(dbsqlc.RunFinish, dbsqlc.RunFinishParams{
 		WindowSize: 1, Status: string(o.status), Output: o.output, Error: errorJSON(o.err), Timed: true,
 		RunID: runID, FailedCall: o.failedCall, Uncalled: o.uncalled, Notify: o.Notify, Invocation: int32(invocation), Whole: o.whole(),
-		Step: int32(e.Seq),
+		Step: &stepSeq,
 	}.Args()...)
 
 	var step appendResult

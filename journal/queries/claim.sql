@@ -3,14 +3,19 @@
 -- out (an event that resumes a run deletes it): journal that, before the journal is
 -- read. (The alternatives of a wait_any are rows at one seq: one entry for them.) A
 -- claim made deletes the run's River job @backstop_job (0: none) while no worker has it
--- yet, as ClaimRunEarly does.
-WITH u AS (
+-- yet, as ClaimRunEarly does. With @slots, for a run of a function with concurrency
+-- limits, claim_slots checks that the run is due, under its row lock, and takes its
+-- slots (or holds the run, which is then not claimed: ClaimHeld says why).
+WITH s AS (SELECT stepgate.claim_slots(@run_id) AS c WHERE @slots::boolean), u AS (
     UPDATE stepgate.run r SET status = 'running', attempts = r.attempts + 1,
         invocation = r.invocation + 1, owner_nonce = NULL, lease_until = now() + make_interval(secs => @lease_seconds),
-        wake_at = NULL, awaiting = NULL, held = NULL, started_at = coalesce(r.started_at, now())
-    WHERE r.id = @run_id AND (
+        wake_at = NULL, awaiting = NULL, held = NULL,
+        held_on = CASE WHEN @slots::boolean THEN NULL ELSE r.held_on END,
+        slot_stripes = CASE WHEN @slots::boolean THEN (SELECT (s.c).stripes FROM s) ELSE r.slot_stripes END,
+        started_at = coalesce(r.started_at, now())
+    WHERE r.id = @run_id AND CASE WHEN @slots::boolean THEN (SELECT (s.c).held FROM s) IS NULL ELSE (
         (r.status = 'queued' AND (r.wake_at IS NULL OR r.wake_at <= now())) OR
-        (r.status IN ('suspended', 'scheduled') AND r.wake_at <= now()))
+        (r.status IN ('suspended', 'scheduled') AND r.wake_at <= now())) END
     RETURNING r.id, r.tenant, r.function, r.revision, r.status, r.input, r.output, r.error, r.identity,
         r.idempotency_key, r.parent_id, r.parent_seq, r.parent_name, r.rerun_of, r.cancelled_by, r.detached, r.attempts, r.invocation,
         r.lifetime_failed_invocations, r.failed_invocations, r.lifetime_recoveries, r.recoveries, r.lease_until, r.awaiting,
@@ -69,35 +74,9 @@ SELECT * FROM claimed;
 -- time waits on (see ClaimRunEarly).
 SELECT clock_timestamp()::timestamptz;
 
--- name: ClaimRunSlots :one
--- ClaimRun for a run of a function with concurrency limits: claim_slots has checked
--- that the run is due, under its row lock, and taken its slots (or held the run).
-WITH s AS (SELECT stepgate.claim_slots(@run_id) AS c), u AS (
-    UPDATE stepgate.run r SET status = 'running', attempts = r.attempts + 1,
-        invocation = r.invocation + 1, owner_nonce = NULL, lease_until = now() + make_interval(secs => @lease_seconds),
-        wake_at = NULL, awaiting = NULL, held = NULL, held_on = NULL, slot_stripes = (SELECT (s.c).stripes FROM s),
-        started_at = coalesce(r.started_at, now())
-    WHERE r.id = @run_id AND (SELECT (s.c).held FROM s) IS NULL
-    RETURNING r.id, r.tenant, r.function, r.revision, r.status, r.input, r.output, r.error, r.identity,
-        r.idempotency_key, r.parent_id, r.parent_seq, r.parent_name, r.rerun_of, r.cancelled_by, r.detached, r.attempts, r.invocation,
-        r.lifetime_failed_invocations, r.failed_invocations, r.lifetime_recoveries, r.recoveries, r.lease_until, r.awaiting,
-        CASE WHEN r.wake_at = 'infinity' THEN NULL ELSE r.wake_at END AS wake_at, r.deadline, r.held, r.priority, r.created_at, r.started_at, r.finished_at,
-        now() AS db_now
-), timed_out AS (
-    DELETE FROM stepgate.run_wait w USING u WHERE w.tenant = u.tenant AND w.run_id = u.id
-    RETURNING w.tenant, w.run_id, w.seq, stepgate.wait_kind(w.alt, w.kind) AS kind, w.name, w.created_at
-), journaled AS (
-    INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
-    SELECT DISTINCT ON (t.run_id, t.seq) t.tenant, t.run_id, t.seq, t.kind, t.name, sqlc.arg(timed_out)::jsonb, u.invocation, t.created_at,
-        stepgate.journal_bytes_before(t.tenant, t.run_id, t.seq) + octet_length(sqlc.arg(timed_out)::jsonb::text)
-    FROM timed_out t CROSS JOIN u
-    ON CONFLICT (tenant, run_id, seq) DO NOTHING
-)
-SELECT u.* FROM u;
-
 -- name: ClaimJournal :many
 -- The run's entries, keyed by its tenant, which the claim in the same batch has locked.
--- With running_only (after ClaimRunSlots, which may hold the run instead), only when the
+-- With running_only (after a ClaimRun with slots, which may hold the run instead), only when the
 -- claim was made.
 SELECT e.seq, e.kind, e.name, e.output, e.error, e.attempt, e.wake_at, e.started_at, e.finished_at,
     e.copied_from IS NOT NULL AS copied
@@ -116,5 +95,5 @@ WHERE r.id = @run_id AND f.seq > 0 AND NOT EXISTS (
 GROUP BY f.seq;
 
 -- name: ClaimHeld :one
--- Why ClaimRunSlots did not claim the run: its held, when a limit holds it.
+-- Why a ClaimRun with slots did not claim the run: its held, when a limit holds it.
 SELECT r.held FROM stepgate.run r WHERE r.id = @run_id AND r.status <> 'running';

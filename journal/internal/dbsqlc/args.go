@@ -158,17 +158,12 @@ func (arg ClaimJournalParams) Args() []any {
 
 // Args returns the parameters of ClaimRun in its statement's order.
 func (arg ClaimRunParams) Args() []any {
-	return []any{arg.LeaseSeconds, arg.RunID, arg.TimedOut, arg.BackstopJob}
+	return []any{arg.RunID, arg.Slots, arg.LeaseSeconds, arg.TimedOut, arg.BackstopJob}
 }
 
 // Args returns the parameters of ClaimRunEarly in its statement's order.
 func (arg ClaimRunEarlyParams) Args() []any {
 	return []any{arg.LeaseSeconds, arg.Tenant, arg.RunID, arg.WakeAt, arg.EarlySeconds, arg.BackstopJob}
-}
-
-// Args returns the parameters of ClaimRunSlots in its statement's order.
-func (arg ClaimRunSlotsParams) Args() []any {
-	return []any{arg.RunID, arg.LeaseSeconds, arg.TimedOut}
 }
 
 // Args returns the parameters of ClaimStepAttempts in its statement's order.
@@ -227,11 +222,6 @@ func (arg FailureGroupsParams) Args() []any {
 
 // Args returns the parameters of RunFinish in its statement's order.
 func (arg RunFinishParams) Args() []any {
-	return []any{arg.AwaitSeq, arg.WindowSize, arg.Status, arg.Output, arg.Error, arg.Timed, arg.Until, arg.AfterSeconds, arg.RunID, arg.Awaiting, arg.FailedCall, arg.Uncalled, arg.Notify, arg.Invocation, arg.Whole}
-}
-
-// Args returns the parameters of RunFinishAfterStep in its statement's order.
-func (arg RunFinishAfterStepParams) Args() []any {
 	return []any{arg.AwaitSeq, arg.WindowSize, arg.Status, arg.Output, arg.Error, arg.Timed, arg.Until, arg.AfterSeconds, arg.RunID, arg.Awaiting, arg.FailedCall, arg.Uncalled, arg.Notify, arg.Invocation, arg.Whole, arg.Step}
 }
 

@@ -15,7 +15,7 @@ const ClaimHeld = `-- name: ClaimHeld :one
 SELECT r.held FROM stepgate.run r WHERE r.id = $1 AND r.status <> 'running'
 `
 
-// Why ClaimRunSlots did not claim the run: its held, when a limit holds it.
+// Why a ClaimRun with slots did not claim the run: its held, when a limit holds it.
 func (q *Queries) ClaimHeld(ctx context.Context, runID string) (*string, error) {
 	row := q.db.QueryRow(ctx, ClaimHeld, runID)
 	var held *string
@@ -50,7 +50,7 @@ type ClaimJournalRow struct {
 }
 
 // The run's entries, keyed by its tenant, which the claim in the same batch has locked.
-// With running_only (after ClaimRunSlots, which may hold the run instead), only when the
+// With running_only (after a ClaimRun with slots, which may hold the run instead), only when the
 // claim was made.
 func (q *Queries) ClaimJournal(ctx context.Context, arg ClaimJournalParams) ([]ClaimJournalRow, error) {
 	rows, err := q.db.Query(ctx, ClaimJournal, arg.RunID, arg.RunningOnly)
@@ -84,13 +84,16 @@ func (q *Queries) ClaimJournal(ctx context.Context, arg ClaimJournalParams) ([]C
 }
 
 const ClaimRun = `-- name: ClaimRun :one
-WITH u AS (
+WITH s AS (SELECT stepgate.claim_slots($1) AS c WHERE $2::boolean), u AS (
     UPDATE stepgate.run r SET status = 'running', attempts = r.attempts + 1,
-        invocation = r.invocation + 1, owner_nonce = NULL, lease_until = now() + make_interval(secs => $1),
-        wake_at = NULL, awaiting = NULL, held = NULL, started_at = coalesce(r.started_at, now())
-    WHERE r.id = $2 AND (
+        invocation = r.invocation + 1, owner_nonce = NULL, lease_until = now() + make_interval(secs => $3),
+        wake_at = NULL, awaiting = NULL, held = NULL,
+        held_on = CASE WHEN $2::boolean THEN NULL ELSE r.held_on END,
+        slot_stripes = CASE WHEN $2::boolean THEN (SELECT (s.c).stripes FROM s) ELSE r.slot_stripes END,
+        started_at = coalesce(r.started_at, now())
+    WHERE r.id = $1 AND CASE WHEN $2::boolean THEN (SELECT (s.c).held FROM s) IS NULL ELSE (
         (r.status = 'queued' AND (r.wake_at IS NULL OR r.wake_at <= now())) OR
-        (r.status IN ('suspended', 'scheduled') AND r.wake_at <= now()))
+        (r.status IN ('suspended', 'scheduled') AND r.wake_at <= now())) END
     RETURNING r.id, r.tenant, r.function, r.revision, r.status, r.input, r.output, r.error, r.identity,
         r.idempotency_key, r.parent_id, r.parent_seq, r.parent_name, r.rerun_of, r.cancelled_by, r.detached, r.attempts, r.invocation,
         r.lifetime_failed_invocations, r.failed_invocations, r.lifetime_recoveries, r.recoveries, r.lease_until, r.awaiting,
@@ -101,21 +104,22 @@ WITH u AS (
     RETURNING w.tenant, w.run_id, w.seq, stepgate.wait_kind(w.alt, w.kind) AS kind, w.name, w.created_at
 ), journaled AS (
     INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
-    SELECT DISTINCT ON (t.run_id, t.seq) t.tenant, t.run_id, t.seq, t.kind, t.name, $3::jsonb, u.invocation, t.created_at,
-        stepgate.journal_bytes_before(t.tenant, t.run_id, t.seq) + octet_length($3::jsonb::text)
+    SELECT DISTINCT ON (t.run_id, t.seq) t.tenant, t.run_id, t.seq, t.kind, t.name, $4::jsonb, u.invocation, t.created_at,
+        stepgate.journal_bytes_before(t.tenant, t.run_id, t.seq) + octet_length($4::jsonb::text)
     FROM timed_out t CROSS JOIN u
     ON CONFLICT (tenant, run_id, seq) DO NOTHING
 ), backstop AS (
     DELETE FROM river_job j
-    WHERE j.id = $4::bigint AND j.kind = 'stepgate.invoke' AND j.state IN ('scheduled', 'available')
-        AND j.args->>'run_id' = $2::uuid::text AND EXISTS (SELECT 1 FROM u)
+    WHERE j.id = $5::bigint AND j.kind = 'stepgate.invoke' AND j.state IN ('scheduled', 'available')
+        AND j.args->>'run_id' = $1::uuid::text AND EXISTS (SELECT 1 FROM u)
 )
 SELECT u.id, u.tenant, u.function, u.revision, u.status, u.input, u.output, u.error, u.identity, u.idempotency_key, u.parent_id, u.parent_seq, u.parent_name, u.rerun_of, u.cancelled_by, u.detached, u.attempts, u.invocation, u.lifetime_failed_invocations, u.failed_invocations, u.lifetime_recoveries, u.recoveries, u.lease_until, u.awaiting, u.wake_at, u.deadline, u.held, u.priority, u.created_at, u.started_at, u.finished_at, u.db_now FROM u
 `
 
 type ClaimRunParams struct {
-	LeaseSeconds float64
 	RunID        string
+	Slots        bool
+	LeaseSeconds float64
 	TimedOut     json.RawMessage
 	BackstopJob  int64
 }
@@ -159,11 +163,14 @@ type ClaimRunRow struct {
 // out (an event that resumes a run deletes it): journal that, before the journal is
 // read. (The alternatives of a wait_any are rows at one seq: one entry for them.) A
 // claim made deletes the run's River job @backstop_job (0: none) while no worker has it
-// yet, as ClaimRunEarly does.
+// yet, as ClaimRunEarly does. With @slots, for a run of a function with concurrency
+// limits, claim_slots checks that the run is due, under its row lock, and takes its
+// slots (or holds the run, which is then not claimed: ClaimHeld says why).
 func (q *Queries) ClaimRun(ctx context.Context, arg ClaimRunParams) (ClaimRunRow, error) {
 	row := q.db.QueryRow(ctx, ClaimRun,
-		arg.LeaseSeconds,
 		arg.RunID,
+		arg.Slots,
+		arg.LeaseSeconds,
 		arg.TimedOut,
 		arg.BackstopJob,
 	)
@@ -292,114 +299,6 @@ func (q *Queries) ClaimRunEarly(ctx context.Context, arg ClaimRunEarlyParams) (C
 		arg.BackstopJob,
 	)
 	var i ClaimRunEarlyRow
-	err := row.Scan(
-		&i.ID,
-		&i.Tenant,
-		&i.Function,
-		&i.Revision,
-		&i.Status,
-		&i.Input,
-		&i.Output,
-		&i.Error,
-		&i.Identity,
-		&i.IdempotencyKey,
-		&i.ParentID,
-		&i.ParentSeq,
-		&i.ParentName,
-		&i.RerunOf,
-		&i.CancelledBy,
-		&i.Detached,
-		&i.Attempts,
-		&i.Invocation,
-		&i.LifetimeFailedInvocations,
-		&i.FailedInvocations,
-		&i.LifetimeRecoveries,
-		&i.Recoveries,
-		&i.LeaseUntil,
-		&i.Awaiting,
-		&i.WakeAt,
-		&i.Deadline,
-		&i.Held,
-		&i.Priority,
-		&i.CreatedAt,
-		&i.StartedAt,
-		&i.FinishedAt,
-		&i.DbNow,
-	)
-	return i, err
-}
-
-const ClaimRunSlots = `-- name: ClaimRunSlots :one
-WITH s AS (SELECT stepgate.claim_slots($1) AS c), u AS (
-    UPDATE stepgate.run r SET status = 'running', attempts = r.attempts + 1,
-        invocation = r.invocation + 1, owner_nonce = NULL, lease_until = now() + make_interval(secs => $2),
-        wake_at = NULL, awaiting = NULL, held = NULL, held_on = NULL, slot_stripes = (SELECT (s.c).stripes FROM s),
-        started_at = coalesce(r.started_at, now())
-    WHERE r.id = $1 AND (SELECT (s.c).held FROM s) IS NULL
-    RETURNING r.id, r.tenant, r.function, r.revision, r.status, r.input, r.output, r.error, r.identity,
-        r.idempotency_key, r.parent_id, r.parent_seq, r.parent_name, r.rerun_of, r.cancelled_by, r.detached, r.attempts, r.invocation,
-        r.lifetime_failed_invocations, r.failed_invocations, r.lifetime_recoveries, r.recoveries, r.lease_until, r.awaiting,
-        CASE WHEN r.wake_at = 'infinity' THEN NULL ELSE r.wake_at END AS wake_at, r.deadline, r.held, r.priority, r.created_at, r.started_at, r.finished_at,
-        now() AS db_now
-), timed_out AS (
-    DELETE FROM stepgate.run_wait w USING u WHERE w.tenant = u.tenant AND w.run_id = u.id
-    RETURNING w.tenant, w.run_id, w.seq, stepgate.wait_kind(w.alt, w.kind) AS kind, w.name, w.created_at
-), journaled AS (
-    INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
-    SELECT DISTINCT ON (t.run_id, t.seq) t.tenant, t.run_id, t.seq, t.kind, t.name, $3::jsonb, u.invocation, t.created_at,
-        stepgate.journal_bytes_before(t.tenant, t.run_id, t.seq) + octet_length($3::jsonb::text)
-    FROM timed_out t CROSS JOIN u
-    ON CONFLICT (tenant, run_id, seq) DO NOTHING
-)
-SELECT u.id, u.tenant, u.function, u.revision, u.status, u.input, u.output, u.error, u.identity, u.idempotency_key, u.parent_id, u.parent_seq, u.parent_name, u.rerun_of, u.cancelled_by, u.detached, u.attempts, u.invocation, u.lifetime_failed_invocations, u.failed_invocations, u.lifetime_recoveries, u.recoveries, u.lease_until, u.awaiting, u.wake_at, u.deadline, u.held, u.priority, u.created_at, u.started_at, u.finished_at, u.db_now FROM u
-`
-
-type ClaimRunSlotsParams struct {
-	RunID        string
-	LeaseSeconds float64
-	TimedOut     json.RawMessage
-}
-
-type ClaimRunSlotsRow struct {
-	ID                        string
-	Tenant                    string
-	Function                  string
-	Revision                  int32
-	Status                    string
-	Input                     json.RawMessage
-	Output                    json.RawMessage
-	Error                     json.RawMessage
-	Identity                  json.RawMessage
-	IdempotencyKey            *string
-	ParentID                  *string
-	ParentSeq                 *int32
-	ParentName                *string
-	RerunOf                   *string
-	CancelledBy               json.RawMessage
-	Detached                  bool
-	Attempts                  int32
-	Invocation                int32
-	LifetimeFailedInvocations int32
-	FailedInvocations         int32
-	LifetimeRecoveries        int32
-	Recoveries                int32
-	LeaseUntil                *time.Time
-	Awaiting                  json.RawMessage
-	WakeAt                    interface{}
-	Deadline                  *time.Time
-	Held                      *string
-	Priority                  int16
-	CreatedAt                 time.Time
-	StartedAt                 *time.Time
-	FinishedAt                *time.Time
-	DbNow                     interface{}
-}
-
-// ClaimRun for a run of a function with concurrency limits: claim_slots has checked
-// that the run is due, under its row lock, and taken its slots (or held the run).
-func (q *Queries) ClaimRunSlots(ctx context.Context, arg ClaimRunSlotsParams) (ClaimRunSlotsRow, error) {
-	row := q.db.QueryRow(ctx, ClaimRunSlots, arg.RunID, arg.LeaseSeconds, arg.TimedOut)
-	var i ClaimRunSlotsRow
 	err := row.Scan(
 		&i.ID,
 		&i.Tenant,

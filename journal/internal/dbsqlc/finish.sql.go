@@ -32,6 +32,8 @@ WITH u AS (
     WHERE r.id = $9 AND r.invocation = $14 AND r.status = 'running'
         -- An answered end needs a journal without holes: as many entries as its last seq.
         AND (NOT $15::boolean OR (SELECT count(*) = coalesce(max(c.seq), 0) FROM stepgate.journal_entry c WHERE c.tenant = r.tenant AND c.run_id = $9))
+        AND ($16::int IS NULL OR EXISTS (SELECT 1 FROM stepgate.journal_entry j
+            WHERE j.tenant = r.tenant AND j.run_id = $9 AND j.seq = $16::int AND j.xmin = pg_current_xact_id()::xid))
     RETURNING r.id, r.tenant, r.status, r.attempts, r.wake_at, r.parent_id, r.parent_seq, r.notify, r.identity
 ), failure AS (
     INSERT INTO stepgate.attempt_failure (tenant, run_id, seq, attempt, name, error)
@@ -68,6 +70,7 @@ type RunFinishParams struct {
 	Notify       bool
 	Invocation   int32
 	Whole        bool
+	Step         *int32
 }
 
 type RunFinishRow struct {
@@ -85,7 +88,9 @@ type RunFinishRow struct {
 // Finish's update of the run. A failed invocation's retry (queued) is not due before a
 // sleep it was waiting out in its process (the latest wake time of the sleeps among the
 // last 64 entries: a parallel step may be journaled after it): GREATEST ignores the NULL
-// of none. The channel is NotifyChannel.
+// of none. The channel is NotifyChannel. With @step (FinishWithLastStep), it applies
+// only when the entry at seq @step was inserted by this transaction (by the insert
+// before it in the batch); NULL: always.
 func (q *Queries) RunFinish(ctx context.Context, arg RunFinishParams) (RunFinishRow, error) {
 	row := q.db.QueryRow(ctx, RunFinish,
 		arg.AwaitSeq,
@@ -103,118 +108,9 @@ func (q *Queries) RunFinish(ctx context.Context, arg RunFinishParams) (RunFinish
 		arg.Notify,
 		arg.Invocation,
 		arg.Whole,
-	)
-	var i RunFinishRow
-	err := row.Scan(
-		&i.Status,
-		&i.WakeAt,
-		&i.ClockTimestamp,
-		&i.Count,
-		&i.Column5,
-		&i.Tenant,
-		&i.Identity,
-		&i.Exists,
-		&i.Column9,
-	)
-	return i, err
-}
-
-const RunFinishAfterStep = `-- name: RunFinishAfterStep :one
-WITH u AS (
-    UPDATE stepgate.run r SET
-        status = $3,
-        output = $4,
-        error = $5,
-        lease_until = NULL,
-        wake_at = CASE WHEN $3 IN ('suspended', 'queued') AND $6::boolean
-            THEN greatest(coalesce($7::timestamptz, now() + make_interval(secs => $8)),
-                CASE WHEN $3 = 'queued' THEN (SELECT max(CASE WHEN t.kind = 'sleep' THEN t.wake_at END) FROM (
-                    SELECT e.kind, e.wake_at FROM stepgate.journal_entry e WHERE e.tenant = r.tenant AND e.run_id = $9 ORDER BY e.seq DESC LIMIT 64) t) END) END,
-        awaiting = $10,
-        finished_at = CASE WHEN $3 IN ('completed', 'failed', 'cancelled') THEN now() END,
-        failed_invocations = CASE WHEN $3 = 'queued' THEN r.failed_invocations + 1 ELSE 0 END,
-        lifetime_failed_invocations = r.lifetime_failed_invocations + CASE WHEN $11::boolean THEN 1 ELSE 0 END,
-        attempts = r.attempts - CASE WHEN $12::boolean THEN 1 ELSE 0 END,
-        recoveries = 0,
-        notify = r.notify OR ($13 AND $3 IN ('suspended', 'queued'))
-    WHERE r.id = $9 AND r.invocation = $14 AND r.status = 'running'
-        -- An answered end needs a journal without holes: as many entries as its last seq.
-        AND (NOT $15::boolean OR (SELECT count(*) = coalesce(max(c.seq), 0) FROM stepgate.journal_entry c WHERE c.tenant = r.tenant AND c.run_id = $9))
-        AND EXISTS (SELECT 1 FROM stepgate.journal_entry j
-            WHERE j.tenant = r.tenant AND j.run_id = $9 AND j.seq = $16 AND j.xmin = pg_current_xact_id()::xid)
-    RETURNING r.id, r.tenant, r.status, r.attempts, r.wake_at, r.parent_id, r.parent_seq, r.notify, r.identity
-), failure AS (
-    INSERT INTO stepgate.attempt_failure (tenant, run_id, seq, attempt, name, error)
-    SELECT u.tenant, u.id, 0, u.attempts, '', $5 FROM u WHERE $3 = 'queued'
-    ON CONFLICT DO NOTHING
-), notified AS (
-    SELECT pg_notify('stepgate_run_done', u.id::text) FROM u
-    WHERE u.notify AND u.status IN ('completed', 'failed', 'cancelled')
-)
-SELECT u.status, u.wake_at, clock_timestamp(), (SELECT count(*) FROM notified),
-    CASE WHEN u.parent_seq IS NOT NULL AND u.status IN ('completed', 'failed', 'cancelled')
-        AND EXISTS (SELECT 1 FROM stepgate.run p WHERE p.id = u.parent_id AND p.tenant = u.tenant)
-        THEN u.parent_id::text END,
-    u.tenant, u.identity,
-    EXISTS (SELECT 1 FROM stepgate.journal_entry j WHERE j.tenant = u.tenant AND j.run_id = u.id AND j.seq = $1),
-    $1 <= $2::int OR EXISTS (SELECT 1 FROM stepgate.journal_entry j
-        WHERE j.tenant = u.tenant AND j.run_id = u.id AND j.seq < $1 AND j.seq >= $1 - $2::int)
-FROM u
-`
-
-type RunFinishAfterStepParams struct {
-	AwaitSeq     int32
-	WindowSize   int32
-	Status       string
-	Output       json.RawMessage
-	Error        json.RawMessage
-	Timed        bool
-	Until        *time.Time
-	AfterSeconds float64
-	RunID        string
-	Awaiting     json.RawMessage
-	FailedCall   bool
-	Uncalled     bool
-	Notify       bool
-	Invocation   int32
-	Whole        bool
-	Step         int32
-}
-
-type RunFinishAfterStepRow struct {
-	Status         string
-	WakeAt         *time.Time
-	ClockTimestamp interface{}
-	Count          int64
-	Column5        interface{}
-	Tenant         string
-	Identity       json.RawMessage
-	Exists         bool
-	Column9        *bool
-}
-
-// RunFinish, applied only when the entry at seq step was inserted by this transaction
-// (by the insert before it in the batch of FinishWithLastStep).
-func (q *Queries) RunFinishAfterStep(ctx context.Context, arg RunFinishAfterStepParams) (RunFinishAfterStepRow, error) {
-	row := q.db.QueryRow(ctx, RunFinishAfterStep,
-		arg.AwaitSeq,
-		arg.WindowSize,
-		arg.Status,
-		arg.Output,
-		arg.Error,
-		arg.Timed,
-		arg.Until,
-		arg.AfterSeconds,
-		arg.RunID,
-		arg.Awaiting,
-		arg.FailedCall,
-		arg.Uncalled,
-		arg.Notify,
-		arg.Invocation,
-		arg.Whole,
 		arg.Step,
 	)
-	var i RunFinishAfterStepRow
+	var i RunFinishRow
 	err := row.Scan(
 		&i.Status,
 		&i.WakeAt,
