@@ -67,7 +67,11 @@ export class TestRun {
   private waiting: Waiting | undefined;
   private readonly mailbox: Mail[] = [];
   private readonly inbox: Ev[] = [];
-  private readonly resolutions = new Map<number, { data?: unknown; error?: ErrorInfo }>();
+  private readonly resolutions = new Map<number, { data?: unknown; error?: ErrorInfo; resolver: "token"; resolved_at: string }>();
+  /** The ids of the events the run's waits received: a look-back does not take one again. */
+  private readonly gotEvents = new Set<string>();
+  /** The journal's next seq when the last invocation began. */
+  private began = 1;
   private crashAt: number | undefined;
   private crashed = false;
   private invocations = 0;
@@ -148,7 +152,9 @@ export class TestRun {
       const cb = [...this.entries].reverse().find((e) => e.kind === "callback" && e.name === name);
       if (!cb) throw new Error(`stepgate/testing: run ${this.id} has made no callback ${JSON.stringify(name)}`);
       if (this.resolutions.has(cb.seq)) throw new Error(`stepgate/testing: callback ${JSON.stringify(name)} (seq ${cb.seq}) is resolved already`);
-      this.resolutions.set(cb.seq, error ? { error } : { data: data ?? null });
+      // As the gateway journals a resolution through the callback's URL (its token).
+      const by = { resolver: "token" as const, resolved_at: gatewayTime(this.h.clockMs()) };
+      this.resolutions.set(cb.seq, error ? { error, ...by } : { data: data ?? null, ...by });
       await this.h.pump();
       return this.stands();
     });
@@ -223,12 +229,13 @@ export class TestRun {
     const timedOut = w.due !== undefined && now >= w.due;
     switch (aw.type) {
       case "sleep":
-        return timedOut ? [{ seq: aw.seq, kind: "sleep", name: aw.name, until: new Date(w.due!).toISOString() }] : undefined;
+        return timedOut ? [{ seq: aw.seq, kind: "sleep", name: aw.name, until: gatewayTime(w.due!) }] : undefined;
       case "invoke":
       case "invoke_all": {
         const outs = w.children!.map((c) => this.childDone(c));
         if (outs.some((o) => o === undefined)) return undefined;
-        return outs.map((o, k) => ({ seq: aw.seq + k, kind: "invoke" as const, name: aw.name, ...o! }));
+        // As the gateway journals a child's error: not retryable.
+        return outs.map((o, k) => ({ seq: aw.seq + k, kind: "invoke" as const, name: aw.name, ...(o!.error ? { error: { ...o!.error, retryable: false } } : o!) }));
       }
       case "wait_any": {
         const of = aw.of ?? [];
@@ -264,13 +271,17 @@ export class TestRun {
     switch (aw.type) {
       case "wait_event": {
         const after = aw.since ? new Date(aw.since).getTime() : undefined;
+        // As on the gateway, not an event another wait of the run received.
         const ev = this.inbox.find(
           (e, i) =>
             e.name === aw.event &&
+            !this.gotEvents.has(e.id) &&
             (aw.since_start || (after !== undefined ? new Date(e.created_at).getTime() >= after : i >= since)) &&
             matches(e, aw.match ?? {}),
         );
-        return ev ? { event: ev } : undefined;
+        if (!ev) return undefined;
+        this.gotEvents.add(ev.id);
+        return { event: ev };
       }
       case "receive": {
         const i = this.mailbox.findIndex((m) => m.topic === aw.topic);
@@ -288,8 +299,16 @@ export class TestRun {
   }
 
   private put(e: JournalEntry) {
-    const [code, problem] = appendEntry(this.entries, e, { now: this.h.clockMs(), callbackOutput: (c) => this.callbackOutput(c) });
+    const [code, problem] = this.append(e);
     if (code !== 200) throw new Error(`stepgate/testing: run ${this.id}: journal step ${e.seq}: ${code} ${problem}`);
+  }
+
+  /** Journals e as the gateway does (appendEntry), a sleep's until written as the gateway writes a time. */
+  private append(e: JournalEntry): [number, string] {
+    const res = appendEntry(this.entries, e, { now: this.h.clockMs(), callbackOutput: (c) => this.callbackOutput(c) });
+    const stored = this.entries.find((x) => x.seq === e.seq);
+    if (res[0] === 200 && stored?.kind === "sleep" && stored.until !== undefined) stored.until = gatewayTime(Date.parse(stored.until));
+    return res;
   }
 
   private callbackOutput(e: JournalEntry): unknown {
@@ -303,7 +322,7 @@ export class TestRun {
 
   /** @internal The checkpoint of e: journaled, then answered. */
   checkpoint(e: JournalEntry): PostResult {
-    const [code, problem] = appendEntry(this.entries, e, { now: this.h.clockMs(), callbackOutput: (c) => this.callbackOutput(c) });
+    const [code, problem] = this.append(e);
     if (code !== 200) return { status: code, body: problem, retryAfter: null };
     const stored = this.entries.find((x) => x.seq === e.seq)!;
     const ack: Record<string, unknown> = { seq: e.seq };
@@ -337,6 +356,7 @@ export class TestRun {
       return this.finish({ status: "failed", error: { type: "limit_exceeded", message: `stepgate/testing: run ${this.id} made more than ${this.h.maxInvocations} invocations (HarnessOptions.maxInvocations)` } });
     }
     const since = this.inbox.length;
+    this.began = (this.entries.at(-1)?.seq ?? 0) + 1;
     this.token = `token-${crypto.randomUUID()}`;
     const req: InvocationRequest = {
       protocol: 1,
@@ -381,9 +401,14 @@ export class TestRun {
     const now = this.h.clockMs();
     switch (aw.type) {
       case "retry":
-        this.stepAttempts[String(aw.seq)] = (aw.attempt ?? 1) + 1;
-        return;
+        return this.retry(aw);
       case "continue":
+        // As on the gateway, a continue that journaled nothing since its invocation began
+        // fails the run (it would be called again at once, forever).
+        if (aw.seq <= this.began) {
+          const message = `stepgate/testing: continue at seq ${aw.seq} journals nothing since the invocation began (the journal's next seq was ${this.began})`;
+          return this.finish({ status: "failed", error: { type: "bad_answer", message } });
+        }
         return;
       case "sleep": {
         const due = aw.until ? new Date(aw.until).getTime() : now + toMs(aw.duration ?? "0s", "sleep");
@@ -411,11 +436,34 @@ export class TestRun {
     }
   }
 
+  /**
+   * A retry of a step: as the gateway, the harness counts the step's attempts itself, not
+   * from the answer, and journals the step's failure once they reach its max_attempts
+   * (the await's, else the function's); it retries at once, not after the backoff.
+   */
+  private retry(aw: Await) {
+    const key = String(aw.seq);
+    const attempt = Math.max(this.stepAttempts[key] ?? 1, 1);
+    const most = aw.retry?.max_attempts ?? this.h.invocationAttempts(this.fn);
+    if (attempt < most) {
+      this.stepAttempts[key] = attempt + 1;
+      return;
+    }
+    const err = aw.error ?? { type: "", message: "" };
+    const error: ErrorInfo = { ...err, type: err.type || "step_failed", message: `${err.message} (attempt ${attempt} of ${most}; the gateway gives up)`, retryable: false };
+    this.put({ seq: aw.seq, kind: "step", name: aw.name, attempt, error, ...(aw.window ? { window: aw.window } : {}) });
+  }
+
   private wait(w: Waiting) {
     this.waiting = w;
     this.state = "suspended";
     this.outcome = undefined;
   }
+}
+
+/** The time ms as the gateway writes a time (Go's RFC 3339 with nanoseconds): no fraction of zeros, "…00Z". */
+function gatewayTime(ms: number): string {
+  return new Date(ms).toISOString().replace(/\.(\d*?)0*Z$/, (_, f: string) => (f ? `.${f}Z` : "Z"));
 }
 
 /** Whether the dotted paths of match hold their values in ev ({id, name, data}). */

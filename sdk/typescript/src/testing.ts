@@ -69,9 +69,11 @@ export interface StartOptions {
  * would call it: each invocation gets the journal so far, its steps are journaled in
  * memory (checkpoints answered at once, with the gateway's ordering rules), a step that
  * fails is retried (at once, not after its backoff) up to its retries and then fails for
- * good, an invocation that fails (an error that is not non-retryable) is retried until
+ * good (the harness counts its attempts, as the gateway does, and journals its failure
+ * past the retry's max_attempts), an invocation that fails (an error that is not non-retryable) is retried until
  * the function's invocationAttempts (default 3) have failed in a row (an answer in
- * between starts the count again), and then fails the run.
+ * between starts the count again), and then fails the run. It passes the conformance
+ * scenarios for waits (protocol/conformance), as the gateway does.
  */
 export function harness(fns: StepgateFunction<any, any> | StepgateFunction<any, any>[], opts: HarnessOptions = {}): Harness {
   return new Harness(Array.isArray(fns) ? fns : [fns], opts);

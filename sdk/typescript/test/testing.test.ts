@@ -68,7 +68,7 @@ test("a week's sleep suspends until advance moves the virtual clock past it", as
   assert.equal((await run.result()).status, "suspended");
   await h.advance("1d");
   assert.deepEqual(await run.result(), { status: "completed", output: "woke" });
-  assert.equal(run.journal[0]!.until, "2026-01-08T00:00:00.000Z");
+  assert.equal(run.journal[0]!.until, "2026-01-08T00:00:00Z"); // as the gateway writes a time
   assert.equal(h.now.toISOString(), "2026-01-08T00:00:00.000Z");
 });
 
@@ -183,7 +183,7 @@ test("a stub that throws fails the child: step.invoke rejects", async () => {
   assert.deepEqual(await h.start().result(), { status: "completed", output: "child broke" });
   const run = h.start();
   await run.result();
-  assert.deepEqual(run.journal[0]!.error, { type: "non_retryable", message: "child broke" });
+  assert.deepEqual(run.journal[0]!.error, { type: "non_retryable", message: "child broke", retryable: false }); // as the gateway journals a child's error
   const none = testing.harness(createFunction({ name: "t.orphan" }, ({ step }) => step.invoke("c", { function: "t.missing" })));
   const o = await none.start().result();
   assert.equal(o.status === "failed" && o.error.type, "not_found");
