@@ -15,7 +15,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/storable"
 	"github.com/stepgate/stepgate/protocol"
 )
 
@@ -111,7 +111,7 @@ func cleanText(s string) bool { return utf8.ValidString(s) && !strings.ContainsR
 // for a body's string fields that reach Postgres as text or inside jsonb, where either
 // would be refused, a 500.
 func checkText(field, v string) error {
-	if err := journal.CheckText(v); err != nil {
+	if err := storable.CheckText(v); err != nil {
 		return badRequest("%s %v", field, err)
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/storable"
 	"github.com/stepgate/stepgate/protocol"
 )
 
@@ -81,7 +82,7 @@ func (s *Server) resolution(body *json.RawMessage) (journal.Resolution, error) {
 		return journal.Resolution{}, &problemError{http.StatusRequestEntityTooLarge, fmt.Sprintf(
 			"the callback's data is %d bytes, more than the limit of %d (STEPGATE_MAX_OUTPUT_BYTES)", len(data), n)}
 	}
-	if err := journal.CheckJSON(data); err != nil {
+	if err := storable.CheckJSON(data); err != nil {
 		return journal.Resolution{}, badRequest("request body %v", err)
 	}
 	return journal.Resolution{Data: data}, nil

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/storable"
 	"github.com/stepgate/stepgate/protocol"
 	"github.com/stepgate/stepgate/protocol/names"
 )
@@ -64,7 +65,7 @@ func clientSent(what string, id *string, data *protocol.AnyJSON) (string, json.R
 	if data == nil {
 		return out, nil, nil
 	}
-	if err := journal.CheckJSON(*data); err != nil {
+	if err := storable.CheckJSON(*data); err != nil {
 		return "", nil, badRequest("data %v", err)
 	}
 	return out, json.RawMessage(*data), nil

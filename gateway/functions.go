@@ -19,6 +19,7 @@ import (
 	"github.com/stepgate/stepgate/internal/helpers/redact"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/storable"
 	"github.com/stepgate/stepgate/protocol"
 	"github.com/stepgate/stepgate/protocol/names"
 	"github.com/stepgate/stepgate/protocol/signature"
@@ -73,7 +74,7 @@ func (s *Server) prepare(ctx context.Context, tenant, name, rawURL string, confi
 			return nil, fmt.Errorf("encode config: %w", err)
 		}
 	}
-	if err := journal.CheckJSON(raw); err != nil {
+	if err := storable.CheckJSON(raw); err != nil {
 		return nil, badRequest("function %s: config %v", name, err)
 	}
 	fc, err := invoker.ParseConfig(raw)

@@ -20,6 +20,7 @@ import (
 	"github.com/stepgate/stepgate/internal/helpers/tracing"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/storable"
 	"github.com/stepgate/stepgate/protocol"
 )
 
@@ -144,7 +145,7 @@ func (s *Server) StartRun(ctx context.Context, req server.StartRunRequestObject)
 	if req.Body != nil && len(*req.Body) > 0 {
 		input = json.RawMessage(*req.Body)
 	}
-	if err := journal.CheckJSON(input); err != nil {
+	if err := storable.CheckJSON(input); err != nil {
 		return nil, badRequest("input %v", err)
 	}
 	n := journal.NewRun{

@@ -15,6 +15,7 @@ import (
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/storable"
 	"github.com/stepgate/stepgate/protocol"
 	"github.com/stepgate/stepgate/protocol/names"
 )
@@ -86,7 +87,7 @@ func (s *Server) PutSchedule(ctx context.Context, req server.PutScheduleRequestO
 	if body.Input != nil && len(*body.Input) > 0 {
 		input = json.RawMessage(*body.Input)
 	}
-	if err := journal.CheckJSON(input); err != nil {
+	if err := storable.CheckJSON(input); err != nil {
 		return nil, badRequest("input %v", err)
 	}
 	if !id.Has(access.PermissionRunsInvoke) {

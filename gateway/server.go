@@ -32,6 +32,7 @@ import (
 	"github.com/stepgate/stepgate/internal/helpers/tracing"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/storable"
 	"github.com/stepgate/stepgate/protocol"
 )
 
@@ -380,7 +381,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 		c.Response().Header().Set("Retry-After", "1")
 		s.log.WarnContext(c.Request().Context(), "request failed: the database is unreachable",
 			slog.String("method", c.Request().Method), slog.String("path", loggedPath(c)), slog.Any("error", err))
-	case errors.Is(err, journal.ErrUnstorable):
+	case errors.Is(err, storable.ErrUnstorable):
 		// The edges check what they can name; this is the database's word on the rest.
 		status, detail = http.StatusBadRequest, err.Error()
 	case errors.Is(err, auth.ErrUnauthorized):

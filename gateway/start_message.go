@@ -15,6 +15,7 @@ import (
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/storable"
 	"github.com/stepgate/stepgate/protocol"
 )
 
@@ -50,10 +51,10 @@ func (s *Server) StartRunWithMessage(ctx context.Context, req server.StartRunWit
 	if b.Message.Data != nil {
 		data = json.RawMessage(*b.Message.Data)
 	}
-	if err := journal.CheckJSON(input); err != nil {
+	if err := storable.CheckJSON(input); err != nil {
 		return nil, badRequest("input %v", err)
 	}
-	if err := journal.CheckJSON(data); err != nil {
+	if err := storable.CheckJSON(data); err != nil {
 		return nil, badRequest("message data %v", err)
 	}
 	n := journal.NewRun{ID: uuid.Must(uuid.NewV7()).String(), Tenant: id.Tenant, Function: req.Name, Input: input,

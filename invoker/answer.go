@@ -8,6 +8,7 @@ import (
 
 	"github.com/stepgate/stepgate/invoker/internal/call"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/storable"
 	"github.com/stepgate/stepgate/protocol"
 	"github.com/stepgate/stepgate/protocol/awaits"
 	"github.com/stepgate/stepgate/protocol/names"
@@ -63,7 +64,7 @@ func (c answerCheck) json(what string, raw *protocol.AnyJSON) *journal.ErrorInfo
 	if len(*raw) > c.l.MaxOutputBytes {
 		return c.limit("the answer's %s is %d bytes, more than the limit of %d (STEPGATE_MAX_OUTPUT_BYTES)", what, len(*raw), c.l.MaxOutputBytes)
 	}
-	if err := journal.CheckJSON(*raw); err != nil {
+	if err := storable.CheckJSON(*raw); err != nil {
 		return c.bad("%s %v", what, err)
 	}
 	return nil
@@ -82,7 +83,7 @@ func (c answerCheck) error(what string, e *protocol.ErrorInfo) *journal.ErrorInf
 		return c.limit("the answer's %s.message is %d bytes, more than the limit of %d (STEPGATE_MAX_OUTPUT_BYTES)", what, len(e.Message), c.l.MaxOutputBytes)
 	}
 	for field, v := range map[string]string{"type": e.Type, "message": e.Message} {
-		if err := journal.CheckText(v); err != nil {
+		if err := storable.CheckText(v); err != nil {
 			return c.bad("%s.%s %v", what, field, err)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/stepgate/stepgate/invoker/internal/call"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/storable"
 	"github.com/stepgate/stepgate/protocol"
 )
 
@@ -489,7 +490,7 @@ func unappliable(err error) *journal.ErrorInfo {
 		return &journal.ErrorInfo{Type: ErrorTypeLimit, Message: le.Message}
 	case errors.As(err, &qe):
 		return &journal.ErrorInfo{Type: ErrorTypeLimit, Message: qe.Message}
-	case errors.Is(err, journal.ErrGap), errors.Is(err, journal.ErrUnstorable), errors.Is(err, journal.ErrBadAwait):
+	case errors.Is(err, journal.ErrGap), errors.Is(err, storable.ErrUnstorable), errors.Is(err, journal.ErrBadAwait):
 		return &journal.ErrorInfo{Type: ErrorTypeBadAnswer, Message: err.Error()}
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/storable"
 	"github.com/stepgate/stepgate/protocol"
 	"github.com/stepgate/stepgate/protocol/names"
 )
@@ -134,13 +135,13 @@ func (inv *Invoker) checkEntry(e protocol.JournalEntry) error {
 		return badCheckpoint("%v", err)
 	}
 	if e.Output != nil {
-		if err := journal.CheckJSON(*e.Output); err != nil {
+		if err := storable.CheckJSON(*e.Output); err != nil {
 			return badCheckpoint("output %v", err)
 		}
 	}
 	if e.Error != nil {
 		for _, f := range []struct{ field, v string }{{"type", e.Error.Type}, {"message", e.Error.Message}} {
-			if err := journal.CheckText(f.v); err != nil {
+			if err := storable.CheckText(f.v); err != nil {
 				return badCheckpoint("error.%s %v", f.field, err)
 			}
 		}

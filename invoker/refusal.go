@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/storable"
 	"github.com/stepgate/stepgate/protocol"
 	"github.com/stepgate/stepgate/protocol/names"
 )
@@ -122,7 +123,7 @@ func (c *Checkpoints) StreamWriteOf(b protocol.StreamWrite) (journal.StreamWrite
 	}
 	w.Chunks = make([]json.RawMessage, len(b.Chunks))
 	for i, c := range b.Chunks {
-		if err := journal.CheckJSON(c); err != nil {
+		if err := storable.CheckJSON(c); err != nil {
 			return w, badCheckpoint("chunks[%d] %v", i, err)
 		}
 		w.Chunks[i] = json.RawMessage(c)

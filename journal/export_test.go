@@ -2,12 +2,6 @@ package journal
 
 import "github.com/stepgate/stepgate/journal/internal/dbsqlc"
 
-// Unstorable exposes unstorable to the external tests.
-var Unstorable = unstorable
-
-// MaxPgMessage exposes maxPgMessage to the external tests.
-const MaxPgMessage = maxPgMessage
-
 // ResumeWaitersSQL exposes the statement that resumes an event's waiters, for its plan.
 const ResumeWaitersSQL = dbsqlc.WaitResume
 

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
+	"github.com/stepgate/stepgate/journal/storable"
 )
 
 // KindSend is the entry of a message a run sent (step.Send), checkpointed like a step:
@@ -478,7 +479,7 @@ var (
 )
 
 // ErrReservedTopic: a plain message (SendMessage, SendFromRun) on a request's topic,
-// which only SendRequest sends. Its error also wraps ErrUnstorable, so that an edge
+// which only SendRequest sends. Its error also wraps storable.ErrUnstorable, so that an edge
 // answers it as the client's mistake, and says what to do instead.
 var ErrReservedTopic = errors.New("journal: the topic is reserved for requests")
 
@@ -489,7 +490,9 @@ func (e *reservedTopicError) Error() string {
 		e.topic, RequestTopicPrefix)
 }
 
-func (e *reservedTopicError) Unwrap() []error { return []error{ErrReservedTopic, ErrUnstorable} }
+func (e *reservedTopicError) Unwrap() []error {
+	return []error{ErrReservedTopic, storable.ErrUnstorable}
+}
 
 // RequestTopic is the topic of the requests named name.
 func RequestTopic(name string) string { return RequestTopicPrefix + name }

@@ -133,7 +133,7 @@ func (e *RunningOperationError) Unwrap() error { return ErrConflict }
 // CreateOperation stores a running operation of kind (OperationKindCancel, or
 // OperationKindRerun with options) of tenant with filter, asked for by by. It returns a
 // *RunningOperationError when the tenant has one running, and an error wrapping
-// [ErrUnstorable] when the filter holds text Postgres cannot store.
+// [storable.ErrUnstorable] when the filter holds text Postgres cannot store.
 func CreateOperation(ctx context.Context, db DB, id, tenant, kind string, filter CancelFilter, options *RerunOptions, by Identity) (*Operation, error) {
 	f, err := json.Marshal(filter)
 	if err != nil {

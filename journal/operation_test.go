@@ -10,6 +10,7 @@ import (
 	"github.com/stepgate/stepgate/internal/wiring/pgtest"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
+	"github.com/stepgate/stepgate/journal/storable"
 )
 
 // TestOperationQueriesMatchTheSameRuns: an operation counts the runs it then cancels,
@@ -33,5 +34,5 @@ func TestCreateOperationUnstorableFilter(t *testing.T) {
 	tx := pgtest.Tx(t)
 	_, err := journal.CreateOperation(t.Context(), tx, uuid.Must(uuid.NewV7()).String(), "t1", journal.OperationKindCancel,
 		journal.CancelFilter{IdempotencyKeyPrefix: new("a\x00")}, nil, journal.Identity{Subject: "alice", Tenant: "t1"})
-	require.ErrorIs(t, err, journal.ErrUnstorable)
+	require.ErrorIs(t, err, storable.ErrUnstorable)
 }

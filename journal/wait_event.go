@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
+	"github.com/stepgate/stepgate/journal/storable"
 )
 
 // KindWaitEvent is the entry of a run's wait for an event (WaitEvent), journaled when
@@ -103,7 +104,7 @@ func (w WaitEvent) paths() []string {
 func (w WaitEvent) write(ctx context.Context, db DB, aw awaitWrite, f *Finished) error {
 	match, err := json.Marshal(w.Match)
 	if err != nil {
-		return fmt.Errorf("%w: wait_event match: %v", ErrUnstorable, err)
+		return fmt.Errorf("%w: wait_event match: %v", storable.ErrUnstorable, err)
 	}
 	if w.LookBack > 0 {
 		if err := w.checkSince(f.Clock); err != nil {

@@ -1,4 +1,4 @@
-package journal_test
+package storable_test
 
 import (
 	"bytes"
@@ -16,16 +16,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepgate/stepgate/internal/wiring/pgtest"
-	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/storable"
 )
 
-// storableCase is a valid JSON document, what journal.CheckJSON says of it and what Postgres does.
+// storableCase is a valid JSON document, what storable.CheckJSON says of it and what Postgres does.
 type storableCase struct {
 	name string
 	json string
-	want string // a part of journal.CheckJSON's error, "" if it accepts
+	want string // a part of storable.CheckJSON's error, "" if it accepts
 	code string // the SQLSTATE of Postgres's refusal, "" if it accepts
-	// journal.CheckJSON refuses, deliberately, what Postgres would accept.
+	// storable.CheckJSON refuses, deliberately, what Postgres would accept.
 	conservative bool
 	// encoding/json refuses it, as it nests beyond 10000 levels.
 	goRefuses bool
@@ -146,11 +146,11 @@ func TestCheckJSON(t *testing.T) {
 			raw := []byte(c.json)
 			require.Equal(t, !c.goRefuses, json.Valid(raw), "a case must be valid JSON")
 
-			err := journal.CheckJSON(raw)
+			err := storable.CheckJSON(raw)
 			if c.want == "" {
 				require.NoError(t, err)
 			} else {
-				require.ErrorIs(t, err, journal.ErrUnstorable)
+				require.ErrorIs(t, err, storable.ErrUnstorable)
 				require.ErrorContains(t, err, c.want)
 			}
 
@@ -161,23 +161,23 @@ func TestCheckJSON(t *testing.T) {
 				return
 			}
 			if c.code == "" {
-				require.Nil(t, pgErr, "Postgres must store what journal.CheckJSON accepts")
+				require.Nil(t, pgErr, "Postgres must store what storable.CheckJSON accepts")
 				return
 			}
-			require.NotNil(t, pgErr, "Postgres must refuse what journal.CheckJSON refuses")
+			require.NotNil(t, pgErr, "Postgres must refuse what storable.CheckJSON refuses")
 			require.Equal(t, c.code, pgErr.Code, "%v", pgErr)
-			require.ErrorIs(t, journal.Unstorable(pgErr), journal.ErrUnstorable)
+			require.ErrorIs(t, storable.Translate(pgErr), storable.ErrUnstorable)
 		})
 	}
 
 	t.Run("ErrorNamesTheOffence", func(t *testing.T) {
 		t.Parallel()
-		err := journal.CheckJSON([]byte(`{"a":"b\u0000"}`))
+		err := storable.CheckJSON([]byte(`{"a":"b\u0000"}`))
 		require.EqualError(t, err, `contains the escape \u0000 at byte 7, which Postgres cannot store`)
 		require.EqualError(t, fmt.Errorf("input %w", err), `input contains the escape \u0000 at byte 7, which Postgres cannot store`)
-		err = journal.CheckJSON([]byte(`["x", "\ud800"]`))
+		err = storable.CheckJSON([]byte(`["x", "\ud800"]`))
 		require.EqualError(t, err, `contains an unpaired UTF-16 surrogate escape \ud800 at byte 7`)
-		err = journal.CheckJSON([]byte(`[1, -2.5e131072]`))
+		err = storable.CheckJSON([]byte(`[1, -2.5e131072]`))
 		require.EqualError(t, err, `has a number with more than 131072 digits before the decimal point at byte 4`)
 		var pgErr *pgconn.PgError
 		require.False(t, errors.As(err, &pgErr))
@@ -190,7 +190,7 @@ func TestCheckJSON(t *testing.T) {
 			`"\uzzzz"`, `"\ud800\uzzzz"`, `-`, `1e`, `1e+`, `.5`, `]]]]`, `}{`, `[-]`, `--1`,
 			"\"\xf0\x9f\x98", `1e99999999999999999999999999999999999999`, `"\ud800"\udc00"`,
 		} {
-			require.NotPanics(t, func() { _ = journal.CheckJSON([]byte(s)) }, "%q", s)
+			require.NotPanics(t, func() { _ = storable.CheckJSON([]byte(s)) }, "%q", s)
 		}
 	})
 }
@@ -227,7 +227,7 @@ func pgRefusal(t *testing.T, tx pgx.Tx, sql string, args ...any) *pgconn.PgError
 	return pgErr
 }
 
-// TestCheckJSONAgreesWithPostgres compares journal.CheckJSON with Postgres on random documents
+// TestCheckJSONAgreesWithPostgres compares storable.CheckJSON with Postgres on random documents
 // built of the pieces near Postgres's limits.
 func TestCheckJSONAgreesWithPostgres(t *testing.T) {
 	t.Parallel()
@@ -243,7 +243,7 @@ func TestCheckJSONAgreesWithPostgres(t *testing.T) {
 		doc := b.String()
 		require.True(t, json.Valid([]byte(doc)), "%q", doc)
 
-		err := journal.CheckJSON([]byte(doc))
+		err := storable.CheckJSON([]byte(doc))
 		pgErr := pgRefusal(t, tx, `SELECT jsonb_typeof($1::text::jsonb)`, doc)
 		if pgErr == nil {
 			require.NoError(t, err, "Postgres stores %q", doc)
@@ -251,7 +251,7 @@ func TestCheckJSONAgreesWithPostgres(t *testing.T) {
 		}
 		refused++
 		require.Error(t, err, "Postgres refuses %q: %v", doc, pgErr)
-		require.ErrorIs(t, journal.Unstorable(pgErr), journal.ErrUnstorable)
+		require.ErrorIs(t, storable.Translate(pgErr), storable.ErrUnstorable)
 	}
 	t.Logf("Postgres refused %d of 300", refused)
 }
@@ -327,12 +327,12 @@ func FuzzCheckJSON(f *testing.F) {
 		f.Add([]byte(c.json))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		err := journal.CheckJSON(raw) // must not panic, even on invalid JSON
+		err := storable.CheckJSON(raw) // must not panic, even on invalid JSON
 		if !json.Valid(raw) {
 			return
 		}
 		if err != nil {
-			require.ErrorIs(t, err, journal.ErrUnstorable)
+			require.ErrorIs(t, err, storable.ErrUnstorable)
 		}
 		verdict := func(err error) string {
 			if err == nil {
@@ -344,9 +344,9 @@ func FuzzCheckJSON(f *testing.F) {
 		// Whitespace changes nothing.
 		var compact, indented bytes.Buffer
 		require.NoError(t, json.Compact(&compact, raw))
-		require.Equal(t, verdict(err), verdict(journal.CheckJSON(compact.Bytes())), "compacted")
+		require.Equal(t, verdict(err), verdict(storable.CheckJSON(compact.Bytes())), "compacted")
 		require.NoError(t, json.Indent(&indented, raw, "", "\t"))
-		require.Equal(t, verdict(err), verdict(journal.CheckJSON(indented.Bytes())), "indented")
+		require.Equal(t, verdict(err), verdict(storable.CheckJSON(indented.Bytes())), "indented")
 
 		// What encoding/json decodes and encodes again is as storable as what it read:
 		// it keeps numbers as written and only mends strings.
@@ -361,7 +361,7 @@ func FuzzCheckJSON(f *testing.F) {
 		}
 		again, mErr := json.Marshal(v)
 		require.NoError(t, mErr)
-		require.NoError(t, journal.CheckJSON(again), "%s", again)
+		require.NoError(t, storable.CheckJSON(again), "%s", again)
 	})
 }
 
@@ -371,7 +371,7 @@ func TestCheckText(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		s    string
-		want string // a part of journal.CheckText's error, "" if it accepts
+		want string // a part of storable.CheckText's error, "" if it accepts
 	}{
 		{name: "Empty", s: ""},
 		{name: "ASCII", s: "charge-card"},
@@ -390,23 +390,23 @@ func TestCheckText(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			err := journal.CheckText(c.s)
+			err := storable.CheckText(c.s)
 			pgErr := pgRefusal(t, pgtest.Tx(t), `SELECT $1::text`, c.s)
 			if c.want == "" {
 				require.NoError(t, err)
-				require.Nil(t, pgErr, "Postgres must store what journal.CheckText accepts")
+				require.Nil(t, pgErr, "Postgres must store what storable.CheckText accepts")
 				return
 			}
-			require.ErrorIs(t, err, journal.ErrUnstorable)
+			require.ErrorIs(t, err, storable.ErrUnstorable)
 			require.ErrorContains(t, err, c.want)
-			require.NotNil(t, pgErr, "Postgres must refuse what journal.CheckText refuses")
+			require.NotNil(t, pgErr, "Postgres must refuse what storable.CheckText refuses")
 			require.Equal(t, "22021", pgErr.Code, "%v", pgErr) // character_not_in_repertoire
-			require.ErrorIs(t, journal.Unstorable(pgErr), journal.ErrUnstorable)
+			require.ErrorIs(t, storable.Translate(pgErr), storable.ErrUnstorable)
 		})
 	}
 }
 
-func TestUnstorable(t *testing.T) {
+func TestTranslate(t *testing.T) {
 	t.Parallel()
 
 	// refusal returns Postgres's error on running sql in a new transaction, after setup.
@@ -430,7 +430,7 @@ func TestUnstorable(t *testing.T) {
 		sql   string
 		args  []any
 		code  string
-		want  string // a part of unstorable's error
+		want  string // a part of Translate's error
 	}{
 		{
 			name: "U0000", sql: `SELECT $1::text::jsonb`, args: []any{`{"a":"\u0000"}`}, code: "22P05",
@@ -467,16 +467,16 @@ func TestUnstorable(t *testing.T) {
 			pgErr := refusal(t, c.setup, c.sql, c.args...)
 			require.Equal(t, c.code, pgErr.Code, "%v", pgErr)
 
-			err := journal.Unstorable(pgErr)
-			require.ErrorIs(t, err, journal.ErrUnstorable)
+			err := storable.Translate(pgErr)
+			require.ErrorIs(t, err, storable.ErrUnstorable)
 			require.ErrorContains(t, err, c.want)
-			require.LessOrEqual(t, len(err.Error()), len("Postgres cannot store the value: ")+journal.MaxPgMessage+len("…"))
+			require.LessOrEqual(t, len(err.Error()), len("Postgres cannot store the value: ")+storable.MaxPgMessage+len("…"))
 			var got *pgconn.PgError
 			require.ErrorAs(t, err, &got)
 			require.Same(t, pgErr, got)
 
-			wrapped := journal.Unstorable(fmt.Errorf("append entry: %w", pgErr))
-			require.ErrorIs(t, wrapped, journal.ErrUnstorable)
+			wrapped := storable.Translate(fmt.Errorf("append entry: %w", pgErr))
+			require.ErrorIs(t, wrapped, storable.ErrUnstorable)
 		})
 	}
 
@@ -497,15 +497,15 @@ func TestUnstorable(t *testing.T) {
 			t.Parallel()
 			pgErr := refusal(t, c.setup, c.sql, c.args...)
 			require.Equal(t, c.code, pgErr.Code, "%v", pgErr)
-			require.True(t, journal.Unstorable(pgErr) == error(pgErr), "translated %v", pgErr)
+			require.True(t, storable.Translate(pgErr) == error(pgErr), "translated %v", pgErr)
 		})
 	}
 
 	t.Run("KeepsOtherErrors", func(t *testing.T) {
 		t.Parallel()
-		require.NoError(t, journal.Unstorable(nil))
+		require.NoError(t, storable.Translate(nil))
 		for _, err := range []error{context.Canceled, pgx.ErrNoRows, errors.New("connection reset")} {
-			require.True(t, journal.Unstorable(err) == err, "translated %v", err)
+			require.True(t, storable.Translate(err) == err, "translated %v", err)
 		}
 	})
 }
@@ -520,7 +520,7 @@ func randomText(n int) string {
 	return string(b)
 }
 
-// BenchmarkCheckJSON measures journal.CheckJSON on a realistic step output of about 1 MB.
+// BenchmarkCheckJSON measures storable.CheckJSON on a realistic step output of about 1 MB.
 func BenchmarkCheckJSON(b *testing.B) {
 	type item struct {
 		SKU      string            `json:"sku"`
@@ -571,13 +571,13 @@ func BenchmarkCheckJSON(b *testing.B) {
 			}
 		}
 	}
-	if err := journal.CheckJSON(doc); err != nil {
+	if err := storable.CheckJSON(doc); err != nil {
 		b.Fatal(err)
 	}
 	b.SetBytes(int64(len(doc)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := journal.CheckJSON(doc); err != nil {
+		if err := storable.CheckJSON(doc); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,0 +1,4 @@
+package storable
+
+// MaxPgMessage exposes maxPgMessage to the external tests.
+const MaxPgMessage = maxPgMessage
