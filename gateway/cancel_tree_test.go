@@ -18,6 +18,7 @@ import (
 	"github.com/stepgate/stepgate/functions/step"
 	"github.com/stepgate/stepgate/internal/wiring/stack"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/operation"
 	"github.com/stepgate/stepgate/protocol"
 )
 
@@ -269,7 +270,7 @@ func TestBulkCancel(t *testing.T) {
 
 	t.Run("ASecondRunningOperationIsRefused", func(t *testing.T) {
 		// A running operation of t2 with no job behind it stays running.
-		held, err := journal.CreateOperation(t.Context(), s.Pool, uuidV7(t), "t2", journal.OperationKindCancel, journal.CancelFilter{Function: ptr("bulk.b")}, nil,
+		held, err := operation.CreateOperation(t.Context(), s.Pool, uuidV7(t), "t2", operation.OperationKindCancel, operation.CancelFilter{Function: ptr("bulk.b")}, nil,
 			journal.Identity{Subject: "bob", Tenant: "t2"})
 		require.NoError(t, err)
 		resp, err := c2.CancelRunsWithResponse(t.Context(), protocol.CancelFilter{Function: ptr("bulk.a")})

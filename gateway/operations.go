@@ -13,6 +13,7 @@ import (
 	"github.com/stepgate/stepgate/access"
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/operation"
 	"github.com/stepgate/stepgate/protocol"
 	"github.com/stepgate/stepgate/protocol/names"
 )
@@ -29,7 +30,7 @@ func (s *Server) CancelRuns(ctx context.Context, req server.CancelRunsRequestObj
 	}
 	id := identity(ctx)
 	op, err := s.inv.Operations().StartCancel(ctx, s.tenantDB(ctx), filter, id)
-	var running *journal.RunningOperationError
+	var running *operation.RunningOperationError
 	switch {
 	case errors.As(err, &running):
 		return server.CancelRuns409ApplicationProblemPlusJSONResponse{ConflictApplicationProblemPlusJSONResponse: conflict(
@@ -62,7 +63,7 @@ func (s *Server) RerunRuns(ctx context.Context, req server.RerunRunsRequestObjec
 	if err != nil {
 		return nil, err
 	}
-	var opts journal.RerunOptions
+	var opts operation.RerunOptions
 	switch {
 	case req.Body.From != nil && req.Body.FromSeq != nil:
 		return nil, badRequest("from: give from or from_seq, not both")
@@ -79,10 +80,10 @@ func (s *Server) RerunRuns(ctx context.Context, req server.RerunRunsRequestObjec
 			return nil, badRequest("from: %q is not start or failure", *req.Body.From)
 		}
 	default:
-		opts.From = journal.RerunFromStart
+		opts.From = operation.RerunFromStart
 	}
 	op, err := s.inv.Operations().StartRerun(ctx, s.tenantDB(ctx), filter, opts, id)
-	var running *journal.RunningOperationError
+	var running *operation.RunningOperationError
 	switch {
 	case errors.As(err, &running):
 		return server.RerunRuns409ApplicationProblemPlusJSONResponse{ConflictApplicationProblemPlusJSONResponse: conflict(
@@ -101,7 +102,7 @@ func (s *Server) RerunRuns(ctx context.Context, req server.RerunRunsRequestObjec
 func (s *Server) CancelOperation(ctx context.Context, req server.CancelOperationRequestObject) (server.CancelOperationResponseObject, error) {
 	id := identity(ctx)
 	op, err := s.inv.Operations().Cancel(ctx, s.tenantDB(ctx), req.ID.String(), id)
-	var finished *journal.FinishedOperationError
+	var finished *operation.FinishedOperationError
 	switch {
 	case errors.Is(err, journal.ErrNotFound):
 		return server.CancelOperation404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: server.NotFoundApplicationProblemPlusJSONResponse(
@@ -119,7 +120,7 @@ func (s *Server) CancelOperation(ctx context.Context, req server.CancelOperation
 // GetOperation returns an operation of the caller's tenant.
 func (s *Server) GetOperation(ctx context.Context, req server.GetOperationRequestObject) (server.GetOperationResponseObject, error) {
 	db := s.tenantDB(ctx)
-	op, err := journal.GetOperation(ctx, db, db.Tenant(), req.ID.String())
+	op, err := operation.GetOperation(ctx, db, db.Tenant(), req.ID.String())
 	if errors.Is(err, journal.ErrNotFound) {
 		return server.GetOperation404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: server.NotFoundApplicationProblemPlusJSONResponse(
 			problem(404, fmt.Sprintf("operation %s not found", req.ID)))}, nil
@@ -133,8 +134,8 @@ func (s *Server) GetOperation(ctx context.Context, req server.GetOperationReques
 // cancelFilter validates f: one criterion at least, statuses that have not finished,
 // a well-formed function name, a key prefix of text Postgres stores, a time range that
 // is not empty.
-func cancelFilter(f protocol.CancelFilter) (journal.CancelFilter, error) {
-	out := journal.CancelFilter{Function: f.Function, CreatedAfter: f.CreatedAfter, CreatedBefore: f.CreatedBefore, IdempotencyKeyPrefix: f.IdempotencyKeyPrefix}
+func cancelFilter(f protocol.CancelFilter) (operation.CancelFilter, error) {
+	out := operation.CancelFilter{Function: f.Function, CreatedAfter: f.CreatedAfter, CreatedBefore: f.CreatedBefore, IdempotencyKeyPrefix: f.IdempotencyKeyPrefix}
 	if f.Function == nil && f.Status == nil && f.CreatedAfter == nil && f.CreatedBefore == nil && f.IdempotencyKeyPrefix == nil {
 		return out, badRequest("filter: give one criterion at least (function, status, created_after, created_before, idempotency_key_prefix)")
 	}
@@ -168,8 +169,8 @@ var errorGroupKey = regexp.MustCompile(`^[0-9a-f]{16}$`)
 // rerunFilter validates f for a bulk rerun: one criterion at least, statuses that have
 // finished, a well-formed function name and error group, a key prefix and error type of
 // text Postgres stores, a time range that is not empty.
-func rerunFilter(f protocol.CancelFilter) (journal.CancelFilter, error) {
-	out := journal.CancelFilter{
+func rerunFilter(f protocol.CancelFilter) (operation.CancelFilter, error) {
+	out := operation.CancelFilter{
 		Function: f.Function, CreatedAfter: f.CreatedAfter, CreatedBefore: f.CreatedBefore, IdempotencyKeyPrefix: f.IdempotencyKeyPrefix,
 		ErrorType: f.ErrorType, ErrorGroup: f.ErrorGroup,
 	}
@@ -230,7 +231,7 @@ func checkFilterCommon(at string, f protocol.CancelFilter) error {
 	return nil
 }
 
-func operationToAPI(op *journal.Operation) protocol.Operation {
+func operationToAPI(op *operation.Operation) protocol.Operation {
 	f := op.Filter
 	o := protocol.Operation{
 		ID: uuid.MustParse(op.ID), Kind: protocol.OperationKind(op.Kind), Status: protocol.OperationStatus(op.Status),
@@ -241,12 +242,12 @@ func operationToAPI(op *journal.Operation) protocol.Operation {
 		Done: op.Cancelled, Failed: op.Failed, Matched: op.Matched, Batches: op.Batches, Error: op.Error,
 		CreatedAt: op.CreatedAt, FinishedAt: op.FinishedAt, By: op.By, CancelledBy: op.CancelledBy,
 	}
-	if op.Kind == journal.OperationKindCancel {
+	if op.Kind == operation.OperationKindCancel {
 		o.Cancelled = op.Cancelled
 	} else {
 		o.FromSeq = op.Options.FromSeq
 		if op.Options.FromSeq == nil {
-			from := protocol.OperationFrom(cmp.Or(op.Options.From, journal.RerunFromStart))
+			from := protocol.OperationFrom(cmp.Or(op.Options.From, operation.RerunFromStart))
 			o.From = &from
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/stepgate/stepgate/functions/step"
 	"github.com/stepgate/stepgate/internal/wiring/stack"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/operation"
 	"github.com/stepgate/stepgate/protocol"
 )
 
@@ -179,8 +180,8 @@ func TestBulkRerun(t *testing.T) {
 	})
 
 	t.Run("ASecondRunningOperationIsRefused", func(t *testing.T) {
-		held, err := journal.CreateOperation(t.Context(), s.Pool, uuidV7(t), "t2", journal.OperationKindRerun,
-			journal.CancelFilter{Function: ptr("redrive.b")}, &journal.RerunOptions{}, journal.Identity{Subject: "bob", Tenant: "t2"})
+		held, err := operation.CreateOperation(t.Context(), s.Pool, uuidV7(t), "t2", operation.OperationKindRerun,
+			operation.CancelFilter{Function: ptr("redrive.b")}, &operation.RerunOptions{}, journal.Identity{Subject: "bob", Tenant: "t2"})
 		require.NoError(t, err)
 		resp, err := c2.RerunRunsWithResponse(t.Context(), body)
 		require.NoError(t, err)

@@ -20,6 +20,7 @@ import (
 	"github.com/stepgate/stepgate/internal/helpers/tracing"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/operation"
 	"github.com/stepgate/stepgate/journal/storable"
 	"github.com/stepgate/stepgate/protocol"
 )
@@ -371,7 +372,7 @@ func (s *Server) GetRun(ctx context.Context, req server.GetRunRequestObject) (se
 		if d, err = journal.GetRunDetail(ctx, db, db.Tenant(), req.ID, p); err != nil {
 			return err
 		}
-		reruns, err = journal.RunReruns(ctx, db, db.Tenant(), req.ID)
+		reruns, err = operation.RunReruns(ctx, db, db.Tenant(), req.ID)
 		return err
 	})
 	if errors.Is(err, journal.ErrNotFound) {

@@ -11,6 +11,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/operation"
 )
 
 // CancelBatchSize is how many runs one transaction of a bulk cancel cancels.
@@ -86,13 +87,13 @@ func (w *cancelTreeWorker) Work(ctx context.Context, job *river.Job[CancelTreeAr
 
 // StartCancel stores a bulk cancel of db's tenant's runs matching filter, as
 // by, and the River job that does it, in one transaction; it returns at once. It
-// returns a *journal.RunningOperationError when the tenant has one running.
-func (o *Operations) StartCancel(ctx context.Context, db *journal.TenantDB, filter journal.CancelFilter, by journal.Identity) (*journal.Operation, error) {
+// returns a *operation.RunningOperationError when the tenant has one running.
+func (o *Operations) StartCancel(ctx context.Context, db *journal.TenantDB, filter operation.CancelFilter, by journal.Identity) (*operation.Operation, error) {
 	inv := o.inv
-	var op *journal.Operation
+	var op *operation.Operation
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var err error
-		op, err = journal.CreateOperation(ctx, tx, uuid.Must(uuid.NewV7()).String(), db.Tenant(), journal.OperationKindCancel, filter, nil, by)
+		op, err = operation.CreateOperation(ctx, tx, uuid.Must(uuid.NewV7()).String(), db.Tenant(), operation.OperationKindCancel, filter, nil, by)
 		if err != nil {
 			return err
 		}
@@ -118,8 +119,8 @@ func (w *cancelOperationWorker) Work(ctx context.Context, job *river.Job[CancelO
 	err := w.work(ctx, job)
 	if err != nil && ctx.Err() == nil && job.Attempt >= job.MaxAttempts {
 		// River gives up: end the operation so that the tenant may start another.
-		op := &journal.Operation{ID: job.Args.ID}
-		if ferr := journal.FinishOperation(context.WithoutCancel(ctx), w.inv.pool, op, err.Error()); ferr != nil {
+		op := &operation.Operation{ID: job.Args.ID}
+		if ferr := operation.FinishOperation(context.WithoutCancel(ctx), w.inv.pool, op, err.Error()); ferr != nil {
 			return fmt.Errorf("%w; and marking the operation failed: %w", err, ferr)
 		}
 		w.inv.log.Error("bulk cancel failed", slog.String("operation_id", op.ID), slog.Any("error", err))
@@ -129,26 +130,26 @@ func (w *cancelOperationWorker) Work(ctx context.Context, job *river.Job[CancelO
 
 func (w *cancelOperationWorker) work(ctx context.Context, job *river.Job[CancelOperationArgs]) error {
 	inv := w.inv
-	op, err := journal.GetOperationByID(ctx, inv.pool, job.Args.ID)
-	if err != nil || op.Status != journal.OperationRunning {
+	op, err := operation.GetOperationByID(ctx, inv.pool, job.Args.ID)
+	if err != nil || op.Status != operation.OperationRunning {
 		return err
 	}
 	log := inv.log.With(slog.String("operation_id", op.ID), slog.String("tenant", op.Tenant))
-	if err := journal.CountMatching(ctx, inv.pool, op); err != nil {
+	if err := operation.CountMatching(ctx, inv.pool, op); err != nil {
 		return err
 	}
-	var cursor *journal.BatchCursor
+	var cursor *operation.BatchCursor
 	for {
-		var batch []journal.CancelledRun
+		var batch []operation.CancelledRun
 		var tree []string
 		stopped := false
 		err := pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
-			running, err := journal.LockOperation(ctx, tx, op)
+			running, err := operation.LockOperation(ctx, tx, op)
 			if err != nil || !running {
 				stopped = true
 				return err
 			}
-			batch, cursor, err = journal.CancelBatch(ctx, tx, op, cursor, CancelBatchSize)
+			batch, cursor, err = operation.CancelBatch(ctx, tx, op, cursor, CancelBatchSize)
 			if err != nil || len(batch) == 0 {
 				return err
 			}
@@ -190,7 +191,7 @@ func (w *cancelOperationWorker) work(ctx context.Context, job *river.Job[CancelO
 			break
 		}
 	}
-	if err := journal.FinishOperation(ctx, inv.pool, op, ""); err != nil {
+	if err := operation.FinishOperation(ctx, inv.pool, op, ""); err != nil {
 		return err
 	}
 	log.Info("bulk cancel finished", slog.Int64("cancelled", op.Cancelled), slog.Int("batches", op.Batches))

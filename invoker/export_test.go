@@ -6,7 +6,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/operation"
 )
 
 // Due exposes to the tests the ticks that start runs when the ticks from at to clock
@@ -47,7 +49,7 @@ func (inv *Invoker) SetRerunBatchSize(n int) { inv.rerunBatchSize = n }
 
 // RerunOperation does up to maxBatches batches of the rerun operation id (all when
 // negative), as its River job does, and returns it as it stands.
-func (inv *Invoker) RerunOperation(ctx context.Context, id string, maxBatches int) (*journal.Operation, error) {
+func (inv *Invoker) RerunOperation(ctx context.Context, id string, maxBatches int) (*operation.Operation, error) {
 	return inv.rerunOperation(ctx, id, maxBatches)
 }
 

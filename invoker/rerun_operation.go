@@ -13,6 +13,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/operation"
 )
 
 // RerunBatchSize is how many runs one transaction of a bulk rerun takes.
@@ -28,13 +29,13 @@ func (RerunOperationArgs) Kind() string { return "rerun_operation" }
 
 // StartRerun stores a bulk rerun of db's tenant's finished runs matching filter,
 // as by, from opts, and the River job that does it, in one transaction; it returns at
-// once. It returns a *journal.RunningOperationError when the tenant has one running.
-func (o *Operations) StartRerun(ctx context.Context, db *journal.TenantDB, filter journal.CancelFilter, opts journal.RerunOptions, by journal.Identity) (*journal.Operation, error) {
+// once. It returns a *operation.RunningOperationError when the tenant has one running.
+func (o *Operations) StartRerun(ctx context.Context, db *journal.TenantDB, filter operation.CancelFilter, opts operation.RerunOptions, by journal.Identity) (*operation.Operation, error) {
 	inv := o.inv
-	var op *journal.Operation
+	var op *operation.Operation
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var err error
-		op, err = journal.CreateOperation(ctx, tx, uuid.Must(uuid.NewV7()).String(), db.Tenant(), journal.OperationKindRerun, filter, &opts, by)
+		op, err = operation.CreateOperation(ctx, tx, uuid.Must(uuid.NewV7()).String(), db.Tenant(), operation.OperationKindRerun, filter, &opts, by)
 		if err != nil {
 			return err
 		}
@@ -47,9 +48,9 @@ func (o *Operations) StartRerun(ctx context.Context, db *journal.TenantDB, filte
 }
 
 // Cancel cancels db's tenant's running operation id, as by (see
-// journal.CancelOperation): its worker does no further batch.
-func (o *Operations) Cancel(ctx context.Context, db *journal.TenantDB, id string, by journal.Identity) (*journal.Operation, error) {
-	return journal.CancelOperation(ctx, db, db.Tenant(), id, by)
+// operation.CancelOperation): its worker does no further batch.
+func (o *Operations) Cancel(ctx context.Context, db *journal.TenantDB, id string, by journal.Identity) (*operation.Operation, error) {
+	return operation.CancelOperation(ctx, db, db.Tenant(), id, by)
 }
 
 type rerunOperationWorker struct {
@@ -65,8 +66,8 @@ func (w *rerunOperationWorker) Work(ctx context.Context, job *river.Job[RerunOpe
 	_, err := w.inv.rerunOperation(ctx, job.Args.ID, -1)
 	if err != nil && ctx.Err() == nil && job.Attempt >= job.MaxAttempts {
 		// River gives up: end the operation so that the tenant may start another.
-		op := &journal.Operation{ID: job.Args.ID}
-		if ferr := journal.FinishOperation(context.WithoutCancel(ctx), w.inv.pool, op, err.Error()); ferr != nil {
+		op := &operation.Operation{ID: job.Args.ID}
+		if ferr := operation.FinishOperation(context.WithoutCancel(ctx), w.inv.pool, op, err.Error()); ferr != nil {
 			return fmt.Errorf("%w; and marking the operation failed: %w", err, ferr)
 		}
 		w.inv.log.Error("bulk rerun failed", slog.String("operation_id", op.ID), slog.Any("error", err))
@@ -81,13 +82,13 @@ func (w *rerunOperationWorker) Work(ctx context.Context, job *river.Job[RerunOpe
 // that cannot be rerun is recorded with why), records them and the new position in the
 // operation and enqueues the new runs. A run is so rerun at most once by an operation,
 // however often its job is retried: a batch commits its runs and the position together.
-func (inv *Invoker) rerunOperation(ctx context.Context, id string, maxBatches int) (*journal.Operation, error) {
-	op, err := journal.GetOperationByID(ctx, inv.pool, id)
-	if err != nil || op.Status != journal.OperationRunning {
+func (inv *Invoker) rerunOperation(ctx context.Context, id string, maxBatches int) (*operation.Operation, error) {
+	op, err := operation.GetOperationByID(ctx, inv.pool, id)
+	if err != nil || op.Status != operation.OperationRunning {
 		return op, err
 	}
 	log := inv.log.With(slog.String("operation_id", op.ID), slog.String("tenant", op.Tenant))
-	if err := journal.CountMatching(ctx, inv.pool, op); err != nil {
+	if err := operation.CountMatching(ctx, inv.pool, op); err != nil {
 		return nil, err
 	}
 	for batches := 0; maxBatches < 0 || batches < maxBatches; batches++ {
@@ -95,12 +96,12 @@ func (inv *Invoker) rerunOperation(ctx context.Context, id string, maxBatches in
 		var quota *journal.QuotaError
 		stopped, done := false, false
 		err := pgx.BeginFunc(ctx, inv.pool, func(tx pgx.Tx) error {
-			running, err := journal.LockOperation(ctx, tx, op)
+			running, err := operation.LockOperation(ctx, tx, op)
 			if err != nil || !running {
 				stopped = true
 				return err
 			}
-			batch, err := journal.RerunBatch(ctx, tx, op, inv.rerunBatchSize)
+			batch, err := operation.RerunBatch(ctx, tx, op, inv.rerunBatchSize)
 			if err != nil {
 				return err
 			}
@@ -108,7 +109,7 @@ func (inv *Invoker) rerunOperation(ctx context.Context, id string, maxBatches in
 			if len(batch) == 0 {
 				return nil
 			}
-			took := make([]journal.RerunDone, 0, len(batch))
+			took := make([]operation.RerunDone, 0, len(batch))
 			for _, old := range batch {
 				run, why, err := inv.rerunOne(ctx, tx, op, old)
 				if errors.As(err, &quota) {
@@ -118,20 +119,20 @@ func (inv *Invoker) rerunOperation(ctx context.Context, id string, maxBatches in
 					return fmt.Errorf("rerun run %s: %w", old.ID, err)
 				}
 				if run == nil {
-					took = append(took, journal.RerunDone{RunID: old.ID, Error: why})
+					took = append(took, operation.RerunDone{RunID: old.ID, Error: why})
 					continue
 				}
 				created = append(created, run)
-				took = append(took, journal.RerunDone{RunID: old.ID, NewRunID: run.ID})
+				took = append(took, operation.RerunDone{RunID: old.ID, NewRunID: run.ID})
 			}
 			if err := inv.enqueueNewRuns(ctx, tx, created); err != nil {
 				return err
 			}
 			last := batch[len(batch)-1]
-			return journal.RecordRerunBatch(ctx, tx, op, took, journal.BatchCursor{CreatedAt: last.CreatedAt, ID: last.ID})
+			return operation.RecordRerunBatch(ctx, tx, op, took, operation.BatchCursor{CreatedAt: last.CreatedAt, ID: last.ID})
 		})
 		if quota != nil {
-			if err := journal.FinishOperation(ctx, inv.pool, op, quota.Error()); err != nil {
+			if err := operation.FinishOperation(ctx, inv.pool, op, quota.Error()); err != nil {
 				return nil, err
 			}
 			log.Warn("bulk rerun stopped by the tenant's quota", slog.String("error", quota.Error()))
@@ -154,7 +155,7 @@ func (inv *Invoker) rerunOperation(ctx context.Context, id string, maxBatches in
 			inv.afterRerunBatch()
 		}
 		if done {
-			if err := journal.FinishOperation(ctx, inv.pool, op, ""); err != nil {
+			if err := operation.FinishOperation(ctx, inv.pool, op, ""); err != nil {
 				return nil, err
 			}
 			log.Info("bulk rerun finished", slog.Int64("rerun", op.Cancelled), slog.Int64("failed", op.Failed), slog.Int("batches", op.Batches))
@@ -170,12 +171,12 @@ func (inv *Invoker) rerunOperation(ctx context.Context, id string, maxBatches in
 // run is created, and a refused CreateRun inserts nothing. So a batch needs no savepoint
 // per run (past 64 in a transaction, subtransactions slow every snapshot of the
 // database). Other errors, a *journal.QuotaError included, are returned.
-func (inv *Invoker) rerunOne(ctx context.Context, tx pgx.Tx, op *journal.Operation, old journal.RerunCandidate) (*journal.Run, string, error) {
+func (inv *Invoker) rerunOne(ctx context.Context, tx pgx.Tx, op *operation.Operation, old operation.RerunCandidate) (*journal.Run, string, error) {
 	fromSeq := 1
 	switch {
 	case op.Options.FromSeq != nil:
 		fromSeq = *op.Options.FromSeq
-	case op.Options.From == journal.RerunFromFailure && old.FailureSeq > 0:
+	case op.Options.From == operation.RerunFromFailure && old.FailureSeq > 0:
 		fromSeq = old.FailureSeq
 	}
 	var err error

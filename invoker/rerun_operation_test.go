@@ -19,6 +19,7 @@ import (
 	"github.com/stepgate/stepgate/internal/wiring/stack"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/operation"
 	"github.com/stepgate/stepgate/protocol"
 )
 
@@ -111,8 +112,8 @@ func TestOperationCancelStopsIt(t *testing.T) {
 	seedFailed(t, s, "t1", "redrive.a", "boom", "failed", 10)
 	by := journal.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}}
 	// An operation with no job behind it: the test does its batches.
-	op, err := journal.CreateOperation(t.Context(), s.Pool, uuid.Must(uuid.NewV7()).String(), "t1", journal.OperationKindRerun,
-		journal.CancelFilter{Function: new("redrive.a")}, &journal.RerunOptions{From: journal.RerunFromStart}, by)
+	op, err := operation.CreateOperation(t.Context(), s.Pool, uuid.Must(uuid.NewV7()).String(), "t1", operation.OperationKindRerun,
+		operation.CancelFilter{Function: new("redrive.a")}, &operation.RerunOptions{From: operation.RerunFromStart}, by)
 	require.NoError(t, err)
 	s.Invoker.SetRerunBatchSize(4)
 	// The cancel comes after the first batch, while the worker goes on to the next.
@@ -126,7 +127,7 @@ func TestOperationCancelStopsIt(t *testing.T) {
 	})
 	got, err := s.Invoker.RerunOperation(t.Context(), op.ID, -1)
 	require.NoError(t, err)
-	require.Equal(t, journal.OperationCancelled, got.Status)
+	require.Equal(t, operation.OperationCancelled, got.Status)
 	require.EqualValues(t, 4, got.Cancelled)
 	require.Equal(t, 1, batches)
 	require.Equal(t, 4, countReruns(t, s, "t1"), "no batch after the cancel")
@@ -147,8 +148,8 @@ func TestBulkRerunResumesWithoutDuplicates(t *testing.T) {
 	syncRedriveApp(t, s, &ones, c)
 	seedFailed(t, s, "t1", "redrive.a", "boom", "failed", 25)
 	by := journal.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}}
-	op, err := journal.CreateOperation(t.Context(), s.Pool, uuid.Must(uuid.NewV7()).String(), "t1", journal.OperationKindRerun,
-		journal.CancelFilter{Function: new("redrive.a")}, &journal.RerunOptions{From: journal.RerunFromFailure}, by)
+	op, err := operation.CreateOperation(t.Context(), s.Pool, uuid.Must(uuid.NewV7()).String(), "t1", operation.OperationKindRerun,
+		operation.CancelFilter{Function: new("redrive.a")}, &operation.RerunOptions{From: operation.RerunFromFailure}, by)
 	require.NoError(t, err)
 	s.Invoker.SetRerunBatchSize(3)
 	got, err := s.Invoker.RerunOperation(t.Context(), op.ID, 2)
@@ -203,14 +204,14 @@ func TestBulkRerunOperation100k(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, s.Invoker.River().Stop(t.Context()))
 	by := journal.Identity{Subject: "alice", Tenant: "t1", Roles: []string{"developer"}}
-	op, err := journal.CreateOperation(t.Context(), s.Pool, uuid.Must(uuid.NewV7()).String(), "t1", journal.OperationKindRerun,
-		journal.CancelFilter{Function: new("redrive.a")}, &journal.RerunOptions{From: journal.RerunFromFailure}, by)
+	op, err := operation.CreateOperation(t.Context(), s.Pool, uuid.Must(uuid.NewV7()).String(), "t1", operation.OperationKindRerun,
+		operation.CancelFilter{Function: new("redrive.a")}, &operation.RerunOptions{From: operation.RerunFromFailure}, by)
 	require.NoError(t, err)
 	began := time.Now()
 	got, err := s.Invoker.RerunOperation(t.Context(), op.ID, -1)
 	require.NoError(t, err)
 	took := time.Since(began)
-	require.Equal(t, journal.OperationCompleted, got.Status)
+	require.Equal(t, operation.OperationCompleted, got.Status)
 	require.EqualValues(t, n, got.Cancelled)
 	var copied int
 	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT count(*) FROM stepgate.journal_entry WHERE tenant = 't1' AND copied_from IS NOT NULL`).Scan(&copied))

@@ -27,6 +27,10 @@ type row struct {
 	parts []string
 }
 
+// beside is what the journal's packages of one job each may import: the journal, its
+// statements and its leaf.
+var beside = []string{"journal", "journal/internal/dbsqlc", "journal/storable", "access"}
+
 // The SDK's side of the arrow: what function authors import.
 var sdk = []string{"functions/...", "client", "protocol/..."}
 
@@ -51,7 +55,7 @@ var table = []row{
 	{pkg: "journal/storable", parts: []string{pgx}},
 	{pkg: "journal", may: []string{"journal/internal/...", "journal/storable", "access"}, parts: []string{pgx}},
 	{pkg: "journal/internal/...", may: []string{"journal/internal/...", "access"}, parts: []string{pgx}},
-	{pkg: "journal/...", may: []string{"journal", "journal/internal/dbsqlc", "journal/storable", "access"}, parts: []string{pgx}},
+	{pkg: "journal/operation", may: beside, parts: []string{pgx}},
 	{pkg: "auth", may: []string{"access", "journal", "protocol/..."}},
 	{pkg: "migrations/...", may: []string{"migrations/...", "internal/wiring/pgserver"}, parts: []string{pgx, river}},
 

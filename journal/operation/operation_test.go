@@ -1,4 +1,4 @@
-package journal_test
+package operation_test
 
 import (
 	"strings"
@@ -10,6 +10,7 @@ import (
 	"github.com/stepgate/stepgate/internal/wiring/pgtest"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
+	"github.com/stepgate/stepgate/journal/operation"
 	"github.com/stepgate/stepgate/journal/storable"
 )
 
@@ -32,7 +33,7 @@ func TestOperationQueriesMatchTheSameRuns(t *testing.T) {
 func TestCreateOperationUnstorableFilter(t *testing.T) {
 	t.Parallel()
 	tx := pgtest.Tx(t)
-	_, err := journal.CreateOperation(t.Context(), tx, uuid.Must(uuid.NewV7()).String(), "t1", journal.OperationKindCancel,
-		journal.CancelFilter{IdempotencyKeyPrefix: new("a\x00")}, nil, journal.Identity{Subject: "alice", Tenant: "t1"})
+	_, err := operation.CreateOperation(t.Context(), tx, uuid.Must(uuid.NewV7()).String(), "t1", operation.OperationKindCancel,
+		operation.CancelFilter{IdempotencyKeyPrefix: new("a\x00")}, nil, journal.Identity{Subject: "alice", Tenant: "t1"})
 	require.ErrorIs(t, err, storable.ErrUnstorable)
 }

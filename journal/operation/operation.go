@@ -1,4 +1,7 @@
-package journal
+// Package operation holds the journal's bulk operations on a tenant's runs: a cancel or a
+// rerun of the runs a filter matches, stored as one row and done in batches by the
+// invoker's background worker (counts, a position, an errors sample).
+package operation
 
 import (
 	"context"
@@ -9,7 +12,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
+	"github.com/stepgate/stepgate/journal/storable"
 )
 
 // Operation statuses.
@@ -39,13 +44,13 @@ const (
 // hold; at least one is set (the caller validates). A cancel matches only runs that have
 // not finished, a rerun only runs that have, whatever Statuses says.
 type CancelFilter struct {
-	Function             *string    `json:"function,omitempty"`
-	Statuses             []Status   `json:"status,omitempty"` // Any of them; all unfinished (cancel) or finished (rerun) statuses when empty.
-	CreatedAfter         *time.Time `json:"created_after,omitempty"`
-	CreatedBefore        *time.Time `json:"created_before,omitempty"`
-	IdempotencyKeyPrefix *string    `json:"idempotency_key_prefix,omitempty"`
-	ErrorType            *string    `json:"error_type,omitempty"`  // A rerun's only.
-	ErrorGroup           *string    `json:"error_group,omitempty"` // A rerun's only: stepgate.error_group of a failed run.
+	Function             *string          `json:"function,omitempty"`
+	Statuses             []journal.Status `json:"status,omitempty"` // Any of them; all unfinished (cancel) or finished (rerun) statuses when empty.
+	CreatedAfter         *time.Time       `json:"created_after,omitempty"`
+	CreatedBefore        *time.Time       `json:"created_before,omitempty"`
+	IdempotencyKeyPrefix *string          `json:"idempotency_key_prefix,omitempty"`
+	ErrorType            *string          `json:"error_type,omitempty"`  // A rerun's only.
+	ErrorGroup           *string          `json:"error_group,omitempty"` // A rerun's only: stepgate.error_group of a failed run.
 }
 
 // RerunOptions is where a rerun operation starts each new run: at FromSeq when set,
@@ -72,7 +77,7 @@ type Operation struct {
 	Status      string
 	Filter      CancelFilter
 	Options     RerunOptions // A rerun's.
-	By          Identity
+	By          journal.Identity
 	Matched     *int64 // Runs matching when the work began; nil before.
 	Cancelled   int64  // Runs done: cancelled by a cancel, rerun by a rerun.
 	Failed      int64  // A rerun's runs it could not rerun.
@@ -81,7 +86,7 @@ type Operation struct {
 	Error       *string
 	CreatedAt   time.Time
 	FinishedAt  *time.Time
-	CancelledBy *Identity // Who cancelled the operation, when it was.
+	CancelledBy *journal.Identity // Who cancelled the operation, when it was.
 	// After is where a rerun's walk over runs has reached (RecordRerunBatch); nil at
 	// the start.
 	After *BatchCursor
@@ -111,7 +116,7 @@ func operationOf(r dbsqlc.StepgateOperation) (*Operation, error) {
 		}
 	}
 	if len(r.CancelledBy) > 0 {
-		op.CancelledBy = new(Identity)
+		op.CancelledBy = new(journal.Identity)
 		if err := json.Unmarshal(r.CancelledBy, op.CancelledBy); err != nil {
 			return nil, fmt.Errorf("the canceller of operation %s: %w", r.ID, err)
 		}
@@ -127,14 +132,14 @@ func (e *RunningOperationError) Error() string {
 	return fmt.Sprintf("journal: operation %s is still running; one runs at a time", e.ID)
 }
 
-// Unwrap makes errors.Is(err, ErrConflict) hold.
-func (e *RunningOperationError) Unwrap() error { return ErrConflict }
+// Unwrap makes errors.Is(err, journal.ErrConflict) hold.
+func (e *RunningOperationError) Unwrap() error { return journal.ErrConflict }
 
 // CreateOperation stores a running operation of kind (OperationKindCancel, or
 // OperationKindRerun with options) of tenant with filter, asked for by by. It returns a
 // *RunningOperationError when the tenant has one running, and an error wrapping
 // [storable.ErrUnstorable] when the filter holds text Postgres cannot store.
-func CreateOperation(ctx context.Context, db DB, id, tenant, kind string, filter CancelFilter, options *RerunOptions, by Identity) (*Operation, error) {
+func CreateOperation(ctx context.Context, db journal.DB, id, tenant, kind string, filter CancelFilter, options *RerunOptions, by journal.Identity) (*Operation, error) {
 	f, err := json.Marshal(filter)
 	if err != nil {
 		return nil, fmt.Errorf("create operation: %w", err)
@@ -151,26 +156,26 @@ func CreateOperation(ctx context.Context, db DB, id, tenant, kind string, filter
 		return operationOf(row)
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("create operation: %w", unstorable(err))
+		return nil, fmt.Errorf("create operation: %w", storable.Translate(err))
 	}
 	running, err := q.OperationRunningID(ctx, tenant)
 	if err != nil {
 		// It finished in between: the caller may ask again.
-		return nil, fmt.Errorf("create operation: %w", ErrConflict)
+		return nil, fmt.Errorf("create operation: %w", journal.ErrConflict)
 	}
 	return nil, &RunningOperationError{ID: running}
 }
 
-// GetOperation returns the tenant's operation id, or ErrNotFound.
-func GetOperation(ctx context.Context, db DB, tenant, id string) (*Operation, error) {
+// GetOperation returns the tenant's operation id, or journal.ErrNotFound.
+func GetOperation(ctx context.Context, db journal.DB, tenant, id string) (*Operation, error) {
 	row, err := dbsqlc.New(db).OperationGet(ctx, dbsqlc.OperationGetParams{ID: id, Tenant: tenant})
 	return gotOperation(row, err, id)
 }
 
-// gotOperation is the operation id read as row with err, or ErrNotFound.
+// gotOperation is the operation id read as row with err, or journal.ErrNotFound.
 func gotOperation(row dbsqlc.StepgateOperation, err error, id string) (*Operation, error) {
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, ErrNotFound
+		return nil, journal.ErrNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get operation %s: %w", id, err)
@@ -184,7 +189,7 @@ func gotOperation(row dbsqlc.StepgateOperation, err error, id string) (*Operatio
 
 // CountMatching sets the operation's matched count to the runs its filter matches now,
 // unless it is set already.
-func CountMatching(ctx context.Context, db DB, op *Operation) error {
+func CountMatching(ctx context.Context, db journal.DB, op *Operation) error {
 	f := filterOf(op)
 	var matched *int64
 	var err error
@@ -224,13 +229,13 @@ type CancelledRun struct {
 }
 
 // CancelBatch cancels up to limit runs matching op's filter past after (nil: from the
-// start), oldest first, like CancelRun (as op.By), and adds them to op's counts. It
+// start), oldest first, like journal.CancelRun (as op.By), and adds them to op's counts. It
 // returns the runs it cancelled and the position it reached, nil when no run is left
 // (the caller then calls FinishOperation). A child cancelled so wakes its waiting
 // parent: the caller enqueues the parents' jobs in the same transaction.
 //
 // Triggers that follow it (docs/internals.md): run_event_on_status, run_releases_slots, child_end_wakes_parent, run_journal_bytes_on_finish.
-func CancelBatch(ctx context.Context, db DB, op *Operation, after *BatchCursor, limit int) ([]CancelledRun, *BatchCursor, error) {
+func CancelBatch(ctx context.Context, db journal.DB, op *Operation, after *BatchCursor, limit int) ([]CancelledRun, *BatchCursor, error) {
 	f := filterOf(op)
 	p := dbsqlc.OperationBatchParams{
 		Tenant: op.Tenant, Before: f.before, Function: f.function, CreatedAfter: f.createdAfter,
@@ -250,7 +255,7 @@ func CancelBatch(ctx context.Context, db DB, op *Operation, after *BatchCursor, 
 		todo[i] = BatchCursor{CreatedAt: r.CreatedAt, ID: r.ID}
 		ids[i] = r.ID
 	}
-	e, err := json.Marshal(ErrorInfo{Type: "cancelled", Message: "cancelled by " + op.By.Subject + " (operation " + op.ID + ")"})
+	e, err := json.Marshal(journal.ErrorInfo{Type: "cancelled", Message: "cancelled by " + op.By.Subject + " (operation " + op.ID + ")"})
 	if err != nil {
 		return nil, nil, fmt.Errorf("cancel a batch of operation %s: %w", op.ID, err)
 	}
@@ -281,7 +286,7 @@ func CancelBatch(ctx context.Context, db DB, op *Operation, after *BatchCursor, 
 }
 
 // FinishOperation marks op completed, or failed with errMsg when it is not empty.
-func FinishOperation(ctx context.Context, db DB, op *Operation, errMsg string) error {
+func FinishOperation(ctx context.Context, db journal.DB, op *Operation, errMsg string) error {
 	row, err := dbsqlc.New(db).OperationFinish(ctx, dbsqlc.OperationFinishParams{ID: op.ID, ErrorMessage: errMsg})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil
@@ -298,8 +303,8 @@ func FinishOperation(ctx context.Context, db DB, op *Operation, errMsg string) e
 }
 
 // GetOperationByID returns any tenant's operation id (for the background worker, on
-// the system pool), or ErrNotFound.
-func GetOperationByID(ctx context.Context, db DB, id string) (*Operation, error) {
+// the system pool), or journal.ErrNotFound.
+func GetOperationByID(ctx context.Context, db journal.DB, id string) (*Operation, error) {
 	row, err := dbsqlc.New(db).OperationGetByID(ctx, id)
 	return gotOperation(row, err, id)
 }
@@ -357,14 +362,14 @@ func (e *FinishedOperationError) Error() string {
 	return fmt.Sprintf("journal: operation %s is %s", e.ID, e.Status)
 }
 
-// Unwrap makes errors.Is(err, ErrConflict) hold.
-func (e *FinishedOperationError) Unwrap() error { return ErrConflict }
+// Unwrap makes errors.Is(err, journal.ErrConflict) hold.
+func (e *FinishedOperationError) Unwrap() error { return journal.ErrConflict }
 
 // CancelOperation cancels the tenant's running operation id, as by: it does no further
 // batch (it waits for a batch under way to commit, see LockOperation). It returns
-// ErrNotFound for no operation of the tenant, a *FinishedOperationError for one that has
+// journal.ErrNotFound for no operation of the tenant, a *FinishedOperationError for one that has
 // ended.
-func CancelOperation(ctx context.Context, db DB, tenant, id string, by Identity) (*Operation, error) {
+func CancelOperation(ctx context.Context, db journal.DB, tenant, id string, by journal.Identity) (*Operation, error) {
 	b, err := json.Marshal(by)
 	if err != nil {
 		return nil, fmt.Errorf("cancel operation %s: %w", id, err)
@@ -391,7 +396,7 @@ type RerunCandidate struct {
 
 // RerunBatch returns up to limit finished runs matching op's filter, created before op,
 // past op.After (the position its last batch reached), oldest first.
-func RerunBatch(ctx context.Context, db DB, op *Operation, limit int) ([]RerunCandidate, error) {
+func RerunBatch(ctx context.Context, db journal.DB, op *Operation, limit int) ([]RerunCandidate, error) {
 	f := filterOf(op)
 	p := dbsqlc.OperationRerunBatchParams{
 		FromFailure: op.Options.From == RerunFromFailure && op.Options.FromSeq == nil,
@@ -425,7 +430,7 @@ type RerunDone struct {
 // Error, the first of them in Errors up to MaxOperationErrors), and moves op's position
 // to after, so that its next batch, in this process or another, starts there. Call it in
 // the transaction that created the new runs, with op locked (LockOperation).
-func RecordRerunBatch(ctx context.Context, db DB, op *Operation, runs []RerunDone, after BatchCursor) error {
+func RecordRerunBatch(ctx context.Context, db journal.DB, op *Operation, runs []RerunDone, after BatchCursor) error {
 	p := dbsqlc.OperationRerunRecordParams{
 		Op: op.ID, Tenant: op.Tenant, DoneRuns: []string{}, NewRuns: []string{}, FailedRuns: []string{}, FailedErrors: []string{},
 		AfterT: &after.CreatedAt, AfterID: &after.ID,
@@ -459,7 +464,7 @@ const MaxReruns = 100
 
 // RunReruns returns the ids of the tenant's runs that rerun the run id (their rerun_of),
 // oldest first, at most MaxReruns.
-func RunReruns(ctx context.Context, db DB, tenant, id string) ([]string, error) {
+func RunReruns(ctx context.Context, db journal.DB, tenant, id string) ([]string, error) {
 	ids, err := dbsqlc.New(db).RunReruns(ctx, dbsqlc.RunRerunsParams{Tenant: tenant, RunID: &id, MaxRuns: MaxReruns})
 	if err != nil {
 		return nil, fmt.Errorf("list reruns of run %s: %w", id, err)
