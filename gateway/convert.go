@@ -84,6 +84,9 @@ func awaitingToAPI(a *journal.Awaiting) *protocol.Awaiting {
 	if a.CallbackSeq > 0 {
 		out.CallbackSeq = &a.CallbackSeq
 	}
+	if a.RunID != "" {
+		out.RunID = &a.RunID
+	}
 	if len(a.Of) > 0 {
 		of := make([]protocol.Awaiting, len(a.Of))
 		for i := range a.Of {

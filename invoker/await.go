@@ -152,9 +152,17 @@ func (t *transition) Start(c awaits.Children) {
 // Wait: the run waits for the first of its alternatives or the timeout. What ends an
 // alternative resumes the run in its own transaction (journal.ResumeWaiters for an
 // event, a message's send, ResolveCallback), or the await journals one there already
-// (a message in the mailbox, a resolved callback, an event a look-back finds), and the
-// claim after the timeout journals that it timed out.
+// (a message in the mailbox, a resolved callback, an event a look-back finds, a run that
+// has ended), and the claim after the timeout journals that it timed out. A run that
+// awaits its own end fails (bad_answer): it would wait until its timeout.
 func (t *transition) Wait(w awaits.Wait) {
+	for _, a := range w.Of {
+		if a.RunID != "" && a.RunID == strings.ToLower(t.claim.Run.ID) {
+			t.o = journal.Failed(journal.ErrorInfo{Type: ErrorTypeBadAnswer, Message: fmt.Sprintf(
+				"function's answer is not a valid protocol answer: await_run %q at seq %d awaits the run itself, which would wait until its timeout", w.Name, w.Seq)})
+			return
+		}
+	}
 	if !w.Any {
 		t.o = t.waitFor(w.Seq, w.Name, w.Timeout, w.Of[0])
 		return
@@ -184,6 +192,8 @@ func (t *transition) waitFor(seq int, name string, timeout time.Duration, a awai
 		return journal.WaitingForEvent(we, t.steps...)
 	case a.Topic != "":
 		return journal.Receiving(journal.Receive{Seq: seq, Name: name, Topic: a.Topic, Timeout: timeout}, t.steps...)
+	case a.RunID != "":
+		return journal.WaitingForRun(journal.RunWait{Seq: seq, Name: name, RunID: a.RunID, Timeout: timeout}, t.steps...)
 	}
 	return journal.WaitingForCallback(journal.CallbackWait{Seq: seq, Name: name, CallbackSeq: a.CallbackSeq, Timeout: timeout}, t.steps...)
 }

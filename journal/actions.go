@@ -33,7 +33,7 @@ var ErrFinished = errors.New("journal: run is finished")
 // It returns the cancelled run, or ErrNotFound for another tenant's or an unknown
 // run, or ErrFinished with the run as it is when it was already terminal.
 //
-// Triggers that follow it (docs/internals.md): run_event_on_status, run_releases_slots, child_end_wakes_parent, run_journal_bytes_on_finish.
+// Triggers that follow it (docs/internals.md): run_event_on_status, run_releases_slots, child_end_wakes_parent, run_end_wakes_awaiters (an awaited run's end), run_journal_bytes_on_finish.
 func CancelRun(ctx context.Context, db DB, tenant, id string, by Identity) (*Run, error) {
 	e := ErrorInfo{Type: "cancelled", Message: "cancelled by " + by.Subject}
 	ej, err := json.Marshal(e)
@@ -78,7 +78,7 @@ const ErrorTypeDeadline = "deadline_exceeded"
 // It returns the failed run; ErrFinished when the run has ended; ErrNotDue with the
 // run when its deadline has not come (or it has none); ErrNotFound when it is gone.
 //
-// Triggers that follow it (docs/internals.md): run_event_on_status, run_releases_slots, child_end_wakes_parent, run_journal_bytes_on_finish.
+// Triggers that follow it (docs/internals.md): run_event_on_status, run_releases_slots, child_end_wakes_parent, run_end_wakes_awaiters (an awaited run's end), run_journal_bytes_on_finish.
 func ExceedDeadline(ctx context.Context, db DB, id string) (*Run, error) {
 	q := dbsqlc.New(db)
 	row, err := q.ActionExceedDeadline(ctx, dbsqlc.ActionExceedDeadlineParams{ID: id, ErrorType: ErrorTypeDeadline})

@@ -31,6 +31,8 @@ type Awaiting struct {
 	// CallbackSeq is the seq of the callback an await_callback waits for (its name is
 	// the await's Name when the SDK makes it).
 	CallbackSeq int `json:"callback_seq,omitempty"`
+	// RunID is the run an await_run waits for the end of.
+	RunID string `json:"run_id,omitempty"`
 	// Of are the alternatives of a wait_any, at its seq and name.
 	Of []Awaiting `json:"of,omitempty"`
 }

@@ -17,8 +17,9 @@ import (
 // trigger). A run that finds a key full is held, due for nobody, until a freed slot
 // wakes it: the trigger makes it due and notifies SlotChannel with its id.
 
-// SlotChannel is the Postgres channel on which a freed concurrency slot announces the id
-// of the held run it made due, for a gateway to claim at once.
+// SlotChannel is the Postgres channel on which another run's transition announces the
+// id of a run it made due, for a gateway to claim at once: a freed concurrency slot, the
+// held run it made due; a run's end, each run that awaited it (RunWait).
 const SlotChannel = "stepgate_slot_free"
 
 // ErrHeld wraps every *HeldError.

@@ -600,7 +600,7 @@ type Finished struct {
 // it (suspended with no wake time), so a cancelled parent stays cancelled and nothing
 // is journaled twice. Finished.Parent names the parent.
 //
-// Triggers that follow it (docs/internals.md): run_event_on_status, run_releases_slots (leaving running), child_end_wakes_parent (a child's end),
+// Triggers that follow it (docs/internals.md): run_event_on_status, run_releases_slots (leaving running), child_end_wakes_parent, run_end_wakes_awaiters (an awaited run's end) (a child's end),
 // run_journal_bytes_on_finish (its finish).
 func Finish(ctx context.Context, db DB, runID string, invocation int, o Outcome) (*Finished, error) {
 	for _, e := range o.Steps {
@@ -679,7 +679,7 @@ var ErrNeedsTransaction = errors.New("journal: the outcome needs a transaction")
 // have been; and at once for any other outcome, and when db is a transaction (whose
 // earlier inserts the update could not tell from the batch's): call it on a pool.
 //
-// Triggers that follow it (docs/internals.md): run_event_on_status, run_releases_slots (leaving running), child_end_wakes_parent (a child's end),
+// Triggers that follow it (docs/internals.md): run_event_on_status, run_releases_slots (leaving running), child_end_wakes_parent, run_end_wakes_awaiters (an awaited run's end) (a child's end),
 // run_journal_bytes_on_finish (its finish).
 func FinishWithLastStep(ctx context.Context, db DB, runID string, invocation int, o Outcome) (*Finished, error) {
 	if _, inTx := db.(pgx.Tx); inTx || !o.status.Terminal() || o.await != nil || len(o.Steps) != 1 || o.Steps[0].Window > 1 {

@@ -446,6 +446,20 @@ END
 $$;
 
 --
+-- Name: run_end_output(uuid, text, jsonb, jsonb); Type: FUNCTION; Schema: stepgate; Owner: -
+--
+
+CREATE FUNCTION stepgate.run_end_output(id uuid, status text, output jsonb, error jsonb) RETURNS jsonb
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT jsonb_build_object('run', CASE
+        WHEN status = 'completed' THEN jsonb_build_object('id', id, 'status', status, 'output', coalesce(output, 'null'::jsonb))
+        WHEN status IN ('failed', 'cancelled') THEN jsonb_build_object('id', id, 'status', status, 'error', error)
+        ELSE jsonb_build_object('id', id, 'error', jsonb_build_object('type', 'not_found', 'message', 'no run ' || id || ' in the tenant'))
+    END)
+$$;
+
+--
 -- Name: slot_fast_count(text, text, text, integer, timestamp with time zone, uuid); Type: FUNCTION; Schema: stepgate; Owner: -
 --
 
@@ -875,6 +889,46 @@ CREATE FUNCTION stepgate.wait_output(alt smallint, kind text, output jsonb) RETU
     AS $$
     SELECT CASE WHEN alt < 0 THEN output
         ELSE jsonb_build_object('index', alt, 'kind', kind, 'output', output) END
+$$;
+
+--
+-- Name: wake_awaiters(); Type: FUNCTION; Schema: stepgate; Owner: -
+--
+
+CREATE FUNCTION stepgate.wake_awaiters() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    w record;
+    inv integer;
+    out jsonb;
+    ended jsonb := stepgate.run_end_output(NEW.id, NEW.status, NEW.output, NEW.error);
+BEGIN
+    FOR w IN
+        SELECT a.tenant, a.run_id, a.seq, a.alt, a.name FROM stepgate.run_wait a
+        WHERE a.tenant = NEW.tenant AND a.awaited_run = NEW.id
+        ORDER BY a.run_id, a.seq, a.alt
+    LOOP
+        SELECT r.invocation INTO inv FROM stepgate.run r
+        WHERE r.tenant = w.tenant AND r.id = w.run_id AND r.status = 'suspended'
+        FOR UPDATE;
+        IF NOT FOUND THEN
+            CONTINUE;
+        END IF;
+        DELETE FROM stepgate.run_wait WHERE tenant = w.tenant AND run_id = w.run_id AND seq = w.seq;
+        IF NOT FOUND THEN
+            CONTINUE; -- a claim (its timeout) or another resumer took it first
+        END IF;
+        out := stepgate.wait_output(w.alt, 'await_run', ended);
+        INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, invocation, started_at, journal_bytes)
+        VALUES (w.tenant, w.run_id, w.seq, stepgate.wait_kind(w.alt, 'await_run'), w.name, out, inv, now(),
+                stepgate.journal_bytes_before(w.tenant, w.run_id, w.seq) + octet_length(out::text))
+        ON CONFLICT (tenant, run_id, seq) DO NOTHING;
+        UPDATE stepgate.run SET wake_at = now() WHERE tenant = w.tenant AND id = w.run_id;
+        PERFORM pg_notify('stepgate_slot_free', w.run_id::text);
+    END LOOP;
+    RETURN NULL;
+END
 $$;
 
 --
@@ -1391,6 +1445,7 @@ CREATE TABLE stepgate.run (
     lifetime_recoveries integer DEFAULT 0 NOT NULL,
     owner_nonce text,
     journal_bytes bigint,
+    awaited boolean DEFAULT false NOT NULL,
     CONSTRAINT run_check CHECK (((status = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text])) = (finished_at IS NOT NULL))),
     CONSTRAINT run_check1 CHECK (((status = 'running'::text) = (lease_until IS NOT NULL))),
     CONSTRAINT run_lifetime_failed_invocations_check CHECK ((lifetime_failed_invocations >= 0)),
@@ -1497,9 +1552,11 @@ CREATE TABLE stepgate.run_wait (
     callback_seq integer,
     topic text,
     alt smallint DEFAULT '-1'::integer NOT NULL,
+    awaited_run uuid,
     CONSTRAINT run_wait_callback CHECK (((kind <> 'await_callback'::text) OR (callback_seq IS NOT NULL))),
     CONSTRAINT run_wait_event CHECK (((kind <> 'wait_event'::text) OR ((event_name IS NOT NULL) AND (match_key IS NOT NULL)))),
-    CONSTRAINT run_wait_receive CHECK (((kind <> 'receive'::text) OR (topic IS NOT NULL)))
+    CONSTRAINT run_wait_receive CHECK (((kind <> 'receive'::text) OR (topic IS NOT NULL))),
+    CONSTRAINT run_wait_run CHECK (((kind <> 'await_run'::text) OR (awaited_run IS NOT NULL)))
 );
 
 ALTER TABLE ONLY stepgate.run_wait FORCE ROW LEVEL SECURITY;
@@ -2156,6 +2213,12 @@ CREATE INDEX run_slot_running ON stepgate.run USING btree (tenant, function) WHE
 CREATE INDEX run_tombstone_by_age ON stepgate.run_tombstone USING btree (deleted_at);
 
 --
+-- Name: run_wait_by_awaited_run; Type: INDEX; Schema: stepgate; Owner: -
+--
+
+CREATE INDEX run_wait_by_awaited_run ON stepgate.run_wait USING btree (tenant, awaited_run) WHERE (awaited_run IS NOT NULL);
+
+--
 -- Name: run_wait_by_match; Type: INDEX; Schema: stepgate; Owner: -
 --
 
@@ -2226,6 +2289,12 @@ CREATE TRIGGER message_usage_on_delete AFTER DELETE ON stepgate.message FOR EACH
 --
 
 CREATE TRIGGER message_usage_on_insert AFTER INSERT ON stepgate.message FOR EACH ROW WHEN ((new.consumed_seq IS NULL)) EXECUTE FUNCTION stepgate.usage_message_changed();
+
+--
+-- Name: run run_end_wakes_awaiters; Type: TRIGGER; Schema: stepgate; Owner: -
+--
+
+CREATE TRIGGER run_end_wakes_awaiters AFTER UPDATE OF status ON stepgate.run FOR EACH ROW WHEN ((new.awaited AND (new.status = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text])) AND (old.status IS DISTINCT FROM new.status))) EXECUTE FUNCTION stepgate.wake_awaiters();
 
 --
 -- Name: run run_event_on_insert; Type: TRIGGER; Schema: stepgate; Owner: -
@@ -2906,6 +2975,13 @@ GRANT ALL ON FUNCTION stepgate.may_invoke(config jsonb, checked boolean, roles t
 
 GRANT ALL ON FUNCTION stepgate.may_resume(config jsonb, identity jsonb) TO stepgate_app;
 GRANT ALL ON FUNCTION stepgate.may_resume(config jsonb, identity jsonb) TO stepgate_system;
+
+--
+-- Name: FUNCTION run_end_output(id uuid, status text, output jsonb, error jsonb); Type: ACL; Schema: stepgate; Owner: -
+--
+
+GRANT ALL ON FUNCTION stepgate.run_end_output(id uuid, status text, output jsonb, error jsonb) TO stepgate_app;
+GRANT ALL ON FUNCTION stepgate.run_end_output(id uuid, status text, output jsonb, error jsonb) TO stepgate_system;
 
 --
 -- Name: FUNCTION usage_add_bytes(t text, d_events bigint, d_journal bigint); Type: ACL; Schema: stepgate; Owner: -

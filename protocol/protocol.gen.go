@@ -46,6 +46,7 @@ func (e AnswerStatus) Valid() bool {
 // Defines values for AwaitType.
 const (
 	AwaitTypeAwaitCallback AwaitType = "await_callback"
+	AwaitTypeAwaitRun      AwaitType = "await_run"
 	AwaitTypeContinue      AwaitType = "continue"
 	AwaitTypeInvoke        AwaitType = "invoke"
 	AwaitTypeInvokeAll     AwaitType = "invoke_all"
@@ -60,6 +61,8 @@ const (
 func (e AwaitType) Valid() bool {
 	switch e {
 	case AwaitTypeAwaitCallback:
+		return true
+	case AwaitTypeAwaitRun:
 		return true
 	case AwaitTypeContinue:
 		return true
@@ -85,6 +88,7 @@ func (e AwaitType) Valid() bool {
 // Defines values for AwaitingKind.
 const (
 	AwaitingKindAwaitCallback AwaitingKind = "await_callback"
+	AwaitingKindAwaitRun      AwaitingKind = "await_run"
 	AwaitingKindInvoke        AwaitingKind = "invoke"
 	AwaitingKindInvokeAll     AwaitingKind = "invoke_all"
 	AwaitingKindReceive       AwaitingKind = "receive"
@@ -98,6 +102,8 @@ const (
 func (e AwaitingKind) Valid() bool {
 	switch e {
 	case AwaitingKindAwaitCallback:
+		return true
+	case AwaitingKindAwaitRun:
 		return true
 	case AwaitingKindInvoke:
 		return true
@@ -157,6 +163,7 @@ func (e CallbackResolutionState) Valid() bool {
 // Defines values for EntryKind.
 const (
 	EntryKindAwaitCallback EntryKind = "await_callback"
+	EntryKindAwaitRun      EntryKind = "await_run"
 	EntryKindCallback      EntryKind = "callback"
 	EntryKindEvent         EntryKind = "event"
 	EntryKindInvoke        EntryKind = "invoke"
@@ -175,6 +182,8 @@ const (
 func (e EntryKind) Valid() bool {
 	switch e {
 	case EntryKindAwaitCallback:
+		return true
+	case EntryKindAwaitRun:
 		return true
 	case EntryKindCallback:
 		return true
@@ -707,9 +716,22 @@ type AttemptFailure struct {
 // (`bad_answer`). An await may name a callback already awaited: it gets the same
 // resolution.
 //
+// `await_run`: suspend until the run `run_id` of this run's tenant ends (completed,
+// failed or cancelled), or `timeout` passes (from `1s` to 10 years, default `24h`).
+// Any run may be awaited, not only a child: one started by a client, a schedule or
+// another run. The gateway journals at `seq` an entry of kind `await_run` named
+// `name` with `{"run": {"id", "status", "output"}}` for a completed run, `{"run":
+// {"id", "status", "error"}}` for a failed or cancelled one, or `{"timed_out":
+// true}`, and calls the run again: at once when the run has ended already, else in
+// the transaction of its end. This run's identity must hold `runs:read` (its
+// roles', as for a caller of `GET /v1/runs/{id}`): when it does not, or no such run
+// is in the tenant, the entry is `{"run": {"id", "error": {"type": "forbidden"}}}`
+// or `{"run": {"id", "error": {"type": "not_found"}}}`, journaled at once. A run may
+// not await itself (`bad_answer`).
+//
 // `wait_any`: suspend until the first of the awaits in `of` comes, or `timeout`
 // passes (from `1s` to 10 years, default `24h`). `of` holds 1 to 8 waits of type
-// `wait_event`, `receive` or `await_callback`, each with this await's `seq` and
+// `wait_event`, `receive`, `await_callback` or `await_run`, each with this await's `seq` and
 // `name` and without a `timeout` of its own. The first alternative to come
 // resumes the run, in its own transaction (an event's, a send's, a callback's
 // resolution), and ends the others: the gateway journals at `seq` one entry of
@@ -717,7 +739,7 @@ type AttemptFailure struct {
 // type>", "output": <what that alternative's own entry would hold>}`, or
 // `{"timed_out": true}`. An alternative that has already come when the wait is
 // stored (an event since the invocation started or its look-back, a resolved
-// callback, a message in the mailbox) is journaled at once, the first in `of`
+// callback, a message in the mailbox, a run that has ended) is journaled at once, the first in `of`
 // order; the others are not stored, and a message is taken from the mailbox only if its receive is the one
 // chosen. A callback resolved after another alternative came is a 409.
 //
@@ -758,13 +780,16 @@ type Await struct {
 	Match *map[string]AnyJSON `json:"match,omitempty"`
 	Name  string              `json:"name"`
 
-	// Of `wait_any`: the waits to take the first of (1 to 8; `wait_event`, `receive` or `await_callback`).
+	// Of `wait_any`: the waits to take the first of (1 to 8; `wait_event`, `receive`, `await_callback` or `await_run`).
 	Of *[]Await `json:"of,omitempty"`
 
 	// Retry Exponential backoff with jitter: the wait after failed attempt n is a random
 	// duration between half and all of min(max_interval, initial_interval * 2^(n-1)).
 	Retry *RetryPolicy `json:"retry,omitempty"`
-	Seq   int          `json:"seq"`
+
+	// RunID `await_run`: the id of the run of this run's tenant whose end to wait for.
+	RunID *string `json:"run_id,omitempty"`
+	Seq   int     `json:"seq"`
 
 	// Since `wait_event`: a look-back: an event stored at or after this time matches too, the earliest first (not after the database clock, nor further back than the event retention `STEPGATE_RETENTION`; not with `since_start`).
 	Since *time.Time `json:"since,omitempty"`
@@ -772,7 +797,7 @@ type Await struct {
 	// SinceStart `wait_event`: a look-back: an event stored since the run was created matches too, the earliest first (default false; not with `since`).
 	SinceStart *bool `json:"since_start,omitempty"`
 
-	// Timeout `wait_event`, `receive`, `await_callback`: how long to wait, from when the gateway stores the wait. Defaults to `24h` for a `wait_event` and a `receive`, and to the callback's expiry for an `await_callback`.
+	// Timeout `wait_event`, `receive`, `await_callback`, `await_run`: how long to wait, from when the gateway stores the wait. Defaults to `24h` for a `wait_event`, a `receive` and an `await_run`, and to the callback's expiry for an `await_callback`.
 	Timeout *Duration `json:"timeout,omitempty"`
 
 	// Topic `receive`: the topic of the message to take.
@@ -813,8 +838,11 @@ type Awaiting struct {
 	Name  string              `json:"name"`
 
 	// Of wait_any: the alternatives, the first of which to come resumes the run.
-	Of  *[]Awaiting `json:"of,omitempty"`
-	Seq int         `json:"seq"`
+	Of *[]Awaiting `json:"of,omitempty"`
+
+	// RunID await_run: the run whose end is awaited.
+	RunID *string `json:"run_id,omitempty"`
+	Seq   int     `json:"seq"`
 
 	// Topic receive: the topic of the message awaited.
 	Topic *string `json:"topic,omitempty"`
@@ -1439,9 +1467,22 @@ type InvocationAnswer struct {
 	// (`bad_answer`). An await may name a callback already awaited: it gets the same
 	// resolution.
 	//
+	// `await_run`: suspend until the run `run_id` of this run's tenant ends (completed,
+	// failed or cancelled), or `timeout` passes (from `1s` to 10 years, default `24h`).
+	// Any run may be awaited, not only a child: one started by a client, a schedule or
+	// another run. The gateway journals at `seq` an entry of kind `await_run` named
+	// `name` with `{"run": {"id", "status", "output"}}` for a completed run, `{"run":
+	// {"id", "status", "error"}}` for a failed or cancelled one, or `{"timed_out":
+	// true}`, and calls the run again: at once when the run has ended already, else in
+	// the transaction of its end. This run's identity must hold `runs:read` (its
+	// roles', as for a caller of `GET /v1/runs/{id}`): when it does not, or no such run
+	// is in the tenant, the entry is `{"run": {"id", "error": {"type": "forbidden"}}}`
+	// or `{"run": {"id", "error": {"type": "not_found"}}}`, journaled at once. A run may
+	// not await itself (`bad_answer`).
+	//
 	// `wait_any`: suspend until the first of the awaits in `of` comes, or `timeout`
 	// passes (from `1s` to 10 years, default `24h`). `of` holds 1 to 8 waits of type
-	// `wait_event`, `receive` or `await_callback`, each with this await's `seq` and
+	// `wait_event`, `receive`, `await_callback` or `await_run`, each with this await's `seq` and
 	// `name` and without a `timeout` of its own. The first alternative to come
 	// resumes the run, in its own transaction (an event's, a send's, a callback's
 	// resolution), and ends the others: the gateway journals at `seq` one entry of
@@ -1449,7 +1490,7 @@ type InvocationAnswer struct {
 	// type>", "output": <what that alternative's own entry would hold>}`, or
 	// `{"timed_out": true}`. An alternative that has already come when the wait is
 	// stored (an event since the invocation started or its look-back, a resolved
-	// callback, a message in the mailbox) is journaled at once, the first in `of`
+	// callback, a message in the mailbox, a run that has ended) is journaled at once, the first in `of`
 	// order; the others are not stored, and a message is taken from the mailbox only if its receive is the one
 	// chosen. A callback resolved after another alternative came is a 409.
 	//

@@ -100,6 +100,14 @@ func (r *Run) pending(a awaits.Alternative) (json.RawMessage, bool) {
 	case a.CallbackSeq != 0:
 		out, ok := r.resolved[a.CallbackSeq]
 		return out, ok
+	case a.RunID != "":
+		switch target := r.h.byID[a.RunID]; {
+		case target == nil: // as the gateway, for a run of no tenant of its own
+			return mustJSON(map[string]any{"run": map[string]any{"id": a.RunID,
+				"error": protocol.ErrorInfo{Type: "not_found", Message: "no run " + a.RunID + " in the tenant"}}}), true
+		case target.res.Status == Completed || target.res.Status == Failed:
+			return target.endOutput(), true
+		}
 	case a.LooksBack():
 		evs := r.h.evs
 		if a.SinceStart {

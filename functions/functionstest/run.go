@@ -244,6 +244,28 @@ func (r *Run) finish(e protocol.JournalEntry) {
 	if r.parent != nil {
 		r.parent.childDone(r.parentSeq, e)
 	}
+	for _, w := range r.h.waiting() { // the runs awaiting its end (step.AwaitRun)
+		if w.waiting == nil {
+			continue
+		}
+		if e, ok := w.waiting.First(func(a awaits.Alternative) (json.RawMessage, bool) {
+			return r.endOutput(), a.RunID == r.id
+		}); ok {
+			w.resume(e)
+		}
+	}
+}
+
+// endOutput is what an await_run of the ended run journals: {"run": {"id", "status",
+// "output"}}, or with "error" for a failed run.
+func (r *Run) endOutput() json.RawMessage {
+	end := map[string]any{"id": r.id, "status": r.res.Status}
+	if r.res.Status == Failed {
+		end["error"] = r.res.Error
+	} else {
+		end["output"] = r.res.Output
+	}
+	return mustJSON(map[string]any{"run": end})
 }
 
 // suspend applies aw as the gateway would (protocol/awaits); it reports whether the run
@@ -323,6 +345,13 @@ func (s *suspension) Start(c awaits.Children) {
 
 func (s *suspension) Wait(w awaits.Wait) {
 	r, now := s.r, s.r.h.now
+	for _, a := range w.Of {
+		if a.RunID == r.id { // as the gateway: it would wait until its timeout
+			r.finish(protocol.JournalEntry{Error: &protocol.ErrorInfo{Type: "bad_answer", Message: fmt.Sprintf(
+				"functionstest: await_run %q at seq %d awaits the run itself", w.Name, w.Seq)}})
+			return
+		}
+	}
 	if e, ok := w.First(r.pending); ok {
 		r.append(e)
 		s.again = true

@@ -10,7 +10,7 @@
 // the run's journal went past that point on older code, [DeprecatePatch] one only where
 // the journal holds the patch's marker, and [Rollback] and [RunCompensations] one per
 // compensation they run, each a [Run]. [After], [At], [WaitForEvent], [Receive],
-// [ReceiveRequest], [Invoke], [Compensate], [Stream] and [Attempt] take none. When the
+// [ReceiveRequest], [Invoke], [AwaitRun], [Compensate], [Stream] and [Attempt] take none. When the
 // gateway's journal already holds that seq, the step is replayed: Run returns the journaled output (or
 // final error) without calling its function, a journaled sleep returns at once, and a
 // journaled wait returns what came (an event, a message, a callback's resolution, a
@@ -23,7 +23,8 @@
 // in its own goroutine, so that several run at once), a timer ([After], [At]), an event
 // ([WaitForEvent]), a message ([Receive]), a callback's resolution ([Callback] makes a
 // URL the outside world resolves once, a person's approval, a webhook; its
-// [OpenCallback.Result] waits for it) or a child run ([Invoke]). [Future.Get] waits for
+// [OpenCallback.Result] waits for it), a child run ([Invoke]) or any other run's end
+// ([AwaitRun]). [Future.Get] waits for
 // one; [WaitFirst] says which of several comes first, and [WaitAll] waits for all of
 // them (starting their child runs at once). A wait is lazy: making its future takes no
 // seq and starts nothing; it begins when it is waited for. [Sleep] and [SleepUntil] are

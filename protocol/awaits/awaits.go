@@ -166,7 +166,7 @@ func (w Wait) Kind() protocol.EntryKind {
 }
 
 // Alternative is one thing a wait waits for: exactly one of an event (Event), a
-// message (Topic) or a callback's resolution (CallbackSeq).
+// message (Topic), a callback's resolution (CallbackSeq) or another run's end (RunID).
 type Alternative struct {
 	// Event is the name of the event; Match the dotted paths into the event and the
 	// JSON scalars they must hold; Since and SinceStart a look-back (events stored since
@@ -179,6 +179,8 @@ type Alternative struct {
 	Topic string
 	// CallbackSeq is the seq of the run's callback entry to wait for.
 	CallbackSeq int
+	// RunID is the id of the run of the tenant whose end to wait for, lower case.
+	RunID string
 }
 
 // Kind is the kind of the alternative's own wait.
@@ -188,6 +190,8 @@ func (a Alternative) Kind() protocol.EntryKind {
 		return protocol.EntryKindWaitEvent
 	case a.Topic != "":
 		return protocol.EntryKindReceive
+	case a.RunID != "":
+		return protocol.EntryKindAwaitRun
 	}
 	return protocol.EntryKindAwaitCallback
 }

@@ -123,6 +123,7 @@ var kinds = map[protocol.AwaitType]kind{
 	protocol.AwaitTypeWaitEvent:     single,
 	protocol.AwaitTypeReceive:       single,
 	protocol.AwaitTypeAwaitCallback: single,
+	protocol.AwaitTypeAwaitRun:      single,
 	// wait_any: the first of its alternatives, or the timeout. Each alternative is
 	// checked as its own kind, and takes the wait_any's timeout.
 	protocol.AwaitTypeWaitAny: {
@@ -274,6 +275,40 @@ var alternatives = map[protocol.AwaitType]alternative{
 		},
 		of: func(w *protocol.Await) Alternative { return Alternative{CallbackSeq: *w.CallbackSeq} },
 	},
+	// await_run: another run of the tenant ended. That the run's identity may read it
+	// is checked by the store.
+	protocol.AwaitTypeAwaitRun: {
+		check: func(_ Checks, w *protocol.Await) *Problem {
+			if w.RunID == nil {
+				return bad("an await_run needs a run_id, the id of the run to wait for")
+			}
+			if !isUUID(*w.RunID) {
+				return bad("await_run run_id %q is not a run id (a UUID)", snippet([]byte(*w.RunID)))
+			}
+			_, p := waitTimeout(w)
+			return p
+		},
+		timeout: waitTimeout,
+		of:      func(w *protocol.Await) Alternative { return Alternative{RunID: strings.ToLower(*w.RunID)} },
+	},
+}
+
+// isUUID reports whether s is a UUID in its canonical text form (8-4-4-4-12 hex digits).
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i, c := range s {
+		switch {
+		case i == 8 || i == 13 || i == 18 || i == 23:
+			if c != '-' {
+				return false
+			}
+		case !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'):
+			return false
+		}
+	}
+	return true
 }
 
 // waitTimeout returns a wait's timeout: the await's, from 1s to MaxSleep, or

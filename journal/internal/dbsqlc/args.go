@@ -28,6 +28,16 @@ func (arg ActionUpcomingDeadlinesParams) Args() []any {
 	return []any{arg.After, arg.WithinSecs, arg.Max}
 }
 
+// Args returns the parameters of AwaitRunMark in its statement's order.
+func (arg AwaitRunMarkParams) Args() []any {
+	return []any{arg.Tenant, arg.AwaitedRun}
+}
+
+// Args returns the parameters of AwaitRunStore in its statement's order.
+func (arg AwaitRunStoreParams) Args() []any {
+	return []any{arg.RunID, arg.Seq, arg.Alt, arg.Tenant, arg.Name, arg.AwaitedRun, arg.ExpiresAt, arg.Waiting, arg.Refused, arg.Invocation}
+}
+
 // Args returns the parameters of CallbackByName in its statement's order.
 func (arg CallbackByNameParams) Args() []any {
 	return []any{arg.Tenant, arg.RunID, arg.Name}

@@ -43,7 +43,7 @@ WITH w AS (
         held = 'debounced until ' || to_char(w.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
     FROM w
     WHERE r.id = $8::uuid AND r.tenant = $3 AND r.status = 'scheduled'
-    RETURNING r.id, r.tenant, r.function, r.revision, r.status, r.input, r.output, r.error, r.identity, r.idempotency_key, r.parent_id, r.attempts, r.invocation, r.failed_invocations, r.notify, r.lease_until, r.wake_at, r.created_at, r.started_at, r.finished_at, r.rerun_of, r.parent_seq, r.parent_name, r.cancelled_by, r.recoveries, r.recovered_seq, r.awaiting, r.deadline, r.detached, r.held, r.slot_keys, r.slot_limits, r.held_on, r.priority, r.slot_stripes, r.lifetime_failed_invocations, r.lifetime_recoveries, r.owner_nonce, r.journal_bytes
+    RETURNING r.id, r.tenant, r.function, r.revision, r.status, r.input, r.output, r.error, r.identity, r.idempotency_key, r.parent_id, r.attempts, r.invocation, r.failed_invocations, r.notify, r.lease_until, r.wake_at, r.created_at, r.started_at, r.finished_at, r.rerun_of, r.parent_seq, r.parent_name, r.cancelled_by, r.recoveries, r.recovered_seq, r.awaiting, r.deadline, r.detached, r.held, r.slot_keys, r.slot_limits, r.held_on, r.priority, r.slot_stripes, r.lifetime_failed_invocations, r.lifetime_recoveries, r.owner_nonce, r.journal_bytes, r.awaited
 ), reopen AS (
     UPDATE stepgate.flow_debounce d SET run_id = $9::uuid, first_at = now()
     WHERE d.tenant = $3 AND d.function = $4 AND d.key = $5 AND NOT EXISTS (SELECT 1 FROM u)

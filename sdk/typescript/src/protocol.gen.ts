@@ -2029,7 +2029,7 @@ export interface components {
         /** @description What a suspended run waits for, as its function's last answer said: a sleep, a failed step's retry, a child run, an event, a message, or a callback. The run resumes at `seq`; `wake_at` on the run says when (for an event, a message or a callback, when its wait times out), except for a child run, whose end wakes it. Absent when the run waits for nothing. */
         Awaiting: {
             /** @enum {string} */
-            kind: "sleep" | "retry" | "invoke" | "invoke_all" | "wait_event" | "receive" | "await_callback" | "wait_any";
+            kind: "sleep" | "retry" | "invoke" | "invoke_all" | "wait_event" | "receive" | "await_callback" | "await_run" | "wait_any";
             seq: number;
             /** @description invoke_all: how many child runs it waits for, at `seq` to `seq + count - 1`. */
             count?: number;
@@ -2050,6 +2050,8 @@ export interface components {
             topic?: string;
             /** @description await_callback: the seq of the callback awaited; `name` is the await's, which the Go SDK gives the callback's name. Resolve it with `POST /v1/runs/{id}/callbacks/{name}`. */
             callback_seq?: number;
+            /** @description await_run: the run whose end is awaited. */
+            run_id?: string;
             /** @description wait_any: the alternatives, the first of which to come resumes the run. */
             of?: components["schemas"]["Awaiting"][];
         };
@@ -2345,7 +2347,7 @@ export interface components {
             secrets: components["schemas"]["SigningSecret"][];
         };
         /** @enum {string} */
-        EntryKind: "step" | "sleep" | "invoke" | "event" | "wait_event" | "value" | "send" | "receive" | "callback" | "await_callback" | "wait_any" | "patch" | "reply";
+        EntryKind: "step" | "sleep" | "invoke" | "event" | "wait_event" | "value" | "send" | "receive" | "callback" | "await_callback" | "await_run" | "wait_any" | "patch" | "reply";
         /** @description Where a rerun starts; an absent body or field reruns from the start. */
         RerunRequest: {
             /**
@@ -2704,7 +2706,7 @@ export interface components {
             deadline?: string;
         };
         /** @enum {string} */
-        AwaitType: "sleep" | "retry" | "invoke" | "invoke_all" | "wait_event" | "receive" | "await_callback" | "wait_any" | "continue";
+        AwaitType: "sleep" | "retry" | "invoke" | "invoke_all" | "wait_event" | "receive" | "await_callback" | "await_run" | "wait_any" | "continue";
         /**
          * @description What a suspended run waits on. `sleep`: journal a sleep at `seq` named `name` and wake
          *     at `until`, or after `duration` from now on the database clock. `retry`: the step at
@@ -2786,9 +2788,22 @@ export interface components {
          *     (`bad_answer`). An await may name a callback already awaited: it gets the same
          *     resolution.
          *
+         *     `await_run`: suspend until the run `run_id` of this run's tenant ends (completed,
+         *     failed or cancelled), or `timeout` passes (from `1s` to 10 years, default `24h`).
+         *     Any run may be awaited, not only a child: one started by a client, a schedule or
+         *     another run. The gateway journals at `seq` an entry of kind `await_run` named
+         *     `name` with `{"run": {"id", "status", "output"}}` for a completed run, `{"run":
+         *     {"id", "status", "error"}}` for a failed or cancelled one, or `{"timed_out":
+         *     true}`, and calls the run again: at once when the run has ended already, else in
+         *     the transaction of its end. This run's identity must hold `runs:read` (its
+         *     roles', as for a caller of `GET /v1/runs/{id}`): when it does not, or no such run
+         *     is in the tenant, the entry is `{"run": {"id", "error": {"type": "forbidden"}}}`
+         *     or `{"run": {"id", "error": {"type": "not_found"}}}`, journaled at once. A run may
+         *     not await itself (`bad_answer`).
+         *
          *     `wait_any`: suspend until the first of the awaits in `of` comes, or `timeout`
          *     passes (from `1s` to 10 years, default `24h`). `of` holds 1 to 8 waits of type
-         *     `wait_event`, `receive` or `await_callback`, each with this await's `seq` and
+         *     `wait_event`, `receive`, `await_callback` or `await_run`, each with this await's `seq` and
          *     `name` and without a `timeout` of its own. The first alternative to come
          *     resumes the run, in its own transaction (an event's, a send's, a callback's
          *     resolution), and ends the others: the gateway journals at `seq` one entry of
@@ -2796,7 +2811,7 @@ export interface components {
          *     type>", "output": <what that alternative's own entry would hold>}`, or
          *     `{"timed_out": true}`. An alternative that has already come when the wait is
          *     stored (an event since the invocation started or its look-back, a resolved
-         *     callback, a message in the mailbox) is journaled at once, the first in `of`
+         *     callback, a message in the mailbox, a run that has ended) is journaled at once, the first in `of`
          *     order; the others are not stored, and a message is taken from the mailbox only if its receive is the one
          *     chosen. A callback resolved after another alternative came is a 409.
          *
@@ -2837,11 +2852,13 @@ export interface components {
             since_start?: boolean;
             /** @description `receive`: the topic of the message to take. */
             topic?: string;
-            /** @description `wait_event`, `receive`, `await_callback`: how long to wait, from when the gateway stores the wait. Defaults to `24h` for a `wait_event` and a `receive`, and to the callback's expiry for an `await_callback`. */
+            /** @description `wait_event`, `receive`, `await_callback`, `await_run`: how long to wait, from when the gateway stores the wait. Defaults to `24h` for a `wait_event`, a `receive` and an `await_run`, and to the callback's expiry for an `await_callback`. */
             timeout?: components["schemas"]["Duration"];
             /** @description `await_callback`: the seq of the run's `callback` entry to wait for. */
             callback_seq?: number;
-            /** @description `wait_any`: the waits to take the first of (1 to 8; `wait_event`, `receive` or `await_callback`). */
+            /** @description `await_run`: the id of the run of this run's tenant whose end to wait for. */
+            run_id?: string;
+            /** @description `wait_any`: the waits to take the first of (1 to 8; `wait_event`, `receive`, `await_callback` or `await_run`). */
             of?: components["schemas"]["Await"][];
             /** @description `invoke_all`: the child runs to start and wait for (1 to 64), at `seq`, `seq + 1`, ... */
             calls?: components["schemas"]["InvokeCall"][];
