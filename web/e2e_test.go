@@ -676,6 +676,29 @@ func TestDashboard(t *testing.T) {
 		b.visible("the runs", row(checkout))
 	})
 
+	t.Run("WaitingForAnotherRun", func(t *testing.T) {
+		b.use(t)
+		app := s.NewApp()
+		functions.Register(app, "report", func(ctx context.Context, _ struct{}) (string, error) {
+			return "", step.Sleep(ctx, "render", time.Hour)
+		})
+		functions.Register(app, "notify", func(ctx context.Context, in struct {
+			Report string `json:"report"`
+		}) (string, error) {
+			return step.AwaitRun[string](ctx, "report-done", in.Report).Get()
+		})
+		s.Sync(t, s.ServeApp(t, app))
+		report := start(t, c, "report", `{}`, nil)
+		id := start(t, c, "notify", `{"report": "`+report+`"}`, nil)
+		b.do("open the waiting run", 10*time.Second, chromedp.Navigate(s.URL+"/#/runs/"+id))
+		b.visible("it is suspended", runStatus("suspended"))
+		waits := b.text("what it waits on", "[data-testid=waiting-run]")
+		require.Contains(t, waits, "report-done")
+		require.Contains(t, waits, report, "it names the run it awaits")
+		b.click("follow the link to that run", "[data-testid=waiting-run] a")
+		b.poll("the awaited run's page", `location.hash === "#/runs/`+report+`"`)
+	})
+
 	t.Run("ApproveACallback", func(t *testing.T) {
 		b.use(t)
 		app := s.NewApp()

@@ -138,6 +138,9 @@ function awaitText(a) {
     }
     case "await_callback":
       return h("span", { "data-testid": "waiting-callback" }, "Waiting for the callback ", h("strong", null, a.name), " (approval or webhook)");
+    case "await_run":
+      return h("span", { "data-testid": "waiting-run" }, "Waiting in ", h("strong", null, a.name), " for the end of the run ",
+        h("a", { href: `#/runs/${a.run_id}`, class: "mono" }, a.run_id), " (times out)");
     default:
       return "Waiting";
   }
