@@ -15,12 +15,13 @@ import (
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/schedule"
 	"github.com/stepgate/stepgate/journal/storable"
 	"github.com/stepgate/stepgate/protocol"
 	"github.com/stepgate/stepgate/protocol/names"
 )
 
-func scheduleToAPI(s *journal.Schedule) protocol.Schedule {
+func scheduleToAPI(s *schedule.Schedule) protocol.Schedule {
 	return protocol.Schedule{
 		Name: s.Name, Function: s.Function, Cron: s.Cron, Timezone: s.Timezone,
 		Input: protocol.AnyJSON(s.Input), Identity: s.Identity,
@@ -31,22 +32,22 @@ func scheduleToAPI(s *journal.Schedule) protocol.Schedule {
 }
 
 // parseCatchup returns the catch-up policy and window of spec, with their defaults.
-func parseCatchup(spec *protocol.ScheduleSpec) (journal.Catchup, time.Duration, error) {
-	catchup, window := journal.CatchupOne, journal.DefaultCatchupWindow
+func parseCatchup(spec *protocol.ScheduleSpec) (schedule.Catchup, time.Duration, error) {
+	catchup, window := schedule.CatchupOne, schedule.DefaultCatchupWindow
 	if spec.Catchup != nil && *spec.Catchup != "" {
 		if !spec.Catchup.Valid() {
 			return "", 0, badRequest("catchup %q is not skip, one or all", *spec.Catchup)
 		}
-		catchup = journal.Catchup(*spec.Catchup)
+		catchup = schedule.Catchup(*spec.Catchup)
 	}
 	if spec.CatchupWindow != nil && *spec.CatchupWindow != "" {
 		d, err := time.ParseDuration(*spec.CatchupWindow)
 		if err != nil {
 			return "", 0, badRequest("catchup_window %q is not a duration such as 1m", *spec.CatchupWindow)
 		}
-		if d < journal.MinCatchupWindow || d > journal.MaxCatchupWindow {
+		if d < schedule.MinCatchupWindow || d > schedule.MaxCatchupWindow {
 			return "", 0, badRequest("catchup_window %s is not between %s and %s",
-				fmtDuration(d), fmtDuration(journal.MinCatchupWindow), fmtDuration(journal.MaxCatchupWindow))
+				fmtDuration(d), fmtDuration(schedule.MinCatchupWindow), fmtDuration(schedule.MaxCatchupWindow))
 		}
 		window = d.Truncate(time.Millisecond)
 	}
@@ -96,7 +97,7 @@ func (s *Server) PutSchedule(ctx context.Context, req server.PutScheduleRequestO
 			access.PermissionRunsInvoke, access.RoleList(id.Roles))}
 	}
 
-	sch, err := s.inv.Schedules().Put(ctx, journal.ForTenant(s.api, id.Tenant), journal.NewSchedule{
+	sch, err := s.inv.Schedules().Put(ctx, journal.ForTenant(s.api, id.Tenant), schedule.NewSchedule{
 		ID: uuid.Must(uuid.NewV7()).String(), Tenant: id.Tenant, Name: req.Name, Function: body.Function,
 		Cron: body.Cron, Timezone: timezone, Input: input, Identity: id,
 		Catchup: catchup, CatchupWindow: window, Next: spec.Next,
@@ -117,9 +118,9 @@ func (s *Server) PutSchedule(ctx context.Context, req server.PutScheduleRequestO
 
 // GetSchedule returns one of the tenant's schedules.
 func (s *Server) GetSchedule(ctx context.Context, req server.GetScheduleRequestObject) (server.GetScheduleResponseObject, error) {
-	var sch *journal.Schedule
+	var sch *schedule.Schedule
 	err := s.read(ctx, func(db *journal.TenantDB) (err error) {
-		sch, err = journal.GetSchedule(ctx, db, db.Tenant(), req.Name)
+		sch, err = schedule.GetSchedule(ctx, db, db.Tenant(), req.Name)
 		return err
 	})
 	if errors.Is(err, journal.ErrNotFound) {
@@ -133,9 +134,9 @@ func (s *Server) GetSchedule(ctx context.Context, req server.GetScheduleRequestO
 
 // ListSchedules lists the tenant's schedules by name.
 func (s *Server) ListSchedules(ctx context.Context, _ server.ListSchedulesRequestObject) (server.ListSchedulesResponseObject, error) {
-	var ss []journal.Schedule
+	var ss []schedule.Schedule
 	err := s.read(ctx, func(db *journal.TenantDB) (err error) {
-		ss, err = journal.ListSchedules(ctx, db, db.Tenant())
+		ss, err = schedule.ListSchedules(ctx, db, db.Tenant())
 		return err
 	})
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/stepgate/stepgate/internal/wiring/pgtest"
 	"github.com/stepgate/stepgate/internal/wiring/stack"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/schedule"
 	"github.com/stepgate/stepgate/protocol"
 )
 
@@ -206,7 +207,7 @@ func TestScheduleOnTwoGateways(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
 	// Gateway a armed its timer for the first tick; arm b's for the same tick, so the
 	// two race for it as their River jobs race for every tick.
-	sch, err := journal.GetSchedule(t.Context(), b.Pool, auth.DefaultTenant, "both")
+	sch, err := schedule.GetSchedule(t.Context(), b.Pool, auth.DefaultTenant, "both")
 	require.NoError(t, err)
 	b.Invoker.Schedules().ArmTick(sch, time.Until(sch.NextAt))
 

@@ -16,6 +16,7 @@ import (
 	"github.com/stepgate/stepgate/internal/wiring/stack"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/schedule"
 )
 
 // TestDeadlineTimers: the gateway that starts a run arms a timer for its deadline when
@@ -109,7 +110,7 @@ func TestDeadlineTimersOfTriggeredRuns(t *testing.T) {
 		t.Parallel()
 		spec, err := invoker.ParseCron("@every 1s", "")
 		require.NoError(t, err)
-		_, err = s.Invoker.Schedules().Put(t.Context(), db, journal.NewSchedule{
+		_, err = s.Invoker.Schedules().Put(t.Context(), db, schedule.NewSchedule{
 			ID: uuid.NewString(), Tenant: auth.DefaultTenant, Name: "naps", Function: "nap", Cron: "@every 1s",
 			Input: []byte(`{}`), Identity: ada, Next: spec.Next,
 		})

@@ -9,11 +9,12 @@ import (
 
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/journal/operation"
+	"github.com/stepgate/stepgate/journal/schedule"
 )
 
 // Due exposes to the tests the ticks that start runs when the ticks from at to clock
 // are handled at clock, and whether some were missed or dropped.
-func (c *Cron) Due(at, clock time.Time, policy journal.Catchup, window time.Duration) (ticks []time.Time, missed, dropped bool) {
+func (c *Cron) Due(at, clock time.Time, policy schedule.Catchup, window time.Duration) (ticks []time.Time, missed, dropped bool) {
 	d := c.due(at, clock, policy, window)
 	return d.ticks, d.missed, d.dropped
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/stepgate/stepgate/internal/wiring/stack"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/schedule"
 )
 
 // TestEveryInvokeJobCarriesItsRunsTenantAndPriority: each way a run gets a
@@ -194,7 +195,7 @@ func TestEveryInvokeJobCarriesItsRunsTenantAndPriority(t *testing.T) {
 	// A schedule's tick.
 	cron, err := invoker.ParseCron("@every 1s", "UTC")
 	require.NoError(t, err)
-	_, err = s.Invoker.Schedules().Put(ctx, db, journal.NewSchedule{ID: uuid.NewString(), Tenant: tenant, Name: "every-second",
+	_, err = s.Invoker.Schedules().Put(ctx, db, schedule.NewSchedule{ID: uuid.NewString(), Tenant: tenant, Name: "every-second",
 		Function: "ticked", Cron: "@every 1s", Timezone: "UTC", Input: []byte(`null`), Identity: who, Next: cron.Next})
 	require.NoError(t, err)
 	var ticked string

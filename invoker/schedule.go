@@ -18,6 +18,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/schedule"
 )
 
 // Schedules start runs on cron ticks. Each schedule has its next tick (next_at,
@@ -120,7 +121,7 @@ type TickArgs struct {
 // Kind implements river.JobArgs.
 func (TickArgs) Kind() string { return "stepgate.schedule_tick" }
 
-func tickOf(s *journal.Schedule) TickArgs {
+func tickOf(s *schedule.Schedule) TickArgs {
 	return TickArgs{ScheduleID: s.ID, Generation: s.Generation, At: s.NextAt.UTC()}
 }
 
@@ -129,9 +130,9 @@ func tickKey(schedule string, at time.Time) string {
 	return "schedule:" + schedule + ":" + at.UTC().Format(time.RFC3339)
 }
 
-// claimFunc claims a schedule for one of its ticks: journal.ClaimTick or
-// journal.TryClaimTick.
-type claimFunc func(ctx context.Context, db journal.DB, id string, generation int, at time.Time) (*journal.Schedule, time.Time, error)
+// claimFunc claims a schedule for one of its ticks: schedule.ClaimTick or
+// schedule.TryClaimTick.
+type claimFunc func(ctx context.Context, db journal.DB, id string, generation int, at time.Time) (*schedule.Schedule, time.Time, error)
 
 // tick handles one tick of a schedule in one transaction, and arms the timer of the
 // next one. It reports whether it handled the tick: a stale tick, or one that claim
@@ -140,7 +141,7 @@ type claimFunc func(ctx context.Context, db journal.DB, id string, generation in
 func (inv *Invoker) tick(ctx context.Context, args TickArgs, claim claimFunc) (bool, time.Duration, error) {
 	var (
 		wait        time.Duration
-		next        *journal.Schedule
+		next        *schedule.Schedule
 		clock, read time.Time
 		deadlines   []newDeadline
 	)
@@ -173,7 +174,7 @@ func (inv *Invoker) tick(ctx context.Context, args TickArgs, claim claimFunc) (b
 		if s.NextAt.IsZero() {
 			return river.JobCancel(fmt.Errorf("schedule %s: %q has no tick after %s", s.Name, s.Cron, clock))
 		}
-		if err := journal.AdvanceSchedule(ctx, tx, s.ID, last, runID, s.NextAt); err != nil {
+		if err := schedule.AdvanceSchedule(ctx, tx, s.ID, last, runID, s.NextAt); err != nil {
 			return err
 		}
 		next = s
@@ -195,7 +196,7 @@ func (inv *Invoker) tick(ctx context.Context, args TickArgs, claim claimFunc) (b
 
 // logCatchup logs what a handling does with ticks its catch-up policy does not start
 // runs for.
-func (inv *Invoker) logCatchup(ctx context.Context, s *journal.Schedule, at time.Time, d dueTicks) {
+func (inv *Invoker) logCatchup(ctx context.Context, s *schedule.Schedule, at time.Time, d dueTicks) {
 	if !d.missed && !d.dropped {
 		return
 	}
@@ -230,7 +231,7 @@ type dueTicks struct {
 
 // due returns the ticks that start runs when the ticks from at (the schedule's next
 // tick, not after clock) to clock are handled at clock under policy and window.
-func (c *Cron) due(at, clock time.Time, policy journal.Catchup, window time.Duration) dueTicks {
+func (c *Cron) due(at, clock time.Time, policy schedule.Catchup, window time.Duration) dueTicks {
 	edge := clock.Add(-window) // A tick before edge was missed.
 	if !at.Before(edge) {
 		ticks, dropped := c.latest(at, clock, maxTickRuns)
@@ -238,9 +239,9 @@ func (c *Cron) due(at, clock time.Time, policy journal.Catchup, window time.Dura
 	}
 	d := dueTicks{missed: true}
 	switch policy {
-	case journal.CatchupOne:
+	case schedule.CatchupOne:
 		d.ticks = []time.Time{at}
-	case journal.CatchupAll:
+	case schedule.CatchupAll:
 		d.ticks, d.dropped = c.latest(at, edge.Add(-time.Nanosecond), maxCatchupRuns)
 	}
 	onTime, dropped := c.latest(c.from(edge), clock, maxTickRuns-len(d.ticks))
@@ -311,7 +312,7 @@ func (c *Cron) walk(first, last time.Time, n int) ([]time.Time, int, bool) {
 // invocation. It returns the run's id, or nil when the tick starts no run: the
 // function is gone, or its invoke_roles exclude the identity (logged; the schedule
 // goes on); and the deadline of the run it created, for armDeadlines once tx commits.
-func (inv *Invoker) startTick(ctx context.Context, tx pgx.Tx, s *journal.Schedule, at time.Time) (*string, []newDeadline, error) {
+func (inv *Invoker) startTick(ctx context.Context, tx pgx.Tx, s *schedule.Schedule, at time.Time) (*string, []newDeadline, error) {
 	run, created, err := inv.createRun(ctx, tx, journal.NewRun{
 		ID:             uuid.Must(uuid.NewV7()).String(),
 		Tenant:         s.Tenant,
@@ -350,7 +351,7 @@ type tickWorker struct {
 }
 
 func (w *tickWorker) Work(ctx context.Context, job *river.Job[TickArgs]) error {
-	_, wait, err := w.inv.tick(ctx, job.Args, journal.ClaimTick)
+	_, wait, err := w.inv.tick(ctx, job.Args, schedule.ClaimTick)
 	if err != nil {
 		return err
 	}
@@ -364,7 +365,7 @@ func (w *tickWorker) Work(ctx context.Context, job *river.Job[TickArgs]) error {
 // the tick's River job, or another gateway's maintenance pass, does).
 func (inv *Invoker) armTick(args TickArgs, d time.Duration, tries int) {
 	inv.timers.arm(tickTimer(args.ScheduleID), d, func() {
-		_, wait, err := inv.tick(inv.bg, args, journal.ClaimTick)
+		_, wait, err := inv.tick(inv.bg, args, schedule.ClaimTick)
 		switch {
 		case err != nil && inv.bg.Err() == nil:
 			inv.log.Warn("schedule tick failed; its River job will retry",

@@ -16,6 +16,7 @@ import (
 	"github.com/stepgate/stepgate/internal/wiring/stack"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/schedule"
 )
 
 func TestParseCron(t *testing.T) {
@@ -78,9 +79,9 @@ func TestTickStartsOneRun(t *testing.T) {
 
 	spec, err := invoker.ParseCron("@every 1s", "")
 	require.NoError(t, err)
-	var sch *journal.Schedule
+	var sch *schedule.Schedule
 	err = pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		sch, _, err = journal.PutSchedule(ctx, tx, journal.NewSchedule{
+		sch, _, err = schedule.PutSchedule(ctx, tx, schedule.NewSchedule{
 			ID: uuid.NewString(), Tenant: tenant, Name: "dup", Function: "hello", Cron: "@every 1s",
 			Input: json.RawMessage(`{"name":"tick"}`), Identity: creator, Next: spec.Next,
 		})
@@ -192,37 +193,37 @@ func TestCatchupTicks(t *testing.T) {
 		name            string
 		cron            string
 		at, clock       string
-		policy          journal.Catchup
+		policy          schedule.Catchup
 		window          time.Duration
 		ticks           []time.Time
 		missed, dropped bool
 	}{
-		{"OnTimeOne", "* * * * *", "2026-03-01T10:00:00Z", "2026-03-01T10:00:00.2Z", journal.CatchupOne, time.Minute,
+		{"OnTimeOne", "* * * * *", "2026-03-01T10:00:00Z", "2026-03-01T10:00:00.2Z", schedule.CatchupOne, time.Minute,
 			minutes("2026-03-01T10:00:00Z", "2026-03-01T10:00:00Z"), false, false},
 		// A leader change of 19s with @every 1s loses no tick, whatever the policy.
-		{"LeaderChangeSkip", "@every 1s", "2026-03-01T10:00:00Z", "2026-03-01T10:00:19.5Z", journal.CatchupSkip, time.Minute,
+		{"LeaderChangeSkip", "@every 1s", "2026-03-01T10:00:00Z", "2026-03-01T10:00:19.5Z", schedule.CatchupSkip, time.Minute,
 			every(at("2026-03-01T10:00:00Z"), 20, time.Second), false, false},
-		{"WindowEdgeIsOnTime", "* * * * *", "2026-03-01T10:00:00Z", "2026-03-01T10:01:00Z", journal.CatchupSkip, time.Minute,
+		{"WindowEdgeIsOnTime", "* * * * *", "2026-03-01T10:00:00Z", "2026-03-01T10:01:00Z", schedule.CatchupSkip, time.Minute,
 			minutes("2026-03-01T10:00:00Z", "2026-03-01T10:01:00Z"), false, false},
-		{"Skip", "* * * * *", "2026-03-01T10:00:00Z", "2026-03-01T10:10:30Z", journal.CatchupSkip, time.Minute,
+		{"Skip", "* * * * *", "2026-03-01T10:00:00Z", "2026-03-01T10:10:30Z", schedule.CatchupSkip, time.Minute,
 			minutes("2026-03-01T10:10:00Z", "2026-03-01T10:10:00Z"), true, false},
-		{"SkipNothingOnTime", "0 * * * *", "2026-03-01T10:00:00Z", "2026-03-01T13:30:00Z", journal.CatchupSkip, time.Minute,
+		{"SkipNothingOnTime", "0 * * * *", "2026-03-01T10:00:00Z", "2026-03-01T13:30:00Z", schedule.CatchupSkip, time.Minute,
 			nil, true, false},
-		{"One", "* * * * *", "2026-03-01T10:00:00Z", "2026-03-01T10:10:30Z", journal.CatchupOne, 2 * time.Minute,
+		{"One", "* * * * *", "2026-03-01T10:00:00Z", "2026-03-01T10:10:30Z", schedule.CatchupOne, 2 * time.Minute,
 			append(minutes("2026-03-01T10:00:00Z", "2026-03-01T10:00:00Z"), minutes("2026-03-01T10:09:00Z", "2026-03-01T10:10:00Z")...), true, false},
-		{"All", "* * * * *", "2026-03-01T10:00:00Z", "2026-03-01T10:10:30Z", journal.CatchupAll, time.Minute,
+		{"All", "* * * * *", "2026-03-01T10:00:00Z", "2026-03-01T10:10:30Z", schedule.CatchupAll, time.Minute,
 			minutes("2026-03-01T10:00:00Z", "2026-03-01T10:10:00Z"), true, false},
-		{"AllKeepsTheLatest100", "* * * * *", "2026-03-01T10:00:00Z", "2026-03-01T15:00:30Z", journal.CatchupAll, time.Minute,
+		{"AllKeepsTheLatest100", "* * * * *", "2026-03-01T10:00:00Z", "2026-03-01T15:00:30Z", schedule.CatchupAll, time.Minute,
 			minutes("2026-03-01T13:20:00Z", "2026-03-01T15:00:00Z"), true, true},
 		// A year down: the walk starts near the end, not at the first missed tick.
-		{"AllAfterAYear", "* * * * *", "2025-03-01T10:00:00Z", "2026-03-01T10:00:30Z", journal.CatchupAll, time.Minute,
+		{"AllAfterAYear", "* * * * *", "2025-03-01T10:00:00Z", "2026-03-01T10:00:30Z", schedule.CatchupAll, time.Minute,
 			minutes("2026-03-01T08:20:00Z", "2026-03-01T10:00:00Z"), true, true},
-		{"OneAfterAYear", "@every 1s", "2025-03-01T10:00:00Z", "2026-03-01T10:00:30.5Z", journal.CatchupOne, 2 * time.Second,
+		{"OneAfterAYear", "@every 1s", "2025-03-01T10:00:00Z", "2026-03-01T10:00:30.5Z", schedule.CatchupOne, 2 * time.Second,
 			append([]time.Time{at("2025-03-01T10:00:00Z")}, every(at("2026-03-01T10:00:29Z"), 2, time.Second)...), true, false},
 		// At most 1000 runs a handling: the latest.
-		{"OnTimeCapped", "@every 1s", "2026-03-01T10:00:00Z", "2026-03-01T11:00:00.5Z", journal.CatchupSkip, 24 * time.Hour,
+		{"OnTimeCapped", "@every 1s", "2026-03-01T10:00:00Z", "2026-03-01T11:00:00.5Z", schedule.CatchupSkip, 24 * time.Hour,
 			every(at("2026-03-01T10:43:21Z"), 1000, time.Second), false, true},
-		{"AllCapped", "@every 1s", "2025-03-01T10:00:00Z", "2026-03-01T10:00:00.5Z", journal.CatchupAll, 24 * time.Hour,
+		{"AllCapped", "@every 1s", "2025-03-01T10:00:00Z", "2026-03-01T10:00:00.5Z", schedule.CatchupAll, 24 * time.Hour,
 			nil, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -249,7 +250,7 @@ func TestCatchupTicks(t *testing.T) {
 // hour from now (database clock), and moves its next tick back by days: it has ticks
 // due from days days ago to yesterday, the latest 23.5 hours ago. It returns the
 // schedule and its next tick after those, today's.
-func putOverdue(t *testing.T, s *stack.Stack, name string, days int, catchup journal.Catchup, window time.Duration) (*journal.Schedule, time.Time) {
+func putOverdue(t *testing.T, s *stack.Stack, name string, days int, catchup schedule.Catchup, window time.Duration) (*schedule.Schedule, time.Time) {
 	t.Helper()
 	ctx := t.Context()
 	var today time.Time
@@ -258,7 +259,7 @@ func putOverdue(t *testing.T, s *stack.Stack, name string, days int, catchup jou
 	expr := fmt.Sprintf("%d %d * * *", today.Minute(), today.Hour())
 	spec, err := invoker.ParseCron(expr, "")
 	require.NoError(t, err)
-	sch, _, err := journal.PutSchedule(ctx, s.Pool, journal.NewSchedule{
+	sch, _, err := schedule.PutSchedule(ctx, s.Pool, schedule.NewSchedule{
 		ID: uuid.NewString(), Tenant: "default", Name: name, Function: "hello", Cron: expr, Timezone: "UTC",
 		Input: json.RawMessage(`{"name":"tick"}`), Identity: journal.Identity{Subject: "scheduler", Tenant: "default", Roles: []string{"developer"}},
 		Catchup: catchup, CatchupWindow: window, Next: spec.Next,
@@ -297,7 +298,7 @@ func runKeys(t *testing.T, s *stack.Stack, name string) []string {
 // today's, its last tick is last and its last run that of last, if any.
 func requireHandled(t *testing.T, s *stack.Stack, name string, today, last time.Time, started bool) {
 	t.Helper()
-	sch, err := journal.GetSchedule(t.Context(), s.Pool, "default", name)
+	sch, err := schedule.GetSchedule(t.Context(), s.Pool, "default", name)
 	require.NoError(t, err)
 	require.True(t, sch.NextAt.Equal(today), "next tick %s, want today's %s", sch.NextAt, today)
 	require.NotNil(t, sch.LastTickAt)
@@ -314,14 +315,14 @@ func TestCatchupPolicies(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		days    int
-		catchup journal.Catchup
+		catchup schedule.Catchup
 		window  time.Duration
 		started []int // the ticks, in days before today, that start runs
 	}{
-		{"skip", 5, journal.CatchupSkip, time.Minute, nil},
-		{"one", 5, journal.CatchupOne, time.Minute, []int{5}},
-		{"all", 5, journal.CatchupAll, time.Minute, []int{5, 4, 3, 2, 1}},
-		{"all-capped", 150, journal.CatchupAll, time.Minute, func() []int {
+		{"skip", 5, schedule.CatchupSkip, time.Minute, nil},
+		{"one", 5, schedule.CatchupOne, time.Minute, []int{5}},
+		{"all", 5, schedule.CatchupAll, time.Minute, []int{5, 4, 3, 2, 1}},
+		{"all-capped", 150, schedule.CatchupAll, time.Minute, func() []int {
 			var days []int
 			for d := 100; d >= 1; d-- {
 				days = append(days, d)
@@ -330,8 +331,8 @@ func TestCatchupPolicies(t *testing.T) {
 		}()},
 		// Yesterday's tick, 23.5h ago, is within a window of a day: on time, it starts its
 		// run under skip as under any policy.
-		{"skip-on-time", 3, journal.CatchupSkip, 24 * time.Hour, []int{1}},
-		{"one-on-time", 3, journal.CatchupOne, 24 * time.Hour, []int{3, 1}},
+		{"skip-on-time", 3, schedule.CatchupSkip, 24 * time.Hour, []int{1}},
+		{"one-on-time", 3, schedule.CatchupOne, 24 * time.Hour, []int{3, 1}},
 		{"default", 2, "", 0, []int{2}},
 	} {
 		// One after another: TickOverdue handles every overdue schedule, so a parallel
@@ -372,8 +373,8 @@ func TestTickOverdue(t *testing.T) {
 	s := stack.Start(t, stack.Options{MaintainInterval: time.Hour}) // no maintenance pass meanwhile
 	s.SyncExamples(t)
 
-	future, today := putOverdue(t, s, "future", 0, journal.CatchupAll, time.Minute)
-	overdue, _ := putOverdue(t, s, "overdue", 1, journal.CatchupAll, time.Minute) // 23.5h overdue
+	future, today := putOverdue(t, s, "future", 0, schedule.CatchupAll, time.Minute)
+	overdue, _ := putOverdue(t, s, "overdue", 1, schedule.CatchupAll, time.Minute) // 23.5h overdue
 	n, err := s.Invoker.Schedules().TickOverdue(ctx, 24*time.Hour, 100)
 	require.NoError(t, err)
 	require.Zero(t, n, "not overdue by a day")
@@ -382,7 +383,7 @@ func TestTickOverdue(t *testing.T) {
 	require.Equal(t, 1, n)
 	require.Equal(t, tickKeys("overdue", today, 1), runKeys(t, s, "overdue"))
 	requireHandled(t, s, "overdue", today, overdue.NextAt, true)
-	got, err := journal.GetSchedule(ctx, s.Pool, "default", "future")
+	got, err := schedule.GetSchedule(ctx, s.Pool, "default", "future")
 	require.NoError(t, err)
 	require.True(t, got.NextAt.Equal(future.NextAt), "a tick not due is left alone")
 	require.Nil(t, got.LastTickAt)
@@ -391,7 +392,7 @@ func TestTickOverdue(t *testing.T) {
 	t.Run("TwoCallersAtOnce", func(t *testing.T) {
 		names := []string{"a", "b", "c", "d", "e", "f"}
 		for _, name := range names {
-			putOverdue(t, s, name, 3, journal.CatchupAll, time.Minute)
+			putOverdue(t, s, name, 3, schedule.CatchupAll, time.Minute)
 		}
 		start := make(chan struct{})
 		type result struct {

@@ -10,6 +10,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/schedule"
 )
 
 // Schedules puts and deletes the tenants' schedules and handles their ticks (see
@@ -24,8 +25,8 @@ func (inv *Invoker) Schedules() *Schedules { return inv.schedules }
 // schedule's runs carry n.Identity, so the function's invoke_roles must admit it: a
 // *journal.ForbiddenError otherwise, and journal.ErrNotFound when the function is not
 // registered.
-func (s *Schedules) Put(ctx context.Context, db *journal.TenantDB, n journal.NewSchedule) (*journal.Schedule, error) {
-	var sch *journal.Schedule
+func (s *Schedules) Put(ctx context.Context, db *journal.TenantDB, n schedule.NewSchedule) (*schedule.Schedule, error) {
+	var sch *schedule.Schedule
 	var wait time.Duration
 	var read time.Time
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
@@ -37,7 +38,7 @@ func (s *Schedules) Put(ctx context.Context, db *journal.TenantDB, n journal.New
 			return &journal.ForbiddenError{Function: fn.Name, InvokeRoles: roles}
 		}
 		var clock time.Time
-		if sch, clock, err = journal.PutSchedule(ctx, tx, n); err != nil {
+		if sch, clock, err = schedule.PutSchedule(ctx, tx, n); err != nil {
 			return err
 		}
 		wait, read = sch.NextAt.Sub(clock), s.inv.clock.Now()
@@ -53,12 +54,12 @@ func (s *Schedules) Put(ctx context.Context, db *journal.TenantDB, n journal.New
 // Delete deletes a schedule of db's tenant; its ticks already scheduled find
 // nothing and do nothing. It returns journal.ErrNotFound when there is none.
 func (s *Schedules) Delete(ctx context.Context, db *journal.TenantDB, name string) error {
-	return journal.DeleteSchedule(ctx, db, db.Tenant(), name)
+	return schedule.DeleteSchedule(ctx, db, db.Tenant(), name)
 }
 
 // EnqueueTick inserts, in tx, the River job of sch's next tick (sch.NextAt). The job is
 // unique per schedule, generation and tick: inserting it again does nothing.
-func (s *Schedules) EnqueueTick(ctx context.Context, tx pgx.Tx, sch *journal.Schedule) error {
+func (s *Schedules) EnqueueTick(ctx context.Context, tx pgx.Tx, sch *schedule.Schedule) error {
 	args := tickOf(sch)
 	_, err := s.inv.river.InsertTx(ctx, tx, args, &river.InsertOpts{
 		ScheduledAt: args.At,
@@ -72,7 +73,7 @@ func (s *Schedules) EnqueueTick(ctx context.Context, tx pgx.Tx, sch *journal.Sch
 
 // ArmTick arms this process's timer for sch's next tick, due in d, once EnqueueTick's
 // transaction has committed. It replaces the timer of an earlier tick of sch.
-func (s *Schedules) ArmTick(sch *journal.Schedule, d time.Duration) {
+func (s *Schedules) ArmTick(sch *schedule.Schedule, d time.Duration) {
 	s.inv.armTick(tickOf(sch), d, 0)
 }
 
@@ -85,7 +86,7 @@ func (s *Schedules) ArmTick(sch *journal.Schedule, d time.Duration) {
 // and each tick is still handled once. It returns how many ticks it handled, and the
 // errors of the ticks it could not handle, joined, having tried the others.
 func (s *Schedules) TickOverdue(ctx context.Context, late time.Duration, limit int) (int, error) {
-	ticks, err := journal.OverdueTicks(ctx, s.inv.pool, late, limit)
+	ticks, err := schedule.OverdueTicks(ctx, s.inv.pool, late, limit)
 	if err != nil {
 		return 0, err
 	}
@@ -97,7 +98,7 @@ func (s *Schedules) TickOverdue(ctx context.Context, late time.Duration, limit i
 		if ctx.Err() != nil {
 			return handled, ctx.Err()
 		}
-		ok, _, err := s.inv.tick(ctx, TickArgs{ScheduleID: t.ScheduleID, Generation: t.Generation, At: t.At.UTC()}, journal.TryClaimTick)
+		ok, _, err := s.inv.tick(ctx, TickArgs{ScheduleID: t.ScheduleID, Generation: t.Generation, At: t.At.UTC()}, schedule.TryClaimTick)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("overdue tick %s of schedule %s: %w", t.At.UTC().Format(time.RFC3339), t.ScheduleID, err))
 		}

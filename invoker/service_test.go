@@ -16,6 +16,7 @@ import (
 	"github.com/stepgate/stepgate/internal/wiring/stack"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/schedule"
 )
 
 // The run service's transitions, called as the gateway calls them: each owns its
@@ -124,7 +125,7 @@ func TestRunService(t *testing.T) {
 		put := func(function string) error {
 			cron, err := invoker.ParseCron("@every 1h", "UTC")
 			require.NoError(t, err)
-			_, err = s.Invoker.Schedules().Put(t.Context(), db, journal.NewSchedule{
+			_, err = s.Invoker.Schedules().Put(t.Context(), db, schedule.NewSchedule{
 				ID: uuid.NewString(), Tenant: tenant, Name: "s-" + function, Function: function, Cron: "@every 1h",
 				Timezone: "UTC", Input: json.RawMessage(`null`), Identity: who, Next: cron.Next,
 			})

@@ -10,14 +10,15 @@ import (
 
 	"github.com/stepgate/stepgate/internal/wiring/pgtest"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/schedule"
 )
 
 // inAMinute is a schedule's Next: a minute after now, to the second.
 func inAMinute(now time.Time) time.Time { return now.Add(time.Minute).Truncate(time.Second) }
 
-func mustPutSchedule(t *testing.T, db journal.DB, tenant, name string, opts ...func(*journal.NewSchedule)) *journal.Schedule {
+func mustPutSchedule(t *testing.T, db journal.DB, tenant, name string, opts ...func(*schedule.NewSchedule)) *schedule.Schedule {
 	t.Helper()
-	n := journal.NewSchedule{
+	n := schedule.NewSchedule{
 		ID: newID(), Tenant: tenant, Name: name, Function: "fn", Cron: "@every 1m", Timezone: "UTC",
 		Input: json.RawMessage(`{"n":1}`), Identity: journal.Identity{Subject: "creator", Tenant: tenant, Roles: []string{"developer"}},
 		Next: inAMinute,
@@ -25,7 +26,7 @@ func mustPutSchedule(t *testing.T, db journal.DB, tenant, name string, opts ...f
 	for _, o := range opts {
 		o(&n)
 	}
-	s, _, err := journal.PutSchedule(t.Context(), db, n)
+	s, _, err := schedule.PutSchedule(t.Context(), db, n)
 	require.NoError(t, err)
 	return s
 }
@@ -37,7 +38,7 @@ func TestSchedules(t *testing.T) {
 		t.Parallel()
 		ctx, tx := t.Context(), pgtest.Tx(t)
 		tenant := newTenant()
-		s, clock, err := journal.PutSchedule(ctx, tx, journal.NewSchedule{
+		s, clock, err := schedule.PutSchedule(ctx, tx, schedule.NewSchedule{
 			ID: newID(), Tenant: tenant, Name: "nightly", Function: "fn", Cron: "@every 1m", Timezone: "UTC",
 			Input: json.RawMessage(`{"n":1}`), Identity: journal.Identity{Subject: "ada", Tenant: tenant, Roles: []string{"developer"}},
 			Next: inAMinute,
@@ -48,22 +49,22 @@ func TestSchedules(t *testing.T) {
 		require.Equal(t, "ada", s.Identity.Subject)
 		require.JSONEq(t, `{"n":1}`, string(s.Input))
 
-		got, err := journal.GetSchedule(ctx, tx, tenant, "nightly")
+		got, err := schedule.GetSchedule(ctx, tx, tenant, "nightly")
 		require.NoError(t, err)
 		require.Equal(t, s.ID, got.ID)
-		_, err = journal.GetSchedule(ctx, tx, newTenant(), "nightly")
+		_, err = schedule.GetSchedule(ctx, tx, newTenant(), "nightly")
 		require.ErrorIs(t, err, journal.ErrNotFound, "another tenant's")
 
 		mustPutSchedule(t, tx, tenant, "hourly")
-		list, err := journal.ListSchedules(ctx, tx, tenant)
+		list, err := schedule.ListSchedules(ctx, tx, tenant)
 		require.NoError(t, err)
 		require.Len(t, list, 2)
 		require.Equal(t, []string{"hourly", "nightly"}, []string{list[0].Name, list[1].Name})
 
-		require.ErrorIs(t, journal.DeleteSchedule(ctx, tx, newTenant(), "nightly"), journal.ErrNotFound)
-		require.NoError(t, journal.DeleteSchedule(ctx, tx, tenant, "nightly"))
-		require.ErrorIs(t, journal.DeleteSchedule(ctx, tx, tenant, "nightly"), journal.ErrNotFound)
-		_, err = journal.GetSchedule(ctx, tx, tenant, "nightly")
+		require.ErrorIs(t, schedule.DeleteSchedule(ctx, tx, newTenant(), "nightly"), journal.ErrNotFound)
+		require.NoError(t, schedule.DeleteSchedule(ctx, tx, tenant, "nightly"))
+		require.ErrorIs(t, schedule.DeleteSchedule(ctx, tx, tenant, "nightly"), journal.ErrNotFound)
+		_, err = schedule.GetSchedule(ctx, tx, tenant, "nightly")
 		require.ErrorIs(t, err, journal.ErrNotFound)
 	})
 
@@ -72,7 +73,7 @@ func TestSchedules(t *testing.T) {
 		tx := pgtest.Tx(t)
 		tenant := newTenant()
 		first := mustPutSchedule(t, tx, tenant, "s")
-		second := mustPutSchedule(t, tx, tenant, "s", func(n *journal.NewSchedule) {
+		second := mustPutSchedule(t, tx, tenant, "s", func(n *schedule.NewSchedule) {
 			n.Function, n.Cron, n.Input = "other", "@hourly", json.RawMessage(`2`)
 			n.Identity = journal.Identity{Subject: "grace", Tenant: tenant}
 		})
@@ -88,25 +89,25 @@ func TestSchedules(t *testing.T) {
 		t.Parallel()
 		ctx, tx := t.Context(), pgtest.Tx(t)
 		s := mustPutSchedule(t, tx, newTenant(), "s")
-		claimed, clock, err := journal.ClaimTick(ctx, tx, s.ID, s.Generation, s.NextAt)
+		claimed, clock, err := schedule.ClaimTick(ctx, tx, s.ID, s.Generation, s.NextAt)
 		require.NoError(t, err)
 		require.Equal(t, s.ID, claimed.ID)
 		require.True(t, claimed.NextAt.After(clock), "not due yet: the caller checks")
 
 		runID := newID()
 		next := s.NextAt.Add(time.Minute)
-		require.NoError(t, journal.AdvanceSchedule(ctx, tx, s.ID, s.NextAt, &runID, next))
-		_, _, err = journal.ClaimTick(ctx, tx, s.ID, s.Generation, s.NextAt)
+		require.NoError(t, schedule.AdvanceSchedule(ctx, tx, s.ID, s.NextAt, &runID, next))
+		_, _, err = schedule.ClaimTick(ctx, tx, s.ID, s.Generation, s.NextAt)
 		require.ErrorIs(t, err, journal.ErrNotFound, "a tick handled already")
-		_, _, err = journal.ClaimTick(ctx, tx, s.ID, s.Generation+1, next)
+		_, _, err = schedule.ClaimTick(ctx, tx, s.ID, s.Generation+1, next)
 		require.ErrorIs(t, err, journal.ErrNotFound, "another generation")
-		after, _, err := journal.ClaimTick(ctx, tx, s.ID, s.Generation, next)
+		after, _, err := schedule.ClaimTick(ctx, tx, s.ID, s.Generation, next)
 		require.NoError(t, err)
 		require.Equal(t, runID, *after.LastRunID)
 		require.True(t, after.LastTickAt.Equal(s.NextAt))
 
-		require.NoError(t, journal.DeleteSchedule(ctx, tx, s.Tenant, s.Name))
-		_, _, err = journal.ClaimTick(ctx, tx, s.ID, s.Generation, next)
+		require.NoError(t, schedule.DeleteSchedule(ctx, tx, s.Tenant, s.Name))
+		_, _, err = schedule.ClaimTick(ctx, tx, s.ID, s.Generation, next)
 		require.ErrorIs(t, err, journal.ErrNotFound, "a deleted schedule")
 	})
 
@@ -118,17 +119,17 @@ func TestSchedules(t *testing.T) {
 		first, err := db.Begin(ctx)
 		require.NoError(t, err)
 		defer first.Rollback(ctx) //nolint:errcheck // a no-op once committed
-		_, _, err = journal.ClaimTick(ctx, first, s.ID, s.Generation, s.NextAt)
+		_, _, err = schedule.ClaimTick(ctx, first, s.ID, s.Generation, s.NextAt)
 		require.NoError(t, err)
 
 		second := make(chan error, 1)
 		go func() {
 			second <- pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-				_, _, err := journal.ClaimTick(ctx, tx, s.ID, s.Generation, s.NextAt)
+				_, _, err := schedule.ClaimTick(ctx, tx, s.ID, s.Generation, s.NextAt)
 				return err
 			})
 		}()
-		require.NoError(t, journal.AdvanceSchedule(ctx, first, s.ID, s.NextAt, nil, s.NextAt.Add(time.Minute)))
+		require.NoError(t, schedule.AdvanceSchedule(ctx, first, s.ID, s.NextAt, nil, s.NextAt.Add(time.Minute)))
 		require.NoError(t, first.Commit(ctx))
 		require.ErrorIs(t, <-second, journal.ErrNotFound, "the second waited for the first and found the tick handled")
 	})
@@ -144,28 +145,28 @@ func TestScheduleCatchup(t *testing.T) {
 		ctx, tx := t.Context(), pgtest.Tx(t)
 		tenant := newTenant()
 		s := mustPutSchedule(t, tx, tenant, "s")
-		require.Equal(t, journal.CatchupOne, s.Catchup)
+		require.Equal(t, schedule.CatchupOne, s.Catchup)
 		require.Equal(t, time.Minute, s.CatchupWindow)
 
-		s = mustPutSchedule(t, tx, tenant, "s", func(n *journal.NewSchedule) {
-			n.Catchup, n.CatchupWindow = journal.CatchupAll, 90*time.Second+250*time.Millisecond
+		s = mustPutSchedule(t, tx, tenant, "s", func(n *schedule.NewSchedule) {
+			n.Catchup, n.CatchupWindow = schedule.CatchupAll, 90*time.Second+250*time.Millisecond
 		})
-		require.Equal(t, journal.CatchupAll, s.Catchup)
+		require.Equal(t, schedule.CatchupAll, s.Catchup)
 		require.Equal(t, 90*time.Second+250*time.Millisecond, s.CatchupWindow)
-		got, err := journal.GetSchedule(ctx, tx, tenant, "s")
+		got, err := schedule.GetSchedule(ctx, tx, tenant, "s")
 		require.NoError(t, err)
-		require.Equal(t, journal.CatchupAll, got.Catchup)
+		require.Equal(t, schedule.CatchupAll, got.Catchup)
 		require.Equal(t, s.CatchupWindow, got.CatchupWindow)
 		s = mustPutSchedule(t, tx, tenant, "s")
-		require.Equal(t, journal.CatchupOne, s.Catchup, "putting again replaces the policy")
+		require.Equal(t, schedule.CatchupOne, s.Catchup, "putting again replaces the policy")
 
-		for _, n := range []journal.NewSchedule{
+		for _, n := range []schedule.NewSchedule{
 			{Catchup: "sometimes"},
 			{CatchupWindow: time.Second - time.Millisecond},
-			{CatchupWindow: journal.MaxCatchupWindow + time.Millisecond},
+			{CatchupWindow: schedule.MaxCatchupWindow + time.Millisecond},
 		} {
 			err := pgx.BeginFunc(ctx, tx, func(tx pgx.Tx) error {
-				_, _, err := journal.PutSchedule(ctx, tx, journal.NewSchedule{
+				_, _, err := schedule.PutSchedule(ctx, tx, schedule.NewSchedule{
 					ID: newID(), Tenant: tenant, Name: "bad", Function: "fn", Cron: "@hourly", Timezone: "UTC",
 					Input: json.RawMessage(`null`), Identity: journal.Identity{Tenant: tenant}, Next: inAMinute,
 					Catchup: n.Catchup, CatchupWindow: n.CatchupWindow,
@@ -184,11 +185,11 @@ func TestScheduleCatchup(t *testing.T) {
 		late := mustPutSchedule(t, tx, tenant, "late")
 		_, err := tx.Exec(ctx, `UPDATE stepgate.schedule SET next_at = now() - interval '1 hour' WHERE id = $1`, late.ID)
 		require.NoError(t, err)
-		late, err = journal.GetSchedule(ctx, tx, tenant, "late")
+		late, err = schedule.GetSchedule(ctx, tx, tenant, "late")
 		require.NoError(t, err)
 
-		mine := func(ticks []journal.Tick) []journal.Tick {
-			var out []journal.Tick
+		mine := func(ticks []schedule.Tick) []schedule.Tick {
+			var out []schedule.Tick
 			for _, tk := range ticks {
 				if tk.ScheduleID == future.ID || tk.ScheduleID == late.ID {
 					out = append(out, tk)
@@ -196,7 +197,7 @@ func TestScheduleCatchup(t *testing.T) {
 			}
 			return out
 		}
-		ticks, err := journal.OverdueTicks(ctx, tx, time.Minute, 1000)
+		ticks, err := schedule.OverdueTicks(ctx, tx, time.Minute, 1000)
 		require.NoError(t, err)
 		ticks = mine(ticks)
 		require.Len(t, ticks, 1, "only the overdue one")
@@ -204,7 +205,7 @@ func TestScheduleCatchup(t *testing.T) {
 		require.Equal(t, late.Generation, ticks[0].Generation)
 		require.True(t, ticks[0].At.Equal(late.NextAt))
 
-		ticks, err = journal.OverdueTicks(ctx, tx, 2*time.Hour, 1000)
+		ticks, err = schedule.OverdueTicks(ctx, tx, 2*time.Hour, 1000)
 		require.NoError(t, err)
 		require.Empty(t, mine(ticks), "overdue by less than late")
 	})
@@ -217,17 +218,17 @@ func TestScheduleCatchup(t *testing.T) {
 		first, err := db.Begin(ctx)
 		require.NoError(t, err)
 		defer first.Rollback(ctx) //nolint:errcheck // a no-op once rolled back
-		_, _, err = journal.ClaimTick(ctx, first, s.ID, s.Generation, s.NextAt)
+		_, _, err = schedule.ClaimTick(ctx, first, s.ID, s.Generation, s.NextAt)
 		require.NoError(t, err)
 
 		err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-			_, _, err := journal.TryClaimTick(ctx, tx, s.ID, s.Generation, s.NextAt)
+			_, _, err := schedule.TryClaimTick(ctx, tx, s.ID, s.Generation, s.NextAt)
 			return err
 		})
 		require.ErrorIs(t, err, journal.ErrNotFound, "held by the first: skipped, not waited for")
 		require.NoError(t, first.Rollback(ctx))
 		err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-			_, _, err := journal.TryClaimTick(ctx, tx, s.ID, s.Generation, s.NextAt)
+			_, _, err := schedule.TryClaimTick(ctx, tx, s.ID, s.Generation, s.NextAt)
 			return err
 		})
 		require.NoError(t, err, "released")
@@ -248,10 +249,10 @@ func TestSchedulesAreFenced(t *testing.T) {
 	for _, tenant := range tenantsIn(t, db, `SELECT tenant FROM stepgate.schedule`) {
 		require.Equal(t, b, *tenant, "a query that forgot the tenant filter")
 	}
-	_, err := journal.GetSchedule(ctx, db, a, "s")
+	_, err := schedule.GetSchedule(ctx, db, a, "s")
 	require.ErrorIs(t, err, journal.ErrNotFound)
-	require.ErrorIs(t, journal.DeleteSchedule(ctx, db, a, "s"), journal.ErrNotFound)
-	_, _, err = journal.PutSchedule(ctx, db, journal.NewSchedule{
+	require.ErrorIs(t, schedule.DeleteSchedule(ctx, db, a, "s"), journal.ErrNotFound)
+	_, _, err = schedule.PutSchedule(ctx, db, schedule.NewSchedule{
 		ID: newID(), Tenant: a, Name: "evil", Function: "fn", Cron: "@hourly", Timezone: "UTC",
 		Input: json.RawMessage(`null`), Identity: journal.Identity{Tenant: a}, Next: inAMinute,
 	})
@@ -259,7 +260,7 @@ func TestSchedulesAreFenced(t *testing.T) {
 	require.Empty(t, tenantsIn(t, api, `SELECT tenant FROM stepgate.schedule`), "no tenant set")
 
 	err = pgx.BeginFunc(ctx, system, func(tx pgx.Tx) error {
-		_, _, err := journal.ClaimTick(ctx, tx, sa.ID, sa.Generation, sa.NextAt)
+		_, _, err := schedule.ClaimTick(ctx, tx, sa.ID, sa.Generation, sa.NextAt)
 		return err
 	})
 	require.NoError(t, err, "the system pool claims any tenant's tick")

@@ -13,7 +13,7 @@ import (
 	"github.com/stepgate/stepgate/internal/wiring/pgtest"
 	"github.com/stepgate/stepgate/invoker/internal/clock"
 	"github.com/stepgate/stepgate/invoker/internal/maintenance"
-	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/schedule"
 )
 
 // TestOverdueTicks: each pass hands the ticks more than OverdueLate overdue, at most
@@ -30,7 +30,7 @@ func TestOverdueTicks(t *testing.T) {
 	)
 	tick := func(ctx context.Context, l time.Duration, n int) (int, error) {
 		late, limit = l, n
-		ticks, err := journal.OverdueTicks(ctx, db, l, n)
+		ticks, err := schedule.OverdueTicks(ctx, db, l, n)
 		if err != nil {
 			return 0, err
 		}

@@ -1,4 +1,6 @@
-package journal
+// Package schedule holds the journal's schedules: a tenant's cron schedules of a function,
+// their catch-up policy, and the claim of each tick, which starts one run.
+package schedule
 
 import (
 	"cmp"
@@ -10,7 +12,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
+	"github.com/stepgate/stepgate/journal/storable"
 )
 
 // Schedule starts runs of a function on a cron expression, one run per tick, each
@@ -23,7 +27,7 @@ type Schedule struct {
 	Cron     string
 	Timezone string
 	Input    json.RawMessage
-	Identity Identity
+	Identity journal.Identity
 	// Generation counts the puts of the schedule: a tick of an older generation is
 	// stale and does nothing.
 	Generation int
@@ -66,7 +70,7 @@ type NewSchedule struct {
 	Cron     string
 	Timezone string
 	Input    json.RawMessage
-	Identity Identity
+	Identity journal.Identity
 	Catchup  Catchup // Defaults to CatchupOne.
 	// CatchupWindow is between MinCatchupWindow and MaxCatchupWindow. Defaults to
 	// DefaultCatchupWindow.
@@ -80,7 +84,7 @@ type NewSchedule struct {
 // identity and first tick, and the next generation, so that ticks already scheduled
 // for it are stale. It returns the schedule and the database clock its first tick was
 // computed from.
-func PutSchedule(ctx context.Context, db DB, n NewSchedule) (*Schedule, time.Time, error) {
+func PutSchedule(ctx context.Context, db journal.DB, n NewSchedule) (*Schedule, time.Time, error) {
 	q := dbsqlc.New(db)
 	clock, err := q.Clock(ctx)
 	if err != nil {
@@ -97,7 +101,7 @@ func PutSchedule(ctx context.Context, db DB, n NewSchedule) (*Schedule, time.Tim
 		CatchupWindowMs: cmp.Or(n.CatchupWindow, DefaultCatchupWindow).Milliseconds(),
 	})
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("put schedule %s: %w", n.Name, unstorable(err))
+		return nil, time.Time{}, fmt.Errorf("put schedule %s: %w", n.Name, storable.Translate(err))
 	}
 	s := scheduleOf(row)
 	return &s, clock, nil
@@ -114,11 +118,11 @@ func scheduleOf(r dbsqlc.StepgateSchedule) Schedule {
 	}
 }
 
-// GetSchedule returns the tenant's schedule, or ErrNotFound.
-func GetSchedule(ctx context.Context, db DB, tenant, name string) (*Schedule, error) {
+// GetSchedule returns the tenant's schedule, or journal.ErrNotFound.
+func GetSchedule(ctx context.Context, db journal.DB, tenant, name string) (*Schedule, error) {
 	row, err := dbsqlc.New(db).ScheduleGet(ctx, dbsqlc.ScheduleGetParams{Tenant: tenant, Name: name})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, ErrNotFound
+		return nil, journal.ErrNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get schedule %s: %w", name, err)
@@ -128,7 +132,7 @@ func GetSchedule(ctx context.Context, db DB, tenant, name string) (*Schedule, er
 }
 
 // ListSchedules returns the tenant's schedules by name.
-func ListSchedules(ctx context.Context, db DB, tenant string) ([]Schedule, error) {
+func ListSchedules(ctx context.Context, db journal.DB, tenant string) ([]Schedule, error) {
 	rows, err := dbsqlc.New(db).ScheduleList(ctx, tenant)
 	if err != nil {
 		return nil, fmt.Errorf("list schedules: %w", err)
@@ -141,40 +145,40 @@ func ListSchedules(ctx context.Context, db DB, tenant string) ([]Schedule, error
 }
 
 // DeleteSchedule deletes the tenant's schedule; its ticks already scheduled find
-// nothing and do nothing. Runs it started are kept. It returns ErrNotFound when there
+// nothing and do nothing. Runs it started are kept. It returns journal.ErrNotFound when there
 // is no such schedule.
-func DeleteSchedule(ctx context.Context, db DB, tenant, name string) error {
+func DeleteSchedule(ctx context.Context, db journal.DB, tenant, name string) error {
 	n, err := dbsqlc.New(db).ScheduleDelete(ctx, dbsqlc.ScheduleDeleteParams{Tenant: tenant, Name: name})
 	if err != nil {
 		return fmt.Errorf("delete schedule %s: %w", name, err)
 	}
 	if n == 0 {
-		return ErrNotFound
+		return journal.ErrNotFound
 	}
 	return nil
 }
 
 // ClaimTick locks the schedule for its tick at (any tenant's: the tick works by
 // schedule id) until the transaction ends, and returns it with the database clock. It
-// returns ErrNotFound when the tick is stale: the schedule was deleted, put again
+// returns journal.ErrNotFound when the tick is stale: the schedule was deleted, put again
 // (another generation), or this tick was handled already (next_at moved on), so that a
 // tick that runs twice, or on two gateways at once, is handled once. The tick may not
 // be due yet (NextAt after the clock): the caller checks. db must be a transaction.
-func ClaimTick(ctx context.Context, db DB, id string, generation int, at time.Time) (*Schedule, time.Time, error) {
+func ClaimTick(ctx context.Context, db journal.DB, id string, generation int, at time.Time) (*Schedule, time.Time, error) {
 	row, err := dbsqlc.New(db).ScheduleClaimTick(ctx, dbsqlc.ScheduleClaimTickParams{ID: id, Generation: int32(generation), NextAt: at})
 	return claimedTick(dbsqlc.ScheduleTryClaimTickRow(row), err, id, at)
 }
 
 // TryClaimTick is ClaimTick that does not wait for a transaction that holds the
-// schedule (handling this tick, or putting it again): it returns ErrNotFound at once.
-func TryClaimTick(ctx context.Context, db DB, id string, generation int, at time.Time) (*Schedule, time.Time, error) {
+// schedule (handling this tick, or putting it again): it returns journal.ErrNotFound at once.
+func TryClaimTick(ctx context.Context, db journal.DB, id string, generation int, at time.Time) (*Schedule, time.Time, error) {
 	row, err := dbsqlc.New(db).ScheduleTryClaimTick(ctx, dbsqlc.ScheduleTryClaimTickParams{ID: id, Generation: int32(generation), NextAt: at})
 	return claimedTick(row, err, id, at)
 }
 
 func claimedTick(row dbsqlc.ScheduleTryClaimTickRow, err error, id string, at time.Time) (*Schedule, time.Time, error) {
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, time.Time{}, ErrNotFound
+		return nil, time.Time{}, journal.ErrNotFound
 	}
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("claim tick %s of schedule %s: %w", at.Format(time.RFC3339), id, err)
@@ -193,7 +197,7 @@ type Tick struct {
 // OverdueTicks returns the next ticks of schedules (any tenant's, with the system role)
 // that are more than late past the database clock (the transaction's), the most overdue
 // first, at most limit of them. It reads only those, from an index on next_at.
-func OverdueTicks(ctx context.Context, db DB, late time.Duration, limit int) ([]Tick, error) {
+func OverdueTicks(ctx context.Context, db journal.DB, late time.Duration, limit int) ([]Tick, error) {
 	rows, err := dbsqlc.New(db).ScheduleOverdueTicks(ctx, dbsqlc.ScheduleOverdueTicksParams{LateUs: late.Microseconds(), MaxTicks: int32(limit)})
 	if err != nil {
 		return nil, fmt.Errorf("list overdue ticks: %w", err)
@@ -207,7 +211,7 @@ func OverdueTicks(ctx context.Context, db DB, late time.Duration, limit int) ([]
 
 // AdvanceSchedule records the last tick at handled of a schedule claimed by ClaimTick,
 // and the run it started (nil for none), and moves its next tick to next.
-func AdvanceSchedule(ctx context.Context, db DB, id string, at time.Time, runID *string, next time.Time) error {
+func AdvanceSchedule(ctx context.Context, db journal.DB, id string, at time.Time, runID *string, next time.Time) error {
 	err := dbsqlc.New(db).ScheduleAdvance(ctx, dbsqlc.ScheduleAdvanceParams{ID: id, LastTickAt: &at, LastRunID: runID, NextAt: next})
 	if err != nil {
 		return fmt.Errorf("advance schedule %s: %w", id, err)
