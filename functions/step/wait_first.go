@@ -13,48 +13,42 @@ import (
 
 // Bounds of a [WaitFirst] of waits the gateway keeps, as the gateway has them.
 const (
-	// MaxWaitFirst is how many futures other than a timer one WaitFirst may take (the
-	// gateway's bound on a wait_any's alternatives).
+	// MaxWaitFirst is how many waits one WaitFirst gives the gateway (its bound on a
+	// wait_any's alternatives): timers do not count, and receives of one topic count
+	// once.
 	MaxWaitFirst = 8
-	// WaitFirstTimeout is the wait_any's timeout when no timer is among the futures: the
-	// longest the gateway allows (10 years).
+	// WaitFirstTimeout is the wait_any's timeout when no future among it can time out
+	// (no timer, no Timeout option): the longest the gateway allows (10 years).
 	WaitFirstTimeout = 10 * 365 * 24 * time.Hour
-	// minTimeout is the shortest timeout the gateway allows a wait_any: a timer with
+	// minTimeout is the shortest timeout the gateway allows a wait_any: a deadline with
 	// less left waits that long.
 	minTimeout = time.Second
 )
 
-// WaitFirst waits until the first of futures comes and returns its index, in the order
-// given; then that future's [Future.Get] returns its outcome without waiting. The
-// futures not chosen stay as they were: a later Get waits for each anew (a message not
-// chosen was not taken). futures are either all steps started with [Go], or all waits
-// the gateway keeps; other combinations are a non-retryable error, returned without
-// taking a seq, that says why.
+// WaitFirst waits until the first of futures comes and returns its index; that future's
+// [Future.Get] then returns its outcome at once, and the others stay as they were (a
+// later Get waits anew; a message not chosen was not taken). A future resolved already
+// is chosen at once, taking no seq.
 //
-// Waits the gateway keeps (events, messages, callbacks' results, and at most one timer)
-// are one await at one seq, named name (an entry of kind wait_any): the run suspends
-// until the first of them comes, and the gateway ends the others' waits in the same
-// transaction. An event, message or resolution that has come already when the run
-// suspends is taken at once, the first in order. The timer ([After], [At]) is the
-// wait's timeout: it wins when it passes first (a timer with less than 1s left waits 1s,
-// the gateway's least); with no timer, the timeout is [WaitFirstTimeout], and when it
-// passes WaitFirst returns -1 and an error that is [ErrTimedOut]. With a timer, a
-// callback among the futures expires when the timer passes, chosen or not (the gateway
-// makes the end of a wait for a callback its expiry); without one, it keeps its own.
-// The choice is journaled, so a replay returns the same index without waiting. Of such
-// waits, one resolved already (by an earlier Get or WaitFirst) is chosen at once, the
-// first in order, taking no seq; a timer alone is waited for as its Get would. At most [MaxWaitFirst] futures besides
-// the timer; two receives of one topic, a future made with a [Timeout] option (use a
-// timer), or a child run ([Invoke]: the gateway's wait_any has no child-run
-// alternative; wait with Get or [WaitAll]) are non-retryable errors.
+// Waits the gateway keeps are one wait_any named name, whose entry records the choice,
+// so a replay returns the same index. Timers ([After], [At]) and waits with a [Timeout]
+// option are deadlines: the earliest is the wait's timeout (at least 1s), and its future
+// is chosen when it passes first, the lowest index on a tie (a wait's Get then returns
+// its [ErrTimedOut] error). Given both durations (After, Timeout: from when the wait is
+// stored) and times (At), WaitFirst first journals the time it waits from, as a step
+// named name, so that a replay compares the same deadlines. Receives of one topic are
+// one wait: a message ends the first of them. A callback among the futures expires when
+// the wait times out. Timers alone are the earliest's Get. With no deadline, WaitFirst
+// returns -1 and an error that is [ErrTimedOut] after [WaitFirstTimeout].
 //
-// Steps started with [Go] run in this process: WaitFirst waits for the first of them to
-// finish and journals its index as a step named name (taking a seq), so that a replay
-// picks the same one whichever finishes first then.
+// Steps started with [Go], alone: the first to finish, its index journaled as a step
+// named name.
 //
-// name must be 1 to 255 bytes. It returns [ErrNoInvocation] when ctx is not an
-// invocation's, and the error a future was made with (a bad option, say), if any, as a
-// non-retryable error.
+// Refused with a non-retryable error that takes no seq: a child run ([Invoke]: the
+// gateway's first-of has no child-run alternative; use Get or [WaitAll]), steps started
+// with Go mixed with waits the gateway keeps (they run in the process, the waits
+// suspend it), more than [MaxWaitFirst] waits, a future made with an error. It returns
+// [ErrNoInvocation] when ctx is not an invocation's.
 func WaitFirst(ctx context.Context, name string, futures ...Waitable) (int, error) {
 	if err := checkWaiter(ctx, fmt.Sprintf("WaitFirst %q", name)); err != nil {
 		return -1, err
@@ -66,7 +60,7 @@ func WaitFirst(ctx context.Context, name string, futures ...Waitable) (int, erro
 	if len(fs) == 0 {
 		return -1, NonRetryable(fmt.Errorf("step: WaitFirst %q: no futures", name))
 	}
-	parallel, timer := 0, -1
+	parallel := 0
 	for i, f := range fs {
 		switch {
 		case f.bad != nil:
@@ -74,11 +68,7 @@ func WaitFirst(ctx context.Context, name string, futures ...Waitable) (int, erro
 		case f.done != nil:
 			parallel++
 		case f.isChild():
-			return -1, NonRetryable(fmt.Errorf("step: WaitFirst %q: future %d is a child run (Invoke %q), which WaitFirst cannot wait for: the gateway waits for the first of events, messages, callbacks and a timer only; wait for a child run with its Get, or for several with WaitAll", name, i, f.wait.name))
-		case f.wait.timer != nil && timer >= 0:
-			return -1, NonRetryable(fmt.Errorf("step: WaitFirst %q: futures %d and %d are both timers; the gateway's wait has one timeout: give it one timer", name, timer, i))
-		case f.wait.timer != nil:
-			timer = i
+			return -1, NonRetryable(fmt.Errorf("step: WaitFirst %q: future %d is a child run (Invoke %q), which WaitFirst cannot wait for: the gateway waits for the first of events, messages, callbacks and deadlines, not of a child run; wait for a child run with its Get, or for several with WaitAll", name, i, f.wait.name))
 		}
 	}
 	if parallel > 0 && parallel < len(fs) {
@@ -87,7 +77,7 @@ func WaitFirst(ctx context.Context, name string, futures ...Waitable) (int, erro
 	if parallel > 0 {
 		return firstParallel(ctx, name, fs)
 	}
-	return firstKept(ctx, name, fs, timer)
+	return firstKept(ctx, name, fs)
 }
 
 // firstParallel is WaitFirst of steps started with Go: the first to finish in this
@@ -111,38 +101,52 @@ func firstParallel(ctx context.Context, name string, fs []*future) (int, error) 
 	return i, nil
 }
 
-// firstKept is WaitFirst of waits the gateway keeps, timer the index of the timer
-// among them (-1: none): one wait_any.
-func firstKept(ctx context.Context, name string, fs []*future, timer int) (int, error) {
+// firstKept is WaitFirst of waits the gateway keeps: one wait_any, its timeout the
+// earliest deadline among them.
+func firstKept(ctx context.Context, name string, fs []*future) (int, error) {
 	for i, f := range fs {
 		if f.resolved {
 			return i, nil
 		}
 	}
-	if timer >= 0 && len(fs) == 1 {
-		return 0, resolve(fs[0])
-	}
 	var of []protocol.Await
 	var alts []int // the index in fs of each alternative
-	topics := map[string]int{}
+	var ds []deadline
+	topics := map[string]bool{}
+	after, at := false, false
 	for i, f := range fs {
-		if i == timer {
+		w := f.wait
+		if d, ok := deadlineOf(i, w); ok {
+			ds = append(ds, d)
+			after, at = after || !d.fixed, at || d.fixed
+		}
+		if w.timer != nil {
 			continue
 		}
-		w := f.wait
-		if w.timeout > 0 {
-			return -1, NonRetryable(fmt.Errorf("step: WaitFirst %q: future %d (%s %q) has a Timeout option; in WaitFirst the timeout is a timer among the futures (After or At)", name, i, w.kind, w.name))
-		}
-		if w.await.Type == protocol.AwaitTypeReceive {
-			if j, ok := topics[w.name]; ok {
-				return -1, NonRetryable(fmt.Errorf("step: WaitFirst %q: futures %d and %d both receive topic %q; only one receive of a topic can be waited for at once", name, j, i, w.name))
+		if w.await.Type == protocol.AwaitTypeReceive && w.await.Topic != nil {
+			if topics[*w.await.Topic] {
+				continue // the first receive of the topic is its alternative
 			}
-			topics[w.name] = i
+			topics[*w.await.Topic] = true
 		}
 		of, alts = append(of, w.await), append(alts, i)
 	}
 	if len(of) > MaxWaitFirst {
-		return -1, NonRetryable(fmt.Errorf("step: WaitFirst %q: %d futures besides a timer, more than %d", name, len(of), MaxWaitFirst))
+		return -1, NonRetryable(fmt.Errorf("step: WaitFirst %q: %d waits besides timers (receives of one topic counted once), more than %d", name, len(of), MaxWaitFirst))
+	}
+	// The deadlines are compared from a time: any one when they are all durations from
+	// the wait or all times (the zero time), the journaled time it waits from when both.
+	var from time.Time
+	if after && at {
+		t, err := Run(ctx, name, func(context.Context) (time.Time, error) { return time.Now().UTC().Round(0), nil }, Lazy())
+		if err != nil {
+			return -1, err
+		}
+		from = t
+	}
+	if len(of) == 0 {
+		i := earliest(ds, from).i
+		return i, resolve(fs[i])
 	}
 	st, seq, e, err := nextAwait(ctx, protocol.EntryKindWaitAny, name)
 	if err != nil {
@@ -150,11 +154,19 @@ func firstKept(ctx context.Context, name string, fs []*future, timer int) (int, 
 	}
 	if e == nil {
 		timeout := WaitFirstTimeout
-		if timer >= 0 {
-			timeout = max(fs[timer].wait.timer(), minTimeout)
+		if len(ds) > 0 {
+			d := earliest(ds, from)
+			left := d.after
+			switch {
+			case d.fixed:
+				left = time.Until(d.at)
+			case at:
+				left = time.Until(from.Add(d.after))
+			}
+			timeout = min(max(left, minTimeout), WaitFirstTimeout)
 		}
 		for i := range of {
-			of[i].Seq, of[i].Name = seq, name
+			of[i].Seq, of[i].Name, of[i].Timeout = seq, name, nil
 		}
 		aw := &protocol.Await{Type: protocol.AwaitTypeWaitAny, Seq: seq, Name: name, Of: &of}
 		return -1, suspend(st, aw, timeout)
@@ -169,12 +181,17 @@ func firstKept(ctx context.Context, name string, fs []*future, timer int) (int, 
 		return -1, err
 	}
 	if got.TimedOut {
-		if timer < 0 {
+		if len(ds) == 0 {
 			return -1, timedOut("WaitFirst", seq, name)
 		}
-		f := fs[timer]
-		f.st, f.seq, f.resolved = st, seq, true
-		return timer, nil
+		i := earliest(ds, from).i
+		f := fs[i]
+		if f.wait.timer != nil {
+			f.st, f.seq, f.resolved = st, seq, true
+			return i, nil
+		}
+		_ = f.settle(st, &protocol.JournalEntry{Seq: seq, Name: name, Kind: f.wait.kind, Output: new(protocol.AnyJSON(`{"timed_out":true}`))})
+		return i, nil
 	}
 	if got.Index < 0 || got.Index >= len(alts) || fs[alts[got.Index]].wait.kind != got.Kind {
 		return -1, st.Diverged(seq,
@@ -185,4 +202,46 @@ func firstKept(ctx context.Context, name string, fs []*future, timer int) (int, 
 	i := alts[got.Index]
 	_ = fs[i].settle(st, &protocol.JournalEntry{Seq: seq, Name: name, Kind: got.Kind, Output: (*protocol.AnyJSON)(&got.Output)})
 	return i, nil
+}
+
+// deadline is when a future among a WaitFirst's may come by itself: a timer passes, or
+// a wait's Timeout option ends it.
+type deadline struct {
+	i     int           // the future's index
+	fixed bool          // at a time (At); else a duration from when the wait is stored
+	at    time.Time     // when fixed
+	after time.Duration // when not
+}
+
+// deadlineOf returns the deadline of w, the future at index i, if it has one.
+func deadlineOf(i int, w *wait) (deadline, bool) {
+	switch {
+	case w.timer != nil && w.await.Until != nil:
+		return deadline{i: i, fixed: true, at: *w.await.Until}, true
+	case w.timer != nil:
+		d, _ := time.ParseDuration(*w.await.Duration) // After's, a Duration's String
+		return deadline{i: i, after: d}, true
+	case w.timeout > 0:
+		return deadline{i: i, after: w.timeout}, true
+	}
+	return deadline{}, false
+}
+
+// earliest returns the deadline of ds (not empty) that passes first when the wait is
+// stored at from, the first in order on a tie. All durations, or all times, compare
+// alike whatever from is.
+func earliest(ds []deadline, from time.Time) deadline {
+	when := func(d deadline) time.Time {
+		if d.fixed {
+			return d.at
+		}
+		return from.Add(d.after)
+	}
+	first := ds[0]
+	for _, d := range ds[1:] {
+		if when(d).Before(when(first)) {
+			first = d
+		}
+	}
+	return first
 }

@@ -1,41 +1,82 @@
 // step.waitFirst and step.waitAll: several waits (wait.ts) at once, or the first of
 // several parallel steps.
+import { toMs } from "./duration.js";
 import { NonRetryableError, TimedOutError } from "./errors.js";
 import { type Invocation, never, q, retry, suspended } from "./invocation.js";
 import type { Await, InvokeCall, JournalEntry } from "./protocol.js";
-import { innerOf, settle, type Settled, Wait } from "./wait.js";
+import { innerOf, settle, type Settled, Wait, type WaitSpec } from "./wait.js";
 
-/** The most waits one waitFirst gives the gateway (journal.MaxAlternatives), its timer aside. */
+/**
+ * The most waits one waitFirst gives the gateway (journal.MaxAlternatives): timers do not
+ * count, and receives of one topic count once.
+ */
 export const MAX_ALTERNATIVES = 8;
 
 /** The most child runs one waitAll starts at once (journal.MaxInvokeAll). */
 export const MAX_INVOKE_ALL = 64;
 
 /**
- * The wait_any timeout of a waitFirst without a timer: the longest the gateway allows
- * (invoker.MaxSleep, 10 years).
+ * The wait_any timeout of a waitFirst with no deadline among its waits: the longest the
+ * gateway allows (invoker.MaxSleep, 10 years).
  */
 export const NO_TIMER_TIMEOUT = "87600h";
+
+/** NO_TIMER_TIMEOUT in milliseconds. */
+const MAX_TIMEOUT_MS = 87600 * 3_600_000;
 
 /** The values of waits, in order. */
 export type Values<W extends readonly unknown[]> = { -readonly [K in keyof W]: Awaited<W[K]> };
 
 /**
+ * When a wait among a waitFirst's comes by itself: a timer passes, or a wait's own
+ * timeout ends it. after counts (ms) from when the wait is stored (step.sleep, a timeout
+ * option); at is a time (ms since the epoch, step.sleepUntil).
+ */
+interface Deadline {
+  i: number;
+  after?: number;
+  at?: number;
+}
+
+/** The deadline of spec, the wait at index i, if it has one. */
+function deadlineOf(i: number, spec: WaitSpec<unknown>): Deadline | undefined {
+  if (spec.role === "timer") {
+    const aw = spec.await(0);
+    if (aw.until !== undefined) return { i, at: Date.parse(aw.until) };
+    return { i, after: toMs(aw.duration ?? 0, `sleep ${q(spec.name)}: duration`) };
+  }
+  if (spec.timeout !== undefined) return { i, after: toMs(spec.timeout, `${spec.kind} ${q(spec.name)}: timeout`) };
+  return undefined;
+}
+
+/**
+ * The deadline of ds (not empty) that passes first when the wait is stored at from (ms
+ * since the epoch), the first in order on a tie. All durations, or all times, compare
+ * alike whatever from is.
+ */
+function earliest(ds: readonly Deadline[], from: number): Deadline {
+  const when = (d: Deadline) => d.at ?? from + d.after!;
+  return ds.reduce((first, d) => (when(d) < when(first) ? d : first));
+}
+
+/**
  * step.waitFirst: the index of the first of waits to come. See Step.waitFirst.
- * runIndex journals a step promise race's chosen index as the step called name.
+ * journal runs pick as a step called name (lazy: its checkpoint may wait for the answer)
+ * and gives its journaled value: a step promise race's chosen index, or the time a
+ * waitFirst of durations and times waits from.
  */
 export async function waitFirst(
   st: Invocation,
   name: string,
   waits: readonly PromiseLike<unknown>[],
-  runIndex: (pick: () => Promise<number>) => Promise<number>,
+  journal: (pick: () => unknown, lazy?: boolean) => Promise<unknown>,
 ): Promise<number> {
   const what = `step: waitFirst ${q(name)}`;
   if (waits.length === 0) throw new NonRetryableError(`${what}: no waits: give it 1 or more`);
   const gateway = waits.map((w) => w instanceof Wait);
   if (!gateway.some((g) => g)) {
     // Parallel steps, running in this process: the first to settle, journaled.
-    return runIndex(() => Promise.race(waits.map((p, i) => Promise.resolve(p).then(() => i, () => i))));
+    return (await journal(() => Promise.race(waits.map((p, i) => Promise.resolve(p).then(() => i, () => i))))) as number;
   }
   const step = gateway.indexOf(false);
   if (step >= 0) {
@@ -44,9 +85,9 @@ export async function waitFirst(
     );
   }
   const ws = waits as readonly Wait<unknown>[];
-  let timer = -1;
   const alts: number[] = []; // the waits in the wait_any's of, by index in waits
-  const topics = new Map<string, number>();
+  const ds: Deadline[] = [];
+  const topics = new Set<string>();
   for (let i = 0; i < ws.length; i++) {
     const { spec, settled, pending } = innerOf(ws[i]!);
     if (settled) return i; // it came before: the first, on every replay too
@@ -61,50 +102,71 @@ export async function waitFirst(
         `${what}: waits[${i}] is a child run (invoke ${q(spec.name)}): the gateway cannot wait for the first of a child run and other waits; await it alone or with waitAll`,
       );
     }
-    if (spec.timeout !== undefined) {
-      throw new NonRetryableError(
-        `${what}: waits[${i}] (${spec.kind} ${q(spec.name)}) has its own timeout: in a waitFirst, a timer (step.sleep or step.sleepUntil) among the waits is the timeout`,
-      );
-    }
-    if (spec.role === "timer") {
-      if (timer >= 0) throw new NonRetryableError(`${what}: waits[${timer}] and waits[${i}] are both timers: give at most one (the first of two timers is the shorter)`);
-      timer = i;
-      continue;
-    }
+    const d = deadlineOf(i, spec);
+    if (d) ds.push(d);
+    if (spec.role === "timer") continue;
     const aw = spec.await(0);
     if (aw.type === "receive" && aw.topic !== undefined) {
-      const seen = topics.get(aw.topic);
-      if (seen !== undefined) throw new NonRetryableError(`${what}: waits[${seen}] and waits[${i}] both receive topic ${q(aw.topic)}: give it once`);
-      topics.set(aw.topic, i);
+      if (topics.has(aw.topic)) continue; // the first receive of the topic is its alternative
+      topics.add(aw.topic);
     }
     alts.push(i);
   }
   if (alts.length > MAX_ALTERNATIVES) {
-    throw new NonRetryableError(`${what}: ${alts.length} waits besides a timer, more than the gateway's limit of ${MAX_ALTERNATIVES}`);
+    throw new NonRetryableError(`${what}: ${alts.length} waits besides timers (receives of one topic counted once), more than the gateway's limit of ${MAX_ALTERNATIVES}`);
   }
+  // The deadlines are compared from a time: any one when they are all durations from the
+  // wait or all times (0), the journaled time it waits from when both.
+  const durations = ds.some((d) => d.at === undefined);
+  const times = ds.some((d) => d.at !== undefined);
+  const from = durations && times ? Date.parse((await journal(() => new Date().toISOString(), true)) as string) : 0;
   if (alts.length === 0) {
-    await ws[timer]!; // only a timer: it is the first
-    return timer;
+    const first = earliest(ds, from).i; // timers alone: the earliest's wait
+    await ws[first]!;
+    return first;
   }
 
   const n = st.next("wait_any", name, 1, true);
   if (!n) return never();
   const e = n.entries[0];
   if (!e) {
-    const of: Await[] = alts.map((i) => ({ ...innerOf(ws[i]!).spec.await(n.seq), name }));
-    const timeout = timer >= 0 ? innerOf(ws[timer]!).spec.timerTimeout!() : NO_TIMER_TIMEOUT;
+    const of: Await[] = alts.map((i) => {
+      const aw: Await = { ...innerOf(ws[i]!).spec.await(n.seq), name };
+      delete aw.timeout; // an alternative has the wait_any's
+      return aw;
+    });
+    let timeout = NO_TIMER_TIMEOUT;
+    if (ds.length > 0) {
+      const d = earliest(ds, from);
+      const left = d.at !== undefined ? d.at - Date.now() : times ? from + d.after! - Date.now() : d.after!;
+      if (left < MAX_TIMEOUT_MS) timeout = `${Math.max(1000, Math.ceil(left))}ms`;
+    }
     return st.halt(suspended({ type: "wait_any", seq: n.seq, name, of, timeout }));
   }
-  return chosen(st, e, ws, alts, timer);
+  return chosen(st, e, ws, alts, ds.length > 0 ? earliest(ds, from).i : -1);
 }
 
-/** Which wait the wait_any journaled at e chose, given its outcome. */
-function chosen(st: Invocation, e: JournalEntry, ws: readonly Wait<unknown>[], alts: number[], timer: number): Promise<number> | number {
+/** w's outcome from out, the output its own entry would hold, journaled in e. */
+function decoded(w: Wait<unknown>, e: JournalEntry, out: unknown): Settled<unknown> {
+  try {
+    return { ok: true, value: innerOf(w).spec.decode(e, out) };
+  } catch (error) {
+    return { ok: false, error };
+  }
+}
+
+/**
+ * Which wait the wait_any journaled at e chose, given its outcome; first is the index of
+ * the earliest deadline (-1: none), the one chosen when the wait timed out.
+ */
+function chosen(st: Invocation, e: JournalEntry, ws: readonly Wait<unknown>[], alts: number[], first: number): Promise<number> | number {
   const got = (e.output ?? {}) as { timed_out?: boolean; index?: number; kind?: string; output?: unknown };
   if (got.timed_out) {
-    if (timer < 0) throw new TimedOutError(e.seq, e.name); // after NO_TIMER_TIMEOUT
-    settle(ws[timer]!, { ok: true, value: undefined });
-    return timer;
+    if (first < 0) throw new TimedOutError(e.seq, e.name); // after NO_TIMER_TIMEOUT
+    const w = ws[first]!;
+    // A timer passed; a wait's own timeout ends it as it would alone.
+    settle(w, innerOf(w).spec.role === "timer" ? { ok: true, value: undefined } : decoded(w, e, { timed_out: true }));
+    return first;
   }
   const i = alts[got.index ?? -1];
   const spec = i === undefined ? undefined : innerOf(ws[i]!).spec;
@@ -112,13 +174,7 @@ function chosen(st: Invocation, e: JournalEntry, ws: readonly Wait<unknown>[], a
     const msg = `step ${e.seq}: code waits for the first of ${alts.length} waits in wait_any ${q(e.name)} but the journal holds alternative ${got.index} (${got.kind})`;
     return st.halt(st.diverged(e.seq, { kind: got.kind ?? e.kind, name: e.name }, { kind: spec?.kind ?? e.kind, name: e.name }, msg));
   }
-  let s: Settled<unknown>;
-  try {
-    s = { ok: true, value: spec.decode(e, got.output) };
-  } catch (error) {
-    s = { ok: false, error };
-  }
-  settle(ws[i]!, s);
+  settle(ws[i]!, decoded(ws[i]!, e, got.output));
   return i;
 }
 

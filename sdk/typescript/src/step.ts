@@ -230,9 +230,6 @@ function callbackFrom<T>(e: JournalEntry, output: unknown): T {
   return got.data as T;
 }
 
-/** A timer's wait_any timeout: ms (at least the gateway's 1s), a duration string. */
-const timerTimeout = (ms: number) => `${Math.max(1000, Math.ceil(ms))}ms`;
-
 /**
  * The steps of one invocation, handed to a function as `step`. Each call takes the next
  * seq of the run (1, 2, ...), except a wait (sleep, sleepUntil, waitForEvent, receive,
@@ -382,7 +379,7 @@ export class Step {
   /**
    * A wait of d (milliseconds or a duration string such as "10m"): awaited, it suspends
    * the run for d from when the gateway receives the answer, on the database clock; on
-   * replay, the journaled sleep resolves at once. In step.waitFirst it is the timer: the
+   * replay, the journaled sleep resolves at once. In step.waitFirst it is a timer: the
    * first of the waits to come unless another comes before d has passed (a timer under
    * 1s waits 1s there, the gateway's shortest).
    *
@@ -413,7 +410,6 @@ export class Step {
       kind: "sleep", name, role: "timer",
       await: (seq) => ({ type: "sleep", seq, name, ...aw }),
       decode: () => undefined,
-      timerTimeout: () => timerTimeout(ms()),
       alone: (st) => this.sleepFor(st, name, ms(), aw),
     });
   }
@@ -479,30 +475,33 @@ export class Step {
   /**
    * Waits for the first of waits to come and resolves with its index in waits; awaiting
    * that wait then gives its outcome at once. The others stay as they were: awaiting one
-   * later waits for it anew (a message not chosen was not taken from the mailbox).
+   * later waits for it anew (a message not chosen was not taken from the mailbox; a
+   * callback not chosen refuses a resolution until its result is awaited again). A wait
+   * that already has its outcome, or is being awaited, is the first, taking no seq.
    *
-   * Waits the gateway keeps (step.waitForEvent, step.receive, a callback's result(), and
-   * at most one timer, step.sleep or step.sleepUntil) are waited for at one seq (a
-   * wait_any, up to 8 besides the timer): the timer is its timeout, and comes first
-   * when it passes (a timer under 1s waits 1s, the gateway's shortest); without one the
-   * wait lasts until a callback among the waits expires, or else up to the gateway's
-   * longest, 10 years, then rejects with a TimedOutError. In a waitFirst the timer is the
-   * timeout, so these waits take no timeout option of their own. A callback not chosen
-   * refuses a resolution until its result is awaited again. A wait that already has its
-   * outcome, or is being awaited (at a seq of its own), is the first, taking no seq.
+   * Waits the gateway keeps are one wait_any at one seq, whose entry records the choice,
+   * so a replay resolves with the same index. Timers (step.sleep, step.sleepUntil) and
+   * waits with their own timeout are deadlines: the earliest is the wait's timeout (at
+   * least 1s), and its wait is chosen when it passes first, the lowest index on a tie (a
+   * wait's own timeout then rejects it with a TimedOutError). Given both durations
+   * (step.sleep, a timeout: from when the wait is stored) and times (step.sleepUntil),
+   * waitFirst first journals the time it waits from, as a step called name, so that a
+   * replay compares the same deadlines. Receives of one topic are one wait: a message
+   * ends the first of them. A callback among the waits expires when the wait times out.
+   * Timers alone are the earliest's sleep. With no deadline the wait lasts the gateway's
+   * longest, 10 years, then rejects with a TimedOutError.
    *
-   * Promises of steps running in parallel (step.run) resolve it with the first to settle
-   * (resolve or reject): its index is journaled as a step called name, so a replay
-   * picks the same.
+   * Promises of steps running in parallel (step.run), alone: the first to settle (resolve
+   * or reject), its index journaled as a step called name, so a replay picks the same.
    *
-   * Refused with a NonRetryableError: a child run (step.invoke: the gateway cannot wait
-   * for the first of a child run and other waits; use waitAll), step promises mixed with
-   * waits the gateway keeps, two timers, a wait with its own timeout, two receives of one
-   * topic.
+   * Refused with a NonRetryableError, taking no seq: a child run (step.invoke: the
+   * gateway's first-of has no child-run alternative; use waitAll), step promises mixed
+   * with waits the gateway keeps (they run in the process, the waits suspend it), more
+   * than 8 waits besides timers.
    */
   waitFirst(name: string, ...waits: PromiseLike<unknown>[]): Promise<number> {
     checkName("step name", name);
-    return waitFirst(this.st, name, waits, (pick) => this.run(name, pick, { retries: 0 }));
+    return waitFirst(this.st, name, waits, (pick, lazy) => this.run(name, pick, { retries: 0, ...(lazy ? { lazy } : {}) }));
   }
 
   /**

@@ -27,10 +27,8 @@ export interface WaitSpec<T> {
    * chose, journaled in e): returns its value, or throws what it rejects with.
    */
   decode(e: JournalEntry, out: unknown): T;
-  /** Its own timeout, when its options gave one (waitFirst refuses it: a timer is the timeout there). */
+  /** Its own timeout, when its options gave one: in a waitFirst, one of its deadlines. */
   timeout?: string;
-  /** For a timer: the wait_any's timeout it makes, a duration string. */
-  timerTimeout?(): string;
   /** Awaited alone, instead of replaying its entry or suspending on its await (a sleep waited out in the process). */
   alone?(st: Invocation): Promise<T>;
 }
