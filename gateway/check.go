@@ -16,6 +16,7 @@ import (
 	"github.com/stepgate/stepgate/internal/helpers/redact"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/appcheck"
 	"github.com/stepgate/stepgate/protocol"
 )
 
@@ -79,14 +80,14 @@ func checkManifestSize(m *protocol.Manifest) error {
 }
 
 // startCheck takes the caller's tenant's check slot for a check of the app at appURL
-// (journal.StartAppCheck), for at most checkSlotTTL; endCheck frees it. When another
+// (appcheck.StartAppCheck), for at most checkSlotTTL; endCheck frees it. When another
 // check holds it, startCheck returns no slot and the 409 that names that check.
-func (s *Server) startCheck(ctx context.Context, appURL string) (*journal.AppCheckSlot, *protocol.AppCheckRefused, error) {
+func (s *Server) startCheck(ctx context.Context, appURL string) (*appcheck.AppCheckSlot, *protocol.AppCheckRefused, error) {
 	db := s.tenantDB(ctx)
-	slot, err := journal.StartAppCheck(ctx, db, journal.AppCheckSlot{
+	slot, err := appcheck.StartAppCheck(ctx, db, appcheck.AppCheckSlot{
 		ID: uuid.NewString(), Tenant: db.Tenant(), Subject: identity(ctx).Subject, App: redact.URL(appURL),
 	}, checkSlotTTL, nil)
-	var running *journal.RunningCheckError
+	var running *appcheck.RunningCheckError
 	switch {
 	case errors.As(err, &running):
 		r := running.Running
@@ -106,9 +107,9 @@ func checkConflict(detail string) *protocol.AppCheckRefused {
 
 // endCheck frees the tenant's check slot that slot holds, even when ctx is done; a
 // slot it fails to free frees itself after checkSlotTTL.
-func (s *Server) endCheck(ctx context.Context, slot *journal.AppCheckSlot) {
+func (s *Server) endCheck(ctx context.Context, slot *appcheck.AppCheckSlot) {
 	ctx = context.WithoutCancel(ctx)
-	if err := journal.EndAppCheck(ctx, s.tenantDB(ctx), slot.Tenant, slot.ID); err != nil {
+	if err := appcheck.EndAppCheck(ctx, s.tenantDB(ctx), slot.Tenant, slot.ID); err != nil {
 		s.log.WarnContext(ctx, "could not end a check; its tenant's next check waits for it to expire",
 			slog.String("tenant", slot.Tenant), slog.String("check_id", slot.ID), slog.String("error", err.Error()))
 	}
@@ -129,7 +130,7 @@ func (s *Server) checkApp(ctx context.Context, m *protocol.Manifest, regs []*reg
 	for _, r := range regs {
 		fc := protocol.FunctionCheck{Function: r.name, URL: &r.url, Broken: []protocol.RunCheck{}}
 		if !replays {
-			live, err := journal.LiveRunsToCheck(ctx, db, db.Tenant(), r.name, 1)
+			live, err := appcheck.LiveRunsToCheck(ctx, db, db.Tenant(), r.name, 1)
 			if err != nil {
 				return nil, err
 			}
@@ -176,7 +177,7 @@ func (s *Server) checkApp(ctx context.Context, m *protocol.Manifest, regs []*reg
 }
 
 // keepChecks keeps each function's part of c as its last check, for the functions
-// registered (journal.PutFunctionCheck keeps nothing for another name): call it once the
+// registered (appcheck.PutFunctionCheck keeps nothing for another name): call it once the
 // sync registered what it registers.
 func (s *Server) keepChecks(ctx context.Context, c *protocol.AppCheck) error {
 	db := s.tenantDB(ctx)
@@ -185,7 +186,7 @@ func (s *Server) keepChecks(ctx context.Context, c *protocol.AppCheck) error {
 		if err != nil {
 			return fmt.Errorf("encode check of %s: %w", fc.Function, err)
 		}
-		err = journal.PutFunctionCheck(ctx, db, journal.FunctionCheck{
+		err = appcheck.PutFunctionCheck(ctx, db, appcheck.FunctionCheck{
 			Tenant: db.Tenant(), Function: fc.Function, CheckedAt: c.CheckedAt, Subject: identity(ctx).Subject,
 			Registered: c.Registered, Forced: c.Forced != nil && *c.Forced, Result: raw,
 		})
@@ -214,7 +215,7 @@ func refusal(c *protocol.AppCheck) string {
 
 // lastCheckToAPI returns a function's last check for the API; unless reveal, the URL
 // it checked is masked as a function's is (redact.URL).
-func lastCheckToAPI(c *journal.FunctionCheck, reveal bool) (*protocol.FunctionLastCheck, error) {
+func lastCheckToAPI(c *appcheck.FunctionCheck, reveal bool) (*protocol.FunctionLastCheck, error) {
 	out := &protocol.FunctionLastCheck{CheckedAt: c.CheckedAt, Registered: c.Registered, Subject: &c.Subject}
 	if c.Forced {
 		out.Forced = new(true)

@@ -19,6 +19,7 @@ import (
 	"github.com/stepgate/stepgate/internal/helpers/redact"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/appcheck"
 	"github.com/stepgate/stepgate/journal/storable"
 	"github.com/stepgate/stepgate/protocol"
 	"github.com/stepgate/stepgate/protocol/names"
@@ -118,13 +119,13 @@ func (s *Server) RegisterFunction(ctx context.Context, req server.RegisterFuncti
 // live runs (POST /v1/apps?check=true) when it had one.
 func (s *Server) GetFunction(ctx context.Context, req server.GetFunctionRequestObject) (server.GetFunctionResponseObject, error) {
 	var fn *journal.Function
-	var last *journal.FunctionCheck
+	var last *appcheck.FunctionCheck
 	err := s.read(ctx, func(db *journal.TenantDB) error {
 		var err error
 		if fn, err = journal.GetFunction(ctx, db, db.Tenant(), req.Name); err != nil {
 			return err
 		}
-		last, err = journal.GetFunctionCheck(ctx, db, db.Tenant(), req.Name)
+		last, err = appcheck.GetFunctionCheck(ctx, db, db.Tenant(), req.Name)
 		if errors.Is(err, journal.ErrNotFound) {
 			last, err = nil, nil
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stepgate/stepgate/invoker/internal/call"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/appcheck"
 	"github.com/stepgate/stepgate/protocol"
 )
 
@@ -113,13 +114,13 @@ func (r ReplayCheck) Clean() bool {
 
 // LiveCheck is what a check of one function found.
 type LiveCheck struct {
-	Live    int  // runs not ended with a journal (journal.LiveRunsToCheck)
+	Live    int  // runs not ended with a journal (appcheck.LiveRunsToCheck)
 	More    bool // more runs not ended than the check looks at
 	Replays []ReplayCheck
 }
 
 // CheckLiveRuns replays up to sample live runs of t.Function in db's tenant
-// (journal.LiveRunsToCheck) against the code at t.URL, as replay-only invocations signed
+// (appcheck.LiveRunsToCheck) against the code at t.URL, as replay-only invocations signed
 // with the tenant's keys over its egress client, a few at once, and returns what each
 // found. Each run's input and journal are charged to budget, shared by the whole check,
 // as they are read; a run past it is not sent, and is a failed replay of type
@@ -127,7 +128,7 @@ type LiveCheck struct {
 // left out. It returns an error only when the database could not be read; ctx bounds
 // the whole check (a replay it cuts short is a failed one).
 func (inv *Invoker) CheckLiveRuns(ctx context.Context, db *journal.TenantDB, t CheckTarget, sample int, budget *CheckBudget) (*LiveCheck, error) {
-	live, err := journal.LiveRunsToCheck(ctx, db, db.Tenant(), t.Function, sample)
+	live, err := appcheck.LiveRunsToCheck(ctx, db, db.Tenant(), t.Function, sample)
 	if err != nil {
 		return nil, fmt.Errorf("live runs of %s: %w", t.Function, err)
 	}
@@ -157,7 +158,7 @@ func (inv *Invoker) CheckLiveRuns(ctx context.Context, db *journal.TenantDB, t C
 
 // replayLive reads the live run ref, charging budget, and replays it against t; nil
 // when the run is gone.
-func (inv *Invoker) replayLive(ctx context.Context, db *journal.TenantDB, t CheckTarget, ref journal.LiveRunRef, budget *CheckBudget) (*ReplayCheck, error) {
+func (inv *Invoker) replayLive(ctx context.Context, db *journal.TenantDB, t CheckTarget, ref appcheck.LiveRunRef, budget *CheckBudget) (*ReplayCheck, error) {
 	run, entries, charged, err := readForReplay(ctx, db, ref.ID, budget)
 	if errors.Is(err, journal.ErrNotFound) {
 		budget.give(charged)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stepgate/stepgate/internal/wiring/pgtest"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/appcheck"
 )
 
 func TestLiveRunsToCheck(t *testing.T) {
@@ -39,7 +40,7 @@ func TestLiveRunsToCheck(t *testing.T) {
 	_, err := journal.Finish(ctx, tx, done.ID, 1, withSteps(journal.Completed(json.RawMessage(`1`)), step(1, "s", `1`)))
 	require.NoError(t, err)
 
-	two, err := journal.LiveRunsToCheck(ctx, tx, tenant, "fn", 2)
+	two, err := appcheck.LiveRunsToCheck(ctx, tx, tenant, "fn", 2)
 	require.NoError(t, err)
 	require.Equal(t, 4, two.Live, "the runs not ended with a journal")
 	require.False(t, two.More)
@@ -49,14 +50,14 @@ func TestLiveRunsToCheck(t *testing.T) {
 	require.True(t, atOne[ids[0]] || atOne[ids[1]], "one run of each place in the journal first: %v", ids)
 	require.Equal(t, 1, two.Sample[0].Revision)
 
-	all, err := journal.LiveRunsToCheck(ctx, tx, tenant, "fn", 100)
+	all, err := appcheck.LiveRunsToCheck(ctx, tx, tenant, "fn", 100)
 	require.NoError(t, err)
 	require.Len(t, all.Sample, 4)
 	for _, r := range all.Sample {
 		require.True(t, atOne[r.ID] || r.ID == atTwo, "only live runs with a journal: %s", r.ID)
 	}
 
-	none, err := journal.LiveRunsToCheck(ctx, tx, "another-tenant", "fn", 100)
+	none, err := appcheck.LiveRunsToCheck(ctx, tx, "another-tenant", "fn", 100)
 	require.NoError(t, err)
 	require.Empty(t, none.Sample, "another tenant's runs are not its")
 }
@@ -65,28 +66,28 @@ func TestFunctionCheck(t *testing.T) {
 	t.Parallel()
 	ctx, tx := t.Context(), pgtest.Tx(t)
 	tenant := newTenant()
-	_, err := journal.GetFunctionCheck(ctx, tx, tenant, "fn")
+	_, err := appcheck.GetFunctionCheck(ctx, tx, tenant, "fn")
 	require.ErrorIs(t, err, journal.ErrNotFound)
 	at := time.Now().UTC().Truncate(time.Millisecond)
 
 	// A check of a name the tenant has not registered (a dry run of a manifest listing
 	// any names) is kept nowhere.
-	ghost := journal.FunctionCheck{Tenant: tenant, Function: "fn", CheckedAt: at, Subject: "a", Result: json.RawMessage(`{"live": 0}`)}
-	require.NoError(t, journal.PutFunctionCheck(ctx, tx, ghost))
-	_, err = journal.GetFunctionCheck(ctx, tx, tenant, "fn")
+	ghost := appcheck.FunctionCheck{Tenant: tenant, Function: "fn", CheckedAt: at, Subject: "a", Result: json.RawMessage(`{"live": 0}`)}
+	require.NoError(t, appcheck.PutFunctionCheck(ctx, tx, ghost))
+	_, err = appcheck.GetFunctionCheck(ctx, tx, tenant, "fn")
 	require.ErrorIs(t, err, journal.ErrNotFound, "fn is not registered: its check is not kept")
 	mustRegister(t, tx, tenant, "fn")
 
-	first := journal.FunctionCheck{Tenant: tenant, Function: "fn", CheckedAt: at, Subject: "a", Registered: false, Result: json.RawMessage(`{"live": 1}`)}
-	require.NoError(t, journal.PutFunctionCheck(ctx, tx, first))
-	second := journal.FunctionCheck{Tenant: tenant, Function: "fn", CheckedAt: at.Add(time.Minute), Subject: "b", Registered: true, Forced: true, Result: json.RawMessage(`{"live": 2}`)}
-	require.NoError(t, journal.PutFunctionCheck(ctx, tx, second))
-	got, err := journal.GetFunctionCheck(ctx, tx, tenant, "fn")
+	first := appcheck.FunctionCheck{Tenant: tenant, Function: "fn", CheckedAt: at, Subject: "a", Registered: false, Result: json.RawMessage(`{"live": 1}`)}
+	require.NoError(t, appcheck.PutFunctionCheck(ctx, tx, first))
+	second := appcheck.FunctionCheck{Tenant: tenant, Function: "fn", CheckedAt: at.Add(time.Minute), Subject: "b", Registered: true, Forced: true, Result: json.RawMessage(`{"live": 2}`)}
+	require.NoError(t, appcheck.PutFunctionCheck(ctx, tx, second))
+	got, err := appcheck.GetFunctionCheck(ctx, tx, tenant, "fn")
 	require.NoError(t, err)
 	require.True(t, second.CheckedAt.Equal(got.CheckedAt))
 	got.CheckedAt = second.CheckedAt
 	require.Equal(t, second, *got, "the last check replaces the one before")
-	_, err = journal.GetFunctionCheck(ctx, tx, "another-tenant", "fn")
+	_, err = appcheck.GetFunctionCheck(ctx, tx, "another-tenant", "fn")
 	require.ErrorIs(t, err, journal.ErrNotFound)
 }
 
@@ -95,15 +96,15 @@ func TestAppCheckSlot(t *testing.T) {
 	ctx, tx := t.Context(), pgtest.Tx(t)
 	tenant, other := newTenant(), newTenant()
 	at := time.Now().UTC().Truncate(time.Millisecond)
-	first := journal.AppCheckSlot{ID: newID(), Tenant: tenant, Subject: "alice", App: "https://app.example/"}
-	got, err := journal.StartAppCheck(ctx, tx, first, time.Minute, &at)
+	first := appcheck.AppCheckSlot{ID: newID(), Tenant: tenant, Subject: "alice", App: "https://app.example/"}
+	got, err := appcheck.StartAppCheck(ctx, tx, first, time.Minute, &at)
 	require.NoError(t, err)
 	require.True(t, at.Equal(got.StartedAt))
 
-	second := journal.AppCheckSlot{ID: newID(), Tenant: tenant, Subject: "bob", App: "https://other.example/"}
+	second := appcheck.AppCheckSlot{ID: newID(), Tenant: tenant, Subject: "bob", App: "https://other.example/"}
 	later := at.Add(59 * time.Second)
-	_, err = journal.StartAppCheck(ctx, tx, second, time.Minute, &later)
-	var running *journal.RunningCheckError
+	_, err = appcheck.StartAppCheck(ctx, tx, second, time.Minute, &later)
+	var running *appcheck.RunningCheckError
 	require.ErrorAs(t, err, &running, "one check at a time per tenant")
 	require.ErrorIs(t, err, journal.ErrConflict)
 	require.Equal(t, first.ID, running.Running.ID)
@@ -111,20 +112,20 @@ func TestAppCheckSlot(t *testing.T) {
 	require.Equal(t, "https://app.example/", running.Running.App)
 	require.True(t, at.Equal(running.Running.StartedAt))
 
-	_, err = journal.StartAppCheck(ctx, tx, journal.AppCheckSlot{ID: newID(), Tenant: other, Subject: "carol"}, time.Minute, &later)
+	_, err = appcheck.StartAppCheck(ctx, tx, appcheck.AppCheckSlot{ID: newID(), Tenant: other, Subject: "carol"}, time.Minute, &later)
 	require.NoError(t, err, "another tenant's check runs beside it")
 
-	require.NoError(t, journal.EndAppCheck(ctx, tx, tenant, second.ID), "ending another check's slot ends nothing")
-	_, err = journal.StartAppCheck(ctx, tx, second, time.Minute, &later)
+	require.NoError(t, appcheck.EndAppCheck(ctx, tx, tenant, second.ID), "ending another check's slot ends nothing")
+	_, err = appcheck.StartAppCheck(ctx, tx, second, time.Minute, &later)
 	require.ErrorAs(t, err, &running)
 
 	expired := at.Add(time.Minute)
-	got, err = journal.StartAppCheck(ctx, tx, second, time.Minute, &expired)
+	got, err = appcheck.StartAppCheck(ctx, tx, second, time.Minute, &expired)
 	require.NoError(t, err, "a slot held past its time (its gateway died) is taken over")
 	require.True(t, expired.Equal(got.StartedAt))
 
-	require.NoError(t, journal.EndAppCheck(ctx, tx, tenant, second.ID))
-	third := journal.AppCheckSlot{ID: newID(), Tenant: tenant, Subject: "dave"}
-	_, err = journal.StartAppCheck(ctx, tx, third, time.Minute, &expired)
+	require.NoError(t, appcheck.EndAppCheck(ctx, tx, tenant, second.ID))
+	third := appcheck.AppCheckSlot{ID: newID(), Tenant: tenant, Subject: "dave"}
+	_, err = appcheck.StartAppCheck(ctx, tx, third, time.Minute, &expired)
 	require.NoError(t, err, "an ended check frees the slot")
 }

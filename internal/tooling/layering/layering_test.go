@@ -57,6 +57,7 @@ var table = []row{
 	{pkg: "journal/internal/...", may: []string{"journal/internal/...", "access"}, parts: []string{pgx}},
 	{pkg: "journal/operation", may: beside, parts: []string{pgx}},
 	{pkg: "journal/schedule", may: beside, parts: []string{pgx}},
+	{pkg: "journal/appcheck", may: beside, parts: []string{pgx}},
 	{pkg: "auth", may: []string{"access", "journal", "protocol/..."}},
 	{pkg: "migrations/...", may: []string{"migrations/...", "internal/wiring/pgserver"}, parts: []string{pgx, river}},
 

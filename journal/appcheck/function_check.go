@@ -1,4 +1,6 @@
-package journal
+// Package appcheck holds the journal's checks of an app against its live runs: the live runs
+// a check replays, each function's last check, and the tenant's one running check slot.
+package appcheck
 
 import (
 	"context"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
@@ -35,7 +38,7 @@ const MaxLiveRunsCounted = 10000
 // place in the journal (its last seq) first, then the next newest of each, so that a
 // sample holds every place before it holds two runs of one. It looks at the function's
 // MaxLiveRunsCounted newest runs not ended.
-func LiveRunsToCheck(ctx context.Context, db DB, tenant, function string, sample int) (LiveRuns, error) {
+func LiveRunsToCheck(ctx context.Context, db journal.DB, tenant, function string, sample int) (LiveRuns, error) {
 	rows, err := dbsqlc.New(db).LiveRunsToCheck(ctx, dbsqlc.LiveRunsToCheckParams{Sample: int32(sample), Tenant: tenant, Function: function})
 	if err != nil {
 		return LiveRuns{}, err
@@ -61,18 +64,18 @@ type FunctionCheck struct {
 
 // PutFunctionCheck keeps c as its function's last check, replacing the one before, when
 // the tenant has registered the function; for a name it has not, it keeps nothing.
-func PutFunctionCheck(ctx context.Context, db DB, c FunctionCheck) error {
+func PutFunctionCheck(ctx context.Context, db journal.DB, c FunctionCheck) error {
 	return dbsqlc.New(db).PutFunctionCheck(ctx, dbsqlc.PutFunctionCheckParams{
 		Tenant: c.Tenant, Function: c.Function, CheckedAt: c.CheckedAt, Subject: c.Subject,
 		Registered: c.Registered, Forced: c.Forced, Result: c.Result,
 	})
 }
 
-// GetFunctionCheck returns the tenant's function's last check, or ErrNotFound.
-func GetFunctionCheck(ctx context.Context, db DB, tenant, function string) (*FunctionCheck, error) {
+// GetFunctionCheck returns the tenant's function's last check, or journal.ErrNotFound.
+func GetFunctionCheck(ctx context.Context, db journal.DB, tenant, function string) (*FunctionCheck, error) {
 	r, err := dbsqlc.New(db).GetFunctionCheck(ctx, dbsqlc.GetFunctionCheckParams{Tenant: tenant, Function: function})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, ErrNotFound
+		return nil, journal.ErrNotFound
 	}
 	if err != nil {
 		return nil, err
@@ -98,16 +101,16 @@ func (e *RunningCheckError) Error() string {
 	return fmt.Sprintf("journal: check %s of the tenant's app %s is still running; one runs at a time", e.Running.ID, e.Running.App)
 }
 
-// Unwrap makes errors.Is(err, ErrConflict) hold.
-func (e *RunningCheckError) Unwrap() error { return ErrConflict }
+// Unwrap makes errors.Is(err, journal.ErrConflict) hold.
+func (e *RunningCheckError) Unwrap() error { return journal.ErrConflict }
 
 // StartAppCheck takes the tenant's check slot for c until ttl has passed, from now (the
 // database's clock) or from at when set, and returns c with its StartedAt. When another
 // check holds the slot and its ttl has not passed, it returns a *RunningCheckError naming
 // that check; a slot held past its ttl (its gateway died mid-check) is taken over. It
-// returns ErrConflict when the slot changed hands twice while it looked: the caller may
+// returns journal.ErrConflict when the slot changed hands twice while it looked: the caller may
 // ask again. EndAppCheck frees the slot.
-func StartAppCheck(ctx context.Context, db DB, c AppCheckSlot, ttl time.Duration, at *time.Time) (*AppCheckSlot, error) {
+func StartAppCheck(ctx context.Context, db journal.DB, c AppCheckSlot, ttl time.Duration, at *time.Time) (*AppCheckSlot, error) {
 	q := dbsqlc.New(db)
 	for range 2 {
 		started, err := q.AppCheckStart(ctx, dbsqlc.AppCheckStartParams{
@@ -129,12 +132,12 @@ func StartAppCheck(ctx context.Context, db DB, c AppCheckSlot, ttl time.Duration
 		}
 		return nil, &RunningCheckError{Running: AppCheckSlot{ID: r.ID, Tenant: c.Tenant, Subject: r.Subject, App: r.App, StartedAt: r.StartedAt}}
 	}
-	return nil, fmt.Errorf("start check: %w", ErrConflict)
+	return nil, fmt.Errorf("start check: %w", journal.ErrConflict)
 }
 
 // EndAppCheck frees the tenant's check slot if the check id holds it; else it does
 // nothing.
-func EndAppCheck(ctx context.Context, db DB, tenant, id string) error {
+func EndAppCheck(ctx context.Context, db journal.DB, tenant, id string) error {
 	if err := dbsqlc.New(db).AppCheckEnd(ctx, dbsqlc.AppCheckEndParams{Tenant: tenant, ID: id}); err != nil {
 		return fmt.Errorf("end check %s: %w", id, err)
 	}
