@@ -222,6 +222,14 @@ function messageFrom<T>(e: JournalEntry, output: unknown): Message<T> {
   return out;
 }
 
+/** An awaited run's end journaled at e: its output; a failure, a cancellation or a refusal throws a StepError, a timeout a TimedOutError. */
+function runEndFrom<T>(e: JournalEntry, output: unknown): T {
+  const got = (output ?? {}) as { timed_out?: boolean; run?: { status?: string; output?: T; error?: ErrorInfo } };
+  if (got.timed_out || !got.run) throw new TimedOutError(e.seq, e.name);
+  if (got.run.error) throw stepError(e, got.run.error);
+  return (got.run.output ?? null) as T;
+}
+
 /** A callback's resolution journaled at e: its data; a rejection throws a StepError, a timeout a TimedOutError. */
 function callbackFrom<T>(e: JournalEntry, output: unknown): T {
   const got = (output ?? {}) as { timed_out?: boolean; data?: T; error?: ErrorInfo };
@@ -592,6 +600,29 @@ export class Step {
     const ack = await this.journal(n.seq, "send", topic, { run_id: runId, topic, data: value, id: `${this.st.req.run.id}:${n.seq}` });
     if (!ack) return never();
     if (ack.error) throw new StepError(n.seq, topic, ack.error.type, ack.error.message);
+  }
+
+  /**
+   * A wait called name for the end of the run runId of this run's tenant: any run, not
+   * only a child (one a client started, a schedule, another run). Awaited, it suspends
+   * until that run ends and gives its output; a run that failed (its error's type), was
+   * cancelled (cancelled), is not in the tenant (not_found) or that this run's identity
+   * may not read (forbidden: it needs runs:read) rejects with a StepError; after
+   * opts.timeout (default 24h) it rejects with a TimedOutError. A run that has ended
+   * already gives its outcome at once. It may be one of step.waitFirst's waits. A run may
+   * not await itself: the gateway fails it.
+   */
+  awaitRun<T = unknown>(name: string, runId: string, opts: ReceiveOptions = {}): Wait<T> {
+    checkName("step name", name);
+    if (!/^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/.test(runId)) {
+      throw new NonRetryableError(`step: awaitRun ${q(name)}: run id ${q(runId)} is not a UUID`);
+    }
+    const timeout = opts.timeout === undefined ? undefined : goDuration(opts.timeout, `awaitRun ${q(name)}: timeout`);
+    return new Wait<T>(this.st, {
+      kind: "await_run", name, role: "alternative", ...(timeout ? { timeout } : {}),
+      await: (seq) => ({ type: "await_run", seq, name, run_id: runId, ...(timeout ? { timeout } : {}) }),
+      decode: (e, out) => runEndFrom<T>(e, out),
+    });
   }
 
   /**

@@ -247,7 +247,8 @@ export class TestRun {
       }
       case "wait_event":
       case "receive":
-      case "await_callback": {
+      case "await_callback":
+      case "await_run": {
         const got = this.take(aw, w.since);
         if (got !== undefined) return [{ seq: aw.seq, kind: aw.type, name: aw.name, output: got }];
         return timedOut ? [{ seq: aw.seq, kind: aw.type, name: aw.name, output: { timed_out: true } }] : undefined;
@@ -292,6 +293,17 @@ export class TestRun {
       case "await_callback": {
         const r = this.resolutions.get(aw.callback_seq ?? -1);
         return r ? { ...r } : undefined;
+      }
+      case "await_run": {
+        // As the gateway: the awaited run's end, or not_found for a run the harness does not have.
+        const id = (aw.run_id ?? "").toLowerCase();
+        const run = this.h.runOf(id);
+        if (!run) return { run: { id, error: { type: "not_found", message: `no run ${id} in the tenant` } } };
+        const o = run.outcome;
+        if (!o || o.status === "suspended") return undefined;
+        return o.status === "completed"
+          ? { run: { id, status: "completed", output: o.output ?? null } }
+          : { run: { id, status: "failed", error: o.error } };
       }
       default:
         return undefined;
@@ -409,6 +421,14 @@ export class TestRun {
           const message = `stepgate/testing: continue at seq ${aw.seq} journals nothing since the invocation began (the journal's next seq was ${this.began})`;
           return this.finish({ status: "failed", error: { type: "bad_answer", message } });
         }
+        return;
+      case "await_run":
+        // As on the gateway: a run awaiting its own end would wait until its timeout.
+        if ((aw.run_id ?? "").toLowerCase() === this.id.toLowerCase()) {
+          const message = `stepgate/testing: await_run ${JSON.stringify(aw.name)} at seq ${aw.seq} awaits the run itself`;
+          return this.finish({ status: "failed", error: { type: "bad_answer", message } });
+        }
+        this.wait({ aw, since, due: now + toMs(aw.timeout ?? DEFAULT_WAIT_TIMEOUT, "timeout") });
         return;
       case "sleep": {
         const due = aw.until ? new Date(aw.until).getTime() : now + toMs(aw.duration ?? "0s", "sleep");

@@ -195,6 +195,11 @@ export class Harness {
     }
   }
 
+  /** @internal The harness's run of id, if any (an await_run looks it up). */
+  runOf(id: string): TestRun | undefined {
+    return this.runs.get(id);
+  }
+
   /** @internal */
   clockMs(): number {
     return this.clock;

@@ -334,3 +334,56 @@ test("a child run that waits is reached through h.children; its parent resumes w
   assert.deepEqual(await kid.sendMessage("answer", "42"), { status: "completed", output: "42" });
   assert.deepEqual(await run.result(), { status: "completed", output: "child said 42" });
 });
+
+test("step.awaitRun waits for another run's end: its output, its error, not_found, a timeout, the first of waits; a run may not await itself", async () => {
+  const worker = createFunction({ name: "t.worker" }, async ({ step }) => {
+    const m = await step.receive<{ fail?: boolean; n?: number }>("go");
+    if (m.data.fail) throw new NonRetryableError("asked to fail");
+    return m.data.n;
+  });
+  const watcher = createFunction<{ id: string; timeout?: string }>({ name: "t.watcher" }, async ({ input, step }) => {
+    try {
+      return { output: await step.awaitRun<number>("worker", input.id, input.timeout ? { timeout: input.timeout } : {}) };
+    } catch (e) {
+      if (e instanceof TimedOutError) return { timedOut: true };
+      return { error: (e as { type?: string }).type };
+    }
+  });
+  const first = createFunction<{ id: string }>({ name: "t.first" }, async ({ input, step }) =>
+    step.waitFirst("first", step.awaitRun("worker", input.id), step.receive("stop")),
+  );
+  const self = createFunction({ name: "t.self" }, async ({ step, run }) => step.awaitRun("me", run.id));
+  const h = testing.harness([worker, watcher, first, self]);
+
+  const w = h.start(null, { function: "t.worker" });
+  const watching = h.start({ id: w.id }, { function: "t.watcher" });
+  assert.equal((await watching.result()).status, "suspended");
+  await w.sendMessage("go", { n: 7 });
+  assert.deepEqual(await watching.result(), { status: "completed", output: { output: 7 } });
+  assert.equal(watching.journal.at(-1)!.kind, "await_run");
+  assert.deepEqual(await h.start({ id: w.id }, { function: "t.watcher" }).result(), { status: "completed", output: { output: 7 } }, "an ended run at once");
+
+  const failing = h.start(null, { function: "t.worker" });
+  const onFailing = h.start({ id: failing.id }, { function: "t.watcher" });
+  await failing.sendMessage("go", { fail: true });
+  assert.deepEqual(await onFailing.result(), { status: "completed", output: { error: "non_retryable" } });
+
+  const unknown = h.start({ id: "0190a0c1-0000-7000-8000-000000000000" }, { function: "t.watcher" });
+  assert.deepEqual(await unknown.result(), { status: "completed", output: { error: "not_found" } });
+
+  const slow = h.start(null, { function: "t.worker" });
+  const late = h.start({ id: slow.id, timeout: "1h" }, { function: "t.watcher" });
+  await late.result();
+  await h.advance("1h");
+  assert.deepEqual(await late.result(), { status: "completed", output: { timedOut: true } });
+
+  const raced = h.start(null, { function: "t.worker" });
+  const racing = h.start({ id: raced.id }, { function: "t.first" });
+  assert.equal((await racing.result()).status, "suspended");
+  await raced.sendMessage("go", { n: 1 });
+  assert.deepEqual(await racing.result(), { status: "completed", output: 0 });
+
+  const out = await h.start(null, { function: "t.self" }).result();
+  assert.equal(out.status, "failed");
+  assert.equal(out.error?.type, "bad_answer");
+});
