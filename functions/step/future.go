@@ -72,8 +72,9 @@ type wait struct {
 	// decode reads its journal entry (or a wait_any's, unwrapped) into the future's
 	// value, and returns the outcome's error.
 	decode func(st *invocation.State, e *protocol.JournalEntry) error
-	// timer, for a timer, says how long is left until it passes: [WaitFirst] makes it
-	// the wait_any's timeout.
+	// timer, for a timer, says how long is left until it passes (its Get sleeps that
+	// long); [WaitFirst] tells a timer by it, and reads its deadline from the await
+	// (duration or until).
 	timer func() time.Duration
 	// get, when set, waits for it alone instead of the plain await (a timer may be
 	// waited out in the process); it returns nil once it has come.

@@ -61,13 +61,13 @@ func Lazy() Option {
 }
 
 // Timeout bounds a wait: when d passes before what it waits for comes, its future's Get
-// returns an error that is [ErrTimedOut]. For [WaitForEvent], [Receive] and
-// [ReceiveRequest], d counts from when the gateway stores the wait (1s to 10 years;
+// returns an error that is [ErrTimedOut]. For [WaitForEvent], [Receive],
+// [ReceiveRequest] and [AwaitRun], d counts from when the gateway stores the wait (1s to 10 years;
 // defaults to 24h). For [Callback], d is how long the callback stays open, from when it
 // is made (1s to 8760h; defaults to 168h): a resolution after it is refused (409), and
-// its result's wait times out then. A d of zero or less keeps the default. A wait given
-// to [WaitFirst] takes no Timeout: its timeout there is a timer ([After], [At]) among
-// the futures.
+// its result's wait times out then. A d of zero or less keeps the default. Given to
+// [WaitFirst], a wait's Timeout is one of its deadlines, as a timer is: when it passes
+// first, WaitFirst returns that wait's index and its Get returns the timed-out error.
 func Timeout(d time.Duration) Option {
 	return Option{"Timeout", func(p *options) { p.timeout = d }}
 }

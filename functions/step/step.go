@@ -4,7 +4,8 @@
 // [SendEvent], [Send], [Reply], [ReplyError] or [Callback] takes the next seq of the run
 // (1, 2, ...), and so does the [Future.Get] of a wait not yet resolved (a step started with Go took its
 // own); [WaitFirst] takes one, unless it is given waits the gateway keeps of which one
-// is resolved already, or a timer alone (then the timer's Get takes it); [WaitAll] and
+// is resolved already, or timers alone (then the earliest's Get takes it), and two when
+// it is given both durations and times (it journals the time it waits from first); [WaitAll] and
 // [All] take one per wait they resolve (each child run among them, started together,
 // and each other wait, as its Get), [Patched] one unless
 // the run's journal went past that point on older code, [DeprecatePatch] one only where
