@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/keyring"
 )
 
 // MinInvocationKeyBytes is the shortest invocation token key accepted.
@@ -35,7 +36,7 @@ type InvocationTokens struct {
 	db journal.DB // nil for the operator's keys
 
 	mu       sync.Mutex
-	keys     []journal.InvocationKey // current first
+	keys     []keyring.InvocationKey // current first
 	loadedAt time.Time
 	tried    time.Time // the last reload for an unknown key id
 }
@@ -57,7 +58,7 @@ func NewInvocationTokens(secrets ...[]byte) (*InvocationTokens, error) {
 		if len(s) < MinInvocationKeyBytes {
 			return nil, fmt.Errorf("auth: invocation token key %d is %d bytes; at least %d are required", i+1, len(s), MinInvocationKeyBytes)
 		}
-		t.keys = append(t.keys, journal.InvocationKey{ID: keyID(s), Secret: s})
+		t.keys = append(t.keys, keyring.InvocationKey{ID: keyID(s), Secret: s})
 	}
 	return t, nil
 }
@@ -79,21 +80,21 @@ func LoadInvocationTokens(ctx context.Context, db journal.DB) (*InvocationTokens
 }
 
 // NewInvocationKey returns a new random invocation key.
-func NewInvocationKey() journal.InvocationKey {
+func NewInvocationKey() keyring.InvocationKey {
 	s := make([]byte, 32)
 	rand.Read(s)
-	return journal.InvocationKey{ID: keyID(s), Secret: s}
+	return keyring.InvocationKey{ID: keyID(s), Secret: s}
 }
 
 // RotateInvocationKey makes a new random key the current one in db and retires the
 // current one after overlap, which should outlast the longest invocation (the longest
 // function timeout plus the lease grace). Gateways pick it up within a minute.
 func RotateInvocationKey(ctx context.Context, db journal.DB, overlap time.Duration) error {
-	return journal.RotateInvocationKey(ctx, db, NewInvocationKey(), overlap)
+	return keyring.RotateInvocationKey(ctx, db, NewInvocationKey(), overlap)
 }
 
 func (t *InvocationTokens) reload(ctx context.Context) error {
-	keys, err := journal.InvocationKeys(ctx, t.db, NewInvocationKey())
+	keys, err := keyring.InvocationKeys(ctx, t.db, NewInvocationKey())
 	if err != nil {
 		return fmt.Errorf("auth: invocation keys: %w", err)
 	}
@@ -105,7 +106,7 @@ func (t *InvocationTokens) reload(ctx context.Context) error {
 
 // current returns the key that signs, reading the database's keys again when they are
 // older than invocationKeyRefresh (keeping the old ones if that fails).
-func (t *InvocationTokens) current(ctx context.Context) journal.InvocationKey {
+func (t *InvocationTokens) current(ctx context.Context) keyring.InvocationKey {
 	t.mu.Lock()
 	stale := t.db != nil && time.Since(t.loadedAt) > invocationKeyRefresh
 	if stale {
@@ -122,7 +123,7 @@ func (t *InvocationTokens) current(ctx context.Context) journal.InvocationKey {
 
 // find returns the key named id that still verifies at now, reading the database's keys
 // again once when it is unknown.
-func (t *InvocationTokens) find(ctx context.Context, id string, now time.Time) (journal.InvocationKey, bool) {
+func (t *InvocationTokens) find(ctx context.Context, id string, now time.Time) (keyring.InvocationKey, bool) {
 	for try := 0; ; try++ {
 		t.mu.Lock()
 		for _, k := range t.keys {
@@ -137,7 +138,7 @@ func (t *InvocationTokens) find(ctx context.Context, id string, now time.Time) (
 		}
 		t.mu.Unlock()
 		if !again || t.reload(ctx) != nil {
-			return journal.InvocationKey{}, false
+			return keyring.InvocationKey{}, false
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/keyring"
 	"github.com/stepgate/stepgate/protocol/signature"
 )
 
@@ -31,7 +32,7 @@ type SigningKeys struct {
 }
 
 type tenantKeys struct {
-	keys     []journal.SigningKey // current first
+	keys     []keyring.SigningKey // current first
 	signers  []signature.SigningKey
 	loadedAt time.Time
 }
@@ -48,14 +49,14 @@ func NewSigningKeys(db journal.DB) *SigningKeys {
 }
 
 // NewSigningKey returns a new random key of tenant.
-func NewSigningKey(tenant string) journal.SigningKey {
+func NewSigningKey(tenant string) keyring.SigningKey {
 	seed := make([]byte, ed25519.SeedSize)
 	rand.Read(seed)
 	secret := make([]byte, 32)
 	rand.Read(secret)
 	pub := ed25519.NewKeyFromSeed(seed).Public().(ed25519.PublicKey)
 	sum := sha256.Sum256(pub)
-	return journal.SigningKey{
+	return keyring.SigningKey{
 		Tenant: tenant, ID: base64.RawURLEncoding.EncodeToString(sum[:9]),
 		Seed: seed, PublicKey: pub, HMACSecret: secret,
 	}
@@ -86,7 +87,7 @@ func (s *SigningKeys) Sign(ctx context.Context, tenant string, r signature.Reque
 
 // Keys returns the tenant's keys that sign, the current one first, making its first key
 // when it has none.
-func (s *SigningKeys) Keys(ctx context.Context, tenant string) ([]journal.SigningKey, error) {
+func (s *SigningKeys) Keys(ctx context.Context, tenant string) ([]keyring.SigningKey, error) {
 	tk, err := s.load(ctx, tenant, true)
 	if err != nil {
 		return nil, err
@@ -119,9 +120,9 @@ func (s *SigningKeys) Verification(ctx context.Context, tenant string, refresh b
 
 // Rotate makes a new key the tenant's current one and retires the current one after
 // overlap (both sign until then). It returns the keys that now sign, or an error wrapping
-// journal.ErrTooManyKeys.
-func (s *SigningKeys) Rotate(ctx context.Context, tenant string, overlap time.Duration) ([]journal.SigningKey, error) {
-	keys, err := journal.RotateSigningKey(ctx, s.db, NewSigningKey(tenant), overlap)
+// keyring.ErrTooManyKeys.
+func (s *SigningKeys) Rotate(ctx context.Context, tenant string, overlap time.Duration) ([]keyring.SigningKey, error) {
+	keys, err := keyring.RotateSigningKey(ctx, s.db, NewSigningKey(tenant), overlap)
 	if err != nil {
 		return keys, err
 	}
@@ -142,12 +143,12 @@ func (s *SigningKeys) load(ctx context.Context, tenant string, create bool) (*te
 }
 
 func (s *SigningKeys) reload(ctx context.Context, tenant string, create bool) (*tenantKeys, error) {
-	var keys []journal.SigningKey
+	var keys []keyring.SigningKey
 	var err error
 	if create {
-		keys, err = journal.EnsureSigningKeys(ctx, s.db, NewSigningKey(tenant))
+		keys, err = keyring.EnsureSigningKeys(ctx, s.db, NewSigningKey(tenant))
 	} else {
-		keys, err = journal.SigningKeys(ctx, s.db, tenant)
+		keys, err = keyring.SigningKeys(ctx, s.db, tenant)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("auth: signing keys: %w", err)
@@ -158,7 +159,7 @@ func (s *SigningKeys) reload(ctx context.Context, tenant string, create bool) (*
 	return s.store(tenant, keys), nil
 }
 
-func (s *SigningKeys) store(tenant string, keys []journal.SigningKey) *tenantKeys {
+func (s *SigningKeys) store(tenant string, keys []keyring.SigningKey) *tenantKeys {
 	tk := &tenantKeys{keys: keys, loadedAt: time.Now()}
 	for _, k := range keys {
 		tk.signers = append(tk.signers, signature.SigningKey{Ed25519: ed25519.NewKeyFromSeed(k.Seed), HMAC: k.HMACSecret})

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/stepgate/stepgate/gateway/api/server"
-	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/keyring"
 	"github.com/stepgate/stepgate/protocol"
 	"github.com/stepgate/stepgate/protocol/signature"
 )
@@ -20,7 +20,7 @@ const (
 	MaxKeyOverlap     = 30 * 24 * time.Hour
 )
 
-func signingKeySet(tenant string, keys []journal.SigningKey) protocol.SigningKeySet {
+func signingKeySet(tenant string, keys []keyring.SigningKey) protocol.SigningKeySet {
 	out := protocol.SigningKeySet{Tenant: tenant, Keys: make([]protocol.SigningKey, 0, len(keys))}
 	for _, k := range keys {
 		out.Keys = append(out.Keys, protocol.SigningKey{
@@ -54,10 +54,10 @@ func (s *Server) RotateSigningKey(ctx context.Context, req server.RotateSigningK
 	}
 	id := identity(ctx)
 	keys, err := s.keys.Rotate(ctx, id.Tenant, overlap)
-	if errors.Is(err, journal.ErrTooManyKeys) {
+	if errors.Is(err, keyring.ErrTooManyKeys) {
 		return server.RotateSigningKey409ApplicationProblemPlusJSONResponse{ConflictApplicationProblemPlusJSONResponse: conflict(fmt.Sprintf(
 			"tenant %q already has %d keys that sign (the current one and those in their overlap); rotate again once the oldest retires",
-			id.Tenant, journal.MaxSigningKeys))}, nil
+			id.Tenant, keyring.MaxSigningKeys))}, nil
 	}
 	if err != nil {
 		return nil, err

@@ -58,7 +58,8 @@ var table = []row{
 	{pkg: "journal/operation", may: beside, parts: []string{pgx}},
 	{pkg: "journal/schedule", may: beside, parts: []string{pgx}},
 	{pkg: "journal/appcheck", may: beside, parts: []string{pgx}},
-	{pkg: "auth", may: []string{"access", "journal", "protocol/..."}},
+	{pkg: "journal/keyring", may: beside, parts: []string{pgx}},
+	{pkg: "auth", may: []string{"access", "journal", "journal/keyring", "protocol/..."}},
 	{pkg: "migrations/...", may: []string{"migrations/...", "internal/wiring/pgserver"}, parts: []string{pgx, river}},
 
 	// internal/helpers: runtime helpers of one job each, linked into the gateway, that know

@@ -1,4 +1,4 @@
-package journal_test
+package keyring_test
 
 import (
 	"crypto/rand"
@@ -9,8 +9,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepgate/stepgate/internal/wiring/pgtest"
-	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/keyring"
 )
+
+// newTenant returns a tenant no other test uses.
+func newTenant() string { return "tenant-" + rand.Text()[:12] }
 
 func randomBytes(n int) []byte {
 	b := make([]byte, n)
@@ -18,8 +21,8 @@ func randomBytes(n int) []byte {
 	return b
 }
 
-func newSigningKey(tenant string) journal.SigningKey {
-	return journal.SigningKey{Tenant: tenant, ID: rand.Text()[:12], Seed: randomBytes(32), PublicKey: randomBytes(32), HMACSecret: randomBytes(32)}
+func newSigningKey(tenant string) keyring.SigningKey {
+	return keyring.SigningKey{Tenant: tenant, ID: rand.Text()[:12], Seed: randomBytes(32), PublicKey: randomBytes(32), HMACSecret: randomBytes(32)}
 }
 
 func TestInvocationKeys(t *testing.T) {
@@ -28,10 +31,10 @@ func TestInvocationKeys(t *testing.T) {
 
 	// Gateways starting together agree on one key: the first stored.
 	var wg sync.WaitGroup
-	got := make([][]journal.InvocationKey, 8)
+	got := make([][]keyring.InvocationKey, 8)
 	for i := range got {
 		wg.Go(func() {
-			keys, err := journal.InvocationKeys(ctx, db, journal.InvocationKey{ID: rand.Text()[:8], Secret: randomBytes(32)})
+			keys, err := keyring.InvocationKeys(ctx, db, keyring.InvocationKey{ID: rand.Text()[:8], Secret: randomBytes(32)})
 			require.NoError(t, err)
 			got[i] = keys
 		})
@@ -45,9 +48,9 @@ func TestInvocationKeys(t *testing.T) {
 	}
 	first := got[0][0]
 
-	next := journal.InvocationKey{ID: "next", Secret: randomBytes(32)}
-	require.NoError(t, journal.RotateInvocationKey(ctx, db, next, time.Hour))
-	keys, err := journal.InvocationKeys(ctx, db, journal.InvocationKey{ID: "ignored", Secret: randomBytes(32)})
+	next := keyring.InvocationKey{ID: "next", Secret: randomBytes(32)}
+	require.NoError(t, keyring.RotateInvocationKey(ctx, db, next, time.Hour))
+	keys, err := keyring.InvocationKeys(ctx, db, keyring.InvocationKey{ID: "ignored", Secret: randomBytes(32)})
 	require.NoError(t, err)
 	require.Len(t, keys, 2)
 	require.Equal(t, "next", keys[0].ID, "the new key is current")
@@ -55,8 +58,8 @@ func TestInvocationKeys(t *testing.T) {
 	require.Equal(t, first.ID, keys[1].ID, "the old one verifies until it retires")
 	require.WithinDuration(t, time.Now().Add(time.Hour), *keys[1].RetiresAt, time.Minute)
 
-	require.NoError(t, journal.RotateInvocationKey(ctx, db, journal.InvocationKey{ID: "third", Secret: randomBytes(32)}, 0))
-	keys, err = journal.InvocationKeys(ctx, db, journal.InvocationKey{ID: "ignored", Secret: randomBytes(32)})
+	require.NoError(t, keyring.RotateInvocationKey(ctx, db, keyring.InvocationKey{ID: "third", Secret: randomBytes(32)}, 0))
+	keys, err = keyring.InvocationKeys(ctx, db, keyring.InvocationKey{ID: "ignored", Secret: randomBytes(32)})
 	require.NoError(t, err)
 	require.Equal(t, []string{"third", first.ID}, []string{keys[0].ID, keys[1].ID}, "a zero overlap retires at once")
 
@@ -69,15 +72,15 @@ func TestSigningKeys(t *testing.T) {
 	ctx, db := t.Context(), pgtest.DB(t)
 	tenant, other := newTenant(), newTenant()
 
-	none, err := journal.SigningKeys(ctx, db, tenant)
+	none, err := keyring.SigningKeys(ctx, db, tenant)
 	require.NoError(t, err)
 	require.Empty(t, none, "reading makes no key")
 
 	var wg sync.WaitGroup
-	got := make([][]journal.SigningKey, 8)
+	got := make([][]keyring.SigningKey, 8)
 	for i := range got {
 		wg.Go(func() {
-			keys, err := journal.EnsureSigningKeys(ctx, db, newSigningKey(tenant))
+			keys, err := keyring.EnsureSigningKeys(ctx, db, newSigningKey(tenant))
 			require.NoError(t, err)
 			got[i] = keys
 		})
@@ -88,29 +91,29 @@ func TestSigningKeys(t *testing.T) {
 		require.Equal(t, got[0][0].ID, keys[0].ID)
 	}
 	first := got[0][0]
-	otherKeys, err := journal.EnsureSigningKeys(ctx, db, newSigningKey(other))
+	otherKeys, err := keyring.EnsureSigningKeys(ctx, db, newSigningKey(other))
 	require.NoError(t, err)
 	require.NotEqual(t, first.Seed, otherKeys[0].Seed, "each tenant has its own")
 
 	second := newSigningKey(tenant)
-	keys, err := journal.RotateSigningKey(ctx, db, second, time.Hour)
+	keys, err := keyring.RotateSigningKey(ctx, db, second, time.Hour)
 	require.NoError(t, err)
 	require.Equal(t, []string{second.ID, first.ID}, []string{keys[0].ID, keys[1].ID}, "both sign during the overlap, the new one first")
 	require.Nil(t, keys[0].RetiresAt)
 	require.NotNil(t, keys[1].RetiresAt)
 
 	third := newSigningKey(tenant)
-	_, err = journal.RotateSigningKey(ctx, db, third, time.Hour)
+	_, err = keyring.RotateSigningKey(ctx, db, third, time.Hour)
 	require.NoError(t, err)
-	keys, err = journal.RotateSigningKey(ctx, db, newSigningKey(tenant), time.Hour)
-	require.ErrorIs(t, err, journal.ErrTooManyKeys)
-	require.Len(t, keys, journal.MaxSigningKeys)
+	keys, err = keyring.RotateSigningKey(ctx, db, newSigningKey(tenant), time.Hour)
+	require.ErrorIs(t, err, keyring.ErrTooManyKeys)
+	require.Len(t, keys, keyring.MaxSigningKeys)
 	require.Equal(t, third.ID, keys[0].ID, "a refused rotation changes nothing")
 
-	keys, err = journal.RotateSigningKey(ctx, db, newSigningKey(other), 0)
+	keys, err = keyring.RotateSigningKey(ctx, db, newSigningKey(other), 0)
 	require.NoError(t, err)
 	require.Len(t, keys, 1, "a zero overlap retires the old key at once")
-	keys, err = journal.SigningKeys(ctx, db, tenant)
+	keys, err = keyring.SigningKeys(ctx, db, tenant)
 	require.NoError(t, err)
-	require.Len(t, keys, journal.MaxSigningKeys, "another tenant's rotation leaves this one's keys")
+	require.Len(t, keys, keyring.MaxSigningKeys, "another tenant's rotation leaves this one's keys")
 }

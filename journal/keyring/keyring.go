@@ -1,4 +1,9 @@
-package journal
+// Package keyring stores the gateway's own keys (docs/schema.md, Keys): the secrets that
+// sign invocation tokens and the tenants' signing keys, with their rotation. Only the
+// system pool may read them: they are never handed to a function or a tenant, except a
+// tenant's public keys and its own HMAC secret. This package stores them; package auth
+// makes and uses them.
+package keyring
 
 import (
 	"context"
@@ -8,12 +13,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
-
-// The gateway's own keys (docs/schema.md, Keys). Only the system pool may read them: they are
-// never handed to a function or a tenant, except a tenant's public keys and its own HMAC
-// secret. This package stores them; package auth makes and uses them.
 
 // InvocationKey is a secret that signs invocation tokens. The current key (RetiresAt
 // nil) signs; a retired one verifies until RetiresAt.
@@ -28,7 +30,7 @@ type InvocationKey struct {
 // When there is no current key it stores candidate as the current one first, so the
 // first gateway on a database makes the deployment's key and every other uses it;
 // concurrent callers agree on one.
-func InvocationKeys(ctx context.Context, db DB, candidate InvocationKey) ([]InvocationKey, error) {
+func InvocationKeys(ctx context.Context, db journal.DB, candidate InvocationKey) ([]InvocationKey, error) {
 	for range 2 {
 		// A key that another transaction inserted after this statement's snapshot makes
 		// the insert do nothing and stays invisible to the select: look again.
@@ -49,7 +51,7 @@ func InvocationKeys(ctx context.Context, db DB, candidate InvocationKey) ([]Invo
 
 // RotateInvocationKey makes next the current invocation key and retires the current one
 // after overlap, so tokens it signed stay valid until then.
-func RotateInvocationKey(ctx context.Context, db DB, next InvocationKey, overlap time.Duration) error {
+func RotateInvocationKey(ctx context.Context, db journal.DB, next InvocationKey, overlap time.Duration) error {
 	b := &pgx.Batch{}
 	b.Queue(dbsqlc.InvocationKeyLock, dbsqlc.InvocationKeyLockParams{}.Args()...)
 	b.Queue(dbsqlc.InvocationKeyRetire, dbsqlc.InvocationKeyRetireParams{OverlapSecs: overlap.Seconds()}.Args()...)
@@ -88,7 +90,7 @@ func signingKeysOf(rows []dbsqlc.StepgateSigningKey) []SigningKey {
 
 // SigningKeys returns the tenant's keys that still sign, the current one first; none
 // when the tenant has none yet. It never creates one.
-func SigningKeys(ctx context.Context, db DB, tenant string) ([]SigningKey, error) {
+func SigningKeys(ctx context.Context, db journal.DB, tenant string) ([]SigningKey, error) {
 	rows, err := dbsqlc.New(db).SigningKeys(ctx, tenant)
 	if err != nil {
 		return nil, fmt.Errorf("load signing keys of tenant %q: %w", tenant, err)
@@ -98,7 +100,7 @@ func SigningKeys(ctx context.Context, db DB, tenant string) ([]SigningKey, error
 
 // EnsureSigningKeys returns the tenant's keys that still sign, the current one first,
 // storing candidate as its first key when it has none; concurrent callers agree on one.
-func EnsureSigningKeys(ctx context.Context, db DB, candidate SigningKey) ([]SigningKey, error) {
+func EnsureSigningKeys(ctx context.Context, db journal.DB, candidate SigningKey) ([]SigningKey, error) {
 	keys, err := SigningKeys(ctx, db, candidate.Tenant)
 	if err != nil || len(keys) > 0 {
 		return keys, err
@@ -123,7 +125,7 @@ const MaxSigningKeys = 3
 // overlap (zero retires it at once). It returns the keys that now sign, the current one
 // first, or ErrTooManyKeys, changing nothing, when the tenant already has MaxSigningKeys
 // keys that sign. Rotations of one tenant are serialized.
-func RotateSigningKey(ctx context.Context, db DB, next SigningKey, overlap time.Duration) ([]SigningKey, error) {
+func RotateSigningKey(ctx context.Context, db journal.DB, next SigningKey, overlap time.Duration) ([]SigningKey, error) {
 	var keys []SigningKey
 	b := &pgx.Batch{}
 	// The statements go in one round trip, with their generated SQL and their arguments
