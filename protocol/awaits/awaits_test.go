@@ -111,6 +111,11 @@ func TestCheck(t *testing.T) {
 		{"CallbackNoSeq", `{"type":"await_callback","seq":3,"name":"c"}`, false, "needs a callback_seq"},
 		{"CallbackLaterSeq", `{"type":"await_callback","seq":3,"name":"c","callback_seq":3}`, false, "is not a seq before the await's"},
 		{"CallbackTimeoutTooLong", `{"type":"await_callback","seq":3,"name":"c","callback_seq":2,"timeout":"10000h"}`, false, "await_callback timeout"},
+		{"AwaitRun", `{"type":"await_run","seq":1,"name":"r","run_id":"0190A0C1-0000-7000-8000-000000000000","timeout":"1h"}`, false, ""},
+		{"AwaitRunNoID", `{"type":"await_run","seq":1,"name":"r"}`, false, "an await_run needs a run_id"},
+		{"AwaitRunNotAUUID", `{"type":"await_run","seq":1,"name":"r","run_id":"x'; DROP TABLE run; --"}`, false, "is not a run id (a UUID)"},
+		{"AwaitRunShortTimeout", `{"type":"await_run","seq":1,"name":"r","run_id":"0190a0c1-0000-7000-8000-000000000000","timeout":"1ms"}`, false, "timeout"},
+		{"WaitAnyOfRuns", `{"type":"wait_any","seq":3,"name":"a","of":[{"type":"await_run","seq":3,"name":"a","run_id":"0190a0c1-0000-7000-8000-000000000000"},{"type":"receive","seq":3,"name":"a","topic":"t"}]}`, false, ""},
 		{"WaitAny", `{"type":"wait_any","seq":3,"name":"a","of":[{"type":"wait_event","seq":3,"name":"a","event":"e"},{"type":"receive","seq":3,"name":"a","topic":"t"},{"type":"await_callback","seq":3,"name":"a","callback_seq":1}]}`, false, ""},
 		{"WaitAnyEmpty", `{"type":"wait_any","seq":3,"name":"a","of":[]}`, false, "needs its alternatives"},
 		{"WaitAnySleep", `{"type":"wait_any","seq":3,"name":"a","of":[{"type":"sleep","seq":3,"name":"a","duration":"1s"}]}`, false, `of[0] is a "sleep"; a wait_any takes the first of`},
@@ -177,6 +182,11 @@ func TestApply(t *testing.T) {
 	cb := apply(t, `{"type":"await_callback","seq":3,"name":"c","callback_seq":2}`).(awaits.Wait)
 	require.Zero(t, cb.Timeout, "an await_callback without a timeout lasts until its callback expires")
 	require.Equal(t, 2, cb.Of[0].CallbackSeq)
+
+	run := apply(t, `{"type":"await_run","seq":1,"name":"r","run_id":"0190A0C1-0000-7000-8000-00000000000F"}`).(awaits.Wait)
+	require.Equal(t, "0190a0c1-0000-7000-8000-00000000000f", run.Of[0].RunID, "a run id in lower case, as Postgres writes it")
+	require.Equal(t, protocol.EntryKindAwaitRun, run.Kind())
+	require.Equal(t, awaits.DefaultWaitTimeout, run.Timeout)
 
 	any := apply(t, `{"type":"wait_any","seq":3,"name":"a","timeout":"1h","of":[{"type":"wait_event","seq":3,"name":"a","event":"e"},{"type":"receive","seq":3,"name":"a","topic":"t"},{"type":"await_callback","seq":3,"name":"a","callback_seq":1}]}`).(awaits.Wait)
 	require.True(t, any.Any)
