@@ -11,7 +11,7 @@ import (
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/internal/wiring/stack"
-	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/series"
 	"github.com/stepgate/stepgate/protocol"
 )
 
@@ -89,7 +89,7 @@ func TestFunctionSeries(t *testing.T) {
 	t1, t2, base := seedSeriesRuns(t, s)
 	minute := func(i int) time.Time { return base.Add(time.Duration(i) * time.Minute).UTC() }
 	// What the periodic job does every minute, at once.
-	_, err := journal.SealSeries(t.Context(), s.Pool, maintenanceGrace, 200)
+	_, err := series.SealSeries(t.Context(), s.Pool, maintenanceGrace, 200)
 	require.NoError(t, err)
 
 	t.Run("OneFunctionPerMinute", func(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/series"
 	"github.com/stepgate/stepgate/protocol"
 )
 
@@ -105,18 +106,18 @@ func parseSeriesWindow(w string) (seriesWindow, error) {
 }
 
 // GetFunctionSeries answers the function's runs bucket by bucket over the last hour or
-// day (journal.FunctionSeries); 404 when the tenant has no such function.
+// day (series.FunctionSeries); 404 when the tenant has no such function.
 func (s *Server) GetFunctionSeries(ctx context.Context, req server.GetFunctionSeriesRequestObject) (server.GetFunctionSeriesResponseObject, error) {
 	sw, err := parseSeriesWindow(optional(req.Params.Window))
 	if err != nil {
 		return nil, err
 	}
-	var buckets []journal.SeriesBucket
+	var buckets []series.SeriesBucket
 	err = s.read(ctx, func(db *journal.TenantDB) (err error) {
 		if _, err := journal.GetFunction(ctx, db, db.Tenant(), req.Name); err != nil {
 			return err
 		}
-		buckets, err = journal.FunctionSeries(ctx, db, db.Tenant(), req.Name, sw.bucket, sw.buckets)
+		buckets, err = series.FunctionSeries(ctx, db, db.Tenant(), req.Name, sw.bucket, sw.buckets)
 		return err
 	})
 	if errors.Is(err, journal.ErrNotFound) {
@@ -131,15 +132,15 @@ func (s *Server) GetFunctionSeries(ctx context.Context, req server.GetFunctionSe
 }
 
 // FunctionsSeries answers the runs of all the tenant's functions bucket by bucket over
-// the last hour or day (journal.FunctionSeries with no function).
+// the last hour or day (series.FunctionSeries with no function).
 func (s *Server) FunctionsSeries(ctx context.Context, req server.FunctionsSeriesRequestObject) (server.FunctionsSeriesResponseObject, error) {
 	sw, err := parseSeriesWindow(optional(req.Params.Window))
 	if err != nil {
 		return nil, err
 	}
-	var buckets []journal.SeriesBucket
+	var buckets []series.SeriesBucket
 	err = s.read(ctx, func(db *journal.TenantDB) (err error) {
-		buckets, err = journal.FunctionSeries(ctx, db, db.Tenant(), "", sw.bucket, sw.buckets)
+		buckets, err = series.FunctionSeries(ctx, db, db.Tenant(), "", sw.bucket, sw.buckets)
 		return err
 	})
 	if err != nil {
@@ -148,7 +149,7 @@ func (s *Server) FunctionsSeries(ctx context.Context, req server.FunctionsSeries
 	return server.FunctionsSeries200JSONResponse(seriesOut(sw, buckets)), nil
 }
 
-func seriesOut(sw seriesWindow, buckets []journal.SeriesBucket) protocol.FunctionSeries {
+func seriesOut(sw seriesWindow, buckets []series.SeriesBucket) protocol.FunctionSeries {
 	out := protocol.FunctionSeries{Window: sw.name, BucketSeconds: int(sw.bucket / time.Second),
 		Buckets: make([]protocol.SeriesBucket, len(buckets))}
 	f32 := func(v *float64) *float32 {

@@ -59,6 +59,7 @@ var table = []row{
 	{pkg: "journal/schedule", may: beside, parts: []string{pgx}},
 	{pkg: "journal/appcheck", may: beside, parts: []string{pgx}},
 	{pkg: "journal/keyring", may: beside, parts: []string{pgx}},
+	{pkg: "journal/series", may: beside, parts: []string{pgx}},
 	{pkg: "auth", may: []string{"access", "journal", "journal/keyring", "protocol/..."}},
 	{pkg: "migrations/...", may: []string{"migrations/...", "internal/wiring/pgserver"}, parts: []string{pgx, river}},
 

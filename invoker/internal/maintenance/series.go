@@ -8,10 +8,11 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/series"
 )
 
 // SeriesArgs is the periodic job that seals the day's charts' buckets
-// (journal.SealSeries), so that a day's series (GET /v1/functions/{name}/stats?window=1d)
+// (series.SealSeries), so that a day's series (GET /v1/functions/{name}/stats?window=1d)
 // reads the runs of its last buckets only. The leader of the River clients inserts it
 // every SeriesInterval.
 type SeriesArgs struct{}
@@ -48,7 +49,7 @@ func NewSeries(db journal.DB, log *slog.Logger) *Series {
 // Work seals up to SeriesPass buckets; a sealed bucket is never written again, so two
 // passes at once (a change of leader) write each bucket once.
 func (w *Series) Work(ctx context.Context, _ *river.Job[SeriesArgs]) error {
-	n, err := journal.SealSeries(ctx, w.db, SeriesGrace, SeriesPass)
+	n, err := series.SealSeries(ctx, w.db, SeriesGrace, SeriesPass)
 	if err != nil {
 		return err
 	}

@@ -1,10 +1,14 @@
-package journal
+// Package series holds the journal's time series of a tenant's runs, bucket by bucket
+// (started, completed, failed, cancelled, durations and waits), and the sealing of past
+// buckets that the series reads instead of the runs.
+package series
 
 import (
 	"context"
 	"fmt"
 	"time"
 
+	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
@@ -47,7 +51,7 @@ type SeriesBucket struct {
 // answer is alike (but for runs deleted since they were sealed, which stay counted). It
 // takes two round trips: the queue and now, then the buckets, so an event of the last
 // bucket in between moves the earlier queue depths by one.
-func FunctionSeries(ctx context.Context, db DB, tenant, function string, bucket time.Duration, buckets int) ([]SeriesBucket, error) {
+func FunctionSeries(ctx context.Context, db journal.DB, tenant, function string, bucket time.Duration, buckets int) ([]SeriesBucket, error) {
 	if bucket < time.Second || bucket%time.Second != 0 || buckets < 1 || buckets > MaxSeriesBuckets {
 		return nil, fmt.Errorf("function series: %d buckets of %s", buckets, bucket)
 	}
@@ -122,7 +126,7 @@ func FunctionSeries(ctx context.Context, db DB, tenant, function string, bucket 
 // returns how many buckets of stepgate.run_series it wrote, at least one per tenant with
 // a registered function and bucket sealed. Run it with a pool that sees every tenant.
 // An event committed later than grace after the end of its bucket is not counted.
-func SealSeries(ctx context.Context, db DB, grace time.Duration, most int) (int64, error) {
+func SealSeries(ctx context.Context, db journal.DB, grace time.Duration, most int) (int64, error) {
 	q := dbsqlc.New(db)
 	n, err := q.SeriesSeal(ctx, dbsqlc.SeriesSealParams{GraceSecs: int32(grace / time.Second), MaxBuckets: int32(most)})
 	if err != nil {
