@@ -3,6 +3,7 @@ package journal_test
 import (
 	"go/ast"
 	"go/token"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -22,8 +23,9 @@ import (
 // called typed too.
 const maxPositionalQueries = 0
 
-// TestQueriesAreCalledTyped counts, in the journal's files, the arguments that are a
-// statement's text (a dbsqlc constant) and fails above maxPositionalQueries, listing them.
+// TestQueriesAreCalledTyped counts, in the files of the journal and of the packages beside
+// it, the arguments that are a statement's text (a dbsqlc constant) and fails above
+// maxPositionalQueries, listing them.
 func TestQueriesAreCalledTyped(t *testing.T) {
 	t.Parallel()
 	texts := map[string]bool{} // the statements' constants, one per query file's statement
@@ -44,10 +46,32 @@ func TestQueriesAreCalledTyped(t *testing.T) {
 	}
 	require.Greater(t, len(texts), 100, "the statements' constants were read")
 
-	fset, files := gosrc.Files(t, ".")
+	// The journal's files, and those of the packages beside it (all but internal/).
+	type source struct {
+		fset *token.FileSet
+		file gosrc.File
+	}
+	var sources []source
+	dirs, err := filepath.Glob("*/*.go")
+	require.NoError(t, err)
+	seen := map[string]bool{"internal": true}
+	for _, dir := range append([]string{"."}, dirs...) {
+		if dir != "." {
+			dir = filepath.Dir(dir)
+		}
+		if seen[dir] {
+			continue
+		}
+		seen[dir] = true
+		fset, files := gosrc.Files(t, dir)
+		for _, f := range files {
+			sources = append(sources, source{fset, f})
+		}
+	}
 	var positional []string
-	for _, f := range files {
-		ast.Inspect(f.AST, func(n ast.Node) bool {
+	for _, src := range sources {
+		fset := src.fset
+		ast.Inspect(src.file.AST, func(n ast.Node) bool {
 			call, ok := n.(*ast.CallExpr)
 			if !ok {
 				return true
