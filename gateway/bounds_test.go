@@ -94,6 +94,7 @@ func TestBadAnswers(t *testing.T) {
 		{"SeqBeyondInt32", `{"status":"completed","steps":[{"seq":4294967296,"kind":"step","name":"b","output":1}]}`, "limit_exceeded", "past the journal's limit of 1000 entries"},
 		{"WaitWithoutEvent", `{"status":"suspended","await":{"type":"wait_event","seq":1,"name":"w"}}`, "bad_answer", "a wait_event needs an event"},
 		{"WaitMatchObject", `{"status":"suspended","await":{"type":"wait_event","seq":1,"name":"w","event":"e","match":{"data.a":{"b":1}}}}`, "bad_answer", `match "data.a" is not a string, a number, a boolean or null`},
+		{"AwaitRunNotARunID", `{"status":"suspended","await":{"type":"await_run","seq":1,"name":"r","run_id":"../../runs"}}`, "bad_answer", `await_run run_id "../../runs" is not a run id (a UUID)`},
 		{"WaitMatchArray", `{"status":"suspended","await":{"type":"wait_event","seq":1,"name":"w","event":"e","match":{"data.a":[1]}}}`, "bad_answer", "is not a string"},
 		{"WaitMatchPath", `{"status":"suspended","await":{"type":"wait_event","seq":1,"name":"w","event":"e","match":{"identity.subject":"x"}}}`, "bad_answer", `match path "identity.subject"`},
 		{"WaitMatchEmptySegment", `{"status":"suspended","await":{"type":"wait_event","seq":1,"name":"w","event":"e","match":{"data..a":"x"}}}`, "bad_answer", `match path "data..a"`},
