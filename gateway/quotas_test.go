@@ -16,7 +16,7 @@ import (
 	"github.com/stepgate/stepgate/functions/step"
 	"github.com/stepgate/stepgate/internal/wiring/stack"
 	"github.com/stepgate/stepgate/invoker"
-	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/retention"
 	"github.com/stepgate/stepgate/protocol"
 )
 
@@ -181,7 +181,7 @@ func TestTenantQuotas(t *testing.T) {
 	cancelled, err := alice.CancelRunWithResponse(t.Context(), aliceInbox)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, cancelled.StatusCode(), string(cancelled.Body))
-	deleted, err := journal.DeleteExpiredRuns(t.Context(), s.Pool, -time.Hour, 500) // every finished run
+	deleted, err := retention.DeleteExpiredRuns(t.Context(), s.Pool, -time.Hour, 500) // every finished run
 	require.NoError(t, err)
 	require.Equal(t, 6+3, deleted, "alice's 6 runs and bob's 3 finished ones")
 	require.Equal(t, protocol.TenantUsage{Tenant: "t1", MaxRuns: 6, MaxStreamBytes: 200, MaxMailboxBytes: 100}, usage(alice))
@@ -273,7 +273,7 @@ func TestEventAndJournalQuotas(t *testing.T) {
 	require.Equal(t, int64(42), usageOf(t, bob).JournalBytes)
 
 	// Retention deletes alice's finished runs and old events: the room comes back.
-	_, err = journal.DeleteExpiredRuns(t.Context(), s.Pool, -time.Hour, 500)
+	_, err = retention.DeleteExpiredRuns(t.Context(), s.Pool, -time.Hour, 500)
 	require.NoError(t, err)
 	_, err = s.Pool.Exec(t.Context(), `DELETE FROM stepgate.event WHERE tenant = 't1'`)
 	require.NoError(t, err)

@@ -21,6 +21,7 @@ import (
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/journal/operation"
+	"github.com/stepgate/stepgate/journal/retention"
 	"github.com/stepgate/stepgate/journal/storable"
 	"github.com/stepgate/stepgate/protocol"
 )
@@ -314,7 +315,7 @@ func runNotFound(id string) server.NotFoundApplicationProblemPlusJSONResponse {
 // runGone is the 404 of a run of db's tenant that is not found: one that says so when
 // retention deleted it (its tombstone), else runNotFound.
 func (s *Server) runGone(ctx context.Context, db *journal.TenantDB, id string) server.NotFoundApplicationProblemPlusJSONResponse {
-	t, err := journal.RunTombstoneOf(ctx, db, db.Tenant(), id)
+	t, err := retention.RunTombstoneOf(ctx, db, db.Tenant(), id)
 	if err != nil {
 		return runNotFound(id)
 	}

@@ -11,7 +11,7 @@ import (
 const DefaultRetention = 30 * 24 * time.Hour
 
 // RetentionArgs is the periodic job that deletes what retention lets go: finished runs
-// past their retention, then old events and tombstones (journal.DeleteExpiredRuns). The
+// past their retention, then old events and tombstones (retention.DeleteExpiredRuns). The
 // leader of the River clients inserts it every Config.RetentionInterval. Its worker is
 // maintenance.Retention.
 type RetentionArgs = maintenance.RetentionArgs

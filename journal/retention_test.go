@@ -9,6 +9,7 @@ import (
 
 	"github.com/stepgate/stepgate/internal/wiring/pgtest"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/retention"
 )
 
 // TestRetention deletes finished runs past their retention (their revision's, else the
@@ -42,13 +43,13 @@ func TestRetention(t *testing.T) {
 	unfinished := mustCreateRunOf(t, tx, tenant, "keep")
 	mustExec(t, tx, `UPDATE stepgate.run SET created_at = now() - interval '90 days' WHERE id = $1`, unfinished.ID)
 
-	n, err := journal.DeleteExpiredRuns(ctx, tx, def, 2)
+	n, err := retention.DeleteExpiredRuns(ctx, tx, def, 2)
 	require.NoError(t, err)
 	require.Equal(t, 2, n, "a batch")
-	n, err = journal.DeleteExpiredRuns(ctx, tx, def, 2)
+	n, err = retention.DeleteExpiredRuns(ctx, tx, def, 2)
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "the rest: fewer than a batch")
-	n, err = journal.DeleteExpiredRuns(ctx, tx, def, 2)
+	n, err = retention.DeleteExpiredRuns(ctx, tx, def, 2)
 	require.NoError(t, err)
 	require.Zero(t, n)
 
@@ -60,25 +61,25 @@ func TestRetention(t *testing.T) {
 			+ (SELECT count(*) FROM stepgate.stream WHERE run_id = $1) + (SELECT count(*) FROM stepgate.stream_chunk WHERE run_id = $1)`,
 			gone.ID).Scan(&left))
 		require.Zero(t, left, "its journal and streams went with it")
-		ts, err := journal.RunTombstoneOf(ctx, tx, tenant, gone.ID)
+		ts, err := retention.RunTombstoneOf(ctx, tx, tenant, gone.ID)
 		require.NoError(t, err)
 		require.Equal(t, gone.Function, ts.Function)
-		_, err = journal.RunTombstoneOf(ctx, tx, other, gone.ID)
+		_, err = retention.RunTombstoneOf(ctx, tx, other, gone.ID)
 		require.ErrorIs(t, err, journal.ErrNotFound, "another tenant learns nothing")
 	}
 	for _, kept := range []*journal.Run{recent, shortNew, unfinished} {
 		_, err := journal.GetRun(ctx, tx, tenant, kept.ID)
 		require.NoError(t, err, "kept: within its retention, or not finished")
 	}
-	_, err = journal.RunTombstoneOf(ctx, tx, tenant, recent.ID)
+	_, err = retention.RunTombstoneOf(ctx, tx, tenant, recent.ID)
 	require.ErrorIs(t, err, journal.ErrNotFound)
-	_, err = journal.RunTombstoneOf(ctx, tx, tenant, "not-a-uuid")
+	_, err = retention.RunTombstoneOf(ctx, tx, tenant, "not-a-uuid")
 	require.ErrorIs(t, err, journal.ErrNotFound)
 
 	// Old events and tombstones go after the default retention.
 	mustExec(t, tx, `INSERT INTO stepgate.event (tenant, id, name, data, identity, created_at) VALUES
 		($1, 'old', 'e', '{}', '{}', now() - interval '31 days'), ($1, 'new', 'e', '{}', '{}', now())`, tenant)
-	n, err = journal.DeleteExpiredEvents(ctx, tx, def, 10)
+	n, err = retention.DeleteExpiredEvents(ctx, tx, def, 10)
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, n, 1)
 	var events []string
@@ -91,9 +92,9 @@ func TestRetention(t *testing.T) {
 	require.NoError(t, rows.Err())
 	require.Equal(t, []string{"new"}, events)
 	mustExec(t, tx, `UPDATE stepgate.run_tombstone SET deleted_at = now() - interval '31 days' WHERE id = $1`, oldest.ID)
-	n, err = journal.DeleteExpiredTombstones(ctx, tx, def, 10)
+	n, err = retention.DeleteExpiredTombstones(ctx, tx, def, 10)
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, n, 1)
-	_, err = journal.RunTombstoneOf(ctx, tx, tenant, oldest.ID)
+	_, err = retention.RunTombstoneOf(ctx, tx, tenant, oldest.ID)
 	require.ErrorIs(t, err, journal.ErrNotFound)
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stepgate/stepgate/internal/wiring/pgtest"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/retention"
 )
 
 // TestTenantUsage: the tenant usage counters (docs/schema.md) equal what the tables hold, however
@@ -103,7 +104,7 @@ func TestTenantUsage(t *testing.T) {
 						}
 						// Fewer deletes than finished runs: some are left, with their journals.
 						if i%2 == 1 {
-							if _, err := journal.DeleteExpiredRuns(ctx, db, -time.Hour, 1); err != nil {
+							if _, err := retention.DeleteExpiredRuns(ctx, db, -time.Hour, 1); err != nil {
 								return err
 							}
 						}

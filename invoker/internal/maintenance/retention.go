@@ -12,10 +12,11 @@ import (
 
 	"github.com/stepgate/stepgate/invoker/internal/clock"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/retention"
 )
 
 // RetentionArgs is the periodic job that deletes what retention lets go: finished runs
-// past their retention, then old events and tombstones (journal.DeleteExpiredRuns). The
+// past their retention, then old events and tombstones (retention.DeleteExpiredRuns). The
 // leader of the River clients inserts it every Config.RetentionInterval.
 type RetentionArgs struct{}
 
@@ -55,9 +56,9 @@ func (r *Retention) Work(ctx context.Context, _ *river.Job[RetentionArgs]) error
 		n   *int
 		del func(context.Context, journal.DB, time.Duration, int) (int, error)
 	}{
-		{&runs, journal.DeleteExpiredRuns},
-		{&events, journal.DeleteExpiredEvents},
-		{&tombstones, journal.DeleteExpiredTombstones},
+		{&runs, retention.DeleteExpiredRuns},
+		{&events, retention.DeleteExpiredEvents},
+		{&tombstones, retention.DeleteExpiredTombstones},
 	} {
 		for r.clock.Now().Before(until) {
 			n, err := step.del(ctx, r.db, r.retention, r.batch)
