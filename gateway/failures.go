@@ -10,6 +10,7 @@ import (
 
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/failure"
 	"github.com/stepgate/stepgate/protocol"
 )
 
@@ -21,7 +22,7 @@ const (
 )
 
 // ListFailures lists the caller's tenant's failed runs grouped by function and error
-// (journal.FailureGroups), over a window no longer than the gateway's retention. Each
+// (failure.FailureGroups), over a window no longer than the gateway's retention. Each
 // group's sample message is cut to 1000 characters, so an answer is at most a few MiB;
 // it is a heavy read (heavyRead).
 func (s *Server) ListFailures(ctx context.Context, req server.ListFailuresRequestObject) (server.ListFailuresResponseObject, error) {
@@ -47,10 +48,10 @@ func (s *Server) ListFailures(ctx context.Context, req server.ListFailuresReques
 		return nil, err
 	}
 	since := time.Now().Add(-window).UTC()
-	var groups []journal.FailureGroup
+	var groups []failure.FailureGroup
 	var more bool
 	err := s.read(ctx, func(db *journal.TenantDB) (err error) {
-		groups, more, err = journal.FailureGroups(ctx, db, db.Tenant(), since, limit, req.Params.IncludeDismissed != nil && *req.Params.IncludeDismissed)
+		groups, more, err = failure.FailureGroups(ctx, db, db.Tenant(), since, limit, req.Params.IncludeDismissed != nil && *req.Params.IncludeDismissed)
 		return err
 	})
 	if err != nil {
@@ -75,7 +76,7 @@ func (s *Server) DismissFailures(ctx context.Context, req server.DismissFailures
 	}
 	db := s.tenantDB(ctx)
 	id := identity(ctx)
-	d, err := journal.DismissFailures(ctx, db, db.Tenant(), req.Group, id)
+	d, err := failure.DismissFailures(ctx, db, db.Tenant(), req.Group, id)
 	if errors.Is(err, journal.ErrNotFound) {
 		return server.DismissFailures404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: notFound(
 			fmt.Sprintf("no failed run of this tenant is in group %s", req.Group))}, nil

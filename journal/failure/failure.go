@@ -1,4 +1,6 @@
-package journal
+// Package failure holds the journal's dead-letter view: a tenant's failed runs grouped by
+// function and error, and the groups dismissed.
+package failure
 
 import (
 	"context"
@@ -8,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
@@ -30,7 +33,7 @@ type FailureGroup struct {
 // FailureGroups returns up to limit groups of the tenant's runs that failed since since,
 // latest failure first, and whether more matched. A dismissed group is left out until
 // one of its runs fails after its dismissal, unless includeDismissed.
-func FailureGroups(ctx context.Context, db DB, tenant string, since time.Time, limit int, includeDismissed bool) ([]FailureGroup, bool, error) {
+func FailureGroups(ctx context.Context, db journal.DB, tenant string, since time.Time, limit int, includeDismissed bool) ([]FailureGroup, bool, error) {
 	rows, err := dbsqlc.New(db).FailureGroups(ctx, dbsqlc.FailureGroupsParams{
 		Tenant: tenant, Since: &since, IncludeDismissed: includeDismissed, MaxGroups: int32(limit + 1),
 	})
@@ -56,15 +59,15 @@ func FailureGroups(ctx context.Context, db DB, tenant string, since time.Time, l
 type FailureDismissal struct {
 	Group       string
 	DismissedAt time.Time
-	By          Identity
+	By          journal.Identity
 }
 
 // DismissFailures dismisses the tenant's group of failures now, as by (again: moves the
-// dismissal to now). It returns ErrNotFound when no run of the tenant failed in the group.
-func DismissFailures(ctx context.Context, db DB, tenant, group string, by Identity) (*FailureDismissal, error) {
+// dismissal to now). It returns journal.ErrNotFound when no run of the tenant failed in the group.
+func DismissFailures(ctx context.Context, db journal.DB, tenant, group string, by journal.Identity) (*FailureDismissal, error) {
 	row, err := dbsqlc.New(db).FailureDismiss(ctx, dbsqlc.FailureDismissParams{Tenant: tenant, ErrorGroup: group, ByIdentity: by})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, ErrNotFound
+		return nil, journal.ErrNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("dismiss failures %s: %w", group, err)

@@ -1,4 +1,4 @@
-package journal_test
+package failure_test
 
 import (
 	"os"
@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepgate/stepgate/internal/wiring/pgtest"
-	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/failure"
 	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
@@ -51,7 +51,7 @@ func TestFailureGroups100k(t *testing.T) {
 	}
 	t.Logf("FAILURES QUERY PLAN:\n%s", strings.Join(plan, "\n"))
 	began := time.Now()
-	groups, more, err := journal.FailureGroups(ctx, db, "t1", since, 100, false)
+	groups, more, err := failure.FailureGroups(ctx, db, "t1", since, 100, false)
 	require.NoError(t, err)
 	require.Len(t, groups, 20)
 	require.False(t, more)
@@ -59,6 +59,6 @@ func TestFailureGroups100k(t *testing.T) {
 	for _, g := range groups {
 		runs += g.Runs
 	}
-	t.Logf("FAILURES: %d groups of %d failed runs in %s (journal.FailureGroups, warm); %s", len(groups), runs,
+	t.Logf("FAILURES: %d groups of %d failed runs in %s (failure.FailureGroups, warm); %s", len(groups), runs,
 		time.Since(began).Round(time.Microsecond), plan[len(plan)-1])
 }
