@@ -928,10 +928,12 @@ const InvokeJobKind = "stepgate.invoke"
 // have been due for longer than grace (queued, or suspended past their wake time) with no
 // live River job (of kind InvokeJobKind) to invoke them. A job is live when it is available, when
 // it is running and was fetched within grace (its worker claims the run in
-// milliseconds), or when it is scheduled or retryable at a time within grace. So a run is
-// stranded when its job was deleted or discarded, when its job was fetched by a process
-// that died before claiming the run, or when its job waits, past its time, for River's
-// leader to make it available (no leader is elected yet). The caller enqueues a job for
+// milliseconds), or when it is scheduled or retryable at a time within grace, and no
+// later than grace after the run is due. So a run is stranded when its job was deleted
+// or discarded, when its job was fetched by a process that died before claiming the run,
+// when its job waits, past its time, for River's leader to make it available (no leader
+// is elected yet), or when its only job is for later (a wait's timeout) while another
+// transaction made it due (an awaited run's end, a freed slot) and no gateway heard of it. The caller enqueues a job for
 // each, available at once, in the same transaction: a claim is fenced, so a job too many
 // finds nothing to do. It looks at the examine runs that have been due the longest, so
 // its cost is bounded; a stranded run stays among them until it is found. Runs locked by

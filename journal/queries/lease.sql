@@ -52,7 +52,9 @@ SELECT u.id::text FROM u;
 
 -- name: RunsStranded :many
 -- Runs due for longer than grace with no live job of kind 'stepgate.invoke'
--- (InvokeJobKind) to invoke them; see StrandedRuns.
+-- (InvokeJobKind) to invoke them; see StrandedRuns. A job scheduled for later than the
+-- run's due time and the grace (a wait's timeout, when another transaction made the run
+-- due and no gateway heard of it) does not count.
 WITH due AS (
     SELECT d.id FROM stepgate.run d
     WHERE (d.status IN ('queued', 'scheduled') OR (d.status = 'suspended' AND d.wake_at IS NOT NULL))
@@ -67,7 +69,8 @@ WHERE (r.status IN ('queued', 'scheduled') OR (r.status = 'suspended' AND r.wake
         WHERE j.kind = 'stepgate.invoke' AND j.args->>'run_id' = r.id::text AND (
             j.state = 'available'
             OR (j.state = 'running' AND j.attempted_at > now() - make_interval(secs => sqlc.arg(grace_seconds)))
-            OR (j.state IN ('scheduled', 'retryable') AND j.scheduled_at > now() - make_interval(secs => sqlc.arg(grace_seconds)))))
+            OR (j.state IN ('scheduled', 'retryable') AND j.scheduled_at > now() - make_interval(secs => sqlc.arg(grace_seconds))
+                AND j.scheduled_at <= coalesce(r.wake_at, r.created_at) + make_interval(secs => sqlc.arg(grace_seconds)))))
 LIMIT sqlc.arg(max_runs)::bigint
 FOR UPDATE OF r SKIP LOCKED;
 

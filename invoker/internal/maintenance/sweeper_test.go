@@ -35,3 +35,26 @@ func TestSweeper(t *testing.T) {
 	require.Contains(t, log.String(), "enqueued runs that were due with no live job")
 	require.Contains(t, log.String(), "runs=1")
 }
+
+// TestSweeperTakesARunWhoseOnlyJobIsForLater: a suspended run that another transaction
+// made due (an awaited run's end, a freed slot) while no gateway heard of it is stranded
+// though its wait's timeout job is scheduled for later; a run due with a job at its due
+// time is not.
+func TestSweeperTakesARunWhoseOnlyJobIsForLater(t *testing.T) {
+	t.Parallel()
+	db := pgtest.DB(t)
+	woken, sleeping := newRun(t, db), newRun(t, db)
+	// Both due 90s ago, past the grace (a minute); the sleeping run's job became due 50s
+	// ago, within the grace: River's scheduler is about to make it available.
+	for _, r := range []struct {
+		id, jobAt string
+	}{{woken.ID, "now() + interval '1 day'"}, {sleeping.ID, "now() - interval '50 seconds'"}} {
+		exec(t, db, `UPDATE stepgate.run SET status = 'suspended', wake_at = now() - interval '90 seconds' WHERE id = $1`, r.id)
+		exec(t, db, `INSERT INTO river_job (args, kind, max_attempts, queue, state, scheduled_at, priority)
+			VALUES (jsonb_build_object('run_id', $1::text), 'stepgate.invoke', 25, 'default', 'scheduled', `+r.jobAt+`, 1)`, r.id)
+	}
+	var log logs
+	enq := &enqueuer{}
+	maintenance.NewSweeper(db, enq.enqueue, time.Minute, maintenance.NewHealth(clock.NewTest(time.Now())), log.logger()).Pass(t.Context())
+	require.Equal(t, []string{woken.ID}, enq.enqueued(), "its only job is a day away; the sleeping run's job is due, River's to make available")
+}

@@ -156,7 +156,8 @@ WHERE (r.status IN ('queued', 'scheduled') OR (r.status = 'suspended' AND r.wake
         WHERE j.kind = 'stepgate.invoke' AND j.args->>'run_id' = r.id::text AND (
             j.state = 'available'
             OR (j.state = 'running' AND j.attempted_at > now() - make_interval(secs => $1))
-            OR (j.state IN ('scheduled', 'retryable') AND j.scheduled_at > now() - make_interval(secs => $1))))
+            OR (j.state IN ('scheduled', 'retryable') AND j.scheduled_at > now() - make_interval(secs => $1)
+                AND j.scheduled_at <= coalesce(r.wake_at, r.created_at) + make_interval(secs => $1))))
 LIMIT $2::bigint
 FOR UPDATE OF r SKIP LOCKED
 `
@@ -168,7 +169,9 @@ type RunsStrandedParams struct {
 }
 
 // Runs due for longer than grace with no live job of kind 'stepgate.invoke'
-// (InvokeJobKind) to invoke them; see StrandedRuns.
+// (InvokeJobKind) to invoke them; see StrandedRuns. A job scheduled for later than the
+// run's due time and the grace (a wait's timeout, when another transaction made the run
+// due and no gateway heard of it) does not count.
 func (q *Queries) RunsStranded(ctx context.Context, arg RunsStrandedParams) ([]string, error) {
 	rows, err := q.db.Query(ctx, RunsStranded, arg.GraceSeconds, arg.MaxRuns, arg.Examine)
 	if err != nil {
