@@ -8,6 +8,7 @@ import (
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/journal/series"
+	"github.com/stepgate/stepgate/journal/stats"
 	"github.com/stepgate/stepgate/protocol"
 )
 
@@ -28,16 +29,16 @@ func (s *Server) FunctionStats(ctx context.Context, req server.FunctionStatsRequ
 		}
 		window, text = d, *w
 	}
-	var stats []journal.FunctionStats
+	var fns []stats.FunctionStats
 	err := s.read(ctx, func(db *journal.TenantDB) (err error) {
-		stats, err = journal.StatsOfFunctions(ctx, db, db.Tenant(), window)
+		fns, err = stats.StatsOfFunctions(ctx, db, db.Tenant(), window)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	out := protocol.FunctionStatsList{Window: text, Functions: make([]protocol.FunctionStats, 0, len(stats))}
-	for _, st := range stats {
+	out := protocol.FunctionStatsList{Window: text, Functions: make([]protocol.FunctionStats, 0, len(fns))}
+	for _, st := range fns {
 		f := protocol.FunctionStats{
 			Name: st.Name, Runs: st.Runs, Completed: st.Completed, Failed: st.Failed, Running: st.Running,
 			LastRunAt: st.LastRunAt,

@@ -39,6 +39,7 @@ import (
 	"github.com/stepgate/stepgate/invoker/internal/fairshare"
 	"github.com/stepgate/stepgate/invoker/internal/maintenance"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/stats"
 )
 
 // Config configures an Invoker.
@@ -727,7 +728,7 @@ func (inv *Invoker) untilNotBefore(ctx context.Context, claim *journal.Claim) er
 func (inv *Invoker) runAttrs(ctx context.Context, id string) slog.Attr {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	tenant, function := journal.RunOwner(ctx, inv.pool, id)
+	tenant, function := stats.RunOwner(ctx, inv.pool, id)
 	return slog.Group("", slog.String("run_id", id), slog.String("function", function), slog.String("tenant", tenant))
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/stepgate/stepgate/internal/wiring/pgtest"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
+	"github.com/stepgate/stepgate/journal/stats"
 )
 
 func TestCancelRun(t *testing.T) {
@@ -243,10 +244,10 @@ func TestStatsOfFunctions(t *testing.T) {
 	mustExec(t, tx, `UPDATE stepgate.run SET created_at = now() - interval '2 hours' WHERE id = $1`, old.ID)
 	mustCreateRun(t, tx) // another tenant's
 
-	stats, err := journal.StatsOfFunctions(ctx, tx, tenant, time.Hour)
+	got, err := stats.StatsOfFunctions(ctx, tx, tenant, time.Hour)
 	require.NoError(t, err)
-	require.Len(t, stats, 3)
-	a, b, idle := stats[0], stats[1], stats[2]
+	require.Len(t, got, 3)
+	a, b, idle := got[0], got[1], got[2]
 	require.Equal(t, "a", a.Name)
 	require.Equal(t, 5, a.Runs)
 	require.Equal(t, 2, a.Completed)
@@ -262,9 +263,9 @@ func TestStatsOfFunctions(t *testing.T) {
 	require.NotNil(t, b.LastRunAt, "the last run, in the window or not")
 	require.Equal(t, dbNow(t, tx).Add(-2*time.Hour), *b.LastRunAt)
 
-	require.Equal(t, journal.FunctionStats{Name: "idle"}, idle)
+	require.Equal(t, stats.FunctionStats{Name: "idle"}, idle)
 
-	wide, err := journal.StatsOfFunctions(ctx, tx, tenant, 3*time.Hour)
+	wide, err := stats.StatsOfFunctions(ctx, tx, tenant, 3*time.Hour)
 	require.NoError(t, err)
 	require.Equal(t, 1, wide[1].Runs)
 }

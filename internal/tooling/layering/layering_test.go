@@ -62,6 +62,7 @@ var table = []row{
 	{pkg: "journal/series", may: beside, parts: []string{pgx}},
 	{pkg: "journal/retention", may: beside, parts: []string{pgx}},
 	{pkg: "journal/failure", may: beside, parts: []string{pgx}},
+	{pkg: "journal/stats", may: beside, parts: []string{pgx}},
 	{pkg: "auth", may: []string{"access", "journal", "journal/keyring", "protocol/..."}},
 	{pkg: "migrations/...", may: []string{"migrations/...", "internal/wiring/pgserver"}, parts: []string{pgx, river}},
 

@@ -36,6 +36,7 @@ import (
 	"github.com/stepgate/stepgate/internal/helpers/readpool"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/stats"
 	"github.com/stepgate/stepgate/migrations"
 )
 
@@ -245,7 +246,7 @@ func Start(ctx context.Context, cfg Config) (*Process, error) {
 	p.Metrics.AddPool("system", pool)
 	p.Metrics.AddPool("api", api)
 	p.Metrics.AddQueue(func(ctx context.Context) (metrics.Queue, error) {
-		q, err := journal.ReadQueueStats(ctx, pool)
+		q, err := stats.ReadQueueStats(ctx, pool)
 		return metrics.Queue{Queued: q.Due, OldestAge: q.OldestAge, Jobs: q.Jobs}, err
 	})
 	p.Invoker, err = invoker.New(invoker.Config{

@@ -1,4 +1,6 @@
-package journal
+// Package stats holds the journal's counts for dashboards and scrapes: each function's
+// runs over a window, and the backlog of the whole deployment (queue depth, River jobs).
+package stats
 
 import (
 	"context"
@@ -7,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
@@ -28,7 +31,7 @@ type FunctionStats struct {
 // StatsOfFunctions returns the stats of each function the tenant has registered, by
 // name, over the runs created in the window before now (database clock). It is one
 // query, walking each function's runs of the window by index.
-func StatsOfFunctions(ctx context.Context, db DB, tenant string, window time.Duration) ([]FunctionStats, error) {
+func StatsOfFunctions(ctx context.Context, db journal.DB, tenant string, window time.Duration) ([]FunctionStats, error) {
 	// sqlc types p50_ms and last_run_at NOT NULL (it does not see that an aggregate of
 	// no rows, or a LEFT JOIN LATERAL that finds none, is NULL): its generated method
 	// would fail on a function without runs, so this scans its statement by name.

@@ -1,4 +1,4 @@
-package journal
+package stats
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
@@ -30,7 +31,7 @@ type QueueStats struct {
 
 // ReadQueueStats reads QueueStats in one round trip, through the run_due index and
 // River's state index.
-func ReadQueueStats(ctx context.Context, db DB) (QueueStats, error) {
+func ReadQueueStats(ctx context.Context, db journal.DB) (QueueStats, error) {
 	q := QueueStats{Jobs: map[string]int64{}}
 	b := &pgx.Batch{}
 	// Both statements go in one round trip, with their generated SQL.
@@ -63,7 +64,7 @@ func ReadQueueStats(ctx context.Context, db DB) (QueueStats, error) {
 
 // RunOwner returns the tenant and function of run id, for the logs of the rare paths
 // that know only the id; empty strings when it cannot be read.
-func RunOwner(ctx context.Context, db DB, id string) (tenant, function string) {
+func RunOwner(ctx context.Context, db journal.DB, id string) (tenant, function string) {
 	row, _ := dbsqlc.New(db).RunOwner(ctx, id)
 	return row.Tenant, row.Function
 }
