@@ -21,9 +21,9 @@ type Append struct {
 	Bounds     Bounds
 }
 
-// MaxBatch is the most entries AppendEntries writes in one round trip; an Appender
+// maxBatch is the most entries AppendEntries writes in one round trip; an Appender
 // gathers at most this many into one write.
-const MaxBatch = 64
+const maxBatch = 64
 
 // AppendEntries journals entries of different runs, giving each the error AppendEntry
 // would have given it alone (errs[i] is as[i]'s). The entries right after their
@@ -36,7 +36,7 @@ const MaxBatch = 64
 // writes it: one whose run's row was locked (the batch waits for no lock); one whose
 // statement raised an error all the same (a value Postgres cannot store), which rolls
 // the batch back, and the others then go again together; all of them when the
-// connection failed. Entries with a window, past MaxBatch, or on a transaction are
+// connection failed. Entries with a window, past maxBatch, or on a transaction are
 // written one by one.
 func AppendEntries(ctx context.Context, db DB, as []Append) []error {
 	errs := appendBatch(ctx, db, as)
@@ -67,7 +67,7 @@ func appendBatch(ctx context.Context, db DB, as []Append) []error {
 	_, inTx := db.(pgx.Tx)
 	for i, a := range as {
 		switch {
-		case inTx || a.Entry.Window > 1 || len(batched) == MaxBatch:
+		case inTx || a.Entry.Window > 1 || len(batched) == maxBatch:
 			errs[i] = errAlone
 		default:
 			if errs[i] = entryTooLarge(a.Entry, a.Bounds); errs[i] == nil {
@@ -147,7 +147,7 @@ func sendBatch(ctx context.Context, db DB, as []Append, batched []int, errs []er
 
 // An Appender gathers the checkpoints of concurrent invocations into shared writes
 // (group commit): at most its limit of writes are in flight, each taking every entry
-// queued when it starts (up to MaxBatch) and journaling them with AppendEntries. An
+// queued when it starts (up to maxBatch) and journaling them with AppendEntries. An
 // entry that finds a write free is written at once, alone, in its caller's goroutine,
 // so a lone checkpoint waits for nothing; entries that arrive while all writes are in
 // flight wait for the next, and share its round trip and its commit. Each caller is answered when its entry is
@@ -222,7 +222,7 @@ func (ap *Appender) Append(ctx context.Context, a Append) error {
 func (ap *Appender) write() {
 	for {
 		ap.mu.Lock()
-		n := min(len(ap.queue), MaxBatch)
+		n := min(len(ap.queue), maxBatch)
 		if n == 0 {
 			ap.inFlight--
 			ap.mu.Unlock()

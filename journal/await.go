@@ -12,7 +12,7 @@ import (
 // Awaiting is what a suspended run waits for, stored on the run (run.awaiting) and shown
 // by the API, so that no reader has to guess it from the journal.
 type Awaiting struct {
-	Kind string `json:"kind"` // AwaitSleep, AwaitRetry, AwaitInvoke, AwaitWaitEvent, AwaitReceive or AwaitCallback
+	Kind string `json:"kind"` // AwaitSleep, AwaitInvokeAll, or another await's kind ("retry", "invoke", "wait_event", "receive", "await_callback", ...)
 	Seq  int    `json:"seq"`  // The journal seq the run resumes at.
 	Name string `json:"name"`
 	// Attempt is the failed attempt of a step a retry waits to make again.
@@ -40,18 +40,18 @@ type Awaiting struct {
 // Await kinds.
 const (
 	AwaitSleep  = "sleep"
-	AwaitRetry  = "retry"
-	AwaitInvoke = "invoke"
+	awaitRetry  = "retry"
+	awaitInvoke = "invoke"
 	// AwaitInvokeAll waits for several child runs (InvokeAll); their entries are of
 	// kind invoke.
 	AwaitInvokeAll = "invoke_all"
-	// AwaitWaitEvent waits for an event (WaitEvent); its entry has the same kind.
-	AwaitWaitEvent = "wait_event"
-	// AwaitReceive waits for a message of a topic (Receive); its entry has the same kind.
-	AwaitReceive = "receive"
-	// AwaitCallback waits for a callback's resolution (CallbackWait); its entry has the
+	// awaitWaitEvent waits for an event (WaitEvent); its entry has the same kind.
+	awaitWaitEvent = "wait_event"
+	// awaitReceive waits for a message of a topic (Receive); its entry has the same kind.
+	awaitReceive = "receive"
+	// awaitCallback waits for a callback's resolution (CallbackWait); its entry has the
 	// same kind.
-	AwaitCallback = "await_callback"
+	awaitCallback = "await_callback"
 )
 
 // Await is what a suspended run waits for: a Sleep, a StepRetry, an Invoke, a
@@ -116,7 +116,7 @@ type StepRetry struct {
 }
 
 func (r StepRetry) awaiting() Awaiting {
-	return Awaiting{Kind: AwaitRetry, Seq: r.Failure.Seq, Name: r.Failure.Name, Attempt: r.Failure.Attempt}
+	return Awaiting{Kind: awaitRetry, Seq: r.Failure.Seq, Name: r.Failure.Name, Attempt: r.Failure.Attempt}
 }
 
 func (r StepRetry) wake() (*time.Time, time.Duration, bool) { return nil, r.After, true }
@@ -155,7 +155,7 @@ type Invoke struct {
 }
 
 func (in Invoke) awaiting() Awaiting {
-	return Awaiting{Kind: AwaitInvoke, Seq: in.Seq, Name: in.Name, ChildID: in.ChildID, Function: in.Function}
+	return Awaiting{Kind: awaitInvoke, Seq: in.Seq, Name: in.Name, ChildID: in.ChildID, Function: in.Function}
 }
 
 func (in Invoke) wake() (*time.Time, time.Duration, bool) { return nil, 0, false }

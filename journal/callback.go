@@ -18,23 +18,23 @@ import (
 // (see CallbackKey).
 const KindCallback = "callback"
 
-// KindAwaitCallback is the entry of a run's wait for a callback (AwaitCallback),
+// KindAwaitCallback is the entry of a run's wait for a callback (awaitCallback),
 // journaled when the wait ends: its output is the callback's resolution,
 // {"data": ...} or {"error": {type, message}}, with "resolver" ("token" or
 // "identity"), "resolved_at" and, for an identity, "resolved_by"; or {"timed_out": true}.
-const KindAwaitCallback = AwaitCallback
+const KindAwaitCallback = awaitCallback
 
 // Callback states.
 const (
-	CallbackPending  = "pending"
-	CallbackResolved = "resolved"
-	CallbackRejected = "rejected"
+	callbackPending  = "pending"
+	callbackResolved = "resolved"
+	callbackRejected = "rejected"
 )
 
 // Resolvers of a callback.
 const (
 	ResolverToken    = "token"    // the holder of the callback's token (its URL)
-	ResolverIdentity = "identity" // a caller with a JWT, by run id and name
+	resolverIdentity = "identity" // a caller with a JWT, by run id and name
 )
 
 // ErrBadAwait: an await names something the run does not have (a callback seq that is
@@ -162,7 +162,7 @@ type CallbackWait struct {
 }
 
 func (a CallbackWait) awaiting() Awaiting {
-	return Awaiting{Kind: AwaitCallback, Seq: a.Seq, Name: a.Name, CallbackSeq: a.CallbackSeq}
+	return Awaiting{Kind: awaitCallback, Seq: a.Seq, Name: a.Name, CallbackSeq: a.CallbackSeq}
 }
 
 func (a CallbackWait) wake() (*time.Time, time.Duration, bool) { return nil, a.Timeout, a.Timeout > 0 }
@@ -182,7 +182,7 @@ func (a CallbackWait) write(ctx context.Context, db DB, aw awaitWrite, f *Finish
 	}
 	result := cb.Result
 	switch {
-	case cb.State != CallbackPending:
+	case cb.State != callbackPending:
 	case cb.Expired:
 		result = TimedOut
 	default:
@@ -360,7 +360,7 @@ func ResolveCallback(ctx context.Context, db DB, ref CallbackRef, res Resolution
 	expired, waiting := locked.Expired, locked.Waiting
 	what := fmt.Sprintf("callback %q (seq %d) of run %s", cb.Name, cb.Seq, cb.RunID)
 	switch {
-	case cb.State != CallbackPending:
+	case cb.State != callbackPending:
 		by := "the holder of its token"
 		if cb.ResolvedBy != nil {
 			by = cb.ResolvedBy.Subject
@@ -376,12 +376,12 @@ func ResolveCallback(ctx context.Context, db DB, ref CallbackRef, res Resolution
 		return nil, &ClosedCallbackError{&cb, fmt.Sprintf("%s can no longer be resolved: the run is %s", what, status),
 			"this callback can no longer be resolved: its run has finished"}
 	}
-	state, resolver := CallbackResolved, ResolverToken
+	state, resolver := callbackResolved, ResolverToken
 	if res.Error != nil {
-		state = CallbackRejected
+		state = callbackRejected
 	}
 	if res.By != nil {
-		resolver = ResolverIdentity
+		resolver = resolverIdentity
 	}
 	data := res.Data
 	if res.Error == nil && len(data) == 0 {
@@ -452,7 +452,7 @@ func copyCallbacks(ctx context.Context, q *dbsqlc.Queries, tenant, from, to stri
 				made = *r.StartedAt
 			}
 			shown = r.Now.Add(old.ExpiresAt.Sub(made)).Truncate(time.Microsecond).UTC()
-			p.State, p.ExpiresAt = CallbackPending, shown
+			p.State, p.ExpiresAt = callbackPending, shown
 			p.StartedAt, p.FinishedAt = &r.Now, r.Now
 		}
 		at, _ := json.Marshal(shown) // a time.Time in range marshals

@@ -139,24 +139,24 @@ type OpenCallback struct {
 	Awaited   bool // The run waits for it now.
 }
 
-// MaxOpenCallbacks bounds the callbacks OpenCallbacks returns.
-const MaxOpenCallbacks = 1000
+// maxOpenCallbacks bounds the callbacks OpenCallbacks returns.
+const maxOpenCallbacks = 1000
 
 // OpenCallbacks returns the callbacks of the run runID of tenant that a POST to their
 // URL would resolve now (pending, not expired, the run not finished), oldest first, at
-// most MaxOpenCallbacks (more: the run has others), their URLs opened with key, for id,
+// most maxOpenCallbacks (more: the run has others), their URLs opened with key, for id,
 // who must be allowed to resolve them by name (MayResolveCallbacks). It returns
 // ErrNotFound when tenant has no such run, and a *ResumeForbiddenError when id may not.
 func OpenCallbacks(ctx context.Context, db DB, key CallbackKey, tenant, runID string, id Identity) (cbs []OpenCallback, more bool, err error) {
 	if err := MayResolveCallbacks(ctx, db, tenant, runID, id); err != nil {
 		return nil, false, err
 	}
-	rows, err := dbsqlc.New(db).CallbackListOpen(ctx, dbsqlc.CallbackListOpenParams{Tenant: tenant, RunID: runID, MaxRows: MaxOpenCallbacks + 1})
+	rows, err := dbsqlc.New(db).CallbackListOpen(ctx, dbsqlc.CallbackListOpenParams{Tenant: tenant, RunID: runID, MaxRows: maxOpenCallbacks + 1})
 	if err != nil {
 		return nil, false, fmt.Errorf("list open callbacks of run %s: %w", runID, err)
 	}
-	if len(rows) > MaxOpenCallbacks {
-		rows, more = rows[:MaxOpenCallbacks], true
+	if len(rows) > maxOpenCallbacks {
+		rows, more = rows[:maxOpenCallbacks], true
 	}
 	cbs = make([]OpenCallback, 0, len(rows))
 	for _, r := range rows {

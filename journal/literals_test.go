@@ -18,7 +18,7 @@ func TestQueriesSpellTheKinds(t *testing.T) {
 		{dbsqlc.CallbackStoreWait, KindAwaitCallback},
 		{dbsqlc.CallbackLock, KindAwaitCallback},
 		{dbsqlc.CallbackResume, KindAwaitCallback},
-		{dbsqlc.MessageDeliveryState, AwaitReceive},
+		{dbsqlc.MessageDeliveryState, awaitReceive},
 		{dbsqlc.MessageStore, KindReceive},
 		{dbsqlc.MessageReceive, KindReceive},
 		{dbsqlc.ValueGet, KindValue},
@@ -42,8 +42,8 @@ func TestQueriesSpellTheKinds(t *testing.T) {
 	}
 	// The queries of requests take the messages of the topics RequestTopic makes.
 	for _, q := range []string{dbsqlc.RequestPending, dbsqlc.RequestsOfRun, dbsqlc.RequestOfRun} {
-		if !strings.Contains(q, "LIKE '"+RequestTopicPrefix+"%'") {
-			t.Errorf("%q does not take the topics LIKE '%s%%'", strings.SplitN(q, "\n", 2)[0], RequestTopicPrefix)
+		if !strings.Contains(q, "LIKE '"+requestTopicPrefix+"%'") {
+			t.Errorf("%q does not take the topics LIKE '%s%%'", strings.SplitN(q, "\n", 2)[0], requestTopicPrefix)
 		}
 	}
 }

@@ -14,22 +14,22 @@ import (
 	"github.com/stepgate/stepgate/journal/storable"
 )
 
-// KindSend is the entry of a message a run sent (step.Send), checkpointed like a step:
+// kindSend is the entry of a message a run sent (step.Send), checkpointed like a step:
 // its output is {"run_id", "topic", "id", "data"}, the message, stored in the target
 // run's mailbox in the checkpoint's transaction (SendFromRun). A message that could not
 // be sent is journaled too, with an error (ErrorTypeNotFound, ErrorTypeForbidden,
-// ErrorTypeFinished, ErrorTypeLimit) and no output, so that a replay takes the path the run took.
-const KindSend = "send"
+// errorTypeFinished, ErrorTypeLimit) and no output, so that a replay takes the path the run took.
+const kindSend = "send"
 
 // KindReceive is the entry of a run's receive (Receive), journaled when the receive
 // ends: its output is {"message": {id, topic, data, identity, source_run_id, sent_at}},
 // the message taken (identity is its sender's; source_run_id the sending run's, when a
 // run sent it), or {"timed_out": true}.
-const KindReceive = AwaitReceive
+const KindReceive = awaitReceive
 
 // Error types of a send refused (SendFromRun), journaled as the send entry's error.
 const (
-	ErrorTypeFinished = "finished"       // the target run is completed, failed or cancelled
+	errorTypeFinished = "finished"       // the target run is completed, failed or cancelled
 	ErrorTypeLimit    = "limit_exceeded" // the target's mailbox is full
 )
 
@@ -40,11 +40,11 @@ const MaxUnconsumedMessages = 1000
 // ErrMailboxFull: the target run holds MaxUnconsumedMessages unconsumed messages.
 var ErrMailboxFull = errors.New("journal: mailbox full")
 
-// ErrResumeForbidden: the sender of a message may not resume the target run (its
+// errResumeForbidden: the sender of a message may not resume the target run (its
 // revision's invoke_roles and resume_roles exclude the sender).
-var ErrResumeForbidden = errors.New("journal: the function's invoke_roles and resume_roles exclude the sender")
+var errResumeForbidden = errors.New("journal: the function's invoke_roles and resume_roles exclude the sender")
 
-// ResumeForbiddenError is ErrResumeForbidden with the roles the target's revision allows.
+// ResumeForbiddenError is errResumeForbidden with the roles the target's revision allows.
 type ResumeForbiddenError struct {
 	RunID       string
 	Function    string
@@ -74,8 +74,8 @@ func (e *ResumeForbiddenError) Error() string {
 		e.RunID, e.Function, allowed, roles)
 }
 
-// Unwrap makes errors.Is(err, ErrResumeForbidden) hold.
-func (e *ResumeForbiddenError) Unwrap() error { return ErrResumeForbidden }
+// Unwrap makes errors.Is(err, errResumeForbidden) hold.
+func (e *ResumeForbiddenError) Unwrap() error { return errResumeForbidden }
 
 // resumeForbidden is the error of a sender with roles whom target's revision config
 // does not let resume it.
@@ -160,7 +160,7 @@ type Sent struct {
 // n.MaxTenantMailboxBytes. A sender whom the run's revision does not let resume it (its
 // invoke_roles and resume_roles: stepgate.may_resume) gets a *ResumeForbiddenError,
 // whatever the run's status and the message's id, and nothing is stored. A topic of
-// requests (RequestTopicPrefix) is refused with an error wrapping ErrReservedTopic,
+// requests (requestTopicPrefix) is refused with an error wrapping errReservedTopic,
 // but for a request (n.Request), which must have one. Besides, a run with
 // MaxPendingRequests requests not replied to takes no new one (an error wrapping
 // ErrTooManyRequests), and a request with the id of one of the run's plain messages is
@@ -169,9 +169,9 @@ type Sent struct {
 // Triggers that follow it (docs/internals.md): message_usage_on_insert (a message left waiting in the mailbox).
 func SendMessage(ctx context.Context, db DB, n NewMessage) (*Sent, error) {
 	switch {
-	case n.Request && !IsRequestTopic(n.Topic):
-		return nil, fmt.Errorf("journal: a request's topic begins with %q, not %q", RequestTopicPrefix, n.Topic)
-	case !n.Request && IsRequestTopic(n.Topic):
+	case n.Request && !isRequestTopic(n.Topic):
+		return nil, fmt.Errorf("journal: a request's topic begins with %q, not %q", requestTopicPrefix, n.Topic)
+	case !n.Request && isRequestTopic(n.Topic):
 		return nil, &reservedTopicError{n.Topic}
 	}
 	identity, err := json.Marshal(n.Identity)
@@ -305,7 +305,7 @@ type Receive struct {
 }
 
 func (r Receive) awaiting() Awaiting {
-	return Awaiting{Kind: AwaitReceive, Seq: r.Seq, Name: r.Name, Topic: r.Topic}
+	return Awaiting{Kind: awaitReceive, Seq: r.Seq, Name: r.Name, Topic: r.Topic}
 }
 
 func (r Receive) wake() (*time.Time, time.Duration, bool) { return nil, r.Timeout, true }
@@ -336,7 +336,7 @@ func (r Receive) write(ctx context.Context, db DB, aw awaitWrite, f *Finished) e
 	return nil
 }
 
-// SendFromRun journals e, the send entry (KindSend) of the invocation that owns runID,
+// SendFromRun journals e, the send entry (kindSend) of the invocation that owns runID,
 // and stores its message m in the target's mailbox with the run's tenant and identity
 // (as SendMessage does), in db, which must be a transaction. The sender and the target
 // are locked in one order (so two runs sending to each other do not deadlock), and only
@@ -349,12 +349,12 @@ func (r Receive) write(ctx context.Context, db DB, aw awaitWrite, f *Finished) e
 // the error is returned as refused. A repeated checkpoint of a journaled send (same
 // seq, kind and name) returns what the first one journaled and sends nothing again.
 // Errors are AppendEntry's: ErrSuperseded when the invocation no longer owns the run,
-// ErrConflict, ErrGap, a *LimitError; and an error wrapping ErrReservedTopic for a topic
-// of requests (RequestTopicPrefix), when nothing is journaled.
+// ErrConflict, ErrGap, a *LimitError; and an error wrapping errReservedTopic for a topic
+// of requests (requestTopicPrefix), when nothing is journaled.
 //
 // Triggers that follow it (docs/internals.md): message_usage_on_insert (a message left waiting in the mailbox).
 func SendFromRun(ctx context.Context, db DB, runID string, invocation int, e Entry, m NewMessage, b Bounds) (sent *Sent, refused *ErrorInfo, err error) {
-	if IsRequestTopic(m.Topic) {
+	if isRequestTopic(m.Topic) {
 		return nil, nil, &reservedTopicError{m.Topic}
 	}
 	q := dbsqlc.New(db)
@@ -413,7 +413,7 @@ func SendFromRun(ctx context.Context, db DB, runID string, invocation int, e Ent
 		var qe *QuotaError
 		switch {
 		case errors.Is(err, ErrFinished):
-			refused = &ErrorInfo{Type: ErrorTypeFinished, Message: fmt.Sprintf(
+			refused = &ErrorInfo{Type: errorTypeFinished, Message: fmt.Sprintf(
 				"run %s is already %s; a finished run takes no messages", m.RunID, target.Status)}
 		case errors.Is(err, ErrMailboxFull):
 			refused = &ErrorInfo{Type: ErrorTypeLimit, Message: fmt.Sprintf(
@@ -445,16 +445,16 @@ func MessageOf(ctx context.Context, db DB, tenant, runID, id string) (*Message, 
 	return messageOf(r), nil
 }
 
-// A request is a message on the topic RequestTopicPrefix + its name, sent by
+// A request is a message on the topic requestTopicPrefix + its name, sent by
 // SendRequest only: the run takes it with a receive of that topic (its KindReceive
 // entry holds the request's id and data), and answers it with one entry of KindReply
 // named after the request's id (Reply). Its status is derived, never stored: replied
 // once the reply is journaled, failed when the run ended without one, pending else.
 
-// RequestTopicPrefix begins the topic of every request: "request:<name>". Plain
-// messages may not use it (ErrReservedTopic), so a receive of such a topic takes
+// requestTopicPrefix begins the topic of every request: "request:<name>". Plain
+// messages may not use it (errReservedTopic), so a receive of such a topic takes
 // requests only.
-const RequestTopicPrefix = "request:"
+const requestTopicPrefix = "request:"
 
 // KindReply is a run's reply to a request it received, checkpointed like a step
 // (Reply): named after the request's id, its output is the reply, or its error an
@@ -478,27 +478,27 @@ var (
 	ErrBadReply = errors.New("journal: bad reply")
 )
 
-// ErrReservedTopic: a plain message (SendMessage, SendFromRun) on a request's topic,
+// errReservedTopic: a plain message (SendMessage, SendFromRun) on a request's topic,
 // which only SendRequest sends. Its error also wraps storable.ErrUnstorable, so that an edge
 // answers it as the client's mistake, and says what to do instead.
-var ErrReservedTopic = errors.New("journal: the topic is reserved for requests")
+var errReservedTopic = errors.New("journal: the topic is reserved for requests")
 
 type reservedTopicError struct{ topic string }
 
 func (e *reservedTopicError) Error() string {
 	return fmt.Sprintf("message topic %q begins with %q, which is reserved for requests: send one with POST /v1/runs/{id}/requests",
-		e.topic, RequestTopicPrefix)
+		e.topic, requestTopicPrefix)
 }
 
 func (e *reservedTopicError) Unwrap() []error {
-	return []error{ErrReservedTopic, storable.ErrUnstorable}
+	return []error{errReservedTopic, storable.ErrUnstorable}
 }
 
 // RequestTopic is the topic of the requests named name.
-func RequestTopic(name string) string { return RequestTopicPrefix + name }
+func RequestTopic(name string) string { return requestTopicPrefix + name }
 
-// IsRequestTopic reports whether topic is a request's, which plain messages may not use.
-func IsRequestTopic(topic string) bool { return strings.HasPrefix(topic, RequestTopicPrefix) }
+// isRequestTopic reports whether topic is a request's, which plain messages may not use.
+func isRequestTopic(topic string) bool { return strings.HasPrefix(topic, requestTopicPrefix) }
 
 // Reply journals e, a reply entry (KindReply, named after a request's id) of the
 // invocation that owns runID, in db, which must be a transaction: it locks the run's
@@ -536,13 +536,13 @@ func Reply(ctx context.Context, db DB, runID string, invocation int, e Entry, b 
 		c, cerr := q.RequestCopiedForReply(ctx, dbsqlc.RequestCopiedForReplyParams{RunID: runID, ID: e.Name, Seq: int32(e.Seq)})
 		if cerr == nil {
 			seq := c.ReceivedSeq
-			r, err = dbsqlc.RequestForReplyRow{Topic: RequestTopicPrefix, ConsumedSeq: &seq, RepliedSeq: c.RepliedSeq}, nil
+			r, err = dbsqlc.RequestForReplyRow{Topic: requestTopicPrefix, ConsumedSeq: &seq, RepliedSeq: c.RepliedSeq}, nil
 		} else if !errors.Is(cerr, pgx.ErrNoRows) {
 			err = cerr
 		}
 	}
 	switch {
-	case errors.Is(err, pgx.ErrNoRows) || err == nil && !IsRequestTopic(r.Topic):
+	case errors.Is(err, pgx.ErrNoRows) || err == nil && !isRequestTopic(r.Topic):
 		return fmt.Errorf("%w: run %s has no request with id %q: a reply is named after the id of a request the run received", ErrBadReply, runID, e.Name)
 	case err != nil:
 		return fmt.Errorf("load request %s of run %s: %w", e.Name, runID, err)
@@ -566,7 +566,7 @@ type RequestStatus string
 const (
 	RequestPending RequestStatus = "pending" // the run has not replied and has not ended
 	RequestReplied RequestStatus = "replied" // the run journaled a reply
-	RequestFailed  RequestStatus = "failed"  // the run ended without replying (Error: ErrorTypeNoReply)
+	requestFailed  RequestStatus = "failed"  // the run ended without replying (Error: ErrorTypeNoReply)
 )
 
 // Request is a request to a run and what became of it, read in one statement.
@@ -590,7 +590,7 @@ type Request struct {
 
 // requestOf is the request a row of RequestOfRun holds.
 func requestOf(runID string, r dbsqlc.RequestOfRunRow) (*Request, error) {
-	q := &Request{RunID: runID, ID: r.ID, Name: strings.TrimPrefix(r.Topic, RequestTopicPrefix), Data: r.Data,
+	q := &Request{RunID: runID, ID: r.ID, Name: strings.TrimPrefix(r.Topic, requestTopicPrefix), Data: r.Data,
 		SentAt: r.CreatedAt, Status: RequestPending, n: r.N}
 	if r.ConsumedSeq != nil {
 		seq := int(*r.ConsumedSeq)
@@ -607,7 +607,7 @@ func requestOf(runID string, r dbsqlc.RequestOfRunRow) (*Request, error) {
 			}
 		}
 	case Status(r.RunStatus).Terminal():
-		q.Status = RequestFailed
+		q.Status = requestFailed
 		q.Error = &ErrorInfo{Type: ErrorTypeNoReply, Message: fmt.Sprintf(
 			"run %s is %s: it ended without replying to request %q", runID, r.RunStatus, r.ID)}
 	}

@@ -368,14 +368,14 @@ type Detail struct {
 	Journal []Entry // In seq order.
 	// Failures are the failed attempts of the page's entries, of the steps being retried
 	// past the journal's end on its last page, and, on its first page, the latest
-	// invocation failures (seq 0), at most MaxInvocationFailures of them; oldest first.
+	// invocation failures (seq 0), at most maxInvocationFailures of them; oldest first.
 	Failures []Failure
 	// Next is the After of the next page, or 0 on the last page.
 	Next int
 }
 
-// MaxInvocationFailures bounds the invocation failures a Detail carries.
-const MaxInvocationFailures = 100
+// maxInvocationFailures bounds the invocation failures a Detail carries.
+const maxInvocationFailures = 100
 
 // GetRunDetail returns the tenant's run with a page of its journal and the failed
 // attempts of that page, in one round trip, or ErrNotFound. Its work and memory are
@@ -419,7 +419,7 @@ func GetRunDetail(ctx context.Context, db DB, tenant, id string, p JournalPage) 
 		return row.Scan(&last)
 	})
 	if !p.NoFailures {
-		b.Queue(dbsqlc.RunDetailFailures, dbsqlc.RunDetailFailuresParams{Tenant: tenant, RunID: id, After: after, MaxInvocationFailures: MaxInvocationFailures}.Args()...).
+		b.Queue(dbsqlc.RunDetailFailures, dbsqlc.RunDetailFailuresParams{Tenant: tenant, RunID: id, After: after, MaxInvocationFailures: maxInvocationFailures}.Args()...).
 			Query(func(rows pgx.Rows) error {
 				var err error
 				d.Failures, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Failure, error) {

@@ -8,11 +8,11 @@ import (
 	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
-// AwaitWaitAny waits for the first of several waits (WaitAny); its entry has the same
+// awaitWaitAny waits for the first of several waits (WaitAny); its entry has the same
 // kind.
 const (
-	AwaitWaitAny = "wait_any"
-	KindWaitAny  = AwaitWaitAny
+	awaitWaitAny = "wait_any"
+	KindWaitAny  = awaitWaitAny
 )
 
 // MaxAlternatives bounds the waits of a WaitAny.
@@ -36,7 +36,7 @@ type WaitAny struct {
 }
 
 func (w WaitAny) awaiting() Awaiting {
-	a := Awaiting{Kind: AwaitWaitAny, Seq: w.Seq, Name: w.Name}
+	a := Awaiting{Kind: awaitWaitAny, Seq: w.Seq, Name: w.Name}
 	for _, o := range w.Of {
 		a.Of = append(a.Of, o.awaiting())
 	}

@@ -18,7 +18,7 @@ import (
 // KindWaitEvent is the entry of a run's wait for an event (WaitEvent), journaled when
 // the wait ends: its output is {"event": {id, name, data, identity, created_at}}, the
 // event that resumed the run (identity is its sender's), or {"timed_out": true}.
-const KindWaitEvent = AwaitWaitEvent
+const KindWaitEvent = awaitWaitEvent
 
 // TimedOut is the output of a wait entry whose timeout passed first.
 var TimedOut = json.RawMessage(`{"timed_out": true}`)
@@ -57,7 +57,7 @@ type WaitEvent struct {
 
 func (w WaitEvent) awaiting() Awaiting {
 	m, _ := json.Marshal(w.Match)
-	return Awaiting{Kind: AwaitWaitEvent, Seq: w.Seq, Name: w.Name, Event: w.Event, Match: m}
+	return Awaiting{Kind: awaitWaitEvent, Seq: w.Seq, Name: w.Name, Event: w.Event, Match: m}
 }
 
 func (w WaitEvent) wake() (*time.Time, time.Duration, bool) { return nil, w.Timeout, true }
