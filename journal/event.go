@@ -13,10 +13,9 @@ import (
 	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
-// kindEvent is the journal entry of an event a run sent (step.SendEvent): its output is
-// the event's {name, data, id}. It is checkpointed like a step, and the checkpoint
-// stores the event (see SendEvent) in the entry's transaction.
-const kindEvent = "event"
+// An entry of kind "event" is an event a run sent (step.SendEvent): its output is the
+// event's {name, data, id}. It is checkpointed like a step, and the checkpoint stores
+// the event (see SendEvent) in the entry's transaction.
 
 // Event is a named JSON payload sent by a tenant, through the API or from a run. Events
 // are immutable; (Tenant, ID) is unique.

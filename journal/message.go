@@ -14,12 +14,11 @@ import (
 	"github.com/stepgate/stepgate/journal/storable"
 )
 
-// kindSend is the entry of a message a run sent (step.Send), checkpointed like a step:
+// An entry of kind "send" is a message a run sent (step.Send), checkpointed like a step:
 // its output is {"run_id", "topic", "id", "data"}, the message, stored in the target
 // run's mailbox in the checkpoint's transaction (SendFromRun). A message that could not
 // be sent is journaled too, with an error (ErrorTypeNotFound, ErrorTypeForbidden,
 // errorTypeFinished, ErrorTypeLimit) and no output, so that a replay takes the path the run took.
-const kindSend = "send"
 
 // KindReceive is the entry of a run's receive (Receive), journaled when the receive
 // ends: its output is {"message": {id, topic, data, identity, source_run_id, sent_at}},
