@@ -56,43 +56,16 @@ func failureToAPI(f journal.Failure) protocol.AttemptFailure {
 	}
 }
 
-// awaitingToAPI returns what a run awaits for the API, or nil.
+// awaitingToAPI returns what a run awaits for the API, or nil. The stored form's JSON
+// is the API's (TestAwaitingIsTheAPIs keeps their fields the same), so every await
+// kind's fields reach the API with no code of its own.
 func awaitingToAPI(a *journal.Awaiting) *protocol.Awaiting {
 	if a == nil {
 		return nil
 	}
-	out := &protocol.Awaiting{Kind: protocol.AwaitingKind(a.Kind), Seq: a.Seq, Name: a.Name}
-	if a.Attempt > 0 {
-		out.Attempt = &a.Attempt
+	out := protocol.Awaiting{Kind: protocol.AwaitingKind(a.Kind), Seq: a.Seq, Name: a.Name}
+	if raw, err := json.Marshal(a); err == nil {
+		_ = json.Unmarshal(raw, &out) // the same fields: a field that does not decode keeps its zero
 	}
-	if a.Count > 0 {
-		out.Count = &a.Count
-	}
-	if a.ChildID != "" {
-		out.ChildID, out.Function = &a.ChildID, &a.Function
-	}
-	if a.Event != "" {
-		out.Event = &a.Event
-		var m map[string]protocol.AnyJSON
-		if json.Unmarshal(a.Match, &m) == nil && m != nil {
-			out.Match = &m
-		}
-	}
-	if a.Topic != "" {
-		out.Topic = &a.Topic
-	}
-	if a.CallbackSeq > 0 {
-		out.CallbackSeq = &a.CallbackSeq
-	}
-	if a.RunID != "" {
-		out.RunID = &a.RunID
-	}
-	if len(a.Of) > 0 {
-		of := make([]protocol.Awaiting, len(a.Of))
-		for i := range a.Of {
-			of[i] = *awaitingToAPI(&a.Of[i])
-		}
-		out.Of = &of
-	}
-	return out
+	return &out
 }
