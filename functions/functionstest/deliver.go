@@ -4,20 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/stepgate/stepgate/functions/internal/gatewaytest"
 	"github.com/stepgate/stepgate/protocol"
 	"github.com/stepgate/stepgate/protocol/awaits"
 )
-
-// message is a message sent to a run and not received yet.
-type message struct {
-	id, topic string
-	data      json.RawMessage
-	source    string // the sending run's id, for step.Send
-	at        time.Time
-}
 
 // identity is the sender of what a test delivers: the harness's user.
 func identity() map[string]any {
@@ -39,11 +30,11 @@ func mustJSON(v any) json.RawMessage {
 // returns how many runs it resumed.
 func (h *Harness) SendEvent(name string, data any) int {
 	h.t.Helper()
-	return h.publish(event{awaits.Event{ID: newUUID(), Name: name, Data: mustJSON(data), At: h.now}})
+	return h.publish(awaits.Event{ID: newUUID(), Name: name, Data: mustJSON(data), Identity: identity(), At: h.now})
 }
 
 // publish stores ev and resumes the runs waiting for it; it returns how many.
-func (h *Harness) publish(ev event) int {
+func (h *Harness) publish(ev awaits.Event) int {
 	h.t.Helper()
 	h.evs = append(h.evs, ev)
 	n := 0
@@ -52,10 +43,10 @@ func (h *Harness) publish(ev event) int {
 			continue
 		}
 		if e, ok := r.waiting.First(func(a awaits.Alternative) (json.RawMessage, bool) {
-			if !a.TakesEvent(ev.Event) {
+			if !a.TakesEvent(ev) {
 				return nil, false
 			}
-			return r.receive(ev), true
+			return r.mem.Take(ev), true
 		}); ok {
 			n++
 			r.resume(e)
@@ -71,64 +62,10 @@ func (r *Run) SendEvent(name string, data any) Result {
 	return r.Result()
 }
 
-// receive returns the output of a wait that ev ends, noting that the run received it.
-func (r *Run) receive(ev event) json.RawMessage {
-	if r.gotEvents == nil {
-		r.gotEvents = map[string]bool{}
-	}
-	r.gotEvents[ev.ID] = true
-	return eventOutput(ev)
-}
-
-func eventOutput(ev event) json.RawMessage {
-	return mustJSON(map[string]any{"event": map[string]any{"id": ev.ID, "name": ev.Name, "data": ev.Data,
-		"identity": identity(), "created_at": ev.At}})
-}
-
-// pending returns the output that ends the alternative a from what the run already
-// holds, taking a message it uses: a queued message, a resolved callback, or an event a
-// look-back finds.
+// pending returns the output that ends the alternative a now, as the gateway would
+// (awaits.Memory.Pending), taking a message it uses.
 func (r *Run) pending(a awaits.Alternative) (json.RawMessage, bool) {
-	switch {
-	case a.Topic != "":
-		for i, m := range r.mailbox {
-			if m.topic == a.Topic {
-				r.mailbox = append(r.mailbox[:i:i], r.mailbox[i+1:]...)
-				return messageOutput(m), true
-			}
-		}
-	case a.CallbackSeq != 0:
-		out, ok := r.resolved[a.CallbackSeq]
-		return out, ok
-	case a.RunID != "":
-		switch target := r.h.byID[a.RunID]; {
-		case target == nil: // as the gateway, for a run of no tenant of its own
-			return mustJSON(map[string]any{"run": map[string]any{"id": a.RunID,
-				"error": protocol.ErrorInfo{Type: "not_found", Message: "no run " + a.RunID + " in the tenant"}}}), true
-		case target.res.Status == Completed || target.res.Status == Failed:
-			return target.endOutput(), true
-		}
-	case a.LooksBack():
-		evs := r.h.evs
-		if a.SinceStart {
-			evs = evs[r.evsAtStart:] // stored since the run was created
-		}
-		for _, ev := range evs {
-			// As on the gateway, not an event another wait of the run received.
-			if a.TakesEvent(ev.Event) && (a.SinceStart || a.LooksBackTo(ev.At, r.created)) && !r.gotEvents[ev.ID] {
-				return r.receive(ev), true
-			}
-		}
-	}
-	return nil, false
-}
-
-func messageOutput(m message) json.RawMessage {
-	msg := map[string]any{"id": m.id, "topic": m.topic, "data": m.data, "identity": identity(), "sent_at": m.at}
-	if m.source != "" { // a message a run sent: the gateway names none for one sent through the API
-		msg["source_run_id"] = m.source
-	}
-	return mustJSON(map[string]any{"message": msg})
+	return r.mem.Pending(a, awaits.Elsewhere{Events: r.h.evs, Created: r.evsAtStart, RunEnd: r.h.runEnd})
 }
 
 // SendMessage sends the run a message of topic with data (encoded as JSON), as POST
@@ -136,13 +73,13 @@ func messageOutput(m message) json.RawMessage {
 // run waits for it (step.Receive, or among a step.WaitFirst), else when it next does.
 func (r *Run) SendMessage(topic string, data any) Result {
 	r.h.t.Helper()
-	r.deliver(message{id: newUUID(), topic: topic, data: mustJSON(data), at: r.h.now})
+	r.deliver(awaits.Message{ID: newUUID(), Topic: topic, Data: mustJSON(data), Identity: identity(), At: r.h.now})
 	return r.Result()
 }
 
-func (r *Run) deliver(m message) {
-	r.mailbox = append(r.mailbox, m)
-	if r.waiting != nil && r.waiting.Takes(m.topic) {
+func (r *Run) deliver(m awaits.Message) {
+	r.mem.Send(m)
+	if r.waiting != nil && r.waiting.Takes(m.Topic) {
 		if e, ok := r.waiting.First(r.pending); ok {
 			r.resume(e)
 		}
@@ -155,10 +92,10 @@ func (r *Run) deliver(m message) {
 // a *protocol.ErrorInfo); ok is false while the run has not replied.
 func (r *Run) SendRequest(name string, data any) (reply json.RawMessage, replyErr *protocol.ErrorInfo, ok bool) {
 	r.h.t.Helper()
-	m := message{id: newUUID(), topic: "request:" + name, data: mustJSON(data), at: r.h.now}
+	m := awaits.Message{ID: newUUID(), Topic: "request:" + name, Data: mustJSON(data), Identity: identity(), At: r.h.now}
 	r.deliver(m)
 	for _, e := range r.Journal() {
-		if e.Kind == protocol.EntryKindReply && e.Name == m.id {
+		if e.Kind == protocol.EntryKindReply && e.Name == m.ID {
 			if e.Error != nil {
 				return nil, e.Error, true
 			}
@@ -176,7 +113,7 @@ func (r *Run) SendRequest(name string, data any) (reply json.RawMessage, replyEr
 // waits for it, else when it does.
 func (r *Run) ResolveCallback(name string, data any) Result {
 	r.h.t.Helper()
-	return r.settleCallback(name, mustJSON(map[string]any{"data": mustJSON(data), "resolver": "token", "resolved_at": r.h.now}))
+	return r.settleCallback(name, awaits.Resolution(mustJSON(data), nil, r.h.now))
 }
 
 // RejectCallback rejects the run's latest callback called name with an error of type
@@ -187,8 +124,7 @@ func (r *Run) RejectCallback(name, typ, msg string) Result {
 	if typ == "" {
 		typ = "rejected"
 	}
-	return r.settleCallback(name, mustJSON(map[string]any{"error": protocol.ErrorInfo{Type: typ, Message: msg},
-		"resolver": "token", "resolved_at": r.h.now}))
+	return r.settleCallback(name, awaits.Resolution(nil, &protocol.ErrorInfo{Type: typ, Message: msg}, r.h.now))
 }
 
 func (r *Run) settleCallback(name string, out json.RawMessage) Result {
@@ -202,13 +138,9 @@ func (r *Run) settleCallback(name string, out json.RawMessage) Result {
 	if seq == 0 {
 		r.h.t.Fatalf("functionstest: run %s has no callback %q", r.id, name)
 	}
-	if _, done := r.resolved[seq]; done {
+	if !r.mem.Settle(seq, out) {
 		r.h.t.Fatalf("functionstest: run %s: callback %q (seq %d) is already settled", r.id, name, seq)
 	}
-	if r.resolved == nil {
-		r.resolved = map[int]json.RawMessage{}
-	}
-	r.resolved[seq] = out
 	if r.waiting != nil {
 		if e, ok := r.waiting.First(func(a awaits.Alternative) (json.RawMessage, bool) {
 			return out, a.CallbackSeq == seq
@@ -269,7 +201,7 @@ func (r *Run) routeSends() {
 				ID   string          `json:"id"`
 			}
 			_ = json.Unmarshal(*e.Output, &o)
-			r.h.publish(event{awaits.Event{ID: o.ID, Name: o.Name, Data: o.Data, At: r.h.now}})
+			r.h.publish(awaits.Event{ID: o.ID, Name: o.Name, Data: o.Data, Identity: identity(), At: r.h.now})
 			continue
 		}
 		if e.Kind != protocol.EntryKindSend || e.Output == nil {
@@ -282,7 +214,7 @@ func (r *Run) routeSends() {
 		}
 		_ = json.Unmarshal(*e.Output, &o)
 		if to := r.h.byID[o.RunID]; to != nil && to != r {
-			to.deliver(message{id: r.id + ":" + strconv.Itoa(e.Seq), topic: o.Topic, data: o.Data, source: r.id, at: r.h.now})
+			to.deliver(awaits.Message{ID: r.id + ":" + strconv.Itoa(e.Seq), Topic: o.Topic, Data: o.Data, Identity: identity(), Source: r.id, At: r.h.now})
 		}
 	}
 }

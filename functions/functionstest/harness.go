@@ -42,16 +42,13 @@ type Harness struct {
 	conf  map[string]protocol.FunctionConfig // by function, from the app's manifest
 	runs  []*Run
 	byID  map[string]*Run
-	evs   []event
+	evs   []awaits.Event
 
 	mu       sync.Mutex // guards now's writes, journals and crashes, used by the checkpoint handler
 	journals store
 	crashes  map[string]int  // run id -> seq after which its invocation crashes
 	crashed  map[string]bool // run id -> its invocation crashed
 }
-
-// event is an event sent during the test, kept for wait_event look-backs.
-type event struct{ awaits.Event }
 
 // Option configures a Harness.
 type Option func(*options)

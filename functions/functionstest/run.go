@@ -71,12 +71,10 @@ type Run struct {
 	kids    map[int]protocol.JournalEntry
 	need    int // children of the wait still running
 
-	mailbox   []message       // messages sent to the run and not received yet
-	gotEvents map[string]bool // ids of the events the run's waits received
-	began     int             // the journal's next seq when the last invocation began
-	resolved  map[int]json.RawMessage
-	scanned   map[int]bool // seqs of the journal scanned for sends
-	invoked   []Invocation
+	mem     awaits.Memory // its mailbox, its callbacks' resolutions, the events it received
+	began   int           // the journal's next seq when the last invocation began
+	scanned map[int]bool  // seqs of the journal scanned for sends
+	invoked []Invocation
 }
 
 // ID returns the run's id (a UUID).
@@ -249,23 +247,28 @@ func (r *Run) finish(e protocol.JournalEntry) {
 			continue
 		}
 		if e, ok := w.waiting.First(func(a awaits.Alternative) (json.RawMessage, bool) {
-			return r.endOutput(), a.RunID == r.id
+			return r.h.runEndOf(r), a.RunID == r.id
 		}); ok {
 			w.resume(e)
 		}
 	}
 }
 
-// endOutput is what an await_run of the ended run journals: {"run": {"id", "status",
-// "output"}}, or with "error" for a failed run.
-func (r *Run) endOutput() json.RawMessage {
-	end := map[string]any{"id": r.id, "status": r.res.Status}
-	if r.res.Status == Failed {
-		end["error"] = r.res.Error
-	} else {
-		end["output"] = r.res.Output
+// runEnd returns what an await_run of the run id journals once it has ended, and
+// whether it has: as the gateway, not_found for a run the harness does not have.
+func (h *Harness) runEnd(id string) (json.RawMessage, bool) {
+	r := h.byID[id]
+	switch {
+	case r == nil:
+		return awaits.RunNotFound(id), true
+	case r.res.Status == Completed || r.res.Status == Failed:
+		return h.runEndOf(r), true
 	}
-	return mustJSON(map[string]any{"run": end})
+	return nil, false
+}
+
+func (h *Harness) runEndOf(r *Run) json.RawMessage {
+	return awaits.RunEnded(r.id, string(r.res.Status), r.res.Output, r.res.Error)
 }
 
 // suspend applies aw as the gateway would (protocol/awaits); it reports whether the run

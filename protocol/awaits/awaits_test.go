@@ -260,3 +260,47 @@ func TestJournalsNothing(t *testing.T) {
 	require.True(t, awaits.JournalsNothing(decode(t, `{"type":"continue","seq":2,"name":"c"}`)))
 	require.False(t, awaits.JournalsNothing(decode(t, `{"type":"sleep","seq":2,"name":"s","duration":"1s"}`)))
 }
+
+// TestMemory: what a run holds in memory ends a wait as the gateway's tables do: the
+// oldest message of the topic, taken once; a callback's resolution, settled once; a
+// look-back's earliest event that no wait of the run received; a run's end.
+func TestMemory(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
+	var m awaits.Memory
+	receive := apply(t, `{"type":"receive","seq":1,"name":"r","topic":"t"}`).(awaits.Wait).Of[0]
+	_, ok := m.Pending(receive, awaits.Elsewhere{})
+	require.False(t, ok)
+	m.Send(awaits.Message{ID: "m1", Topic: "t", Data: json.RawMessage(`1`), At: at})
+	m.Send(awaits.Message{ID: "m2", Topic: "t", Data: json.RawMessage(`2`), Source: "run-9", At: at})
+	out, ok := m.Pending(receive, awaits.Elsewhere{})
+	require.True(t, ok)
+	require.JSONEq(t, `{"message":{"id":"m1","topic":"t","data":1,"identity":null,"sent_at":"2026-12-07T00:00:00Z"}}`, string(out), "the oldest, and no source run for one sent through the API")
+	out, _ = m.Pending(receive, awaits.Elsewhere{})
+	require.Contains(t, string(out), `"source_run_id":"run-9"`)
+	_, ok = m.Pending(receive, awaits.Elsewhere{})
+	require.False(t, ok, "each message is taken once")
+
+	cb := apply(t, `{"type":"await_callback","seq":3,"name":"c","callback_seq":2}`).(awaits.Wait).Of[0]
+	require.True(t, m.Settle(2, awaits.Resolution(json.RawMessage(`"ok"`), nil, at)))
+	require.False(t, m.Settle(2, awaits.Resolution(json.RawMessage(`"again"`), nil, at)), "settled once")
+	out, ok = m.Pending(cb, awaits.Elsewhere{})
+	require.True(t, ok)
+	require.JSONEq(t, `{"data":"ok","resolver":"token","resolved_at":"2026-12-07T00:00:00Z"}`, string(out))
+
+	look := apply(t, `{"type":"wait_event","seq":4,"name":"w","event":"paid","since_start":true}`).(awaits.Wait).Of[0]
+	evs := []awaits.Event{{ID: "e0", Name: "paid", At: at}, {ID: "e1", Name: "paid", At: at}, {ID: "e2", Name: "paid", At: at}}
+	m.Take(evs[1]) // another wait of the run received it
+	out, ok = m.Pending(look, awaits.Elsewhere{Events: evs, Created: 1})
+	require.True(t, ok)
+	require.Contains(t, string(out), `"id":"e2"`, "stored since the run was created, and not received by another wait")
+
+	run := apply(t, `{"type":"await_run","seq":5,"name":"r","run_id":"0190a0c1-0000-7000-8000-000000000000"}`).(awaits.Wait).Of[0]
+	ended := func(id string) (json.RawMessage, bool) {
+		return awaits.RunEnded(id, "failed", nil, &protocol.ErrorInfo{Type: "boom", Message: "b"}), true
+	}
+	out, ok = m.Pending(run, awaits.Elsewhere{RunEnd: ended})
+	require.True(t, ok)
+	require.JSONEq(t, `{"run":{"id":"0190a0c1-0000-7000-8000-000000000000","status":"failed","error":{"type":"boom","message":"b"}}}`, string(out))
+	require.JSONEq(t, `{"run":{"id":"x","error":{"type":"not_found","message":"no run x in the tenant"}}}`, string(awaits.RunNotFound("x")))
+}

@@ -3,6 +3,7 @@ package awaits
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"time"
 
@@ -17,7 +18,148 @@ import (
 type Event struct {
 	ID, Name string
 	Data     json.RawMessage
+	Identity any // its sender's, as journaled
 	At       time.Time
+}
+
+// Output is what a wait_event that ev ends journals.
+func (ev Event) Output() json.RawMessage {
+	return mustJSON(map[string]any{"event": map[string]any{"id": ev.ID, "name": ev.Name, "data": ev.Data,
+		"identity": ev.Identity, "created_at": ev.At}})
+}
+
+// Message is a message in a run's mailbox, as a receive sees it.
+type Message struct {
+	ID, Topic string
+	Data      json.RawMessage
+	Identity  any    // its sender's
+	Source    string // the run that sent it (a send entry); "" for one sent through the API
+	At        time.Time
+}
+
+// Output is what a receive that takes m journals; the gateway names no source run for a
+// message sent through the API.
+func (m Message) Output() json.RawMessage {
+	msg := map[string]any{"id": m.ID, "topic": m.Topic, "data": m.Data, "identity": m.Identity, "sent_at": m.At}
+	if m.Source != "" {
+		msg["source_run_id"] = m.Source
+	}
+	return mustJSON(map[string]any{"message": msg})
+}
+
+// Resolution is what an await_callback journals for a callback resolved with data at
+// at, by its token's holder; a rejection when e is not nil.
+func Resolution(data json.RawMessage, e *protocol.ErrorInfo, at time.Time) json.RawMessage {
+	if e != nil {
+		return mustJSON(map[string]any{"error": e, "resolver": "token", "resolved_at": at})
+	}
+	return mustJSON(map[string]any{"data": data, "resolver": "token", "resolved_at": at})
+}
+
+// RunEnded is what an await_run journals for the run id that ended with status: its
+// output when it completed, else its error.
+func RunEnded(id string, status string, output json.RawMessage, e *protocol.ErrorInfo) json.RawMessage {
+	end := map[string]any{"id": id, "status": status}
+	if status == "completed" {
+		end["output"] = output
+	} else {
+		end["error"] = e
+	}
+	return mustJSON(map[string]any{"run": end})
+}
+
+// RunNotFound is what an await_run journals for a run id of no run of the tenant.
+func RunNotFound(id string) json.RawMessage {
+	return mustJSON(map[string]any{"run": map[string]any{"id": id,
+		"error": protocol.ErrorInfo{Type: "not_found", Message: "no run " + id + " in the tenant"}}})
+}
+
+func mustJSON(v any) json.RawMessage {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("awaits: encode %T: %v", v, err))
+	}
+	return raw
+}
+
+// Memory is what one run holds in memory that its waits may take, as the gateway's
+// tables hold it: its mailbox (the messages no receive took yet, oldest first), its
+// callbacks' resolutions, and the events its waits received (which no look-back takes
+// again). The zero Memory is empty.
+type Memory struct {
+	mailbox  []Message
+	resolved map[int]json.RawMessage
+	received map[string]bool
+}
+
+// Send puts m in the mailbox.
+func (m *Memory) Send(msg Message) { m.mailbox = append(m.mailbox, msg) }
+
+// Settle records out, the resolution of the callback at seq; false when it was settled
+// already (the gateway's 409).
+func (m *Memory) Settle(seq int, out json.RawMessage) bool {
+	if _, done := m.resolved[seq]; done {
+		return false
+	}
+	if m.resolved == nil {
+		m.resolved = map[int]json.RawMessage{}
+	}
+	m.resolved[seq] = out
+	return true
+}
+
+// Take notes that a wait of the run received ev and returns the output it journals.
+func (m *Memory) Take(ev Event) json.RawMessage {
+	if m.received == nil {
+		m.received = map[string]bool{}
+	}
+	m.received[ev.ID] = true
+	return ev.Output()
+}
+
+// Elsewhere is what a run's waits find outside the run, in memory.
+type Elsewhere struct {
+	// Events are the tenant's events, oldest first; those from Created on were stored
+	// since the run was created.
+	Events  []Event
+	Created int
+	// RunEnd returns what an await_run of the run id journals once it has ended
+	// (RunEnded, or RunNotFound), and whether it has.
+	RunEnd func(id string) (json.RawMessage, bool)
+}
+
+// Pending returns the output that ends the alternative a now, from what the run holds
+// (m) and what is elsewhere, and whether there is one, taking the message it uses: the
+// oldest message of a's topic, its callback's resolution, its run's end, or the earliest
+// event a look-back finds that no wait of the run received.
+func (m *Memory) Pending(a Alternative, o Elsewhere) (json.RawMessage, bool) {
+	switch {
+	case a.Topic != "":
+		for i, msg := range m.mailbox {
+			if msg.Topic == a.Topic {
+				m.mailbox = append(m.mailbox[:i:i], m.mailbox[i+1:]...)
+				return msg.Output(), true
+			}
+		}
+	case a.CallbackSeq != 0:
+		out, ok := m.resolved[a.CallbackSeq]
+		return out, ok
+	case a.RunID != "":
+		if o.RunEnd != nil {
+			return o.RunEnd(a.RunID)
+		}
+	case a.LooksBack():
+		evs := o.Events
+		if a.SinceStart {
+			evs = evs[min(o.Created, len(evs)):]
+		}
+		for _, ev := range evs {
+			if a.TakesEvent(ev) && (a.SinceStart || a.LooksBackTo(ev.At, time.Time{})) && !m.received[ev.ID] {
+				return m.Take(ev), true
+			}
+		}
+	}
+	return nil, false
 }
 
 // TakesEvent reports whether the event ev ends the alternative a, ignoring its look-back:
