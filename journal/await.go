@@ -12,7 +12,7 @@ import (
 // Awaiting is what a suspended run waits for, stored on the run (run.awaiting) and shown
 // by the API, so that no reader has to guess it from the journal.
 type Awaiting struct {
-	Kind string `json:"kind"` // AwaitSleep, AwaitInvokeAll, or another await's kind ("retry", "invoke", "wait_event", "receive", "await_callback", ...)
+	Kind string `json:"kind"` // awaitSleep, awaitInvokeAll, or another await's kind ("retry", "invoke", "wait_event", "receive", "await_callback", ...)
 	Seq  int    `json:"seq"`  // The journal seq the run resumes at.
 	Name string `json:"name"`
 	// Attempt is the failed attempt of a step a retry waits to make again.
@@ -39,12 +39,12 @@ type Awaiting struct {
 
 // Await kinds.
 const (
-	AwaitSleep  = "sleep"
+	awaitSleep  = "sleep"
 	awaitRetry  = "retry"
 	awaitInvoke = "invoke"
-	// AwaitInvokeAll waits for several child runs (InvokeAll); their entries are of
+	// awaitInvokeAll waits for several child runs (InvokeAll); their entries are of
 	// kind invoke.
-	AwaitInvokeAll = "invoke_all"
+	awaitInvokeAll = "invoke_all"
 	// awaitWaitEvent waits for an event (WaitEvent); its entry has the same kind.
 	awaitWaitEvent = "wait_event"
 	// awaitReceive waits for a message of a topic (Receive); its entry has the same kind.
@@ -54,10 +54,10 @@ const (
 	awaitCallback = "await_callback"
 )
 
-// Await is what a suspended run waits for: a Sleep, a StepRetry, an Invoke, a
+// awaited is what a suspended run waits for: a Sleep, a StepRetry, an Invoke, a
 // WaitEvent, a Receive or a CallbackWait. Each kind says where it sits in the journal,
 // when the run is due again, and what Finish writes for it besides the run's status.
-type Await interface {
+type awaited interface {
 	// awaiting describes the await as it is stored on the run.
 	awaiting() Awaiting
 	// wake returns the run's wake time: until (absolute), or after (from the database
@@ -90,7 +90,7 @@ type Sleep struct {
 	For   time.Duration
 }
 
-func (s Sleep) awaiting() Awaiting { return Awaiting{Kind: AwaitSleep, Seq: s.Seq, Name: s.Name} }
+func (s Sleep) awaiting() Awaiting { return Awaiting{Kind: awaitSleep, Seq: s.Seq, Name: s.Name} }
 
 func (s Sleep) wake() (*time.Time, time.Duration, bool) { return s.Until, s.For, true }
 
@@ -136,7 +136,7 @@ func (r StepRetry) write(ctx context.Context, db DB, w awaitWrite, _ *Finished) 
 }
 
 // Invoke is a run's call of another function: a child run, whose outcome is journaled
-// in the run at Seq, as an entry of kind KindInvoke named Name, when it ends; that end
+// in the run at Seq, as an entry of kind kindInvoke named Name, when it ends; that end
 // makes the run due (it has no wake time meanwhile).
 type Invoke struct {
 	Seq      int
@@ -146,7 +146,7 @@ type Invoke struct {
 	Input    json.RawMessage // The child inherits the run's identity, which the function's invoke_roles must admit.
 	Detached bool            // The child is not cancelled with the run.
 	// MaxTenantRuns caps the runs the tenant stores (Quotas.MaxRuns): a child that
-	// would pass it is not started, and its error (ErrorTypeLimit, naming the quota) is
+	// would pass it is not started, and its error (errorTypeLimit, naming the quota) is
 	// journaled at its seq. 0 does not limit.
 	MaxTenantRuns int64
 	// MaxTenantJournalBytes caps the journal bytes of the tenant's finished runs
@@ -169,9 +169,9 @@ const MaxInvokeAll = 64
 
 // InvokeAll is a run's call of several functions at once: child runs at Seq, Seq+1, ...
 // (Calls' Seq and Name are set from it), whose outcomes are journaled in the run, each at
-// its seq, as entries of kind KindInvoke named Name when it ends. The last of them to
+// its seq, as entries of kind kindInvoke named Name when it ends. The last of them to
 // be journaled makes the run due (the trigger child_end_wakes_parent; docs/internals.md); a call that cannot start
-// (ErrorTypeNotFound, ErrorTypeForbidden, ErrorTypeLimit past the tenant's quota of
+// (errorTypeNotFound, errorTypeForbidden, errorTypeLimit past the tenant's quota of
 // runs) is journaled at once.
 type InvokeAll struct {
 	Seq   int
@@ -180,7 +180,7 @@ type InvokeAll struct {
 }
 
 func (in InvokeAll) awaiting() Awaiting {
-	return Awaiting{Kind: AwaitInvokeAll, Seq: in.Seq, Name: in.Name, Count: len(in.Calls)}
+	return Awaiting{Kind: awaitInvokeAll, Seq: in.Seq, Name: in.Name, Count: len(in.Calls)}
 }
 
 func (in InvokeAll) wake() (*time.Time, time.Duration, bool) { return nil, 0, false }

@@ -10,15 +10,15 @@ import (
 	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
-// AwaitRun waits for another run of the tenant to end (RunWait); its entry has the same
+// awaitRun waits for another run of the tenant to end (RunWait); its entry has the same
 // kind.
 const (
-	AwaitRun     = "await_run"
-	KindAwaitRun = AwaitRun
+	awaitRun     = "await_run"
+	kindAwaitRun = awaitRun
 )
 
 // RunWait suspends a run until the run RunID of its tenant ends (completed, failed or
-// cancelled) or Timeout passes; then the entry at Seq, of kind KindAwaitRun, journals
+// cancelled) or Timeout passes; then the entry at Seq, of kind kindAwaitRun, journals
 // {"run": {"id", "status", "output"}} for a completed run, {"run": {"id", "status",
 // "error"}} for a failed or cancelled one (stepgate.run_end_output), or {"timed_out":
 // true}. Any run of the tenant may be awaited, a child or not. The waiting run's
@@ -40,7 +40,7 @@ type RunWait struct {
 }
 
 func (w RunWait) awaiting() Awaiting {
-	return Awaiting{Kind: AwaitRun, Seq: w.Seq, Name: w.Name, RunID: w.RunID}
+	return Awaiting{Kind: awaitRun, Seq: w.Seq, Name: w.Name, RunID: w.RunID}
 }
 
 func (w RunWait) wake() (*time.Time, time.Duration, bool) { return nil, w.Timeout, true }
@@ -63,7 +63,7 @@ func (w RunWait) write(ctx context.Context, db DB, aw awaitWrite, f *Finished) e
 		waiting = marked
 	} else {
 		refused, _ = json.Marshal(map[string]any{"run": map[string]any{"id": w.RunID, "error": ErrorInfo{
-			Type: ErrorTypeForbidden, Message: fmt.Sprintf("the run's identity may not read run %s: it needs runs:read", w.RunID)}}})
+			Type: errorTypeForbidden, Message: fmt.Sprintf("the run's identity may not read run %s: it needs runs:read", w.RunID)}}})
 	}
 	err := q.AwaitRunStore(ctx, dbsqlc.AwaitRunStoreParams{
 		Tenant: aw.tenant, AwaitedRun: w.RunID, Alt: int16(aw.alt), Refused: refused, Waiting: waiting,

@@ -184,7 +184,7 @@ func (a CallbackWait) write(ctx context.Context, db DB, aw awaitWrite, f *Finish
 	switch {
 	case cb.State != callbackPending:
 	case cb.Expired:
-		result = TimedOut
+		result = timedOut
 	default:
 		return a.wait(ctx, q, aw, f, cb.ExpiresAt)
 	}
@@ -279,14 +279,14 @@ type ClosedCallbackError struct {
 
 func (e *ClosedCallbackError) Error() string { return e.Reason }
 
-// MayResolveCallbacks checks that id may resolve the callbacks of the run runID of tenant
+// mayResolveCallbacks checks that id may resolve the callbacks of the run runID of tenant
 // by name, or list them with their tokens (OpenCallbacks), as it may resume the run by
 // an event or a message: when the run's revision lets id resume it (its invoke_roles and
 // resume_roles, or admin: stepgate.may_resume, as access.Identity.MayResume decides). It
 // returns ErrNotFound when tenant has no such run, and a *ResumeForbiddenError (with
 // Callbacks set) when id may not, whatever the run's status. A callback's token needs
 // no such check: it is the credential.
-func MayResolveCallbacks(ctx context.Context, db DB, tenant, runID string, id Identity) error {
+func mayResolveCallbacks(ctx context.Context, db DB, tenant, runID string, id Identity) error {
 	identity, err := json.Marshal(id)
 	if err != nil {
 		return fmt.Errorf("check the roles of run %s: %w", runID, err)
@@ -310,7 +310,7 @@ func MayResolveCallbacks(ctx context.Context, db DB, tenant, runID string, id Id
 // returns ErrNotFound when there is none (an unknown token, another tenant's run), and a
 // *ClosedCallbackError when it was resolved or rejected already, expired, or its run
 // finished. Named by its run and name, it needs res.By, whom the run's revision must let
-// resolve it (MayResolveCallbacks: a *ResumeForbiddenError, checked first). When the run waits for the callback, the resolution is journaled at the
+// resolve it (mayResolveCallbacks: a *ResumeForbiddenError, checked first). When the run waits for the callback, the resolution is journaled at the
 // wait's seq, the wait is deleted and the run made due, in db's transaction
 // (Callback.Woken: the caller enqueues its invocation); otherwise it is kept on the
 // callback for the await to journal. The run's row is locked, then the callback's, as
@@ -325,7 +325,7 @@ func ResolveCallback(ctx context.Context, db DB, ref CallbackRef, res Resolution
 	case res.By == nil:
 		return nil, errors.New("journal: resolving a callback by its run and name needs the caller's identity")
 	default:
-		if err := MayResolveCallbacks(ctx, db, ref.Tenant, ref.RunID, *res.By); err != nil {
+		if err := mayResolveCallbacks(ctx, db, ref.Tenant, ref.RunID, *res.By); err != nil {
 			return nil, err
 		}
 		var r dbsqlc.CallbackByNameRow

@@ -28,7 +28,7 @@ const MaskedToken = "xxxxx"
 // nowhere in the database: the gateway opens it for the run's own function (its
 // invocations' journal, its checkpoint's answer), so that a replay returns the same
 // handle, and for no one else but a caller who may resolve the callback by name anyway
-// (runs:manage in its tenant and MayResolveCallbacks), who lists a run's open callbacks
+// (runs:manage in its tenant and mayResolveCallbacks), who lists a run's open callbacks
 // (OpenCallbacks).
 type CallbackKey []byte
 
@@ -145,10 +145,10 @@ const maxOpenCallbacks = 1000
 // OpenCallbacks returns the callbacks of the run runID of tenant that a POST to their
 // URL would resolve now (pending, not expired, the run not finished), oldest first, at
 // most maxOpenCallbacks (more: the run has others), their URLs opened with key, for id,
-// who must be allowed to resolve them by name (MayResolveCallbacks). It returns
+// who must be allowed to resolve them by name (mayResolveCallbacks). It returns
 // ErrNotFound when tenant has no such run, and a *ResumeForbiddenError when id may not.
 func OpenCallbacks(ctx context.Context, db DB, key CallbackKey, tenant, runID string, id Identity) (cbs []OpenCallback, more bool, err error) {
-	if err := MayResolveCallbacks(ctx, db, tenant, runID, id); err != nil {
+	if err := mayResolveCallbacks(ctx, db, tenant, runID, id); err != nil {
 		return nil, false, err
 	}
 	rows, err := dbsqlc.New(db).CallbackListOpen(ctx, dbsqlc.CallbackListOpenParams{Tenant: tenant, RunID: runID, MaxRows: maxOpenCallbacks + 1})

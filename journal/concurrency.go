@@ -60,8 +60,8 @@ const slotRetryCode = "SGRTY"
 // maxSlotRetries bounds how many times ClaimRunSlots makes an abandoned claim again.
 const maxSlotRetries = 20
 
-// MaxQueueKeys bounds the keys a FunctionQueue lists.
-const MaxQueueKeys = 100
+// maxQueueKeys bounds the keys a FunctionQueue lists.
+const maxQueueKeys = 100
 
 // FunctionQueue is where the unfinished runs of a function stand.
 type FunctionQueue struct {
@@ -69,24 +69,24 @@ type FunctionQueue struct {
 	Running int // running
 	Held    int // not started (or resumed) yet, held back by any flow control
 	// Keys are the concurrency keys with running or held runs, the busiest first (at
-	// most MaxQueueKeys).
-	Keys []QueueKey
+	// most maxQueueKeys).
+	Keys []queueKey
 	// Reasons are the distinct held reasons, with their counts, the commonest first (at
-	// most MaxQueueKeys).
-	Reasons []HeldReason
+	// most maxQueueKeys).
+	Reasons []heldReason
 }
 
-// QueueKey is one concurrency key of a function: "" for the function-wide limit, else
+// queueKey is one concurrency key of a function: "" for the function-wide limit, else
 // the key expression and its value ("input.customer_id=c-9").
-type QueueKey struct {
+type queueKey struct {
 	Key     string
 	Running int // runs holding a slot of the key
 	Limit   int // the key's limit, as its running runs claimed it; 0 if none runs
 	Held    int // runs waiting in the key's line
 }
 
-// HeldReason is a reason runs are held, and how many.
-type HeldReason struct {
+// heldReason is a reason runs are held, and how many.
+type heldReason struct {
 	Reason string
 	Runs   int
 }
@@ -98,21 +98,21 @@ func GetFunctionQueue(ctx context.Context, db DB, tenant, function string) (*Fun
 	b := &pgx.Batch{}
 	b.Queue(dbsqlc.ConcurrencyQueueCounts, dbsqlc.ConcurrencyQueueCountsParams{Tenant: tenant, Function: function}.Args()...).
 		QueryRow(func(row pgx.Row) error { return row.Scan(&q.Queued, &q.Running, &q.Held) })
-	b.Queue(dbsqlc.ConcurrencyQueueKeys, dbsqlc.ConcurrencyQueueKeysParams{Tenant: tenant, Function: function, MaxKeys: MaxQueueKeys}.Args()...).
+	b.Queue(dbsqlc.ConcurrencyQueueKeys, dbsqlc.ConcurrencyQueueKeysParams{Tenant: tenant, Function: function, MaxKeys: maxQueueKeys}.Args()...).
 		Query(func(rows pgx.Rows) error {
 			keys, err := pgx.CollectRows(rows, pgx.RowToStructByName[dbsqlc.ConcurrencyQueueKeysRow])
-			q.Keys = make([]QueueKey, len(keys))
+			q.Keys = make([]queueKey, len(keys))
 			for i, k := range keys {
-				q.Keys[i] = QueueKey{Key: k.Key, Running: int(k.Running), Limit: int(k.Lim), Held: int(k.Held)}
+				q.Keys[i] = queueKey{Key: k.Key, Running: int(k.Running), Limit: int(k.Lim), Held: int(k.Held)}
 			}
 			return err
 		})
-	b.Queue(dbsqlc.ConcurrencyQueueReasons, dbsqlc.ConcurrencyQueueReasonsParams{Tenant: tenant, Function: function, MaxKeys: MaxQueueKeys}.Args()...).
+	b.Queue(dbsqlc.ConcurrencyQueueReasons, dbsqlc.ConcurrencyQueueReasonsParams{Tenant: tenant, Function: function, MaxKeys: maxQueueKeys}.Args()...).
 		Query(func(rows pgx.Rows) error {
 			reasons, err := pgx.CollectRows(rows, pgx.RowToStructByName[dbsqlc.ConcurrencyQueueReasonsRow])
-			q.Reasons = make([]HeldReason, len(reasons))
+			q.Reasons = make([]heldReason, len(reasons))
 			for i, r := range reasons {
-				q.Reasons[i] = HeldReason{Reason: *r.Reason, Runs: int(r.Runs)} // held IS NOT NULL
+				q.Reasons[i] = heldReason{Reason: *r.Reason, Runs: int(r.Runs)} // held IS NOT NULL
 			}
 			return err
 		})

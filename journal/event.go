@@ -115,7 +115,7 @@ func SendEvent(ctx context.Context, db DB, n NewEvent) (ev *Event, created bool,
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, fmt.Errorf("send event %s: %w", n.Name, unstorable(err))
 	}
-	ev, err = GetEvent(ctx, db, n.Tenant, n.ID)
+	ev, err = getEvent(ctx, db, n.Tenant, n.ID)
 	if errors.Is(err, ErrNotFound) && (n.MaxTenantRuns > 0 || n.MaxTenantJournalBytes > 0 || n.MaxTenantEventBytes > 0) {
 		// Not a duplicate: it would pass one of the tenant's quotas.
 		u, uerr := TenantUsageOf(ctx, db, n.Tenant)
@@ -144,8 +144,8 @@ func SendEvent(ctx context.Context, db DB, n NewEvent) (ev *Event, created bool,
 	return ev, false, nil
 }
 
-// GetEvent returns the tenant's event, or ErrNotFound.
-func GetEvent(ctx context.Context, db DB, tenant, id string) (*Event, error) {
+// getEvent returns the tenant's event, or ErrNotFound.
+func getEvent(ctx context.Context, db DB, tenant, id string) (*Event, error) {
 	row, err := dbsqlc.New(db).EventGet(ctx, dbsqlc.EventGetParams{Tenant: tenant, ID: id})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound

@@ -31,3 +31,29 @@ func (ap *Appender) Queued() int {
 
 // Batches is how many of an Appender's writes carried more than one entry.
 func (ap *Appender) Batches() int64 { return ap.batches.Load() }
+
+// Names only journal's tests use, exposed to the external tests.
+const (
+	KindInvoke         = kindInvoke
+	KindReceive        = kindReceive
+	KindWaitEvent      = kindWaitEvent
+	KindWaitAny        = kindWaitAny
+	AwaitSleep         = awaitSleep
+	AwaitInvokeAll     = awaitInvokeAll
+	ErrorTypeNotFound  = errorTypeNotFound
+	ErrorTypeForbidden = errorTypeForbidden
+	RequestReplied     = requestReplied
+	DefaultPriority    = defaultPriority
+	MaxWaitShapes      = maxWaitShapes
+)
+
+// Fence and QueueKey are fence and queueKey, for the external tests.
+type (
+	Fence    = fence
+	QueueKey = queueKey
+)
+
+var (
+	ErrInvalidTenant = errInvalidTenant
+	GetEvent         = getEvent
+)

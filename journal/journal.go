@@ -76,17 +76,17 @@ type ErrorInfo struct {
 const (
 	KindStep  = "step"
 	KindSleep = "sleep"
-	// KindInvoke is the outcome of a child run, journaled in its parent when it ends
+	// kindInvoke is the outcome of a child run, journaled in its parent when it ends
 	// (see Finish): the child's output, or its error.
-	KindInvoke = "invoke"
+	kindInvoke = "invoke"
 )
 
 // Error types of an invoke entry journaled without a child run, and of a send refused.
 const (
-	ErrorTypeNotFound = "not_found" // the function (or the send's target run) is not in the tenant
-	// ErrorTypeForbidden: the function's invoke_roles exclude the run's identity; for a
+	errorTypeNotFound = "not_found" // the function (or the send's target run) is not in the tenant
+	// errorTypeForbidden: the function's invoke_roles exclude the run's identity; for a
 	// send, the target's invoke_roles and resume_roles do.
-	ErrorTypeForbidden = "forbidden"
+	errorTypeForbidden = "forbidden"
 )
 
 // Entry is one immutable journal entry of a run.

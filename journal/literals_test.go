@@ -19,8 +19,8 @@ func TestQueriesSpellTheKinds(t *testing.T) {
 		{dbsqlc.CallbackLock, KindAwaitCallback},
 		{dbsqlc.CallbackResume, KindAwaitCallback},
 		{dbsqlc.MessageDeliveryState, awaitReceive},
-		{dbsqlc.MessageStore, KindReceive},
-		{dbsqlc.MessageReceive, KindReceive},
+		{dbsqlc.MessageStore, kindReceive},
+		{dbsqlc.MessageReceive, kindReceive},
 		{dbsqlc.ValueGet, KindValue},
 		{dbsqlc.ValueList, KindValue},
 		{dbsqlc.OutputNotify, OutputChannel},
@@ -28,7 +28,7 @@ func TestQueriesSpellTheKinds(t *testing.T) {
 		{dbsqlc.RunFinish, KindSleep},
 		{dbsqlc.LeaseReapExpired, KindSleep},
 		{dbsqlc.LeaseRelease, KindSleep},
-		{dbsqlc.EntryInvokeRefused, KindInvoke},
+		{dbsqlc.EntryInvokeRefused, kindInvoke},
 		{dbsqlc.RunsStranded, InvokeJobKind},
 		{dbsqlc.RequestPending, KindReply},
 		{dbsqlc.RequestForReply, KindReply},
@@ -49,7 +49,7 @@ func TestQueriesSpellTheKinds(t *testing.T) {
 }
 
 // TestRunQueriesSpellOutTheirFragments checks that the run's named queries spell out
-// what they spliced in before: flowKeys, the tenant's usage of runs, DefaultPriority,
+// what they spliced in before: flowKeys, the tenant's usage of runs, defaultPriority,
 // and, in Finish's statements and the recoveries, the same latest pending sleep.
 func TestRunQueriesSpellOutTheirFragments(t *testing.T) {
 	for _, c := range []struct {
@@ -57,7 +57,7 @@ func TestRunQueriesSpellOutTheirFragments(t *testing.T) {
 	}{
 		{dbsqlc.RunCreate, "r.config ?| " + flowKeys + ")"},
 		{dbsqlc.RunCreate, fmt.Sprintf(usageSum, "runs", "$16::text") + " < $"},
-		{dbsqlc.RunCreate, fmt.Sprintf("(r.config->>'priority')::smallint, %d)", DefaultPriority)},
+		{dbsqlc.RunCreate, fmt.Sprintf("(r.config->>'priority')::smallint, %d)", defaultPriority)},
 		{dbsqlc.RunCreateRefused, "r.config ?| " + flowKeys + " THEN"},
 		{dbsqlc.RunCreateRefused, fmt.Sprintf(usageSum, "runs", "$4") + " AS runs"},
 	} {

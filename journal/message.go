@@ -17,19 +17,19 @@ import (
 // An entry of kind "send" is a message a run sent (step.Send), checkpointed like a step:
 // its output is {"run_id", "topic", "id", "data"}, the message, stored in the target
 // run's mailbox in the checkpoint's transaction (SendFromRun). A message that could not
-// be sent is journaled too, with an error (ErrorTypeNotFound, ErrorTypeForbidden,
-// errorTypeFinished, ErrorTypeLimit) and no output, so that a replay takes the path the run took.
+// be sent is journaled too, with an error (errorTypeNotFound, errorTypeForbidden,
+// errorTypeFinished, errorTypeLimit) and no output, so that a replay takes the path the run took.
 
-// KindReceive is the entry of a run's receive (Receive), journaled when the receive
+// kindReceive is the entry of a run's receive (Receive), journaled when the receive
 // ends: its output is {"message": {id, topic, data, identity, source_run_id, sent_at}},
 // the message taken (identity is its sender's; source_run_id the sending run's, when a
 // run sent it), or {"timed_out": true}.
-const KindReceive = awaitReceive
+const kindReceive = awaitReceive
 
 // Error types of a send refused (SendFromRun), journaled as the send entry's error.
 const (
 	errorTypeFinished = "finished"       // the target run is completed, failed or cancelled
-	ErrorTypeLimit    = "limit_exceeded" // the target's mailbox is full
+	errorTypeLimit    = "limit_exceeded" // the target's mailbox is full
 )
 
 // MaxUnconsumedMessages bounds the messages waiting in a run's mailbox (sent, not yet
@@ -51,7 +51,7 @@ type ResumeForbiddenError struct {
 	ResumeRoles []string
 	SenderRoles []string
 	// Callbacks says that what was refused is resolving the run's callbacks by name or
-	// listing them (MayResolveCallbacks), not sending it a message.
+	// listing them (mayResolveCallbacks), not sending it a message.
 	Callbacks bool
 }
 
@@ -84,9 +84,9 @@ func resumeForbidden(target, function string, config json.RawMessage, roles []st
 		ResumeRoles: f.ResumeRoles(), SenderRoles: roles}
 }
 
-// Message is a message sent to a run. Messages are immutable but for ConsumedSeq;
+// runMessage is a message sent to a run. Messages are immutable but for ConsumedSeq;
 // (RunID, ID) is unique.
-type Message struct {
+type runMessage struct {
 	RunID       string          `db:"run_id"`
 	ID          string          `db:"id"`
 	Topic       string          `db:"topic"`
@@ -100,8 +100,8 @@ type Message struct {
 }
 
 // messageOf is the message a row of stepgate.message holds.
-func messageOf(r dbsqlc.MessageGetRow) *Message {
-	m := &Message{
+func messageOf(r dbsqlc.MessageGetRow) *runMessage {
+	m := &runMessage{
 		RunID: r.RunID, ID: r.ID, Topic: r.Topic, Data: r.Data, Identity: r.Identity, SourceRunID: r.SourceRunID,
 		CreatedAt: r.CreatedAt,
 	}
@@ -135,7 +135,7 @@ type NewMessage struct {
 // Sent is what SendMessage did.
 type Sent struct {
 	// Message is the message stored, or for a duplicate the first message with its id.
-	Message   *Message
+	Message   *runMessage
 	Duplicate bool
 	// Resumed says the target was suspended on a receive of the message's topic and
 	// took the message at once: it is due now, and the caller enqueues its invocation in
@@ -148,7 +148,7 @@ type Sent struct {
 // SendMessage stores a message in the mailbox of a run of n.Tenant, in db, which must be
 // a transaction: it locks the run's row for the rest of it (see docs/schema.md, Messages). When
 // the run is suspended on a receive of the message's topic, the message is consumed at
-// once: journaled at the receive's seq (KindReceive), the wait deleted and the run due
+// once: journaled at the receive's seq (kindReceive), the wait deleted and the run due
 // now (Sent.Resumed). Otherwise it waits in the mailbox for a receive (Receive).
 //
 // A message id the run already has returns that first message with Duplicate, whatever
@@ -292,8 +292,8 @@ func deliver(ctx context.Context, db DB, n NewMessage, status Status) (*Sent, er
 }
 
 // Receive suspends a run until a message of Topic is in its mailbox, or Timeout passes,
-// whichever is first; then the entry at Seq, of kind KindReceive named Name, journals
-// which (see KindReceive) and the run is due. A message sent before the receive waits
+// whichever is first; then the entry at Seq, of kind kindReceive named Name, journals
+// which (see kindReceive) and the run is due. A message sent before the receive waits
 // for it: the oldest unconsumed message of the topic is taken at once, in Finish's
 // transaction, and the run is due now. Each message is taken by one receive, once.
 type Receive struct {
@@ -403,9 +403,9 @@ func SendFromRun(ctx context.Context, db DB, runID string, invocation int, e Ent
 	m.Tenant, m.Identity, m.SourceRunID = tenant, identity, &runID
 	switch {
 	case target == nil:
-		refused = &ErrorInfo{Type: ErrorTypeNotFound, Message: fmt.Sprintf("run %s is not a run of tenant %s", m.RunID, tenant)}
+		refused = &ErrorInfo{Type: errorTypeNotFound, Message: fmt.Sprintf("run %s is not a run of tenant %s", m.RunID, tenant)}
 	case !target.MayResume:
-		refused = &ErrorInfo{Type: ErrorTypeForbidden,
+		refused = &ErrorInfo{Type: errorTypeForbidden,
 			Message: resumeForbidden(m.RunID, target.Function, target.Config, identity.Roles).Error()}
 	default:
 		sent, err = deliver(ctx, db, m, Status(target.Status))
@@ -415,10 +415,10 @@ func SendFromRun(ctx context.Context, db DB, runID string, invocation int, e Ent
 			refused = &ErrorInfo{Type: errorTypeFinished, Message: fmt.Sprintf(
 				"run %s is already %s; a finished run takes no messages", m.RunID, target.Status)}
 		case errors.Is(err, ErrMailboxFull):
-			refused = &ErrorInfo{Type: ErrorTypeLimit, Message: fmt.Sprintf(
+			refused = &ErrorInfo{Type: errorTypeLimit, Message: fmt.Sprintf(
 				"run %s already holds %d unconsumed messages, the limit of its mailbox", m.RunID, MaxUnconsumedMessages)}
 		case errors.As(err, &qe):
-			refused = &ErrorInfo{Type: ErrorTypeLimit, Message: qe.Message}
+			refused = &ErrorInfo{Type: errorTypeLimit, Message: qe.Message}
 		case err != nil:
 			return nil, nil, err
 		}
@@ -432,20 +432,8 @@ func SendFromRun(ctx context.Context, db DB, runID string, invocation int, e Ent
 	return sent, refused, nil
 }
 
-// MessageOf returns the message of a run of the tenant, or ErrNotFound.
-func MessageOf(ctx context.Context, db DB, tenant, runID, id string) (*Message, error) {
-	r, err := dbsqlc.New(db).MessageGet(ctx, dbsqlc.MessageGetParams{Tenant: tenant, RunID: runID, ID: id})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, ErrNotFound
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get message %s of run %s: %w", id, runID, err)
-	}
-	return messageOf(r), nil
-}
-
 // A request is a message on the topic requestTopicPrefix + its name, sent by
-// SendRequest only: the run takes it with a receive of that topic (its KindReceive
+// SendRequest only: the run takes it with a receive of that topic (its kindReceive
 // entry holds the request's id and data), and answers it with one entry of KindReply
 // named after the request's id (Reply). Its status is derived, never stored: replied
 // once the reply is journaled, failed when the run ended without one, pending else.
@@ -558,14 +546,14 @@ func Reply(ctx context.Context, db DB, runID string, invocation int, e Entry, b 
 	return NotifyOutput(ctx, db, runID)
 }
 
-// RequestStatus is what became of a request.
-type RequestStatus string
+// requestStatus is what became of a request.
+type requestStatus string
 
 // The statuses of a request.
 const (
-	RequestPending RequestStatus = "pending" // the run has not replied and has not ended
-	RequestReplied RequestStatus = "replied" // the run journaled a reply
-	requestFailed  RequestStatus = "failed"  // the run ended without replying (Error: ErrorTypeNoReply)
+	RequestPending requestStatus = "pending" // the run has not replied and has not ended
+	requestReplied requestStatus = "replied" // the run journaled a reply
+	requestFailed  requestStatus = "failed"  // the run ended without replying (Error: ErrorTypeNoReply)
 )
 
 // Request is a request to a run and what became of it, read in one statement.
@@ -578,7 +566,7 @@ type Request struct {
 	// ReceivedSeq is the seq of the run's receive that took the request; nil while it
 	// waits in the mailbox.
 	ReceivedSeq *int
-	Status      RequestStatus
+	Status      requestStatus
 	// Reply is the reply's output; Error an error reply, or for a failed request why.
 	Reply     json.RawMessage
 	Error     *ErrorInfo
@@ -598,7 +586,7 @@ func requestOf(runID string, r dbsqlc.RequestOfRunRow) (*Request, error) {
 	switch {
 	case r.ReplySeq != 0:
 		seq, at := int(r.ReplySeq), r.RepliedAt
-		q.Status, q.ReplySeq, q.RepliedAt, q.Reply = RequestReplied, &seq, &at, r.Reply
+		q.Status, q.ReplySeq, q.RepliedAt, q.Reply = requestReplied, &seq, &at, r.Reply
 		if len(r.ReplyError) > 0 && string(r.ReplyError) != "null" {
 			q.Error = &ErrorInfo{}
 			if err := json.Unmarshal(r.ReplyError, q.Error); err != nil {

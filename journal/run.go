@@ -110,7 +110,7 @@ type NewRun struct {
 	Held *string
 	// Priority, from MinPriority (first) to MaxPriority (last), orders every invocation
 	// of the run in River's queue. 0: the revision's config.priority, else
-	// DefaultPriority.
+	// defaultPriority.
 	Priority int
 	// MaxTenantRuns caps the runs the tenant stores (Quotas.MaxRuns): a start that would
 	// pass it creates nothing and returns a *QuotaError (a start whose idempotency key
@@ -137,7 +137,7 @@ func (e *FlowError) Error() string {
 const (
 	MinPriority     = 1
 	MaxPriority     = 4
-	DefaultPriority = 2
+	defaultPriority = 2
 )
 
 // ErrForbidden: the caller's roles may not invoke the function (its invoke_roles).

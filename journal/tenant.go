@@ -36,9 +36,9 @@ const (
 	SystemRole = "stepgate_system"
 )
 
-// ErrInvalidTenant is returned by every operation of a ForTenant handle whose tenant is
+// errInvalidTenant is returned by every operation of a ForTenant handle whose tenant is
 // empty (or holds a NUL byte, which Postgres text cannot).
-var ErrInvalidTenant = errors.New("journal: the tenant is empty")
+var errInvalidTenant = errors.New("journal: the tenant is empty")
 
 // ConfigurePool makes each new connection of cfg act as SystemRole (system) or AppRole
 // (not system) when its database user may (it is a member of the role, as the
@@ -69,8 +69,8 @@ func ConfigurePool(cfg *pgxpool.Config, system bool) {
 	}
 }
 
-// Fence is how row-level security applies to a pool's connections; see CheckFence.
-type Fence struct {
+// fence is how row-level security applies to a pool's connections; see CheckFence.
+type fence struct {
 	User string // current_user: AppRole or SystemRole once ConfigurePool switched.
 	// Bypassed is true when the user is a superuser or has BYPASSRLS: row-level
 	// security does not apply and only the queries' own tenant filters isolate tenants.
@@ -79,22 +79,22 @@ type Fence struct {
 
 // CheckFence reports how row-level security applies to db's connections, so that the
 // gateway can refuse to start, or warn, when its pools are not fenced.
-func CheckFence(ctx context.Context, db DB) (Fence, error) {
+func CheckFence(ctx context.Context, db DB) (fence, error) {
 	row, err := dbsqlc.New(db).TenantCheckFence(ctx)
 	if err == nil && row.Bypassed == nil {
 		err = fmt.Errorf("%s has no rolsuper or rolbypassrls", row.UserName)
 	}
 	if err != nil {
-		return Fence{}, fmt.Errorf("check row-level security: %w", err)
+		return fence{}, fmt.Errorf("check row-level security: %w", err)
 	}
-	return Fence{User: row.UserName, Bypassed: *row.Bypassed}, nil
+	return fence{User: row.UserName, Bypassed: *row.Bypassed}, nil
 }
 
 // TenantDB is a DB whose every statement sees only one tenant's rows; see ForTenant.
 type TenantDB struct {
 	pool   *pgxpool.Pool
 	tenant string
-	err    error // ErrInvalidTenant, returned by every operation
+	err    error // errInvalidTenant, returned by every operation
 }
 
 var _ DB = (*TenantDB)(nil)
@@ -107,14 +107,14 @@ var _ DB = (*TenantDB)(nil)
 // is transaction-local, so a connection goes back to the pool with no tenant: a
 // connection released inside a transaction is closed by the pool.
 //
-// An empty tenant is refused: every operation returns ErrInvalidTenant. Leading
+// An empty tenant is refused: every operation returns errInvalidTenant. Leading
 // QueryExecMode arguments are not supported (a leading QueryRewriter such as
 // pgx.NamedArgs is: the statement goes through a batch, which rewrites it), nor batches begun with
 // Batch.BeginTx (use Begin).
 func ForTenant(pool *pgxpool.Pool, tenant string) *TenantDB {
 	t := &TenantDB{pool: pool, tenant: tenant}
 	if tenant == "" || strings.ContainsRune(tenant, 0) {
-		t.err = ErrInvalidTenant
+		t.err = errInvalidTenant
 	}
 	return t
 }

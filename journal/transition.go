@@ -112,7 +112,7 @@ func claimRun(ctx context.Context, db DB, runID string, lease time.Duration, slo
 		claim.NotBefore = early.wakeAt
 		b.Queue(dbsqlc.ClaimRunEarly, dbsqlc.ClaimRunEarlyParams{LeaseSeconds: lease.Seconds(), Tenant: early.tenant, RunID: runID, WakeAt: &early.wakeAt, EarlySeconds: early.early.Seconds(), BackstopJob: backstop}.Args()...).QueryRow(onClaim)
 	} else {
-		b.Queue(dbsqlc.ClaimRun, dbsqlc.ClaimRunParams{Slots: slots, LeaseSeconds: lease.Seconds(), RunID: runID, TimedOut: TimedOut, BackstopJob: backstop}.Args()...).QueryRow(onClaim)
+		b.Queue(dbsqlc.ClaimRun, dbsqlc.ClaimRunParams{Slots: slots, LeaseSeconds: lease.Seconds(), RunID: runID, TimedOut: timedOut, BackstopJob: backstop}.Args()...).QueryRow(onClaim)
 	}
 	b.Queue(dbsqlc.ClaimJournal, dbsqlc.ClaimJournalParams{RunID: runID, RunningOnly: slots}.Args()...).Query(func(rows pgx.Rows) error {
 		var err error
@@ -427,7 +427,7 @@ type Outcome struct {
 	status    Status
 	output    json.RawMessage // completed
 	err       *ErrorInfo      // failed; or the failed invocation's error when queued
-	await     Await           // suspended
+	await     awaited         // suspended
 	wakeAfter time.Duration   // queued: the retry's backoff, from the database clock
 	// failedCall: the invocation failed as a whole (Run.FailedInvocations counts it);
 	// uncalled: the claim failed the run before calling the function (Run.Invocations
@@ -557,7 +557,7 @@ func (o Outcome) Output() json.RawMessage { return o.output }
 func (o Outcome) Error() *ErrorInfo { return o.err }
 
 // Await returns what a suspended run waits for.
-func (o Outcome) Await() Await { return o.await }
+func (o Outcome) Await() awaited { return o.await }
 
 // Finished is what Finish reports about the updated run.
 type Finished struct {
@@ -571,7 +571,7 @@ type Finished struct {
 	// Child is the run that Outcome.Invoke started, queued: the caller enqueues its job
 	// in the same transaction. It is nil when the function is not registered or its
 	// invoke_roles refuse the run's identity: then the invoke entry is journaled at once
-	// with that error (ErrorTypeNotFound, ErrorTypeForbidden) and the run is due now.
+	// with that error (errorTypeNotFound, errorTypeForbidden) and the run is due now.
 	Child *Run
 	// Children are the runs an InvokeAll started, queued, as Child is for an Invoke.
 	Children []*Run
@@ -594,7 +594,7 @@ type Finished struct {
 //
 // A child run inherits the run's tenant and identity, read from the run's row. When a
 // child becomes terminal (here, or by CancelRun), the same statement journals its
-// outcome in its parent at the child's ParentSeq (kind KindInvoke, the child's output or
+// outcome in its parent at the child's ParentSeq (kind kindInvoke, the child's output or
 // error, started when the child was created) and makes the parent due now, through the
 // trigger child_end_wakes_parent (docs/internals.md); both only while the parent waits for
 // it (suspended with no wake time), so a cancelled parent stays cancelled and nothing
@@ -788,7 +788,7 @@ func seqsAre(missing []int32, count int) string {
 	return "seq " + list + " is"
 }
 
-func isStepRetry(a Await) bool {
+func isStepRetry(a awaited) bool {
 	_, ok := a.(StepRetry)
 	return ok
 }
@@ -825,13 +825,13 @@ func startChild(ctx context.Context, db DB, runID string, invocation int, tenant
 	case err == nil:
 		return child, nil
 	case errors.Is(err, ErrNotFound):
-		e = ErrorInfo{Type: ErrorTypeNotFound, Message: fmt.Sprintf("function %s is not registered", in.Function)}
+		e = ErrorInfo{Type: errorTypeNotFound, Message: fmt.Sprintf("function %s is not registered", in.Function)}
 	case errors.As(err, &fe):
-		e = ErrorInfo{Type: ErrorTypeForbidden, Message: fmt.Sprintf(
+		e = ErrorInfo{Type: errorTypeForbidden, Message: fmt.Sprintf(
 			"function %s may be invoked only by the roles %v; the run's identity (%s) has %v",
 			in.Function, fe.InvokeRoles, identity.Subject, identity.Roles)}
 	case errors.As(err, &qe):
-		e = ErrorInfo{Type: ErrorTypeLimit, Message: qe.Message}
+		e = ErrorInfo{Type: errorTypeLimit, Message: qe.Message}
 	case isUniqueViolation(err):
 		return nil, fmt.Errorf("%w: seq %d already has a child run", ErrConflict, in.Seq)
 	default:

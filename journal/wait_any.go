@@ -12,7 +12,7 @@ import (
 // kind.
 const (
 	awaitWaitAny = "wait_any"
-	KindWaitAny  = awaitWaitAny
+	kindWaitAny  = awaitWaitAny
 )
 
 // MaxAlternatives bounds the waits of a WaitAny.
@@ -20,7 +20,7 @@ const MaxAlternatives = 8
 
 // WaitAny suspends a run until the first of its alternatives (a WaitEvent, a
 // CallbackWait, a Receive, each at the WaitAny's Seq and Name) comes, or Timeout
-// passes; then the entry at Seq, of kind KindWaitAny, journals which: {"index": i,
+// passes; then the entry at Seq, of kind kindWaitAny, journals which: {"index": i,
 // "kind": <the alternative's kind>, "output": <what its own entry would hold>}, or
 // {"timed_out": true}. Only one alternative ever resumes the run: each is a run_wait
 // row at Seq (alt i), and whoever resolves one deletes them all, after locking the
@@ -32,7 +32,7 @@ type WaitAny struct {
 	Seq     int
 	Name    string
 	Timeout time.Duration
-	Of      []Await
+	Of      []awaited
 }
 
 func (w WaitAny) awaiting() Awaiting {

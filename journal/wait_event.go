@@ -15,21 +15,21 @@ import (
 	"github.com/stepgate/stepgate/journal/storable"
 )
 
-// KindWaitEvent is the entry of a run's wait for an event (WaitEvent), journaled when
+// kindWaitEvent is the entry of a run's wait for an event (WaitEvent), journaled when
 // the wait ends: its output is {"event": {id, name, data, identity, created_at}}, the
 // event that resumed the run (identity is its sender's), or {"timed_out": true}.
-const KindWaitEvent = awaitWaitEvent
+const kindWaitEvent = awaitWaitEvent
 
-// TimedOut is the output of a wait entry whose timeout passed first.
-var TimedOut = json.RawMessage(`{"timed_out": true}`)
+// timedOut is the output of a wait entry whose timeout passed first.
+var timedOut = json.RawMessage(`{"timed_out": true}`)
 
-// MaxWaitShapes bounds the distinct sets of match paths (shapes) the runs of a tenant
+// maxWaitShapes bounds the distinct sets of match paths (shapes) the runs of a tenant
 // may wait on with one event name: an event computes one key per shape.
-const MaxWaitShapes = 64
+const maxWaitShapes = 64
 
 // WaitEvent suspends a run until an event of its tenant named Event whose fields hold
 // Match's values arrives, or Timeout passes, whichever is first; then the entry at Seq,
-// of kind KindWaitEvent named Name, journals which (see KindWaitEvent) and the run is
+// of kind kindWaitEvent named Name, journals which (see kindWaitEvent) and the run is
 // due. Match is an object of dotted paths into the event ({"id", "name", "data"}) and
 // scalar values: {"data.order_id": "o-17"}; {} matches every event of that name.
 // Numbers match by value (1 and 1.0 are equal); a path the event lacks, or that holds
@@ -163,11 +163,11 @@ func (w WaitEvent) checkSince(now time.Time) error {
 
 // addWaitShape records that a run of tenant waits for event with a match of paths, and
 // reports whether the shape is new; a *LimitError when the tenant's runs wait on
-// MaxWaitShapes shapes of that event already.
+// maxWaitShapes shapes of that event already.
 func addWaitShape(ctx context.Context, db DB, tenant, event string, paths []string) (bool, error) {
 	for range 2 {
 		r, err := dbsqlc.New(db).WaitShapeAdd(ctx, dbsqlc.WaitShapeAddParams{
-			Tenant: tenant, Event: event, Paths: paths, MaxShapes: MaxWaitShapes,
+			Tenant: tenant, Event: event, Paths: paths, MaxShapes: maxWaitShapes,
 		})
 		if err != nil {
 			return false, fmt.Errorf("record wait shape: %w", unstorable(err))
@@ -181,7 +181,7 @@ func addWaitShape(ctx context.Context, db DB, tenant, event string, paths []stri
 		// new statement tells which.
 	}
 	return false, &LimitError{Message: fmt.Sprintf(
-		"the tenant's runs already wait for event %s with %d different sets of match paths, the limit", event, MaxWaitShapes)}
+		"the tenant's runs already wait for event %s with %d different sets of match paths, the limit", event, maxWaitShapes)}
 }
 
 // dueNow makes the run, whose row lock the caller's transaction holds, due now.
