@@ -16,13 +16,14 @@ import (
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/invoker"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/output"
 	"github.com/stepgate/stepgate/protocol"
 	"github.com/stepgate/stepgate/protocol/names"
 )
 
 // What runs publish while they run: values (step.SetValue), journal entries of kind
 // value, and streams (step.Stream), chunks in a table of their own. Readers wait on the
-// process's listener (journal.OutputChannel for writes, journal.NotifyChannel for the
+// process's listener (output.OutputChannel for writes, journal.NotifyChannel for the
 // run's end), never by polling.
 
 // MaxValueWait bounds a value's long-poll (GET /v1/runs/{id}/values/{key}?wait=).
@@ -38,7 +39,7 @@ func checkKey(what, key string) error {
 	return nil
 }
 
-func valueToAPI(v *journal.Value) protocol.RunValue {
+func valueToAPI(v *output.Value) protocol.RunValue {
 	return protocol.RunValue{Key: v.Key, Value: protocol.AnyJSON(v.Value), Version: v.Version, SetAt: v.SetAt}
 }
 
@@ -55,7 +56,7 @@ func (s *Server) ListRunValues(ctx context.Context, req server.ListRunValuesRequ
 	} else if err != nil {
 		return nil, err
 	}
-	vs, err := journal.ListValues(ctx, db, db.Tenant(), req.ID)
+	vs, err := output.ListValues(ctx, db, db.Tenant(), req.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +133,7 @@ func (s *Server) GetRunValue(ctx context.Context, req server.GetRunValueRequestO
 	for {
 		// The run's status is read before the value: a run seen finished has published
 		// all it ever will.
-		v, err := journal.GetValue(ctx, db, db.Tenant(), req.ID, req.Key)
+		v, err := output.GetValue(ctx, db, db.Tenant(), req.ID, req.Key)
 		if err != nil && !errors.Is(err, journal.ErrNotFound) {
 			return nil, err
 		}
@@ -161,7 +162,7 @@ func (s *Server) GetRunValue(ctx context.Context, req server.GetRunValueRequestO
 	}
 }
 
-func streamToAPI(st *journal.Stream) protocol.RunStream {
+func streamToAPI(st *output.Stream) protocol.RunStream {
 	return protocol.RunStream{
 		Key: st.Key, Length: st.Length, Bytes: int(st.Bytes), Closed: st.ClosedAt != nil,
 		ClosedAt: st.ClosedAt, CreatedAt: &st.CreatedAt,
@@ -179,7 +180,7 @@ func (s *Server) ListRunStreams(ctx context.Context, req server.ListRunStreamsRe
 	} else if err != nil {
 		return nil, err
 	}
-	sts, err := journal.ListStreams(ctx, db, db.Tenant(), req.ID)
+	sts, err := output.ListStreams(ctx, db, db.Tenant(), req.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -305,7 +306,7 @@ type streamEnd struct {
 // follow at once, end that the stream has ended.
 func (st *chunkStream) step(send func([]byte) error) (more bool, end *streamEnd, err error) {
 	// st.run was read before the chunks: once it is finished, these are all of them.
-	chunks, err := journal.ReadChunks(st.ctx, st.db, st.db.Tenant(), st.run.ID, st.key, st.offset, streamPage)
+	chunks, err := output.ReadChunks(st.ctx, st.db, st.db.Tenant(), st.run.ID, st.key, st.offset, streamPage)
 	if err != nil {
 		return false, nil, err
 	}
@@ -320,7 +321,7 @@ func (st *chunkStream) step(send func([]byte) error) (more bool, end *streamEnd,
 	if len(chunks) == streamPage {
 		return true, nil, nil
 	}
-	stream, err := journal.GetStream(st.ctx, st.db, st.db.Tenant(), st.run.ID, st.key)
+	stream, err := output.GetStream(st.ctx, st.db, st.db.Tenant(), st.run.ID, st.key)
 	if err != nil && !errors.Is(err, journal.ErrNotFound) {
 		return false, nil, err
 	}
@@ -348,7 +349,7 @@ func (s *Server) CheckpointStream(ctx context.Context, req server.CheckpointStre
 			problem(http.StatusUnauthorized, "invocation token is for another run"))}, nil
 	}
 	w, err := s.inv.Checkpoints().StreamWriteOf(*req.Body)
-	var st *journal.Stream
+	var st *output.Stream
 	if err == nil {
 		st, err = s.inv.Checkpoints().WriteStream(ctx, req.ID, claim.invocation, w)
 	}

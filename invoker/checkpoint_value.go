@@ -6,13 +6,14 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/output"
 	"github.com/stepgate/stepgate/protocol"
 	"github.com/stepgate/stepgate/protocol/names"
 )
 
 // valueCheckpoint: the run publishes a value under a key, its entry's name
-// (step.SetValue). The entry (journal.KindValue) is journaled and the run's readers on
-// every gateway are told (journal.NotifyOutput), in one transaction; it is fenced and
+// (step.SetValue). The entry (output.KindValue) is journaled and the run's readers on
+// every gateway are told (output.NotifyOutput), in one transaction; it is fenced and
 // bounded like any entry.
 func init() { checkpointKinds[protocol.EntryKindValue] = valueCheckpoint }
 
@@ -35,7 +36,7 @@ var valueCheckpoint = checkpointKind{
 			if err := journal.AppendEntry(ctx, tx, in.RunID, in.Number, e, inv.limits.Bounds()); err != nil {
 				return err
 			}
-			return journal.NotifyOutput(ctx, tx, in.RunID)
+			return output.NotifyOutput(ctx, tx, in.RunID)
 		})
 		return CheckpointAck{}, inv.failOnCheckpoint(ctx, in.RunID, in.Number, err)
 	},

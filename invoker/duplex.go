@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/output"
 	"github.com/stepgate/stepgate/protocol"
 	"github.com/stepgate/stepgate/protocol/signature"
 )
@@ -53,8 +54,8 @@ func (inv *Invoker) serveFrame(ctx context.Context, run *journal.Run, in Invocat
 			refusal = &Refusal{Status: http.StatusBadRequest, Detail: "the frame's body is not a stream write: " + err.Error()}
 			break
 		}
-		var w journal.StreamWrite
-		var st *journal.Stream
+		var w output.StreamWrite
+		var st *output.Stream
 		if w, err = inv.checkpoints.StreamWriteOf(b); err == nil {
 			st, err = inv.checkpoints.WriteStream(ctx, in.RunID, in.Number, w)
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/output"
 	"github.com/stepgate/stepgate/protocol"
 	"github.com/stepgate/stepgate/protocol/names"
 )
@@ -295,8 +296,8 @@ func (l Limits) Quotas() journal.Quotas {
 }
 
 // StreamBounds returns the streams' share of l.
-func (l Limits) StreamBounds() journal.StreamBounds {
-	return journal.StreamBounds{MaxChunkBytes: l.MaxChunkBytes, MaxChunks: l.MaxStreamChunks, MaxBytes: l.MaxStreamBytes, MaxStreams: l.MaxRunStreams,
+func (l Limits) StreamBounds() output.StreamBounds {
+	return output.StreamBounds{MaxChunkBytes: l.MaxChunkBytes, MaxChunks: l.MaxStreamChunks, MaxBytes: l.MaxStreamBytes, MaxStreams: l.MaxRunStreams,
 		MaxTenantBytes: l.MaxTenantStreamBytes}
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/output"
 	"github.com/stepgate/stepgate/journal/storable"
 	"github.com/stepgate/stepgate/protocol"
 	"github.com/stepgate/stepgate/protocol/names"
@@ -70,8 +71,8 @@ func writeRefusal(err error, consequence string) *Refusal {
 // StreamRefusal returns how a stream write that WriteStream (or StreamWriteOf) failed
 // with err is answered, or nil when err is not the function's doing.
 func StreamRefusal(err error) *Refusal {
-	if errors.Is(err, journal.ErrStreamClosed) {
-		return &Refusal{http.StatusConflict, "stream_closed", strings.TrimPrefix(err.Error(), journal.ErrStreamClosed.Error()+": ") + ": it takes no more chunks"}
+	if errors.Is(err, output.ErrStreamClosed) {
+		return &Refusal{http.StatusConflict, "stream_closed", strings.TrimPrefix(err.Error(), output.ErrStreamClosed.Error()+": ") + ": it takes no more chunks"}
 	}
 	return writeRefusal(err, "; nothing of this write is stored")
 }
@@ -101,12 +102,12 @@ func CheckNonce(nonce string) error {
 // StreamWriteOf returns b as the journal's stream write, or a *BadCheckpointError naming
 // the field when the journal could never take it (a bad key, seq, attempt, index or
 // chunk).
-func (c *Checkpoints) StreamWriteOf(b protocol.StreamWrite) (journal.StreamWrite, error) {
+func (c *Checkpoints) StreamWriteOf(b protocol.StreamWrite) (output.StreamWrite, error) {
 	inv := c.inv
 	if err := names.CheckFunction("stream key", b.Key); err != nil {
-		return journal.StreamWrite{}, badCheckpoint("%v", err)
+		return output.StreamWrite{}, badCheckpoint("%v", err)
 	}
-	w := journal.StreamWrite{Key: b.Key, Seq: b.Seq, Close: b.Close != nil && *b.Close}
+	w := output.StreamWrite{Key: b.Key, Seq: b.Seq, Close: b.Close != nil && *b.Close}
 	if b.Attempt != nil {
 		w.Attempt = *b.Attempt
 	}

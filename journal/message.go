@@ -496,7 +496,7 @@ func isRequestTopic(topic string) bool { return strings.HasPrefix(topic, request
 // may also reply to a request taken by a receive copied from the run it reruns (the
 // request is in that run's mailbox: no one waits for this reply). Other errors are
 // AppendEntry's (ErrSuperseded, ErrConflict, ErrGap, a *LimitError). The run's readers
-// (the requests waiting on a reply) are told once it commits (NotifyOutput).
+// (the requests waiting on a reply) are told once it commits (notifyOutput).
 func Reply(ctx context.Context, db DB, runID string, invocation int, e Entry, b Bounds) error {
 	if e.Kind != KindReply {
 		return fmt.Errorf("journal: Reply journals a %s entry, not %s", KindReply, e.Kind)
@@ -543,7 +543,7 @@ func Reply(ctx context.Context, db DB, runID string, invocation int, e Entry, b 
 	if err := AppendEntry(ctx, db, runID, invocation, e, b); err != nil {
 		return err
 	}
-	return NotifyOutput(ctx, db, runID)
+	return notifyOutput(ctx, db, runID)
 }
 
 // requestStatus is what became of a request.
@@ -641,4 +641,15 @@ func ListRequests(ctx context.Context, db DB, tenant, runID string, limit int, b
 		next = out[len(out)-1].n
 	}
 	return out, next, nil
+}
+
+// notifyOutput announces on the output channel (output.OutputChannel) that runID
+// published something, when a reader has attached to it; output.NotifyOutput is the
+// same for the writes outside the journal. Call it in the transaction of the write: the
+// notification goes out at its commit.
+func notifyOutput(ctx context.Context, db DB, runID string) error {
+	if err := dbsqlc.New(db).OutputNotify(ctx, runID); err != nil {
+		return fmt.Errorf("notify output of run %s: %w", runID, err)
+	}
+	return nil
 }

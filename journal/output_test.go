@@ -8,10 +8,11 @@ import (
 
 	"github.com/stepgate/stepgate/internal/wiring/pgtest"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/output"
 )
 
 func value(seq int, key, v string) journal.Entry {
-	return journal.Entry{Seq: seq, Kind: journal.KindValue, Name: key, Output: json.RawMessage(v)}
+	return journal.Entry{Seq: seq, Kind: output.KindValue, Name: key, Output: json.RawMessage(v)}
 }
 
 func chunks(cs ...string) []json.RawMessage {
@@ -26,19 +27,19 @@ func TestValues(t *testing.T) {
 	t.Parallel()
 	ctx, tx := t.Context(), pgtest.Tx(t)
 	run := mustCreateRun(t, tx, claimed)
-	_, err := journal.GetValue(ctx, tx, run.Tenant, run.ID, "progress")
+	_, err := output.GetValue(ctx, tx, run.Tenant, run.ID, "progress")
 	require.ErrorIs(t, err, journal.ErrNotFound)
 	for _, e := range []journal.Entry{value(1, "progress", `10`), step(2, "a", `1`), value(3, "url", `"u"`), value(4, "progress", `40`)} {
 		require.NoError(t, journal.AppendEntry(ctx, tx, run.ID, 1, e, journal.Bounds{}))
 	}
-	v, err := journal.GetValue(ctx, tx, run.Tenant, run.ID, "progress")
+	v, err := output.GetValue(ctx, tx, run.Tenant, run.ID, "progress")
 	require.NoError(t, err)
 	require.Equal(t, 4, v.Version)
 	require.JSONEq(t, `40`, string(v.Value))
-	_, err = journal.GetValue(ctx, tx, "another-tenant", run.ID, "progress")
+	_, err = output.GetValue(ctx, tx, "another-tenant", run.ID, "progress")
 	require.ErrorIs(t, err, journal.ErrNotFound)
 
-	vs, err := journal.ListValues(ctx, tx, run.Tenant, run.ID)
+	vs, err := output.ListValues(ctx, tx, run.Tenant, run.ID)
 	require.NoError(t, err)
 	require.Len(t, vs, 2)
 	require.Equal(t, []string{"progress", "url"}, []string{vs[0].Key, vs[1].Key})
@@ -52,45 +53,45 @@ func TestWriteStream(t *testing.T) {
 		t.Parallel()
 		ctx, tx := t.Context(), pgtest.Tx(t)
 		run := mustCreateRun(t, tx, claimed)
-		write := func(w journal.StreamWrite) *journal.Stream {
+		write := func(w output.StreamWrite) *output.Stream {
 			t.Helper()
 			w.Key = "tokens"
-			st, err := journal.WriteStream(ctx, tx, run.ID, 1, w, journal.StreamBounds{})
+			st, err := output.WriteStream(ctx, tx, run.ID, 1, w, output.StreamBounds{})
 			require.NoError(t, err)
 			return st
 		}
-		require.Equal(t, 2, write(journal.StreamWrite{Seq: 1, Chunks: chunks(`"a"`, `"b"`)}).Length)
-		require.Equal(t, 2, write(journal.StreamWrite{Seq: 1, Chunks: chunks(`"a"`, `"b"`)}).Length, "a repeat")
-		require.Equal(t, 3, write(journal.StreamWrite{Seq: 1, Index: 1, Chunks: chunks(`"b"`, `"c"`)}).Length)
-		require.Equal(t, 4, write(journal.StreamWrite{Seq: 2, Attempt: 1, Chunks: chunks(`{"t":"d"}`)}).Length)
-		require.Equal(t, 5, write(journal.StreamWrite{Seq: 2, Attempt: 2, Chunks: chunks(`{"t":"d"}`)}).Length, "another attempt's")
-		st := write(journal.StreamWrite{Seq: 3, Close: true})
+		require.Equal(t, 2, write(output.StreamWrite{Seq: 1, Chunks: chunks(`"a"`, `"b"`)}).Length)
+		require.Equal(t, 2, write(output.StreamWrite{Seq: 1, Chunks: chunks(`"a"`, `"b"`)}).Length, "a repeat")
+		require.Equal(t, 3, write(output.StreamWrite{Seq: 1, Index: 1, Chunks: chunks(`"b"`, `"c"`)}).Length)
+		require.Equal(t, 4, write(output.StreamWrite{Seq: 2, Attempt: 1, Chunks: chunks(`{"t":"d"}`)}).Length)
+		require.Equal(t, 5, write(output.StreamWrite{Seq: 2, Attempt: 2, Chunks: chunks(`{"t":"d"}`)}).Length, "another attempt's")
+		st := write(output.StreamWrite{Seq: 3, Close: true})
 		require.NotNil(t, st.ClosedAt)
 		require.Equal(t, 5, st.Length)
 
-		cs, err := journal.ReadChunks(ctx, tx, run.Tenant, run.ID, "tokens", 1, 2)
+		cs, err := output.ReadChunks(ctx, tx, run.Tenant, run.ID, "tokens", 1, 2)
 		require.NoError(t, err)
 		require.Len(t, cs, 2)
 		require.Equal(t, 1, cs[0].Offset)
 		require.JSONEq(t, `"b"`, string(cs[0].Data))
 		require.JSONEq(t, `"c"`, string(cs[1].Data))
-		cs, err = journal.ReadChunks(ctx, tx, "another-tenant", run.ID, "tokens", 0, 0)
+		cs, err = output.ReadChunks(ctx, tx, "another-tenant", run.ID, "tokens", 0, 0)
 		require.NoError(t, err)
 		require.Empty(t, cs)
 
-		_, err = journal.WriteStream(ctx, tx, run.ID, 1, journal.StreamWrite{Key: "tokens", Seq: 3, Chunks: chunks(`"late"`)}, journal.StreamBounds{})
-		require.ErrorIs(t, err, journal.ErrStreamClosed)
-		require.Equal(t, 5, write(journal.StreamWrite{Seq: 2, Attempt: 2, Chunks: chunks(`{"t":"d"}`), Close: true}).Length, "a repeat after the close")
+		_, err = output.WriteStream(ctx, tx, run.ID, 1, output.StreamWrite{Key: "tokens", Seq: 3, Chunks: chunks(`"late"`)}, output.StreamBounds{})
+		require.ErrorIs(t, err, output.ErrStreamClosed)
+		require.Equal(t, 5, write(output.StreamWrite{Seq: 2, Attempt: 2, Chunks: chunks(`{"t":"d"}`), Close: true}).Length, "a repeat after the close")
 	})
 
 	t.Run("Fenced", func(t *testing.T) {
 		t.Parallel()
 		ctx, tx := t.Context(), pgtest.Tx(t)
 		run := mustCreateRun(t, tx, claimed)
-		_, err := journal.WriteStream(ctx, tx, run.ID, 2, journal.StreamWrite{Key: "k", Seq: 1, Chunks: chunks(`1`)}, journal.StreamBounds{})
+		_, err := output.WriteStream(ctx, tx, run.ID, 2, output.StreamWrite{Key: "k", Seq: 1, Chunks: chunks(`1`)}, output.StreamBounds{})
 		require.ErrorIs(t, err, journal.ErrSuperseded)
 		queued := mustCreateRun(t, tx)
-		_, err = journal.WriteStream(ctx, tx, queued.ID, 0, journal.StreamWrite{Key: "k", Seq: 1, Chunks: chunks(`1`)}, journal.StreamBounds{})
+		_, err = output.WriteStream(ctx, tx, queued.ID, 0, output.StreamWrite{Key: "k", Seq: 1, Chunks: chunks(`1`)}, output.StreamBounds{})
 		require.ErrorIs(t, err, journal.ErrSuperseded, "a run that is not running")
 	})
 
@@ -98,23 +99,23 @@ func TestWriteStream(t *testing.T) {
 		t.Parallel()
 		ctx, tx := t.Context(), pgtest.Tx(t)
 		run := mustCreateRun(t, tx, claimed)
-		b := journal.StreamBounds{MaxChunkBytes: 5, MaxChunks: 2, MaxBytes: 8, MaxStreams: 1}
+		b := output.StreamBounds{MaxChunkBytes: 5, MaxChunks: 2, MaxBytes: 8, MaxStreams: 1}
 		for _, tc := range []struct {
-			w    journal.StreamWrite
+			w    output.StreamWrite
 			want string
 		}{
-			{journal.StreamWrite{Key: "k", Seq: 1, Chunks: chunks(`"abcdef"`)}, "STEPGATE_MAX_CHUNK_BYTES"},
-			{journal.StreamWrite{Key: "k", Seq: 1, Chunks: chunks(`1`, `2`, `3`)}, "STEPGATE_MAX_STREAM_CHUNKS"},
-			{journal.StreamWrite{Key: "k", Seq: 1, Chunks: chunks(`12345`, `6789`)}, "STEPGATE_MAX_STREAM_BYTES"},
+			{output.StreamWrite{Key: "k", Seq: 1, Chunks: chunks(`"abcdef"`)}, "STEPGATE_MAX_CHUNK_BYTES"},
+			{output.StreamWrite{Key: "k", Seq: 1, Chunks: chunks(`1`, `2`, `3`)}, "STEPGATE_MAX_STREAM_CHUNKS"},
+			{output.StreamWrite{Key: "k", Seq: 1, Chunks: chunks(`12345`, `6789`)}, "STEPGATE_MAX_STREAM_BYTES"},
 		} {
-			_, err := journal.WriteStream(ctx, tx, run.ID, 1, tc.w, b)
+			_, err := output.WriteStream(ctx, tx, run.ID, 1, tc.w, b)
 			var le *journal.LimitError
 			require.ErrorAs(t, err, &le)
 			require.Contains(t, le.Message, tc.want)
 		}
-		_, err := journal.WriteStream(ctx, tx, run.ID, 1, journal.StreamWrite{Key: "k", Seq: 1, Chunks: chunks(`1`)}, b)
+		_, err := output.WriteStream(ctx, tx, run.ID, 1, output.StreamWrite{Key: "k", Seq: 1, Chunks: chunks(`1`)}, b)
 		require.NoError(t, err, "nothing of the refused writes was stored")
-		_, err = journal.WriteStream(ctx, tx, run.ID, 1, journal.StreamWrite{Key: "k2", Seq: 1, Chunks: chunks(`1`)}, b)
+		_, err = output.WriteStream(ctx, tx, run.ID, 1, output.StreamWrite{Key: "k2", Seq: 1, Chunks: chunks(`1`)}, b)
 		require.ErrorContains(t, err, "STEPGATE_MAX_RUN_STREAMS")
 	})
 }
@@ -130,8 +131,8 @@ func BenchmarkWriteStream(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		w := journal.StreamWrite{Key: "tokens", Seq: 1, Index: i, Chunks: chunks(`"token"`)}
-		if _, err := journal.WriteStream(b.Context(), tx, run.ID, run.Invocation, w, journal.StreamBounds{MaxTenantBytes: 1 << 40}); err != nil {
+		w := output.StreamWrite{Key: "tokens", Seq: 1, Index: i, Chunks: chunks(`"token"`)}
+		if _, err := output.WriteStream(b.Context(), tx, run.ID, run.Invocation, w, output.StreamBounds{MaxTenantBytes: 1 << 40}); err != nil {
 			b.Fatal(err)
 		}
 		if err := tx.Commit(b.Context()); err != nil {
@@ -154,7 +155,7 @@ func BenchmarkSetValue(b *testing.B) {
 		if err := journal.AppendEntry(b.Context(), tx, run.ID, run.Invocation, value(i+1, "progress", `1`), journal.Bounds{}); err != nil {
 			b.Fatal(err)
 		}
-		if err := journal.NotifyOutput(b.Context(), tx, run.ID); err != nil {
+		if err := output.NotifyOutput(b.Context(), tx, run.ID); err != nil {
 			b.Fatal(err)
 		}
 		if err := tx.Commit(b.Context()); err != nil {

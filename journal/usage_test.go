@@ -15,6 +15,7 @@ import (
 
 	"github.com/stepgate/stepgate/internal/wiring/pgtest"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/output"
 	"github.com/stepgate/stepgate/journal/retention"
 )
 
@@ -65,7 +66,7 @@ func TestTenantUsage(t *testing.T) {
 								return err
 							}
 							chunks := []json.RawMessage{json.RawMessage(`"abc"`), json.RawMessage(fmt.Sprintf(`{"w":%d,"i":%d}`, w, i))}
-							if _, err := journal.WriteStream(ctx, tx, run.ID, 1, journal.StreamWrite{Key: "log", Seq: 1, Chunks: chunks}, journal.StreamBounds{}); err != nil {
+							if _, err := output.WriteStream(ctx, tx, run.ID, 1, output.StreamWrite{Key: "log", Seq: 1, Chunks: chunks}, output.StreamBounds{}); err != nil {
 								return err
 							}
 							_, err = journal.SendMessage(ctx, tx, journal.NewMessage{Tenant: tenant, RunID: target.ID,
@@ -128,7 +129,7 @@ func TestTenantUsage(t *testing.T) {
 		require.Positive(t, want.JournalBytes)
 
 		// Another tenant's usage is its own.
-		_, err = journal.WriteStream(ctx, mustBegin(t, db), otherRun.ID, 1, journal.StreamWrite{Key: "x", Seq: 1, Chunks: []json.RawMessage{json.RawMessage(`1`)}}, journal.StreamBounds{})
+		_, err = output.WriteStream(ctx, mustBegin(t, db), otherRun.ID, 1, output.StreamWrite{Key: "x", Seq: 1, Chunks: []json.RawMessage{json.RawMessage(`1`)}}, output.StreamBounds{})
 		require.NoError(t, err)
 		o, err := journal.TenantUsageOf(ctx, db, other)
 		require.NoError(t, err)

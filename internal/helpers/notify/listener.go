@@ -15,10 +15,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/output"
 )
 
 // Listener holds the process's listening connection, on journal.NotifyChannel,
-// journal.EventChannel, journal.OutputChannel and journal.SlotChannel. It tells the requests waiting on a run's result that it may have
+// journal.EventChannel, output.OutputChannel and journal.SlotChannel. It tells the requests waiting on a run's result that it may have
 // finished (a signal means "look again", never "done"), fed by this process's own
 // terminal updates (Signal) and by the notifications; and it passes run events to one
 // handler (the Hub).
@@ -54,7 +55,7 @@ func (l *Listener) Subscribe(runID string) (<-chan struct{}, func()) {
 }
 
 // SubscribeOutput returns a channel told each time runID may have published a value or
-// written to a stream (journal.OutputChannel), by this process or another; the caller
+// written to a stream (output.OutputChannel), by this process or another; the caller
 // re-reads what it follows. The run's terminal update is told by Subscribe, not here.
 // Call the func when done.
 func (l *Listener) SubscribeOutput(runID string) (<-chan struct{}, func()) {
@@ -153,7 +154,7 @@ func (l *Listener) Run(ctx context.Context) {
 				return err
 			}
 			defer conn.Release()
-			if _, err := conn.Exec(ctx, "LISTEN "+journal.NotifyChannel+"; LISTEN "+journal.EventChannel+"; LISTEN "+journal.OutputChannel+"; LISTEN "+journal.SlotChannel); err != nil {
+			if _, err := conn.Exec(ctx, "LISTEN "+journal.NotifyChannel+"; LISTEN "+journal.EventChannel+"; LISTEN "+output.OutputChannel+"; LISTEN "+journal.SlotChannel); err != nil {
 				conn.Conn().Close(context.WithoutCancel(ctx)) // don't return a listening conn to the pool
 				return err
 			}
@@ -174,7 +175,7 @@ func (l *Listener) Run(ctx context.Context) {
 				case journal.NotifyChannel:
 					l.Signal(n.Payload)
 					continue
-				case journal.OutputChannel:
+				case output.OutputChannel:
 					l.signalOutput(n.Payload)
 					continue
 				case journal.SlotChannel:

@@ -1,4 +1,6 @@
-package journal
+// Package output holds what a run publishes while it runs, for clients to read before it
+// ends: values (the latest of each key) and streams (ordered chunks).
+package output
 
 import (
 	"context"
@@ -10,11 +12,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
+	"github.com/stepgate/stepgate/journal/storable"
 )
-
-// What a run publishes while it runs, for clients to read before it ends: values (the
-// latest of each key) and streams (ordered chunks).
 
 // KindValue is the journal entry of a value a run published (step.SetValue), named after
 // its key, with the value as its output: the key's latest entry is its value. It is
@@ -22,7 +23,7 @@ import (
 const KindValue = "value"
 
 // OutputChannel is the Postgres channel on which a run's new value or stream write
-// announces the run id, when a reader has attached to the run (see Attach): readers
+// announces the run id, when a reader has attached to the run (see journal.Attach): readers
 // look again.
 const OutputChannel = "stepgate_run_output"
 
@@ -34,12 +35,12 @@ type Value struct {
 	SetAt   time.Time       `db:"finished_at"`
 }
 
-// GetValue returns the latest value of the tenant's run under key, or ErrNotFound when
+// GetValue returns the latest value of the tenant's run under key, or journal.ErrNotFound when
 // the key has none (or the run is not the tenant's).
-func GetValue(ctx context.Context, db DB, tenant, runID, key string) (*Value, error) {
+func GetValue(ctx context.Context, db journal.DB, tenant, runID, key string) (*Value, error) {
 	r, err := dbsqlc.New(db).ValueGet(ctx, dbsqlc.ValueGetParams{Tenant: tenant, RunID: runID, Key: key})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, ErrNotFound
+		return nil, journal.ErrNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get value %s of run %s: %w", key, runID, err)
@@ -55,7 +56,7 @@ func valueOf(r dbsqlc.ValueListRow) Value {
 
 // ListValues returns the latest value of each key of the tenant's run, by key. The
 // journal's bounds bound them.
-func ListValues(ctx context.Context, db DB, tenant, runID string) ([]Value, error) {
+func ListValues(ctx context.Context, db journal.DB, tenant, runID string) ([]Value, error) {
 	rows, err := dbsqlc.New(db).ValueList(ctx, dbsqlc.ValueListParams{Tenant: tenant, RunID: runID})
 	if err != nil {
 		return nil, fmt.Errorf("list values of run %s: %w", runID, err)
@@ -70,7 +71,7 @@ func ListValues(ctx context.Context, db DB, tenant, runID string) ([]Value, erro
 // NotifyOutput announces on OutputChannel that runID published something, when a reader
 // has attached to it. Call it in the transaction of the write: the notification goes
 // out at its commit.
-func NotifyOutput(ctx context.Context, db DB, runID string) error {
+func NotifyOutput(ctx context.Context, db journal.DB, runID string) error {
 	if err := dbsqlc.New(db).OutputNotify(ctx, runID); err != nil {
 		return fmt.Errorf("notify output of run %s: %w", runID, err)
 	}
@@ -105,7 +106,7 @@ type StreamBounds struct {
 	MaxBytes      int64 // Bytes of one stream's chunks.
 	MaxStreams    int   // Streams of one run.
 	// MaxTenantBytes caps the bytes of all the streams of the run's tenant
-	// (Quotas.MaxStreamBytes).
+	// (journal.Quotas.MaxStreamBytes).
 	MaxTenantBytes int64
 }
 
@@ -124,11 +125,11 @@ type StreamWrite struct {
 var ErrStreamClosed = errors.New("journal: stream is closed")
 
 // WriteStream appends w's new chunks to the run's stream, at its next offsets in order,
-// for the invocation that owns the running run (ErrSuperseded otherwise), and closes it
+// for the invocation that owns the running run (journal.ErrSuperseded otherwise), and closes it
 // when w.Close; it returns the stream as the write leaves it. Chunks already written at
 // their place are skipped, so a repeated write adds nothing. A write that would pass a
-// bound is refused whole with a *LimitError, one that would pass the tenant's
-// b.MaxTenantBytes with a *QuotaError; new chunks for a closed stream with
+// bound is refused whole with a *journal.LimitError, one that would pass the tenant's
+// b.MaxTenantBytes with a *journal.QuotaError; new chunks for a closed stream with
 // ErrStreamClosed. Run it in a transaction: it locks the stream's row until the end,
 // which orders concurrent writes. It notifies OutputChannel when a reader has attached
 // to the run and the stream changed.
@@ -137,27 +138,27 @@ var ErrStreamClosed = errors.New("journal: stream is closed")
 func WriteStream(ctx context.Context, tx pgx.Tx, runID string, invocation int, w StreamWrite, b StreamBounds) (*Stream, error) {
 	for i, c := range w.Chunks {
 		if b.MaxChunkBytes > 0 && len(c) > b.MaxChunkBytes {
-			return nil, &LimitError{Message: fmt.Sprintf(
+			return nil, &journal.LimitError{Message: fmt.Sprintf(
 				"chunk %d of the write to stream %q holds %d bytes, more than the limit of %d (STEPGATE_MAX_CHUNK_BYTES)", i, w.Key, len(c), b.MaxChunkBytes)}
 		}
 	}
 	q := dbsqlc.New(tx)
 	writer, err := q.StreamWriter(ctx, dbsqlc.StreamWriterParams{RunID: runID, Invocation: int32(invocation)})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, ErrSuperseded
+		return nil, journal.ErrSuperseded
 	}
 	if err != nil {
 		return nil, fmt.Errorf("write stream %s of run %s: %w", w.Key, runID, err)
 	}
 	tenant, used := writer.Tenant, writer.StreamBytes // used: the tenant's stream bytes
 	st, err := lockStream(ctx, q, tenant, runID, w.Key)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, journal.ErrNotFound) {
 		n, cerr := q.StreamCount(ctx, dbsqlc.StreamCountParams{Tenant: tenant, RunID: runID})
 		if cerr != nil {
 			return nil, fmt.Errorf("count streams of run %s: %w", runID, cerr)
 		}
 		if b.MaxStreams > 0 && n >= int64(b.MaxStreams) {
-			return nil, &LimitError{Message: fmt.Sprintf(
+			return nil, &journal.LimitError{Message: fmt.Sprintf(
 				"stream %q would be the run's stream number %d, more than its limit of %d (STEPGATE_MAX_RUN_STREAMS)", w.Key, n+1, b.MaxStreams)}
 		}
 		if err := q.StreamCreate(ctx, dbsqlc.StreamCreateParams{Tenant: tenant, RunID: runID, Key: w.Key}); err != nil {
@@ -195,13 +196,13 @@ func WriteStream(ctx context.Context, tx pgx.Tx, runID string, invocation int, w
 	case len(data) > 0 && st.ClosedAt != nil:
 		return nil, fmt.Errorf("%w: stream %q was closed at %d chunks", ErrStreamClosed, w.Key, st.Length)
 	case b.MaxChunks > 0 && st.Length+len(data) > b.MaxChunks:
-		return nil, &LimitError{Message: fmt.Sprintf(
+		return nil, &journal.LimitError{Message: fmt.Sprintf(
 			"stream %q would hold %d chunks, more than its limit of %d (STEPGATE_MAX_STREAM_CHUNKS)", w.Key, st.Length+len(data), b.MaxChunks)}
 	case b.MaxBytes > 0 && st.Bytes+size > b.MaxBytes:
-		return nil, &LimitError{Message: fmt.Sprintf(
+		return nil, &journal.LimitError{Message: fmt.Sprintf(
 			"stream %q would hold %d bytes, more than its limit of %d (STEPGATE_MAX_STREAM_BYTES)", w.Key, st.Bytes+size, b.MaxBytes)}
 	case b.MaxTenantBytes > 0 && size > 0 && used+size > b.MaxTenantBytes:
-		return nil, &QuotaError{Message: fmt.Sprintf(
+		return nil, &journal.QuotaError{Message: fmt.Sprintf(
 			"the streams of tenant %s would hold %d bytes, more than its limit of %d (STEPGATE_MAX_TENANT_STREAM_BYTES); the write to stream %q is refused, the run goes on",
 			tenant, used+size, b.MaxTenantBytes, w.Key)}
 	}
@@ -215,7 +216,7 @@ func WriteStream(ctx context.Context, tx pgx.Tx, runID string, invocation int, w
 			AtSeq: int32(w.Seq), AtAttempt: int32(w.Attempt), Chunks: data, Places: places,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("write stream %s of run %s: %w", w.Key, runID, unstorable(err))
+			return nil, fmt.Errorf("write stream %s of run %s: %w", w.Key, runID, storable.Translate(err))
 		}
 	}
 	r, err := q.StreamAdvance(ctx, dbsqlc.StreamAdvanceParams{
@@ -236,7 +237,7 @@ func WriteStream(ctx context.Context, tx pgx.Tx, runID string, invocation int, w
 func lockStream(ctx context.Context, q *dbsqlc.Queries, tenant, runID, key string) (*Stream, error) {
 	r, err := q.StreamLock(ctx, dbsqlc.StreamLockParams{Tenant: tenant, RunID: runID, Key: key})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, ErrNotFound
+		return nil, journal.ErrNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("lock stream %s of run %s: %w", key, runID, err)
@@ -244,12 +245,12 @@ func lockStream(ctx context.Context, q *dbsqlc.Queries, tenant, runID, key strin
 	return streamOf(dbsqlc.StreamGetRow(r)), nil
 }
 
-// GetStream returns the tenant's run's stream key, or ErrNotFound when the run has not
+// GetStream returns the tenant's run's stream key, or journal.ErrNotFound when the run has not
 // written it.
-func GetStream(ctx context.Context, db DB, tenant, runID, key string) (*Stream, error) {
+func GetStream(ctx context.Context, db journal.DB, tenant, runID, key string) (*Stream, error) {
 	r, err := dbsqlc.New(db).StreamGet(ctx, dbsqlc.StreamGetParams{Tenant: tenant, RunID: runID, Key: key})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, ErrNotFound
+		return nil, journal.ErrNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get stream %s of run %s: %w", key, runID, err)
@@ -258,7 +259,7 @@ func GetStream(ctx context.Context, db DB, tenant, runID, key string) (*Stream, 
 }
 
 // ListStreams returns the streams of the tenant's run, by key.
-func ListStreams(ctx context.Context, db DB, tenant, runID string) ([]Stream, error) {
+func ListStreams(ctx context.Context, db journal.DB, tenant, runID string) ([]Stream, error) {
 	rows, err := dbsqlc.New(db).StreamList(ctx, dbsqlc.StreamListParams{Tenant: tenant, RunID: runID})
 	if err != nil {
 		return nil, fmt.Errorf("list streams of run %s: %w", runID, err)
@@ -272,7 +273,7 @@ func ListStreams(ctx context.Context, db DB, tenant, runID string) ([]Stream, er
 
 // ReadChunks returns the chunks of the tenant's run's stream key from offset on, in
 // order, at most limit of them (100 when limit is not positive).
-func ReadChunks(ctx context.Context, db DB, tenant, runID, key string, offset, limit int) ([]Chunk, error) {
+func ReadChunks(ctx context.Context, db journal.DB, tenant, runID, key string, offset, limit int) ([]Chunk, error) {
 	if limit <= 0 {
 		limit = 100
 	}
