@@ -9,6 +9,7 @@ import (
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/journal/series"
 	"github.com/stepgate/stepgate/journal/stats"
+	"github.com/stepgate/stepgate/journal/usage"
 	"github.com/stepgate/stepgate/protocol"
 )
 
@@ -56,12 +57,12 @@ func (s *Server) FunctionStats(ctx context.Context, req server.FunctionStatsRequ
 	return server.FunctionStats200JSONResponse(out), nil
 }
 
-// GetUsage answers what the caller's tenant stores (journal.TenantUsageOf) and its
+// GetUsage answers what the caller's tenant stores (usage.TenantUsageOf) and its
 // storage quotas (invoker.Limits.Quotas).
 func (s *Server) GetUsage(ctx context.Context, _ server.GetUsageRequestObject) (server.GetUsageResponseObject, error) {
-	var u journal.TenantUsage
+	var u usage.TenantUsage
 	err := s.read(ctx, func(db *journal.TenantDB) (err error) {
-		u, err = journal.TenantUsageOf(ctx, db, db.Tenant())
+		u, err = usage.TenantUsageOf(ctx, db, db.Tenant())
 		return err
 	})
 	if err != nil {

@@ -11,12 +11,13 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/flow"
 )
 
 // Flow control: a function's throttle, rate limit and debounce (config.throttle,
 // config.rate_limit, config.debounce) apply to the starts of its runs through the API
 // (StartRun, StartRunNow), event triggers (SendEvent) and schedules, in the transaction
-// that creates the run; their state is in Postgres (journal.Throttle, TakeRate,
+// that creates the run; their state is in Postgres (flow.Throttle, TakeRate,
 // Debounce), so they hold across gateways. Child runs (an invoke await) and reruns are
 // not subject to them.
 //
@@ -62,12 +63,12 @@ func (inv *Invoker) createRun(ctx context.Context, tx pgx.Tx, n journal.NewRun) 
 
 // createFlowed is createRun past the *journal.FlowError of a revision with flow control.
 func (inv *Invoker) createFlowed(ctx context.Context, tx pgx.Tx, n journal.NewRun, fe *journal.FlowError) (*journal.Run, bool, error) {
-	flow, err := ParseFlow(fe.Config)
+	fc, err := ParseFlow(fe.Config)
 	if err != nil {
 		return nil, false, fmt.Errorf("function %s: stored %w", n.Function, err)
 	}
 	n.Flowed = true
-	if flow == nil {
+	if fc == nil {
 		return journal.CreateRun(ctx, tx, n)
 	}
 	if n.IdempotencyKey != "" {
@@ -76,9 +77,9 @@ func (inv *Invoker) createFlowed(ctx context.Context, tx pgx.Tx, n journal.NewRu
 			return run, false, err
 		}
 	}
-	if r := flow.RateLimit; r != nil {
+	if r := fc.RateLimit; r != nil {
 		key := r.Key.Value(n.Input, n.Identity)
-		after, ok, err := journal.TakeRate(ctx, tx, n.Tenant, n.Function, key, journal.Rate{Interval: r.interval(), Burst: r.Burst})
+		after, ok, err := flow.TakeRate(ctx, tx, n.Tenant, n.Function, key, flow.Rate{Interval: r.interval(), Burst: r.Burst})
 		if err != nil {
 			return nil, false, err
 		}
@@ -87,7 +88,7 @@ func (inv *Invoker) createFlowed(ctx context.Context, tx pgx.Tx, n journal.NewRu
 				Reason: "rate limited: " + r.describe() + r.Key.describe(key)}
 		}
 	}
-	if d := flow.Debounce; d != nil {
+	if d := fc.Debounce; d != nil {
 		if n.StartAt != nil {
 			return nil, false, ErrDelayedDebounce
 		}
@@ -108,11 +109,11 @@ func (inv *Invoker) createFlowed(ctx context.Context, tx pgx.Tx, n journal.NewRu
 		held := "debounced until " + at.UTC().Format("2006-01-02T15:04:05.000Z")
 		n.StartAt, n.Held, n.Claim = &at, &held, false
 	}
-	if r := flow.Throttle; r != nil {
+	if r := fc.Throttle; r != nil {
 		key := r.Key.Value(n.Input, n.Identity)
 		ahead, bound := r.ahead()
-		start, now, after, ok, err := journal.Throttle(ctx, tx, n.Tenant, n.Function, key,
-			journal.Rate{Interval: r.interval(), Burst: r.Burst}, ahead)
+		start, now, after, ok, err := flow.Throttle(ctx, tx, n.Tenant, n.Function, key,
+			flow.Rate{Interval: r.interval(), Burst: r.Burst}, ahead)
 		if err != nil {
 			return nil, false, err
 		}
@@ -167,7 +168,7 @@ func (inv *Invoker) startFlowedTriggers(ctx context.Context, tx pgx.Tx, ev *jour
 		}
 		runs = append(runs, run.ID)
 	}
-	if err := journal.CompleteEvent(ctx, tx, ev.Tenant, ev.ID, runs, skipped); err != nil {
+	if err := flow.CompleteEvent(ctx, tx, ev.Tenant, ev.ID, runs, skipped); err != nil {
 		return nil, nil, err
 	}
 	ev.Skipped = skipped

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/journal/output"
+	"github.com/stepgate/stepgate/journal/usage"
 	"github.com/stepgate/stepgate/protocol"
 	"github.com/stepgate/stepgate/protocol/names"
 )
@@ -290,8 +291,8 @@ func (l Limits) Bounds() journal.Bounds {
 }
 
 // Quotas returns the tenants' storage quotas of l.
-func (l Limits) Quotas() journal.Quotas {
-	return journal.Quotas{MaxRuns: l.MaxTenantRuns, MaxStreamBytes: l.MaxTenantStreamBytes, MaxMailboxBytes: l.MaxTenantMailboxBytes,
+func (l Limits) Quotas() usage.Quotas {
+	return usage.Quotas{MaxRuns: l.MaxTenantRuns, MaxStreamBytes: l.MaxTenantStreamBytes, MaxMailboxBytes: l.MaxTenantMailboxBytes,
 		MaxEventBytes: l.MaxTenantEventBytes, MaxJournalBytes: l.MaxTenantJournalBytes}
 }
 

@@ -145,12 +145,12 @@ type Invoke struct {
 	Function string          // In the run's tenant, at its current revision.
 	Input    json.RawMessage // The child inherits the run's identity, which the function's invoke_roles must admit.
 	Detached bool            // The child is not cancelled with the run.
-	// MaxTenantRuns caps the runs the tenant stores (Quotas.MaxRuns): a child that
+	// MaxTenantRuns caps the runs the tenant stores (usage.Quotas.MaxRuns): a child that
 	// would pass it is not started, and its error (errorTypeLimit, naming the quota) is
 	// journaled at its seq. 0 does not limit.
 	MaxTenantRuns int64
 	// MaxTenantJournalBytes caps the journal bytes of the tenant's finished runs
-	// (Quotas.MaxJournalBytes), as MaxTenantRuns caps its runs. 0 does not limit.
+	// (usage.Quotas.MaxJournalBytes), as MaxTenantRuns caps its runs. 0 does not limit.
 	MaxTenantJournalBytes int64
 }
 

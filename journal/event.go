@@ -33,7 +33,7 @@ type Event struct {
 	CreatedAt time.Time
 	// Flowed are the functions with flow control its triggers name, when it was just
 	// sent: SendEvent starts none of them; the caller does, through their flow control
-	// (see CompleteEvent).
+	// (see flow.CompleteEvent).
 	Flowed []string
 	// Held are the runs the caller started for Flowed that flow control scheduled, for
 	// it to arm their wake-ups once the event commits; not stored.
@@ -53,16 +53,16 @@ type NewEvent struct {
 	// Identity is the sender's; every run the event starts carries it.
 	Identity    Identity
 	SourceRunID *string // The run that sends the event, if any.
-	// MaxTenantRuns caps the runs the tenant stores (Quotas.MaxRuns): an event whose
+	// MaxTenantRuns caps the runs the tenant stores (usage.Quotas.MaxRuns): an event whose
 	// triggers would start runs past it is not stored, and SendEvent returns a
 	// *QuotaError. 0 does not limit.
 	MaxTenantRuns int64
 	// MaxTenantJournalBytes caps the journal bytes of the tenant's finished runs
-	// (Quotas.MaxJournalBytes): once they reach it, an event that would start runs is
+	// (usage.Quotas.MaxJournalBytes): once they reach it, an event that would start runs is
 	// not stored, as for MaxTenantRuns. 0 does not limit.
 	MaxTenantJournalBytes int64
 	// MaxTenantEventBytes caps the bytes of the tenant's events' data
-	// (Quotas.MaxEventBytes): an event that would pass it is not stored, and SendEvent
+	// (usage.Quotas.MaxEventBytes): an event that would pass it is not stored, and SendEvent
 	// returns a *QuotaError. 0 does not limit.
 	MaxTenantEventBytes int64
 }
@@ -118,9 +118,9 @@ func SendEvent(ctx context.Context, db DB, n NewEvent) (ev *Event, created bool,
 	ev, err = getEvent(ctx, db, n.Tenant, n.ID)
 	if errors.Is(err, ErrNotFound) && (n.MaxTenantRuns > 0 || n.MaxTenantJournalBytes > 0 || n.MaxTenantEventBytes > 0) {
 		// Not a duplicate: it would pass one of the tenant's quotas.
-		u, uerr := TenantUsageOf(ctx, db, n.Tenant)
+		u, uerr := dbsqlc.New(db).UsageOf(ctx, n.Tenant)
 		if uerr != nil {
-			return nil, false, uerr
+			return nil, false, fmt.Errorf("read usage of tenant %s: %w", n.Tenant, uerr)
 		}
 		// The quota counts the data as Postgres prints it (jsonb's text, spaced), which
 		// is longer than compact JSON by less than its length.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stepgate/stepgate/internal/wiring/pgtest"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/flow"
 )
 
 // In one transaction now() stands still, so a run of starts shows the rate's arithmetic
@@ -20,23 +21,23 @@ func TestFlow(t *testing.T) {
 		t.Parallel()
 		ctx, tx := t.Context(), pgtest.Tx(t)
 		tenant := newTenant()
-		r := journal.Rate{Interval: time.Second, Burst: 2}
+		r := flow.Rate{Interval: time.Second, Burst: 2}
 		var starts []time.Duration
 		for range 5 {
-			start, now, _, ok, err := journal.Throttle(ctx, tx, tenant, "fn", "c-9", r, 2*time.Second)
+			start, now, _, ok, err := flow.Throttle(ctx, tx, tenant, "fn", "c-9", r, 2*time.Second)
 			require.NoError(t, err)
 			require.True(t, ok)
 			starts = append(starts, start.Sub(now))
 		}
 		require.Equal(t, []time.Duration{0, 0, 0, time.Second, 2 * time.Second}, starts, "burst+1 at once, then one a second")
-		_, _, after, ok, err := journal.Throttle(ctx, tx, tenant, "fn", "c-9", r, 2*time.Second)
+		_, _, after, ok, err := flow.Throttle(ctx, tx, tenant, "fn", "c-9", r, 2*time.Second)
 		require.NoError(t, err)
 		require.False(t, ok, "two wait already")
 		require.Equal(t, time.Second, after, "when the first waiting start leaves")
 
 		// Other keys, functions and tenants have their own state.
 		for _, k := range [][3]string{{tenant, "fn", "c-1"}, {tenant, "other", "c-9"}, {newTenant(), "fn", "c-9"}} {
-			start, now, _, ok, err := journal.Throttle(ctx, tx, k[0], k[1], k[2], r, 2*time.Second)
+			start, now, _, ok, err := flow.Throttle(ctx, tx, k[0], k[1], k[2], r, 2*time.Second)
 			require.NoError(t, err)
 			require.True(t, ok)
 			require.Equal(t, now, start)
@@ -47,14 +48,14 @@ func TestFlow(t *testing.T) {
 		t.Parallel()
 		ctx, tx := t.Context(), pgtest.Tx(t)
 		tenant := newTenant()
-		r := journal.Rate{Interval: time.Hour, Burst: 1}
+		r := flow.Rate{Interval: time.Hour, Burst: 1}
 		for range 2 {
-			_, ok, err := journal.TakeRate(ctx, tx, tenant, "fn", "", r)
+			_, ok, err := flow.TakeRate(ctx, tx, tenant, "fn", "", r)
 			require.NoError(t, err)
 			require.True(t, ok)
 		}
 		for range 2 {
-			after, ok, err := journal.TakeRate(ctx, tx, tenant, "fn", "", r)
+			after, ok, err := flow.TakeRate(ctx, tx, tenant, "fn", "", r)
 			require.NoError(t, err)
 			require.False(t, ok)
 			require.Equal(t, time.Hour, after, "a refusal does not move the bucket")
@@ -121,11 +122,11 @@ func TestFlow(t *testing.T) {
 		t.Parallel()
 		ctx, tx := t.Context(), pgtest.Tx(t)
 		tenant := newTenant()
-		_, _, _, _, err := journal.Throttle(ctx, tx, tenant, "fn", "live", journal.Rate{Interval: time.Hour}, 10*time.Hour)
+		_, _, _, _, err := flow.Throttle(ctx, tx, tenant, "fn", "live", flow.Rate{Interval: time.Hour}, 10*time.Hour)
 		require.NoError(t, err)
 		_, err = tx.Exec(ctx, `INSERT INTO stepgate.flow_rate (tenant, function, kind, key, tat) VALUES ($1, 'fn', 'throttle', 'old', now() - interval '2 minutes')`, tenant)
 		require.NoError(t, err)
-		_, err = journal.PruneFlow(ctx, tx, 1000)
+		_, err = flow.PruneFlow(ctx, tx, 1000)
 		require.NoError(t, err)
 		var keys []string
 		require.NoError(t, tx.QueryRow(ctx, `SELECT array_agg(key) FROM stepgate.flow_rate WHERE tenant = $1`, tenant).Scan(&keys))

@@ -124,7 +124,7 @@ type NewMessage struct {
 	Identity    Identity
 	SourceRunID *string // The run that sends the message, if any.
 	// MaxTenantMailboxBytes caps the bytes of the tenant's messages not yet received
-	// (Quotas.MaxMailboxBytes): a message that would wait past it is refused with a
+	// (usage.Quotas.MaxMailboxBytes): a message that would wait past it is refused with a
 	// *QuotaError. 0 does not limit.
 	MaxTenantMailboxBytes int64
 	// Request says the message is a client's request (see SendMessage), on a topic of

@@ -112,12 +112,12 @@ type NewRun struct {
 	// of the run in River's queue. 0: the revision's config.priority, else
 	// defaultPriority.
 	Priority int
-	// MaxTenantRuns caps the runs the tenant stores (Quotas.MaxRuns): a start that would
+	// MaxTenantRuns caps the runs the tenant stores (usage.Quotas.MaxRuns): a start that would
 	// pass it creates nothing and returns a *QuotaError (a start whose idempotency key
 	// names a run returns that run). 0 does not limit.
 	MaxTenantRuns int64
 	// MaxTenantJournalBytes caps the journal bytes of the tenant's finished runs
-	// (Quotas.MaxJournalBytes): once they reach it, a start creates nothing and returns
+	// (usage.Quotas.MaxJournalBytes): once they reach it, a start creates nothing and returns
 	// a *QuotaError, as for MaxTenantRuns. 0 does not limit.
 	MaxTenantJournalBytes int64
 }
@@ -168,7 +168,7 @@ func (e *ForbiddenError) Unwrap() error { return ErrForbidden }
 // slot keys; with n.Claim it is created claimed only when it takes a slot of each key in
 // the same statement (and has no idempotency key), else queued: see ClaimRunSlots.
 // A start that would pass n.MaxTenantRuns creates nothing and returns a *QuotaError,
-// checked in the same statement against the tenant's usage (TenantUsageOf).
+// checked in the same statement against the tenant's usage (usage.TenantUsageOf).
 //
 // Triggers that follow it (docs/internals.md): run_event_on_insert, run_usage_on_insert.
 func CreateRun(ctx context.Context, db DB, n NewRun) (run *Run, created bool, err error) {

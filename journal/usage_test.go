@@ -17,6 +17,7 @@ import (
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/journal/output"
 	"github.com/stepgate/stepgate/journal/retention"
+	"github.com/stepgate/stepgate/journal/usage"
 )
 
 // TestTenantUsage: the tenant usage counters (docs/schema.md) equal what the tables hold, however
@@ -26,8 +27,8 @@ func TestTenantUsage(t *testing.T) {
 	t.Parallel()
 
 	// truth is what the tables of tenant hold, counted.
-	truth := func(t *testing.T, db *pgxpool.Pool, tenant string) journal.TenantUsage {
-		var u journal.TenantUsage
+	truth := func(t *testing.T, db *pgxpool.Pool, tenant string) usage.TenantUsage {
+		var u usage.TenantUsage
 		require.NoError(t, db.QueryRow(t.Context(), `
 			SELECT (SELECT count(*) FROM stepgate.run WHERE tenant = $1),
 				(SELECT coalesce(sum(bytes), 0) FROM stepgate.stream WHERE tenant = $1),
@@ -47,7 +48,7 @@ func TestTenantUsage(t *testing.T) {
 		mustRegister(t, db, other, "fn")
 		target := mustCreateRunOf(t, db, tenant, "fn") // queued: messages wait in its mailbox
 		otherRun := mustCreateRunOf(t, db, other, "fn", claimed)
-		_, err := journal.TenantUsageOf(ctx, db, tenant)
+		_, err := usage.TenantUsageOf(ctx, db, tenant)
 		require.NoError(t, err)
 
 		const writers, rounds = 4, 15
@@ -119,7 +120,7 @@ func TestTenantUsage(t *testing.T) {
 		for err := range errs {
 			require.NoError(t, err)
 		}
-		got, err := journal.TenantUsageOf(ctx, db, tenant)
+		got, err := usage.TenantUsageOf(ctx, db, tenant)
 		require.NoError(t, err)
 		want := truth(t, db, tenant)
 		require.Equal(t, want, got)
@@ -131,9 +132,9 @@ func TestTenantUsage(t *testing.T) {
 		// Another tenant's usage is its own.
 		_, err = output.WriteStream(ctx, mustBegin(t, db), otherRun.ID, 1, output.StreamWrite{Key: "x", Seq: 1, Chunks: []json.RawMessage{json.RawMessage(`1`)}}, output.StreamBounds{})
 		require.NoError(t, err)
-		o, err := journal.TenantUsageOf(ctx, db, other)
+		o, err := usage.TenantUsageOf(ctx, db, other)
 		require.NoError(t, err)
-		require.Equal(t, journal.TenantUsage{Runs: 1}, o, "the write above was rolled back")
+		require.Equal(t, usage.TenantUsage{Runs: 1}, o, "the write above was rolled back")
 	})
 
 	t.Run("ConcurrentStartsPassTheCapByAtMostOneEach", func(t *testing.T) {
@@ -168,7 +169,7 @@ func TestTenantUsage(t *testing.T) {
 		want := truth(t, db, tenant)
 		require.GreaterOrEqual(t, want.Runs, int64(max))
 		require.LessOrEqual(t, want.Runs, int64(max+writers-1), "at most one run past the cap per other writer in flight")
-		got, err := journal.TenantUsageOf(ctx, db, tenant)
+		got, err := usage.TenantUsageOf(ctx, db, tenant)
 		require.NoError(t, err)
 		require.Equal(t, want, got)
 	})
@@ -221,10 +222,10 @@ func TestUsageStripePerConnection(t *testing.T) {
 		var alive bool
 		return db.QueryRow(ctx, `SELECT stepgate.backend_alive($1)`, firstPID).Scan(&alive) == nil && !alive
 	}, 10*time.Second, 5*time.Millisecond, "the first connection's backend ends")
-	_, err := journal.FoldUsage(ctx, db, 1000)
+	_, err := usage.FoldUsage(ctx, db, 1000)
 	require.NoError(t, err)
 	require.Equal(t, map[int64]int64{0: 2, secondPID: 1}, stripes(), "the ended connection's row folded into stripe 0; the live one's kept")
-	u, err := journal.TenantUsageOf(ctx, db, tenant)
+	u, err := usage.TenantUsageOf(ctx, db, tenant)
 	require.NoError(t, err)
 	require.Equal(t, int64(3), u.Runs, "the sum does not change")
 }

@@ -106,7 +106,7 @@ type StreamBounds struct {
 	MaxBytes      int64 // Bytes of one stream's chunks.
 	MaxStreams    int   // Streams of one run.
 	// MaxTenantBytes caps the bytes of all the streams of the run's tenant
-	// (journal.Quotas.MaxStreamBytes).
+	// (usage.Quotas.MaxStreamBytes).
 	MaxTenantBytes int64
 }
 

@@ -64,6 +64,8 @@ var table = []row{
 	{pkg: "journal/failure", may: beside, parts: []string{pgx}},
 	{pkg: "journal/stats", may: beside, parts: []string{pgx}},
 	{pkg: "journal/output", may: beside, parts: []string{pgx}},
+	{pkg: "journal/flow", may: beside, parts: []string{pgx}},
+	{pkg: "journal/usage", may: beside, parts: []string{pgx}},
 	{pkg: "auth", may: []string{"access", "journal", "journal/keyring", "protocol/..."}},
 	{pkg: "migrations/...", may: []string{"migrations/...", "internal/wiring/pgserver"}, parts: []string{pgx, river}},
 

@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stepgate/stepgate/invoker/internal/clock"
-	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/flow"
 )
 
 // FlowPruneEvery is how often, at most, a gateway prunes flow control's stale rows, and
@@ -19,7 +19,7 @@ const (
 )
 
 // FlowPruner deletes flow control's stale rows and wakes the held runs a freed
-// concurrency slot can take (journal.PruneFlow): at the first maintenance pass, then at
+// concurrency slot can take (flow.PruneFlow): at the first maintenance pass, then at
 // the first pass more than FlowPruneEvery after the last prune, by its clock; about once
 // a minute per gateway. Its Pass logs an error (a later pass retries); it is not safe for
 // concurrent use: one loop calls it.
@@ -29,7 +29,7 @@ type FlowPruner struct{ throttled }
 func NewFlowPruner(pool *pgxpool.Pool, log *slog.Logger, clk clock.Clock) *FlowPruner {
 	return &FlowPruner{throttled{every: FlowPruneEvery, clock: clk, log: log, what: "pruning flow-control state",
 		work: func(ctx context.Context) error {
-			_, err := journal.PruneFlow(ctx, pool, FlowPruneBatch)
+			_, err := flow.PruneFlow(ctx, pool, FlowPruneBatch)
 			return err
 		}}}
 }
