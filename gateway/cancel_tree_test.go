@@ -18,6 +18,7 @@ import (
 	"github.com/stepgate/stepgate/functions/step"
 	"github.com/stepgate/stepgate/internal/wiring/stack"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/canceltree"
 	"github.com/stepgate/stepgate/journal/operation"
 	"github.com/stepgate/stepgate/protocol"
 )
@@ -338,7 +339,7 @@ func TestBulkCancel100k(t *testing.T) {
 }
 
 // TestCancelWideTree cancels a run with more children than one transaction cancels
-// (journal.MaxTreeCancel): the rest are cancelled by the background job committed with
+// (canceltree.MaxTreeCancel): the rest are cancelled by the background job committed with
 // the cancel.
 func TestCancelWideTree(t *testing.T) {
 	t.Parallel()
@@ -354,7 +355,7 @@ func TestCancelWideTree(t *testing.T) {
 	// A queued root (no job: nothing invokes it) with 10,050 queued children, 50 of
 	// them detached, and a grandchild under each of the first 10.
 	root := uuidV7(t)
-	const children = journal.MaxTreeCancel + 50
+	const children = canceltree.MaxTreeCancel + 50
 	_, err = s.Pool.Exec(t.Context(), `
 		WITH f AS (SELECT tenant, name, revision FROM stepgate.function WHERE tenant = 't1' AND name = 'wide'),
 		r AS (
@@ -387,7 +388,7 @@ func TestCancelWideTree(t *testing.T) {
 			`SELECT count(*) FROM stepgate.run WHERE function = 'wide' AND status = 'cancelled' AND id <> $1`, root).Scan(&n))
 		return n
 	}
-	require.GreaterOrEqual(t, cancelled(), journal.MaxTreeCancel, "the first 10,000 in the cancel's transaction")
+	require.GreaterOrEqual(t, cancelled(), canceltree.MaxTreeCancel, "the first 10,000 in the cancel's transaction")
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		assert.Equal(ct, children-50+10, cancelled(), "every child that is not detached, and the grandchildren")
 	}, 60*time.Second, 20*time.Millisecond)

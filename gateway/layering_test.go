@@ -20,9 +20,10 @@ import (
 var runWrites = map[string][]string{
 	"": {"CreateRun", "ClaimRun", "AppendEntry", "Finish", "CancelRun", "SendEvent",
 		"RenewLeases", "ReapExpiredLeases", "ReleaseLeases", "StrandedRuns",
-		"RegisterFunction", "DeleteFunction", "Attach", "Watch", "Unwatch", "CreateCallback", "ResolveCallback",
-		"CancelDescendants", "CopyEntries"},
-	"schedule": {"PutSchedule", "DeleteSchedule", "AdvanceSchedule", "ClaimTick", "TryClaimTick"},
+		"RegisterFunction", "DeleteFunction", "Attach", "CreateCallback", "ResolveCallback", "CopyEntries"},
+	"runevents":  {"Watch", "Unwatch"},
+	"canceltree": {"CancelDescendants"},
+	"schedule":   {"PutSchedule", "DeleteSchedule", "AdvanceSchedule", "ClaimTick", "TryClaimTick"},
 	"operation": {"CreateOperation", "CancelBatch", "FinishOperation", "CountMatching",
 		"LockOperation", "CancelOperation", "RerunBatch", "RecordRerunBatch"},
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stepgate/stepgate/gateway/api/server"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/request"
 	"github.com/stepgate/stepgate/protocol"
 )
 
@@ -107,7 +108,7 @@ func (s *Server) SendRequest(ctx context.Context, req server.SendRequestRequestO
 	if sent.Duplicate {
 		out.Duplicate = new(true)
 	}
-	if r.Status == journal.RequestPending {
+	if r.Status == request.RequestPending {
 		return server.SendRequest202JSONResponse{Body: out, Headers: server.SendRequest202ResponseHeaders{Location: requestLocation(r)}}, nil
 	}
 	return server.SendRequest200JSONResponse(out), nil
@@ -143,7 +144,7 @@ func (s *Server) GetRequest(ctx context.Context, req server.GetRequestRequestObj
 	if err != nil {
 		return nil, err
 	}
-	if r.Status == journal.RequestPending {
+	if r.Status == request.RequestPending {
 		return server.GetRequest202JSONResponse{Body: requestToAPI(r), Headers: server.GetRequest202ResponseHeaders{Location: requestLocation(r)}}, nil
 	}
 	return server.GetRequest200JSONResponse(requestToAPI(r)), nil
@@ -177,7 +178,7 @@ func (s *Server) ListRequests(ctx context.Context, req server.ListRequestsReques
 	} else if err != nil {
 		return nil, err
 	}
-	rs, next, err := journal.ListRequests(ctx, db, db.Tenant(), req.ID, limit, before)
+	rs, next, err := request.ListRequests(ctx, db, db.Tenant(), req.ID, limit, before)
 	if err != nil {
 		return nil, err
 	}
@@ -218,10 +219,10 @@ func (s *Server) waitRequest(ctx context.Context, db *journal.TenantDB, runID st
 // read once), or until w's deadline passes or the caller leaves; journal.ErrNotFound
 // when the run has no such request. Each read takes the request and the run's status in
 // one statement, so a run seen finished has journaled every reply it ever will.
-func (s *Server) awaitRequest(ctx context.Context, db *journal.TenantDB, w *requestWaiter, runID, id string) (*journal.Request, error) {
+func (s *Server) awaitRequest(ctx context.Context, db *journal.TenantDB, w *requestWaiter, runID, id string) (*request.Request, error) {
 	for {
-		r, err := journal.RequestOf(ctx, db, db.Tenant(), runID, id)
-		if err != nil || r.Status != journal.RequestPending || w == nil {
+		r, err := request.RequestOf(ctx, db, db.Tenant(), runID, id)
+		if err != nil || r.Status != request.RequestPending || w == nil {
 			return r, err
 		}
 		select {
@@ -237,11 +238,11 @@ func (s *Server) awaitRequest(ctx context.Context, db *journal.TenantDB, w *requ
 }
 
 // requestLocation is where a pending request is read again.
-func requestLocation(r *journal.Request) *string {
+func requestLocation(r *request.Request) *string {
 	return new("/v1/runs/" + r.RunID + "/requests/" + url.PathEscape(r.ID))
 }
 
-func requestToAPI(r *journal.Request) protocol.RunRequest {
+func requestToAPI(r *request.Request) protocol.RunRequest {
 	out := protocol.RunRequest{
 		ID: r.ID, RunID: r.RunID, Name: r.Name, Status: protocol.RunRequestStatus(r.Status), Data: rawPtr(r.Data),
 		Received: r.ReceivedSeq != nil, ReceivedSeq: r.ReceivedSeq, Reply: rawPtr(r.Reply), Error: errorToAPI(r.Error),

@@ -16,6 +16,7 @@ import (
 	"github.com/stepgate/stepgate/gateway"
 	"github.com/stepgate/stepgate/internal/wiring/stack"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/request"
 	"github.com/stepgate/stepgate/protocol"
 )
 
@@ -334,14 +335,14 @@ func TestRequestNotReplied(t *testing.T) {
 	resp := <-waited
 	require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
 	require.Equal(t, protocol.RunRequestStatus("failed"), resp.JSON200.Status)
-	require.Equal(t, journal.ErrorTypeNoReply, resp.JSON200.Error.Type)
+	require.Equal(t, request.ErrorTypeNoReply, resp.JSON200.Error.Type)
 	require.Contains(t, resp.JSON200.Error.Message, "is completed: it ended without replying to request \"waiting\"")
 	require.False(t, resp.JSON200.Received)
 	g := getRequest(t, c, runID, "taken", "")
 	require.Equal(t, http.StatusOK, g.StatusCode(), string(g.Body))
 	require.Equal(t, protocol.RunRequestStatus("failed"), g.JSON200.Status)
 	require.True(t, g.JSON200.Received)
-	require.Equal(t, journal.ErrorTypeNoReply, g.JSON200.Error.Type)
+	require.Equal(t, request.ErrorTypeNoReply, g.JSON200.Error.Type)
 }
 
 // TestRequestMaliciousReplies: a function may reply only to a request it received, once:
@@ -438,7 +439,7 @@ func TestRequestMaliciousReplies(t *testing.T) {
 	p := getRequest(t, c, runID, "pending-1", "")
 	require.Equal(t, http.StatusOK, p.StatusCode(), string(p.Body))
 	require.Equal(t, protocol.RunRequestStatus("failed"), p.JSON200.Status)
-	require.Equal(t, journal.ErrorTypeNoReply, p.JSON200.Error.Type)
+	require.Equal(t, request.ErrorTypeNoReply, p.JSON200.Error.Type)
 }
 
 // TestRequestWaitsAreLongPolls: a request or a read of one with ?wait holds a place

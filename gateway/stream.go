@@ -15,6 +15,7 @@ import (
 	"github.com/stepgate/stepgate/internal/helpers/memlimit"
 	"github.com/stepgate/stepgate/internal/helpers/notify"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/runevents"
 	"github.com/stepgate/stepgate/protocol"
 )
 
@@ -26,7 +27,7 @@ const (
 )
 
 // encodeEvent is a stream's `event: run` frame of a run event.
-func encodeEvent(run *journal.Run, ev *journal.RunEvent) ([]byte, error) {
+func encodeEvent(run *journal.Run, ev *runevents.RunEvent) ([]byte, error) {
 	data, err := json.Marshal(eventRun(run, ev))
 	if err != nil {
 		return nil, err
@@ -38,7 +39,7 @@ func encodeEvent(run *journal.Run, ev *journal.RunEvent) ([]byte, error) {
 // rest of the run as loaded after the event. The output and error are the loaded ones
 // only when the run still has the event's status, so an early event never carries a
 // later outcome.
-func eventRun(run *journal.Run, ev *journal.RunEvent) protocol.Run {
+func eventRun(run *journal.Run, ev *runevents.RunEvent) protocol.Run {
 	r := runToAPI(run, false)
 	r.Status = protocol.RunStatus(ev.Status)
 	r.Invocations, r.FailedInvocations, r.Recoveries = ev.Invocations, ev.FailedInvocations, ev.Recoveries

@@ -17,6 +17,7 @@ import (
 	"github.com/stepgate/stepgate/auth"
 	"github.com/stepgate/stepgate/internal/wiring/stack"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/runevents"
 	"github.com/stepgate/stepgate/protocol"
 )
 
@@ -146,11 +147,11 @@ func TestStream(t *testing.T) {
 		require.NoError(t, err)
 		conn := pc.Hijack() // it listens: never back to the pool
 		defer conn.Close(context.WithoutCancel(ctx))
-		_, err = conn.Exec(ctx, "LISTEN "+journal.EventChannel)
+		_, err = conn.Exec(ctx, "LISTEN "+runevents.EventChannel)
 		require.NoError(t, err)
 
 		mustComplete(t, c, "orders.checkout", `{}`)
-		_, err = s.Pool.Exec(ctx, `SELECT pg_notify($1, 'marker')`, journal.EventChannel)
+		_, err = s.Pool.Exec(ctx, `SELECT pg_notify($1, 'marker')`, runevents.EventChannel)
 		require.NoError(t, err)
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
@@ -164,10 +165,10 @@ func TestStream(t *testing.T) {
 		for _, want := range []journal.Status{journal.StatusRunning, journal.StatusCompleted} {
 			n, err = conn.WaitForNotification(wctx)
 			require.NoError(t, err)
-			ev, err := journal.ParseRunEvent(n.Payload)
+			ev, err := runevents.ParseRunEvent(n.Payload)
 			require.NoError(t, err)
-			require.Equal(t, journal.RunEvent{ID: res.ID, Tenant: auth.DefaultTenant, Function: "hello", Status: want, Invocations: 1},
-				journal.RunEvent{ID: ev.ID, Tenant: ev.Tenant, Function: ev.Function, Status: ev.Status, Invocations: ev.Invocations})
+			require.Equal(t, runevents.RunEvent{ID: res.ID, Tenant: auth.DefaultTenant, Function: "hello", Status: want, Invocations: 1},
+				runevents.RunEvent{ID: ev.ID, Tenant: ev.Tenant, Function: ev.Function, Status: ev.Status, Invocations: ev.Invocations})
 		}
 		st.close()
 		require.EventuallyWithT(t, func(ct *assert.CollectT) {
@@ -315,7 +316,7 @@ func TestStreamResyncsAfterListenerReconnect(t *testing.T) {
 	var terminated bool
 	require.NoError(t, admin.QueryRow(t.Context(), `
 		SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-		WHERE datname = current_database() AND query LIKE '%LISTEN ' || $1 || '%'`, journal.EventChannel).Scan(&terminated))
+		WHERE datname = current_database() AND query LIKE '%LISTEN ' || $1 || '%'`, runevents.EventChannel).Scan(&terminated))
 	require.True(t, terminated)
 	ev := st.next(t)
 	require.Equal(t, "resync", ev.name)

@@ -126,7 +126,7 @@ func (t *transition) Sleep(s awaits.Sleep) {
 
 // Start: each child runs a function of the run's tenant (current revision) as the
 // run's identity, whose invoke_roles are checked against it as the gateway checks a
-// caller's; a detached child is not cancelled with the run (journal.CancelDescendants).
+// caller's; a detached child is not cancelled with the run (canceltree.CancelDescendants).
 // A child's end journals its outcome at its seq, and the last one makes the run due
 // (the trigger child_end_wakes_parent; docs/internals.md).
 func (t *transition) Start(c awaits.Children) {

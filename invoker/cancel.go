@@ -11,6 +11,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/canceltree"
 	"github.com/stepgate/stepgate/journal/operation"
 )
 
@@ -18,7 +19,7 @@ import (
 const CancelBatchSize = 1000
 
 // CancelTreeArgs is the River job that cancels what remains of the trees below Roots
-// once a cancellation passed journal.MaxTreeCancel descendants in its own transaction.
+// once a cancellation passed canceltree.MaxTreeCancel descendants in its own transaction.
 type CancelTreeArgs struct {
 	Tenant string           `json:"tenant"`
 	Roots  []string         `json:"roots"`
@@ -36,12 +37,12 @@ type CancelOperationArgs struct {
 // Kind implements river.JobArgs.
 func (CancelOperationArgs) Kind() string { return "cancel_operation" }
 
-// cancelTree cancels, in tx, the descendants of roots up to journal.MaxTreeCancel and,
+// cancelTree cancels, in tx, the descendants of roots up to canceltree.MaxTreeCancel and,
 // past it, enqueues a CancelTreeArgs job to continue. The caller tells this process
 // about the returned runs (cancelled) once tx commits.
 func (inv *Invoker) cancelTree(ctx context.Context, tx pgx.Tx, tenant string, roots []string, by journal.Identity) ([]string, error) {
-	ids, err := journal.CancelDescendants(ctx, tx, tenant, roots, by, journal.MaxTreeCancel)
-	if err != nil || len(ids) < journal.MaxTreeCancel {
+	ids, err := canceltree.CancelDescendants(ctx, tx, tenant, roots, by, canceltree.MaxTreeCancel)
+	if err != nil || len(ids) < canceltree.MaxTreeCancel {
 		return ids, err
 	}
 	if _, err := inv.river.InsertTx(ctx, tx, CancelTreeArgs{Tenant: tenant, Roots: roots, By: by}, nil); err != nil {
@@ -72,14 +73,14 @@ func (w *cancelTreeWorker) Work(ctx context.Context, job *river.Job[CancelTreeAr
 		var ids []string
 		err := pgx.BeginFunc(ctx, w.inv.pool, func(tx pgx.Tx) error {
 			var err error
-			ids, err = journal.CancelDescendants(ctx, tx, a.Tenant, a.Roots, a.By, journal.MaxTreeCancel)
+			ids, err = canceltree.CancelDescendants(ctx, tx, a.Tenant, a.Roots, a.By, canceltree.MaxTreeCancel)
 			return err
 		})
 		if err != nil {
 			return err
 		}
 		w.inv.cancelledAll(ids)
-		if len(ids) < journal.MaxTreeCancel {
+		if len(ids) < canceltree.MaxTreeCancel {
 			return nil
 		}
 	}

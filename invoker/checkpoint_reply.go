@@ -14,7 +14,7 @@ import (
 // Requests: a client sends a run a request (SendMessage with journal.NewMessage.Request), a message on the topic
 // journal.RequestTopic(name) that the run takes with a receive await of that topic; the
 // run answers it with a checkpoint of kind reply (replyCheckpoint), which the client
-// waiting on the request reads (journal.RequestOf), woken by the run's output
+// waiting on the request reads (request.RequestOf), woken by the run's output
 // notification, or by the run's end when it ends without replying.
 
 func init() { checkpointKinds[protocol.EntryKindReply] = replyCheckpoint }

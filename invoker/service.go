@@ -11,6 +11,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/canceltree"
 )
 
 // The run service: every change of a run's status, and every write that starts runs,
@@ -150,15 +151,15 @@ func (inv *Invoker) resumeNew(ctx context.Context, run *journal.Run) (*Result, e
 // the child's outcome and is woken, its River job committed with the cancellation.
 //
 // Its children that were not started detached are cancelled too, and theirs, and so on
-// (journal.CancelDescendants): up to journal.MaxTreeCancel in the same transaction, the
+// (canceltree.CancelDescendants): up to canceltree.MaxTreeCancel in the same transaction, the
 // rest by a River job committed with it. A deadlock with a child's answer (see
-// journal.IsDeadlock) is tried again, twice at most. It returns journal.ErrNotFound, or
+// canceltree.IsDeadlock) is tried again, twice at most. It returns journal.ErrNotFound, or
 // journal.ErrFinished with the finished run.
 func (inv *Invoker) CancelRun(ctx context.Context, db *journal.TenantDB, runID string, by journal.Identity) (*journal.Run, error) {
 	var run *journal.Run
 	var tree []string
 	var err error
-	for try := 0; try == 0 || (journal.IsDeadlock(err) && try < 3); try++ {
+	for try := 0; try == 0 || (canceltree.IsDeadlock(err) && try < 3); try++ {
 		run, tree, err = inv.cancelRun(ctx, db, runID, by)
 	}
 	if err != nil {

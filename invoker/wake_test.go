@@ -96,7 +96,7 @@ func TestSleepIsClaimedAheadOfItsEnd(t *testing.T) {
 
 	whole, err := journal.GetWholeRun(t.Context(), db, auth.DefaultTenant, run.ID)
 	require.NoError(t, err)
-	require.Equal(t, journal.KindSleep, whole.Journal[0].Kind)
+	require.Equal(t, "sleep", whole.Journal[0].Kind)
 	until := *whole.Journal[0].WakeAt
 	require.False(t, after.Before(until), "the code after the sleep ran at %s, before its end %s (database clock)", after, until)
 

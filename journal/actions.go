@@ -20,13 +20,13 @@ var ErrFinished = errors.New("journal: run is finished")
 // cancelled, with an error of type "cancelled" whose message names by's subject, and by
 // recorded as cancelled_by, whatever invocation owns it. The running invocation, if any, is fenced out (its checkpoints
 // and answer get ErrSuperseded) and a pending wake-up finds nothing to claim. A
-// waiter's mark notifies NotifyChannel, a watch EventChannel.
+// waiter's mark notifies NotifyChannel, a watch runevents.EventChannel.
 //
 // A cancelled child run is ended like any other (see Finish): when its parent waits for
 // it, the cancellation is journaled in the parent at the child's ParentSeq and the
 // parent is due now, so the caller enqueues the parent's job in the same transaction
 // (a job for a parent that did not wake finds nothing to claim). CancelRun does not
-// cancel the run's children: the caller does, with CancelDescendants, in the same
+// cancel the run's children: the caller does, with canceltree.CancelDescendants, in the same
 // transaction; the outcome of a child that goes on (a detached one) is not journaled
 // in the cancelled parent.
 //
@@ -72,7 +72,7 @@ const ErrorTypeDeadline = "deadline_exceeded"
 // (its invocation number is bumped and its status changes, so its checkpoints and
 // answer get ErrSuperseded). A child run's end is journaled in a parent waiting for it,
 // which becomes due now (see Finish): the caller enqueues the parent's job in the same
-// transaction. A waiter's mark notifies NotifyChannel, a watch EventChannel. It works by
+// transaction. A waiter's mark notifies NotifyChannel, a watch runevents.EventChannel. It works by
 // run id, for any tenant (the invoker's deadline timers and River job call it).
 //
 // It returns the failed run; ErrFinished when the run has ended; ErrNotDue with the

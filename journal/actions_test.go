@@ -13,6 +13,7 @@ import (
 	"github.com/stepgate/stepgate/internal/wiring/pgtest"
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
+	"github.com/stepgate/stepgate/journal/runevents"
 	"github.com/stepgate/stepgate/journal/stats"
 )
 
@@ -124,15 +125,15 @@ func nextEvent(t *testing.T, conn *pgx.Conn) string {
 func TestRunEvents(t *testing.T) {
 	t.Parallel()
 	ctx, db := t.Context(), pgtest.DB(t)
-	conn := listen(t, db, journal.EventChannel)
+	conn := listen(t, db, runevents.EventChannel)
 	marker := func() {
 		t.Helper()
-		mustExec(t, db, `SELECT pg_notify($1, 'marker')`, journal.EventChannel)
+		mustExec(t, db, `SELECT pg_notify($1, 'marker')`, runevents.EventChannel)
 	}
-	expect := func(run *journal.Run, status journal.Status, invocations int) journal.RunEvent {
+	expect := func(run *journal.Run, status journal.Status, invocations int) runevents.RunEvent {
 		t.Helper()
 		payload := nextEvent(t, conn)
-		ev, err := journal.ParseRunEvent(payload)
+		ev, err := runevents.ParseRunEvent(payload)
 		require.NoError(t, err, payload)
 		require.Equal(t, run.ID, ev.ID, payload)
 		require.Equal(t, run.Tenant, ev.Tenant)
@@ -158,7 +159,7 @@ func TestRunEvents(t *testing.T) {
 	require.Equal(t, "marker", nextEvent(t, conn))
 
 	// Watched: every status change, in order.
-	require.NoError(t, journal.Watch(ctx, db, "gw-1", []string{tenant}, time.Minute))
+	require.NoError(t, runevents.Watch(ctx, db, "gw-1", []string{tenant}, time.Minute))
 	run := mustCreateRunOf(t, db, tenant, "fn")
 	expect(run, journal.StatusQueued, 0)
 	c, err = journal.ClaimRun(ctx, db, run.ID, time.Minute)
@@ -199,9 +200,9 @@ func TestRunEvents(t *testing.T) {
 	other := newTenant()
 	mustRegister(t, db, other, "fn")
 	mustCreateRunOf(t, db, other, "fn")
-	require.NoError(t, journal.Unwatch(ctx, db, "gw-1", tenant))
+	require.NoError(t, runevents.Unwatch(ctx, db, "gw-1", tenant))
 	mustCreateRunOf(t, db, tenant, "fn")
-	require.NoError(t, journal.Watch(ctx, db, "gw-2", []string{tenant}, -time.Second))
+	require.NoError(t, runevents.Watch(ctx, db, "gw-2", []string{tenant}, -time.Second))
 	mustCreateRunOf(t, db, tenant, "fn")
 	marker()
 	require.Equal(t, "marker", nextEvent(t, conn))

@@ -81,7 +81,7 @@ type awaitWrite struct {
 	alt int
 }
 
-// Sleep waits until a time: the entry at Seq, of kind KindSleep, journals it with its
+// Sleep waits until a time: the entry at Seq, of kind kindSleep, journals it with its
 // wake time, Until or For from the database clock.
 type Sleep struct {
 	Seq   int
@@ -96,7 +96,7 @@ func (s Sleep) wake() (*time.Time, time.Duration, bool) { return s.Until, s.For,
 
 func (s Sleep) write(ctx context.Context, db DB, w awaitWrite, f *Finished) error {
 	err := dbsqlc.New(db).AwaitSleep(ctx, dbsqlc.AwaitSleepParams{
-		Tenant: w.tenant, RunID: w.runID, Seq: int32(s.Seq), Kind: KindSleep, Name: s.Name, WakeAt: f.WakeAt, Invocation: int32(w.invocation),
+		Tenant: w.tenant, RunID: w.runID, Seq: int32(s.Seq), Kind: kindSleep, Name: s.Name, WakeAt: f.WakeAt, Invocation: int32(w.invocation),
 	})
 	if isUniqueViolation(err) {
 		return fmt.Errorf("%w: seq %d is already journaled", ErrConflict, s.Seq)

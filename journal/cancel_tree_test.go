@@ -9,6 +9,7 @@ import (
 
 	"github.com/stepgate/stepgate/internal/wiring/pgtest"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/canceltree"
 	"github.com/stepgate/stepgate/journal/internal/dbsqlc"
 )
 
@@ -51,11 +52,11 @@ func TestCancelDescendants(t *testing.T) {
 		require.True(t, mustGetRun(t, tx, grand).Detached)
 		by := journal.Identity{Subject: "bob", Tenant: tenant}
 
-		ids, err := journal.CancelDescendants(ctx, tx, newTenant(), []string{parent.ID}, by, 10)
+		ids, err := canceltree.CancelDescendants(ctx, tx, newTenant(), []string{parent.ID}, by, 10)
 		require.NoError(t, err)
 		require.Empty(t, ids, "another tenant's tree is out of reach")
 
-		ids, err = journal.CancelDescendants(ctx, tx, tenant, []string{parent.ID}, by, 10)
+		ids, err = canceltree.CancelDescendants(ctx, tx, tenant, []string{parent.ID}, by, 10)
 		require.NoError(t, err)
 		require.Equal(t, []string{child.ID}, ids)
 		got := mustGetRun(t, tx, child)
@@ -73,13 +74,13 @@ func TestCancelDescendants(t *testing.T) {
 		ctx, tx, tenant := t.Context(), pgtest.Tx(t), newTenant()
 		parent, child, grand := mustChain(t, tx, tenant, false)
 		by := journal.Identity{Subject: "bob", Tenant: tenant}
-		ids, err := journal.CancelDescendants(ctx, tx, tenant, []string{parent.ID}, by, 1)
+		ids, err := canceltree.CancelDescendants(ctx, tx, tenant, []string{parent.ID}, by, 1)
 		require.NoError(t, err)
 		require.Equal(t, []string{child.ID}, ids, "the shallowest first")
-		ids, err = journal.CancelDescendants(ctx, tx, tenant, []string{parent.ID}, by, 1)
+		ids, err = canceltree.CancelDescendants(ctx, tx, tenant, []string{parent.ID}, by, 1)
 		require.NoError(t, err)
 		require.Equal(t, []string{grand.ID}, ids, "through the cancelled child")
-		ids, err = journal.CancelDescendants(ctx, tx, tenant, []string{parent.ID}, by, 1)
+		ids, err = canceltree.CancelDescendants(ctx, tx, tenant, []string{parent.ID}, by, 1)
 		require.NoError(t, err)
 		require.Empty(t, ids)
 	})

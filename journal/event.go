@@ -75,7 +75,7 @@ type NewEvent struct {
 // already has an event with that id, it returns that first event and created=false,
 // and starts nothing. The functions with flow control it triggers are not started but
 // named in ev.Flowed. Concurrent sends of one id wait for each other: one wins. Each
-// run created notifies EventChannel when a gateway watches the tenant. A new event whose
+// run created notifies runevents.EventChannel when a gateway watches the tenant. A new event whose
 // triggers would start runs past n.MaxTenantRuns is refused whole with a *QuotaError.
 //
 // Triggers that follow it (docs/internals.md): event_usage_on_insert; run_event_on_insert and run_usage_on_insert, for the runs it starts.

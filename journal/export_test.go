@@ -34,6 +34,7 @@ func (ap *Appender) Batches() int64 { return ap.batches.Load() }
 
 // Names only journal's tests use, exposed to the external tests.
 const (
+	KindSleep          = kindSleep
 	KindInvoke         = kindInvoke
 	KindReceive        = kindReceive
 	KindWaitEvent      = kindWaitEvent
@@ -42,7 +43,6 @@ const (
 	AwaitInvokeAll     = awaitInvokeAll
 	ErrorTypeNotFound  = errorTypeNotFound
 	ErrorTypeForbidden = errorTypeForbidden
-	RequestReplied     = requestReplied
 	DefaultPriority    = defaultPriority
 	MaxWaitShapes      = maxWaitShapes
 )

@@ -17,7 +17,7 @@ import (
 // nothing outside the journal uses is unexported. The bound only falls: lower it to the
 // count whenever the count falls, and raising it is a change of this line, reviewed as
 // such.
-const maxExportedNames = 193
+const maxExportedNames = 179
 
 // TestJournalFaceStaysSmall counts the names the journal's files (tests aside) export
 // at top level and fails one above maxExportedNames.

@@ -75,7 +75,7 @@ type ErrorInfo struct {
 // Entry kinds.
 const (
 	KindStep  = "step"
-	KindSleep = "sleep"
+	kindSleep = "sleep"
 	// kindInvoke is the outcome of a child run, journaled in its parent when it ends
 	// (see Finish): the child's output, or its error.
 	kindInvoke = "invoke"

@@ -22,9 +22,9 @@ func TestQueriesSpellTheKinds(t *testing.T) {
 		{dbsqlc.MessageStore, kindReceive},
 		{dbsqlc.MessageReceive, kindReceive},
 		{dbsqlc.RunFinish, NotifyChannel},
-		{dbsqlc.RunFinish, KindSleep},
-		{dbsqlc.LeaseReapExpired, KindSleep},
-		{dbsqlc.LeaseRelease, KindSleep},
+		{dbsqlc.RunFinish, kindSleep},
+		{dbsqlc.LeaseReapExpired, kindSleep},
+		{dbsqlc.LeaseRelease, kindSleep},
 		{dbsqlc.EntryInvokeRefused, kindInvoke},
 		{dbsqlc.RunsStranded, InvokeJobKind},
 		{dbsqlc.RequestPending, KindReply},
@@ -64,7 +64,7 @@ func TestRunQueriesSpellOutTheirFragments(t *testing.T) {
 	}
 	// The latest wake time of the sleeps among the run's last 64 entries.
 	sleep := func(run string) string {
-		return "(SELECT max(CASE WHEN t.kind = '" + KindSleep + "' THEN t.wake_at END) FROM (\n" +
+		return "(SELECT max(CASE WHEN t.kind = '" + kindSleep + "' THEN t.wake_at END) FROM (\n" +
 			"                    SELECT e.kind, e.wake_at FROM stepgate.journal_entry e WHERE e.tenant = r.tenant AND e.run_id = " + run + " ORDER BY e.seq DESC LIMIT 64) t)"
 	}
 	for _, q := range []string{dbsqlc.RunFinish} {

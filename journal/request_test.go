@@ -10,6 +10,7 @@ import (
 
 	"github.com/stepgate/stepgate/internal/wiring/pgtest"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/request"
 )
 
 // TestRepliesToOneRequestAreSerialized: two replies to one request, checkpointed at
@@ -53,9 +54,9 @@ func TestRepliesToOneRequestAreSerialized(t *testing.T) {
 	require.ErrorIs(t, err, journal.ErrBadReply)
 	require.ErrorContains(t, err, `already replied to request "q-1", at seq 2`)
 
-	r, err := journal.RequestOf(ctx, db, run.Tenant, run.ID, "q-1")
+	r, err := request.RequestOf(ctx, db, run.Tenant, run.ID, "q-1")
 	require.NoError(t, err)
-	require.Equal(t, journal.RequestReplied, r.Status)
+	require.Equal(t, request.RequestReplied, r.Status)
 	require.JSONEq(t, `"yes"`, string(r.Reply))
 	require.Len(t, mustEntries(t, db, run.ID), 2, "a receive and one reply")
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stepgate/stepgate/internal/wiring/pgtest"
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/runevents"
 	"github.com/stepgate/stepgate/migrations"
 )
 
@@ -61,7 +62,7 @@ func mustFillTenant(t *testing.T, system *pgxpool.Pool, tenant string) tenantDat
 	require.NoError(t, journal.AppendEntry(ctx, system, run.ID, run.Invocation, step(1, "charge", `1`), journal.Bounds{}))
 	_, err := journal.Finish(ctx, system, run.ID, run.Invocation, journal.RetryingInvocation(journal.ErrorInfo{Type: "timeout", Message: "slow"}, time.Hour))
 	require.NoError(t, err)
-	require.NoError(t, journal.Watch(ctx, system, "gateway-1", []string{tenant}, time.Minute))
+	require.NoError(t, runevents.Watch(ctx, system, "gateway-1", []string{tenant}, time.Minute))
 	return tenantData{tenant: tenant, run: run}
 }
 

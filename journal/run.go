@@ -161,7 +161,7 @@ func (e *ForbiddenError) Unwrap() error { return ErrForbidden }
 // when the input is the same JSON, or ErrIdempotencyMismatch. It returns ErrNotFound
 // when the function is not registered, and a *ForbiddenError when the revision's
 // invoke_roles exclude n.Identity, who starts the run (access.Identity.MayInvoke; checked
-// before the key, so a refused caller is never handed someone else's run). It is one statement. A created run notifies EventChannel when a
+// before the key, so a refused caller is never handed someone else's run). It is one statement. A created run notifies runevents.EventChannel when a
 // gateway watches the tenant. A revision with flow control creates no run but a
 // *FlowError (after the invoke_roles check, before the key's), unless n.Flowed.
 // A run of a revision with concurrency limits records its

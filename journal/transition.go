@@ -40,7 +40,7 @@ type Claim struct {
 // (fencing out any older invocation), clears its owner nonce (the new invocation is
 // claimed by the first nonce that asks, see ClaimInvocation), leases it for lease, and loads its journal, all in
 // one round trip and one transaction. It returns ErrNotDue when the run is not claimable
-// now (not due yet, running, finished, or gone). The claim notifies EventChannel when a
+// now (not due yet, running, finished, or gone). The claim notifies runevents.EventChannel when a
 // gateway watches the run's tenant.
 //
 // Triggers that follow it (docs/internals.md): run_event_on_status.
@@ -590,7 +590,7 @@ type Finished struct {
 // ErrConflict when an entry conflicts with the journal, ErrGap when an entry or the
 // await leaves a gap, and a *HolesError when an answered end (Outcome.Answered) leaves
 // a hole. A terminal update notifies NotifyChannel when a waiter attached; any update
-// notifies EventChannel when a gateway watches the tenant.
+// notifies runevents.EventChannel when a gateway watches the tenant.
 //
 // A child run inherits the run's tenant and identity, read from the run's row. When a
 // child becomes terminal (here, or by CancelRun), the same statement journals its
@@ -891,7 +891,7 @@ func RenewLeases(ctx context.Context, db DB, leases []Lease, ttl time.Duration) 
 // 64 entries (a parallel step may be journaled after a sleep being waited out), as a
 // sleep that a function waits out in its process (invoker.Checkpoints.Append, invoker/checkpoint_sleep.go) is journaled
 // before it ends. The caller enqueues each run's job in the same transaction. Each
-// requeue notifies EventChannel when a gateway watches the run's tenant.
+// requeue notifies runevents.EventChannel when a gateway watches the run's tenant.
 //
 // Triggers that follow it (docs/internals.md): run_event_on_status, run_releases_slots.
 func ReapExpiredLeases(ctx context.Context, db DB, limit int) ([]string, error) {

@@ -12,14 +12,15 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stepgate/stepgate/journal"
+	"github.com/stepgate/stepgate/journal/runevents"
 )
 
 // Live run events (GET /v1/runs/stream) work like this:
 //
-//   - Every statement that changes a run's status notifies journal.EventChannel, but
+//   - Every statement that changes a run's status notifies runevents.EventChannel, but
 //     only while a row of stepgate.run_watch for the run's tenant has not expired, so
 //     runs nobody watches pay no NOTIFY.
-//   - A gateway with open streams of a tenant keeps that row (journal.Watch) and
+//   - A gateway with open streams of a tenant keeps that row (runevents.Watch) and
 //     refreshes it every watchRefresh; it deletes it when the tenant's last stream closes.
 //   - Each gateway's one listener connection (Listener) receives the events and
 //     hands them to the Hub, which loads the runs of a batch of events in one query
@@ -41,9 +42,9 @@ type Hub struct {
 	pool      *pgxpool.Pool
 	log       *slog.Logger
 	gatewayID string
-	in        chan *journal.RunEvent // from the listener; nil: events were missed
-	lost      atomic.Bool            // in overflowed
-	open      atomic.Int32           // streams open, read without mu by receive
+	in        chan *runevents.RunEvent // from the listener; nil: events were missed
+	lost      atomic.Bool              // in overflowed
+	open      atomic.Int32             // streams open, read without mu by receive
 
 	mu       sync.Mutex
 	clients  map[*Stream]struct{}
@@ -79,7 +80,7 @@ func (c *Stream) Done() <-chan struct{} { return c.done }
 
 // Encoder encodes a run event for the streams: the run as loaded after the event, and
 // the event.
-type Encoder func(run *journal.Run, ev *journal.RunEvent) ([]byte, error)
+type Encoder func(run *journal.Run, ev *runevents.RunEvent) ([]byte, error)
 
 // NewHub returns a Hub fed by l's run events, reading runs and keeping watches with pool
 // (the system pool).
@@ -89,7 +90,7 @@ func NewHub(l *Listener, pool *pgxpool.Pool, log *slog.Logger, encode Encoder) *
 		pool:      pool,
 		log:       log,
 		gatewayID: uuid.NewString(),
-		in:        make(chan *journal.RunEvent, 4096),
+		in:        make(chan *runevents.RunEvent, 4096),
 		clients:   map[*Stream]struct{}{},
 		tenants:   map[string]int{},
 		wake:      make(chan struct{}, 1),
@@ -100,7 +101,7 @@ func NewHub(l *Listener, pool *pgxpool.Pool, log *slog.Logger, encode Encoder) *
 }
 
 // receive runs on the listener's goroutine: it never blocks.
-func (h *Hub) receive(ev *journal.RunEvent) {
+func (h *Hub) receive(ev *runevents.RunEvent) {
 	if h.open.Load() == 0 {
 		return
 	}
@@ -136,7 +137,7 @@ func (h *Hub) Subscribe(ctx context.Context, tenant, function, run string) (*Str
 	h.mu.Unlock()
 
 	h.watchMu.Lock()
-	err := journal.Watch(ctx, h.pool, h.gatewayID, []string{tenant}, watchTTL)
+	err := runevents.Watch(ctx, h.pool, h.gatewayID, []string{tenant}, watchTTL)
 	h.watchMu.Unlock()
 	if err != nil {
 		h.Unsubscribe(c)
@@ -175,7 +176,7 @@ func (h *Hub) Unsubscribe(c *Stream) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if err := journal.Unwatch(ctx, h.pool, h.gatewayID, c.tenant); err != nil {
+		if err := runevents.Unwatch(ctx, h.pool, h.gatewayID, c.tenant); err != nil {
 			// The row expires by itself; meanwhile the tenant's runs notify for nothing.
 			h.log.Warn("run event watch not removed", slog.String("tenant", c.tenant), slog.Any("error", err))
 		}
@@ -214,7 +215,7 @@ func (h *Hub) pump() {
 		h.mu.Unlock()
 		select {
 		case ev := <-h.in:
-			batch := []*journal.RunEvent{ev}
+			batch := []*runevents.RunEvent{ev}
 		drain:
 			for len(batch) < 512 {
 				select {
@@ -247,7 +248,7 @@ func (h *Hub) refresh() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := journal.Watch(ctx, h.pool, h.gatewayID, tenants, watchTTL); err != nil {
+	if err := runevents.Watch(ctx, h.pool, h.gatewayID, tenants, watchTTL); err != nil {
 		// The next refresh tries again, well before the rows expire.
 		h.log.Warn("run event watches not refreshed", slog.Any("error", err))
 	}
@@ -255,7 +256,7 @@ func (h *Hub) refresh() {
 
 // deliver loads the runs of a batch of events and sends each event to the streams it
 // matches, in the order the events came.
-func (h *Hub) deliver(batch []*journal.RunEvent) {
+func (h *Hub) deliver(batch []*runevents.RunEvent) {
 	resync := h.lost.Swap(false)
 	h.mu.Lock()
 	var ids []string

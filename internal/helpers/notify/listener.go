@@ -16,10 +16,11 @@ import (
 
 	"github.com/stepgate/stepgate/journal"
 	"github.com/stepgate/stepgate/journal/output"
+	"github.com/stepgate/stepgate/journal/runevents"
 )
 
 // Listener holds the process's listening connection, on journal.NotifyChannel,
-// journal.EventChannel, output.OutputChannel and journal.SlotChannel. It tells the requests waiting on a run's result that it may have
+// runevents.EventChannel, output.OutputChannel and journal.SlotChannel. It tells the requests waiting on a run's result that it may have
 // finished (a signal means "look again", never "done"), fed by this process's own
 // terminal updates (Signal) and by the notifications; and it passes run events to one
 // handler (the Hub).
@@ -32,7 +33,7 @@ type Listener struct {
 	byRun    map[string]map[chan struct{}]struct{}
 	byOutput map[string]map[chan struct{}]struct{} // readers of runs' values and streams
 
-	events atomic.Pointer[func(*journal.RunEvent)]
+	events atomic.Pointer[func(*runevents.RunEvent)]
 	slots  atomic.Pointer[func(runID string)]
 }
 
@@ -119,11 +120,11 @@ func poke(ch chan struct{}) {
 	}
 }
 
-// HandleRunEvents passes each journal.EventChannel notification to fn, in the order
+// HandleRunEvents passes each runevents.EventChannel notification to fn, in the order
 // Postgres delivered them, on the listener's goroutine: fn must not block. fn gets nil
 // after the listener reconnected, when events may have been missed. A later call
 // replaces fn; nil stops the handling.
-func (l *Listener) HandleRunEvents(fn func(ev *journal.RunEvent)) {
+func (l *Listener) HandleRunEvents(fn func(ev *runevents.RunEvent)) {
 	if fn == nil {
 		l.events.Store(nil)
 		return
@@ -131,7 +132,7 @@ func (l *Listener) HandleRunEvents(fn func(ev *journal.RunEvent)) {
 	l.events.Store(&fn)
 }
 
-func (l *Listener) event(ev *journal.RunEvent) {
+func (l *Listener) event(ev *runevents.RunEvent) {
 	if fn := l.events.Load(); fn != nil {
 		(*fn)(ev)
 	}
@@ -154,7 +155,7 @@ func (l *Listener) Run(ctx context.Context) {
 				return err
 			}
 			defer conn.Release()
-			if _, err := conn.Exec(ctx, "LISTEN "+journal.NotifyChannel+"; LISTEN "+journal.EventChannel+"; LISTEN "+output.OutputChannel+"; LISTEN "+journal.SlotChannel); err != nil {
+			if _, err := conn.Exec(ctx, "LISTEN "+journal.NotifyChannel+"; LISTEN "+runevents.EventChannel+"; LISTEN "+output.OutputChannel+"; LISTEN "+journal.SlotChannel); err != nil {
 				conn.Conn().Close(context.WithoutCancel(ctx)) // don't return a listening conn to the pool
 				return err
 			}
@@ -184,7 +185,7 @@ func (l *Listener) Run(ctx context.Context) {
 					}
 					continue
 				}
-				ev, err := journal.ParseRunEvent(n.Payload)
+				ev, err := runevents.ParseRunEvent(n.Payload)
 				if err != nil {
 					l.log.WarnContext(ctx, "run event notification dropped", slog.Any("error", err))
 					continue

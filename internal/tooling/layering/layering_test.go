@@ -66,13 +66,16 @@ var table = []row{
 	{pkg: "journal/output", may: beside, parts: []string{pgx}},
 	{pkg: "journal/flow", may: beside, parts: []string{pgx}},
 	{pkg: "journal/usage", may: beside, parts: []string{pgx}},
+	{pkg: "journal/runevents", may: beside, parts: []string{pgx}},
+	{pkg: "journal/canceltree", may: beside, parts: []string{pgx}},
+	{pkg: "journal/request", may: beside, parts: []string{pgx}},
 	{pkg: "auth", may: []string{"access", "journal", "journal/keyring", "protocol/..."}},
 	{pkg: "migrations/...", may: []string{"migrations/...", "internal/wiring/pgserver"}, parts: []string{pgx, river}},
 
 	// internal/helpers: runtime helpers of one job each, linked into the gateway, that know
 	// nothing of runs (notify reads the journal's channel names) and import no other
 	// internal folder.
-	{pkg: "internal/helpers/notify", may: []string{"journal", "journal/output"}, parts: []string{pgx}},
+	{pkg: "internal/helpers/notify", may: []string{"journal", "journal/output", "journal/runevents"}, parts: []string{pgx}},
 	{pkg: "internal/helpers/metrics", parts: []string{pgx}},
 	{pkg: "internal/helpers/readpool", parts: []string{pgx}},
 	{pkg: "internal/helpers/...", may: []string{"internal/helpers/..."}},
