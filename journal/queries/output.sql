@@ -12,7 +12,7 @@ WHERE e.tenant = @tenant AND e.run_id = @run_id AND e.kind = 'value'
 ORDER BY e.name, e.seq DESC;
 
 -- name: OutputNotify :exec
--- On channel stepgate_run_output (journal.OutputChannel), when a reader has attached.
+-- On channel stepgate_run_output (output.OutputChannel, journal/output), when a reader has attached.
 SELECT pg_notify('stepgate_run_output', id::text) FROM stepgate.run WHERE id = @run_id AND notify;
 
 -- name: StreamWriter :one

@@ -15,7 +15,7 @@ const OutputNotify = `-- name: OutputNotify :exec
 SELECT pg_notify('stepgate_run_output', id::text) FROM stepgate.run WHERE id = $1 AND notify
 `
 
-// On channel stepgate_run_output (journal.OutputChannel), when a reader has attached.
+// On channel stepgate_run_output (output.OutputChannel, journal/output), when a reader has attached.
 func (q *Queries) OutputNotify(ctx context.Context, runID string) error {
 	_, err := q.db.Exec(ctx, OutputNotify, runID)
 	return err
