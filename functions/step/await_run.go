@@ -48,8 +48,8 @@ func runEndFrom[T any](st *invocation.State, e *protocol.JournalEntry) (T, error
 			Error  *protocol.ErrorInfo `json:"error"`
 		} `json:"run"`
 	}
-	if _, err := replay[json.RawMessage](st, e); err != nil {
-		return out, err
+	if e.Error != nil {
+		return out, &Error{Seq: e.Seq, Name: e.Name, Type: e.Error.Type, Message: e.Error.Message}
 	}
 	if e.Output != nil {
 		if err := json.Unmarshal(*e.Output, &got); err != nil {
