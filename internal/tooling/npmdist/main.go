@@ -88,7 +88,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *out == "" || fs.NArg() > 0 {
 		return errors.New("usage: go run ./internal/tooling/npmdist -out DIR [-platforms host|all] [-sdk]")
 	}
-	cfg := config{out: *out, log: stderr}
+	// -out is relative to the directory the command runs in, not to the package
+	// npm packs (npm pack runs in each package's directory).
+	abs, err := filepath.Abs(*out)
+	if err != nil {
+		return err
+	}
+	cfg := config{out: abs, log: stderr}
 	switch *which {
 	case "all":
 		cfg.platforms = platforms
@@ -397,8 +403,13 @@ func copyPackage(src, dst string) error {
 	})
 }
 
-// pack runs `npm pack` in dir with the tarball going to out, and returns its path.
+// pack runs `npm pack` in dir with the tarball going to out, and returns its absolute
+// path. A relative out is relative to the working directory, not to dir.
 func pack(ctx context.Context, dir, out string) (string, error) {
+	out, err := filepath.Abs(out)
+	if err != nil {
+		return "", err
+	}
 	cmd := exec.CommandContext(ctx, "npm", "pack", "--json", "--pack-destination", out)
 	cmd.Dir = dir
 	var stderr bytes.Buffer

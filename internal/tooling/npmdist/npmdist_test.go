@@ -372,3 +372,26 @@ npm/create-stepgate/package.json has version "0.0.1"`)
 	require.NoError(t, err)
 	require.Empty(t, entries)
 }
+
+// TestPackRelativeOut checks that a relative -out is relative to the directory the
+// command runs in, as the quickstart's `go run ./internal/tooling/npmdist -out
+// ../stepgate-npm -sdk` expects, not to the package npm packs (the SDK's tarball went
+// to sdk/stepgate-npm).
+func TestPackRelativeOut(t *testing.T) {
+	if _, err := exec.LookPath("npm"); err != nil {
+		t.Skip("npm is not installed: the test packs a package with npm pack")
+	}
+	pkg := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(pkg, "package.json"), []byte(`{"name":"relative-out","version":"1.2.3"}`+"\n"), 0o644))
+	cwd := t.TempDir()
+	t.Chdir(cwd)
+	require.NoError(t, os.Mkdir("dist", 0o755))
+
+	tgz, err := pack(t.Context(), pkg, filepath.Join("dist", "..", "dist"))
+	require.NoError(t, err)
+	want := filepath.Join(cwd, "dist", "relative-out-1.2.3.tgz")
+	require.Equal(t, want, tgz)
+	require.FileExists(t, want)
+	_, err = os.Stat(filepath.Join(pkg, "dist"))
+	require.ErrorIs(t, err, os.ErrNotExist, "the tarball went under the package's directory")
+}
