@@ -56,7 +56,23 @@
 //
 // [Replay] replays a production run exported by the gateway (GET /v1/runs/{id}/export,
 // `stepgate runs export`) against the code under test, with no side effects, and fails
-// the test at the first divergence; [ReplayFile] is the same without a test.
+// the test at the first divergence:
+//
+//	r := functionstest.Replay(t, app, "checkout.pay", "testdata/run.json")
+//	t.Log(r) // replays cleanly; would wait for sleep "cool off" at seq 3
+//
+// [ReplayFile] (an export's file) and [ReplayExport] (a decoded export) fail nothing:
+// they return the [Replayed], whose Divergence is nil when the run replays cleanly, so a
+// test can assert a divergence (a change that breaks the runs in flight) instead of
+// failing on it; their error is never a divergence:
+//
+//	r, err := functionstest.ReplayFile(app, "checkout.pay", "testdata/run.json")
+//	if err != nil {
+//		t.Fatal(err) // the export cannot be read or the function invoked
+//	}
+//	if d := r.Divergence; d == nil || d.Seq != 2 {
+//		t.Errorf("want a divergence at seq 2, got: %s", r)
+//	}
 //
 // A Harness is used from the test's goroutine: Start, Advance and the deliveries drive
 // the runs synchronously and return once every run they woke has ended or suspended.
