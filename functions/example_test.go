@@ -10,9 +10,11 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/stepgate/stepgate/functions"
+	"github.com/stepgate/stepgate/functions/functionstest"
 	"github.com/stepgate/stepgate/functions/step"
 	"github.com/stepgate/stepgate/protocol"
 	"github.com/stepgate/stepgate/protocol/signature"
@@ -108,4 +110,45 @@ func ExampleRegister() {
 	// owns the run? yes (Bearer invocation-token)
 	// checkpoint 1 step "charge": "ch_42" (Bearer invocation-token)
 	// 200 suspended: sleep 2 "cool-off" for 10m0s
+}
+
+// TestCheckout is the package doc's test of checkout: in functionstest, on a virtual
+// clock, with no gateway.
+func TestCheckout(t *testing.T) {
+	app := functions.New(functions.Config{InsecureSkipVerify: true})
+	functions.Register(app, "orders.checkout", checkout)
+	h := functionstest.New(t, app)
+
+	run := h.Start("orders.checkout", Order{ID: "42", Amount: 1000})
+	if res := run.Result(); res.Status != functionstest.Suspended {
+		t.Fatalf("want the run asleep in its cool-off, got %+v", res)
+	}
+	res := run.Advance(10 * time.Minute) // the virtual clock: no real wait
+	var got Receipt
+	if err := res.Decode(&got); err != nil || got.Tracking != "trk_42" {
+		t.Fatalf("got %+v, %v", got, err)
+	}
+}
+
+// TestCheckoutCrash: an invocation lost right after the charge is journaled is retried,
+// and the retry replays the charge instead of charging again.
+func TestCheckoutCrash(t *testing.T) {
+	app := functions.New(functions.Config{InsecureSkipVerify: true})
+	functions.Register(app, "orders.checkout", checkout)
+	h := functionstest.New(t, app)
+
+	crashed := h.StartCrashing("orders.checkout", Order{ID: "43"}, 1) // lost after the charge
+	crashed.Advance(10 * time.Minute)
+	if res := crashed.Result(); res.Status != functionstest.Completed || res.Invocations != 3 {
+		t.Fatalf("want the run completed in 3 invocations (the crash, the sleep, the rest), got %+v", res)
+	}
+	charges := 0
+	for _, e := range crashed.Journal() {
+		if e.Name == "charge" {
+			charges++
+		}
+	}
+	if charges != 1 {
+		t.Errorf("the journal holds %d charges, want 1", charges)
+	}
 }

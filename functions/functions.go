@@ -1,39 +1,3 @@
-// Package functions is the Go SDK for writing stepgate functions: ordinary HTTP
-// endpoints that the gateway calls with a run's journal, so finished steps are replayed
-// instead of re-run.
-//
-// An [App] is an [http.Handler] serving many functions, each registered with [Register]
-// and made durable with package [github.com/stepgate/stepgate/functions/step]:
-//
-//	POST /<name>   runs one invocation (function protocol 1) and answers it
-//	GET  /         answers the app's manifest, for `stepgate apps sync <app url>`
-//
-// Both verify the gateway's Stepgate-Signature with the keys of [Config] (Ed25519 public
-// keys of your tenant, or its HMAC secrets), and an invocation accepted before is refused
-// as a replay. An app with no keys refuses every request, unless
-// [Config].InsecureSkipVerify says otherwise.
-//
-// The app speaks the function protocol's version [protocol.Version]: its manifest says
-// it (protocol_version, with sdk "stepgate-go/<stepgate's version>"), and so does every
-// answer, in the header Stepgate-Protocol. It refuses an invocation whose
-// Stepgate-Protocol header names a gateway of another major version, or is not a
-// version (see [protocol.CheckGatewayVersion]); a request without the header is served.
-//
-// A function's outcome becomes the invocation's answer: its output completes the run; an
-// error made with [step.NonRetryable], or a step's final [*step.Error], fails the run at
-// once; any other error or a panic answers HTTP 500, and the gateway retries the
-// invocation per the function's retry policy.
-//
-// A replay-only invocation (the request's replay_only, which the gateway sends to check
-// a new revision against live runs; the manifest says the app answers it) runs no step
-// function and journals nothing: no checkpoint, no claim of the run, no event, message,
-// value, callback or stream write, no sleep waited out. The function's code replays the
-// journal and the invocation answers status replayed with what the code asks for
-// first past the journal (an entry's seq, kind and name, before anything of it runs,
-// or kind end named completed or failed where the function would end the run), or
-// where it asks for another entry than the journal holds (a divergence, which
-// otherwise fails the run with nondeterminism). A retryable error, a panic or a
-// journaled output the code cannot read answers HTTP 500, as in any invocation.
 package functions
 
 import (
