@@ -1,5 +1,6 @@
 import { type Duration, toGo, toMs } from "./duration.js";
 import type { FunctionConfig } from "./protocol.js";
+import { BACKOFF_OPTIONS, FUNCTION_OPTIONS, unknownOption } from "./options.js";
 import type { Identity, Step } from "./step.js";
 
 /**
@@ -138,6 +139,10 @@ const FUNCTION_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$/;
  * steps, and what it returns (JSON) completes the run. Throw a NonRetryableError (or let
  * a StepError out) to fail the run at once; any other error makes the invocation fail
  * (HTTP 500), and the gateway retries it per the function's retry policy.
+ *
+ * It throws a TypeError for an invalid name, and for an option it does not take (a typo,
+ * or a name from before 0.1.0: timeout, maxAttempts, backoff), naming what to write
+ * instead or the options it takes.
  */
 export function createFunction<In = unknown, Out = unknown>(
   opts: FunctionOptions<In>,
@@ -146,6 +151,11 @@ export function createFunction<In = unknown, Out = unknown>(
   if (!FUNCTION_NAME.test(opts.name)) {
     throw new TypeError(`stepgate: invalid function name ${JSON.stringify(opts.name)}: use 1 to 255 letters, digits, '.', '_' or '-', starting with a letter or digit`);
   }
+  // An option this SDK does not take is refused now, at definition: ignored, an old
+  // name (timeout, maxAttempts, backoff) would leave the run to the gateway's defaults.
+  const what = `stepgate: createFunction ${JSON.stringify(opts.name)}`;
+  const bad = unknownOption(what, opts, FUNCTION_OPTIONS) ?? unknownOption(`${what}: invocationBackoff`, opts.invocationBackoff, BACKOFF_OPTIONS);
+  if (bad) throw new TypeError(bad);
   const c: FunctionConfig = {};
   if (opts.invocationTimeout !== undefined) c.timeout = toGo(opts.invocationTimeout, "invocationTimeout");
   if (opts.invocationAttempts !== undefined || opts.invocationBackoff) {

@@ -6,8 +6,12 @@ import { runInStep } from "./context.js";
 import { failed, type Invocation, never, q, retry, suspended } from "./invocation.js";
 import { StreamWriter } from "./stream.js";
 import type { Await, EntryKind, ErrorInfo, JournalEntry } from "./protocol.js";
-import { type Values, waitAll, waitFirst } from "./combine.js";
+import { MAX_INVOKE_ALL, type Values, waitAll, waitFirst } from "./combine.js";
 import { Wait } from "./wait.js";
+import {
+  BACKOFF_OPTIONS, CALLBACK_OPTIONS, INVOKE_OPTIONS, type OptionNames, RECEIVE_OPTIONS, RUN_OPTIONS, unknownOption,
+  WAIT_FOR_EVENT_OPTIONS,
+} from "./options.js";
 
 /** How many attempts a step makes, the first included, unless its options say otherwise. */
 export const DEFAULT_MAX_ATTEMPTS = 3;
@@ -118,6 +122,29 @@ export interface Callback<T = unknown> {
   result(): Wait<T>;
 }
 
+/**
+ * A callback's resolution, as the deprecated step.awaitCallback gives it.
+ *
+ * @deprecated Use `await cb.result()`, which gives the data, and the callback's resolver,
+ * resolvedBy and resolvedAt. Removed in 0.3.0.
+ */
+export interface CallbackResult<T = unknown> {
+  data: T;
+  /** "token" (whoever held the URL) or "identity" (a caller with runs:manage, by run id and name). */
+  resolver: string;
+  /** The caller's identity, for resolver "identity". */
+  resolvedBy?: Identity;
+  /** When it was resolved (database clock). */
+  resolvedAt?: Date;
+}
+
+/**
+ * The outcome of one child run of the deprecated step.invokeAll: its output, or its StepError.
+ *
+ * @deprecated Use step.waitAll of step.invoke's waits, then await each wait. Removed in 0.3.0.
+ */
+export type Outcome<T> = { ok: true; output: T } | { ok: false; error: StepError };
+
 /** The options of step.waitForEvent. */
 export interface WaitForEventOptions {
   /** The event's name. */
@@ -169,6 +196,16 @@ function checkName(what: string, name: string) {
     throw new NonRetryableError(`step: ${what} ${q(String(name).slice(0, 64))} must be 1 to 255 bytes`);
   }
   if (name.includes("\0")) throw new NonRetryableError(`step: ${what} ${q(name.slice(0, 64))} must be UTF-8 text without NUL bytes`);
+}
+
+/**
+ * Refuses an options object that names an option the step does not take, as an invalid
+ * name is refused (a NonRetryableError, taking no seq): what to write instead for an old
+ * name, else the options it takes.
+ */
+function checkOptions(what: string, opts: unknown, names: OptionNames) {
+  const bad = unknownOption(`step: ${what}`, opts, names);
+  if (bad) throw new NonRetryableError(bad);
 }
 
 /** d as the gateway's duration string; one that is not a duration fails the run (a NonRetryableError), as an invalid name does. */
@@ -228,6 +265,16 @@ function runEndFrom<T>(e: JournalEntry, output: unknown): T {
   if (got.timed_out || !got.run) throw new TimedOutError(e.seq, e.name);
   if (got.run.error) throw stepError(e, got.run.error);
   return (got.run.output ?? null) as T;
+}
+
+/** Who resolved (or rejected) the callback whose journaled resolution is out. */
+function resolutionFrom(out: unknown): { resolver?: string; resolvedBy?: Identity; resolvedAt?: Date } {
+  const got = (out ?? {}) as { resolver?: string; resolved_by?: unknown; resolved_at?: string };
+  const r: { resolver?: string; resolvedBy?: Identity; resolvedAt?: Date } = {};
+  if (got.resolver) r.resolver = got.resolver;
+  if (got.resolved_by) r.resolvedBy = identityOf(got.resolved_by);
+  if (got.resolved_at) r.resolvedAt = new Date(got.resolved_at);
+  return r;
 }
 
 /** A callback's resolution journaled at e: its data; a rejection throws a StepError, a timeout a TimedOutError. */
@@ -300,6 +347,8 @@ export class Step {
    */
   async run<T>(name: string, fn: (ctx: StepContext) => T | Promise<T>, opts: RunOptions = {}): Promise<Jsonify<T>> {
     checkName("step name", name);
+    checkOptions(`run ${q(name)}`, opts, RUN_OPTIONS);
+    checkOptions(`run ${q(name)}: backoff`, opts.backoff, BACKOFF_OPTIONS);
     const retries = opts.retries ?? DEFAULT_MAX_ATTEMPTS - 1;
     if (!Number.isInteger(retries) || retries < 0) throw new NonRetryableError(`step ${q(name)}: retries ${retries} must be an integer, 0 or more`);
     const retryPolicy: Await["retry"] = { max_attempts: retries + 1 };
@@ -468,6 +517,7 @@ export class Step {
    */
   invoke<T = unknown>(name: string, opts: InvokeOptions): Wait<T> {
     checkName("step name", name);
+    checkOptions(`invoke ${q(name)}`, opts, INVOKE_OPTIONS);
     checkFunction(`step: invoke ${q(name)}: function`, opts.function);
     const input = jsonValue(opts.input);
     return new Wait<T>(this.st, {
@@ -510,6 +560,40 @@ export class Step {
   waitFirst(name: string, ...waits: PromiseLike<unknown>[]): Promise<number> {
     checkName("step name", name);
     return waitFirst(this.st, name, waits, (pick, lazy) => this.run(name, pick, { retries: 0, ...(lazy ? { lazy } : {}) }));
+  }
+
+  /**
+   * Starts a child run for each of calls (1 to MAX_INVOKE_ALL) at once, all named name,
+   * suspends until all have ended, and resolves with their outcomes in order. It journals
+   * what it journaled before 0.1.0 (one invoke_all, one entry per child), so runs
+   * suspended on code that called it replay on code that still does.
+   *
+   * @deprecated Use `step.waitAll(...calls.map((c) => step.invoke(name, c)))`, which
+   * journals the same but rejects with the first child's error; then await each wait
+   * for its own outcome. Removed in 0.3.0.
+   */
+  async invokeAll<T = unknown>(name: string, calls: InvokeOptions[]): Promise<Outcome<T>[]> {
+    checkName("step name", name);
+    if (!Array.isArray(calls) || calls.length === 0 || calls.length > MAX_INVOKE_ALL) {
+      throw new NonRetryableError(`step: invokeAll ${q(name)}: ${Array.isArray(calls) ? calls.length : 0} calls, not from 1 to ${MAX_INVOKE_ALL}`);
+    }
+    const waits = calls.map((c) => this.invoke<T>(name, c));
+    try {
+      await this.waitAll(...waits);
+    } catch (e) {
+      if (!(e instanceof StepError)) throw e;
+    }
+    return Promise.all(
+      waits.map((w) =>
+        w.then(
+          (output): Outcome<T> => ({ ok: true, output }),
+          (error: unknown): Outcome<T> => {
+            if (error instanceof StepError) return { ok: false, error };
+            throw error;
+          },
+        ),
+      ),
+    );
   }
 
   /**
@@ -572,6 +656,7 @@ export class Step {
    */
   waitForEvent<T = unknown>(name: string, opts: WaitForEventOptions): Wait<Event<T>> {
     checkName("step name", name);
+    checkOptions(`wait ${q(name)}`, opts, WAIT_FOR_EVENT_OPTIONS);
     const timeout = opts.timeout === undefined ? undefined : goDuration(opts.timeout, `wait ${q(name)}: timeout`);
     const match = opts.match ?? {};
     const since = lookBack(name, opts.since);
@@ -614,6 +699,7 @@ export class Step {
    */
   awaitRun<T = unknown>(name: string, runId: string, opts: ReceiveOptions = {}): Wait<T> {
     checkName("step name", name);
+    checkOptions(`awaitRun ${q(name)}`, opts, RECEIVE_OPTIONS);
     if (!/^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/.test(runId)) {
       throw new NonRetryableError(`step: awaitRun ${q(name)}: run id ${q(runId)} is not a UUID`);
     }
@@ -632,6 +718,7 @@ export class Step {
    */
   receive<T = unknown>(topic: string, opts: ReceiveOptions = {}): Wait<Message<T>> {
     checkName("topic", topic);
+    checkOptions(`receive ${q(topic)}`, opts, RECEIVE_OPTIONS);
     const timeout = opts.timeout === undefined ? undefined : goDuration(opts.timeout, `receive ${q(topic)}: timeout`);
     return new Wait<Message<T>>(this.st, {
       kind: "receive", name: topic, role: "alternative", ...(timeout ? { timeout } : {}),
@@ -653,6 +740,7 @@ export class Step {
     if (name === "") throw new NonRetryableError("step: receive request: the request name is empty");
     const topic = REQUEST_TOPIC_PREFIX + name;
     checkName("topic", topic);
+    checkOptions(`receive request ${q(name)}`, opts, RECEIVE_OPTIONS);
     const timeout = opts.timeout === undefined ? undefined : goDuration(opts.timeout, `receive request ${q(name)}: timeout`);
     return new Wait<Request<T>>(this.st, {
       kind: "receive", name: topic, role: "alternative", ...(timeout ? { timeout } : {}),
@@ -705,6 +793,7 @@ export class Step {
    */
   async callback<T = unknown>(name: string, opts: CallbackOptions = {}): Promise<Callback<T>> {
     checkName("step name", name);
+    checkOptions(`callback ${q(name)}`, opts, CALLBACK_OPTIONS);
     const timeout = opts.timeout === undefined ? undefined : goDuration(opts.timeout, `callback ${q(name)}: timeout`);
     const st = this.st;
     const n = st.next("callback", name);
@@ -727,6 +816,43 @@ export class Step {
     });
     return { seq, name, url: got.url ?? "", token: got.token, expiresAt: new Date(got.expires_at ?? 0), result: () => result };
   }
+  /**
+   * Waits for cb's resolution as step.awaitCallback did before 0.1.0, journaling what it
+   * journaled (an await_callback named after the callback, at the next seq): resolves
+   * with the data and who resolved it; rejects with a StepError when it is rejected; and
+   * resolves with null when opts.timeout passes first (the wait's end is the callback's
+   * expiry; default: the callback's own). So runs suspended on code that called it
+   * replay on code that still does.
+   *
+   * @deprecated Use `await cb.result()`, which rejects with a TimedOutError when the
+   * callback expires (give step.callback the timeout), or, for a wait shorter than the
+   * callback, step.waitFirst(name, cb.result(), step.sleep(...)), which journals another
+   * entry (see docs/versioning.md for runs suspended on the old code). Removed in 0.3.0.
+   */
+  async awaitCallback<T = unknown>(cb: Pick<Callback<T>, "seq" | "name">, opts: ReceiveOptions = {}): Promise<CallbackResult<T> | null> {
+    checkName("step name", cb?.name);
+    checkOptions(`awaitCallback ${q(cb.name)}`, opts, RECEIVE_OPTIONS);
+    const timeout = opts.timeout === undefined ? undefined : goDuration(opts.timeout, `callback ${q(cb.name)}: timeout`);
+    const name = cb.name;
+    const w = new Wait<CallbackResult<T>>(this.st, {
+      kind: "await_callback", name, role: "alternative", ...(timeout ? { timeout } : {}),
+      await: (seq) => ({ type: "await_callback", seq, name, callback_seq: cb.seq, ...(timeout ? { timeout } : {}) }),
+      decode: (e, out) => {
+        const r = resolutionFrom(out);
+        const result: CallbackResult<T> = { data: callbackFrom<T>(e, out), resolver: r.resolver ?? "" };
+        if (r.resolvedBy) result.resolvedBy = r.resolvedBy;
+        if (r.resolvedAt) result.resolvedAt = r.resolvedAt;
+        return result;
+      },
+    });
+    try {
+      return await w;
+    } catch (e) {
+      if (e instanceof TimedOutError) return null;
+      throw e;
+    }
+  }
+
   /**
    * Publishes value under key for clients to read while the run goes on
    * (GET /v1/runs/{id}/values/{key}); it takes a seq, as a step does.
