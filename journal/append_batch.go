@@ -96,15 +96,15 @@ func appendBatch(ctx context.Context, db DB, as []Append) []error {
 func sendBatch(ctx context.Context, db DB, as []Append, batched []int, errs []error) (failed int, err error) {
 	batch := &pgx.Batch{}
 	// Within the batch, a statement waits at most 50 ms for a lock. The batch takes no
-	// row lock that it would wait for (see EntryAppendInOrderSkipLocked), but an insert
+	// row lock that it would wait for (EntryAppendInOrder's skip_locked), but an insert
 	// waits for a concurrent uncommitted insert of the same entry (an answer carrying a
 	// step its function also checkpointed); past the timeout that entry is written
 	// alone, and the write goes on for the others.
 	batch.Queue(dbsqlc.EntryBatchLockTimeout, dbsqlc.EntryBatchLockTimeoutParams{}.Args()...)
 	for _, i := range batched {
 		a, e := as[i], as[i].Entry
-		batch.Queue(dbsqlc.EntryAppendInOrderSkipLocked, dbsqlc.EntryAppendInOrderSkipLockedParams{
-			RunID: a.RunID, Seq: int32(e.Seq), Invocation: int32(a.Invocation), Size: e.Size(),
+		batch.Queue(dbsqlc.EntryAppendInOrder, dbsqlc.EntryAppendInOrderParams{
+			SkipLocked: true, RunID: a.RunID, Seq: int32(e.Seq), Invocation: int32(a.Invocation), Size: e.Size(),
 			Kind: e.Kind, Name: e.Name, Output: e.Output, Error: errorJSON(e.Error), Attempt: int32(max(e.Attempt, 1)),
 			WakeAt: e.WakeAt, StartedAt: e.StartedAt, MaxEntries: int4(a.Bounds.MaxEntries), MaxBytes: int4(a.Bounds.MaxJournalBytes),
 		}.Args()...)

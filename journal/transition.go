@@ -256,7 +256,7 @@ func entryTooLarge(e Entry, b Bounds) error {
 }
 
 // appendEntry journals e with EntryAppendInOrder, or EntryAppendInWindow for a window
-// wider than 1. (Their rows, and EntryAppendInOrderSkipLocked's, are scanned by hand:
+// wider than 1. (Their rows, a batch's too, are scanned by hand:
 // sqlc types their total NOT NULL.)
 func appendEntry(ctx context.Context, db DB, runID string, invocation int, e Entry, window int, b Bounds) error {
 	var row pgx.Row

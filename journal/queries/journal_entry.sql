@@ -1,43 +1,27 @@
 -- name: EntryAppendInOrder :one
 -- The statement of AppendEntry for an entry right after the last of the journal: the
--- step path, as lean as it was before windows.
-WITH owner AS (
+-- step path, as lean as it was before windows. With skip_locked (a batch's entries) it
+-- does not wait for a lock on the row of the run (taken by a lease renewal, a claim, a
+-- finish), which could close a cycle with another batch or a statement locking several
+-- runs; its entry, seen as not owned, is written alone after the batch. A locking clause
+-- cannot be a parameter, so each way of locking has its own CTE, and the flag lets one
+-- of them see the row: the other locks nothing.
+WITH owner_waits AS (
     SELECT r.id, r.tenant FROM stepgate.run r
-    WHERE r.id = sqlc.arg(run_id) AND r.invocation = sqlc.arg(invocation) AND r.status = 'running' FOR SHARE
+    WHERE NOT sqlc.arg(skip_locked)::bool
+        AND r.id = sqlc.arg(run_id) AND r.invocation = sqlc.arg(invocation) AND r.status = 'running' FOR SHARE
+), owner_skips AS (
+    SELECT r.id, r.tenant FROM stepgate.run r
+    WHERE sqlc.arg(skip_locked)::bool
+        AND r.id = sqlc.arg(run_id) AND r.invocation = sqlc.arg(invocation) AND r.status = 'running' FOR SHARE SKIP LOCKED
+), owner AS (
+    SELECT id, tenant FROM owner_waits UNION ALL SELECT id, tenant FROM owner_skips
 ), prev AS (
     SELECT coalesce(p.journal_bytes, 0) AS journal_bytes FROM stepgate.journal_entry p
     WHERE p.tenant = (SELECT o.tenant FROM owner o) AND p.run_id = sqlc.arg(run_id) AND p.seq = sqlc.arg(seq) - 1
 ), ok AS (
     -- In order: right after seq - 1, and not into a hole below later entries (a fill
     -- declares a window, so the totals above it are kept).
-    SELECT owner.id, owner.tenant, coalesce((SELECT journal_bytes FROM prev), 0) + sqlc.arg(size)::bigint AS total FROM owner
-    WHERE (@seq = 1 OR EXISTS (SELECT 1 FROM prev))
-        AND NOT EXISTS (SELECT 1 FROM stepgate.journal_entry l WHERE l.tenant = owner.tenant AND l.run_id = sqlc.arg(run_id) AND l.seq > sqlc.arg(seq))
-), ins AS (
-    INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, error, attempt,
-        wake_at, invocation, started_at, journal_bytes)
-    SELECT ok.tenant, ok.id, sqlc.arg(seq), sqlc.arg(kind), sqlc.arg(name), sqlc.arg(output), sqlc.arg(error), sqlc.arg(attempt), sqlc.arg(wake_at), sqlc.arg(invocation), sqlc.arg(started_at), ok.total FROM ok
-    WHERE (sqlc.arg(max_entries)::int = 0 OR sqlc.arg(seq) <= sqlc.arg(max_entries)::int) AND (sqlc.arg(max_bytes)::int = 0 OR ok.total <= sqlc.arg(max_bytes)::int)
-    ON CONFLICT (tenant, run_id, seq) DO NOTHING
-    RETURNING seq
-)
-SELECT EXISTS (SELECT 1 FROM owner) AS owned, EXISTS (SELECT 1 FROM ins) AS inserted, EXISTS (SELECT 1 FROM ok) AS follows,
-    (SELECT total FROM ok) AS total, e.kind, e.name, e.output, e.error
-FROM (SELECT 1) one
-LEFT JOIN stepgate.journal_entry e ON e.tenant = (SELECT o.tenant FROM owner o) AND e.run_id = sqlc.arg(run_id) AND e.seq = sqlc.arg(seq);
-
--- name: EntryAppendInOrderSkipLocked :one
--- EntryAppendInOrder for a batch: it does not wait for a lock on the row of the run
--- (taken by a lease renewal, a claim, a finish), which could close a cycle with another
--- batch or a statement locking several runs; its entry, seen as not owned, is written
--- alone after the batch.
-WITH owner AS (
-    SELECT r.id, r.tenant FROM stepgate.run r
-    WHERE r.id = sqlc.arg(run_id) AND r.invocation = sqlc.arg(invocation) AND r.status = 'running' FOR SHARE SKIP LOCKED
-), prev AS (
-    SELECT coalesce(p.journal_bytes, 0) AS journal_bytes FROM stepgate.journal_entry p
-    WHERE p.tenant = (SELECT o.tenant FROM owner o) AND p.run_id = sqlc.arg(run_id) AND p.seq = sqlc.arg(seq) - 1
-), ok AS (
     SELECT owner.id, owner.tenant, coalesce((SELECT journal_bytes FROM prev), 0) + sqlc.arg(size)::bigint AS total FROM owner
     WHERE (@seq = 1 OR EXISTS (SELECT 1 FROM prev))
         AND NOT EXISTS (SELECT 1 FROM stepgate.journal_entry l WHERE l.tenant = owner.tenant AND l.run_id = sqlc.arg(run_id) AND l.seq > sqlc.arg(seq))

@@ -376,12 +376,7 @@ func (arg HoldBackParams) Args() []any {
 
 // Args returns the parameters of EntryAppendInOrder in its statement's order.
 func (arg EntryAppendInOrderParams) Args() []any {
-	return []any{arg.RunID, arg.Seq, arg.Invocation, arg.Size, arg.Kind, arg.Name, arg.Output, arg.Error, arg.Attempt, arg.WakeAt, arg.StartedAt, arg.MaxEntries, arg.MaxBytes}
-}
-
-// Args returns the parameters of EntryAppendInOrderSkipLocked in its statement's order.
-func (arg EntryAppendInOrderSkipLockedParams) Args() []any {
-	return []any{arg.RunID, arg.Seq, arg.Invocation, arg.Size, arg.Kind, arg.Name, arg.Output, arg.Error, arg.Attempt, arg.WakeAt, arg.StartedAt, arg.MaxEntries, arg.MaxBytes}
+	return []any{arg.RunID, arg.Seq, arg.SkipLocked, arg.Invocation, arg.Size, arg.Kind, arg.Name, arg.Output, arg.Error, arg.Attempt, arg.WakeAt, arg.StartedAt, arg.MaxEntries, arg.MaxBytes}
 }
 
 // Args returns the parameters of EntryAppendInWindow in its statement's order.

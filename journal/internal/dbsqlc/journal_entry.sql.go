@@ -12,23 +12,30 @@ import (
 )
 
 const EntryAppendInOrder = `-- name: EntryAppendInOrder :one
-WITH owner AS (
+WITH owner_waits AS (
     SELECT r.id, r.tenant FROM stepgate.run r
-    WHERE r.id = $1 AND r.invocation = $3 AND r.status = 'running' FOR SHARE
+    WHERE NOT $3::bool
+        AND r.id = $1 AND r.invocation = $4 AND r.status = 'running' FOR SHARE
+), owner_skips AS (
+    SELECT r.id, r.tenant FROM stepgate.run r
+    WHERE $3::bool
+        AND r.id = $1 AND r.invocation = $4 AND r.status = 'running' FOR SHARE SKIP LOCKED
+), owner AS (
+    SELECT id, tenant FROM owner_waits UNION ALL SELECT id, tenant FROM owner_skips
 ), prev AS (
     SELECT coalesce(p.journal_bytes, 0) AS journal_bytes FROM stepgate.journal_entry p
     WHERE p.tenant = (SELECT o.tenant FROM owner o) AND p.run_id = $1 AND p.seq = $2 - 1
 ), ok AS (
     -- In order: right after seq - 1, and not into a hole below later entries (a fill
     -- declares a window, so the totals above it are kept).
-    SELECT owner.id, owner.tenant, coalesce((SELECT journal_bytes FROM prev), 0) + $4::bigint AS total FROM owner
+    SELECT owner.id, owner.tenant, coalesce((SELECT journal_bytes FROM prev), 0) + $5::bigint AS total FROM owner
     WHERE ($2 = 1 OR EXISTS (SELECT 1 FROM prev))
         AND NOT EXISTS (SELECT 1 FROM stepgate.journal_entry l WHERE l.tenant = owner.tenant AND l.run_id = $1 AND l.seq > $2)
 ), ins AS (
     INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, error, attempt,
         wake_at, invocation, started_at, journal_bytes)
-    SELECT ok.tenant, ok.id, $2, $5, $6, $7, $8, $9, $10, $3, $11, ok.total FROM ok
-    WHERE ($12::int = 0 OR $2 <= $12::int) AND ($13::int = 0 OR ok.total <= $13::int)
+    SELECT ok.tenant, ok.id, $2, $6, $7, $8, $9, $10, $11, $4, $12, ok.total FROM ok
+    WHERE ($13::int = 0 OR $2 <= $13::int) AND ($14::int = 0 OR ok.total <= $14::int)
     ON CONFLICT (tenant, run_id, seq) DO NOTHING
     RETURNING seq
 )
@@ -41,6 +48,7 @@ LEFT JOIN stepgate.journal_entry e ON e.tenant = (SELECT o.tenant FROM owner o) 
 type EntryAppendInOrderParams struct {
 	RunID      string
 	Seq        int32
+	SkipLocked bool
 	Invocation int32
 	Size       int64
 	Kind       string
@@ -66,11 +74,17 @@ type EntryAppendInOrderRow struct {
 }
 
 // The statement of AppendEntry for an entry right after the last of the journal: the
-// step path, as lean as it was before windows.
+// step path, as lean as it was before windows. With skip_locked (a batch's entries) it
+// does not wait for a lock on the row of the run (taken by a lease renewal, a claim, a
+// finish), which could close a cycle with another batch or a statement locking several
+// runs; its entry, seen as not owned, is written alone after the batch. A locking clause
+// cannot be a parameter, so each way of locking has its own CTE, and the flag lets one
+// of them see the row: the other locks nothing.
 func (q *Queries) EntryAppendInOrder(ctx context.Context, arg EntryAppendInOrderParams) (EntryAppendInOrderRow, error) {
 	row := q.db.QueryRow(ctx, EntryAppendInOrder,
 		arg.RunID,
 		arg.Seq,
+		arg.SkipLocked,
 		arg.Invocation,
 		arg.Size,
 		arg.Kind,
@@ -84,92 +98,6 @@ func (q *Queries) EntryAppendInOrder(ctx context.Context, arg EntryAppendInOrder
 		arg.MaxBytes,
 	)
 	var i EntryAppendInOrderRow
-	err := row.Scan(
-		&i.Owned,
-		&i.Inserted,
-		&i.Follows,
-		&i.Total,
-		&i.Kind,
-		&i.Name,
-		&i.Output,
-		&i.Error,
-	)
-	return i, err
-}
-
-const EntryAppendInOrderSkipLocked = `-- name: EntryAppendInOrderSkipLocked :one
-WITH owner AS (
-    SELECT r.id, r.tenant FROM stepgate.run r
-    WHERE r.id = $1 AND r.invocation = $3 AND r.status = 'running' FOR SHARE SKIP LOCKED
-), prev AS (
-    SELECT coalesce(p.journal_bytes, 0) AS journal_bytes FROM stepgate.journal_entry p
-    WHERE p.tenant = (SELECT o.tenant FROM owner o) AND p.run_id = $1 AND p.seq = $2 - 1
-), ok AS (
-    SELECT owner.id, owner.tenant, coalesce((SELECT journal_bytes FROM prev), 0) + $4::bigint AS total FROM owner
-    WHERE ($2 = 1 OR EXISTS (SELECT 1 FROM prev))
-        AND NOT EXISTS (SELECT 1 FROM stepgate.journal_entry l WHERE l.tenant = owner.tenant AND l.run_id = $1 AND l.seq > $2)
-), ins AS (
-    INSERT INTO stepgate.journal_entry (tenant, run_id, seq, kind, name, output, error, attempt,
-        wake_at, invocation, started_at, journal_bytes)
-    SELECT ok.tenant, ok.id, $2, $5, $6, $7, $8, $9, $10, $3, $11, ok.total FROM ok
-    WHERE ($12::int = 0 OR $2 <= $12::int) AND ($13::int = 0 OR ok.total <= $13::int)
-    ON CONFLICT (tenant, run_id, seq) DO NOTHING
-    RETURNING seq
-)
-SELECT EXISTS (SELECT 1 FROM owner) AS owned, EXISTS (SELECT 1 FROM ins) AS inserted, EXISTS (SELECT 1 FROM ok) AS follows,
-    (SELECT total FROM ok) AS total, e.kind, e.name, e.output, e.error
-FROM (SELECT 1) one
-LEFT JOIN stepgate.journal_entry e ON e.tenant = (SELECT o.tenant FROM owner o) AND e.run_id = $1 AND e.seq = $2
-`
-
-type EntryAppendInOrderSkipLockedParams struct {
-	RunID      string
-	Seq        int32
-	Invocation int32
-	Size       int64
-	Kind       string
-	Name       string
-	Output     json.RawMessage
-	Error      json.RawMessage
-	Attempt    int32
-	WakeAt     *time.Time
-	StartedAt  *time.Time
-	MaxEntries int32
-	MaxBytes   int32
-}
-
-type EntryAppendInOrderSkipLockedRow struct {
-	Owned    bool
-	Inserted bool
-	Follows  bool
-	Total    int32
-	Kind     *string
-	Name     *string
-	Output   json.RawMessage
-	Error    json.RawMessage
-}
-
-// EntryAppendInOrder for a batch: it does not wait for a lock on the row of the run
-// (taken by a lease renewal, a claim, a finish), which could close a cycle with another
-// batch or a statement locking several runs; its entry, seen as not owned, is written
-// alone after the batch.
-func (q *Queries) EntryAppendInOrderSkipLocked(ctx context.Context, arg EntryAppendInOrderSkipLockedParams) (EntryAppendInOrderSkipLockedRow, error) {
-	row := q.db.QueryRow(ctx, EntryAppendInOrderSkipLocked,
-		arg.RunID,
-		arg.Seq,
-		arg.Invocation,
-		arg.Size,
-		arg.Kind,
-		arg.Name,
-		arg.Output,
-		arg.Error,
-		arg.Attempt,
-		arg.WakeAt,
-		arg.StartedAt,
-		arg.MaxEntries,
-		arg.MaxBytes,
-	)
-	var i EntryAppendInOrderSkipLockedRow
 	err := row.Scan(
 		&i.Owned,
 		&i.Inserted,
