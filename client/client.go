@@ -482,7 +482,18 @@ func longPoll(ctx context.Context) string {
 	return max(d, 0).Round(time.Millisecond).String()
 }
 
+// errEmptyRef is the error of a call through a Ref that names no function.
+func errEmptyRef(call string) error {
+	return fmt.Errorf("client: %s: the function's Ref is empty (its zero value): a Ref that functions.Register "+
+		"returns is set only once Register has run, so one used before (a package variable read before the app "+
+		"registers its functions, or in an init that runs first) names no function; register the app's functions "+
+		"before calling them, or name the function: client.Ref[In, Out](\"orders.checkout\")", call)
+}
+
 func (c *Client) start(ctx context.Context, name string, input any, wait bool, opts []StartOption) (*result, error) {
+	if name == "" {
+		return nil, errEmptyRef("start")
+	}
 	s := startConfig{query: url.Values{}}
 	for _, o := range opts {
 		o(&s)
