@@ -2,7 +2,9 @@
 # test.sh: the one command that runs stepgate's whole test suite, from a fresh clone.
 #
 #   ./test.sh                 vet, generated-code freshness, gofmt, then go test ./...,
+#                             in the root module and in each of the Go SDK's modules,
 #                             then the TypeScript SDK's tests (with Node 20 or later)
+#                             and a lint of openapi.yaml by Redocly CLI (Node 20.19 or later)
 #                             with staticcheck beside them
 #   ./test.sh -run TestFoo    extra arguments go to `go test` (the TypeScript step is skipped)
 #
@@ -67,13 +69,25 @@ fi
 
 # --- Checks ---------------------------------------------------------------------------
 
-step "go vet ./..."
+# The Go SDK's modules: nested modules, each with its own go.mod, at the directories of
+# their import paths (see docs/development.md). ./... in the root module does not reach
+# them: each step below that runs the go command over ./... runs it in each of them too.
+sdk_modules=(access protocol client functions)
+
+step "go vet ./... (the root module, then ${sdk_modules[*]})"
 go vet ./...
+for m in "${sdk_modules[@]}"; do
+	(cd "$m" && go vet ./...) || die "go vet in the SDK module $m failed (above)"
+done
 
-step "go.mod is tidy (go mod tidy -diff)"
+step "go.mod is tidy (go mod tidy -diff, in the root module and ${sdk_modules[*]})"
 go mod tidy -diff || die "go.mod or go.sum is not tidy (diff above): run 'go mod tidy' and commit the result"
+for m in "${sdk_modules[@]}"; do
+	(cd "$m" && go mod tidy -diff) ||
+		die "$m/go.mod or $m/go.sum is not tidy (diff above): run 'go mod tidy' in $m and commit the result"
+done
 
-step "generated code is fresh (go generate ./protocol/... ./gateway/api/... ./journal)"
+step "generated code is fresh ((cd protocol && go generate ./...); go generate ./gateway/api/... ./journal)"
 # Generate in place and compare with what was there before, in a git checkout or not,
 # committed or not. When stale, put the old files back so that this script never
 # changes the tree, and fail.
@@ -95,9 +109,9 @@ restore_generated() {
 		done < <(find "$work/before/$dir" -type f)
 	done
 }
-if ! go generate ./protocol/... ./gateway/api/... ./journal; then
+if ! { (cd protocol && go generate ./...) && go generate ./gateway/api/... ./journal; }; then
 	restore_generated
-	die "go generate ./protocol/... ./gateway/api/... ./journal failed (above)"
+	die "go generate in protocol, ./gateway/api/... or ./journal failed (above)"
 fi
 stale=
 for dir in "${generated[@]}"; do
@@ -106,7 +120,7 @@ done
 if [[ -n $stale ]]; then
 	cat "$work/diff"
 	restore_generated
-	die "the generated code is stale (diff above): run 'go generate ./protocol/... ./gateway/api/... ./journal' and commit the result"
+	die "the generated code is stale (diff above): run '(cd protocol && go generate ./...) && go generate ./gateway/api/... ./journal' and commit the result"
 fi
 
 step "migrations/schema.sql is fresh (go generate ./migrations)"
@@ -147,6 +161,28 @@ else
 	echo "test.sh: Node 20 or later with npm is not installed: the TypeScript SDK's checks and tests are skipped"
 fi
 
+# openapi.yaml, linted by a third-party linter as the users who feed it to their own
+# generators would: Redocly CLI (from npm, pinned in internal/tooling/openapilint) with its
+# recommended rules, each an error; what is right as it is is silenced, with its reason,
+# in that directory's .redocly.lint-ignore.yaml. It needs Node 20.19 (or 22.12) or later.
+openapilint=internal/tooling/openapilint
+have_node_for_redocly() {
+	have_node20 || return 1
+	local v major minor
+	v=$(node -p 'process.versions.node' 2>/dev/null) || return 1
+	major=${v%%.*} minor=${v#*.} minor=${minor%%.*}
+	((major > 22 || (major == 22 && minor >= 12) || (major == 20 && minor >= 19)))
+}
+if have_node_for_redocly; then
+	step "openapi.yaml: Redocly CLI's lint (npm run lint in $openapilint)"
+	(cd "$openapilint" && { npm ci --no-audit --no-fund --loglevel=error || npm ci --no-audit --no-fund --loglevel=error; }) ||
+		die "npm ci in $openapilint failed (above)"
+	(cd "$openapilint" && npm run lint --silent) ||
+		die "Redocly CLI found problems in openapi.yaml (above): fix them, or silence one with its reason in $openapilint/.redocly.lint-ignore.yaml"
+else
+	echo "test.sh: Node 20.19 or later with npm is not installed: openapi.yaml is not linted by Redocly CLI"
+fi
+
 step "gofmt -l"
 # The Go files that git tracks or would add (so not .stepgate/ and other ignored
 # directories); outside git, those under . but not in dot-directories.
@@ -183,11 +219,29 @@ STEPGATE_SKIP_TS_E2E=1 go test "${race[@]}" -count=1 -timeout 15m "${packages[@]
 step "the cost ledger: go test -count=1 $ledger${*:+ $*}"
 go test -count=1 -timeout 5m "$ledger" "$@" || rc=$?
 
+# The SDK's modules, each in its own go test (a go test runs in one module). Their tests
+# that need a whole gateway live in the root module (internal/sdke2e), tested above.
+for m in "${sdk_modules[@]}"; do
+	step "go test ${race[*]} -count=1 ./... in the SDK module $m${*:+ $*}"
+	(cd "$m" && go test "${race[@]}" -count=1 -timeout 15m ./... "$@") || rc=$?
+done
+
 # staticcheck (a tool dependency in go.mod) runs beside the TypeScript SDK's steps, not
 # beside the Go tests, whose longest package (gateway) sets the suite's time on 2 cores:
 # its findings are printed, and fail the suite, at the end.
-step "staticcheck ./... (in the background; its findings come at the end)"
-go tool staticcheck ./... >"$work/staticcheck.log" 2>&1 &
+step "staticcheck ./... (in the background, in the root module and ${sdk_modules[*]}; its findings come at the end)"
+# The SDK's modules do not have staticcheck as a tool: the root module's binary (go tool -n
+# builds it and prints its path) checks them from their directories.
+staticcheck_all() {
+	local bin m status=0
+	bin=$(go tool -n staticcheck) || return
+	"$bin" ./... || status=1
+	for m in "${sdk_modules[@]}"; do
+		(cd "$m" && "$bin" ./...) || { echo "(the findings above are in $m/)"; status=1; }
+	done
+	return "$status"
+}
+staticcheck_all >"$work/staticcheck.log" 2>&1 &
 staticcheck_pid=$!
 
 # --- The TypeScript SDK ---------------------------------------------------------------
@@ -221,7 +275,7 @@ if wait "$staticcheck_pid"; then
 	echo "none"
 else
 	cat "$work/staticcheck.log"
-	echo "test.sh: staticcheck found the above: fix them (go tool staticcheck ./...)" >&2
+	echo "test.sh: staticcheck found the above: fix them (go tool staticcheck ./..., or \$(go tool -n staticcheck) ./... in an SDK module)" >&2
 	rc=1
 fi
 

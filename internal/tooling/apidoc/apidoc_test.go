@@ -279,3 +279,52 @@ func cmpOrString(a, b string) string {
 	}
 	return b
 }
+
+// TestPropertyNamesAreIdentifiers checks that every schema property of openapi.yaml is
+// named as a field can be, and that a property made by an unquoted comma in a flow
+// mapping (as TenantUsage.runs' description once made one) is refused, by name.
+func TestPropertyNamesAreIdentifiers(t *testing.T) {
+	t.Parallel()
+	var doc yaml.Node
+	data, err := os.ReadFile(specFile)
+	require.NoError(t, err)
+	require.NoError(t, yaml.Unmarshal(data, &doc))
+	require.NoError(t, checkPropertyNames(doc.Content[0]))
+
+	const broken = `
+components:
+  schemas:
+    TenantUsage:
+      type: object
+      properties:
+        tenant: { type: string }
+        runs: { type: integer, format: int64, description: Runs stored, not yet deleted by retention. }
+      example: { "any name": 1 }
+`
+	dir := t.TempDir()
+	path := filepath.Join(dir, "openapi.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(broken), 0o644))
+	_, err = loadSpec(path)
+	require.Error(t, err)
+	require.Contains(t, err.Error(),
+		`line 8: #/components/schemas/TenantUsage/properties/runs: "not yet deleted by retention." is not a schema keyword`)
+	require.NotContains(t, err.Error(), "any name")
+
+	const spaced = `
+paths:
+  /v1/usage:
+    get:
+      responses:
+        "200":
+          content:
+            application/json:
+              schema:
+                properties:
+                  run.count: { type: integer }
+`
+	require.NoError(t, os.WriteFile(path, []byte(spaced), 0o644))
+	_, err = loadSpec(path)
+	require.Error(t, err)
+	require.Contains(t, err.Error(),
+		`line 11: #/paths//v1/usage/get/responses/200/content/application/json/schema/properties: property "run.count" is not an identifier`)
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -47,6 +48,9 @@ func loadSpec(path string) (*spec, error) {
 		return nil, fmt.Errorf("parse %s: not a YAML mapping", path)
 	}
 	s := &spec{root: doc.Content[0]}
+	if err := checkPropertyNames(s.root); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
 	for _, t := range items(get(s.root, "tags")) {
 		s.tags = append(s.tags, str(t, "name"))
 	}
@@ -94,6 +98,93 @@ func loadSpec(path string) (*spec, error) {
 		}
 	}
 	return s, nil
+}
+
+// identifier is what a schema's property may be named: a name that every generator can
+// make a field of.
+var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]*$`)
+
+// schemaKeywords are the keys a Schema Object of OpenAPI 3.0 may have, besides x-
+// extensions.
+var schemaKeywords = map[string]bool{
+	"$ref": true, "title": true, "description": true, "type": true, "format": true,
+	"enum": true, "default": true, "example": true, "nullable": true, "deprecated": true,
+	"readOnly": true, "writeOnly": true, "required": true, "properties": true,
+	"additionalProperties": true, "items": true, "allOf": true, "oneOf": true, "anyOf": true,
+	"not": true, "discriminator": true, "xml": true, "externalDocs": true,
+	"multipleOf": true, "maximum": true, "exclusiveMaximum": true, "minimum": true,
+	"exclusiveMinimum": true, "maxLength": true, "minLength": true, "pattern": true,
+	"maxItems": true, "minItems": true, "uniqueItems": true, "maxProperties": true,
+	"minProperties": true,
+}
+
+// checkPropertyNames returns an error naming, with its line, each key of a schema (one in
+// components.schemas or under a `schema`, and their properties, items, allOf, ...) that is
+// neither a schema keyword nor an x- extension, and each property whose name is not an
+// identifier. A flow mapping's unquoted comma makes a key of the rest of a description:
+// `runs: { type: integer, description: Runs stored, not yet deleted by retention. }` had a
+// key `not yet deleted by retention.`, which YAML, oapi-codegen and openapi-typescript all
+// accept without a word.
+func checkPropertyNames(root *yaml.Node) error {
+	var bad []string
+	var schema func(n *yaml.Node, where string)
+	schema = func(n *yaml.Node, where string) {
+		if n.Kind != yaml.MappingNode {
+			return
+		}
+		for _, p := range pairs(n) {
+			k, v := p.key, p.value
+			at := where + "/" + k
+			switch {
+			case strings.HasPrefix(k, "x-"):
+			case !schemaKeywords[k]:
+				bad = append(bad, fmt.Sprintf("line %d: %s: %q is not a schema keyword", p.line, where, k))
+			case k == "properties":
+				for _, prop := range pairs(v) {
+					if !identifier.MatchString(prop.key) {
+						bad = append(bad, fmt.Sprintf("line %d: %s: property %q is not an identifier", prop.line, at, prop.key))
+					}
+					schema(prop.value, at+"/"+prop.key)
+				}
+			case k == "items" || k == "additionalProperties" || k == "not":
+				schema(v, at)
+			case k == "allOf" || k == "oneOf" || k == "anyOf":
+				for i, c := range items(v) {
+					schema(c, fmt.Sprintf("%s/%d", at, i))
+				}
+			}
+		}
+	}
+	// walk finds the schemas: the values of `schema` keys outside examples and x-
+	// extensions, which hold any JSON.
+	var walk func(n *yaml.Node, where string)
+	walk = func(n *yaml.Node, where string) {
+		switch n.Kind {
+		case yaml.SequenceNode:
+			for i, c := range n.Content {
+				walk(c, fmt.Sprintf("%s/%d", where, i))
+			}
+		case yaml.MappingNode:
+			for _, p := range pairs(n) {
+				switch {
+				case p.key == "example" || p.key == "examples" || strings.HasPrefix(p.key, "x-"):
+				case p.key == "schema":
+					schema(p.value, where+"/schema")
+				default:
+					walk(p.value, where+"/"+p.key)
+				}
+			}
+		}
+	}
+	walk(root, "#")
+	for _, p := range pairs(get(get(root, "components"), "schemas")) {
+		schema(p.value, "#/components/schemas/"+p.key)
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("schemas with keys that are not schema keywords, or properties whose names are not identifiers "+
+			"(an unquoted comma in a flow mapping?): %s", strings.Join(bad, "; "))
+	}
+	return nil
 }
 
 // resolve follows a $ref to a component (parameters, responses, ...) until it reaches
@@ -224,6 +315,7 @@ func (s *spec) componentNames(kind string) []string {
 type pair struct {
 	key   string
 	value *yaml.Node
+	line  int // the key's
 }
 
 func deref(n *yaml.Node) *yaml.Node {
@@ -264,7 +356,7 @@ func pairs(n *yaml.Node) []pair {
 	}
 	out := make([]pair, 0, len(n.Content)/2)
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		out = append(out, pair{n.Content[i].Value, deref(n.Content[i+1])})
+		out = append(out, pair{n.Content[i].Value, deref(n.Content[i+1]), n.Content[i].Line})
 	}
 	return out
 }

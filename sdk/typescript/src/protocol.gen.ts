@@ -496,7 +496,8 @@ export interface paths {
          *     `GET /v1/operations/{id}` reads and `POST /v1/operations/{id}/cancel` stops. The
          *     operation reruns each run of the caller's tenant that matches every criterion of
          *     `filter` (at least one is needed), has finished (`status` picks among `completed`,
-         *     `failed` and `cancelled`; all three when absent) and was created before the
+         *     `failed` and `cancelled`; only `failed` when absent, so that a redrive never
+         *     reruns completed or cancelled runs unless asked) and was created before the
          *     operation, oldest first, 500 per transaction, as `POST /v1/runs/{id}/rerun` does:
          *     a new run on the function's current revision with the old run's input, as the
          *     caller (whom the function's `invoke_roles` must allow), naming the old run in
@@ -1800,7 +1801,7 @@ export interface components {
             tenant: string;
             /**
              * Format: int64
-             * @description Runs stored
+             * @description Runs stored, not yet deleted by retention.
              */
             runs: number;
             /**
