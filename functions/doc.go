@@ -16,6 +16,7 @@
 //	functions.Register(app, "orders.checkout", checkout, functions.InvocationTimeout(30*time.Second))
 //	log.Fatal(http.ListenAndServe("127.0.0.1:9090", app))
 //
+// (keys are your tenant's public keys, as `stepgate keys` prints them; see Serving.)
 // `stepgate apps sync http://127.0.0.1:9090/` registers the app's functions with the
 // gateway, which reads their names and options ([Option]) from the app's manifest. A
 // run starts with POST /v1/functions/orders.checkout/runs, from a [client.Client] (with
