@@ -114,10 +114,21 @@ export interface Callback<T = unknown> {
   token: string;
   expiresAt: Date;
   /**
+   * Who resolved or rejected it, once its result() has its outcome (as Go's
+   * OpenCallback.Resolver): "token" (whoever held its URL) or "identity" (a caller with
+   * a JWT and runs:manage, by run id and name); "" before, and when it expired.
+   */
+  resolver: "" | "token" | "identity";
+  /** The caller's identity when resolver is "identity" (Go's ResolvedBy), else undefined. */
+  resolvedBy?: Identity;
+  /** When it was resolved or rejected (database clock; Go's ResolvedAt), else undefined. */
+  resolvedAt?: Date;
+  /**
    * Its resolution's data, a wait (lazy, as step.sleep's: awaiting it takes a seq): a
    * rejection rejects with a StepError (type "rejected" unless the rejection says
    * otherwise); the callback's expiry, with a TimedOutError. Every call returns the same
-   * wait.
+   * wait. Once it has its outcome, resolver, resolvedBy and resolvedAt say who resolved
+   * or rejected it.
    */
   result(): Wait<T>;
 }
@@ -809,12 +820,20 @@ export class Step {
       return st.halt(retry("callback", `callback ${n.seq} ${q(name)}: the gateway gave no token (output ${JSON.stringify(out ?? null)})`));
     }
     const seq = n.seq;
-    const result = new Wait<T>(st, {
+    const cb: Callback<T> = { seq, name, url: got.url ?? "", token: got.token, expiresAt: new Date(got.expires_at ?? 0), resolver: "", result: () => result };
+    const result: Wait<T> = new Wait<T>(st, {
       kind: "await_callback", name, role: "alternative",
       await: (at) => ({ type: "await_callback", seq: at, name, callback_seq: seq }),
-      decode: (e, o) => callbackFrom<T>(e, o),
+      decode: (e, o) => {
+        // Who resolved it is the callback's, set whether it was resolved or rejected.
+        const r = resolutionFrom(o);
+        if (r.resolver === "token" || r.resolver === "identity") cb.resolver = r.resolver;
+        if (r.resolvedBy) cb.resolvedBy = r.resolvedBy;
+        if (r.resolvedAt) cb.resolvedAt = r.resolvedAt;
+        return callbackFrom<T>(e, o);
+      },
     });
-    return { seq, name, url: got.url ?? "", token: got.token, expiresAt: new Date(got.expires_at ?? 0), result: () => result };
+    return cb;
   }
   /**
    * Waits for cb's resolution as step.awaitCallback did before 0.1.0, journaling what it
