@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/stepgate/stepgate/protocol"
@@ -123,6 +124,10 @@ func (c *cli) functionsDelete(ctx context.Context, args []string) error {
 }
 
 // appsSync runs "stepgate apps sync URL [--check [--force] [--sample N]] [--dry-run]".
+// A check that is not ok fails the command (exit status 1), so that a CI step can
+// gate on it: with --check the gateway refuses the sync (409), and with --dry-run,
+// which the gateway answers 200 whatever it finds, dryRunError says so. With --force
+// a sync that registered exits 0.
 func (c *cli) appsSync(ctx context.Context, args []string) error {
 	fs := c.newFlagSet("apps sync", "URL")
 	cf := addClientFlags(fs, true)
@@ -177,7 +182,13 @@ func (c *cli) appsSync(ctx context.Context, args []string) error {
 		return err
 	}
 	if cf.json {
-		return printRaw(c.stdout, resp.Body)
+		if err := printRaw(c.stdout, resp.Body); err != nil {
+			return err
+		}
+		if resp.JSON200 != nil {
+			return dryRunError(resp.JSON200.Check)
+		}
+		return nil
 	}
 	if resp.JSON200 == nil {
 		return fmt.Errorf("sync app %s: unexpected response %q", pos[0], resp.ContentType())
@@ -187,8 +198,10 @@ func (c *cli) appsSync(ctx context.Context, args []string) error {
 			return err
 		}
 		if !chk.Registered {
-			_, err := fmt.Fprintf(c.stdout, "dry run: nothing registered\n")
-			return err
+			if _, err := fmt.Fprintf(c.stdout, "dry run: nothing registered\n"); err != nil {
+				return err
+			}
+			return dryRunError(chk)
 		}
 	}
 	fns := resp.JSON200.Functions
@@ -204,4 +217,22 @@ func (c *cli) appsSync(ctx context.Context, args []string) error {
 		return nil
 	}
 	return writeSyncedTable(c.stdout, fns)
+}
+
+// dryRunError is the error of a dry run whose check c is not ok (nil when it is ok,
+// or when there was no check): the command then exits 1 as a refused check does.
+func dryRunError(c *protocol.AppCheck) error {
+	if c == nil || c.Ok || c.Registered {
+		return nil
+	}
+	if c.Reason != nil {
+		return fmt.Errorf("dry run: the check is not ok: %s", *c.Reason)
+	}
+	var parts []string
+	for _, f := range c.Functions {
+		if len(f.Broken) > 0 {
+			parts = append(parts, fmt.Sprintf("%s: %d of %d live runs checked", f.Function, len(f.Broken), f.Checked))
+		}
+	}
+	return fmt.Errorf("dry run: the check is not ok: the new code would break live runs (%s)", strings.Join(parts, "; "))
 }
