@@ -18,7 +18,8 @@ import (
 // linking file's directory (from root when it starts with "/") and must name a file or
 // directory inside root. An anchor into a .md file (or the file itself) must be one of its
 // headings' anchors, computed by GitHub's rules (see [anchorOf]), or an explicit
-// `<a id="…">` or `<a name="…">`; an anchor into any other file is not checked. Links in
+// `<a id="…">` or `<a name="…">`; an anchor into any other file is not checked. A link
+// to its own page with no anchor is broken (it goes nowhere). Links in
 // fenced or indented code blocks and in code spans are skipped, and so are absolute URLs
 // (any scheme, or "//host").
 func checkLinks(t testing.TB, root string, files []string) {
@@ -101,6 +102,9 @@ func checkLink(root, path, dest string, anchorsOf func(string) (map[string]bool,
 		}
 		if _, err := os.Stat(resolved); err != nil {
 			return "no such file"
+		}
+		if resolved == path && !hasFragment {
+			return "it links to its own page: link a heading of it (#anchor), or another page"
 		}
 	}
 	if !hasFragment || !strings.EqualFold(filepath.Ext(resolved), ".md") {
@@ -362,8 +366,8 @@ func TestCheckLinks(t *testing.T) {
 		"",                                 // 11
 		"    [s](in-an-indented-block.md)", // 12
 		"",                                 // 13
-		"Broken: [t](missing.md), [u](sub/other.md#setup-2), [v](#nope), [w](../outside.md)", // 14
-		"and [x](sub/other.md#not-a-heading), ![y](missing.png)",                             // 15
+		"Broken: [t](missing.md), [u](sub/other.md#setup-2), [v](#nope), [w](../outside.md)",          // 14
+		"and [x](sub/other.md#not-a-heading), ![y](missing.png), [self](page.md), [ok](page.md#page)", // 15
 		"",                    // 16
 		"[ref]: sub/gone.md",  // 17
 		"",                    // 18
@@ -384,10 +388,11 @@ func TestCheckLinks(t *testing.T) {
 		`page.md:14: link "../outside.md": outside the repository`,
 		`page.md:15: link "sub/other.md#not-a-heading": no heading or <a id> with the anchor "not-a-heading" in other.md`,
 		`page.md:15: link "missing.png": no such file`,
+		`page.md:15: link "page.md": it links to its own page: link a heading of it (#anchor), or another page`,
 		`page.md:17: link "sub/gone.md": no such file`,
 	}, broken)
 
 	r := &recorder{TB: t}
 	checkLinks(r, root, []string{"page.md"})
-	require.Len(t, r.errs, 7, "checkLinks reports each broken link as an error")
+	require.Len(t, r.errs, 8, "checkLinks reports each broken link as an error")
 }
