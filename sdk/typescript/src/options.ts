@@ -2,6 +2,19 @@
 // run under tsx or in plain JavaScript, and an option the SDK ignores (a typo, or a name
 // a release renamed) silently changes what a run does.
 
+import type { FunctionOptions } from "./function.js";
+import type { CallbackOptions, InvokeOptions, ReceiveOptions, RunOptions, WaitForEventOptions } from "./step.js";
+
+/**
+ * keys, which the compiler checks are every option of T and nothing else: an option
+ * added to T and not here fails the build, rather than being refused at run time.
+ */
+function every<T>() {
+  return <const K extends readonly (keyof T & string)[]>(
+    keys: K & ([Exclude<keyof T, K[number]>] extends [never] ? unknown : { missing: Exclude<keyof T, K[number]> }),
+  ): readonly string[] => keys;
+}
+
 /** The names of an options object, and what each name it once took is called now. */
 export interface OptionNames {
   /** Every name it takes. */
@@ -12,11 +25,11 @@ export interface OptionNames {
 
 /** The options of createFunction (FunctionOptions). */
 export const FUNCTION_OPTIONS: OptionNames = {
-  accepted: [
+  accepted: every<FunctionOptions<unknown>>()([
     "name", "input", "invocationTimeout", "invocationAttempts", "invocationBackoff", "maxInvocationDuration",
     "sleepInProcess", "lazyCheckpoints", "runTimeout", "retention", "invokeRoles", "resumeRoles", "onEvent",
     "concurrency", "priority", "config",
-  ],
+  ]),
   renamed: {
     timeout: "invocationTimeout (renamed before 0.1.0: how long one invocation may take; a wait's timeout is the wait's own option)",
     maxAttempts: "invocationAttempts (renamed before 0.1.0: invocations in all before the run fails; a step's are step.run's retries)",
@@ -26,11 +39,11 @@ export const FUNCTION_OPTIONS: OptionNames = {
 };
 
 /** The options of a backoff ({ initial, max }). */
-export const BACKOFF_OPTIONS: OptionNames = { accepted: ["initial", "max"] };
+export const BACKOFF_OPTIONS: OptionNames = { accepted: every<NonNullable<RunOptions["backoff"]>>()(["initial", "max"]) };
 
 /** The options of step.run (RunOptions). */
 export const RUN_OPTIONS: OptionNames = {
-  accepted: ["retries", "backoff", "lazy"],
+  accepted: every<RunOptions>()(["retries", "backoff", "lazy"]),
   renamed: {
     maxAttempts: "retries (the attempts after the first: maxAttempts - 1; Go's step.MaxAttempts)",
     attempts: "retries (the attempts after the first)",
@@ -38,16 +51,16 @@ export const RUN_OPTIONS: OptionNames = {
 };
 
 /** The options of step.waitForEvent (WaitForEventOptions). */
-export const WAIT_FOR_EVENT_OPTIONS: OptionNames = { accepted: ["event", "match", "timeout", "since"], renamed: { sinceStart: 'since: "start"' } };
+export const WAIT_FOR_EVENT_OPTIONS: OptionNames = { accepted: every<WaitForEventOptions>()(["event", "match", "timeout", "since"]), renamed: { sinceStart: 'since: "start"' } };
 
 /** The options of step.receive, step.receiveRequest and step.awaitRun (ReceiveOptions). */
-export const RECEIVE_OPTIONS: OptionNames = { accepted: ["timeout"] };
+export const RECEIVE_OPTIONS: OptionNames = { accepted: every<ReceiveOptions>()(["timeout"]) };
 
 /** The options of step.callback (CallbackOptions). */
-export const CALLBACK_OPTIONS: OptionNames = { accepted: ["timeout"] };
+export const CALLBACK_OPTIONS: OptionNames = { accepted: every<CallbackOptions>()(["timeout"]) };
 
 /** The options of step.invoke (InvokeOptions). */
-export const INVOKE_OPTIONS: OptionNames = { accepted: ["function", "input", "detached"], renamed: { fn: "function", data: "input" } };
+export const INVOKE_OPTIONS: OptionNames = { accepted: every<InvokeOptions>()(["function", "input", "detached"]), renamed: { fn: "function", data: "input" } };
 
 /**
  * Checks that opts (an options object, or undefined) names only what names accepts, and
