@@ -5,6 +5,12 @@
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
+# The Go SDK's modules, which go.mod builds from this tree (replace): their go.mod files
+# (client's has no go.sum: it requires nothing) before the download, the rest after.
+COPY access/go.mod access/go.sum access/
+COPY protocol/go.mod protocol/go.sum protocol/
+COPY client/go.mod client/
+COPY functions/go.mod functions/go.sum functions/
 RUN go mod download
 COPY . .
 RUN CGO_ENABLED=0 go build -trimpath -o /stepgate ./cmd/stepgate \

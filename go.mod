@@ -21,6 +21,10 @@ require (
 	github.com/riverqueue/river/rivertype v0.51.2
 	github.com/riverqueue/rivercontrib/otelriver v0.12.0
 	github.com/robfig/cron/v3 v3.0.1
+	github.com/stepgate/stepgate/access v0.1.0
+	github.com/stepgate/stepgate/client v0.1.0
+	github.com/stepgate/stepgate/functions v0.1.0
+	github.com/stepgate/stepgate/protocol v0.1.0
 	github.com/stretchr/testify v1.12.1
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp v1.47.0
@@ -132,4 +136,15 @@ tool (
 	github.com/oapi-codegen/oapi-codegen/v2/cmd/oapi-codegen
 	github.com/sqlc-dev/sqlc/cmd/sqlc
 	honnef.co/go/tools/cmd/staticcheck
+)
+
+// The Go SDK's modules (functions, client, protocol, access: their own go.mod files,
+// see docs/development.md) are built from this tree. Their version above is the
+// release's; the tag vX.Y.Z is put on a commit without these lines (docs/releasing.md),
+// since `go install …@version` refuses a module with replace directives.
+replace (
+	github.com/stepgate/stepgate/access => ./access
+	github.com/stepgate/stepgate/client => ./client
+	github.com/stepgate/stepgate/functions => ./functions
+	github.com/stepgate/stepgate/protocol => ./protocol
 )

@@ -6,7 +6,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepgate/stepgate/access"
-	"github.com/stepgate/stepgate/auth"
 )
 
 func TestPermissions(t *testing.T) {
@@ -27,7 +26,7 @@ func TestPermissions(t *testing.T) {
 		{[]string{"viewer", "runs:manage"}, []access.Permission{access.PermissionFunctionsRead, access.PermissionRunsRead, access.PermissionRunsManage}},
 		{[]string{"Admin", "RUNS:READ"}, nil}, // roles are case-sensitive
 	} {
-		id := auth.Identity{Roles: tc.roles}
+		id := access.Identity{Roles: tc.roles}
 		var got []access.Permission
 		for _, p := range all {
 			if id.Has(p) {
@@ -43,11 +42,11 @@ func TestPermissions(t *testing.T) {
 func TestMayInvoke(t *testing.T) {
 	t.Parallel()
 	billing := []string{"billing", "finance"}
-	require.True(t, auth.Identity{Roles: []string{"invoker"}}.MayInvoke(nil))
-	require.True(t, auth.Identity{Roles: []string{"invoker", "finance"}}.MayInvoke(billing))
-	require.True(t, auth.Identity{Roles: []string{"admin"}}.MayInvoke(billing))
-	require.False(t, auth.Identity{Roles: []string{"developer"}}.MayInvoke(billing))
-	require.False(t, auth.Identity{}.MayInvoke(billing))
+	require.True(t, access.Identity{Roles: []string{"invoker"}}.MayInvoke(nil))
+	require.True(t, access.Identity{Roles: []string{"invoker", "finance"}}.MayInvoke(billing))
+	require.True(t, access.Identity{Roles: []string{"admin"}}.MayInvoke(billing))
+	require.False(t, access.Identity{Roles: []string{"developer"}}.MayInvoke(billing))
+	require.False(t, access.Identity{}.MayInvoke(billing))
 	require.Equal(t, "none", access.RoleList(nil))
 	require.Equal(t, "viewer, x", access.RoleList([]string{"viewer", "x"}))
 }

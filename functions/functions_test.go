@@ -22,7 +22,6 @@ import (
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/internal/gatewaytest"
 	"github.com/stepgate/stepgate/functions/step"
-	"github.com/stepgate/stepgate/internal/helpers/version"
 	"github.com/stepgate/stepgate/protocol"
 	"github.com/stepgate/stepgate/protocol/signature"
 )
@@ -827,7 +826,7 @@ func TestRequests(t *testing.T) {
 
 		r := g.Get(url + "/")
 		require.Equal(t, http.StatusOK, r.Code, string(r.Body))
-		require.JSONEq(t, `{"protocol":1,"protocol_version":"`+protocol.Version+`","sdk":"stepgate-go/`+version.Version+`","replay_only":true,"functions":[
+		require.JSONEq(t, `{"protocol":1,"protocol_version":"`+protocol.Version+`","sdk":"`+gatewaytest.SDK+`","replay_only":true,"functions":[
 			{"name":"hello","path":"hello","config":{"modes":["request","duplex"]}},
 			{"name":"orders.checkout","path":"orders.checkout","config":{"modes":["request","duplex"],
 				"timeout":"30s","retries":{"max_attempts":5,"initial_interval":"1s","max_interval":"1m0s"}}}

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepgate/stepgate/functions"
-	"github.com/stepgate/stepgate/internal/helpers/version"
+	"github.com/stepgate/stepgate/functions/internal/gatewaytest"
 	"github.com/stepgate/stepgate/protocol"
 )
 
@@ -33,7 +33,7 @@ func TestProtocolVersion(t *testing.T) {
 			return refused.Add(1), nil
 		})
 	})
-	const sdk = "stepgate-go/" + version.Version
+	const sdk = gatewaytest.SDK
 	// send sends a signed request with the protocol header v (none when empty).
 	send := func(t *testing.T, method, target string, body []byte, v string) (*http.Response, []byte) {
 		t.Helper()

@@ -8,4 +8,7 @@
 // gateway does not import the SDK.
 package protocol
 
-//go:generate go tool oapi-codegen -config cfg.yaml ../openapi.yaml
+// The generator is a tool of the root module (go.mod), which this module does not require:
+// it runs from the repository's root (go tool -C ..). Run: cd protocol && go generate ./...
+//
+//go:generate go tool -C .. oapi-codegen -config protocol/cfg.yaml openapi.yaml

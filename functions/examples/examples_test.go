@@ -14,7 +14,6 @@ import (
 	"github.com/stepgate/stepgate/functions"
 	"github.com/stepgate/stepgate/functions/examples"
 	"github.com/stepgate/stepgate/functions/internal/gatewaytest"
-	"github.com/stepgate/stepgate/internal/helpers/version"
 	"github.com/stepgate/stepgate/protocol"
 	"github.com/stepgate/stepgate/protocol/signature"
 )
@@ -43,7 +42,7 @@ func TestExamples(t *testing.T) {
 		t.Parallel()
 		g, url := serve(t)
 		r := g.Get(url + "/")
-		require.JSONEq(t, `{"protocol":1,"protocol_version":"`+protocol.Version+`","sdk":"stepgate-go/`+version.Version+`","replay_only":true,"functions":[
+		require.JSONEq(t, `{"protocol":1,"protocol_version":"`+protocol.Version+`","sdk":"`+gatewaytest.SDK+`","replay_only":true,"functions":[
 			{"name":"chain","path":"chain","config":{"modes":["request","duplex"]}},
 			{"name":"flaky","path":"flaky","config":{"modes":["request","duplex"]}},
 			{"name":"hello","path":"hello","config":{"modes":["request","duplex"]}},

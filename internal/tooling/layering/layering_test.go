@@ -43,10 +43,9 @@ var sdk = []string{"functions/...", "client", "protocol/..."}
 // the database through the journal's reads and a pool it is handed.
 var table = []row{
 	// The conformance suite for waits: its scenarios and their checks import only the
-	// protocol, so that the SDK's harness may run them; gatewayrun holds only the tests
-	// that run them against a whole gateway (internal/wiring/stack).
+	// protocol, so that the SDK's harness may run them; internal/sdke2e/gatewayrun holds
+	// only the tests that run them against a whole gateway (internal/wiring/stack).
 	{pkg: "protocol/conformance", may: []string{"protocol"}},
-	{pkg: "protocol/conformance/gatewayrun"},
 	{pkg: "protocol/...", may: []string{"protocol/...", "access"}},
 	{pkg: "access"},
 	// The journal: journal itself imports its leaf, storable, and none of the packages of
@@ -106,6 +105,9 @@ var table = []row{
 	{pkg: "internal/wiring/pgserver", parts: []string{pgx}},
 	{pkg: "internal/wiring/pgtest", may: []string{"internal/wiring/pgserver", "migrations"}, parts: []string{pgx}},
 	{pkg: "internal/wiring/stack", may: []string{"*"}, parts: []string{pgx}},
+	// The SDK's tests that need a whole gateway, outside the SDK's modules (which do not
+	// import the server, not even in tests): test files only.
+	{pkg: "internal/sdke2e/..."},
 	{pkg: "cmd/...", may: []string{"*"}, parts: []string{pgx}},
 
 	// internal/tooling: docs' tests, releases, this table, test fixtures; nothing above

@@ -2,7 +2,9 @@
 // a real gateway: one stack (internal/wiring/stack) on a real Postgres, each scenario
 // in a tenant of its own, in parallel. The scenario's functions are served by
 // conformance.NewFunction on a loopback server, behind a check of the gateway's
-// signature, and registered with the gateway by URL.
+// signature, and registered with the gateway by URL. It lives in the server's module, not
+// beside the scenarios: the protocol's module (protocol/go.mod) does not import the
+// server, not even in its tests.
 package gatewayrun_test
 
 import (

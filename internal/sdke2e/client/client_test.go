@@ -1,3 +1,6 @@
+// Package client_test tests the Go client (client) against a real gateway
+// (internal/wiring/stack). It lives in the server's module because the client's module
+// (client/go.mod) does not import the server, not even in its tests.
 package client_test
 
 import (

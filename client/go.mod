@@ -1,0 +1,3 @@
+module github.com/stepgate/stepgate/client
+
+go 1.26.0
