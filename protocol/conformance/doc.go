@@ -2,8 +2,8 @@
 // files (scenarios/*.json, embedded) that say what a function answers on the wire, what
 // is delivered to its run (events, messages, requests, callback resolutions, time), and
 // what its run's journal holds at the end. The gateway is the reference: every scenario
-// passes against a real gateway (protocol/conformance/gatewayrun), and the SDKs' test
-// harnesses run the same files (functions/functionstest, the TypeScript SDK's
+// passes against a real gateway (internal/sdke2e/gatewayrun, in the server's module),
+// and the SDKs' test harnesses run the same files (functions/functionstest, the TypeScript SDK's
 // @stepgate/sdk/testing), so that what they model of the gateway's waits is checked
 // against it. See README.md for the format, written for the authors of SDKs in other
 // languages, who may run the files against their own harness.
