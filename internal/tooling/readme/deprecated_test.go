@@ -15,9 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// sdkGoDirs are the Go packages of the API promise (docs/releasing.md, "What counts as
-// the API"), each with its subpackages.
-var sdkGoDirs = []string{"functions", "client", "protocol"}
+// sdkGoDirs are the Go SDK's modules, the Go packages of the API promise
+// (docs/releasing.md, "What counts as the API"), each with its subpackages.
+var sdkGoDirs = []string{"functions", "client", "protocol", "access"}
 
 // TestDeprecatedNamesInChangelog keeps docs/releasing.md's rule: a name of the Go SDK
 // marked "Deprecated:" and a name of the TypeScript SDK marked @deprecated is named in
