@@ -1,6 +1,7 @@
-// Package client calls stepgate functions from Go code: start a run, wait for its
-// output, attach to it, cancel it, send events, messages and requests, read its values and
-// streams, through the gateway's HTTP API.
+// Package client calls stepgate functions from Go code: start a run (or start one with a
+// message in its mailbox, [StartWithMessage]), wait for its output, attach to it, cancel
+// it, send events, messages and requests, read its values and streams, through the
+// gateway's HTTP API.
 //
 // A call is typed by the function it targets: [functions.Register] returns a [Ref] that
 // carries the function's input and output types, and a caller without the function's
@@ -322,10 +323,12 @@ func (c *Client) SendEvent(ctx context.Context, name string, data any, opts ...S
 
 // MessageReceipt is the gateway's answer to a message.
 type MessageReceipt struct {
-	ID        string `json:"id"`
-	RunID     string `json:"run_id"`
-	Consumed  bool   `json:"consumed"` // A receive of the run took it at once.
-	Duplicate bool   `json:"duplicate,omitempty"`
+	ID        string    `json:"id"`
+	RunID     string    `json:"run_id"`
+	Topic     string    `json:"topic"`
+	Consumed  bool      `json:"consumed"` // A receive of the run took it at once.
+	Duplicate bool      `json:"duplicate,omitempty"`
+	SentAt    time.Time `json:"sent_at"`
 }
 
 // Send puts a message with data in run runID's mailbox, taken by a receive of topic.
@@ -334,6 +337,44 @@ func (c *Client) Send(ctx context.Context, runID, topic string, data any, opts .
 	var r MessageReceipt
 	err := c.do(ctx, http.MethodPost, "", "/v1/runs/"+url.PathEscape(runID)+"/messages", nil, body, &r)
 	return r, err
+}
+
+// StartedWithMessage is the answer to [StartWithMessage]: the run, whether this call
+// created it, and the message in its mailbox. Out is the run's output's type.
+type StartedWithMessage[Out any] struct {
+	Started[Out]
+	Created bool // This call created the run; false when key named it already.
+	Message MessageReceipt
+}
+
+// StartWithMessage starts the run of fn whose idempotency key is key with input, unless
+// the key names one already, and puts a message with data in its mailbox, taken by a
+// receive of topic: both or neither, in one transaction of the gateway (signal-with-start).
+// key (1 to 255 bytes) is also the message's id, so a retry with the same key, input and
+// message starts nothing and sends nothing again (Message.Duplicate). It returns at once;
+// attach to the run for its output ([Started.Attach]).
+//
+// The caller needs runs:invoke and events:send. The same key with another input or
+// another message, or a key whose run has finished without this message, is a 409 (an
+// *[APIError] matching [ErrConflict]); a debounced function is a 400.
+func StartWithMessage[In, Out any](ctx context.Context, c *Client, fn Ref[In, Out], key string, input In, topic string, data any) (StartedWithMessage[Out], error) {
+	if fn == "" {
+		return StartedWithMessage[Out]{}, errEmptyRef("start with a message")
+	}
+	if key == "" {
+		return StartedWithMessage[Out]{}, fmt.Errorf("client: start %s with a message: the idempotency key is empty: it names the run the message goes to (and is the message's id)", fn)
+	}
+	body := map[string]any{"input": input, "message": map[string]any{"topic": topic, "data": data}}
+	var r struct {
+		ID      string         `json:"id"`
+		Status  Status         `json:"status"`
+		Created bool           `json:"created"`
+		Message MessageReceipt `json:"message"`
+	}
+	if err := c.do(ctx, http.MethodPost, key, "/v1/functions/"+url.PathEscape(string(fn))+"/runs/with-message", nil, body, &r); err != nil {
+		return StartedWithMessage[Out]{}, fmt.Errorf("start %s with a message: %w", fn, err)
+	}
+	return StartedWithMessage[Out]{Started: Started[Out]{ID: r.ID, Status: r.Status}, Created: r.Created, Message: r.Message}, nil
 }
 
 // RequestError is a request the run replied to with an error, or ended without replying

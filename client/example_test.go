@@ -55,3 +55,29 @@ func ExampleStart() {
 	id, err := run.Attach(ctx, c) // or client.Attach[string](ctx, c, run.ID)
 	fmt.Println(id, err)
 }
+
+// StartWithMessage starts the run of an idempotency key unless there is one, and puts a
+// message in its mailbox, in one transaction: the first approval of order o-42 starts
+// its run, and a retry neither starts another nor sends the message twice.
+func ExampleStartWithMessage() {
+	c, err := client.New(os.Getenv("STEPGATE_URL"), os.Getenv("STEPGATE_TOKEN"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	// docs:begin startwithmessage
+	type Order struct {
+		Order string `json:"order"`
+	}
+	type Approval struct {
+		Approved bool `json:"approved"`
+	}
+	approval := client.Ref[Order, string]("orders.approval")
+	run, err := client.StartWithMessage(ctx, c, approval, "order-o-42", Order{Order: "o-42"},
+		"approval", Approval{Approved: true})
+	if err != nil {
+		log.Fatal(err) // errors.Is(err, client.ErrConflict): the key's run finished without this message
+	}
+	fmt.Println(run.ID, run.Created, run.Message.Consumed, run.Message.Duplicate)
+	// docs:end startwithmessage
+}
