@@ -1061,15 +1061,25 @@ func jsonID(t *testing.T, e journalEntry) string {
 
 // TestTypeScriptClient runs the TypeScript SDK's client tests (test/client.e2e.ts) with
 // node --test against a real gateway: a typed run, start and attach, cancel, an event
-// resuming a waiting run, a message, a request's reply, values and a stream, and a start
-// retried after a 503 that starts one run.
+// resuming a waiting run, a message, a start with a message (and its refusals for a
+// second tenant and a token without events:send), a request's reply, values and a
+// stream, and a start retried after a 503 that starts one run.
 func TestTypeScriptClient(t *testing.T) {
 	dir := buildTypeScriptSDK(t)
 	g := startDev(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
+	// A second tenant's token, and one of the dev tenant with runs:invoke alone (no
+	// events:send), for startWithMessage's refusals.
+	token := func(args ...string) string {
+		c, stdout, _ := newTestCLI(map[string]string{}, "")
+		require.NoError(t, c.run(ctx, append([]string{"token", "create", "--dir", g.dir}, args...)))
+		return strings.TrimSpace(strings.TrimPrefix(stdout.String(), "STEPGATE_TOKEN="))
+	}
 	cmd := exec.CommandContext(ctx, "node", "--test", "--test-reporter=spec", filepath.Join(dir, "dist", "test", "client.e2e.js"))
-	cmd.Env = append(os.Environ(), "STEPGATE_URL="+g.url, "STEPGATE_TOKEN="+g.token, "STEPGATE_PUBLIC_KEYS="+g.publicKeys)
+	cmd.Env = append(os.Environ(), "STEPGATE_URL="+g.url, "STEPGATE_TOKEN="+g.token, "STEPGATE_PUBLIC_KEYS="+g.publicKeys,
+		"STEPGATE_SECOND_TENANT_TOKEN="+token("--sub", "sam", "--tenant", "second", "--role", "admin"),
+		"STEPGATE_INVOKE_ONLY_TOKEN="+token("--sub", "ivy", "--role", "runs:invoke"))
 	out, err := cmd.CombinedOutput()
 	t.Logf("node --test dist/test/client.e2e.js:\n%s", out)
 	require.NoError(t, err)

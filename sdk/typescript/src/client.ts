@@ -13,6 +13,7 @@ export type RunResult = Schemas["RunResult"];
 export type RunDetail = Schemas["RunDetail"];
 export type EventReceipt = Schemas["EventReceipt"];
 export type MessageReceipt = Schemas["MessageReceipt"];
+export type StartedWithMessage = Schemas["StartedWithMessage"];
 export type RunRequest = Schemas["RunRequest"];
 export type RunValue = Schemas["RunValue"];
 export type RunErrorInfo = Schemas["ErrorInfo"];
@@ -63,6 +64,17 @@ export interface StartedRun<Out = unknown> {
   readonly status: RunStatus;
   /** Carries the type only; never set. */
   readonly __output?: Out;
+}
+
+/**
+ * A run that startWithMessage started, or found under its idempotency key, with the
+ * message in its mailbox. Out is its output's type.
+ */
+export interface StartedRunWithMessage<Out = unknown> extends StartedRun<Out> {
+  /** This call created the run; false when the key named it already. */
+  readonly created: boolean;
+  /** The message: `consumed` when a receive of the run took it at once, `duplicate` when sent before under this key. */
+  readonly message: MessageReceipt;
 }
 
 /** How the client retries a request the gateway could not serve. */
@@ -350,6 +362,35 @@ export class Client {
   async send(runId: string, topic: string, data: unknown, opts: { id?: string; signal?: AbortSignal } = {}): Promise<MessageReceipt> {
     const body = { topic, data: data === undefined ? null : data, id: opts.id ?? randomId() };
     return (await this.call("POST", `/v1/runs/${enc(runId)}/messages`, { body, signal: opts.signal })).json() as Promise<MessageReceipt>;
+  }
+
+  /**
+   * Starts the run of fn whose idempotency key is opts.idempotencyKey with input, unless
+   * the key names one already, and puts a message in its mailbox, taken by a receive of
+   * message.topic: both or neither, in one transaction of the gateway (signal-with-start).
+   * The key (required, 1 to 255 bytes) is also the message's id, so a retry with the same
+   * key, input and message starts nothing and sends nothing again (message.duplicate).
+   * Answers at once: attach to the run for its output.
+   *
+   * The caller needs runs:invoke and events:send (a ForbiddenError naming it). The same key
+   * with another input or message, or a key whose run has finished without this message, is
+   * a ConflictError; a debounced function is a BadRequestError.
+   */
+  async startWithMessage<F extends Target>(
+    fn: F,
+    input: InputOf<F>,
+    message: { topic: string; data?: unknown },
+    opts: { idempotencyKey: string; signal?: AbortSignal },
+  ): Promise<StartedRunWithMessage<OutputOf<F>>> {
+    const name = typeof fn === "string" ? fn : fn.name;
+    if (!opts?.idempotencyKey) {
+      throw new TypeError(`stepgate: startWithMessage(${JSON.stringify(name)}): opts.idempotencyKey is required: it names the run the message goes to (and is the message's id)`);
+    }
+    const body = { input: input === undefined ? null : input, message: { topic: message.topic, data: message.data === undefined ? null : message.data } };
+    const headers = { "Idempotency-Key": opts.idempotencyKey };
+    const resp = await this.call("POST", `/v1/functions/${enc(name)}/runs/with-message`, { body, headers, signal: opts.signal });
+    const r = (await resp.json()) as StartedWithMessage;
+    return { id: r.id, status: r.status, created: r.created, message: r.message };
   }
 
   /**

@@ -21,4 +21,4 @@ export {
   ApiError, BadRequestError, Client, ConflictError, ForbiddenError, NetworkError, NotFoundError, RequestFailedError, RunCancelledError,
   RunFailedError, TooLargeError, TooManyRequestsError, UnauthorizedError, UnavailableError, WaitTimeoutError, eventRef, ref,
 } from "./client.js";
-export type { ClientOptions, EventRef, FunctionRef, InputOf, OutputOf, RetryOptions, StartOptions, StartedRun, Target, WaitOptions } from "./client.js";
+export type { ClientOptions, EventRef, FunctionRef, InputOf, OutputOf, RetryOptions, StartOptions, StartedRun, StartedRunWithMessage, Target, WaitOptions } from "./client.js";

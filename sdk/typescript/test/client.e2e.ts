@@ -5,20 +5,27 @@
 //
 // This file serves its own functions with the SDK's Node server, registers them with the
 // gateway (POST /v1/apps), and calls them with the Client: a typed run, start and attach,
-// cancel, an event that resumes a waiting run, a message, a request and its reply,
-// values and a stream, and a start retried after a 503 through a proxy that starts one
-// run only.
+// cancel, an event that resumes a waiting run, a message, a start with a message (and
+// its refusals for a second tenant and a token without events:send), a request and its
+// reply, values and a stream, and a start retried after a 503 through a proxy that
+// starts one run only.
 import assert from "node:assert/strict";
 import { createServer, request as httpRequest, type IncomingMessage, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { after, before, test } from "node:test";
-import { Client, ConflictError, NotFoundError, RunCancelledError, RunFailedError, WaitTimeoutError, createFunction, eventRef, ref } from "../src/index.js";
+import { Client, ConflictError, ForbiddenError, NotFoundError, RunCancelledError, RunFailedError, WaitTimeoutError, createFunction, eventRef, ref } from "../src/index.js";
 import { serveNode } from "../src/node.js";
 
 const url = process.env.STEPGATE_URL ?? "";
 const token = process.env.STEPGATE_TOKEN ?? "";
 const keys = process.env.STEPGATE_PUBLIC_KEYS ?? "";
-const skip = url === "" || token === "" || keys === "" ? "needs STEPGATE_URL, STEPGATE_TOKEN and STEPGATE_PUBLIC_KEYS (a gateway): go test -run TestTypeScriptClient ./cmd/stepgate" : false;
+// A token of a second tenant, and one of this tenant with runs:invoke alone.
+const secondTenantToken = process.env.STEPGATE_SECOND_TENANT_TOKEN ?? "";
+const invokeOnlyToken = process.env.STEPGATE_INVOKE_ONLY_TOKEN ?? "";
+const skip =
+  url === "" || token === "" || keys === "" || secondTenantToken === "" || invokeOnlyToken === ""
+    ? "needs STEPGATE_URL, STEPGATE_TOKEN, STEPGATE_PUBLIC_KEYS, STEPGATE_SECOND_TENANT_TOKEN and STEPGATE_INVOKE_ONLY_TOKEN (a gateway): go test -run TestTypeScriptClient ./cmd/stepgate"
+    : false;
 
 const greet = createFunction({ name: "client.greet" }, async ({ input, step }: { input: { name: string }; step: import("../src/index.js").Step }) => {
   const greeting = await step.run("greet", () => `hello ${input.name}`);
@@ -131,6 +138,40 @@ test("send: a message to a run's mailbox", { skip }, async () => {
   const receipt = await client.send(started.id, "approval", { approved: true }, { id: "approval-1" });
   assert.equal(receipt.id, "approval-1");
   assert.deepEqual(await client.attach<{ approved: boolean; id: string }>(started.id, { wait: "60s" }), { approved: true, id: "approval-1" });
+});
+
+test("startWithMessage: the run of a key, started with the message in its mailbox, once", { skip }, async () => {
+  const key = `with-message-${Date.now()}`;
+  const approval = { topic: "approval", data: { approved: true } };
+  const first = await client.startWithMessage(inbox, null, approval, { idempotencyKey: key });
+  assert.equal(first.created, true);
+  assert.equal(first.message.id, key);
+  assert.equal(first.message.topic, "approval");
+  assert.equal(first.message.run_id, first.id);
+  // A retry answers the same run and the first message, and sends nothing again.
+  const again = await client.startWithMessage(inbox, null, approval, { idempotencyKey: key });
+  assert.equal(again.id, first.id);
+  assert.equal(again.created, false);
+  assert.equal(again.message.duplicate, true);
+  assert.deepEqual(await client.attach(first, { wait: "60s" }), { approved: true, id: key });
+  // Another message under the key of a run that finished without it: a conflict.
+  await assert.rejects(client.startWithMessage(inbox, null, { topic: "approval", data: { approved: false } }, { idempotencyKey: key }), ConflictError);
+  // No key: refused before any request.
+  await assert.rejects(client.startWithMessage(inbox, null, approval, { idempotencyKey: "" }), /opts\.idempotencyKey is required/);
+});
+
+test("startWithMessage: another tenant has none of this tenant's functions; without events:send, a ForbiddenError and nothing stored", { skip }, async () => {
+  const key = `with-message-scoped-${Date.now()}`;
+  const approval = { topic: "approval", data: { approved: true } };
+  const second = new Client({ url, token: secondTenantToken });
+  await assert.rejects(second.startWithMessage(inbox, null, approval, { idempotencyKey: key }), NotFoundError);
+  const invokeOnly = new Client({ url, token: invokeOnlyToken });
+  await assert.rejects(invokeOnly.startWithMessage(inbox, null, approval, { idempotencyKey: key }), (e: unknown) => e instanceof ForbiddenError && /events:send/.test(e.message));
+  // Neither stored a run nor a message under the key.
+  const started = await client.startWithMessage(inbox, null, approval, { idempotencyKey: key });
+  assert.equal(started.created, true);
+  assert.equal(started.message.duplicate ?? false, false);
+  assert.deepEqual(await client.attach(started, { wait: "60s" }), { approved: true, id: key });
 });
 
 test("request: the run's reply", { skip }, async () => {
