@@ -16,6 +16,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"golang.org/x/mod/modfile"
 )
 
 // The files whose versions must agree, relative to the module's root.
@@ -68,6 +70,15 @@ func readFile(root, name string) ([]byte, error) {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return data, nil
+}
+
+// sdkGoMods is the go.mod files of the SDK's modules, relative to the root.
+func sdkGoMods() []string {
+	var files []string
+	for _, m := range sdkModules {
+		files = append(files, filepath.Join(m, "go.mod"))
+	}
+	return files
 }
 
 // checkVersions checks that every version of the release under root is v (the Go
@@ -136,6 +147,26 @@ func checkVersions(root, v, proto string) error {
 		errs = append(errs, err)
 	} else {
 		want(createPackageJSON, `"version"`, p.Version)
+	}
+
+	// The Go SDK's modules, which the root go.mod and each other's require at the
+	// release's version (the tags dir/vX.Y.Z that the release adds).
+	for _, file := range append([]string{"go.mod"}, sdkGoMods()...) {
+		data, err := readFile(root, file)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		f, err := modfile.ParseLax(file, data, nil)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, r := range f.Require {
+			if own, ok := strings.CutPrefix(r.Mod.Path, modulePath+"/"); ok && slices.Contains(sdkModules, own) {
+				want(file, "require "+r.Mod.Path, strings.TrimPrefix(r.Mod.Version, "v"))
+			}
+		}
 	}
 	return errors.Join(errs...)
 }

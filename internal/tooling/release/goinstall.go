@@ -24,11 +24,38 @@ import (
 // modulePath is the module that users install stepgate from.
 const modulePath = "github.com/stepgate/stepgate"
 
+// sdkModules are the Go SDK's modules, nested in the repository at these directories
+// (each one's path is modulePath + "/" + its directory) and tagged dir/vX.Y.Z at the
+// release's commit. The root go.mod requires them at the release's version and, on
+// main, builds them from the tree with replace directives, which the tag vX.Y.Z's
+// commit drops (see releaseGoMod).
+var sdkModules = []string{"access", "protocol", "client", "functions"}
+
+// releaseGoMod returns go.mod (data) as the commit tagged vX.Y.Z holds it: without the
+// replace directives that build the SDK's modules from the tree, so that the SDK comes
+// from its own tags and `go install …@vX.Y.Z` accepts the module. Any other replace or
+// exclude stays, for checkGoMod to refuse.
+func releaseGoMod(data []byte) ([]byte, error) {
+	f, err := modfile.Parse("go.mod", data, nil)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range sdkModules {
+		if err := f.DropReplace(modulePath+"/"+m, ""); err != nil {
+			return nil, err
+		}
+	}
+	f.Cleanup()
+	return f.Format()
+}
+
 // checkGoInstall checks that `go install github.com/stepgate/stepgate/cmd/stepgate@vV`
-// will work once the commit rev of the git repository at root is tagged vV: it makes
-// a module proxy on disk that holds that commit's tree as the module at vV, installs
-// the command from it, outside any module, and runs the binary's `version`, which must
-// print "stepgate V (function protocol P)". It returns what the binary printed.
+// will work once the SDK's modules are tagged dir/vV at the commit rev of the git
+// repository at root, and vV is tagged on rev with the SDK's replace directives dropped
+// from go.mod (releaseGoMod): it makes a module proxy on disk that holds that commit's
+// tree as the module at vV and each SDK module at vV, installs the command from it,
+// outside any module, and runs the binary's `version`, which must print "stepgate V
+// (function protocol P)". It returns what the binary printed.
 //
 // The other modules come from this machine's module cache when it has them, else from
 // proxy.golang.org, verified against the go.sum of the commit. The module itself is
@@ -38,6 +65,9 @@ const modulePath = "github.com/stepgate/stepgate"
 func checkGoInstall(ctx context.Context, root, rev, v, proto string) (string, error) {
 	gomod, err := gitOutput(ctx, root, "show", rev+":go.mod")
 	if err != nil {
+		return "", err
+	}
+	if gomod, err = releaseGoMod(gomod); err != nil {
 		return "", err
 	}
 	if err := checkGoMod(gomod); err != nil {
@@ -125,18 +155,11 @@ func checkGoMod(data []byte) error {
 }
 
 // writeProxy writes under dir the files a module proxy serves (see `go help
-// goproxy`) for stepgate at version v: its list, .info, .mod and .zip, the zip made
-// from commit rev of the git repository at root as the go command makes a module's
-// zip from a tag.
+// goproxy`) for stepgate at version v, and for each of the SDK's modules at v: their
+// list, .info, .mod and .zip, each zip made from commit rev of the git repository at
+// root as the go command makes a module's zip from a tag (the root's without the
+// nested modules' directories), the root's with go.mod gomod.
 func writeProxy(ctx context.Context, dir, root, rev, v string, gomod []byte) error {
-	escaped, err := module.EscapePath(modulePath)
-	if err != nil {
-		return err
-	}
-	at := filepath.Join(dir, filepath.FromSlash(escaped), "@v")
-	if err := os.MkdirAll(at, 0o755); err != nil {
-		return err
-	}
 	when, err := gitOutput(ctx, root, "log", "-1", "--format=%cI", rev)
 	if err != nil {
 		return err
@@ -160,16 +183,47 @@ func writeProxy(ctx context.Context, dir, root, rev, v string, gomod []byte) err
 		return err
 	}
 	defer os.RemoveAll(src)
+	if err := os.WriteFile(filepath.Join(src, "go.mod"), gomod, 0o644); err != nil {
+		return err
+	}
+	// The root's zip leaves out the directories with a go.mod of their own, as the go
+	// command's does: the SDK's modules, each zipped from its directory.
+	if err := writeProxyModule(dir, modulePath, v, info, src, gomod); err != nil {
+		return fmt.Errorf("%s of %s: %w", modulePath, rev, err)
+	}
+	for _, m := range sdkModules {
+		mod, err := os.ReadFile(filepath.Join(src, m, "go.mod"))
+		if err != nil {
+			return fmt.Errorf("the SDK module %s at %s: %w", m, rev, err)
+		}
+		if err := writeProxyModule(dir, modulePath+"/"+m, v, info, filepath.Join(src, m), mod); err != nil {
+			return fmt.Errorf("%s/%s of %s: %w", modulePath, m, rev, err)
+		}
+	}
+	return nil
+}
+
+// writeProxyModule writes under dir the proxy's files of module path at version v: the
+// zip of src, the .mod gomod, the .info info and the list.
+func writeProxyModule(dir, path, v string, info []byte, src string, gomod []byte) error {
+	escaped, err := module.EscapePath(path)
+	if err != nil {
+		return err
+	}
+	at := filepath.Join(dir, filepath.FromSlash(escaped), "@v")
+	if err := os.MkdirAll(at, 0o755); err != nil {
+		return err
+	}
 	z, err := os.Create(filepath.Join(at, v+".zip"))
 	if err != nil {
 		return err
 	}
-	err = modzip.CreateFromDir(z, module.Version{Path: modulePath, Version: v}, src)
+	err = modzip.CreateFromDir(z, module.Version{Path: path, Version: v}, src)
 	if cerr := z.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("the module's zip of %s: %w", rev, err)
+		return fmt.Errorf("the module's zip: %w", err)
 	}
 	for name, data := range map[string][]byte{
 		"list":      []byte(v + "\n"),

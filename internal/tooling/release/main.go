@@ -15,9 +15,12 @@
 //   - changelog: CHANGELOG.md has "## [VERSION] - YYYY-MM-DD" and its link reference.
 //   - clean: git has no uncommitted changes (-allow-dirty skips it).
 //   - suite: ./test.sh passes, generated code included (-skip-tests skips it).
+//   - versions also: the root go.mod and the Go SDK's modules' require the SDK's
+//     modules (access, protocol, client, functions) at vVERSION.
 //   - go install: `go install github.com/stepgate/stepgate/cmd/stepgate@vVERSION` works
-//     from a module proxy holding the committed tree (HEAD) as vVERSION, and the
-//     binary it installs says "stepgate VERSION (function protocol P)".
+//     from a module proxy holding the committed tree (HEAD) as vVERSION, with go.mod
+//     without the SDK's replace directives, and the SDK's modules from HEAD at
+//     vVERSION, and the binary it installs says "stepgate VERSION (function protocol P)".
 //   - sdk pack: `npm pack` of sdk/typescript makes @stepgate/sdk at VERSION with its
 //     built files.
 //   - npm packages: `go run ./internal/tooling/npmdist -platforms all` makes the binary's
@@ -168,14 +171,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// publishPlan is the ready line: the tag, then the npm packages in the order that
+// publishPlan is the ready lines: the Go SDK's modules' tags on this commit, the tag
+// vV on a commit of it whose go.mod takes the SDK from those tags, then the npm
+// packages in the order that
 // lets each one's dependencies resolve once it is published: the platform packages,
 // stepgate (which depends on them), @stepgate/sdk, then create-stepgate (whose
 // template depends on stepgate and @stepgate/sdk). npmTarballs are packNPM's, nil
 // when it did not run.
 func publishPlan(root, v, sdkTarball string, npmTarballs []string, npmOut string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "ready: git tag v%s && git push origin v%s; then npm publish, in this order:\n", v, v)
+	var tags, drops []string
+	for _, m := range sdkModules {
+		tags = append(tags, m+"/v"+v)
+		drops = append(drops, "-dropreplace="+modulePath+"/"+m)
+	}
+	fmt.Fprintf(&b, "ready: git tag %s && git push origin %s\n", strings.Join(tags, " "), strings.Join(tags, " "))
+	fmt.Fprintf(&b, "then v%s, on this commit with go.mod taking the Go SDK from those tags (docs/releasing.md):\n", v)
+	fmt.Fprintf(&b, "  git switch --detach && go mod edit %s && go mod tidy\n", strings.Join(drops, " "))
+	fmt.Fprintf(&b, "  git commit -m 'go.mod: the Go SDK at v%s from its tags' -- go.mod go.sum && git tag v%s && git push origin v%s && git switch -\n", v, v, v)
+	fmt.Fprintf(&b, "then npm publish, in this order:\n")
 	if npmTarballs == nil {
 		fmt.Fprintf(&b, "  go run ./internal/tooling/npmdist -out %s -platforms all\n", npmOut)
 		names, err := npmPackageNames(root)

@@ -43,6 +43,16 @@ func versionFiles() map[string]string {
 		"npm/stepgate/package.json": `{"name": "stepgate", "version": "0.1.0", "optionalDependencies": {
 			"@stepgate/cli-darwin-arm64": "0.1.0", "@stepgate/cli-linux-x64": "0.1.0"}}`,
 		"npm/create-stepgate/package.json": `{"name": "create-stepgate", "version": "0.1.0"}`,
+		"go.mod": "module github.com/stepgate/stepgate\n\ngo 1.26.0\n\nrequire (\n" +
+			"\tgithub.com/google/uuid v1.6.0\n\tgithub.com/stepgate/stepgate/access v0.1.0\n\tgithub.com/stepgate/stepgate/client v0.1.0\n" +
+			"\tgithub.com/stepgate/stepgate/functions v0.1.0\n\tgithub.com/stepgate/stepgate/protocol v0.1.0\n)\n\n" +
+			"replace github.com/stepgate/stepgate/functions => ./functions\n",
+		"access/go.mod":   "module github.com/stepgate/stepgate/access\n\ngo 1.26.0\n",
+		"client/go.mod":   "module github.com/stepgate/stepgate/client\n\ngo 1.26.0\n",
+		"protocol/go.mod": "module github.com/stepgate/stepgate/protocol\n\ngo 1.26.0\n\nrequire github.com/stepgate/stepgate/access v0.1.0\n",
+		"functions/go.mod": "module github.com/stepgate/stepgate/functions\n\ngo 1.26.0\n\nrequire (\n" +
+			"\tgithub.com/stepgate/stepgate/access v0.1.0 // indirect\n\tgithub.com/stepgate/stepgate/client v0.1.0\n" +
+			"\tgithub.com/stepgate/stepgate/protocol v0.1.0\n\tgo.opentelemetry.io/otel v1.47.0\n)\n",
 	}
 }
 
@@ -93,6 +103,12 @@ func TestVersions(t *testing.T) {
 			`npm/stepgate/package.json is missing`},
 		{"SDKPackageNotJSON", "sdk/typescript/package.json", `{`, `[`,
 			`sdk/typescript/package.json: `},
+		{"SDKModuleRequire", "functions/go.mod", `protocol v0.1.0`, `protocol v0.0.9`,
+			`functions/go.mod: require github.com/stepgate/stepgate/protocol is "0.0.9", want "0.1.0"`},
+		{"RootRequire", "go.mod", `client v0.1.0`, `client v0.2.0`,
+			`go.mod: require github.com/stepgate/stepgate/client is "0.2.0", want "0.1.0"`},
+		{"SDKModuleMissing", "access/go.mod", "", "",
+			`access/go.mod is missing`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -119,8 +135,9 @@ func TestVersions(t *testing.T) {
 		err := checkVersions(dir, "0.2.0", "2.0.0")
 		require.Error(t, err)
 		// The SDK's package.json, lock file (twice) and version.ts (twice), npm/stepgate
-		// and its two platform packages, create-stepgate.
-		require.Len(t, strings.Split(err.Error(), "\n"), 9, err.Error())
+		// and its two platform packages, create-stepgate; the Go SDK's modules as the
+		// root go.mod requires them (4), as protocol's does (1) and functions' (3).
+		require.Len(t, strings.Split(err.Error(), "\n"), 17, err.Error())
 	})
 }
 
@@ -198,16 +215,30 @@ func TestChangelog(t *testing.T) {
 func TestGoMod(t *testing.T) {
 	t.Parallel()
 
-	data, err := os.ReadFile(filepath.Join(repoRoot, "go.mod"))
+	onMain, err := os.ReadFile(filepath.Join(repoRoot, "go.mod"))
+	require.NoError(t, err)
+	// main builds the SDK's modules from the tree (replace); the tag's go.mod does not.
+	require.ErrorContains(t, checkGoMod(onMain), "refuses a module with replace directives")
+	data, err := releaseGoMod(onMain)
 	require.NoError(t, err)
 	require.NoError(t, checkGoMod(data))
+	require.NotContains(t, string(data), "replace")
+	for _, m := range sdkModules {
+		require.Contains(t, string(data), "\tgithub.com/stepgate/stepgate/"+m+" v"+version.Version+"\n", "the tag's go.mod still requires the SDK module %s", m)
+	}
+	again, err := releaseGoMod(data)
+	require.NoError(t, err)
+	require.Equal(t, string(data), string(again))
+	other, err := releaseGoMod([]byte(string(onMain) + "\nreplace github.com/jackc/pgx/v5 => ../pgx\n"))
+	require.NoError(t, err)
+	require.ErrorContains(t, checkGoMod(other), "replace github.com/jackc/pgx/v5: ")
 
 	replaced := string(data) + "\nreplace github.com/jackc/pgx/v5 => ../pgx\n"
 	require.ErrorContains(t, checkGoMod([]byte(replaced)), "replace github.com/jackc/pgx/v5: `go install …@version` refuses a module with replace directives")
 	excluded := string(data) + "\nexclude github.com/jackc/pgx/v5 v5.0.0\n"
 	require.ErrorContains(t, checkGoMod([]byte(excluded)), "exclude github.com/jackc/pgx/v5: `go install …@version` refuses a module with exclude directives")
-	other := strings.Replace(string(data), "module github.com/stepgate/stepgate", "module example.com/fork", 1)
-	require.EqualError(t, checkGoMod([]byte(other)), "go.mod is not module github.com/stepgate/stepgate")
+	fork := strings.Replace(string(data), "module github.com/stepgate/stepgate", "module example.com/fork", 1)
+	require.EqualError(t, checkGoMod([]byte(fork)), "go.mod is not module github.com/stepgate/stepgate")
 }
 
 // TestGoInstall installs the command from a module proxy holding the committed tree
@@ -281,7 +312,11 @@ func TestPublishPlan(t *testing.T) {
 	dir := t.TempDir()
 	writeFiles(t, dir, versionFiles())
 	plan := publishPlan(dir, "0.1.0", "/out/sdk/stepgate-sdk-0.1.0.tgz", nil, "/out/npm")
-	require.Equal(t, `ready: git tag v0.1.0 && git push origin v0.1.0; then npm publish, in this order:
+	require.Equal(t, `ready: git tag access/v0.1.0 protocol/v0.1.0 client/v0.1.0 functions/v0.1.0 && git push origin access/v0.1.0 protocol/v0.1.0 client/v0.1.0 functions/v0.1.0
+then v0.1.0, on this commit with go.mod taking the Go SDK from those tags (docs/releasing.md):
+  git switch --detach && go mod edit -dropreplace=github.com/stepgate/stepgate/access -dropreplace=github.com/stepgate/stepgate/protocol -dropreplace=github.com/stepgate/stepgate/client -dropreplace=github.com/stepgate/stepgate/functions && go mod tidy
+  git commit -m 'go.mod: the Go SDK at v0.1.0 from its tags' -- go.mod go.sum && git tag v0.1.0 && git push origin v0.1.0 && git switch -
+then npm publish, in this order:
   go run ./internal/tooling/npmdist -out /out/npm -platforms all
   npm publish --access public /out/npm/stepgate-cli-darwin-arm64-0.1.0.tgz
   npm publish --access public /out/npm/stepgate-cli-linux-x64-0.1.0.tgz
