@@ -19,8 +19,12 @@ chaos:
 dev:
 	$(GO) run ./cmd/stepgate dev
 
-## generate: regenerate protocol/ and gateway/api/server from openapi.yaml (and anything else with go:generate)
+## generate: regenerate protocol/ and gateway/api/server from openapi.yaml (and anything else with
+## go:generate): in the Go SDK's modules first (protocol is one; ./... of the root does not reach
+## them), then in the root module
+SDK_MODULES = access protocol client functions
 generate:
+	for m in $(SDK_MODULES); do (cd $$m && $(GO) generate ./...) || exit 1; done
 	$(GO) generate ./...
 
 ## build: bin/stepgate
