@@ -431,8 +431,9 @@ func (e *codingError) Error() string { return e.err.Error() }
 func (e *codingError) Unwrap() error { return e.err }
 
 // sdkName is this SDK's name and version, as the manifest and its errors say it. The
-// version is the module's (internal/helpers/version.Version, which this package does not import:
-// the SDK imports only protocol); the manifest tests keep the two equal.
+// version is the release's (internal/helpers/version.Version, in the server's module, which
+// the SDK's module does not require); internal/tooling/sdkmodules keeps the two equal, and
+// the SDK's manifest tests keep sdkName equal to gatewaytest.SDK.
 const sdkName = "stepgate-go/0.1.0"
 
 func (a *App) manifest(byName map[string]*function) []byte {
