@@ -177,11 +177,21 @@ func (s *Server) checkApp(ctx context.Context, m *protocol.Manifest, regs []*reg
 }
 
 // keepChecks keeps each function's part of c as its last check, for the functions
-// registered (appcheck.PutFunctionCheck keeps nothing for another name): call it once the
-// sync registered what it registers.
+// registered (appcheck.PutFunctionCheck keeps nothing for another name), with the
+// function's revision (FunctionCheck.revision), which it also sets in c: call it once
+// the sync registered what it registers.
 func (s *Server) keepChecks(ctx context.Context, c *protocol.AppCheck) error {
 	db := s.tenantDB(ctx)
-	for _, fc := range c.Functions {
+	for i := range c.Functions {
+		fc := &c.Functions[i]
+		fn, err := journal.GetFunction(ctx, db, db.Tenant(), fc.Function)
+		switch {
+		case errors.Is(err, journal.ErrNotFound):
+			continue // not registered: nothing is kept
+		case err != nil:
+			return fmt.Errorf("keep check of %s: %w", fc.Function, err)
+		}
+		fc.Revision = new(fn.Revision)
 		raw, err := json.Marshal(fc)
 		if err != nil {
 			return fmt.Errorf("encode check of %s: %w", fc.Function, err)

@@ -1161,6 +1161,13 @@ type FunctionCheck struct {
 	Live     int        `json:"live"`
 	More     *bool      `json:"more,omitempty"`
 
+	// Revision The function's revision once the sync was done: the one it registered from the
+	// code checked (at `url`) when it registered it, else the one the function was at.
+	// Absent for a function the tenant has not registered, and in checks kept before
+	// this field. A function's page says when its last check's revision is not its
+	// current one.
+	Revision *int `json:"revision,omitempty"`
+
 	// URL Where the new code was asked (masked as a function's URL is).
 	URL *string `json:"url,omitempty"`
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,6 +58,10 @@ func functionShowsItsLastCheck(t *testing.T, b *browser, s *stack.Stack, c *prot
 	require.Equal(t, id, refused.Functions[0].Broken[0].RunID)
 	d := refused.Functions[0].Broken[0].Divergence
 	require.NotNil(t, d, "the reordered steps diverge: %s", resp.Body)
+	// Nothing was registered: the check is the function's current revision's.
+	require.NotNil(t, refused.Functions[0].Revision, "the check's revision: %s", resp.Body)
+	require.Equal(t, 1, *refused.Functions[0].Revision)
+	checkedURL := *refused.Functions[0].URL
 
 	// A sign-in link that goes to the function's page: it works alone, and after the
 	// other subtests (signed in as the same identity).
@@ -74,9 +79,22 @@ func functionShowsItsLastCheck(t *testing.T, b *browser, s *stack.Stack, c *prot
 	require.Contains(t, why, fmt.Sprintf(`at seq %d the journal holds %s "%s", the new code asks for %s "b"`, d.Seq, d.Journal.Kind, xssStep, d.Asked.Kind))
 	injected := run(b, "no markup from the step name", chromedp.Evaluate[bool](`!!document.querySelector("[data-testid=last-check] img") || window.__stepgateXSS !== undefined`))
 	require.False(t, injected, "a step name was rendered as markup")
+	stale := run(b, "no word of another revision", chromedp.Evaluate[bool](`!!document.querySelector("[data-testid=check-stale]")`))
+	require.False(t, stale, "the check of the current revision is said to be of another")
 	b.shoot("function-last-check")
 
 	b.click("open the broken run", link)
 	b.visible("its page", runStatus("suspended"))
 	require.Equal(t, id, b.text("its id", "[data-testid=run-id]"))
+
+	// A revision registered since without a check (revision 2, at another URL): the page
+	// says which revision and URL the last check was made for.
+	current := twoStepApp(t, s, xssStep, "c")
+	s.Sync(t, current)
+	b.do("open the function's page again", 10*time.Second, chromedp.Navigate(s.URL+"/#/functions/reorder"))
+	b.visible("the check of another revision", `[data-testid=last-check] [data-testid=check-stale]`)
+	require.Equal(t, "v2", b.text("the current revision", "[data-testid=function-revision]"))
+	require.Equal(t, "revision 1", b.text("the check's revision", "[data-testid=check-stale-revision]"))
+	require.Equal(t, fmt.Sprintf("Checked against revision 1 (%s), not the current revision 2 (%sreorder): it says nothing of the current code.", checkedURL, current),
+		strings.TrimSpace(b.text("what it says", "[data-testid=check-stale]")))
 }

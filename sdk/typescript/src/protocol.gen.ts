@@ -1925,6 +1925,14 @@ export interface components {
             function: string;
             /** @description Where the new code was asked (masked as a function's URL is). */
             url?: string;
+            /**
+             * @description The function's revision once the sync was done: the one it registered from the
+             *     code checked (at `url`) when it registered it, else the one the function was at.
+             *     Absent for a function the tenant has not registered, and in checks kept before
+             *     this field. A function's page says when its last check's revision is not its
+             *     current one.
+             */
+            revision?: number;
             live: number;
             more?: boolean;
             checked: number;

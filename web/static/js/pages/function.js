@@ -47,7 +47,7 @@ export function functionPage(el, name) {
     if (gone) return;
     charts?.stop();
     charts = chartsPanel(name);
-    replace(body, facts(f), charts.el, f.last_check ? lastCheck(f.last_check) : null);
+    replace(body, facts(f), charts.el, f.last_check ? lastCheck(f.last_check, f) : null);
   }
 
   load();

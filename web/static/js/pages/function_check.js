@@ -16,8 +16,11 @@ export function verdict(lc) {
   return { id: "clean-unregistered", text: "clean · not registered", cls: "", title: "This function's runs replayed cleanly, but nothing was registered: a dry run, or a sync refused for another function of the app." };
 }
 
-/** lastCheck returns the panel of a function's last check lc. */
-export function lastCheck(lc) {
+/**
+ * lastCheck returns the panel of the last check lc of the function f (its current
+ * revision): it says so when the check was made for another revision than f's.
+ */
+export function lastCheck(lc, f) {
   const c = lc.check;
   const broken = c.broken || [];
   const v = verdict(lc);
@@ -37,11 +40,26 @@ export function lastCheck(lc) {
         count("clean", "Clean", c.clean, "Replayed as their journal says"),
         count("broken", "Broken", broken.length, "The new code would break them")),
       c.url ? h("p", { class: "muted small" }, "New code at ", h("span", { class: "mono wrap", "data-testid": "check-url" }, c.url)) : null,
+      stale(c, f),
       broken.length
         ? h("table", { class: "table", "data-testid": "check-broken" },
           h("thead", null, h("tr", null, h("th", null, "Run"), h("th", null, "Revision"), h("th", null, "Why it would break"))),
           h("tbody", null, broken.map(brokenRow)))
         : null));
+}
+
+// stale says, when the check c was made for another revision than the function f's
+// current one (a revision registered since, without a check), which revision and URL
+// it was made for: the counts above are not the current code's.
+function stale(c, f) {
+  if (!f || c.revision === undefined || c.revision === f.revision) return null;
+  return h("p", { class: "small", "data-testid": "check-stale" },
+    h("span", { class: "warn-text" }, icon("alert", 12), " Checked against ",
+      h("span", { class: "mono", "data-testid": "check-stale-revision" }, `revision ${c.revision}`)),
+    c.url ? [" (", h("span", { class: "mono wrap" }, c.url), ")"] : null,
+    `, not the current revision ${f.revision}`,
+    f.url && f.url !== c.url ? [" (", h("span", { class: "mono wrap" }, f.url), ")"] : null,
+    ": it says nothing of the current code.");
 }
 
 function brokenRow(b) {
