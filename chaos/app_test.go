@@ -33,6 +33,8 @@ const (
 	fnTick       = "tick"              // one step; started by a schedule
 	fnNap        = "nap"               // step "before", a durable sleep of napFor, step "after"
 	fnAwait      = "await"             // input awaitInput: waits for event paidEvent with data.key = key, then step "after"
+	fnMailbox    = "mailbox"           // receives a message of topic goTopic, then step "after"
+	fnParent     = "parent"            // invokes a child run of chain (shortRun), then step "after"
 	fnHTTP500    = "fault.http500"     // answers HTTP 500
 	fnGarbage    = "fault.garbage"     // answers 200 with a body that is not JSON
 	fnHang       = "fault.hang"        // never answers; its timeout is 1s
@@ -116,6 +118,8 @@ func newApp(t *testing.T, f *fleet) *app {
 	functions.Register(a.sdk, fnTick, a.tick, functions.InvocationTimeout(chainTimeout))
 	functions.Register(a.sdk, fnNap, a.nap, functions.InvocationTimeout(chainTimeout))
 	functions.Register(a.sdk, fnAwait, a.await, functions.InvocationTimeout(chainTimeout))
+	functions.Register(a.sdk, fnMailbox, a.mailbox, functions.InvocationTimeout(chainTimeout))
+	functions.Register(a.sdk, fnParent, a.parent, functions.InvocationTimeout(chainTimeout))
 	faulty := []functions.Option{functions.InvocationAttempts(3), functions.InvocationBackoff(100*time.Millisecond, 200*time.Millisecond)}
 	for _, name := range []string{fnHTTP500, fnGarbage, fnCloseEarly, fnCloseMid} {
 		functions.Register(a.sdk, name, a.unreachable, append(faulty, functions.InvocationTimeout(chainTimeout))...)
@@ -392,6 +396,30 @@ func (a *app) await(ctx context.Context, in awaitInput) (bool, error) {
 		return false, step.NonRetryable(errors.New("chaos: no " + paidEvent + " event within " + awaitFor.String()))
 	}
 	if err != nil {
+		return false, err
+	}
+	return a.step(ctx, "after")
+}
+
+// goTopic is the topic a run of mailbox receives.
+const goTopic = "chaos.go"
+
+// mailbox receives a message of goTopic (for up to awaitFor), then runs step "after".
+func (a *app) mailbox(ctx context.Context, _ any) (bool, error) {
+	_, err := step.Receive[map[string]any](ctx, goTopic, step.Timeout(awaitFor)).Get()
+	if errors.Is(err, step.ErrTimedOut) {
+		return false, step.NonRetryable(errors.New("chaos: no " + goTopic + " message within " + awaitFor.String()))
+	}
+	if err != nil {
+		return false, err
+	}
+	return a.step(ctx, "after")
+}
+
+// parent invokes a child run of chain (shortRun) and waits for its end, then runs step
+// "after".
+func (a *app) parent(ctx context.Context, _ any) (bool, error) {
+	if _, err := step.Invoke[any](ctx, "child", fnChain, shortRun).Get(); err != nil {
 		return false, err
 	}
 	return a.step(ctx, "after")

@@ -49,6 +49,9 @@ type fleetConfig struct {
 	// DatabaseURL is a superuser URL of the scenario's database. Empty: a new migrated
 	// database on the tests' server (internal/wiring/pgtest).
 	DatabaseURL string
+	// CheckURL is the URL the checks read the database with, when DatabaseURL is not a
+	// direct one (a pooler's). Defaults to DatabaseURL.
+	CheckURL string
 	// Gateways is how many gateways share the database. Defaults to 2.
 	Gateways int
 	// MaxConns is each gateway's STEPGATE_DB_MAX_CONNS. Defaults to 12, so that several
@@ -95,7 +98,7 @@ func newFleet(t *testing.T, cfg fleetConfig) *fleet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	pc, err := pgxpool.ParseConfig(cmp.Or(cfg.CheckURL, cfg.DatabaseURL))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -101,6 +101,8 @@ var scenarios = []struct {
 	{name: "FailoverSwitchover", run: testFailoverSwitchover, ownPostgres: true, longOnly: true},
 	{name: "FunctionFaults", run: testFunctionFaults},
 	{name: "LeaderKill", run: testLeaderKill},
+	{name: "PgBouncer", run: testPgBouncer},
+	{name: "PgBouncerPolling", run: testPgBouncerPolling, longOnly: true},
 }
 
 // TestChaos runs the scenarios, several at once. They are started from goroutines rather

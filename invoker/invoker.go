@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/riverqueue/rivercontrib/otelriver"
@@ -102,8 +103,26 @@ type Config struct {
 	// Limits bound functions' configs and answers and runs' journals.
 	Limits Limits
 	// Listener is the process's LISTEN connection (see package notify), which its owner
-	// runs. Nil: the invoker makes one and runs it from Start to Stop.
+	// runs. Nil: the invoker makes one on ListenPool (or Pool), or a polling one with
+	// PollOnly, and runs it from Start to Stop.
 	Listener *notify.Listener
+	// ListenPool, when set, is where River's notifier takes its LISTEN connection, and
+	// the listener the invoker makes its own: a direct connection to the database when
+	// Pool goes through a pooler in transaction mode, which cannot carry LISTEN. Nil:
+	// Pool.
+	ListenPool *pgxpool.Pool
+	// PollOnly: nothing LISTENs, for a Pool behind a transaction pooler with no
+	// ListenPool. River polls for jobs every FetchPollInterval, fetching at once the jobs
+	// this process inserts; the listener the invoker makes polls too
+	// (notify.NewPollingListener): the waiters on runs look again every
+	// FetchPollInterval, the live streams resync every PollResync.
+	PollOnly bool
+	// PollResync is how often, with PollOnly, the live streams are told to resync.
+	// Defaults to 5s.
+	PollResync time.Duration
+	// FetchPollInterval is how often River looks for jobs that no notification told it
+	// of. Defaults to 1s.
+	FetchPollInterval time.Duration
 	// Clock makes the timers of runs' wake-ups and deadlines and schedules' ticks, and
 	// is the clock of the maintenance services (maintenance.go). Defaults to the system
 	// clock.
@@ -214,8 +233,12 @@ func New(cfg Config) (*Invoker, error) {
 	}
 	inv.functions = &Functions{pool: cfg.Pool, limits: inv.limits, retention: inv.retention}
 	inv.appender = journal.NewAppender(cfg.Pool, checkpointWrites, checkpointWriteTimeout)
-	if inv.listener == nil {
-		inv.listener, inv.ownsListener = notify.NewListener(cfg.Pool, cfg.Logger), true
+	switch {
+	case inv.listener != nil:
+	case cfg.PollOnly:
+		inv.listener, inv.ownsListener = notify.NewPollingListener(cmp.Or(cfg.FetchPollInterval, time.Second), cmp.Or(cfg.PollResync, 5*time.Second)), true
+	default:
+		inv.listener, inv.ownsListener = notify.NewListener(cmp.Or(cfg.ListenPool, cfg.Pool), cfg.Logger), true
 	}
 	inv.listener.HandleSlotWakes(func(id string) { inv.wake(id, nil, 0) })
 	inv.renewEvery = cmp.Or(cfg.RenewInterval, inv.leaseTTL/5)
@@ -255,13 +278,13 @@ func New(cfg Config) (*Invoker, error) {
 			EnableWorkSpanJobKindSuffix: true,
 		}))
 	}
-	rc, err := river.NewClient(riverpgxv5.New(cfg.Pool), &river.Config{
+	rc, err := river.NewClient(riverDriver(cfg), &river.Config{
 		Middleware:        middleware,
 		Logger:            slog.New(warnOnly{cfg.Logger.Handler()}).With(slog.String("component", "river")),
 		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: inv.fair.Workers()}},
 		Workers:           workers,
 		FetchCooldown:     cmp.Or(cfg.FetchCooldown, 2*time.Millisecond),
-		FetchPollInterval: time.Second,
+		FetchPollInterval: cmp.Or(cfg.FetchPollInterval, time.Second),
 		JobTimeout:        -1, // each invocation is bounded by its function's timeout
 		// The gateway acts as stepgate_system, which does not own River's indexes, so
 		// River's daily REINDEX would fail; operators reindex as the owner if needed.
@@ -279,6 +302,36 @@ func New(cfg Config) (*Invoker, error) {
 	}
 	inv.river = rc
 	return inv, nil
+}
+
+// riverDriver returns River's driver on cfg.Pool: one that takes its LISTEN connection
+// from cfg.ListenPool when set, or that says it cannot listen with cfg.PollOnly, so
+// that River polls and fetches at once the jobs this process inserts (River does that
+// only for a driver without a listener, not for river.Config.PollOnly).
+func riverDriver(cfg Config) riverdriver.Driver[pgx.Tx] {
+	d := riverpgxv5.New(cfg.Pool)
+	switch {
+	case cfg.PollOnly:
+		return pollOnlyDriver{d}
+	case cfg.ListenPool != nil:
+		return listenDriver{Driver: d, listen: riverpgxv5.New(cfg.ListenPool)}
+	}
+	return d
+}
+
+// pollOnlyDriver is River's driver with no listener.
+type pollOnlyDriver struct{ *riverpgxv5.Driver }
+
+func (pollOnlyDriver) SupportsListener() bool { return false }
+
+// listenDriver is River's driver whose listener is another pool's.
+type listenDriver struct {
+	*riverpgxv5.Driver
+	listen *riverpgxv5.Driver
+}
+
+func (d listenDriver) GetListener(params *riverdriver.GetListenenerParams) riverdriver.Listener {
+	return d.listen.GetListener(params)
 }
 
 // Start starts River's workers, the lease and maintenance loops and, when the invoker

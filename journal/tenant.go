@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -69,6 +71,38 @@ func ConfigurePool(cfg *pgxpool.Config, system bool) {
 	}
 }
 
+// Behind a pooler in transaction mode (PgBouncer's pool_mode=transaction), a client's
+// connection is not a server's: each transaction may run on another server connection,
+// so what ConfigurePool sets for the session would land on one server connection and
+// be missing from (or leak into) the others. There the pooler sets the system role on
+// each server connection it opens (PgBouncer's connect_query; see docs/operations.md,
+// "Behind PgBouncer"), ConfigurePool is not used, and an API pool is marked with
+// ActAsAppPerTransaction: its ForTenant handles then set AppRole with the tenant, both
+// transaction-local, in the one statement that sets the tenant.
+
+// perTransaction holds the pools marked by ActAsAppPerTransaction; pooled counts them,
+// so that ForTenant looks at the map only when some pool is marked.
+var (
+	perTransaction sync.Map // *pgxpool.Pool → struct{}
+	pooled         atomic.Int32
+)
+
+// tenantSetAs sets AppRole and the tenant for the transaction (set_config with
+// is_local): SET LOCAL ROLE checks that the session user is a member of the role, as
+// ConfigurePool's switch does.
+const tenantSetAs = `SELECT set_config('role', '` + AppRole + `', true), set_config('` + TenantSetting + `', $1, true)`
+
+// ActAsAppPerTransaction marks pool, an API pool whose connections go through a pooler
+// in transaction mode and whose session role is not AppRole, so that each statement and
+// transaction of ForTenant(pool, ...) acts as AppRole, set with the tenant at no extra
+// round trip. Use it instead of ConfigurePool for such a pool. The mark outlives the
+// pool; a process makes such pools once.
+func ActAsAppPerTransaction(pool *pgxpool.Pool) {
+	if _, loaded := perTransaction.LoadOrStore(pool, struct{}{}); !loaded {
+		pooled.Add(1)
+	}
+}
+
 // fence is how row-level security applies to a pool's connections; see CheckFence.
 type fence struct {
 	User string // current_user: AppRole or SystemRole once ConfigurePool switched.
@@ -94,7 +128,8 @@ func CheckFence(ctx context.Context, db DB) (fence, error) {
 type TenantDB struct {
 	pool   *pgxpool.Pool
 	tenant string
-	err    error // errInvalidTenant, returned by every operation
+	setSQL string // the statement that sets the tenant (and AppRole: ActAsAppPerTransaction)
+	err    error  // errInvalidTenant, returned by every operation
 }
 
 var _ DB = (*TenantDB)(nil)
@@ -112,7 +147,12 @@ var _ DB = (*TenantDB)(nil)
 // pgx.NamedArgs is: the statement goes through a batch, which rewrites it), nor batches begun with
 // Batch.BeginTx (use Begin).
 func ForTenant(pool *pgxpool.Pool, tenant string) *TenantDB {
-	t := &TenantDB{pool: pool, tenant: tenant}
+	t := &TenantDB{pool: pool, tenant: tenant, setSQL: dbsqlc.TenantSet}
+	if pooled.Load() > 0 {
+		if _, ok := perTransaction.Load(pool); ok {
+			t.setSQL = tenantSetAs
+		}
+	}
 	if tenant == "" || strings.ContainsRune(tenant, 0) {
 		t.err = errInvalidTenant
 	}
@@ -127,7 +167,7 @@ func (t *TenantDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.Co
 	if t.err != nil {
 		return pgconn.CommandTag{}, t.err
 	}
-	return scopedExec(ctx, t.pool, t.tenant, sql, args...)
+	return scopedExec(ctx, t.pool, t.setSQL, t.tenant, sql, args...)
 }
 
 // Query runs sql for the tenant. As with pgx, an error also comes back from the rows'
@@ -136,7 +176,7 @@ func (t *TenantDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows
 	if t.err != nil {
 		return &errRows{err: t.err}, t.err
 	}
-	return scopedQuery(ctx, t.pool, t.tenant, sql, args...)
+	return scopedQuery(ctx, t.pool, t.setSQL, t.tenant, sql, args...)
 }
 
 // QueryRow runs sql for the tenant; see pgx.Conn.QueryRow.
@@ -151,7 +191,7 @@ func (t *TenantDB) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 	if t.err != nil {
 		return errBatchResults{t.err}
 	}
-	return scopedBatch(ctx, t.pool, t.tenant, b)
+	return scopedBatch(ctx, t.pool, t.setSQL, t.tenant, b)
 }
 
 // Begin starts a transaction that sees only the tenant's rows. Use it with
@@ -166,7 +206,7 @@ func (t *TenantDB) Begin(ctx context.Context) (pgx.Tx, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &tenantTx{Tx: tx, tenant: t.tenant}, nil
+	return &tenantTx{Tx: tx, tenant: t.tenant, setSQL: t.setSQL}, nil
 }
 
 // tenantTx is a transaction of a TenantDB: its first Exec, Query, QueryRow or SendBatch
@@ -176,6 +216,7 @@ func (t *TenantDB) Begin(ctx context.Context) (pgx.Tx, error) {
 type tenantTx struct {
 	pgx.Tx
 	tenant string
+	setSQL string // see TenantDB
 	set    bool
 }
 
@@ -184,7 +225,7 @@ func (tx *tenantTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.C
 		return tx.Tx.Exec(ctx, sql, args...)
 	}
 	tx.set = true
-	return scopedExec(ctx, tx.Tx, tx.tenant, sql, args...)
+	return scopedExec(ctx, tx.Tx, tx.setSQL, tx.tenant, sql, args...)
 }
 
 func (tx *tenantTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
@@ -192,7 +233,7 @@ func (tx *tenantTx) Query(ctx context.Context, sql string, args ...any) (pgx.Row
 		return tx.Tx.Query(ctx, sql, args...)
 	}
 	tx.set = true
-	return scopedQuery(ctx, tx.Tx, tx.tenant, sql, args...)
+	return scopedQuery(ctx, tx.Tx, tx.setSQL, tx.tenant, sql, args...)
 }
 
 func (tx *tenantTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
@@ -205,7 +246,7 @@ func (tx *tenantTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResult
 		return tx.Tx.SendBatch(ctx, b)
 	}
 	tx.set = true
-	return scopedBatch(ctx, tx.Tx, tx.tenant, b)
+	return scopedBatch(ctx, tx.Tx, tx.setSQL, tx.tenant, b)
 }
 
 // ensure sets the tenant, if no statement has yet.
@@ -213,7 +254,7 @@ func (tx *tenantTx) ensure(ctx context.Context) error {
 	if tx.set {
 		return nil
 	}
-	if err := dbsqlc.New(tx.Tx).TenantSet(ctx, tx.tenant); err != nil {
+	if _, err := tx.Tx.Exec(ctx, tx.setSQL, dbsqlc.TenantSetParams{Tenant: tx.tenant}.Args()...); err != nil {
 		return fmt.Errorf("set tenant: %w", err)
 	}
 	tx.set = true
@@ -246,11 +287,11 @@ type batchSender interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
-// scopedBatch sends b's statements to db after the tenant's set_config, in one batch.
-// The results are those of b's statements only.
-func scopedBatch(ctx context.Context, db batchSender, tenant string, b *pgx.Batch) pgx.BatchResults {
+// scopedBatch sends b's statements to db after setSQL (dbsqlc.TenantSet or tenantSetAs)
+// sets the tenant, in one batch. The results are those of b's statements only.
+func scopedBatch(ctx context.Context, db batchSender, setSQL, tenant string, b *pgx.Batch) pgx.BatchResults {
 	tb := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(b.QueuedQueries)+1)}
-	tb.Queue(dbsqlc.TenantSet, dbsqlc.TenantSetParams{Tenant: tenant}.Args()...)
+	tb.Queue(setSQL, dbsqlc.TenantSetParams{Tenant: tenant}.Args()...)
 	tb.QueuedQueries = append(tb.QueuedQueries, b.QueuedQueries...)
 	br := db.SendBatch(ctx, tb)
 	if _, err := br.Exec(); err != nil {
@@ -261,10 +302,10 @@ func scopedBatch(ctx context.Context, db batchSender, tenant string, b *pgx.Batc
 }
 
 // scopedExec runs sql on db after the tenant's set_config, in one batch.
-func scopedExec(ctx context.Context, db batchSender, tenant, sql string, args ...any) (pgconn.CommandTag, error) {
+func scopedExec(ctx context.Context, db batchSender, setSQL, tenant, sql string, args ...any) (pgconn.CommandTag, error) {
 	b := &pgx.Batch{}
 	b.Queue(sql, args...)
-	br := scopedBatch(ctx, db, tenant, b)
+	br := scopedBatch(ctx, db, setSQL, tenant, b)
 	tag, err := br.Exec()
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -274,10 +315,10 @@ func scopedExec(ctx context.Context, db batchSender, tenant, sql string, args ..
 
 // scopedQuery runs sql on db after the tenant's set_config, in one batch; closing the
 // rows closes the batch.
-func scopedQuery(ctx context.Context, db batchSender, tenant, sql string, args ...any) (pgx.Rows, error) {
+func scopedQuery(ctx context.Context, db batchSender, setSQL, tenant, sql string, args ...any) (pgx.Rows, error) {
 	b := &pgx.Batch{}
 	b.Queue(sql, args...)
-	br := scopedBatch(ctx, db, tenant, b)
+	br := scopedBatch(ctx, db, setSQL, tenant, b)
 	rows, err := br.Query()
 	if err != nil {
 		rows.Close()

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stepgate/stepgate/access"
@@ -39,9 +40,14 @@ type serverConfig struct {
 	// (STEPGATE_DATABASE_READ_MAX_LAG; negative: every read on the primary).
 	readURL    string
 	readMaxLag time.Duration
-	addr       string
-	publicURL  string // how functions reach this gateway, for checkpoints
-	jwt        jwtConfig
+	// pooler (STEPGATE_DATABASE_POOLER) is gatewayproc.PoolerTransaction when
+	// DATABASE_URL goes through a pooler in transaction mode; listenURL
+	// (STEPGATE_DATABASE_LISTEN_URL) is then a direct connection for LISTEN and the
+	// migrations.
+	pooler, listenURL string
+	addr              string
+	publicURL         string // how functions reach this gateway, for checkpoints
+	jwt               jwtConfig
 	// invocationKeys key the invocation tokens (STEPGATE_INVOCATION_KEY, newest first);
 	// none: the database's keys, made by the first gateway (auth.LoadInvocationTokens).
 	invocationKeys [][]byte
@@ -177,6 +183,9 @@ func readServerConfig(getenv func(string) string) (serverConfig, error) {
 		return c, fmt.Errorf("STEPGATE_RETENTION_INTERVAL %s is shorter than 1s", c.retentionInterval)
 	}
 	if c.readMaxLag, err = readMaxLag(getenv); err != nil {
+		return c, err
+	}
+	if c.pooler, c.listenURL, err = readPooler(getenv); err != nil {
 		return c, err
 	}
 	if c.leaseTTL < 500*time.Millisecond {
@@ -323,6 +332,40 @@ func readMaxLag(getenv func(string) string) (time.Duration, error) {
 	return d, nil
 }
 
+// readPooler reads STEPGATE_DATABASE_POOLER (none, session or transaction; unset:
+// none) and STEPGATE_DATABASE_LISTEN_URL, which only a transaction pooler takes. It
+// returns gatewayproc.PoolerTransaction, or "" for no pooler or a session pooler (which
+// keeps sessions: nothing changes).
+func readPooler(getenv func(string) string) (pooler, listenURL string, err error) {
+	listenURL = strings.TrimSpace(getenv("STEPGATE_DATABASE_LISTEN_URL"))
+	switch v := strings.TrimSpace(getenv("STEPGATE_DATABASE_POOLER")); v {
+	case "", "none", "session":
+		if listenURL != "" {
+			return "", "", errors.New("STEPGATE_DATABASE_LISTEN_URL is set but STEPGATE_DATABASE_POOLER is not transaction: the listen URL is the " +
+				"direct connection of a gateway whose DATABASE_URL goes through a pooler in transaction mode; set STEPGATE_DATABASE_POOLER=transaction, or unset it")
+		}
+		return "", "", nil
+	case gatewayproc.PoolerTransaction:
+		return v, listenURL, nil
+	default:
+		return "", "", fmt.Errorf("STEPGATE_DATABASE_POOLER %q is not none, session or transaction (how DATABASE_URL reaches the database: "+
+			"transaction for a pooler in transaction mode, such as PgBouncer's pool_mode=transaction)", v)
+	}
+}
+
+// checkExecMode refuses, behind a transaction pooler, a DATABASE_URL that asks for
+// named prepared statements (default_query_exec_mode=cache_statement, pgx's default
+// otherwise), which a transaction pooler breaks: a statement prepared on one server
+// connection is missing on the next.
+func checkExecMode(databaseURL string, db *pgxpool.Config) error {
+	if db.ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement && strings.Contains(databaseURL, "default_query_exec_mode") {
+		return errors.New("DATABASE_URL: default_query_exec_mode=cache_statement prepares named statements, which a pooler in transaction mode " +
+			"(STEPGATE_DATABASE_POOLER=transaction) does not keep from one transaction to the next; leave it out (the gateway uses cache_describe) " +
+			"or use cache_describe, describe_exec, exec or simple_protocol")
+	}
+	return nil
+}
+
 func envInt(getenv func(string) string, name string, def int64) (int64, error) {
 	v := getenv(name)
 	if v == "" {
@@ -363,6 +406,17 @@ func (c serverConfig) process(log *slog.Logger) (gatewayproc.Config, error) {
 		return gatewayproc.Config{}, fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	db.MaxConns = c.maxConns
+	var listen *pgxpool.Config
+	if c.pooler != "" {
+		if err := checkExecMode(c.databaseURL, db); err != nil {
+			return gatewayproc.Config{}, err
+		}
+		if c.listenURL != "" {
+			if listen, err = pgxpool.ParseConfig(c.listenURL); err != nil {
+				return gatewayproc.Config{}, fmt.Errorf("STEPGATE_DATABASE_LISTEN_URL: %w", err)
+			}
+		}
+	}
 	var read *pgxpool.Config
 	if c.readURL != "" {
 		if read, err = pgxpool.ParseConfig(c.readURL); err != nil {
@@ -374,7 +428,7 @@ func (c serverConfig) process(log *slog.Logger) (gatewayproc.Config, error) {
 		return gatewayproc.Config{}, err
 	}
 	return gatewayproc.Config{
-		Database: db, ReadDatabase: read, ReadMaxLag: c.readMaxLag, Logger: log, Addr: c.addr, PublicURL: c.publicURL, InvocationKeys: c.invocationKeys,
+		Database: db, Pooler: c.pooler, ListenDatabase: listen, ReadDatabase: read, ReadMaxLag: c.readMaxLag, Logger: log, Addr: c.addr, PublicURL: c.publicURL, InvocationKeys: c.invocationKeys,
 		Auth: authCfg, Egress: c.egress, Limits: c.limits, LeaseTTL: c.leaseTTL, MaxRecoveries: c.maxRecoveries, DuplexOff: c.duplexOff,
 		DrainTimeout: c.drainTimeout, DrainSignals: []os.Signal{os.Interrupt, syscall.SIGTERM},
 		MaxBodyBytes: c.maxBodyBytes, Web: web.Handler(), OperatorRole: c.operatorRole, OperatorTenant: c.operatorTenant,

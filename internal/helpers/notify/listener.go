@@ -28,6 +28,8 @@ type Listener struct {
 	pool  *pgxpool.Pool
 	log   *slog.Logger
 	ready chan struct{}
+	// pollEvery and pollResync, set by NewPollingListener: no connection, a poll instead.
+	pollEvery, pollResync time.Duration
 
 	mu       sync.Mutex
 	byRun    map[string]map[chan struct{}]struct{}
@@ -41,6 +43,20 @@ type Listener struct {
 func NewListener(pool *pgxpool.Pool, log *slog.Logger) *Listener {
 	return &Listener{
 		pool: pool, log: log, ready: make(chan struct{}),
+		byRun: map[string]map[chan struct{}]struct{}{}, byOutput: map[string]map[chan struct{}]struct{}{},
+	}
+}
+
+// NewPollingListener returns a Listener that listens to nothing, for a gateway whose
+// connections go through a pooler in transaction mode, which cannot carry LISTEN: its
+// Run tells every waiter to look again every `every` (so a run's end, or a value or
+// stream write, reaches its waiters within that, whoever made it), and the events
+// handler nil every `resync` (the live streams resync: they reload what they show). A
+// freed concurrency slot wakes its held run through the maintenance's sweep instead
+// (see journal.StrandedRuns).
+func NewPollingListener(every, resync time.Duration) *Listener {
+	return &Listener{
+		ready: make(chan struct{}), pollEvery: every, pollResync: resync,
 		byRun: map[string]map[chan struct{}]struct{}{}, byOutput: map[string]map[chan struct{}]struct{}{},
 	}
 }
@@ -147,6 +163,10 @@ func (l *Listener) HandleSlotWakes(fn func(runID string)) { l.slots.Store(&fn) }
 // second apart). After a reconnect every waiter is told to look again, and the events
 // handler gets nil, since notifications may have been missed.
 func (l *Listener) Run(ctx context.Context) {
+	if l.pool == nil {
+		l.poll(ctx)
+		return
+	}
 	first := true
 	for ctx.Err() == nil {
 		err := func() error {
@@ -200,6 +220,25 @@ func (l *Listener) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 		case <-time.After(time.Second):
+		}
+	}
+}
+
+// poll is Run for NewPollingListener's Listener.
+func (l *Listener) poll(ctx context.Context) {
+	close(l.ready)
+	look := time.NewTicker(l.pollEvery)
+	defer look.Stop()
+	resync := time.NewTicker(l.pollResync)
+	defer resync.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-look.C:
+			l.signalAll()
+		case <-resync.C:
+			l.event(nil)
 		}
 	}
 }

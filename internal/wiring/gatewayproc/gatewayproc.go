@@ -24,6 +24,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
@@ -54,6 +55,13 @@ type Config struct {
 	// APIMaxConns is the API pool's share of Database.MaxConns; the system pool gets the
 	// rest. Defaults to half. Each pool has at least 2.
 	APIMaxConns int32
+	// DatabaseTimeout bounds how long each statement of the gateway's pools (not the
+	// migrations') waits for the database's answer; past it the statement fails as the
+	// database being out of reach, and an API request's answer is a 503 with
+	// Retry-After. The connections also get a connect timeout (unless the URL sets
+	// connect_timeout), TCP keepalive and TCP_USER_TIMEOUT: see dbbounds.go. Defaults
+	// to DefaultDatabaseTimeout.
+	DatabaseTimeout time.Duration
 	// ReadDatabase, when set, is where the reads that may be a little stale go (see
 	// gateway.Server's read: lists, stats, a run's detail and journal): streaming
 	// standbys of Database, one pool per host it names, each as large as the API pool
@@ -65,6 +73,22 @@ type Config struct {
 	// readpool.Config.MaxLag. Defaults to 1s; a negative one sends every read to the
 	// primary, the replicas unused.
 	ReadMaxLag time.Duration
+	// Pooler is PoolerTransaction when Database goes through a connection pooler in
+	// transaction mode (PgBouncer's pool_mode=transaction), where a client's session is
+	// not kept from one transaction to the next: the pools then prepare no named
+	// statements (Database's default_query_exec_mode, when it is cache_statement, becomes
+	// cache_describe), their connections get their roles per transaction instead of per
+	// session (the pooler must make each server connection act as journal.SystemRole:
+	// see journal.ActAsAppPerTransaction), and LISTEN goes to ListenDatabase, or, without
+	// it, the gateway polls (River with PollOnly; see invoker.Config.PollOnly). Empty:
+	// the connections are the database's own, as with a pooler in session mode.
+	Pooler string
+	// ListenDatabase, with Pooler, is a direct connection to the database (not through
+	// the pooler) for what a transaction pooler cannot carry: the LISTEN connections of
+	// the notify listener and River's notifier (one each), and the migrations, which
+	// hold a session's advisory lock. Nil with Pooler: the gateway polls, and does not
+	// migrate (a schema not up to date is an error). Start does not change it.
+	ListenDatabase *pgxpool.Config
 	// Migrated says the schema is up to date already (as in the tests' template
 	// databases), so Start does not migrate it.
 	Migrated bool
@@ -140,6 +164,18 @@ type Config struct {
 	TraceErrorMessages bool
 }
 
+// PoolerTransaction is Config.Pooler for a pooler in transaction mode.
+const PoolerTransaction = "transaction"
+
+// pollInterval is how often a gateway with Config.Pooler and no ListenDatabase polls
+// for what notifications would tell it: River's fetches of new jobs, and the waiters on
+// runs' ends and outputs (see notify.NewPollingListener); the live streams are told to
+// resync every pollResync.
+const (
+	pollInterval = 200 * time.Millisecond
+	pollResync   = 5 * time.Second
+)
+
 // Process is a running gateway: its pools, keys, invoker and HTTP server. Its fields
 // are set by Start; read them, do not change them.
 type Process struct {
@@ -161,6 +197,9 @@ type Process struct {
 	Invoker  *invoker.Invoker // started
 	Server   *gateway.Server
 	Metrics  *metrics.Metrics
+	// Listen is the pool of the direct connections that LISTEN (Config.ListenDatabase);
+	// nil without it.
+	Listen *pgxpool.Pool
 	// MetricsAddr is the address of the metrics' own listener; nil without
 	// Config.MetricsAddr.
 	MetricsAddr net.Addr
@@ -200,12 +239,32 @@ func Start(ctx context.Context, cfg Config) (*Process, error) {
 			"and answer 503 until it is promoted; add target_session_attrs=read-write to connect only to the primary",
 			slog.String("hosts", strings.Join(hosts, ",")))
 	}
-	if !cfg.Migrated {
+	pooled := false
+	switch cfg.Pooler {
+	case "":
+		if cfg.ListenDatabase != nil {
+			return nil, errors.New("gatewayproc: ListenDatabase is for a gateway behind a transaction pooler (Pooler)")
+		}
+	case PoolerTransaction:
+		pooled = true
+		if pc.ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement {
+			pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+		}
+	default:
+		return nil, fmt.Errorf("gatewayproc: Pooler %q is not %q or empty", cfg.Pooler, PoolerTransaction)
+	}
+	if !cfg.Migrated && !pooled {
 		if err := migrate(ctx, pc); err != nil {
 			return nil, err
 		}
 	}
-	pool, api, err := openPools(ctx, pc, cfg.APIMaxConns, log)
+	if !cfg.Migrated && pooled && cfg.ListenDatabase != nil {
+		if err := migrate(ctx, cfg.ListenDatabase); err != nil {
+			return nil, fmt.Errorf("migrate through the direct connection (ListenDatabase): %w", err)
+		}
+	}
+	pc = bounded(pc, cfg.DatabaseTimeout) // after the migrations, which it would bound too
+	pool, api, err := openPools(ctx, pc, cfg.APIMaxConns, pooled, log)
 	if err != nil {
 		return nil, err
 	}
@@ -216,6 +275,32 @@ func Start(ctx context.Context, cfg Config) (*Process, error) {
 	fail := func(err error) (*Process, error) {
 		p.Stop(context.WithoutCancel(ctx))
 		return nil, err
+	}
+	if !cfg.Migrated && pooled && cfg.ListenDatabase == nil {
+		// Behind a transaction pooler the migrations' session lock would not hold: they
+		// need a direct connection, which this gateway was not given.
+		pending, err := migrations.Pending(ctx, pool)
+		if err != nil {
+			return fail(fmt.Errorf("check the migrations: %w", err))
+		}
+		if len(pending) > 0 {
+			return fail(fmt.Errorf("the schema is not up to date (pending: %s), and a gateway behind a transaction pooler migrates only through a direct "+
+				"connection: set STEPGATE_DATABASE_LISTEN_URL to one, or run `stepgate migrate` with DATABASE_URL naming the database directly",
+				strings.Join(pending, ", ")))
+		}
+	}
+	if pooled {
+		if cfg.ListenDatabase != nil {
+			lc := cfg.ListenDatabase.Copy()
+			lc.MaxConns = 2 // the notify listener's and River's notifier's
+			if p.Listen, err = pgxpool.NewWithConfig(ctx, lc); err != nil {
+				return fail(fmt.Errorf("connect to the listen database: %w", err))
+			}
+		} else {
+			log.Info("behind a transaction pooler with no direct connection to LISTEN on: polling; runs' ends reach their waiters within "+
+				pollInterval.String()+", jobs of other gateways are fetched within "+pollInterval.String()+", live streams resync every "+pollResync.String(),
+				slog.Duration("poll_interval", pollInterval))
+		}
 	}
 	addr := cmp.Or(cfg.Addr, ":8080")
 	if p.ln, err = net.Listen("tcp", addr); err != nil {
@@ -237,7 +322,7 @@ func Start(ctx context.Context, cfg Config) (*Process, error) {
 		return fail(err)
 	}
 	if cfg.ReadDatabase != nil && cfg.ReadMaxLag >= 0 {
-		if p.Reads, err = openReads(ctx, cfg.ReadDatabase, cmp.Or(cfg.ReadMaxLag, time.Second), pool, api, log); err != nil {
+		if p.Reads, err = openReads(ctx, bounded(cfg.ReadDatabase, cfg.DatabaseTimeout), cmp.Or(cfg.ReadMaxLag, time.Second), pool, api, log); err != nil {
 			return fail(err)
 		}
 		p.Reads.Start(ctx)
@@ -255,6 +340,7 @@ func Start(ctx context.Context, cfg Config) (*Process, error) {
 		MaxRecoveries: cfg.MaxRecoveries, DuplexOff: cfg.DuplexOff, Workers: cfg.Workers, FairReserve: cfg.FairReserve, Metrics: p.Metrics,
 		Retention: cfg.Retention, RetentionInterval: cfg.RetentionInterval, TracerProvider: cfg.TracerProvider,
 		TraceErrorMessages: cfg.TraceErrorMessages, Clock: cfg.Clock,
+		ListenPool: p.Listen, PollOnly: pooled && p.Listen == nil, FetchPollInterval: pollIntervalIf(pooled && p.Listen == nil), PollResync: pollResync,
 	})
 	if err != nil {
 		return fail(err)
@@ -389,6 +475,17 @@ func (p *Process) stop(ctx context.Context) {
 	}
 	p.APIPool.Close()
 	p.Pool.Close()
+	if p.Listen != nil {
+		p.Listen.Close()
+	}
+}
+
+// pollIntervalIf returns pollInterval when polling, else 0 (the invoker's default).
+func pollIntervalIf(polling bool) time.Duration {
+	if polling {
+		return pollInterval
+	}
+	return 0
 }
 
 // drain lets the invocations in flight finish, then hands the rest over; see Stop.
@@ -453,13 +550,17 @@ func databaseHosts(pc *pgxpool.Config) []string {
 // (the invoker, River and checkpoints, which see every tenant) and the API pool (one
 // tenant per transaction, through journal.ForTenant), of apiConns (default: half). It
 // fails when the database user may not act as their roles, and warns when row-level
-// security does not apply to them.
-func openPools(ctx context.Context, pc *pgxpool.Config, apiConns int32, log *slog.Logger) (system, api *pgxpool.Pool, err error) {
+// security does not apply to them. pooled: the connections go through a transaction
+// pooler, which makes each act as journal.SystemRole (see Config.Pooler); the API pool
+// acts as journal.AppRole per transaction.
+func openPools(ctx context.Context, pc *pgxpool.Config, apiConns int32, pooled bool, log *slog.Logger) (system, api *pgxpool.Pool, err error) {
 	sc, ac := pc.Copy(), pc.Copy()
 	ac.MaxConns = max(cmp.Or(apiConns, pc.MaxConns/2), 2)
 	sc.MaxConns = max(pc.MaxConns-ac.MaxConns, 2)
-	journal.ConfigurePool(sc, true)
-	journal.ConfigurePool(ac, false)
+	if !pooled {
+		journal.ConfigurePool(sc, true)
+		journal.ConfigurePool(ac, false)
+	}
 	if system, err = pgxpool.NewWithConfig(ctx, sc); err != nil {
 		return nil, nil, fmt.Errorf("connect: %w", err)
 	}
@@ -467,12 +568,23 @@ func openPools(ctx context.Context, pc *pgxpool.Config, apiConns int32, log *slo
 		system.Close()
 		return nil, nil, fmt.Errorf("connect: %w", err)
 	}
+	var apiDB journal.DB = api
+	if pooled {
+		journal.ActAsAppPerTransaction(api)
+		apiDB = journal.ForTenant(api, "stepgate.fence-check")
+	}
 	for _, p := range []struct {
-		pool *pgxpool.Pool
+		db   journal.DB
 		role string
-	}{{system, journal.SystemRole}, {api, journal.AppRole}} {
-		fence, err := journal.CheckFence(ctx, p.pool)
+	}{{system, journal.SystemRole}, {apiDB, journal.AppRole}} {
+		fence, err := journal.CheckFence(ctx, p.db)
 		switch {
+		case err != nil && pooled:
+			err = fmt.Errorf("behind a transaction pooler: %w", err)
+		case pooled && p.role == journal.SystemRole && fence.User != p.role:
+			err = fmt.Errorf("behind a transaction pooler, the pooler must make each server connection act as %s (the gateway cannot: "+
+				"a session's SET ROLE would not follow its transactions), but the connections act as %s: in PgBouncer's [databases] entry, "+
+				"add connect_query='SET ROLE %s' (see docs/operations.md, Behind PgBouncer)", p.role, fence.User, p.role)
 		case err != nil:
 		case fence.User == p.role:
 			continue
