@@ -88,23 +88,23 @@ func (s *Server) prepare(ctx context.Context, tenant, name, rawURL string, confi
 	return &registration{name: name, url: rawURL, raw: raw, config: fc}, nil
 }
 
-// store stores r as its function's new revision in tenant.
-func (s *Server) store(ctx context.Context, tenant string, r *registration) (*journal.Function, error) {
-	return s.inv.Functions().Register(ctx, journal.ForTenant(s.api, tenant), r.name, r.url, r.raw, r.config)
+// store stores r as its function's new revision in tenant when its URL or config
+// differ from the current revision's, as a sync does (invoker.Functions.Sync), and
+// otherwise returns the current revision.
+func (s *Server) store(ctx context.Context, tenant string, r *registration) (fn *journal.Function, changed bool, err error) {
+	return s.inv.Functions().Sync(ctx, journal.ForTenant(s.api, tenant), r.name, r.url, r.raw, r.config)
 }
 
-// register validates and stores a new revision of a function.
-func (s *Server) register(ctx context.Context, tenant, name, rawURL string, config *protocol.FunctionConfig) (*journal.Function, error) {
-	r, err := s.prepare(ctx, tenant, name, rawURL, config)
+// RegisterFunction validates a function's registration and stores it as a new
+// revision, unless its URL and config are the current revision's (store): then it
+// answers the current revision, so that runs started after it stay on it.
+func (s *Server) RegisterFunction(ctx context.Context, req server.RegisterFunctionRequestObject) (server.RegisterFunctionResponseObject, error) {
+	tenant := identity(ctx).Tenant
+	r, err := s.prepare(ctx, tenant, req.Name, req.Body.URL, req.Body.Config)
 	if err != nil {
 		return nil, err
 	}
-	return s.store(ctx, tenant, r)
-}
-
-// RegisterFunction stores a new revision of a function.
-func (s *Server) RegisterFunction(ctx context.Context, req server.RegisterFunctionRequestObject) (server.RegisterFunctionResponseObject, error) {
-	fn, err := s.register(ctx, identity(ctx).Tenant, req.Name, req.Body.URL, req.Body.Config)
+	fn, _, err := s.store(ctx, tenant, r)
 	if err != nil {
 		return nil, err
 	}
@@ -269,7 +269,7 @@ func (s *Server) SyncApp(ctx context.Context, req server.SyncAppRequestObject) (
 		}
 	}
 	for _, r := range regs {
-		fn, changed, err := s.inv.Functions().Sync(ctx, journal.ForTenant(s.api, tenant), r.name, r.url, r.raw, r.config)
+		fn, changed, err := s.store(ctx, tenant, r)
 		if err != nil {
 			return nil, err
 		}

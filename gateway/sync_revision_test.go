@@ -88,3 +88,50 @@ func TestSyncKeepsUnchangedRevisions(t *testing.T) {
 	// The second tenant's are untouched by the first's changes.
 	check(sync(b), want{1, false}, want{2, true})
 }
+
+// TestRegisterKeepsUnchangedRevision: registering a function with the URL and config of
+// its current revision (PUT /v1/functions/{name}) stores no revision and answers the
+// current one, as a sync does; a change of config or URL makes a new one, which a
+// repeat keeps too; and each tenant's revisions are its own.
+func TestRegisterKeepsUnchangedRevision(t *testing.T) {
+	t.Parallel()
+	s := stack.Start(t, stack.Options{})
+	a := s.Client(t, s.Token)
+	b := s.Client(t, s.NewToken(t, auth.Identity{Subject: "bob", Tenant: "tenant-b", Roles: []string{"admin"}}))
+	register := func(c *protocol.ClientWithResponses, url, timeout string) protocol.Function {
+		t.Helper()
+		var cfg *protocol.FunctionConfig
+		if timeout != "" {
+			cfg = &protocol.FunctionConfig{Timeout: &timeout, Retries: &protocol.RetryPolicy{MaxAttempts: ptr(3)}}
+		}
+		resp, err := c.RegisterFunctionWithResponse(t.Context(), "f", protocol.FunctionRegistration{URL: url, Config: cfg})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
+		return *resp.JSON200
+	}
+	revisions := func(tenant string) int {
+		t.Helper()
+		var n int
+		require.NoError(t, s.Pool.QueryRow(t.Context(),
+			`SELECT count(*) FROM stepgate.function_revision WHERE tenant = $1 AND name = 'f'`, tenant).Scan(&n))
+		return n
+	}
+
+	first := register(a, "http://127.0.0.1:1/f", "10s")
+	require.Equal(t, 1, first.Revision)
+	again := register(a, "http://127.0.0.1:1/f", "10s")
+	require.Equal(t, first, again, "the same URL and config: the stored revision, as it was")
+	require.Equal(t, 1, revisions(auth.DefaultTenant), "an unchanged registration stores no revision")
+
+	require.Equal(t, 2, register(a, "http://127.0.0.1:1/f", "20s").Revision, "another config")
+	require.Equal(t, 2, register(a, "http://127.0.0.1:1/f", "20s").Revision)
+	require.Equal(t, 3, register(a, "http://127.0.0.1:1/f", "").Revision, "no config is a change too")
+	require.Equal(t, 3, register(a, "http://127.0.0.1:1/f", "").Revision)
+	require.Equal(t, 4, register(a, "http://127.0.0.1:1/g", "").Revision, "another URL")
+	require.Equal(t, 4, revisions(auth.DefaultTenant))
+
+	// The other tenant's function of that name is its own, from revision 1.
+	require.Equal(t, 1, register(b, "http://127.0.0.1:1/g", "").Revision)
+	require.Equal(t, 1, register(b, "http://127.0.0.1:1/g", "").Revision)
+	require.Equal(t, 1, revisions("tenant-b"))
+}

@@ -29,20 +29,11 @@ type Functions struct {
 // their function's config says otherwise.
 func (f *Functions) DefaultRetention() time.Duration { return f.retention }
 
-// Register stores a new revision of a function of db's tenant, whose config raw was
-// checked (ParseConfig, Limits.CheckConfig).
-func (f *Functions) Register(ctx context.Context, db *journal.TenantDB, name, url string, raw json.RawMessage, fc FunctionConfig) (*journal.Function, error) {
-	fn, err := journal.RegisterFunction(ctx, db, db.Tenant(), name, url, raw, fc.Timeout, fc.RunTimeout)
-	if err != nil {
-		return nil, fmt.Errorf("register function %s: %w", name, err)
-	}
-	return fn, nil
-}
-
-// Sync is Register for a sync of an app: it stores a new revision only when the URL or
-// the config (its fields, and the timeouts it implies) differ from the function's
-// current revision, and otherwise returns the current one with changed false, so that
-// runs started after the sync stay on it.
+// Sync registers a function of db's tenant, whose config raw was checked (ParseConfig,
+// Limits.CheckConfig), for a registration of it alone or a sync of its app: it stores a
+// new revision only when the URL or the config (its fields, and the timeouts it
+// implies) differ from the function's current revision, or it has none, and otherwise
+// returns the current one with changed false, so that runs started after it stay on it.
 func (f *Functions) Sync(ctx context.Context, db *journal.TenantDB, name, url string, raw json.RawMessage, fc FunctionConfig) (fn *journal.Function, changed bool, err error) {
 	return journal.SyncFunction(ctx, db, db.Tenant(), name, url, raw, fc.Timeout, fc.RunTimeout)
 }

@@ -1139,7 +1139,7 @@ type Function struct {
 	LastCheck *FunctionLastCheck `json:"last_check,omitempty"`
 	Name      string             `json:"name"`
 
-	// Revision Starts at 1; each registration adds one.
+	// Revision Starts at 1; each new revision adds one.
 	Revision int `json:"revision"`
 
 	// URL The URL the gateway POSTs invocations to. To a caller without
@@ -1513,10 +1513,7 @@ type InvocationAnswer struct {
 	// Output Any JSON value, kept byte for byte.
 	Output *AnyJSON `json:"output,omitempty"`
 
-	// Replay What a replay-only invocation found (InvocationRequest `replay_only`): the code
-	// asked for each journaled entry in order, and `next` is the first thing it asks
-	// for past the journal; or at `divergence.seq` it asked for something else than
-	// the journal holds there (what the gateway would fail as nondeterminism).
+	// Replay With status `replayed`, the answer to a replay-only invocation.
 	Replay *ReplayOutcome `json:"replay,omitempty"`
 	Status AnswerStatus   `json:"status"`
 
@@ -2553,7 +2550,7 @@ type SyncedFunction struct {
 	LastCheck *FunctionLastCheck `json:"last_check,omitempty"`
 	Name      string             `json:"name"`
 
-	// Revision Starts at 1; each registration adds one.
+	// Revision Starts at 1; each new revision adds one.
 	Revision int `json:"revision"`
 
 	// URL The URL the gateway POSTs invocations to. To a caller without
@@ -2589,7 +2586,7 @@ type TenantUsage struct {
 	// MaxStreamBytes `STEPGATE_MAX_TENANT_STREAM_BYTES`.
 	MaxStreamBytes int64 `json:"max_stream_bytes"`
 
-	// Runs Runs stored
+	// Runs Runs stored, not yet deleted by retention.
 	Runs int64 `json:"runs"`
 
 	// StreamBytes Bytes of the chunks of all the tenant's runs' streams.
@@ -3252,20 +3249,24 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/functions/{name} (the `GetFunction` operationId).
 	GetFunction(ctx context.Context, name FunctionName, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// RegisterFunctionWithBody Registers a function; each call makes a new immutable revision. Needs `functions:write`.
+	// RegisterFunctionWithBody Registers a function; a new URL or config makes a new immutable revision. Needs `functions:write`.
 	//
-	// Runs stay on the revision they started on. Registering the same URL and config again
-	// still makes a new revision (a sync of an app, `POST /v1/apps`, does not).
+	// Runs stay on the revision they started on. Registering the URL and config (every
+	// field) of the function's current revision again stores nothing and answers that
+	// revision as it is, as a sync of an app (`POST /v1/apps`) does for an unchanged
+	// function; a new function, or another URL or config, makes a new revision.
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with PUT /v1/functions/{name} (the `RegisterFunction` operationId).
 	RegisterFunctionWithBody(ctx context.Context, name FunctionName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// RegisterFunction Registers a function; each call makes a new immutable revision. Needs `functions:write`.
+	// RegisterFunction Registers a function; a new URL or config makes a new immutable revision. Needs `functions:write`.
 	//
-	// Runs stay on the revision they started on. Registering the same URL and config again
-	// still makes a new revision (a sync of an app, `POST /v1/apps`, does not).
+	// Runs stay on the revision they started on. Registering the URL and config (every
+	// field) of the function's current revision again stores nothing and answers that
+	// revision as it is, as a sync of an app (`POST /v1/apps`) does for an unchanged
+	// function; a new function, or another URL or config, makes a new revision.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3501,7 +3502,8 @@ type ClientInterface interface {
 	// `GET /v1/operations/{id}` reads and `POST /v1/operations/{id}/cancel` stops. The
 	// operation reruns each run of the caller's tenant that matches every criterion of
 	// `filter` (at least one is needed), has finished (`status` picks among `completed`,
-	// `failed` and `cancelled`; all three when absent) and was created before the
+	// `failed` and `cancelled`; only `failed` when absent, so that a redrive never
+	// reruns completed or cancelled runs unless asked) and was created before the
 	// operation, oldest first, 500 per transaction, as `POST /v1/runs/{id}/rerun` does:
 	// a new run on the function's current revision with the old run's input, as the
 	// caller (whom the function's `invoke_roles` must allow), naming the old run in
@@ -3534,7 +3536,8 @@ type ClientInterface interface {
 	// `GET /v1/operations/{id}` reads and `POST /v1/operations/{id}/cancel` stops. The
 	// operation reruns each run of the caller's tenant that matches every criterion of
 	// `filter` (at least one is needed), has finished (`status` picks among `completed`,
-	// `failed` and `cancelled`; all three when absent) and was created before the
+	// `failed` and `cancelled`; only `failed` when absent, so that a redrive never
+	// reruns completed or cancelled runs unless asked) and was created before the
 	// operation, oldest first, 500 per transaction, as `POST /v1/runs/{id}/rerun` does:
 	// a new run on the function's current revision with the old run's input, as the
 	// caller (whom the function's `invoke_roles` must allow), naming the old run in
@@ -4711,10 +4714,12 @@ func (c *Client) GetFunction(ctx context.Context, name FunctionName, reqEditors 
 	return c.Client.Do(req)
 }
 
-// RegisterFunctionWithBody Registers a function; each call makes a new immutable revision. Needs `functions:write`.
+// RegisterFunctionWithBody Registers a function; a new URL or config makes a new immutable revision. Needs `functions:write`.
 //
-// Runs stay on the revision they started on. Registering the same URL and config again
-// still makes a new revision (a sync of an app, `POST /v1/apps`, does not).
+// Runs stay on the revision they started on. Registering the URL and config (every
+// field) of the function's current revision again stores nothing and answers that
+// revision as it is, as a sync of an app (`POST /v1/apps`) does for an unchanged
+// function; a new function, or another URL or config, makes a new revision.
 //
 // Takes any type of body and a specified content type.
 //
@@ -4731,10 +4736,12 @@ func (c *Client) RegisterFunctionWithBody(ctx context.Context, name FunctionName
 	return c.Client.Do(req)
 }
 
-// RegisterFunction Registers a function; each call makes a new immutable revision. Needs `functions:write`.
+// RegisterFunction Registers a function; a new URL or config makes a new immutable revision. Needs `functions:write`.
 //
-// Runs stay on the revision they started on. Registering the same URL and config again
-// still makes a new revision (a sync of an app, `POST /v1/apps`, does not).
+// Runs stay on the revision they started on. Registering the URL and config (every
+// field) of the function's current revision again stores nothing and answers that
+// revision as it is, as a sync of an app (`POST /v1/apps`) does for an unchanged
+// function; a new function, or another URL or config, makes a new revision.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -5090,7 +5097,8 @@ func (c *Client) CancelRuns(ctx context.Context, body CancelRunsJSONRequestBody,
 // `GET /v1/operations/{id}` reads and `POST /v1/operations/{id}/cancel` stops. The
 // operation reruns each run of the caller's tenant that matches every criterion of
 // `filter` (at least one is needed), has finished (`status` picks among `completed`,
-// `failed` and `cancelled`; all three when absent) and was created before the
+// `failed` and `cancelled`; only `failed` when absent, so that a redrive never
+// reruns completed or cancelled runs unless asked) and was created before the
 // operation, oldest first, 500 per transaction, as `POST /v1/runs/{id}/rerun` does:
 // a new run on the function's current revision with the old run's input, as the
 // caller (whom the function's `invoke_roles` must allow), naming the old run in
@@ -5133,7 +5141,8 @@ func (c *Client) RerunRunsWithBody(ctx context.Context, contentType string, body
 // `GET /v1/operations/{id}` reads and `POST /v1/operations/{id}/cancel` stops. The
 // operation reruns each run of the caller's tenant that matches every criterion of
 // `filter` (at least one is needed), has finished (`status` picks among `completed`,
-// `failed` and `cancelled`; all three when absent) and was created before the
+// `failed` and `cancelled`; only `failed` when absent, so that a redrive never
+// reruns completed or cancelled runs unless asked) and was created before the
 // operation, oldest first, 500 per transaction, as `POST /v1/runs/{id}/rerun` does:
 // a new run on the function's current revision with the old run's input, as the
 // caller (whom the function's `invoke_roles` must allow), naming the old run in
@@ -9349,20 +9358,24 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/functions/{name} (the `GetFunction` operationId).
 	GetFunctionWithResponse(ctx context.Context, name FunctionName, reqEditors ...RequestEditorFn) (*GetFunctionResponse, error)
 
-	// RegisterFunctionWithBodyWithResponse Registers a function; each call makes a new immutable revision. Needs `functions:write`.
+	// RegisterFunctionWithBodyWithResponse Registers a function; a new URL or config makes a new immutable revision. Needs `functions:write`.
 	//
-	// Runs stay on the revision they started on. Registering the same URL and config again
-	// still makes a new revision (a sync of an app, `POST /v1/apps`, does not).
+	// Runs stay on the revision they started on. Registering the URL and config (every
+	// field) of the function's current revision again stores nothing and answers that
+	// revision as it is, as a sync of an app (`POST /v1/apps`) does for an unchanged
+	// function; a new function, or another URL or config, makes a new revision.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PUT /v1/functions/{name} (the `RegisterFunction` operationId).
 	RegisterFunctionWithBodyWithResponse(ctx context.Context, name FunctionName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RegisterFunctionResponse, error)
 
-	// RegisterFunctionWithResponse Registers a function; each call makes a new immutable revision. Needs `functions:write`.
+	// RegisterFunctionWithResponse Registers a function; a new URL or config makes a new immutable revision. Needs `functions:write`.
 	//
-	// Runs stay on the revision they started on. Registering the same URL and config again
-	// still makes a new revision (a sync of an app, `POST /v1/apps`, does not).
+	// Runs stay on the revision they started on. Registering the URL and config (every
+	// field) of the function's current revision again stores nothing and answers that
+	// revision as it is, as a sync of an app (`POST /v1/apps`) does for an unchanged
+	// function; a new function, or another URL or config, makes a new revision.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -9608,7 +9621,8 @@ type ClientWithResponsesInterface interface {
 	// `GET /v1/operations/{id}` reads and `POST /v1/operations/{id}/cancel` stops. The
 	// operation reruns each run of the caller's tenant that matches every criterion of
 	// `filter` (at least one is needed), has finished (`status` picks among `completed`,
-	// `failed` and `cancelled`; all three when absent) and was created before the
+	// `failed` and `cancelled`; only `failed` when absent, so that a redrive never
+	// reruns completed or cancelled runs unless asked) and was created before the
 	// operation, oldest first, 500 per transaction, as `POST /v1/runs/{id}/rerun` does:
 	// a new run on the function's current revision with the old run's input, as the
 	// caller (whom the function's `invoke_roles` must allow), naming the old run in
@@ -9641,7 +9655,8 @@ type ClientWithResponsesInterface interface {
 	// `GET /v1/operations/{id}` reads and `POST /v1/operations/{id}/cancel` stops. The
 	// operation reruns each run of the caller's tenant that matches every criterion of
 	// `filter` (at least one is needed), has finished (`status` picks among `completed`,
-	// `failed` and `cancelled`; all three when absent) and was created before the
+	// `failed` and `cancelled`; only `failed` when absent, so that a redrive never
+	// reruns completed or cancelled runs unless asked) and was created before the
 	// operation, oldest first, 500 per transaction, as `POST /v1/runs/{id}/rerun` does:
 	// a new run on the function's current revision with the old run's input, as the
 	// caller (whom the function's `invoke_roles` must allow), naming the old run in
@@ -14603,10 +14618,12 @@ func (c *ClientWithResponses) GetFunctionWithResponse(ctx context.Context, name 
 	return ParseGetFunctionResponse(rsp)
 }
 
-// RegisterFunctionWithBodyWithResponse Registers a function; each call makes a new immutable revision. Needs `functions:write`.
+// RegisterFunctionWithBodyWithResponse Registers a function; a new URL or config makes a new immutable revision. Needs `functions:write`.
 //
-// Runs stay on the revision they started on. Registering the same URL and config again
-// still makes a new revision (a sync of an app, `POST /v1/apps`, does not).
+// Runs stay on the revision they started on. Registering the URL and config (every
+// field) of the function's current revision again stores nothing and answers that
+// revision as it is, as a sync of an app (`POST /v1/apps`) does for an unchanged
+// function; a new function, or another URL or config, makes a new revision.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -14619,10 +14636,12 @@ func (c *ClientWithResponses) RegisterFunctionWithBodyWithResponse(ctx context.C
 	return ParseRegisterFunctionResponse(rsp)
 }
 
-// RegisterFunctionWithResponse Registers a function; each call makes a new immutable revision. Needs `functions:write`.
+// RegisterFunctionWithResponse Registers a function; a new URL or config makes a new immutable revision. Needs `functions:write`.
 //
-// Runs stay on the revision they started on. Registering the same URL and config again
-// still makes a new revision (a sync of an app, `POST /v1/apps`, does not).
+// Runs stay on the revision they started on. Registering the URL and config (every
+// field) of the function's current revision again stores nothing and answers that
+// revision as it is, as a sync of an app (`POST /v1/apps`) does for an unchanged
+// function; a new function, or another URL or config, makes a new revision.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -14940,7 +14959,8 @@ func (c *ClientWithResponses) CancelRunsWithResponse(ctx context.Context, body C
 // `GET /v1/operations/{id}` reads and `POST /v1/operations/{id}/cancel` stops. The
 // operation reruns each run of the caller's tenant that matches every criterion of
 // `filter` (at least one is needed), has finished (`status` picks among `completed`,
-// `failed` and `cancelled`; all three when absent) and was created before the
+// `failed` and `cancelled`; only `failed` when absent, so that a redrive never
+// reruns completed or cancelled runs unless asked) and was created before the
 // operation, oldest first, 500 per transaction, as `POST /v1/runs/{id}/rerun` does:
 // a new run on the function's current revision with the old run's input, as the
 // caller (whom the function's `invoke_roles` must allow), naming the old run in
@@ -14979,7 +14999,8 @@ func (c *ClientWithResponses) RerunRunsWithBodyWithResponse(ctx context.Context,
 // `GET /v1/operations/{id}` reads and `POST /v1/operations/{id}/cancel` stops. The
 // operation reruns each run of the caller's tenant that matches every criterion of
 // `filter` (at least one is needed), has finished (`status` picks among `completed`,
-// `failed` and `cancelled`; all three when absent) and was created before the
+// `failed` and `cancelled`; only `failed` when absent, so that a redrive never
+// reruns completed or cancelled runs unless asked) and was created before the
 // operation, oldest first, 500 per transaction, as `POST /v1/runs/{id}/rerun` does:
 // a new run on the function's current revision with the old run's input, as the
 // caller (whom the function's `invoke_roles` must allow), naming the old run in

@@ -56,7 +56,7 @@ type ServerInterface interface {
 	// GetFunction Returns a function's current revision. Needs `functions:read`.
 	// (GET /v1/functions/{name})
 	GetFunction(ctx echo.Context, name FunctionName) error
-	// RegisterFunction Registers a function; each call makes a new immutable revision. Needs `functions:write`.
+	// RegisterFunction Registers a function; a new URL or config makes a new immutable revision. Needs `functions:write`.
 	// (PUT /v1/functions/{name})
 	RegisterFunction(ctx echo.Context, name FunctionName) error
 	// GetFunctionQueue Counts the function's queued, running and held runs, per concurrency key. Needs `functions:read`.
@@ -6365,7 +6365,7 @@ type StrictServerInterface interface {
 	// GetFunction Returns a function's current revision. Needs `functions:read`.
 	// (GET /v1/functions/{name})
 	GetFunction(ctx context.Context, request GetFunctionRequestObject) (GetFunctionResponseObject, error)
-	// RegisterFunction Registers a function; each call makes a new immutable revision. Needs `functions:write`.
+	// RegisterFunction Registers a function; a new URL or config makes a new immutable revision. Needs `functions:write`.
 	// (PUT /v1/functions/{name})
 	RegisterFunction(ctx context.Context, request RegisterFunctionRequestObject) (RegisterFunctionResponseObject, error)
 	// GetFunctionQueue Counts the function's queued, running and held runs, per concurrency key. Needs `functions:read`.

@@ -71,9 +71,11 @@ export interface paths {
         /** Returns a function's current revision. Needs `functions:read`. */
         get: operations["getFunction"];
         /**
-         * Registers a function; each call makes a new immutable revision. Needs `functions:write`.
-         * @description Runs stay on the revision they started on. Registering the same URL and config again
-         *     still makes a new revision (a sync of an app, `POST /v1/apps`, does not).
+         * Registers a function; a new URL or config makes a new immutable revision. Needs `functions:write`.
+         * @description Runs stay on the revision they started on. Registering the URL and config (every
+         *     field) of the function's current revision again stores nothing and answers that
+         *     revision as it is, as a sync of an app (`POST /v1/apps`) does for an unchanged
+         *     function; a new function, or another URL or config, makes a new revision.
          */
         put: operations["registerFunction"];
         post?: never;
@@ -1696,7 +1698,7 @@ export interface components {
         };
         Function: {
             name: string;
-            /** @description Starts at 1; each registration adds one. */
+            /** @description Starts at 1; each new revision adds one. */
             revision: number;
             /**
              * @description The URL the gateway POSTs invocations to. To a caller without
@@ -3387,7 +3389,7 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The new revision. */
+            /** @description The function's current revision, new or kept. */
             200: {
                 headers: {
                     [name: string]: unknown;
