@@ -1,6 +1,8 @@
 package maintenance
 
 import (
+	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -11,7 +13,11 @@ import (
 // Health tracks whether this process reaches the database, for the Reaper's rule: after
 // this process could not reach it, it reaps no lease until it has reached it for two
 // renewal intervals. The services that read or write the database observe their errors
-// in it. Safe for concurrent use.
+// in it. A database that hangs instead of failing (a stopped primary, a cut link) counts
+// as out of reach too: a statement that ran out of its time (context.DeadlineExceeded),
+// and a maintenance pass that took longer than its limit (Timed), restart the steady
+// time, so that leases whose owners could not renew them while it hung are not reaped
+// the moment it answers again. Safe for concurrent use.
 type Health struct {
 	clock    clock.Clock
 	mu       sync.Mutex
@@ -23,12 +29,33 @@ type Health struct {
 func NewHealth(clk clock.Clock) *Health { return &Health{clock: clk, failedAt: clk.Now()} }
 
 // Observe notes err, a statement's error (nil: none): an unavailable database
-// (journal.IsUnavailable) restarts the steady time.
+// (journal.IsUnavailable), or a statement that ran out of its time
+// (context.DeadlineExceeded, ErrStalled), restarts the steady time.
 func (h *Health) Observe(err error) {
-	if err != nil && journal.IsUnavailable(err) {
-		h.mu.Lock()
-		h.failedAt = h.clock.Now()
-		h.mu.Unlock()
+	if err != nil && (journal.IsUnavailable(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrStalled)) {
+		h.failed()
+	}
+}
+
+func (h *Health) failed() {
+	h.mu.Lock()
+	h.failedAt = h.clock.Now()
+	h.mu.Unlock()
+}
+
+// ErrStalled is the error of a statement that answered, but later than the database
+// answers when it is reachable: the Reaper's, which then reaps nothing.
+var ErrStalled = errors.New("maintenance: the database answered too late")
+
+// Timed returns pass, noting a failure when it took longer than limit: a pass held up
+// by a database that hung ends, without an error, once it answers again.
+func (h *Health) Timed(limit time.Duration, pass func(context.Context)) func(context.Context) {
+	return func(ctx context.Context) {
+		start := h.clock.Now()
+		pass(ctx)
+		if h.clock.Now().Sub(start) > limit {
+			h.failed()
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package maintenance_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"testing"
 	"time"
@@ -34,4 +35,33 @@ func TestHealth(t *testing.T) {
 	require.False(t, h.SteadyFor(time.Nanosecond), "an outage restarts it")
 	clk.Advance(time.Minute)
 	require.True(t, h.SteadyFor(time.Minute))
+}
+
+// TestHealthHang: a database that hangs instead of failing counts as out of reach: a
+// statement that ran out of its time, a stalled reap, and a pass that took longer than
+// its limit (ending without an error once the database answered again) restart the
+// steady time; a pass within its limit does not.
+func TestHealthHang(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewTest(time.Now())
+	h := maintenance.NewHealth(clk)
+	steady := func() {
+		clk.Advance(time.Minute)
+		require.True(t, h.SteadyFor(time.Minute))
+	}
+	steady()
+	h.Observe(fmt.Errorf("renew: %w", context.DeadlineExceeded))
+	require.False(t, h.SteadyFor(time.Nanosecond), "a statement out of time")
+	steady()
+	h.Observe(fmt.Errorf("%w: rolled back", maintenance.ErrStalled))
+	require.False(t, h.SteadyFor(time.Nanosecond), "a stalled reap")
+	steady()
+
+	took := time.Second
+	pass := h.Timed(3*time.Second, func(context.Context) { clk.Advance(took) })
+	pass(t.Context())
+	require.True(t, h.SteadyFor(time.Minute), "a pass within its limit")
+	took = 8 * time.Second // held up by a database that hung, then answered
+	pass(t.Context())
+	require.False(t, h.SteadyFor(time.Nanosecond), "a pass past its limit")
 }

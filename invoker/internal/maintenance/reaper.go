@@ -2,6 +2,7 @@ package maintenance
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -20,18 +21,26 @@ const ReapBatch = 500
 // reach the database, it reaps no lease until it has reached it for two renewal
 // intervals (Health): the other gateways, cut off too, renew their leases first, so a
 // database restart costs no recovery.
+//
+// A database that hangs (a stopped primary, a cut link) answers late rather than not at
+// all, and a statement sent before the hang runs when it ends, judging leases by a
+// clock that went on while no one could renew them. So a batch whose statement did not
+// answer within stallAfter of the pass's start is rolled back, reaping nothing (its
+// transaction's COMMIT is sent only after that check), and Health notes the stall.
 type Reaper struct {
 	pool       *pgxpool.Pool
 	enqueue    EnqueueFunc
 	renewEvery time.Duration
+	stallAfter time.Duration
 	health     *Health
 	log        *slog.Logger
 }
 
-// NewReaper returns the Reaper of pool's runs, which enqueues with enqueue and waits for
-// health to be steady for two renewEvery before it reaps.
-func NewReaper(pool *pgxpool.Pool, enqueue EnqueueFunc, renewEvery time.Duration, health *Health, log *slog.Logger) *Reaper {
-	return &Reaper{pool: pool, enqueue: enqueue, renewEvery: renewEvery, health: health, log: log}
+// NewReaper returns the Reaper of pool's runs, which enqueues with enqueue, waits for
+// health to be steady for two renewEvery before it reaps, and reaps nothing from a
+// statement that answered later than stallAfter.
+func NewReaper(pool *pgxpool.Pool, enqueue EnqueueFunc, renewEvery, stallAfter time.Duration, health *Health, log *slog.Logger) *Reaper {
+	return &Reaper{pool: pool, enqueue: enqueue, renewEvery: renewEvery, stallAfter: stallAfter, health: health, log: log}
 }
 
 // Pass recovers every run whose lease lapsed, unless the database was unreachable
@@ -55,8 +64,13 @@ func (r *Reaper) Pass(ctx context.Context) {
 func (r *Reaper) reap(ctx context.Context) (int, error) {
 	total := 0
 	for {
+		start := time.Now()
 		ids, err := Requeue(ctx, r.pool, r.enqueue, func(tx pgx.Tx) ([]string, error) {
-			return journal.ReapExpiredLeases(ctx, tx, ReapBatch)
+			ids, err := journal.ReapExpiredLeases(ctx, tx, ReapBatch)
+			if err == nil && time.Since(start) > r.stallAfter {
+				return nil, fmt.Errorf("%w: the reap took %s, past %s: rolled back", ErrStalled, time.Since(start).Round(time.Millisecond), r.stallAfter)
+			}
+			return ids, err
 		})
 		total += len(ids)
 		if err != nil || len(ids) < ReapBatch {

@@ -36,7 +36,7 @@ func TestReaper(t *testing.T) {
 	health := maintenance.NewHealth(clk)
 	var log logs
 	enq := &enqueuer{}
-	r := maintenance.NewReaper(db, enq.enqueue, renewEvery, health, log.logger())
+	r := maintenance.NewReaper(db, enq.enqueue, renewEvery, time.Minute, health, log.logger())
 
 	r.Pass(t.Context())
 	require.Equal(t, "running", status(t, db, expired.ID), "nothing reaped at start, before the others could renew")
@@ -70,4 +70,37 @@ func TestReaper(t *testing.T) {
 	r.Pass(t.Context())
 	require.Equal(t, "queued", status(t, db, live.ID), "reaped once the database answered for two intervals")
 	require.Equal(t, []string{expired.ID, live.ID}, enq.enqueued())
+}
+
+// TestReaperStalled: a reap whose statement answered later than stallAfter after the
+// pass began (a database that hung, then judged the leases by a clock that went on
+// while no one could renew them) is rolled back, reaping nothing, and the steady time
+// restarts; the next pass in time reaps once the database answered for two intervals.
+func TestReaperStalled(t *testing.T) {
+	t.Parallel()
+	const renewEvery = time.Second
+	db, err := pgxpool.New(t.Context(), pgtest.DBURL(t))
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
+	run := newRun(t, db, claimed)
+	exec(t, db, `UPDATE stepgate.run SET lease_until = now() - interval '1 ms' WHERE id = $1`, run.ID)
+
+	clk := clock.NewTest(time.Now())
+	health := maintenance.NewHealth(clk)
+	clk.Advance(2 * renewEvery)
+	var log logs
+	enq := &enqueuer{}
+	// Every reap takes longer than a nanosecond.
+	maintenance.NewReaper(db, enq.enqueue, renewEvery, time.Nanosecond, health, log.logger()).Pass(t.Context())
+	require.Equal(t, "running", status(t, db, run.ID), "a late reap reaps nothing")
+	require.Empty(t, enq.enqueued())
+	require.Contains(t, log.String(), "the database answered too late")
+	require.False(t, health.SteadyFor(time.Nanosecond), "the stall restarts the steady time")
+
+	r := maintenance.NewReaper(db, enq.enqueue, renewEvery, time.Minute, health, log.logger())
+	r.Pass(t.Context())
+	require.Equal(t, "running", status(t, db, run.ID), "not right after the stall")
+	clk.Advance(2 * renewEvery)
+	r.Pass(t.Context())
+	require.Equal(t, "queued", status(t, db, run.ID))
 }
