@@ -162,6 +162,7 @@ func TestSyncCheck(t *testing.T) {
 		require.Equal(t, 1, o.Live)
 		require.Equal(t, 1, o.Checked)
 		require.Zero(t, o.Clean)
+		require.Equal(t, new(1), o.Revision, "nothing was registered: the revision the function is at")
 		require.Len(t, o.Broken, 1)
 		b := o.Broken[0]
 		require.Equal(t, order, b.RunID)
@@ -200,11 +201,13 @@ func TestSyncCheck(t *testing.T) {
 		require.True(t, chk.Ok, string(resp.Body))
 		require.True(t, chk.Registered)
 		p := functionCheckOf(t, *chk, "patched")
-		require.Equal(t, protocol.FunctionCheck{Function: "patched", URL: new(v3URL + "patched"), Live: 1, Checked: 1, Clean: 1, Broken: []protocol.RunCheck{}}, p)
+		// Its revision is the one the sync registered from the code checked.
+		require.Equal(t, protocol.FunctionCheck{Function: "patched", URL: new(v3URL + "patched"), Revision: new(2), Live: 1, Checked: 1, Clean: 1, Broken: []protocol.RunCheck{}}, p)
 		require.Zero(t, patchBodies.Load(), "a replay-only invocation runs no step body")
 		fn := getFunction(t, c, "patched")
 		require.Equal(t, 2, fn.Revision)
 		require.True(t, fn.LastCheck.Registered)
+		require.Equal(t, p, fn.LastCheck.Check)
 		require.Nil(t, fn.LastCheck.Forced)
 	})
 
