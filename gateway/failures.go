@@ -22,7 +22,9 @@ const (
 )
 
 // ListFailures lists the caller's tenant's failed runs grouped by function and error
-// (failure.FailureGroups), over a window no longer than the gateway's retention. Each
+// (failure.FailureGroups), over a window no longer than the gateway's retention, each
+// group with its runs redriven and redriven successfully (hide_redriven leaves out the
+// groups whose runs all were). Each
 // group's sample message is cut to 1000 characters, so an answer is at most a few MiB;
 // it is a heavy read (heavyRead).
 func (s *Server) ListFailures(ctx context.Context, req server.ListFailuresRequestObject) (server.ListFailuresResponseObject, error) {
@@ -51,7 +53,11 @@ func (s *Server) ListFailures(ctx context.Context, req server.ListFailuresReques
 	var groups []failure.FailureGroup
 	var more bool
 	err := s.read(ctx, func(db *journal.TenantDB) (err error) {
-		groups, more, err = failure.FailureGroups(ctx, db, db.Tenant(), since, limit, req.Params.IncludeDismissed != nil && *req.Params.IncludeDismissed)
+		groups, more, err = failure.FailureGroups(ctx, db, db.Tenant(), failure.Query{
+			Since: since, Limit: limit,
+			IncludeDismissed: req.Params.IncludeDismissed != nil && *req.Params.IncludeDismissed,
+			HideRedriven:     req.Params.HideRedriven != nil && *req.Params.HideRedriven,
+		})
 		return err
 	})
 	if err != nil {
@@ -61,7 +67,8 @@ func (s *Server) ListFailures(ctx context.Context, req server.ListFailuresReques
 	for i, g := range groups {
 		out.Groups[i] = protocol.FailureGroup{
 			Group: g.Group, Function: g.Function, ErrorType: g.ErrorType, Message: g.MessageShape,
-			SampleMessage: &g.SampleMessage, Count: g.Runs, FirstSeen: g.FirstSeen, LastSeen: g.LastSeen,
+			SampleMessage: &g.SampleMessage, Count: g.Runs, Redriven: g.Redriven, RedrivenCompleted: g.RedrivenCompleted,
+			FirstSeen: g.FirstSeen, LastSeen: g.LastSeen,
 			SampleRunID: g.SampleRunID, DismissedAt: g.DismissedAt,
 		}
 	}

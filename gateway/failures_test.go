@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepgate/stepgate/auth"
@@ -47,7 +48,7 @@ func TestFailures(t *testing.T) {
 	// "order # not found" with # the run's number: one shape, "order <num> not found".
 	seedFailed(t, s, "t1", "redrive.a", "http_status", "order # not found", 12)
 	seedFailed(t, s, "t1", "redrive.a", "timeout", `fetch "https://x/#" took #ms`, 3)
-	seedFailed(t, s, "t1", "redrive.b", "http_status", "order # not found", 2)
+	failedB := seedFailed(t, s, "t1", "redrive.b", "http_status", "order # not found", 2)
 	seedFailed(t, s, "t2", "redrive.a", "http_status", "order # not found", 7)
 
 	l := listFailures(t, viewer, nil)
@@ -158,6 +159,77 @@ func TestFailures(t *testing.T) {
 		require.Equal(t, 12, countReruns(t, s, "t1"))
 		require.Zero(t, countReruns(t, s, "t2"))
 	})
+
+	// The view tells the redriven runs apart, and a group whose runs all were redriven
+	// successfully closes itself with hide_redriven, until one fails again.
+	t.Run("RedrivenRunsAreCounted", func(t *testing.T) {
+		require.EventuallyWithT(t, func(ct *assert.CollectT) {
+			resp, err := c.ListFailuresWithResponse(t.Context(), nil)
+			if !assert.NoError(ct, err) || !assert.NotNil(ct, resp.JSON200, "%d %s", resp.StatusCode(), resp.Body) {
+				return
+			}
+			for _, g := range resp.JSON200.Groups {
+				if g.Group == a.Group {
+					assert.EqualValues(ct, 12, g.RedrivenCompleted, "%+v", g)
+					return
+				}
+			}
+			assert.Fail(ct, "no group "+a.Group)
+		}, 60*time.Second, 10*time.Millisecond, "the reruns of group %s never all completed", a.Group)
+		// One run of b rerun, the rerun cancelled; another rerun by t2's run that names it
+		// (which no gateway makes: a rerun is its tenant's), completed.
+		seedRerun(t, s, "t1", "redrive.b", failedB[0], "cancelled")
+		seedRerun(t, s, "t2", "redrive.b", failedB[1], "completed")
+
+		l := listFailures(t, c, nil)
+		byGroup := map[string]protocol.FailureGroup{}
+		for _, g := range l.Groups {
+			byGroup[g.Group] = g
+		}
+		require.Len(t, byGroup, 3)
+		ga, gb := byGroup[a.Group], byGroup[b.Group]
+		require.EqualValues(t, [3]int64{12, 12, 12}, [3]int64{ga.Count, ga.Redriven, ga.RedrivenCompleted}, "%+v", ga)
+		require.EqualValues(t, [3]int64{3, 1, 0}, [3]int64{gb.Count, gb.Redriven, gb.RedrivenCompleted},
+			"b: one run redriven, not successfully; t2's run is not counted: %+v", gb)
+		for _, g := range l.Groups {
+			if g.ErrorType == "timeout" {
+				require.Zero(t, g.Redriven, "the timeouts of redrive.a were not redriven")
+			}
+		}
+		other := listFailures(t, c2, nil).Groups
+		require.Len(t, other, 1)
+		require.Zero(t, other[0].Redriven, "t2's group a: its runs were not redriven, t1's were")
+
+		hidden := listFailures(t, c, &protocol.ListFailuresParams{HideRedriven: new(true)})
+		require.Len(t, hidden.Groups, 2, "%+v", hidden.Groups)
+		for _, g := range hidden.Groups {
+			require.NotEqual(t, a.Group, g.Group, "every run of a was redriven successfully: the group closed")
+		}
+		require.Len(t, listFailures(t, c2, &protocol.ListFailuresParams{HideRedriven: new(true)}).Groups, 1)
+		limited := listFailures(t, c, &protocol.ListFailuresParams{HideRedriven: new(true), Limit: new(2)})
+		require.Len(t, limited.Groups, 2)
+		require.False(t, limited.Truncated, "the closed group is left out before the limit")
+
+		// A run of a that fails after the redrive, not redriven, reopens the group.
+		seedFailedNow(t, s, "t1", "redrive.a", "http_status", "order 99 not found")
+		back := listFailures(t, c, &protocol.ListFailuresParams{HideRedriven: new(true)})
+		require.Len(t, back.Groups, 3)
+		require.Equal(t, a.Group, back.Groups[0].Group)
+		require.EqualValues(t, [3]int64{13, 12, 12}, [3]int64{back.Groups[0].Count, back.Groups[0].Redriven, back.Groups[0].RedrivenCompleted})
+	})
+}
+
+// seedRerun inserts a finished run of the tenant's function, in status, that reruns
+// the run rerunOf.
+func seedRerun(t *testing.T, s *stack.Stack, tenant, function, rerunOf, status string) {
+	t.Helper()
+	tag, err := s.Pool.Exec(t.Context(), `
+		INSERT INTO stepgate.run (id, tenant, function, revision, status, input, identity, rerun_of, created_at, finished_at)
+		SELECT gen_random_uuid(), f.tenant, f.name, f.revision, $4, '{}', jsonb_build_object('subject', 'seed', 'tenant', f.tenant),
+			$3::uuid, now(), clock_timestamp()
+		FROM stepgate.function f WHERE f.tenant = $1 AND f.name = $2`, tenant, function, rerunOf, status)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected())
 }
 
 // seedFailedNow inserts a run of the tenant's function that failed now with message.

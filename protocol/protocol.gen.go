@@ -1074,6 +1074,12 @@ type FailureGroup struct {
 	// Message The shape of the group's error messages (see `listFailures`).
 	Message string `json:"message"`
 
+	// Redriven Of `count`, the runs that were rerun (a redrive, or a rerun of one run): a run names each in `rerun_of`.
+	Redriven int64 `json:"redriven"`
+
+	// RedrivenCompleted Of `redriven`, the runs with a rerun that completed. When it equals `count`, `hide_redriven` leaves the group out.
+	RedrivenCompleted int64 `json:"redriven_completed"`
+
 	// SampleMessage The latest run's error message, cut to its first 1000 characters (the part its shape reads).
 	SampleMessage *string `json:"sample_message,omitempty"`
 
@@ -2685,6 +2691,12 @@ type ListFailuresParams struct {
 
 	// IncludeDismissed Lists dismissed groups too, with `dismissed_at`.
 	IncludeDismissed *bool `form:"include_dismissed,omitempty" json:"include_dismissed,omitempty"`
+
+	// HideRedriven Leaves out the groups every run of which was redriven successfully
+	// (`redriven_completed` equals `count`): such a group closes itself, and comes back
+	// when one of its runs fails and has no rerun that completed. Default false: every
+	// group is listed, with its `redriven` and `redriven_completed`.
+	HideRedriven *bool `form:"hide_redriven,omitempty" json:"hide_redriven,omitempty"`
 }
 
 // StartRunParams defines parameters for StartRun.
@@ -3212,7 +3224,10 @@ type ClientInterface interface {
 	// message with quoted strings, UUIDs, hex ids and numbers replaced by `<str>`,
 	// `<uuid>`, `<hex>` and `<num>` (the SQL function `stepgate.error_message_shape`,
 	// migration 0053). Each group has a key (`group`, 16 hex digits), its count, its
-	// first and last failure in the window and its latest run. A dismissed group is
+	// first and last failure in the window and its latest run, and how many of its runs
+	// were redriven (`redriven`: rerun, by a redrive or one by one; a rerun names the run
+	// in `rerun_of`) and how many of those have a rerun that completed
+	// (`redriven_completed`). A dismissed group is
 	// left out until one of its runs fails after the dismissal. Groups come by their
 	// last failure, latest first. Failed runs stay until retention deletes them. A
 	// group's `sample_message` is its latest run's message cut to 1000 characters, so an
@@ -4627,7 +4642,10 @@ func (c *Client) SendEvent(ctx context.Context, body SendEventJSONRequestBody, r
 // message with quoted strings, UUIDs, hex ids and numbers replaced by `<str>`,
 // `<uuid>`, `<hex>` and `<num>` (the SQL function `stepgate.error_message_shape`,
 // migration 0053). Each group has a key (`group`, 16 hex digits), its count, its
-// first and last failure in the window and its latest run. A dismissed group is
+// first and last failure in the window and its latest run, and how many of its runs
+// were redriven (`redriven`: rerun, by a redrive or one by one; a rerun names the run
+// in `rerun_of`) and how many of those have a rerun that completed
+// (`redriven_completed`). A dismissed group is
 // left out until one of its runs fails after the dismissal. Groups come by their
 // last failure, latest first. Failed runs stay until retention deletes them. A
 // group's `sample_message` is its latest run's message cut to 1000 characters, so an
@@ -6702,6 +6720,18 @@ func NewListFailuresRequest(server string, params *ListFailuresParams) (*http.Re
 		if params.IncludeDismissed != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "include_dismissed", *params.IncludeDismissed, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.HideRedriven != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "hide_redriven", *params.HideRedriven, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -9311,7 +9341,10 @@ type ClientWithResponsesInterface interface {
 	// message with quoted strings, UUIDs, hex ids and numbers replaced by `<str>`,
 	// `<uuid>`, `<hex>` and `<num>` (the SQL function `stepgate.error_message_shape`,
 	// migration 0053). Each group has a key (`group`, 16 hex digits), its count, its
-	// first and last failure in the window and its latest run. A dismissed group is
+	// first and last failure in the window and its latest run, and how many of its runs
+	// were redriven (`redriven`: rerun, by a redrive or one by one; a rerun names the run
+	// in `rerun_of`) and how many of those have a rerun that completed
+	// (`redriven_completed`). A dismissed group is
 	// left out until one of its runs fails after the dismissal. Groups come by their
 	// last failure, latest first. Failed runs stay until retention deletes them. A
 	// group's `sample_message` is its latest run's message cut to 1000 characters, so an
@@ -14541,7 +14574,10 @@ func (c *ClientWithResponses) SendEventWithResponse(ctx context.Context, body Se
 // message with quoted strings, UUIDs, hex ids and numbers replaced by `<str>`,
 // `<uuid>`, `<hex>` and `<num>` (the SQL function `stepgate.error_message_shape`,
 // migration 0053). Each group has a key (`group`, 16 hex digits), its count, its
-// first and last failure in the window and its latest run. A dismissed group is
+// first and last failure in the window and its latest run, and how many of its runs
+// were redriven (`redriven`: rerun, by a redrive or one by one; a rerun names the run
+// in `rerun_of`) and how many of those have a rerun that completed
+// (`redriven_completed`). A dismissed group is
 // left out until one of its runs fails after the dismissal. Groups come by their
 // last failure, latest first. Failed runs stay until retention deletes them. A
 // group's `sample_message` is its latest run's message cut to 1000 characters, so an

@@ -113,6 +113,7 @@ func TestDashboardRedriveAndFailures(t *testing.T) {
 		require.EqualValues(t, 3, ones.Load(), "the redriven runs replayed step one")
 	})
 
+	var ninth string // the orders' run that fails after their redrive
 	t.Run("DismissUntilItFailsAgain", func(t *testing.T) {
 		b.use(t)
 		b.do("open the failures", 10*time.Second, chromedp.Navigate(s.URL+"/#/failures"))
@@ -121,7 +122,8 @@ func TestDashboardRedriveAndFailures(t *testing.T) {
 		b.poll("the group is hidden", fmt.Sprintf(`!document.querySelector(%q) && !!document.querySelector(%q)`, failureRow("dl.orders"), failureRow("dl.other")))
 
 		healed.Store(false)
-		stack.AwaitStatus(t, c, start(t, c, "dl.orders", `{"n":9}`, nil), protocol.RunStatusFailed)
+		ninth = start(t, c, "dl.orders", `{"n":9}`, nil)
+		stack.AwaitStatus(t, c, ninth, protocol.RunStatusFailed)
 		b.click("reload", ".page-actions .btn")
 		b.visible("the group is back", failureRow("dl.orders"))
 		require.Equal(t, "4", b.text("with the new failure", failureRow("dl.orders")+" [data-testid=failure-count]"))
@@ -139,6 +141,35 @@ func TestDashboardRedriveAndFailures(t *testing.T) {
 		stack.AwaitStatus(t, c, (*old.RerunBy)[0], protocol.RunStatusFailed)
 		b.click("reload", ".page-actions .btn")
 		b.poll("the group counts its new failure", fmt.Sprintf(`document.querySelector(%q)?.textContent === "2"`, failureRow("dl.other")+" [data-testid=failure-count]"))
+	})
+
+	t.Run("RedrivenRunsAndHideRedriven", func(t *testing.T) {
+		b.use(t)
+		orders, others := failureRow("dl.orders"), failureRow("dl.other")
+		// The orders group: its first 3 runs were redriven and their reruns completed, the
+		// 4th was not; the other group's run was redriven and its rerun failed.
+		b.poll("the redriven counts", fmt.Sprintf(`document.querySelector(%q)?.dataset.redriven === "3" && document.querySelector(%q)?.dataset.redriven === "1"`,
+			orders+" [data-testid=failure-redriven]", others+" [data-testid=failure-redriven]"))
+		require.Equal(t, "3 completed", b.text("the orders' redrives that completed", orders+" [data-testid=failure-redriven] .sub"))
+		require.Equal(t, "0 completed", b.text("the other's", others+" [data-testid=failure-redriven] .sub"))
+		require.Zero(t, run(b, "no group is closed", chromedp.Evaluate[int](`document.querySelectorAll("[data-testid=failure-closed]").length`)))
+
+		// The 4th run rerun too, successfully: every run of the group was, and Hide
+		// redriven closes it.
+		healed.Store(true)
+		rerun, err := c.RerunRunWithResponse(t.Context(), ninth, protocol.RerunRunJSONRequestBody{})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusAccepted, rerun.StatusCode(), string(rerun.Body))
+		stack.AwaitStatus(t, c, rerun.JSON202.ID, protocol.RunStatusCompleted)
+		b.click("reload", ".page-actions .btn")
+		b.visible("the orders group says so", orders+" [data-testid=failure-closed]")
+		require.Equal(t, "4 completed", b.text("all four", orders+" [data-testid=failure-redriven] .sub"))
+		b.click("hide redriven", "[data-testid=failures-hide-redriven]")
+		b.poll("the orders group is closed", fmt.Sprintf(`!document.querySelector(%q) && !!document.querySelector(%q)`, orders, others))
+		require.Contains(t, run(b, "the URL keeps the choice", chromedp.Evaluate[string](`location.hash`)), "hide=1")
+		b.shoot("failures-hide-redriven")
+		b.click("show them again", "[data-testid=failures-hide-redriven]")
+		b.visible("the orders group is back", orders)
 	})
 
 	t.Run("AViewerSeesNoActions", func(t *testing.T) {

@@ -119,7 +119,7 @@ func newFakeGateway(t *testing.T) *fakeGateway {
 		ok(w, 200, `{"id":"`+rerunID+`","kind":"rerun","status":"completed","filter":{"function":"hello"},"cancelled":0,"done":998,"failed":2,"errors":[{"run_id":"r9","error":"function hello is no longer registered"}],"matched":1000,"batches":2,"created_at":"2026-01-02T15:04:05Z","finished_at":"2026-01-02T15:04:06Z","by":{"subject":"dev","tenant":"t","roles":[]}}`)
 	})
 	mux.HandleFunc("GET /v1/failures", func(w http.ResponseWriter, r *http.Request) {
-		ok(w, 200, `{"groups":[{"group":"0123456789abcdef","function":"hello","error_type":"http_status","message":"order <num> not found","sample_message":"order 7 not found","count":42,"first_seen":"2026-01-02T15:04:05Z","last_seen":"2026-01-02T16:04:05Z","sample_run_id":"r7"}],"since":"2025-12-26T15:04:05Z","truncated":false}`)
+		ok(w, 200, `{"groups":[{"group":"0123456789abcdef","function":"hello","error_type":"http_status","message":"order <num> not found","sample_message":"order 7 not found","count":42,"redriven":40,"redriven_completed":38,"first_seen":"2026-01-02T15:04:05Z","last_seen":"2026-01-02T16:04:05Z","sample_run_id":"r7"}],"since":"2025-12-26T15:04:05Z","truncated":false}`)
 	})
 	mux.HandleFunc("POST /v1/failures/{group}/dismiss", func(w http.ResponseWriter, r *http.Request) {
 		ok(w, 200, `{"group":"`+r.PathValue("group")+`","dismissed_at":"2026-01-02T15:04:05Z","by":{"subject":"dev","tenant":"t","roles":[]}}`)
@@ -271,8 +271,12 @@ func TestClientCommands(t *testing.T) {
 		require.NoError(t, c.run(t.Context(), []string{"failures", "--since", "7d"}))
 		_, _, _, query := g.last()
 		require.Equal(t, "since=7d", query)
-		require.Contains(t, stdout.String(), "0123456789abcdef  hello     http_status  42")
+		require.Contains(t, stdout.String(), "0123456789abcdef  hello     http_status  42     40 (38 ok)")
 		require.Contains(t, stdout.String(), "order <num> not found")
+
+		require.NoError(t, c.run(t.Context(), []string{"failures", "--hide-redriven"}))
+		_, _, _, query = g.last()
+		require.Equal(t, "hide_redriven=true", query)
 
 		stdout.Reset()
 		require.NoError(t, c.run(t.Context(), []string{"failures", "dismiss", "0123456789abcdef"}))

@@ -27,13 +27,14 @@ func (c *cli) failures(ctx context.Context, args []string) error {
 	}
 }
 
-// failuresList runs "stepgate failures [list] [--since 7d] [--limit N] [--all]".
+// failuresList runs "stepgate failures [list] [--since 7d] [--limit N] [--all] [--hide-redriven]".
 func (c *cli) failuresList(ctx context.Context, args []string) error {
-	fs := c.newFlagSet("failures list", "[--since 7d] [--limit N] [--all]")
+	fs := c.newFlagSet("failures list", "[--since 7d] [--limit N] [--all] [--hide-redriven]")
 	cf := addClientFlags(fs, true)
 	since := fs.String("since", "", "the window back from now, like 90m, 36h or 7d (default 7d)")
 	limit := fs.Int("limit", 0, "groups at most, 1 to 500 (default 100)")
 	all := fs.Bool("all", false, "list dismissed groups too")
+	hideRedriven := fs.Bool("hide-redriven", false, "leave out the groups every run of which was redriven successfully")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -50,6 +51,9 @@ func (c *cli) failuresList(ctx context.Context, args []string) error {
 	}
 	if *all {
 		p.IncludeDismissed = all
+	}
+	if *hideRedriven {
+		p.HideRedriven = hideRedriven
 	}
 	cl, err := c.client(cf, nil)
 	if err != nil {
@@ -76,13 +80,18 @@ func (c *cli) failuresList(ctx context.Context, args []string) error {
 		return err
 	}
 	tw := newTable(c.stdout)
-	fmt.Fprintln(tw, "GROUP\tFUNCTION\tERROR\tCOUNT\tFIRST\tLAST\tSAMPLE RUN\tMESSAGE")
+	fmt.Fprintln(tw, "GROUP\tFUNCTION\tERROR\tCOUNT\tREDRIVEN\tFIRST\tLAST\tSAMPLE RUN\tMESSAGE")
 	for _, g := range l.Groups {
 		count := strconv.FormatInt(g.Count, 10)
 		if g.DismissedAt != nil {
 			count += " (dismissed)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Group, g.Function, g.ErrorType, count,
+		// Redriven: how many were rerun, and how many of those have a rerun that completed.
+		redriven := strconv.FormatInt(g.Redriven, 10)
+		if g.Redriven > 0 {
+			redriven += " (" + strconv.FormatInt(g.RedrivenCompleted, 10) + " ok)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Group, g.Function, g.ErrorType, count, redriven,
 			formatTime(&g.FirstSeen, c.loc), formatTime(&g.LastSeen, c.loc), g.SampleRunID, truncate(g.Message, 80))
 	}
 	if err := tw.Flush(); err != nil {

@@ -150,8 +150,9 @@ Runs:
                                    rerun every matching finished run as you (a redrive), in
                                    the background, printing progress; --from failure starts
                                    each at the step where it failed
-  failures [list] [--since 7d] [--limit N] [--all]
-                                   failed runs grouped by function and error (dead letters)
+  failures [list] [--since 7d] [--limit N] [--all] [--hide-redriven]
+                                   failed runs grouped by function and error (dead letters),
+                                   with how many were redriven and how many of those succeeded
   failures dismiss GROUP           hide a group until one of its runs fails again
   failures redrive GROUP [--from failure]
                                    rerun the group's failed runs (runs rerun --error-group)

@@ -24,32 +24,49 @@ type FailureGroup struct {
 	MessageShape  string
 	SampleMessage string // The latest run's message, its first 1000 characters.
 	Runs          int64
-	FirstSeen     time.Time
-	LastSeen      time.Time
-	SampleRunID   string     // The latest failed run.
-	DismissedAt   *time.Time // Set when the group is dismissed (with includeDismissed).
+	// Redriven counts the group's runs that were rerun (a run of the tenant names them
+	// in rerun_of), by a redrive or one by one; RedrivenCompleted those of them with a
+	// rerun that completed.
+	Redriven          int64
+	RedrivenCompleted int64
+	FirstSeen         time.Time
+	LastSeen          time.Time
+	SampleRunID       string     // The latest failed run.
+	DismissedAt       *time.Time // Set when the group is dismissed (with Query.IncludeDismissed).
 }
 
-// FailureGroups returns up to limit groups of the tenant's runs that failed since since,
-// latest failure first, and whether more matched. A dismissed group is left out until
-// one of its runs fails after its dismissal, unless includeDismissed.
-func FailureGroups(ctx context.Context, db journal.DB, tenant string, since time.Time, limit int, includeDismissed bool) ([]FailureGroup, bool, error) {
+// Query says which groups FailureGroups returns.
+type Query struct {
+	Since            time.Time // Runs that failed since then.
+	Limit            int       // Groups at most.
+	IncludeDismissed bool      // Dismissed groups too (a dismissed group with no failure since is left out).
+	// HideRedriven leaves out the groups all of whose runs have a rerun that completed
+	// (RedrivenCompleted == Runs): such a group closes itself, until one of its runs
+	// fails and has none.
+	HideRedriven bool
+}
+
+// FailureGroups returns up to q.Limit groups of the tenant's runs that failed since
+// q.Since, latest failure first, and whether more matched. A dismissed group is left out
+// until one of its runs fails after its dismissal, unless q.IncludeDismissed.
+func FailureGroups(ctx context.Context, db journal.DB, tenant string, q Query) ([]FailureGroup, bool, error) {
 	rows, err := dbsqlc.New(db).FailureGroups(ctx, dbsqlc.FailureGroupsParams{
-		Tenant: tenant, Since: &since, IncludeDismissed: includeDismissed, MaxGroups: int32(limit + 1),
+		Tenant: tenant, Since: &q.Since, IncludeDismissed: q.IncludeDismissed, HideRedriven: q.HideRedriven,
+		MaxGroups: int32(q.Limit + 1),
 	})
 	if err != nil {
 		return nil, false, fmt.Errorf("group failed runs: %w", err)
 	}
-	more := len(rows) > limit
+	more := len(rows) > q.Limit
 	if more {
-		rows = rows[:limit]
+		rows = rows[:q.Limit]
 	}
 	out := make([]FailureGroup, len(rows))
 	for i, r := range rows {
 		out[i] = FailureGroup{
 			Group: r.ErrorGroup, Function: r.Function, ErrorType: r.ErrorType, MessageShape: r.MessageShape,
-			SampleMessage: r.SampleMessage, Runs: r.Runs, FirstSeen: r.FirstSeen, LastSeen: r.LastSeen,
-			SampleRunID: r.SampleRunID, DismissedAt: r.DismissedAt,
+			SampleMessage: r.SampleMessage, Runs: r.Runs, Redriven: r.Redriven, RedrivenCompleted: r.RedrivenCompleted,
+			FirstSeen: r.FirstSeen, LastSeen: r.LastSeen, SampleRunID: r.SampleRunID, DismissedAt: r.DismissedAt,
 		}
 	}
 	return out, more, nil

@@ -40,7 +40,7 @@ func TestFailureGroups100k(t *testing.T) {
 	var plan []string
 	for range 3 {
 		plan = plan[:0]
-		rows, err := db.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+dbsqlc.FailureGroups, "t1", false, 101, since)
+		rows, err := db.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+dbsqlc.FailureGroups, "t1", false, false, 101, since)
 		require.NoError(t, err)
 		for rows.Next() {
 			var line string
@@ -51,7 +51,7 @@ func TestFailureGroups100k(t *testing.T) {
 	}
 	t.Logf("FAILURES QUERY PLAN:\n%s", strings.Join(plan, "\n"))
 	began := time.Now()
-	groups, more, err := failure.FailureGroups(ctx, db, "t1", since, 100, false)
+	groups, more, err := failure.FailureGroups(ctx, db, "t1", failure.Query{Since: since, Limit: 100})
 	require.NoError(t, err)
 	require.Len(t, groups, 20)
 	require.False(t, more)

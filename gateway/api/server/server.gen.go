@@ -340,6 +340,13 @@ func (w *ServerInterfaceWrapper) ListFailures(ctx echo.Context) error {
 		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter include_dismissed: %s", err))
 	}
 
+	// ------------- Optional query parameter "hide_redriven" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "hide_redriven", ctx.QueryParams(), &params.HideRedriven, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter hide_redriven: %s", err))
+	}
+
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.ListFailures(ctx, params)
 	return err

@@ -227,7 +227,7 @@ func (arg FailureDismissParams) Args() []any {
 
 // Args returns the parameters of FailureGroups in its statement's order.
 func (arg FailureGroupsParams) Args() []any {
-	return []any{arg.Tenant, arg.IncludeDismissed, arg.MaxGroups, arg.Since}
+	return []any{arg.Tenant, arg.IncludeDismissed, arg.HideRedriven, arg.MaxGroups, arg.Since}
 }
 
 // Args returns the parameters of RunFinish in its statement's order.

@@ -46,57 +46,72 @@ const FailureGroups = `-- name: FailureGroups :many
 WITH failed AS (
     SELECT r.id, r.finished_at, stepgate.error_group(r.function, r.error) AS error_group
     FROM stepgate.run r
-    WHERE r.tenant = $1 AND r.status = 'failed' AND r.finished_at >= $4
+    WHERE r.tenant = $1 AND r.status = 'failed' AND r.finished_at >= $5
+), reruns AS (
+    SELECT n.rerun_of AS id, bool_or(n.status = 'completed') AS completed
+    FROM stepgate.run n
+    WHERE n.tenant = $1 AND n.rerun_of IS NOT NULL AND n.created_at >= $5
+    GROUP BY n.rerun_of
 ), grouped AS (
     SELECT f.error_group, count(*) AS runs, min(f.finished_at)::timestamptz AS first_seen,
         max(f.finished_at)::timestamptz AS last_seen,
-        (array_agg(f.id ORDER BY f.finished_at DESC, f.id DESC))[1]::uuid AS sample_id
+        (array_agg(f.id ORDER BY f.finished_at DESC, f.id DESC))[1]::uuid AS sample_id,
+        count(x.id) AS redriven, count(x.id) FILTER (WHERE x.completed) AS redriven_completed
     FROM failed f
+    LEFT JOIN reruns x ON x.id = f.id
     GROUP BY f.error_group
 )
 SELECT g.error_group, g.runs, g.first_seen, g.last_seen, g.sample_id::text AS sample_run_id,
     s.function, coalesce(s.error->>'type', '')::text AS error_type,
     left(coalesce(s.error->>'message', ''), 1000)::text AS sample_message,
     stepgate.error_message_shape(s.error->>'message')::text AS message_shape,
-    d.dismissed_at
+    d.dismissed_at, g.redriven, g.redriven_completed
 FROM grouped g
 JOIN stepgate.run s ON s.tenant = $1 AND s.id = g.sample_id
 LEFT JOIN stepgate.failure_dismissal d ON d.tenant = $1 AND d.error_group = g.error_group
-WHERE $2::boolean OR d.dismissed_at IS NULL OR g.last_seen > d.dismissed_at
+WHERE ($2::boolean OR d.dismissed_at IS NULL OR g.last_seen > d.dismissed_at)
+    AND NOT ($3::boolean AND g.redriven_completed = g.runs)
 ORDER BY g.last_seen DESC, g.error_group
-LIMIT $3
+LIMIT $4
 `
 
 type FailureGroupsParams struct {
 	Tenant           string
 	IncludeDismissed bool
+	HideRedriven     bool
 	MaxGroups        int32
 	Since            *time.Time
 }
 
 type FailureGroupsRow struct {
-	ErrorGroup    string
-	Runs          int64
-	FirstSeen     time.Time
-	LastSeen      time.Time
-	SampleRunID   string
-	Function      string
-	ErrorType     string
-	SampleMessage string
-	MessageShape  string
-	DismissedAt   *time.Time
+	ErrorGroup        string
+	Runs              int64
+	FirstSeen         time.Time
+	LastSeen          time.Time
+	SampleRunID       string
+	Function          string
+	ErrorType         string
+	SampleMessage     string
+	MessageShape      string
+	DismissedAt       *time.Time
+	Redriven          int64
+	RedrivenCompleted int64
 }
 
 // The tenant's runs that failed since since, grouped by stepgate.error_group (function,
 // error type, error_message_shape of the message), latest failure first; a group dismissed
-// (failure_dismissal) with no failure since is left out, unless include_dismissed. The
-// sample is the group's latest failed run, its message cut to its first 1000 characters
-// (those its shape reads), so that an answer stays small however long the errors are.
-// One group more than max_groups says more match.
+// (failure_dismissal) with no failure since is left out, unless include_dismissed. Each
+// group counts its runs that were redriven (a run of the tenant names them in rerun_of) and,
+// of those, the ones with a rerun that completed; with hide_redriven, a group all of whose
+// runs have one is left out. A rerun is made after the run it reruns failed, so one
+// created before since reruns none of them. The sample is the group's latest failed run,
+// its message cut to its first 1000 characters (those its shape reads), so that an answer
+// stays small however long the errors are. One group more than max_groups says more match.
 func (q *Queries) FailureGroups(ctx context.Context, arg FailureGroupsParams) ([]FailureGroupsRow, error) {
 	rows, err := q.db.Query(ctx, FailureGroups,
 		arg.Tenant,
 		arg.IncludeDismissed,
+		arg.HideRedriven,
 		arg.MaxGroups,
 		arg.Since,
 	)
@@ -118,6 +133,8 @@ func (q *Queries) FailureGroups(ctx context.Context, arg FailureGroupsParams) ([
 			&i.SampleMessage,
 			&i.MessageShape,
 			&i.DismissedAt,
+			&i.Redriven,
+			&i.RedrivenCompleted,
 		); err != nil {
 			return nil, err
 		}

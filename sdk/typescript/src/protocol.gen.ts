@@ -567,7 +567,10 @@ export interface paths {
          *     message with quoted strings, UUIDs, hex ids and numbers replaced by `<str>`,
          *     `<uuid>`, `<hex>` and `<num>` (the SQL function `stepgate.error_message_shape`,
          *     migration 0053). Each group has a key (`group`, 16 hex digits), its count, its
-         *     first and last failure in the window and its latest run. A dismissed group is
+         *     first and last failure in the window and its latest run, and how many of its runs
+         *     were redriven (`redriven`: rerun, by a redrive or one by one; a rerun names the run
+         *     in `rerun_of`) and how many of those have a rerun that completed
+         *     (`redriven_completed`). A dismissed group is
          *     left out until one of its runs fails after the dismissal. Groups come by their
          *     last failure, latest first. Failed runs stay until retention deletes them. A
          *     group's `sample_message` is its latest run's message cut to 1000 characters, so an
@@ -2929,6 +2932,16 @@ export interface components {
              * @description Failed runs of the group in the window.
              */
             count: number;
+            /**
+             * Format: int64
+             * @description Of `count`, the runs that were rerun (a redrive, or a rerun of one run): a run names each in `rerun_of`.
+             */
+            redriven: number;
+            /**
+             * Format: int64
+             * @description Of `redriven`, the runs with a rerun that completed. When it equals `count`, `hide_redriven` leaves the group out.
+             */
+            redriven_completed: number;
             /** Format: date-time */
             first_seen: string;
             /** Format: date-time */
@@ -3950,6 +3963,13 @@ export interface operations {
                 limit?: number;
                 /** @description Lists dismissed groups too, with `dismissed_at`. */
                 include_dismissed?: boolean;
+                /**
+                 * @description Leaves out the groups every run of which was redriven successfully
+                 *     (`redriven_completed` equals `count`): such a group closes itself, and comes back
+                 *     when one of its runs fails and has no rerun that completed. Default false: every
+                 *     group is listed, with its `redriven` and `redriven_completed`.
+                 */
+                hide_redriven?: boolean;
             };
             header?: never;
             path?: never;

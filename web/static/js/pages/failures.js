@@ -1,6 +1,9 @@
 // The dead-letter view: the tenant's failed runs grouped by function and error (type and
 // message shape, GET /v1/failures), with, for each group, Inspect (the runs page filtered
 // to the group), Redrive (a bulk rerun of the group) and Dismiss (hidden until it fails again).
+// Each group says how many of its runs were redriven and how many of those completed;
+// "Hide redriven" leaves out the groups every run of which was redriven successfully
+// (hide_redriven), until one of their runs fails again.
 
 import { h, icon, replace, timeAgo, fmtDateTime, shortID } from "../dom.js";
 import { request, query, can } from "../api.js";
@@ -12,10 +15,11 @@ const WINDOWS = [["1h", "Last hour"], ["24h", "Last 24 hours"], ["7d", "Last 7 d
 /** failuresPage mounts the failures view into el; it returns its cleanup. */
 export function failuresPage(el, params) {
   let gone = false;
-  const f = { since: params.get("since") || "7d", all: params.get("all") === "1" };
+  const f = { since: params.get("since") || "7d", all: params.get("all") === "1", hide: params.get("hide") === "1" };
   const sinceSelect = h("select", { class: "input", "aria-label": "Failed within", "data-testid": "failures-since" },
     WINDOWS.map(([v, label]) => h("option", { value: v, selected: v === f.since }, label)));
   const allBox = h("input", { type: "checkbox", checked: f.all, "data-testid": "failures-all" });
+  const hideBox = h("input", { type: "checkbox", checked: f.hide, "data-testid": "failures-hide-redriven" });
   const refreshBtn = h("button", { type: "button", class: "btn", title: "Reload" }, icon("refresh", 14), h("span", null, "Refresh"));
   const content = h("div", { class: "card table-card" }, h("div", { class: "skeleton" }, Array.from({ length: 4 }, () => h("div", { class: "sk-row" }, h("i"), h("i"), h("i"), h("i")))));
   const mayRedrive = can("runs:invoke") && can("runs:manage");
@@ -25,17 +29,18 @@ export function failuresPage(el, params) {
       h("div", null, h("div", { class: "page-title" }, h("h1", null, "Failures")),
         h("p", { class: "muted sub-title" }, "Runs that failed for good, grouped by function and error. Numbers, ids and quoted strings in messages are shown as <num>, <uuid>, <hex> and <str>.")),
       h("div", { class: "page-actions" }, refreshBtn)),
-    h("div", { class: "toolbar" }, sinceSelect, h("label", { class: "check" }, allBox, h("span", null, "Show dismissed"))),
+    h("div", { class: "toolbar" }, sinceSelect, h("label", { class: "check" }, allBox, h("span", null, "Show dismissed")),
+      h("label", { class: "check", title: "Leave out the groups every run of which was redriven successfully, until one fails again" }, hideBox, h("span", null, "Hide redriven"))),
     content);
 
   function syncURL() {
-    history.replaceState(null, "", "#/failures" + query({ since: f.since === "7d" ? "" : f.since, all: f.all ? "1" : "" }));
+    history.replaceState(null, "", "#/failures" + query({ since: f.since === "7d" ? "" : f.since, all: f.all ? "1" : "", hide: f.hide ? "1" : "" }));
   }
 
   async function load() {
     let list;
     try {
-      list = await request("/v1/failures" + query({ since: f.since, include_dismissed: f.all ? "true" : "" }));
+      list = await request("/v1/failures" + query({ since: f.since, include_dismissed: f.all ? "true" : "", hide_redriven: f.hide ? "true" : "" }));
     } catch (e) {
       if (!gone) replace(content, h("div", { class: "pad" }, errorBox("Couldn't load the failures", e,
         h("button", { type: "button", class: "btn small", onclick: load }, icon("refresh", 13), "Try again"))));
@@ -47,19 +52,22 @@ export function failuresPage(el, params) {
       replace(content, h("div", { class: "empty", "data-testid": "empty-failures" },
         h("div", { class: "empty-icon" }, icon("check", 22)),
         h("h3", null, "No failed runs"),
-        h("p", null, `Nothing failed since ${fmtDateTime(list.since)}${f.all ? "" : ", or every group is dismissed"}.`)));
+        h("p", null, `Nothing failed since ${fmtDateTime(list.since)}${f.all ? "" : ", or every group is dismissed"}${f.hide ? ", or every run was redriven successfully" : ""}.`)));
       return;
     }
     replace(content,
       h("table", { class: "table", "data-testid": "failures-table" },
         h("thead", null, h("tr", null,
           h("th", null, "Function"), h("th", null, "Error"), h("th", { class: "num" }, "Runs"),
+          h("th", { class: "num", title: "Runs rerun (a redrive, or one by one), and of those, the ones with a rerun that completed" }, "Redriven"),
           h("th", null, "First seen"), h("th", null, "Last seen"), h("th", null, "Latest run"), h("th", null, ""))),
         h("tbody", null, groups.map(row))),
       list.truncated ? h("p", { class: "muted pad" }, "More groups failed than are shown: narrow the window.") : null);
   }
 
   function row(g) {
+    const redriven = g.redriven || 0, completed = g.redriven_completed || 0;
+    const closed = g.count > 0 && completed === g.count;
     const inspect = h("a", { class: "btn small", href: "#/runs" + query({ status: "failed", error_group: g.group }), "data-testid": "failure-inspect" }, icon("search", 12), "Inspect");
     const redrive = mayRedrive
       ? h("button", { type: "button", class: "btn small", "data-testid": "failure-redrive", onclick: () => redriveGroup(g) }, icon("rerun", 12), "Redrive…")
@@ -71,8 +79,12 @@ export function failuresPage(el, params) {
       h("td", null, h("span", { class: "fn-name", "data-fn": g.function }, g.function)),
       h("td", null,
         h("div", null, h("span", { class: "tag" }, g.error_type || "error"), " ", h("span", { class: "mono", "data-testid": "failure-message", title: g.sample_message || "" }, g.message)),
-        g.dismissed_at ? h("div", { class: "sub muted" }, `dismissed ${timeAgo(g.dismissed_at)}`) : null),
+        g.dismissed_at ? h("div", { class: "sub muted" }, `dismissed ${timeAgo(g.dismissed_at)}`) : null,
+        closed ? h("div", { class: "sub muted", "data-testid": "failure-closed" }, "every run redriven successfully") : null),
       h("td", { class: "num", "data-testid": "failure-count" }, String(g.count)),
+      h("td", { class: "num", "data-testid": "failure-redriven", "data-redriven": String(redriven), "data-completed": String(completed) },
+        redriven === 0 ? h("span", { class: "muted" }, "0")
+          : [h("div", null, String(redriven)), h("div", { class: "sub muted" }, `${completed} completed`)]),
       h("td", null, timeAgo(g.first_seen)),
       h("td", null, timeAgo(g.last_seen)),
       h("td", null, h("a", { href: `#/runs/${g.sample_run_id}`, class: "mono", title: g.sample_run_id }, "…" + shortID(g.sample_run_id))),
@@ -104,6 +116,7 @@ export function failuresPage(el, params) {
 
   sinceSelect.addEventListener("change", () => { f.since = sinceSelect.value; syncURL(); load(); });
   allBox.addEventListener("change", () => { f.all = allBox.checked; syncURL(); load(); });
+  hideBox.addEventListener("change", () => { f.hide = hideBox.checked; syncURL(); load(); });
   refreshBtn.addEventListener("click", load);
   syncURL();
   load();
