@@ -99,6 +99,8 @@ var scenarios = []struct {
 	{name: "PostgresRestartImmediate", run: testPostgresRestartImmediate, ownPostgres: true},
 	{name: "FailoverKill", run: testFailoverKill, ownPostgres: true},
 	{name: "FailoverSwitchover", run: testFailoverSwitchover, ownPostgres: true, longOnly: true},
+	{name: "PrimaryHang", run: testPrimaryHang, ownPostgres: true},
+	{name: "LinkCut", run: testLinkCut, ownPostgres: true, longOnly: true},
 	{name: "FunctionFaults", run: testFunctionFaults},
 	{name: "LeaderKill", run: testLeaderKill},
 	{name: "PgBouncer", run: testPgBouncer},

@@ -374,9 +374,11 @@ func (s *Server) handleError(err error, c echo.Context) {
 		// The caller holds its limit's worth of connections already: this one is closed,
 		// not kept alive beside them.
 		c.Response().Header().Set("Connection", "close")
-	case journal.IsUnavailable(err):
+	case journal.IsUnavailable(err) || (errors.Is(err, context.DeadlineExceeded) && c.Request().Context().Err() == nil):
 		// Nothing was done, or a write's fate is what a retry with the same idempotency
-		// key or checkpoint finds out.
+		// key or checkpoint finds out. A deadline that ran out while the caller still
+		// waits is one of the gateway's bounds: on a connection from its pools
+		// (STEPGATE_DATABASE_TIMEOUT), when the database hangs.
 		status, detail = http.StatusServiceUnavailable, "the database is unreachable; retry shortly"
 		c.Response().Header().Set("Retry-After", "1")
 		s.log.WarnContext(c.Request().Context(), "request failed: the database is unreachable",

@@ -77,6 +77,9 @@ func TestServeConfig(t *testing.T) {
 		{"ShortLease", env("STEPGATE_JWT_SECRET", testSecret, "STEPGATE_LEASE_TTL", "100ms"), "STEPGATE_LEASE_TTL 100ms is shorter than 500ms"},
 		{"BadDrain", env("STEPGATE_JWT_SECRET", testSecret, "STEPGATE_DRAIN_TIMEOUT", "soon"), `STEPGATE_DRAIN_TIMEOUT "soon" is not a positive duration`},
 		{"BadRecoveries", env("STEPGATE_JWT_SECRET", testSecret, "STEPGATE_MAX_RECOVERIES", "0"), `STEPGATE_MAX_RECOVERIES "0" is not a positive whole number`},
+		{"DatabaseTimeout", env("STEPGATE_JWT_SECRET", testSecret, "STEPGATE_DATABASE_TIMEOUT", "30s"), ""},
+		{"ShortDatabaseTimeout", env("STEPGATE_JWT_SECRET", testSecret, "STEPGATE_DATABASE_TIMEOUT", "500ms"), "STEPGATE_DATABASE_TIMEOUT 500ms is not between 1s and 10m"},
+		{"LongDatabaseTimeout", env("STEPGATE_JWT_SECRET", testSecret, "STEPGATE_DATABASE_TIMEOUT", "1h"), "STEPGATE_DATABASE_TIMEOUT 1h0m0s is not between 1s and 10m"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -71,6 +71,9 @@ type serverConfig struct {
 	// Crash recovery: STEPGATE_LEASE_TTL, STEPGATE_MAX_RECOVERIES; and how long a
 	// stopping gateway lets its invocations finish, STEPGATE_DRAIN_TIMEOUT.
 	leaseTTL, drainTimeout time.Duration
+	// databaseTimeout (STEPGATE_DATABASE_TIMEOUT) bounds each statement's wait for the
+	// database's answer (gatewayproc.Config.DatabaseTimeout).
+	databaseTimeout time.Duration
 	// Retention: STEPGATE_RETENTION (how long finished runs are kept, unless their
 	// function says otherwise), STEPGATE_RETENTION_INTERVAL (how often it deletes).
 	retention, retentionInterval time.Duration
@@ -169,6 +172,7 @@ func readServerConfig(getenv func(string) string) (serverConfig, error) {
 	}{
 		{"STEPGATE_LEASE_TTL", &c.leaseTTL, 5 * time.Second},
 		{"STEPGATE_DRAIN_TIMEOUT", &c.drainTimeout, 30 * time.Second},
+		{"STEPGATE_DATABASE_TIMEOUT", &c.databaseTimeout, gatewayproc.DefaultDatabaseTimeout},
 		{"STEPGATE_RETENTION", &c.retention, invoker.DefaultRetention},
 		{"STEPGATE_RETENTION_INTERVAL", &c.retentionInterval, time.Minute},
 	} {
@@ -190,6 +194,10 @@ func readServerConfig(getenv func(string) string) (serverConfig, error) {
 	}
 	if c.leaseTTL < 500*time.Millisecond {
 		return c, fmt.Errorf("STEPGATE_LEASE_TTL %s is shorter than 500ms: leases would lapse on a busy gateway", c.leaseTTL)
+	}
+	if c.databaseTimeout < time.Second || c.databaseTimeout > 10*time.Minute {
+		return c, fmt.Errorf("STEPGATE_DATABASE_TIMEOUT %s is not between 1s and 10m (how long a statement waits for the database's answer "+
+			"before the gateway gives up on it: the API then answers 503 with Retry-After)", c.databaseTimeout)
 	}
 	recoveries, err := envInt(getenv, "STEPGATE_MAX_RECOVERIES", 100)
 	if err != nil {
@@ -429,7 +437,7 @@ func (c serverConfig) process(log *slog.Logger) (gatewayproc.Config, error) {
 	}
 	return gatewayproc.Config{
 		Database: db, Pooler: c.pooler, ListenDatabase: listen, ReadDatabase: read, ReadMaxLag: c.readMaxLag, Logger: log, Addr: c.addr, PublicURL: c.publicURL, InvocationKeys: c.invocationKeys,
-		Auth: authCfg, Egress: c.egress, Limits: c.limits, LeaseTTL: c.leaseTTL, MaxRecoveries: c.maxRecoveries, DuplexOff: c.duplexOff,
+		Auth: authCfg, Egress: c.egress, Limits: c.limits, LeaseTTL: c.leaseTTL, DatabaseTimeout: c.databaseTimeout, MaxRecoveries: c.maxRecoveries, DuplexOff: c.duplexOff,
 		DrainTimeout: c.drainTimeout, DrainSignals: []os.Signal{os.Interrupt, syscall.SIGTERM},
 		MaxBodyBytes: c.maxBodyBytes, Web: web.Handler(), OperatorRole: c.operatorRole, OperatorTenant: c.operatorTenant,
 		MaxWaitInvocations: c.maxWaits, MaxWaitInvocationsPerTenant: c.maxWaitsPerTenant,

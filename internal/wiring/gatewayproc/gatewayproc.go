@@ -55,6 +55,13 @@ type Config struct {
 	// APIMaxConns is the API pool's share of Database.MaxConns; the system pool gets the
 	// rest. Defaults to half. Each pool has at least 2.
 	APIMaxConns int32
+	// DatabaseTimeout bounds how long each statement of the gateway's pools (not the
+	// migrations') waits for the database's answer; past it the statement fails as the
+	// database being out of reach, and an API request's answer is a 503 with
+	// Retry-After. The connections also get a connect timeout (unless the URL sets
+	// connect_timeout), TCP keepalive and TCP_USER_TIMEOUT: see dbbounds.go. Defaults
+	// to DefaultDatabaseTimeout.
+	DatabaseTimeout time.Duration
 	// ReadDatabase, when set, is where the reads that may be a little stale go (see
 	// gateway.Server's read: lists, stats, a run's detail and journal): streaming
 	// standbys of Database, one pool per host it names, each as large as the API pool
@@ -256,6 +263,7 @@ func Start(ctx context.Context, cfg Config) (*Process, error) {
 			return nil, fmt.Errorf("migrate through the direct connection (ListenDatabase): %w", err)
 		}
 	}
+	pc = bounded(pc, cfg.DatabaseTimeout, DefaultConnectTimeout) // after the migrations, which it would bound too
 	pool, api, err := openPools(ctx, pc, cfg.APIMaxConns, pooled, log)
 	if err != nil {
 		return nil, err
@@ -314,7 +322,7 @@ func Start(ctx context.Context, cfg Config) (*Process, error) {
 		return fail(err)
 	}
 	if cfg.ReadDatabase != nil && cfg.ReadMaxLag >= 0 {
-		if p.Reads, err = openReads(ctx, cfg.ReadDatabase, cmp.Or(cfg.ReadMaxLag, time.Second), pool, api, log); err != nil {
+		if p.Reads, err = openReads(ctx, bounded(cfg.ReadDatabase, cfg.DatabaseTimeout, 2*time.Second), cmp.Or(cfg.ReadMaxLag, time.Second), pool, api, log); err != nil {
 			return fail(err)
 		}
 		p.Reads.Start(ctx)
