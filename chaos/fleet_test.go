@@ -59,6 +59,8 @@ type fleetConfig struct {
 	MaxConns int
 	// Env adds KEY=VALUE settings to every gateway's environment.
 	Env []string
+	// EachEnv, when set, adds KEY=VALUE settings to the environment of gateway i (from 0).
+	EachEnv func(i int) []string
 	// Metrics gives each gateway a metrics listener of its own (STEPGATE_METRICS_ADDR),
 	// at gateway.metricsURL.
 	Metrics bool
@@ -140,6 +142,9 @@ func newFleet(t *testing.T, cfg fleetConfig) *fleet {
 			"GORACE=log_path="+filepath.Join(dir, fmt.Sprintf("gw%d.race", i+1)),
 		)
 		g.env = append(g.env, cfg.Env...)
+		if cfg.EachEnv != nil {
+			g.env = append(g.env, cfg.EachEnv(i)...)
+		}
 		if cfg.Metrics {
 			maddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 			g.metricsURL = "http://" + maddr + "/metrics"

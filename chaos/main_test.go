@@ -105,6 +105,8 @@ var scenarios = []struct {
 	{name: "LeaderKill", run: testLeaderKill},
 	{name: "PgBouncer", run: testPgBouncer},
 	{name: "PgBouncerPolling", run: testPgBouncerPolling, longOnly: true},
+	{name: "ManyGateways", run: testManyGateways, longOnly: true},
+	{name: "ManyGatewaysPgBouncer", run: testManyGatewaysPgBouncer, longOnly: true},
 }
 
 // TestChaos runs the scenarios, several at once. They are started from goroutines rather
