@@ -144,11 +144,22 @@ func TestCapturedInvocation(t *testing.T) {
 	t.Run("ToAnotherNameAtThePath", func(t *testing.T) {
 		// The gateway's function pay.other at the path of pay.charge: its requests are
 		// signed for that path, but the body names pay.other, which the path does not
-		// serve.
+		// serve. Where the gateway reads the app's manifest, it refuses the registration
+		// (TestRegisterWhereAnotherFunctionIsServed); behind a proxy that hides the
+		// manifest, it cannot tell, and the SDK refuses each invocation.
 		one := 1
-		resp, err := c.RegisterFunctionWithResponse(t.Context(), "pay.other", protocol.FunctionRegistration{
-			URL: appURL + "pay.charge", Config: &protocol.FunctionConfig{Retries: &protocol.RetryPolicy{MaxAttempts: &one}},
-		})
+		cfg := &protocol.FunctionConfig{Retries: &protocol.RetryPolicy{MaxAttempts: &one}}
+		resp, err := c.RegisterFunctionWithResponse(t.Context(), "pay.other", protocol.FunctionRegistration{URL: appURL + "pay.charge", Config: cfg})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode(), string(resp.Body))
+		hidden := s.ServeApp(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method != http.MethodPost {
+				http.NotFound(w, r)
+				return
+			}
+			proxy.ServeHTTP(w, r)
+		}))
+		resp, err = c.RegisterFunctionWithResponse(t.Context(), "pay.other", protocol.FunctionRegistration{URL: hidden + "pay.charge", Config: cfg})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, resp.StatusCode(), string(resp.Body))
 		start := startRun(t, c, "pay.other", `{}`, nil)

@@ -230,6 +230,7 @@ func TestPriorityOfEveryJob(t *testing.T) {
 	functions.Register(app, "child", func(ctx context.Context, _ struct{}) (string, error) {
 		return "child done", step.Sleep(ctx, "nap", time.Millisecond)
 	}, functions.Priority(4))
+	functions.Register(app, "on-paid", func(context.Context, struct{}) (string, error) { return "paid", nil })
 	functions.Register(app, "parent", func(ctx context.Context, _ struct{}) (string, error) {
 		if err := step.Sleep(ctx, "nap", time.Millisecond); err != nil {
 			return "", err
@@ -275,7 +276,7 @@ func TestPriorityOfEveryJob(t *testing.T) {
 
 	// A run an event starts has its function's priority, and so has its job.
 	reg, err := c.RegisterFunctionWithResponse(t.Context(), "on-paid", protocol.FunctionRegistration{
-		URL:    s.ServeApp(t, app) + "child",
+		URL:    s.ServeApp(t, app) + "on-paid",
 		Config: &protocol.FunctionConfig{Priority: ptr(4), Triggers: &[]protocol.EventTrigger{{Event: "paid"}}},
 	})
 	require.NoError(t, err)

@@ -95,13 +95,17 @@ func (s *Server) store(ctx context.Context, tenant string, r *registration) (fn 
 	return s.inv.Functions().Sync(ctx, journal.ForTenant(s.api, tenant), r.name, r.url, r.raw, r.config)
 }
 
-// RegisterFunction validates a function's registration and stores it as a new
-// revision, unless its URL and config are the current revision's (store): then it
-// answers the current revision, so that runs started after it stay on it.
+// RegisterFunction validates a function's registration, refuses a URL where the app's
+// manifest serves other functions (checkServed), and stores it as a new revision, unless
+// its URL and config are the current revision's (store): then it answers the current
+// revision, so that runs started after it stay on it.
 func (s *Server) RegisterFunction(ctx context.Context, req server.RegisterFunctionRequestObject) (server.RegisterFunctionResponseObject, error) {
 	tenant := identity(ctx).Tenant
 	r, err := s.prepare(ctx, tenant, req.Name, req.Body.URL, req.Body.Config)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.checkServed(ctx, tenant, req.Name, req.Body.URL); err != nil {
 		return nil, err
 	}
 	fn, _, err := s.store(ctx, tenant, r)
@@ -289,12 +293,67 @@ func (s *Server) SyncApp(ctx context.Context, req server.SyncAppRequestObject) (
 	return server.SyncApp200JSONResponse(out), nil
 }
 
+// checkServed refuses, with a 400 that says why, the registration of name at fnURL when
+// the manifest of the app at fnURL's directory (fnURL resolved against "./", where both
+// SDKs answer it) lists other functions at fnURL and not name: the SDK there would
+// refuse each invocation of name (401), so every run would fail. The manifest is read as
+// a sync reads it (signed for tenant, with the tenant's egress client, within
+// manifestTimeout and maxManifestBytes); one the gateway cannot read (no app there, an
+// app without an SDK, an app that refuses the tenant's signature) refuses nothing, so
+// the error tells a tenant only what a sync of that URL would.
+func (s *Server) checkServed(ctx context.Context, tenant, name, fnURL string) error {
+	u, err := url.Parse(fnURL)
+	if err != nil {
+		return nil // prepare refused it already
+	}
+	u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = "", false, "", ""
+	appURL := u.ResolveReference(&url.URL{Path: "./"})
+	if appURL.String() == u.String() {
+		return nil // a URL that ends in "/": where an SDK answers its manifest, no function
+	}
+	ctx, cancel := context.WithTimeout(ctx, manifestTimeout)
+	defer cancel()
+	m, _, _, err := s.readManifest(ctx, tenant, appURL.String())
+	if err != nil {
+		return nil
+	}
+	var served []string
+	for _, mf := range m.Functions {
+		ref, err := url.Parse(mf.Path)
+		if err != nil {
+			continue
+		}
+		at := appURL.ResolveReference(ref)
+		at.RawQuery, at.ForceQuery, at.Fragment, at.RawFragment = "", false, "", ""
+		if at.String() != u.String() {
+			continue
+		}
+		if mf.Name == name {
+			return nil
+		}
+		served = append(served, strconv.Quote(mf.Name))
+	}
+	if len(served) == 0 {
+		return nil
+	}
+	return badRequest("function %s: the manifest of the app at %s serves %s at this URL, not %q, so its SDK would refuse every run of %q (401): "+
+		"register the function under the name it is served as, or sync the app (stepgate apps sync %s)",
+		name, appURL, strings.Join(served, ", "), name, name, appURL)
+}
+
+// manifestTimeout bounds a read of an app's manifest, and maxManifestBytes the bytes of
+// it read.
+const (
+	manifestTimeout  = 10 * time.Second
+	maxManifestBytes = 4 << 20
+)
+
 // fetchManifest reads the manifest of the app at appURL, signed for tenant, with the
-// tenant's egress client, within 10s. When the app is outside the public internet
+// tenant's egress client, within manifestTimeout. When the app is outside the public internet
 // (egress.Policy.Hide), a failure says the HTTP status and size only, or that the app
 // could not be reached, and the gateway's log has the rest.
 func (s *Server) fetchManifest(ctx context.Context, tenant, appURL string) (*protocol.Manifest, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, manifestTimeout)
 	defer cancel()
 	ctx, route := s.egress.Trace(ctx, appURL)
 	m, status, size, err := s.readManifest(ctx, tenant, appURL)
@@ -329,7 +388,7 @@ func (s *Server) readManifest(ctx context.Context, tenant, appURL string) (*prot
 		return nil, 0, 0, fmt.Errorf("could not fetch the app's manifest: %w", egress.HideAddresses(err))
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxManifestBytes))
 	status, size := resp.StatusCode, len(body)
 	if err != nil {
 		return nil, status, size, fmt.Errorf("reading the app's manifest: %w", err)

@@ -412,6 +412,10 @@ func TestTracesMaskTheFunctionURL(t *testing.T) {
 	c := s.Client(t, s.Token)
 	var calls atomic.Int32
 	appURL := s.ServeApp(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			http.NotFound(w, r) // the registration's look for a manifest
+			return
+		}
 		if calls.Add(1) == 1 {
 			http.Error(w, "not yet", http.StatusInternalServerError)
 			return

@@ -3271,6 +3271,13 @@ type ClientInterface interface {
 	// revision as it is, as a sync of an app (`POST /v1/apps`) does for an unchanged
 	// function; a new function, or another URL or config, makes a new revision.
 	//
+	// The gateway reads the manifest of the app at the URL's directory (the URL
+	// resolved against `./`, where the SDKs answer it; a signed GET, as a sync's, within
+	// 10 s and 4 MiB): a URL where it lists other functions and not this name is a 400
+	// naming them, since the SDK there would refuse every run of this one. A manifest it
+	// cannot read (no app there, no SDK, an app that refuses the tenant's signature)
+	// refuses nothing.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with PUT /v1/functions/{name} (the `RegisterFunction` operationId).
@@ -3282,6 +3289,13 @@ type ClientInterface interface {
 	// field) of the function's current revision again stores nothing and answers that
 	// revision as it is, as a sync of an app (`POST /v1/apps`) does for an unchanged
 	// function; a new function, or another URL or config, makes a new revision.
+	//
+	// The gateway reads the manifest of the app at the URL's directory (the URL
+	// resolved against `./`, where the SDKs answer it; a signed GET, as a sync's, within
+	// 10 s and 4 MiB): a URL where it lists other functions and not this name is a 400
+	// naming them, since the SDK there would refuse every run of this one. A manifest it
+	// cannot read (no app there, no SDK, an app that refuses the tenant's signature)
+	// refuses nothing.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -4739,6 +4753,13 @@ func (c *Client) GetFunction(ctx context.Context, name FunctionName, reqEditors 
 // revision as it is, as a sync of an app (`POST /v1/apps`) does for an unchanged
 // function; a new function, or another URL or config, makes a new revision.
 //
+// The gateway reads the manifest of the app at the URL's directory (the URL
+// resolved against `./`, where the SDKs answer it; a signed GET, as a sync's, within
+// 10 s and 4 MiB): a URL where it lists other functions and not this name is a 400
+// naming them, since the SDK there would refuse every run of this one. A manifest it
+// cannot read (no app there, no SDK, an app that refuses the tenant's signature)
+// refuses nothing.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with PUT /v1/functions/{name} (the `RegisterFunction` operationId).
@@ -4760,6 +4781,13 @@ func (c *Client) RegisterFunctionWithBody(ctx context.Context, name FunctionName
 // field) of the function's current revision again stores nothing and answers that
 // revision as it is, as a sync of an app (`POST /v1/apps`) does for an unchanged
 // function; a new function, or another URL or config, makes a new revision.
+//
+// The gateway reads the manifest of the app at the URL's directory (the URL
+// resolved against `./`, where the SDKs answer it; a signed GET, as a sync's, within
+// 10 s and 4 MiB): a URL where it lists other functions and not this name is a 400
+// naming them, since the SDK there would refuse every run of this one. A manifest it
+// cannot read (no app there, no SDK, an app that refuses the tenant's signature)
+// refuses nothing.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -9398,6 +9426,13 @@ type ClientWithResponsesInterface interface {
 	// revision as it is, as a sync of an app (`POST /v1/apps`) does for an unchanged
 	// function; a new function, or another URL or config, makes a new revision.
 	//
+	// The gateway reads the manifest of the app at the URL's directory (the URL
+	// resolved against `./`, where the SDKs answer it; a signed GET, as a sync's, within
+	// 10 s and 4 MiB): a URL where it lists other functions and not this name is a 400
+	// naming them, since the SDK there would refuse every run of this one. A manifest it
+	// cannot read (no app there, no SDK, an app that refuses the tenant's signature)
+	// refuses nothing.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PUT /v1/functions/{name} (the `RegisterFunction` operationId).
@@ -9409,6 +9444,13 @@ type ClientWithResponsesInterface interface {
 	// field) of the function's current revision again stores nothing and answers that
 	// revision as it is, as a sync of an app (`POST /v1/apps`) does for an unchanged
 	// function; a new function, or another URL or config, makes a new revision.
+	//
+	// The gateway reads the manifest of the app at the URL's directory (the URL
+	// resolved against `./`, where the SDKs answer it; a signed GET, as a sync's, within
+	// 10 s and 4 MiB): a URL where it lists other functions and not this name is a 400
+	// naming them, since the SDK there would refuse every run of this one. A manifest it
+	// cannot read (no app there, no SDK, an app that refuses the tenant's signature)
+	// refuses nothing.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -14661,6 +14703,13 @@ func (c *ClientWithResponses) GetFunctionWithResponse(ctx context.Context, name 
 // revision as it is, as a sync of an app (`POST /v1/apps`) does for an unchanged
 // function; a new function, or another URL or config, makes a new revision.
 //
+// The gateway reads the manifest of the app at the URL's directory (the URL
+// resolved against `./`, where the SDKs answer it; a signed GET, as a sync's, within
+// 10 s and 4 MiB): a URL where it lists other functions and not this name is a 400
+// naming them, since the SDK there would refuse every run of this one. A manifest it
+// cannot read (no app there, no SDK, an app that refuses the tenant's signature)
+// refuses nothing.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with PUT /v1/functions/{name} (the `RegisterFunction` operationId).
@@ -14678,6 +14727,13 @@ func (c *ClientWithResponses) RegisterFunctionWithBodyWithResponse(ctx context.C
 // field) of the function's current revision again stores nothing and answers that
 // revision as it is, as a sync of an app (`POST /v1/apps`) does for an unchanged
 // function; a new function, or another URL or config, makes a new revision.
+//
+// The gateway reads the manifest of the app at the URL's directory (the URL
+// resolved against `./`, where the SDKs answer it; a signed GET, as a sync's, within
+// 10 s and 4 MiB): a URL where it lists other functions and not this name is a 400
+// naming them, since the SDK there would refuse every run of this one. A manifest it
+// cannot read (no app there, no SDK, an app that refuses the tenant's signature)
+// refuses nothing.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

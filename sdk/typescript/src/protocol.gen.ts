@@ -76,6 +76,13 @@ export interface paths {
          *     field) of the function's current revision again stores nothing and answers that
          *     revision as it is, as a sync of an app (`POST /v1/apps`) does for an unchanged
          *     function; a new function, or another URL or config, makes a new revision.
+         *
+         *     The gateway reads the manifest of the app at the URL's directory (the URL
+         *     resolved against `./`, where the SDKs answer it; a signed GET, as a sync's, within
+         *     10 s and 4 MiB): a URL where it lists other functions and not this name is a 400
+         *     naming them, since the SDK there would refuse every run of this one. A manifest it
+         *     cannot read (no app there, no SDK, an app that refuses the tenant's signature)
+         *     refuses nothing.
          */
         put: operations["registerFunction"];
         post?: never;
