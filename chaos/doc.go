@@ -4,11 +4,13 @@
 // break them while runs make progress: kill -9 at random moments and during a burst of
 // starts, whole-fleet crashes, rolling SIGTERMs, Postgres restarts, the primary's loss
 // and its synchronous standby's promotion (failover_test.go: the gateways on a multi-host
-// URL), functions that answer badly or crash, and the River leader's death under a 1s
-// schedule. It also runs the core scenarios through PgBouncer in transaction mode
-// (pgbouncer_test.go: the gateways with STEPGATE_DATABASE_POOLER=transaction), and 8
-// gateways on one database, directly and through PgBouncer, measuring the connections
-// they hold and River's leader (many_test.go).
+// URL), a primary that hangs instead of dying (SIGSTOP of Postgres) and a cut link (a
+// proxy that stops forwarding; hang_test.go), functions that answer badly or crash, and
+// the River leader's death under a 1s schedule. It also runs the core scenarios through
+// PgBouncer in transaction mode (pgbouncer_test.go: the gateways with
+// STEPGATE_DATABASE_POOLER=transaction), and 8 gateways on one database, directly and
+// through PgBouncer, measuring the connections they hold and River's leader
+// (many_test.go).
 //
 // After each scenario it checks what the guarantees promise: every run ends as expected
 // and none is stuck, the journal holds each (run, seq) once with no gap, a journaled step
