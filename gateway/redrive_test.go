@@ -142,11 +142,13 @@ func TestBulkRerun(t *testing.T) {
 	})
 
 	t.Run("FromFailureInOneTenant", func(t *testing.T) {
-		// A completed run of redrive.a: a filter without a status redrives failed runs only.
+		// A completed and a cancelled run of redrive.a: a filter without a status redrives
+		// failed runs only (openapi.yaml's rerunRuns says so).
 		_, err := s.Pool.Exec(t.Context(), `
 			INSERT INTO stepgate.run (id, tenant, function, revision, status, input, identity, output, created_at, finished_at)
-			SELECT gen_random_uuid(), f.tenant, f.name, f.revision, 'completed', '{}', '{"subject":"seed","tenant":"t1"}', '1', now() - interval '1 s', now() - interval '1 s'
-			FROM stepgate.function f WHERE f.tenant = 't1' AND f.name = 'redrive.a'`)
+			SELECT gen_random_uuid(), f.tenant, f.name, f.revision, st.status, '{}', '{"subject":"seed","tenant":"t1"}', st.output, now() - interval '1 s', now() - interval '1 s'
+			FROM stepgate.function f, (VALUES ('completed', '1'::jsonb), ('cancelled', NULL)) st (status, output)
+			WHERE f.tenant = 't1' AND f.name = 'redrive.a'`)
 		require.NoError(t, err)
 		resp, err := c.RerunRunsWithResponse(t.Context(), protocol.RerunRunsRequest{
 			Filter: protocol.CancelFilter{Function: ptr("redrive.a")}, From: ptr(protocol.RerunRunsRequestFromFailure)})
@@ -162,6 +164,11 @@ func TestBulkRerun(t *testing.T) {
 		require.EqualValues(t, 30, *op.Matched)
 		require.Equal(t, protocol.OperationFrom("failure"), *op.From)
 		require.Equal(t, 30, countReruns(t, s, "t1"), "redrive.b's failed runs are left alone")
+		var notFailed int
+		require.NoError(t, s.Pool.QueryRow(t.Context(), `
+			SELECT count(*) FROM stepgate.run o JOIN stepgate.run r ON r.rerun_of = o.id
+			WHERE o.tenant = 't1' AND o.status <> 'failed'`).Scan(&notFailed))
+		require.Zero(t, notFailed, "no completed or cancelled run was rerun")
 		require.Zero(t, countReruns(t, s, "t2"), "another tenant's runs are never rerun")
 
 		old := getRun(t, c, failedA[0])
