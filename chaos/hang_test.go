@@ -35,8 +35,11 @@ func testPrimaryHang(t *testing.T) { testHang(t, false) }
 
 // testLinkCut puts a TCP proxy between the gateways and Postgres and makes it stop
 // forwarding under load (a black hole: connections stay open, no byte passes, new ones
-// connect and get nothing), then forward again: the network between them cut, then
-// healed.
+// connect and get nothing), then forward again, the connections that were open at the
+// cut reset, none of their held bytes delivered: the network between them cut for
+// longer than TCP_USER_TIMEOUT, whose connections the kernels dropped, then healed. So
+// unlike a stopped Postgres, which runs the statements in its sockets when it resumes
+// (the lease renewals sent last among them), nothing sent during the cut arrives.
 func testLinkCut(t *testing.T) { testHang(t, true) }
 
 // testHang runs two gateways on a Postgres of its own, over TCP (through a proxy when
@@ -49,7 +52,9 @@ func testLinkCut(t *testing.T) { testHang(t, true) }
 //     is answered, 503 with Retry-After (or 2xx), within the bound plus a margin for a
 //     loaded machine: none waits for the database; none is a 500;
 //   - no gateway exits; no lease is reaped from an invocation still running (no run
-//     invoked again while its invocation in flight at the hang had not ended);
+//     invoked again while its invocation in flight at the hang had not ended): long
+//     runs in flight at the hang, whose invocations outlive it, are neither recovered
+//     nor failed;
 //   - afterwards, every start the API acknowledged exists, every checkpoint, event and
 //     message acknowledged is stored, no (run, seq) twice, no gap, every run completes.
 //
@@ -91,6 +96,18 @@ func testHang(t *testing.T, link bool) {
 		return nil
 	})
 	pause(s.ctx, loadFor/2+between(r, 0, loadFor/2))
+	// Long runs whose invocations outlive the hang (6s of steps, a timeout of 60s), in
+	// flight when it comes: their leases lapse by the database clock while they wait
+	// for their checkpoints, and must not be reaped from them when it ends.
+	patient, err := s.f.startMany(s.ctx, size(3, 6), 6, fnPatient, func(int) any { return longRun })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := waitFor(s.ctx, 30*time.Second, "every long run makes progress", func() (bool, error) {
+		return s.progressed(patient, s.began)
+	}); err != nil {
+		t.Fatal(err)
+	}
 	probe := s.probeAPI()
 
 	hung := time.Now()
@@ -102,7 +119,7 @@ func testHang(t *testing.T, link bool) {
 	pause(s.ctx, hangFor)
 	resumed := time.Now()
 	if link {
-		proxy.heal()
+		proxy.heal(true)
 	} else if err := signalServer(srv, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +142,19 @@ func testHang(t *testing.T, link bool) {
 		}
 	}
 
-	runs := s.settle(ids, stuckAfter, completed)
+	runs := s.settle(append(ids, patient...), stuckAfter, completed)
+	// The long runs waited out the hang in their one invocation: none failed, none was
+	// recovered (invoked again).
+	s.checkNoFailedAttempts(patient)
+	var recovered []string
+	for _, id := range patient {
+		if run := runs[id]; run != nil && (run.FailedInvocations > 0 || run.Invocation > 1) {
+			recovered = append(recovered, run.String())
+		}
+	}
+	if len(recovered) > 0 {
+		t.Errorf("%d of the %d long runs in flight at the hang were invoked more than once, e.g. %s", len(recovered), len(patient), recovered[0])
+	}
 	for _, g := range s.f.gws {
 		if !g.up() {
 			t.Errorf("%s exited during the hang", g.name)
@@ -280,7 +309,8 @@ func signalServer(srv *pgserver.Server, sig syscall.Signal) error {
 
 // linkProxy forwards TCP connections to a target until cut: then it forwards nothing,
 // either way, and connects new connections to nothing, keeping every connection open (a
-// black hole), until healed, when it forwards what it held and goes on.
+// black hole), until healed, when it forwards what it held and goes on, or first closes
+// the connections open at the cut, forwarding nothing of theirs.
 type linkProxy struct {
 	ln     net.Listener
 	target string
@@ -288,6 +318,7 @@ type linkProxy struct {
 	mu     sync.Mutex
 	open   chan struct{} // closed while the link forwards
 	conns  map[net.Conn]struct{}
+	atCut  []net.Conn // the connections open at the cut
 	closed bool
 	wg     sync.WaitGroup
 }
@@ -318,11 +349,23 @@ func (p *linkProxy) cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.open = make(chan struct{})
+	p.atCut = p.atCut[:0]
+	for c := range p.conns {
+		p.atCut = append(p.atCut, c)
+	}
 }
 
-func (p *linkProxy) heal() {
+// heal forwards again; reset first closes the connections open at the cut (each pipe
+// holding a chunk of theirs then fails to write it).
+func (p *linkProxy) heal(reset bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if reset {
+		for _, c := range p.atCut {
+			c.Close()
+			delete(p.conns, c)
+		}
+	}
 	select {
 	case <-p.open:
 	default:
