@@ -51,7 +51,8 @@ var errInvalidTenant = errors.New("journal: the tenant is empty")
 // keeps any AfterConnect of cfg, run first.
 //
 // The connections must keep their session (a pooler in transaction mode would lose the
-// role). Migrations must not run on such a pool: they run as the database user.
+// role: see ActAsAppPerTransaction instead). Migrations must not run on such a pool: they
+// run as the database user.
 func ConfigurePool(cfg *pgxpool.Config, system bool) {
 	role := AppRole
 	if system {
