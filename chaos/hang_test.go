@@ -44,7 +44,8 @@ func testLinkCut(t *testing.T) { testHang(t, true) }
 
 // testHang runs two gateways on a Postgres of its own, over TCP (through a proxy when
 // link), under the failover scenario's load (chains, durable sleeps, waits for events,
-// messages, a start every 100ms), with STEPGATE_DATABASE_TIMEOUT=hangBound. It makes the
+// messages, a start every 100ms; 200ms in the short suite), with
+// STEPGATE_DATABASE_TIMEOUT=hangBound. It makes the
 // database hang, without an error, for longer than the lease TTL (so that every lease
 // has lapsed by the database clock when it is back), then lets it go on. Checked:
 //
@@ -70,11 +71,11 @@ func testHang(t *testing.T, link bool) {
 	}
 	s := newScenario(t, fleetConfig{DatabaseURL: url, Env: []string{"STEPGATE_DATABASE_TIMEOUT=" + hangBound.String()}})
 	r := newRand(t)
-	hangFor := size(8*time.Second, 20*time.Second)
+	hangFor := size(6*time.Second, 20*time.Second) // past the lease TTL, 5s
 	loadFor := size(4*time.Second, 10*time.Second)
 
 	sent := &sentRecord{}
-	l := s.startMixedLoad(100*time.Millisecond, func(i int) (string, any) {
+	l := s.startMixedLoad(size(200*time.Millisecond, 100*time.Millisecond), func(i int) (string, any) {
 		switch i % 10 {
 		case 0:
 			return fnChain, midRun
@@ -99,7 +100,7 @@ func testHang(t *testing.T, link bool) {
 	// Long runs whose invocations outlive the hang (6s of steps, a timeout of 60s), in
 	// flight when it comes: their leases lapse by the database clock while they wait
 	// for their checkpoints, and must not be reaped from them when it ends.
-	patient, err := s.f.startMany(s.ctx, size(3, 6), 6, fnPatient, func(int) any { return longRun })
+	patient, err := s.f.startMany(s.ctx, size(2, 6), 6, fnPatient, func(int) any { return longRun })
 	if err != nil {
 		t.Fatal(err)
 	}
