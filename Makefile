@@ -9,7 +9,8 @@ test:
 	./test.sh
 
 ## chaos: the long fault suite (a few minutes): two real gateways on a real Postgres, under
-## kill -9, SIGTERM, Postgres restarts and function faults, at the sizes of the crash-recovery
+## kill -9, SIGTERM, Postgres restarts, failovers (by hand and under Patroni: apt-get install -y
+## patroni etcd-server, or those scenarios skip) and function faults, at the sizes of the crash-recovery
 ## issue, with the counts and recovery times printed (see chaos/doc.go). ./test.sh runs its
 ## short version. CHAOS_FLAGS adds go test flags, e.g. CHAOS_FLAGS=-run=TestChaos/FleetCrash.
 chaos:

@@ -4,8 +4,11 @@
 // break them while runs make progress: kill -9 at random moments and during a burst of
 // starts, whole-fleet crashes, rolling SIGTERMs, Postgres restarts, the primary's loss
 // and its synchronous standby's promotion (failover_test.go: the gateways on a multi-host
-// URL), a primary that hangs instead of dying (SIGSTOP of Postgres) and a cut link (a
-// proxy that stops forwarding; hang_test.go), functions that answer badly or crash, and
+// URL), automatic failover under Patroni (patroni_test.go: three Postgres nodes, etcd,
+// synchronous_mode; the leader's Postgres or Patroni killed, a switchover; make chaos
+// only, skipped without patroni and etcd), a primary that hangs instead of dying
+// (SIGSTOP of Postgres) and a cut link (a proxy that stops forwarding; hang_test.go),
+// functions that answer badly or crash, and
 // the River leader's death under a 1s schedule. It also runs the core scenarios through
 // PgBouncer in transaction mode (pgbouncer_test.go: the gateways with
 // STEPGATE_DATABASE_POOLER=transaction), and 8 gateways on one database, directly and
