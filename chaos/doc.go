@@ -8,8 +8,8 @@
 // synchronous_mode; the leader's Postgres or Patroni killed, a switchover; make chaos
 // only, skipped without patroni and etcd), a primary that hangs instead of dying
 // (SIGSTOP of Postgres) and a cut link (a proxy that stops forwarding; hang_test.go),
-// functions that answer badly or crash, and
-// the River leader's death under a 1s schedule. It also runs the core scenarios through
+// functions that answer badly or crash, and the River leader's death under a 1s
+// schedule. It also runs the core scenarios through
 // PgBouncer in transaction mode (pgbouncer_test.go: the gateways with
 // STEPGATE_DATABASE_POOLER=transaction), and 8 gateways on one database, directly and
 // through PgBouncer, measuring the connections they hold and River's leader
