@@ -68,6 +68,8 @@ type Stack struct {
 // Options change a Stack; zero values keep the gateway's defaults.
 type Options struct {
 	MaxBodyBytes int64
+	// DatabaseTimeout: see gatewayproc.Config.DatabaseTimeout.
+	DatabaseTimeout time.Duration
 	// Crash recovery: see the invoker.Config fields of the same names.
 	LeaseTTL         time.Duration
 	MaintainInterval time.Duration
@@ -159,7 +161,7 @@ func Start(tb testing.TB, opts Options) *Stack {
 	p, err := gatewayproc.Start(tb.Context(), gatewayproc.Config{
 		Database: db, ReadDatabase: read, ReadMaxLag: opts.ReadMaxLag, APIMaxConns: 2, Migrated: true, Logger: log, Addr: "127.0.0.1:0",
 		Auth: s.Auth, Egress: policy, Limits: limits,
-		LeaseTTL: opts.LeaseTTL, MaintainInterval: opts.MaintainInterval, SweepGrace: opts.SweepGrace,
+		LeaseTTL: opts.LeaseTTL, MaintainInterval: opts.MaintainInterval, SweepGrace: opts.SweepGrace, DatabaseTimeout: opts.DatabaseTimeout,
 		MaxRecoveries: opts.MaxRecoveries, DrainTimeout: 10 * time.Second, Workers: opts.Workers, FairReserve: opts.FairReserve,
 		Retention: opts.Retention, RetentionInterval: opts.RetentionInterval,
 		MaxBodyBytes: opts.MaxBodyBytes, Web: web.Handler(), OperatorRole: OperatorRole, Gateway: opts.Gateway,
