@@ -292,7 +292,7 @@ func Start(ctx context.Context, cfg Config) (*Process, error) {
 	if pooled {
 		if cfg.ListenDatabase != nil {
 			lc := bounded(cfg.ListenDatabase, cfg.DatabaseTimeout, DefaultConnectTimeout) // a copy
-			lc.MaxConns = 2 // the notify listener's and River's notifier's
+			lc.MaxConns = 2                                                               // the notify listener's and River's notifier's
 			if p.Listen, err = pgxpool.NewWithConfig(ctx, lc); err != nil {
 				return fail(fmt.Errorf("connect to the listen database: %w", err))
 			}
