@@ -22,6 +22,7 @@ type Health struct {
 	clock    clock.Clock
 	mu       sync.Mutex
 	failedAt time.Time // the last statement that failed unavailable; at start, the start
+	outage   bool      // a statement failed since the start
 }
 
 // NewHealth returns a Health whose database failed just now, so that nothing is reaped
@@ -40,6 +41,7 @@ func (h *Health) Observe(err error) {
 func (h *Health) failed() {
 	h.mu.Lock()
 	h.failedAt = h.clock.Now()
+	h.outage = true
 	h.mu.Unlock()
 }
 
@@ -63,5 +65,20 @@ func (h *Health) Timed(limit time.Duration, pass func(context.Context)) func(con
 func (h *Health) SteadyFor(d time.Duration) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.clock.Now().Sub(h.failedAt) >= d
+}
+
+// SteadySince reports whether the database has answered for at least atStart since
+// the start, or, once a statement failed, for at least afterOutage since the last
+// failure: after an outage the other gateways may be reconnecting too, which takes
+// longer after a database that hung (every connection to it lost at once) than their
+// renewal interval.
+func (h *Health) SteadySince(atStart, afterOutage time.Duration) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	d := atStart
+	if h.outage {
+		d = afterOutage
+	}
 	return h.clock.Now().Sub(h.failedAt) >= d
 }

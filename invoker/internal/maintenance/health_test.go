@@ -65,3 +65,17 @@ func TestHealthHang(t *testing.T) {
 	pass(t.Context())
 	require.False(t, h.SteadyFor(time.Nanosecond), "a pass past its limit")
 }
+
+// TestHealthSteadySince: at start the shorter wait applies, after an outage the longer.
+func TestHealthSteadySince(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewTest(time.Now())
+	h := maintenance.NewHealth(clk)
+	clk.Advance(2 * time.Second)
+	require.True(t, h.SteadySince(2*time.Second, 5*time.Second), "at start: two intervals")
+	h.Observe(io.EOF)
+	clk.Advance(2 * time.Second)
+	require.False(t, h.SteadySince(2*time.Second, 5*time.Second), "after an outage: not two intervals")
+	clk.Advance(3 * time.Second)
+	require.True(t, h.SteadySince(2*time.Second, 5*time.Second), "after an outage: the longer wait")
+}

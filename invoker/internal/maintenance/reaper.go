@@ -26,7 +26,12 @@ const ReapBatch = 500
 // all, and a statement sent before the hang runs when it ends, judging leases by a
 // clock that went on while no one could renew them. So a batch whose statement did not
 // answer within stallAfter of the pass's start is rolled back, reaping nothing (its
-// transaction's COMMIT is sent only after that check), and Health notes the stall.
+// transaction's COMMIT is sent only after that check), and Health notes the stall. And
+// after an outage (not at start) it reaps nothing until the database has answered for
+// stallAfter and two renewal intervals more (the lease TTL, as the invoker sets them):
+// reconnecting to a database that hung takes the other gateways longer than a renewal
+// interval, and a gateway that could not renew for a whole TTL while the database
+// answered is taken for dead, as a lease says.
 type Reaper struct {
 	pool       *pgxpool.Pool
 	enqueue    EnqueueFunc
@@ -44,10 +49,11 @@ func NewReaper(pool *pgxpool.Pool, enqueue EnqueueFunc, renewEvery, stallAfter t
 }
 
 // Pass recovers every run whose lease lapsed, unless the database was unreachable
-// within two renewal intervals, and logs how many it recovered, or its error (the next
+// within two renewal intervals of the start, or, after an outage, within the lease TTL
+// (see Reaper), and logs how many it recovered, or its error (the next
 // pass retries).
 func (r *Reaper) Pass(ctx context.Context) {
-	if !r.health.SteadyFor(2 * r.renewEvery) {
+	if !r.health.SteadySince(2*r.renewEvery, r.stallAfter+2*r.renewEvery) {
 		return
 	}
 	n, err := r.reap(ctx)

@@ -15,8 +15,9 @@ import (
 
 // TestReaper: the Reaper recovers the runs whose lease lapsed, and only those, enqueuing
 // their jobs in the transaction that recovers them (a failed enqueue recovers nothing);
-// it reaps nothing until the database has answered for two renewal intervals, at start
-// and after an outage, by its clock.
+// it reaps nothing until the database has answered for two renewal intervals at start,
+// and for the lease TTL (stallAfter and two renewal intervals) after an outage, by its
+// clock.
 func TestReaper(t *testing.T) {
 	t.Parallel()
 	const renewEvery = time.Second
@@ -36,7 +37,8 @@ func TestReaper(t *testing.T) {
 	health := maintenance.NewHealth(clk)
 	var log logs
 	enq := &enqueuer{}
-	r := maintenance.NewReaper(db, enq.enqueue, renewEvery, time.Minute, health, log.logger())
+	const stallAfter = 3 * time.Second // a lease TTL of 5s
+	r := maintenance.NewReaper(db, enq.enqueue, renewEvery, stallAfter, health, log.logger())
 
 	r.Pass(t.Context())
 	require.Equal(t, "running", status(t, db, expired.ID), "nothing reaped at start, before the others could renew")
@@ -68,7 +70,10 @@ func TestReaper(t *testing.T) {
 	require.Equal(t, "running", status(t, db, live.ID), "nothing reaped right after an outage")
 	clk.Advance(2 * renewEvery)
 	r.Pass(t.Context())
-	require.Equal(t, "queued", status(t, db, live.ID), "reaped once the database answered for two intervals")
+	require.Equal(t, "running", status(t, db, live.ID), "two intervals after an outage: the others may be reconnecting still")
+	clk.Advance(stallAfter)
+	r.Pass(t.Context())
+	require.Equal(t, "queued", status(t, db, live.ID), "reaped once the database answered for a lease TTL")
 	require.Equal(t, []string{expired.ID, live.ID}, enq.enqueued())
 }
 
@@ -97,10 +102,10 @@ func TestReaperStalled(t *testing.T) {
 	require.Contains(t, log.String(), "the database answered too late")
 	require.False(t, health.SteadyFor(time.Nanosecond), "the stall restarts the steady time")
 
-	r := maintenance.NewReaper(db, enq.enqueue, renewEvery, time.Minute, health, log.logger())
+	r := maintenance.NewReaper(db, enq.enqueue, renewEvery, 3*time.Second, health, log.logger())
 	r.Pass(t.Context())
 	require.Equal(t, "running", status(t, db, run.ID), "not right after the stall")
-	clk.Advance(2 * renewEvery)
+	clk.Advance(2*renewEvery + 3*time.Second)
 	r.Pass(t.Context())
 	require.Equal(t, "queued", status(t, db, run.ID))
 }
