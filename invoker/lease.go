@@ -31,8 +31,9 @@ import (
 // journal.StrandedRuns; maintenance.Sweeper) and schedules' overdue ticks
 // (maintenance.OverdueTicks), so nothing due waits for River's leader. After this
 // process could not reach the database, it reaps no lease until it has reached it for
-// two renewal intervals (maintenance.Health): the other gateways, cut off too, renew
-// their leases first, so a database restart costs no recovery. The services are wired
+// a lease TTL (two renewal intervals after its own start; maintenance.Health and
+// maintenance.Reaper): the other gateways, cut off too, renew their leases first, so a
+// database restart, or a hang, costs no recovery. The services are wired
 // in maintenance.go.
 
 // inflightCall is one invocation from this process: its run's lease and the cancel of

@@ -17,10 +17,10 @@ const ReapBatch = 500
 
 // Reaper recovers the runs whose lease lapsed (their gateway died, or lost the database
 // for longer than the lease: journal.ReapExpiredLeases) and enqueues their jobs, a batch
-// of ReapBatch per transaction, at each maintenance pass. After this process could not
-// reach the database, it reaps no lease until it has reached it for two renewal
-// intervals (Health): the other gateways, cut off too, renew their leases first, so a
-// database restart costs no recovery.
+// of ReapBatch per transaction, at each maintenance pass. At start, it reaps no lease
+// until it has reached the database for two renewal intervals (Health), and after it
+// could not reach it, for a lease TTL (below): the other gateways, cut off too, renew
+// their leases first, so a database restart costs no recovery.
 //
 // A database that hangs (a stopped primary, a cut link) answers late rather than not at
 // all, and a statement sent before the hang runs when it ends, judging leases by a
