@@ -66,7 +66,13 @@ func seedHeavyData(t *testing.T, s *stack.Stack, tenant, function string) {
 func TestHeavyReadsInBoundedMemory(t *testing.T) {
 	s := stack.Start(t, stack.Options{Retention: 30 * 24 * time.Hour, Gateway: func(c *gateway.Config) {
 		c.MaxHeavyReadsPerTenant = 16 // all 16 at once: the worst the test can make
-	}})
+	},
+		// The 16 reads queue for the pool's connections, each read hundreds of MB: on a
+		// loaded machine with the race detector a wait passed the default bound of 10s
+		// (a 503, as that bound means). The bound is TestDatabaseHang's; this test's is
+		// the memory.
+		DatabaseTimeout: 2 * time.Minute,
+	})
 	s.SyncExamples(t)
 	seedHeavyData(t, s, auth.DefaultTenant, "hello")
 	tokens := make([]string, 16)
