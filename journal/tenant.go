@@ -18,7 +18,7 @@ import (
 
 // Tenant isolation has two fences. Every query of this package filters by tenant; and
 // Postgres row-level security (docs/schema.md, Tenant isolation) shows a connection acting as AppRole
-// only the rows of the tenant in its setting TenantSetting, so a query that forgot its
+// only the rows of the tenant in its setting (tenantSetting), so a query that forgot its
 // filter still sees nothing of another tenant.
 //
 // The gateway holds two pools, both configured by ConfigurePool: a system pool, whose
@@ -27,11 +27,11 @@ import (
 // tenant until ForTenant sets one for a single transaction.
 
 const (
-	// TenantSetting is the Postgres setting that AppRole's row-level security
+	// tenantSetting is the Postgres setting that AppRole's row-level security
 	// policies compare each row's tenant with.
-	TenantSetting = "stepgate.tenant"
+	tenantSetting = "stepgate.tenant"
 	// AppRole is the role of the API pool's connections, created by the migrations:
-	// it sees one tenant, the one in TenantSetting.
+	// it sees one tenant, the one in tenantSetting.
 	AppRole = "stepgate_app"
 	// SystemRole is the role of the system pool's connections, created by the
 	// migrations: it sees every tenant.
@@ -91,7 +91,7 @@ var (
 // tenantSetAs sets AppRole and the tenant for the transaction (set_config with
 // is_local): SET LOCAL ROLE checks that the session user is a member of the role, as
 // ConfigurePool's switch does.
-const tenantSetAs = `SELECT set_config('role', '` + AppRole + `', true), set_config('` + TenantSetting + `', $1, true)`
+const tenantSetAs = `SELECT set_config('role', '` + AppRole + `', true), set_config('` + tenantSetting + `', $1, true)`
 
 // ActAsAppPerTransaction marks pool, an API pool whose connections go through a pooler
 // in transaction mode and whose session role is not AppRole, so that each statement and

@@ -7,5 +7,5 @@ SELECT CASE WHEN to_regrole(@role) IS NULL THEN NULL
 SELECT current_user::text AS user_name, rolsuper OR rolbypassrls AS bypassed FROM pg_catalog.pg_roles WHERE rolname = current_user;
 
 -- name: TenantSet :exec
--- Sets journal.TenantSetting for the transaction.
+-- Sets the tenant setting (stepgate.tenant) for the transaction.
 SELECT set_config('stepgate.tenant', @tenant, true);

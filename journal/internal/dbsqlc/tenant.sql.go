@@ -40,7 +40,7 @@ const TenantSet = `-- name: TenantSet :exec
 SELECT set_config('stepgate.tenant', $1, true)
 `
 
-// Sets journal.TenantSetting for the transaction.
+// Sets the tenant setting (stepgate.tenant) for the transaction.
 func (q *Queries) TenantSet(ctx context.Context, tenant string) error {
 	_, err := q.db.Exec(ctx, TenantSet, tenant)
 	return err
