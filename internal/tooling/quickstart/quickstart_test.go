@@ -150,7 +150,6 @@ type page struct {
 	blocks []block
 	taken  []bool
 	next   int // the first block not taken or passed
-	passed []string
 }
 
 func readPage(t *testing.T, name string) *page {
